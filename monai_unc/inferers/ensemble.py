@@ -70,6 +70,11 @@ class EnsembleSource(SampleSource):
     are loaded (``weights_only`` by default) into the network passed to the inferer, whose own weights are restored
     at the end.
 
+    Dtypes are not converted (as in MONAI's inferers; a float64 member cast to float32 and back would lose its
+    weights' precision): every module member's floating-point parameters must have the input's dtype, checked
+    before any member runs (:meth:`check_input`), with a ``ValueError`` naming the member's index. Under
+    ``torch.autocast`` (which casts inside the network) the check is skipped.
+
     Args:
         networks: the members, modules or checkpoint paths: a list, tuple or ``nn.ModuleList`` (one path or one
             network is refused with a ``TypeError``).
@@ -116,6 +121,34 @@ class EnsembleSource(SampleSource):
     def variants(self, x: torch.Tensor) -> list[None]:
         """One plain call per member (the members are looped by :meth:`members`)."""
         return [None]
+
+    def check_input(self, x: torch.Tensor, device: torch.device) -> None:
+        """Refuse a module member whose floating-point parameters have another dtype than ``x``.
+
+        Found by hostile testing: a float64 member among float32 ones failed inside its first convolution with
+        PyTorch's ``RuntimeError`` (``Input type (float) and bias type (double) should be the same``), naming neither
+        the ensemble nor the member. Skipped under ``torch.autocast`` on the input's or the windows' device;
+        checkpoint members take the dtype of the network they are loaded into.
+
+        Args:
+            x: the inferer's input.
+            device: where the windows run.
+
+        Raises:
+            ValueError: naming ``networks[i]``, its dtype(s) and the input's.
+        """
+        if any(torch.is_autocast_enabled(d.type) for d in {x.device, device} if d.type in ("cpu", "cuda")):
+            return
+        for i, member in enumerate(self.networks):
+            if not isinstance(member, nn.Module):
+                continue
+            dtypes = sorted({str(p.dtype) for p in member.parameters() if p.is_floating_point()} - {str(x.dtype)})
+            if dtypes:
+                raise ValueError(
+                    f"networks[{i}] (ensemble member {i}) has {', '.join(dtypes)} parameters but the input is "
+                    f"{x.dtype}: convert the member (e.g. member.to({x.dtype})) or the input; the members are moved "
+                    "to the windows' device, not converted"
+                )
 
     def members(self, network: nn.Module | None, device: torch.device) -> Iterator[contextlib.AbstractContextManager]:
         """One context manager per member; inside it the member is the network (moved to ``device``).

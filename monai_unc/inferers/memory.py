@@ -1,48 +1,75 @@
 """The memory model of the uncertainty inferers: bytes of one case's inference, and whether it fits.
 
 Peak working memory of :class:`~monai_unc.inferers.UncertaintyInferer` (and its subclasses) on one case of ``V``
-voxels with ``C`` classes, under a sliding window of ``V_w`` voxels, with the input dtype's ``b`` bytes (4 for
-float32) and the accumulation dtype's ``a`` bytes (8 up to ``FLOAT64_MAX_CLASSES`` classes, 4 above). The larger
-of two phases:
+voxels with ``C`` classes, under a sliding window of ``V_w`` voxels run ``k`` windows at a time (``sw_batch_size``:
+MONAI stacks ``k`` windows into one network call, so every term of a window below counts ``k V_w`` voxels), with the
+input dtype's ``b`` bytes (4 for float32) and the accumulation dtype's ``a`` bytes (8 up to ``FLOAT64_MAX_CLASSES``
+classes, 4 above). The larger of two phases:
 
 - **stitching**: MONAI's output buffers, ``b V (C + 1 + q + w)`` (mean probabilities, mean entropy, second moment:
   ``q = 1`` by default, ``C`` with ``class_variance``, 0 without ``track_variance``; window entropy ``w = 1`` with
   ``window_disagreement="separate"``), one ``b V`` count map per buffer, and one window's work
-  ``V_w (n + C (b + a + t) + 2 a (C + 3))``: the network (``n`` bytes per window voxel besides its
-  output), logits, probabilities, the running sums and the temporaries of the update (``t = 0`` for the fused update
-  of :mod:`monai_unc.stats`, ``t = 3 b + [a != b] a`` for the reference torch update: entropy and squares, the copy
-  in the accumulation dtype), and the previous window's means that MONAI still holds;
-- **shared passes** (``share_passes=True`` with a replay batch of ``k`` samples) add to the window's work the kept
-  shared activations ``V_w s`` and ``V_w (k r - C b) + k V_w s_c + (k - 1) V_w C b``: each sample's stochastic
+  ``V_w (a (C + 1 + q) + C b + max(n, C (b + t)))``: the running sums, the network's output (logits), and the larger
+  of what is alive while the network runs (its own working memory besides its output, ``n`` bytes per window voxel)
+  and what is alive once it has returned (the probabilities, a flipped copy of the logits, the temporaries of the
+  update: ``t = 0`` for the fused update of :mod:`monai_unc.stats`, ``t = 3 b + [a != b] a`` for the reference torch
+  update: entropy and squares, the copy in the accumulation dtype); the network's activations are freed before the
+  probabilities are made. MONAI also holds the previous window's means, ``V_w a (C + 1 + q + w)``, while the next
+  window runs;
+- **shared passes** (``share_passes=True`` with a replay batch of ``k_s`` samples) add to the window's work the kept
+  shared activations ``V_w s`` and ``V_w (k_s r - C b) + k_s V_w s_c + (k_s - 1) V_w C b``: each sample's stochastic
   tensors ``r`` (its logits among them; one sample's logits are in the window's work already), its copy of the kept
   activations that the stochastic rest reads ``s_c`` (``SharedPasses.copied_bytes``; at most ``s``), its
   probabilities (bytes per window voxel, measured on one window with :class:`~monai_unc.inferers.SharedPasses`);
-- **final**: the buffers again (they become the means in place), the new scalar maps (``b V`` each), ``pred``
-  converted to ``pred_dtype`` (nothing for ``"input"``) or the ``argmax`` label map, and the temporaries of one
-  chunk of the final measures (:data:`~monai_unc.stats.DEFAULT_CHUNK_ELEMENTS`).
+- **ensembles** (``M`` members, looped outside the sliding window): while a later member's windows are stitched into
+  fresh buffers, the merged statistics of the earlier members are kept, as many bytes as the buffers (``b V (C + 1 +
+  q + w)``; in one pass, their means in the accumulation dtype; MONAI allocates its own output buffers, so a member
+  cannot be stitched into the earlier sums), and the final phase makes the members' mean window disagreement;
+- **final**: the buffers again (they become the means in place), the new scalar maps (``b V`` each: PE, MI,
+  ``1 - max p``, variance, and EE and WD copied out when the maps are derived in chunks), ``pred`` converted to
+  ``pred_dtype`` (nothing for ``"input"``) or the ``argmax`` label map, and the temporaries of one chunk of the final
+  measures (:data:`~monai_unc.stats.DEFAULT_CHUNK_ELEMENTS`).
+
+Without a sliding window (``roi_size=None``, ``SimpleInferer``) the window is the volume: the stitching phase is the
+window's work over ``V`` voxels (no buffers, nothing held), and the final phase starts from the window's means in the
+accumulation dtype, ``a V (C + 1 + q)``, the zero window-disagreement map ``a V`` (``window_disagreement``), the maps
+(EE among them when it is converted or chunked) and ``pred`` converted to the input's dtype where ``a != b``.
 
 With ``keep_samples=True`` (``kept_samples=S``) the samples' probabilities add ``S C b`` bytes per voxel: a
 stitching buffer ``b V S C`` (and its count map) while windows are stitched, and in the final phase that buffer and the
-returned concatenation ``samples`` ``(S, B, C, *spatial)``, ``2 b V S C``; one window holds ``2 b V_w S C``. This is
-the only term that grows with ``S``; ``monai-unc infer --save-samples`` turns each sample into a label map once the
-inferer returns (``S`` bytes per voxel on disk before compression).
+returned concatenation ``samples`` ``(S, B, C, *spatial)``, ``2 b V S C`` (the temporaries of the maps are freed
+before the concatenation); a window holds its samples twice at its end, ``2 b V_w S C`` (their list and their
+concatenation), and MONAI holds the previous window's. This is the only term that grows with ``S``; ``monai-unc infer
+--save-samples`` turns each sample into a label map once the inferer returns (``S`` bytes per voxel on disk before
+compression).
 
 Stock MONAI (``softmax(SlidingWindowInferer(x, net))``) needs ``b V (C + 1)`` for its buffer and count map, the
 window's network and logits, and ``b V C`` for the softmax: about ``8 C`` bytes per voxel for float32 against about
-``4 C + 28`` for the defaults here. Multi-label outputs have ``C`` channels in every map. The model is checked
-against measured peak RSS in ``tests/inferers/test_memory.py`` (within 15 %) and ``benchmarks/bench_memory.py``.
+``4 C + 28`` for the defaults here. Multi-label outputs have ``C`` channels in every map. Left out: the copy of a
+window's input (``sw_batch_size > 1`` concatenates the windows; flips and noise copy them: ``b`` bytes per window
+voxel and input channel) and the network's weights.
+
+The model is checked against measured peak RSS in ``tests/inferers/test_memory.py`` (within 15 %) and
+``benchmarks/bench_memory.py``, both with glibc's ``MALLOC_MMAP_THRESHOLD_=131072``: every tensor above 128 KiB is
+then mapped and unmapped, so RSS follows the live tensors. With glibc's default (dynamic) threshold, freed blocks of
+up to 32 MiB stay in the heap and the peak RSS is higher than the model by that slack, which depends on the order of
+the allocations (TTA with 8 flips on 64^3 voxels, 32^3 windows and 32 classes: 57 MiB with the fixed threshold,
+estimate 56 MiB, but 82-88 MiB with the default one; a hostile test measured 87 MiB); a GPU's caching allocator holds
+such blocks too (``torch.cuda.max_memory_allocated`` follows the live tensors, ``max_memory_reserved`` adds the
+cache).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from .._stats_kernels import available as fused_kernels_available
-from .._utils import check_bool
+from .._utils import check_bool, check_integer
 from ..stats import DEFAULT_CHUNK_ELEMENTS, auto_accum_dtype, check_accum_dtype
 
 __all__ = ["MemoryEstimate", "estimate_memory", "available_memory"]
@@ -81,6 +108,37 @@ def _check_shape(shape: Sequence[int], name: str) -> tuple[int, ...]:
     return out
 
 
+def _check_overlap(overlap: float | Sequence[float] | None, axes: int) -> tuple[float, ...] | None:
+    """``overlap`` as one number per axis in [0, 1) (None stays None); ``TypeError`` / ``ValueError`` naming it."""
+    if overlap is None:
+        return None
+    iterable = hasattr(overlap, "__iter__") and not isinstance(overlap, (str, bytes))
+    values = list(overlap) if iterable else [overlap] * axes
+    if any(isinstance(o, bool) or not isinstance(o, numbers.Real) for o in values):
+        raise TypeError(f"overlap must be a number in [0, 1) or a sequence of one per axis, got {overlap!r}")
+    out = tuple(float(o) for o in values)
+    if len(out) != axes or not all(0 <= o < 1 for o in out):
+        raise ValueError(f"overlap must be in [0, 1), one number or one per axis ({axes}), got {overlap!r}")
+    return out
+
+
+def _num_windows(spatial: tuple[int, ...], roi: tuple[int, ...], overlap: tuple[float, ...] | None) -> int | None:
+    """The windows of MONAI's ``sliding_window_inference`` on ``spatial``; None: unknown (no ``overlap``).
+
+    One where the window covers the case; otherwise, per axis with ``r < s``, ``ceil((s - r) / i) + 1`` windows at
+    MONAI's scan interval ``i = max(int(r (1 - overlap)), 1)`` (``monai.data.utils.dense_patch_slices``).
+    """
+    if all(r >= s for r, s in zip(roi, spatial)):
+        return 1
+    if overlap is None:
+        return None
+    n = 1
+    for s, r, o in zip(spatial, roi, overlap):
+        if r < s:
+            n *= math.ceil((s - r) / max(int(r * (1 - o)), 1)) + 1
+    return n
+
+
 def estimate_memory(
     shape: Sequence[int],
     num_classes: int,
@@ -100,13 +158,18 @@ def estimate_memory(
     kept_samples: int = 0,
     copied_bytes_per_voxel: float | None = None,
     fused_update: bool | None = None,
+    sw_batch_size: int = 1,
+    overlap: float | Sequence[float] | None = None,
+    ensemble_members: int = 1,
 ) -> MemoryEstimate:
     """Peak working memory of one case's inference (the model of the module docstring).
 
     Working memory: what the call allocates beyond the input and the network's weights; the same on the CPU (RSS)
     and on a GPU (when ``sw_device`` and ``device`` are both the GPU; with ``device="cpu"`` the buffers and the final
     phase are on the CPU and only the window's work on the GPU). The number of samples enters only through
-    ``kept_samples``.
+    ``kept_samples``. Checked against the measured peak RSS (within 15 %) with glibc's
+    ``MALLOC_MMAP_THRESHOLD_=131072``; glibc's default allocator keeps freed blocks of up to 32 MiB in the heap, which
+    the process's RSS then counts on top of the model (module docstring).
 
     Args:
         shape: spatial shape of the case, e.g. ``(128, 128, 128)``.
@@ -119,8 +182,11 @@ def estimate_memory(
         pred_dtype: the inferer's ``pred_dtype`` (``"input"``, a float dtype, or ``None`` for ``argmax`` only).
         window_disagreement: the window disagreement is its own map (``window_disagreement="separate"``).
         multilabel: sigmoid outputs with ``C >= 2`` regions (every map has ``C`` channels).
-        network_bytes_per_voxel: the network's own working memory per window voxel besides its output (its
-            activations; 0 for a network too small to matter). Measure it once with stock inference on one window.
+        network_bytes_per_voxel: the network's own working memory per window voxel besides its output: its peak
+            while it runs (activations, workspaces) minus the output's bytes (0 for a network too small to matter).
+            Measure it once with stock inference on one window (peak memory of the call minus the bytes of its
+            output, over the window's voxels). It counts instead of the probabilities when it is larger: the
+            network's activations are freed before the probabilities are made.
         stock: the estimate of stock MONAI inference, ``softmax(SlidingWindowInferer(x, net))``, instead.
         sample_batch: with shared passes (``share_passes=True``), the samples of one replay batch (the inferer's
             ``sample_batch_size``; 1 for full passes).
@@ -137,9 +203,25 @@ def estimate_memory(
         fused_update: the statistics are updated by the fused kernel (:mod:`monai_unc.stats`: no temporaries of a
             sample's size); False: the reference torch update (three temporaries of the probabilities and a copy in
             the accumulation dtype); None: whether the fused kernel of the CPU is installed (numba).
+        sw_batch_size: the sliding window's ``sw_batch_size``: MONAI runs that many windows in one call of the
+            network, so every term of a window (the network's activations and output, the probabilities, the running
+            sums, the shared passes, the kept samples, the previous window's means) counts that many windows. At
+            most the case's number of windows count: one where the window covers the case, else the number that
+            ``overlap`` gives. No effect without ``roi_size`` (one pass).
+        overlap: the sliding window's ``overlap`` (one number or one per axis, in [0, 1)), used only to count the
+            case's windows for ``sw_batch_size``; None: ``sw_batch_size`` windows per call (an upper bound).
+        ensemble_members: the members ``M`` of an ensemble (:class:`~monai_unc.inferers.EnsembleInferer`, or
+            ``monai-unc infer --method ensemble``): from the second member on, the merged statistics of the earlier
+            members are kept while the member's windows are stitched (as many bytes as the stitching buffers; in one
+            pass, the means in the accumulation dtype). ``kept_samples`` counts the samples of all members.
 
     Returns:
         A :class:`MemoryEstimate` (bytes).
+
+    Raises:
+        TypeError: a flag that is not a bool, ``accum_dtype`` that is not a floating point dtype, a ``shape`` /
+            ``roi_size`` / ``overlap`` that is not a sequence of numbers.
+        ValueError: an argument out of its range (the message names it).
 
     Example:
         >>> from monai_unc.inferers import estimate_memory
@@ -151,6 +233,12 @@ def estimate_memory(
         818
         >>> round(estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), stock=True).bytes_per_voxel((128,) * 3))
         840
+        >>> four = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), fused_update=True, sw_batch_size=4)
+        >>> round(four.bytes_per_voxel((128, 128, 128)))  # four windows per network call
+        1298
+        >>> three = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), fused_update=True, ensemble_members=3)
+        >>> round(three.bytes_per_voxel((128, 128, 128)))  # the earlier members' statistics
+        1092
     """
     spatial = _check_shape(shape, "shape")
     check_accum_dtype(accum_dtype, warn=False)
@@ -161,10 +249,9 @@ def estimate_memory(
         raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
     if not network_bytes_per_voxel >= 0:
         raise ValueError(f"network_bytes_per_voxel must be >= 0, got {network_bytes_per_voxel!r}")
-    if isinstance(sample_batch, bool) or not isinstance(sample_batch, int) or sample_batch < 1:
-        raise ValueError(f"sample_batch must be an integer >= 1, got {sample_batch!r}")
-    if isinstance(kept_samples, bool) or not isinstance(kept_samples, int) or kept_samples < 0:
-        raise ValueError(f"kept_samples must be an integer >= 0, got {kept_samples!r}")
+    for name, value, minimum in (("sample_batch", sample_batch, 1), ("kept_samples", kept_samples, 0),
+                                 ("sw_batch_size", sw_batch_size, 1), ("ensemble_members", ensemble_members, 1)):
+        check_integer(value, name, minimum)
     copied = shared_bytes_per_voxel if copied_bytes_per_voxel is None else copied_bytes_per_voxel
     if not shared_bytes_per_voxel >= 0 or not stochastic_bytes_per_voxel >= 0 or not copied >= 0:
         raise ValueError(
@@ -173,44 +260,58 @@ def estimate_memory(
         )
     c = num_classes
     v = math.prod(spatial)
+    overlaps = _check_overlap(overlap, len(spatial))
     if roi_size is not None:
         roi = _check_shape(roi_size, "roi_size")
         if len(roi) != len(spatial):
             raise ValueError(f"roi_size {roi} and shape {spatial} differ in their number of axes")
-        vw = math.prod(min(r, s) for r, s in zip(roi, spatial))
+        windows = _num_windows(spatial, roi, overlaps)
+        batch = int(sw_batch_size) if windows is None else min(int(sw_batch_size), windows)
+        # the voxels of one network call: sw_batch_size windows stacked on the batch axis
+        vw = batch * math.prod(min(r, s) for r, s in zip(roi, spatial))
     else:
         vw = v
     b = _nbytes(input_dtype)
-    window_net = int(vw * network_bytes_per_voxel) + vw * c * b  # the network's activations and its logits
+    logits = vw * c * b
     if stock:
+        window_net = int(vw * network_bytes_per_voxel) + logits  # the network's activations and its logits
         buffers = b * v * (c + 1) if roi_size is not None else 0
         parts = {"stitching buffers": buffers, "window": window_net}
-        final = {"stitching buffers": b * v * c if roi_size is not None else b * v * c, "softmax": b * v * c}
+        final = {"stitching buffers": b * v * c, "softmax": b * v * c}
         return _larger(parts, "stitching", final, "final")
     a = _nbytes(accum_dtype if accum_dtype is not None else auto_accum_dtype(c))
     e = c if multilabel else 1  # channels of a scalar map
     q = (c if (class_variance or multilabel) else 1) if track_variance else 0
     w = e if (window_disagreement and roi_size is not None) else 0
     channels = c + e + q + w
-    # one window: probabilities, the running sums and, with the reference update, three temporaries (entropy,
-    # squares) and the accumulation copy (the fused update's temporaries are cache-sized chunks)
+    members = int(ensemble_members)
+    # one window: the running sums, the logits, and the larger of the network's activations (alive while it runs)
+    # and the probabilities with, for the reference update, three temporaries (entropy, squares) and the
+    # accumulation copy (the fused update's temporaries are cache-sized chunks; a flipped copy of the logits, made
+    # before the probabilities, is no larger than they are)
     if fused_update is not None:
         check_bool(fused_update, "fused_update")
     fused = fused_kernels_available("cpu") if fused_update is None else fused_update
     temporaries = 0 if fused else 3 * b + (a if a != b else 0)
-    window = window_net + vw * c * (b + a + temporaries) + vw * a * (e + q)
+    sums = vw * a * (c + e + q)
+    work = logits + max(vw * network_bytes_per_voxel, vw * c * (b + temporaries))
     # shared passes: the kept shared activations, and a replay batch of k samples: each sample's stochastic tensors
     # (its logits among them: one sample's logits are counted above), its copy of the kept activations that the
     # stochastic rest reads, its probabilities (k - 1 beyond the one above)
     k = sample_batch
-    shared = 0
     if shared_bytes_per_voxel or stochastic_bytes_per_voxel:
-        shared = int(vw * shared_bytes_per_voxel + k * vw * copied
-                     + max(k * vw * stochastic_bytes_per_voxel - vw * c * b, 0)) + (k - 1) * vw * c * b
-    window += shared
-    kept = kept_samples * c * b  # bytes per voxel of the kept samples' probabilities
-    window += 2 * vw * kept  # one window's kept probabilities and their concatenation
-    n_maps = 3 + (1 if track_variance else 0) + (1 if w else 0)  # PE, MI, 1 - max p, variance, WD (EE is a buffer)
+        work += vw * shared_bytes_per_voxel + k * vw * copied + max(k * vw * stochastic_bytes_per_voxel - logits, 0)
+        work += (k - 1) * vw * c * b
+    # the kept samples' probabilities (per voxel; an ensemble member's windows keep their share of them): during the
+    # last sample, the earlier ones (the last one's probabilities are counted above); at the window's end, their list
+    # and their concatenation
+    kept = kept_samples * c * b
+    kept_window = kept / members
+    if kept:
+        work = max(work + vw * (kept_window - c * b), 2 * vw * kept_window)
+    window = int(sums + work)
+    n_maps = 3 + (1 if track_variance else 0)  # PE, MI, 1 - max p, variance: new maps
+    chunked = c * v > DEFAULT_CHUNK_ELEMENTS  # the maps are derived in chunks: EE and WD are copied out too
     if pred_dtype is None:
         pred_out = 0 if multilabel else v * (1 if c <= 256 else 2)
     elif pred_dtype == "input" or pred_dtype == input_dtype:
@@ -218,23 +319,36 @@ def estimate_memory(
     else:
         pred_out = v * c * _nbytes(pred_dtype)
     chunk = 3 * min(c * v, DEFAULT_CHUNK_ELEMENTS) * (b if roi_size is not None else a)
+    # several members: the mean of their window disagreements is a new map
+    wd_mean = v * e * (b if roi_size is not None else a) if (members > 1 and window_disagreement) else 0
     if roi_size is not None:
-        held = vw * a * channels  # the previous window's means, held by MONAI while the next one runs
+        held = int(vw * (a * channels + kept_window))  # the previous windows' outputs, held by MONAI meanwhile
         n_buffers = 2 + (1 if q else 0) + (1 if w else 0)  # MONAI keeps one count map per stitched output
         n_buffers += 1 if kept_samples else 0
         stitch = {"stitching buffers": b * v * channels, "count maps": b * v * n_buffers, "window": window + held}
-        final = {"stitching buffers": b * v * channels, "maps": b * v * e * n_maps, "pred": pred_out,
+        if members > 1:  # the merged statistics of the earlier members (sums and window disagreement)
+            stitch["earlier members"] = b * v * channels
+        n_maps += (1 + (1 if w else 0)) if chunked else 0
+        final = {"stitching buffers": b * v * channels, "maps": b * v * e * n_maps + wd_mean, "pred": pred_out,
                  "chunk temporaries": chunk}
         if kept_samples:
-            stitch["kept samples"] = v * kept  # their stitching buffer
-            final["kept samples"] = 2 * v * kept  # the buffer and the returned concatenation
+            stitch["kept samples"] = int(v * kept)  # their stitching buffers (this member's and the earlier ones')
+            # the buffer, and the returned concatenation: made once the chunks' temporaries are freed
+            final["kept samples"] = int(v * kept) + max(int(v * kept) - chunk, 0)
         return _larger(stitch, "stitching", final, "final")
-    # one pass: the window is the volume; its means (accumulation dtype) are the final phase's input
-    final = {"window": window_net + v * a * channels, "maps": b * v * e * n_maps,
+    # one pass: the window is the volume; its means (accumulation dtype) and, with window_disagreement, a zero
+    # window-disagreement map are the final phase's input; EE is a new map when converted or chunked
+    zero_wd = v * e * a if window_disagreement else 0
+    n_maps += 1 if (chunked or a != b) else 0
+    final = {"means": v * a * (c + e + q) + zero_wd, "maps": b * v * e * n_maps + wd_mean,
              "pred": pred_out if pred_out or a == b else v * c * b, "chunk temporaries": chunk}
-    if kept_samples:
-        final["kept samples"] = 2 * v * kept  # the window's concatenation and the returned one
+    if kept_samples:  # the window's concatenation, and the returned one (made once the chunks' temporaries are freed)
+        final["kept samples"] = int(v * kept) + max(int(v * kept) - chunk, 0)
     stitch = {"window": window}
+    if members > 1:  # the merged statistics of the earlier members, in the accumulation dtype
+        stitch["earlier members"] = v * a * (c + e + q) + zero_wd
+        if kept_samples:
+            stitch["kept samples"] = int(v * kept * (members - 1) / members)
     return _larger(stitch, "stitching", final, "final")
 
 

@@ -179,6 +179,25 @@ class SampleSource:
     def reset(self) -> None:
         """Called at the start of every inferer call (clear per-call state such as :meth:`extra_outputs`)."""
 
+    def check_input(self, x: torch.Tensor, device: torch.device) -> None:
+        """Called once per inferer call, after :meth:`reset` and before any sample: refuse what cannot run.
+
+        An input the source cannot serve gets an error that names what to change (an ensemble member whose dtype
+        differs from the input's). Default: nothing.
+
+        Args:
+            x: the inferer's input ``(B, C, *spatial)``.
+            device: where the windows run (the input's device, or a sliding window's ``sw_device``).
+        """
+
+    def reseed(self) -> None:
+        """Called once per call of an inferer with a ``seed``, inside its private random stream, after it is seeded.
+
+        A source whose draws come from a random state of its own rather than torch's (MONAI's random transforms
+        draw from a numpy ``RandomState``, which the inferer's seed does not reach) seeds that state here from
+        torch's stream, so that seeded calls repeat their draws. Without a seed it is not called. Default: nothing.
+        """
+
     def prepare(self, x: torch.Tensor, predictor: Predictor) -> None:
         """Called once per window, before its samples, with the window input and the plain predictor.
 
@@ -552,7 +571,11 @@ class UncertaintyInferer(Inferer):
         keep_samples: also return ``samples`` ``(S, B, C, *spatial)`` (memory grows with S).
         track_variance: keep the second moment to report ``variance``.
         normalize: divide entropies by ``log C``.
-        seed: seed for a private random stream (the global RNG state is restored afterwards).
+        seed: seed for a private random stream (the global RNG state is restored afterwards): every call with the
+            same seed draws the same samples. Sources with a random state of their own are seeded from it
+            (:meth:`SampleSource.reseed`: MONAI's random transforms in
+            :class:`~monai_unc.inferers.InvertibleTransformSource`); ``None``: torch's global stream, and MONAI's
+            random transforms draw from their own ``RandomState`` as usual.
         accum_dtype: dtype of the running sums (see :mod:`monai_unc.stats`); ``None`` (default): float64 up to
             ``FLOAT64_MAX_CLASSES`` (16) classes, float32 above (error bound in :mod:`monai_unc.stats`).
         class_variance: keep the second moment per class (``C`` channels per voxel); default: one channel
@@ -563,7 +586,12 @@ class UncertaintyInferer(Inferer):
             ``torch.float64``; ``None``: no ``pred`` but ``argmax`` ``(B, 1, *spatial)``, the label map
             ``argmax_c pred`` (uint8 up to 256 classes; none for multi-label outputs), for callers that need only the
             segmentation and the scalar maps.
-        no_grad: run under ``torch.no_grad()`` (default).
+        no_grad: run under ``torch.no_grad()`` (default). ``False`` runs the network with autograd enabled (for a
+            network whose forward needs it), but the outputs are never differentiable: every sample's probabilities
+            enter the statistics detached (the running sums are updated in place), so no returned map requires grad
+            and a backward pass through them is impossible. To differentiate an uncertainty measure, compute it from
+            the stacked softmax outputs with :mod:`monai_unc.measures` (e.g.
+            :func:`~monai_unc.measures.predictive_entropy`), which keeps the autograd graph.
         window_disagreement: ``"separate"`` (default): under overlapping sliding windows MI is the blend of the
             per-window MIs and the disagreement between windows is its own map ``window_disagreement``, so that
             PE = EE + MI + WD; ``"mutual_information"``: MI = PE - EE counts the window disagreement (the
@@ -863,6 +891,9 @@ class UncertaintyInferer(Inferer):
                         add(_wrapped(base, combo)(x), [index(rest, d)])
                     break
                 add(raw, [index(rest, done + j) for j in range(k)])
+                # freed before the next replay: held, this batch's outputs doubled the replays' outputs (with
+                # sw_batch_size >= 2, the rows' outputs and their interleaved copy were alive beside them)
+                del raw
                 done += k
 
     def _stitches(self) -> bool:
@@ -916,6 +947,8 @@ class UncertaintyInferer(Inferer):
         samples: list[torch.Tensor] = []
         for src in self.sources:
             src.reset()
+        for src in self.sources:
+            src.check_input(x, device)
         n_window = 1
         fallback_logged = False
         check_modes = not getattr(self, "_warned_training_mode", False)
@@ -924,6 +957,8 @@ class UncertaintyInferer(Inferer):
         with rng, grad:
             if self.seed is not None:
                 torch.manual_seed(self.seed)
+                for src in self.sources:  # random states of their own (MONAI transforms), from the seeded stream
+                    src.reseed()
             members = net_sources[0].members(network, device) if net_sources else [contextlib.nullcontext(network)]
             for index, member in enumerate(members):
                 with member as net, contextlib.ExitStack() as stack:

@@ -11,10 +11,13 @@ with MC dropout and ensembles (MONAI issues 5207, 8032, 8218).
 
 from __future__ import annotations
 
+import copy
 import itertools
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..keys import MIMeaning
@@ -23,34 +26,67 @@ from .sampling import SampleSource, UncertaintyInferer, Wrapper
 __all__ = ["FlipSource", "NoiseSource", "AugmentationSource", "InvertibleTransformSource", "TTAInferer", "flip_subsets"]
 
 
+def _flip_axes(flip_axes: Any) -> str | tuple[int, ...]:
+    """``flip_axes`` checked: ``"all"`` or a tuple of distinct integer spatial axes (negative: from the last one).
+
+    A sequence (list, tuple, range, 1-D numpy array) of integers; ``TypeError`` naming ``flip_axes`` for anything
+    else or a non-integer axis, ``ValueError`` for another string or a repeated axis. Their range is checked against
+    an input's spatial axes by :func:`flip_subsets`.
+    """
+    if isinstance(flip_axes, str):
+        if flip_axes != "all":
+            raise ValueError(f"flip_axes must be 'all' or a sequence of spatial axes, got {flip_axes!r}")
+        return flip_axes
+    if (not isinstance(flip_axes, (Sequence, np.ndarray)) or isinstance(flip_axes, bytes)
+            or (isinstance(flip_axes, np.ndarray) and flip_axes.ndim != 1)):
+        hint = f" (one axis: ({flip_axes},))" if isinstance(flip_axes, numbers.Integral) else ""
+        raise TypeError(f"flip_axes must be 'all' or a sequence of integer spatial axes{hint}, got {flip_axes!r}")
+    # found by hostile testing: int() truncated 0.7 to axis 0 and 1.9 to axis 1, and took True for axis 1
+    bad = [a for a in flip_axes if isinstance(a, (bool, np.bool_)) or not isinstance(a, numbers.Integral)]
+    if bad:
+        raise TypeError(f"flip_axes must hold integer spatial axes (not floats or bools), got {list(flip_axes)!r}")
+    axes = tuple(int(a) for a in flip_axes)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"flip_axes has repeated axes: {axes}")
+    return axes
+
+
 def flip_subsets(spatial_dims: int, flip_axes: str | Sequence[int] = "all") -> list[tuple[int, ...]]:
     """All subsets of the spatial axes to flip (including the empty set): ``2**k`` tuples.
 
     Args:
         spatial_dims: number of spatial axes.
-        flip_axes: ``"all"`` or a sequence of spatial axis indices (0-based, not counting batch and channel).
+        flip_axes: ``"all"`` or a sequence of integer spatial axis indices (0-based, not counting batch and channel;
+            a negative axis counts from the last spatial axis, as MONAI's ``Flip(spatial_axis=...)`` does).
 
     Returns:
-        The subsets, the empty one first.
+        The subsets, the empty one first, with every axis as a non-negative index.
+
+    Raises:
+        TypeError: ``flip_axes`` is neither ``"all"`` nor a sequence of integers (an ``int``, ``0.7``, ``True``).
+        ValueError: an axis out of range for ``spatial_dims`` axes, or an axis named twice (also as ``-1`` and
+            ``spatial_dims - 1``).
 
     Example:
         >>> from monai_unc.inferers import flip_subsets
         >>> flip_subsets(3, [0, 2])
         [(), (0,), (2,), (0, 2)]
+        >>> flip_subsets(3, [-1])  # the last spatial axis
+        [(), (2,)]
         >>> len(flip_subsets(3))
         8
     """
-    if isinstance(flip_axes, str):
-        if flip_axes != "all":
-            raise ValueError(f"flip_axes must be 'all' or a sequence of spatial axes, got {flip_axes!r}")
+    checked = _flip_axes(flip_axes)
+    if isinstance(checked, str):
         axes = tuple(range(spatial_dims))
     else:
-        axes = tuple(int(a) for a in flip_axes)
-        if len(set(axes)) != len(axes):
-            raise ValueError(f"flip_axes has repeated axes: {axes}")
-        bad = [a for a in axes if not 0 <= a < spatial_dims]
+        bad = [a for a in checked if not -spatial_dims <= a < spatial_dims]
         if bad:
-            raise ValueError(f"flip_axes {bad} out of range for {spatial_dims} spatial dimensions")
+            raise ValueError(f"flip_axes {bad} out of range for an input with {spatial_dims} spatial axes "
+                             f"(axes {-spatial_dims} to {spatial_dims - 1})")
+        axes = tuple(a % spatial_dims for a in checked)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"flip_axes {checked} name an axis twice for {spatial_dims} spatial axes: {axes}")
     return [c for r in range(len(axes) + 1) for c in itertools.combinations(axes, r)]
 
 
@@ -58,7 +94,9 @@ class FlipSource(SampleSource):
     """Flip the input over every subset of ``flip_axes`` and flip each prediction back (2^k samples).
 
     Args:
-        flip_axes: ``"all"`` or a sequence of spatial axes (0-based).
+        flip_axes: ``"all"`` or a sequence of integer spatial axes (0-based; a negative axis counts from the last
+            spatial axis, as in MONAI's ``Flip``). Their type is checked here and their range against the input's
+            number of spatial axes when called (:func:`flip_subsets`).
 
     Example:
         >>> from monai_unc.inferers import FlipSource, UncertaintyInferer
@@ -74,10 +112,7 @@ class FlipSource(SampleSource):
     mi_meaning = MIMeaning.EPISTEMIC
 
     def __init__(self, flip_axes: str | Sequence[int] = "all") -> None:
-        if not isinstance(flip_axes, str):
-            flip_axes = tuple(flip_axes)
-        flip_subsets(3 if isinstance(flip_axes, str) else max(flip_axes, default=-1) + 1, flip_axes)  # validate
-        self.flip_axes = flip_axes
+        self.flip_axes = _flip_axes(flip_axes)
 
     def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
         """One wrapper per flip subset (``None`` for the identity)."""
@@ -187,6 +222,14 @@ class InvertibleTransformSource(SampleSource):
     operations MONAI recorded on the transformed input; random transforms are drawn ``num_samples`` times.
     Transforms must keep the batch items' shapes equal to each other so that they can be stacked.
 
+    Random transforms (MONAI ``Randomizable``: ``RandAffine``, ``RandFlip``, ...) draw from their own numpy
+    ``RandomState``, which the inferer's ``seed`` (a torch stream) does not reach. With a ``seed`` the inferer calls
+    :meth:`reseed` at the start of every call: the call then runs deep copies of the transforms whose random states
+    are seeded from the inferer's seeded torch stream, so that every call with the same seed draws the same
+    transformations (and the transforms given here keep their own state); the draws still differ between samples
+    and windows, each taking the next values of the copy's stream. Without a seed the transforms given here draw
+    from their own random states, as in MONAI (``transform.set_random_state(seed)`` makes them repeatable).
+
     Args:
         transforms: MONAI invertible array transforms.
         num_samples: draws of each random transform.
@@ -219,13 +262,37 @@ class InvertibleTransformSource(SampleSource):
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
         self.transforms = transforms
         self.num_samples = num_samples
+        self._seeded: list[Any] | None = None  # this call's seeded copies (reseed), None: the transforms as given
+
+    def reset(self) -> None:
+        """Forget the previous call's seeded copies: an unseeded call runs the transforms as given."""
+        self._seeded = None
+
+    def reseed(self) -> None:
+        """This call's transforms: deep copies, each random one seeded from torch's (the inferer's seeded) stream.
+
+        Found by hostile testing: the inferer's ``seed`` did not reach the transforms' numpy random states, so the
+        same seeded inferer gave other maps on every call (up to 0.09 apart in ``pred``). Deterministic transforms
+        draw nothing and are used as given.
+        """
+        from monai.transforms import Randomizable
+
+        seeded = []
+        for t in self.transforms:
+            if isinstance(t, Randomizable):
+                t = copy.deepcopy(t)
+                # below 2**32, as numpy's RandomState takes it
+                t.set_random_state(seed=int(torch.randint(0, 2**32, (), dtype=torch.int64)))
+            seeded.append(t)
+        self._seeded = seeded
 
     def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
         """One wrapper per transform and draw: transform, predict, invert."""
         def make(transform: Any) -> Wrapper:
             return lambda pred: (lambda t: _apply_inverted(transform, pred, t))
 
-        return [make(t) for t in self.transforms for _ in range(self.num_samples)]
+        transforms = self._seeded if self._seeded is not None else self.transforms
+        return [make(t) for t in transforms for _ in range(self.num_samples)]
 
 
 def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Tensor:
@@ -256,7 +323,9 @@ class TTAInferer(UncertaintyInferer):
         transforms: MONAI invertible transforms (e.g. ``Rotate90``, ``RandAffine``), multiplied with the flips;
             random ones are drawn ``transform_samples`` times (see :class:`InvertibleTransformSource`).
         transform_samples: draws of each random transform.
-        **kwargs: :class:`UncertaintyInferer` options (``base_inferer``, ``activation``, ``keep_samples``, ...).
+        **kwargs: :class:`UncertaintyInferer` options (``base_inferer``, ``activation``, ``keep_samples``, ``seed``,
+            ...). With a ``seed`` every call draws the same noise and the same random ``transforms`` (their random
+            states are seeded from the inferer's stream, see :class:`InvertibleTransformSource`).
 
     The number of samples is ``2^k * noise_samples * len(augmentations) * len(transforms) * transform_samples``
     (each factor counted only when given).

@@ -547,24 +547,39 @@ def network_out_channels(network: Any) -> int | None:
 
 def memory_warning(
     case_id: str, spatial_shape: Sequence[int], num_classes: int | None, settings: InferSettings,
-    device: torch.device | str, available: int | None = None, kept_samples: int = 0,
+    device: torch.device | str, available: int | None = None, kept_samples: int = 0, sw_batch_size: int = 1,
+    ensemble_members: int = 1,
 ) -> str | None:
     """A one-line warning when the inference of a case will not fit in the memory of ``device``, else None.
 
     The need is :func:`monai_unc.inferers.estimate_memory` of the case (the network's own activations not counted,
-    so it is a lower bound); the memory is ``available`` or :func:`monai_unc.inferers.available_memory`.
+    so it is a lower bound): ``sw_batch_size`` windows per network call (at most the case's windows at
+    ``settings.overlap``), and with an ensemble the earlier members' statistics; the memory is ``available`` or
+    :func:`monai_unc.inferers.available_memory`.
 
     Args:
         case_id: the case, for the message.
         spatial_shape: the image's spatial shape.
         num_classes: the network's output channels (None: no warning).
-        settings: the run's settings (window size, measures).
+        settings: the run's settings (window size and overlap, measures).
         device: where the stitched outputs live.
         available: bytes available (default: measured now).
         kept_samples: the samples kept for ``--save-samples`` (0: none).
+        sw_batch_size: the sliding window's windows per network call (``--sw-batch-size``; no effect without
+            ``settings.roi``).
+        ensemble_members: the members of ``--method ensemble`` (1: no ensemble).
 
     Returns:
         The warning, or None when the case fits or the memory is unknown.
+
+    Example:
+        >>> s = InferSettings(model="m", method="ensemble", samples=1, roi=[64], overlap=0.25, intensity="none",
+        ...                   measures=["predictive_entropy"], seed=0, activation="softmax", checkpoints=[])
+        >>> need = estimate_memory((128,) * 3, 105, roi_size=(64,) * 3, window_disagreement=False).total
+        >>> memory_warning("c1", (128,) * 3, 105, s, "cpu", available=need) is None
+        True
+        >>> memory_warning("c1", (128,) * 3, 105, s, "cpu", available=need, ensemble_members=3)[:36]
+        "case 'c1' (128x128x128, 105 classes)"
     """
     if num_classes is None or num_classes < 1:
         return None
@@ -574,7 +589,9 @@ def memory_warning(
         roi = list(roi) * len(shape) if len(roi) == 1 else list(roi)
     est = estimate_memory(shape, int(num_classes), roi_size=roi, track_variance=K.VARIANCE.value in settings.measures,
                           window_disagreement=K.WINDOW_DISAGREEMENT.value in settings.measures,
-                          multilabel=settings.activation == "sigmoid" and num_classes > 1, kept_samples=kept_samples)
+                          multilabel=settings.activation == "sigmoid" and num_classes > 1, kept_samples=kept_samples,
+                          sw_batch_size=sw_batch_size if roi is not None else 1,
+                          overlap=settings.overlap if roi is not None else None, ensemble_members=ensemble_members)
     free = available if available is not None else available_memory(device)
     if free is None or est.total <= free:
         return None
@@ -589,6 +606,21 @@ def _num_samples(inferer: Any, x: torch.Tensor) -> int:
     n = 1
     for src in getattr(inferer, "sources", ()):
         n *= len(src) if src.level == "network" else src.num_variants(x)
+    return n
+
+
+def _sw_batch_size(inferer: Any) -> int:
+    """The windows per network call of an inferer's sliding window (1 without one)."""
+    n = getattr(getattr(inferer, "base_inferer", None), "sw_batch_size", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+
+
+def _ensemble_members(inferer: Any) -> int:
+    """The members of an inferer's ensemble (its network-level source; 1 without one)."""
+    n = 1
+    for src in getattr(inferer, "sources", ()):
+        if src.level == "network":
+            n *= len(src)
     return n
 
 
@@ -789,7 +821,8 @@ def predict_case(
         x = torch.from_numpy(image)[None].to(device)
         kept = _num_samples(inferer, x) if settings.save_samples else 0
         warning = memory_warning(case.case_id, image.shape[1:], network_out_channels(model.network), settings, device,
-                                 kept_samples=kept)
+                                 kept_samples=kept, sw_batch_size=_sw_batch_size(inferer),
+                                 ensemble_members=_ensemble_members(inferer))
         if warning is not None:
             warnings.warn(warning, UserWarning, stacklevel=2)
         try:

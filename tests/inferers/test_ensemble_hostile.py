@@ -88,3 +88,27 @@ def test_members_left_in_training_mode_warn_once_and_keep_their_modes(path):
         call()  # once per inferer
         EnsembleInferer([net(), net()])(torch.rand(1, 1, 4, 4))  # members in eval mode: no warning
     assert [m.training for m in members[1].modules()] == [True] * 5 and members[2][2].training
+
+
+def test_a_member_of_another_dtype_is_named_before_any_member_runs():
+    """Found by hostile testing: a float64 member among float32 ones failed inside its first convolution with
+    PyTorch's ``Input type (float) and bias type (double) should be the same``, naming neither the ensemble nor the
+    member. Members are not converted (a float64 member cast to float32 and back would lose precision): the member
+    is named before any runs."""
+    torch.manual_seed(0)
+    calls = []
+
+    def make():
+        net = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.Conv3d(4, 3, 1)).eval()
+        net.register_forward_hook(lambda *_: calls.append(1))
+        return net
+
+    x = torch.randn(1, 1, 6, 7, 8)
+    with pytest.raises(ValueError, match=r"networks\[2\] \(ensemble member 2\) has torch.float64 parameters but the "
+                                         r"input is torch.float32"):
+        EnsembleInferer([make(), make(), make().double()])(x)
+    assert not calls
+    with pytest.raises(ValueError, match=r"networks\[0\].*torch.float32 parameters but the input is torch.float64"):
+        EnsembleInferer([make(), make().double()])(x.double())
+    out = EnsembleInferer([make().double(), make().double()])(x.double())  # one dtype throughout: fine
+    assert out["pred"].dtype == torch.float64

@@ -84,3 +84,16 @@ def test_a_single_source_needs_no_list_and_bad_sources_are_named():
 def test_unknown_keys_list_the_valid_ones():
     with pytest.raises(ValueError, match=r"keys: unknown output name\(s\) \['foo'\]; valid: \['pred'"):
         UncertaintyInferer([], keys=["foo"])
+
+
+def test_no_grad_false_outputs_are_documented_as_not_differentiable():
+    """Found by hostile testing: ``no_grad=False`` reads as if the maps could be differentiated, but every sample
+    enters the statistics detached (in-place running sums), so no output requires grad. The behaviour stays; the
+    option's documentation says so."""
+    torch.manual_seed(0)
+    net = nn.Conv3d(1, 3, 3, padding=1)
+    x = torch.randn(1, 1, 6, 7, 8, requires_grad=True)
+    out = UncertaintyInferer(no_grad=False)(x, net)
+    assert not any(v.requires_grad for v in out.values())
+    doc = " ".join(UncertaintyInferer.__doc__.split())
+    assert "the outputs are never differentiable" in doc and "enter the statistics detached" in doc

@@ -506,3 +506,31 @@ def test_replays_start_from_the_input_before_a_write_the_trace_did_not_see(how, 
     split replays equal the network on the original input repeated ``k`` times."""
     torch.manual_seed(0)
     _assert_replays_equal_the_original_input_repeated(_WritesInputUnseenFirst(how).eval(), min_shared_work)
+
+
+@pytest.mark.parametrize("sw_batch_size", [1, 2])
+def test_a_replay_batchs_outputs_are_freed_before_the_next_replay(monkeypatch, sw_batch_size):
+    """Found by hostile testing (of the memory model with ``sw_batch_size``): the inferer kept the previous replay
+    batch's outputs while the next replay ran; with two windows per call the rows' outputs and their interleaved copy
+    were alive beside them (157 MiB measured where 125 MiB suffice). Each replay's output must be gone when the next
+    replay starts (nothing but the inferer held it)."""
+    import weakref
+
+    from monai.inferers import SlidingWindowInferer
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 8, 3, padding=1), nn.ReLU(), nn.Dropout3d(0.1), nn.Conv3d(8, 3, 1)).eval()
+    alive: list[weakref.ref] = []
+    real = SharedPasses.replay
+
+    def replay(self, predictor, x, k):
+        assert all(r() is None for r in alive), "the previous replay batch's output is still held"
+        out = real(self, predictor, x, k)
+        alive.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(SharedPasses, "replay", replay)
+    base = SlidingWindowInferer((8, 8, 8), overlap=0.25, sw_batch_size=sw_batch_size)
+    out = MCDropoutInferer(num_samples=7, base_inferer=base, seed=0, sample_batch_size=2)(torch.randn(1, 1, 12, 12, 12),
+                                                                                          net)
+    assert out.num_samples == 7 and len(alive) >= 6

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
+
+import nibabel as nib
+import numpy as np
 import torch
 from monai.networks.nets import UNet
 
 from monai_unc.inferers import estimate_memory
+from monai_unc.io import ImageCase
+from monai_unc.workflows import infer
+from monai_unc.workflows.factory import build_inferer
 from monai_unc.workflows.infer import InferSettings, memory_warning, network_out_channels
+from monai_unc.workflows.models import LoadedModel
 
 
 def _settings(roi=None) -> InferSettings:
@@ -31,3 +39,53 @@ def test_network_out_channels():
     seq = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3), torch.nn.Conv3d(4, 5, 1))
     assert network_out_channels(seq) == 5
     assert network_out_channels(lambda x: x) is None
+
+
+def test_memory_warning_counts_the_windows_per_call_and_the_members():
+    """Found by hostile testing: the warning's estimate left out ``--sw-batch-size`` (several windows per network
+    call) and the earlier members of ``--method ensemble``, so a case that would not fit passed silently."""
+    need = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), window_disagreement=False).total
+    settings = _settings([64])
+    assert memory_warning("ct_001", (128, 128, 128), 105, settings, "cpu", available=need) is None
+    for extra in ({"sw_batch_size": 4}, {"ensemble_members": 3}):
+        msg = memory_warning("ct_001", (128, 128, 128), 105, settings, "cpu", available=need, **extra)
+        assert msg is not None and "ct_001" in msg, extra
+    # the windows per call are at most the case's windows at the run's overlap (27 here), and none without a window
+    many = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), window_disagreement=False, sw_batch_size=27)
+    assert memory_warning("ct_001", (128, 128, 128), 105, settings, "cpu", available=many.total,
+                          sw_batch_size=64) is None
+    one_pass = estimate_memory((128, 128, 128), 105, window_disagreement=False).total
+    assert memory_warning("ct_001", (128, 128, 128), 105, _settings(None), "cpu", available=one_pass,
+                          sw_batch_size=8) is None
+
+
+def test_predict_case_passes_the_inferers_windows_per_call_and_members(tmp_path, monkeypatch):
+    """``predict_case`` hands ``memory_warning`` the sliding window's ``sw_batch_size`` and the ensemble's members."""
+    nib.save(nib.Nifti1Image(np.random.default_rng(0).random((10, 10, 10)).astype(np.float32), np.eye(4)),
+             tmp_path / "c.nii.gz")
+    torch.manual_seed(0)
+    net = torch.nn.Conv3d(1, 3, 3, padding=1).eval()
+    members = []
+    for i in range(3):
+        torch.save(torch.nn.Conv3d(1, 3, 3, padding=1).state_dict(), tmp_path / f"m{i}.pt")
+        members.append(str(tmp_path / f"m{i}.pt"))
+    seen: list[dict] = []
+    real = infer.memory_warning
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(infer, "memory_warning", spy)
+    model = LoadedModel(net, "conv", spatial_dims=3)
+    for method, extra, expected in (("ensemble", {"checkpoints": members}, (3, 3)), ("tta", {}, (3, 1))):
+        settings = InferSettings(model="conv", method=method, samples=1, roi=[8], overlap=0.25, intensity="none",
+                                 measures=["predictive_entropy"], seed=0, activation="softmax", checkpoints=[])
+        inferer = build_inferer(method, roi=8, sw_batch_size=3, measures=["predictive_entropy"], **extra)
+        out = tmp_path / method
+        out.mkdir()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            infer.predict_case(ImageCase("c", (tmp_path / "c.nii.gz",)), model, inferer, settings, out,
+                               torch.device("cpu"))
+        assert (seen[-1]["sw_batch_size"], seen[-1]["ensemble_members"]) == expected, method

@@ -204,7 +204,8 @@ def test_sample_label_maps_and_their_file():
 
 
 def test_memory_model_counts_the_kept_samples():
-    """The kept samples add ``S C b`` bytes per voxel to the stitching buffers and twice that in the final phase."""
+    """The kept samples add ``S C b`` bytes per voxel to the stitching buffers and twice that in the final phase (where
+    the returned concatenation is made after the temporaries of the maps' chunks are freed: they share bytes)."""
     shape, c = (64, 64, 64), 3
     v = 64**3
     for roi in ((32, 32, 32), None):
@@ -212,7 +213,11 @@ def test_memory_model_counts_the_kept_samples():
         for s in (1, 10):
             est = estimate_memory(shape, c, roi_size=roi, kept_samples=s)
             assert est.total > base.total
-            assert est.parts.get("kept samples", 0) in (v * s * c * 4, 2 * v * s * c * 4)
+            kept = est.parts.get("kept samples", 0)
+            if est.phase == "final":
+                assert kept + est.parts["chunk temporaries"] >= 2 * v * s * c * 4 and kept >= v * s * c * 4
+            else:
+                assert kept == v * s * c * 4
         grow = estimate_memory(shape, c, roi_size=roi, kept_samples=20).total - estimate_memory(
             shape, c, roi_size=roi, kept_samples=10).total
         assert grow >= 10 * c * 4 * v  # at least one float32 copy of the added samples
