@@ -252,7 +252,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as e:
         print(f"monai-unc {command}: error: {e}", file=sys.stderr)
         return 2
+    with warnings.catch_warnings():  # parsing included: a deprecated --measures name warns while it is parsed
+        # the package's own deprecations are shown (Python hides a DeprecationWarning raised outside __main__), and
+        # every warning of the package is one line (found by testing the docs: `--score <m>_patch` warned nothing)
+        warnings.filterwarnings("default", category=DeprecationWarning, module=r"monai_unc(\.|$)")
+        warnings.showwarning = _one_line_warning(command or "")
+        return _parse_and_run(parser, nnunet_cli, argv)
+
+
+def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[str]) -> int:
+    """:func:`main` after the parser is built: parse ``argv`` and run the command (exit status)."""
     args = parser.parse_args(argv)
+    warnings.showwarning = _one_line_warning(args.command)  # the parsed command's name (restored by main)
     if nnunet_cli is not None:
         if getattr(args, "output_format", "nifti") == "nifti":
             return int(nnunet_cli.run(args))
@@ -266,9 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as e:
         return _missing_dependency(args.command, e)
     try:
-        with warnings.catch_warnings():
-            warnings.showwarning = _one_line_warning(args.command)
-            return _run(args)
+        return _run(args)
     except ImportError as e:  # an optional package the command needs (one line naming what to install, exit 2)
         return _missing_dependency(args.command, e)
     except CohortFailed as e:  # some cases failed: rank 0 said which, the other cases are done
@@ -375,14 +384,15 @@ def _missing_dependency(command: str, error: ImportError) -> int:
 def _one_line_warning(command: str) -> Callable[..., None]:
     """``warnings.showwarning`` for a command.
 
-    The package's own ``UserWarning`` s as one stderr line each (``monai-unc <command>: warning: ...``); other warnings
-    as Python shows them.
+    The package's own ``UserWarning`` s and ``DeprecationWarning`` s (raised from, or attributed to, a module of the
+    package) as one stderr line each (``monai-unc <command>: warning: ...``); other warnings as Python shows them.
     """
     package = str(Path(__file__).resolve().parent)
     original = warnings.showwarning
 
     def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-        if issubclass(category, UserWarning) and str(Path(filename).resolve()).startswith(package):
+        ours = str(Path(filename).resolve()).startswith(package)
+        if ours and issubclass(category, (UserWarning, DeprecationWarning)):
             text = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
             print(f"monai-unc {command}: warning: {text}", file=sys.stderr, flush=True)
         else:

@@ -98,11 +98,12 @@ def _label_values(text: str) -> list[int]:
 def _measure_name(text: str) -> str:
     """A value of ``--measures`` / ``--measure``.
 
-    A deprecated name (``max_softmax``) becomes its new one, with a warning that the console script shows too.
+    A deprecated name (``max_softmax``) becomes its new one, with a warning that the console script shows as one
+    line (attributed to this module, so that ``monai_unc.cli`` recognises it as the package's own).
     """
     with warnings.catch_warnings():
         warnings.simplefilter("always", DeprecationWarning)
-        return canonical_measure(text, stacklevel=3)
+        return canonical_measure(text, stacklevel=2)
 
 
 def _in_unit_interval(closed_low: bool, closed_high: bool) -> Callable[[str], float]:

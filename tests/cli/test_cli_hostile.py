@@ -364,6 +364,20 @@ def test_evaluate_predictions_without_labels_need_the_flag(d, tmp_path, capsys):
     assert summary["n_cases"] == 4
 
 
+def test_deprecated_names_warn_in_one_line(d, tmp_path, capsys):
+    """Found by testing the docs: ``--score <m>_patch`` warned nothing (Python hides a DeprecationWarning raised
+    outside ``__main__``), and ``--measures max_softmax`` warned in two raw lines pointing into argparse."""
+    rc, lines = _run(_evaluate(d["labels"], d["predictions"], tmp_path / "o", "--score", "predictive_entropy_patch"),
+                     capsys)
+    assert rc == 0, lines
+    assert len(lines) == 1 and lines[0].startswith("monai-unc evaluate: warning: score column "
+                                                   "'predictive_entropy_patch' is deprecated"), lines
+    rc, lines = _run(_infer(d, tmp_path / "i", "--measures", "max_softmax"), capsys)
+    assert rc == 0, lines
+    assert len(lines) == 1 and lines[0].startswith("monai-unc infer: warning: the measure name 'max_softmax' is "
+                                                   "deprecated"), lines
+
+
 def test_evaluate_bad_files_fail_per_case(d, tmp_path, capsys):
     out = tmp_path / "o"
     rc, lines = _run(_evaluate(d["bad_labels"], d["bad_pred"], out), capsys)
