@@ -629,8 +629,10 @@ def hd95(
 
     Follows MONAI's ``compute_hausdorff_distance(y_pred, y, percentile=95, spacing=spacing)`` (edges by
     binary erosion, directed 95th percentiles with linear interpolation, the larger of the two), computed in
-    float64. Both foregrounds empty: NaN with a ``UserWarning``; exactly one empty: ``inf`` with a warning
-    (MONAI returns the same values).
+    float64. Both foregrounds empty: NaN with a ``UserWarning``; exactly one empty: ``inf`` with a warning (every
+    distance to an empty set is infinite). MONAI agrees on both at ``percentile=100`` (its ``percentile=None``),
+    but below 100 its interpolation between infinite distances (``inf - inf``) gives NaN where one foreground is
+    empty, which a NaN-skipping mean over cases then leaves out: a missed structure stays visible here.
 
     Args:
         pred: label map ``(*spatial)`` or ``(*batch, *spatial)``.

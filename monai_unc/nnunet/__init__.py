@@ -32,7 +32,7 @@ from monai_unc.keys import DEFAULT_MEASURES  # noqa: E402
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES  # noqa: E402
 
 if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the API reference (griffe)
-    from monai_unc.nnunet.calibrate import calibrate_model_folder
+    from monai_unc.nnunet.calibrate import calibrate_model_folder, region_targets
     from monai_unc.nnunet.dropout import (
         DEFAULT_TRAINING_DROPOUT,
         add_posthoc_dropout,
@@ -83,7 +83,7 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
 #: public name -> the submodule defining it, imported on first access (PEP 562): importing this package (e.g. for
 #: ``monai-unc nnunet-predict --help``) loads neither torch nor nnU-Net's predictor
 _LAZY: dict[str, str] = {
-    "calibrate_model_folder": "calibrate",
+    **dict.fromkeys(("calibrate_model_folder", "region_targets"), "calibrate"),
     **dict.fromkeys(("DEFAULT_TRAINING_DROPOUT", "add_posthoc_dropout", "dropout_arch_kwargs", "dropout_plans",
                      "write_dropout_plans"), "dropout"),
     **dict.fromkeys(("PATCH_SIZE", "CaseUncertainty", "case_exported", "case_scores",
@@ -149,6 +149,7 @@ __all__ = [
     "region_case_scores",
     "remove_case_outputs",
     "region_definitions",
+    "region_targets",
     "trainer_dir",
     "write_dropout_plans",
     "write_float_map",

@@ -359,3 +359,20 @@ def test_hd95_degenerate():
         assert np.isnan(hd95(z, z))
     with pytest.warns(UserWarning, match="infinite"):
         assert np.isinf(hd95(m, z))
+
+
+@pytest.mark.parametrize("empty", ["pred", "target"])
+def test_hd95_one_empty_foreground_is_inf_where_monai_interpolates_nan(empty):
+    """The documented difference from MONAI (found by hostile testing: the docstring said MONAI returned the same
+    values): ``inf`` at every percentile here; MONAI ``inf`` at the maximum, NaN below it (``inf - inf``)."""
+    a = np.zeros((10, 10, 10), np.int64)
+    a[3:7, 3:7, 3:7] = 1
+    p, t = (np.zeros_like(a), a) if empty == "pred" else (a, np.zeros_like(a))
+    for q in (0.0, 50.0, 95.0, 100.0):
+        with pytest.warns(UserWarning):
+            assert math.isinf(float(hd95(p, t, percentile=q)[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pt, tt = (torch.from_numpy(x)[None, None].float() for x in (p, t))
+        assert math.isinf(float(compute_hausdorff_distance(pt, tt, include_background=True, percentile=None)))
+        assert math.isnan(float(compute_hausdorff_distance(pt, tt, include_background=True, percentile=95)))
