@@ -33,6 +33,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -207,6 +208,8 @@ def _install_and_run_the_demo(venv: Path, wheel: Callable[[], Path], tmp_path: P
     pip = [str(py), "-m", "pip", "install", "-q", "--no-compile", "--disable-pip-version-check"]
     _run(pip + list(TORCH_PINS), "installing " + " ".join(TORCH_PINS), tmp_path)
     built = wheel()
+    with zipfile.ZipFile(built) as z:  # found by hostile testing: the project's licence text was in neither file
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in z.namelist()), "no LICENSE in the wheel"
     _run(pip + [str(built)], f"installing {built.name} (default dependencies only)", tmp_path)
 
     # the installed package is imported, not the checkout; no extra came along
@@ -215,6 +218,13 @@ def _install_and_run_the_demo(venv: Path, wheel: Callable[[], Path], tmp_path: P
     where, no_extras = r.stdout.strip().splitlines()
     assert Path(where).resolve().is_relative_to(venv.resolve()), where
     assert no_extras == "True True", "an extra was installed with the default dependencies"
+    # the formats docs/cli.md lists read after a plain install (found by hostile testing: .mha needed SimpleITK,
+    # which only nnU-Net's extra brought)
+    r = _run([str(py), "-c", "import os, sys, numpy as np, SimpleITK as s; from monai_unc.io import read_volume; "
+              "p = os.path.join(sys.argv[1], 'a.mha'); "
+              "s.WriteImage(s.GetImageFromArray(np.zeros((3, 4, 5), np.float32)), p); print(read_volume(p)[0].shape)",
+              str(tmp_path)], "reading a .mha file", tmp_path)
+    assert r.stdout.strip().splitlines()[-1] == "(1, 5, 4, 3)", r.stdout
 
     out = tmp_path / "demo_output"
     # two samples instead of --quick's eight: every code path of the demo with a quarter of its forward passes (the

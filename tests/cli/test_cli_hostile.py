@@ -378,6 +378,22 @@ def test_deprecated_names_warn_in_one_line(d, tmp_path, capsys):
                                                    "deprecated"), lines
 
 
+def test_missing_dicom_extra_stops_the_run_in_one_line(d, tmp_path, capsys, monkeypatch):
+    """Found by hostile testing of a plain install: DICOM series folders without the ``dicom`` extra failed case by
+    case (one line each, exit 1, "fix these cases and run again") instead of one line naming the extra, exit 2."""
+    for name in [m for m in sys.modules if m == "pydicom" or m.startswith(("pydicom.", "monai_unc.io.dicom"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pydicom", None)  # import pydicom raises ImportError
+    series = tmp_path / "series"
+    for cid in ("case1", "case2", "case3"):
+        (series / cid).mkdir(parents=True)
+        (series / cid / "IM0001.dcm").write_bytes(b"x")
+    rc, lines = _run(_infer(d, tmp_path / "o", images=series), capsys)
+    assert rc == 2, lines
+    assert len(lines) == 1 and lines[0].startswith("monai-unc infer: error: ") and "monai-unc[dicom]" in lines[0], lines
+    assert not (tmp_path / "o" / "failures.json").exists()
+
+
 def test_evaluate_bad_files_fail_per_case(d, tmp_path, capsys):
     out = tmp_path / "o"
     rc, lines = _run(_evaluate(d["bad_labels"], d["bad_pred"], out), capsys)

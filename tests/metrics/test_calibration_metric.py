@@ -3,6 +3,7 @@
 import os
 import re
 import socket
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -161,4 +162,6 @@ def test_docs_example_runs(tmp_path, monkeypatch):
     assert blocks, "docs/calibration.md has no python example"
     monkeypatch.chdir(tmp_path)
     for code in blocks:
-        exec(compile(code, "docs/calibration.md", "exec"), {"__name__": "__docs__"})
+        with warnings.catch_warnings():  # found by hostile testing: the example called a deprecated method
+            warnings.simplefilter("error", DeprecationWarning)
+            exec(compile(code, "docs/calibration.md", "exec"), {"__name__": "__docs__"})
