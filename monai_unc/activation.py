@@ -260,7 +260,8 @@ class TaskView:
     Raises:
         TypeError: naming ``pred`` or ``target`` when they are not numpy arrays.
         ValueError: naming the field whose shape does not fit ``pred`` (``target``, ``probs``, ``maps``),
-            ``num_classes`` below 1, or ``spacing`` that is not one positive value per axis of ``pred``.
+            ``num_classes`` below 1, ``spacing`` that is not one positive value per axis of ``pred``, or an
+            ``affine`` that is no square matrix of at least ``ndim + 1`` rows.
 
     Example:
         >>> import numpy as np
