@@ -39,6 +39,7 @@ __all__ = [
     "per_axis_mm",
     "normalize_spacing",
     "case_spacings",
+    "affine_voxel_volume",
     "check_integer",
     "is_int",
     "is_real",
@@ -420,6 +421,37 @@ def normalize_spacing(spacing: float | Sequence[float] | np.ndarray, ndim: int, 
     if not all(np.isfinite(s) and s > 0 for s in sp):
         raise ValueError(f"{name} must be positive and finite (mm per axis), got {sp}")
     return sp
+
+
+def affine_voxel_volume(affine: Any, ndim: int = 3) -> float:
+    """The volume (mm^3; the area of a 2-D grid) of one voxel of the grid of ``affine``: ``|det A|``.
+
+    ``A`` is the ``(3, ndim)`` block of the voxel -> world affine that maps a voxel step to mm (its first ``ndim``
+    columns); the measure of the parallelepiped it spans is ``|det A|`` for a volume and ``sqrt(det(A^T A))`` for a
+    2-D grid in 3-D space. This holds for any grid, also one whose axes are not orthogonal (a sheared affine, e.g.
+    gantry-tilted CT), where the product of the voxel sizes (the column norms) overstates the volume. A spacing
+    ``(s_1, ..., s_d)`` is the affine ``diag(s_1, ..., s_d, 1)``, whose volume is the product of the spacing.
+
+    Args:
+        affine: the ``(d + 1, d + 1)`` voxel -> world matrix (mm), ``d >= ndim`` (a 4 x 4 NIfTI affine of a 2-D
+            image included).
+        ndim: the number of spatial axes of the grid.
+
+    Returns:
+        The voxel volume as a float (NaN for an affine holding NaN).
+
+    Example:
+        >>> affine_voxel_volume(np.diag([0.5, 0.5, 2.0, 1.0]))
+        0.5
+    """
+    a = np.asarray(affine, dtype=np.float64)
+    rows = min(a.shape[0] - 1, 3) if a.shape[0] > ndim else a.shape[0]
+    block = a[:rows, :ndim]
+    if block.shape[0] == block.shape[1] and not np.any(block - np.diag(np.diag(block))):
+        return float(np.prod(np.abs(np.diag(block))))  # a diagonal matrix: the product of the voxel sizes, exactly
+    if block.shape[0] == block.shape[1]:
+        return float(abs(np.linalg.det(block)))
+    return float(np.sqrt(abs(np.linalg.det(block.T @ block))))
 
 
 def case_spacings(spacing: Any, n_cases: int, ndim: int, name: str = "spacing") -> list[tuple]:

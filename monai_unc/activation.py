@@ -41,7 +41,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._utils import check_finite, check_integer, check_labels, normalize_spacing, probability_tolerance
+from ._utils import (
+    affine_voxel_volume,
+    check_finite,
+    check_integer,
+    check_labels,
+    normalize_spacing,
+    probability_tolerance,
+)
 
 __all__ = [
     "Activation",
@@ -245,12 +252,16 @@ class TaskView:
         num_classes: classes of the task (``C``, or 2 for a region).
         probs: the task's class probabilities ``(num_classes, *spatial)``, or None without probabilities.
         maps: the task's uncertainty maps ``{measure: (*spatial)}``.
-        spacing: voxel spacing in mm, one value per spatial axis (default 1 mm); a scalar means isotropic.
+        spacing: voxel spacing in mm, one value per spatial axis (default 1 mm); a scalar means isotropic (the
+            lengths of the affine's columns for a case the evaluation read).
+        affine: the case's voxel -> world affine (mm), or None; when given, :attr:`voxel_volume` is ``|det A|``
+            (right also on a grid whose axes are not orthogonal, where the product of the spacing is not).
 
     Raises:
         TypeError: naming ``pred`` or ``target`` when they are not numpy arrays.
         ValueError: naming the field whose shape does not fit ``pred`` (``target``, ``probs``, ``maps``),
-            ``num_classes`` below 1, or ``spacing`` that is not one positive value per axis of ``pred``.
+            ``num_classes`` below 1, ``spacing`` that is not one positive value per axis of ``pred``, or an
+            ``affine`` that is no square matrix of at least ``ndim + 1`` rows.
 
     Example:
         >>> import numpy as np
@@ -266,6 +277,7 @@ class TaskView:
     probs: np.ndarray | None = None
     maps: dict[str, np.ndarray] = field(default_factory=dict)
     spacing: tuple[float, ...] | None = None
+    affine: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         """Check that the fields fit one another (shapes only: the values are not read)."""
@@ -286,15 +298,24 @@ class TaskView:
                 raise ValueError(f"maps[{m!r}] must have the shape of pred {shape}, got {tuple(np.shape(u))}")
         if self.spacing is not None:
             self.spacing = normalize_spacing(self.spacing, len(shape), "spacing")
+        if self.affine is not None:
+            a = np.asarray(self.affine, dtype=np.float64)
+            if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] < min(len(shape), 3) + 1:
+                raise ValueError(f"affine must be a square voxel -> world matrix of at least {min(len(shape), 3) + 1} "
+                                 f"rows for {len(shape)} spatial axes, got shape {a.shape}")
+            self.affine = a
 
     @property
     def voxel_volume(self) -> float:
-        """The volume of one voxel in mm^3 (the product of the spacing; 1 without spacing).
+        """The volume of one voxel in mm^3: ``|det A|`` of :attr:`affine`, else the product of the spacing (1 without).
 
         Returns:
-            The product of :attr:`spacing` as a float.
+            The volume as a float (:func:`~monai_unc._utils.affine_voxel_volume`).
         """
-        return float(np.prod(self.spacing)) if self.spacing else 1.0
+        ndim = self.pred.ndim
+        if self.affine is not None:
+            return affine_voxel_volume(self.affine, ndim)
+        return affine_voxel_volume(np.diag([*self.spacing, 1.0]), ndim) if self.spacing else 1.0
 
 
 class Activation:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..activation import TaskView
-from ..io import CaseFiles, LoadedCase, load_case, segment_label_values
+from ..io import CaseFiles, LoadedCase, load_case, segment_label_values, sheared_grid
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
 from ..metrics.discrimination import error_auprc, error_auroc
 from ..metrics.qu_brats_score import measure_max, qu_brats_regions, to_qu_brats_range
@@ -140,6 +140,9 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         row["shift"] = config.shifts.get(case.case_id, "")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        sheared = sheared_grid(None, case.affine, len(case.spacing))  # distances NaN; the messages name the case
+        if sheared is not None:
+            warnings.warn(sheared, UserWarning, stacklevel=2)
         unclaimed = unclaimed_case_labels(case, config)  # refused for the cohort unless ignore_unclaimed_labels
         if unclaimed:
             warnings.warn(f"label value(s) {unclaimed[:6]} are in no region of {config.regions} and count as "
@@ -170,7 +173,9 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
             row["measure"] = primary
             for t, col, error in zip(tasks, cols, errors):
                 u = t.maps[primary]
-                if config.spatial:
+                if config.spatial and sheared is not None:  # no spacing gives the distances of a sheared grid
+                    row.update({col(k): float("nan") for k in ("buc", "ba_ece", "space")})
+                elif config.spatial:
                     un = unit_scale(u, primary, t.num_classes)
                     row[col("buc")] = float(boundary_uncertainty_concentration(u, t.pred, t.target, case.spacing)[0])
                     row[col("ba_ece")] = float(boundary_aware_ece(un, t.pred, t.target, case.spacing)[0])

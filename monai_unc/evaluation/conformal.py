@@ -63,6 +63,7 @@ from ..io import (
     read_probabilities,
     save_nifti,
     save_region_maps,
+    sheared_grid,
     write_csv,
 )
 from ..io.provenance import (
@@ -110,7 +111,7 @@ __all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "
            "check_conformal_probabilities", "check_rule_fields",
            "fit_conformal_rules", "fit_product", "write_rule_file", "nest_masks",
            "conformal_masks", "mask_file", "save_masks", "remove_stale_masks",
-           "calibration_case_masks", "conformal_case", "check_conformal_inputs",
+           "calibration_case_masks", "conformal_case", "check_conformal_inputs", "check_margin_grid",
            "run_conformal"]
 
 #: the rule file ``evaluate --conformal`` writes
@@ -225,6 +226,8 @@ def conformal_state(case: Any, tasks: Sequence[Any], targets: Mapping[str, float
     else:
         target, pred = case.label, case.seg
         kw = {"activation": "softmax", "names": list(class_names) if class_names else None}
+    if family == "margin":
+        check_margin_grid(case)
     sides = {side: conformal_case_state(case.probs, target, family=family, side=side, spacing=case.spacing,
                                         pred=pred, **kw) for side in targets}
     return ConformalState(sides, [m for m in case.maps if m not in getattr(case, "derived", ())])
@@ -884,6 +887,24 @@ def write_rule_file(path: str | os.PathLike, product: Any, artifact: Mapping[str
 # ----------------------------------------------------------------------------------------------------------------
 # applying (monai-unc conformal)
 # ----------------------------------------------------------------------------------------------------------------
+def check_margin_grid(case: Any) -> None:
+    """Refuse the margin family on a case whose voxel axes are not orthogonal (:func:`~monai_unc.io.sheared_grid`).
+
+    The margin family's masks and scores are distances in mm from the spacing, which a sheared grid does not give;
+    its masks cannot be NaN, so the case fails (per case) instead.
+
+    Args:
+        case: the loaded case.
+
+    Raises:
+        CaseError: naming the case, its two axes and their angle from perpendicular.
+    """
+    message = sheared_grid(case.case_id, case.affine, len(case.spacing),
+                           "the margin family's masks are distances in mm, which its spacing does not give")
+    if message is not None:
+        raise CaseError(message)
+
+
 def _band_p95(outer: np.ndarray, inner: np.ndarray, spacing: Sequence[float]) -> float:
     """The band width (module docstring): p95 of the outer boundary's distances (mm) to the inner mask."""
     if not outer.any() or not inner.any():
@@ -941,6 +962,8 @@ def conformal_masks(doc: ConformalRuleFile, case: Any, *, score: float | None = 
     else:
         pred = np.stack([case.seg == c for c in range(len(rule.names))])
         keep = slice(1, len(rule.names))
+    if rule.family == "margin":
+        check_margin_grid(case)
     masks = {side: r.apply(case.probs, pred=pred if rule.activation == "sigmoid" else case.seg,
                            spacing=case.spacing, score=score)[keep] for side, r in doc.rules.items()}
     if nest:
@@ -1050,7 +1073,10 @@ def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> di
         row[doc.strata.score] = score
     masks, pred, names = conformal_masks(doc, case, score=score)
     masks, added = nest_masks(masks)
-    voxel_ml = float(np.prod(case.spacing)) / 1000.0
+    voxel_ml = case.voxel_volume / 1000.0
+    sheared = sheared_grid(case.case_id, case.affine, len(case.spacing))  # the band widths NaN
+    if sheared is not None:
+        warnings.warn(sheared, UserWarning, stacklevel=2)
     save_masks(masks, case, output, sigmoid)
     for t, name in enumerate(names):
         col = region_suffix(name) if sigmoid else slug(name)
@@ -1061,7 +1087,7 @@ def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> di
         row[f"predicted_ml_{col}"] = float(pred[t].sum()) * voxel_ml
         if "outer" in masks:
             row[f"outer_ml_{col}"] = float(outer.sum()) * voxel_ml
-        row[f"band_p95_mm_{col}"] = _band_p95(outer, inner, case.spacing)
+        row[f"band_p95_mm_{col}"] = float("nan") if sheared is not None else _band_p95(outer, inner, case.spacing)
         if added is not None:
             row[f"crossing_ml_{col}"] = float(added[t].sum()) * voxel_ml
     return row

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..io import read_volume
+from .._utils import affine_voxel_volume
+from ..io import CaseError, check_geometry, nifti_geometry, read_volume, sheared_grid
 from ..metrics.discrimination import error_auroc
 from ..metrics.lesions import (
     brats_lesion_metrics,
@@ -37,7 +38,8 @@ from ..state import register_state_type
 from .config import region_suffix, slug
 
 __all__ = ["LESION_FIELDS", "RETENTION_REFERRED", "SAMPLES_SUFFIX", "LesionState", "lesion_case_state",
-           "lesion_columns", "lesion_retention", "read_lesion_samples", "summarize_lesions", "task_masks"]
+           "lesion_columns", "lesion_retention", "read_lesion_samples", "check_sample_grids", "summarize_lesions",
+           "task_masks"]
 
 #: the per-case values of a task (``case.<task>.<field>``), in column order
 CASE_FIELDS = ("lesion_dice", "lesion_hd95", "lesion_tp", "lesion_fp", "lesion_fn", "lesion_f1", "ndsc", "ndsc_raac")
@@ -143,7 +145,8 @@ def task_masks(task: Any, class_names: Sequence[str] | None) -> list[tuple[str, 
             for c in range(1, task.num_classes)]
 
 
-def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence[int]) -> np.ndarray:
+def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence[int],
+                        affine: np.ndarray | None = None) -> np.ndarray:
     """A case's per-sample label maps: ``<folder>/<case><SAMPLES_SUFFIX>``, one label map per stochastic pass.
 
     The file is a 4-D NIfTI ``(X, Y, Z, S)``: along the fourth axis the hard segmentation of each sample (the argmax
@@ -153,14 +156,17 @@ def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence
         folder: the folder of ``--lesion-samples``.
         case_id: the case.
         shape: the case's spatial shape ``(X, Y, Z)``.
+        affine: the ``(4, 4)`` affine of the case's label: the file's must put every voxel centre within
+            :data:`~monai_unc.io.GEOMETRY_ATOL` mm of the label's (:func:`~monai_unc.io.check_geometry`, the check of
+            every volume of a case); None: not compared.
 
     Returns:
         ``(S, X, Y, Z)`` int64 label maps.
 
     Raises:
         FileNotFoundError: the case has no file there.
-        ValueError: a file of another grid, or values that are not non-negative integers (probabilities are not
-            samples).
+        ValueError: a file of another grid (shape, or affine: a :class:`~monai_unc.io.CaseError` naming the file),
+            or values that are not non-negative integers (probabilities are not samples).
 
     Example:
         >>> import tempfile
@@ -175,14 +181,51 @@ def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence
     path = Path(folder) / f"{case_id}{SAMPLES_SUFFIX}"
     if not path.is_file():
         raise FileNotFoundError(f"lesion_samples: case {case_id!r} has no per-sample masks {path}")
-    data, _ = read_volume(path)
+    data, aff = read_volume(path)
     data = np.asarray(data)
     if tuple(data.shape[1:]) != tuple(shape):
         raise ValueError(f"lesion_samples: {path} holds (S, *spatial) {data.shape}, the case's grid is {tuple(shape)}")
+    if affine is not None:
+        check_geometry(case_id, (tuple(shape), affine, None), (data.shape[1:], aff, path))
     if not np.isfinite(data).all() or (data < 0).any() or (data != np.round(data)).any():
         raise ValueError(f"lesion_samples: {path} must hold integer label maps (one hard segmentation per sample), "
                          "not probabilities")
     return data.astype(np.int64)
+
+
+def check_sample_grids(folder: str | os.PathLike, cases: Sequence[Any]) -> None:
+    """Refuse, before any work, per-sample masks that are not on the grid of their case's label (NIfTI headers only).
+
+    The shapes and affines come from the headers (:func:`~monai_unc.io.nifti_geometry`, as the cases' reads take
+    them) and are compared with :func:`~monai_unc.io.check_geometry`, the check of every volume of a case; files of
+    other formats and unreadable headers are left to the case's own read.
+
+    Args:
+        folder: the folder of ``--lesion-samples``.
+        cases: the matched cases (:class:`~monai_unc.io.CaseFiles`).
+
+    Raises:
+        ValueError: naming ``lesion_samples`` and the first cases whose masks are on another grid than their label.
+    """
+    other = []
+    for c in cases:
+        path = Path(folder) / f"{c.case_id}{SAMPLES_SUFFIX}"
+        try:
+            label, samples = nifti_geometry(c.label), nifti_geometry(path)
+        except Exception:  # noqa: BLE001 - reported when the case is read
+            continue
+        if label is None or samples is None:
+            continue
+        if tuple(samples[0][:3]) != tuple(label[0][:3]):
+            other.append(f"{c.case_id} {tuple(samples[0])} (label {tuple(label[0])}, (X, Y, Z[, S]) expected)")
+            continue
+        try:
+            check_geometry(c.case_id, (label[0][:3], label[1], Path(c.label)), (samples[0][:3], samples[1], path))
+        except CaseError as e:
+            other.append(str(e))
+    if other:
+        raise ValueError(f"lesion_samples: {len(other)} case(s) have per-sample masks on another grid than their "
+                         f"label: {'; '.join(other[:5])}" + (" ..." if len(other) > 5 else ""))
 
 
 def _sample_masks(samples: np.ndarray, task: Any, class_index: int | None,
@@ -201,7 +244,9 @@ def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any
     """The lesion-wise state of one case.
 
     Args:
-        case: the loaded case (its ``spacing``, and its ``affine``: the lesions' centres in world coordinates).
+        case: the loaded case (its ``spacing``, and its ``affine``: the lesions' centres in world coordinates, the
+            voxel volume ``|det A|`` and, on a sheared grid (:func:`~monai_unc.io.sheared_grid`), ``lesion_hd95``
+            NaN: its distances are not the spacing's).
         tasks: its tasks.
         options: the product's options: ``dilation``, ``min_volume``, ``iou``, ``hd_penalty``, ``r``.
         class_names: the evaluation's class names.
@@ -217,24 +262,29 @@ def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any
     """
     arrays: dict[str, Any] = {"n_cases": np.array([1], np.int64),
                               "samples": np.array([0 if samples is None else samples.shape[0]], np.int64)}
+    case_affine = getattr(case, "affine", None)
+    voxel_volume = None if case_affine is None else affine_voxel_volume(case_affine, 3)
+    sheared = case_affine is not None and sheared_grid(str(getattr(case, "case_id", "")), case_affine) is not None
     for task in tasks:
         spacing = tuple(task.spacing) if task.spacing is not None else tuple(case.spacing)
         if len(spacing) != 3:
             raise ValueError(f"lesion-wise metrics need 3-D volumes, got {len(spacing)}-D spacing {spacing}")
         for c, (name, pred, target) in enumerate(task_masks(task, class_names), 1):
             r = brats_lesion_metrics(pred, target, spacing, int(options["dilation"]), float(options["min_volume"]),
-                                     float(options["hd_penalty"]))
+                                     float(options["hd_penalty"]), voxel_volume=voxel_volume)
             det = lesion_detection(pred, target, float(options["iou"]))
             u = task.maps.get(measure) if measure else None
             raac = float("nan") if u is None else ndsc_retention_area(pred, target, u, r=float(options["r"]))
             ndsc = normalized_dice(pred, target, float(options["r"]))
-            values = {"lesion_dice": r.dice, "lesion_hd95": r.hd95, "lesion_tp": r.n_tp, "lesion_fp": r.n_fp,
+            values = {"lesion_dice": r.dice, "lesion_hd95": float("nan") if sheared else r.hd95,
+                      "lesion_tp": r.n_tp, "lesion_fp": r.n_fp,
                       "lesion_fn": r.n_fn, "lesion_f1": det.f1, "ndsc": ndsc, "ndsc_raac": raac}
             for f in CASE_FIELDS:
                 arrays[f"case.{name}.{f}"] = np.array([values[f]], float)
             maps = {m: np.asarray(v, float) for m, v in sorted(task.maps.items())}
             s_masks = None if samples is None else _sample_masks(samples, task, None if task.name else c, regions)
-            per = lesion_uncertainty(pred, maps, samples=s_masks, connectivity=None, spacing=spacing)
+            per = lesion_uncertainty(pred, maps, samples=s_masks, connectivity=None, spacing=spacing,
+                                     voxel_volume=voxel_volume)
             if "existence" in per:
                 per["existence_uncertainty"] = 1.0 - per["existence"]
             n = per["lesion"].size

@@ -487,8 +487,8 @@ def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, 
         if len(names) != n_cls:
             raise ValueError(f"class_names has {len(names)} names for {n_cls} classes")
         maps = derived_maps(case)
-        return CATEGORICAL, CATEGORICAL.split(case.seg, case.label, case.probs, maps, spacing=case.spacing,
-                                              num_classes=n_cls), maps
+        tasks = CATEGORICAL.split(case.seg, case.label, case.probs, maps, spacing=case.spacing, num_classes=n_cls)
+        return CATEGORICAL, _with_affine(tasks, case), maps
     if not case.multilabel:
         raise ValueError("a region evaluation needs a case read with load_case(..., multilabel=True)")
     spec = parse_regions(config.regions)
@@ -500,4 +500,11 @@ def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, 
     maps = derived_maps(case)
     for m, u in maps.items():
         _region_stack(case, u, f"the {m} map", len(names), names)
-    return BERNOULLI, BERNOULLI.split(pred, target, case.probs, maps, names, case.spacing), maps
+    return BERNOULLI, _with_affine(BERNOULLI.split(pred, target, case.probs, maps, names, case.spacing), case), maps
+
+
+def _with_affine(tasks: list[TaskView], case: LoadedCase) -> list[TaskView]:
+    """The tasks with the case's affine (their voxel volume ``|det A|``, right on a sheared grid too)."""
+    for t in tasks:
+        t.affine = np.asarray(case.affine, dtype=np.float64)
+    return tasks

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_probabilities, check_unit_interval, num_threads
+from .._utils import affine_voxel_volume, check_probabilities, check_unit_interval, num_threads
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
 from .files import read_json_or_none
 
@@ -78,6 +78,12 @@ __all__ = [
     "read_probabilities",
     "check_label_map",
     "spacing_from_affine",
+    "ORTHOGONALITY_ATOL",
+    "axes_cosine",
+    "sheared_grid",
+    "grid_displacement",
+    "check_geometry",
+    "nifti_geometry",
     "load_case",
     "INFER_RECORD",
     "VERSION_KEY",
@@ -96,8 +102,12 @@ VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
 REFERENCE_EXTENSIONS = (*VOLUME_EXTENSIONS, ".dcm")
 #: probabilities may also come as nnU-Net ``.npz`` files
 PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
-#: largest difference of affine entries (mm) tolerated between the volumes of one case
+#: largest displacement (mm) of a voxel centre tolerated between the affines of the volumes of one case
+#: (:func:`grid_displacement`: the largest over the grid, at one of its corner voxels)
 GEOMETRY_ATOL = 1e-3
+#: largest ``|cos|`` of the angle between two voxel axes of a grid taken as orthogonal (:func:`axes_cosine`; about
+#: 0.0057 degrees from perpendicular): the float32 rounding of an orthogonal affine stays near 1e-7
+ORTHOGONALITY_ATOL = 1e-4
 _CHANNEL = re.compile(r"^(?P<case>.+)_(?P<channel>\d{4})$")
 
 
@@ -664,7 +674,28 @@ def _read_with_loader(path: Path) -> tuple[np.ndarray, np.ndarray]:
             return _read_simpleitk(path, e)
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     affine = np.asarray(img.affine, dtype=np.float64) if hasattr(img, "affine") else np.eye(4)
+    if ".nii" in "".join(s.lower() for s in path.suffixes):  # a NIfTI file: its affine as the fast path reads it
+        header_affine = _loader_nifti_affine(path)
+        if header_affine is not None:
+            affine = header_affine
     return data, affine
+
+
+def _loader_nifti_affine(path: Path) -> np.ndarray | None:
+    """The affine of a NIfTI file ``LoadImage`` read, from its header as :func:`_read_nifti` takes it.
+
+    One choice of sform and qform for every NIfTI read; None for a header nibabel does not read (``LoadImage``'s
+    affine stays).
+    """
+    try:
+        import nibabel as nib
+
+        img = nib.load(os.path.expanduser(str(path)))
+        if not isinstance(img, (nib.Nifti1Image, nib.Nifti2Image)):
+            return None
+    except Exception:  # noqa: BLE001 - LoadImage read the file: its affine stays
+        return None
+    return _nifti_affine(img, str(path))
 
 
 def _read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
@@ -699,7 +730,7 @@ def _read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
         img = nib.load(name)
         if not _nifti_fast_path_reads(img, nib):
             return None
-        _correct_nifti_header(img)
+        message = _correct_nifti_header(img, name)
         raw = _nifti_data(img, name)  # nibabel's scaling, as NibabelReader._get_array_data
         if raw.dtype.kind not in "iuf" or raw.dtype.itemsize > 8 or raw.ndim != img.header["dim"][0]:
             return None
@@ -709,6 +740,8 @@ def _read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     except Exception as e:  # truncated / corrupt files: EOFError, OSError, zlib errors, ... from nibabel
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     data = data[None] if data.ndim <= 3 else np.moveaxis(data, -1, 0)  # EnsureChannelFirst
+    if message is not None:  # after the read: nibabel's warnings first, and a warning made an error is no read error
+        warnings.warn(message, UserWarning, stacklevel=3)
     return data, np.array(img.affine, dtype=np.float64)
 
 
@@ -757,37 +790,110 @@ def _nifti_fast_path_reads(img: Any, nib: Any) -> bool:
         return False
 
 
-def _correct_nifti_header(img: Any) -> None:
-    """MONAI's ``correct_nifti_header_if_necessary`` (and ``rectify_header_sform_qform``), in place on a nibabel image.
+def _correct_nifti_header(img: Any, name: str) -> str | None:
+    """MONAI's ``correct_nifti_header_if_necessary`` (and ``rectify_header_sform_qform``), in place, but without qform.
+
+    Returns the warning to give about the affine chosen, or None.
 
     When the voxel sizes of the affine disagree with ``pixdim``, the sform or qform that agrees replaces the one that
     does not (``img.affine`` follows) or, when neither agrees, ``pixdim`` takes the affine's voxel sizes. Below 5
     dimensions only, as MONAI; the comparisons are MONAI's, argument order included (``np.allclose`` is not
-    symmetric).
+    symmetric). One departure: a file whose sform (code > 0) disagrees with ``pixdim`` and which has no qform
+    (``qform_code`` 0) keeps its sform, as nibabel, ITK and FSL read it, where MONAI would take the unset qform (the
+    default quaternion: an identity orientation at ``pixdim``'s voxel sizes). That, and a qform or sform put in place
+    of the affine nibabel reads, is the warning returned (one line naming the file).
     """
     header = img.header
     d = header["dim"][0]
     if d >= 5:
-        return
+        return None
     pixdim = np.asarray(header.get_zooms())[:d]
     if np.allclose(pixdim, _affine_spacing(img.affine, d)):
-        return
+        return None
     sform, qform = img.get_sform(), img.get_qform()
     sform_mismatch = not np.allclose(_affine_spacing(sform, d), pixdim)
     qform_mismatch = not np.allclose(_affine_spacing(qform, d), pixdim)
+    before = np.array(img.affine, dtype=np.float64)
+    sizes = "x".join(f"{v:.4g}" for v in pixdim[:3])  # the spatial ones
     if header["sform_code"] != 0:
         if not sform_mismatch:
-            return
+            return None
         if not qform_mismatch:
+            if header["qform_code"] == 0:
+                voxel = "x".join(f"{v:.4g}" for v in _affine_spacing(sform, d)[:3])
+                return (f"{name}: its pixdim {sizes} disagrees with the voxel sizes {voxel} of its sform and it has "
+                        "no qform (qform_code 0): the sform is used, as nibabel, ITK and FSL read it (MONAI's "
+                        "LoadImage would read the unset qform, an identity orientation at pixdim's voxel sizes)")
             img.set_sform(img.get_qform())
-            return
+            return _header_change(name, before, img, d, sizes, "sform", "qform")
     if header["qform_code"] != 0:
         if not qform_mismatch:
-            return
+            return None
         if not sform_mismatch:
             img.set_qform(img.get_sform())
-            return
+            return _header_change(name, before, img, d, sizes, "qform", "sform")
     header.set_zooms(_affine_spacing(img.affine, d))
+    return None
+
+
+def _header_change(name: str, before: np.ndarray, img: Any, d: int, sizes: str, wrong: str, used: str) -> str | None:
+    """The warning of :func:`_correct_nifti_header` when MONAI's correction moved the affine nibabel reads."""
+    after = np.asarray(img.affine, dtype=np.float64)
+    if np.array_equal(before, after, equal_nan=True):
+        return None
+    moved = grid_displacement(before, after, tuple(img.shape[:d]))
+    return (f"{name}: its pixdim {sizes} disagrees with the voxel sizes of its {wrong}: the {used}, which agrees, is "
+            f"used in its place, as MONAI's LoadImage reads it (nibabel reads the {wrong}; voxel centres up to "
+            f"{moved:.4g} mm apart): check the file's geometry")
+
+
+def _nifti_affine(img: Any, name: str) -> np.ndarray:
+    """The affine of a nibabel NIfTI image as :func:`read_volume` reads it (:func:`_correct_nifti_header`, in place).
+
+    Float64; the correction's warning is given.
+    """
+    message = _correct_nifti_header(img, name)
+    if message is not None:
+        warnings.warn(message, UserWarning, stacklevel=4)
+    return np.array(img.affine, dtype=np.float64)
+
+
+def nifti_geometry(path: str | os.PathLike) -> tuple[tuple[int, ...], np.ndarray] | None:
+    """The shape and affine of a NIfTI file from its header alone (no data read), as :func:`read_volume` reads them.
+
+    The affine is :func:`read_volume`'s (MONAI's header correction, a file without a qform keeping its sform), so
+    that a check made on headers before any work agrees with the one made when the case is read; the correction's
+    warning is left to that read.
+
+    Args:
+        path: the file.
+
+    Returns:
+        ``(shape, affine)`` (the file's full shape, ``(4, 4)`` float64), or None for a file that is not ``.nii`` /
+        ``.nii.gz``.
+
+    Raises:
+        Exception: nibabel's, for an unreadable header.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.io.files import save_nifti
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     path = save_nifti(np.zeros((4, 5, 6)), np.diag([2.0, 2, 3, 1]), Path(d) / "a.nii")
+        ...     shape, affine = nifti_geometry(path)
+        >>> shape, affine[2, 2]
+        ((4, 5, 6), np.float64(3.0))
+    """
+    name = str(path)
+    if not name.lower().endswith((".nii", ".nii.gz")):
+        return None
+    import nibabel as nib
+
+    img = nib.load(os.path.expanduser(name))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        affine = _nifti_affine(img, name)
+    return tuple(int(n) for n in img.shape), affine
 
 
 def _affine_spacing(affine: np.ndarray, r: int) -> np.ndarray:
@@ -1060,7 +1166,9 @@ def _undo_nnunet_reorientation(path: Path, probs: np.ndarray) -> np.ndarray:
     case = path.name[: -len(".npz")]
     seg = path.parent / f"{case}{ending or '.nii.gz'}"
     try:
-        affine = nib.load(str(seg)).affine
+        affine = nib.load(str(seg)).affine if not str(seg).lower().endswith((".nii", ".nii.gz")) else None
+        if affine is None:
+            affine = nifti_geometry(seg)[1]  # type: ignore[index]
     except Exception as e:
         raise CaseError(f"{path}: written with {reader}, which predicts in the RAS frame; its segmentation {seg.name} "
                         f"is needed to put the probabilities back into the image's axes: {_reason(e)}") from None
@@ -1083,6 +1191,108 @@ def spacing_from_affine(affine: np.ndarray) -> tuple[float, ...]:
     """
     a = np.asarray(affine, dtype=np.float64)
     return tuple(float(s) for s in np.sqrt((a[:3, :3] ** 2).sum(axis=0)))
+
+
+def axes_cosine(affine: np.ndarray, ndim: int = 3) -> tuple[float, tuple[int, int]]:
+    """How far a grid's voxel axes are from orthogonal: the largest ``|cos|`` of the angle between two of them.
+
+    The axes are the directions of the affine's first ``ndim`` columns (mm per voxel step); an orthogonal grid gives
+    0, a sheared one (e.g. gantry-tilted CT kept unresampled: the slices stacked along the tilted axis) the cosine
+    of its smallest angle between two axes (``sin`` of the angle from perpendicular). An axis of length 0 counts as
+    orthogonal to the others.
+
+    Args:
+        affine: the ``(4, 4)`` voxel -> world matrix (mm).
+        ndim: the number of spatial axes of the grid (at most 3).
+
+    Returns:
+        ``(|cos|, (i, j))``: the largest ``|cos|`` and the two axes that give it (``(0.0, (0, 1))`` for an orthogonal
+        grid); the cosine is NaN for an affine holding NaN.
+
+    Example:
+        >>> a = np.eye(4); a[1:3, 2] = (0.5, 1.0)  # the slice axis tilted by 26.6 degrees towards the second axis
+        >>> c, axes = axes_cosine(a)
+        >>> round(c, 3), axes
+        (0.447, (1, 2))
+    """
+    a = np.asarray(affine, dtype=np.float64)[:3, : min(ndim, 3)]
+    norms = np.sqrt((a * a).sum(axis=0))
+    best, pair = 0.0, (0, 1)
+    for i in range(a.shape[1]):
+        for j in range(i + 1, a.shape[1]):
+            if norms[i] == 0 or norms[j] == 0:
+                continue
+            c = abs(float(a[:, i] @ a[:, j])) / float(norms[i] * norms[j])
+            if not c <= best:  # NaN is kept
+                best, pair = c, (i, j)
+    return best, pair
+
+
+#: what :func:`sheared_grid` says of a sheared case by default: the evaluation's NaN
+_SHEARED_METRICS = ("its distance-based metrics (surface distances, HD95, BUC, BA-ECE, SPACE, lesion HD95, the masks' "
+                    "band widths) are NaN")
+
+
+def sheared_grid(case_id: str | None, affine: np.ndarray, ndim: int = 3,
+                 consequence: str = _SHEARED_METRICS) -> str | None:
+    """The warning for a case whose voxel axes are not orthogonal, or None when they are.
+
+    Axes whose ``|cos|`` exceeds :data:`ORTHOGONALITY_ATOL` (:func:`axes_cosine`) make a sheared grid: the distances
+    of the distance-based metrics (surface distances, HD95, ASSD, BUC, BA-ECE, SPACE, lesion-wise HD95, the margin
+    family's and the band's mm) assume orthogonal axes scaled by the spacing, so an evaluation gives them NaN for
+    such a case, with this warning; volumes stay right (:func:`~monai_unc._utils.affine_voxel_volume`, ``|det A|``).
+
+    Args:
+        case_id: the case, named in the warning (None: not named, for a message its caller prefixes with it).
+        affine: its ``(4, 4)`` voxel -> world matrix (mm).
+        ndim: the number of spatial axes of the grid.
+        consequence: what follows for the case (default: its distance-based metrics are NaN).
+
+    Returns:
+        One line naming the case, the two axes and their angle from perpendicular, and how to resample it; None for
+        an orthogonal grid.
+
+    Example:
+        >>> sheared_grid("a", np.diag([0.5, 0.5, 2.0, 1.0])) is None
+        True
+    """
+    c, (i, j) = axes_cosine(affine, ndim)
+    if c <= ORTHOGONALITY_ATOL:
+        return None
+    angle = float(np.degrees(np.arcsin(min(c, 1.0)))) if np.isfinite(c) else float("nan")
+    who = "its" if case_id is None else f"case {case_id!r}: its"
+    return (f"{who} voxel axes {i} and {j} are {angle:.3g} degrees from perpendicular (a sheared "
+            f"grid, e.g. gantry-tilted CT; |cos| {c:.3g} > {ORTHOGONALITY_ATOL}): {consequence}; resample it onto "
+            "an orthogonal grid (MONAI's Spacingd / Orientationd, SimpleITK's ResampleImageFilter)")
+
+
+def grid_displacement(affine: np.ndarray, other: np.ndarray, shape: Sequence[int]) -> float:
+    """The largest distance (mm) between the world positions two affines give one voxel centre of a grid.
+
+    ``|(A1 - A2) [i, j, k, 1]|`` is a norm of an affine function of the voxel index, so its largest value over the
+    grid ``shape`` is at one of the corner voxels (``0`` or ``n - 1`` along each axis): two affines whose entries
+    differ by ``e`` mm per voxel step put the far corner ``(n - 1) e`` mm apart, which a comparison of the entries
+    would let pass.
+
+    Args:
+        affine: the first ``(4, 4)`` voxel -> world matrix (mm).
+        other: the second.
+        shape: the spatial shape of the grid (axes beyond the third, e.g. a 5-D NIfTI's, do not move in space).
+
+    Returns:
+        The largest displacement in mm (NaN when an affine holds NaN).
+
+    Example:
+        >>> b = np.diag([0.5, 0.5, 3.0, 1.0]); b[0, 1] = 1e-3  # a 1e-3 mm entry: 0.511 mm at the far corner
+        >>> round(grid_displacement(np.diag([0.5, 0.5, 3.0, 1.0]), b, (512, 512, 2)), 3)
+        0.511
+    """
+    diff = np.asarray(affine, dtype=np.float64)[:3] - np.asarray(other, dtype=np.float64)[:3]
+    d = min(len(shape), diff.shape[1] - 1)
+    lines = [(0.0, float(max(int(n) - 1, 0))) for n in tuple(shape)[:d]]
+    corners = np.array(np.meshgrid(*lines, indexing="ij")).reshape(d, -1) if d else np.zeros((0, 1))
+    moved = diff[:, :d] @ corners + diff[:, -1:]
+    return float(np.sqrt((moved * moved).sum(axis=0)).max())
 
 
 def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None) -> np.ndarray:
@@ -1182,21 +1392,46 @@ class LoadedCase:
     multilabel: bool = False
     derived: tuple[str, ...] = ()
 
+    @property
+    def voxel_volume(self) -> float:
+        """The volume of one voxel in mm^3 (the area of a 2-D case's): ``|det A|`` of the affine.
 
-def _check_geometry(case: str, ref: tuple[np.ndarray, np.ndarray, Path], other: tuple[Any, Any, Path]) -> None:
+        :func:`~monai_unc._utils.affine_voxel_volume`: right also on a sheared grid.
+
+        Returns:
+            The voxel volume.
+        """
+        return affine_voxel_volume(self.affine, len(self.spacing))
+
+
+def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: tuple[Any, Any, Path]) -> None:
+    """Refuse a volume of a case that is not on the grid of its label map.
+
+    Args:
+        case: the case id, named in the error.
+        ref: ``(spatial shape, affine, path)`` of the label (the path None: "the label").
+        other: ``(spatial shape, affine, path)`` of the other volume (the affine None: not compared, e.g. an
+            nnU-Net ``.npz``).
+
+    Raises:
+        CaseError: naming both files, for another spatial shape or for affines that put a voxel centre more than
+            :data:`GEOMETRY_ATOL` mm apart (:func:`grid_displacement`, the largest displacement stated).
+    """
     ref_shape, ref_aff, ref_path = ref
     shape, aff, path = other
+    label = "the label" if ref_path is None else f"the label {ref_path.name}"
     if tuple(shape) != tuple(ref_shape):
         raise CaseError(
-            f"case {case!r}: {path.name} has spatial shape {tuple(shape)} but the label {ref_path.name} has "
+            f"case {case!r}: {path.name} has spatial shape {tuple(shape)} but {label} has "
             f"{tuple(ref_shape)}; resample the prediction onto the label's grid"
         )
-    if aff is not None and not np.allclose(aff, ref_aff, atol=GEOMETRY_ATOL, rtol=0):
-        diff = float(np.abs(np.asarray(aff) - ref_aff).max())
-        raise CaseError(
-            f"case {case!r}: {path.name} and the label {ref_path.name} have different affines (largest "
-            f"difference {diff:.4g} mm, tolerance {GEOMETRY_ATOL}): they are not in the same space"
-        )
+    if aff is not None:
+        moved = grid_displacement(aff, ref_aff, ref_shape)
+        if not moved <= GEOMETRY_ATOL:
+            raise CaseError(
+                f"case {case!r}: {path.name} and {label} have different affines (voxel centres up to "
+                f"{moved:.4g} mm apart, tolerance {GEOMETRY_ATOL} mm): they are not in the same space"
+            )
 
 
 def load_case(
@@ -1296,7 +1531,7 @@ def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool
     probs = None
     if files.probs is not None:
         p, p_aff = reads("probs")
-        _check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
+        check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
         if num_classes is not None and p.shape[0] != num_classes:
             raise CaseError(f"case {cid!r}: {files.probs.name} has {p.shape[0]} classes, the cohort {num_classes}")
         # one C-contiguous float32 copy, checked and kept (a 4D NIfTI reads as a channel-first view, which every
@@ -1317,7 +1552,7 @@ def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool
         if s.shape[0] != 1:
             raise CaseError(f"case {cid!r}: segmentation {files.seg.name} must be a label map, got {s.shape[0]} "
                             "channels")
-        _check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
+        check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
         seg = check_label_map(s[0], f"case {cid!r}: segmentation {files.seg.name}", num_classes)
     else:
         assert probs is not None
@@ -1327,7 +1562,7 @@ def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool
         u, u_aff = reads(("map", m))
         if u.shape[0] != 1:
             raise CaseError(f"case {cid!r}: uncertainty map {path.name} must have one channel, got {u.shape[0]}")
-        _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
+        check_geometry(cid, ref, (u.shape[1:], u_aff, path))
         maps[m] = _checked_map(cid, path, u[0])
     image = _read_image(files, cid, ref, reads) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image)
@@ -1348,7 +1583,7 @@ def _read_image(files: CaseFiles, cid: str, ref: tuple[Any, np.ndarray, Path], r
     if files.image is None:
         return None
     img, i_aff = reads("image")
-    _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
+    check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
     return img.astype(np.float32, copy=False)
 
 
@@ -1378,7 +1613,7 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
     probs = None
     if files.probs is not None:
         p, p_aff = reads("probs")
-        _check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
+        check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
         probs = np.ascontiguousarray(p, dtype=np.float32)  # checked and kept (see load_case)
         try:
             check_unit_interval(torch.from_numpy(probs)[None], "probabilities")
@@ -1387,7 +1622,7 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
         regions_of(p.shape[0], files.probs.name)
     if files.seg is not None:
         s, s_aff = reads("seg")
-        _check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
+        check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
         what = f"case {cid!r}: segmentation {files.seg.name}"
         if s.shape[0] == 1:  # a label map (nnU-Net converts regions back to labels), regions from the spec
             seg = check_label_map(s[0], what)
@@ -1401,7 +1636,7 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
     maps = {}
     for m, path in files.maps.items():
         u, u_aff = reads(("map", m))
-        _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
+        check_geometry(cid, ref, (u.shape[1:], u_aff, path))
         regions_of(u.shape[0], path.name)
         maps[m] = _checked_map(cid, path, u)
     image = _read_image(files, cid, ref, reads) if load_image else None

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
-from .._utils import normalize_spacing, real_number, to_numpy, warn_nan
+from .._utils import affine_voxel_volume, normalize_spacing, positive_finite, real_number, to_numpy, warn_nan
 
 __all__ = [
     "BRATS_2023_SETTINGS",
@@ -332,20 +332,28 @@ def _check_pair(pred: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
     return p, t
 
 
-def _voxel_volume(spacing: tuple) -> float:
-    # the product in the order the BraTS code forms a volume (count * sx * sy * sz), as one factor
-    return float(np.prod(spacing))
+def _voxel_volume(spacing: tuple, voxel_volume: float | None = None) -> float:
+    """mm^3 of one voxel: ``voxel_volume`` when given (checked), else that of the spacing (the product)."""
+    if voxel_volume is None:
+        return affine_voxel_volume(np.diag([*spacing, 1.0]), len(spacing))
+    v = positive_finite(voxel_volume)
+    if math.isnan(v):
+        raise ValueError(f"voxel_volume must be a positive finite volume (mm^3), got {voxel_volume!r}")
+    return v
 
 
-def _volume(count: int, spacing: tuple) -> float:
-    v = float(count)
+def _volume(count: int, spacing: tuple, voxel_volume: float | None = None) -> float:
+    if voxel_volume is not None:
+        return float(count) * voxel_volume
+    v = float(count)  # the product in the order the BraTS code forms a volume (count * sx * sy * sz)
     for s in spacing:
         v = v * s
     return v
 
 
 def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float] = 1.0, dilation: int = 3,
-                         min_volume: float = 50.0, hd_penalty: float = BRATS_HD_PENALTY) -> BratsLesionResult:
+                         min_volume: float = 50.0, hd_penalty: float = BRATS_HD_PENALTY, *,
+                         voxel_volume: float | None = None) -> BratsLesionResult:
     """BraTS 2023 lesion-wise Dice and HD95 of one binary mask pair (one region: WT, TC or ET; or one class).
 
     Ground-truth lesions are the 26-connected components of ``target``, merged when their dilations (``dilation``
@@ -365,6 +373,8 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
             MEN/MET 1; :data:`BRATS_2023_SETTINGS`); 0 matches by overlap only.
         min_volume: lesions of at most this volume (mm^3) are not counted (GLI/SSA/MEN/PED 50, MET 2).
         hd_penalty: the HD95 of a missed or false-positive lesion (mm; BraTS: 374).
+        voxel_volume: mm^3 of one voxel for the volumes (default: the product of ``spacing``); the evaluation gives
+            ``|det A|`` of a grid whose axes are not orthogonal (whose distances it does not take from here).
 
     Returns:
         A :class:`BratsLesionResult`.
@@ -384,6 +394,7 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
     if p.ndim != 3:
         raise ValueError(f"brats_lesion_metrics needs 3-D masks, got {p.ndim}-D")
     sp = normalize_spacing(spacing, 3)
+    vv = None if voxel_volume is None else _voxel_volume(sp, voxel_volume)
     if isinstance(dilation, bool) or not isinstance(dilation, (int, np.integer)) or dilation < 0:
         raise ValueError(f"dilation must be an integer >= 0 (iterations), got {dilation!r}")
     if isinstance(min_volume, (bool, np.bool_)) or not (
@@ -424,12 +435,12 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
         matched = pair_pred[starts[k - 1]:starts[k]]
         box = _union_box([zone_boxes[k - 1]] + [pred_boxes[j - 1] for j in matched])
         hd_k[k - 1] = _surface_hd(gt_lab[box] == k, np.isin(pred_cc[box], matched), sp, 95.0)
-    volume_k = [_volume(int(c), sp) for c in gt_k]
+    volume_k = [_volume(int(c), sp, vv) for c in gt_k]
     counted_k = np.array(volume_k, float) > float(min_volume)
     lesions = [BratsLesion(k, volume_k[k - 1], tuple(int(j) for j in pair_pred[starts[k - 1]:starts[k]]),
                            float(dice_k[k - 1]), float(hd_k[k - 1]), bool(counted_k[k - 1]),
                            tuple(float(c) for c in centers[k - 1])) for k in range(1, n_gt + 1)]
-    volume_errors = [_volume(int(size[k]), sp) - volume_k[k] for k in np.flatnonzero(counted_k)]
+    volume_errors = [_volume(int(size[k]), sp, vv) - volume_k[k] for k in np.flatnonzero(counted_k)]
     matched_any = np.zeros(n_pred + 1, bool)
     matched_any[pair_pred] = True
     fp = tuple(int(j) for j in np.flatnonzero(~matched_any[1:]) + 1)
@@ -763,8 +774,8 @@ def ndsc_retention_area(pred: Any, target: Any, uncertainty: Any, r: float = 0.0
 
 def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples: Any | None = None,
                        connectivity: int | str | None = None, threshold: float | None = None,
-                       spacing: float | Sequence[float] = 1.0, iou_threshold: float = 0.0
-                       ) -> dict[str, np.ndarray]:
+                       spacing: float | Sequence[float] = 1.0, iou_threshold: float = 0.0, *,
+                       voxel_volume: float | None = None) -> dict[str, np.ndarray]:
     """Per predicted lesion, uncertainty scores from voxel maps and, with samples, from their disagreement.
 
     For each connected component of ``pred`` (numbered as :func:`label_lesions` numbers them) and each map ``M``:
@@ -785,6 +796,8 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
         threshold: optional level for ``<M>_share`` (a finite number).
         spacing: voxel size in mm (``volume_mm3``).
         iou_threshold: minimum IoU in [0, 1] for a sample's component to count as the lesion (0: any overlap).
+        voxel_volume: mm^3 of one voxel for ``volume_mm3`` (default: the product of ``spacing``); the evaluation
+            gives ``|det A|`` of a grid whose axes are not orthogonal.
 
     Returns:
         ``{"lesion": (n,), "volume_mm3": (n,), "center": (n, ndim), <score>: (n,) ...}``.
@@ -818,7 +831,7 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
     counts = np.bincount(lab.ravel(), minlength=n + 1)[1:]
     out: dict[str, np.ndarray] = {
         "lesion": ids,
-        "volume_mm3": counts * _voxel_volume(sp),
+        "volume_mm3": counts * _voxel_volume(sp, voxel_volume),
         "center": _centers(p, lab[p], n),
     }
     inner = ndimage.binary_erosion(p, structure=ndimage.generate_binary_structure(p.ndim, 1), border_value=1)

@@ -220,7 +220,7 @@ class LesionMetrics(CohortProduct):
         """
         if self.samples is None:
             return
-        from ..evaluation.lesions import SAMPLES_SUFFIX
+        from ..evaluation.lesions import SAMPLES_SUFFIX, check_sample_grids
 
         folder = Path(self.samples)
         if not folder.is_dir():
@@ -230,17 +230,9 @@ class LesionMetrics(CohortProduct):
             raise ValueError(f"lesion_samples: {len(missing)} case(s) have no per-sample masks "
                              f"<case>{SAMPLES_SUFFIX} in {folder}: {', '.join(missing[:5])}"
                              + (" ..." if len(missing) > 5 else ""))
-        # the grids from the NIfTI headers (no data read): a sample file of another grid is refused before any work;
-        # its values (integer label maps) are checked when its case is read
-        other = []
-        for c in cases:
-            label, samples = _nifti_shape(Path(c.label)), _nifti_shape(folder / f"{c.case_id}{SAMPLES_SUFFIX}")
-            if label is not None and samples is not None and tuple(samples[:3]) != tuple(label[:3]):
-                other.append(f"{c.case_id} {tuple(samples)} (label {tuple(label)})")
-        if other:
-            raise ValueError(f"lesion_samples: {len(other)} case(s) have per-sample masks on another grid than their "
-                             f"label, (X, Y, Z[, S]) expected: {'; '.join(other[:5])}"
-                             + (" ..." if len(other) > 5 else ""))
+        # the grids (shape and affine) from the NIfTI headers (no data read): a sample file of another grid is
+        # refused before any work; its values (integer label maps) are checked when its case is read
+        check_sample_grids(folder, cases)
 
     # -- per case ----------------------------------------------------------------------------------------------
     def case_state(self, case: Any, tasks: Sequence[Any], config: Any) -> Any:
@@ -259,7 +251,7 @@ class LesionMetrics(CohortProduct):
         measure = primary_measure(config.measure, list(tasks[0].maps) if tasks else [])
         samples = None
         if self.samples is not None and tasks:
-            samples = read_lesion_samples(self.samples, case.case_id, tasks[0].pred.shape)
+            samples = read_lesion_samples(self.samples, case.case_id, tasks[0].pred.shape, case.affine)
         return lesion_case_state(case, tasks, self.options(), config.class_names, measure, samples,
                                  getattr(config, "regions", None))
 
@@ -418,18 +410,3 @@ def _voxel(c: Any) -> int:
 
 def _fmt(v: Any, digits: int = 4) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
-
-
-def _nifti_shape(path: Path) -> tuple[int, ...] | None:
-    """The shape in a NIfTI file's header (nothing else read).
-
-    None for another format or an unreadable header (the case's own reading then reports it).
-    """
-    if not path.name.lower().endswith((".nii", ".nii.gz")):
-        return None
-    try:
-        import nibabel as nib
-
-        return tuple(int(n) for n in nib.load(str(path)).shape)
-    except Exception:  # noqa: BLE001 - any failure is reported when the case is read
-        return None

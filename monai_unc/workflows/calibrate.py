@@ -30,12 +30,14 @@ from tqdm.auto import tqdm
 
 from ..engine import error_line
 from ..io import (
+    GEOMETRY_ATOL,
     CaseError,
     ImageCase,
     atomic_torch_save,
     atomic_write_json,
     check_label_map,
     check_output_file,
+    grid_displacement,
     list_files,
     list_image_cases,
     read_volume,
@@ -108,8 +110,12 @@ def collect_logits(
         check_case_dims(case, image.shape[1:], model.spatial_dims)
         _check_finite_image(case, image)
         lab, lab_aff = read_volume(label_path)
-        if lab.shape[1:] != image.shape[1:] or not np.allclose(lab_aff, affine, atol=1e-3):
-            raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} does not share the image's grid")
+        if lab.shape[1:] != image.shape[1:]:
+            raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} does not share the image's grid "
+                             f"(spatial shape {tuple(lab.shape[1:])}, the image's {tuple(image.shape[1:])})")
+        if not (moved := grid_displacement(lab_aff, affine, image.shape[1:])) <= GEOMETRY_ATOL:
+            raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} does not share the image's grid "
+                             f"(voxel centres up to {moved:.4g} mm apart, tolerance {GEOMETRY_ATOL} mm)")
         x = torch.from_numpy(normalize_intensity(image, intensity))[None].to(device)
         try:
             with torch.no_grad():

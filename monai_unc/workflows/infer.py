@@ -62,6 +62,7 @@ from ..evaluation.lesions import SAMPLES_SUFFIX
 from ..evaluation.products import command_output_markers
 from ..inferers import available_memory, estimate_memory
 from ..io import (
+    GEOMETRY_ATOL,
     INFER_RECORD,
     VERSION_KEY,
     CaseError,
@@ -69,6 +70,7 @@ from ..io import (
     atomic_write_json,
     check_output_kind,
     file_sha256,
+    grid_displacement,
     json_safe,
     read_json_or_none,
     read_volume,
@@ -490,8 +492,12 @@ def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
         data, aff = read_volume(path)
         if affine is None:
             affine = aff
-        elif data.shape[1:] != chans[0].shape[1:] or not np.allclose(aff, affine, atol=1e-3):
-            raise ValueError(f"case {case.case_id!r}: channel {path.name} does not share the geometry of channel 0")
+        elif data.shape[1:] != chans[0].shape[1:]:
+            raise ValueError(f"case {case.case_id!r}: channel {path.name} does not share the geometry of channel 0 "
+                             f"(spatial shape {tuple(data.shape[1:])}, channel 0's {tuple(chans[0].shape[1:])})")
+        elif not (moved := grid_displacement(aff, affine, data.shape[1:])) <= GEOMETRY_ATOL:
+            raise ValueError(f"case {case.case_id!r}: channel {path.name} does not share the geometry of channel 0 "
+                             f"(voxel centres up to {moved:.4g} mm apart, tolerance {GEOMETRY_ATOL} mm)")
         chans.append(data)
     assert affine is not None
     return np.concatenate(chans, axis=0), affine

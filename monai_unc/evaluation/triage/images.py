@@ -11,6 +11,7 @@ import numpy as np
 from ...io import (
     GEOMETRY_ATOL,
     CaseError,
+    grid_displacement,
     image_channel_files,
     read_volume,
 )
@@ -126,9 +127,10 @@ def read_image_channels(
         shape, ref_aff = geometry
         if tuple(data.shape[1:]) != tuple(shape):
             raise CaseError(f"{who}image {p.name} has spatial shape {tuple(data.shape[1:])}, expected {tuple(shape)}")
-        if not np.allclose(aff, ref_aff, atol=GEOMETRY_ATOL, rtol=0):
-            raise CaseError(f"{who}image {p.name} is not in the space of the case's other volumes (affines differ by "
-                            f"{float(np.abs(aff - ref_aff).max()):.4g} mm)")
+        moved = grid_displacement(aff, ref_aff, shape)
+        if not moved <= GEOMETRY_ATOL:
+            raise CaseError(f"{who}image {p.name} is not in the space of the case's other volumes (voxel centres up "
+                            f"to {moved:.4g} mm apart, tolerance {GEOMETRY_ATOL} mm)")
         parts.append(data.astype(np.float32, copy=False))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 

@@ -30,6 +30,8 @@ from pydicom.uid import (
     generate_uid,
 )
 
+from ..._utils import affine_voxel_volume
+from ..cases import grid_displacement
 from ..files import atomic_write_bytes, check_output_folder
 
 __all__ = [
@@ -123,7 +125,7 @@ class DicomSeries:
     @property
     def voxel_volume(self) -> float:
         """The volume of one voxel in mm^3: ``|det|`` of the affine's ``3 x 3`` part (a sheared voxel included)."""
-        return float(abs(np.linalg.det(self.affine[:3, :3])))
+        return affine_voxel_volume(self.affine)
 
 
 def _plane_distance(affine: np.ndarray) -> float:
@@ -544,8 +546,7 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
         diff = float(np.abs(new_affine - series.affine).max())
         raise ValueError(f"{what} is not on the grid of the series {series.series_uid} (affines differ by "
                          f"{diff:.3g} mm); it must come from that series")
-    corners = np.array([[*c, 1.0] for c in np.ndindex(2, 2, 2)]) * np.array([*(np.array(series.shape) - 1), 1.0])
-    off = float(np.linalg.norm((corners @ (new_affine - series.affine).T)[:, :3], axis=1).max())
+    off = grid_displacement(new_affine, series.affine, series.shape)
     if off > max(DICOM_GEOMETRY_ATOL, DICOM_GRID_VOXEL_RTOL * min(series.spacing)):
         raise ValueError(f"{what} is not on the grid of the series {series.series_uid} (a corner voxel lies "
                          f"{off:.3g} mm from the series'); it must come from that series")

@@ -30,6 +30,7 @@ from pydicom.dataset import Dataset
 from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 
+from ..._utils import affine_voxel_volume
 from .objects import (
     MAP_UNITS,
     NOT_IN_STRING,
@@ -311,4 +312,4 @@ def segment_volume_ml(mask: np.ndarray, spacing: Sequence[float]) -> float:
         >>> segment_volume_ml(np.ones((10, 10, 10), bool), (1.0, 1.0, 2.0))
         2.0
     """
-    return float(np.count_nonzero(mask)) * float(np.prod(spacing)) / 1000.0
+    return float(np.count_nonzero(mask)) * affine_voxel_volume(np.diag([*spacing, 1.0]), len(spacing)) / 1000.0
