@@ -54,7 +54,7 @@ from monai.utils import CommonKeys as Keys
 from ._utils import distributed_world, main_rank_warnings, warn_nan
 from .io import write_csv
 from .keys import UncertaintyKeys
-from .metrics.casewise import ood_auroc
+from .metrics.casewise import IID_SHIFTS, ood_auroc_by_shift
 
 __all__ = ["PRED_FORMATS", "UncertaintyEvaluator", "CaseScoresHandler", "find_pred_activation", "format_pred"]
 
@@ -320,8 +320,13 @@ class CaseScoresHandler:
     the table does not depend on the number of ranks or on which rank saw which case; rank 0 writes
     ``<output_dir>/<filename>`` (columns ``case, <group_key>, <scores...>``; :func:`monai_unc.io.write_csv`, scores at
     full precision) and alone issues the warnings (non-finite scores, a NaN AUROC), and every rank stores
-    ``engine.state.metrics["ood_auroc_<score>"]``: :func:`monai_unc.metrics.casewise.ood_auroc` of the scores
-    of cases outside ``iid_groups`` against those inside (NaN with a warning when either side is empty), so
+    ``engine.state.metrics["ood_auroc_<score>"]``: :func:`monai_unc.metrics.ood_auroc_by_shift`, the OoD AUROC of
+    ``monai-unc evaluate --shifts``, of the scores of cases outside ``iid_groups`` against those inside (NaN with a
+    warning when either side is empty): a group label is in-distribution when, stripped of surrounding whitespace
+    and lower-cased, it is one of ``iid_groups`` (:func:`monai_unc.metrics.is_in_distribution`; by default
+    :data:`monai_unc.metrics.IID_SHIFTS`: ``""``, ``none``, ``iid``, ``id``, ``clean``, ``in-distribution``), and
+    a case without a defined score (NaN or inf, e.g. ``fg_mean`` of an empty predicted foreground) ranks as the most
+    uncertain, with a warning (:func:`monai_unc.metrics.fill_undefined_scores`), so
     ``MetricsSaver(metrics=["ood_auroc_<score>"])`` can write it when it is listed after this handler (ignite runs an
     event's handlers in the order they were attached). A case id met twice (after the gather) is a ``ValueError``
     naming it: torch's ``DistributedSampler`` pads the data by repeating cases so that every rank gets as many, and a
@@ -331,7 +336,9 @@ class CaseScoresHandler:
         score_keys: keys of per-case scalars in ``engine.state.output`` (one number each; a key holding more, such
             as a map, raises ``ValueError``).
         group_key: key of the group label in ``engine.state.batch``.
-        iid_groups: labels of in-distribution cases.
+        iid_groups: labels of in-distribution cases, compared case-insensitively and without surrounding whitespace
+            (default :data:`monai_unc.metrics.IID_SHIFTS`, the labels ``monai-unc evaluate --shifts`` reads as
+            in-distribution).
         output_dir: the folder of the CSV (``None``: no file).
         filename: the name of the CSV in ``output_dir``.
         image_key: whose MetaTensor ``filename_or_obj`` names the case.
@@ -341,7 +348,7 @@ class CaseScoresHandler:
         self,
         score_keys: Sequence[str] | str,
         group_key: str = "shift",
-        iid_groups: Sequence[str] | str = ("none",),
+        iid_groups: Sequence[str] | str = IID_SHIFTS,
         output_dir: str | os.PathLike | None = None,
         filename: str = "case_scores.csv",
         image_key: str = Keys.IMAGE,
@@ -418,28 +425,29 @@ class CaseScoresHandler:
         import ignite.distributed as idist  # pytorch-ignite is optional (engines need it, the package does not)
 
         rows = self._gathered()
-        iid = np.array([g in self.iid_groups for _, g, _ in rows], dtype=bool)
         scores = np.array([s for _, _, s in rows], dtype=np.float64).reshape(len(rows), len(self.score_keys))
         with main_rank_warnings():  # every rank has the same rows: rank 0 alone reports them
-            self._ood_aurocs(engine, iid, scores)
+            self._ood_aurocs(engine, [g for _, g, _ in rows], scores)
         if self.output_dir is not None and idist.get_rank() == 0:
             columns = ["case", self.group_key, *self.score_keys]
             write_csv(self.output_dir / self.filename,
                       [dict(zip(columns, (case, group, *s))) for case, group, s in rows], columns)
 
-    def _ood_aurocs(self, engine: Any, iid: np.ndarray, scores: np.ndarray) -> None:
-        """``engine.state.metrics["ood_auroc_<score>"]`` of each score (non-finite scores left out, with a warning)."""
+    def _ood_aurocs(self, engine: Any, groups: Sequence[str], scores: np.ndarray) -> None:
+        """``engine.state.metrics["ood_auroc_<score>"]`` of each score: :func:`~monai_unc.metrics.ood_auroc_by_shift`
+        (non-finite scores rank as the most uncertain, with a warning)."""
         for j, key in enumerate(self.score_keys):
-            ok = np.isfinite(scores[:, j])
-            if not ok.all():
-                warnings.warn(f"CaseScoresHandler: {int((~ok).sum())} case(s) have a non-finite {key}; left out")
-            a, b = scores[ok & iid, j], scores[ok & ~iid, j]
-            if a.size == 0 or b.size == 0:
+            bad = int((~np.isfinite(scores[:, j])).sum())
+            if bad:
+                warnings.warn(f"CaseScoresHandler: {bad} case(s) have a non-finite {key}; ranked as the most "
+                              "uncertain (as monai-unc evaluate ranks them)")
+            res = ood_auroc_by_shift(scores[:, j], groups, self.iid_groups)
+            if "auroc" not in res:
                 value = warn_nan(
                     f"ood_auroc_{key}: needs cases inside and outside iid_groups {sorted(self.iid_groups)}, "
-                    f"got {a.size} and {b.size}"
+                    f"got {res['n_iid']} and {res['n_ood']}"
                 )
             else:
-                value = float(ood_auroc(a, b))
+                value = float(res["auroc"])
             engine.state.metrics[f"ood_auroc_{key}"] = value
 

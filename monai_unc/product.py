@@ -86,15 +86,27 @@ def _load_builtins() -> None:
             importlib.import_module(module)
 
 
-def format_cell(value: Any, digits: int = 3) -> str:
+def format_cell(value: Any, digits: int = 3, threshold: float | None = None) -> str:
     """The text of a report cell: ``digits`` decimals for a finite float, an en dash for a missing or non-finite one.
 
-    The one formatting of numbers on the pages (``monai_unc.report.html.format_value``); a product may format its
-    cells with it before it puts them in a :class:`ReportTable`.
+    The one formatting of numbers on the pages (``monai_unc.report.html.format_value``) and of the cohort numbers in
+    the commands' lines; a product may format its cells with it before it puts them in a :class:`ReportTable`. Fixed
+    decimals never change what a number says:
+
+    - a finite non-zero value whose decimals would read zero (``0.0000`` for an E-AURC of ``2.4e-05``, ``-0.000``
+      for ``-0.0001``) is written with ``digits`` significant digits instead (``2.401e-05``), and a zero as ``0``
+      with its decimals, never ``-0.000``;
+    - with a ``threshold`` the value is judged against (a Dice against the failure Dice, a bound against the target
+      risk), a value whose decimals would read equal to the threshold or on its other side (Dice ``0.79988`` as
+      ``0.800`` next to "Dice below 0.8 is marked as failed") is written with the significant digits that keep it
+      on its own side (:func:`separating_digits`: ``0.7999``).
+
+    Every other value keeps its ``digits`` decimals.
 
     Args:
         value: the value (None and ``""`` are missing).
-        digits: decimals of a float.
+        digits: decimals of a float (and the fewest significant digits where decimals would mislead).
+        threshold: the number the value is compared with where it is shown, or None.
 
     Returns:
         The text (other values as ``str(value)``).
@@ -102,12 +114,31 @@ def format_cell(value: Any, digits: int = 3) -> str:
     Example:
         >>> format_cell(0.12345), format_cell(float("nan")), format_cell(None), format_cell(3), format_cell(0.5, 6)
         ('0.123', '–', '–', '3', '0.500000')
+        >>> format_cell(2.400875e-05, 4), format_cell(-0.0001), format_cell(0.79988, threshold=0.8)
+        ('2.401e-05', '-0.0001', '0.7999')
+        >>> format_cell(0.8, threshold=0.8), format_cell(0.80012, threshold=0.8), format_cell(0.75, threshold=0.8)
+        ('0.800', '0.8001', '0.750')
     """
     if value is None or (isinstance(value, str) and value == ""):
         return "–"
-    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
-        return f"{float(value):.{digits}f}" if math.isfinite(float(value)) else "–"
-    return str(value)
+    if not isinstance(value, numbers.Real) or isinstance(value, numbers.Integral):
+        return str(value)
+    v = float(value)
+    if not math.isfinite(v):
+        return "–"
+    if v == 0.0:
+        return f"{0.0:.{digits}f}"
+    text = f"{v:.{digits}f}"
+    shown = float(text)
+    if threshold is not None and math.isfinite(float(threshold)):
+        t = float(threshold)
+        if (shown > t) - (shown < t) != (v > t) - (v < t):  # the decimals read it equal to t or beyond it
+            if v == t:  # the threshold itself: the fewest significant digits that write it exactly
+                return next(f"{v:.{d}g}" for d in range(max(digits, 1), 18) if float(f"{v:.{d}g}") == v)
+            return f"{v:.{separating_digits(v, t, max(digits, 1))}g}"
+    if shown == 0.0:  # a non-zero value the decimals would write as zero
+        return f"{v:.{max(digits, 1)}g}"
+    return text
 
 
 #: significant digits of a case score on the pages and in the command's lines (:func:`format_score`)

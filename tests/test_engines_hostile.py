@@ -4,7 +4,10 @@ inverted cases of different sizes). Every number is compared with the functional
 
 from __future__ import annotations
 
+import csv
+import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -263,3 +266,53 @@ def test_pred_format_auto_sees_a_post_processing_handler():
     expected = MCDropoutInferer(3, seed=0)(torch.stack([it["image"].as_tensor() for it in items]), _net().eval())
     labels = torch.stack([it["label"] for it in items])
     assert ev.state.metrics["calib_nll"] == pytest.approx(float(nll(expected["pred"], labels)), rel=1e-5)
+
+
+def _run_case_scores(handler: CaseScoresHandler, cases: list[tuple[str, str, float]], key: str) -> dict:
+    """``handler`` on an ignite engine whose output and batch are the decollated cases ``(id, group, score)``."""
+    from ignite.engine import Engine
+
+    data = [[{"image": MetaTensor(torch.zeros(1, 2, 2, 2), meta={"filename_or_obj": cid}), "shift": group,
+              key: torch.tensor(score)}] for cid, group, score in cases]
+    engine = Engine(lambda e, b: b)
+    handler.attach(engine)
+    engine.run(data, max_epochs=1)
+    return engine.state.metrics
+
+
+def test_case_scores_handler_and_evaluate_give_one_ood_auroc(tmp_path):
+    """Found by hostile testing: for the same scores and shift labels ``monai-unc evaluate --shifts`` gave an OoD
+    AUROC of 0.25 and ``CaseScoresHandler`` 1.0: evaluate read ``""``, ``none``, ``iid``, ``id``, ``clean`` and
+    ``in-distribution`` as in-distribution, case-insensitively, the handler ``"none"`` alone, exactly; and a case
+    without a defined score (``fg_mean`` of an empty predicted foreground) ranked most uncertain in evaluate but was
+    left out by the handler. Both now use ``IID_SHIFTS`` / ``is_in_distribution`` and ``ood_auroc_by_shift``."""
+    from monai_unc.evaluation import IID_SHIFTS  # the evaluation's constant (the one of monai_unc.metrics)
+    from monai_unc.metrics import ood_auroc
+    from tests.report._hostile_cohorts import ball, binary_probs, evaluate, write_cases
+
+    lab = ball(4)
+    confidence = {"c0": 0.95, "c1": 0.7, "c2": 0.9, "c3": 0.8, "c4": 0.85, "c5": None, "c6": 0.75}
+    cases = {cid: (binary_probs(np.where(lab == 1, 0.3 if p is None else p, 0.05)), lab)  # c5: nothing predicted
+             for cid, p in confidence.items()}
+    labels = {"c0": "none", "c1": "noise", "c2": "Clean", "c3": "blur", "c4": " None ", "c5": "", "c6": "noise"}
+    data = write_cases(tmp_path / "data", cases, shifts=labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        evaluate(data, tmp_path / "eval", "--no-spatial")
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    key = summary["score"]["column"]
+    rows = list(csv.DictReader(open(tmp_path / "eval" / "metrics.csv", encoding="utf-8")))
+    scores = {r["case"]: float(r[key]) for r in rows}
+    assert math.isnan(scores["c5"]) and summary["score"]["undefined"] == ["c5"]  # the undefined score of the defect
+    assert summary["ood"]["n_iid"] == 4 and summary["ood"]["n_ood"] == 3
+    with pytest.warns(UserWarning, match="ranked as the most uncertain"):
+        metrics = _run_case_scores(CaseScoresHandler(key), [(c, labels[c], scores[c]) for c in labels], key)
+    assert metrics[f"ood_auroc_{key}"] == pytest.approx(summary["ood"]["auroc"])
+    assert CaseScoresHandler(key).iid_groups == set(IID_SHIFTS)
+    # an explicit iid_groups is still the set of in-distribution labels (compared the same way)
+    with pytest.warns(UserWarning, match="ranked as the most uncertain"):
+        metrics = _run_case_scores(CaseScoresHandler(key, iid_groups=["NONE"]), [(c, labels[c], scores[c])
+                                                                               for c in labels], key)
+    iid = [scores[c] for c in ("c0", "c4")]
+    ood = [scores[c] for c in ("c1", "c2", "c3", "c6")] + [max(v for v in scores.values() if v == v) + 1.0]
+    assert metrics[f"ood_auroc_{key}"] == pytest.approx(ood_auroc(iid, ood))

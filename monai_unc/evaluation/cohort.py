@@ -25,13 +25,13 @@ from ..io import CaseFiles, atomic_write_text, json_safe, save_state, write_csv
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
-from ..metrics.casewise import failure_detection, ood_auroc
+from ..metrics.casewise import failure_detection, fill_undefined_scores, ood_auroc_by_shift
 from ..metrics.selective import area_under_referral_curve, referral_curve
 from ..product import product_type
 from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
 from ..state import StateGroup, UnknownStateTypeError
 from .case import CaseResult
-from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig, region_suffix
+from .config import CALIBRATION_COLUMNS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig, region_suffix
 from .products import cohort_products, fit_products, implicit_products, product_summaries
 from .region_case import QU_BRATS_COLUMNS
 
@@ -459,27 +459,6 @@ def score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
     return keys[0]
 
 
-def fill_undefined_scores(scores: np.ndarray) -> np.ndarray:
-    """Undefined (NaN) scores become larger than every defined one: those cases are referred first.
-
-    Args:
-        scores: per-case scores ``(N,)``; NaN or inf marks an undefined score.
-
-    Returns:
-        A float64 copy with every non-finite score set to ``max(defined) + 1`` (``1`` when none is defined).
-
-    Example:
-        >>> fill_undefined_scores(np.array([0.2, np.nan, 0.5]))
-        array([0.2, 1.5, 0.5])
-    """
-    out = scores.astype(np.float64, copy=True)
-    bad = ~np.isfinite(out)
-    if bad.any():
-        top = np.nanmax(out[~bad]) if (~bad).any() else 0.0
-        out[bad] = top + 1.0
-    return out
-
-
 def triage_order(case_ids: Sequence[str], scores: np.ndarray) -> list[int]:
     """Indices from most to least uncertain (undefined scores first; ties by case id).
 
@@ -662,17 +641,8 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
             "cases": [c for c, f in zip(ids, failed) if f],
             "caught_by_budget": int(sum(failed[i] for i in order[:n_ref])),
         }
-        if config.shifts is not None:
-            shift = [str(r.get("shift", "")) for r in rows]
-            iid = np.array([s.lower() in IID_SHIFTS for s in shift])
-            ood: dict[str, Any] = {"n_iid": int(iid.sum()), "n_ood": int((~iid).sum())}
-            if iid.any() and (~iid).any():
-                ood["auroc"] = ood_auroc(scores[iid], scores[~iid])
-                ood["per_shift"] = {
-                    s: ood_auroc(scores[iid], scores[np.array(shift) == s])
-                    for s in sorted(set(shift)) if s.lower() not in IID_SHIFTS
-                }
-            summary["ood"] = ood
+        if config.shifts is not None:  # the one OoD AUROC of the package (CaseScoresHandler's too)
+            summary["ood"] = ood_auroc_by_shift(scores, [str(r.get("shift") or "") for r in rows])
         blocks: dict[str, Any] = {}
         if cohort_products(config):
             if fitted is None:

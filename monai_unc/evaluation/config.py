@@ -20,6 +20,7 @@ import numpy as np
 from .._utils import check_integer
 from ..io import unescape_cell
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
+from ..metrics.casewise import IID_SHIFTS
 from ..metrics.qu_brats_score import QU_BRATS_GRIDS
 from ..product import CohortProduct
 from ..regions import parse_regions
@@ -45,8 +46,6 @@ CALIBRATION_COLUMNS = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "u
 
 SPATIAL_COLUMNS = ("buc", "ba_ece", "space", "error_auroc", "error_auprc")
 
-#: shift labels that mark in-distribution cases (case-insensitive)
-IID_SHIFTS = ("", "none", "iid", "id", "clean", "in-distribution")
 
 #: per-case risks for the risk-controlled threshold: ``[dice < failure_dice]`` or ``1 - dice``
 RISKS = ("failure", "1-dice")

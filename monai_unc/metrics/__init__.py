@@ -52,11 +52,15 @@ from .calibration import (
     uce,
 )
 from .casewise import (
+    IID_SHIFTS,
     FailureDetection,
     UncertaintyHistograms,
     al_improvement,
     failure_detection,
+    fill_undefined_scores,
+    is_in_distribution,
     ood_auroc,
+    ood_auroc_by_shift,
     uncertainty_histograms,
 )
 from .compare import (
@@ -238,6 +242,9 @@ __all__ = [
     "ConfidenceHistogram",
     "DEFAULT_FINE_BINS",
     "FailureDetection",
+    "IID_SHIFTS",
+    "fill_undefined_scores",
+    "is_in_distribution",
     "GEDMetric",
     "GEDResult",
     "MetricComparison",
@@ -303,6 +310,7 @@ __all__ = [
     "ncc",
     "nll",
     "ood_auroc",
+    "ood_auroc_by_shift",
     "pairwise_dice",
     "pavpu",
     "quality_estimates",

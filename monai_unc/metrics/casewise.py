@@ -7,6 +7,7 @@ floats or small numpy arrays. Definitions follow ValUES (ValUES, Appendix A.2-A.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -18,8 +19,12 @@ from .selective import augrc, aurc, eaurc
 
 __all__ = [
     "FailureDetection",
+    "IID_SHIFTS",
     "UncertaintyHistograms",
+    "fill_undefined_scores",
+    "is_in_distribution",
     "ood_auroc",
+    "ood_auroc_by_shift",
     "failure_detection",
     "al_improvement",
     "uncertainty_histograms",
@@ -96,6 +101,99 @@ def ood_auroc(uncertainty_iid: ArrayLike, uncertainty_ood: ArrayLike) -> float:
     a = case_vector(uncertainty_iid, "uncertainty_iid")
     b = case_vector(uncertainty_ood, "uncertainty_ood")
     return auroc(b, a)
+
+
+#: the shift labels that mark in-distribution cases, compared with a label stripped of surrounding whitespace and
+#: lower-cased (:func:`is_in_distribution`): ``monai-unc evaluate --shifts``, the report's "scores by shift" plot and
+#: :class:`monai_unc.engines.CaseScoresHandler` alike; an empty label is in-distribution
+IID_SHIFTS = ("", "none", "iid", "id", "clean", "in-distribution")
+
+
+def is_in_distribution(shift: Any, labels: Iterable[Any] = IID_SHIFTS) -> bool:
+    """Whether a case's shift label marks it in-distribution: the one rule of every OoD AUROC of the package.
+
+    The label, as text without surrounding whitespace and lower-cased, is one of ``labels`` (compared the same way).
+
+    Args:
+        shift: the case's shift label (None reads as ``""``).
+        labels: the in-distribution labels (default :data:`IID_SHIFTS`).
+
+    Returns:
+        True for an in-distribution case.
+
+    Example:
+        >>> [is_in_distribution(s) for s in ("none", " None ", "Clean", "", "noise")]
+        [True, True, True, True, False]
+        >>> is_in_distribution("site A", ["Site A"]), is_in_distribution("none", ["site A"])
+        (True, False)
+    """
+    def norm(label: Any) -> str:
+        return "" if label is None else str(label).strip().lower()
+
+    return norm(shift) in {norm(label) for label in labels}
+
+
+def fill_undefined_scores(scores: ArrayLike) -> np.ndarray:
+    """Undefined (NaN or infinite) scores become larger than every defined one: those cases rank most uncertain.
+
+    The one rule for a case without a defined score (e.g. ``fg_mean`` of an empty predicted foreground) in the
+    cohort's ranking: triage, failure detection, the referral curve and the OoD AUROC (:func:`ood_auroc_by_shift`).
+
+    Args:
+        scores: per-case scores ``(N,)``; NaN or inf marks an undefined score.
+
+    Returns:
+        A float64 copy with every non-finite score set to ``max(defined) + 1`` (``1`` when none is defined).
+
+    Example:
+        >>> fill_undefined_scores(np.array([0.2, np.nan, 0.5]))
+        array([0.2, 1.5, 0.5])
+    """
+    out = np.array(to_numpy(scores, "scores"), dtype=np.float64).reshape(-1)
+    bad = ~np.isfinite(out)
+    if bad.any():
+        top = np.nanmax(out[~bad]) if (~bad).any() else 0.0
+        out[bad] = top + 1.0
+    return out
+
+
+def ood_auroc_by_shift(
+    uncertainty: ArrayLike, shifts: Sequence[Any], iid_labels: Iterable[Any] = IID_SHIFTS
+) -> dict[str, Any]:
+    """The OoD AUROC of a cohort from its case scores and shift labels, overall and per shift label.
+
+    In-distribution cases are those :func:`is_in_distribution` says are (``iid_labels``); a case without a defined
+    score (NaN or inf) ranks as the most uncertain (:func:`fill_undefined_scores`), as in the triage. The one
+    computation of ``monai-unc evaluate --shifts`` (``summary.json``'s ``ood``) and of
+    :class:`monai_unc.engines.CaseScoresHandler`.
+
+    Args:
+        uncertainty: ``(N,)`` per-case scores.
+        shifts: ``N`` shift labels.
+        iid_labels: the in-distribution labels (default :data:`IID_SHIFTS`).
+
+    Returns:
+        ``{"n_iid", "n_ood"}`` and, when both are non-zero, ``"auroc"`` (:func:`ood_auroc` of the shifted cases
+        against the in-distribution ones) and ``"per_shift"`` (``{label: AUROC}`` of each shifted label, as written,
+        against all in-distribution cases).
+
+    Example:
+        >>> r = ood_auroc_by_shift([0.1, 0.2, float("nan"), 0.3], ["none", "Clean", "noise", "blur"])
+        >>> r["n_iid"], r["n_ood"], r["auroc"], r["per_shift"]
+        (2, 2, 1.0, {'blur': 1.0, 'noise': 1.0})
+    """
+    scores = fill_undefined_scores(uncertainty)
+    labels = [str(s) for s in shifts]
+    if len(labels) != scores.size:
+        raise ValueError(f"uncertainty and shifts must have one entry per case, got {scores.size} and {len(labels)}")
+    iid_labels = list(iid_labels)
+    iid = np.array([is_in_distribution(s, iid_labels) for s in labels], dtype=bool)
+    out: dict[str, Any] = {"n_iid": int(iid.sum()), "n_ood": int((~iid).sum())}
+    if iid.any() and (~iid).any():
+        out["auroc"] = ood_auroc(scores[iid], scores[~iid])
+        out["per_shift"] = {s: ood_auroc(scores[iid], scores[np.array(labels) == s])
+                            for s in sorted({s for s, i in zip(labels, iid) if not i})}
+    return out
 
 
 def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "empirical") -> FailureDetection:

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..evaluation.triage.rule import ImageReference
 from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, score_martingale
-from ..product import format_share
+from ..product import format_cell, format_share
 from .store import ALL_SITES
 
 __all__ = ["ALL_SITES", "RECENT", "GroupStatus", "monitor_status", "status_table", "any_alarm", "printable",
@@ -143,8 +143,9 @@ class GroupStatus:
                            f"{start['case_id']!r} ({start['triaged_at']})")
         if self.risk is not None and self.risk.alarm is not None:
             lab = self.labelled_accepted
+            bound = format_cell(float(self.risk.lower_bound[-1]), 3, self.target_risk)  # never reads as the target
             out.append(f"harmful shift: the accepted cases' risk exceeds the target {self.target_risk:g} (lower "
-                       f"confidence bound {self.risk.lower_bound[-1]:.3f}), alarm at audited case "
+                       f"confidence bound {bound}), alarm at audited case "
                        f"{lab[self.risk.alarm]['case_id']!r}")
         return out
 
@@ -359,7 +360,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
         lab = g.labelled_accepted
         if g.risk is not None:
             obs = float(np.mean([c["loss"] for c in lab]))
-            risk = (f"{'ALARM ' if g.risk.alarm is not None else ''}{obs:.3f} / {g.risk.lower_bound[-1]:.3f} / "
+            lb = format_cell(float(g.risk.lower_bound[-1]), 3, g.target_risk)
+            risk = (f"{'ALARM ' if g.risk.alarm is not None else ''}{format_cell(obs, 3, g.target_risk)} / {lb} / "
                     f"{g.target_risk:g}")
         else:
             risk = "-"

@@ -680,7 +680,8 @@ class ConformalMasks(CohortProduct):
             tasks = list(b["per_task"].items())
             if softmax:
                 tasks = [(f"class {n}" if str(n).isdigit() else n, t) for n, t in tasks[1:]]
-            achieved = ", ".join(f"{n} {_fmt(t['calibration_loss'])}" for n, t in tasks)
+            # each loss is judged against the target: never written equal to it (format_cell)
+            achieved = ", ".join(f"{n} {_fmt(t['calibration_loss'], b['target'])}" for n, t in tasks)
             lines.append(f"conformal {side} ({b['loss']} target {b['target']:g}, {b['method']}): calibration "
                          f"{achieved}")
         return lines
@@ -736,9 +737,11 @@ class ConformalMasks(CohortProduct):
                 shown = str(name)
                 if names and shown.isdigit() and int(shown) < len(names):
                     shown = f"{shown} ({names[int(shown)]})"
-                cells = [shown, format_cell(b.get("target"), 4), format_cell(t.get("calibration_loss"), 4)]
+                cells = [shown, format_cell(b.get("target"), 4),
+                         format_cell(t.get("calibration_loss"), 4, b.get("target"))]
                 if high:
-                    above, alpha = format_cell(t.get("calibration_above_tol"), 4), format_cell(b.get("alpha"), 4)
+                    alpha = format_cell(b.get("alpha"), 4)
+                    above = format_cell(t.get("calibration_above_tol"), 4, b.get("alpha"))
                     cells.append(f"{above} vs {alpha}")
                 cells.append(format_cell(t.get("lambda_hat"), 6))
                 rows.append(cells)
@@ -773,5 +776,6 @@ def _record(folder: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _fmt(v: Any) -> str:
-    return "n/a" if v is None else f"{v:.4f}"
+def _fmt(v: Any, threshold: float | None = None) -> str:
+    text = "n/a" if v is None else format_cell(float(v), 4, threshold)
+    return "n/a" if text == "–" else text

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..product import CohortProduct, register_product
+from ..product import CohortProduct, format_cell, register_product
 
 __all__ = ["RiskControl", "RULE_FILE", "risk_control_line"]
 
@@ -65,9 +65,10 @@ def risk_control_line(block: Mapping[str, Any]) -> str:
         return head + f"no threshold satisfies the target (best bound {rc['bound']:.4g}); refer every case"
     cal = rc["calibration"]
     thr = rc["threshold"]
+    target = rc["target_risk"]  # the risk and the bound are judged against it: never written equal to it
     return head + (f"accept score <= {thr:.6g}; " if thr is not None else "accept every case; ") + (
-        f"calibration coverage {cal['coverage']:.3f}, observed risk {cal['risk_accepted']:.4f}, "
-        f"bound {rc['bound']:.4f}; review {len(rc['referred'])} of {n_cases}"
+        f"calibration coverage {cal['coverage']:.3f}, observed risk {format_cell(cal['risk_accepted'], 4, target)}, "
+        f"bound {format_cell(rc['bound'], 4, target)}; review {len(rc['referred'])} of {n_cases}"
     )
 
 

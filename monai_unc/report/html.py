@@ -145,12 +145,16 @@ def reliability_figure(state: CohortState, n_bins: int, min_bin_count: int) -> A
     )
 
 
-def format_value(v: Any, digits: int = 3) -> str:
+def format_value(v: Any, digits: int = 3, threshold: float | None = None) -> str:
     """A table cell: ``digits`` decimals for finite floats, an en dash for missing or non-finite values.
+
+    :func:`~monai_unc.product.format_cell`: a finite non-zero value never reads zero, and a value shown with a
+    ``threshold`` it is judged against never reads equal to it or on its other side (significant digits instead).
 
     Args:
         v: the value (None and ``""`` are missing).
         digits: decimals of a float.
+        threshold: the number the value is compared with where it is shown (the failure Dice of a case's Dice).
 
     Returns:
         The text of the cell (other values as ``str(v)``).
@@ -158,8 +162,10 @@ def format_value(v: Any, digits: int = 3) -> str:
     Example:
         >>> format_value(0.12345), format_value(float("nan")), format_value(None), format_value(3)
         ('0.123', '–', '–', '3')
+        >>> format_value(0.79988, threshold=0.8), format_value(2.4e-05, 4)
+        ('0.7999', '2.4e-05')
     """
-    return format_cell(v, digits)
+    return format_cell(v, digits, threshold)
 
 
 def img_tag(fig: Figure) -> Markup:
@@ -401,6 +407,7 @@ def threshold_text(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
 def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText | None = None) -> Markup:
     """One paragraph on the risk-controlled threshold (``summary["risk_control"]``), written as ``thr`` says."""
     cal = rc["calibration"]
+    target = rc["target_risk"]  # the risks and the bound are judged against it: never written equal to it
     fitted = "all cases" if cal["cases"] == "all" else f"{cal['n_cases']} calibration case(s)"
     head = frag(el("b", "Risk-controlled threshold"), f" ({rc['method'].upper()}, fitted on {fitted}): target mean "
                 "risk ", el("b", f"{rc['target_risk']:g}"), f" ({rc['risk']}) among accepted new cases, with "
@@ -408,8 +415,8 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText |
                 "with the calibration cases. ")
     if not rc["feasible"]:
         return frag(head, el("b", "No threshold satisfies the target"), " on these calibration cases (best bound "
-                    f"{format_value(rc['bound'], 4)}): every case goes to review. Collect more calibration cases or "
-                    "relax the target.")
+                    f"{format_value(rc['bound'], 4, target)}): every case goes to review. Collect more calibration "
+                    "cases or relax the target.")
     if rc["threshold"] is None:  # every calibration case was accepted
         rule = frag(ACCEPT_ALL[0].upper() + ACCEPT_ALL[1:])
     else:
@@ -417,12 +424,12 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText |
         rule = frag("Accept a case when its score is ", "below " if thr.strict else "at most ",
                     el("b", thr.bound_text()), " (the lowest score it refers)" if thr.strict else None)
     text = frag(head, rule, f": {n_cases - len(rc['referred'])} of {n_cases} accepted (calibration coverage "
-                f"{format_value(cal['coverage'])}, observed risk {format_value(cal['risk_accepted'], 4)}, bound "
-                f"{format_value(rc['bound'], 4)}).")
+                f"{format_value(cal['coverage'])}, observed risk {format_value(cal['risk_accepted'], 4, target)}, "
+                f"bound {format_value(rc['bound'], 4, target)}).")
     held = rc.get("held_out")
     if held:
         text += (f" Held-out cases: {held['n_cases']}, coverage {format_value(held['coverage'])}, observed risk of the "
-                 f"accepted {format_value(held['risk_accepted'], 4)}.")
+                 f"accepted {format_value(held['risk_accepted'], 4, target)}.")
     return text
 
 
@@ -455,7 +462,7 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         cells = [_td(str(rank)), _td(cid, "l"), _td(budget_tag, "l")]
         if rc:
             cells.append(_td(decision_tag("accept" if cid not in rc_referred else "review", "rule"), "l rc"))
-        cells += [_td(score(r.get(score_key))), _td(format_value(dice), "dice")]
+        cells += [_td(score(r.get(score_key))), _td(format_value(dice, threshold=thr), "dice")]
         if has_shift:
             cells.append(_td(str(r.get("shift", "")), "l"))
         cells += [_td(format_value(r.get(k))) for k in extra]
@@ -765,7 +772,8 @@ def _case_figures(
         if state.regions is not None:
             seg, label, u, class_names = region_display(case.seg, case.label, u, state.regions)
         r = by_id[cid]
-        info = {"Dice": format_value(float(r["dice"])), score_key: score(r.get(score_key))}
+        info = {"Dice": format_value(float(r["dice"]), threshold=summary["failures"]["dice_threshold"]),
+                score_key: score(r.get(score_key))}
         if "shift" in r:
             info["shift"] = r["shift"] or "none"
         if viewers is not None and rank < n_cases:  # the flagged (most uncertain) cases, not the contrast case

@@ -29,7 +29,7 @@ import numpy as np
 from ..io import atomic_write_text
 from ..monitoring import AuditEntry, GroupStatus, VerifyResult
 from ..monitoring.status import martingale_peak_text
-from ..product import format_share
+from ..product import format_cell, format_share
 from .html import PAGE_CSS, cards, table
 from .markup import Markup, document, el
 
@@ -220,8 +220,9 @@ def _overview(groups: Sequence[GroupStatus]) -> Markup:
                        el("td", str(g.n_cases)), el("td", format_share(g.n_accepted, g.n_cases)),
                        el("td", format_share(*g.recent_accepted)), el("td", martingale_peak_text(g.score)),
                        el("td", martingale_peak_text(g.image)),
-                       el("td", str(len(lab))), el("td", "-" if not lab else f"{obs:.3f}"),
-                       el("td", "-" if g.risk is None else f"{lb:.3f}"), el("td", f"{g.target_risk:g}"),
+                       el("td", str(len(lab))), el("td", "-" if not lab else format_cell(obs, 3, g.target_risk)),
+                       el("td", "-" if g.risk is None else format_cell(lb, 3, g.target_risk)),
+                       el("td", f"{g.target_risk:g}"),
                        el("td", "ALARM" if g.alarms() else "ok", class_="alarm" if g.alarms() else "ok"),
                        class_="referred" if g.alarms() else None))
     head = ["site", "rule", "cases", "accepted", "recent", "max score martingale", "max image martingale",

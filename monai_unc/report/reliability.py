@@ -29,6 +29,7 @@ from ..metrics.calibration import (
     reliability_curve,
     uce,
 )
+from ..product import format_cell
 
 __all__ = ["plot_reliability_diagram"]
 
@@ -182,7 +183,7 @@ def plot_reliability_diagram(
         for c, name in enumerate(names):
             ok = curve.kept[c]
             ax_rel.plot(curve.confidence[c][ok], curve.frequency[c][ok], "o-", ms=3, label=name)
-        summary = f"classwise ECE {np.nanmean(value):.4f}"
+        summary = f"classwise ECE {format_cell(float(np.nanmean(value)), 4)}"
     else:
         ok = curve.kept
         freq = np.where(ok, curve.frequency, 0.0)
@@ -193,7 +194,7 @@ def plot_reliability_diagram(
                    edgecolor="tab:red", hatch="//", lw=0.8, label="gap to mean confidence")  # fmt: skip
         ax_rel.plot(curve.confidence[ok], curve.frequency[ok], "o", color="black", ms=3, label="bin means")
         name = {"top": "ECE", "all_label": "all-label ECE", "uncertainty": "UCE"}[kind]
-        summary = f"{name} {float(value):.4f}"
+        summary = f"{name} {format_cell(float(value), 4)}"
         if per_case_boxes:
             cases = reliability_curve(hist, kind=kind, n_bins=n_bins, min_bin_count=min_bin_count, per_case=True)
             data = [cases.frequency[:, b][cases.kept[:, b]] for b in range(n_bins)]

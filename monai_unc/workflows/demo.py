@@ -64,7 +64,7 @@ from ..data.cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS, DEMO_SHIFTS
 from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
 from ..evaluation.triage import RULE_FILE
 from ..io import atomic_write_json, check_output_folder, list_image_cases, parse_float, read_csv
-from ..product import format_fraction, format_score
+from ..product import format_cell, format_fraction, format_score
 from ..report.html import build_report
 from ..report.triage import link_page
 from .factory import build_inferer, check_roi, method_tokens, normalize_roi
@@ -236,10 +236,12 @@ def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float, c
           f"{kept:.3f} (all: {t['dice_all']:.3f}); a ranking without a guarantee: the certified rule's "
           "decisions (rule: accept / review) below carry the guarantee")
     if cal:
-        print(f"pooled calibration: ECE {cal['ece']:.4f}, all-label ECE {cal['all_label_ece']:.4f}, "
-              f"NLL {cal['nll']:.4f}, Brier {cal['brier']:.4f}")
+        print(f"pooled calibration: ECE {format_cell(cal['ece'], 4)}, all-label ECE "
+              f"{format_cell(cal['all_label_ece'], 4)}, NLL {format_cell(cal['nll'], 4)}, "
+              f"Brier {format_cell(cal['brier'], 4)}")
     fd, ood = summary["failure_detection"], summary.get("ood", {})
-    line = f"failure detection (risk 1 - Dice): AURC {fd['aurc']:.4f}, E-AURC {fd['eaurc']:.4f}"
+    line = (f"failure detection (risk 1 - Dice): AURC {format_cell(fd['aurc'], 4)}, "
+            f"E-AURC {format_cell(fd['eaurc'], 4)}")
     if ood.get("auroc") is not None:
         line += f"; OoD AUROC {ood['auroc']:.3f}"
     print(line)

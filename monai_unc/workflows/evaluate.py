@@ -17,7 +17,7 @@ from typing import Any
 from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, run_evaluate
 from ..evaluation.products import implicit_products
-from ..product import format_fraction, products_from_arguments
+from ..product import format_cell, format_fraction, products_from_arguments
 from ..products.risk_control import risk_control_line as _risk_control_line
 from .prepare import prepare_evaluate
 from .session import CommandResult, run_command
@@ -188,4 +188,5 @@ def risk_control_line(summary: Mapping[str, Any]) -> str | None:
 
 
 def _fmt(v: Any) -> str:
-    return "n/a" if v is None else f"{v:.4f}"
+    text = "n/a" if v is None else format_cell(float(v), 4)  # a non-zero value never reads 0.0000
+    return "n/a" if text == "–" else text

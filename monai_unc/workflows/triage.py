@@ -28,7 +28,7 @@ from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, summarize
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
-from ..product import ThresholdText, format_score
+from ..product import ThresholdText, format_cell, format_score
 from ..report.triage import build_triage_page
 from .apply import (
     beside_triage_folder,
@@ -195,11 +195,12 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     # the scores and the threshold in digits that never print a score on the other side equal to the threshold
     thr = (ThresholdText.choose(rule.threshold, [c["score"] for c in s["cases"] if c["score"] is not None])
            if rule.feasible and rule.threshold != float("inf") else None)
+    bound = format_cell(rule.bound, 3, rule.target_risk)  # judged against the target: never written equal to it
     if rule.feasible:
         head += ("accept every score" if thr is None else f"accept {rule.score} {thr.relation(True)} "
-                 f"{thr.bound_text()}") + f" (calibration coverage {rule.coverage:.2f}, bound {rule.bound:.3f})"
+                 f"{thr.bound_text()}") + f" (calibration coverage {rule.coverage:.2f}, bound {bound})"
     else:
-        head += f"not certifiable on so few cases (best bound {rule.bound:.3f}): every new case goes to review"
+        head += f"not certifiable on so few cases (best bound {bound}): every new case goes to review"
     lines = [head]
     if cal is not None:
         lines.append(f"calibration score range [{format_score(cal[0])}, {format_score(cal[1])}]; image check: "
@@ -301,19 +302,21 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
         lines = [f"guaranteed: at most {rule.target_risk:g} of the new cases the threshold accepts fail "
                  f"({rule.risk_definition}) on average, with probability >= {1 - rule.delta:g} over the "
                  f"{rule.n_calibration} calibration cases ({rule.method.upper()}; calibration: {rule.coverage:.0%} "
-                 f"accepted, observed risk {rule.observed_risk:.3f}, bound {rule.bound:.3f}); the range and image "
+                 f"accepted, observed risk {format_cell(rule.observed_risk, 3, rule.target_risk)}, bound "
+                 f"{format_cell(rule.bound, 3, rule.target_risk)}); the range and image "
                  "checks refer some of them too (docs/triage.md: what the certificate covers)"]
     else:
         lines = [f"guaranteed: nothing; no threshold certifies {rule.risk_definition} <= {rule.target_risk:g} with "
                  f"probability {1 - rule.delta:g} on {rule.n_calibration} calibration cases (best bound "
-                 f"{rule.bound:.3f}), so every new case goes to review"]
+                 f"{format_cell(rule.bound, 3, rule.target_risk)}), so every new case goes to review"]
     why = ", ".join(f"{n} {_REASONS.get(k, k)}" for k, n in sorted(outcome["reasons"].items(), key=lambda kv: -kv[1]))
     lines.append(f"happened: {outcome['n_cases']} new case(s) triaged without labels: {outcome['n_accepted']} "
                  f"accepted, {outcome['n_referred']} referred" + (f" ({why})" if why else ""))
     if outcome["n_accepted"]:
         lines.append(f"realised (labels known to the demo only): {outcome['n_failed_accepted']} of "
                      f"{outcome['n_accepted']} accepted new case(s) failed ({rule.risk_definition}): risk "
-                     f"{outcome['risk_accepted']:.3f} vs the target {rule.target_risk:g}; "
+                     f"{format_cell(outcome['risk_accepted'], 3, rule.target_risk)} vs the target "
+                     f"{rule.target_risk:g}; "
                      f"{outcome['n_failed_referred']} of {outcome['n_referred']} referred case(s) failed")
     else:
         lines.append(f"realised (labels known to the demo only): no new case accepted; {outcome['n_failed_referred']}"

@@ -264,3 +264,28 @@ def test_failure_detection_and_histograms_name_their_uncertainty_argument():
         failure_detection([0.1, 0.2, 0.3], [0.9, 0.8])
     with pytest.raises(ValueError, match="^uncertainty contains 1 non-finite"):
         uncertainty_histograms([0.1, float("nan"), 0.3], [True, False, True])
+
+
+def test_one_rule_for_in_distribution_labels_and_undefined_scores():
+    """Found by hostile testing: ``monai-unc evaluate --shifts`` and ``CaseScoresHandler`` read different labels as
+    in-distribution (six labels case-insensitively vs ``"none"`` exactly) and treated an undefined score differently
+    (ranked most uncertain vs left out), so one cohort had two OoD AUROCs. One constant, one matching function and one
+    AUROC now serve both: labels stripped and lower-cased, undefined scores ranked most uncertain."""
+    from monai_unc.metrics import IID_SHIFTS, fill_undefined_scores, is_in_distribution, ood_auroc_by_shift
+
+    assert IID_SHIFTS == ("", "none", "iid", "id", "clean", "in-distribution")
+    assert [is_in_distribution(s) for s in ("none", " None ", "CLEAN", "In-Distribution", "", None, "iid", "ID")] == [
+        True] * 8
+    assert not any(is_in_distribution(s) for s in ("noise", "blur", "nonee", "0"))
+    assert is_in_distribution(" Site A", ["site a"]) and not is_in_distribution("none", ["site a"])
+    assert is_in_distribution(0, [0, 1])  # numeric labels of a datalist
+    r = ood_auroc_by_shift([0.1, 0.2, 0.3, float("nan"), 0.15], ["none", "Clean ", "noise", "", "blur"])
+    assert (r["n_iid"], r["n_ood"]) == (3, 2)
+    # the undefined in-distribution score ranks above every shifted one, as fill_undefined_scores ranks it
+    filled = fill_undefined_scores(np.array([0.1, 0.2, 0.3, np.nan, 0.15]))
+    assert r["auroc"] == pytest.approx(ood_auroc(filled[[0, 1, 3]], filled[[2, 4]]))
+    assert r["per_shift"] == {"blur": pytest.approx(ood_auroc(filled[[0, 1, 3]], [0.15])),
+                              "noise": pytest.approx(ood_auroc(filled[[0, 1, 3]], [0.3]))}
+    assert ood_auroc_by_shift([0.1, 0.2], ["none", "clean"]) == {"n_iid": 2, "n_ood": 0}
+    with pytest.raises(ValueError, match="one entry per case"):
+        ood_auroc_by_shift([0.1, 0.2], ["none"])

@@ -393,3 +393,117 @@ def test_a_threshold_that_accepts_every_score_reads_as_on_the_triage_page(small_
                              summary=summary).read_text()).plain()
     assert "Accept every score in the calibration range: 10 of 10 accepted" in text
     assert "at most any" not in text
+
+
+# ------------------------------------------------------------------------------------------------ 13. fixed decimals
+def test_fixed_decimals_never_print_a_nonzero_value_as_zero_nor_across_its_threshold():
+    """Found by hostile testing: the pages' one number formatter (``format_cell``, ``format_value``) wrote an E-AURC
+    of 2.4e-05 as "0.0000" (a perfect ranking) and had no way to keep a Dice of 0.79988 from reading "0.800" next to
+    "Dice below 0.8 is marked as failed". Fixed decimals now fall back to significant digits exactly where they would
+    print a non-zero value as zero, or a value judged against a threshold as equal to it or on its other side."""
+    from monai_unc.product import format_cell
+
+    assert format_cell(2.400875e-05, 4) == "2.401e-05" and report_html.format_value(2.4e-05, 4) == "2.4e-05"
+    assert format_cell(-0.0001) == "-0.0001" and format_cell(-0.0) == "0.000"  # neither zero nor "-0.000"
+    assert format_cell(0.79988, threshold=0.8) == "0.7999" and format_cell(0.80012, threshold=0.8) == "0.8001"
+    assert report_html.format_value(0.79988, threshold=0.8) == "0.7999"
+    # everywhere else: today's fixed decimals
+    assert [format_cell(v, threshold=0.8) for v in (0.8, 0.75, 0.81234, 0.9996)] == ["0.800", "0.750", "0.812",
+                                                                                     "1.000"]
+    assert [format_cell(v, 4) for v in (0.12345, 0.0, 1.5)] == ["0.1235", "0.0000", "1.5000"]
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        t = float(rng.choice([0.8, 0.5, 0.1, 0.05, 0.123456, 1.0, 0.0]))
+        v = float(np.clip(t + rng.choice([1, -1]) * 10.0 ** rng.uniform(-12, -1), 0.0, 1.0))
+        for digits in (3, 4):
+            text = format_cell(v, digits, threshold=t)
+            shown = float(text)
+            assert (shown > t) - (shown < t) == (v > t) - (v < t), (v, t, digits, text)  # on its own side
+            assert v == 0.0 or shown != 0.0, (v, text)
+            assert shown == pytest.approx(v, rel=10.0 ** -(digits - 1), abs=10.0 ** -digits), (v, text)
+
+
+@pytest.fixture(scope="module")
+def near_threshold(tmp_path_factory):
+    """Five binary cases; case ``a`` has Dice 0.79988 (failed: below 0.8) and the uncertainty ranks the near-tie
+    ``a`` / ``e`` (Dice 0.79988 / 0.79952) the wrong way round, so the E-AURC is 2.4e-05 (found by hostile
+    testing)."""
+    root = tmp_path_factory.mktemp("near")
+    shape = (20, 20, 10)
+    rng = np.random.default_rng(0)
+    cases = {}
+    # (voxels removed from a 2000-voxel target, confidence of the foreground): Dice = 2 (2000 - k) / (4000 - k)
+    for cid, (k, conf) in {"a": (667, 0.72), "b": (20, 0.95), "c": (400, 0.80), "d": (800, 0.70),
+                           "e": (668, 0.74)}.items():
+        lab = np.zeros(shape, np.int64)
+        lab[:20, :10, :] = 1
+        seg = lab.copy()
+        seg[tuple(np.argwhere(seg == 1)[:k].T)] = 0
+        cases[cid] = (binary_probs(np.where(seg == 1, conf, 0.05 + 0.1 * rng.random(shape))), lab)
+    data = write_cases(root / "data", cases)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        evaluate(data, root / "eval", "--no-spatial")
+    return root / "eval"
+
+
+def test_a_failed_case_and_a_small_eaurc_read_what_they_are(near_threshold, tmp_path):
+    """Found by hostile testing: a case of Dice 0.79988 (failed) read "0.800" in red right under "Dice below 0.8 is
+    marked as failed", and an E-AURC of 2.4e-05 (one near-tie misordered) read "0.0000" on its card, a perfect
+    ranking. The Dice now reads below the failure Dice as printed, and no card reads zero for a non-zero value."""
+    state, summary = load_evaluation(near_threshold)
+    dice = {r["case"]: r["dice"] for r in state.rows}
+    thr = summary["failures"]["dice_threshold"]
+    assert f"{dice['a']:.3f}" == f"{thr:.3f}" and dice["a"] < thr  # the case of the defect
+    eaurc = summary["failure_detection"]["eaurc"]
+    assert 0 < eaurc < 5e-5
+    page = Page(_quiet_build(near_threshold, tmp_path / "r", n_cases=1, viewer=False).read_text())
+    assert f"Dice below {thr:g} is marked as failed" in page.plain()
+    rows = page.rows()
+    t = page.tables["triage-table"]
+    for row, attrs in zip(rows, t["attrs"]):
+        failed = "failed" in (attrs.get("class") or "")
+        assert failed == (dice[row["case"]] < thr)
+        assert (float(row["Dice"]) < thr) == failed, row  # the printed Dice is on the side the red marks
+        assert float(row["Dice"]) == pytest.approx(dice[row["case"]], abs=1e-3)
+    assert {r["case"]: r["Dice"] for r in rows}["a"] == "0.7999"
+    cards = {k: v for v, k in page.cards}
+    assert float(cards["E-AURC"]) == pytest.approx(eaurc, rel=1e-3) and cards["E-AURC"] != "0.0000"
+    for key in ("pooled ECE (top label)", "pooled all-label ECE", "pooled NLL", "pooled Brier", "AURC (risk 1 - Dice)"):
+        assert float(cards[key]) != 0.0, (key, cards[key])
+
+
+def test_risks_and_bounds_never_read_equal_to_their_target():
+    """Found by hostile testing (the fixed decimals above): the risk-control line of ``evaluate`` and the conformal
+    section wrote a bound or a calibration loss just below the target (0.19996, 0.09996) as the target itself
+    ("bound 0.2000" for a target 0.2; "0.1000" under "target 0.1000")."""
+    from monai_unc.product import product_type
+    from monai_unc.products.risk_control import risk_control_line
+
+    rc = {"method": "sgr", "risk": "dice < 0.8", "target_risk": 0.2, "delta": 0.1, "feasible": True,
+          "threshold": 0.5, "bound": 0.19996, "calibration": {"coverage": 0.5, "risk_accepted": 0.19999},
+          "accepted": ["a"], "referred": ["b"]}
+    line = risk_control_line(rc)
+    assert "bound 0.19996" in line and "observed risk 0.19999" in line, line
+    conformal = product_type("conformal")
+    block = {"family": "threshold", "activation": "sigmoid", "n_calibration": 20,
+             "sides": {"outer": {"loss": "fnr", "target": 0.1, "method": "expectation", "guarantee": "g",
+                                 "per_task": {"1": {"calibration_loss": 0.099996, "lambda_hat": 0.25}}}}}
+    section = conformal.report_section(block)
+    assert section.tables[0].rows[0][1:3] == ["0.1000", "0.099996"], section.tables[0].rows
+    assert any("calibration 1 0.099996" in s for s in conformal.summary_lines(block))
+
+
+def test_the_scores_by_shift_plot_reads_the_labels_evaluate_reads_as_in_distribution():
+    """Found by hostile testing (one OoD AUROC for evaluate and CaseScoresHandler): the report's "scores by shift" plot
+    had its own test of a label (lower-cased, not stripped), so " None " was drawn as a shift while the AUROC counted
+    it in-distribution. It now uses ``is_in_distribution``, the one rule of every route."""
+    from monai_unc.evaluation import IID_SHIFTS
+
+    fig = plot_scores_by_shift(np.array([0.1, 0.2, 0.7]), [" None ", "noise", "Clean"], IID_SHIFTS, "score")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [" None ", "Clean", "noise"]  # in-distribution first
+    from matplotlib.collections import PathCollection
+
+    colors = [tuple(np.round(c.get_facecolor()[0][:3], 3)) for c in ax.collections if isinstance(c, PathCollection)]
+    assert colors[0] == colors[1] != colors[2]

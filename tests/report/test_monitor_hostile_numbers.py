@@ -55,3 +55,16 @@ def test_a_martingale_beyond_the_float_range_is_written_not_raised(tmp_path):
     assert re.search(rf"max \d\.\d+e\+{math.floor(e10)}\b", line) and "inf" not in line, line
     page = build_monitor_page(groups, [], VerifyResult(True, 0, ""), tmp_path / "m.html").read_text()
     assert re.search(rf"<td>\d\.\d+e\+{math.floor(e10)}</td>", page)
+
+
+def test_an_observed_risk_just_below_the_target_is_not_written_as_the_target(tmp_path):
+    """Found by hostile testing: the risks were written with 3 fixed decimals next to the target they are judged
+    against, so an observed risk of 0.09996 read "0.100" beside the target 0.1 (the page's table and `monitor
+    status` alike). It is now written with the digits that keep it below the target."""
+    rows = [{**r, "loss": 0.09996} for r in _rows(30, set())]
+    groups = _groups(rows)
+    line = status_table(groups)[1]
+    assert "0.09996 / 0.000 / 0.1" in line, line
+    page = build_monitor_page(groups, [], VerifyResult(True, 0, ""), tmp_path / "m.html").read_text()
+    cells = re.findall(r"<td>([^<]*)</td>", page)
+    assert "0.09996" in cells and "0.100" not in cells
