@@ -553,7 +553,8 @@ def list_prediction_cases(
         missing = sorted(set(wanted) - have)
         if missing:
             raise CaseError(f"cases: {len(missing)} case(s) have no prediction in {pred}, e.g. {missing[:5]}")
-        found = [f for f in found if f.case_id in set(wanted)]
+        wanted_set = set(wanted)  # once, not per case
+        found = [f for f in found if f.case_id in wanted_set]
     if not found:
         raise CaseError(f"{empty} in {pred}")
     return found

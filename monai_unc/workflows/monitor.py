@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,7 @@ def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -
     if not files:
         raise ValueError(f"no label maps (<case>.nii.gz or .nii) in {str(folder)!r}")
     ids = [next(p.name[: -len(e)] for e in LABEL_EXTENSIONS if p.name.endswith(e)) for p in files]
-    twice = sorted({c for c in ids if ids.count(c) > 1})
+    twice = sorted(c for c, n in Counter(ids).items() if n > 1)
     if twice:
         raise ValueError(f"{str(folder)!r} holds two label maps of case(s) {twice[:5]} (.nii and .nii.gz): keep one")
     for p, cid in zip(files, ids):
