@@ -255,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():  # parsing included: a deprecated --measures name warns while it is parsed
         # the package's own deprecations are shown (Python hides a DeprecationWarning raised outside __main__), and
         # every warning of the package is one line (found by testing the docs: `--score <m>_patch` warned nothing)
-        warnings.filterwarnings("default", category=DeprecationWarning, module=r"monai_unc(\.|$)")
+        if not sys.warnoptions:  # the user's -W / PYTHONWARNINGS decide otherwise (found by hostile testing:
+            # `error::DeprecationWarning` in a CI had become a warning line)
+            warnings.filterwarnings("default", category=DeprecationWarning, module=r"monai_unc(\.|$)")
         warnings.showwarning = _one_line_warning(command or "")
         return _parse_and_run(parser, nnunet_cli, argv)
 

@@ -118,6 +118,8 @@ def format_cell(value: Any, digits: int = 3, threshold: float | None = None) -> 
         ('2.401e-05', '-0.0001', '0.7999')
         >>> format_cell(0.8, threshold=0.8), format_cell(0.80012, threshold=0.8), format_cell(0.75, threshold=0.8)
         ('0.800', '0.8001', '0.750')
+        >>> format_cell(0.00039996, threshold=0.0004), format_cell(0.0001236, threshold=0.00012399)
+        ('0.00039996', '0.0001236')
     """
     if value is None or (isinstance(value, str) and value == ""):
         return "–"
@@ -129,15 +131,15 @@ def format_cell(value: Any, digits: int = 3, threshold: float | None = None) -> 
     if v == 0.0:
         return f"{0.0:.{digits}f}"
     text = f"{v:.{digits}f}"
+    if float(text) == 0.0:  # a non-zero value the decimals would write as zero
+        text = f"{v:.{max(digits, 1)}g}"
     shown = float(text)
-    if threshold is not None and math.isfinite(float(threshold)):
-        t = float(threshold)
-        if (shown > t) - (shown < t) != (v > t) - (v < t):  # the decimals read it equal to t or beyond it
+    if threshold is not None and math.isfinite(float(threshold)):  # judged after the zero rule (found by hostile
+        t = float(threshold)  # testing: 0.00039996 next to 0.0004 was written 0.0004)
+        if (shown > t) - (shown < t) != (v > t) - (v < t):  # the text reads it equal to t or beyond it
             if v == t:  # the threshold itself: the fewest significant digits that write it exactly
                 return next(f"{v:.{d}g}" for d in range(max(digits, 1), 18) if float(f"{v:.{d}g}") == v)
             return f"{v:.{separating_digits(v, t, max(digits, 1))}g}"
-    if shown == 0.0:  # a non-zero value the decimals would write as zero
-        return f"{v:.{max(digits, 1)}g}"
     return text
 
 

@@ -4,6 +4,8 @@ place of a package product or of the reader of another product's rule files."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monai_unc.product import CohortProduct, command_product, product_type, register_product, unregister_product
 
@@ -64,3 +66,15 @@ def test_a_plugin_command_cannot_write_into_another_commands_folder_or_its_input
         assert calls == [(tmp_path / "fresh").resolve()]
     finally:
         unregister_product("stamp")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.floats(-1e3, 1e3, allow_nan=False), st.floats(-1e3, 1e3, allow_nan=False), st.integers(2, 4))
+def test_format_cell_never_reads_equal_to_or_across_its_threshold(v, t, digits):
+    """Found by hostile testing: the zero rule ran after the threshold's, so 0.00039996 next to 0.0004 read 0.0004."""
+    from monai_unc.product import format_cell
+
+    for value, threshold in ((v, t), (v * 1e-6, t * 1e-6), (t * (1 + 1e-9), t), (t * (1 - 1e-9), t)):
+        shown = float(format_cell(value, digits, threshold))
+        assert (shown > threshold) - (shown < threshold) == (value > threshold) - (value < threshold), (value,
+                                                                                                          threshold)

@@ -43,6 +43,8 @@ __all__ = [
     "case_risk",
     "column_values",
     "risk_of_dice",
+    "dice_failed",
+    "dice_as_recorded",
     "calibration_mask",
     "RISK_CONTROL_CANDIDATES",
     "triage_order",
@@ -489,6 +491,48 @@ def _nanmean(a: np.ndarray) -> float | None:
 RISK_CONTROL_CANDIDATES = 20
 
 
+def dice_failed(dice: Any, failure_dice: float) -> np.ndarray:
+    """Whether each Dice is below the failure Dice, compared at the precision a case's Dice is recorded in (float32).
+
+    A case's Dice is rounded to float32 as MONAI's is (:func:`~monai_unc.evaluation.rows.class_dice`), so a Dice of
+    exactly 7/10 is recorded as 0.699999988, below the float64 0.7; compared with the threshold rounded the same way
+    it is not a failure (found by hostile testing: such a case was counted and shown as failed). The one failure rule
+    of the package: the summary's failures, the 0/1 risk of risk control (:func:`risk_of_dice`), the report's failed
+    rows, lesion-wise low-Dice detection and the monitor's audited labels.
+
+    Args:
+        dice: per-case (or per-lesion) Dice, any shape (NaN: not failed).
+        failure_dice: the Dice below which a case failed.
+
+    Returns:
+        A boolean array of ``dice``'s shape.
+
+    Example:
+        >>> dice_failed(np.array([7 / 10, 0.69, 0.8, np.nan], dtype=np.float32), 0.7).tolist()
+        [False, True, False, False]
+    """
+    return np.asarray(dice, dtype=np.float64).astype(np.float32) < np.float32(failure_dice)
+
+
+def dice_as_recorded(dice: float) -> float:
+    """A case's Dice as written for reading: the shortest decimal that rounds to the same float32 (:func:`dice_failed`).
+
+    A Dice of exactly 7/10 is recorded as the float32 0.699999988; next to a failure Dice of 0.7 it is written 0.7
+    (equal, not failed), where its float64 value would print as 0.69999999 below the threshold.
+
+    Args:
+        dice: the recorded Dice (a float32 value, possibly as a float64).
+
+    Returns:
+        The float64 of its shortest float32 decimal (NaN stays NaN).
+
+    Example:
+        >>> dice_as_recorded(float(np.float32(0.7))), dice_as_recorded(0.79988)
+        (0.7, 0.79988)
+    """
+    return float(str(np.float32(dice)))
+
+
 def risk_of_dice(dice: np.ndarray, risk: str, failure_dice: float) -> np.ndarray:
     """Per-case risk in [0, 1] of a Dice: ``[dice < failure_dice]`` or ``1 - dice``.
 
@@ -510,7 +554,7 @@ def risk_of_dice(dice: np.ndarray, risk: str, failure_dice: float) -> np.ndarray
     """
     dice = np.asarray(dice, dtype=np.float64)
     if risk == "failure":
-        return (dice < failure_dice).astype(np.float64)
+        return dice_failed(dice, failure_dice).astype(np.float64)
     return np.clip(1.0 - dice, 0.0, 1.0)
 
 
@@ -636,7 +680,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
             "dice_referred": split["dice_referred"],
             "tied": split["tied"],
         }
-        failed = dice < config.failure_dice
+        failed = dice_failed(dice, config.failure_dice)
         summary["failures"] = {
             "dice_threshold": config.failure_dice,
             "n_failed": int(failed.sum()),
@@ -644,7 +688,10 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
             "caught_by_budget": int(sum(failed[i] for i in order[:n_ref])),
         }
         if config.shifts is not None:  # the one OoD AUROC of the package (CaseScoresHandler's too)
-            summary["ood"] = ood_auroc_by_shift(scores, [str(r.get("shift") or "") for r in rows])
+            # None reads as "" (in-distribution) as everywhere; a falsy label such as 0 stays "0" (found by hostile
+            # testing: `or ""` made severity 0 in-distribution here only)
+            summary["ood"] = ood_auroc_by_shift(scores, ["" if r.get("shift") is None else str(r["shift"])
+                                                         for r in rows])
         blocks: dict[str, Any] = {}
         if cohort_products(config):
             if fitted is None:
@@ -1016,7 +1063,7 @@ def _check_summary_cases(summary: Mapping[str, Any], rows: Sequence[Mapping[str,
         if value is not None and abs(value - mean) > 1e-9:
             raise bad(name, f"the mean Dice of the rows of state/rows.json ({mean!r})", value)
     failures = summary["failures"]
-    failed = [c for c, d in zip(ids, dice) if d < failures["dice_threshold"]]
+    failed = [c for c, f in zip(ids, dice_failed(dice, failures["dice_threshold"])) if f]
     expected_failures = {"n_failed": len(failed), "cases": failed,
                          "caught_by_budget": len(set(failed) & set(referred))}
     for key, want in expected_failures.items():

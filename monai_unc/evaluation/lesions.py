@@ -35,6 +35,7 @@ from ..metrics.lesions import (
 )
 from ..metrics.selective import aurc, referral_curve
 from ..state import register_state_type
+from .cohort import dice_failed
 from .config import region_suffix, slug
 
 __all__ = ["LESION_FIELDS", "RETENTION_REFERRED", "SAMPLES_SUFFIX", "LesionState", "lesion_case_state",
@@ -156,9 +157,9 @@ def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence
         folder: the folder of ``--lesion-samples``.
         case_id: the case.
         shape: the case's spatial shape ``(X, Y, Z)``.
-        affine: the ``(4, 4)`` affine of the case's label: the file's must put every voxel centre within
-            :data:`~monai_unc.io.GEOMETRY_ATOL` mm of the label's (:func:`~monai_unc.io.check_geometry`, the check of
-            every volume of a case); None: not compared.
+        affine: the ``(4, 4)`` affine of the case's label: the file's must put the grid in the label's space
+            (:func:`~monai_unc.io.grid_mismatch` through :func:`~monai_unc.io.check_geometry`, the check of every
+            volume of a case); None: not compared.
 
     Returns:
         ``(S, X, Y, Z)`` int64 label maps.
@@ -435,7 +436,7 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
             ok = np.isfinite(u)
             detection[s] = {
                 "auroc_false_positive": _auroc(u, fp_mask),
-                "auroc_low_dice": _auroc(u, dice < failure_dice),
+                "auroc_low_dice": _auroc(u, dice_failed(dice, failure_dice)),
                 "aurc_1_minus_dice": float(aurc(u[ok], 1.0 - dice[ok])) if ok.sum() > 1 else None,
                 "n_lesions": int(ok.sum()),  # the lesions the score is defined for (a core mean needs a core)
             }

@@ -7,6 +7,7 @@ Finding, matching and loading the cases of a cohort (:mod:`.cases`), writing eve
 from ..keys import MEASURES
 from .cases import (
     GEOMETRY_ATOL,
+    GEOMETRY_VOXEL_FRACTION,
     INFER_RECORD,
     LAYOUTS,
     ORTHOGONALITY_ATOL,
@@ -24,6 +25,7 @@ from .cases import (
     check_utf8_name,
     dicom_series_folders,
     grid_displacement,
+    grid_mismatch,
     image_channel_files,
     list_files,
     list_image_cases,
@@ -92,6 +94,7 @@ __all__ = [
     "VOLUME_EXTENSIONS",
     "PROBABILITY_EXTENSIONS",
     "GEOMETRY_ATOL",
+    "GEOMETRY_VOXEL_FRACTION",
     "LAYOUTS",
     "MEASURES",
     "CaseError",
@@ -116,6 +119,7 @@ __all__ = [
     "axes_cosine",
     "sheared_grid",
     "grid_displacement",
+    "grid_mismatch",
     "check_geometry",
     "nifti_geometry",
     "load_case",

@@ -82,6 +82,8 @@ __all__ = [
     "axes_cosine",
     "sheared_grid",
     "grid_displacement",
+    "GEOMETRY_VOXEL_FRACTION",
+    "grid_mismatch",
     "check_geometry",
     "nifti_geometry",
     "load_case",
@@ -102,9 +104,13 @@ VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
 REFERENCE_EXTENSIONS = (*VOLUME_EXTENSIONS, ".dcm")
 #: probabilities may also come as nnU-Net ``.npz`` files
 PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
-#: largest displacement (mm) of a voxel centre tolerated between the affines of the volumes of one case
-#: (:func:`grid_displacement`: the largest over the grid, at one of its corner voxels)
+#: largest displacement (mm) of a voxel centre tolerated between the affines of the volumes of one case, at least
+#: (:func:`grid_displacement`: the largest over the grid, at one of its corner voxels; :func:`grid_mismatch`)
 GEOMETRY_ATOL = 1e-3
+#: ... or this fraction of the smallest voxel size, when larger (:func:`grid_mismatch`): the rounding of an affine as
+#: writers store it (a float32 quaternion, direction cosines to 5 decimals) moves the far corners of a large grid
+#: by up to a few hundredths of a voxel; the DICOM grid check allows the same tenth of a voxel
+GEOMETRY_VOXEL_FRACTION = 0.1
 #: largest ``|cos|`` of the angle between two voxel axes of a grid taken as orthogonal (:func:`axes_cosine`; about
 #: 0.0057 degrees from perpendicular): the float32 rounding of an orthogonal affine stays near 1e-7
 ORTHOGONALITY_ATOL = 1e-4
@@ -1295,6 +1301,38 @@ def grid_displacement(affine: np.ndarray, other: np.ndarray, shape: Sequence[int
     return float(np.sqrt((moved * moved).sum(axis=0)).max())
 
 
+def grid_mismatch(affine: np.ndarray, reference: np.ndarray, shape: Sequence[int]) -> str | None:
+    """Whether two affines put the grid ``shape`` in the same space: None, or what is wrong (for an error message).
+
+    The one same-space rule of the volumes of a case (labels, predictions, maps, image channels, samples): the
+    largest displacement of a voxel centre (:func:`grid_displacement`) may be at most :data:`GEOMETRY_ATOL` mm or
+    :data:`GEOMETRY_VOXEL_FRACTION` of the reference grid's smallest voxel size, whichever is larger.
+
+    Args:
+        affine: the ``(4, 4)`` voxel -> world matrix (mm) of the volume checked.
+        reference: that of the reference volume (the label, channel 0, ...).
+        shape: the spatial shape of the grid.
+
+    Returns:
+        None when they agree, else ``"voxel centres up to D mm apart, tolerance T mm"``.
+
+    Example:
+        >>> b = np.diag([0.5, 0.5, 3.0, 1.0]); b[0, 1] = 1e-3  # 0.511 mm at the far corner: a voxel
+        >>> grid_mismatch(b, np.diag([0.5, 0.5, 3.0, 1.0]), (512, 512, 2))
+        'voxel centres up to 0.511 mm apart, tolerance 0.05 mm'
+        >>> grid_mismatch(np.diag([0.5, 0.5, 3.0, 1.0]), np.diag([0.5, 0.5, 3.0, 1.0]), (512, 512, 2)) is None
+        True
+    """
+    moved = grid_displacement(affine, reference, shape)
+    d = min(len(shape), 3, np.asarray(reference).shape[1] - 1)
+    sizes = np.linalg.norm(np.asarray(reference, dtype=np.float64)[:3, :d], axis=0)
+    smallest = float(sizes.min()) if d and np.all(np.isfinite(sizes)) else 0.0
+    tolerance = max(GEOMETRY_ATOL, GEOMETRY_VOXEL_FRACTION * smallest)
+    if moved <= tolerance:
+        return None
+    return f"voxel centres up to {moved:.4g} mm apart, tolerance {tolerance:.4g} mm"
+
+
 def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None) -> np.ndarray:
     """Validate a label volume and return it as int64.
 
@@ -1414,8 +1452,8 @@ def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: t
             nnU-Net ``.npz``).
 
     Raises:
-        CaseError: naming both files, for another spatial shape or for affines that put a voxel centre more than
-            :data:`GEOMETRY_ATOL` mm apart (:func:`grid_displacement`, the largest displacement stated).
+        CaseError: naming both files, for another spatial shape or for affines that do not put the grid in the
+            same space (:func:`grid_mismatch`, the largest displacement stated).
     """
     ref_shape, ref_aff, ref_path = ref
     shape, aff, path = other
@@ -1426,11 +1464,11 @@ def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: t
             f"{tuple(ref_shape)}; resample the prediction onto the label's grid"
         )
     if aff is not None:
-        moved = grid_displacement(aff, ref_aff, ref_shape)
-        if not moved <= GEOMETRY_ATOL:
+        problem = grid_mismatch(aff, ref_aff, ref_shape)
+        if problem is not None:
             raise CaseError(
-                f"case {case!r}: {path.name} and {label} have different affines (voxel centres up to "
-                f"{moved:.4g} mm apart, tolerance {GEOMETRY_ATOL} mm): they are not in the same space"
+                f"case {case!r}: {path.name} and {label} have different affines ({problem}): they are not in the same "
+                "space"
             )
 
 

@@ -50,6 +50,8 @@ from ..evaluation import (
     IID_SHIFTS,
     CohortState,
     config_from_summary,
+    dice_as_recorded,
+    dice_failed,
     fill_undefined_scores,
     load_evaluation,
 )
@@ -455,14 +457,14 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
     for rank, cid in enumerate(summary["triage"]["order"], 1):
         r = by_id[cid]
         dice = float(r["dice"])
-        cls = ("referred " if cid in referred else "") + ("failed" if dice < thr else "")
+        cls = ("referred " if cid in referred else "") + ("failed" if dice_failed(dice, thr) else "")
         budget_tag = decision_tag("review" if cid in referred else "accept", "budget")
         if cid in tied:  # a tie at the budget's cut: which of its cases is flagged is the case id's choice
             budget_tag = frag(budget_tag, " ", el("span", "tied at the cut", class_="tag t"))
         cells = [_td(str(rank)), _td(cid, "l"), _td(budget_tag, "l")]
         if rc:
             cells.append(_td(decision_tag("accept" if cid not in rc_referred else "review", "rule"), "l rc"))
-        cells += [_td(score(r.get(score_key))), _td(format_value(dice, threshold=thr), "dice")]
+        cells += [_td(score(r.get(score_key))), _td(format_value(dice_as_recorded(dice), threshold=thr), "dice")]
         if has_shift:
             cells.append(_td(str(r.get("shift", "")), "l"))
         cells += [_td(format_value(r.get(k))) for k in extra]
@@ -772,7 +774,8 @@ def _case_figures(
         if state.regions is not None:
             seg, label, u, class_names = region_display(case.seg, case.label, u, state.regions)
         r = by_id[cid]
-        info = {"Dice": format_value(float(r["dice"]), threshold=summary["failures"]["dice_threshold"]),
+        info = {"Dice": format_value(dice_as_recorded(float(r["dice"])),
+                                     threshold=summary["failures"]["dice_threshold"]),
                 score_key: score(r.get(score_key))}
         if "shift" in r:
             info["shift"] = r["shift"] or "none"

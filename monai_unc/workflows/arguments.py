@@ -102,7 +102,8 @@ def _measure_name(text: str) -> str:
     line (attributed to this module, so that ``monai_unc.cli`` recognises it as the package's own).
     """
     with warnings.catch_warnings():
-        warnings.simplefilter("always", DeprecationWarning)
+        if not sys.warnoptions:  # the user's -W / PYTHONWARNINGS decide otherwise
+            warnings.simplefilter("always", DeprecationWarning)
         return canonical_measure(text, stacklevel=2)
 
 

@@ -30,14 +30,13 @@ from tqdm.auto import tqdm
 
 from ..engine import error_line
 from ..io import (
-    GEOMETRY_ATOL,
     CaseError,
     ImageCase,
     atomic_torch_save,
     atomic_write_json,
     check_label_map,
     check_output_file,
-    grid_displacement,
+    grid_mismatch,
     list_files,
     list_image_cases,
     read_volume,
@@ -113,9 +112,9 @@ def collect_logits(
         if lab.shape[1:] != image.shape[1:]:
             raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} does not share the image's grid "
                              f"(spatial shape {tuple(lab.shape[1:])}, the image's {tuple(image.shape[1:])})")
-        if not (moved := grid_displacement(lab_aff, affine, image.shape[1:])) <= GEOMETRY_ATOL:
+        if (problem := grid_mismatch(lab_aff, affine, image.shape[1:])) is not None:
             raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} does not share the image's grid "
-                             f"(voxel centres up to {moved:.4g} mm apart, tolerance {GEOMETRY_ATOL} mm)")
+                             f"({problem})")
         x = torch.from_numpy(normalize_intensity(image, intensity))[None].to(device)
         try:
             with torch.no_grad():

@@ -62,7 +62,6 @@ from ..evaluation.lesions import SAMPLES_SUFFIX
 from ..evaluation.products import command_output_markers
 from ..inferers import available_memory, estimate_memory
 from ..io import (
-    GEOMETRY_ATOL,
     INFER_RECORD,
     VERSION_KEY,
     CaseError,
@@ -70,7 +69,7 @@ from ..io import (
     atomic_write_json,
     check_output_kind,
     file_sha256,
-    grid_displacement,
+    grid_mismatch,
     json_safe,
     read_json_or_none,
     read_volume,
@@ -495,9 +494,9 @@ def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
         elif data.shape[1:] != chans[0].shape[1:]:
             raise ValueError(f"case {case.case_id!r}: channel {path.name} does not share the geometry of channel 0 "
                              f"(spatial shape {tuple(data.shape[1:])}, channel 0's {tuple(chans[0].shape[1:])})")
-        elif not (moved := grid_displacement(aff, affine, data.shape[1:])) <= GEOMETRY_ATOL:
+        elif (problem := grid_mismatch(aff, affine, data.shape[1:])) is not None:
             raise ValueError(f"case {case.case_id!r}: channel {path.name} does not share the geometry of channel 0 "
-                             f"(voxel centres up to {moved:.4g} mm apart, tolerance {GEOMETRY_ATOL} mm)")
+                             f"({problem})")
         chans.append(data)
     assert affine is not None
     return np.concatenate(chans, axis=0), affine

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -376,6 +377,19 @@ def test_deprecated_names_warn_in_one_line(d, tmp_path, capsys):
     assert rc == 0, lines
     assert len(lines) == 1 and lines[0].startswith("monai-unc infer: warning: the measure name 'max_softmax' is "
                                                    "deprecated"), lines
+
+
+def test_the_users_warning_options_decide_over_the_deprecation_lines(d, tmp_path):
+    """Found by hostile testing: the command's own filter overrode ``-W`` / ``PYTHONWARNINGS``, so a CI's
+    ``error::DeprecationWarning`` became a warning line and exit 0."""
+    for option, fails in (("error::DeprecationWarning", True), ("ignore::DeprecationWarning", False)):
+        r = subprocess.run([sys.executable, "-m", "monai_unc.cli", *_evaluate(d["labels"], d["predictions"],
+                            tmp_path / option.split(":")[0], "--score", "predictive_entropy_patch", "--no-spatial")],
+                           env={**os.environ, "PYTHONWARNINGS": option, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                           text=True, timeout=600)
+        assert (r.returncode != 0) == fails, (option, r.returncode, r.stderr[-2000:])
+        if not fails:
+            assert "deprecated" not in r.stderr, r.stderr
 
 
 def test_missing_dicom_extra_stops_the_run_in_one_line(d, tmp_path, capsys, monkeypatch):

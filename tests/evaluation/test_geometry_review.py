@@ -36,6 +36,7 @@ from monai_unc.io import (  # noqa: E402
     ImageCase,
     axes_cosine,
     grid_displacement,
+    grid_mismatch,
     load_case,
     read_volume,
     sheared_grid,
@@ -341,3 +342,28 @@ def test_every_same_space_check_compares_positions(tmp_path):
 
     with pytest.raises(ValueError, match="mm apart"):  # infer's image channels
         load_image_case(ImageCase("c0", (tmp_path / "c0_0000.nii.gz", tmp_path / "c0_0001.nii.gz")))
+
+
+def test_a_tenth_of_a_voxel_of_writer_rounding_is_the_same_space(tmp_path):
+    """Found by hostile testing of the position check: a qform-only label (the float32 quaternion of a slightly
+    oblique near-LAS grid moves its far corner by 0.09 mm of a 1 mm voxel) and the same affine written as an sform
+    were refused as "not in the same space"; a tenth of the smallest voxel is tolerated (GEOMETRY_VOXEL_FRACTION)."""
+    shape = (256, 256, 176)
+    t1, t2 = np.radians(2.0), np.radians(1.0)
+    rx = np.array([[1, 0, 0], [0, np.cos(t1), -np.sin(t1)], [0, np.sin(t1), np.cos(t1)]])
+    rz = np.array([[np.cos(t2), -np.sin(t2), 0], [np.sin(t2), np.cos(t2), 0], [0, 0, 1]])
+    a = np.eye(4)
+    a[:3, :3] = np.diag([-1.0, 1, 1]) @ rx @ rz
+    a[:3, 3] = [128.3, -110.7, -80.1]
+    lab = np.zeros(shape, np.uint8)
+    lab[100:150, 100:150, 60:110] = 1
+    q = nib.Nifti1Image(lab, None)
+    q.set_qform(a, code=1)
+    q.set_sform(None, code=0)
+    nib.save(q, tmp_path / "a.nii")
+    nib.save(nib.Nifti1Image(lab, a), tmp_path / "a_seg.nii")
+    moved = grid_displacement(nib.load(tmp_path / "a.nii").affine, nib.load(tmp_path / "a_seg.nii").affine, shape)
+    assert GEOMETRY_ATOL < moved < 0.1  # beyond the absolute tolerance, within a tenth of the 1 mm voxel
+    load_case(CaseFiles("a", tmp_path / "a.nii", seg=tmp_path / "a_seg.nii"), num_classes=2)
+    assert grid_mismatch(a, a, shape) is None
+    assert "tolerance 0.1 mm" in grid_mismatch(_rotated(a, 0.1), a, shape)  # 0.4 mm at the far corner: refused

@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ...io import (
-    GEOMETRY_ATOL,
     CaseError,
-    grid_displacement,
+    grid_mismatch,
     image_channel_files,
     read_volume,
 )
@@ -127,10 +126,9 @@ def read_image_channels(
         shape, ref_aff = geometry
         if tuple(data.shape[1:]) != tuple(shape):
             raise CaseError(f"{who}image {p.name} has spatial shape {tuple(data.shape[1:])}, expected {tuple(shape)}")
-        moved = grid_displacement(aff, ref_aff, shape)
-        if not moved <= GEOMETRY_ATOL:
-            raise CaseError(f"{who}image {p.name} is not in the space of the case's other volumes (voxel centres up "
-                            f"to {moved:.4g} mm apart, tolerance {GEOMETRY_ATOL} mm)")
+        problem = grid_mismatch(aff, ref_aff, shape)
+        if problem is not None:
+            raise CaseError(f"{who}image {p.name} is not in the space of the case's other volumes ({problem})")
         parts.append(data.astype(np.float32, copy=False))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
