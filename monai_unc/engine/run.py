@@ -30,7 +30,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..io import output_lock
+from ..io import is_disk_full, output_lock
 from ..io.cases import settings_changes
 from .cache import CaseCache
 from .collectives import (
@@ -73,9 +73,11 @@ def process_cases(
     With ``cache`` a saved result whose fingerprint is unchanged is loaded instead of computed, and every computed
     result is saved. With ``failures`` (a list) a case that raises an ``Exception`` is appended as ``(case_id,
     exception)``, ``on_failure(case_id, exception)`` is called and the loop goes on; without it the first error
-    propagates. An interrupt (``KeyboardInterrupt``) always stops the loop, and so does an ``ImportError``: a missing
-    optional package (e.g. the ``dicom`` extra for DICOM series) is the environment's, not a case's, and would fail
-    every case alike (the command line turns it into one line naming what to install, exit status 2).
+    propagates. An interrupt (``KeyboardInterrupt``) always stops the loop, and so do the environment's errors, which
+    are not a case's and would fail every case alike: an ``ImportError`` (a missing optional package, e.g. the
+    ``dicom`` extra for DICOM series; the command line turns it into one line naming what to install, exit status 2)
+    and a full disk or quota (:func:`~monai_unc.io.is_disk_full`; one line naming the file, exit status 2; the cases
+    done are kept and a rerun after freeing space resumes).
 
     Args:
         items: the cases (e.g. :class:`~monai_unc.io.CaseFiles`).
@@ -113,8 +115,10 @@ def process_cases(
                 if cache is not None:
                     cache.save(cid, result, fp)
         except Exception as e:  # an interrupt (KeyboardInterrupt) is not an Exception and stops the run
-            if failures is None or isinstance(e, ImportError):  # found by hostile testing: DICOM series without
-                raise  # the dicom extra failed case by case (exit 1, "fix these cases") instead of one line, exit 2
+            # found by hostile testing: DICOM series without the dicom extra failed case by case (exit 1, "fix these
+            # cases") instead of one line, exit 2; a full disk computed and failed every remaining case
+            if failures is None or isinstance(e, ImportError) or is_disk_full(e):
+                raise
             failures.append((cid, e))
             if on_failure is not None:
                 on_failure(cid, e)

@@ -42,6 +42,7 @@ from .cases import (
     split_extension,
 )
 from .files import (
+    DISK_FULL_ERRNOS,
     GZIP_BLOCK_BYTES,
     GZIP_ENGINES,
     OUTPUT_LOCK_FILE,
@@ -66,6 +67,7 @@ from .files import (
     check_writable_folder,
     clean_partial_files,
     file_sha256,
+    is_disk_full,
     json_safe,
     output_lock,
     partial_path,
@@ -139,6 +141,8 @@ __all__ = [
     "check_inputs_not_written",
     "check_writable_folder",
     "clean_partial_files",
+    "DISK_FULL_ERRNOS",
+    "is_disk_full",
     "OUTPUT_LOCK_FILE",
     "output_lock",
     "atomic_folder",

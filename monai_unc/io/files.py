@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fnmatch
 import hashlib
 import io
@@ -72,6 +73,8 @@ __all__ = [
     "check_output_folder",
     "check_output_file",
     "clean_partial_files",
+    "DISK_FULL_ERRNOS",
+    "is_disk_full",
     "OUTPUT_LOCK_FILE",
     "output_lock",
     "atomic_folder",
@@ -116,12 +119,53 @@ def partial_path(path: str | os.PathLike, ending: str | None = None) -> Path:
     return path.with_name(f".{name}.partial")
 
 
+#: the error numbers of a full disk (``ENOSPC``) or an exhausted quota (``EDQUOT`` where the platform has it)
+DISK_FULL_ERRNOS = frozenset(n for n in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if n is not None)
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether an error is a full disk or an exhausted quota (:data:`DISK_FULL_ERRNOS`).
+
+    Such an error is the environment's, not the data's: every further write fails alike until space is freed.
+
+    Args:
+        error: the exception.
+
+    Returns:
+        True for an ``OSError`` whose ``errno`` is one of :data:`DISK_FULL_ERRNOS`.
+
+    Example:
+        >>> is_disk_full(OSError(errno.ENOSPC, "No space left on device")), is_disk_full(OSError(errno.ENOENT, "x"))
+        (True, False)
+    """
+    return isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS
+
+
+def _name_written_file(error: OSError, path: Path, *temporary: Path) -> None:
+    """Make an ``OSError`` of writing ``path`` name it, in place (its type, ``errno`` and traceback kept).
+
+    A failed ``write`` (a full disk: ``[Errno 28] No space left on device``) names no file; a writer given a
+    temporary name names that one, and a copy (:func:`shutil.copy2`) names its source first. The error then names
+    ``path``: as ``filename`` when it had none, in place of a ``temporary`` name where it had one. Found by hostile
+    testing: a full output disk printed ``OSError: [Errno 28] No space left on device`` without a folder or file.
+    """
+    if error.errno is None:  # our own messages
+        return
+    hidden = {str(t) for t in temporary}
+    if error.filename is None or str(error.filename) in hidden:
+        error.filename = str(path)
+    if error.filename2 is not None and str(error.filename2) in hidden:
+        error.filename2 = str(path)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[Path]:
     """Context manager yielding a temporary path to write ``path`` under, renamed to ``path`` on a clean exit.
 
-    The parent folder is created first. On an exception inside the block the temporary file is removed, nothing is
-    renamed and an older ``path`` is kept.
+    The parent folder is created first, and a temporary file an interrupted run left under the same name is removed
+    (a writer that refuses an existing file would otherwise fail on it). On an exception inside the block the
+    temporary file is removed, nothing is renamed and an older ``path`` is kept; an ``OSError`` then names ``path``
+    when it named no file or the temporary one (a full disk: ``No space left on device: <path>``).
 
     Args:
         path: the file to write.
@@ -142,12 +186,16 @@ def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = partial_path(path, ending)
+    with contextlib.suppress(FileNotFoundError):  # a killed run's (found by hostile testing: the key's O_EXCL write
+        tmp.unlink()  # failed with "File exists: .signing_key.pem.partial" until it was removed by hand)
     try:
         yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(e, OSError):
+            _name_written_file(e, path, tmp)
         raise
 
 
@@ -180,7 +228,8 @@ def atomic_write_files(path: str | os.PathLike, write: Callable[[Path], Any]) ->
     the spacing into ``<name>.json``): under :func:`atomic_write`'s temporary name such a sidecar would keep that
     name. Every other file the writer made is renamed into ``path``'s folder first, ``path`` itself last, so a
     reader that waits for ``path`` finds its sidecars. The private folder (``.<name>.partial...dir``) is removed
-    afterwards, and by :func:`clean_partial_files` when a run was killed in between.
+    afterwards, and by :func:`clean_partial_files` when a run was killed in between. An ``OSError`` names ``path``
+    as :func:`atomic_path`'s does.
 
     Args:
         path: the file to write.
@@ -213,6 +262,9 @@ def atomic_write_files(path: str | os.PathLike, write: Callable[[Path], Any]) ->
             if f.name != path.name:
                 os.replace(f, path.parent / f.name)
         os.replace(tmp, path)
+    except OSError as e:
+        _name_written_file(e, path, tmp)
+        raise
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return path
@@ -1383,8 +1435,12 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
     _HELD_FOLDERS[key] = 1
     try:
         started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}, {command}, since {started}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()}, {command}, since {started}\n".encode())
+        except OSError as e:  # a full disk: the line names the lock file
+            _name_written_file(e, path)
+            raise
         yield path
     finally:
         del _HELD_FOLDERS[key]

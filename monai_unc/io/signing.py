@@ -47,6 +47,7 @@ __all__ = [
     "Trust",
     "config_dir",
     "generate_key_pair",
+    "complete_key_pair",
     "default_signing_key",
     "load_private_key",
     "load_public_key",
@@ -114,14 +115,24 @@ def _write_private(path: Path, data: bytes) -> Path:
     return atomic_write(path, write)
 
 
+def _write_public(path: Path, key: Ed25519PublicKey) -> Path:
+    return atomic_write_bytes(path, key.public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
 def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", overwrite: bool = False
                       ) -> tuple[Path, Path]:
     """Create an Ed25519 key pair: ``<name>.pem`` (private, mode 0600) and ``<name>.pub`` (public), both PEM.
 
+    The private key is written first. A half pair (``<name>.pem`` without ``<name>.pub``: a full disk or a kill
+    between the two files) is completed: its public key is derived from the private key (:func:`complete_key_pair`)
+    and the pair is returned, not replaced.
+
     Args:
         folder: where to write them (created with mode 0700 when missing).
         name: the file stem.
-        overwrite: replace an existing pair (otherwise ``FileExistsError``).
+        overwrite: replace an existing pair (otherwise ``FileExistsError``; ``monai-unc keys --overwrite
+            --create [FOLDER]``).
 
     Returns:
         ``(private, public)`` paths.
@@ -134,15 +145,50 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
     """
     folder = Path(folder)
     priv, pub = folder / f"{name}.pem", folder / f"{name}.pub"
-    if not overwrite and (priv.exists() or pub.exists()):
-        raise FileExistsError(f"a key pair exists at {priv}; keep it, or pass overwrite to replace it")
+    if not overwrite:
+        if priv.exists() and not pub.exists():  # found by hostile testing: a half pair could not be completed
+            complete_key_pair(priv)
+            return priv, pub
+        if priv.exists() or pub.exists():
+            raise FileExistsError(f"a key pair exists at {priv}; keep it, or replace it with overwrite=True "
+                                  "(monai-unc keys --overwrite --create [FOLDER]): rules signed with it are then no "
+                                  "longer trusted where its public key was")
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = Ed25519PrivateKey.generate()
     _write_private(priv, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
-    atomic_write_bytes(pub, key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                          serialization.PublicFormat.SubjectPublicKeyInfo))
+    _write_public(pub, key.public_key())
     return priv, pub
+
+
+def complete_key_pair(private: str | os.PathLike) -> Path:
+    """The public key file of a private key ``<name>.pem``: ``<name>.pub`` beside it, written when missing.
+
+    A public key is determined by its private key, so a half pair (the private key alone: a full disk or a kill
+    between the two files of :func:`generate_key_pair`) is completed rather than replaced; an existing public key
+    file is left as it is.
+
+    Args:
+        private: the private key file (PEM, Ed25519).
+
+    Returns:
+        The public key file (``.pub`` in place of the private key's suffix).
+
+    Raises:
+        ValueError: ``private`` is not a readable Ed25519 private key (naming it).
+
+    Example:
+        >>> import tempfile
+        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
+        >>> pub.unlink()
+        >>> complete_key_pair(priv) == pub, load_public_key(pub) is not None
+        (True, True)
+    """
+    private = Path(private)
+    pub = private.with_suffix(".pub")
+    if not pub.exists():
+        _write_public(pub, load_private_key(private).public_key())
+    return pub
 
 
 def _load_pem_key(path: str | os.PathLike, load: Callable[[bytes], Any], cls: type, what: str, kind: str) -> Any:
@@ -185,7 +231,8 @@ def default_signing_key(create: bool = True) -> Path | None:
     """The private key certification signs with.
 
     ``$MONAI_UNC_SIGNING_KEY`` when set (it must exist), else ``signing_key.pem`` of :func:`config_dir`, created
-    with its public key on first use when ``create``.
+    with its public key on first use when ``create``; with ``create``, a missing ``signing_key.pub`` beside it is
+    derived from it (:func:`complete_key_pair`), so that this machine trusts what it signs.
 
     Args:
         create: create the configuration folder's key pair when missing.
@@ -200,11 +247,9 @@ def default_signing_key(create: bool = True) -> Path | None:
             raise ValueError(f"MONAI_UNC_SIGNING_KEY names {path}, which is not a file")
         return path
     path = config_dir() / PRIVATE_KEY_FILE
-    if not path.is_file():
-        if not create:
-            return None
-        generate_key_pair(config_dir())
-    return path
+    if create and not (path.is_file() and (config_dir() / PUBLIC_KEY_FILE).exists()):
+        generate_key_pair(config_dir())  # a new pair, or the public key of a half pair
+    return path if path.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -291,7 +336,9 @@ def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tu
     """The public keys a reader trusts, by fingerprint.
 
     The given files or folders, those of ``$MONAI_UNC_TRUSTED_KEYS`` (separated by ``os.pathsep``), every ``*.pub``
-    of the configuration folder's ``trusted_keys/`` and the configuration folder's own ``signing_key.pub``.
+    of the configuration folder's ``trusted_keys/`` and the configuration folder's own ``signing_key.pub``; of a
+    half pair there (``signing_key.pem`` alone: a full disk or a kill between the two files), the public key of
+    ``signing_key.pem`` (named by that file; nothing is written), so that this machine trusts what it signs.
 
     Args:
         extra: further key files or folders (``--trusted-keys``).
@@ -307,15 +354,18 @@ def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tu
     implicit: list[Path] = []
     if (cfg / TRUSTED_KEYS_DIR).is_dir():
         implicit += [cfg / TRUSTED_KEYS_DIR, *sorted((cfg / TRUSTED_KEYS_DIR).glob("*.pub"))]
+    own_private = cfg / PRIVATE_KEY_FILE
     if (cfg / PUBLIC_KEY_FILE).is_file():
         implicit.append(cfg / PUBLIC_KEY_FILE)
+    elif own_private.is_file():  # found by hostile testing: this machine refused the rules it had just signed
+        implicit.append(own_private)
     if implicit:  # trusted without being named: only while nobody else can change them
         for p in (cfg, *implicit):
             check_owner_only_writable(p)
         files += [p for p in implicit if p.is_file()]
     keys: dict[str, tuple[Ed25519PublicKey, Path]] = {}
     for f in files:
-        key = load_public_key(f)
+        key = load_private_key(f).public_key() if f == own_private else load_public_key(f)
         keys.setdefault(key_fingerprint(key), (key, f))
     return keys
 

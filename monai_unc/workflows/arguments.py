@@ -592,6 +592,9 @@ def _add_keys(sub: Any) -> None:
     p.add_argument("--create", metavar="FOLDER", nargs="?", const="", default=None,
                    help="create a key pair (signing_key.pem, owner-only, and signing_key.pub) in FOLDER (default: "
                    "your configuration folder, if it has none)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --create: replace the pair in FOLDER (rules signed with the old key are then no longer "
+                   "trusted where only its public key was)")
     p.add_argument("--show", metavar="FILE", default=None, help="the fingerprint of a public or private key file")
 
 

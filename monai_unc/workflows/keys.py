@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..io.signing import (
+    PRIVATE_KEY_FILE,
     config_dir,
     default_signing_key,
     generate_key_pair,
@@ -44,7 +45,8 @@ def key_file_fingerprint(path: str | Path) -> str:
 def keys_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, str]]:
     """``monai-unc keys`` on its parsed arguments.
 
-    ``--create [FOLDER]`` makes a key pair (default: the configuration folder's, refused when it has one);
+    ``--create [FOLDER]`` makes a key pair (default: the configuration folder's; refused when it has one, replaced
+    with ``--overwrite``; a half pair, the private key alone, is completed with its public key);
     ``--show FILE`` prints a key file's fingerprint; without options, the signing key and the trusted keys.
 
     Args:
@@ -55,12 +57,17 @@ def keys_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, str
     """
     lines: list[str] = []
     value: dict[str, str] = {}
+    if getattr(args, "overwrite", False) and args.create is None:
+        raise ValueError("--overwrite replaces a key pair: pass it with --create [FOLDER]")
     if args.create is not None:
         folder = Path(args.create) if args.create else config_dir()
-        priv, pub = generate_key_pair(folder)
+        overwrite = bool(getattr(args, "overwrite", False))
+        had_private = (folder / PRIVATE_KEY_FILE).exists() and not overwrite
+        priv, pub = generate_key_pair(folder, overwrite=overwrite)
         fp = key_file_fingerprint(pub)
         value.update(private=str(priv), public=str(pub), fingerprint=fp)
-        lines += [f"created {priv} (private: keep it secret, readable by you only)",
+        lines += [f"kept {priv} (private: the public key was missing, derived from it)" if had_private else
+                  f"created {priv} (private: keep it secret, readable by you only)",
                   f"created {pub} (public: give it to the machines that should trust your rules)", f"fingerprint {fp}"]
     elif args.show is not None:
         fp = key_file_fingerprint(args.show)

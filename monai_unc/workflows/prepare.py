@@ -75,8 +75,8 @@ SOFTMAX_MEASURES = ("predictive_entropy", "one_minus_max_prob")
 def error_text(e: BaseException) -> str:
     """The first line of an error for a one-line message.
 
-    ``OSError`` as ``what: path`` (without ``[Errno n]``), the package's own ``ValueError`` s as their message, other
-    errors as ``Type: message``.
+    ``OSError`` as ``what: path`` (without ``[Errno n]``; of an error with two paths, e.g. a copy or a rename, the
+    second: the destination), the package's own ``ValueError`` s as their message, other errors as ``Type: message``.
 
     Args:
         e: the exception.
@@ -84,8 +84,9 @@ def error_text(e: BaseException) -> str:
     Returns:
         One line of text.
     """
-    if isinstance(e, OSError) and e.strerror and e.filename:
-        return f"{e.strerror}: {e.filename}"
+    if isinstance(e, OSError) and e.strerror and (e.filename2 or e.filename):
+        # found by hostile testing: a copy onto a full disk named its source, a file inside the package
+        return f"{e.strerror}: {e.filename2 or e.filename}"
     text = str(e).strip()
     first = text.splitlines()[0] if text else ""
     if isinstance(e, ValueError) or (isinstance(e, OSError) and e.errno is None):  # our own messages

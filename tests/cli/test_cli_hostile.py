@@ -408,6 +408,40 @@ def test_missing_dicom_extra_stops_the_run_in_one_line(d, tmp_path, capsys, monk
     assert not (tmp_path / "o" / "failures.json").exists()
 
 
+def test_a_full_disk_stops_infer_in_one_line_naming_the_file_and_a_rerun_resumes(d, tmp_path, capsys, monkeypatch):
+    """Found by hostile testing: on a full output disk every remaining case was computed and then failed with
+    ``OSError: [Errno 28] No space left on device`` (no folder, no file), one line each, then once more."""
+    import errno
+
+    from monai_unc.io import GzipBlockWriter
+
+    out = tmp_path / "o"
+    tried: list[str] = []
+    full = {"toy001"}
+    real_write = GzipBlockWriter.write
+
+    def write(self, data):  # the disk fills up while toy001's first file is written
+        name = Path(str(getattr(self._raw, "name", ""))).name
+        tried.append(name)
+        if any(c in name for c in full):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(self, data)
+
+    monkeypatch.setattr(GzipBlockWriter, "write", write)
+    rc, lines = _run(_infer(d, out), capsys)
+    assert rc == 2, lines
+    assert len(lines) == 1 and re.fullmatch(rf"monai-unc infer: error: No space left on device: "
+                                            rf"{re.escape(str(out))}/toy001_\w+\.nii\.gz", lines[0]), lines
+    assert not [n for n in tried if "toy002" in n], tried  # the later case was not computed
+    assert not (out / "failures.json").exists()
+    full.clear()  # space freed
+    tried.clear()
+    rc, lines = _run(_infer(d, out), capsys)
+    assert rc == 0, lines
+    assert not [n for n in tried if "toy000" in n] and [n for n in tried if "toy002" in n], tried  # resumed
+    assert all((out / f"toy00{i}_seg.nii.gz").is_file() for i in range(3))
+
+
 def test_evaluate_bad_files_fail_per_case(d, tmp_path, capsys):
     out = tmp_path / "o"
     rc, lines = _run(_evaluate(d["bad_labels"], d["bad_pred"], out), capsys)

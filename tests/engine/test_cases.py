@@ -153,6 +153,35 @@ def test_errors_outside_the_cases_raise_at_once(tmp_path):
         process_cases([Item("a", 1.0, bad=True), Item("b", 1.0)], _square)
 
 
+@pytest.mark.parametrize("number", ["ENOSPC", "EDQUOT"])
+def test_a_full_disk_stops_the_run_at_the_first_case_and_a_rerun_resumes(tmp_path, number):
+    """Found by hostile testing: on a full output disk every remaining case was computed and then failed alike (one
+    line each, exit 1); a full disk or quota is the environment's, like a missing package: the run stops."""
+    import errno
+
+    calls: list[str] = []
+    square = _counting(calls)
+    full = {"c2"}
+
+    def write(item: Item) -> dict:
+        if item.case_id in full:
+            raise OSError(getattr(errno, number), os.strerror(getattr(errno, number)), f"/out/{item.case_id}.json")
+        return square(item)
+
+    with pytest.raises(OSError, match="c2.json"):
+        process_cases(sorted(ITEMS, key=lambda i: i.case_id), write, failures=[])
+    assert calls == ["c0", "c1"]  # c3 and c4 were not computed
+    folder = tmp_path / "state"
+    with pytest.raises(OSError) as info:
+        run_cases(ITEMS, write, command="toy", ctx=DistContext(), cache=_cache(folder),
+                  failures_file=tmp_path / "failures.json")
+    assert info.value.errno == getattr(errno, number) and not (tmp_path / "failures.json").exists()
+    full.clear()  # space freed: the cases done are not computed again
+    calls.clear()
+    run = run_cases(ITEMS, write, command="toy", ctx=DistContext(), cache=_cache(folder))
+    assert run.cases == ["c0", "c1", "c2", "c3", "c4"] and calls == ["c2", "c3", "c4"]
+
+
 def test_cache_reuses_unchanged_cases_and_recomputes_stale_ones(tmp_path):
     calls: list[str] = []
     square = _counting(calls)

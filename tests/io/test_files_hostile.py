@@ -134,3 +134,83 @@ def test_save_region_maps_uint8_refuses_values_that_are_not_0_or_1(tmp_path, val
     assert not (tmp_path / "m.nii.gz").exists()
     a[0, 0, 0, 0] = 1
     assert save_region_maps(a.astype(bool), np.eye(4), tmp_path / "m.nii.gz", dtype="uint8").exists()
+
+
+def _disk_full(*names: object) -> OSError:
+    """The error of a write on a full disk: no file named (``f.write``), or the names a call gave it."""
+    import errno
+
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), *names)
+
+
+def test_a_full_disk_error_names_the_file_being_written(tmp_path, monkeypatch):
+    """Found by hostile testing: a full output disk printed ``OSError: [Errno 28] No space left on device`` without
+    a folder or file, and a copy (the report's viewer scripts) named its source, a file inside the package."""
+    import errno
+
+    from monai_unc.io import atomic_copy, atomic_write, atomic_write_files, files, output_lock, partial_path
+    from monai_unc.workflows.prepare import error_text
+
+    dst = tmp_path / "out" / "case_probs.nii.gz"
+
+    def write(tmp):
+        raise _disk_full()
+
+    with pytest.raises(OSError) as info:
+        atomic_write(dst, write)
+    assert info.value.errno == errno.ENOSPC and type(info.value) is OSError
+    assert info.value.filename == str(dst) and error_text(info.value) == f"No space left on device: {dst}"
+
+    def write_named(tmp):
+        raise _disk_full(str(tmp))  # a writer that names its (hidden) temporary file
+
+    with pytest.raises(OSError) as info:
+        atomic_write(dst, write_named)
+    assert info.value.filename == str(dst)
+    with pytest.raises(OSError) as info:
+        atomic_write_files(dst, write)
+    assert info.value.filename == str(dst)
+    assert sorted(p.name for p in dst.parent.iterdir()) == []  # nothing left behind
+
+    src = tmp_path / "niivue.umd.js"
+    src.write_text("js")
+    copy = tmp_path / "rep" / "assets" / "niivue.umd.js"
+
+    def copy2(a, b):  # as shutil's sendfile copy reports a failed write: both paths, the source first
+        raise _disk_full(str(a), None, str(b))
+
+    monkeypatch.setattr(files.shutil, "copy2", copy2)
+    with pytest.raises(OSError) as info:
+        atomic_copy(src, copy)
+    assert (info.value.filename, info.value.filename2) == (str(src), str(copy))
+    assert error_text(info.value) == f"No space left on device: {copy}"
+    assert not partial_path(copy).exists()
+
+    real_write = os.write
+
+    def os_write(fd, data):
+        if bytes(data).startswith(b"pid "):  # the lock file's holder line
+            raise _disk_full()
+        return real_write(fd, data)
+
+    monkeypatch.setattr(files.os, "write", os_write)
+    with pytest.raises(OSError) as info, output_lock(tmp_path / "locked", "toy"):
+        pass
+    assert info.value.filename == str(tmp_path / "locked" / files.OUTPUT_LOCK_FILE)
+
+
+def test_a_temporary_file_a_killed_run_left_does_not_block_the_next_write(tmp_path):
+    """Found by hostile testing: kill -9 before the signing key's rename left ``.signing_key.pem.partial`` and every
+    later ``keys --create`` failed with ``File exists`` (the key's writer refuses an existing file)."""
+    from monai_unc.io import atomic_write, partial_path
+
+    dst = tmp_path / "signing_key.pem"
+    partial_path(dst).write_bytes(b"half a key")
+
+    def exclusive(tmp):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"key")
+
+    assert atomic_write(dst, exclusive).read_bytes() == b"key"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["signing_key.pem"]

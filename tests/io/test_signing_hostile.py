@@ -275,3 +275,65 @@ def test_triage_refuses_a_spoofing_signature_key_even_when_unsigned_is_allowed(c
     err = [ln for ln in out.err.strip().splitlines() if "--allow-unsigned:" not in ln]  # the flag's own notice
     assert len(err) == 1 and str(spoof) in err[0] and "not an ed25519 signature object" in err[0], out.err
     assert not (tmp_path / "s" / "triage.json").exists()
+
+
+def test_a_half_key_pair_is_completed_and_trusted_by_its_own_machine(config, tmp_path, capsys):
+    """Found by hostile testing: a full disk (or kill -9) between ``signing_key.pem`` and ``signing_key.pub`` left
+    the private key alone; rules this machine then signed were refused by its own triage ("not a trusted key") and
+    ``keys --create`` refused ("pass overwrite to replace it", an option the command line did not have)."""
+    from monai_unc.io.signing import (
+        PRIVATE_KEY_FILE,
+        PUBLIC_KEY_FILE,
+        default_signing_key,
+        key_fingerprint,
+        load_public_key,
+        trusted_public_keys,
+    )
+
+    priv, pub = generate_key_pair(config)
+    fp = key_fingerprint(load_public_key(pub))
+    signed = json.loads(_signed(tmp_path)[0].read_text())
+    assert signed["signature"]["key"] == fp
+    pub.unlink()  # the half pair
+    # a reader derives the public key (and writes nothing); the machine that signs completes the pair
+    assert check_signature(signed, Trust(), "r") == f"signed by {fp} (trusted key {priv})"
+    assert not pub.exists()
+    assert default_signing_key() == priv and key_fingerprint(load_public_key(pub)) == fp
+    assert [str(f) for _, f in trusted_public_keys().values()] == [str(pub)]
+
+    pub.unlink()
+    assert generate_key_pair(config) == (priv, pub) and key_fingerprint(load_public_key(pub)) == fp
+    pub.unlink()
+    assert cli.main(["keys", "--create"]) == 0  # completes the pair, keeps the private key
+    out = capsys.readouterr().out
+    assert f"kept {priv}" in out and f"fingerprint {fp}" in out and (config / PRIVATE_KEY_FILE) == priv
+    assert key_fingerprint(load_public_key(config / PUBLIC_KEY_FILE)) == fp
+
+
+def test_keys_create_names_a_remedy_that_exists(config, capsys):
+    """Found by hostile testing: ``keys --create`` on an existing pair said "pass overwrite to replace it", and
+    ``keys --create --overwrite`` was "unrecognized arguments"."""
+    from monai_unc.io.signing import key_fingerprint, load_public_key
+
+    assert cli.main(["keys", "--create"]) == 0
+    old = key_fingerprint(load_public_key(config / "signing_key.pub"))
+    capsys.readouterr()
+    assert cli.main(["keys", "--create"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "monai-unc keys --overwrite --create [FOLDER]" in err, err
+    assert cli.main(["keys", "--create", "--overwrite"]) == 0
+    assert key_fingerprint(load_public_key(config / "signing_key.pub")) != old
+    assert (config / "signing_key.pem").stat().st_mode & 0o777 == 0o600
+    capsys.readouterr()
+    assert cli.main(["keys", "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "monai-unc keys: error: --overwrite replaces a key pair: pass it with --create [FOLDER]", err
+
+
+def test_a_killed_key_write_does_not_block_the_next_keys_create(config, capsys):
+    """Found by hostile testing: kill -9 before the private key's rename left ``.signing_key.pem.partial``, and the
+    next ``keys --create`` failed with ``File exists: .../.signing_key.pem.partial``."""
+    config.mkdir(parents=True, mode=0o700)
+    (config / ".signing_key.pem.partial").write_bytes(b"-----BEGIN PRIVATE KEY-----\n")
+    assert cli.main(["keys", "--create"]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in config.iterdir()) == ["signing_key.pem", "signing_key.pub"]

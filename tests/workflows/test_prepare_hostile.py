@@ -31,3 +31,18 @@ def test_evaluate_refuses_a_calibration_case_list_with_a_duplicate_in_one_line(t
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "more than once: 'toy000'" in err[0] and str(cases) in err[0], err
     assert not (tmp_path / "ev").exists()
+
+
+def test_error_text_of_a_two_path_error_names_the_destination():
+    """Found by hostile testing: ``report`` copying its viewer scripts onto a full disk printed ``No space left on
+    device: .../monai_unc/report/assets/niivue.umd.js``, the source of the copy inside the package (shutil puts the
+    destination in ``filename2``)."""
+    import errno
+    import os
+
+    from monai_unc.workflows.prepare import error_text
+
+    e = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/pkg/assets/niivue.umd.js", None, "/out/assets/niivue.umd.js")
+    assert error_text(e) == "No space left on device: /out/assets/niivue.umd.js"
+    assert error_text(FileNotFoundError(errno.ENOENT, "No such file or directory", "/in/x")) == \
+        "No such file or directory: /in/x"
