@@ -116,3 +116,25 @@ def run_toy_infer(toy, out, *flags):
 
     return cli.main(["infer", "-i", str(toy["images"]), "-o", str(out), "--network", str(toy["spec"]),
                      "--checkpoint", str(toy["ckpt"]), "--samples", "3", "--device", "cpu", "--quiet", *flags])
+
+
+def write_infer_case_records(pred, method=None, num_samples=None):
+    """Give a folder of stand-in predictions holding an ``infer.json`` the case records ``monai-unc infer`` writes.
+
+    One ``<case>.json`` per ``<case>_seg.nii.gz`` (written last by infer: the case is finished), whose ``fingerprint``
+    is the ``settings`` of ``infer.json`` (the case was made by that run), so that ``evaluate`` reads the folder as
+    one finished infer run (:func:`monai_unc.io.provenance.check_finished_predictions`). ``method`` and
+    ``num_samples`` default to the settings' ``method`` and ``samples`` (the fingerprint of a rule then stays what
+    ``infer.json`` alone gave).
+    """
+    import json
+
+    doc = json.loads((pred / "infer.json").read_text())
+    settings = doc["settings"]
+    for seg in sorted(pred.glob("*_seg.nii.gz")):
+        cid = seg.name[: -len("_seg.nii.gz")]
+        files = sorted(p.name for p in pred.glob("*.nii.gz") if p.name.startswith(cid + "_"))
+        record = {"case": cid, "files": files, "method": method or settings.get("method"),
+                  "num_samples": num_samples or settings.get("samples", 1), "mi_meaning": "epistemic",
+                  "multilabel": bool(doc.get("multilabel", False)), "fingerprint": settings}
+        (pred / f"{cid}.json").write_text(json.dumps(record))

@@ -26,6 +26,7 @@ from ..engine import (
 )
 from ..engine.records import record_gather_hooks
 from ..io import CaseError, CaseFiles, check_output_kind, load_case, match_cases
+from ..io.provenance import check_finished_predictions
 from ..product import registered_products
 from ..regions import unclaimed_labels_message
 from .case import CaseResult, derived_maps, evaluate_case, load_evaluation_case
@@ -387,7 +388,13 @@ def _run_evaluate(
         with warnings.catch_warnings():
             if not ctx.is_main:  # every rank matches the same files: rank 0 alone reports the cases left out
                 warnings.simplefilter("ignore", UserWarning)
-            cases = match_cases(**match_kwargs)
+            try:
+                cases = match_cases(**match_kwargs)
+            except CaseError:  # files missing in a folder another run is writing: say that first
+                check_finished_predictions(match_kwargs["predictions"], match_kwargs["layout"], ())
+                raise
+        # an infer run still writing, interrupted or of two settings: refused before any work (the rule too)
+        check_finished_predictions(match_kwargs["predictions"], match_kwargs["layout"], [c.case_id for c in cases])
         if config.shifts is not None:
             unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
             if unknown:

@@ -77,6 +77,7 @@ __all__ = [
     "is_disk_full",
     "OUTPUT_LOCK_FILE",
     "output_lock",
+    "output_lock_holder",
     "atomic_folder",
     "OUTPUT_MARKERS",
     "check_output_kind",
@@ -1450,6 +1451,54 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
         if created:  # a folder made here for a run refused before it wrote anything is not left behind
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty
+
+
+def output_lock_holder(folder: str | os.PathLike) -> str | None:
+    """The run that holds a folder with :func:`output_lock` now, when it is another process: for a reader.
+
+    A command that reads another command's output folder (``evaluate`` reading the predictions of ``infer``) asks
+    first: a run that holds the folder is still writing it. The lock file a run left when it ended, however it ended
+    (even by SIGKILL), is not held (the operating system released its lock), nor is a folder this process holds; and
+    nothing is held without ``fcntl`` or on a file system without ``flock`` (as for :func:`output_lock`). Nothing is
+    created or written (the folder may be read-only): the lock file is opened for reading and a shared lock tried
+    and released at once.
+
+    Args:
+        folder: the folder to read.
+
+    Returns:
+        What the lock file says of its holder (``"pid 123, monai-unc infer, since ..."``, or ``"holder unknown"``),
+        or None when no other process holds the folder.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with output_lock(d, "toy"):
+        ...         mine = output_lock_holder(d)  # this process's own hold does not count
+        ...     mine, output_lock_holder(d)
+        (None, None)
+    """
+    folder = Path(folder)
+    if str(folder.resolve()) in _HELD_FOLDERS:  # this process holds it
+        return None
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): nothing is locked
+        return None
+    path = folder / OUTPUT_LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file: no run holds the folder
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _lock_holder(path) or "holder unknown"
+    except OSError:  # a file system without flock: not locked
+        return None
+    finally:
+        os.close(fd)  # releases the shared lock when it was taken
+    return None
 
 
 @contextlib.contextmanager

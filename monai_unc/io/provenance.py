@@ -6,6 +6,9 @@ Triage and the cohort products use them alike:
 - :func:`prediction_fingerprint` and its checks (:func:`check_prediction_fingerprint`, :func:`compare_fingerprints`,
   :class:`FingerprintMismatch`): how a folder of predictions was made, read from the records ``infer`` and
   ``nnunet-predict`` write, so that a rule fitted on one model's predictions is not applied to another's.
+- :func:`check_finished_predictions`: an ``infer`` output folder is finished and made with one setting (no run
+  holds it, every case has its record, the records and ``infer.json`` agree) before it is evaluated or a rule is
+  fitted on it.
 - :func:`prediction_regions` / :func:`region_differences`: the region spec recorded with region-based predictions.
 - :func:`rule_digest`: the sha256 content digest of a fitted file (a referral rule, a product's rule file or
   artifact), which tells an edited or corrupted file from the one written.
@@ -29,8 +32,8 @@ from typing import Any
 from .._digest import content_digest
 from .._utils import unique_json_keys
 from ..keys import LAYOUTS
-from .cases import CaseError, CaseFiles, match_cases, read_prediction_regions
-from .files import atomic_write_json, json_safe, read_json_or_none
+from .cases import INFER_RECORD, CaseError, CaseFiles, match_cases, read_prediction_regions, settings_changes
+from .files import atomic_write_json, json_safe, output_lock_holder, read_json_or_none
 from .signing import SIGNATURE_FIELD, Trust, default_signing_key, sign_digest, verify_signature
 
 
@@ -204,6 +207,90 @@ def prediction_fingerprint(
     if cfg.get("weights"):  # configs written before the weight digests have none (compared by path)
         fp["weights"] = cfg["weights"]
     return json.loads(json.dumps(fp))
+
+
+#: the fields of ``infer``'s case records that :func:`prediction_fingerprint` reads: one value in a folder of one run
+_RECORD_FIELDS = ("method", "num_samples", "mi_meaning")
+
+
+def _some(ids: Sequence[str]) -> str:
+    """Case ids for a one-line message: the first five (``repr``: no line break) and how many more."""
+    return f"{list(ids[:5])}" + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
+def check_finished_predictions(predictions: str | os.PathLike, layout: str, case_ids: Sequence[str]) -> None:
+    """Refuse the predictions of an ``infer`` run that is still writing them, unfinished, or made with two settings.
+
+    ``infer`` writes ``infer.json`` (the run's settings) first and each case's record ``<case>.json`` last (the case is
+    finished; its ``fingerprint`` holds the settings it was made with), and holds its folder while it runs
+    (:func:`~monai_unc.io.output_lock`). Files matched by name alone may therefore be another run's half, e.g. of an
+    ``infer --overwrite`` with other settings that was interrupted: new files of some cases, old ones of others, and
+    one case half new, half old. Such a folder is refused in one line before anything is read:
+
+    - another run holds the folder (:func:`~monai_unc.io.output_lock_holder`: a live process; the lock file of a run
+      that ended does not count);
+    - a case of ``case_ids`` has no record (its files are those of an interrupted case);
+    - a record's ``fingerprint`` is not the ``settings`` of ``infer.json`` (the case was made by another run: the
+      message names the cases and the settings that differ, the case's value first);
+    - the records disagree on ``method``, ``num_samples`` or ``mi_meaning`` (records of versions before the
+      ``fingerprint``, which name no settings), which a rule's :func:`prediction_fingerprint` would record as a list.
+
+    The remedy is to run ``monai-unc infer`` into the folder again with the settings of ``infer.json``: it predicts the
+    unfinished cases and those made with other settings, and keeps the rest. Folders that ``infer`` did not write (no
+    readable ``infer.json`` with ``settings``: files of other tools) and the ``nnunet`` layout are not checked.
+
+    Args:
+        predictions: the prediction folder.
+        layout: its layout (``"monai-unc"`` or ``"nnunet"``).
+        case_ids: the cases that will be read (empty: only whether another run holds the folder).
+
+    Raises:
+        ValueError: one line naming the folder, the holder or the cases and what is wrong with them; ``layout`` is not
+            one of :data:`monai_unc.io.LAYOUTS`.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:  # no infer.json: not an infer run, nothing to check
+        ...     check_finished_predictions(d, "monai-unc", ["case1"])
+    """
+    _check_layout(layout)
+    pred = Path(predictions)
+    doc = read_json_or_none(pred / INFER_RECORD) if layout == "monai-unc" else None
+    settings = doc.get("settings") if isinstance(doc, dict) else None
+    if not isinstance(settings, dict):
+        return
+    holder = output_lock_holder(pred)
+    if holder is not None:
+        raise ValueError(f"the predictions in {pred} are being written by another run ({holder}): wait until it ends "
+                         "(or stop it and run 'monai-unc infer' into the folder again to finish it)")
+    current = json.dumps(settings, sort_keys=True)
+    unfinished: list[str] = []
+    other: dict[str, list[str]] = {}  # the settings that differ -> the cases made with them
+    values: dict[str, dict[str, list[str]]] = {k: {} for k in _RECORD_FIELDS}
+    for cid in case_ids:
+        rec = read_json_or_none(pred / f"{cid}.json")
+        if not isinstance(rec, dict):
+            unfinished.append(str(cid))
+            continue
+        made = rec.get("fingerprint")
+        if isinstance(made, dict) and json.dumps(made, sort_keys=True) != current:
+            changes = settings_changes(made, settings) or ["the settings' types"]  # e.g. 1 against 1.0
+            other.setdefault("; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else ""), []).append(str(cid))
+        for k in _RECORD_FIELDS:
+            values[k].setdefault(json.dumps(rec.get(k), sort_keys=True), []).append(str(cid))
+    problems = []
+    if unfinished:
+        problems.append(f"case(s) {_some(unfinished)} have files but no record <case>.json (an interrupted case)")
+    problems += [f"case(s) {_some(ids)} were made with other settings than infer.json's ({what}: the case's value "
+                 "first)" for what, ids in other.items()]
+    if not other:  # differing settings say it already
+        problems += [f"the case records disagree on {k} ("
+                     + "; ".join(f"{v}: {_some(ids)}" for v, ids in sorted(groups.items())) + ")"
+                     for k, groups in values.items() if len(groups) > 1]
+    if problems:
+        raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc infer' run: "
+                         f"{'; '.join(problems)}; run 'monai-unc infer' into the folder again with the settings of its "
+                         "infer.json to finish it")
 
 
 def prediction_regions(

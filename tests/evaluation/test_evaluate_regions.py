@@ -38,6 +38,7 @@ from monai_unc.evaluation import (
 from monai_unc.io import CaseError, match_cases
 from monai_unc.metrics import qu_brats
 from monai_unc.report.html import build_report
+from tests._cases import write_infer_case_records
 from tests._paths import ROOT
 
 AFFINE = np.diag([1.0, 1.2, 2.0, 1.0])
@@ -537,6 +538,7 @@ def test_regions_other_than_the_recorded_ones_are_refused(cohort, tmp_path, caps
     shutil.copytree(cohort["pred"], pred)
     (pred / "infer.json").write_text(json.dumps({"settings": {"activation": "sigmoid"}, "multilabel": True,
                                                  "regions": {"TC": [1, 4], "WT": [1, 2, 4], "ET": [4]}}))
+    write_infer_case_records(pred)
     labels = _relabel(cohort, tmp_path / "labels23", _to_2023)
     with pytest.raises(ValueError, match=r"--regions: the predictions in .* were made with the regions"):
         run_evaluate(labels, pred, tmp_path / "a", EvaluationConfig(regions="brats2023"))

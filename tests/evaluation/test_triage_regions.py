@@ -33,6 +33,7 @@ from monai_unc.evaluation.triage import (
     region_differences,
     run_triage,
 )
+from tests._cases import write_infer_case_records
 
 AFFINE = np.diag([1.0, 1.2, 2.0, 1.0])
 SHAPE = (12, 12, 8)
@@ -88,6 +89,7 @@ def _write_cohort(root: Path, n: int, seed: int, noise: np.ndarray, shift_channe
         _nii(out["images"] / f"{cid}.nii.gz", img)
     doc = {"format": 1, "settings": _settings(BRATS), "multilabel": True, "regions": BRATS}
     (out["pred"] / "infer.json").write_text(json.dumps(doc))
+    write_infer_case_records(out["pred"])
     return out
 
 

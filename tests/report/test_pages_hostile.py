@@ -36,6 +36,7 @@ from monai_unc.report.triage import link_page
 from monai_unc.workflows.infer import InferSettings, check_run_settings
 from monai_unc.workflows.report import triage_with_page
 from monai_unc.workflows.triage import certify_and_triage
+from tests._cases import write_infer_case_records
 from tests._paths import ROOT
 
 # in a file name: no '/' and no '.' (the extension); '$\sqrt{$' would be a matplotlib mathtext error in a figure
@@ -57,11 +58,12 @@ def _names(hostile: bool) -> dict[str, str]:
 
 
 def _stamp(pred: Path, model: str) -> None:
-    """The ``infer.json`` that ``monai-unc infer`` writes, with ``model`` as the model description."""
+    """The ``infer.json`` and case records that ``monai-unc infer`` writes, with ``model`` as the model description."""
     (pred / "infer.json").unlink(missing_ok=True)
     check_run_settings(pred, InferSettings(model=model, method="mcdropout", samples=4, roi=[12], overlap=0.25,
                                            intensity="none", measures=["predictive_entropy"], seed=0,
                                            activation="softmax", checkpoints=[]), overwrite=True)
+    write_infer_case_records(pred)  # and the case records, as of one finished run
 
 
 def _cohort(root: Path, case: str, n: int = N_CASES, empty: int | None = EMPTY) -> tuple[dict[str, Path], list[str]]:

@@ -24,6 +24,7 @@ from monai_unc.products import ConformalMasks
 from monai_unc.report.html import format_value
 from monai_unc.workflows.infer import InferSettings, check_run_settings
 from monai_unc.workflows.report import triage_with_page
+from tests._cases import write_infer_case_records
 
 TRIAGE_CONFORMAL_DIR = "conformal"  # where triage --conformal-rule writes the masks: OUTPUT/<command>/
 
@@ -32,11 +33,12 @@ HOSTILE = "x\"'><img src=x id=pwn onerror=\"document.title='PWNED'\"><svg onload
 
 
 def _stamp(pred: Path, model: str) -> None:
-    """The ``infer.json`` that ``monai-unc infer`` writes, with ``model`` as the model description."""
+    """The ``infer.json`` and case records that ``monai-unc infer`` writes, with ``model`` as the model description."""
     (pred / "infer.json").unlink(missing_ok=True)
     check_run_settings(pred, InferSettings(model=model, method="mcdropout", samples=4, roi=[12], overlap=0.25,
                                            intensity="none", measures=["predictive_entropy"], seed=0,
                                            activation="softmax", checkpoints=[]), overwrite=True)
+    write_infer_case_records(pred)  # and the case records, as of one finished run
 
 
 def _evaluate(data: dict[str, Path], out: Path) -> Path:

@@ -12,7 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from ...io.provenance import prediction_fingerprint, prediction_regions, region_differences
+from ...io.provenance import (
+    check_finished_predictions,
+    prediction_fingerprint,
+    prediction_regions,
+    region_differences,
+)
 from ...regions import parse_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, CohortState, fill_undefined_scores, risk_of_dice
 from ..config import EvaluationConfig
@@ -102,11 +107,14 @@ def certify_rule(
         The certified rule (not written).
 
     Raises:
-        ValueError: the block is not the certificate of the rows' calibration cases.
+        ValueError: the block is not the certificate of the rows' calibration cases, or ``predictions`` is an ``infer``
+            folder still being written, unfinished or made with two settings (:func:`check_finished_predictions`).
     """
     rows = list(rows)
     ids = [str(r["case"]) for r in rows]
     cal_ids = ids if rc["calibration"]["cases"] == "all" else [str(c) for c in rc["calibration"]["cases"]]
+    if predictions is not None:  # the fingerprint of one finished run, not a list of two runs' settings
+        check_finished_predictions(predictions, layout, cal_ids)
     by_id = {str(r["case"]): r for r in rows}
     raw = np.array([as_float(by_id[c].get(column)) for c in cal_ids])
     defined = np.sort(raw[np.isfinite(raw)])
