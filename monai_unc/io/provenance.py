@@ -614,6 +614,8 @@ def list_prediction_cases(
         ValueError: ``layout`` is not one of :data:`monai_unc.io.LAYOUTS`.
         FileNotFoundError: ``predictions`` is not a folder.
         CaseError: no segmentation found, a case of ``cases`` has no prediction, or files of a case are missing.
+        ValueError: the folder is an ``infer`` run that is still written, unfinished or made with two settings
+            (:func:`check_finished_predictions`, on the cases listed).
     """
     _check_layout(layout)
     pred = Path(predictions)
@@ -644,6 +646,9 @@ def list_prediction_cases(
         found = [f for f in found if f.case_id in wanted_set]
     if not found:
         raise CaseError(f"{empty} in {pred}")
+    # the cases of one finished infer run, as evaluate reads them (found by hostile testing: triage and conformal
+    # read a folder a live infer was writing, or one left mixed by an interrupted `infer --overwrite`)
+    check_finished_predictions(pred, layout, [f.case_id for f in found])
     return found
 
 

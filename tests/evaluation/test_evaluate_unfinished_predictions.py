@@ -92,6 +92,19 @@ def test_evaluate_refuses_an_interrupted_infer_of_other_settings(runs, tmp_path,
     assert fingerprint["num_samples"] == 3
 
 
+@pytest.mark.slow
+def test_triage_and_conformal_listings_refuse_an_interrupted_infer(runs, tmp_path):
+    """Found by hostile testing: the prediction listing of ``triage`` and ``conformal`` read a mixed folder (the
+    check of ``evaluate`` now runs in ``list_prediction_cases`` too)."""
+    from monai_unc.io.provenance import list_prediction_cases
+
+    pred = _interrupted_overwrite(runs, tmp_path / "pred")
+    with pytest.raises(ValueError, match="not one finished 'monai-unc infer' run"):
+        list_prediction_cases(pred, "monai-unc")
+    assert [f.case_id for f in list_prediction_cases(runs["new"], "monai-unc")] == ["toy000", "toy001", "toy002"]
+    assert [f.case_id for f in list_prediction_cases(pred, "monai-unc", cases=["toy000"])] == ["toy000"]
+
+
 def test_records_of_earlier_versions_that_disagree_are_refused(tmp_path):
     """Records without ``fingerprint`` (before it existed) are compared on what a rule's fingerprint reads."""
     (tmp_path / "infer.json").write_text(json.dumps({"settings": {"method": "mcdropout", "samples": 2}}))

@@ -234,6 +234,11 @@ def test_triage_refuses_predictions_with_other_regions(cohorts, tmp_path, capsys
     doc["settings"]["regions"] = other
     doc["regions"] = other
     (pred / "infer.json").write_text(json.dumps(doc))
+    for record in pred.glob("*.json"):  # the cases' records too: one finished run made with the other regions
+        case = json.loads(record.read_text())
+        if record.name != "infer.json" and isinstance(case.get("fingerprint"), dict):
+            case["fingerprint"]["regions"] = other
+            record.write_text(json.dumps(case))
     capsys.readouterr()
     assert main(["triage", "-p", str(pred), "-r", str(cohorts["rule"]), "-o", str(tmp_path / "t"), "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
