@@ -646,8 +646,8 @@ def list_prediction_cases(
         found = [f for f in found if f.case_id in wanted_set]
     if not found:
         raise CaseError(f"{empty} in {pred}")
-    # the cases of one finished infer run, as evaluate reads them (found by hostile testing: triage and conformal
-    # read a folder a live infer was writing, or one left mixed by an interrupted `infer --overwrite`)
+    # the cases of one finished infer run, as evaluate reads them (found by hostile testing: triage and the products'
+    # commands read a folder a live infer was writing, or one left mixed by an interrupted `infer --overwrite`)
     check_finished_predictions(pred, layout, [f.case_id for f in found])
     return found
 
