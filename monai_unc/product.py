@@ -86,7 +86,7 @@ def _load_builtins() -> None:
             importlib.import_module(module)
 
 
-def format_cell(value: Any, digits: int = 3, threshold: float | None = None) -> str:
+def format_cell(value: Any, digits: int = 3, threshold: float | None = None, missing: str = "–") -> str:
     """The text of a report cell: ``digits`` decimals for a finite float, an en dash for a missing or non-finite one.
 
     The one formatting of numbers on the pages (``monai_unc.report.html.format_value``) and of the cohort numbers in
@@ -107,6 +107,7 @@ def format_cell(value: Any, digits: int = 3, threshold: float | None = None) -> 
         value: the value (None and ``""`` are missing).
         digits: decimals of a float (and the fewest significant digits where decimals would mislead).
         threshold: the number the value is compared with where it is shown, or None.
+        missing: the text of a missing or non-finite value (``"n/a"`` in the commands' lines).
 
     Returns:
         The text (other values as ``str(value)``).
@@ -122,12 +123,12 @@ def format_cell(value: Any, digits: int = 3, threshold: float | None = None) -> 
         ('0.00039996', '0.0001236')
     """
     if value is None or (isinstance(value, str) and value == ""):
-        return "–"
+        return missing
     if not isinstance(value, numbers.Real) or isinstance(value, numbers.Integral):
         return str(value)
     v = float(value)
     if not math.isfinite(v):
-        return "–"
+        return missing
     if v == 0.0:
         return f"{0.0:.{digits}f}"
     text = f"{v:.{digits}f}"

@@ -688,10 +688,9 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
             "caught_by_budget": int(sum(failed[i] for i in order[:n_ref])),
         }
         if config.shifts is not None:  # the one OoD AUROC of the package (CaseScoresHandler's too)
-            # None reads as "" (in-distribution) as everywhere; a falsy label such as 0 stays "0" (found by hostile
-            # testing: `or ""` made severity 0 in-distribution here only)
-            summary["ood"] = ood_auroc_by_shift(scores, ["" if r.get("shift") is None else str(r["shift"])
-                                                         for r in rows])
+            # the labels as given: a falsy label such as 0 stays "0" (found by hostile testing: `or ""` made
+            # severity 0 in-distribution here only)
+            summary["ood"] = ood_auroc_by_shift(scores, [r.get("shift") for r in rows])
         blocks: dict[str, Any] = {}
         if cohort_products(config):
             if fitted is None:

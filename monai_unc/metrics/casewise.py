@@ -169,7 +169,7 @@ def ood_auroc_by_shift(
 
     Args:
         uncertainty: ``(N,)`` per-case scores.
-        shifts: ``N`` shift labels.
+        shifts: ``N`` shift labels (None reads as ``""``; other values as their text, ``0`` as ``"0"``).
         iid_labels: the in-distribution labels (default :data:`IID_SHIFTS`).
 
     Returns:
@@ -183,7 +183,7 @@ def ood_auroc_by_shift(
         (2, 2, 1.0, {'blur': 1.0, 'noise': 1.0})
     """
     scores = fill_undefined_scores(uncertainty)
-    labels = [str(s) for s in shifts]
+    labels = ["" if s is None else str(s) for s in shifts]  # None reads as "", as is_in_distribution reads it
     if len(labels) != scores.size:
         raise ValueError(f"uncertainty and shifts must have one entry per case, got {scores.size} and {len(labels)}")
     iid_labels = list(iid_labels)

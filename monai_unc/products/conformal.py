@@ -777,5 +777,4 @@ def _record(folder: Path) -> dict[str, Any]:
 
 
 def _fmt(v: Any, threshold: float | None = None) -> str:
-    text = "n/a" if v is None else format_cell(float(v), 4, threshold)
-    return "n/a" if text == "–" else text
+    return format_cell(None if v is None else float(v), 4, threshold, missing="n/a")

@@ -188,5 +188,4 @@ def risk_control_line(summary: Mapping[str, Any]) -> str | None:
 
 
 def _fmt(v: Any) -> str:
-    text = "n/a" if v is None else format_cell(float(v), 4)  # a non-zero value never reads 0.0000
-    return "n/a" if text == "–" else text
+    return format_cell(None if v is None else float(v), 4, missing="n/a")  # a non-zero value never reads 0.0000
