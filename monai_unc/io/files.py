@@ -395,8 +395,55 @@ def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> 
     return atomic_save_npz(path, state.state_dict(), compressed=compressed)
 
 
+class _RecordedWrites:
+    """A binary file's ``write`` and ``flush`` for a writer that replaces their errors by its own (``torch.save``).
+
+    The first ``OSError`` they raised is kept in ``error``.
+    """
+
+    def __init__(self, file: io.BufferedIOBase) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.file.flush()
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+
+def _torch_save_file(obj: Any, path: Path) -> None:
+    """``torch.save(obj, path)`` whose failed write raises its ``OSError`` (a full disk: ``ENOSPC``).
+
+    Given a path, ``torch.save`` writes through its own C++ stream, and a failed write is a ``RuntimeError`` without
+    an error number or a file (``unexpected pos 704 vs 598``, ``basic_ios::clear: iostream error``); given a file,
+    the writes go through the file's ``write``, whose ``OSError`` torch then covers with such a ``RuntimeError``.
+    The file is written here and that ``OSError`` raised in place of torch's error; other errors are torch's.
+    """
+    with open(path, "wb") as f:
+        out = _RecordedWrites(f)
+        try:
+            torch.save(obj, out)
+        except RuntimeError as e:
+            if out.error is None:
+                raise
+            raise out.error from e
+
+
 def atomic_torch_save(path: str | os.PathLike, obj: Any) -> Path:
     """``torch.save`` through a temporary file and a rename.
+
+    A failed write raises its ``OSError`` naming ``path`` (a full disk: ``No space left on device: <path>``,
+    :func:`is_disk_full`), not torch's ``RuntimeError`` without a file (found by hostile testing: ``calibrate`` on a
+    full disk printed ``RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos ...``).
 
     Args:
         path: the file to write (e.g. ``.pt``).
@@ -412,7 +459,7 @@ def atomic_torch_save(path: str | os.PathLike, obj: Any) -> Path:
         ...     torch.load(atomic_torch_save(Path(d) / "t.pt", {"w": torch.ones(2)}))["w"].tolist()
         [1.0, 1.0]
     """
-    return atomic_write(path, lambda tmp: torch.save(obj, tmp))
+    return atomic_write(path, lambda tmp: _torch_save_file(obj, tmp))
 
 
 def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
@@ -1362,6 +1409,49 @@ def _lock_holder(path: Path) -> str:
 _HELD_FOLDERS: dict[str, int] = {}
 
 
+def _flock(path: Path, exclusive: bool) -> int | None:
+    """Open a lock file and lock it without waiting: :func:`output_lock`'s hold and :func:`output_lock_holder`'s probe.
+
+    Exclusive (a writer's hold): the file is opened for writing, created when missing. Shared (a reader's probe):
+    the file is opened for reading only, nothing is created.
+
+    Args:
+        path: the lock file.
+        exclusive: an exclusive lock (else a shared one).
+
+    Returns:
+        The open descriptor, which holds the lock until it is closed (by the caller); None where nothing is locked:
+        without ``fcntl`` (Windows), on a file system without ``flock`` (``ENOLCK`` / ``EOPNOTSUPP`` on some network or
+        parallel file systems; an exclusive hold's file is then removed) or, shared, without a lock file.
+
+    Raises:
+        BlockingIOError: another open file holds the lock (another run; the descriptor is closed).
+        OSError: an exclusive hold's file cannot be opened (an unwritable folder).
+    """
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): nothing is locked
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY, 0o644)
+    except OSError:
+        if exclusive:
+            raise
+        return None  # no lock file: no run holds the folder
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:  # a file system without flock (some network or parallel file systems): not locked
+        os.close(fd)
+        if exclusive:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return None
+    return fd
+
+
 @contextlib.contextmanager
 def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterator[Path]:
     """Hold an output folder for one run: another process's run into the same folder is refused meanwhile.
@@ -1406,24 +1496,14 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
         finally:
             _HELD_FOLDERS[key] -= 1
         return
-    try:
-        import fcntl
-    except ImportError:  # no flock (Windows): nothing is locked
-        yield path
-        return
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = _flock(path, exclusive=True)
         except BlockingIOError:
-            os.close(fd)
             holder = _lock_holder(path)
             raise ValueError(f"{folder} is being written by another run ({holder or 'holder unknown'}; lock "
                              f"{path}): wait until it ends, or choose another output folder") from None
-        except OSError:  # a file system without flock (some network or parallel file systems): not locked
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                path.unlink()
+        if fd is None:  # no flock here: not locked
             yield path
             return
         try:  # the holder that just ended removed the file we opened: lock the one at the path
@@ -1481,23 +1561,13 @@ def output_lock_holder(folder: str | os.PathLike) -> str | None:
     folder = Path(folder)
     if str(folder.resolve()) in _HELD_FOLDERS:  # this process holds it
         return None
-    try:
-        import fcntl
-    except ImportError:  # no flock (Windows): nothing is locked
-        return None
     path = folder / OUTPUT_LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # no lock file: no run holds the folder
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fd = _flock(path, exclusive=False)
     except BlockingIOError:
         return _lock_holder(path) or "holder unknown"
-    except OSError:  # a file system without flock: not locked
-        return None
-    finally:
-        os.close(fd)  # releases the shared lock when it was taken
+    if fd is not None:
+        os.close(fd)  # releases the shared lock
     return None
 
 

@@ -17,6 +17,7 @@ or a traceback.
 
 from __future__ import annotations
 
+import errno
 import getpass
 import hashlib
 import json
@@ -419,6 +420,66 @@ def _as_int(v: Any) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _no_free_block(path: Path) -> bool:
+    """Whether the file system of ``path``'s folder has no block left for a new write (False where unknown)."""
+    if not hasattr(os, "statvfs"):  # Windows
+        return False
+    try:
+        return os.statvfs(path.absolute().parent).f_bavail == 0
+    except OSError:
+        return False
+
+
+def _full_disk(error: sqlite3.Error, path: Path) -> OSError | None:
+    """A full disk behind an SQLite error, as the ``OSError`` (``ENOSPC``) naming the database file; else None.
+
+    SQLite says ``database or disk is full`` (``SQLITE_FULL``) without the file, and a write-ahead log's index
+    (``<db>-shm``) that cannot grow is a ``disk I/O error`` (``SQLITE_IOERR_SHMSIZE``): an I/O error or a file that
+    cannot be opened counts as a full disk only when the file system has no free block left (found by hostile
+    testing: ``monitor record`` on a full disk said ``disk I/O error``).
+    """
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is None:
+        return None
+    full = code == sqlite3.SQLITE_FULL or (code & 0xFF in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN)
+                                           and _no_free_block(path))
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) if full else None
+
+
+def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
+    """A connection that reads an SQLite store and never writes into it (``mode=ro``).
+
+    A reader of a WAL database needs the log's index (``<db>-shm``), which SQLite makes when it is missing (a store
+    its last writer closed), and cannot on a full disk (found by hostile testing: ``monitor verify`` failed with
+    ``disk I/O error``). There, when the log holds nothing (``<db>-wal`` missing or empty: every commit is in the
+    database file), the database file is read alone (``immutable``), nothing made beside it: no writer can commit
+    on that disk either.
+    """
+    uri = path.absolute().as_uri()
+    wal, shm = (path.with_name(path.name + end) for end in ("-wal", "-shm"))
+
+    def empty_log() -> bool:
+        try:
+            return wal.stat().st_size == 0
+        except FileNotFoundError:
+            return True
+
+    def connect(query: str) -> sqlite3.Connection:
+        return sqlite3.connect(f"{uri}?{query}", uri=True, timeout=timeout, isolation_level=None)
+
+    if _no_free_block(path) and not shm.exists() and empty_log():
+        return connect("mode=ro&immutable=1")
+    conn = connect("mode=ro")
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # the first read opens the log's index
+        return conn
+    except sqlite3.Error as e:
+        conn.close()
+        if _full_disk(e, path) is None or not empty_log():
+            raise
+    return connect("mode=ro&immutable=1")
+
+
 class MonitorStore:
     """A connection to the monitoring store (SQLite file or PostgreSQL database).
 
@@ -428,13 +489,19 @@ class MonitorStore:
         url: a file path or ``sqlite:///PATH`` (SQLite; SQLAlchemy's convention: ``PATH`` is what follows the third
             slash, so ``sqlite:///m.db`` is relative to the working directory and ``sqlite:////var/m.db`` absolute),
             or ``postgresql://...`` (PostgreSQL, needs psycopg 3).
-        create: create a missing SQLite file and the store's tables (False, for the read-only commands: a missing
-            file, or a database that is not a monitoring store, is an error and nothing is written into it).
+        create: create a missing SQLite file and the store's tables (False, for ``label`` and the read-only
+            commands: a missing file, or a database that is not a monitoring store, is an error and nothing is
+            written into it).
         timeout: seconds a writer waits for another writer's transaction.
+        read_only: only read (``status``, ``verify``, ``report``; implies ``create=False``): an SQLite file is
+            opened read-only (``mode=ro``; on a full disk, where its write-ahead log is empty, the file alone) and a
+            store of an older schema is refused rather than migrated.
 
     Raises:
         ValueError: an unsupported URL, a database that cannot be reached or opened (one line saying which, the
-            password left out), or a schema newer than this version.
+            password left out), or a schema newer than this version (older, when ``read_only``).
+        OSError: ``ENOSPC`` naming the SQLite file: the disk is full (:func:`~monai_unc.io.is_disk_full`), here
+            or in any later call.
         ImportError: a PostgreSQL URL without psycopg (the message names the extra to install).
 
     Example:
@@ -444,7 +511,10 @@ class MonitorStore:
         (1, True)
     """
 
-    def __init__(self, url: str | os.PathLike, *, create: bool = True, timeout: float = 60.0) -> None:
+    def __init__(self, url: str | os.PathLike, *, create: bool = True, timeout: float = 60.0,
+                 read_only: bool = False) -> None:
+        create = create and not read_only
+        self._read_only = read_only
         text = os.fspath(url)
         if not isinstance(text, str) or not text:
             raise ValueError(f"database must be a file path or a database URL, got {url!r}")
@@ -462,21 +532,28 @@ class MonitorStore:
                 raise ValueError(f"database {str(path)!r} is a folder, not a database file")
             if not create and not path.is_file():
                 raise ValueError(f"database {str(path)!r} does not exist (monai-unc monitor record creates it)")
+            self.path: Path | None = path
             try:
-                self._conn: Any = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
+                if read_only:
+                    self._conn: Any = _connect_read_only(path, timeout)
+                else:
+                    self._conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
                 self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
                 if not create:  # before WAL mode, which would write into a file that is no store
                     self._refuse_if_no_store(str(path))
-                self._conn.execute("PRAGMA journal_mode = WAL")
+                if not read_only:  # a reader follows the file's journal mode
+                    self._conn.execute("PRAGMA journal_mode = WAL")
                 self._conn.execute("PRAGMA foreign_keys = ON")
                 self._conn.execute("PRAGMA synchronous = NORMAL")
             except sqlite3.Error as e:
                 self.close()
+                full = _full_disk(e, path)
+                if full is not None:
+                    raise full from None
                 raise ValueError(f"cannot open the database {str(path)!r}: {e}") from None
-            except ValueError:
+            except (ValueError, OSError):
                 self.close()
                 raise
-            self.path: Path | None = path
         else:
             try:
                 import psycopg  # noqa: PLC0415 (optional: the monitor extra)
@@ -532,6 +609,9 @@ class MonitorStore:
         try:
             yield
         except self._driver_errors as e:
+            full = _full_disk(e, self.path) if isinstance(e, sqlite3.Error) and self.path is not None else None
+            if full is not None:  # one line naming the file; is_disk_full
+                raise full from None
             text = str(e).strip()
             first = text.splitlines()[0] if text else type(e).__name__
             raise ValueError(f"the monitoring database {self._name!r}: {first}") from None
@@ -589,13 +669,17 @@ class MonitorStore:
     def _migrate(self) -> None:
         if self._table_exists("monitor_meta") and self.schema_version() == SCHEMA_VERSION:
             return
+        if self._read_only:  # a reader writes nothing (the read-only commands refused a database without the table)
+            current = self.schema_version()
+            self._check_schema_version(current)
+            raise ValueError(f"the monitoring database {self._name!r} has schema version {current}, "
+                             f"older than this monai-unc reads ({SCHEMA_VERSION}): monai-unc monitor record or label "
+                             "upgrades it")
         with self._transaction():
             if not self._table_exists("monitor_meta"):
                 self._execute("CREATE TABLE monitor_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             current = self.schema_version()
-            if current > SCHEMA_VERSION:
-                raise ValueError(f"the monitoring database has schema version {current}, newer than this monai-unc "
-                                 f"reads ({SCHEMA_VERSION}): upgrade monai-unc")
+            self._check_schema_version(current)
             for version, statements in MIGRATIONS:
                 if version <= current:
                     continue
@@ -604,6 +688,13 @@ class MonitorStore:
                 self._execute("DELETE FROM monitor_meta WHERE key = 'schema_version'")
                 self._execute("INSERT INTO monitor_meta (key, value) VALUES ('schema_version', ?)", (str(version),))
                 self._append_audit("migrate", {"schema_version": version}, command=None)
+
+    @staticmethod
+    def _check_schema_version(current: int) -> None:
+        """Refuse a schema newer than this version reads."""
+        if current > SCHEMA_VERSION:
+            raise ValueError(f"the monitoring database has schema version {current}, newer than this monai-unc "
+                             f"reads ({SCHEMA_VERSION}): upgrade monai-unc")
 
     # -------------------------------------------------------------------------------------------------- the audit
     def _append_audit(self, action: str, details: Mapping[str, Any], command: Sequence[str] | None) -> int:

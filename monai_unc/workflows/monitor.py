@@ -201,7 +201,7 @@ def store_status(
     url = _db(db)
     if output is not None:
         _refuse_output_onto_store(url, output, "--json")
-    with MonitorStore(url, create=False) as store:
+    with MonitorStore(url, read_only=True) as store:
         groups = monitor_status(store.cases(), store.rules(), alpha)
     lines = status_table(groups)
     if output is not None:
@@ -226,7 +226,7 @@ def verify_store(db: str | os.PathLike | None, *, expect_head: str | None = None
         :class:`~monai_unc.monitoring.VerifyResult`.
     """
     url = _db(db)
-    with MonitorStore(url, create=False) as store:
+    with MonitorStore(url, read_only=True) as store:
         res = store.verify(expect_head)
     lines = [f"audit log: {res.n_entries} entries, head {printable(res.head)}"]
     lines += [f"PROBLEM: {printable(p)}" for p in res.problems] or ["the chain and the rows it covers are intact"]
@@ -248,7 +248,7 @@ def write_dashboard(
     """
     url = _db(db)
     _refuse_output_onto_store(url, output, "--output")
-    with MonitorStore(url, create=False) as store:
+    with MonitorStore(url, read_only=True) as store:
         rules = store.rules()
         groups = monitor_status(store.cases(), rules, alpha)
         audit = store.audit_log()

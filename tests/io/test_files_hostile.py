@@ -214,3 +214,60 @@ def test_a_temporary_file_a_killed_run_left_does_not_block_the_next_write(tmp_pa
 
     assert atomic_write(dst, exclusive).read_bytes() == b"key"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["signing_key.pem"]
+
+
+def test_torch_save_on_a_full_disk_names_the_file(tmp_path):
+    """Found by hostile testing: ``calibrate`` on a full disk (``atomic_torch_save``) failed with torch's
+    ``RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598``: no file, not a full disk
+    to ``is_disk_full`` (so a run went on case after case), exit status 1 with a traceback."""
+    from tests._full_disk import run_on_a_full_disk
+
+    done = run_on_a_full_disk(tmp_path, """
+import sys
+import torch
+from monai_unc.io import atomic_torch_save, is_disk_full
+from monai_unc.workflows.prepare import error_text
+
+dst = sys.argv[1] + "/model/calibrated.pt"
+try:
+    atomic_torch_save(dst, {"w": torch.ones(100_000)})  # 400 kB onto 64 KiB
+except OSError as e:
+    print(is_disk_full(e), error_text(e))
+print(os.listdir(sys.argv[1] + "/model"))
+""", size_kib=64)
+    assert done.returncode == 0, done.stderr[-2000:]
+    disk = tmp_path / "disk"
+    assert done.stdout.splitlines() == [f"True No space left on device: {disk}/model/calibrated.pt", "[]"], done.stdout
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_torch_save_writing_onto_a_full_device_raises_the_write_error(tmp_path, monkeypatch):
+    """Through a file object torch covers the write's ``OSError`` with its own ``RuntimeError`` (``unexpected
+    pos``): the ``OSError`` of the kernel's full device is raised, naming the file; other errors stay torch's."""
+    import builtins
+    import errno
+
+    import torch
+
+    from monai_unc.io import atomic_torch_save, files
+
+    dst = tmp_path / "calibrated.pt"
+
+    def open_full(file, mode="r", *args, **kwargs):  # the temporary file's writes go to a full device
+        return builtins.open("/dev/full" if ".partial" in str(file) else file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(files, "open", open_full, raising=False)
+    for obj in ({"w": torch.ones(100_000)}, {"a": 1}):  # torch's writes, or only the buffer's flush at the end
+        with pytest.raises(OSError) as info:
+            atomic_torch_save(dst, obj)
+        assert info.value.errno == errno.ENOSPC and info.value.filename == str(dst)
+    monkeypatch.undo()
+
+    class Refused:
+        def __reduce__(self):
+            raise RuntimeError("not saved")
+
+    with pytest.raises(RuntimeError, match="not saved"):
+        atomic_torch_save(dst, {"x": Refused()})
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert torch.load(atomic_torch_save(dst, {"w": torch.arange(3)}))["w"].tolist() == [0, 1, 2]
