@@ -20,11 +20,19 @@ ever imported or executed by the name a file holds.
 
 :class:`StateGroup` is a mapping of named states of one kind (e.g. one histogram per BraTS region) that is itself a
 mergeable state.
+
+:class:`ArrayBlocks` is an array given block by block along its first axis (one case at a time): a state too large
+to hold whole as dense tables is written from such blocks (``state_dict_blocks()``, which
+:func:`monai_unc.io.save_state` uses where a state has it) and read back the same way (:func:`read_npz`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+import math
+import os
+import zipfile
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -39,6 +47,8 @@ __all__ = [
     "pack_states",
     "unpack_states",
     "as_array",
+    "ArrayBlocks",
+    "read_npz",
 ]
 
 T = TypeVar("T")
@@ -372,6 +382,28 @@ class StateGroup(MutableMapping[str, Any]):
             out.update({f"{i}.{k}": as_array(v, f"member {i}, key {k!r}") for k, v in state.state_dict().items()})
         return out
 
+    def state_dict_blocks(self) -> dict[str, Any]:
+        """:meth:`state_dict`, the large tables of a member that gives them as :class:`ArrayBlocks` left so.
+
+        A member with a ``state_dict_blocks()`` method (a per-case confidence histogram) gives its arrays from it:
+        :func:`monai_unc.io.save_state` writes the group one block of cases at a time.
+
+        Returns:
+            The arrays of :meth:`state_dict` (some as :class:`ArrayBlocks`).
+
+        Example:
+            >>> sorted(StateGroup().state_dict_blocks())
+            ['__names__']
+        """
+        out: dict[str, Any] = {"__names__": np.array(list(self._states), dtype=np.str_)}
+        for i, state in enumerate(self._states.values()):
+            out[f"{i}.{TYPE_KEY}"] = np.array(state_type_name(state))
+            blocks = getattr(state, "state_dict_blocks", None)
+            arrays = blocks() if callable(blocks) else state.state_dict()
+            out.update({f"{i}.{k}": v if isinstance(v, ArrayBlocks) else as_array(v, f"member {i}, key {k!r}")
+                        for k, v in arrays.items()})
+        return out
+
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any]) -> StateGroup:
         """The group of :meth:`state_dict`.
@@ -413,3 +445,183 @@ class StateGroup(MutableMapping[str, Any]):
             member = state_type(str(np.asarray(part.pop(TYPE_KEY))))
             out[name] = member.from_state_dict(part)
         return out
+
+
+class ArrayBlocks:
+    """An array given as consecutive blocks along its first axis, made one block at a time.
+
+    A state whose dense tables would not fit in memory at once (the per-case confidence histograms of a large
+    cohort) gives its tables as such arrays: :func:`monai_unc.io.atomic_save_npz` writes them block by block, and
+    :func:`read_npz` reads a large array of a file back as one. ``numpy.asarray`` builds the whole array.
+
+    Args:
+        shape: the array's shape (at least one axis).
+        dtype: its dtype.
+        make: ``make(rows)`` returns a new iterable of the consecutive blocks of ``rows`` rows each (the last one
+            shorter): arrays of ``dtype`` and shape ``(rows, *shape[1:])``. A block may be a view of a buffer that
+            the next block overwrites, so that the blocks cost one buffer.
+
+    Example:
+        >>> import numpy as np
+        >>> whole = np.arange(10).reshape(5, 2)
+        >>> a = ArrayBlocks(whole.shape, whole.dtype, lambda rows: (whole[i : i + rows] for i in range(0, 5, rows)))
+        >>> [b.shape[0] for b in a.blocks(2)], bool((np.asarray(a) == whole).all())
+        ([2, 2, 1], True)
+    """
+
+    #: rows of a block when the reader does not ask for a number: about this many bytes (at least one row)
+    BLOCK_BYTES = 1 << 23
+
+    def __init__(self, shape: Iterable[int], dtype: Any, make: Callable[[int], Iterable[Any]]) -> None:
+        self.shape = tuple(int(n) for n in shape)
+        if not self.shape or min(self.shape) < 0:
+            raise ValueError(f"shape must have at least one axis and no negative size, got {self.shape}")
+        self.dtype = np.dtype(dtype)
+        self._make = make
+
+    @property
+    def ndim(self) -> int:
+        """The number of axes."""
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the whole array."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"ArrayBlocks(shape={self.shape}, dtype={self.dtype})"
+
+    def blocks(self, rows: int | None = None) -> Iterator[np.ndarray]:
+        """The blocks of ``rows`` rows (the last one shorter), each valid until the next is asked for.
+
+        Args:
+            rows: rows per block (None: about :attr:`BLOCK_BYTES` bytes per block).
+
+        Returns:
+            An iterator over the blocks, each checked against the array's shape and dtype.
+
+        Raises:
+            ValueError: a block of another dtype, shape or number of rows, or blocks that do not add up to
+                ``shape[0]`` rows.
+        """
+        if rows is None:
+            rows = max(1, self.BLOCK_BYTES // max(1, self.nbytes // max(1, self.shape[0])))
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise ValueError(f"rows must be a positive integer or None, got {rows!r}")
+        seen = 0
+        for block in self._make(rows):
+            b = np.asarray(block)
+            want = min(rows, self.shape[0] - seen)
+            if b.dtype != self.dtype or b.ndim != self.ndim or b.shape != (want, *self.shape[1:]):
+                raise ValueError(f"a block of {b.dtype} {b.shape} where {want} rows of an array of {self.dtype} "
+                                 f"{self.shape} were due")
+            seen += want
+            yield b
+        if seen != self.shape[0]:
+            raise ValueError(f"the blocks hold {seen} of the array's {self.shape[0]} rows")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.empty(self.shape, dtype=self.dtype)
+        start = 0
+        for b in self.blocks():
+            out[start : start + b.shape[0]] = b
+            start += b.shape[0]
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+#: arrays of :func:`read_npz` of at least this many bytes are read block by block
+_STREAM_BYTES = 1 << 24
+
+
+def _npy_header(fp: Any) -> tuple[tuple[int, ...], bool, np.dtype] | None:
+    """The shape, Fortran order and dtype of a ``.npy`` stream (version 1.0 or 2.0; None for another version)."""
+    version = np.lib.format.read_magic(fp)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(fp)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(fp)
+    return None
+
+
+def _member_rows(
+    path: str, member: str, shape: tuple[int, ...], dtype: np.dtype, rows: int
+) -> Iterator[np.ndarray]:
+    """Blocks of ``rows`` rows of one ``.npy`` member of a zip file, read into one reused buffer (opened again).
+
+    A damaged or changed member raises ``OSError`` naming the file and the array.
+    """
+    row = math.prod(shape[1:]) * dtype.itemsize
+    try:
+        with zipfile.ZipFile(path) as zf, zf.open(member, mode="r") as fp:
+            if _npy_header(fp) != (shape, False, dtype):
+                raise ValueError(f"the header is no longer that of {dtype} {shape}")
+            buffer = np.empty((min(rows, shape[0]), *shape[1:]), dtype=dtype)
+            for start in range(0, shape[0], rows):
+                block = buffer[: min(rows, shape[0] - start)]
+                view = memoryview(block.reshape(-1).view(np.uint8))
+                got = 0
+                while got < view.nbytes:
+                    n = fp.readinto(view[got:])
+                    if not n:
+                        raise EOFError(f"it ends after {start * row + got} of {shape[0] * row} bytes")
+                    got += n
+                yield block
+            if fp.read(1):  # reading to the end checks the member's CRC too
+                raise ValueError(f"it holds more bytes than its shape {shape}")
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, KeyError, OSError) as err:
+        raise OSError(f"{path}: the array {member!r} cannot be read (a damaged or changed file?): "
+                      f"{type(err).__name__}: {err}") from err
+
+
+def read_npz(path: str | os.PathLike, stream_bytes: int | None = None) -> dict[str, np.ndarray | ArrayBlocks]:
+    """The arrays of an ``.npz`` file; those of at least ``stream_bytes`` as :class:`ArrayBlocks` read from the file.
+
+    What ``dict(numpy.load(path, allow_pickle=False))`` gives, except that a large array is read block by block
+    along its first axis when its consumer iterates it (into one buffer), so that a state of many cases is never
+    held whole: the file must stay in place until then, and a damaged member raises ``OSError`` (naming the file
+    and the array) when it is read.
+
+    Args:
+        path: the ``.npz`` file.
+        stream_bytes: arrays of at least this many bytes (with at least one axis, C order, no objects) are streamed
+            (default 16 MiB).
+
+    Returns:
+        ``{key: array}`` in the file's order.
+
+    Raises:
+        zipfile.BadZipFile, ValueError, EOFError, OSError: the file is not a readable ``.npz``.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     np.savez(Path(d) / "a.npz", x=np.arange(6).reshape(3, 2), n=np.int64(3))
+        ...     arrays = read_npz(Path(d) / "a.npz", stream_bytes=16)
+        ...     type(arrays["x"]).__name__, np.asarray(arrays["x"]).tolist(), int(arrays["n"])
+        ('ArrayBlocks', [[0, 1], [2, 3], [4, 5]], 3)
+    """
+    path = os.fspath(path)
+    limit = _STREAM_BYTES if stream_bytes is None else stream_bytes
+    out: dict[str, np.ndarray | ArrayBlocks] = {}
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            name = info.filename
+            key = name[:-4] if name.endswith(".npy") else name
+            with zf.open(info, mode="r") as fp:
+                header = _npy_header(fp) if name.endswith(".npy") else None
+            if header is not None:
+                shape, fortran, dtype = header
+                if (shape and not fortran and not dtype.hasobject
+                        and math.prod(shape) * dtype.itemsize >= limit):
+                    out[key] = ArrayBlocks(
+                        shape, dtype, lambda rows, n=name, s=shape, t=dtype: _member_rows(path, n, s, t, rows)
+                    )
+                    continue
+            with zf.open(info, mode="r") as fp:
+                out[key] = np.lib.format.read_array(fp, allow_pickle=False) if name.endswith(".npy") else fp.read()
+    return out

@@ -138,3 +138,31 @@ def write_infer_case_records(pred, method=None, num_samples=None):
                   "num_samples": num_samples or settings.get("samples", 1), "mi_meaning": "epistemic",
                   "multilabel": bool(doc.get("multilabel", False)), "fingerprint": settings}
         (pred / f"{cid}.json").write_text(json.dumps(record))
+
+
+#: objects whose referents are code and globals, not what an object holds
+_NOT_HELD = ("module", "function", "method", "builtin_function_or_method", "cell")
+
+
+def held_bytes(obj) -> int:
+    """The bytes of every tensor and array reachable from ``obj`` (each storage once): what it keeps in memory."""
+    import gc
+
+    seen, storages, total = set(), set(), 0
+    todo = [obj]
+    while todo:
+        o = todo.pop()
+        if id(o) in seen or isinstance(o, type) or type(o).__name__ in _NOT_HELD:
+            continue
+        seen.add(id(o))
+        if isinstance(o, torch.Tensor):
+            key = o.untyped_storage().data_ptr()
+            if key not in storages:
+                storages.add(key)
+                total += o.untyped_storage().nbytes()
+            continue
+        if isinstance(o, np.ndarray):
+            total += o.nbytes
+            continue
+        todo.extend(gc.get_referents(o))
+    return total

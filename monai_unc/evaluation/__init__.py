@@ -28,7 +28,8 @@ Cohort (``summary.json``, :func:`summarize`), from additive state (:class:`Cohor
   once on their sum (counts and sums add), never as an average of per-case ECEs; the all-label reliability curve
   of the pooled histogram (the report adds the per-case spread from the same histogram). The histograms use
   ``16 * n_bins`` fine bins: every coarse bin is a union of fine bins and the binned sums are exact float64, so
-  the values equal those of a finer grid for this ``n_bins`` while a case costs ``384 (C + 2) n_bins`` bytes;
+  the values equal those of a finer grid for this ``n_bins`` while a case costs at most ``384 (C + 2) n_bins``
+  bytes (its dense tables), and keeps only its non-empty bins (at most 32 bytes each) in the cohort state;
 - failure detection with risk ``1 - Dice`` (:func:`~monai_unc.metrics.casewise.failure_detection`: AURC,
   E-AURC, AUGRC), the Dice referral curve and its normalised area (:mod:`monai_unc.metrics.selective`),
   the triage at a referral budget (expected Dice of the retained cases), and OoD AUROC

@@ -30,7 +30,7 @@ from ..metrics.casewise import failure_detection, fill_undefined_scores, ood_aur
 from ..metrics.selective import area_under_referral_curve, referral_curve
 from ..product import product_type
 from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
-from ..state import StateGroup, UnknownStateTypeError
+from ..state import StateGroup, UnknownStateTypeError, read_npz
 from .case import CaseResult
 from .config import CALIBRATION_COLUMNS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig, region_suffix
 from .products import cohort_products, fit_products, implicit_products, product_summaries
@@ -404,8 +404,7 @@ def _load_region_histograms(path: Path) -> dict[str, ConfidenceHistogram]:
     The file holds a :class:`~monai_unc.state.StateGroup`, or the layout of versions before it (``regions`` names,
     region ``i`` under ``r<i>__<key>``).
     """
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
+    arrays = read_npz(path)  # a large table read a block of cases at a time, as the histograms take it
     if "__names__" in arrays:
         return dict(StateGroup.from_state_dict(arrays))
     names = [str(n) for n in np.asarray(arrays["regions"]).tolist()]

@@ -162,7 +162,10 @@ def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence
             volume of a case); None: not compared.
 
     Returns:
-        ``(S, X, Y, Z)`` int64 label maps.
+        ``(S, X, Y, Z)`` label maps in the file's integer type (uint8 / uint16 as
+        :func:`~monai_unc.io.save_label_maps` writes them), read without a float or int64 copy (found by hostile
+        testing: 12 bytes of memory per sample-voxel of a 1-byte file); a file of floats holding integers gives
+        the smallest unsigned type that holds its labels.
 
     Raises:
         FileNotFoundError: the case has no file there.
@@ -182,16 +185,39 @@ def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence
     path = Path(folder) / f"{case_id}{SAMPLES_SUFFIX}"
     if not path.is_file():
         raise FileNotFoundError(f"lesion_samples: case {case_id!r} has no per-sample masks {path}")
-    data, aff = read_volume(path)
+    data, aff = read_volume(path, dtype=None)  # the stored integers, not a float32 copy
     data = np.asarray(data)
     if tuple(data.shape[1:]) != tuple(shape):
         raise ValueError(f"lesion_samples: {path} holds (S, *spatial) {data.shape}, the case's grid is {tuple(shape)}")
     if affine is not None:
         check_geometry(case_id, (tuple(shape), affine, None), (data.shape[1:], aff, path))
-    if not np.isfinite(data).all() or (data < 0).any() or (data != np.round(data)).any():
-        raise ValueError(f"lesion_samples: {path} must hold integer label maps (one hard segmentation per sample), "
-                         "not probabilities")
-    return data.astype(np.int64)
+    return _label_maps(data, path)
+
+
+def _label_maps(data: np.ndarray, path: Path) -> np.ndarray:
+    """``(S, *spatial)`` samples as non-negative integer labels: an integer array as it is, floats converted.
+
+    The checks read one sample at a time (no temporary of the whole array); floats holding integers become the
+    smallest unsigned type that holds them. ``ValueError`` for negative, non-finite or fractional values.
+    """
+    bad = ValueError(f"lesion_samples: {path} must hold integer label maps (one hard segmentation per sample), not "
+                     "probabilities")
+    if data.dtype.kind == "b":
+        return data.view(np.uint8)
+    if data.size == 0:
+        return data.astype(np.uint8)
+    lo, hi = data.min(), data.max()  # NaN propagates, infinities are the extremes
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo < 0:
+        raise bad
+    if data.dtype.kind in "iu":
+        return data
+    for sample in data:  # floats: whole numbers, one sample at a time
+        if (sample != np.round(sample)).any():
+            raise bad
+    dtype = next((t for t in (np.uint8, np.uint16, np.uint32) if hi <= np.iinfo(t).max), None)
+    if dtype is None:  # no label map holds labels beyond 2**32
+        raise bad
+    return data.astype(dtype)
 
 
 def check_sample_grids(folder: str | os.PathLike, cases: Sequence[Any]) -> None:

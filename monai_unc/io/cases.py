@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
+import mmap
 import os
 import re
 import threading
@@ -611,7 +612,7 @@ def _is_map_name(stem: str) -> bool:
 # ----------------------------------------------------------------------------------------------------------------
 # reading
 # ----------------------------------------------------------------------------------------------------------------
-def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+def read_volume(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray]:
     """Read a volume as MONAI's ``LoadImage`` reads it, channel first, float32, with its affine.
 
     NIfTI files (``.nii``, ``.nii.gz``; NIfTI-1 and NIfTI-2) are read with nibabel directly, without importing MONAI
@@ -631,10 +632,14 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
 
     Args:
         path: the volume file (any format MONAI reads) or a DICOM series folder.
+        dtype: the data type of the array (``LoadImage``'s float32 by default), or None for the type the file stores
+            where nibabel reads it (after its ``scl_slope`` / ``scl_inter`` scaling: the integers of a label map
+            stay 1 or 2 bytes per voxel, in the file's order, not copied; a file mapping is copied); the other
+            readers' type (float32) there.
 
     Returns:
         ``(data, affine)``: ``data`` ``(C, *spatial)`` (float32, ``LoadImage``'s type, but for the SimpleITK
-        fallback), ``affine`` ``(4, 4)`` float64 voxel -> world (mm).
+        fallback; ``dtype``), ``affine`` ``(4, 4)`` float64 voxel -> world (mm).
 
     Raises:
         FileNotFoundError: the file does not exist.
@@ -656,15 +661,31 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
 
         series = read_series(path)
         assert series.volume is not None
-        return series.volume[None], series.affine
+        return _as_type(series.volume[None], dtype), series.affine
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path}")
     if path.stat().st_size == 0:
         raise CaseError(f"cannot read {path}: the file is empty (0 bytes)")
-    fast = _read_nifti(path)
+    fast = _read_nifti(path, dtype)
     if fast is not None:
         return fast
-    return _read_with_loader(path)
+    data, affine = _read_with_loader(path)
+    return _as_type(data, dtype), affine
+
+
+def _as_type(data: np.ndarray, dtype: Any) -> np.ndarray:
+    """``data`` as ``dtype`` (itself when it has it; None keeps its type)."""
+    return data if dtype is None else data.astype(dtype, copy=False)
+
+
+def _maps_file(data: np.ndarray) -> bool:
+    """Whether ``data`` views a memory-mapped file (nibabel maps an uncompressed ``.nii``)."""
+    base: Any = data
+    while base is not None:
+        if isinstance(base, (np.memmap, mmap.mmap)):
+            return True
+        base = getattr(base, "base", None)
+    return False
 
 
 def _read_with_loader(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -704,7 +725,7 @@ def _loader_nifti_affine(path: Path) -> np.ndarray | None:
     return _nifti_affine(img, str(path))
 
 
-def _read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+def _read_nifti(path: Path, dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`read_volume` of a NIfTI file with nibabel alone, as ``LoadImage`` reads it; ``None`` leaves it to MONAI.
 
     Importing MONAI takes seconds; the commands that only read and compute (``evaluate``, ``report``, ``triage``,
@@ -721,7 +742,7 @@ def _read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     (``LoadImage`` expands it), ``MONAI_DICOM_READER`` set (it can put another reader before MONAI's NIfTI reader),
     nibabel not installed, an image nibabel loads as another class than ``Nifti1Image`` / ``Nifti2Image``, other
     than 2 to 5 dimensions, an empty axis, a data type other than real integers and floats of at most 64 bits
-    (complex, RGB, float128).
+    (complex, RGB, float128). ``dtype`` None keeps the stored type (:func:`read_volume`).
     """
     name = str(path)
     suffixes = "".join(s.lower() for s in path.suffixes)  # MONAI's is_supported_format: ".nii" in the suffixes
@@ -742,7 +763,10 @@ def _read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
             return None
         # LoadImage(dtype=np.float32): np.asarray(raw, dtype=np.float32) made C-contiguous (a copy here, so that the
         # array never maps the file)
-        data = np.array(raw, dtype=np.float32, order="C")
+        if dtype is None:  # the stored type, in the file's order: a copy only of a file mapping
+            data = np.array(raw, order="K") if _maps_file(raw) else raw
+        else:
+            data = np.array(raw, dtype=dtype, order="C")
     except Exception as e:  # truncated / corrupt files: EOFError, OSError, zlib errors, ... from nibabel
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     data = data[None] if data.ndim <= 3 else np.moveaxis(data, -1, 0)  # EnsureChannelFirst
@@ -763,6 +787,10 @@ def _nifti_data(img: Any, name: str) -> Any:
     ISA-L's deflate do not write them, a corrupted file can hold one. Such a file is read here, with the content
     the gzip trailer's CRC-32 vouches for (the stream is read to its end after the data, so ISA-L checks the CRC-32
     and the length even when bytes follow the data), where ``LoadImage`` raises (``tests/io/test_cases_hostile.py``).
+
+    The data are inflated straight into the array, a megabyte at a time (:class:`_ChunkedReads`): a gzip
+    file's ``readinto`` would first inflate the whole volume into a bytes object of its own, twice the volume's
+    memory at the read's peak (found by hostile testing on 1-byte label maps).
     """
     from nibabel.arrayproxy import ArrayProxy
 
@@ -771,13 +799,41 @@ def _nifti_data(img: Any, name: str) -> Any:
         try:
             spec = (proxy.shape, proxy.dtype, proxy.offset, proxy.slope, proxy.inter)
             with _igzip.open(name, "rb") as f:
-                data = np.asanyarray(type(proxy)(f, spec, order=proxy.order))
+                # mmap=False: nibabel maps a file it does not know to be compressed (as it knows the gzip file)
+                data = np.asanyarray(type(proxy)(_ChunkedReads(f), spec, mmap=False, order=proxy.order))
                 while f.read(1 << 20):  # to the end of the stream, whatever follows the data: its CRC-32 checked
                     pass
             return data
         except Exception:  # the read below reports it as LoadImage does
             pass
     return np.asanyarray(proxy)
+
+
+class _ChunkedReads:
+    """A binary file whose ``readinto`` fills a large buffer a megabyte at a time (the rest as the file's).
+
+    ``GzipFile.readinto`` (``io.BufferedIOBase``'s) reads the whole size into a new bytes object and copies it over;
+    nibabel reads a volume with one ``readinto`` of its size.
+    """
+
+    #: bytes asked of the file at once
+    CHUNK = 1 << 20
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+
+    def readinto(self, buffer: Any) -> int:
+        with memoryview(buffer) as view, view.cast("B") as flat:
+            got = 0
+            while got < flat.nbytes:
+                n = self._file.readinto(flat[got : got + self.CHUNK])
+                if not n:
+                    break
+                got += n
+        return got
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
 
 
 def _nifti_fast_path_reads(img: Any, nib: Any) -> bool:

@@ -24,6 +24,7 @@ import os
 import shutil
 import struct
 import tempfile
+import zipfile
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -36,6 +37,7 @@ import numpy as np
 import torch
 
 from .._utils import num_threads
+from ..state import ArrayBlocks
 
 try:  # Intel ISA-L's deflate (python-isal, the ``fast`` extra): level 1 about 10x zlib's speed at the same ratio
     from isal import isal_zlib as _isal_zlib
@@ -338,12 +340,38 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2,
     return atomic_write_text(path, text + "\n")
 
 
+def _savez_blocks(path: Path, arrays: Mapping[str, Any], compressed: bool) -> None:
+    """``numpy.savez`` (``savez_compressed``) of arrays some of which are :class:`~monai_unc.state.ArrayBlocks`.
+
+    The same zip file of ``.npy`` members as numpy's (``numpy.load`` reads the same arrays); an
+    :class:`~monai_unc.state.ArrayBlocks` is written block by block, never held whole.
+    """
+    method = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+    with zipfile.ZipFile(path, mode="w", compression=method, allowZip64=True) as zf:
+        for key, value in arrays.items():
+            with zf.open(f"{key}.npy", "w", force_zip64=True) as fid:
+                if not isinstance(value, ArrayBlocks):
+                    np.lib.format.write_array(fid, np.asanyarray(value), allow_pickle=False)
+                    continue
+                header = {"descr": np.lib.format.dtype_to_descr(value.dtype), "fortran_order": False,
+                          "shape": value.shape}
+                try:  # the header numpy writes: version 1.0 unless it does not fit
+                    np.lib.format.write_array_header_1_0(fid, header)
+                except ValueError:
+                    np.lib.format.write_array_header_2_0(fid, header)
+                for block in value.blocks():
+                    fid.write(memoryview(np.ascontiguousarray(block)).cast("B"))
+
+
 def atomic_save_npz(path: str | os.PathLike, arrays: Mapping[str, Any], compressed: bool = False) -> Path:
     """``numpy.savez`` (or ``savez_compressed``) through a temporary file and a rename.
 
+    An array given as :class:`~monai_unc.state.ArrayBlocks` (a state's tables made one case at a time) is written
+    block by block: the file holds the same arrays, and the whole array is never in memory.
+
     Args:
         path: the file to write; must end in ``.npz``.
-        arrays: ``{key: array}`` to store.
+        arrays: ``{key: array}`` to store (arrays or :class:`~monai_unc.state.ArrayBlocks`).
         compressed: use ``numpy.savez_compressed``.
 
     Returns:
@@ -362,6 +390,8 @@ def atomic_save_npz(path: str | os.PathLike, arrays: Mapping[str, Any], compress
     """
     if not str(path).endswith(".npz"):
         raise ValueError(f"path must end in .npz, got {path}")
+    if any(isinstance(v, ArrayBlocks) for v in arrays.values()):
+        return atomic_write(path, lambda tmp: _savez_blocks(tmp, arrays, compressed))
     save = np.savez_compressed if compressed else np.savez
     return atomic_write(path, lambda tmp: save(tmp, **arrays))
 
@@ -371,6 +401,9 @@ def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> 
 
     The state follows :class:`monai_unc.state.MergeableState`; ``.npz`` is appended to other names, as numpy does.
     The state's class reads it back with ``cls.from_state_dict(dict(numpy.load(path)))`` (or its own ``load``).
+    A state with a ``state_dict_blocks()`` method (the same arrays, its large tables as
+    :class:`~monai_unc.state.ArrayBlocks`, e.g. a per-case
+    :class:`~monai_unc.metrics.calibration.ConfidenceHistogram`) is written from those, one block at a time.
 
     Args:
         path: the file.
@@ -392,7 +425,8 @@ def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> 
     path = Path(path)
     if path.suffix != ".npz":
         path = path.with_name(path.name + ".npz")
-    return atomic_save_npz(path, state.state_dict(), compressed=compressed)
+    blocks = getattr(state, "state_dict_blocks", None)
+    return atomic_save_npz(path, blocks() if callable(blocks) else state.state_dict(), compressed=compressed)
 
 
 class _RecordedWrites:

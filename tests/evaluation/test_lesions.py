@@ -4,9 +4,11 @@ the existence probability / volume spread read from per-sample masks against a d
 from __future__ import annotations
 
 import math
+import tracemalloc
 from itertools import permutations
 from types import SimpleNamespace
 
+import nibabel as nib
 import numpy as np
 import pytest
 from scipy import ndimage
@@ -20,7 +22,8 @@ from monai_unc.evaluation.lesions import (
     read_lesion_samples,
     summarize_lesions,
 )
-from monai_unc.io import save_region_maps
+from monai_unc.io import cases as cases_module
+from monai_unc.io import save_label_maps, save_region_maps
 
 FULL = ndimage.generate_binary_structure(3, 3)
 
@@ -130,7 +133,7 @@ def test_case_state_with_samples_equals_a_direct_count(tmp_path):
     affine[:3, 3] = (-10.0, 5.0, 2.0)
     save_region_maps(samples.astype(np.float32), affine, tmp_path / "c1_samples.nii.gz")
     read = read_lesion_samples(tmp_path, "c1", pred.shape)
-    assert read.dtype == np.int64 and np.array_equal(read, samples)
+    assert read.dtype == np.uint8 and np.array_equal(read, samples)  # a float file: the smallest type of its labels
     u = np.random.default_rng(1).uniform(0, 1, pred.shape)
     task = TaskView(None, pred, truth, 3, maps={"pe": u}, spacing=spacing)
     case = SimpleNamespace(case_id="c1", spacing=spacing, affine=affine)
@@ -166,6 +169,59 @@ def test_read_samples_refuses_bad_files(tmp_path):
         read_lesion_samples(tmp_path, "p", (4, 4, 5))
     with pytest.raises(FileNotFoundError, match="no per-sample masks"):
         read_lesion_samples(tmp_path, "missing", (4, 4, 4))
+    for bad in (-1.0, np.nan, np.inf, 2.0**40):  # a float file's labels: whole, finite, non-negative, not huge
+        values = np.zeros((2, 4, 4, 4), np.float32)
+        values[1, 2, 3, 1] = bad
+        save_region_maps(values, np.eye(4), tmp_path / "f_samples.nii.gz")
+        with pytest.raises(ValueError, match="integer label maps"):
+            read_lesion_samples(tmp_path, "f", (4, 4, 4))
+    nib.save(nib.Nifti1Image(np.full((4, 4, 4, 2), -3, np.int16), np.eye(4)), tmp_path / "i_samples.nii.gz")
+    with pytest.raises(ValueError, match="integer label maps"):
+        read_lesion_samples(tmp_path, "i", (4, 4, 4))
+
+
+@pytest.mark.parametrize("top", [104, 300], ids=["uint8", "uint16"])
+def test_lesion_samples_are_read_in_the_files_integer_type(tmp_path, top):
+    """Found by hostile testing: ``read_lesion_samples`` read 1-byte label maps as float32, checked them with float
+    and boolean temporaries of the whole array and returned an int64 copy while the float copy was alive: ~12 bytes
+    of memory per sample-voxel (~70 GiB for 80 samples of a 512 x 512 x 300 CT). The samples come back in the file's
+    type (uint8 / uint16, as ``save_label_maps`` writes them), read straight into one array: about one byte per
+    sample-voxel of a 1-byte file (two without python-isal, whose gzip reader this chunked read uses)."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, top + 1, size=(8, 64, 64, 40)).astype(np.uint8 if top < 256 else np.uint16)
+    save_label_maps(labels, np.diag([0.7, 0.7, 5.0, 1.0]), tmp_path / "c_samples.nii.gz")
+    tracemalloc.start()
+    try:
+        read = read_lesion_samples(tmp_path, "c", labels.shape[1:])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert read.dtype == labels.dtype and np.array_equal(read, labels)
+    copies = 1 if cases_module._igzip is not None else 2
+    assert peak <= copies * labels.nbytes + (2 << 20)  # the labels, a megabyte of read buffer
+
+
+def test_lesion_results_of_the_files_integer_type_equal_those_of_int64_samples(tmp_path):
+    """The samples as the file stores them (uint8, in its order) give the lesion state of the int64 copy the read
+    returned before."""
+    pred, truth, samples = _cohort_case(0)
+    spacing = (1.0, 1.2, 2.0)
+    affine = np.diag([*spacing, 1.0])
+    save_label_maps(samples, affine, tmp_path / "c1_samples.nii.gz")
+    read = read_lesion_samples(tmp_path, "c1", pred.shape)
+    assert read.dtype == np.uint8 and np.array_equal(read, samples)
+    u = np.random.default_rng(1).uniform(0, 1, pred.shape)
+    case = SimpleNamespace(case_id="c1", spacing=spacing, affine=affine)
+    options = {"dilation": 1, "min_volume": 0.0, "iou": 0.25, "hd_penalty": 374.0, "r": 0.001}
+    regions = {"all": [1, 2], "two": [2]}
+    for tasks, spec in (([TaskView(None, pred, truth, 3, maps={"pe": u}, spacing=spacing)], None),
+                        ([TaskView(r, np.isin(pred, v).astype(np.int64), np.isin(truth, v).astype(np.int64), 2,
+                                   maps={"pe": u}, spacing=spacing) for r, v in regions.items()], regions)):
+        new = lesion_case_state(case, tasks, options, None, "pe", samples=read, regions=spec).arrays
+        old = lesion_case_state(case, tasks, options, None, "pe", samples=read.astype(np.int64), regions=spec).arrays
+        assert list(new) == list(old)
+        for k in new:
+            np.testing.assert_array_equal(new[k], old[k], err_msg=k)
 
 
 def test_summary_says_once_that_samples_are_missing():

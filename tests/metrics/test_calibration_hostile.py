@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from monai_unc.io import files as files_module
 from monai_unc.metrics.calibration import CalibrationMetric, ConfidenceHistogram
 from tests._cases import softmax_case
 
@@ -38,12 +39,19 @@ def test_histogram_save_killed_mid_write_leaves_the_old_file_intact(tmp_path, mo
     new = ConfidenceHistogram(3).update(
         torch.softmax(torch.randn(1, 3, 6, 6, generator=g), 1), torch.zeros(1, 6, 6, dtype=torch.long)
     )
-    real = np.savez_compressed
+    real, real_blocks = np.savez_compressed, files_module._savez_blocks
 
     def killed_mid_write(file, **arrays):  # write half of a real file, then die like kill -9 (no cleanup)
         buf = io.BytesIO()
         real(buf, **arrays)
-        data = buf.getvalue()
+        die_after_half(file, buf.getvalue())
+
+    def killed_mid_block_write(file, arrays, compressed):  # the writer of a per-case histogram (one case at a time)
+        buf = io.BytesIO()
+        real_blocks(buf, arrays, compressed)
+        die_after_half(file, buf.getvalue())
+
+    def die_after_half(file, data):
         with open(file, "wb") as f:
             f.write(data[: len(data) // 2])
             f.flush()
@@ -59,6 +67,7 @@ def test_histogram_save_killed_mid_write_leaves_the_old_file_intact(tmp_path, mo
             # state's torch.stack) waited forever on a lock of the parent's pool (libgomp)
             torch.set_num_threads(1)
             monkeypatch.setattr(np, "savez_compressed", killed_mid_write)
+            monkeypatch.setattr(files_module, "_savez_blocks", killed_mid_block_write)
             new.save(path)
         finally:
             os._exit(1)  # reached only if the save returned or raised

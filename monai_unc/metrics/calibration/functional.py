@@ -58,15 +58,22 @@ def _coarsen(x: torch.Tensor, n_bins: int) -> torch.Tensor:
 
 
 def _bin_stats(
-    counts: torch.Tensor, wcounts: torch.Tensor, sums: torch.Tensor, n_bins: int, min_bin_count: int, error: bool
+    counts: torch.Tensor,
+    wcounts: torch.Tensor,
+    sums: torch.Tensor,
+    n_bins: int,
+    min_bin_count: int,
+    error: bool,
+    warn: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Coarse bins of ``(..., 2, F)`` histograms: counts, weights, mean value, frequency, kept mask.
 
     ``frequency`` is the weighted fraction with ``r = 1`` (or ``r = 0`` with ``error=True``); mean value and
-    frequency are NaN in dropped bins (count below ``max(1, min_bin_count)`` or zero weight).
+    frequency are NaN in dropped bins (count below ``max(1, min_bin_count)`` or zero weight). ``warn``: warn when
+    ``n_bins`` does not divide ``F`` (once per call of a metric, not per block of cases).
     """
     n_fine = counts.shape[-1]
-    if n_fine % n_bins:
+    if warn and n_fine % n_bins:
         warnings.warn(
             f"n_bins={n_bins} does not divide n_fine_bins={n_fine}: coarse bin edges are rounded to the fine "
             f"grid (shift < 1/{n_fine}); choose a divisor for exact binning",
@@ -146,11 +153,24 @@ def _finish(values: torch.Tensor, per_case: bool, ref: Any, caller: str, reason:
     return values.cpu().numpy()
 
 
-def _rows(hist: ConfidenceHistogram, kind: str, per_case: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Select ``(N, [C,] 2, F)`` counts / weights and ``(N, [C,] F)`` sums for a kind of reliability."""
-    if kind not in _KINDS:
-        raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
-    counts, wcounts, sums, _ = hist.views(per_case)
+#: about the most bytes of dense per-case tables a per-case metric reads at once: a cohort's cases are read in blocks
+#: (:meth:`ConfidenceHistogram.case_views`; the values of a case do not depend on the block it is read in)
+_CASE_BLOCK_BYTES = 1 << 24
+
+
+def _blocks(hist: ConfidenceHistogram, per_case: bool) -> Any:
+    """The tables a metric reads: per case a block of cases at a time, else the pooled tables (one block)."""
+    return hist.case_views(_CASE_BLOCK_BYTES) if per_case else [hist.views(False)]
+
+
+def _rows(
+    hist: ConfidenceHistogram, kind: str, views: tuple[torch.Tensor, ...]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Select ``(N, [C,] 2, F)`` counts / weights and ``(N, [C,] F)`` sums for a kind of reliability.
+
+    ``views``: the tables of :meth:`ConfidenceHistogram.views` (or a block of :meth:`~ConfidenceHistogram.case_views`).
+    """
+    counts, wcounts, sums, _ = views
     c = hist.num_classes
     if kind == "top":
         return counts[:, c], wcounts[:, c], sums[:, c]
@@ -183,14 +203,22 @@ def _calibration_error(
     """The single implementation behind ECE, classwise/all-label ECE, ACE, MCE and UCE."""
     _check_bins(n_bins, min_bin_count)
     hist = _histogram_from(x, target, weights, mask, per_case, n_fine_bins, caller, kind == "uncertainty")
-    counts, wcounts, sums = _rows(hist, kind, per_case)
-    _, m, mean_value, freq, kept = _bin_stats(counts, wcounts, sums, n_bins, min_bin_count, kind == "uncertainty")
-    values = _reduce_gaps(m, (freq - mean_value).abs(), kept, reduction)
-    if kind == "classwise":
-        if not include_background:
-            values = values[:, 1:]
-        if not per_class:
-            values = values.mean(-1)
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+    parts = []
+    for block, views in enumerate(_blocks(hist, per_case)):
+        counts, wcounts, sums = _rows(hist, kind, views)
+        _, m, mean_value, freq, kept = _bin_stats(
+            counts, wcounts, sums, n_bins, min_bin_count, kind == "uncertainty", warn=block == 0
+        )
+        values = _reduce_gaps(m, (freq - mean_value).abs(), kept, reduction)
+        if kind == "classwise":
+            if not include_background:
+                values = values[:, 1:]
+            if not per_class:
+                values = values.mean(-1)
+        parts.append(values)
+    values = torch.cat(parts) if len(parts) > 1 else parts[0]
     return _finish(
         values, per_case, x if ref is None else ref, caller,
         f"no bin holds at least max(1, min_bin_count={min_bin_count}) voxels",
@@ -576,7 +604,7 @@ def _scalar_metric(
     x: Any, target: Any, per_case: bool, weights: Any, mask: Any, n_fine_bins: int, which: int, caller: str
 ) -> Any:
     hist = _histogram_from(x, target, weights, mask, per_case, n_fine_bins, caller, uncertainty=False)
-    _, _, _, scalars = hist.views(per_case)
+    scalars = hist.scalars if per_case else hist.views(False)[3]  # per case: not the dense tables of every case
     total = scalars[:, ConfidenceHistogram.SCALAR_WEIGHT]
     values = torch.where(total > 0, scalars[:, which] / torch.where(total > 0, total, 1.0), float("nan"))
     return _finish(values, per_case, x, caller, "no voxel (or zero total weight) in the case")
@@ -764,8 +792,13 @@ def reliability_curve(
     hist = _histogram_from(
         probs, target, weights, mask, per_case, n_fine_bins, "reliability_curve", kind == "uncertainty"
     )
-    counts, wcounts, sums = _rows(hist, kind, per_case)
-    n, m, mean_value, freq, kept = _bin_stats(counts, wcounts, sums, n_bins, min_bin_count, kind == "uncertainty")
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+    parts = []
+    for block, views in enumerate(_blocks(hist, per_case)):  # a cohort a block of cases at a time
+        counts, wcounts, sums = _rows(hist, kind, views)
+        parts.append(_bin_stats(counts, wcounts, sums, n_bins, min_bin_count, kind == "uncertainty", warn=block == 0))
+    n, m, mean_value, freq, kept = (torch.cat(t) if len(t) > 1 else t[0] for t in zip(*parts))
     if not per_case:
         n, m, mean_value, freq, kept = n[0], m[0], mean_value[0], freq[0], kept[0]
     return ReliabilityCurve(

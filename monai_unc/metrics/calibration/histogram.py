@@ -15,7 +15,7 @@ calibration", Sec. 2.2).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,7 +25,7 @@ import torch
 from ..._deprecation import deprecated_arg_names
 from ..._utils import ArrayLike, check_labels, check_probabilities, probability_tolerance, to_tensor
 from ...measures import entropy
-from ...state import register_state_type
+from ...state import ArrayBlocks, read_npz, register_state_type
 from ._cpu_kernel import available as cpu_kernel_available
 from ._cpu_kernel import histogram_tables as cpu_histogram_tables
 from ._cuda_kernel import available as cuda_kernel_available
@@ -221,6 +221,28 @@ class _Staging:
             wcounts = torch.stack([w0, wh])
         return _State(torch.stack([total - hits, hits]), fold(self.sums), wcounts, self.scalars)
 
+    def to_packed(self) -> _PackedState:
+        """:meth:`to_state` packed (:class:`_PackedState`), without its dense tables; the staging is spent.
+
+        The overflow bin is folded in place and the counts and weights split at the non-empty bins only, by the
+        same operations as :meth:`to_state`: the packed state of ``to_state()``, bit for bit.
+        """
+        f = self.n_fine
+        for t in (self.total, self.hits, self.sums, self.wtotal, self.whits):
+            if t is not None:
+                t[:, f - 1] += t[:, f]
+        total, hits, sums = self.total[:, :f], self.hits[:, :f], self.sums[:, :f]
+        index = ((total != 0) | (sums != 0)).view(-1).nonzero().squeeze(1)  # a weighted voxel is a counted one
+        row, col = index.div(f, rounding_mode="floor"), index.remainder(f)
+        t_nz, h_nz = total[row, col], hits[row, col]
+        counts = torch.stack([t_nz - h_nz, h_nz])
+        wcounts = None
+        if self.wtotal is not None and self.whits is not None:
+            wt, wh = self.wtotal[row, col], self.whits[row, col]
+            w0 = torch.where(t_nz == h_nz, torch.zeros_like(wt), (wt - wh).clamp_min_(0.0))  # as to_state
+            wcounts = torch.stack([w0, wh])
+        return _PackedState.of_bins(total.shape[0], f, index, counts, sums[row, col], wcounts, self.scalars.clone())
+
 
 class _Workspace:
     """Buffers of one :meth:`ConfidenceHistogram.update`, reused by every chunk of ``n`` voxels.
@@ -320,13 +342,31 @@ class _State:
         if self.wcounts is None:
             self.wcounts = self.counts.to(torch.float64)
 
-    def add_(self, other: _State) -> None:
+    @property
+    def weighted(self) -> bool:
+        return self.wcounts is not None
+
+    def add_(self, other: _State | _PackedState) -> None:
+        if isinstance(other, _PackedState):
+            other.add_to(self)
+            return
         if other.wcounts is not None or self.wcounts is not None:
             self.make_weighted()  # before the counts change
             self.wcounts += other.weighted_counts().to(self.counts.device)  # type: ignore[operator]
         self.counts += other.counts.to(self.counts.device)
         self.sums += other.sums.to(self.sums.device)
         self.scalars += other.scalars.to(self.scalars.device)
+
+    def write_into(
+        self, counts: torch.Tensor | None, wcounts: torch.Tensor | None, sums: torch.Tensor | None
+    ) -> None:
+        """Copy the tables into ``(R, 2, F)`` counts / weights and ``(R, F)`` sums (the layout of the stacked views)."""
+        if counts is not None:
+            counts.copy_(self.counts.transpose(0, 1))
+        if wcounts is not None:
+            wcounts.copy_(self.weighted_counts().transpose(0, 1))
+        if sums is not None:
+            sums.copy_(self.sums)
 
     def copy(self) -> _State:
         return _State(
@@ -338,6 +378,205 @@ class _State:
 
     def nbytes(self) -> int:
         ts = [self.counts, self.sums, self.scalars] + ([] if self.wcounts is None else [self.wcounts])
+        return sum(t.numel() * t.element_size() for t in ts)
+
+
+#: smallest integer dtypes (and the largest count each holds) of the counts of a packed case
+_COUNT_DTYPES = ((torch.uint8, 255), (torch.int16, 2**15 - 1), (torch.int32, 2**31 - 1))
+
+
+class _PackedState:
+    """The histogram of one case as its non-empty bins only; what a per-case histogram keeps of each case.
+
+    The dense tables of a case hold ``24 R F`` bytes (39 MiB for 105 classes and ``F = 15360``), mostly empty bins
+    (a voxel is in one bin per row); this keeps the flat index ``r F + i`` of every bin where a table is non-zero
+    (int32 where it fits), the two counts there in the smallest integer dtype that holds them, the sums and (once
+    weighted) the weights there, and the scalars: at most ``32`` bytes per non-empty bin (``48`` weighted).
+    :meth:`unpack` gives the dense tables back exactly (a ``-0.0`` sum reads ``0.0``). Immutable: histograms and
+    cohort states that hold the same case share one packed state.
+    """
+
+    __slots__ = ("n_rows", "n_fine", "index", "counts_nz", "sums_nz", "wcounts_nz", "scalars")
+
+    def __init__(
+        self,
+        n_rows: int,
+        n_fine: int,
+        index: torch.Tensor,
+        counts_nz: torch.Tensor,
+        sums_nz: torch.Tensor,
+        wcounts_nz: torch.Tensor | None,
+        scalars: torch.Tensor,
+    ) -> None:
+        self.n_rows, self.n_fine = n_rows, n_fine
+        self.index, self.counts_nz, self.sums_nz, self.wcounts_nz = index, counts_nz, sums_nz, wcounts_nz
+        self.scalars = scalars
+
+    @classmethod
+    def empty(cls, n_rows: int, n_fine: int, device: torch.device | str = "cpu") -> _PackedState:
+        """A case without voxels."""
+        return cls(
+            n_rows,
+            n_fine,
+            torch.zeros(0, dtype=torch.int32, device=device),
+            torch.zeros(2, 0, dtype=torch.uint8, device=device),
+            torch.zeros(0, dtype=torch.float64, device=device),
+            None,
+            torch.zeros(3, dtype=torch.float64, device=device),
+        )
+
+    @classmethod
+    def pack(cls, st: _State) -> _PackedState:
+        """The non-empty bins of a dense state (on its device; the state is not changed)."""
+        return cls.pack_tables(
+            st.counts.transpose(0, 1), None if st.wcounts is None else st.wcounts.transpose(0, 1), st.sums, st.scalars
+        )
+
+    @classmethod
+    def pack_tables(
+        cls, counts: torch.Tensor, wcounts: torch.Tensor | None, sums: torch.Tensor, scalars: torch.Tensor
+    ) -> _PackedState:
+        """The non-empty bins of one case's tables in the layout of the stacked views (read, not changed).
+
+        ``counts`` and ``wcounts`` ``(R, 2, F)``, ``sums`` ``(R, F)`` (views of any strides), ``scalars`` ``(3,)``.
+        """
+        n_rows, n_fine = sums.shape
+        keep = (counts != 0).any(1) | (sums != 0)
+        if wcounts is not None:
+            keep |= (wcounts != 0).any(1)
+        index = keep.view(-1).nonzero().squeeze(1)
+        row, col = index.div(n_fine, rounding_mode="floor"), index.remainder(n_fine)
+        return cls.of_bins(
+            n_rows,
+            n_fine,
+            index,
+            counts[row, :, col].T,
+            sums[row, col].to(torch.float64),
+            None if wcounts is None else wcounts[row, :, col].T.to(torch.float64),
+            scalars.to(torch.float64).clone(),
+        )
+
+    @classmethod
+    def of_bins(
+        cls,
+        n_rows: int,
+        n_fine: int,
+        index: torch.Tensor,
+        counts: torch.Tensor,
+        sums: torch.Tensor,
+        wcounts: torch.Tensor | None,
+        scalars: torch.Tensor,
+    ) -> _PackedState:
+        """The state of the non-empty bins ``index`` (int64, flat ``r F + i``), in the smallest types.
+
+        ``counts`` ``(2, nnz)`` (stored in the smallest integer type of their largest value), ``sums`` ``(nnz,)``,
+        ``wcounts`` ``(2, nnz)`` or None; the index is stored as int32 where it fits.
+        """
+        top = int(counts.max()) if counts.numel() else 0
+        dtype = next((d for d, most in _COUNT_DTYPES if top <= most), torch.int64)
+        return cls(
+            n_rows,
+            n_fine,
+            index.to(torch.int32) if n_rows * n_fine <= 2**31 - 1 else index,
+            counts.to(dtype).contiguous(),
+            sums,
+            None if wcounts is None else wcounts.contiguous(),
+            scalars,
+        )
+
+    @property
+    def weighted(self) -> bool:
+        return self.wcounts_nz is not None
+
+    @property
+    def device(self) -> torch.device:
+        return self.scalars.device
+
+    def to(self, device: torch.device | str) -> _PackedState:
+        """This state on ``device`` (itself when it is there)."""
+        if self.device == torch.device(device):
+            return self
+        return _PackedState(
+            self.n_rows,
+            self.n_fine,
+            self.index.to(device),
+            self.counts_nz.to(device),
+            self.sums_nz.to(device),
+            None if self.wcounts_nz is None else self.wcounts_nz.to(device),
+            self.scalars.to(device),
+        )
+
+    def _scatter(self, values: torch.Tensor, dtype: torch.dtype, lead: tuple[int, ...]) -> torch.Tensor:
+        out = torch.zeros(*lead, self.n_rows * self.n_fine, dtype=dtype, device=self.device)
+        out[..., self.index.long()] = values.to(dtype)
+        return out.reshape(*lead, self.n_rows, self.n_fine)
+
+    @property
+    def counts(self) -> torch.Tensor:
+        """Dense ``(2, R, F)`` int64 counts (a new tensor)."""
+        return self._scatter(self.counts_nz, torch.int64, (2,))
+
+    @property
+    def sums(self) -> torch.Tensor:
+        """Dense ``(R, F)`` float64 sums (a new tensor)."""
+        return self._scatter(self.sums_nz, torch.float64, ())
+
+    def weighted_counts(self) -> torch.Tensor:
+        """Dense ``(2, R, F)`` float64 weights (the counts when unweighted; a new tensor)."""
+        return self._scatter(self.counts_nz if self.wcounts_nz is None else self.wcounts_nz, torch.float64, (2,))
+
+    def write_into(
+        self, counts: torch.Tensor | None, wcounts: torch.Tensor | None, sums: torch.Tensor | None
+    ) -> None:
+        """Write the dense tables into contiguous ``(R, 2, F)`` counts / weights and ``(R, F)`` sums (zeroed first).
+
+        The layout of the stacked views (:meth:`ConfidenceHistogram.views`); no dense temporary of the case.
+        """
+        dev = next(t.device for t in (counts, wcounts, sums, self.scalars) if t is not None)
+        idx = self.index.to(dev).long()
+        base = idx + idx.div(self.n_fine, rounding_mode="floor") * self.n_fine  # (r, 0, i) in (R, 2, F)
+        for out, values, dtype in (
+            (counts, self.counts_nz, torch.int64),
+            (wcounts, self.counts_nz if self.wcounts_nz is None else self.wcounts_nz, torch.float64),
+        ):
+            if out is not None:
+                flat = out.zero_().view(-1)
+                flat[base] = values[0].to(device=out.device, dtype=dtype)
+                flat[base + self.n_fine] = values[1].to(device=out.device, dtype=dtype)
+        if sums is not None:
+            sums.zero_().view(-1)[idx] = self.sums_nz.to(sums.device)
+
+    def unpack(self) -> _State:
+        """The dense state (new tensors)."""
+        return _State(
+            self.counts,
+            self.sums,
+            None if self.wcounts_nz is None else self.weighted_counts(),
+            self.scalars.clone(),
+        )
+
+    def copy(self) -> _State:
+        """A dense copy (:meth:`unpack`), as :meth:`_State.copy` of a dense state."""
+        return self.unpack()
+
+    def add_to(self, target: _State) -> None:
+        """Add this case into the dense ``target`` (in place): the sums of :meth:`_State.add_` of its dense tables.
+
+        Only the kept bins are added; every other bin of this case is zero, and adding zero changes no bin.
+        """
+        dev = target.counts.device
+        idx = self.index.to(dev).long()
+        if self.wcounts_nz is not None or target.wcounts is not None:
+            target.make_weighted()  # before the counts change
+            add = self.counts_nz if self.wcounts_nz is None else self.wcounts_nz
+            target.wcounts.view(2, -1)[:, idx] += add.to(device=dev, dtype=torch.float64)  # type: ignore[union-attr]
+        target.counts.view(2, -1)[:, idx] += self.counts_nz.to(device=dev, dtype=torch.int64)
+        target.sums.view(-1)[idx] += self.sums_nz.to(dev)
+        target.scalars += self.scalars.to(target.scalars.device)
+
+    def nbytes(self) -> int:
+        ts = [self.index, self.counts_nz, self.sums_nz, self.scalars]
+        ts += [] if self.wcounts_nz is None else [self.wcounts_nz]
         return sum(t.numel() * t.element_size() for t in ts)
 
 
@@ -421,6 +660,9 @@ def _accumulate_probs(
 
 #: use the fused kernels where they apply (:func:`_fused_for`); tests switch them off to compare with the reference
 FUSED_KERNELS = True
+#: a per-case histogram keeps each case packed (:class:`_PackedState`); tests switch it off to compare with the dense
+#: tables every case kept before
+PACKED_CASES = True
 
 
 def _fused_backend(p: torch.Tensor) -> str | None:
@@ -597,6 +839,20 @@ def _state_table(x: Any, dtype: torch.dtype) -> torch.Tensor:
 _STATE_RTOL = 1e-6
 #: cases checked at once by :func:`_check_state_tables` (its temporaries stay a few times one block's tables)
 _STATE_CHECK_BLOCK = 64
+#: at most about this many bytes of dense tables are read at once by :meth:`ConfidenceHistogram.load_state_dict`
+_LOAD_BLOCK_BYTES = 1 << 24
+
+
+def _table_source(x: Any) -> Any:
+    """A table of a state dict as it can be read in blocks of cases: a tensor, ArrayBlocks, or a numpy array."""
+    return x if isinstance(x, (torch.Tensor, ArrayBlocks)) else np.asarray(x)
+
+
+def _table_blocks(x: Any, step: int) -> Any:
+    """Consecutive blocks of ``step`` cases of a table of :func:`_table_source` (views, or read from a file)."""
+    if isinstance(x, ArrayBlocks):
+        return x.blocks(step)
+    return (x[start : start + step] for start in range(0, x.shape[0], step))
 
 
 def _check_state_tables(
@@ -655,6 +911,13 @@ def _check_state_tables(
             raise ValueError("state scalars: the Brier sum must lie in [0, C x total weight]")
 
 
+def _unreadable(path: Path, err: BaseException) -> ValueError:
+    """The error of a histogram file that cannot be read (:meth:`ConfidenceHistogram.load`)."""
+    return ValueError(
+        f"path: {path} is not a readable ConfidenceHistogram file (corrupt or truncated?): {type(err).__name__}: {err}"
+    )
+
+
 def _case_key(case_id: Hashable) -> tuple[int, int, str]:
     """Sort key of a case id: automatic numbers (ints) first in their order, then names."""
     return (0, case_id, "") if isinstance(case_id, int) else (1, 0, str(case_id))
@@ -675,9 +938,12 @@ class ConfidenceHistogram:
     - ``scalars``  ``(3,)`` float64: total weight, weighted sum of ``-log max(p_y, 1e-15)``, weighted sum of
       ``sum_l (p_l - [y == l])^2`` (indices :attr:`SCALAR_WEIGHT`, :attr:`SCALAR_NLL`, :attr:`SCALAR_BRIER`).
 
-    Memory per case: ``24 R F`` bytes (``+16 R F`` once weighted), 1.8 MiB for ``C = 3`` and the default
-    ``F``; pooled (``per_case=False``) the same once. Histograms add exactly: :meth:`merge` of per-case
-    histograms equals the histogram of the pooled voxels.
+    Memory: pooled (``per_case=False``), the dense tables once, ``24 R F`` bytes (``+16 R F`` once weighted), 1.8
+    MiB for ``C = 3`` and the default ``F``. Per case, each case's non-empty bins only (at most 32 bytes each, 48
+    weighted; a case fills few of its ``R F`` bins), shared by the histograms it is merged into; per-case metrics read
+    a block of cases at a time (:meth:`case_views`), and :meth:`state_dict_blocks` gives the tables one block at a
+    time (found by hostile testing: a 105-class cohort held 39 MiB of dense tables per case). Histograms add
+    exactly: :meth:`merge` of per-case histograms equals the histogram of the pooled voxels.
 
     Args:
         num_classes: ``C >= 2``.
@@ -746,9 +1012,9 @@ class ConfidenceHistogram:
         self.chunk_size = None if chunk_size is None else int(chunk_size)
         self.uncertainty = bool(uncertainty)
         self.case_ids: list[Hashable] = []
-        self._states: list[_State] = []
+        self._states: list[_State | _PackedState] = []  # packed per case (PACKED_CASES), dense when pooled
         self._index: dict[Hashable, int] = {}
-        self._pooled_cache: _State | None = None
+        self._pooled_cache: _State | _PackedState | None = None
 
     # -- layout -------------------------------------------------------------------------------------------------
     @property
@@ -769,11 +1035,11 @@ class ConfidenceHistogram:
     @property
     def weighted(self) -> bool:
         """Whether voxel weights were ever given (then ``weighted_counts`` differ from ``counts``)."""
-        return any(s.wcounts is not None for s in self._states)
+        return any(s.weighted for s in self._states)
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the histogram tensors (all cases)."""
+        """Bytes held by the histogram tensors (all cases; a per-case histogram holds each case's non-empty bins)."""
         return sum(s.nbytes() for s in self._states)
 
     def __len__(self) -> int:
@@ -789,11 +1055,22 @@ class ConfidenceHistogram:
     def _stack(self, attr: str) -> torch.Tensor:
         if not self._states:
             raise ValueError("the histogram is empty: call update() first")
-        if attr == "wcounts":
-            return torch.stack([s.weighted_counts().transpose(0, 1) for s in self._states])
-        if attr == "counts":
-            return torch.stack([s.counts.transpose(0, 1) for s in self._states])
-        return torch.stack([getattr(s, attr) for s in self._states])
+        if attr == "scalars":
+            return torch.stack([s.scalars for s in self._states])
+        n, r, f = len(self._states), self.num_rows, self.n_fine_bins
+        device = self._states[0].scalars.device
+        if attr == "sums":
+            out = torch.empty(n, r, f, dtype=torch.float64, device=device)
+            for i, s in enumerate(self._states):
+                s.write_into(None, None, out[i])
+            return out
+        out = torch.empty(n, r, 2, f, dtype=torch.int64 if attr == "counts" else torch.float64, device=device)
+        for i, s in enumerate(self._states):
+            if attr == "counts":
+                s.write_into(out[i], None, None)
+            else:
+                s.write_into(None, out[i], None)
+        return out
 
     @property
     def counts(self) -> torch.Tensor:
@@ -822,11 +1099,18 @@ class ConfidenceHistogram:
             # in case-id order, whatever order the cases were added or merged in: the float sums of a cohort are the
             # same bits for one pass and for shards merged in any order
             order = sorted(range(len(self._states)), key=lambda i: _case_key(self.case_ids[i]))
-            total = self._states[order[0]].copy()
-            for i in order[1:]:
-                total.add_(self._states[i])
-            self._pooled_cache = total
-        return self._pooled_cache
+            first = self._states[order[0]]
+            if isinstance(first, _PackedState) and len(order) == 1:
+                self._pooled_cache = first  # the sum of one case is the case
+            else:
+                total = first.copy()
+                for i in order[1:]:
+                    total.add_(self._states[i])
+                # a per-case histogram keeps its sum packed too: the dense sum of a case kept with each per-case
+                # histogram (the cohort engine holds every case's) would be 24 R F bytes per case again
+                self._pooled_cache = _PackedState.pack(total) if isinstance(first, _PackedState) else total
+        cache = self._pooled_cache
+        return cache.unpack() if isinstance(cache, _PackedState) else cache
 
     def views(self, per_case: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The tables the metrics read.
@@ -834,13 +1118,57 @@ class ConfidenceHistogram:
         ``counts`` ``(N, R, 2, F)`` int64, weighted counts ``(N, R, 2, F)`` float64, ``sums`` ``(N, R, F)`` and
         ``scalars`` ``(N, 3)`` float64.
 
-        ``N`` is the number of cases with ``per_case=True``; otherwise ``N = 1``, the sum over all cases (cached
-        until the next update or merge; do not modify the returned tensors).
+        ``N`` is the number of cases with ``per_case=True`` (the dense tables of every case at once, ``40 R F`` bytes
+        per case: :meth:`case_views` gives them a block of cases at a time); otherwise ``N = 1``, the sum over all
+        cases (cached until the next update or merge, packed for a per-case histogram; do not modify the returned
+        tensors).
         """
         if per_case:
             return self.counts, self.weighted_counts, self.sums, self.scalars
         s = self._pooled()
         return s.counts.transpose(0, 1)[None], s.weighted_counts().transpose(0, 1)[None], s.sums[None], s.scalars[None]
+
+    def case_views(
+        self, max_bytes: int = 1 << 26
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The per-case tables of :meth:`views` (``per_case=True``), a block of consecutive cases at a time.
+
+        Each block holds the same values as the rows of ``views(per_case=True)`` for its cases; at most about
+        ``max_bytes`` of dense tables (at least one case) are held, in buffers that every block overwrites: a
+        per-case metric of a large cohort reads every case without holding the dense tables of all (``40 R F`` bytes
+        per case). Use a block's tensors before asking for the next one.
+
+        Args:
+            max_bytes: about the most bytes of the block buffers (counts, weights and sums: ``40 R F`` per case).
+
+        Returns:
+            An iterator over ``(counts, weighted counts, sums, scalars)`` of ``N_b`` consecutive cases each, in the
+            order of :attr:`case_ids`.
+
+        Raises:
+            ValueError: the histogram is empty.
+
+        Example:
+            >>> import torch
+            >>> probs = torch.softmax(torch.randn(3, 2, 4, 4), 1)
+            >>> hist = ConfidenceHistogram(2).update(probs, torch.randint(0, 2, (3, 4, 4)))
+            >>> [tuple(c.shape) for c, _, _, _ in hist.case_views(max_bytes=2 * 40 * 4 * 15360)]
+            [(2, 4, 2, 15360), (1, 4, 2, 15360)]
+        """
+        if not self._states:
+            raise ValueError("the histogram is empty: call update() first")
+        n, r, f = len(self._states), self.num_rows, self.n_fine_bins
+        step = max(1, min(n, int(max_bytes) // (40 * r * f)))
+        device = self._states[0].scalars.device
+        counts = torch.empty(step, r, 2, f, dtype=torch.int64, device=device)
+        wcounts = torch.empty(step, r, 2, f, dtype=torch.float64, device=device)
+        sums = torch.empty(step, r, f, dtype=torch.float64, device=device)
+        for start in range(0, n, step):
+            block = self._states[start : start + step]
+            for i, s in enumerate(block):
+                s.write_into(counts[i], wcounts[i], sums[i])
+            m = len(block)
+            yield counts[:m], wcounts[:m], sums[:m], torch.stack([s.scalars for s in block])
 
     # -- accumulation -------------------------------------------------------------------------------------------
     def _slot(self, case_id: Hashable | None) -> int:
@@ -854,8 +1182,27 @@ class ConfidenceHistogram:
             weighted = self.weighted
             self._index[case_id] = len(self._states)
             self.case_ids.append(case_id)
-            self._states.append(_State.zeros(self.num_rows, self.n_fine_bins, weighted))
+            self._states.append(
+                _PackedState.empty(self.num_rows, self.n_fine_bins) if self.per_case and PACKED_CASES
+                else _State.zeros(self.num_rows, self.n_fine_bins, weighted)
+            )
         return self._index[case_id]
+
+    def _add_to(self, slot: int, st: _State | _PackedState) -> None:
+        """Add a case's state into ``slot``: a per-case slot keeps it packed (:class:`_PackedState`), on the CPU.
+
+        A packed state added to an empty slot is shared, not copied (packed states are never changed).
+        """
+        cur = self._states[slot]
+        if not isinstance(cur, _PackedState):
+            cur.add_(st)
+            return
+        if cur.index.numel() == 0 and not bool(cur.scalars.any()):  # a new case (or one without voxels)
+            self._states[slot] = (st if isinstance(st, _PackedState) else _PackedState.pack(st)).to(cur.device)
+            return
+        dense = cur.unpack()
+        dense.add_(st)
+        self._states[slot] = _PackedState.pack(dense)
 
     @deprecated_arg_names({"labels": "target"})
     def update(
@@ -939,14 +1286,16 @@ class ConfidenceHistogram:
                 for s in range(0, yb.shape[0], chunk):
                     wc = None if wb is None else wb[s : s + chunk]
                     _accumulate_probs(st, pb[:, s : s + chunk], yb[s : s + chunk], wc, validate, self.uncertainty, ws)
-            staged.append(st.to_state())
+            # a per-case histogram keeps the case packed: no dense state of it (to_state) is ever made
+            staged.append(st.to_packed() if self.per_case and PACKED_CASES else st.to_state())
 
         if w is not None:
             for s in self._states:
-                s.make_weighted()
+                if isinstance(s, _State):  # a packed case reads the same weights (its counts) either way
+                    s.make_weighted()
         for b, st in enumerate(staged):
             slot = self._slot(None if case_ids is None else case_ids[b])
-            self._states[slot].add_(st)
+            self._add_to(slot, st)
         self._pooled_cache = None
         return self
 
@@ -1011,7 +1360,7 @@ class ConfidenceHistogram:
             idx = stage.bin(vals, None, first_row=hist.uncertainty_row)
             stage.hit(hist.uncertainty_row, idx[0], e2[b].logical_not(), None)
             stage.scalars[_SCALAR_WEIGHT] = u2.shape[1]
-            hist._states[hist._slot(None)].add_(stage.to_state())
+            hist._add_to(hist._slot(None), stage.to_state())
         return hist
 
     def merge(self, other: ConfidenceHistogram) -> ConfidenceHistogram:
@@ -1034,10 +1383,11 @@ class ConfidenceHistogram:
             self.uncertainty = other.uncertainty
         if other.weighted:
             for s in self._states:
-                s.make_weighted()
+                if isinstance(s, _State):  # a packed case reads the same weights (its counts) either way
+                    s.make_weighted()
         for cid, st in zip(other.case_ids, other._states):  # the one slot of a pooled histogram: a new number
             slot = self._slot(cid if isinstance(cid, str) and other.per_case else None)
-            self._states[slot].add_(st)
+            self._add_to(slot, st)
         self._pooled_cache = None
         return self
 
@@ -1054,10 +1404,9 @@ class ConfidenceHistogram:
         return out
 
     # -- persistence --------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The state as numpy arrays (``counts``, ``sums``, ``scalars``, ``weighted_counts`` if weighted)."""
+    def _state_meta(self) -> dict[str, Any]:
         ids = [str(c) for c in self.case_ids]
-        state: dict[str, Any] = {
+        return {
             "num_classes": np.int64(self.num_classes),
             "n_fine_bins": np.int64(self.n_fine_bins),
             "per_case": np.bool_(self.per_case),
@@ -1065,6 +1414,57 @@ class ConfidenceHistogram:
             "case_ids": np.array(ids, dtype=np.str_),
             "case_id_is_int": np.array([isinstance(c, int) for c in self.case_ids], dtype=bool),
         }
+
+    def state_dict_blocks(self) -> dict[str, Any]:
+        """:meth:`state_dict` with the per-case tables as :class:`~monai_unc.state.ArrayBlocks` of one case each.
+
+        The same keys and arrays; ``counts``, ``sums`` and ``weighted_counts`` are made one case at a time when they
+        are read (by :func:`monai_unc.io.save_state`, which writes them so), so that saving a cohort holds one case's
+        dense tables, not ``24 R F`` bytes per case at once. Read them before the histogram changes.
+
+        Returns:
+            The state, its per-case tables as :class:`~monai_unc.state.ArrayBlocks`.
+
+        Example:
+            >>> import numpy as np
+            >>> h = ConfidenceHistogram(2, n_fine_bins=4).update(np.array([[[0.2], [0.8]]]), np.array([[1]]))
+            >>> blocks = h.state_dict_blocks()
+            >>> blocks["counts"], bool((np.asarray(blocks["counts"]) == h.state_dict()["counts"]).all())
+            (ArrayBlocks(shape=(1, 4, 2, 4), dtype=int64), True)
+        """
+        if not self._states:
+            return self.state_dict()
+        states = list(self._states)
+        n, r, f = len(states), self.num_rows, self.n_fine_bins
+
+        def table(which: int, shape: tuple[int, ...], dtype: torch.dtype) -> ArrayBlocks:
+            def make(rows: int) -> Iterator[np.ndarray]:  # blocks of `rows` cases written into one buffer
+                buffer = torch.empty(min(rows, n), *shape, dtype=dtype)
+                for start in range(0, n, rows):
+                    block = states[start : start + rows]
+                    for i, st in enumerate(block):
+                        out: list[torch.Tensor | None] = [None, None, None]
+                        out[which] = buffer[i]
+                        st.write_into(*out)
+                    yield buffer[: len(block)].numpy()
+
+            return ArrayBlocks((n, *shape), torch.empty(0, dtype=dtype).numpy().dtype, make)
+
+        state = self._state_meta()
+        state["counts"] = table(0, (r, 2, f), torch.int64)
+        state["sums"] = table(2, (r, f), torch.float64)
+        state["scalars"] = self.scalars.cpu().numpy()
+        if self.weighted:
+            state["weighted_counts"] = table(1, (r, 2, f), torch.float64)
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state as numpy arrays (``counts``, ``sums``, ``scalars``, ``weighted_counts`` if weighted).
+
+        The dense tables of every case at once (``24 R F`` bytes per case); :meth:`state_dict_blocks` gives them one
+        case at a time.
+        """
+        state = self._state_meta()
         shape_r = (0, self.num_rows)
         if self._states:
             state["counts"] = self.counts.cpu().numpy()
@@ -1117,34 +1517,43 @@ class ConfidenceHistogram:
                 f"state has (num_classes, n_fine_bins) = {(nc, nf)}, "
                 f"the histogram {(self.num_classes, self.n_fine_bins)}"
             )
-        counts = _state_table(state["counts"], torch.int64)
-        sums = _state_table(state["sums"], torch.float64)
-        scalars = _state_table(state["scalars"], torch.float64)
-        wc = state.get("weighted_counts")
-        wct = None if wc is None else _state_table(wc, torch.float64)
-        n = counts.shape[0]
+        tables = {k: _table_source(state[k]) for k in ("counts", "sums", "scalars", "weighted_counts") if k in state}
+        counts, sums, scalars, wc = (tables.get(k) for k in ("counts", "sums", "scalars", "weighted_counts"))
+        n = counts.shape[0] if len(counts.shape) else -1
         if counts.shape != (n, self.num_rows, 2, nf) or sums.shape != (n, self.num_rows, nf) or scalars.shape != (n, 3):
             raise ValueError("state arrays have inconsistent shapes")
-        if wct is not None and wct.shape != counts.shape:
+        if wc is not None and wc.shape != counts.shape:
             raise ValueError("state weighted_counts must have the shape of counts")
-        _check_state_tables(counts, sums, wct, scalars, nc)
         ids_raw = [str(c) for c in np.asarray(state["case_ids"]).tolist()]
         is_int = np.asarray(state.get("case_id_is_int", np.zeros(n, dtype=bool))).tolist()
         if len(ids_raw) != n:
             raise ValueError(f"state has {len(ids_raw)} case ids for {n} cases")
-        self.per_case = bool(state.get("per_case", self.per_case))
+        per_case = bool(state.get("per_case", self.per_case))
+        # a block of cases at a time: read (a file's tables as ArrayBlocks too), checked, each case packed; the
+        # dense tables of all cases are never held at once
+        step = max(1, min(_STATE_CHECK_BLOCK, _LOAD_BLOCK_BYTES // (40 * self.num_rows * nf)))
+        parts = [_table_blocks(t, step) for t in (counts, sums, scalars, wc) if t is not None]
+        states: list[_State | _PackedState] = []
+        for blocks in zip(*parts):
+            cnt, sm, sc = (_state_table(b, d) for b, d in zip(blocks, (torch.int64, torch.float64, torch.float64)))
+            wct = None if wc is None else _state_table(blocks[3], torch.float64)
+            _check_state_tables(cnt, sm, wct, sc, nc)
+            for i in range(cnt.shape[0]):
+                w_i = None if wct is None else wct[i]
+                if per_case and PACKED_CASES:  # packed from the block's tables (read into a reused buffer)
+                    states.append(_PackedState.pack_tables(cnt[i], w_i, sm[i], sc[i]))
+                    continue
+                states.append(_State(
+                    cnt[i].transpose(0, 1).contiguous(),
+                    sm[i].clone(),
+                    None if w_i is None else w_i.transpose(0, 1).contiguous(),
+                    sc[i].clone(),
+                ))
+        self.per_case = per_case
         self.uncertainty = bool(state.get("uncertainty", self.uncertainty))
         self.case_ids = [int(c) if flag else c for c, flag in zip(ids_raw, is_int)]
         self._index = {c: i for i, c in enumerate(self.case_ids)}
-        self._states = [
-            _State(
-                counts[i].transpose(0, 1).contiguous(),
-                sums[i].clone(),
-                None if wct is None else wct[i].transpose(0, 1).contiguous(),
-                scalars[i].clone(),
-            )
-            for i in range(n)
-        ]
+        self._states = states
         self._pooled_cache = None
         return self
 
@@ -1182,17 +1591,15 @@ class ConfidenceHistogram:
         if not path.is_file():
             raise FileNotFoundError(f"path: no ConfidenceHistogram file at {path}")
         try:
-            with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:  # our handle: closed on errors too
-                state = {k: data[k] for k in data.files}
+            state = read_npz(path)  # the per-case tables read a block of cases at a time, as they are loaded
         except Exception as err:  # BadZipFile, EOFError, OSError, ValueError, zlib.error from a damaged file
-            raise ValueError(
-                f"path: {path} is not a readable ConfidenceHistogram file (corrupt or truncated?): "
-                f"{type(err).__name__}: {err}"
-            ) from err
+            raise _unreadable(path, err) from err
         missing = [k for k in cls._REQUIRED_KEYS if k not in state]
         if missing:
             raise ValueError(f"path: {path} is not a ConfidenceHistogram file (missing arrays {missing})")
         try:
             return cls.from_state_dict(state)
+        except OSError as err:  # a damaged member, found as it is read (read_npz)
+            raise _unreadable(path, err) from err
         except (ValueError, TypeError) as err:
             raise ValueError(f"path: {path} holds an inconsistent ConfidenceHistogram: {err}") from err
