@@ -109,7 +109,8 @@ PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
 GEOMETRY_ATOL = 1e-3
 #: ... or this fraction of the smallest voxel size, when larger (:func:`grid_mismatch`): the rounding of an affine as
 #: writers store it (a float32 quaternion, direction cosines to 5 decimals) moves the far corners of a large grid
-#: by up to a few hundredths of a voxel; the DICOM grid check allows the same tenth of a voxel
+#: by up to a few hundredths of a voxel; the DICOM grid check is the same rule with another floor
+#: (:func:`~monai_unc.io.dicom.to_series_grid`)
 GEOMETRY_VOXEL_FRACTION = 0.1
 #: largest ``|cos|`` of the angle between two voxel axes of a grid taken as orthogonal (:func:`axes_cosine`; about
 #: 0.0057 degrees from perpendicular): the float32 rounding of an orthogonal affine stays near 1e-7
@@ -1301,20 +1302,30 @@ def grid_displacement(affine: np.ndarray, other: np.ndarray, shape: Sequence[int
     return float(np.sqrt((moved * moved).sum(axis=0)).max())
 
 
-def grid_mismatch(affine: np.ndarray, reference: np.ndarray, shape: Sequence[int]) -> str | None:
+def grid_mismatch(affine: np.ndarray, reference: np.ndarray, shape: Sequence[int], *,
+                  atol: float = GEOMETRY_ATOL) -> str | None:
     """Whether two affines put the grid ``shape`` in the same space: None, or what is wrong (for an error message).
 
-    The one same-space rule of the volumes of a case (labels, predictions, maps, image channels, samples): the
-    largest displacement of a voxel centre (:func:`grid_displacement`) may be at most :data:`GEOMETRY_ATOL` mm or
-    :data:`GEOMETRY_VOXEL_FRACTION` of the reference grid's smallest voxel size, whichever is larger.
+    The one same-space rule of the package: the volumes of a case (labels, predictions, maps, image channels,
+    samples) and a NIfTI output against its DICOM source series
+    (:func:`~monai_unc.io.dicom.to_series_grid`, with the floor ``atol`` of
+    :data:`~monai_unc.io.dicom.DICOM_GEOMETRY_ATOL`). The largest displacement of a voxel centre
+    (:func:`grid_displacement`, at a corner of the grid: it covers translation, rotation, scaling and shear, so the
+    entries of the affines are not compared) may be at most ``atol`` mm or :data:`GEOMETRY_VOXEL_FRACTION` of the
+    reference grid's smallest voxel size, whichever is larger.
 
     Args:
         affine: the ``(4, 4)`` voxel -> world matrix (mm) of the volume checked.
         reference: that of the reference volume (the label, channel 0, ...).
         shape: the spatial shape of the grid.
+        atol: the absolute floor of the tolerance in mm, a finite number >= 0 (default :data:`GEOMETRY_ATOL`).
 
     Returns:
-        None when they agree, else ``"voxel centres up to D mm apart, tolerance T mm"``.
+        None when they agree, else ``"voxel centres up to D mm apart, tolerance T mm"`` (also for an affine holding
+        NaN).
+
+    Raises:
+        ValueError: ``atol`` is not a finite number >= 0.
 
     Example:
         >>> b = np.diag([0.5, 0.5, 3.0, 1.0]); b[0, 1] = 1e-3  # 0.511 mm at the far corner: a voxel
@@ -1323,11 +1334,14 @@ def grid_mismatch(affine: np.ndarray, reference: np.ndarray, shape: Sequence[int
         >>> grid_mismatch(np.diag([0.5, 0.5, 3.0, 1.0]), np.diag([0.5, 0.5, 3.0, 1.0]), (512, 512, 2)) is None
         True
     """
+    if isinstance(atol, bool) or not isinstance(atol, (int, float, np.integer, np.floating)) or not (
+            np.isfinite(atol) and atol >= 0):
+        raise ValueError(f"atol must be a finite number of mm >= 0, got {atol!r}")
     moved = grid_displacement(affine, reference, shape)
     d = min(len(shape), 3, np.asarray(reference).shape[1] - 1)
     sizes = np.linalg.norm(np.asarray(reference, dtype=np.float64)[:3, :d], axis=0)
     smallest = float(sizes.min()) if d and np.all(np.isfinite(sizes)) else 0.0
-    tolerance = max(GEOMETRY_ATOL, GEOMETRY_VOXEL_FRACTION * smallest)
+    tolerance = max(float(atol), GEOMETRY_VOXEL_FRACTION * smallest)
     if moved <= tolerance:
         return None
     return f"voxel centres up to {moved:.4g} mm apart, tolerance {tolerance:.4g} mm"

@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
 from ..io import atomic_write_bytes
-from ..metrics.casewise import is_in_distribution, uncertainty_histograms
+from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
 from ..metrics.selective import referral_curve
 from ..product import Overlay, format_fraction
 from .markup import replace_surrogates
@@ -253,13 +253,14 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
     defined = np.isfinite(scores)
     shifts = [str(s) for s, d in zip(shifts, defined) if d]
     scores = scores[defined]
-    groups = sorted(set(shifts), key=lambda s: (not is_in_distribution(s, iid), s))
+    iid_texts = in_distribution_labels(iid)
+    groups = sorted(set(shifts), key=lambda s: (not is_in_distribution(s, iid_texts), s))
     fig = _figure(5.2, 3.8)
     ax = fig.add_subplot()
     rng = np.random.default_rng(0)
     for i, g in enumerate(groups):
         v = scores[[s == g for s in shifts]]
-        color = _GOOD if is_in_distribution(g, iid) else _BAD
+        color = _GOOD if is_in_distribution(g, iid_texts) else _BAD
         ax.scatter(i + rng.uniform(-0.12, 0.12, v.size), v, color=color, s=28, alpha=0.8, edgecolor="white", lw=0.5)
         ax.hlines(np.median(v), i - 0.25, i + 0.25, color="0.2", lw=1.5)
     ax.set_xticks(range(len(groups)), [g or "(none)" for g in groups], rotation=30, ha="right", fontsize=8)
