@@ -24,6 +24,7 @@ import os
 import shutil
 import struct
 import tempfile
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -1453,7 +1454,7 @@ def _flock(path: Path, exclusive: bool) -> int | None:
 
 
 @contextlib.contextmanager
-def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterator[Path]:
+def output_lock(folder: str | os.PathLike, command: str = "monai-unc", wait: float = 0.0) -> Iterator[Path]:
     """Hold an output folder for one run: another process's run into the same folder is refused meanwhile.
 
     Two runs writing into one folder at the same time would corrupt each other's files: both write the same
@@ -1464,16 +1465,20 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
     It is reentrant within a process (a command that holds its folder calls the engine, which holds it again).
     Without ``fcntl`` (Windows) or on a file system without ``flock`` nothing is locked. The folder is created when
     missing, and removed again at the end when the run left it empty (a run refused before it wrote anything).
+    With ``wait``, a folder another process holds is tried again until it is free or ``wait`` seconds have passed (for
+    a short step that the second process should follow rather than refuse: creating a key pair).
 
     Args:
         folder: the output folder.
         command: the command's name, recorded in the lock file for the message of a refused run.
+        wait: seconds to wait for another process's hold to end before refusing (0: refuse at once).
 
     Yields:
         The lock file.
 
     Raises:
-        ValueError: another process holds the folder (one line naming the folder and the holder).
+        ValueError: another process holds the folder (after ``wait`` seconds; one line naming the folder and the
+            holder).
 
     Example:
         >>> import tempfile
@@ -1496,10 +1501,14 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
         finally:
             _HELD_FOLDERS[key] -= 1
         return
+    deadline = time.monotonic() + max(float(wait), 0.0)
     while True:
         try:
             fd = _flock(path, exclusive=True)
         except BlockingIOError:
+            if time.monotonic() < deadline:  # a short step of another process: try again once it is done
+                time.sleep(0.02)
+                continue
             holder = _lock_holder(path)
             raise ValueError(f"{folder} is being written by another run ({holder or 'holder unknown'}; lock "
                              f"{path}): wait until it ends, or choose another output folder") from None

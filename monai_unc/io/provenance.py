@@ -34,7 +34,7 @@ from .._utils import unique_json_keys
 from ..keys import LAYOUTS
 from .cases import INFER_RECORD, CaseError, CaseFiles, match_cases, read_prediction_regions, settings_changes
 from .files import atomic_write_json, json_safe, output_lock_holder, read_json_or_none
-from .signing import SIGNATURE_FIELD, Trust, default_signing_key, sign_digest, verify_signature
+from .signing import SIGNATURE_FIELD, KeyPairMismatchError, Trust, default_signing_key, sign_digest, verify_signature
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -962,7 +962,9 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
     The ``signature`` field (:func:`monai_unc.io.signing.sign_digest`) signs :func:`rule_digest` of the content with
     ``key``, by default :func:`monai_unc.io.signing.default_signing_key` (``$MONAI_UNC_SIGNING_KEY``, else the user's
     key, created on first use). When no key can be made (e.g. a read-only configuration folder) the file is written
-    unsigned with a warning: readers then refuse it unless told to accept unsigned files.
+    unsigned with a warning: readers then refuse it unless told to accept unsigned files. A key pair whose public key
+    file is not the private key's is refused (nothing is written): what it signed would be refused where that public
+    key is trusted, this machine first.
 
     Args:
         path: the file.
@@ -971,11 +973,16 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
 
     Returns:
         The path written.
+
+    Raises:
+        KeyPairMismatchError: the default key's public key file is another key's (naming both files and the remedy).
     """
     doc = {k: v for k, v in body.items() if k != SIGNATURE_FIELD}
     try:
         key_file = default_signing_key() if key is None else key
         doc[SIGNATURE_FIELD] = sign_digest(rule_digest(json_safe(doc)), key_file)  # type: ignore[arg-type]
+    except KeyPairMismatchError:
+        raise  # a key that exists but would sign what this machine refuses: mended by the user, not skipped
     except (OSError, ValueError) as e:
         warnings.warn(f"{path} is written unsigned: no signing key ({e}); the commands that apply it refuse it "
                       "unless given --allow-unsigned", UserWarning, stacklevel=2)

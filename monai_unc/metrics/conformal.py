@@ -64,6 +64,7 @@ import torch
 
 from .._utils import check_integer, normalize_spacing, positive_finite, probability_tolerance, to_numpy
 from ..activation import Activation, get_activation
+from ..product import format_cell
 from ..state import register_state_type
 from .boundary import distance_to_mask
 
@@ -864,7 +865,7 @@ def _crc_index(losses: np.ndarray, alpha: float, bound: float) -> int:
         reason = (f"{n} case(s) are too few (at least {need} needed for alpha={alpha})" if n < need else
                   f"the mean loss at the largest lambda is {losses[:, -1].mean():.4g}")
         raise ValueError(f"no lambda on the grid reaches alpha={alpha}: even the largest gives the bound "
-                         f"{worst:.4g} > alpha ({reason})")
+                         f"{format_cell(worst, 4, alpha)} > alpha ({reason})")  # never written as alpha itself
     return int(np.argmax(ok))
 
 

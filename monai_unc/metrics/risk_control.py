@@ -20,6 +20,7 @@ import torch
 from scipy import optimize, special, stats
 
 from .._utils import ArrayLike, case_vector
+from ..product import format_cell
 
 __all__ = [
     "RiskControlledThreshold",
@@ -438,8 +439,8 @@ def risk_controlled_threshold(
         threshold = -math.inf
         warnings.warn(
             f"risk_controlled_threshold: no threshold certifies selective risk <= {alpha:g} with probability "
-            f"{1 - delta:g} on these {m} calibration cases (best bound {float(res['bound'][0]):.4g}); "
-            "refer every case",
+            f"{1 - delta:g} on these {m} calibration cases (best bound "
+            f"{format_cell(float(res['bound'][0]), 4, alpha)}); refer every case",
             UserWarning,
             stacklevel=2,
         )

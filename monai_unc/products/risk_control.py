@@ -56,16 +56,17 @@ def risk_control_line(block: Mapping[str, Any]) -> str:
     Example:
         >>> risk_control_line({"method": "sgr", "risk": "dice < 0.8", "target_risk": 0.2, "delta": 0.1,
         ...                    "feasible": False, "bound": 0.31}).split(": ")[1]
-        'no threshold satisfies the target (best bound 0.31); refer every case'
+        'no threshold satisfies the target (best bound 0.3100); refer every case'
     """
     rc = block
     n_cases = len(rc.get("accepted") or ()) + len(rc.get("referred") or ())
     head = f"risk control ({rc['method']}, {rc['risk']} <= {rc['target_risk']:g} w.p. {1 - rc['delta']:g}): "
+    target = rc["target_risk"]  # the risk and the bound are judged against it: never written equal to it
     if not rc["feasible"]:
-        return head + f"no threshold satisfies the target (best bound {rc['bound']:.4g}); refer every case"
+        return head + f"no threshold satisfies the target (best bound {format_cell(rc['bound'], 4, target)}); refer " \
+            "every case"
     cal = rc["calibration"]
     thr = rc["threshold"]
-    target = rc["target_risk"]  # the risk and the bound are judged against it: never written equal to it
     return head + (f"accept score <= {thr:.6g}; " if thr is not None else "accept every case; ") + (
         f"calibration coverage {cal['coverage']:.3f}, observed risk {format_cell(cal['risk_accepted'], 4, target)}, "
         f"bound {format_cell(rc['bound'], 4, target)}; review {len(rc['referred'])} of {n_cases}"

@@ -21,7 +21,7 @@ from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import risk_controlled_threshold
-from ...product import ThresholdText, format_score, separating_digits
+from ...product import ThresholdText, format_cell, format_score, separating_digits
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, risk_of_dice
 from ..config import region_suffix
@@ -452,10 +452,6 @@ def _number(v: Any, where: str, allow_null: bool = False) -> float:
     return float(v)
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.6g}"
-
-
 def _threshold_text(score: float, threshold: float) -> str:
     """``<score> <= threshold <t>`` or ``<score> > threshold <t>``, in digits that never print the two equal.
 
@@ -603,20 +599,25 @@ class ReferralRule:
     def guarantee(self) -> str:
         """One sentence: what the rule promises, and under which assumption.
 
+        The bound and the observed risk are written against the target (:func:`~monai_unc.product.format_cell`):
+        never equal to it, or on its other side, when they are not.
+
         Returns:
             The guarantee (or, for a rule that is not certified, why every case is referred).
         """
+        target = self.target_risk
         if not self.feasible:
-            return (f"no threshold certifies mean risk ({self.risk_definition}) <= {self.target_risk:g} with "
+            return (f"no threshold certifies mean risk ({self.risk_definition}) <= {target:g} with "
                     f"probability {1 - self.delta:g} on these {self.n_calibration} calibration cases (best bound "
-                    f"{_fmt(self.bound)}): every case is referred")
+                    f"{format_cell(self.bound, 4, target, 'n/a')}): every case is referred")
         return (f"with probability at least {1 - self.delta:g} over the draw of the {self.n_calibration} "
                 f"calibration cases, the mean risk ({self.risk_definition}) of the new cases its threshold accepts "
                 f"is at most {self.target_risk:g} (at most {self.target_risk:g} c / (c - eps) for those the range and "
                 "image checks accept as well, when they refer a share eps of the share c the threshold accepts), "
                 "provided the new cases are exchangeable with the calibration cases "
                 f"({self.method.upper()}; calibration: coverage {self.coverage:.3f}, observed risk "
-                f"{_fmt(self.observed_risk)}, bound {_fmt(self.bound)})")
+                f"{format_cell(self.observed_risk, 4, target, 'n/a')}, bound "
+                f"{format_cell(self.bound, 4, target, 'n/a')})")
 
     def expected_dice_interval(self, estimates: Any) -> ConformalInterval | None:
         """Split-conformal intervals of new cases' expected Dice, calibrated on the rule's calibration cases.
