@@ -36,7 +36,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from .._utils import num_threads
+from .._utils import label_map_dtype, num_threads
 
 try:  # Intel ISA-L's deflate (python-isal, the ``fast`` extra): level 1 about 10x zlib's speed at the same ratio
     from isal import isal_zlib as _isal_zlib
@@ -957,7 +957,10 @@ def save_region_maps(
 
 
 def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
-    """Write integer label maps ``(S, X, Y, Z)`` as a 4D NIfTI ``(X, Y, Z, S)``, uint8 (uint16 above 255), atomically.
+    """Write integer label maps ``(S, X, Y, Z)`` as a 4D NIfTI ``(X, Y, Z, S)`` of the smallest dtype, atomically.
+
+    uint8 up to label 255, uint16 up to 65535, int32 above (the labels of a region spec reach ``2**31 - 1``): every
+    label is written as it is, never wrapped.
 
     One hard segmentation per volume, e.g. the label map of each stochastic pass of ``monai-unc infer
     --save-samples`` (``<case>_samples.nii.gz``, read back by
@@ -972,7 +975,7 @@ def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path:
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        ValueError: labels that are not integers in ``[0, 65535]``, not 4D, or ``path`` not a NIfTI name.
+        ValueError: labels that are not integers in ``[0, 2**31 - 1]``, not 4D, or ``path`` not a NIfTI name.
 
     Example:
         >>> import tempfile
@@ -985,9 +988,10 @@ def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path:
     arr = _to_numpy(labels)
     if arr.dtype.kind not in "biu" and not (np.isfinite(arr).all() and (arr == np.round(arr)).all()):
         raise ValueError("labels must hold integer label maps")
-    if arr.size and (arr.min() < 0 or arr.max() > 65535):
-        raise ValueError(f"labels must lie in [0, 65535], got [{arr.min()}, {arr.max()}]")
-    dtype = "uint8" if not arr.size or arr.max() <= 255 else "uint16"
+    top = np.iinfo(np.int32).max
+    if arr.size and (arr.min() < 0 or arr.max() > top):
+        raise ValueError(f"labels must lie in [0, {top}], got [{arr.min()}, {arr.max()}]")
+    dtype = label_map_dtype(arr.max() if arr.size else 0, "labels")
     return _save_channels(arr, affine, path, dtype, "labels must be (S, X, Y, Z)")
 
 

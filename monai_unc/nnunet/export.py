@@ -45,7 +45,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 
 from monai_unc import __version__
 from monai_unc._deprecation import REMOVAL
-from monai_unc._utils import argmax
+from monai_unc._utils import argmax, label_map_dtype
 from monai_unc.io import (
     VERSION_KEY,
     atomic_gzip,
@@ -341,11 +341,12 @@ def convert_uncertainty_to_original_geometry(
                 for k, v in maps_t.items()}
         out["maps"] = maps if multilabel else {k: v[0] for k, v in maps.items()}
         if segmentation_from == "probabilities":
-            seg_dtype = np.uint8 if len(label_manager.foreground_labels) < 255 else np.uint16
             if multilabel:
                 seg = np.asarray(label_manager.convert_probabilities_to_segmentation(moments[K.PRED.value]))
             else:
                 seg = argmax(moments[K.PRED.value], 0)
+            # nnU-Net's writers store uint8 or uint16: a larger label is refused, not wrapped
+            seg_dtype = label_map_dtype(int(seg.max()) if seg.size else 0, "the segmentation", widest=np.uint16)
             out["segmentation"] = _revert_crop(seg.astype(seg_dtype)[None], properties)[0].transpose(
                 plans_manager.transpose_backward)
         if return_probabilities:

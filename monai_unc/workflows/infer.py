@@ -48,7 +48,7 @@ import torch
 from monai.transforms import Invertd
 
 from .. import __version__
-from .._utils import argmax
+from .._utils import argmax, label_map_dtype
 from ..engine import (
     CaseCache,
     CohortRun,
@@ -276,7 +276,8 @@ def sample_label_maps(
         regions: the region spec ``{name: [label, ...]}`` in channel order (needed with ``multilabel``).
 
     Returns:
-        ``((S, *spatial) labels, n_unrepresented)``: uint8 (uint16 above 255 classes or labels) and, for regions, the
+        ``((S, *spatial) labels, n_unrepresented)``: uint8 (uint16 above 255 classes or labels, int32 above 65535,
+        from the largest label of the spec: no label is wrapped) and, for regions, the
         voxels (over all samples) whose set of regions no label of the spec has exactly (0 for classes).
 
     Raises:
@@ -293,7 +294,7 @@ def sample_label_maps(
     if multilabel and len(regions) != int(samples.shape[1]):
         raise ValueError(f"the region spec names {len(regions)} regions but the samples have {samples.shape[1]}")
     top = max((v for vals in regions.values() for v in vals), default=0) if multilabel else int(samples.shape[1]) - 1
-    out = np.empty((int(samples.shape[0]), *samples.shape[2:]), np.uint8 if top <= 255 else np.uint16)
+    out = np.empty((int(samples.shape[0]), *samples.shape[2:]), label_map_dtype(top, "the samples' label maps"))
     missed = 0
     for i in range(int(samples.shape[0])):
         if multilabel:
