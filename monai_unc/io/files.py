@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import math
+import operator
 import os
 import shutil
 import struct
@@ -53,6 +54,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_save_npz",
+    "MappedArrays",
     "save_state",
     "atomic_torch_save",
     "atomic_savefig",
@@ -365,6 +367,86 @@ def atomic_save_npz(path: str | os.PathLike, arrays: Mapping[str, Any], compress
         raise ValueError(f"path must end in .npz, got {path}")
     save = np.savez_compressed if compressed else np.savez
     return atomic_write(path, lambda tmp: save(tmp, **arrays))
+
+
+class MappedArrays(Sequence[torch.Tensor]):
+    """Arrays written to a folder one file each and read back memory-mapped, one at a time.
+
+    A list of many large arrays that need not all be in memory: :meth:`append` writes each array to
+    ``folder/000000.npy``, ``000001.npy``, ... (atomically, :func:`atomic_write`), and ``store[i]`` maps the file
+    back as a CPU tensor (copy-on-write: writing to it changes the tensor, never the file), so only the parts a reader
+    touches are in memory, and only while the tensor lives. It is a re-iterable sequence: iterating it maps one array
+    after another (``monai-unc calibrate`` keeps its validation logits in one,
+    :func:`monai_unc.workflows.collect_logits`, and :class:`~monai_unc.temperature.TemperatureScaler` streams them
+    from it at every step).
+
+    The folder is the caller's (a temporary one, e.g. :class:`tempfile.TemporaryDirectory`): it is created when
+    missing and never removed here; files already in it are left alone and not part of the sequence.
+
+    Args:
+        folder: where the files go.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     store = MappedArrays(d)
+        ...     store.append(torch.arange(6.0).reshape(2, 3))
+        ...     store.append(np.array([[1, 2]]), dtype=np.uint8)
+        ...     len(store), store[0][1].tolist(), store[-1].dtype, [tuple(a.shape) for a in store]
+        (2, [3.0, 4.0, 5.0], torch.uint8, [(2, 3), (1, 2)])
+    """
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        """Use ``folder`` (created when missing); arguments in the class docstring."""
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._files: list[tuple[Path, tuple[int, ...]]] = []  # each array's file and shape
+
+    def append(self, array: np.ndarray | torch.Tensor, dtype: Any = None) -> None:
+        """Write one more array (a tensor is moved to the CPU first).
+
+        Args:
+            array: the array; it is not kept.
+            dtype: convert to this numpy dtype first (None: keep the array's).
+
+        Raises:
+            TypeError: naming ``array`` when it is neither a numpy array nor a tensor.
+            OSError: the write failed (a full disk names the file, :func:`atomic_path`).
+        """
+        if isinstance(array, torch.Tensor):
+            array = array.detach().cpu()
+            array = (array.as_tensor() if hasattr(array, "as_tensor") else array).numpy()
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"array must be a numpy array or a torch tensor, got {type(array).__name__}")
+        if dtype is not None and array.dtype != np.dtype(dtype):
+            array = array.astype(dtype)
+        path = self.folder / f"{len(self._files):06d}.npy"
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as f:
+                np.save(f, array, allow_pickle=False)
+
+        atomic_write(path, write)
+        self._files.append((path, tuple(array.shape)))
+
+    def __len__(self) -> int:
+        """The number of arrays appended."""
+        return len(self._files)
+
+    def _load(self, index: int) -> torch.Tensor:
+        path, shape = self._files[index]
+        mode = "c" if math.prod(shape) > 0 else None  # an empty array has nothing to map
+        return torch.from_numpy(np.load(path, mmap_mode=mode, allow_pickle=False))
+
+    def __getitem__(self, index: Any) -> Any:
+        """``store[i]``: the ``i``-th array as a CPU tensor mapped from its file; a slice gives a list of them."""
+        if isinstance(index, slice):
+            return [self._load(i) for i in range(len(self._files))[index]]
+        return self._load(operator.index(index))
+
+    def __repr__(self) -> str:
+        """The folder and the number of arrays."""
+        return f"MappedArrays({str(self.folder)!r}, {len(self._files)} arrays)"
 
 
 def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> Path:
