@@ -862,15 +862,18 @@ def case_exported(
     return all(written(maps.get(K(m).value)) for m in measures)
 
 
-def write_scores_table(output_folder: str | os.PathLike) -> Path | None:
+def write_scores_table(output_folder: str | os.PathLike, settings: dict | None = None) -> Path | None:
     """Collect ``uncertainty/*.json`` of a folder into ``uncertainty_scores.csv``.
 
     One row per case; columns ``case, num_samples, foreground_voxels, <measure>_<score>``, written by
     :func:`monai_unc.io.write_csv` as ``metrics.csv`` is: an undefined score (null in the record) is ``nan``, the
-    others at full precision. Files without ``case`` and ``scores`` are skipped.
+    others at full precision. Files without ``case`` and ``scores`` are skipped, and with ``settings`` the records
+    made with other settings (a part of the same folder still being predicted again by another ``-part_id``).
 
     Args:
         output_folder: the prediction folder (holding ``uncertainty/``).
+        settings: the settings the records must hold
+            (:meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`; None: every record).
 
     Returns:
         The path of ``uncertainty_scores.csv``, or None when there is no case record.
@@ -887,10 +890,12 @@ def write_scores_table(output_folder: str | os.PathLike) -> Path | None:
         case1,8,0,0.25,nan
     """
     folder = Path(output_folder)
+    wanted = None if settings is None else json.loads(json.dumps(json_safe(settings)))  # as records read back
     records = []
     for f in sorted((folder / UNCERTAINTY_FOLDER).glob("*.json")):
         rec = json.loads(f.read_text())
-        if isinstance(rec, dict) and "scores" in rec and "case" in rec:
+        if isinstance(rec, dict) and "scores" in rec and "case" in rec and (
+                settings is None or rec.get("settings") == wanted):
             records.append(rec)
     if not records:
         return None
