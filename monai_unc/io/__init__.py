@@ -80,6 +80,8 @@ from .files import (
     save_probabilities,
     save_region_maps,
     save_state,
+    scratch_folder,
+    smallest_int_dtype,
     weight_digests,
 )
 from .tables import (
@@ -160,6 +162,8 @@ __all__ = [
     "atomic_write_json",
     "atomic_save_npz",
     "MappedArrays",
+    "smallest_int_dtype",
+    "scratch_folder",
     "save_state",
     "atomic_torch_save",
     "atomic_savefig",

@@ -55,6 +55,8 @@ __all__ = [
     "atomic_write_json",
     "atomic_save_npz",
     "MappedArrays",
+    "smallest_int_dtype",
+    "scratch_folder",
     "save_state",
     "atomic_torch_save",
     "atomic_savefig",
@@ -447,6 +449,78 @@ class MappedArrays(Sequence[torch.Tensor]):
     def __repr__(self) -> str:
         """The folder and the number of arrays."""
         return f"MappedArrays({str(self.folder)!r}, {len(self._files)} arrays)"
+
+
+def smallest_int_dtype(low: int, high: int) -> np.dtype:
+    """The smallest integer dtype that torch fully supports holding every value from ``low`` to ``high``.
+
+    uint8, int8, int16, int32 or int64 (never uint16 / uint32, which torch tensors barely support): how
+    :class:`MappedArrays` stores label maps (``0 .. C - 1``: uint8 up to 256 classes; with -1 for voxels left out:
+    int8 up to 128 classes), so that a stored label is never wrapped by numpy's cast.
+
+    Args:
+        low: the smallest value to hold.
+        high: the largest value to hold.
+
+    Returns:
+        The numpy dtype.
+
+    Raises:
+        ValueError: ``low`` is above ``high``, or the values do not fit int64.
+
+    Example:
+        >>> [smallest_int_dtype(lo, hi).name for lo, hi in ((0, 104), (0, 299), (-1, 104), (-1, 200), (-1, 1))]
+        ['uint8', 'int16', 'int8', 'int16', 'int8']
+    """
+    low, high = int(low), int(high)
+    if low > high:
+        raise ValueError(f"low ({low}) must not be above high ({high})")
+    for dtype in (np.uint8, np.int8, np.int16, np.int32, np.int64):
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return np.dtype(dtype)
+    raise ValueError(f"values {low} .. {high} do not fit int64")
+
+
+@contextlib.contextmanager
+def scratch_folder(output: str | os.PathLike, what: str) -> Iterator[Path]:
+    """A temporary folder beside an output, for data of a run too large for memory; removed at the end of the block.
+
+    The folder is ``.<name>.partial-<what>-<random>.dir`` in the folder of ``output`` (``<name>`` its whole name, so
+    that a file ``cal.pt`` and a folder ``cal`` never share a prefix): beside the output, never in an input folder,
+    on the file system the output goes to. It is removed when the block ends, also on an error; one that a killed run
+    left is removed by :func:`clean_partial_files` of that folder, and by :func:`atomic_folder` of ``output`` (its
+    stale ``.<name>.partial-*.dir`` folders). ``monai-unc calibrate`` and ``monai-unc nnunet-calibrate`` keep their
+    validation cases' logits there (:class:`MappedArrays`).
+
+    Args:
+        output: the output file or folder the run writes (its folder must exist).
+        what: what the folder holds, a word in its name (letters, digits, ``-``, ``_``).
+
+    Yields:
+        The new, empty folder.
+
+    Raises:
+        ValueError: naming ``what`` when it is not such a word.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with scratch_folder(Path(d) / "cal.pt", "logits") as scratch:
+        ...         _ = (scratch / "0.npy").write_bytes(b"")
+        ...         print(scratch.name.startswith(".cal.pt.partial-logits-"), scratch.name.endswith(".dir"))
+        ...     print(list(Path(d).iterdir()))
+        True True
+        []
+    """
+    if not isinstance(what, str) or not what or not all(c.isascii() and (c.isalnum() or c in "-_") for c in what):
+        raise ValueError(f"what must be a word of letters, digits, '-' and '_', got {what!r}")
+    output = Path(output)
+    folder = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-{what}-", suffix=".dir", dir=output.parent))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> Path:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,8 @@ from ..io import (
     list_files,
     list_image_cases,
     read_volume,
+    scratch_folder,
+    smallest_int_dtype,
 )
 from ..regions import RegionSpec, label_to_regions, unclaimed_labels, unclaimed_labels_message
 from ..temperature import calibrate_network, non_convergence_warning
@@ -151,7 +152,7 @@ def collect_logits(
         else:
             y = check_label_map(lab[0], what, int(z.shape[1]))
             if isinstance(targets, MappedArrays):
-                targets.append(y[None], dtype=_label_dtype(int(z.shape[1])))
+                targets.append(y[None], dtype=smallest_int_dtype(0, int(z.shape[1]) - 1))
             else:
                 targets.append(torch.from_numpy(y)[None])
         del lab, image, x  # this case's arrays go before the next case is read
@@ -161,19 +162,6 @@ def collect_logits(
         assert spec is not None
         raise ValueError("--regions: " + unclaimed_labels_message(unclaimed, spec, "--ignore-unclaimed-labels"))
     return logits, targets
-
-
-def _label_dtype(num_classes: int) -> np.dtype:
-    """The smallest integer dtype that holds the labels ``0 .. num_classes - 1`` (one torch fully supports: no uint16).
-
-    Example:
-        >>> _label_dtype(105), _label_dtype(300)
-        (dtype('uint8'), dtype('int16'))
-    """
-    for dtype in (np.uint8, np.int16, np.int32):
-        if num_classes - 1 <= np.iinfo(dtype).max:
-            return np.dtype(dtype)
-    return np.dtype(np.int64)
 
 
 def _check_finite_image(case: ImageCase, image: np.ndarray) -> None:
@@ -324,8 +312,9 @@ def run_calibrate(
     their folder must be writable: checked before any work (:func:`monai_unc.io.check_output_file`).
 
     The validation cases' logits wait on disk until the fit, in a temporary folder beside ``output``
-    (``.<stem>.partial-logits-*.dir``, removed at the end, even on an error; it takes ``4 C + 1`` bytes per voxel of
-    every case, ``C`` the network's channels), and are mapped back one case at a time at every step of the fit
+    (``.<name>.partial-logits-*.dir``, e.g. ``.cal.pt.partial-logits-*.dir``, :func:`monai_unc.io.scratch_folder`:
+    removed at the end, even on an error; it takes ``4 C + 1`` bytes per voxel of every case, ``C`` the network's
+    channels), and are mapped back one case at a time at every step of the fit
     (:func:`collect_logits` with ``store``): memory holds about one case (its logits, labels and the fit's float64
     chunks), whatever the number of cases.
 
@@ -404,7 +393,7 @@ def run_calibrate(
     out.parent.mkdir(parents=True, exist_ok=True)
     # the cases' logits wait on disk beside the output (not in an input folder; a ".partial...dir" name, which
     # clean_partial_files removes should a killed run leave it) and are mapped back one case at a time
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.stem}.partial-logits-", suffix=".dir") as store:
+    with scratch_folder(out, "logits") as store:
         logits, targets = collect_logits(cases, [label_files[c.case_id] for c in cases], loaded, intensity, roi,
                                          overlap, device, progress=progress, activation=activation, regions=spec,
                                          ignore_unclaimed_labels=ignore_unclaimed_labels, store=store)
