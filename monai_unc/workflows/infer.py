@@ -67,7 +67,9 @@ from ..io import (
     CaseError,
     ImageCase,
     atomic_write_json,
+    check_case_ids,
     check_output_kind,
+    check_volume_entry,
     file_sha256,
     grid_mismatch,
     json_safe,
@@ -817,6 +819,8 @@ def predict_case(
         ValueError: unreadable channels, ``--regions`` without region-based outputs, or a non-3D output.
     """
     t0 = time.time()
+    for path in case.channels:  # a link to nothing, a folder x.nii.gz: the reason, not a bare "No such file"
+        check_volume_entry(path)
     inputs = _input_digests(case)  # before reading: an input edited during the prediction makes a resume redo it
     if model.preprocessing is not None:
         maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings.activation)
@@ -1116,7 +1120,10 @@ def run_infer(
 
     Raises:
         CasesFailed: on every rank when a case failed (the others were predicted).
+        CaseError: a case id whose record ``<case>.json`` would be one of the folder's own files
+            (:func:`monai_unc.io.check_case_ids`: ``infer``, ``failures``, ...), before any work.
     """
+    check_case_ids(cases)  # a case whose record would replace infer.json or failures.json: before any work
     ctx = dist if dist is not None else get_dist_context(device)
     settings = complete_settings(settings, model)
     return _run_infer(ctx, cases, model, inferer, settings, Path(output), device, overwrite, progress, on_failure,

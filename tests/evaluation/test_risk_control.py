@@ -173,9 +173,12 @@ def test_referral_plot_marks_the_threshold(cohort):
 
 
 def test_read_case_list_variants(tmp_path):
+    one = tmp_path / "ids.csv"
+    one.write_text("# calibration\ncase\ntoy000\ntoy001\n")  # one-column CSV (a .csv name): the header is no case
+    assert cli._read_case_list(str(one)) == ["toy000", "toy001"]
     f = tmp_path / "ids.txt"
-    f.write_text("# calibration\ncase\ntoy000\ntoy001\n")  # one-column CSV: the header is not a case
-    assert cli._read_case_list(str(f)) == ["toy000", "toy001"]
+    f.write_text("# calibration\ncase\ntoy000\ntoy001\n")  # a plain list (found by hostile testing): 'case' is one
+    assert cli._read_case_list(str(f)) == ["case", "toy000", "toy001"]
     f.write_text("# exported 2026-11-22\ncase,site\ntoy000,a\ntoy002,b\n")  # a comment before the CSV header
     assert cli._read_case_list(str(f)) == ["toy000", "toy002"]
     f.write_text("toy005\n\n toy006 \n")

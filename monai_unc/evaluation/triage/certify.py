@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ...io import CaseError, image_channel_files
 from ...io.provenance import (
     check_finished_predictions,
     prediction_fingerprint,
@@ -109,6 +110,8 @@ def certify_rule(
     Raises:
         ValueError: the block is not the certificate of the rows' calibration cases, or ``predictions`` is an ``infer``
             folder still being written, unfinished or made with two settings (:func:`check_finished_predictions`).
+        CaseError: the calibration cases' images have different numbers of channels (naming a case and its files
+            for each number).
     """
     rows = list(rows)
     ids = [str(r["case"]) for r in rows]
@@ -137,9 +140,17 @@ def certify_rule(
     map_source = "file" if case_files and all(f and f.get("maps") for f in case_files) else "probabilities"
     reference = None
     if case_files and all(f and f.get("image") for f in case_files):
-        stats = np.stack([image_statistics(read_image_channels(f["image"], "all", case_id=c))  # type: ignore[index]
-                          for f, c in zip(case_files, cal_ids)])
-        reference = ImageReference.fit(stats, image_z_max)
+        rows, seen = [], {}  # seen: {number of channels: (case, image)}, the first case of each
+        for f, c in zip(case_files, cal_ids):
+            image = read_image_channels(f["image"], "all", case_id=c)  # type: ignore[index]
+            rows.append(image_statistics(image))
+            seen.setdefault(image.shape[0], (c, f["image"]))  # type: ignore[index]
+        if len(seen) > 1:  # one reference needs one number of channels (a stray file grouped in, a 4D NIfTI, ...)
+            shown = "; ".join(f"case {c!r} {n} ({', '.join(p.name for p in image_channel_files(img))})"
+                              for n, (c, img) in sorted(seen.items()))
+            raise CaseError(f"the images of the calibration cases have different numbers of channels, e.g. {shown}: "
+                            "give every case the same channel files")
+        reference = ImageReference.fit(np.stack(rows), image_z_max)
     fp = prediction_fingerprint(predictions, layout, cal_ids, uncertainty) if predictions is not None else {}
     names = tuple(config.class_names) if config.class_names else None
     regions = None if config.regions is None else {k: list(v) for k, v in parse_regions(config.regions).items()}
