@@ -12,13 +12,12 @@ constant part is the imports, the fit's float64 chunk of one case and the histog
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from _memory_rows import memory_rows
 
 
 def _child(n: int, classes: int, size: int, max_steps: int) -> None:
@@ -55,26 +54,8 @@ def _child(n: int, classes: int, size: int, max_steps: int) -> None:
 
 def main() -> None:
     """Run the rows and print the table."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, nargs="+", default=[1, 4, 8, 16])
-    ap.add_argument("--classes", type=int, default=32)
-    ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--max-steps", type=int, default=20)
-    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child is not None:
-        _child(args.child, args.classes, args.size, args.max_steps)
-        return
-    logits_mib = args.size**3 * args.classes * 4 / 2**20
-    print(f"{args.classes} classes, {args.size}^3 voxels a case ({logits_mib:.1f} MiB of float32 logits)")
-    print("| cases | peak RSS (MiB) | RSS before the call (MiB) | temperature |")
-    print("|---|---|---|---|")
-    for n in args.cases:
-        out = subprocess.run([sys.executable, __file__, "--child", str(n), "--classes", str(args.classes), "--size",
-                              str(args.size), "--max-steps", str(args.max_steps)], capture_output=True, text=True,
-                             check=True).stdout.strip().splitlines()[-1]
-        row = json.loads(out)
-        print(f"| {n} | {row['peak_rss_mib']} | {row['rss_before_mib']} | {row['temperature'][0]:.6f} |")
+    memory_rows(__file__, __doc__.splitlines()[0], _child, size=64, max_steps=20, value_bytes=4,
+                value_type="float32")
 
 
 if __name__ == "__main__":

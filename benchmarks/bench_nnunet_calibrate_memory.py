@@ -14,17 +14,17 @@ the fit's float64 chunk.
 
 from __future__ import annotations
 
-import argparse
 import json
 import pickle
 import resource
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _memory_rows import memory_rows  # noqa: E402
 
 
 def _child(n: int, classes: int, size: int, max_steps: int) -> None:
@@ -64,26 +64,8 @@ def _child(n: int, classes: int, size: int, max_steps: int) -> None:
 
 def main() -> None:
     """Run the rows and print the table."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, nargs="+", default=[1, 4, 8, 16])
-    ap.add_argument("--classes", type=int, default=32)
-    ap.add_argument("--size", type=int, default=96)
-    ap.add_argument("--max-steps", type=int, default=5)
-    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child is not None:
-        _child(args.child, args.classes, args.size, args.max_steps)
-        return
-    logits_mib = args.size**3 * args.classes * 2 / 2**20
-    print(f"{args.classes} classes, {args.size}^3 voxels a case ({logits_mib:.1f} MiB of float16 logits)")
-    print("| cases | peak RSS (MiB) | RSS before the call (MiB) | temperature |")
-    print("|---|---|---|---|")
-    for n in args.cases:
-        out = subprocess.run([sys.executable, __file__, "--child", str(n), "--classes", str(args.classes), "--size",
-                              str(args.size), "--max-steps", str(args.max_steps)], capture_output=True, text=True,
-                             check=True).stdout.strip().splitlines()[-1]
-        row = json.loads(out)
-        print(f"| {n} | {row['peak_rss_mib']} | {row['rss_before_mib']} | {row['temperature'][0]:.6f} |")
+    memory_rows(__file__, __doc__.splitlines()[0], _child, size=96, max_steps=5, value_bytes=2,
+                value_type="float16")
 
 
 if __name__ == "__main__":

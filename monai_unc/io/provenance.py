@@ -292,16 +292,31 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     problems = []
     if unfinished:
         problems.append(f"case(s) {_some(unfinished)} have files but no record <case>.json (an interrupted case)")
-    problems += [f"case(s) {_some(ids)} were made with other settings than infer.json's ({what}: the case's value "
-                 "first)" for what, ids in other.items()]
-    if not other:  # differing settings say it already
-        problems += [f"the case records disagree on {k} ("
-                     + "; ".join(f"{v}: {_some(ids)}" for v, ids in sorted(groups.items())) + ")"
-                     for k, groups in values.items() if len(groups) > 1]
+    problems += _record_problems(INFER_RECORD, other, values)
     if problems:
         raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc infer' run: "
                          f"{'; '.join(problems)}; run 'monai-unc infer' into the folder again with the settings of its "
                          "infer.json to finish it")
+
+
+def _record_problems(config: str, other: dict[str, list[str]], values: dict[str, dict[str, list[str]]]) -> list[str]:
+    """What is wrong with a prediction folder's case records, in words (:func:`check_finished_predictions`).
+
+    Args:
+        config: the run record's file name (``infer.json``, ``uncertainty_config.json``).
+        other: the settings that differ from the run record's -> the cases made with them.
+        values: per compared record field, each value (JSON) -> the cases that hold it.
+
+    Returns:
+        One phrase per problem: cases made with other settings or, when none differ, fields the records disagree on.
+    """
+    problems = [f"case(s) {_some(ids)} were made with other settings than {config}'s ({what}: the case's value "
+                "first)" for what, ids in other.items()]
+    if not other:  # differing settings say it already
+        problems += [f"the case records disagree on {k} ("
+                     + "; ".join(f"{v}: {_some(ids)}" for v, ids in sorted(groups.items())) + ")"
+                     for k, groups in values.items() if len(groups) > 1]
+    return problems
 
 
 #: the fields of ``nnunet-predict``'s case records compared when a record holds no ``settings`` (earlier versions)
@@ -329,12 +344,7 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
             continue
         for k in _NNUNET_RECORD_FIELDS:
             values[k].setdefault(json.dumps(rec.get(k), sort_keys=True), []).append(str(cid))
-    problems = [f"case(s) {_some(ids)} were made with other settings than uncertainty_config.json's ({what}: the "
-                "case's value first)" for what, ids in other.items()]
-    if not other:
-        problems += [f"the case records disagree on {k} ("
-                     + "; ".join(f"{v}: {_some(ids)}" for v, ids in sorted(groups.items())) + ")"
-                     for k, groups in values.items() if len(groups) > 1]
+    problems = _record_problems("uncertainty_config.json", other, values)
     if problems:
         raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc nnunet-predict' run: "
                          f"{'; '.join(problems)}; run 'monai-unc nnunet-predict' into the folder again with the "
