@@ -163,6 +163,7 @@ from .quality import (
 )
 from .risk_control import (
     RiskControlledThreshold,
+    accepted_by_threshold,
     clopper_pearson_upper,
     hoeffding_bentkus_pvalue,
     hoeffding_bentkus_upper,
@@ -266,6 +267,7 @@ __all__ = [
     "TIE_RTOL",
     "UncertaintyComparison",
     "UncertaintyHistograms",
+    "accepted_by_threshold",
     "ace",
     "al_improvement",
     "all_label_ece",

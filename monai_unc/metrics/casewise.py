@@ -176,6 +176,9 @@ def fill_undefined_scores(scores: ArrayLike) -> np.ndarray:
 
     The one rule for a case without a defined score (e.g. ``fg_mean`` of an empty predicted foreground) in the
     cohort's ranking: triage, failure detection, the referral curve and the OoD AUROC (:func:`ood_auroc_by_shift`).
+    A ranking only: the risk-controlled threshold does not fill, it refers such a case and counts it as referred in
+    its certification (:func:`~monai_unc.metrics.risk_control.accepted_by_threshold`), since a stand-in above every
+    defined score would make a threshold that accepts every case count it as accepted.
 
     Args:
         scores: per-case scores ``(N,)``; NaN or inf marks an undefined score.

@@ -419,7 +419,7 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText |
         return frag(head, el("b", "No threshold satisfies the target"), " on these calibration cases (best bound "
                     f"{format_value(rc['bound'], 4, target)}): every case goes to review. Collect more calibration "
                     "cases or relax the target.")
-    if rc["threshold"] is None:  # every calibration case was accepted
+    if rc["threshold"] is None:  # every calibration case with a defined score was accepted
         rule = frag(ACCEPT_ALL[0].upper() + ACCEPT_ALL[1:])
     else:
         thr = thr or ThresholdText.choose(float(rc["threshold"]))

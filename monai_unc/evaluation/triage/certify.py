@@ -20,7 +20,7 @@ from ...io.provenance import (
     region_differences,
 )
 from ...regions import parse_regions
-from ..cohort import RISK_CONTROL_CANDIDATES, CohortState, fill_undefined_scores, risk_of_dice
+from ..cohort import RISK_CONTROL_CANDIDATES, CohortState, calibration_risks
 from ..config import EvaluationConfig
 from .images import image_statistics, read_image_channels
 from .rule import IMAGE_Z_MAX, RULE_FILE, CalibrationRecord, ImageReference, ReferralRule, as_float
@@ -48,7 +48,7 @@ def certify_referral_rule(
     ``predictions``
     (:func:`prediction_fingerprint`, the calibration cases' records). A region evaluation (``config.regions``) gives a
     rule with the region spec, whose score is the combined case score of the regions. The rule records the calibration
-    cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is
+    cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3 or 4), from which its certificate is
     recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`), and, when the evaluation had
     probabilities, their label-free ``expected_dice``, which calibrates the interval of a new case's
     expected Dice (:meth:`ReferralRule.expected_dice_interval`, 90 %).
@@ -108,7 +108,8 @@ def certify_rule(
         The certified rule (not written).
 
     Raises:
-        ValueError: the block is not the certificate of the rows' calibration cases, or ``predictions`` is an ``infer``
+        ValueError: a calibration case's Dice is undefined (:func:`~monai_unc.evaluation.calibration_risks`), the
+            block is not the certificate of the rows' calibration cases, or ``predictions`` is an ``infer``
             folder still being written, unfinished or made with two settings (:func:`check_finished_predictions`).
         CaseError: the calibration cases' images have different numbers of channels (naming a case and its files
             for each number).
@@ -121,16 +122,15 @@ def certify_rule(
     by_id = {str(r["case"]): r for r in rows}
     raw = np.array([as_float(by_id[c].get(column)) for c in cal_ids])
     defined = np.sort(raw[np.isfinite(raw)])
-    # what the certification saw (summarize): undefined scores above every defined score of the evaluation
-    filled = fill_undefined_scores(np.array([as_float(r.get(column)) for r in rows]))
-    fill = [float(v) for r, v in zip(rows, filled) if not np.isfinite(as_float(r.get(column)))]
+    # an undefined score is referred, in the certification as by the rule: no score stands in for it
+    risks = calibration_risks([by_id[c].get("dice") for c in cal_ids], cal_ids, config.risk, config.failure_dice)
     dice = np.array([as_float(by_id[c].get("dice")) for c in cal_ids])
     est = np.array([as_float(by_id[c].get("expected_dice")) for c in cal_ids])  # NaN: no probabilities
     record = CalibrationRecord(
         scores=tuple(float(v) if np.isfinite(v) else None for v in raw),
-        dice=tuple(float(v) if np.isfinite(v) else None for v in dice),
-        risks=tuple(float(v) for v in risk_of_dice(dice, config.risk, config.failure_dice)),
-        undefined_score=fill[0] if fill and not np.isfinite(raw).all() else None,
+        dice=tuple(float(v) for v in dice),
+        risks=tuple(float(v) for v in risks),
+        undefined_score=None,
         n_candidates=RISK_CONTROL_CANDIDATES,
         expected_dice=tuple(float(v) if np.isfinite(v) else None for v in est) if np.isfinite(est).any() else None,
     )
