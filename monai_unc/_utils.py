@@ -41,6 +41,7 @@ __all__ = [
     "case_spacings",
     "affine_voxel_volume",
     "check_integer",
+    "label_map_dtype",
     "is_int",
     "is_real",
     "is_finite_real",
@@ -481,6 +482,22 @@ def check_integer(value: Any, name: str, minimum: int = 1) -> int:
         kind = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value!r}")
     return int(value)
+
+
+def label_map_dtype(top: int, name: str, widest: type = np.int32) -> type:
+    """The smallest dtype of a label map whose largest label is ``top``: uint8 up to 255, uint16 up to 65535, else
+    ``widest`` (int32: what a NIfTI file holds and every reader reads); ``ValueError`` naming ``name`` when ``top``
+    does not fit ``widest``, so that no label is ever wrapped by numpy's cast (70000 stored as uint16 is 4464).
+
+    Example:
+        >>> [label_map_dtype(t, "labels").__name__ for t in (1, 300, 70000)]
+        ['uint8', 'uint16', 'int32']
+    """
+    top = int(top)
+    for dtype in (np.uint8, np.uint16, widest):
+        if top <= np.iinfo(dtype).max:
+            return dtype
+    raise ValueError(f"{name}: label {top} does not fit {np.dtype(widest).name} (at most {np.iinfo(widest).max})")
 
 
 def is_int(value: Any) -> bool:

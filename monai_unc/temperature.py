@@ -531,6 +531,7 @@ class TemperatureScaler(nn.Module):
             if first_batch is None:
                 raise ValueError("no logits to fit on (the iterable of batches is empty)")
             shape = tuple(to_tensor(first_batch, "logits").shape)
+            del first_batch  # not held through the fit (a case mapped from disk would stay in memory)
             min_channels = self._act.min_channels
             if len(shape) < 3 or shape[1] < min_channels:
                 raise ValueError(
@@ -772,7 +773,10 @@ def calibrate_network(
     ``"0", "1", ...``) and their mean over regions under the metric names.
 
     Args:
-        logits: the validation cases' logits, one ``(B, C, *spatial)`` tensor per case (or batch).
+        logits: the validation cases' logits, one ``(B, C, *spatial)`` tensor per case (or batch): a sequence,
+            read one case after another at every step and for the metrics, in chunks of the fit's ``chunk_size``
+            voxels (cases kept on disk, :class:`~monai_unc.io.MappedArrays`, are mapped one at a time: memory then
+            holds one case, not all).
         target: their reference labels ``(B, [1,] *spatial)`` (sigmoid: region masks of the logits' shape).
         network: the network to calibrate (not modified: a copy is folded).
         mode: ``"scalar"`` or ``"vector"``.
@@ -801,11 +805,13 @@ def calibrate_network(
         >>> sorted(record["before"]) == ["all_label_ece", "ece", "nll"], record["cases"], record["voxels"]
         (True, 1, 128)
     """
+    # a sequence is streamed as it is, every step reading one case after another (a list of cases on disk,
+    # monai_unc.io.MappedArrays, is never copied into a list that would keep every case mapped at once)
+    logits = logits if isinstance(logits, Sequence) else list(logits)
+    target = target if isinstance(target, Sequence) else list(target)
     if not logits:
         raise ValueError("no validation case to calibrate on")
-    scaler = TemperatureScaler(mode=mode, loss=loss, max_steps=max_steps, activation=activation).fit(
-        list(logits), list(target)
-    )
+    scaler = TemperatureScaler(mode=mode, loss=loss, max_steps=max_steps, activation=activation).fit(logits, target)
     n_ch = int(logits[0].shape[1])
     names = [str(r) for r in range(n_ch)] if region_names is None else [str(n) for n in region_names]
     if activation == "sigmoid" and len(names) != n_ch:
@@ -821,14 +827,18 @@ def calibrate_network(
         """
         hists = [ConfidenceHistogram(n_ch if not act.multilabel else 2, per_case=False)
                  for _ in range(act.num_tasks(n_ch))]
-        for z, y in zip(logits, target):
-            zz = z if scale is None else scale.transform(z)
-            yy = torch.as_tensor(y)
-            if act.multilabel and yy.ndim == zz.ndim - 1:
-                yy = yy.unsqueeze(1)
-            probs = act.probabilities(zz.double())
-            for h, p, yk in zip(hists, act.task_probabilities(probs), act.task_targets(yy)):
-                h.update(p, yk, validate=False)
+        for z_case, y_case in zip(logits, target):
+            z = torch.as_tensor(z_case)
+            y = act.batch_target(z, torch.as_tensor(y_case))  # (B, *spatial), or (B, R, *spatial) for regions
+            # in chunks of the fit's voxels: the float64 copies are a chunk's, not a case's (a case of up to
+            # chunk_size voxels is one chunk)
+            zf, yf = z.reshape(*z.shape[:2], -1), y.reshape(*y.shape[: 1 + act.multilabel], -1)
+            for s in range(0, zf.shape[-1], scaler.chunk_size):
+                zc, yc = zf[..., s : s + scaler.chunk_size], yf[..., s : s + scaler.chunk_size]
+                zz = zc if scale is None else scale.transform(zc)
+                probs = act.probabilities(zz.double())
+                for h, p, yk in zip(hists, act.task_probabilities(probs), act.task_targets(yc)):
+                    h.update(p, yk, validate=False)
         per = [{k: float(v) for k, v in calibration_metrics(h, ("nll", "ece", "all_label_ece")).items()}
                for h in hists]
         if not act.multilabel:

@@ -118,7 +118,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         [("monai_unc.products.conformal", m) for m in ("monai_unc.metrics.conformal", "monai_unc.evaluation.config",
                                                        "monai_unc.evaluation.conformal", "monai_unc.io")]
         + [("monai_unc.products.risk_control", m) for m in ("monai_unc.evaluation.cohort",
-                                                            "monai_unc.metrics.selective",
+                                                            "monai_unc.metrics.risk_control",
                                                             "monai_unc.evaluation.triage.certify",
                                                             "monai_unc.evaluation.triage")],
         "the product's options are read by the command line before torch; its computations are imported when run",

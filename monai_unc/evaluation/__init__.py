@@ -63,6 +63,7 @@ from ..scores import CASE_SCORES, PATCH_SIZE, case_score_columns, case_scores, r
 from .case import CaseResult, class_dice, derived_maps, evaluate_case, primary_measure
 from .cohort import (
     CohortState,
+    calibration_risks,
     case_risk,
     config_from_summary,
     dice_as_recorded,
@@ -137,6 +138,7 @@ __all__ = [
     "config_from_summary",
     "dice_failed",
     "dice_as_recorded",
+    "calibration_risks",
     "case_risk",
     "triage_order",
     "fill_undefined_scores",

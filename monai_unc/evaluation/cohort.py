@@ -27,6 +27,7 @@ from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
 from ..metrics.casewise import failure_detection, fill_undefined_scores, ood_auroc_by_shift
+from ..metrics.risk_control import accepted_by_threshold
 from ..metrics.selective import area_under_referral_curve, referral_curve
 from ..product import product_type
 from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
@@ -41,6 +42,7 @@ __all__ = [
     "summarize",
     "score_column",
     "case_risk",
+    "calibration_risks",
     "column_values",
     "risk_of_dice",
     "dice_failed",
@@ -555,6 +557,62 @@ def risk_of_dice(dice: np.ndarray, risk: str, failure_dice: float) -> np.ndarray
     if risk == "failure":
         return dice_failed(dice, failure_dice).astype(np.float64)
     return np.clip(1.0 - dice, 0.0, 1.0)
+
+
+def calibration_risks(dice: Any, cases: Sequence[str], risk: str, failure_dice: float,
+                      where: str = "the rows' field 'dice'") -> np.ndarray:
+    """The risks a risk-controlled rule is certified on: :func:`risk_of_dice` of Dice that must all be known.
+
+    :func:`risk_of_dice` reads an undefined Dice as "no failure" (risk 0) for ``risk="failure"``, which would count a
+    case of unknown outcome as a certified success, and as NaN for ``"1-dice"``. ``evaluate``'s own Dice is never
+    undefined (an empty label and prediction score 1), so an undefined or out-of-range Dice here comes from edited or
+    hand-made rows: refused, naming the cases, for both risks. The one check of the Dice a certificate rests on:
+    :class:`~monai_unc.products.RiskControl`, :func:`~monai_unc.evaluation.triage.certify_rule` and a rule's
+    recomputed certificate (:meth:`~monai_unc.evaluation.triage.ReferralRule.verify_certificate`).
+
+    Args:
+        dice: the cases' Dice ``(N,)`` (None, ``""`` or NaN: undefined).
+        cases: their ids ``(N,)``, for the message.
+        risk: ``"failure"`` or ``"1-dice"``.
+        failure_dice: the Dice below which a case failed.
+        where: how the message names the Dice's field (and file).
+
+    Returns:
+        The risks ``(N,)``, float64.
+
+    Raises:
+        ValueError: a Dice is undefined (None, NaN, infinite) or outside [0, 1]; the message names ``where`` and the
+            cases.
+
+    Example:
+        >>> calibration_risks([0.9, 0.5], ["a", "b"], "failure", 0.8)
+        array([0., 1.])
+        >>> try:
+        ...     calibration_risks([0.9, None], ["a", "b"], "failure", 0.8)
+        ... except ValueError as e:
+        ...     print(str(e).split(";")[0])
+        the rows' field 'dice' is undefined (null or NaN) for 1 case(s): 'b'
+    """
+    d = np.array([math.nan if v is None or (isinstance(v, str) and not v.strip()) else float(v)
+                  for v in np.asarray(dice, dtype=object).reshape(-1)], dtype=np.float64)
+    ids = [str(c) for c in cases]
+    if len(ids) != d.size:
+        raise ValueError(f"dice and cases must have one entry per case, got {d.size} and {len(ids)}")
+
+    def named(mask: np.ndarray) -> str:
+        bad = [repr(c) for c, b in zip(ids, mask) if b]
+        return ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+
+    undefined = ~np.isfinite(d)
+    if undefined.any():
+        raise ValueError(f"{where} is undefined (null or NaN) for {int(undefined.sum())} case(s): {named(undefined)}; "
+                         "a risk-controlled rule is certified on known outcomes only (a case without a Dice is neither "
+                         "a success nor a failure): give every case's Dice or leave the case out")
+    outside = (d < 0) | (d > 1)
+    if outside.any():
+        raise ValueError(f"{where} must be a Dice in [0, 1], got values in [{d.min():.4g}, {d.max():.4g}] for "
+                         f"case(s) {named(outside)}")
+    return risk_of_dice(d, risk, failure_dice)
 
 
 def case_risk(dice: np.ndarray, config: EvaluationConfig) -> np.ndarray:
@@ -1082,11 +1140,18 @@ def _check_summary_cases(summary: Mapping[str, Any], rows: Sequence[Mapping[str,
     if not isinstance(rc.get("feasible"), bool) or not (thr is None or is_finite_real(thr)):
         raise bad("risk_control", 'an object with a boolean "feasible" and a numeric or null "threshold"',
                   {k: rc.get(k) for k in ("feasible", "threshold")})
-    accept = scores <= (math.inf if thr is None else thr) if rc["feasible"] else np.zeros(n, dtype=bool)
+    accept = (accepted_by_threshold(raw, math.inf if thr is None else thr) if rc["feasible"] else
+              np.zeros(n, dtype=bool))
     want = [c for c, a in zip(ids, accept) if not a]
-    which = (f"the cases whose {column} is above the threshold" if rc["feasible"] else
+    which = (f"the cases whose {column} is above the threshold or undefined" if rc["feasible"] else
              "every case (no threshold is certified)")
     if sorted(rc["referred"]) != want:
+        if rc["feasible"] and thr is None and not rc["referred"] and undefined:
+            raise ValueError(f"{source}: 'risk_control' was written by an earlier monai-unc that counted the "
+                             f"{len(undefined)} case(s) without a defined {column} as accepted, while the referral "
+                             "rule refers them: its coverage, observed risk and certificate are not those of the cases "
+                             "the rule accepts; run monai-unc evaluate --target-risk again (undefined scores now count "
+                             "as referred)")
         raise bad("risk_control.referred", f"{which} ({want})", rc["referred"])
     if "accepted" in rc and sorted(rc["accepted"]) != [c for c, a in zip(ids, accept) if a]:
         raise bad("risk_control.accepted", "the cases it does not refer", rc["accepted"])

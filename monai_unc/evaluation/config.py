@@ -469,7 +469,8 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
 
     Raises:
         FileNotFoundError: ``path`` is not a file.
-        ValueError: the file is not a UTF-8 CSV with columns ``case`` and ``shift``.
+        ValueError: the file is not a UTF-8 CSV with columns ``case`` and ``shift``, or lists a case twice (which of
+            its rows holds would be a guess; ``--sites`` and ``--calibration-cases`` refuse it too).
 
     Example:
         >>> import tempfile
@@ -488,7 +489,14 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
                 reader.fieldnames = [unescape_cell(h) for h in reader.fieldnames]
             if reader.fieldnames is None or not {"case", "shift"} <= set(reader.fieldnames):
                 raise ValueError(f"{path} must be a CSV with columns 'case' and 'shift', got {reader.fieldnames}")
-            return {unescape_cell(row["case"]): unescape_cell(row["shift"]) for row in reader}
+            out: dict[str, str] = {}
+            for row in reader:
+                cid = unescape_cell(row["case"])
+                if cid in out:
+                    raise ValueError(f"shift table {path}: case {cid!r} is listed twice (line {reader.line_num}): "
+                                     "keep one row per case")
+                out[cid] = unescape_cell(row["shift"])
+            return out
     except (UnicodeDecodeError, csv.Error) as e:
         raise ValueError(f"cannot read the shift table {path} (not a UTF-8 CSV file): {e}") from None
 

@@ -146,6 +146,10 @@ def task_masks(task: Any, class_names: Sequence[str] | None) -> list[tuple[str, 
             for c in range(1, task.num_classes)]
 
 
+#: the largest integer up to which float32 (the type volumes are read in) holds every integer exactly
+_FLOAT32_EXACT = 2**24
+
+
 def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence[int],
                         affine: np.ndarray | None = None) -> np.ndarray:
     """A case's per-sample label maps: ``<folder>/<case><SAMPLES_SUFFIX>``, one label map per stochastic pass.
@@ -170,7 +174,8 @@ def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence
     Raises:
         FileNotFoundError: the case has no file there.
         ValueError: a file of another grid (shape, or affine: a :class:`~monai_unc.io.CaseError` naming the file),
-            or values that are not non-negative integers (probabilities are not samples).
+            values that are not non-negative integers (probabilities are not samples), or labels above ``2**24``
+            (read as float32, neighbouring labels there are one value).
 
     Example:
         >>> import tempfile
@@ -211,6 +216,9 @@ def _label_maps(data: np.ndarray, path: Path) -> np.ndarray:
         raise bad
     if data.dtype.kind in "iu":
         return data
+    if data.dtype == np.float32 and hi > _FLOAT32_EXACT:  # float32 cannot tell such labels apart
+        raise ValueError(f"lesion_samples: {path} holds labels above {_FLOAT32_EXACT}, which a volume read as float32 "
+                         "(MONAI's LoadImage type) cannot tell apart: use region labels up to that value")
     for sample in data:  # floats: whole numbers, one sample at a time
         if (sample != np.round(sample)).any():
             raise bad

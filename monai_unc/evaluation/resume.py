@@ -16,7 +16,7 @@ from typing import Any
 from .. import __version__
 from ..engine import CaseCache
 from ..engine.records import record_cache_hooks
-from ..io import CaseFiles
+from ..io import CaseFiles, check_volume_entry
 from .case import CaseResult
 from .config import EvaluationConfig
 
@@ -50,6 +50,8 @@ def file_signature(path: Path | None) -> list[Any] | None:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        CaseError: ``path`` is a symbolic link to nothing or a folder named like a volume file
+            (:func:`monai_unc.io.check_volume_entry`).
 
     Example:
         >>> import tempfile
@@ -62,6 +64,7 @@ def file_signature(path: Path | None) -> list[Any] | None:
     """
     if path is None:
         return None
+    check_volume_entry(path)  # a link to nothing, a folder x.nii.gz: the case fails with the reason
     st = Path(path).stat()  # ctime and inode too: a copy with preserved mtime (cp -p, rsync -a) still differs
     if Path(path).is_dir():  # a DICOM series folder: the signatures of its files (a slice edited in place counts)
         files = sorted(f for f in Path(path).iterdir() if f.is_file())

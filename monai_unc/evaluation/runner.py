@@ -25,7 +25,7 @@ from ..engine import (
     run_cases,
 )
 from ..engine.records import record_gather_hooks
-from ..io import CaseError, CaseFiles, check_output_kind, load_case, match_cases
+from ..io import CaseError, CaseFiles, check_output_kind, check_reference_folder, load_case, match_cases
 from ..io.provenance import check_finished_predictions
 from ..product import registered_products
 from ..regions import unclaimed_labels_message
@@ -340,6 +340,9 @@ def run_evaluate(
     The cohort is the cases with both a label and a prediction (:func:`monai_unc.io.match_cases`): a labelled
     case without prediction and a predicted case without label are errors before any work, unless
     ``allow_missing`` / ``allow_missing_labels`` (then a ``UserWarning`` lists the cases left out, on rank 0 only).
+    ``labels`` may not be ``predictions`` (:func:`monai_unc.io.check_reference_folder`: every prediction would be its
+    own label), nor a case's image its label or prediction (:func:`~monai_unc.io.match_cases`). The state records
+    the case files as absolute paths (earlier versions: as given, relative to the working directory of the run).
 
     Args:
         labels: folder of the reference label maps.
@@ -378,6 +381,15 @@ def run_evaluate(
     ))  # fmt: skip
 
 
+def _absolute_files(files: CaseFiles) -> CaseFiles:
+    """The case's files as absolute paths (symbolic links kept: a link's name may carry the file's format)."""
+    def a(p: Path | None) -> Path | None:
+        return None if p is None else Path(p).absolute()
+
+    return CaseFiles(files.case_id, Path(files.label).absolute(), a(files.seg), a(files.probs),
+                     {m: Path(p).absolute() for m, p in files.maps.items()}, a(files.image))
+
+
 def _run_evaluate(
     ctx: Any, output: Path, config: EvaluationConfig, resume: bool, progress: bool, on_failure: Any,
     match_kwargs: dict[str, Any],
@@ -385,6 +397,7 @@ def _run_evaluate(
     def listing() -> list[CaseFiles]:
         config.validate()
         check_output_kind(output, "evaluate", command_output_markers())  # not another command's folder
+        check_reference_folder(match_kwargs["labels"], match_kwargs["predictions"])  # no prediction its own label
         with warnings.catch_warnings():
             if not ctx.is_main:  # every rank matches the same files: rank 0 alone reports the cases left out
                 warnings.simplefilter("ignore", UserWarning)
@@ -393,6 +406,8 @@ def _run_evaluate(
             except CaseError:  # files missing in a folder another run is writing: say that first
                 check_finished_predictions(match_kwargs["predictions"], match_kwargs["layout"], ())
                 raise
+        # absolute paths, as the state records them: report and triage read them from any working directory
+        cases = [_absolute_files(c) for c in cases]
         # an infer run still writing, interrupted or of two settings: refused before any work (the rule too)
         check_finished_predictions(match_kwargs["predictions"], match_kwargs["layout"], [c.case_id for c in cases])
         if config.shifts is not None:

@@ -3,8 +3,11 @@
 A *case id* is a file name without its extension (``.nii.gz``, ``.nii``, ``.nrrd``, ``.mha``, ``.mhd``,
 ``.npy``; ``.npz`` for nnU-Net probabilities) and without the role's suffix: with ``suffix="_seg"`` the file
 ``brain01_seg.nii.gz`` belongs to case ``brain01``. Image folders may follow nnU-Net's channel convention
-(``CASE_0000.nii.gz``, ``CASE_0001.nii.gz``: one file per input channel); when every file name ends in ``_`` and
-four digits the channels are grouped into one case.
+(``CASE_0000.nii.gz``, ``CASE_0001.nii.gz``: one file per input channel); when every volume name of the folder
+ends in ``_`` and four digits the channels are grouped into one case, otherwise every file is a case of its own (one
+rule, :func:`list_image_cases`, which :func:`image_channel_files` follows too). An entry named like a volume that is
+not a file (a symbolic link to nothing, a folder ``x.nii.gz``) is listed all the same and fails as its case when it
+is read (:func:`check_volume_entry`): no input is left out without a word.
 
 Layouts read by ``monai-unc evaluate`` (:data:`LAYOUTS`):
 
@@ -45,7 +48,7 @@ import torch
 
 from .._utils import affine_voxel_volume, check_probabilities, check_unit_interval, num_threads
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
-from .files import read_json_or_none
+from .files import OUTPUT_MARKERS, read_json_or_none
 
 try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.4x faster than by ``gzip``
     from isal import igzip as _igzip
@@ -66,6 +69,8 @@ __all__ = [
     "split_extension",
     "list_files",
     "check_utf8_name",
+    "check_volume_entry",
+    "check_reference_folder",
     "list_image_cases",
     "image_channel_files",
     "dicom_series_folders",
@@ -89,12 +94,20 @@ __all__ = [
     "nifti_geometry",
     "load_case",
     "INFER_RECORD",
+    "RESERVED_RECORD_NAMES",
+    "check_case_ids",
     "VERSION_KEY",
     "read_prediction_regions",
 ]
 
 #: the run record that ``monai-unc infer`` writes into its output folder
 INFER_RECORD = "infer.json"
+#: the files of an ``infer`` output folder that are no case record ``<case>.json``: the run record, the list of the
+#: failed cases, and the files that mark the output folder of another command (:data:`monai_unc.io.OUTPUT_MARKERS`,
+#: which :func:`monai_unc.io.check_output_kind` looks for): a case whose record would be one of them is refused
+#: (:func:`check_case_ids`)
+RESERVED_RECORD_NAMES = tuple(dict.fromkeys(
+    (INFER_RECORD, "failures.json", *(n for names in OUTPUT_MARKERS.values() for n in names if n.endswith(".json")))))
 #: the key of the package version that made a run or a case, in ``infer.json`` and in each case record (``infer``,
 #: ``nnunet-predict``): seeded draws may differ between versions
 VERSION_KEY = "monai_unc_version"
@@ -110,7 +123,8 @@ PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
 GEOMETRY_ATOL = 1e-3
 #: ... or this fraction of the smallest voxel size, when larger (:func:`grid_mismatch`): the rounding of an affine as
 #: writers store it (a float32 quaternion, direction cosines to 5 decimals) moves the far corners of a large grid
-#: by up to a few hundredths of a voxel; the DICOM grid check allows the same tenth of a voxel
+#: by up to a few hundredths of a voxel; the DICOM grid check is the same rule with another floor
+#: (:func:`~monai_unc.io.dicom.to_series_grid`)
 GEOMETRY_VOXEL_FRACTION = 0.1
 #: largest ``|cos|`` of the angle between two voxel axes of a grid taken as orthogonal (:func:`axes_cosine`; about
 #: 0.0057 degrees from perpendicular): the float32 rounding of an orthogonal affine stays near 1e-7
@@ -181,6 +195,45 @@ def check_utf8_name(path: str | os.PathLike) -> None:
                         "e.g. with convmv -f latin1 -t utf8") from None
 
 
+def check_volume_entry(path: str | os.PathLike) -> None:
+    """Refuse a listed entry that cannot be read as a file: a symbolic link to nothing, or a folder named like a file.
+
+    :func:`list_files` lists such entries (a case is never left out without a word); the readers
+    (:func:`read_volume`, :func:`read_probabilities`, :func:`read_label`) and ``infer`` call this first, so that the
+    case fails with the reason. A folder without a volume extension passes (a DICOM series folder, read by
+    :func:`read_volume`); a missing path passes too (the reader says ``file not found``).
+
+    Args:
+        path: the entry.
+
+    Raises:
+        CaseError: naming the entry and what it is.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "a.nii.gz").mkdir()
+        ...     try:
+        ...         check_volume_entry(Path(d) / "a.nii.gz")
+        ...     except CaseError as e:
+        ...         print(str(e).split(": ", 1)[1])
+        a folder, not a volume file
+    """
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        try:
+            target = os.readlink(path)
+        except OSError:  # pragma: no cover - a link that vanished in between
+            target = "?"
+        raise CaseError(f"cannot read {path}: a symbolic link to {target}, which does not exist (a share that is not "
+                        "mounted, a moved file?)")
+    if path.is_dir() and split_extension(path.name, (*PROBABILITY_EXTENSIONS, ".dcm")) is not None:
+        raise CaseError(f"cannot read {path}: a folder, not a volume file")
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise CaseError(f"cannot read {path}: not a regular file (a pipe, socket or device)")
+
+
 def list_files(
     folder: str | os.PathLike, suffix: str = "", extensions: Sequence[str] = VOLUME_EXTENSIONS
 ) -> dict[str, Path]:
@@ -191,6 +244,10 @@ def list_files(
         suffix: the role's suffix (e.g. ``"_seg"``), removed from the stem to give the case id; ``""`` takes every
             file with one of ``extensions``.
         extensions: the file endings to read (:data:`VOLUME_EXTENSIONS` by default).
+
+    An entry named like a volume that is not a regular file (a symbolic link to nothing, e.g. on a share that is not
+    mounted, or a folder ``x.nii.gz``) is listed too: reading it fails with the reason
+    (:func:`check_volume_entry`), so that it is reported as its case instead of left out without a word.
 
     Returns:
         ``{case id: path}`` sorted by file name.
@@ -213,8 +270,6 @@ def list_files(
         raise FileNotFoundError(f"folder not found: {folder}")
     out: dict[str, Path] = {}
     for path in sorted(folder.iterdir()):
-        if not path.is_file():
-            continue
         split = split_extension(path.name, extensions)
         if split is None:
             continue
@@ -251,18 +306,26 @@ class ImageCase:
 def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") -> list[ImageCase]:
     """The input cases of an image folder, sorted by case id.
 
+    The cases are the volume files of the folder (:func:`list_files`, entries that are no file included) and its
+    DICOM series folders (:func:`dicom_series_folders`: non-hidden sub-folders holding files, each one case named by
+    the folder), so that an entry beside the volume files is read as its case (and fails as its case when it is no
+    series) instead of being left out.
+
     Args:
         folder: the image folder (not recursive).
-        channel_suffix: ``"auto"``: when every file name ends in ``_`` and four digits (nnU-Net's ``CASE_0000``),
-            files are grouped into multi-channel cases by the part before it; ``"none"``: one file per case.
+        channel_suffix: ``"auto"``: when every volume name of the folder ends in ``_`` and four digits (nnU-Net's
+            ``CASE_0000``), files are grouped into multi-channel cases by the part before it, otherwise every file
+            is a case (a folder mixing both namings has no channel files: :func:`image_channel_files` follows the
+            same rule); ``"none"``: one file per case.
 
     Returns:
         One :class:`ImageCase` per case, its channel files in channel order.
 
     Raises:
         FileNotFoundError: the folder does not exist.
-        ValueError: ``channel_suffix`` is neither value, or the folder holds no volume.
-        CaseError: a case's channel numbers have gaps, or cases have different numbers of channels.
+        ValueError: ``channel_suffix`` is neither value, or the folder holds no volume and no series folder.
+        CaseError: a case's channel numbers have gaps, cases have different numbers of channels, or a file and a
+            series folder give the same case id.
 
     Example:
         >>> import tempfile
@@ -276,30 +339,87 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
     if channel_suffix not in ("auto", "none"):
         raise ValueError(f"channel_suffix must be 'auto' or 'none', got {channel_suffix!r}")
     files = list_files(folder, "", VOLUME_EXTENSIONS)
-    if not files:
-        series = dicom_series_folders(folder)
-        if series:  # DICOM input: one series folder per case (read by read_volume)
-            return [ImageCase(p.name, (p,)) for p in series]
+    # DICOM input: one series folder per case (read by read_volume); beside volume files, each is a case too
+    series = [p for p in dicom_series_folders(folder) if split_extension(p.name, VOLUME_EXTENSIONS) is None]
+    if not files and not series:
         raise ValueError(f"no image volume ({', '.join(VOLUME_EXTENSIONS)}) and no DICOM series folder found in "
                          f"{folder}")
-    grouped = channel_suffix == "auto" and all(_CHANNEL.match(stem) for stem in files)
-    if not grouped:
-        return [ImageCase(stem, (path,)) for stem, path in sorted(files.items())]
+    groups = _channel_groups(files) if channel_suffix == "auto" else None
+    out = ([ImageCase(cid, chans) for cid, chans in sorted(groups.items())] if groups is not None
+           else [ImageCase(stem, (path,)) for stem, path in sorted(files.items())])
+    taken = {c.case_id: c.channels[0] for c in out}
+    for p in series:
+        if p.name in taken:
+            raise CaseError(f"case {p.name!r}: two inputs in {folder}: {taken[p.name].name} and the folder {p.name}/")
+        out.append(ImageCase(p.name, (p,)))
+    out.sort(key=lambda c: c.case_id)
+    counts: dict[int, ImageCase] = {}
+    for c in out:
+        counts.setdefault(len(c.channels), c)
+    if len(counts) > 1:
+        shown = "; ".join(f"{c.case_id!r} {n} ({', '.join(p.name for p in c.channels)})"
+                          for n, c in sorted(counts.items()))
+        raise CaseError(f"cases in {folder} have different numbers of channels, e.g. {shown}")
+    return out
+
+
+def _channel_groups(files: Mapping[str, Path]) -> dict[str, tuple[Path, ...]] | None:
+    """The channel files of each case, when every stem of ``files`` ends in ``_NNNN``; else None.
+
+    ``{case: files in channel order}`` for nnU-Net's channel naming, None when a stem has no channel suffix (every
+    file is then a case): the one rule of :func:`list_image_cases` and :func:`image_channel_files`. ``CaseError`` for
+    channel numbers with gaps.
+    """
+    if not files:
+        return None
     cases: dict[str, dict[int, Path]] = {}
     for stem, path in files.items():
         m = _CHANNEL.match(stem)
-        assert m is not None
+        if m is None:
+            return None
         cases.setdefault(m["case"], {})[int(m["channel"])] = path
-    out = []
-    for cid, chans in sorted(cases.items()):
+    out = {}
+    for cid, chans in cases.items():
         idx = sorted(chans)
         if idx != list(range(len(idx))):
             raise CaseError(f"case {cid!r}: channel files must be numbered _0000, _0001, ... without gaps, got {idx}")
-        out.append(ImageCase(cid, tuple(chans[i] for i in idx)))
-    n_channels = {len(c.channels) for c in out}
-    if len(n_channels) > 1:
-        raise CaseError(f"cases in {folder} have different numbers of channels: {sorted(n_channels)}")
+        out[cid] = tuple(chans[i] for i in idx)
     return out
+
+
+def check_case_ids(cases: Iterable[ImageCase | str], reserved: Sequence[str] = RESERVED_RECORD_NAMES,
+                   option: str = "--input") -> None:
+    """Refuse case ids whose record ``<case>.json`` would be one of the folder's own files.
+
+    ``infer`` writes each case's record as ``<case>.json`` beside its run record ``infer.json`` and ``failures.json``
+    (:data:`RESERVED_RECORD_NAMES`): an input named ``infer.nii.gz`` would replace the run record, one named
+    ``failures.nii.gz`` lose its record to the list of failures, one named ``summary`` mark the folder as an
+    evaluation's. The comparison ignores letter case (``Infer.json`` is ``infer.json`` on macOS and Windows).
+
+    Args:
+        cases: the input cases, or their ids.
+        reserved: the file names the output folder keeps for itself.
+        option: how the message names the input.
+
+    Raises:
+        CaseError: one line naming the first such case, its input file and the file it would replace.
+
+    Example:
+        >>> check_case_ids(["brain01", "infer_1"])
+        >>> try:
+        ...     check_case_ids(["brain01", "infer"])
+        ... except CaseError as e:
+        ...     print(str(e).split(": its")[0])
+        --input: case 'infer' cannot be predicted
+    """
+    taken = {name.casefold(): name for name in reserved}
+    for case in cases:
+        cid = case.case_id if isinstance(case, ImageCase) else str(case)
+        name = taken.get(f"{cid}.json".casefold())
+        if name is not None:
+            source = f" ({case.channels[0].name})" if isinstance(case, ImageCase) and case.channels else ""
+            raise CaseError(f"{option}: case {cid!r}{source} cannot be predicted: its record {cid}.json would be the "
+                            f"output folder's own {name}; rename the input (e.g. {cid}_1)")
 
 
 def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
@@ -339,17 +459,20 @@ def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
     """Every channel file of the image case whose first channel file is ``path``.
 
     For nnU-Net's channel naming (``CASE_0000.nii.gz``, the file :func:`match_cases` gives as a case's ``image``)
-    these are the files ``CASE_0000``, ``CASE_0001``, ... with the same extension in the same folder, in channel
-    order; any other name is one file holding every channel (e.g. a 4D NIfTI).
+    these are the files ``CASE_0000``, ``CASE_0001``, ... in the same folder, in channel order, grouped by the rule
+    of :func:`list_image_cases`: only when every volume name of the folder has the ``_NNNN`` suffix (in a folder
+    where some names have none, ``CASE_0000`` and ``CASE_0001`` are two cases, as ``infer`` predicted them); any
+    other file is one file holding every channel (e.g. a 4D NIfTI).
 
     Args:
         path: the case's (first) image file.
 
     Returns:
-        The channel files in channel order; ``(path,)`` for a name without the ``_0000`` channel suffix.
+        The channel files in channel order; ``(path,)`` for a name without the ``_0000`` channel suffix or in a
+        folder whose files are not grouped.
 
     Raises:
-        CaseError: the channel numbers have gaps.
+        CaseError: the channel numbers have gaps, or two files of the folder give one name (:func:`list_files`).
 
     Example:
         >>> import tempfile
@@ -365,18 +488,13 @@ def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
     m = _CHANNEL.match(split[0]) if split is not None else None
     if split is None or m is None or int(m["channel"]) != 0 or not path.parent.is_dir():
         return (path,)
-    ext = split[1]
-    found: dict[int, Path] = {}
-    for p in path.parent.iterdir():
-        if not p.name.startswith(m["case"] + "_") or not p.name.endswith(ext):
-            continue
-        mm = _CHANNEL.match(p.name[: -len(ext)])
-        if mm is not None and mm["case"] == m["case"]:
-            found[int(mm["channel"])] = p
-    idx = sorted(found)
-    if idx != list(range(len(idx))):
-        raise CaseError(f"case {m['case']!r}: channel files must be numbered _0000, _0001, ... without gaps, got {idx}")
-    return tuple(found[i] for i in idx)
+    files = list_files(path.parent, "", VOLUME_EXTENSIONS)
+    if split[0] not in files or files[split[0]].name != path.name:  # not this folder's file of that name
+        return (path,)
+    groups = _channel_groups(files)
+    if groups is None:  # a folder mixing both namings: every file is a case (list_image_cases)
+        return (path,)
+    return tuple(path.parent / p.name for p in groups[m["case"]])
 
 
 @dataclass
@@ -450,6 +568,37 @@ def _describe(ids: Iterable[str], limit: int = 8) -> str:
     return head + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
+def check_reference_folder(labels: str | os.PathLike, predictions: str | os.PathLike) -> None:
+    """Refuse a labels folder that is the predictions folder (also through a symbolic link): ``evaluate``'s check.
+
+    Matched with itself, a prediction folder gives every case its own segmentation as its label (nnU-Net's
+    ``<case>.nii.gz``): a Dice of 1 everywhere, and a referral rule certified on labels that are none.
+    :func:`match_cases` accepts it on purpose (``triage`` lists its predictions so); ``evaluate`` calls this first.
+
+    Args:
+        labels: the ``--labels`` folder.
+        predictions: the ``--predictions`` folder.
+
+    Raises:
+        ValueError: one line naming both options and the folder.
+
+    Example:
+        >>> check_reference_folder("labels", "predictions")
+        >>> try:
+        ...     check_reference_folder("predictions", "./predictions")
+        ... except ValueError as e:
+        ...     print(str(e).split(" (")[0])
+        --labels and --predictions are the same folder
+    """
+    same = Path(labels).resolve() == Path(predictions).resolve()
+    if not same and Path(labels).exists() and Path(predictions).exists():
+        same = os.path.samefile(labels, predictions)  # a bind mount, another name of one folder
+    if same:
+        raise ValueError(f"--labels and --predictions are the same folder ({os.fspath(predictions)}): every "
+                         "prediction would be scored against itself as its own label; give the folder of the "
+                         "reference label maps")
+
+
 def match_cases(
     labels: str | os.PathLike,
     predictions: str | os.PathLike,
@@ -495,7 +644,9 @@ def match_cases(
     Raises:
         ValueError: an unknown ``layout`` or measure.
         FileNotFoundError: a folder does not exist.
-        CaseError: no label, a measure without maps, or cases that lack files or labels (see above).
+        CaseError: no label, a measure without maps, or cases that lack files or labels (see above), or a case whose
+            image is its own label, segmentation, probabilities or map file (``images`` naming one of those
+            folders, e.g. the predictions of the ``nnunet`` layout).
 
     Example:
         >>> import tempfile
@@ -565,6 +716,9 @@ def match_cases(
     image_files: dict[str, Path] = {}
     if images is not None:
         image_files = {c.case_id: c.channels[0] for c in list_image_cases(images)}
+    # the options as the command line names them: triage matches the predictions with themselves (labels = segs)
+    roles = {"label": "--predictions" if not seg_ok else "--labels", "segmentation": "--predictions",
+             "probabilities": "--predictions", "map": "--uncertainty" if uncertainty is not None else "--predictions"}
 
     cases, problems = [], {}
     for cid, label in sorted(label_files.items()):
@@ -578,9 +732,15 @@ def match_cases(
         if missing:
             problems[cid] = missing
             continue
-        cases.append(
-            CaseFiles(cid, label, seg, probs, {m: f[cid] for m, f in map_files.items()}, image_files.get(cid))
-        )
+        files = CaseFiles(cid, label, seg, probs, {m: f[cid] for m, f in map_files.items()}, image_files.get(cid))
+        if files.image is not None:  # --images naming the labels' or predictions' folder: a file scored as an image
+            image = files.image.resolve()
+            for role, path in (("label", label), ("segmentation", seg), ("probabilities", probs),
+                               *(("map", p) for p in files.maps.values())):
+                if path is not None and path.resolve() == image:
+                    raise CaseError(f"--images {images} and {roles[role]} name the same files: the image of case "
+                                    f"{cid!r} would be its {role} {path.name}; give the folder of the input images")
+        cases.append(files)
     if problems and (not allow_missing or not cases):
         first = sorted(problems)[0]
         raise CaseError(
@@ -643,7 +803,8 @@ def read_volume(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[np.nd
 
     Raises:
         FileNotFoundError: the file does not exist.
-        CaseError: the file is empty or cannot be read (truncated or corrupt).
+        CaseError: the file is empty or cannot be read (truncated or corrupt), or is a symbolic link to nothing or a
+            folder named like a volume file (:func:`check_volume_entry`).
 
     Example:
         >>> import tempfile
@@ -656,6 +817,7 @@ def read_volume(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[np.nd
         ((1, 4, 5, 6), np.float64(2.0))
     """
     path = Path(path)
+    check_volume_entry(path)  # a link to nothing, a folder x.nii.gz: the reason, not "file not found"
     if path.is_dir():  # a DICOM series folder (dicom_series_folders): its float32 volume and RAS affine
         from .dicom import read_series
 
@@ -1053,6 +1215,7 @@ def read_label(files: CaseFiles) -> tuple[np.ndarray, np.ndarray]:
     """
     if not files.label.name.lower().endswith(".dcm"):
         return read_volume(files.label)
+    check_volume_entry(files.label)
     if files.image is None or not files.image.is_dir():
         raise CaseError(f"case {files.case_id!r}: label {files.label.name} is a DICOM SEG; its image must be the "
                         "case's DICOM series folder (--images)")
@@ -1164,6 +1327,7 @@ def read_probabilities(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray 
     """
     path = Path(path)
     if path.name.lower().endswith(".npz"):
+        check_volume_entry(path)
         if not path.is_file():
             raise FileNotFoundError(f"file not found: {path}")
         try:
@@ -1357,20 +1521,30 @@ def grid_displacement(affine: np.ndarray, other: np.ndarray, shape: Sequence[int
     return float(np.sqrt((moved * moved).sum(axis=0)).max())
 
 
-def grid_mismatch(affine: np.ndarray, reference: np.ndarray, shape: Sequence[int]) -> str | None:
+def grid_mismatch(affine: np.ndarray, reference: np.ndarray, shape: Sequence[int], *,
+                  atol: float = GEOMETRY_ATOL) -> str | None:
     """Whether two affines put the grid ``shape`` in the same space: None, or what is wrong (for an error message).
 
-    The one same-space rule of the volumes of a case (labels, predictions, maps, image channels, samples): the
-    largest displacement of a voxel centre (:func:`grid_displacement`) may be at most :data:`GEOMETRY_ATOL` mm or
-    :data:`GEOMETRY_VOXEL_FRACTION` of the reference grid's smallest voxel size, whichever is larger.
+    The one same-space rule of the package: the volumes of a case (labels, predictions, maps, image channels,
+    samples) and a NIfTI output against its DICOM source series
+    (:func:`~monai_unc.io.dicom.to_series_grid`, with the floor ``atol`` of
+    :data:`~monai_unc.io.dicom.DICOM_GEOMETRY_ATOL`). The largest displacement of a voxel centre
+    (:func:`grid_displacement`, at a corner of the grid: it covers translation, rotation, scaling and shear, so the
+    entries of the affines are not compared) may be at most ``atol`` mm or :data:`GEOMETRY_VOXEL_FRACTION` of the
+    reference grid's smallest voxel size, whichever is larger.
 
     Args:
         affine: the ``(4, 4)`` voxel -> world matrix (mm) of the volume checked.
         reference: that of the reference volume (the label, channel 0, ...).
         shape: the spatial shape of the grid.
+        atol: the absolute floor of the tolerance in mm, a finite number >= 0 (default :data:`GEOMETRY_ATOL`).
 
     Returns:
-        None when they agree, else ``"voxel centres up to D mm apart, tolerance T mm"``.
+        None when they agree, else ``"voxel centres up to D mm apart, tolerance T mm"`` (also for an affine holding
+        NaN).
+
+    Raises:
+        ValueError: ``atol`` is not a finite number >= 0.
 
     Example:
         >>> b = np.diag([0.5, 0.5, 3.0, 1.0]); b[0, 1] = 1e-3  # 0.511 mm at the far corner: a voxel
@@ -1379,11 +1553,14 @@ def grid_mismatch(affine: np.ndarray, reference: np.ndarray, shape: Sequence[int
         >>> grid_mismatch(np.diag([0.5, 0.5, 3.0, 1.0]), np.diag([0.5, 0.5, 3.0, 1.0]), (512, 512, 2)) is None
         True
     """
+    if isinstance(atol, bool) or not isinstance(atol, (int, float, np.integer, np.floating)) or not (
+            np.isfinite(atol) and atol >= 0):
+        raise ValueError(f"atol must be a finite number of mm >= 0, got {atol!r}")
     moved = grid_displacement(affine, reference, shape)
     d = min(len(shape), 3, np.asarray(reference).shape[1] - 1)
     sizes = np.linalg.norm(np.asarray(reference, dtype=np.float64)[:3, :d], axis=0)
     smallest = float(sizes.min()) if d and np.all(np.isfinite(sizes)) else 0.0
-    tolerance = max(GEOMETRY_ATOL, GEOMETRY_VOXEL_FRACTION * smallest)
+    tolerance = max(float(atol), GEOMETRY_VOXEL_FRACTION * smallest)
     if moved <= tolerance:
         return None
     return f"voxel centres up to {moved:.4g} mm apart, tolerance {tolerance:.4g} mm"

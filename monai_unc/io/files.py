@@ -20,10 +20,12 @@ import hashlib
 import io
 import json
 import math
+import operator
 import os
 import shutil
 import struct
 import tempfile
+import time
 import zipfile
 import zlib
 from collections import deque
@@ -36,7 +38,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from .._utils import num_threads
+from .._utils import label_map_dtype, num_threads
 from ..state import ArrayBlocks
 
 try:  # Intel ISA-L's deflate (python-isal, the ``fast`` extra): level 1 about 10x zlib's speed at the same ratio
@@ -54,6 +56,9 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_save_npz",
+    "MappedArrays",
+    "smallest_int_dtype",
+    "scratch_folder",
     "save_state",
     "atomic_torch_save",
     "atomic_savefig",
@@ -394,6 +399,158 @@ def atomic_save_npz(path: str | os.PathLike, arrays: Mapping[str, Any], compress
         return atomic_write(path, lambda tmp: _savez_blocks(tmp, arrays, compressed))
     save = np.savez_compressed if compressed else np.savez
     return atomic_write(path, lambda tmp: save(tmp, **arrays))
+
+
+class MappedArrays(Sequence[torch.Tensor]):
+    """Arrays written to a folder one file each and read back memory-mapped, one at a time.
+
+    A list of many large arrays that need not all be in memory: :meth:`append` writes each array to
+    ``folder/000000.npy``, ``000001.npy``, ... (atomically, :func:`atomic_write`), and ``store[i]`` maps the file
+    back as a CPU tensor (copy-on-write: writing to it changes the tensor, never the file), so only the parts a reader
+    touches are in memory, and only while the tensor lives. It is a re-iterable sequence: iterating it maps one array
+    after another (``monai-unc calibrate`` keeps its validation logits in one,
+    :func:`monai_unc.workflows.collect_logits`, and :class:`~monai_unc.temperature.TemperatureScaler` streams them
+    from it at every step).
+
+    The folder is the caller's (a temporary one, e.g. :class:`tempfile.TemporaryDirectory`): it is created when
+    missing and never removed here; files already in it are left alone and not part of the sequence.
+
+    Args:
+        folder: where the files go.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     store = MappedArrays(d)
+        ...     store.append(torch.arange(6.0).reshape(2, 3))
+        ...     store.append(np.array([[1, 2]]), dtype=np.uint8)
+        ...     len(store), store[0][1].tolist(), store[-1].dtype, [tuple(a.shape) for a in store]
+        (2, [3.0, 4.0, 5.0], torch.uint8, [(2, 3), (1, 2)])
+    """
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        """Use ``folder`` (created when missing); arguments in the class docstring."""
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._files: list[tuple[Path, tuple[int, ...]]] = []  # each array's file and shape
+
+    def append(self, array: np.ndarray | torch.Tensor, dtype: Any = None) -> None:
+        """Write one more array (a tensor is moved to the CPU first).
+
+        Args:
+            array: the array; it is not kept.
+            dtype: convert to this numpy dtype first (None: keep the array's).
+
+        Raises:
+            TypeError: naming ``array`` when it is neither a numpy array nor a tensor.
+            OSError: the write failed (a full disk names the file, :func:`atomic_path`).
+        """
+        if isinstance(array, torch.Tensor):
+            array = array.detach().cpu()
+            array = (array.as_tensor() if hasattr(array, "as_tensor") else array).numpy()
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"array must be a numpy array or a torch tensor, got {type(array).__name__}")
+        if dtype is not None and array.dtype != np.dtype(dtype):
+            array = array.astype(dtype)
+        path = self.folder / f"{len(self._files):06d}.npy"
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as f:
+                np.save(f, array, allow_pickle=False)
+
+        atomic_write(path, write)
+        self._files.append((path, tuple(array.shape)))
+
+    def __len__(self) -> int:
+        """The number of arrays appended."""
+        return len(self._files)
+
+    def _load(self, index: int) -> torch.Tensor:
+        path, shape = self._files[index]
+        mode = "c" if math.prod(shape) > 0 else None  # an empty array has nothing to map
+        return torch.from_numpy(np.load(path, mmap_mode=mode, allow_pickle=False))
+
+    def __getitem__(self, index: Any) -> Any:
+        """``store[i]``: the ``i``-th array as a CPU tensor mapped from its file; a slice gives a list of them."""
+        if isinstance(index, slice):
+            return [self._load(i) for i in range(len(self._files))[index]]
+        return self._load(operator.index(index))
+
+    def __repr__(self) -> str:
+        """The folder and the number of arrays."""
+        return f"MappedArrays({str(self.folder)!r}, {len(self._files)} arrays)"
+
+
+def smallest_int_dtype(low: int, high: int) -> np.dtype:
+    """The smallest integer dtype that torch fully supports holding every value from ``low`` to ``high``.
+
+    uint8, int8, int16, int32 or int64 (never uint16 / uint32, which torch tensors barely support): how
+    :class:`MappedArrays` stores label maps (``0 .. C - 1``: uint8 up to 256 classes; with -1 for voxels left out:
+    int8 up to 128 classes), so that a stored label is never wrapped by numpy's cast.
+
+    Args:
+        low: the smallest value to hold.
+        high: the largest value to hold.
+
+    Returns:
+        The numpy dtype.
+
+    Raises:
+        ValueError: ``low`` is above ``high``, or the values do not fit int64.
+
+    Example:
+        >>> [smallest_int_dtype(lo, hi).name for lo, hi in ((0, 104), (0, 299), (-1, 104), (-1, 200), (-1, 1))]
+        ['uint8', 'int16', 'int8', 'int16', 'int8']
+    """
+    low, high = int(low), int(high)
+    if low > high:
+        raise ValueError(f"low ({low}) must not be above high ({high})")
+    for dtype in (np.uint8, np.int8, np.int16, np.int32, np.int64):
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return np.dtype(dtype)
+    raise ValueError(f"values {low} .. {high} do not fit int64")
+
+
+@contextlib.contextmanager
+def scratch_folder(output: str | os.PathLike, what: str) -> Iterator[Path]:
+    """A temporary folder beside an output, for data of a run too large for memory; removed at the end of the block.
+
+    The folder is ``.<name>.partial-<what>-<random>.dir`` in the folder of ``output`` (``<name>`` its whole name, so
+    that a file ``cal.pt`` and a folder ``cal`` never share a prefix): beside the output, never in an input folder,
+    on the file system the output goes to. It is removed when the block ends, also on an error; one that a killed run
+    left is removed by :func:`clean_partial_files` of that folder, and by :func:`atomic_folder` of ``output`` (its
+    stale ``.<name>.partial-*.dir`` folders). ``monai-unc calibrate`` and ``monai-unc nnunet-calibrate`` keep their
+    validation cases' logits there (:class:`MappedArrays`).
+
+    Args:
+        output: the output file or folder the run writes (its folder must exist).
+        what: what the folder holds, a word in its name (letters, digits, ``-``, ``_``).
+
+    Yields:
+        The new, empty folder.
+
+    Raises:
+        ValueError: naming ``what`` when it is not such a word.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with scratch_folder(Path(d) / "cal.pt", "logits") as scratch:
+        ...         _ = (scratch / "0.npy").write_bytes(b"")
+        ...         print(scratch.name.startswith(".cal.pt.partial-logits-"), scratch.name.endswith(".dir"))
+        ...     print(list(Path(d).iterdir()))
+        True True
+        []
+    """
+    if not isinstance(what, str) or not what or not all(c.isascii() and (c.isalnum() or c in "-_") for c in what):
+        raise ValueError(f"what must be a word of letters, digits, '-' and '_', got {what!r}")
+    output = Path(output)
+    folder = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-{what}-", suffix=".dir", dir=output.parent))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> Path:
@@ -990,7 +1147,10 @@ def save_region_maps(
 
 
 def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
-    """Write integer label maps ``(S, X, Y, Z)`` as a 4D NIfTI ``(X, Y, Z, S)``, uint8 (uint16 above 255), atomically.
+    """Write integer label maps ``(S, X, Y, Z)`` as a 4D NIfTI ``(X, Y, Z, S)`` of the smallest dtype, atomically.
+
+    uint8 up to label 255, uint16 up to 65535, int32 above (the labels of a region spec reach ``2**31 - 1``): every
+    label is written as it is, never wrapped.
 
     One hard segmentation per volume, e.g. the label map of each stochastic pass of ``monai-unc infer
     --save-samples`` (``<case>_samples.nii.gz``, read back by
@@ -1005,7 +1165,7 @@ def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path:
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        ValueError: labels that are not integers in ``[0, 65535]``, not 4D, or ``path`` not a NIfTI name.
+        ValueError: labels that are not integers in ``[0, 2**31 - 1]``, not 4D, or ``path`` not a NIfTI name.
 
     Example:
         >>> import tempfile
@@ -1018,9 +1178,10 @@ def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path:
     arr = _to_numpy(labels)
     if arr.dtype.kind not in "biu" and not (np.isfinite(arr).all() and (arr == np.round(arr)).all()):
         raise ValueError("labels must hold integer label maps")
-    if arr.size and (arr.min() < 0 or arr.max() > 65535):
-        raise ValueError(f"labels must lie in [0, 65535], got [{arr.min()}, {arr.max()}]")
-    dtype = "uint8" if not arr.size or arr.max() <= 255 else "uint16"
+    top = np.iinfo(np.int32).max
+    if arr.size and (arr.min() < 0 or arr.max() > top):
+        raise ValueError(f"labels must lie in [0, {top}], got [{arr.min()}, {arr.max()}]")
+    dtype = label_map_dtype(arr.max() if arr.size else 0, "labels")
     return _save_channels(arr, affine, path, dtype, "labels must be (S, X, Y, Z)")
 
 
@@ -1487,7 +1648,7 @@ def _flock(path: Path, exclusive: bool) -> int | None:
 
 
 @contextlib.contextmanager
-def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterator[Path]:
+def output_lock(folder: str | os.PathLike, command: str = "monai-unc", wait: float = 0.0) -> Iterator[Path]:
     """Hold an output folder for one run: another process's run into the same folder is refused meanwhile.
 
     Two runs writing into one folder at the same time would corrupt each other's files: both write the same
@@ -1498,16 +1659,20 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
     It is reentrant within a process (a command that holds its folder calls the engine, which holds it again).
     Without ``fcntl`` (Windows) or on a file system without ``flock`` nothing is locked. The folder is created when
     missing, and removed again at the end when the run left it empty (a run refused before it wrote anything).
+    With ``wait``, a folder another process holds is tried again until it is free or ``wait`` seconds have passed (for
+    a short step that the second process should follow rather than refuse: creating a key pair).
 
     Args:
         folder: the output folder.
         command: the command's name, recorded in the lock file for the message of a refused run.
+        wait: seconds to wait for another process's hold to end before refusing (0: refuse at once).
 
     Yields:
         The lock file.
 
     Raises:
-        ValueError: another process holds the folder (one line naming the folder and the holder).
+        ValueError: another process holds the folder (after ``wait`` seconds; one line naming the folder and the
+            holder).
 
     Example:
         >>> import tempfile
@@ -1530,10 +1695,14 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
         finally:
             _HELD_FOLDERS[key] -= 1
         return
+    deadline = time.monotonic() + max(float(wait), 0.0)
     while True:
         try:
             fd = _flock(path, exclusive=True)
         except BlockingIOError:
+            if time.monotonic() < deadline:  # a short step of another process: try again once it is done
+                time.sleep(0.02)
+                continue
             holder = _lock_holder(path)
             raise ValueError(f"{folder} is being written by another run ({holder or 'holder unknown'}; lock "
                              f"{path}): wait until it ends, or choose another output folder") from None

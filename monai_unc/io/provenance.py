@@ -6,9 +6,9 @@ Triage and the cohort products use them alike:
 - :func:`prediction_fingerprint` and its checks (:func:`check_prediction_fingerprint`, :func:`compare_fingerprints`,
   :class:`FingerprintMismatch`): how a folder of predictions was made, read from the records ``infer`` and
   ``nnunet-predict`` write, so that a rule fitted on one model's predictions is not applied to another's.
-- :func:`check_finished_predictions`: an ``infer`` output folder is finished and made with one setting (no run
-  holds it, every case has its record, the records and ``infer.json`` agree) before it is evaluated or a rule is
-  fitted on it.
+- :func:`check_finished_predictions`: an ``infer`` (or ``nnunet-predict``) output folder is finished and made with one
+  setting (no run holds it, every case has its record, the records and ``infer.json`` / ``uncertainty_config.json``
+  agree) before it is evaluated or a rule is fitted on it.
 - :func:`prediction_regions` / :func:`region_differences`: the region spec recorded with region-based predictions.
 - :func:`rule_digest`: the sha256 content digest of a fitted file (a referral rule, a product's rule file or
   artifact), which tells an edited or corrupted file from the one written.
@@ -34,7 +34,7 @@ from .._utils import unique_json_keys
 from ..keys import LAYOUTS
 from .cases import INFER_RECORD, CaseError, CaseFiles, match_cases, read_prediction_regions, settings_changes
 from .files import atomic_write_json, json_safe, output_lock_holder, read_json_or_none
-from .signing import SIGNATURE_FIELD, Trust, default_signing_key, sign_digest, verify_signature
+from .signing import SIGNATURE_FIELD, KeyPairMismatchError, Trust, default_signing_key, sign_digest, verify_signature
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -237,7 +237,15 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
 
     The remedy is to run ``monai-unc infer`` into the folder again with the settings of ``infer.json``: it predicts the
     unfinished cases and those made with other settings, and keeps the rest. Folders that ``infer`` did not write (no
-    readable ``infer.json`` with ``settings``: files of other tools) and the ``nnunet`` layout are not checked.
+    readable ``infer.json`` with ``settings``: files of other tools) are not checked.
+
+    The ``nnunet`` layout (``monai-unc nnunet-predict``) is checked against ``uncertainty_config.json``: the
+    ``settings`` of each case's record ``uncertainty/<case>.json`` must be those of the config (each setting the
+    record holds; the config also lists the measures and the model folder's path, which records do not), and records
+    without ``settings`` (earlier versions) must agree on ``sources``, ``num_samples`` and ``mi_meaning``; the remedy
+    is ``nnunet-predict`` into the folder again with the config's settings (``--continue_prediction`` predicts only
+    those cases). Cases without a record, and folders without ``uncertainty_config.json`` or ``uncertainty/`` (stock
+    nnU-Net's, or assembled by hand), are not checked.
 
     Args:
         predictions: the prediction folder.
@@ -255,6 +263,9 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     """
     _check_layout(layout)
     pred = Path(predictions)
+    if layout == "nnunet":
+        _check_finished_nnunet(pred, case_ids)
+        return
     doc = read_json_or_none(pred / INFER_RECORD) if layout == "monai-unc" else None
     settings = doc.get("settings") if isinstance(doc, dict) else None
     if not isinstance(settings, dict):
@@ -281,16 +292,64 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     problems = []
     if unfinished:
         problems.append(f"case(s) {_some(unfinished)} have files but no record <case>.json (an interrupted case)")
-    problems += [f"case(s) {_some(ids)} were made with other settings than infer.json's ({what}: the case's value "
-                 "first)" for what, ids in other.items()]
-    if not other:  # differing settings say it already
-        problems += [f"the case records disagree on {k} ("
-                     + "; ".join(f"{v}: {_some(ids)}" for v, ids in sorted(groups.items())) + ")"
-                     for k, groups in values.items() if len(groups) > 1]
+    problems += _record_problems(INFER_RECORD, other, values)
     if problems:
         raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc infer' run: "
                          f"{'; '.join(problems)}; run 'monai-unc infer' into the folder again with the settings of its "
                          "infer.json to finish it")
+
+
+def _record_problems(config: str, other: dict[str, list[str]], values: dict[str, dict[str, list[str]]]) -> list[str]:
+    """What is wrong with a prediction folder's case records, in words (:func:`check_finished_predictions`).
+
+    Args:
+        config: the run record's file name (``infer.json``, ``uncertainty_config.json``).
+        other: the settings that differ from the run record's -> the cases made with them.
+        values: per compared record field, each value (JSON) -> the cases that hold it.
+
+    Returns:
+        One phrase per problem: cases made with other settings or, when none differ, fields the records disagree on.
+    """
+    problems = [f"case(s) {_some(ids)} were made with other settings than {config}'s ({what}: the case's value "
+                "first)" for what, ids in other.items()]
+    if not other:  # differing settings say it already
+        problems += [f"the case records disagree on {k} ("
+                     + "; ".join(f"{v}: {_some(ids)}" for v, ids in sorted(groups.items())) + ")"
+                     for k, groups in values.items() if len(groups) > 1]
+    return problems
+
+
+#: the fields of ``nnunet-predict``'s case records compared when a record holds no ``settings`` (earlier versions)
+_NNUNET_RECORD_FIELDS = ("sources", "num_samples", "mi_meaning")
+
+
+def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
+    """:func:`check_finished_predictions` for the ``nnunet`` layout (``uncertainty_config.json`` and its records)."""
+    cfg = read_json_or_none(pred / "uncertainty_config.json")
+    unc = pred / LAYOUTS["nnunet"]["uncertainty_subdir"]
+    if not isinstance(cfg, dict) or not unc.is_dir():
+        return
+    other: dict[str, list[str]] = {}  # the settings that differ -> the cases made with them
+    values: dict[str, dict[str, list[str]]] = {k: {} for k in _NNUNET_RECORD_FIELDS}
+    for cid in case_ids:
+        rec = read_json_or_none(unc / f"{cid}.json")
+        if not isinstance(rec, dict):
+            continue  # maps without a record (folders assembled by hand): nothing recorded to compare
+        made = rec.get("settings")
+        if isinstance(made, dict):
+            config = {k: cfg.get(k) for k in made}
+            if json.dumps(made, sort_keys=True) != json.dumps(config, sort_keys=True):
+                changes = settings_changes(made, config) or ["the settings' types"]
+                other.setdefault("; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else ""), []).append(str(cid))
+            continue
+        for k in _NNUNET_RECORD_FIELDS:
+            values[k].setdefault(json.dumps(rec.get(k), sort_keys=True), []).append(str(cid))
+    problems = _record_problems("uncertainty_config.json", other, values)
+    if problems:
+        raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc nnunet-predict' run: "
+                         f"{'; '.join(problems)}; run 'monai-unc nnunet-predict' into the folder again with the "
+                         "settings of its uncertainty_config.json (with --continue_prediction it predicts only those "
+                         "cases) to finish it")
 
 
 def prediction_regions(
@@ -962,7 +1021,9 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
     The ``signature`` field (:func:`monai_unc.io.signing.sign_digest`) signs :func:`rule_digest` of the content with
     ``key``, by default :func:`monai_unc.io.signing.default_signing_key` (``$MONAI_UNC_SIGNING_KEY``, else the user's
     key, created on first use). When no key can be made (e.g. a read-only configuration folder) the file is written
-    unsigned with a warning: readers then refuse it unless told to accept unsigned files.
+    unsigned with a warning: readers then refuse it unless told to accept unsigned files. A key pair whose public key
+    file is not the private key's is refused (nothing is written): what it signed would be refused where that public
+    key is trusted, this machine first.
 
     Args:
         path: the file.
@@ -971,11 +1032,16 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
 
     Returns:
         The path written.
+
+    Raises:
+        KeyPairMismatchError: the default key's public key file is another key's (naming both files and the remedy).
     """
     doc = {k: v for k, v in body.items() if k != SIGNATURE_FIELD}
     try:
         key_file = default_signing_key() if key is None else key
         doc[SIGNATURE_FIELD] = sign_digest(rule_digest(json_safe(doc)), key_file)  # type: ignore[arg-type]
+    except KeyPairMismatchError:
+        raise  # a key that exists but would sign what this machine refuses: mended by the user, not skipped
     except (OSError, ValueError) as e:
         warnings.warn(f"{path} is written unsigned: no signing key ({e}); the commands that apply it refuse it "
                       "unless given --allow-unsigned", UserWarning, stacklevel=2)

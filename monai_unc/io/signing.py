@@ -25,6 +25,7 @@ since. It does not prove that the calibration data were honest or representative
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import re
@@ -37,7 +38,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .files import atomic_write, atomic_write_bytes
+from .files import atomic_write, atomic_write_bytes, output_lock
 
 __all__ = [
     "SIGNATURE_FIELD",
@@ -45,9 +46,11 @@ __all__ = [
     "PUBLIC_KEY_FILE",
     "TRUSTED_KEYS_DIR",
     "Trust",
+    "KeyPairMismatchError",
     "config_dir",
     "generate_key_pair",
     "complete_key_pair",
+    "check_key_pair",
     "default_signing_key",
     "load_private_key",
     "load_public_key",
@@ -66,6 +69,18 @@ PUBLIC_KEY_FILE = "signing_key.pub"
 #: the folder of further trusted public keys (``*.pub``) in the configuration folder
 TRUSTED_KEYS_DIR = "trusted_keys"
 _DOMAIN = b"monai-unc signed document 1\n"
+#: seconds the creation of a key pair waits for another process creating the pair in the same folder (milliseconds
+#: of work: two first certifications on a fresh machine, two ``keys --create``)
+_PAIR_LOCK_WAIT = 60.0
+
+
+class KeyPairMismatchError(ValueError):
+    """A key pair whose public key file is not the public key of its private key (``<name>.pub`` of ``<name>.pem``).
+
+    Rules signed with the private key are then refused wherever the public key file is trusted (on this machine
+    first), so the pair is refused where it is used (signing, ``monai-unc keys``) rather than signing with it; the
+    public key file is never replaced silently (it may have been given to other machines).
+    """
 
 
 def config_dir() -> Path:
@@ -126,7 +141,10 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
 
     The private key is written first. A half pair (``<name>.pem`` without ``<name>.pub``: a full disk or a kill
     between the two files) is completed: its public key is derived from the private key (:func:`complete_key_pair`)
-    and the pair is returned, not replaced.
+    and the pair is returned, not replaced. The pair is made while holding the folder's lock
+    (:func:`~monai_unc.io.files.output_lock`, waiting for another process that makes a pair there), and what the
+    folder holds is checked under it: two processes never write a private key of one pair beside the public key of
+    the other.
 
     Args:
         folder: where to write them (created with mode 0700 when missing).
@@ -137,6 +155,11 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
     Returns:
         ``(private, public)`` paths.
 
+    Raises:
+        FileExistsError: a pair exists (and ``overwrite`` is False).
+        KeyPairMismatchError: a pair exists whose public key is not that of its private key (and ``overwrite`` is
+            False; one line naming both files and the remedy).
+
     Example:
         >>> import tempfile
         >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
@@ -145,19 +168,25 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
     """
     folder = Path(folder)
     priv, pub = folder / f"{name}.pem", folder / f"{name}.pub"
-    if not overwrite:
-        if priv.exists() and not pub.exists():  # found by hostile testing: a half pair could not be completed
-            complete_key_pair(priv)
-            return priv, pub
-        if priv.exists() or pub.exists():
-            raise FileExistsError(f"a key pair exists at {priv}; keep it, or replace it with overwrite=True "
-                                  "(monai-unc keys --overwrite --create [FOLDER]): rules signed with it are then no "
-                                  "longer trusted where its public key was")
+    exists = FileExistsError(f"a key pair exists at {priv}; keep it, or replace it with overwrite=True "
+                             "(monai-unc keys --overwrite --create [FOLDER]): rules signed with it are then no longer "
+                             "trusted where its public key was")
+    if not overwrite and priv.is_file() and pub.is_file() and _pair_matches(priv, pub):
+        raise exists  # a whole pair: nothing to write (also in a folder the lock file cannot be made in)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key = Ed25519PrivateKey.generate()
-    _write_private(priv, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    _write_public(pub, key.public_key())
+    with output_lock(folder, "monai-unc keys", wait=_PAIR_LOCK_WAIT):  # what the folder holds is checked under it
+        if not overwrite:
+            if priv.exists() and not pub.exists():  # found by hostile testing: a half pair could not be completed
+                complete_key_pair(priv)
+                return priv, pub
+            if priv.exists() and pub.exists():
+                check_key_pair(priv, pub)  # a mismatched pair: named, with its remedy
+            if priv.exists() or pub.exists():
+                raise exists
+        key = Ed25519PrivateKey.generate()
+        _write_private(priv, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        _write_public(pub, key.public_key())
     return priv, pub
 
 
@@ -166,7 +195,7 @@ def complete_key_pair(private: str | os.PathLike) -> Path:
 
     A public key is determined by its private key, so a half pair (the private key alone: a full disk or a kill
     between the two files of :func:`generate_key_pair`) is completed rather than replaced; an existing public key
-    file is left as it is.
+    file is left as it is, and refused when it is not the private key's (:func:`check_key_pair`).
 
     Args:
         private: the private key file (PEM, Ed25519).
@@ -176,6 +205,7 @@ def complete_key_pair(private: str | os.PathLike) -> Path:
 
     Raises:
         ValueError: ``private`` is not a readable Ed25519 private key (naming it).
+        KeyPairMismatchError: the existing public key file is not the private key's (naming both files).
 
     Example:
         >>> import tempfile
@@ -186,9 +216,79 @@ def complete_key_pair(private: str | os.PathLike) -> Path:
     """
     private = Path(private)
     pub = private.with_suffix(".pub")
-    if not pub.exists():
+    if pub.exists():
+        check_key_pair(private, pub)
+    else:
         _write_public(pub, load_private_key(private).public_key())
     return pub
+
+
+def _pair_matches(private: Path, public: Path) -> bool:
+    """Whether ``public`` holds the public key of ``private`` (False when it is no readable public key)."""
+    try:
+        own = load_public_key(public)
+    except ValueError:
+        return False
+    return key_fingerprint(own) == key_fingerprint(load_private_key(private).public_key())
+
+
+def _pair_remedy(private: Path) -> str:
+    """The commands that mend a mismatched pair ``<name>.pem`` / ``<name>.pub`` (one clause)."""
+    public = private.with_suffix(".pub")
+    if private.name != PRIVATE_KEY_FILE:  # a pair of another name: monai-unc keys makes signing_key.* only
+        return (f"delete {public} and derive it from the private key (monai_unc.io.signing.complete_key_pair), or "
+                "make a new pair with monai-unc keys --create --overwrite FOLDER")
+    folder = "" if private.parent.resolve() == config_dir().resolve() else f" '{private.parent}'"
+    return (f"run monai-unc keys --create --overwrite{folder} for a new pair (rules signed with the old key are then "
+            f"no longer trusted), or keep the private key: delete {public} and run monai-unc keys --create{folder}, "
+            "which derives it")
+
+
+def check_key_pair(private: str | os.PathLike, public: str | os.PathLike | None = None) -> Path:
+    """Refuse a public key file that is not the public key of its private key.
+
+    A public key file beside its private key (``<name>.pub`` of ``<name>.pem``) is the one other machines, and this
+    one, trust for what the private key signs; one of another pair (two processes creating a pair at once, a file
+    copied over it) makes every rule signed with the private key untrusted there. Nothing is written.
+
+    Args:
+        private: the private key file.
+        public: the public key file (None: ``.pub`` in place of the private key's suffix).
+
+    Returns:
+        The public key file.
+
+    Raises:
+        KeyPairMismatchError: the public key file is another key's, or no readable Ed25519 public key (one line
+            naming both files and the remedy).
+        ValueError: ``private`` is not a readable Ed25519 private key (naming it).
+
+    Example:
+        >>> import tempfile
+        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
+        >>> check_key_pair(priv) == pub
+        True
+        >>> other = generate_key_pair(tempfile.mkdtemp())[1]
+        >>> _ = pub.write_bytes(other.read_bytes())
+        >>> try:
+        ...     check_key_pair(priv)
+        ... except KeyPairMismatchError as e:
+        ...     "is not the public key of" in str(e)
+        True
+    """
+    private = Path(private)
+    public = private.with_suffix(".pub") if public is None else Path(public)
+    mine = key_fingerprint(load_private_key(private).public_key())
+    try:
+        theirs = f"the public key {key_fingerprint(load_public_key(public))}"
+    except ValueError:
+        theirs = "no readable Ed25519 public key"
+    if theirs != f"the public key {mine}":
+        raise KeyPairMismatchError(
+            f"key pair mismatch: {public} is not the public key of {private} ({public} holds {theirs}, {private} is "
+            f"{mine}), so rules signed with {private} are refused where {public} is trusted; {_pair_remedy(private)}"
+        )
+    return public
 
 
 def _load_pem_key(path: str | os.PathLike, load: Callable[[bytes], Any], cls: type, what: str, kind: str) -> Any:
@@ -232,24 +332,51 @@ def default_signing_key(create: bool = True) -> Path | None:
 
     ``$MONAI_UNC_SIGNING_KEY`` when set (it must exist), else ``signing_key.pem`` of :func:`config_dir`, created
     with its public key on first use when ``create``; with ``create``, a missing ``signing_key.pub`` beside it is
-    derived from it (:func:`complete_key_pair`), so that this machine trusts what it signs.
+    derived from it (:func:`complete_key_pair`), so that this machine trusts what it signs. The pair is created under
+    the folder's lock (:func:`generate_key_pair`): two first certifications at once (two processes on a fresh
+    machine) both sign with the one pair the first made. A public key file beside the key (``.pub`` in place of its
+    suffix) that is not its public key is refused (:func:`check_key_pair`): what it signed would not be trusted.
 
     Args:
         create: create the configuration folder's key pair when missing.
 
     Returns:
         The key file, or None (none, and ``create`` is False).
+
+    Raises:
+        KeyPairMismatchError: the public key file beside the key is another key's (naming both files and the remedy).
+        ValueError: ``$MONAI_UNC_SIGNING_KEY`` names no file.
     """
     named = os.environ.get("MONAI_UNC_SIGNING_KEY")
     if named:
         path = Path(named).expanduser()
         if not path.is_file():
             raise ValueError(f"MONAI_UNC_SIGNING_KEY names {path}, which is not a file")
-        return path
-    path = config_dir() / PRIVATE_KEY_FILE
-    if create and not (path.is_file() and (config_dir() / PUBLIC_KEY_FILE).exists()):
-        generate_key_pair(config_dir())  # a new pair, or the public key of a half pair
-    return path if path.is_file() else None
+    else:
+        cfg = config_dir()
+        path = cfg / PRIVATE_KEY_FILE
+        if create and not (path.is_file() and (cfg / PUBLIC_KEY_FILE).exists()):
+            cfg.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with output_lock(cfg, "monai-unc keys", wait=_PAIR_LOCK_WAIT):  # another process may be making it
+                if not (path.is_file() and (cfg / PUBLIC_KEY_FILE).exists()):  # ... and have made it meanwhile
+                    generate_key_pair(cfg)  # a new pair, or the public key of a half pair
+        if not path.is_file():
+            return None
+    if path.with_suffix(".pub").exists():
+        _check_settled_pair(path)
+    return path
+
+
+def _check_settled_pair(private: Path) -> None:
+    """:func:`check_key_pair`, a mismatch checked again once the folder's lock is free.
+
+    Another process may be replacing the pair right now (``keys --create --overwrite`` writes the private key first).
+    """
+    if not _pair_matches(private, private.with_suffix(".pub")):
+        with contextlib.suppress(OSError, ValueError), output_lock(private.parent, "monai-unc keys",
+                                                                   wait=_PAIR_LOCK_WAIT):
+            pass  # held by a process making the pair: wait until it is done (not held, or no lock here: at once)
+    check_key_pair(private)
 
 
 @dataclass(frozen=True)
@@ -424,7 +551,7 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
     trusted = keys.get(sig["key"])
     if trusted is None and not trust.allow_unsigned:
         raise ValueError(f"{source} is signed by key {sig['key']}, which is not a trusted key (trust its public key "
-                         f"with --trusted-keys or MONAI_UNC_TRUSTED_KEYS, or {allow})")
+                         f"with --trusted-keys or MONAI_UNC_TRUSTED_KEYS, or {allow}){_own_pair_hint(sig['key'])}")
     try:  # an untrusted key's signature is checked too: the outputs then name a key that did sign this content
         (own_key if trusted is None else trusted[0]).verify(base64.b64decode(sig["value"], validate=True),
                                                             _DOMAIN + digest.encode("ascii"))
@@ -438,6 +565,22 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
 
 
 _FINGERPRINT = re.compile(r"SHA256:[0-9a-f]{64}\Z")
+
+
+def _own_pair_hint(fingerprint: str) -> str:
+    """Why this machine's own key (``fingerprint``) is not trusted here: its public key file is another key's.
+
+    ``"; it is the key of ...: <the mismatch and its remedy>"``, or empty (another key, or no readable key here).
+    """
+    private = config_dir() / PRIVATE_KEY_FILE
+    try:
+        if key_fingerprint(load_private_key(private).public_key()) == fingerprint:
+            check_key_pair(private)
+    except KeyPairMismatchError as e:
+        return f"; it is the key of {private}: {e}"
+    except ValueError:  # no readable key of this machine's
+        pass
+    return ""
 
 
 def _signature_key(sig: Any) -> Ed25519PublicKey | None:

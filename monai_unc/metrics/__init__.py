@@ -58,6 +58,7 @@ from .casewise import (
     al_improvement,
     failure_detection,
     fill_undefined_scores,
+    in_distribution_labels,
     is_in_distribution,
     ood_auroc,
     ood_auroc_by_shift,
@@ -162,6 +163,7 @@ from .quality import (
 )
 from .risk_control import (
     RiskControlledThreshold,
+    accepted_by_threshold,
     clopper_pearson_upper,
     hoeffding_bentkus_pvalue,
     hoeffding_bentkus_upper,
@@ -244,6 +246,7 @@ __all__ = [
     "FailureDetection",
     "IID_SHIFTS",
     "fill_undefined_scores",
+    "in_distribution_labels",
     "is_in_distribution",
     "GEDMetric",
     "GEDResult",
@@ -264,6 +267,7 @@ __all__ = [
     "TIE_RTOL",
     "UncertaintyComparison",
     "UncertaintyHistograms",
+    "accepted_by_threshold",
     "ace",
     "al_improvement",
     "all_label_ece",

@@ -22,6 +22,7 @@ __all__ = [
     "IID_SHIFTS",
     "UncertaintyHistograms",
     "fill_undefined_scores",
+    "in_distribution_labels",
     "is_in_distribution",
     "ood_auroc",
     "ood_auroc_by_shift",
@@ -109,14 +110,53 @@ def ood_auroc(uncertainty_iid: ArrayLike, uncertainty_ood: ArrayLike) -> float:
 IID_SHIFTS = ("", "none", "iid", "id", "clean", "in-distribution")
 
 
+def _label_text(label: Any) -> str:
+    """A shift label as :func:`is_in_distribution` compares it: its text stripped and lower-cased (None: ``""``)."""
+    return "" if label is None else str(label).strip().lower()
+
+
+class _LabelSet(frozenset):
+    """The labels of :func:`in_distribution_labels`, already compared text (what :func:`is_in_distribution` skips)."""
+
+    __slots__ = ()
+
+
+def in_distribution_labels(labels: Iterable[Any] = IID_SHIFTS) -> frozenset[str]:
+    """The in-distribution labels as :func:`is_in_distribution` compares them, for a loop over many cases.
+
+    Each label's text stripped and lower-cased (None reads as ``""``), once: passing the result as ``labels`` to
+    :func:`is_in_distribution` skips this step in every call, with the same answers.
+
+    Args:
+        labels: the in-distribution labels (default :data:`IID_SHIFTS`); a result of this function is returned as is.
+
+    Returns:
+        A frozenset of the compared texts.
+
+    Example:
+        >>> iid = in_distribution_labels(["Site A", " none"])
+        >>> sorted(iid), [is_in_distribution(s, iid) for s in ("site a", "NONE", "site B")]
+        (['none', 'site a'], [True, True, False])
+    """
+    if isinstance(labels, _LabelSet):
+        return labels
+    return _LabelSet(_label_text(label) for label in labels)
+
+
+#: :data:`IID_SHIFTS` as compared, made once (the default of :func:`is_in_distribution`)
+_IID_TEXTS = in_distribution_labels(IID_SHIFTS)
+
+
 def is_in_distribution(shift: Any, labels: Iterable[Any] = IID_SHIFTS) -> bool:
     """Whether a case's shift label marks it in-distribution: the one rule of every OoD AUROC of the package.
 
     The label, as text without surrounding whitespace and lower-cased, is one of ``labels`` (compared the same way).
+    A loop over cases with other labels than :data:`IID_SHIFTS` passes :func:`in_distribution_labels` of them, which
+    are compared as they are; other labels are made so in every call.
 
     Args:
         shift: the case's shift label (None reads as ``""``).
-        labels: the in-distribution labels (default :data:`IID_SHIFTS`).
+        labels: the in-distribution labels (default :data:`IID_SHIFTS`), or :func:`in_distribution_labels` of them.
 
     Returns:
         True for an in-distribution case.
@@ -127,10 +167,8 @@ def is_in_distribution(shift: Any, labels: Iterable[Any] = IID_SHIFTS) -> bool:
         >>> is_in_distribution("site A", ["Site A"]), is_in_distribution("none", ["site A"])
         (True, False)
     """
-    def norm(label: Any) -> str:
-        return "" if label is None else str(label).strip().lower()
-
-    return norm(shift) in {norm(label) for label in labels}
+    texts = _IID_TEXTS if labels is IID_SHIFTS else in_distribution_labels(labels)
+    return _label_text(shift) in texts
 
 
 def fill_undefined_scores(scores: ArrayLike) -> np.ndarray:
@@ -138,6 +176,9 @@ def fill_undefined_scores(scores: ArrayLike) -> np.ndarray:
 
     The one rule for a case without a defined score (e.g. ``fg_mean`` of an empty predicted foreground) in the
     cohort's ranking: triage, failure detection, the referral curve and the OoD AUROC (:func:`ood_auroc_by_shift`).
+    A ranking only: the risk-controlled threshold does not fill, it refers such a case and counts it as referred in
+    its certification (:func:`~monai_unc.metrics.risk_control.accepted_by_threshold`), since a stand-in above every
+    defined score would make a threshold that accepts every case count it as accepted.
 
     Args:
         scores: per-case scores ``(N,)``; NaN or inf marks an undefined score.
@@ -186,8 +227,8 @@ def ood_auroc_by_shift(
     labels = ["" if s is None else str(s) for s in shifts]  # None reads as "", as is_in_distribution reads it
     if len(labels) != scores.size:
         raise ValueError(f"uncertainty and shifts must have one entry per case, got {scores.size} and {len(labels)}")
-    iid_labels = list(iid_labels)
-    iid = np.array([is_in_distribution(s, iid_labels) for s in labels], dtype=bool)
+    iid_texts = in_distribution_labels(iid_labels)  # once, not per case
+    iid = np.array([is_in_distribution(s, iid_texts) for s in labels], dtype=bool)
     out: dict[str, Any] = {"n_iid": int(iid.sum()), "n_ood": int((~iid).sum())}
     if iid.any() and (~iid).any():
         out["auroc"] = ood_auroc(scores[iid], scores[~iid])

@@ -24,14 +24,15 @@ The **loss** of case ``i`` with true mask ``Y``:
 
 **One pass, bounded memory.** Every voxel gets the grid index at which it enters (outer) or leaves (inner) the mask
 (:func:`entry_index`); two histograms of that index, over the true and the false voxels, give ``L_i(lambda_j)`` at
-every grid point at once (:class:`ConformalCaseState`, a few kB to a few 100 kB per case, additive, savable as
-``.npz``). The histogram path is exact on the grid: it equals the losses computed on the full volume. The grid
-rounds toward the safe side: a distance is divided by the step and rounded up after subtracting ``1e-9`` (a
-distance a rounding error above a grid point counts as on it: the outer mask can only grow, the inner only shrink),
-and the fitted ``lambda_hat`` is a grid point at or above the continuous infimum (a larger outer, smaller inner
-mask). The slack covers float64 rounding only, so the margin family's distances are exact to float64 rounding up
-to the end of the grid whatever the backend (:func:`~monai_unc.metrics.boundary.distance_to_mask` with
-``exact_within``: the edt package's float32 runs on an exact integer lattice, or scipy's float64 transform runs).
+every grid point at once (:class:`ConformalCaseState`, about one byte per bin, task and histogram: tens of kB per
+case at the default grid; additive, savable as ``.npz``). The histogram path is exact on the grid: it equals the
+losses computed on the full volume. The grid rounds toward the safe side: a distance is divided by the step and
+rounded up after subtracting ``1e-9`` (a distance a rounding error above a grid point counts as on it: the outer
+mask can only grow, the inner only shrink), and the fitted ``lambda_hat`` is a grid point at or above the continuous
+infimum (a larger outer, smaller inner mask). The slack covers float64 rounding only, so the margin family's
+distances are exact to float64 rounding up to the end of the grid whatever the backend
+(:func:`~monai_unc.metrics.boundary.distance_to_mask` with ``exact_within``: the edt package's float32 runs on an
+exact integer lattice, or scipy's float64 transform runs).
 
 **Fitting.** From ``n`` calibration cases (:func:`fit_conformal_rule`):
 
@@ -55,7 +56,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,7 @@ import torch
 
 from .._utils import check_integer, normalize_spacing, positive_finite, probability_tolerance, to_numpy
 from ..activation import Activation, get_activation
+from ..product import format_cell
 from ..state import register_state_type
 from .boundary import distance_to_mask
 
@@ -243,8 +245,75 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return out
 
 
+#: the narrow dtypes a histogram of :class:`ConformalCaseState` is held in (the counts above one go in a list)
+_BASE_DTYPES = (np.uint8, np.uint16, np.uint32)
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _pack_counts(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Non-negative int64 counts as ``(base, index, value)``, exactly: the smallest of three narrow layouts.
+
+    ``base`` holds every count in the narrow dtype (uint8, 16 or 32) that gives the fewest bytes, 0 where a count does
+    not fit; ``index`` (uint32 flat positions, increasing) and ``value`` (uint32, or int64 when one needs it) list
+    the counts that do not fit. A case's histogram counts a few hundred to a few thousand voxels in most bins and
+    millions in a few (near p = 0 and 1), so uint8 with a short list holds it in about an eighth of int64's bytes.
+    """
+    flat = counts.reshape(-1)
+    top = int(flat.max()) if flat.size else 0
+    best: tuple[int, Any, np.ndarray] | None = None
+    for dtype in _BASE_DTYPES:
+        limit = int(np.iinfo(dtype).max)
+        over = np.flatnonzero(flat > limit) if top > limit else np.zeros(0, dtype=np.intp)
+        value_bytes = 4 if top <= 0xFFFFFFFF else 8
+        cost = flat.size * np.dtype(dtype).itemsize + over.size * (4 + value_bytes)
+        if best is None or cost < best[0]:
+            best = (cost, dtype, over)
+    assert best is not None
+    _, dtype, over = best
+    limit = int(np.iinfo(dtype).max)
+    base = np.where(flat > limit, 0, flat).astype(dtype).reshape(counts.shape)
+    index_dtype = np.uint32 if flat.size <= 0xFFFFFFFF else np.int64
+    value = flat[over].astype(np.uint32 if top <= 0xFFFFFFFF else np.int64)
+    return base, over.astype(index_dtype), value
+
+
+def _unpack_counts(packed: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """The int64 counts of :func:`_pack_counts` (a new array)."""
+    base, index, value = packed
+    out = base.astype(np.int64)
+    if index.size:
+        out.reshape(-1)[index] = value
+    return out
+
+
+def _check_packed(arrays: Mapping[str, np.ndarray], shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """``counts_base``, ``counts_index``, ``counts_value`` of a saved state checked as :func:`_pack_counts` writes them.
+
+    A file may have been edited: ``ValueError`` naming the key for a wrong shape or dtype, a negative count, or an
+    index off the grid or out of order.
+    """
+    prefix = "counts"
+    base, index, value = (np.asarray(arrays[f"{prefix}_{k}"]) for k in ("base", "index", "value"))
+    if base.shape != shape:
+        raise ValueError(f"{prefix}_base must have shape {shape} (true and false, tasks, size + 2), got {base.shape}")
+    for key, a in (("base", base), ("index", index), ("value", value)):
+        if a.dtype.kind not in "iu":
+            raise ValueError(f"{prefix}_{key} must hold integers, got dtype {a.dtype}")
+        if key != "base" and a.ndim != 1:
+            raise ValueError(f"{prefix}_{key} must be one-dimensional, got shape {a.shape}")
+        if a.size and (int(a.min()) < 0 or int(a.max()) > _INT64_MAX):
+            raise ValueError(f"{prefix}_{key} must hold non-negative int64 numbers, got values in "
+                             f"[{int(a.min())}, {int(a.max())}]")
+    if index.size != value.size:
+        raise ValueError(f"{prefix}_index and {prefix}_value must have one entry each per count, got {index.size} "
+                         f"and {value.size}")
+    if index.size and (int(index.max()) >= base.size or (index.size > 1 and not np.all(np.diff(
+            index.astype(np.int64)) > 0))):
+        raise ValueError(f"{prefix}_index must hold increasing positions in [0, {base.size}) of {prefix}_base")
+    return base, index.astype(np.int64), value.astype(np.int64)
+
+
 @register_state_type("conformal_case")
-@dataclass
 class ConformalCaseState:
     """What one case contributes to fitting a conformal mask: per task, histograms of the voxels' grid index.
 
@@ -254,6 +323,11 @@ class ConformalCaseState:
     e.g. two halves of a volume in the threshold family); they are small and picklable, and
     :meth:`to_arrays` / :meth:`from_arrays` round-trip through ``numpy.savez``.
 
+    Memory: the histograms are held and saved exactly in a narrow integer dtype (uint8, 16 or 32, whichever takes the
+    fewest bytes) with the few counts that do not fit listed beside it; :attr:`true_counts` and :attr:`false_counts`
+    give them as int64. A two-class case at the default ``2**12`` bins takes 33-40 kB for both sides (two int64
+    histograms per side took 262 kB).
+
     Args:
         activation: ``"softmax"`` or ``"sigmoid"``: how the probabilities of a case split into tasks.
         family: ``"threshold"`` or ``"margin"``.
@@ -261,8 +335,8 @@ class ConformalCaseState:
         step: the grid step (:func:`conformal_grid`).
         size: the grid size; the grid has ``size + 1`` points.
         names: one name per task: the class index (softmax, one-vs-rest) or the region (sigmoid).
-        true_counts: int64 ``(T, size + 2)``.
-        false_counts: int64 ``(T, size + 2)``.
+        true_counts: non-negative integer counts ``(T, size + 2)``.
+        false_counts: non-negative integer counts ``(T, size + 2)``.
 
     Example:
         >>> import numpy as np
@@ -272,31 +346,65 @@ class ConformalCaseState:
         ([3], [1.0, 0.667, 0.333, 0.333, 0.0])
     """
 
-    activation: str
-    family: str
-    side: str
-    step: float
-    size: int
-    names: tuple[str, ...]
-    true_counts: np.ndarray
-    false_counts: np.ndarray = field(repr=False)
+    __hash__ = None  # type: ignore[assignment]  # mutable
 
-    def __post_init__(self) -> None:
-        """Check the fields (``ValueError`` naming the field)."""
-        get_activation(self.activation)
-        _check_choice(self.family, "family", CONFORMAL_FAMILIES)
-        _check_choice(self.side, "side", CONFORMAL_SIDES)
-        self.step, self.size, self.names = float(self.step), int(self.size), tuple(str(n) for n in self.names)
+    def __init__(self, activation: str, family: str, side: str, step: float, size: int, names: Sequence[str],
+                 true_counts: np.ndarray, false_counts: np.ndarray) -> None:
+        get_activation(activation)
+        self.activation = activation
+        self.family = _check_choice(family, "family", CONFORMAL_FAMILIES)
+        self.side = _check_choice(side, "side", CONFORMAL_SIDES)
+        self.step, self.size, self.names = float(step), int(size), tuple(str(n) for n in names)
         if not (math.isfinite(self.step) and self.step > 0) or self.size < 1:
             raise ValueError(f"step and size must be positive, got step={self.step}, size={self.size}")
+        self._counts = _pack_counts(np.stack([self._checked("true_counts", true_counts),
+                                              self._checked("false_counts", false_counts)]))
+
+    def _checked(self, name: str, counts: Any) -> np.ndarray:
+        """Counts checked (``ValueError`` naming ``name``) as int64."""
+        a = np.asarray(counts)
         shape = (len(self.names), self.size + 2)
-        for name in ("true_counts", "false_counts"):
-            a = np.asarray(getattr(self, name))
-            if a.shape != shape:
-                raise ValueError(f"{name} must have shape {shape} (tasks, size + 2), got {a.shape}")
-            if a.dtype.kind not in "iu" or (a.size and int(a.min()) < 0):
-                raise ValueError(f"{name} must hold non-negative integer counts, got dtype {a.dtype}")
-            setattr(self, name, a.astype(np.int64, copy=False))
+        if a.shape != shape:
+            raise ValueError(f"{name} must have shape {shape} (tasks, size + 2), got {a.shape}")
+        if a.dtype.kind not in "iu" or (a.size and (int(a.min()) < 0 or int(a.max()) > _INT64_MAX)):
+            raise ValueError(f"{name} must hold non-negative integer counts, got dtype {a.dtype}")
+        return a.astype(np.int64, copy=False)
+
+    def _both(self) -> np.ndarray:
+        """The two histograms, int64 ``(2, T, size + 2)``: true, false (a new array)."""
+        return _unpack_counts(self._counts)
+
+    def _set(self, which: int, name: str, counts: Any) -> None:
+        both = self._both()
+        both[which] = self._checked(name, counts)
+        self._counts = _pack_counts(both)
+
+    @property
+    def true_counts(self) -> np.ndarray:
+        """The histogram of the true voxels, int64 ``(T, size + 2)`` (a new array; assign to change it)."""
+        return self._both()[0]
+
+    @true_counts.setter
+    def true_counts(self, counts: np.ndarray) -> None:
+        self._set(0, "true_counts", counts)
+
+    @property
+    def false_counts(self) -> np.ndarray:
+        """The histogram of the false voxels, int64 ``(T, size + 2)`` (a new array; assign to change it)."""
+        return self._both()[1]
+
+    @false_counts.setter
+    def false_counts(self, counts: np.ndarray) -> None:
+        self._set(1, "false_counts", counts)
+
+    def __repr__(self) -> str:
+        return (f"ConformalCaseState(activation={self.activation!r}, family={self.family!r}, side={self.side!r}, "
+                f"step={self.step!r}, size={self.size!r}, names={self.names!r}, true_counts={self.true_counts!r})")
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the histograms as held (and saved, before compression): the memory a case's state takes."""
+        return sum(a.nbytes for a in self._counts)
 
     @property
     def lambdas(self) -> np.ndarray:
@@ -315,10 +423,11 @@ class ConformalCaseState:
             float64 ``(T, size + 1)`` in [0, 1]; FNR is 0 for a task without true voxels, the false-positive share
             0 where the mask is empty.
         """
-        missed_or_kept_true = _suffix_counts(self.true_counts)
+        true_counts, false_counts = self._both()
+        missed_or_kept_true = _suffix_counts(true_counts)
         if self.side == "outer":
-            return _ratio(missed_or_kept_true, self.n_true[:, None])
-        kept_false = _suffix_counts(self.false_counts)
+            return _ratio(missed_or_kept_true, true_counts.sum(axis=1)[:, None])
+        kept_false = _suffix_counts(false_counts)
         return _ratio(kept_false, missed_or_kept_true + kept_false)
 
     def mask_sizes(self) -> np.ndarray:
@@ -327,10 +436,11 @@ class ConformalCaseState:
         Returns:
             int64 ``(T, size + 1)`` (multiply by the voxel volume for mm^3).
         """
-        beyond = _suffix_counts(self.true_counts + self.false_counts)
+        counts = self._both().sum(axis=0)
+        beyond = _suffix_counts(counts)
         if self.side == "inner":
             return beyond
-        return (self.true_counts + self.false_counts).sum(axis=1)[:, None] - beyond
+        return counts.sum(axis=1)[:, None] - beyond
 
     def compatible(self, other: ConformalCaseState) -> bool:
         """Whether ``other`` has the same activation, family, side, grid and task names.
@@ -347,10 +457,7 @@ class ConformalCaseState:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ConformalCaseState):
             return NotImplemented
-        return (self.compatible(other) and np.array_equal(self.true_counts, other.true_counts)
-                and np.array_equal(self.false_counts, other.false_counts))
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it is
+        return self.compatible(other) and np.array_equal(self._both(), other._both())
 
     def __add__(self, other: ConformalCaseState) -> ConformalCaseState:
         if not isinstance(other, ConformalCaseState):
@@ -370,8 +477,7 @@ class ConformalCaseState:
             raise TypeError(f"other must be a ConformalCaseState, got {type(other).__name__}")
         if not self.compatible(other):
             raise ValueError("other must have the same activation, family, side, grid and names to be added")
-        self.true_counts = self.true_counts + other.true_counts
-        self.false_counts = self.false_counts + other.false_counts
+        self._counts = _pack_counts(self._both() + other._both())
         return self
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -397,25 +503,33 @@ class ConformalCaseState:
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The state as numpy arrays (no object arrays), e.g. for ``numpy.savez``.
 
+        The two histograms are saved as they are held: ``counts_base`` ``(2, T, size + 2)`` (true, false) in a narrow
+        dtype, ``counts_index`` and ``counts_value`` the counts that do not fit in it (earlier versions saved int64
+        ``true_counts`` / ``false_counts``, which :meth:`from_arrays` still reads; they refuse this layout, naming the
+        keys they miss).
+
         Returns:
             A dict of arrays that :meth:`from_arrays` reads back.
         """
-        return {
+        out = {
             "activation": np.array(self.activation), "family": np.array(self.family), "side": np.array(self.side),
             "step": np.array(self.step), "size": np.array(self.size, dtype=np.int64),
-            "names": np.array(self.names, dtype=str), "true_counts": self.true_counts.copy(),
-            "false_counts": self.false_counts.copy(),
+            "names": np.array(self.names, dtype=str),
         }
+        for key, a in zip(("base", "index", "value"), self._counts):
+            out[f"counts_{key}"] = a.copy()
+        return out
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, Any]) -> ConformalCaseState:
-        """The state of :meth:`to_arrays` (or of ``numpy.load`` of a saved ``.npz``).
+        """The state of :meth:`to_arrays` (or of ``numpy.load`` of a saved ``.npz``), or int64 histograms.
 
         Args:
-            arrays: a mapping with the keys of :meth:`to_arrays`.
+            arrays: a mapping with the keys of :meth:`to_arrays`, or with ``true_counts`` and ``false_counts``
+                (int64 ``(T, size + 2)``: the layout of earlier versions) in place of the ``counts_*`` arrays.
 
         Returns:
-            The state; ``ValueError`` naming ``arrays`` for a missing key.
+            The state; ``ValueError`` naming ``arrays`` for a missing key, or naming the key of a malformed array.
 
         Example:
             >>> import io, numpy as np
@@ -427,14 +541,19 @@ class ConformalCaseState:
             >>> back.compatible(state), bool((back.true_counts == state.true_counts).all())
             (True, True)
         """
-        keys = ("activation", "family", "side", "step", "size", "names", "true_counts", "false_counts")
+        dense = "true_counts" in arrays or "false_counts" in arrays
+        counts = ("true_counts", "false_counts") if dense else ("counts_base", "counts_index", "counts_value")
+        keys = ("activation", "family", "side", "step", "size", "names", *counts)
         missing = [k for k in keys if k not in arrays]
         if missing:
             raise ValueError(f"arrays lacks {missing} (expected the keys of ConformalCaseState.to_arrays())")
-        a = {k: np.asarray(arrays[k]) for k in keys}
-        return cls(str(a["activation"][()]), str(a["family"][()]), str(a["side"][()]), float(a["step"]),
-                   int(a["size"]), tuple(str(n) for n in a["names"].reshape(-1)), a["true_counts"],
-                   a["false_counts"])
+        a = {k: np.asarray(arrays[k]) for k in keys[:6]}
+        head = (str(a["activation"][()]), str(a["family"][()]), str(a["side"][()]), float(a["step"]), int(a["size"]),
+                tuple(str(n) for n in a["names"].reshape(-1)))
+        if dense:
+            return cls(*head, np.asarray(arrays["true_counts"]), np.asarray(arrays["false_counts"]))
+        both = _unpack_counts(_check_packed(arrays, (2, len(head[5]), head[4] + 2)))
+        return cls(*head, both[0], both[1])
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -746,7 +865,7 @@ def _crc_index(losses: np.ndarray, alpha: float, bound: float) -> int:
         reason = (f"{n} case(s) are too few (at least {need} needed for alpha={alpha})" if n < need else
                   f"the mean loss at the largest lambda is {losses[:, -1].mean():.4g}")
         raise ValueError(f"no lambda on the grid reaches alpha={alpha}: even the largest gives the bound "
-                         f"{worst:.4g} > alpha ({reason})")
+                         f"{format_cell(worst, 4, alpha)} > alpha ({reason})")  # never written as alpha itself
     return int(np.argmax(ok))
 
 

@@ -787,8 +787,9 @@ class ConformalInterval(NamedTuple):
     """Split-conformal intervals ``[low, high]`` of estimates (:func:`conformal_interval`).
 
     Attributes:
-        low: lower ends, ``max(estimate - quantile, lower)`` (NaN for an undefined estimate).
-        high: upper ends, ``min(estimate + quantile, upper)`` (NaN for an undefined estimate).
+        low: lower ends, ``max(estimate - quantile, lower)`` (NaN for an undefined estimate), widened outward by a
+            bound on the float rounding (:func:`conformal_interval`).
+        high: upper ends, ``min(estimate + quantile, upper)`` (NaN for an undefined estimate), widened likewise.
         quantile: the calibrated residual quantile ``q`` (``inf`` with too few calibration cases).
         n: the number of calibration pairs it came from (both values defined).
         alpha: the miscoverage: the intervals hold the truth with probability at least ``1 - alpha``.
@@ -881,7 +882,11 @@ def conformal_interval(
 
     ``q`` is :func:`conformal_quantile` of the calibration pairs. For a new case exchangeable with the calibration
     cases, ``P(low <= truth <= high) >= 1 - alpha``, marginally over the calibration draw and the new case (module
-    docstring; Lei et al. 2018). It is no statement about one given case and none about a case from a shifted
+    docstring; Lei et al. 2018). The ends are widened outward by ``2 eps (|estimate| + q)`` (at most about
+    ``1e-15`` for values in [0, 1]), a bound on the float rounding: every truth whose computed residual
+    ``|truth - estimate|`` is at most ``q`` lies inside, also when it ties with ``q`` exactly (with Dice and
+    estimates recorded in two decimals ``0.9 - (0.9 - 0.2)`` is ``0.20000000000000007``, and the unwidened interval
+    missed such a tie). It is no statement about one given case and none about a case from a shifted
     distribution, which may fall outside. Clipping to ``bounds`` (the range of the truth) keeps the guarantee. An
     undefined (NaN) estimate gets a NaN interval, with a ``UserWarning``.
 
@@ -917,6 +922,12 @@ def conformal_interval(
         warnings.warn(f"{int(np.isnan(e).sum())} undefined estimate(s): their conformal interval is undefined (NaN)",
                       UserWarning, stacklevel=2)
     with np.errstate(invalid="ignore"):
-        low = np.where(np.isnan(e), np.nan, np.clip(e - q, lo, hi))
-        high = np.where(np.isnan(e), np.nan, np.clip(e + q, lo, hi))
+        # widened outward by a bound on the rounding of the residuals and of e -/+ q: the guarantee is about the
+        # residual |truth - e| <= q as computed, and fl(e - q) can lie above a truth whose residual ties with q
+        # (0.9 - (0.9 - 0.2) = 0.20000000000000007 > 0.2: such ties are common with Dice and estimates recorded
+        # in a few decimals). fl(|t - e|) <= q gives |t - e| <= q (1 + u) and fl(e -/+ q') is within
+        # u (|e| + q') of e -/+ q' (u = 2^-53), so a margin of 2 eps (|e| + q) = 4 u (|e| + q) covers both.
+        q_out = q + 2.0 * np.finfo(np.float64).eps * (np.abs(e) + q)
+        low = np.where(np.isnan(e), np.nan, np.clip(e - q_out, lo, hi))
+        high = np.where(np.isnan(e), np.nan, np.clip(e + q_out, lo, hi))
     return ConformalInterval(low, high, q, n, float(alpha))

@@ -6,7 +6,9 @@ Calibrating Predictive Algorithms to Achieve Risk Control*).
 
 :func:`risk_controlled_threshold` picks, from calibration cases, the acceptance threshold with the largest
 coverage such that, with probability at least ``1 - delta`` over the calibration draw, the selective risk of new
-exchangeable cases that it accepts is at most ``target_risk``. See docs/referral_threshold.md for the math.
+exchangeable cases that it accepts is at most ``target_risk``; :func:`accepted_by_threshold` is the one rule of
+which cases a threshold accepts (a defined score at most the threshold; an undefined one never). See
+docs/referral_threshold.md for the math.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import numpy as np
 import torch
 from scipy import optimize, special, stats
 
-from .._utils import ArrayLike, case_vector
+from .._utils import ArrayLike, case_vector, to_numpy
+from ..product import format_cell
 
 __all__ = [
     "RiskControlledThreshold",
+    "accepted_by_threshold",
     "risk_controlled_threshold",
     "clopper_pearson_upper",
     "hoeffding_bentkus_pvalue",
@@ -30,6 +34,39 @@ __all__ = [
 ]
 
 _RC_METHODS = ("sgr", "ltt")
+#: what :func:`risk_controlled_threshold` does with an undefined (non-finite) calibration uncertainty
+_UNDEFINED = ("error", "refer")
+
+
+def accepted_by_threshold(scores: ArrayLike, threshold: float) -> ArrayLike:
+    """Which cases a risk-controlled threshold accepts: a *defined* (finite) score at most ``threshold``.
+
+    The one rule of the package for "accepted": the certification counts an undefined score (NaN or infinite, e.g.
+    ``fg_mean`` of an empty predicted foreground) as referred (:func:`risk_controlled_threshold` with
+    ``undefined="refer"``), and every place that applies or reports the threshold refers it too
+    (:meth:`RiskControlledThreshold.accept`, the ``risk_control`` block of ``summary.json``, the referral rule's
+    decision), so the accepted set the certificate speaks of is the one the rule accepts. A threshold of ``inf``
+    accepts every defined score, ``-inf`` (not certified) none. The comparison is made in float64 whatever the
+    input's dtype (:meth:`RiskControlledThreshold.accept`).
+
+    Args:
+        scores: case scores (uncertainty), any shape; a numpy array, a sequence or a torch tensor.
+        threshold: the acceptance threshold.
+
+    Returns:
+        A boolean mask of ``scores``' shape, in the library of the input.
+
+    Example:
+        >>> accepted_by_threshold(np.array([0.1, 0.5, np.nan, np.inf]), math.inf).tolist()
+        [True, True, False, False]
+        >>> accepted_by_threshold([0.1, 0.5], 0.3).tolist()
+        [True, False]
+    """
+    if isinstance(scores, torch.Tensor):
+        u = scores if scores.dtype == torch.float64 else scores.to(torch.float64)
+        return torch.isfinite(u) & (u <= threshold)
+    u = np.asarray(scores).astype(np.float64, copy=False)
+    return np.isfinite(u) & (u <= threshold)
 
 
 def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta: float) -> np.ndarray | float:
@@ -169,10 +206,12 @@ class RiskControlledThreshold:
     """Result of :func:`risk_controlled_threshold`.
 
     Attributes:
-        threshold: accept a new case iff ``uncertainty <= threshold`` (:meth:`accept`). It is the largest float
-            below the smallest *refused* calibration uncertainty (``+inf`` when every case is accepted, ``-inf`` when
-            none is: ``feasible=False``, refer everything).
-        coverage: fraction of calibration cases accepted; ``n_accepted`` of ``n_calibration``.
+        threshold: accept a new case iff its uncertainty is defined and ``<= threshold`` (:meth:`accept`,
+            :func:`accepted_by_threshold`). It is the largest float below the smallest *refused* defined calibration
+            uncertainty (``+inf`` when every case with a defined uncertainty is accepted, ``-inf`` when none is:
+            ``feasible=False``, refer everything).
+        coverage: fraction of calibration cases accepted; ``n_accepted`` of ``n_calibration`` (every calibration
+            case, those with an undefined uncertainty included: they are referred).
         risk: empirical selective risk of the accepted calibration cases (NaN when none is accepted).
         bound: upper confidence bound on the selective risk at the chosen threshold: SGR's Clopper-Pearson bound
             at level ``delta / n_candidates`` (valid simultaneously over all candidates), or LTT's Hoeffding-Bentkus
@@ -184,6 +223,8 @@ class RiskControlledThreshold:
         target_risk: the guaranteed risk level.
         delta: the allowed failure probability.
         n_candidates: the number of thresholds tested.
+        n_undefined: the calibration cases with an undefined uncertainty (``undefined="refer"``), counted as
+            referred.
 
     Example:
         >>> import numpy as np
@@ -209,25 +250,24 @@ class RiskControlledThreshold:
     n_accepted: int
     n_calibration: int
     n_candidates: int
+    n_undefined: int = 0
 
     def accept(self, uncertainty: ArrayLike) -> ArrayLike:
-        """Boolean mask of the cases to accept (``uncertainty <= threshold``), in the library of the input.
+        """Boolean mask of the cases to accept (defined and ``uncertainty <= threshold``), in the library of the input.
 
-        The comparison is made in float64 whatever the input's dtype: ``threshold`` is the largest float64 below the
-        first refused calibration value, and rounding it to float32 (what a float32 array or tensor compared with a
-        Python float does) would give that refused value back and accept it, and with it every new case tied with
-        it (a discrete score, e.g. a voxel count, ties often).
+        :func:`accepted_by_threshold`: an undefined uncertainty (NaN or infinite) is referred, as the certification
+        counted it. The comparison is made in float64 whatever the input's dtype: ``threshold`` is the largest
+        float64 below the first refused calibration value, and rounding it to float32 (what a float32 array or
+        tensor compared with a Python float does) would give that refused value back and accept it, and with it every
+        new case tied with it (a discrete score, e.g. a voxel count, ties often).
 
         Args:
-            uncertainty: case uncertainties, any shape (NaN is referred).
+            uncertainty: case uncertainties, any shape (NaN or infinite: referred).
 
         Returns:
             A boolean mask of the same shape.
         """
-        if isinstance(uncertainty, torch.Tensor):
-            u = uncertainty if uncertainty.dtype == torch.float64 else uncertainty.to(torch.float64)
-            return u <= self.threshold
-        return np.asarray(uncertainty).astype(np.float64, copy=False) <= self.threshold
+        return accepted_by_threshold(uncertainty, self.threshold)
 
 
 def _min_certifiable(alpha: float, delta: float) -> int:
@@ -343,6 +383,7 @@ def risk_controlled_threshold(
     method: str = "sgr",
     n_candidates: int | None = 20,
     sequence: str = "fallback",
+    undefined: str = "error",
 ) -> RiskControlledThreshold:
     """Referral threshold with a statistical guarantee on the selective risk of the accepted cases.
 
@@ -372,8 +413,18 @@ def risk_controlled_threshold(
       the calibration draws of a cohort with 2 % failures, a 10 % target and ``delta = 0.1``;
       docs/referral_threshold.md).
 
+    A case whose uncertainty is undefined (NaN or infinite, e.g. ``fg_mean`` of an empty predicted foreground) is
+    never accepted (:func:`accepted_by_threshold`). With ``undefined="refer"`` such calibration cases are counted as
+    referred: the candidates and their bounds are those of the ``N_d`` cases with a defined uncertainty (the grid of
+    ranks that of ``N_d``), and the coverage is over all ``N``. Conditional on which calibration cases have a defined
+    uncertainty (observable on a new case too), those cases are exchangeable draws from the cases with a defined
+    uncertainty, so the guarantee holds for ``E[risk | uncertainty defined and <= tau]``, the risk of the cases the
+    rule accepts. (Counting them as accepted, e.g. by filling them above every defined value, would certify a
+    set the rule does not accept: when they are easy cases, the accepted cases' risk then exceeds the target.)
+
     Args:
-        uncertainty_cal: ``(N,)`` case uncertainty of the calibration cases (larger = referred first).
+        uncertainty_cal: ``(N,)`` case uncertainty of the calibration cases (larger = referred first); non-finite
+            values only with ``undefined="refer"``.
         risk_cal: ``(N,)`` per-case risk in [0, 1]; 0/1 for ``"sgr"``.
         target_risk: the risk level ``alpha`` in (0, 1) to guarantee.
         delta: allowed probability in (0, 1) that the guarantee fails (over the calibration draw).
@@ -383,6 +434,9 @@ def risk_controlled_threshold(
             for LTT's sequence to stop on a noisy small-sample test, at the price of a coarser threshold (steps of
             about ``N / n_candidates`` cases). ``None``: every rank. Default 20.
         sequence: LTT's multiple-testing procedure: ``"fallback"`` (default) or ``"fixed"`` (ignored by SGR).
+        undefined: ``"error"`` (default): a non-finite ``uncertainty_cal`` is a ``ValueError``; ``"refer"``: it marks
+            an undefined uncertainty, counted as referred (above). With no defined uncertainty at all nothing is
+            certified (``feasible=False``, ``bound=1``).
 
     Returns:
         :class:`RiskControlledThreshold`. When no candidate certifies the target, ``feasible=False``,
@@ -407,7 +461,17 @@ def risk_controlled_threshold(
         >>> round(ltt.coverage, 3)
         0.603
     """
-    u = case_vector(uncertainty_cal, "uncertainty_cal")
+    if undefined not in _UNDEFINED:
+        raise ValueError(f"undefined must be one of {_UNDEFINED}, got {undefined!r}")
+    if undefined == "refer":
+        u = to_numpy(uncertainty_cal, "uncertainty_cal")
+        if not np.issubdtype(u.dtype, np.number) and u.dtype != bool:
+            raise TypeError(f"uncertainty_cal must hold numbers, got dtype {u.dtype}")
+        if u.ndim != 1 or u.size == 0:
+            raise ValueError(f"uncertainty_cal must be 1-D and non-empty (one value per case), got shape {u.shape}")
+        u = u.astype(np.float64)
+    else:
+        u = case_vector(uncertainty_cal, "uncertainty_cal")
     r = case_vector(risk_cal, "risk_cal")
     if u.shape != r.shape:
         raise ValueError(f"uncertainty_cal and risk_cal must have the same length, got {u.size} and {r.size}")
@@ -429,17 +493,25 @@ def risk_controlled_threshold(
     if sequence not in ("fallback", "fixed"):
         raise ValueError(f"sequence must be 'fallback' or 'fixed', got {sequence!r}")
     alpha, delta = float(target_risk), float(delta)
-    res = _risk_control_batch(u[None], r[None], alpha, delta, method, n_candidates, sequence=sequence)
-    n_acc = int(res["n_accepted"][0])
     m = u.size
+    defined = np.isfinite(u)
+    n_und = int(m - defined.sum())
+    ud, rd = u[defined], r[defined]  # the undefined cases are referred: never in a candidate's accepted set
+    if ud.size:
+        res = _risk_control_batch(ud[None], rd[None], alpha, delta, method, n_candidates, sequence=sequence)
+    else:  # nothing to certify on: CP's bound of no observation is 1
+        res = {"n_accepted": np.zeros(1, np.int64), "cut": np.full(1, -np.inf), "loss_sum": np.zeros(1),
+               "bound": np.ones(1), "n_candidates": np.zeros(1, np.int64)}
+    n_acc = int(res["n_accepted"][0])
     cut = float(res["cut"][0])
     feasible = n_acc > 0
     if not feasible:
         threshold = -math.inf
+        why = (f" ({n_und} of them with an undefined uncertainty, counted as referred)" if n_und else "")
         warnings.warn(
             f"risk_controlled_threshold: no threshold certifies selective risk <= {alpha:g} with probability "
-            f"{1 - delta:g} on these {m} calibration cases (best bound {float(res['bound'][0]):.4g}); "
-            "refer every case",
+            f"{1 - delta:g} on these {m} calibration cases{why} (best bound "
+            f"{format_cell(float(res['bound'][0]), 4, alpha)}); refer every case",
             UserWarning,
             stacklevel=2,
         )
@@ -457,4 +529,5 @@ def risk_controlled_threshold(
         n_accepted=n_acc,
         n_calibration=m,
         n_candidates=int(res["n_candidates"][0]),
+        n_undefined=n_und,
     )

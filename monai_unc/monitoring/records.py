@@ -22,15 +22,17 @@ from ..evaluation.cohort import risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import ImageReference
-from ..io import CaseFiles, read_csv
+from ..io import VOLUME_EXTENSIONS, CaseFiles, read_csv, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
            "loss_of", "LABEL_EXTENSIONS", "label_map_dice"]
 
-#: the file endings of a folder of audited label maps (``<case><ending>``)
-LABEL_EXTENSIONS = (".nii.gz", ".nii")
+#: the file endings of a folder of audited label maps (``<case><ending>``): the volumes ``evaluate`` reads as labels
+#: (:data:`monai_unc.io.VOLUME_EXTENSIONS`, matched in any letter case; hidden files such as macOS' ``._a.nii.gz``
+#: are no label: :func:`monai_unc.io.split_extension`)
+LABEL_EXTENSIONS = VOLUME_EXTENSIONS
 
 #: the decisions of a triage row
 _DECISIONS = ("accept", "review")
@@ -111,7 +113,9 @@ def _series_header(folder: Path) -> dict[str, Any] | None:
 def sidecar_site(image: Any) -> tuple[str | None, str | None]:
     """The site and scanner an image records: its JSON sidecar (dcm2niix / BIDS), or its DICOM header.
 
-    For an image file the sidecar is ``<image name without .nii.gz / .nii>.json`` beside the image. For an image that
+    For an image file the sidecar is ``<image name without its extension>.json`` beside the image (``.nii.gz``,
+    ``.nii``, ``.mha``, ... of :data:`monai_unc.io.VOLUME_EXTENSIONS` in any letter case: ``X.NII.GZ`` has
+    ``X.json``). For an image that
     is a DICOM series folder (``monai-unc`` reads those with the ``dicom`` extra) the attributes are those of its
     slices' header. The site is ``site``, ``InstitutionName`` or ``StationName``; the scanner ``scanner``, or
     ``Manufacturer`` and ``ManufacturerModelName`` (each cut to 200 characters).
@@ -137,9 +141,9 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
     try:
         if p.is_dir():
             doc: Any = _series_header(p)
-        else:
-            stem = p.name[:-7] if p.name.endswith(".nii.gz") else p.stem
-            side = p.with_name(stem + ".json")
+        else:  # <name>.json beside <name>.<ext>, the extension in any letter case (X.NII.GZ: X.json)
+            split = split_extension(p.name, VOLUME_EXTENSIONS)
+            side = p.with_name((split[0] if split is not None else p.stem) + ".json")
             if not side.is_file():
                 return None, None
             doc = read_untrusted_json(side, f"image sidecar {side}")[1]
@@ -389,7 +393,8 @@ def label_map_dice(
         FileNotFoundError: a missing file.
     """
     lab, pred = Path(label), Path(prediction)
-    case_id = next((lab.name[: -len(e)] for e in LABEL_EXTENSIONS if lab.name.endswith(e)), lab.name)
+    split = split_extension(lab.name, LABEL_EXTENSIONS)
+    case_id = split[0] if split is not None else lab.name
     config = (EvaluationConfig(num_classes=num_classes) if regions is None else
               EvaluationConfig(regions={k: list(v) for k, v in regions.items()}))
     case = load_evaluation_case(CaseFiles(case_id, lab, seg=pred), config)

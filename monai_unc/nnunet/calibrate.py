@@ -27,12 +27,15 @@ from torch import nn
 
 from monai_unc.io import (
     OUTPUT_LOCK_FILE,
+    MappedArrays,
     atomic_copy,
     atomic_folder,
     atomic_torch_save,
     atomic_write_json,
     check_inputs_not_written,
     check_output_folder,
+    scratch_folder,
+    smallest_int_dtype,
 )
 from monai_unc.io.provenance import read_untrusted_json
 from monai_unc.networks.ssn import find_ssn_heads
@@ -196,8 +199,11 @@ def calibrate_model_folder(
         _check_replaceable(dst, overwrite)
     with atomic_folder(dst, command="monai-unc nnunet-calibrate") as staging:
         _check_replaceable(dst, overwrite)
-        report, regions = _calibrate_folds(src, staging, splits, pre_base, folds, checkpoint_name, mode, loss,
-                                           use_mirroring, device, scaler_kwargs)
+        # the folder atomic_folder replaces (a link followed): the validation logits wait beside it, as the staging
+        # folder does, never inside the staging folder (which becomes the copy)
+        final = Path(os.path.abspath(os.fspath(dst))).resolve()
+        report, regions = _calibrate_folds(src, staging, final, splits, pre_base, folds, checkpoint_name, mode,
+                                           loss, use_mirroring, device, scaler_kwargs)
         doc: dict[str, Any] = {"written_by": WRITTEN_BY, "checkpoint_name": checkpoint_name,
                                "fold_ids": [str(f) for f in folds], "mode": mode, "loss": loss,
                                "activation": "sigmoid" if regions else "softmax"}
@@ -281,10 +287,16 @@ def _load_validation_case(dataset: Any, folder: Path, key: str, splits_file: Pat
                          "nnUNetv2_preprocess again") from None
 
 
-def _calibrate_folds(src: Path, staging: Path, splits: dict[int, list[str]], pre_base: Path,
+def _calibrate_folds(src: Path, staging: Path, final: Path, splits: dict[int, list[str]], pre_base: Path,
                      folds: Sequence[int | str], checkpoint_name: str, mode: str, loss: str, use_mirroring: bool,
                      device: torch.device, scaler_kwargs: dict[str, Any]) -> tuple[dict[str, dict], bool]:
-    """Fit and fold each fold's temperature into the copy in ``staging``; the report, and whether it has regions."""
+    """Fit and fold each fold's temperature into the copy in ``staging``; the report, and whether it has regions.
+
+    A fold's validation logits (float16) and references (the smallest integer dtype) wait in a scratch folder beside
+    ``final`` (:func:`monai_unc.io.scratch_folder`, ``.<name>.partial-logits-*.dir``, removed after the fold, also on
+    an error) and are mapped back one case at a time at every step of the fit (:class:`monai_unc.io.MappedArrays`):
+    memory holds one case, not the fold's.
+    """
     report: dict[str, dict] = {}
     regions = None
     for fold_key in folds:
@@ -326,27 +338,9 @@ def _calibrate_folds(src: Path, staging: Path, splits: dict[int, list[str]], pre
             raise ValueError(f"{splits_file}: split {fold_key} names validation case(s) "
                              f"{', '.join(map(repr, absent[:5]))} that {folder} lacks")
         dataset = dataset_class(str(folder), keys)
-        logits, labels = [], []
-        for k in keys:
-            data, seg = _load_validation_case(dataset, folder, k, splits_file)
-            z = predictor.predict_logits_from_preprocessed_data(data)
-            y = torch.from_numpy(seg[0].astype(np.int64))
-            y[y < 0] = -1
-            if lm.has_ignore_label:
-                y[y == lm.ignore_label] = -1
-            if regions is not None:  # binary region masks (R, *spatial), -1 where the voxel is left out
-                y = region_targets(y, regions)
-            logits.append(z.to(torch.float16)[None])
-            labels.append(y[None])
-        scaler = TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, activation=activation,
-                                   **scaler_kwargs).fit(logits, labels)
-        nll_t1 = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, init_temperature=1.0,
-                                   num_classes=scaler.num_classes,
-                                   activation=activation).loss_and_grad(logits, labels)[0]
-        fitted = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, num_classes=scaler.num_classes,
-                                   activation=activation)
-        fitted.temperature = scaler.temperature.clone()
-        nll_fit = fitted.loss_and_grad(logits, labels)[0]
+        with scratch_folder(final, "logits") as store:
+            scaler, nll_t1, nll_fit = _fit_fold(predictor, dataset, folder, keys, splits_file, regions, store, mode,
+                                                loss, activation, scaler_kwargs)
         ckpt = torch.load(src / f"fold_{fold_key}" / checkpoint_name, map_location="cpu", weights_only=False)
         net = copy.deepcopy(predictor.network).cpu().eval()
         net.load_state_dict(ckpt["network_weights"])
@@ -360,6 +354,47 @@ def _calibrate_folds(src: Path, staging: Path, splits: dict[int, list[str]], pre
                                  "nll_fitted": nll_fit, "num_cases": len(keys), "steps": len(scaler.history),
                                  "converged": scaler.converged}
     return report, regions is not None
+
+
+def _fit_fold(predictor: nnUNetPredictor, dataset: Any, folder: Path, keys: Sequence[str], splits_file: Path,
+              regions: list[tuple[int, ...]] | None, store: Path, mode: str, loss: str, activation: str,
+              scaler_kwargs: dict[str, Any]) -> tuple[TemperatureScaler, float, float]:
+    """Predict a fold's validation cases into ``store`` one at a time, fit the scaler on them; it, NLL at 1 and at t.
+
+    Each case's logits (float16, ``2 C`` bytes per voxel) and reference (-1 where left out; the smallest integer
+    dtype that holds its values, int8 up to 128 classes) are written to ``store`` as soon as the case is predicted
+    and read back one case at a time by the fit and the two NLL passes.
+    """
+    lm = predictor.label_manager
+    logits, labels = MappedArrays(store / "logits"), MappedArrays(store / "labels")
+    for k in keys:
+        data, seg = _load_validation_case(dataset, folder, k, splits_file)
+        z = predictor.predict_logits_from_preprocessed_data(data)
+        del data
+        y = torch.from_numpy(seg[0].astype(np.int64))
+        del seg
+        y[y < 0] = -1
+        if lm.has_ignore_label:
+            y[y == lm.ignore_label] = -1
+        if regions is not None:  # binary region masks (R, *spatial), -1 where the voxel is left out
+            y = region_targets(y, regions)
+        logits.append(z.to(torch.float16)[None])
+        del z
+        # the labels the network has (-1 .. C - 1), or a damaged reference's values, which the fit names: never
+        # wrapped by the cast
+        low, high = (int(y.min()), int(y.max())) if y.numel() else (0, 0)
+        labels.append(y[None], dtype=smallest_int_dtype(min(low, -1), max(high, lm.num_segmentation_heads - 1)))
+        del y
+    scaler = TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, activation=activation,
+                               **scaler_kwargs).fit(logits, labels)
+    nll_t1 = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, init_temperature=1.0,
+                               num_classes=scaler.num_classes,
+                               activation=activation).loss_and_grad(logits, labels)[0]
+    fitted = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, num_classes=scaler.num_classes,
+                               activation=activation)
+    fitted.temperature = scaler.temperature.clone()
+    nll_fit = fitted.loss_and_grad(logits, labels)[0]
+    return scaler, nll_t1, nll_fit
 
 
 def region_targets(labels: torch.Tensor, regions: Sequence[tuple[int, ...]]) -> torch.Tensor:

@@ -25,8 +25,8 @@ import tempfile
 from monai_unc.keys import DEFAULT_MEASURES, sample_batch_size_value
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES
 
-__all__ = ["add_parser", "run", "check_predict_flags", "stage_dicom_input", "PREDICT_COMMAND", "PLANS_COMMAND",
-           "CALIBRATE_COMMAND"]
+__all__ = ["add_parser", "run", "check_predict_flags", "check_device", "stage_dicom_input", "PREDICT_COMMAND",
+           "PLANS_COMMAND", "CALIBRATE_COMMAND"]
 
 PREDICT_COMMAND = "nnunet-predict"
 PLANS_COMMAND = "nnunet-dropout-plans"
@@ -286,6 +286,31 @@ def check_predict_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--dropout_p must be in (0, 1), got {args.dropout_p}")
 
 
+def check_device(device: str) -> None:
+    """Refuse a ``-device`` this machine does not have, in one line naming the flag (before anything is written).
+
+    ``-device cuda`` is the default, as in ``nnUNetv2_predict``; on a machine without CUDA torch failed with a
+    traceback once the model was moved to the device, after ``-o`` had been created and its JSON files written.
+
+    Args:
+        device: the value of ``-device`` (``cuda``, ``cpu`` or ``mps``).
+
+    Raises:
+        ValueError: ``cuda`` without a usable CUDA device, or ``mps`` without Apple's Metal backend.
+
+    Example:
+        >>> check_device("cpu")
+    """
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("-device cuda (the default): no CUDA device is available on this machine (torch.cuda."
+                         "is_available() is False); pass -device cpu, or run on a machine with a GPU")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("-device mps: Apple's Metal backend is not available on this machine "
+                         "(torch.backends.mps.is_available() is False); pass -device cpu")
+
+
 def _predict(args: argparse.Namespace) -> int:
     check_predict_flags(args)
     import torch
@@ -303,6 +328,7 @@ def _predict(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.i):
         raise FileNotFoundError(f"input folder not found: {args.i}")
     folds = _folds(args.f)
+    check_device(args.device)  # before anything is loaded or written (the default is cuda)
     # stock nnUNetv2_predict's thread settings for the prediction; the caller's intra-op thread count is restored
     # afterwards (run() is also called in-process: nnU-Net's CPU logits depend on the thread count, so a leaked
     # setting would change every later prediction of the process)
@@ -427,6 +453,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     model = _model_folder(args)
     if not os.path.isdir(model):
         raise FileNotFoundError(f"trained model folder not found: {model}")
+    check_device(args.device)  # before anything is loaded or written (the default is cuda)
     report = calibrate_model_folder(model, args.o, use_folds=_folds(args.f),
                                     checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
                                     use_mirroring=not args.disable_tta, device=torch.device(args.device),

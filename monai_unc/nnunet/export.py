@@ -45,7 +45,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 
 from monai_unc import __version__
 from monai_unc._deprecation import REMOVAL
-from monai_unc._utils import argmax
+from monai_unc._utils import argmax, label_map_dtype
 from monai_unc.io import (
     VERSION_KEY,
     atomic_gzip,
@@ -341,11 +341,12 @@ def convert_uncertainty_to_original_geometry(
                 for k, v in maps_t.items()}
         out["maps"] = maps if multilabel else {k: v[0] for k, v in maps.items()}
         if segmentation_from == "probabilities":
-            seg_dtype = np.uint8 if len(label_manager.foreground_labels) < 255 else np.uint16
             if multilabel:
                 seg = np.asarray(label_manager.convert_probabilities_to_segmentation(moments[K.PRED.value]))
             else:
                 seg = argmax(moments[K.PRED.value], 0)
+            # nnU-Net's writers store uint8 or uint16: a larger label is refused, not wrapped
+            seg_dtype = label_map_dtype(int(seg.max()) if seg.size else 0, "the segmentation", widest=np.uint16)
             out["segmentation"] = _revert_crop(seg.astype(seg_dtype)[None], properties)[0].transpose(
                 plans_manager.transpose_backward)
         if return_probabilities:
@@ -861,15 +862,18 @@ def case_exported(
     return all(written(maps.get(K(m).value)) for m in measures)
 
 
-def write_scores_table(output_folder: str | os.PathLike) -> Path | None:
+def write_scores_table(output_folder: str | os.PathLike, settings: dict | None = None) -> Path | None:
     """Collect ``uncertainty/*.json`` of a folder into ``uncertainty_scores.csv``.
 
     One row per case; columns ``case, num_samples, foreground_voxels, <measure>_<score>``, written by
     :func:`monai_unc.io.write_csv` as ``metrics.csv`` is: an undefined score (null in the record) is ``nan``, the
-    others at full precision. Files without ``case`` and ``scores`` are skipped.
+    others at full precision. Files without ``case`` and ``scores`` are skipped, and with ``settings`` the records
+    made with other settings (a part of the same folder still being predicted again by another ``-part_id``).
 
     Args:
         output_folder: the prediction folder (holding ``uncertainty/``).
+        settings: the settings the records must hold
+            (:meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`; None: every record).
 
     Returns:
         The path of ``uncertainty_scores.csv``, or None when there is no case record.
@@ -886,10 +890,12 @@ def write_scores_table(output_folder: str | os.PathLike) -> Path | None:
         case1,8,0,0.25,nan
     """
     folder = Path(output_folder)
+    wanted = None if settings is None else json.loads(json.dumps(json_safe(settings)))  # as records read back
     records = []
     for f in sorted((folder / UNCERTAINTY_FOLDER).glob("*.json")):
         rec = json.loads(f.read_text())
-        if isinstance(rec, dict) and "scores" in rec and "case" in rec:
+        if isinstance(rec, dict) and "scores" in rec and "case" in rec and (
+                settings is None or rec.get("settings") == wanted):
             records.append(rec)
     if not records:
         return None

@@ -101,6 +101,7 @@ import torch
 from acvl_utils.cropping_and_padding.padding import pad_nd_image
 from batchgenerators.dataloading.multi_threaded_augmenter import MultiThreadedAugmenter
 from nnunetv2.configuration import default_num_processes
+from nnunetv2.imageio.reader_writer_registry import determine_reader_writer_from_dataset_json
 from nnunetv2.inference.data_iterators import PreprocessAdapterFromNpy
 from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
 from nnunetv2.inference.sliding_window_prediction import compute_gaussian
@@ -111,7 +112,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
-from monai_unc.io import atomic_write_json, json_safe, weight_digests
+from monai_unc.io import atomic_write_json, json_safe, read_json_or_none, weight_digests
 from monai_unc.io.cases import settings_changes
 from monai_unc.keys import MIMeaning, UncertaintyKeys
 from monai_unc.measures import entropy_map_t
@@ -123,6 +124,7 @@ from monai_unc.nnunet.environment import ext_trainer_path, trainer_dir
 from monai_unc.nnunet.export import (
     DEFAULT_MEASURES,
     MEAN_SQ,
+    UNCERTAINTY_FOLDER,
     WINDOW_ENTROPY,
     CaseUncertainty,
     case_exported,
@@ -364,7 +366,8 @@ class UncertaintyPredictor(nnUNetPredictor):
 
         Args:
             model_training_output_dir: the trained model folder (``plans.json``, ``dataset.json``, ``fold_<f>/``).
-            use_folds: the folds to load; None: every ``fold_*`` folder with the checkpoint, as nnU-Net picks them.
+            use_folds: the folds to load; None: every ``fold_<k>`` folder with the checkpoint but ``fold_all``, as
+                nnU-Net picks them.
             checkpoint_name: the checkpoint file of each fold.
 
         Raises:
@@ -1063,6 +1066,74 @@ class UncertaintyPredictor(nnUNetPredictor):
                   f"{'; ...' if len(diff) > 4 else ''}): predicting them again with the current settings")
         return [lists[i] for i in todo], [outputs[i] for i in todo], [prevs[i] for i in todo]
 
+    def check_output_settings(self, list_of_lists_or_source_folder: str | Sequence[Sequence[str]],
+                              output_folder_or_list_of_truncated_output_files: str | None | Sequence[str]) -> None:
+        """Refuse an output folder that would end up holding the cases of two runs with different settings.
+
+        A case of the output folder whose record (``uncertainty/<case>.json``) names other settings than
+        :meth:`case_settings` (or, written by an earlier version, none), or other maps than ``measures``, must be
+        among the cases predicted now, which replace it; the cases of every ``-part_id`` count, so the parts of one
+        run may share the folder. Otherwise the folder would mix two runs (and ``uncertainty_config.json``, rewritten
+        by this run, would describe cases it did not make). Cases made with the current settings are kept, and
+        ``uncertainty_scores.csv`` lists them with the new ones. Nothing is checked without an output folder.
+
+        Args:
+            list_of_lists_or_source_folder: the input folder, or one list of channel files per case.
+            output_folder_or_list_of_truncated_output_files: the output folder, or one output path without ending
+                per case (None: nothing is written).
+
+        Raises:
+            ValueError: one line naming the folder, the cases left with other settings and the first difference.
+
+        Example:
+            >>> import tempfile
+            >>> predictor = UncertaintyPredictor(("mirroring",), device=torch.device("cpu"))
+            perform_everything_on_device=True is only supported for cuda devices! Setting this to False
+            >>> with tempfile.TemporaryDirectory() as d:  # an empty folder: nothing to mix with
+            ...     predictor.check_output_settings([], d)
+        """
+        outputs = output_folder_or_list_of_truncated_output_files
+        if outputs is None:
+            return
+        ending = str(self.dataset_json["file_ending"]) if self.dataset_json else ""
+        if isinstance(outputs, (str, os.PathLike)):
+            if isinstance(list_of_lists_or_source_folder, (str, os.PathLike)):
+                names = [e.name for e in os.scandir(list_of_lists_or_source_folder) if e.is_file()]
+                cases = {n[:-len(ending) - 5] for n in names if n.endswith(ending) and len(n) > len(ending) + 5}
+            else:
+                cases = {os.path.basename(str(files[0]))[:-len(ending) - 5]
+                         for files in list_of_lists_or_source_folder if len(files)}
+            targets = {os.path.join(os.path.abspath(outputs), c) for c in cases}
+            folders = {os.path.abspath(outputs)}
+        else:
+            targets = {os.path.abspath(str(o)) for o in outputs}
+            folders = {os.path.dirname(t) for t in targets}
+        settings = None
+        for folder in sorted(folders):
+            left: dict[str, list[str]] = {}
+            for path in sorted(Path(folder, UNCERTAINTY_FOLDER).glob("*.json")):
+                rec = read_json_or_none(path)
+                if not isinstance(rec, dict) or "scores" not in rec or not isinstance(rec.get("case"), str):
+                    continue
+                if os.path.join(folder, rec["case"]) in targets:
+                    continue  # predicted again now
+                settings = self.case_settings() if settings is None else settings
+                diff = settings_changes(rec.get("settings"), settings)
+                maps = sorted(rec["maps"]) if isinstance(rec.get("maps"), dict) else None
+                if maps != sorted(self.measures):
+                    diff.append(f"measures {json.dumps(maps)} -> {json.dumps(sorted(self.measures))}")
+                if diff:
+                    left[rec["case"]] = diff
+            if left:
+                first, diff = next(iter(left.items()))
+                shown = ", ".join(list(left)[:5]) + (", ..." if len(left) > 5 else "")
+                raise ValueError(
+                    f"{folder} holds {len(left)} case{'s' if len(left) != 1 else ''} ({shown}) made with other "
+                    f"settings that this run does not predict again (e.g. {first}: {'; '.join(diff[:3])}"
+                    f"{'; ...' if len(diff) > 3 else ''}): a folder never mixes settings, so choose another output "
+                    "folder (-o), or predict those cases too"
+                )
+
     def predict_from_files(
         self,
         list_of_lists_or_source_folder: str | list[list[str]],
@@ -1098,7 +1169,8 @@ class UncertaintyPredictor(nnUNetPredictor):
                 configuration without ``folder_with_segs_from_prev_stage`` (stock: an assertion),
                 one given for a configuration that is no cascade stage (stock: the network fails on the extra one-hot
                 channels), a previous-stage segmentation missing for a case, or ``part_id`` outside
-                ``[0, num_parts)``.
+                ``[0, num_parts)``; an output folder holding cases made with other settings that this call does not
+                predict again (:meth:`check_output_settings`).
         """
         previous = self.configuration_manager.previous_stage_name
         if previous is not None and folder_with_segs_from_prev_stage is None:
@@ -1109,7 +1181,9 @@ class UncertaintyPredictor(nnUNetPredictor):
                              "this configuration is no cascade stage (its plans name no previous_stage): leave it out")
         if not 0 <= part_id < num_parts:
             raise ValueError(f"part_id must be in [0, num_parts), got {part_id} with num_parts {num_parts}")
-        check_case_channels(list_of_lists_or_source_folder, self.dataset_json)
+        check_case_channels(list_of_lists_or_source_folder, self.dataset_json,
+                            self.plans_manager.image_reader_writer_class)
+        self.check_output_settings(list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files)
         return super().predict_from_files(
             list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
             save_probabilities=save_probabilities, overwrite=overwrite,
@@ -1198,8 +1272,8 @@ class UncertaintyPredictor(nnUNetPredictor):
                 pool.join()
         if isinstance(data_iterator, MultiThreadedAugmenter):
             data_iterator._finish()
-        for folder in folders:
-            write_scores_table(folder)
+        for folder in folders:  # every record of the folder made with these settings (earlier runs' too)
+            write_scores_table(folder, export_kwargs["settings"])
         compute_gaussian.cache_clear()
         empty_cache(self.device)
         return results
@@ -1267,33 +1341,45 @@ class UncertaintyPredictor(nnUNetPredictor):
         return self.predict_from_data_iterator([next(ppa)], save_probabilities, 0)[0]
 
 
-def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[str]], dataset_json: dict) -> None:
-    """Refuse input whose cases do not hold exactly one file per input channel of the model.
+def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[str]], dataset_json: dict,
+                        reader_writer: Any = None) -> None:
+    """Refuse input whose cases do not hold the input channels of the model, as nnU-Net reads them.
 
-    The channels are those of ``dataset.json``'s ``channel_names`` (``modality`` in older files); a case of an input
-    folder must hold ``<case>_0000<ending>`` ... ``<case>_<n-1><ending>`` and nothing else named like a channel of
-    it. Checked for every case before any is predicted: nnU-Net stacks whatever files it finds, so a missing channel
-    failed in the network's first convolution and a stray one in the normaliser, after the cases before it were
-    written, naming neither the case nor the file.
+    nnU-Net lists a case's files by name (``create_lists_from_splitted_dataset_folder``: every
+    ``<case>_<4 digits><ending>`` of the folder, in order) and stacks the channels its reader returns for them: one per
+    file for a 2D or 3D image, several for a file that holds them (an RGB(A) image of ``NaturalImage2DIO``, as in
+    nnU-Net's Dataset120_RoadSegmentation; a 4D image of ``SimpleITKIO``). So a case of an input folder must hold
+    ``<case>_0000<ending>``, ``<case>_0001<ending>``, ... without a gap, no more files than the model's channels
+    (``dataset.json``'s ``channel_names``, ``modality`` in older files), and, when it holds fewer files than
+    channels, files that hold the channels together (read with the model's reader to count them; a case with one file
+    per channel is not read). Checked for every case before any is predicted and before anything is written: nnU-Net
+    stacks whatever files it finds, so a missing channel failed in the network's first convolution and a stray one in
+    the normaliser, after the cases before it were written, naming neither the case nor the file; and an input
+    folder without a file of the model's ending predicted nothing and succeeded.
 
     Args:
         list_of_lists_or_source_folder: the input folder, or one list of channel files per case.
         dataset_json: the model's ``dataset.json``.
+        reader_writer: the model's nnU-Net reader/writer (class or instance, e.g.
+            ``predictor.plans_manager.image_reader_writer_class``), which counts the channels of a case with fewer
+            files than channels; None: the one nnU-Net picks for ``dataset_json`` and the case's first file.
 
     Raises:
-        ValueError: one line naming the case and the missing or superfluous file (or, for lists, the case's number
-            of files), or a file of the folder not named ``<case>_<4-digit channel><ending>``.
+        ValueError: one line naming the case and the missing or superfluous file, the case's files and the channels
+            they hold (or, for lists, the case's number of files), a file of the folder not named
+            ``<case>_<4-digit channel><ending>``, a file that the reader cannot read, or a folder without any file of
+            the model's ending (naming the endings found).
 
     Example:
         >>> import tempfile
         >>> ds = {"channel_names": {"0": "T1", "1": "T2"}, "file_ending": ".nii.gz"}
         >>> with tempfile.TemporaryDirectory() as d:
-        ...     for name in ("a_0000.nii.gz", "a_0001.nii.gz", "b_0000.nii.gz"):
+        ...     for name in ("a_0000.nii.gz", "a_0001.nii.gz", "b_0001.nii.gz"):
         ...         _ = (Path(d) / name).write_bytes(b"")
         ...     check_case_channels(d, ds)
         Traceback (most recent call last):
             ...
-        ValueError: case b: missing b_0001.nii.gz (the model takes 2 channels: T1, T2)
+        ValueError: case b: missing b_0000.nii.gz (the model takes 2 channels: T1, T2)
     """
     channels = dataset_json.get("channel_names", dataset_json.get("modality"))
     if not isinstance(channels, dict) or not channels:
@@ -1303,15 +1389,21 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
     ending = str(dataset_json.get("file_ending", ""))
     if not isinstance(list_of_lists_or_source_folder, (str, os.PathLike)):
         for files in list_of_lists_or_source_folder:
-            if len(files) != n:
-                name = os.path.basename(str(files[0])) if len(files) else "a case"
-                raise ValueError(f"{name}: the case has {len(files)} channel file{'s' if len(files) != 1 else ''} "
-                                 f"({takes})")
+            name = os.path.basename(str(files[0])) if len(files) else "a case"
+            held = _channels_held(files, n, dataset_json, reader_writer)
+            if len(files) > n or (held is not None and held != n):
+                holding = "" if held is None or held == len(files) else f" holding {held} channels"
+                raise ValueError(f"{name}: the case has {len(files)} channel file{'s' if len(files) != 1 else ''}"
+                                 f"{holding} ({takes})")
         return
     folder = Path(list_of_lists_or_source_folder)
     found: dict[str, set[int]] = {}
+    other_endings: set[str] = set()
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        if not entry.is_file() or not entry.name.endswith(ending):
+        if not entry.is_file() or entry.name.startswith("."):
+            continue
+        if not entry.name.endswith(ending):
+            other_endings.add(_file_ending(entry.name))
             continue
         stem = entry.name[:len(entry.name) - len(ending)]
         digits = stem[-4:]
@@ -1319,14 +1411,62 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
             raise ValueError(f"{folder / entry.name}: not named <case>_<4-digit channel>{ending} as nnU-Net's input "
                              "files are (e.g. case1_0000" + ending + ")")
         found.setdefault(stem[:-5], set()).add(int(digits))
+    if not found:
+        seen = ", ".join(sorted(other_endings)[:8]) + (", ..." if len(other_endings) > 8 else "")
+        raise ValueError(f"input folder {folder} holds no file ending in {ending} (the model's file_ending in its "
+                         f"dataset.json), so there is no case to predict; "
+                         + (f"it holds files ending in {seen}: convert them to {ending}" if seen
+                            else "it holds no file") + " (nnU-Net's input files are named <case>_0000" + ending + ")")
     for case, have in sorted(found.items()):
-        missing = sorted(set(range(n)) - have)
+        k = len(have)
+        missing = sorted(set(range(min(max(have) + 1, n))) - have)
         if missing:
             raise ValueError(f"case {case}: missing {case}_{missing[0]:04d}{ending} ({takes})")
         extra = sorted(have - set(range(n)))
         if extra:
             raise ValueError(f"case {case}: {folder / f'{case}_{extra[0]:04d}{ending}'} is no input channel of the "
                              f"model ({takes})")
+        if k < n:  # fewer files than channels: right only if the files hold several channels each (RGB, 4D)
+            files = [str(folder / f"{case}_{i:04d}{ending}") for i in range(k)]
+            held = _channels_held(files, n, dataset_json, reader_writer)
+            if held == k:
+                raise ValueError(f"case {case}: missing {case}_{k:04d}{ending} ({takes})")
+            if held != n:
+                names = ", ".join(Path(f).name for f in files)
+                raise ValueError(f"case {case}: its {k} file{'s' if k != 1 else ''} ({names}) hold"
+                                 f"{'s' if k == 1 else ''} {held} channel{'s' if held != 1 else ''} ({takes})")
+
+
+def _file_ending(name: str) -> str:
+    """A file's ending for a message: what follows ``_<4 digits>`` (nnU-Net's naming), else its last suffix."""
+    stem, dot, rest = name.partition(".")
+    if len(stem) > 5 and stem[-5] == "_" and stem[-4:].isdigit():
+        return dot + rest
+    return Path(name).suffix or "(none)"
+
+
+def _channels_held(files: Sequence[str], n: int, dataset_json: dict, reader_writer: Any) -> int | None:
+    """How many input channels nnU-Net's reader returns for a case's files.
+
+    None when not read: as many files as channels or more (every file holds at least one).
+    """
+    if not files or len(files) >= n:
+        return None if files else 0
+    rw = reader_writer
+    if rw is None:
+        rw = determine_reader_writer_from_dataset_json(dataset_json, str(files[0]), verbose=False)
+    if isinstance(rw, type):
+        rw = rw()
+    held = 0
+    for f in files:
+        try:
+            image, _ = rw.read_images([str(f)])
+        except Exception as e:  # noqa: BLE001 - each reader fails its own way (RuntimeError, AssertionError, OSError)
+            why = str(e).splitlines()[0] if str(e) else ""
+            raise ValueError(f"{f}: not readable by the model's reader {type(rw).__name__} ({type(e).__name__}"
+                             f"{': ' + why if why else ''})") from None
+        held += int(image.shape[0])
+    return held
 
 
 def check_folds(use_folds: Any) -> tuple[int | str, ...]:
@@ -1392,6 +1532,38 @@ def _load_checkpoint(path: Path) -> Any:
                          "copy it again from the training run") from None
 
 
+def _used_folds(model_folder: str | os.PathLike, use_folds: Any, checkpoint_name: str) -> list[str]:
+    """The folds nnU-Net loads from a trained model folder, in its order: the one rule the checks and digests follow.
+
+    ``use_folds`` as given; None: nnU-Net's ``auto_detect_available_folds``, every ``fold_<k>`` folder holding the
+    checkpoint, sorted by name, except ``fold_all`` (nnU-Net never picks it by itself).
+
+    Args:
+        model_folder: the trained model folder.
+        use_folds: the folds to load, or None.
+        checkpoint_name: the checkpoint file of each fold.
+
+    Returns:
+        The folds as text (``["0", "1"]``, ``["all"]``).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for f in ("1", "0", "all"):
+        ...         (Path(d) / f"fold_{f}").mkdir()
+        ...         _ = (Path(d) / f"fold_{f}" / "checkpoint_final.pth").write_bytes(b"")
+        ...     _used_folds(d, None, "checkpoint_final.pth"), _used_folds(d, ("all", 1), "checkpoint_final.pth")
+        (['0', '1'], ['all', '1'])
+    """
+    if use_folds is not None:
+        return [str(f) for f in use_folds]
+    folder = Path(model_folder)
+    if not folder.is_dir():
+        return []
+    names = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name.startswith("fold_"))
+    return [n[len("fold_"):] for n in names if n != "fold_all" and (folder / n / checkpoint_name).is_file()]
+
+
 def check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int | str] | None,
                       checkpoint_name: str) -> dict[str, list[float] | None]:
     """Refuse a model folder whose files nnU-Net would fail on with a traceback, in one line naming the file.
@@ -1403,7 +1575,8 @@ def check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int |
 
     Args:
         model_folder: the trained model folder.
-        use_folds: the folds to load; None: every ``fold_*`` folder with the checkpoint, as nnU-Net picks them.
+        use_folds: the folds to load; None: every ``fold_<k>`` folder with the checkpoint but ``fold_all``, as nnU-Net
+            picks them.
         checkpoint_name: the checkpoint file of each fold.
 
     Returns:
@@ -1427,10 +1600,7 @@ def check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int |
     configurations = plans.get("configurations") if plans is not None else None
     if plans is not None and not isinstance(configurations, dict):
         raise ValueError(f"{folder / 'plans.json'}: no 'configurations' (nnU-Net's plans file of the model)")
-    folds = use_folds
-    if folds is None:
-        folds = sorted(p.name[len("fold_"):] for p in folder.glob("fold_*")
-                       if p.name != "fold_all" and (p / checkpoint_name).is_file())
+    folds = _used_folds(folder, use_folds, checkpoint_name)
     trained: dict[Path, Any] = {}
     temperatures: dict[str, list[float] | None] = {}
     for f in folds:
@@ -1474,10 +1644,7 @@ def _check_fold_checkpoints(model_folder: str | os.PathLike, use_folds: Sequence
     preprocessing, silently when their weights fit. The checkpoints are read memory-mapped (the weights are not
     copied); a missing checkpoint is left to nnU-Net's own error.
     """
-    if use_folds is None:  # the folds nnU-Net detects: every fold_<k> with the checkpoint but fold_all
-        folder = Path(model_folder)
-        use_folds = sorted(p.name[len("fold_"):] for p in folder.glob("fold_*")
-                           if p.name != "fold_all" and (p / checkpoint_name).is_file())
+    use_folds = _used_folds(model_folder, use_folds, checkpoint_name)
     if len(use_folds) < 2:
         return
     seen: dict[str, tuple[Any, str]] = {}
@@ -1557,9 +1724,9 @@ def model_weight_digests(model_folder: str | os.PathLike, use_folds: Any, checkp
                          ) -> list[dict[str, str]]:
     """The sha256 digests of the files of a trained nnU-Net model folder that make its predictions.
 
-    ``plans.json``, ``dataset.json`` and each used fold's checkpoint (``fold_<f>/<checkpoint_name>``; every
-    ``fold_*`` folder that holds the checkpoint when ``use_folds`` is None, as nnU-Net picks them), named relative
-    to the folder.
+    ``plans.json``, ``dataset.json`` and each used fold's checkpoint (``fold_<f>/<checkpoint_name>``, the folds of
+    :func:`_used_folds`: with ``use_folds`` None those nnU-Net detects, without ``fold_all``), named relative to the
+    folder.
 
     Args:
         model_folder: the trained model folder.
@@ -1579,10 +1746,7 @@ def model_weight_digests(model_folder: str | os.PathLike, use_folds: Any, checkp
         ['plans.json', 'dataset.json', 'fold_0/checkpoint_final.pth']
     """
     folder = Path(model_folder)
-    if use_folds is None:
-        folds = sorted(p.name[len("fold_"):] for p in folder.glob("fold_*") if (p / checkpoint_name).is_file())
-    else:
-        folds = [str(f) for f in use_folds]
-    names = ["plans.json", "dataset.json", *(f"fold_{f}/{checkpoint_name}" for f in folds)]
+    names = ["plans.json", "dataset.json",
+             *(f"fold_{f}/{checkpoint_name}" for f in _used_folds(folder, use_folds, checkpoint_name))]
     names = [n for n in names if (folder / n).is_file()]
     return weight_digests([folder / n for n in names], names)

@@ -36,8 +36,12 @@ from typing import Any
 
 from ..product import CohortProduct, ReportSection, ReportTable, format_cell, register_product
 
-__all__ = ["LesionMetrics", "SETTINGS", "primary_measure"]
+__all__ = ["CONSOLE_LOWEST", "CONSOLE_TASKS", "LesionMetrics", "SETTINGS", "primary_measure"]
 
+#: the most tasks (classes or regions) printed one line each; with more, two lines for all (:meth:`summary_lines`)
+CONSOLE_TASKS = 8
+#: the tasks of the lowest lesion-wise Dice named on the compact line
+CONSOLE_LOWEST = 5
 #: BraTS 2023 challenge -> (dilation iterations, minimum lesion volume in mm^3) of its lesion-wise metrics
 SETTINGS: dict[str, tuple[int, float]] = {"gli": (3, 50.0), "ssa": (3, 50.0), "men": (1, 50.0), "ped": (3, 50.0),
                                           "met": (1, 2.0)}
@@ -308,7 +312,10 @@ class LesionMetrics(CohortProduct):
 
         Per task the mean lesion-wise Dice and HD95, the pooled counts, the score that finds false positives best and
         the mean Dice of the lesions kept at 0 % and 20 % referred; then, once, what could not be computed (no
-        per-sample masks).
+        per-sample masks). Beyond :data:`CONSOLE_TASKS` tasks (a whole-body model's hundred classes) one line per task
+        would bury the rest: two lines then say how many tasks, the range of their lesion-wise Dice, the
+        :data:`CONSOLE_LOWEST` lowest and the counts pooled over the tasks, and where each task's scores are
+        (``summary.json``'s ``lesions`` block and the ``lesion_*_<task>`` columns of ``metrics.csv``).
 
         Args:
             block: the ``lesions`` block of ``summary.json``.
@@ -327,8 +334,9 @@ class LesionMetrics(CohortProduct):
             them referred by pe_mean
             lesions: no samples
         """
-        lines = []
-        for task, b in (block.get("per_task") or {}).items():
+        per_task = block.get("per_task") or {}
+        lines = _compact_lines(per_task) if len(per_task) > CONSOLE_TASKS else []
+        for task, b in per_task.items() if not lines else ():
             m = b.get("mean", {})
             best = b.get("best_fp_score")
             line = (f"lesions {task}: lesion-wise Dice {_fmt(m.get('lesion_dice'))}, HD95 "
@@ -402,6 +410,24 @@ class LesionMetrics(CohortProduct):
                 "with their centre in voxels for review. A lesion-level uncertainty ranking, not a guarantee: lesions "
                 "of one case are not exchangeable (docs/lesions.md)."] + [str(n) for n in block.get("notes") or ()]
         return ReportSection(cls.title, text, cards=cards, tables=tables)
+
+
+def _compact_lines(per_task: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The two lines of :meth:`LesionMetrics.summary_lines` for many tasks."""
+    dice = {t: b.get("mean", {}).get("lesion_dice") for t, b in per_task.items()}
+    defined = sorted((d, t) for t, d in dice.items() if d is not None and not (isinstance(d, float) and math.isnan(d)))
+    line = f"lesions: {len(per_task)} classes or regions"
+    if defined:
+        (lo, lo_task), (hi, hi_task) = defined[0], defined[-1]
+        line += (f"; lesion-wise Dice from {_fmt(lo)} ({lo_task}) to {_fmt(hi)} ({hi_task}), lowest "
+                 + ", ".join(f"{t} {_fmt(d)}" for d, t in defined[:CONSOLE_LOWEST]))
+    if len(defined) < len(dice):
+        line += f"; {len(dice) - len(defined)} without a lesion-wise Dice"
+    counts = {k: [b.get(f"lesion_{k}") for b in per_task.values()] for k in ("tp", "fp", "fn")}
+    if all(v is not None for vals in counts.values() for v in vals):
+        line += "; " + " ".join(f"{k.upper()} {sum(int(v) for v in vals)}" for k, vals in counts.items()) + " in all"
+    return [line, "lesions: the scores of each class or region are in summary.json (the lesions block) and metrics.csv "
+                  "(the lesion_*_<class> columns)"]
 
 
 def _voxel(c: Any) -> int:

@@ -9,8 +9,9 @@ Classification for Deep Neural Networks", NeurIPS 2017; Learn then Test: Angelop
 
 ==========================  ==========================================================================================
 per case                    nothing of its own: the rule reads the case score and Dice of the ``metrics.csv`` rows
-fit                         the threshold and its certificate on the calibration cases (every case's score is seen, so
-                            that an undefined score is placed above every defined one of the cohort)
+fit                         the threshold and its certificate on the calibration cases (a case with an undefined
+                            score is referred, in the certification as by the rule: :func:`accepted_by_threshold
+                            <monai_unc.metrics.risk_control.accepted_by_threshold>`)
 artifact                    ``referral_rule.json``: the threshold, the certificate, the calibration record, the
                             statistics of the calibration images and the fingerprint of the predictions, for
                             ``monai-unc triage``
@@ -56,17 +57,21 @@ def risk_control_line(block: Mapping[str, Any]) -> str:
     Example:
         >>> risk_control_line({"method": "sgr", "risk": "dice < 0.8", "target_risk": 0.2, "delta": 0.1,
         ...                    "feasible": False, "bound": 0.31}).split(": ")[1]
-        'no threshold satisfies the target (best bound 0.31); refer every case'
+        'no threshold satisfies the target (best bound 0.3100); refer every case'
     """
     rc = block
     n_cases = len(rc.get("accepted") or ()) + len(rc.get("referred") or ())
     head = f"risk control ({rc['method']}, {rc['risk']} <= {rc['target_risk']:g} w.p. {1 - rc['delta']:g}): "
+    target = rc["target_risk"]  # the risk and the bound are judged against it: never written equal to it
     if not rc["feasible"]:
-        return head + f"no threshold satisfies the target (best bound {rc['bound']:.4g}); refer every case"
+        return head + f"no threshold satisfies the target (best bound {format_cell(rc['bound'], 4, target)}); refer " \
+            "every case"
     cal = rc["calibration"]
     thr = rc["threshold"]
-    target = rc["target_risk"]  # the risk and the bound are judged against it: never written equal to it
-    return head + (f"accept score <= {thr:.6g}; " if thr is not None else "accept every case; ") + (
+    undefined = " (an undefined score is referred)" if cal.get("n_undefined") else ""
+    accept = f"accept score <= {thr:.6g}{undefined}; " if thr is not None else (
+        "accept every case with a defined score; " if rc["referred"] else "accept every case; ")
+    return head + accept + (
         f"calibration coverage {cal['coverage']:.3f}, observed risk {format_cell(cal['risk_accepted'], 4, target)}, "
         f"bound {format_cell(rc['bound'], 4, target)}; review {len(rc['referred'])} of {n_cases}"
     )
@@ -122,23 +127,21 @@ class RiskControl(CohortProduct):
         from ..evaluation.cohort import (
             RISK_CONTROL_CANDIDATES,
             calibration_mask,
-            case_risk,
+            calibration_risks,
             column_values,
-            fill_undefined_scores,
             score_column,
         )
-        from ..metrics.selective import risk_controlled_threshold
+        from ..metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
 
         ids = [str(r["case"]) for r in rows]
         column = score_column(rows, config.score)
-        scores = fill_undefined_scores(column_values(rows, column))
-        dice = column_values(rows, "dice")
+        scores = column_values(rows, column)  # NaN: undefined, referred here as by the rule (accepted_by_threshold)
         is_cal = calibration_mask(ids, config)
-        risk = case_risk(dice, config)
+        risk = calibration_risks([r.get("dice") for r in rows], ids, config.risk, config.failure_dice)
         method = config.resolved_risk_method
         res = risk_controlled_threshold(scores[is_cal], risk[is_cal], config.target_risk, config.delta,
-                                        method=method, n_candidates=RISK_CONTROL_CANDIDATES)
-        accept = scores <= res.threshold
+                                        method=method, n_candidates=RISK_CONTROL_CANDIDATES, undefined="refer")
+        accept = accepted_by_threshold(scores, res.threshold)
         held = ~is_cal
         out: dict[str, Any] = {
             "target_risk": config.target_risk,
@@ -154,6 +157,7 @@ class RiskControl(CohortProduct):
                 "cases": "all" if config.calibration_cases is None else [c for c, k in zip(ids, is_cal) if k],
                 "coverage": res.coverage,
                 "risk_accepted": res.risk,
+                "n_undefined": res.n_undefined,
             },
             "accepted": [c for c, a in zip(ids, accept) if a],
             "referred": [c for c, a in zip(ids, accept) if not a],

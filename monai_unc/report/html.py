@@ -419,7 +419,7 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText |
         return frag(head, el("b", "No threshold satisfies the target"), " on these calibration cases (best bound "
                     f"{format_value(rc['bound'], 4, target)}): every case goes to review. Collect more calibration "
                     "cases or relax the target.")
-    if rc["threshold"] is None:  # every calibration case was accepted
+    if rc["threshold"] is None:  # every calibration case with a defined score was accepted
         rule = frag(ACCEPT_ALL[0].upper() + ACCEPT_ALL[1:])
     else:
         thr = thr or ThresholdText.choose(float(rc["threshold"]))
@@ -759,6 +759,12 @@ def _case_figures(
         if cid not in state.files:
             continue
         files = CaseFiles.from_json(state.files[cid])
+        lost = [p for p in (files.label, files.seg, files.probs, *files.maps.values())
+                if p is not None and not p.is_absolute() and not p.exists()]
+        if lost:  # an evaluation of an earlier version: its paths are relative to the folder evaluate ran in
+            raise FileNotFoundError(f"file not found: {lost[0]} (the evaluation, written by an earlier monai-unc, "
+                                    "records its case files relative to the folder evaluate ran in: run report from "
+                                    "there, or evaluate again)")
         if not files.maps and cid in state.derived_maps:  # the maps evaluate derived from the probabilities
             # in this evaluation folder's maps/ (the folder may have been copied or moved since)
             files.maps = {m: Path(p) if evaluation is None else evaluation / DERIVED_MAPS_DIR / Path(p).name

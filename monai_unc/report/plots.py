@@ -24,10 +24,11 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
 from ..io import atomic_write_bytes
-from ..metrics.casewise import is_in_distribution, uncertainty_histograms
+from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
 from ..metrics.selective import referral_curve
 from ..product import Overlay, format_fraction
 from .markup import replace_surrogates
+from .palette import class_colors
 
 __all__ = [
     "save_png",
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 _GOOD, _BAD, _ACCENT, _RC = "#1f77b4", "#d62728", "#2ca02c", "#9467bd"
+#: the most classes the overlay's legend names (the rest, the smallest on the shown slices, are counted in one line)
+LEGEND_CLASSES = 12
 _VIEWS = {2: "axial", 1: "coronal", 0: "sagittal"}
 
 
@@ -253,13 +256,14 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
     defined = np.isfinite(scores)
     shifts = [str(s) for s, d in zip(shifts, defined) if d]
     scores = scores[defined]
-    groups = sorted(set(shifts), key=lambda s: (not is_in_distribution(s, iid), s))
+    iid_texts = in_distribution_labels(iid)
+    groups = sorted(set(shifts), key=lambda s: (not is_in_distribution(s, iid_texts), s))
     fig = _figure(5.2, 3.8)
     ax = fig.add_subplot()
     rng = np.random.default_rng(0)
     for i, g in enumerate(groups):
         v = scores[[s == g for s in shifts]]
-        color = _GOOD if is_in_distribution(g, iid) else _BAD
+        color = _GOOD if is_in_distribution(g, iid_texts) else _BAD
         ax.scatter(i + rng.uniform(-0.12, 0.12, v.size), v, color=color, s=28, alpha=0.8, edgecolor="white", lw=0.5)
         ax.hlines(np.median(v), i - 0.25, i + 0.25, color="0.2", lw=1.5)
     ax.set_xticks(range(len(groups)), [g or "(none)" for g in groups], rotation=30, ha="right", fontsize=8)
@@ -352,6 +356,25 @@ def _take(a: np.ndarray, axis: int, index: int) -> np.ndarray:
     return np.take(a, index, axis=axis).T
 
 
+def _contour_legend(area: Mapping[int, int], colors: Mapping[int, str],
+                    class_names: Sequence[str] | None) -> list[Any]:
+    """Legend handles of the contoured classes: at most :data:`LEGEND_CLASSES`, the largest, in label order.
+
+    The classes left out (the smallest on the shown slices) are counted in one last entry, ``+N more classes``.
+    """
+    names = list(class_names) if class_names is not None else []
+    if len(area) > LEGEND_CLASSES:
+        named = sorted(sorted(area, key=lambda c: (-area[c], c))[:LEGEND_CLASSES - 1])
+    else:
+        named = sorted(area)
+    handles = [Line2D([], [], color=colors[c], lw=1.5, label=str(names[c]) if c < len(names) else f"class {c}")
+               for c in named]
+    if len(named) < len(area):
+        rest = len(area) - len(named)
+        handles.append(Line2D([], [], color="none", label=f"+{rest} more class{'es' if rest > 1 else ''}"))
+    return handles
+
+
 def plot_case_overlay(
     case_id: str,
     seg: np.ndarray,
@@ -373,6 +396,11 @@ def plot_case_overlay(
     chosen inside the predicted foreground and there is no error-map column. ``overlays`` adds contours beside the
     prediction's (a product's case files, e.g. the masks of a fitted rule), each with its colour, style and legend.
 
+    Each class has a colour of its own (:func:`~monai_unc.report.palette.class_colors`, by label value: the same as
+    in the interactive viewer, and different for a hundred classes and more). The legend names the classes
+    contoured on the shown slices only, at most :data:`LEGEND_CLASSES` (the largest there; the others are counted in
+    a last ``+N more classes`` entry), in two columns beyond six entries, so that it stays inside its panel.
+
     Args:
         case_id: the case id (title).
         seg: the predicted label map ``(X, Y, Z)``.
@@ -383,7 +411,8 @@ def plot_case_overlay(
         measure: the name of the uncertainty map (column title).
         axes: the axes to cut, one row each (2 axial, 1 coronal, 0 sagittal).
         info: ``{name: value}`` shown after the case id in the title.
-        class_names: names of the classes for the contour legend.
+        class_names: names of the classes for the contour legend, indexed by label value (``class_names[0]`` the
+            background); a class without a name is ``class <value>``.
         overlays: :class:`~monai_unc.product.Overlay` contours, each mask bool ``(X, Y, Z)``
             (:meth:`~monai_unc.product.CohortProduct.case_overlays`).
 
@@ -410,7 +439,6 @@ def plot_case_overlay(
     reference = label if labelled else seg
     base = image if image is not None else reference.astype(np.float32)
     u_max = float(np.percentile(uncertainty, 99.9)) or 1.0
-    n_cls = int(max(seg.max(), reference.max())) + 1
     fig = _figure(11.0 if labelled else 8.4, 2.75 * len(axes) + 0.4)
     grid = fig.subplots(len(axes), 4 if labelled else 3, squeeze=False)
     err = np.zeros(seg.shape, dtype=np.int8)
@@ -419,13 +447,17 @@ def plot_case_overlay(
         err[(seg == 0) & (label > 0)] = 2  # false negative
         err[(seg > 0) & (label > 0) & (seg != label)] = 3  # wrong foreground class
     err_cmap = ListedColormap([(0, 0, 0, 0), (0.85, 0.15, 0.15, 0.9), (0.15, 0.35, 0.95, 0.9), (0.6, 0.2, 0.8, 0.9)])
-    contour_colors = ["#ffd700", "#00e5ff", "#ff7f0e", "#7fff00", "#ff00ff"]
     titles = ("image", "prediction contour", measure.replace("_", " ")) + (("error map",) if labelled else ())
-    for row, axis in enumerate(axes):
-        k = slice_of_highest_uncertainty(uncertainty, axis, mask=reference > 0)
+    slices = [slice_of_highest_uncertainty(uncertainty, axis, mask=reference > 0) for axis in axes]
+    shown = [_take(seg, axis, k) for axis, k in zip(axes, slices)]
+    # every class has its own colour, the same as in the viewer (by label value, palette.class_colors)
+    colors = class_colors(int(v) for s2 in shown for v in np.unique(s2) if v > 0)
+    area: dict[int, int] = {}
+    for row, (axis, k) in enumerate(zip(axes, slices)):
         dims = [d for d in range(3) if d != axis]
         aspect = float(spacing[dims[1]]) / float(spacing[dims[0]])
-        img2, seg2, u2, e2 = (_take(a, axis, k) for a in (base, seg, uncertainty, err))
+        seg2 = shown[row]
+        img2, u2, e2 = (_take(a, axis, k) for a in (base, uncertainty, err))
         lo, hi = np.percentile(img2, (1, 99.5)) if img2.size else (0, 1)
         panels = grid[row]
         for ax in panels:
@@ -433,10 +465,11 @@ def plot_case_overlay(
                       interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
-        for c in range(1, n_cls):
-            if (seg2 == c).any() and not (seg2 == c).all():
-                panels[1].contour((seg2 == c).astype(float), levels=[0.5], colors=contour_colors[(c - 1) % 5],
-                                  linewidths=0.9)
+        for c in sorted(colors):
+            inside = seg2 == c
+            if inside.any() and not inside.all():
+                panels[1].contour(inside.astype(float), levels=[0.5], colors=colors[c], linewidths=0.9)
+                area[c] = area.get(c, 0) + int(inside.sum())
         for o in overlays:
             m2 = _take(np.asarray(o.mask, dtype=bool), axis, k)
             if m2.any() and not m2.all():
@@ -452,13 +485,12 @@ def plot_case_overlay(
         if row == 0:
             for ax, title in zip(panels, titles):
                 ax.set_title(title, fontsize=10)
-            names = list(class_names) if class_names is not None else [f"class {c}" for c in range(n_cls)]
-            handles = [Line2D([], [], color=contour_colors[(c - 1) % 5], lw=1.5, label=names[c] if c < len(names)
-                              else f"class {c}") for c in range(1, n_cls)]
-            handles += [Line2D([], [], color=o.color, ls=o.linestyle, lw=1.5, label=o.label) for o in overlays]
-            if handles:
-                panels[1].legend(handles=handles, loc="lower right", fontsize=6, framealpha=0.7, handlelength=1.2)
         fig.colorbar(im, ax=panels[2], fraction=0.046, pad=0.02).ax.tick_params(labelsize=7)
+    handles = _contour_legend(area, colors, class_names)
+    handles += [Line2D([], [], color=o.color, ls=o.linestyle, lw=1.5, label=o.label) for o in overlays]
+    if handles:
+        grid[0][1].legend(handles=handles, loc="lower right", fontsize=6, framealpha=0.7, handlelength=1.2,
+                          ncols=1 if len(handles) <= LEGEND_CLASSES // 2 else 2, columnspacing=0.8)
     text = f"case {case_id}"
     if info:
         text += "   " + "   ".join(f"{k} {v}" for k, v in info.items())

@@ -30,6 +30,7 @@ from ..metrics.calibration import (
     uce,
 )
 from ..product import format_cell
+from .palette import distinct_colors
 
 __all__ = ["plot_reliability_diagram"]
 
@@ -64,6 +65,10 @@ class _PlainLogFormatter(LogFormatterSciNotation):
         return _plain_power(super().__call__(x, pos))
 
 
+#: the most class curves of ``kind="classwise"`` drawn in colour with a legend entry each (with more classes, those of
+#: the largest calibration error; the others are thin grey lines, counted in one legend entry)
+LEGEND_CURVES = 12
+
 _AXIS_LABELS = {
     "top": ("confidence of the predicted label", "accuracy"),
     "all_label": ("probability of a label", "observed frequency"),
@@ -84,6 +89,20 @@ def _calibration_error(hist: ConfidenceHistogram, kind: str, n_bins: int, min_bi
     if kind == "uncertainty":
         return float(uce(hist, **opts))
     return float(ece(hist, kind=kind, **opts))
+
+
+def _highlighted(per_class: np.ndarray, kept: np.ndarray) -> list[int]:
+    """The classes drawn in colour, in class order.
+
+    All of them up to :data:`LEGEND_CURVES`, else the ``LEGEND_CURVES - 1`` of the largest ECE (a class without a
+    kept bin last).
+    """
+    n = per_class.shape[0]
+    if n <= LEGEND_CURVES:
+        return list(range(n))
+    drawn = kept.any(axis=1)
+    order = sorted(range(n), key=lambda c: (not drawn[c], -np.nan_to_num(per_class[c], nan=-np.inf), c))
+    return sorted(order[:LEGEND_CURVES - 1])
 
 
 @deprecated_arg_names({"x": "probs", "labels": "target"})
@@ -130,10 +149,18 @@ def plot_reliability_diagram(
         title: the title (default: the kind and its calibration error).
         path: write the figure there.
         n_fine_bins: fine bins of the histogram built from probabilities (a multiple of ``n_bins``).
-        class_names: legend names for ``kind="classwise"``.
+        class_names: legend names for ``kind="classwise"``, one per class, class 0 (the background) first. Up to
+            :data:`LEGEND_CURVES` classes each curve has its colour (:func:`~monai_unc.report.palette.distinct_colors`)
+            and legend entry; with more, the ``LEGEND_CURVES - 1`` classes of the largest ECE are, and the others are
+            thin grey lines counted in one entry.
 
     Returns:
         The matplotlib ``Figure``.
+
+    Raises:
+        ValueError: an unknown ``kind``; ``target`` missing with probabilities, or given with a histogram;
+            probabilities that are not ``(B, C, *spatial)``; ``per_case_boxes`` with ``"classwise"`` or a histogram
+            without per-case counts; ``class_names`` not one per class.
 
     Example:
         >>> import numpy as np
@@ -179,10 +206,24 @@ def plot_reliability_diagram(
     ax_rel.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
     value = _calibration_error(hist, kind, n_bins, min_bin_count)
     if kind == "classwise":
-        names = class_names or [f"label {c}" for c in range(curve.frequency.shape[0])]
-        for c, name in enumerate(names):
+        n_cls = int(curve.frequency.shape[0])
+        if class_names is not None and len(class_names) != n_cls:
+            raise ValueError(f"class_names must name each of the {n_cls} classes, background first (class 0), got "
+                             f"{len(class_names)} names")
+        names = [str(n) for n in class_names] if class_names is not None else [f"label {c}" for c in range(n_cls)]
+        shown = _highlighted(np.asarray(value, dtype=np.float64), curve.kept)
+        colors = distinct_colors(len(shown), "white")
+        for c in range(n_cls):
             ok = curve.kept[c]
-            ax_rel.plot(curve.confidence[c][ok], curve.frequency[c][ok], "o-", ms=3, label=name)
+            if c in shown:
+                ax_rel.plot(curve.confidence[c][ok], curve.frequency[c][ok], "o-", ms=3, zorder=3,
+                            color=colors[shown.index(c)], label=names[c])
+            else:  # one of many classes, not among the worst calibrated: context, in grey
+                ax_rel.plot(curve.confidence[c][ok], curve.frequency[c][ok], "-", lw=0.6, color="0.72", zorder=2,
+                            label="_nolegend_")
+        if len(shown) < n_cls:
+            ax_rel.plot([], [], "-", lw=0.6, color="0.72",
+                        label=f"{n_cls - len(shown)} other classes (smaller ECE)")
         summary = f"classwise ECE {format_cell(float(np.nanmean(value)), 4)}"
     else:
         ok = curve.kept

@@ -38,6 +38,7 @@ import numpy as np
 from ..io import atomic_copy, file_sha256
 from ..keys import ENTROPY_MEASURES
 from .markup import Markup, el, frag, json_script, script_file
+from .palette import LABEL_COLORS, class_colors
 
 __all__ = ["CASE_BUDGET_BYTES", "LABEL_COLORS", "VIEWER_CSS", "case_viewer", "measure_unit", "viewer_block",
            "viewer_scripts", "viewer_section"]
@@ -49,10 +50,6 @@ ASSETS = Path(__file__).parent / "assets"
 ASSET_DIR = "assets"
 _SCRIPTS = ("niivue.umd.js", "viewer.js")
 COLORMAPS = ("hot", "warm", "plasma", "viridis", "inferno")
-#: the prediction's label colours (label ``k`` gets ``LABEL_COLORS[(k - 1) % len]``; the first five are the contour
-#: colours of the static slices, :func:`~monai_unc.report.plots.plot_case_overlay`); the background is transparent
-LABEL_COLORS = ("#ffd700", "#00e5ff", "#ff7f0e", "#7fff00", "#ff00ff", "#4f8cff", "#ff4d4d", "#00c49a", "#c08cff",
-                "#ffffff", "#a0522d", "#808000")
 #: the share of the cropped uncertainty voxels the overlay colours by default (the rest is transparent)
 DEFAULT_COVERAGE = 0.25
 VIEWS = (("multiplanar", "three planes + 3D render"), ("axial", "axial"), ("coronal", "coronal"),
@@ -123,20 +120,37 @@ def _hex_rgb(color: str) -> tuple[int, int, int]:
     return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
 
 
-def _label_table(values: Sequence[int], n_labels: int,
+def _label_table(values: Sequence[int],
                  class_names: Sequence[str] | None) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
-    """NiiVue's label lookup table for labels ``0 .. n_labels`` (0 transparent) and the legend of ``values``."""
+    """NiiVue's label lookup table of the display indices ``0 .. len(values)`` and the legend of ``values``.
+
+    The volume holds index ``i`` for the label ``values[i - 1]`` (0 transparent): any label value is drawn, and the
+    colour of each is :func:`~monai_unc.report.palette.class_colors`'s, as on the static slices.
+    """
+    colors = class_colors(values)
     table: dict[str, list[int]] = {"R": [0], "G": [0], "B": [0], "A": [0], "I": [0]}
-    for k in range(1, n_labels + 1):
-        r, g, b = _hex_rgb(LABEL_COLORS[(k - 1) % len(LABEL_COLORS)])
-        for key, v in zip("RGBAI", (r, g, b, 255, k)):
-            table[key].append(v)
     legend = []
-    for k in values:
+    for i, k in enumerate(values, start=1):
+        r, g, b = _hex_rgb(colors[k])
+        for key, v in zip("RGBAI", (r, g, b, 255, i)):
+            table[key].append(v)
         name = str(class_names[k]) if class_names is not None and k < len(class_names) else ""
         legend.append({"value": int(k), "name": name if name and not name.isdigit() else f"class {k}",
-                       "color": LABEL_COLORS[(k - 1) % len(LABEL_COLORS)]})
+                       "color": colors[k]})
     return table, legend
+
+
+def _display_labels(seg: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """``seg`` as display indices and the label values they stand for.
+
+    The ``i``-th positive label value present becomes ``i`` (0 and below: 0); uint8 up to 255 labels, else uint16.
+    """
+    values = np.unique(seg[seg > 0]) if seg.size else np.zeros(0, seg.dtype)
+    if values.size > np.iinfo(np.uint16).max:
+        raise ValueError(f"seg holds {values.size} different labels in the viewer's crop; the viewer draws at most "
+                         f"{np.iinfo(np.uint16).max}")
+    index = np.where(seg > 0, np.searchsorted(values, seg) + 1, 0)
+    return index.astype(np.uint8 if values.size <= 255 else np.uint16), [int(v) for v in values]
 
 
 def case_viewer(
@@ -173,8 +187,11 @@ def case_viewer(
         "base64", "colormap", "opacity", "cal_min", "cal_max", ...}]}``: ``unit`` the measure's unit
         (:func:`measure_unit`), ``step`` the subsampling step (1: full resolution), ``crop`` the kept index range
         per axis, ``bytes`` the base64 size, ``labels`` the prediction's legend (``{"value", "name", "color"}``
-        per label value present). The prediction has a discrete label lookup table (``colormap_label``, one
-        colour per class from :data:`LABEL_COLORS`, the background transparent); the uncertainty has a
+        per label value drawn, the true values, however large). The prediction is stored as display indices (the
+        ``i``-th label value drawn as ``i``: uint8, uint16 above 255 labels) with a discrete label lookup table
+        (``colormap_label``, index ``i`` in the colour of its label value,
+        :func:`~monai_unc.report.palette.class_colors`: different for every class, the first twelve
+        :data:`LABEL_COLORS`, the background transparent); the uncertainty has a
         ``threshold`` (``cal_min``): the larger of 10 % of its range and the quantile that leaves
         :data:`DEFAULT_COVERAGE` of the cropped voxels above it; voxels below are transparent
         (``colormap_type`` 1, NiiVue's ``ZERO_TO_MAX_TRANSPARENT_BELOW_MIN``, when the map is non-negative).
@@ -182,8 +199,8 @@ def case_viewer(
         range 0 .. value, so every voxel is drawn in the ramp's top colour (a map of zeros stays transparent).
 
     Raises:
-        ValueError: for volumes that are not 3D or differ in shape, or a budget too small for even the
-            coarsest subsampling.
+        ValueError: for volumes that are not 3D or differ in shape, a ``seg`` of non-integer values or with more
+            than 65535 different labels in the crop, or a budget too small for even the coarsest subsampling.
 
     Example:
         >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
@@ -195,6 +212,8 @@ def case_viewer(
     u = np.asarray(uncertainty, dtype=np.float64)
     if seg.ndim != 3 or u.shape != seg.shape:
         raise ValueError(f"seg and uncertainty must be 3D volumes of one shape, got {seg.shape} and {u.shape}")
+    if seg.dtype.kind not in "biu" and not (np.isfinite(seg).all() and (seg == np.round(seg)).all()):
+        raise ValueError("seg must hold integer labels")
     img = None
     if image is not None:
         img = np.asarray(image)
@@ -217,9 +236,6 @@ def case_viewer(
     if img_c is not None:
         finite = img_c[np.isfinite(img_c)]
         i_lo, i_hi = (np.percentile(finite, [0.5, 99.5]) if finite.size else (0.0, 1.0))
-    n_labels = int(np.clip(seg_c.max(), 0, 255)) if seg_c.size else 0
-    present = [int(k) for k in np.unique(np.clip(seg_c, 0, 255)) if k > 0]
-    lut, legend = _label_table(present, n_labels, class_names)
     u_top = u_hi if u_hi > u_lo else u_lo + 1.0
     finite_c = u_c[np.isfinite(u_c)]
     threshold = u_lo + 0.1 * (u_top - u_lo)
@@ -244,10 +260,11 @@ def case_viewer(
             volumes.append({"role": "image", "name": "image.nii.gz", "title": "image intensity (stored units)",
                             "base64": _encode(q, aff, slope, inter), "colormap": "gray", "opacity": 1.0,
                             "cal_min": float(i_lo), "cal_max": float(i_hi)})
-        labels = np.clip(seg_c[sub], 0, 255).astype(np.uint8)
+        labels, present = _display_labels(seg_c[sub])  # the labels drawn at this step, whatever their values
+        lut, legend = _label_table(present, class_names)
         volumes.append({"role": "prediction", "name": "prediction.nii.gz", "title": "prediction",
                         "base64": _encode(labels, aff), "colormap": "gray", "colormap_label": lut, "opacity": 0.5,
-                        "cal_min": 0.0, "cal_max": float(max(n_labels, 1))})
+                        "cal_min": 0.0, "cal_max": float(max(len(present), 1))})
         q, slope, inter = _quantise(u_c[sub], u_lo, u_hi)
         volumes.append({"role": "uncertainty", "name": f"{measure}.nii.gz", "title": u_title,
                         "base64": _encode(q, aff, slope, inter), "colormap": "hot", "opacity": 0.7,

@@ -32,6 +32,7 @@ from ..engine import error_line
 from ..io import (
     CaseError,
     ImageCase,
+    MappedArrays,
     atomic_torch_save,
     atomic_write_json,
     check_label_map,
@@ -40,6 +41,8 @@ from ..io import (
     list_files,
     list_image_cases,
     read_volume,
+    scratch_folder,
+    smallest_int_dtype,
 )
 from ..regions import RegionSpec, label_to_regions, unclaimed_labels, unclaimed_labels_message
 from ..temperature import calibrate_network, non_convergence_warning
@@ -64,8 +67,17 @@ def collect_logits(
     activation: str = "softmax",
     regions: RegionSpec | str | os.PathLike | None = None,
     ignore_unclaimed_labels: bool = False,
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    store: str | os.PathLike | None = None,
+) -> tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]:
     """Deterministic logits and checked labels of validation cases, on the CPU.
+
+    Without ``store`` every case's logits and labels are returned in memory (lists): ``4 C + 8`` bytes per voxel of
+    every case (428 at 105 classes), so only for a few small cases. With ``store`` (a folder, e.g. a temporary one)
+    each case is written there as soon as the network has run on it and dropped from memory: the result is two
+    :class:`~monai_unc.io.MappedArrays` that map one case at a time back from disk (float32 logits, labels in the
+    smallest integer dtype that holds them: uint8 up to 256 classes), so memory holds one case whatever the number of
+    cases, and the folder ``4 C + 1`` bytes per voxel of every case (``monai-unc calibrate`` does this,
+    :func:`run_calibrate`).
 
     ``activation="sigmoid"``: the targets are binary region masks ``(1, R, *spatial)`` (uint8), one per output
     channel: from a label map with ``regions`` (a spec as for :func:`monai_unc.regions.parse_regions`, one region
@@ -84,10 +96,12 @@ def collect_logits(
         activation: ``"softmax"`` (label maps) or ``"sigmoid"`` (region masks).
         regions: the region spec that turns label maps into region masks (``"sigmoid"`` only).
         ignore_unclaimed_labels: accept label values that no region holds (``"sigmoid"`` with ``regions``).
+        store: a folder to keep the cases in on disk (None: in memory); the caller removes it.
 
     Returns:
         ``(logits, labels)``: per case, logits ``(1, C, *spatial)`` (float, CPU) and a label map ``(1, *spatial)``
-        (softmax) or region masks ``(1, R, *spatial)`` (uint8, sigmoid).
+        (softmax: int64, or with ``store`` the smallest integer dtype) or region masks ``(1, R, *spatial)`` (uint8,
+        sigmoid); lists, or with ``store`` :class:`~monai_unc.io.MappedArrays`.
 
     Raises:
         ValueError: a label that does not match its image or the network's classes / regions.
@@ -101,7 +115,12 @@ def collect_logits(
     base = SimpleInferer() if roi is None else SlidingWindowInferer(roi, sw_batch_size=1, overlap=overlap,
                                                                     mode="gaussian")
     net = model.network.eval()
-    logits, targets = [], []
+    logits: list[torch.Tensor] | MappedArrays
+    targets: list[torch.Tensor] | MappedArrays
+    if store is None:
+        logits, targets = [], []
+    else:  # one case in memory at a time (the network's output); the others wait on disk
+        logits, targets = MappedArrays(Path(store) / "logits"), MappedArrays(Path(store) / "labels")
     unclaimed: dict[int, list[str]] = {}
     for case, label_path in tqdm(list(zip(cases, labels)), desc="logits", unit="case", disable=not progress,
                                  file=sys.stderr):
@@ -132,8 +151,13 @@ def collect_logits(
                     unclaimed.setdefault(label, []).append(case.case_id)
         else:
             y = check_label_map(lab[0], what, int(z.shape[1]))
-            targets.append(torch.from_numpy(y)[None])
+            if isinstance(targets, MappedArrays):
+                targets.append(y[None], dtype=smallest_int_dtype(0, int(z.shape[1]) - 1))
+            else:
+                targets.append(torch.from_numpy(y)[None])
+        del lab, image, x  # this case's arrays go before the next case is read
         logits.append(z)
+        del z
     if unclaimed and not ignore_unclaimed_labels:
         assert spec is not None
         raise ValueError("--regions: " + unclaimed_labels_message(unclaimed, spec, "--ignore-unclaimed-labels"))
@@ -287,6 +311,13 @@ def run_calibrate(
     an input file (the checkpoint, a network spec file; also not as a link) nor lie inside an input folder, and
     their folder must be writable: checked before any work (:func:`monai_unc.io.check_output_file`).
 
+    The validation cases' logits wait on disk until the fit, in a temporary folder beside ``output``
+    (``.<name>.partial-logits-*.dir``, e.g. ``.cal.pt.partial-logits-*.dir``, :func:`monai_unc.io.scratch_folder`:
+    removed at the end, even on an error; it takes ``4 C + 1`` bytes per voxel of every case, ``C`` the network's
+    channels), and are mapped back one case at a time at every step of the fit
+    (:func:`collect_logits` with ``store``): memory holds about one case (its logits, labels and the fit's float64
+    chunks), whatever the number of cases.
+
     The model is named as for :func:`~monai_unc.workflows.models.load_network` (one of ``model``, ``bundle``,
     ``network``); the bundle's preprocessing is not applied (labels could not follow it). ``intensity="auto"`` uses
     the model's default normalisation. Returns ``(output path, record)`` (the record of
@@ -359,19 +390,24 @@ def run_calibrate(
     if missing:
         raise ValueError(f"no label in {labels} for case(s) {missing[:5]}")
     intensity = loaded.default_intensity if intensity == "auto" else intensity
-    logits, targets = collect_logits(cases, [label_files[c.case_id] for c in cases], loaded, intensity, roi,
-                                     overlap, device, progress=progress, activation=activation, regions=spec,
-                                     ignore_unclaimed_labels=ignore_unclaimed_labels)
-    names = list(spec) if spec is not None else None
-    check_fit_is_defined(logits, targets, activation, mode=mode, region_names=names)
-    example = torch.from_numpy(normalize_intensity(load_image_case(cases[0])[0], intensity))
-    if roi is not None:  # one window, a size the network accepts
-        size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
-        example = torch.as_tensor(ResizeWithPadOrCrop(size)(example))
-    net: nn.Module = loaded.network.cpu()
-    state, record = calibrate_network(logits, targets, net, mode=mode, loss=loss, max_steps=max_steps,
-                                      example_input=example[None], activation=activation,
-                                      region_names=None if spec is None else list(spec))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # the cases' logits wait on disk beside the output (not in an input folder; a ".partial...dir" name, which
+    # clean_partial_files removes should a killed run leave it) and are mapped back one case at a time
+    with scratch_folder(out, "logits") as store:
+        logits, targets = collect_logits(cases, [label_files[c.case_id] for c in cases], loaded, intensity, roi,
+                                         overlap, device, progress=progress, activation=activation, regions=spec,
+                                         ignore_unclaimed_labels=ignore_unclaimed_labels, store=store)
+        names = list(spec) if spec is not None else None
+        check_fit_is_defined(logits, targets, activation, mode=mode, region_names=names)
+        example = torch.from_numpy(normalize_intensity(load_image_case(cases[0])[0], intensity))
+        if roi is not None:  # one window, a size the network accepts
+            size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
+            example = torch.as_tensor(ResizeWithPadOrCrop(size)(example))
+        net: nn.Module = loaded.network.cpu()
+        state, record = calibrate_network(logits, targets, net, mode=mode, loss=loss, max_steps=max_steps,
+                                          example_input=example[None], activation=activation,
+                                          region_names=None if spec is None else list(spec))
+        del logits, targets  # no mapping of the store's files outlives it
     # the record of an earlier run goes first: interrupted between the two writes, the new checkpoint is then never
     # left beside a record of another temperature
     out.with_suffix(".json").unlink(missing_ok=True)

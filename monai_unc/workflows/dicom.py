@@ -596,6 +596,10 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             raise CaseError(f"no outputs (segmentation{maps}) in {pred} for {len(absent)} case(s) "
                             f"({', '.join(absent[:5])})")
         found = [c for c in found if c.case_id in wanted]
+    clash = [c.case_id for c in found if c.case_id.casefold() == EXPORT_RECORD.casefold()]
+    if clash:  # <output>/<case>/ would be the export's own record (found by hostile testing: reserved names)
+        raise CaseError(f"case {clash[0]!r}: its folder of objects would be the export's own {EXPORT_RECORD} in "
+                        f"{out}; rename the case")
     missing = [c.case_id for c in found if not (src / c.case_id).is_dir()]
     if missing:
         raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "

@@ -48,7 +48,7 @@ import torch
 from monai.transforms import Invertd
 
 from .. import __version__
-from .._utils import argmax
+from .._utils import argmax, label_map_dtype
 from ..engine import (
     CaseCache,
     CohortRun,
@@ -67,7 +67,9 @@ from ..io import (
     CaseError,
     ImageCase,
     atomic_write_json,
+    check_case_ids,
     check_output_kind,
+    check_volume_entry,
     file_sha256,
     grid_mismatch,
     json_safe,
@@ -276,7 +278,8 @@ def sample_label_maps(
         regions: the region spec ``{name: [label, ...]}`` in channel order (needed with ``multilabel``).
 
     Returns:
-        ``((S, *spatial) labels, n_unrepresented)``: uint8 (uint16 above 255 classes or labels) and, for regions, the
+        ``((S, *spatial) labels, n_unrepresented)``: uint8 (uint16 above 255 classes or labels, int32 above 65535,
+        from the largest label of the spec: no label is wrapped) and, for regions, the
         voxels (over all samples) whose set of regions no label of the spec has exactly (0 for classes).
 
     Raises:
@@ -293,7 +296,7 @@ def sample_label_maps(
     if multilabel and len(regions) != int(samples.shape[1]):
         raise ValueError(f"the region spec names {len(regions)} regions but the samples have {samples.shape[1]}")
     top = max((v for vals in regions.values() for v in vals), default=0) if multilabel else int(samples.shape[1]) - 1
-    out = np.empty((int(samples.shape[0]), *samples.shape[2:]), np.uint8 if top <= 255 else np.uint16)
+    out = np.empty((int(samples.shape[0]), *samples.shape[2:]), label_map_dtype(top, "the samples' label maps"))
     missed = 0
     for i in range(int(samples.shape[0])):
         if multilabel:
@@ -816,6 +819,8 @@ def predict_case(
         ValueError: unreadable channels, ``--regions`` without region-based outputs, or a non-3D output.
     """
     t0 = time.time()
+    for path in case.channels:  # a link to nothing, a folder x.nii.gz: the reason, not a bare "No such file"
+        check_volume_entry(path)
     inputs = _input_digests(case)  # before reading: an input edited during the prediction makes a resume redo it
     if model.preprocessing is not None:
         maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings.activation)
@@ -1115,7 +1120,10 @@ def run_infer(
 
     Raises:
         CasesFailed: on every rank when a case failed (the others were predicted).
+        CaseError: a case id whose record ``<case>.json`` would be one of the folder's own files
+            (:func:`monai_unc.io.check_case_ids`: ``infer``, ``failures``, ...), before any work.
     """
+    check_case_ids(cases)  # a case whose record would replace infer.json or failures.json: before any work
     ctx = dist if dist is not None else get_dist_context(device)
     settings = complete_settings(settings, model)
     return _run_infer(ctx, cases, model, inferer, settings, Path(output), device, overwrite, progress, on_failure,

@@ -35,7 +35,7 @@ import torch
 
 from ..engine import DistContext, read_dist_env, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
-from ..io import ImageCase, list_image_cases
+from ..io import ImageCase, check_case_ids, list_image_cases
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
 from .arguments import EXPLICIT_OPTIONS
@@ -233,6 +233,7 @@ def prepare_infer(
     names = infer_measures(method, measures)
     device = resolve_device(device)
     cases = list_image_cases(input)
+    check_case_ids(cases)  # a case 'infer' or 'failures' would replace the run's own files: before the model loads
     loaded = load_network(
         model=model, bundle=bundle, network=network, checkpoints=checkpoint_list(checkpoint),
         unsafe_load=unsafe_load, device=device, bundle_preprocessing=bundle_preprocessing, allow_code=allow_code,

@@ -46,8 +46,11 @@ def keys_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, str
     """``monai-unc keys`` on its parsed arguments.
 
     ``--create [FOLDER]`` makes a key pair (default: the configuration folder's; refused when it has one, replaced
-    with ``--overwrite``; a half pair, the private key alone, is completed with its public key);
-    ``--show FILE`` prints a key file's fingerprint; without options, the signing key and the trusted keys.
+    with ``--overwrite``; a half pair, the private key alone, is completed with its public key; made under the
+    folder's lock, so two at once make one pair); ``--show FILE`` prints a key file's fingerprint; without options,
+    the signing key and the trusted keys. A pair whose public key file is not its private key's is refused by
+    ``--create`` (without ``--overwrite``) and by the listing, naming both files and the remedy
+    (:func:`monai_unc.io.signing.check_key_pair`).
 
     Args:
         args: the parsed arguments of ``monai-unc keys``.

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write_json, json_safe
+from ..io import atomic_write_json, check_utf8_name, json_safe, split_extension
 from ..monitoring import (
     MonitorStore,
     any_alarm,
@@ -99,15 +99,27 @@ def record_triage(
 
 
 def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -> list[dict[str, Any]]:
-    """Audited labels from a folder of label maps ``<case>.nii.gz``: each one's Dice against the case's prediction."""
+    """Audited labels from a folder of label maps ``<case>.nii.gz``: each one's Dice against the case's prediction.
+
+    The folder is listed as ``evaluate`` lists its labels (:func:`monai_unc.io.split_extension`): every volume
+    extension in any letter case, hidden files (macOS' ``._a.nii.gz``) skipped, a name that is not UTF-8 refused
+    naming it; an entry that is no file (a link to nothing) fails when read, naming it.
+    """
     out = []
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(LABEL_EXTENSIONS))
+    files, ids = [], []
+    for p in sorted(folder.iterdir()):
+        split = split_extension(p.name, LABEL_EXTENSIONS)
+        if split is None:
+            continue
+        check_utf8_name(p)  # the case id goes into the store and the audit log
+        files.append(p)
+        ids.append(split[0])
     if not files:
-        raise ValueError(f"no label maps (<case>.nii.gz or .nii) in {str(folder)!r}")
-    ids = [next(p.name[: -len(e)] for e in LABEL_EXTENSIONS if p.name.endswith(e)) for p in files]
+        raise ValueError(f"no label maps (<case>.nii.gz, .nii, .mha, ...) in {str(folder)!r}")
     twice = sorted(c for c, n in Counter(ids).items() if n > 1)
     if twice:
-        raise ValueError(f"{str(folder)!r} holds two label maps of case(s) {twice[:5]} (.nii and .nii.gz): keep one")
+        shown = ", ".join(p.name for p, c in zip(files, ids) if c == twice[0])
+        raise ValueError(f"{str(folder)!r} holds two label maps of case(s) {twice[:5]} (e.g. {shown}): keep one")
     for p, cid in zip(files, ids):
         case = latest.get(cid)
         if case is None:

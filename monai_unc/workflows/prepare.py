@@ -34,6 +34,7 @@ from ..io import (
     check_inputs_not_written,
     check_output_file,
     check_output_folder,
+    check_reference_folder,
     list_image_cases,
     unescape_cell,
 )
@@ -154,15 +155,19 @@ def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, t
 def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
     """The case ids of ``--calibration-cases``.
 
-    A text file (one id per line, ``#`` comments) or a CSV with a ``case`` column (comment lines only before its
-    header; cells stripped of spaces, the formula escaping of :func:`monai_unc.io.write_csv` undone).
+    A CSV with a ``case`` column (comment lines only before its header; cells stripped of spaces, the formula
+    escaping of :func:`monai_unc.io.write_csv` undone), or a plain list: one id per line, ``#`` comments. The file is
+    a CSV when its name ends in ``.csv`` (any letter case) or its first line that is no comment holds a comma; any
+    other file is a plain list, whose every line is an id (a first line ``case`` too: a case may be named so). A
+    one-column CSV is read as a CSV only under a ``.csv`` name.
 
     Args:
         path: the file, or None.
 
     Returns:
         The ids in file order, or None for None. ``FileNotFoundError`` for a missing file, ``ValueError`` naming
-        ``--calibration-cases`` and the file for a CSV without a ``case`` column, a file that lists no case, or one
+        ``--calibration-cases`` and the file for a CSV without a ``case`` column in its header (a ``.csv`` plain
+        list included: rename it, e.g. ``.txt``), a file that lists no case, or one
         that lists a case twice (a typo for another case: the run would fit on fewer cases than the file lists, and
         record the file's list).
     """
@@ -175,7 +180,7 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
         text = fh.read()
     lines = [ln.strip() for ln in text.splitlines()]
     lines = [ln for ln in lines if ln and not ln.startswith("#")]
-    if lines and ("," in lines[0] or lines[0] == "case"):
+    if lines and ("," in lines[0] or f.name.lower().endswith(".csv")):  # a CSV: by its name or its header
         # a CSV (a table of ours: metrics.csv, case_scores.csv, triage.csv): parsed from its header on as the csv
         # module reads it, so that ids keep a leading "#", quoted line breaks and characters that str.splitlines
         # takes for line ends (cells are stripped, as in a hand-written list); only comment and blank lines before
@@ -184,7 +189,8 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
         start = next(i for i, ln in enumerate(raw) if ln.strip() and not ln.strip().startswith("#"))
         reader = csv.DictReader(io.StringIO("\n".join(raw[start:]), newline=""))
         if reader.fieldnames is None or "case" not in [h.strip() for h in reader.fieldnames]:
-            raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column")
+            raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column (a plain list of ids, one a "
+                             "line, is read as such under a name that does not end in .csv)")
         key = next(h for h in reader.fieldnames if h.strip() == "case")
         # ids a spreadsheet would evaluate are written escaped (monai_unc.io.write_csv)
         cells = (row.get(key) for row in reader)
@@ -383,7 +389,8 @@ def prepare_evaluate(
 ) -> EvaluationConfig:
     """The checks of ``monai-unc evaluate`` that come before any work, and its configuration.
 
-    ``output`` must be a writable folder outside the input folders, and its files (:data:`EVALUATE_WRITES`) must not
+    ``labels`` must not be ``predictions`` (:func:`monai_unc.io.check_reference_folder`), ``output`` must be a
+    writable folder outside the input folders, and its files (:data:`EVALUATE_WRITES`) must not
     replace the shifts, calibration-cases or regions file nor fill an input folder; the files named by
     ``shifts``, ``calibration_cases`` and ``regions`` are read; the configuration is validated.
 
@@ -405,6 +412,7 @@ def prepare_evaluate(
     """
     shifts_file = None if shifts is None or isinstance(shifts, Mapping) else shifts
     cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
+    check_reference_folder(labels, predictions)  # every prediction scored against itself: refused first
     out = check_output_folder(output, labels, predictions, uncertainty, images)
     files = (shifts_file, cases_file, _regions_file(regions))
     for name in _EVALUATE_FILES:  # hard links too

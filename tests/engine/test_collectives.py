@@ -449,8 +449,9 @@ def _worker(rank: int, world: int, port: int, spec: dict) -> None:
             local = mine[0]
             for st in mine[1:]:
                 local.merge(st)
-            res["conformal"] = {k: v.tolist() for k, v in reduce_state(local, ctx).state_dict().items()
-                                if k.endswith("counts")}
+            merged = reduce_state(local, ctx)
+            res["conformal"] = {"true_counts": merged.true_counts.tolist(),
+                                "false_counts": merged.false_counts.tolist()}
             res["hist"] = {"counts": pooled.counts.tolist(), "sums": pooled.sums.tolist(),
                            "scalars": pooled.scalars.tolist()}
             try:

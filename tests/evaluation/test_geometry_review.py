@@ -330,18 +330,20 @@ def test_every_same_space_check_compares_positions(tmp_path):
     b = _rotated(a, 0.1)  # entries differ by < 1e-3 mm, the far corner by ~0.3 mm
     assert np.abs(b - a).max() < GEOMETRY_ATOL
     data = np.zeros(shape, np.float32)
-    nib.save(nib.Nifti1Image(data, a), tmp_path / "c0_0000.nii.gz")
-    nib.save(nib.Nifti1Image(data, b), tmp_path / "c0_0001.nii.gz")
+    images = tmp_path / "images"  # channel files in a folder of their own (every name with the channel suffix)
+    images.mkdir()
+    nib.save(nib.Nifti1Image(data, a), images / "c0_0000.nii.gz")
+    nib.save(nib.Nifti1Image(data, b), images / "c0_0001.nii.gz")
     nib.save(nib.Nifti1Image(data.astype(np.uint8), a), tmp_path / "c0.nii.gz")
     nib.save(nib.Nifti1Image(data.astype(np.int16), b), tmp_path / "c0_seg.nii.gz")
     with pytest.raises(CaseError, match="mm apart"):  # the case's volumes (evaluate, report, triage)
         load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", seg=tmp_path / "c0_seg.nii.gz"), num_classes=2)
     with pytest.raises(CaseError, match="mm apart"):  # triage's image channels
-        read_image_channels(tmp_path / "c0_0000.nii.gz", "all", case_id="c0")
+        read_image_channels(images / "c0_0000.nii.gz", "all", case_id="c0")
     from monai_unc.workflows.infer import load_image_case
 
     with pytest.raises(ValueError, match="mm apart"):  # infer's image channels
-        load_image_case(ImageCase("c0", (tmp_path / "c0_0000.nii.gz", tmp_path / "c0_0001.nii.gz")))
+        load_image_case(ImageCase("c0", (images / "c0_0000.nii.gz", images / "c0_0001.nii.gz")))
 
 
 def test_a_tenth_of_a_voxel_of_writer_rounding_is_the_same_space(tmp_path):

@@ -26,9 +26,11 @@ def cohort(tmp_path_factory):
                                          EvaluationConfig(spatial=False))
     rows = state.sorted_rows()
     ids = [str(r["case"]) for r in rows]
-    scores = fill_undefined_scores(np.array([float(r[summary["score"]["column"]]) for r in rows]))
+    scores = np.array([float(r[summary["score"]["column"]]) for r in rows])  # NaN: undefined (the cohort has some)
+    assert np.isnan(scores).any() and np.isfinite(scores).any()
     dice = np.array([float(r["dice"]) for r in rows])
-    return {"root": root, "data": data, "state": state, "ids": ids, "scores": scores, "dice": dice}
+    return {"root": root, "data": data, "state": state, "ids": ids, "scores": scores, "dice": dice,
+            "filled": fill_undefined_scores(scores)}
 
 
 def _summary(state, **kw):
@@ -53,15 +55,17 @@ def test_block_equals_the_metric_function_on_every_case(cohort, risk, method, ta
     loss = (dice < 0.8).astype(float) if risk == "failure" else 1.0 - dice
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        ref = risk_controlled_threshold(scores, loss, target, delta, method=method)
+        ref = risk_controlled_threshold(scores, loss, target, delta, method=method, undefined="refer")
     assert rc["method"] == method and rc["feasible"] == ref.feasible == feasible
     assert rc["calibration"]["coverage"] == ref.coverage and rc["calibration"]["n_cases"] == 16
     assert rc["bound"] == pytest.approx(ref.bound, abs=0, rel=0)
-    accepted = [c for c, u in zip(ids, scores) if u <= ref.threshold]
+    # an undefined score is referred (as the rule refers it), whatever the threshold
+    accepted = [c for c, u in zip(ids, scores) if np.isfinite(u) and u <= ref.threshold]
     assert rc["accepted"] == accepted and set(rc["referred"]) == set(ids) - set(accepted)
     assert rc["referral_fraction"] == pytest.approx(1 - len(accepted) / 16)
     if ref.feasible:
-        assert rc["calibration"]["risk_accepted"] == pytest.approx(loss[scores <= ref.threshold].mean())
+        assert rc["calibration"]["risk_accepted"] == pytest.approx(loss[np.isfinite(scores)
+                                                                        & (scores <= ref.threshold)].mean())
     assert "held_out" not in rc
 
 
@@ -71,10 +75,11 @@ def test_calibration_subset_and_held_out_check(cohort):
     s = _summary(cohort["state"], target_risk=0.5, delta=0.3, calibration_cases=cal)
     rc = s["risk_control"]
     is_cal = np.array([c in cal for c in ids])
-    ref = risk_controlled_threshold(scores[is_cal], (dice[is_cal] < 0.8).astype(float), 0.5, 0.3, method="sgr")
+    ref = risk_controlled_threshold(scores[is_cal], (dice[is_cal] < 0.8).astype(float), 0.5, 0.3, method="sgr",
+                                    undefined="refer")
     assert ref.feasible and rc["feasible"]
     assert rc["calibration"]["cases"] == cal and rc["calibration"]["coverage"] == ref.coverage
-    acc = (scores <= ref.threshold) & ~is_cal
+    acc = np.isfinite(scores) & (scores <= ref.threshold) & ~is_cal
     held = rc["held_out"]
     assert acc.any() and held["n_cases"] == 4 and held["coverage"] == acc.sum() / 4
     assert held["risk_accepted"] == pytest.approx((dice[acc] < 0.8).mean())
@@ -141,6 +146,33 @@ def test_cli_evaluate_and_report(cohort, tmp_path, capsys):
     assert cli._read_case_list(str(csv)) == cohort["ids"][:10]
 
 
+def test_undefined_scores_are_referred_in_the_summary_and_an_older_summary_is_refused(cohort, tmp_path, capsys):
+    # every defined score accepted (threshold null): the cases without a defined score are still referred, in the
+    # summary as by the rule; a summary of an earlier version listing them as accepted is refused by the report
+    data, ev = cohort["data"], tmp_path / "eval"
+    assert cli.main(["evaluate", "-l", str(data["labels"]), "-p", str(data["predictions"]), "-o", str(ev),
+                     "--no-spatial", "--target-risk", "0.9", "--delta", "0.5"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((ev / "summary.json").read_text())
+    rc = summary["risk_control"]
+    undefined = [c for c, u in zip(cohort["ids"], cohort["scores"]) if not np.isfinite(u)]
+    assert rc["feasible"] and rc["threshold"] is None and sorted(rc["referred"]) == undefined
+    assert rc["calibration"]["n_undefined"] == len(undefined)
+    assert rc["calibration"]["coverage"] == pytest.approx(1 - len(undefined) / 16)
+    assert "accept every case with a defined score; " in out and f"review {len(undefined)} of 16" in out
+    from monai_unc.evaluation.triage import ReferralRule
+
+    rule = ReferralRule.load(ev / "referral_rule.json")
+    assert [d.code for d in rule.apply([math.nan])] == ["undefined_score"] and rule.coverage == pytest.approx(
+        rc["calibration"]["coverage"])
+    summary["risk_control"] = {**rc, "accepted": cohort["ids"], "referred": [], "referral_fraction": 0.0}
+    (ev / "summary.json").write_text(json.dumps(summary))
+    assert cli.main(["report", "-e", str(ev), "-o", str(tmp_path / "r"), "--cases", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "earlier monai-unc that counted the" in err and "run monai-unc evaluate --target-risk again" in err
+    assert len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("extra, msg", [
     (["--target-risk", "1.5"], "expected a number in (0, 1)"),
     (["--target-risk", "0.2", "--risk", "1-dice", "--risk-method", "sgr"], "needs the 0/1 risk"),
@@ -165,7 +197,7 @@ def test_referral_plot_marks_the_threshold(cohort):
     from monai_unc.report.plots import plot_referral_curve
 
     s = _summary(cohort["state"], target_risk=0.5, delta=0.2)
-    fig = plot_referral_curve(cohort["scores"], cohort["dice"], 0.2, "u", risk_control=s["risk_control"])
+    fig = plot_referral_curve(cohort["filled"], cohort["dice"], 0.2, "u", risk_control=s["risk_control"])
     ax = fig.axes[0]
     xs = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_linestyle() == "-."]
     assert xs == [pytest.approx(s["risk_control"]["referral_fraction"])]
@@ -173,9 +205,12 @@ def test_referral_plot_marks_the_threshold(cohort):
 
 
 def test_read_case_list_variants(tmp_path):
+    one = tmp_path / "ids.csv"
+    one.write_text("# calibration\ncase\ntoy000\ntoy001\n")  # one-column CSV (a .csv name): the header is no case
+    assert cli._read_case_list(str(one)) == ["toy000", "toy001"]
     f = tmp_path / "ids.txt"
-    f.write_text("# calibration\ncase\ntoy000\ntoy001\n")  # one-column CSV: the header is not a case
-    assert cli._read_case_list(str(f)) == ["toy000", "toy001"]
+    f.write_text("# calibration\ncase\ntoy000\ntoy001\n")  # a plain list (found by hostile testing): 'case' is one
+    assert cli._read_case_list(str(f)) == ["case", "toy000", "toy001"]
     f.write_text("# exported 2026-11-22\ncase,site\ntoy000,a\ntoy002,b\n")  # a comment before the CSV header
     assert cli._read_case_list(str(f)) == ["toy000", "toy002"]
     f.write_text("toy005\n\n toy006 \n")

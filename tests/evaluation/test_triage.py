@@ -236,8 +236,10 @@ def test_apply_hand_worked_reasons():
 @pytest.mark.parametrize("threshold, feasible", [(0.25, True), (math.inf, True), (-math.inf, False)])
 def test_rule_save_load_round_trip_strict_json(tmp_path, threshold, feasible):
     ref = ImageReference.fit(np.array([[1.0, 0.5, 0.0, 1.0, 2.0], [1.1, 0.6, 0.0, 1.1, 2.2]]))
+    # a rule without a calibration record that accepts every score and had an undefined calibration score counted it
+    # as accepted: refused when read (tests/evaluation/test_risk_control_undefined.py)
     rule = _rule([0.3, 0.1, 0.2], threshold, feasible, ref, {"producer": "monai-unc infer", "num_samples": 8},
-                 n_undefined=1, class_names=("background", "fg"))
+                 n_undefined=0 if threshold == math.inf else 1, class_names=("background", "fg"))
     path = rule.save(tmp_path / "r" / RULE_FILE)
     text = path.read_text()
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))

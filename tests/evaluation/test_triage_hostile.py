@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 
@@ -102,7 +103,8 @@ def test_edited_bound_coverage_and_scores_are_refused(certified, tmp_path):
 @pytest.mark.slow
 def test_rule_digest_catches_an_edit_the_recomputation_cannot(certified, tmp_path):
     d = json.loads(certified.read_text())
-    assert d["format_version"] == 3 and d["digest"].startswith("sha256:")
+    # 4: the toy calibration cases include undefined scores, certified as referred (3 without any)
+    assert d["format_version"] == (4 if d["calibration"]["n_undefined"] else 3) and d["digest"].startswith("sha256:")
 
     def reword(d):
         d["guarantee"] = "every case is safe"
@@ -262,3 +264,27 @@ def test_old_format_rule_n_candidates_must_be_an_integer(tmp_path, value):
     path.write_text(json.dumps(d))
     with pytest.raises(ValueError, match=r"n_candidates.*must be a non-negative int"):
         ReferralRule.load(path)
+
+
+def _printed(text: str, label: str) -> float:
+    """The number printed after ``label`` in ``text``."""
+    found = re.search(re.escape(label) + r" ([0-9][0-9.e+-]*[0-9])", text)
+    assert found, (label, text)
+    return float(found.group(1))
+
+
+def test_the_guarantee_never_prints_a_bound_as_its_target():
+    """Found by hostile testing: the guarantee wrote the bound with 6 significant digits, so a rule that certifies
+    nothing (best bound 0.1000004 against a target 0.1) read "best bound 0.1", as if it met the target; a feasible
+    rule's bound and observed risk just below the target read as the target too. They are now written on their side
+    of the target (``monai_unc.product.format_cell``), also on the triage page, which shows the guarantee."""
+    kw = dict(score="predictive_entropy_fg_mean", target_risk=0.1, delta=0.1, method="sgr", risk="failure",
+              failure_dice=0.8, calibration_scores=(0.1, 0.2), calibration_cases=("a", "b"), coverage=0.5,
+              n_candidates=20, num_classes=2)
+    infeasible = ReferralRule(threshold=-math.inf, feasible=False, bound=0.1000004, observed_risk=0.05, **kw)
+    assert _printed(infeasible.guarantee(), "best bound") > 0.1, infeasible.guarantee()
+    feasible = ReferralRule(threshold=0.15, feasible=True, bound=0.09999996, observed_risk=0.099999996, **kw)
+    text = feasible.guarantee()
+    assert _printed(text, ", bound") < 0.1 and _printed(text, "observed risk") < 0.1, text
+    exact = ReferralRule(threshold=0.15, feasible=True, bound=0.1, observed_risk=0.05, **kw)
+    assert _printed(exact.guarantee(), ", bound") == 0.1

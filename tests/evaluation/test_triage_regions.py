@@ -319,8 +319,8 @@ def test_old_format_rule_still_loads_and_region_rules_round_trip():
     assert back["format_version"] == 2 and back["regions"] == BRATS and ReferralRule.from_json(back) == new
     with pytest.raises(ValueError, match="format_version 2"):
         ReferralRule.from_json(_rule_doc(regions=BRATS, num_classes=3))
-    with pytest.raises(ValueError, match="format_version 4 is not supported"):
-        ReferralRule.from_json(_rule_doc(format_version=4))
+    with pytest.raises(ValueError, match="format_version 5 is not supported"):
+        ReferralRule.from_json(_rule_doc(format_version=5))
     with pytest.raises(ValueError, match="num_classes"):
         ReferralRule.from_json(_rule_doc(format_version=2, regions=BRATS, num_classes=4))
     with pytest.raises(ValueError, match="class_names"):
@@ -385,16 +385,26 @@ def _first_channel_reference(folder: Path, ids: list[str]) -> dict:
 def test_image_channel_files(tmp_path):
     from monai_unc.io import CaseError, image_channel_files
 
-    for name in ("a_0000.nii.gz", "a_0001.nii.gz", "a_0002.nii.gz", "ab_0000.nii.gz", "a_0000.nii", "b.nii.gz",
-                 "c_0000.nii.gz", "c_0002.nii.gz"):
-        (tmp_path / name).write_bytes(b"x")
-    assert image_channel_files(tmp_path / "a_0000.nii.gz") == tuple(tmp_path / f"a_000{i}.nii.gz" for i in range(3))
-    assert image_channel_files(tmp_path / "ab_0000.nii.gz") == (tmp_path / "ab_0000.nii.gz",)
-    assert image_channel_files(tmp_path / "a_0000.nii") == (tmp_path / "a_0000.nii",)  # another extension
-    assert image_channel_files(tmp_path / "b.nii.gz") == (tmp_path / "b.nii.gz",)
-    assert image_channel_files(tmp_path / "a_0001.nii.gz") == (tmp_path / "a_0001.nii.gz",)  # not a first channel
+    def folder(name, *files):
+        (tmp_path / name).mkdir()
+        for f in files:
+            (tmp_path / name / f).write_bytes(b"x")
+        return tmp_path / name
+
+    # the grouping of list_image_cases: only when every volume name of the folder has the channel suffix
+    d = folder("grouped", "a_0000.nii.gz", "a_0001.nii.gz", "a_0002.nii.gz", "ab_0000.nii.gz", "notes.txt")
+    assert image_channel_files(d / "a_0000.nii.gz") == tuple(d / f"a_000{i}.nii.gz" for i in range(3))
+    assert image_channel_files(d / "ab_0000.nii.gz") == (d / "ab_0000.nii.gz",)
+    assert image_channel_files(d / "a_0001.nii.gz") == (d / "a_0001.nii.gz",)  # not a first channel
+    d = folder("mixed", "a_0000.nii.gz", "a_0001.nii.gz", "b.nii.gz")  # b has no suffix: every file is a case
+    assert image_channel_files(d / "a_0000.nii.gz") == (d / "a_0000.nii.gz",)
+    assert image_channel_files(d / "b.nii.gz") == (d / "b.nii.gz",)
+    d = folder("twice", "a_0000.nii.gz", "a_0000.nii", "a_0001.nii.gz")  # two files of one name: as list_files
+    with pytest.raises(CaseError, match="two files"):
+        image_channel_files(d / "a_0000.nii.gz")
+    d = folder("gaps", "c_0000.nii.gz", "c_0002.nii.gz")
     with pytest.raises(CaseError, match="without gaps"):
-        image_channel_files(tmp_path / "c_0000.nii.gz")
+        image_channel_files(d / "c_0000.nii.gz")
 
 
 @pytest.mark.slow

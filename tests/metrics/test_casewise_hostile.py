@@ -289,3 +289,49 @@ def test_one_rule_for_in_distribution_labels_and_undefined_scores():
     assert ood_auroc_by_shift([0.1, 0.2], ["none", "clean"]) == {"n_iid": 2, "n_ood": 0}
     with pytest.raises(ValueError, match="one entry per case"):
         ood_auroc_by_shift([0.1, 0.2], ["none"])
+
+
+class _CountedLabel:
+    """A shift label that counts how often it is read as text (each normalisation reads it once)."""
+
+    reads = 0
+
+    def __init__(self, text):
+        self.text = text
+
+    def __str__(self):
+        type(self).reads += 1
+        return self.text
+
+
+def test_the_in_distribution_labels_are_normalised_once_per_cohort_not_per_case():
+    """ood_auroc_by_shift normalised its label set for every case (is_in_distribution rebuilt it per call); it is made
+    once (in_distribution_labels), with the answers of the rule applied label by label."""
+    from monai_unc.metrics import in_distribution_labels, is_in_distribution, ood_auroc_by_shift
+    from monai_unc.report.plots import plot_scores_by_shift
+
+    def reference(shift, labels):  # the rule as it was written, per call
+        def norm(label):
+            return "" if label is None else str(label).strip().lower()
+        return norm(shift) in {norm(label) for label in labels}
+
+    rng = np.random.default_rng(3)
+    words = ["none", " None", "CLEAN ", "", None, "noise", "Site A", "site a ", "0", 0, 1, "in-distribution", "iid"]
+    shifts = [words[i] for i in rng.integers(0, len(words), 200)]
+    for labels in (None, ["Site A", " none"], [0, "clean"], "none", ("",)):
+        texts = in_distribution_labels() if labels is None else in_distribution_labels(labels)
+        assert in_distribution_labels(texts) is texts
+        for s in shifts:
+            want = reference(s, ("", "none", "iid", "id", "clean", "in-distribution") if labels is None else labels)
+            assert is_in_distribution(s, texts) == want
+            assert (is_in_distribution(s) if labels is None else is_in_distribution(s, labels)) == want
+    assert is_in_distribution(" Site A ", frozenset({"Site A"}))  # a frozenset of the caller's is still compared
+
+    _CountedLabel.reads = 0
+    r = ood_auroc_by_shift(np.linspace(0, 1, 50), ["none"] * 25 + ["noise"] * 25, [_CountedLabel("None")])
+    assert (r["n_iid"], r["n_ood"], _CountedLabel.reads) == (25, 25, 1)  # was one read per case: 50
+    r = ood_auroc_by_shift(np.linspace(0, 1, 4), ["a", "b", "a", "c"], (label for label in ["A "]))  # a generator
+    assert (r["n_iid"], r["n_ood"]) == (2, 2)
+    _CountedLabel.reads = 0
+    fig = plot_scores_by_shift(np.linspace(0, 1, 6), ["none", "noise", "blur"] * 2, [_CountedLabel("NONE")], "s")
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][0] == "none" and _CountedLabel.reads == 1

@@ -6,6 +6,7 @@ import io
 import json
 import math
 import pickle
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -786,3 +787,13 @@ def test_simulation_stratified_crc_controls_fnr_within_each_stratum():
         assert (rows.mean(axis=0) <= alpha + mc + slack).all(), (mode, rows.mean(axis=0), mc)
     hard = np.array(got["global"])[:, 1]
     assert hard.mean() > alpha + 3 * hard.std(ddof=1) / math.sqrt(SPLITS)  # why strata: the hard cases are missed
+
+
+def test_crc_never_prints_a_bound_above_alpha_as_alpha():
+    """Found by hostile testing: "even the largest gives the bound 0.1 > alpha" for a bound of 0.100004 and alpha 0.1
+    (4 significant digits)."""
+    losses = np.zeros((9, 3))
+    losses[:, 0], losses[:, 1], losses[:, 2] = 1.0, 0.5, 4e-6  # at the largest lambda: (9 * 4e-6 + 1) / 10
+    with pytest.raises(ValueError, match="even the largest gives the bound") as e:
+        crc_lambda(losses, alpha=0.1, lambdas=[0.0, 0.5, 1.0])
+    assert float(re.search(r"the bound ([0-9.]+[0-9]) > alpha", str(e.value)).group(1)) > 0.1, str(e.value)

@@ -4,6 +4,7 @@ re-implementation of the selection, and a simulation of the guarantee over many 
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import numpy as np
@@ -360,3 +361,13 @@ def test_simulation_detects_a_method_without_guarantee():
     cut = np.where(k < M, us[np.arange(N_SPLITS), np.minimum(k, M - 1)], np.inf)
     violations = int((_true_risk(cut, None) > ALPHA).sum())
     assert violations > TOLERANCE
+
+
+def test_the_infeasible_warning_never_prints_the_bound_below_the_target():
+    """Found by hostile testing: the warning wrote the best bound with 4 significant digits, so a bound just above the
+    target read below it ("selective risk <= 0.36904 ... best bound 0.369")."""
+    with pytest.warns(UserWarning, match="no threshold certifies") as caught:
+        res = risk_controlled_threshold(np.linspace(0.1, 0.5, 5), np.zeros(5), 0.36904, 0.1)
+    assert not res.feasible and res.bound > 0.36904
+    text = str(caught[0].message)
+    assert float(re.search(r"best bound ([0-9.]+[0-9])", text).group(1)) > 0.36904, text

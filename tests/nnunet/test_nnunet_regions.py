@@ -37,7 +37,7 @@ LOG2 = math.log(2.0)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def region_predictor(n_folds=2, mirror_axes=(0, 1, 2), plans=None, **kw):
+def region_predictor(n_folds=2, mirror_axes=(0, 1, 2), plans=None, dataset_json=None, **kw):
     plans = plans or make_plans()
     pm = PlansManager(plans)
     cm = pm.get_configuration("cfg")
@@ -51,7 +51,8 @@ def region_predictor(n_folds=2, mirror_axes=(0, 1, 2), plans=None, **kw):
             net.decoder.seg_layers[-1].weight.mul_(4.0)
         params.append(copy.deepcopy(net.state_dict()))
     pred = mun.UncertaintyPredictor(device=CPU, allow_tqdm=False, **kw)
-    pred.manual_initialization(net, pm, cm, params, copy.deepcopy(REGIONS_JSON), "nnUNetTrainer", mirror_axes)
+    pred.manual_initialization(net, pm, cm, params, copy.deepcopy(dataset_json or REGIONS_JSON), "nnUNetTrainer",
+                               mirror_axes)
     return pred
 
 
@@ -172,6 +173,26 @@ def test_region_geometry_segmentation_and_probabilities_are_stock():
         by_hand[out_p["mean_probabilities"][i] > 0.5] = c
     np.testing.assert_array_equal(out_p["segmentation"], by_hand)
     assert (out_p["segmentation"] == stock_seg).mean() > 0.9
+
+
+def test_region_labels_above_255_keep_their_values_in_the_probability_segmentation():
+    """The segmentation from the mean probabilities took uint8 from the number of labels (2 < 255): label 300 of
+    ``regions_class_order`` was stored as 44. Its dtype now comes from its largest label (uint16, what nnU-Net's
+    writers store)."""
+    dataset = {**REGIONS_JSON, "labels": {"background": 0, "whole": [1, 300], "core": 300},
+               "regions_class_order": [1, 300]}
+    pred = region_predictor(uncertainty_sources=("folds",), dataset_json=dataset)
+    torch.manual_seed(6)
+    res = pred.predict_uncertainty_from_preprocessed_data(torch.randn(1, 18, 20, 12)).to_numpy()
+    out = mun.convert_uncertainty_to_original_geometry(res, pred.plans_manager, pred.configuration_manager,
+                                                       pred.label_manager, region_props(),
+                                                       segmentation_from="probabilities")
+    by_hand = np.zeros(out["segmentation"].shape, np.int64)
+    for i, c in enumerate(dataset["regions_class_order"]):
+        by_hand[out["mean_probabilities"][i] > 0.5] = c
+    assert set(np.unique(by_hand)) == {0, 1, 300}
+    assert out["segmentation"].dtype == np.uint16
+    np.testing.assert_array_equal(out["segmentation"], by_hand)
 
 
 @pytest.mark.parametrize("io_name", ["SimpleITKIO", "NibabelIOWithReorient"])

@@ -132,3 +132,30 @@ def test_state_merges_case_by_case():
     assert m.arrays["lesion.WT.case_index"].tolist() == [0, 0, 1] and m.arrays["n_cases"].tolist() == [2]
     with pytest.raises(ValueError, match="different tasks"):
         m.merge(LesionState({"n_cases": [1], "case.TC.ndsc": [0.1]}))
+
+
+def test_many_classes_print_two_lines_not_one_per_class():
+    """A whole-body model's 104 classes printed 104 lines; beyond CONSOLE_TASKS the command prints how many, the range
+    and the lowest lesion-wise Dice, the pooled counts and where each class's scores are (found by hostile testing)."""
+    from monai_unc.products.lesions import CONSOLE_LOWEST, CONSOLE_TASKS
+
+    def task(dice, tp):
+        return {"mean": {"lesion_dice": dice, "lesion_hd95": 3.0, "lesion_f1": 0.5, "ndsc": 0.5},
+                "lesion_tp": tp, "lesion_fp": 1, "lesion_fn": 2, "best_fp_score": "pe_max"}
+
+    per_task = {f"organ_{c}": task(0.5 + c / 1000, c) for c in range(1, 105)}
+    per_task["organ_50"]["mean"]["lesion_dice"] = 0.125
+    per_task["organ_7"]["mean"]["lesion_dice"] = None  # no lesion anywhere: no Dice
+    lines = LesionMetrics.summary_lines({"per_task": per_task, "notes": ["no samples"]})
+    assert lines == [
+        "lesions: 104 classes or regions; lesion-wise Dice from 0.1250 (organ_50) to 0.6040 (organ_104), lowest "
+        "organ_50 0.1250, organ_1 0.5010, organ_2 0.5020, organ_3 0.5030, organ_4 0.5040; 1 without a lesion-wise "
+        f"Dice; TP {sum(range(1, 105))} FP 104 FN 208 in all",
+        "lesions: the scores of each class or region are in summary.json (the lesions block) and metrics.csv (the "
+        "lesion_*_<class> columns)",
+        "lesions: no samples"]
+    assert CONSOLE_LOWEST == 5
+    # up to CONSOLE_TASKS tasks: one line each, as before
+    few = {k: per_task[k] for k in list(per_task)[:CONSOLE_TASKS]}
+    lines = LesionMetrics.summary_lines({"per_task": few})
+    assert len(lines) == CONSOLE_TASKS and lines[0].startswith("lesions organ_1: lesion-wise Dice 0.5010")

@@ -61,9 +61,10 @@ def test_the_block_is_the_fit_on_every_row_and_the_rule_file_is_its_certificate(
         assert rule.threshold == rc["threshold"]
 
 
-def test_fit_ranks_an_undefined_score_above_every_defined_score_of_the_cohort(monkeypatch):
-    # the highest defined score is a held-out case's: the undefined calibration score must still rank above it
-    import monai_unc.metrics.selective as selective
+def test_fit_never_counts_an_undefined_score_as_accepted(monkeypatch):
+    # b's score is undefined: the certification counts it as referred, as the rule's decision refers it (a threshold
+    # of inf accepts every *defined* score); the coverage is over every calibration case
+    import monai_unc.metrics.risk_control as risk_control
 
     rows = [{"case": "a", "predictive_entropy_fg_mean": 0.1, "dice": 0.9},
             {"case": "b", "predictive_entropy_fg_mean": None, "dice": 0.9},
@@ -72,16 +73,28 @@ def test_fit_ranks_an_undefined_score_above_every_defined_score_of_the_cohort(mo
     config = EvaluationConfig(target_risk=0.5, delta=0.5, calibration_cases=["a", "b", "c"],
                               score="predictive_entropy_fg_mean")
     seen = []
-    real = selective.risk_controlled_threshold
-    monkeypatch.setattr(selective, "risk_controlled_threshold",
-                        lambda scores, *a, **k: seen.append(np.array(scores)) or real(scores, *a, **k))
+    real = risk_control.risk_controlled_threshold
+    monkeypatch.setattr(risk_control, "risk_controlled_threshold",
+                        lambda scores, *a, **k: seen.append((np.array(scores), k)) or real(scores, *a, **k))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         block = RiskControl().fit({}, rows, config)
     assert block["calibration"]["n_cases"] == 3 and len(seen) == 1
-    cal_scores = seen[0]  # a, b, c in case-id order: b's fill is above d's 0.9, not only above the calibration's
-    assert cal_scores[0] == 0.1 and cal_scores[2] == 0.2 and cal_scores[1] > 0.9
-    assert block["feasible"] and sorted(block["accepted"]) == ["a", "b", "c", "d"]
+    cal_scores, kw = seen[0]  # a, b, c in case-id order: b is NaN (undefined), not a stand-in above the others
+    assert cal_scores[0] == 0.1 and np.isnan(cal_scores[1]) and cal_scores[2] == 0.2 and kw["undefined"] == "refer"
+    assert block["feasible"] and block["threshold"] == float("inf")  # every defined calibration score accepted
+    assert sorted(block["accepted"]) == ["a", "c", "d"] and block["referred"] == ["b"]
+    assert block["calibration"]["coverage"] == pytest.approx(2 / 3) and block["calibration"]["n_undefined"] == 1
+    assert block["calibration"]["risk_accepted"] == 0.0 and block["referral_fraction"] == 0.25
+    # the rule certified from the block decides b as the block does, and reads back with the same certificate
+    from monai_unc.evaluation.triage.certify import certify_rule
+
+    rule = certify_rule(rows, {}, 2, "predictive_entropy_fg_mean", block, config)
+    assert rule.coverage == pytest.approx(2 / 3) and rule.n_undefined == 1 and rule.format_version == 4
+    decisions = rule.apply([0.1, float("nan"), 0.2])
+    assert [d.accepted for d in decisions] == [True, False, True] and decisions[1].code == "undefined_score"
+    again = ReferralRule.from_json(json.loads(json.dumps(json_safe(rule.to_json()))))
+    assert again == rule and again.record.undefined_score is None
 
 
 def test_report_refits_the_rule_on_the_saved_rows_and_keeps_the_masks_block(runs):

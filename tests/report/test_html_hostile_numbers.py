@@ -507,3 +507,15 @@ def test_the_scores_by_shift_plot_reads_the_labels_evaluate_reads_as_in_distribu
 
     colors = [tuple(np.round(c.get_facecolor()[0][:3], 3)) for c in ax.collections if isinstance(c, PathCollection)]
     assert colors[0] == colors[1] != colors[2]
+
+
+def test_an_infeasible_risk_control_line_never_prints_the_bound_as_the_target():
+    """Found by hostile testing: ``evaluate --target-risk`` printed "no threshold satisfies the target (best bound 0.1)"
+    for a best bound of 0.1000004 against a target 0.1 (4 significant digits)."""
+    from monai_unc.products.risk_control import risk_control_line
+
+    rc = {"method": "sgr", "risk": "dice < 0.8", "target_risk": 0.1, "delta": 0.1, "feasible": False,
+          "bound": 0.1000004, "accepted": [], "referred": ["a", "b"]}
+    line = risk_control_line(rc)
+    shown = re.search(r"best bound ([0-9.]+[0-9])", line)
+    assert shown and float(shown.group(1)) > 0.1, line

@@ -18,7 +18,7 @@ from monai_unc import cli
 from monai_unc.evaluation.lesions import read_lesion_samples
 from monai_unc.inferers import estimate_memory
 from monai_unc.io import save_label_maps
-from monai_unc.regions import label_to_regions
+from monai_unc.regions import label_to_regions, parse_regions
 from monai_unc.workflows.factory import build_inferer
 from monai_unc.workflows.infer import InferSettings, check_run_settings, sample_label_maps
 
@@ -199,8 +199,30 @@ def test_sample_label_maps_and_their_file():
     np.testing.assert_array_equal(labels, probs.numpy().argmax(1))
     with pytest.raises(ValueError, match="integer"):
         save_label_maps(np.full((2, 2, 2, 2), 0.5), np.eye(4), Path("x.nii.gz"))
-    with pytest.raises(ValueError, match="65535"):
-        save_label_maps(np.full((2, 2, 2, 2), 70000), np.eye(4), Path("x.nii.gz"))
+    with pytest.raises(ValueError, match="2147483647"):
+        save_label_maps(np.full((2, 2, 2, 2), 2**31), np.eye(4), Path("x.nii.gz"))
+
+
+@pytest.mark.parametrize("top, dtype", [(255, "uint8"), (300, "uint16"), (65535, "uint16"), (70000, "int32"),
+                                        (2**24, "int32"), (2**31 - 1, "int32")])
+def test_region_labels_above_the_uint16_range_are_written_as_they_are(top, dtype, tmp_path):
+    """A region spec may use labels up to 2**31 - 1: the samples' label maps take the dtype of the largest label (a
+    uint16 map wrapped 70000 to 4464, and evaluate --lesion-samples then found the region in no sample)."""
+    spec = parse_regions({"A": [top], "B": [1]})
+    p = torch.tensor([[[0.9, 0.1, 0.1], [0.1, 0.9, 0.1]]]).reshape(1, 2, 3, 1, 1)  # (S=1, R=2, 3 voxels)
+    labels, missed = sample_label_maps(p, multilabel=True, regions=spec)
+    assert labels.dtype == np.dtype(dtype) and missed == 0
+    assert labels.ravel().tolist() == [top, 1, 0]
+    path = save_label_maps(labels, np.eye(4), tmp_path / "c_samples.nii.gz")
+    assert nib.load(path).get_data_dtype() == np.dtype(dtype)
+    assert np.asarray(nib.load(path).dataobj).ravel().tolist() == [top, 1, 0]
+    if top > 2**24:  # volumes are read as float32 (LoadImage's type): such labels are refused, not merged
+        with pytest.raises(ValueError, match="16777216"):
+            read_lesion_samples(tmp_path, "c", (3, 1, 1))
+        return
+    back = read_lesion_samples(tmp_path, "c", (3, 1, 1))
+    assert back.ravel().tolist() == [top, 1, 0]
+    assert np.isin(back, spec["A"]).ravel().tolist() == [True, False, False]
 
 
 def test_memory_model_counts_the_kept_samples():

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ...io import CaseError, image_channel_files
 from ...io.provenance import (
     check_finished_predictions,
     prediction_fingerprint,
@@ -19,7 +20,7 @@ from ...io.provenance import (
     region_differences,
 )
 from ...regions import parse_regions
-from ..cohort import RISK_CONTROL_CANDIDATES, CohortState, fill_undefined_scores, risk_of_dice
+from ..cohort import RISK_CONTROL_CANDIDATES, CohortState, calibration_risks
 from ..config import EvaluationConfig
 from .images import image_statistics, read_image_channels
 from .rule import IMAGE_Z_MAX, RULE_FILE, CalibrationRecord, ImageReference, ReferralRule, as_float
@@ -47,7 +48,7 @@ def certify_referral_rule(
     ``predictions``
     (:func:`prediction_fingerprint`, the calibration cases' records). A region evaluation (``config.regions``) gives a
     rule with the region spec, whose score is the combined case score of the regions. The rule records the calibration
-    cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is
+    cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3 or 4), from which its certificate is
     recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`), and, when the evaluation had
     probabilities, their label-free ``expected_dice``, which calibrates the interval of a new case's
     expected Dice (:meth:`ReferralRule.expected_dice_interval`, 90 %).
@@ -107,8 +108,11 @@ def certify_rule(
         The certified rule (not written).
 
     Raises:
-        ValueError: the block is not the certificate of the rows' calibration cases, or ``predictions`` is an ``infer``
+        ValueError: a calibration case's Dice is undefined (:func:`~monai_unc.evaluation.calibration_risks`), the
+            block is not the certificate of the rows' calibration cases, or ``predictions`` is an ``infer``
             folder still being written, unfinished or made with two settings (:func:`check_finished_predictions`).
+        CaseError: the calibration cases' images have different numbers of channels (naming a case and its files
+            for each number).
     """
     rows = list(rows)
     ids = [str(r["case"]) for r in rows]
@@ -118,16 +122,15 @@ def certify_rule(
     by_id = {str(r["case"]): r for r in rows}
     raw = np.array([as_float(by_id[c].get(column)) for c in cal_ids])
     defined = np.sort(raw[np.isfinite(raw)])
-    # what the certification saw (summarize): undefined scores above every defined score of the evaluation
-    filled = fill_undefined_scores(np.array([as_float(r.get(column)) for r in rows]))
-    fill = [float(v) for r, v in zip(rows, filled) if not np.isfinite(as_float(r.get(column)))]
+    # an undefined score is referred, in the certification as by the rule: no score stands in for it
+    risks = calibration_risks([by_id[c].get("dice") for c in cal_ids], cal_ids, config.risk, config.failure_dice)
     dice = np.array([as_float(by_id[c].get("dice")) for c in cal_ids])
     est = np.array([as_float(by_id[c].get("expected_dice")) for c in cal_ids])  # NaN: no probabilities
     record = CalibrationRecord(
         scores=tuple(float(v) if np.isfinite(v) else None for v in raw),
-        dice=tuple(float(v) if np.isfinite(v) else None for v in dice),
-        risks=tuple(float(v) for v in risk_of_dice(dice, config.risk, config.failure_dice)),
-        undefined_score=fill[0] if fill and not np.isfinite(raw).all() else None,
+        dice=tuple(float(v) for v in dice),
+        risks=tuple(float(v) for v in risks),
+        undefined_score=None,
         n_candidates=RISK_CONTROL_CANDIDATES,
         expected_dice=tuple(float(v) if np.isfinite(v) else None for v in est) if np.isfinite(est).any() else None,
     )
@@ -137,9 +140,17 @@ def certify_rule(
     map_source = "file" if case_files and all(f and f.get("maps") for f in case_files) else "probabilities"
     reference = None
     if case_files and all(f and f.get("image") for f in case_files):
-        stats = np.stack([image_statistics(read_image_channels(f["image"], "all", case_id=c))  # type: ignore[index]
-                          for f, c in zip(case_files, cal_ids)])
-        reference = ImageReference.fit(stats, image_z_max)
+        rows, seen = [], {}  # seen: {number of channels: (case, image)}, the first case of each
+        for f, c in zip(case_files, cal_ids):
+            image = read_image_channels(f["image"], "all", case_id=c)  # type: ignore[index]
+            rows.append(image_statistics(image))
+            seen.setdefault(image.shape[0], (c, f["image"]))  # type: ignore[index]
+        if len(seen) > 1:  # one reference needs one number of channels (a stray file grouped in, a 4D NIfTI, ...)
+            shown = "; ".join(f"case {c!r} {n} ({', '.join(p.name for p in image_channel_files(img))})"
+                              for n, (c, img) in sorted(seen.items()))
+            raise CaseError(f"the images of the calibration cases have different numbers of channels, e.g. {shown}: "
+                            "give every case the same channel files")
+        reference = ImageReference.fit(np.stack(rows), image_z_max)
     fp = prediction_fingerprint(predictions, layout, cal_ids, uncertainty) if predictions is not None else {}
     names = tuple(config.class_names) if config.class_names else None
     regions = None if config.regions is None else {k: list(v) for k, v in parse_regions(config.regions).items()}

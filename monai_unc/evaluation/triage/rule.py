@@ -20,10 +20,10 @@ from ...io import json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
-from ...metrics.risk_control import risk_controlled_threshold
-from ...product import ThresholdText, format_score, separating_digits
+from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
+from ...product import ThresholdText, format_cell, format_score, separating_digits
 from ...regions import check_regions
-from ..cohort import RISK_CONTROL_CANDIDATES, risk_of_dice
+from ..cohort import RISK_CONTROL_CANDIDATES, calibration_risks
 from ..config import region_suffix
 from .images import IMAGE_CHANNEL_FILES, IMAGE_FEATURES, image_feature_names, parse_score_column
 
@@ -31,16 +31,19 @@ from .images import IMAGE_CHANNEL_FILES, IMAGE_FEATURES, image_feature_names, pa
 RULE_FILE = "referral_rule.json"
 #: ``format`` entry of a rule file, and its version (a reader refuses other formats and newer versions)
 RULE_FORMAT = "monai-unc referral rule"
-#: the newest ``format_version`` this version reads and writes: 3 for a rule that records its calibration cases'
-#: scores, Dice and risks (:class:`CalibrationRecord`, what :meth:`ReferralRule.from_json` re-certifies; every rule
-#: ``evaluate`` writes), 2 for a rule of a region-based model without that record (it records the region spec, which
-#: a reader of version 1 would ignore), 1 for every other rule (readable by older versions)
+#: the newest ``format_version`` this version reads and writes: 4 for a rule whose calibration cases include undefined
+#: scores, certified with those cases counted as referred (``calibration.undefined_score`` null; a reader of version 3
+#: would recompute its certificate with them ranked above every defined score, i.e. as another certificate), 3 for
+#: every other rule that records its calibration cases' scores, Dice and risks (:class:`CalibrationRecord`, what
+#: :meth:`ReferralRule.from_json` re-certifies; every rule ``evaluate`` writes), 2 for a rule of a region-based model
+#: without that record (it records the region spec, which a reader of version 1 would ignore), 1 for every other rule
+#: (readable by older versions)
 #: A version-3 rule may also record its calibration cases' label-free expected Dice (``calibration.expected_dice``,
 #: for the conformal interval of :meth:`ReferralRule.expected_dice_interval`); a reader that ignores it loses only
 #: the interval, so the version stays 3. Likewise its image reference may record the statistics of each calibration
 #: image (``image_reference.calibration_statistics``, versioned on its own: :data:`IMAGE_STATISTICS_VERSION`), the
 #: reference against which ``monai-unc monitor`` ranks new cases' images; a reader that ignores it loses only that.
-RULE_VERSION = 3
+RULE_VERSION = 4
 #: the version of a rule's ``image_reference.calibration_statistics`` object (a reader refuses newer ones)
 IMAGE_STATISTICS_VERSION = 1
 #: what writes a rule file
@@ -293,9 +296,12 @@ class CalibrationRecord:
         dice: the case's Dice (the mean over the regions for a region-based rule), None when undefined.
         risks: the case's risk (:func:`~monai_unc.evaluation.cohort.risk_of_dice` of the Dice with the rule's
             ``risk`` and ``failure_dice``), what the threshold was certified on.
-        undefined_score: the score an undefined score took in the certification (larger than every defined score
-            of the evaluation, so those cases are referred first:
-            :func:`~monai_unc.evaluation.cohort.fill_undefined_scores`); None when every calibration score is defined.
+        undefined_score: None: a case with an undefined score counted as referred in the certification, as the rule
+            refers it (:func:`~monai_unc.metrics.risk_control.accepted_by_threshold`; every rule certified since
+            ``format_version`` 4). A number: the score an undefined score took in the certification of a rule
+            certified before (larger than every defined score of the evaluation, so that a threshold of ``inf``
+            counted those cases as accepted while the rule refers them: :meth:`ReferralRule.from_json` refuses such
+            a rule); None too in those rules when every calibration score is defined.
         n_candidates: the ``n_candidates`` argument of
             :func:`~monai_unc.metrics.risk_control.risk_controlled_threshold` (None: every rank).
         sequence: its ``sequence`` argument (LTT's multiple-testing procedure).
@@ -452,10 +458,6 @@ def _number(v: Any, where: str, allow_null: bool = False) -> float:
     return float(v)
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.6g}"
-
-
 def _threshold_text(score: float, threshold: float) -> str:
     """``<score> <= threshold <t>`` or ``<score> > threshold <t>``, in digits that never print the two equal.
 
@@ -499,12 +501,13 @@ class ReferralRule:
         patch_size: box size of the ``patch`` aggregation (voxels).
         map_source: ``"file"`` (the measure's map files) or ``"probabilities"`` (derived from the probabilities, as
             ``evaluate`` does when no map is given).
-        threshold: accept ``score <= threshold``; ``inf``: every calibration case was accepted; ``-inf``: the target
-            could not be certified (``feasible=False``) and every case is referred.
+        threshold: accept a defined ``score <= threshold``; ``inf``: every calibration case with a defined score was
+            accepted; ``-inf``: the target could not be certified (``feasible=False``) and every case is referred. An
+            undefined score is always referred, and was counted as referred in the certification.
         target_risk, delta, method (``sgr`` / ``ltt``), risk (``failure`` / ``1-dice``), failure_dice: the
             certification (:func:`monai_unc.metrics.risk_control.risk_controlled_threshold`).
         bound, coverage, observed_risk, n_candidates: its outcome on the calibration cases (bound on the selective
-            risk; fraction accepted; mean risk of the accepted calibration cases).
+            risk; fraction of all calibration cases accepted; mean risk of the accepted calibration cases).
         calibration_cases: ids; calibration_scores: their defined scores, sorted; n_undefined: how many calibration
             cases had an undefined score (e.g. an empty predicted foreground for ``fg_mean``).
         num_classes, class_names: of the segmentation (for a region-based model ``num_classes`` is the number of
@@ -592,6 +595,18 @@ class ReferralRule:
         return [] if self.regions is None else list(self.regions)
 
     @property
+    def format_version(self) -> int:
+        """The ``format_version`` :meth:`to_json` writes (:data:`RULE_VERSION`).
+
+        4 with a calibration record whose undefined scores were counted as referred, 3 with any other record, 2 for
+        a region-based rule without one, 1 otherwise.
+        """
+        rec = self.record
+        if rec is None:
+            return 1 if self.regions is None else 2
+        return 4 if rec.undefined_score is None and any(v is None for v in rec.scores) else 3
+
+    @property
     def risk_definition(self) -> str:
         """The per-case risk in words: ``"dice < 0.8"`` or ``"1 - dice"``.
 
@@ -603,20 +618,27 @@ class ReferralRule:
     def guarantee(self) -> str:
         """One sentence: what the rule promises, and under which assumption.
 
+        The bound and the observed risk are written against the target (:func:`~monai_unc.product.format_cell`):
+        never equal to it, or on its other side, when they are not.
+
         Returns:
             The guarantee (or, for a rule that is not certified, why every case is referred).
         """
+        target = self.target_risk
         if not self.feasible:
-            return (f"no threshold certifies mean risk ({self.risk_definition}) <= {self.target_risk:g} with "
+            return (f"no threshold certifies mean risk ({self.risk_definition}) <= {target:g} with "
                     f"probability {1 - self.delta:g} on these {self.n_calibration} calibration cases (best bound "
-                    f"{_fmt(self.bound)}): every case is referred")
+                    f"{format_cell(self.bound, 4, target, 'n/a')}): every case is referred")
         return (f"with probability at least {1 - self.delta:g} over the draw of the {self.n_calibration} "
                 f"calibration cases, the mean risk ({self.risk_definition}) of the new cases its threshold accepts "
-                f"is at most {self.target_risk:g} (at most {self.target_risk:g} c / (c - eps) for those the range and "
-                "image checks accept as well, when they refer a share eps of the share c the threshold accepts), "
+                "(a defined score at most the threshold; a case with an undefined score is referred, as it was "
+                f"counted in the certification) is at most {self.target_risk:g} (at most {self.target_risk:g} c / "
+                "(c - eps) for those the range and image checks accept as well, when they refer a share eps of the "
+                "share c the threshold accepts), "
                 "provided the new cases are exchangeable with the calibration cases "
                 f"({self.method.upper()}; calibration: coverage {self.coverage:.3f}, observed risk "
-                f"{_fmt(self.observed_risk)}, bound {_fmt(self.bound)})")
+                f"{format_cell(self.observed_risk, 4, target, 'n/a')}, bound "
+                f"{format_cell(self.bound, 4, target, 'n/a')})")
 
     def expected_dice_interval(self, estimates: Any) -> ConformalInterval | None:
         """Split-conformal intervals of new cases' expected Dice, calibrated on the rule's calibration cases.
@@ -742,13 +764,40 @@ class ReferralRule:
             raise ValueError(f"record: expected_dice must have one entry per calibration case ({self.n_calibration}), "
                              f"got {len(rec.expected_dice)}")
 
+    def _refuse_accepted_undefined(self) -> None:
+        """Refuse a rule certified before undefined scores were counted as referred whose threshold accepted them.
+
+        Before ``format_version`` 4 an undefined calibration score took a stand-in above every defined score. A finite
+        threshold lies below it (the threshold is the float below the first refused score), so those cases were
+        counted as referred, as the rule refers them, and the certificate holds. A threshold of ``inf`` (every
+        calibration case accepted) counted them as *accepted* while :meth:`apply` refers every such case: the
+        certificate's coverage and observed risk are not those of the cases the rule accepts, and when the
+        undefined cases are easy ones (e.g. an empty prediction of a case without a lesion, Dice 1) the accepted
+        cases' risk exceeds the target far more often than ``delta`` (found by a Monte Carlo review: 72 % of
+        calibration draws). Such a rule is refused, not loaded with a warning: the guarantee it prints does not
+        hold, and its calibration record certifies again in one run of ``evaluate``.
+
+        Raises:
+            ValueError: the rule is such a rule.
+        """
+        legacy = self.record is None or self.record.undefined_score is not None
+        if legacy and self.n_undefined and self.feasible and self.threshold == math.inf:
+            raise ValueError(
+                f"this rule was certified by an earlier monai-unc that counted its {self.n_undefined} calibration "
+                "case(s) with an undefined score as accepted (threshold: accept every case), while the rule refers "
+                "every such case: its coverage and observed risk are not those of the cases it accepts and its "
+                "guarantee does not hold for them; certify it again with monai-unc evaluate --target-risk (undefined "
+                "scores now count as referred)")
+
     def verify_certificate(self) -> None:
         """Recompute the certificate from :attr:`record` and refuse a rule that disagrees.
 
         The certificate is recomputed with the function that certified it
         (:func:`~monai_unc.metrics.risk_control.risk_controlled_threshold`, the risks from the recorded Dice with
-        :func:`~monai_unc.evaluation.cohort.risk_of_dice`). A rule without a record (written before it existed) is
-        not checked.
+        :func:`~monai_unc.evaluation.cohort.calibration_risks`): a case with an undefined score counted as referred
+        (``undefined="refer"``), or, in a rule certified before that (:attr:`CalibrationRecord.undefined_score` a
+        number), with its recorded stand-in score. A rule without a record (written before it existed) is not
+        checked.
 
         Raises:
             ValueError: naming the field that disagrees (``calibration.scores``, ``calibration.n_undefined``,
@@ -770,20 +819,27 @@ class ReferralRule:
         if n_und != self.n_undefined:
             raise bad("calibration.n_undefined", self.n_undefined, n_und)
         dice = np.array([math.nan if v is None else v for v in rec.dice], dtype=np.float64)
-        risks = risk_of_dice(dice, self.risk, self.failure_dice)
+        try:
+            risks = calibration_risks(rec.dice, self.calibration_cases, self.risk, self.failure_dice,
+                                      "field 'calibration.dice'")
+        except ValueError as e:
+            raise ValueError(f"{str(e).split('; ')[0]}: {_EDITED}") from None
         got = np.asarray(rec.risks, dtype=np.float64)
         if not np.array_equal(risks, got, equal_nan=True):
             i = int(np.flatnonzero(~((risks == got) | (np.isnan(risks) & np.isnan(got))))[0])
             raise bad("calibration.risks", f"{got[i]:g} for case {self.calibration_cases[i]!r}",
                       f"{risks[i]:g} ({self.risk_definition}, dice {dice[i]:g})")
-        if n_und and (rec.undefined_score is None or (defined and rec.undefined_score <= defined[-1])):
-            raise bad("calibration.undefined_score", rec.undefined_score, "a number above every defined score")
-        u = np.array([rec.undefined_score if v is None else v for v in rec.scores], dtype=np.float64)
+        legacy = rec.undefined_score is not None  # certified with a stand-in score for the undefined ones
+        if n_und and legacy and defined and rec.undefined_score <= defined[-1]:
+            raise bad("calibration.undefined_score", rec.undefined_score, "null or a number above every defined score")
+        u = np.array([(rec.undefined_score if legacy else math.nan) if v is None else v for v in rec.scores],
+                     dtype=np.float64)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # "no threshold certifies ...": the rule says so
                 res = risk_controlled_threshold(u, got, self.target_risk, self.delta, method=self.method,
-                                                n_candidates=rec.n_candidates, sequence=rec.sequence)
+                                                n_candidates=rec.n_candidates, sequence=rec.sequence,
+                                                undefined="error" if legacy else "refer")
         except ValueError as e:
             raise ValueError(f"the recorded calibration cases cannot be certified again ({e}): {_EDITED}") from None
         for name, recorded, again in (("threshold", self.threshold, res.threshold),
@@ -802,8 +858,10 @@ class ReferralRule:
         """The decision on each new case (in the order given).
 
         A case is accepted only when the rule is certified, its score is defined, inside the calibration score range
-        (inclusive) and at most the threshold, and its image statistics are within ``z_max``; every reason that
-        applies is listed (``"; "``-joined), the first one gives the ``code``.
+        (inclusive) and at most the threshold (:func:`~monai_unc.metrics.risk_control.accepted_by_threshold`, the
+        rule the certification counted the calibration cases by: an undefined score referred), and its image
+        statistics are within ``z_max``; every reason that applies is listed (``"; "``-joined), the first one gives
+        the ``code``.
 
         Args:
             scores: ``(N,)`` triage scores of the new cases (NaN = undefined).
@@ -833,6 +891,7 @@ class ReferralRule:
                 raise ValueError(f"image_stats has {stats.shape[0]} rows for {s.size} scores")
             z = ref.z_scores(stats)
         rng = self.score_range
+        by_score = accepted_by_threshold(s, self.threshold)  # what the certificate counted as accepted
         out = []
         for i, v in enumerate(s):
             reasons: list[tuple[str, str]] = []
@@ -849,7 +908,7 @@ class ReferralRule:
                 far = [f"{n} z={zz:.1f}" for n, zz in zip(ref.features, z[i]) if zz > ref.z_max]
                 reasons.append(("image_statistics", f"image far from the calibration images ({', '.join(far)} > "
                                 f"{ref.z_max:g})"))
-            if self.feasible and math.isfinite(v) and v > self.threshold:
+            if self.feasible and math.isfinite(v) and not by_score[i]:
                 reasons.append(("above_threshold", f"score {_threshold_text(v, self.threshold)}"))
             if reasons:
                 out.append(Decision("review", "; ".join(r for _, r in reasons), reasons[0][0]))
@@ -872,13 +931,13 @@ class ReferralRule:
         measure, agg = parse_score_column(self.score)
         body = {
             "format": RULE_FORMAT,
-            "format_version": 3 if self.record is not None else 1 if self.regions is None else 2,
+            "format_version": self.format_version,
             "created": self.created,
             "monai_unc_version": self.version,
             "score": {"column": self.score, "measure": measure, "aggregation": agg, "region": self.region,
                       "patch_size": self.patch_size, "map_source": self.map_source},
-            "decision": "accept when score <= threshold, inside the calibration score range and (with an image "
-                        "reference) image statistics within z_max; review otherwise",
+            "decision": "accept when the score is defined, <= threshold and inside the calibration score range and "
+                        "(with an image reference) image statistics are within z_max; review otherwise",
             "feasible": self.feasible,
             "threshold": self.threshold if math.isfinite(self.threshold) else None,
             "accept_all": self.threshold == math.inf,
@@ -915,12 +974,14 @@ class ReferralRule:
         """Read :meth:`to_json` data, checked (``source`` prefixes the error messages).
 
         A certificate is checked, not trusted: the threshold, bound, coverage and observed risk are recomputed from
-        the recorded calibration cases (:meth:`verify_certificate`; ``format_version`` 3) and, with ``check_digest``
-        (:meth:`load` reading a file), the content digest (:func:`rule_digest`); a disagreement is a ``ValueError``
-        naming the field and saying the file was edited or corrupted. A rule without a digest (written before
-        digests were recorded) still loads once the recomputation agrees; a rule without the calibration record
-        (``format_version`` 1 or 2, written before it was recorded) cannot be recomputed and loads as before, with
-        :attr:`integrity` saying so. Without ``check_digest`` the data may be a rule's :meth:`to_json` changed in
+        the recorded calibration cases (:meth:`verify_certificate`; ``format_version`` 3 and 4) and, with
+        ``check_digest`` (:meth:`load` reading a file), the content digest (:func:`rule_digest`); a disagreement is a
+        ``ValueError`` naming the field and saying the file was edited or corrupted. A rule without a digest (written
+        before digests were recorded) still loads once the recomputation agrees; a rule without the calibration
+        record (``format_version`` 1 or 2, written before it was recorded) cannot be recomputed and loads as before,
+        with :attr:`integrity` saying so. A rule certified before ``format_version`` 4 whose threshold accepted every
+        calibration case while some had an undefined score is refused: it counted them as accepted, while
+        :meth:`apply` refers them. Without ``check_digest`` the data may be a rule's :meth:`to_json` changed in
         memory (the digest is not compared).
 
         Args:
@@ -932,7 +993,8 @@ class ReferralRule:
             The rule, with :attr:`integrity` saying how it was checked.
 
         Raises:
-            ValueError: naming the bad field, or saying the file was edited or corrupted.
+            ValueError: naming the bad field, saying the file was edited or corrupted, or that the rule counted
+                undefined-score calibration cases as accepted (certify it again).
         """
         check_document(d, fmt=RULE_FORMAT, versions=range(1, RULE_VERSION + 1), what="referral rule", source=source)
         ver = d["format_version"]
@@ -964,6 +1026,12 @@ class ReferralRule:
             record = None
             if ver >= 3:
                 record = CalibrationRecord.from_json(cal, "calibration")
+                if ver >= 4 and record.undefined_score is not None:
+                    raise ValueError(f"{source}: calibration: field 'undefined_score' must be null in format_version "
+                                     f"{ver} (an undefined score counts as referred), got {record.undefined_score!r}")
+                if ver == 3 and record.undefined_score is None and any(v is None for v in record.scores):
+                    raise ValueError(f"{source}: calibration: field 'undefined_score' is null, but a format_version 3 "
+                                     f"rule with undefined calibration scores records the score they took: {_EDITED}")
             rule = cls(
                 score=_field(sc, "column", f"{source}: score", str),
                 threshold=threshold,
@@ -994,6 +1062,7 @@ class ReferralRule:
                 record=record,
             )
             rule.verify_certificate()
+            rule._refuse_accepted_undefined()
             digested = check_digest and provenance.check_digest(d, source=source, written_by=_WRITTEN_BY,
                                                                 required=False)
             if record is None:

@@ -41,7 +41,7 @@ from ..products import command_output_markers
 from ..region_case import predicted_regions, region_score_columns
 from ..resume import CASES_DIR, file_signature
 from ..rows import case_expected_dice, derived_maps, write_derived_maps
-from .images import image_statistics, read_image_channels
+from .images import IMAGE_FEATURES, image_statistics, read_image_channels
 from .rule import ReferralRule, as_float
 
 #: files :func:`run_triage` writes (besides ``state/`` and ``failures.json``), and the page of the report
@@ -139,7 +139,8 @@ def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike
         ``derived`` (``{measure: file name}``, empty for a case with map files of its own).
 
     Raises:
-        CaseError: the case has no map of the rule's measure, or channel counts that do not fit the rule's regions.
+        CaseError: the case has no map of the rule's measure, channel counts that do not fit the rule's regions, or
+            an image with another number of channels than the rule's calibration images.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -179,6 +180,11 @@ def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike
         if files.image is not None:  # every channel (file), in the space of the prediction
             image = read_image_channels(files.image, _channel_files(rule), (case.seg.shape[-len(case.spacing):],
                                                                               case.affine), case.case_id)
+            want = None if rule.image_reference is None else len(rule.image_reference.features) // len(IMAGE_FEATURES)
+            if want is not None and image.shape[0] != want:  # compared with the calibration images, channel by channel
+                used = image_channel_files(files.image) if _channel_files(rule) == "all" else (files.image,)
+                raise CaseError(f"case {case.case_id!r}: its image ({', '.join(p.name for p in used)}) has "
+                                f"{image.shape[0]} channel(s), the calibration images of the rule {want}")
         row["image_stats"] = None if image is None else image_statistics(image).tolist()
         row["foreground_voxels"] = fg_voxels
         row["voxels"] = voxels

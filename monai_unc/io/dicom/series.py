@@ -31,7 +31,7 @@ from pydicom.uid import (
 )
 
 from ..._utils import affine_voxel_volume
-from ..cases import grid_displacement
+from ..cases import GEOMETRY_VOXEL_FRACTION, grid_mismatch
 from ..files import atomic_write_bytes, check_output_folder
 
 __all__ = [
@@ -56,9 +56,10 @@ ORIENTATION_ATOL = 1e-4
 SPACING_ATOL = 1e-2
 SPACING_RTOL = 1e-2
 #: largest distance of a voxel centre from where it should lie, as a fraction of the smallest voxel spacing (or
-#: :data:`DICOM_GEOMETRY_ATOL` / :data:`SPACING_ATOL` mm, when larger): a NIfTI output against its series, a slice's
-#: pixel spacing against the first slice's (small differences of spacing add up over hundreds of voxels)
-DICOM_GRID_VOXEL_RTOL = 0.1
+#: :data:`DICOM_GEOMETRY_ATOL` / :data:`SPACING_ATOL` mm, when larger): a NIfTI output against its series
+#: (:func:`~monai_unc.io.grid_mismatch`), a slice's pixel spacing against the first slice's (small differences of
+#: spacing add up over hundreds of voxels); the package's one fraction, :data:`monai_unc.io.GEOMETRY_VOXEL_FRACTION`
+DICOM_GRID_VOXEL_RTOL = GEOMETRY_VOXEL_FRACTION
 #: what every slice of a series must agree on: the patient (ID, name, birth date, sex), the study, the frame of
 #: reference and the modality (a slice of another patient in the folder is a mixed-up series)
 _SAME_IN_SERIES = ("PatientID", "PatientName", "PatientBirthDate", "PatientSex", "StudyInstanceUID",
@@ -494,8 +495,14 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
     return written
 
 
-#: largest difference of affine entries (mm) between a NIfTI output and its source series (DICOM stores positions
-#: as decimal strings of at most 16 characters)
+#: the absolute floor (mm) of the largest displacement of a voxel centre tolerated between a NIfTI output and its
+#: source series (:func:`to_series_grid`, :func:`~monai_unc.io.grid_mismatch` with ``atol``; above it, a tenth of
+#: the smallest voxel spacing). The series' own grid is only known to this much: DICOM stores positions and spacings
+#: as decimal strings (at most 16 characters, which scanners often round to a few decimals), :func:`read_series`
+#: accepts slices whose PixelSpacing, steps and positions off the line differ by :data:`SPACING_ATOL` (0.01 mm),
+#: and a converter (dcm2niix, ...) may build the NIfTI affine from other slices' values than the first slice's and
+#: the mean step. It binds only for voxels under 0.1 mm; the volumes of one case use 1e-3 mm
+#: (:data:`monai_unc.io.GEOMETRY_ATOL`)
 DICOM_GEOMETRY_ATOL = 1e-2
 
 
@@ -504,9 +511,11 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
 
     The NIfTI file may store the same grid with its axes permuted or flipped (a converter's choice, e.g. dcm2niix);
     the array is reoriented (no interpolation) to the series' ``(columns, rows, slices)`` order and its affine must
-    then equal the series' (within :data:`DICOM_GEOMETRY_ATOL` mm per entry), and no voxel centre may lie further
-    from the series' than :data:`DICOM_GRID_VOXEL_RTOL` of the smallest voxel spacing (checked at the corners of the
-    grid, where differences of spacing or direction add up).
+    then put the series' grid in the same space: no voxel centre may lie further from the series' than
+    :data:`DICOM_GRID_VOXEL_RTOL` of the smallest voxel spacing or :data:`DICOM_GEOMETRY_ATOL` mm, whichever is
+    larger (:func:`~monai_unc.io.grid_mismatch`, checked at the corners of the grid, where differences of position,
+    spacing or direction add up; the affines' entries are not compared, so a one-slice series' slice thickness,
+    which moves no voxel centre, may differ).
 
     Args:
         data: ``(C, X, Y, Z)`` channel-first volume.
@@ -542,12 +551,8 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
     if moved.shape[1:] != tuple(series.shape):
         raise ValueError(f"{what} has the grid {moved.shape[1:]} (reoriented), the series {series.series_uid} "
                          f"{series.shape}: not on the source series' grid")
-    if np.abs(new_affine - series.affine).max() > DICOM_GEOMETRY_ATOL:
-        diff = float(np.abs(new_affine - series.affine).max())
-        raise ValueError(f"{what} is not on the grid of the series {series.series_uid} (affines differ by "
-                         f"{diff:.3g} mm); it must come from that series")
-    off = grid_displacement(new_affine, series.affine, series.shape)
-    if off > max(DICOM_GEOMETRY_ATOL, DICOM_GRID_VOXEL_RTOL * min(series.spacing)):
-        raise ValueError(f"{what} is not on the grid of the series {series.series_uid} (a corner voxel lies "
-                         f"{off:.3g} mm from the series'); it must come from that series")
+    problem = grid_mismatch(new_affine, series.affine, series.shape, atol=DICOM_GEOMETRY_ATOL)
+    if problem is not None:
+        raise ValueError(f"{what} is not on the grid of the series {series.series_uid} ({problem}); it must come "
+                         "from that series")
     return moved

@@ -19,8 +19,9 @@ import pytest
 pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
 hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
 
-from monai_unc.io import CaseError  # noqa: E402
+from monai_unc.io import CaseError, grid_mismatch  # noqa: E402
 from monai_unc.io.dicom import (  # noqa: E402
+    DICOM_GEOMETRY_ATOL,
     default_segment,
     read_segmentation_labels,
     read_series,
@@ -246,9 +247,77 @@ def test_a_nifti_grid_drifting_off_the_series_is_refused(tmp_path):
     series = read_series(tmp_path / "s", pixels=False)
     drifted = affine.copy()
     drifted[0, 0] = 0.709
-    with pytest.raises(ValueError, match=r"map is not on the grid of the series .* corner voxel lies 5\.39 mm"):
+    with pytest.raises(ValueError, match=r"map is not on the grid of the series .* \(voxel centres up to 5\.391 mm "
+                                         r"apart, tolerance 0\.07 mm\); it must come from that series"):
         to_series_grid(np.zeros((1, 600, 2, 2)), drifted, series, "map")
     to_series_grid(np.zeros((1, 600, 2, 2)), affine.astype(np.float32), series, "map")  # float32 NIfTI: same grid
+
+
+def test_a_nifti_grid_is_compared_by_its_voxel_centres_not_by_affine_entries(tmp_path):
+    """The DICOM check is the package's one same-space rule (grid_mismatch): harmless differences of entries pass.
+
+    The entry-wise pre-check refused a NIfTI shifted by 0.03 mm on 0.7 mm voxels (a twentieth of a voxel, within the
+    tenth the volumes of a case allow) and a one-slice NIfTI stating another slice thickness (its voxel centres are
+    the series'); what moves a voxel centre beyond the tolerance stays refused.
+    """
+    affine = np.diag([0.7, 0.7, 3.0, 1.0])
+    write_series(np.zeros((600, 2, 2)), affine, tmp_path / "s", modality="MR")
+    series = read_series(tmp_path / "s", pixels=False)
+    shifted = series.affine.copy()
+    shifted[:3, 3] += [0.03, -0.02, 0.01]  # 0.037 mm: under 0.07 mm, two entries over 0.01 mm
+    data = np.arange(2400.0).reshape(1, 600, 2, 2)
+    np.testing.assert_array_equal(to_series_grid(data, shifted, series, "map"), data)
+    assert grid_mismatch(shifted, series.affine, series.shape) is None  # the rule of the volumes of a case agrees
+    far = series.affine.copy()
+    far[:3, 3] += [0.08, 0.0, 0.0]
+    with pytest.raises(ValueError, match=r"map is not on the grid .* up to 0\.08 mm apart, tolerance 0\.07 mm"):
+        to_series_grid(data, far, series, "map")
+    turn = np.eye(4)
+    turn[:3, :3] = rotation(2, 0.05)
+    tilted = series.affine @ turn  # entries within 0.001 mm, the far column 0.37 mm off
+    assert np.abs(tilted - series.affine).max() < 1e-3
+    with pytest.raises(ValueError, match=r"map is not on the grid .* up to 0\.3659 mm apart"):
+        to_series_grid(data, tilted, series, "map")
+
+    one = tmp_path / "one"
+    write_series(np.zeros((4, 3, 1)), np.diag([0.8, 0.8, 5.0, 1.0]), one, modality="MR")
+    single = read_series(one, pixels=False)
+    thin = single.affine.copy()
+    thin[:3, 2] *= 1.0 / 5.0  # the same voxel centres, a 1 mm slice stated (another converter's thickness)
+    plane = np.arange(12.0).reshape(1, 4, 3, 1)
+    np.testing.assert_array_equal(to_series_grid(plane, thin, single, "map"), plane)
+
+
+def test_the_dicom_floor_of_the_grid_check_is_kept_for_fine_voxels(tmp_path):
+    """0.05 mm voxels: the fraction gives 0.005 mm, the DICOM floor 0.01 mm (the series' own grid is read to 0.01 mm);
+    the volumes of a case keep 1e-3 mm."""
+    write_series(np.zeros((8, 8, 3)), np.diag([0.05, 0.05, 0.05, 1.0]), tmp_path / "s", modality="MR")
+    series = read_series(tmp_path / "s", pixels=False)
+    moved = series.affine.copy()
+    moved[0, 3] += 0.008
+    to_series_grid(np.zeros((1, 8, 8, 3)), moved, series, "map")
+    assert grid_mismatch(moved, series.affine, series.shape) == "voxel centres up to 0.008 mm apart, tolerance 0.005 mm"
+    assert grid_mismatch(moved, series.affine, series.shape, atol=DICOM_GEOMETRY_ATOL) is None
+    moved[0, 3] += 0.004
+    with pytest.raises(ValueError, match=r"map is not on the grid .* up to 0\.012 mm apart, tolerance 0\.01 mm"):
+        to_series_grid(np.zeros((1, 8, 8, 3)), moved, series, "map")
+
+
+@pytest.mark.parametrize("atol", [-1e-3, float("nan"), float("inf"), "0.01", True, None])
+def test_grid_mismatch_refuses_a_bad_floor(atol):
+    with pytest.raises(ValueError, match="atol must be a finite number of mm >= 0"):
+        grid_mismatch(np.eye(4), np.eye(4), (2, 2, 2), atol=atol)
+
+
+def test_an_affine_holding_nan_is_not_on_the_series_grid(tmp_path):
+    """The entry-wise and corner checks both compared NaN as passing (a NaN origin was accepted); it is refused."""
+    write_series(np.zeros((4, 3, 2)), np.diag([0.8, 0.8, 2.0, 1.0]), tmp_path / "s", modality="MR")
+    series = read_series(tmp_path / "s", pixels=False)
+    broken = series.affine.copy()
+    broken[0, 3] = np.nan
+    with pytest.raises(ValueError, match=r"map is not on the grid .* \(voxel centres up to nan mm apart, tolerance "
+                                         r"0\.08 mm\)"):
+        to_series_grid(np.zeros((1, 4, 3, 2)), broken, series, "map")
 
 
 def test_labels_that_no_segment_takes_are_refused(tmp_path):

@@ -1,0 +1,151 @@
+"""Listing the cases of a folder (found by hostile testing).
+
+- an entry named like a volume that is not a file (a link to an unmounted share, a folder ``d.nii.gz``) and a DICOM
+  series folder beside volume files were left out without a word: they are now cases that fail when read, naming
+  the entry;
+- names ending in ``_NNNN`` beside names without: :func:`list_image_cases` kept them apart while
+  :func:`image_channel_files` stacked another case's scan as a second channel: one rule for both;
+- a case id whose record ``<case>.json`` is one of an ``infer`` folder's own files (``infer.json``,
+  ``failures.json``, another command's marker) is refused;
+- ``--labels`` = ``--predictions`` (also through a link), and an image that is its case's label or prediction, are
+  refused naming the options.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from monai_unc.io import (
+    RESERVED_RECORD_NAMES,
+    CaseError,
+    ImageCase,
+    check_case_ids,
+    check_reference_folder,
+    check_volume_entry,
+    image_channel_files,
+    list_files,
+    list_image_cases,
+    match_cases,
+    read_probabilities,
+    read_volume,
+    save_nifti,
+)
+
+
+def _vol(path, value=0.0):
+    save_nifti(np.full((4, 5, 6), value, np.float32), np.eye(4), path)
+    return path
+
+
+def test_entries_that_are_no_file_are_listed_and_fail_naming_why(tmp_path):
+    _vol(tmp_path / "a.nii.gz")
+    (tmp_path / "c.nii.gz").symlink_to(tmp_path / "share_not_mounted" / "c.nii.gz")  # a link to nothing
+    (tmp_path / "d.nii.gz").mkdir()
+    _vol(tmp_path / "d.nii.gz" / "d.nii.gz")  # a folder named like a volume
+    (tmp_path / "p.npz").mkdir()
+    assert sorted(list_files(tmp_path)) == ["a", "c", "d"]
+    assert sorted(c.case_id for c in list_image_cases(tmp_path)) == ["a", "c", "d"]
+    with pytest.raises(CaseError, match=r"c\.nii\.gz: a symbolic link to .*share_not_mounted.*which does not exist"):
+        read_volume(tmp_path / "c.nii.gz")
+    with pytest.raises(CaseError, match=r"d\.nii\.gz: a folder, not a volume file"):
+        read_volume(tmp_path / "d.nii.gz")
+    with pytest.raises(CaseError, match=r"p\.npz: a folder, not a volume file"):
+        read_probabilities(tmp_path / "p.npz")
+    check_volume_entry(tmp_path / "a.nii.gz")  # a file, a series folder and a missing path pass
+    check_volume_entry(tmp_path)
+    check_volume_entry(tmp_path / "missing.nii.gz")
+
+
+def test_a_series_folder_beside_volume_files_is_a_case(tmp_path):
+    _vol(tmp_path / "a.nii.gz")
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "IM0001").write_bytes(b"not dicom")
+    (tmp_path / "empty").mkdir()  # no file: no case (as dicom_series_folders)
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "x").write_bytes(b"")
+    cases = list_image_cases(tmp_path)
+    assert [(c.case_id, c.channels[0].name) for c in cases] == [("a", "a.nii.gz"), ("e", "e")]
+    (tmp_path / "a").mkdir()  # a file and a folder of one case id: which one is the case would be a guess
+    (tmp_path / "a" / "IM0001").write_bytes(b"")
+    with pytest.raises(CaseError, match=r"case 'a': two inputs .*a\.nii\.gz and the folder a/"):
+        list_image_cases(tmp_path)
+
+
+def test_channel_files_follow_the_grouping_of_list_image_cases(tmp_path):
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for name in ("p_0000", "p_0001", "c", "d"):
+        _vol(mixed / f"{name}.nii.gz")
+    cases = {c.case_id: [p.name for p in c.channels] for c in list_image_cases(mixed)}
+    assert cases["p_0000"] == ["p_0000.nii.gz"] and cases["p_0001"] == ["p_0001.nii.gz"]
+    # the case p_0000 that infer predicted is one file, not p_0000 with case p_0001's scan as a second channel
+    assert [p.name for p in image_channel_files(mixed / "p_0000.nii.gz")] == ["p_0000.nii.gz"]
+    grouped = tmp_path / "grouped"
+    grouped.mkdir()
+    for name in ("p_0000", "p_0001", "q_0000", "q_0001"):
+        _vol(grouped / f"{name}.nii.gz")
+    _vol(grouped / "p_0002.nii")  # another extension of the same case: one case, as list_image_cases groups it
+    _vol(grouped / "q_0002.nii.gz")
+    want = ["p_0000.nii.gz", "p_0001.nii.gz", "p_0002.nii"]
+    assert [p.name for p in image_channel_files(grouped / "p_0000.nii.gz")] == want
+    assert [p.name for p in next(c for c in list_image_cases(grouped) if c.case_id == "p").channels] == want
+    assert image_channel_files(grouped / "p_0001.nii.gz") == (grouped / "p_0001.nii.gz",)
+
+
+def test_different_channel_counts_name_a_case_of_each(tmp_path):
+    for name in ("a_0000", "a_0001", "b_0000"):
+        _vol(tmp_path / f"{name}.nii.gz")
+    with pytest.raises(CaseError, match=r"'a' 2 \(a_0000\.nii\.gz, a_0001\.nii\.gz\).*'b' 1 \(b_0000\.nii\.gz\)|"
+                                        r"'b' 1 \(b_0000\.nii\.gz\).*'a' 2"):
+        list_image_cases(tmp_path)
+
+
+@pytest.mark.parametrize("cid", ["infer", "failures", "Infer", "FAILURES", "summary", "triage"])
+def test_case_ids_whose_record_is_a_file_of_the_folder_are_refused(tmp_path, cid):
+    case = ImageCase(cid, (tmp_path / f"{cid}.nii.gz",))
+    with pytest.raises(CaseError, match=rf"--input: case '{cid}' \({cid}\.nii\.gz\) cannot be predicted: its record "
+                                        rf"{cid}\.json would be the output folder's own"):
+        check_case_ids([ImageCase("a", (tmp_path / "a.nii.gz",)), case])
+    check_case_ids(["a", f"{cid}_1", f"{cid}.x", f"my{cid}"])
+
+
+def test_the_reserved_record_names_are_those_the_package_writes_and_reads():
+    from monai_unc.io import INFER_RECORD, OUTPUT_MARKERS
+    from monai_unc.workflows.options import FAILURES_FILE
+
+    assert {INFER_RECORD, FAILURES_FILE} <= set(RESERVED_RECORD_NAMES)
+    assert {n for names in OUTPUT_MARKERS.values() for n in names if n.endswith(".json")} <= set(RESERVED_RECORD_NAMES)
+
+
+def test_labels_that_are_the_predictions_are_refused(tmp_path):
+    pred = tmp_path / "pred"
+    pred.mkdir()
+    (tmp_path / "link").symlink_to(pred, target_is_directory=True)
+    for labels in (pred, tmp_path / "link", tmp_path / "pred" / ".." / "pred"):
+        with pytest.raises(ValueError, match=r"--labels and --predictions are the same folder .*scored against "
+                                             "itself"):
+            check_reference_folder(labels, pred)
+    check_reference_folder(tmp_path / "labels", pred)
+
+
+def test_an_image_that_is_the_cases_label_or_prediction_is_refused(tmp_path):
+    lab, pred, nn = (tmp_path / n for n in ("lab", "pred", "nn"))
+    for d in (lab, pred, nn):
+        d.mkdir()
+    for c in ("a", "b"):
+        _vol(lab / f"{c}.nii.gz")
+        _vol(pred / f"{c}_seg.nii.gz")
+        _vol(nn / f"{c}.nii.gz")
+    with pytest.raises(CaseError, match=r"--images .* and --labels name the same files: the image of case 'a' would be "
+                                        r"its label a\.nii\.gz"):
+        match_cases(lab, pred, images=lab)
+    with pytest.raises(CaseError, match=r"and --predictions name the same files: the image of case 'a' would be its "
+                                        r"segmentation a\.nii\.gz"):
+        match_cases(lab, nn, layout="nnunet", images=os.fspath(nn))
+    # triage lists a prediction folder against itself on purpose; its images must still be images
+    assert [c.case_id for c in match_cases(nn, nn, layout="nnunet")] == ["a", "b"]
+    with pytest.raises(CaseError, match=r"--images .* and --predictions name the same files"):
+        match_cases(nn, nn, layout="nnunet", images=nn)
