@@ -216,15 +216,15 @@ def _label_maps(data: np.ndarray, path: Path) -> np.ndarray:
         raise bad
     if data.dtype.kind in "iu":
         return data
-    if data.dtype == np.float32 and hi > _FLOAT32_EXACT:  # float32 cannot tell such labels apart
-        raise ValueError(f"lesion_samples: {path} holds labels above {_FLOAT32_EXACT}, which a volume read as float32 "
-                         "(MONAI's LoadImage type) cannot tell apart: use region labels up to that value")
     for sample in data:  # floats: whole numbers, one sample at a time
         if (sample != np.round(sample)).any():
             raise bad
     dtype = next((t for t in (np.uint8, np.uint16, np.uint32) if hi <= np.iinfo(t).max), None)
     if dtype is None:  # no label map holds labels beyond 2**32
         raise bad
+    if data.dtype == np.float32 and hi > _FLOAT32_EXACT:  # float32 cannot tell such labels apart
+        raise ValueError(f"lesion_samples: {path} holds labels above {_FLOAT32_EXACT}, which a volume read as float32 "
+                         "(MONAI's LoadImage type) cannot tell apart: use region labels up to that value")
     return data.astype(dtype)
 
 
