@@ -488,6 +488,9 @@ def label_map_dtype(top: int, name: str, widest: type = np.int32) -> type:
     """The smallest dtype of a label map whose largest label is ``top``: uint8 up to 255, uint16 up to 65535, else
     ``widest`` (int32: what a NIfTI file holds and every reader reads); ``ValueError`` naming ``name`` when ``top``
     does not fit ``widest``, so that no label is ever wrapped by numpy's cast (70000 stored as uint16 is 4464).
+    Label maps written to files and lesion samples (``widest=np.uint32``) take their type from here; arrays handed
+    to torch use :func:`monai_unc.io.smallest_int_dtype` instead (signed types only beyond uint8: torch barely
+    supports uint16 / uint32).
 
     Example:
         >>> [label_map_dtype(t, "labels").__name__ for t in (1, 300, 70000)]

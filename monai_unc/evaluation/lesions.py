@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import affine_voxel_volume
+from .._utils import affine_voxel_volume, label_map_dtype
 from ..io import CaseError, check_geometry, nifti_geometry, read_volume, sheared_grid
 from ..metrics.discrimination import error_auroc
 from ..metrics.lesions import (
@@ -219,9 +219,10 @@ def _label_maps(data: np.ndarray, path: Path) -> np.ndarray:
     for sample in data:  # floats: whole numbers, one sample at a time
         if (sample != np.round(sample)).any():
             raise bad
-    dtype = next((t for t in (np.uint8, np.uint16, np.uint32) if hi <= np.iinfo(t).max), None)
-    if dtype is None:  # no label map holds labels beyond 2**32
-        raise bad
+    try:  # no label map holds labels beyond 2**32
+        dtype = label_map_dtype(hi, "lesion_samples", widest=np.uint32)
+    except ValueError:
+        raise bad from None
     if data.dtype == np.float32 and hi > _FLOAT32_EXACT:  # float32 cannot tell such labels apart
         raise ValueError(f"lesion_samples: {path} holds labels above {_FLOAT32_EXACT}, which a volume read as float32 "
                          "(MONAI's LoadImage type) cannot tell apart: use region labels up to that value")

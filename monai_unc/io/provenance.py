@@ -244,8 +244,10 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     record holds; the config also lists the measures and the model folder's path, which records do not), and records
     without ``settings`` (earlier versions) must agree on ``sources``, ``num_samples`` and ``mi_meaning``; the remedy
     is ``nnunet-predict`` into the folder again with the config's settings (``--continue_prediction`` predicts only
-    those cases). Cases without a record, and folders without ``uncertainty_config.json`` or ``uncertainty/`` (stock
-    nnU-Net's, or assembled by hand), are not checked.
+    those cases). A case of ``case_ids`` without a record is an interrupted one when ``nnunet-predict`` wrote the config
+    (it holds ``uncertainty_sources``; the record is removed first when a case is written again, and written before
+    its segmentation); a config written by hand names no such run. Folders without ``uncertainty_config.json`` or
+    ``uncertainty/`` (stock nnU-Net's, or assembled by hand) are not checked.
 
     Args:
         predictions: the prediction folder.
@@ -329,12 +331,15 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
     unc = pred / LAYOUTS["nnunet"]["uncertainty_subdir"]
     if not isinstance(cfg, dict) or not unc.is_dir():
         return
+    unfinished: list[str] = []
     other: dict[str, list[str]] = {}  # the settings that differ -> the cases made with them
     values: dict[str, dict[str, list[str]]] = {k: {} for k in _NNUNET_RECORD_FIELDS}
     for cid in case_ids:
         rec = read_json_or_none(unc / f"{cid}.json")
         if not isinstance(rec, dict):
-            continue  # maps without a record (folders assembled by hand): nothing recorded to compare
+            if "uncertainty_sources" in cfg:  # written by nnunet-predict, which removes a case's record first when
+                unfinished.append(str(cid))  # it writes the case again, and writes it before the segmentation
+            continue
         made = rec.get("settings")
         if isinstance(made, dict):
             config = {k: cfg.get(k) for k in made}
@@ -344,7 +349,11 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
             continue
         for k in _NNUNET_RECORD_FIELDS:
             values[k].setdefault(json.dumps(rec.get(k), sort_keys=True), []).append(str(cid))
-    problems = _record_problems("uncertainty_config.json", other, values)
+    problems = []
+    if unfinished:
+        problems.append(f"case(s) {_some(unfinished)} have files but no record uncertainty/<case>.json (an interrupted "
+                        "case)")
+    problems += _record_problems("uncertainty_config.json", other, values)
     if problems:
         raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc nnunet-predict' run: "
                          f"{'; '.join(problems)}; run 'monai-unc nnunet-predict' into the folder again with the "

@@ -180,6 +180,17 @@ def test_read_samples_refuses_bad_files(tmp_path):
         read_lesion_samples(tmp_path, "i", (4, 4, 4))
 
 
+@pytest.mark.parametrize(("top", "dtype"), [(200, np.uint8), (300, np.uint16), (70000, np.uint32)])
+def test_float_lesion_samples_become_the_smallest_unsigned_type(tmp_path, top, dtype):
+    """Whole-number float samples (float64 files) come back as the smallest unsigned type holding their largest
+    label, every label exact (70000 would wrap to 4464 in uint16)."""
+    values = np.zeros((2, 4, 4, 4))
+    values[1, 2, 3, 1], values[0, 0, 0, 0] = top, top - 1
+    save_region_maps(values, np.eye(4), tmp_path / "d_samples.nii.gz")
+    read = read_lesion_samples(tmp_path, "d", (4, 4, 4))
+    assert read.dtype == dtype and np.array_equal(read, values)
+
+
 @pytest.mark.parametrize("top", [104, 300], ids=["uint8", "uint16"])
 def test_lesion_samples_are_read_in_the_files_integer_type(tmp_path, top):
     """Found by hostile testing: ``read_lesion_samples`` read 1-byte label maps as float32, checked them with float

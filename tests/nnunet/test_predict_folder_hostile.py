@@ -265,6 +265,25 @@ def test_rerun_with_the_same_settings_on_a_subset_keeps_the_folder_consistent(tw
         check_finished_predictions(mixed, "nnunet", ["case0", "case1"])
 
 
+def test_a_case_without_its_record_is_an_interrupted_one(two_checkpoints, tmp_path):
+    """nnunet-predict removes a case's record first when it writes the case again and writes the record before the
+    segmentation: a case with files but no record is half old, half new (or half written). It passed the check
+    ("nothing recorded to compare") and was scored; now it is refused like the monai-unc layout's. A config written
+    by hand (no ``uncertainty_sources``) names no such run and is not checked."""
+    model, inp, _ = two_checkpoints
+    out = tmp_path / "pred"
+    _predict(_predictor(model), inp, out)
+    (out / "uncertainty" / "case1.json").unlink()
+    with pytest.raises(ValueError, match=r"case\(s\) \['case1'\] have files but no record uncertainty/<case>.json "
+                                         r"\(an interrupted case\)"):
+        check_finished_predictions(out, "nnunet", ["case0", "case1"])
+    check_finished_predictions(out, "nnunet", ["case0"])
+    cfg = json.loads((out / "uncertainty_config.json").read_text())
+    cfg.pop("uncertainty_sources")
+    (out / "uncertainty_config.json").write_text(json.dumps(cfg))
+    check_finished_predictions(out, "nnunet", ["case1"])
+
+
 def test_scores_table_lists_the_records_of_the_given_settings(tmp_path):
     """With the settings given (as a run writes it), the table leaves out records of other settings, e.g. of cases
     another -part_id is still predicting again."""
