@@ -20,6 +20,7 @@ dispatcher.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 import threading
@@ -29,10 +30,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LOCK_FILE", "cached_kernel", "signature_key"]
+__all__ = ["LOCK_FILE", "cached_kernel", "njit", "signature_key"]
 
 #: the lock file's name in a numba cache folder
 LOCK_FILE = "monai_unc.lock"
+
+logger = logging.getLogger(__name__)
+
+# whether the "no disk cache" line was logged in this process (once, for every kernel)
+_NO_CACHE_TOLD = False
 
 # one first call at a time in this process (the kernels run in several Python threads); reentrant, so that a first
 # call that led to another kernel's first call in the same thread would not wait for itself
@@ -151,3 +157,54 @@ def cached_kernel(dispatcher: Callable[..., Any], folder: str | os.PathLike | No
         (3, 7)
     """
     return _CachedKernel(dispatcher, None if folder is None else Path(folder))
+
+
+def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``numba.njit(cache=True, **options)`` where numba can keep compiled code on disk, else ``numba.njit(**options)``.
+
+    numba looks for a writable cache folder when a function is decorated: ``$NUMBA_CACHE_DIR``, the ``__pycache__``
+    beside the source, the user's cache folder. Where there is none (a read-only installation run by a user without
+    a writable home: a container with a read-only root file system, run under an arbitrary user id), ``cache=True``
+    raises ``RuntimeError: cannot cache function ...: no locator available`` on import, and every command that
+    uses a kernel would fail. The kernel is then compiled in each process instead (seconds at its first call), and one
+    log line per process says so and how to keep the compiled code (``NUMBA_CACHE_DIR``, a folder only this user
+    writes to: numba loads machine code from it).
+
+    Args:
+        **options: numba's ``njit`` options (``nogil``, ``boundscheck``, ``fastmath``, ...), without ``cache``.
+
+    Returns:
+        A decorator that compiles a function.
+
+    Raises:
+        ImportError: numba is not installed.
+        TypeError: ``cache`` among ``options``.
+
+    Example:
+        >>> @njit(nogil=True)
+        ... def twice(x):
+        ...     return 2 * x
+        >>> twice(21)
+        42
+    """
+    import numba
+
+    if "cache" in options:
+        raise TypeError("njit() decides cache itself: leave it out of options")
+
+    def decorate(func: Callable[..., Any]) -> Any:
+        global _NO_CACHE_TOLD
+        try:
+            return numba.njit(cache=True, **options)(func)
+        except RuntimeError as e:
+            if "no locator available" not in str(e):
+                raise
+        if not _NO_CACHE_TOLD:
+            _NO_CACHE_TOLD = True
+            logger.warning("numba finds no writable folder to keep compiled kernels in (%s is read-only and so is the "
+                           "user's cache folder): they are compiled in each process, seconds at their first use; set "
+                           "NUMBA_CACHE_DIR to a folder only this user can write to, to keep them",
+                           Path(func.__code__.co_filename).parent)
+        return numba.njit(**options)(func)
+
+    return decorate

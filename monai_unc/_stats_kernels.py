@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._jit import cached_kernel
+from ._jit import cached_kernel, njit
 from ._lazy import lazy_optional
 
 __all__ = ["FUSED_KERNELS", "available", "backend", "value_flags", "accumulate", "CPU_CHUNK_ELEMENTS"]
@@ -63,11 +63,9 @@ _FUSED_SUMS = (torch.float32, torch.float64)
 
 
 def _build_cpu() -> Any:
-    import numba
-
     # The voxel loops run over slices with ``range`` indices: a signed ``v - p_off`` index could be negative as far as
     # the compiler knows, and numba's wraparound test then keeps LLVM from vectorising the loop (2.3x slower)
-    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    @njit(nogil=True, boundscheck=False)
     def add_chunk(p, p_off, h, w, n_batch, sp, sh, sp2, sq_mode, v0, v1, scratch):  # pragma: no cover - compiled
         # p: (N, C, *) samples (sample k, batch item b at row k * n_batch + b), voxel v at p[:, :, v - p_off];
         # h: (N, Ch, v1 - v0) their entropies; sums (B, C | Ch | C or 1, V); voxels [v0, v1). Voxel loops innermost
@@ -107,7 +105,7 @@ def _build_cpu() -> Any:
                 for i in range(m):
                     sr[i] += wk * sc[i]
 
-    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    @njit(nogil=True, boundscheck=False)
     def flags(p, p_off, v0, v1, out, scratch):  # pragma: no cover - compiled
         # p: (N, C, *), voxels [v0, v1) at p[:, :, v - p_off]; out: [non-finite values (added), min, max,
         # max |sum_c p - 1|] (min / max over finite values)

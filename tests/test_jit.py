@@ -151,3 +151,89 @@ def test_a_numba_kernel_locks_in_its_cache_folder():
     p = torch.softmax(torch.randn(2, 3, 64, generator=torch.Generator().manual_seed(0)), 1)
     assert _stats_kernels.value_flags(p, classes=True)[0] == 0
     assert (folder / LOCK_FILE).exists()
+
+
+def test_a_kernel_without_a_writable_cache_folder_is_compiled_in_the_process(monkeypatch, caplog):
+    """Found by a review of read-only installations: with the package's folder and the user's cache folder not
+    writable (a read-only container run under an arbitrary user id), ``numba.njit(cache=True)`` raised ``RuntimeError:
+    cannot cache function ...: no locator available`` when the kernels' module was imported, and every command that
+    updates a calibration histogram or sample statistics failed. ``njit`` compiles such a kernel in the process and
+    says so once."""
+    pytest.importorskip("numba")
+    from numba.core import caching
+
+    import monai_unc._jit as jit
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])  # numba finds no cache folder at all
+
+    def twice(x):
+        return 2 * x
+
+    with pytest.raises(RuntimeError, match="no locator available"):  # what numba does alone
+        __import__("numba").njit(cache=True)(twice)
+    monkeypatch.setattr(jit, "_NO_CACHE_TOLD", False)
+    with caplog.at_level("WARNING", logger="monai_unc._jit"):
+        first, second = jit.njit(nogil=True)(twice), jit.njit()(lambda x: x + 1)
+    assert first(21) == 42 and second(1) == 2
+    told = [r.getMessage() for r in caplog.records if "NUMBA_CACHE_DIR" in r.getMessage()]
+    assert len(told) == 1, told
+    with pytest.raises(TypeError, match="cache"):
+        jit.njit(cache=False)
+
+
+def test_the_kernels_run_from_a_read_only_installation(tmp_path):
+    """The same, for real: the package copied into a folder mounted read-only with a read-only home, in a private
+    user and mount namespace (skipped where ``unshare`` cannot mount), updates a calibration histogram (equal to the
+    reference path) and the fused sample statistics."""
+    pytest.importorskip("numba")
+    import shutil
+    import subprocess
+
+    from tests._paths import ROOT
+
+    unshare = shutil.which("unshare")
+    if sys.platform != "linux" or unshare is None:
+        pytest.skip("a read-only mount needs Linux's unshare")
+    pkg, home = tmp_path / "pkg", tmp_path / "home"
+    shutil.copytree(ROOT / "monai_unc", pkg / "monai_unc", ignore=shutil.ignore_patterns("__pycache__"))
+    home.mkdir()
+    script = tmp_path / "check.py"
+    script.write_text(_READ_ONLY_CHECK + f"assert monai_unc.__file__.startswith({str(pkg)!r}), monai_unc.__file__\n")
+    ns = [unshare, "--user", "--map-root-user", "--mount", "sh", "-c"]
+    probe = subprocess.run([*ns, f'mount --bind -o ro "{pkg}" "{pkg}"'], capture_output=True, text=True, timeout=60)
+    if probe.returncode:
+        pytest.skip(f"cannot mount read-only in a user namespace here: {probe.stderr.strip()[:200]}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(PYTHONPATH=str(pkg), HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), MONAI_UNC_TEST_DEVICE="cpu",
+               MPLCONFIGDIR=str(tmp_path / "mpl"))
+    cmd = f'mount --bind -o ro "{pkg}" "{pkg}" && mount --bind -o ro "{home}" "{home}" && exec "$0" "$1"'
+    done = subprocess.run([*ns, cmd, sys.executable, str(script)], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    here = subprocess.run([sys.executable, "-c", _READ_ONLY_CHECK], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "MONAI_UNC_TEST_DEVICE": "cpu"})
+    assert here.returncode == 0, here.stderr[-3000:]
+    assert done.stdout == here.stdout and "fused" in here.stdout  # the same numbers as a cached kernel's
+    assert "NUMBA_CACHE_DIR" in done.stderr and "NUMBA_CACHE_DIR" not in here.stderr
+
+
+#: a histogram update and fused sample statistics; prints digests of their states
+_READ_ONLY_CHECK = """
+import hashlib
+import numpy as np, torch
+import monai_unc
+from monai_unc.metrics.calibration import ConfidenceHistogram, _cpu_kernel
+from monai_unc.stats import SampleStats
+from monai_unc import _stats_kernels
+assert _cpu_kernel.available() and _stats_kernels.available("cpu")
+g = torch.Generator().manual_seed(0)
+p = torch.softmax(torch.randn(1, 3, 6, 7, 8, generator=g), 1)
+y = torch.randint(0, 3, (1, 1, 6, 7, 8), generator=g)
+state = ConfidenceHistogram(num_classes=3).update(p, y).state_dict()
+tables = b"".join(np.ascontiguousarray(state[k]).tobytes() for k in ("counts", "sums"))
+print("fused", hashlib.sha256(tables).hexdigest())
+stats = SampleStats()
+for _ in range(3):
+    stats.update(torch.softmax(torch.randn(1, 3, 5, 5, 5, generator=g), 1))
+print("stats", hashlib.sha256(stats.mean.numpy().tobytes()).hexdigest())
+"""

@@ -838,8 +838,13 @@ def predict_case(
         try:
             raw = inferer(x, model.network)
         except (RuntimeError, ValueError, IndexError) as e:  # shape errors deep inside the network / inferer
+            hint = ""
+            if settings.roi is None and "size" in str(e).lower():  # e.g. a U-Net's skip connection of another size
+                hint = ("; without --roi the whole image goes through the network at once, and a U-Net needs every "
+                        "size divisible by its downsampling factor: pass --roi with the window it was trained on"
+                        + (" (64)" if settings.model.startswith("example") else ""))
             raise CaseError(f"case {case.case_id!r}: inference failed on the input of shape {tuple(x.shape)} "
-                            f"(batch, channels, *spatial): {error_line(e)}") from e
+                            f"(batch, channels, *spatial): {error_line(e)}{hint}") from e
         maps = raw
     pred = maps[K.PRED.value]
     multilabel = is_multilabel(raw if hasattr(raw, "multilabel") else maps, settings.activation)

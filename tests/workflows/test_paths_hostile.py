@@ -284,3 +284,21 @@ def test_dicom_export_refuses_a_case_named_like_its_record(tmp_path):
     with pytest.raises(CaseError, match=rf"case '{EXPORT_RECORD}': its folder of objects would be the export's own"):
         dicom_export(pred, src, tmp_path / "out", uid_root="1.2.826.0.1.3680043.10.779.", progress=False)
     assert not (tmp_path / "out" / EXPORT_RECORD).exists()
+
+
+def test_whole_image_inference_of_a_size_the_unet_cannot_take_says_to_pass_roi(tmp_path, capsys):
+    """Found by a review of the newcomer's path: ``infer --model example`` on the demo's own images without ``--roi``
+    failed every case with torch's "Sizes of tensors must match except in dimension 1" (the whole 50 x 117 x 95 image
+    at once: a U-Net needs sizes divisible by its downsampling factor). The line now says to pass ``--roi`` and the
+    window the example was trained on; with it the case is predicted."""
+    img = tmp_path / "img"
+    img.mkdir()
+    rng = np.random.default_rng(0)
+    nib.save(nib.Nifti1Image(rng.random((18, 29, 23), dtype=np.float32), np.eye(4)), img / "c.nii.gz")
+    rc, _, err = _main(["infer", "-i", img, "-o", tmp_path / "pred", "--model", "example", "--method", "softmax",
+                        "--device", "cpu", "-q"], capsys)
+    assert rc == 1 and "inference failed on the input of shape (1, 1, 18, 29, 23)" in err, err
+    assert "pass --roi with the window it was trained on (64)" in err, err
+    rc, _, err = _main(["infer", "-i", img, "-o", tmp_path / "pred2", "--model", "example", "--method", "softmax",
+                        "--device", "cpu", "-q", "--roi", "64"], capsys)
+    assert rc == 0 and (tmp_path / "pred2" / "c.json").is_file(), err

@@ -2,7 +2,8 @@
 
 Every function is a module-level compiled function (``cache=True``): numba keeps its machine code in its disk cache
 (``__pycache__`` beside this file, or ``$NUMBA_CACHE_DIR``), so a process loads what an earlier process compiled
-instead of compiling again (a few seconds per number of classes). The number of classes is the *length* of the
+instead of compiling again (a few seconds per number of classes); where numba finds no writable cache folder they are
+compiled in each process (:func:`monai_unc._jit.njit`). The number of classes is the *length* of the
 first argument of the kernels that loop over the classes, ``cls = tuple(range(C))`` (numba type ``UniTuple(int64,
 C)``): each class count is its own specialisation, in which ``len(cls)`` is a constant, so LLVM unrolls the loops
 over the classes and keeps one branch of the choices that depend on it, as it did for the earlier kernels (closures
@@ -23,10 +24,9 @@ import math
 import struct
 from typing import Any
 
-import numba
 import numpy as np
 
-from ..._jit import cached_kernel
+from ..._jit import cached_kernel, njit
 from ._cpu_kernel import EDGE_BINS as _PUBLIC_EDGE_BINS
 from ._cpu_kernel import EDGE_COPIES as _PUBLIC_EDGE_COPIES
 from ._cpu_kernel import MAX_UNROLLED_CLASSES as _PUBLIC_MAX_UNROLLED
@@ -77,11 +77,12 @@ _EXPONENT_BITS = np.int64(-(1 << 52))  # 0xFFF0000000000000: sign and exponent f
 TINY = float(np.finfo(np.float64).tiny)
 C1, C2, C3, C4, C5, C6, C7, C8, C9, C10 = _ATANH_COEFFS
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+# numba.njit(cache=True, ...) where numba finds a writable cache folder (monai_unc._jit.njit)
+_jit = njit(nogil=True, boundscheck=False)
 # the NLL / Brier sums of a block: reassociated (vectorised products and sums), within their stated bound
-_reassoc = numba.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc"})
+_reassoc = njit(nogil=True, boundscheck=False, fastmath={"reassoc"})
 # the normalised entropy: no division-by-zero checks (numpy's error model), so that LLVM vectorises the divisions
-_vec = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+_vec = njit(nogil=True, boundscheck=False, error_model="numpy")
 
 # Bins and top labels are uint32: an unsigned index needs no wraparound of negative indices (a sign test and an
 # add per table update in the scatters), and the bins of values in [0, 1] times F < 2^31 fit.
