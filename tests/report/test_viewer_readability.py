@@ -208,3 +208,54 @@ def test_viewer_is_readable_in_the_browser(tmp_path):
     assert np.mean(tile.max(axis=2) > 40) > 0.05  # a volume rendered, not just the crosshair
     bad = [ln for ln in console if re.search(r"uncaught|error|fail|refused", ln, re.I)]
     assert not bad, bad
+
+
+LABEL_PROBE = r"""
+(function () {
+  function probe() {
+    var box = document.querySelector(".mu-viewer"), nv = box.niivue;
+    var v = nv.volumes[box.muData.volumes.findIndex(function (d) { return d.role === "prediction"; })];
+    var lut = v.colormapLabel.lut, top = 0;
+    for (var i = 0; i < v.img.length; i++) { if (v.img[i] > top) { top = v.img[i]; } }
+    function color(k) { var j = 4 * (k - v.colormapLabel.min); return Array.prototype.slice.call(lut, j, j + 4); }
+    var seen = {}, distinct = 0;
+    for (var k = 1; k <= top; k++) { var c = color(k).join(","); if (!seen[c]) { seen[c] = 1; distinct++; } }
+    document.body.setAttribute("data-label-probe", JSON.stringify({
+      top: top, type: v.img.constructor.name, entries: lut.length / 4, min: v.colormapLabel.min,
+      zero: color(0), first: color(1), last: color(top), distinct: distinct }));
+  }
+  function wait() { if (document.body.getAttribute("data-viewer-ready")) { probe(); } else { setTimeout(wait, 50); } }
+  wait();
+})();
+"""
+
+
+@pytest.mark.slow
+def test_more_than_255_labels_are_drawn_each_in_its_colour_in_the_browser(tmp_path):
+    """A prediction with 300 labels (whole-body CT class sets) is stored as uint16 display indices: NiiVue in Chromium
+    reads all 300 (not wrapped to 8 bits), its label table has an opaque, distinct colour for every index and a
+    transparent background, and the legend names the true label values."""
+    exe = _chromium()
+    shape = (30, 20, 20)
+    seg = np.zeros(shape, dtype=np.int64)
+    labels = np.arange(1, 301) * 7  # 300 labels up to 2100: the values are not the indices
+    seg.reshape(-1)[:: 12][: labels.size] = labels  # every label present in the crop
+    u = np.random.default_rng(0).random(shape)
+    image = np.ones(shape, dtype=np.float32)
+    data = case_viewer("many", seg, u, image, measure="mutual_information")
+    assert [lab["value"] for lab in data["labels"]] == labels.tolist()
+    scripts = viewer_scripts(tmp_path)
+    (tmp_path / "assets" / "label_probe.js").write_text(LABEL_PROBE)
+    page = tmp_path / "page.html"
+    page.write_text(document("viewer", VIEWER_CSS, viewer_section([data], "Viewer"), scripts,
+                             script_file("assets/label_probe.js")))
+    dom, _, console = _open_offline(exe, page, tmp_path, "labels300")
+    body = re.search(r"<body([^>]*)>", dom).group(1)
+    assert 'data-viewer-ready="1"' in body and "data-viewer-error" not in body, body
+    probe = json.loads(html.unescape(re.search(r'data-label-probe="([^"]*)"', body).group(1)))
+    assert probe["top"] == 300 and probe["type"] == "Uint16Array", probe
+    assert probe["min"] == 0 and probe["entries"] >= 301, probe
+    assert probe["zero"][3] == 0 and probe["first"][3] == 255 and probe["last"][3] == 255, probe
+    assert probe["distinct"] == 300, probe
+    bad = [ln for ln in console if re.search(r"uncaught|error|fail|refused", ln, re.I)]
+    assert not bad, bad
