@@ -80,6 +80,7 @@ __all__ = [
     "check_output_folder",
     "check_output_file",
     "clean_partial_files",
+    "owned_folder",
     "DISK_FULL_ERRNOS",
     "is_disk_full",
     "OUTPUT_LOCK_FILE",
@@ -1588,6 +1589,53 @@ def clean_partial_files(folder: str | os.PathLike) -> int:
     return n
 
 
+def owned_folder(output: str | os.PathLike, relative: str | os.PathLike, what: str = "output folder") -> Path:
+    """A sub-folder of an output folder that a command writes and removes files in, refused when it is a link.
+
+    A command cleans the sub-folders it owns (``maps/``, ``figures/``, ``products/<name>/``, ``dicom-export``'s
+    ``<case>/``) of an earlier run's files. A symbolic link planted there (by anyone who can write into a shared
+    output folder) would make it remove and replace files of the folder the link points to: each folder of
+    ``relative`` below ``output`` must not be a symbolic link. Found by hostile testing: ``dicom-export`` removed
+    every ``*.dcm`` of another folder that ``<output>/<case>`` linked to. ``output`` itself, which the user names, may
+    be a link. Nothing is created.
+
+    Args:
+        output: the command's output folder.
+        relative: the sub-folder, relative to ``output`` (e.g. ``"maps"``, ``"products/lesions"``).
+        what: how the message names ``output``.
+
+    Returns:
+        ``output / relative``.
+
+    Raises:
+        ValueError: a folder of ``relative`` is a symbolic link (one line naming it, where it points and the remedy).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     os.symlink(tempfile.gettempdir(), Path(d) / "maps")
+        ...     owned_folder(d, "figures") == Path(d) / "figures"
+        ...     try:
+        ...         owned_folder(d, "maps")
+        ...     except ValueError as e:
+        ...         "maps is a symbolic link" in str(e)
+        True
+        True
+    """
+    base = Path(output)
+    path = base
+    for part in Path(relative).parts:
+        path = path / part
+        if path.is_symlink():
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            raise ValueError(f"{what} {base}: {path} is a symbolic link (to {target}), where the command writes and "
+                             "removes files: it must be a folder of its own; remove the link")
+    return path
+
+
 #: the file of :func:`output_lock` in an output folder while a run writes there
 OUTPUT_LOCK_FILE = ".monai-unc.lock"
 
@@ -1861,7 +1909,8 @@ def check_output_kind(folder: str | os.PathLike, command: str,
     that command's outputs only (``markers``); a folder without them (new, empty, or holding anything else) is
     accepted. Nor may the folder lie in a sub-folder that a command's output folder owns (``maps/``, ``products/``,
     ``state/``, e.g. a product's command writing into ``EVAL/products/<name>``, which would replace the evaluation's
-    case files there).
+    case files there), and those sub-folders (and ``products/<name>/``) must not be symbolic links
+    (:func:`owned_folder`: the commands remove files there).
 
     Args:
         folder: the output folder (a missing one is accepted).
@@ -1872,7 +1921,7 @@ def check_output_kind(folder: str | os.PathLike, command: str,
     Raises:
         ValueError: ``folder`` holds another command's marker files, or lies in a ``maps/``, ``products/`` or
             ``state/`` sub-folder of a folder holding a command's marker files (one line naming them and the
-            command).
+            command), or such a sub-folder of ``folder`` is a symbolic link.
 
     Example:
         >>> import tempfile
@@ -1901,6 +1950,13 @@ def check_output_kind(folder: str | os.PathLike, command: str,
                                  f"{above / below.name}")
     if not folder.is_dir():
         return
+    for sub in _OWNED_SUBFOLDERS:  # before any work: the commands write and remove files there (owned_folder)
+        owned_folder(folder, sub, "--output")
+    products = folder / "products"
+    if products.is_dir():
+        for entry in sorted(products.iterdir()):
+            if entry.is_dir():
+                owned_folder(folder, f"products/{entry.name}", "--output")
     for other, names in markers.items():
         found = [n for n in names if other != command and (folder / n).is_file()]
         if found:
