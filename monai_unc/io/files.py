@@ -23,6 +23,7 @@ import math
 import operator
 import os
 import shutil
+import stat
 import struct
 import tempfile
 import time
@@ -1658,6 +1659,11 @@ def _flock(path: Path, exclusive: bool) -> int | None:
     Exclusive (a writer's hold): the file is opened for writing, created when missing. Shared (a reader's probe):
     the file is opened for reading only, nothing is created.
 
+    The file is never opened through a symbolic link (``O_NOFOLLOW``), and an exclusive hold refuses a file that is
+    not a plain file of its own (a link planted in a shared output folder, or a hard link, named ``.monai-unc.lock``):
+    the hold truncates the file and writes its line into it. Found by hostile testing: such a link made every run into
+    the folder overwrite the file it pointed to.
+
     Args:
         path: the lock file.
         exclusive: an exclusive lock (else a shared one).
@@ -1670,17 +1676,28 @@ def _flock(path: Path, exclusive: bool) -> int | None:
     Raises:
         BlockingIOError: another open file holds the lock (another run; the descriptor is closed).
         OSError: an exclusive hold's file cannot be opened (an unwritable folder).
+        ValueError: an exclusive hold's file is a symbolic link, a hard link or no regular file (one line naming it).
     """
     try:
         import fcntl
     except ImportError:  # no flock (Windows): nothing is locked
         return None
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY, 0o644)
-    except OSError:
+        fd = os.open(path, (os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY) | nofollow, 0o644)
+    except OSError as e:
+        if exclusive and (e.errno == errno.ELOOP or path.is_symlink()):
+            raise ValueError(f"{path} is a symbolic link, not the lock file of a run: a run would overwrite the file "
+                             "it points to; remove the link") from None
         if exclusive:
             raise
-        return None  # no lock file: no run holds the folder
+        return None  # no lock file (or a link, which no run holds): no run holds the folder
+    if exclusive:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+            os.close(fd)
+            kind = "a hard link of another file" if stat.S_ISREG(info.st_mode) else "not a regular file"
+            raise ValueError(f"{path} is {kind}, not the lock file of a run: a run would overwrite it; remove it")
     try:
         fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -1720,7 +1737,8 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc", wait: flo
 
     Raises:
         ValueError: another process holds the folder (after ``wait`` seconds; one line naming the folder and the
-            holder).
+            holder), or its lock file is a symbolic link, a hard link or no regular file (planted: a run would
+            overwrite the file it points to).
 
     Example:
         >>> import tempfile
