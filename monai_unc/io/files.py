@@ -1204,7 +1204,7 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
     """
     try:
         return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: deeply nested (found by hostile testing)
         return None
 
 
