@@ -1850,7 +1850,8 @@ def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iter
     is refused; the caller checks what the folder holds, under the lock, at the start of the block). The staging
     folder ``.<name>.partial-<random>.dir`` lies in the folder's parent (the same file system: the final step is two
     renames); a killed run's staging folders are removed by the next run into the folder. A symbolic link is
-    followed: the folder it points to is replaced.
+    followed: the folder it points to is replaced. The new folder keeps the folder's mode (a new folder: the one the
+    umask gives).
 
     Args:
         folder: the output folder (created, empty, while the block runs when it is missing; removed again when the
@@ -1886,6 +1887,10 @@ def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iter
                     and not stale.is_symlink():
                 shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=prefix, suffix=".dir", dir=parent))
+        # mkdtemp makes it 0700 and it becomes the folder: it takes the folder's mode (made by output_lock under the
+        # umask when missing), so a shared model folder stays readable by those it was (found by hostile testing)
+        with contextlib.suppress(OSError):
+            os.chmod(staging, stat.S_IMODE(folder.stat().st_mode))
         try:
             yield staging
             # the held lock file moves with the content: the new folder is held until output_lock releases it
