@@ -113,3 +113,17 @@ def test_dicom_export_does_not_delete_through_a_case_link(tmp_path, capsys):
     (out / "ct01").unlink()  # without the link the export runs
     assert main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(out), "-q"]) == 0
     assert (out / "ct01" / "seg.dcm").is_file()
+
+
+def test_a_product_folder_beside_triage_may_not_be_a_link(tmp_path):
+    """``triage --conformal-rule`` writes the masks into ``<output>/conformal`` and removes stale ones there."""
+    from monai_unc.workflows.apply import check_beside_triage
+
+    names = ("c1_outer.nii.gz", "c1_inner.nii.gz")
+    victim = _victim(tmp_path, names)
+    out = tmp_path / "triage"
+    out.mkdir()
+    os.symlink(victim, out / "conformal")
+    with pytest.raises(ValueError, match="conformal is a symbolic link"):
+        check_beside_triage({"conformal": tmp_path / "no_rule.json"}, tmp_path / "pred", out)
+    _intact(victim, names)
