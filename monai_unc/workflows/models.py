@@ -101,16 +101,22 @@ def _check_target(target: Any, where: str, what: str, allowed: Sequence[str]) ->
                              f"outside the allowed network names ({hint})")
 
 
-def _lookup(root: Any, ref: str) -> Any:
-    node = root
-    for part in ref.replace("#", "::").split("::"):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
+def _items_by_id(root: Any) -> dict[str, list[Any]]:
+    """Every entry of a parsed config by its id, as MONAI's reference resolver names them.
+
+    The id of an entry is its parent's id, ``::`` and its key (or list index), the keys as written: a key that holds
+    ``::`` itself (``"x::y"``) is then the id ``x::y`` too, which a reference ``@x::y`` finds in MONAI (found by
+    hostile testing: looking the parts up one level at a time found nothing there, and the entry was not checked).
+    Several entries of one id are all listed (MONAI builds the first).
+    """
+    items: dict[str, list[Any]] = {}
+    todo: list[tuple[Any, str]] = [(root, "")]
+    while todo:
+        node, cid = todo.pop()
+        items.setdefault(cid, []).append(node)
+        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        todo.extend((v, f"{cid}::{k}" if cid else str(k)) for k, v in children)
+    return items
 
 
 def check_network_spec(spec: dict, key: str | None = None, allow_code: Sequence[str] = (), what: str = "--network",
@@ -149,6 +155,7 @@ torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it 
     # the config as _instantiate parses it: a whole spec is the entry "network" of a wrapper, so the ids MONAI
     # resolves references with (relative ones included) are those of that wrapper
     root, built = (spec, key) if key is not None else ({_SPEC_ENTRY: spec}, _SPEC_ENTRY)
+    items = _items_by_id(root)
     seen: set[str] = set()
     # (node, where the messages say it is, its id in the parsed config)
     todo: list[tuple[Any, str, str]] = [(root.get(built), "" if key is None else f"{key}::", built)]
@@ -179,7 +186,7 @@ torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it 
             if ref not in seen:
                 seen.add(ref)
                 shown = ref[len(_SPEC_ENTRY) + 2:] if key is None and ref.startswith(f"{_SPEC_ENTRY}::") else ref
-                todo.append((_lookup(root, ref), f"{shown}::", ref))
+                todo.extend((entry, f"{shown}::", ref) for entry in items.get(ref, ()))
 
 
 def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[str, torch.Tensor]:

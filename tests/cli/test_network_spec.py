@@ -56,12 +56,18 @@ def _hostile(canary: Path, module_dir: Path) -> dict[str, dict]:
                                    "a": {"_target_": "subprocess.run", "args": ["touch", str(canary)]}},
         "relative reference in a list": {"network_def": {**TOY_NET, "act": ["@::::::a"]},
                                          "a": {"_target_": "os.system", "command": touch}},
+        # ... and an entry whose key holds the separator: MONAI's resolver finds "@x::y" under the key "x::y"
+        "separator in a key": {"network_def": {**TOY_NET, "_requires_": "@x::y"},
+                               "x::y": {"_target_": "os.system", "command": touch}},
+        "separator in a key (#)": {"network_def": {**TOY_NET, "_requires_": "@x#y"},
+                                   "x::y": {"_target_": "os.system", "command": touch}},
     }
 
 
 NAMES = ["os.system", "subprocess.run", "builtins.eval", "importlib chain", "nested argument", "deeply nested",
          "referenced target", "expression", "macro", "dotted escape", "private attribute", "target reference",
-         "debug mode", "relative reference", "relative reference (#)", "relative reference in a list"]
+         "debug mode", "relative reference", "relative reference (#)", "relative reference in a list",
+         "separator in a key", "separator in a key (#)"]
 
 
 @pytest.mark.parametrize("name", NAMES)
