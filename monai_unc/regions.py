@@ -141,9 +141,10 @@ def parse_regions(spec: RegionSpec | str) -> dict[str, tuple[int, ...]]:
         try:
             spec = json.loads(key, object_pairs_hook=lambda pairs: unique_json_keys(
                 pairs, "regions: the region {key!r} is given twice"))
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:  # found by hostile testing: deep nesting, a traceback
+            shown = repr(key) if len(key) <= 80 else f"{key[:80]!r}... ({len(key)} characters)"
             raise ValueError(
-                f"regions must be one of {sorted(_NAMED)} or a JSON object of region -> labels, got {key!r}"
+                f"regions must be one of {sorted(_NAMED)} or a JSON object of region -> labels, got {shown}"
             ) from e
     return check_regions(spec)
 

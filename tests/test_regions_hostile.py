@@ -125,3 +125,19 @@ def test_unclaimed_labels_refuses_values_that_are_no_labels(value, match):
         unclaimed_labels(labels, "brats")
     assert unclaimed_labels(np.array([0.0, 1.0, 3.0, 7.0]), "brats") == [3, 7]
     assert unclaimed_labels(torch.tensor([[0, 4], [2, 9]], dtype=torch.uint8), "brats") == [9]
+
+
+def test_a_deeply_nested_regions_file_is_one_line(tmp_path):
+    """Found by hostile testing: ``--regions FILE`` of 100 000 nested brackets raised ``RecursionError`` through
+    ``parse_regions`` (a traceback); it is the one-line refusal of text that is no region spec, the text cut short."""
+    from monai_unc.regions import parse_regions
+    from monai_unc.workflows.prepare import read_region_spec
+
+    nested = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ValueError, match=r"JSON object of region -> labels, got '\[\[\[.*\.\.\. \(200000 characters\)"):
+        parse_regions(nested)
+    path = tmp_path / "regions.json"
+    path.write_text(nested)
+    with pytest.raises(ValueError, match=r"^--regions: regions must be one of") as e:
+        read_region_spec(str(path))
+    assert len(str(e.value)) < 400

@@ -258,8 +258,8 @@ class CohortState:
 
         Raises:
             FileNotFoundError: ``folder`` has no ``rows.json``.
-            ValueError: ``rows.json`` has a field of the wrong type (:func:`check_state_rows`; one line naming the
-                file, the case and the column).
+            ValueError: ``rows.json`` is not JSON, or has a field of the wrong type (:func:`check_state_rows`; one
+                line naming the file, the case and the column).
 
         Example:
             >>> import tempfile
@@ -272,7 +272,11 @@ class CohortState:
         path = folder / "rows.json"
         if not path.is_file():
             raise FileNotFoundError(f"no evaluation state in {folder} (rows.json missing): run monai-unc evaluate")
-        meta = json.loads(path.read_text())
+        try:
+            meta = json.loads(path.read_text())
+        except (ValueError, RecursionError) as e:  # found by hostile testing: deep nesting was a traceback
+            raise ValueError(f"{path}: not valid JSON ({type(e).__name__}: {str(e)[:200]}); run monai-unc evaluate "
+                             "again") from None
         check_state_rows(meta, str(path))  # a file a user may have edited: one line naming the case and the column
         rows = [upgrade_row(r) for r in meta["rows"]]  # written by an older version: current column names
         state = cls(int(meta["num_classes"]), int(meta["n_fine_bins"]), rows,

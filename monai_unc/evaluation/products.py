@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..io import OUTPUT_MARKERS, json_safe
+from ..io import OUTPUT_MARKERS, json_safe, owned_folder
 from ..io.provenance import read_checked_json, rule_digest, write_signed_json
 from ..product import CohortProduct, registered_products
 from .config import EvaluationConfig
@@ -326,10 +326,13 @@ def remove_case_files(output: str | os.PathLike, keep: Sequence[str] = ()) -> No
     Returns:
         None.
     """
-    root = Path(output) / PRODUCTS_DIR
+    root = owned_folder(output, PRODUCTS_DIR)  # not a link, nor a product's folder in it: their files are removed
     if not root.is_dir():
         return
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in keep):
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        owned_folder(root, folder.name)  # a product's files are written there too
+        if folder.name in keep:
+            continue
         for f in folder.iterdir():
             if f.is_file():
                 f.unlink(missing_ok=True)

@@ -23,6 +23,7 @@ import math
 import operator
 import os
 import shutil
+import stat
 import struct
 import tempfile
 import time
@@ -80,6 +81,7 @@ __all__ = [
     "check_output_folder",
     "check_output_file",
     "clean_partial_files",
+    "owned_folder",
     "DISK_FULL_ERRNOS",
     "is_disk_full",
     "OUTPUT_LOCK_FILE",
@@ -1202,7 +1204,7 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
     """
     try:
         return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: deeply nested (found by hostile testing)
         return None
 
 
@@ -1588,6 +1590,53 @@ def clean_partial_files(folder: str | os.PathLike) -> int:
     return n
 
 
+def owned_folder(output: str | os.PathLike, relative: str | os.PathLike, what: str = "output folder") -> Path:
+    """A sub-folder of an output folder that a command writes and removes files in, refused when it is a link.
+
+    A command cleans the sub-folders it owns (``maps/``, ``figures/``, ``products/<name>/``, ``dicom-export``'s
+    ``<case>/``) of an earlier run's files. A symbolic link planted there (by anyone who can write into a shared
+    output folder) would make it remove and replace files of the folder the link points to: each folder of
+    ``relative`` below ``output`` must not be a symbolic link. Found by hostile testing: ``dicom-export`` removed
+    every ``*.dcm`` of another folder that ``<output>/<case>`` linked to. ``output`` itself, which the user names, may
+    be a link. Nothing is created.
+
+    Args:
+        output: the command's output folder.
+        relative: the sub-folder, relative to ``output`` (e.g. ``"maps"``, ``"products/lesions"``).
+        what: how the message names ``output``.
+
+    Returns:
+        ``output / relative``.
+
+    Raises:
+        ValueError: a folder of ``relative`` is a symbolic link (one line naming it, where it points and the remedy).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     os.symlink(tempfile.gettempdir(), Path(d) / "maps")
+        ...     owned_folder(d, "figures") == Path(d) / "figures"
+        ...     try:
+        ...         owned_folder(d, "maps")
+        ...     except ValueError as e:
+        ...         "maps is a symbolic link" in str(e)
+        True
+        True
+    """
+    base = Path(output)
+    path = base
+    for part in Path(relative).parts:
+        path = path / part
+        if path.is_symlink():
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            raise ValueError(f"{what} {base}: {path} is a symbolic link (to {target}), where the command writes and "
+                             "removes files: it must be a folder of its own; remove the link")
+    return path
+
+
 #: the file of :func:`output_lock` in an output folder while a run writes there
 OUTPUT_LOCK_FILE = ".monai-unc.lock"
 
@@ -1610,6 +1659,11 @@ def _flock(path: Path, exclusive: bool) -> int | None:
     Exclusive (a writer's hold): the file is opened for writing, created when missing. Shared (a reader's probe):
     the file is opened for reading only, nothing is created.
 
+    The file is never opened through a symbolic link (``O_NOFOLLOW``), and an exclusive hold refuses a file that is
+    not a plain file of its own (a link planted in a shared output folder, or a hard link, named ``.monai-unc.lock``):
+    the hold truncates the file and writes its line into it. Found by hostile testing: such a link made every run into
+    the folder overwrite the file it pointed to.
+
     Args:
         path: the lock file.
         exclusive: an exclusive lock (else a shared one).
@@ -1622,17 +1676,28 @@ def _flock(path: Path, exclusive: bool) -> int | None:
     Raises:
         BlockingIOError: another open file holds the lock (another run; the descriptor is closed).
         OSError: an exclusive hold's file cannot be opened (an unwritable folder).
+        ValueError: an exclusive hold's file is a symbolic link, a hard link or no regular file (one line naming it).
     """
     try:
         import fcntl
     except ImportError:  # no flock (Windows): nothing is locked
         return None
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY, 0o644)
-    except OSError:
+        fd = os.open(path, (os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY) | nofollow, 0o644)
+    except OSError as e:
+        if exclusive and (e.errno == errno.ELOOP or path.is_symlink()):
+            raise ValueError(f"{path} is a symbolic link, not the lock file of a run: a run would overwrite the file "
+                             "it points to; remove the link") from None
         if exclusive:
             raise
-        return None  # no lock file: no run holds the folder
+        return None  # no lock file (or a link, which no run holds): no run holds the folder
+    if exclusive:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+            os.close(fd)
+            kind = "a hard link of another file" if stat.S_ISREG(info.st_mode) else "not a regular file"
+            raise ValueError(f"{path} is {kind}, not the lock file of a run: a run would overwrite it; remove it")
     try:
         fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -1672,7 +1737,8 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc", wait: flo
 
     Raises:
         ValueError: another process holds the folder (after ``wait`` seconds; one line naming the folder and the
-            holder).
+            holder), or its lock file is a symbolic link, a hard link or no regular file (planted: a run would
+            overwrite the file it points to).
 
     Example:
         >>> import tempfile
@@ -1784,7 +1850,8 @@ def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iter
     is refused; the caller checks what the folder holds, under the lock, at the start of the block). The staging
     folder ``.<name>.partial-<random>.dir`` lies in the folder's parent (the same file system: the final step is two
     renames); a killed run's staging folders are removed by the next run into the folder. A symbolic link is
-    followed: the folder it points to is replaced.
+    followed: the folder it points to is replaced. The new folder keeps the folder's mode (a new folder: the one the
+    umask gives).
 
     Args:
         folder: the output folder (created, empty, while the block runs when it is missing; removed again when the
@@ -1820,6 +1887,10 @@ def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iter
                     and not stale.is_symlink():
                 shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=prefix, suffix=".dir", dir=parent))
+        # mkdtemp makes it 0700 and it becomes the folder: it takes the folder's mode (made by output_lock under the
+        # umask when missing), so a shared model folder stays readable by those it was (found by hostile testing)
+        with contextlib.suppress(OSError):
+            os.chmod(staging, stat.S_IMODE(folder.stat().st_mode))
         try:
             yield staging
             # the held lock file moves with the content: the new folder is held until output_lock releases it
@@ -1861,7 +1932,8 @@ def check_output_kind(folder: str | os.PathLike, command: str,
     that command's outputs only (``markers``); a folder without them (new, empty, or holding anything else) is
     accepted. Nor may the folder lie in a sub-folder that a command's output folder owns (``maps/``, ``products/``,
     ``state/``, e.g. a product's command writing into ``EVAL/products/<name>``, which would replace the evaluation's
-    case files there).
+    case files there), and those sub-folders (and ``products/<name>/``) must not be symbolic links
+    (:func:`owned_folder`: the commands remove files there).
 
     Args:
         folder: the output folder (a missing one is accepted).
@@ -1872,7 +1944,7 @@ def check_output_kind(folder: str | os.PathLike, command: str,
     Raises:
         ValueError: ``folder`` holds another command's marker files, or lies in a ``maps/``, ``products/`` or
             ``state/`` sub-folder of a folder holding a command's marker files (one line naming them and the
-            command).
+            command), or such a sub-folder of ``folder`` is a symbolic link.
 
     Example:
         >>> import tempfile
@@ -1901,6 +1973,13 @@ def check_output_kind(folder: str | os.PathLike, command: str,
                                  f"{above / below.name}")
     if not folder.is_dir():
         return
+    for sub in _OWNED_SUBFOLDERS:  # before any work: the commands write and remove files there (owned_folder)
+        owned_folder(folder, sub, "--output")
+    products = folder / "products"
+    if products.is_dir():
+        for entry in sorted(products.iterdir()):
+            if entry.is_dir():
+                owned_folder(folder, f"products/{entry.name}", "--output")
     for other, names in markers.items():
         found = [n for n in names if other != command and (folder / n).is_file()]
         if found:

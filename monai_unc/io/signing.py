@@ -38,7 +38,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .files import atomic_write, atomic_write_bytes, output_lock
+from .files import atomic_write, output_lock
 
 __all__ = [
     "SIGNATURE_FIELD",
@@ -131,13 +131,24 @@ def _write_private(path: Path, data: bytes) -> Path:
 
 
 def _write_public(path: Path, key: Ed25519PublicKey) -> Path:
-    return atomic_write_bytes(path, key.public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    """The public key file, writable by its owner only whatever the umask (0644 at most).
+
+    Found by hostile testing: under ``umask 002`` with a shared primary group it was written 0664, and
+    :func:`trusted_public_keys` then refused this machine's own key (writable by other users).
+    """
+    data = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+    def write(tmp: Path) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+    return atomic_write(path, write)
 
 
 def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", overwrite: bool = False
                       ) -> tuple[Path, Path]:
-    """Create an Ed25519 key pair: ``<name>.pem`` (private, mode 0600) and ``<name>.pub`` (public), both PEM.
+    """Create an Ed25519 key pair: ``<name>.pem`` (private, mode 0600) and ``<name>.pub`` (public, 0644), both PEM.
 
     The private key is written first. A half pair (``<name>.pem`` without ``<name>.pub``: a full disk or a kill
     between the two files) is completed: its public key is derived from the private key (:func:`complete_key_pair`)

@@ -248,7 +248,8 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
         without the apostrophe :func:`write_csv` puts in front of a text a spreadsheet would evaluate.
 
     Raises:
-        ValueError: the file is not UTF-8 text (the message names it).
+        ValueError: the file is not UTF-8 text, or not CSV the ``csv`` module reads (e.g. a cell over its
+            field size limit of 131072 characters); the message names it (and the line).
 
     Example:
         >>> import tempfile
@@ -261,7 +262,12 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
     """
     try:
         with open(path, newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            try:
+                rows = list(reader)
+            except csv.Error as e:  # found by hostile testing: a cell over the csv module's limit was a traceback
+                raise ValueError(f"{os.fspath(path)}: not a readable CSV table (line {reader.line_num + 1}: {e})"
+                                 ) from None
     except UnicodeDecodeError as e:  # the codec's message names no file
         raise ValueError(f"{os.fspath(path)}: not UTF-8 text ({e.reason} at byte {e.start}): save the table as "
                          "UTF-8 CSV") from None

@@ -1512,7 +1512,7 @@ def read_model_json(path: str | os.PathLike) -> dict | None:
         doc = json.loads(path.read_text())
     except OSError as e:
         raise ValueError(f"{path}: not readable ({type(e).__name__}: {e.strerror or e})") from None
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: deeply nested (hostile testing)
         raise ValueError(f"{path}: not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a JSON object (got {type(doc).__name__})")

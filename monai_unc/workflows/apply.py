@@ -20,7 +20,7 @@ from typing import Any
 
 from ..engine import DistContext
 from ..evaluation.products import command_output_markers
-from ..io import check_output_folder, check_output_kind
+from ..io import check_output_folder, check_output_kind, owned_folder
 from ..io.signing import Trust
 from ..product import CohortProduct, command_product, command_products
 from .session import CommandResult, run_command
@@ -217,10 +217,14 @@ def check_beside_triage(rules: Mapping[str, Any], predictions: str | os.PathLike
 
     Returns:
         ``{command: its output folder}`` (``<output>/<command>``).
+
+    Raises:
+        ValueError: a product's folder is a symbolic link (:func:`~monai_unc.io.owned_folder`), or its check's.
     """
     folders = {}
     for command, artifact in rules.items():
         folder = beside_triage_folder(output, command)
+        owned_folder(output, folder.name, "--output")  # not a link: the command removes files there (its stale masks)
         product_of_command(command).check_apply(predictions, artifact, folder, **options)
         folders[command] = folder
     return folders

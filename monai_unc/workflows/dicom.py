@@ -56,6 +56,7 @@ from ..io import (
     list_files,
     match_cases,
     output_lock,
+    owned_folder,
     read_csv,
     read_json_or_none,
     read_probabilities,
@@ -600,6 +601,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if clash:  # <output>/<case>/ would be the export's own record (found by hostile testing: reserved names)
         raise CaseError(f"case {clash[0]!r}: its folder of objects would be the export's own {EXPORT_RECORD} in "
                         f"{out}; rename the case")
+    for c in found:  # before any object: a case's folder is cleaned of its *.dcm, so it must be the output's own
+        owned_folder(out, c.case_id, "--output")
     missing = [c.case_id for c in found if not (src / c.case_id).is_dir()]
     if missing:
         raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
@@ -617,7 +620,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     (out / EXPORT_RECORD).unlink(missing_ok=True)
     for files in tqdm(found, desc="dicom-export", unit="case", disable=not progress):
         case_series = read_series(src / files.case_id, pixels=False)  # the geometry, not the pixels
-        folder = out / files.case_id
+        folder = owned_folder(out, files.case_id, "--output")
         folder.mkdir(parents=True, exist_ok=True)
         clean_partial_files(folder)
         algorithm = algorithm_from_records(pred, files.case_id, layout, algorithm_name)

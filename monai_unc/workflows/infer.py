@@ -944,7 +944,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
     if path.is_file() and started and not overwrite:
         try:
             doc = json.loads(path.read_text())
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: deeply nested (found by hostile testing)
             doc = {}
         doc = doc if isinstance(doc, dict) else {}
         old = doc.get("settings", {})

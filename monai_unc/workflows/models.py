@@ -62,6 +62,8 @@ ALLOWED_NETWORK_TARGETS: tuple[str, ...] = (
     "monai_unc.networks.", "monai_unc.data.build_ssn_network", "monai_unc.data.build_example_network",
 )
 _MODES = ("default", "callable", "partial")  # MONAI's "debug" mode starts pdb: refused
+#: the entry a whole spec is built as (:func:`_instantiate`), so its references are resolved as MONAI resolves them
+_SPEC_ENTRY = "network"
 
 
 def _allowed(name: str, allowed: Sequence[str]) -> bool:
@@ -99,16 +101,22 @@ def _check_target(target: Any, where: str, what: str, allowed: Sequence[str]) ->
                              f"outside the allowed network names ({hint})")
 
 
-def _lookup(root: Any, ref: str) -> Any:
-    node = root
-    for part in ref.replace("#", "::").split("::"):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
+def _items_by_id(root: Any) -> dict[str, list[Any]]:
+    """Every entry of a parsed config by its id, as MONAI's reference resolver names them.
+
+    The id of an entry is its parent's id, ``::`` and its key (or list index), the keys as written: a key that holds
+    ``::`` itself (``"x::y"``) is then the id ``x::y`` too, which a reference ``@x::y`` finds in MONAI (found by
+    hostile testing: looking the parts up one level at a time found nothing there, and the entry was not checked).
+    Several entries of one id are all listed (MONAI builds the first).
+    """
+    items: dict[str, list[Any]] = {}
+    todo: list[tuple[Any, str]] = [(root, "")]
+    while todo:
+        node, cid = todo.pop()
+        items.setdefault(cid, []).append(node)
+        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        todo.extend((v, f"{cid}::{k}" if cid else str(k)) for k, v in children)
+    return items
 
 
 def check_network_spec(spec: dict, key: str | None = None, allow_code: Sequence[str] = (), what: str = "--network",
@@ -118,8 +126,9 @@ def check_network_spec(spec: dict, key: str | None = None, allow_code: Sequence[
     MONAI's config syntax can run any Python: a ``_target_`` names any callable (``os.system``), a string starting
     with ``$`` is evaluated, ``%`` loads another file, ``_mode_: debug`` starts a debugger. A network spec is a file
     a user may edit, so it is untrusted input: every ``_target_`` it reaches (its nested arguments and the entries it
-    references with ``@``) must name a class or function of :data:`ALLOWED_NETWORK_TARGETS` or of ``allow_code``;
-    expressions and macros are refused unless ``allow_code`` contains ``"*"`` (trust the spec completely).
+    references with ``@``, relative references such as ``@##name`` resolved as MONAI resolves them) must name a
+    class or function of :data:`ALLOWED_NETWORK_TARGETS` or of ``allow_code``; expressions and macros are refused
+    unless ``allow_code`` contains ``"*"`` (trust the spec completely).
 
     Args:
         spec: the parsed spec (a MONAI config dict).
@@ -143,26 +152,41 @@ torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it 
     if "*" in allow_code:
         return
     allowed = (*ALLOWED_NETWORK_TARGETS, *allow_code)
+    # the config as _instantiate parses it: a whole spec is the entry "network" of a wrapper, so the ids MONAI
+    # resolves references with (relative ones included) are those of that wrapper
+    root, built = (spec, key) if key is not None else ({_SPEC_ENTRY: spec}, _SPEC_ENTRY)
+    items = _items_by_id(root)
     seen: set[str] = set()
-    todo: list[tuple[Any, str]] = [(spec if key is None else spec.get(key), "" if key is None else f"{key}::")]
+    # (node, where the messages say it is, its id in the parsed config)
+    todo: list[tuple[Any, str, str]] = [(root.get(built), "" if key is None else f"{key}::", built)]
     while todo:
-        node, where = todo.pop()
+        node, where, cid = todo.pop()
         if isinstance(node, dict):
             if "_target_" in node:
                 _check_target(node["_target_"], where, what, allowed)
             mode = node.get("_mode_", "default")
             if mode not in _MODES:
                 raise ValueError(f"{what}: {where}_mode_ must be one of {', '.join(_MODES)}, got {str(mode)[:40]!r}")
-            todo.extend((v, f"{where}{k}::") for k, v in node.items() if k != "_target_")
+            todo.extend((v, f"{where}{k}::", f"{cid}::{k}") for k, v in node.items() if k != "_target_")
         elif isinstance(node, (list, tuple)):
-            todo.extend((v, f"{where}{i}::") for i, v in enumerate(node))
+            todo.extend((v, f"{where}{i}::", f"{cid}::{i}") for i, v in enumerate(node))
         elif isinstance(node, str) and node[:1] in ("$", "%"):
             kind = "an expression" if node[0] == "$" else "a macro (it loads another file)"
             raise ValueError(f"{what}: {where.rstrip(':') or 'the spec'} is {kind}, which runs code: "
                              f"{node[:60]!r} (pass --allow-code-target '*' only for specs you trust)")
-        elif isinstance(node, str) and node.startswith("@") and node[1:] not in seen:
-            seen.add(node[1:])
-            todo.append((_lookup(spec, node[1:]), f"{node[1:]}::"))
+        elif isinstance(node, str) and node.startswith("@"):
+            # found by hostile testing: a relative reference ("@::::name", "@##name": two levels up) was looked up as
+            # written, found nothing and was not checked, while MONAI resolved it to an entry it then built (any
+            # _target_ ran); it is resolved here as MONAI resolves it, then checked
+            try:
+                ref = ConfigParser.resolve_relative_ids(cid, node)[1:].replace("#", "::")
+            except ValueError:
+                raise ValueError(f"{what}: {where.rstrip(':')} is a relative reference out of the spec's range: "
+                                 f"{node[:60]!r}") from None
+            if ref not in seen:
+                seen.add(ref)
+                shown = ref[len(_SPEC_ENTRY) + 2:] if key is None and ref.startswith(f"{_SPEC_ENTRY}::") else ref
+                todo.extend((entry, f"{shown}::", ref) for entry in items.get(ref, ()))
 
 
 def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[str, torch.Tensor]:
@@ -320,7 +344,7 @@ def _instantiate(spec: dict, what: str, allow_code: Sequence[str] = ()) -> nn.Mo
         parser, key = ConfigParser(spec), "network_def"
     elif "_target_" in spec:
         check_network_spec(spec, None, allow_code, what)
-        parser, key = ConfigParser({"network": spec}), "network"
+        parser, key = ConfigParser({_SPEC_ENTRY: spec}), _SPEC_ENTRY
     else:
         raise ValueError(f"{what} must be a MONAI config dict with a '_target_' (e.g. monai.networks.nets.UNet) "
                          "or a config that defines 'network_def'")

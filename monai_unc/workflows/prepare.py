@@ -188,13 +188,21 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
         raw = text.split("\n")
         start = next(i for i, ln in enumerate(raw) if ln.strip() and not ln.strip().startswith("#"))
         reader = csv.DictReader(io.StringIO("\n".join(raw[start:]), newline=""))
-        if reader.fieldnames is None or "case" not in [h.strip() for h in reader.fieldnames]:
+        try:
+            header = reader.fieldnames
+        except csv.Error as e:  # a header cell over the csv module's limit
+            raise ValueError(f"--calibration-cases: {f} is not a readable CSV table (line 1: {e})") from None
+        if header is None or "case" not in [h.strip() for h in header]:
             raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column (a plain list of ids, one a "
                              "line, is read as such under a name that does not end in .csv)")
-        key = next(h for h in reader.fieldnames if h.strip() == "case")
+        key = next(h for h in header if h.strip() == "case")
         # ids a spreadsheet would evaluate are written escaped (monai_unc.io.write_csv)
         cells = (row.get(key) for row in reader)
-        lines = [unescape_cell(c.strip()) for c in cells if isinstance(c, str) and c.strip()]
+        try:
+            lines = [unescape_cell(c.strip()) for c in cells if isinstance(c, str) and c.strip()]
+        except csv.Error as e:  # e.g. a cell over the csv module's limit (found by hostile testing: a traceback)
+            raise ValueError(f"--calibration-cases: {f} is not a readable CSV table (line {reader.line_num + 1}: {e})"
+                             ) from None
     if not lines:
         raise ValueError(f"--calibration-cases: {f} lists no case")
     twice = [c for c, n in Counter(lines).items() if n > 1]  # in file order

@@ -48,12 +48,26 @@ def _hostile(canary: Path, module_dir: Path) -> dict[str, dict]:
         "private attribute": {"_target_": "monai.networks.nets.UNet.__init__.__globals__"},
         "target reference": {"network_def": {"_target_": "@t"}, "t": "os.system"},
         "debug mode": {**TOY_NET, "_mode_": "debug"},
+        # found by hostile testing: MONAI's relative references ("@::::a", "@##a": the entry two levels up) were not
+        # followed by the check, and MONAI built what they name
+        "relative reference": {"network_def": {**TOY_NET, "_requires_": "@::::a"},
+                               "a": {"_target_": "os.system", "command": touch}},
+        "relative reference (#)": {"network_def": {**TOY_NET, "act": "@##a"},
+                                   "a": {"_target_": "subprocess.run", "args": ["touch", str(canary)]}},
+        "relative reference in a list": {"network_def": {**TOY_NET, "act": ["@::::::a"]},
+                                         "a": {"_target_": "os.system", "command": touch}},
+        # ... and an entry whose key holds the separator: MONAI's resolver finds "@x::y" under the key "x::y"
+        "separator in a key": {"network_def": {**TOY_NET, "_requires_": "@x::y"},
+                               "x::y": {"_target_": "os.system", "command": touch}},
+        "separator in a key (#)": {"network_def": {**TOY_NET, "_requires_": "@x#y"},
+                                   "x::y": {"_target_": "os.system", "command": touch}},
     }
 
 
 NAMES = ["os.system", "subprocess.run", "builtins.eval", "importlib chain", "nested argument", "deeply nested",
          "referenced target", "expression", "macro", "dotted escape", "private attribute", "target reference",
-         "debug mode"]
+         "debug mode", "relative reference", "relative reference (#)", "relative reference in a list",
+         "separator in a key", "separator in a key (#)"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -81,6 +95,9 @@ def test_allowed_specs_still_build():
         check_network_spec(spec)
     check_network_spec({"network_def": {**TOY_NET, "act": "@act"}, "act": "prelu", "other": "$import os"},
                        "network_def")  # an expression nothing references is never built
+    # relative references to allowed entries (resolved as MONAI resolves them) stay allowed
+    check_network_spec({"network_def": {**TOY_NET, "act": "@##act"}, "act": "prelu"}, "network_def")
+    check_network_spec({**TOY_NET, "act": "@#a", "a": "prelu"})
 
 
 def test_opt_in_names_run_code(tmp_path):

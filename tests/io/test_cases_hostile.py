@@ -251,3 +251,34 @@ def test_the_isal_read_checks_the_crc_even_when_bytes_follow_the_data(tmp_path, 
     assert np.array_equal(data, x[None])
     with pytest.raises(CaseError, match=f"cannot read .*{bad_crc.name}: error: .*invalid distances set"):
         read_volume(bad_crc)
+
+
+@pytest.mark.parametrize("ext", [".nii", ".nii.gz"])
+def test_a_header_claiming_more_data_than_the_file_holds_is_refused_before_allocating(tmp_path, ext):
+    """Found by hostile testing: a few hundred bytes whose header claims 1 GiB of float32 made the reader allocate
+    and zero the whole GiB (1.5 GiB peak) before it found the file too short; 2048^3 voxels would take 32 GiB. The
+    header's claim is checked against the file's size (a ``.gz`` file inflates at most ~1032x) first."""
+    import gzip
+    import tracemalloc
+
+    import nibabel as nib
+
+    from monai_unc.io import CaseError, read_volume
+
+    header = nib.Nifti1Header()
+    header.set_data_dtype(np.float32)
+    header.set_data_shape((1024, 1024, 256))
+    header.set_qform(np.eye(4), 1)
+    header.set_sform(np.eye(4), 1)
+    body = header.binaryblock + b"\0" * 4 + np.zeros(8, np.float32).tobytes()
+    path = tmp_path / f"bomb{ext}"
+    path.write_bytes(gzip.compress(body) if ext == ".nii.gz" else body)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CaseError, match=r"bomb.nii(.gz)?: its header claims 1024x1024x256 voxels of float32 "
+                                            r"\(1073741824 bytes of data\), but .*truncated or corrupt"):
+            read_volume(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, peak

@@ -125,3 +125,32 @@ def test_atomic_folder_replaces_the_folder_whole_or_not_at_all(tmp_path):
     with output_lock(out):  # the folder is free again (this process would re-enter; the file is gone)
         pass
     assert not (out / OUTPUT_LOCK_FILE).exists()
+
+
+def test_atomic_folder_keeps_the_mode_of_the_folder(tmp_path):
+    """Found by hostile testing: the staging folder of ``tempfile.mkdtemp`` (0700) became the folder, so a calibrated
+    model folder shared on a server was readable by its owner only whatever the umask (0755 under 022), and an
+    existing 0775 folder lost its group's access."""
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "new_copy"
+        with atomic_folder(out) as staging:
+            atomic_write_text(staging / "plans.json", "{}")
+        plain = tmp_path / "plain"
+        plain.mkdir()
+        assert stat.S_IMODE(out.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o755
+        shared = tmp_path / "shared"
+        shared.mkdir()
+        os.chmod(shared, 0o775)
+        with atomic_folder(shared) as staging:
+            atomic_write_text(staging / "a.txt", "x")
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o775
+        os.umask(0o077)
+        private = tmp_path / "private"
+        with atomic_folder(private) as staging:
+            atomic_write_text(staging / "a.txt", "x")
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    finally:
+        os.umask(old)

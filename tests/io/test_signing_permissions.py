@@ -95,3 +95,26 @@ def test_another_owner_refused(config, monkeypatch):
     with pytest.raises(ValueError, match="belongs to another user") as err:
         signing.trusted_public_keys()
     assert str(key) in str(err.value) or str(config) in str(err.value)
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o002, 0o022, 0o077])
+def test_own_key_pair_is_trusted_whatever_the_umask(tmp_path, monkeypatch, umask):
+    """Found by hostile testing: under ``umask 002`` with a shared primary group the first certification wrote
+    ``signing_key.pub`` 0664, and this machine then refused its own key ("writable by other users"): the rule just
+    certified could not be applied. The public key is written 0644 at most, the private key 0600."""
+    cfg = tmp_path / "cfg"
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(cfg))
+    monkeypatch.delenv("MONAI_UNC_TRUSTED_KEYS", raising=False)
+    monkeypatch.delenv("MONAI_UNC_SIGNING_KEY", raising=False)
+    monkeypatch.setattr(signing, "_private_group", lambda gid, uid: False)  # a department's group
+    old = os.umask(umask)
+    try:
+        priv = signing.default_signing_key()
+        pub = priv.with_suffix(".pub")
+        pub.unlink()
+        signing.complete_key_pair(priv)  # the public key derived again: the same writer
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(priv.stat().st_mode) == 0o600
+    assert stat.S_IMODE(pub.stat().st_mode) == 0o644 & ~umask
+    assert len(signing.trusted_public_keys()) == 1

@@ -172,3 +172,32 @@ def test_case_and_shift_lists_keep_ids_as_written(tmp_path):
     short = tmp_path / "shifts.csv"
     short.write_text("case,shift\na,iid\nb\n", encoding="utf-8")
     assert read_shifts(short) == {"a": "iid", "b": None}
+
+
+def test_a_cell_over_the_csv_field_limit_is_one_line_naming_the_file(tmp_path, capsys):
+    """Found by hostile testing: a table a user gives (``monitor label --labels``, ``--sites``,
+    ``--calibration-cases``, an edited ``metrics.csv``) with one cell over the ``csv`` module's limit (131072
+    characters) raised ``_csv.Error`` through ``read_csv``: a traceback naming no file, exit 1."""
+    from monai_unc.cli import main
+    from monai_unc.monitoring import read_sites
+    from monai_unc.monitoring.store import MonitorStore
+    from monai_unc.workflows.prepare import read_case_list
+
+    labels = tmp_path / "labels.csv"
+    labels.write_text("case,dice\n" + "a" * 200_000 + ",0.5\n")
+    with pytest.raises(ValueError, match=r"labels.csv: not a readable CSV table \(line 2: field larger than"):
+        read_csv(labels)
+    sites = tmp_path / "sites.csv"
+    sites.write_text("case,site\nc1," + "s" * 200_000 + "\n")
+    with pytest.raises(ValueError, match="sites.csv: not a readable CSV table"):
+        read_sites(sites)
+    cases = tmp_path / "cal.csv"
+    for text in ("case,x\n" + "c" * 200_000 + ",1\n", "case" + "h" * 200_000 + ",x\nc1,1\n"):
+        cases.write_text(text)
+        with pytest.raises(ValueError, match=r"--calibration-cases: .*cal.csv is not a readable CSV table"):
+            read_case_list(cases)
+    with MonitorStore(str(tmp_path / "m.db"), create=True):
+        pass
+    assert main(["monitor", "label", "--labels", str(labels), "--db", str(tmp_path / "m.db")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "labels.csv: not a readable CSV table" in err, err

@@ -30,6 +30,7 @@ from ...io import (
     image_channel_files,
     json_safe,
     load_case,
+    owned_folder,
     write_csv,
 )
 from ...io.provenance import check_prediction_fingerprint, has_weight_digests, list_prediction_cases
@@ -235,7 +236,7 @@ def remove_stale_maps(folder: str | os.PathLike, rows: Sequence[Mapping[str, Any
     Returns:
         The paths removed.
     """
-    folder = Path(folder)
+    folder = owned_folder(Path(folder).parent, Path(folder).name)  # not a link: its files are removed
     if not folder.is_dir():
         return []
     keep = {str(name) for r in rows for name in (r.get("derived") or {}).values()}
@@ -279,7 +280,7 @@ def remove_triage_files(folder: str | os.PathLike) -> None:
     folder = Path(folder)
     for name in TRIAGE_FILES:
         (folder / name).unlink(missing_ok=True)
-    fig = folder / "figures"
+    fig = owned_folder(folder, "figures")  # not a link: its figures are removed
     if fig.is_dir():
         for p in fig.glob("*.png"):
             p.unlink()

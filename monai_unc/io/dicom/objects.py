@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import math
 import os
 import re
@@ -46,6 +45,7 @@ from pydicom.uid import generate_uid
 from pydicom.valuerep import DSfloat
 
 from ..files import atomic_path
+from ..provenance import read_untrusted_json
 from .series import DicomSeries, DicomSeriesError
 
 __all__ = [
@@ -511,10 +511,8 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[S
             code.
     """
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"segments file {path}: not readable JSON ({type(e).__name__})") from None
+    # strict JSON with limits (found by hostile testing: 10^5 nested brackets raised RecursionError, a traceback)
+    doc = read_untrusted_json(path, f"segments file {path}")[1]
     if not isinstance(doc, dict):
         raise ValueError(f"segments file {path}: must be a JSON object keyed by class value")
     wanted = {str(int(v)): int(v) for v in labels}

@@ -178,3 +178,8 @@ def test_segment_specs_file(tmp_path):
     path.write_text("{")
     with pytest.raises(ValueError, match="not readable JSON"):
         read_segment_specs(path, [1])
+    # found by hostile testing: deeply nested brackets raised RecursionError (a traceback on the command line)
+    for text in ("[" * 200_000 + "]" * 200_000, '{"1": {"name": "' + "x" * 10 + '"}, "2": ' + "9" * 5000 + "}"):
+        path.write_text(text)
+        with pytest.raises(ValueError, match=r"^segments file .* is not readable JSON: "):
+            read_segment_specs(path, [1, 2])
