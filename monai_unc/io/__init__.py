@@ -95,6 +95,7 @@ from .tables import (
     format_cell,
     parse_float,
     read_csv,
+    read_table,
     table_columns,
     unescape_cell,
     write_csv,
@@ -188,6 +189,7 @@ __all__ = [
     "table_columns",
     "csv_text",
     "write_csv",
+    "read_table",
     "read_csv",
     "parse_float",
 ]

@@ -45,6 +45,7 @@ from pydicom.sr.coding import Code
 from pydicom.uid import generate_uid
 from pydicom.valuerep import DSfloat
 
+from ..._utils import unique_json_keys
 from ..files import atomic_path
 from .series import DicomSeries, DicomSeriesError
 
@@ -506,15 +507,19 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[S
         One :class:`SegmentSpec` per label, in the order of ``labels``.
 
     Raises:
-        ValueError: naming the file and the field: not JSON, not an object, a key that is not one of ``labels``, a
+        ValueError: naming the file and the field: not JSON (UTF-8, a byte-order mark skipped), a key given twice in
+            one object, not an object, a key that is not one of ``labels``, a
             name that is empty, longer than 64 characters or holds a backslash or a control character, a malformed
             code.
     """
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+    try:  # a BOM (Notepad) skipped; a key given twice refused (json keeps the last: another name than the one read)
+        doc = json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=lambda pairs: unique_json_keys(
+            pairs, "the key {key!r} is given twice in one object"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"segments file {path}: not readable JSON ({type(e).__name__})") from None
+    except ValueError as e:  # unique_json_keys
+        raise ValueError(f"segments file {path}: {e}") from None
     if not isinstance(doc, dict):
         raise ValueError(f"segments file {path}: must be a JSON object keyed by class value")
     wanted = {str(int(v)): int(v) for v in labels}
