@@ -145,7 +145,7 @@ def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, t
         path = Path(spec)
         if not path.is_file():
             raise FileNotFoundError(f"--regions: file not found: {path}")
-        spec = path.read_text(encoding="utf-8")
+        spec = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Notepad) skipped
     try:
         return parse_regions(spec)
     except (ValueError, TypeError) as e:

@@ -516,7 +516,7 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[S
     try:  # a BOM (Notepad) skipped; a key given twice refused (json keeps the last: another name than the one read)
         doc = json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=lambda pairs: unique_json_keys(
             pairs, "the key {key!r} is given twice in one object"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: nested deeply
         raise ValueError(f"segments file {path}: not readable JSON ({type(e).__name__})") from None
     except ValueError as e:  # unique_json_keys
         raise ValueError(f"segments file {path}: {e}") from None
