@@ -30,7 +30,7 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -330,7 +330,9 @@ def new_study(mode: str, uid_root: str | None = None, when: datetime | None = No
     Args:
         mode: one of :data:`STUDY_UID_MODES`.
         uid_root: root of the new UID.
-        when: the study date and time (default: now, UTC).
+        when: the study date and time (default: now). DICOM dates and times are local time (no
+            TimezoneOffsetFromUTC is written), as highdicom writes the objects' ContentDate and ContentTime: a
+            time with a zone is converted to the local zone, a naive one is taken as local.
 
     Returns:
         None for ``"source"``; for ``"new"`` the attributes for :func:`apply_study`.
@@ -348,7 +350,9 @@ def new_study(mode: str, uid_root: str | None = None, when: datetime | None = No
         raise ValueError(f"study_uid must be one of {STUDY_UID_MODES}, got {mode!r}")
     if mode == "source":
         return None
-    when = when or datetime.now(timezone.utc)
+    # local time, as the objects' ContentDate / ContentTime (highdicom): in UTC a study made on a server at UTC+13:45
+    # was dated 13:45 hours (and often a day) before its own content (found by hostile testing with TZ set)
+    when = datetime.now() if when is None else (when.astimezone() if when.tzinfo is not None else when)
     return {"StudyInstanceUID": new_uid(uid_root), "StudyID": "", "AccessionNumber": "",
             "StudyDate": when.strftime("%Y%m%d"), "StudyTime": when.strftime("%H%M%S")}
 
