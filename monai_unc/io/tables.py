@@ -241,7 +241,8 @@ def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]
     r"""The column names and rows of a CSV file, read strictly: the one reader of every table a person may edit.
 
     Tables come back from spreadsheets: Excel's "CSV UTF-8" puts a byte-order mark in front of the header, which is
-    skipped (else the first column would be named ``"\ufeffcase"`` and silently missing). What would be read as
+    skipped (else the first column would be named ``"\ufeffcase"`` and silently missing), and a column name is
+    taken without surrounding whitespace (a typed ``failure `` is the column ``failure``). What would be read as
     something else is refused instead: a column name given twice (the csv module keeps the last one's cells) and a
     row with more non-empty cells than the header has columns (a decimal comma in a comma-separated table:
     ``case,dice`` / ``a,0,85`` would read the Dice as ``0`` and drop ``85``). Empty cells beyond the header (trailing
@@ -251,8 +252,9 @@ def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]
         path: the CSV file (UTF-8, with or without a byte-order mark).
 
     Returns:
-        ``(columns, rows)``: the header's column names and one dict ``{column: cell text}`` per row, without the
-        apostrophe :func:`write_csv` puts in front of a text a spreadsheet would evaluate (:func:`unescape_cell`).
+        ``(columns, rows)``: the header's column names (stripped) and one dict ``{column: cell text}`` per row,
+        without the apostrophe :func:`write_csv` puts in front of a text a spreadsheet would evaluate
+        (:func:`unescape_cell`).
 
     Raises:
         ValueError: one line naming the file: not UTF-8 text, not CSV, a column name given twice, or a row (by
@@ -274,7 +276,8 @@ def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]
             header = next(reader, None)
             if header is None:
                 return columns, rows
-            columns = [unescape_cell(c) for c in header]
+            # surrounding spaces of a typed header cell ('failure ') would make it another column, silently unread
+            columns = [unescape_cell(c).strip() for c in header]
             named = [c for c in columns if c != ""]  # empty names: trailing separators of a spreadsheet
             twice = sorted({c for c in named if named.count(c) > 1})
             if twice:

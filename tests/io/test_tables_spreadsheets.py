@@ -96,3 +96,12 @@ def test_calibration_cases_are_utf8_in_an_8bit_locale(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True,
                        encoding="utf-8")
     assert r.returncode == 0 and r.stdout.split()[-1] == "True", r.stdout + r.stderr
+
+
+def test_column_names_are_read_without_surrounding_spaces(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("case , dice\na,0.5\n", encoding="utf-8")
+    assert read_csv(path) == [{"case": "a", "dice": "0.5"}]
+    path.write_text("case,dice,dice \na,0.5,0.6\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="the column 'dice' is given twice"):
+        read_csv(path)

@@ -89,3 +89,15 @@ def test_a_sites_table_listing_one_case_twice_up_to_normalization_is_refused(tmp
     folder = write_triage(tmp_path / "triage", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1}])
     rc, _, err = _main(["monitor", "record", folder, "--db", tmp_path / "s.sqlite", "--sites", sites], capsys)
     assert rc == 2 and "is listed twice" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_header_cell_with_a_trailing_space_is_its_column(tmp_path, capsys):
+    """'failure ' was another column than 'failure': the audited failure was ignored without a word and the loss came
+    from the Dice (0.9 >= 0.8: loss 0 instead of 1)."""
+    db = _store(tmp_path, capsys, ["a"])
+    labels = tmp_path / "labels.csv"
+    labels.write_text("case,failure ,dice\na,1,0.9\n", encoding="utf-8")
+    rc, _, err = _main(["monitor", "label", "--labels", labels, "--db", db], capsys)
+    assert rc == 0, err
+    got = _cases(db)["a"]
+    assert (got["failure"], got["loss"]) == (1, 1.0)
