@@ -23,7 +23,7 @@ from ..evaluation.cohort import risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import ImageReference
-from ..io import VOLUME_EXTENSIONS, CaseFiles, read_csv, split_extension
+from ..io import VOLUME_EXTENSIONS, CaseFiles, read_table, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
@@ -182,8 +182,31 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
     return (site[:200] if site else None), (scanner[:200] if scanner else None)
 
 
+def _read_named_table(path: str | os.PathLike, known: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows of a hand-made table (:func:`~monai_unc.io.read_table`), its ``known`` columns in any letter case.
+
+    A spreadsheet's header ``Case,Failure,Dice`` names the columns ``case``, ``failure`` and ``dice``: read as other
+    columns, an optional one (``failure``) was ignored without a word. A table naming one column in two letter cases
+    is refused.
+    """
+    columns, rows = read_table(path)
+    rename: dict[str, str] = {}
+    for c in columns:
+        match = next((k for k in known if c.casefold() == k), None)
+        if match is not None and c != match:
+            if match in columns or match in rename.values():
+                raise ValueError(f"{os.fspath(path)}: the column {match!r} is given twice (as {c!r}): keep one")
+            rename[c] = match
+    if not rename:
+        return rows
+    return [{rename.get(k, k): v for k, v in r.items()} for r in rows]
+
+
 def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
     """A table of sites: CSV with columns ``case`` and ``site`` (and optionally ``scanner``).
+
+    The column names may be in any letter case (``Case,Site``); the table is read by
+    :func:`~monai_unc.io.read_table` (a spreadsheet's byte-order mark skipped, misread rows refused).
 
     Args:
         path: the CSV file.
@@ -197,7 +220,7 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
             the same id up to surrounding spaces or Unicode normalization), a case,
             site or scanner that is longer than 1000 characters or holds a NUL (each named with the file and line).
     """
-    rows = read_csv(path)
+    rows = _read_named_table(path, ("case", "site", "scanner"))
     if not rows or "case" not in rows[0] or "site" not in rows[0]:
         raise ValueError(f"sites table {os.fspath(path)!r} needs the columns 'case' and 'site'")
     out: dict[str, tuple[str, str | None]] = {}
@@ -354,6 +377,10 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
 def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Audited labels from a CSV: a ``case`` column and ``dice`` (in ``[0, 1]``) and/or ``failure`` (0 or 1).
 
+    The column names may be in any letter case (``Case,Failure,Dice``); the table is read by
+    :func:`~monai_unc.io.read_table` (a spreadsheet's byte-order mark skipped; a decimal comma in a comma-separated
+    table, a column given twice refused).
+
     An optional ``site`` column names the site of each case, for case ids that more than one site uses (the store
     refuses a label of such a case without its site).
 
@@ -368,7 +395,7 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
         ValueError: a missing column, a value out of range, a case (at a site) listed twice.
     """
     name = os.fspath(path)
-    rows = read_csv(path)
+    rows = _read_named_table(path, ("case", "dice", "failure", "site"))
     if not rows or "case" not in rows[0] or not ({"dice", "failure"} & set(rows[0])):
         raise ValueError(f"labels table {name!r} needs a 'case' column and a 'dice' or 'failure' column")
     with_site = "site" in rows[0]

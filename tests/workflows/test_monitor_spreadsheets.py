@@ -101,3 +101,17 @@ def test_a_header_cell_with_a_trailing_space_is_its_column(tmp_path, capsys):
     assert rc == 0, err
     got = _cases(db)["a"]
     assert (got["failure"], got["loss"]) == (1, 1.0)
+
+
+def test_column_names_in_another_letter_case(tmp_path, capsys):
+    """'Case,Failure,Dice' from a spreadsheet: 'Failure' was another column than 'failure', the audited failure
+    ignored and the loss taken from the Dice (0 instead of 1); 'failure' and 'Failure' together are refused."""
+    db = _store(tmp_path, capsys, ["a"])
+    labels = tmp_path / "labels.csv"
+    labels.write_text("Case,Failure,Dice\na,1,0.9\n", encoding="utf-8")
+    rc, _, err = _main(["monitor", "label", "--labels", labels, "--db", db], capsys)
+    assert rc == 0, err
+    assert (_cases(db)["a"]["failure"], _cases(db)["a"]["loss"]) == (1, 1.0)
+    labels.write_text("case,failure,Failure\na,1,0\n", encoding="utf-8")
+    rc, _, err = _main(["monitor", "label", "--labels", labels, "--db", db], capsys)
+    assert rc == 2 and "the column 'failure' is given twice (as 'Failure')" in err, err
