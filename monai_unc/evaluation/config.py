@@ -84,7 +84,7 @@ def region_suffix(name: str) -> str:
         trailing ``_`` stripped, case kept (``WT`` -> ``dice_WT``, ``whole tumour`` -> ``dice_whole_tumour``).
 
     Raises:
-        ValueError: ``name`` has no letter or digit.
+        ValueError: ``name`` has no ASCII letter or digit (a name in another script, e.g. ``水肿``).
 
     Example:
         >>> region_suffix("WT"), region_suffix("whole tumour")
@@ -92,7 +92,8 @@ def region_suffix(name: str) -> str:
     """
     out = re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_")
     if not out:
-        raise ValueError(f"regions: the region name {name!r} has no letter or digit to name its columns")
+        raise ValueError(f"regions: the region name {name!r} has no ASCII letter or digit to name its columns (the "
+                         "columns keep A-Z, a-z and 0-9 only): give it a name with some, e.g. 'edema'")
     return out
 
 

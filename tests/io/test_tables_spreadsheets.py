@@ -105,3 +105,4 @@ def test_column_names_are_read_without_surrounding_spaces(tmp_path):
     path.write_text("case,dice,dice \na,0.5,0.6\n", encoding="utf-8")
     with pytest.raises(ValueError, match="the column 'dice' is given twice"):
         read_csv(path)
+
