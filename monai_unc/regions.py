@@ -141,11 +141,14 @@ def parse_regions(spec: RegionSpec | str) -> dict[str, tuple[int, ...]]:
         try:
             spec = json.loads(key, object_pairs_hook=lambda pairs: unique_json_keys(
                 pairs, "regions: the region {key!r} is given twice"))
-        except (json.JSONDecodeError, RecursionError) as e:  # found by hostile testing: deep nesting, a traceback
-            shown = repr(key) if len(key) <= 80 else f"{key[:80]!r}... ({len(key)} characters)"
+        except json.JSONDecodeError as e:
+            shown = repr(key) if len(key) <= 200 else repr(key[:200]) + f" ... ({len(key)} characters)"
             raise ValueError(
                 f"regions must be one of {sorted(_NAMED)} or a JSON object of region -> labels, got {shown}"
             ) from e
+        except RecursionError:  # nested deeper than the json module recurses: a refusal, not a traceback
+            raise ValueError("regions: the JSON is nested too deeply to be a region spec (region -> list of labels)"
+                             ) from None
     return check_regions(spec)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import is_count, is_finite_real, is_text_list
+from .._utils import is_count, is_finite_real, is_text_list, unique_json_keys
 from ..io import CaseFiles, atomic_write_text, json_safe, save_state, write_csv
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
@@ -258,8 +258,8 @@ class CohortState:
 
         Raises:
             FileNotFoundError: ``folder`` has no ``rows.json``.
-            ValueError: ``rows.json`` is not JSON, or has a field of the wrong type (:func:`check_state_rows`; one
-                line naming the file, the case and the column).
+            ValueError: ``rows.json`` is not UTF-8 JSON, gives a key twice in one object, or has a field of the
+                wrong type (:func:`check_state_rows`; one line naming the file, the case and the column).
 
         Example:
             >>> import tempfile
@@ -272,11 +272,16 @@ class CohortState:
         path = folder / "rows.json"
         if not path.is_file():
             raise FileNotFoundError(f"no evaluation state in {folder} (rows.json missing): run monai-unc evaluate")
-        try:
-            meta = json.loads(path.read_text())
-        except (ValueError, RecursionError) as e:  # found by hostile testing: deep nesting was a traceback
+        try:  # UTF-8 whatever the locale; a key given twice refused (json keeps the last: not the value a reader sees)
+            meta = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=lambda pairs: unique_json_keys(
+                pairs, "the key {key!r} is given twice in one object"))
+        except (json.JSONDecodeError, UnicodeDecodeError):  # a truncated or corrupt file: the callers say so
+            raise
+        except RecursionError as e:  # found by hostile testing: deep nesting was a traceback
             raise ValueError(f"{path}: not valid JSON ({type(e).__name__}: {str(e)[:200]}); run monai-unc evaluate "
                              "again") from None
+        except ValueError as e:  # unique_json_keys: one line naming the file
+            raise ValueError(f"{path}: {e}") from None
         check_state_rows(meta, str(path))  # a file a user may have edited: one line naming the case and the column
         rows = [upgrade_row(r) for r in meta["rows"]]  # written by an older version: current column names
         state = cls(int(meta["num_classes"]), int(meta["n_fine_bins"]), rows,

@@ -6,7 +6,6 @@ The column groups are those of ``metrics.csv``. The metrics themselves are descr
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import re
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._utils import check_integer
-from ..io import unescape_cell
+from ..io import read_table
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.casewise import IID_SHIFTS
 from ..metrics.qu_brats_score import QU_BRATS_GRIDS
@@ -85,7 +84,7 @@ def region_suffix(name: str) -> str:
         trailing ``_`` stripped, case kept (``WT`` -> ``dice_WT``, ``whole tumour`` -> ``dice_whole_tumour``).
 
     Raises:
-        ValueError: ``name`` has no letter or digit.
+        ValueError: ``name`` has no ASCII letter or digit (a name in another script, e.g. ``水肿``).
 
     Example:
         >>> region_suffix("WT"), region_suffix("whole tumour")
@@ -93,7 +92,8 @@ def region_suffix(name: str) -> str:
     """
     out = re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_")
     if not out:
-        raise ValueError(f"regions: the region name {name!r} has no letter or digit to name its columns")
+        raise ValueError(f"regions: the region name {name!r} has no ASCII letter or digit to name its columns (the "
+                         "columns keep A-Z, a-z and 0-9 only): give it a name with some, e.g. 'edema'")
     return out
 
 
@@ -462,15 +462,17 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
     r"""``{case: shift}`` from a CSV with columns ``case`` and ``shift``.
 
     Args:
-        path: the CSV file (UTF-8, a header row naming at least ``case`` and ``shift``).
+        path: the CSV file (UTF-8, a header row naming at least ``case`` and ``shift``), read by
+            :func:`monai_unc.io.read_table` (a spreadsheet's byte-order mark skipped).
 
     Returns:
         ``{case id: shift label}`` in file order; in-distribution labels are :data:`IID_SHIFTS`.
 
     Raises:
         FileNotFoundError: ``path`` is not a file.
-        ValueError: the file is not a UTF-8 CSV with columns ``case`` and ``shift``, or lists a case twice (which of
-            its rows holds would be a guess; ``--sites`` and ``--calibration-cases`` refuse it too).
+        ValueError: the file is not a UTF-8 CSV with columns ``case`` and ``shift``, names a column twice, has a row
+            with more cells than the header, or lists a case twice (which of its rows holds would be a guess;
+            ``--sites`` and ``--calibration-cases`` refuse it too).
 
     Example:
         >>> import tempfile
@@ -482,23 +484,20 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"shift table not found: {path}")
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is not None:  # a table of ours: texts a spreadsheet would evaluate are escaped
-                reader.fieldnames = [unescape_cell(h) for h in reader.fieldnames]
-            if reader.fieldnames is None or not {"case", "shift"} <= set(reader.fieldnames):
-                raise ValueError(f"{path} must be a CSV with columns 'case' and 'shift', got {reader.fieldnames}")
-            out: dict[str, str] = {}
-            for row in reader:
-                cid = unescape_cell(row["case"])
-                if cid in out:
-                    raise ValueError(f"shift table {path}: case {cid!r} is listed twice (line {reader.line_num}): "
-                                     "keep one row per case")
-                out[cid] = unescape_cell(row["shift"])
-            return out
-    except (UnicodeDecodeError, csv.Error) as e:
+    try:  # the one reader of a table a person may edit: a byte-order mark skipped, misread rows refused
+        columns, rows = read_table(path)
+    except ValueError as e:
         raise ValueError(f"cannot read the shift table {path} (not a UTF-8 CSV file): {e}") from None
+    if not {"case", "shift"} <= set(columns):
+        raise ValueError(f"{path} must be a CSV with columns 'case' and 'shift', got {columns or None}")
+    out: dict[str, str] = {}
+    for number, row in enumerate(rows, start=1):
+        cid = row["case"]
+        if cid in out:
+            raise ValueError(f"shift table {path}: case {cid!r} is listed twice (row {number} of the table): keep "
+                             "one row per case")
+        out[cid] = row["shift"]
+    return out
 
 
 def parse_score_column(column: str, regions: Sequence[str] | None = None,

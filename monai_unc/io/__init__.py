@@ -96,6 +96,7 @@ from .tables import (
     format_cell,
     parse_float,
     read_csv,
+    read_table,
     table_columns,
     unescape_cell,
     write_csv,
@@ -190,6 +191,7 @@ __all__ = [
     "table_columns",
     "csv_text",
     "write_csv",
+    "read_table",
     "read_csv",
     "parse_float",
 ]

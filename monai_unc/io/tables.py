@@ -43,7 +43,7 @@ import numpy as np
 from .files import atomic_path
 
 __all__ = ["CSV_NAN", "FORMULA_PREFIXES", "unescape_cell", "format_cell", "table_columns", "csv_text", "write_csv",
-           "read_csv", "parse_float"]
+           "read_table", "read_csv", "parse_float"]
 
 #: how a NaN cell is written (``repr(float("nan"))``)
 CSV_NAN = "nan"
@@ -237,8 +237,74 @@ def write_csv(
     return path
 
 
+def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
+    r"""The column names and rows of a CSV file, read strictly: the one reader of every table a person may edit.
+
+    Tables come back from spreadsheets: Excel's "CSV UTF-8" puts a byte-order mark in front of the header, which is
+    skipped (else the first column would be named ``"\ufeffcase"`` and silently missing), and a column name is
+    taken without surrounding whitespace (a typed ``failure `` is the column ``failure``). What would be read as
+    something else is refused instead: a column name given twice (the csv module keeps the last one's cells) and a
+    row with more non-empty cells than the header has columns (a decimal comma in a comma-separated table:
+    ``case,dice`` / ``a,0,85`` would read the Dice as ``0`` and drop ``85``). Empty cells beyond the header (trailing
+    separators) are ignored; a row with fewer cells has None for the missing ones.
+
+    Args:
+        path: the CSV file (UTF-8, with or without a byte-order mark).
+
+    Returns:
+        ``(columns, rows)``: the header's column names (stripped) and one dict ``{column: cell text}`` per row,
+        without the apostrophe :func:`write_csv` puts in front of a text a spreadsheet would evaluate
+        (:func:`unescape_cell`).
+
+    Raises:
+        ValueError: one line naming the file: not UTF-8 text, not CSV, a column name given twice, or a row (by
+            line) with more cells than the header.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "t.csv"
+        >>> _ = path.write_text("\ufeffcase,dice\r\na,0.5\r\n", encoding="utf-8")
+        >>> read_table(path)
+        (['case', 'dice'], [{'case': 'a', 'dice': '0.5'}])
+    """
+    name = os.fspath(path)
+    columns: list[str] = []
+    rows: list[dict[str, str]] = []
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # utf-8-sig: a leading byte-order mark is skipped
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                return columns, rows
+            # surrounding spaces of a typed header cell ('failure ') would make it another column, silently unread
+            columns = [unescape_cell(c).strip() for c in header]
+            named = [c for c in columns if c != ""]  # empty names: trailing separators of a spreadsheet
+            twice = sorted({c for c in named if named.count(c) > 1})
+            if twice:
+                raise ValueError(f"{name}: the column {twice[0]!r} is given twice in the header: keep one")
+            for cells in reader:
+                if not cells:  # a blank line
+                    continue
+                if len(cells) > len(columns) and any(c.strip() for c in cells[len(columns):]):
+                    raise ValueError(
+                        f"{name}: line {reader.line_num} has {len(cells)} cells but the header {len(columns)} "
+                        "columns (a decimal comma or a comma inside an unquoted cell?): quote the cell or write "
+                        "decimals with a point")
+                row = {c: unescape_cell(v) for c, v in zip(columns, cells)}
+                rows.append({c: row.get(c) for c in columns} if len(cells) < len(columns) else row)
+    except UnicodeDecodeError as e:  # the codec's message names no file
+        raise ValueError(f"{name}: not UTF-8 text ({e.reason} at byte {e.start}): save the table as UTF-8 CSV"
+                         ) from None
+    except csv.Error as e:  # found by hostile testing: a cell over the csv module's limit was a traceback
+        raise ValueError(f"{name}: not a readable CSV table (line {max(reader.line_num, 1)}: {e})") from None
+    return columns, rows
+
+
 def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
     """The rows of a CSV file (e.g. one written by :func:`write_csv`) as ``{column: cell text}``.
+
+    The file is read by :func:`read_table` (a byte-order mark skipped; a column given twice or a row with more
+    cells than the header refused).
 
     Args:
         path: the CSV file (UTF-8).
@@ -248,8 +314,7 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
         without the apostrophe :func:`write_csv` puts in front of a text a spreadsheet would evaluate.
 
     Raises:
-        ValueError: the file is not UTF-8 text, or not CSV the ``csv`` module reads (e.g. a cell over its
-            field size limit of 131072 characters); the message names it (and the line).
+        ValueError: the file is not UTF-8 text, or not a table :func:`read_table` reads (the message names it).
 
     Example:
         >>> import tempfile
@@ -260,19 +325,7 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
         >>> [parse_float(r["dice"]) for r in rows]
         [0.5, nan]
     """
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            try:
-                rows = list(reader)
-            except csv.Error as e:  # found by hostile testing: a cell over the csv module's limit was a traceback
-                raise ValueError(f"{os.fspath(path)}: not a readable CSV table (line {reader.line_num + 1}: {e})"
-                                 ) from None
-    except UnicodeDecodeError as e:  # the codec's message names no file
-        raise ValueError(f"{os.fspath(path)}: not UTF-8 text ({e.reason} at byte {e.start}): save the table as "
-                         "UTF-8 CSV") from None
-    # the apostrophe write_csv puts in front of a text a spreadsheet would evaluate (module docstring)
-    return [{unescape_cell(k): unescape_cell(v) for k, v in row.items()} for row in rows]
+    return read_table(path)[1]
 
 
 def parse_float(cell: str | None) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -22,7 +23,7 @@ from ..evaluation.cohort import risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import ImageReference
-from ..io import VOLUME_EXTENSIONS, CaseFiles, read_csv, split_extension
+from ..io import VOLUME_EXTENSIONS, CaseFiles, read_table, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
@@ -96,6 +97,22 @@ def _text(v: Any, where: str) -> str:
     return v
 
 
+def _site_table_key(case_id: str) -> str:
+    """The key a row of a sites table and a triage run's case are matched by: NFC, without surrounding whitespace.
+
+    A case id comes from a file name (macOS writes names in NFD: ``u`` and a combining diaeresis), a sites table from
+    a person's typing or a spreadsheet (NFC ``ü``, perhaps a trailing space): the same case either way.
+
+    Args:
+        case_id: the case id as written.
+
+    Returns:
+        Its Unicode NFC form without leading or trailing whitespace.
+
+    """
+    return unicodedata.normalize("NFC", case_id).strip()
+
+
 def _series_header(folder: Path) -> dict[str, Any] | None:
     """The site and scanner attributes of a DICOM series folder's first slice (None: not a readable series)."""
     try:
@@ -165,28 +182,57 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
     return (site[:200] if site else None), (scanner[:200] if scanner else None)
 
 
+def _read_named_table(path: str | os.PathLike, known: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows of a hand-made table (:func:`~monai_unc.io.read_table`), its ``known`` columns in any letter case.
+
+    A spreadsheet's header ``Case,Failure,Dice`` names the columns ``case``, ``failure`` and ``dice``: read as other
+    columns, an optional one (``failure``) was ignored without a word. A table naming one column in two letter cases
+    is refused.
+    """
+    columns, rows = read_table(path)
+    rename: dict[str, str] = {}
+    for c in columns:
+        match = next((k for k in known if c.casefold() == k), None)
+        if match is not None and c != match:
+            if match in columns or match in rename.values():
+                raise ValueError(f"{os.fspath(path)}: the column {match!r} is given twice (as {c!r}): keep one")
+            rename[c] = match
+    if not rename:
+        return rows
+    return [{rename.get(k, k): v for k, v in r.items()} for r in rows]
+
+
 def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
     """A table of sites: CSV with columns ``case`` and ``site`` (and optionally ``scanner``).
+
+    The column names may be in any letter case (``Case,Site``); the table is read by
+    :func:`~monai_unc.io.read_table` (a spreadsheet's byte-order mark skipped, misread rows refused).
 
     Args:
         path: the CSV file.
 
     Returns:
-        ``{case: (site, scanner or None)}``.
+        ``{case: (site, scanner or None)}``, the case ids as written (:func:`read_triage_run` matches them with its
+        cases in their NFC form without surrounding spaces).
 
     Raises:
-        ValueError: a file that is not UTF-8 text, a missing column, an empty site, a case listed twice, a case,
+        ValueError: a file that is not UTF-8 text, a missing column, an empty site, a case listed twice (also as
+            the same id up to surrounding spaces or Unicode normalization), a case,
             site or scanner that is longer than 1000 characters or holds a NUL (each named with the file and line).
     """
-    rows = read_csv(path)
+    rows = _read_named_table(path, ("case", "site", "scanner"))
     if not rows or "case" not in rows[0] or "site" not in rows[0]:
         raise ValueError(f"sites table {os.fspath(path)!r} needs the columns 'case' and 'site'")
     out: dict[str, tuple[str, str | None]] = {}
+    keys: dict[str, str] = {}  # _site_table_key -> the case id as written
     for i, r in enumerate(rows, start=2):
         cid = _text(r.get("case"), f"{os.fspath(path)}: line {i}: 'case'")
         site = _text((r.get("site") or "").strip(), f"{os.fspath(path)}: line {i}: 'site'")
-        if cid in out:
-            raise ValueError(f"{os.fspath(path)}: case {cid!r} is listed twice")
+        key = _site_table_key(cid)
+        if key in keys:
+            same = "" if keys[key] == cid else f" (as {keys[key]!r}: the same id up to spaces or Unicode normalization)"
+            raise ValueError(f"{os.fspath(path)}: case {cid!r} is listed twice{same}")
+        keys[key] = cid
         scanner = (r.get("scanner") or "").strip() or None
         out[cid] = (site, None if scanner is None else _text(scanner, f"{os.fspath(path)}: line {i}: 'scanner'"))
     return out
@@ -205,7 +251,8 @@ def read_triage_run(
     Args:
         folder: the output folder of ``monai-unc triage``.
         site: the site of every case not otherwise known.
-        sites: ``{case: (site, scanner)}`` (:func:`read_sites`).
+        sites: ``{case: (site, scanner)}`` (:func:`read_sites`); a case is matched with its row in NFC without
+            surrounding whitespace (a file name from macOS is NFD, a typed id NFC; a spreadsheet keeps spaces).
         triaged_at: when the run triaged (ISO 8601); default the modification time of ``triage.json``.
 
     Returns:
@@ -254,6 +301,17 @@ def read_triage_run(
         except (TypeError, ValueError, OverflowError):
             raise ValueError(f"time (--time) must be ISO 8601 (2026-01-31T12:00:00+00:00) between the years 1 and "
                              f"9999 in UTC, got {triaged_at!r}"[:300]) from None
+    # a sites table's rows by the key a case is matched with (_site_table_key): a trailing space a spreadsheet kept,
+    # or the NFD form macOS gives file names against the NFC form typed elsewhere, was silently no match (the case
+    # went to the --site default or "unknown", found by hostile testing)
+    site_rows: dict[str, tuple[str, str | None]] = {}
+    first: dict[str, str] = {}
+    for k, v in (sites or {}).items():
+        key = _site_table_key(str(k))
+        if key in first:
+            raise ValueError(f"sites: cases {first[key]!r} and {k!r} are the same case id up to spaces or Unicode "
+                             "normalization: keep one")
+        first[key], site_rows[key] = str(k), v
     records, seen = [], set()
     for i, c in enumerate(cases):
         where = f"{path}: cases[{i}]"
@@ -266,7 +324,7 @@ def read_triage_run(
         decision = c.get("decision")
         if decision not in _DECISIONS:
             raise ValueError(f"{where}.decision must be one of {_DECISIONS}, got {decision!r}")
-        s, scanner = (sites or {}).get(cid, (None, None))
+        s, scanner = site_rows.get(_site_table_key(cid), (None, None))
         if s is None:
             entry = files.get(cid)
             s, scanner = sidecar_site(entry.get("image") if isinstance(entry, dict) else None)
@@ -319,6 +377,10 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
 def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Audited labels from a CSV: a ``case`` column and ``dice`` (in ``[0, 1]``) and/or ``failure`` (0 or 1).
 
+    The column names may be in any letter case (``Case,Failure,Dice``); the table is read by
+    :func:`~monai_unc.io.read_table` (a spreadsheet's byte-order mark skipped; a decimal comma in a comma-separated
+    table, a column given twice refused).
+
     An optional ``site`` column names the site of each case, for case ids that more than one site uses (the store
     refuses a label of such a case without its site).
 
@@ -333,7 +395,7 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
         ValueError: a missing column, a value out of range, a case (at a site) listed twice.
     """
     name = os.fspath(path)
-    rows = read_csv(path)
+    rows = _read_named_table(path, ("case", "dice", "failure", "site"))
     if not rows or "case" not in rows[0] or not ({"dice", "failure"} & set(rows[0])):
         raise ValueError(f"labels table {name!r} needs a 'case' column and a 'dice' or 'failure' column")
     with_site = "site" in rows[0]

@@ -57,9 +57,9 @@ from ..io import (
     match_cases,
     output_lock,
     owned_folder,
-    read_csv,
     read_json_or_none,
     read_probabilities,
+    read_table,
     read_volume,
 )
 from ..io.dicom import (
@@ -423,15 +423,21 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
 
     Raises:
         FileNotFoundError: the folder has no such table.
-        ValueError: a column of numbers whose name the SR cannot hold (a backslash or a control character:
-            :func:`~monai_unc.io.dicom.check_measurement_name`), naming the table and the column.
+        ValueError: a table without a ``case`` column (one saved by a spreadsheet with ``;`` as the separator),
+            one :func:`~monai_unc.io.read_table` refuses, or a column of numbers whose name the SR cannot hold (a
+            backslash or a control character: :func:`~monai_unc.io.dicom.check_measurement_name`),
+            naming the table and the column.
     """
     if folder is None:
         return {}
     path = Path(folder) / name
     if not path.is_file():
         raise FileNotFoundError(f"no {name} in {folder}: is it the output folder of 'monai-unc {command}'?")
-    rows = {str(r.get("case", "")): report_numbers(r) for r in read_csv(path)}
+    columns, table = read_table(path)  # a table saved back from a spreadsheet: its byte-order mark skipped
+    if "case" not in columns:  # e.g. saved with ";" by a spreadsheet: no row would match a case (SRs without numbers)
+        raise ValueError(f"{path}: no 'case' column in its header {columns[:5]}: is it the comma-separated {name} of "
+                         f"'monai-unc {command}'?"[:400])
+    rows = {str(r.get("case") or ""): report_numbers(r) for r in table}
     for column in dict.fromkeys(k for numbers in rows.values() for k in numbers):  # before any object is written
         check_measurement_name(column, str(path))
     return rows

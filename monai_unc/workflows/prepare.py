@@ -145,7 +145,7 @@ def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, t
         path = Path(spec)
         if not path.is_file():
             raise FileNotFoundError(f"--regions: file not found: {path}")
-        spec = path.read_text(encoding="utf-8")
+        spec = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Notepad) skipped
     try:
         return parse_regions(spec)
     except (ValueError, TypeError) as e:
@@ -155,8 +155,9 @@ def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, t
 def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
     """The case ids of ``--calibration-cases``.
 
-    A CSV with a ``case`` column (comment lines only before its header; cells stripped of spaces, the formula
-    escaping of :func:`monai_unc.io.write_csv` undone), or a plain list: one id per line, ``#`` comments. The file is
+    The file is UTF-8 (a leading byte-order mark skipped), whatever the locale. A CSV with a ``case`` column (comment
+    lines only before its header; cells stripped of spaces, the formula escaping of :func:`monai_unc.io.write_csv`
+    undone), or a plain list: one id per line, ``#`` comments. The file is
     a CSV when its name ends in ``.csv`` (any letter case) or its first line that is no comment holds a comma; any
     other file is a plain list, whose every line is an id (a first line ``case`` too: a case may be named so). A
     one-column CSV is read as a CSV only under a ``.csv`` name.
@@ -176,8 +177,12 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
     f = Path(path)
     if not f.is_file():
         raise FileNotFoundError(f"--calibration-cases: file not found: {f}")
-    with open(f, newline="") as fh:  # as written: a quoted carriage return inside a CSV cell is part of the id
-        text = fh.read()
+    try:  # UTF-8 whatever the locale, a spreadsheet's or Notepad's byte-order mark skipped (else part of the first id)
+        with open(f, newline="", encoding="utf-8-sig") as fh:  # as written: a quoted carriage return is part of an id
+            text = fh.read()
+    except UnicodeDecodeError as e:  # the codec's message names neither the option nor the file
+        raise ValueError(f"--calibration-cases: {f} is not UTF-8 text ({e.reason} at byte {e.start}): save it as "
+                         "UTF-8") from None
     lines = [ln.strip() for ln in text.splitlines()]
     lines = [ln for ln in lines if ln and not ln.startswith("#")]
     if lines and ("," in lines[0] or f.name.lower().endswith(".csv")):  # a CSV: by its name or its header

@@ -146,3 +146,12 @@ def test_run_evaluate_passes_an_empty_measure_list_on_as_no_map(monkeypatch, tmp
     with pytest.raises(RuntimeError, match="stop after matching"):
         run_evaluate(tmp_path / "l", tmp_path / "p", tmp_path / "o", EvaluationConfig(), measures=[])
     assert seen["measures"] == []
+
+
+def test_a_region_name_without_ascii_letters_is_refused_saying_so():
+    """The refusal said the name '水肿' 'has no letter or digit' (it has two letters, no ASCII one)."""
+    from monai_unc.evaluation import region_suffix
+
+    with pytest.raises(ValueError, match="no ASCII letter or digit"):
+        region_suffix("水肿")
+    assert region_suffix("Ödem 2") == "dem_2"

@@ -466,3 +466,26 @@ def test_an_algorithm_name_a_dicom_text_cannot_hold_is_refused(tmp_path, capsys,
     seg = pydicom.dcmread(tmp_path / "out" / "c0" / "seg.dcm")
     assert seg.SegmentSequence[0].SegmentationAlgorithmIdentificationSequence[0].AlgorithmName == long
     assert seg.ManufacturerModelName == long
+
+
+@pytest.mark.parametrize("text", ["\ufeffcase,dice,variance_mean\r\nc0,0.75,0.25\r\n",
+                                  "case;dice;variance_mean\r\nc0;1;0\r\n"], ids=["bom", "semicolons"])
+def test_a_metrics_table_saved_by_a_spreadsheet(tmp_path, capsys, text):
+    """A metrics.csv saved by Excel as "CSV UTF-8" (a byte-order mark) had its case column read as '\\ufeffcase', one
+    saved with ';' had none: no row matched a case and every SR was written without its case scores, exit 0 (found
+    by hostile testing). The mark is skipped; a table without a 'case' column is refused in one line."""
+    pred, series = _small_cases(tmp_path, ("c0",))
+    evaluation = tmp_path / "evaluation"
+    evaluation.mkdir()
+    (evaluation / "metrics.csv").write_text(text, encoding="utf-8")
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--evaluation",
+               str(evaluation), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    if text.startswith("\ufeff"):
+        assert rc == 0, err
+        sr = hd.sr.Comprehensive3DSR.from_dataset(pydicom.dcmread(tmp_path / "out" / "c0" / "sr.dcm"))
+        scores = {name: v for g, name, v in _sr_items(sr) if g == "case scores" and isinstance(v, float)}
+        assert scores == {"dice": 0.75, "variance_mean": 0.25}
+    else:
+        assert rc == 2 and len(err) == 1 and "no 'case' column" in err[0] and "metrics.csv" in err[0], err
+        assert not list(tmp_path.glob("out/**/*.dcm"))

@@ -83,3 +83,29 @@ def test_new_study_checks_the_mode_and_gives_each_call_its_own_uid():
         new_study("same")
     a, b = new_study("new", "1.2.3."), new_study("new", "1.2.3.")
     assert a["StudyInstanceUID"] != b["StudyInstanceUID"] and a["StudyInstanceUID"].startswith("1.2.3.")
+
+
+@pytest.mark.skipif(not hasattr(__import__("time"), "tzset"), reason="TZ needs time.tzset")
+def test_a_new_study_is_dated_in_local_time_as_its_content(source, tmp_path):
+    """The new study's StudyDate / StudyTime were written in UTC, the objects' ContentDate / ContentTime (highdicom)
+    in local time, and DICOM times are local: at UTC+13:45 the study was dated 13:45 hours (often a day) before its
+    own content (found by hostile testing)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from monai_unc.cli import main; "
+            "sys.exit(main(['dicom-export', '-p', sys.argv[1], '-s', sys.argv[2], '-o', sys.argv[3], '--study-uid', "
+            "'new', '-q']))")
+    out = tmp_path / "out"
+    env = {**os.environ, "TZ": "Pacific/Chatham", "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", code, str(source / "pred"), str(source / "series"), str(out)], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name, ds in _headers(out / "c1").items():
+        study = ds.StudyDate + ds.StudyTime[:4]
+        content = ds.ContentDate + str(ds.ContentTime)[:4]
+        # the same minute, give or take the seconds the export took (a minute boundary between them)
+        assert abs(int(study) - int(content)) <= 1 or content.endswith("00"), (name, study, content)

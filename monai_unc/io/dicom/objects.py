@@ -21,6 +21,7 @@ character) are refused. Files are written atomically (:func:`monai_unc.io.atomic
 
 from __future__ import annotations
 
+import codecs
 import copy
 import hashlib
 import math
@@ -29,7 +30,7 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from pydicom.uid import generate_uid
 from pydicom.valuerep import DSfloat
 
 from ..files import atomic_path
-from ..provenance import read_untrusted_json
+from ..provenance import decode_untrusted_json
 from .series import DicomSeries, DicomSeriesError
 
 __all__ = [
@@ -329,7 +330,9 @@ def new_study(mode: str, uid_root: str | None = None, when: datetime | None = No
     Args:
         mode: one of :data:`STUDY_UID_MODES`.
         uid_root: root of the new UID.
-        when: the study date and time (default: now, UTC).
+        when: the study date and time (default: now). DICOM dates and times are local time (no
+            TimezoneOffsetFromUTC is written), as highdicom writes the objects' ContentDate and ContentTime: a
+            time with a zone is converted to the local zone, a naive one is taken as local.
 
     Returns:
         None for ``"source"``; for ``"new"`` the attributes for :func:`apply_study`.
@@ -347,7 +350,9 @@ def new_study(mode: str, uid_root: str | None = None, when: datetime | None = No
         raise ValueError(f"study_uid must be one of {STUDY_UID_MODES}, got {mode!r}")
     if mode == "source":
         return None
-    when = when or datetime.now(timezone.utc)
+    # local time, as the objects' ContentDate / ContentTime (highdicom): in UTC a study made on a server at UTC+13:45
+    # was dated 13:45 hours (and often a day) before its own content (found by hostile testing with TZ set)
+    when = datetime.now() if when is None else (when.astimezone() if when.tzinfo is not None else when)
     return {"StudyInstanceUID": new_uid(uid_root), "StudyID": "", "AccessionNumber": "",
             "StudyDate": when.strftime("%Y%m%d"), "StudyTime": when.strftime("%H%M%S")}
 
@@ -506,13 +511,19 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[S
         One :class:`SegmentSpec` per label, in the order of ``labels``.
 
     Raises:
-        ValueError: naming the file and the field: not JSON, not an object, a key that is not one of ``labels``, a
+        ValueError: naming the file and the field: not JSON (UTF-8, a byte-order mark skipped), a key given twice in
+            one object, not an object, a key that is not one of ``labels``, a
             name that is empty, longer than 64 characters or holds a backslash or a control character, a malformed
             code.
     """
     path = Path(path)
-    # strict JSON with limits (found by hostile testing: 10^5 nested brackets raised RecursionError, a traceback)
-    doc = read_untrusted_json(path, f"segments file {path}")[1]
+    # strict JSON within limits (deep nesting, huge numbers and a key given twice are one line: json keeps the last
+    # key, another name than the one read); a byte-order mark (Notepad) skipped
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"segments file {path} is not readable: {type(e).__name__}: {e.strerror or e}") from None
+    doc = decode_untrusted_json(raw.removeprefix(codecs.BOM_UTF8), f"segments file {path}")
     if not isinstance(doc, dict):
         raise ValueError(f"segments file {path}: must be a JSON object keyed by class value")
     wanted = {str(int(v)): int(v) for v in labels}

@@ -463,3 +463,15 @@ def test_arguments_of_the_wrong_type_are_refused_by_name(series, tmp_path, make,
     with pytest.raises(error, match=message):
         make(tmp_path, series)
     assert not list(tmp_path.glob("*.dcm"))
+
+
+def test_a_segments_file_with_a_key_given_twice_is_refused(tmp_path):
+    """json kept the last of two entries "1": the SEG named class 1 'Edema' where a reader of the file sees 'Tumor
+    core' (found by hostile testing); a byte-order mark (Notepad) was refused as not JSON."""
+    path = tmp_path / "segments.json"
+    path.write_text('{"1": {"name": "Tumor core"}, "2": {"name": "Whole tumor"}, "1": {"name": "Edema"}}',
+                    encoding="utf-8")
+    with pytest.raises(ValueError, match=r"segments file .* is not readable JSON: .*the key '1' is given twice"):
+        read_segment_specs(path, [1, 2])
+    path.write_text('\ufeff{"1": {"name": "Ödem"}}', encoding="utf-8")
+    assert [s.name for s in read_segment_specs(path, [1])] == ["Ödem"]
