@@ -1054,8 +1054,8 @@ class ConfidenceHistogram:
     a block of cases at a time (:meth:`case_views`), :meth:`state_dict_blocks` gives the tables one block at a
     time (found by hostile testing: a 105-class cohort held 39 MiB of dense tables per case), and
     :meth:`packed_state_dict` the non-empty bins only (what the evaluation's per-case records and the ``torchrun``
-    gather hold). Histograms add
-    exactly: :meth:`merge` of per-case histograms equals the histogram of the pooled voxels.
+    gather hold). Histograms add exactly: :meth:`merge` of per-case histograms equals the histogram of the pooled
+    voxels.
 
     Args:
         num_classes: ``C >= 2``.
