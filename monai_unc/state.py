@@ -16,7 +16,11 @@ Because the protocol is the same for every state, the cohort engine's resume cac
 serialise any state without knowing its type: :func:`pack_states` flattens named states into one dict of arrays
 (``<name>/<key>`` plus ``<name>/__type__``), :func:`unpack_states` reads them back. The type is looked up in a
 registry of state classes (:func:`register_state_type`); a name that is not registered is refused, and nothing is
-ever imported or executed by the name a file holds.
+ever imported or executed by the name a file holds. A state whose dense arrays are mostly zeros may also give
+``packed_state_dict()``, arrays in a compact layout that its ``from_state_dict`` reads as well as those of
+``state_dict()`` (a per-case confidence histogram: each case's non-empty bins); :func:`pack_states` and
+:meth:`StateGroup.packed_state_dict` use it where a state has it (:func:`record_arrays`), so that a record or a
+gather holds the compact arrays.
 
 :class:`StateGroup` is a mapping of named states of one kind (e.g. one histogram per BraTS region) that is itself a
 mergeable state.
@@ -47,6 +51,7 @@ __all__ = [
     "pack_states",
     "unpack_states",
     "as_array",
+    "record_arrays",
     "ArrayBlocks",
     "read_npz",
 ]
@@ -209,8 +214,33 @@ def _check_name(name: str) -> str:
     return name
 
 
+def record_arrays(state: Any) -> dict[str, Any]:
+    """The arrays a state travels as: its ``packed_state_dict()`` where it has one, else its ``state_dict()``.
+
+    What :func:`pack_states` (records, the resume cache, the ``torchrun`` gather) and
+    :func:`monai_unc.engine.reduce_state` send; the state's ``from_state_dict`` reads either.
+
+    Args:
+        state: a mergeable state.
+
+    Returns:
+        ``{key: array}``.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics.calibration import ConfidenceHistogram
+        >>> h = ConfidenceHistogram(2, n_fine_bins=4).update(np.array([[[0.2], [0.8]]]), np.array([[1]]))
+        >>> "counts" in record_arrays(h), record_arrays(h)["bin_offsets"].tolist()
+        (False, [0, 4])
+    """
+    packed = getattr(state, "packed_state_dict", None)
+    return packed() if callable(packed) else state.state_dict()
+
+
 def pack_states(states: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Named states as one flat dict of numpy arrays: ``<name>/<key>`` and ``<name>/__type__``.
+
+    Each state gives its arrays through :func:`record_arrays` (the compact layout where it has one).
 
     Args:
         states: ``{name: state}``; each state of a registered class (:func:`register_state_type`); names without
@@ -232,7 +262,7 @@ def pack_states(states: Mapping[str, Any]) -> dict[str, np.ndarray]:
             continue
         _check_name(name)
         out[f"{name}{_SEP}{TYPE_KEY}"] = np.array(state_type_name(state))
-        for key, value in state.state_dict().items():
+        for key, value in record_arrays(state).items():
             if key == TYPE_KEY:
                 raise ValueError(f"state {name!r}: the key {TYPE_KEY!r} is reserved")
             out[f"{name}{_SEP}{key}"] = as_array(value, f"state {name!r}, key {key!r}")
@@ -380,6 +410,22 @@ class StateGroup(MutableMapping[str, Any]):
         for i, state in enumerate(self._states.values()):
             out[f"{i}.{TYPE_KEY}"] = np.array(state_type_name(state))
             out.update({f"{i}.{k}": as_array(v, f"member {i}, key {k!r}") for k, v in state.state_dict().items()})
+        return out
+
+    def packed_state_dict(self) -> dict[str, np.ndarray]:
+        """:meth:`state_dict` with each member's arrays of :func:`record_arrays` (its compact layout where it has one).
+
+        Returns:
+            The arrays; :meth:`from_state_dict` reads them.
+
+        Example:
+            >>> sorted(StateGroup().packed_state_dict())
+            ['__names__']
+        """
+        out: dict[str, np.ndarray] = {"__names__": np.array(list(self._states), dtype=np.str_)}
+        for i, state in enumerate(self._states.values()):
+            out[f"{i}.{TYPE_KEY}"] = np.array(state_type_name(state))
+            out.update({f"{i}.{k}": as_array(v, f"member {i}, key {k!r}") for k, v in record_arrays(state).items()})
         return out
 
     def state_dict_blocks(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from ..io import CaseError, atomic_write_json
 from ..metrics.calibration import ConfidenceHistogram
-from ..state import MergeableState, as_array
+from ..state import MergeableState, as_array, record_arrays
 
 T = TypeVar("T")
 
@@ -529,10 +529,12 @@ def reduce_state(state: Any, ctx: DistContext) -> Any:
     """The merge of every rank's mergeable state, on every rank: one reduction for any state of the package.
 
     Each rank passes its own :class:`~monai_unc.state.MergeableState` (a confidence histogram, a mask state,
-    :class:`~monai_unc.stats.SampleStats`, a product's state, ...). The states travel as their ``state_dict()`` and
-    are merged in rank order ``0, 1, ..., W - 1`` on every rank, so integer counts are exact and float sums are the
-    same bits on every rank and equal to merging the ranks' states in that order in one process (the idea of
-    torchmetrics' ``dist_reduce_fx``, with the merge of the state itself). One process: a copy of ``state``.
+    :class:`~monai_unc.stats.SampleStats`, a product's state, ...). The states travel as their arrays of
+    :func:`~monai_unc.state.record_arrays` (``state_dict()``, or the compact ``packed_state_dict()`` where a state has
+    one: a histogram's non-empty bins) and are merged in rank order ``0, 1, ..., W - 1`` on every rank, so integer
+    counts are exact and float sums are the same bits on every rank and equal to merging the ranks' states in that
+    order in one process (the idea of torchmetrics' ``dist_reduce_fx``, with the merge of the state itself). One
+    process: a copy of ``state``.
 
     Args:
         state: this rank's state.
@@ -553,7 +555,7 @@ def reduce_state(state: Any, ctx: DistContext) -> Any:
         raise TypeError(f"state must be a mergeable state (merge, state_dict, from_state_dict), got "
                         f"{type(state).__name__}")
     cls = type(state)
-    parts = all_gather_objects({k: as_array(v, f"state key {k!r}") for k, v in state.state_dict().items()}, ctx)
+    parts = all_gather_objects({k: as_array(v, f"state key {k!r}") for k, v in record_arrays(state).items()}, ctx)
     out = cls.from_state_dict(parts[0])
     for part in parts[1:]:
         out.merge(cls.from_state_dict(part))

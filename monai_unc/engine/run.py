@@ -10,7 +10,8 @@ Every cohort command (``infer``, ``evaluate``, ``triage``) is a per-case functio
    :func:`process_cases`: progress bar, a saved result reused when its fingerprint is unchanged (:class:`CaseCache`),
    a case that raises reported at once (one stderr line with the case id and the rank, or ``on_failure``) and
    collected while the loop goes on;
-3. the results and failures gathered to rank 0 in case-id order (each case exactly once:
+3. the results and failures gathered to rank 0 in case-id order (each record released there once unpacked, and
+   each rank's own results once sent; each case exactly once:
    :func:`~monai_unc.engine.check_each_case_once`), ``failures.json`` written (or a stale one removed), the
    summary step run there (or, when cases failed, the clean-up of stale outputs), its value broadcast to every
    rank, and :class:`~monai_unc.engine.CasesFailed` raised on every rank when a case failed.
@@ -260,6 +261,8 @@ def run_cases(
         sync_errors(err, ctx)
         mine_failed = [CaseFailure(c, ctx.rank, error_line(e)) for c, e in local_failures]
         gathered = gather_objects((payload, mine_failed), ctx)
+        if ctx.distributed:  # sent: this rank's results and records are rank 0's gathered copies from here on
+            payload, done = [], []
 
         run = CohortRun(ctx)
         outcome: Any = None
@@ -267,12 +270,17 @@ def run_cases(
         if ctx.is_main:
             try:
                 assert gathered is not None
+                failures = [f for _, fs in gathered for f in fs]
                 if ctx.distributed:
-                    got = [(c, unpack(d) if unpack is not None else d, r)
-                           for r, (part, _) in enumerate(gathered) for c, d in part]
+                    got = []
+                    for r in range(len(gathered)):  # each record released once unpacked: never all twice at once
+                        part, gathered[r] = gathered[r][0][::-1], None
+                        while part:
+                            c, d = part.pop()
+                            got.append((c, unpack(d) if unpack is not None else d, r))
+                            d = None
                 else:
                     got = [(c, res, ctx.rank) for c, res in done]
-                failures = [f for _, fs in gathered for f in fs]
                 check_each_case_once([c for c, _, _ in got] + [f.case for f in failures], ids)
                 got.sort(key=lambda t: t[0])
                 run = CohortRun(ctx, [c for c, _, _ in got], [r for _, r, _ in got], [k for _, _, k in got], failures)

@@ -911,6 +911,116 @@ def _check_state_tables(
             raise ValueError("state scalars: the Brier sum must lie in [0, C x total weight]")
 
 
+#: the arrays of the packed layout of a state (:meth:`ConfidenceHistogram.packed_state_dict`); ``bin_weighted_counts``
+#: only once weighted
+_PACKED_KEYS = ("bin_offsets", "bin_index", "bin_counts", "bin_sums", "bin_weighted_counts")
+#: the arrays of the dense layout (:meth:`ConfidenceHistogram.state_dict`)
+_DENSE_KEYS = ("counts", "sums", "weighted_counts")
+
+
+def _packed_integers(x: Any, key: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """An integer array of a packed state as int64, ``ValueError`` naming ``key`` for another dtype or shape.
+
+    Offsets, indices and counts are integers: a float, bool or complex array (whose conversion would truncate) is a
+    damaged state, and so is an unsigned 64-bit value beyond int64.
+    """
+    if isinstance(x, torch.Tensor):
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise ValueError(f"state {key} must hold integers, got {x.dtype}")
+        t = x.detach()
+    else:
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "iu":
+            raise ValueError(f"state {key} must hold integers, got {arr.dtype}")
+        if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > 2**63 - 1:
+            raise ValueError(f"state {key} holds a value beyond int64")
+        t = to_tensor(arr.astype(np.int64, copy=False), "state")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"state {key} must have shape {shape}, got {tuple(t.shape)}")
+    return t.to(torch.int64)
+
+
+def _packed_floats(x: Any, key: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """A float array of a packed state as float64, ``ValueError`` naming ``key`` for another shape or NaN / inf."""
+    t = _state_table(x if isinstance(x, torch.Tensor) else np.asarray(x), torch.float64)
+    if tuple(t.shape) != shape:
+        raise ValueError(f"state {key} must have shape {shape}, got {tuple(t.shape)}")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"state {key} holds non-finite values")
+    return t
+
+
+def _unpack_cases(state: Mapping[str, Any], n_rows: int, n_fine: int) -> list[_PackedState]:
+    """The cases of a state of the packed layout (:meth:`ConfidenceHistogram.packed_state_dict`), checked.
+
+    ``ValueError`` naming the array for offsets that do not start at 0, decrease or do not end at the number of bins,
+    indices outside ``[0, R F)`` or not strictly increasing within a case (unsorted or repeated), counts or weights
+    below 0, non-finite sums, weights or scalars, or arrays of other shapes or dtypes. The tables these pass are
+    checked further by the dense path's :func:`_check_state_tables` (by the caller).
+    """
+    missing = [k for k in _PACKED_KEYS[:4] + ("scalars",) if k not in state]
+    if missing:
+        raise ValueError(f"state of the packed layout lacks {missing}")
+    raw_offsets = state["bin_offsets"]
+    n_off = tuple(np.shape(raw_offsets))
+    if len(n_off) != 1 or n_off[0] < 1:
+        raise ValueError(f"state bin_offsets must have shape (N + 1,), got {n_off}")
+    offsets = _packed_integers(raw_offsets, "bin_offsets", n_off).cpu()
+    n = n_off[0] - 1
+    k = tuple(np.shape(state["bin_index"]))
+    nnz = k[0] if len(k) == 1 else -1
+    if nnz < 0:
+        raise ValueError(f"state bin_index must have shape (K,), got {k}")
+    if int(offsets[0]) != 0 or bool((offsets[1:] < offsets[:-1]).any()) or int(offsets[-1]) != nnz:
+        raise ValueError(f"state bin_offsets must rise from 0 to the {nnz} bins of bin_index (case by case)")
+    index = _packed_integers(state["bin_index"], "bin_index", (nnz,))
+    if nnz and (int(index.min()) < 0 or int(index.max()) >= n_rows * n_fine):
+        raise ValueError(f"state bin_index must lie in [0, {n_rows * n_fine}) (rows x fine bins)")
+    step = index[1:] - index[:-1]
+    first = torch.zeros(nnz, dtype=torch.bool, device=index.device)  # the first bin of each non-empty case
+    starts = offsets[:-1][offsets[:-1] < offsets[1:]]
+    first[starts.to(index.device)] = True
+    if bool((step <= 0)[~first[1:]].any()):
+        raise ValueError("state bin_index must be strictly increasing within each case (sorted, no bin twice)")
+    counts = _packed_integers(state["bin_counts"], "bin_counts", (2, nnz))
+    if bool((counts < 0).any()):
+        raise ValueError("state bin_counts must be non-negative (voxels per bin)")
+    sums = _packed_floats(state["bin_sums"], "bin_sums", (nnz,))
+    wc = None
+    if "bin_weighted_counts" in state:
+        wc = _packed_floats(state["bin_weighted_counts"], "bin_weighted_counts", (2, nnz))
+        if bool((wc < 0).any()):
+            raise ValueError("state bin_weighted_counts must be non-negative")
+    scalars = _packed_floats(state["scalars"], "scalars", (n, 3))
+    cases = []
+    for i in range(n):
+        a, b = int(offsets[i]), int(offsets[i + 1])
+        # of_bins stores each case in its own smallest types; clones, so that no case keeps the others' arrays
+        cases.append(_PackedState.of_bins(
+            n_rows, n_fine, index[a:b].clone(), counts[:, a:b].clone(), sums[a:b].clone(),
+            None if wc is None else wc[:, a:b].clone(), scalars[i].clone(),
+        ))
+    return cases
+
+
+def _check_packed_cases(cases: Sequence[_PackedState], weighted: bool, num_classes: int, step: int) -> None:
+    """:func:`_check_state_tables` of packed cases, written into dense buffers of ``step`` cases at a time."""
+    if not cases:
+        return
+    n_rows, n_fine, device = cases[0].n_rows, cases[0].n_fine, cases[0].device
+    m = min(step, len(cases))
+    cnt = torch.empty(m, n_rows, 2, n_fine, dtype=torch.int64, device=device)
+    sm = torch.empty(m, n_rows, n_fine, dtype=torch.float64, device=device)
+    wct = torch.empty(m, n_rows, 2, n_fine, dtype=torch.float64, device=device) if weighted else None
+    for start in range(0, len(cases), m):
+        block = cases[start : start + m]
+        for i, st in enumerate(block):
+            st.write_into(cnt[i], None if wct is None else wct[i], sm[i])
+        j = len(block)
+        _check_state_tables(cnt[:j], sm[:j], None if wct is None else wct[:j],
+                            torch.stack([st.scalars for st in block]), num_classes)
+
+
 def _unreadable(path: Path, err: BaseException) -> ValueError:
     """The error of a histogram file that cannot be read (:meth:`ConfidenceHistogram.load`)."""
     return ValueError(
@@ -941,9 +1051,11 @@ class ConfidenceHistogram:
     Memory: pooled (``per_case=False``), the dense tables once, ``24 R F`` bytes (``+16 R F`` once weighted), 1.8
     MiB for ``C = 3`` and the default ``F``. Per case, each case's non-empty bins only (at most 32 bytes each, 48
     weighted; a case fills few of its ``R F`` bins), shared by the histograms it is merged into; per-case metrics read
-    a block of cases at a time (:meth:`case_views`), and :meth:`state_dict_blocks` gives the tables one block at a
-    time (found by hostile testing: a 105-class cohort held 39 MiB of dense tables per case). Histograms add
-    exactly: :meth:`merge` of per-case histograms equals the histogram of the pooled voxels.
+    a block of cases at a time (:meth:`case_views`), :meth:`state_dict_blocks` gives the tables one block at a
+    time (found by hostile testing: a 105-class cohort held 39 MiB of dense tables per case), and
+    :meth:`packed_state_dict` the non-empty bins only (what the evaluation's per-case records and the ``torchrun``
+    gather hold). Histograms add exactly: :meth:`merge` of per-case histograms equals the histogram of the pooled
+    voxels.
 
     Args:
         num_classes: ``C >= 2``.
@@ -1462,7 +1574,8 @@ class ConfidenceHistogram:
         """The state as numpy arrays (``counts``, ``sums``, ``scalars``, ``weighted_counts`` if weighted).
 
         The dense tables of every case at once (``24 R F`` bytes per case); :meth:`state_dict_blocks` gives them one
-        case at a time.
+        case at a time, and :meth:`packed_state_dict` the non-empty bins of every case only (the layout of records and
+        gathers; :meth:`from_state_dict` reads both).
         """
         state = self._state_meta()
         shape_r = (0, self.num_rows)
@@ -1478,12 +1591,69 @@ class ConfidenceHistogram:
             state["scalars"] = np.zeros((0, 3))
         return state
 
+    def packed_state_dict(self) -> dict[str, Any]:
+        """The state in the packed layout: every case's non-empty bins, concatenated (what records and gathers hold).
+
+        The arrays of :meth:`state_dict` but the dense tables: case ``k`` holds the bins
+        ``bin_offsets[k]:bin_offsets[k + 1]`` of
+
+        - ``bin_offsets`` ``(N + 1,)`` int64, rising from 0 to ``K``, the number of bins kept;
+        - ``bin_index`` ``(K,)`` the flat index ``r F + i`` of each bin (row ``r``, fine bin ``i``), strictly
+          increasing within a case; int32 where ``R F`` fits, else int64;
+        - ``bin_counts`` ``(2, K)`` the counts ``r = 0`` and ``r = 1`` there, in the smallest of uint8, int16, int32
+          and int64 that holds the largest;
+        - ``bin_sums`` ``(K,)`` float64 the sums there;
+        - ``bin_weighted_counts`` ``(2, K)`` float64 the weights there (only once weighted, as ``weighted_counts``);
+
+        next to ``scalars`` ``(N, 3)`` and the layout of :meth:`state_dict`. Every bin where a case's dense tables are
+        not zero is kept (at most 32 bytes per bin, 48 weighted; a 105-class case of ``F = 15360`` holds well under a
+        MiB instead of its 39 MiB of dense tables); :meth:`from_state_dict` and :meth:`load_state_dict` read it back
+        exactly, and read both layouts. :func:`monai_unc.state.pack_states` (the evaluation's per-case records, its
+        resume cache and the ``torchrun`` gather) and :func:`monai_unc.engine.reduce_state` send a histogram so.
+
+        Returns:
+            The state as numpy arrays.
+
+        Example:
+            >>> import numpy as np
+            >>> h = ConfidenceHistogram(2, n_fine_bins=4).update(np.array([[[0.2], [0.8]]]), np.array([[1]]))
+            >>> packed = h.packed_state_dict()
+            >>> packed["bin_offsets"].tolist(), packed["bin_index"].tolist(), packed["bin_counts"].tolist()
+            ([0, 4], [0, 7, 11, 14], [[1, 0, 0, 0], [0, 1, 1, 1]])
+            >>> back = ConfidenceHistogram.from_state_dict(packed)
+            >>> bool((back.counts == h.counts).all()), bool((back.sums == h.sums).all())
+            (True, True)
+        """
+        state = self._state_meta()
+        cases = [s if isinstance(s, _PackedState) else _PackedState.pack(s) for s in self._states]
+        cpu = [c.to("cpu") for c in cases]
+        sizes = [c.index.numel() for c in cpu]
+        wide = self.num_rows * self.n_fine_bins > 2**31 - 1
+        top = max((int(c.counts_nz.max()) for c in cpu if c.counts_nz.numel()), default=0)
+        count_dtype = next((d for d, most in _COUNT_DTYPES if top <= most), torch.int64)
+
+        def cat(parts: list[torch.Tensor], dtype: torch.dtype, lead: tuple[int, ...]) -> np.ndarray:
+            if not parts:
+                return torch.zeros(*lead, 0, dtype=dtype).numpy()
+            return torch.cat([t.to(dtype) for t in parts], dim=-1).numpy()
+
+        state["bin_offsets"] = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+        state["bin_index"] = cat([c.index for c in cpu], torch.int64 if wide else torch.int32, ())
+        state["bin_counts"] = cat([c.counts_nz for c in cpu], count_dtype, (2,))
+        state["bin_sums"] = cat([c.sums_nz for c in cpu], torch.float64, ())
+        if self.weighted:  # a case without weights reads its counts, as weighted_counts of state_dict
+            state["bin_weighted_counts"] = cat([c.counts_nz if c.wcounts_nz is None else c.wcounts_nz for c in cpu],
+                                               torch.float64, (2,))
+        state["scalars"] = (torch.stack([c.scalars for c in cpu]).numpy() if cpu else np.zeros((0, 3)))
+        return state
+
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any]) -> ConfidenceHistogram:
-        """A new histogram holding a state from :meth:`state_dict`.
+        """A new histogram holding a state from :meth:`state_dict` or :meth:`packed_state_dict`.
 
         Args:
-            state: a state dict; its ``num_classes``, ``n_fine_bins`` and ``per_case`` give the layout.
+            state: a state dict of either layout (the dense tables or the packed bins); its ``num_classes``,
+                ``n_fine_bins`` and ``per_case`` give the histogram's layout.
 
         Returns:
             The new :class:`ConfidenceHistogram`.
@@ -1495,9 +1665,11 @@ class ConfidenceHistogram:
         return hist.load_state_dict(dict(state))
 
     def load_state_dict(self, state: dict[str, Any]) -> ConfidenceHistogram:
-        """Replace the state by one from :meth:`state_dict` (layouts must match).
+        """Replace the state by one from :meth:`state_dict` or :meth:`packed_state_dict` (layouts must match).
 
-        The arrays may also be torch tensors (e.g. tables all-gathered across ranks); they keep their device.
+        The arrays may also be torch tensors (e.g. tables all-gathered across ranks); they keep their device. The dense
+        tables (``counts``, ``sums``, ``weighted_counts``) or the packed bins (``bin_offsets``, ``bin_index``, ...) are
+        read, whichever the state holds (not both).
 
         Args:
             state: a state dict of this layout.
@@ -1509,7 +1681,9 @@ class ConfidenceHistogram:
             ValueError: for another layout, arrays of inconsistent shapes, or tables no histogram can hold (negative
                 counts or weights, non-finite sums, a bin's value sum outside its weight times the bin's edges, label
                 rows that disagree with the top-label row, a total weight, NLL or Brier sum that does not fit the
-                counts); the histogram is left unchanged.
+                counts); for packed bins also offsets that do not add up to the bins, indices out of range, unsorted
+                or repeated within a case, or non-integer offsets, indices or counts; the histogram is left
+                unchanged.
         """
         nc, nf = int(state["num_classes"]), int(state["n_fine_bins"])
         if (nc, nf) != (self.num_classes, self.n_fine_bins):
@@ -1517,6 +1691,12 @@ class ConfidenceHistogram:
                 f"state has (num_classes, n_fine_bins) = {(nc, nf)}, "
                 f"the histogram {(self.num_classes, self.n_fine_bins)}"
             )
+        packed = [k for k in _PACKED_KEYS if k in state]
+        if packed:
+            dense = [k for k in _DENSE_KEYS if k in state]
+            if dense:
+                raise ValueError(f"state holds arrays of both layouts (dense {dense}, packed {packed})")
+            return self._load_packed(state)
         tables = {k: _table_source(state[k]) for k in ("counts", "sums", "scalars", "weighted_counts") if k in state}
         counts, sums, scalars, wc = (tables.get(k) for k in ("counts", "sums", "scalars", "weighted_counts"))
         n = counts.shape[0] if len(counts.shape) else -1
@@ -1557,6 +1737,28 @@ class ConfidenceHistogram:
         self._pooled_cache = None
         return self
 
+    def _load_packed(self, state: Mapping[str, Any]) -> ConfidenceHistogram:
+        """:meth:`load_state_dict` of the packed layout (:meth:`packed_state_dict`), checked as the dense one."""
+        nc, nf = self.num_classes, self.n_fine_bins
+        cases = _unpack_cases(state, self.num_rows, nf)
+        n = len(cases)
+        ids_raw = [str(c) for c in np.asarray(state["case_ids"]).tolist()]
+        is_int = np.asarray(state.get("case_id_is_int", np.zeros(n, dtype=bool))).tolist()
+        if len(ids_raw) != n:
+            raise ValueError(f"state has {len(ids_raw)} case ids for {n} cases")
+        weighted = "bin_weighted_counts" in state
+        step = max(1, min(_STATE_CHECK_BLOCK, _LOAD_BLOCK_BYTES // (40 * self.num_rows * nf)))
+        _check_packed_cases(cases, weighted, nc, step)  # the invariants of the dense path, a block at a time
+        per_case = bool(state.get("per_case", self.per_case))
+        states: list[_State | _PackedState] = list(cases) if per_case and PACKED_CASES else [c.unpack() for c in cases]
+        self.per_case = per_case
+        self.uncertainty = bool(state.get("uncertainty", self.uncertainty))
+        self.case_ids = [int(c) if flag else c for c, flag in zip(ids_raw, is_int)]
+        self._index = {c: i for i, c in enumerate(self.case_ids)}
+        self._states = states
+        self._pooled_cache = None
+        return self
+
     def save(self, path: str | Path) -> Path:
         """Deprecated: write the state with :func:`monai_unc.io.save_state` (``save_state(path, hist)``).
 
@@ -1575,8 +1777,9 @@ class ConfidenceHistogram:
         )
         return save_state(path, self)
 
-    #: the keys :meth:`load` needs in a file
-    _REQUIRED_KEYS = ("num_classes", "n_fine_bins", "per_case", "counts", "sums", "scalars", "case_ids")
+    #: the keys :meth:`load` needs in a file (and those of the tables: the dense or the packed layout)
+    _REQUIRED_KEYS = ("num_classes", "n_fine_bins", "per_case", "scalars", "case_ids")
+    _TABLE_KEYS = (("counts", "sums"), _PACKED_KEYS[:4])
 
     @classmethod
     def load(cls, path: str | Path) -> ConfidenceHistogram:
@@ -1595,6 +1798,8 @@ class ConfidenceHistogram:
         except Exception as err:  # BadZipFile, EOFError, OSError, ValueError, zlib.error from a damaged file
             raise _unreadable(path, err) from err
         missing = [k for k in cls._REQUIRED_KEYS if k not in state]
+        if not any(all(k in state for k in keys) for keys in cls._TABLE_KEYS):
+            missing += [k for k in cls._TABLE_KEYS[0] if k not in state]
         if missing:
             raise ValueError(f"path: {path} is not a ConfidenceHistogram file (missing arrays {missing})")
         try:
