@@ -31,7 +31,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..io import is_disk_full, output_lock
+from ..io import check_case_ids_fit_folder, is_disk_full, output_lock
 from ..io.cases import settings_changes
 from .cache import CaseCache
 from .collectives import (
@@ -233,6 +233,9 @@ def run_cases(
             if ctx.is_main:
                 if lock is not None:  # before the first write: a second run into the folder is refused here
                     held.enter_context(output_lock(lock, command))
+                    # Case01 / case01 on a file system that takes them as one name: one case's files overwrite the
+                    # other's (found by a review of case-insensitive shares)
+                    check_case_ids_fit_folder([str(key(c)) for c in listed], lock)
                 if cache is not None:
                     cache.prepare()
                 if setup is not None:

@@ -37,6 +37,7 @@ import mmap
 import os
 import re
 import threading
+import unicodedata
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,10 @@ except ImportError:  # the standard library's gzip, through nibabel
     _igzip = None
 
 __all__ = [
+    "check_case_ids_fit_folder",
+    "colliding_case_ids",
+    "folded_case_id",
+    "folds_file_names",
     "settings_changes",
     "VOLUME_EXTENSIONS",
     "PROBABILITY_EXTENSIONS",
@@ -421,6 +426,101 @@ def check_case_ids(cases: Iterable[ImageCase | str], reserved: Sequence[str] = R
             source = f" ({case.channels[0].name})" if isinstance(case, ImageCase) and case.channels else ""
             raise CaseError(f"{option}: case {cid!r}{source} cannot be predicted: its record {cid}.json would be the "
                             f"output folder's own {name}; rename the input (e.g. {cid}_1)")
+
+
+def folded_case_id(case_id: str) -> str:
+    """The name a file system that ignores letter case and Unicode forms sees for ``case_id`` (NFC, case-folded).
+
+    Example:
+        >>> folded_case_id("Mu\u0308ller") == folded_case_id("M\u00fcller") == folded_case_id("MÜLLER")
+        True
+    """
+    return unicodedata.normalize("NFC", str(case_id)).casefold()
+
+
+def colliding_case_ids(case_ids: Iterable[str]) -> list[list[str]]:
+    """Groups of case ids that differ only in letter case or Unicode form (``Case01`` / ``case01``).
+
+    Such ids (also ``Müller`` in NFC and in NFD) name different files on Linux, one file on macOS and Windows and on
+    shares served from them.
+
+    Args:
+        case_ids: the ids.
+
+    Returns:
+        Each group of two or more ids that :func:`folded_case_id` makes equal, in their order of appearance.
+
+    Example:
+        >>> colliding_case_ids(["Case01", "b", "case01", "c"])
+        [['Case01', 'case01']]
+    """
+    groups: dict[str, list[str]] = {}
+    for cid in case_ids:
+        group = groups.setdefault(folded_case_id(cid), [])
+        if str(cid) not in group:
+            group.append(str(cid))
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def folds_file_names(folder: str | os.PathLike) -> bool:
+    """Whether the file system of ``folder`` takes names that differ in letter case or Unicode form as one file.
+
+    A probe file (a mixed-case name with an ``é`` in NFC) is created in ``folder`` and looked up by its lower-case
+    NFD spelling, then removed: APFS, NTFS, FAT and SMB shares find it; ext4, XFS and tmpfs do not.
+
+    Args:
+        folder: an existing, writable folder.
+
+    Returns:
+        True where the other spelling finds the probe file.
+
+    Raises:
+        OSError: the probe file cannot be created.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     isinstance(folds_file_names(d), bool)
+        True
+    """
+    stem = f".monai-unc-probe-{os.getpid()}-{threading.get_ident()}-"
+    probe = Path(folder) / (stem + "Ca\u00e9")
+    other = Path(folder) / unicodedata.normalize("NFD", stem + "ca\u00e9")
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)
+    try:
+        return os.path.lexists(other)
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def check_case_ids_fit_folder(case_ids: Sequence[str], folder: str | os.PathLike, option: str = "--output") -> None:
+    """Refuse cases whose ids differ only in letter case or Unicode form when ``folder`` would take their files as one.
+
+    On such a file system (macOS, Windows, an SMB share) ``Case01_seg.nii.gz`` and ``case01_seg.nii.gz`` are one file:
+    the second case would overwrite the first's outputs and records, silently. Ids that do not collide, and folders
+    that tell the spellings apart, pass without a probe file being written.
+
+    Args:
+        case_ids: the run's case ids.
+        folder: the existing output folder.
+        option: how the message names the folder.
+
+    Raises:
+        ValueError: one line naming the first colliding ids and the folder.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     check_case_ids_fit_folder(["a", "b"], d)
+    """
+    groups = colliding_case_ids(case_ids)
+    if groups and folds_file_names(folder):
+        names = " and ".join(repr(c) for c in groups[0][:3])
+        more = f" ({len(groups) - 1} more such group(s))" if len(groups) > 1 else ""
+        raise ValueError(f"{option} {folder}: cases {names} differ only in letter case or Unicode form, and this "
+                         f"folder's file system takes their files as one file{more}: rename the inputs or write to a "
+                         "folder on a file system that tells them apart")
 
 
 def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:

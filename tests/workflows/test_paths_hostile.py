@@ -302,3 +302,34 @@ def test_whole_image_inference_of_a_size_the_unet_cannot_take_says_to_pass_roi(t
     rc, _, err = _main(["infer", "-i", img, "-o", tmp_path / "pred2", "--model", "example", "--method", "softmax",
                         "--device", "cpu", "-q", "--roi", "64"], capsys)
     assert rc == 0 and (tmp_path / "pred2" / "c.json").is_file(), err
+
+
+def test_case_ids_that_one_file_system_takes_as_one_name(tmp_path, capsys, monkeypatch):
+    """Found by a review of hospital shares: ``Case01`` and ``case01`` (or ``Müller`` in NFC and NFD) are two files on
+    Linux but one on macOS, Windows and SMB shares: writing both cases there, the second overwrote the first's maps
+    and record and both counted as done. Where the output folder's file system folds names, the run is refused in
+    one line before anything is written; elsewhere both cases are predicted."""
+    from monai_unc.io import cases as cases_module
+    from monai_unc.io import colliding_case_ids, folded_case_id, folds_file_names
+
+    assert colliding_case_ids(["Case01", "x", "case01", "M\u00fcller", "Mu\u0308ller", "y"]) == [
+        ["Case01", "case01"], ["M\u00fcller", "Mu\u0308ller"]]
+    assert colliding_case_ids(["a", "b"]) == [] and folded_case_id("\u00c9") == folded_case_id("e\u0301")
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    assert folds_file_names(probe) is False and not list(probe.iterdir())  # tmpfs / ext4 tell them apart
+    img = tmp_path / "img"
+    img.mkdir()
+    rng = np.random.default_rng(0)
+    for cid in ("Case01", "case01"):
+        nib.save(nib.Nifti1Image(rng.random((16, 16, 16), dtype=np.float32), np.eye(4)), img / f"{cid}.nii.gz")
+    argv = ["infer", "-i", img, "--model", "example", "--method", "softmax", "--roi", "16", "--device", "cpu", "-q"]
+    monkeypatch.setattr(cases_module, "folds_file_names", lambda folder: True)  # as on an SMB share
+    rc, _, err = _main([*argv, "-o", tmp_path / "share"], capsys)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1, err
+    assert "cases 'Case01' and 'case01' differ only in letter case or Unicode form" in lines[0], err
+    assert not list((tmp_path / "share").glob("*.json")) and not list((tmp_path / "share").glob("*.nii.gz"))
+    monkeypatch.undo()
+    rc, _, err = _main([*argv, "-o", tmp_path / "local"], capsys)
+    assert rc == 0 and {p.name for p in (tmp_path / "local").glob("?ase01.json")} == {"Case01.json", "case01.json"}
