@@ -36,3 +36,28 @@ def test_mapped_arrays_read_back_big_endian_and_bfloat16(tmp_path):
     np.testing.assert_array_equal(store[1].numpy(), a.astype(np.int16))
     np.testing.assert_array_equal(store[2].numpy(), a)
     np.testing.assert_array_equal(store[3].numpy(), np.flip(a, 1))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, ">i4"])
+def test_label_maps_keep_labels_above_float32_integers(tmp_path, dtype):
+    """Labels and segmentations were read as float32, which holds integers only up to 2**24: the label 16777217 (an
+    atlas id) came back as 16777216, another structure's label, without a word, and a region spec naming it selected
+    nothing."""
+    from monai_unc.io import CaseFiles, load_case, read_label
+    from monai_unc.io.files import save_region_maps
+
+    labels = np.zeros((6, 5, 4), np.int64)
+    labels[1:3, 1:3, 1:3] = 2**24 + 1
+    labels[4, 4, 3] = 2**24
+    image = nib.Nifti1Image(labels.astype(dtype), np.eye(4))
+    if np.dtype(dtype).byteorder == ">":
+        image = nib.Nifti1Image(labels.astype(dtype), np.eye(4), image.header.as_byteswapped(">"))
+    nib.save(image, tmp_path / "a.nii.gz")
+    nib.save(nib.Nifti1Image(labels.astype(np.int32), np.eye(4)), tmp_path / "a_seg.nii.gz")
+    data, _ = read_label(CaseFiles("a", tmp_path / "a.nii.gz"))
+    np.testing.assert_array_equal(np.asarray(data[0], np.int64), labels)
+    probs = save_region_maps(np.full((1, 6, 5, 4), 0.25), np.eye(4), tmp_path / "a_probs.nii.gz")
+    case = load_case(CaseFiles("a", tmp_path / "a.nii.gz", seg=tmp_path / "a_seg.nii.gz", probs=probs),
+                     multilabel=True)
+    np.testing.assert_array_equal(case.label, labels)
+    np.testing.assert_array_equal(case.seg, labels)

@@ -134,3 +134,27 @@ def test_calibration_metric_takes_a_bool_one_hot_reference():
     metric(y_pred=p, y=onehot.bool())
     values = metric.aggregate()
     assert float(values["ece"]) == pytest.approx(ece(p, y), abs=1e-12)
+
+
+def test_conformal_case_state_takes_bfloat16_probabilities():
+    """``conformal_case_state`` checked bfloat16 probabilities (autocast) with float32's tolerance 1e-3 after its
+    float32 copy and refused them (sums off by 3e-3), where ``check_probabilities`` allows bfloat16's rounding."""
+    from monai_unc._utils import check_probabilities
+    from monai_unc.metrics import conformal_case_state
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 12, 12, 12)) * 2
+    p = np.exp(logits) / np.exp(logits).sum(0)
+    y = rng.integers(0, 3, (12, 12, 12))
+    pb = torch.from_numpy(p).bfloat16()
+    check_probabilities(pb[None])  # the package's rule for bfloat16
+    assert float((pb.double().sum(0) - 1).abs().max()) > 1e-3  # beyond float32's tolerance
+    from monai.data import MetaTensor
+
+    arrays = conformal_case_state(pb, y).to_arrays()
+    meta = conformal_case_state(MetaTensor(pb, affine=torch.diag(torch.tensor([2.0, 2, 2, 1]))), y).to_arrays()
+    assert arrays.keys() == meta.keys()
+    for key in arrays:
+        np.testing.assert_array_equal(np.asarray(arrays[key]), np.asarray(meta[key]))
+    with pytest.raises(ValueError, match="sum to 1|lie in"):
+        conformal_case_state((pb.float() * 1.05).bfloat16(), y)
