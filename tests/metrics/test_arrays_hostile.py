@@ -158,3 +158,38 @@ def test_conformal_case_state_takes_bfloat16_probabilities():
         np.testing.assert_array_equal(np.asarray(arrays[key]), np.asarray(meta[key]))
     with pytest.raises(ValueError, match="sum to 1|lie in"):
         conformal_case_state((pb.float() * 1.05).bfloat16(), y)
+
+
+def test_dice_of_atlas_labels_needs_no_class_by_class_table():
+    """``dice`` / ``overlap_counts`` built the ``C x C`` confusion table: uint16 atlas labels (65535) asked for 34 GB
+    and raised torch's allocation RuntimeError, 12175 labels took 1.2 GB for 32^3 voxels."""
+    from monai_unc.metrics import dice
+
+    rng = np.random.default_rng(0)
+    p = rng.integers(0, 2, size=(1, 32, 32, 32))
+    t = rng.integers(0, 2, size=(1, 32, 32, 32))
+    top = 65535
+    d = dice((p * top).astype(np.uint16), (t * top).astype(np.uint16))
+    assert d.shape == (1, top)
+    np.testing.assert_array_equal(d[:, -1], dice(p, t)[:, 0])
+    np.testing.assert_array_equal(d[:, :-1], 1.0)  # classes absent from both maps: empty_score
+
+
+@pytest.mark.parametrize("foreground", [False, True])
+def test_overlap_counts_without_the_table_equal_the_joint_counts(foreground):
+    from monai_unc.metrics.overlap import _confusion, _separate_counts
+
+    rng = np.random.default_rng(1)
+    c = 5
+    p = torch.from_numpy(rng.integers(0, c, size=(3, 1, 200)))
+    t = torch.from_numpy(rng.integers(0, c, size=(1, 4, 200)))
+    lead = torch.broadcast_shapes(p.shape[:-1], t.shape[:-1])
+    conf = _confusion(p, t, c, lead)
+    inter, size_p, size_t, fg = _separate_counts(p, t, c, lead, foreground)
+    torch.testing.assert_close(inter, torch.diagonal(conf, dim1=-2, dim2=-1), rtol=0, atol=0)
+    torch.testing.assert_close(size_p, conf.sum(dim=-1), rtol=0, atol=0)
+    torch.testing.assert_close(size_t, conf.sum(dim=-2), rtol=0, atol=0)
+    if foreground:
+        torch.testing.assert_close(fg, conf[..., 1:, 1:].sum(dim=(-2, -1), keepdim=True)[..., 0], rtol=0, atol=0)
+    else:
+        assert fg is None
