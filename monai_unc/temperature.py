@@ -773,10 +773,10 @@ def calibrate_network(
     ``"0", "1", ...``) and their mean over regions under the metric names.
 
     Args:
-        logits: the validation cases' logits, one ``(B, C, *spatial)`` tensor per case (or batch): a sequence,
-            read one case after another at every step and for the metrics, in chunks of the fit's ``chunk_size``
-            voxels (cases kept on disk, :class:`~monai_unc.io.MappedArrays`, are mapped one at a time: memory then
-            holds one case, not all).
+        logits: the validation cases' logits, one ``(B, C, *spatial)`` tensor or numpy array per case (or batch): a
+            sequence, read one case after another at every step and for the metrics, in chunks of the fit's
+            ``chunk_size`` voxels (cases kept on disk, :class:`~monai_unc.io.MappedArrays`, are mapped one at a
+            time: memory then holds one case, not all).
         target: their reference labels ``(B, [1,] *spatial)`` (sigmoid: region masks of the logits' shape).
         network: the network to calibrate (not modified: a copy is folded).
         mode: ``"scalar"`` or ``"vector"``.
@@ -828,8 +828,9 @@ def calibrate_network(
         hists = [ConfidenceHistogram(n_ch if not act.multilabel else 2, per_case=False)
                  for _ in range(act.num_tasks(n_ch))]
         for z_case, y_case in zip(logits, target):
-            z = torch.as_tensor(z_case)
-            y = act.batch_target(z, torch.as_tensor(y_case))  # (B, *spatial), or (B, R, *spatial) for regions
+            # numpy cases too, as the fit reads them (torch.as_tensor refused a flipped or big-endian array)
+            z = to_tensor(z_case, "logits")
+            y = act.batch_target(z, to_tensor(y_case, "target"))  # (B, *spatial), or (B, R, *spatial) for regions
             # in chunks of the fit's voxels: the float64 copies are a chunk's, not a case's (a case of up to
             # chunk_size voxels is one chunk)
             zf, yf = z.reshape(*z.shape[:2], -1), y.reshape(*y.shape[: 1 + act.multilabel], -1)
@@ -868,7 +869,7 @@ def calibrate_network(
         "before": metrics(None),
         "after": metrics(scaler),
         "cases": len(logits),
-        "voxels": int(sum(y.numel() for y in target)),
+        "voxels": int(sum(math.prod(y.shape) for y in target)),  # numpy cases have no numel
     }
     if activation == "sigmoid":
         record["regions"] = names

@@ -1345,7 +1345,9 @@ def read_label(files: CaseFiles) -> tuple[np.ndarray, np.ndarray]:
         files: the case's files.
 
     Returns:
-        ``(data, affine)`` as :func:`read_volume`: ``(1, *spatial)`` labels and the ``(4, 4)`` affine.
+        ``(data, affine)`` as :func:`read_volume`: ``(1, *spatial)`` labels and the ``(4, 4)`` affine. A volume file
+        is read in the type it stores where nibabel reads it (``read_volume(dtype=None)``): integer labels exactly
+        (float32, ``LoadImage``'s type, holds integers only up to ``2**24``).
 
     Raises:
         CaseError: a SEG without the case's series folder, or refused by the reader (one line naming the case).
@@ -1361,7 +1363,9 @@ def read_label(files: CaseFiles) -> tuple[np.ndarray, np.ndarray]:
         (1, 4, 5, 6)
     """
     if not files.label.name.lower().endswith(".dcm"):
-        return read_volume(files.label)
+        # the stored integers (dtype=None): float32 holds integers only up to 2**24, and a label 16777217 read as
+        # float32 was 16777216, another structure's label (found by hostile testing)
+        return read_volume(files.label, dtype=None)
     check_volume_entry(files.label)
     if files.image is None or not files.image.is_dir():
         raise CaseError(f"case {files.case_id!r}: label {files.label.name} is a DICOM SEG; its image must be the "
@@ -1913,8 +1917,8 @@ class _CaseReads:
         calls: dict[Any, Any] = {"label": functools.partial(read_label, files)}
         if files.probs is not None:
             calls["probs"] = functools.partial(read_probabilities, files.probs)
-        if files.seg is not None:
-            calls["seg"] = functools.partial(read_volume, files.seg)
+        if files.seg is not None:  # a label map: its stored integers, as read_label reads the labels
+            calls["seg"] = functools.partial(read_volume, files.seg, dtype=None)
         for m, path in files.maps.items():
             calls[("map", m)] = functools.partial(read_volume, path)
         if load_image and files.image is not None:

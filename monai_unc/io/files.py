@@ -439,6 +439,9 @@ class MappedArrays(Sequence[torch.Tensor]):
     def append(self, array: np.ndarray | torch.Tensor, dtype: Any = None) -> None:
         """Write one more array (a tensor is moved to the CPU first).
 
+        The file holds the array in the machine's byte order (a ``'>f4'`` array is converted: torch maps no other
+        back), a bfloat16 tensor as float32 (exactly; numpy has no bfloat16).
+
         Args:
             array: the array; it is not kept.
             dtype: convert to this numpy dtype first (None: keep the array's).
@@ -448,12 +451,13 @@ class MappedArrays(Sequence[torch.Tensor]):
             OSError: the write failed (a full disk names the file, :func:`atomic_path`).
         """
         if isinstance(array, torch.Tensor):
-            array = array.detach().cpu()
-            array = (array.as_tensor() if hasattr(array, "as_tensor") else array).numpy()
+            array = _to_numpy(array)  # bfloat16 as float32
         if not isinstance(array, np.ndarray):
             raise TypeError(f"array must be a numpy array or a torch tensor, got {type(array).__name__}")
         if dtype is not None and array.dtype != np.dtype(dtype):
             array = array.astype(dtype)
+        if not array.dtype.isnative:  # '>f4' (a big-endian NIfTI file): torch maps no other byte order back
+            array = array.astype(array.dtype.newbyteorder("="))
         path = self.folder / f"{len(self._files):06d}.npy"
 
         def write(tmp: Path) -> None:
@@ -1012,8 +1016,14 @@ def _check_nifti_name(path: Path) -> None:
 
 
 def _to_numpy(data: np.ndarray | torch.Tensor) -> np.ndarray:
+    """``data`` as a numpy array; a bfloat16 tensor as float32, exactly.
+
+    numpy has no bfloat16: an autocast output raised torch's "Got unsupported ScalarType BFloat16" from every NIfTI
+    writer (found by hostile testing).
+    """
     if isinstance(data, torch.Tensor):
-        data = (data.as_tensor() if hasattr(data, "as_tensor") else data).detach().cpu().numpy()
+        data = (data.as_tensor() if hasattr(data, "as_tensor") else data).detach().cpu()
+        data = (data.float() if data.dtype == torch.bfloat16 else data).numpy()
     return np.asarray(data)
 
 

@@ -572,7 +572,11 @@ def _probabilities(probs: Any, act: Activation) -> np.ndarray:
     p = to_numpy(probs, "probs")
     if not np.issubdtype(p.dtype, np.floating):
         raise TypeError(f"probs must be a floating point array of probabilities, got dtype {p.dtype}")
-    tol = probability_tolerance(torch.float16 if p.dtype == np.float16 else torch.float32)
+    if isinstance(probs, torch.Tensor):  # the tensor's own dtype: to_numpy gives a bfloat16 one as float32, whose
+        # tolerance (1e-3) refused autocast probabilities (sums off by up to ~4e-3; found by hostile testing)
+        tol = probability_tolerance(probs.dtype)
+    else:
+        tol = probability_tolerance(torch.float16 if p.dtype == np.float16 else torch.float32)
     if p.dtype not in (np.float32, np.float64):
         p = p.astype(np.float32)
     if p.ndim < 2 or p.size == 0 or p.shape[0] < act.min_channels:

@@ -22,7 +22,8 @@ counts with :func:`overlap_counts` and apply it yourself if you need it.)
 
 Exact counts. Per-class intersections and sizes of two label maps come from their joint counts (one int64
 ``bincount`` of the code ``C * P + T``: the confusion matrix, whose diagonal holds the intersections and whose row
-and column sums hold the sizes).
+and column sums hold the sizes); with more classes than that table is worth (``C^2`` above the voxels, e.g. an
+atlas's 65535 labels) from one bincount per map and one of the voxels where both agree, in memory linear in ``C``.
 The Gram matrix ``G[i, j] = |A_i & A_j|`` of ``M`` masks (:func:`mask_gram`, :func:`label_gram`; its diagonal
 holds the mask sizes) is a float32 matrix product of 0/1 masks in blocks of ``block`` voxels (default 2^20):
 every partial sum is an integer below ``2^24``, which float32 represents exactly, and the blocks are summed in
@@ -262,6 +263,22 @@ def _confusion(p: torch.Tensor, t: torch.Tensor, c: int, lead: torch.Size) -> to
     return torch.bincount(code.reshape(-1), minlength=n * c * c).reshape(*lead, c, c)
 
 
+def _separate_counts(
+    p: torch.Tensor, t: torch.Tensor, c: int, lead: torch.Size, foreground: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The intersections and sizes of :func:`_confusion`'s diagonal and sums, without the ``C x C`` table.
+
+    Per class the voxels of each map and the voxels where both maps hold it (``P == T``; the others are counted
+    under an extra label ``C`` and dropped), and with ``foreground`` the voxels where both are above 0: exact
+    counts in memory linear in ``C``.
+    """
+    pb, tb = (x.expand(*lead, x.shape[-1]) for x in (p, t))
+    size_p, size_t = _class_counts(pb, c), _class_counts(tb, c)
+    inter = _class_counts(torch.where(pb == tb, pb.to(torch.int64), c), c + 1)[..., :c]
+    fg = ((pb > 0) & (tb > 0)).sum(dim=-1, keepdim=True) if foreground else None
+    return inter, size_p, size_t, fg
+
+
 def _voxel_labels(x: Any, name: str, num_classes: int | None, validate: bool) -> torch.Tensor:
     num_classes = _check_num_classes(num_classes)
     t = to_tensor(x, name)
@@ -359,11 +376,14 @@ def overlap_counts(
         raise ValueError(f"the leading axes of pred {tuple(p.shape)} and target {tuple(t.shape)} do not broadcast") \
             from err
     c = _num_classes(num_classes, p, t)
-    conf = _confusion(p, t, c, lead)  # (*lead, C, C): [i, j] = #{P = i, T = j}
-    inter = torch.diagonal(conf, dim1=-2, dim2=-1)
-    size_p, size_t = conf.sum(dim=-1), conf.sum(dim=-2)
+    if c * c <= p.shape[-1]:  # the joint counts in one pass: a table no larger than the voxels
+        conf = _confusion(p, t, c, lead)  # (*lead, C, C): [i, j] = #{P = i, T = j}
+        inter = torch.diagonal(conf, dim1=-2, dim2=-1)
+        size_p, size_t = conf.sum(dim=-1), conf.sum(dim=-2)
+        fg = conf[..., 1:, 1:].sum(dim=(-2, -1), keepdim=True)[..., 0] if foreground else None
+    else:  # many classes: no C x C table (65535 atlas labels asked for 34 GB; found by hostile testing)
+        inter, size_p, size_t, fg = _separate_counts(p, t, c, lead, foreground)
     if foreground:
-        fg = conf[..., 1:, 1:].sum(dim=(-2, -1), keepdim=True)[..., 0]
         inter = torch.cat([inter, fg], dim=-1)
         size_p = torch.cat([size_p, size_p[..., 1:].sum(dim=-1, keepdim=True)], dim=-1)
         size_t = torch.cat([size_t, size_t[..., 1:].sum(dim=-1, keepdim=True)], dim=-1)

@@ -603,8 +603,10 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
         The rescaled map (float64), in the library of the input.
 
     Raises:
-        ValueError: for values outside ``[0, max_value]`` by more than ``RANGE_RTOL * max_value`` (closer ones, float
-            rounding, are clipped), or a ``max_value`` / ``max_uncertainty`` that is not positive and finite.
+        ValueError: for values outside ``[0, max_value]`` by more than ``rtol * max_value`` (closer ones, float
+            rounding, are clipped; ``rtol`` is :data:`RANGE_RTOL`, or the machine epsilon of the map's dtype where that
+            is larger: 9.8e-4 for float16, 7.8e-3 for bfloat16), or a ``max_value`` / ``max_uncertainty`` that is not
+            positive and finite.
         TypeError: for a ``max_value`` / ``max_uncertainty`` that is not a number (a bool, a string).
 
     Example:
@@ -616,11 +618,15 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
     """
     max_value = check_scale(max_value, "max_value")
     _, max_u = check_grid_args(2, max_uncertainty)
-    u = to_tensor(uncertainty, "uncertainty").to(torch.float64)
+    u = to_tensor(uncertainty, "uncertainty")
+    # the rounding of the map's own precision: a float16 entropy map (the measures return the input's dtype) holds
+    # log 2 as 0.69336, 2.9e-4 above it (refused at RANGE_RTOL; found by hostile testing)
+    rtol = max(RANGE_RTOL, float(torch.finfo(u.dtype).eps)) if u.is_floating_point() else RANGE_RTOL
+    u = u.to(torch.float64)
     check_finite(u, "uncertainty")
     if u.numel():
         lo, hi = float(u.min()), float(u.max())
-        tol = RANGE_RTOL * float(max_value)
+        tol = rtol * float(max_value)
         if lo < -tol or hi > float(max_value) + tol:
             raise ValueError(
                 f"uncertainty must lie in [0, max_value={float(max_value):.6g}], got values in [{lo:.6g}, {hi:.6g}]"

@@ -104,7 +104,8 @@ class CalibrationMetric(CumulativeIterationMetric):
         to equal ``C`` is a label map (``(B, 1, *spatial)`` and ``(B, *spatial)`` are labels as they are).
         """
         if y.ndim >= 3 and tuple(y.shape) == tuple(y_pred.shape) and y.shape[1] > 1:
-            return y.argmax(dim=1)  # one-hot
+            # one-hot; torch has no argmax of a bool tensor (a bool one-hot raised from here; found by hostile testing)
+            return (y.to(torch.uint8) if y.dtype == torch.bool else y).argmax(dim=1)
         return y
 
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
