@@ -842,20 +842,23 @@ def match_cases(
                     raise CaseError(f"--images {images} and {roles[role]} name the same files: the image of case "
                                     f"{cid!r} would be its {role} {path.name}; give the folder of the input images")
         cases.append(files)
+    extra = set(seg_files) | set(prob_files)
+    extra -= set(label_files)
     if problems and (not allow_missing or not cases):
         first = sorted(problems)[0]
         raise CaseError(
             f"{len(problems)} of {len(label_files)} case(s) lack files: {_describe(problems)}; e.g. case {first!r} "
-            f"has no {', no '.join(problems[first])}" + ("" if allow_missing else " (use --allow-missing to skip them)")
+            f"has no {', no '.join(problems[first])}{_spelling_hint(first, extra, 'the predictions')}"
+            + ("" if allow_missing else " (use --allow-missing to skip them)")
         )
-    extra = set(seg_files) | set(prob_files)
-    extra -= set(label_files)
     if extra and not cases:
         raise CaseError(f"no prediction matches a label; predictions exist for {_describe(extra)}")
     if extra and not allow_missing_labels:
+        first = sorted(extra)[0]
         raise CaseError(
-            f"{len(extra)} case(s) have predictions in {pred_dir} but no label in {labels}: {_describe(extra)}; add "
-            "their labels, or pass --allow-missing-labels to evaluate only the labelled cases"
+            f"{len(extra)} case(s) have predictions in {pred_dir} but no label in {labels}: {_describe(extra)}"
+            f"{_spelling_hint(first, set(label_files) - {c.case_id for c in cases}, 'the labels')}; add their labels, "
+            "or pass --allow-missing-labels to evaluate only the labelled cases"
         )
     if problems:
         warnings.warn(f"{len(problems)} of {len(label_files)} labelled case(s) skipped for lack of files "
@@ -864,6 +867,20 @@ def match_cases(
         warnings.warn(f"{len(extra)} case(s) with predictions but no label skipped (allow_missing_labels): "
                       f"{_describe(extra)}", UserWarning, stacklevel=2)
     return cases
+
+
+def _spelling_hint(case_id: str, others: Iterable[str], where: str) -> str:
+    """`` (... 'X' differs only in ...)`` when ``others`` hold ``case_id`` in another spelling (else ``""``).
+
+    Ids that differ only in letter case, Unicode form (``Müller`` typed on Linux, NFC, and copied from macOS, NFD) or
+    surrounding spaces look the same in a message: saying so spares the reader a search for a file that is there.
+    """
+    key = folded_case_id(case_id).strip()
+    same = sorted(o for o in others if o != case_id and folded_case_id(o).strip() == key)
+    if not same:
+        return ""
+    return (f" ({where} have case {same[0]!r} ({ascii(same[0])}), which differs from {case_id!r} ({ascii(case_id)}) "
+            "only in letter case, Unicode form or spaces: rename one)")
 
 
 def _is_map_name(stem: str) -> bool:

@@ -3,6 +3,7 @@ probabilities raise a ``CaseError`` naming the file."""
 
 from __future__ import annotations
 
+import nibabel as nib
 import numpy as np
 import pytest
 
@@ -282,3 +283,29 @@ def test_a_header_claiming_more_data_than_the_file_holds_is_refused_before_alloc
     finally:
         tracemalloc.stop()
     assert peak < 64 * 2**20, peak
+
+
+def test_ids_that_differ_only_invisibly_are_named_so(tmp_path):
+    """Found by a review of hand-made folders: a label ``Müller`` typed on Linux (NFC) and a prediction copied from
+    macOS (NFD) are refused as a missing prediction and an unlabelled one, in two messages that print the same name:
+    the message now says that the two ids differ only in their Unicode form (with their escapes)."""
+    from monai_unc.io import CaseError, match_cases
+
+    labels, pred = tmp_path / "labels", tmp_path / "pred"
+    labels.mkdir()
+    pred.mkdir()
+    vol = nib.Nifti1Image(np.zeros((4, 4, 4), np.uint8), np.eye(4))
+    for cid in ("a", "M\u00fcller"):
+        nib.save(vol, labels / f"{cid}.nii.gz")
+    for cid in ("a", "Mu\u0308ller"):
+        nib.save(vol, pred / f"{cid}_seg.nii.gz")
+    with pytest.raises(CaseError, match=r"has no segmentation or probabilities .*\(the predictions have case "
+                                        r"'Mu\u0308ller' \('Mu\\u0308ller'\), which differs from 'M\u00fcller' "
+                                        r"\('M\\xfcller'\) only in letter case, Unicode form or spaces"):
+        match_cases(labels, pred)
+    with pytest.raises(CaseError, match=r"but no label in .*\(the labels have case 'M\u00fcller'"):
+        match_cases(labels, pred, allow_missing=True)
+    (labels / "M\u00fcller.nii.gz").rename(labels / "other.nii.gz")  # unrelated ids: no hint
+    with pytest.raises(CaseError) as e:
+        match_cases(labels, pred)
+    assert "differs from" not in str(e.value)
