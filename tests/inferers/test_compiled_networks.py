@@ -58,3 +58,17 @@ def test_uncertainty_evaluator_with_monai_compile_option() -> None:
     evaluator.run()
     mi = evaluator.state.output[0]["mutual_information"]
     assert torch.equal(torch.as_tensor(mi), ref["mutual_information"][0])
+
+
+def test_rate_in_layer_names_of_a_compiled_network_are_those_of_its_module() -> None:
+    """``after=`` names and the keys of ``rate_in_rates`` are the user's module names, not ``_orig_mod.<name>``."""
+    net = nn.Sequential(nn.Conv3d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv3d(8, 8, 3, padding=1), nn.Dropout3d(0.2),
+                        nn.Conv3d(8, 3, 1)).eval()
+    x = torch.rand(1, 1, 6, 6, 6, generator=torch.Generator().manual_seed(4))
+    compiled = torch.compile(net, backend="eager")
+    for kwargs in ({}, {"placement": "insert", "after": ["1"]}):
+        ref = RateInInferer(num_samples=4, seed=0, share_passes=False, **kwargs)(x, net)
+        got = RateInInferer(num_samples=4, seed=0, share_passes=False, **kwargs)(x, compiled)
+        assert list(got.extras["rate_in_rates"]) == list(ref.extras["rate_in_rates"]) == [kwargs.get("after", ["3"])[0]]
+        _assert_same(got, ref)
+    assert not any(m._forward_hooks for m in net.modules())  # the inserted layers are removed again
