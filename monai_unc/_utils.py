@@ -484,6 +484,32 @@ def check_integer(value: Any, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_same_cases(y_pred: Any, y: Any) -> None:
+    """``ValueError`` when ``y_pred`` and ``y`` of a MONAI metric hold different numbers of cases.
+
+    Decollated lists (MONAI's ``IterationMetric._compute_list`` zips them, dropping the extra items of the longer one
+    without a word) or batch tensors (their first axes): a metric computed on part of the cohort would read as the
+    cohort's. ``y=None`` passes.
+
+    Args:
+        y_pred: a list of cases or a batch-first tensor.
+        y: the same for the references, or None.
+
+    Raises:
+        ValueError: the numbers of cases differ.
+
+    Example:
+        >>> import torch
+        >>> check_same_cases([torch.zeros(1, 2)] * 3, torch.zeros(3, 1, 2))
+        >>> check_same_cases([torch.zeros(1, 2)] * 3, [torch.zeros(1, 2)] * 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: y_pred has 3 items but y has 2
+    """
+    if y is not None and len(y_pred) != len(y):
+        raise ValueError(f"y_pred has {len(y_pred)} items but y has {len(y)}")
+
+
 def label_map_dtype(top: int, name: str, widest: type = np.int32) -> type:
     """The smallest dtype of a label map whose largest label is ``top``: uint8 up to 255, uint16 up to 65535, else
     ``widest`` (int32: what a NIfTI file holds and every reader reads); ``ValueError`` naming ``name`` when ``top``

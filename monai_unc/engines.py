@@ -299,6 +299,18 @@ def _case_id(item: Mapping, batch_item: Mapping, image_key: str) -> str:
     return ""
 
 
+def _group_label(value: Any) -> str:
+    """The text of a case's group label, whether the batch was decollated or not.
+
+    A number of the datalist (e.g. ``"shift": 0``) reaches a decollated case as the Python number, but with
+    ``decollate=False`` as its row of the collated tensor (``tensor(0)``, whose text matches no ``iid_groups``): a
+    one-element tensor or array is read as its number, as decollation reads it.
+    """
+    if isinstance(value, (torch.Tensor, np.ndarray, np.generic)) and int(np.prod(value.shape)) == 1:
+        value = value.reshape(()).item() if isinstance(value, torch.Tensor) else np.asarray(value).reshape(()).item()
+    return str(value)
+
+
 def _case_score(value: Any, key: str) -> float:
     """The one number of a per-case score; ``ValueError`` naming ``key`` for anything else (e.g. a whole map)."""
     t = torch.as_tensor(value.as_tensor() if isinstance(value, MetaTensor) else value)
@@ -397,7 +409,7 @@ class CaseScoresHandler:
             if self.group_key not in b:
                 raise KeyError(f"CaseScoresHandler: the batch has no group key {self.group_key!r}")
             scores = [_case_score(item[k], k) for k in self.score_keys]
-            self._rows.append((_case_id(item, b, self.image_key), str(b[self.group_key]), scores))
+            self._rows.append((_case_id(item, b, self.image_key), _group_label(b[self.group_key]), scores))
 
     def _gathered(self) -> list[tuple[str, str, list[float]]]:
         import torch.distributed as dist

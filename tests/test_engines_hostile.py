@@ -316,3 +316,34 @@ def test_case_scores_handler_and_evaluate_give_one_ood_auroc(tmp_path):
     iid = [scores[c] for c in ("c0", "c4")]
     ood = [scores[c] for c in ("c1", "c2", "c3", "c6")] + [max(v for v in scores.values() if v == v) + 1.0]
     assert metrics[f"ood_auroc_{key}"] == pytest.approx(ood_auroc(iid, ood))
+
+
+def test_case_scores_handler_numeric_group_labels_without_decollation(tmp_path):
+    """A number of the datalist as the group label (collated into a tensor with ``decollate=False``) is the same label
+    as after decollation: the CSV says 0 / 1 (not ``tensor(0)``) and the AUROC is that of the decollated run."""
+    items = [{"image": MetaTensor(torch.rand(1, 8, 8, 8, generator=torch.Generator().manual_seed(i)) * (1 + i),
+                                  meta={"filename_or_obj": f"c{i}"}),
+              "label": torch.zeros(1, 8, 8, 8, dtype=torch.long), "shift": i % 2} for i in range(6)]
+    net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1))
+    found = {}
+    for decollate in (True, False):
+        out = tmp_path / str(decollate)
+        if decollate:
+            post = AggregateUncertaintyd("mutual_information", "mean")
+        else:
+            def post(d):  # the per-case mean of a batch, as AggregateUncertaintyd computes it per case
+                return {**d, "mutual_information_mean": d["mutual_information"].as_tensor().double().mean((1, 2, 3, 4))}
+        evaluator = UncertaintyEvaluator(
+            device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=net,
+            inferer=MCDropoutInferer(num_samples=4, seed=0), postprocessing=post, decollate=decollate,
+            val_handlers=[CaseScoresHandler("mutual_information_mean", iid_groups=[0], output_dir=out)],
+        )
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*needs cases inside and outside", category=UserWarning)
+            evaluator.run()
+        with open(out / "case_scores.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert [r["shift"] for r in rows] == ["0", "1"] * 3
+        found[decollate] = evaluator.state.metrics["ood_auroc_mutual_information_mean"]
+    assert not math.isnan(found[True])
+    assert found[False] == pytest.approx(found[True], abs=1e-12)

@@ -797,7 +797,16 @@ class UncertaintyInferer(Inferer):
                 for i, combo in enumerate(itertools.product(*(s.variants(x) for s in window_sources))):
                     add(_wrapped(base, combo)(x), [i])
             else:
-                self._shared_window(x, network, base, window_sources, shared, add, info)
+                # a torch.compile wrapper (``torch.compile(net)``, MONAI's ``SupervisedEvaluator(compile=True)``):
+                # the shared passes follow the calls of its Python module, as the nnU-Net predictor does; the
+                # compiled graph would trace the forwards the trace wraps, and dynamo fails on them
+                plain = getattr(network, "_orig_mod", network)
+
+                def plain_base(t: torch.Tensor) -> Any:
+                    return plain(t, *args, **kwargs)
+
+                self._shared_window(x, plain, base if plain is network else plain_base, window_sources, shared, add,
+                                    info)
             # a NaN/inf logit of any sample makes its softmax and so the summed entropy non-finite: one check
             if not bool(torch.isfinite(stats.sum_h).all()):
                 raise ValueError("network output contains non-finite values (NaN or inf) for this input")

@@ -17,7 +17,7 @@ from monai.metrics import CumulativeIterationMetric
 from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
-from .._utils import check_bool, check_integer, main_rank_warnings, sync_case_buffers
+from .._utils import check_bool, check_integer, check_same_cases, main_rank_warnings, sync_case_buffers
 from .ambiguity import GED_DISTANCES, GED_VARIANTS, GEDResult, ged, ged_detection, ged_nonempty_iou, ncc, rater_variance
 
 __all__ = ["NCCMetric", "GEDMetric"]
@@ -41,6 +41,14 @@ class _CaseMetric(CumulativeIterationMetric):
     def _sync(self) -> None:
         """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
         sync_case_buffers(self)
+
+    def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
+        """MONAI's evaluation of decollated lists, refused when they hold different numbers of cases.
+
+        MONAI's ``zip`` dropped the extra items of the longer list without a word (:func:`check_same_cases`).
+        """
+        check_same_cases(y_pred, y)
+        return super()._compute_list(y_pred, y, **kwargs)
 
     def aggregate(
         self, reduction: MetricReduction | str | None = None
@@ -117,6 +125,7 @@ class NCCMetric(_CaseMetric):
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         if y is None:
             raise ValueError("NCCMetric needs y (reference maps or rater label maps)")
+        check_same_cases(y_pred, y)
         vals = []
         for i in range(y_pred.shape[0]):
             ref = rater_variance(y[i], rater_dim=0, keepdim=True) if self.y_is_raters else y[i]
@@ -186,8 +195,7 @@ class GEDMetric(_CaseMetric):
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         if y is None:
             raise ValueError("GEDMetric needs y (the rater label maps)")
-        if y_pred.shape[0] != y.shape[0]:
-            raise ValueError(f"y_pred and y must have the same batch size, got {y_pred.shape[0]} and {y.shape[0]}")
+        check_same_cases(y_pred, y)
         rows = [list(self._one(y[i], y_pred[i])) for i in range(y_pred.shape[0])]
         out = torch.tensor(rows, dtype=torch.float64, device=y_pred.device)
         return out if self.return_terms else out[:, :1]

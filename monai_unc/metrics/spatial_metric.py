@@ -18,7 +18,14 @@ import torch
 from monai.metrics import CumulativeIterationMetric
 from monai.utils import MetricReduction
 
-from .._utils import check_bool, main_rank_warnings, reduce_case_values, sync_case_buffers, to_tensor
+from .._utils import (
+    check_bool,
+    check_same_cases,
+    main_rank_warnings,
+    reduce_case_values,
+    sync_case_buffers,
+    to_tensor,
+)
 from .spatial import (
     SpacingLike,
     boundary_aware_ece,
@@ -161,8 +168,7 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         """
         if y is None:
             return super()._compute_list(y_pred, y, **kwargs)
-        if len(y_pred) != len(y):
-            raise ValueError(f"y_pred has {len(y_pred)} items but y has {len(y)}")
+        check_same_cases(y_pred, y)
         spacing = kwargs.get("spacing")
         spacing = self.spacing if spacing is None else spacing
         try:

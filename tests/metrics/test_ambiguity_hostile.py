@@ -217,3 +217,18 @@ def test_undefined_cases_are_left_out_of_the_cohort_mean_and_counted():
     metric = GEDMetric(get_not_nans=True)  # GED of empty masks is defined (0) and counts
     metric(y_pred=empty, y=empty)
     assert [float(v) for v in metric.aggregate()] == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("decollated", [True, False])
+def test_ncc_and_ged_metrics_refuse_y_with_another_number_of_cases(decollated):
+    """MONAI's zip of decollated lists dropped the extra cases without a word (and NCCMetric cut a longer y batch or
+    failed with an IndexError on a shorter one): the cohort value was that of part of the cohort."""
+    g = torch.Generator().manual_seed(0)
+    u, raters = torch.rand(3, 1, 6, 6, generator=g), torch.randint(0, 2, (2, 3, 6, 6), generator=g)
+    samples = torch.randint(0, 2, (3, 4, 6, 6), generator=g)
+    for y_pred, y, metric in ((u, raters, NCCMetric(y_is_raters=True)), (u[:1], u[:2], NCCMetric())):
+        with pytest.raises(ValueError, match=f"y_pred has {len(y_pred)} items but y has {len(y)}"):
+            metric(y_pred=list(y_pred) if decollated else y_pred, y=list(y) if decollated else y)
+        assert metric.get_buffer() is None
+    with pytest.raises(ValueError, match="y_pred has 3 items but y has 2"):
+        GEDMetric()(y_pred=list(samples) if decollated else samples, y=list(raters) if decollated else raters)

@@ -165,3 +165,16 @@ def test_docs_example_runs(tmp_path, monkeypatch):
         with warnings.catch_warnings():  # found by hostile testing: the example called a deprecated method
             warnings.simplefilter("error", DeprecationWarning)
             exec(compile(code, "docs/calibration.md", "exec"), {"__name__": "__docs__"})
+
+
+def test_calibration_metric_refuses_decollated_lists_of_different_lengths():
+    """MONAI's zip of decollated lists dropped the extra cases without a word: the pooled ECE was that of two of the
+    three cases."""
+    g = torch.Generator().manual_seed(0)
+    probs = list(torch.softmax(torch.randn(3, 2, 6, 6, generator=g), dim=1))
+    labels = list(torch.randint(0, 2, (3, 1, 6, 6), generator=g))
+    metric = CalibrationMetric(num_classes=2)
+    with pytest.raises(ValueError, match="y_pred has 3 items but y has 2"):
+        metric(y_pred=probs, y=labels[:2])
+    metric(y_pred=probs, y=labels)  # the same lists, of equal lengths
+    assert metric.get_buffer().shape[0] == 3

@@ -11,7 +11,14 @@ import torch.distributed as dist
 from monai.metrics import CumulativeIterationMetric
 from monai.utils import evenly_divisible_all_gather
 
-from ..._utils import check_integer, distributed_world, main_rank_warnings, sync_case_buffers, warn_nan
+from ..._utils import (
+    check_integer,
+    check_same_cases,
+    distributed_world,
+    main_rank_warnings,
+    sync_case_buffers,
+    warn_nan,
+)
 from .functional import CALIBRATION_METRICS, calibration_metrics, check_metric_names
 from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
 
@@ -107,6 +114,14 @@ class CalibrationMetric(CumulativeIterationMetric):
             # one-hot; torch has no argmax of a bool tensor (a bool one-hot raised from here; found by hostile testing)
             return (y.to(torch.uint8) if y.dtype == torch.bool else y).argmax(dim=1)
         return y
+
+    def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
+        """MONAI's evaluation of decollated lists, refused when they hold different numbers of cases.
+
+        MONAI's ``zip`` dropped the extra items of the longer list without a word (:func:`check_same_cases`).
+        """
+        check_same_cases(y_pred, y)
+        return super()._compute_list(y_pred, y, **kwargs)
 
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         if y is None:
