@@ -317,7 +317,8 @@ def check_labels(
 
     Float arrays are accepted when every value is integral (label maps read from NIfTI are often float). With
     ``bounds=False`` the range (non-negative, below ``num_classes``) is left to the caller, which must check it where
-    it reads the labels (a fused kernel that counts the labels outside the range).
+    it reads the labels (a fused kernel that counts the labels outside the range). A uint64 label of ``2**63`` or more
+    (which int64 cannot hold) is refused with its true value, whatever ``bounds``.
     """
     if labels.is_floating_point():
         check_finite(labels, name)
@@ -327,6 +328,15 @@ def check_labels(
         labels = labels.to(torch.int64)
     if labels.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(labels.shape)})")
+    if labels.dtype == torch.uint64:
+        # int64 would wrap labels of 2**63 and above to negative numbers (and torch has no min / max for uint64):
+        # their bits read as int64 are negative, the true value is that plus 2**64
+        signed = labels.view(torch.int64)
+        wrapped = signed < 0
+        if bool(wrapped.any()):
+            top = int(signed[wrapped].max()) + 2**64
+            raise ValueError(f"{name} holds label {top} (uint64), above the largest class index a label map can hold "
+                             f"(2**63 - 1 = {2**63 - 1}); relabel it to consecutive labels first")
     labels = labels.to(torch.int64)
     if not bounds:
         return labels
