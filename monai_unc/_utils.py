@@ -41,6 +41,8 @@ __all__ = [
     "case_spacings",
     "affine_voxel_volume",
     "check_integer",
+    "plain_module",
+    "recompile_after_hooks",
     "label_map_dtype",
     "is_int",
     "is_real",
@@ -315,7 +317,8 @@ def check_labels(
 
     Float arrays are accepted when every value is integral (label maps read from NIfTI are often float). With
     ``bounds=False`` the range (non-negative, below ``num_classes``) is left to the caller, which must check it where
-    it reads the labels (a fused kernel that counts the labels outside the range).
+    it reads the labels (a fused kernel that counts the labels outside the range). A uint64 label of ``2**63`` or more
+    (which int64 cannot hold) is refused with its true value, whatever ``bounds``.
     """
     if labels.is_floating_point():
         check_finite(labels, name)
@@ -325,6 +328,15 @@ def check_labels(
         labels = labels.to(torch.int64)
     if labels.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(labels.shape)})")
+    if labels.dtype == torch.uint64:
+        # int64 would wrap labels of 2**63 and above to negative numbers (and torch has no min / max for uint64):
+        # their bits read as int64 are negative, the true value is that plus 2**64
+        signed = labels.view(torch.int64)
+        wrapped = signed < 0
+        if bool(wrapped.any()):
+            top = int(signed[wrapped].max()) + 2**64
+            raise ValueError(f"{name} holds label {top} (uint64), above the largest class index a label map can hold "
+                             f"(2**63 - 1 = {2**63 - 1}); relabel it to consecutive labels first")
     labels = labels.to(torch.int64)
     if not bounds:
         return labels
@@ -482,6 +494,49 @@ def check_integer(value: Any, name: str, minimum: int = 1) -> int:
         kind = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value!r}")
     return int(value)
+
+
+def plain_module(model: Any) -> Any:
+    """The Python module under a ``torch.compile`` wrapper (its ``_orig_mod``), else ``model`` itself.
+
+    ``torch.compile(net)`` returns an ``OptimizedModule`` whose only child is ``net`` under the name ``_orig_mod``:
+    walking the wrapper finds no known architecture, and its module names carry an ``_orig_mod.`` prefix the user
+    never wrote. Hooks attached to the modules of ``net`` run in the compiled calls.
+
+    Args:
+        model: a network, compiled or not (anything else is returned as given).
+
+    Returns:
+        The module to walk and attach hooks to.
+
+    Example:
+        >>> import torch
+        >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2))
+        >>> plain_module(net) is net
+        True
+    """
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(model, torch.nn.Module) and isinstance(inner, torch.nn.Module) else model
+
+
+def recompile_after_hooks(model: Any) -> None:
+    """Drop the compiled code after hooks were added to or removed from the module of a ``torch.compile`` wrapper.
+
+    Dynamo does not guard on module hooks (``torch._dynamo.config.skip_nnmodule_hook_guards``): a wrapper called
+    before the hooks changed keeps running the graph it compiled then, without the new dropout (or with the removed
+    one), silently. ``torch.compiler.reset()`` clears the compiled code, so the next call compiles again with the hooks
+    as they are (every other compiled function of the process compiles again on its next call, too). A network that
+    is not compiled is left alone.
+
+    Args:
+        model: the network as the caller passed it (the wrapper, not its ``_orig_mod``).
+
+    Example:
+        >>> import torch
+        >>> recompile_after_hooks(torch.nn.Linear(2, 2))  # not compiled: nothing to drop
+    """
+    if plain_module(model) is not model:
+        torch.compiler.reset()
 
 
 def check_same_cases(y_pred: Any, y: Any) -> None:

@@ -16,6 +16,7 @@ from monai_unc._utils import (
     argmax,
     below,
     case_spacings,
+    check_labels,
     check_probabilities,
     check_unit_interval,
     exceeds,
@@ -435,3 +436,22 @@ def test_sum_f64_is_torch_float64_sum(dtype, dim):
     w = torch.ones(3, requires_grad=True)  # a gradient is kept (torch's sum)
     sum_f64(w).backward()
     assert torch.equal(w.grad, torch.ones(3))
+
+
+def test_check_labels_reports_the_true_value_of_a_uint64_label_beyond_int64():
+    """A uint64 label 2**63 + 1 was cast to int64 and reported as "got minimum -9223372036854775807" (a wrapped value
+    the map does not hold); now its true value, also as the largest of several, from numpy or torch, strided too."""
+    from monai_unc.metrics import dice
+
+    labels = np.array([[0, 2**63 + 1, 7, 2**64 - 2]], dtype=np.uint64)
+    for given in (labels, torch.from_numpy(labels), torch.from_numpy(labels)[:, :2]):
+        top = 2**64 - 2 if given.shape[-1] == 4 else 2**63 + 1
+        for bounds in (True, False):
+            with pytest.raises(ValueError, match=rf"^labels holds label {top} \(uint64\), above .*2\*\*63 - 1"):
+                check_labels(to_tensor(given, "labels"), bounds=bounds)
+    with pytest.raises(ValueError, match=r"^pred holds label 18446744073709551614 \(uint64\)"):
+        dice(labels, np.zeros_like(labels))
+    fits = np.array([0, 2**63 - 1, 3], dtype=np.uint64)  # the largest int64: held exactly
+    assert check_labels(to_tensor(fits, "labels")).tolist() == [0, 2**63 - 1, 3]
+    with pytest.raises(ValueError, match=r"holds class 9223372036854775807 but only 4 classes"):
+        check_labels(to_tensor(fits, "labels"), num_classes=4)

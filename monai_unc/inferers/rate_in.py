@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._utils import ArrayLike, check_finite, like_input, to_tensor
+from .._utils import ArrayLike, check_finite, like_input, plain_module, recompile_after_hooks, to_tensor
 from ..keys import MIMeaning
 from ..networks.ssn import no_autocast
 from .dropout import DropoutHook, find_dropout_layers, resolve_dropout_sites
@@ -989,7 +989,7 @@ def find_rate_in_layers(model: nn.Module) -> list[tuple[str, RateInDropout]]:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     out: list[tuple[str, RateInDropout]] = []
-    for name, m in model.named_modules():
+    for name, m in plain_module(model).named_modules():  # a torch.compile wrapper: its module's names
         if isinstance(m, RateInDropout):
             out.append((name, m))
         for h in m._forward_hooks.values():
@@ -1028,12 +1028,14 @@ def add_rate_in(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     kwargs = _with_default_p(_layer_kwargs(dict(layer_kwargs)))
-    names = resolve_dropout_sites(model, after)
-    modules = dict(model.named_modules())
+    plain = plain_module(model)  # a torch.compile wrapper: hooks on its module, under the names the user knows
+    names = resolve_dropout_sites(plain, after)
+    modules = dict(plain.named_modules())
     for n in names:
         if any(isinstance(h, RateInHook) for h in modules[n]._forward_hooks.values()):
             warnings.warn(f"module {n!r} already has a Rate-In hook; adding another", UserWarning)
         modules[n].register_forward_hook(RateInHook(RateInDropout(**kwargs)))
+    recompile_after_hooks(model)  # a wrapper called before would keep its graph without the hooks
     return names
 
 
@@ -1112,7 +1114,7 @@ def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[st
     # one Rate-In layer per dropout module, also where a module is registered under two names (nnU-Net's
     # ConvDropoutNormReLU holds its dropout as `.dropout` and as `.all_modules.1`)
     done: dict[int, RateInDropout] = {}
-    for name, parent in list(model.named_modules()):
+    for name, parent in list(plain_module(model).named_modules()):  # a torch.compile wrapper: its module's names
         for child_name, child in list(parent.named_children()):
             if id(child) in done:
                 setattr(parent, child_name, done[id(child)])
@@ -1138,9 +1140,10 @@ def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[st
                 converted.append(name or "<root>")
     if not converted:
         raise ValueError(
-            f"{type(model).__name__} has no dropout to convert (no torch.nn Dropout* with a rate above 0 and no "
-            "post-hoc dropout); insert Rate-In with add_rate_in(model, after=...)"
+            f"{type(plain_module(model)).__name__} has no dropout to convert (no torch.nn Dropout* with a rate above 0 "
+            "and no post-hoc dropout); insert Rate-In with add_rate_in(model, after=...)"
         )
+    recompile_after_hooks(model)  # a wrapper called before would keep its graph with the replaced hooks
     return converted
 
 
@@ -1165,7 +1168,7 @@ def remove_rate_in(model: nn.Module) -> int:
         (1, 0)
     """
     count = 0
-    for parent in list(model.modules()):
+    for parent in list(plain_module(model).modules()):
         for child_name, child in list(parent.named_children()):
             if isinstance(child, RateInDropout) and child.replaced is not None:
                 setattr(parent, child_name, child.replaced)
@@ -1177,6 +1180,8 @@ def remove_rate_in(model: nn.Module) -> int:
                 else:
                     del parent._forward_hooks[key]
                 count += 1
+    if count:
+        recompile_after_hooks(model)
     return count
 
 

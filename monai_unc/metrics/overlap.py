@@ -63,6 +63,9 @@ __all__ = [
 #: voxels per block of the Gram-matrix products (float32 sums of 0/1 products are exact below 2^24)
 GRAM_BLOCK = 1 << 20
 _MAX_EXACT_BLOCK = 1 << 24
+#: the most classes (columns) of a per-class output: a label map whose largest label is 2^24 or more would need one
+#: int64 column per class up to it (2^33 asked for 64 GiB per row); such maps are relabelled first
+_MAX_CLASSES = 1 << 24
 
 
 class OverlapCounts(NamedTuple):
@@ -308,10 +311,30 @@ def _check_num_classes(num_classes: Any) -> int | None:
     return int(num_classes)
 
 
-def _num_classes(num_classes: int | None, *maps: torch.Tensor) -> int:
-    if num_classes is None:
-        return max(max(int(m.max()) for m in maps), 1) + 1
-    return int(_check_num_classes(num_classes))  # type: ignore[arg-type]
+def _num_classes(num_classes: int | None, *maps: tuple[str, torch.Tensor]) -> int:
+    """The number of output columns: ``num_classes`` or ``max label + 1``, at most ``2**24``.
+
+    ``ValueError`` naming the map whose largest label would need more columns than that (or ``num_classes``), before
+    the counts are allocated: torch's allocation error otherwise.
+    """
+    if num_classes is not None:
+        c = int(_check_num_classes(num_classes))  # type: ignore[arg-type]
+        if c > _MAX_CLASSES:
+            raise ValueError(f"num_classes is {c}: the per-class output would have more than 2**24 = {_MAX_CLASSES} "
+                             "columns; relabel the maps to consecutive labels first")
+        return c
+    c = 2
+    for name, m in maps:
+        top = int(m.max())
+        if top >= _MAX_CLASSES:
+            raise ValueError(
+                f"{name} holds label {top}: with num_classes=None the output has one column per class up to the "
+                f"largest label ({top + 1} columns), more than 2**24 = {_MAX_CLASSES}; relabel both maps to "
+                "consecutive labels first (e.g. numpy.unique of both, return_inverse=True), as num_classes "
+                "cannot be below the largest label + 1"
+            )
+        c = max(c, top + 1)
+    return c
 
 
 def class_counts(labels: ArrayLike, num_classes: int | None = None, validate: bool = True) -> ArrayLike:
@@ -321,7 +344,8 @@ def class_counts(labels: ArrayLike, num_classes: int | None = None, validate: bo
 
     Args:
         labels: integer label maps ``(..., V)``.
-        num_classes: ``C``; default ``max label + 1``.
+        num_classes: ``C``; default ``max label + 1``. At most ``2**24`` (``ValueError`` naming ``labels`` for a
+            larger label: relabel to consecutive labels first).
         validate: check that the labels are integers in ``[0, C)``; ``False`` skips it (for maps made by an argmax;
             a label outside that range would be counted in the wrong row).
 
@@ -336,7 +360,7 @@ def class_counts(labels: ArrayLike, num_classes: int | None = None, validate: bo
                [1, 0, 3]])
     """
     t = _voxel_labels(labels, "labels", num_classes, validate)
-    return like_input(_class_counts(t, _num_classes(num_classes, t)), labels)
+    return like_input(_class_counts(t, _num_classes(num_classes, ("labels", t))), labels)
 
 
 def overlap_counts(
@@ -349,7 +373,8 @@ def overlap_counts(
         pred: label maps ``(..., V)`` (0 = background) whose leading axes broadcast with ``target``'s, e.g. samples
             ``(S, B, V)`` against one reference per case ``(B, V)`` (each map's sizes are counted once).
         target: reference label maps ``(..., V)``.
-        num_classes: classes including background; default ``max label + 1``.
+        num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
+            naming the map with a larger label: relabel both maps to consecutive labels first).
         foreground: append a column for the foreground (``label > 0``, the union of the classes ``>= 1``).
         validate: check that both hold integer labels in ``[0, C)`` (skip for argmax maps).
 
@@ -375,7 +400,7 @@ def overlap_counts(
     except RuntimeError as err:
         raise ValueError(f"the leading axes of pred {tuple(p.shape)} and target {tuple(t.shape)} do not broadcast") \
             from err
-    c = _num_classes(num_classes, p, t)
+    c = _num_classes(num_classes, ("pred", p), ("target", t))
     if c * c <= p.shape[-1]:  # the joint counts in one pass: a table no larger than the voxels
         conf = _confusion(p, t, c, lead)  # (*lead, C, C): [i, j] = #{P = i, T = j}
         inter = torch.diagonal(conf, dim1=-2, dim2=-1)
@@ -428,7 +453,8 @@ def dice(
     Args:
         pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` (0 = background).
         target: reference label maps of the same shape.
-        num_classes: classes including background; default ``max label + 1``.
+        num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
+            naming the map with a larger label: relabel both maps to consecutive labels first).
         include_background: also report class 0 (first column).
         empty_score: value of a class absent from both maps (module docstring). The default 1.0 equals MONAI's
             ``compute_dice(..., include_background=False, ignore_empty=False, num_classes=C)``.
@@ -463,7 +489,8 @@ def iou(
     Args:
         pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` (0 = background).
         target: reference label maps of the same shape.
-        num_classes: classes including background; default ``max label + 1``.
+        num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
+            naming the map with a larger label: relabel both maps to consecutive labels first).
         include_background: also report class 0 (first column).
         empty_score: value of a class absent from both maps.
 

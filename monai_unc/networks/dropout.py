@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._utils import check_bool
+from .._utils import check_bool, plain_module, recompile_after_hooks
 
 __all__ = [
     "DropoutHook",
@@ -136,7 +136,7 @@ def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[l
     """
     include_zero = check_bool(include_zero, "include_zero")
     modules, hooks = [], []
-    for m in model.modules():
+    for m in plain_module(model).modules():
         if isinstance(m, nn.modules.dropout._DropoutNd) or _is_droppath(m):
             if include_zero or _rate(m) > 0:
                 modules.append(m)
@@ -155,7 +155,7 @@ def _check_sampling_rates(model: nn.Module, modules: Sequence[nn.Module], hooks:
     """
     listed = {id(m) for m in modules}
     hooked = {id(h) for h in hooks}
-    for name, m in model.named_modules():
+    for name, m in plain_module(model).named_modules():  # the names the user knows, without ``_orig_mod.``
         label = repr(name) if name else "'' (the network itself)"
         rate = getattr(m, "p", getattr(m, "drop_prob", None))  # None: a DropPath that names its rate otherwise
         if id(m) in listed and isinstance(rate, numbers.Real) and rate >= 1.0:
@@ -318,6 +318,7 @@ def stage_sites(model: nn.Module) -> dict[str, list[str]]:
         >>> stages["encoder"], stages["bottleneck"], stages["decoder"]
         (['conv_0', 'down_1', 'down_2', 'down_3'], ['down_4'], ['upcat_4', 'upcat_3', 'upcat_2', 'upcat_1'])
     """
+    model = plain_module(model)  # a torch.compile wrapper: the stages of its module
     cls = type(model).__name__
     names = {m: n for n, m in model.named_modules()}
     if cls == "SSNNetwork" and hasattr(model, "backbone"):
@@ -386,6 +387,7 @@ def default_dropout_sites(model: nn.Module, placement: str = "auto") -> list[str
             last = int(k)
     if not isinstance(placement, str) or (placement not in PLACEMENTS and last is None):
         raise ValueError(f"placement must be one of {PLACEMENTS} or 'last:k' (k >= 1), got {placement!r}")
+    model = plain_module(model)
     stages = stage_sites(model)
     if placement in ("auto", "all"):
         return stages["encoder"] + stages["bottleneck"] + stages["decoder"]
@@ -411,8 +413,12 @@ def add_dropout(
     The parameters and ``state_dict`` keys are unchanged (the dropout is a forward hook on each chosen
     module, active in training mode or under :func:`enable_mc_dropout`), so checkpoints load as before.
 
+    A ``torch.compile`` wrapper (``torch.compile(net)``) gets the dropout in ``net`` (the names are those of ``net``);
+    its calls run it. Dynamo does not notice hooks added after a compiled call, so the compiled code is dropped
+    (``torch.compiler.reset()``) and compiles again on the next call.
+
     Args:
-        model: the network, modified in place.
+        model: the network, modified in place (or a ``torch.compile`` wrapper of it).
         p: dropout rate in [0, 1).
         after: a placement by name: ``"auto"`` (every encoder/decoder stage but the output), ``"decoder"``,
             ``"last"``, ``"last:k"``, ``"bottleneck"``, ``"encoder"`` (see :func:`default_dropout_sites`), a list
@@ -439,12 +445,16 @@ def add_dropout(
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     _check_rate(p)
     check_bool(channelwise, "channelwise")  # before any hook is added
-    names = resolve_dropout_sites(model, after)
-    modules = dict(model.named_modules())
+    # a torch.compile wrapper: the hooks go on the modules of its Python module (the compiled calls run them), under
+    # the names the user knows (no ``_orig_mod.`` prefix)
+    plain = plain_module(model)
+    names = resolve_dropout_sites(plain, after)
+    modules = dict(plain.named_modules())
     for n in names:
         if any(isinstance(h, DropoutHook) for h in modules[n]._forward_hooks.values()):
             warnings.warn(f"module {n!r} already has post-hoc dropout; adding another", UserWarning)
         modules[n].register_forward_hook(DropoutHook(p, channelwise=channelwise))
+    recompile_after_hooks(model)  # a wrapper called before would keep its graph without the hooks
     return names
 
 
@@ -474,6 +484,7 @@ def resolve_dropout_sites(
         >>> resolve_dropout_sites(net, lambda name, m: isinstance(m, torch.nn.Conv3d))
         ['0', '2']
     """
+    model = plain_module(model)  # a torch.compile wrapper: the names of its module
     modules = dict(model.named_modules())
     if isinstance(after, str):
         if after not in PLACEMENTS and not after.startswith("last:"):
@@ -524,8 +535,10 @@ def remove_dropout(model: nn.Module) -> int:
         (2, 0)
     """
     removed = 0
-    for m in model.modules():
+    for m in plain_module(model).modules():
         for key in [k for k, h in m._forward_hooks.items() if isinstance(h, DropoutHook)]:
             del m._forward_hooks[key]
             removed += 1
+    if removed:
+        recompile_after_hooks(model)
     return removed

@@ -313,5 +313,5 @@ def add_posthoc_dropout(
         raise ValueError("the predictor has no network yet: initialise it from a trained model folder first")
     if not isinstance(network, nn.Module):
         raise TypeError(f"target must be an nnUNetPredictor or a torch.nn.Module, got {type(target).__name__}")
-    network = getattr(network, "_orig_mod", network)  # torch.compile wrapper
+    # a torch.compile wrapper: add_dropout puts the hooks into its module and drops the compiled code that predates them
     return add_dropout(network, p=p, after=after, channelwise=True)

@@ -237,3 +237,24 @@ def test_counts_at_their_limits_and_soft_counts_are_accepted():
     assert float(iou_from_counts([1.0 + 1e-12], [1.0], [4.0])) == pytest.approx(1 / 4)
     with pytest.raises(ValueError, match="intersection exceeds"):
         dice_matrix(np.array([[2.0, 3.0], [3.0, 2.0]]))  # no Gram matrix of masks
+
+
+def test_a_label_beyond_2_to_the_24_without_num_classes_is_refused_up_front():
+    """One label 2**33 (a uint64 id map) with ``num_classes=None``: the output has a column per class up to it, and
+    torch's allocation error (64 GiB) came back. Now a ValueError naming the map, before anything is allocated; the
+    largest label that fits (2**24 - 1) still gives its column, exactly counted."""
+    pred = torch.zeros(1, 4, dtype=torch.long)
+    huge = pred.clone()
+    huge[0, 1] = 2**33
+    for fn, args, name in ((dice, (pred, huge), "target"), (iou, (huge, pred), "pred"),
+                           (overlap_counts, (pred, huge), "target"), (class_counts, (huge,), "labels")):
+        with pytest.raises(ValueError, match=rf"^{name} holds label 8589934592: .* 2\*\*24 = 16777216; relabel"):
+            fn(*args)
+    with pytest.raises(ValueError, match=r"^num_classes is 8589934593: .*more than 2\*\*24"):
+        dice(pred, pred, num_classes=2**33 + 1)
+    top = pred.clone()
+    top[0, 2] = (1 << 24) - 1
+    counts = class_counts(top)
+    assert counts.shape == (1, 1 << 24) and int(counts[0, -1]) == 1 and int(counts[0, 0]) == 3
+    with pytest.raises(ValueError, match=r"^labels holds label 16777216"):
+        class_counts(top + 1)
