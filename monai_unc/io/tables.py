@@ -245,8 +245,10 @@ def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]
     taken without surrounding whitespace (a typed ``failure `` is the column ``failure``). What would be read as
     something else is refused instead: a column name given twice (the csv module keeps the last one's cells) and a
     row with more non-empty cells than the header has columns (a decimal comma in a comma-separated table:
-    ``case,dice`` / ``a,0,85`` would read the Dice as ``0`` and drop ``85``). Empty cells beyond the header (trailing
-    separators) are ignored; a row with fewer cells has None for the missing ones.
+    ``case,dice`` / ``a,0,85`` would read the Dice as ``0`` and drop ``85``). The header's columns end at its last
+    named one: a header ending in separators (``case,dice,``, a spreadsheet's once-used column) has no more columns
+    for such a row's ``85`` to hide in. Empty cells beyond them (trailing separators) are ignored; a row with fewer
+    cells has None for the missing ones.
 
     Args:
         path: the CSV file (UTF-8, with or without a byte-order mark).
@@ -282,14 +284,18 @@ def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]
             twice = sorted({c for c in named if named.count(c) > 1})
             if twice:
                 raise ValueError(f"{name}: the column {twice[0]!r} is given twice in the header: keep one")
+            # the header's columns end at its last named one: an unnamed column after it is a trailing separator,
+            # and a cell there the spill of a decimal comma ('case,dice,' / 'a,0,85' read the Dice as 0; found by a
+            # review of read_table)
+            width = max((i + 1 for i, c in enumerate(columns) if c != ""), default=len(columns))
             for cells in reader:
                 if not cells:  # a blank line
                     continue
-                if len(cells) > len(columns) and any(c.strip() for c in cells[len(columns):]):
+                if len(cells) > width and any(c.strip() for c in cells[width:]):
+                    used = max(i + 1 for i, c in enumerate(cells) if c.strip())
                     raise ValueError(
-                        f"{name}: line {reader.line_num} has {len(cells)} cells but the header {len(columns)} "
-                        "columns (a decimal comma or a comma inside an unquoted cell?): quote the cell or write "
-                        "decimals with a point")
+                        f"{name}: line {reader.line_num} has {used} cells but the header {width} columns (a decimal "
+                        "comma or a comma inside an unquoted cell?): quote the cell or write decimals with a point")
                 row = {c: unescape_cell(v) for c, v in zip(columns, cells)}
                 rows.append({c: row.get(c) for c in columns} if len(cells) < len(columns) else row)
     except UnicodeDecodeError as e:  # the codec's message names no file

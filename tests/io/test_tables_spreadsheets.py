@@ -39,6 +39,20 @@ def test_empty_cells_beyond_the_header_and_short_rows_are_read(tmp_path):
                                                       {"case": "b", "dice": None, "": None}])
 
 
+def test_a_decimal_comma_under_a_header_ending_in_a_separator_is_refused(tmp_path):
+    """'Müller,0,85' under 'case,dice,' (a spreadsheet's once-used column) put 85 in the unnamed column and read the
+    Dice as 0, where the same row under 'case,dice' is refused; an empty trailing column is still no data."""
+    path = tmp_path / "t.csv"
+    path.write_text("case,dice,\nb,0.9,\nMüller,0,85\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"t\.csv: line 3 has 3 cells but the header 2 columns"):
+        read_table(path)
+    path.write_text("case,,dice,,\nb,,0.9,,\nc,,0,85,\n", encoding="utf-8")  # an unnamed column inside is kept
+    with pytest.raises(ValueError, match=r"line 3 has 4 cells but the header 3 columns"):
+        read_table(path)
+    path.write_text("case,,dice,,\nb,x,0.9,,\n", encoding="utf-8")
+    assert read_table(path)[1] == [{"case": "b", "": "", "dice": "0.9"}]
+
+
 def test_a_column_given_twice_is_refused(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("case,dice,dice\na,0.95,0.5\n", encoding="utf-8")
