@@ -324,7 +324,7 @@ def test_case_ids_that_one_file_system_takes_as_one_name(tmp_path, capsys, monke
     for cid in ("Case01", "case01"):
         nib.save(nib.Nifti1Image(rng.random((16, 16, 16), dtype=np.float32), np.eye(4)), img / f"{cid}.nii.gz")
     argv = ["infer", "-i", img, "--model", "example", "--method", "softmax", "--roi", "16", "--device", "cpu", "-q"]
-    monkeypatch.setattr(cases_module, "folds_file_names", lambda folder: True)  # as on an SMB share
+    monkeypatch.setattr(cases_module, "_name_folding", lambda folder: (True, False))  # as on an SMB share
     rc, _, err = _main([*argv, "-o", tmp_path / "share"], capsys)
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err
@@ -333,3 +333,43 @@ def test_case_ids_that_one_file_system_takes_as_one_name(tmp_path, capsys, monke
     monkeypatch.undo()
     rc, _, err = _main([*argv, "-o", tmp_path / "local"], capsys)
     assert rc == 0 and {p.name for p in (tmp_path / "local").glob("?ase01.json")} == {"Case01.json", "case01.json"}
+
+
+def test_a_file_system_that_folds_letter_case_only_is_found(tmp_path, monkeypatch):
+    """Found by a review of the case-folding check: the probe looked its name up by the lower-case NFD spelling in one
+    lookup, found only where both letter case and Unicode form are folded (APFS). NTFS, FAT / exFAT and SMB shares
+    fold letter case but keep NFC and NFD names apart: the probe was not found there and ``Case01`` / ``case01``
+    passed, the second case's files overwriting the first's. Each file system's name lookup is given to
+    ``os.path.lexists`` for the probed folder (none of them can be mounted here)."""
+    import unicodedata
+
+    from monai_unc.io import check_case_ids_fit_folder, folds_file_names
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    real = os.path.lexists
+
+    def lookup(fold):
+        def lexists(path):
+            p = Path(path)
+            if p.parent != folder:
+                return real(path)
+            return any(fold(n) == fold(p.name) for n in os.listdir(folder))
+        return lexists
+
+    ntfs = lookup(str.casefold)  # NTFS, FAT, exFAT, SMB: letter case only
+    apfs = lookup(lambda n: unicodedata.normalize("NFC", n).casefold())
+    zfs_form_d = lookup(lambda n: unicodedata.normalize("NFC", n))  # normalization=formD, case-sensitive
+    nfc, nfd = "M\u00fcller", "Mu\u0308ller"
+    for fs, folded, refused, passed in ((ntfs, True, [["Case01", "case01"], [nfc, "M\u00dcLLER"]], [[nfc, nfd]]),
+                                        (apfs, True, [["Case01", "case01"], [nfc, nfd]], []),
+                                        (zfs_form_d, True, [[nfc, nfd]], [["Case01", "case01"]]),
+                                        (real, False, [], [["Case01", "case01"], [nfc, nfd]])):
+        monkeypatch.setattr(os.path, "lexists", fs)
+        assert folds_file_names(folder) is folded and not list(folder.iterdir())
+        for ids in refused:
+            with pytest.raises(ValueError, match="differ only in letter case or Unicode form"):
+                check_case_ids_fit_folder([*ids, "other"], folder)
+        for ids in passed:
+            check_case_ids_fit_folder([*ids, "other"], folder)
+        monkeypatch.undo()
