@@ -50,8 +50,10 @@ from ..io import (
     VOLUME_EXTENSIONS,
     CaseError,
     atomic_write_json,
+    check_case_ids_fit_folder,
     check_output_folder,
     clean_partial_files,
+    colliding_case_ids,
     dicom_series_folders,
     list_files,
     match_cases,
@@ -562,7 +564,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             meaning), an output inside an input folder, a segments file with bad fields, cases
             predicted with other measures than the folder's run or than each other (without ``measures``), a case
             without its series folder, a case of ``cases`` without outputs, a series refused by the reader, outputs
-            off the series' grid.
+            off the series' grid, or case ids that the output folder's file system takes as one name (``Case01`` /
+            ``case01`` on macOS, Windows or an SMB share: :func:`~monai_unc.io.check_case_ids_fit_folder`).
         FileNotFoundError: a missing folder.
     """
     pred, src = Path(predictions), Path(series)
@@ -609,6 +612,11 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                         f"{out}; rename the case")
     for c in found:  # before any object: a case's folder is cleaned of its *.dcm, so it must be the output's own
         owned_folder(out, c.case_id, "--output")
+    ids = [c.case_id for c in found]
+    if colliding_case_ids(ids):  # Case01 / case01: one <output>/<case>/ on a case-folding share, whose second case
+        # removed the first one's objects (found by a review: the commands of run_cases refused them, this one not)
+        out.mkdir(parents=True, exist_ok=True)  # the probe's folder, which the export makes anyway
+        check_case_ids_fit_folder(ids, out)
     missing = [c.case_id for c in found if not (src / c.case_id).is_dir()]
     if missing:
         raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
