@@ -426,9 +426,9 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
     Raises:
         FileNotFoundError: the folder has no such table.
         ValueError: a table without a ``case`` column (one saved by a spreadsheet with ``;`` as the separator),
-            one :func:`~monai_unc.io.read_table` refuses, or a column of numbers whose name the SR cannot hold (a
-            backslash or a control character: :func:`~monai_unc.io.dicom.check_measurement_name`),
-            naming the table and the column.
+            one :func:`~monai_unc.io.read_table` refuses, a case listed twice, or a column of numbers whose name the
+            SR cannot hold (a backslash or a control character: :func:`~monai_unc.io.dicom.check_measurement_name`),
+            naming the table and the column (or the case).
     """
     if folder is None:
         return {}
@@ -439,7 +439,14 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
     if "case" not in columns:  # e.g. saved with ";" by a spreadsheet: no row would match a case (SRs without numbers)
         raise ValueError(f"{path}: no 'case' column in its header {columns[:5]}: is it the comma-separated {name} of "
                          f"'monai-unc {command}'?"[:400])
-    rows = {str(r.get("case") or ""): report_numbers(r) for r in table}
+    rows: dict[str, dict[str, float]] = {}
+    for number, r in enumerate(table, start=1):
+        cid = str(r.get("case") or "")
+        if cid in rows:  # a row appended or pasted again: which one the SR should hold would be a guess (the last
+            # was taken without a word; found by a review: the shift, sites and labels tables refuse it)
+            raise ValueError(f"{path}: case {cid!r} is listed twice (row {number} of the table): keep one row per "
+                             "case")
+        rows[cid] = report_numbers(r)
     for column in dict.fromkeys(k for numbers in rows.values() for k in numbers):  # before any object is written
         check_measurement_name(column, str(path))
     return rows
