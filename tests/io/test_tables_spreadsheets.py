@@ -120,3 +120,22 @@ def test_column_names_are_read_without_surrounding_spaces(tmp_path):
     with pytest.raises(ValueError, match="the column 'dice' is given twice"):
         read_csv(path)
 
+
+
+def test_a_row_is_named_by_the_line_it_starts_on(tmp_path):
+    """Found by a review of read_table: it skips blank lines (and a quoted cell may hold line breaks), and the monitor's
+    labels and sites tables counted rows from line 2: a bad Dice on line 4 after a blank line was said to be on line
+    3, on line 5 after a two-line note on line 4."""
+    from monai_unc.monitoring import read_label_table, read_sites
+
+    path = tmp_path / "labels.csv"
+    path.write_text('case,dice,note\na,0.9,\n\nb,0.8,"two\nlines"\nc,1.5,\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"labels\.csv: line 6: 'dice' must be in \[0, 1\], got 1\.5"):
+        read_label_table(path)
+    columns, rows, lines = read_table(path, return_lines=True)
+    assert [r["case"] for r in rows] == ["a", "b", "c"] and lines == [2, 4, 6]
+    assert read_table(path) == (columns, rows)
+    sites = tmp_path / "sites.csv"
+    sites.write_text("case,site\na,A\n\nb,\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"sites\.csv: line 4: 'site'"):
+        read_sites(sites)
