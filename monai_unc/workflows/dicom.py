@@ -622,8 +622,15 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     ids = [c.case_id for c in found]
     if colliding_case_ids(ids):  # Case01 / case01: one <output>/<case>/ on a case-folding share, whose second case
         # removed the first one's objects (found by a review: the commands of run_cases refused them, this one not)
+        made = not out.exists()
         out.mkdir(parents=True, exist_ok=True)  # the probe's folder, which the export makes anyway
-        check_case_ids_fit_folder(ids, out)
+        try:
+            check_case_ids_fit_folder(ids, out)
+        except ValueError:
+            if made:  # a refused run leaves no folder behind
+                with contextlib.suppress(OSError):
+                    out.rmdir()
+            raise
     missing = [c.case_id for c in found if not (src / c.case_id).is_dir()]
     if missing:
         raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
