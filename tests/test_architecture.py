@@ -98,6 +98,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("monai_unc._stats_kernels", "monai_unc._stats_triton"):
         "Triton is optional and slow to import: SampleStats loads its GPU kernel on its first CUDA update",
     ("monai_unc.cli", "monai_unc.nnunet.cli"): "nnunetv2 is optional: the nnU-Net sub-commands load it only when run",
+    ("monai_unc.nnunet.dropout", "monai_unc.nnunet.predictor"):
+        "write_dropout_plans reads the source plans as a model folder's (read_model_json) when run; dropout_plans and "
+        "the module stay importable without nnU-Net's predictor",
     # parse first: `monai-unc --help` and argument errors answer at once, without torch, MONAI or nnU-Net's predictor
     **dict.fromkeys(
         [("monai_unc.cli", m) for m in ("monai_unc.workflows.calibrate", "monai_unc.workflows.apply",

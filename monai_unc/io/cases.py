@@ -39,7 +39,7 @@ import re
 import threading
 import unicodedata
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -454,25 +454,52 @@ def colliding_case_ids(case_ids: Iterable[str]) -> list[list[str]]:
         >>> colliding_case_ids(["Case01", "b", "case01", "c"])
         [['Case01', 'case01']]
     """
+    return _id_groups(case_ids, folded_case_id)
+
+
+def _id_groups(case_ids: Iterable[str], key: Callable[[str], str]) -> list[list[str]]:
+    """The groups of two or more distinct ids that ``key`` makes equal, in their order of appearance."""
     groups: dict[str, list[str]] = {}
     for cid in case_ids:
-        group = groups.setdefault(folded_case_id(cid), [])
+        group = groups.setdefault(key(str(cid)), [])
         if str(cid) not in group:
             group.append(str(cid))
     return [g for g in groups.values() if len(g) > 1]
+
+
+def _name_folding(folder: str | os.PathLike) -> tuple[bool, bool]:
+    """``(letter case, Unicode form)``: which differences of a name the file system of ``folder`` ignores.
+
+    One probe file (a mixed-case name with an ``é`` in NFC) is created and looked up twice, by its lower-case
+    spelling and by its NFD spelling, then removed. The two are separate properties: APFS and HFS+ ignore both,
+    NTFS, FAT / exFAT and SMB shares served from them or by Samba letter case only (a name's NFC and NFD spellings
+    are two files there), ZFS with ``normalization=formD`` the form only; ext4, XFS and tmpfs neither. One lookup by
+    the lower-case NFD spelling found the probe only where both were ignored, so ``Case01`` / ``case01`` passed on
+    NTFS and SMB shares (found by a review of the case-folding check).
+    """
+    stem = f".monai-unc-probe-{os.getpid()}-{threading.get_ident()}-"
+    probe = Path(folder) / (stem + "Ca\u00e9")
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)
+    try:
+        return (os.path.lexists(Path(folder) / (stem + "ca\u00e9")),
+                os.path.lexists(Path(folder) / unicodedata.normalize("NFD", stem + "Ca\u00e9")))
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def folds_file_names(folder: str | os.PathLike) -> bool:
     """Whether the file system of ``folder`` takes names that differ in letter case or Unicode form as one file.
 
     A probe file (a mixed-case name with an ``é`` in NFC) is created in ``folder`` and looked up by its lower-case
-    NFD spelling, then removed: APFS, NTFS, FAT and SMB shares find it; ext4, XFS and tmpfs do not.
+    spelling and by its NFD spelling, then removed: APFS and HFS+ find both, NTFS, FAT / exFAT and SMB shares the
+    lower-case one (they keep NFC and NFD names apart); ext4, XFS and tmpfs neither.
 
     Args:
         folder: an existing, writable folder.
 
     Returns:
-        True where the other spelling finds the probe file.
+        True where either other spelling finds the probe file.
 
     Raises:
         OSError: the probe file cannot be created.
@@ -483,15 +510,7 @@ def folds_file_names(folder: str | os.PathLike) -> bool:
         ...     isinstance(folds_file_names(d), bool)
         True
     """
-    stem = f".monai-unc-probe-{os.getpid()}-{threading.get_ident()}-"
-    probe = Path(folder) / (stem + "Ca\u00e9")
-    other = Path(folder) / unicodedata.normalize("NFD", stem + "ca\u00e9")
-    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.close(fd)
-    try:
-        return os.path.lexists(other)
-    finally:
-        probe.unlink(missing_ok=True)
+    return any(_name_folding(folder))
 
 
 def check_case_ids_fit_folder(case_ids: Sequence[str], folder: str | os.PathLike, option: str = "--output") -> None:
@@ -499,7 +518,8 @@ def check_case_ids_fit_folder(case_ids: Sequence[str], folder: str | os.PathLike
 
     On such a file system (macOS, Windows, an SMB share) ``Case01_seg.nii.gz`` and ``case01_seg.nii.gz`` are one file:
     the second case would overwrite the first's outputs and records, silently. Ids that do not collide, and folders
-    that tell the spellings apart, pass without a probe file being written.
+    that tell the spellings apart, pass without a probe file being written; the ids are compared as the file system
+    compares names (letter case, Unicode form, or both: :func:`folds_file_names`).
 
     Args:
         case_ids: the run's case ids.
@@ -514,8 +534,18 @@ def check_case_ids_fit_folder(case_ids: Sequence[str], folder: str | os.PathLike
         >>> with tempfile.TemporaryDirectory() as d:
         ...     check_case_ids_fit_folder(["a", "b"], d)
     """
-    groups = colliding_case_ids(case_ids)
-    if groups and folds_file_names(folder):
+    if not colliding_case_ids(case_ids):
+        return
+    case, form = _name_folding(folder)
+    if not (case or form):
+        return
+
+    def key(cid: str) -> str:
+        cid = unicodedata.normalize("NFC", cid) if form else cid
+        return cid.casefold() if case else cid
+
+    groups = _id_groups(case_ids, key)
+    if groups:
         names = " and ".join(repr(c) for c in groups[0][:3])
         more = f" ({len(groups) - 1} more such group(s))" if len(groups) > 1 else ""
         raise ValueError(f"{option} {folder}: cases {names} differ only in letter case or Unicode form, and this "

@@ -237,7 +237,9 @@ def write_csv(
     return path
 
 
-def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
+def read_table(
+    path: str | os.PathLike, *, return_lines: bool = False
+) -> tuple[list[str], list[dict[str, str]]] | tuple[list[str], list[dict[str, str]], list[int]]:
     r"""The column names and rows of a CSV file, read strictly: the one reader of every table a person may edit.
 
     Tables come back from spreadsheets: Excel's "CSV UTF-8" puts a byte-order mark in front of the header, which is
@@ -245,16 +247,20 @@ def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]
     taken without surrounding whitespace (a typed ``failure `` is the column ``failure``). What would be read as
     something else is refused instead: a column name given twice (the csv module keeps the last one's cells) and a
     row with more non-empty cells than the header has columns (a decimal comma in a comma-separated table:
-    ``case,dice`` / ``a,0,85`` would read the Dice as ``0`` and drop ``85``). Empty cells beyond the header (trailing
-    separators) are ignored; a row with fewer cells has None for the missing ones.
+    ``case,dice`` / ``a,0,85`` would read the Dice as ``0`` and drop ``85``). The header's columns end at its last
+    named one: a header ending in separators (``case,dice,``, a spreadsheet's once-used column) has no more columns
+    for such a row's ``85`` to hide in. Empty cells beyond them (trailing separators) are ignored; a row with fewer
+    cells has None for the missing ones.
 
     Args:
         path: the CSV file (UTF-8, with or without a byte-order mark).
+        return_lines: also return the line of the file each row starts on (blank lines are skipped and a quoted
+            cell may hold line breaks, so a row's place in ``rows`` does not tell it), for messages about a row.
 
     Returns:
         ``(columns, rows)``: the header's column names (stripped) and one dict ``{column: cell text}`` per row,
         without the apostrophe :func:`write_csv` puts in front of a text a spreadsheet would evaluate
-        (:func:`unescape_cell`).
+        (:func:`unescape_cell`); with ``return_lines``, ``(columns, rows, lines)``.
 
     Raises:
         ValueError: one line naming the file: not UTF-8 text, not CSV, a column name given twice, or a row (by
@@ -270,34 +276,42 @@ def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]
     name = os.fspath(path)
     columns: list[str] = []
     rows: list[dict[str, str]] = []
+    lines: list[int] = []
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # utf-8-sig: a leading byte-order mark is skipped
             reader = csv.reader(f)
             header = next(reader, None)
             if header is None:
-                return columns, rows
+                return (columns, rows, lines) if return_lines else (columns, rows)
             # surrounding spaces of a typed header cell ('failure ') would make it another column, silently unread
             columns = [unescape_cell(c).strip() for c in header]
             named = [c for c in columns if c != ""]  # empty names: trailing separators of a spreadsheet
             twice = sorted({c for c in named if named.count(c) > 1})
             if twice:
                 raise ValueError(f"{name}: the column {twice[0]!r} is given twice in the header: keep one")
+            # the header's columns end at its last named one: an unnamed column after it is a trailing separator,
+            # and a cell there the spill of a decimal comma ('case,dice,' / 'a,0,85' read the Dice as 0; found by a
+            # review of read_table)
+            width = max((i + 1 for i, c in enumerate(columns) if c != ""), default=len(columns))
+            end = reader.line_num  # the last line read: a row starts on the next one
             for cells in reader:
+                start, end = end + 1, reader.line_num
                 if not cells:  # a blank line
                     continue
-                if len(cells) > len(columns) and any(c.strip() for c in cells[len(columns):]):
+                if len(cells) > width and any(c.strip() for c in cells[width:]):
+                    used = max(i + 1 for i, c in enumerate(cells) if c.strip())
                     raise ValueError(
-                        f"{name}: line {reader.line_num} has {len(cells)} cells but the header {len(columns)} "
-                        "columns (a decimal comma or a comma inside an unquoted cell?): quote the cell or write "
-                        "decimals with a point")
+                        f"{name}: line {reader.line_num} has {used} cells but the header {width} columns (a decimal "
+                        "comma or a comma inside an unquoted cell?): quote the cell or write decimals with a point")
                 row = {c: unescape_cell(v) for c, v in zip(columns, cells)}
                 rows.append({c: row.get(c) for c in columns} if len(cells) < len(columns) else row)
+                lines.append(start)
     except UnicodeDecodeError as e:  # the codec's message names no file
         raise ValueError(f"{name}: not UTF-8 text ({e.reason} at byte {e.start}): save the table as UTF-8 CSV"
                          ) from None
     except csv.Error as e:  # found by hostile testing: a cell over the csv module's limit was a traceback
         raise ValueError(f"{name}: not a readable CSV table (line {max(reader.line_num, 1)}: {e})") from None
-    return columns, rows
+    return (columns, rows, lines) if return_lines else (columns, rows)
 
 
 def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:

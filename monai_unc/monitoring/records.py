@@ -182,14 +182,14 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
     return (site[:200] if site else None), (scanner[:200] if scanner else None)
 
 
-def _read_named_table(path: str | os.PathLike, known: Sequence[str]) -> list[dict[str, Any]]:
+def _read_named_table(path: str | os.PathLike, known: Sequence[str]) -> tuple[list[dict[str, Any]], list[int]]:
     """The rows of a hand-made table (:func:`~monai_unc.io.read_table`), its ``known`` columns in any letter case.
 
     A spreadsheet's header ``Case,Failure,Dice`` names the columns ``case``, ``failure`` and ``dice``: read as other
     columns, an optional one (``failure``) was ignored without a word. A table naming one column in two letter cases
-    is refused.
+    is refused. The rows come with the line of the file each starts on (for messages).
     """
-    columns, rows = read_table(path)
+    columns, rows, lines = read_table(path, return_lines=True)
     rename: dict[str, str] = {}
     for c in columns:
         match = next((k for k in known if c.casefold() == k), None)
@@ -198,8 +198,8 @@ def _read_named_table(path: str | os.PathLike, known: Sequence[str]) -> list[dic
                 raise ValueError(f"{os.fspath(path)}: the column {match!r} is given twice (as {c!r}): keep one")
             rename[c] = match
     if not rename:
-        return rows
-    return [{rename.get(k, k): v for k, v in r.items()} for r in rows]
+        return rows, lines
+    return [{rename.get(k, k): v for k, v in r.items()} for r in rows], lines
 
 
 def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
@@ -220,12 +220,12 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
             the same id up to surrounding spaces or Unicode normalization), a case,
             site or scanner that is longer than 1000 characters or holds a NUL (each named with the file and line).
     """
-    rows = _read_named_table(path, ("case", "site", "scanner"))
+    rows, lines = _read_named_table(path, ("case", "site", "scanner"))
     if not rows or "case" not in rows[0] or "site" not in rows[0]:
         raise ValueError(f"sites table {os.fspath(path)!r} needs the columns 'case' and 'site'")
     out: dict[str, tuple[str, str | None]] = {}
     keys: dict[str, str] = {}  # _site_table_key -> the case id as written
-    for i, r in enumerate(rows, start=2):
+    for i, r in zip(lines, rows):  # the file's lines (a blank line skipped by read_table counts)
         cid = _text(r.get("case"), f"{os.fspath(path)}: line {i}: 'case'")
         site = _text((r.get("site") or "").strip(), f"{os.fspath(path)}: line {i}: 'site'")
         key = _site_table_key(cid)
@@ -395,12 +395,12 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
         ValueError: a missing column, a value out of range, a case (at a site) listed twice.
     """
     name = os.fspath(path)
-    rows = _read_named_table(path, ("case", "dice", "failure", "site"))
+    rows, lines = _read_named_table(path, ("case", "dice", "failure", "site"))
     if not rows or "case" not in rows[0] or not ({"dice", "failure"} & set(rows[0])):
         raise ValueError(f"labels table {name!r} needs a 'case' column and a 'dice' or 'failure' column")
     with_site = "site" in rows[0]
     out, seen = [], set()
-    for i, r in enumerate(rows, start=2):
+    for i, r in zip(lines, rows):  # the file's lines (a blank line skipped by read_table counts)
         cid = _text(r.get("case"), f"{name}: line {i}: 'case'")
         site = ((r.get("site") or "").strip() or None) if with_site else None
         if (cid, site) in seen:

@@ -224,7 +224,8 @@ def write_dropout_plans(
 
     Raises:
         ValueError: no preprocessed folder is known, ``target_plans`` equals ``source_plans``, the dataset is
-            unknown, or :func:`dropout_plans` refuses the plans.
+            unknown, the source plans are not a JSON object (one line naming the file), or :func:`dropout_plans`
+            refuses the plans.
         FileNotFoundError: the source plans file is missing.
         FileExistsError: the target exists and ``overwrite`` is False.
 
@@ -255,7 +256,11 @@ def write_dropout_plans(
     dst = src.with_name(f"{target_plans}.json")
     if dst.exists() and not overwrite:
         raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
-    plans = dropout_plans(json.loads(src.read_text()), p=p, plans_name=target_plans, configurations=configurations)
+    from monai_unc.nnunet.predictor import read_model_json
+
+    # as a model folder's plans are read: a file that is no JSON object (deeply nested ones included, a RecursionError
+    # traceback before; found by a review of the nested-JSON fix) is one ValueError naming it
+    plans = dropout_plans(read_model_json(src), p=p, plans_name=target_plans, configurations=configurations)
     return atomic_write_text(dst, json.dumps(plans, indent=4))
 
 

@@ -50,8 +50,10 @@ from ..io import (
     VOLUME_EXTENSIONS,
     CaseError,
     atomic_write_json,
+    check_case_ids_fit_folder,
     check_output_folder,
     clean_partial_files,
+    colliding_case_ids,
     dicom_series_folders,
     list_files,
     match_cases,
@@ -424,9 +426,9 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
     Raises:
         FileNotFoundError: the folder has no such table.
         ValueError: a table without a ``case`` column (one saved by a spreadsheet with ``;`` as the separator),
-            one :func:`~monai_unc.io.read_table` refuses, or a column of numbers whose name the SR cannot hold (a
-            backslash or a control character: :func:`~monai_unc.io.dicom.check_measurement_name`),
-            naming the table and the column.
+            one :func:`~monai_unc.io.read_table` refuses, a case listed twice, or a column of numbers whose name the
+            SR cannot hold (a backslash or a control character: :func:`~monai_unc.io.dicom.check_measurement_name`),
+            naming the table and the column (or the case).
     """
     if folder is None:
         return {}
@@ -437,7 +439,14 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
     if "case" not in columns:  # e.g. saved with ";" by a spreadsheet: no row would match a case (SRs without numbers)
         raise ValueError(f"{path}: no 'case' column in its header {columns[:5]}: is it the comma-separated {name} of "
                          f"'monai-unc {command}'?"[:400])
-    rows = {str(r.get("case") or ""): report_numbers(r) for r in table}
+    rows: dict[str, dict[str, float]] = {}
+    for number, r in enumerate(table, start=1):
+        cid = str(r.get("case") or "")
+        if cid in rows:  # a row appended or pasted again: which one the SR should hold would be a guess (the last
+            # was taken without a word; found by a review: the shift, sites and labels tables refuse it)
+            raise ValueError(f"{path}: case {cid!r} is listed twice (row {number} of the table): keep one row per "
+                             "case")
+        rows[cid] = report_numbers(r)
     for column in dict.fromkeys(k for numbers in rows.values() for k in numbers):  # before any object is written
         check_measurement_name(column, str(path))
     return rows
@@ -562,7 +571,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             meaning), an output inside an input folder, a segments file with bad fields, cases
             predicted with other measures than the folder's run or than each other (without ``measures``), a case
             without its series folder, a case of ``cases`` without outputs, a series refused by the reader, outputs
-            off the series' grid.
+            off the series' grid, or case ids that the output folder's file system takes as one name (``Case01`` /
+            ``case01`` on macOS, Windows or an SMB share: :func:`~monai_unc.io.check_case_ids_fit_folder`).
         FileNotFoundError: a missing folder.
     """
     pred, src = Path(predictions), Path(series)
@@ -609,6 +619,18 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                         f"{out}; rename the case")
     for c in found:  # before any object: a case's folder is cleaned of its *.dcm, so it must be the output's own
         owned_folder(out, c.case_id, "--output")
+    ids = [c.case_id for c in found]
+    if colliding_case_ids(ids):  # Case01 / case01: one <output>/<case>/ on a case-folding share, whose second case
+        # removed the first one's objects (found by a review: the commands of run_cases refused them, this one not)
+        made = not out.exists()
+        out.mkdir(parents=True, exist_ok=True)  # the probe's folder, which the export makes anyway
+        try:
+            check_case_ids_fit_folder(ids, out)
+        except ValueError:
+            if made:  # a refused run leaves no folder behind
+                with contextlib.suppress(OSError):
+                    out.rmdir()
+            raise
     missing = [c.case_id for c in found if not (src / c.case_id).is_dir()]
     if missing:
         raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "

@@ -39,6 +39,20 @@ def test_empty_cells_beyond_the_header_and_short_rows_are_read(tmp_path):
                                                       {"case": "b", "dice": None, "": None}])
 
 
+def test_a_decimal_comma_under_a_header_ending_in_a_separator_is_refused(tmp_path):
+    """'Müller,0,85' under 'case,dice,' (a spreadsheet's once-used column) put 85 in the unnamed column and read the
+    Dice as 0, where the same row under 'case,dice' is refused; an empty trailing column is still no data."""
+    path = tmp_path / "t.csv"
+    path.write_text("case,dice,\nb,0.9,\nMüller,0,85\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"t\.csv: line 3 has 3 cells but the header 2 columns"):
+        read_table(path)
+    path.write_text("case,,dice,,\nb,,0.9,,\nc,,0,85,\n", encoding="utf-8")  # an unnamed column inside is kept
+    with pytest.raises(ValueError, match=r"line 3 has 4 cells but the header 3 columns"):
+        read_table(path)
+    path.write_text("case,,dice,,\nb,x,0.9,,\n", encoding="utf-8")
+    assert read_table(path)[1] == [{"case": "b", "": "", "dice": "0.9"}]
+
+
 def test_a_column_given_twice_is_refused(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("case,dice,dice\na,0.95,0.5\n", encoding="utf-8")
@@ -106,3 +120,22 @@ def test_column_names_are_read_without_surrounding_spaces(tmp_path):
     with pytest.raises(ValueError, match="the column 'dice' is given twice"):
         read_csv(path)
 
+
+
+def test_a_row_is_named_by_the_line_it_starts_on(tmp_path):
+    """Found by a review of read_table: it skips blank lines (and a quoted cell may hold line breaks), and the monitor's
+    labels and sites tables counted rows from line 2: a bad Dice on line 4 after a blank line was said to be on line
+    3, on line 5 after a two-line note on line 4."""
+    from monai_unc.monitoring import read_label_table, read_sites
+
+    path = tmp_path / "labels.csv"
+    path.write_text('case,dice,note\na,0.9,\n\nb,0.8,"two\nlines"\nc,1.5,\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"labels\.csv: line 6: 'dice' must be in \[0, 1\], got 1\.5"):
+        read_label_table(path)
+    columns, rows, lines = read_table(path, return_lines=True)
+    assert [r["case"] for r in rows] == ["a", "b", "c"] and lines == [2, 4, 6]
+    assert read_table(path) == (columns, rows)
+    sites = tmp_path / "sites.csv"
+    sites.write_text("case,site\na,A\n\nb,\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"sites\.csv: line 4: 'site'"):
+        read_sites(sites)

@@ -64,3 +64,21 @@ def test_mc_dropout_placement_in_a_residual_encoder_unet_is_what_the_docs_say():
     assert with_dropout == {c for c in convs if c.startswith(("encoder.stem.", "decoder.")) or c.endswith(".conv1")}
     assert any(c.endswith(".conv2") for c in convs) and not any(c.endswith(".conv2") for c in with_dropout)
     assert "ResidualEncoderUNet" in mun.nnUNetTrainerMCDropout.__doc__
+
+
+@pytest.mark.parametrize("text, match", [
+    ("[" * 100_000 + "]" * 100_000, "not valid JSON"),  # was a RecursionError traceback
+    ('{"configurations": ', "not valid JSON"),  # was a JSONDecodeError naming no file
+    ("[1, 2]", "not a JSON object"),
+])
+def test_a_source_plans_file_that_is_no_json_object_is_named(tmp_path, text, match):
+    """Found by a review of the nested-JSON fix: the preprocessed folder's plans (a file users edit) were read with a
+    bare ``json.loads``, where a model folder's are read by ``read_model_json`` (one ValueError naming the file)."""
+    from monai_unc.nnunet.dropout import write_dropout_plans
+
+    (tmp_path / "Dataset990_UncToy").mkdir()
+    plans = tmp_path / "Dataset990_UncToy" / "nnUNetPlans.json"
+    plans.write_text(text)
+    with pytest.raises(ValueError, match=f"nnUNetPlans.json: {match}"):
+        write_dropout_plans(990, p=0.2, preprocessed_dir=tmp_path)
+    assert not (tmp_path / "Dataset990_UncToy" / "nnUNetPlansDropout.json").exists()

@@ -489,3 +489,18 @@ def test_a_metrics_table_saved_by_a_spreadsheet(tmp_path, capsys, text):
     else:
         assert rc == 2 and len(err) == 1 and "no 'case' column" in err[0] and "metrics.csv" in err[0], err
         assert not list(tmp_path.glob("out/**/*.dcm"))
+
+
+def test_a_metrics_table_listing_a_case_twice_is_refused(tmp_path, capsys):
+    """A metrics.csv with a case's row appended or pasted again (Dice 0.21, then 0.93) was read without a word and
+    the last row's numbers went into the case's SR, exit 0 (found by a review of the tables read by read_table: the
+    shift, sites and labels tables refuse a case listed twice). Refused in one line before any object."""
+    pred, series = _small_cases(tmp_path, ("c0",))
+    evaluation = tmp_path / "evaluation"
+    evaluation.mkdir()
+    (evaluation / "metrics.csv").write_text("case,dice\nc0,0.21\nc0,0.93\n", encoding="utf-8")
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--evaluation",
+               str(evaluation), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "metrics.csv: case 'c0' is listed twice (row 2 of the table)" in err[0], err
+    assert not list(tmp_path.glob("out/**/*.dcm"))

@@ -46,6 +46,18 @@ def test_a_decimal_comma_in_a_comma_separated_labels_table_is_refused(tmp_path, 
     assert all(c["loss"] is None for c in _cases(db).values())  # nothing recorded
 
 
+def test_a_decimal_comma_under_a_header_ending_in_a_separator_is_refused(tmp_path, capsys):
+    """'Müller,0,85' under 'case,dice,' (a spreadsheet's once-used column): the 85 went to the unnamed column and the
+    Dice 0.0 was recorded, a failure, loss 1 instead of 0.15 (found by a review of read_table)."""
+    db = _store(tmp_path, capsys, ["Müller", "b"])
+    labels = tmp_path / "labels.csv"
+    labels.write_text("case,dice,\nMüller,0,85\nb,0.9,\n", encoding="utf-8")
+    rc, _, err = _main(["monitor", "label", "--labels", labels, "--db", db], capsys)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "labels.csv: line 2 has 3 cells" in lines[0], err
+    assert all(c["loss"] is None for c in _cases(db).values())  # nothing recorded
+
+
 def test_a_byte_order_mark_keeps_the_first_column(tmp_path, capsys):
     """Excel's "CSV UTF-8": the first column was read as '\\ufefffailure' and dropped without a word (the loss then
     came from the Dice: 0 instead of the audited failure's 1); a first column 'case' was refused as missing."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import unicodedata
 from pathlib import Path
 
 import nibabel as nib
@@ -309,7 +310,6 @@ def test_case_ids_that_one_file_system_takes_as_one_name(tmp_path, capsys, monke
     Linux but one on macOS, Windows and SMB shares: writing both cases there, the second overwrote the first's maps
     and record and both counted as done. Where the output folder's file system folds names, the run is refused in
     one line before anything is written; elsewhere both cases are predicted."""
-    from monai_unc.io import cases as cases_module
     from monai_unc.io import colliding_case_ids, folded_case_id, folds_file_names
 
     assert colliding_case_ids(["Case01", "x", "case01", "M\u00fcller", "Mu\u0308ller", "y"]) == [
@@ -324,8 +324,17 @@ def test_case_ids_that_one_file_system_takes_as_one_name(tmp_path, capsys, monke
     for cid in ("Case01", "case01"):
         nib.save(nib.Nifti1Image(rng.random((16, 16, 16), dtype=np.float32), np.eye(4)), img / f"{cid}.nii.gz")
     argv = ["infer", "-i", img, "--model", "example", "--method", "softmax", "--roi", "16", "--device", "cpu", "-q"]
-    monkeypatch.setattr(cases_module, "folds_file_names", lambda folder: True)  # as on an SMB share
-    rc, _, err = _main([*argv, "-o", tmp_path / "share"], capsys)
+    share, real = tmp_path / "share", os.path.lexists
+
+    def lexists(path):  # the share's name lookup (as APFS, or an SMB share served from macOS): case and form folded
+        p = Path(path)
+        if p.parent != share:
+            return real(path)
+        key = lambda n: unicodedata.normalize("NFC", n).casefold()  # noqa: E731
+        return any(key(n) == key(p.name) for n in os.listdir(share))
+
+    monkeypatch.setattr(os.path, "lexists", lexists)
+    rc, _, err = _main([*argv, "-o", share], capsys)
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err
     assert "cases 'Case01' and 'case01' differ only in letter case or Unicode form" in lines[0], err
@@ -333,3 +342,79 @@ def test_case_ids_that_one_file_system_takes_as_one_name(tmp_path, capsys, monke
     monkeypatch.undo()
     rc, _, err = _main([*argv, "-o", tmp_path / "local"], capsys)
     assert rc == 0 and {p.name for p in (tmp_path / "local").glob("?ase01.json")} == {"Case01.json", "case01.json"}
+
+
+def test_a_file_system_that_folds_letter_case_only_is_found(tmp_path, monkeypatch):
+    """Found by a review of the case-folding check: the probe looked its name up by the lower-case NFD spelling in one
+    lookup, found only where both letter case and Unicode form are folded (APFS). NTFS, FAT / exFAT and SMB shares
+    fold letter case but keep NFC and NFD names apart: the probe was not found there and ``Case01`` / ``case01``
+    passed, the second case's files overwriting the first's. Each file system's name lookup is given to
+    ``os.path.lexists`` for the probed folder (none of them can be mounted here)."""
+    from monai_unc.io import check_case_ids_fit_folder, folds_file_names
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    real = os.path.lexists
+
+    def lookup(fold):
+        def lexists(path):
+            p = Path(path)
+            if p.parent != folder:
+                return real(path)
+            return any(fold(n) == fold(p.name) for n in os.listdir(folder))
+        return lexists
+
+    ntfs = lookup(str.casefold)  # NTFS, FAT, exFAT, SMB: letter case only
+    apfs = lookup(lambda n: unicodedata.normalize("NFC", n).casefold())
+    zfs_form_d = lookup(lambda n: unicodedata.normalize("NFC", n))  # normalization=formD, case-sensitive
+    nfc, nfd = "M\u00fcller", "Mu\u0308ller"
+    for fs, folded, refused, passed in ((ntfs, True, [["Case01", "case01"], [nfc, "M\u00dcLLER"]], [[nfc, nfd]]),
+                                        (apfs, True, [["Case01", "case01"], [nfc, nfd]], []),
+                                        (zfs_form_d, True, [[nfc, nfd]], [["Case01", "case01"]]),
+                                        (real, False, [], [["Case01", "case01"], [nfc, nfd]])):
+        monkeypatch.setattr(os.path, "lexists", fs)
+        assert folds_file_names(folder) is folded and not list(folder.iterdir())
+        for ids in refused:
+            with pytest.raises(ValueError, match="differ only in letter case or Unicode form"):
+                check_case_ids_fit_folder([*ids, "other"], folder)
+        for ids in passed:
+            check_case_ids_fit_folder([*ids, "other"], folder)
+        monkeypatch.undo()
+
+
+def test_dicom_export_refuses_case_ids_its_output_file_system_takes_as_one(tmp_path, capsys, monkeypatch):
+    """Found by a review of the case-folding check: ``infer``, ``evaluate``, ``triage`` and ``conformal`` refused
+    ``Case01`` / ``case01`` on a share that folds letter case, but ``dicom-export`` wrote both into one
+    ``<output>/<case>/`` there: the second case's export removed the first one's SEG and SR (its ``*.dcm``) and
+    ``dicom_export.json`` listed both, exit 0. Refused now in one line before any object; on this file system
+    both cases are exported."""
+    pytest.importorskip("highdicom", reason="needs the dicom extra")
+    from tests.io.dicom._series import GEOMETRIES, make_series, mni_small
+
+    pred, series = tmp_path / "pred", tmp_path / "series"
+    pred.mkdir()
+    _, label, _ = mni_small()
+    for cid in ("Case01", "case01"):
+        make_series(series / cid, "oblique_mr")
+        nib.save(nib.Nifti1Image(label.astype(np.uint8), GEOMETRIES["oblique_mr"][1]), pred / f"{cid}_seg.nii.gz")
+    (pred / "infer.json").write_text(json.dumps({"settings": {"model": "example", "method": "mcdropout"}}))
+    argv = ["dicom-export", "-p", pred, "-s", series, "--uid-root", "1.2.826.0.1.3680043.10.779.", "--quiet"]
+    share, real = tmp_path / "share", os.path.lexists
+
+    def lexists(path):  # the share's name lookup (as APFS, or an SMB share served from macOS): case and form folded
+        p = Path(path)
+        if p.parent != share:
+            return real(path)
+        key = lambda n: unicodedata.normalize("NFC", n).casefold()  # noqa: E731
+        return any(key(n) == key(p.name) for n in os.listdir(share))
+
+    monkeypatch.setattr(os.path, "lexists", lexists)
+    rc, _, err = _main([*argv, "-o", share], capsys)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1, err
+    assert "cases 'Case01' and 'case01' differ only in letter case or Unicode form" in lines[0], err
+    assert not list((tmp_path / "share").rglob("*.dcm")) and not (tmp_path / "share" / "dicom_export.json").exists()
+    monkeypatch.undo()
+    rc, _, err = _main([*argv, "-o", tmp_path / "local"], capsys)
+    assert rc == 0, err
+    assert {p.parent.name for p in (tmp_path / "local").rglob("seg.dcm")} == {"Case01", "case01"}
