@@ -1729,6 +1729,11 @@ class ConfidenceHistogram:
                     None if w_i is None else w_i.transpose(0, 1).contiguous(),
                     sc[i].clone(),
                 ))
+        return self._adopt(state, states, per_case, ids_raw, is_int)
+
+    def _adopt(self, state: Mapping[str, Any], states: list[_State | _PackedState], per_case: bool,
+               ids_raw: list[str], is_int: list[bool]) -> ConfidenceHistogram:
+        """Take the checked cases of a loaded state (dense or packed layout) as this histogram's."""
         self.per_case = per_case
         self.uncertainty = bool(state.get("uncertainty", self.uncertainty))
         self.case_ids = [int(c) if flag else c for c, flag in zip(ids_raw, is_int)]
@@ -1751,13 +1756,7 @@ class ConfidenceHistogram:
         _check_packed_cases(cases, weighted, nc, step)  # the invariants of the dense path, a block at a time
         per_case = bool(state.get("per_case", self.per_case))
         states: list[_State | _PackedState] = list(cases) if per_case and PACKED_CASES else [c.unpack() for c in cases]
-        self.per_case = per_case
-        self.uncertainty = bool(state.get("uncertainty", self.uncertainty))
-        self.case_ids = [int(c) if flag else c for c, flag in zip(ids_raw, is_int)]
-        self._index = {c: i for i, c in enumerate(self.case_ids)}
-        self._states = states
-        self._pooled_cache = None
-        return self
+        return self._adopt(state, states, per_case, ids_raw, is_int)
 
     def save(self, path: str | Path) -> Path:
         """Deprecated: write the state with :func:`monai_unc.io.save_state` (``save_state(path, hist)``).
