@@ -276,7 +276,6 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     if holder is not None:
         raise ValueError(f"the predictions in {pred} are being written by another run ({holder}): wait until it ends "
                          "(or stop it and run 'monai-unc infer' into the folder again to finish it)")
-    current = json.dumps(settings, sort_keys=True)
     unfinished: list[str] = []
     other: dict[str, list[str]] = {}  # the settings that differ -> the cases made with them
     values: dict[str, dict[str, list[str]]] = {k: {} for k in _RECORD_FIELDS}
@@ -286,34 +285,45 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
             unfinished.append(str(cid))
             continue
         made = rec.get("fingerprint")
-        if isinstance(made, dict) and json.dumps(made, sort_keys=True) != current:
-            changes = settings_changes(made, settings) or ["the settings' types"]  # e.g. 1 against 1.0
-            other.setdefault("; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else ""), []).append(str(cid))
+        if isinstance(made, dict):
+            _note_other_settings(other, str(cid), made, settings)
         for k in _RECORD_FIELDS:
             values[k].setdefault(json.dumps(rec.get(k), sort_keys=True), []).append(str(cid))
-    problems = []
-    if unfinished:
-        problems.append(f"case(s) {_some(unfinished)} have files but no record <case>.json (an interrupted case)")
-    problems += _record_problems(INFER_RECORD, other, values)
+    problems = _record_problems(INFER_RECORD, "<case>.json", unfinished, other, values)
     if problems:
         raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc infer' run: "
                          f"{'; '.join(problems)}; run 'monai-unc infer' into the folder again with the settings of its "
                          "infer.json to finish it")
 
 
-def _record_problems(config: str, other: dict[str, list[str]], values: dict[str, dict[str, list[str]]]) -> list[str]:
+def _note_other_settings(other: dict[str, list[str]], case_id: str, made: dict, expected: dict) -> None:
+    """Add ``case_id`` to ``other`` under the settings in which ``made`` (its record's) differs from ``expected``."""
+    if json.dumps(made, sort_keys=True) == json.dumps(expected, sort_keys=True):
+        return
+    changes = settings_changes(made, expected) or ["the settings' types"]  # e.g. 1 against 1.0
+    other.setdefault("; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else ""), []).append(case_id)
+
+
+def _record_problems(config: str, record: str, unfinished: list[str], other: dict[str, list[str]],
+                     values: dict[str, dict[str, list[str]]]) -> list[str]:
     """What is wrong with a prediction folder's case records, in words (:func:`check_finished_predictions`).
 
     Args:
         config: the run record's file name (``infer.json``, ``uncertainty_config.json``).
+        record: how the message names a case record (``<case>.json``, ``uncertainty/<case>.json``).
+        unfinished: the cases with files but no record.
         other: the settings that differ from the run record's -> the cases made with them.
         values: per compared record field, each value (JSON) -> the cases that hold it.
 
     Returns:
-        One phrase per problem: cases made with other settings or, when none differ, fields the records disagree on.
+        One phrase per problem: unfinished cases, cases made with other settings or, when none differ, fields the
+        records disagree on.
     """
-    problems = [f"case(s) {_some(ids)} were made with other settings than {config}'s ({what}: the case's value "
-                "first)" for what, ids in other.items()]
+    problems = []
+    if unfinished:
+        problems.append(f"case(s) {_some(unfinished)} have files but no record {record} (an interrupted case)")
+    problems += [f"case(s) {_some(ids)} were made with other settings than {config}'s ({what}: the case's value "
+                 "first)" for what, ids in other.items()]
     if not other:  # differing settings say it already
         problems += [f"the case records disagree on {k} ("
                      + "; ".join(f"{v}: {_some(ids)}" for v, ids in sorted(groups.items())) + ")"
@@ -342,18 +352,11 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
             continue
         made = rec.get("settings")
         if isinstance(made, dict):
-            config = {k: cfg.get(k) for k in made}
-            if json.dumps(made, sort_keys=True) != json.dumps(config, sort_keys=True):
-                changes = settings_changes(made, config) or ["the settings' types"]
-                other.setdefault("; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else ""), []).append(str(cid))
+            _note_other_settings(other, str(cid), made, {k: cfg.get(k) for k in made})
             continue
         for k in _NNUNET_RECORD_FIELDS:
             values[k].setdefault(json.dumps(rec.get(k), sort_keys=True), []).append(str(cid))
-    problems = []
-    if unfinished:
-        problems.append(f"case(s) {_some(unfinished)} have files but no record uncertainty/<case>.json (an interrupted "
-                        "case)")
-    problems += _record_problems("uncertainty_config.json", other, values)
+    problems = _record_problems("uncertainty_config.json", "uncertainty/<case>.json", unfinished, other, values)
     if problems:
         raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc nnunet-predict' run: "
                          f"{'; '.join(problems)}; run 'monai-unc nnunet-predict' into the folder again with the "
