@@ -485,17 +485,17 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
     if not path.is_file():
         raise FileNotFoundError(f"shift table not found: {path}")
     try:  # the one reader of a table a person may edit: a byte-order mark skipped, misread rows refused
-        columns, rows = read_table(path)
+        columns, rows, lines = read_table(path, return_lines=True)
     except ValueError as e:
         raise ValueError(f"cannot read the shift table {path} (not a UTF-8 CSV file): {e}") from None
     if not {"case", "shift"} <= set(columns):
         raise ValueError(f"{path} must be a CSV with columns 'case' and 'shift', got {columns or None}")
     out: dict[str, str] = {}
-    for number, row in enumerate(rows, start=1):
+    for line, row in zip(lines, rows):  # the file's lines (a blank line skipped by read_table counts)
         cid = row["case"]
         if cid in out:
-            raise ValueError(f"shift table {path}: case {cid!r} is listed twice (row {number} of the table): keep "
-                             "one row per case")
+            raise ValueError(f"shift table {path}: case {cid!r} is listed twice (line {line}): keep one row per "
+                             "case")
         out[cid] = row["shift"]
     return out
 

@@ -435,17 +435,16 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
     path = Path(folder) / name
     if not path.is_file():
         raise FileNotFoundError(f"no {name} in {folder}: is it the output folder of 'monai-unc {command}'?")
-    columns, table = read_table(path)  # a table saved back from a spreadsheet: its byte-order mark skipped
+    columns, table, lines = read_table(path, return_lines=True)  # saved back from a spreadsheet: its BOM skipped
     if "case" not in columns:  # e.g. saved with ";" by a spreadsheet: no row would match a case (SRs without numbers)
         raise ValueError(f"{path}: no 'case' column in its header {columns[:5]}: is it the comma-separated {name} of "
                          f"'monai-unc {command}'?"[:400])
     rows: dict[str, dict[str, float]] = {}
-    for number, r in enumerate(table, start=1):
+    for line, r in zip(lines, table):
         cid = str(r.get("case") or "")
         if cid in rows:  # a row appended or pasted again: which one the SR should hold would be a guess (the last
             # was taken without a word; found by a review: the shift, sites and labels tables refuse it)
-            raise ValueError(f"{path}: case {cid!r} is listed twice (row {number} of the table): keep one row per "
-                             "case")
+            raise ValueError(f"{path}: case {cid!r} is listed twice (line {line}): keep one row per case")
         rows[cid] = report_numbers(r)
     for column in dict.fromkeys(k for numbers in rows.values() for k in numbers):  # before any object is written
         check_measurement_name(column, str(path))

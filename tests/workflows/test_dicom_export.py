@@ -502,5 +502,5 @@ def test_a_metrics_table_listing_a_case_twice_is_refused(tmp_path, capsys):
     rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--evaluation",
                str(evaluation), "-q"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "metrics.csv: case 'c0' is listed twice (row 2 of the table)" in err[0], err
+    assert rc == 2 and len(err) == 1 and "metrics.csv: case 'c0' is listed twice (line 3)" in err[0], err
     assert not list(tmp_path.glob("out/**/*.dcm"))

@@ -265,7 +265,7 @@ def test_a_shift_table_listing_a_case_twice_is_refused(toy, tmp_path, capsys):
 
     table = tmp_path / "shifts.csv"
     table.write_text("case,shift\ntoy000,noise\ntoy001,none\ntoy000,none\n")
-    with pytest.raises(ValueError, match=r"case 'toy000' is listed twice \(row 3 of the table\)"):
+    with pytest.raises(ValueError, match=r"case 'toy000' is listed twice \(line 4\)"):
         read_shifts(table)
     rc, _, err = _main(["evaluate", "-l", toy["labels"], "-p", toy["predictions"], "-o", tmp_path / "ev",
                         "--shifts", table, "-q"], capsys)
