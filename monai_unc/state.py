@@ -406,11 +406,7 @@ class StateGroup(MutableMapping[str, Any]):
             >>> sorted(StateGroup().state_dict())
             ['__names__']
         """
-        out: dict[str, np.ndarray] = {"__names__": np.array(list(self._states), dtype=np.str_)}
-        for i, state in enumerate(self._states.values()):
-            out[f"{i}.{TYPE_KEY}"] = np.array(state_type_name(state))
-            out.update({f"{i}.{k}": as_array(v, f"member {i}, key {k!r}") for k, v in state.state_dict().items()})
-        return out
+        return self._member_arrays(lambda state: state.state_dict())
 
     def packed_state_dict(self) -> dict[str, np.ndarray]:
         """:meth:`state_dict` with each member's arrays of :func:`record_arrays` (its compact layout where it has one).
@@ -422,11 +418,7 @@ class StateGroup(MutableMapping[str, Any]):
             >>> sorted(StateGroup().packed_state_dict())
             ['__names__']
         """
-        out: dict[str, np.ndarray] = {"__names__": np.array(list(self._states), dtype=np.str_)}
-        for i, state in enumerate(self._states.values()):
-            out[f"{i}.{TYPE_KEY}"] = np.array(state_type_name(state))
-            out.update({f"{i}.{k}": as_array(v, f"member {i}, key {k!r}") for k, v in record_arrays(state).items()})
-        return out
+        return self._member_arrays(record_arrays)
 
     def state_dict_blocks(self) -> dict[str, Any]:
         """:meth:`state_dict`, the large tables of a member that gives them as :class:`ArrayBlocks` left so.
@@ -441,13 +433,23 @@ class StateGroup(MutableMapping[str, Any]):
             >>> sorted(StateGroup().state_dict_blocks())
             ['__names__']
         """
+        def arrays(state: Any) -> Mapping[str, Any]:
+            blocks = getattr(state, "state_dict_blocks", None)
+            return blocks() if callable(blocks) else state.state_dict()
+
+        return self._member_arrays(arrays)
+
+    def _member_arrays(self, arrays_of: Callable[[Any], Mapping[str, Any]]) -> dict[str, Any]:
+        """The layout of :meth:`state_dict` and its variants, each member's arrays given by ``arrays_of``.
+
+        The names under ``__names__``, member ``i``'s type and its arrays under ``<i>.<key>`` (an :class:`ArrayBlocks`
+        kept as it is).
+        """
         out: dict[str, Any] = {"__names__": np.array(list(self._states), dtype=np.str_)}
         for i, state in enumerate(self._states.values()):
             out[f"{i}.{TYPE_KEY}"] = np.array(state_type_name(state))
-            blocks = getattr(state, "state_dict_blocks", None)
-            arrays = blocks() if callable(blocks) else state.state_dict()
             out.update({f"{i}.{k}": v if isinstance(v, ArrayBlocks) else as_array(v, f"member {i}, key {k!r}")
-                        for k, v in arrays.items()})
+                        for k, v in arrays_of(state).items()})
         return out
 
     @classmethod
