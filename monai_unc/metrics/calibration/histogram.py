@@ -214,11 +214,7 @@ class _Staging:
         total, hits = fold(self.total), fold(self.hits)
         wcounts = None
         if self.wtotal is not None and self.whits is not None:
-            wt, wh = fold(self.wtotal), fold(self.whits)
-            # the r = 0 weight as total - hits: where every voxel of a bin is a hit it is exactly 0 (not the
-            # rounding residue of two float sums scattered in different orders, as on a GPU), and never negative
-            w0 = torch.where(total == hits, torch.zeros_like(wt), (wt - wh).clamp_min_(0.0))
-            wcounts = torch.stack([w0, wh])
+            wcounts = _split_weights(total, hits, fold(self.wtotal), fold(self.whits))
         return _State(torch.stack([total - hits, hits]), fold(self.sums), wcounts, self.scalars)
 
     def to_packed(self) -> _PackedState:
@@ -238,10 +234,18 @@ class _Staging:
         counts = torch.stack([t_nz - h_nz, h_nz])
         wcounts = None
         if self.wtotal is not None and self.whits is not None:
-            wt, wh = self.wtotal[row, col], self.whits[row, col]
-            w0 = torch.where(t_nz == h_nz, torch.zeros_like(wt), (wt - wh).clamp_min_(0.0))  # as to_state
-            wcounts = torch.stack([w0, wh])
+            wcounts = _split_weights(t_nz, h_nz, self.wtotal[row, col], self.whits[row, col])
         return _PackedState.of_bins(total.shape[0], f, index, counts, sums[row, col], wcounts, self.scalars.clone())
+
+
+def _split_weights(total: torch.Tensor, hits: torch.Tensor, wtotal: torch.Tensor, whits: torch.Tensor
+                   ) -> torch.Tensor:
+    """The weights of ``r = 0`` and ``r = 1`` stacked, from the bins' total and hit counts and weights.
+
+    The ``r = 0`` weight is ``total - hits``: where every voxel of a bin is a hit it is exactly 0 (not the rounding
+    residue of two float sums scattered in different orders, as on a GPU), and never negative.
+    """
+    return torch.stack([torch.where(total == hits, torch.zeros_like(wtotal), (wtotal - whits).clamp_min_(0.0)), whits])
 
 
 class _Workspace:
