@@ -1025,6 +1025,15 @@ def _check_packed_cases(cases: Sequence[_PackedState], weighted: bool, num_class
                             torch.stack([st.scalars for st in block]), num_classes)
 
 
+def _state_case_ids(state: Mapping[str, Any], n: int) -> list[Hashable]:
+    """The case ids of a state dict of ``n`` cases (``case_id_is_int`` marks the automatic numbers), checked."""
+    ids_raw = [str(c) for c in np.asarray(state["case_ids"]).tolist()]
+    is_int = np.asarray(state.get("case_id_is_int", np.zeros(n, dtype=bool))).tolist()
+    if len(ids_raw) != n:
+        raise ValueError(f"state has {len(ids_raw)} case ids for {n} cases")
+    return [int(c) if flag else c for c, flag in zip(ids_raw, is_int)]
+
+
 def _unreadable(path: Path, err: BaseException) -> ValueError:
     """The error of a histogram file that cannot be read (:meth:`ConfidenceHistogram.load`)."""
     return ValueError(
@@ -1708,10 +1717,7 @@ class ConfidenceHistogram:
             raise ValueError("state arrays have inconsistent shapes")
         if wc is not None and wc.shape != counts.shape:
             raise ValueError("state weighted_counts must have the shape of counts")
-        ids_raw = [str(c) for c in np.asarray(state["case_ids"]).tolist()]
-        is_int = np.asarray(state.get("case_id_is_int", np.zeros(n, dtype=bool))).tolist()
-        if len(ids_raw) != n:
-            raise ValueError(f"state has {len(ids_raw)} case ids for {n} cases")
+        case_ids = _state_case_ids(state, n)
         per_case = bool(state.get("per_case", self.per_case))
         # a block of cases at a time: read (a file's tables as ArrayBlocks too), checked, each case packed; the
         # dense tables of all cases are never held at once
@@ -1733,14 +1739,14 @@ class ConfidenceHistogram:
                     None if w_i is None else w_i.transpose(0, 1).contiguous(),
                     sc[i].clone(),
                 ))
-        return self._adopt(state, states, per_case, ids_raw, is_int)
+        return self._adopt(state, states, per_case, case_ids)
 
     def _adopt(self, state: Mapping[str, Any], states: list[_State | _PackedState], per_case: bool,
-               ids_raw: list[str], is_int: list[bool]) -> ConfidenceHistogram:
+               case_ids: list[Hashable]) -> ConfidenceHistogram:
         """Take the checked cases of a loaded state (dense or packed layout) as this histogram's."""
         self.per_case = per_case
         self.uncertainty = bool(state.get("uncertainty", self.uncertainty))
-        self.case_ids = [int(c) if flag else c for c, flag in zip(ids_raw, is_int)]
+        self.case_ids = case_ids
         self._index = {c: i for i, c in enumerate(self.case_ids)}
         self._states = states
         self._pooled_cache = None
@@ -1751,16 +1757,13 @@ class ConfidenceHistogram:
         nc, nf = self.num_classes, self.n_fine_bins
         cases = _unpack_cases(state, self.num_rows, nf)
         n = len(cases)
-        ids_raw = [str(c) for c in np.asarray(state["case_ids"]).tolist()]
-        is_int = np.asarray(state.get("case_id_is_int", np.zeros(n, dtype=bool))).tolist()
-        if len(ids_raw) != n:
-            raise ValueError(f"state has {len(ids_raw)} case ids for {n} cases")
+        case_ids = _state_case_ids(state, n)
         weighted = "bin_weighted_counts" in state
         step = max(1, min(_STATE_CHECK_BLOCK, _LOAD_BLOCK_BYTES // (40 * self.num_rows * nf)))
         _check_packed_cases(cases, weighted, nc, step)  # the invariants of the dense path, a block at a time
         per_case = bool(state.get("per_case", self.per_case))
         states: list[_State | _PackedState] = list(cases) if per_case and PACKED_CASES else [c.unpack() for c in cases]
-        return self._adopt(state, states, per_case, ids_raw, is_int)
+        return self._adopt(state, states, per_case, case_ids)
 
     def save(self, path: str | Path) -> Path:
         """Deprecated: write the state with :func:`monai_unc.io.save_state` (``save_state(path, hist)``).
