@@ -1256,7 +1256,7 @@ class RateInSource(SampleSource):
             raise TypeError(f"RateInSource needs the network as a torch.nn.Module, got {type(network).__name__}")
         # a torch.compile wrapper: the layers of its module, under the names the user knows (``after=["1"]``, the
         # keys of ``rate_in_rates``), not under ``_orig_mod.``; the compiled calls run the hooks and layers attached
-        network = getattr(network, "_orig_mod", network)
+        network = plain_module(network)
         layers = find_rate_in_layers(network)
         attached = not layers
         states: list[tuple[RateInDropout, bool, str]] = []

@@ -60,7 +60,7 @@ import torch
 from monai.inferers import Inferer, SimpleInferer
 from torch import nn
 
-from .._utils import argmax, check_bool, check_finite, check_probabilities
+from .._utils import argmax, check_bool, check_finite, check_probabilities, plain_module
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..networks.dropout import find_dropout_layers
 from ..networks.shared import SharedPasses, SharingUnavailable, sample_batch
@@ -800,7 +800,7 @@ class UncertaintyInferer(Inferer):
                 # a torch.compile wrapper (``torch.compile(net)``, MONAI's ``SupervisedEvaluator(compile=True)``):
                 # the shared passes follow the calls of its Python module, as the nnU-Net predictor does; the
                 # compiled graph would trace the forwards the trace wraps, and dynamo fails on them
-                plain = getattr(network, "_orig_mod", network)
+                plain = plain_module(network)
 
                 def plain_base(t: torch.Tensor) -> Any:
                     return plain(t, *args, **kwargs)

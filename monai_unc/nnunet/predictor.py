@@ -112,6 +112,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
+from monai_unc._utils import plain_module
 from monai_unc.io import atomic_write_json, json_safe, read_json_or_none, weight_digests
 from monai_unc.io.cases import settings_changes
 from monai_unc.keys import MIMeaning, UncertaintyKeys
@@ -460,7 +461,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         return any(s in self.uncertainty_sources for s in STOCHASTIC_SOURCES)
 
     def _net(self) -> nn.Module:
-        return getattr(self.network, "_orig_mod", self.network)
+        return plain_module(self.network)
 
     @property
     def mi_meaning(self) -> MIMeaning:
@@ -518,7 +519,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         """The fold networks whose passes share their deterministic part, or None (full passes)."""
         if not self.share_passes or passes < 2 or not self._shares_passes():
             return None
-        plain = [getattr(n, "_orig_mod", n) for n in nets]  # a compiled network: its Python module
+        plain = [plain_module(n) for n in nets]  # a compiled network: its Python module
         if any(not isinstance(n, nn.Module) or isinstance(n, torch.jit.ScriptModule) for n in plain):
             self._note_full_passes("the network is not a torch.nn.Module whose calls can be followed")
             return None
