@@ -305,6 +305,27 @@ def test_whole_image_inference_of_a_size_the_unet_cannot_take_says_to_pass_roi(t
     assert rc == 0 and (tmp_path / "pred2" / "c.json").is_file(), err
 
 
+def _apfs_fold(name: str) -> str:
+    """How APFS (and an SMB share served from macOS) compares names: letter case and Unicode form folded."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def _folding_lookup(folder: Path, fold):
+    """``os.path.lexists`` as a file system that compares names by ``fold`` answers it for files in ``folder``.
+
+    No such file system can be mounted here: the probe of the case-folding check is answered as it would be there.
+    """
+    real = os.path.lexists
+
+    def lexists(path):
+        p = Path(path)
+        if p.parent != folder:
+            return real(path)
+        return any(fold(n) == fold(p.name) for n in os.listdir(folder))
+
+    return lexists
+
+
 def test_case_ids_that_one_file_system_takes_as_one_name(tmp_path, capsys, monkeypatch):
     """Found by a review of hospital shares: ``Case01`` and ``case01`` (or ``Müller`` in NFC and NFD) are two files on
     Linux but one on macOS, Windows and SMB shares: writing both cases there, the second overwrote the first's maps
@@ -324,16 +345,9 @@ def test_case_ids_that_one_file_system_takes_as_one_name(tmp_path, capsys, monke
     for cid in ("Case01", "case01"):
         nib.save(nib.Nifti1Image(rng.random((16, 16, 16), dtype=np.float32), np.eye(4)), img / f"{cid}.nii.gz")
     argv = ["infer", "-i", img, "--model", "example", "--method", "softmax", "--roi", "16", "--device", "cpu", "-q"]
-    share, real = tmp_path / "share", os.path.lexists
-
-    def lexists(path):  # the share's name lookup (as APFS, or an SMB share served from macOS): case and form folded
-        p = Path(path)
-        if p.parent != share:
-            return real(path)
-        key = lambda n: unicodedata.normalize("NFC", n).casefold()  # noqa: E731
-        return any(key(n) == key(p.name) for n in os.listdir(share))
-
-    monkeypatch.setattr(os.path, "lexists", lexists)
+    share = tmp_path / "share"
+    # the share's name lookup (as APFS, or an SMB share served from macOS): case and form folded
+    monkeypatch.setattr(os.path, "lexists", _folding_lookup(share, _apfs_fold))
     rc, _, err = _main([*argv, "-o", share], capsys)
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err
@@ -355,18 +369,9 @@ def test_a_file_system_that_folds_letter_case_only_is_found(tmp_path, monkeypatc
     folder = tmp_path / "out"
     folder.mkdir()
     real = os.path.lexists
-
-    def lookup(fold):
-        def lexists(path):
-            p = Path(path)
-            if p.parent != folder:
-                return real(path)
-            return any(fold(n) == fold(p.name) for n in os.listdir(folder))
-        return lexists
-
-    ntfs = lookup(str.casefold)  # NTFS, FAT, exFAT, SMB: letter case only
-    apfs = lookup(lambda n: unicodedata.normalize("NFC", n).casefold())
-    zfs_form_d = lookup(lambda n: unicodedata.normalize("NFC", n))  # normalization=formD, case-sensitive
+    ntfs = _folding_lookup(folder, str.casefold)  # NTFS, FAT, exFAT, SMB: letter case only
+    apfs = _folding_lookup(folder, _apfs_fold)
+    zfs_form_d = _folding_lookup(folder, lambda n: unicodedata.normalize("NFC", n))  # formD, case-sensitive
     nfc, nfd = "M\u00fcller", "Mu\u0308ller"
     for fs, folded, refused, passed in ((ntfs, True, [["Case01", "case01"], [nfc, "M\u00dcLLER"]], [[nfc, nfd]]),
                                         (apfs, True, [["Case01", "case01"], [nfc, nfd]], []),
@@ -399,16 +404,9 @@ def test_dicom_export_refuses_case_ids_its_output_file_system_takes_as_one(tmp_p
         nib.save(nib.Nifti1Image(label.astype(np.uint8), GEOMETRIES["oblique_mr"][1]), pred / f"{cid}_seg.nii.gz")
     (pred / "infer.json").write_text(json.dumps({"settings": {"model": "example", "method": "mcdropout"}}))
     argv = ["dicom-export", "-p", pred, "-s", series, "--uid-root", "1.2.826.0.1.3680043.10.779.", "--quiet"]
-    share, real = tmp_path / "share", os.path.lexists
-
-    def lexists(path):  # the share's name lookup (as APFS, or an SMB share served from macOS): case and form folded
-        p = Path(path)
-        if p.parent != share:
-            return real(path)
-        key = lambda n: unicodedata.normalize("NFC", n).casefold()  # noqa: E731
-        return any(key(n) == key(p.name) for n in os.listdir(share))
-
-    monkeypatch.setattr(os.path, "lexists", lexists)
+    share = tmp_path / "share"
+    # the share's name lookup (as APFS, or an SMB share served from macOS): case and form folded
+    monkeypatch.setattr(os.path, "lexists", _folding_lookup(share, _apfs_fold))
     rc, _, err = _main([*argv, "-o", share], capsys)
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err
