@@ -100,7 +100,7 @@ KNOWN_EXTENSIONS = (
 
 
 def partial_path(path: str | os.PathLike, ending: str | None = None) -> Path:
-    """The temporary name :func:`atomic_path` writes ``path`` under: ``.<stem>.partial<ext>`` in the same folder.
+    """The temporary name :func:`atomic_path` writes ``path`` under: ``.<stem>.partial<ext>`` (in its private folder).
 
     ``ext`` is ``ending`` when given and ``path`` ends with it (e.g. a data set's own file ending), else the file's
     known extension (:data:`KNOWN_EXTENSIONS`, e.g. ``.nii.gz``), so that writers which pick the format from the
@@ -111,7 +111,8 @@ def partial_path(path: str | os.PathLike, ending: str | None = None) -> Path:
         ending: a file ending to keep last in the temporary name (used when ``path`` ends with it).
 
     Returns:
-        The temporary path, a sibling of ``path``; nothing is created.
+        The temporary name as a sibling of ``path`` (:func:`atomic_path` writes a file of this name in a private
+        folder beside ``path``); nothing is created.
 
     Example:
         >>> partial_path("out/case1_probs.nii.gz").as_posix()
