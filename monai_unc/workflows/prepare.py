@@ -168,7 +168,7 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
     Returns:
         The ids in file order, or None for None. ``FileNotFoundError`` for a missing file, ``ValueError`` naming
         ``--calibration-cases`` and the file for a CSV without a ``case`` column in its header (a ``.csv`` plain
-        list included: rename it, e.g. ``.txt``), a file that lists no case, or one
+        list included: rename it, e.g. ``.txt``) or with two, a file that lists no case, or one
         that lists a case twice (a typo for another case: the run would fit on fewer cases than the file lists, and
         record the file's list).
     """
