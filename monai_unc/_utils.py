@@ -496,6 +496,27 @@ def check_integer(value: Any, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def host_memory_free(swap: bool = False) -> int | None:
+    """Bytes of this machine's memory a new allocation can use now (``MemAvailable`` of ``/proc/meminfo``, plus
+    ``SwapFree`` with ``swap``), or None where ``/proc/meminfo`` does not tell (another platform).
+
+    A container's memory limit (cgroup) is not read: the figure may be larger than what the process may use, never
+    smaller, so a check against it refuses only what cannot fit on the machine at all.
+    """
+    fields = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("MemAvailable", "SwapFree"):
+                    fields[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    if "MemAvailable" not in fields:
+        return None
+    return fields["MemAvailable"] + (fields.get("SwapFree", 0) if swap else 0)
+
+
 def plain_module(model: Any) -> Any:
     """The Python module under a ``torch.compile`` wrapper (its ``_orig_mod``), else ``model`` itself.
 

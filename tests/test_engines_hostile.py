@@ -347,3 +347,47 @@ def test_case_scores_handler_numeric_group_labels_without_decollation(tmp_path):
         found[decollate] = evaluator.state.metrics["ood_auroc_mutual_information_mean"]
     assert not math.isnan(found[True])
     assert found[False] == pytest.approx(found[True], abs=1e-12)
+
+
+@pytest.mark.parametrize("key_metric", [None, "nll"])
+def test_calibration_handler_as_a_key_metric_selects_and_saves_the_best_checkpoint(tmp_path, key_metric):
+    """Found by a review of a MONAI user's scripts: ``CalibrationHandler`` as a workflow's ``key_val_metric`` stored a
+    dict under its name, so MONAI skipped it ("Key metric is not a scalar value"), never set a best metric, and
+    ``CheckpointSaver(save_key_metric=True)`` saved the network as ``net_key_metric=-1.pt`` (MONAI's initial best).
+    With ``key_metric`` the named metric's float is there."""
+    from monai.handlers import CheckpointSaver
+
+    from monai_unc.handlers import CalibrationHandler
+    from monai_unc.metrics.calibration import nll
+
+    items = _items(2)
+    net = _net()
+    handler = CalibrationHandler(num_classes=3, metrics=["ece", "nll"], key_metric=key_metric,
+                                 output_transform=from_engine(["pred", "label"]))
+    saver = CheckpointSaver(save_dir=str(tmp_path), save_dict={"net": net}, save_key_metric=True)
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=net,
+                              inferer=MCDropoutInferer(3, seed=0), val_handlers=[saver],
+                              key_val_metric={"calib": handler},
+                              metric_cmp_fn=lambda current, prev: prev < 0 or current < prev)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ev.run()
+    not_scalar = [w for w in caught if "Key metric is not a scalar" in str(w.message)]
+    expected = MCDropoutInferer(3, seed=0)(torch.stack([it["image"].as_tensor() for it in items]), _net().eval())
+    want = float(nll(expected["pred"], torch.stack([it["label"] for it in items])))
+    assert ev.state.metrics["calib_nll"] == pytest.approx(want, rel=1e-5)  # the flat keys either way
+    if key_metric is None:  # the documented dict under the name: MONAI cannot compare it
+        assert isinstance(ev.state.metrics["calib"], dict) and not_scalar
+        assert [p.name for p in tmp_path.glob("*.pt")] == ["net_key_metric=-1.pt"]
+    else:
+        assert ev.state.metrics["calib"] == ev.state.metrics["calib_nll"] and not not_scalar
+        assert ev.state.best_metric == pytest.approx(want, rel=1e-5)
+        assert [p.name for p in tmp_path.glob("*.pt")] == [f"net_key_metric={ev.state.best_metric:.4f}.pt"]
+
+
+@pytest.mark.parametrize("bad", ["mce", 3, ""])
+def test_calibration_handler_key_metric_must_be_one_of_its_metrics(bad):
+    from monai_unc.handlers import CalibrationHandler
+
+    with pytest.raises(ValueError, match="key_metric must be one of the handler's metrics"):
+        CalibrationHandler(num_classes=3, metrics=["ece", "nll"], key_metric=bad)

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -59,7 +58,7 @@ from monai.inferers import SlidingWindowInferer
 
 from monai_unc.data import PERTURBATIONS, TISSUE_CLASSES, load_mni152_tissue, perturb
 from monai_unc.data.training import ROI, dice_per_class, train_tissue_model
-from monai_unc.io import atomic_write_text
+from monai_unc.io import atomic_savefig, atomic_write_text
 from monai_unc.metrics.calibration import ConfidenceHistogram, all_label_ece, brier, ece, nll
 from monai_unc.report.reliability import plot_reliability_diagram
 from monai_unc.temperature import TemperatureScaler
@@ -192,10 +191,7 @@ def metrics(hist: ConfidenceHistogram) -> dict[str, float]:
 # output helpers
 # ------------------------------------------------------------------------------------------------------------------
 def _save_figure(fig: Figure, path: Path) -> Path:
-    tmp = path.with_name(f".{path.name}.partial")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-    os.replace(tmp, path)
-    return path
+    return atomic_savefig(fig, path, dpi=110, bbox_inches="tight", format="png")
 
 
 def plot_reliability(hists: dict[str, ConfidenceHistogram], temps: dict[str, float], title: str, path: Path) -> Path:

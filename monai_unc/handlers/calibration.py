@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monai.handlers.ignite_metric import IgniteMetricHandler
 
 from ..metrics.calibration import CALIBRATION_METRICS, DEFAULT_FINE_BINS, CalibrationMetric
+
+if TYPE_CHECKING:
+    from ignite.engine import Engine
 
 __all__ = ["CalibrationHandler"]
 
@@ -24,6 +27,30 @@ class CalibrationHandler(IgniteMetricHandler):
     ``y_pred`` must be probabilities ``(B, C, *spatial)`` (add ``Activations(softmax=True)`` to the
     post-transforms) and ``y`` labels ``(B, 1, *spatial)`` or one-hot. Arguments as in
     :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
+
+    As a MONAI workflow's ``key_val_metric`` (which selects the best epoch and the checkpoint
+    ``CheckpointSaver(save_key_metric=True)`` keeps), give ``key_metric``: ``engine.state.metrics[name]`` is then that
+    metric's float instead of the dict (MONAI skips a key metric that is not a scalar, with the warning "Key metric is
+    not a scalar value", and would never save a best checkpoint). Every metric of this family is lower-is-better,
+    and MONAI's default comparison keeps the highest value: pass the workflow
+    ``metric_cmp_fn=lambda current, prev: prev < 0 or current < prev`` (MONAI starts ``prev`` at -1).
+
+    Args:
+        num_classes: as in :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
+        metrics: as in :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
+        n_bins: as in :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
+        min_bin_count: as in :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
+        n_fine_bins: as in :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
+        reduction: as in :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
+        output_transform: returns ``(y_pred, y)`` from ``engine.state.output``.
+        save_details: keep the per-case values in ``engine.state.metric_details[name]``.
+        key_metric: one of ``metrics`` whose float is stored under the handler's own name (for a workflow's
+            ``key_val_metric``); None (default) stores the dict of all of them there.
+
+    Example:
+        >>> handler = CalibrationHandler(num_classes=2, metrics=("ece", "nll"), key_metric="ece")
+        >>> handler.key_metric
+        'ece'
     """
 
     def __init__(
@@ -36,6 +63,7 @@ class CalibrationHandler(IgniteMetricHandler):
         reduction: str = "pooled",
         output_transform: Callable = lambda x: x,
         save_details: bool = True,
+        key_metric: str | None = None,
     ) -> None:
         metric_fn = CalibrationMetric(
             num_classes=num_classes,
@@ -45,7 +73,18 @@ class CalibrationHandler(IgniteMetricHandler):
             n_fine_bins=n_fine_bins,
             reduction=reduction,
         )
+        if key_metric is not None and (not isinstance(key_metric, str) or key_metric not in metric_fn.metrics):
+            raise ValueError(f"key_metric must be one of the handler's metrics {list(metric_fn.metrics)} or None, "
+                             f"got {key_metric!r}")
+        self.key_metric = key_metric
         super().__init__(metric_fn=metric_fn, output_transform=output_transform, save_details=save_details)
+
+    def completed(self, engine: Engine, name: str) -> None:
+        """Store the metrics as ignite does (``"<name>_<metric>"`` and the dict under ``name``), then ``key_metric``'s
+        float under ``name`` when it is set."""
+        super().completed(engine, name)
+        if self.key_metric is not None:
+            engine.state.metrics[name] = engine.state.metrics[f"{name}_{self.key_metric}"]
 
     def compute(self) -> dict[str, Any]:
         """``{"<name>_<metric>": float}`` from :meth:`CalibrationMetric.aggregate`."""

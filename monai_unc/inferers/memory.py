@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .._stats_kernels import available as fused_kernels_available
-from .._utils import check_bool, check_integer
+from .._utils import check_bool, check_integer, host_memory_free
 from ..stats import DEFAULT_CHUNK_ELEMENTS, auto_accum_dtype, check_accum_dtype
 
 __all__ = ["MemoryEstimate", "estimate_memory", "available_memory"]
@@ -378,11 +378,4 @@ def available_memory(device: torch.device | str = "cpu") -> int | None:
         return int(free)
     if dev.type != "cpu":
         return None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return host_memory_free()

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import affine_voxel_volume, check_probabilities, check_unit_interval, num_threads
+from .._utils import affine_voxel_volume, check_probabilities, check_unit_interval, host_memory_free, num_threads
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
 from .files import OUTPUT_MARKERS, read_json_or_none
 
@@ -998,7 +998,9 @@ def _check_nifti_claim(path: Path) -> None:
     hostile testing: 1.5 GiB peak for a 65-byte ``.nii.gz`` claiming 1 GiB). An uncompressed file must hold the
     header's offset plus the data; a ``.gz`` file cannot inflate to more than :data:`_DEFLATE_MAX_RATIO` times its
     size. Only claims over :data:`_CLAIM_CHECK_BYTES` are checked (a smaller truncated file gives the readers' own
-    error); a header nibabel does not read is left to the readers.
+    error); a header nibabel does not read is left to the readers. A ``.gz`` file, which is inflated into memory
+    whole, must also fit in the machine's free memory and swap (``_utils.host_memory_free``): a 32 MB file within
+    deflate's ratio may claim 32 GB, and the operating system would kill the run, with its other cases, mid-read.
 
     Raises:
         CaseError: one line naming the file, the claimed shape and type and the file's size.
@@ -1027,6 +1029,11 @@ def _check_nifti_claim(path: Path) -> None:
                 else f"the file holds {most} bytes after its header")
         raise CaseError(f"cannot read {path}: its header claims {'x'.join(map(str, shape))} voxels of {dtype} "
                         f"({need} bytes of data), but {held} (a truncated or corrupt file?)")
+    free = host_memory_free(swap=True) if gz else None
+    if free is not None and need > free:  # inflated into memory whole: the process would be killed mid-read
+        raise CaseError(f"cannot read {path}: its header claims {'x'.join(map(str, shape))} voxels of {dtype} "
+                        f"({need / 2**20:.0f} MiB of data), more than this machine's free memory "
+                        f"({free / 2**20:.0f} MiB, swap included)")
 
 
 def _as_type(data: np.ndarray, dtype: Any) -> np.ndarray:

@@ -100,7 +100,7 @@ KNOWN_EXTENSIONS = (
 
 
 def partial_path(path: str | os.PathLike, ending: str | None = None) -> Path:
-    """The temporary name :func:`atomic_path` writes ``path`` under: ``.<stem>.partial<ext>`` in the same folder.
+    """The temporary name :func:`atomic_path` writes ``path`` under: ``.<stem>.partial<ext>`` (in its private folder).
 
     ``ext`` is ``ending`` when given and ``path`` ends with it (e.g. a data set's own file ending), else the file's
     known extension (:data:`KNOWN_EXTENSIONS`, e.g. ``.nii.gz``), so that writers which pick the format from the
@@ -111,7 +111,8 @@ def partial_path(path: str | os.PathLike, ending: str | None = None) -> Path:
         ending: a file ending to keep last in the temporary name (used when ``path`` ends with it).
 
     Returns:
-        The temporary path, a sibling of ``path``; nothing is created.
+        The temporary name as a sibling of ``path`` (:func:`atomic_path` writes a file of this name in a private
+        folder beside ``path``); nothing is created.
 
     Example:
         >>> partial_path("out/case1_probs.nii.gz").as_posix()
@@ -172,17 +173,21 @@ def _name_written_file(error: OSError, path: Path, *temporary: Path) -> None:
 def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[Path]:
     """Context manager yielding a temporary path to write ``path`` under, renamed to ``path`` on a clean exit.
 
-    The parent folder is created first, and a temporary file an interrupted run left under the same name is removed
-    (a writer that refuses an existing file would otherwise fail on it). On an exception inside the block the
-    temporary file is removed, nothing is renamed and an older ``path`` is kept; an ``OSError`` then names ``path``
-    when it named no file or the temporary one (a full disk: ``No space left on device: <path>``).
+    The parent folder is created first. The temporary file (named as :func:`partial_path` names it, so that writers
+    which pick the format from the name write the right one) lies in a private folder this call makes beside
+    ``path`` (``.<name>.partial-XXXXXXXX.dir``, mode 0700, a new random name each time): whoever else can write
+    into a shared output folder cannot plant a symbolic link under the name a third-party writer (nibabel, numpy,
+    torch) opens, which would make it overwrite a file the link points to (found by a review of shared output
+    folders). On an exception inside the block nothing is renamed and an older ``path`` is kept; an ``OSError``
+    then names ``path`` when it named no file or the temporary one (a full disk: ``No space left on device:
+    <path>``). The private folder is removed either way, and by :func:`clean_partial_files` after a killed run.
 
     Args:
         path: the file to write.
         ending: keep this file ending last in the temporary name (see :func:`partial_path`).
 
     Yields:
-        The temporary path (:func:`partial_path` of ``path``) to write to.
+        The temporary path to write to (a file named :func:`partial_path` ``(path).name`` in the private folder).
 
     Example:
         >>> import tempfile
@@ -195,17 +200,35 @@ def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = partial_path(path, ending)
-    with contextlib.suppress(FileNotFoundError):  # a killed run's (found by hostile testing: the key's O_EXCL write
-        tmp.unlink()  # failed with "File exists: .signing_key.pem.partial" until it was removed by hand)
+    left = partial_path(path, ending)  # a killed run's of versions that wrote beside path (unlink follows no link)
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+        left.unlink()
+    folder = _private_folder(path)
+    tmp = folder / left.name
     try:
         yield tmp
         os.replace(tmp, path)
     except BaseException as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         if isinstance(e, OSError):
             _name_written_file(e, path, tmp)
+        raise
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _private_folder(path: Path) -> Path:
+    """A new folder (mode 0700, a random name ``.<name>.partial-XXXXXXXX.dir``) beside ``path`` to write it in.
+
+    Its name is not known in advance, and only its owner may create or replace entries in it, so no one else can plant
+    a symbolic link under the name a writer opens there; :func:`clean_partial_files` removes one a killed run left.
+    """
+    stem = path.name  # shortened so that a name near the file system's 255-byte limit still gets its folder
+    while len(f".{stem}.partial-".encode("utf-8", "surrogateescape")) > 200:
+        stem = stem[:-1]
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{stem}.partial-", suffix=".dir", dir=path.parent))
+    except OSError as e:
+        _name_written_file(e, path)
         raise
 
 
@@ -261,10 +284,7 @@ def atomic_write_files(path: str | os.PathLike, write: Callable[[Path], Any]) ->
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = partial_path(path)
-    folder = scratch.with_name(scratch.name + ".dir")
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir()
+    folder = _private_folder(path)
     try:
         tmp = folder / path.name
         write(tmp)

@@ -113,7 +113,14 @@ from torch import nn
 from tqdm import tqdm
 
 from monai_unc._utils import plain_module
-from monai_unc.io import atomic_write_json, json_safe, read_json_or_none, weight_digests
+from monai_unc.io import (
+    atomic_write_json,
+    check_case_ids_fit_folder,
+    colliding_case_ids,
+    json_safe,
+    read_json_or_none,
+    weight_digests,
+)
 from monai_unc.io.cases import settings_changes
 from monai_unc.keys import MIMeaning, UncertaintyKeys
 from monai_unc.measures import entropy_map_t
@@ -1069,7 +1076,7 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     def check_output_settings(self, list_of_lists_or_source_folder: str | Sequence[Sequence[str]],
                               output_folder_or_list_of_truncated_output_files: str | None | Sequence[str]) -> None:
-        """Refuse an output folder that would end up holding the cases of two runs with different settings.
+        """Refuse an output folder that would mix the cases of two runs, or take two cases under one file name.
 
         A case of the output folder whose record (``uncertainty/<case>.json``) names other settings than
         :meth:`case_settings` (or, written by an earlier version, none), or other maps than ``measures``, must be
@@ -1084,7 +1091,10 @@ class UncertaintyPredictor(nnUNetPredictor):
                 per case (None: nothing is written).
 
         Raises:
-            ValueError: one line naming the folder, the cases left with other settings and the first difference.
+            ValueError: one line naming the folder, the cases left with other settings and the first difference;
+                or cases whose ids differ only in letter case or Unicode form when the folder's file system takes
+                their files as one (:func:`~monai_unc.io.check_case_ids_fit_folder`; nnU-Net's export loop would
+                write the second over the first).
 
         Example:
             >>> import tempfile
@@ -1109,6 +1119,11 @@ class UncertaintyPredictor(nnUNetPredictor):
         else:
             targets = {os.path.abspath(str(o)) for o in outputs}
             folders = {os.path.dirname(t) for t in targets}
+        for folder in sorted(folders):  # nnU-Net writes each case's files through its own loop: check the ids first
+            ids = sorted(os.path.basename(t) for t in targets if os.path.dirname(t) == folder)
+            if colliding_case_ids(ids):
+                os.makedirs(folder, exist_ok=True)  # the probe needs the folder nnU-Net would create anyway
+                check_case_ids_fit_folder(ids, folder, option="-o")
         settings = None
         for folder in sorted(folders):
             left: dict[str, list[str]] = {}

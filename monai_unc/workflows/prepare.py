@@ -168,7 +168,7 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
     Returns:
         The ids in file order, or None for None. ``FileNotFoundError`` for a missing file, ``ValueError`` naming
         ``--calibration-cases`` and the file for a CSV without a ``case`` column in its header (a ``.csv`` plain
-        list included: rename it, e.g. ``.txt``), a file that lists no case, or one
+        list included: rename it, e.g. ``.txt``) or with two, a file that lists no case, or one
         that lists a case twice (a typo for another case: the run would fit on fewer cases than the file lists, and
         record the file's list).
     """
@@ -200,6 +200,8 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
         if header is None or "case" not in [h.strip() for h in header]:
             raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column (a plain list of ids, one a "
                              "line, is read as such under a name that does not end in .csv)")
+        if [h.strip() for h in header].count("case") > 1:  # the csv module keeps the last one's cells, silently
+            raise ValueError(f"--calibration-cases: {f}: the column 'case' is given twice in the header: keep one")
         key = next(h for h in header if h.strip() == "case")
         # ids a spreadsheet would evaluate are written escaped (monai_unc.io.write_csv)
         cells = (row.get(key) for row in reader)

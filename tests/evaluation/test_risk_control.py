@@ -218,6 +218,11 @@ def test_read_case_list_variants(tmp_path):
     f.write_text("id,site\ntoy000,a\n")
     with pytest.raises(ValueError, match="without a 'case' column"):
         cli._read_case_list(str(f))
+    # a column pasted twice (found by a review of edited tables): the csv module kept the last one's cells, so the
+    # fit took toy008 and toy009 where the first column lists toy000 and toy001
+    f.write_text("case,site,case\ntoy000,a,toy008\ntoy001,b,toy009\n")
+    with pytest.raises(ValueError, match="the column 'case' is given twice in the header"):
+        cli._read_case_list(str(f))
 
 
 def test_unknown_calibration_cases_stop_before_any_work(cohort, tmp_path, monkeypatch):

@@ -309,3 +309,48 @@ def test_ids_that_differ_only_invisibly_are_named_so(tmp_path):
     with pytest.raises(CaseError) as e:
         match_cases(labels, pred)
     assert "differs from" not in str(e.value)
+
+
+def test_a_compressed_file_inflating_past_the_free_memory_is_refused_before_reading(tmp_path, monkeypatch):
+    """The leftover of the review of hostile files on a shared server: a ``.nii.gz`` within deflate's ratio (1 MB of
+    zeros claims 1 GiB; 32 MB could claim 32 GiB) passed the size check and was inflated whole, and the operating
+    system killed the run, with the cases after it, mid-read. A claim beyond the machine's free memory and swap
+    (read from /proc/meminfo) is a case error naming the file; a claim that fits is read as before."""
+    import gzip
+
+    import nibabel as nib
+
+    from monai_unc import _utils
+    from monai_unc.io import CaseError, cases, read_volume
+
+    if _utils.host_memory_free() is None:
+        pytest.skip("no /proc/meminfo")
+    header = nib.Nifti1Header()
+    header.set_data_dtype(np.float32)
+    header.set_data_shape((512, 512, 128))  # 128 MiB of float32 zeros, 128 KiB compressed
+    header.set_qform(np.eye(4), 1)
+    header.set_sform(np.eye(4), 1)
+    path = tmp_path / "big.nii.gz"
+    path.write_bytes(gzip.compress(header.binaryblock + b"\0" * 4 + bytes(512 * 512 * 128 * 4), 1))
+    monkeypatch.setattr(cases, "host_memory_free", lambda swap=False: 100 * 2**20)  # a machine with 100 MiB free
+    with pytest.raises(CaseError, match=r"big.nii.gz: its header claims 512x512x128 voxels of float32 \(128 MiB of "
+                                        r"data\), more than this machine's free memory \(100 MiB, swap included\)"):
+        read_volume(path)
+    monkeypatch.setattr(cases, "host_memory_free", lambda swap=False: 2**31)
+    assert read_volume(path, dtype=None)[0].shape == (1, 512, 512, 128)
+
+
+def test_host_memory_free_reads_meminfo(tmp_path, monkeypatch):
+    """MemAvailable (plus SwapFree with swap) in bytes; None where /proc/meminfo does not tell."""
+    import builtins
+
+    from monai_unc import _utils
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:    1000 kB\nSwapFree:        24 kB\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(meminfo if f == "/proc/meminfo" else f, *a, **k))
+    assert _utils.host_memory_free() == 1000 * 1024
+    assert _utils.host_memory_free(swap=True) == 1024 * 1024
+    meminfo.write_text("MemTotal:       24000000 kB\n")
+    assert _utils.host_memory_free() is None

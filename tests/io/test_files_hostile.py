@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 
@@ -271,3 +272,59 @@ def test_torch_save_writing_onto_a_full_device_raises_the_write_error(tmp_path, 
         atomic_torch_save(dst, {"x": Refused()})
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     assert torch.load(atomic_torch_save(dst, {"w": torch.arange(3)}))["w"].tolist() == [0, 1, 2]
+
+
+def test_a_link_planted_under_the_temporary_name_is_not_written_through(tmp_path):
+    """Found by a review of shared output folders: the temporary name of a write (``.case1_probs.partial.nii.gz``)
+    lay in the output folder itself, and a third-party writer (nibabel here) opens it by name: a co-user who can
+    write into a shared output folder and links that name to another of the user's files (in a tight loop, between
+    the removal of a stale file and the writer's open) made the write overwrite that file. The temporary file now
+    lies in a private folder with a random name (mode 0700), which no one else can plant a link in."""
+    import stat
+
+    import nibabel as nib
+
+    from monai_unc.io import atomic_write, clean_partial_files, partial_path
+
+    victim = tmp_path / "home" / "rules.json"
+    victim.parent.mkdir()
+    victim.write_text('{"threshold": 0.3}')
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    dst = shared / "case1_probs.nii.gz"
+    seen = {}
+
+    def write(tmp):
+        link = shared / partial_path(dst).name  # the co-user's loop wins the race
+        link.unlink(missing_ok=True)
+        link.symlink_to(victim)
+        seen["mode"] = stat.S_IMODE(tmp.parent.stat().st_mode)
+        seen["name"] = tmp.name
+        nib.save(nib.Nifti1Image(np.ones((2, 2, 2), np.float32), np.eye(4)), tmp)
+
+    atomic_write(dst, write)
+    assert victim.read_text() == '{"threshold": 0.3}'
+    assert np.asarray(nib.load(dst).dataobj).tolist() == np.ones((2, 2, 2)).tolist()
+    assert seen == {"mode": 0o700, "name": ".case1_probs.partial.nii.gz"}  # the name still tells nibabel the format
+    assert sorted(p.name for p in shared.iterdir()) == [".case1_probs.partial.nii.gz", "case1_probs.nii.gz"]
+    assert clean_partial_files(shared) == 1 and victim.is_file()  # the planted link is removed, not its target
+
+
+def test_the_private_folder_of_a_killed_write_is_cleaned_and_a_long_name_still_fits(tmp_path):
+    """A run killed inside the write leaves its private folder, which clean_partial_files removes; a file name near
+    the 255-byte limit still gets one (the folder's name is shortened, the temporary file's is not)."""
+    from monai_unc.io import atomic_path, clean_partial_files
+
+    dst = tmp_path / ("c" * 230 + ".npz")
+    with pytest.raises(KeyboardInterrupt), atomic_path(dst) as tmp:
+        np.savez(tmp, a=np.arange(3))
+        left = tmp.parent
+        raise KeyboardInterrupt
+    assert not left.exists() and not dst.exists()  # an interrupt in the process removes it at once
+    left.mkdir()  # as kill -9 would have left it
+    (left / tmp.name).write_bytes(b"half")
+    with atomic_path(dst) as tmp2:
+        np.savez(tmp2, a=np.arange(3))
+    assert np.load(dst)["a"].tolist() == [0, 1, 2]
+    assert clean_partial_files(tmp_path) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [dst.name]

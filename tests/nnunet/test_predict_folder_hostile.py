@@ -312,3 +312,38 @@ def test_the_parts_of_one_run_share_a_folder(two_checkpoints, tmp_path):
     rows = (out / "uncertainty_scores.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["case0", "case1"]
     check_finished_predictions(out, "nnunet", ["case0", "case1"])
+
+
+def test_case_ids_one_file_name_on_a_case_folding_share_are_refused(two_checkpoints, tmp_path, capsys, monkeypatch):
+    """Found by a review of the case-folding check: ``nnunet-predict`` writes each case's files through nnU-Net's own
+    export loop, which the cohort commands' check never saw: ``Case01`` and ``case01`` into a folder on a macOS or
+    SMB share made one segmentation, one record and one set of maps, the second case's, for both."""
+    import os
+    import unicodedata
+
+    model, inp, _ = two_checkpoints
+    both = tmp_path / "in_both"
+    both.mkdir()
+    shutil.copy(inp / "case0_0000.nii.gz", both / "Case01_0000.nii.gz")
+    shutil.copy(inp / "case1_0000.nii.gz", both / "case01_0000.nii.gz")
+    share, real = tmp_path / "share", os.path.lexists
+
+    def lexists(path):  # the share's name lookup (APFS, or SMB served from macOS): case and form folded
+        p = Path(path)
+        if p.parent != share:
+            return real(path)
+        fold = lambda n: unicodedata.normalize("NFC", n).casefold()  # noqa: E731
+        return any(fold(n) == fold(p.name) for n in os.listdir(share))
+
+    monkeypatch.setattr(os.path, "lexists", lexists)
+    argv = ["nnunet-predict", "-i", str(both), "-o", str(share), "-m", str(model), "-f", "0", "-device", "cpu",
+            "-npp", "0", "-nps", "0", "--sources", "mirroring", "--disable_progress_bar"]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'Case01' and 'case01' differ only in letter case" in err, err
+    assert f"-o {share}" in err
+    assert sorted(p.name for p in share.iterdir()) == []  # nothing written (the probe file removed)
+    # a folder that tells the names apart (Linux) takes both cases
+    monkeypatch.setattr(os.path, "lexists", real)
+    assert _run([*argv[:4], str(tmp_path / "ext4"), *argv[5:]]) == 0
+    assert {p.name for p in (tmp_path / "ext4").glob("*.nii.gz")} == {"Case01.nii.gz", "case01.nii.gz"}
