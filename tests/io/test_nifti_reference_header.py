@@ -162,3 +162,24 @@ def test_evaluate_maps_and_conformal_masks_have_the_label_geometry_for_itk_too(t
     assert maps and masks
     for path in (*maps.values(), *masks):
         assert _itk(path) == _itk(label), path.name
+
+
+def test_an_output_of_a_file_read_at_its_qform_is_read_there_by_every_reader(tmp_path):
+    """A sform whose voxel sizes disagree with pixdim is replaced by the qform that agrees (MONAI's correction, the
+    affine the package reads): the output holds that affine as sform and qform, under the file's codes."""
+    bad = QFORM.copy()
+    bad[:3, :3] *= 1.5
+    img = nib.Nifti1Image(np.zeros(SHAPE, np.int16), QFORM)
+    img.set_qform(QFORM, code=1)
+    img.set_sform(bad, code=1)  # pixdim stays the qform's
+    ref = tmp_path / "in.nii.gz"
+    nib.save(img, ref)
+    with pytest.warns(UserWarning, match="the qform, which agrees, is used"):
+        _, affine = read_volume(ref)
+    np.testing.assert_allclose(affine, QFORM, atol=1e-5)
+    out = save_nifti(np.ones(SHAPE, np.float32), affine, tmp_path / "out.nii.gz", like=ref)
+    back = nib.load(out)
+    assert (int(back.header["sform_code"]), int(back.header["qform_code"])) == (1, 1)
+    np.testing.assert_allclose(back.affine, QFORM, atol=1e-5)
+    np.testing.assert_allclose(back.header.get_qform(), QFORM, atol=1e-5)
+    assert _itk(out)[:2] == _itk(ref)[:2]  # ITK reads the input's qform too
