@@ -989,7 +989,8 @@ def mask_file(folder: str | os.PathLike, case_id: str, side: str) -> Path:
     return Path(folder) / f"{case_id}_{side}.nii.gz"
 
 
-def save_masks(masks: Mapping[str, np.ndarray], case: Any, folder: Path, sigmoid: bool) -> list[Path]:
+def save_masks(masks: Mapping[str, np.ndarray], case: Any, folder: Path, sigmoid: bool,
+               like: str | os.PathLike | None = None) -> list[Path]:
     """Write a case's masks as ``<folder>/<case>_<side>.nii.gz`` (uint8, the case's geometry).
 
     Softmax rules with one foreground class give a 3D mask, otherwise a 4D one (one channel per foreground class or
@@ -1000,6 +1001,8 @@ def save_masks(masks: Mapping[str, np.ndarray], case: Any, folder: Path, sigmoid
         case: the loaded case (its id and affine).
         folder: the folder.
         sigmoid: a region rule (always 4D).
+        like: the file whose affine the case has (its label or segmentation), whose sform / qform codes, qform and
+            spatial unit the masks copy (:func:`~monai_unc.io.save_nifti`), or None.
 
     Returns:
         The paths written.
@@ -1008,9 +1011,9 @@ def save_masks(masks: Mapping[str, np.ndarray], case: Any, folder: Path, sigmoid
     for side, m in masks.items():
         path = mask_file(folder, case.case_id, side)
         if sigmoid or m.shape[0] > 1:
-            save_region_maps(m.astype(np.uint8), case.affine, path, dtype="uint8")
+            save_region_maps(m.astype(np.uint8), case.affine, path, dtype="uint8", like=like)
         else:
-            save_nifti(m[0].astype(np.uint8), case.affine, path)
+            save_nifti(m[0].astype(np.uint8), case.affine, path, like=like)
         out.append(path)
     return out
 
@@ -1077,7 +1080,7 @@ def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> di
     sheared = sheared_grid(case.case_id, case.affine, len(case.spacing))  # the band widths NaN
     if sheared is not None:
         warnings.warn(sheared, UserWarning, stacklevel=2)
-    save_masks(masks, case, output, sigmoid)
+    save_masks(masks, case, output, sigmoid, like=files.label)
     for t, name in enumerate(names):
         col = region_suffix(name) if sigmoid else slug(name)
         outer = masks["outer"][t] if "outer" in masks else pred[t]

@@ -291,8 +291,8 @@ def derived_map_path(folder: str | os.PathLike, case_id: str, measure: str) -> P
     return Path(folder) / f"{case_id}_{measure}.nii.gz"
 
 
-def write_derived_maps(case: LoadedCase, folder: str | os.PathLike, maps: Mapping[str, np.ndarray] | None = None
-                       ) -> dict[str, Path]:
+def write_derived_maps(case: LoadedCase, folder: str | os.PathLike, maps: Mapping[str, np.ndarray] | None = None,
+                       like: str | os.PathLike | None = None) -> dict[str, Path]:
     """Write the maps derived from a case's probabilities as NIfTI files in the case's geometry, atomically.
 
     The maps are those of :func:`derived_maps` (entropy and ``one_minus_max_prob``, per region for a region case,
@@ -303,6 +303,8 @@ def write_derived_maps(case: LoadedCase, folder: str | os.PathLike, maps: Mappin
         case: the loaded case.
         folder: where to write ``<case>_<measure>.nii.gz`` (:func:`derived_map_path`).
         maps: the derived maps when the caller has them already (None: derived here).
+        like: the case's label file, whose sform / qform codes, qform and spatial unit the maps copy
+            (:func:`~monai_unc.io.save_nifti`), or None.
 
     Returns:
         ``{measure: path}``; empty when the case has map files of its own or no probabilities.
@@ -312,7 +314,8 @@ def write_derived_maps(case: LoadedCase, folder: str | os.PathLike, maps: Mappin
     out = {}
     for measure, u in (derived_maps(case) if maps is None else maps).items():
         path = derived_map_path(folder, case.case_id, measure)
-        out[measure] = save_region_maps(u, case.affine, path) if case.multilabel else save_nifti(u, case.affine, path)
+        out[measure] = (save_region_maps(u, case.affine, path, like=like) if case.multilabel
+                        else save_nifti(u, case.affine, path, like=like))
     return out
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "folds_file_names",
     "settings_changes",
     "VOLUME_EXTENSIONS",
+    "PAIR_HEADER_EXTENSION",
     "PROBABILITY_EXTENSIONS",
     "GEOMETRY_ATOL",
     "LAYOUTS",
@@ -120,6 +121,9 @@ VERSION_KEY = "monai_unc_version"
 
 #: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
 VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
+#: the header of a NIfTI pair or Analyze file (its voxels in ``<case>.img``): no volume extension (its data file is
+#: another), but an input case of an image folder (:func:`list_image_cases`), so that it is not left out without a word
+PAIR_HEADER_EXTENSION = ".hdr"
 #: labels may also be binary DICOM SEG objects ``<case>.dcm`` (read on their series' grid, :func:`read_label`)
 REFERENCE_EXTENSIONS = (*VOLUME_EXTENSIONS, ".dcm")
 #: probabilities may also come as nnU-Net ``.npz`` files
@@ -312,10 +316,11 @@ class ImageCase:
 def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") -> list[ImageCase]:
     """The input cases of an image folder, sorted by case id.
 
-    The cases are the volume files of the folder (:func:`list_files`, entries that are no file included) and its
+    The cases are the volume files of the folder (:func:`list_files`, entries that are no file included), its
     DICOM series folders (:func:`dicom_series_folders`: non-hidden sub-folders holding files, each one case named by
-    the folder), so that an entry beside the volume files is read as its case (and fails as its case when it is no
-    series) instead of being left out.
+    the folder) and its NIfTI pair / Analyze headers ``<case>.hdr`` (:data:`PAIR_HEADER_EXTENSION`: one case each,
+    read by MONAI's ``LoadImage`` where ``itk`` is installed, else failing with the reason), so that an entry beside
+    the volume files is read as its case (and fails as its case when it cannot be read) instead of being left out.
 
     Args:
         folder: the image folder (not recursive).
@@ -347,7 +352,10 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
     files = list_files(folder, "", VOLUME_EXTENSIONS)
     # DICOM input: one series folder per case (read by read_volume); beside volume files, each is a case too
     series = [p for p in dicom_series_folders(folder) if split_extension(p.name, VOLUME_EXTENSIONS) is None]
-    if not files and not series:
+    # a NIfTI pair / Analyze file (<case>.hdr, its voxels in <case>.img) is a case too, read as MONAI reads it (with
+    # itk only) or failing with the reason: it was left out without a word (found by hostile testing)
+    pairs = list_files(folder, "", (PAIR_HEADER_EXTENSION,))
+    if not files and not series and not pairs:
         raise ValueError(f"no image volume ({', '.join(VOLUME_EXTENSIONS)}) and no DICOM series folder found in "
                          f"{folder}")
     groups = _channel_groups(files) if channel_suffix == "auto" else None
@@ -358,6 +366,11 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
         if p.name in taken:
             raise CaseError(f"case {p.name!r}: two inputs in {folder}: {taken[p.name].name} and the folder {p.name}/")
         out.append(ImageCase(p.name, (p,)))
+        taken[p.name] = p
+    for stem, p in pairs.items():
+        if stem in taken:
+            raise CaseError(f"case {stem!r}: two inputs in {folder}: {taken[stem].name} and {p.name}")
+        out.append(ImageCase(stem, (p,)))
     out.sort(key=lambda c: c.case_id)
     counts: dict[int, ImageCase] = {}
     for c in out:
@@ -1062,6 +1075,12 @@ def _read_with_loader(path: Path) -> tuple[np.ndarray, np.ndarray]:
     except Exception as e:  # truncated / corrupt files raise EOFError, OSError, zlib errors, ... from the readers
         if path.name.lower().endswith(SIMPLEITK_EXTENSIONS):  # MONAI reads them only with itk / pynrrd installed
             return _read_simpleitk(path, e)
+        if path.name.lower().endswith(PAIR_HEADER_EXTENSION):  # MONAI tried every reader: the DICOM one's error
+            stem = path.name[: -len(PAIR_HEADER_EXTENSION)]
+            raise CaseError(f"cannot read {path}: a NIfTI pair or Analyze file (header {path.name}, voxels in "
+                            f"{stem}.img), which MONAI reads only with itk installed: convert it to one .nii.gz file "
+                            f"(nibabel: nib.save(nib.load('{path.name}'), '{stem}.nii.gz'); FSL: fslchfiletype "
+                            f"NIFTI_GZ {stem})") from None
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     affine = np.asarray(img.affine, dtype=np.float64) if hasattr(img, "affine") else np.eye(4)
     if ".nii" in "".join(s.lower() for s in path.suffixes):  # a NIfTI file: its affine as the fast path reads it

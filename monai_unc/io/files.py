@@ -1030,6 +1030,68 @@ def save_nifti_image(image: nib.Nifti1Image, path: str | os.PathLike) -> Path:
     return atomic_write(path, lambda tmp: _write_nifti(image, tmp))
 
 
+def _spacing_agrees(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether the voxel sizes (column norms) of two affines agree as MONAI's header correction compares them."""
+    return bool(np.allclose(np.linalg.norm(a[:3, :3], axis=0), np.linalg.norm(b[:3, :3], axis=0)))
+
+
+def _reference_header(like: str | os.PathLike | None,
+                      affine: np.ndarray) -> tuple[int, np.ndarray | None, int, str] | None:
+    """What a NIfTI file written with ``affine`` copies from the header of ``like``, or None.
+
+    ``(sform_code, qform, qform_code, spatial unit)``; None copies nothing (nibabel's defaults: sform code 2, no
+    qform, no unit).
+
+    The file the output belongs to (the input image, the label map) is copied only when the output is on its grid:
+    its affine as nibabel reads it (the sform, or the qform without one) is ``affine``, or its qform is (the qform
+    that MONAI's header correction puts in place of a sform that disagrees with ``pixdim``). Then the output holds
+    ``affine`` as its sform under the reference's code, the reference's qform under its code, and the reference's
+    spatial unit, so that every reader (nibabel and FSL read the sform; ITK, hence ITK-SNAP, 3D Slicer and
+    nnU-Net's SimpleITKIO, prefers the qform of an SPM-coregistered file and converts microns to mm) places the
+    output where it places the reference. A qform whose voxel sizes disagree with ``affine``'s is not copied (it
+    would make ``pixdim`` disagree with the sform, and MONAI's correction would read the output another way).
+    Anything that is not a readable NIfTI-1 / NIfTI-2 file gives None.
+    """
+    if like is None or not str(like).lower().endswith((".nii", ".nii.gz")):
+        return None
+    try:
+        ref = nib.load(os.fspath(like))
+        if type(ref) not in (nib.Nifti1Image, nib.Nifti2Image):
+            return None
+        header = ref.header
+        sform_code, qform_code = int(header["sform_code"]), int(header["qform_code"])
+        qform = np.asarray(header.get_qform(), dtype=np.float64)
+        unit = header.get_xyzt_units()[0]
+        read = np.asarray(ref.affine, dtype=np.float64)
+    except Exception:  # noqa: BLE001 - a reference nibabel does not read: the defaults
+        return None
+
+    def same(a: np.ndarray) -> bool:
+        return a.shape == np.shape(affine) == (4, 4) and bool(np.allclose(a, affine, rtol=0.0, atol=1e-6))
+
+    if not (same(read) or (qform_code > 0 and same(qform))):
+        return None
+    keep_qform = qform_code > 0 and bool(np.all(np.isfinite(qform))) and _spacing_agrees(qform, affine)
+    return sform_code or qform_code or 2, qform if keep_qform else None, qform_code if keep_qform else 0, unit
+
+
+def _nifti_image(arr: np.ndarray, affine: np.ndarray, like: str | os.PathLike | None) -> nib.Nifti1Image:
+    """``nib.Nifti1Image(arr, affine)``, with the sform / qform codes, qform and unit of ``like`` where it applies.
+
+    :func:`_reference_header` says what is copied.
+    """
+    image = nib.Nifti1Image(arr, affine)
+    copied = _reference_header(like, affine)
+    if copied is not None:
+        sform_code, qform, qform_code, unit = copied
+        image.header.set_sform(affine, code=sform_code)
+        if qform is not None:
+            image.header.set_qform(qform, code=qform_code)
+        if unit != "unknown":
+            image.header.set_xyzt_units(xyz=unit)
+    return image
+
+
 def _check_nifti_name(path: Path) -> None:
     if not path.name.endswith((".nii", ".nii.gz")):
         raise ValueError(f"path must end in .nii or .nii.gz, got {path}")
@@ -1059,7 +1121,8 @@ def _label_dtype(arr: np.ndarray) -> type:
     raise ValueError(f"data holds integers in [{lo}, {hi}], beyond the int32 range a NIfTI map is written in")
 
 
-def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
+def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike,
+               like: str | os.PathLike | None = None) -> Path:
     """Write a 3D map (or ``(1, X, Y, Z)`` / ``(1, 1, X, Y, Z)``) with ``affine`` as a NIfTI file, atomically.
 
     The file is written under a temporary name in the same folder and renamed into place. Integer and bool arrays
@@ -1070,6 +1133,11 @@ def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | 
             ``MetaTensor`` too).
         affine: ``(4, 4)`` voxel -> world matrix (mm).
         path: the file, ending in ``.nii`` or ``.nii.gz``.
+        like: the NIfTI file the map belongs to (the input image, the label map), or None. When ``affine`` is that
+            file's affine (its sform, or the qform read in its place), the map gets its sform and qform codes, its
+            qform and its spatial unit, so that ITK-based tools (ITK-SNAP, 3D Slicer, nnU-Net's SimpleITKIO), which
+            prefer the qform of an SPM-coregistered file and convert microns to mm, place the map where they place
+            that file; otherwise (and for other formats) sform code 2, no qform, no unit.
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -1100,10 +1168,12 @@ def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | 
         arr = arr.astype(np.float32, copy=False)
     path = Path(path)
     _check_nifti_name(path)
-    return atomic_write(path, lambda tmp: _write_nifti(nib.Nifti1Image(arr, affine), tmp))
+    image = _nifti_image(arr, affine, like)
+    return atomic_write(path, lambda tmp: _write_nifti(image, tmp))
 
 
-def _save_channels(arr: np.ndarray, affine: np.ndarray, path: str | os.PathLike, dtype: str, what: str) -> Path:
+def _save_channels(arr: np.ndarray, affine: np.ndarray, path: str | os.PathLike, dtype: str, what: str,
+                   like: str | os.PathLike | None = None) -> Path:
     """``(C, X, Y, Z)`` (leading singleton axes dropped) as a 4D NIfTI ``(X, Y, Z, C)`` of ``dtype``, atomically."""
     while arr.ndim > 4 and arr.shape[0] == 1:
         arr = arr[0]
@@ -1111,11 +1181,12 @@ def _save_channels(arr: np.ndarray, affine: np.ndarray, path: str | os.PathLike,
         raise ValueError(f"{what}, got shape {arr.shape}")
     path = Path(path)
     _check_nifti_name(path)
-    image = nib.Nifti1Image(np.moveaxis(arr.astype(dtype, copy=False), 0, -1), np.asarray(affine, dtype=np.float64))
+    image = _nifti_image(np.moveaxis(arr.astype(dtype, copy=False), 0, -1), np.asarray(affine, dtype=np.float64), like)
     return atomic_write(path, lambda tmp: _write_nifti(image, tmp))
 
 
-def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
+def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike,
+                       like: str | os.PathLike | None = None) -> Path:
     """Write probabilities ``(C, X, Y, Z)`` as a 4D float32 NIfTI ``(X, Y, Z, C)``, atomically.
 
     The file is written through a temporary file and a rename, as :func:`save_nifti` does for 3D maps.
@@ -1124,6 +1195,8 @@ def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, pat
         probs: ``(C, X, Y, Z)`` probabilities (leading singleton axes dropped), NumPy array or torch tensor.
         affine: ``(4, 4)`` voxel -> world matrix (mm).
         path: the file, ending in ``.nii`` or ``.nii.gz``.
+        like: the NIfTI file the volumes belong to, whose sform / qform codes, qform and spatial unit the file copies
+            when ``affine`` is its affine (:func:`save_nifti`).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -1138,11 +1211,12 @@ def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, pat
         ...     nib.load(save_probabilities(np.full((3, 4, 5, 6), 1 / 3), np.eye(4), Path(d) / "p.nii.gz")).shape
         (4, 5, 6, 3)
     """
-    return _save_channels(_to_numpy(probs), affine, path, "float32", "probs must be (C, X, Y, Z)")
+    return _save_channels(_to_numpy(probs), affine, path, "float32", "probs must be (C, X, Y, Z)", like)
 
 
 def save_region_maps(
-    data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike, dtype: str = "float32"
+    data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike, dtype: str = "float32",
+    like: str | os.PathLike | None = None,
 ) -> Path:
     """Write one volume per region ``(R, X, Y, Z)`` as a 4D NIfTI ``(X, Y, Z, R)`` of ``dtype``, atomically.
 
@@ -1154,6 +1228,8 @@ def save_region_maps(
         affine: ``(4, 4)`` voxel -> world matrix (mm).
         path: the file, ending in ``.nii`` or ``.nii.gz``.
         dtype: ``"float32"``, or ``"uint8"`` for 0/1 masks.
+        like: the NIfTI file the volumes belong to, whose sform / qform codes, qform and spatial unit the file copies
+            when ``affine`` is its affine (:func:`save_nifti`).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -1175,10 +1251,11 @@ def save_region_maps(
     arr = _to_numpy(data)
     if dtype == "uint8" and arr.size and not ((arr == 0) | (arr == 1)).all():  # 0.5, NaN: no mask (cast to 0)
         raise ValueError("data must hold 0/1 region masks for dtype='uint8'")
-    return _save_channels(arr, affine, path, dtype, "data must be (R, X, Y, Z)")
+    return _save_channels(arr, affine, path, dtype, "data must be (R, X, Y, Z)", like)
 
 
-def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
+def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike,
+                    like: str | os.PathLike | None = None) -> Path:
     """Write integer label maps ``(S, X, Y, Z)`` as a 4D NIfTI ``(X, Y, Z, S)`` of the smallest dtype, atomically.
 
     uint8 up to label 255, uint16 up to 65535, int32 above (the labels of a region spec reach ``2**31 - 1``): every
@@ -1192,6 +1269,8 @@ def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path:
         labels: ``(S, X, Y, Z)`` non-negative integer labels (leading singleton axes dropped), NumPy or torch.
         affine: ``(4, 4)`` voxel -> world matrix (mm).
         path: the file, ending in ``.nii`` or ``.nii.gz``.
+        like: the NIfTI file the volumes belong to, whose sform / qform codes, qform and spatial unit the file copies
+            when ``affine`` is its affine (:func:`save_nifti`).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -1214,7 +1293,7 @@ def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path:
     if arr.size and (arr.min() < 0 or arr.max() > top):
         raise ValueError(f"labels must lie in [0, {top}], got [{arr.min()}, {arr.max()}]")
     dtype = label_map_dtype(arr.max() if arr.size else 0, "labels")
-    return _save_channels(arr, affine, path, dtype, "labels must be (S, X, Y, Z)")
+    return _save_channels(arr, affine, path, dtype, "labels must be (S, X, Y, Z)", like)
 
 
 def read_json_or_none(path: str | os.PathLike) -> Any:

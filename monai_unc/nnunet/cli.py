@@ -367,7 +367,8 @@ def _predict(args: argparse.Namespace) -> int:
         check_output_folder(args.o, args.i, model, args.prev_stage_predictions)
         predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
         with tempfile.TemporaryDirectory(prefix="monai-unc-dicom-input-") as staging:
-            images = stage_dicom_input(args.i, staging, predictor.dataset_json)
+            images = stage_dicom_input(args.i, staging, predictor.dataset_json,
+                                       reader=predictor.plans_manager.plans.get("image_reader_writer"))
             predictor.predict_from_files(
                 images, args.o, save_probabilities=args.save_probabilities, overwrite=not args.continue_prediction,
                 num_processes_preprocessing=args.npp, num_processes_segmentation_export=args.nps,
@@ -379,7 +380,12 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def stage_dicom_input(folder: str, staging: str, dataset_json: dict) -> str:
+#: nnU-Net's image reader/writers that read a sheared grid (nibabel's affine; ITK reads none):
+#: :func:`stage_dicom_input` stages a gantry-tilted series only for them
+_NIBABEL_READERS = ("NibabelIO", "NibabelIOWithReorient")
+
+
+def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str | None = None) -> str:
     """The input folder nnU-Net reads: ``folder`` itself, or its DICOM series as NIfTI channel files.
 
     nnU-Net reads its own file formats only. A folder holding no image file of the model's ``file_ending`` but one
@@ -388,18 +394,25 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict) -> str:
     Hounsfield units) and written to ``staging`` as ``<case>_0000<ending>`` with the series' geometry, so that
     nnU-Net's outputs (segmentation, probabilities, maps) land on the grid of the source series.
 
+    A series whose voxel axes are not orthogonal (a gantry-tilted CT: :func:`monai_unc.io.sheared_grid`) is
+    refused unless the model reads its images with nibabel (``reader`` ``NibabelIO`` or ``NibabelIOWithReorient``):
+    ITK, hence nnU-Net's ``SimpleITKIO`` (the default of ``.nii.gz`` datasets), reads no sheared grid, and the
+    prediction failed after the model was loaded with ITK's traceback (found by hostile testing).
+
     Args:
         folder: ``nnunet-predict``'s ``-i``.
         staging: an empty temporary folder (not inside ``folder``).
         dataset_json: the model's ``dataset.json`` (``file_ending``, ``channel_names``).
+        reader: the name of the model's image reader/writer (its plans' ``image_reader_writer``); None: not known,
+            a sheared series is refused.
 
     Returns:
         The folder to predict from: ``folder`` (image files) or ``staging`` (DICOM series).
 
     Raises:
         ValueError: DICOM input for a model with several input channels or a ``file_ending`` other than
-            ``.nii.gz`` / ``.nii``; a series refused by the reader (one line naming it and the problem); no
-            ``dicom`` extra.
+            ``.nii.gz`` / ``.nii``; a series refused by the reader (one line naming it and the problem); a sheared
+            series for a model that does not read with nibabel; no ``dicom`` extra.
 
     Example:
         >>> import tempfile
@@ -409,7 +422,7 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict) -> str:
         ...     stage_dicom_input(d, tempfile.gettempdir(), {"file_ending": ".nii.gz"}) == d
         True
     """
-    from monai_unc.io import dicom_series_folders, read_volume, save_nifti
+    from monai_unc.io import dicom_series_folders, read_volume, save_nifti, sheared_grid
 
     ending = str(dataset_json.get("file_ending", ".nii.gz"))
     if any(f.is_file() and f.name.endswith(ending) for f in os.scandir(folder)):
@@ -429,6 +442,11 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict) -> str:
             data, affine = read_volume(path)
         except ImportError as e:
             raise ValueError(str(e).splitlines()[0]) from None
+        sheared = None if reader in _NIBABEL_READERS else sheared_grid(
+            None, affine, consequence=f"nnU-Net's {reader or 'image reader'} reads its images with ITK, which reads no "
+            "sheared grid")
+        if sheared is not None:
+            raise ValueError(f"-i {folder}: series {path.name}: {sheared}, or predict it with monai-unc infer")
         save_nifti(data[0], affine, os.path.join(staging, f"{path.name}_0000{ending}"))
     return staging
 

@@ -871,25 +871,29 @@ def predict_case(
     # --save-samples): never mixed
     for stale in set(case_outputs(case.case_id, MEASURES, save_samples=True)) - set(names):
         (output / stale).unlink(missing_ok=True)
+    # the header of the input the outputs belong to (its sform / qform codes, qform and unit, when they are on its
+    # grid): ITK-based viewers then place every output where they place the input (an SPM-coregistered image's
+    # qform, a file in microns)
+    like = case.channels[0]
     if multilabel:
-        save_region_maps(seg, affine, output / names[0], dtype="uint8")
+        save_region_maps(seg, affine, output / names[0], dtype="uint8", like=like)
     else:
-        save_nifti(seg, affine, output / names[0])
+        save_nifti(seg, affine, output / names[0], like=like)
     i = 1
     if settings.write_probs:  # (C, X, Y, Z) class or region probabilities, 4D either way
-        save_probabilities(pred[0].float(), affine, output / names[1])
+        save_probabilities(pred[0].float(), affine, output / names[1], like=like)
         i = 2
     for m in settings.measures:
         if m in maps:
             if multilabel:
-                save_region_maps(maps[m][0].float(), affine, output / names[i])
+                save_region_maps(maps[m][0].float(), affine, output / names[i], like=like)
             else:
-                save_nifti(maps[m][0, 0].float(), affine, output / names[i])
+                save_nifti(maps[m][0, 0].float(), affine, output / names[i], like=like)
             i += 1
     missed = None
     if settings.save_samples:  # one label map per sample, on the grid and affine of <case>_seg
         labels, missed = sample_label_maps(raw[K.SAMPLES.value][:, 0], multilabel, regions if multilabel else None)
-        save_label_maps(labels, affine, output / names[-1])
+        save_label_maps(labels, affine, output / names[-1], like=like)
         del labels
         if missed:
             warnings.warn(f"case {case.case_id!r}: {missed} sample voxel(s) hold a set of regions that no label of "

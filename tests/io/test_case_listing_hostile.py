@@ -74,6 +74,32 @@ def test_a_series_folder_beside_volume_files_is_a_case(tmp_path):
         list_image_cases(tmp_path)
 
 
+def test_a_nifti_pair_beside_volume_files_is_a_case_that_fails_naming_the_conversion(tmp_path):
+    """A NIfTI pair (SPM, FSL's NIFTI_PAIR: <case>.hdr + <case>.img) was left out without a word: ``infer`` wrote the
+    other cases and exited 0. It is a case now; without itk (MONAI's only reader of it) it fails with the reason in
+    one line (before: a pydicom error, "missing DICOM File Meta Information")."""
+    nib = pytest.importorskip("nibabel")
+    _vol(tmp_path / "a.nii.gz")
+    nib.save(nib.Nifti1Pair(np.zeros((4, 5, 6), np.int16), np.eye(4)), tmp_path / "b.hdr")  # b.hdr and b.img
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.nii.gz", "b.hdr", "b.img"]
+    cases = list_image_cases(tmp_path)
+    assert [(c.case_id, c.channels[0].name) for c in cases] == [("a", "a.nii.gz"), ("b", "b.hdr")]
+    try:
+        import itk  # noqa: F401
+    except ImportError:
+        with pytest.raises(CaseError, match=r"b\.hdr: a NIfTI pair or Analyze file .*b\.img.*convert it to one "
+                                            r"\.nii\.gz file") as info:
+            read_volume(tmp_path / "b.hdr")
+        assert "\n" not in str(info.value)
+    nib.save(nib.Nifti1Pair(np.zeros((4, 5, 6), np.int16), np.eye(4)), tmp_path / "a.hdr")
+    with pytest.raises(CaseError, match=r"case 'a': two inputs .*a\.nii\.gz and a\.hdr"):
+        list_image_cases(tmp_path)
+    only = tmp_path / "only_pairs"
+    only.mkdir()
+    nib.save(nib.Nifti1Pair(np.zeros((4, 5, 6), np.int16), np.eye(4)), only / "c.hdr")
+    assert [c.case_id for c in list_image_cases(only)] == ["c"]  # before: "no image volume found"
+
+
 def test_channel_files_follow_the_grouping_of_list_image_cases(tmp_path):
     mixed = tmp_path / "mixed"
     mixed.mkdir()
