@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from monai.handlers.ignite_metric import IgniteMetricHandler
 
 from ..metrics.calibration import CALIBRATION_METRICS, DEFAULT_FINE_BINS, CalibrationMetric
-
-if TYPE_CHECKING:
-    from ignite.engine import Engine
 
 __all__ = ["CalibrationHandler"]
 
@@ -79,7 +76,7 @@ class CalibrationHandler(IgniteMetricHandler):
         self.key_metric = key_metric
         super().__init__(metric_fn=metric_fn, output_transform=output_transform, save_details=save_details)
 
-    def completed(self, engine: Engine, name: str) -> None:
+    def completed(self, engine: Any, name: str) -> None:
         """Store the metrics as ignite does (``"<name>_<metric>"`` and the dict under ``name``), then ``key_metric``'s
         float under ``name`` when it is set."""
         super().completed(engine, name)
