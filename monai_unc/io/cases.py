@@ -1014,6 +1014,8 @@ def _check_nifti_claim(path: Path) -> None:
     error); a header nibabel does not read is left to the readers. A ``.gz`` file, which is inflated into memory
     whole, must also fit in the machine's free memory and swap (``_utils.host_memory_free``): a 32 MB file within
     deflate's ratio may claim 32 GB, and the operating system would kill the run, with its other cases, mid-read.
+    A header whose spatial unit is metres or microns gets a warning (once per unit and process): the affine is read
+    in the file's unit, as nibabel and MONAI read it, while every distance is labelled mm.
 
     Raises:
         CaseError: one line naming the file, the claimed shape and type and the file's size.
@@ -1031,8 +1033,13 @@ def _check_nifti_claim(path: Path) -> None:
         need = math.prod(shape) * dtype.itemsize
         offset = int(header.get_data_offset())
         size = path.stat().st_size
+        unit = header.get_xyzt_units()[0]
     except Exception:  # noqa: BLE001 - a header nibabel does not read: the readers report it
         return
+    if unit in ("meter", "micron"):  # nibabel and MONAI ignore the unit (ITK converts it to mm)
+        warnings.warn(f"a NIfTI file's spatial unit is {unit} (xyzt_units): its affine is read as nibabel and MONAI "
+                      "read it, so distances, margins and volumes are computed in that unit although labelled mm; "
+                      "convert such files to mm for figures in mm", UserWarning, stacklevel=3)
     if need <= _CLAIM_CHECK_BYTES:
         return
     gz = name.lower().endswith(".gz")

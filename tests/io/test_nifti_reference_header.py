@@ -183,3 +183,25 @@ def test_an_output_of_a_file_read_at_its_qform_is_read_there_by_every_reader(tmp
     np.testing.assert_allclose(back.affine, QFORM, atol=1e-5)
     np.testing.assert_allclose(back.header.get_qform(), QFORM, atol=1e-5)
     assert _itk(out)[:2] == _itk(ref)[:2]  # ITK reads the input's qform too
+
+
+@pytest.mark.parametrize("unit", ["micron", "meter"])
+def test_a_file_in_microns_or_metres_warns_that_distances_are_in_its_unit(tmp_path, unit):
+    """Found by hostile testing of NIfTI files: the affine of a file in microns is read in microns (as nibabel and
+    MONAI read it; ITK converts to mm), so an HD95 of 40 mm on 20-micron voxels was reported as 40000 "mm" without a
+    word. The reader now warns (the numbers stay nibabel's and MONAI's, and the outputs keep the file's unit)."""
+    import warnings
+
+    from monai_unc.io import read_volume
+
+    img = nib.Nifti1Image(np.zeros((4, 4, 4), np.float32), np.diag([20.0, 20.0, 20.0, 1.0]))
+    img.header.set_xyzt_units(unit)
+    nib.save(img, tmp_path / "pre.nii.gz")
+    with pytest.warns(UserWarning, match=f"spatial unit is {unit} .*computed in that unit although labelled mm"):
+        _, affine = read_volume(tmp_path / "pre.nii.gz")
+    assert affine[0, 0] == 20.0  # read as nibabel reads it
+    img.header.set_xyzt_units("mm")
+    nib.save(img, tmp_path / "mm.nii.gz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_volume(tmp_path / "mm.nii.gz")
