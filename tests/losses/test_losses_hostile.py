@@ -564,3 +564,40 @@ def test_dice_smoothing_options_are_checked_by_name(name, value):
     for cls in (DiceSVLSLoss, DiceCEL1ACELoss):
         with pytest.raises((ValueError, TypeError), match=name):
             cls(**{name: value})
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SVLSLoss(), lambda: MarginLoss(), lambda: L1ACELoss("hard"), lambda: L1ACELoss("soft"),
+    lambda: DiceSVLSLoss(), lambda: DiceCEMarginLoss(), lambda: DiceCEL1ACELoss("soft"),
+])
+def test_softmax_over_one_channel_warns_that_the_calibration_term_has_no_gradient(make):
+    """Found by hostile testing: a binary model with one output channel trained with the default ``softmax=True``
+    got a constant calibration loss with an all-zero gradient (the hard / soft L1-ACE reported 0.496 and trained
+    nothing), silently; now a warning names the cause. The values are unchanged (softmax of one class is 1), and
+    ``sigmoid=True`` on the same output has a gradient and no warning."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 1, 6, 6, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    mask = (torch.rand(2, 1, 6, 6, 4, generator=g) > 0.5).double()
+    with pytest.warns(UserWarning, match="softmax over one channel"):
+        make()(z, mask)
+    term = L1ACELoss("soft", softmax=False, sigmoid=True)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value = term(z, mask)
+    value.backward()
+    assert float(z.grad.abs().sum()) > 0
+
+
+def test_two_channel_softmax_does_not_warn():
+    import warnings
+
+    z = torch.randn(2, 2, 6, 6, dtype=torch.float64)
+    y = torch.randint(0, 2, (2, 1, 6, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for loss in (SVLSLoss(to_onehot_y=True), MarginLoss(to_onehot_y=True), L1ACELoss(to_onehot_y=True),
+                     DiceSVLSLoss(to_onehot_y=True), DiceCEMarginLoss(to_onehot_y=True),
+                     DiceCEL1ACELoss(to_onehot_y=True)):
+            loss(z, y)
