@@ -601,3 +601,23 @@ def test_two_channel_softmax_does_not_warn():
                      DiceSVLSLoss(to_onehot_y=True), DiceCEMarginLoss(to_onehot_y=True),
                      DiceCEL1ACELoss(to_onehot_y=True)):
             loss(z, y)
+
+
+@pytest.mark.parametrize("num_bins", [10, 20, 15])
+def test_hard_bins_of_float32_values_just_below_an_edge_are_the_metrics_bins(num_bins):
+    """Found by hostile testing: ``floor(p * num_bins)`` taken in float32 rounded the product of a value just below
+    an edge up onto it (``float32(0.35) = 0.34999999``: bin 7 of 20 instead of 6), so the hard L1-ACE of
+    ``p = (0.35, 0.36)``, ``y = (0, 1)`` was 0.145 (one bin) instead of 0.495 (two bins), where the documented
+    convention, :func:`monai_unc.metrics.calibration.confidence_bins`, bins the value below the edge."""
+    from monai_unc.metrics.calibration import confidence_bins
+
+    edges = torch.arange(1, num_bins, dtype=torch.float32) / num_bins
+    values = torch.cat([edges, torch.nextafter(edges, torch.zeros_like(edges)),
+                        torch.nextafter(edges, torch.ones_like(edges)), torch.tensor([0.0, 1.0])])
+    expected = torch.from_numpy(np.floor(values.double().numpy() * num_bins)).long().clamp(max=num_bins - 1)
+    assert torch.equal(confidence_bins(values, num_bins), expected)  # the convention binned_calibration documents
+    one_per_column = values.reshape(1, -1, 1)  # one value per channel: its bin is the one with weight
+    _, _, weight = binned_calibration(one_per_column, torch.zeros_like(one_per_column), num_bins)
+    assert torch.equal(weight[0].argmax(-1), expected)
+    ace = l1_average_calibration_error(torch.tensor([[[0.35, 0.36]]]), torch.tensor([[[0.0, 1.0]]]), 20)
+    assert float(ace) == pytest.approx((0.35 + 0.64) / 2, abs=1e-6)
