@@ -692,7 +692,8 @@ class DiceCEL1ACELoss(_Loss):
         ace_weight: weight of the L1-ACE part.
         dice_weight: weight of the Dice part.
         ce_weight: weight of the cross-entropy part.
-        include_background: for all parts.
+        include_background: for the Dice and L1-ACE parts; the cross-entropy covers every channel whatever its
+            value, as in MONAI's ``DiceCELoss`` and the authors' code.
         to_onehot_y: the target is a label map ``(B, 1, *spatial)``.
         softmax: categorical (default).
         sigmoid: one binary task per channel (Dice and ACE by sigmoid, binary cross-entropy per channel).

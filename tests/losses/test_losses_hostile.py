@@ -621,3 +621,20 @@ def test_hard_bins_of_float32_values_just_below_an_edge_are_the_metrics_bins(num
     assert torch.equal(weight[0].argmax(-1), expected)
     ace = l1_average_calibration_error(torch.tensor([[[0.35, 0.36]]]), torch.tensor([[[0.0, 1.0]]]), 20)
     assert float(ace) == pytest.approx((0.35 + 0.64) / 2, abs=1e-6)
+
+
+def test_dice_ce_l1_ace_include_background_leaves_the_cross_entropy_over_every_channel_as_documented():
+    """Found by hostile testing: ``DiceCEL1ACELoss`` documented ``include_background`` as applying "for all parts",
+    but its cross-entropy covers every channel (MONAI's ``DiceCELoss`` convention, which the authors train with): with
+    ``include_background=False`` the CE part was 1.3831 (all channels), not 1.0416 (channel 0 left out). The docstring
+    now says what the loss computes."""
+    import inspect
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 3, 8, 8, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 1, 8, 8), generator=g)
+    ce_only = DiceCEL1ACELoss("hard", to_onehot_y=True, include_background=False, dice_weight=0.0, ace_weight=0.0,
+                              ce_weight=1.0)
+    torch.testing.assert_close(ce_only(z, y), F.cross_entropy(z, y[:, 0]))
+    doc = " ".join(inspect.getdoc(DiceCEL1ACELoss).split())
+    assert "include_background: for the Dice and L1-ACE parts; the cross-entropy covers every channel" in doc
