@@ -177,7 +177,7 @@ class TemperatureScaler(nn.Module):
         mode: ``"scalar"`` (one ``t``, keeps the argmax) or ``"vector"`` (one ``t_c`` per class).
         loss: ``"nll"`` or ``"ece"`` (differentiable top-label ECE, ``n_bins`` bins, ``min_bin_count``).
         num_classes: needed up front for ``mode="vector"`` only if :meth:`transform` is called before
-            :meth:`fit`; otherwise taken from the logits.
+            :meth:`fit`; otherwise taken from the logits (or from a loaded state dict's temperature).
         init_temperature: starting value (Kock et al.: 2).
         lr: RMSprop learning rate (Kock et al.: 0.05).
         max_steps: at most this many optimisation steps, each a full pass over the data (Kock et al.: 1000).
@@ -292,6 +292,14 @@ class TemperatureScaler(nn.Module):
             self.__dict__["_has_temperature"] = True
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        stored = state_dict.get(prefix + "temperature")
+        if (self.mode == "vector" and self.num_classes is None and isinstance(stored, torch.Tensor)
+                and stored.ndim == 1 and stored.numel() != self.temperature.numel()):
+            # a vector scaler built without num_classes (as documented: taken from the logits) holds a (1,)
+            # placeholder; a saved vector temperature gives it its classes (torch refused the size mismatch)
+            self._buffers["temperature"] = torch.full((stored.numel(),), self.init_temperature, dtype=torch.float64,
+                                                      device=self.temperature.device)
+            self.num_classes = int(stored.numel())
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if prefix + "temperature" in state_dict:
             self._has_temperature = True

@@ -22,6 +22,7 @@ calibration, Murugesan et al., MICCAI 2023; label maps ``(B, *spatial)`` as targ
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -220,6 +221,21 @@ def _activation(softmax: bool, sigmoid: bool, name: str) -> bool:
     return bool(sigmoid)
 
 
+def _warn_one_channel_softmax(z: torch.Tensor, name: str) -> None:
+    """Warn when a softmax runs over one channel: it is 1 at every voxel, so the loss is constant, its gradient 0.
+
+    A binary model with one output channel trained with the default ``softmax=True`` would otherwise learn nothing
+    from the calibration term, silently (MONAI's ``DiceLoss`` warns in the same case).
+    """
+    if z.shape[1] == 1:
+        warnings.warn(
+            f"{name}: softmax over one channel is 1 at every voxel, so the loss does not depend on the logits and "
+            "its gradient is 0; a binary model with one output channel needs sigmoid=True (or two channels)",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def _reduce(per_voxel: torch.Tensor, reduction: str) -> torch.Tensor:
     """``(B, 1, *spatial)`` per-voxel values reduced."""
     if reduction == "mean":
@@ -313,6 +329,8 @@ class SVLSLoss(_Loss):
         """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks)."""
         if not self.include_background and z.shape[1] == 1:
             raise ValueError("include_background=False leaves no channel: the logits have one channel")
+        if not self.use_sigmoid:  # (include_background=False with one channel raised above)
+            _warn_one_channel_softmax(z, "SVLSLoss")
         z, onehot = _upcast(z, onehot)
         with torch.no_grad():
             q = self.soft_targets(onehot)
@@ -399,6 +417,8 @@ class MarginLoss(_Loss):
             A scalar, or ``(B, 1, *spatial)`` with ``reduction="none"``.
         """
         z, t = _upcast(*check_target(input, target, self.to_onehot_y))
+        if self.include_background:  # without background one channel raises below
+            _warn_one_channel_softmax(z, "MarginLoss")
         if self.reduction != "none" and self.to_onehot_y:  # the fast path: no one-hot, a fused penalty
             if z.shape[1] == 1 and not self.include_background:
                 raise ValueError("include_background=False leaves no channel: the logits have one channel")
@@ -495,6 +515,8 @@ class L1ACELoss(_Loss):
         The range of ``onehot`` (``[0, 1]``) is not checked here: :meth:`forward` checks it with
         :func:`check_finite_loss` (``unit_target=True``), in the one synchronisation of a step.
         """
+        if not self.use_sigmoid and self.include_background:  # without background one channel raises below
+            _warn_one_channel_softmax(z, "L1ACELoss")
         z, onehot = _upcast(z, onehot)
         probs = torch.sigmoid(z) if self.use_sigmoid else torch.softmax(z, dim=1)
         if not self.include_background:
@@ -648,6 +670,7 @@ class DiceCEMarginLoss(_Loss):
             A scalar tensor.
         """
         z, t = _upcast(*check_target(input, target, self.to_onehot_y))
+        _warn_one_channel_softmax(z, "DiceCEMarginLoss")
         penalty = mean_margin_penalty(z, self.margin.margin)
         if self.reduction == "sum":  # MONAI's "sum" sums every term: the per-voxel penalty over the voxels, as
             penalty = penalty * (z.numel() // z.shape[1])  # MarginLoss(reduction="sum") does
@@ -669,7 +692,8 @@ class DiceCEL1ACELoss(_Loss):
         ace_weight: weight of the L1-ACE part.
         dice_weight: weight of the Dice part.
         ce_weight: weight of the cross-entropy part.
-        include_background: for all parts.
+        include_background: for the Dice and L1-ACE parts; the cross-entropy covers every channel whatever its
+            value, as in MONAI's ``DiceCELoss`` and the authors' code.
         to_onehot_y: the target is a label map ``(B, 1, *spatial)``.
         softmax: categorical (default).
         sigmoid: one binary task per channel (Dice and ACE by sigmoid, binary cross-entropy per channel).

@@ -377,14 +377,14 @@ def binned_calibration(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per image and channel, the weighted sums of probabilities, of targets and of weights in each bin.
 
-    Hard binning: value ``p`` falls in bin ``floor(p * num_bins)`` (``p = 1`` in the last bin), the convention of
-    :mod:`monai_unc.metrics.calibration`. Soft binning (Barfoot et al. 2025): bin ``k`` has its centre at
-    ``(k + 1/2) / num_bins`` and ``p`` is shared between the two nearest centres by linear interpolation (a
-    triangular kernel of width ``2 / num_bins``); below the first or above the last centre all of it goes to the end
-    bin. The soft weights depend on ``p``, so the gradient flows through the bin memberships too. The sums are
-    accumulated in float32 for float16 / bfloat16 input (in the input's 11- or 8-bit mantissa a bin's count stops
-    growing at 2048 or 256 voxels), else in the input's dtype. A NaN probability makes the sums of its image and
-    channel NaN.
+    Hard binning: value ``p`` falls in bin ``floor(p * num_bins)`` (``p = 1`` in the last bin; the product taken in
+    float64, exact for float32 values), the convention of :mod:`monai_unc.metrics.calibration`. Soft binning (Barfoot et
+    al. 2025): bin ``k`` has its centre at ``(k + 1/2) / num_bins`` and ``p`` is shared between the two nearest centres
+    by linear interpolation (a triangular kernel of width ``2 / num_bins``); below the first or above the last centre
+    all of it goes to the end bin. The soft weights depend on ``p``, so the gradient flows through the bin memberships
+    too. The sums are accumulated in float32 for float16 / bfloat16 input (in the input's 11- or 8-bit mantissa a bin's
+    count stops growing at 2048 or 256 voxels), else in the input's dtype. A NaN probability makes the sums of its image
+    and channel NaN.
 
     Args:
         probs: ``(B, C, *spatial)`` probabilities in ``[0, 1]``.
@@ -418,7 +418,11 @@ def binned_calibration(
     y = target.reshape(b * c, -1).to(p.dtype)
     row = (torch.arange(b * c, device=p.device) * num_bins)[:, None]
     if not soft:  # a NaN goes to bin 0 (an index must be valid), where it makes the sums NaN
-        idx = torch.clamp(torch.floor(p.detach() * num_bins).nan_to_num_(0.0), 0, num_bins - 1).to(torch.int64) + row
+        # floor(p * num_bins) in float64, exact for float32 p (in float32 the product of a value just below an edge
+        # k / num_bins, e.g. float32(0.35) = 0.34999999, rounds up to k: bin 7 of 20 instead of 6, where
+        # metrics.calibration.confidence_bins counts it)
+        scaled = torch.mul(p.detach().to(torch.float64), num_bins).floor_().nan_to_num_(0.0)  # a new tensor
+        idx = scaled.clamp_(0, num_bins - 1).to(torch.int64) + row
         parts = [(idx, torch.ones_like(p))]
     else:
         t = p * num_bins - 0.5  # position in units of bins, 0 at the first centre

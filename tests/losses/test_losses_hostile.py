@@ -564,3 +564,77 @@ def test_dice_smoothing_options_are_checked_by_name(name, value):
     for cls in (DiceSVLSLoss, DiceCEL1ACELoss):
         with pytest.raises((ValueError, TypeError), match=name):
             cls(**{name: value})
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SVLSLoss(), lambda: MarginLoss(), lambda: L1ACELoss("hard"), lambda: L1ACELoss("soft"),
+    lambda: DiceSVLSLoss(), lambda: DiceCEMarginLoss(), lambda: DiceCEL1ACELoss("soft"),
+])
+def test_softmax_over_one_channel_warns_that_the_calibration_term_has_no_gradient(make):
+    """Found by hostile testing: a binary model with one output channel trained with the default ``softmax=True``
+    got a constant calibration loss with an all-zero gradient (the hard / soft L1-ACE reported 0.496 and trained
+    nothing), silently; now a warning names the cause. The values are unchanged (softmax of one class is 1), and
+    ``sigmoid=True`` on the same output has a gradient and no warning."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 1, 6, 6, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    mask = (torch.rand(2, 1, 6, 6, 4, generator=g) > 0.5).double()
+    with pytest.warns(UserWarning, match="softmax over one channel"):
+        make()(z, mask)
+    term = L1ACELoss("soft", softmax=False, sigmoid=True)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value = term(z, mask)
+    value.backward()
+    assert float(z.grad.abs().sum()) > 0
+
+
+def test_two_channel_softmax_does_not_warn():
+    import warnings
+
+    z = torch.randn(2, 2, 6, 6, dtype=torch.float64)
+    y = torch.randint(0, 2, (2, 1, 6, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for loss in (SVLSLoss(to_onehot_y=True), MarginLoss(to_onehot_y=True), L1ACELoss(to_onehot_y=True),
+                     DiceSVLSLoss(to_onehot_y=True), DiceCEMarginLoss(to_onehot_y=True),
+                     DiceCEL1ACELoss(to_onehot_y=True)):
+            loss(z, y)
+
+
+@pytest.mark.parametrize("num_bins", [10, 20, 15])
+def test_hard_bins_of_float32_values_just_below_an_edge_are_the_metrics_bins(num_bins):
+    """Found by hostile testing: ``floor(p * num_bins)`` taken in float32 rounded the product of a value just below
+    an edge up onto it (``float32(0.35) = 0.34999999``: bin 7 of 20 instead of 6), so the hard L1-ACE of
+    ``p = (0.35, 0.36)``, ``y = (0, 1)`` was 0.145 (one bin) instead of 0.495 (two bins), where the documented
+    convention, :func:`monai_unc.metrics.calibration.confidence_bins`, bins the value below the edge."""
+    from monai_unc.metrics.calibration import confidence_bins
+
+    edges = torch.arange(1, num_bins, dtype=torch.float32) / num_bins
+    values = torch.cat([edges, torch.nextafter(edges, torch.zeros_like(edges)),
+                        torch.nextafter(edges, torch.ones_like(edges)), torch.tensor([0.0, 1.0])])
+    expected = torch.from_numpy(np.floor(values.double().numpy() * num_bins)).long().clamp(max=num_bins - 1)
+    assert torch.equal(confidence_bins(values, num_bins), expected)  # the convention binned_calibration documents
+    one_per_column = values.reshape(1, -1, 1)  # one value per channel: its bin is the one with weight
+    _, _, weight = binned_calibration(one_per_column, torch.zeros_like(one_per_column), num_bins)
+    assert torch.equal(weight[0].argmax(-1), expected)
+    ace = l1_average_calibration_error(torch.tensor([[[0.35, 0.36]]]), torch.tensor([[[0.0, 1.0]]]), 20)
+    assert float(ace) == pytest.approx((0.35 + 0.64) / 2, abs=1e-6)
+
+
+def test_dice_ce_l1_ace_include_background_leaves_the_cross_entropy_over_every_channel_as_documented():
+    """Found by hostile testing: ``DiceCEL1ACELoss`` documented ``include_background`` as applying "for all parts",
+    but its cross-entropy covers every channel (MONAI's ``DiceCELoss`` convention, which the authors train with): with
+    ``include_background=False`` the CE part was 1.3831 (all channels), not 1.0416 (channel 0 left out). The docstring
+    now says what the loss computes."""
+    import inspect
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 3, 8, 8, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 1, 8, 8), generator=g)
+    ce_only = DiceCEL1ACELoss("hard", to_onehot_y=True, include_background=False, dice_weight=0.0, ace_weight=0.0,
+                              ce_weight=1.0)
+    torch.testing.assert_close(ce_only(z, y), F.cross_entropy(z, y[:, 0]))
+    doc = " ".join(inspect.getdoc(DiceCEL1ACELoss).split())
+    assert "include_background: for the Dice and L1-ACE parts; the cross-entropy covers every channel" in doc
