@@ -303,6 +303,20 @@ def _first_five(items: list[str], sep: str | None = None) -> str:
     return shown + (" ..." if len(items) > 5 else "")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _not_utf8(value: str) -> bool:
+    """Whether text holds a lone surrogate: bytes that were not UTF-8 (a command-line argument or a file name from a
+    Latin-1 terminal or share, decoded by Python with ``surrogateescape``), which the database cannot store."""
+    return _SURROGATE.search(value) is not None
+
+
+def _utf8_text(value: str) -> str:
+    """Text the database can store: lone surrogates (bytes that were not UTF-8) written as ``\\udcf4`` escapes."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8") if _not_utf8(value) else value
+
+
 def _check_text(value: Any, name: str, allow_none: bool = False) -> str | None:
     if value is None and allow_none:
         return None
@@ -310,6 +324,9 @@ def _check_text(value: Any, name: str, allow_none: bool = False) -> str | None:
         raise ValueError(f"{name} must be text, got {type(value).__name__}")
     if "\x00" in value or len(value) > MAX_TEXT:
         raise ValueError(f"{name} must be at most {MAX_TEXT} characters without NUL, got {value[:40]!r}...")
+    if _not_utf8(value):
+        raise ValueError(f"{name} must be UTF-8 text, got {value[:80]!r} (bytes that are not UTF-8: a Latin-1 "
+                         "terminal, file or share?)")
     return value
 
 
@@ -776,7 +793,7 @@ class MonitorStore:
         seq, prev = (int(last[0][0]) + 1, str(last[0][1])) if last else (1, GENESIS)
         argv = list(sys.argv if command is None else command)
         entry = {"seq": seq, "at": _now(), "actor": _actor(), "host": socket.gethostname(), "version": __version__,
-                 "command": " ".join(redact_url(str(a)) for a in argv)[:MAX_TEXT * 4], "action": action,
+                 "command": " ".join(_utf8_text(redact_url(str(a))) for a in argv)[:MAX_TEXT * 4], "action": action,
                  "details": _canonical(details),
                  "prev_hash": prev}
         entry["hash"] = entry_hash(entry)
@@ -957,6 +974,9 @@ class MonitorStore:
             _check_text(value, f"the run's {name}", allow_none=name == "model_digest")
         if not isinstance(folder, str) or "\x00" in folder:  # a path: any length
             raise ValueError(f"the run's folder must be text without NUL, got {folder!r:.80}")
+        if _not_utf8(folder):
+            raise ValueError(f"the run's folder {folder[-200:]!r} is not UTF-8 text (a name from a Latin-1 share?): "
+                             "rename it, or copy the triage folder to a UTF-8 name")
         for c in cases:
             _check_text(c.case_id, "a case's id")
             for name in ("site", "scanner", "triaged_at", "decision", "code", "reason", "rule_digest", "model_digest",

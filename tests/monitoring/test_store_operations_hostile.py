@@ -5,7 +5,9 @@
 - reading every case on PostgreSQL right after a batch of labels (statistics not yet analysed) reads the labels once,
   not once per case (minutes instead of a second);
 - the read-only commands read a store on a read-only file system (a snapshot, a share mounted read-only);
-- ``monitor status`` groups the rows once, not once per site.
+- ``monitor status`` groups the rows once, not once per site;
+- text that is not UTF-8 (a Latin-1 terminal or share) is refused naming its field, and kept out of the way in the
+  audit log's command line.
 """
 
 from __future__ import annotations
@@ -20,7 +22,16 @@ import textwrap
 import pytest
 
 from monai_unc import cli
-from monai_unc.monitoring import AuditEntry, CaseRecord, GroupStatus, MonitorStore, VerifyResult, monitor_status
+from monai_unc.monitoring import (
+    AuditEntry,
+    CaseRecord,
+    GroupStatus,
+    MonitorStore,
+    VerifyResult,
+    monitor_status,
+    read_sites,
+    read_triage_run,
+)
 from monai_unc.monitoring.store import redact_url
 from monai_unc.report.monitor import build_monitor_page
 from monai_unc.workflows.monitor import record_triage
@@ -228,3 +239,28 @@ def test_status_reads_each_row_a_bounded_number_of_times_whatever_the_number_of_
     assert [g.n_cases for g in groups[:-1]] == [n // sites] * sites and groups[-1].n_cases == n
     assert [c["case_id"] for c in groups[0].cases] == [f"c{i}" for i in range(0, n, sites)]  # in recording order
     assert _Counted.reads <= 3 * n, _Counted.reads
+
+
+# --------------------------------------------------------------------------------------- text that is not UTF-8
+def test_text_that_is_not_utf8_is_refused_naming_its_field_and_a_command_line_is_recorded(tmp_path, capsys):
+    """Found by hostile testing: ``--site`` typed on a Latin-1 terminal (``H\\xf4pital``, which Python reads as
+    ``'H\\udcf4pital'``) failed with ``'utf-8' codec can't encode character '\\udcf4' in position 220``, naming
+    nothing; so did any argument that was not UTF-8 (a sites table on a Latin-1 share), which only the audit log's
+    command line holds, and a triage folder of such a name."""
+    db = tmp_path / "m.db"
+    folder = write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1}])
+    assert cli.main(["monitor", "record", str(folder), "--db", str(db), "--site", "H\udcf4pital"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the site of case 'a' must be UTF-8 text" in err[0], err
+    sites = tmp_path / "sites H\udcf4pital.csv"  # b"sites H\xf4pital.csv" on disk
+    sites.write_text("case,site\na,Centre A\n")
+    run = read_triage_run(folder, sites=read_sites(sites))
+    with MonitorStore(db) as store:
+        with pytest.raises(ValueError, match="is not UTF-8 text"):
+            store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(tmp_path / "H\udcf4"),
+                             triaged_at=run.triaged_at, model_digest=None)
+        store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
+                         triaged_at=run.triaged_at, model_digest=None,
+                         command=["monai-unc", "monitor", "record", str(folder), "--sites", str(sites)])
+        assert [c["site"] for c in store.cases()] == ["Centre A"] and store.verify().ok
+        assert store.audit_log()[-1].command.endswith("sites H\\udcf4pital.csv")
