@@ -829,12 +829,12 @@ class MonitorStore:
         ``recorded_at`` (its entry's ``at`` is), the order of one run's case rows, the table ``monitor_meta``,
         entries cut off at the end (``expect_head``) and a consistent forgery of the whole database.
 
+        Everything is read in one snapshot of the store: a run another process records meanwhile is neither half seen
+        nor reported as rows without their entry.
+
         Args:
             expect_head: the head hash kept elsewhere after an earlier check (detects entries removed from the
                 end), or None.
-
-        Everything is read in one snapshot of the store (a run recorded meanwhile by another process is neither
-        half seen nor reported as rows without their entry).
 
         Returns:
             The :class:`VerifyResult`.
