@@ -261,17 +261,24 @@ def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mappi
     """
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
         raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    # the rows grouped by rule and site in one pass, each group in recording order (filtering them once per rule and
+    # per site cost sites x cases: 2000 sites of a teleradiology service took 11 s for 10^5 cases, not 0.8 s)
+    pooled: dict[str, list[Mapping[str, Any]]] = {}
+    streams: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
+    for c in cases:
+        digest = c["rule_digest"]
+        pooled.setdefault(digest, []).append(c)
+        streams.setdefault(digest, {}).setdefault(c["site"], []).append(c)
     out = []
     for digest, rule in rules.items():
-        rows = [c for c in cases if c["rule_digest"] == digest]
-        if not rows:
+        by_site = streams.get(digest)
+        if not by_site:
             continue
         ref = image_reference_scores(rule, f"rule {digest}")
-        sites = sorted({c["site"] for c in rows})
-        for site in sites:
-            out.append(_group(digest, site, [c for c in rows if c["site"] == site], rule, alpha, ref))
-        if len(sites) > 1:
-            out.append(_group(digest, ALL_SITES, rows, rule, alpha, ref, pooled=True))
+        for site in sorted(by_site):
+            out.append(_group(digest, site, by_site[site], rule, alpha, ref))
+        if len(by_site) > 1:
+            out.append(_group(digest, ALL_SITES, pooled[digest], rule, alpha, ref, pooled=True))
     return out
 
 

@@ -29,6 +29,7 @@ import numpy as np
 from ..io import atomic_write_text
 from ..monitoring import AuditEntry, GroupStatus, VerifyResult
 from ..monitoring.status import martingale_peak_text
+from ..monitoring.store import redact_url
 from ..product import format_cell, format_share
 from .html import PAGE_CSS, cards, table
 from .markup import Markup, document, el
@@ -234,7 +235,8 @@ def _audit(audit: Sequence[AuditEntry], verified: VerifyResult) -> Markup:
     check = (el("p", f"chain intact: {verified.n_entries} entries, head {verified.head}", class_="ok")
              if verified.ok else el("ul", *(el("li", p, class_="alarm") for p in verified.problems)))
     rows = [el("tr", el("td", str(e.seq)), el("td", e.at, class_="l"), el("td", e.actor, class_="l"),
-               el("td", e.host, class_="l"), el("td", e.action, class_="l"), el("td", e.command, class_="l mono"),
+               el("td", e.host, class_="l"), el("td", e.action, class_="l"),
+               el("td", redact_url(e.command), class_="l mono"),  # a store written before kept passwords there
                el("td", e.hash[:16], class_="l mono")) for e in audit[-500:]]
     return el("section", el("h2", "Audit trail"), check,
               el("div", table(["#", "when (UTC)", "who", "host", "action", "command", "hash"], rows,
