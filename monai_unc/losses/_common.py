@@ -79,6 +79,7 @@ def nonnegative_option(value: object, name: str) -> float:
 def spacing_steps(spacing: object, dims: int) -> list[float]:
     """The voxel size per axis of an SVLS kernel: ``None`` (isotropic), one number, or one number per axis."""
     what = "a positive finite number, or one per spatial axis"
+    spacing = _plain_spacing(spacing)
     if spacing is None:
         return [1.0] * dims
     if isinstance(spacing, (bool, np.bool_, str, bytes)):
@@ -97,8 +98,17 @@ def spacing_steps(spacing: object, dims: int) -> list[float]:
     return steps
 
 
+def _plain_spacing(spacing: object) -> object:
+    """A real tensor's numbers as Python floats (MONAI's ``MetaTensor.pixdim`` is a tensor), anything else as it is."""
+    if isinstance(spacing, torch.Tensor) and (spacing.is_floating_point() or not spacing.dtype.is_complex) \
+            and spacing.dtype != torch.bool and spacing.ndim <= 1:
+        return spacing.detach().cpu().double().tolist()
+    return spacing
+
+
 def spacing_dims(spacing: object) -> int:
     """The number of axes a spacing gives (1 for ``None`` or one number, which fit any number of axes)."""
+    spacing = _plain_spacing(spacing)
     if spacing is None or isinstance(spacing, (*REAL_TYPES, bool, np.bool_, str, bytes)):
         return 1
     try:

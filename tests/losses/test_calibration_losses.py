@@ -227,6 +227,26 @@ def test_anisotropic_spacing_spreads_less_along_the_coarse_axis():
     assert not torch.isclose(iso, aniso)
 
 
+def test_spacing_given_as_a_metatensors_pixdim_tensor():
+    """Found by a review of calibrated training: ``spacing=batch["image"].pixdim`` (a tensor, as MONAI gives it) was
+    refused with a TypeError where the same numbers as a list or numpy array were taken."""
+    from monai.data import MetaTensor
+
+    image = MetaTensor(torch.zeros(1, 6, 6, 6), affine=torch.diag(torch.tensor([0.8, 0.8, 3.0, 1.0])))
+    z = torch.randn(1, 2, 6, 6, 6, dtype=torch.float64)
+    y = torch.randint(0, 2, (1, 1, 6, 6, 6))
+    want = SVLSLoss(to_onehot_y=True, spacing=[0.8, 0.8, 3.0])(z, y)
+    for spacing in (image.pixdim, torch.tensor([0.8, 0.8, 3.0], dtype=torch.float32), torch.tensor(2.0)):
+        got = SVLSLoss(to_onehot_y=True, spacing=spacing)(z, y)
+        if spacing.ndim:
+            assert torch.allclose(got, want, rtol=1e-6)
+        else:
+            assert torch.equal(got, SVLSLoss(to_onehot_y=True, spacing=2.0)(z, y))
+    assert torch.equal(svls_kernel(3, 3, 1.0, torch.tensor([1.0, 1.0, 4.0])), svls_kernel(3, 3, 1.0, (1.0, 1.0, 4.0)))
+    with pytest.raises(ValueError, match="spacing must be 3 positive finite numbers"):
+        SVLSLoss(to_onehot_y=True, spacing=torch.tensor([0.8, 0.8]))(z, y)
+
+
 def _np_log_softmax(z):
     m = z.max(1, keepdims=True)
     return z - m - np.log(np.exp(z - m).sum(1, keepdims=True))
