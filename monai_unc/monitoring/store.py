@@ -944,11 +944,13 @@ class MonitorStore:
     ) -> tuple[int, bool]:
         """Record one triage run (its rule and its cases) and its audit entry, in one transaction.
 
-        A run is recorded once (its ``source_digest``), and so is a decision: a case that a run of the same
-        ``folder`` already recorded with the same rule, site, case id, score, image z-score, expected Dice, decision
-        and code (triage run again on a folder of predictions that gained cases rewrites ``triage.json`` with the
-        earlier decisions in it) is skipped, so that it does not weigh twice in the alarms. A case id of that folder
-        with another decision, or at another site, is another case and is recorded.
+        A run is recorded once (its ``source_digest``), and so is a decision: a case that a run already recorded
+        with the same rule, site, case id, score, image z-score, expected Dice, decision and code is skipped, so that
+        it does not weigh twice in the alarms, whichever triage folder recorded it (triage run again on a folder of
+        predictions that gained cases rewrites ``triage.json`` with the earlier decisions in it; a site that triages
+        into a new folder each month from a predictions folder that keeps growing repeats every earlier decision:
+        found by a review of the store under real operations, where only the same folder's were skipped). A case id
+        with another decision (another score: another scan), or at another site, is another case and is recorded.
 
         Args:
             rule: the rule's JSON (``referral_rule.json`` as triage recorded it), with its ``digest``.
@@ -1000,7 +1002,7 @@ class MonitorStore:
                               (digest, col["score"], col["target_risk"], col["risk"], col["failure_dice"],
                                _canonical(col["calibration_scores"]), _in_order(rule)))
             every = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
-            known = self._decisions_of_folder(folder, digest, [r["case_id"] for r in every])
+            known = self._recorded_decisions(digest, [r["case_id"] for r in every])
             rows = [r for r in every if _decision_key(r) not in known]
             details = {"triage": folder, "source_digest": source_digest, "rule_digest": digest,
                        "model_digest": model_digest, "n_cases": len(rows),
@@ -1016,24 +1018,19 @@ class MonitorStore:
                               [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS)) for r in rows])
         return run_id, True
 
-    def _decisions_of_folder(self, folder: str, digest: str, case_ids: Sequence[str]) -> set[tuple[Any, ...]]:
-        """The decisions (:func:`_decision_key`) of these case ids that the runs of a folder recorded under a rule.
+    def _recorded_decisions(self, digest: str, case_ids: Sequence[str]) -> set[tuple[Any, ...]]:
+        """The decisions (:func:`_decision_key`) of these case ids that the store holds under a rule, from any run.
 
-        The folder's runs first (usually none: a new folder), then the cases by id (index ``cases_by_case_id``), so
-        the cost follows the run's size, not the history of the folder or of the rule.
+        The cases by id (index ``cases_by_case_id``), so the cost follows the run's size, not the store's history.
         """
-        runs = {int(r[0]) for r in self._all("SELECT id FROM runs WHERE folder = ? AND rule_digest = ?",
-                                             (folder, digest))}
         out: set[tuple[Any, ...]] = set()
-        if not runs:
-            return out
         ids = sorted(set(case_ids))
         cols = ", ".join(_DECISION_COLUMNS)
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
-            for r in self._all(f"SELECT run_id, {cols} FROM cases WHERE case_id IN ({', '.join('?' * len(chunk))})",
-                               chunk):
-                if int(r[0]) in runs:
+            for r in self._all(f"SELECT rule_digest, {cols} FROM cases WHERE case_id IN "
+                               f"({', '.join('?' * len(chunk))})", chunk):
+                if r[0] == digest:
                     out.add(_decision_key(dict(zip(_DECISION_COLUMNS, r[1:]))))
         return out
 

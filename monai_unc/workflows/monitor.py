@@ -93,7 +93,7 @@ def record_triage(
     n_sites = len({c.site for c in run.cases})
     skipped = len(run.cases) - written
     line = (f"recorded {written} case(s) from {written and n_sites} site(s) as run {run_id}"
-            + (f"; {skipped} already recorded from this folder (skipped)" if skipped else "")
+            + (f"; {skipped} already recorded (skipped)" if skipped else "")
             if new else f"{run.folder} is already recorded (run {run_id}): nothing written")
     return CommandResult(run_id, True, run.folder, (line,))
 

@@ -191,6 +191,28 @@ def test_a_triage_folder_recorded_again_after_it_grew_records_its_new_cases_only
         assert len(store.cases()) == 23 and store.verify().ok
 
 
+def test_a_new_triage_folder_each_month_records_the_earlier_decisions_once(store_url, tmp_path):
+    """Found by a review of the store under real operations: a site triaging into a new folder each month
+    (``triage_2026-11``, ``triage_2026-12``) from a predictions folder that keeps growing recorded November's ten
+    decisions again in December (only the same folder's were skipped): they weighed twice in every alarm."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    ten = [{"case": f"c{i}", "score": 0.1 + i / 100, "decision": "accept"} for i in range(10)]
+    first = record_triage(store_url, write_triage(tmp_path / "triage_2026-11", rule, ten), site="A")
+    assert first.lines[0].startswith("recorded 10 case(s)")
+    december = write_triage(tmp_path / "triage_2026-12", rule, [*ten, {"case": "c10", "score": 0.5,
+                                                                        "decision": "review"}])
+    second = record_triage(store_url, december, site="A")
+    assert second.lines[0].startswith("recorded 1 case(s)") and "10 already recorded (skipped)" in second.lines[0]
+    b = [{**c, "decision": "review"} for c in ten]  # the same ids and scores at another site: other cases
+    assert record_triage(store_url, write_triage(tmp_path / "site_b", rule, b), site="B").lines[0].startswith(
+        "recorded 10 case(s)")
+    with MonitorStore(store_url, create=False) as store:
+        assert sorted((c["site"], c["case_id"]) for c in store.cases()) == sorted(
+            [("A", f"c{i}") for i in range(11)] + [("B", f"c{i}") for i in range(10)])
+        assert store.verify().ok
+        assert [r["n_cases"] for r in store.runs()] == [10, 1, 10]
+
+
 # --------------------------------------------------------------------------- labels of sites that share case ids
 def test_a_label_never_goes_to_another_sites_case(store_url, tmp_path):
     """Two sites number their cases alike ("001"): before the fix site A's audited label went to site B's case
