@@ -1,9 +1,10 @@
 """Writing files so that an interrupted run never leaves a half-written one, and JSON that strict parsers read.
 
-Every writer of the package goes through :func:`atomic_path`: the file is written under a hidden temporary name
-in the same folder (``.<stem>.partial<ext>``, the extension kept so that NIfTI / NumPy / torch writers pick the
-right format) and renamed into place with :func:`os.replace`, which is atomic on one file system. A run killed
-mid-write leaves only a ``.*.partial*`` file, which :func:`clean_partial_files` removes on the next run.
+Every writer of the package goes through :func:`atomic_path`: the file is written under a temporary name
+(``.<stem>.partial<ext>``, the extension kept so that NIfTI / NumPy / torch writers pick the right format) in a
+private hidden folder beside it (mode 0700, a random name: no one else can plant a link under the name a writer
+opens) and renamed into place with :func:`os.replace`, which is atomic on one file system. A run killed mid-write
+leaves only a ``.*.partial*`` folder, which :func:`clean_partial_files` removes on the next run.
 
 Before any work, commands check where they will write: :func:`check_output_folder` (not inside an input folder,
 writable or creatable), :func:`check_output_file` (not an input file, not even through a symbolic or hard link) and
@@ -1125,7 +1126,7 @@ def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | 
                like: str | os.PathLike | None = None) -> Path:
     """Write a 3D map (or ``(1, X, Y, Z)`` / ``(1, 1, X, Y, Z)``) with ``affine`` as a NIfTI file, atomically.
 
-    The file is written under a temporary name in the same folder and renamed into place. Integer and bool arrays
+    The file is written under a temporary name (:func:`atomic_path`) and renamed into place. Integer and bool arrays
     are stored as int16 (int32 when a value needs it), floating arrays as float32.
 
     Args:
