@@ -63,6 +63,7 @@ from ..evaluation.products import command_output_markers
 from ..inferers import available_memory, estimate_memory
 from ..io import (
     INFER_RECORD,
+    PAIR_HEADER_EXTENSION,
     VERSION_KEY,
     CaseError,
     ImageCase,
@@ -400,18 +401,30 @@ def changed_outputs(output: Path, record: Mapping[str, Any]) -> list[str]:
     return bad
 
 
-def _input_stat(path: Path) -> list[Any]:
-    """What a resume compares first of an input (a file, or a DICOM series folder): size and mtime of its files."""
+def _input_files(path: Path) -> list[Path] | None:
+    """The files of an input made of several (a DICOM series folder, a NIfTI pair's ``.hdr`` and ``.img``), or None."""
     if path.is_dir():
-        return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(path.iterdir()) if f.is_file()]
+        return [f for f in sorted(path.iterdir()) if f.is_file()]
+    if path.name.lower().endswith(PAIR_HEADER_EXTENSION):  # the data lie in the .img beside it (found by a review
+        stem = path.name[: -len(PAIR_HEADER_EXTENSION)]  # of NIfTI pairs: an edited .img was not predicted again)
+        return [path, *(f for f in (path.with_name(stem + e) for e in (".img", ".IMG")) if f.is_file())]
+    return None
+
+
+def _input_stat(path: Path) -> list[Any]:
+    """What a resume compares first of an input (a file, a DICOM series folder, a NIfTI pair): size, mtime."""
+    files = _input_files(path)
+    if files is not None:
+        return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
     st = path.stat()
     return [int(st.st_size), int(st.st_mtime_ns)]
 
 
 def _input_sha256(path: Path) -> str:
-    """The sha256 of an input file, or of a DICOM series folder's file names and contents."""
-    if path.is_dir():
-        inner = [[f.name, file_sha256(f)] for f in sorted(path.iterdir()) if f.is_file()]
+    """The sha256 of an input file, or of the file names and contents of a DICOM series folder or a NIfTI pair."""
+    files = _input_files(path)
+    if files is not None:
+        inner = [[f.name, file_sha256(f)] for f in files]
         return hashlib.sha256(json.dumps(inner).encode()).hexdigest()
     return file_sha256(path)
 
