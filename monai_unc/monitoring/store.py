@@ -102,12 +102,20 @@ _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
 MAX_TEXT = 1000
 
 
+#: the user part of a database URL with a password: ``(scheme://user)``, ``:``, ``(password)``, ``@``. libpq takes the
+#: user part up to the ``@`` before the first ``/``, so the password may hold ``#``, ``?``, ``:`` (unencoded, as
+#: generated passwords often do) and an ``@``; a space too when the next ``@`` follows it without another one (a
+#: command line holding ``... @db --site A@B`` keeps its other arguments)
+_USER_PASSWORD = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?=[^/\s]*@))*)@")
+
+
 def redact_url(url: str) -> str:
     """A database URL without its password, for messages, the audit log and the dashboard.
 
     The password of the user part (``user:password@``; also without a user name, and up to the last ``@`` when one
-    was left unencoded in it) and a ``password`` query parameter are replaced by ``***``. Text around a URL is kept,
-    so a command line or a message holding one may be given whole.
+    was left unencoded in it) and a ``password`` query parameter are replaced by ``***``. The user part ends where
+    libpq ends it, at the first ``/``: an unencoded ``#``, ``?`` or ``:`` (or a single space) in the password is
+    part of it. Text around a URL is kept, so a command line or a message holding one may be given whole.
 
     Args:
         url: a database URL, or text holding one.
@@ -121,14 +129,14 @@ def redact_url(url: str) -> str:
         >>> redact_url("--db postgresql://ann@db.example/monitor?sslmode=require&password=secret")
         '--db postgresql://ann@db.example/monitor?sslmode=require&password=***'
     """
-    text = re.sub(r"(://[^:/@?#\s]*):[^?#\s]*@", r"\1:***@", str(url))
+    text = _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", str(url))
     return re.sub(r"([?&]password=)[^&#\s]*", r"\1***", text, flags=re.IGNORECASE)
 
 
 def _passwords(url: str) -> list[str]:
     """The password texts a database URL holds (as written, percent-decoded, and the parts around an unencoded ``@``),
     longest first: what a driver's message may echo (libpq names a password it cannot decode)."""
-    found = [m.group(1) for m in re.finditer(r"://[^:/@?#\s]*:([^?#\s]*)@", url)]
+    found = [m.group(2) for m in _USER_PASSWORD.finditer(url)]
     found += [m.group(1) for m in re.finditer(r"[?&]password=([^&#\s]*)", url, flags=re.IGNORECASE)]
     pieces = {piece for p in found for text in (p, unquote(p)) for piece in (text, *text.split("@"))}
     return sorted((p for p in pieces if p), key=len, reverse=True)
