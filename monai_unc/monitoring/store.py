@@ -94,8 +94,10 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
                  "code", "reason", "rule_digest", "model_digest", "prediction")
-#: the columns that make a recorded case the same decision when its triage folder is recorded again
-_DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code")
+#: the columns that make a recorded case the same decision when its triage folder is recorded again; the prediction
+#: file too: a later batch that reuses a case id ("001") with an undefined score (None: an empty or failed
+#: prediction) is another scan, from another predictions folder (found by the review of the cross-folder skip)
+_DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
 #: the most characters of a text field of the store (site, scanner, case id, reason, ...; no NUL either)
@@ -953,12 +955,14 @@ class MonitorStore:
         """Record one triage run (its rule and its cases) and its audit entry, in one transaction.
 
         A run is recorded once (its ``source_digest``), and so is a decision: a case that a run already recorded
-        with the same rule, site, case id, score, image z-score, expected Dice, decision and code is skipped, so that
-        it does not weigh twice in the alarms, whichever triage folder recorded it (triage run again on a folder of
-        predictions that gained cases rewrites ``triage.json`` with the earlier decisions in it; a site that triages
-        into a new folder each month from a predictions folder that keeps growing repeats every earlier decision:
-        found by a review of the store under real operations, where only the same folder's were skipped). A case id
-        with another decision (another score: another scan), or at another site, is another case and is recorded.
+        with the same rule, site, case id, score, image z-score, expected Dice, decision, code and prediction file is
+        skipped, so that it does not weigh twice in the alarms, whichever triage folder recorded it (triage run again
+        on a folder of predictions that gained cases rewrites ``triage.json`` with the earlier decisions in it; a site
+        that triages into a new folder each month from a predictions folder that keeps growing repeats every earlier
+        decision: found by a review of the store under real operations, where only the same folder's were skipped).
+        A case id with another decision (another score: another scan), another prediction file (a later batch
+        reusing the id, whose undefined score, None, matches any other), or at another site, is another case and is
+        recorded.
 
         Args:
             rule: the rule's JSON (``referral_rule.json`` as triage recorded it), with its ``digest``.
