@@ -1891,6 +1891,9 @@ class LoadedCase:
         image: the input image, or None when not loaded.
         multilabel: whether the case is region-based (sigmoid).
         derived: the measures of ``maps`` that were derived from the probabilities instead of read from files.
+        label_file: the label file ``affine`` was read from (:func:`load_case`), or None: the file whose sform /
+            qform codes, qform and unit a map written on the case's grid copies (``like=`` of
+            :func:`~monai_unc.io.save_nifti`).
 
     Example:
         >>> z = np.zeros((2, 2, 2), np.int64)
@@ -1908,6 +1911,7 @@ class LoadedCase:
     image: np.ndarray | None = None
     multilabel: bool = False
     derived: tuple[str, ...] = ()
+    label_file: Path | None = None
 
     @property
     def voxel_volume(self) -> float:
@@ -2082,7 +2086,8 @@ def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool
         check_geometry(cid, ref, (u.shape[1:], u_aff, path))
         maps[m] = _checked_map(cid, path, u[0])
     image = _read_image(files, cid, ref, reads) if load_image else None
-    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image)
+    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image,
+                      label_file=Path(files.label))
 
 
 def _checked_map(cid: str, path: Path, u: np.ndarray) -> np.ndarray:
@@ -2158,7 +2163,7 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
         maps[m] = _checked_map(cid, path, u)
     image = _read_image(files, cid, ref, reads) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image,
-                      multilabel=True)
+                      multilabel=True, label_file=Path(files.label))
 
 
 def _region_masks(data: np.ndarray, what: str) -> np.ndarray:
