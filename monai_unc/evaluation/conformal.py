@@ -1002,12 +1002,16 @@ def save_masks(masks: Mapping[str, np.ndarray], case: Any, folder: Path, sigmoid
         folder: the folder.
         sigmoid: a region rule (always 4D).
         like: the file whose affine the case has (its label or segmentation), whose sform / qform codes, qform and
-            spatial unit the masks copy (:func:`~monai_unc.io.save_nifti`), or None.
+            spatial unit the masks copy (:func:`~monai_unc.io.save_nifti`); None: the case's ``label_file``
+            (:class:`~monai_unc.io.LoadedCase`), so that the report's masks of an evaluation
+            (:func:`calibration_case_masks`) carry it too.
 
     Returns:
         The paths written.
     """
     out = []
+    if like is None:  # the label the case was read from (found by the review of like=: the report's masks had none)
+        like = getattr(case, "label_file", None)
     for side, m in masks.items():
         path = mask_file(folder, case.case_id, side)
         if sigmoid or m.shape[0] > 1:

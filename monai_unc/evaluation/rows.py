@@ -304,13 +304,14 @@ def write_derived_maps(case: LoadedCase, folder: str | os.PathLike, maps: Mappin
         folder: where to write ``<case>_<measure>.nii.gz`` (:func:`derived_map_path`).
         maps: the derived maps when the caller has them already (None: derived here).
         like: the case's label file, whose sform / qform codes, qform and spatial unit the maps copy
-            (:func:`~monai_unc.io.save_nifti`), or None.
+            (:func:`~monai_unc.io.save_nifti`); None: the case's ``label_file``.
 
     Returns:
         ``{measure: path}``; empty when the case has map files of its own or no probabilities.
     """
     if case.maps or case.probs is None:
         return {}
+    like = getattr(case, "label_file", None) if like is None else like
     out = {}
     for measure, u in (derived_maps(case) if maps is None else maps).items():
         path = derived_map_path(folder, case.case_id, measure)

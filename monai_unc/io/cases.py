@@ -321,6 +321,10 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
     the folder) and its NIfTI pair / Analyze headers ``<case>.hdr`` (:data:`PAIR_HEADER_EXTENSION`: one case each,
     read by MONAI's ``LoadImage`` where ``itk`` is installed, else failing with the reason), so that an entry beside
     the volume files is read as its case (and fails as its case when it cannot be read) instead of being left out.
+    A header that cannot be a case of the folder is left out with a ``UserWarning`` naming it, as versions before
+    read such folders: one whose case id is a volume file's or a series folder's (the original kept beside its
+    conversion: the volume file is the case) and one beside cases of several channels (an atlas beside nnU-Net's
+    channel files), so that a folder read before is not refused whole.
 
     Args:
         folder: the image folder (not recursive).
@@ -367,10 +371,21 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
             raise CaseError(f"case {p.name!r}: two inputs in {folder}: {taken[p.name].name} and the folder {p.name}/")
         out.append(ImageCase(p.name, (p,)))
         taken[p.name] = p
+    # a header that cannot be a case is left out with a warning, not made the folder's refusal (found by the review
+    # of NIfTI pairs: an evaluate --images folder holding case1.nii.gz beside its original case1.hdr / .img, or an
+    # atlas.hdr beside nnU-Net's channel files, was refused whole; the versions before read it)
+    widths = {len(c.channels) for c in out}
+    left_out = []
     for stem, p in pairs.items():
         if stem in taken:
-            raise CaseError(f"case {stem!r}: two inputs in {folder}: {taken[stem].name} and {p.name}")
-        out.append(ImageCase(stem, (p,)))
+            left_out.append(f"{p.name} (case {stem!r} is {taken[stem].name}{'/' if taken[stem].is_dir() else ''})")
+        elif widths and 1 not in widths:
+            left_out.append(f"{p.name} (one channel; the folder's cases have {max(widths)})")
+        else:
+            out.append(ImageCase(stem, (p,)))
+    if left_out:
+        warnings.warn(f"{folder}: NIfTI pair / Analyze header(s) not read as cases: {'; '.join(left_out)}",
+                      UserWarning, stacklevel=2)
     out.sort(key=lambda c: c.case_id)
     counts: dict[int, ImageCase] = {}
     for c in out:
@@ -1876,6 +1891,9 @@ class LoadedCase:
         image: the input image, or None when not loaded.
         multilabel: whether the case is region-based (sigmoid).
         derived: the measures of ``maps`` that were derived from the probabilities instead of read from files.
+        label_file: the label file ``affine`` was read from (:func:`load_case`), or None: the file whose sform /
+            qform codes, qform and unit a map written on the case's grid copies (``like=`` of
+            :func:`~monai_unc.io.save_nifti`).
 
     Example:
         >>> z = np.zeros((2, 2, 2), np.int64)
@@ -1893,6 +1911,7 @@ class LoadedCase:
     image: np.ndarray | None = None
     multilabel: bool = False
     derived: tuple[str, ...] = ()
+    label_file: Path | None = None
 
     @property
     def voxel_volume(self) -> float:
@@ -2067,7 +2086,8 @@ def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool
         check_geometry(cid, ref, (u.shape[1:], u_aff, path))
         maps[m] = _checked_map(cid, path, u[0])
     image = _read_image(files, cid, ref, reads) if load_image else None
-    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image)
+    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image,
+                      label_file=Path(files.label))
 
 
 def _checked_map(cid: str, path: Path, u: np.ndarray) -> np.ndarray:
@@ -2143,7 +2163,7 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
         maps[m] = _checked_map(cid, path, u)
     image = _read_image(files, cid, ref, reads) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image,
-                      multilabel=True)
+                      multilabel=True, label_file=Path(files.label))
 
 
 def _region_masks(data: np.ndarray, what: str) -> np.ndarray:

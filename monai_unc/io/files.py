@@ -2,9 +2,10 @@
 
 Every writer of the package goes through :func:`atomic_path`: the file is written under a temporary name
 (``.<stem>.partial<ext>``, the extension kept so that NIfTI / NumPy / torch writers pick the right format) in a
-private hidden folder beside it (mode 0700, a random name: no one else can plant a link under the name a writer
-opens) and renamed into place with :func:`os.replace`, which is atomic on one file system. A run killed mid-write
-leaves only a ``.*.partial*`` folder, which :func:`clean_partial_files` removes on the next run.
+private hidden folder beside it (``.<name>.partial.dir``, mode 0700: no one else can plant a link under the name a
+writer opens) and renamed into place with :func:`os.replace`, which is atomic on one file system. A run killed
+mid-write leaves only a ``.*.partial*`` folder, which the next write of the file and :func:`clean_partial_files`
+remove.
 
 Before any work, commands check where they will write: :func:`check_output_folder` (not inside an input folder,
 writable or creatable), :func:`check_output_file` (not an input file, not even through a symbolic or hard link) and
@@ -176,12 +177,13 @@ def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[
 
     The parent folder is created first. The temporary file (named as :func:`partial_path` names it, so that writers
     which pick the format from the name write the right one) lies in a private folder this call makes beside
-    ``path`` (``.<name>.partial-XXXXXXXX.dir``, mode 0700, a new random name each time): whoever else can write
-    into a shared output folder cannot plant a symbolic link under the name a third-party writer (nibabel, numpy,
-    torch) opens, which would make it overwrite a file the link points to (found by a review of shared output
-    folders). On an exception inside the block nothing is renamed and an older ``path`` is kept; an ``OSError``
-    then names ``path`` when it named no file or the temporary one (a full disk: ``No space left on device:
-    <path>``). The private folder is removed either way, and by :func:`clean_partial_files` after a killed run.
+    ``path`` (``.<name>.partial.dir``, mode 0700; a random name where that one is taken by someone else):
+    whoever else can write into a shared output folder cannot plant a symbolic link under the name a third-party
+    writer (nibabel, numpy, torch) opens, which would make it overwrite a file the link points to (found by a
+    review of shared output folders). On an exception inside the block nothing is renamed and an older ``path`` is
+    kept; an ``OSError`` then names ``path`` when it named no file or the temporary one (a full disk: ``No space
+    left on device: <path>``). The private folder is removed either way; one a killed run left is removed by the
+    next write of ``path`` and by :func:`clean_partial_files`.
 
     Args:
         path: the file to write.
@@ -218,19 +220,44 @@ def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[
 
 
 def _private_folder(path: Path) -> Path:
-    """A new folder (mode 0700, a random name ``.<name>.partial-XXXXXXXX.dir``) beside ``path`` to write it in.
+    """A new folder (mode 0700) beside ``path`` to write it in: ``.<name>.partial.dir``, else a random name.
 
-    Its name is not known in advance, and only its owner may create or replace entries in it, so no one else can plant
-    a symbolic link under the name a writer opens there; :func:`clean_partial_files` removes one a killed run left.
+    Only its owner may create or replace entries in it, so no one else can plant a symbolic link under the name a
+    writer opens there. The name is fixed per file, so that the folder a killed run (``SIGTERM`` at a batch system's
+    time limit, the OOM killer) left with its partial file is removed by the next write of the same file, as the
+    fixed temporary file of earlier versions was: a random name each time left one more folder per killed write in
+    every folder that :func:`clean_partial_files` does not cover (found by the review of private folders). Such a
+    folder is removed only when it is a real folder of this user; one that someone else made (or a link), a name
+    near the file system's 255-byte limit (shortened, it could be another file's) and a folder another write
+    re-creates in between give a new folder with a random name ``.<name>.partial-XXXXXXXX.dir`` instead.
     """
     stem = path.name  # shortened so that a name near the file system's 255-byte limit still gets its folder
     while len(f".{stem}.partial-".encode("utf-8", "surrogateescape")) > 200:
         stem = stem[:-1]
     try:
+        if stem == path.name:
+            fixed = path.parent / f".{stem}.partial.dir"
+            for _ in range(2):
+                try:
+                    os.mkdir(fixed, 0o700)
+                    return fixed
+                except FileExistsError:
+                    if not _own_folder(fixed):
+                        break
+                    shutil.rmtree(fixed, ignore_errors=True)  # a killed write's (rmtree follows no link inside)
         return Path(tempfile.mkdtemp(prefix=f".{stem}.partial-", suffix=".dir", dir=path.parent))
     except OSError as e:
         _name_written_file(e, path)
         raise
+
+
+def _own_folder(path: Path) -> bool:
+    """Whether ``path`` is a real folder (not a link) of this process's user (any folder where users are unknown)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and (not hasattr(os, "getuid") or st.st_uid == os.getuid())
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
@@ -261,9 +288,10 @@ def atomic_write_files(path: str | os.PathLike, write: Callable[[Path], Any]) ->
     For writers that put sidecar files next to the file they write, named after it (nnU-Net's ``Tiff3DIO`` writes
     the spacing into ``<name>.json``): under :func:`atomic_write`'s temporary name such a sidecar would keep that
     name. Every other file the writer made is renamed into ``path``'s folder first, ``path`` itself last, so a
-    reader that waits for ``path`` finds its sidecars. The private folder (``.<name>.partial...dir``) is removed
-    afterwards, and by :func:`clean_partial_files` when a run was killed in between. An ``OSError`` names ``path``
-    as :func:`atomic_path`'s does.
+    reader that waits for ``path`` finds its sidecars. The private folder (``.<name>.partial.dir``, as
+    :func:`atomic_path` makes it) is removed afterwards, and by the next write of ``path`` or
+    :func:`clean_partial_files` when a run was killed in between. An ``OSError`` names ``path`` as
+    :func:`atomic_path`'s does.
 
     Args:
         path: the file to write.

@@ -94,20 +94,30 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
                  "code", "reason", "rule_digest", "model_digest", "prediction")
-#: the columns that make a recorded case the same decision when its triage folder is recorded again
-_DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code")
+#: the columns that make a recorded case the same decision when its triage folder is recorded again; the prediction
+#: file too: a later batch that reuses a case id ("001") with an undefined score (None: an empty or failed
+#: prediction) is another scan, from another predictions folder (found by the review of the cross-folder skip)
+_DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
 #: the most characters of a text field of the store (site, scanner, case id, reason, ...; no NUL either)
 MAX_TEXT = 1000
 
 
+#: the user part of a database URL with a password: ``(scheme://user)``, ``:``, ``(password)``, ``@``. libpq takes the
+#: user part up to the ``@`` before the first ``/``, so the password may hold ``#``, ``?``, ``:`` (unencoded, as
+#: generated passwords often do) and an ``@``; a space too when the next ``@`` follows it without another one (a
+#: command line holding ``... @db --site A@B`` keeps its other arguments)
+_USER_PASSWORD = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?=[^/\s]*@))*)@")
+
+
 def redact_url(url: str) -> str:
     """A database URL without its password, for messages, the audit log and the dashboard.
 
     The password of the user part (``user:password@``; also without a user name, and up to the last ``@`` when one
-    was left unencoded in it) and a ``password`` query parameter are replaced by ``***``. Text around a URL is kept,
-    so a command line or a message holding one may be given whole.
+    was left unencoded in it) and a ``password`` query parameter are replaced by ``***``. The user part ends where
+    libpq ends it, at the first ``/``: an unencoded ``#``, ``?`` or ``:`` (or a single space) in the password is
+    part of it. Text around a URL is kept, so a command line or a message holding one may be given whole.
 
     Args:
         url: a database URL, or text holding one.
@@ -121,14 +131,14 @@ def redact_url(url: str) -> str:
         >>> redact_url("--db postgresql://ann@db.example/monitor?sslmode=require&password=secret")
         '--db postgresql://ann@db.example/monitor?sslmode=require&password=***'
     """
-    text = re.sub(r"(://[^:/@?#\s]*):[^?#\s]*@", r"\1:***@", str(url))
+    text = _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", str(url))
     return re.sub(r"([?&]password=)[^&#\s]*", r"\1***", text, flags=re.IGNORECASE)
 
 
 def _passwords(url: str) -> list[str]:
     """The password texts a database URL holds (as written, percent-decoded, and the parts around an unencoded ``@``),
     longest first: what a driver's message may echo (libpq names a password it cannot decode)."""
-    found = [m.group(1) for m in re.finditer(r"://[^:/@?#\s]*:([^?#\s]*)@", url)]
+    found = [m.group(2) for m in _USER_PASSWORD.finditer(url)]
     found += [m.group(1) for m in re.finditer(r"[?&]password=([^&#\s]*)", url, flags=re.IGNORECASE)]
     pieces = {piece for p in found for text in (p, unquote(p)) for piece in (text, *text.split("@"))}
     return sorted((p for p in pieces if p), key=len, reverse=True)
@@ -945,12 +955,14 @@ class MonitorStore:
         """Record one triage run (its rule and its cases) and its audit entry, in one transaction.
 
         A run is recorded once (its ``source_digest``), and so is a decision: a case that a run already recorded
-        with the same rule, site, case id, score, image z-score, expected Dice, decision and code is skipped, so that
-        it does not weigh twice in the alarms, whichever triage folder recorded it (triage run again on a folder of
-        predictions that gained cases rewrites ``triage.json`` with the earlier decisions in it; a site that triages
-        into a new folder each month from a predictions folder that keeps growing repeats every earlier decision:
-        found by a review of the store under real operations, where only the same folder's were skipped). A case id
-        with another decision (another score: another scan), or at another site, is another case and is recorded.
+        with the same rule, site, case id, score, image z-score, expected Dice, decision, code and prediction file is
+        skipped, so that it does not weigh twice in the alarms, whichever triage folder recorded it (triage run again
+        on a folder of predictions that gained cases rewrites ``triage.json`` with the earlier decisions in it; a site
+        that triages into a new folder each month from a predictions folder that keeps growing repeats every earlier
+        decision: found by a review of the store under real operations, where only the same folder's were skipped).
+        A case id with another decision (another score: another scan), another prediction file (a later batch
+        reusing the id, whose undefined score, None, matches any other), or at another site, is another case and is
+        recorded.
 
         Args:
             rule: the rule's JSON (``referral_rule.json`` as triage recorded it), with its ``digest``.

@@ -92,8 +92,9 @@ def test_a_nifti_pair_beside_volume_files_is_a_case_that_fails_naming_the_conver
             read_volume(tmp_path / "b.hdr")
         assert "\n" not in str(info.value)
     nib.save(nib.Nifti1Pair(np.zeros((4, 5, 6), np.int16), np.eye(4)), tmp_path / "a.hdr")
-    with pytest.raises(CaseError, match=r"case 'a': two inputs .*a\.nii\.gz and a\.hdr"):
-        list_image_cases(tmp_path)
+    with pytest.warns(UserWarning, match=r"not read as cases: a\.hdr \(case 'a' is a\.nii\.gz\)"):
+        cases = list_image_cases(tmp_path)  # the original beside its conversion: the volume file is the case
+    assert [(c.case_id, c.channels[0].name) for c in cases] == [("a", "a.nii.gz"), ("b", "b.hdr")]
     only = tmp_path / "only_pairs"
     only.mkdir()
     nib.save(nib.Nifti1Pair(np.zeros((4, 5, 6), np.int16), np.eye(4)), only / "c.hdr")
@@ -175,3 +176,35 @@ def test_an_image_that_is_the_cases_label_or_prediction_is_refused(tmp_path):
     assert [c.case_id for c in match_cases(nn, nn, layout="nnunet")] == ["a", "b"]
     with pytest.raises(CaseError, match=r"--images .* and --predictions name the same files"):
         match_cases(nn, nn, layout="nnunet", images=nn)
+
+
+def test_a_stray_nifti_pair_does_not_refuse_a_folder_read_before(tmp_path):
+    """Found by the review of NIfTI pairs: since a ``.hdr`` became a case, an image folder that every command read
+    before was refused whole: ``evaluate --images`` exited 2 ("case 'case1': two inputs") for ``case1.nii.gz`` kept
+    beside its original ``case1.hdr`` / ``.img``, and nnU-Net channel files beside an ``atlas.hdr`` gave "cases have
+    different numbers of channels". Such a header is left out with a warning naming it; a folder of pairs alone
+    still gives its cases."""
+    nib = pytest.importorskip("nibabel")
+    from monai_unc.io import match_cases
+
+    pair = nib.Nifti1Pair(np.zeros((4, 5, 6), np.int16), np.eye(4))
+    for name in ("labels/case1.nii.gz", "pred/case1_seg.nii.gz", "images/case1.nii.gz"):
+        _vol(tmp_path / name)
+    nib.save(pair, tmp_path / "images" / "case1.hdr")
+    with pytest.warns(UserWarning, match=r"case1\.hdr \(case 'case1' is case1\.nii\.gz\)"):
+        files = match_cases(tmp_path / "labels", tmp_path / "pred", images=tmp_path / "images")
+    assert [f.image.name for f in files] == ["case1.nii.gz"]
+    channels = tmp_path / "channels"
+    for name in ("a_0000.nii.gz", "a_0001.nii.gz", "b_0000.nii.gz", "b_0001.nii.gz"):
+        _vol(channels / name)
+    nib.save(pair, channels / "atlas.hdr")
+    with pytest.warns(UserWarning, match=r"atlas\.hdr \(one channel; the folder's cases have 2\)"):
+        cases = list_image_cases(channels)
+    assert [(c.case_id, len(c.channels)) for c in cases] == [("a", 2), ("b", 2)]
+    series = tmp_path / "series"
+    (series / "case2").mkdir(parents=True)
+    (series / "case2" / "1.dcm").write_bytes(b"")
+    nib.save(pair, series / "case2.hdr")
+    nib.save(pair, series / "case3.hdr")
+    with pytest.warns(UserWarning, match=r"case2\.hdr \(case 'case2' is case2/\)"):
+        assert [c.case_id for c in list_image_cases(series)] == ["case2", "case3"]

@@ -328,3 +328,38 @@ def test_the_private_folder_of_a_killed_write_is_cleaned_and_a_long_name_still_f
     assert np.load(dst)["a"].tolist() == [0, 1, 2]
     assert clean_partial_files(tmp_path) == 1
     assert [p.name for p in tmp_path.iterdir()] == [dst.name]
+
+
+@pytest.mark.skipif(os.name == "nt", reason="SIGTERM ends a process at once on POSIX only")
+def test_the_folder_a_killed_write_left_is_removed_by_the_next_write_of_the_file(tmp_path):
+    """Found by the review of private folders: each write made a folder with a new random name, so a run killed
+    mid-write (SIGTERM at a batch system's time limit, the OOM killer) left its folder and partial file for good in
+    every folder that clean_partial_files does not cover (``evaluate``'s ``maps/`` and output, ``report``'s
+    ``figures/``, ``nnunet-predict``'s output): three killed runs left three partial volumes after a clean rerun.
+    The next write of the same file removes it again, as it removed the fixed temporary file of earlier versions;
+    a link planted under the folder's name is not followed (a random folder is used instead)."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import monai_unc
+    from monai_unc.io import atomic_write
+
+    dst = tmp_path / "maps" / "case1_predictive_entropy.nii.gz"
+    code = ("import os, signal\nfrom pathlib import Path\nfrom monai_unc.io import atomic_write\n"
+            "def dying(tmp):\n    tmp.write_bytes(b'x' * 100000)\n    os.kill(os.getpid(), signal.SIGTERM)\n"
+            f"atomic_write(Path({str(dst)!r}), dying)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(monai_unc.__file__).parents[1])}
+    for _ in range(3):
+        assert subprocess.run([sys.executable, "-c", code], env=env).returncode == -signal.SIGTERM
+    assert any(p.name.startswith(".case1_predictive_entropy") for p in dst.parent.iterdir())  # the killed write's
+    atomic_write(dst, lambda tmp: tmp.write_bytes(b"done"))
+    assert sorted(p.name for p in dst.parent.iterdir()) == [dst.name]
+    assert dst.read_bytes() == b"done"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (dst.parent / f".{dst.name}.partial.dir").symlink_to(victim)  # planted by a co-user of the shared folder
+    atomic_write(dst, lambda tmp: tmp.write_bytes(b"again"))
+    assert dst.read_bytes() == b"again" and list(victim.iterdir()) == []
+    assert (dst.parent / f".{dst.name}.partial.dir").is_symlink()  # someone else's entry: left alone

@@ -205,3 +205,38 @@ def test_a_file_in_microns_or_metres_warns_that_distances_are_in_its_unit(tmp_pa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         read_volume(tmp_path / "mm.nii.gz")
+
+
+def test_the_report_masks_of_evaluate_conformal_have_the_label_geometry_for_itk_too(tmp_path):
+    """Found by the review of like=: ``evaluate --conformal`` writes each case's masks for the report
+    (``products/conformal/<case>_outer.nii.gz``, :func:`calibration_case_masks`) without the label's header, so for
+    an SPM-coregistered label ITK-SNAP and Slicer put them 5 mm (the sform) away from the label and the derived maps
+    of the same run. A loaded case knows its label file (``LoadedCase.label_file``), which the masks and maps copy."""
+    from monai_unc import cli
+    from monai_unc.io import CaseFiles, load_case
+
+    rng = np.random.default_rng(0)
+    for i in range(20):
+        lab = np.zeros(SHAPE, np.int16)
+        lab[1:5, 1:4, 1:3] = 1
+        p1 = np.clip(lab * 0.8 + rng.normal(0, 0.15, SHAPE), 0.01, 0.99).astype(np.float32)
+        for arr, path in ((lab, tmp_path / "labels" / f"c{i:02d}.nii.gz"),
+                          (np.stack([1 - p1, p1], -1), tmp_path / "pred" / f"c{i:02d}_probs.nii.gz")):
+            path.parent.mkdir(exist_ok=True)
+            img = nib.Nifti1Image(arr, SFORM)
+            img.set_sform(SFORM, code=2)
+            img.set_qform(QFORM, code=1)
+            nib.save(img, path)
+    label = tmp_path / "labels" / "c00.nii.gz"
+    out = tmp_path / "out"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli.main(["evaluate", "--labels", str(tmp_path / "labels"), "--predictions", str(tmp_path / "pred"),
+                         "--output", str(out), "--conformal", "outer:fnr=0.2", "--quiet"]) == 0
+    masks = sorted((out / "products" / "conformal").glob("c00_*.nii.gz"))
+    maps = sorted((out / "maps").glob("c00_*.nii.gz"))
+    assert masks and maps
+    for path in (*masks, *maps):
+        assert _itk(path) == _itk(label), path.name
+    files = CaseFiles("c00", label, None, tmp_path / "pred" / "c00_probs.nii.gz", {})
+    assert load_case(files, 2).label_file == label

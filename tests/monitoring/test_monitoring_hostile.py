@@ -213,6 +213,36 @@ def test_a_new_triage_folder_each_month_records_the_earlier_decisions_once(store
         assert [r["n_cases"] for r in store.runs()] == [10, 1, 10]
 
 
+def test_a_later_batch_reusing_a_case_id_with_an_undefined_score_is_recorded(store_url, tmp_path):
+    """Found by the review of the cross-folder skip: a decision was skipped as "already recorded" from any triage
+    folder when site, case id, scores, decision and code matched, so a later batch that numbers its cases alike
+    ("001") lost a case whose score is undefined (None: an empty or failed prediction, "undefined_score"), another
+    scan, from the store and the alarms. The prediction file is part of a decision: the monthly re-triage of one
+    growing predictions folder is still skipped."""
+    import json
+
+    rule = make_rule([0.1, 0.2, 0.3])
+
+    def batch(name: str, preds: str, more: tuple[str, ...] = ()) -> Path:
+        cases = [{"case": "001", "score": None, "decision": "review"}, {"case": "002", "score": 0.12},
+                 *({"case": c, "score": 0.15} for c in more)]
+        folder = write_triage(tmp_path / name, rule, cases,
+                              segs={c["case"]: str(tmp_path / preds / f"{c['case']}_seg.nii.gz") for c in cases})
+        doc = json.loads((folder / "triage.json").read_text())
+        doc["cases"][0].update(code="undefined_score", reason="the score is undefined")
+        (folder / "triage.json").write_text(json.dumps(doc))
+        return folder
+
+    assert record_triage(store_url, batch("t1", "batch1"), site="A").lines[0].startswith("recorded 2 case(s)")
+    second = record_triage(store_url, batch("t2", "batch2"), site="A").lines[0]
+    assert second.startswith("recorded 2 case(s)") and "skipped" not in second, second
+    again = record_triage(store_url, batch("t3", "batch2", ("003",)), site="A").lines[0]  # batch2, grown, again
+    assert again.startswith("recorded 1 case(s)") and "2 already recorded (skipped)" in again, again
+    with MonitorStore(store_url, create=False) as store:
+        assert sum(c["code"] == "undefined_score" for c in store.cases()) == 2
+        assert store.verify().ok
+
+
 # --------------------------------------------------------------------------- labels of sites that share case ids
 def test_a_label_never_goes_to_another_sites_case(store_url, tmp_path):
     """Two sites number their cases alike ("001"): before the fix site A's audited label went to site B's case

@@ -65,6 +65,23 @@ def test_redact_url_leaves_out_every_form_of_the_password(url, secret):
     assert secret not in shown and "***" in shown and "db.example" in shown.rsplit("@", 1)[-1]
 
 
+@pytest.mark.parametrize("secret", ["Xk#9q", "Xk?9q", "Xk 9q", "a:b#c?d@e"])
+def test_a_password_with_a_hash_a_question_mark_or_a_space_is_redacted(tmp_path, secret):
+    """Found by the review of this change: the redaction stopped the password at an unencoded ``#``, ``?`` or space,
+    which libpq takes as part of it (it ends the user part at the ``@`` before the first ``/``), so a generated
+    password such as ``Xk#9q`` stayed in clear in the audit log, the dashboard and connection errors (the version
+    before redacted it)."""
+    url = f"postgresql://ann:{secret}@db.example/monitor"
+    shown = redact_url(url)
+    assert shown == "postgresql://ann:***@db.example/monitor", shown
+    assert redact_url(f"monai-unc monitor status --db {url} --site A@B").endswith("--site A@B")
+    rule = make_rule([0.1, 0.2])
+    with MonitorStore(tmp_path / "m.db") as store:
+        _record(store, rule, "a", command=["monai-unc", "monitor", "record", "t", "--db", url])
+        commands = [e.command for e in store.audit_log()]
+    assert not any(secret in c for c in commands), commands
+
+
 def test_the_audit_log_and_the_dashboard_never_hold_the_database_password(tmp_path):
     """Found by hostile testing: ``monitor record --db postgresql://ann:PASSWORD@...`` stored the password in the
     hash-chained audit log (the command line of its entry, which cannot be removed without breaking the chain) and the
