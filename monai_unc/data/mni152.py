@@ -23,10 +23,18 @@ TISSUE_CLASSES = ("background+CSF", "grey matter", "white matter")
 def _nilearn_datasets():
     try:
         from nilearn import datasets
-    except ImportError as e:  # a dependency, missing only after `pip install --no-deps` (tests/cli/test_cli.py)
+    except ImportError as e:
+        if (e.name or "").split(".")[0] == "nilearn":  # missing only after `pip install --no-deps` (tests/cli)
+            raise ImportError(
+                "the MNI152 example needs nilearn, a dependency of monai-unc that is not installed: "
+                "pip install 'nilearn>=0.10.1'"
+            ) from e
+        # installed, but its import failed: nilearn 0.10.0 imports pkg_resources, which setuptools >= 81 and the
+        # environments without setuptools (uv, Python >= 3.12) lack (found by testing the declared lower bounds)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ImportError(
-            "the MNI152 example needs nilearn, a dependency of monai-unc that is not installed: "
-            "pip install 'nilearn>=0.10'"
+            f"the MNI152 example needs nilearn, which is installed but does not import ({first}): "
+            "pip install --upgrade 'nilearn>=0.10.1'"
         ) from e
     return datasets
 
@@ -96,7 +104,8 @@ def load_mni152_tissue(resolution: int = 2) -> dict:
 
     Raises:
         ValueError: ``resolution`` is not 1 or 2.
-        ImportError: without nilearn (an install with ``--no-deps``); the message says what to install.
+        ImportError: without nilearn (an install with ``--no-deps``), or with a nilearn that does not import (0.10.0
+            without setuptools' ``pkg_resources``); the message says which and what to install.
     """
     if resolution not in (1, 2):
         raise ValueError(f"resolution must be 1 or 2 (mm), got {resolution}")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,10 @@ def _csv_header(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None
     return header
 
 
+#: whether the csv module writes a NUL character (from Python 3.11 on; 3.10's writer raises ``csv.Error``)
+_CSV_WRITES_NUL = sys.version_info >= (3, 11)
+
+
 def _csv_text(rows: Sequence[Mapping[str, Any]], header: Sequence[str]) -> str:
     """The CSV text of checked rows under ``header`` (:func:`csv_text`)."""
     f = io.StringIO(newline="")
@@ -183,7 +188,17 @@ def _csv_text(rows: Sequence[Mapping[str, Any]], header: Sequence[str]) -> str:
     quoted = csv.writer(f, lineterminator="\n", quoting=csv.QUOTE_ALL)
 
     def write(cells: list[str]) -> None:
-        (quoted if any("\r" in c for c in cells) else writer).writerow(cells)
+        quote = any("\r" in c for c in cells)
+        if _CSV_WRITES_NUL or not any("\x00" in c for c in cells):
+            (quoted if quote else writer).writerow(cells)
+            return
+        # Python 3.10's writer raises csv.Error on a NUL (found by running the tests on 3.10, the declared minimum):
+        # a character no cell holds stands in for it, and the row is the text 3.11 writes (a NUL needs no quotes)
+        stand = next(chr(c) for c in range(0xE000, 0xF900) if all(chr(c) not in x for x in cells))
+        row = io.StringIO(newline="")
+        csv.writer(row, lineterminator="\n", quoting=csv.QUOTE_ALL if quote else csv.QUOTE_MINIMAL).writerow(
+            [c.replace("\x00", stand) for c in cells])
+        f.write(row.getvalue().replace(stand, "\x00"))
 
     def cell(value: Any) -> str:
         text = format_cell(value)

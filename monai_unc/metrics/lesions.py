@@ -44,7 +44,15 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
-from .._utils import affine_voxel_volume, normalize_spacing, positive_finite, real_number, to_numpy, warn_nan
+from .._utils import (
+    affine_voxel_volume,
+    normalize_spacing,
+    positive_finite,
+    real_number,
+    to_numpy,
+    trapezoid,
+    warn_nan,
+)
 
 __all__ = [
     "BRATS_2023_SETTINGS",
@@ -767,7 +775,7 @@ def ndsc_retention_area(pred: Any, target: Any, uncertainty: Any, r: float = 0.0
         0.0
     """
     fr, vals = ndsc_retention_curve(pred, target, uncertainty, shifts_retention_fractions(n_points), r, mask)
-    return float(1.0 - np.trapezoid(vals, fr))
+    return 1.0 - trapezoid(vals, fr)
 
 
 # -- per-lesion uncertainty -----------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from .._utils import (
     check_finite,
     like_input,
     to_tensor,
+    trapezoid,
 )
 from ..keys import DEPRECATED_MEASURES, UncertaintyKeys, canonical_measure
 from ..regions import BRATS_REGIONS, RegionSpec, parse_regions, region_masks
@@ -452,7 +453,7 @@ def _result_from_counts(counts: np.ndarray, desc: np.ndarray, max_u: float) -> Q
     ftp = (tp - kept[:, 7]) / (tp + QU_BRATS_EPS)
     ftn = (tn - kept[:, 4]) / (tn + QU_BRATS_EPS)
     asc = desc[::-1]
-    dice_auc, ftp_auc, ftn_auc = (float(np.trapezoid(c, asc)) / max_u for c in (dice, ftp, ftn))
+    dice_auc, ftp_auc, ftn_auc = (trapezoid(c, asc) / max_u for c in (dice, ftp, ftn))
     score = (dice_auc + (1 - ftp_auc) + (1 - ftn_auc)) / 3
     return QUBraTSResult(
         dice_auc=dice_auc, ftp_auc=ftp_auc, ftn_auc=ftn_auc, score=score, thresholds=desc,

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_vector, check_bool, to_numpy, warn_nan
+from .._utils import ArrayLike, case_vector, check_bool, to_numpy, trapezoid, warn_nan
 
 __all__ = [
     "RiskCoverageCurve",
@@ -186,7 +186,7 @@ def _trapezoid(x: np.ndarray, y: np.ndarray) -> float:
     """
     if x.size < 2:
         return 0.0
-    area = float(np.sum(np.diff(x) * (y[1:] + y[:-1]) * 0.5))
+    area = trapezoid(y, x)
     # + 0.0: a zero area over a descending x is -0.0, which reports print as "-0.0"
     return (area if x[-1] >= x[0] else -area) + 0.0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -238,6 +239,41 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
     return out
 
 
+#: an ISO 8601 time's seconds with a fraction: the date and time, the fraction's digits, the zone
+_FRACTION = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)[.,](\d+)(.*)")
+
+
+def _iso_datetime(text: str) -> datetime:
+    """``datetime.fromisoformat`` with the ISO 8601 forms it reads from Python 3.11 on, on every supported Python.
+
+    Python 3.10 (the declared minimum) refused a ``Z`` zone and a fraction of other than 3 or 6 digits
+    (``2026-03-01T10:00:00Z``, ``...:00.5+00:00``), which ``--time`` promises as ISO 8601 (found by running the
+    tests on 3.10): a ``Z`` is read as ``+00:00`` and a fraction as its first 6 digits (3.11 cuts the rest too).
+
+    Args:
+        text: the time.
+
+    Returns:
+        The time, with its zone when it has one.
+
+    Raises:
+        ValueError: not an ISO 8601 time ``datetime.fromisoformat`` reads.
+        TypeError: not a string.
+
+    Example:
+        >>> _iso_datetime("2026-03-01T10:00:00.5Z").isoformat()
+        '2026-03-01T10:00:00.500000+00:00'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"a time must be a string, got {type(text).__name__}")
+    if text[-1:] in ("Z", "z"):
+        text = text[:-1] + "+00:00"
+    m = _FRACTION.fullmatch(text)
+    if m is not None:
+        text = f"{m[1]}.{(m[2] + '000000')[:6]}{m[3]}"
+    return datetime.fromisoformat(text)
+
+
 def read_triage_run(
     folder: str | os.PathLike, *, site: str | None = None, sites: Mapping[str, tuple[str, str | None]] | None = None,
     triaged_at: str | None = None,
@@ -295,7 +331,7 @@ def read_triage_run(
             raise ValueError(f"{path}: its modification time is out of range: give the time with --time") from None
     else:
         try:
-            t = datetime.fromisoformat(triaged_at)
+            t = _iso_datetime(triaged_at)
             # a time within a day of year 1 or 9999 leaves datetime's range in UTC
             triaged_at = (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).isoformat()
         except (TypeError, ValueError, OverflowError):

@@ -506,12 +506,26 @@ def _full_disk(error: sqlite3.Error, path: Path) -> OSError | None:
     cannot be opened counts as a full disk only when the file system has no free block left (found by hostile
     testing: ``monitor record`` on a full disk said ``disk I/O error``).
     """
-    code = getattr(error, "sqlite_errorcode", None)
+    code = _sqlite_code(error)
     if code is None:
         return None
-    full = code == sqlite3.SQLITE_FULL or (code & 0xFF in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN)
-                                           and _no_free_block(path))
+    full = code == _SQLITE_FULL or (code & 0xFF in (_SQLITE_IOERR, _SQLITE_CANTOPEN) and _no_free_block(path))
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) if full else None
+
+
+#: SQLite's primary result codes of the errors a full disk gives (the constants sqlite3 has from Python 3.11)
+_SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 13, 14
+#: those codes by the text SQLite gives each error (``sqlite3_errstr``), for the exceptions that carry no code
+_SQLITE_CODE_OF_TEXT = {"disk I/O error": _SQLITE_IOERR, "database or disk is full": _SQLITE_FULL,
+                        "unable to open database file": _SQLITE_CANTOPEN}
+
+
+def _sqlite_code(error: sqlite3.Error) -> int | None:
+    """SQLite's (extended) result code of ``error``: its ``sqlite_errorcode``, which Python 3.10 does not set (found by
+    testing the declared minimum: a full disk there was ``database or disk is full`` naming no file, and the
+    read-only commands failed), else the primary code of its text; None for another error."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return code if code is not None else _SQLITE_CODE_OF_TEXT.get(str(error).strip())
 
 
 def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:

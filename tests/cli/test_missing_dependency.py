@@ -27,7 +27,29 @@ def test_demo_without_nilearn_says_what_to_install(tmp_path, monkeypatch, capsys
     rc = cli.main(["demo", "--quick", "--quiet", "--output", str(tmp_path / "demo")])
     line = _one_error_line(capsys)
     assert rc == 2
-    assert line.startswith("monai-unc demo: error: ") and "pip install 'nilearn>=0.10'" in line
+    assert line.startswith("monai-unc demo: error: ") and "pip install 'nilearn>=0.10.1'" in line
+
+
+def test_demo_with_a_nilearn_that_does_not_import_says_so(tmp_path, monkeypatch, capsys):
+    """nilearn 0.10.0 (then allowed by the declared bound) imports pkg_resources, which setuptools >= 81 and uv or
+    Python >= 3.12 environments lack: the demo said nilearn "is not installed" and advised 'nilearn>=0.10', which
+    the installed 0.10.0 satisfies. It says the import failed, why, and what to upgrade to."""
+
+    class Nilearn0100:  # the import of nilearn fails inside it, as 0.10.0's does without pkg_resources
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "nilearn":
+                raise ModuleNotFoundError("No module named 'pkg_resources'", name="pkg_resources")
+            return None
+
+    for name in [m for m in sys.modules if m == "nilearn" or m.startswith("nilearn.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [Nilearn0100(), *sys.meta_path])
+    rc = cli.main(["demo", "--quick", "--quiet", "--output", str(tmp_path / "demo")])
+    line = _one_error_line(capsys)
+    assert rc == 2
+    assert line == ("monai-unc demo: error: the MNI152 example needs nilearn, which is installed but does not import "
+                    "(No module named 'pkg_resources'): pip install --upgrade 'nilearn>=0.10.1'")
 
 
 def test_missing_module_names_the_package_to_install(monkeypatch, capsys):

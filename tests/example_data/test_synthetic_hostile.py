@@ -68,3 +68,29 @@ def test_bad_dataset_arguments():
         make_toy_dataset(0, shape=(10, 10))
     with pytest.raises(ValueError, match="shift must not be an empty sequence"):
         make_toy_dataset(2, shape=(10, 10), shift=[])
+
+
+def test_a_cohort_on_numpy_1_24_is_the_same_cohort(monkeypatch):
+    """numpy 1.24 (declared: ``numpy>=1.24``) has no ``Generator.spawn`` (numpy 1.25): ``make_toy_dataset`` failed
+    there with an ``AttributeError`` (found by testing the declared lower bounds). Emulated by generators without
+    ``spawn``; the cohort must be the one numpy >= 1.25 gives."""
+    expected = make_toy_dataset(3, shape=(10, 10), shift=["none", "intensity"], seed=7)
+    real = np.random.default_rng
+
+    class Numpy124Generator:
+        def __init__(self, generator):
+            self._g = generator
+
+        def __getattr__(self, name):
+            if name == "spawn":
+                raise AttributeError("'numpy.random._generator.Generator' object has no attribute 'spawn'")
+            return getattr(self._g, name)
+
+    def default_rng(seed=None):  # a generator given is returned as it is, as numpy's default_rng does
+        return seed if isinstance(seed, Numpy124Generator) else Numpy124Generator(real(seed))
+
+    monkeypatch.setattr(np.random, "default_rng", default_rng)
+    got = make_toy_dataset(3, shape=(10, 10), shift=["none", "intensity"], seed=7)
+    for a, b in zip(expected, got):
+        for key in ("image", "label", "raters", "probs"):
+            np.testing.assert_array_equal(a[key], b[key])

@@ -129,3 +129,43 @@ os.statvfs = lambda path: os.statvfs_result((4096, 4096, 1000, 0, 0, 1000, 0, 0,
     for name in ("verify", "status"):
         assert runs[name] == [0, ["monitor.db"]], (name, runs, done.stderr[-2000:])
     assert runs["record"][0] == 2 and f"No space left on device: {tmp_path / 'monitor.db'}" in done.stderr
+
+
+def test_a_full_disk_is_recognised_without_sqlite_s_error_code(tmp_path, monkeypatch):
+    """Python 3.10 (the declared minimum) sets no ``sqlite_errorcode`` on sqlite3's exceptions (3.11 does): a full
+    disk was ``database or disk is full`` naming no file, and no full disk to ``is_disk_full`` (found by testing the
+    declared minimum). Emulated by errors made without the code, as 3.10 raises them."""
+    db = tmp_path / "monitor.db"
+    rule = make_rule([0.1, 0.2])
+    record_triage(str(db), write_triage(tmp_path / "a", rule, [{"case": "a", "score": 0.1}]))
+    real = sqlite3.connect
+
+    class FullDisk:  # a connection whose writes of many rows find the disk full
+        def __init__(self, conn):
+            self._conn = conn
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+        def executemany(self, *args, **kwargs):
+            error = sqlite3.OperationalError("database or disk is full")
+            assert getattr(error, "sqlite_errorcode", None) is None  # as Python 3.10 raises it
+            raise error
+
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: FullDisk(real(*a, **k)))
+    with pytest.raises(OSError) as info:
+        record_triage(str(db), write_triage(tmp_path / "b", rule, [{"case": f"b{i}", "score": 0.1} for i in range(3)]))
+    assert is_disk_full(info.value) and info.value.errno == errno.ENOSPC and info.value.filename == str(db)
+
+    def cannot_open(*args, **kwargs):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(sqlite3, "connect", cannot_open)
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((4096, 4096, 1000, 0, 0, 1000, 0, 0, 0, 255)))
+    with pytest.raises(OSError) as info:
+        MonitorStore(db)
+    assert is_disk_full(info.value) and info.value.filename == str(db)
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((4096, 4096, 1000, 500, 500, 1000, 0, 0, 0,
+                                                                       255)))
+    with pytest.raises(ValueError, match="cannot open the database .*disk I/O error"):  # free blocks: no full disk
+        MonitorStore(db)

@@ -581,7 +581,8 @@ def _texts(dataset: Any, source: Any) -> list[str]:
 def declare_character_set(dataset: Any, source: Any) -> Any:
     """Declare UTF-8 (``ISO_IR 192``) when a text of the object is not in its character set; returns it.
 
-    The derived objects take the source's SpecificCharacterSet (highdicom), but their own texts (segment names,
+    The derived objects take the source's SpecificCharacterSet (highdicom >= 0.28; an object that declares none
+    takes it here from ``source``, as an older highdicom left it out), but their own texts (segment names,
     algorithm names, regions) need not be in it: without a declaration only ASCII is allowed (pydicom would write
     Latin-1 bytes no reader may assume) and a Latin-1 source cannot hold ``李`` (pydicom would write ``?``). UTF-8
     holds every text; the source's texts (the patient's name) are then the same characters re-encoded. The
@@ -593,7 +594,8 @@ def declare_character_set(dataset: Any, source: Any) -> Any:
         source: the source slice its patient and study were copied from.
 
     Returns:
-        ``dataset``, with ``SpecificCharacterSet`` ``ISO_IR 192`` when one of its own texts needs it.
+        ``dataset``, with the source's ``SpecificCharacterSet`` where it declared none, and ``ISO_IR 192`` when one
+        of its own texts needs it.
 
     Example:
         >>> from pydicom import Dataset
@@ -604,6 +606,10 @@ def declare_character_set(dataset: Any, source: Any) -> Any:
         'ISO_IR 192'
     """
     declared = dataset.get("SpecificCharacterSet")
+    if declared is None and source.get("SpecificCharacterSet") is not None:
+        # the source's declaration, as highdicom >= 0.28 copies it: before 0.28 a SEG left it out, and the patient's
+        # name copied from a UTF-8 source was written as "?" (found by testing the declared lower bounds)
+        declared = dataset.SpecificCharacterSet = source.SpecificCharacterSet
     terms = [declared] if isinstance(declared, str) else [str(t) for t in (declared or [])]
     terms = terms or [""]
     if "ISO_IR 192" in terms:

@@ -18,6 +18,7 @@ hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
 from monai_unc.io.dicom import (  # noqa: E402
     AlgorithmInfo,
     DicomSeriesError,
+    declare_character_set,
     default_segment,
     read_segment_specs,
     read_series,
@@ -125,6 +126,25 @@ def test_a_text_outside_the_source_character_set_is_written_in_utf8(tmp_path, ch
     else:
         assert dciodvfy_errors(path) == []
         assert str(seg.PatientName) == patient  # the same characters, re-encoded
+
+
+@pytest.mark.parametrize("charset", ["ISO_IR 192", "ISO_IR 100", ["", "ISO 2022 IR 100"]])
+def test_an_object_without_a_declaration_takes_the_source_s(charset):
+    """highdicom before 0.28 (then allowed by the dicom extra) left the SEG's SpecificCharacterSet out: the patient's
+    name copied from a UTF-8 source ("Ωmega^Anna") was written as "?mega^Anna", with only a pydicom log line. The
+    object takes the source's declaration, so every copied text keeps its characters."""
+    source, seg = pydicom.Dataset(), pydicom.Dataset()
+    source.SpecificCharacterSet = charset
+    source.PatientName = seg.PatientName = "Ωmega^Anna" if charset == "ISO_IR 192" else "Müller^Jörg"
+    seg.SeriesDescription = "SEG by monai-unc"
+    declared = declare_character_set(seg, source).get("SpecificCharacterSet")
+    assert declared == charset
+    seg.file_meta = pydicom.dataset.FileMetaDataset()
+    seg.file_meta.TransferSyntaxUID = pydicom.uid.ExplicitVRLittleEndian
+    buffer = pydicom.filebase.DicomBytesIO()
+    pydicom.dcmwrite(buffer, seg, enforce_file_format=False)
+    assert str(pydicom.dcmread(pydicom.filebase.DicomBytesIO(buffer.getvalue()), force=True).PatientName) == str(
+        source.PatientName)
 
 
 def test_a_source_without_type2_patient_and_study_attributes(tmp_path):
