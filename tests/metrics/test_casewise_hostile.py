@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from scipy.integrate import trapezoid as scipy_trapezoid  # numpy's np.trapezoid is numpy 2 only
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from monai_unc.aggregation import aggregate, fit_threshold
@@ -66,7 +67,7 @@ def _qu_brats_loop(u: np.ndarray, p: np.ndarray, g: np.ndarray, b: np.ndarray) -
         ftp.append((tp_mask.sum() - (tp_mask & keep).sum()) / (tp_mask.sum() + F32_EPS))
         ftn.append((tn_mask.sum() - (tn_mask & keep).sum()) / (tn_mask.sum() + F32_EPS))
     x = thresholds[::-1]
-    d_auc, p_auc, n_auc = (np.trapezoid(np.asarray(c)[::-1], x) / 100.0 for c in (dice, ftp, ftn))
+    d_auc, p_auc, n_auc = (scipy_trapezoid(np.asarray(c)[::-1], x) / 100.0 for c in (dice, ftp, ftn))
     return float((d_auc + (1 - p_auc) + (1 - n_auc)) / 3)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from scipy import ndimage
+from scipy.integrate import trapezoid as scipy_trapezoid  # numpy's np.trapezoid is numpy 2 only
 
 from monai_unc.metrics.lesions import (
     BRATS_2023_SETTINGS,
@@ -177,7 +178,7 @@ def test_ndsc_brute_force_and_retention_curve():
         assert v == pytest.approx(normalized_dice(cur, ts), rel=1e-12)
     assert vals[-1] == pytest.approx(normalized_dice(pred, truth), rel=1e-12)
     area = ndsc_retention_area(pred, truth, u)
-    assert area == pytest.approx(1 - np.trapezoid(vals, fr), rel=1e-12)
+    assert area == pytest.approx(1 - scipy_trapezoid(vals, fr), rel=1e-12)
     # an oracle ranking (errors most uncertain) has a smaller area than a random one
     assert ndsc_retention_area(pred, truth, (pred != truth) + 0.01 * u) < area
     # a mask restricts the voxels (and N)

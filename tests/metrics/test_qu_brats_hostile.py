@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from scipy.integrate import trapezoid as scipy_trapezoid  # numpy's np.trapezoid is numpy 2 only
 
 from monai_unc.metrics import QUBraTSMetric, qu_brats, qu_brats_thresholds
 
@@ -31,7 +32,7 @@ def qu_brats_loop(u, p, g, b, k=40, max_u=100.0):
         ftp.append((tp - (p & g & b & keep).sum()) / (tp + EPS))
         ftn.append((tn - (~p & ~g & b & keep).sum()) / (tn + EPS))
     x = thresholds[::-1]
-    aucs = [float(np.trapezoid(np.array(c)[::-1], x)) / max_u for c in (dice, ftp, ftn)]
+    aucs = [float(scipy_trapezoid(np.array(c)[::-1], x)) / max_u for c in (dice, ftp, ftn)]
     return (aucs[0] + (1 - aucs[1]) + (1 - aucs[2])) / 3, aucs
 
 
