@@ -321,6 +321,36 @@ def _check_labels(labels: np.ndarray, count: int, what: str, probs_name: str | N
                     "probabilities (dicom-export --no-probabilities, nnunet-predict without --save_probabilities)")
 
 
+#: the SOP classes dicom-export writes: SEG, Parametric Map, Comprehensive 3D SR
+_OBJECT_CLASSES = ("1.2.840.10008.5.1.4.1.1.66.4", "1.2.840.10008.5.1.4.1.1.30", "1.2.840.10008.5.1.4.1.1.88.34")
+
+
+def _check_earlier_objects(folder: Path, case_id: str) -> None:
+    """Refuse a case's folder of objects that holds a ``.dcm`` file an earlier export did not write.
+
+    A rerun removes the case's earlier objects (every ``*.dcm`` of ``<output>/<case>/``): a DICOM file of another
+    origin there (the site's original slices, a radiologist's own SEG, in a folder given as ``--output``) was removed
+    with them, without a word (found by hostile testing). An earlier object is a SEG, Parametric Map or
+    Comprehensive 3D SR whose Manufacturer is ``monai-unc``.
+
+    Raises:
+        CaseError: naming the case, the file and what it is.
+    """
+    import pydicom  # the dicom extra, imported by monai_unc.io.dicom above
+
+    for path in sorted(folder.glob("*.dcm")) if folder.is_dir() else []:
+        try:
+            ds = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["SOPClassUID", "Manufacturer"])
+            sop, maker = str(ds.get("SOPClassUID", "") or ""), str(ds.get("Manufacturer", "") or "")
+        except Exception as e:  # InvalidDicomError and others on a file that is not DICOM
+            sop, maker = "", f"not readable as DICOM: {type(e).__name__}"
+        if sop not in _OBJECT_CLASSES or maker != "monai-unc":
+            kind = getattr(pydicom.uid.UID(sop), "name", sop) if sop else maker or "no SOP class"
+            raise CaseError(f"case {case_id}: {path} is not an object of an earlier dicom-export ({kind}, made by "
+                            f"{maker or 'an unnamed manufacturer'}); a rerun removes the case's earlier objects, so "
+                            "--output must be a folder of its own: move the file or give another --output")
+
+
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
                  uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
                  numbers: dict[str, float] | None, triage: dict[str, Any] | None, study: dict[str, str] | None = None,
@@ -617,7 +647,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         raise CaseError(f"case {clash[0]!r}: its folder of objects would be the export's own {EXPORT_RECORD} in "
                         f"{out}; rename the case")
     for c in found:  # before any object: a case's folder is cleaned of its *.dcm, so it must be the output's own
-        owned_folder(out, c.case_id, "--output")
+        _check_earlier_objects(owned_folder(out, c.case_id, "--output"), c.case_id)
     ids = [c.case_id for c in found]
     if colliding_case_ids(ids):  # Case01 / case01: one <output>/<case>/ on a case-folding share, whose second case
         # removed the first one's objects (found by a review: the commands of run_cases refused them, this one not)
