@@ -29,6 +29,7 @@ from pydicom.uid import (
     MRImageStorage,
     generate_uid,
 )
+from pydicom.valuerep import DSfloat
 
 from ..._utils import affine_voxel_volume
 from ..cases import GEOMETRY_VOXEL_FRACTION, grid_mismatch
@@ -390,6 +391,11 @@ def _check_series_geometry(affine: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return lps, np.concatenate([col / dc, row / dr]), np.array([dr, dc]), step
 
 
+def _ds(value: float) -> DSfloat:
+    """A number as a DICOM decimal string of at most 16 characters (its closest such text)."""
+    return DSfloat(float(value), auto_format=True)
+
+
 def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLike, modality: str = "CT",
                  patient_name: str = "Synthetic^Example", patient_id: str = "MONAIUNC001",
                  shuffle_seed: int | None = None, study_uid: str | None = None, series_uid: str | None = None,
@@ -398,7 +404,9 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
 
     Slice ``k`` is ``volume[:, :, k]`` (its rows along the affine's second axis). CT values are stored as int16
     with ``RescaleSlope`` 0.5 and ``RescaleIntercept`` -1024 (so reading gives them back to 0.5 HU); MR values as
-    uint16 rounded to integers (negative values clip at 0), no rescale.
+    uint16 rounded to integers (negative values clip at 0), no rescale. Positions, orientation, pixel spacing and
+    slice thickness are decimal strings of at most 16 characters (DICOM's DS: about 12 significant digits), so the
+    slices pass ``dciodvfy``.
 
     Args:
         volume: ``(columns, rows, slices)`` real-world values (HU for CT).
@@ -467,10 +475,14 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
         ds.StudyID, ds.SeriesNumber, ds.InstanceNumber = "1", 1, int(numbers[k])
         ds.PositionReferenceIndicator = ""
         ds.PatientPosition = "HFS"
-        ds.ImagePositionPatient = [float(v) for v in lps[:3, 3] + k * step]
-        ds.ImageOrientationPatient = [float(v) for v in orientation]
-        ds.PixelSpacing = [float(v) for v in pixel_spacing]
-        ds.SliceThickness = _plane_distance(lps)  # along the normal (a tilted stack's step is longer)
+        # decimal strings of at most 16 characters (DS): str() of a float gave up to 19 (-0.8571673007021123, a
+        # SliceThickness of 2.4999999999999996), which dciodvfy rejects (found by hostile testing)
+        ds.ImagePositionPatient = [_ds(v) for v in lps[:3, 3] + k * step]
+        ds.ImageOrientationPatient = [_ds(v) for v in orientation]
+        ds.PixelSpacing = [_ds(v) for v in pixel_spacing]
+        ds.SliceThickness = _ds(_plane_distance(lps))  # along the normal (a tilted stack's step is longer)
+        ds.AcquisitionNumber = 1  # type 2 in the CT image module
+        ds.Laterality = ""  # type 2C in the general series module: unknown for a synthetic volume
         ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
         ds.Rows, ds.Columns = rows, cols
         ds.BitsAllocated, ds.BitsStored, ds.HighBit = 16, 16, 15
