@@ -356,6 +356,24 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
     return series
 
 
+def _decoder_missing(path: Path) -> str:
+    """``"; <why>"`` when ``path`` is compressed in a transfer syntax pydicom has no decoder installed for, else ``""``.
+
+    A PACS often sends compressed files (JPEG Lossless, JPEG 2000, JPEG-LS); pydicom decodes most of them only with
+    a plugin (pylibjpeg and its codecs, or python-gdcm).
+    """
+    from pydicom.pixels import get_decoder
+
+    try:
+        syntax = pydicom.dcmread(path, stop_before_pixels=True).file_meta.TransferSyntaxUID
+        if not syntax.is_compressed or get_decoder(syntax).is_available:
+            return ""
+    except Exception:  # no file meta, an unknown transfer syntax, no decoder at all for it: nothing more to say
+        return ""
+    return (f"; its transfer syntax {syntax.name} needs a decoder that is not installed: pip install pylibjpeg "
+            "pylibjpeg-libjpeg pylibjpeg-openjpeg (or python-gdcm), or decompress the series (dcmdjpeg, gdcmconv)")
+
+
 def _read_pixels(series: DicomSeries) -> np.ndarray:
     cols, rows, n = series.shape
     volume = np.empty((cols, rows, n), dtype=np.float32)
@@ -365,7 +383,7 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
             stored = ds.pixel_array
         except Exception as e:
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data unreadable "
-                                                          f"({type(e).__name__})") from None
+                                                          f"({type(e).__name__}){_decoder_missing(path)}") from None
         if stored.shape != (rows, cols):
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of shape {stored.shape}, "
                                                           f"expected {(rows, cols)}")

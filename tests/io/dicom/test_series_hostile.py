@@ -95,3 +95,26 @@ def test_write_series_writes_valid_slices_of_an_oblique_tilted_volume(tmp_path, 
         assert dciodvfy_errors(path) == [], path.name
     series = read_series(tmp_path / "s", pixels=False)
     np.testing.assert_allclose(series.affine, affine, atol=1e-9)
+
+
+def test_a_compressed_series_without_its_decoder_names_the_transfer_syntax_and_the_remedy(tmp_path):
+    """Issue: a series in JPEG Lossless (what many PACS exports send) read without a decoder for it (pylibjpeg, gdcm)
+    was refused as ``pixel data unreadable (RuntimeError)``: nothing said that a codec was missing or which."""
+    from pydicom.encaps import encapsulate
+    from pydicom.pixels import get_decoder
+
+    jpeg_lossless = "1.2.840.10008.1.2.4.70"
+    if get_decoder(jpeg_lossless).is_available:
+        pytest.skip("a JPEG Lossless decoder is installed")
+    files = write_series(np.zeros((4, 3, 2)), np.eye(4), tmp_path / "s", modality="CT")
+    for path in files:  # the headers a PACS sends; the codestream is never decoded
+        ds = pydicom.dcmread(path)
+        ds.file_meta.TransferSyntaxUID = jpeg_lossless
+        ds.PixelData = encapsulate([b"\xff\xd8\xff\xc3" + b"\x00" * 60 + b"\xff\xd9"])
+        ds["PixelData"].VR = "OB"
+        ds.save_as(path, enforce_file_format=True)
+    assert read_series(tmp_path / "s", pixels=False).shape == (4, 3, 2)  # the headers are enough for an export
+    with pytest.raises(DicomSeriesError, match=r"pixel data unreadable .*JPEG Lossless.* needs a decoder .*"
+                                               r"pylibjpeg") as e:
+        read_series(tmp_path / "s")
+    assert "\n" not in str(e.value)
