@@ -410,8 +410,12 @@ def _check_series_geometry(affine: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
 
 
 def _ds(value: float) -> DSfloat:
-    """A number as a DICOM decimal string of at most 16 characters (its closest such text)."""
-    return DSfloat(float(value), auto_format=True)
+    """A number as a DICOM decimal string of at most 16 characters.
+
+    12 significant digits (``2.5``, not the ``2.50000000000000`` of float noise such as ``2.4999999999999996``),
+    fewer when 16 characters need it.
+    """
+    return DSfloat(float(f"{float(value):.12g}"), auto_format=True)
 
 
 def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLike, modality: str = "CT",
