@@ -50,6 +50,7 @@ from ..io import (
     VOLUME_EXTENSIONS,
     CaseError,
     atomic_write_json,
+    changed_inputs,
     check_case_ids_fit_folder,
     check_output_folder,
     clean_partial_files,
@@ -349,6 +350,30 @@ def _check_earlier_objects(folder: Path, case_id: str) -> None:
             raise CaseError(f"case {case_id}: {path} is not an object of an earlier dicom-export ({kind}, made by "
                             f"{maker or 'an unnamed manufacturer'}); a rerun removes the case's earlier objects, so "
                             "--output must be a folder of its own: move the file or give another --output")
+
+
+def _check_predicted_from(pred: Path, src: Path, case_id: str) -> None:
+    """Refuse a case whose series folder is not the one its record (``<case>.json``) says it was predicted from.
+
+    ``infer`` records the digest of its input (``input_digests``; of a DICOM series folder: its files' names, sizes,
+    times and contents). Another series of the exam on the same grid (the T1 beside the FLAIR that was segmented, a
+    series sent again with new UIDs and other pixels) passed the grid check, and the objects named it as the images
+    they derive from (found by hostile testing). A record of another kind of input (a NIfTI file: the series cannot
+    be compared with it) or without digests is not checked; a copy of the series with the same content passes.
+
+    Raises:
+        CaseError: naming the case, the series folder and the record.
+    """
+    record = read_json_or_none(pred / f"{case_id}.json")
+    saved = record.get("input_digests") if isinstance(record, dict) else None
+    if not (isinstance(saved, list) and len(saved) == 1 and isinstance(saved[0], dict)
+            and isinstance(saved[0].get("stat"), list) and saved[0]["stat"]
+            and all(isinstance(f, list) for f in saved[0]["stat"])):
+        return  # not predicted from one series folder (a NIfTI file, nnU-Net's records, an older record)
+    if changed_inputs([src / case_id], record):
+        raise CaseError(f"case {case_id}: the series folder {src / case_id} is not the one the case was predicted "
+                        f"from: its files differ from those {pred / (case_id + '.json')} records (another series, or "
+                        "slices changed since); give the series the case was predicted from, or predict it again")
 
 
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
@@ -664,6 +689,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if missing:
         raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
                         f"folder {src}/<case> for each case")
+    if layout == "monai-unc":  # before any object: the objects must name the images the case was predicted from
+        for c in found:
+            _check_predicted_from(pred, src, c.case_id)
     segs = {c.case_id: Path(c.seg if c.seg is not None else c.label) for c in found}
     given = [("--evaluation", evaluation, rows), ("--triage", triage, decisions),
              *((f"--{command}", folder, extra[title]) for command, (folder, _, title) in tables.items())]
