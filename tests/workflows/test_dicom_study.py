@@ -122,11 +122,11 @@ def _referenced_series(ds):
 
 @pytest.mark.parametrize("mode", ["source", "new"])
 def test_objects_reference_the_source_series_in_its_own_study(source, tmp_path, mode):
-    """ReferencedSeriesSequence holds the series of the object's own study (PS3.3 C.12.2): with ``new`` the SEG and
-    Parametric Maps listed the source series there, as if it were in the new study, and had no
-    StudiesContainingOtherReferencedInstancesSequence (type 1C when other studies are referenced), so a reader
-    resolving the references looked for the source images in the new study (found by hostile testing). The SEG
-    still reads back as the labels of its series (``evaluate --images``)."""
+    """With ``new`` the SEG and Parametric Maps reference the source series, in another study, but named that study
+    nowhere: StudiesContainingOtherReferencedInstancesSequence (PS3.3 C.12.2, type 1C when other studies are
+    referenced) was absent, so a reader resolving the references looked for the source images in the new study
+    (found by hostile testing). ReferencedSeriesSequence stays (OHIF drops a SEG without it). The SEG still reads
+    back as the labels of its series (``evaluate --images``)."""
     from monai_unc.io.dicom import read_segmentation_labels
 
     out = tmp_path / "out"
@@ -135,7 +135,8 @@ def test_objects_reference_the_source_series_in_its_own_study(source, tmp_path, 
     series = read_series(source / "series" / "c1", pixels=False)
     src_study = str(series.datasets[0].StudyInstanceUID)
     headers = _headers(out / "c1")
-    expected = {"": {series.series_uid}} if mode == "source" else {"": set(), src_study: {series.series_uid}}
+    expected = {"": {series.series_uid}} if mode == "source" else {"": {series.series_uid},
+                                                                    src_study: {series.series_uid}}
     for name in ("seg.dcm", "probabilities.dcm", "variance.dcm"):
         assert _referenced_series(headers[name]) == expected, name
         assert dciodvfy_errors(out / "c1" / name) == [], name

@@ -360,10 +360,11 @@ def new_study(mode: str, uid_root: str | None = None, when: datetime | None = No
 def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
     """Put a derived object into the study of :func:`new_study` (None: leave it in the source's); returns it.
 
-    The object's references to its source series move with it: ``ReferencedSeriesSequence`` holds the series of the
-    object's own study (Common Instance Reference, PS3.3 C.12.2), so in a new study the source series are
-    referenced under their own study, in ``StudiesContainingOtherReferencedInstancesSequence``, where a reader
-    resolving the references finds them.
+    In a new study the object references instances of another study, the source's, so the source series are also
+    listed under their study in ``StudiesContainingOtherReferencedInstancesSequence`` (Common Instance Reference,
+    PS3.3 C.12.2: type 1C, required then), where a reader resolving the references finds them.
+    ``ReferencedSeriesSequence`` is kept as highdicom writes it: viewers look for the source series there (OHIF
+    drops a SEG without it).
 
     Raises:
         ValueError: ``study`` without a StudyInstanceUID or with other keys.
@@ -387,12 +388,11 @@ def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
         setattr(dataset, key, value)
     referenced = dataset.get("ReferencedSeriesSequence")
     if referenced and source_study and source_study != str(study["StudyInstanceUID"]):
-        # the source series stayed in the source study: listed as this study's series they were not found (found
-        # by hostile testing, --study-uid new)
+        # the source series stayed in the source study, which the object named nowhere (found by hostile testing,
+        # --study-uid new); copies of the items: the object's own sequence stays as it is
         other = Dataset()
         other.StudyInstanceUID = source_study
-        other.ReferencedSeriesSequence = list(referenced)
-        del dataset.ReferencedSeriesSequence
+        other.ReferencedSeriesSequence = [copy.deepcopy(item) for item in referenced]
         studies = list(dataset.get("StudiesContainingOtherReferencedInstancesSequence") or [])
         dataset.StudiesContainingOtherReferencedInstancesSequence = [*studies, other]
     return dataset
