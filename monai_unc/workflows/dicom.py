@@ -367,9 +367,9 @@ def _check_predicted_from(pred: Path, src: Path, case_id: str) -> None:
     record = read_json_or_none(pred / f"{case_id}.json")
     saved = record.get("input_digests") if isinstance(record, dict) else None
     if not (isinstance(saved, list) and len(saved) == 1 and isinstance(saved[0], dict)
-            and isinstance(saved[0].get("stat"), list) and saved[0]["stat"]
+            and saved[0].get("file") == case_id and isinstance(saved[0].get("stat"), list) and saved[0]["stat"]
             and all(isinstance(f, list) for f in saved[0]["stat"])):
-        return  # not predicted from one series folder (a NIfTI file, nnU-Net's records, an older record)
+        return  # not predicted from its series folder (a NIfTI file or pair, nnU-Net's records, an older record)
     if changed_inputs([src / case_id], record):
         raise CaseError(f"case {case_id}: the series folder {src / case_id} is not the one the case was predicted "
                         f"from: its files differ from those {pred / (case_id + '.json')} records (another series, or "

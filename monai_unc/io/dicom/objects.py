@@ -623,7 +623,7 @@ def declare_character_set(dataset: Any, source: Any) -> Any:
     non-ASCII text and no declaration keeps its bytes, as they are, when the object's own texts fit.
 
     Args:
-        dataset: the derived object (its SpecificCharacterSet is the source's, or none).
+        dataset: the derived object (a SpecificCharacterSet it has is replaced by the source's).
         source: the source slice its patient and study were copied from.
 
     Returns:
