@@ -31,6 +31,7 @@ probabilities are probabilities; every error names the case and the file.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import mmap
@@ -50,7 +51,7 @@ import torch
 
 from .._utils import affine_voxel_volume, check_probabilities, check_unit_interval, host_memory_free, num_threads
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
-from .files import OUTPUT_MARKERS, read_json_or_none
+from .files import OUTPUT_MARKERS, file_sha256, read_json_or_none
 
 try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.4x faster than by ``gzip``
     from isal import igzip as _igzip
@@ -58,6 +59,8 @@ except ImportError:  # the standard library's gzip, through nibabel
     _igzip = None
 
 __all__ = [
+    "input_digests",
+    "changed_inputs",
     "check_case_ids_fit_folder",
     "colliding_case_ids",
     "folded_case_id",
@@ -2239,3 +2242,95 @@ def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
         text = " -> ".join("(none)" if v is missing else json.dumps(v, default=str) for v in (old, new))
         out.append(f"{key} {text}" if len(text) <= width else f"{key} changed")
     return out
+
+
+def _input_files(path: Path) -> list[Path] | None:
+    """The files of an input made of several (a DICOM series folder, a NIfTI pair's ``.hdr`` and ``.img``), or None."""
+    if path.is_dir():
+        return [f for f in sorted(path.iterdir()) if f.is_file()]
+    if path.name.lower().endswith(PAIR_HEADER_EXTENSION):  # the data lie in the .img beside it (found by a review
+        stem = path.name[: -len(PAIR_HEADER_EXTENSION)]  # of NIfTI pairs: an edited .img was not predicted again)
+        return [path, *(f for f in (path.with_name(stem + e) for e in (".img", ".IMG")) if f.is_file())]
+    return None
+
+
+def _input_stat(path: Path) -> list[Any]:
+    """What a resume compares first of an input (a file, a DICOM series folder, a NIfTI pair): size, mtime."""
+    files = _input_files(path)
+    if files is not None:
+        return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    st = path.stat()
+    return [int(st.st_size), int(st.st_mtime_ns)]
+
+
+def _input_sha256(path: Path) -> str:
+    """The sha256 of an input file, or of the file names and contents of a DICOM series folder or a NIfTI pair."""
+    files = _input_files(path)
+    if files is not None:
+        inner = [[f.name, file_sha256(f)] for f in files]
+        return hashlib.sha256(json.dumps(inner).encode()).hexdigest()
+    return file_sha256(path)
+
+
+def input_digests(channels: Sequence[str | os.PathLike]) -> list[dict[str, Any]]:
+    """What a case record (``<case>.json``, ``input_digests``) holds of the inputs a case was predicted from.
+
+    Per input channel (a file, a DICOM series folder, a NIfTI pair): its name, the names, sizes and modification times
+    of its files, and its sha256 (of a folder or pair: of its files' names and contents).
+
+    Args:
+        channels: the case's input channels, in order.
+
+    Returns:
+        One ``{"file", "stat", "sha256"}`` per channel, for :func:`changed_inputs`.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     image = Path(d) / "case.nii.gz"
+        ...     _ = image.write_bytes(b"voxels")
+        ...     [sorted(entry) for entry in input_digests([image])]
+        [['file', 'sha256', 'stat']]
+    """
+    return [{"file": Path(p).name, "stat": _input_stat(Path(p)), "sha256": _input_sha256(Path(p))} for p in channels]
+
+
+def changed_inputs(channels: Sequence[str | os.PathLike], record: Mapping[str, Any]) -> list[str]:
+    """The inputs of a case whose content differs from what its record says was predicted (:func:`input_digests`).
+
+    An input whose files' names, sizes and modification times are the recorded ones is taken as unchanged; otherwise
+    its sha256 decides, so a copy with the same content is unchanged. A record without ``input_digests`` (written
+    before they existed) is not checked.
+
+    Args:
+        channels: the case's input channels, in order (one path each).
+        record: the case record (its ``input_digests``).
+
+    Returns:
+        The name of each changed input, or a line on a different number of channels; empty when every input is the
+        one predicted.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     image = Path(d) / "case.nii.gz"
+        ...     _ = image.write_bytes(b"voxels")
+        ...     record = {"input_digests": input_digests([image])}
+        ...     before = changed_inputs([image], record)
+        ...     _ = image.write_bytes(b"other voxels")
+        ...     before, changed_inputs([image], record)
+        ([], ['case.nii.gz'])
+    """
+    saved = record.get("input_digests")
+    if not isinstance(saved, list):
+        return []
+    if len(saved) != len(channels):
+        return [f"{len(channels)} input channel(s), predicted from {len(saved)}"]
+    bad = []
+    for p, want in zip(channels, saved):
+        p = Path(p)
+        if not isinstance(want, Mapping) or not p.exists():
+            bad.append(p.name)
+        elif json.loads(json.dumps(_input_stat(p))) != want.get("stat") and _input_sha256(p) != want.get("sha256"):
+            bad.append(p.name)
+    return bad

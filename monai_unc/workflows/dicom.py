@@ -50,6 +50,7 @@ from ..io import (
     VOLUME_EXTENSIONS,
     CaseError,
     atomic_write_json,
+    changed_inputs,
     check_case_ids_fit_folder,
     check_output_folder,
     clean_partial_files,
@@ -319,6 +320,60 @@ def _check_labels(labels: np.ndarray, count: int, what: str, probs_name: str | N
                     f"channels (background and classes 1..{count}); a region-based model's probabilities (one "
                     "channel per region, e.g. nnU-Net's) do not describe a label map: export without the "
                     "probabilities (dicom-export --no-probabilities, nnunet-predict without --save_probabilities)")
+
+
+#: the SOP classes dicom-export writes: SEG, Parametric Map, Comprehensive 3D SR
+_OBJECT_CLASSES = ("1.2.840.10008.5.1.4.1.1.66.4", "1.2.840.10008.5.1.4.1.1.30", "1.2.840.10008.5.1.4.1.1.88.34")
+
+
+def _check_earlier_objects(folder: Path, case_id: str) -> None:
+    """Refuse a case's folder of objects that holds a ``.dcm`` file an earlier export did not write.
+
+    A rerun removes the case's earlier objects (every ``*.dcm`` of ``<output>/<case>/``): a DICOM file of another
+    origin there (the site's original slices, a radiologist's own SEG, in a folder given as ``--output``) was removed
+    with them, without a word (found by hostile testing). An earlier object is a SEG, Parametric Map or
+    Comprehensive 3D SR whose Manufacturer is ``monai-unc``.
+
+    Raises:
+        CaseError: naming the case, the file and what it is.
+    """
+    import pydicom  # the dicom extra, imported by monai_unc.io.dicom above
+
+    for path in sorted(folder.glob("*.dcm")) if folder.is_dir() else []:
+        try:
+            ds = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["SOPClassUID", "Manufacturer"])
+            sop, maker = str(ds.get("SOPClassUID", "") or ""), str(ds.get("Manufacturer", "") or "")
+        except Exception as e:  # InvalidDicomError and others on a file that is not DICOM
+            sop, maker = "", f"not readable as DICOM: {type(e).__name__}"
+        if sop not in _OBJECT_CLASSES or maker != "monai-unc":
+            kind = getattr(pydicom.uid.UID(sop), "name", sop) if sop else maker or "no SOP class"
+            raise CaseError(f"case {case_id}: {path} is not an object of an earlier dicom-export ({kind}, made by "
+                            f"{maker or 'an unnamed manufacturer'}); a rerun removes the case's earlier objects, so "
+                            "--output must be a folder of its own: move the file or give another --output")
+
+
+def _check_predicted_from(pred: Path, src: Path, case_id: str) -> None:
+    """Refuse a case whose series folder is not the one its record (``<case>.json``) says it was predicted from.
+
+    ``infer`` records the digest of its input (``input_digests``; of a DICOM series folder: its files' names, sizes,
+    times and contents). Another series of the exam on the same grid (the T1 beside the FLAIR that was segmented, a
+    series sent again with new UIDs and other pixels) passed the grid check, and the objects named it as the images
+    they derive from (found by hostile testing). A record of another kind of input (a NIfTI file: the series cannot
+    be compared with it) or without digests is not checked; a copy of the series with the same content passes.
+
+    Raises:
+        CaseError: naming the case, the series folder and the record.
+    """
+    record = read_json_or_none(pred / f"{case_id}.json")
+    saved = record.get("input_digests") if isinstance(record, dict) else None
+    if not (isinstance(saved, list) and len(saved) == 1 and isinstance(saved[0], dict)
+            and saved[0].get("file") == case_id and isinstance(saved[0].get("stat"), list) and saved[0]["stat"]
+            and all(isinstance(f, list) for f in saved[0]["stat"])):
+        return  # not predicted from its series folder (a NIfTI file or pair, nnU-Net's records, an older record)
+    if changed_inputs([src / case_id], record):
+        raise CaseError(f"case {case_id}: the series folder {src / case_id} is not the one the case was predicted "
+                        f"from: its files differ from those {pred / (case_id + '.json')} records (another series, or "
+                        "slices changed since); give the series the case was predicted from, or predict it again")
 
 
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
@@ -617,7 +672,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         raise CaseError(f"case {clash[0]!r}: its folder of objects would be the export's own {EXPORT_RECORD} in "
                         f"{out}; rename the case")
     for c in found:  # before any object: a case's folder is cleaned of its *.dcm, so it must be the output's own
-        owned_folder(out, c.case_id, "--output")
+        _check_earlier_objects(owned_folder(out, c.case_id, "--output"), c.case_id)
     ids = [c.case_id for c in found]
     if colliding_case_ids(ids):  # Case01 / case01: one <output>/<case>/ on a case-folding share, whose second case
         # removed the first one's objects (found by a review: the commands of run_cases refused them, this one not)
@@ -634,6 +689,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if missing:
         raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
                         f"folder {src}/<case> for each case")
+    if layout == "monai-unc":  # before any object: the objects must name the images the case was predicted from
+        for c in found:
+            _check_predicted_from(pred, src, c.case_id)
     segs = {c.case_id: Path(c.seg if c.seg is not None else c.label) for c in found}
     given = [("--evaluation", evaluation, rows), ("--triage", triage, decisions),
              *((f"--{command}", folder, extra[title]) for command, (folder, _, title) in tables.items())]

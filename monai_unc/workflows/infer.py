@@ -33,7 +33,6 @@ and re-exported here.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -63,16 +62,17 @@ from ..evaluation.products import command_output_markers
 from ..inferers import available_memory, estimate_memory
 from ..io import (
     INFER_RECORD,
-    PAIR_HEADER_EXTENSION,
     VERSION_KEY,
     CaseError,
     ImageCase,
     atomic_write_json,
+    changed_inputs,
     check_case_ids,
     check_output_kind,
     check_volume_entry,
     file_sha256,
     grid_mismatch,
+    input_digests,
     json_safe,
     read_json_or_none,
     read_volume,
@@ -401,59 +401,14 @@ def changed_outputs(output: Path, record: Mapping[str, Any]) -> list[str]:
     return bad
 
 
-def _input_files(path: Path) -> list[Path] | None:
-    """The files of an input made of several (a DICOM series folder, a NIfTI pair's ``.hdr`` and ``.img``), or None."""
-    if path.is_dir():
-        return [f for f in sorted(path.iterdir()) if f.is_file()]
-    if path.name.lower().endswith(PAIR_HEADER_EXTENSION):  # the data lie in the .img beside it (found by a review
-        stem = path.name[: -len(PAIR_HEADER_EXTENSION)]  # of NIfTI pairs: an edited .img was not predicted again)
-        return [path, *(f for f in (path.with_name(stem + e) for e in (".img", ".IMG")) if f.is_file())]
-    return None
-
-
-def _input_stat(path: Path) -> list[Any]:
-    """What a resume compares first of an input (a file, a DICOM series folder, a NIfTI pair): size, mtime."""
-    files = _input_files(path)
-    if files is not None:
-        return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
-    st = path.stat()
-    return [int(st.st_size), int(st.st_mtime_ns)]
-
-
-def _input_sha256(path: Path) -> str:
-    """The sha256 of an input file, or of the file names and contents of a DICOM series folder or a NIfTI pair."""
-    files = _input_files(path)
-    if files is not None:
-        inner = [[f.name, file_sha256(f)] for f in files]
-        return hashlib.sha256(json.dumps(inner).encode()).hexdigest()
-    return file_sha256(path)
-
-
 def _input_digests(case: ImageCase) -> list[dict[str, Any]]:
-    """The case record's ``input_digests``: per input channel its name, :func:`_input_stat` and sha256."""
-    return [{"file": p.name, "stat": _input_stat(Path(p)), "sha256": _input_sha256(Path(p))} for p in case.channels]
+    """The case record's ``input_digests`` (:func:`monai_unc.io.input_digests` of the case's channels)."""
+    return input_digests(case.channels)
 
 
 def _changed_inputs(case: ImageCase, record: Mapping[str, Any]) -> list[str]:
-    """The input channels of ``case`` whose content differs from what the record says was predicted.
-
-    A channel whose size and mtime are the recorded ones is taken as unchanged; otherwise its sha256 decides (a file
-    copied or moved with the same content is unchanged). A record written before ``input_digests`` existed is not
-    checked.
-    """
-    saved = record.get("input_digests")
-    if not isinstance(saved, list):
-        return []
-    if len(saved) != len(case.channels):
-        return [f"{len(case.channels)} input channel(s), predicted from {len(saved)}"]
-    bad = []
-    for p, want in zip(case.channels, saved):
-        p = Path(p)
-        if not isinstance(want, Mapping) or not p.exists():
-            bad.append(p.name)
-        elif json.loads(json.dumps(_input_stat(p))) != want.get("stat") and _input_sha256(p) != want.get("sha256"):
-            bad.append(p.name)
-    return bad
+    """:func:`monai_unc.io.changed_inputs` of the channels of ``case``."""
+    return changed_inputs(case.channels, record)
 
 
 def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None) -> dict[str, Any]:

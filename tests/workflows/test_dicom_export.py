@@ -302,6 +302,46 @@ def test_dicom_in_infer_then_dicom_out(tmp_path):
     assert _snapshot(images) == before
 
 
+@pytest.mark.slow
+def test_export_refuses_a_series_other_than_the_one_predicted_from(tmp_path, capsys):
+    """Issue: ``dicom-export`` attached a case's objects to whatever series ``--series/<case>`` held: another series
+    of the exam on the same grid (the T1 beside the FLAIR that was segmented) was named as the images the SEG, the
+    maps and the SR derive from, although ``infer`` recorded the digest of the series it predicted from. It is now
+    refused in one line, exit status 2, before any object; a copy of the series predicted from is exported."""
+    import shutil
+
+    import torch
+    from monai.networks.nets import UNet
+
+    from monai_unc.io.dicom import write_series
+    from tests._cases import TOY_NET
+
+    flair = tmp_path / "flair"
+    values, affine, files = make_series(flair / "ct01", "anisotropic_ct")
+    src = pydicom.dcmread(files[0])
+    t1 = tmp_path / "t1"  # the same patient, study, frame of reference and grid; another series, other pixels
+    write_series(values[::-1], affine, t1 / "ct01", modality="CT", study_uid=str(src.StudyInstanceUID),
+                 extra={"FrameOfReferenceUID": src.FrameOfReferenceUID})
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
+    assert main(["infer", "-i", str(flair), "-o", str(tmp_path / "pred"), "--network", str(tmp_path / "net.json"),
+                 "--checkpoint", str(tmp_path / "net.pt"), "--samples", "2", "--device", "cpu", "-q",
+                 "--measures", "predictive_entropy"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "dicom"
+    assert main(["dicom-export", "-p", str(tmp_path / "pred"), "-s", str(t1), "-o", str(out), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "case ct01: the series folder" in err[0] and "not the one the case was predicted" \
+        in err[0], err
+    assert not out.exists()
+    copy = tmp_path / "copy"  # the same slices elsewhere (new times): the same series
+    shutil.copytree(flair, copy)
+    assert main(["dicom-export", "-p", str(tmp_path / "pred"), "-s", str(copy), "-o", str(out), "-q"]) == 0
+    seg = pydicom.dcmread(out / "ct01" / "seg.dcm", stop_before_pixels=True)
+    assert str(seg.ReferencedSeriesSequence[0].SeriesInstanceUID) == str(src.SeriesInstanceUID)
+
+
 def test_infer_output_format_both_needs_dicom_input(tmp_path, capsys):
     (tmp_path / "images").mkdir()
     nib.save(nib.Nifti1Image(np.zeros((4, 4, 4), np.float32), np.eye(4)), tmp_path / "images" / "a.nii.gz")

@@ -339,3 +339,30 @@ def test_export_keeps_float_noise_of_probabilities(series, tmp_path):
     result = dicom_export(tmp_path / "pred", series, tmp_path / "out", uid_root=ROOT_UID, progress=False,
                           cases=["ct01"])
     assert (tmp_path / "out" / "ct01" / "probabilities.dcm").is_file() and list(result.cases) == ["ct01"]
+
+
+def test_export_refuses_an_output_whose_case_folder_holds_other_dicom_files(series, tmp_path, capsys):
+    """Issue: a rerun removes every ``*.dcm`` of ``<output>/<case>/`` (the case's earlier objects), so an ``--output``
+    whose case folders held other DICOM files (here the site's own copy of the original slices, and a radiologist's
+    SEG, not an input of the run) lost them all without a word. It is now refused in one line, exit status 2, before
+    any object; the objects of an earlier export are still replaced."""
+    import shutil
+
+    from monai_unc.cli import main
+
+    _maps(tmp_path / "pred", series, "ct01", ["predictive_entropy"], "monai-unc")
+    pred, images = tmp_path / "pred", tmp_path / "images"
+    shutil.copytree(series / "ct01", images / "ct01")
+    archive = tmp_path / "archive"
+    shutil.copytree(series / "ct01", archive / "ct01")  # the site's folders of the cases, named by case id
+    kept = sorted(p.name for p in (archive / "ct01").iterdir())
+    capsys.readouterr()
+    assert main(["dicom-export", "-p", str(pred), "-s", str(images), "-o", str(archive), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "case ct01:" in err[0] and "not an object of an earlier dicom-export" in err[0], err
+    assert sorted(p.name for p in (archive / "ct01").iterdir()) == kept  # nothing removed, nothing written
+    assert not (archive / EXPORT_RECORD).exists()
+    out = tmp_path / "out"  # an export folder of its own: a rerun replaces its objects
+    for _ in range(2):
+        assert main(["dicom-export", "-p", str(pred), "-s", str(images), "-o", str(out), "-q"]) == 0
+    assert sorted(p.name for p in (out / "ct01").iterdir()) == ["predictive_entropy.dcm", "seg.dcm", "sr.dcm"]

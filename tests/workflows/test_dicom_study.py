@@ -109,3 +109,36 @@ def test_a_new_study_is_dated_in_local_time_as_its_content(source, tmp_path):
         content = ds.ContentDate + str(ds.ContentTime)[:4]
         # the same minute, give or take the seconds the export took (a minute boundary between them)
         assert abs(int(study) - int(content)) <= 1 or content.endswith("00"), (name, study, content)
+
+
+def _referenced_series(ds):
+    """``{study: {series}}`` of a SEG's or Parametric Map's Common Instance Reference (its own study: '')."""
+    out = {"": {str(s.SeriesInstanceUID) for s in ds.get("ReferencedSeriesSequence", [])}}
+    for study in ds.get("StudiesContainingOtherReferencedInstancesSequence", []):
+        out.setdefault(str(study.StudyInstanceUID), set()).update(
+            str(s.SeriesInstanceUID) for s in study.ReferencedSeriesSequence)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["source", "new"])
+def test_objects_reference_the_source_series_in_its_own_study(source, tmp_path, mode):
+    """With ``new`` the SEG and Parametric Maps reference the source series, in another study, but named that study
+    nowhere: StudiesContainingOtherReferencedInstancesSequence (PS3.3 C.12.2, type 1C when other studies are
+    referenced) was absent, so a reader resolving the references looked for the source images in the new study
+    (found by hostile testing). ReferencedSeriesSequence stays (OHIF drops a SEG without it). The SEG still reads
+    back as the labels of its series (``evaluate --images``)."""
+    from monai_unc.io.dicom import read_segmentation_labels
+
+    out = tmp_path / "out"
+    assert main(["dicom-export", "-p", str(source / "pred"), "-s", str(source / "series"), "-o", str(out),
+                 "--study-uid", mode, "-q"]) == 0
+    series = read_series(source / "series" / "c1", pixels=False)
+    src_study = str(series.datasets[0].StudyInstanceUID)
+    headers = _headers(out / "c1")
+    expected = {"": {series.series_uid}} if mode == "source" else {"": {series.series_uid},
+                                                                    src_study: {series.series_uid}}
+    for name in ("seg.dcm", "probabilities.dcm", "variance.dcm"):
+        assert _referenced_series(headers[name]) == expected, name
+        assert dciodvfy_errors(out / "c1" / name) == [], name
+    label = nib.load(source / "pred" / "c1_seg.nii.gz").get_fdata()
+    assert np.array_equal(read_segmentation_labels(out / "c1" / "seg.dcm", series), label)

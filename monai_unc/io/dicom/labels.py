@@ -183,13 +183,16 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
     if str(ds.get("FrameOfReferenceUID", "")) != str(src.get("FrameOfReferenceUID", "")):
         raise DicomSegError(f"{what} has the frame of reference {ds.get('FrameOfReferenceUID', '(none)')}, the "
                             f"series {series.series_uid} {src.get('FrameOfReferenceUID', '(none)')}")
-    referenced = [str(r.SeriesInstanceUID) for r in ds.get("ReferencedSeriesSequence", []) if
-                  "SeriesInstanceUID" in r]
+    # the series of the SEG's own study, and those of other studies (a SEG stored in a study of its own)
+    items = [*ds.get("ReferencedSeriesSequence", []),
+             *(r for study in ds.get("StudiesContainingOtherReferencedInstancesSequence", [])
+               for r in study.get("ReferencedSeriesSequence", []))]
+    referenced = [str(r.SeriesInstanceUID) for r in items if "SeriesInstanceUID" in r]
     if series.series_uid not in referenced:
         raise DicomSegError(f"{what} references the series {', '.join(referenced) or '(none)'}, not the case's "
                             f"series {series.series_uid}")
     in_series = {str(d.SOPInstanceUID) for d in series.datasets}
-    for r in ds.ReferencedSeriesSequence:
+    for r in items:
         if str(r.SeriesInstanceUID) != series.series_uid:
             continue
         absent = [str(i.ReferencedSOPInstanceUID) for i in r.get("ReferencedInstanceSequence", [])

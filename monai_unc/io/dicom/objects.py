@@ -360,6 +360,12 @@ def new_study(mode: str, uid_root: str | None = None, when: datetime | None = No
 def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
     """Put a derived object into the study of :func:`new_study` (None: leave it in the source's); returns it.
 
+    In a new study the object references instances of another study, the source's, so the source series are also
+    listed under their study in ``StudiesContainingOtherReferencedInstancesSequence`` (Common Instance Reference,
+    PS3.3 C.12.2: type 1C, required then), where a reader resolving the references finds them.
+    ``ReferencedSeriesSequence`` is kept as highdicom writes it: viewers look for the source series there (OHIF
+    drops a SEG without it).
+
     Raises:
         ValueError: ``study`` without a StudyInstanceUID or with other keys.
 
@@ -375,10 +381,20 @@ def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
         return dataset
     if set(study) - set(_STUDY_KEYS) or not study.get("StudyInstanceUID"):
         raise ValueError(f"study must hold a StudyInstanceUID and only {_STUDY_KEYS}, got {sorted(study)}")
+    source_study = str(dataset.get("StudyInstanceUID", "") or "")
     for key, value in study.items():
         if key in dataset:  # a new element: highdicom may share the source's elements, which must stay as they are
             delattr(dataset, key)
         setattr(dataset, key, value)
+    referenced = dataset.get("ReferencedSeriesSequence")
+    if referenced and source_study and source_study != str(study["StudyInstanceUID"]):
+        # the source series stayed in the source study, which the object named nowhere (found by hostile testing,
+        # --study-uid new); copies of the items: the object's own sequence stays as it is
+        other = Dataset()
+        other.StudyInstanceUID = source_study
+        other.ReferencedSeriesSequence = [copy.deepcopy(item) for item in referenced]
+        studies = list(dataset.get("StudiesContainingOtherReferencedInstancesSequence") or [])
+        dataset.StudiesContainingOtherReferencedInstancesSequence = [*studies, other]
     return dataset
 
 
@@ -578,24 +594,40 @@ def _texts(dataset: Any, source: Any) -> list[str]:
     return out
 
 
-def declare_character_set(dataset: Any, source: Any) -> Any:
-    """Declare UTF-8 (``ISO_IR 192``) when a text of the object is not in its character set; returns it.
+def _source_character_set(source: Any) -> str | list[str] | None:
+    r"""The source's SpecificCharacterSet as a derived object declares it (None: the default repertoire, absent).
 
-    The derived objects take the source's SpecificCharacterSet (highdicom >= 0.28; an object that declares none
-    takes it here from ``source``, as an older highdicom left it out), but their own texts (segment names,
-    algorithm names, regions) need not be in it: without a declaration only ASCII is allowed (pydicom would write
-    Latin-1 bytes no reader may assume) and a Latin-1 source cannot hold ``李`` (pydicom would write ``?``). UTF-8
-    holds every text; the source's texts (the patient's name) are then the same characters re-encoded. The
-    elements copied from ``source`` (the first slice) do not decide: a source with non-ASCII text and no declaration
-    keeps its bytes, as they are, when the object's own texts fit.
+    An empty first value of a multi-valued set (Japanese ``\ISO 2022 IR 87``, Korean ``\ISO 2022 IR 149``) is
+    ISO 2022 IR 6 (PS3.3 C.12.1.1.2) and written so; an empty value or ``ISO_IR 6`` alone is the default repertoire,
+    which a missing SpecificCharacterSet declares. Other values are kept as they are.
+    """
+    declared = source.get("SpecificCharacterSet")
+    terms = [declared] if isinstance(declared, str) else [str(t) for t in (declared or [])]
+    terms = [str(t).strip() for t in terms]
+    if len(terms) > 1:
+        return ["ISO 2022 IR 6" if not terms[0] else terms[0], *terms[1:]]
+    if not terms or terms[0] in _DEFAULT_REPERTOIRE[:2]:
+        return None
+    return terms[0]
+
+
+def declare_character_set(dataset: Any, source: Any) -> Any:
+    r"""Give the object the source's character set, and UTF-8 (``ISO_IR 192``) when one of its texts is not in it.
+
+    The derived objects take the source's SpecificCharacterSet (the ISO 2022 IR 6 that an empty first value of
+    ``\ISO 2022 IR 87`` stands for written out; an empty one or ``ISO_IR 6`` left out, as the default repertoire),
+    but their own texts (segment names, algorithm names, regions) need not be in it: without a declaration only
+    ASCII is allowed (pydicom would write Latin-1 bytes no reader may assume) and a Latin-1 source cannot hold ``李``
+    (pydicom would write ``?``). UTF-8 holds every text; the source's texts (the patient's name) are then the same
+    characters re-encoded. The elements copied from ``source`` (the first slice) do not decide: a source with
+    non-ASCII text and no declaration keeps its bytes, as they are, when the object's own texts fit.
 
     Args:
-        dataset: the derived object (its SpecificCharacterSet is the source's, or none).
+        dataset: the derived object (a SpecificCharacterSet it has is replaced by the source's).
         source: the source slice its patient and study were copied from.
 
     Returns:
-        ``dataset``, with the source's ``SpecificCharacterSet`` where it declared none, and ``ISO_IR 192`` when one
-        of its own texts needs it.
+        ``dataset``, with ``SpecificCharacterSet`` ``ISO_IR 192`` when one of its own texts needs it.
 
     Example:
         >>> from pydicom import Dataset
@@ -605,11 +637,14 @@ def declare_character_set(dataset: Any, source: Any) -> Any:
         >>> declare_character_set(ds, src).SpecificCharacterSet
         'ISO_IR 192'
     """
+    # the source's, set here: highdicom takes a set only from its own list (it refuses the empty first value of a
+    # Japanese or Korean source, '\ISO 2022 IR 87', and knows no 'ISO 2022 IR 149'), so the writers give it none
+    own = _source_character_set(source)
+    if "SpecificCharacterSet" in dataset:
+        del dataset.SpecificCharacterSet
+    if own is not None:
+        dataset.SpecificCharacterSet = own
     declared = dataset.get("SpecificCharacterSet")
-    if declared is None and source.get("SpecificCharacterSet") is not None:
-        # the source's declaration, as highdicom >= 0.28 copies it: before 0.28 a SEG left it out, and the patient's
-        # name copied from a UTF-8 source was written as "?" (found by testing the declared lower bounds)
-        declared = dataset.SpecificCharacterSet = source.SpecificCharacterSet
     terms = [declared] if isinstance(declared, str) else [str(t) for t in (declared or [])]
     terms = terms or [""]
     if "ISO_IR 192" in terms:
@@ -685,6 +720,7 @@ def _common(series: DicomSeries, uid_root: str | None, series_number: int, algor
         sop_instance_uid=new_uid(uid_root), instance_number=1, manufacturer="monai-unc",
         manufacturer_model_name=algorithm.name or "monai-unc", software_versions=f"monai-unc {__version__}",
         device_serial_number=(algorithm.weights[:16] or "none"), content_description=description[:64],
+        specific_character_set=None,  # the source's, set by declare_character_set (highdicom refuses some)
     )
 
 

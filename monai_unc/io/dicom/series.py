@@ -29,6 +29,7 @@ from pydicom.uid import (
     MRImageStorage,
     generate_uid,
 )
+from pydicom.valuerep import DSfloat
 
 from ..._utils import affine_voxel_volume
 from ..cases import GEOMETRY_VOXEL_FRACTION, grid_mismatch
@@ -355,6 +356,24 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
     return series
 
 
+def _decoder_missing(path: Path) -> str:
+    """``"; <why>"`` when ``path`` is compressed in a transfer syntax pydicom has no decoder installed for, else ``""``.
+
+    A PACS often sends compressed files (JPEG Lossless, JPEG 2000, JPEG-LS); pydicom decodes most of them only with
+    a plugin (pylibjpeg and its codecs, or python-gdcm).
+    """
+    from pydicom.pixels import get_decoder
+
+    try:
+        syntax = pydicom.dcmread(path, stop_before_pixels=True).file_meta.TransferSyntaxUID
+        if not syntax.is_compressed or get_decoder(syntax).is_available:
+            return ""
+    except Exception:  # no file meta, an unknown transfer syntax, no decoder at all for it: nothing more to say
+        return ""
+    return (f"; its transfer syntax {syntax.name} needs a decoder that is not installed: pip install pylibjpeg "
+            "pylibjpeg-libjpeg pylibjpeg-openjpeg (or python-gdcm), or decompress the series (dcmdjpeg, gdcmconv)")
+
+
 def _read_pixels(series: DicomSeries) -> np.ndarray:
     cols, rows, n = series.shape
     volume = np.empty((cols, rows, n), dtype=np.float32)
@@ -364,7 +383,7 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
             stored = ds.pixel_array
         except Exception as e:
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data unreadable "
-                                                          f"({type(e).__name__})") from None
+                                                          f"({type(e).__name__}){_decoder_missing(path)}") from None
         if stored.shape != (rows, cols):
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of shape {stored.shape}, "
                                                           f"expected {(rows, cols)}")
@@ -390,6 +409,15 @@ def _check_series_geometry(affine: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return lps, np.concatenate([col / dc, row / dr]), np.array([dr, dc]), step
 
 
+def _ds(value: float) -> DSfloat:
+    """A number as a DICOM decimal string of at most 16 characters.
+
+    12 significant digits (``2.5``, not the ``2.50000000000000`` of float noise such as ``2.4999999999999996``),
+    fewer when 16 characters need it.
+    """
+    return DSfloat(float(f"{float(value):.12g}"), auto_format=True)
+
+
 def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLike, modality: str = "CT",
                  patient_name: str = "Synthetic^Example", patient_id: str = "MONAIUNC001",
                  shuffle_seed: int | None = None, study_uid: str | None = None, series_uid: str | None = None,
@@ -398,7 +426,9 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
 
     Slice ``k`` is ``volume[:, :, k]`` (its rows along the affine's second axis). CT values are stored as int16
     with ``RescaleSlope`` 0.5 and ``RescaleIntercept`` -1024 (so reading gives them back to 0.5 HU); MR values as
-    uint16 rounded to integers (negative values clip at 0), no rescale.
+    uint16 rounded to integers (negative values clip at 0), no rescale. Positions, orientation, pixel spacing and
+    slice thickness are decimal strings of at most 16 characters (DICOM's DS: about 12 significant digits), so the
+    slices pass ``dciodvfy``.
 
     Args:
         volume: ``(columns, rows, slices)`` real-world values (HU for CT).
@@ -467,10 +497,14 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
         ds.StudyID, ds.SeriesNumber, ds.InstanceNumber = "1", 1, int(numbers[k])
         ds.PositionReferenceIndicator = ""
         ds.PatientPosition = "HFS"
-        ds.ImagePositionPatient = [float(v) for v in lps[:3, 3] + k * step]
-        ds.ImageOrientationPatient = [float(v) for v in orientation]
-        ds.PixelSpacing = [float(v) for v in pixel_spacing]
-        ds.SliceThickness = _plane_distance(lps)  # along the normal (a tilted stack's step is longer)
+        # decimal strings of at most 16 characters (DS): str() of a float gave up to 19 (-0.8571673007021123, a
+        # SliceThickness of 2.4999999999999996), which dciodvfy rejects (found by hostile testing)
+        ds.ImagePositionPatient = [_ds(v) for v in lps[:3, 3] + k * step]
+        ds.ImageOrientationPatient = [_ds(v) for v in orientation]
+        ds.PixelSpacing = [_ds(v) for v in pixel_spacing]
+        ds.SliceThickness = _ds(_plane_distance(lps))  # along the normal (a tilted stack's step is longer)
+        ds.AcquisitionNumber = 1  # type 2 in the CT image module
+        ds.Laterality = ""  # type 2C in the general series module: unknown for a synthetic volume
         ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
         ds.Rows, ds.Columns = rows, cols
         ds.BitsAllocated, ds.BitsStored, ds.HighBit = 16, 16, 15

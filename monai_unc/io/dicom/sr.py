@@ -298,10 +298,9 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         evidence=evidence, content=report, series_instance_uid=new_uid(uid_root), series_number=series_number,
         sop_instance_uid=new_uid(uid_root), instance_number=1, manufacturer="monai-unc", is_complete=True,
         is_final=False, is_verified=False,
+        specific_character_set=None,  # the source's, set by declare_character_set (highdicom refuses some)
     )
     sr.SeriesDescription = description
-    if "SpecificCharacterSet" in src and "SpecificCharacterSet" not in sr:
-        sr.SpecificCharacterSet = src.SpecificCharacterSet
     return save_dataset(apply_study(declare_character_set(sr, src), study), path)
 
 

@@ -138,13 +138,46 @@ def test_an_object_without_a_declaration_takes_the_source_s(charset):
     source.PatientName = seg.PatientName = "Ωmega^Anna" if charset == "ISO_IR 192" else "Müller^Jörg"
     seg.SeriesDescription = "SEG by monai-unc"
     declared = declare_character_set(seg, source).get("SpecificCharacterSet")
-    assert declared == charset
+    # an empty first value of a multi-valued set is ISO 2022 IR 6, written out (PS3.3 C.12.1.1.2)
+    assert (list(declared) if isinstance(charset, list) else declared) == (
+        ["ISO 2022 IR 6", *charset[1:]] if isinstance(charset, list) else charset)
     seg.file_meta = pydicom.dataset.FileMetaDataset()
     seg.file_meta.TransferSyntaxUID = pydicom.uid.ExplicitVRLittleEndian
     buffer = pydicom.filebase.DicomBytesIO()
     pydicom.dcmwrite(buffer, seg, enforce_file_format=False)
     assert str(pydicom.dcmread(pydicom.filebase.DicomBytesIO(buffer.getvalue()), force=True).PatientName) == str(
         source.PatientName)
+
+
+@pytest.mark.parametrize("charset, patient, declared", [
+    # Japanese and Korean sources: an empty first value stands for ISO 2022 IR 6 (PS3.3 C.12.1.1.2); highdicom
+    # refused it ("'' is not a valid SpecificCharacterSetValues") and knows no ISO 2022 IR 149: no object was written
+    (["", "ISO 2022 IR 87"], "Yamada^Tarou=山田^太郎=やまだ^たろう", ["ISO 2022 IR 6", "ISO 2022 IR 87"]),
+    (["", "ISO 2022 IR 149"], "Hong^Gildong=洪^吉洞=홍^길동", ["ISO 2022 IR 6", "ISO 2022 IR 149"]),
+    # the default repertoire stated as an empty value or ISO_IR 6 (seen in the wild): refused the same way
+    ("", "Doe^John", None),
+    ("ISO_IR 6", "Doe^John", None),
+], ids=["japanese", "korean", "empty", "iso_ir_6"])
+def test_a_source_in_an_iso_2022_or_the_default_character_set_is_exported(tmp_path, charset, patient, declared):
+    def edit(ds):
+        ds.SpecificCharacterSet = charset
+        ds.PatientName = patient  # encoded in that character set
+
+    _series(tmp_path / "s", edit, patient_name=patient)
+    series = read_series(tmp_path / "s", pixels=False)
+    specs = [default_segment(1), default_segment(2)]
+    probs = np.stack([_labels() == c for c in range(3)]).astype(np.float32)
+    seg = write_segmentation(_labels(), series, tmp_path / "seg.dcm", specs)
+    paths = [seg, write_fractional_segmentation(probs, series, tmp_path / "p.dcm", specs),
+             write_parametric_map(np.zeros(SHAPE), series, tmp_path / "pm.dcm", "variance")]
+    paths.append(write_measurement_report(tmp_path / "sr.dcm", series, pydicom.dcmread(seg, stop_before_pixels=True),
+                                          [], segment_volumes={1: {"volume": 1.0}}, numbers={}))
+    for path in paths:
+        ds = pydicom.dcmread(path)
+        value = ds.get("SpecificCharacterSet")
+        assert (list(value) if isinstance(value, pydicom.multival.MultiValue) else value) == declared, path.name
+        assert str(ds.PatientName) == patient, path.name  # the same characters, PN groups and components
+        assert dciodvfy_errors(path) == [], path.name
 
 
 def test_a_source_without_type2_patient_and_study_attributes(tmp_path):

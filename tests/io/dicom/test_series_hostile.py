@@ -76,3 +76,45 @@ def test_empty_rescale_attributes_are_still_no_modality_lut(tmp_path):
     volume = read_series(tmp_path / "s").volume
     # slice 0 keeps slope 0.5 and intercept -1024 (0 HU); the last slice's stored values read as they are
     assert volume[0, 0, 0] == 0.0 and volume[0, 0, 1] == 2048.0
+
+
+@pytest.mark.parametrize("modality", ["CT", "MR"])
+def test_write_series_writes_valid_slices_of_an_oblique_tilted_volume(tmp_path, modality):
+    """Issue: ``write_series`` (the docs' and tests' synthetic series) wrote invalid DICOM: decimal strings of up to 19
+    characters where a DS holds 16 (the positions and orientation of an oblique series, a SliceThickness of
+    2.4999999999999996) and CT slices without the type 2 AcquisitionNumber or the type 2C Laterality; ``dciodvfy``
+    reported errors on every slice. The geometry still reads back as the affine written."""
+    from tests.io.dicom._series import dciodvfy_errors, rotation
+
+    affine = np.eye(4)
+    affine[:3, :3] = rotation(0, 17) @ rotation(2, 31) @ np.diag([0.9, 0.7, 2.5])
+    affine[:3, 2] += 0.3 * affine[:3, 1] / np.linalg.norm(affine[:3, 1])  # a gantry tilt: slices offset in-plane
+    affine[:3, 3] = [3.1, -4.7, 5.3]
+    files = write_series(np.zeros((6, 5, 4)), affine, tmp_path / "s", modality=modality)
+    for path in files:
+        assert dciodvfy_errors(path) == [], path.name
+    series = read_series(tmp_path / "s", pixels=False)
+    np.testing.assert_allclose(series.affine, affine, atol=1e-9)
+
+
+def test_a_compressed_series_without_its_decoder_names_the_transfer_syntax_and_the_remedy(tmp_path):
+    """Issue: a series in JPEG Lossless (what many PACS exports send) read without a decoder for it (pylibjpeg, gdcm)
+    was refused as ``pixel data unreadable (RuntimeError)``: nothing said that a codec was missing or which."""
+    from pydicom.encaps import encapsulate
+    from pydicom.pixels import get_decoder
+
+    jpeg_lossless = "1.2.840.10008.1.2.4.70"
+    if get_decoder(jpeg_lossless).is_available:
+        pytest.skip("a JPEG Lossless decoder is installed")
+    files = write_series(np.zeros((4, 3, 2)), np.eye(4), tmp_path / "s", modality="CT")
+    for path in files:  # the headers a PACS sends; the codestream is never decoded
+        ds = pydicom.dcmread(path)
+        ds.file_meta.TransferSyntaxUID = jpeg_lossless
+        ds.PixelData = encapsulate([b"\xff\xd8\xff\xc3" + b"\x00" * 60 + b"\xff\xd9"])
+        ds["PixelData"].VR = "OB"
+        ds.save_as(path, enforce_file_format=True)
+    assert read_series(tmp_path / "s", pixels=False).shape == (4, 3, 2)  # the headers are enough for an export
+    with pytest.raises(DicomSeriesError, match=r"pixel data unreadable .*JPEG Lossless.* needs a decoder .*"
+                                               r"pylibjpeg") as e:
+        read_series(tmp_path / "s")
+    assert "\n" not in str(e.value)
