@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
-from monai.inferers import Inferer, SimpleInferer
+from monai.inferers import Inferer, SimpleInferer, SliceInferer
 from torch import nn
 
 from .._utils import argmax, check_bool, check_finite, check_probabilities, plain_module
@@ -360,7 +360,8 @@ def check_inputs(inputs: Any, network: Any = None, base_inferer: Any = None) -> 
 
     A floating-point tensor ``(B, C, *spatial)`` with 1 to 3 spatial axes, as many as the network's convolutions (a
     volume without its batch axis would otherwise be read as a batch of images) and as the sliding window's
-    ``roi_size``.
+    ``roi_size``; under MONAI's ``SliceInferer`` (a 2D network on the slices of a 3D volume) a 5-D input whose
+    slices have as many axes as both.
 
     Args:
         inputs: the inferer's input.
@@ -389,20 +390,35 @@ def check_inputs(inputs: Any, network: Any = None, base_inferer: Any = None) -> 
             f"inputs must have shape (B, C, *spatial) with 1 to 3 spatial axes (4-D for 2D, 5-D for 3D images), "
             f"got {inputs.ndim}-D shape {tuple(inputs.shape)}"
         )
+    # MONAI's SliceInferer runs a 2D network on the 2D slices of a 3D input (found by hostile testing: it was
+    # refused as a 3D input for a 2D network)
+    slices = isinstance(base_inferer, SliceInferer)
+    if slices and inputs.ndim != 5:
+        raise ValueError(
+            f"inputs must be a 5-D tensor (B, C, H, W, D) under a SliceInferer (2D slices of a 3D volume), got "
+            f"{inputs.ndim}-D shape {tuple(inputs.shape)}"
+        )
+    window_axes = inputs.ndim - 2 - int(slices)
     dims = network_spatial_dims(network)
-    if dims is not None and inputs.ndim - 2 != dims:
+    if dims is not None and window_axes != dims:
+        if slices:
+            raise ValueError(
+                f"base_inferer is a SliceInferer (2D slices of the 3D inputs {tuple(inputs.shape)}) but the network's "
+                f"convolutions are {dims}D: a SliceInferer needs a 2D network"
+            )
         hint = " (did you forget the batch axis? use inputs[None])" if inputs.ndim - 1 == dims else ""
         raise ValueError(
             f"inputs has {inputs.ndim - 2} spatial axes (shape {tuple(inputs.shape)}) but the network's "
             f"convolutions are {dims}D: expected a {dims + 2}-D tensor (B, C, *spatial){hint}"
         )
-    roi = getattr(base_inferer, "roi_size", None)
+    roi = getattr(base_inferer, "orig_roi_size" if slices else "roi_size", None)
     if roi is not None and not isinstance(roi, int):
         roi = tuple(roi)
-        if len(roi) != inputs.ndim - 2:
+        if len(roi) != window_axes:
+            per_slice = " per slice" if slices else ""
             raise ValueError(
-                f"inputs has {inputs.ndim - 2} spatial axes (shape {tuple(inputs.shape)}) but the sliding window's "
-                f"roi_size {roi} has {len(roi)}"
+                f"inputs has {window_axes} spatial axes{per_slice} (shape {tuple(inputs.shape)}) but the sliding "
+                f"window's roi_size {roi} has {len(roi)}"
             )
 
 
@@ -810,6 +826,9 @@ class UncertaintyInferer(Inferer):
             # a NaN/inf logit of any sample makes its softmax and so the summed entropy non-finite: one check
             if not bool(torch.isfinite(stats.sum_h).all()):
                 raise ValueError("network output contains non-finite values (NaN or inf) for this input")
+            # the samples of a window, counted on the window itself: under MONAI's SliceInferer a window has one
+            # spatial axis less than the input (FlipSource("all") flips the 2 axes of a slice, not 3)
+            info["window_samples"] = stats.num_updates
             # kept in the accumulation dtype: SimpleInferer passes them through exactly; SlidingWindowInferer
             # blends them into buffers of the input's dtype. In place: no second copy of the sums
             out = dict(stats.take_moments())
@@ -983,9 +1002,11 @@ class UncertaintyInferer(Inferer):
                 if info.get("fallback") and not fallback_logged:
                     logger.warning("shared passes off, full passes instead: %s", info["fallback"])
                     fallback_logged = True
-                n_window = 1
-                for src in window_sources:
-                    n_window *= src.num_variants(x)
+                n_window = int(info.get("window_samples") or 0)
+                if not n_window:  # no window ran (an empty input fails before): the sources' count
+                    n_window = 1
+                    for src in window_sources:
+                        n_window *= src.num_variants(x)
                 pred = _plain(out[K.PRED.value])
                 n_classes = int(pred.shape[1])
                 if separate:  # before from_moments turns the stitched means into sums in place

@@ -84,6 +84,10 @@ DELTA = 0.1
 FAILURE_DICE = 0.8
 
 
+#: windows per network call of the demo's inferer (recorded with its settings: seeded draws depend on it)
+_SW_BATCH = 2
+
+
 def run_demo(
     output: str | os.PathLike = "demo_output",
     samples: int | None = None,
@@ -130,7 +134,7 @@ def run_demo(
     roi_list = None if roi is None else ([roi] * 3 if isinstance(roi, int) else list(roi))
     check_roi(roi_list, 3, "the example network")
     measures = infer_measures(method)  # the maps infer --method METHOD writes by default
-    inferer = build_inferer(method, samples=samples, roi=roi_list, overlap=overlap, sw_batch_size=2, seed=0,
+    inferer = build_inferer(method, samples=samples, roi=roi_list, overlap=overlap, sw_batch_size=_SW_BATCH, seed=0,
                             measures=measures)
     if "ssn" in method_tokens(method):
         raise ValueError(f"--method {method}: the demo's example network is not a Stochastic Segmentation Network; "
@@ -149,7 +153,7 @@ def run_demo(
     settings = complete_settings(InferSettings(
         model=model.description, method=method, samples=samples, roi=roi_list, overlap=overlap, intensity="none",
         measures=measures, seed=0, activation="softmax",
-        checkpoints=[str(Path(c).resolve()) for c in model.checkpoints], write_probs=True,
+        checkpoints=[str(Path(c).resolve()) for c in model.checkpoints], write_probs=True, sw_batch_size=_SW_BATCH,
     ), model)  # fmt: skip
     pred_dir = output / "predictions"
     pred_dir.mkdir(parents=True, exist_ok=True)

@@ -156,6 +156,10 @@ def normalize_intensity(image: np.ndarray, mode: str) -> np.ndarray:
     return x
 
 
+#: method sources whose samples are random draws (a seed repeats them only for the same batches of windows)
+_RANDOM_TOKENS = frozenset({"mcdropout", "ratein", "ssn"})
+
+
 @dataclass
 class InferSettings:
     """Everything that determines the outputs of a run (stored in ``infer.json``; a resumed run must match).
@@ -184,6 +188,10 @@ class InferSettings:
             False). The maps follow the same distribution either way, but seeded draws differ, so a resume compares
             it (as it compares the seed); a rule's prediction fingerprint leaves it out, as it leaves out the seed.
         sample_batch_size: the samples of one shared-pass batch (``"auto"`` or an integer; it orders the draws).
+        sw_batch_size: the sliding window's windows per network call (``--sw-batch-size``). A seeded run whose
+            samples draw at random (MC dropout, Rate-In, SSN, TTA noise) under a sliding window draws other samples
+            with another value (the draws are made per batch of windows), so a resume compares it; recorded only
+            then and when it is not 1, so that the records of runs made before this field keep matching.
     """
 
     model: str
@@ -215,6 +223,7 @@ class InferSettings:
     save_samples: bool = False
     share_passes: bool = True
     sample_batch_size: int | str = "auto"
+    sw_batch_size: int = 1
 
     def to_json(self) -> dict[str, Any]:
         """The settings as ``infer.json`` stores them.
@@ -223,14 +232,40 @@ class InferSettings:
             A dict with one entry per field; ``save_samples`` only when True, ``share_passes`` and
             ``sample_batch_size`` only for a method with MC dropout or Rate-In samples
             (:data:`~monai_unc.workflows.factory.SHARED_PASS_TOKENS`): the records of runs made before these fields
-            existed keep matching.
+            existed keep matching; ``sw_batch_size`` only where it changes seeded draws (:meth:`draws_per_window_batch`)
+            and is not 1.
         """
         out = asdict(self)
         if not out["save_samples"]:
             del out["save_samples"]
         if not SHARED_PASS_TOKENS & set(method_tokens(self.method)):  # nothing to share: recorded as before
             del out["share_passes"], out["sample_batch_size"]
+        # found by hostile testing: a seeded MC dropout run resumed with another --sw-batch-size mixed cases drawn
+        # with other masks (MI up to 0.56 nats apart) without a word, as the value was not recorded
+        if int(self.sw_batch_size) == 1 or not self.draws_per_window_batch():
+            del out["sw_batch_size"]
         return out
+
+    def draws_per_window_batch(self) -> bool:
+        """Whether ``sw_batch_size`` changes the outputs: a seeded run with random draws under a sliding window.
+
+        MONAI runs ``sw_batch_size`` windows per network call and the random draws (dropout masks, Rate-In's
+        search, SSN latents, TTA noise) are made per call, so the same seed gives other samples with another value.
+
+        Returns:
+            True for a seeded run with ``roi`` whose method draws at random (``mcdropout``, ``ratein``, ``ssn``, or
+            ``tta`` with ``tta_noise > 0``).
+
+        Example:
+            >>> s = InferSettings(model="m", method="mcdropout", samples=4, roi=[64], overlap=0.25, intensity="none",
+            ...                   measures=["mutual_information"], seed=0, activation="softmax", checkpoints=[])
+            >>> s.draws_per_window_batch(), replace(s, seed=None).draws_per_window_batch()
+            (True, False)
+        """
+        if self.seed is None or self.roi is None:
+            return False
+        tokens = set(method_tokens(self.method) or ())
+        return bool(tokens & _RANDOM_TOKENS) or ("tta" in tokens and float(self.tta_noise) > 0)
 
 
 def case_outputs(

@@ -267,6 +267,7 @@ def prepare_infer(
         regions=None if spec is None else {k: list(v) for k, v in spec.items()}, save_samples=save_samples,
         share_passes=share_passes,
         sample_batch_size=sample_batch_size if sample_batch_size == "auto" else int(sample_batch_size),
+        sw_batch_size=int(sw_batch_size),
     )  # fmt: skip
     return InferPlan(cases, loaded, inferer, settings)
 
