@@ -95,8 +95,9 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
                  "code", "reason", "rule_digest", "model_digest", "prediction")
 #: the columns that make a recorded case the same decision when its triage folder is recorded again; the prediction
-#: file too: a later batch that reuses a case id ("001") with an undefined score (None: an empty or failed
-#: prediction) is another scan, from another predictions folder (found by the review of the cross-folder skip)
+#: file too, for a decision without a score only (:func:`_decision_key`): a later batch that reuses a case id ("001")
+#: with an undefined score (None: an empty or failed prediction) is another scan, from another predictions folder
+#: (found by the review of the cross-folder skip)
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
@@ -172,9 +173,18 @@ def _clean(v: Any) -> Any:
 
 
 def _decision_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What makes a recorded case the same decision (NaN and None alike, floats as stored)."""
-    return tuple(None if (v := _clean(row[c])) is None else (float(v) if c in _DECISION_FLOATS else v)
-                 for c in _DECISION_COLUMNS)
+    """What makes a recorded case the same decision (NaN and None alike, floats as stored).
+
+    The prediction file counts only for a decision whose score is undefined (None matches any other such case): a
+    defined score already tells one scan from another, and the file is the path triage was given, relative or
+    absolute, so the same file named from another working folder or mount would make every earlier decision of a
+    growing predictions folder weigh twice in the alarms (found by the review of the prediction key).
+    """
+    key = [None if (v := _clean(row[c])) is None else (float(v) if c in _DECISION_FLOATS else v)
+           for c in _DECISION_COLUMNS]
+    if key[_DECISION_COLUMNS.index("score")] is not None:
+        key[_DECISION_COLUMNS.index("prediction")] = None
+    return tuple(key)
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -969,14 +979,15 @@ class MonitorStore:
         """Record one triage run (its rule and its cases) and its audit entry, in one transaction.
 
         A run is recorded once (its ``source_digest``), and so is a decision: a case that a run already recorded
-        with the same rule, site, case id, score, image z-score, expected Dice, decision, code and prediction file is
-        skipped, so that it does not weigh twice in the alarms, whichever triage folder recorded it (triage run again
-        on a folder of predictions that gained cases rewrites ``triage.json`` with the earlier decisions in it; a site
-        that triages into a new folder each month from a predictions folder that keeps growing repeats every earlier
-        decision: found by a review of the store under real operations, where only the same folder's were skipped).
-        A case id with another decision (another score: another scan), another prediction file (a later batch
-        reusing the id, whose undefined score, None, matches any other), or at another site, is another case and is
-        recorded.
+        with the same rule, site, case id, score, image z-score, expected Dice, decision and code (and prediction
+        file, for a case whose score is undefined) is skipped, so that it does not weigh twice in the alarms,
+        whichever triage folder recorded it (triage run again on a folder of predictions that gained cases rewrites
+        ``triage.json`` with the earlier decisions in it; a site that triages into a new folder each month from a
+        predictions folder that keeps growing repeats every earlier decision, whether triage was given its path
+        relative or absolute: found by a review of the store under real operations, where only the same folder's
+        were skipped). A case id with another decision (another score: another scan), an undefined score and another
+        prediction file (a later batch reusing the id, whose undefined score, None, matches any other), or at
+        another site, is another case and is recorded.
 
         Args:
             rule: the rule's JSON (``referral_rule.json`` as triage recorded it), with its ``digest``.
