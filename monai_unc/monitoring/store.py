@@ -109,7 +109,7 @@ MAX_TEXT = 1000
 #: user part up to the ``@`` before the first ``/``, so the password may hold ``#``, ``?``, ``:`` (unencoded, as
 #: generated passwords often do) and an ``@``; a space too when the next ``@`` follows it without another one (a
 #: command line holding ``... @db --site A@B`` keeps its other arguments)
-_USER_PASSWORD = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?=[^/\s]*@))*)@")
+_USER_PASSWORD = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?=[^/]*@))*)@")
 
 
 def redact_url(url: str) -> str:
@@ -117,8 +117,9 @@ def redact_url(url: str) -> str:
 
     The password of the user part (``user:password@``; also without a user name, and up to the last ``@`` when one
     was left unencoded in it) and a ``password`` query parameter are replaced by ``***``. The user part ends where
-    libpq ends it, at the first ``/``: an unencoded ``#``, ``?`` or ``:`` (or a single space) in the password is
-    part of it. Text around a URL is kept, so a command line or a message holding one may be given whole.
+    libpq ends it, at the first ``/``: an unencoded ``#``, ``?``, ``:`` or space (a passphrase of several words, which
+    libpq refuses in a message that shows it) in the password is part of it. Text around a URL is kept, so a
+    command line or a message holding one may be given whole.
 
     Args:
         url: a database URL, or text holding one.
