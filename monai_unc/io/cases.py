@@ -2245,9 +2245,15 @@ def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
 
 
 def _input_files(path: Path) -> list[Path] | None:
-    """The files of an input made of several (a DICOM series folder, a NIfTI pair's ``.hdr`` and ``.img``), or None."""
+    """The files of an input made of several (a DICOM series folder, a NIfTI pair's ``.hdr`` and ``.img``), or None.
+
+    A series folder's files are those :func:`~monai_unc.io.dicom.read_series` reads: hidden files (the ``.DS_Store``
+    a Mac's Finder leaves in a folder it showed) are no slice, so one appearing after ``infer`` neither made
+    ``dicom-export`` refuse the series as another one nor a resume predict the case again (found by the review of
+    the series check).
+    """
     if path.is_dir():
-        return [f for f in sorted(path.iterdir()) if f.is_file()]
+        return [f for f in sorted(path.iterdir()) if f.is_file() and not f.name.startswith(".")]
     if path.name.lower().endswith(PAIR_HEADER_EXTENSION):  # the data lie in the .img beside it (found by a review
         stem = path.name[: -len(PAIR_HEADER_EXTENSION)]  # of NIfTI pairs: an edited .img was not predicted again)
         return [path, *(f for f in (path.with_name(stem + e) for e in (".img", ".IMG")) if f.is_file())]
