@@ -107,9 +107,14 @@ MAX_TEXT = 1000
 
 #: the user part of a database URL with a password: ``(scheme://user)``, ``:``, ``(password)``, ``@``. libpq takes the
 #: user part up to the ``@`` before the first ``/``, so the password may hold ``#``, ``?``, ``:`` (unencoded, as
-#: generated passwords often do) and an ``@``; a space too when the next ``@`` follows it without another one (a
-#: command line holding ``... @db --site A@B`` keeps its other arguments)
+#: generated passwords often do) and an ``@``; spaces too (a passphrase: libpq refuses it in a message that shows
+#: it) when an ``@`` follows before the next ``/`` (a command line holding ``... @db/m --site A@B`` keeps its other
+#: arguments)
 _USER_PASSWORD = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?=[^/]*@))*)@")
+#: a ``password`` query parameter: a quoted value, or to the next ``&`` or ``#`` with its words (libpq refuses a raw
+#: space in a message that shows the value: "*** horse battery" was left) up to a quote or the end of the text
+_QUERY_PASSWORD = re.compile(r"([?&]password=)('[^'&#]*'|\"[^\"&#]*\"|(?:[^&#\s'\"]|\s+(?=[^&#\s'\"]))*)",
+                             re.IGNORECASE)
 
 
 def redact_url(url: str) -> str:
@@ -118,7 +123,8 @@ def redact_url(url: str) -> str:
     The password of the user part (``user:password@``; also without a user name, and up to the last ``@`` when one
     was left unencoded in it) and a ``password`` query parameter are replaced by ``***``. The user part ends where
     libpq ends it, at the first ``/``: an unencoded ``#``, ``?``, ``:`` or space (a passphrase of several words, which
-    libpq refuses in a message that shows it) in the password is part of it. Text around a URL is kept, so a
+    libpq refuses in a message that shows it) in the password is part of it, as are the words of a ``password``
+    query parameter (up to a quote, ``&``, ``#`` or the end of the text). Text around a URL is kept, so a
     command line or a message holding one may be given whole.
 
     Args:
@@ -134,14 +140,14 @@ def redact_url(url: str) -> str:
         '--db postgresql://ann@db.example/monitor?sslmode=require&password=***'
     """
     text = _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", str(url))
-    return re.sub(r"([?&]password=)[^&#\s]*", r"\1***", text, flags=re.IGNORECASE)
+    return _QUERY_PASSWORD.sub(r"\1***", text)
 
 
 def _passwords(url: str) -> list[str]:
     """The password texts a database URL holds (as written, percent-decoded, and the parts around an unencoded ``@``),
     longest first: what a driver's message may echo (libpq names a password it cannot decode)."""
     found = [m.group(2) for m in _USER_PASSWORD.finditer(url)]
-    found += [m.group(1) for m in re.finditer(r"[?&]password=([^&#\s]*)", url, flags=re.IGNORECASE)]
+    found += [m.group(2) for m in _QUERY_PASSWORD.finditer(url)]
     pieces = {piece for p in found for text in (p, unquote(p)) for piece in (text, *text.split("@"))}
     return sorted((p for p in pieces if p), key=len, reverse=True)
 

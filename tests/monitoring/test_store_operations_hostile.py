@@ -85,7 +85,8 @@ def test_a_password_with_a_hash_a_question_mark_or_a_space_is_redacted(tmp_path,
 def test_a_passphrase_of_several_words_is_redacted(tmp_path, capsys):
     """Found by the review of the redaction: a password of several words (a passphrase, ``correct horse battery
     staple``) was redacted only from its last space on, so the command line in the audit log kept it whole, and
-    libpq's refusal (``unexpected spaces found in "correct horse battery staple"``) printed it on the error line."""
+    libpq's refusal (``unexpected spaces found in "correct horse battery staple"``) printed it on the error line;
+    given as the ``password`` query parameter, its first word only was left out ("*** horse battery staple")."""
     secret = "correct horse battery staple"
     url = f"postgresql://ann:{secret}@127.0.0.1:9/monitor"
     assert redact_url(url) == "postgresql://ann:***@127.0.0.1:9/monitor"
@@ -95,10 +96,15 @@ def test_a_passphrase_of_several_words_is_redacted(tmp_path, capsys):
         _record(store, rule, "a", command=["monai-unc", "monitor", "record", "t", "--db", url])
         commands = [e.command for e in store.audit_log()]
     assert not any("horse" in c for c in commands), commands
+    query = f"postgresql://ann@127.0.0.1:9/monitor?password={secret}"  # the query form, also quoted
+    assert redact_url(query) == "postgresql://ann@127.0.0.1:9/monitor?password=***"
+    assert redact_url(f"{query}&sslmode=require") == "postgresql://ann@127.0.0.1:9/monitor?password=***&sslmode=require"
+    assert "horse" not in redact_url(f"postgresql:///monitor?password='{secret}'")
     pytest.importorskip("psycopg")
-    assert cli.main(["monitor", "status", "--db", url]) == 2
-    err = capsys.readouterr().err
-    assert "horse" not in err and "battery" not in err and "error" in err, err
+    for given in (url, query):
+        assert cli.main(["monitor", "status", "--db", given]) == 2
+        err = capsys.readouterr().err
+        assert "horse" not in err and "battery" not in err and "error" in err, err
 
 
 def test_the_audit_log_and_the_dashboard_never_hold_the_database_password(tmp_path):
