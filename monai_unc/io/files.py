@@ -291,8 +291,11 @@ def _fixed_folder(fixed: Path) -> tuple[Path | None, int | None]:
                 return None, None
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: another write of the file holds it
             now = os.lstat(fixed)
-        except OSError:
+        except OSError as e:
             os.close(fd)
+            if made and not isinstance(e, BlockingIOError):  # no lock on this file system (NFS mounted nolock):
+                with contextlib.suppress(OSError):  # the folder just made is not left behind empty
+                    os.rmdir(fixed)
             return None, None
         if (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):  # removed and made again in between: try again
             os.close(fd)

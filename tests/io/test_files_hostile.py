@@ -402,3 +402,22 @@ def test_two_writes_of_one_file_at_once_both_complete(tmp_path):
     assert errors == []
     assert dst.read_text() == '{"writer": "A", "done": true}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+@pytest.mark.skipif(os.name == "nt", reason="flock is POSIX")
+def test_a_file_system_without_locks_leaves_no_private_folder_behind(tmp_path, monkeypatch):
+    """A file system that refuses ``flock`` (NFS mounted ``nolock``: ``ENOLCK``) gets a folder with a random name
+    for each write, and the fixed folder made before the lock was refused is not left behind empty."""
+    import errno
+
+    from monai_unc.io import atomic_write
+    from monai_unc.io import files as files_mod
+
+    def no_lock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(files_mod.fcntl, "flock", no_lock)
+    for text in ("one", "two"):
+        atomic_write(tmp_path / "a.json", lambda tmp, text=text: tmp.write_text(text))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+    assert (tmp_path / "a.json").read_text() == "two"
