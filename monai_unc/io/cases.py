@@ -386,11 +386,18 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
     if channel_suffix == "auto" and named and (groups is not None or (not files and len(named) == len(pairs))):
         # pairs named as nnU-Net's channel files (<case>_0000.hdr) are channels of <case>, as volume files are (found
         # by the review of NIfTI pairs: the original case1_0000.hdr beside its conversion case1_0000.nii.gz was
-        # predicted again as a case 'case1_0000', and a case of pairs got an id its label does not have)
-        grouped = _channel_groups(named) or {}
+        # predicted again as a case 'case1_0000', and a case of pairs got an id its label does not have); headers
+        # numbered with gaps (an atlas_0002.hdr) stay cases of their own, as before, not the folder's refusal
+        numbered: dict[str, dict[int, str]] = {}
+        for stem in named:
+            m = _CHANNEL.match(stem)
+            numbered.setdefault(m["case"], {})[int(m["channel"])] = stem
+        grouped = {cid: tuple(pairs[chans[i]] for i in sorted(chans)) for cid, chans in numbered.items()
+                   if sorted(chans) == list(range(len(chans)))}
         for stem in pairs.keys() & grouped.keys():
             left_out.append(f"{pairs[stem].name} (case {stem!r} is {grouped[stem][0].name})")
-        pair_cases = {stem: (p,) for stem, p in pairs.items() if stem not in named and stem not in grouped}
+        in_groups = {p.name for chans in grouped.values() for p in chans}
+        pair_cases = {stem: (p,) for stem, p in pairs.items() if p.name not in in_groups and stem not in grouped}
         pair_cases.update(grouped)
     for cid, chans in sorted(pair_cases.items()):
         names = ", ".join(p.name for p in chans)
