@@ -108,9 +108,9 @@ MAX_TEXT = 1000
 #: the user part of a database URL with a password: ``(scheme://user)``, ``:``, ``(password)``, ``@``. libpq takes the
 #: user part up to the ``@`` before the first ``/``, so the password may hold ``#``, ``?``, ``:`` (unencoded, as
 #: generated passwords often do) and an ``@``; spaces too (a passphrase: libpq refuses it in a message that shows
-#: it) when an ``@`` follows before the next ``/`` (a command line holding ``... @db/m --site A@B`` keeps its other
-#: arguments)
-_USER_PASSWORD = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?=[^/]*@))*)@")
+#: it) when an ``@`` follows before the next ``/`` and no option starts after the space (a command line holding
+#: ``... @db/m --site A@B`` or ``... @db --site A@B`` keeps its other arguments)
+_USER_PASSWORD = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?!-)(?=[^/]*@))*)@")
 #: a ``password`` query parameter: a quoted value, or to the next ``&`` or ``#`` with its words (libpq refuses a raw
 #: space in a message that shows the value: "*** horse battery" was left) up to a quote or the end of the text
 _QUERY_PASSWORD = re.compile(r"([?&]password=)('[^'&#]*'|\"[^\"&#]*\"|(?:[^&#\s'\"]|\s+(?=[^&#\s'\"]))*)",

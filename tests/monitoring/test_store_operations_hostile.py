@@ -91,6 +91,8 @@ def test_a_passphrase_of_several_words_is_redacted(tmp_path, capsys):
     url = f"postgresql://ann:{secret}@127.0.0.1:9/monitor"
     assert redact_url(url) == "postgresql://ann:***@127.0.0.1:9/monitor"
     assert redact_url(f"monai-unc monitor status --db {url} --site A@B").endswith("/monitor --site A@B")
+    shown = redact_url(f"monai-unc monitor status --db postgresql://ann:{secret}@db --site A@B")  # no database path
+    assert shown.endswith("ann:***@db --site A@B"), shown
     rule = make_rule([0.1, 0.2])
     with MonitorStore(tmp_path / "m.db") as store:
         _record(store, rule, "a", command=["monai-unc", "monitor", "record", "t", "--db", url])
