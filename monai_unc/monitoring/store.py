@@ -183,9 +183,9 @@ def _decision_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes a recorded case the same decision (NaN and None alike, floats as stored).
 
     The prediction file counts only for a decision whose score is undefined (None matches any other such case): a
-    defined score already tells one scan from another, and the file is the path triage was given, relative or
-    absolute, so the same file named from another working folder or mount would make every earlier decision of a
-    growing predictions folder weigh twice in the alarms (found by the review of the prediction key).
+    defined score already tells one scan from another, and the file is the path triage read, so the same file
+    read through another mount or after a move to new storage would make every earlier decision of a growing
+    predictions folder weigh twice in the alarms (found by the review of the prediction key).
     """
     key = [None if (v := _clean(row[c])) is None else (float(v) if c in _DECISION_FLOATS else v)
            for c in _DECISION_COLUMNS]
@@ -990,8 +990,8 @@ class MonitorStore:
         file, for a case whose score is undefined) is skipped, so that it does not weigh twice in the alarms,
         whichever triage folder recorded it (triage run again on a folder of predictions that gained cases rewrites
         ``triage.json`` with the earlier decisions in it; a site that triages into a new folder each month from a
-        predictions folder that keeps growing repeats every earlier decision, whether triage was given its path
-        relative or absolute: found by a review of the store under real operations, where only the same folder's
+        predictions folder that keeps growing repeats every earlier decision, also when its path changed (another
+        mount, new storage): found by a review of the store under real operations, where only the same folder's
         were skipped). A case id with another decision (another score: another scan), an undefined score and another
         prediction file (a later batch reusing the id, whose undefined score, None, matches any other), or at
         another site, is another case and is recorded.

@@ -245,21 +245,22 @@ def test_a_later_batch_reusing_a_case_id_with_an_undefined_score_is_recorded(sto
         assert store.verify().ok
 
 
-def test_a_growing_predictions_folder_named_relative_then_absolute_records_its_decisions_once(store_url, tmp_path):
-    """Found by the review of the prediction key: the prediction file (the path triage was given) was part of every
-    decision's identity, so a site re-triaging its growing predictions folder each month into a new folder, once given
-    as ``preds`` (a job run from the data folder) and once as ``/data/preds`` (or from another mount), recorded each
-    earlier decision again: 5 cases in the store instead of 3, each weighing twice in the alarms. A defined score
-    tells scans apart; the file counts only for a case whose score is undefined."""
+def test_a_growing_predictions_folder_under_another_path_records_its_decisions_once(store_url, tmp_path):
+    """Found by the review of the prediction key: the prediction file (the absolute path triage read) was part of
+    every decision's identity, so a site re-triaging its growing predictions folder each month into a new folder
+    recorded each earlier decision again as soon as the folder's path changed (the share mounted at ``/mnt/qc`` on
+    one triage host and ``/data/qc`` on another, the folder moved to new storage): 5 cases in the store instead of 3,
+    each earlier one weighing twice in the alarms. A defined score tells scans apart; the file counts only for a case
+    whose score is undefined."""
     rule = make_rule([0.1, 0.2, 0.3])
 
-    def month(name: str, prefix: str, cases: list[dict]) -> Path:
+    def month(name: str, mount: str, cases: list[dict]) -> Path:
         return write_triage(tmp_path / name, rule, cases,
-                            segs={c["case"]: f"{prefix}/{c['case']}_seg.nii.gz" for c in cases})
+                            segs={c["case"]: f"{mount}/site_a/preds/{c['case']}_seg.nii.gz" for c in cases})
 
     first = [{"case": "001", "score": 0.12}, {"case": "002", "score": 0.25}]
-    assert record_triage(store_url, month("jan", "preds", first), site="A").lines[0].startswith("recorded 2 case(s)")
-    again = record_triage(store_url, month("feb", str(tmp_path / "preds"), [*first, {"case": "003", "score": 0.15}]),
+    assert record_triage(store_url, month("jan", "/mnt/qc", first), site="A").lines[0].startswith("recorded 2 case(s)")
+    again = record_triage(store_url, month("feb", "/data/qc", [*first, {"case": "003", "score": 0.15}]),
                           site="A").lines[0]
     assert again.startswith("recorded 1 case(s)") and "2 already recorded (skipped)" in again, again
     with MonitorStore(store_url, create=False) as store:
