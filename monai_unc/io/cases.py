@@ -326,8 +326,10 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
     the volume files is read as its case (and fails as its case when it cannot be read) instead of being left out.
     A header that cannot be a case of the folder is left out with a ``UserWarning`` naming it, as versions before
     read such folders: one whose case id is a volume file's or a series folder's (the original kept beside its
-    conversion: the volume file is the case) and one beside cases of several channels (an atlas beside nnU-Net's
-    channel files), so that a folder read before is not refused whole.
+    conversion: the volume file is the case) and one beside cases of another number of channels (an atlas beside
+    nnU-Net's channel files), so that a folder read before is not refused whole. Headers named as nnU-Net's channel
+    files (``<case>_0000.hdr``) are channels of ``<case>`` where the volume files are named so too (or there are no
+    volume files and every header is named so), as the volume files are.
 
     Args:
         folder: the image folder (not recursive).
@@ -379,13 +381,33 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
     # atlas.hdr beside nnU-Net's channel files, was refused whole; the versions before read it)
     widths = {len(c.channels) for c in out}
     left_out = []
-    for stem, p in pairs.items():
-        if stem in taken:
-            left_out.append(f"{p.name} (case {stem!r} is {taken[stem].name}{'/' if taken[stem].is_dir() else ''})")
-        elif widths and 1 not in widths:
-            left_out.append(f"{p.name} (one channel; the folder's cases have {max(widths)})")
+    pair_cases: dict[str, tuple[Path, ...]] = {stem: (p,) for stem, p in pairs.items()}
+    named = {stem: p for stem, p in pairs.items() if _CHANNEL.match(stem)}
+    if channel_suffix == "auto" and named and (groups is not None or (not files and len(named) == len(pairs))):
+        # pairs named as nnU-Net's channel files (<case>_0000.hdr) are channels of <case>, as volume files are (found
+        # by the review of NIfTI pairs: the original case1_0000.hdr beside its conversion case1_0000.nii.gz was
+        # predicted again as a case 'case1_0000', and a case of pairs got an id its label does not have); headers
+        # numbered with gaps (an atlas_0002.hdr) stay cases of their own, as before, not the folder's refusal
+        numbered: dict[str, dict[int, str]] = {}
+        for stem in named:
+            m = _CHANNEL.match(stem)
+            numbered.setdefault(m["case"], {})[int(m["channel"])] = stem
+        grouped = {cid: tuple(pairs[chans[i]] for i in sorted(chans)) for cid, chans in numbered.items()
+                   if sorted(chans) == list(range(len(chans)))}
+        for stem in pairs.keys() & grouped.keys():
+            left_out.append(f"{pairs[stem].name} (case {stem!r} is {grouped[stem][0].name})")
+        in_groups = {p.name for chans in grouped.values() for p in chans}
+        pair_cases = {stem: (p,) for stem, p in pairs.items() if p.name not in in_groups and stem not in grouped}
+        pair_cases.update(grouped)
+    for cid, chans in sorted(pair_cases.items()):
+        names = ", ".join(p.name for p in chans)
+        if cid in taken:
+            left_out.append(f"{names} (case {cid!r} is {taken[cid].name}{'/' if taken[cid].is_dir() else ''})")
+        elif widths and len(chans) not in widths:
+            width = "one channel" if len(chans) == 1 else f"{len(chans)} channels"
+            left_out.append(f"{names} ({width}; the folder's cases have {max(widths)})")
         else:
-            out.append(ImageCase(stem, (p,)))
+            out.append(ImageCase(cid, chans))
     if left_out:
         warnings.warn(f"{folder}: NIfTI pair / Analyze header(s) not read as cases: {'; '.join(left_out)}",
                       UserWarning, stacklevel=2)
@@ -2245,9 +2267,15 @@ def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
 
 
 def _input_files(path: Path) -> list[Path] | None:
-    """The files of an input made of several (a DICOM series folder, a NIfTI pair's ``.hdr`` and ``.img``), or None."""
+    """The files of an input made of several (a DICOM series folder, a NIfTI pair's ``.hdr`` and ``.img``), or None.
+
+    A series folder's files are those :func:`~monai_unc.io.dicom.read_series` reads: hidden files (the ``.DS_Store``
+    a Mac's Finder leaves in a folder it showed) are no slice, so one appearing after ``infer`` neither made
+    ``dicom-export`` refuse the series as another one nor a resume predict the case again (found by the review of
+    the series check).
+    """
     if path.is_dir():
-        return [f for f in sorted(path.iterdir()) if f.is_file()]
+        return [f for f in sorted(path.iterdir()) if f.is_file() and not f.name.startswith(".")]
     if path.name.lower().endswith(PAIR_HEADER_EXTENSION):  # the data lie in the .img beside it (found by a review
         stem = path.name[: -len(PAIR_HEADER_EXTENSION)]  # of NIfTI pairs: an edited .img was not predicted again)
         return [path, *(f for f in (path.with_name(stem + e) for e in (".img", ".IMG")) if f.is_file())]

@@ -44,6 +44,11 @@ import torch
 from .._utils import label_map_dtype, num_threads
 from ..state import ArrayBlocks
 
+try:  # a write's lock on its private folder (POSIX)
+    import fcntl
+except ImportError:  # Windows: no lock, an existing private folder is left alone
+    fcntl = None
+
 try:  # Intel ISA-L's deflate (python-isal, the ``fast`` extra): level 1 about 10x zlib's speed at the same ratio
     from isal import isal_zlib as _isal_zlib
 except ImportError:  # zlib alone
@@ -206,58 +211,106 @@ def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[
     left = partial_path(path, ending)  # a killed run's of versions that wrote beside path (unlink follows no link)
     with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
         left.unlink()
-    folder = _private_folder(path)
-    tmp = folder / left.name
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException as e:
-        if isinstance(e, OSError):
-            _name_written_file(e, path, tmp)
-        raise
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with _private_folder(path) as folder:
+        tmp = folder / left.name
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        except BaseException as e:
+            if isinstance(e, OSError):
+                _name_written_file(e, path, tmp)
+            raise
 
 
-def _private_folder(path: Path) -> Path:
+@contextlib.contextmanager
+def _private_folder(path: Path) -> Iterator[Path]:
     """A new folder (mode 0700) beside ``path`` to write it in: ``.<name>.partial.dir``, else a random name.
 
     Only its owner may create or replace entries in it, so no one else can plant a symbolic link under the name a
     writer opens there. The name is fixed per file, so that the folder a killed run (``SIGTERM`` at a batch system's
     time limit, the OOM killer) left with its partial file is removed by the next write of the same file, as the
     fixed temporary file of earlier versions was: a random name each time left one more folder per killed write in
-    every folder that :func:`clean_partial_files` does not cover (found by the review of private folders). Such a
-    folder is removed only when it is a real folder of this user; one that someone else made (or a link), a name
-    near the file system's 255-byte limit (shortened, it could be another file's) and a folder another write
-    re-creates in between give a new folder with a random name ``.<name>.partial-XXXXXXXX.dir`` instead.
+    every folder that :func:`clean_partial_files` does not cover (found by the review of private folders). A write
+    holds a lock on its folder (``flock``, released by the system when a process dies), so the folder of a write
+    still running (another process or thread writing the same file) is never taken for a killed one's: removing
+    it made that write fail and could rename the other's half-written file into place (found by the review of the
+    fixed name). A folder that someone else made (or a link), one another write holds, a name near the file
+    system's 255-byte limit (shortened, it could be another file's) and a system without ``flock`` (Windows: an
+    existing folder is left alone) give a new folder with a random name ``.<name>.partial-XXXXXXXX.dir``
+    instead. The folder is removed when the block ends, before its lock is released.
     """
     stem = path.name  # shortened so that a name near the file system's 255-byte limit still gets its folder
     while len(f".{stem}.partial-".encode("utf-8", "surrogateescape")) > 200:
         stem = stem[:-1]
+    folder, fd = None, None
     try:
-        if stem == path.name:
-            fixed = path.parent / f".{stem}.partial.dir"
-            for _ in range(2):
-                try:
-                    os.mkdir(fixed, 0o700)
-                    return fixed
-                except FileExistsError:
-                    if not _own_folder(fixed):
-                        break
-                    shutil.rmtree(fixed, ignore_errors=True)  # a killed write's (rmtree follows no link inside)
-        return Path(tempfile.mkdtemp(prefix=f".{stem}.partial-", suffix=".dir", dir=path.parent))
-    except OSError as e:
-        _name_written_file(e, path)
-        raise
+        try:
+            if stem == path.name:
+                folder, fd = _fixed_folder(path.parent / f".{stem}.partial.dir")
+            if folder is None:
+                folder = Path(tempfile.mkdtemp(prefix=f".{stem}.partial-", suffix=".dir", dir=path.parent))
+        except OSError as e:
+            _name_written_file(e, path)
+            raise
+        yield folder
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)  # the lock released once the folder is gone
 
 
-def _own_folder(path: Path) -> bool:
-    """Whether ``path`` is a real folder (not a link) of this process's user (any folder where users are unknown)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and (not hasattr(os, "getuid") or st.st_uid == os.getuid())
+def _fixed_folder(fixed: Path) -> tuple[Path | None, int | None]:
+    """``fixed`` made or taken over (a killed write's: emptied) and locked: ``(fixed, its locked descriptor)``.
+
+    ``(None, None)`` when it cannot be this write's: a link or no folder, another user's, a folder another write
+    holds locked, or, without ``flock``, any folder already there.
+    """
+    if fcntl is None:
+        try:
+            os.mkdir(fixed, 0o700)
+        except FileExistsError:
+            return None, None
+        return fixed, None
+    for _ in range(3):
+        try:
+            os.mkdir(fixed, 0o700)
+            made = True
+        except FileExistsError:
+            made = False
+        try:
+            fd = os.open(fixed, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:  # removed in between by the write that held it: try again
+            continue
+        except OSError:  # a link (ELOOP), not a folder (ENOTDIR), no access
+            return None, None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                os.close(fd)
+                return None, None
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: another write of the file holds it
+            now = os.lstat(fixed)
+        except OSError as e:
+            os.close(fd)
+            if made and not isinstance(e, BlockingIOError):  # no lock on this file system (NFS mounted nolock):
+                with contextlib.suppress(OSError):  # the folder just made is not left behind empty
+                    os.rmdir(fixed)
+            return None, None
+        if (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):  # removed and made again in between: try again
+            os.close(fd)
+            continue
+        if not made:  # a killed write's: its entries removed (rmtree follows no link inside), the folder reused
+            for entry in os.listdir(fixed):
+                inner = fixed / entry
+                if inner.is_dir() and not inner.is_symlink():
+                    shutil.rmtree(inner, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        inner.unlink()
+            os.chmod(fixed, 0o700)
+        return fixed, fd
+    return None, None
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
@@ -313,19 +366,17 @@ def atomic_write_files(path: str | os.PathLike, write: Callable[[Path], Any]) ->
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    folder = _private_folder(path)
-    try:
+    with _private_folder(path) as folder:
         tmp = folder / path.name
-        write(tmp)
-        for f in sorted(folder.iterdir()):
-            if f.name != path.name:
-                os.replace(f, path.parent / f.name)
-        os.replace(tmp, path)
-    except OSError as e:
-        _name_written_file(e, path, tmp)
-        raise
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            write(tmp)
+            for f in sorted(folder.iterdir()):
+                if f.name != path.name:
+                    os.replace(f, path.parent / f.name)
+            os.replace(tmp, path)
+        except OSError as e:
+            _name_written_file(e, path, tmp)
+            raise
     return path
 
 

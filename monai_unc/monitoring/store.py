@@ -95,8 +95,9 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
                  "code", "reason", "rule_digest", "model_digest", "prediction")
 #: the columns that make a recorded case the same decision when its triage folder is recorded again; the prediction
-#: file too: a later batch that reuses a case id ("001") with an undefined score (None: an empty or failed
-#: prediction) is another scan, from another predictions folder (found by the review of the cross-folder skip)
+#: file too, for a decision without a score only (:func:`_decision_key`): a later batch that reuses a case id ("001")
+#: with an undefined score (None: an empty or failed prediction) is another scan, from another predictions folder
+#: (found by the review of the cross-folder skip)
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
@@ -106,9 +107,14 @@ MAX_TEXT = 1000
 
 #: the user part of a database URL with a password: ``(scheme://user)``, ``:``, ``(password)``, ``@``. libpq takes the
 #: user part up to the ``@`` before the first ``/``, so the password may hold ``#``, ``?``, ``:`` (unencoded, as
-#: generated passwords often do) and an ``@``; a space too when the next ``@`` follows it without another one (a
-#: command line holding ``... @db --site A@B`` keeps its other arguments)
-_USER_PASSWORD = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?=[^/\s]*@))*)@")
+#: generated passwords often do) and an ``@``; spaces too (a passphrase: libpq refuses it in a message that shows
+#: it) when an ``@`` follows before the next ``/`` and no option starts after the space (a command line holding
+#: ``... @db/m --site A@B`` or ``... @db --site A@B`` keeps its other arguments)
+_USER_PASSWORD = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?!-)(?=[^/]*@))*)@")
+#: a ``password`` query parameter: a quoted value, or to the next ``&`` or ``#`` with its words (libpq refuses a raw
+#: space in a message that shows the value: "*** horse battery" was left) up to a quote or the end of the text
+_QUERY_PASSWORD = re.compile(r"([?&]password=)('[^'&#]*'|\"[^\"&#]*\"|(?:[^&#\s'\"]|\s+(?=[^&#\s'\"]))*)",
+                             re.IGNORECASE)
 
 
 def redact_url(url: str) -> str:
@@ -116,8 +122,10 @@ def redact_url(url: str) -> str:
 
     The password of the user part (``user:password@``; also without a user name, and up to the last ``@`` when one
     was left unencoded in it) and a ``password`` query parameter are replaced by ``***``. The user part ends where
-    libpq ends it, at the first ``/``: an unencoded ``#``, ``?`` or ``:`` (or a single space) in the password is
-    part of it. Text around a URL is kept, so a command line or a message holding one may be given whole.
+    libpq ends it, at the first ``/``: an unencoded ``#``, ``?``, ``:`` or space (a passphrase of several words, which
+    libpq refuses in a message that shows it) in the password is part of it, as are the words of a ``password``
+    query parameter (up to a quote, ``&``, ``#`` or the end of the text). Text around a URL is kept, so a
+    command line or a message holding one may be given whole.
 
     Args:
         url: a database URL, or text holding one.
@@ -132,14 +140,14 @@ def redact_url(url: str) -> str:
         '--db postgresql://ann@db.example/monitor?sslmode=require&password=***'
     """
     text = _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", str(url))
-    return re.sub(r"([?&]password=)[^&#\s]*", r"\1***", text, flags=re.IGNORECASE)
+    return _QUERY_PASSWORD.sub(r"\1***", text)
 
 
 def _passwords(url: str) -> list[str]:
     """The password texts a database URL holds (as written, percent-decoded, and the parts around an unencoded ``@``),
     longest first: what a driver's message may echo (libpq names a password it cannot decode)."""
     found = [m.group(2) for m in _USER_PASSWORD.finditer(url)]
-    found += [m.group(1) for m in re.finditer(r"[?&]password=([^&#\s]*)", url, flags=re.IGNORECASE)]
+    found += [m.group(2) for m in _QUERY_PASSWORD.finditer(url)]
     pieces = {piece for p in found for text in (p, unquote(p)) for piece in (text, *text.split("@"))}
     return sorted((p for p in pieces if p), key=len, reverse=True)
 
@@ -172,9 +180,18 @@ def _clean(v: Any) -> Any:
 
 
 def _decision_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What makes a recorded case the same decision (NaN and None alike, floats as stored)."""
-    return tuple(None if (v := _clean(row[c])) is None else (float(v) if c in _DECISION_FLOATS else v)
-                 for c in _DECISION_COLUMNS)
+    """What makes a recorded case the same decision (NaN and None alike, floats as stored).
+
+    The prediction file counts only for a decision whose score is undefined (None matches any other such case): a
+    defined score already tells one scan from another, and the file is the path triage read, so the same file
+    read through another mount or after a move to new storage would make every earlier decision of a growing
+    predictions folder weigh twice in the alarms (found by the review of the prediction key).
+    """
+    key = [None if (v := _clean(row[c])) is None else (float(v) if c in _DECISION_FLOATS else v)
+           for c in _DECISION_COLUMNS]
+    if key[_DECISION_COLUMNS.index("score")] is not None:
+        key[_DECISION_COLUMNS.index("prediction")] = None
+    return tuple(key)
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -969,14 +986,15 @@ class MonitorStore:
         """Record one triage run (its rule and its cases) and its audit entry, in one transaction.
 
         A run is recorded once (its ``source_digest``), and so is a decision: a case that a run already recorded
-        with the same rule, site, case id, score, image z-score, expected Dice, decision, code and prediction file is
-        skipped, so that it does not weigh twice in the alarms, whichever triage folder recorded it (triage run again
-        on a folder of predictions that gained cases rewrites ``triage.json`` with the earlier decisions in it; a site
-        that triages into a new folder each month from a predictions folder that keeps growing repeats every earlier
-        decision: found by a review of the store under real operations, where only the same folder's were skipped).
-        A case id with another decision (another score: another scan), another prediction file (a later batch
-        reusing the id, whose undefined score, None, matches any other), or at another site, is another case and is
-        recorded.
+        with the same rule, site, case id, score, image z-score, expected Dice, decision and code (and prediction
+        file, for a case whose score is undefined) is skipped, so that it does not weigh twice in the alarms,
+        whichever triage folder recorded it (triage run again on a folder of predictions that gained cases rewrites
+        ``triage.json`` with the earlier decisions in it; a site that triages into a new folder each month from a
+        predictions folder that keeps growing repeats every earlier decision, also when its path changed (another
+        mount, new storage): found by a review of the store under real operations, where only the same folder's
+        were skipped). A case id with another decision (another score: another scan), an undefined score and another
+        prediction file (a later batch reusing the id, whose undefined score, None, matches any other), or at
+        another site, is another case and is recorded.
 
         Args:
             rule: the rule's JSON (``referral_rule.json`` as triage recorded it), with its ``digest``.

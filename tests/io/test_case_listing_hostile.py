@@ -208,3 +208,32 @@ def test_a_stray_nifti_pair_does_not_refuse_a_folder_read_before(tmp_path):
     nib.save(pair, series / "case3.hdr")
     with pytest.warns(UserWarning, match=r"case2\.hdr \(case 'case2' is case2/\)"):
         assert [c.case_id for c in list_image_cases(series)] == ["case2", "case3"]
+
+
+def test_nifti_pairs_named_as_channel_files_are_channels_of_their_case(tmp_path):
+    """Found by the review of NIfTI pairs: a header named as nnU-Net's channel files was a case of its own under its
+    whole stem, so ``case1_0000.hdr`` kept beside its conversion ``case1_0000.nii.gz`` was predicted again as a case
+    ``case1_0000``, and a case given as pairs alone (``case3_0000.hdr``) got the id ``case3_0000``, which its label
+    ``case3`` does not match. Such headers are channels of their case, as the volume files are."""
+    nib = pytest.importorskip("nibabel")
+    pair = nib.Nifti1Pair(np.zeros((4, 5, 6), np.int16), np.eye(4))
+    nn = tmp_path / "nnunet"
+    for name in ("case1_0000.nii.gz", "case2_0000.nii.gz"):
+        _vol(nn / name)
+    nib.save(pair, nn / "case1_0000.hdr")
+    nib.save(pair, nn / "case3_0000.hdr")
+    with pytest.warns(UserWarning, match=r"case1_0000\.hdr \(case 'case1' is case1_0000\.nii\.gz\)"):
+        cases = list_image_cases(nn)
+    assert [(c.case_id, [p.name for p in c.channels]) for c in cases] == [
+        ("case1", ["case1_0000.nii.gz"]), ("case2", ["case2_0000.nii.gz"]), ("case3", ["case3_0000.hdr"])]
+    pairs = tmp_path / "pairs"
+    pairs.mkdir()
+    for name in ("a_0000.hdr", "a_0001.hdr", "b_0000.hdr", "b_0001.hdr"):
+        nib.save(pair, pairs / name)
+    assert [(c.case_id, [p.name for p in c.channels]) for c in list_image_cases(pairs)] == [
+        ("a", ["a_0000.hdr", "a_0001.hdr"]), ("b", ["b_0000.hdr", "b_0001.hdr"])]
+    assert [c.case_id for c in list_image_cases(pairs, channel_suffix="none")] == [
+        "a_0000", "a_0001", "b_0000", "b_0001"]
+    nib.save(pair, nn / "atlas_0002.hdr")  # numbered with a gap: a case of its own, as before, not a refusal
+    with pytest.warns(UserWarning, match=r"case1_0000\.hdr"):
+        assert [c.case_id for c in list_image_cases(nn)] == ["atlas_0002", "case1", "case2", "case3"]

@@ -363,3 +363,61 @@ def test_the_folder_a_killed_write_left_is_removed_by_the_next_write_of_the_file
     atomic_write(dst, lambda tmp: tmp.write_bytes(b"again"))
     assert dst.read_bytes() == b"again" and list(victim.iterdir()) == []
     assert (dst.parent / f".{dst.name}.partial.dir").is_symlink()  # someone else's entry: left alone
+
+
+def test_two_writes_of_one_file_at_once_both_complete(tmp_path):
+    """Found by the review of the fixed private folder: the folder of a write still running was taken for a killed
+    run's and removed by a second write of the same file (two jobs refreshing one shared file, two threads), so the
+    first write failed with ``FileNotFoundError`` and the two wrote one temporary file. A write holds a lock on its
+    folder; the second one writes in a folder of its own, and each write puts a whole file in place."""
+    import threading
+    import time
+
+    from monai_unc.io import atomic_write
+
+    dst = tmp_path / "summary.json"
+    errors, started = [], threading.Event()
+
+    def write(tag: str, delay: float) -> None:
+        def slow(tmp):
+            with open(tmp, "w") as f:
+                f.write(f'{{"writer": "{tag}", ')
+                f.flush()
+                started.set()
+                time.sleep(delay)
+                f.write('"done": true}')
+        try:
+            atomic_write(dst, slow)
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(repr(e))
+
+    first = threading.Thread(target=write, args=("A", 0.6))
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=write, args=("B", 0.05))
+    second.start()
+    second.join()
+    assert dst.read_text() == '{"writer": "B", "done": true}'  # while A still writes
+    first.join()
+    assert errors == []
+    assert dst.read_text() == '{"writer": "A", "done": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+@pytest.mark.skipif(os.name == "nt", reason="flock is POSIX")
+def test_a_file_system_without_locks_leaves_no_private_folder_behind(tmp_path, monkeypatch):
+    """A file system that refuses ``flock`` (NFS mounted ``nolock``: ``ENOLCK``) gets a folder with a random name
+    for each write, and the fixed folder made before the lock was refused is not left behind empty."""
+    import errno
+
+    from monai_unc.io import atomic_write
+    from monai_unc.io import files as files_mod
+
+    def no_lock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(files_mod.fcntl, "flock", no_lock)
+    for text in ("one", "two"):
+        atomic_write(tmp_path / "a.json", lambda tmp, text=text: tmp.write_text(text))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+    assert (tmp_path / "a.json").read_text() == "two"

@@ -224,7 +224,9 @@ def test_a_later_batch_reusing_a_case_id_with_an_undefined_score_is_recorded(sto
     rule = make_rule([0.1, 0.2, 0.3])
 
     def batch(name: str, preds: str, more: tuple[str, ...] = ()) -> Path:
-        cases = [{"case": "001", "score": None, "decision": "review"}, {"case": "002", "score": 0.12},
+        # another scan's defined score differs (a defined score tells scans apart; the file counts for None only)
+        cases = [{"case": "001", "score": None, "decision": "review"},
+                 {"case": "002", "score": 0.12 if preds == "batch1" else 0.21},
                  *({"case": c, "score": 0.15} for c in more)]
         folder = write_triage(tmp_path / name, rule, cases,
                               segs={c["case"]: str(tmp_path / preds / f"{c['case']}_seg.nii.gz") for c in cases})
@@ -240,6 +242,29 @@ def test_a_later_batch_reusing_a_case_id_with_an_undefined_score_is_recorded(sto
     assert again.startswith("recorded 1 case(s)") and "2 already recorded (skipped)" in again, again
     with MonitorStore(store_url, create=False) as store:
         assert sum(c["code"] == "undefined_score" for c in store.cases()) == 2
+        assert store.verify().ok
+
+
+def test_a_growing_predictions_folder_under_another_path_records_its_decisions_once(store_url, tmp_path):
+    """Found by the review of the prediction key: the prediction file (the absolute path triage read) was part of
+    every decision's identity, so a site re-triaging its growing predictions folder each month into a new folder
+    recorded each earlier decision again as soon as the folder's path changed (the share mounted at ``/mnt/qc`` on
+    one triage host and ``/data/qc`` on another, the folder moved to new storage): 5 cases in the store instead of 3,
+    each earlier one weighing twice in the alarms. A defined score tells scans apart; the file counts only for a case
+    whose score is undefined."""
+    rule = make_rule([0.1, 0.2, 0.3])
+
+    def month(name: str, mount: str, cases: list[dict]) -> Path:
+        return write_triage(tmp_path / name, rule, cases,
+                            segs={c["case"]: f"{mount}/site_a/preds/{c['case']}_seg.nii.gz" for c in cases})
+
+    first = [{"case": "001", "score": 0.12}, {"case": "002", "score": 0.25}]
+    assert record_triage(store_url, month("jan", "/mnt/qc", first), site="A").lines[0].startswith("recorded 2 case(s)")
+    again = record_triage(store_url, month("feb", "/data/qc", [*first, {"case": "003", "score": 0.15}]),
+                          site="A").lines[0]
+    assert again.startswith("recorded 1 case(s)") and "2 already recorded (skipped)" in again, again
+    with MonitorStore(store_url, create=False) as store:
+        assert sorted(c["case_id"] for c in store.cases()) == ["001", "002", "003"]
         assert store.verify().ok
 
 

@@ -82,6 +82,33 @@ def test_a_password_with_a_hash_a_question_mark_or_a_space_is_redacted(tmp_path,
     assert not any(secret in c for c in commands), commands
 
 
+def test_a_passphrase_of_several_words_is_redacted(tmp_path, capsys):
+    """Found by the review of the redaction: a password of several words (a passphrase, ``correct horse battery
+    staple``) was redacted only from its last space on, so the command line in the audit log kept it whole, and
+    libpq's refusal (``unexpected spaces found in "correct horse battery staple"``) printed it on the error line;
+    given as the ``password`` query parameter, its first word only was left out ("*** horse battery staple")."""
+    secret = "correct horse battery staple"
+    url = f"postgresql://ann:{secret}@127.0.0.1:9/monitor"
+    assert redact_url(url) == "postgresql://ann:***@127.0.0.1:9/monitor"
+    assert redact_url(f"monai-unc monitor status --db {url} --site A@B").endswith("/monitor --site A@B")
+    shown = redact_url(f"monai-unc monitor status --db postgresql://ann:{secret}@db --site A@B")  # no database path
+    assert shown.endswith("ann:***@db --site A@B"), shown
+    rule = make_rule([0.1, 0.2])
+    with MonitorStore(tmp_path / "m.db") as store:
+        _record(store, rule, "a", command=["monai-unc", "monitor", "record", "t", "--db", url])
+        commands = [e.command for e in store.audit_log()]
+    assert not any("horse" in c for c in commands), commands
+    query = f"postgresql://ann@127.0.0.1:9/monitor?password={secret}"  # the query form, also quoted
+    assert redact_url(query) == "postgresql://ann@127.0.0.1:9/monitor?password=***"
+    assert redact_url(f"{query}&sslmode=require") == "postgresql://ann@127.0.0.1:9/monitor?password=***&sslmode=require"
+    assert "horse" not in redact_url(f"postgresql:///monitor?password='{secret}'")
+    pytest.importorskip("psycopg")
+    for given in (url, query):
+        assert cli.main(["monitor", "status", "--db", given]) == 2
+        err = capsys.readouterr().err
+        assert "horse" not in err and "battery" not in err and "error" in err, err
+
+
 def test_the_audit_log_and_the_dashboard_never_hold_the_database_password(tmp_path):
     """Found by hostile testing: ``monitor record --db postgresql://ann:PASSWORD@...`` stored the password in the
     hash-chained audit log (the command line of its entry, which cannot be removed without breaking the chain) and the

@@ -137,3 +137,21 @@ def test_an_edited_img_of_a_nifti_pair_counts_as_a_changed_input(tmp_path):
     nib.save(nib.Nifti1Pair(np.ones((4, 5, 6), np.int16), np.eye(4)), tmp_path / "c.hdr")
     os.replace(tmp_path / "c.img", tmp_path / "b.img")  # the same header, other voxels
     assert infer_mod._changed_inputs(case, record) == ["b.hdr"]
+
+
+def test_a_hidden_file_in_a_series_folder_is_no_change_of_the_series(tmp_path):
+    """Found by the review of dicom-export's series check: the digest of a DICOM series folder covered every file of
+    the folder, hidden ones too, which no reader reads as a slice; a ``.DS_Store`` that a Mac's Finder left in the
+    folder after ``infer`` made ``dicom-export`` refuse the very series the case was predicted from ("not the one the
+    case was predicted from", exit status 2) and a resume predict it again. An edited slice still counts."""
+    from monai_unc.io import changed_inputs, input_digests
+    from monai_unc.io.dicom import write_series
+
+    series = tmp_path / "ct01"
+    files = write_series(np.arange(60.0).reshape(3, 4, 5), np.diag([0.5, 0.5, 2.0, 1]), series, modality="CT")
+    record = {"input_digests": input_digests([series])}
+    (series / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    assert changed_inputs([series], record) == []
+    first = sorted(files)[0]
+    first.write_bytes(first.read_bytes() + b"\x00\x00")  # another slice content
+    assert changed_inputs([series], record) == ["ct01"]
