@@ -294,10 +294,20 @@ def read_table(
     lines: list[int] = []
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # utf-8-sig: a leading byte-order mark is skipped
-            reader = csv.reader(f)
+            source: Any = f
+            stand = None
+            if not _CSV_WRITES_NUL:  # Python 3.10's reader refuses a NUL ("line contains NUL"; found by running the
+                text = f.read()  # tests on 3.10, the declared minimum): a character the file lacks stands in for it
+                if "\x00" in text:
+                    stand = next(chr(c) for c in range(0xE000, 0xF900) if chr(c) not in text)
+                    text = text.replace("\x00", stand)
+                source = io.StringIO(text, newline="")
+            reader = csv.reader(source)
             header = next(reader, None)
             if header is None:
                 return (columns, rows, lines) if return_lines else (columns, rows)
+            if stand is not None:
+                header = [c.replace(stand, "\x00") for c in header]
             # surrounding spaces of a typed header cell ('failure ') would make it another column, silently unread
             columns = [unescape_cell(c).strip() for c in header]
             named = [c for c in columns if c != ""]  # empty names: trailing separators of a spreadsheet
@@ -313,6 +323,8 @@ def read_table(
                 start, end = end + 1, reader.line_num
                 if not cells:  # a blank line
                     continue
+                if stand is not None:
+                    cells = [c.replace(stand, "\x00") for c in cells]
                 if len(cells) > width and any(c.strip() for c in cells[width:]):
                     used = max(i + 1 for i, c in enumerate(cells) if c.strip())
                     raise ValueError(

@@ -5,7 +5,9 @@ written (by :func:`read_csv` and by the standard library's own reader)."""
 from __future__ import annotations
 
 import csv
+import io
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -28,9 +30,12 @@ def test_every_nasty_case_id_reads_back_as_written(tmp_path):
     assert [r["case"] for r in back] == NASTY_IDS
     assert [int(r["i"]) for r in back] == list(range(len(NASTY_IDS)))
     with open(path, newline="", encoding="utf-8") as f:
-        plain = list(csv.reader(f))
+        text = f.read()
+    # Python 3.10's csv reader refuses a NUL (3.11 reads it): there the reference reads the text without them
+    strip = (lambda t: t.replace("\x00", "")) if sys.version_info < (3, 11) else (lambda t: t)  # noqa: E731
+    plain = list(csv.reader(io.StringIO(strip(text), newline="")))
     # other readers see the ids as written, an apostrophe in front of those a spreadsheet would evaluate
-    assert [r[0] for r in plain[1:]] == ["'" + c if c[:1] in ("=", "+", "-", "@", "\t", "\r", "'") else c
+    assert [r[0] for r in plain[1:]] == [strip("'" + c if c[:1] in ("=", "+", "-", "@", "\t", "\r", "'") else c)
                                          for c in NASTY_IDS]
 
 
@@ -208,3 +213,17 @@ def test_a_cell_over_the_csv_field_limit_is_one_line_naming_the_file(tmp_path, c
     assert main(["monitor", "label", "--labels", str(labels), "--db", str(tmp_path / "m.db")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "labels.csv: not a readable CSV table" in err, err
+
+
+def test_a_nul_in_a_cell_reads_back_on_python_3_10(tmp_path, monkeypatch):
+    """Python 3.10's csv reader refuses a NUL ("line contains NUL"), so read_table refused a table 3.11 reads (found
+    by running the tests on 3.10, the declared minimum): a character the file lacks stands in for it there. The 3.10
+    path is taken here too, by saying the csv module is 3.10's; ids holding the first stand-in candidates stay apart."""
+    from monai_unc.io import tables
+
+    ids = ["a\x00b", "\ue000", "\ue000\x00\ue001", "plain", "line\nbreak\x00"]
+    path = write_csv(tmp_path / "t.csv", [{"case": c, "v": i} for i, c in enumerate(ids)])
+    want = read_csv(path)
+    monkeypatch.setattr(tables, "_CSV_WRITES_NUL", False)
+    assert read_csv(path) == want and [r["case"] for r in want] == ids
+    assert tables.read_table(path, return_lines=True)[2] == [2, 3, 4, 5, 6]
