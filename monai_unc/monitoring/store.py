@@ -1072,10 +1072,9 @@ class MonitorStore:
         cols = ", ".join(_DECISION_COLUMNS)
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
-            for r in self._all(f"SELECT rule_digest, {cols} FROM cases WHERE case_id IN "
-                               f"({', '.join('?' * len(chunk))})", chunk):
-                if r[0] == digest:
-                    out.add(_decision_key(dict(zip(_DECISION_COLUMNS, r[1:]))))
+            for r in self._all(f"SELECT {cols} FROM cases WHERE rule_digest = ? AND case_id IN "
+                               f"({', '.join('?' * len(chunk))})", (digest, *chunk)):
+                out.add(_decision_key(dict(zip(_DECISION_COLUMNS, r))))
         return out
 
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:

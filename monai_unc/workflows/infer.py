@@ -436,16 +436,6 @@ def changed_outputs(output: Path, record: Mapping[str, Any]) -> list[str]:
     return bad
 
 
-def _input_digests(case: ImageCase) -> list[dict[str, Any]]:
-    """The case record's ``input_digests`` (:func:`monai_unc.io.input_digests` of the case's channels)."""
-    return input_digests(case.channels)
-
-
-def _changed_inputs(case: ImageCase, record: Mapping[str, Any]) -> list[str]:
-    """:func:`monai_unc.io.changed_inputs` of the channels of ``case``."""
-    return changed_inputs(case.channels, record)
-
-
 def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None) -> dict[str, Any]:
     """The status of a finished case, from its record.
 
@@ -454,7 +444,7 @@ def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None
     the case is predicted again, with a warning for a changed file).
     """
     if case is not None:  # an input edited since the case was predicted: its outputs are stale
-        edited = _changed_inputs(case, record)
+        edited = changed_inputs(case.channels, record)
         if edited:
             warnings.warn(f"case {case.case_id!r}: its input changed since it was predicted ({', '.join(edited[:3])}):"
                           " predicting it again", UserWarning, stacklevel=2)
@@ -824,7 +814,7 @@ def predict_case(
     t0 = time.time()
     for path in case.channels:  # a link to nothing, a folder x.nii.gz: the reason, not a bare "No such file"
         check_volume_entry(path)
-    inputs = _input_digests(case)  # before reading: an input edited during the prediction makes a resume redo it
+    inputs = input_digests(case.channels)  # before reading: an input edited meanwhile makes a resume redo it
     if model.preprocessing is not None:
         maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings.activation)
     else:

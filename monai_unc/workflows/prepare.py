@@ -197,10 +197,11 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
             header = reader.fieldnames
         except csv.Error as e:  # a header cell over the csv module's limit
             raise ValueError(f"--calibration-cases: {f} is not a readable CSV table (line 1: {e})") from None
-        if header is None or "case" not in [h.strip() for h in header]:
+        names = [h.strip() for h in header or ()]
+        if "case" not in names:
             raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column (a plain list of ids, one a "
                              "line, is read as such under a name that does not end in .csv)")
-        if [h.strip() for h in header].count("case") > 1:  # the csv module keeps the last one's cells, silently
+        if names.count("case") > 1:  # the csv module keeps the last one's cells, silently
             raise ValueError(f"--calibration-cases: {f}: the column 'case' is given twice in the header: keep one")
         key = next(h for h in header if h.strip() == "case")
         # ids a spreadsheet would evaluate are written escaped (monai_unc.io.write_csv)

@@ -124,19 +124,17 @@ def test_an_edited_img_of_a_nifti_pair_counts_as_a_changed_input(tmp_path):
     """Found by a review of NIfTI pairs (``<case>.hdr`` + ``<case>.img``, read as one case since this version): the
     record's input digest hashed the header alone, so a resume kept the outputs of a case whose ``.img`` (all its
     voxels) was re-exported. The digest covers both files; a touched pair (same content) is still unchanged."""
-    from monai_unc.io import ImageCase
-    from monai_unc.workflows import infer as infer_mod
+    from monai_unc.io import changed_inputs, input_digests
 
     hdr = tmp_path / "b.hdr"
     nib.save(nib.Nifti1Pair(np.zeros((4, 5, 6), np.int16), np.eye(4)), hdr)
-    case = ImageCase("b", (hdr,))
-    record = {"input_digests": infer_mod._input_digests(case)}
-    assert infer_mod._changed_inputs(case, record) == []
+    record = {"input_digests": input_digests([hdr])}
+    assert changed_inputs([hdr], record) == []
     os.utime(tmp_path / "b.img", ns=(0, 10**9))  # touched only
-    assert infer_mod._changed_inputs(case, record) == []
+    assert changed_inputs([hdr], record) == []
     nib.save(nib.Nifti1Pair(np.ones((4, 5, 6), np.int16), np.eye(4)), tmp_path / "c.hdr")
     os.replace(tmp_path / "c.img", tmp_path / "b.img")  # the same header, other voxels
-    assert infer_mod._changed_inputs(case, record) == ["b.hdr"]
+    assert changed_inputs([hdr], record) == ["b.hdr"]
 
 
 def test_a_hidden_file_in_a_series_folder_is_no_change_of_the_series(tmp_path):
