@@ -1084,7 +1084,7 @@ def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> di
     sheared = sheared_grid(case.case_id, case.affine, len(case.spacing))  # the band widths NaN
     if sheared is not None:
         warnings.warn(sheared, UserWarning, stacklevel=2)
-    save_masks(masks, case, output, sigmoid, like=files.label)
+    save_masks(masks, case, output, sigmoid)
     for t, name in enumerate(names):
         col = region_suffix(name) if sigmoid else slug(name)
         outer = masks["outer"][t] if "outer" in masks else pred[t]

@@ -87,7 +87,7 @@ def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | No
     written: dict[str, Path] = {}
     if maps is not None and not loaded.maps and loaded.probs is not None:
         derived = derived_maps(loaded)  # once: the row scores these maps (as given maps) and the report draws them
-        written = write_derived_maps(loaded, maps, derived, like=files.label)
+        written = write_derived_maps(loaded, maps, derived)
         loaded = dataclasses.replace(loaded, maps=derived, derived=tuple(derived))
     result = evaluate_case(loaded, config)
     result.derived = {m: str(p) for m, p in written.items()}

@@ -175,8 +175,14 @@ def _csv_header(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None
     return header
 
 
-#: whether the csv module writes a NUL character (from Python 3.11 on; 3.10's writer raises ``csv.Error``)
+#: whether the csv module writes and reads a NUL character (from Python 3.11 on; 3.10's writer raises
+#: ``csv.Error`` and its reader "line contains NUL")
 _CSV_WRITES_NUL = sys.version_info >= (3, 11)
+
+
+def _nul_stand_in(*texts: str) -> str:
+    """A private-use character that none of ``texts`` holds: it stands in for NUL where 3.10's csv module refuses it."""
+    return next(chr(c) for c in range(0xE000, 0xF900) if all(chr(c) not in t for t in texts))
 
 
 def _csv_text(rows: Sequence[Mapping[str, Any]], header: Sequence[str]) -> str:
@@ -194,7 +200,7 @@ def _csv_text(rows: Sequence[Mapping[str, Any]], header: Sequence[str]) -> str:
             return
         # Python 3.10's writer raises csv.Error on a NUL (found by running the tests on 3.10, the declared minimum):
         # a character no cell holds stands in for it, and the row is the text 3.11 writes (a NUL needs no quotes)
-        stand = next(chr(c) for c in range(0xE000, 0xF900) if all(chr(c) not in x for x in cells))
+        stand = _nul_stand_in(*cells)
         row = io.StringIO(newline="")
         csv.writer(row, lineterminator="\n", quoting=csv.QUOTE_ALL if quote else csv.QUOTE_MINIMAL).writerow(
             [c.replace("\x00", stand) for c in cells])
@@ -299,7 +305,7 @@ def read_table(
             if not _CSV_WRITES_NUL:  # Python 3.10's reader refuses a NUL ("line contains NUL"; found by running the
                 text = f.read()  # tests on 3.10, the declared minimum): a character the file lacks stands in for it
                 if "\x00" in text:
-                    stand = next(chr(c) for c in range(0xE000, 0xF900) if chr(c) not in text)
+                    stand = _nul_stand_in(text)
                     text = text.replace("\x00", stand)
                 source = io.StringIO(text, newline="")
             reader = csv.reader(source)

@@ -100,8 +100,8 @@ def spacing_steps(spacing: object, dims: int) -> list[float]:
 
 def _plain_spacing(spacing: object) -> object:
     """A real tensor's numbers as Python floats (MONAI's ``MetaTensor.pixdim`` is a tensor), anything else as it is."""
-    if isinstance(spacing, torch.Tensor) and (spacing.is_floating_point() or not spacing.dtype.is_complex) \
-            and spacing.dtype != torch.bool and spacing.ndim <= 1:
+    if isinstance(spacing, torch.Tensor) and not spacing.dtype.is_complex and spacing.dtype != torch.bool \
+            and spacing.ndim <= 1:
         return spacing.detach().cpu().double().tolist()
     return spacing
 

@@ -193,7 +193,7 @@ def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike
     row["warnings"] = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     row["files"] = files.to_json()
     if maps is not None:  # the arrays scored above, written once (nothing for a case with map files of its own)
-        row["derived"] = {m: p.name for m, p in write_derived_maps(case, maps, derived, like=files.label).items()}
+        row["derived"] = {m: p.name for m, p in write_derived_maps(case, maps, derived).items()}
     return row
 
 
