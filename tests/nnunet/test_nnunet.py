@@ -10,6 +10,7 @@ import inspect
 import itertools
 import json
 import os
+import random
 import re
 import sys
 from contextlib import contextmanager, nullcontext
@@ -990,6 +991,11 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
     # the example runs as written; only nnU-Net's planning steps analyse and preprocess the cases in this process
     # instead of a spawned worker each (tests/_nnunet_pools.py: the same functions, one start-up less per step)
     plan_in_process(monkeypatch)
+    # the example trains without seeds (as nnU-Net does); 10 iterations from an unseeded start segmented nothing in
+    # about 1 of 5 runs, so the test seeds the generators nnU-Net's initialisation and augmentation draw from
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
     exec(compile(blocks[0], str(DOCS), "exec"), {"__name__": "__main__"})
     root = tmp_path / "nnunet_demo"
     assert os.environ["nnUNet_results"] == str(root / "results")  # everything stayed inside tmp_path
