@@ -90,6 +90,8 @@ from .options import FAILURES_FILE, INTENSITY_MODES, SHARED_PASS_TOKENS, method_
 __all__ = [
     "INTENSITY_MODES",
     "VERSION_KEY",
+    "LIBRARIES_KEY",
+    "library_versions",
     "FAILURES_FILE",
     "InferSettings",
     "normalize_intensity",
@@ -262,7 +264,22 @@ class InferSettings:
             >>> s.draws_per_window_batch(), replace(s, seed=None).draws_per_window_batch()
             (True, False)
         """
-        if self.seed is None or self.roi is None:
+        return self.roi is not None and self.seeded_draws()
+
+    def seeded_draws(self) -> bool:
+        """Whether the run draws random samples from its seed (which the versions of torch and MONAI may change).
+
+        Returns:
+            True for a seeded run whose method draws at random (``mcdropout``, ``ratein``, ``ssn``, or ``tta`` with
+            ``tta_noise > 0``); False for an unseeded run or one whose samples are fixed (flips, ensemble members).
+
+        Example:
+            >>> s = InferSettings(model="m", method="tta", samples=4, roi=None, overlap=0.25, intensity="none",
+            ...                   measures=["mutual_information"], seed=0, activation="softmax", checkpoints=[])
+            >>> s.seeded_draws(), replace(s, tta_noise=0.1).seeded_draws()
+            (False, True)
+        """
+        if self.seed is None:
             return False
         tokens = set(method_tokens(self.method) or ())
         return bool(tokens & _RANDOM_TOKENS) or ("tta" in tokens and float(self.tta_noise) > 0)
@@ -904,6 +921,7 @@ def predict_case(
         "multilabel": multilabel,
         "fingerprint": case_fingerprint(settings),  # the settings a resume compares (_record_cache)
         VERSION_KEY: __version__,  # provenance: seeded draws may differ between versions (check_run_settings)
+        LIBRARIES_KEY: library_versions(),  # torch draws the dropout masks and noise of a seed (check_run_settings)
         "file_digests": output_digests(output, names),  # a resume redoes a case whose files changed since
     }
     if multilabel:
@@ -923,7 +941,9 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
 
     A run whose settings differ is refused (unless ``overwrite``) once it has finished a case (a run that finished
     nothing may be restarted with other settings); one that another version of the package made resumes with a warning
-    (its finished cases are kept: seeded draws may differ between versions).
+    (its finished cases are kept: seeded draws may differ between versions), and so does a seeded run made with other
+    versions of torch or MONAI (:func:`library_versions`: they draw the samples of a seed,
+    :meth:`InferSettings.seeded_draws`).
 
     Args:
         output: the output folder.
@@ -966,7 +986,43 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
                 UserWarning,
                 stacklevel=2,
             )
-    atomic_write_json(path, {"settings": new, VERSION_KEY: __version__})
+        made_with = doc.get(LIBRARIES_KEY)
+        if settings.seeded_draws() and isinstance(made_with, dict) and made_with != library_versions():
+            # found by hostile testing: torch 2.4 and 2.14 draw other MC-dropout masks from the same seed, so a
+            # seeded resume after an upgrade kept cases of one draw beside cases of another without a word
+            was = ", ".join(f"{k} {v}" for k, v in sorted(made_with.items()) if isinstance(v, str))
+            now = ", ".join(f"{k} {v}" for k, v in sorted(library_versions().items()))
+            warnings.warn(
+                f"{output} holds seeded cases made with {was or 'unknown library versions'} (this run: {now}): "
+                "they are kept, but the same --seed draws other samples (dropout masks, noise) with another torch "
+                "or MONAI, so the folder no longer holds one seed's draws; pass --overwrite to predict every case "
+                "with this run's libraries",
+                UserWarning,
+                stacklevel=2,
+            )
+    atomic_write_json(path, {"settings": new, VERSION_KEY: __version__, LIBRARIES_KEY: library_versions()})
+
+
+#: the key of the library versions (:func:`library_versions`) in ``infer.json`` and the case records
+LIBRARIES_KEY = "library_versions"
+
+
+def library_versions() -> dict[str, str]:
+    """The versions of the libraries that draw a seeded run's samples, as ``infer.json`` and case records hold them.
+
+    torch draws the dropout masks, Rate-In's search, SSN latents and TTA noise from the seed, and MONAI orders the
+    sliding windows (and so the draws): another version of either may draw other samples from the same seed.
+
+    Returns:
+        ``{"monai": ..., "torch": ...}``.
+
+    Example:
+        >>> sorted(library_versions())
+        ['monai', 'torch']
+    """
+    import monai
+
+    return {"monai": str(monai.__version__), "torch": str(torch.__version__)}
 
 
 #: how a resume's refusal names a setting whose key alone would mislead

@@ -75,3 +75,32 @@ def test_settings_still_decide_before_the_version(tmp_path):
         check_run_settings(tmp_path, InferSettings(**{**s.__dict__, "samples": 3}))
     with pytest.warns(UserWarning, match="0.0.1"):
         check_run_settings(tmp_path, s)
+
+
+def test_a_seeded_resume_with_other_torch_or_monai_says_the_draws_differ(toy, tmp_path, capsys):
+    """torch draws a seed's dropout masks (another torch version draws others): a seeded resume after an upgrade keeps
+    the finished cases and says in one warning that the folder no longer holds one seed's draws."""
+    from monai_unc.workflows.infer import LIBRARIES_KEY, library_versions
+
+    out = tmp_path / "seeded"
+    assert _infer(toy, out, "--seed", "3") == 0
+    now = library_versions()
+    assert json.loads((out / "infer.json").read_text())[LIBRARIES_KEY] == now
+    assert json.loads((out / "toy000.json").read_text())[LIBRARIES_KEY] == now
+    before = _mtimes(out)
+    capsys.readouterr()
+    _rewrite(out / "infer.json", lambda d: d[LIBRARIES_KEY].update(torch="2.4.0"))
+    assert _infer(toy, out, "--seed", "3") == 0
+    err = capsys.readouterr().err
+    assert err.count("torch 2.4.0") == 1 and f"torch {now['torch']}" in err and "--overwrite" in err, err
+    assert _mtimes(out) == before  # kept
+    assert json.loads((out / "infer.json").read_text())[LIBRARIES_KEY] == now
+    assert _infer(toy, out, "--seed", "3") == 0  # recorded again: silent
+    assert "warning" not in capsys.readouterr().err
+
+    flips = tmp_path / "flips"  # flips draw nothing: the same samples whatever the versions, nothing to say
+    assert _infer(toy, flips, "--method", "tta") == 0
+    _rewrite(flips / "infer.json", lambda d: d[LIBRARIES_KEY].update(torch="2.4.0"))
+    capsys.readouterr()
+    assert _infer(toy, flips, "--method", "tta") == 0
+    assert "warning" not in capsys.readouterr().err
