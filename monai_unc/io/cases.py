@@ -646,7 +646,8 @@ def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
     these are the files ``CASE_0000``, ``CASE_0001``, ... in the same folder, in channel order, grouped by the rule
     of :func:`list_image_cases`: only when every volume name of the folder has the ``_NNNN`` suffix (in a folder
     where some names have none, ``CASE_0000`` and ``CASE_0001`` are two cases, as ``infer`` predicted them); any
-    other file is one file holding every channel (e.g. a 4D NIfTI).
+    other file is one file holding every channel (e.g. a 4D NIfTI). A NIfTI pair's header (``CASE_0000.hdr``) has
+    the channels :func:`list_image_cases` gives its case.
 
     Args:
         path: the case's (first) image file.
@@ -668,6 +669,13 @@ def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
         ['a_0000.nii.gz', 'a_0001.nii.gz']
     """
     path = Path(path)
+    if path.name.lower().endswith(PAIR_HEADER_EXTENSION) and path.parent.is_dir():
+        # a NIfTI pair named as a channel file (<case>_0000.hdr) has its channels by list_image_cases' rule for pairs
+        # (found by the review of NIfTI pairs: only its first channel was read by triage's image features)
+        with warnings.catch_warnings():  # the folder's listing warns (headers left out) where it lists the cases
+            warnings.simplefilter("ignore")
+            cases = list_image_cases(path.parent)
+        return next((c.channels for c in cases if c.channels[0].name == path.name), (path,))
     split = split_extension(path.name, VOLUME_EXTENSIONS)
     m = _CHANNEL.match(split[0]) if split is not None else None
     if split is None or m is None or int(m["channel"]) != 0 or not path.parent.is_dir():

@@ -234,6 +234,10 @@ def test_nifti_pairs_named_as_channel_files_are_channels_of_their_case(tmp_path)
         ("a", ["a_0000.hdr", "a_0001.hdr"]), ("b", ["b_0000.hdr", "b_0001.hdr"])]
     assert [c.case_id for c in list_image_cases(pairs, channel_suffix="none")] == [
         "a_0000", "a_0001", "b_0000", "b_0001"]
+    # the channels of a case's first header are its case's (triage's image features read every channel), found by
+    # the review of the session after: image_channel_files gave the first header alone
+    assert [p.name for p in image_channel_files(pairs / "a_0000.hdr")] == ["a_0000.hdr", "a_0001.hdr"]
+    assert [p.name for p in image_channel_files(nn / "case3_0000.hdr")] == ["case3_0000.hdr"]
     nib.save(pair, nn / "atlas_0002.hdr")  # numbered with a gap: a case of its own, as before, not a refusal
     with pytest.warns(UserWarning, match=r"case1_0000\.hdr"):
         assert [c.case_id for c in list_image_cases(nn)] == ["atlas_0002", "case1", "case2", "case3"]
