@@ -705,18 +705,48 @@ def restore_uncovered(
     return out
 
 
+def _infer_input(
+    case: ImageCase, x: torch.Tensor, model: LoadedModel, inferer: Any, settings: InferSettings, device: torch.device
+) -> Any:
+    """The inferer's output for a case's network input ``x`` ``(1, C, *spatial)``, after the memory warning.
+
+    Raises:
+        CaseError: the inference failed (a shape error deep inside the network or the inferer), in one line.
+    """
+    kept = _num_samples(inferer, x) if settings.save_samples else 0
+    warning = memory_warning(case.case_id, x.shape[2:], network_out_channels(model.network), settings, device,
+                             kept_samples=kept, sw_batch_size=_sw_batch_size(inferer),
+                             ensemble_members=_ensemble_members(inferer))
+    if warning is not None:
+        warnings.warn(warning, UserWarning, stacklevel=3)
+    try:
+        return inferer(x, model.network)
+    except (RuntimeError, ValueError, IndexError) as e:  # shape errors deep inside the network / inferer
+        hint = ""
+        if settings.roi is None and "size" in str(e).lower():  # e.g. a U-Net's skip connection of another size
+            hint = ("; without --roi the whole image goes through the network at once, and a U-Net needs every "
+                    "size divisible by its downsampling factor: pass --roi with the window it was trained on"
+                    + (" (64)" if settings.model.startswith("example") else ""))
+        raise CaseError(f"case {case.case_id!r}: inference failed on the input of shape {tuple(x.shape)} "
+                        f"(batch, channels, *spatial): {error_line(e)}{hint}") from e
+
+
 def _run_with_preprocessing(
-    case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device, activation: str | None = "softmax"
+    case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device, activation: str | None = "softmax",
+    settings: InferSettings | None = None,
 ) -> tuple[dict, Any]:
     """Bundle preprocessing: transform, infer and invert every map back onto the input grid.
 
-    The voxels that the network's grid did not cover (outside a crop) are filled by :func:`restore_uncovered`.
+    The voxels that the network's grid did not cover (outside a crop) are filled by :func:`restore_uncovered`. With
+    ``settings`` the preprocessed input gets the memory warning and the one-line error of a failed inference, as an
+    input without preprocessing does (found by the review of the last session: a bundle's preprocessed case had
+    neither).
     """
     src = [str(p) for p in case.channels]
     data = model.preprocessing({"image": src[0] if len(src) == 1 else src})  # type: ignore[misc]
     image = data["image"]
     x = image[None].to(device) if isinstance(image, torch.Tensor) else torch.as_tensor(image)[None].to(device)
-    out = inferer(x, model.network)
+    out = inferer(x, model.network) if settings is None else _infer_input(case, x, model, inferer, settings, device)
     keys = [k for k in out if k != K.SAMPLES.value]
     d = {"image": image, **{k: out[k][0].detach().cpu() for k in keys}}
     # a map of ones inverted with the others: how much of each input voxel the network's grid covered (the inverse of
@@ -833,28 +863,13 @@ def predict_case(
         check_volume_entry(path)
     inputs = input_digests(case.channels)  # before reading: an input edited meanwhile makes a resume redo it
     if model.preprocessing is not None:
-        maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings.activation)
+        maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings.activation, settings)
     else:
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)
         image = normalize_intensity(image, settings.intensity)
         x = torch.from_numpy(image)[None].to(device)
-        kept = _num_samples(inferer, x) if settings.save_samples else 0
-        warning = memory_warning(case.case_id, image.shape[1:], network_out_channels(model.network), settings, device,
-                                 kept_samples=kept, sw_batch_size=_sw_batch_size(inferer),
-                                 ensemble_members=_ensemble_members(inferer))
-        if warning is not None:
-            warnings.warn(warning, UserWarning, stacklevel=2)
-        try:
-            raw = inferer(x, model.network)
-        except (RuntimeError, ValueError, IndexError) as e:  # shape errors deep inside the network / inferer
-            hint = ""
-            if settings.roi is None and "size" in str(e).lower():  # e.g. a U-Net's skip connection of another size
-                hint = ("; without --roi the whole image goes through the network at once, and a U-Net needs every "
-                        "size divisible by its downsampling factor: pass --roi with the window it was trained on"
-                        + (" (64)" if settings.model.startswith("example") else ""))
-            raise CaseError(f"case {case.case_id!r}: inference failed on the input of shape {tuple(x.shape)} "
-                            f"(batch, channels, *spatial): {error_line(e)}{hint}") from e
+        raw = _infer_input(case, x, model, inferer, settings, device)
         maps = raw
     pred = maps[K.PRED.value]
     multilabel = is_multilabel(raw if hasattr(raw, "multilabel") else maps, settings.activation)

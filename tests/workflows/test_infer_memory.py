@@ -6,6 +6,7 @@ import warnings
 
 import nibabel as nib
 import numpy as np
+import pytest
 import torch
 from monai.networks.nets import UNet
 
@@ -89,3 +90,41 @@ def test_predict_case_passes_the_inferers_windows_per_call_and_members(tmp_path,
             infer.predict_case(ImageCase("c", (tmp_path / "c.nii.gz",)), model, inferer, settings, out,
                                torch.device("cpu"))
         assert (seen[-1]["sw_batch_size"], seen[-1]["ensemble_members"]) == expected, method
+
+
+def test_a_bundles_preprocessed_case_gets_the_memory_warning_and_the_one_line_error(tmp_path, monkeypatch):
+    """Found by the review of the last session: with a bundle's preprocessing the case was inferred without the memory
+    warning (on the preprocessed grid, here resampled to 2x the voxels per axis) and a failed inference was a
+    traceback; both are what an input without preprocessing gets."""
+    from monai.transforms import Compose, EnsureChannelFirstd, LoadImaged, Spacingd
+
+    from monai_unc.io import CaseError
+
+    nib.save(nib.Nifti1Image(np.random.default_rng(0).random((10, 12, 14)).astype(np.float32), np.diag([2, 2, 2, 1])),
+             tmp_path / "c.nii.gz")
+    pre = Compose([LoadImaged("image"), EnsureChannelFirstd("image"), Spacingd("image", pixdim=(1, 1, 1))])
+    settings = InferSettings(model="conv", method="tta", samples=1, roi=None, overlap=0.25, intensity="none",
+                             measures=["predictive_entropy"], seed=0, activation="softmax", checkpoints=[])
+    shapes: list[tuple] = []
+    real = infer.memory_warning
+
+    def tight(case_id, spatial_shape, *args, **kwargs):  # no memory at all: every case warns
+        shapes.append(tuple(spatial_shape))
+        return real(case_id, spatial_shape, *args, **{**kwargs, "available": 0})
+
+    monkeypatch.setattr(infer, "memory_warning", tight)
+    torch.manual_seed(0)
+    model = LoadedModel(torch.nn.Conv3d(1, 3, 3, padding=1).eval(), "conv", preprocessing=pre, spatial_dims=3)
+    inferer = build_inferer("tta", measures=["predictive_entropy"])
+    case = ImageCase("c", (tmp_path / "c.nii.gz",))
+    (tmp_path / "out").mkdir()
+    with pytest.warns(UserWarning, match=r"case 'c' \(19x23x27, 3 classes\) needs about"):
+        infer.predict_case(case, model, inferer, settings, tmp_path / "out", torch.device("cpu"))
+    assert shapes == [(19, 23, 27)]  # the preprocessed grid, not the file's
+
+    broken = LoadedModel(torch.nn.Conv3d(2, 3, 3, padding=1).eval(), "conv", preprocessing=pre, spatial_dims=3)
+    (tmp_path / "out2").mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(CaseError, match=r"^case 'c': inference failed on the input of shape \(1, 1, 19, 23, 27\)"):
+            infer.predict_case(case, broken, inferer, settings, tmp_path / "out2", torch.device("cpu"))
