@@ -27,6 +27,8 @@ __all__ = ["SEGMENTATION_STORAGE", "DicomSegError", "frame_slices", "read_segmen
 
 #: the SOP class of a DICOM SEG
 SEGMENTATION_STORAGE = "1.2.840.10008.5.1.4.1.1.66.4"
+#: the SOP class of a Label Map Segmentation (DICOM 2024: one label value per pixel)
+_LABEL_MAP_SEGMENTATION_STORAGE = "1.2.840.10008.5.1.4.1.1.66.7"
 
 
 class DicomSegError(ValueError):
@@ -173,6 +175,10 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
     except Exception as e:  # InvalidDicomError and others on a file that is not DICOM
         raise DicomSegError(f"{path} is not a readable DICOM file ({type(e).__name__})") from None
     sop = str(ds.get("SOPClassUID", ""))
+    if sop == _LABEL_MAP_SEGMENTATION_STORAGE or str(ds.get("SegmentationType", "")) == "LABELMAP":
+        # found by the review of DICOM for PACS: named "not a DICOM SEG" (its SOP class UID) or a FRACTIONAL SEG
+        raise DicomSegError(f"{what} is a LABELMAP segmentation (DICOM 2024: one label value per pixel), which this "
+                            "reader does not read; labels must be a BINARY SEG: export them as one")
     if sop != SEGMENTATION_STORAGE:
         name = getattr(pydicom.uid.UID(sop), "name", sop) if sop else "no SOP class"
         raise DicomSegError(f"{what} is not a DICOM SEG ({name})")

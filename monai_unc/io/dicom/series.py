@@ -236,14 +236,14 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
         The :class:`DicomSeries`: sorted headers, files, affine, shape and (with ``pixels``) the volume.
 
     Raises:
-        DicomSeriesError: one line naming the series and the problem: no file, a file that is not DICOM, a
-            non-image object, an enhanced multi-frame image, several series, slices of different patients (their
-            PatientID, PatientName, PatientBirthDate or PatientSex differ: the message names two such files, not
-            the values), a slice without a SOPInstanceUID or two with the same, mixed orientations or sizes,
-            duplicate or missing slices, uneven spacing, positions off one line, a volume over ``max_bytes``, a
-            RescaleSlope of 0 or a non-finite slope or intercept (with ``pixels``), a numeric attribute read as one
-            number (RescaleSlope, RescaleIntercept, NumberOfFrames, Rows, Columns, a one-slice series' slice
-            spacing) with several values or a value that is no number (the message names the file and attribute).
+        DicomSeriesError: one line naming the series and the problem: no file, a file that is not DICOM, a non-image
+            object, an enhanced multi-frame image, a Siemens MOSAIC image, several series, slices of different patients
+            (their PatientID, PatientName, PatientBirthDate or PatientSex differ: the message names two such files, not
+            the values), a slice without a SOPInstanceUID or two with the same, mixed orientations or sizes, duplicate
+            or missing slices, uneven spacing, positions off one line, a volume over ``max_bytes``, a RescaleSlope of 0
+            or a non-finite slope or intercept (with ``pixels``), a numeric attribute read as one number (RescaleSlope,
+            RescaleIntercept, NumberOfFrames, Rows, Columns, a one-slice series' slice spacing) with several values or a
+            value that is no number (the message names the file and attribute).
 
     Example:
         >>> import tempfile
@@ -276,6 +276,12 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
                                      "slices only")
         if (_number(ds, "NumberOfFrames", folder, p, int, 1) or 1) != 1:
             raise _fail(folder, uid, f"{p.name} has {ds.NumberOfFrames} frames; single-frame slices only")
+        image_type = ds.get("ImageType", [])
+        image_type = [image_type] if isinstance(image_type, str) else list(image_type or [])
+        if any(str(v).strip().upper() == "MOSAIC" for v in image_type):
+            # a Siemens mosaic tiles a volume's slices in one image: read as one large slice, its geometry is wrong
+            raise _fail(folder, uid, f"{p.name} is a Siemens MOSAIC image (the slices of a volume tiled in one "
+                                     "image); convert the series to NIfTI first (e.g. with dcm2niix)")
     if uid is None:
         raise _fail(folder, None, "its slices have no SeriesInstanceUID")
     seen: dict[str, Path] = {}

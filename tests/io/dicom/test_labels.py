@@ -88,6 +88,12 @@ def test_refusals_are_one_line(tmp_path):
     probs = mni_small()[2]
     write_fractional_segmentation(probs, series, tmp_path / "probs.dcm", [default_segment(1), default_segment(2)])
     _one_line(tmp_path / "probs.dcm", series, "FRACTIONAL", "BINARY")
+    # a DICOM 2024 label map segmentation: named as one (it was "not a DICOM SEG", naming its SOP class UID)
+    ds = pydicom.dcmread(path)
+    ds.SOPClassUID = ds.file_meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.66.7"
+    ds.SegmentationType = "LABELMAP"
+    save_dataset(ds, tmp_path / "labelmap.dcm")
+    _one_line(tmp_path / "labelmap.dcm", series, "is a LABELMAP segmentation", "BINARY SEG")
     # another series: frame of reference and series differ
     make_series(tmp_path / "other", "oblique_mr")
     _one_line(path, read_series(tmp_path / "other", pixels=False), "frame of reference")

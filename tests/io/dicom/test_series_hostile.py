@@ -118,3 +118,19 @@ def test_a_compressed_series_without_its_decoder_names_the_transfer_syntax_and_t
                                                r"pylibjpeg") as e:
         read_series(tmp_path / "s")
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("image_type", [["ORIGINAL", "PRIMARY", "M", "ND", "MOSAIC"], ["DERIVED", "PRIMARY", "mosaic"]])
+def test_a_siemens_mosaic_is_refused_not_read_as_one_large_slice(tmp_path, image_type):
+    """Found by the review of DICOM for PACS (left then): a Siemens MOSAIC (a volume's slices tiled in one MR image)
+    was read as one 2D slice, a volume of the wrong shape and geometry; it is refused naming the file and the remedy."""
+    files = write_series(np.zeros((8, 8, 1)), np.eye(4), tmp_path / "s", modality="MR")
+    ds = pydicom.dcmread(files[0])
+    ds.ImageType = image_type
+    ds.save_as(files[0])
+    with pytest.raises(DicomSeriesError, match=r"00000.dcm is a Siemens MOSAIC image .*dcm2niix") as refused:
+        read_series(tmp_path / "s", pixels=False)
+    assert "\n" not in str(refused.value)
+    ds.ImageType = ["ORIGINAL", "PRIMARY", "M", "ND"]  # an ordinary slice reads as before
+    ds.save_as(files[0])
+    assert read_series(tmp_path / "s").shape == (8, 8, 1)
