@@ -111,13 +111,16 @@ MAX_TEXT = 1000
 #: it) when an ``@`` follows before the next ``/`` and no option starts after the space (a command line holding
 #: ``... @db/m --site A@B`` or ``... @db --site A@B`` keeps its other arguments)
 _USER_PASSWORD = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?!-)(?=[^/]*@))*)@")
+#: the same in a text that is one URL (an argument, the ``--db`` value): a space followed by ``-`` is part of the
+#: password there too (in a command line it starts the next option)
+_USER_PASSWORD_WHOLE = re.compile(r"(://[^:/@?#\s]*):((?:[^/\s]|\s(?=[^/]*@))*)@")
 #: a ``password`` query parameter: a quoted value, or to the next ``&`` or ``#`` with its words (libpq refuses a raw
 #: space in a message that shows the value: "*** horse battery" was left) up to a quote or the end of the text
 _QUERY_PASSWORD = re.compile(r"([?&]password=)('[^'&#]*'|\"[^\"&#]*\"|(?:[^&#\s'\"]|\s+(?=[^&#\s'\"]))*)",
                              re.IGNORECASE)
 
 
-def redact_url(url: str) -> str:
+def redact_url(url: str, whole: bool = False) -> str:
     """A database URL without its password, for messages, the audit log and the dashboard.
 
     The password of the user part (``user:password@``; also without a user name, and up to the last ``@`` when one
@@ -125,10 +128,12 @@ def redact_url(url: str) -> str:
     libpq ends it, at the first ``/``: an unencoded ``#``, ``?``, ``:`` or space (a passphrase of several words, which
     libpq refuses in a message that shows it) in the password is part of it, as are the words of a ``password``
     query parameter (up to a quote, ``&``, ``#`` or the end of the text). Text around a URL is kept, so a
-    command line or a message holding one may be given whole.
+    command line or a message holding one may be given whole; there a space followed by ``-`` ends a password of the
+    user part (it starts the next option), which ``whole=True`` says the text cannot hold.
 
     Args:
         url: a database URL, or text holding one.
+        whole: ``url`` is one URL (a command-line argument, the ``--db`` value), not a text holding one.
 
     Returns:
         The text without the password.
@@ -139,14 +144,14 @@ def redact_url(url: str) -> str:
         >>> redact_url("--db postgresql://ann@db.example/monitor?sslmode=require&password=secret")
         '--db postgresql://ann@db.example/monitor?sslmode=require&password=***'
     """
-    text = _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", str(url))
+    text = (_USER_PASSWORD_WHOLE if whole else _USER_PASSWORD).sub(lambda m: f"{m.group(1)}:***@", str(url))
     return _QUERY_PASSWORD.sub(r"\1***", text)
 
 
 def _passwords(url: str) -> list[str]:
     """The password texts a database URL holds (as written, percent-decoded, and the parts around an unencoded ``@``),
     longest first: what a driver's message may echo (libpq names a password it cannot decode)."""
-    found = [m.group(2) for m in _USER_PASSWORD.finditer(url)]
+    found = [m.group(2) for m in _USER_PASSWORD_WHOLE.finditer(url)]
     found += [m.group(2) for m in _QUERY_PASSWORD.finditer(url)]
     pieces = {piece for p in found for text in (p, unquote(p)) for piece in (text, *text.split("@"))}
     return sorted((p for p in pieces if p), key=len, reverse=True)
@@ -623,12 +628,12 @@ class MonitorStore:
         self.url = text
         db_file = sqlite_file(text)
         self.dialect = "sqlite" if db_file is not None else "postgresql"
-        self._name = redact_url(text)  # how errors name the store
+        self._name = redact_url(text, whole=True)  # how errors name the store
         self._driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
         if self.dialect == "sqlite":
             if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text) and not text.startswith("sqlite:///"):
-                raise ValueError(f"database {redact_url(text)!r}: unsupported URL (a file path, sqlite:///PATH or "
-                                 "postgresql://...)")
+                raise ValueError(f"database {redact_url(text, whole=True)!r}: unsupported URL (a file path, "
+                                 "sqlite:///PATH or postgresql://...)")
             path = db_file
             if path.is_dir():
                 raise ValueError(f"database {str(path)!r} is a folder, not a database file")
@@ -668,12 +673,12 @@ class MonitorStore:
                 self._conn.execute("SET client_encoding TO 'UTF8'")  # text as str, whatever the server's encoding
             except psycopg.Error as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise ValueError(f"cannot connect to the database {redact_url(text)!r}: "
+                raise ValueError(f"cannot connect to the database {redact_url(text, whole=True)!r}: "
                                  f"{_message_without_password(first, text)}") from None
             self.path = None
             if not create:
                 try:
-                    self._refuse_if_no_store(redact_url(text))
+                    self._refuse_if_no_store(redact_url(text, whole=True))
                 except BaseException:
                     self.close()
                     raise
@@ -834,7 +839,8 @@ class MonitorStore:
         seq, prev = (int(last[0][0]) + 1, str(last[0][1])) if last else (1, GENESIS)
         argv = list(sys.argv if command is None else command)
         entry = {"seq": seq, "at": _now(), "actor": _actor(), "host": socket.gethostname(), "version": __version__,
-                 "command": " ".join(_utf8_text(redact_url(str(a))) for a in argv)[:MAX_TEXT * 4], "action": action,
+                 "command": " ".join(_utf8_text(redact_url(str(a), whole=True)) for a in argv)[:MAX_TEXT * 4],
+                 "action": action,
                  "details": _canonical(details),
                  "prev_hash": prev}
         entry["hash"] = entry_hash(entry)

@@ -308,3 +308,23 @@ def test_text_that_is_not_utf8_is_refused_naming_its_field_and_a_command_line_is
                          command=["monai-unc", "monitor", "record", str(folder), "--sites", str(sites)])
         assert [c["site"] for c in store.cases()] == ["Centre A"] and store.verify().ok
         assert store.audit_log()[-1].command.endswith("sites H\\udcf4pital.csv")
+
+
+def test_a_password_holding_a_space_and_a_dash_is_redacted_from_the_audit_log(tmp_path, capsys):
+    """Left by the review of the redaction: a password with a space before a ``-`` (``correct -horse``) ended, for
+    the redaction, where a command line's next option would start, so the ``--db`` argument went into the
+    hash-chained audit log (unremovable) and connection errors in clear. An argument or the ``--db`` value is one URL:
+    the whole password goes."""
+    secret = "correct -horse"
+    url = f"postgresql://ann:{secret}@127.0.0.1:9/monitor"
+    assert redact_url(url, whole=True) == "postgresql://ann:***@127.0.0.1:9/monitor"
+    assert redact_url(f"--db={url}", whole=True) == "--db=postgresql://ann:***@127.0.0.1:9/monitor"
+    rule = make_rule([0.1, 0.2])
+    with MonitorStore(tmp_path / "m.db") as store:
+        _record(store, rule, "a", command=["monai-unc", "monitor", "record", "t", "--db", url, f"--db={url}"])
+        commands = [e.command for e in store.audit_log()]
+    assert not any("horse" in c for c in commands), commands
+    pytest.importorskip("psycopg")
+    assert cli.main(["monitor", "status", "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert "horse" not in err and "error" in err, err
