@@ -107,6 +107,8 @@ __all__ = [
     "RESERVED_RECORD_NAMES",
     "check_case_ids",
     "VERSION_KEY",
+    "LIBRARIES_KEY",
+    "library_versions",
     "read_prediction_regions",
 ]
 
@@ -121,6 +123,27 @@ RESERVED_RECORD_NAMES = tuple(dict.fromkeys(
 #: the key of the package version that made a run or a case, in ``infer.json`` and in each case record (``infer``,
 #: ``nnunet-predict``): seeded draws may differ between versions
 VERSION_KEY = "monai_unc_version"
+#: the key of the library versions (:func:`library_versions`) in ``infer.json`` and in each case record
+LIBRARIES_KEY = "library_versions"
+
+
+def library_versions() -> dict[str, str]:
+    """The versions of the libraries that draw a seeded run's samples, as ``infer.json`` and case records hold them.
+
+    torch draws the dropout masks, Rate-In's search, SSN latents and TTA noise from the seed, and MONAI orders the
+    sliding windows (and so the draws): another version of either may draw other samples from the same seed.
+
+    Returns:
+        ``{"monai": ..., "torch": ...}``.
+
+    Example:
+        >>> sorted(library_versions())
+        ['monai', 'torch']
+    """
+    import monai
+    import torch
+
+    return {"monai": str(monai.__version__), "torch": str(torch.__version__)}
 
 #: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
 VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")

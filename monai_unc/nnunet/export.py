@@ -47,6 +47,7 @@ from monai_unc import __version__
 from monai_unc._deprecation import REMOVAL
 from monai_unc._utils import argmax, label_map_dtype
 from monai_unc.io import (
+    LIBRARIES_KEY,
     VERSION_KEY,
     atomic_gzip,
     atomic_path,
@@ -54,6 +55,7 @@ from monai_unc.io import (
     atomic_write_files,
     atomic_write_json,
     json_safe,
+    library_versions,
     read_json_or_none,
     save_nifti_image,
     write_csv,
@@ -714,6 +716,7 @@ def export_uncertainty(
         **result.extras,
         **({"settings": json_safe(settings)} if settings is not None else {}),
         VERSION_KEY: __version__,  # provenance: seeded draws may differ between versions
+        LIBRARIES_KEY: library_versions(),  # and between torch / MONAI versions
     }
     atomic_write_json(_record_path(base), record)
     # the segmentation last: a case is done (case_exported) when it, its record and its maps exist

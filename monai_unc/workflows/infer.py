@@ -62,6 +62,7 @@ from ..evaluation.products import command_output_markers
 from ..inferers import available_memory, estimate_memory
 from ..io import (
     INFER_RECORD,
+    LIBRARIES_KEY,
     VERSION_KEY,
     CaseError,
     ImageCase,
@@ -74,6 +75,7 @@ from ..io import (
     grid_mismatch,
     input_digests,
     json_safe,
+    library_versions,
     read_json_or_none,
     read_volume,
     save_label_maps,
@@ -1016,28 +1018,6 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
                 stacklevel=2,
             )
     atomic_write_json(path, {"settings": new, VERSION_KEY: __version__, LIBRARIES_KEY: library_versions()})
-
-
-#: the key of the library versions (:func:`library_versions`) in ``infer.json`` and the case records
-LIBRARIES_KEY = "library_versions"
-
-
-def library_versions() -> dict[str, str]:
-    """The versions of the libraries that draw a seeded run's samples, as ``infer.json`` and case records hold them.
-
-    torch draws the dropout masks, Rate-In's search, SSN latents and TTA noise from the seed, and MONAI orders the
-    sliding windows (and so the draws): another version of either may draw other samples from the same seed.
-
-    Returns:
-        ``{"monai": ..., "torch": ...}``.
-
-    Example:
-        >>> sorted(library_versions())
-        ['monai', 'torch']
-    """
-    import monai
-
-    return {"monai": str(monai.__version__), "torch": str(torch.__version__)}
 
 
 #: how a resume's refusal names a setting whose key alone would mislead

@@ -726,6 +726,7 @@ def test_continue_prediction_redoes_cases_made_with_other_settings(predicted_fol
         rec = json.loads((cont / "uncertainty" / f"{case}.json").read_text())
         assert rec["settings"] == ours.case_settings() and rec["num_samples"] == 16
         assert rec["monai_unc_version"] == monai_unc.__version__  # provenance, not a setting
+        assert rec["library_versions"] == monai_unc.io.library_versions()  # torch draws the seeded masks
         assert {k: v for k, v in cfg.items() if k not in ("measures", "model_folder")} == rec["settings"]
         assert mun.case_exported(cont / case, ".nii.gz", mun.DEFAULT_MEASURES, settings=ours.case_settings())
         assert not mun.case_exported(cont / case, ".nii.gz", mun.DEFAULT_MEASURES, settings=old["settings"])
