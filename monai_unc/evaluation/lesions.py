@@ -374,7 +374,6 @@ def _header_spacing(path: str | os.PathLike | None, spacing: Sequence[float]) ->
     Returns:
         The header's voxel sizes for a ``.nii`` / ``.nii.gz`` file whose zooms agree with ``spacing``; ``spacing``
         otherwise (another format, no file, an unreadable header, zooms that disagree).
-
     """
     sp = tuple(float(s) for s in spacing)
     if path is None or not str(path).lower().endswith((".nii", ".nii.gz")):
