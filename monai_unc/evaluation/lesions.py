@@ -280,9 +280,11 @@ def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any
     """The lesion-wise state of one case.
 
     Args:
-        case: the loaded case (its ``spacing``, and its ``affine``: the lesions' centres in world coordinates, the
-            voxel volume ``|det A|`` and, on a sheared grid (:func:`~monai_unc.io.sheared_grid`), ``lesion_hd95``
-            NaN: its distances are not the spacing's).
+        case: the loaded case (its ``spacing``, and its ``affine``: the lesions' centres in world coordinates). On
+            an orthogonal grid the spacing of volumes and distances is that of its ``label_file``'s NIfTI header where
+            it agrees with the affine (the zooms the BraTS code reads), else ``spacing``, and the volumes are
+            ``count * sx * sy * sz``; on a sheared grid (:func:`~monai_unc.io.sheared_grid`) the voxel volume is
+            ``|det A|`` and ``lesion_hd95`` NaN (its distances are not the spacing's).
         tasks: its tasks.
         options: the product's options: ``dilation``, ``min_volume``, ``iou``, ``hd_penalty``, ``r``.
         class_names: the evaluation's class names.
@@ -299,12 +301,20 @@ def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any
     arrays: dict[str, Any] = {"n_cases": np.array([1], np.int64),
                               "samples": np.array([0 if samples is None else samples.shape[0]], np.int64)}
     case_affine = getattr(case, "affine", None)
-    voxel_volume = None if case_affine is None else affine_voxel_volume(case_affine, 3)
     sheared = case_affine is not None and sheared_grid(str(getattr(case, "case_id", "")), case_affine) is not None
+    # |det A| only where the axes are not orthogonal; on an orthogonal grid the volumes are the product of the voxel
+    # sizes, as the BraTS code forms them (|det A| of a rotated float32 affine is 1 +- 1e-7 of that product, enough to
+    # count a lesion of exactly min_volume that the BraTS code leaves out)
+    voxel_volume = affine_voxel_volume(case_affine, 3) if sheared else None
+    header: dict[tuple, tuple] = {}  # the header's voxel sizes per affine spacing (one read of the label's header)
     for task in tasks:
         spacing = tuple(task.spacing) if task.spacing is not None else tuple(case.spacing)
         if len(spacing) != 3:
             raise ValueError(f"lesion-wise metrics need 3-D volumes, got {len(spacing)}-D spacing {spacing}")
+        if not sheared:
+            if spacing not in header:
+                header[spacing] = _header_spacing(getattr(case, "label_file", None), spacing)
+            spacing = header[spacing]
         for c, (name, pred, target) in enumerate(task_masks(task, class_names), 1):
             r = brats_lesion_metrics(pred, target, spacing, int(options["dilation"]), float(options["min_volume"]),
                                      float(options["hd_penalty"]), voxel_volume=voxel_volume)
@@ -347,6 +357,36 @@ def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any
                 elif k not in ("lesion", "volume_mm3", "center"):
                     arrays[f"lesion.{name}.score.{k}"] = np.asarray(v, float)
     return LesionState(arrays)
+
+
+def _header_spacing(path: str | os.PathLike | None, spacing: Sequence[float]) -> tuple[float, ...]:
+    """The voxel sizes of a NIfTI file's header (``pixdim``) where they are the affine's ``spacing``, else ``spacing``.
+
+    The BraTS 2023 lesion-wise code takes the spacing of its volumes and distances from the header's zooms (float32).
+    The lengths of the affine's columns are those zooms up to the float32 rounding of the stored affine (on a rotated
+    grid 1 +- 1e-8 of them), which is enough to count a lesion of exactly ``min_volume`` mm^3 that the BraTS code
+    leaves out; the zooms themselves are used where they agree with the affine (relative 1e-5).
+
+    Args:
+        path: the case's label file (``LoadedCase.label_file``), or None.
+        spacing: the voxel sizes (mm) of the case's affine, one per spatial axis.
+
+    Returns:
+        The header's voxel sizes for a ``.nii`` / ``.nii.gz`` file whose zooms agree with ``spacing``; ``spacing``
+        otherwise (another format, no file, an unreadable header, zooms that disagree).
+    """
+    sp = tuple(float(s) for s in spacing)
+    if path is None or not str(path).lower().endswith((".nii", ".nii.gz")):
+        return sp
+    try:
+        import nibabel as nib
+
+        zooms = tuple(float(z) for z in nib.load(str(path)).header.get_zooms()[: len(sp)])
+    except Exception:  # noqa: BLE001 - the case's own read reports an unreadable file
+        return sp
+    if len(zooms) != len(sp) or not np.allclose(zooms, sp, rtol=1e-5, atol=0.0):
+        return sp
+    return zooms
 
 
 def lesion_columns(state: LesionState) -> dict[str, float]:

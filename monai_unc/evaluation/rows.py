@@ -450,20 +450,27 @@ def region_score_columns(
 
 
 def unclaimed_case_labels(case: LoadedCase, config: EvaluationConfig) -> list[int]:
-    """The non-zero labels of a case's label map that no region of ``config.regions`` holds.
+    """The non-zero labels of a case's label map or predicted label map that no region of ``config.regions`` holds.
 
-    One ``np.unique`` of the label (:func:`monai_unc.regions.unclaimed_labels`).
+    One ``np.unique`` of each (:func:`monai_unc.regions.unclaimed_labels`). A predicted label map (an nnU-Net region
+    model's ``<case>.nii.gz``, a label map as ``<case>_seg``) is converted to regions with the spec as the label is,
+    so a label no region holds would silently count as background there too (found by hostile review: a prediction
+    in the BraTS 2018-2022 labels, enhancing tumour 4, under ``brats2023`` had every ET lesion missed, exit 0).
 
     Args:
         case: a loaded case.
         config: the evaluation options.
 
     Returns:
-        The labels, sorted; empty without regions or when the label holds region masks rather than a label map.
+        The labels, sorted; empty without regions. Region masks (of the label or of the prediction) hold no labels.
     """
-    if config.regions is None or case.label.ndim != len(case.spacing):
+    if config.regions is None:
         return []
-    return unclaimed_labels(case.label, config.regions)
+    found: set[int] = set()
+    for arr in (case.label, case.seg):
+        if arr is not None and arr.ndim == len(case.spacing):
+            found.update(unclaimed_labels(arr, config.regions))
+    return sorted(found)
 
 
 def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, list[TaskView], dict[str, np.ndarray]]:

@@ -186,7 +186,9 @@ def assemble_state(
 def check_unclaimed_labels(results: Iterable[tuple[CaseResult, CaseFiles, int]], config: EvaluationConfig) -> None:
     """Refuse a cohort whose label maps hold non-zero labels that no region of ``config.regions`` claims.
 
-    Such labels would silently count as background (e.g. BraTS 2023 labels, enhancing tumour 3, under ``"brats"``).
+    The label maps are the references and the predicted label maps
+    (:func:`~monai_unc.evaluation.rows.unclaimed_case_labels`). Such labels would silently count as background (e.g.
+    BraTS 2023 labels, enhancing tumour 3, under ``"brats"``).
 
     Args:
         results: the per-case results (their ``unclaimed_labels``, found while each case was evaluated).
@@ -216,7 +218,8 @@ def check_unclaimed_labels(results: Iterable[tuple[CaseResult, CaseFiles, int]],
                 if from_seg else "")
         raise ValueError("--regions: " + unclaimed_labels_message(
             {k: sorted(v) for k, v in found.items()}, config.regions,
-            "--ignore-unclaimed-labels / ignore_unclaimed_labels=True") + hint)
+            "--ignore-unclaimed-labels / ignore_unclaimed_labels=True") + hint
+            + "; the label maps of the references and the predicted label maps are both checked")
     n = len({c for ids in found.values() for c in ids})
     warnings.warn(f"--regions: label(s) {sorted(found)} of {n} case(s) are in no region and count as background "
                   "(--ignore-unclaimed-labels)", UserWarning, stacklevel=2)
