@@ -27,7 +27,15 @@ from ..engine import (
     run_cases,
 )
 from ..engine.records import record_gather_hooks
-from ..io import CaseError, CaseFiles, check_output_kind, check_reference_folder, load_case, match_cases
+from ..io import (
+    CaseError,
+    CaseFiles,
+    case_files_digest,
+    check_output_kind,
+    check_reference_folder,
+    load_case,
+    match_cases,
+)
 from ..io.provenance import check_finished_predictions
 from ..product import registered_products
 from ..regions import unclaimed_labels_message
@@ -386,19 +394,13 @@ def run_evaluate(
 def _rank_agreement(cases: Sequence[CaseFiles], config: EvaluationConfig) -> dict[str, Any]:
     """What every rank of an evaluation must have in common besides the case ids (``run_cases``' ``agree``).
 
-    The per-case options (:func:`case_config_fingerprint`), the shift labels and the names of each case's files (its
-    roles and maps: another ``--measures``, ``--layout`` or suffix reads other files); names, not paths, so that
-    ranks in other working folders still agree.
+    The per-case options (:func:`case_config_fingerprint`), the shift labels and the names of each case's files
+    (:func:`~monai_unc.io.case_files_digest`: another ``--measures``, ``--layout`` or suffix reads other files).
     """
-    def name(p: Path | None) -> str | None:
-        return None if p is None else Path(p).name
-
-    files = [[c.case_id, name(c.label), name(c.seg), name(c.probs), {m: name(p) for m, p in sorted(c.maps.items())},
-              name(c.image)] for c in cases]
     shifts = None if config.shifts is None else sorted((str(k), str(v)) for k, v in dict(config.shifts).items())
     return {**case_config_fingerprint(config),
             "shift labels": hashlib.sha256(json.dumps(shifts).encode()).hexdigest(),
-            "input files": hashlib.sha256(json.dumps(files).encode()).hexdigest()}
+            "input files": case_files_digest(cases)}
 
 
 def _absolute_files(files: CaseFiles) -> CaseFiles:

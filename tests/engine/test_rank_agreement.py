@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
 
 WAIT_S = 180
@@ -97,3 +98,24 @@ def test_infer_ranks_with_other_settings_are_refused_before_any_work(tmp_path):
         assert ("rank 1 runs monai-unc infer with other options or inputs than rank 0 (rank 0 -> rank 1: samples 4 "
                 "-> 2)") in err[0], err
     assert not out.exists()  # no case predicted with either settings, no infer.json
+
+
+def test_rule_commands_with_another_rule_on_one_rank_are_refused(tmp_path):
+    """``conformal`` with a rule of another target on rank 1 wrote that rank's cases' masks with its thresholds
+    (conformal.json naming rank 0's); ``triage`` likewise scored rank 1's cases with its rule's options."""
+    cohort = write_toy_cohort(tmp_path / "c", n_cases=8, shape=(12, 12, 12))
+    ev = ["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-q", "--target-risk", "0.3"]
+    for name, extra in (("a", ["--conformal", "outer:fnr=0.2"]),
+                        ("b", ["--patch-size", "3", "--conformal", "outer:fnr=0.15"])):
+        assert cli.main([*ev, "-o", str(tmp_path / name), *extra]) == 0
+    for command, rule in (("conformal", "conformal_rule.json"), ("triage", "referral_rule.json")):
+        out = tmp_path / command
+        argv = [command, "-p", str(cohort["predictions"]), "--allow-mismatch", "-q", "-o", str(out), "-r"]
+        results = _ranks([([*argv, str(tmp_path / "a" / rule)], tmp_path),
+                          ([*argv, str(tmp_path / "b" / rule)], tmp_path)])
+        for rc, err in results:
+            assert rc == 2 and err == [
+                f"monai-unc {command}: error: rank 1 runs monai-unc {command} with other options or inputs than rank 0 "
+                "(rank 0 -> rank 1: rule changed): every rank must run the same command on the same inputs "
+                "(docs/distributed.md)"], (command, rc, err)
+        assert not out.exists()
