@@ -23,6 +23,7 @@ every collective is the identity and the same code runs.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Callable, Hashable, Sequence
@@ -315,7 +316,8 @@ def run_cases(
 def _check_agreement(value: Any, ctx: DistContext, command: str) -> None:
     """``ValueError`` on every rank when a rank's ``agree`` value differs from rank 0's (collective)."""
     values = all_gather_objects(value, ctx)
-    bad = [r for r, v in enumerate(values) if v != values[0]]
+    texts = [_canonical_text(v) for v in values]  # as text: a NaN setting equals itself
+    bad = [r for r, t in enumerate(texts) if t != texts[0]]
     if not bad:
         return
     r = bad[0]
@@ -324,6 +326,13 @@ def _check_agreement(value: Any, ctx: DistContext, command: str) -> None:
     what = "; ".join(changes[:4]) + ("; ..." if len(changes) > 4 else "") if changes else "they differ"
     raise ValueError(f"rank {r} runs {command} with other options or inputs than rank 0 (rank 0 -> rank {r}: {what}): "
                      "every rank must run the same command on the same inputs (docs/distributed.md)")
+
+
+def _canonical_text(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, default=repr)
+    except (TypeError, ValueError):  # keys that do not sort
+        return repr(value)
 
 
 def _finish(
