@@ -6,6 +6,7 @@ Re-exported by :mod:`monai_unc.engine`, whose docstring describes them.
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -147,7 +148,7 @@ def read_dist_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
     """The rank, world size and local rank of this process, as ``torchrun`` sets them.
 
     Read from the initialised default process group when there is one, else from the environment variables
-    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (defaults ``0, 1, rank``).
+    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (defaults ``0, 1, rank``; ``RANK`` is required when ``WORLD_SIZE > 1``).
 
     Args:
         env: the environment to read (default ``os.environ``).
@@ -157,7 +158,8 @@ def read_dist_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
 
     Raises:
         ValueError: naming the variable, when one is not an integer or they are inconsistent
-            (``RANK`` outside ``[0, WORLD_SIZE)``, ``WORLD_SIZE < 1``, ``LOCAL_RANK < 0``).
+            (``RANK`` outside ``[0, WORLD_SIZE)`` or unset with ``WORLD_SIZE > 1``, ``WORLD_SIZE < 1``,
+            ``LOCAL_RANK < 0``).
 
     Example:
         >>> read_dist_env({"RANK": "2", "WORLD_SIZE": "4"})
@@ -171,6 +173,13 @@ def read_dist_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
         return rank, dist.get_world_size(), _env_int(env, "LOCAL_RANK", rank)
     env = os.environ if env is None else env
     world = _env_int(env, "WORLD_SIZE", 1)
+    if world > 1 and (env.get("RANK") or "").strip() == "":
+        # found by hostile testing: a job script exporting WORLD_SIZE and MASTER_ADDR / MASTER_PORT for its srun
+        # tasks (which derive their rank themselves) ran one plain monai-unc command as rank 0, which waited for
+        # ranks that never came, silently, for the whole collective timeout (6 hours)
+        raise ValueError(f"environment variable WORLD_SIZE={world} is set but RANK is not: launch every process with "
+                         "torchrun (python -m torch.distributed.run, which sets both), set RANK on each, or unset "
+                         "WORLD_SIZE to run one process")
     rank = _env_int(env, "RANK", 0)
     local = _env_int(env, "LOCAL_RANK", rank)
     if world < 1:
@@ -189,9 +198,49 @@ def _cpu_group() -> Any:
         return None
     key = id(dist.group.WORLD)
     if key not in _cpu_groups:  # the same timeout as our own groups, not torch's 30-minute default
-        timeout = timedelta(seconds=float(os.environ.get("MONAI_UNC_DIST_TIMEOUT", DEFAULT_TIMEOUT_S)))
-        _cpu_groups[key] = dist.new_group(backend="gloo", timeout=timeout)
+        _cpu_groups[key] = dist.new_group(backend="gloo", timeout=_collective_timeout())
     return _cpu_groups[key]
+
+
+#: the longest collective timeout accepted (seconds, about 31 years): torch counts it in milliseconds
+_MAX_TIMEOUT_S = 1e9
+
+
+def _collective_timeout(timeout: timedelta | float | None = None) -> timedelta:
+    """The collective timeout of a process group created here, checked.
+
+    Args:
+        timeout: a ``timedelta`` or seconds; None: the environment variable ``MONAI_UNC_DIST_TIMEOUT`` (seconds) when
+            it is set and not empty, else :data:`DEFAULT_TIMEOUT_S`.
+
+    Returns:
+        The timeout.
+
+    Raises:
+        ValueError: naming ``timeout`` or the environment variable, when the value is not a number of seconds in
+            ``(0, 1e9]`` (found by hostile testing: ``MONAI_UNC_DIST_TIMEOUT=inf``, meant as "never", ended
+            every rank with an ``OverflowError`` traceback, and ``abc`` with a line that did not name the variable).
+
+    Example:
+        >>> _collective_timeout(90)
+        datetime.timedelta(seconds=90)
+        >>> _collective_timeout(timedelta(hours=1)).total_seconds()
+        3600.0
+    """
+    name = "timeout"
+    value: Any = timeout
+    if timeout is None:
+        text = os.environ.get("MONAI_UNC_DIST_TIMEOUT", "").strip()
+        if not text:
+            return timedelta(seconds=DEFAULT_TIMEOUT_S)
+        name, value = "environment variable MONAI_UNC_DIST_TIMEOUT", text
+    try:
+        seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not (0 < seconds <= _MAX_TIMEOUT_S):  # NaN fails the comparison
+        raise ValueError(f"{name} must be a number of seconds in (0, 1e9], got {value!r}")
+    return timedelta(seconds=seconds)
 
 
 def get_dist_context(
@@ -238,12 +287,7 @@ def get_dist_context(
         raise ValueError(f"backend must be a torch.distributed backend name, got {backend!r}")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    if timeout is None:
-        timeout = float(os.environ.get("MONAI_UNC_DIST_TIMEOUT", DEFAULT_TIMEOUT_S))
-    if not isinstance(timeout, timedelta):
-        if float(timeout) <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
-        timeout = timedelta(seconds=float(timeout))
+    timeout = _collective_timeout(timeout)
     dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world, timeout=timeout)
     _joined[0] = True
     atexit.register(_destroy_at_exit)

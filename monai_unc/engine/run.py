@@ -23,6 +23,7 @@ every collective is the identity and the same code runs.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Callable, Hashable, Sequence
@@ -38,6 +39,7 @@ from .collectives import (
     CaseFailure,
     CasesFailed,
     DistContext,
+    all_gather_objects,
     broadcast_object,
     check_each_case_once,
     check_same_cases,
@@ -168,6 +170,7 @@ def run_cases(
     on_failure: Callable[[CaseFailure], None] | None = None,
     stop_on_error: bool = False,
     lock: str | os.PathLike | None = None,
+    agree: Callable[[list[Any]], Any] | None = None,
 ) -> CohortRun:
     """Run ``process`` on every case of a cohort, on one process or on every rank of a process group.
 
@@ -203,6 +206,12 @@ def run_cases(
             (:func:`monai_unc.io.output_lock`): a second run into the same folder meanwhile is refused (``ValueError``
             on every rank) before it writes anything.
             None: not held.
+        agree: ``agree(cases) -> value`` on every rank after the listing: what every rank must have in common
+            besides the case ids (the options a case's result depends on, the names of its input files), compared
+            across ranks (picklable, ``==``) before anything is written. A rank whose value differs from rank 0's
+            stops the run on every rank (``ValueError`` naming the rank and, for dicts, the entries that differ):
+            a rank started with another option would otherwise put results of other numbers into the cohort without
+            a word. None: only the case lists are compared.
 
     Returns:
         The :class:`CohortRun`: ``summary`` on every rank; ``cases``, ``results``, ``ranks`` on rank 0.
@@ -221,14 +230,20 @@ def run_cases(
     report = failure_reporter(ctx, command, on_failure)
     with contextlib.ExitStack() as held:  # the output folder's lock (rank 0), released at the end
         listed: list[Any] = []
+        agreed: Any = None
         err: BaseException | None = None
         try:
             listed = list(items() if callable(items) else items)
+            if agree is not None:
+                agreed = agree(listed)
         except Exception as e:
             err = e
         # every rank's listing (and a refusal shared before it joined the group) first, so that rank 0 creates
         # nothing (the locked output folder, the cache's folder) when another rank refused the run
         sync_errors(err, ctx)
+        if agree is not None:  # found by hostile testing: a rank started with another --patch-size (evaluate) or
+            # --samples (infer) put its cases' other numbers into the cohort, exit 0, the summary naming rank 0's
+            _check_agreement(agreed, ctx, command)
         try:
             if ctx.is_main:
                 if lock is not None:  # before the first write: a second run into the folder is refused here
@@ -296,6 +311,28 @@ def run_cases(
             raise CasesFailed(outcome[1], results=outcome[2])
         run.summary = outcome[1]
         return run
+
+
+def _check_agreement(value: Any, ctx: DistContext, command: str) -> None:
+    """``ValueError`` on every rank when a rank's ``agree`` value differs from rank 0's (collective)."""
+    values = all_gather_objects(value, ctx)
+    texts = [_canonical_text(v) for v in values]  # as text: a NaN setting equals itself
+    bad = [r for r, t in enumerate(texts) if t != texts[0]]
+    if not bad:
+        return
+    r = bad[0]
+    changes = settings_changes(values[0], values[r]) if isinstance(values[0], dict) and isinstance(values[r], dict) \
+        else []
+    what = "; ".join(changes[:4]) + ("; ..." if len(changes) > 4 else "") if changes else "they differ"
+    raise ValueError(f"rank {r} runs {command} with other options or inputs than rank 0 (rank 0 -> rank {r}: {what}): "
+                     "every rank must run the same command on the same inputs (docs/distributed.md)")
+
+
+def _canonical_text(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, default=repr)
+    except (TypeError, ValueError):  # keys that do not sort
+        return repr(value)
 
 
 def _finish(

@@ -90,7 +90,7 @@ from .config import (
 from .conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, fit_conformal_rules, run_conformal
 from .products import command_output_markers, read_artifact, write_artifact
 from .region_case import QU_BRATS_COLUMNS, combined_score, evaluate_region_case, region_score_columns
-from .resume import case_cache, case_fingerprint, load_case_state, save_case_state
+from .resume import case_cache, case_config_fingerprint, case_fingerprint, load_case_state, save_case_state
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
 from .triage import ReferralRule, certify_referral_rule, run_triage
 
@@ -130,6 +130,7 @@ __all__ = [
     "evaluate_shard",
     "assemble_state",
     "case_fingerprint",
+    "case_config_fingerprint",
     "case_cache",
     "save_case_state",
     "load_case_state",

@@ -53,6 +53,7 @@ from ..io import (
     CaseError,
     CaseFiles,
     atomic_write_json,
+    case_files_digest,
     check_inputs_not_written,
     check_output_folder,
     check_output_kind,
@@ -1411,5 +1412,6 @@ def run_conformal(
     run = run_cases(listing, lambda f: conformal_case(f, got["doc"], output), command="monai-unc conformal",
                     ctx=ctx, cache=cache, setup=setup, summarize=finish, on_failed=stale,
                     failures_file=output / "failures.json", progress=progress, desc="conformal",
-                    on_failure=on_failure, lock=output)
+                    on_failure=on_failure, lock=output, agree=lambda found: {
+                        "rule": got["doc"].to_json()["digest"], "input files": case_files_digest(found)})
     return ConformalResult(*run.summary)

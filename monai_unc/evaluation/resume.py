@@ -20,8 +20,8 @@ from ..io import CaseFiles, check_volume_entry
 from .case import CaseResult
 from .config import EvaluationConfig
 
-__all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "case_cache", "save_case_state",
-           "load_case_state"]
+__all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "case_config_fingerprint", "case_cache",
+           "save_case_state", "load_case_state"]
 
 #: fields of :class:`EvaluationConfig` that :func:`evaluate_case` reads (the per-case resume state is reused only
 #: while they, the case's shift label and its input files are unchanged); keep in sync with evaluate_case
@@ -95,7 +95,7 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
     fp = {
         "format": _CASE_FORMAT,
         "version": __version__,
-        "config": {**{k: getattr(config, k) for k in CASE_FIELDS}, "n_fine_bins": config.n_fine_bins},
+        "config": case_config_fingerprint(config),
         "shift": None if config.shifts is None else config.shifts.get(files.case_id, ""),
         "inputs": {
             "label": file_signature(files.label),
@@ -104,24 +104,50 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
             "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
         },
     }
+    if config.products:  # the files a product reads itself (CohortProduct.case_input_files)
+        own = {p.name: {k: file_signature(Path(v)) for k, v in sorted(p.case_input_files(files.case_id).items())}
+               for p in config.products}
+        if any(own.values()):
+            fp["inputs"]["products"] = {k: v for k, v in own.items() if v}
+    if config.regions is not None:  # the QU-BraTS brain mask
+        fp["inputs"]["image"] = file_signature(files.image)
+    return json.loads(json.dumps(fp))
+
+
+def case_config_fingerprint(config: EvaluationConfig) -> dict[str, Any]:
+    """The per-case options of an evaluation, as JSON data: the ``config`` entry of :func:`case_fingerprint`.
+
+    That is :data:`CASE_FIELDS`, the fine bins, and where set the DICOM SEG segments' label values, the products
+    (name, class, case options), a QU-BraTS grid other than the default and the region spec. A case's row depends on
+    them (and on its files and shift label), so the ranks of a ``torchrun`` job must agree on them: a rank started
+    with another ``--patch-size`` would put rows of other numbers into the cohort (:func:`~monai_unc.evaluation.
+    run_evaluate` compares them across ranks).
+
+    Args:
+        config: the evaluation options.
+
+    Returns:
+        The options (a JSON round trip of them).
+
+    Example:
+        >>> from monai_unc.evaluation import EvaluationConfig
+        >>> case_config_fingerprint(EvaluationConfig(patch_size=5))["patch_size"]
+        5
+    """
+    out: dict[str, Any] = {**{k: getattr(config, k) for k in CASE_FIELDS}, "n_fine_bins": config.n_fine_bins}
     if config.seg_label_values is not None:  # read into the label map (load_evaluation_case); only when given, so
         # that the fingerprint of an evaluation without it is unchanged
-        fp["config"]["seg_label_values"] = [int(v) for v in config.seg_label_values]
+        out["seg_label_values"] = [int(v) for v in config.seg_label_values]
     if config.products:  # only when asked: the fingerprint of an evaluation without products is unchanged
         # in order (it is the order of the columns), with each product's class: another implementation under the
         # same name is another product
-        fp["config"]["products"] = [[p.name, f"{type(p).__module__}.{type(p).__qualname__}", p.case_options()]
-                                    for p in config.products]
-        own = {p.name: {k: file_signature(Path(v)) for k, v in sorted(p.case_input_files(files.case_id).items())}
-               for p in config.products}  # files a product reads itself (CohortProduct.case_input_files)
-        if any(own.values()):
-            fp["inputs"]["products"] = {k: v for k, v in own.items() if v}
+        out["products"] = [[p.name, f"{type(p).__module__}.{type(p).__qualname__}", p.case_options()]
+                           for p in config.products]
     if config.qu_brats_grid != "numpy2":  # only when not the default: earlier fingerprints stay valid
-        fp["config"]["qu_brats_grid"] = config.qu_brats_grid
+        out["qu_brats_grid"] = config.qu_brats_grid
     if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
-        fp["config"]["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
-        fp["inputs"]["image"] = file_signature(files.image)
-    return json.loads(json.dumps(fp))
+        out["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
+    return json.loads(json.dumps(out))
 
 
 def _attach_files(result: CaseResult, files: CaseFiles | None) -> CaseResult:

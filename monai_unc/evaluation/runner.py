@@ -8,6 +8,8 @@ The pieces are a shard of cases with per-case resume (:func:`evaluate_shard`), t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,7 +27,15 @@ from ..engine import (
     run_cases,
 )
 from ..engine.records import record_gather_hooks
-from ..io import CaseError, CaseFiles, check_output_kind, check_reference_folder, load_case, match_cases
+from ..io import (
+    CaseError,
+    CaseFiles,
+    case_files_digest,
+    check_output_kind,
+    check_reference_folder,
+    load_case,
+    match_cases,
+)
 from ..io.provenance import check_finished_predictions
 from ..product import registered_products
 from ..regions import unclaimed_labels_message
@@ -41,7 +51,7 @@ from .products import (
     write_artifacts,
     write_case_files,
 )
-from .resume import CASES_DIR, case_cache
+from .resume import CASES_DIR, case_cache, case_config_fingerprint
 from .rows import write_derived_maps
 from .triage import prediction_regions, region_differences
 
@@ -384,6 +394,18 @@ def run_evaluate(
     ))  # fmt: skip
 
 
+def _rank_agreement(cases: Sequence[CaseFiles], config: EvaluationConfig) -> dict[str, Any]:
+    """What every rank of an evaluation must have in common besides the case ids (``run_cases``' ``agree``).
+
+    The per-case options (:func:`case_config_fingerprint`), the shift labels and the names of each case's files
+    (:func:`~monai_unc.io.case_files_digest`: another ``--measures``, ``--layout`` or suffix reads other files).
+    """
+    shifts = None if config.shifts is None else sorted((str(k), str(v)) for k, v in dict(config.shifts).items())
+    return {**case_config_fingerprint(config),
+            "shift labels": hashlib.sha256(json.dumps(shifts).encode()).hexdigest(),
+            "input files": case_files_digest(cases)}
+
+
 def _absolute_files(files: CaseFiles) -> CaseFiles:
     """The case's files as absolute paths (symbolic links kept: a link's name may carry the file's format)."""
     def a(p: Path | None) -> Path | None:
@@ -486,5 +508,6 @@ def _run_evaluate(
     run = run_cases(listing, lambda f: _evaluate_record(f, config, maps), command="monai-unc evaluate", ctx=ctx,
                     cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,
                     summarize=finish, on_failed=stale, failures_file=output / "failures.json", pack=pack,
-                    unpack=unpack, progress=progress, desc="evaluate", on_failure=on_failure, lock=output)
+                    unpack=unpack, progress=progress, desc="evaluate", on_failure=on_failure, lock=output,
+                    agree=lambda cases: _rank_agreement(cases, config))
     return cohort.get("state"), run.summary[0], run.summary[1]

@@ -74,6 +74,7 @@ __all__ = [
     "MEASURES",
     "CaseError",
     "CaseFiles",
+    "case_files_digest",
     "ImageCase",
     "LoadedCase",
     "split_extension",
@@ -775,6 +776,35 @@ class CaseFiles:
             maps={k: Path(v) for k, v in (d.get("maps") or {}).items()},
             image=p(d.get("image")),
         )
+
+
+def case_files_digest(cases: Iterable[CaseFiles]) -> str:
+    """A digest of which files each case has, by name: what the ranks of a cohort run compare besides the case ids.
+
+    Each case contributes its id and the names (not the folders) of its label, segmentation, probabilities, maps and
+    image, so that ranks started with another ``--measures``, ``--layout``, suffix or maps folder (other files for
+    the same case ids) are told apart, and ranks in other working folders or mounts of the same files are not.
+
+    Args:
+        cases: the cases (:class:`CaseFiles`), in any order.
+
+    Returns:
+        The sha256 (hex) of the cases' file names, sorted by case id.
+
+    Example:
+        >>> a = CaseFiles("c1", Path("labels/c1.nii.gz"), seg=Path("pred/c1_seg.nii.gz"))
+        >>> b = CaseFiles("c1", Path("/mnt/labels/c1.nii.gz"), seg=Path("/mnt/pred/c1_seg.nii.gz"))
+        >>> case_files_digest([a]) == case_files_digest([b])
+        True
+        >>> case_files_digest([a]) == case_files_digest([CaseFiles("c1", Path("labels/c1.nii.gz"))])
+        False
+    """
+    def name(p: Path | None) -> str | None:
+        return None if p is None else Path(p).name
+
+    rows = sorted([c.case_id, name(c.label), name(c.seg), name(c.probs),
+                   {m: name(f) for m, f in sorted(c.maps.items())}, name(c.image)] for c in cases)
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
 def _describe(ids: Iterable[str], limit: int = 8) -> str:

@@ -33,6 +33,7 @@ and re-exported here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -1240,5 +1241,15 @@ def _run_infer(
                     setup=lambda: check_run_settings(output, settings, overwrite=overwrite), summarize=summary,
                     on_failed=statuses, failures_file=output / FAILURES_FILE,
                     pack=lambda r: {"case": r["case"], "status": r["status"]}, progress=progress, desc="infer",
-                    on_failure=on_failure, lock=output)
+                    on_failure=on_failure, lock=output, agree=lambda listed: _rank_agreement(settings, listed))
     return run.summary
+
+
+def _rank_agreement(settings: InferSettings, cases: Sequence[ImageCase]) -> dict[str, Any]:
+    """What every rank of ``infer`` must have in common besides the case ids (``run_cases``' ``agree``).
+
+    The settings a case's record holds (:func:`case_fingerprint`) and the names of each case's channel files.
+    """
+    channels = [[c.case_id, *(Path(p).name for p in c.channels)] for c in cases]
+    return {**case_fingerprint(settings),
+            "input files": hashlib.sha256(json.dumps(channels).encode()).hexdigest()}

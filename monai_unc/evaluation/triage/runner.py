@@ -23,6 +23,7 @@ from ...io import (
     CaseError,
     CaseFiles,
     atomic_write_json,
+    case_files_digest,
     check_inputs_not_written,
     check_output_folder,
     check_output_kind,
@@ -498,5 +499,6 @@ def run_triage(
     run = run_cases(listing, lambda f: triage_case(f, got["rule"], maps=maps), command="monai-unc triage", ctx=ctx,
                     cache=cache, setup=setup, summarize=finish, on_failed=lambda run: remove_triage_files(output),
                     failures_file=output / "failures.json", progress=progress, desc="triage", on_failure=on_failure,
-                    lock=output)
+                    lock=output, agree=lambda found: {"rule": got["rule"].to_json()["digest"],
+                                                      "input files": case_files_digest(found)})
     return TriageResult(*run.summary)

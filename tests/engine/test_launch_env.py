@@ -1,0 +1,96 @@
+"""The launch environment of a cohort command: refused in one line, exit status 2, never a silent wait.
+
+Found by hostile testing:
+
+- a job script exporting ``WORLD_SIZE`` / ``MASTER_ADDR`` / ``MASTER_PORT`` for its own ``srun`` tasks (the usual
+  SLURM + DDP template: each task derives its rank itself) and then running one plain ``monai-unc evaluate``: without
+  ``RANK`` the process took rank 0 and waited, printing nothing, for ranks that never came (the whole 6-hour
+  collective timeout);
+- ``MONAI_UNC_DIST_TIMEOUT=inf`` (meant as "never time out") ended every rank with an ``OverflowError`` traceback;
+  ``abc``, ``0`` or ``nan`` with a line that did not name the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+
+from monai_unc import cli
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.engine import get_dist_context, read_dist_env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def cohort(tmp_path):
+    return write_toy_cohort(tmp_path / "c", n_cases=2, shape=(12, 12, 12))
+
+
+def test_world_size_without_rank_is_refused(monkeypatch):
+    with pytest.raises(ValueError, match="WORLD_SIZE=2 is set but RANK is not"):
+        read_dist_env({"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})
+    with pytest.raises(ValueError, match="WORLD_SIZE=3 is set but RANK is not"):
+        read_dist_env({"WORLD_SIZE": "3", "RANK": " "})
+    assert read_dist_env({"WORLD_SIZE": "1"}) == (0, 1, 0)  # one process needs no rank
+    assert read_dist_env({"WORLD_SIZE": "2", "RANK": "0"}) == (0, 2, 0)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "infer"])
+def test_a_plain_command_under_a_world_size_stops_in_one_line_instead_of_waiting(cohort, tmp_path, command):
+    if command == "evaluate":
+        argv = ["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", str(tmp_path / "o"),
+                "-q"]
+    else:
+        argv = ["infer", "-i", str(cohort["images"]), "-o", str(tmp_path / "o"), "--model", "example", "--method",
+                "softmax", "--device", "cpu", "-q"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1")
+    try:  # a subprocess: the unfixed code waits for the other rank, which fails the test instead of blocking it
+        r = subprocess.run([sys.executable, "-m", "monai_unc.cli", *argv], env=env, capture_output=True, text=True,
+                           timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the command waited for ranks that never come instead of refusing the environment")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and lines == [
+        f"monai-unc {command}: error: environment variable WORLD_SIZE=2 is set but RANK is not: launch every process "
+        "with torchrun (python -m torch.distributed.run, which sets both), set RANK on each, or unset WORLD_SIZE to "
+        "run one process"], (r.returncode, lines)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "abc", "0", "-5", "nan"])
+def test_a_bad_collective_timeout_is_one_line_naming_the_variable(cohort, tmp_path, monkeypatch, capsys, value):
+    monkeypatch.setenv("MONAI_UNC_DIST_TIMEOUT", value)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    with pytest.raises(ValueError, match="environment variable MONAI_UNC_DIST_TIMEOUT must be a number of seconds"):
+        get_dist_context()  # refused before it waits for the other rank
+    rc = cli.main(["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o",
+                   str(tmp_path / "o"), "-q"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and err == [f"monai-unc evaluate: error: environment variable MONAI_UNC_DIST_TIMEOUT must be a "
+                               f"number of seconds in (0, 1e9], got {value!r}"], err
+
+
+def test_timeouts_that_are_accepted(monkeypatch):
+    from monai_unc.engine import collectives
+
+    monkeypatch.setenv("MONAI_UNC_DIST_TIMEOUT", " ")  # empty: the default
+    assert collectives._collective_timeout() == timedelta(seconds=collectives.DEFAULT_TIMEOUT_S)
+    monkeypatch.setenv("MONAI_UNC_DIST_TIMEOUT", "86400")
+    assert collectives._collective_timeout() == timedelta(days=1)
+    assert collectives._collective_timeout(timedelta(minutes=2)) == timedelta(minutes=2)
+    with pytest.raises(ValueError, match=r"^timeout must be a number of seconds in \(0, 1e9\], got True"):
+        collectives._collective_timeout(True)
