@@ -20,7 +20,8 @@ channel per class. Nothing of the individual samples survives. This subclass tur
 
 Sources multiply: folds x stochastic passes x mirrors forward passes per window. Axes that are *not* sources are
 averaged in logit space first, as stock nnU-Net does (mirroring not a source: each sample is the softmax of the mean
-logit over the mirrors; folds not a source: each sample is the softmax of the mean logit over the folds, computed
+logit over the mirrors, every mirror drawing its dropout masks / SSN latent noise from the same random state, so that
+one sample is one network; folds not a source: each sample is the softmax of the mean logit over the folds, computed
 per window with one copy of the network per fold on the device).
 
 Per window, every sample's softmax streams into a :class:`~monai_unc.stats.SampleStats` (float32 within the
@@ -205,6 +206,25 @@ def _sequential_iterator(
             "data_properties": props,
             "ofile": ofiles[i] if ofiles is not None else None,
         }
+
+
+class _RandomState:
+    """The torch random state of the CPU and of ``device`` (a GPU) at construction; :meth:`restore` goes back to it.
+
+    The mirrored passes of one stochastic sample draw their dropout masks / SSN latent noise from the same state, so
+    that the sample is one network seen through every mirror (the draws have the same shapes in every mirror).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device if device.type == "cuda" else None
+        self.cpu = torch.random.get_rng_state()
+        self.gpu = torch.cuda.get_rng_state(self.device) if self.device is not None else None
+
+    def restore(self) -> None:
+        """Set the random state back to the one captured."""
+        torch.random.set_rng_state(self.cpu)
+        if self.device is not None:
+            torch.cuda.set_rng_state(self.gpu, self.device)
 
 
 class UncertaintyPredictor(nnUNetPredictor):
@@ -606,6 +626,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         ssn_mean = self._want_logits and "ssn" in self.uncertainty_sources and not any(
             s in self.uncertainty_sources for s in ("dropout", "rate_in"))
         shared = self._share(nets, passes)
+        shared_draws = self._stochastic and not mirror_samples and len(combos) > 1
         # one trace per mirror and fold network, kept for every chunk of this window's passes, freed with the window
         traces: dict[tuple[int, int], SharedPasses | None] = {}
         chunk = None  # passes per chunk, chosen at the window's first trace
@@ -615,7 +636,12 @@ class UncertaintyPredictor(nnUNetPredictor):
             # later chunks: as many passes as the first chunk replayed, so every replay batch holds the same number
             # of samples and the peak memory does not grow with num_samples
             k = 1 if chunk is None else min(max(chunk - 1, 1), passes - done)
+            # mirroring not a source: the mirrors of one stochastic sample are one network (one dropout mask, one
+            # latent draw), so every mirror draws from the random state the first one started with
+            rng = _RandomState(x.device) if shared_draws else None
             for i, axes in enumerate(combos):
+                if rng is not None and i:
+                    rng.restore()
                 xx = torch.flip(x, axes) if axes else x
                 outs = []
                 for f, net in enumerate(nets):
