@@ -552,6 +552,14 @@ class UncertaintyPredictor(nnUNetPredictor):
             return None
         return plain
 
+    def _mirrors_share_draws(self) -> bool:
+        """Whether the mirrored passes of each stochastic sample draw from one random state.
+
+        True with mirroring on but not a source, and dropout, Rate-In or SSN passes.
+        """
+        return (self._stochastic and "mirroring" not in self.uncertainty_sources and self.use_mirroring
+                and bool(self.allowed_mirroring_axes))
+
     def _shares_passes(self) -> bool:
         """Whether the sources have passes that ``share_passes`` concerns (dropout or Rate-In, several passes)."""
         return self.num_samples > 1 and any(s in self.uncertainty_sources for s in ("dropout", "rate_in"))
@@ -626,7 +634,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         ssn_mean = self._want_logits and "ssn" in self.uncertainty_sources and not any(
             s in self.uncertainty_sources for s in ("dropout", "rate_in"))
         shared = self._share(nets, passes)
-        shared_draws = self._stochastic and not mirror_samples and len(combos) > 1
+        shared_draws = self._mirrors_share_draws() and len(combos) > 1
         # one trace per mirror and fold network, kept for every chunk of this window's passes, freed with the window
         traces: dict[tuple[int, int], SharedPasses | None] = {}
         chunk = None  # passes per chunk, chosen at the window's first trace
@@ -1028,6 +1036,10 @@ class UncertaintyPredictor(nnUNetPredictor):
             "mi_meaning": self.mi_meaning.value,
             **getattr(self, "_model_identity", {}),
         }
+        if self._mirrors_share_draws():
+            # the mirrors of a stochastic sample draw from one random state (an earlier version drew per mirror: a
+            # resume computes its cases again)
+            cfg["mirror_draws"] = "shared"
         if self._shares_passes():
             # how the dropout / Rate-In passes ran: the same distribution either way, but other seeded draws (a
             # resume compares them; other sources' folders record neither, as before)

@@ -102,3 +102,24 @@ def test_shared_passes_draw_the_same_masks_in_every_mirror(monkeypatch):
         assert blocks is not None, "a mirror drew other dropout masks than the first mirror of its samples"
         rows = torch.cat([torch.cat(unit) for unit in blocks])
         assert rows.shape[0] == 5 and len({tuple(r.tolist()) for r in rows}) > 1  # 5 samples, not all alike
+
+
+def test_config_records_shared_mirror_draws_so_a_resume_redoes_older_cases(tmp_path):
+    """Cases an earlier version made (a draw per mirror) have no ``mirror_draws`` in their settings: a resume sees
+    the change and computes them again."""
+    import json
+
+    from monai_unc.io.cases import settings_changes
+
+    pred = make_predictor(n_folds=1, uncertainty_sources=("dropout",), num_samples=2, dropout_p=0.2)
+    cfg = pred.run_config()
+    assert cfg["mirror_draws"] == "shared"
+    older = {k: v for k, v in cfg.items() if k != "mirror_draws"}
+    assert settings_changes(older, cfg) == ['mirror_draws (none) -> "shared"']
+    pred._write_config(str(tmp_path))
+    assert json.loads((tmp_path / "uncertainty_config.json").read_text())["mirror_draws"] == "shared"
+    # no mirrors, or mirrors as a source, or no stochastic passes: nothing to share, nothing recorded
+    for kw in (dict(uncertainty_sources=("dropout",), num_samples=2, dropout_p=0.2, use_mirroring=False),
+               dict(uncertainty_sources=("dropout", "mirroring"), num_samples=2, dropout_p=0.2),
+               dict(uncertainty_sources=("mirroring",))):
+        assert "mirror_draws" not in make_predictor(n_folds=1, **kw).run_config()
