@@ -20,7 +20,8 @@ channel per class. Nothing of the individual samples survives. This subclass tur
 
 Sources multiply: folds x stochastic passes x mirrors forward passes per window. Axes that are *not* sources are
 averaged in logit space first, as stock nnU-Net does (mirroring not a source: each sample is the softmax of the mean
-logit over the mirrors; folds not a source: each sample is the softmax of the mean logit over the folds, computed
+logit over the mirrors, every mirror drawing its dropout masks / SSN latent noise from the same random state, so that
+one sample is one network; folds not a source: each sample is the softmax of the mean logit over the folds, computed
 per window with one copy of the network per fold on the device).
 
 Per window, every sample's softmax streams into a :class:`~monai_unc.stats.SampleStats` (float32 within the
@@ -205,6 +206,25 @@ def _sequential_iterator(
             "data_properties": props,
             "ofile": ofiles[i] if ofiles is not None else None,
         }
+
+
+class _RandomState:
+    """The torch random state of the CPU and of ``device`` (a GPU) at construction; :meth:`restore` goes back to it.
+
+    The mirrored passes of one stochastic sample draw their dropout masks / SSN latent noise from the same state, so
+    that the sample is one network seen through every mirror (the draws have the same shapes in every mirror).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device if device.type == "cuda" else None
+        self.cpu = torch.random.get_rng_state()
+        self.gpu = torch.cuda.get_rng_state(self.device) if self.device is not None else None
+
+    def restore(self) -> None:
+        """Set the random state back to the one captured."""
+        torch.random.set_rng_state(self.cpu)
+        if self.device is not None:
+            torch.cuda.set_rng_state(self.gpu, self.device)
 
 
 class UncertaintyPredictor(nnUNetPredictor):
@@ -532,6 +552,14 @@ class UncertaintyPredictor(nnUNetPredictor):
             return None
         return plain
 
+    def _mirrors_share_draws(self) -> bool:
+        """Whether the mirrored passes of each stochastic sample draw from one random state.
+
+        True with mirroring on but not a source, and dropout, Rate-In or SSN passes.
+        """
+        return (self._stochastic and "mirroring" not in self.uncertainty_sources and self.use_mirroring
+                and bool(self.allowed_mirroring_axes))
+
     def _shares_passes(self) -> bool:
         """Whether the sources have passes that ``share_passes`` concerns (dropout or Rate-In, several passes)."""
         return self.num_samples > 1 and any(s in self.uncertainty_sources for s in ("dropout", "rate_in"))
@@ -606,6 +634,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         ssn_mean = self._want_logits and "ssn" in self.uncertainty_sources and not any(
             s in self.uncertainty_sources for s in ("dropout", "rate_in"))
         shared = self._share(nets, passes)
+        shared_draws = self._mirrors_share_draws() and len(combos) > 1
         # one trace per mirror and fold network, kept for every chunk of this window's passes, freed with the window
         traces: dict[tuple[int, int], SharedPasses | None] = {}
         chunk = None  # passes per chunk, chosen at the window's first trace
@@ -615,7 +644,12 @@ class UncertaintyPredictor(nnUNetPredictor):
             # later chunks: as many passes as the first chunk replayed, so every replay batch holds the same number
             # of samples and the peak memory does not grow with num_samples
             k = 1 if chunk is None else min(max(chunk - 1, 1), passes - done)
+            # mirroring not a source: the mirrors of one stochastic sample are one network (one dropout mask, one
+            # latent draw), so every mirror draws from the random state the first one started with
+            rng = _RandomState(x.device) if shared_draws else None
             for i, axes in enumerate(combos):
+                if rng is not None and i:
+                    rng.restore()
                 xx = torch.flip(x, axes) if axes else x
                 outs = []
                 for f, net in enumerate(nets):
@@ -1002,6 +1036,10 @@ class UncertaintyPredictor(nnUNetPredictor):
             "mi_meaning": self.mi_meaning.value,
             **getattr(self, "_model_identity", {}),
         }
+        if self._mirrors_share_draws():
+            # the mirrors of a stochastic sample draw from one random state (an earlier version drew per mirror: a
+            # resume computes its cases again)
+            cfg["mirror_draws"] = "shared"
         if self._shares_passes():
             # how the dropout / Rate-In passes ran: the same distribution either way, but other seeded draws (a
             # resume compares them; other sources' folders record neither, as before)

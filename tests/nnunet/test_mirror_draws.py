@@ -1,0 +1,125 @@
+"""nnU-Net predictor with mirroring on but not an uncertainty source: the mirrored passes of one stochastic sample
+(a dropout mask, an SSN latent draw) are one network, so every mirror draws from the same random state.
+
+Before the fix every mirror drew its own mask / latent sample and a "sample" was the mean logit of 2^k independently
+perturbed networks: MC dropout's mutual information fell to about half of its value (finding_01 of the methods
+review: mean MI 0.135 against 0.289 for the same masks in every mirror) and an SSN's latent covariance to 1/2^k.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("nnunetv2")
+
+import monai_unc.nnunet as mun  # noqa: E402
+from monai_unc.inferers import enable_mc_dropout  # noqa: E402
+from monai_unc.networks import ssn_sampling  # noqa: E402
+from monai_unc.networks.dropout import DropoutHook  # noqa: E402
+from tests.nnunet.test_nnunet import combos, make_predictor  # noqa: E402
+from tests.nnunet.test_ssn_trainer import ssn_predictor  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _reference(pred, data, passes, seed, context):
+    """float64 moments of one window (data = one patch): per sample, every mirror from the same random state."""
+    net = pred.network.eval()
+    mirrors = combos(pred.allowed_mirroring_axes)
+    assert len(mirrors) == 8
+    torch.manual_seed(seed)
+    probs = []
+    with context(net), torch.no_grad():
+        for _ in range(passes):
+            state = torch.random.get_rng_state()
+            logits = []
+            for axes in mirrors:
+                torch.random.set_rng_state(state)
+                x = torch.flip(data[None], axes) if axes else data[None]
+                o = net(x)
+                logits.append((torch.flip(o, axes) if axes else o).double())
+            probs.append(torch.softmax(torch.stack(logits).mean(0), 1)[0])
+    p = torch.stack(probs)
+    h = -(p * torch.log(p)).sum(1, keepdim=True)
+    return p.mean(0).numpy(), h.mean(0).numpy()
+
+
+@pytest.mark.parametrize("method", ["dropout", "ssn"])
+def test_mirrors_of_a_sample_share_its_draws(method):
+    passes, seed = 3, 7
+    if method == "dropout":
+        pred = make_predictor(n_folds=1, uncertainty_sources=("dropout",), num_samples=passes, dropout_p=0.3,
+                              seed=seed, share_passes=False, measures=mun.MAP_MEASURES)
+        context = enable_mc_dropout
+    else:
+        pred = ssn_predictor(sources=("ssn",), num_samples=passes, seed=seed, measures=mun.MAP_MEASURES)
+        context = ssn_sampling
+    assert pred.use_mirroring and "mirroring" not in pred.uncertainty_sources
+    torch.manual_seed(3)
+    data = torch.randn(1, 16, 16, 16)  # one window: the Gaussian blend divides out
+    res = pred.predict_uncertainty_from_preprocessed_data(data)
+    assert res.num_samples == passes
+    mean, ee = _reference(pred, data, passes, seed, context)
+    np.testing.assert_allclose(res.moments["pred"].numpy(), mean, atol=2e-5)
+    np.testing.assert_allclose(res.moments["expected_entropy"].numpy(), ee, atol=2e-5)
+    assert float(res.measures(["mutual_information"])["mutual_information"].max()) > 1e-3  # the samples differ
+
+
+def _blocks_of_eight(seq):
+    """Split ``seq`` into consecutive blocks, each 8 repeats of one sub-sequence (one per mirror); None if it cannot."""
+    out, i = [], 0
+    while i < len(seq):
+        for n in range(1, (len(seq) - i) // 8 + 1):
+            unit = seq[i:i + n]
+            if all(torch.equal(a, b) for r in range(1, 8) for a, b in zip(unit, seq[i + r * n:i + (r + 1) * n])):
+                out.append(unit)
+                i += 8 * n
+                break
+        else:
+            return None
+    return out
+
+
+def test_shared_passes_draw_the_same_masks_in_every_mirror(monkeypatch):
+    """With shared passes (a trace and batched replays per mirror) every mirror also gets the sample's masks."""
+    calls: dict[int, list[torch.Tensor]] = {}
+    original = DropoutHook._drop
+
+    def recording(self, x):
+        out = original(self, x)
+        calls.setdefault(id(self), []).append((out.flatten(2) == 0).all(-1))  # dropped channels per row
+        return out
+
+    monkeypatch.setattr(DropoutHook, "_drop", recording)
+    pred = make_predictor(n_folds=1, uncertainty_sources=("dropout",), num_samples=5, dropout_p=0.5, seed=3,
+                          share_passes=True, sample_batch_size=3)
+    pred.predict_uncertainty_from_preprocessed_data(torch.randn(1, 16, 16, 16))
+    assert calls
+    for seq in calls.values():
+        blocks = _blocks_of_eight(seq)
+        assert blocks is not None, "a mirror drew other dropout masks than the first mirror of its samples"
+        rows = torch.cat([torch.cat(unit) for unit in blocks])
+        assert rows.shape[0] == 5 and len({tuple(r.tolist()) for r in rows}) > 1  # 5 samples, not all alike
+
+
+def test_config_records_shared_mirror_draws_so_a_resume_redoes_older_cases(tmp_path):
+    """Cases an earlier version made (a draw per mirror) have no ``mirror_draws`` in their settings: a resume sees
+    the change and computes them again."""
+    import json
+
+    from monai_unc.io.cases import settings_changes
+
+    pred = make_predictor(n_folds=1, uncertainty_sources=("dropout",), num_samples=2, dropout_p=0.2)
+    cfg = pred.run_config()
+    assert cfg["mirror_draws"] == "shared"
+    older = {k: v for k, v in cfg.items() if k != "mirror_draws"}
+    assert settings_changes(older, cfg) == ['mirror_draws (none) -> "shared"']
+    pred._write_config(str(tmp_path))
+    assert json.loads((tmp_path / "uncertainty_config.json").read_text())["mirror_draws"] == "shared"
+    # no mirrors, or mirrors as a source, or no stochastic passes: nothing to share, nothing recorded
+    for kw in (dict(uncertainty_sources=("dropout",), num_samples=2, dropout_p=0.2, use_mirroring=False),
+               dict(uncertainty_sources=("dropout", "mirroring"), num_samples=2, dropout_p=0.2),
+               dict(uncertainty_sources=("mirroring",))):
+        assert "mirror_draws" not in make_predictor(n_folds=1, **kw).run_config()
