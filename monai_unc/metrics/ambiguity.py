@@ -196,6 +196,10 @@ def rater_variance(raters: ArrayLike, rater_dim: int = 0, keepdim: bool = False)
     return like_input(out, raters)
 
 
+#: label dtypes whose values :func:`_foreground_labels` finds by range and counts (the others are sorted)
+_COUNTED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
 def _foreground_labels(*labels: torch.Tensor) -> list[int]:
     """The labels above 0 present in any of ``labels``, ascending.
 
@@ -227,6 +231,9 @@ def _foreground_labels(*labels: torch.Tensor) -> list[int]:
             continue
         if flat.dtype == torch.bool:
             flat = flat.to(torch.uint8)
+        if flat.dtype not in _COUNTED_DTYPES:  # torch's uint16 / 32 / 64 have no aminmax or bincount
+            found.update(int(c) for c in torch.unique(flat).tolist())
+            continue
         lo, hi = (int(v) for v in torch.aminmax(flat))
         if hi - lo <= 1:  # a binary map (or a constant one): its two extremes are all its values
             found.update((lo, hi))

@@ -391,7 +391,8 @@ def test_ged_and_rater_variance_find_the_labels_without_sorting_the_maps(monkeyp
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**31 - 1), st.sampled_from(["binary", "few", "sparse", "negative", "bool", "empty"]))
+@given(st.integers(0, 2**31 - 1),
+       st.sampled_from(["binary", "few", "sparse", "negative", "bool", "uint16", "empty"]))
 def test_foreground_labels_are_the_sorted_distinct_labels_above_zero(seed, kind):
     from monai_unc.metrics.ambiguity import _foreground_labels
 
@@ -405,6 +406,8 @@ def test_foreground_labels_are_the_sorted_distinct_labels_above_zero(seed, kind)
         maps = [torch.from_numpy(rng.choice([0, 17, 12175, 600_000_000], size=shape)) for _ in range(2)]
     elif kind == "negative":
         maps = [torch.from_numpy(rng.integers(-3, 4, size=shape)).to(torch.int8) for _ in range(2)]
+    elif kind == "uint16":  # no aminmax or bincount in torch for it: sorted
+        maps = [torch.from_numpy(rng.integers(0, 7, size=shape)).to(torch.uint16) for _ in range(2)]
     elif kind == "bool":
         maps = [torch.from_numpy(rng.integers(0, 2, size=shape).astype(bool)) for _ in range(2)]
     else:
