@@ -38,13 +38,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from monai_unc.monitoring import CaseRecord, MonitorStore, monitor_status  # noqa: E402
-from monai_unc.monitoring.store import _CASE_COLUMNS  # noqa: E402
+from monai_unc.monitoring.store import _CASE_COLUMNS, rule_body_digest  # noqa: E402
 
 
 def _runs(n_cases: int, per_run: int, n_sites: int, seed: int = 0) -> tuple[dict[str, Any], list[list[CaseRecord]]]:
     rng = np.random.default_rng(seed)
-    rule = {"digest": "sha256:" + "ab" * 32, "score": {"column": "predictive_entropy_fg_mean"}, "target_risk": 0.1,
-            "risk": "failure", "failure_dice": 0.8, "calibration": {"case_scores": list(rng.normal(size=200))}}
+    rule = {"score": {"column": "predictive_entropy_fg_mean"}, "target_risk": 0.1, "risk": "failure",
+            "failure_dice": 0.8, "calibration": {"case_scores": list(rng.normal(size=200))}}
+    rule["digest"] = rule_body_digest(rule)  # the store refuses a rule that does not match its digest
     runs, k = [], 0
     while k < n_cases:
         m = min(per_run, n_cases - k)

@@ -196,6 +196,10 @@ def rater_variance(raters: ArrayLike, rater_dim: int = 0, keepdim: bool = False)
     return like_input(out, raters)
 
 
+#: label dtypes whose values :func:`_foreground_labels` finds by range and counts (the others are sorted)
+_COUNTED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
 def _foreground_labels(*labels: torch.Tensor) -> list[int]:
     """The labels above 0 present in any of ``labels``, ascending.
 
@@ -203,8 +207,14 @@ def _foreground_labels(*labels: torch.Tensor) -> list[int]:
     label: a class that no map holds adds nothing, and an atlas's sparse ids (FreeSurfer's up to 12175, the Allen
     CCF's up to about 6e8) made them run for minutes to forever (found by hostile testing).
 
+    A map's smallest and largest labels are found first (one pass): a binary map holds just these two; one whose
+    labels lie in ``[0, max(voxels, 2**16))`` is counted by value (``bincount``: one more pass, a table no larger
+    than the map); only other maps (sparse large ids, negative values) are sorted (``torch.unique``), which
+    on the CPU took ten times the GED itself for the usual few-class maps (found by the benchmark review: GED of 4
+    raters x 16 samples of 48^3, 7.7 -> 80 ms). Both give the same labels.
+
     Args:
-        labels: integer label tensors (any shapes, one device).
+        labels: integer (or bool) label tensors (any shapes, one device).
 
     Returns:
         The distinct labels ``> 0`` as Python ints.
@@ -214,8 +224,26 @@ def _foreground_labels(*labels: torch.Tensor) -> list[int]:
         >>> _foreground_labels(torch.tensor([0, 5, 5]), torch.tensor([[1000, 0]]))
         [5, 1000]
     """
-    found = torch.unique(torch.cat([torch.unique(t.reshape(-1)) for t in labels]))
-    return [int(c) for c in found.tolist() if c > 0]
+    found: set[int] = set()
+    for t in labels:
+        flat = t.reshape(-1)
+        if flat.numel() == 0:
+            continue
+        if flat.dtype == torch.bool:
+            flat = flat.to(torch.uint8)
+        if flat.dtype not in _COUNTED_DTYPES:  # torch's uint16 / 32 / 64 have no aminmax or bincount
+            found.update(int(c) for c in torch.unique(flat).tolist())
+            continue
+        lo, hi = (int(v) for v in torch.aminmax(flat))
+        if hi - lo <= 1:  # a binary map (or a constant one): its two extremes are all its values
+            found.update((lo, hi))
+            continue
+        if lo >= 0 and hi < max(flat.numel(), 1 << 16):  # a table of counts no larger than the map
+            values = torch.nonzero(torch.bincount(flat, minlength=hi + 1)).reshape(-1)
+        else:
+            values = torch.unique(flat)
+        found.update(int(c) for c in values.tolist())
+    return sorted(c for c in found if c > 0)
 
 
 def _label_stack(x: Any, name: str) -> torch.Tensor:

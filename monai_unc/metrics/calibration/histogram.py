@@ -1304,13 +1304,13 @@ class ConfidenceHistogram:
             while case_id in self._index:
                 case_id += 1
         if case_id not in self._index:
-            weighted = self.weighted
+            # a packed case needs no weights flag: ``weighted`` scans every case, which made adding N cases
+            # quadratic (found by the benchmark review: 0.59 ms a case at 8 000 cases)
+            state = (_PackedState.empty(self.num_rows, self.n_fine_bins) if self.per_case and PACKED_CASES
+                     else _State.zeros(self.num_rows, self.n_fine_bins, self.weighted))
             self._index[case_id] = len(self._states)
             self.case_ids.append(case_id)
-            self._states.append(
-                _PackedState.empty(self.num_rows, self.n_fine_bins) if self.per_case and PACKED_CASES
-                else _State.zeros(self.num_rows, self.n_fine_bins, weighted)
-            )
+            self._states.append(state)
         return self._index[case_id]
 
     def _add_to(self, slot: int, st: _State | _PackedState) -> None:
