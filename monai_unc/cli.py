@@ -299,6 +299,34 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
         print(f"monai-unc {args.command}: error: {text.splitlines()[0] if text else 'TypeError'}", file=sys.stderr,
               flush=True)
         return 2
+    except RuntimeError as e:  # another rank of a job started without torchrun died: one line, not gloo's traceback
+        if not _peer_lost(e):
+            raise
+        text = str(e)
+        said = next(text[i:].split(". ")[0] for i in (text.find(p) for p in _PEER_LOST) if i >= 0)
+        print(f"monai-unc {args.command}: error: another process of this job stopped (gloo: {said}); the cases it "
+              "and this process finished are kept: run the same command again to resume", file=sys.stderr,
+              flush=True)
+        return 1
+
+
+#: what gloo says when the process at the other end of a connection exited or crashed
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer")
+
+
+def _peer_lost(error: BaseException) -> bool:
+    """Whether ``error`` is the collective backend's report that another rank of the job went away.
+
+    Found by the review of torch.distributed cohorts: ranks started by hand (``RANK`` / ``WORLD_SIZE`` set by a
+    scheduler, no torchrun to stop the others) printed gloo's ``RuntimeError`` traceback when one rank was killed.
+
+    Args:
+        error: a ``RuntimeError`` caught around a command.
+
+    Returns:
+        True for gloo's lost-connection errors while ``torch.distributed`` is in use.
+    """
+    return "torch.distributed" in sys.modules and any(text in str(error) for text in _PEER_LOST)
 
 
 #: the commands that run their cases on every rank of a torchrun job (a refusal before the ranks join the group is

@@ -94,3 +94,35 @@ def test_timeouts_that_are_accepted(monkeypatch):
     assert collectives._collective_timeout(timedelta(minutes=2)) == timedelta(minutes=2)
     with pytest.raises(ValueError, match=r"^timeout must be a number of seconds in \(0, 1e9\], got True"):
         collectives._collective_timeout(True)
+
+
+#: gloo's message on a survivor when another rank of the job was killed (torch 2.14, ranks started by hand)
+_GLOO_PEER_LOST = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer "
+                   "[127.0.0.1]:39654. This is typically caused by a remote worker crashing. Check the logs of the "
+                   "remote worker for the root cause.")
+
+
+def test_a_rank_that_lost_its_peer_says_so_in_one_line(cohort, tmp_path, monkeypatch, capsys):
+    """Found by the review of torch.distributed cohorts: ranks started by hand (no torchrun to stop the others) printed
+    gloo's RuntimeError traceback when another rank was killed; one line says what happened and that a rerun resumes.
+    Any other RuntimeError keeps its traceback (a bug to fix)."""
+    import torch.distributed  # noqa: F401 - in use, as in a cohort command
+
+    def lost(args):
+        raise RuntimeError(_GLOO_PEER_LOST)
+
+    monkeypatch.setattr(cli, "_run", lost)
+    argv = ["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", str(tmp_path / "e"),
+            "--quiet"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == ("monai-unc evaluate: error: another process of this job stopped (gloo: Connection closed by peer "
+                   "[127.0.0.1]:39654); the cases it and this process finished are kept: run the same command again "
+                   "to resume"), err
+
+    def bug(args):
+        raise RuntimeError("expected scalar type Float but found Double")
+
+    monkeypatch.setattr(cli, "_run", bug)
+    with pytest.raises(RuntimeError, match="expected scalar type"):
+        cli.main(argv)
