@@ -288,7 +288,7 @@ def get_dist_context(
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     timeout = _collective_timeout(timeout)
-    dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world, timeout=timeout)
+    _join_group(backend, rank, world, timeout)
     _joined[0] = True
     atexit.register(_destroy_at_exit)
     return DistContext(rank, world, local, str(dist.get_backend()), True, _cpu_group())
@@ -296,6 +296,48 @@ def get_dist_context(
 
 #: whether this process created a process group (:func:`get_dist_context`) at some point
 _joined = [False]
+
+#: whether this process's rendezvous with the others failed (:func:`_join_group`)
+_join_failed = [False]
+
+#: seconds after which a process still waiting for the others to join says so on stderr (at most a quarter of the
+#: timeout)
+JOIN_NOTICE_S = 30.0
+
+
+def _join_group(backend: str, rank: int, world: int, timeout: timedelta) -> None:
+    """``init_process_group`` over ``env://``; says on stderr when the others are slow to join, in one line if never.
+
+    Found by the review of torch.distributed cohorts: a job started with fewer processes than ``WORLD_SIZE`` (``srun
+    -n 1`` under a hard-coded ``WORLD_SIZE=2``) waited in silence for the whole collective timeout (6 hours by
+    default) and then ended with torch's ``DistStoreError`` traceback.
+
+    Raises:
+        ValueError: the other processes did not join (or this one could not reach ``MASTER_ADDR``) within
+            ``timeout``, naming ``WORLD_SIZE``, the address and the remedy.
+    """
+    import threading
+
+    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+
+    def notice() -> None:
+        print(f"monai-unc: rank {rank} of {world} (WORLD_SIZE={world}) is waiting for the other processes of the job "
+              f"to join at {where}; a job started with fewer processes waits until MONAI_UNC_DIST_TIMEOUT "
+              f"({timeout.total_seconds():g} s)", file=sys.stderr, flush=True)
+
+    timer = threading.Timer(min(JOIN_NOTICE_S, timeout.total_seconds() / 4), notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world, timeout=timeout)
+    except getattr(dist, "DistError", RuntimeError) as e:  # the store's rendezvous timed out or failed
+        _join_failed[0] = True  # share_early_error does not wait for the others a second time
+        text = str(e).strip().splitlines()
+        raise ValueError(f"rank {rank} of {world}: the processes of the job did not all join at {where} within "
+                         f"{timeout.total_seconds():g} s ({text[0] if text else type(e).__name__}): start all "
+                         f"WORLD_SIZE={world} processes (torchrun starts them), or raise MONAI_UNC_DIST_TIMEOUT") from e
+    finally:
+        timer.cancel()
 
 
 def share_early_error(error: BaseException, device: str | torch.device | None = None) -> None:
@@ -306,7 +348,8 @@ def share_early_error(error: BaseException, device: str | torch.device | None = 
     not see) would leave the other ranks waiting for it in their first collective, for the whole collective
     timeout. This joins the group as they do and takes part in their first :func:`sync_errors` with ``error``, so
     that every rank stops with one line (the others with :class:`RankFailed` naming this rank and its error). Does
-    nothing for a single process, or when this process already joined a group (its errors were synchronised there).
+    nothing for a single process, when this process already joined a group (its errors were synchronised there), or
+    when its rendezvous with the others failed (waiting again would only double the wait).
 
     Args:
         error: the refusal (re-raised by the caller).
@@ -319,7 +362,7 @@ def share_early_error(error: BaseException, device: str | torch.device | None = 
         _, world, _ = read_dist_env()
     except ValueError:
         return
-    if world <= 1 or _joined[0] or (dist.is_available() and dist.is_initialized()):
+    if world <= 1 or _joined[0] or _join_failed[0] or (dist.is_available() and dist.is_initialized()):
         return
     ctx = get_dist_context(device)
     try:

@@ -126,3 +126,26 @@ def test_a_rank_that_lost_its_peer_says_so_in_one_line(cohort, tmp_path, monkeyp
     monkeypatch.setattr(cli, "_run", bug)
     with pytest.raises(RuntimeError, match="expected scalar type"):
         cli.main(argv)
+
+
+def test_a_job_started_with_fewer_processes_says_it_waits_and_stops_in_one_line(cohort, tmp_path):
+    """Left by the review of torch.distributed cohorts: RANK set but fewer processes than WORLD_SIZE started (``srun
+    -n 1`` under a hard-coded WORLD_SIZE=2) waited in silence for the whole collective timeout (6 hours by default),
+    then ended with torch's DistStoreError traceback. It says on stderr that it waits, and stops in one line."""
+    argv = ["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", str(tmp_path / "o"), "-q"]
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
+    port = _free_port()
+    env.update(WORLD_SIZE="2", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+               MONAI_UNC_DIST_TIMEOUT="4")
+    r = subprocess.run([sys.executable, "-m", "monai_unc.cli", *argv], env=env, capture_output=True, text=True,
+                       timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0] == (f"monai-unc: rank 0 of 2 (WORLD_SIZE=2) is waiting for the other processes of the job to join "
+                        f"at 127.0.0.1:{port}; a job started with fewer processes waits until MONAI_UNC_DIST_TIMEOUT "
+                        "(4 s)"), lines
+    assert len(lines) == 2 and lines[1].startswith(
+        f"monai-unc evaluate: error: rank 0 of 2: the processes of the job did not all join at 127.0.0.1:{port} "
+        "within 4 s ("), lines
+    assert lines[1].endswith("start all WORLD_SIZE=2 processes (torchrun starts them), or raise "
+                             "MONAI_UNC_DIST_TIMEOUT"), lines
