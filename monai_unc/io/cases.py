@@ -2054,8 +2054,10 @@ def load_case(
     ``num_classes`` is then the number of regions ``R`` (optional; every file with region channels must agree with
     it and with each other), probabilities are checked to lie in ``[0, 1]`` without the sum-to-1 constraint, a
     segmentation with several channels must hold binary region masks (0/1) and one with a single channel is read
-    as a label map, the segmentation defaults to ``probs >= 0.5`` per region (MONAI's ``AsDiscrete(threshold=0.5)``),
-    and the label is a label map holding any non-negative labels (e.g. BraTS 0, 1, 2, 4) or ``R`` 0/1 region masks.
+    as a label map (except a one-region mask, a 4D NIfTI ``(X, Y, Z, 1)`` of 0/1 for ``num_classes=1``, as
+    :func:`save_region_maps` writes it), the segmentation defaults to ``probs >= 0.5`` per region (MONAI's
+    ``AsDiscrete(threshold=0.5)``), and the label is a label map holding any non-negative labels (e.g. BraTS 0, 1,
+    2, 4) or ``R`` 0/1 region masks.
 
     Args:
         files: the case's files (:func:`match_cases`).
@@ -2232,7 +2234,8 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
         s, s_aff = reads("seg")
         check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
         what = f"case {cid!r}: segmentation {files.seg.name}"
-        if s.shape[0] == 1:  # a label map (nnU-Net converts regions back to labels), regions from the spec
+        if s.shape[0] == 1 and not _one_region_masks(files.seg, s, num_regions):
+            # a label map (nnU-Net converts regions back to labels): the regions come from the spec
             seg = check_label_map(s[0], what)
         else:
             seg = _region_masks(s, what)
@@ -2250,6 +2253,34 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
     image = _read_image(files, cid, ref, reads) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image,
                       multilabel=True, label_file=Path(files.label))
+
+
+def _one_region_masks(path: Path, data: np.ndarray, num_regions: int | None) -> bool:
+    """Whether a one-channel segmentation of a one-region prediction is that region's 0/1 mask, not a label map.
+
+    Both read as one channel: ``monai-unc infer --activation sigmoid`` with one region writes its mask as a 4D NIfTI
+    ``(X, Y, Z, 1)`` (:func:`~monai_unc.io.save_region_maps`), nnU-Net a label map as a 3D file. Found by hostile
+    review: the mask of ``--regions '{"ET": [4]}'`` was read as a label map of label 1, so a perfect prediction had
+    Dice 0 (and, once predicted label maps were checked, was refused for its "unclaimed label 1").
+
+    Args:
+        path: the segmentation file.
+        data: its channel-first data ``(1, *spatial)``.
+        num_regions: the regions of the caller's spec (None: unknown).
+
+    Returns:
+        True for a one-region spec and a ``.nii`` / ``.nii.gz`` file of one more axis than the grid, of length 1,
+        holding 0 and 1 only.
+    """
+    if num_regions != 1:
+        return False
+    try:
+        geometry = nifti_geometry(path)
+    except Exception:  # noqa: BLE001 - the volume was read: its header is, too
+        return False
+    if geometry is None or len(geometry[0]) != data.ndim or geometry[0][-1] != 1:
+        return False
+    return bool(np.isin(data, (0, 1)).all())
 
 
 def _region_masks(data: np.ndarray, what: str) -> np.ndarray:

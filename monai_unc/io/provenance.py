@@ -128,8 +128,9 @@ def prediction_fingerprint(
       ``trainer``, ``folds``, ``method`` (the ``+``-joined sources), ``num_samples``, ``mi_meaning``, ``dropout_p``,
       ``rate_in``, ``posthoc_dropout_after``, ``measures``, ``tile_step_size`` (the overlap), ``mirror_axes``,
       ``segmentation_from``, and ``model_folder`` / ``temperature`` / ``checkpoint`` / ``regions`` /
-      ``window_disagreement`` / ``weights`` (the sha256 digests of the fold checkpoints, ``plans.json`` and
-      ``dataset.json``) when the config records them.
+      ``window_disagreement`` / ``mirror_draws`` (``"shared"``: the mirrors of a dropout / Rate-In / SSN sample draw
+      from one random state; absent where each mirror drew its own, as before 0.2.0) / ``weights`` (the sha256
+      digests of the fold checkpoints, ``plans.json`` and ``dataset.json``) when the config records them.
     - without such records: ``{"producer": "unknown"}`` (a rule then cannot check the predictions; the triage page
       says so).
 
@@ -204,6 +205,10 @@ def prediction_fingerprint(
         fp["regions"] = cfg["regions"]
     if "window_disagreement" in cfg:  # how MI was decomposed; configs without it counted window overlap as MI
         fp["window_disagreement"] = cfg["window_disagreement"]
+    if "mirror_draws" in cfg:  # the mirrors of a stochastic sample share its draws; configs without it (earlier
+        # versions) drew per mirror, which shrank MC dropout's MI to about half: a rule certified on those does not
+        # fit these predictions (found by hostile review)
+        fp["mirror_draws"] = cfg["mirror_draws"]
     if cfg.get("weights"):  # configs written before the weight digests have none (compared by path)
         fp["weights"] = cfg["weights"]
     return json.loads(json.dumps(fp))
