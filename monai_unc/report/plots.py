@@ -361,14 +361,18 @@ def _take(a: np.ndarray, axis: int, index: int) -> np.ndarray:
 _SIDES = (("L", "R"), ("P", "A"), ("I", "S"))
 
 
-def _to_ras(affine: np.ndarray, ndim: int) -> np.ndarray:
-    """The orientation array (``(axis, flip)`` per stored axis) of the RAS-closest voxel order of ``affine``."""
+def _to_ras(affine: np.ndarray, ndim: int) -> np.ndarray | None:
+    """The orientation array (``(axis, flip)`` per stored axis) of the RAS-closest voxel order of ``affine``.
+
+    None when a stored axis has no direction (a zero column of the affine): the arrays are then drawn as stored.
+    """
     from nibabel.orientations import io_orientation
 
     a = np.asarray(affine, dtype=np.float64)
     if a.shape != (4, 4) or not np.isfinite(a).all():
         raise ValueError(f"affine must be a finite 4 x 4 matrix, got shape {a.shape}")
-    return io_orientation(a)[:ndim]
+    ornt = io_orientation(a)[:ndim]
+    return ornt if np.isfinite(ornt).all() else None
 
 
 def _orient(a: np.ndarray, ornt: np.ndarray) -> np.ndarray:
