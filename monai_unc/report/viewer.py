@@ -184,11 +184,13 @@ def case_viewer(
             only digits): ``class 1``, ``class 2``, ... after the label values.
 
     Returns:
-        ``{"case", "measure", "unit", "step", "crop", "bytes", "labels", "volumes": [{"role", "name", "title",
-        "base64", "colormap", "opacity", "cal_min", "cal_max", ...}]}``: ``unit`` the measure's unit
+        ``{"case", "measure", "unit", "step", "crop", "bytes", "labels", "world_to_voxel", "volumes": [{"role",
+        "name", "title", "base64", "colormap", "opacity", "cal_min", "cal_max", ...}]}``: ``unit`` the measure's unit
         (:func:`measure_unit`), ``step`` the subsampling step (1: full resolution), ``crop`` the kept index range
-        per axis, ``bytes`` the base64 size, ``labels`` the prediction's legend (``{"value", "name", "color"}``
-        per label value drawn, the true values, however large). The prediction is stored as display indices (the
+        per axis, ``bytes`` the base64 size, ``world_to_voxel`` the first three rows of the inverse of the viewer
+        volumes' affine (mm to their voxel, in the order they are stored, whatever order NiiVue draws them in),
+        ``labels`` the prediction's legend (``{"value", "name", "color"}`` per label value drawn, the true values,
+        however large). The prediction is stored as display indices (the
         ``i``-th label value drawn as ``i``: uint8, uint16 above 255 labels) with a discrete label lookup table
         (``colormap_label``, index ``i`` in the colour of its label value,
         :func:`~monai_unc.report.palette.class_colors`: different for every class, the first twelve
@@ -278,7 +280,8 @@ def case_viewer(
         size = sum(len(v["base64"]) for v in volumes)
         if size <= budget_bytes:
             return {"case": str(case_id), "measure": str(measure), "unit": unit, "step": step,
-                    "crop": [[s.start, s.stop] for s in box], "bytes": size, "labels": legend, "volumes": volumes}
+                    "crop": [[s.start, s.stop] for s in box], "bytes": size, "labels": legend, "volumes": volumes,
+                    "world_to_voxel": np.linalg.inv(aff)[:3].tolist()}
     raise ValueError(f"budget_bytes={budget_bytes} is too small for case {case_id!r} even at the coarsest step")
 
 

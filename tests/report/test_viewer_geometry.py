@@ -13,6 +13,7 @@ cases whose files cannot be read (found by hostile review of the report's geomet
   largest uncertainty among those that cut the reference foreground.
 - A 2-D cohort evaluated, but its report failed ("seg and uncertainty must be 3D volumes").
 - One flagged case with a missing or corrupt file made the whole report / triage page fail.
+- The viewer's ``data-viewer-centre`` (a lesion link's voxel) named NiiVue's RAS-reoriented voxel, not the file's.
 """
 
 from __future__ import annotations
@@ -198,3 +199,29 @@ def test_a_case_whose_file_cannot_be_read_gets_one_line_in_the_triage_page(cohor
     lines = re.findall(r'<ul class="warn case-errors">(.*?)</ul>', page)
     assert len(lines) == 1 and lines[0].count("<li>") == 1 and f"{top}: no figure and no viewer" in lines[0]
     assert "data:image/png;base64," in page
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["LPS", "permuted SAR"])
+def test_the_viewer_centre_names_the_files_voxel(name, tmp_path):
+    """``#lesion=<case>:<mm>`` puts the crosshair on the point; ``data-viewer-centre`` names its voxel in the file's
+    own order (it named NiiVue's RAS-reoriented voxel: ``9,8,9`` for the LPS file's voxel ``2,3,9``)."""
+    import subprocess
+
+    from monai_unc.report.viewer import VIEWER_CSS, viewer_scripts, viewer_section
+    from tests.report.test_viewer import _chromium
+
+    exe = _chromium()
+    affine = AFFINES[name]
+    img, seg, u = _left_anterior_superior(affine)
+    page = tmp_path / "v.html"
+    page.write_text(f"<!doctype html><html><head><meta charset=utf-8><style>{VIEWER_CSS}</style></head><body>"
+                    f"{viewer_section([case_viewer('c', seg, u, img, affine)], 'v')}{viewer_scripts(tmp_path)}"
+                    "</body></html>")
+    mm = nib.affines.apply_affine(affine, (2, 3, 9))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--enable-unsafe-swiftshader", "--no-first-run",
+             "--disable-background-networking", "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
+             "--virtual-time-budget=15000", f"--user-data-dir={tmp_path / 'profile'}"]
+    url = page.resolve().as_uri() + "#lesion=c:" + ",".join(f"{x:g}" for x in mm)
+    dom = subprocess.run([exe, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=240).stdout
+    assert 'data-viewer-centre="c:2,3,9"' in re.search(r"<body([^>]*)>", dom).group(1)
