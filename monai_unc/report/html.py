@@ -575,6 +575,7 @@ def render_html(
     csv_text: str | None = None,
     viewers: Sequence[Mapping[str, Any]] = (),
     scripts: Markup | None = None,
+    case_notes: Sequence[str] = (),
 ) -> str:
     """The report page as one string (no network resource).
 
@@ -593,6 +594,8 @@ def render_html(
             the table of ``rows`` (:func:`monai_unc.io.csv_text`).
         viewers: the interactive viewers of the flagged cases.
         scripts: the viewers' scripts (needed with ``viewers``).
+        case_notes: one line per case whose files could not be read (missing or unreadable), shown in the cases'
+            section instead of its figure.
 
     Returns:
         The HTML of the self-contained page.
@@ -635,9 +638,10 @@ def render_html(
         *product_sections(summary),
         el("section", el("h2", "Cohort plots"), el("div", *map(img_tag, cohort_figures), class_="plots"), id="plots"),
     ]
-    if case_figures:
-        sections.append(el("section", el("h2", "Cases: slices of highest uncertainty"), *map(img_tag, case_figures),
-                           id="cases", class_="cases"))
+    if case_figures or case_notes:
+        unread = el("ul", *(el("li", n) for n in case_notes), class_="warn case-errors") if case_notes else None
+        sections.append(el("section", el("h2", "Cases: slices of highest uncertainty"), unread,
+                           *map(img_tag, case_figures), id="cases", class_="cases"))
     view = viewer_section(viewers, "Flagged cases: interactive viewer") if scripts is not None else None
     if view is not None:
         sections.append(view)
@@ -743,6 +747,7 @@ def _case_figures(
     folders: Mapping[str, Path | None] | None = None,
     viewers: list[dict[str, Any]] | None = None,
     evaluation: Path | None = None,
+    unread: list[str] | None = None,
 ) -> list[Figure]:
     order = summary["triage"]["order"]
     chosen = list(order[:n_cases])
@@ -775,7 +780,12 @@ def _case_figures(
         measure = by_id[cid].get("measure") or next(iter(files.maps), None)
         if measure is None or measure not in files.maps:  # an evaluation of an older version, which kept no derived map
             continue
-        case = load_figure_case(files, measure, state.num_classes, True, state.regions is not None)
+        try:
+            case = load_figure_case(files, measure, state.num_classes, True, state.regions is not None)
+        except (OSError, ValueError) as e:  # one line on the page for this case, not a page that fails whole
+            if unread is not None:
+                unread.append(f"{cid}: no figure and no viewer: {e}")
+            continue
         seg, label, u, class_names = case.seg, case.label, case.maps[measure], summary.get("class_names")
         if state.regions is not None:
             seg, label, u, class_names = region_display(case.seg, case.label, u, state.regions)
@@ -790,14 +800,15 @@ def _case_figures(
                                        class_names=class_names))
         overlays, notes = case_overlays(folders or {}, cid)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
-                                class_names=class_names, overlays=overlays)
+                                class_names=class_names, overlays=overlays, affine=case.affine)
         path = case_figure_path(fig_dir, cid)
         png = save_png(fig, path)
         pos = order.index(cid) + 1
         what = "most certain case (for contrast)" if rank == len(chosen) - 1 and rank >= n_cases else "triage rank"
         out.append(Figure(
             f"case-{cid}", f"{cid}: {what} {pos} of {len(order)}",
-            "Rows: the axial, coronal and sagittal slices with the largest summed uncertainty. Columns: image; "
+            "Rows: the axial, coronal and sagittal slices with the largest summed uncertainty, drawn with the "
+            "patient's left on the left (the sides marked on the image), as in the viewer. Columns: image; "
             "prediction contour per class; uncertainty heatmap; error map (red: false foreground, blue: missed "
             "foreground, purple: wrong class)." + "".join(f" {n}" for n in notes), png, path,
         ))  # fmt: skip
@@ -919,12 +930,13 @@ def build_report(
     folders = {name: evaluation / PRODUCTS_DIR / name for name in summary if product_type(name) is not None
                and isinstance(summary[name], Mapping)}  # the case files the products wrote
     viewers: list[dict[str, Any]] | None = [] if viewer else None
-    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, folders, viewers, evaluation)
+    case_notes: list[str] = []
+    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, folders, viewers, evaluation, case_notes)
     # the download is the table of the rows shown, written as evaluate writes metrics.csv (never the file, which a
     # reader may have edited since)
     page = render_html(summary, rows, figures, case_figs, title=title,
                        source=f"evaluation: {evaluation.resolve()}", csv_text=csv_text(rows), viewers=viewers or (),
-                       scripts=viewer_scripts(out_dir) if viewers else None)
+                       scripts=viewer_scripts(out_dir) if viewers else None, case_notes=case_notes)
     return atomic_write_text(out_dir / "report.html", page)
 
 

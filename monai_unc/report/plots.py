@@ -322,15 +322,16 @@ def slice_of_highest_uncertainty(
 ) -> int:
     """Index along ``axis`` of the slice with the largest summed uncertainty.
 
-    With a ``mask`` (e.g. the reference foreground) only slices whose mask area is at least ``min_fraction`` of
-    the largest mask area along ``axis`` are candidates, so that the chosen slices show the anatomy rather than
-    background far from it; an empty mask leaves every slice a candidate.
+    With a ``mask`` (e.g. the reference foreground) only slices that cut the mask and whose mask area is at least
+    ``min_fraction`` of the largest mask area along ``axis`` are candidates, so that the chosen slices show the
+    anatomy rather than background far from it; an empty mask leaves every slice a candidate.
 
     Args:
         u: the uncertainty map, e.g. ``(X, Y, Z)``.
         axis: the axis the slices cut.
         mask: a boolean volume of the shape of ``u``, or None.
-        min_fraction: the smallest mask area of a candidate, as a fraction of the largest.
+        min_fraction: the smallest mask area of a candidate, as a fraction of the largest (0: every slice that
+            cuts the mask, however little of it).
 
     Returns:
         The slice index.
@@ -347,13 +348,37 @@ def slice_of_highest_uncertainty(
     if mask is not None:
         area = np.asarray(mask, dtype=bool).sum(axis=other)
         if area.max() > 0:
-            totals = np.where(area >= min_fraction * area.max(), totals, -np.inf)
+            totals = np.where((area > 0) & (area >= min_fraction * area.max()), totals, -np.inf)
     return int(np.argmax(totals))
 
 
 def _take(a: np.ndarray, axis: int, index: int) -> np.ndarray:
     # displayed with the first remaining axis horizontal, origin at the bottom (RAS: right / anterior / up)
     return np.take(a, index, axis=axis).T
+
+
+#: the patient sides of the RAS axes' low and high ends
+_SIDES = (("L", "R"), ("P", "A"), ("I", "S"))
+
+
+def _to_ras(affine: np.ndarray, ndim: int) -> np.ndarray | None:
+    """The orientation array (``(axis, flip)`` per stored axis) of the RAS-closest voxel order of ``affine``.
+
+    None when a stored axis has no direction (a zero column of the affine): the arrays are then drawn as stored.
+    """
+    from nibabel.orientations import io_orientation
+
+    a = np.asarray(affine, dtype=np.float64)
+    if a.shape != (4, 4) or not np.isfinite(a).all():
+        raise ValueError(f"affine must be a finite 4 x 4 matrix, got shape {a.shape}")
+    ornt = io_orientation(a)[:ndim]
+    return ornt if np.isfinite(ornt).all() else None
+
+
+def _orient(a: np.ndarray, ornt: np.ndarray) -> np.ndarray:
+    from nibabel.orientations import apply_orientation
+
+    return apply_orientation(np.asarray(a), ornt)
 
 
 def _contour_legend(area: Mapping[int, int], colors: Mapping[int, str],
@@ -387,14 +412,17 @@ def plot_case_overlay(
     info: Mapping[str, Any] | None = None,
     class_names: Sequence[str] | None = None,
     overlays: Sequence[Overlay] = (),
+    affine: np.ndarray | None = None,
 ) -> Any:
     """One row per view through the slice of highest uncertainty among the slices that cut the reference foreground.
 
     Columns: image, prediction contour, uncertainty heatmap and error map (``seg != label``: red where the
     prediction has a foreground the label does not, blue where it misses one, purple for a wrong class). Slices
-    are chosen by :func:`slice_of_highest_uncertainty`. Without a ``label`` (new, unlabelled cases) the slices are
-    chosen inside the predicted foreground and there is no error-map column. ``overlays`` adds contours beside the
-    prediction's (a product's case files, e.g. the masks of a fitted rule), each with its colour, style and legend.
+    are chosen by :func:`slice_of_highest_uncertainty` among every slice that cuts the reference foreground
+    (``min_fraction=0``: a small lesion counts as much as the organ's widest slices). Without a ``label`` (new,
+    unlabelled cases) the slices are chosen inside the predicted foreground and there is no error-map column.
+    ``overlays`` adds contours beside the prediction's (a product's case files, e.g. the masks of a fitted rule),
+    each with its colour, style and legend.
 
     Each class has a colour of its own (:func:`~monai_unc.report.palette.class_colors`, by label value: the same as
     in the interactive viewer, and different for a hundred classes and more). The legend names the classes
@@ -415,12 +443,21 @@ def plot_case_overlay(
             background); a class without a name is ``class <value>``.
         overlays: :class:`~monai_unc.product.Overlay` contours, each mask bool ``(X, Y, Z)``
             (:meth:`~monai_unc.product.CohortProduct.case_overlays`).
+        affine: the volumes' 4 x 4 voxel-to-world (RAS, mm) affine. With it every volume is drawn in the RAS-closest
+            voxel order (nibabel's ``io_orientation``, as NiiVue shows the files in the viewer): the patient's left on
+            the left of every panel, anterior / superior at the top, whatever order the file stores (LPS from DICOM
+            or SimpleITK, flipped or permuted axes), the rows are the true axial, coronal and sagittal planes, the
+            image panels carry the patient sides (``L`` / ``R``, ``P`` / ``A``, ``I`` / ``S``) and a row's label
+            gives the slice's index in the file. Without it (default) the arrays are drawn as stored, assumed RAS.
+
+    2-D volumes ``(X, Y)`` are drawn as one row (the plane itself), as is any volume one voxel thick along an axis.
 
     Returns:
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: an overlay whose mask has another shape than ``seg``.
+        ValueError: an overlay whose mask has another shape than ``seg``, or an ``affine`` that is not a finite
+            4 x 4 matrix.
 
     Example:
         >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
@@ -430,15 +467,42 @@ def plot_case_overlay(
         ['image', 'prediction contour', 'uncertainty', 'error map']
     """
     overlays = list(overlays)
+    seg = np.asarray(seg)
     for o in overlays:
         if np.shape(o.mask) != seg.shape:
             raise ValueError(f"overlays: {o.label!r} has shape {np.shape(o.mask)}, seg {seg.shape}")
-    if image is not None and image.ndim == 4:
-        image = image[0]
+    if image is not None and np.ndim(image) == seg.ndim + 1:  # channel first: the first channel is shown
+        image = np.asarray(image)[0]
+    spacing = tuple(float(s) for s in spacing)[: seg.ndim]
+    ornt = _to_ras(affine, seg.ndim) if affine is not None else None
+    if seg.ndim == 2:  # a 2-D case: one slice, drawn as the plane it is
+        flat = ornt[:, 0].astype(int).tolist() if ornt is not None else [0, 1]
+        third = ({0, 1, 2} - set(flat)).pop()
+        if ornt is not None:
+            ornt = np.vstack([ornt, [third, 1.0]])
+        spacing = (*spacing, 1.0)
+        seg, uncertainty, label, image = (None if a is None else np.asarray(a)[..., None]
+                                          for a in (seg, uncertainty, label, image))
+        overlays = [Overlay(o.label, np.asarray(o.mask)[..., None], o.color, o.linestyle) for o in overlays]
+    file_index = [lambda k: k] * 3
+    if ornt is not None:  # RAS-closest voxel order: the patient's left on the left, as in the viewer
+        shape = seg.shape
+        seg, uncertainty, label, image = (None if a is None else _orient(a, ornt)
+                                          for a in (seg, uncertainty, label, image))
+        overlays = [Overlay(o.label, _orient(o.mask, ornt), o.color, o.linestyle) for o in overlays]
+        new_spacing = [1.0] * 3
+        for i, (ax_, flip) in enumerate(ornt):
+            new_spacing[int(ax_)] = spacing[i]
+            n = shape[i]
+            file_index[int(ax_)] = (lambda k, n=n: n - 1 - k) if flip < 0 else (lambda k: k)
+        spacing = tuple(new_spacing)
+    assert seg is not None and uncertainty is not None
+    flat_axes = [a for a in range(3) if seg.shape[a] == 1]
+    if flat_axes:  # a cut along another axis would be one voxel wide
+        axes = [a for a in axes if a in flat_axes] or flat_axes[:1]
     labelled = label is not None
     reference = label if labelled else seg
     base = image if image is not None else reference.astype(np.float32)
-    u_max = float(np.percentile(uncertainty, 99.9)) or 1.0
     fig = _figure(11.0 if labelled else 8.4, 2.75 * len(axes) + 0.4)
     grid = fig.subplots(len(axes), 4 if labelled else 3, squeeze=False)
     err = np.zeros(seg.shape, dtype=np.int8)
@@ -448,7 +512,9 @@ def plot_case_overlay(
         err[(seg > 0) & (label > 0) & (seg != label)] = 3  # wrong foreground class
     err_cmap = ListedColormap([(0, 0, 0, 0), (0.85, 0.15, 0.15, 0.9), (0.15, 0.35, 0.95, 0.9), (0.6, 0.2, 0.8, 0.9)])
     titles = ("image", "prediction contour", measure.replace("_", " ")) + (("error map",) if labelled else ())
-    slices = [slice_of_highest_uncertainty(uncertainty, axis, mask=reference > 0) for axis in axes]
+    # every slice that cuts the reference foreground is a candidate: a small lesion away from the organ's widest
+    # slices, where the uncertainty is, is shown
+    slices = [slice_of_highest_uncertainty(uncertainty, axis, mask=reference > 0, min_fraction=0.0) for axis in axes]
     shown = [_take(seg, axis, k) for axis, k in zip(axes, slices)]
     # every class has its own colour, the same as in the viewer (by label value, palette.class_colors)
     colors = class_colors(int(v) for s2 in shown for v in np.unique(s2) if v > 0)
@@ -458,7 +524,11 @@ def plot_case_overlay(
         aspect = float(spacing[dims[1]]) / float(spacing[dims[0]])
         seg2 = shown[row]
         img2, u2, e2 = (_take(a, axis, k) for a in (base, uncertainty, err))
-        lo, hi = np.percentile(img2, (1, 99.5)) if img2.size else (0, 1)
+        finite = img2[np.isfinite(img2)]  # NaN voxels (outside the field of view) neither set nor blank the window
+        lo, hi = np.percentile(finite, (1, 99.5)) if finite.size else (0, 1)
+        # the colour bar spans the values drawn: the hottest voxel of the slice is its top, never clipped
+        finite_u = u2[np.isfinite(u2)]
+        u_max = (float(finite_u.max()) if finite_u.size else 0.0) or 1.0
         panels = grid[row]
         for ax in panels:
             ax.imshow(img2, cmap="gray", vmin=lo, vmax=hi if hi > lo else lo + 1, origin="lower", aspect=aspect,
@@ -481,7 +551,13 @@ def plot_case_overlay(
             panels[3].imshow(e2, cmap=err_cmap, vmin=0, vmax=3, origin="lower", aspect=aspect,
                              interpolation="nearest")
         view = _VIEWS.get(axis, f"axis {axis}")
-        panels[0].set_ylabel(f"{view} {k}", fontsize=9)
+        panels[0].set_ylabel(f"{view} {file_index[axis](k)}", fontsize=9)
+        if ornt is not None:  # the patient's sides at the image panel's edges
+            (left, right), (bottom, top) = _SIDES[dims[0]], _SIDES[dims[1]]
+            for x, y, text, ha, va in ((0.02, 0.5, left, "left", "center"), (0.98, 0.5, right, "right", "center"),
+                                       (0.5, 0.02, bottom, "center", "bottom"), (0.5, 0.98, top, "center", "top")):
+                panels[0].text(x, y, text, transform=panels[0].transAxes, ha=ha, va=va, fontsize=7,
+                               color="#ffd54f", fontweight="bold")
         if row == 0:
             for ax, title in zip(panels, titles):
                 ax.set_title(title, fontsize=10)

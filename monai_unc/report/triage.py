@@ -154,6 +154,7 @@ def plot_triage_overlay(
     info: Mapping[str, Any] | None = None,
     class_names: Sequence[str] | None = None,
     overlays: Sequence[Overlay] = (),
+    affine: np.ndarray | None = None,
 ) -> Any:
     """One row per view through the slice of highest summed uncertainty among the slices that cut the prediction.
 
@@ -174,6 +175,9 @@ def plot_triage_overlay(
         class_names: names of the classes for the contour legend.
         overlays: contours drawn beside the prediction's (:class:`~monai_unc.product.Overlay`: a product's case
             files, e.g. the masks of a fitted rule).
+        affine: the volumes' voxel-to-world affine: with it the slices are drawn in the RAS-closest voxel order, the
+            patient's left on the left and the sides marked (:func:`~monai_unc.report.plots.plot_case_overlay`);
+            without it as stored.
 
     Returns:
         The matplotlib ``Figure``.
@@ -185,7 +189,7 @@ def plot_triage_overlay(
         ['image', 'prediction contour', 'uncertainty']
     """
     return plot_case_overlay(case_id, seg, None, uncertainty, image, spacing, measure, axes, info, class_names,
-                             overlays=overlays)
+                             overlays=overlays, affine=affine)
 
 
 def _threshold_text(summary: Mapping[str, Any], rule: ReferralRule) -> ThresholdText | None:
@@ -295,12 +299,13 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
 
 def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path, maps: Path,
                   folders: Mapping[str, Path] | None = None,
-                  viewers: list[dict[str, Any]] | None = None) -> list[Figure]:
+                  viewers: list[dict[str, Any]] | None = None, unread: list[str] | None = None) -> list[Figure]:
     """The overlays of the ``n_cases`` most uncertain cases, drawn from files.
 
     A case's map of the rule's measure is its map file, or, for a case without map files, the map triage derived from
     its probabilities (``maps``: ``<triage>/maps/<case>_<measure>.nii.gz``); a case with neither (a triage folder of
-    an older version, which kept no derived map) has no figure.
+    an older version, which kept no derived map) has no figure. A case whose files cannot be read (missing,
+    unreadable) has no figure either and one line in ``unread``, so that the page is still written.
     """
     cases = {c["case"]: c for c in summary["cases"]}
     score = _score_formatter(summary, rule)
@@ -316,7 +321,13 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         if rule.measure not in files.maps:
             continue
         regions = rule.regions
-        case = load_figure_case(files, rule.measure, rule.num_classes, files.image is not None, regions is not None)
+        try:
+            case = load_figure_case(files, rule.measure, rule.num_classes, files.image is not None,
+                                    regions is not None)
+        except (OSError, ValueError) as e:  # one line on the page for this case, not a page that fails whole
+            if unread is not None:
+                unread.append(f"{cid}: no figure and no viewer: {e}")
+            continue
         c = cases[cid]
         info = {"score": score(c.get("score")), "decision": c["decision"]}
         if "expected_dice" in c:
@@ -329,13 +340,14 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
                                        class_names=class_names))
         overlays, notes = case_overlays(folders or {}, cid)  # the case files the products' commands wrote
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
-                                  class_names=class_names, overlays=overlays)
+                                  class_names=class_names, overlays=overlays, affine=case.affine)
         path = case_figure_path(fig_dir, cid)
         out.append(Figure(f"case-{cid}", f"{cid}: triage rank {summary['order'].index(cid) + 1} of "
                           f"{len(summary['order'])} ({c['decision']})",
                           f"Reason: {c['reason']}. Rows: the axial, coronal and sagittal slices with the largest "
-                          "summed uncertainty inside the predicted foreground. Columns: image; prediction contour per "
-                          "class; uncertainty heatmap." + "".join(f" {n}" for n in notes),
+                          "summed uncertainty inside the predicted foreground, drawn with the patient's left on the "
+                          "left (the sides marked on the image), as in the viewer. Columns: image; prediction "
+                          "contour per class; uncertainty heatmap." + "".join(f" {n}" for n in notes),
                           save_png(fig, path), path))
     return out
 
@@ -563,8 +575,9 @@ def build_triage_page(
                                                                                                "scores.png"),
                       fig_dir / "scores.png")]
     viewers: list[dict[str, Any]] | None = [] if viewer else None
+    case_notes: list[str] = []
     case_figs = _case_figures(summary, rule, n_cases, fig_dir, folder / DERIVED_MAPS_DIR,
-                              {products[c].name: f for c, f in folders.items()}, viewers)
+                              {products[c].name: f for c, f in folders.items()}, viewers, case_notes)
     notes = [el("li", n) for n in summary.get("notes", [])]
     guarantee = rule.guarantee()
     summary_section = el(
@@ -589,8 +602,9 @@ def build_triage_page(
         if section is not None:
             sections.append(product_section(section, cls.name))
     sections.append(el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"))
-    if case_figs:
-        sections.append(el("section", el("h2", "Most uncertain cases: slices of highest uncertainty"),
+    if case_figs or case_notes:
+        unread = el("ul", *(el("li", n) for n in case_notes), class_="warn case-errors") if case_notes else None
+        sections.append(el("section", el("h2", "Most uncertain cases: slices of highest uncertainty"), unread,
                            *map(img_tag, case_figs), id="cases", class_="cases"))
     view = viewer_section(viewers or [], "Referred cases: interactive viewer")
     if view is not None:

@@ -169,10 +169,11 @@ def case_viewer(
 
     Args:
         case_id: the case's name (shown under the viewer; any text).
-        seg: the predicted label map ``(X, Y, Z)``, integers (0 background).
-        uncertainty: the voxel uncertainty map ``(X, Y, Z)`` (NaN shown as the lowest value).
-        image: the image ``(X, Y, Z)`` or ``(C, X, Y, Z)`` (channel 0 is shown), or None (the viewer then shows
-            the prediction and the uncertainty alone).
+        seg: the predicted label map ``(X, Y, Z)``, integers (0 background); a 2-D case ``(X, Y)`` is shown as a
+            volume one slice thick.
+        uncertainty: the voxel uncertainty map, of ``seg``'s shape (NaN shown as the lowest value).
+        image: the image, of ``seg``'s shape or with channels first (channel 0 is shown), or None (the viewer then
+            shows the prediction and the uncertainty alone).
         affine: the volumes' 4 x 4 voxel-to-world affine in mm (default: ``diag(spacing)``).
         spacing: the voxel size in mm when there is no ``affine`` (default 1 mm).
         measure: the uncertainty's name (the overlay's name in the viewer).
@@ -183,11 +184,13 @@ def case_viewer(
             only digits): ``class 1``, ``class 2``, ... after the label values.
 
     Returns:
-        ``{"case", "measure", "unit", "step", "crop", "bytes", "labels", "volumes": [{"role", "name", "title",
-        "base64", "colormap", "opacity", "cal_min", "cal_max", ...}]}``: ``unit`` the measure's unit
+        ``{"case", "measure", "unit", "step", "crop", "bytes", "labels", "world_to_voxel", "volumes": [{"role",
+        "name", "title", "base64", "colormap", "opacity", "cal_min", "cal_max", ...}]}``: ``unit`` the measure's unit
         (:func:`measure_unit`), ``step`` the subsampling step (1: full resolution), ``crop`` the kept index range
-        per axis, ``bytes`` the base64 size, ``labels`` the prediction's legend (``{"value", "name", "color"}``
-        per label value drawn, the true values, however large). The prediction is stored as display indices (the
+        per axis, ``bytes`` the base64 size, ``world_to_voxel`` the first three rows of the inverse of the viewer
+        volumes' affine (mm to their voxel, in the order they are stored, whatever order NiiVue draws them in),
+        ``labels`` the prediction's legend (``{"value", "name", "color"}`` per label value drawn, the true values,
+        however large). The prediction is stored as display indices (the
         ``i``-th label value drawn as ``i``: uint8, uint16 above 255 labels) with a discrete label lookup table
         (``colormap_label``, index ``i`` in the colour of its label value,
         :func:`~monai_unc.report.palette.class_colors`: different for every class, the first twelve
@@ -199,7 +202,7 @@ def case_viewer(
         range 0 .. value, so every voxel is drawn in the ramp's top colour (a map of zeros stays transparent).
 
     Raises:
-        ValueError: for volumes that are not 3D or differ in shape, a ``seg`` of non-integer values or with more
+        ValueError: for volumes that are not 2D or 3D or differ in shape, a ``seg`` of non-integer values or with more
             than 65535 different labels in the crop, or a budget too small for even the coarsest subsampling.
 
     Example:
@@ -210,16 +213,20 @@ def case_viewer(
     """
     seg = np.asarray(seg)
     u = np.asarray(uncertainty, dtype=np.float64)
-    if seg.ndim != 3 or u.shape != seg.shape:
-        raise ValueError(f"seg and uncertainty must be 3D volumes of one shape, got {seg.shape} and {u.shape}")
+    if seg.ndim not in (2, 3) or u.shape != seg.shape:
+        raise ValueError(f"seg and uncertainty must be 2D or 3D volumes of one shape, got {seg.shape} and {u.shape}")
     if seg.dtype.kind not in "biu" and not (np.isfinite(seg).all() and (seg == np.round(seg)).all()):
         raise ValueError("seg must hold integer labels")
     img = None
     if image is not None:
         img = np.asarray(image)
-        img = img[0] if img.ndim == 4 else img
+        img = img[0] if img.ndim == seg.ndim + 1 else img
         if img.shape != seg.shape:
             raise ValueError(f"image must have the prediction's shape {seg.shape}, got {img.shape}")
+    if seg.ndim == 2:  # a 2-D case: one slice of a volume (the affine's third column is its normal)
+        seg, u, img = seg[..., None], u[..., None], None if img is None else img[..., None]
+        if spacing is not None:
+            spacing = (*spacing[:2], 1.0)
     if affine is None:
         affine = np.diag([*(float(s) for s in (spacing or (1.0, 1.0, 1.0))), 1.0])
     affine = np.asarray(affine, dtype=np.float64)
@@ -273,7 +280,8 @@ def case_viewer(
         size = sum(len(v["base64"]) for v in volumes)
         if size <= budget_bytes:
             return {"case": str(case_id), "measure": str(measure), "unit": unit, "step": step,
-                    "crop": [[s.start, s.stop] for s in box], "bytes": size, "labels": legend, "volumes": volumes}
+                    "crop": [[s.start, s.stop] for s in box], "bytes": size, "labels": legend, "volumes": volumes,
+                    "world_to_voxel": np.linalg.inv(aff)[:3].tolist()}
     raise ValueError(f"budget_bytes={budget_bytes} is too small for case {case_id!r} even at the coarsest step")
 
 

@@ -126,7 +126,12 @@
     nv.scene.crosshairPos = nv.mm2frac(target.mm);
     nv.setSliceType(SLICE_TYPES.multiplanar);
     nv.drawScene();
-    var vox = nv.frac2vox(nv.scene.crosshairPos);  // the voxel of the (cropped, subsampled) volume
+    // the voxel of the (cropped, subsampled) volume in its stored order: NiiVue's own voxels (frac2vox) are those of
+    // the volume reoriented to RAS, mirrored or permuted against the file for an LPS or permuted-axis case
+    var mm = nv.frac2mm(nv.scene.crosshairPos), w = data.world_to_voxel;
+    var vox = w ? [0, 1, 2].map(function (a) {
+      return Math.round(w[a][0] * mm[0] + w[a][1] * mm[1] + w[a][2] * mm[2] + w[a][3]);
+    }) : nv.frac2vox(nv.scene.crosshairPos);
     var grid = [0, 1, 2].map(function (a) { return data.crop[a][0] + data.step * vox[a]; });
     box.setAttribute("data-centre", grid.join(","));
     document.body.setAttribute("data-viewer-centre", target.caseId + ":" + grid.join(","));
