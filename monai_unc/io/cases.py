@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import math
 import mmap
 import os
 import re
+import sys
 import threading
 import unicodedata
 import warnings
@@ -132,7 +134,9 @@ def library_versions() -> dict[str, str]:
     """The versions of the libraries that draw a seeded run's samples, as ``infer.json`` and case records hold them.
 
     torch draws the dropout masks, Rate-In's search, SSN latents and TTA noise from the seed, and MONAI orders the
-    sliding windows (and so the draws): another version of either may draw other samples from the same seed.
+    sliding windows (and so the draws): another version of either may draw other samples from the same seed. MONAI is
+    not imported for it (``nnunet-predict`` and its export workers run without MONAI): its version is that of the
+    imported module, else of the installed distribution (``monai`` or ``monai-weekly``), else ``"none"``.
 
     Returns:
         ``{"monai": ..., "torch": ...}``.
@@ -141,10 +145,16 @@ def library_versions() -> dict[str, str]:
         >>> sorted(library_versions())
         ['monai', 'torch']
     """
-    import monai
-    import torch
-
-    return {"monai": str(monai.__version__), "torch": str(torch.__version__)}
+    module = sys.modules.get("monai")
+    monai_version = getattr(module, "__version__", None) if module is not None else None
+    for dist in ("monai", "monai-weekly"):
+        if monai_version is not None:
+            break
+        try:
+            monai_version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return {"monai": str(monai_version or "none"), "torch": str(torch.__version__)}
 
 #: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
 VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
