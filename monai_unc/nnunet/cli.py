@@ -320,6 +320,13 @@ def _predict(args: argparse.Namespace) -> int:
 
     if not 0 <= args.part_id < args.num_parts:
         raise ValueError(f"-part_id must be in [0, -num_parts), got {args.part_id} with -num_parts {args.num_parts}")
+    world = os.environ.get("WORLD_SIZE", "").strip()
+    if world not in ("", "0", "1"):
+        # found by the review of the session's change: under torchrun every rank predicted every case into the same
+        # folder at once (nnU-Net's predictor knows no process group); nnU-Net splits a cohort with -num_parts
+        raise ValueError(f"nnunet-predict runs as one process (WORLD_SIZE={world} is set: torchrun or a job script): "
+                         "split the cases over processes or GPUs as nnUNetv2_predict does, one call each with "
+                         "-num_parts N -part_id K (and CUDA_VISIBLE_DEVICES), or unset WORLD_SIZE")
     if args.npp < 0 or args.nps < 0:
         raise ValueError("-npp and -nps must be >= 0")
     model = _model_folder(args)

@@ -191,3 +191,28 @@ def test_bad_sample_batch_size_is_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main([*BASE, "--sources", "dropout", "--sample_batch_size", "0"])
     assert e.value.code == 2 and "expected 'auto' or a positive integer, got '0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("world", ["2", "4"])
+def test_nnunet_predict_under_torchrun_is_refused_pointing_to_num_parts(world, monkeypatch, tmp_path, capsys):
+    """Found by the review of the session's change: launched under torchrun (WORLD_SIZE > 1), every rank predicted
+    every case into the same folder at once; nnU-Net splits a cohort with -num_parts / -part_id, one call each."""
+    import monai_unc.nnunet.predictor as predictor_module
+
+    def never(**kwargs):
+        raise AssertionError("the predictor was built")
+
+    monkeypatch.setattr(predictor_module, "UncertaintyPredictor", never)
+    monkeypatch.setenv("WORLD_SIZE", world)
+    monkeypatch.setenv("RANK", "0")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "in").mkdir()
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-m", str(tmp_path / "model"),
+            "-device", "cpu"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"WORLD_SIZE={world}" in err and "-num_parts N -part_id K" in err, err
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one process: as before (the predictor is built)
+    with pytest.raises(AssertionError, match="the predictor was built"):
+        cli.main(argv)
