@@ -300,10 +300,9 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
               flush=True)
         return 2
     except RuntimeError as e:  # another rank of a job started without torchrun died: one line, not gloo's traceback
-        if not _peer_lost(e):
+        said = _peer_lost(e)
+        if said is None:
             raise
-        text = str(e)
-        said = next(text[i:].split(". ")[0] for i in (text.find(p) for p in _PEER_LOST) if i >= 0)
         print(f"monai-unc {args.command}: error: another process of this job stopped (gloo: {said}); the cases it "
               "and this process finished are kept: run the same command again to resume", file=sys.stderr,
               flush=True)
@@ -314,8 +313,8 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
 _PEER_LOST = ("Connection closed by peer", "Connection reset by peer")
 
 
-def _peer_lost(error: BaseException) -> bool:
-    """Whether ``error`` is the collective backend's report that another rank of the job went away.
+def _peer_lost(error: BaseException) -> str | None:
+    """The backend's words when ``error`` is its report that another rank of the job went away.
 
     Found by the review of torch.distributed cohorts: ranks started by hand (``RANK`` / ``WORLD_SIZE`` set by a
     scheduler, no torchrun to stop the others) printed gloo's ``RuntimeError`` traceback when one rank was killed.
@@ -324,9 +323,13 @@ def _peer_lost(error: BaseException) -> bool:
         error: a ``RuntimeError`` caught around a command.
 
     Returns:
-        True for gloo's lost-connection errors while ``torch.distributed`` is in use.
+        For gloo's lost-connection errors while ``torch.distributed`` is in use, its sentence from the lost
+        connection on (``Connection closed by peer [127.0.0.1]:39654``); None for any other error.
     """
-    return "torch.distributed" in sys.modules and any(text in str(error) for text in _PEER_LOST)
+    if "torch.distributed" not in sys.modules:
+        return None
+    text = str(error)
+    return next((text[i:].split(". ")[0] for i in (text.find(p) for p in _PEER_LOST) if i >= 0), None)
 
 
 #: the commands that run their cases on every rank of a torchrun job (a refusal before the ranks join the group is

@@ -30,6 +30,7 @@ probabilities are probabilities; every error names the case and the file.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -145,15 +146,11 @@ def library_versions() -> dict[str, str]:
         >>> sorted(library_versions())
         ['monai', 'torch']
     """
-    module = sys.modules.get("monai")
-    monai_version = getattr(module, "__version__", None) if module is not None else None
+    monai_version = getattr(sys.modules.get("monai"), "__version__", None)
     for dist in ("monai", "monai-weekly"):
-        if monai_version is not None:
-            break
-        try:
-            monai_version = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
+        if monai_version is None:
+            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                monai_version = importlib.metadata.version(dist)
     return {"monai": str(monai_version or "none"), "torch": str(torch.__version__)}
 
 #: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
@@ -788,15 +785,17 @@ class CaseFiles:
         )
 
 
-def case_files_digest(cases: Iterable[CaseFiles]) -> str:
+def case_files_digest(cases: Iterable[CaseFiles | ImageCase]) -> str:
     """A digest of which files each case has, by name: what the ranks of a cohort run compare besides the case ids.
 
     Each case contributes its id and the names (not the folders) of its label, segmentation, probabilities, maps and
-    image, so that ranks started with another ``--measures``, ``--layout``, suffix or maps folder (other files for
-    the same case ids) are told apart, and ranks in other working folders or mounts of the same files are not.
+    image (an :class:`ImageCase`: of its channel files), so that ranks started with another ``--measures``,
+    ``--layout``, suffix or maps folder (other files for the same case ids) are told apart, and ranks in other
+    working folders or mounts of the same files are not.
 
     Args:
-        cases: the cases (:class:`CaseFiles`), in any order.
+        cases: the cases (:class:`CaseFiles` of the evaluating commands, :class:`ImageCase` of ``infer``), in any
+            order.
 
     Returns:
         The sha256 (hex) of the cases' file names, sorted by case id.
@@ -812,7 +811,8 @@ def case_files_digest(cases: Iterable[CaseFiles]) -> str:
     def name(p: Path | None) -> str | None:
         return None if p is None else Path(p).name
 
-    rows = sorted([c.case_id, name(c.label), name(c.seg), name(c.probs),
+    rows = sorted([c.case_id, [name(p) for p in c.channels]] if isinstance(c, ImageCase) else
+                  [c.case_id, name(c.label), name(c.seg), name(c.probs),
                    {m: name(f) for m, f in sorted(c.maps.items())}, name(c.image)] for c in cases)
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 

@@ -638,10 +638,9 @@ def render_html(
         *product_sections(summary),
         el("section", el("h2", "Cohort plots"), el("div", *map(img_tag, cohort_figures), class_="plots"), id="plots"),
     ]
-    if case_figures or case_notes:
-        unread = el("ul", *(el("li", n) for n in case_notes), class_="warn case-errors") if case_notes else None
-        sections.append(el("section", el("h2", "Cases: slices of highest uncertainty"), unread,
-                           *map(img_tag, case_figures), id="cases", class_="cases"))
+    cases = case_figures_section("Cases: slices of highest uncertainty", case_figures, case_notes)
+    if cases is not None:
+        sections.append(cases)
     view = viewer_section(viewers, "Flagged cases: interactive viewer") if scripts is not None else None
     if view is not None:
         sections.append(view)
@@ -699,17 +698,41 @@ def region_display(
 
 
 def load_figure_case(files: CaseFiles, measure: str, num_classes: int | None, load_image: bool,
-                     multilabel: bool) -> LoadedCase:
+                     multilabel: bool, notes: list[str] | None = None) -> LoadedCase | None:
     """:func:`~monai_unc.io.load_case` of what a case figure draws: segmentation, label, ``measure``'s map, image.
 
     The probabilities (the largest file) and the other maps are not read again, unless the segmentation is to come
     from the probabilities (no segmentation file) or the class count from them (``num_classes`` None). ``files`` is
-    changed in place to the files read.
+    changed in place to the files read. With ``notes``, a case whose files cannot be read (missing, unreadable) gives
+    None and one line in ``notes`` (:func:`case_figures_section` shows them), so that the page is still written.
     """
     files.maps = {measure: files.maps[measure]}
     if files.seg is not None and num_classes is not None:
         files.probs = None
-    return load_case(files, num_classes, load_image=load_image, multilabel=multilabel)
+    try:
+        return load_case(files, num_classes, load_image=load_image, multilabel=multilabel)
+    except (OSError, ValueError) as e:  # one line on the page for this case, not a page that fails whole
+        if notes is None:
+            raise
+        notes.append(f"{files.case_id}: no figure and no viewer: {e}")
+        return None
+
+
+def case_figures_section(title: str, figures: Sequence[Figure], notes: Sequence[str]) -> Markup | None:
+    """The section of a page's case figures, with a line per case whose files could not be read; None for neither.
+
+    Args:
+        title: the section's heading.
+        figures: the case figures.
+        notes: the lines of the cases without a figure (:func:`load_figure_case`).
+
+    Returns:
+        The ``<section id="cases">`` element, or None.
+    """
+    if not figures and not notes:
+        return None
+    unread = el("ul", *(el("li", n) for n in notes), class_="warn case-errors") if notes else None
+    return el("section", el("h2", title), unread, *map(img_tag, figures), id="cases", class_="cases")
 
 
 def case_overlays(folders: Mapping[str, Path | None], case_id: str) -> tuple[list[Overlay], list[str]]:
@@ -749,6 +772,7 @@ def _case_figures(
     evaluation: Path | None = None,
     unread: list[str] | None = None,
 ) -> list[Figure]:
+    unread = [] if unread is None else unread  # the lines of cases whose files cannot be read
     order = summary["triage"]["order"]
     chosen = list(order[:n_cases])
     if len(order) > n_cases and n_cases > 0:
@@ -780,11 +804,8 @@ def _case_figures(
         measure = by_id[cid].get("measure") or next(iter(files.maps), None)
         if measure is None or measure not in files.maps:  # an evaluation of an older version, which kept no derived map
             continue
-        try:
-            case = load_figure_case(files, measure, state.num_classes, True, state.regions is not None)
-        except (OSError, ValueError) as e:  # one line on the page for this case, not a page that fails whole
-            if unread is not None:
-                unread.append(f"{cid}: no figure and no viewer: {e}")
+        case = load_figure_case(files, measure, state.num_classes, True, state.regions is not None, unread)
+        if case is None:  # its files cannot be read: a line in unread
             continue
         seg, label, u, class_names = case.seg, case.label, case.maps[measure], summary.get("class_names")
         if state.regions is not None:

@@ -54,6 +54,7 @@ from .html import (
     PAGE_CSS,
     Figure,
     cards,
+    case_figures_section,
     case_overlays,
     decision_tag,
     format_value,
@@ -307,6 +308,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
     an older version, which kept no derived map) has no figure. A case whose files cannot be read (missing,
     unreadable) has no figure either and one line in ``unread``, so that the page is still written.
     """
+    unread = [] if unread is None else unread
     cases = {c["case"]: c for c in summary["cases"]}
     score = _score_formatter(summary, rule)
     out = []
@@ -321,12 +323,9 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         if rule.measure not in files.maps:
             continue
         regions = rule.regions
-        try:
-            case = load_figure_case(files, rule.measure, rule.num_classes, files.image is not None,
-                                    regions is not None)
-        except (OSError, ValueError) as e:  # one line on the page for this case, not a page that fails whole
-            if unread is not None:
-                unread.append(f"{cid}: no figure and no viewer: {e}")
+        case = load_figure_case(files, rule.measure, rule.num_classes, files.image is not None, regions is not None,
+                                unread)
+        if case is None:  # its files cannot be read: a line in unread
             continue
         c = cases[cid]
         info = {"score": score(c.get("score")), "decision": c["decision"]}
@@ -602,10 +601,9 @@ def build_triage_page(
         if section is not None:
             sections.append(product_section(section, cls.name))
     sections.append(el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"))
-    if case_figs or case_notes:
-        unread = el("ul", *(el("li", n) for n in case_notes), class_="warn case-errors") if case_notes else None
-        sections.append(el("section", el("h2", "Most uncertain cases: slices of highest uncertainty"), unread,
-                           *map(img_tag, case_figs), id="cases", class_="cases"))
+    cases = case_figures_section("Most uncertain cases: slices of highest uncertainty", case_figs, case_notes)
+    if cases is not None:
+        sections.append(cases)
     view = viewer_section(viewers or [], "Referred cases: interactive viewer")
     if view is not None:
         sections.append(view)

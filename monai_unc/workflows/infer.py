@@ -33,7 +33,6 @@ and re-exported here.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -68,6 +67,7 @@ from ..io import (
     CaseError,
     ImageCase,
     atomic_write_json,
+    case_files_digest,
     changed_inputs,
     check_case_ids,
     check_output_kind,
@@ -735,21 +735,20 @@ def _infer_input(
 
 
 def _run_with_preprocessing(
-    case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device, activation: str | None = "softmax",
-    settings: InferSettings | None = None,
+    case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device, settings: InferSettings
 ) -> tuple[dict, Any]:
     """Bundle preprocessing: transform, infer and invert every map back onto the input grid.
 
-    The voxels that the network's grid did not cover (outside a crop) are filled by :func:`restore_uncovered`. With
-    ``settings`` the preprocessed input gets the memory warning and the one-line error of a failed inference, as an
-    input without preprocessing does (found by the review of the last session: a bundle's preprocessed case had
-    neither).
+    The voxels that the network's grid did not cover (outside a crop) are filled by :func:`restore_uncovered`. The
+    preprocessed input gets the memory warning and the one-line error of a failed inference, as an input without
+    preprocessing does (:func:`_infer_input`; found by the review of the last session: a bundle's preprocessed case
+    had neither).
     """
     src = [str(p) for p in case.channels]
     data = model.preprocessing({"image": src[0] if len(src) == 1 else src})  # type: ignore[misc]
     image = data["image"]
     x = image[None].to(device) if isinstance(image, torch.Tensor) else torch.as_tensor(image)[None].to(device)
-    out = inferer(x, model.network) if settings is None else _infer_input(case, x, model, inferer, settings, device)
+    out = _infer_input(case, x, model, inferer, settings, device)
     keys = [k for k in out if k != K.SAMPLES.value]
     d = {"image": image, **{k: out[k][0].detach().cpu() for k in keys}}
     # a map of ones inverted with the others: how much of each input voxel the network's grid covered (the inverse of
@@ -757,7 +756,7 @@ def _run_with_preprocessing(
     d[_COVERAGE_KEY] = torch.ones_like(d[K.PRED.value][:1], dtype=torch.float32)
     d = Invertd(keys=[*keys, _COVERAGE_KEY], transform=model.preprocessing, orig_keys="image", nearest_interp=False)(d)
     affine = np.asarray(d[keys[0]].affine, dtype=np.float64)
-    multilabel = is_multilabel(out, activation)
+    multilabel = is_multilabel(out, settings.activation)
     maps = restore_uncovered({k: d[k] for k in keys}, d[_COVERAGE_KEY], multilabel=multilabel)
     samples = out.get(K.SAMPLES.value) if isinstance(out, Mapping) else None
     if isinstance(samples, torch.Tensor):  # kept for --save-samples: on the input grid like <case>_seg
@@ -866,7 +865,7 @@ def predict_case(
         check_volume_entry(path)
     inputs = input_digests(case.channels)  # before reading: an input edited meanwhile makes a resume redo it
     if model.preprocessing is not None:
-        maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings.activation, settings)
+        maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings)
     else:
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)
@@ -975,6 +974,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
     check_output_kind(output, "infer", command_output_markers())  # not another command's folder
     path = output / INFER_RECORD
     new = json_safe(settings.to_json())  # as it reads back from the file (strict JSON)
+    libraries = library_versions()
     started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))
     if path.is_file() and started and not overwrite:
         try:
@@ -1005,11 +1005,11 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
                 stacklevel=2,
             )
         made_with = doc.get(LIBRARIES_KEY)
-        if settings.seeded_draws() and isinstance(made_with, dict) and made_with != library_versions():
+        if settings.seeded_draws() and isinstance(made_with, dict) and made_with != libraries:
             # found by hostile testing: torch 2.4 and 2.14 draw other MC-dropout masks from the same seed, so a
             # seeded resume after an upgrade kept cases of one draw beside cases of another without a word
             was = ", ".join(f"{k} {v}" for k, v in sorted(made_with.items()) if isinstance(v, str))
-            now = ", ".join(f"{k} {v}" for k, v in sorted(library_versions().items()))
+            now = ", ".join(f"{k} {v}" for k, v in sorted(libraries.items()))
             warnings.warn(
                 f"{output} holds seeded cases made with {was or 'unknown library versions'} (this run: {now}): "
                 "they are kept, but the same --seed draws other samples (dropout masks, noise) with another torch "
@@ -1018,7 +1018,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
                 UserWarning,
                 stacklevel=2,
             )
-    atomic_write_json(path, {"settings": new, VERSION_KEY: __version__, LIBRARIES_KEY: library_versions()})
+    atomic_write_json(path, {"settings": new, VERSION_KEY: __version__, LIBRARIES_KEY: libraries})
 
 
 #: how a resume's refusal names a setting whose key alone would mislead
@@ -1248,8 +1248,7 @@ def _run_infer(
 def _rank_agreement(settings: InferSettings, cases: Sequence[ImageCase]) -> dict[str, Any]:
     """What every rank of ``infer`` must have in common besides the case ids (``run_cases``' ``agree``).
 
-    The settings a case's record holds (:func:`case_fingerprint`) and the names of each case's channel files.
+    The settings a case's record holds (:func:`case_fingerprint`) and the names of each case's channel files
+    (:func:`~monai_unc.io.case_files_digest`).
     """
-    channels = [[c.case_id, *(Path(p).name for p in c.channels)] for c in cases]
-    return {**case_fingerprint(settings),
-            "input files": hashlib.sha256(json.dumps(channels).encode()).hexdigest()}
+    return {**case_fingerprint(settings), "input files": case_files_digest(cases)}
