@@ -3,7 +3,7 @@
 from ._compat import install as _install_moved_modules
 from .keys import MIMeaning, UncertaintyKeys
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = ["UncertaintyKeys", "MIMeaning", "__version__"]
 

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from . import __version__
 from .product import command_product, command_products
 from .workflows.arguments import add_command_parsers
 
@@ -104,6 +105,7 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
         ('infer', 'mcdropout+tta', 10, [64], None)
     """
     parser = _Parser(prog="monai-unc", description="Uncertainty for MONAI and nnU-Net segmentation")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     add_command_parsers(sub)  # the options of every command (monai_unc.workflows.arguments, light)
     nnunet_cli = _add_nnunet(sub, command)

@@ -76,6 +76,20 @@ def test_argument_error_exits_2_without_torch_or_monai(command):
     assert not _heavy(modules), f"monai-unc {command} --no-such-flag ({seconds:.2f} s) imported {_heavy(modules)}"
 
 
+def test_version_is_the_package_version_and_light():
+    """``monai-unc --version`` prints the version that every record names (``monai_unc.__version__``, the one that
+    pyproject.toml gives the installed distribution), without importing torch or MONAI."""
+    import monai_unc
+
+    proc, modules, _ = _run(["--version"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == f"monai-unc {monai_unc.__version__}"
+    assert "monai_unc.cli" in modules
+    assert not _heavy(modules)
+    declared = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert declared is not None and declared.group(1) == monai_unc.__version__
+
+
 def test_console_script_help_is_light():
     script = shutil.which("monai-unc") or str(Path(sys.executable).with_name("monai-unc"))
     if not Path(script).is_file():

@@ -224,6 +224,26 @@ def test_a_stale_fingerprint_recomputes(files, tmp_path):
     assert len(CALLS) == 2  # another option: every case
 
 
+def test_cases_of_another_version_are_computed_again(files, tmp_path, monkeypatch):
+    """Rows of the 0.1.0 release (or a development build that still said 0.1.0) are not reused: fixes since then
+    change numbers (found by review: the version had stayed 0.1.0, so a resume kept such rows)."""
+    import monai_unc.evaluation.resume as resume
+
+    assert __version__ != "0.1.0"
+    config = _config(case_metrics={"counted": counted})
+    monkeypatch.setattr(resume, "__version__", "0.1.0")
+    CALLS.clear()
+    evaluate_shard(files, config, cache=tmp_path)
+    assert len(CALLS) == 2
+    monkeypatch.setattr(resume, "__version__", __version__)
+    CALLS.clear()
+    evaluate_shard(files, config, cache=tmp_path)
+    assert len(CALLS) == 2  # every case again
+    CALLS.clear()
+    evaluate_shard(files, config, cache=tmp_path)
+    assert CALLS == []
+
+
 def _saved(files, tmp_path):
     config = _config()
     f = files[0]
