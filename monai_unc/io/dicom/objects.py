@@ -31,6 +31,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,6 @@ from pydicom.sr.coding import Code
 from pydicom.uid import generate_uid
 from pydicom.valuerep import DSfloat
 
-from ... import __version__  # recorded as SoftwareVersions and the default algorithm version
 from ..files import atomic_path
 from ..provenance import decode_untrusted_json
 from .series import DicomSeries, DicomSeriesError
@@ -80,6 +80,16 @@ __all__ = [
 ]
 
 
+
+def _package_version() -> str:
+    try:
+        return metadata.version("monai-unc")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a source tree that is not installed
+        return "unknown"
+
+
+#: the monai-unc version recorded as SoftwareVersions and the default algorithm version
+__version__ = _package_version()
 
 #: MaximumFractionalValue of the FRACTIONAL SEG: probabilities are stored as round(255 p)
 FRACTIONAL_MAX = 255
