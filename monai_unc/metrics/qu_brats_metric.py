@@ -114,16 +114,17 @@ class QUBraTSMetric(CumulativeIterationMetric):
         self.reduction = reduction
         self.get_not_nans = get_not_nans
 
-    def _masks(self, x: torch.Tensor, name: str, probabilities: bool = True) -> torch.Tensor:
+    def _masks(self, x: torch.Tensor, name: str, probabilities: bool = True, first: int = 0) -> torch.Tensor:
         """Batch ``(B, R, *spatial)`` of bool region masks from masks, probabilities or label maps.
 
         Probabilities in [0, 1] are binarised with ``threshold`` only when ``probabilities`` (``y_pred``); a soft
-        ``y`` is refused as :func:`qu_brats` refuses a soft ``target``. Label maps need ``regions``.
+        ``y`` is refused as :func:`qu_brats` refuses a soft ``target``. Label maps need ``regions``; a label that no
+        region holds is refused, naming the case by its index ``first + i`` in the call.
         """
         if self.regions is not None and x.shape[1] == 1:
             masks = label_to_regions(x, self.regions, channel_dim=1)
             check_claimed_labels(x, masks.any(dim=1, keepdim=True), self.regions,
-                                 [f"{name}[{i}]" for i in range(x.shape[0])], self.ignore_unclaimed_labels)
+                                 [f"{name}[{first + i}]" for i in range(x.shape[0])], self.ignore_unclaimed_labels)
             return masks
         if x.dtype == torch.bool:
             return x
@@ -169,14 +170,14 @@ class QUBraTSMetric(CumulativeIterationMetric):
             # one case at a time: decollated cases may differ in shape (each inverted to its own original grid)
             cases = [
                 self._pack(case(y_pred[i], "y_pred"), case(y[i], "y"), case(uncertainty[i], "uncertainty"),
-                           None if brain_mask is None else case(brain_mask[i], "brain_mask"))[0]
+                           None if brain_mask is None else case(brain_mask[i], "brain_mask"), first=i)[0]
                 for i in range(n)
             ]
             return super().__call__(cases, None, **kwargs)
         packed = self._pack(y_pred, y, uncertainty, brain_mask)
         return super().__call__(packed, None, **kwargs)
 
-    def _pack(self, y_pred: Any, y: Any, uncertainty: Any, brain_mask: Any) -> torch.Tensor:
+    def _pack(self, y_pred: Any, y: Any, uncertainty: Any, brain_mask: Any, first: int = 0) -> torch.Tensor:
         p = _plain(to_tensor(y_pred, "y_pred"))
         t = _plain(to_tensor(y, "y")) if y is not None else None
         if t is None:
@@ -189,7 +190,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
         # the checks of qu_brats: uncertainty non-empty, finite, in range; the reference binary
         if self.uncertainty_max is None:  # else to_qu_brats_range checks the range below
             u = checked_uncertainty(u, self.max_uncertainty)
-        pm, tm = self._masks(p, "y_pred"), self._masks(t.to(p.device), "y", probabilities=False)
+        pm = self._masks(p, "y_pred", first=first)
+        tm = self._masks(t.to(p.device), "y", probabilities=False, first=first)
         if not (pm.shape == tm.shape == u.shape):
             raise ValueError(
                 f"y_pred, y and uncertainty must have the same shape (B, R, *spatial) after region conversion, got "

@@ -101,6 +101,8 @@ def test_metric_and_handler_refuse_label_maps_with_labels_of_no_region():
         metric(y_pred=y_pred, y=y, uncertainty=u)
     with pytest.raises(ValueError, match=r"label 3 in 1 case\(s\) \(y\[1\]\)"):
         metric(y_pred=torch.where(y_pred == 3, 4, y_pred), y=y, uncertainty=u)
+    with pytest.raises(ValueError, match=r"label 3 in 1 case\(s\) \(y\[1\]\)"):  # decollated: the case's index
+        metric(y_pred=list(torch.where(y_pred == 3, 4, y_pred)), y=list(y), uncertainty=list(u))
     ok = QUBraTSMetric(regions="brats2023", reduction="none")(y_pred=y_pred, y=torch.where(y == 4, 3, y), uncertainty=u)
     want = qu_brats_regions({k: maps[k] for k in ("TC", "WT", "ET")}, pred, gt, regions="brats2023")
     np.testing.assert_allclose(ok[1].numpy(), [want.regions[k].score for k in ("TC", "WT", "ET")], atol=1e-12)
