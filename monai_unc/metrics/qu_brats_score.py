@@ -284,14 +284,17 @@ def check_claimed_labels(labels: torch.Tensor, claimed: torch.Tensor, regions: R
     Args:
         labels: label maps ``(N, ...)``: ``N`` cases (one for a single map, with a leading axis of 1).
         claimed: where any region holds the voxel, the shape of ``labels`` (the union of the region masks).
-        regions: the region spec.
+        regions: the region spec (parsed: ``{name: (label, ...)}``).
         names: how the message names each of the ``N`` maps (e.g. ``["target"]`` or ``["y[0]", "y[1]"]``).
         ignore_unclaimed_labels: count such labels as background instead (no check).
     """
     if ignore_unclaimed_labels:
         return
+    if all(0 not in values for values in regions.values()) and \
+            int(torch.count_nonzero(labels)) == int(torch.count_nonzero(claimed)):
+        return  # the claimed voxels are non-zero, so every non-zero voxel is claimed: two counts, no mask
     stray = (labels != 0) & ~claimed
-    if not bool(stray.any()):  # one pass over the voxels; the values are looked up only when there are some
+    if not bool(stray.any()):  # the values are looked up only where there are some
         return
     found: dict[int, list[str]] = {}
     for i, name in enumerate(names):

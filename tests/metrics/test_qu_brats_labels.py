@@ -140,3 +140,14 @@ def test_the_docs_state_how_the_values_agree_with_the_challenge_script():
     text = " ".join((ROOT / "docs" / "regions.md").read_text().split())
     assert "with identical values" not in text  # they are not identical: ~1e-8 apart on BraTS-like cases
     assert "the values agree to float32 rounding (below 1e-6)" in text
+
+
+def test_a_spec_with_a_background_region_still_finds_unclaimed_labels():
+    """The check counts non-zero and claimed voxels; a region holding label 0 takes the voxel-wise path."""
+    gt, pred, maps = _brats2023_case()
+    spec = {"BG": [0], "WT": [1, 2, 4]}
+    two = {"BG": maps["TC"], "WT": maps["WT"]}
+    with pytest.raises(ValueError, match=r"label 3 in 1 case\(s\) \(pred\)"):
+        qu_brats_regions(two, pred, np.where(gt == 3, 4, gt), regions=spec)
+    res = qu_brats_regions(two, np.where(pred == 3, 4, pred), np.where(gt == 3, 4, gt), regions=spec)
+    assert res.regions["BG"].score == pytest.approx(qu_brats(maps["TC"], pred == 0, gt == 0).score, abs=1e-12)
