@@ -48,6 +48,8 @@ class QUBraTS(IgniteMetricHandler):
         save_details: keep per-case values in ``engine.state.metric_details``.
         grid: as in :class:`~monai_unc.metrics.QUBraTSMetric`: ``"numpy2"`` (default) or ``"numpy1"`` (the 2020
             challenge's threshold grid, to compare with its published scores).
+        ignore_unclaimed_labels: as in :class:`~monai_unc.metrics.QUBraTSMetric` (label maps with a label that no
+            region holds are refused by default).
     """
 
     def __init__(
@@ -66,10 +68,12 @@ class QUBraTS(IgniteMetricHandler):
         output_transform: Callable | None = None,
         save_details: bool = True,
         grid: str = "numpy2",
+        ignore_unclaimed_labels: bool = False,
     ) -> None:
         metric_fn = QUBraTSMetric(
             num_points=num_points, max_uncertainty=max_uncertainty, uncertainty_max=uncertainty_max, regions=regions,
             threshold=threshold, component=component, reduction=reduction, grid=grid,
+            ignore_unclaimed_labels=ignore_unclaimed_labels,
         )  # fmt: skip
         if output_transform is None:
             keys = [str(uncertainty_key), str(pred_key), str(label_key)]

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import torch
 
 from .._deprecation import deprecated_arg_names
 from .._lazy import lazy_attributes
 from .._utils import (
     ArrayLike,
+    check_bool,
     check_finite,
     check_integer,
     check_labels,
@@ -177,6 +179,11 @@ def rater_variance(raters: ArrayLike, rater_dim: int = 0, keepdim: bool = False)
     Returns:
         float64 map without (or with a size-1) ``rater_dim``, in the library of ``raters``.
 
+    Raises:
+        ValueError: ``raters`` without a spatial axis or not integer labels, or a ``rater_dim`` that is not an axis
+            of ``raters``.
+        TypeError: a ``keepdim`` that is not a bool.
+
     Example:
         >>> import numpy as np
         >>> from monai_unc.metrics import rater_variance
@@ -187,6 +194,13 @@ def rater_variance(raters: ArrayLike, rater_dim: int = 0, keepdim: bool = False)
     y = check_labels(to_tensor(raters, "raters"), "raters")
     if y.ndim < 2:
         raise ValueError(f"raters must have a rater axis and at least one spatial axis, got shape {tuple(y.shape)}")
+    # torch's IndexError ("Dimension out of range") or its TypeError about select()'s "dim" escaped, and a truthy
+    # string switched keepdim on (found by hostile testing)
+    if isinstance(rater_dim, bool) or not isinstance(rater_dim, (int, np.integer)) or not -y.ndim <= rater_dim < y.ndim:
+        raise ValueError(f"rater_dim must be an axis of raters (an integer in [{-y.ndim}, {y.ndim - 1}] for shape "
+                         f"{tuple(y.shape)}), got {rater_dim!r}")
+    rater_dim = int(rater_dim)
+    keepdim = check_bool(keepdim, "keepdim")
     out = torch.zeros_like(y.select(rater_dim, 0), dtype=torch.float64)
     for c in _foreground_labels(y):  # a class no rater marks adds p (1 - p) = 0
         p = (y == c).to(torch.float64).mean(dim=rater_dim)

@@ -15,11 +15,12 @@ from monai.metrics import CumulativeIterationMetric
 from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
-from .._utils import check_finite, exceeds, main_rank_warnings, sync_case_buffers, to_tensor
+from .._utils import check_bool, check_finite, exceeds, main_rank_warnings, sync_case_buffers, to_tensor
 from ..regions import RegionSpec, label_to_regions, parse_regions
 from .qu_brats_score import (
     QU_BRATS_COMPONENTS,
     binary_mask_of,
+    check_claimed_labels,
     check_grid,
     check_grid_args,
     check_scale,
@@ -60,6 +61,10 @@ class QUBraTSMetric(CumulativeIterationMetric):
         get_not_nans: also return the number of non-NaN values from :meth:`aggregate`.
         grid: the threshold grid, as in :func:`qu_brats`: ``"numpy2"`` (default) or ``"numpy1"`` (the 2020
             challenge's grid, to compare with its published scores).
+        ignore_unclaimed_labels: with ``regions``, count non-zero labels of label-map inputs that no region holds as
+            background; by default they are refused (``ValueError`` naming the label and the case, as
+            :func:`~monai_unc.metrics.qu_brats_regions` does: BraTS 2023 labels with ``"brats"`` lost the enhancing
+            tumour from every region).
 
     Example:
         >>> import torch
@@ -89,6 +94,7 @@ class QUBraTSMetric(CumulativeIterationMetric):
         reduction: MetricReduction | str = MetricReduction.MEAN,
         get_not_nans: bool = False,
         grid: str = "numpy2",
+        ignore_unclaimed_labels: bool = False,
     ) -> None:
         super().__init__()
         self.num_points, self.max_uncertainty = check_grid_args(num_points, max_uncertainty)
@@ -99,6 +105,7 @@ class QUBraTSMetric(CumulativeIterationMetric):
             raise ValueError(f"component must be one of {QU_BRATS_COMPONENTS}, got {component!r}")
         self.uncertainty_max = uncertainty_max
         self.regions = None if regions is None else parse_regions(regions)
+        self.ignore_unclaimed_labels = check_bool(ignore_unclaimed_labels, "ignore_unclaimed_labels")
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
                 or not 0.0 < float(threshold) < 1.0:  # NaN fails the comparison
             raise ValueError(f"threshold must be a probability in (0, 1) to binarise y_pred, got {threshold!r}")
@@ -107,14 +114,18 @@ class QUBraTSMetric(CumulativeIterationMetric):
         self.reduction = reduction
         self.get_not_nans = get_not_nans
 
-    def _masks(self, x: torch.Tensor, name: str, probabilities: bool = True) -> torch.Tensor:
+    def _masks(self, x: torch.Tensor, name: str, probabilities: bool = True, first: int = 0) -> torch.Tensor:
         """Batch ``(B, R, *spatial)`` of bool region masks from masks, probabilities or label maps.
 
         Probabilities in [0, 1] are binarised with ``threshold`` only when ``probabilities`` (``y_pred``); a soft
-        ``y`` is refused as :func:`qu_brats` refuses a soft ``target``. Label maps need ``regions``.
+        ``y`` is refused as :func:`qu_brats` refuses a soft ``target``. Label maps need ``regions``; a label that no
+        region holds is refused, naming the case by its index ``first + i`` in the call.
         """
         if self.regions is not None and x.shape[1] == 1:
-            return label_to_regions(x, self.regions, channel_dim=1)
+            masks = label_to_regions(x, self.regions, channel_dim=1)
+            check_claimed_labels(x, masks.any(dim=1, keepdim=True), self.regions,
+                                 [f"{name}[{first + i}]" for i in range(x.shape[0])], self.ignore_unclaimed_labels)
+            return masks
         if x.dtype == torch.bool:
             return x
         if probabilities and x.is_floating_point():
@@ -159,14 +170,14 @@ class QUBraTSMetric(CumulativeIterationMetric):
             # one case at a time: decollated cases may differ in shape (each inverted to its own original grid)
             cases = [
                 self._pack(case(y_pred[i], "y_pred"), case(y[i], "y"), case(uncertainty[i], "uncertainty"),
-                           None if brain_mask is None else case(brain_mask[i], "brain_mask"))[0]
+                           None if brain_mask is None else case(brain_mask[i], "brain_mask"), first=i)[0]
                 for i in range(n)
             ]
             return super().__call__(cases, None, **kwargs)
         packed = self._pack(y_pred, y, uncertainty, brain_mask)
         return super().__call__(packed, None, **kwargs)
 
-    def _pack(self, y_pred: Any, y: Any, uncertainty: Any, brain_mask: Any) -> torch.Tensor:
+    def _pack(self, y_pred: Any, y: Any, uncertainty: Any, brain_mask: Any, first: int = 0) -> torch.Tensor:
         p = _plain(to_tensor(y_pred, "y_pred"))
         t = _plain(to_tensor(y, "y")) if y is not None else None
         if t is None:
@@ -179,7 +190,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
         # the checks of qu_brats: uncertainty non-empty, finite, in range; the reference binary
         if self.uncertainty_max is None:  # else to_qu_brats_range checks the range below
             u = checked_uncertainty(u, self.max_uncertainty)
-        pm, tm = self._masks(p, "y_pred"), self._masks(t.to(p.device), "y", probabilities=False)
+        pm = self._masks(p, "y_pred", first=first)
+        tm = self._masks(t.to(p.device), "y", probabilities=False, first=first)
         if not (pm.shape == tm.shape == u.shape):
             raise ValueError(
                 f"y_pred, y and uncertainty must have the same shape (B, R, *spatial) after region conversion, got "
@@ -190,6 +202,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
         parts = [u.to(torch.float64), pm.to(torch.float64), tm.to(torch.float64)]
         if brain_mask is not None:
             bm = _plain(to_tensor(brain_mask, "brain_mask")).to(u.device)
+            if bm.is_floating_point():  # as qu_brats: NaN left the brain (and the FTP / FTN counts) without a word
+                check_finite(bm, "brain_mask")
             if bm.ndim == u.ndim - 1:
                 bm = bm.unsqueeze(1)
             if bm.shape[0] != u.shape[0] or tuple(bm.shape[2:]) != tuple(u.shape[2:]):

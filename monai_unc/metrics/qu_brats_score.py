@@ -47,7 +47,7 @@ aggregate to NaN with a ``UserWarning``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -57,13 +57,14 @@ import torch
 from .._lazy import lazy_attributes
 from .._utils import (
     ArrayLike,
+    check_bool,
     check_finite,
     like_input,
     to_tensor,
     trapezoid,
 )
 from ..keys import DEPRECATED_MEASURES, UncertaintyKeys, canonical_measure
-from ..regions import BRATS_REGIONS, RegionSpec, parse_regions, region_masks
+from ..regions import BRATS_REGIONS, RegionSpec, parse_regions, region_masks, unclaimed_labels_message
 
 if TYPE_CHECKING:  # loaded on first access (module ``__getattr__`` below; it imports MONAI)
     from .qu_brats_metric import QUBraTSMetric
@@ -271,6 +272,37 @@ def binary_mask_of(x: Any, name: str, shape: tuple[int, ...] | None = None) -> t
     return t != 0
 
 
+def check_claimed_labels(labels: torch.Tensor, claimed: torch.Tensor, regions: RegionSpec, names: Sequence[str],
+                         ignore_unclaimed_labels: bool = False) -> None:
+    """Refuse label maps holding a non-zero label that no region holds (a ``ValueError`` naming them and the spec).
+
+    Such a label would count as background in every region: BraTS 2023 labels (enhancing tumour 3) read with the
+    default ``brats`` spec (enhancing tumour 4) lost the enhancing tumour from ET, TC and WT, and a missed ET-only
+    tumour scored as a perfect map, without a word (found by hostile testing). ``monai-unc evaluate --regions``
+    refuses them likewise (:func:`~monai_unc.regions.unclaimed_labels_message` words both).
+
+    Args:
+        labels: label maps ``(N, ...)``: ``N`` cases (one for a single map, with a leading axis of 1).
+        claimed: where any region holds the voxel, the shape of ``labels`` (the union of the region masks).
+        regions: the region spec (parsed: ``{name: (label, ...)}``).
+        names: how the message names each of the ``N`` maps (e.g. ``["target"]`` or ``["y[0]", "y[1]"]``).
+        ignore_unclaimed_labels: count such labels as background instead (no check).
+    """
+    if ignore_unclaimed_labels:
+        return
+    if all(0 not in values for values in regions.values()) and \
+            int(torch.count_nonzero(labels)) == int(torch.count_nonzero(claimed)):
+        return  # the claimed voxels are non-zero, so every non-zero voxel is claimed: two counts, no mask
+    stray = (labels != 0) & ~claimed
+    if not bool(stray.any()):  # the values are looked up only where there are some
+        return
+    found: dict[int, list[str]] = {}
+    for i, name in enumerate(names):
+        for v in torch.unique(labels[i][stray[i]]).tolist():
+            found.setdefault(int(v), []).append(name)
+    raise ValueError(unclaimed_labels_message(found, regions, option="ignore_unclaimed_labels=True"))
+
+
 def checked_uncertainty(x: Any, max_u: float, name: str = "uncertainty") -> torch.Tensor:
     u = to_tensor(x, name).detach()  # a map that requires grad (a validation step without no_grad) counts as well
     if u.numel() == 0:
@@ -471,6 +503,7 @@ def qu_brats_regions(
     num_points: int = 40,
     max_uncertainty: float = 100.0,
     grid: str = "numpy2",
+    ignore_unclaimed_labels: bool = False,
 ) -> QUBraTSRegionsResult:
     """QU-BraTS of every region of ``regions`` and their mean (the challenge reports WT, TC, ET and ranks the mean).
 
@@ -487,13 +520,18 @@ def qu_brats_regions(
         max_uncertainty: as in :func:`qu_brats`.
         grid: as in :func:`qu_brats` (``"numpy1"``: the grid of the 2020 challenge, to compare with its published
             scores).
+        ignore_unclaimed_labels: count non-zero labels of ``pred`` / ``target`` label maps that no region holds as
+            background (by default they are refused: BraTS 2023 labels, enhancing tumour 3, with the default
+            ``brats`` spec, enhancing tumour 4, would lose the enhancing tumour from every region).
 
     Returns:
         A :class:`QUBraTSRegionsResult`.
 
     Raises:
-        ValueError: as :func:`qu_brats`, and for a map or mask missing for a region.
-        TypeError: a ``grid`` that is not a string.
+        ValueError: as :func:`qu_brats`, for a map or mask missing for a region, and for a label map holding a
+            non-zero label that no region holds (unless ``ignore_unclaimed_labels``; the message names the label
+            and a named spec that holds it, e.g. ``brats2023``).
+        TypeError: a ``grid`` that is not a string, or an ``ignore_unclaimed_labels`` that is not a bool.
 
     Example:
         >>> import numpy as np
@@ -514,6 +552,7 @@ def qu_brats_regions(
     """
     check_grid_args(num_points, max_uncertainty)
     grid = check_grid(grid)  # before any region is scored
+    ignore_unclaimed_labels = check_bool(ignore_unclaimed_labels, "ignore_unclaimed_labels")
     spec = parse_regions(regions)
     names = list(spec)
     if isinstance(uncertainty, Mapping):
@@ -536,7 +575,13 @@ def qu_brats_regions(
             if missing:
                 raise ValueError(f"{what} has no mask for the regions {missing}")
             return {n: x[n] for n in names}
-        return region_masks(to_tensor(x, what), spec)
+        labels = to_tensor(x, what)
+        out = region_masks(labels, spec)
+        claimed = torch.zeros(labels.shape, dtype=torch.bool, device=labels.device)
+        for m in out.values():
+            claimed |= m
+        check_claimed_labels(labels[None], claimed[None], spec, [what], ignore_unclaimed_labels)
+        return out
 
     pm, tm = masks(pred, "pred"), masks(target, "target")
     results = {

@@ -232,3 +232,39 @@ def test_ncc_and_ged_metrics_refuse_y_with_another_number_of_cases(decollated):
         assert metric.get_buffer() is None
     with pytest.raises(ValueError, match="y_pred has 3 items but y has 2"):
         GEDMetric()(y_pred=list(samples) if decollated else samples, y=list(raters) if decollated else raters)
+
+
+def test_rater_variance_checks_rater_dim_and_keepdim():
+    raters = np.zeros((3, 4, 5), np.int64)
+    raters[0, 1, 1] = 1
+    raters[1, 1, 1] = 1
+    # every axis, negative ones included, against the loop over the raters on that axis
+    for dim in range(-3, 3):
+        moved = np.moveaxis(raters, 0, dim)
+        out = rater_variance(moved, rater_dim=dim)
+        p = moved.mean(axis=dim)
+        np.testing.assert_array_equal(out, p * (1 - p))
+        assert rater_variance(moved, rater_dim=dim, keepdim=True).shape == np.expand_dims(p, dim).shape
+    # torch's IndexError / TypeError about select()'s "dim" escaped, and keepdim="no" was taken as True
+    for bad in (3, -4, 5, True, 1.0, "0", None):
+        with pytest.raises(ValueError, match="rater_dim must be an axis of raters"):
+            rater_variance(raters, rater_dim=bad)
+    for bad in ("no", 1, None):
+        with pytest.raises(TypeError, match="keepdim must be True or False"):
+            rater_variance(raters, keepdim=bad)
+
+
+@pytest.mark.parametrize("make", [lambda: GEDMetric(), lambda: GEDMetric(variant="detection"), lambda: NCCMetric()])
+def test_metrics_refuse_a_batch_without_cases_in_one_line(make):
+    """An empty decollated list or a (0, ...) batch escaped as an IndexError (QUBraTSMetric refuses it by name)."""
+    metric = make()
+    with pytest.raises(ValueError, match="y_pred is an empty list: give at least one case"):
+        metric(y_pred=[], y=[])
+    with pytest.raises(ValueError, match=r"y_pred holds no case \(shape \(0, 2, 4, 4\)\)"):
+        metric(y_pred=torch.zeros(0, 2, 4, 4, dtype=torch.long), y=torch.zeros(0, 3, 4, 4, dtype=torch.long))
+    # one case still goes through
+    y = torch.zeros(1, 2, 4, 4, dtype=torch.long)
+    y[0, 0, 1, 1] = 1
+    value = metric(y_pred=y.clone() if isinstance(metric, GEDMetric) else y[:, :1].double(),
+                   y=y if isinstance(metric, GEDMetric) else y[:, 1:].double() + y[:, :1].double())
+    assert value.shape == (1, 1)
