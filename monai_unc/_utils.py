@@ -50,6 +50,7 @@ __all__ = [
     "is_finite_real",
     "is_count",
     "is_text_list",
+    "label_text",
     "real_number",
     "exceeds",
     "below",
@@ -677,6 +678,23 @@ def is_text_list(value: Any) -> bool:
         (True, True, False, False)
     """
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def label_text(value: Any) -> str:
+    """The text of a label (e.g. a case's shift label): ``""`` for a missing one, otherwise ``str(value)``.
+
+    Missing is None, a float NaN or pandas' ``NA``: what pandas makes of an empty cell of a table (an empty cell read
+    by :func:`monai_unc.io.read_table` is ``""`` already), so a label table gives the same labels however it is read.
+
+    Example:
+        >>> [label_text(v) for v in (None, float("nan"), np.float32("nan"), "noise", 0, "")]
+        ['', '', '', 'noise', '0', '']
+    """
+    if value is None or type(value).__name__ == "NAType":
+        return ""
+    if isinstance(value, (float, np.floating)) and math.isnan(value):
+        return ""
+    return str(value)
 
 
 def positive_finite(value: Any) -> float:

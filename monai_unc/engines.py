@@ -51,7 +51,7 @@ from monai.engines import SupervisedEvaluator
 from monai.engines.utils import IterationEvents
 from monai.utils import CommonKeys as Keys
 
-from ._utils import distributed_world, main_rank_warnings, warn_nan
+from ._utils import distributed_world, label_text, main_rank_warnings, warn_nan
 from .io import write_csv
 from .keys import UncertaintyKeys
 from .metrics.casewise import IID_SHIFTS, ood_auroc_by_shift
@@ -304,11 +304,13 @@ def _group_label(value: Any) -> str:
 
     A number of the datalist (e.g. ``"shift": 0``) reaches a decollated case as the Python number, but with
     ``decollate=False`` as its row of the collated tensor (``tensor(0)``, whose text matches no ``iid_groups``): a
-    one-element tensor or array is read as its number, as decollation reads it.
+    one-element tensor or array is read as its number, as decollation reads it. A missing label (None, or the NaN of
+    an empty cell of a table read by pandas) is ``""``, as ``monai-unc evaluate`` reads an empty cell of its shift
+    table.
     """
     if isinstance(value, (torch.Tensor, np.ndarray, np.generic)) and int(np.prod(value.shape)) == 1:
         value = value.reshape(()).item() if isinstance(value, torch.Tensor) else np.asarray(value).reshape(()).item()
-    return str(value)
+    return label_text(value)  # a missing label (None, or pandas' NaN of an empty cell) is "", as evaluate reads it
 
 
 def _case_score(value: Any, key: str) -> float:

@@ -318,6 +318,15 @@ def test_case_scores_handler_and_evaluate_give_one_ood_auroc(tmp_path):
     assert metrics[f"ood_auroc_{key}"] == pytest.approx(ood_auroc(iid, ood))
 
 
+def test_case_scores_handler_reads_a_nan_group_label_as_an_empty_one():
+    """A datalist built by pandas has NaN where the shift table's cell is empty: the handler read it as the shift
+    ``"nan"`` (found by hostile testing), ``monai-unc evaluate`` reads the cell as ``""``, in-distribution."""
+    cases = [("a", float("nan"), 0.9), ("b", float("nan"), 0.8), ("c", "none", 0.1), ("d", "noise", 0.5),
+             ("e", "noise", 0.6)]
+    metrics = _run_case_scores(CaseScoresHandler("s"), cases, "s")
+    assert metrics["ood_auroc_s"] == pytest.approx(1 / 3)  # a, b, c in-distribution (1.0 with a, b shifted)
+
+
 def test_case_scores_handler_numeric_group_labels_without_decollation(tmp_path):
     """A number of the datalist as the group label (collated into a tensor with ``decollate=False``) is the same label
     as after decollation: the CSV says 0 / 1 (not ``tensor(0)``) and the AUROC is that of the decollated run."""

@@ -33,7 +33,14 @@ from ..product import product_type
 from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
 from ..state import StateGroup, UnknownStateTypeError, read_npz
 from .case import CaseResult
-from .config import CALIBRATION_COLUMNS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig, region_suffix
+from .config import (
+    CALIBRATION_COLUMNS,
+    SPATIAL_COLUMNS,
+    STATE_DIR,
+    EvaluationConfig,
+    parse_score_column,
+    region_suffix,
+)
 from .products import cohort_products, fit_products, implicit_products, product_summaries
 from .region_case import QU_BRATS_COLUMNS
 
@@ -459,6 +466,13 @@ def column_values(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
 
 
 
+def _region_suffixes(row: Mapping[str, Any]) -> list[str] | None:
+    """The region suffixes of a region evaluation's row (``dice_<R>`` with case scores ``*_<score>_<R>``), or None."""
+    suffixes = [k[len("dice_"):] for k in row if k.startswith("dice_")]
+    found = [s for s in suffixes if any(k.endswith(f"_{c}_{s}") for k in row for c in CASE_SCORES)]
+    return found or None
+
+
 def score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
     """The triage score column of the rows: ``wanted`` (upgraded from an older name), else the primary measure's.
 
@@ -467,7 +481,9 @@ def score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
         wanted: the ``score`` option, or None.
 
     Returns:
-        The column name; ``ValueError`` when ``wanted`` is not a column.
+        The column name; ``ValueError`` when ``wanted`` is not a column, or is a column that is no case score computed
+        without labels (:func:`~monai_unc.evaluation.config.parse_score_column`: ``<measure>_<score>``, or
+        ``<measure>_<score>_<R>`` of a region), e.g. ``dice`` or ``expected_dice``.
     """
     if not rows:
         raise ValueError("no case rows")
@@ -481,6 +497,11 @@ def score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
         wanted = resolve_score_column(wanted, rows[0])  # the former <m>_patch is <m>_patch_mean
         if wanted not in rows[0]:
             raise ValueError(f"score column {wanted!r} not found; available: {keys}")
+        # the triage, failure detection, referral and OoD AUROC read the column as an uncertainty (larger: referred
+        # first); another column of the rows is none (found by hostile testing: --score expected_dice, a quality,
+        # referred the cases with the best expected Dice first and --score dice ranked by the labels, silently, while
+        # the referral rule refused the same column only after every case was evaluated)
+        parse_score_column(wanted, _region_suffixes(rows[0]), option="score")
         return wanted
     measure = rows[0].get("measure")
     if measure is not None and f"{measure}_fg_mean" in rows[0]:
@@ -801,6 +822,14 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
     """
     assert state.regions is not None
     names = list(state.regions)
+    # each region's failure detection ranks by the region's own score of the triage score's measure and aggregation:
+    # for a triage score of one region (<measure>_<score>_<R>) that is <measure>_<score>_<S>, not <...>_<R>_<S>
+    # (found by hostile testing: --score predictive_entropy_fg_mean_WT dropped the block of every region)
+    try:
+        measure, aggregation, _ = parse_score_column(score_key, names)
+        base = f"{measure}_{aggregation}"
+    except ValueError:  # not a case score of this package's measures: the column as it is named
+        base = score_key
     per_region: dict[str, Any] = {}
     for name in names:
         s = region_suffix(name)
@@ -823,7 +852,7 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
                 if f"{k}_{s}" in rows[0]}
         if user:
             block["case_metrics"] = {"mean_over_cases": user}
-        region_score = f"{score_key}_{s}"
+        region_score = f"{base}_{s}"
         if region_score in rows[0]:
             fd = failure_detection(fill_undefined_scores(column_values(rows, region_score)), d)
             block["failure_detection"] = {"score": region_score, "risk": f"1 - dice_{s}", "aurc": fd.aurc,

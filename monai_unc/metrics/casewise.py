@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_pair, case_vector, to_numpy, warn_nan
+from .._utils import ArrayLike, case_pair, case_vector, label_text, to_numpy, warn_nan
 from .discrimination import auroc
 from .selective import augrc, aurc, eaurc
 
@@ -111,8 +111,11 @@ IID_SHIFTS = ("", "none", "iid", "id", "clean", "in-distribution")
 
 
 def _label_text(label: Any) -> str:
-    """A shift label as :func:`is_in_distribution` compares it: its text stripped and lower-cased (None: ``""``)."""
-    return "" if label is None else str(label).strip().lower()
+    """A shift label as :func:`is_in_distribution` compares it: its text stripped and lower-cased.
+
+    A missing label (None, or the NaN that pandas reads from an empty cell) is ``""``, an empty label.
+    """
+    return label_text(label).strip().lower()
 
 
 class _LabelSet(frozenset):
@@ -124,7 +127,7 @@ class _LabelSet(frozenset):
 def in_distribution_labels(labels: Iterable[Any] = IID_SHIFTS) -> frozenset[str]:
     """The in-distribution labels as :func:`is_in_distribution` compares them, for a loop over many cases.
 
-    Each label's text stripped and lower-cased (None reads as ``""``), once: passing the result as ``labels`` to
+    Each label's text stripped and lower-cased (None or NaN reads as ``""``), once: passing the result as ``labels`` to
     :func:`is_in_distribution` skips this step in every call, with the same answers.
 
     Args:
@@ -155,7 +158,7 @@ def is_in_distribution(shift: Any, labels: Iterable[Any] = IID_SHIFTS) -> bool:
     are compared as they are; other labels are made so in every call.
 
     Args:
-        shift: the case's shift label (None reads as ``""``).
+        shift: the case's shift label (None or NaN, pandas' empty cell, reads as ``""``).
         labels: the in-distribution labels (default :data:`IID_SHIFTS`), or :func:`in_distribution_labels` of them.
 
     Returns:
@@ -210,7 +213,8 @@ def ood_auroc_by_shift(
 
     Args:
         uncertainty: ``(N,)`` per-case scores.
-        shifts: ``N`` shift labels (None reads as ``""``; other values as their text, ``0`` as ``"0"``).
+        shifts: ``N`` shift labels (None or NaN, pandas' empty cell, reads as ``""``; other values as their text,
+            ``0`` as ``"0"``).
         iid_labels: the in-distribution labels (default :data:`IID_SHIFTS`).
 
     Returns:
@@ -224,7 +228,9 @@ def ood_auroc_by_shift(
         (2, 2, 1.0, {'blur': 1.0, 'noise': 1.0})
     """
     scores = fill_undefined_scores(uncertainty)
-    labels = ["" if s is None else str(s) for s in shifts]  # None reads as "", as is_in_distribution reads it
+    # None and NaN (pandas' empty cell) read as "", as is_in_distribution reads them and as read_shifts reads an empty
+    # cell (found by hostile testing: a NaN label was the shift "nan", so a table read by pandas gave another AUROC)
+    labels = [label_text(s) for s in shifts]
     if len(labels) != scores.size:
         raise ValueError(f"uncertainty and shifts must have one entry per case, got {scores.size} and {len(labels)}")
     iid_texts = in_distribution_labels(iid_labels)  # once, not per case

@@ -23,6 +23,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
+from .._utils import label_text
+from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
 from ..metrics.selective import referral_curve
@@ -182,9 +184,11 @@ def plot_uncertainty_histograms(
 ) -> Any:
     """Case-score histograms of good (Dice >= ``failure_dice``) and failed cases on shared bins (RETINA Sec. 2.4).
 
-    The bars are counts; failed cases at low uncertainty are silent failures. An empty group is drawn empty. A case
-    without a defined score (NaN or infinite) is left out: it has no place on the score axis (give the scores as they
-    are, not filled for the ranking with :func:`~monai_unc.evaluation.fill_undefined_scores`).
+    The bars are counts; failed cases at low uncertainty are silent failures. A case has failed as the summary counts
+    it (:func:`~monai_unc.evaluation.dice_failed`: compared at the float32 precision a Dice is recorded in). An empty
+    group is drawn empty. A case without a defined score (NaN or infinite) is left out: it has no place on the score
+    axis (give the scores as they are, not filled for the ranking with
+    :func:`~monai_unc.evaluation.fill_undefined_scores`).
 
     Args:
         scores: ``(N,)`` case uncertainty scores (NaN: undefined, left out).
@@ -204,7 +208,10 @@ def plot_uncertainty_histograms(
     scores = np.asarray(scores, dtype=np.float64)
     defined = np.isfinite(scores)
     scores = scores[defined]
-    good = np.asarray(dice, dtype=np.float64)[defined] >= failure_dice
+    # the one failure rule (dice_failed: at the float32 precision a Dice is recorded in), as summary.json's failures
+    # and the triage table count them (found by hostile testing: a Dice of exactly 0.9, recorded 0.899999976, was
+    # drawn failed here next to a summary that counted no failure)
+    good = ~dice_failed(np.asarray(dice, dtype=np.float64)[defined], failure_dice)
     import warnings
 
     fig = _figure(5.2, 3.8)
@@ -239,7 +246,7 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
 
     Args:
         scores: ``(N,)`` case uncertainty scores (NaN: undefined, left out).
-        shifts: ``N`` shift labels (``""`` is drawn as ``(none)``).
+        shifts: ``N`` shift labels (``""``, None or NaN is drawn as ``(none)``).
         iid: the labels that count as in-distribution, e.g. :data:`~monai_unc.metrics.IID_SHIFTS`, compared as
             :func:`~monai_unc.metrics.is_in_distribution` compares them (drawn first, in blue).
         score_name: the y-axis label.
@@ -254,7 +261,7 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
     """
     scores = np.asarray(scores, dtype=np.float64)
     defined = np.isfinite(scores)
-    shifts = [str(s) for s, d in zip(shifts, defined) if d]
+    shifts = [label_text(s) for s, d in zip(shifts, defined) if d]  # None / NaN: "", as the OoD AUROC reads it
     scores = scores[defined]
     iid_texts = in_distribution_labels(iid)
     groups = sorted(set(shifts), key=lambda s: (not is_in_distribution(s, iid_texts), s))

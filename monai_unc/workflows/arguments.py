@@ -266,7 +266,8 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--measure", default=None, choices=MEASURES, type=_measure_name,
                    help="primary measure for spatial metrics and the score (default predictive_entropy)")
     p.add_argument("--score", default=None,
-                   help="triage score column, e.g. mutual_information_patch (default <measure>_fg_mean)")
+                   help="triage score column: a case score <measure>_<mean|fg_mean|patch_mean>, e.g. "
+                        "mutual_information_patch_mean (default <measure>_fg_mean)")
     p.add_argument("--images", default=None, help="folder of the input images (for the report's overlays)")
     p.add_argument("--shifts", default=None, help="CSV with columns case,shift (shift 'none' = in distribution)")
     p.add_argument("--budget", type=_fraction, default=0.2, help="fraction of cases referred for review (0.2)")

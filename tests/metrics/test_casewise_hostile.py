@@ -336,3 +336,25 @@ def test_the_in_distribution_labels_are_normalised_once_per_cohort_not_per_case(
     _CountedLabel.reads = 0
     fig = plot_scores_by_shift(np.linspace(0, 1, 6), ["none", "noise", "blur"] * 2, [_CountedLabel("NONE")], "s")
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()][0] == "none" and _CountedLabel.reads == 1
+
+
+def test_a_missing_shift_label_read_by_pandas_is_in_distribution_as_evaluate_reads_it(tmp_path):
+    """Found by hostile testing: pandas reads an empty cell of a shift table as NaN, whose text ``"nan"`` was a shift,
+    while ``monai-unc evaluate --shifts`` reads the same cell as ``""``, in-distribution: the same table gave an OoD
+    AUROC of 1.0 through the API and 0.333 through the command line. A NaN label is now ``""`` everywhere."""
+    from monai_unc.evaluation import read_shifts
+    from monai_unc.metrics import is_in_distribution, ood_auroc_by_shift
+
+    path = tmp_path / "shifts.csv"
+    path.write_text("case,shift\na,\nb,\nc,none\nd,noise\ne,noise\n")
+    scores = [0.9, 0.8, 0.1, 0.5, 0.6]
+    cli_labels = list(read_shifts(path).values())
+    assert cli_labels == ["", "", "none", "noise", "noise"]
+    expected = ood_auroc_by_shift(scores, cli_labels)
+    assert expected == {"n_iid": 3, "n_ood": 2, "auroc": pytest.approx(1 / 3),
+                        "per_shift": {"noise": pytest.approx(1 / 3)}}
+    for missing in (float("nan"), np.float32("nan"), np.nan):
+        assert is_in_distribution(missing)
+        assert ood_auroc_by_shift(scores, [missing, missing, "none", "noise", "noise"]) == expected
+    pd = pytest.importorskip("pandas")
+    assert ood_auroc_by_shift(scores, pd.read_csv(path)["shift"].tolist()) == expected

@@ -194,6 +194,33 @@ def test_histogram_plot_counts():
     np.testing.assert_array_equal(heights[4:], [1, 0, 0, 1])  # failed cases: 0.25 | 0.8
 
 
+def test_histogram_plot_counts_failures_as_the_summary_does():
+    """Found by hostile testing: the histogram split the cases by ``dice >= failure_dice`` in float64, so a Dice of
+    exactly 0.9 (18 / 20, recorded as the float32 0.899999976) was drawn as failed at ``--failure-dice 0.9`` while
+    summary.json's failures and the triage table (``dice_failed``) count it as not failed."""
+    from monai_unc.evaluation import dice_failed
+
+    dice = np.array([float(np.float32(18 / 20)), 1.0, float(np.float32(0.7)), 0.5])
+    assert dice_failed(dice, 0.9).tolist() == [False, False, True, True]
+    fig = plot_uncertainty_histograms(np.array([0.1, 0.2, 0.3, 0.4]), dice, 0.9, bins=2)
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    np.testing.assert_array_equal(heights, [2, 0, 0, 2])  # good: 0.1, 0.2 | failed: 0.3, 0.4
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["good: Dice >= 0.9 (n=2)", "failed: Dice < 0.9 (n=2)"]
+    # at 0.7 the float32 Dice 0.699999988 is 0.7 as recorded: not failed either
+    assert [t.get_text() for t in plot_uncertainty_histograms(np.array([0.1, 0.2, 0.3, 0.4]), dice, 0.7, bins=2)
+            .axes[0].get_legend().get_texts()] == ["good: Dice >= 0.7 (n=3)", "failed: Dice < 0.7 (n=1)"]
+
+
+def test_scores_by_shift_draws_a_nan_label_as_the_empty_in_distribution_label():
+    """A NaN label (pandas' empty cell) is the empty label, in-distribution, as the OoD AUROC reads it (found by
+    hostile testing: it was drawn as a shift named "nan")."""
+    from monai_unc.report.plots import plot_scores_by_shift
+
+    fig = plot_scores_by_shift(np.array([0.1, 0.2, 0.7]), [float("nan"), "", "noise"], ["", "none"], "entropy")
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["(none)", "noise"]
+
+
 def test_overlay_figure(tmp_path):
     rng = np.random.default_rng(2)
     label = np.zeros((12, 10, 8), np.int64)
