@@ -456,6 +456,7 @@ def _gaussian(x: Array, sigmas: tuple, truncate: float) -> Array:
 
 
 def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None, backend: str) -> float:
+    """BUC of one case; a numpy ``u`` is consumed (the caller's own float64 copy, see :func:`_split_uncertainty`)."""
     boundary = label_boundary(p)
     if not bool(boundary.any()):
         return warn_nan("BUC: the predicted label map has no boundary (empty or full mask); BUC is undefined", 4)
@@ -478,10 +479,15 @@ def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None,
         # (a map of 1e307 gave NaN) nor lose the bits of subnormal values; other maps are not touched
         power = -math.frexp(top)[1]  # up to 1074 in magnitude: two factors, each a finite float
         u = u * 2.0 ** (power // 2) * 2.0 ** (power - power // 2)
-    total = float(u.sum())
-    sum_in = float(u[inside].sum())
-    mu_in = sum_in / n_in
-    mu_out = (total - sum_in) / (n - n_in)
+    # the means as the minimum plus the mean deviation from it: the deviations of a constant map are exactly 0, so
+    # both means are exactly that constant and BUC exactly 0.5 (sums of n copies of 0.1 divided by n are not 0.1:
+    # 0.49999999999999967, and two constant maps were told apart by compare_uncertainty_maps)
+    lo = float(u.min())
+    dev = np.subtract(u, lo, out=u) if isinstance(u, np.ndarray) else u - lo  # numpy: the function's own copy
+    total = float(dev.sum())
+    sum_in = float(dev[inside].sum())
+    mu_in = lo + sum_in / n_in
+    mu_out = lo + (total - sum_in) / (n - n_in)
     if mu_in + mu_out == 0:
         return warn_nan("BUC: the uncertainty is zero everywhere; BUC is undefined", 4)
     return mu_in / (mu_in + mu_out)

@@ -341,4 +341,21 @@ def test_buc_is_scale_invariant_at_extreme_magnitudes(scale):
     np.testing.assert_allclose(got_torch.numpy(), got, rtol=0, atol=0)
     # the kernel's tensor branch (CUDA input), on CPU tensors
     case = _buc_case(torch.from_numpy(u * scale), torch.from_numpy(p), torch.from_numpy(t), (1.0, 1.0), None, "auto")
-    assert case == float(got[0])
+    assert case == pytest.approx(float(got[0]), rel=1e-14)  # torch and numpy add up their sums in different orders
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# review s32: a constant map gave BUC 0.49999999999999967, not the documented 0.5 exactly
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [0.1, 0.3, 1 / 3, 0.7, 1e-3, 5.0, 1e-310])
+@pytest.mark.parametrize("shape", [(8, 8), (7, 9, 5), (13, 17)])
+def test_buc_of_a_constant_map_is_exactly_one_half(value, shape):
+    t = np.zeros(shape, int)
+    t[tuple(slice(1, s - 2) for s in shape)] = 1
+    u = np.full(shape, value)
+    assert float(boundary_uncertainty_concentration(u, t, t)[0]) == 0.5
+    assert float(boundary_uncertainty_concentration(torch.from_numpy(u), t, t, width=1.0)[0]) == 0.5
+    # the CUDA kernel (torch tensors) computes the same
+    assert _buc_case(torch.from_numpy(u), torch.from_numpy(t), torch.from_numpy(t), (1.0,) * len(shape), None,
+                     "auto") == 0.5
+    assert np.array_equal(u, np.full(shape, value))  # the caller's map is not touched
