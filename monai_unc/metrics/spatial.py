@@ -36,8 +36,9 @@ equal to scipy's passes up to the order of the float64 additions, instead of a k
 Shapes: ``uncertainty`` is ``(B, 1, *spatial)`` or ``(*spatial)`` (one case, ``B = 1``), 2D or 3D; every
 function returns one value per case, ``(B,)``, whatever the input shape (``(1,)`` for one unbatched map).
 ``pred`` and ``target`` are label maps ``(B, *spatial)``, ``(B, 1, *spatial)`` or ``(*spatial)``; a channel
-dimension with ``C >= 2`` (probabilities or one-hot) is reduced by argmax. Multi-class maps use the all-label
-boundary. Inputs may be numpy arrays or torch tensors (CPU or CUDA); per-case results
+dimension with ``C >= 2`` (probabilities or one-hot) is reduced by argmax; channels in [0, 1] that do not sum to 1
+(overlapping region masks, sigmoid probabilities: multi-label) are refused, score each region as a binary map.
+Multi-class maps use the all-label boundary. Inputs may be numpy arrays or torch tensors (CPU or CUDA); per-case results
 are numpy float64 for numpy input and float64 tensors on the input's device for torch input.
 
 Degenerate cases return NaN with a ``UserWarning``: no boundary in the map a metric needs (empty or full
@@ -73,7 +74,9 @@ from .._utils import (
     like_input,
     num_threads,
     per_axis_mm,
+    probability_tolerance,
     real_number,
+    sum_f64,
     to_numpy,
     to_tensor,
     warn_nan,
@@ -163,6 +166,36 @@ def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
     return out, batched
 
 
+def _check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
+    """Refuse ``C >= 2`` channels in [0, 1] that do not sum to 1: multi-label maps, which argmax cannot reduce.
+
+    Class probabilities and one-hot maps sum to 1 at every voxel (within :func:`probability_tolerance` of the dtype);
+    logits (values outside [0, 1]) are reduced by argmax as they are. Overlapping or empty region masks and sigmoid
+    probabilities (multi-label, e.g. BraTS TC / WT / ET, as MONAI's ``ConvertToMultiChannelBasedOnBratsClasses`` and a
+    sigmoid network give them) lie in [0, 1] without summing to 1: their argmax merged the background with the first
+    region (a voxel outside every region and one inside TC both became label 0).
+
+    Raises:
+        ValueError: such channels, naming ``name``.
+    """
+    v = t.detach()
+    if not v.is_floating_point():
+        v = v.to(torch.float32)  # bool / integer masks (0 / 1)
+    lo, hi = (float(x) for x in torch.aminmax(v))
+    tol = probability_tolerance(t.dtype)
+    if lo < -tol or hi > 1 + tol:
+        return  # logits (or label scores): argmax is their reduction
+    s_lo, s_hi = (float(x) for x in torch.aminmax(sum_f64(v, ch)))
+    dev = max(s_hi - 1.0, 1.0 - s_lo)
+    if dev > tol:
+        raise ValueError(
+            f"{name} has {t.shape[ch]} channels in [0, 1] that do not sum to 1 at every voxel (largest deviation "
+            f"{dev:.4g}): multi-label masks or sigmoid probabilities (overlapping regions such as BraTS TC / WT / ET), "
+            "not class probabilities or a one-hot map, and their argmax is no label map; score each region's channel "
+            "as a binary map, or pass a label map"
+        )
+
+
 def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool, cuda: Any) -> Array:
     """Label maps as ``(cases, *spatial)`` integers; a channel axis with C >= 2 is reduced by argmax."""
     t = to_tensor(x, name).detach()
@@ -180,6 +213,7 @@ def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool
         else:
             if t.is_floating_point():
                 check_finite(t, name)
+            _check_exclusive_channels(t, name, ch)
             out = argmax(t, dim=ch)
     else:
         want = f"({n_cases}, *{spatial}) or ({n_cases}, C, *{spatial})" if batched else f"{spatial} or (C, *{spatial})"

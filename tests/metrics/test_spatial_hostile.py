@@ -359,3 +359,42 @@ def test_buc_of_a_constant_map_is_exactly_one_half(value, shape):
     assert _buc_case(torch.from_numpy(u), torch.from_numpy(t), torch.from_numpy(t), (1.0,) * len(shape), None,
                      "auto") == 0.5
     assert np.array_equal(u, np.full(shape, value))  # the caller's map is not touched
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# review s32: BraTS-style region channels (overlapping TC / WT / ET) were argmaxed into a label map that merged the
+# background with TC and ET (all label 0), and the metrics were computed on it without a word
+# ---------------------------------------------------------------------------------------------------------------
+def _brats_regions(label):
+    return np.stack([np.isin(label, [1, 4]), np.isin(label, [1, 2, 4]), label == 4]).astype(np.float32)
+
+
+@pytest.mark.parametrize("fn", [boundary_uncertainty_concentration, boundary_aware_ece, spatial_calibration_error])
+def test_overlapping_region_channels_are_refused_not_argmaxed(fn):
+    lab = np.zeros((16, 16, 8), int)
+    lab[3:13, 3:13, 1:7] = 2
+    lab[5:11, 5:11, 2:6] = 1
+    lab[7:9, 7:9, 3:5] = 4
+    pl = lab.copy()
+    pl[12, 3:13, 1:7] = 0
+    y, yp = _brats_regions(lab)[None], _brats_regions(pl)[None]
+    u = np.random.default_rng(0).random((1, 1, 16, 16, 8))
+    label_map = lab[None, None]
+    for pred, target, name in [(yp, label_map, "pred"), (label_map, y, "target"), (yp > 0.5, label_map, "pred")]:
+        with pytest.raises(ValueError, match=f"{name} has 3 channels in \\[0, 1\\] that do not sum to 1"):
+            fn(u, pred, target)
+    sigmoid = np.clip(yp * 0.9 + 0.05, 0, 1)  # sigmoid probabilities of the regions
+    with pytest.raises(ValueError, match="multi-label"):
+        fn(torch.from_numpy(u), torch.from_numpy(sigmoid), torch.from_numpy(label_map))
+    cls = {boundary_uncertainty_concentration: BoundaryUncertaintyConcentrationMetric,
+           boundary_aware_ece: BoundaryAwareECEMetric, spatial_calibration_error: SpatialCalibrationErrorMetric}[fn]
+    with pytest.raises(ValueError, match="channels in \\[0, 1\\] that do not sum to 1"):
+        cls()(y_pred=torch.from_numpy(yp), y=torch.from_numpy(y), uncertainty=torch.from_numpy(u))
+    # class probabilities, one-hot maps (float16 too) and logits are reduced by argmax as before
+    one_hot = np.eye(5)[lab].transpose(3, 0, 1, 2)[None]
+    logits = np.log(np.clip(one_hot * 0.8 + 0.05, 1e-6, None)) * 3.0
+    probs = (np.exp(logits) / np.exp(logits).sum(1, keepdims=True)).astype(np.float16)
+    expected = fn(u, label_map, label_map)
+    for x in (one_hot, one_hot.astype(bool), logits, probs):
+        np.testing.assert_allclose(fn(u, x, label_map), expected)
+        np.testing.assert_allclose(fn(u, label_map, x), expected)
