@@ -53,6 +53,7 @@ The ``CumulativeIterationMetric`` classes that wrap these functions for MONAI wo
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -193,6 +194,28 @@ def _check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
             f"{dev:.4g}): multi-label masks or sigmoid probabilities (overlapping regions such as BraTS TC / WT / ET), "
             "not class probabilities or a one-hot map, and their argmax is no label map; score each region's channel "
             "as a binary map, or pass a label map"
+        )
+
+
+#: how far above 1 an uncertainty map compared with error rates may reach before BA-ECE and SPACE warn: a map on [0, 1]
+#: rounded to bfloat16 reaches 1 + 2**-7; an entropy in nats of 3 or more classes reaches log 3 = 1.0986
+_UNIT_SCALE_SLACK = 0.01
+
+
+def _warn_above_one(u: Array, metric: str) -> None:
+    """Warn when the uncertainty leaves [0, 1], the scale of the error rates BA-ECE and SPACE compare it with.
+
+    An entropy in nats (the ``predictive_entropy`` of an inferer built without ``normalize=True``, which the ignite
+    handlers read by default) reaches ``log C``: 1.386 for 4 classes, and BA-ECE came out above 1 without a word.
+    """
+    top = float(u.max())
+    if top > 1.0 + _UNIT_SCALE_SLACK:
+        warnings.warn(
+            f"{metric}: the uncertainty reaches {top:.4g}, above 1; {metric} compares it with error rates in [0, 1], "
+            "so pass a map on that scale (entropy or mutual information divided by log C, 1 - max p)"
+            + (" or normalize=True" if metric == "BA-ECE" else ""),
+            UserWarning,
+            stacklevel=3,
         )
 
 
@@ -698,7 +721,8 @@ def boundary_aware_ece(
     ``1 / (mean_i d + mean(spacing) / 2)``, normalised over the non-empty bands.
 
     The uncertainty is compared with error rates as is: it should live on a [0, 1] scale (normalised entropy,
-    ``1 - max p``, ...). ``normalize=True`` rescales each case's map to [0, 1] by its min and max first.
+    ``1 - max p``, ...); a map that reaches above 1.01 (an entropy in nats) is scored with a ``UserWarning``.
+    ``normalize=True`` rescales each case's map to [0, 1] by its min and max first.
 
     Reference: Zeevi, Lieffrig, Staib, Onofrey: *Spatially-Aware Evaluation of Segmentation Uncertainty*.
 
@@ -743,6 +767,8 @@ def boundary_aware_ece(
     normalize = check_bool(normalize, "normalize")  # a string "false" (bundle override) is truthy
     return_bands = check_bool(return_bands, "return_bands")
     u, p, t, _ = _prepare(uncertainty, pred, target)
+    if not normalize:
+        _warn_above_one(u, "BA-ECE")
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [
         _baece_case(u[i], p[i], t[i], sps[i], int(n_bands), max_distance, normalize, backend) for i in range(u.shape[0])
@@ -775,7 +801,8 @@ def spatial_calibration_error(
     Reference: Zeevi, Lieffrig, Staib, Onofrey: *Spatially-Aware Evaluation of Segmentation Uncertainty*.
 
     Args:
-        uncertainty: ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D, on the scale of an error rate.
+        uncertainty: ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D, on the scale of an error rate (a map that
+            reaches above 1.01, such as an entropy in nats, is scored with a ``UserWarning``).
         pred: predicted label map (or probabilities / one-hot, reduced by argmax), ``(B, 1, *spatial)`` or
             ``(*spatial)``; see the module docstring.
         target: reference label map, same conventions.
@@ -811,6 +838,7 @@ def spatial_calibration_error(
     check_truncate(truncate)
     return_map = check_bool(return_map, "return_map")  # a string "false" (bundle override) is truthy
     u, p, t, _ = _prepare(uncertainty, pred, target)
+    _warn_above_one(u, "SPACE")
     sig = _sigma_mm(sigma, u.ndim - 1)
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [_space_case(u[i], p[i], t[i], sps[i], sig, float(truncate)) for i in range(u.shape[0])]

@@ -398,3 +398,35 @@ def test_overlapping_region_channels_are_refused_not_argmaxed(fn):
     for x in (one_hot, one_hot.astype(bool), logits, probs):
         np.testing.assert_allclose(fn(u, x, label_map), expected)
         np.testing.assert_allclose(fn(u, label_map, x), expected)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# review s32: an entropy in nats (the handlers' default key of an inferer built without normalize=True) gave BA-ECE
+# 1.198, above any calibration error on [0, 1], without a word
+# ---------------------------------------------------------------------------------------------------------------
+def test_baece_and_space_warn_for_a_map_above_one():
+    from monai_unc.measures import entropy
+
+    t = np.zeros((24, 24, 12), int)
+    t[4:20, 4:20, 2:10] = 1
+    t[8:16, 8:16, 4:8] = 2
+    t[10:14, 10:14, 5:7] = 3
+    logits = np.random.default_rng(0).normal(0, 0.05, (4,) + t.shape) + 0.1 * np.eye(4)[t].transpose(3, 0, 1, 2)
+    probs = torch.softmax(torch.from_numpy(logits), 0)[None]
+    pred, target = probs.argmax(1), torch.from_numpy(t)[None]
+    nats = entropy(probs)
+    assert float(nats.max()) > 1.3
+    for fn, metric in ((boundary_aware_ece, "BA-ECE"), (spatial_calibration_error, "SPACE")):
+        with pytest.warns(UserWarning, match=f"{metric}: the uncertainty reaches 1.386, above 1"):
+            value = float(fn(nats, pred, target)[0])
+        assert value > 1  # still scored as given
+    with pytest.warns(UserWarning, match="BA-ECE: the uncertainty reaches"):
+        BoundaryAwareECEMetric()(y_pred=pred[:, None], y=target[:, None], uncertainty=nats)
+    # on [0, 1] (rounded to bfloat16 too), and with normalize=True, nothing to say
+    unit = entropy(probs, normalize=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for u in (unit, unit.to(torch.bfloat16), torch.ones_like(unit)):
+            boundary_aware_ece(u, pred, target)
+            spatial_calibration_error(u, pred, target)
+        boundary_aware_ece(nats, pred, target, normalize=True)
