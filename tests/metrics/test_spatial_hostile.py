@@ -398,6 +398,13 @@ def test_overlapping_region_channels_are_refused_not_argmaxed(fn):
     for x in (one_hot, one_hot.astype(bool), logits, probs):
         np.testing.assert_allclose(fn(u, x, label_map), expected)
         np.testing.assert_allclose(fn(u, label_map, x), expected)
+    # a softmax computed in bfloat16 (autocast) is off by ~3e-3, also once the MONAI class packs it in float32
+    z = torch.randn(1, 4, 16, 16, 8, generator=torch.Generator().manual_seed(0)) * 2
+    bf16 = torch.softmax(z.to(torch.bfloat16), 1)
+    assert float((bf16.double().sum(1) - 1).abs().max()) > 1e-3
+    ref = fn(torch.from_numpy(u).float(), bf16.argmax(1), torch.from_numpy(label_map))
+    got = cls()(y_pred=bf16, y=torch.from_numpy(label_map), uncertainty=torch.from_numpy(u).float())
+    np.testing.assert_allclose(got[:, 0].numpy(), ref.numpy())
 
 
 # ---------------------------------------------------------------------------------------------------------------
