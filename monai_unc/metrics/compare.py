@@ -3,7 +3,9 @@
 Two sets of uncertainty maps over the same cases (``maps_a``, e.g. from a new method, and ``maps_b``, the
 reference, e.g. plain MC dropout) are scored with several metrics against the same prediction and reference
 segmentation. For every metric and case the metric *prefers a* when its value for map a is better (larger
-when ``higher_is_better``, smaller otherwise; ties do not count as a preference). Per metric:
+when ``higher_is_better``, smaller otherwise; ties do not count as a preference). Values that agree to a relative
+``1e-12`` are a tie: they differ only by floating-point rounding (BUC of a map and of the same map in other units, e.g.
+entropy in nats and divided by ``log 3``, agrees to about 1e-14), which is no preference. Per metric:
 
 - ``accuracy``: the fraction of cases where the metric prefers map a (Zeevi et al.: "percentage of cases where a
   metric correctly favored the high quality map" when ``maps_a`` are the known-better maps);
@@ -411,7 +413,7 @@ class MetricComparison:
         accuracy: fraction of valid cases where the metric prefers map a.
         cohens_d: Cohen's d, positive favours map a.
         mean_relative_difference: mean of ``100 (a_i - b_i) / |b_i|`` in percent, positive favours map a.
-        n_ties: cases with equal values.
+        n_ties: cases with equal values (to a relative 1e-12: rounding is no preference).
 
     Example:
         >>> import numpy as np
@@ -544,6 +546,11 @@ class UncertaintyComparison:
         return "\n".join(lines)
 
 
+#: relative difference up to which two values of a metric are a tie (:func:`_one_metric`): floating-point rounding of
+#: one computation in float64 (a few 1e-16 per operation, about 1e-14 after the sums of a large volume), no preference
+_VALUE_TIE_RTOL = 1e-12
+
+
 def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> MetricComparison:
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"values of metric {name!r} must be two 1-D arrays of equal length, got {a.shape}, {b.shape}")
@@ -556,8 +563,9 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
         )
     sign = 1.0 if higher else -1.0
     diff = sign * (a - b)
-    prefers = valid & (diff > 0)
-    ties = valid & (diff == 0)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf cases are not valid: their ties do not count
+        ties = valid & (np.abs(a - b) <= _VALUE_TIE_RTOL * np.maximum(np.abs(a), np.abs(b)))
+    prefers = valid & (diff > 0) & ~ties
     av, bv = a[valid], b[valid]
     accuracy = float(prefers.sum() / valid.sum()) if valid.any() else float("nan")
     if not valid.any():

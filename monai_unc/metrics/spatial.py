@@ -36,8 +36,9 @@ equal to scipy's passes up to the order of the float64 additions, instead of a k
 Shapes: ``uncertainty`` is ``(B, 1, *spatial)`` or ``(*spatial)`` (one case, ``B = 1``), 2D or 3D; every
 function returns one value per case, ``(B,)``, whatever the input shape (``(1,)`` for one unbatched map).
 ``pred`` and ``target`` are label maps ``(B, *spatial)``, ``(B, 1, *spatial)`` or ``(*spatial)``; a channel
-dimension with ``C >= 2`` (probabilities or one-hot) is reduced by argmax. Multi-class maps use the all-label
-boundary. Inputs may be numpy arrays or torch tensors (CPU or CUDA); per-case results
+dimension with ``C >= 2`` (probabilities or one-hot) is reduced by argmax; channels in [0, 1] that do not sum to 1
+(overlapping region masks, sigmoid probabilities: multi-label) are refused, score each region as a binary map.
+Multi-class maps use the all-label boundary. Inputs may be numpy arrays or torch tensors (CPU or CUDA); per-case results
 are numpy float64 for numpy input and float64 tensors on the input's device for torch input.
 
 Degenerate cases return NaN with a ``UserWarning``: no boundary in the map a metric needs (empty or full
@@ -52,6 +53,7 @@ The ``CumulativeIterationMetric`` classes that wrap these functions for MONAI wo
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -73,7 +75,9 @@ from .._utils import (
     like_input,
     num_threads,
     per_axis_mm,
+    probability_tolerance,
     real_number,
+    sum_f64,
     to_numpy,
     to_tensor,
     warn_nan,
@@ -163,6 +167,65 @@ def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
     return out, batched
 
 
+#: how far from 1 the channel sums of class probabilities may be (:func:`_check_exclusive_channels`): a bfloat16 softmax
+#: is off by up to ~4e-3, and the MONAI classes pack it in float32, whose own tolerance (1e-3) no longer covers it;
+#: multi-label maps are off by far more (0 outside every region, 2 or more where regions overlap)
+_CHANNEL_SUM_SLACK = 0.05
+
+
+def _check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
+    """Refuse ``C >= 2`` channels in [0, 1] that do not sum to 1: multi-label maps, which argmax cannot reduce.
+
+    Class probabilities and one-hot maps sum to 1 at every voxel (within :data:`_CHANNEL_SUM_SLACK`: half-precision
+    probabilities, also once packed in float32 by the MONAI classes); logits (values outside [0, 1]) are reduced by
+    argmax as they are. Overlapping or empty region masks and sigmoid
+    probabilities (multi-label, e.g. BraTS TC / WT / ET, as MONAI's ``ConvertToMultiChannelBasedOnBratsClasses`` and a
+    sigmoid network give them) lie in [0, 1] without summing to 1: their argmax merged the background with the first
+    region (a voxel outside every region and one inside TC both became label 0).
+
+    Raises:
+        ValueError: such channels, naming ``name``.
+    """
+    v = t.detach()
+    if not v.is_floating_point():
+        v = v.to(torch.float32)  # bool / integer masks (0 / 1)
+    lo, hi = (float(x) for x in torch.aminmax(v))
+    tol = max(_CHANNEL_SUM_SLACK, probability_tolerance(t.dtype))
+    if lo < -tol or hi > 1 + tol:
+        return  # logits (or label scores): argmax is their reduction
+    s_lo, s_hi = (float(x) for x in torch.aminmax(sum_f64(v, ch)))
+    dev = max(s_hi - 1.0, 1.0 - s_lo)
+    if dev > tol:
+        raise ValueError(
+            f"{name} has {t.shape[ch]} channels in [0, 1] that do not sum to 1 at every voxel (largest deviation "
+            f"{dev:.4g}): multi-label masks or sigmoid probabilities (overlapping regions such as BraTS TC / WT / ET), "
+            "not class probabilities or a one-hot map, and their argmax is no label map; score each region's channel "
+            "as a binary map, or pass a label map"
+        )
+
+
+#: how far above 1 an uncertainty map compared with error rates may reach before BA-ECE and SPACE warn: a map on [0, 1]
+#: rounded to bfloat16 reaches 1 + 2**-7; an entropy in nats of 3 or more classes reaches log 3 = 1.0986
+_UNIT_SCALE_SLACK = 0.01
+
+
+def _warn_above_one(u: Array, metric: str) -> None:
+    """Warn when the uncertainty leaves [0, 1], the scale of the error rates BA-ECE and SPACE compare it with.
+
+    An entropy in nats (the ``predictive_entropy`` of an inferer built without ``normalize=True``, which the ignite
+    handlers read by default) reaches ``log C``: 1.386 for 4 classes, and BA-ECE came out above 1 without a word.
+    """
+    top = float(u.max())
+    if top > 1.0 + _UNIT_SCALE_SLACK:
+        warnings.warn(
+            f"{metric}: the uncertainty reaches {top:.4g}, above 1; {metric} compares it with error rates in [0, 1], "
+            "so pass a map on that scale (entropy or mutual information divided by log C, 1 - max p)"
+            + (" or normalize=True" if metric == "BA-ECE" else ""),
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool, cuda: Any) -> Array:
     """Label maps as ``(cases, *spatial)`` integers; a channel axis with C >= 2 is reduced by argmax."""
     t = to_tensor(x, name).detach()
@@ -180,6 +243,7 @@ def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool
         else:
             if t.is_floating_point():
                 check_finite(t, name)
+            _check_exclusive_channels(t, name, ch)
             out = argmax(t, dim=ch)
     else:
         want = f"({n_cases}, *{spatial}) or ({n_cases}, C, *{spatial})" if batched else f"{spatial} or (C, *{spatial})"
@@ -456,6 +520,7 @@ def _gaussian(x: Array, sigmas: tuple, truncate: float) -> Array:
 
 
 def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None, backend: str) -> float:
+    """BUC of one case; a numpy ``u`` is consumed (the caller's own float64 copy, see :func:`_split_uncertainty`)."""
     boundary = label_boundary(p)
     if not bool(boundary.any()):
         return warn_nan("BUC: the predicted label map has no boundary (empty or full mask); BUC is undefined", 4)
@@ -478,10 +543,15 @@ def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None,
         # (a map of 1e307 gave NaN) nor lose the bits of subnormal values; other maps are not touched
         power = -math.frexp(top)[1]  # up to 1074 in magnitude: two factors, each a finite float
         u = u * 2.0 ** (power // 2) * 2.0 ** (power - power // 2)
-    total = float(u.sum())
-    sum_in = float(u[inside].sum())
-    mu_in = sum_in / n_in
-    mu_out = (total - sum_in) / (n - n_in)
+    # the means as the minimum plus the mean deviation from it: the deviations of a constant map are exactly 0, so
+    # both means are exactly that constant and BUC exactly 0.5 (sums of n copies of 0.1 divided by n are not 0.1:
+    # 0.49999999999999967, and two constant maps were told apart by compare_uncertainty_maps)
+    lo = float(u.min())
+    dev = np.subtract(u, lo, out=u) if isinstance(u, np.ndarray) else u - lo  # numpy: the function's own copy
+    total = float(dev.sum())
+    sum_in = float(dev[inside].sum())
+    mu_in = lo + sum_in / n_in
+    mu_out = lo + (total - sum_in) / (n - n_in)
     if mu_in + mu_out == 0:
         return warn_nan("BUC: the uncertainty is zero everywhere; BUC is undefined", 4)
     return mu_in / (mu_in + mu_out)
@@ -658,7 +728,8 @@ def boundary_aware_ece(
     ``1 / (mean_i d + mean(spacing) / 2)``, normalised over the non-empty bands.
 
     The uncertainty is compared with error rates as is: it should live on a [0, 1] scale (normalised entropy,
-    ``1 - max p``, ...). ``normalize=True`` rescales each case's map to [0, 1] by its min and max first.
+    ``1 - max p``, ...); a map that reaches above 1.01 (an entropy in nats) is scored with a ``UserWarning``.
+    ``normalize=True`` rescales each case's map to [0, 1] by its min and max first.
 
     Reference: Zeevi, Lieffrig, Staib, Onofrey: *Spatially-Aware Evaluation of Segmentation Uncertainty*.
 
@@ -703,6 +774,8 @@ def boundary_aware_ece(
     normalize = check_bool(normalize, "normalize")  # a string "false" (bundle override) is truthy
     return_bands = check_bool(return_bands, "return_bands")
     u, p, t, _ = _prepare(uncertainty, pred, target)
+    if not normalize:
+        _warn_above_one(u, "BA-ECE")
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [
         _baece_case(u[i], p[i], t[i], sps[i], int(n_bands), max_distance, normalize, backend) for i in range(u.shape[0])
@@ -735,7 +808,8 @@ def spatial_calibration_error(
     Reference: Zeevi, Lieffrig, Staib, Onofrey: *Spatially-Aware Evaluation of Segmentation Uncertainty*.
 
     Args:
-        uncertainty: ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D, on the scale of an error rate.
+        uncertainty: ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D, on the scale of an error rate (a map that
+            reaches above 1.01, such as an entropy in nats, is scored with a ``UserWarning``).
         pred: predicted label map (or probabilities / one-hot, reduced by argmax), ``(B, 1, *spatial)`` or
             ``(*spatial)``; see the module docstring.
         target: reference label map, same conventions.
@@ -771,6 +845,7 @@ def spatial_calibration_error(
     check_truncate(truncate)
     return_map = check_bool(return_map, "return_map")  # a string "false" (bundle override) is truthy
     u, p, t, _ = _prepare(uncertainty, pred, target)
+    _warn_above_one(u, "SPACE")
     sig = _sigma_mm(sigma, u.ndim - 1)
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [_space_case(u[i], p[i], t[i], sps[i], sig, float(truncate)) for i in range(u.shape[0])]

@@ -207,3 +207,33 @@ def test_metrics_without_a_common_valid_case_get_an_undefined_p_value_not_1():
     assert np.isnan(res.mcnemar_p[0, 1]) and np.isnan(res.mcnemar_p_holm[0, 1])
     assert math.isnan(res.cochran_q)
     assert res.significantly_better("m") == [] and res.metrics["m"].accuracy == 1.0
+
+
+def test_rounding_noise_is_a_tie_not_a_preference():
+    """BUC is scale invariant: a map and the same map in other units (nats, and divided by log 3) agree to about
+    1e-14. Such differences were counted as preferences (6 of 7 cases for one map, no tie) and fed McNemar / Cochran."""
+    from scipy import ndimage
+
+    from monai_unc.metrics.compare import compare_uncertainty_maps
+
+    rng = np.random.default_rng(0)
+    maps, preds, targets = [], [], []
+    for _ in range(8):
+        targets.append((ndimage.gaussian_filter(rng.standard_normal((24, 24)), 3) > 0).astype(int))
+        preds.append((ndimage.gaussian_filter(rng.standard_normal((24, 24)), 3) > 0).astype(int))
+        maps.append(rng.random((24, 24)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        res = compare_uncertainty_maps(["BUC"], maps, [m / math.log(3) for m in maps], pred=preds, target=targets)
+    m = res.metrics["BUC"]
+    assert int(m.valid.sum()) >= 6 and m.n_ties == int(m.valid.sum()) and m.accuracy == 0.0
+    # two constant maps: no concentration either way, a tie in every case
+    t = np.zeros((4, 8, 8), int)
+    t[:, 2:6, 2:6] = 1
+    res = compare_uncertainty_maps(["BUC"], np.full((4, 1, 8, 8), 0.1), np.full((4, 1, 8, 8), 0.3), pred=t, target=t)
+    assert res.metrics["BUC"].n_ties == 4 and res.metrics["BUC"].accuracy == 0.0
+    # a real difference, however small against the values, is still a preference
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        res = compare_metric_values({"m": [0.5 + 1e-9, 0.5]}, {"m": [0.5, 0.5 * (1 + 1e-14)]}, True)
+    assert res.metrics["m"].prefers_a.tolist() == [True, False] and res.metrics["m"].n_ties == 1

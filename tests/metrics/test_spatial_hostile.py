@@ -341,4 +341,99 @@ def test_buc_is_scale_invariant_at_extreme_magnitudes(scale):
     np.testing.assert_allclose(got_torch.numpy(), got, rtol=0, atol=0)
     # the kernel's tensor branch (CUDA input), on CPU tensors
     case = _buc_case(torch.from_numpy(u * scale), torch.from_numpy(p), torch.from_numpy(t), (1.0, 1.0), None, "auto")
-    assert case == float(got[0])
+    assert case == pytest.approx(float(got[0]), rel=1e-14)  # torch and numpy add up their sums in different orders
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# review s32: a constant map gave BUC 0.49999999999999967, not the documented 0.5 exactly
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [0.1, 0.3, 1 / 3, 0.7, 1e-3, 5.0, 1e-310])
+@pytest.mark.parametrize("shape", [(8, 8), (7, 9, 5), (13, 17)])
+def test_buc_of_a_constant_map_is_exactly_one_half(value, shape):
+    t = np.zeros(shape, int)
+    t[tuple(slice(1, s - 2) for s in shape)] = 1
+    u = np.full(shape, value)
+    assert float(boundary_uncertainty_concentration(u, t, t)[0]) == 0.5
+    assert float(boundary_uncertainty_concentration(torch.from_numpy(u), t, t, width=1.0)[0]) == 0.5
+    # the CUDA kernel (torch tensors) computes the same
+    assert _buc_case(torch.from_numpy(u), torch.from_numpy(t), torch.from_numpy(t), (1.0,) * len(shape), None,
+                     "auto") == 0.5
+    assert np.array_equal(u, np.full(shape, value))  # the caller's map is not touched
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# review s32: BraTS-style region channels (overlapping TC / WT / ET) were argmaxed into a label map that merged the
+# background with TC and ET (all label 0), and the metrics were computed on it without a word
+# ---------------------------------------------------------------------------------------------------------------
+def _brats_regions(label):
+    return np.stack([np.isin(label, [1, 4]), np.isin(label, [1, 2, 4]), label == 4]).astype(np.float32)
+
+
+@pytest.mark.parametrize("fn", [boundary_uncertainty_concentration, boundary_aware_ece, spatial_calibration_error])
+def test_overlapping_region_channels_are_refused_not_argmaxed(fn):
+    lab = np.zeros((16, 16, 8), int)
+    lab[3:13, 3:13, 1:7] = 2
+    lab[5:11, 5:11, 2:6] = 1
+    lab[7:9, 7:9, 3:5] = 4
+    pl = lab.copy()
+    pl[12, 3:13, 1:7] = 0
+    y, yp = _brats_regions(lab)[None], _brats_regions(pl)[None]
+    u = np.random.default_rng(0).random((1, 1, 16, 16, 8))
+    label_map = lab[None, None]
+    for pred, target, name in [(yp, label_map, "pred"), (label_map, y, "target"), (yp > 0.5, label_map, "pred")]:
+        with pytest.raises(ValueError, match=f"{name} has 3 channels in \\[0, 1\\] that do not sum to 1"):
+            fn(u, pred, target)
+    sigmoid = np.clip(yp * 0.9 + 0.05, 0, 1)  # sigmoid probabilities of the regions
+    with pytest.raises(ValueError, match="multi-label"):
+        fn(torch.from_numpy(u), torch.from_numpy(sigmoid), torch.from_numpy(label_map))
+    cls = {boundary_uncertainty_concentration: BoundaryUncertaintyConcentrationMetric,
+           boundary_aware_ece: BoundaryAwareECEMetric, spatial_calibration_error: SpatialCalibrationErrorMetric}[fn]
+    with pytest.raises(ValueError, match="channels in \\[0, 1\\] that do not sum to 1"):
+        cls()(y_pred=torch.from_numpy(yp), y=torch.from_numpy(y), uncertainty=torch.from_numpy(u))
+    # class probabilities, one-hot maps (float16 too) and logits are reduced by argmax as before
+    one_hot = np.eye(5)[lab].transpose(3, 0, 1, 2)[None]
+    logits = np.log(np.clip(one_hot * 0.8 + 0.05, 1e-6, None)) * 3.0
+    probs = (np.exp(logits) / np.exp(logits).sum(1, keepdims=True)).astype(np.float16)
+    expected = fn(u, label_map, label_map)
+    for x in (one_hot, one_hot.astype(bool), logits, probs):
+        np.testing.assert_allclose(fn(u, x, label_map), expected)
+        np.testing.assert_allclose(fn(u, label_map, x), expected)
+    # a softmax computed in bfloat16 (autocast) is off by ~3e-3, also once the MONAI class packs it in float32
+    z = torch.randn(1, 4, 16, 16, 8, generator=torch.Generator().manual_seed(0)) * 2
+    bf16 = torch.softmax(z.to(torch.bfloat16), 1)
+    assert float((bf16.double().sum(1) - 1).abs().max()) > 1e-3
+    ref = fn(torch.from_numpy(u).float(), bf16.argmax(1), torch.from_numpy(label_map))
+    got = cls()(y_pred=bf16, y=torch.from_numpy(label_map), uncertainty=torch.from_numpy(u).float())
+    np.testing.assert_allclose(got[:, 0].numpy(), ref.numpy())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# review s32: an entropy in nats (the handlers' default key of an inferer built without normalize=True) gave BA-ECE
+# 1.198, above any calibration error on [0, 1], without a word
+# ---------------------------------------------------------------------------------------------------------------
+def test_baece_and_space_warn_for_a_map_above_one():
+    from monai_unc.measures import entropy
+
+    t = np.zeros((24, 24, 12), int)
+    t[4:20, 4:20, 2:10] = 1
+    t[8:16, 8:16, 4:8] = 2
+    t[10:14, 10:14, 5:7] = 3
+    logits = np.random.default_rng(0).normal(0, 0.05, (4,) + t.shape) + 0.1 * np.eye(4)[t].transpose(3, 0, 1, 2)
+    probs = torch.softmax(torch.from_numpy(logits), 0)[None]
+    pred, target = probs.argmax(1), torch.from_numpy(t)[None]
+    nats = entropy(probs)
+    assert float(nats.max()) > 1.3
+    for fn, metric in ((boundary_aware_ece, "BA-ECE"), (spatial_calibration_error, "SPACE")):
+        with pytest.warns(UserWarning, match=f"{metric}: the uncertainty reaches 1.386, above 1"):
+            value = float(fn(nats, pred, target)[0])
+        assert value > 1  # still scored as given
+    with pytest.warns(UserWarning, match="BA-ECE: the uncertainty reaches"):
+        BoundaryAwareECEMetric()(y_pred=pred[:, None], y=target[:, None], uncertainty=nats)
+    # on [0, 1] (rounded to bfloat16 too), and with normalize=True, nothing to say
+    unit = entropy(probs, normalize=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for u in (unit, unit.to(torch.bfloat16), torch.ones_like(unit)):
+            boundary_aware_ece(u, pred, target)
+            spatial_calibration_error(u, pred, target)
+        boundary_aware_ece(nats, pred, target, normalize=True)
