@@ -130,14 +130,17 @@ def _fmt(v: Any, nd: int = 2) -> str:
     return f"{v:.{nd}f}"
 
 
-def verdict(ours: float, paper: float | None) -> str:
+def verdict(ours: float, paper: float | None, ties: int = 0, cases: int = 0) -> str:
     """Mechanical agreement of our accuracy with the paper's (percent): within 10 points = reproduces; otherwise
-    whether both sit on the same side of 50 % (both favour the clean map, or both fail to)."""
+    whether both sit on the same side of 50 % (both favour the clean map, or both fail to). A metric that ties on
+    every case (``ties == cases``) prefers neither map: its 0 % is no failure to favour the clean one."""
     if paper is None:
         return "not in the paper"
     if not np.isfinite(ours):
         return "undefined here"
     txt = f"(ours {ours:.1f} % vs paper {paper:.1f} %)"
+    if cases and ties >= cases:
+        return f"a tie in every case here: prefers neither map (paper {paper:.1f} %)"
     if abs(ours - paper) <= 10:
         return f"reproduces {txt}"
     if ours > 50 and paper > 50:
@@ -169,7 +172,8 @@ def comparison_rows(comp: UncertaintyComparison, with_paper: bool) -> list[dict[
                 "paper_accuracy_percent": paper[0] if paper else None,
                 "paper_cohens_d": paper[1] if paper else None,
                 "paper_mean_diff_percent": paper[2] if paper else None,
-                "verdict": verdict(r["accuracy_percent"], paper[0] if paper else None) if with_paper else "",
+                "verdict": verdict(r["accuracy_percent"], paper[0] if paper else None, r["n_ties"],
+                                   r["n_cases"]) if with_paper else "",
             }
         )
     return rows
