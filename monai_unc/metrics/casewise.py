@@ -132,6 +132,7 @@ def in_distribution_labels(labels: Iterable[Any] = IID_SHIFTS) -> frozenset[str]
 
     Args:
         labels: the in-distribution labels (default :data:`IID_SHIFTS`); a result of this function is returned as is.
+            One label given as a string is that label (not its characters).
 
     Returns:
         A frozenset of the compared texts.
@@ -143,6 +144,8 @@ def in_distribution_labels(labels: Iterable[Any] = IID_SHIFTS) -> frozenset[str]
     """
     if isinstance(labels, _LabelSet):
         return labels
+    if isinstance(labels, (str, bytes)):  # found by hostile testing: "clean" was the labels c, l, e, a, n
+        labels = (labels.decode() if isinstance(labels, bytes) else labels,)
     return _LabelSet(_label_text(label) for label in labels)
 
 

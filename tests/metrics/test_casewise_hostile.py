@@ -314,6 +314,7 @@ def test_the_in_distribution_labels_are_normalised_once_per_cohort_not_per_case(
     def reference(shift, labels):  # the rule as it was written, per call
         def norm(label):
             return "" if label is None else str(label).strip().lower()
+        labels = (labels,) if isinstance(labels, str) else labels  # one label, not its characters
         return norm(shift) in {norm(label) for label in labels}
 
     rng = np.random.default_rng(3)
@@ -358,3 +359,16 @@ def test_a_missing_shift_label_read_by_pandas_is_in_distribution_as_evaluate_rea
         assert ood_auroc_by_shift(scores, [missing, missing, "none", "noise", "noise"]) == expected
     pd = pytest.importorskip("pandas")
     assert ood_auroc_by_shift(scores, pd.read_csv(path)["shift"].tolist()) == expected
+
+
+def test_one_in_distribution_label_given_as_a_string_is_that_label():
+    """Found by hostile testing: ``iid_labels="clean"`` was split into the labels c, l, e, a, n, so every case
+    (whose labels are none of those) counted as shifted and the AUROC compared nothing in-distribution."""
+    from monai_unc.metrics import in_distribution_labels, is_in_distribution, ood_auroc_by_shift
+
+    scores, shifts = [0.1, 0.2, 0.8, 0.9], ["clean", "clean", "noise", "blur"]
+    got = ood_auroc_by_shift(scores, shifts, iid_labels="clean")
+    assert got == ood_auroc_by_shift(scores, shifts, iid_labels=["clean"])
+    assert (got["n_iid"], got["n_ood"], got["auroc"]) == (2, 2, 1.0)
+    assert is_in_distribution("Clean", "clean") and not is_in_distribution("c", "clean")
+    assert sorted(in_distribution_labels(b"Site A")) == ["site a"]
