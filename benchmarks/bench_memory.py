@@ -77,8 +77,8 @@ def _options(mode: str) -> dict:
     }[mode]
 
 
-#: activations of the networks per window voxel besides their output (for estimate_memory)
-NETWORK_BYTES = {"tiny": 100, "unet": 160}
+#: the networks of ``--network``
+NETWORKS = ("tiny", "unet")
 
 
 def _network(classes: int, kind: str = "tiny"):
@@ -110,6 +110,17 @@ def worker(mode: str, classes: int, size: int, samples: int, roi: int, kind: str
             return torch.softmax(base(x, net), 1)
         return MCDropoutInferer(num_samples=samples, base_inferer=base, seed=0, **_options(mode))(x, net)
 
+    if mode == "network":  # the network's own working memory per window voxel besides its output, measured as
+        # estimate_memory's network_bytes_per_voxel says (one window, stock inference); the estimates use it
+        with torch.no_grad():
+            net(torch.randn(1, 1, 16, 16, 16))
+            window = torch.randn(1, 1, roi, roi, roi)
+            _reset_peak()
+            rss0 = _rss_kib()
+            out = net(window)
+            peak = _peak_kib()
+        return {"mode": mode, "classes": classes,
+                "bytes_per_voxel": max((peak - rss0) * 1024 - out.numel() * out.element_size(), 0) / window.numel()}
     with torch.no_grad():
         run(torch.randn(1, 1, 16, 16, 16), 8)  # load every code path: the peak below is the case's own
         x = torch.randn(1, 1, size, size, size)
@@ -119,6 +130,31 @@ def worker(mode: str, classes: int, size: int, samples: int, roi: int, kind: str
         peak = _peak_kib()
     del out
     return {"mode": mode, "classes": classes, "peak_mib": (peak - rss0) / 1024}
+
+
+def shared_terms(classes: int, size: int, samples: int, roi: int, kind: str) -> dict:
+    """The shared-pass terms of :func:`~monai_unc.inferers.estimate_memory` for the ``mc`` contenders.
+
+    The inferers share what the samples share by default (``share_passes=True``; the tiny network's first
+    convolution runs once per window), and replay the rest for several samples at once: one window traced as the
+    inferer traces it, and the replay batch it chooses (``sample_batch_size="auto"``) for the samples after the
+    first. Without them the estimate is that of full passes (lower here: 130 MiB against a measured 201 at 3 classes).
+    """
+    import torch
+
+    from monai_unc.inferers import SharedPasses, enable_mc_dropout
+    from monai_unc.networks.shared import sample_batch
+
+    torch.manual_seed(0)
+    net = _network(classes, kind)
+    window = torch.randn(1, 1, roi, roi, roi)
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, window)
+    return {"sample_batch": sample_batch(passes, "auto", size**3, classes, samples - 1),
+            "shared_bytes_per_voxel": passes.shared_bytes / window.numel(),
+            "stochastic_bytes_per_voxel": passes.stochastic_bytes / window.numel(),
+            "copied_bytes_per_voxel": passes.copied_bytes / window.numel()}
 
 
 def compare(classes: int, size: int, samples: int, roi: int, kind: str) -> dict:
@@ -145,7 +181,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--roi", type=int, default=64)
     ap.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
-    ap.add_argument("--network", choices=sorted(NETWORK_BYTES), default="tiny")
+    ap.add_argument("--network", choices=NETWORKS, default="tiny")
     ap.add_argument("--default-malloc", action="store_true", help="keep glibc's dynamic mmap threshold")
     ap.add_argument("--no-compare", action="store_true", help="skip the float32-vs-float64 map comparison")
     ap.add_argument("--json", default=None, help="also print the results as JSON to this path ('-' for stdout)")
@@ -172,13 +208,20 @@ def main() -> None:
     rows = []
     for c in args.classes:
         stock = None
+        terms = shared_terms(c, args.size, args.samples, args.roi, args.network)
+        cmd = [sys.executable, __file__, "--_worker", "network", str(c), str(args.size), str(args.samples),
+               str(args.roi), args.network]
+        net_bytes = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                              env=env).stdout)["bytes_per_voxel"]
+        print(f"C={c:4d} {args.network} network: {net_bytes:.0f} bytes per window voxel besides its output "
+              "(measured; the estimates use it)", flush=True)
         for mode in args.contenders:
             cmd = [sys.executable, __file__, "--_worker", mode, str(c), str(args.size), str(args.samples),
                    str(args.roi), args.network]
             res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
             if mode == "stock":
                 est = estimate_memory((args.size,) * 3, c, roi_size=(args.roi,) * 3, stock=True,
-                                      network_bytes_per_voxel=NETWORK_BYTES[args.network])
+                                      network_bytes_per_voxel=net_bytes)
                 stock = res["peak_mib"]
             else:
                 opts = _options(mode)
@@ -186,7 +229,7 @@ def main() -> None:
                                       accum_dtype=opts.get("accum_dtype"),
                                       pred_dtype=opts.get("pred_dtype", torch.float32),
                                       class_variance=opts.get("class_variance", False),
-                                      network_bytes_per_voxel=NETWORK_BYTES[args.network])
+                                      network_bytes_per_voxel=net_bytes, **terms)
             res["bytes_per_voxel"] = res["peak_mib"] * 2**20 / voxels
             res["ratio_to_stock"] = res["peak_mib"] / stock if stock else None
             res["estimate_mib"] = est.total / 2**20
