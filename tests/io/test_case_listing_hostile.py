@@ -241,3 +241,41 @@ def test_nifti_pairs_named_as_channel_files_are_channels_of_their_case(tmp_path)
     nib.save(pair, nn / "atlas_0002.hdr")  # numbered with a gap: a case of its own, as before, not a refusal
     with pytest.warns(UserWarning, match=r"case1_0000\.hdr"):
         assert [c.case_id for c in list_image_cases(nn)] == ["atlas_0002", "case1", "case2", "case3"]
+
+
+@pytest.mark.parametrize("pairs", [False, True], ids=["nifti", "pairs"])
+def test_channel_files_list_a_folder_once_while_it_is_unchanged(tmp_path, monkeypatch, pairs):
+    """Found by review: image_channel_files listed the whole folder in every call (three calls a case in a triage),
+    so a cohort's cost grew with the square of its size. The listing is kept while the folder is unchanged; a file
+    added, removed or renamed is seen by the next call."""
+    import nibabel as nib
+
+    import monai_unc.io.cases as cases
+
+    def write(name):
+        img = np.zeros((2, 2, 2), np.int16)
+        if pairs:
+            nib.save(nib.Nifti1Pair(img, np.eye(4)), tmp_path / f"{name}.hdr")
+        else:
+            nib.save(nib.Nifti1Image(img, np.eye(4)), tmp_path / f"{name}.nii.gz")
+
+    ext = ".hdr" if pairs else ".nii.gz"
+    for case in ("a", "b", "c"):
+        for ch in (0, 1):
+            write(f"{case}_{ch:04d}")
+    calls = []
+    lister = "list_image_cases" if pairs else "list_files"
+    real = getattr(cases, lister)
+    monkeypatch.setattr(cases, lister, lambda *a, **k: calls.append(1) or real(*a, **k))
+    for case in ("a", "b", "c", "a"):
+        got = image_channel_files(tmp_path / f"{case}_0000{ext}")
+        assert [p.name for p in got] == [f"{case}_0000{ext}", f"{case}_0001{ext}"]
+    assert len(calls) == 1
+    write("d_0000")  # a new case: the folder changed
+    write("d_0001")
+    assert [p.name for p in image_channel_files(tmp_path / f"d_0000{ext}")] == [f"d_0000{ext}", f"d_0001{ext}"]
+    assert len(calls) == 2
+    assert image_channel_files(tmp_path / f"b_0001{ext}") == (tmp_path / f"b_0001{ext}",)  # not a first channel
+    for f in tmp_path.glob("c_000*"):  # a case removed
+        f.unlink()
+    assert image_channel_files(tmp_path / f"c_0000{ext}") == (tmp_path / f"c_0000{ext}",)
