@@ -27,7 +27,8 @@ Gradients are analytic, so no autograd graph is kept (checked against autograd i
 
 Plain RMSprop with a fixed learning rate settles in a limit cycle of amplitude about ``lr`` around the
 optimum (e.g. it oscillates between 0.68 and 0.73 for an optimum of 0.71), so by default the learning rate is
-halved whenever a step increases the loss (``lr_backoff=0.5``; pass ``None`` for the paper's plain RMSprop).
+halved whenever a step increases the loss and overshot (the gradient at the new ``t`` points back along the step;
+``lr_backoff=0.5``; pass ``None`` for the paper's plain RMSprop).
 The returned temperature is the one with the lowest loss seen.
 
 **Region-based (multi-label sigmoid) networks** (``activation="sigmoid"``): the logits ``(B, R, *spatial)`` hold
@@ -170,6 +171,18 @@ def _binned_ece(
     return per_loss, grad
 
 
+def _overshot(grad: torch.Tensor, last_step: torch.Tensor) -> bool:
+    """Whether the last step crossed a minimum: the gradient where it ended points along the step (uphill ahead).
+
+    The learning-rate backoff halves the rate only then. On a smooth loss a step that raised the loss always
+    overshot, so for the NLL this is the rise alone; the binned ECE loss jumps by a bin's worth of voxels, and on a
+    small calibration set it rose on the way down the slope while the gradient still pointed onwards: the rate was
+    halved again and again and the fit stalled far short of the optimum (t 6.8 instead of 9.7, found by hostile
+    testing).
+    """
+    return float((grad.to(torch.float64) * last_step.to(torch.float64)).sum()) > 0
+
+
 class TemperatureScaler(nn.Module):
     """Scalar or vector temperature scaling fitted on streamed logits (Kock et al. Sec. 2.3).
 
@@ -188,7 +201,8 @@ class TemperatureScaler(nn.Module):
         n_bins: number of bins of ``loss="ece"`` (Kock et al.: 20).
         min_bin_count: fewest voxels of a counted bin of ``loss="ece"`` (Kock et al.: 50).
         ignore_index: label value whose voxels are left out (e.g. -1 or 255).
-        lr_backoff: multiply the learning rate by this when a step increases the loss (None: never).
+        lr_backoff: multiply the learning rate by this when a step increases the loss and overshot the minimum (the
+            gradient at its end points back; None: never).
         min_temperature: lower bound of every ``t_c`` during the optimisation (positive).
         activation: ``"softmax"`` (class logits ``(B, C, *spatial)``, integer labels) or ``"sigmoid"``
             (region-based networks: one Bernoulli logit per region ``(B, R, *spatial)``, binary region masks of
@@ -560,6 +574,7 @@ class TemperatureScaler(nn.Module):
         opt = torch.optim.RMSprop([{"params": [p]} for p in params], lr=self.lr)
         best_loss, best_t = [math.inf] * n_groups, [p.detach().clone() for p in params]
         prev_loss = [math.inf] * n_groups
+        prev_t: torch.Tensor | None = None
         for step in range(self.max_steps):
             t_now = torch.cat([p.detach() for p in params])
             loss, grad, _ = self._pass(t_now, get_z, get_y, step == 0)
@@ -572,9 +587,11 @@ class TemperatureScaler(nn.Module):
             for g, (p, group) in enumerate(zip(params, opt.param_groups)):
                 if group_loss[g] < best_loss[g]:
                     best_loss[g], best_t[g] = group_loss[g], p.detach().clone()
-                if self.lr_backoff is not None and group_loss[g] > prev_loss[g]:
-                    group["lr"] *= self.lr_backoff
-            prev_loss = group_loss
+                if self.lr_backoff is not None and prev_t is not None and group_loss[g] > prev_loss[g]:
+                    part = slice(g, g + 1) if independent else slice(None)
+                    if _overshot(grad[part], t_now[part] - prev_t[part]):
+                        group["lr"] *= self.lr_backoff
+            prev_loss, prev_t = group_loss, t_now
             for g, p in enumerate(params):
                 p.grad = grad[g : g + 1].to(p.dtype) if independent else grad.to(p.dtype)
             opt.step()
@@ -790,13 +807,15 @@ def calibrate_network(
         mode: ``"scalar"`` or ``"vector"``.
         loss: ``"nll"`` or ``"ece"``.
         max_steps: at most this many optimisation steps.
-        example_input: an input of the network, to check that folding ``t`` into its last layer is exact.
+        example_input: an input of the network, to check that folding ``t`` into its last layer is exact; without it
+            a network that is not itself a single logit layer is not folded (nothing proves the fold exact).
         activation: ``"softmax"`` or ``"sigmoid"``.
         region_names: names of the regions (sigmoid only).
 
     Returns:
         ``(checkpoint, record)``. The checkpoint is the copy's state dict with ``t`` folded into the logit layer
-        when that provably divides the output by ``t`` (checked on ``example_input``); otherwise
+        when that provably divides the output by ``t`` (checked on ``example_input``, or ``network`` is itself the
+        Conv/ConvTranspose/Linear logit layer); otherwise (also without ``example_input``)
         ``{"state_dict": original, "temperature": t}``, which :func:`monai_unc.workflows.models.load_network`
         applies by dividing the logits. The record holds ``t``, convergence, and the pooled NLL / ECE / all-label
         ECE of the validation voxels before and after (:mod:`monai_unc.metrics.calibration`).
@@ -857,11 +876,15 @@ def calibrate_network(
         return out
 
     copy_net = copy.deepcopy(network).cpu().eval()
-    folded = True
-    try:
-        scaler.fold_into(copy_net, example_input=example_input)
-    except (ValueError, TypeError):
-        folded = False
+    # folded only where that provably divides the output by t: checked on example_input, or the network is the logit
+    # layer itself; without a check, the last Conv of a network whose output passes a residual addition (MONAI's UNet
+    # with residual units) or a deep-supervision head was folded and the record said so (found by hostile testing)
+    folded = example_input is not None or isinstance(copy_net, _FOLDABLE)
+    if folded:
+        try:
+            scaler.fold_into(copy_net, example_input=example_input)
+        except (ValueError, TypeError):
+            folded = False
     temperature = scaler.temperature.detach().float().cpu()
     state = copy_net.state_dict() if folded else {
         "state_dict": network.state_dict(), "temperature": temperature, "temperature_mode": mode,

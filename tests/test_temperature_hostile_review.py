@@ -111,3 +111,57 @@ def test_ece_loss_equals_ece_of_the_float64_softmax(n_bins, min_bin_count, dtype
         with pytest.warns(UserWarning, match="does not divide") if 15360 % n_bins else contextlib.nullcontext():
             ref = ece(torch.softmax(z.double() / t, 1), y, n_bins=n_bins, min_bin_count=min_bin_count)
         assert loss == pytest.approx(ref, abs=1e-12)
+
+
+def test_calibrate_network_folds_only_where_a_check_proves_it():
+    """Found by hostile testing: without example_input, calibrate_network folded t into the last Conv of MONAI's UNet
+    with residual units (a residual addition follows it) and recorded folded_into_last_layer=True; the "calibrated"
+    network's output was 3.4 off logits / t. Without a check it now keeps the original weights and the temperature
+    (applied at load); a network that is itself the logit layer is still folded."""
+    from monai.networks.nets import UNet
+
+    from monai_unc.temperature import calibrate_network
+
+    def unet() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return UNet(spatial_dims=2, in_channels=1, out_channels=3, channels=(4, 8), strides=(2,), num_res_units=2)
+
+    net = unet().eval()
+    x = torch.randn(2, 1, 16, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        z = 4 * net(x)
+    y = torch.distributions.Categorical(logits=(z / 4).movedim(1, -1)).sample()
+    state, record = calibrate_network([z], [y], net, max_steps=100)
+    t = record["temperature"][0]
+    assert t > 1.5
+    assert not record["folded_into_last_layer"]
+    assert torch.equal(state["temperature"], torch.tensor([t], dtype=torch.float32))
+    restored = unet().eval()
+    restored.load_state_dict(state["state_dict"])
+    with torch.no_grad():
+        torch.testing.assert_close(restored(x) / t, net(x) / t)
+    layer = torch.nn.Conv2d(1, 3, 1)  # the network is its own logit layer: the fold is exact without a check
+    with torch.no_grad():
+        zl = 4 * layer(x)
+    state, record = calibrate_network([zl], [y], layer, max_steps=100)
+    assert record["folded_into_last_layer"]
+    folded = torch.nn.Conv2d(1, 3, 1)
+    folded.load_state_dict(state)
+    with torch.no_grad():
+        torch.testing.assert_close(folded(x), layer(x) / record["temperature"][0], rtol=1e-4, atol=1e-5)
+
+
+def test_ece_loss_fit_on_a_small_set_reaches_the_optimum():
+    """Found by hostile testing: the backoff halved the learning rate whenever the binned ECE loss rose, and on 3600
+    voxels that loss ticks up on the way down the slope; the fit stalled at t = 6.83 (ECE 0.068) where the paper's
+    plain RMSprop reaches 9.7 (ECE 0.0205). The rate is now halved only when the step overshot (the gradient at its
+    end points back), so the default fit gets the plain fit's ECE, and the NLL fit is unchanged."""
+    torch.manual_seed(3)
+    zc = torch.randn(1, 3, 60, 60) * 2
+    y = torch.distributions.Categorical(logits=zc.movedim(1, -1)).sample()
+    z = zc * 10
+    err = {}
+    for backoff in (0.5, None):
+        t = TemperatureScaler(loss="ece", lr_backoff=backoff).fit(z, y).temperature.item()
+        err[backoff] = ece(torch.softmax(z.double() / t, 1), y, n_bins=20, min_bin_count=50)
+    assert err[0.5] <= 1.05 * err[None] and err[0.5] < 0.03
