@@ -286,8 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _interrupted(command: str) -> int:
     """Say in one stderr line that ``command`` was interrupted (Ctrl-C) and what to do; the exit status 130.
 
-    A command that resumes says to run it again (``nnunet-predict`` with ``--continue_prediction``); the others wrote
-    nothing that counts (their files are written atomically, a half-written one under a temporary name).
+    A command that resumes says to run it again (``nnunet-predict`` with ``--continue_prediction``; ``dicom-export``
+    to complete the folder: the objects of its cases done are written, its manifest is not); the others wrote nothing
+    that counts (their files are written atomically, a half-written one under a temporary name).
 
     Args:
         command: the command's name (``infer``, ``nnunet-predict``, ...; empty before one was given).
@@ -298,6 +299,8 @@ def _interrupted(command: str) -> int:
     resumable = ("infer", "demo", "evaluate", "triage", *(str(cls.command) for cls in command_products()))
     if command == "nnunet-predict":
         hint = "run the same command again with --continue_prediction to resume"
+    elif command == "dicom-export":  # the objects of the cases done are written, the manifest is not (docs/dicom.md)
+        hint = "run the same command again to complete the folder"
     elif command in resumable:
         hint = "run the same command again to resume"
     else:

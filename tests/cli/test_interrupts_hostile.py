@@ -28,6 +28,7 @@ def _main(argv: list[str]) -> int:
     (["evaluate", "-l", "L", "-p", "P", "-o", "O"], "run the same command again to resume"),
     (["infer", "-i", "I", "-o", "O", "--model", "example"], "run the same command again to resume"),
     (["report", "-e", "E"], "nothing was written"),
+    (["dicom-export", "-p", "P", "-s", "S", "-o", "O"], "run the same command again to complete the folder"),
 ])
 def test_ctrl_c_while_the_command_is_imported_is_one_line_and_130(command, hint, monkeypatch, capsys):
     """Ctrl-C during the imports after parsing (seconds of torch / MONAI) is the line of any other Ctrl-C."""
