@@ -195,7 +195,7 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
     def decorate(func: Callable[..., Any]) -> Any:
         global _NO_CACHE_TOLD
         try:
-            return numba.njit(cache=True, **options)(func)
+            return _saved_if_possible(numba.njit(cache=True, **options)(func))
         except RuntimeError as e:
             if "no locator available" not in str(e):
                 raise
@@ -208,3 +208,41 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
         return numba.njit(**options)(func)
 
     return decorate
+
+
+def _saved_if_possible(dispatcher: Any) -> Any:
+    """Make a numba dispatcher's disk cache skip, rather than raise, a compiled kernel it cannot write.
+
+    numba saves each newly compiled specialisation into the cache folder inside the call that compiled it (and a
+    kernel's first call compiles the jitted functions it calls, saving each): a full disk, an exhausted quota or a
+    file size limit there (the installation's ``__pycache__``, the user's cache folder, ``NUMBA_CACHE_DIR``: none of
+    them a command's output) raised its ``OSError`` out of the kernel, which stopped the command (found by hostile
+    testing: ``infer`` refused to start with ``No space left on device``, naming no file, while its output's disk
+    had room). The kernel is compiled and kept in memory before it is saved, so it runs; the save is skipped and one
+    log line per process says why.
+
+    Args:
+        dispatcher: a numba dispatcher made with ``cache=True``.
+
+    Returns:
+        The dispatcher, its cache's ``save_overload`` wrapped.
+    """
+    cache = getattr(dispatcher, "_cache", None)
+    save = getattr(cache, "save_overload", None)
+    if save is None:
+        return dispatcher
+    folder = getattr(cache, "_cache_path", None)
+
+    def save_overload(sig: Any, data: Any) -> None:
+        global _NO_CACHE_TOLD
+        try:
+            save(sig, data)
+        except OSError as e:
+            if not _NO_CACHE_TOLD:
+                _NO_CACHE_TOLD = True
+                logger.warning("numba could not keep compiled kernels in %s (%s): they are compiled in each process, "
+                               "seconds at their first use; free space there or set NUMBA_CACHE_DIR to a folder only "
+                               "this user can write to, to keep them", folder, e.strerror or e)
+
+    cache.save_overload = save_overload
+    return dispatcher

@@ -178,6 +178,20 @@ def _import_workflow(command: str) -> Callable[[argparse.Namespace], CommandResu
     return workflow
 
 
+def _run_nnunet(args: argparse.Namespace, nnunet_cli: Any) -> int:
+    """Run a parsed nnU-Net sub-command (``nnunet_cli``: :mod:`monai_unc.nnunet.cli`); its exit status.
+
+    ``nnunet-predict --output-format dicom|both`` predicts, then writes the DICOM objects (the ``dicom`` extra).
+    """
+    if getattr(args, "output_format", "nifti") == "nifti":
+        return int(nnunet_cli.run(args))
+    try:  # nnunet-predict --output-format dicom|both: the prediction, then its DICOM objects
+        from .workflows.dicom import nnunet_predict_dicom
+    except ImportError as e:
+        return _missing_dependency(args.command, e)
+    return nnunet_predict_dicom(args, nnunet_cli.run)
+
+
 #: the key of the workflow of every product's command (a product registered after the first run has one too)
 _PRODUCT_COMMAND = "<product command>"
 #: the keys of :data:`_WORKFLOWS`: the commands of :func:`_import_workflow`
@@ -249,19 +263,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    try:
-        parser, nnunet_cli = build_parser(command)
-    except ImportError as e:
-        print(f"monai-unc {command}: error: {e}", file=sys.stderr)
-        return 2
-    with warnings.catch_warnings():  # parsing included: a deprecated --measures name warns while it is parsed
-        # the package's own deprecations are shown (Python hides a DeprecationWarning raised outside __main__), and
-        # every warning of the package is one line (found by testing the docs: `--score <m>_patch` warned nothing)
-        if not sys.warnoptions:  # the user's -W / PYTHONWARNINGS decide otherwise (found by hostile testing:
-            # `error::DeprecationWarning` in a CI had become a warning line)
-            warnings.filterwarnings("default", category=DeprecationWarning, module=r"monai_unc(\.|$)")
-        warnings.showwarning = _one_line_warning(command or "")
-        return _parse_and_run(parser, nnunet_cli, argv)
+    try:  # Ctrl-C at any moment, the seconds of imports after parsing included (found by hostile testing: a
+        # traceback and death by SIGINT where the line and exit status 130 are promised)
+        try:
+            parser, nnunet_cli = build_parser(command)
+        except ImportError as e:
+            print(f"monai-unc {command}: error: {e}", file=sys.stderr)
+            return 2
+        with warnings.catch_warnings():  # parsing included: a deprecated --measures name warns while it is parsed
+            # the package's own deprecations are shown (Python hides a DeprecationWarning raised outside __main__),
+            # and every warning of the package is one line (found by testing the docs: `--score <m>_patch` warned
+            # nothing)
+            if not sys.warnoptions:  # the user's -W / PYTHONWARNINGS decide otherwise (found by hostile testing:
+                # `error::DeprecationWarning` in a CI had become a warning line)
+                warnings.filterwarnings("default", category=DeprecationWarning, module=r"monai_unc(\.|$)")
+            warnings.showwarning = _one_line_warning(command or "")
+            return _parse_and_run(parser, nnunet_cli, argv)
+    except KeyboardInterrupt:
+        return _interrupted(command or "")
+
+
+def _interrupted(command: str) -> int:
+    """Say in one stderr line that ``command`` was interrupted (Ctrl-C) and what to do; the exit status 130.
+
+    A command that resumes says to run it again (``nnunet-predict`` with ``--continue_prediction``; ``dicom-export``
+    to complete the folder: the objects of its cases done are written, its manifest is not); the others wrote nothing
+    that counts (their files are written atomically, a half-written one under a temporary name).
+
+    Args:
+        command: the command's name (``infer``, ``nnunet-predict``, ...; empty before one was given).
+
+    Returns:
+        130, the exit status of a command interrupted by Ctrl-C.
+    """
+    resumable = ("infer", "demo", "evaluate", "triage", *(str(cls.command) for cls in command_products()))
+    if command == "nnunet-predict":
+        hint = "run the same command again with --continue_prediction to resume"
+    elif command == "dicom-export":  # the objects of the cases done are written, the manifest is not (docs/dicom.md)
+        hint = "run the same command again to complete the folder"
+    elif command in resumable:
+        hint = "run the same command again to resume"
+    else:
+        hint = "nothing was written"
+    print(f"{f'monai-unc {command}' if command else 'monai-unc'}: interrupted; {hint}", file=sys.stderr, flush=True)
+    return 130
 
 
 def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[str]) -> int:
@@ -269,13 +314,13 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
     args = parser.parse_args(argv)
     warnings.showwarning = _one_line_warning(args.command)  # the parsed command's name (restored by main)
     if nnunet_cli is not None:
-        if getattr(args, "output_format", "nifti") == "nifti":
-            return int(nnunet_cli.run(args))
-        try:  # nnunet-predict --output-format dicom|both: the prediction, then its DICOM objects
-            from .workflows.dicom import nnunet_predict_dicom
-        except ImportError as e:
-            return _missing_dependency(args.command, e)
-        return nnunet_predict_dicom(args, nnunet_cli.run)
+        try:
+            return _run_nnunet(args, nnunet_cli)
+        except OSError as e:  # a full disk, an output that cannot be written: one line naming the file, as for every
+            # command (found by hostile testing: nnunet-predict on a full disk printed OSError's traceback, exit 1)
+            _import_names()
+            print(f"monai-unc {args.command}: error: {error_text(e)}", file=sys.stderr, flush=True)
+            return 2
     try:
         _import_commands(args.command)  # after parsing, and that command's workflow only (module docstring)
     except ImportError as e:
@@ -287,10 +332,7 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
     except CohortFailed as e:  # some cases failed: rank 0 said which, the other cases are done
         return e.exit_status
     except KeyboardInterrupt:
-        resumable = ("infer", "demo", "evaluate", "triage", *(str(cls.command) for cls in command_products()))
-        hint = "run the same command again to resume" if args.command in resumable else "nothing was written"
-        print(f"monai-unc {args.command}: interrupted; {hint}", file=sys.stderr)
-        return 130
+        return _interrupted(args.command)
     except _INPUT_ERRORS as e:
         print(f"monai-unc {args.command}: error: {error_text(e)}", file=sys.stderr, flush=True)
         return 2

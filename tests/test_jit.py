@@ -237,3 +237,65 @@ for _ in range(3):
     stats.update(torch.softmax(torch.randn(1, 3, 5, 5, 5, generator=g), 1))
 print("stats", hashlib.sha256(stats.mean.numpy().tobytes()).hexdigest())
 """
+
+
+def test_a_kernel_whose_disk_cache_cannot_be_written_runs(monkeypatch, caplog):
+    """Found by hostile testing: numba saves a new kernel into its cache folder inside the first call; a full disk or
+    an exhausted quota there (``ENOSPC`` / ``EDQUOT`` / ``EFBIG``) raised out of the call, and ``infer`` stopped
+    before its first case (``No space left on device``, naming no file) while the output's disk had room. The
+    kernel runs from memory, the save is skipped and one log line says so."""
+    numba = pytest.importorskip("numba")
+    import errno
+
+    from numba.core import caching
+
+    import monai_unc._jit as jit
+
+    def full(self, sig, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(caching.Cache, "save_overload", full)
+    monkeypatch.setattr(jit, "_NO_CACHE_TOLD", False)
+
+    def triple(x):
+        return 3 * x
+
+    with pytest.raises(OSError, match="No space"):  # what numba does alone
+        numba.njit(cache=True)(triple)(1)
+
+    def inner(x):
+        return x + 1
+
+    inner_kernel = jit.njit()(inner)
+
+    def outer(x):  # its first call compiles inner too, whose save fails inside outer's compilation
+        return 2 * inner_kernel(x)
+
+    kernel = jit.njit()(outer)
+    with caplog.at_level("WARNING", logger="monai_unc._jit"):
+        assert kernel(2) == 6 and kernel(2) == 6 and kernel(2.5) == 7.0 and jit.njit()(triple)(2) == 6
+    told = [r.getMessage() for r in caplog.records if "could not keep compiled kernels" in r.getMessage()]
+    assert len(told) == 1 and "No space left on device" in told[0], told
+
+
+def test_the_kernels_run_with_their_cache_folder_on_a_full_disk(tmp_path):
+    """The same, for real: ``NUMBA_CACHE_DIR`` on a full tmpfs (private user and mount namespace; skipped where it
+    cannot be mounted): the histogram update and the fused sample statistics give the numbers of a cached kernel."""
+    pytest.importorskip("numba")
+    from tests._full_disk import run_on_a_full_disk
+
+    done = run_on_a_full_disk(tmp_path, """
+import os, sys
+os.makedirs(sys.argv[1] + "/numba")
+fill(sys.argv[1])
+os.environ["NUMBA_CACHE_DIR"] = sys.argv[1] + "/numba"
+""" + _READ_ONLY_CHECK, size_kib=64)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import contextlib
+    import io
+
+    here = io.StringIO()
+    with contextlib.redirect_stdout(here):
+        exec(_READ_ONLY_CHECK, {})
+    assert done.stdout == here.getvalue() and "fused" in done.stdout
+    assert "could not keep compiled kernels" in done.stderr

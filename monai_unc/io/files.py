@@ -137,14 +137,17 @@ def partial_path(path: str | os.PathLike, ending: str | None = None) -> Path:
     return path.with_name(f".{name}.partial")
 
 
-#: the error numbers of a full disk (``ENOSPC``) or an exhausted quota (``EDQUOT`` where the platform has it)
-DISK_FULL_ERRNOS = frozenset(n for n in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if n is not None)
+#: the error numbers of a full disk (``ENOSPC``), an exhausted quota (``EDQUOT`` where the platform has it) or a file
+#: size limit (``EFBIG``: ``ulimit -f`` / ``RLIMIT_FSIZE`` of a job, or the largest file of the file system)
+DISK_FULL_ERRNOS = frozenset(n for n in (errno.ENOSPC, getattr(errno, "EDQUOT", None), errno.EFBIG) if n is not None)
 
 
 def is_disk_full(error: BaseException) -> bool:
-    """Whether an error is a full disk or an exhausted quota (:data:`DISK_FULL_ERRNOS`).
+    """Whether an error is a full disk, an exhausted quota or a file size limit (:data:`DISK_FULL_ERRNOS`).
 
-    Such an error is the environment's, not the data's: every further write fails alike until space is freed.
+    Such an error is the environment's, not the data's: every further write fails alike until space is freed (or the
+    limit raised). Found by hostile testing: under ``ulimit -f`` (``EFBIG``, "File too large") ``infer`` computed
+    every case of the cohort, failed each at its first large file and blamed every case in ``failures.json``.
 
     Args:
         error: the exception.
@@ -155,6 +158,8 @@ def is_disk_full(error: BaseException) -> bool:
     Example:
         >>> is_disk_full(OSError(errno.ENOSPC, "No space left on device")), is_disk_full(OSError(errno.ENOENT, "x"))
         (True, False)
+        >>> is_disk_full(OSError(errno.EFBIG, "File too large"))
+        True
     """
     return isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS
 

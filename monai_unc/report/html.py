@@ -57,7 +57,7 @@ from ..evaluation import (
 )
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.products import PRODUCTS_DIR
-from ..io import CaseFiles, LoadedCase, atomic_write_text, csv_text, list_image_cases, load_case, read_csv
+from ..io import CaseFiles, LoadedCase, atomic_write_text, csv_text, list_image_cases, load_case, owned_folder, read_csv
 from ..product import (
     Overlay,
     ReportSection,
@@ -870,7 +870,11 @@ def build_report(
             ``delta``, ``risk``, ``risk_method``, ``calibration_cases``).
 
     Returns:
-        The path of ``report.html``.
+        The path of ``report.html``. ``figures/`` holds the page's figures only: the PNGs of an earlier report there
+        are removed first.
+
+    Raises:
+        ValueError: ``<output>/figures`` is a symbolic link (:func:`monai_unc.io.owned_folder`).
     """
     evaluation = Path(evaluation)
     state, saved = load_evaluation(evaluation)
@@ -884,7 +888,10 @@ def build_report(
     summary = dict(saved if summary is None else summary)
     config = config_from_summary(saved, state.rows, summary["triage"]["budget"])
     out_dir = Path(output) if output is not None else evaluation / "report"
-    fig_dir = out_dir / "figures"
+    fig_dir = owned_folder(out_dir, "figures")  # not a link: an earlier report's figures are removed
+    if fig_dir.is_dir():  # found by hostile testing: a rerun with other case figures (--cases, --budget, another
+        for p in fig_dir.glob("*.png"):  # evaluation) left the earlier run's case_<id>.png beside the page's figures
+            p.unlink()
     rows = state.sorted_rows()
     score_key = summary["score"]["column"]
     raw = np.array([float(r[score_key]) if r.get(score_key) not in (None, "") else np.nan for r in rows])

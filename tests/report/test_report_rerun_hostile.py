@@ -1,0 +1,58 @@
+"""Hostile review of a report written again into the same folder: ``figures/`` holds the page's figures only.
+
+Found by rerunning the commands into their folders: ``monai-unc report`` with fewer case figures (``--cases``,
+another ``--budget``, or the evaluation folder evaluated again with other predictions) left the earlier run's
+``figures/case_<id>.png`` beside the new page's figures, although the figures there are documented as the page's
+(docs/report.md): a reader who takes a PNG from the folder got another run's overlay.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import warnings
+
+import pytest
+
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.evaluation import EvaluationConfig, run_evaluate
+from monai_unc.report.html import build_report
+
+
+@pytest.fixture(scope="module")
+def evaluation(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rerun")
+    data = write_toy_cohort(root / "data", n_cases=4, shape=(12, 12, 12))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(data["labels"], data["predictions"], root / "eval", EvaluationConfig(budget=0.25))
+    return root / "eval"
+
+
+def _embedded(html) -> set[bytes]:
+    return {base64.b64decode(m) for m in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html.read_text())}
+
+
+def test_a_report_written_again_keeps_only_its_own_figures(evaluation):
+    build_report(evaluation, n_cases=3)
+    cases_before = sorted(p.name for p in (evaluation / "report" / "figures").glob("case_*.png"))
+    assert len(cases_before) >= 3
+    html = build_report(evaluation, n_cases=0)
+    files = sorted((evaluation / "report" / "figures").glob("*.png"))
+    assert not [p.name for p in files if p.name.startswith("case_")], "an earlier report's case figures remain"
+    embedded = _embedded(html)
+    assert files and all(p.read_bytes() in embedded for p in files)
+
+
+def test_a_linked_figures_folder_is_refused_and_its_files_kept(evaluation, tmp_path):
+    """The figures are removed in ``figures/`` only when it is the report's own folder, not a link elsewhere."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.png").write_bytes(b"\x89PNG")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(elsewhere, out / "figures")
+    with pytest.raises(ValueError, match="symbolic link"):
+        build_report(evaluation, out, n_cases=0)
+    assert (elsewhere / "keep.png").exists()
