@@ -299,3 +299,18 @@ os.environ["NUMBA_CACHE_DIR"] = sys.argv[1] + "/numba"
         exec(_READ_ONLY_CHECK, {})
     assert done.stdout == here.getvalue() and "fused" in done.stdout
     assert "could not keep compiled kernels" in done.stderr
+
+
+def test_every_kernel_is_compiled_through_monai_unc_jit():
+    """Found by hostile testing: the SVLS loss kernels called ``numba.njit(cache=True)`` themselves, so a cache folder
+    on a full disk (or a read-only installation) stopped the training loss, which ``monai_unc._jit.njit`` handles."""
+    import re
+
+    from tests._paths import ROOT
+
+    direct = re.compile(r"\bnumba\s*\.\s*(?:njit|jit|vectorize|guvectorize)\b"
+                        r"|from\s+numba\s+import\s+[^\n]*\b(?:njit|jit)\b")
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "monai_unc").rglob("*.py")) if p.name != "_jit.py"
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if direct.search(line.split("#")[0])]  # code, not a comment that names numba's decorator
+    assert not found, found

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._jit import cached_kernel
+from .._jit import cached_kernel, njit
 from .._lazy import lazy_optional
 
 __all__ = ["available", "smooth_axes"]
@@ -28,9 +28,9 @@ MIN_ROWS_PER_THREAD = 64
 
 
 def _build() -> Any:
-    import numba
-
-    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    # monai_unc._jit.njit: a cache folder that cannot be written (read-only install, full disk) costs a compile, not
+    # the loss (found by hostile testing of full disks)
+    @njit(nogil=True, boundscheck=False)
     def inner_axis(src, dst, w, orig, c0, lo, hi):  # pragma: no cover - compiled
         # src, dst, orig: (P, n, M) with M > 1 contiguous; dst[i, j] = sum_t w[t] src[i, clamp(j + t - h)] (+ c0 orig)
         n = src.shape[1]
@@ -67,7 +67,7 @@ def _build() -> Any:
                         for m in range(d.shape[0]):
                             d[m] += c0 * o[m]
 
-    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    @njit(nogil=True, boundscheck=False)
     def last_axis(src, dst, w, orig, c0, lo, hi):  # pragma: no cover - compiled
         # src, dst, orig: (P, n), the axis contiguous
         n = src.shape[1]
