@@ -38,6 +38,7 @@ __all__ = [
     "derived_map_path",
     "write_derived_maps",
     "primary_measure",
+    "check_primary_measure",
     "QU_BRATS_COLUMNS",
     "case_tasks",
     "unclaimed_case_labels",
@@ -344,6 +345,44 @@ def primary_measure(maps: Mapping[str, np.ndarray], wanted: str | None) -> str |
     if "predictive_entropy" in maps:
         return "predictive_entropy"
     return next(iter(maps), None)
+
+
+def check_primary_measure(cases: Sequence[CaseFiles], wanted: str | None) -> None:
+    """Refuse, before any case is read, a primary measure that the cases' files give no map of.
+
+    A case's maps are its map files, or, without any, the maps :func:`derived_maps` computes from its probabilities
+    (found by hostile testing: ``evaluate --measure variance`` on predictions without variance maps evaluated every
+    case and failed each one, exit status 1, where a missing map is an error of the whole run).
+
+    Args:
+        cases: the matched cases (:func:`~monai_unc.io.match_cases`).
+        wanted: the ``--measure`` asked for, or None (the default: any case has one, :func:`primary_measure`).
+
+    Raises:
+        ValueError: naming ``--measure``, the first case without the map and the measures it has.
+
+    Example:
+        >>> files = CaseFiles("c1", Path("l.nii.gz"), None, Path("c1_probs.nii.gz"), {}, None)
+        >>> check_primary_measure([files], "predictive_entropy")
+        >>> check_primary_measure([files], "variance")
+        Traceback (most recent call last):
+        ...
+        ValueError: --measure 'variance': case 'c1' has no map of it (its maps: ['one_minus_max_prob', \
+'predictive_entropy']); choose one of them, or predict with that measure (monai-unc infer --measures)
+    """
+    if wanted is None:
+        return
+    for files in cases:
+        # derived_maps' rule: the map files, else the two maps computed from the probabilities
+        names = sorted(files.maps) or (sorted(_DERIVED_MEASURES) if files.probs is not None else [])
+        if wanted not in names:
+            raise ValueError(f"--measure {wanted!r}: case {files.case_id!r} has no map of it (its maps: "
+                             f"{names or 'none'}); choose one of them, or predict with that measure (monai-unc "
+                             "infer --measures)")
+
+
+#: the maps :func:`derived_maps` computes from the probabilities of a case without map files
+_DERIVED_MEASURES = ("predictive_entropy", "one_minus_max_prob")
 
 
 def combined_score(values: list[float]) -> float:
