@@ -2,7 +2,8 @@
 
 Each was a silent wrong output or a late failure before: an explicit ``--seg-suffix`` that matched no file scored
 the argmax of the probabilities instead of the user's segmentations (exit 0); an ``--uncertainty`` folder without
-maps was evaluated without them (exit 0); ``--measure`` without maps failed every case after evaluating it (exit 1);
+maps was evaluated without them (exit 0); ``--measure`` without maps failed every case after evaluating it (exit 1)
+and a ``--score`` typo was refused only after every case;
 ``infer --checkpoint A B`` without ``ensemble`` dropped ``B`` without a word; a ``--regions`` file that is not
 UTF-8 was the codec's words alone; ``python -m monai_unc`` did not run. Small synthetic inputs: 16^3 toy cases
 (:func:`monai_unc.data.cohorts.write_toy_cohort`) with their predictions (probabilities and predictive entropy).
@@ -82,6 +83,28 @@ def test_a_measure_without_maps_is_refused_before_any_case(toy, tmp_path, capsys
                         "--quiet", *flags], capsys)
     assert status == 2 and len(err) == 1 and f"--measure {flags[-1]!r}" in err[0], err  # was: exit 1, every case
     assert not (out / "failures.json").exists() and not (out / "state").exists()
+
+
+@pytest.mark.parametrize("score, said", [("predictive_entropy_fgmean", "is not a case score"),
+                                         ("mutual_information_fg_mean", "its measure 'mutual_information'")])
+def test_a_score_typo_or_without_maps_is_refused_before_any_case(toy, tmp_path, capsys, score, said):
+    out = tmp_path / "e"
+    status, err = _run(["evaluate", "-l", str(toy / "labels"), "-p", str(toy / "predictions"), "-o", str(out),
+                        "--quiet", "--score", score], capsys)
+    assert status == 2 and len(err) == 1 and "--score" in err[0] and said in err[0], err
+    assert not (out / "state").exists()  # was: refused after every case was evaluated
+
+
+def test_the_former_score_names_are_still_accepted(toy, tmp_path, capsys):
+    probs_only = tmp_path / "pred"  # its maps derived from the probabilities: predictive entropy, 1 - max p
+    probs_only.mkdir()
+    for f in (toy / "predictions").glob("*_probs.nii.gz"):
+        shutil.copy(f, probs_only / f.name)
+    for i, (pred, score) in enumerate(((toy / "predictions", "predictive_entropy_patch"),
+                                       (probs_only, "max_softmax_fg_mean"))):
+        status, err = _run(["evaluate", "-l", str(toy / "labels"), "-p", str(pred), "-o", str(tmp_path / f"e{i}"),
+                            "--quiet", "--score", score, "--no-spatial"], capsys)
+        assert status == 0 and any("deprecated" in line for line in err), err
 
 
 def test_a_measure_derived_from_the_probabilities_is_kept(toy, tmp_path, capsys):
