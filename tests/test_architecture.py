@@ -52,6 +52,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     8: ("report",),
     9: ("workflows",),
     10: ("cli",),
+    11: ("__main__",),
 }
 LAYER_OF = {c: layer for layer, comps in LAYERS.items() for c in comps}
 

@@ -21,14 +21,15 @@ import torch
 
 from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
 from ..io import CaseError, CaseFiles, LoadedCase, save_nifti, save_region_maps
+from ..keys import MEASURES
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
 from ..metrics.overlap import dice
 from ..metrics.quality import QualityScores, expected_dice, quality_estimates
 from ..regions import label_to_regions, parse_regions, unclaimed_labels
-from ..scores import CASE_SCORES, PATCH_SIZE, case_scores
+from ..scores import CASE_SCORES, PATCH_SIZE, case_scores, resolve_score_column
 from ..state import StateGroup, pack_states, unpack_states
-from .config import EvaluationConfig, region_suffix
+from .config import EvaluationConfig, parse_score_column, region_suffix
 
 __all__ = [
     "CaseResult",
@@ -38,6 +39,7 @@ __all__ = [
     "derived_map_path",
     "write_derived_maps",
     "primary_measure",
+    "check_measure_options",
     "QU_BRATS_COLUMNS",
     "case_tasks",
     "unclaimed_case_labels",
@@ -344,6 +346,58 @@ def primary_measure(maps: Mapping[str, np.ndarray], wanted: str | None) -> str |
     if "predictive_entropy" in maps:
         return "predictive_entropy"
     return next(iter(maps), None)
+
+
+def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
+    """Refuse, before any case is read, a ``--measure`` or ``--score`` that the cases' files cannot give.
+
+    A case's maps are its map files, or, without any, the maps :func:`derived_maps` computes from its probabilities.
+    Found by hostile testing: ``evaluate --measure variance`` on predictions without variance maps evaluated every case
+    and failed each one (exit status 1), and a ``--score`` typo (``predictive_entropy_fgmean``) was refused only after
+    every case was evaluated. The score must be a label-free case score
+    (:func:`~monai_unc.evaluation.config.parse_score_column`; the former names ``<m>_patch`` and ``max_softmax_*`` are
+    read as :func:`~monai_unc.evaluation.cohort.score_column` reads them) of a measure the cases have.
+
+    Args:
+        cases: the matched cases (:func:`~monai_unc.io.match_cases`).
+        config: the validated evaluation options (``measure``, ``score``, ``regions``).
+
+    Raises:
+        ValueError: one line naming ``--measure`` or ``--score``, and for a missing map the first case without it and
+            the maps it has.
+
+    Example:
+        >>> files = CaseFiles("c1", Path("l.nii.gz"), None, Path("c1_probs.nii.gz"), {}, None)
+        >>> check_measure_options([files], EvaluationConfig(measure="predictive_entropy"))
+        >>> check_measure_options([files], EvaluationConfig(measure="variance"))
+        Traceback (most recent call last):
+        ...
+        ValueError: --measure 'variance': case 'c1' has no map of it (its maps: ['one_minus_max_prob', \
+'predictive_entropy']); choose one of them, or predict with that measure (monai-unc infer --measures)
+    """
+    wanted = {}
+    if config.measure is not None:
+        wanted["--measure"] = (config.measure, config.measure)
+    if config.score is not None:
+        name = config.score
+        if name.startswith("max_softmax_"):  # the former name of the one_minus_max_prob map
+            name = "one_minus_max_prob_" + name[len("max_softmax_"):]
+        name = resolve_score_column(name, [f"{m}_{s}" for m in MEASURES for s in CASE_SCORES], warn=False)
+        regions = None if config.regions is None else list(config.regions)
+        wanted["--score"] = (config.score, parse_score_column(name, regions, option="--score")[0])
+    for option, (value, measure) in wanted.items():
+        for files in cases:
+            # derived_maps' rule: the map files, else the two maps computed from the probabilities
+            names = sorted(files.maps) or (sorted(_DERIVED_MEASURES) if files.probs is not None else [])
+            if measure not in names:
+                what = "it" if value == measure else f"its measure {measure!r}"
+                raise ValueError(f"{option} {value!r}: case {files.case_id!r} has no map of {what} (its maps: "
+                                 f"{names or 'none'}); choose one of them, or predict with that measure (monai-unc "
+                                 "infer --measures)")
+
+
+#: the maps :func:`derived_maps` computes from the probabilities of a case without map files
+_DERIVED_MEASURES = ("predictive_entropy", "one_minus_max_prob")
 
 
 def combined_score(values: list[float]) -> float:

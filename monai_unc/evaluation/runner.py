@@ -52,7 +52,7 @@ from .products import (
     write_case_files,
 )
 from .resume import CASES_DIR, case_cache, case_config_fingerprint
-from .rows import write_derived_maps
+from .rows import check_measure_options, write_derived_maps
 from .triage import prediction_regions, region_differences
 
 __all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "check_unclaimed_labels",
@@ -440,6 +440,7 @@ def _run_evaluate(
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
         config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
+        check_measure_options(cases, config)  # --measure / --score without maps: one refusal, not one per case
         check_products(cases, config, inputs)  # the products' refusals (e.g. probabilities they need): before any work
         check_recorded_regions(match_kwargs["predictions"], match_kwargs["layout"], config.regions)
         return cases

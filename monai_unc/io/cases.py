@@ -915,9 +915,9 @@ def match_cases(
             ``<case>.dcm`` (then ``images`` must give each case's DICOM series: :func:`read_label`).
         predictions: folder with segmentations and/or probabilities (see :data:`LAYOUTS`).
         layout: ``"monai-unc"`` or ``"nnunet"``: default suffixes and the uncertainty sub-folder.
-        seg_suffix: overrides the layout's suffix of the segmentations.
-        probs_suffix: overrides the layout's suffix of the probabilities.
-        uncertainty: folder of ``<case>_<measure>.<ext>`` maps (default from the layout).
+        seg_suffix: overrides the layout's suffix of the segmentations (then some labelled case must have one).
+        probs_suffix: overrides the layout's suffix of the probabilities (then some labelled case must have them).
+        uncertainty: folder of ``<case>_<measure>.<ext>`` maps (default from the layout); one named must hold maps.
         measures: measures to read, each a map every case must have; None (the default): every one of
             :data:`MEASURES` whose maps are found; an empty list: no map.
         images: optional folder of the input images (for overlays), nnU-Net channel files allowed.
@@ -933,7 +933,9 @@ def match_cases(
     Raises:
         ValueError: an unknown ``layout`` or measure.
         FileNotFoundError: a folder does not exist.
-        CaseError: no label, a measure without maps, or cases that lack files or labels (see above), or a case whose
+        CaseError: no label, a measure without maps, an explicit ``seg_suffix`` / ``probs_suffix`` that names no
+            file of a labelled case, an explicit ``uncertainty`` folder without maps, or cases that lack files or
+            labels (see above), or a case whose
             image is its own label, segmentation, probabilities or map file (``images`` naming one of those
             folders, e.g. the predictions of the ``nnunet`` layout).
 
@@ -950,6 +952,7 @@ def match_cases(
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     lay = LAYOUTS[layout]
+    given_suffixes = {"--seg-suffix": seg_suffix, "--probs-suffix": probs_suffix}  # None: the layout's
     seg_suffix = lay["seg_suffix"] if seg_suffix is None else seg_suffix
     probs_suffix = lay["probs_suffix"] if probs_suffix is None else probs_suffix
     pred_dir = Path(predictions)
@@ -976,6 +979,13 @@ def match_cases(
         # "" matches every file: keep probability files and measure maps out of the segmentations
         taken = set(prob_files.values())
         seg_files = {k: v for k, v in seg_files.items() if v not in taken and not _is_map_name(k)}
+    # a suffix named explicitly must name files (found by hostile testing: `--seg-suffix _postt`, a typo, scored the
+    # argmax of the probabilities instead of the post-processed segmentations, with exit status 0)
+    for option, found in (("--seg-suffix", seg_files), ("--probs-suffix", prob_files)):
+        given = given_suffixes[option]
+        if given is not None and not set(found) & set(label_files):
+            raise CaseError(f"{option} {given!r}: no file <case>{given}.<ext> of a labelled case in {pred_dir}; "
+                            f"check the suffix (or leave {option} out for the layout's)")
     map_files: dict[str, dict[str, Path]] = {}
     if measures is not None:
         measures = [canonical_measure(m, stacklevel=3) for m in measures]
@@ -998,6 +1008,10 @@ def match_cases(
                         break
             if found:
                 map_files[m] = found
+    if uncertainty is not None and measures is None and not map_files:  # named explicitly: it must hold maps
+        raise CaseError(f"--uncertainty {unc_dir}: no uncertainty map (<case>_<measure>.<ext>, measure one of "
+                        f"{MEASURES}) in it; give the folder of the maps, or leave --uncertainty out to evaluate "
+                        "without them")
     if measures:
         absent = [m for m in measures if m not in map_files]
         if absent:

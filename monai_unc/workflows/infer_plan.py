@@ -168,8 +168,8 @@ def prepare_infer(
         model: ``"example"``, the shipped MNI152 tissue UNet (exactly one of ``model``, ``bundle``, ``network``).
         bundle: a MONAI bundle folder (``configs/inference.json`` with ``network_def``, ``models/model.pt``).
         network: a network as a MONAI config: a dict, inline JSON or a ``.json``/``.yaml`` file with ``_target_``.
-        checkpoint: weights (state dict); several files are the members of ``method="ensemble"`` (otherwise only the
-            first is used).
+        checkpoint: weights (state dict); several files are the members of ``method="ensemble"`` (refused without
+            ``ensemble`` in ``method``).
         unsafe_load: read checkpoints with ``torch.load(weights_only=False)`` (only for files you trust).
         allow_code: names a ``network`` spec may build besides the allowed networks (they run code: trusted specs
             only; :func:`~monai_unc.workflows.models.check_network_spec`).
@@ -234,8 +234,13 @@ def prepare_infer(
     device = resolve_device(device)
     cases = list_image_cases(input)
     check_case_ids(cases)  # a case 'infer' or 'failures' would replace the run's own files: before the model loads
+    files = checkpoint_list(checkpoint)
+    if len(files) > 1 and "ensemble" not in method_tokens(method):  # found by hostile testing: all but the first
+        # were dropped without a word (infer.json listed them all), the maps those of one network
+        raise ValueError(f"--checkpoint: {len(files)} files are the members of an ensemble, but --method {method} "
+                         f"uses one network; add ensemble (--method {method}+ensemble) or give one file")
     loaded = load_network(
-        model=model, bundle=bundle, network=network, checkpoints=checkpoint_list(checkpoint),
+        model=model, bundle=bundle, network=network, checkpoints=files,
         unsafe_load=unsafe_load, device=device, bundle_preprocessing=bundle_preprocessing, allow_code=allow_code,
     )  # fmt: skip
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network

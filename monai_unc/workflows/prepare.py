@@ -136,7 +136,8 @@ def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, t
 
     Returns:
         ``{region: (label, ...)}`` in channel order, or None for None. ``FileNotFoundError`` for a ``.json`` path
-        that does not exist, ``ValueError`` naming ``--regions`` for any other problem.
+        that does not exist, ``ValueError`` naming ``--regions`` for any other problem (a file that is not UTF-8
+        text included).
     """
     if spec is None:
         return None
@@ -145,7 +146,11 @@ def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, t
         path = Path(spec)
         if not path.is_file():
             raise FileNotFoundError(f"--regions: file not found: {path}")
-        spec = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Notepad) skipped
+        try:
+            spec = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Notepad) skipped
+        except UnicodeDecodeError as e:  # found by hostile testing: the codec's words alone, no option, no file
+            raise ValueError(f"--regions: {path} is not UTF-8 text ({e.reason} at byte {e.start}): save it as "
+                             "UTF-8") from None
     try:
         return parse_regions(spec)
     except (ValueError, TypeError) as e:
