@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write_json, check_utf8_name, json_safe, split_extension
+from ..io import atomic_write_json, check_utf8_name, check_writable_folder, json_safe, split_extension
 from ..monitoring import (
     MonitorStore,
     any_alarm,
@@ -34,8 +34,8 @@ from ..regions import check_regions
 from ..report.monitor import build_monitor_page
 from .session import CommandResult
 
-__all__ = ["MONITOR_DB_ENV", "record_triage", "record_labels", "store_status", "verify_store", "write_dashboard",
-           "monitor_from_arguments"]
+__all__ = ["MONITOR_DB_ENV", "check_store", "record_triage", "record_labels", "store_status", "verify_store",
+           "write_dashboard", "monitor_from_arguments"]
 
 #: the environment variable that names the store when ``--db`` is not given
 MONITOR_DB_ENV = "MONAI_UNC_MONITOR_DB"
@@ -46,6 +46,44 @@ def _db(db: str | os.PathLike | None) -> str:
     if not url:
         raise ValueError(f"--db is required (or set {MONITOR_DB_ENV}): a file path for SQLite or postgresql://...")
     return os.fspath(url)
+
+
+def check_store(db: str | os.PathLike | None) -> None:
+    """Check, before any work, that :func:`record_triage` will be able to open the store.
+
+    ``monai-unc triage --monitor DB`` records its run once the triage is written; a store that cannot be opened (a
+    folder, a file that is no monitoring store, a schema newer than this version reads, a server that refuses the
+    connection) was found only then, after the whole cohort. An existing store (or a PostgreSQL server) is opened as
+    the recording will open it; a SQLite file that does not exist yet is not created here, its folder must be
+    writable.
+
+    Args:
+        db: the store (file path or ``postgresql://`` URL; None: ``$MONAI_UNC_MONITOR_DB``).
+
+    Raises:
+        ValueError: the store cannot be opened (the reason named), or no store is given.
+        ImportError: a PostgreSQL store without psycopg.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     check_store(Path(d) / "monitor.db")  # a new store in a writable folder
+        ...     check_store(d)
+        Traceback (most recent call last):
+            ...
+        ValueError: database ... is a folder, not a database file
+    """
+    url = _db(db)
+    path = sqlite_file(url)
+    if path is not None and not path.exists() and not path.is_symlink():
+        folder = path.parent if str(path.parent) else Path(".")
+        if not folder.is_dir():  # sqlite creates the file, not its folder
+            raise ValueError(f"database {str(path)!r}: its folder {str(folder)!r} does not exist")
+        check_writable_folder(folder)
+        return
+    with MonitorStore(url):
+        pass
 
 
 def _refuse_output_onto_store(url: str, output: str | os.PathLike, option: str) -> None:

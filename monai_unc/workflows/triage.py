@@ -37,7 +37,7 @@ from .apply import (
     rules_from_options,
     trust_from_arguments,
 )
-from .monitor import record_triage
+from .monitor import check_store, record_triage
 from .report import triage_with_page
 from .session import CommandResult, run_command
 
@@ -349,19 +349,26 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
         args: the parsed arguments of ``monai-unc triage``.
 
     With ``--monitor DB`` rank 0 then records the run into the monitoring store
-    (:func:`monai_unc.workflows.monitor.record_triage`); the triage outputs are written first, so a store that
-    cannot be reached leaves them in place (a ``ValueError`` that says so: one line, exit status 2).
+    (:func:`monai_unc.workflows.monitor.record_triage`). The store is opened before any work
+    (:func:`~monai_unc.workflows.monitor.check_store`: one line, exit status 2); the triage outputs are written
+    before the recording, so a store lost in between leaves them in place (a ``ValueError`` that says so).
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of :func:`triage_command`; its ``lines`` are empty
         with ``--quiet``. Raises as :func:`triage_command`.
     """
+    monitor_db = getattr(args, "monitor", None)
+    if monitor_db is not None:  # the store opens before any work (found by hostile testing: a bad store was found
+        # only once the whole cohort was triaged)
+        try:
+            check_store(monitor_db)
+        except (ValueError, OSError) as e:
+            raise ValueError(f"--monitor: {e}") from None
     res = triage_command(
         args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
         layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
         trust=trust_from_arguments(args), **product_rule_options(args),
     )  # fmt: skip
-    monitor_db = getattr(args, "monitor", None)
     if monitor_db is not None and res.is_main:
         try:
             recorded = record_triage(monitor_db, res.output, site=getattr(args, "site", None),

@@ -870,9 +870,10 @@ def test_triage_refuses_a_rule_its_output_would_replace(cohorts, tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_triage_records_into_the_monitoring_store(cohorts, tmp_path, capsys):
-    """``triage --monitor DB`` records the decisions; a store that cannot be reached is one line, exit status 2,
-    and the triage outputs are written all the same."""
+def test_triage_records_into_the_monitoring_store(cohorts, tmp_path, capsys, monkeypatch):
+    """``triage --monitor DB`` records the decisions; a store that cannot be opened is one line, exit status 2,
+    before any work (found by hostile testing: it was found only once the whole cohort was triaged); a store lost
+    between that check and the recording leaves the triage outputs written, and says so."""
     from monai_unc.monitoring import MonitorStore
 
     db = tmp_path / "monitor.db"
@@ -884,10 +885,21 @@ def test_triage_records_into_the_monitoring_store(cohorts, tmp_path, capsys):
         decisions = {r["case_id"]: r["decision"] for r in rows}
     summary = json.loads((tmp_path / "t1" / "triage.json").read_text())
     assert decisions == {c["case"]: c["decision"] for c in summary["cases"]}
+    for bad, named in (("postgresql://nobody@127.0.0.1:9/none", "cannot connect"), (str(tmp_path), "is a folder"),
+                       (str(tmp_path / "missing" / "monitor.db"), "does not exist"),
+                       (str(tmp_path / "t1" / "triage.csv"), "cannot open")):
+        capsys.readouterr()
+        rc = _triage_cli(cohorts, tmp_path / "t2", None, "--monitor", bad)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and not (tmp_path / "t2" / "triage.csv").exists(), bad
+        assert len(err) == 1 and "--monitor" in err[0] and named in err[0], (bad, err)
+    import monai_unc.workflows.triage as triage_workflow
+
+    monkeypatch.setattr(triage_workflow, "check_store", lambda db: None)  # the store lost after the check
     capsys.readouterr()
-    rc = _triage_cli(cohorts, tmp_path / "t2", None, "--monitor", "postgresql://nobody@127.0.0.1:9/none")
+    rc = _triage_cli(cohorts, tmp_path / "t3", None, "--monitor", "postgresql://nobody@127.0.0.1:9/none")
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and (tmp_path / "t2" / "triage.csv").is_file() and (tmp_path / "t2" / "triage.json").is_file()
+    assert rc == 2 and (tmp_path / "t3" / "triage.csv").is_file() and (tmp_path / "t3" / "triage.json").is_file()
     assert len(err) == 1 and "the triage outputs are written to" in err[0] and "monitoring store" in err[0]
 
 
