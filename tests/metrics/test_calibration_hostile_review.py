@@ -339,3 +339,21 @@ def test_all_label_ece_unchanged_by_the_shared_coarse_binning():
             den += sel.sum()
     assert got == pytest.approx(num / den, abs=1e-12)
     assert math.isfinite(got)
+
+
+def test_per_case_values_of_a_pooled_histogram_are_refused():
+    """Found by hostile testing: ``ece(pooled_histogram, per_case=True)`` returned one value, the pooled one, as if
+    it were the only case's."""
+    from monai_unc.metrics import ece, nll
+    from monai_unc.metrics.calibration import ConfidenceHistogram
+
+    rng = np.random.default_rng(0)
+    p = torch.from_numpy(rng.dirichlet([1, 1], size=(3, 6, 6)).astype(np.float32)).permute(0, 3, 1, 2)
+    y = torch.from_numpy(rng.integers(0, 2, size=(3, 1, 6, 6)))
+    pooled = ConfidenceHistogram(2, per_case=False).update(p, y)
+    for metric in (ece, nll):
+        with pytest.raises(ValueError, match=r"per_case=True needs a ConfidenceHistogram built with per_case=True"):
+            metric(pooled, per_case=True)
+    assert np.isfinite(nll(pooled))
+    cases = ConfidenceHistogram(2, per_case=True).update(p, y)
+    assert np.asarray(nll(cases, per_case=True)).shape == (3,)

@@ -127,6 +127,9 @@ def _histogram_from(
     if isinstance(x, ConfidenceHistogram):
         if target is not None or weights is not None or mask is not None:
             raise ValueError(f"{caller}: target, weights and mask must be None when reading a ConfidenceHistogram")
+        if per_case and not x.per_case and len(x) > 0:  # found by hostile testing: one pooled value came back
+            raise ValueError(f"{caller}: per_case=True needs a ConfidenceHistogram built with per_case=True (this "
+                             "one pools its cases)")
         return x
     if target is None:
         raise ValueError(f"{caller}: target (the reference labels) is required with probabilities (or pass a "
