@@ -975,7 +975,7 @@ def build_report(
     written = sorted({f.path.name for f in (*figures, *case_figs) if f.path is not None})
     for name in sorted(earlier - set(written)):  # an earlier report's figures that this page does not show
         (fig_dir / name).unlink(missing_ok=True)
-    if written:
+    if written or earlier:  # the record lists this page's figures only
         atomic_write_json(fig_dir / _FIGURES_RECORD, {"figures": written})
     # the download is the table of the rows shown, written as evaluate writes metrics.csv (never the file, which a
     # reader may have edited since)
