@@ -183,6 +183,10 @@ def _check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
     sigmoid network give them) lie in [0, 1] without summing to 1: their argmax merged the background with the first
     region (a voxel outside every region and one inside TC both became label 0).
 
+    Voxels where every channel is 0 around a box of voxels that sum to 1 are the zero padding of class probabilities
+    put back on the image grid (MONAI's ``Invertd`` after ``CropForegroundd`` or ``SpatialPadd``: found by hostile
+    review, such probabilities were refused): they are accepted, and argmax reads them as background.
+
     Raises:
         ValueError: such channels, naming ``name``.
     """
@@ -193,7 +197,11 @@ def _check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
     tol = max(_CHANNEL_SUM_SLACK, probability_tolerance(t.dtype))
     if lo < -tol or hi > 1 + tol:
         return  # logits (or label scores): argmax is their reduction
-    s_lo, s_hi = (float(x) for x in torch.aminmax(sum_f64(v, ch)))
+    sums = sum_f64(v, ch)
+    padded = _padding_frame(v.ne(0).any(dim=ch), batched=ch == 1)
+    if padded is not None:  # the zero frame of an inverted crop: argmax reads it as background, as it should
+        sums = sums[~padded]
+    s_lo, s_hi = (float(x) for x in torch.aminmax(sums))
     dev = max(s_hi - 1.0, 1.0 - s_lo)
     if dev > tol:
         raise ValueError(
@@ -202,6 +210,29 @@ def _check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
             "not class probabilities or a one-hot map, and their argmax is no label map; score each region's channel "
             "as a binary map, or pass a label map"
         )
+
+
+def _padding_frame(nonzero: torch.Tensor, batched: bool) -> torch.Tensor | None:
+    """The voxels of a zero padding: every channel 0 outside the bounding box of each case's other voxels, or None.
+
+    ``nonzero``: whether some channel is non-zero, ``(B, *spatial)`` when ``batched`` else ``(*spatial)``. The zero
+    voxels are a padding when, in every case, they all lie outside the box of the non-zero voxels (the box is full);
+    zero voxels inside it (the background of region masks without a background channel) are no padding.
+    """
+    cases = nonzero if batched else nonzero[None]
+    if bool(cases.all()):
+        return None
+    for case in cases:
+        count = int(case.sum())
+        if count == 0:
+            return None  # a case with no non-zero voxel: nothing says it is padded probabilities
+        volume = 1
+        for ax in range(case.ndim):  # the box's extent along each axis, from the axis' profile (no voxel index list)
+            hit = torch.nonzero(case.any(dim=tuple(a for a in range(case.ndim) if a != ax)))[:, 0]
+            volume *= int(hit[-1] - hit[0]) + 1
+        if volume != count:
+            return None
+    return ~nonzero
 
 
 #: how far above 1 an uncertainty map compared with error rates may reach before BA-ECE and SPACE warn: a map on [0, 1]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import json
 import os
 import re
 import warnings
@@ -57,7 +58,17 @@ from ..evaluation import (
 )
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.products import PRODUCTS_DIR
-from ..io import CaseFiles, LoadedCase, atomic_write_text, csv_text, list_image_cases, load_case, owned_folder, read_csv
+from ..io import (
+    CaseFiles,
+    LoadedCase,
+    atomic_write_json,
+    atomic_write_text,
+    csv_text,
+    list_image_cases,
+    load_case,
+    owned_folder,
+    read_csv,
+)
 from ..product import (
     Overlay,
     ReportSection,
@@ -870,8 +881,8 @@ def build_report(
             ``delta``, ``risk``, ``risk_method``, ``calibration_cases``).
 
     Returns:
-        The path of ``report.html``. ``figures/`` holds the page's figures only: the PNGs of an earlier report there
-        are removed first.
+        The path of ``report.html``. ``figures/`` holds the page's figures: the PNGs an earlier report wrote there
+        (listed in its ``.report_figures.json``) are removed; other files there, a user's own, are left alone.
 
     Raises:
         ValueError: ``<output>/figures`` is a symbolic link (:func:`monai_unc.io.owned_folder`).
@@ -889,9 +900,10 @@ def build_report(
     config = config_from_summary(saved, state.rows, summary["triage"]["budget"])
     out_dir = Path(output) if output is not None else evaluation / "report"
     fig_dir = owned_folder(out_dir, "figures")  # not a link: an earlier report's figures are removed
-    if fig_dir.is_dir():  # found by hostile testing: a rerun with other case figures (--cases, --budget, another
-        for p in fig_dir.glob("*.png"):  # evaluation) left the earlier run's case_<id>.png beside the page's figures
-            p.unlink()
+    # found by hostile testing: a rerun with other case figures (--cases, --budget, another evaluation) left the
+    # earlier run's case_<id>.png beside the page's figures; only the figures a report recorded writing are removed
+    # (every *.png was, and a user's own figures in <output>/figures of a folder given as --output with them)
+    earlier = _recorded_figures(fig_dir)
     rows = state.sorted_rows()
     score_key = summary["score"]["column"]
     raw = np.array([float(r[score_key]) if r.get(score_key) not in (None, "") else np.nan for r in rows])
@@ -960,12 +972,37 @@ def build_report(
     viewers: list[dict[str, Any]] | None = [] if viewer else None
     case_notes: list[str] = []
     case_figs = _case_figures(state, summary, n_cases, images, fig_dir, folders, viewers, evaluation, case_notes)
+    written = sorted({f.path.name for f in (*figures, *case_figs) if f.path is not None})
+    for name in sorted(earlier - set(written)):  # an earlier report's figures that this page does not show
+        (fig_dir / name).unlink(missing_ok=True)
+    if written or earlier:  # the record lists this page's figures only
+        atomic_write_json(fig_dir / _FIGURES_RECORD, {"figures": written})
     # the download is the table of the rows shown, written as evaluate writes metrics.csv (never the file, which a
     # reader may have edited since)
     page = render_html(summary, rows, figures, case_figs, title=title,
                        source=f"evaluation: {evaluation.resolve()}", csv_text=csv_text(rows), viewers=viewers or (),
                        scripts=viewer_scripts(out_dir) if viewers else None, case_notes=case_notes)
     return atomic_write_text(out_dir / "report.html", page)
+
+
+#: the file in ``<report>/figures`` that lists the PNGs the report wrote there (removed by the next report)
+_FIGURES_RECORD = ".report_figures.json"
+
+
+def _recorded_figures(fig_dir: Path) -> set[str]:
+    """The PNG names an earlier report recorded writing in ``fig_dir`` (:data:`_FIGURES_RECORD`; none without it).
+
+    The record is a file a user may edit: only plain ``*.png`` names directly in the folder are taken.
+    """
+    try:
+        data = json.loads((fig_dir / _FIGURES_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    names = data.get("figures") if isinstance(data, dict) else None
+    if not isinstance(names, list):
+        return set()
+    return {n for n in names if isinstance(n, str) and n.lower().endswith(".png") and not n.startswith(".")
+            and Path(n).name == n and "\\" not in n and n not in (".", "..")}
 
 
 def _slug(name: str) -> str:

@@ -48,17 +48,19 @@ def _db(db: str | os.PathLike | None) -> str:
     return os.fspath(url)
 
 
-def check_store(db: str | os.PathLike | None) -> None:
+def check_store(db: str | os.PathLike | None, output: str | os.PathLike | None = None) -> None:
     """Check, before any work, that :func:`record_triage` will be able to open the store.
 
     ``monai-unc triage --monitor DB`` records its run once the triage is written; a store that cannot be opened (a
     folder, a file that is no monitoring store, a schema newer than this version reads, a server that refuses the
     connection) was found only then, after the whole cohort. An existing store (or a PostgreSQL server) is opened as
     the recording will open it; a SQLite file that does not exist yet is not created here, its folder must be
-    writable.
+    writable, or be ``output``, the folder the command creates before it records (found by hostile review:
+    ``triage -o run --monitor run/monitor.db`` was refused before any work, its folder not created yet).
 
     Args:
         db: the store (file path or ``postgresql://`` URL; None: ``$MONAI_UNC_MONITOR_DB``).
+        output: the command's output folder, created before the recording (None: none).
 
     Raises:
         ValueError: the store cannot be opened (the reason named), or no store is given.
@@ -78,6 +80,8 @@ def check_store(db: str | os.PathLike | None) -> None:
     path = sqlite_file(url)
     if path is not None and not path.exists() and not path.is_symlink():
         folder = path.parent if str(path.parent) else Path(".")
+        if output is not None and not folder.exists() and folder.resolve() == Path(output).resolve():
+            return  # the command's output folder, which it creates (and checks) before the store is opened
         if not folder.is_dir():  # sqlite creates the file, not its folder
             raise ValueError(f"database {str(path)!r}: its folder {str(folder)!r} does not exist")
         check_writable_folder(folder)

@@ -361,7 +361,7 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
     if monitor_db is not None:  # the store opens before any work (found by hostile testing: a bad store was found
         # only once the whole cohort was triaged)
         try:
-            check_store(monitor_db)
+            check_store(monitor_db, output=args.output)  # a store in -o, which the triage creates
         except (ValueError, OSError) as e:
             raise ValueError(f"--monitor: {e}") from None
     res = triage_command(

@@ -895,12 +895,23 @@ def test_triage_records_into_the_monitoring_store(cohorts, tmp_path, capsys, mon
         assert len(err) == 1 and "--monitor" in err[0] and named in err[0], (bad, err)
     import monai_unc.workflows.triage as triage_workflow
 
-    monkeypatch.setattr(triage_workflow, "check_store", lambda db: None)  # the store lost after the check
+    monkeypatch.setattr(triage_workflow, "check_store", lambda db, output=None: None)  # the store lost after the check
     capsys.readouterr()
     rc = _triage_cli(cohorts, tmp_path / "t3", None, "--monitor", "postgresql://nobody@127.0.0.1:9/none")
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and (tmp_path / "t3" / "triage.csv").is_file() and (tmp_path / "t3" / "triage.json").is_file()
     assert len(err) == 1 and "the triage outputs are written to" in err[0] and "monitoring store" in err[0]
+
+
+def test_triage_records_into_a_store_inside_its_new_output_folder(cohorts, tmp_path):
+    """Found by hostile review: ``triage -o run --monitor run/monitor.db`` with ``run`` not created yet was refused
+    before any work (the store's folder did not exist), though the triage creates it before recording, as it did."""
+    from monai_unc.monitoring import MonitorStore
+
+    out = tmp_path / "run"
+    assert _triage_cli(cohorts, out, None, "--monitor", str(out / "monitor.db")) == 0
+    with MonitorStore(out / "monitor.db", create=False) as store:
+        assert len(store.cases()) == 12 and store.verify().ok
 
 
 @pytest.mark.parametrize(("fields", "named"), [

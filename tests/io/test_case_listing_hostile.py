@@ -263,6 +263,7 @@ def test_channel_files_list_a_folder_once_while_it_is_unchanged(tmp_path, monkey
     for case in ("a", "b", "c"):
         for ch in (0, 1):
             write(f"{case}_{ch:04d}")
+    monkeypatch.setattr(cases, "_CHANNEL_LISTING_SETTLE_S", -1)  # a folder changed just now is kept too (here)
     calls = []
     lister = "list_image_cases" if pairs else "list_files"
     real = getattr(cases, lister)
@@ -279,3 +280,35 @@ def test_channel_files_list_a_folder_once_while_it_is_unchanged(tmp_path, monkey
     for f in tmp_path.glob("c_000*"):  # a case removed
         f.unlink()
     assert image_channel_files(tmp_path / f"c_0000{ext}") == (tmp_path / f"c_0000{ext}",)
+
+
+def test_a_channel_added_within_a_coarse_timestamp_tick_is_seen(tmp_path, monkeypatch):
+    """Found by hostile review: on a file system with coarse timestamps (ext2 / FAT / NFS: 1-2 s) a channel file
+    written just after the folder was listed left the folder's times unchanged, and the kept listing missed it on
+    every call. A folder changed in the last seconds is listed again each time. The coarse times are simulated here
+    (the folder's times frozen at the current second), as a loop-mounted ext2 folder gives them."""
+    import pathlib
+
+    import nibabel as nib
+
+    def write(name):
+        nib.save(nib.Nifti1Image(np.zeros((2, 2, 2), np.int16), np.eye(4)), tmp_path / f"{name}.nii.gz")
+
+    frozen = (os.stat(tmp_path).st_mtime_ns // 1_000_000_000) * 1_000_000_000
+    real_stat = pathlib.Path.stat
+
+    def coarse_stat(self, *a, **k):
+        st = real_stat(self, *a, **k)
+        if os.path.abspath(self) != os.path.abspath(tmp_path):
+            return st
+        fields = list(st[:10])
+        fields[8] = fields[9] = frozen // 1_000_000_000  # st_mtime, st_ctime (whole seconds)
+        return os.stat_result(fields, {"st_mtime_ns": frozen, "st_ctime_ns": frozen, "st_atime_ns": frozen})
+
+    monkeypatch.setattr(pathlib.Path, "stat", coarse_stat)
+    write("case1_0000")
+    write("case1_0001")
+    first = tmp_path / "case1_0000.nii.gz"
+    assert [p.name for p in image_channel_files(first)] == ["case1_0000.nii.gz", "case1_0001.nii.gz"]
+    write("case1_0002")  # the same tick: the folder's (coarse) times do not change
+    assert [p.name for p in image_channel_files(first)] == [f"case1_000{i}.nii.gz" for i in range(3)]

@@ -437,3 +437,36 @@ def test_baece_and_space_warn_for_a_map_above_one():
             boundary_aware_ece(u, pred, target)
             spatial_calibration_error(u, pred, target)
         boundary_aware_ece(nats, pred, target, normalize=True)
+
+
+def test_class_probabilities_zero_padded_by_an_inverted_crop_are_accepted():
+    """Found by hostile review: class probabilities put back on the image grid by MONAI's inverse of a crop
+    (``Invertd`` after ``CropForegroundd``: every channel 0 outside the crop) were refused as multi-label channels;
+    argmax reads the padding as background, as before. Region masks without a background channel stay refused."""
+    from monai.data import MetaTensor
+    from monai.transforms import CropForeground
+
+    from monai_unc.metrics.spatial import boundary_uncertainty_concentration
+
+    g = torch.Generator().manual_seed(0)
+    img = torch.zeros(1, 24, 24, 24)
+    img[:, 5:19, 4:20, 6:18] = 1.0
+    crop = CropForeground(select_fn=lambda x: x > 0, margin=0)
+    cropped = crop(img)
+    probs_c = torch.softmax(torch.randn(3, *cropped.shape[1:], generator=g) * 3, 0)
+    probs = crop.inverse(MetaTensor(probs_c, applied_operations=list(cropped.applied_operations))).as_tensor()
+    assert float(probs.sum(0).min()) == 0.0  # the zero padding
+    label = probs.argmax(0)
+    target = label.clone()
+    target[8:12, 8:12, 8:12] = 0
+    unc = 1 - probs.max(0).values
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        got = boundary_uncertainty_concentration(unc[None, None], probs[None], target[None, None])
+        want = boundary_uncertainty_concentration(unc[None, None], label[None, None], target[None, None])
+    torch.testing.assert_close(got, want)
+    regions = torch.zeros(2, 24, 24, 24)  # two disjoint region masks, no background channel: zeros inside their box
+    regions[0, 4:8, 4:8, 4:8] = 1
+    regions[1, 14:18, 14:18, 14:18] = 1
+    with pytest.raises(ValueError, match="multi-label"):
+        boundary_uncertainty_concentration(unc[None, None], regions[None], target[None, None])

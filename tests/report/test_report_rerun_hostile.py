@@ -56,3 +56,18 @@ def test_a_linked_figures_folder_is_refused_and_its_files_kept(evaluation, tmp_p
     with pytest.raises(ValueError, match="symbolic link"):
         build_report(evaluation, out, n_cases=0)
     assert (elsewhere / "keep.png").exists()
+
+
+def test_a_users_own_figures_in_the_output_folder_are_kept(evaluation, tmp_path):
+    """Found by hostile review: a report into an existing folder (``-o paper``) removed every ``*.png`` of its
+    ``figures/``, a user's own figures included; only the PNGs a report recorded writing there are removed."""
+    out = tmp_path / "paper"
+    (out / "figures").mkdir(parents=True)
+    mine = out / "figures" / "figure1_my_results.png"
+    mine.write_bytes(b"\x89PNG my own figure")
+    build_report(evaluation, out, n_cases=3)
+    assert mine.read_bytes() == b"\x89PNG my own figure"
+    assert len(list((out / "figures").glob("case_*.png"))) >= 3
+    build_report(evaluation, out, n_cases=0)  # the earlier report's case figures go, the user's figure stays
+    assert not list((out / "figures").glob("case_*.png"))
+    assert mine.read_bytes() == b"\x89PNG my own figure"
