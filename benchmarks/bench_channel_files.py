@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monai_unc.io import VOLUME_EXTENSIONS, image_channel_files, list_files, list_image_cases  # noqa: E402
+from monai_unc.io.cases import _CHANNEL_LISTING_SETTLE_S  # noqa: E402
 
 
 def main() -> None:
@@ -38,6 +39,9 @@ def main() -> None:
                     (folder / f"case{i:05d}_{ch:04d}{ext}").write_bytes(b"")
                     if args.pairs:
                         (folder / f"case{i:05d}_{ch:04d}.img").write_bytes(b"")
+            # a folder changed in the last few seconds is listed in every call (coarse file-system timestamps):
+            # the cohort's folder is measured as a triage finds it, written earlier
+            time.sleep(_CHANNEL_LISTING_SETTLE_S + 0.1)
             t0 = time.process_time()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
