@@ -617,6 +617,9 @@ def test_conformal_compares_the_records_of_the_uncertainty_folder(tmp_path, monk
     (pred / "uncertainty_config.json").write_text(json.dumps(
         {"trainer_name": "T", "folds": [0], "uncertainty_sources": ["mcdropout"], "num_samples": 4}))
     (unc / "c1.json").write_text(json.dumps({"num_samples": 8, "mi_meaning": "epistemic"}))
+    # the folder as nnunet-predict writes it: the maps beside the records (one without maps is refused: it names
+    # no uncertainty)
+    nib.save(nib.Nifti1Image(np.full((4, 4, 4), 0.1, np.float32), np.eye(4)), unc / "c1_predictive_entropy.nii.gz")
     probs = np.stack([1 - p1, p1])
     states = [conformal_case_state(probs, seg.astype(int), activation="softmax", side="outer", grid=16)] * 5
     doc = ConformalRuleFile({"outer": fit_conformal_rule(states, 0.3)}, {"outer": 0.3}, None,

@@ -79,7 +79,7 @@ def _outputs(hist: ConfidenceHistogram) -> dict:
     out = {"counts": hist.counts, "sums": hist.sums, "wcounts": hist.weighted_counts, "scalars": hist.scalars}
     out.update({f"state.{k}": v for k, v in hist.state_dict().items() if k != "case_ids"})
     out.update({f"pooled.{i}": t.clone() for i, t in enumerate(hist.views(per_case=False))})
-    for per_case in (False, True):
+    for per_case in (False, True) if hist.per_case else (False,):  # a pooled histogram has no per-case values
         for n_bins, min_count in ((15, 0), (7, 3)):
             cal = calibration_metrics(hist, CALIBRATION_METRICS, n_bins=n_bins, min_bin_count=min_count,
                                       per_case=per_case)
