@@ -223,7 +223,9 @@ def __getattr__(name: str) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Run the parsed command's workflow and print its lines on rank 0 (none with ``--quiet``); its exit status.
+    """Run the parsed command's workflow and print its lines on rank 0; its exit status.
+
+    With ``--quiet`` a workflow gives only the lines it must print; its ``warning:`` lines go to stderr.
 
     The status is 0 unless the workflow says otherwise (``monitor status``: 1 when an alarm is raised).
     """
@@ -239,8 +241,11 @@ def _run(args: argparse.Namespace) -> int:
             share_refusal(e, getattr(args, "device", None))
         raise
     if result.is_main:
+        quiet = bool(getattr(args, "quiet", False))
         for line in result.lines:
-            print(line)
+            # --quiet keeps stdout free of anything but what the command must print; a warning it still gives (e.g.
+            # calibrate's temperature fit that did not converge) goes to stderr, as Python's warnings do
+            print(line, file=sys.stderr if quiet and line.startswith("warning: ") else sys.stdout)
     return result.exit_status
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from ._utils import ArrayLike, to_numpy
 from .aggregation import aggregate
+from .keys import DEPRECATED_MEASURES
 
 __all__ = [
     "CASE_SCORES",
@@ -124,12 +125,39 @@ def _renamed(name: str, columns: Iterable[str]) -> str | None:
 
 
 def resolve_score_column(name: str, columns: Iterable[str], warn: bool = True) -> str:
-    """``name`` if it is one of ``columns``; for the former ``<m>_patch`` the current ``<m>_patch_mean`` (the
-    same box mean), with a ``DeprecationWarning`` when ``warn``; otherwise ``name`` unchanged (the caller reports
-    the unknown column)."""
+    """``name`` if it is one of ``columns``; else the current name of a former one, with a ``DeprecationWarning`` when
+    ``warn``: a measure's former name (``max_softmax_<score>`` -> ``one_minus_max_prob_<score>``,
+    :data:`~monai_unc.keys.DEPRECATED_MEASURES`) and the former ``<m>_patch`` -> ``<m>_patch_mean`` (the same box
+    mean); otherwise ``name`` unchanged (the caller reports the unknown column).
+
+    Args:
+        name: the score column asked for (an option's value).
+        columns: the columns that exist.
+        warn: whether a renamed column warns.
+
+    Returns:
+        The column to read.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     resolve_score_column("max_softmax_fg_mean", ["one_minus_max_prob_fg_mean"])
+        'one_minus_max_prob_fg_mean'
+    """
     cols = list(columns)
     if name in cols:
         return name
+    for old, current in DEPRECATED_MEASURES.items():
+        if name.startswith(f"{old}_"):
+            renamed = f"{current}_{name[len(old) + 1:]}"
+            if warn:
+                warnings.warn(f"score column {name!r} is deprecated: the map is now named {current}; using "
+                              f"{renamed!r}", DeprecationWarning, stacklevel=3)
+            name = renamed
+            if name in cols:
+                return name
+            break
     new = _renamed(name, cols)
     if new is None:
         return name

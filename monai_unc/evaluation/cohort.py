@@ -489,12 +489,7 @@ def score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
         raise ValueError("no case rows")
     keys = [k for k in rows[0] if k.endswith(tuple(f"_{s}" for s in CASE_SCORES))]
     if wanted is not None:
-        if wanted not in rows[0] and wanted.startswith("max_softmax_"):
-            renamed = "one_minus_max_prob_" + wanted[len("max_softmax_"):]
-            warnings.warn(f"score column {wanted!r} is deprecated: the map is now named one_minus_max_prob; "
-                          f"using {renamed!r}", DeprecationWarning, stacklevel=2)
-            wanted = renamed
-        wanted = resolve_score_column(wanted, rows[0])  # the former <m>_patch is <m>_patch_mean
+        wanted = resolve_score_column(wanted, rows[0])  # former names: max_softmax_*, <m>_patch
         if wanted not in rows[0]:
             raise ValueError(f"score column {wanted!r} not found; available: {keys}")
         # the triage, failure detection, referral and OoD AUROC read the column as an uncertainty (larger: referred

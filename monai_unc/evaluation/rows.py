@@ -264,14 +264,18 @@ def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
         return case.maps
     p = torch.from_numpy(case.probs)[None]
     if case.multilabel:
-        return {
-            "predictive_entropy": binary_entropy(p, validate=False)[0].numpy().astype(np.float32),
-            "one_minus_max_prob": one_minus_max_prob(p, validate=False, multilabel=True)[0].numpy().astype(np.float32),
+        maps = {
+            "predictive_entropy": binary_entropy(p, validate=False)[0],
+            "one_minus_max_prob": one_minus_max_prob(p, validate=False, multilabel=True)[0],
         }
-    return {
-        "predictive_entropy": entropy(p)[0, 0].numpy().astype(np.float32),
-        "one_minus_max_prob": one_minus_max_prob(p)[0, 0].numpy().astype(np.float32),
-    }
+    else:
+        maps = {"predictive_entropy": entropy(p)[0, 0], "one_minus_max_prob": one_minus_max_prob(p)[0, 0]}
+    assert tuple(maps) == DERIVED_MEASURES  # check_measure_options reads the names without computing the maps
+    return {k: v.numpy().astype(np.float32) for k, v in maps.items()}
+
+
+#: the maps :func:`derived_maps` computes from the probabilities of a case without map files
+DERIVED_MEASURES = ("predictive_entropy", "one_minus_max_prob")
 
 
 def derived_map_path(folder: str | os.PathLike, case_id: str, measure: str) -> Path:
@@ -379,25 +383,18 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig) 
     if config.measure is not None:
         wanted["--measure"] = (config.measure, config.measure)
     if config.score is not None:
-        name = config.score
-        if name.startswith("max_softmax_"):  # the former name of the one_minus_max_prob map
-            name = "one_minus_max_prob_" + name[len("max_softmax_"):]
-        name = resolve_score_column(name, [f"{m}_{s}" for m in MEASURES for s in CASE_SCORES], warn=False)
+        name = resolve_score_column(config.score, [f"{m}_{s}" for m in MEASURES for s in CASE_SCORES], warn=False)
         regions = None if config.regions is None else list(config.regions)
         wanted["--score"] = (config.score, parse_score_column(name, regions, option="--score")[0])
     for option, (value, measure) in wanted.items():
         for files in cases:
             # derived_maps' rule: the map files, else the two maps computed from the probabilities
-            names = sorted(files.maps) or (sorted(_DERIVED_MEASURES) if files.probs is not None else [])
+            names = sorted(files.maps) or (sorted(DERIVED_MEASURES) if files.probs is not None else [])
             if measure not in names:
                 what = "it" if value == measure else f"its measure {measure!r}"
                 raise ValueError(f"{option} {value!r}: case {files.case_id!r} has no map of {what} (its maps: "
                                  f"{names or 'none'}); choose one of them, or predict with that measure (monai-unc "
                                  "infer --measures)")
-
-
-#: the maps :func:`derived_maps` computes from the probabilities of a case without map files
-_DERIVED_MEASURES = ("predictive_entropy", "one_minus_max_prob")
 
 
 def combined_score(values: list[float]) -> float:

@@ -1020,8 +1020,8 @@ def match_cases(
                 map_files[m] = found
     if uncertainty is not None and measures is None and not map_files:  # named explicitly: it must hold maps
         raise CaseError(f"--uncertainty {unc_dir}: no uncertainty map (<case>_<measure>.<ext>, measure one of "
-                        f"{MEASURES}) in it; give the folder of the maps, or leave --uncertainty out to evaluate "
-                        "without them")
+                        f"{MEASURES}) in it; give the folder of the maps, or leave --uncertainty out to use the maps "
+                        "derived from the probabilities (entropy, 1 - max p)")
     if measures:
         absent = [m for m in measures if m not in map_files]
         if absent:

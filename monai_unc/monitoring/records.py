@@ -392,7 +392,9 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
         The loss in ``[0, 1]``.
 
     Raises:
-        ValueError: neither given, ``"1-dice"`` without a Dice, or another risk.
+        ValueError: neither given, ``"1-dice"`` without a Dice, another risk, or a ``"failure"`` rule given a Dice
+            and a failure that disagree under its ``failure_dice`` (a Dice of 0.7 with ``failure`` 0 at
+            ``failure_dice`` 0.8: the rule was certified on ``dice < failure_dice``, so a label must not redefine it).
 
     Example:
         >>> loss_of(0.7, None, "failure", 0.8), loss_of(0.7, None, "1-dice", None), loss_of(None, 1, "failure", 0.8)
@@ -404,6 +406,11 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
         if dice is None:
             raise ValueError("a rule with risk '1-dice' needs each label's Dice")
     elif failure is not None:
+        if dice is not None and failure_dice is not None and math.isfinite(failure_dice) \
+                and bool(dice < failure_dice) != bool(failure):
+            # found by review: the failure column silently won over a Dice that said the opposite
+            raise ValueError(f"the label's Dice {dice!r} and its failure {failure!r} disagree under the rule's "
+                             f"failure Dice {failure_dice!r} (a failure is Dice < {failure_dice!r}); give one of them")
         return float(failure)
     elif dice is None or failure_dice is None:
         raise ValueError("each label needs its Dice or its failure (0/1)")

@@ -232,8 +232,11 @@ def record_labels(
                 continue
             rule = rules[case["rule_digest"]]
             # case_row: add_labels refuses the label if the case was recorded again (another rule) since this read
-            rows.append({**lab, "case_row": case["row"],
-                         "loss": loss_of(lab["dice"], lab["failure"], rule["risk"], rule["failure_dice"])})
+            try:
+                loss = loss_of(lab["dice"], lab["failure"], rule["risk"], rule["failure_dice"])
+            except ValueError as e:
+                raise ValueError(f"{path.name}: case {lab['case']!r}: {e}") from None
+            rows.append({**lab, "case_row": case["row"], "loss": loss})
         n = store.add_labels(rows, source=str(path.resolve()), command=command)
     return CommandResult(n, True, path.resolve().parent, (f"recorded {n} audited label(s)",))
 

@@ -120,8 +120,8 @@ def run_report(
 
     Args:
         evaluation: the ``--output`` folder of ``monai-unc evaluate``.
-        output: report folder (default ``<evaluation>/report``): writable, outside ``images`` and the folders of the
-            evaluation's case files (labels, predictions, maps: the overlays read them).
+        output: report folder (default ``<evaluation>/report``): writable, outside ``images``, the folders of the
+            evaluation's case files (labels, predictions, maps: the overlays read them) and its ``state`` folder.
         budget: referral fraction of the triage (default: the evaluation's).
         images: folder of the input images for the overlays.
         cases: overlays of this many of the most uncertain cases (``--cases``, >= 0).
@@ -146,6 +146,11 @@ def run_report(
     check_inputs_not_written(out, REPORT_WRITES, cases_file, images, what="--output")
     check_evaluation_folder(evaluation)
     check_output_folder(out, *_evaluation_case_folders(evaluation), writable=False)  # the overlays read them
+    state_dir = (Path(evaluation) / STATE_DIR).resolve()
+    if out.resolve() == state_dir or state_dir in out.resolve().parents:
+        # the evaluation's own records: a resumed evaluate replaces them (found by review: -o EVAL/state was taken)
+        raise ValueError(f"--output {out} lies inside the evaluation's state folder {Path(evaluation) / STATE_DIR}; "
+                         "choose another folder (default: <evaluation>/report)")
     ids = read_case_list(cases_file) if cases_file is not None else (
         None if calibration_cases is None else [str(c) for c in calibration_cases])
     overrides = {"target_risk": target_risk, "delta": delta, "risk": risk, "risk_method": risk_method,

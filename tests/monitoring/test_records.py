@@ -92,7 +92,13 @@ def test_sites_table_errors(tmp_path):
 
 def test_loss_follows_the_rule():
     assert loss_of(0.79, None, "failure", 0.8) == 1.0 and loss_of(0.8, None, "failure", 0.8) == 0.0
-    assert loss_of(0.95, 1, "failure", 0.8) == 1.0  # an explicit failure wins
+    assert loss_of(0.95, 0, "failure", 0.8) == 0.0 and loss_of(0.5, 1, "failure", 0.8) == 1.0  # agreeing columns
+    # a Dice and a failure that disagree under the rule's failure Dice: refused (the failure column used to win
+    # silently, redefining the risk the rule was certified on)
+    with pytest.raises(ValueError, match="disagree under the rule's failure Dice 0.8"):
+        loss_of(0.95, 1, "failure", 0.8)
+    with pytest.raises(ValueError, match="disagree"):
+        loss_of(0.5, 0, "failure", 0.8)
     assert loss_of(0.75, None, "1-dice", None) == pytest.approx(0.25)
     with pytest.raises(ValueError, match="Dice"):
         loss_of(None, 1, "1-dice", None)

@@ -184,10 +184,12 @@ def test_calibrate_warns_when_the_fit_did_not_converge(toy, tmp_path, capsys, qu
     argv[argv.index("--max-steps") + 1] = "3"
     assert cli.main(argv + (["-q"] if quiet else [])) == 0
     assert json.loads(out.with_suffix(".json").read_text())["converged"] is False
-    lines = capsys.readouterr().out.splitlines()
+    printed = capsys.readouterr()
+    lines = (printed.err if quiet else printed.out).splitlines()
     warned = [ln for ln in lines if ln.startswith("warning: the temperature fit did not converge in 3 steps")]
     assert len(warned) == 1 and "--max-steps" in warned[0], lines
-    assert quiet == (len(lines) == 1)
+    # --quiet: nothing on stdout, the warning on stderr (it was printed on stdout)
+    assert quiet == (printed.out == "" and len(lines) == 1)
 
 
 def test_calibrate_summary_is_silent_about_a_converged_fit():

@@ -80,6 +80,10 @@ def test_record_status_label_verify_report(stream, capsys):
     (root / "bad.csv").write_text("case,dice\nnope,0.5\n")
     rc, out, err = _main(["monitor", "label", "--labels", str(root / "bad.csv"), "--db", db], capsys)
     assert rc == 2 and "not in the monitoring store" in err and len(err.strip().splitlines()) == 1
+    # a Dice and a failure that disagree under the rule's failure Dice: one line naming the case, nothing recorded
+    (root / "both.csv").write_text("case,dice,failure\nr0c1,0.4,0\n")
+    rc, out, err = _main(["monitor", "label", "--labels", str(root / "both.csv"), "--db", db], capsys)
+    assert rc == 2 and "case 'r0c1'" in err and "disagree" in err and len(err.strip().splitlines()) == 1, err
     # the audit chain
     rc, out, _ = _main(["monitor", "verify", "--db", db], capsys)
     assert rc == 0 and "intact" in out

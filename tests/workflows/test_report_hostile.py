@@ -46,6 +46,16 @@ def test_report_refuses_an_output_inside_the_folders_of_the_evaluated_cases(ev, 
     assert not (ev[folder] / "report.html").exists() and not (ev[folder] / "figures").exists()
 
 
+@pytest.mark.parametrize("sub", ["state", "state/qc"])
+def test_report_refuses_an_output_inside_the_evaluations_state_folder(ev, capsys, sub):
+    """Found by review: ``report -o EVAL/state`` wrote report.html and figures/ among the records a resumed evaluate
+    reads and replaces."""
+    before = _hashes(ev["ev"] / "state")
+    rc, err = _run(["report", "-e", str(ev["ev"]), "-o", str(ev["ev"] / sub), "--cases", "0", "-q"], capsys)
+    assert rc == 2 and len(err) == 1 and "inside the evaluation's state folder" in err[0], (rc, err)
+    assert _hashes(ev["ev"] / "state") == before and not (ev["ev"] / sub / "report.html").exists()
+
+
 def test_report_beside_the_case_folders_still_works(ev, capsys):
     assert _run(["report", "-e", str(ev["ev"]), "-o", str(ev["root"] / "data"), "--cases", "0", "-q"],
                 capsys)[0] == 0
