@@ -559,7 +559,8 @@ def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, 
         assert n_cls is not None
         names = config.class_names or [str(c) for c in range(n_cls)]
         if len(names) != n_cls:
-            raise ValueError(f"class_names has {len(names)} names for {n_cls} classes")
+            raise ValueError(f"class_names has {len(names)} names for {n_cls} classes: give one name per class, the "
+                             "background first (--class-names background liver tumour)")
         maps = derived_maps(case)
         tasks = CATEGORICAL.split(case.seg, case.label, case.probs, maps, spacing=case.spacing, num_classes=n_cls)
         return CATEGORICAL, _with_affine(tasks, case), maps

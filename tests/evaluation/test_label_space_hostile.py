@@ -103,3 +103,21 @@ def test_lesion_samples_in_the_classes_give_existence_one(tmp_path):
         _, summary, _ = run_evaluate(tmp_path / "labels", tmp_path / "pred", tmp_path / "eval", cfg)
     tumour = [x for x in summary["lesions"]["lesions"] if x["task"] == "2"]
     assert tumour and all(x["existence"] == 1.0 for x in tumour)
+
+
+def test_class_names_say_the_background_comes_first():
+    """`--class-names liver tumour` (foreground names only, a common habit) failed every case with "class_names has
+    2 names for 3 classes", and the help did not say that the background is named too."""
+    from monai_unc.cli import build_parser
+    from monai_unc.evaluation.rows import case_tasks
+    from monai_unc.io import LoadedCase
+
+    parser, _ = build_parser("evaluate")
+    sub = next(a for a in parser._actions if a.dest == "command").choices["evaluate"]
+    helps = {a.dest: a.help for a in sub._actions}
+    assert "background first" in helps["class_names"]
+    probs = np.full((3, 4, 4, 4), 1 / 3, np.float32)
+    labels = np.zeros((4, 4, 4), np.int64)
+    case = LoadedCase("a", labels, labels, probs, {}, np.eye(4), (1.0, 1.0, 1.0), None)
+    with pytest.raises(ValueError, match="2 names for 3 classes: give one name per class, the background first"):
+        case_tasks(case, EvaluationConfig(class_names=["liver", "tumour"]))
