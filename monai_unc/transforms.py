@@ -142,6 +142,27 @@ def _check_no_overlap(x: torch.Tensor, name: str, channel_dim: int) -> None:
         )
 
 
+def _check_class_space(p: torch.Tensor, t: torch.Tensor, lp: torch.Tensor, lt: torch.Tensor) -> None:
+    """Refuse labels outside the classes ``0 .. C-1`` that ``C >= 2`` channels of ``pred`` or ``label`` declare.
+
+    A reference label outside them (the ignore label 255 of a partly annotated scan, a dataset id such as BraTS 4
+    beside a 4-class network) was counted as an error without a word, where the calibration metrics refuse it (found
+    by hostile review).
+    """
+    cp = int(p.shape[0]) if p.shape[0] >= 2 else None
+    ct = int(t.shape[0]) if t.shape[0] >= 2 else None
+    if cp is not None and ct is not None and cp != ct:
+        raise ValueError(f"pred has {cp} class channels but label {ct}: they must be of the same classes")
+    c = cp if cp is not None else ct
+    if c is None:
+        return
+    for name, labels, given in (("label", lt, ct), ("pred", lp, cp)):
+        if given is None and int(labels.max()) >= c:
+            raise ValueError(f"{name} holds label {int(labels.max())} outside the classes 0..{c - 1} of the {c} "
+                             f"channels of {'pred' if name == 'label' else 'label'} (an ignore label? the error map "
+                             "scores every voxel: mask such voxels out of what reads it)")
+
+
 def error_map(pred: Any, label: Any) -> Any:
     """Voxel error ``e(x) = [argmax_c pred(x) != label(x)]`` of one case, ``(1, *spatial)`` float32 in {0, 1}.
 
@@ -162,6 +183,7 @@ def error_map(pred: Any, label: Any) -> Any:
         )
     lp = _labels_from(p, "pred")
     lt = _labels_from(t, "label").to(lp.device)
+    _check_class_space(p, t, lp, lt)
     err = (lp != lt).to(torch.float32)
     return err.cpu().numpy() if isinstance(pred, np.ndarray) else err
 

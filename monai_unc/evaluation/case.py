@@ -122,6 +122,18 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
     return case
 
 
+def _present_classes(task: TaskView) -> list[int]:
+    """The classes that the reference or the segmentation of a class task holds (one ``bincount`` of each)."""
+    n = int(task.num_classes)
+    held = np.zeros(n, dtype=bool)
+    for labels in (task.target, task.pred):
+        a = np.asarray(labels).ravel()
+        if a.dtype.kind not in "iu" or a.dtype == np.uint64:  # checked labels in [0, C): bincount's integer types
+            a = a.astype(np.int64)
+        held |= np.bincount(a, minlength=n)[:n] > 0
+    return [int(c) for c in np.flatnonzero(held)]
+
+
 def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:
     """Metrics of one case (module docstring): the class task, or with ``config.regions`` one task per region.
 
@@ -203,7 +215,8 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         row.update(product_columns)  # last: an evaluation without products keeps its columns and their order
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     if not act.multilabel:
-        return CaseResult(row, None if hists is None else hists[0], messages, states=states)
+        return CaseResult(row, None if hists is None else hists[0], messages, states=states,
+                          present_classes=_present_classes(tasks[0]))
     region_hists = None if hists is None else {str(t.name): h for t, h in zip(tasks, hists)}
     return CaseResult(row, None, messages, region_histograms=region_hists, curves=curves,
                       unclaimed_labels=unclaimed, states=states)

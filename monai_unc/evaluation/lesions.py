@@ -34,6 +34,7 @@ from ..metrics.lesions import (
     normalized_dice,
 )
 from ..metrics.selective import aurc, referral_curve
+from ..regions import unclaimed_labels
 from ..state import register_state_type
 from .cohort import dice_failed
 from .config import region_suffix, slug
@@ -274,9 +275,39 @@ def _sample_masks(samples: np.ndarray, task: Any, class_index: int | None,
     return np.isin(samples, np.asarray(list(regions[task.name]), np.int64))
 
 
+def _check_sample_labels(samples: np.ndarray, tasks: Sequence[Any], regions: Mapping[str, Sequence[int]] | None,
+                         ignore_unclaimed_labels: bool, case_id: str) -> None:
+    """Refuse per-sample label maps holding a label outside the evaluation's label space.
+
+    A class task's samples must hold its classes ``0 .. C-1``; a region task's, labels of the region spec (a label no
+    region holds is background only with ``ignore_unclaimed_labels``, as for the references). Such a label was in no
+    class or region: each lesion of that class got existence 0 without a word (found by hostile review: samples
+    written in a dataset's own ids, tumour 4 beside the classes 0, 1, 2).
+    """
+    if samples.size == 0 or not tasks:
+        return
+    if tasks[0].name is None:  # the class task
+        n = int(tasks[0].num_classes)
+        if int(samples.max()) < n:
+            return
+        bad = np.unique(samples[samples >= n])
+        raise ValueError(f"lesion_samples: case {case_id!r}: the per-sample label maps hold label(s) "
+                         f"{[int(v) for v in bad[:6]]} outside classes 0..{n - 1}: each sample must be a label map "
+                         "of the evaluation's classes (the argmax of that sample's probabilities)")
+    if regions is None or ignore_unclaimed_labels:
+        return
+    found = unclaimed_labels(samples, regions)
+    if found:
+        raise ValueError(f"lesion_samples: case {case_id!r}: the per-sample label maps hold label(s) {found[:6]} that "
+                         f"no region of {({k: list(v) for k, v in regions.items()})} holds (they would count as "
+                         "background): write each sample in the labels of the region spec "
+                         "(monai_unc.regions.regions_to_labels), or --ignore-unclaimed-labels")
+
+
 def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any],
                       class_names: Sequence[str] | None, measure: str | None, samples: np.ndarray | None = None,
-                      regions: Mapping[str, Sequence[int]] | None = None) -> LesionState:
+                      regions: Mapping[str, Sequence[int]] | None = None, *,
+                      ignore_unclaimed_labels: bool = False) -> LesionState:
     """The lesion-wise state of one case.
 
     Args:
@@ -294,10 +325,18 @@ def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any
             (:func:`~monai_unc.metrics.lesions.lesion_uncertainty`), and the score ``existence_uncertainty``
             (1 - existence).
         regions: the region spec ``{region: [labels]}`` of region tasks (to take the regions of the samples).
+        ignore_unclaimed_labels: count sample labels that no region holds as background (refused by default, as in
+            the references).
 
     Returns:
         A :class:`LesionState` of one case.
+
+    Raises:
+        ValueError: ``samples`` holding a label outside the classes of a class task, or (without
+            ``ignore_unclaimed_labels``) a non-zero label that no region of ``regions`` holds.
     """
+    if samples is not None:
+        _check_sample_labels(samples, tasks, regions, ignore_unclaimed_labels, str(getattr(case, "case_id", "")))
     arrays: dict[str, Any] = {"n_cases": np.array([1], np.int64),
                               "samples": np.array([0 if samples is None else samples.shape[0]], np.int64)}
     case_affine = getattr(case, "affine", None)

@@ -63,7 +63,9 @@ class CaseResult:
     binary histogram per region, in the spec's order) and ``curves`` (the QU-BraTS curves of the case:
     ``{"thresholds": [...], "brain_mask": str, "regions": {region: {"dice": [...], "ftp": [...], "ftn": [...]}}}``)
     and ``unclaimed_labels``, the non-zero labels of the case's label map that no region holds
-    (:func:`unclaimed_case_labels`; the cohort refuses them unless ``ignore_unclaimed_labels``).
+    (:func:`unclaimed_case_labels`; the cohort refuses them unless ``ignore_unclaimed_labels``). Class evaluations
+    fill ``present_classes``, the classes the case's reference or segmentation holds (the cohort warns about classes
+    that no case holds: each scores Dice 1 in every case).
 
     ``states`` holds the per-case state of each product of ``EvaluationConfig.products`` (:mod:`monai_unc.product`).
     :meth:`to_record` / :meth:`from_record` turn the whole result into JSON data and numpy arrays (every state
@@ -78,6 +80,8 @@ class CaseResult:
         region_histograms: ``{region: binary histogram}`` of a region evaluation, in the spec's order.
         curves: the case's QU-BraTS curves (region evaluations).
         unclaimed_labels: non-zero labels of the label map that no region holds.
+        present_classes: the classes that the reference or the segmentation of a class evaluation holds (None for
+            regions, and in the records of earlier versions).
         states: ``{product name: state}`` of ``EvaluationConfig.products``.
         files: the case's files (set by the evaluation's per-case step).
         num_classes: the case's number of classes (regions), set with ``files``.
@@ -95,6 +99,8 @@ class CaseResult:
     region_histograms: dict[str, ConfidenceHistogram] | None = None
     curves: dict[str, Any] | None = None
     unclaimed_labels: list[int] = field(default_factory=list)
+    #: the classes the reference or the segmentation holds (class evaluations; None: not known)
+    present_classes: list[int] | None = None
     #: ``{product name: state}`` of ``EvaluationConfig.products``
     states: dict[str, Any] = field(default_factory=dict)
     #: the case's files, set by the evaluation's per-case step (:func:`~monai_unc.evaluation.evaluate_files`)
@@ -133,6 +139,7 @@ class CaseResult:
         """
         doc = {"row": self.row, "warnings": list(self.warnings), "curves": self.curves,
                "unclaimed_labels": [int(v) for v in self.unclaimed_labels],
+               "present_classes": None if self.present_classes is None else [int(v) for v in self.present_classes],
                "files": None if self.files is None else self.files.to_json(),
                "num_classes": None if self.num_classes is None else int(self.num_classes),
                "products": list(self.states), "derived": dict(self.derived)}
@@ -160,9 +167,11 @@ class CaseResult:
             products[str(name)] = states.pop(f"{_PRODUCT_PREFIX}{name}")
         files = doc.get("files")
         n = doc.get("num_classes")
+        present = doc.get("present_classes")
         return cls(dict(doc["row"]), states.pop("histogram", None), [str(w) for w in doc.get("warnings") or []],
                    region_histograms=None if rh is None else dict(rh), curves=doc.get("curves"),
                    unclaimed_labels=[int(v) for v in doc.get("unclaimed_labels") or []],
+                   present_classes=None if present is None else [int(v) for v in present],
                    states=products,
                    files=None if files is None else CaseFiles.from_json(files),
                    num_classes=None if n is None else int(n),
@@ -547,7 +556,8 @@ def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, 
         assert n_cls is not None
         names = config.class_names or [str(c) for c in range(n_cls)]
         if len(names) != n_cls:
-            raise ValueError(f"class_names has {len(names)} names for {n_cls} classes")
+            raise ValueError(f"class_names has {len(names)} names for {n_cls} classes: give one name per class, the "
+                             "background first (--class-names background liver tumour)")
         maps = derived_maps(case)
         tasks = CATEGORICAL.split(case.seg, case.label, case.probs, maps, spacing=case.spacing, num_classes=n_cls)
         return CATEGORICAL, _with_affine(tasks, case), maps

@@ -266,6 +266,38 @@ def check_recorded_regions(predictions: str | os.PathLike, layout: str, regions:
                          "label of a channel must match)")
 
 
+def _absent_classes_warning(results: Sequence[tuple[CaseResult, CaseFiles, int]], config: EvaluationConfig
+                            ) -> str | None:
+    """The warning about foreground classes that no reference and no segmentation of the cohort holds, or None.
+
+    Each such class scores ``dice_<c> = 1`` (absent from both maps) in every case and counts in ``dice``, the mean
+    over the foreground classes that failure detection, the referral curve, triage and risk control read: a label
+    space with gaps (the ids of a TotalSegmentator subset, BraTS 0, 1, 2, 4 under ``--num-classes 5``) raised every
+    case's Dice towards 1 without a word (found by hostile review). None for regions, an empty cohort, or when a
+    case's record (an earlier version's) does not say which classes it holds.
+    """
+    if config.regions is not None or not results:
+        return None
+    present: set[int] = set()
+    n_cls = 0
+    for result, _, n in results:
+        if result.present_classes is None:
+            return None
+        present.update(result.present_classes)
+        n_cls = max(n_cls, int(n))
+    absent = [c for c in range(1, n_cls) if c not in present]
+    if not absent:
+        return None
+    names = config.class_names
+    shown = [f"{c} ({names[c]})" if names and c < len(names) else str(c) for c in absent[:8]]
+    more = f" and {len(absent) - 8} more" if len(absent) > 8 else ""
+    return (f"class(es) {', '.join(shown)}{more} of {n_cls - 1} foreground classes are in no reference and no "
+            f"segmentation of the {len(results)} case(s): each scores dice_<class> = 1 in every case and counts in "
+            "'dice', the mean over the foreground classes that failure detection, the referral curve, triage and "
+            "risk control read; a label space with gaps (ids kept from a larger dataset, e.g. BraTS 0, 1, 2, 4) "
+            "needs relabelling to consecutive labels 0 .. K-1 first")
+
+
 def evaluate_cases(
     cases: Sequence[CaseFiles],
     config: EvaluationConfig,
@@ -457,6 +489,9 @@ def _run_evaluate(
         except ValueError:
             stale(run)
             raise
+        absent = _absent_classes_warning(results, config)
+        if absent is not None:
+            warnings.warn(absent, UserWarning, stacklevel=2)
         state = assemble_state(results, config.n_fine_bins, late, regions=_regions(config))
         if late:
             raise CasesFailed([CaseFailure(c, ctx.rank, error_line(e)) for c, e in late])
@@ -474,7 +509,7 @@ def _run_evaluate(
                 if not issubclass(w.category, UserWarning):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             summary = summarize(state, config, fitted=fitted, fit_warnings=[
-                str(w.message) for w in caught if issubclass(w.category, UserWarning)])
+                str(w.message) for w in caught if issubclass(w.category, UserWarning)] + ([absent] if absent else []))
             paths = write_evaluation(state, summary, output, config)
             rows = state.sorted_rows()
             ids = [str(r["case"]) for r in rows]

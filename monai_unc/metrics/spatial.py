@@ -293,13 +293,49 @@ def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool
     return out.to(cuda) if cuda is not None else out.cpu().numpy()
 
 
+def _class_channels(x: Any, n_cases: int, spatial: tuple, batched: bool) -> int | None:
+    """The number of class channels ``C >= 2`` of a map with a channel axis (probabilities, one-hot), else None."""
+    shape = tuple(getattr(x, "shape", np.shape(x)))
+    lead = (n_cases,) if batched else ()
+    if len(shape) == len(lead) + 1 + len(spatial) and shape[len(lead) + 1:] == spatial and shape[len(lead)] >= 2:
+        return int(shape[len(lead)])
+    return None
+
+
+def _check_class_space(p: Array, t: Array, pred: Any, target: Any, n_cases: int, spatial: tuple,
+                       batched: bool) -> None:
+    """Refuse labels outside the classes that class channels declare (``C`` channels: classes ``0 .. C-1``).
+
+    A reference label outside them (the ignore label 255 of a partly annotated scan, a dataset id such as BraTS 4
+    beside a 4-class network) was counted as an error voxel and a boundary without a word, where the calibration
+    metrics refuse it (found by hostile review).
+    """
+    cp = _class_channels(pred, n_cases, spatial, batched)
+    ct = _class_channels(target, n_cases, spatial, batched)
+    if cp is not None and ct is not None and cp != ct:
+        raise ValueError(f"pred has {cp} class channels but target {ct}: they must be of the same classes")
+    c = cp if cp is not None else ct
+    if c is None:
+        return
+    for name, labels, given in (("target", t, ct), ("pred", p, cp)):
+        if given is None and int(labels.max()) >= c:
+            top = int(labels.max())
+            raise ValueError(f"{name} holds label {top} outside the classes 0..{c - 1} of the {c} channels of "
+                             f"{'pred' if name == 'target' else 'target'} (an ignore label? mark such voxels "
+                             "another way: these metrics score every voxel)")
+
+
 def _prepare(uncertainty: Any, pred: Any, target: Any) -> tuple[Array, Array, Array, bool]:
-    """Validated ``(cases, *spatial)`` arrays: numpy for CPU input, CUDA tensors for CUDA input."""
+    """Validated ``(cases, *spatial)`` arrays: numpy for CPU input, CUDA tensors for CUDA input.
+
+    Labels must lie in the classes ``0 .. C-1`` of a map given with ``C`` class channels (:func:`_check_class_space`).
+    """
     u, batched = _split_uncertainty(uncertainty)
     spatial = tuple(u.shape[1:])
     cuda = u.device if isinstance(u, torch.Tensor) else None
     p = _split_labels(pred, "pred", u.shape[0], spatial, batched, cuda)
     t = _split_labels(target, "target", u.shape[0], spatial, batched, cuda)
+    _check_class_space(p, t, pred, target, u.shape[0], spatial, batched)
     return u, p, t, batched
 
 

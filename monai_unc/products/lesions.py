@@ -257,7 +257,8 @@ class LesionMetrics(CohortProduct):
         if self.samples is not None and tasks:
             samples = read_lesion_samples(self.samples, case.case_id, tasks[0].pred.shape, case.affine)
         return lesion_case_state(case, tasks, self.options(), config.class_names, measure, samples,
-                                 getattr(config, "regions", None))
+                                 getattr(config, "regions", None),
+                                 ignore_unclaimed_labels=bool(getattr(config, "ignore_unclaimed_labels", False)))
 
     def case_columns(self, state: Any, config: Any) -> dict[str, float]:
         """The case's lesion-wise columns of ``metrics.csv``.

@@ -663,21 +663,25 @@ def render_html(
 
 
 def region_display(
-    seg: np.ndarray, label: np.ndarray | None, uncertainty: np.ndarray, regions: Mapping[str, Sequence[int]]
+    seg: np.ndarray, label: np.ndarray | None, uncertainty: np.ndarray, regions: Mapping[str, Sequence[int]],
+    spatial_dims: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[str]]:
     """Label maps for drawing a region-based case with :func:`~monai_unc.report.plots.plot_case_overlay`.
 
     Overlapping regions become one label map: regions sorted by their number of labels, most first (stable), and a
     voxel gets the index (1-based) of the last region in that order that contains it, so nested regions (BraTS WT >
-    TC > ET) are drawn from the outside in. ``seg`` is ``(R, *spatial)`` region masks or a label map (converted with
-    ``regions``); ``label`` a label map, or None (no reference: the triage of new cases); the uncertainty drawn is the
-    largest over the regions.
+    TC > ET) are drawn from the outside in. ``seg`` and ``label`` are ``(R, *spatial)`` region masks or label maps
+    (converted with ``regions``); ``label`` may be None (no reference: the triage of new cases); the uncertainty drawn
+    is the largest over the regions.
 
     Args:
         seg: region masks ``(R, *spatial)`` or a label map ``(*spatial)``.
-        label: the reference label map ``(*spatial)``, or None.
+        label: the reference, a label map ``(*spatial)`` or region masks ``(R, *spatial)``, or None.
         uncertainty: the uncertainty ``(R, *spatial)`` per region, or ``(*spatial)``.
         regions: the region spec ``{name: [label, ...]}`` in channel order.
+        spatial_dims: the number of spatial axes (2 or 3; the case's, ``len(case.spacing)``). None: taken from
+            ``label`` (a label map), else from the maps; give it whenever ``label`` may be region masks (read as a
+            label map, masks of a 4-D reference file drew other regions than the case's: found by hostile review).
 
     Returns:
         ``(seg map, label map or None, uncertainty, class names)``: int label maps ``(*spatial)``, the uncertainty
@@ -692,10 +696,17 @@ def region_display(
     names = list(regions)
     order = sorted(range(len(names)), key=lambda r: -len(regions[names[r]]))
     # spatial ndim: the label's, else the region maps' (R, *spatial)
-    ndim = label.ndim if label is not None else (uncertainty.ndim - 1 if uncertainty.ndim == seg.ndim else seg.ndim)
-    pred = label_to_regions(seg, regions) if seg.ndim == ndim else seg.astype(bool)
+    if spatial_dims is not None:
+        ndim = int(spatial_dims)
+    else:
+        ndim = label.ndim if label is not None else (uncertainty.ndim - 1 if uncertainty.ndim == seg.ndim else seg.ndim)
+
+    def as_masks(x: np.ndarray) -> np.ndarray:  # (R, *spatial) bool: a label map through the spec, masks as they are
+        return np.asarray(label_to_regions(x, regions)) if x.ndim == ndim else np.asarray(x).astype(bool)
+
+    pred = as_masks(seg)
     out: list[np.ndarray | None] = []
-    for masks in (pred, None if label is None else label_to_regions(label, regions)):
+    for masks in (pred, None if label is None else as_masks(label)):
         if masks is None:
             out.append(None)
             continue
@@ -820,7 +831,7 @@ def _case_figures(
             continue
         seg, label, u, class_names = case.seg, case.label, case.maps[measure], summary.get("class_names")
         if state.regions is not None:
-            seg, label, u, class_names = region_display(case.seg, case.label, u, state.regions)
+            seg, label, u, class_names = region_display(case.seg, case.label, u, state.regions, len(case.spacing))
         r = by_id[cid]
         info = {"Dice": format_value(dice_as_recorded(float(r["dice"])),
                                      threshold=summary["failures"]["dice_threshold"]),

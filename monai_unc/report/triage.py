@@ -333,7 +333,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
             info["expected Dice"] = _expected_dice_text(c)
         seg, u, class_names = case.seg, case.maps[rule.measure], rule.class_names
         if regions is not None:  # nested regions drawn as one label map, the largest uncertainty over the regions
-            seg, _, u, class_names = region_display(case.seg, None, u, regions)
+            seg, _, u, class_names = region_display(case.seg, None, u, regions, len(case.spacing))
         if viewers is not None and c["decision"] != "accept":  # the flagged cases: those referred for review
             viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure,
                                        class_names=class_names))

@@ -277,7 +277,9 @@ def _add_evaluate(sub: Any) -> None:
                    help="ECE: ignore bins with fewer voxels (0; Kock et al. use 50)")
     p.add_argument("--patch-size", type=_positive_int, default=10, help="box size of the _patch scores (10 voxels)")
     p.add_argument("--num-classes", type=_positive_int, default=None, help="needed when no probabilities are given")
-    p.add_argument("--class-names", nargs="+", default=None, help="class names for the dice_<class> columns")
+    p.add_argument("--class-names", nargs="+", default=None,
+                   help="one name per class, the background first (e.g. background liver tumour), for the "
+                        "dice_<class> columns")
     p.add_argument("--no-spatial", action="store_true", help="skip BUC, BA-ECE and SPACE")
     p.add_argument("--regions", default=None, metavar="SPEC",
                    help="region-based (sigmoid) predictions: evaluate every metric per region, QU-BraTS included. "

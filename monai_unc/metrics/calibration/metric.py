@@ -30,7 +30,9 @@ class CalibrationMetric(CumulativeIterationMetric):
 
     Call it with ``y_pred`` probabilities ``(B, C, *spatial)`` (apply softmax first, e.g. with
     ``monai.transforms.Activations(softmax=True)``) and ``y`` labels ``(B, 1, *spatial)`` / ``(B, *spatial)``
-    or one-hot ``(B, C, *spatial)`` (one-hot exactly when ``y`` has the shape of ``y_pred``; reduced by argmax).
+    or one-hot ``(B, C, *spatial)`` (one-hot exactly when ``y`` has the shape of ``y_pred``; reduced by argmax; a
+    ``y`` of that shape that is not one-hot, such as overlapping region masks, soft labels or a voxel without a class,
+    raises ``ValueError``).
     Each call adds the batch to a pooled histogram (constant memory:
     ``24 (C + 2) F`` bytes, 1.8 MiB for 3 classes) and buffers one row of per-case values ``(B, K)`` (``K =
     len(metrics)``, in the order of ``metrics``) that :meth:`get_buffer` gathers across ranks.
@@ -112,7 +114,20 @@ class CalibrationMetric(CumulativeIterationMetric):
         """
         if y.ndim >= 3 and tuple(y.shape) == tuple(y_pred.shape) and y.shape[1] > 1:
             # one-hot; torch has no argmax of a bool tensor (a bool one-hot raised from here; found by hostile testing)
-            return (y.to(torch.uint8) if y.dtype == torch.bool else y).argmax(dim=1)
+            oh = y.to(torch.uint8) if y.dtype == torch.bool else y
+            # exactly one 1 per voxel: the argmax of overlapping region masks (BraTS TC / WT / ET), of soft labels
+            # or of an all-zero (unlabelled) voxel is no class, and merged the background with the first class
+            # without a word (found by hostile review)
+            binary = bool(((oh == 0) | (oh == 1)).all())
+            if not binary or not bool((oh.sum(dim=1) == 1).all()):
+                raise ValueError(
+                    f"y has the shape of y_pred {tuple(y_pred.shape)} but is not one-hot (exactly one 1 per voxel, "
+                    "the rest 0): " + ("values other than 0 and 1 (soft labels or probabilities)" if not binary
+                                       else "voxels with no class or several (overlapping region masks such as BraTS "
+                                       "TC / WT / ET, or unlabelled voxels)")
+                    + "; give a label map (B, 1, *spatial), or score each region of a region-based model as a binary "
+                    "task (monai_unc.regions.per_region)")
+            return oh.argmax(dim=1)
         return y
 
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
