@@ -88,6 +88,7 @@ from ..metrics.conformal import (
     conformal_grid,
     crc_tolerance,
     fit_conformal_rule,
+    last_index,
     min_calibration_cases,
     quantile_edges,
     stratum_of,
@@ -662,8 +663,9 @@ def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target:
         if t.get("name") != names[name] or t.get("stratum") != st:
             raise bad(f"{f}.name", f"must be {names[name]!r} in stratum {st} (the order of 'names')")
         j = t.get("index")
-        if not _is_int(j) or not 0 <= j <= size:
-            raise bad(f"{f}.index", f"is {_shown(j)}, outside the grid [0, {size}]")
+        top = last_index(family, size)  # the margin family's trivial set lies one past its grid
+        if not _is_int(j) or not 0 <= j <= top:
+            raise bad(f"{f}.index", f"is {_shown(j)}, outside the grid [0, {top}]")
         lam = t.get("lambda_hat")
         if not _is_number(lam) or lam != float(j * step):
             raise bad(f"{f}.lambda_hat", f"is {_shown(lam)}, not the grid value {float(j * step)!r} of its index "

@@ -38,11 +38,17 @@ from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, sc
 from ..product import format_cell, format_share
 from .store import ALL_SITES
 
-__all__ = ["ALL_SITES", "RECENT", "GroupStatus", "monitor_status", "status_table", "any_alarm", "printable",
-           "stream_seed", "image_reference_scores", "labelled_in_order", "exp_text", "martingale_peak_text"]
+__all__ = ["ALL_SITES", "RECENT", "IMAGE_REFERENCE_MIN", "GroupStatus", "monitor_status", "status_table", "any_alarm",
+           "printable", "stream_seed", "image_reference_scores", "labelled_in_order", "exp_text",
+           "martingale_peak_text"]
 
 #: the number of latest cases of the recent rates
 RECENT = 50
+#: calibration images below which the image alarm's false-alarm rate is only approximately ``alpha`` (the calibration
+#: images' values come from references of ``N - 1`` images, a new case's from all ``N``): in simulation without a
+#: change, 9.2 % of 500-case streams raised it at ``alpha = 0.05`` with 10 images, 8 % with 20, 3.7 % with 50
+#: (docs/monitoring.md)
+IMAGE_REFERENCE_MIN = 50
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class GroupStatus:
             images (:func:`image_reference_scores`) as well as the stream's earlier cases; False when the rule
             records no statistics of its calibration images (the stream's earlier cases only).
         pooled: whether this is the pooled stream of all the rule's sites (its ``site`` is :data:`ALL_SITES`).
+        image_reference_size: the calibration images the image martingale ranked against (0: none).
     """
 
     rule_digest: str
@@ -74,12 +81,23 @@ class GroupStatus:
     alpha: float
     image_against_calibration: bool = False
     pooled: bool = False
+    image_reference_size: int = 0
 
     @property
     def image_note(self) -> str | None:
-        """What the image alarm cannot see when it has no calibration images to rank against (else None)."""
-        if self.image is None or self.image_against_calibration:
+        """What the image alarm cannot see when it has no calibration images to rank against, or how approximate its
+        false-alarm level is with fewer than :data:`IMAGE_REFERENCE_MIN` of them (else None)."""
+        if self.image is None:
             return None
+        if self.image_against_calibration:
+            n = self.image_reference_size
+            if n >= IMAGE_REFERENCE_MIN:
+                return None
+            return (f"the image martingale ranks each case against {n} calibration images, whose values come from "
+                    f"references of {n - 1} images and a new case's from all {n}: with so few its false-alarm "
+                    f"probability is only approximately alpha (in simulation without a change, 9 % of streams "
+                    f"alarmed at alpha 0.05 with 10 images, 8 % with 20, under 5 % from {IMAGE_REFERENCE_MIN}); "
+                    "certify the rule on more images (monai-unc evaluate --target-risk --images) for its level")
         return ("the image martingale ranks each case against the stream's earlier cases only: the rule records no "
                 "statistics of its calibration images (certified before monai-unc recorded them), so it detects a "
                 "change within the stream, not a stream whose images differ from the calibration images from its "
@@ -239,7 +257,8 @@ def _group(rule_digest: str, site: str, cases: Sequence[Mapping[str, Any]], rule
     losses = [c["loss"] for c in labelled_in_order(cases)]
     risk = risk_test(losses, target, alpha) if losses and target is not None else None
     return GroupStatus(rule_digest, site, tuple(cases), score, image, risk,
-                       math.nan if target is None else float(target), alpha, image_reference is not None, pooled)
+                       math.nan if target is None else float(target), alpha, image_reference is not None, pooled,
+                       0 if image_reference is None else len(image_reference))
 
 
 def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mapping[str, Any]],
@@ -357,8 +376,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
 
     Returns:
         The table's lines (fixed-width columns), one note per rule whose image alarm has no calibration images to
-        rank against (:attr:`GroupStatus.image_note`), one warning per stream with cases without a defined score
-        (:attr:`GroupStatus.score_note`), and one line per alarm.
+        rank against or fewer than :data:`IMAGE_REFERENCE_MIN` (:attr:`GroupStatus.image_note`), one warning per
+        stream with cases without a defined score (:attr:`GroupStatus.score_note`), and one line per alarm.
     """
     head = ("rule", "site", "cases", "accepted", "recent", "score martingale", "image martingale", "audited",
             "risk (observed / lower bound / target)")

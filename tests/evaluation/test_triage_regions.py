@@ -204,7 +204,7 @@ def test_monitoring_a_region_rule_end_to_end(cohorts, tmp_path):
     ``evaluate`` wrote for the case (the mean over the regions, in the rule's channel order) and its loss the rule's
     failure; the image martingale ranks the cases against the rule's calibration images."""
     from monai_unc.monitoring import MonitorStore, monitor_status
-    from monai_unc.monitoring.status import image_reference_scores
+    from monai_unc.monitoring.status import IMAGE_REFERENCE_MIN, image_reference_scores
 
     a, rule = cohorts["A"], ReferralRule.load(cohorts["rule"])
     db = str(tmp_path / "m.db")
@@ -219,7 +219,9 @@ def test_monitoring_a_region_rule_end_to_end(cohorts, tmp_path):
         d = float(metrics[c["case_id"]]["dice"])
         assert c["dice"] == pytest.approx(d, abs=1e-6) and c["loss"] == float(d < rule.failure_dice)
     (g,) = monitor_status(cases, rules)
-    assert g.image_against_calibration and g.image_note is None
+    # ranked against the calibration images; fewer than IMAGE_REFERENCE_MIN of them: a note on the alarm's level
+    assert g.image_against_calibration and g.image_reference_size == rule.image_reference.n_cases
+    assert (g.image_note is None) == (g.image_reference_size >= IMAGE_REFERENCE_MIN)
     (recorded,) = rules.values()
     np.testing.assert_allclose(image_reference_scores(recorded), rule.image_reference.leave_one_out_z_max())
 
