@@ -432,6 +432,13 @@ def canonical_method(method: str, patch_reduction: str | None = None, note: str 
     return new
 
 
+def _is_zero(value: Any) -> bool:
+    """Whether ``value`` is the number 0 (``empty_value``'s default); NaN and anything else are not."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating)) and (
+        value == 0
+    )
+
+
 def aggregate(
     uncertainty: ArrayLike,
     method: str = "mean",
@@ -457,14 +464,15 @@ def aggregate(
             mask NaN, with a warning (no voxel to aggregate: not the 0 of an empty sum, which would rank the case
             as the most certain).
         patch_size: box size in voxels for ``"patch_sum"`` / ``"patch_mean"`` (int or one per axis).
-        threshold: ``t`` for ``"threshold"``, e.g. from :func:`fit_threshold`; required there.
+        threshold: ``t`` for ``"threshold"``, e.g. from :func:`fit_threshold`; required there, refused by the other
+            methods (``ValueError``: they would ignore it).
         patch_reduction: deprecated (the method names the reduction); with ``method="patch"`` the box reduction,
             ``"sum"`` (default) or ``"mean"``.
         return_location: with ``"patch_sum"`` / ``"patch_mean"``, also return the best box's start corner
             ``(B, D)``.
         empty_value: ``"threshold"`` score of a case whose (masked) voxels are all below ``t``: 0.0 as in ValUES'
             code (such a case is the most certain one); pass ``float("nan")`` to mark it instead. A case with an
-            empty mask is NaN whatever ``empty_value``.
+            empty mask is NaN whatever ``empty_value``. Another value than 0 is refused by the other methods.
 
     Returns:
         ``(B,)`` float64 scores in the input's library, or ``(scores, start)`` with ``start`` ``(B, D)`` int64 for
@@ -472,7 +480,8 @@ def aggregate(
 
     Raises:
         ValueError: an unknown method, a bad shape, non-finite values, a mask of another shape, a missing or
-            non-finite ``threshold``, or ``return_location`` with a method other than the patch methods.
+            non-finite ``threshold``, ``threshold`` or a non-zero ``empty_value`` with a method other than
+            ``"threshold"``, or ``return_location`` with a method other than the patch methods.
 
     Example:
         >>> import numpy as np
@@ -489,6 +498,10 @@ def aggregate(
         [0.8, 0.0]
     """
     method = canonical_method(method, patch_reduction, stacklevel=3)
+    if method != "threshold" and (threshold is not None or not _is_zero(empty_value)):
+        # found by hostile testing: aggregate(u, "mean", threshold=0.5) returned the plain mean without a word
+        given = "threshold" if threshold is not None else "empty_value"
+        raise ValueError(f"{given} applies to method='threshold' only, got method={method!r}")
     if method in ("patch_sum", "patch_mean"):
         res = max_patch(uncertainty, patch_size=patch_size, reduction=method[len("patch_"):], mask=mask)
         return (res.score, res.start) if return_location else res.score

@@ -324,6 +324,10 @@ def _case_score(value: Any, key: str) -> float:
     return float(t.reshape(()))
 
 
+#: the default name of :class:`CaseScoresHandler`'s CSV
+_CASE_SCORES_FILE = "case_scores.csv"
+
+
 class CaseScoresHandler:
     """Ignite handler: per-case uncertainty scores, grouped by a shift label, into a CSV and OoD AUROC metrics.
 
@@ -354,7 +358,8 @@ class CaseScoresHandler:
             (default :data:`monai_unc.metrics.IID_SHIFTS`, the labels ``monai-unc evaluate --shifts`` reads as
             in-distribution).
         output_dir: the folder of the CSV (``None``: no file).
-        filename: the name of the CSV in ``output_dir``.
+        filename: the name of the CSV in ``output_dir``, a relative path inside it; another name than the default
+            needs ``output_dir`` (``ValueError``).
         image_key: whose MetaTensor ``filename_or_obj`` names the case.
     """
 
@@ -364,7 +369,7 @@ class CaseScoresHandler:
         group_key: str = "shift",
         iid_groups: Sequence[str] | str = IID_SHIFTS,
         output_dir: str | os.PathLike | None = None,
-        filename: str = "case_scores.csv",
+        filename: str = _CASE_SCORES_FILE,
         image_key: str = Keys.IMAGE,
     ) -> None:
         self.score_keys = _names(score_keys, "score_keys")
@@ -379,6 +384,13 @@ class CaseScoresHandler:
         if not self.iid_groups:
             raise ValueError("iid_groups must name at least one in-distribution group (the OoD AUROC compares the "
                              "cases outside them with the cases inside)")
+        # found by hostile testing: a filename without output_dir wrote nothing, without a word, and an absolute
+        # filename (or one with "..") wrote outside output_dir
+        inside = isinstance(filename, str) and filename and not Path(filename).is_absolute()
+        if not inside or ".." in Path(filename).parts:
+            raise ValueError(f"filename must be a relative file name inside output_dir, got {filename!r}")
+        if output_dir is None and filename != _CASE_SCORES_FILE:
+            raise ValueError(f"filename={filename!r} needs output_dir (without it no CSV is written)")
         self.output_dir = None if output_dir is None else Path(output_dir)
         self.filename = filename
         self.image_key = image_key

@@ -456,7 +456,8 @@ def per_region(
     """Call ``fn`` once per region and return ``{region name: result}`` in channel order.
 
     Args:
-        fn: any metric, e.g. :func:`monai_unc.metrics.ece` or :func:`monai_unc.metrics.buc`.
+        fn: any metric, e.g. :func:`monai_unc.metrics.ece` or
+            :func:`monai_unc.metrics.boundary_uncertainty_concentration`.
         region_args: keyword arguments of ``fn`` with one channel per region along ``channel_dim``, all with the
             same number ``R`` of channels, e.g. ``{"probs": (B, R, *spatial) sigmoid probabilities, "target":
             (B, R, *spatial) region masks}``; region ``r`` receives channel ``r`` with the axis kept

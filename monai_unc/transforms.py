@@ -367,7 +367,8 @@ class AggregateUncertainty(Transform):
             it becomes ``"patch_sum"`` (``"patch_mean"`` with ``patch_reduction="mean"``) with a
             ``DeprecationWarning``, and ``self.method`` holds the new name.
         patch_size: as in :func:`~monai_unc.aggregation.aggregate`.
-        threshold: as in :func:`~monai_unc.aggregation.aggregate`.
+        threshold: as in :func:`~monai_unc.aggregation.aggregate` (``method="threshold"`` only: ``ValueError``
+            with another method).
         empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
         patch_reduction: deprecated, as in :func:`~monai_unc.aggregation.aggregate` (the method names the box
             reduction).
@@ -392,6 +393,8 @@ class AggregateUncertainty(Transform):
         method = canonical_method(method, patch_reduction, stacklevel=3)
         if method == "threshold" and threshold is None:
             raise ValueError("method='threshold' needs threshold=t (fit it with monai_unc.aggregation.fit_threshold)")
+        if method != "threshold" and threshold is not None:  # refused now, not at the first case
+            raise ValueError(f"threshold applies to method='threshold' only, got method={method!r}")
         self.method = method
         self.kwargs = {"patch_size": patch_size, "threshold": threshold, "empty_value": empty_value}
 
@@ -637,7 +640,8 @@ class AggregateUncertaintyd(MapTransform):
             inside), e.g. the predicted foreground; a probability / one-hot ``(C, *spatial)`` mask with ``C >= 2``
             means "argmax > 0"; one-channel probabilities raise ``ValueError`` (threshold them first).
         patch_size: as in :func:`~monai_unc.aggregation.aggregate`.
-        threshold: as in :func:`~monai_unc.aggregation.aggregate`.
+        threshold: as in :func:`~monai_unc.aggregation.aggregate` (``method="threshold"`` only: ``ValueError``
+            with another method).
         empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
         patch_reduction: deprecated, as in :func:`~monai_unc.aggregation.aggregate`.
         output_key: template with ``{key}`` and ``{method}``.

@@ -609,7 +609,7 @@ def calibration_risks(dice: Any, cases: Sequence[str], risk: str, failure_dice: 
     case of unknown outcome as a certified success, and as NaN for ``"1-dice"``. ``evaluate``'s own Dice is never
     undefined (an empty label and prediction score 1), so an undefined or out-of-range Dice here comes from edited or
     hand-made rows: refused, naming the cases, for both risks. The one check of the Dice a certificate rests on:
-    :class:`~monai_unc.products.RiskControl`, :func:`~monai_unc.evaluation.triage.certify_rule` and a rule's
+    :class:`~monai_unc.products.RiskControl`, :func:`~monai_unc.evaluation.triage.certify.certify_rule` and a rule's
     recomputed certificate (:meth:`~monai_unc.evaluation.triage.ReferralRule.verify_certificate`).
 
     Args:

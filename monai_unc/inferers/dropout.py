@@ -106,8 +106,8 @@ class MCDropoutInferer(UncertaintyInferer):
 
     Args:
         num_samples: dropout passes per window.
-        **kwargs: :class:`~monai_unc.inferers.UncertaintyInferer` options (``base_inferer``, ``activation``,
-            ``keys``, ``seed``, ...).
+        **kwargs: :class:`~monai_unc.inferers.UncertaintyInferer` options but ``sources``
+            (``base_inferer``, ``activation``, ``keys``, ``seed``, ...).
 
     Calling it returns ``dict[str, Tensor]`` keyed by :class:`~monai_unc.keys.UncertaintyKeys`.
 
@@ -128,5 +128,6 @@ class MCDropoutInferer(UncertaintyInferer):
     """
 
     def __init__(self, num_samples: int = 30, **kwargs: Any) -> None:
+        self._refuse_sources(kwargs, "MCDropoutInferer")
         super().__init__(sources=[MCDropoutSource(num_samples)], **kwargs)
         self.num_samples = num_samples

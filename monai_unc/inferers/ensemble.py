@@ -210,7 +210,7 @@ class EnsembleInferer(UncertaintyInferer):
             time, with ``torch.load(weights_only=True)`` unless ``weights_only=False``).
         weights_only: see ``networks``.
         extra_sources: sources multiplied with the members, e.g. ``[MCDropoutSource(5), FlipSource("all")]``.
-        **kwargs: :class:`UncertaintyInferer` options.
+        **kwargs: :class:`UncertaintyInferer` options except ``sources`` (a ``ValueError``: use ``extra_sources``).
 
     Example:
         >>> from monai_unc.inferers import EnsembleInferer
@@ -230,5 +230,5 @@ class EnsembleInferer(UncertaintyInferer):
         extra_sources: Sequence[SampleSource] = (),
         **kwargs: Any,
     ) -> None:
-        kwargs.pop("sources", None)
+        self._refuse_sources(kwargs, "EnsembleInferer")
         super().__init__(sources=[EnsembleSource(networks, weights_only), *extra_sources], **kwargs)

@@ -1419,8 +1419,8 @@ class RateInInferer(UncertaintyInferer):
         p_min: smallest rate.
         p_max: largest rate.
         draws: dropout masks averaged per loss evaluation.
-        **kwargs: :class:`~monai_unc.inferers.sampling.UncertaintyInferer` options (``base_inferer``, ``seed``,
-            ``keys``, ``keep_samples``, ...).
+        **kwargs: :class:`~monai_unc.inferers.sampling.UncertaintyInferer` options but ``sources``
+            (``base_inferer``, ``seed``, ``keys``, ``keep_samples``, ...).
 
     Calling it returns an :class:`~monai_unc.inferers.sampling.UncertaintyOutput` with the usual maps and, in
     ``out.extras``, ``rate_in_rates`` / ``rate_in_losses`` / ``rate_in_iterations`` / ``rate_in_converged``: dicts
@@ -1468,6 +1468,7 @@ class RateInInferer(UncertaintyInferer):
             layer_kwargs["channelwise"] = bool(channelwise)
         if p_init is not None:
             layer_kwargs["p"] = p_init
+        self._refuse_sources(kwargs, "RateInInferer")
         source = RateInSource(num_samples, placement=placement, after=after, **layer_kwargs)
         super().__init__(sources=[source], **kwargs)
         self.num_samples = num_samples

@@ -654,6 +654,18 @@ class UncertaintyInferer(Inferer):
 
     default_keys: tuple[str, ...] | None = None
 
+    @staticmethod
+    def _refuse_sources(kwargs: dict[str, Any], name: str) -> None:
+        """``ValueError`` for a ``sources`` keyword given to an inferer that builds its own sources.
+
+        Found by hostile testing: ``TTAInferer`` and ``EnsembleInferer`` dropped ``sources=[MCDropoutSource(5)]``
+        without a word (2 samples where 10 were asked for); an empty ``sources`` is accepted.
+        """
+        if "sources" in kwargs:
+            if kwargs.pop("sources"):
+                raise ValueError(f"{name} builds its own sample sources and takes no sources=; combine sources with "
+                                 "UncertaintyInferer([...]) (EnsembleInferer: extra_sources=)")
+
     def __init__(
         self,
         sources: Sequence[SampleSource] | SampleSource = (),
@@ -1168,8 +1180,6 @@ class SoftmaxInferer(UncertaintyInferer):
     default_keys = (K.PRED.value, K.PREDICTIVE_ENTROPY.value, K.ONE_MINUS_MAX_PROB.value)
 
     def __init__(self, **kwargs: Any) -> None:
-        if kwargs.get("sources"):
-            raise ValueError("SoftmaxInferer takes no sample sources; use UncertaintyInferer")
-        kwargs.pop("sources", None)
+        self._refuse_sources(kwargs, "SoftmaxInferer")
         kwargs.setdefault("track_variance", False)
         super().__init__(sources=(), **kwargs)

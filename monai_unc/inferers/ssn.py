@@ -171,7 +171,8 @@ class SSNInferer(UncertaintyInferer):
     Args:
         num_samples: latent draws per window.
         reuse_features: run the backbone once per window (see :class:`SSNSource`).
-        **kwargs: :class:`~monai_unc.inferers.UncertaintyInferer` options (``base_inferer``, ``keys``, ``seed``, ...).
+        **kwargs: :class:`~monai_unc.inferers.UncertaintyInferer` options but ``sources``
+            (``base_inferer``, ``keys``, ``seed``, ...).
 
     Example:
         >>> from monai_unc.inferers import SSNInferer
@@ -187,9 +188,7 @@ class SSNInferer(UncertaintyInferer):
     """
 
     def __init__(self, num_samples: int = 10, reuse_features: bool = True, **kwargs: Any) -> None:
-        if kwargs.get("sources"):
-            raise ValueError("SSNInferer builds its own source; use UncertaintyInferer to combine sources")
-        kwargs.pop("sources", None)
+        self._refuse_sources(kwargs, "SSNInferer")
         super().__init__(sources=[SSNSource(num_samples, reuse_features=reuse_features)], **kwargs)
         self.num_samples = num_samples
 

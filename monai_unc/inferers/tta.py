@@ -318,14 +318,16 @@ class TTAInferer(UncertaintyInferer):
     Args:
         flip_axes: ``"all"`` (2^k flips for k spatial axes: 8 in 3D) or a sequence of spatial axes; ``()`` for none.
         noise_std: standard deviation of additive Gaussian noise (0 disables noise).
-        noise_samples: noise copies per flip when ``noise_std > 0``.
+        noise_samples: noise copies per flip; a value other than 1 needs ``noise_std > 0`` (``ValueError``).
         augmentations: extra ``(forward, inverse)`` pairs, multiplied with the flips.
         transforms: MONAI invertible transforms (e.g. ``Rotate90``, ``RandAffine``), multiplied with the flips;
             random ones are drawn ``transform_samples`` times (see :class:`InvertibleTransformSource`).
-        transform_samples: draws of each random transform.
-        **kwargs: :class:`UncertaintyInferer` options (``base_inferer``, ``activation``, ``keep_samples``, ``seed``,
-            ...). With a ``seed`` every call draws the same noise and the same random ``transforms`` (their random
-            states are seeded from the inferer's stream, see :class:`InvertibleTransformSource`).
+        transform_samples: draws of each random transform; a value other than 1 needs ``transforms`` (``ValueError``).
+        **kwargs: :class:`UncertaintyInferer` options except ``sources`` (``base_inferer``, ``activation``,
+            ``keep_samples``, ``seed``, ...; ``sources`` is a ``ValueError``: combine sources with
+            :class:`UncertaintyInferer`). With a ``seed`` every call draws the same noise and the same random
+            ``transforms`` (their random states are seeded from the inferer's stream, see
+            :class:`InvertibleTransformSource`).
 
     The number of samples is ``2^k * noise_samples * len(augmentations) * len(transforms) * transform_samples``
     (each factor counted only when given).
@@ -351,14 +353,23 @@ class TTAInferer(UncertaintyInferer):
         transform_samples: int = 1,
         **kwargs: Any,
     ) -> None:
+        self._refuse_sources(kwargs, "TTAInferer")
         sources: list[SampleSource] = [FlipSource(flip_axes)]
         if isinstance(noise_std, bool) or not isinstance(noise_std, (int, float)) or not 0 <= noise_std < float("inf"):
             raise ValueError(f"noise_std must be a finite number >= 0 (0 disables noise), got {noise_std!r}")
+        # a count that applies to nothing is refused, not ignored (found by hostile testing: noise_samples=4 without
+        # noise_std gave the 8 flips alone, and noise_samples=0 or "3" passed unchecked)
+        for name, count in (("noise_samples", noise_samples), ("transform_samples", transform_samples)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
+        if noise_samples != 1 and not noise_std > 0:
+            raise ValueError(f"noise_samples={noise_samples} needs noise_std > 0 (noise_std=0 adds no noise copies)")
+        if transform_samples != 1 and not transforms:
+            raise ValueError(f"transform_samples={transform_samples} needs transforms (none given to draw)")
         if noise_std > 0:
             sources.append(NoiseSource(noise_std, noise_samples))
         if augmentations:
             sources.append(AugmentationSource(augmentations))
         if transforms:
             sources.append(InvertibleTransformSource(transforms, transform_samples))
-        kwargs.pop("sources", None)
         super().__init__(sources=sources, **kwargs)

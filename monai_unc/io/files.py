@@ -2133,7 +2133,7 @@ def check_output_kind(folder: str | os.PathLike, command: str,
         folder: the output folder (a missing one is accepted).
         command: the command about to write there: a key of ``markers``.
         markers: ``{command: marker file names}``; default :data:`OUTPUT_MARKERS` (the commands of the package's
-            core; :func:`monai_unc.product.command_output_markers` adds the products' commands).
+            core; :func:`monai_unc.evaluation.command_output_markers` adds the products' commands).
 
     Raises:
         ValueError: ``folder`` holds another command's marker files, or lies in a ``maps/``, ``products/`` or

@@ -158,8 +158,10 @@ class GEDMetric(_CaseMetric):
     Args:
         variant: ``"ged"`` (:func:`ged`), ``"nonempty_iou"`` (:func:`ged_nonempty_iou`) or ``"detection"``
             (:func:`ged_detection`).
-        distance: ``"iou"`` or ``"dice"`` for ``variant="ged"``.
-        num_classes: classes including background (default from the data).
+        distance: ``"iou"`` or ``"dice"`` for ``variant="ged"`` (``"dice"`` with another variant is a
+            ``ValueError``: their distance is fixed).
+        num_classes: classes including background (default from the data); not with ``variant="detection"``
+            (``ValueError``).
         return_terms: keep the three terms next to the value.
         reduction: as in MONAI's metrics; NaN cases are skipped.
         get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
@@ -192,6 +194,12 @@ class GEDMetric(_CaseMetric):
             raise ValueError(f"variant must be one of {GED_VARIANTS}, got {variant!r}")
         if distance not in GED_DISTANCES:
             raise ValueError(f"distance must be one of {GED_DISTANCES}, got {distance!r}")
+        # found by hostile testing: variant="nonempty_iou" with distance="dice" gave the IoU distance without a word
+        if distance != "iou" and variant != "ged":
+            raise ValueError(f"distance={distance!r} applies to variant='ged' only (variant {variant!r} has its own "
+                             "distance)")
+        if num_classes is not None and variant == "detection":
+            raise ValueError("num_classes does not apply to variant='detection' (it detects any foreground)")
         self.variant = variant
         self.distance = distance
         if num_classes is not None:

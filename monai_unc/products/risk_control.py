@@ -189,7 +189,7 @@ class RiskControl(CohortProduct):
 
     def write_artifact(self, path: str | os.PathLike, artifact: Any, calibration_cases: Sequence[str],
                        inputs: Mapping[str, Any], config: Any) -> Path | None:
-        """Write ``referral_rule.json``: the certified rule (:func:`monai_unc.evaluation.triage.certify_rule`).
+        """Write ``referral_rule.json``: the certified rule (:func:`monai_unc.evaluation.triage.certify.certify_rule`).
 
         Args:
             path: the rule file.

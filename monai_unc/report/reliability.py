@@ -160,7 +160,7 @@ def plot_reliability_diagram(
     Raises:
         ValueError: an unknown ``kind``; ``target`` missing with probabilities, or given with a histogram;
             probabilities that are not ``(B, C, *spatial)``; ``per_case_boxes`` with ``"classwise"`` or a histogram
-            without per-case counts; ``class_names`` not one per class.
+            without per-case counts; ``class_names`` not one per class, or with another kind than ``"classwise"``.
 
     Example:
         >>> import numpy as np
@@ -184,6 +184,8 @@ def plot_reliability_diagram(
         hist = ConfidenceHistogram(int(p.shape[1]), n_fine_bins=n_fine_bins).update(p, target)
     if per_case_boxes and kind == "classwise":
         raise ValueError("per_case_boxes is not available for kind='classwise'")
+    if class_names is not None and kind != "classwise":  # found by hostile testing: accepted and unused
+        raise ValueError(f"class_names names the curves of kind='classwise' only, got kind={kind!r}")
     if per_case_boxes and not hist.per_case:
         raise ValueError("per_case_boxes needs a histogram with per_case=True")
 

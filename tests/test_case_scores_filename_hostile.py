@@ -1,0 +1,26 @@
+"""``CaseScoresHandler``'s ``filename`` is refused where it would do nothing or write outside ``output_dir``
+(hostile review of the API's promises: a filename without output_dir wrote no CSV, without a word)."""
+
+from pathlib import Path
+
+import pytest
+
+from monai_unc.engines import CaseScoresHandler
+
+
+def test_filename_without_output_dir_is_refused():
+    with pytest.raises(ValueError, match="filename='my_scores.csv' needs output_dir"):
+        CaseScoresHandler("pe_mean", filename="my_scores.csv")
+
+
+@pytest.mark.parametrize("name", ["/tmp/elsewhere.csv", "../up.csv", "sub/../../up.csv", "", 3])
+def test_filename_outside_output_dir_is_refused(tmp_path, name):
+    with pytest.raises(ValueError, match="filename must be a relative file name inside output_dir"):
+        CaseScoresHandler("pe_mean", output_dir=tmp_path, filename=name)
+
+
+def test_accepted_names(tmp_path):
+    assert CaseScoresHandler("pe_mean").output_dir is None  # the default: no file, as documented
+    h = CaseScoresHandler("pe_mean", output_dir=tmp_path, filename="sub/scores.csv")
+    assert h.output_dir / h.filename == tmp_path / "sub" / "scores.csv"
+    assert Path(CaseScoresHandler("pe_mean", output_dir=tmp_path).filename) == Path("case_scores.csv")
