@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..activation import TaskView
-from ..io import CaseFiles, LoadedCase, load_case, segment_label_values, sheared_grid
+from ..io import CaseError, CaseFiles, LoadedCase, load_case, segment_label_values, sheared_grid
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
 from ..metrics.discrimination import error_auprc, error_auroc
 from ..metrics.qu_brats_score import measure_max, qu_brats_regions, to_qu_brats_range
@@ -119,6 +119,12 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
         case = load_case(files, config.num_classes)
     if config.seg_label_values is not None and files.label is not None and files.label.name.lower().endswith(".dcm"):
         case.label = segment_label_values(case.label, config.seg_label_values, files.case_id)
+        n_cls = config.num_classes if config.num_classes is not None else (
+            None if case.probs is None else int(case.probs.shape[0]))
+        top = int(case.label.max()) if case.label.size else 0
+        if config.regions is None and n_cls is not None and top >= n_cls:
+            raise CaseError(f"case {files.case_id!r}: --seg-label-values gives a segment of {files.label.name} the "
+                            f"label {top}, outside the {n_cls} classes 0 .. {n_cls - 1} of the prediction")
     return case
 
 

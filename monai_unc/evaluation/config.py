@@ -268,6 +268,11 @@ class EvaluationConfig:
                 raise ValueError(f"seg_label_values must be distinct non-negative integers, one per segment, got "
                                  f"{values!r}")
             self.seg_label_values = [int(v) for v in values]
+            if self.regions is None and self.num_classes is not None and max(values) >= self.num_classes:
+                # found by hostile review: a value beyond the classes failed each case with "target holds class 4
+                # but only 4 classes are present", naming neither the option nor the SEG
+                raise ValueError(f"seg_label_values {list(values)} holds label {max(values)}, outside the "
+                                 f"{self.num_classes} classes 0 .. {self.num_classes - 1} of num_classes")
         if not isinstance(self.qu_brats_grid, str):
             raise TypeError(f"qu_brats_grid must be a string, one of {QU_BRATS_GRIDS}, got "
                             f"{type(self.qu_brats_grid).__name__} {self.qu_brats_grid!r}")
