@@ -42,6 +42,8 @@ __all__ = [
     "case_spacings",
     "affine_voxel_volume",
     "check_integer",
+    "MAX_SEED",
+    "check_seed",
     "plain_module",
     "recompile_after_hooks",
     "label_map_dtype",
@@ -518,6 +520,47 @@ def check_integer(value: Any, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         kind = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value!r}")
+    return int(value)
+
+
+#: the largest seed: torch's generators take ``[0, 2**64)`` (a negative seed wraps around: ``-1`` is ``2**64 - 1``)
+MAX_SEED = 2**64 - 1
+
+
+def check_seed(value: Any, name: str = "seed") -> int | None:
+    """``value`` as an ``int`` seed in ``[0, 2**64)``, or None; ``TypeError`` / ``ValueError`` naming ``name``.
+
+    Found by hostile testing: ``torch.manual_seed`` takes ``int(value)``, so ``1.5`` drew seed 1's dropout masks,
+    ``True`` seed 1's and ``"0"`` seed 0's while the caller recorded another seed; ``-1`` drew the masks of
+    ``2**64 - 1`` (two different seeds, the same draws), and ``2**64`` failed only at the first call with torch's
+    ``Overflow when unpacking long long``.
+
+    Args:
+        value: the seed: an integer (Python or numpy, not a bool) in ``[0, MAX_SEED]``, or None (not seeded).
+        name: the argument's name in the messages.
+
+    Returns:
+        The seed as an ``int``, or None.
+
+    Raises:
+        TypeError: ``value`` is not an integer (a float, a bool, a string).
+        ValueError: ``value`` lies outside ``[0, MAX_SEED]``.
+
+    Example:
+        >>> from monai_unc._utils import check_seed
+        >>> check_seed(7), check_seed(None)
+        (7, None)
+        >>> check_seed(-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: seed must be an integer in [0, 2**64 - 1], got -1
+    """
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer or None, got {value!r}")
+    if not 0 <= int(value) <= MAX_SEED:
+        raise ValueError(f"{name} must be an integer in [0, 2**64 - 1], got {value!r}")
     return int(value)
 
 

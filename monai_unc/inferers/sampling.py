@@ -60,7 +60,7 @@ import torch
 from monai.inferers import Inferer, SimpleInferer, SliceInferer
 from torch import nn
 
-from .._utils import argmax, check_bool, check_finite, check_probabilities, plain_module
+from .._utils import argmax, check_bool, check_finite, check_probabilities, check_seed, plain_module
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..networks.dropout import find_dropout_layers
 from ..networks.shared import SharedPasses, SharingUnavailable, sample_batch
@@ -588,8 +588,9 @@ class UncertaintyInferer(Inferer):
         track_variance: keep the second moment to report ``variance``.
         normalize: divide entropies by ``log C``.
         seed: seed for a private random stream (the global RNG state is restored afterwards): every call with the
-            same seed draws the same samples. Sources with a random state of their own are seeded from it
-            (:meth:`SampleSource.reseed`: MONAI's random transforms in
+            same seed draws the same samples. An integer in ``[0, 2**64)`` (a float, a bool or a negative seed is
+            refused: torch would truncate or wrap it into another seed's draws). Sources with a random state of their
+            own are seeded from it (:meth:`SampleSource.reseed`: MONAI's random transforms in
             :class:`~monai_unc.inferers.InvertibleTransformSource`); ``None``: torch's global stream, and MONAI's
             random transforms draw from their own ``RandomState`` as usual.
         accum_dtype: dtype of the running sums (see :mod:`monai_unc.stats`); ``None`` (default): float64 up to
@@ -749,7 +750,7 @@ class UncertaintyInferer(Inferer):
         self.keep_samples = bool(keep_samples)
         self.track_variance = bool(track_variance)
         self.normalize = bool(normalize)
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.accum_dtype = accum_dtype
         self.no_grad = bool(no_grad)
         self.class_variance = bool(class_variance)
@@ -973,7 +974,8 @@ class UncertaintyInferer(Inferer):
             raise ValueError("network is required (only an ensemble of modules can supply its own networks)")
         device = compute_device(x, self.base_inferer)
         rng = contextlib.nullcontext()
-        if self.seed is not None:
+        seed = check_seed(self.seed)  # the attribute may have been set after construction (a bundle override)
+        if seed is not None:
             # torch.manual_seed below seeds every CUDA device: fork (and so restore) the state of each device the
             # call may draw on, the input's and the windows' (sw_device="cuda" with a CPU input)
             cuda = sorted({d.index if d.index is not None else torch.cuda.current_device()
@@ -995,8 +997,8 @@ class UncertaintyInferer(Inferer):
         samples_dropout = any(getattr(s, "_samples_dropout", False) for s in window_sources)
         in_training: list[tuple[int | None, list[str]]] = []
         with rng, grad:
-            if self.seed is not None:
-                torch.manual_seed(self.seed)
+            if seed is not None:
+                torch.manual_seed(seed)
                 for src in self.sources:  # random states of their own (MONAI transforms), from the seeded stream
                     src.reseed()
             members = net_sources[0].members(network, device) if net_sources else [contextlib.nullcontext(network)]

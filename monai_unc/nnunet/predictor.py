@@ -113,7 +113,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
-from monai_unc._utils import plain_module
+from monai_unc._utils import check_seed, plain_module
 from monai_unc.io import (
     atomic_write_json,
     check_case_ids_fit_folder,
@@ -345,10 +345,9 @@ class UncertaintyPredictor(nnUNetPredictor):
                              "counts it in the mutual information")
         if not isinstance(device, torch.device):
             raise TypeError(f"device must be a torch.device, got {type(device).__name__}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            # a float was truncated by int() (1.5 drew seed 1's masks while the record said 1.5), a string failed at
-            # the first case
-            raise TypeError(f"seed must be an integer or None, got {seed!r}")
+        # a float was truncated by int() (1.5 drew seed 1's masks while the record said 1.5), a string failed at the
+        # first case; -1 drew the masks of 2**64 - 1 and 2**64 failed at the first case
+        seed = check_seed(seed)
         if isinstance(tile_step_size, bool) or not isinstance(tile_step_size, (int, float)) or not (
                 0.0 < float(tile_step_size) <= 1.0):
             # stock nnU-Net asserts this only when the first case reaches the sliding window
@@ -534,12 +533,13 @@ class UncertaintyPredictor(nnUNetPredictor):
         return stack
 
     def _seed_context(self) -> contextlib.AbstractContextManager:
-        if self.seed is None:
+        seed = check_seed(self.seed)  # the attribute may have been set after construction
+        if seed is None:
             return contextlib.nullcontext()
         devices = [self.device] if self.device.type == "cuda" else []
         stack = contextlib.ExitStack()
         stack.enter_context(torch.random.fork_rng(devices=devices))
-        torch.manual_seed(int(self.seed))
+        torch.manual_seed(seed)
         return stack
 
     def _share(self, nets: Sequence[nn.Module], passes: int) -> list[nn.Module] | None:

@@ -54,7 +54,8 @@ def _track_explicit(parser: argparse.ArgumentParser) -> None:
 
 #: the largest count an option takes (samples, bins, window sizes, threads, ...): an int32 index
 MAX_COUNT = 2**31 - 1
-#: seeds are 64-bit (torch's generators take ``[0, 2**64)``, numpy's any non-negative integer)
+#: seeds are 64-bit (torch's generators take ``[0, 2**64)``, numpy's any non-negative integer); the same bound as
+#: ``monai_unc._utils.MAX_SEED`` (not imported: this module stays free of torch)
 MAX_SEED = 2**64 - 1
 
 

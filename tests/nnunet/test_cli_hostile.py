@@ -56,6 +56,18 @@ def test_step_size_outside_0_1_is_refused_before_the_model_loads(step, folders, 
     assert not (folders / "out").exists()
 
 
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_seed_outside_64_bits_is_one_line_before_the_model_loads(seed, folders, capsys):
+    """Hostile review (determinism): ``--seed -1`` drew the masks of seed ``2**64 - 1`` while the records said -1;
+    ``--seed 18446744073709551616`` failed at every case with torch's ``Overflow when unpacking long long``."""
+    argv = ["nnunet-predict", "-i", str(folders / "in"), "-o", str(folders / "out"), "-m", str(folders / "model"),
+            "-device", "cpu", "-f", "0", "--sources", "dropout", "--dropout_p", "0.1", "--seed", seed]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "seed must be an integer in [0, 2**64 - 1]" in err and "\n" not in err
+    assert not (folders / "out").exists()
+
+
 def test_a_case_missing_a_channel_is_one_line_and_nothing_is_written(tmp_path, capsys):
     """nnunet-predict predicted the cases before it, then printed a 124-line traceback ending in the first
     convolution's channel error (exit 1), naming neither the case nor the file."""

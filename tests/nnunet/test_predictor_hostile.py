@@ -183,6 +183,14 @@ def test_seed_that_is_no_integer_is_refused(seed):
         _predictor(uncertainty_sources=("folds", "dropout"), dropout_p=0.1, seed=seed)
 
 
+@pytest.mark.parametrize("seed", [-1, 2**64])
+def test_seed_outside_64_bits_is_refused(seed):
+    """Hostile review (determinism): ``seed=-1`` drew the masks of ``2**64 - 1`` while the records said -1 (and
+    ``nnunet-predict --seed -1`` took it), ``seed=2**64`` failed at the first case with torch's overflow error."""
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*64 - 1\]"):
+        _predictor(uncertainty_sources=("folds", "dropout"), dropout_p=0.1, seed=seed)
+
+
 def test_integer_seeds_are_accepted():
     import numpy as np
 
