@@ -463,10 +463,13 @@ def _guarantee(rule: ConformalRule, strata: ConformalStrata | None) -> str:
 # fitting (inside evaluate)
 # ----------------------------------------------------------------------------------------------------------------
 def _achieved(tasks: Sequence[Any], rule: ConformalRule) -> dict[str, Any]:
-    """Per task ``lambda_hat`` and the achieved calibration loss; ``trivial_mask`` (``"every voxel"`` / ``"no
-    voxel"``) for a margin rule past its grid (:func:`~monai_unc.metrics.conformal.last_index`), whose mask is not
-    the prediction grown or shrunk by ``lambda_hat`` mm (found by hostile review: the report called it a dilation by
-    20.25 mm where the mask was the whole image)."""
+    """Per task ``lambda_hat``, the achieved calibration loss and, past a margin grid, ``trivial_mask``.
+
+    ``trivial_mask`` (``"every voxel"`` / ``"no voxel"``) marks a margin rule past its grid
+    (:func:`~monai_unc.metrics.conformal.last_index`), whose mask is not the prediction grown or shrunk by
+    ``lambda_hat`` mm (found by hostile review: the report called it a dilation by 20.25 mm where the mask was the
+    whole image).
+    """
     past = last_index(rule.family, rule.size) if rule.family == "margin" else None
     out: dict[str, Any] = {}
     for t in tasks:

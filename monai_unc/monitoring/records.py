@@ -414,8 +414,8 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
                 and bool(dice_failed(np.array([dice]), failure_dice)[0]) != bool(failure):
             # found by review: the failure column silently won over a Dice that said the opposite
             raise ValueError(f"the label's Dice {dice!r} and its failure {failure!r} disagree under the rule's "
-                             f"failure Dice {failure_dice!r} (a failure is Dice < {failure_dice!r}, compared in float32 "
-                             "as evaluate records a Dice); give one of them")
+                             f"failure Dice {failure_dice!r} (a failure is Dice < {failure_dice!r}, compared in "
+                             "float32 as evaluate records a Dice); give one of them")
         return float(failure)
     elif dice is None or failure_dice is None:
         raise ValueError("each label needs its Dice or its failure (0/1)")

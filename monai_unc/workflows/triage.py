@@ -355,7 +355,8 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of :func:`triage_command`; its ``lines`` are its
-        warning lines alone with ``--quiet`` (:func:`~monai_unc.workflows.session.quiet_lines`). Raises as :func:`triage_command`.
+        warning lines alone with ``--quiet`` (:func:`~monai_unc.workflows.session.quiet_lines`). Raises as
+        :func:`triage_command`.
     """
     monitor_db = getattr(args, "monitor", None)
     if monitor_db is not None:  # the store opens before any work (found by hostile testing: a bad store was found
