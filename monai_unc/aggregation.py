@@ -36,7 +36,8 @@ import torch
 from ._deprecation import REMOVAL, deprecated_arg_names
 from ._utils import ArrayLike, check_finite, is_int, like_input, to_numpy, to_tensor
 
-__all__ = ["PatchMax", "aggregate", "canonical_method", "max_patch", "fit_threshold", "METHODS"]
+__all__ = ["PatchMax", "aggregate", "canonical_method", "check_method_options", "max_patch", "fit_threshold",
+           "METHODS"]
 
 #: the aggregation strategies of :func:`aggregate` (also the ``{method}`` part of the transforms' output keys)
 METHODS = ("mean", "sum", "patch_sum", "patch_mean", "threshold")
@@ -439,6 +440,34 @@ def _is_zero(value: Any) -> bool:
     )
 
 
+def check_method_options(method: str, threshold: float | None = None, empty_value: float = 0.0) -> None:
+    """Refuse ``threshold`` or a non-zero ``empty_value`` with a method other than ``"threshold"`` (it ignores them).
+
+    The one check of :func:`aggregate` and of the transforms that call it
+    (:class:`~monai_unc.transforms.AggregateUncertainty`, :class:`~monai_unc.transforms.AggregateUncertaintyd`,
+    which run it when built, not at the first case).
+
+    Args:
+        method: a current method name (:func:`canonical_method`).
+        threshold: ``aggregate``'s ``threshold``.
+        empty_value: ``aggregate``'s ``empty_value``.
+
+    Raises:
+        ValueError: naming the option given to a method that does not read it.
+
+    Example:
+        >>> check_method_options("threshold", threshold=0.5, empty_value=float("nan"))
+        >>> check_method_options("mean", threshold=0.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: threshold applies to method='threshold' only, got method='mean'
+    """
+    if method != "threshold" and (threshold is not None or not _is_zero(empty_value)):
+        # found by hostile testing: aggregate(u, "mean", threshold=0.5) returned the plain mean without a word
+        given = "threshold" if threshold is not None else "empty_value"
+        raise ValueError(f"{given} applies to method='threshold' only, got method={method!r}")
+
+
 def aggregate(
     uncertainty: ArrayLike,
     method: str = "mean",
@@ -498,10 +527,7 @@ def aggregate(
         [0.8, 0.0]
     """
     method = canonical_method(method, patch_reduction, stacklevel=3)
-    if method != "threshold" and (threshold is not None or not _is_zero(empty_value)):
-        # found by hostile testing: aggregate(u, "mean", threshold=0.5) returned the plain mean without a word
-        given = "threshold" if threshold is not None else "empty_value"
-        raise ValueError(f"{given} applies to method='threshold' only, got method={method!r}")
+    check_method_options(method, threshold, empty_value)
     if method in ("patch_sum", "patch_mean"):
         res = max_patch(uncertainty, patch_size=patch_size, reduction=method[len("patch_"):], mask=mask)
         return (res.score, res.start) if return_location else res.score

@@ -241,11 +241,13 @@ def _run(args: argparse.Namespace) -> int:
             share_refusal(e, getattr(args, "device", None))
         raise
     if result.is_main:
+        from .workflows.session import WARNING_PREFIX
+
         quiet = bool(getattr(args, "quiet", False))
         for line in result.lines:
             # --quiet keeps stdout free of anything but what the command must print; a warning it still gives (e.g.
             # calibrate's temperature fit that did not converge) goes to stderr, as Python's warnings do
-            print(line, file=sys.stderr if quiet and line.startswith("warning: ") else sys.stdout)
+            print(line, file=sys.stderr if quiet and line.startswith(WARNING_PREFIX) else sys.stdout)
     return result.exit_status
 
 

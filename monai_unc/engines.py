@@ -369,7 +369,7 @@ class CaseScoresHandler:
         group_key: str = "shift",
         iid_groups: Sequence[str] | str = IID_SHIFTS,
         output_dir: str | os.PathLike | None = None,
-        filename: str = _CASE_SCORES_FILE,
+        filename: str | os.PathLike = _CASE_SCORES_FILE,
         image_key: str = Keys.IMAGE,
     ) -> None:
         self.score_keys = _names(score_keys, "score_keys")
@@ -386,13 +386,15 @@ class CaseScoresHandler:
                              "cases outside them with the cases inside)")
         # found by hostile testing: a filename without output_dir wrote nothing, without a word, and an absolute
         # filename (or one with "..") wrote outside output_dir
-        inside = isinstance(filename, str) and filename and not Path(filename).is_absolute()
-        if not inside or ".." in Path(filename).parts:
+        # a path object is a name as well (accepted before the check; found by hostile review)
+        name = os.fspath(filename) if isinstance(filename, (str, os.PathLike)) else filename
+        inside = isinstance(name, str) and name and not Path(name).is_absolute()
+        if not inside or ".." in Path(name).parts:
             raise ValueError(f"filename must be a relative file name inside output_dir, got {filename!r}")
-        if output_dir is None and filename != _CASE_SCORES_FILE:
+        if output_dir is None and name != _CASE_SCORES_FILE:
             raise ValueError(f"filename={filename!r} needs output_dir (without it no CSV is written)")
         self.output_dir = None if output_dir is None else Path(output_dir)
-        self.filename = filename
+        self.filename = name
         self.image_key = image_key
         self._rows: list[tuple[str, str, list[float]]] = []
 

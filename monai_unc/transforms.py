@@ -58,7 +58,7 @@ from ._utils import (
     probability_tolerance,
     to_tensor,
 )
-from .aggregation import aggregate, canonical_method
+from .aggregation import aggregate, canonical_method, check_method_options
 from .keys import UncertaintyKeys, canonical_measure
 from .stats import SampleStats, derive_measures
 
@@ -369,7 +369,8 @@ class AggregateUncertainty(Transform):
         patch_size: as in :func:`~monai_unc.aggregation.aggregate`.
         threshold: as in :func:`~monai_unc.aggregation.aggregate` (``method="threshold"`` only: ``ValueError``
             with another method).
-        empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
+        empty_value: as in :func:`~monai_unc.aggregation.aggregate` (a value other than 0 with another method than
+            ``"threshold"``: ``ValueError`` when built).
         patch_reduction: deprecated, as in :func:`~monai_unc.aggregation.aggregate` (the method names the box
             reduction).
 
@@ -393,8 +394,7 @@ class AggregateUncertainty(Transform):
         method = canonical_method(method, patch_reduction, stacklevel=3)
         if method == "threshold" and threshold is None:
             raise ValueError("method='threshold' needs threshold=t (fit it with monai_unc.aggregation.fit_threshold)")
-        if method != "threshold" and threshold is not None:  # refused now, not at the first case
-            raise ValueError(f"threshold applies to method='threshold' only, got method={method!r}")
+        check_method_options(method, threshold, empty_value)  # refused now, not at the first case
         self.method = method
         self.kwargs = {"patch_size": patch_size, "threshold": threshold, "empty_value": empty_value}
 
@@ -642,7 +642,8 @@ class AggregateUncertaintyd(MapTransform):
         patch_size: as in :func:`~monai_unc.aggregation.aggregate`.
         threshold: as in :func:`~monai_unc.aggregation.aggregate` (``method="threshold"`` only: ``ValueError``
             with another method).
-        empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
+        empty_value: as in :func:`~monai_unc.aggregation.aggregate` (a value other than 0 with another method than
+            ``"threshold"``: ``ValueError`` when built).
         patch_reduction: deprecated, as in :func:`~monai_unc.aggregation.aggregate`.
         output_key: template with ``{key}`` and ``{method}``.
         allow_missing_keys: skip absent keys.

@@ -38,3 +38,12 @@ def test_transforms_refuse_threshold_with_another_method_when_built():
     with pytest.raises(ValueError, match="threshold applies to method='threshold' only"):
         AggregateUncertaintyd("u", method="patch_mean", threshold=0.5)
     assert float(AggregateUncertainty("threshold", threshold=0.5)(torch.from_numpy(_map()[0]))) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("build", [lambda: AggregateUncertainty(method="mean", empty_value=float("nan")),
+                                   lambda: AggregateUncertaintyd("u", method="patch_sum", empty_value=1.0)])
+def test_transforms_refuse_empty_value_when_built(build):
+    """A non-zero empty_value with another method than 'threshold' was accepted when built and refused at the first
+    case, mid-pipeline (threshold was refused when built) (hostile review 33)."""
+    with pytest.raises(ValueError, match="empty_value applies to method='threshold' only"):
+        build()

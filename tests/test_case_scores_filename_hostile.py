@@ -24,3 +24,13 @@ def test_accepted_names(tmp_path):
     h = CaseScoresHandler("pe_mean", output_dir=tmp_path, filename="sub/scores.csv")
     assert h.output_dir / h.filename == tmp_path / "sub" / "scores.csv"
     assert Path(CaseScoresHandler("pe_mean", output_dir=tmp_path).filename) == Path("case_scores.csv")
+
+
+def test_a_path_object_filename_inside_output_dir_is_accepted(tmp_path):
+    """Path("scores.csv") was accepted before the filename check and refused by it, as if it lay outside output_dir
+    (hostile review 33); an absolute or escaping Path is still refused."""
+    handler = CaseScoresHandler("pe_mean", output_dir=tmp_path, filename=Path("sub") / "scores.csv")
+    assert handler.filename == str(Path("sub") / "scores.csv")
+    for bad in (tmp_path / "x.csv", Path("..") / "x.csv"):
+        with pytest.raises(ValueError, match="filename must be a relative file name inside output_dir"):
+            CaseScoresHandler("pe_mean", output_dir=tmp_path, filename=bad)

@@ -91,7 +91,7 @@ from .conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, fit_conformal_rul
 from .products import command_output_markers, read_artifact, write_artifact
 from .region_case import QU_BRATS_COLUMNS, combined_score, evaluate_region_case, region_score_columns
 from .resume import case_cache, case_config_fingerprint, case_fingerprint, load_case_state, save_case_state
-from .rows import check_measure_options
+from .rows import DERIVED_MEASURES, check_measure_options
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
 from .triage import ReferralRule, certify_referral_rule, run_triage
 
@@ -126,6 +126,7 @@ __all__ = [
     "region_suffix",
     "primary_measure",
     "check_measure_options",
+    "DERIVED_MEASURES",
     "QU_BRATS_COLUMNS",
     "evaluate_cases",
     "evaluate_files",

@@ -462,9 +462,27 @@ def _guarantee(rule: ConformalRule, strata: ConformalStrata | None) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 # fitting (inside evaluate)
 # ----------------------------------------------------------------------------------------------------------------
-def _achieved(tasks: Sequence[Any]) -> dict[str, Any]:
-    return {t.name: {"lambda_hat": t.lambda_hat, "calibration_loss": t.calibration_loss,
-                     "calibration_above_tol": t.calibration_above_tol} for t in tasks}
+def _achieved(tasks: Sequence[Any], rule: ConformalRule) -> dict[str, Any]:
+    """Per task ``lambda_hat``, the achieved calibration loss and, past a margin grid, ``trivial_mask``.
+
+    ``trivial_mask`` (``"every voxel"`` / ``"no voxel"``) marks a margin rule past its grid
+    (:func:`~monai_unc.metrics.conformal.last_index`), whose mask is not the prediction grown or shrunk by
+    ``lambda_hat`` mm (found by hostile review: the report called it a dilation by 20.25 mm where the mask was the
+    whole image).
+    """
+    past = last_index(rule.family, rule.size) if rule.family == "margin" else None
+    out: dict[str, Any] = {}
+    for t in tasks:
+        row = {"lambda_hat": t.lambda_hat, "calibration_loss": t.calibration_loss,
+               "calibration_above_tol": t.calibration_above_tol}
+        if past is not None and t.index == past:
+            row["trivial_mask"] = _TRIVIAL_MASKS[rule.side]
+        out[t.name] = row
+    return out
+
+
+#: what a margin rule past its grid keeps, per side (``trivial_mask`` in ``summary.json``'s conformal block)
+_TRIVIAL_MASKS = {"outer": "every voxel", "inner": "no voxel"}
 
 
 def _pooled(rule: ConformalRule) -> dict[str, Any]:
@@ -535,13 +553,14 @@ def fit_conformal_rules(
         block["sides"][side] = {
             "loss": CONFORMAL_LOSSES[side], "target": target, "method": rule.method, "alpha": rule.alpha,
             "tol": rule.tol, "guarantee": _guarantee(rule, strata),
-            "per_task": _achieved(rule.tasks) if strata is None else _pooled(rule),
+            "per_task": _achieved(rule.tasks, rule) if strata is None else _pooled(rule),
         }
         if strata is not None:
             bounds = (None, *strata.edges, None)
             block["sides"][side]["per_stratum"] = [
                 {"stratum": s, "score_from": bounds[s], "score_below": bounds[s + 1], "n": strata.counts[s],
-                 "per_task": _achieved([rule.task_rule(n, s) for n in rule.names])} for s in range(rule.num_strata)]
+                 "per_task": _achieved([rule.task_rule(n, s) for n in rule.names], rule)}
+                for s in range(rule.num_strata)]
     return rules, block
 
 

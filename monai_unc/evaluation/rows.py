@@ -33,6 +33,7 @@ from .config import EvaluationConfig, parse_score_column, region_suffix
 
 __all__ = [
     "CaseResult",
+    "DERIVED_MEASURES",
     "class_dice",
     "case_dice",
     "derived_maps",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluation.case import load_evaluation_case
-from ..evaluation.cohort import risk_of_dice
+from ..evaluation.cohort import dice_failed, risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import ImageReference
@@ -384,7 +384,8 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
 
     Args:
         dice: its Dice, or None.
-        failure: 1 when it failed, 0 when not, or None (then from ``dice < failure_dice``).
+        failure: 1 when it failed, 0 when not, or None (then from ``dice < failure_dice``,
+            :func:`~monai_unc.evaluation.cohort.dice_failed`).
         risk: the rule's risk: ``"failure"`` (0/1) or ``"1-dice"``.
         failure_dice: the Dice below which a case fails (a ``"failure"`` rule).
 
@@ -394,7 +395,8 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
     Raises:
         ValueError: neither given, ``"1-dice"`` without a Dice, another risk, or a ``"failure"`` rule given a Dice
             and a failure that disagree under its ``failure_dice`` (a Dice of 0.7 with ``failure`` 0 at
-            ``failure_dice`` 0.8: the rule was certified on ``dice < failure_dice``, so a label must not redefine it).
+            ``failure_dice`` 0.8: the rule was certified on ``dice < failure_dice``, compared in float32 by
+            :func:`~monai_unc.evaluation.cohort.dice_failed`, so a label must not redefine it).
 
     Example:
         >>> loss_of(0.7, None, "failure", 0.8), loss_of(0.7, None, "1-dice", None), loss_of(None, 1, "failure", 0.8)
@@ -406,11 +408,14 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
         if dice is None:
             raise ValueError("a rule with risk '1-dice' needs each label's Dice")
     elif failure is not None:
+        # the package's one failure rule (dice_failed: compared in float32, as a case's Dice is recorded), not a
+        # float64 comparison that called a Dice of 0.6999999999999999 at failure_dice 0.7 a failure the rule is not
         if dice is not None and failure_dice is not None and math.isfinite(failure_dice) \
-                and bool(dice < failure_dice) != bool(failure):
+                and bool(dice_failed(np.array([dice]), failure_dice)[0]) != bool(failure):
             # found by review: the failure column silently won over a Dice that said the opposite
             raise ValueError(f"the label's Dice {dice!r} and its failure {failure!r} disagree under the rule's "
-                             f"failure Dice {failure_dice!r} (a failure is Dice < {failure_dice!r}); give one of them")
+                             f"failure Dice {failure_dice!r} (a failure is Dice < {failure_dice!r}, compared in "
+                             "float32 as evaluate records a Dice); give one of them")
         return float(failure)
     elif dice is None or failure_dice is None:
         raise ValueError("each label needs its Dice or its failure (0/1)")

@@ -705,7 +705,8 @@ class ConformalMasks(CohortProduct):
         Args:
             block: the ``conformal`` block of ``summary.json``: ``family``, ``n_calibration``, optionally
                 ``class_names``, and per side (``sides``) the loss, target, method, ``alpha``, ``guarantee`` and per
-                class or region ``lambda_hat``, ``calibration_loss`` and ``calibration_above_tol``.
+                class or region ``lambda_hat``, ``calibration_loss``, ``calibration_above_tol`` and, for a margin
+                rule past its grid, ``trivial_mask`` (``"every voxel"`` or ``"no voxel"``: shown beside ``lambda_hat``).
 
         Returns:
             The section (id ``conformal``, tables ``conformal-<side>``): per class or region the target, the achieved
@@ -743,7 +744,10 @@ class ConformalMasks(CohortProduct):
                     alpha = format_cell(b.get("alpha"), 4)
                     above = format_cell(t.get("calibration_above_tol"), 4, b.get("alpha"))
                     cells.append(f"{above} vs {alpha}")
-                cells.append(format_cell(t.get("lambda_hat"), 6))
+                lam = format_cell(t.get("lambda_hat"), 6)
+                trivial = t.get("trivial_mask")
+                # a margin rule past its grid: its mask is every voxel / none, not the prediction grown or shrunk
+                cells.append(f"{lam} (trivial mask: {trivial[:20]})" if isinstance(trivial, str) and trivial else lam)
                 rows.append(cells)
                 data.append({"task": str(name), "lambda_hat": repr(t.get("lambda_hat")),
                              "calibration_loss": repr(t.get("calibration_loss"))})

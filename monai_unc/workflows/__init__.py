@@ -52,7 +52,15 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
         resolve_device,
     )
     from .report import run_report, triage_with_page
-    from .session import CohortFailed, CommandResult, command_session, run_command, share_refusal
+    from .session import (
+        WARNING_PREFIX,
+        CohortFailed,
+        CommandResult,
+        command_session,
+        quiet_lines,
+        run_command,
+        share_refusal,
+    )
     from .triage import triage_command
 
 #: public name -> the submodule defining it, imported on first access (PEP 562): importing this package (e.g. for
@@ -70,7 +78,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("check_infer_output", "infer_measures", "prepare_evaluate", "read_case_list", "read_region_spec",
                      "resolve_device"), "prepare"),
     **dict.fromkeys(("run_report", "triage_with_page"), "report"),
-    **dict.fromkeys(("CohortFailed", "CommandResult", "command_session", "run_command", "share_refusal"),
+    **dict.fromkeys(("CohortFailed", "CommandResult", "WARNING_PREFIX", "command_session", "quiet_lines",
+                    "run_command", "share_refusal"),
                    "session"),
     "triage_command": "triage",
 }
@@ -117,6 +126,8 @@ __all__ = [
     "CohortFailed",
     "CommandResult",
     "command_session",
+    "quiet_lines",
+    "WARNING_PREFIX",
     "run_command",
     "share_refusal",
     "infer_command",

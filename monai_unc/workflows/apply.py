@@ -23,7 +23,7 @@ from ..evaluation.products import command_output_markers
 from ..io import check_output_folder, check_output_kind, owned_folder
 from ..io.signing import Trust
 from ..product import CohortProduct, command_product, command_products
-from .session import CommandResult, run_command
+from .session import CommandResult, quiet_lines, run_command
 
 __all__ = ["trust_from_arguments", "apply_command", "check_command_folder", "apply_from_arguments",
            "product_of_command", "rules_from_options", "product_rule_options", "beside_triage_folder",
@@ -119,14 +119,14 @@ def apply_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
         args: the parsed arguments (``args.command`` names the product's command).
 
     Returns:
-        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`apply_command`; its ``lines`` are empty
-        with ``--quiet``.
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`apply_command`; its ``lines`` are its
+        warning lines alone with ``--quiet`` (:func:`~monai_unc.workflows.session.quiet_lines`).
     """
     cls = product_of_command(args.command)
     res = apply_command(cls, args.predictions, args.rule, args.output, images=args.images, layout=args.layout,
                         uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch, progress=not args.quiet,
                         trust=trust_from_arguments(args), **cls.command_options(args))
-    return dataclasses.replace(res, lines=()) if args.quiet else res
+    return dataclasses.replace(res, lines=quiet_lines(res.lines)) if args.quiet else res
 
 
 def trust_from_arguments(args: argparse.Namespace) -> Trust:

@@ -20,7 +20,7 @@ from ..evaluation.products import implicit_products
 from ..product import format_cell, format_fraction, products_from_arguments
 from ..products.risk_control import risk_control_line as _risk_control_line
 from .prepare import prepare_evaluate
-from .session import CommandResult, run_command
+from .session import CommandResult, quiet_lines, run_command
 
 __all__ = [
     "evaluate_command", "evaluate_from_arguments", "evaluate_summary_lines", "risk_control_line", "warning_lines",
@@ -72,7 +72,8 @@ def evaluate_from_arguments(
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of :func:`evaluate_command`, with the lines of
-        :func:`evaluate_summary_lines` on rank 0 (none with ``--quiet``). Raises as :func:`evaluate_command`.
+        :func:`evaluate_summary_lines` on rank 0 (with ``--quiet`` its warning lines alone,
+        :func:`~monai_unc.workflows.session.quiet_lines`). Raises as :func:`evaluate_command`.
     """
     config = prepare_evaluate(
         args.labels, args.predictions, args.output, uncertainty=args.uncertainty, images=args.images,
@@ -89,10 +90,11 @@ def evaluate_from_arguments(
         images=args.images, measures=args.measures, seg_suffix=args.seg_suffix, probs_suffix=args.probs_suffix,
         allow_missing=args.allow_missing, allow_missing_labels=args.allow_missing_labels, progress=not args.quiet,
     )  # fmt: skip
-    if args.quiet or not res.is_main:
+    if not res.is_main:
         return res
     _, summary, paths = res.value
-    return CommandResult(res.value, res.is_main, res.output, tuple(evaluate_summary_lines(summary, paths, config)))
+    lines = evaluate_summary_lines(summary, paths, config)
+    return CommandResult(res.value, res.is_main, res.output, quiet_lines(lines) if args.quiet else tuple(lines))
 
 
 def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path], config: EvaluationConfig

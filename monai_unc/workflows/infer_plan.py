@@ -55,7 +55,7 @@ from .prepare import (
     resolve_device,
 )
 from .reuse import RuleSettings, check_rule_model, merge_rule_settings, read_rule_settings, rule_samples
-from .session import CommandResult, run_command
+from .session import CommandResult, quiet_lines, run_command
 
 __all__ = [
     "InferPlan",
@@ -349,7 +349,8 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of :func:`infer_command`; its ``lines`` (what the
-        command prints on rank 0) are empty with ``--quiet``. Raises as :func:`infer_command`.
+        command prints on rank 0) are its warning lines alone
+        with ``--quiet`` (:func:`~monai_unc.workflows.session.quiet_lines`). Raises as :func:`infer_command`.
     """
     options: dict[str, Any] = {
         "method": args.method, "samples": args.samples, "dropout": args.dropout, "tta_noise": args.tta_noise,
@@ -393,4 +394,4 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         done = exported[0]
         line = f"dicom: {done.n_objects} DICOM object(s) for {len(done.cases)} case(s) in {done.output}"
         res = dataclasses.replace(res, lines=(*res.lines, line))
-    return dataclasses.replace(res, lines=()) if args.quiet else res
+    return dataclasses.replace(res, lines=quiet_lines(res.lines)) if args.quiet else res

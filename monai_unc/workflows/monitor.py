@@ -32,7 +32,7 @@ from ..monitoring.status import printable
 from ..monitoring.store import sqlite_file
 from ..regions import check_regions
 from ..report.monitor import build_monitor_page
-from .session import CommandResult
+from .session import CommandResult, quiet_lines
 
 __all__ = ["MONITOR_DB_ENV", "check_store", "record_triage", "record_labels", "store_status", "verify_store",
            "write_dashboard", "monitor_from_arguments"]
@@ -322,7 +322,8 @@ def monitor_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
         args: the parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
 
     Returns:
-        The sub-command's :class:`~monai_unc.workflows.session.CommandResult` (no lines with ``--quiet``).
+        The sub-command's :class:`~monai_unc.workflows.session.CommandResult` (with ``--quiet`` its warning lines
+        alone, :func:`~monai_unc.workflows.session.quiet_lines`).
     """
     command = ["monai-unc", *sys.argv[1:]]
     sub = args.monitor_command
@@ -337,4 +338,4 @@ def monitor_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
         res = verify_store(args.db, expect_head=args.expect_head)
     else:
         res = write_dashboard(args.db, args.output, alpha=args.alpha)
-    return dataclasses.replace(res, lines=()) if getattr(args, "quiet", False) else res
+    return dataclasses.replace(res, lines=quiet_lines(res.lines)) if getattr(args, "quiet", False) else res

@@ -22,7 +22,8 @@ import torch
 
 from ..engine import CaseFailure, CasesFailed, DistContext, barrier, cohort_session, share_early_error
 
-__all__ = ["CohortFailed", "CommandResult", "failed_cases_message", "command_session", "run_command", "share_refusal"]
+__all__ = ["CohortFailed", "CommandResult", "WARNING_PREFIX", "quiet_lines", "failed_cases_message", "command_session",
+           "run_command", "share_refusal"]
 
 T = TypeVar("T")
 
@@ -67,6 +68,30 @@ class CommandResult(Generic[T]):
     output: Path
     lines: tuple[str, ...] = ()
     exit_status: int = 0
+
+
+#: the start of a command's warning line: ``--quiet`` keeps these lines and the command line prints them on stderr
+WARNING_PREFIX = "warning: "
+
+
+def quiet_lines(lines: Sequence[str]) -> tuple[str, ...]:
+    """The lines a command prints with ``--quiet``: its warnings (``warning: ...``) alone, the summary dropped.
+
+    The one rule of ``--quiet`` for every command (found by hostile review: ``monitor status --quiet`` dropped its
+    warning that cases have no defined score, which the score alarm cannot see, while ``--quiet`` promises to move
+    such lines to stderr, not to drop them).
+
+    Args:
+        lines: the lines the command prints without ``--quiet``.
+
+    Returns:
+        The warning lines, in order.
+
+    Example:
+        >>> quiet_lines(["3 case(s)", "warning: a: empty label", "wrote x"])
+        ('warning: a: empty label',)
+    """
+    return tuple(line for line in lines if line.startswith(WARNING_PREFIX))
 
 
 def failed_cases_message(command: str, failures: Sequence[CaseFailure], output: str | os.PathLike) -> str:

@@ -39,7 +39,7 @@ from .apply import (
 )
 from .monitor import check_store, record_triage
 from .report import triage_with_page
-from .session import CommandResult, run_command
+from .session import CommandResult, quiet_lines, run_command
 
 __all__ = ["certify_and_triage", "format_triage", "triage_outcome", "format_outcome", "triage_command",
            "triage_from_arguments", "triage_summary"]
@@ -354,8 +354,9 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
     before the recording, so a store lost in between leaves them in place (a ``ValueError`` that says so).
 
     Returns:
-        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`triage_command`; its ``lines`` are empty
-        with ``--quiet``. Raises as :func:`triage_command`.
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`triage_command`; its ``lines`` are its
+        warning lines alone with ``--quiet`` (:func:`~monai_unc.workflows.session.quiet_lines`). Raises as
+        :func:`triage_command`.
     """
     monitor_db = getattr(args, "monitor", None)
     if monitor_db is not None:  # the store opens before any work (found by hostile testing: a bad store was found
@@ -377,4 +378,4 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
             raise ValueError(f"the triage outputs are written to {res.output}, but recording them into the "
                              f"monitoring store failed: {e}") from None
         res = dataclasses.replace(res, lines=(*res.lines, *recorded.lines))
-    return dataclasses.replace(res, lines=()) if args.quiet else res
+    return dataclasses.replace(res, lines=quiet_lines(res.lines)) if args.quiet else res

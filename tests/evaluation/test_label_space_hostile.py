@@ -121,3 +121,27 @@ def test_class_names_say_the_background_comes_first():
     case = LoadedCase("a", labels, labels, probs, {}, np.eye(4), (1.0, 1.0, 1.0), None)
     with pytest.raises(ValueError, match="2 names for 3 classes: give one name per class, the background first"):
         case_tasks(case, EvaluationConfig(class_names=["liver", "tumour"]))
+
+
+def test_evaluate_cases_names_the_classes_in_no_case_too(tmp_path):
+    """evaluate_cases (the API and sharded path, docs/report.md) scored the 49 classes that no map holds as Dice 1
+    in every case without the warning run_evaluate gives (hostile review 33)."""
+    from monai_unc.evaluation import evaluate_cases
+    from monai_unc.io import match_cases
+
+    _gap_cohort(tmp_path)
+    cases = match_cases(tmp_path / "labels", tmp_path / "pred")
+    with pytest.warns(UserWarning, match=r"in no reference and no segmentation of the 2 case\(s\)"):
+        evaluate_cases(cases, EvaluationConfig(num_classes=53, spatial=False))
+
+
+def test_evaluate_cases_is_silent_when_every_class_is_held(tmp_path):
+    from monai_unc.evaluation import evaluate_cases
+    from monai_unc.io import match_cases
+
+    _gap_cohort(tmp_path, ids=(1, 2, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        evaluate_cases(match_cases(tmp_path / "labels", tmp_path / "pred"), EvaluationConfig(num_classes=4,
+                                                                                                spatial=False))
+    assert not [w for w in caught if "in no reference" in str(w.message)]

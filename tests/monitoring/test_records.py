@@ -120,3 +120,14 @@ def test_the_site_of_a_dicom_series_is_read_from_its_header(tmp_path):
     assert sidecar_site(str(tmp_path / "bare"))[0] is None  # no institution or station recorded
     (tmp_path / "empty").mkdir()
     assert sidecar_site(str(tmp_path / "empty")) == (None, None)  # not a series: no site, no error
+
+
+def test_dice_and_failure_agree_under_the_packages_failure_rule():
+    """A Dice of 0.6999999999999999 at failure_dice 0.7 is not a failure under the rule evaluate certified on
+    (dice_failed, float32): failure 0 beside it was refused and failure 1 accepted (float64 comparison), the
+    opposite of the loss the Dice alone gives (hostile review 33)."""
+    dice = 7 / 10 - 1e-16
+    assert loss_of(dice, None, "failure", 0.7) == 0.0
+    assert loss_of(dice, 0, "failure", 0.7) == 0.0
+    with pytest.raises(ValueError, match="disagree"):
+        loss_of(dice, 1, "failure", 0.7)

@@ -274,3 +274,21 @@ def test_label_maps_of_a_region_rule_give_the_risk_of_the_csv_route(tmp_path, ca
         conn.execute("UPDATE rules SET body = ?", (json.dumps(body, sort_keys=True, separators=(",", ":")),))
     rc, _, err = _main(["monitor", "label", "--labels", str(labels), "--db", str(tmp_path / "maps.db")], capsys)
     assert rc == 2 and "before monai-unc kept the order" in err
+
+
+def test_quiet_status_keeps_its_warning_on_stderr(tmp_path, capsys):
+    """monitor status --quiet dropped its warning that cases have no defined score (the score alarm cannot see
+    them): --quiet moves a command's warning lines to stderr, it does not drop them (hostile review 33)."""
+    rng = np.random.default_rng(0)
+    rule = make_rule(list(rng.normal(size=200)), target=0.1)
+    cases = [{"case": f"c{i}", "score": None if i < 3 else float(rng.normal()),
+              "decision": "review" if i < 3 else "accept", "image_z_max": 0.5} for i in range(20)]
+    folder = write_triage(tmp_path / "run0", rule, cases)
+    db = str(tmp_path / "m.db")
+    rc, _, err = _main(["monitor", "record", str(folder), "--db", db, "--time", "2026-01-01T00:00:00"], capsys)
+    assert rc == 0, err
+    rc, out, err = _main(["monitor", "status", "--db", db], capsys)
+    loud = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert rc == 0 and len(loud) == 1 and "3 of 20 case(s) have no defined score" in loud[0]
+    rc, out, err = _main(["monitor", "status", "--db", db, "--quiet"], capsys)
+    assert rc == 0 and out == "" and err.splitlines() == loud
