@@ -302,8 +302,14 @@ def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Te
     out = pred(torch.stack([i.as_tensor() for i in items]))
     if isinstance(out, (tuple, list)):
         out = out[0]
+    # shared passes (MC dropout or Rate-In beside this source) return k samples of the batch at once: sample s of
+    # input b at row s B + b, each inverted with the transform applied to input b
+    b = len(items)
+    if out.shape[0] % b:
+        raise ValueError(f"the network returned {out.shape[0]} rows for a batch of {b} transformed inputs")
     back = []
-    for oi, item in zip(out, items):
+    for j, oi in enumerate(out):
+        item = items[j % b]
         m = MetaTensor(oi.as_tensor() if hasattr(oi, "as_tensor") else oi, meta=dict(item.meta))
         m.applied_operations = list(item.applied_operations)
         back.append(transform.inverse(m).as_tensor())
