@@ -45,15 +45,17 @@ line (plain replays compute every call: they refuse only another input). A repla
 time (each replay still skips the kept calls, unless plain) when the traced pass turned a random draw into a Python
 value (``if d.mean() > 0``: a batch of samples would take one branch; the module calls under way then are never kept, so
 each sample takes its own branch or the replay refuses) or reduced it to a scalar (``d / d.max()``: over the batch of
-samples), or when its draws are not ``k`` times the traced ones per input (a draw not made per batch element, such as
-dropout on a weight or ``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see :class:`_Draws`).
+samples), when a batch norm in training mode normalised a random draw (``network.train()``: the statistics of a batch
+of samples would mix them), or when its draws are not ``k`` times the traced ones per input (a draw not made per batch
+element, such as dropout on a weight or ``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see
+:class:`_Draws`).
 A network with a TorchScript or ``torch.compile`` submodule is refused (:class:`SharingUnavailable`): the trace cannot
 see the operations inside it. Sharing assumes that every random operation of the network is a PyTorch one seen by
 ``__torch_function__`` (a random number drawn in NumPy or Python inside ``forward``, or in a TorchScript function that
 it calls, is not seen), that what a call computes does not depend on Python state that its calls change (a call
 counter: a replay calls the stochastic rest once for ``k`` samples, and the kept calls not at all), that the stochastic
 rest computes each batch row from the same rows of its inputs apart from the full reductions above (a maximum over the
-batch axis, ``d.amax(0)``, or a batch-norm layer in training mode would mix the samples of a replay), and that a shared
+batch axis, ``d.amax(0)``, would mix the samples of a replay), and that a shared
 call's output, or a shared operation's result, is batched along its first axis like the input and computes each batch
 row from the same rows of its inputs (a softmax or cumulative sum across the batch axis of shared values would break
 it).
@@ -345,6 +347,21 @@ def _work(func: Callable, args: tuple, kwargs: dict, out: Any) -> int:
     return n
 
 
+def _batch_statistics(func: Callable, args: tuple, kwargs: dict) -> bool:
+    """Whether ``func(*args, **kwargs)`` reduces over the batch axis: ``batch_norm`` in training mode.
+
+    ``F.batch_norm(input, running_mean, running_var, weight, bias, training, ...)`` (``torch.batch_norm`` takes
+    ``training`` at the same place): a ``BatchNorm`` layer left in training mode, as ``network.train()`` leaves it.
+    """
+    if getattr(func, "__name__", "") != "batch_norm":
+        return False
+    training = kwargs.get("training", args[5] if len(args) > 5 else False)
+    try:
+        return bool(training)
+    except (TypeError, RuntimeError):
+        return True
+
+
 class _Draws(TorchFunctionMode):
     """Counts the elements that the random operations of a replay draw.
 
@@ -419,6 +436,10 @@ class _Follow(TorchFunctionMode):
                 # so none of them is kept
                 for c in self.stack:
                     c.branched = True
+            if _batch_statistics(func, args, kwargs):
+                # batch norm in training mode normalises with the statistics of the whole batch: the k samples of a
+                # replay batch would see each other's draws, so they run one at a time (as in a full pass)
+                self.per_sample = True
             if any(not getattr(t, _FLAG, False) for t in mutated):
                 self.stochastic_write = True
             # the tensors written in place too: ``__setitem__`` returns None, ``out=`` may differ from the result

@@ -183,3 +183,44 @@ def test_a_module_compiled_in_place_is_not_followed():
     with pytest.raises(shared_module.SharingUnavailable, match="compiled"):
         SharedPasses(net)
     assert SharedPasses(_WithBlock(_Block())).network is not None  # the same network not compiled is followed
+
+
+class _BatchNormAfterDropout(nn.Module):
+    def __init__(self, bank: MaskBank) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.drop = BankDropout(bank, "drop")
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.out = nn.Conv2d(8, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.drop(torch.relu(self.bn1(self.c1(x))))
+        return self.out(torch.relu(self.bn2(self.c2(h))))
+
+
+@pytest.mark.parametrize("sw_batch", [1, 2])
+def test_batch_norm_in_training_mode_after_a_draw_equals_full_passes_injected_masks(sw_batch):
+    """``network.train()`` (a common way to switch MC dropout on) leaves batch norm in training mode: after a dropout
+    it normalised each replay batch of k samples with their joint statistics (MI 0.01 off full passes, documented as
+    not detected). The trace now sees ``batch_norm`` in training mode on a random draw and replays one sample at a
+    time (the traced part still shared): the maps equal full passes with the same masks."""
+    bank = MaskBank()
+    torch.manual_seed(0)
+    net = _BatchNormAfterDropout(bank).train()
+    bank.watch(net)
+    x = torch.rand(1, 1, 24, 24)
+
+    def make(share: bool) -> MCDropoutInferer:
+        return MCDropoutInferer(num_samples=6, share_passes=share, sample_batch_size=4 if share else "auto",
+                                base_inferer=SlidingWindowInferer((16, 16), sw_batch_size=sw_batch, overlap=0.5))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the inferer warns about the training mode
+        full, shared = run_both(make, x, net, bank)
+    assert_maps_close(full, shared)
+    with torch.no_grad():
+        passes = SharedPasses(net, min_shared_work=0.0)
+        passes.trace(net, x[..., :16, :16])
+    assert passes.shared_calls >= 1  # the first block, before the draw, is still computed once
