@@ -55,10 +55,9 @@ see the operations inside it. Sharing assumes that every random operation of the
 it calls, is not seen), that what a call computes does not depend on Python state that its calls change (a call
 counter: a replay calls the stochastic rest once for ``k`` samples, and the kept calls not at all), that the stochastic
 rest computes each batch row from the same rows of its inputs apart from the full reductions above (a maximum over the
-batch axis, ``d.amax(0)``, would mix the samples of a replay), and that a shared
-call's output, or a shared operation's result, is batched along its first axis like the input and computes each batch
-row from the same rows of its inputs (a softmax or cumulative sum across the batch axis of shared values would break
-it).
+batch axis, ``d.amax(0)``, would mix the samples of a replay), and that a shared call's output, or a shared
+operation's result, is batched along its first axis like the input and computes each batch row from the same rows of
+its inputs (a softmax or cumulative sum across the batch axis of shared values would break it).
 """
 
 from __future__ import annotations
@@ -793,13 +792,13 @@ class SharedPasses:
             raise TypeError(f"network must be a torch.nn.Module to share its passes, got {type(network).__name__}")
         if isinstance(network, torch.jit.ScriptModule):
             raise TypeError("network is a TorchScript module: its calls cannot be followed")
-        hidden = _hidden_submodule(network)
-        if hidden is not None:
-            raise SharingUnavailable(hidden)
         if min_shared_work is not None and (isinstance(min_shared_work, bool)
                                             or not isinstance(min_shared_work, (int, float))
                                             or not 0.0 <= float(min_shared_work) <= 1.0):
             raise ValueError(f"min_shared_work must be a number in [0, 1] or None, got {min_shared_work!r}")
+        hidden = _hidden_submodule(network)
+        if hidden is not None:
+            raise SharingUnavailable(hidden)
         self.network = network
         self._min_shared_work = min_shared_work
         #: the fraction of the traced pass's work (:func:`_work`) inside the kept calls, which a replay skips
