@@ -884,6 +884,11 @@ class UncertaintyInferer(Inferer):
         if not isinstance(network, nn.Module) or isinstance(network, torch.jit.ScriptModule):
             info.setdefault("fallback", "the network is not a torch.nn.Module whose calls can be followed")
             return None
+        try:  # a TorchScript or compiled submodule hides its operations (and random draws) from the trace
+            SharedPasses(plain_module(network))
+        except SharingUnavailable as err:
+            info.setdefault("fallback", str(err))
+            return None
         return src
 
     def _sample_batch(self, passes: SharedPasses, remaining: int, info: dict[str, Any]) -> int:

@@ -370,6 +370,8 @@ def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Te
     out = pred(torch.stack([i.as_tensor() for i in items]))
     if isinstance(out, (tuple, list)):
         out = out[0]
+    # shared passes (MC dropout or Rate-In beside this source) return k samples of the batch at once: sample s of
+    # input b at row s B + b, each inverted with the transform applied to input b
     b = len(items)
     if int(out.shape[0]) % b:
         raise ValueError(f"the network returned {int(out.shape[0])} rows for a batch of {b} transformed items")

@@ -8,11 +8,13 @@ of it, every activation that does not depend on a random draw is the same for al
    ``TorchFunctionMode`` follows which tensors depend on a random draw ("stochastic" tensors): the output of a random
    operation (``dropout*`` with ``training=True`` and ``p > 0``, ``rand*``, ``bernoulli``, ``normal_``, ...) is
    stochastic, and so is the output of any operation with a stochastic input (in-place operations included). A
-   module call whose inputs and ``forward`` output are not stochastic is *shared*: its output is kept (only the
-   outermost shared calls are kept, their inner calls are released). A post-hoc dropout hook runs after
-   ``forward`` (in ``Module.__call__``), so the hooked stage itself is shared and only its dropout is redrawn. The
-   data flow is that of the real call, not a static graph, so skip connections (a decoder consuming cached encoder
-   features), Python control flow and shape-dependent code need nothing special.
+   module call whose inputs and ``forward`` output are not stochastic, and that does not write into its inputs (a
+   ``ReLU(inplace=True)`` on its input: a replay that skipped it would leave the input unwritten for its later
+   readers), is *shared*: its output is kept (only the outermost shared calls are kept, their inner calls are
+   released). A post-hoc dropout hook runs after ``forward`` (in ``Module.__call__``), so the hooked stage itself
+   is shared and only its dropout is redrawn. The data flow is that of the real call, not a static graph, so skip
+   connections (a decoder consuming cached encoder features), Python control flow and shape-dependent code need
+   nothing special.
 2. **Replay** (the other samples, ``k`` at a time): the network runs on the input repeated ``k`` times along the
    batch axis; each shared call returns its kept output repeated ``k`` times instead of computing it, everything
    else (the stochastic remainder) runs batched, and every random operation draws independent values for each of
@@ -43,16 +45,19 @@ line (plain replays compute every call: they refuse only another input). A repla
 time (each replay still skips the kept calls, unless plain) when the traced pass turned a random draw into a Python
 value (``if d.mean() > 0``: a batch of samples would take one branch; the module calls under way then are never kept, so
 each sample takes its own branch or the replay refuses) or reduced it to a scalar (``d / d.max()``: over the batch of
-samples), or when its draws are not ``k`` times the traced ones per input (a draw not made per batch element, such as
-dropout on a weight or ``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see :class:`_Draws`).
-Sharing assumes that every random operation of the network is a PyTorch one (a random number drawn in NumPy or Python
-inside ``forward`` is not seen), that what a call computes does not depend on Python state that its calls change (a call
+samples), when a batch norm in training mode normalised a random draw (``network.train()``: the statistics of a batch
+of samples would mix them), or when its draws are not ``k`` times the traced ones per input (a draw not made per batch
+element, such as dropout on a weight or ``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see
+:class:`_Draws`).
+A network with a TorchScript or ``torch.compile`` submodule is refused (:class:`SharingUnavailable`): the trace cannot
+see the operations inside it. Sharing assumes that every random operation of the network is a PyTorch one seen by
+``__torch_function__`` (a random number drawn in NumPy or Python inside ``forward``, or in a TorchScript function that
+it calls, is not seen), that what a call computes does not depend on Python state that its calls change (a call
 counter: a replay calls the stochastic rest once for ``k`` samples, and the kept calls not at all), that the stochastic
 rest computes each batch row from the same rows of its inputs apart from the full reductions above (a maximum over the
-batch axis, ``d.amax(0)``, or a batch-norm layer in training mode would mix the samples of a replay), and that a shared
-call's output, or a shared operation's result, is batched along its first axis like the input and computes each batch
-row from the same rows of its inputs (a softmax or cumulative sum across the batch axis of shared values would break
-it).
+batch axis, ``d.amax(0)``, would mix the samples of a replay), and that a shared call's output, or a shared
+operation's result, is batched along its first axis like the input and computes each batch row from the same rows of
+its inputs (a softmax or cumulative sum across the batch axis of shared values would break it).
 """
 
 from __future__ import annotations
@@ -341,6 +346,21 @@ def _work(func: Callable, args: tuple, kwargs: dict, out: Any) -> int:
     return n
 
 
+def _batch_statistics(func: Callable, args: tuple, kwargs: dict) -> bool:
+    """Whether ``func(*args, **kwargs)`` reduces over the batch axis: ``batch_norm`` in training mode.
+
+    ``F.batch_norm(input, running_mean, running_var, weight, bias, training, ...)`` (``torch.batch_norm`` takes
+    ``training`` at the same place): a ``BatchNorm`` layer left in training mode, as ``network.train()`` leaves it.
+    """
+    if getattr(func, "__name__", "") != "batch_norm":
+        return False
+    training = kwargs.get("training", args[5] if len(args) > 5 else False)
+    try:
+        return bool(training)
+    except (TypeError, RuntimeError):
+        return True
+
+
 class _Draws(TorchFunctionMode):
     """Counts the elements that the random operations of a replay draw.
 
@@ -415,6 +435,10 @@ class _Follow(TorchFunctionMode):
                 # so none of them is kept
                 for c in self.stack:
                     c.branched = True
+            if _batch_statistics(func, args, kwargs):
+                # batch norm in training mode normalises with the statistics of the whole batch: the k samples of a
+                # replay batch would see each other's draws, so they run one at a time (as in a full pass)
+                self.per_sample = True
             if any(not getattr(t, _FLAG, False) for t in mutated):
                 self.stochastic_write = True
             # the tensors written in place too: ``__setitem__`` returns None, ``out=`` may differ from the result
@@ -450,6 +474,27 @@ class _Call:
                 return True
             p = p.parent
         return False
+
+
+def _wrote_into(inputs: list[torch.Tensor], before: list[tuple[int, int | None]], written: dict[int, int],
+                start: int) -> bool:
+    """Whether a module call wrote into one of its input tensors (``ReLU(inplace=True)`` on its input, ``x += y``).
+
+    Such a call has an effect beyond its output: a replay that skips it would leave the input as it was before the
+    call, and whatever reads the input afterwards (a decoder's skip connection) would read other values than in a
+    full pass. A write is an operation seen writing into an input's storage after step ``start`` (``written``: the
+    last step that wrote each storage), or a changed version counter (a write the trace does not recognise by name).
+
+    Args:
+        inputs: the call's input tensors.
+        before: ``(storage, version)`` of each input before the call.
+        written: storage -> the last step that wrote into it (:class:`_Follow`).
+        start: the trace's step when the call began.
+    """
+    for t, (storage, version) in zip(inputs, before):
+        if written.get(storage, -1) > start or _version(t) != version:
+            return True
+    return False
 
 
 def _first_shape(args: Any) -> tuple[int, ...] | None:
@@ -685,6 +730,23 @@ def _interleave(outs: list[Any], k: int) -> Any:
     return _merge(outs, join, "the inputs of a batch")
 
 
+def _hidden_submodule(network: nn.Module) -> str | None:
+    """Why the trace cannot follow a submodule of ``network``, or None when it can follow them all.
+
+    The operations of a TorchScript submodule (scripted or traced) do not reach ``__torch_function__``: a random draw
+    inside it is not seen, so its output would be kept and its draw shared by every sample. A ``torch.compile``
+    submodule (or one compiled in place, ``Module.compile()``, the network itself included) runs dynamo over the
+    wrapped ``forward`` methods, which fails or hides its operations the same way.
+    """
+    for name, m in network.named_modules():
+        where = f"submodule {name!r}" if name else "the network"
+        if m is not network and isinstance(m, torch.jit.ScriptModule):
+            return f"{where} is a TorchScript module: the trace cannot see its operations (random draws included)"
+        if getattr(m, "_compiled_call_impl", None) is not None or type(m).__name__ == "OptimizedModule":
+            return f"{where} is compiled (torch.compile): the trace cannot follow its operations"
+    return None
+
+
 class SharedPasses:
     """The shared part of a network's samples on one input: trace once, then replay the stochastic rest in batches.
 
@@ -706,6 +768,9 @@ class SharedPasses:
     Raises:
         TypeError: when ``network`` is not a ``torch.nn.Module``.
         ValueError: when ``min_shared_work`` is not in [0, 1].
+        SharingUnavailable: when a submodule hides its operations from the trace (a TorchScript module, a
+            ``torch.compile`` one, or a module compiled in place with ``Module.compile()``): a random draw inside it
+            would be shared by all samples; the inferers then run full passes and say why in one log line.
 
     Example:
         >>> import torch
@@ -731,6 +796,9 @@ class SharedPasses:
                                             or not isinstance(min_shared_work, (int, float))
                                             or not 0.0 <= float(min_shared_work) <= 1.0):
             raise ValueError(f"min_shared_work must be a number in [0, 1] or None, got {min_shared_work!r}")
+        hidden = _hidden_submodule(network)
+        if hidden is not None:
+            raise SharingUnavailable(hidden)
         self.network = network
         self._min_shared_work = min_shared_work
         #: the fraction of the traced pass's work (:func:`_work`) inside the kept calls, which a replay skips
@@ -802,10 +870,13 @@ class SharedPasses:
                 follow.paused += 1
                 try:
                     call = _Call(m, stack[-1] if stack else None, input_shape=_first_shape((args, kwargs)))
+                    inputs = _tensors((args, kwargs))
+                    before = [(_storage(t), _version(t)) for t in inputs]
                 finally:
                     follow.paused -= 1
                 calls[m].append(call)
                 quiet_in = not _stochastic((args, kwargs))
+                start = follow.step
                 stack.append(call)
                 try:
                     out = fwd(*args, **kwargs)
@@ -814,7 +885,8 @@ class SharedPasses:
                 below = call.kept_below
                 follow.paused += 1
                 try:
-                    keep = quiet_in and not call.branched and not _stochastic(out) and _batched(out, batch)
+                    keep = (quiet_in and not call.branched and not _stochastic(out) and _batched(out, batch)
+                            and not _wrote_into(inputs, before, follow.written, start))
                 finally:
                     follow.paused -= 1
                 if keep:

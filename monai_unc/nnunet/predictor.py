@@ -550,6 +550,12 @@ class UncertaintyPredictor(nnUNetPredictor):
         if any(not isinstance(n, nn.Module) or isinstance(n, torch.jit.ScriptModule) for n in plain):
             self._note_full_passes("the network is not a torch.nn.Module whose calls can be followed")
             return None
+        try:  # a TorchScript or compiled submodule hides its operations (and random draws) from the trace
+            for n in plain:
+                SharedPasses(n)
+        except SharingUnavailable as err:
+            self._note_full_passes(str(err))
+            return None
         return plain
 
     def _mirrors_share_draws(self) -> bool:
