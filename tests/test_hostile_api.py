@@ -206,7 +206,7 @@ API: list[ApiCase] = [
     *(
         ApiCase(
             f"aggregate[{method}]",
-            functools.partial(aggregate, method=method, threshold=0.5),
+            functools.partial(aggregate, method=method, **({"threshold": 0.5} if method == "threshold" else {})),
             lambda rng: {"uncertainty": _unit_map(rng), "mask": _blobs(rng)},
             ("uncertainty", "mask"),
             signature_of=aggregate,

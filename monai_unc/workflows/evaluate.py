@@ -93,8 +93,10 @@ def evaluate_from_arguments(
     if not res.is_main:
         return res
     _, summary, paths = res.value
-    lines = evaluate_summary_lines(summary, paths, config)
-    return CommandResult(res.value, res.is_main, res.output, quiet_lines(lines) if args.quiet else tuple(lines))
+    if args.quiet:  # the warnings alone (on stderr), the summary not even formatted
+        return CommandResult(res.value, res.is_main, res.output,
+                             quiet_lines(warning_lines(summary.get("warnings") or [])))
+    return CommandResult(res.value, res.is_main, res.output, tuple(evaluate_summary_lines(summary, paths, config)))
 
 
 def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path], config: EvaluationConfig

@@ -60,10 +60,11 @@ def test_a_decimal_comma_under_a_header_ending_in_a_separator_is_refused(tmp_pat
 
 def test_a_byte_order_mark_keeps_the_first_column(tmp_path, capsys):
     """Excel's "CSV UTF-8": the first column was read as '\\ufefffailure' and dropped without a word (the loss then
-    came from the Dice: 0 instead of the audited failure's 1); a first column 'case' was refused as missing."""
+    came from the Dice: 0 instead of the audited failure's 1); a first column 'case' was refused as missing. Case a
+    has its failure only (a Dice beside it must agree with it since the label agreement check)."""
     db = _store(tmp_path, capsys, ["a", "b"])
     labels = tmp_path / "labels.csv"
-    labels.write_text("\ufefffailure,case,dice\r\n1,a,0.9\r\n0,b,0.95\r\n", encoding="utf-8")
+    labels.write_text("\ufefffailure,case,dice\r\n1,a,\r\n0,b,0.95\r\n", encoding="utf-8")
     rc, _, err = _main(["monitor", "label", "--labels", labels, "--db", db], capsys)
     assert rc == 0, err
     got = _cases(db)
@@ -108,7 +109,7 @@ def test_a_header_cell_with_a_trailing_space_is_its_column(tmp_path, capsys):
     from the Dice (0.9 >= 0.8: loss 0 instead of 1)."""
     db = _store(tmp_path, capsys, ["a"])
     labels = tmp_path / "labels.csv"
-    labels.write_text("case,failure ,dice\na,1,0.9\n", encoding="utf-8")
+    labels.write_text("case,failure ,dice\na,1,\n", encoding="utf-8")
     rc, _, err = _main(["monitor", "label", "--labels", labels, "--db", db], capsys)
     assert rc == 0, err
     got = _cases(db)["a"]
@@ -120,7 +121,7 @@ def test_column_names_in_another_letter_case(tmp_path, capsys):
     ignored and the loss taken from the Dice (0 instead of 1); 'failure' and 'Failure' together are refused."""
     db = _store(tmp_path, capsys, ["a"])
     labels = tmp_path / "labels.csv"
-    labels.write_text("Case,Failure,Dice\na,1,0.9\n", encoding="utf-8")
+    labels.write_text("Case,Failure,Dice\na,1,\n", encoding="utf-8")
     rc, _, err = _main(["monitor", "label", "--labels", labels, "--db", db], capsys)
     assert rc == 0, err
     assert (_cases(db)["a"]["failure"], _cases(db)["a"]["loss"]) == (1, 1.0)
