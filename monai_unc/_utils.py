@@ -1126,3 +1126,39 @@ def unique_json_keys(pairs: list[tuple[str, Any]], message: str) -> dict[str, An
             raise ValueError(message.format(key=key))
         out[key] = value
     return out
+
+
+def check_class_space(channels: tuple[int | None, int | None], labels: tuple[Any, Any],
+                      names: tuple[str, str] = ("pred", "target"), hint: str = "") -> None:
+    """Refuse labels outside the classes ``0 .. C-1`` that ``C`` class channels of either input declare.
+
+    A reference label outside them (the ignore label 255 of a partly annotated scan, a dataset id such as BraTS 4
+    beside a 4-class network) was counted as an error voxel without a word by the error maps and the spatial metrics,
+    where the calibration metrics refuse it (found by hostile review).
+
+    Args:
+        channels: the class channels of the two inputs, None for an input given as a label map.
+        labels: their label maps (numpy or torch, any shape; the argmax of class channels).
+        names: the two inputs' names in the messages.
+        hint: the end of the message (what to do with an ignore label).
+
+    Raises:
+        ValueError: two channel counts that differ, or a label map holding a label ``>= C``.
+
+    Example:
+        >>> check_class_space((3, None), (np.array([0, 2]), np.array([0, 1, 2])))
+        >>> check_class_space((3, None), (np.array([0, 2]), np.array([0, 255])))
+        Traceback (most recent call last):
+        ...
+        ValueError: target holds label 255 outside the classes 0..2 of the 3 channels of pred
+    """
+    cp, ct = channels
+    if cp is not None and ct is not None and cp != ct:
+        raise ValueError(f"{names[0]} has {cp} class channels but {names[1]} {ct}: they must be of the same classes")
+    c = cp if cp is not None else ct
+    if c is None:
+        return
+    for name, other, values, given in ((names[1], names[0], labels[1], ct), (names[0], names[1], labels[0], cp)):
+        if given is None and int(values.max()) >= c:
+            raise ValueError(f"{name} holds label {int(values.max())} outside the classes 0..{c - 1} of the {c} "
+                             f"channels of {other}{f' ({hint})' if hint else ''}")

@@ -50,6 +50,7 @@ from monai.utils import TransformBackends
 from ._utils import (
     argmax,
     check_bool,
+    check_class_space,
     check_finite,
     check_labels,
     check_probabilities,
@@ -149,18 +150,9 @@ def _check_class_space(p: torch.Tensor, t: torch.Tensor, lp: torch.Tensor, lt: t
     beside a 4-class network) was counted as an error without a word, where the calibration metrics refuse it (found
     by hostile review).
     """
-    cp = int(p.shape[0]) if p.shape[0] >= 2 else None
-    ct = int(t.shape[0]) if t.shape[0] >= 2 else None
-    if cp is not None and ct is not None and cp != ct:
-        raise ValueError(f"pred has {cp} class channels but label {ct}: they must be of the same classes")
-    c = cp if cp is not None else ct
-    if c is None:
-        return
-    for name, labels, given in (("label", lt, ct), ("pred", lp, cp)):
-        if given is None and int(labels.max()) >= c:
-            raise ValueError(f"{name} holds label {int(labels.max())} outside the classes 0..{c - 1} of the {c} "
-                             f"channels of {'pred' if name == 'label' else 'label'} (an ignore label? the error map "
-                             "scores every voxel: mask such voxels out of what reads it)")
+    check_class_space((int(p.shape[0]) if p.shape[0] >= 2 else None, int(t.shape[0]) if t.shape[0] >= 2 else None),
+                      (lp, lt), names=("pred", "label"),
+                      hint="an ignore label? the error map scores every voxel: mask such voxels out of what reads it")
 
 
 def error_map(pred: Any, label: Any) -> Any:

@@ -68,6 +68,7 @@ from .._utils import (
     argmax,
     case_spacings,
     check_bool,
+    check_class_space,
     check_finite,
     check_labels,
     holds_bool,
@@ -310,19 +311,9 @@ def _check_class_space(p: Array, t: Array, pred: Any, target: Any, n_cases: int,
     beside a 4-class network) was counted as an error voxel and a boundary without a word, where the calibration
     metrics refuse it (found by hostile review).
     """
-    cp = _class_channels(pred, n_cases, spatial, batched)
-    ct = _class_channels(target, n_cases, spatial, batched)
-    if cp is not None and ct is not None and cp != ct:
-        raise ValueError(f"pred has {cp} class channels but target {ct}: they must be of the same classes")
-    c = cp if cp is not None else ct
-    if c is None:
-        return
-    for name, labels, given in (("target", t, ct), ("pred", p, cp)):
-        if given is None and int(labels.max()) >= c:
-            top = int(labels.max())
-            raise ValueError(f"{name} holds label {top} outside the classes 0..{c - 1} of the {c} channels of "
-                             f"{'pred' if name == 'target' else 'target'} (an ignore label? mark such voxels "
-                             "another way: these metrics score every voxel)")
+    channels = (_class_channels(pred, n_cases, spatial, batched), _class_channels(target, n_cases, spatial, batched))
+    check_class_space(channels, (p, t),
+                      hint="an ignore label? mark such voxels another way: these metrics score every voxel")
 
 
 def _prepare(uncertainty: Any, pred: Any, target: Any) -> tuple[Array, Array, Array, bool]:
