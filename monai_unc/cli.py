@@ -338,8 +338,6 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
         return _missing_dependency(args.command, e)
     except CohortFailed as e:  # some cases failed: rank 0 said which, the other cases are done
         return e.exit_status
-    except KeyboardInterrupt:
-        return _interrupted(args.command)
     except _INPUT_ERRORS as e:
         print(f"monai-unc {args.command}: error: {error_text(e)}", file=sys.stderr, flush=True)
         return 2

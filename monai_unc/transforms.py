@@ -143,18 +143,6 @@ def _check_no_overlap(x: torch.Tensor, name: str, channel_dim: int) -> None:
         )
 
 
-def _check_class_space(p: torch.Tensor, t: torch.Tensor, lp: torch.Tensor, lt: torch.Tensor) -> None:
-    """Refuse labels outside the classes ``0 .. C-1`` that ``C >= 2`` channels of ``pred`` or ``label`` declare.
-
-    A reference label outside them (the ignore label 255 of a partly annotated scan, a dataset id such as BraTS 4
-    beside a 4-class network) was counted as an error without a word, where the calibration metrics refuse it (found
-    by hostile review).
-    """
-    check_class_space((int(p.shape[0]) if p.shape[0] >= 2 else None, int(t.shape[0]) if t.shape[0] >= 2 else None),
-                      (lp, lt), names=("pred", "label"),
-                      hint="an ignore label? the error map scores every voxel: mask such voxels out of what reads it")
-
-
 def error_map(pred: Any, label: Any) -> Any:
     """Voxel error ``e(x) = [argmax_c pred(x) != label(x)]`` of one case, ``(1, *spatial)`` float32 in {0, 1}.
 
@@ -175,7 +163,10 @@ def error_map(pred: Any, label: Any) -> Any:
         )
     lp = _labels_from(p, "pred")
     lt = _labels_from(t, "label").to(lp.device)
-    _check_class_space(p, t, lp, lt)
+    # labels outside the classes of C >= 2 channels (an ignore label 255) are refused, not counted as errors
+    check_class_space(tuple(int(x.shape[0]) if x.shape[0] >= 2 else None for x in (p, t)), (lp, lt),
+                      names=("pred", "label"),
+                      hint="an ignore label? the error map scores every voxel: mask such voxels out of what reads it")
     err = (lp != lt).to(torch.float32)
     return err.cpu().numpy() if isinstance(pred, np.ndarray) else err
 

@@ -82,6 +82,7 @@ from ..io.signing import Trust
 from ..metrics.boundary import distance_to_mask
 from ..metrics.conformal import (
     CONFORMAL_FAMILIES,
+    TRIVIAL_MASKS,
     ConformalCaseState,
     ConformalRule,
     conformal_case_state,
@@ -476,13 +477,9 @@ def _achieved(tasks: Sequence[Any], rule: ConformalRule) -> dict[str, Any]:
         row = {"lambda_hat": t.lambda_hat, "calibration_loss": t.calibration_loss,
                "calibration_above_tol": t.calibration_above_tol}
         if past is not None and t.index == past:
-            row["trivial_mask"] = _TRIVIAL_MASKS[rule.side]
+            row["trivial_mask"] = TRIVIAL_MASKS[rule.side]
         out[t.name] = row
     return out
-
-
-#: what a margin rule past its grid keeps, per side (``trivial_mask`` in ``summary.json``'s conformal block)
-_TRIVIAL_MASKS = {"outer": "every voxel", "inner": "no voxel"}
 
 
 def _pooled(rule: ConformalRule) -> dict[str, Any]:

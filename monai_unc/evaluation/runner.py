@@ -266,9 +266,9 @@ def check_recorded_regions(predictions: str | os.PathLike, layout: str, regions:
                          "label of a channel must match)")
 
 
-def _absent_classes_warning(results: Sequence[tuple[CaseResult, CaseFiles, int]], config: EvaluationConfig
-                            ) -> str | None:
-    """The warning about foreground classes that no reference and no segmentation of the cohort holds, or None.
+def _warn_absent_classes(results: Sequence[tuple[CaseResult, CaseFiles, int]], config: EvaluationConfig
+                         ) -> str | None:
+    """Warn about the foreground classes that no reference and no segmentation of the cohort holds; the text or None.
 
     Each such class scores ``dice_<c> = 1`` (absent from both maps) in every case and counts in ``dice``, the mean
     over the foreground classes that failure detection, the referral curve, triage and risk control read: a label
@@ -291,11 +291,13 @@ def _absent_classes_warning(results: Sequence[tuple[CaseResult, CaseFiles, int]]
     names = config.class_names
     shown = [f"{c} ({names[c]})" if names and c < len(names) else str(c) for c in absent[:8]]
     more = f" and {len(absent) - 8} more" if len(absent) > 8 else ""
-    return (f"class(es) {', '.join(shown)}{more} of {n_cls - 1} foreground classes are in no reference and no "
+    text = (f"class(es) {', '.join(shown)}{more} of {n_cls - 1} foreground classes are in no reference and no "
             f"segmentation of the {len(results)} case(s): each scores dice_<class> = 1 in every case and counts in "
             "'dice', the mean over the foreground classes that failure detection, the referral curve, triage and "
             "risk control read; a label space with gaps (ids kept from a larger dataset, e.g. BraTS 0, 1, 2, 4) "
             "needs relabelling to consecutive labels 0 .. K-1 first")
+    warnings.warn(text, UserWarning, stacklevel=3)
+    return text
 
 
 def evaluate_cases(
@@ -335,9 +337,7 @@ def evaluate_cases(
         check_unclaimed_labels(results, config)
         # as run_evaluate: the cases' classes that none of them holds (found by hostile review: this API path, the
         # one of sharded evaluations, scored them Dice 1 in every case without the warning)
-        absent = _absent_classes_warning(results, config)
-        if absent is not None:
-            warnings.warn(absent, UserWarning, stacklevel=2)
+        _warn_absent_classes(results, config)
         return assemble_state(results, config.n_fine_bins, regions=_regions(config))
 
     run = run_cases(list(cases), lambda f: _evaluate_record(f, config), command="monai-unc evaluate",
@@ -496,9 +496,7 @@ def _run_evaluate(
         except ValueError:
             stale(run)
             raise
-        absent = _absent_classes_warning(results, config)
-        if absent is not None:
-            warnings.warn(absent, UserWarning, stacklevel=2)
+        absent = _warn_absent_classes(results, config)
         state = assemble_state(results, config.n_fine_bins, late, regions=_regions(config))
         if late:
             raise CasesFailed([CaseFailure(c, ctx.rank, error_line(e)) for c, e in late])

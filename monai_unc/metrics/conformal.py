@@ -85,6 +85,7 @@ __all__ = [
     "crc_tolerance",
     "high_probability_lambda",
     "last_index",
+    "TRIVIAL_MASKS",
     "min_calibration_cases",
     "quantile_edges",
     "stratum_of",
@@ -95,6 +96,8 @@ __all__ = [
 CONFORMAL_FAMILIES = ("threshold", "margin")
 #: outer masks (control the missed share of the truth) and inner masks (control the false-positive share)
 CONFORMAL_SIDES = ("outer", "inner")
+#: what a margin rule past its grid (:func:`last_index`) keeps, per side: the trivial mask
+TRIVIAL_MASKS = {"outer": "every voxel", "inner": "no voxel"}
 #: bins of the probability grid (a power of two: the grid points and ``p * bins`` are exact in floating point)
 DEFAULT_THRESHOLD_BINS = 4096
 #: the largest margin of the default margin grid, in mm
@@ -1482,9 +1485,9 @@ def fit_conformal_rule(
             at = task_losses[:, j]
             lam = float(j * first.step)
             if first.family == "margin" and j == trivial:
-                mask = "every voxel" if first.side == "outer" else "no voxel"
                 warnings.warn(f"{name!r}{where}: no margin up to {first.size * first.step:g} mm meets the target on "
-                              f"these {n} calibration cases: the {first.side} rule is the trivial mask ({mask}) for "
+                              f"these {n} calibration cases: the {first.side} rule is the trivial mask "
+                              f"({TRIVIAL_MASKS[first.side]}) for "
                               "every case (a larger grid, the threshold family or more cases may do better)",
                               UserWarning, stacklevel=2)
             text = task_guarantee(first.side, a, t, n, None if edge_tuple is None else st)

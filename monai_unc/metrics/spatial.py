@@ -303,30 +303,20 @@ def _class_channels(x: Any, n_cases: int, spatial: tuple, batched: bool) -> int 
     return None
 
 
-def _check_class_space(p: Array, t: Array, pred: Any, target: Any, n_cases: int, spatial: tuple,
-                       batched: bool) -> None:
-    """Refuse labels outside the classes that class channels declare (``C`` channels: classes ``0 .. C-1``).
-
-    A reference label outside them (the ignore label 255 of a partly annotated scan, a dataset id such as BraTS 4
-    beside a 4-class network) was counted as an error voxel and a boundary without a word, where the calibration
-    metrics refuse it (found by hostile review).
-    """
-    channels = (_class_channels(pred, n_cases, spatial, batched), _class_channels(target, n_cases, spatial, batched))
-    check_class_space(channels, (p, t),
-                      hint="an ignore label? mark such voxels another way: these metrics score every voxel")
-
-
 def _prepare(uncertainty: Any, pred: Any, target: Any) -> tuple[Array, Array, Array, bool]:
     """Validated ``(cases, *spatial)`` arrays: numpy for CPU input, CUDA tensors for CUDA input.
 
-    Labels must lie in the classes ``0 .. C-1`` of a map given with ``C`` class channels (:func:`_check_class_space`).
+    Labels must lie in the classes ``0 .. C-1`` of a map given with ``C`` class channels
+    (:func:`~monai_unc._utils.check_class_space`: an ignore label was scored as error voxels and boundaries).
     """
     u, batched = _split_uncertainty(uncertainty)
     spatial = tuple(u.shape[1:])
     cuda = u.device if isinstance(u, torch.Tensor) else None
     p = _split_labels(pred, "pred", u.shape[0], spatial, batched, cuda)
     t = _split_labels(target, "target", u.shape[0], spatial, batched, cuda)
-    _check_class_space(p, t, pred, target, u.shape[0], spatial, batched)
+    channels = tuple(_class_channels(x, u.shape[0], spatial, batched) for x in (pred, target))
+    check_class_space(channels, (p, t),
+                      hint="an ignore label? mark such voxels another way: these metrics score every voxel")
     return u, p, t, batched
 
 
