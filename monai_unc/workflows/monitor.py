@@ -218,29 +218,33 @@ def record_labels(
     """
     url = _db(db)
     path = Path(labels)
+    # the store read at one moment (a run recorded in between would have cases of a rule not read), then closed while
+    # the labels are read and the label maps compared (minutes: a server's idle_session_timeout closed the connection
+    # and the batch failed after the work, found by hostile testing); add_labels refuses a label whose case was
+    # recorded (again) since this read
+    with MonitorStore(url, create=False) as store, store.snapshot():
+        rules = store.rules()
+        cases = store.cases()
+    latest = {c["case_id"]: c for c in cases}
+    at_site = {(c["case_id"], c["site"]): c for c in cases}  # the latest record of a case id at each site
+    table = _label_folder(path, latest, rules) if path.is_dir() else read_label_table(path)
+    rows = []
+    for lab in table:
+        # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site
+        case = latest.get(lab["case"]) if lab.get("site") is None else at_site.get((lab["case"], lab["site"]))
+        if case is None:  # add_labels names every case that is not in the store; case_row 0 (no row): a case
+            # recorded since this read is refused there, not given this loss, which no rule computed (found by
+            # hostile testing: an audited failure recorded meanwhile was stored as a success, loss 0)
+            rows.append({**lab, "loss": 0.0, "case_row": 0})
+            continue
+        rule = rules[case["rule_digest"]]
+        # case_row: add_labels refuses the label if the case was recorded again (another rule) since this read
+        try:
+            loss = loss_of(lab["dice"], lab["failure"], rule["risk"], rule["failure_dice"])
+        except ValueError as e:
+            raise ValueError(f"{path.name}: case {lab['case']!r}: {e}") from None
+        rows.append({**lab, "case_row": case["row"], "loss": loss})
     with MonitorStore(url, create=False) as store:
-        with store.snapshot():  # one moment: a run recorded in between would have cases of a rule not read
-            rules = store.rules()
-            cases = store.cases()
-        latest = {c["case_id"]: c for c in cases}
-        at_site = {(c["case_id"], c["site"]): c for c in cases}  # the latest record of a case id at each site
-        table = _label_folder(path, latest, rules) if path.is_dir() else read_label_table(path)
-        rows = []
-        for lab in table:
-            # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site
-            case = latest.get(lab["case"]) if lab.get("site") is None else at_site.get((lab["case"], lab["site"]))
-            if case is None:  # add_labels names every case that is not in the store; case_row 0 (no row): a case
-                # recorded since this read is refused there, not given this loss, which no rule computed (found by
-                # hostile testing: an audited failure recorded meanwhile was stored as a success, loss 0)
-                rows.append({**lab, "loss": 0.0, "case_row": 0})
-                continue
-            rule = rules[case["rule_digest"]]
-            # case_row: add_labels refuses the label if the case was recorded again (another rule) since this read
-            try:
-                loss = loss_of(lab["dice"], lab["failure"], rule["risk"], rule["failure_dice"])
-            except ValueError as e:
-                raise ValueError(f"{path.name}: case {lab['case']!r}: {e}") from None
-            rows.append({**lab, "case_row": case["row"], "loss": loss})
         n = store.add_labels(rows, source=str(path.resolve()), command=command)
     return CommandResult(n, True, path.resolve().parent, (f"recorded {n} audited label(s)",))
 

@@ -8,7 +8,8 @@ before its fix.
   another writer ``timeout`` seconds at most (it waited forever);
 - ``monitor label`` and ``monitor report`` read the store at one moment (a run recorded in between gave a
   ``KeyError`` traceback, or a page whose audit trail lists a run its statistics leave out), and a label whose case
-  was recorded while the labels were read is refused (it was stored with the placeholder loss 0);
+  was recorded while the labels were read is refused (it was stored with the placeholder loss 0); ``monitor label``
+  holds no connection while it reads the labels (a server's ``idle_session_timeout`` failed the batch);
 - an image that is no longer there, without a sidecar, is one error line (its cases went to ``--site`` or
   ``unknown`` without a word and the decisions recorded before were recorded again under the new site);
 - a run's model digest is that of its predictions, never the rule's calibration model;
@@ -221,6 +222,24 @@ def test_a_label_of_a_case_recorded_while_the_labels_are_read_is_refused(tmp_pat
     assert workflow.record_labels(db, tmp_path / "labels.csv", command=["test"]).value == 2  # run again
     with MonitorStore(db, read_only=True) as store:
         assert {c["case_id"]: c["loss"] for c in store.cases()} == {"001": 0.0, "002": 1.0}
+
+
+def test_labels_read_for_longer_than_the_servers_idle_session_timeout_are_recorded(postgres_url, tmp_path,
+                                                                                     monkeypatch):
+    """The connection stayed open, idle, while the labels were read and the label maps compared: a server's
+    ``idle_session_timeout`` closed it and the batch failed after the work."""
+    url = _pg_url(postgres_url, idle_session_timeout="1000")
+    write_triage(tmp_path / "jan", make_rule([0.1, 0.2]), [{"case": "001", "score": 0.2}])
+    workflow.record_triage(url, tmp_path / "jan", site="A", command=["test"])
+    (tmp_path / "labels.csv").write_text("case,dice\n001,0.9\n")
+    real = workflow.read_label_table
+
+    def slow(path):  # label maps being compared
+        time.sleep(2.5)
+        return real(path)
+
+    monkeypatch.setattr(workflow, "read_label_table", slow)
+    assert workflow.record_labels(url, tmp_path / "labels.csv", command=["test"]).value == 1
 
 
 # ---------------------------------------------------------------------------------------------- moved files
