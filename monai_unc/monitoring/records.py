@@ -53,7 +53,8 @@ class TriageRun:
         cases: the decisions.
         source_digest: the SHA-256 of ``triage.json``.
         triaged_at: when it was written (ISO 8601, UTC).
-        model_digest: the model's digest (:func:`model_digest`) or None.
+        model_digest: the digest of the weight files the predictions recorded (:func:`model_digest`), or None when
+            they recorded none.
     """
 
     folder: Path
@@ -141,7 +142,10 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
     A sidecar is untrusted input: it is read as strict JSON
     (:func:`~monai_unc.io.provenance.decode_untrusted_json`: UTF-8, at most 64 levels of nesting, no ``NaN``, ...),
     and a sidecar that is there but cannot be read, or whose site or scanner holds a NUL character, is an error
-    naming it, not a case recorded without its site.
+    naming it, not a case recorded without its site. So is an image that is no longer there, without a sidecar
+    where it was (moved or archived since triage read it): whether it had one, and which site it named, cannot be
+    told (found by hostile testing: such cases went to ``--site`` or ``unknown`` without a word, and the decisions a
+    site had recorded before were recorded again under the new site, counted twice in the pooled stream).
 
     Args:
         image: the image's path (or None).
@@ -150,7 +154,8 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
         ``(site, scanner)``, each None when not recorded (no sidecar or readable DICOM header).
 
     Raises:
-        ValueError: naming the sidecar: unreadable, not strict JSON, or a site or scanner with a NUL.
+        ValueError: naming the sidecar: unreadable, not strict JSON, or a site or scanner with a NUL; naming the
+            image: neither it nor a sidecar is there.
     """
     if not isinstance(image, str) or not image:
         return None, None
@@ -163,6 +168,10 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
             split = split_extension(p.name, VOLUME_EXTENSIONS)
             side = p.with_name((split[0] if split is not None else p.stem) + ".json")
             if not side.is_file():
+                if not p.exists():  # neither the image nor a sidecar: moved or archived (a link to nothing too)
+                    raise ValueError(f"image {image[-200:]!r} is not there (moved or archived since triage read it?): "
+                                     "whether a sidecar beside it named its site cannot be told; give the sites of the "
+                                     "cases with --sites (case,site[,scanner])")
                 return None, None
             doc = read_untrusted_json(side, f"image sidecar {side}")[1]
     except OSError as e:  # a path the file system refuses (too long)
@@ -323,7 +332,9 @@ def read_triage_run(
         raise ValueError(f"{path}: field 'cases' must be a list")
     files = doc.get("files") if isinstance(doc.get("files"), dict) else {}
     fp = doc.get("fingerprint") if isinstance(doc.get("fingerprint"), dict) else {}
-    model = model_digest(fp.get("predictions")) or model_digest(rule.get("fingerprint"))
+    # the model of the predictions as they recorded it; not the rule's (its calibration model): predictions without
+    # weight digests (older ones, a mismatch allowed) were made by a model nobody identified (found by hostile testing)
+    model = model_digest(fp.get("predictions"))
     if triaged_at is None:
         try:
             triaged_at = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")

@@ -5,14 +5,14 @@ SQLite by default (a file: nothing to start; the standard library's ``sqlite3`` 
 run the same SQL through the DB-API; the schema is versioned (:data:`MIGRATIONS`, the version in the table
 ``monitor_meta``) and a database written by a newer version is refused.
 
-Every change is one transaction that also appends its audit entry, so two triage runs recording at once lose
-nothing (SQLite: ``BEGIN IMMEDIATE``, a writer waits for the other; PostgreSQL: an exclusive lock on the audit
-table) and a writer killed in the middle leaves no half record (the transaction is rolled back). The audit log is
-append-only and hash-chained: each entry holds the SHA-256 of the previous one and a digest of the rows it wrote,
-so :meth:`MonitorStore.verify` detects an entry or a row that was edited or deleted, and a stored rule whose body
-no longer matches its digest (docs/monitoring.md says what it covers and what it cannot detect). What is read back
-is checked too: a row edited outside the store is one ``ValueError`` line naming the store, never a wrong statistic
-or a traceback.
+Every change is one transaction that also appends its audit entry, so two triage runs recording at once lose nothing
+(SQLite: ``BEGIN IMMEDIATE``, a writer waits for the other; PostgreSQL: a transaction-level advisory lock in a
+read-committed transaction; either waits ``timeout`` seconds at most) and a writer killed in the middle leaves no
+half record (the transaction is rolled back). The audit log is append-only and hash-chained: each entry holds the
+SHA-256 of the previous one and a digest of the rows it wrote, so :meth:`MonitorStore.verify` detects an entry or a
+row that was edited or deleted, and a stored rule whose body no longer matches its digest (docs/monitoring.md says
+what it covers and what it cannot detect). What is read back is checked too: a row edited outside the store is one
+``ValueError`` line naming the store, never a wrong statistic or a traceback.
 """
 
 from __future__ import annotations
@@ -598,7 +598,8 @@ class MonitorStore:
         create: create a missing SQLite file and the store's tables (False, for ``label`` and the read-only
             commands: a missing file, or a database that is not a monitoring store, is an error and nothing is
             written into it).
-        timeout: seconds a writer waits for another writer's transaction.
+        timeout: seconds a writer waits for another writer's transaction (SQLite and PostgreSQL), then one
+            ``ValueError`` line.
         read_only: only read (``status``, ``verify``, ``report``; implies ``create=False``): an SQLite file is
             opened read-only (``mode=ro``; on a full disk or a read-only file system, where no connection has it
             open and its write-ahead log is empty, the file alone) and a store of an older schema is refused rather
@@ -622,6 +623,7 @@ class MonitorStore:
                  read_only: bool = False) -> None:
         create = create and not read_only
         self._read_only = read_only
+        self._timeout = float(timeout)
         text = os.fspath(url)
         if not isinstance(text, str) or not text:
             raise ValueError(f"database must be a file path or a database URL, got {url!r}")
@@ -630,6 +632,7 @@ class MonitorStore:
         self.dialect = "sqlite" if db_file is not None else "postgresql"
         self._name = redact_url(text, whole=True)  # how errors name the store
         self._driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+        self._lock_timeout_errors: tuple[type[BaseException], ...] = ()
         if self.dialect == "sqlite":
             if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text) and not text.startswith("sqlite:///"):
                 raise ValueError(f"database {redact_url(text, whole=True)!r}: unsupported URL (a file path, "
@@ -669,8 +672,13 @@ class MonitorStore:
                                   ) from None
             try:
                 self._driver_errors = (psycopg.Error,)
+                self._lock_timeout_errors = (psycopg.errors.LockNotAvailable,)
                 self._conn = psycopg.connect(text, autocommit=True, connect_timeout=10)
                 self._conn.execute("SET client_encoding TO 'UTF8'")  # text as str, whatever the server's encoding
+                # every float read back as stored, whatever the server's extra_float_digits (a legacy 0 rounds them to
+                # 15 digits: found by hostile testing, verify reported every record as edited and decisions already
+                # recorded were recorded again)
+                self._conn.execute("SET extra_float_digits = 3")
             except psycopg.Error as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ValueError(f"cannot connect to the database {redact_url(text, whole=True)!r}: "
@@ -751,16 +759,36 @@ class MonitorStore:
                 raise
         else:
             with self._db_errors(), self._conn.transaction():
-                self._conn.execute("SELECT pg_advisory_xact_lock(7263418)")  # the writers' lock
+                # read committed whatever the server's default_transaction_isolation: under repeatable read the lock's
+                # statement fixed the snapshot before the wait, and a writer that waited for another read the store
+                # without the other's commit (a duplicate audit entry: found by hostile testing); and the writers'
+                # lock waits ``timeout`` seconds at most, as SQLite's (it waited forever behind a stuck writer)
+                self._conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                self._conn.execute(f"SET LOCAL lock_timeout = {max(1, round(self._timeout * 1000))}")
+                try:
+                    self._conn.execute("SELECT pg_advisory_xact_lock(7263418)")  # the writers' lock
+                except self._lock_timeout_errors:
+                    raise ValueError(f"the monitoring database {self._name!r}: another writer held it for more than "
+                                     f"{self._timeout:g} s (database is locked); run the command again") from None
                 yield
 
     @contextmanager
-    def _snapshot(self) -> Iterator[None]:
+    def snapshot(self) -> Iterator[None]:
         """Every read inside sees the store at one moment: one read transaction (a reader beside a writer).
 
         Statements outside a transaction each see the store as it is when they run: a reader reading the audit log,
-        then the tables, saw the rows of a run another process committed in between without its entry. Inside a
-        write transaction (which already sees one state) nothing is started.
+        then the tables, saw the rows of a run another process committed in between without its entry, and one
+        reading the rules, then the cases, saw cases of a rule it had not read (found by hostile testing: ``monitor
+        label`` failed with a ``KeyError`` traceback and the dashboard left out the new rule's streams). Inside a
+        transaction (a write, or another snapshot: it already sees one state) nothing is started.
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     with store.snapshot():
+            ...         rules, cases = store.rules(), store.cases()
+            ...     rules, cases
+            ({}, [])
         """
         if self.dialect == "sqlite":
             if self._conn.in_transaction:
@@ -886,7 +914,7 @@ class MonitorStore:
         Returns:
             The :class:`VerifyResult`.
         """
-        with self._snapshot():
+        with self.snapshot():
             return self._verify(expect_head)
 
     def _verify(self, expect_head: str | None) -> VerifyResult:
@@ -1115,7 +1143,8 @@ class MonitorStore:
                 / ``site`` may be None; ``loss`` in ``[0, 1]`` is what the risk statistics use) and ``"case_row"``:
                 the record (``row`` of :meth:`cases`) whose rule gave the loss. A label whose case was recorded again
                 since (a newer record, perhaps under another rule) is then refused instead of going to the newer
-                record with a loss of the older rule.
+                record with a loss of the older rule; ``case_row`` 0 says that the case was not in the store when the
+                loss was given (a placeholder), so a case recorded since is refused too.
             source: where the labels came from (a CSV or a folder; for the audit trail).
             command: the command line of the audit entry.
 
@@ -1124,11 +1153,11 @@ class MonitorStore:
 
         Raises:
             ValueError: a case id that is not in the store (at the label's site), a case id of several sites without
-                the site, a case recorded again after its ``case_row``, or a loss outside ``[0, 1]``.
+                the site, a case recorded (again) after its ``case_row``, or a loss outside ``[0, 1]``.
         """
         with self._transaction():
             rows = []
-            missing, ambiguous, moved = [], [], []
+            missing, ambiguous, moved, appeared = [], [], [], []
             for lab in labels:
                 cid = _check_text(lab.get("case"), "case")
                 site = _check_text(lab.get("site"), "site", allow_none=True)
@@ -1144,7 +1173,7 @@ class MonitorStore:
                     continue
                 expected = lab.get("case_row")
                 if expected is not None and int(found[0][0]) != int(expected):
-                    moved.append(cid if site is None else f"{cid} at {site}")
+                    (appeared if int(expected) == 0 else moved).append(cid if site is None else f"{cid} at {site}")
                     continue
                 loss = float(lab["loss"])
                 if not 0 <= loss <= 1:
@@ -1161,6 +1190,10 @@ class MonitorStore:
             if moved:
                 raise ValueError(f"{len(moved)} labelled case(s) were recorded again while the labels were read "
                                  f"({_first_five(moved)}): their losses followed the earlier record's rule; run the "
+                                 "command again")
+            if appeared:
+                raise ValueError(f"{len(appeared)} labelled case(s) were recorded while the labels were read "
+                                 f"({_first_five(appeared)}): their losses were not given under their rules; run the "
                                  "command again")
             if missing:
                 raise ValueError(f"{len(missing)} labelled case(s) not in the monitoring store "
@@ -1310,3 +1343,20 @@ class MonitorStore:
         """The recorded runs in order: ``id``, ``recorded_at``, ``triaged_at``, ``folder``, digests, ``n_cases``."""
         keys = ("id", "audit_seq", "recorded_at", "triaged_at", "folder", "rule_digest", "model_digest", "n_cases")
         return [dict(zip(keys, r)) for r in self._all(f"SELECT {', '.join(keys)} FROM runs ORDER BY id")]
+
+    def run_sites(self, run_id: int) -> list[str]:
+        """The sites of the cases a run wrote (sorted; those it skipped as already recorded are not among them).
+
+        Args:
+            run_id: the run (:meth:`record_run`'s id).
+
+        Returns:
+            The sites, each once.
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     store.run_sites(1)
+            []
+        """
+        return sorted(str(r[0]) for r in self._all("SELECT DISTINCT site FROM cases WHERE run_id = ?", (int(run_id),)))

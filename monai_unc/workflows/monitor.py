@@ -132,9 +132,10 @@ def record_triage(
         run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
                                        triaged_at=run.triaged_at, model_digest=run.model_digest, command=command)
         written = next((int(r["n_cases"]) for r in store.runs() if r["id"] == run_id), len(run.cases))
-    n_sites = len({c.site for c in run.cases})
+        # the sites of the cases written: those skipped as already recorded do not count (found by hostile testing)
+        n_sites = len(store.run_sites(run_id)) if new else 0
     skipped = len(run.cases) - written
-    line = (f"recorded {written} case(s) from {written and n_sites} site(s) as run {run_id}"
+    line = (f"recorded {written} case(s) from {n_sites} site(s) as run {run_id}"
             + (f"; {skipped} already recorded (skipped)" if skipped else "")
             if new else f"{run.folder} is already recorded (run {run_id}): nothing written")
     return CommandResult(run_id, True, run.folder, (line,))
@@ -217,26 +218,33 @@ def record_labels(
     """
     url = _db(db)
     path = Path(labels)
-    with MonitorStore(url, create=False) as store:
+    # the store read at one moment (a run recorded in between would have cases of a rule not read), then closed while
+    # the labels are read and the label maps compared (minutes: a server's idle_session_timeout closed the connection
+    # and the batch failed after the work, found by hostile testing); add_labels refuses a label whose case was
+    # recorded (again) since this read
+    with MonitorStore(url, create=False) as store, store.snapshot():
         rules = store.rules()
         cases = store.cases()
-        latest = {c["case_id"]: c for c in cases}
-        at_site = {(c["case_id"], c["site"]): c for c in cases}  # the latest record of a case id at each site
-        table = _label_folder(path, latest, rules) if path.is_dir() else read_label_table(path)
-        rows = []
-        for lab in table:
-            # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site
-            case = latest.get(lab["case"]) if lab.get("site") is None else at_site.get((lab["case"], lab["site"]))
-            if case is None:
-                rows.append({**lab, "loss": 0.0})  # add_labels names every case that is not in the store
-                continue
-            rule = rules[case["rule_digest"]]
-            # case_row: add_labels refuses the label if the case was recorded again (another rule) since this read
-            try:
-                loss = loss_of(lab["dice"], lab["failure"], rule["risk"], rule["failure_dice"])
-            except ValueError as e:
-                raise ValueError(f"{path.name}: case {lab['case']!r}: {e}") from None
-            rows.append({**lab, "case_row": case["row"], "loss": loss})
+    latest = {c["case_id"]: c for c in cases}
+    at_site = {(c["case_id"], c["site"]): c for c in cases}  # the latest record of a case id at each site
+    table = _label_folder(path, latest, rules) if path.is_dir() else read_label_table(path)
+    rows = []
+    for lab in table:
+        # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site
+        case = latest.get(lab["case"]) if lab.get("site") is None else at_site.get((lab["case"], lab["site"]))
+        if case is None:  # add_labels names every case that is not in the store; case_row 0 (no row): a case
+            # recorded since this read is refused there, not given this loss, which no rule computed (found by
+            # hostile testing: an audited failure recorded meanwhile was stored as a success, loss 0)
+            rows.append({**lab, "loss": 0.0, "case_row": 0})
+            continue
+        rule = rules[case["rule_digest"]]
+        # case_row: add_labels refuses the label if the case was recorded again (another rule) since this read
+        try:
+            loss = loss_of(lab["dice"], lab["failure"], rule["risk"], rule["failure_dice"])
+        except ValueError as e:
+            raise ValueError(f"{path.name}: case {lab['case']!r}: {e}") from None
+        rows.append({**lab, "case_row": case["row"], "loss": loss})
+    with MonitorStore(url, create=False) as store:
         n = store.add_labels(rows, source=str(path.resolve()), command=command)
     return CommandResult(n, True, path.resolve().parent, (f"recorded {n} audited label(s)",))
 
@@ -258,7 +266,7 @@ def store_status(
     url = _db(db)
     if output is not None:
         _refuse_output_onto_store(url, output, "--json")
-    with MonitorStore(url, read_only=True) as store:
+    with MonitorStore(url, read_only=True) as store, store.snapshot():
         groups = monitor_status(store.cases(), store.rules(), alpha)
     lines = status_table(groups)
     if output is not None:
@@ -305,7 +313,7 @@ def write_dashboard(
     """
     url = _db(db)
     _refuse_output_onto_store(url, output, "--output")
-    with MonitorStore(url, read_only=True) as store:
+    with MonitorStore(url, read_only=True) as store, store.snapshot():  # every read at one moment
         rules = store.rules()
         groups = monitor_status(store.cases(), rules, alpha)
         audit = store.audit_log()

@@ -17,7 +17,10 @@ def test_sites_come_from_the_table_then_sidecars_then_the_option(tmp_path):
     img.mkdir()
     (img / "b.json").write_text(json.dumps({"InstitutionName": " General <Hospital> ", "Manufacturer": "ACME",
                                             "ManufacturerModelName": "Scan 3T"}))
-    # c: no sidecar (a sidecar that is there but not strict JSON is an error: test_store_integrity_hostile)
+    # c: no sidecar (a sidecar that is there but not strict JSON is an error: test_store_integrity_hostile); the
+    # images are there (one that is not, without a sidecar, is an error: test_an_archived_image_...)
+    for c in "abc":
+        (img / f"{c}.nii.gz").write_bytes(b"")
     (tmp_path / "sites.csv").write_text("case,site,scanner\na,Table site,\n")
     rule = make_rule([0.1])
     folder = write_triage(tmp_path / "t", rule, [{"case": c, "score": 0.1} for c in "abcd"],
@@ -34,7 +37,8 @@ def test_sites_come_from_the_table_then_sidecars_then_the_option(tmp_path):
 
 def test_sidecar_keys():
     assert sidecar_site(None) == (None, None)
-    assert sidecar_site("/nonexistent/x.nii.gz") == (None, None)
+    with pytest.raises(ValueError, match="is not there"):  # neither the image nor a sidecar (moved, archived)
+        sidecar_site("/nonexistent/x.nii.gz")
 
 
 @pytest.mark.parametrize("edit, message", [
