@@ -129,7 +129,7 @@ def _series_header(folder: Path) -> dict[str, Any] | None:
     return {k: str(getattr(ds, k)) for k in keys if isinstance(getattr(ds, k, None), str)}
 
 
-def sidecar_site(image: Any) -> tuple[str | None, str | None]:
+def sidecar_site(image: Any, *, missing_ok: bool = False) -> tuple[str | None, str | None]:
     """The site and scanner an image records: its JSON sidecar (dcm2niix / BIDS), or its DICOM header.
 
     For an image file the sidecar is ``<image name without its extension>.json`` beside the image (``.nii.gz``,
@@ -145,10 +145,12 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
     naming it, not a case recorded without its site. So is an image that is no longer there, without a sidecar
     where it was (moved or archived since triage read it): whether it had one, and which site it named, cannot be
     told (found by hostile testing: such cases went to ``--site`` or ``unknown`` without a word, and the decisions a
-    site had recorded before were recorded again under the new site, counted twice in the pooled stream).
+    site had recorded before were recorded again under the new site, counted twice in the pooled stream), unless
+    ``missing_ok``: the caller was told the site of such cases (``monitor record --site``).
 
     Args:
         image: the image's path (or None).
+        missing_ok: an image that is not there, without a sidecar, gives ``(None, None)`` instead of the error.
 
     Returns:
         ``(site, scanner)``, each None when not recorded (no sidecar or readable DICOM header).
@@ -168,10 +170,10 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
             split = split_extension(p.name, VOLUME_EXTENSIONS)
             side = p.with_name((split[0] if split is not None else p.stem) + ".json")
             if not side.is_file():
-                if not p.exists():  # neither the image nor a sidecar: moved or archived (a link to nothing too)
+                if not p.exists() and not missing_ok:  # neither the image nor a sidecar: moved or archived
                     raise ValueError(f"image {image[-200:]!r} is not there (moved or archived since triage read it?): "
                                      "whether a sidecar beside it named its site cannot be told; give the sites of the "
-                                     "cases with --sites (case,site[,scanner])")
+                                     "cases with --sites (case,site[,scanner]) or --site")
                 return None, None
             doc = read_untrusted_json(side, f"image sidecar {side}")[1]
     except OSError as e:  # a path the file system refuses (too long)
@@ -374,7 +376,9 @@ def read_triage_run(
         s, scanner = site_rows.get(_site_table_key(cid), (None, None))
         if s is None:
             entry = files.get(cid)
-            s, scanner = sidecar_site(entry.get("image") if isinstance(entry, dict) else None)
+            # an explicit --site is the user's word for the cases whose image (and sidecar) is gone
+            s, scanner = sidecar_site(entry.get("image") if isinstance(entry, dict) else None,
+                                      missing_ok=site is not None)
         entry = files.get(cid)
         seg = entry.get("seg") if isinstance(entry, dict) else None
         records.append(CaseRecord(

@@ -559,8 +559,8 @@ def _add_monitor(sub: Any) -> None:
     r = msub.add_parser("record", help="record a triage output folder into the store")
     r.add_argument("triage", help="output folder of 'monai-unc triage'")
     r.add_argument("--db", default=None, help=db_help)
-    r.add_argument("--site", default=None, help="site of the cases not otherwise known (default: from the images' "
-                   "JSON sidecars, else 'unknown')")
+    r.add_argument("--site", default=None, help="site of the cases not otherwise known, also those whose image is no "
+                   "longer there (default: from the images' JSON sidecars, else 'unknown'; a moved image is refused)")
     r.add_argument("--sites", default=None, metavar="CSV", help="CSV with columns case,site[,scanner]")
     r.add_argument("--time", default=None, help="when the run triaged, ISO 8601 (default: triage.json's time)")
     lab = msub.add_parser("label", help="record audited labels (a CSV of case,dice[,failure] or a folder of label "

@@ -272,6 +272,20 @@ def test_an_archived_image_without_its_sidecar_is_one_line_not_another_site(tmp_
                                                                       ("003", "Centre A")]
 
 
+def test_an_explicit_site_covers_the_cases_whose_image_is_gone(tmp_path):
+    """``--site`` is the user's word for the cases whose site is not otherwise known: an archived image takes it."""
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    rule = make_rule([0.1, 0.2, 0.3])
+    write_triage(tmp_path / "run", rule, [{"case": "001", "score": 0.2}],
+                 images={"001": str(imgs / "001.nii.gz")})  # never there (moved before recording)
+    with pytest.raises(ValueError, match="is not there"):
+        workflow.record_triage(str(tmp_path / "a.db"), tmp_path / "run", command=["test"])
+    workflow.record_triage(str(tmp_path / "b.db"), tmp_path / "run", site="Centre C", command=["test"])
+    with MonitorStore(str(tmp_path / "b.db"), read_only=True) as store:
+        assert [(c["case_id"], c["site"]) for c in store.cases()] == [("001", "Centre C")]
+
+
 def test_record_counts_the_sites_of_the_cases_it_wrote(tmp_path):
     """The skipped (already recorded) cases' sites were counted: 'recorded 1 case(s) from 2 site(s)'."""
     db = str(tmp_path / "m.db")
