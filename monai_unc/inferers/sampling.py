@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -594,9 +595,17 @@ def _is_probability_map(out: Any) -> bool:
     return bool((t - 1.0 / t.shape[1]).abs().amax() > tol)
 
 
-def _network_name(index: int | None) -> str:
-    """``"ensemble member i (networks[i])"`` for a member of a network-level source, else ``"the network"``."""
-    return "the network" if index is None else f"ensemble member {index} (networks[{index}])"
+def _network_name(index: int | None, source: SampleSource | None = None) -> str:
+    """``"ensemble member i (networks[i])"`` for a member of a network-level source, else ``"the network"``.
+
+    A member given as a checkpoint path is named with its path too: ``"ensemble member i (networks[i]: PATH)"``.
+    """
+    if index is None:
+        return "the network"
+    networks = getattr(source, "networks", None)
+    member = networks[index] if isinstance(networks, Sequence) and 0 <= index < len(networks) else None
+    path = f": {os.fspath(member)}" if isinstance(member, (str, os.PathLike)) else ""
+    return f"ensemble member {index} (networks[{index}]{path})"
 
 
 def _member_output(shape: torch.Size, multilabel: bool) -> str:
@@ -605,8 +614,8 @@ def _member_output(shape: torch.Size, multilabel: bool) -> str:
     return f"{int(shape[1])} {kind} channels on the spatial grid {tuple(shape[2:])}"
 
 
-def _check_member_output(index: int, pred: torch.Tensor, multilabel: bool,
-                         first: tuple[torch.Size, bool] | None) -> tuple[torch.Size, bool]:
+def _check_member_output(index: int, pred: torch.Tensor, multilabel: bool, first: tuple[torch.Size, bool] | None,
+                         source: SampleSource | None = None) -> tuple[torch.Size, bool]:
     """Refuse an ensemble member whose stitched output differs from member 0's in channels, kind or grid.
 
     Found by hostile testing: a member with another spatial size failed in PyTorch's broadcasting (a ``RuntimeError``
@@ -617,6 +626,7 @@ def _check_member_output(index: int, pred: torch.Tensor, multilabel: bool,
         pred: its stitched mean probabilities ``(B, C, *spatial)``.
         multilabel: whether its channels are independent Bernoulli variables.
         first: member 0's ``(shape, multilabel)``, or None for member 0 itself.
+        source: the network-level source, whose checkpoint members are named with their paths.
 
     Returns:
         ``(shape, multilabel)`` of member 0.
@@ -629,7 +639,7 @@ def _check_member_output(index: int, pred: torch.Tensor, multilabel: bool,
         return mine
     if mine != first:
         raise ValueError(
-            f"{_network_name(index)} returns {_member_output(*mine)} but ensemble member 0 returns "
+            f"{_network_name(index, source)} returns {_member_output(*mine)} but ensemble member 0 returns "
             f"{_member_output(*first)}: the members of an ensemble must predict the same classes on the same grid"
         )
     return first
@@ -876,7 +886,7 @@ class UncertaintyInferer(Inferer):
                     # member that ends in logits with one that ends in nn.Softmax)
                     info["activation_checked"] = True
                     if _is_probability_map(raw):
-                        who = _network_name(info.get("member"))
+                        who = info.get("who", "the network")
                         raise ValueError(
                             f"{who} already returns probabilities (every value in [0, 1], the channels summing to 1) "
                             "but activation='softmax' would apply a second softmax, flattening them towards uniform: "
@@ -920,7 +930,10 @@ class UncertaintyInferer(Inferer):
                                     info)
             # a NaN/inf logit of any sample makes its softmax and so the summed entropy non-finite: one check
             if not bool(torch.isfinite(stats.sum_h).all()):
-                raise ValueError("network output contains non-finite values (NaN or inf) for this input")
+                # an ensemble names the member: one whose training diverged (NaN weights) failed every case with a
+                # message that blamed the input (found by hostile testing)
+                who = f"{info['who']}: " if info.get("who", "the network") != "the network" else ""
+                raise ValueError(f"{who}network output contains non-finite values (NaN or inf) for this input")
             # the samples of a window, counted on the window itself: under MONAI's SliceInferer a window has one
             # spatial axis less than the input (FlipSource("all") flips the 2 axes of a slice, not 3)
             info["window_samples"] = stats.num_updates
@@ -1107,9 +1120,9 @@ class UncertaintyInferer(Inferer):
                         except ValueError as err:  # e.g. a member without dropout under MC dropout: which one
                             if not net_sources:
                                 raise
-                            raise ValueError(f"{_network_name(index)}: {err}") from None
+                            raise ValueError(f"{_network_name(index, net_sources[0])}: {err}") from None
                     window_fn, info = self._window_fn(net, window_sources)
-                    info["member"] = index if net_sources else None
+                    info["who"] = _network_name(index, net_sources[0]) if net_sources else "the network"
                     info["case_voxels"] = x.numel() // max(int(x.shape[1]), 1)
                     out = self.base_inferer(x, window_fn, *args, **kwargs)
                 if info.get("fallback") and not fallback_logged:
@@ -1122,7 +1135,8 @@ class UncertaintyInferer(Inferer):
                         n_window *= src.num_variants(x)
                 pred = _plain(out[K.PRED.value])
                 if net_sources:
-                    member_output = _check_member_output(index, pred, bool(info["multilabel"]), member_output)
+                    member_output = _check_member_output(index, pred, bool(info["multilabel"]), member_output,
+                                                         net_sources[0])
                 n_classes = int(pred.shape[1])
                 if separate:  # before from_moments turns the stitched means into sums in place
                     if self._stitches():

@@ -1,4 +1,5 @@
-"""Hostile ensembles at the command line: ``monai-unc infer --method ensemble`` with a member given twice."""
+"""Hostile ensembles at the command line: ``monai-unc infer --method ensemble`` with a member given twice or a member
+whose weights diverged."""
 
 from __future__ import annotations
 
@@ -66,3 +67,22 @@ def test_members_sharing_a_file_name_are_two_members(setup, tmp_path):
     assert [w["file"] for w in settings["weights"][:2]] == [str((root / f"fold_{i}" / "model.pt").resolve())
                                                             for i in (0, 1)]
     assert settings["weights"][0]["sha256"] != settings["weights"][1]["sha256"]
+
+
+def test_a_member_with_nan_weights_is_refused_before_any_case(setup, tmp_path, capsys):
+    """Found by hostile testing: one member whose training diverged (a NaN weight) failed every case (exit 1) with
+    "network output contains non-finite values (NaN or inf) for this input", blaming each input and naming no member.
+    ``load_network`` checks every member before any work (its docstring): one line naming the file, exit 2."""
+    from monai.networks.nets import UNet
+
+    root = setup["root"]
+    state = UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict()
+    key = next(k for k in state if k.endswith("weight"))
+    state[key].view(-1)[0] = float("nan")
+    torch.save(state, tmp_path / "diverged.pt")
+    assert _infer(setup, tmp_path / "o", root / "fold_0" / "model.pt", tmp_path / "diverged.pt") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert re.search(rf"checkpoint \S*diverged\.pt holds non-finite weights \(NaN or inf\) in 1 tensor\(s\) \({key}\)",
+                     err), err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").glob("*.nii.gz"))

@@ -198,3 +198,20 @@ def test_a_member_given_twice_warns_naming_both(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         EnsembleSource([a, b])  # distinct members: no warning
+
+
+def test_a_member_with_nan_weights_is_named(tmp_path):
+    """Found by hostile testing: one member whose training diverged (a NaN weight) failed the call with "network
+    output contains non-finite values (NaN or inf) for this input", blaming the input and naming no member."""
+    torch.manual_seed(0)
+    good, bad = nn.Conv3d(1, 3, 3, padding=1), nn.Conv3d(1, 3, 3, padding=1)
+    with torch.no_grad():
+        bad.weight[0, 0, 0, 0, 0] = float("nan")
+    x = torch.randn(1, 1, 6, 6, 6)
+    with pytest.raises(ValueError, match=r"^ensemble member 1 \(networks\[1\]\): network output contains non-finite"):
+        EnsembleInferer([good, bad])(x)
+    paths = [tmp_path / "good.pt", tmp_path / "bad.pt"]
+    for net, path in zip((good, bad), paths):
+        torch.save(net.state_dict(), path)
+    with pytest.raises(ValueError, match=r"^ensemble member 1 \(networks\[1\]: \S*bad\.pt\): network output contains"):
+        EnsembleInferer([str(p) for p in paths])(x, nn.Conv3d(1, 3, 3, padding=1))
