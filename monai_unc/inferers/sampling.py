@@ -932,8 +932,9 @@ class UncertaintyInferer(Inferer):
             if not bool(torch.isfinite(stats.sum_h).all()):
                 # an ensemble names the member: one whose training diverged (NaN weights) failed every case with a
                 # message that blamed the input (found by hostile testing)
-                who = f"{info['who']}: " if info.get("who", "the network") != "the network" else ""
-                raise ValueError(f"{who}network output contains non-finite values (NaN or inf) for this input")
+                who = info.get("who", "the network")
+                prefix = "" if who == "the network" else f"{who}: "
+                raise ValueError(f"{prefix}network output contains non-finite values (NaN or inf) for this input")
             # the samples of a window, counted on the window itself: under MONAI's SliceInferer a window has one
             # spatial axis less than the input (FlipSource("all") flips the 2 axes of a slice, not 3)
             info["window_samples"] = stats.num_updates
