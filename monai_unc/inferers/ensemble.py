@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -75,6 +76,10 @@ class EnsembleSource(SampleSource):
     before any member runs (:meth:`check_input`), with a ``ValueError`` naming the member's index. Under
     ``torch.autocast`` (which casts inside the network) the check is skipped.
 
+    A member given twice (the same module, or the same checkpoint file) is one network counted twice: it adds no
+    disagreement (two copies of one network have a mutual information of 0) and doubles that network's weight in the
+    mean, so it gets a ``UserWarning`` naming both indices (``monai-unc infer`` refuses it).
+
     Args:
         networks: the members, modules or checkpoint paths: a list, tuple or ``nn.ModuleList`` (one path or one
             network is refused with a ``TypeError``).
@@ -112,6 +117,16 @@ class EnsembleSource(SampleSource):
                 raise TypeError(f"networks[{i}] must be an nn.Module or a checkpoint path, got {type(n).__name__}")
             if isinstance(n, (str, os.PathLike)) and not os.path.isfile(n):
                 raise ValueError(f"networks[{i}]: checkpoint file not found: {os.fspath(n)}")
+        repeated = _repeated_members(networks)
+        if repeated:
+            warnings.warn(
+                f"networks: {'; '.join(f'networks[{j}] is networks[{i}]' for i, j in repeated)} (the same "
+                f"{'module' if isinstance(networks[repeated[0][1]], nn.Module) else 'checkpoint file'}): a member "
+                "given twice adds no disagreement (its mutual information with itself is 0) and counts twice in the "
+                "mean; give each member once",
+                UserWarning,
+                stacklevel=2,
+            )
         self.networks = networks
         self.weights_only = weights_only
 
@@ -177,6 +192,23 @@ class EnsembleSource(SampleSource):
         finally:
             if original is not None:
                 network.load_state_dict(original)
+
+
+def _repeated_members(networks: Sequence[nn.Module | str | os.PathLike]) -> list[tuple[int, int]]:
+    """``(first, repeat)`` index pairs of members given more than once: the same module object or the same file.
+
+    Found by hostile testing: ``[a, a]`` or one checkpoint path given twice made a two-member "ensemble" whose mutual
+    information is 0 everywhere, without a word.
+    """
+    seen: dict[Any, int] = {}
+    out = []
+    for j, member in enumerate(networks):
+        key = ("module", id(member)) if isinstance(member, nn.Module) else ("file", os.path.realpath(member))
+        if key in seen:
+            out.append((seen[key], j))
+        else:
+            seen[key] = j
+    return out
 
 
 @contextlib.contextmanager

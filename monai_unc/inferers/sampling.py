@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -60,7 +61,15 @@ import torch
 from monai.inferers import Inferer, SimpleInferer, SliceInferer
 from torch import nn
 
-from .._utils import argmax, check_bool, check_finite, check_probabilities, check_seed, plain_module
+from .._utils import (
+    argmax,
+    check_bool,
+    check_finite,
+    check_probabilities,
+    check_seed,
+    plain_module,
+    probability_tolerance,
+)
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..networks.dropout import find_dropout_layers
 from ..networks.shared import SharedPasses, SharingUnavailable, sample_batch
@@ -567,6 +576,75 @@ def apply_activation(out: Any, activation: str | None, check: bool = True) -> to
     return _to_probs(out, activation, check)[0]
 
 
+def _is_probability_map(out: Any) -> bool:
+    """Whether a network output already is a non-uniform probability map over its ``C >= 2`` channels.
+
+    Every value in ``[0, 1]`` and the channels summing to 1 at every voxel (within
+    :func:`~monai_unc._utils.probability_tolerance` of the dtype), and not the uniform map ``1 / C`` (which a softmax
+    leaves as it is). Logits practically never are one: a network with a softmax in its forward is.
+    """
+    t = network_output_tensor(out).detach()
+    if t.ndim < 3 or t.shape[1] < 2 or not t.is_floating_point() or t.numel() == 0:
+        return False
+    tol = probability_tolerance(t.dtype)
+    t = t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+    if not (bool(t.amin() >= -tol) and bool(t.amax() <= 1 + tol)):  # NaN compares False: not a probability map
+        return False
+    if not bool((t.sum(dim=1) - 1).abs().amax() <= tol):
+        return False
+    return bool((t - 1.0 / t.shape[1]).abs().amax() > tol)
+
+
+def _network_name(index: int | None, source: SampleSource | None = None) -> str:
+    """``"ensemble member i (networks[i])"`` for a member of a network-level source, else ``"the network"``.
+
+    A member given as a checkpoint path is named with its path too: ``"ensemble member i (networks[i]: PATH)"``.
+    """
+    if index is None:
+        return "the network"
+    networks = getattr(source, "networks", None)
+    member = networks[index] if isinstance(networks, Sequence) and 0 <= index < len(networks) else None
+    path = f": {os.fspath(member)}" if isinstance(member, (str, os.PathLike)) else ""
+    return f"ensemble member {index} (networks[{index}]{path})"
+
+
+def _member_output(shape: torch.Size, multilabel: bool) -> str:
+    """A member's output ``(B, C, *spatial)`` in words, for :func:`_check_member_output`."""
+    kind = "multilabel (sigmoid region)" if multilabel else "class"
+    return f"{int(shape[1])} {kind} channels on the spatial grid {tuple(shape[2:])}"
+
+
+def _check_member_output(index: int, pred: torch.Tensor, multilabel: bool, first: tuple[torch.Size, bool] | None,
+                         source: SampleSource | None = None) -> tuple[torch.Size, bool]:
+    """Refuse an ensemble member whose stitched output differs from member 0's in channels, kind or grid.
+
+    Found by hostile testing: a member with another spatial size failed in PyTorch's broadcasting (a ``RuntimeError``
+    naming neither the ensemble nor the member) and one with another class count with "cannot merge statistics".
+
+    Args:
+        index: the member's index.
+        pred: its stitched mean probabilities ``(B, C, *spatial)``.
+        multilabel: whether its channels are independent Bernoulli variables.
+        first: member 0's ``(shape, multilabel)``, or None for member 0 itself.
+        source: the network-level source, whose checkpoint members are named with their paths.
+
+    Returns:
+        ``(shape, multilabel)`` of member 0.
+
+    Raises:
+        ValueError: naming the member and both outputs.
+    """
+    mine = (pred.shape, bool(multilabel))
+    if first is None:
+        return mine
+    if mine != first:
+        raise ValueError(
+            f"{_network_name(index, source)} returns {_member_output(*mine)} but ensemble member 0 returns "
+            f"{_member_output(*first)}: the members of an ensemble must predict the same classes on the same grid"
+        )
+    return first
+
+
 class UncertaintyInferer(Inferer):
     """MONAI ``Inferer`` sampling a product of sources into streaming statistics.
 
@@ -579,9 +657,10 @@ class UncertaintyInferer(Inferer):
             FlipSource("all")]`` gives 10 x 8 samples in 3D). No source = one deterministic pass.
         base_inferer: the inner MONAI inferer (default ``SimpleInferer()``; ``SlidingWindowInferer`` for large
             volumes; ``buffer_steps`` is refused because MONAI then stitches only the first output).
-        activation: ``"softmax"``, ``"sigmoid"`` (one channel: binary; ``C >= 2`` channels: multi-label, one
-            independent Bernoulli variable per channel and ``(B, C, *spatial)`` maps) or ``None`` (already class
-            probabilities).
+        activation: ``"softmax"`` (a network or ensemble member whose output already is a non-uniform probability
+            map, a softmax in its forward, is refused with a ``ValueError`` naming it), ``"sigmoid"`` (one channel:
+            binary; ``C >= 2`` channels: multi-label, one independent Bernoulli variable per channel and
+            ``(B, C, *spatial)`` maps) or ``None`` (already class probabilities).
         keys: measures to return (default: all available, plus ``window_disagreement`` when ``base_inferer`` is
             not a ``SimpleInferer`` and ``window_disagreement="separate"``); see :class:`UncertaintyKeys`.
         keep_samples: also return ``samples`` ``(S, B, C, *spatial)`` (memory grows with S).
@@ -785,7 +864,7 @@ class UncertaintyInferer(Inferer):
 
         ``multilabel``: whether the outputs are per-channel Bernoulli probabilities.
         """
-        info: dict[str, Any] = {"multilabel": None}
+        info: dict[str, Any] = {"multilabel": None, "activation_checked": False}
 
         def window(x: torch.Tensor, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
             stats: SampleStats | None = None
@@ -801,6 +880,19 @@ class UncertaintyInferer(Inferer):
             def add(raw: Any, indices: Sequence[int]) -> None:
                 nonlocal stats, probs_dtype
                 check_output_ndim(raw, x)
+                if self.activation == "softmax" and not info["activation_checked"]:
+                    # once per call and network: a softmax in the network's forward was softmaxed again, silently
+                    # flattening its probabilities towards uniform (found by hostile testing: an ensemble mixing a
+                    # member that ends in logits with one that ends in nn.Softmax)
+                    info["activation_checked"] = True
+                    if _is_probability_map(raw):
+                        who = info.get("who", "the network")
+                        raise ValueError(
+                            f"{who} already returns probabilities (every value in [0, 1], the channels summing to 1) "
+                            "but activation='softmax' would apply a second softmax, flattening them towards uniform: "
+                            "return logits, or pass activation=None (then every network / member must return "
+                            "probabilities)"
+                        )
                 probs, multilabel = _to_probs(raw, self.activation, check=False)
                 if stats is None:
                     with warnings.catch_warnings():  # half-precision sums: warned once, by the constructor
@@ -838,7 +930,11 @@ class UncertaintyInferer(Inferer):
                                     info)
             # a NaN/inf logit of any sample makes its softmax and so the summed entropy non-finite: one check
             if not bool(torch.isfinite(stats.sum_h).all()):
-                raise ValueError("network output contains non-finite values (NaN or inf) for this input")
+                # an ensemble names the member: one whose training diverged (NaN weights) failed every case with a
+                # message that blamed the input (found by hostile testing)
+                who = info.get("who", "the network")
+                prefix = "" if who == "the network" else f"{who}: "
+                raise ValueError(f"{prefix}network output contains non-finite values (NaN or inf) for this input")
             # the samples of a window, counted on the window itself: under MONAI's SliceInferer a window has one
             # spatial axis less than the input (FlipSource("all") flips the 2 axes of a slice, not 3)
             info["window_samples"] = stats.num_updates
@@ -1001,12 +1097,18 @@ class UncertaintyInferer(Inferer):
         check_modes = not getattr(self, "_warned_training_mode", False)
         samples_dropout = any(getattr(s, "_samples_dropout", False) for s in window_sources)
         in_training: list[tuple[int | None, list[str]]] = []
-        with rng, grad:
+        member_output: tuple[torch.Size, bool] | None = None
+        with rng, grad, contextlib.ExitStack() as call_stack:
             if seed is not None:
                 torch.manual_seed(seed)
                 for src in self.sources:  # random states of their own (MONAI transforms), from the seeded stream
                     src.reseed()
             members = net_sources[0].members(network, device) if net_sources else [contextlib.nullcontext(network)]
+            # a generator of members (EnsembleSource.members) restores the network's own weights when it is closed:
+            # closed here also when a member fails (found by hostile testing: suspended, it was closed only once the
+            # error was freed, and the network held a checkpoint member's weights meanwhile)
+            if hasattr(members, "close"):
+                call_stack.callback(members.close)
             for index, member in enumerate(members):
                 with member as net, contextlib.ExitStack() as stack:
                     if check_modes:  # the modes the caller left, before a source switches dropout on
@@ -1014,8 +1116,14 @@ class UncertaintyInferer(Inferer):
                         if kinds:
                             in_training.append((index if net_sources else None, kinds))
                     for src in window_sources:
-                        stack.enter_context(src.activate(net))
+                        try:
+                            stack.enter_context(src.activate(net))
+                        except ValueError as err:  # e.g. a member without dropout under MC dropout: which one
+                            if not net_sources:
+                                raise
+                            raise ValueError(f"{_network_name(index, net_sources[0])}: {err}") from None
                     window_fn, info = self._window_fn(net, window_sources)
+                    info["who"] = _network_name(index, net_sources[0]) if net_sources else "the network"
                     info["case_voxels"] = x.numel() // max(int(x.shape[1]), 1)
                     out = self.base_inferer(x, window_fn, *args, **kwargs)
                 if info.get("fallback") and not fallback_logged:
@@ -1027,6 +1135,9 @@ class UncertaintyInferer(Inferer):
                     for src in window_sources:
                         n_window *= src.num_variants(x)
                 pred = _plain(out[K.PRED.value])
+                if net_sources:
+                    member_output = _check_member_output(index, pred, bool(info["multilabel"]), member_output,
+                                                         net_sources[0])
                 n_classes = int(pred.shape[1])
                 if separate:  # before from_moments turns the stitched means into sums in place
                     if self._stitches():

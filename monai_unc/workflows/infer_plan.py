@@ -129,6 +129,30 @@ def check_region_channels(
                          "least 2)")
 
 
+def _check_distinct_members(checkpoints: Sequence[str], digests: Sequence[Mapping[str, str]]) -> None:
+    """Refuse ensemble members given twice: the same ``--checkpoint`` file, or two files holding the same bytes.
+
+    Found by hostile testing: ``--checkpoint f0.pt f0.pt`` (or a copy of ``f0.pt``) ran as a two-member ensemble whose
+    mutual information is 0 everywhere (one network has no disagreement with itself), recorded as two members.
+
+    Args:
+        checkpoints: the members' files, in order.
+        digests: their sha256 digests (``LoadedModel.weights``), in the same order.
+
+    Raises:
+        ValueError: naming both files.
+    """
+    seen: dict[str, int] = {}
+    for i, (path, entry) in enumerate(zip(checkpoints, digests)):
+        j = seen.setdefault(entry["sha256"], i)
+        if j != i:
+            first = checkpoints[j]
+            same = ("is given twice" if os.path.realpath(first) == os.path.realpath(path)
+                    else f"and {path} hold the same weights (sha256 {entry['sha256'][:12]}...)")
+            raise ValueError(f"--checkpoint: {first} {same}: an ensemble member counted twice adds no "
+                             "disagreement (its mutual information with itself is 0); give each member once")
+
+
 def prepare_infer(
     input: str | os.PathLike,
     *,
@@ -244,6 +268,8 @@ def prepare_infer(
         unsafe_load=unsafe_load, device=device, bundle_preprocessing=bundle_preprocessing, allow_code=allow_code,
     )  # fmt: skip
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
+    if "ensemble" in method_tokens(method):
+        _check_distinct_members(loaded.checkpoints, loaded.weights[:len(loaded.checkpoints)])
     if rule is not None:  # the model the rule was certified with, and its samples per case
         check_rule_model(rule, loaded.weights)
         samples = rule_samples(rule, method, loaded.spatial_dims, len(loaded.checkpoints), samples)

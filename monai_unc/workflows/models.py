@@ -245,7 +245,8 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
     """Check that a state dict fits a network before it is loaded.
 
     ``state`` must have exactly the keys of ``network``'s state dict, each with the same shape (what
-    ``network.load_state_dict(state)`` needs).
+    ``network.load_state_dict(state)`` needs), and finite floating-point values: weights with a NaN or an infinity (a
+    training run that diverged) would make every case fail, each blaming its input.
 
     Args:
         network: the network.
@@ -254,7 +255,7 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
 
     Raises:
         ValueError: naming ``path`` and listing a few missing and unexpected keys and shape mismatches, so that a
-            checkpoint of another architecture is one clear line.
+            checkpoint of another architecture is one clear line; or naming the tensors that hold NaN / inf.
 
     Example:
         >>> check_weights_fit(nn.Linear(2, 1), nn.Linear(2, 1).state_dict(), "w.pt")
@@ -265,6 +266,13 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
     shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
               if k in state and tuple(state[k].shape) != tuple(v.shape)]
     if not (missing or unexpected or shapes):
+        # found by hostile testing: one ensemble member whose training diverged (NaN weights) failed every case with
+        # "network output contains non-finite values ... for this input", naming no member
+        bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            raise ValueError(f"checkpoint {os.fspath(path)} holds non-finite weights (NaN or inf) in {len(bad)} "
+                             f"tensor(s) ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}): a training run that "
+                             "diverged? Every case would fail")
         return
     parts = []
     for name, items in (("missing keys", missing), ("unexpected keys", unexpected),
