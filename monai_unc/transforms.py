@@ -51,12 +51,12 @@ from ._utils import (
     argmax,
     check_bool,
     check_class_space,
+    check_exclusive_channels,
     check_finite,
     check_labels,
     check_probabilities,
     check_unit_interval,
     exceeds,
-    probability_tolerance,
     to_tensor,
 )
 from .aggregation import aggregate, canonical_method, check_method_options
@@ -116,51 +116,18 @@ def _labels_from(x: torch.Tensor, name: str) -> torch.Tensor:
     """Channel-first label map ``(1, *spatial)``: one channel is a label map, ``C >= 2`` channels (probabilities,
     their logarithm, logits or one-hot) are reduced by argmax.
 
-    Channels with values in ``[0, 1]`` that do not sum to 1 at some voxel have no class to take the argmax of:
-    ``ValueError`` (:func:`_check_class_channels`).
+    Channels with values in ``[0, 1]`` that do not sum to 1 at some voxel (the zero padding of an inverted crop
+    aside) have no class to take the argmax of: ``ValueError`` (:func:`~monai_unc._utils.check_exclusive_channels`,
+    the check of the spatial metrics; found by hostile review: only overlapping channels were refused, and the
+    sigmoid probabilities of regions without a background channel were reduced with channel 0 as the background).
     """
     if x.ndim < 2:
         raise ValueError(f"{name} must be channel first (C, *spatial), got shape {tuple(x.shape)}")
     if x.shape[0] == 1:
         return check_labels(x, name)
     check_finite(x, name)
-    _check_class_channels(x, name, channel_dim=0)
+    check_exclusive_channels(x, name, 0)
     return argmax(x, dim=0, keepdim=True)
-
-
-def _check_class_channels(x: torch.Tensor, name: str, channel_dim: int) -> None:
-    """``ValueError`` when the channels of ``x`` hold values in ``[0, 1]`` that do not sum to 1 at some voxel.
-
-    Class probabilities and one-hot labels sum to 1 (within :func:`~monai_unc._utils.probability_tolerance`) and
-    logits or log-probabilities leave ``[0, 1]``. A sum above 1 is overlapping channels (the per-region sigmoid
-    probabilities or multi-hot masks of a region-based model), a sum between 0 and 1 channels without a background
-    (the sigmoid probabilities of regions that do not overlap, one per organ): the argmax would read channel 0 as the
-    background (found by hostile review: the foreground mean of a two-organ sigmoid model left its first organ out
-    and counted every background voxel). A voxel of zeros in every channel is accepted as the background: it is the
-    zero padding MONAI's ``Invertd`` gives an inverted crop (so the thresholded masks of such regions, zero outside
-    every region, cannot be told from padded one-hot labels). Integer 0/1 channels are masks and checked likewise.
-    """
-    if x.is_complex():
-        return
-    in_unit = x.dtype == torch.bool or bool(((x >= 0) & (x <= 1)).all())
-    if not in_unit:
-        return
-    tol = probability_tolerance(x.dtype if x.is_floating_point() else torch.float32)
-    total = x.sum(channel_dim, dtype=torch.float64)
-    if bool((total > 1 + tol).any()):
-        raise ValueError(
-            f"{name} has channels that overlap (values in [0, 1] summing to more than 1, e.g. the per-region "
-            "sigmoid probabilities of a region-based model): it must hold class probabilities, one-hot or a "
-            "label map; turn region masks into labels first (monai_unc.regions.regions_to_labels)"
-        )
-    # a voxel of zeros in every channel is the zero padding of an inverted crop (MONAI's Invertd): the background
-    if bool(((total < 1 - tol) & (total > 0)).any()):
-        raise ValueError(
-            f"{name} has channels that sum to less than 1 at some voxel (values in [0, 1], e.g. the sigmoid "
-            "probabilities of regions without a background channel), so no channel is the background: it must hold "
-            "class probabilities, one-hot or a label map; turn region masks into labels first "
-            "(monai_unc.regions.regions_to_labels)"
-        )
 
 
 def error_map(pred: Any, label: Any) -> Any:
@@ -498,7 +465,7 @@ class SamplesToLabels(Transform):
         if s.ndim < 3 or s.shape[1] < 2:
             raise ValueError(f"{name} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
         check_finite(s, name)
-        _check_class_channels(s, name, channel_dim=1)
+        check_exclusive_channels(s, name, 1)
         return _like_source(argmax(s, dim=1), img)
 
     def __call__(self, img: Any) -> Any:

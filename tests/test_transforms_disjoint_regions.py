@@ -3,8 +3,9 @@
 Their values lie in ``[0, 1]`` and sum to less than 1 outside the organs, so the overlap check (a sum above 1) let
 them through and the argmax read channel 0 as the background: ``AggregateUncertainty(mask=pred)`` gave the
 foreground mean 0.0139 instead of 0.7 (the first organ left out, every background voxel counted; found by hostile
-review), ``SamplesToLabels`` labelled the first organ 0 and the background 1. The zero padding of an inverted crop
-(every channel 0) stays the background.
+review), ``SamplesToLabels`` labelled the first organ 0 and the background 1. The transforms now use the check of the
+spatial metrics (``_utils.check_exclusive_channels``): channels in [0, 1] must sum to 1, the zero padding of an
+inverted crop (every channel 0 outside the box of the other voxels) aside.
 """
 
 from __future__ import annotations
@@ -35,18 +36,26 @@ def _two_organs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def test_foreground_mean_with_sigmoid_organ_heads_as_mask_is_refused():
     _, p, u = _two_organs()
-    with pytest.raises(ValueError, match="mask has channels that sum to less than 1"):
+    with pytest.raises(ValueError, match=r"mask has 2 channels in \[0, 1\] that do not sum to 1"):
         AggregateUncertainty("mean")(torch.from_numpy(u), mask=torch.from_numpy(p))
-    with pytest.raises(ValueError, match="sum to less than 1"):
+    with pytest.raises(ValueError, match="do not sum to 1"):
         AggregateUncertaintyd("u", mask_key="pred")({"u": torch.from_numpy(u), "pred": torch.from_numpy(p)})
 
 
 def test_samples_and_error_map_of_sigmoid_organ_heads_are_refused():
     lab, p, _ = _two_organs()
-    with pytest.raises(ValueError, match="img has channels that sum to less than 1"):
+    with pytest.raises(ValueError, match="img has 2 channels in .* do not sum to 1"):
         SamplesToLabels()(torch.from_numpy(np.stack([p, p])))
-    with pytest.raises(ValueError, match="pred has channels that sum to less than 1"):
+    with pytest.raises(ValueError, match="pred has 2 channels in .* do not sum to 1"):
         error_map(p, (lab[None] > 0).astype(np.int64))
+
+
+def test_thresholded_organ_masks_are_refused_as_masks():
+    """Their zeros lie inside the box of the organs: the background of masks without a background channel, no
+    padding (the check the spatial metrics use, now the one of the transforms too)."""
+    _, p, u = _two_organs()
+    with pytest.raises(ValueError, match="do not sum to 1"):
+        AggregateUncertainty("mean")(torch.from_numpy(u), mask=torch.from_numpy((p > 0.5).astype(np.float32)))
 
 
 def test_class_probabilities_with_a_background_and_zero_padding_are_kept():
