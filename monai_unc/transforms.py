@@ -51,12 +51,12 @@ from ._utils import (
     argmax,
     check_bool,
     check_class_space,
+    check_exclusive_channels,
     check_finite,
     check_labels,
     check_probabilities,
     check_unit_interval,
     exceeds,
-    probability_tolerance,
     to_tensor,
 )
 from .aggregation import aggregate, canonical_method, check_method_options
@@ -116,31 +116,18 @@ def _labels_from(x: torch.Tensor, name: str) -> torch.Tensor:
     """Channel-first label map ``(1, *spatial)``: one channel is a label map, ``C >= 2`` channels (probabilities,
     their logarithm, logits or one-hot) are reduced by argmax.
 
-    Overlapping channels, values in ``[0, 1]`` that sum to more than 1 at some voxel (the per-region sigmoid
-    probabilities or multi-hot masks of a region-based model), have no class to take the argmax of: ``ValueError``.
+    Channels with values in ``[0, 1]`` that do not sum to 1 at some voxel (the zero padding of an inverted crop
+    aside) have no class to take the argmax of: ``ValueError`` (:func:`~monai_unc._utils.check_exclusive_channels`,
+    the check of the spatial metrics; found by hostile review: only overlapping channels were refused, and the
+    sigmoid probabilities of regions without a background channel were reduced with channel 0 as the background).
     """
     if x.ndim < 2:
         raise ValueError(f"{name} must be channel first (C, *spatial), got shape {tuple(x.shape)}")
     if x.shape[0] == 1:
         return check_labels(x, name)
     check_finite(x, name)
-    _check_no_overlap(x, name, channel_dim=0)
+    check_exclusive_channels(x, name, 0)
     return argmax(x, dim=0, keepdim=True)
-
-
-def _check_no_overlap(x: torch.Tensor, name: str, channel_dim: int) -> None:
-    """``ValueError`` when the channels of ``x`` overlap: values in ``[0, 1]`` summing to more than 1 at some voxel
-    (per-region sigmoid probabilities or multi-hot masks), which have no class to take the argmax of."""
-    if not (x.is_floating_point() or x.dtype == torch.bool):
-        return
-    tol = probability_tolerance(x.dtype if x.is_floating_point() else torch.float32)
-    in_unit = x.dtype == torch.bool or bool(((x >= 0) & (x <= 1)).all())
-    if in_unit and bool((x.sum(channel_dim, dtype=torch.float64) > 1 + tol).any()):
-        raise ValueError(
-            f"{name} has channels that overlap (values in [0, 1] summing to more than 1, e.g. the per-region "
-            "sigmoid probabilities of a region-based model): it must hold class probabilities, one-hot or a "
-            "label map; turn region masks into labels first (monai_unc.regions.regions_to_labels)"
-        )
 
 
 def error_map(pred: Any, label: Any) -> Any:
@@ -360,7 +347,8 @@ class AggregateUncertainty(Transform):
     ``__call__(img, mask=None)``: ``img`` a one-channel map ``(1, *spatial)`` (2 or 3 spatial axes), ``mask`` an
     optional ``(1, *spatial)`` binary mask or label map restricting the voxels (non-zero = inside; one-channel
     probabilities raise ``ValueError``, threshold them first; a probability / one-hot ``(C, *spatial)`` mask with
-    ``C >= 2`` means "argmax > 0"). Returns the score as a 0-dim float64 tensor (NaN
+    ``C >= 2`` means "argmax > 0", and channels in ``[0, 1]`` that do not sum to 1, such as the sigmoid outputs of a
+    region-based model, raise ``ValueError``). Returns the score as a 0-dim float64 tensor (NaN
     with a ``UserWarning`` for an empty mask).
     """
 
@@ -466,8 +454,9 @@ class UncertaintyToDiscrete(Transform):
 class SamplesToLabels(Transform):
     """Sampled label maps ``(S, *spatial)`` int64 from sample probabilities ``(S, C, *spatial)`` (argmax over ``C``
     per sample): the ``y_pred`` of :class:`~monai_unc.metrics.ambiguity.GEDMetric` after collation. The result is in
-    the container of the samples. Overlapping channels (per-region sigmoid samples of a region-based model, values in
-    ``[0, 1]`` summing to more than 1) have no argmax class and raise ``ValueError``."""
+    the container of the samples. Channels with values in ``[0, 1]`` that do not sum to 1 (per-region sigmoid samples
+    of a region-based model: summing to more than 1 where regions overlap, to less than 1 without a background
+    channel) have no argmax class and raise ``ValueError``."""
 
     backend = _BACKENDS
 
@@ -476,7 +465,7 @@ class SamplesToLabels(Transform):
         if s.ndim < 3 or s.shape[1] < 2:
             raise ValueError(f"{name} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
         check_finite(s, name)
-        _check_no_overlap(s, name, channel_dim=1)
+        check_exclusive_channels(s, name, 1)
         return _like_source(argmax(s, dim=1), img)
 
     def __call__(self, img: Any) -> Any:

@@ -44,6 +44,7 @@ from .sampling import (
     UncertaintyInferer,
     UncertaintyOutput,
     apply_activation,
+    warn_if_probabilities,
     window_disagreement_from_stitched,
 )
 from .ssn import SSNInferer, SSNSource
@@ -91,6 +92,7 @@ __all__ = [
     "UncertaintyOutput",
     "add_dropout",
     "apply_activation",
+    "warn_if_probabilities",
     "default_dropout_sites",
     "enable_mc_dropout",
     "find_dropout_layers",

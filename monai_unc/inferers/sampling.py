@@ -98,6 +98,7 @@ __all__ = [
     "UncertaintyInferer",
     "SoftmaxInferer",
     "apply_activation",
+    "warn_if_probabilities",
     "WINDOW_DISAGREEMENT_MODES",
     "WD_RTOL",
     "window_disagreement_from_stitched",
@@ -514,6 +515,51 @@ def network_output_tensor(out: Any) -> torch.Tensor:
     return out.as_tensor() if hasattr(out, "as_tensor") else out
 
 
+def warn_if_probabilities(out: Any, activation: str | None) -> bool:
+    """Warn when a network's output, given to ``activation`` as logits, lies in ``[0, 1]`` like probabilities.
+
+    A network that ends in its own ``Sigmoid`` (or ``Softmax``) layer returns probabilities; ``activation="sigmoid"``
+    then applies the sigmoid a second time, which maps every probability into ``[0.5, 0.731]``: every voxel is
+    predicted foreground, every entropy is near ``log 2``, without an error (found by hostile review). Logits of a
+    whole window (or volume) rarely all lie in ``[0, 1]``; a constant output (a zero-initialised head) is not taken
+    for probabilities. The inferers call this on the first sample of a call.
+
+    Args:
+        out: the network's output (a tensor, or what :func:`network_output_tensor` accepts).
+        activation: the inferer's activation; ``None`` (probabilities expected) is not checked.
+
+    Returns:
+        Whether it warned.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     warn_if_probabilities(torch.tensor([[[0.1, 0.9]]]), "sigmoid"), len(w)
+        (True, 1)
+        >>> warn_if_probabilities(torch.tensor([[[-3.0, 2.5]]]), "sigmoid")
+        False
+    """
+    if activation not in ("softmax", "sigmoid"):
+        return False
+    t = network_output_tensor(out)
+    if t.numel() == 0 or t.is_complex():
+        return False
+    lo, hi = (float(v) for v in torch.aminmax(t.detach()))
+    if not (0.0 <= lo < hi <= 1.0):
+        return False
+    warnings.warn(
+        f"the network's output lies in [0, 1] (from {lo:.4g} to {hi:.4g}) as probabilities do, and "
+        f"activation={activation!r} applies a {activation} to it as to logits: if the network ends in its own "
+        f"{'Sigmoid' if activation == 'sigmoid' else 'Softmax'} layer, the probabilities are wrong (a second sigmoid "
+        "puts every one in [0.5, 0.731]: every voxel foreground); give the network without its final activation "
+        "(its logits), or activation=None for class probabilities",
+        UserWarning,
+        stacklevel=3,
+    )
+    return True
+
+
 def _to_probs(out: Any, activation: str | None, check: bool = True) -> tuple[torch.Tensor, bool]:
     """:func:`apply_activation` plus whether the result is multi-label (per-channel Bernoulli)."""
     out = network_output_tensor(out)
@@ -880,12 +926,13 @@ class UncertaintyInferer(Inferer):
             def add(raw: Any, indices: Sequence[int]) -> None:
                 nonlocal stats, probs_dtype
                 check_output_ndim(raw, x)
-                if self.activation == "softmax" and not info["activation_checked"]:
-                    # once per call and network: a softmax in the network's forward was softmaxed again, silently
-                    # flattening its probabilities towards uniform (found by hostile testing: an ensemble mixing a
-                    # member that ends in logits with one that ends in nn.Softmax)
+                if not info["activation_checked"]:  # once per call and network: its first sample
+                    # a softmax in the network's forward was softmaxed again, silently flattening its probabilities
+                    # towards uniform (found by hostile testing: an ensemble mixing a member that ends in logits with
+                    # one that ends in nn.Softmax); a probability map under "softmax" is refused, other outputs in
+                    # [0, 1] (a sigmoid in the forward: a second one puts every voxel in the foreground) warned
                     info["activation_checked"] = True
-                    if _is_probability_map(raw):
+                    if self.activation == "softmax" and _is_probability_map(raw):
                         who = info.get("who", "the network")
                         raise ValueError(
                             f"{who} already returns probabilities (every value in [0, 1], the channels summing to 1) "
@@ -893,6 +940,7 @@ class UncertaintyInferer(Inferer):
                             "return logits, or pass activation=None (then every network / member must return "
                             "probabilities)"
                         )
+                    warn_if_probabilities(raw, self.activation)
                 probs, multilabel = _to_probs(raw, self.activation, check=False)
                 if stats is None:
                     with warnings.catch_warnings():  # half-precision sums: warned once, by the constructor

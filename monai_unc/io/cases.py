@@ -115,6 +115,7 @@ __all__ = [
     "LIBRARIES_KEY",
     "library_versions",
     "read_prediction_regions",
+    "nnunet_dataset_regions",
 ]
 
 #: the run record that ``monai-unc infer`` writes into its output folder
@@ -2358,6 +2359,51 @@ def _region_masks(data: np.ndarray, what: str) -> np.ndarray:
         raise CaseError(f"{what}: region masks must hold 0 and 1 only, found values such as "
                         f"{np.unique(data[bad])[:3].tolist()}")
     return data.astype(np.uint8)
+
+
+def nnunet_dataset_regions(dataset_json: Any, source: str = "dataset.json") -> dict[str, list[int]]:
+    """The regions of a region-based nnU-Net ``dataset.json`` in channel order.
+
+    nnU-Net's ``LabelManager`` has regions when some entry of ``"labels"`` lists more than one label; its output
+    channels are then the entries other than ``ignore`` and the background (an entry of label 0 only), in their order.
+    This is the order of the sigmoid channels of a region-based model's probabilities (``<case>.npz``), which need not
+    be that of a region spec such as ``brats`` (nnU-Net's BraTS datasets list whole tumour, tumour core, enhancing
+    tumour; MONAI's order is TC, WT, ET).
+
+    Args:
+        dataset_json: the parsed ``dataset.json`` (untrusted: a file beside the predictions).
+        source: the file's name in error messages.
+
+    Returns:
+        ``{name: [labels]}`` in channel order; ``{}`` for a label-based dataset (or one without ``"labels"``).
+
+    Raises:
+        ValueError: ``dataset_json`` is not an object, or its ``"labels"`` is not an object of integer labels or
+            lists of integer labels (naming ``source``).
+
+    Example:
+        >>> nnunet_dataset_regions({"labels": {"background": 0, "whole": [1, 2, 3], "core": [2, 3], "enh": 3}})
+        {'whole': [1, 2, 3], 'core': [2, 3], 'enh': [3]}
+        >>> nnunet_dataset_regions({"labels": {"background": 0, "tumour": 1}})
+        {}
+    """
+    if not isinstance(dataset_json, Mapping):
+        raise ValueError(f"{source} must hold a JSON object, got {type(dataset_json).__name__}")
+    labels = dataset_json.get("labels", {})
+    if not isinstance(labels, Mapping):
+        raise ValueError(f"{source}: 'labels' must be an object of label names, got {type(labels).__name__}")
+
+    def values(name: str, value: Any) -> list[int]:
+        vals = list(value) if isinstance(value, (list, tuple)) else [value]
+        if not vals or any(isinstance(v, bool) or not isinstance(v, int) for v in vals):
+            raise ValueError(f"{source}: label {name!r} must be an integer or a non-empty list of integers, got "
+                             f"{value!r}")
+        return [int(v) for v in vals]
+
+    parsed = {str(name): values(str(name), value) for name, value in labels.items()}
+    if not any(len(v) > 1 for v in parsed.values()):
+        return {}
+    return {name: vals for name, vals in parsed.items() if name != "ignore" and set(vals) != {0}}
 
 
 def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | None:

@@ -32,7 +32,15 @@ from typing import Any
 from .._digest import content_digest
 from .._utils import unique_json_keys
 from ..keys import LAYOUTS
-from .cases import INFER_RECORD, CaseError, CaseFiles, match_cases, read_prediction_regions, settings_changes
+from .cases import (
+    INFER_RECORD,
+    CaseError,
+    CaseFiles,
+    match_cases,
+    nnunet_dataset_regions,
+    read_prediction_regions,
+    settings_changes,
+)
 from .files import atomic_write_json, json_safe, output_lock_holder, read_json_or_none
 from .signing import SIGNATURE_FIELD, KeyPairMismatchError, Trust, default_signing_key, sign_digest, verify_signature
 
@@ -376,7 +384,10 @@ def prediction_regions(
 
     ``monai-unc`` layout: :func:`monai_unc.io.read_prediction_regions` (``infer.json`` / the case records; an
     ``infer.json`` without ``multilabel``, written before region-based inference existed, is class-based).
-    ``nnunet`` layout: the ``regions`` entry of ``uncertainty_config.json`` (absent or empty: class-based).
+    ``nnunet`` layout: the ``regions`` entry of ``uncertainty_config.json``; without one (stock ``nnUNetv2_predict``
+    output, or an earlier record), the regions of the ``dataset.json`` nnU-Net writes beside the predictions
+    (:func:`~monai_unc.io.nnunet_dataset_regions`, channel order); neither: class-based when
+    ``uncertainty_config.json`` exists, else no record.
 
     Args:
         predictions: the prediction folder.
@@ -388,7 +399,8 @@ def prediction_regions(
         ``["0", "1", ...]`` (``True``: region-based, regions not recorded); ``None`` when there is no record.
 
     Raises:
-        ValueError: ``layout`` is not one of :data:`monai_unc.io.LAYOUTS`.
+        ValueError: ``layout`` is not one of :data:`monai_unc.io.LAYOUTS`, or the ``dataset.json`` read has labels that
+            are not integers or lists of integers.
     """
     _check_layout(layout)
     pred = Path(predictions)
@@ -399,9 +411,16 @@ def prediction_regions(
         doc = read_json_or_none(pred / "infer.json")
         return False if isinstance(doc, dict) and isinstance(doc.get("settings"), dict) else None
     cfg = read_json_or_none(pred / "uncertainty_config.json")
-    if not isinstance(cfg, dict):
-        return None
-    return cfg.get("regions") or False
+    if isinstance(cfg, dict) and cfg.get("regions"):
+        return cfg["regions"]
+    # stock nnU-Net (nnUNetv2_predict) and earlier records: the dataset.json nnU-Net writes beside the predictions
+    # orders the sigmoid channels of a region model (found by hostile review: without it, a folder whose channels are
+    # whole tumour, tumour core, enhancing tumour was scored against --regions brats (TC, WT, ET) channel by channel)
+    dataset = read_json_or_none(pred / "dataset.json")
+    regions = nnunet_dataset_regions(dataset, str(pred / "dataset.json")) if dataset is not None else {}
+    if regions:
+        return regions
+    return False if isinstance(cfg, dict) else None
 
 
 def region_differences(

@@ -69,6 +69,7 @@ from .._utils import (
     case_spacings,
     check_bool,
     check_class_space,
+    check_exclusive_channels,
     check_finite,
     check_labels,
     holds_bool,
@@ -76,9 +77,7 @@ from .._utils import (
     like_input,
     num_threads,
     per_axis_mm,
-    probability_tolerance,
     real_number,
-    sum_f64,
     to_numpy,
     to_tensor,
     warn_nan,
@@ -168,74 +167,6 @@ def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
     return out, batched
 
 
-#: how far from 1 the channel sums of class probabilities may be (:func:`_check_exclusive_channels`): a bfloat16 softmax
-#: is off by up to ~4e-3, and the MONAI classes pack it in float32, whose own tolerance (1e-3) no longer covers it;
-#: multi-label maps are off by far more (0 outside every region, 2 or more where regions overlap)
-_CHANNEL_SUM_SLACK = 0.05
-
-
-def _check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
-    """Refuse ``C >= 2`` channels in [0, 1] that do not sum to 1: multi-label maps, which argmax cannot reduce.
-
-    Class probabilities and one-hot maps sum to 1 at every voxel (within :data:`_CHANNEL_SUM_SLACK`: half-precision
-    probabilities, also once packed in float32 by the MONAI classes); logits (values outside [0, 1]) are reduced by
-    argmax as they are. Overlapping or empty region masks and sigmoid
-    probabilities (multi-label, e.g. BraTS TC / WT / ET, as MONAI's ``ConvertToMultiChannelBasedOnBratsClasses`` and a
-    sigmoid network give them) lie in [0, 1] without summing to 1: their argmax merged the background with the first
-    region (a voxel outside every region and one inside TC both became label 0).
-
-    Voxels where every channel is 0 around a box of voxels that sum to 1 are the zero padding of class probabilities
-    put back on the image grid (MONAI's ``Invertd`` after ``CropForegroundd`` or ``SpatialPadd``: found by hostile
-    review, such probabilities were refused): they are accepted, and argmax reads them as background.
-
-    Raises:
-        ValueError: such channels, naming ``name``.
-    """
-    v = t.detach()
-    if not v.is_floating_point():
-        v = v.to(torch.float32)  # bool / integer masks (0 / 1)
-    lo, hi = (float(x) for x in torch.aminmax(v))
-    tol = max(_CHANNEL_SUM_SLACK, probability_tolerance(t.dtype))
-    if lo < -tol or hi > 1 + tol:
-        return  # logits (or label scores): argmax is their reduction
-    sums = sum_f64(v, ch)
-    padded = _padding_frame(v.ne(0).any(dim=ch), batched=ch == 1)
-    if padded is not None:  # the zero frame of an inverted crop: argmax reads it as background, as it should
-        sums = sums[~padded]
-    s_lo, s_hi = (float(x) for x in torch.aminmax(sums))
-    dev = max(s_hi - 1.0, 1.0 - s_lo)
-    if dev > tol:
-        raise ValueError(
-            f"{name} has {t.shape[ch]} channels in [0, 1] that do not sum to 1 at every voxel (largest deviation "
-            f"{dev:.4g}): multi-label masks or sigmoid probabilities (overlapping regions such as BraTS TC / WT / ET), "
-            "not class probabilities or a one-hot map, and their argmax is no label map; score each region's channel "
-            "as a binary map, or pass a label map"
-        )
-
-
-def _padding_frame(nonzero: torch.Tensor, batched: bool) -> torch.Tensor | None:
-    """The voxels of a zero padding: every channel 0 outside the bounding box of each case's other voxels, or None.
-
-    ``nonzero``: whether some channel is non-zero, ``(B, *spatial)`` when ``batched`` else ``(*spatial)``. The zero
-    voxels are a padding when, in every case, they all lie outside the box of the non-zero voxels (the box is full);
-    zero voxels inside it (the background of region masks without a background channel) are no padding.
-    """
-    cases = nonzero if batched else nonzero[None]
-    if bool(cases.all()):
-        return None
-    for case in cases:
-        count = int(case.sum())
-        if count == 0:
-            return None  # a case with no non-zero voxel: nothing says it is padded probabilities
-        volume = 1
-        for ax in range(case.ndim):  # the box's extent along each axis, from the axis' profile (no voxel index list)
-            hit = torch.nonzero(case.any(dim=tuple(a for a in range(case.ndim) if a != ax)))[:, 0]
-            volume *= int(hit[-1] - hit[0]) + 1
-        if volume != count:
-            return None
-    return ~nonzero
-
-
 #: how far above 1 an uncertainty map compared with error rates may reach before BA-ECE and SPACE warn: a map on [0, 1]
 #: rounded to bfloat16 reaches 1 + 2**-7; an entropy in nats of 3 or more classes reaches log 3 = 1.0986
 _UNIT_SCALE_SLACK = 0.01
@@ -275,7 +206,7 @@ def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool
         else:
             if t.is_floating_point():
                 check_finite(t, name)
-            _check_exclusive_channels(t, name, ch)
+            check_exclusive_channels(t, name, ch)
             out = argmax(t, dim=ch)
     else:
         want = f"({n_cases}, *{spatial}) or ({n_cases}, C, *{spatial})" if batched else f"{spatial} or (C, *{spatial})"

@@ -56,6 +56,7 @@ from monai_unc.io import (
     atomic_write_json,
     json_safe,
     library_versions,
+    nnunet_dataset_regions,
     read_json_or_none,
     save_nifti_image,
     write_csv,
@@ -190,7 +191,8 @@ def region_definitions(dataset_json: dict) -> dict[str, list[int]]:
     """The regions of a region-based nnU-Net ``dataset.json`` in channel order.
 
     The entries of ``"labels"`` other than background and ``ignore``, in their order, as nnU-Net's
-    ``LabelManager`` orders its output channels.
+    ``LabelManager`` orders its output channels (:func:`monai_unc.io.nnunet_dataset_regions`, which also reads the
+    ``dataset.json`` beside stock nnU-Net predictions).
 
     Args:
         dataset_json: the dataset's ``dataset.json`` as a dict.
@@ -204,18 +206,7 @@ def region_definitions(dataset_json: dict) -> dict[str, list[int]]:
         >>> region_definitions({"labels": {"background": 0, "tumour": 1}})
         {}
     """
-    labels = dataset_json.get("labels", {})
-    if not any(isinstance(v, (list, tuple)) and len(v) > 1 for v in labels.values()):
-        return {}
-    out: dict[str, list[int]] = {}
-    for name, value in labels.items():
-        if name == "ignore":
-            continue
-        vals = [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
-        if set(vals) == {0}:
-            continue
-        out[str(name)] = vals
-    return out
+    return nnunet_dataset_regions(dataset_json)
 
 
 # ------------------------------------------------------------------------------------------ geometry

@@ -1,0 +1,66 @@
+"""A network that ends in its own Sigmoid (or Softmax) layer, run with ``activation="sigmoid"`` (``"softmax"``).
+
+The inferers apply the activation to what the network returns as to logits: a second sigmoid put every probability
+in [0.5, 0.731], so every voxel of every region came out foreground (``pred >= 0.5`` everywhere) and every binary
+entropy near log 2, without a word (found by hostile review). Such an output, all in [0, 1] and not constant, now
+gives one ``UserWarning`` per call (under ``"softmax"`` a probability map, its channels summing to 1, is refused);
+logits and a zero-initialised head do not.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from monai.inferers import SlidingWindowInferer
+
+from monai_unc.inferers import MCDropoutInferer, warn_if_probabilities
+
+MESSAGE = r"network's output lies in \[0, 1\]"
+
+
+def _net(channels: int, final: torch.nn.Module | None) -> torch.nn.Module:
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv3d(2, channels, 1), torch.nn.Dropout(0.2)]
+    return torch.nn.Sequential(*layers, *([final] if final is not None else [])).eval()
+
+
+def _x() -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    return 3 * torch.randn(1, 2, 8, 8, 8, generator=g)
+
+
+@pytest.mark.parametrize("base", [None, SlidingWindowInferer(roi_size=(4, 4, 4), overlap=0.5)])
+def test_region_network_ending_in_a_sigmoid_warns_once(base):
+    kwargs = {} if base is None else {"base_inferer": base}
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = MCDropoutInferer(num_samples=3, activation="sigmoid", seed=0, **kwargs)(_x(), _net(3, torch.nn.Sigmoid()))
+    hits = [x for x in w if "network's output lies in [0, 1]" in str(x.message)]
+    assert len(hits) == 1 and issubclass(hits[0].category, UserWarning)
+    assert bool((out["pred"] >= 0.5).all())  # what the warning is about: every voxel foreground
+
+
+def test_softmax_network_ending_in_a_softmax_is_refused():
+    """Under "softmax" a probability map (channels summing to 1) is evidence enough: refused, not warned."""
+    with pytest.raises(ValueError, match="already returns probabilities"):
+        MCDropoutInferer(num_samples=2, activation="softmax", seed=0)(_x(), _net(3, torch.nn.Softmax(dim=1)))
+
+
+def test_softmax_network_ending_in_a_sigmoid_warns():
+    """Under "softmax" an output in [0, 1] whose channels do not sum to 1 (a sigmoid in the forward) is warned."""
+    with pytest.warns(UserWarning, match=MESSAGE):
+        MCDropoutInferer(num_samples=2, activation="softmax", seed=0)(_x(), _net(3, torch.nn.Sigmoid()))
+
+
+def test_logits_and_a_constant_head_do_not_warn():
+    zero = _net(3, None)
+    torch.nn.init.zeros_(zero[0].weight)
+    torch.nn.init.zeros_(zero[0].bias)
+    for net in (_net(3, None), _net(1, None), zero):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            MCDropoutInferer(num_samples=2, activation="sigmoid", seed=0)(_x(), net)
+        assert not [x for x in w if "network's output lies in [0, 1]" in str(x.message)]
+    assert warn_if_probabilities(torch.tensor([[[0.2, 0.7]]]), None) is False  # probabilities expected
