@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export work
 __all__ = [
     "argmax",
     "sum_f64",
+    "no_autocast",
     "trapezoid",
     "ArrayLike",
     "PROB_TOL",
@@ -239,6 +240,34 @@ def sum_f64(x: torch.Tensor, dim: int | tuple[int, ...] | None = None) -> torch.
     if x.device.type == "cpu" and x.dtype in _NUMPY_SUM_DTYPES and not x.requires_grad:
         return torch.from_numpy(np.asarray(np.add.reduce(x.numpy(), axis=dim, dtype=np.float64)))
     return x.sum(dtype=torch.float64) if dim is None else x.sum(dim=dim, dtype=torch.float64)
+
+
+@contextlib.contextmanager
+def no_autocast(device: torch.device) -> Iterator[None]:
+    """Run a block in full precision even inside ``torch.autocast``.
+
+    Autocast casts the float32 operands of matrix products and convolutions to float16 / bfloat16: products over
+    millions of logits overflow or lose the small covariance terms, and the exact 0/1 counts of
+    :func:`monai_unc.metrics.mask_gram` (float32 sums of integers below 2^24) were rounded to 8 bits (49906 voxels
+    came back as 49920 under CPU autocast). Found by hostile testing.
+
+    Args:
+        device: the device of the tensors of the block (its type picks the autocast context to switch off).
+
+    Yields:
+        None; the block runs with autocast off on ``device``'s type.
+
+    Example:
+        >>> a = torch.full((1, 300), 1.0)
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16), no_autocast(a.device):
+        ...     (a @ a.T).dtype, float(torch.full((1, 257), 1.0) @ torch.full((257, 1), 1.0))
+        (torch.float32, 257.0)
+    """
+    if device.type in ("cuda", "cpu", "xpu", "mps"):
+        with torch.autocast(device_type=device.type, enabled=False):
+            yield
+    else:  # pragma: no cover - other backends have no autocast
+        yield
 
 
 def trapezoid(y: np.ndarray, x: np.ndarray) -> float:
