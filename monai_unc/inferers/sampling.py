@@ -793,6 +793,11 @@ class UncertaintyInferer(Inferer):
             stats: SampleStats | None = None
             probs_dtype = x.dtype
             kept: dict[int, torch.Tensor] = {}
+            # (min, max) of every output: +-inf logits of a sigmoid and -inf of a softmax give probabilities of
+            # exactly 0 / 1, which the check of the summed entropy below cannot see (found by hostile testing: a
+            # float16 network whose logits overflowed gave confident maps without an error); aminmax makes no
+            # temporary of the output's size
+            extremes: list[torch.Tensor] = []
 
             def base(t: torch.Tensor) -> Any:
                 return network(t, *args, **kwargs)
@@ -803,6 +808,8 @@ class UncertaintyInferer(Inferer):
             def add(raw: Any, indices: Sequence[int]) -> None:
                 nonlocal stats, probs_dtype
                 check_output_ndim(raw, x)
+                if self.activation is not None:  # probabilities (None) are checked by _to_probs itself
+                    extremes.append(torch.stack(torch.aminmax(network_output_tensor(raw).detach())).float())
                 probs, multilabel = _to_probs(raw, self.activation, check=False)
                 if stats is None:
                     with warnings.catch_warnings():  # half-precision sums: warned once, by the constructor
@@ -838,8 +845,12 @@ class UncertaintyInferer(Inferer):
 
                 self._shared_window(x, plain, base if plain is network else plain_base, window_sources, shared, add,
                                     info)
-            # a NaN/inf logit of any sample makes its softmax and so the summed entropy non-finite: one check
-            if not bool(torch.isfinite(stats.sum_h).all()):
+            # a NaN of any sample makes the summed entropy non-finite, an infinite logit its output's min or max:
+            # one check (one synchronisation) of both
+            finite = torch.isfinite(stats.sum_h).all()
+            if extremes:
+                finite = finite & torch.isfinite(torch.stack(extremes)).all().to(finite.device)
+            if not bool(finite):
                 raise ValueError("network output contains non-finite values (NaN or inf) for this input")
             # the samples of a window, counted on the window itself: under MONAI's SliceInferer a window has one
             # spatial axis less than the input (FlipSource("all") flips the 2 axes of a slice, not 3)
