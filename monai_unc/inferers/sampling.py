@@ -538,7 +538,8 @@ def apply_activation(out: Any, activation: str | None, check: bool = True) -> to
     """Network output -> probabilities ``(B, C, *spatial)``.
 
     ``"softmax"`` over dim 1 (in float32 for half-precision outputs), ``C >= 2`` classes; ``"sigmoid"``: a
-    single-channel binary output is returned as the two class channels ``(1 - p, p)``, a multi-channel output
+    single-channel binary output is returned as the two class channels ``(1 - p, p)`` (the background as
+    ``sigmoid(-z)``, which keeps its tail where ``1 - p`` rounds to 0), a multi-channel output
     (``C >= 2``, region-based / multi-label networks such as BraTS WT/TC/ET) as the per-channel foreground
     probabilities ``sigmoid(z_c)``, each channel an independent Bernoulli variable (they need not sum to 1);
     ``None`` when the network already outputs class probabilities (validated: they must sum to 1). A tuple/list
