@@ -27,6 +27,7 @@ __all__ = [
     "CHANNEL_SUM_SLACK",
     "check_exclusive_channels",
     "padding_frame",
+    "no_autocast",
     "trapezoid",
     "ArrayLike",
     "PROB_TOL",
@@ -335,6 +336,34 @@ def padding_frame(nonzero: torch.Tensor, batched: bool) -> torch.Tensor | None:
         if volume != count:
             return None
     return ~nonzero
+
+
+@contextlib.contextmanager
+def no_autocast(device: torch.device) -> Iterator[None]:
+    """Run a block in full precision even inside ``torch.autocast``.
+
+    Autocast casts the float32 operands of matrix products and convolutions to float16 / bfloat16: products over
+    millions of logits overflow or lose the small covariance terms, and the exact 0/1 counts of
+    :func:`monai_unc.metrics.mask_gram` (float32 sums of integers below 2^24) were rounded to 8 bits (49906 voxels
+    came back as 49920 under CPU autocast). Found by hostile testing.
+
+    Args:
+        device: the device of the tensors of the block (its type picks the autocast context to switch off).
+
+    Yields:
+        None; the block runs with autocast off on ``device``'s type.
+
+    Example:
+        >>> a = torch.full((1, 300), 1.0)
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16), no_autocast(a.device):
+        ...     (a @ a.T).dtype, float(torch.full((1, 257), 1.0) @ torch.full((257, 1), 1.0))
+        (torch.float32, 257.0)
+    """
+    if device.type in ("cuda", "cpu", "xpu", "mps"):
+        with torch.autocast(device_type=device.type, enabled=False):
+            yield
+    else:  # pragma: no cover - other backends have no autocast
+        yield
 
 
 def trapezoid(y: np.ndarray, x: np.ndarray) -> float:

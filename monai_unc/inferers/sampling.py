@@ -577,10 +577,12 @@ def _to_probs(out: Any, activation: str | None, check: bool = True) -> tuple[tor
             )
         return torch.softmax(out, dim=1), False
     if activation == "sigmoid":
-        p = torch.sigmoid(out)
         if out.shape[1] == 1:
-            return torch.cat([1 - p, p], dim=1), False
-        return p, True
+            # the background as sigmoid(-z), not 1 - sigmoid(z): the float32 sigmoid rounds to 1 from z = 17 on,
+            # and 1 - p was then 0 where the two-class softmax of (0, z) gives 4e-8 .. 1e-38 (found by hostile
+            # testing: an NLL of 34.5 nats, the 1e-15 clamp, for a voxel whose exact NLL is 20)
+            return torch.cat([torch.sigmoid(-out), torch.sigmoid(out)], dim=1), False
+        return torch.sigmoid(out), True
     if activation is None:
         check_probabilities(out, "network output")
         return out, False
@@ -591,7 +593,8 @@ def apply_activation(out: Any, activation: str | None, check: bool = True) -> to
     """Network output -> probabilities ``(B, C, *spatial)``.
 
     ``"softmax"`` over dim 1 (in float32 for half-precision outputs), ``C >= 2`` classes; ``"sigmoid"``: a
-    single-channel binary output is returned as the two class channels ``(1 - p, p)``, a multi-channel output
+    single-channel binary output is returned as the two class channels ``(1 - p, p)`` (the background as
+    ``sigmoid(-z)``, which keeps its tail where ``1 - p`` rounds to 0), a multi-channel output
     (``C >= 2``, region-based / multi-label networks such as BraTS WT/TC/ET) as the per-channel foreground
     probabilities ``sigmoid(z_c)``, each channel an independent Bernoulli variable (they need not sum to 1);
     ``None`` when the network already outputs class probabilities (validated: they must sum to 1). A tuple/list
@@ -916,6 +919,11 @@ class UncertaintyInferer(Inferer):
             stats: SampleStats | None = None
             probs_dtype = x.dtype
             kept: dict[int, torch.Tensor] = {}
+            # (min, max) of every output: +-inf logits of a sigmoid and -inf of a softmax give probabilities of
+            # exactly 0 / 1, which the check of the summed entropy below cannot see (found by hostile testing: a
+            # float16 network whose logits overflowed gave confident maps without an error); aminmax makes no
+            # temporary of the output's size
+            extremes: list[torch.Tensor] = []
 
             def base(t: torch.Tensor) -> Any:
                 return network(t, *args, **kwargs)
@@ -941,6 +949,8 @@ class UncertaintyInferer(Inferer):
                             "probabilities)"
                         )
                     warn_if_probabilities(raw, self.activation)
+                if self.activation is not None:  # probabilities (None) are checked by _to_probs itself
+                    extremes.append(torch.stack(torch.aminmax(network_output_tensor(raw).detach())).float())
                 probs, multilabel = _to_probs(raw, self.activation, check=False)
                 if stats is None:
                     with warnings.catch_warnings():  # half-precision sums: warned once, by the constructor
@@ -976,8 +986,12 @@ class UncertaintyInferer(Inferer):
 
                 self._shared_window(x, plain, base if plain is network else plain_base, window_sources, shared, add,
                                     info)
-            # a NaN/inf logit of any sample makes its softmax and so the summed entropy non-finite: one check
-            if not bool(torch.isfinite(stats.sum_h).all()):
+            # a NaN of any sample makes the summed entropy non-finite, an infinite logit its output's min or max:
+            # one check (one synchronisation) of both
+            finite = torch.isfinite(stats.sum_h).all()
+            if extremes:
+                finite = finite & torch.isfinite(torch.stack(extremes)).all().to(finite.device)
+            if not bool(finite):
                 # an ensemble names the member: one whose training diverged (NaN weights) failed every case with a
                 # message that blamed the input (found by hostile testing)
                 who = info.get("who", "the network")

@@ -209,6 +209,8 @@ def entry_index(values: np.ndarray, family: str, side: str, step: float, size: i
     v = to_numpy(values, "values") if isinstance(values, torch.Tensor) else np.asarray(values)
     if v.dtype.kind not in "iuf":
         raise TypeError(f"values must be numbers (probabilities or distances in mm), got dtype {v.dtype}")
+    if v.dtype == np.float16:  # float16 turned size 65536 into inf (every index -2^31; found by hostile testing)
+        v = v.astype(np.float32)
     if v.size:
         lo, hi = float(v.min()), float(v.max())  # NaN propagates through both
         top = 1.0 if family == "threshold" else math.inf

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .._utils import ArrayLike, check_labels, like_input, to_tensor
+from .._utils import ArrayLike, check_labels, like_input, no_autocast, to_tensor
 
 __all__ = [
     "GRAM_BLOCK",
@@ -534,7 +534,10 @@ def _gram(
     for s in range(0, n_vox, block):
         chunks = [select(p[..., s:s + block]) for p in parts]
         x = (chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=-2)).to(torch.float32)
-        out += torch.matmul(x, x.transpose(-1, -2)).to(torch.float64)
+        # float32 whatever the caller's autocast: a bfloat16 / float16 product rounds the counts (found by hostile
+        # testing: 49906 came back as 49920 under CPU autocast)
+        with no_autocast(x.device):
+            out += torch.matmul(x, x.transpose(-1, -2)).to(torch.float64)
     return out
 
 

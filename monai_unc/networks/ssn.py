@@ -48,7 +48,7 @@ from torch import nn
 from torch.distributions import Distribution, LowRankMultivariateNormal
 from torch.distributions.utils import _standard_normal, lazy_property
 
-from .._utils import check_bool, exceeds
+from .._utils import check_bool, exceeds, no_autocast
 
 __all__ = [
     "IntensityMask",
@@ -90,19 +90,6 @@ class SSNParams(NamedTuple):
     def rank(self) -> int:
         """``R``, the rank of the covariance factor."""
         return int(self.cov_factor.shape[1])
-
-
-@contextlib.contextmanager
-def no_autocast(device: torch.device) -> Iterator[None]:
-    """Run a block in full precision even inside ``torch.autocast``.
-
-    Matrix products over millions of logits in float16 overflow or lose the small covariance terms.
-    """
-    if device.type in ("cuda", "cpu", "xpu", "mps"):
-        with torch.autocast(device_type=device.type, enabled=False):
-            yield
-    else:  # pragma: no cover - other backends have no autocast
-        yield
 
 
 def _check_params(mean: torch.Tensor, cov_diag: torch.Tensor, cov_factor: torch.Tensor) -> None:

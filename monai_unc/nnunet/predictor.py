@@ -645,6 +645,10 @@ class UncertaintyPredictor(nnUNetPredictor):
         traces: dict[tuple[int, int], SharedPasses | None] = {}
         chunk = None  # passes per chunk, chosen at the window's first trace
         done = 0
+        # (min, max) of the logits of every sample: +-inf logits of a sigmoid and -inf of a softmax give probabilities
+        # of exactly 0 / 1, which the stitched statistics' check cannot see (found by hostile testing: a float16
+        # network whose logits overflowed gave confident maps without an error)
+        extremes: list[torch.Tensor] = []
         while done < passes:
             group = None
             # later chunks: as many passes as the first chunk replayed, so every replay batch holds the same number
@@ -668,6 +672,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                 # the samples of this chunk and mirror: the mean logit over the fold networks (folds not a source)
                 out = outs[0].float() if len(outs) == 1 else sum(o.float() for o in outs) / len(outs)
                 if mirror_samples:  # the k samples of the chunk at once: the sums read once for the k
+                    extremes.append(torch.stack(torch.aminmax(out)))
                     stats.update_many(self._probabilities(out), num_samples=k)
                 else:
                     group = out.clone() if group is None else group.add_(out)
@@ -677,6 +682,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                         logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
             if not mirror_samples:
                 g = group / len(combos) if len(combos) > 1 else group
+                extremes.append(torch.stack(torch.aminmax(g)))
                 stats.update_many(self._probabilities(g), num_samples=k)
             if shared is not None and chunk is None:
                 chunk = k
@@ -692,6 +698,10 @@ class UncertaintyPredictor(nnUNetPredictor):
                         logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
             passes = 1
         result = stats.moments()
+        # an infinite logit makes this window's statistics NaN, so that the check of the stitched buffer refuses it
+        # (no synchronisation per window)
+        finite = torch.isfinite(torch.stack(extremes)).all().to(result[K.EXPECTED_ENTROPY.value].device)
+        result[K.EXPECTED_ENTROPY.value] = result[K.EXPECTED_ENTROPY.value] + torch.where(finite, 0.0, math.nan)
         if self.window_disagreement == "separate":
             # H(m_w) in the precision of the samples (float32) and by the kernel that evaluated each sample's H(p_s)
             # in EE: a window of identical samples gives H(m_w) == EE_w bitwise, so a deterministic model has MI = 0
@@ -786,7 +796,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                 out[k] = stat_buf[start:start + n]
                 start += n
             if not torch.isfinite(stat_buf).all():
-                raise RuntimeError("non-finite values in the stitched uncertainty statistics")
+                raise RuntimeError("non-finite values in the stitched uncertainty statistics (NaN or inf logits?)")
             if self.window_disagreement == "separate" and MEAN_SQ in out:
                 # blend_w Var_w + pred^2: a second moment whose variance is the blend of the windows' own (folds
                 # pooled afterwards keep their disagreement in it, as in MI)

@@ -97,3 +97,26 @@ def test_no_grad_false_outputs_are_documented_as_not_differentiable():
     assert not any(v.requires_grad for v in out.values())
     doc = " ".join(UncertaintyInferer.__doc__.split())
     assert "the outputs are never differentiable" in doc and "enter the statistics detached" in doc
+
+
+@pytest.mark.parametrize("activation,channels", [("sigmoid", 1), ("sigmoid", 3), ("softmax", 2)])
+@pytest.mark.parametrize("value", [math.inf, -math.inf])
+def test_infinite_logits_are_refused_whatever_the_activation(activation, channels, value):
+    """An infinite logit (a float16 network whose logits overflowed) gives probabilities of exactly 0 / 1 under a
+    sigmoid, and under a softmax for -inf: the inferers accepted such outputs and returned confident maps, where
+    +inf under a softmax (NaN) was refused. Found by hostile testing (precision review)."""
+
+    class Overflowing(nn.Module):
+        def forward(self, x):
+            z = torch.zeros(x.shape[0], channels, *x.shape[2:], dtype=x.dtype)
+            z[0, -1, 1, 2] = value
+            return z
+
+    x = torch.randn(1, 1, 6, 6)
+    with pytest.raises(ValueError, match="non-finite"):
+        UncertaintyInferer(activation=activation)(x, Overflowing())
+    with pytest.raises(ValueError, match="non-finite"):
+        UncertaintyInferer(activation=activation, base_inferer=SlidingWindowInferer((4, 4), overlap=0.5))(
+            x, Overflowing())
+    assert torch.isfinite(UncertaintyInferer(activation=activation)(x, lambda t: Overflowing()(t).clamp(-1e4, 1e4))[
+        "predictive_entropy"]).all()

@@ -197,6 +197,28 @@ def test_single_channel_sigmoid_unchanged():
         np.testing.assert_allclose(out[k].numpy(), ref[k], atol=1e-6, err_msg=k)
 
 
+def test_single_channel_sigmoid_background_keeps_its_tail():
+    """The background of a one-channel sigmoid output is sigmoid(-z), as the two-class softmax of (0, z) gives it:
+    1 - sigmoid(z) in float32 was 0 from z = 17 on, and the NLL of a confidently wrong voxel the 1e-15 clamp's 34.5
+    nats instead of z. Found by hostile testing (precision review)."""
+    from monai.inferers import SimpleInferer
+
+    from monai_unc.metrics import nll
+
+    z = torch.tensor([5.0, 17.0, 20.0, 30.0, -25.0, 0.0]).view(1, 1, 2, 3)
+    exact = 1 / (1 + np.exp(z.double().numpy()))  # sigmoid(-z) in float64
+    probs = apply_activation(z, "sigmoid")
+    np.testing.assert_allclose(probs[:, :1].double().numpy(), exact, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(probs[:, 1:].double().numpy(), 1 / (1 + np.exp(-z.double().numpy())), rtol=1e-6, atol=0)
+    out = UncertaintyInferer(base_inferer=SimpleInferer(), activation="sigmoid")(z, nn.Identity())
+    softmax = UncertaintyInferer(base_inferer=SimpleInferer(), activation="softmax")(
+        z, lambda x: torch.cat([torch.zeros_like(x), x], 1))
+    np.testing.assert_allclose(out["pred"].numpy(), softmax["pred"].numpy(), rtol=1e-6, atol=0)
+    target = torch.zeros(1, 2, 3, dtype=torch.long)  # background: the voxels of z >= 17 are confidently wrong
+    expected = float(np.mean(np.logaddexp(0.0, z.double().numpy())))  # -log sigmoid(-z)
+    assert float(nll(out["pred"], target)) == pytest.approx(expected, rel=1e-6)
+
+
 def test_sigmoid_ensemble_members_must_agree_on_the_output_kind():
     class Const(nn.Module):
         def __init__(self, c):

@@ -229,3 +229,17 @@ def test_rule_from_dict_refuses_an_edited_field_naming_it(rule_dict, name):
     edit(d)
     with pytest.raises(ValueError, match=re.escape(field)):
         ConformalRule.from_dict(d)
+
+
+def test_entry_index_of_float16_values_equals_float64():
+    """float16 values on the largest threshold grid (size 65536): numpy made the size float16 inf and every index
+    -2^31; distances in float16 lost the margin grid the same way. Found by hostile testing (precision review)."""
+    from monai_unc.metrics import entry_index
+
+    p = np.array([0.0, 0.25, 0.5, 0.99951171875, 1.0])
+    for side in ("outer", "inner"):
+        assert entry_index(p.astype(np.float16), "threshold", side, 1 / 65536, 65536).tolist() == entry_index(
+            p, "threshold", side, 1 / 65536, 65536).tolist()
+    d = np.array([0.0, 0.5, 600.0, 60000.0, np.inf])
+    assert entry_index(d.astype(np.float16), "margin", "outer", 0.5, 200000).tolist() == entry_index(
+        d.astype(np.float16).astype(np.float64), "margin", "outer", 0.5, 200000).tolist()

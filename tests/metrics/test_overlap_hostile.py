@@ -258,3 +258,27 @@ def test_a_label_beyond_2_to_the_24_without_num_classes_is_refused_up_front():
     assert counts.shape == (1, 1 << 24) and int(counts[0, -1]) == 1 and int(counts[0, 0]) == 3
     with pytest.raises(ValueError, match=r"^labels holds label 16777216"):
         class_counts(top + 1)
+
+
+def test_gram_counts_exact_under_autocast():
+    """The Gram products are float32 whatever the caller's autocast (a MONAI validation loop under
+    ``torch.autocast``): CPU autocast ran them in bfloat16, and 49906 voxels came back as 49920. Found by hostile
+    testing (precision review)."""
+    from monai_unc.metrics.ambiguity import ged
+    from monai_unc.metrics.overlap import label_gram, mask_gram
+
+    gen = torch.Generator().manual_seed(0)
+    masks = torch.rand(3, 100_000, generator=gen) < 0.5
+    exact = (masks[:, None, :] & masks[None, :, :]).sum(-1).double()
+    labels = torch.randint(0, 3, (4, 50_000), generator=gen)
+    exact_labels = ((labels[:, None] == 2) & (labels[None] == 2)).sum(-1).double()
+    raters = torch.randint(0, 2, (2, 40, 40, 40), generator=gen)
+    samples = torch.randint(0, 2, (3, 40, 40, 40), generator=gen)
+    plain = ged(raters, samples)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        gram = mask_gram(masks)
+        gram_labels = label_gram(labels, 2)
+        autocast = ged(raters, samples)
+    assert torch.equal(gram, exact)
+    assert torch.equal(gram_labels, exact_labels)
+    assert autocast == plain

@@ -233,3 +233,24 @@ def test_cases_without_one_file_per_channel_are_refused_before_writing(channels,
         pred.predict_from_files([[str(inp / "case0_0000.nii.gz")] * 3], str(tmp_path / "out"),
                                 num_processes_preprocessing=0, num_processes_segmentation_export=0)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", [float("-inf"), float("inf")])
+def test_infinite_logits_are_refused(value):
+    """A -inf logit (a float16 network whose logits overflowed) gives a softmax probability of exactly 0, which the
+    check of the stitched statistics did not see: the predictor returned confident maps (+inf gave NaN and was
+    refused). Found by hostile testing (precision review)."""
+    pred = make_predictor(n_folds=1, uncertainty_sources=("mirroring",), measures=mun.MAP_MEASURES)
+
+    def overflow(module, args, out):
+        out = out.clone()
+        out[:, 1, 3, 4, 5] = value
+        return out
+
+    handle = pred.network.register_forward_hook(overflow)
+    data = torch.randn(1, 16, 16, 16)
+    with pytest.raises(RuntimeError, match="non-finite"):
+        pred.predict_uncertainty_from_preprocessed_data(data)
+    handle.remove()
+    res = pred.predict_uncertainty_from_preprocessed_data(data)
+    assert torch.isfinite(res.moments["pred"]).all()
