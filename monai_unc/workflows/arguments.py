@@ -192,7 +192,8 @@ def _add_infer(sub: Any) -> None:
     s.add_argument("--samples", type=_positive_int, default=10,
                    help="MC dropout / Rate-In / SSN latent samples (default 10)")
     s.add_argument("--dropout", type=_open_unit, default=None, metavar="P",
-                   help="insert post-hoc dropout with rate P after every encoder/decoder stage (no retraining)")
+                   help="insert post-hoc dropout with rate P after every encoder/decoder stage (no retraining; "
+                        "needs mcdropout or ratein in --method)")
     s.add_argument("--tta-noise", type=_nonnegative_float, default=0.0,
                    help="std of Gaussian noise added in TTA (>= 0; default 0; needs tta in --method)")
     s.add_argument("--ratein-target", type=_unit, default=0.1,
