@@ -75,3 +75,19 @@ def test_every_name_a_page_imports_exists():
 def test_the_check_finds_a_missing_name():
     assert _names("`from monai_unc.metrics import ece, nope`") == {"monai_unc.metrics.ece", "monai_unc.metrics.nope"}
     assert _resolves("monai_unc.metrics.ece") and not _resolves("monai_unc.metrics.expected_calibration_error")
+
+
+def test_sample_counts_in_example_comments_match_their_asserts():
+    """docs/inferers.md said "3 members x 4 dropout masks x 2 flips = 24 samples" above a product of two sources
+    whose next line asserts 8 samples (hostile review: docs): a comment's count is the one its assert checks."""
+    wrong = []
+    for page in PAGES:
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S):
+            lines = block.splitlines()
+            for i, line in enumerate(lines):
+                said = re.search(r"#.*= (\d+) samples", line)
+                checked = next((m for later in lines[i + 1:i + 8]
+                                if (m := re.search(r"shape\[0\] == (\d+)", later))), None)
+                if said and checked and said.group(1) != checked.group(1):
+                    wrong.append(f"{page.name}: {line.strip()} / asserts {checked.group(1)}")
+    assert not wrong
