@@ -52,6 +52,12 @@ def _track_explicit(parser: argparse.ArgumentParser) -> None:
         action.__class__ = type(f"Tracked{base.__name__}", (base,), {"__call__": call})
 
 
+#: ``--site`` of ``triage --monitor`` and ``monitor record``: a fallback, as docs/monitoring.md orders it (a case's
+#: ``--sites`` row, then its image's JSON sidecar, then ``--site``); found by hostile review: triage's help called it
+#: "the site of the cases" although a sidecar's site wins over it
+_SITE_HELP = ("site of the cases not otherwise known: a case's --sites row (monitor record) or its image's JSON "
+              "sidecar (InstitutionName, or site) comes first (default 'unknown'); also the site of the cases whose "
+              "image is no longer there (without it such a case is refused)")
 #: the largest count an option takes (samples, bins, window sizes, threads, ...): an int32 index
 MAX_COUNT = 2**31 - 1
 #: seeds are 64-bit (torch's generators take ``[0, 2**64)``, numpy's any non-negative integer); the same bound as
@@ -187,7 +193,8 @@ def _add_infer(sub: Any) -> None:
     s.add_argument("--samples", type=_positive_int, default=10,
                    help="MC dropout / Rate-In / SSN latent samples (default 10)")
     s.add_argument("--dropout", type=_open_unit, default=None, metavar="P",
-                   help="insert post-hoc dropout with rate P after every encoder/decoder stage (no retraining)")
+                   help="insert post-hoc dropout with rate P after every encoder/decoder stage (no retraining; "
+                        "needs mcdropout or ratein in --method)")
     s.add_argument("--tta-noise", type=_nonnegative_float, default=0.0,
                    help="std of Gaussian noise added in TTA (>= 0; default 0; needs tta in --method)")
     s.add_argument("--ratein-target", type=_unit, default=0.1,
@@ -457,8 +464,7 @@ def _add_triage(sub: Any) -> None:
                    help="also record the decisions into this monitoring store (a file for SQLite or "
                    "postgresql://...; as 'monai-unc monitor record'); the triage outputs are written even when the "
                    "store cannot be reached (exit status 2)")
-    p.add_argument("--site", default=None, help="with --monitor: the site of the cases (default: from the images' "
-                   "JSON sidecars, else 'unknown')")
+    p.add_argument("--site", default=None, help=f"with --monitor: {_SITE_HELP}")
     _add_trust_options(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
@@ -559,8 +565,7 @@ def _add_monitor(sub: Any) -> None:
     r = msub.add_parser("record", help="record a triage output folder into the store")
     r.add_argument("triage", help="output folder of 'monai-unc triage'")
     r.add_argument("--db", default=None, help=db_help)
-    r.add_argument("--site", default=None, help="site of the cases not otherwise known, also those whose image is no "
-                   "longer there (default: from the images' JSON sidecars, else 'unknown'; a moved image is refused)")
+    r.add_argument("--site", default=None, help=_SITE_HELP)
     r.add_argument("--sites", default=None, metavar="CSV", help="CSV with columns case,site[,scanner]")
     r.add_argument("--time", default=None, help="when the run triaged, ISO 8601 (default: triage.json's time)")
     lab = msub.add_parser("label", help="record audited labels (a CSV of case,dice[,failure] or a folder of label "
@@ -583,7 +588,8 @@ def _add_monitor(sub: Any) -> None:
     ver.add_argument("--expect-head", default=None, metavar="HASH",
                      help="the head hash an earlier verify printed (detects entries removed from the end)")
     for q in (r, lab, st, rep, ver):
-        q.add_argument("--quiet", "-q", action="store_true", help="print nothing (the exit status still tells)")
+        q.add_argument("--quiet", "-q", action="store_true",
+                       help="print only the warning lines, on stderr (the exit status still tells)")
 
 
 def _add_keys(sub: Any) -> None:

@@ -20,7 +20,7 @@ from ..evaluation.products import implicit_products
 from ..product import format_cell, format_fraction, products_from_arguments
 from ..products.risk_control import risk_control_line as _risk_control_line
 from .prepare import prepare_evaluate
-from .session import CommandResult, quiet_lines, run_command
+from .session import WARNING_PREFIX, CommandResult, quiet_lines, run_command
 
 __all__ = [
     "evaluate_command", "evaluate_from_arguments", "evaluate_summary_lines", "risk_control_line", "warning_lines",
@@ -160,6 +160,10 @@ SHOWN_WARNINGS = 3
 def warning_lines(messages: Sequence[str], shown: int = SHOWN_WARNINGS) -> list[str]:
     """The first ``shown`` warnings of a run, one line each, then how many more ``summary.json`` lists.
 
+    Every line starts with ``warning: ``, the count too, so that ``--quiet`` (which keeps a command's warning lines,
+    :func:`~monai_unc.workflows.session.quiet_lines`) still says that there are more (found by hostile review: a
+    quiet run printed 3 of 4 warnings without a word about the fourth).
+
     Args:
         messages: the ``warnings`` of ``summary.json``.
         shown: how many to print.
@@ -169,13 +173,13 @@ def warning_lines(messages: Sequence[str], shown: int = SHOWN_WARNINGS) -> list[
 
     Example:
         >>> warning_lines(["a: empty label", "b: empty label", "c: no probs", "d: no probs"], shown=2)
-        ['warning: a: empty label', 'warning: b: empty label', 'and 2 more warning(s), see summary.json']
+        ['warning: a: empty label', 'warning: b: empty label', 'warning: 2 more warning(s), see summary.json']
         >>> warning_lines(["a: empty label"])
         ['warning: a: empty label']
     """
     first = [f"warning: {str(w).strip().splitlines()[0] if str(w).strip() else w}" for w in messages[:shown]]
     more = len(messages) - len(first)
-    return first + ([f"and {more} more warning(s), see summary.json"] if more > 0 else [])
+    return first + ([f"{WARNING_PREFIX}{more} more warning(s), see summary.json"] if more > 0 else [])
 
 
 def risk_control_line(summary: Mapping[str, Any]) -> str | None:

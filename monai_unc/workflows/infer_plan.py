@@ -42,7 +42,7 @@ from .arguments import EXPLICIT_OPTIONS
 from .factory import build_inferer, check_method_network
 from .infer import InferSettings, load_image_case, run_infer
 from .models import LoadedModel, load_network
-from .options import INTENSITY_MODES, check_roi, method_tokens, normalize_roi
+from .options import INTENSITY_MODES, SHARED_PASS_TOKENS, check_roi, method_tokens, normalize_roi
 from .prepare import (
     ACTIVATIONS,
     DICOM_FOLDER,
@@ -200,7 +200,8 @@ def prepare_infer(
         bundle_preprocessing: apply the bundle's ``preprocessing`` (and invert it on the outputs).
         method: ``+``-joined sources: ``mcdropout``, ``ratein``, ``tta``, ``ensemble``, ``ssn``, or ``softmax``.
         samples: MC dropout / Rate-In / SSN latent samples (None with ``rule``: the rule's).
-        dropout: insert post-hoc dropout with this rate in (0, 1) after every encoder/decoder stage.
+        dropout: insert post-hoc dropout with this rate in (0, 1) after every encoder/decoder stage (only with a
+            source that samples dropout: ``mcdropout`` or ``ratein`` in ``method``).
         tta_noise: std of the Gaussian noise of TTA (> 0 only with ``tta`` in ``method``).
         ratein_target: Rate-In information-loss target in [0, 1].
         measures: maps to write (default :data:`~monai_unc.keys.DEFAULT_MEASURES`; see :func:`infer_measures`).
@@ -258,6 +259,14 @@ def prepare_infer(
     device = resolve_device(device)
     cases = list_image_cases(input)
     check_case_ids(cases)  # a case 'infer' or 'failures' would replace the run's own files: before the model loads
+    if dropout is not None and not SHARED_PASS_TOKENS & set(method_tokens(method)):  # found by hostile review (docs):
+        # the dropout was inserted and recorded, but no source switched it on: the maps were those without it
+        if rule is not None and rule.options.get("dropout") == dropout:  # not typed: the rule's own setting
+            raise ValueError(f"{rule.source} was certified with --dropout {dropout:g} under --method {method!r}, "
+                             "which samples no dropout (its maps were those without it; earlier versions accepted "
+                             "the option): certify the rule again without --dropout")
+        raise ValueError(f"--dropout {dropout:g} inserts dropout layers that only the mcdropout and ratein sources "
+                         f"sample; add mcdropout to --method {method!r}, or drop --dropout")
     files = checkpoint_list(checkpoint)
     if len(files) > 1 and "ensemble" not in method_tokens(method):  # found by hostile testing: all but the first
         # were dropped without a word (infer.json listed them all), the maps those of one network

@@ -341,3 +341,31 @@ def test_names_keep_their_old_paths():
     assert prepare.FAILURES_FILE in prepare.EVALUATE_WRITES
     with pytest.raises(AttributeError, match="monai_unc.workflows.prepare"):
         prepare.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("method", ["tta", "ensemble", "softmax"])
+def test_dropout_without_a_source_that_samples_it_is_refused(s, tmp_path, capsys, method):
+    """Found by hostile review (docs): ``infer --method tta --dropout 0.1`` inserted the dropout and recorded
+    ``dropout: 0.1`` in infer.json, but no source switched it on: the maps were plain TTA's, bit for bit."""
+    argv = ["infer", "-i", str(s["images"]), "-o", str(tmp_path / "out"), "--network", str(s["spec"]),
+            "--checkpoint", str(s["ckpt"]), "--method", method, "--dropout", "0.1", "--quiet", "--device", "cpu"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dropout 0.1 inserts dropout layers that only the mcdropout and ratein" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    with pytest.raises(ValueError, match="only the mcdropout and ratein sources sample"):
+        prepare_infer(s["images"], network=s["spec"], checkpoint=s["ckpt"], method=method, dropout=0.1)
+    # with a source that samples it, --dropout is what it was
+    plan = prepare_infer(s["images"], network=NO_DROPOUT, checkpoint=s["ckpt"], method=f"mcdropout+{method}"
+                         if method == "tta" else "mcdropout", dropout=0.1)
+    assert plan.settings.dropout == 0.1
+
+
+def test_a_rule_certified_with_an_unused_dropout_says_so(s):
+    """A rule certified before --dropout was refused under tta: its own setting is named, not 'drop --dropout'."""
+    from monai_unc.workflows.reuse import RuleSettings
+
+    rule = RuleSettings(source="referral rule r.json", options={"method": "tta", "dropout": 0.1}, num_samples=8)
+    with pytest.raises(ValueError, match=r"referral rule r.json was certified with --dropout 0.1 under --method 'tta'"
+                       r".*certify the rule again without --dropout"):
+        prepare_infer(s["images"], network=s["spec"], checkpoint=s["ckpt"], method="tta", dropout=0.1, rule=rule)
