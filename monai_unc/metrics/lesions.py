@@ -850,7 +850,7 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
         u = to_numpy(m, f"maps[{name!r}]")
         if not (u.dtype == bool or np.issubdtype(u.dtype, np.integer) or np.issubdtype(u.dtype, np.floating)):
             raise TypeError(f"maps[{name!r}] must be a real-valued map, got dtype {u.dtype}")
-        u = u.astype(float)
+        u = u.astype(float, copy=False)  # a float64 map (the evaluation converts it once per task) is not copied
         if u.shape != p.shape:
             raise ValueError(f"maps[{name!r}] must have the shape of pred, got {u.shape} and {p.shape}")
         if not np.isfinite(u).all():
