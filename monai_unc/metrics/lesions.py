@@ -185,7 +185,7 @@ _CODE_WEIGHTS = np.array([[[128, 64], [32, 16]], [[8, 4], [2, 1]]], dtype=np.uin
 
 
 def _surface(mask: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Border cells (``mask.shape + 1``) and the surface area of each cell of a 3-D mask."""
+    """Border cells (``mask.shape + 1``) of a 3-D mask and the surface area of each border cell (raster order)."""
     padded = np.pad(mask.astype(np.uint8), 1)
     n0, n1, n2 = (s + 1 for s in mask.shape)
     code = np.zeros((n0, n1, n2), np.uint8)
@@ -194,7 +194,7 @@ def _surface(mask: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarra
             for c in (0, 1):
                 code += _CODE_WEIGHTS[a, b, c] * padded[a:a + n0, b:b + n1, c:c + n2]
     border = (code != 0) & (code != 255)
-    return border, table[code]
+    return border, table[code[border]]  # the border's areas only, not a float64 volume of the box
 
 
 def _directed_percentile(distances: np.ndarray, areas: np.ndarray, percentile: float) -> float:
@@ -214,8 +214,8 @@ def _directed_percentile(distances: np.ndarray, areas: np.ndarray, percentile: f
 def _surface_side(mask: np.ndarray, spacing: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """One mask's side of :func:`_surface_hd`.
 
-    Its border cells, their areas and the distance (mm) of every cell to the border (None for a mask without a
-    border).
+    Its border cells, their areas (raster order) and the distance (mm) of every cell to the border (None for a mask
+    without a border).
     """
     border, area = _surface(mask, _surfel_area_table(tuple(float(s) for s in spacing)))
     dist = ndimage.distance_transform_edt(~border, sampling=spacing) if border.any() else None
@@ -232,8 +232,7 @@ def _surface_hd(target: np.ndarray, pred: np.ndarray | None, spacing: tuple, per
     border_p, area_p, dist_p = _surface_side(pred, spacing) if pred_side is None else pred_side
     d_tp = dist_p[border_t] if dist_p is not None else np.full(int(border_t.sum()), math.inf)
     d_pt = dist_t[border_p] if dist_t is not None else np.full(int(border_p.sum()), math.inf)
-    return max(_directed_percentile(d_tp, area_t[border_t], percentile),
-               _directed_percentile(d_pt, area_p[border_p], percentile))
+    return max(_directed_percentile(d_tp, area_t, percentile), _directed_percentile(d_pt, area_p, percentile))
 
 
 def _bbox(mask: np.ndarray) -> tuple[slice, ...] | None:
