@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,11 +140,21 @@ def task_masks(task: Any, class_names: Sequence[str] | None) -> list[tuple[str, 
     Returns:
         ``[(name, pred mask, target mask), ...]``; names are column suffixes (``WT``, ``1``, ``tumour``).
     """
+    return list(_iter_task_masks(task, class_names))
+
+
+def _iter_task_masks(task: Any, class_names: Sequence[str] | None) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+    """:func:`task_masks` one pair at a time.
+
+    A class's two masks are made when the loop reaches it, so that a task of C classes holds one pair of boolean
+    volumes, not 2 (C - 1) (a whole-body model's hundred classes).
+    """
     if task.name is not None:
-        return [(region_suffix(task.name), np.asarray(task.pred) > 0, np.asarray(task.target) > 0)]
+        yield region_suffix(task.name), np.asarray(task.pred) > 0, np.asarray(task.target) > 0
+        return
     names = list(class_names or [str(c) for c in range(task.num_classes)])
-    return [(slug(names[c]), np.asarray(task.pred) == c, np.asarray(task.target) == c)
-            for c in range(1, task.num_classes)]
+    for c in range(1, task.num_classes):
+        yield slug(names[c]), np.asarray(task.pred) == c, np.asarray(task.target) == c
 
 
 #: the largest integer up to which float32 (the type volumes are read in) holds every integer exactly
@@ -354,7 +364,9 @@ def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any
             if spacing not in header:
                 header[spacing] = _header_spacing(getattr(case, "label_file", None), spacing)
             spacing = header[spacing]
-        for c, (name, pred, target) in enumerate(task_masks(task, class_names), 1):
+        # every map in float64 once per task, not once per class
+        maps = {m: np.asarray(v, float) for m, v in sorted(task.maps.items())}
+        for c, (name, pred, target) in enumerate(_iter_task_masks(task, class_names), 1):
             r = brats_lesion_metrics(pred, target, spacing, int(options["dilation"]), float(options["min_volume"]),
                                      float(options["hd_penalty"]), voxel_volume=voxel_volume)
             det = lesion_detection(pred, target, float(options["iou"]))
@@ -366,7 +378,6 @@ def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any
                       "lesion_fn": r.n_fn, "lesion_f1": det.f1, "ndsc": ndsc, "ndsc_raac": raac}
             for f in CASE_FIELDS:
                 arrays[f"case.{name}.{f}"] = np.array([values[f]], float)
-            maps = {m: np.asarray(v, float) for m, v in sorted(task.maps.items())}
             s_masks = None if samples is None else _sample_masks(samples, task, None if task.name else c, regions)
             per = lesion_uncertainty(pred, maps, samples=s_masks, connectivity=None, spacing=spacing,
                                      voxel_volume=voxel_volume)

@@ -185,7 +185,7 @@ _CODE_WEIGHTS = np.array([[[128, 64], [32, 16]], [[8, 4], [2, 1]]], dtype=np.uin
 
 
 def _surface(mask: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Border cells (``mask.shape + 1``) and the surface area of each cell of a 3-D mask."""
+    """Border cells (``mask.shape + 1``) of a 3-D mask and the surface area of each border cell (raster order)."""
     padded = np.pad(mask.astype(np.uint8), 1)
     n0, n1, n2 = (s + 1 for s in mask.shape)
     code = np.zeros((n0, n1, n2), np.uint8)
@@ -194,7 +194,7 @@ def _surface(mask: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarra
             for c in (0, 1):
                 code += _CODE_WEIGHTS[a, b, c] * padded[a:a + n0, b:b + n1, c:c + n2]
     border = (code != 0) & (code != 255)
-    return border, table[code]
+    return border, table[code[border]]  # the border's areas only, not a float64 volume of the box
 
 
 def _directed_percentile(distances: np.ndarray, areas: np.ndarray, percentile: float) -> float:
@@ -211,24 +211,28 @@ def _directed_percentile(distances: np.ndarray, areas: np.ndarray, percentile: f
     return float(d[min(idx, d.size - 1)])
 
 
-def _surface_hd(target: np.ndarray, pred: np.ndarray, spacing: tuple, percentile: float) -> float:
-    """:func:`surface_hd95` on boolean 3-D arrays already cropped to their joint bounding box."""
-    table = _surfel_area_table(tuple(float(s) for s in spacing))
-    border_t, area_t = _surface(target, table)
-    border_p, area_p = _surface(pred, table)
-    has_t, has_p = border_t.any(), border_p.any()
-    if has_p:
-        dist_p = ndimage.distance_transform_edt(~border_p, sampling=spacing)
-        d_tp = dist_p[border_t]
-    else:
-        d_tp = np.full(int(border_t.sum()), math.inf)
-    if has_t:
-        dist_t = ndimage.distance_transform_edt(~border_t, sampling=spacing)
-        d_pt = dist_t[border_p]
-    else:
-        d_pt = np.full(int(border_p.sum()), math.inf)
-    return max(_directed_percentile(d_tp, area_t[border_t], percentile),
-               _directed_percentile(d_pt, area_p[border_p], percentile))
+def _surface_side(mask: np.ndarray, spacing: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """One mask's side of :func:`_surface_hd`.
+
+    Its border cells, their areas (raster order) and the distance (mm) of every cell to the border (None for a mask
+    without a border).
+    """
+    border, area = _surface(mask, _surfel_area_table(tuple(float(s) for s in spacing)))
+    dist = ndimage.distance_transform_edt(~border, sampling=spacing) if border.any() else None
+    return border, area, dist
+
+
+def _surface_hd(target: np.ndarray, pred: np.ndarray | None, spacing: tuple, percentile: float,
+                pred_side: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None) -> float:
+    """:func:`surface_hd95` on boolean 3-D arrays already cropped to their joint bounding box.
+
+    ``pred_side``: :func:`_surface_side` of ``pred`` computed before (then ``pred`` is not read).
+    """
+    border_t, area_t, dist_t = _surface_side(target, spacing)
+    border_p, area_p, dist_p = _surface_side(pred, spacing) if pred_side is None else pred_side
+    d_tp = dist_p[border_t] if dist_p is not None else np.full(int(border_t.sum()), math.inf)
+    d_pt = dist_t[border_p] if dist_t is not None else np.full(int(border_p.sum()), math.inf)
+    return max(_directed_percentile(d_tp, area_t, percentile), _directed_percentile(d_pt, area_p, percentile))
 
 
 def _bbox(mask: np.ndarray) -> tuple[slice, ...] | None:
@@ -439,10 +443,21 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
     if todo.size:  # bounding boxes only when a surface distance is needed
         zone_boxes = ndimage.find_objects(zone)
         pred_boxes = ndimage.find_objects(pred_cc)
+    # lesions matched to the same predicted components in the same box (one merged component across several
+    # lesions: a box of the whole component each) share the surface and distance transform of the prediction: each
+    # computed once, the lesions taken in the order of (box, components)
+    jobs = []
     for k in todo:
         matched = pair_pred[starts[k - 1]:starts[k]]
         box = _union_box([zone_boxes[k - 1]] + [pred_boxes[j - 1] for j in matched])
-        hd_k[k - 1] = _surface_hd(gt_lab[box] == k, np.isin(pred_cc[box], matched), sp, 95.0)
+        jobs.append(((tuple((b.start, b.stop) for b in box), tuple(int(j) for j in matched)), int(k), box, matched))
+    jobs.sort(key=lambda job: job[:2])
+    pred_key, pred_side = None, None
+    for key, k, box, matched in jobs:
+        if key != pred_key:
+            pred_key, pred_side = key, None  # the previous side freed before the next is made
+            pred_side = _surface_side(np.isin(pred_cc[box], matched), sp)
+        hd_k[k - 1] = _surface_hd(gt_lab[box] == k, None, sp, 95.0, pred_side=pred_side)
     volume_k = [_volume(int(c), sp, vv) for c in gt_k]
     counted_k = np.array(volume_k, float) > float(min_volume)
     lesions = [BratsLesion(k, volume_k[k - 1], tuple(int(j) for j in pair_pred[starts[k - 1]:starts[k]]),
@@ -850,7 +865,7 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
         u = to_numpy(m, f"maps[{name!r}]")
         if not (u.dtype == bool or np.issubdtype(u.dtype, np.integer) or np.issubdtype(u.dtype, np.floating)):
             raise TypeError(f"maps[{name!r}] must be a real-valued map, got dtype {u.dtype}")
-        u = u.astype(float)
+        u = u.astype(float, copy=False)  # a float64 map (the evaluation converts it once per task) is not copied
         if u.shape != p.shape:
             raise ValueError(f"maps[{name!r}] must have the shape of pred, got {u.shape} and {p.shape}")
         if not np.isfinite(u).all():

@@ -95,7 +95,13 @@ def _quantise(x: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, float, f
     if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
         hi = lo + 1.0 if np.isfinite(lo) else 1.0
         lo = lo if np.isfinite(lo) else 0.0
-    q = np.clip(np.rint((np.nan_to_num(x, nan=lo) - lo) * (255.0 / (hi - lo))), 0, 255).astype(np.uint8)
+    # one float64 buffer, each step in place (the chained expression made a new array per step: a whole-body map's
+    # crop several times over); the same operations, so the same bytes
+    y = np.nan_to_num(np.asarray(x, dtype=np.float64), nan=lo)  # a copy: x is not changed
+    np.subtract(y, lo, out=y)
+    np.multiply(y, 255.0 / (hi - lo), out=y)
+    np.rint(y, out=y)
+    q = np.clip(y, 0, 255, out=y).astype(np.uint8)
     return q, (hi - lo) / 255.0, lo
 
 
@@ -232,12 +238,16 @@ def case_viewer(
     affine = np.asarray(affine, dtype=np.float64)
     if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be a positive integer, got {budget_bytes!r}")
-    finite_u = u[np.isfinite(u)]
-    u_lo, u_hi = (float(finite_u.min()), float(finite_u.max())) if finite_u.size else (0.0, 1.0)
+    finite = np.isfinite(u)  # the range of the finite values, without a copy of them
+    any_finite = bool(finite.any())
+    u_lo, u_hi = ((float(u.min(where=finite, initial=np.inf)), float(u.max(where=finite, initial=-np.inf)))
+                  if any_finite else (0.0, 1.0))
+    del finite
     masks = [seg > 0, np.isfinite(u) & (u > u_lo)]
     if img is not None:
         masks.append(np.asarray(img) != 0)
     box = _box(masks, seg.shape, margin)
+    del masks
     seg_c, u_c = seg[box], u[box]
     img_c = img[box].astype(np.float64) if img is not None else None
     if img_c is not None:
@@ -248,9 +258,10 @@ def case_viewer(
     threshold = u_lo + 0.1 * (u_top - u_lo)
     if finite_c.size:
         threshold = max(threshold, float(np.quantile(finite_c, 1.0 - DEFAULT_COVERAGE)))
+    del finite_c  # the crop's finite values: only for the threshold
     threshold = min(threshold, u_top)
     u_min = u_lo
-    constant = bool(finite_u.size) and u_hi == u_lo
+    constant = any_finite and u_hi == u_lo
     if constant and u_lo > 0:  # one value everywhere: every voxel drawn, in the top colour of the ramp 0 .. value
         u_min, threshold, u_top = 0.0, 0.0, u_lo
     unit = measure_unit(measure)

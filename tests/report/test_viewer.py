@@ -218,3 +218,24 @@ def test_triage_page_shows_the_viewer_for_referred_cases(cohorts, tmp_path):  # 
     text = page.read_text()
     assert re.findall(r'class="mu-viewer" id="viewer-\d+" data-volumes="[^"]+" data-case="([^"]+)"', text) == referred
     _check_viewer_page(exe, page, tmp_path, "triage", len(referred))
+
+
+def test_case_viewer_memory_is_a_small_multiple_of_the_map():
+    """The viewer of a whole-body map keeps a few MiB in the page; on the way it holds the map in float64 and one
+    float64 buffer of the crop at a time (was 43 bytes per voxel: a copy of the finite values, the masks of the crop
+    box kept, five chained float64 temporaries in the quantisation; found by the scale review)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    seg = np.zeros((64, 64, 64), np.int64)
+    seg[16:-16, 16:-16, 16:-16] = 1
+    u = rng.random(seg.shape).astype(np.float32)
+    case_viewer("warm-up", seg, u)
+    tracemalloc.start()
+    try:
+        data = case_viewer("x", seg, u)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert data["step"] == 1
+    assert peak < 30 * seg.size, peak / seg.size  # 25 bytes per voxel: float64 map, crop buffer, quantile copy
