@@ -476,6 +476,12 @@ def _draws_pinned(fp: Mapping[str, Any]) -> bool:
     return "mcdropout" in tokens or "ratein" in tokens or tokens == ["ssn"]
 
 
+def _samples_dropout(fp: Mapping[str, Any]) -> bool:
+    """Whether a fingerprint's method samples the post-hoc dropout of ``dropout`` (``mcdropout`` or ``ratein``)."""
+    tokens = [t.strip().lower() for t in str(fp.get("method") or "").split("+")]
+    return "mcdropout" in tokens or "ratein" in tokens
+
+
 #: fields that name where a model's files were (display only) once both sides record the files' digests
 _PATH_FIELDS = ("checkpoints", "model_folder")
 _BUNDLE = re.compile(r"^bundle: .*?((?: \(temperature \[[^\]]*\]\))?)$")
@@ -550,10 +556,12 @@ def weight_differences(rule_w: Sequence[Mapping[str, Any]], pred_w: Sequence[Map
 def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any]:
     """A fingerprint as :func:`compare_fingerprints` compares it.
 
-    ``roi`` becomes one int for an isotropic window; with ``digests`` (both sides record the model files' digests)
-    the paths (``checkpoints``, ``model_folder``, a bundle's folder in ``model``) are dropped, since the digests
-    identify the model, and ``weights`` is left to the digest comparison; without, ``weights`` is dropped (the model
-    is compared by its paths, as before the digests were recorded).
+    ``roi`` becomes one int for an isotropic window; ``dropout`` becomes None under a method that samples no dropout
+    (neither ``mcdropout`` nor ``ratein``: the layers were inserted but never switched on, the maps are those without
+    them); with ``digests`` (both sides record the model files' digests) the paths (``checkpoints``,
+    ``model_folder``, a bundle's folder in ``model``) are dropped, since the digests identify the model, and
+    ``weights`` is left to the digest comparison; without, ``weights`` is dropped (the model is compared by its
+    paths, as before the digests were recorded).
 
     Args:
         fp: a :func:`prediction_fingerprint`.
@@ -565,11 +573,18 @@ def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any
     Example:
         >>> normalize_fingerprint({"roi": [8, 8, 8], "checkpoints": ["a.pt"]}, digests=True)
         {'roi': 8}
+        >>> normalize_fingerprint({"method": "tta", "dropout": 0.1}, digests=False)
+        {'method': 'tta', 'dropout': None}
     """
     out = dict(fp)
     if "roi" in out:
         out["roi"] = _normalized_roi(out["roi"])
     out.pop("weights", None)
+    if out.get("dropout") is not None and not _samples_dropout(out):
+        # an infer --dropout that no source sampled (earlier versions accepted it under tta / ensemble / softmax): the
+        # maps were those without it, bit for bit, so a rule certified with it matches predictions made without it
+        # (found by hostile review: such a rule refused every new prediction once --dropout was refused there)
+        out["dropout"] = None
     if digests:
         for k in _PATH_FIELDS:
             out.pop(k, None)

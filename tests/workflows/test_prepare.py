@@ -361,11 +361,24 @@ def test_dropout_without_a_source_that_samples_it_is_refused(s, tmp_path, capsys
     assert plan.settings.dropout == 0.1
 
 
-def test_a_rule_certified_with_an_unused_dropout_says_so(s):
-    """A rule certified before --dropout was refused under tta: its own setting is named, not 'drop --dropout'."""
+def test_a_rule_certified_with_an_unused_dropout_stays_usable(s):
+    """A rule certified by an earlier version with ``--method tta --dropout 0.1`` (accepted then, never sampled: the
+    maps were plain TTA's, bit for bit). Found by hostile review: ``infer --settings-from`` refused it ("certify the
+    rule again", which needs labelled cases) and predictions made without --dropout mismatched its fingerprint, so
+    triage refused them: the rule was dead. Now infer predicts without the dropout (a warning) and the fingerprints
+    match; under a method that samples dropout, the rate is still compared."""
+    from monai_unc.io.provenance import compare_fingerprints
     from monai_unc.workflows.reuse import RuleSettings
 
     rule = RuleSettings(source="referral rule r.json", options={"method": "tta", "dropout": 0.1}, num_samples=8)
-    with pytest.raises(ValueError, match=r"referral rule r.json was certified with --dropout 0.1 under --method 'tta'"
-                       r".*certify the rule again without --dropout"):
-        prepare_infer(s["images"], network=s["spec"], checkpoint=s["ckpt"], method="tta", dropout=0.1, rule=rule)
+    with pytest.warns(UserWarning, match=r"referral rule r.json was certified with --dropout 0.1 under --method "
+                      r"'tta'.*predicting without it"):
+        plan = prepare_infer(s["images"], network=s["spec"], checkpoint=s["ckpt"], method="tta", dropout=0.1,
+                             rule=rule)
+    assert plan.settings.dropout is None
+    base = {"producer": "monai-unc infer", "model": "network: UNet", "method": "tta", "num_samples": 8, "roi": 8}
+    assert compare_fingerprints({**base, "dropout": 0.1}, {**base, "dropout": None}) == ("match", [])
+    for method in ("mcdropout+tta", "ratein"):
+        sampled = {**base, "method": method}
+        assert compare_fingerprints({**sampled, "dropout": 0.1}, {**sampled, "dropout": None}) == (
+            "mismatch", [("dropout", 0.1, None)])
