@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -382,3 +383,30 @@ def test_a_rule_certified_with_an_unused_dropout_stays_usable(s):
         sampled = {**base, "method": method}
         assert compare_fingerprints({**sampled, "dropout": 0.1}, {**sampled, "dropout": None}) == (
             "mismatch", [("dropout", 0.1, None)])
+
+
+def test_a_run_left_half_done_with_an_unused_dropout_resumes(s, tmp_path):
+    """An earlier version ran ``infer --method tta --dropout 0.1`` (never sampled: plain TTA's maps) into a folder and
+    stopped half way. Found by hostile review: the same command is refused now, and without --dropout the resume
+    refused "a run with different settings (dropout)" and predicted every finished case again. The unused dropout now
+    compares as absent: the finished cases are kept."""
+    out = tmp_path / "out"
+    argv = ["infer", "-i", str(s["images"]), "-o", str(out), "--network", str(s["spec"]), "--checkpoint",
+            str(s["ckpt"]), "--method", "tta", "--quiet", "--device", "cpu"]
+    assert cli.main(argv) == 0
+    records = sorted(p for p in out.glob("*.json") if p.name not in ("infer.json", "failures.json"))
+    assert records
+    for path in [out / "infer.json", *records]:  # as the earlier version recorded them
+        doc = json.loads(path.read_text())
+        key = "settings" if path.name == "infer.json" else "fingerprint"
+        doc[key]["dropout"] = 0.1
+        path.write_text(json.dumps(doc))
+    records[-1].unlink()  # stopped before the last case
+    before = {p.name: p.stat().st_mtime_ns for p in records[:-1]}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli.main(argv) == 0
+    assert not [w for w in caught if "other settings" in str(w.message)], [str(w.message) for w in caught]
+    assert {p.name: p.stat().st_mtime_ns for p in records[:-1]} == before  # kept, not predicted again
+    assert records[-1].is_file()
+    assert json.loads((out / "infer.json").read_text())["settings"]["dropout"] is None
