@@ -311,6 +311,7 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
 
 def _note_other_settings(other: dict[str, list[str]], case_id: str, made: dict, expected: dict) -> None:
     """Add ``case_id`` to ``other`` under the settings in which ``made`` (its record's) differs from ``expected``."""
+    made, expected = settings_as_compared(made), settings_as_compared(expected)  # a resumed earlier run's records
     if json.dumps(made, sort_keys=True) == json.dumps(expected, sort_keys=True):
         return
     changes = settings_changes(made, expected) or ["the settings' types"]  # e.g. 1 against 1.0
@@ -476,10 +477,32 @@ def _draws_pinned(fp: Mapping[str, Any]) -> bool:
     return "mcdropout" in tokens or "ratein" in tokens or tokens == ["ssn"]
 
 
-def _samples_dropout(fp: Mapping[str, Any]) -> bool:
-    """Whether a fingerprint's method samples the post-hoc dropout of ``dropout`` (``mcdropout`` or ``ratein``)."""
-    tokens = [t.strip().lower() for t in str(fp.get("method") or "").split("+")]
-    return "mcdropout" in tokens or "ratein" in tokens
+def settings_as_compared(settings: Any) -> Any:
+    """Recorded ``infer`` settings as they are compared: an unused ``dropout`` as None.
+
+    For ``infer.json``, a case record's ``fingerprint`` and a rule's prediction fingerprint. ``infer --dropout``
+    under a method that samples no dropout (neither ``mcdropout`` nor ``ratein``) is refused now; earlier versions
+    accepted it, inserted the layers and never switched them on, so those maps are the ones without it. Found by
+    hostile review: a rule certified with it, and a run left half done with it, could no longer be used.
+
+    Args:
+        settings: the recorded settings (anything else is returned as it is).
+
+    Returns:
+        The settings, with ``dropout`` None when the method samples none.
+
+    Example:
+        >>> settings_as_compared({"method": "tta", "dropout": 0.1})
+        {'method': 'tta', 'dropout': None}
+        >>> settings_as_compared({"method": "mcdropout+tta", "dropout": 0.1})
+        {'method': 'mcdropout+tta', 'dropout': 0.1}
+    """
+    if not isinstance(settings, Mapping) or settings.get("dropout") is None:
+        return settings
+    tokens = [t.strip().lower() for t in str(settings.get("method") or "").split("+")]
+    if "mcdropout" in tokens or "ratein" in tokens:
+        return settings
+    return {**settings, "dropout": None}
 
 
 #: fields that name where a model's files were (display only) once both sides record the files' digests
@@ -576,15 +599,10 @@ def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any
         >>> normalize_fingerprint({"method": "tta", "dropout": 0.1}, digests=False)
         {'method': 'tta', 'dropout': None}
     """
-    out = dict(fp)
+    out = dict(settings_as_compared(fp))  # a rule certified with an unused --dropout matches predictions without it
     if "roi" in out:
         out["roi"] = _normalized_roi(out["roi"])
     out.pop("weights", None)
-    if out.get("dropout") is not None and not _samples_dropout(out):
-        # an infer --dropout that no source sampled (earlier versions accepted it under tta / ensemble / softmax): the
-        # maps were those without it, bit for bit, so a rule certified with it matches predictions made without it
-        # (found by hostile review: such a rule refused every new prediction once --dropout was refused there)
-        out["dropout"] = None
     if digests:
         for k in _PATH_FIELDS:
             out.pop(k, None)

@@ -84,6 +84,7 @@ from ..io import (
     save_probabilities,
     save_region_maps,
 )
+from ..io.provenance import settings_as_compared
 from ..keys import MEASURES
 from ..keys import UncertaintyKeys as K
 from ..regions import regions_to_labels
@@ -401,21 +402,6 @@ def case_fingerprint(settings: InferSettings) -> dict[str, Any]:
     return json_safe(settings.to_json())
 
 
-def _comparable_settings(recorded: Any) -> Any:
-    """Recorded run settings as a resume compares them: an unused ``dropout`` as None.
-
-    An earlier version's ``dropout`` under a method that samples none (neither ``mcdropout`` nor ``ratein``) was
-    inserted and never switched on: the maps are those without it. Found by hostile review: since such a
-    ``--dropout`` is refused, a run an earlier version left half done could be resumed neither with it nor without it
-    (the run refused, every finished case predicted again).
-    """
-    if not isinstance(recorded, dict) or recorded.get("dropout") is None:
-        return recorded
-    if SHARED_PASS_TOKENS & set(method_tokens(str(recorded.get("method") or ""))):
-        return recorded
-    return {**recorded, "dropout": None}
-
-
 def _warn_stale(case_id: str, saved: Any, current: Any) -> None:
     changes = settings_changes(saved, current)
     warnings.warn(f"case {case_id!r} was predicted with other settings ({'; '.join(changes[:4])}"
@@ -502,7 +488,7 @@ def _record_cache(output: Path, overwrite: bool = False, settings: InferSettings
     """
     current = None if settings is None else case_fingerprint(settings)  # the same settings for every case
     return CaseCache(output, None if current is None else (lambda item: current), restore=_restore_record,
-                     store=False, reuse=not overwrite, on_stale=_warn_stale, saved_as=_comparable_settings)
+                     store=False, reuse=not overwrite, on_stale=_warn_stale, saved_as=settings_as_compared)
 
 
 def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
@@ -997,7 +983,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         except (ValueError, RecursionError):  # RecursionError: deeply nested (found by hostile testing)
             doc = {}
         doc = doc if isinstance(doc, dict) else {}
-        old = _comparable_settings(doc.get("settings", {}))
+        old = settings_as_compared(doc.get("settings", {}))  # an earlier run's unused --dropout: as absent
         old = old if isinstance(old, dict) else {}
         made_by = doc.get(VERSION_KEY)
         # a record older than the temperature field holds it in ``model`` only (compared there); one older than

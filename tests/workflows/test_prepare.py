@@ -410,3 +410,7 @@ def test_a_run_left_half_done_with_an_unused_dropout_resumes(s, tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in records[:-1]} == before  # kept, not predicted again
     assert records[-1].is_file()
     assert json.loads((out / "infer.json").read_text())["settings"]["dropout"] is None
+    # evaluate / triage read the folder as one run: the kept records (dropout 0.1) and the new one agree
+    from monai_unc.io.provenance import check_finished_predictions
+
+    check_finished_predictions(out, "monai-unc", [p.stem for p in records])
