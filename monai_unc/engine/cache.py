@@ -66,6 +66,8 @@ class CaseCache:
         on_stale: ``on_stale(case_id, saved, current)`` when a saved state is found whose fingerprint differs from
             the current one (the case is computed again), e.g. to say so in a log line; ``saved`` is None for a
             state that records none.
+        saved_as: ``saved_as(saved) -> fingerprint``: a saved fingerprint as it compares with the current one (a
+            setting an earlier version recorded that had no effect); default: as it was saved.
 
     Example:
         >>> import tempfile
@@ -85,6 +87,7 @@ class CaseCache:
         store: bool = True,
         reuse: bool = True,
         on_stale: Callable[[str, Any, Any], None] | None = None,
+        saved_as: Callable[[Any], Any] | None = None,
     ) -> None:
         if fingerprint is not None and not callable(fingerprint):
             raise TypeError(f"fingerprint must be callable or None, got {type(fingerprint).__name__}")
@@ -95,6 +98,7 @@ class CaseCache:
         self.store = bool(store)
         self.reuse = bool(reuse)
         self.on_stale = on_stale
+        self.saved_as = saved_as
 
     def path(self, case_id: str) -> Path:
         """The JSON file of a case.
@@ -152,7 +156,9 @@ class CaseCache:
             doc = json.loads(path.read_text())
             if not isinstance(doc, dict):
                 return None
-            if self.fingerprint is not None and (_canonical(doc.get("fingerprint")) != _canonical(fingerprint)
+            saved = doc.get("fingerprint")
+            saved = saved if self.saved_as is None else self.saved_as(saved)
+            if self.fingerprint is not None and (_canonical(saved) != _canonical(fingerprint)
                                                  or doc.get("case") != case_id):
                 if self.on_stale is not None and doc.get("case") == case_id:
                     self.on_stale(case_id, doc.get("fingerprint"), fingerprint)

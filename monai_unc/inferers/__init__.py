@@ -44,6 +44,7 @@ from .sampling import (
     UncertaintyInferer,
     UncertaintyOutput,
     apply_activation,
+    check_network_logits,
     warn_if_probabilities,
     window_disagreement_from_stitched,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "add_dropout",
     "apply_activation",
     "warn_if_probabilities",
+    "check_network_logits",
     "default_dropout_sites",
     "enable_mc_dropout",
     "find_dropout_layers",

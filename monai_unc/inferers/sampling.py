@@ -99,6 +99,7 @@ __all__ = [
     "SoftmaxInferer",
     "apply_activation",
     "warn_if_probabilities",
+    "check_network_logits",
     "WINDOW_DISAGREEMENT_MODES",
     "WD_RTOL",
     "window_disagreement_from_stitched",
@@ -644,6 +645,43 @@ def _is_probability_map(out: Any) -> bool:
     return bool((t - 1.0 / t.shape[1]).abs().amax() > tol)
 
 
+def check_network_logits(out: Any, activation: str | None, who: str = "the network") -> bool:
+    """Refuse, or warn about, a network output that already holds probabilities where ``activation`` expects logits.
+
+    Under ``"softmax"`` a non-uniform probability map (every value in ``[0, 1]``, the channels summing to 1: a
+    softmax in the network's forward) is refused, since a second softmax flattens it towards uniform; any other
+    output in ``[0, 1]`` is warned about (:func:`warn_if_probabilities`). The one check of the inferers (on the first
+    sample of a call) and of ``monai-unc calibrate`` (on the first case's output, which it fits a temperature to:
+    found by hostile review, it took such probabilities for logits without a word).
+
+    Args:
+        out: the network's output (a tensor, or what :func:`network_output_tensor` accepts).
+        activation: ``"softmax"``, ``"sigmoid"`` or ``None`` (probabilities expected: not checked).
+        who: how the message names the network (``"ensemble member 1 (networks[1])"``).
+
+    Returns:
+        Whether it warned.
+
+    Raises:
+        ValueError: a probability map under ``"softmax"``, naming ``who``.
+
+    Example:
+        >>> check_network_logits(torch.tensor([[[2.0, -1.0]], [[-0.5, 3.0]]]).transpose(0, 1), "softmax")
+        False
+        >>> check_network_logits(torch.tensor([[[0.9], [0.1]]]), "softmax")
+        Traceback (most recent call last):
+        ...
+        ValueError: the network already returns probabilities (every value in [0, 1], the channels summing to 1) ...
+    """
+    if activation == "softmax" and _is_probability_map(out):
+        raise ValueError(
+            f"{who} already returns probabilities (every value in [0, 1], the channels summing to 1) but "
+            "activation='softmax' would apply a second softmax, flattening them towards uniform: return logits, or "
+            "pass activation=None (then every network / member must return probabilities)"
+        )
+    return warn_if_probabilities(out, activation)
+
+
 def _network_name(index: int | None, source: SampleSource | None = None) -> str:
     """``"ensemble member i (networks[i])"`` for a member of a network-level source, else ``"the network"``.
 
@@ -940,15 +978,7 @@ class UncertaintyInferer(Inferer):
                     # one that ends in nn.Softmax); a probability map under "softmax" is refused, other outputs in
                     # [0, 1] (a sigmoid in the forward: a second one puts every voxel in the foreground) warned
                     info["activation_checked"] = True
-                    if self.activation == "softmax" and _is_probability_map(raw):
-                        who = info.get("who", "the network")
-                        raise ValueError(
-                            f"{who} already returns probabilities (every value in [0, 1], the channels summing to 1) "
-                            "but activation='softmax' would apply a second softmax, flattening them towards uniform: "
-                            "return logits, or pass activation=None (then every network / member must return "
-                            "probabilities)"
-                        )
-                    warn_if_probabilities(raw, self.activation)
+                    check_network_logits(raw, self.activation, info.get("who", "the network"))
                 if self.activation is not None:  # probabilities (None) are checked by _to_probs itself
                     extremes.append(torch.stack(torch.aminmax(network_output_tensor(raw).detach())).float())
                 probs, multilabel = _to_probs(raw, self.activation, check=False)

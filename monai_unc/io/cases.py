@@ -2379,7 +2379,8 @@ def nnunet_dataset_regions(dataset_json: Any, source: str = "dataset.json") -> d
 
     Raises:
         ValueError: ``dataset_json`` is not an object, or its ``"labels"`` is not an object of integer labels or
-            lists of integer labels (naming ``source``).
+            lists of integer labels (naming ``source``; a whole number written as a float, ``3.0``, is label 3, as
+            nnU-Net reads it).
 
     Example:
         >>> nnunet_dataset_regions({"labels": {"background": 0, "whole": [1, 2, 3], "core": [2, 3], "enh": 3}})
@@ -2393,9 +2394,12 @@ def nnunet_dataset_regions(dataset_json: Any, source: str = "dataset.json") -> d
     if not isinstance(labels, Mapping):
         raise ValueError(f"{source}: 'labels' must be an object of label names, got {type(labels).__name__}")
 
+    def integral(v: Any) -> bool:  # nnU-Net reads labels with int(): 3.0 is label 3 (found by hostile review)
+        return not isinstance(v, bool) and (isinstance(v, int) or (isinstance(v, float) and v.is_integer()))
+
     def values(name: str, value: Any) -> list[int]:
         vals = list(value) if isinstance(value, (list, tuple)) else [value]
-        if not vals or any(isinstance(v, bool) or not isinstance(v, int) for v in vals):
+        if not vals or not all(integral(v) for v in vals):
             raise ValueError(f"{source}: label {name!r} must be an integer or a non-empty list of integers, got "
                              f"{value!r}")
         return [int(v) for v in vals]

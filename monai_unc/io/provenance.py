@@ -311,6 +311,7 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
 
 def _note_other_settings(other: dict[str, list[str]], case_id: str, made: dict, expected: dict) -> None:
     """Add ``case_id`` to ``other`` under the settings in which ``made`` (its record's) differs from ``expected``."""
+    made, expected = settings_as_compared(made), settings_as_compared(expected)  # a resumed earlier run's records
     if json.dumps(made, sort_keys=True) == json.dumps(expected, sort_keys=True):
         return
     changes = settings_changes(made, expected) or ["the settings' types"]  # e.g. 1 against 1.0
@@ -476,6 +477,34 @@ def _draws_pinned(fp: Mapping[str, Any]) -> bool:
     return "mcdropout" in tokens or "ratein" in tokens or tokens == ["ssn"]
 
 
+def settings_as_compared(settings: Any) -> Any:
+    """Recorded ``infer`` settings as they are compared: an unused ``dropout`` as None.
+
+    For ``infer.json``, a case record's ``fingerprint`` and a rule's prediction fingerprint. ``infer --dropout``
+    under a method that samples no dropout (neither ``mcdropout`` nor ``ratein``) is refused now; earlier versions
+    accepted it, inserted the layers and never switched them on, so those maps are the ones without it. Found by
+    hostile review: a rule certified with it, and a run left half done with it, could no longer be used.
+
+    Args:
+        settings: the recorded settings (anything else is returned as it is).
+
+    Returns:
+        The settings, with ``dropout`` None when the method samples none.
+
+    Example:
+        >>> settings_as_compared({"method": "tta", "dropout": 0.1})
+        {'method': 'tta', 'dropout': None}
+        >>> settings_as_compared({"method": "mcdropout+tta", "dropout": 0.1})
+        {'method': 'mcdropout+tta', 'dropout': 0.1}
+    """
+    if not isinstance(settings, Mapping) or settings.get("dropout") is None:
+        return settings
+    tokens = [t.strip().lower() for t in str(settings.get("method") or "").split("+")]
+    if "mcdropout" in tokens or "ratein" in tokens:
+        return settings
+    return {**settings, "dropout": None}
+
+
 #: fields that name where a model's files were (display only) once both sides record the files' digests
 _PATH_FIELDS = ("checkpoints", "model_folder")
 _BUNDLE = re.compile(r"^bundle: .*?((?: \(temperature \[[^\]]*\]\))?)$")
@@ -550,10 +579,12 @@ def weight_differences(rule_w: Sequence[Mapping[str, Any]], pred_w: Sequence[Map
 def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any]:
     """A fingerprint as :func:`compare_fingerprints` compares it.
 
-    ``roi`` becomes one int for an isotropic window; with ``digests`` (both sides record the model files' digests)
-    the paths (``checkpoints``, ``model_folder``, a bundle's folder in ``model``) are dropped, since the digests
-    identify the model, and ``weights`` is left to the digest comparison; without, ``weights`` is dropped (the model
-    is compared by its paths, as before the digests were recorded).
+    ``roi`` becomes one int for an isotropic window; ``dropout`` becomes None under a method that samples no dropout
+    (neither ``mcdropout`` nor ``ratein``: the layers were inserted but never switched on, the maps are those without
+    them); with ``digests`` (both sides record the model files' digests) the paths (``checkpoints``,
+    ``model_folder``, a bundle's folder in ``model``) are dropped, since the digests identify the model, and
+    ``weights`` is left to the digest comparison; without, ``weights`` is dropped (the model is compared by its
+    paths, as before the digests were recorded).
 
     Args:
         fp: a :func:`prediction_fingerprint`.
@@ -565,8 +596,10 @@ def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any
     Example:
         >>> normalize_fingerprint({"roi": [8, 8, 8], "checkpoints": ["a.pt"]}, digests=True)
         {'roi': 8}
+        >>> normalize_fingerprint({"method": "tta", "dropout": 0.1}, digests=False)
+        {'method': 'tta', 'dropout': None}
     """
-    out = dict(fp)
+    out = dict(settings_as_compared(fp))  # a rule certified with an unused --dropout matches predictions without it
     if "roi" in out:
         out["roi"] = _normalized_roi(out["roi"])
     out.pop("weights", None)

@@ -37,6 +37,7 @@ from urllib.parse import unquote
 
 from .. import __version__
 from .._digest import content_digest
+from .._utils import is_finite_real
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -586,6 +587,10 @@ def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     return connect("mode=ro&immutable=1")
 
 
+#: PostgreSQL's largest ``lock_timeout`` (ms): ``2^31 - 1``, 24.8 days
+_PG_MAX_MS = 2**31 - 1
+
+
 class MonitorStore:
     """A connection to the monitoring store (SQLite file or PostgreSQL database).
 
@@ -598,8 +603,8 @@ class MonitorStore:
         create: create a missing SQLite file and the store's tables (False, for ``label`` and the read-only
             commands: a missing file, or a database that is not a monitoring store, is an error and nothing is
             written into it).
-        timeout: seconds a writer waits for another writer's transaction (SQLite and PostgreSQL), then one
-            ``ValueError`` line.
+        timeout: seconds a writer waits for another writer's transaction (SQLite and PostgreSQL; a finite number
+            ``>= 0``, on PostgreSQL at most 24.8 days, its ``lock_timeout`` limit), then one ``ValueError`` line.
         read_only: only read (``status``, ``verify``, ``report``; implies ``create=False``): an SQLite file is
             opened read-only (``mode=ro``; on a full disk or a read-only file system, where no connection has it
             open and its write-ahead log is empty, the file alone) and a store of an older schema is refused rather
@@ -621,6 +626,8 @@ class MonitorStore:
 
     def __init__(self, url: str | os.PathLike, *, create: bool = True, timeout: float = 60.0,
                  read_only: bool = False) -> None:
+        if not is_finite_real(timeout) or timeout < 0:  # found by hostile review: inf / NaN were an OverflowError
+            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
         create = create and not read_only
         self._read_only = read_only
         self._timeout = float(timeout)
@@ -764,7 +771,10 @@ class MonitorStore:
                 # without the other's commit (a duplicate audit entry: found by hostile testing); and the writers'
                 # lock waits ``timeout`` seconds at most, as SQLite's (it waited forever behind a stuck writer)
                 self._conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                self._conn.execute(f"SET LOCAL lock_timeout = {max(1, round(self._timeout * 1000))}")
+                # in ms, at most the server's limit 2^31 - 1 (24.8 days: found by hostile review, a longer timeout
+                # failed every write with "invalid value for parameter lock_timeout")
+                ms = min(max(1, round(self._timeout * 1000)), _PG_MAX_MS)
+                self._conn.execute(f"SET LOCAL lock_timeout = {ms}")
                 try:
                     self._conn.execute("SELECT pg_advisory_xact_lock(7263418)")  # the writers' lock
                 except self._lock_timeout_errors:

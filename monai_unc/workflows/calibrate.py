@@ -29,6 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..engine import error_line
+from ..inferers import check_network_logits
 from ..io import (
     CaseError,
     ImageCase,
@@ -143,6 +144,9 @@ def collect_logits(
                             f"(batch, channels, *spatial): {error_line(e)}") from e
         z = (z[0] if isinstance(z, (tuple, list)) else z).float().cpu()
         z = z.as_tensor() if hasattr(z, "as_tensor") else z
+        if not len(logits):  # the inferers' check, on the first case: a temperature fitted to probabilities taken for
+            # logits (a softmax / sigmoid in the network's forward) is no calibration (found by hostile review)
+            check_network_logits(z, activation)
         what = f"case {case.case_id!r}: label {Path(label_path).name}"
         if activation == "sigmoid":
             targets.append(_region_target(lab, int(z.shape[1]), spec, what))

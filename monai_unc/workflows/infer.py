@@ -84,6 +84,7 @@ from ..io import (
     save_probabilities,
     save_region_maps,
 )
+from ..io.provenance import settings_as_compared
 from ..keys import MEASURES
 from ..keys import UncertaintyKeys as K
 from ..regions import regions_to_labels
@@ -487,7 +488,7 @@ def _record_cache(output: Path, overwrite: bool = False, settings: InferSettings
     """
     current = None if settings is None else case_fingerprint(settings)  # the same settings for every case
     return CaseCache(output, None if current is None else (lambda item: current), restore=_restore_record,
-                     store=False, reuse=not overwrite, on_stale=_warn_stale)
+                     store=False, reuse=not overwrite, on_stale=_warn_stale, saved_as=settings_as_compared)
 
 
 def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
@@ -982,7 +983,8 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         except (ValueError, RecursionError):  # RecursionError: deeply nested (found by hostile testing)
             doc = {}
         doc = doc if isinstance(doc, dict) else {}
-        old = doc.get("settings", {})
+        old = settings_as_compared(doc.get("settings", {}))  # an earlier run's unused --dropout: as absent
+        old = old if isinstance(old, dict) else {}
         made_by = doc.get(VERSION_KEY)
         # a record older than the temperature field holds it in ``model`` only (compared there); one older than
         # the weight digests has none (its checkpoints are compared by path)

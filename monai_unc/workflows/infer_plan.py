@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,12 +262,17 @@ def prepare_infer(
     check_case_ids(cases)  # a case 'infer' or 'failures' would replace the run's own files: before the model loads
     if dropout is not None and not SHARED_PASS_TOKENS & set(method_tokens(method)):  # found by hostile review (docs):
         # the dropout was inserted and recorded, but no source switched it on: the maps were those without it
-        if rule is not None and rule.options.get("dropout") == dropout:  # not typed: the rule's own setting
-            raise ValueError(f"{rule.source} was certified with --dropout {dropout:g} under --method {method!r}, "
-                             "which samples no dropout (its maps were those without it; earlier versions accepted "
-                             "the option): certify the rule again without --dropout")
-        raise ValueError(f"--dropout {dropout:g} inserts dropout layers that only the mcdropout and ratein sources "
-                         f"sample; add mcdropout to --method {method!r}, or drop --dropout")
+        if rule is not None and rule.options.get("dropout") == dropout:  # the rule's own setting
+            # certified by an earlier version, which accepted it: its maps were those without it, and its fingerprint
+            # matches predictions made without it (normalize_fingerprint), so the rule stays usable without
+            # recertifying (found by hostile review: it was refused, and predictions without it mismatched the rule)
+            warnings.warn(f"{rule.source} was certified with --dropout {dropout:g} under --method {method!r}, which "
+                          "samples no dropout (earlier versions accepted the option; the maps were those without it): "
+                          "predicting without it", UserWarning, stacklevel=2)
+            dropout = None
+        else:
+            raise ValueError(f"--dropout {dropout:g} inserts dropout layers that only the mcdropout and ratein sources "
+                             f"sample; add mcdropout to --method {method!r}, or drop --dropout")
     files = checkpoint_list(checkpoint)
     if len(files) > 1 and "ensemble" not in method_tokens(method):  # found by hostile testing: all but the first
         # were dropped without a word (infer.json listed them all), the maps those of one network

@@ -113,3 +113,20 @@ def test_dataset_regions_as_nnunet_orders_its_channels():
     assert nnunet_dataset_regions(doc) == {"whole": [1, 2, 3], "core": [2, 3], "enh": [3]}
     assert nnunet_dataset_regions({"labels": {"background": 0, "a": 1, "b": 2}}) == {}
     assert nnunet_dataset_regions({}) == {}
+
+
+def test_dataset_regions_read_whole_floats_as_nnunet_does():
+    """Found by hostile review: ``"whole tumor": [1.0, 2.0, 3.0]`` (JSON numbers written as floats), which nnU-Net's
+    ``LabelManager`` reads with ``int()`` and ``region_definitions`` read before it delegated here, was refused."""
+    doc = {"labels": {"background": 0.0, "whole tumor": [1.0, 2.0, 3.0], "tumor core": [2, 3.0],
+                      "enhancing tumor": 3.0}}
+    expected = {"whole tumor": [1, 2, 3], "tumor core": [2, 3], "enhancing tumor": [3]}
+    assert nnunet_dataset_regions(doc) == expected
+    assert all(type(v) is int for vals in nnunet_dataset_regions(doc).values() for v in vals)
+    for bad in (2.5, float("nan"), float("inf"), "3", True):
+        with pytest.raises(ValueError, match="must be an integer"):
+            nnunet_dataset_regions({"labels": {"background": 0, "a": [1, 2], "b": bad}})
+    pytest.importorskip("nnunetv2")  # the nnunet extra: region_definitions (nnunet-predict, nnunet-calibrate)
+    from monai_unc.nnunet.export import region_definitions
+
+    assert region_definitions(doc) == expected

@@ -64,3 +64,44 @@ def test_logits_and_a_constant_head_do_not_warn():
             MCDropoutInferer(num_samples=2, activation="sigmoid", seed=0)(_x(), net)
         assert not [x for x in w if "network's output lies in [0, 1]" in str(x.message)]
     assert warn_if_probabilities(torch.tensor([[[0.2, 0.7]]]), None) is False  # probabilities expected
+
+
+def _calibration_cases(root):
+    import nibabel as nib
+    import numpy as np
+
+    from monai_unc.io import list_image_cases
+
+    (root / "imgs").mkdir()
+    (root / "labs").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        nib.save(nib.Nifti1Image(rng.normal(size=(6, 6, 6)).astype(np.float32), np.eye(4)),
+                 str(root / "imgs" / f"c{i}.nii.gz"))
+        nib.save(nib.Nifti1Image(rng.integers(0, 2, (6, 6, 6)).astype(np.uint8), np.eye(4)),
+                 str(root / "labs" / f"c{i}.nii.gz"))
+    return list_image_cases(root / "imgs"), [root / "labs" / f"c{i}.nii.gz" for i in range(2)]
+
+
+def test_calibrate_checks_its_logits_as_the_inferers_do(tmp_path):
+    """``monai-unc calibrate`` (``collect_logits``) is the twin of the inferers' check: it took the output of a network
+    ending in its own Softmax for logits and fitted a temperature to probabilities without a word (found by hostile
+    review). Refused now under softmax, warned under sigmoid; logits pass."""
+    from monai_unc.workflows.calibrate import collect_logits
+    from monai_unc.workflows.models import LoadedModel
+
+    cases, labels = _calibration_cases(tmp_path)
+
+    def model(final: torch.nn.Module | None, channels: int = 2) -> LoadedModel:
+        torch.manual_seed(0)
+        layers = [torch.nn.Conv3d(1, channels, 1), *([final] if final is not None else [])]
+        return LoadedModel(torch.nn.Sequential(*layers).eval(), "network: Sequential", "none", None, [], 3, None, [])
+
+    with pytest.raises(ValueError, match="already returns probabilities"):
+        collect_logits(cases, labels, model(torch.nn.Softmax(dim=1)), "none", progress=False)
+    with pytest.warns(UserWarning, match=MESSAGE):
+        collect_logits(cases, labels, model(torch.nn.Sigmoid(), 1), "none", progress=False, activation="sigmoid")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logits, _ = collect_logits(cases, labels, model(None), "none", progress=False)
+    assert len(logits) == 2

@@ -320,3 +320,20 @@ def test_the_dashboard_says_when_its_audit_trail_is_cut(tmp_path):
     assert "the last 500 of 1200 entries (from entry 701)" in html
     page = build_monitor_page([], entries[:500], VerifyResult(True, 500, entries[499].hash), tmp_path / "d.html")
     assert "entries (from entry" not in page.read_text()
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), -1.0, True, "60"])
+def test_a_timeout_that_is_no_finite_number_of_seconds_is_refused(tmp_path, timeout):
+    """Found by hostile review: inf / NaN failed with an OverflowError / int-conversion traceback, -1 was taken."""
+    with pytest.raises(ValueError, match="timeout must be a finite number of seconds"):
+        MonitorStore(str(tmp_path / "m.db"), timeout=timeout)
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_a_timeout_of_weeks_still_writes(store_url):
+    """PostgreSQL's lock_timeout takes at most 2^31 - 1 ms: a timeout of 35 days failed every write (found by
+    hostile review; before the lock timeout the writer waited as long as it had to)."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    with MonitorStore(store_url, timeout=3e6) as store:
+        _record(store, rule, [_case(rule, "001", 0.2)], "a" * 64)
+        assert len(store.cases()) == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -361,11 +362,55 @@ def test_dropout_without_a_source_that_samples_it_is_refused(s, tmp_path, capsys
     assert plan.settings.dropout == 0.1
 
 
-def test_a_rule_certified_with_an_unused_dropout_says_so(s):
-    """A rule certified before --dropout was refused under tta: its own setting is named, not 'drop --dropout'."""
+def test_a_rule_certified_with_an_unused_dropout_stays_usable(s):
+    """A rule certified by an earlier version with ``--method tta --dropout 0.1`` (accepted then, never sampled: the
+    maps were plain TTA's, bit for bit). Found by hostile review: ``infer --settings-from`` refused it ("certify the
+    rule again", which needs labelled cases) and predictions made without --dropout mismatched its fingerprint, so
+    triage refused them: the rule was dead. Now infer predicts without the dropout (a warning) and the fingerprints
+    match; under a method that samples dropout, the rate is still compared."""
+    from monai_unc.io.provenance import compare_fingerprints
     from monai_unc.workflows.reuse import RuleSettings
 
     rule = RuleSettings(source="referral rule r.json", options={"method": "tta", "dropout": 0.1}, num_samples=8)
-    with pytest.raises(ValueError, match=r"referral rule r.json was certified with --dropout 0.1 under --method 'tta'"
-                       r".*certify the rule again without --dropout"):
-        prepare_infer(s["images"], network=s["spec"], checkpoint=s["ckpt"], method="tta", dropout=0.1, rule=rule)
+    with pytest.warns(UserWarning, match=r"referral rule r.json was certified with --dropout 0.1 under --method "
+                      r"'tta'.*predicting without it"):
+        plan = prepare_infer(s["images"], network=s["spec"], checkpoint=s["ckpt"], method="tta", dropout=0.1,
+                             rule=rule)
+    assert plan.settings.dropout is None
+    base = {"producer": "monai-unc infer", "model": "network: UNet", "method": "tta", "num_samples": 8, "roi": 8}
+    assert compare_fingerprints({**base, "dropout": 0.1}, {**base, "dropout": None}) == ("match", [])
+    for method in ("mcdropout+tta", "ratein"):
+        sampled = {**base, "method": method}
+        assert compare_fingerprints({**sampled, "dropout": 0.1}, {**sampled, "dropout": None}) == (
+            "mismatch", [("dropout", 0.1, None)])
+
+
+def test_a_run_left_half_done_with_an_unused_dropout_resumes(s, tmp_path):
+    """An earlier version ran ``infer --method tta --dropout 0.1`` (never sampled: plain TTA's maps) into a folder and
+    stopped half way. Found by hostile review: the same command is refused now, and without --dropout the resume
+    refused "a run with different settings (dropout)" and predicted every finished case again. The unused dropout now
+    compares as absent: the finished cases are kept."""
+    out = tmp_path / "out"
+    argv = ["infer", "-i", str(s["images"]), "-o", str(out), "--network", str(s["spec"]), "--checkpoint",
+            str(s["ckpt"]), "--method", "tta", "--quiet", "--device", "cpu"]
+    assert cli.main(argv) == 0
+    records = sorted(p for p in out.glob("*.json") if p.name not in ("infer.json", "failures.json"))
+    assert records
+    for path in [out / "infer.json", *records]:  # as the earlier version recorded them
+        doc = json.loads(path.read_text())
+        key = "settings" if path.name == "infer.json" else "fingerprint"
+        doc[key]["dropout"] = 0.1
+        path.write_text(json.dumps(doc))
+    records[-1].unlink()  # stopped before the last case
+    before = {p.name: p.stat().st_mtime_ns for p in records[:-1]}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli.main(argv) == 0
+    assert not [w for w in caught if "other settings" in str(w.message)], [str(w.message) for w in caught]
+    assert {p.name: p.stat().st_mtime_ns for p in records[:-1]} == before  # kept, not predicted again
+    assert records[-1].is_file()
+    assert json.loads((out / "infer.json").read_text())["settings"]["dropout"] is None
+    # evaluate / triage read the folder as one run: the kept records (dropout 0.1) and the new one agree
+    from monai_unc.io.provenance import check_finished_predictions
+
+    check_finished_predictions(out, "monai-unc", [p.stem for p in records])
