@@ -6,37 +6,17 @@ names is there (docs/distributed.md named tests/distributed/test_collectives.py,
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import re
 
-from monai_unc import cli
 from tests._paths import ROOT
+from tests.docs.test_commands_documented import _commands
+from tests.docs.test_docstring_references import OPTIONAL, _resolves
 
 PAGES = sorted([*(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "api").glob("*.md"), ROOT / "README.md"])
-#: packages of optional extras, checked where the extra is installed
-OPTIONAL = {"monai_unc.nnunet": "nnunetv2", "monai_unc.io.dicom": "highdicom", "monai_unc.workflows.dicom": "highdicom"}
 #: placeholders of the prose, not names (docs/design.md: how a deprecated module path is kept)
 PLACEHOLDERS = {"monai_unc.old.part"}
-
-
-def _commands() -> list[str]:
-    parser, _ = cli.build_parser()
-    return list(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
-
-
-def _resolves(name: str) -> bool:
-    obj = importlib.import_module("monai_unc")
-    for part in name.split(".")[1:]:
-        if hasattr(obj, part):
-            obj = getattr(obj, part)
-            continue
-        try:
-            obj = importlib.import_module(f"{obj.__name__}.{part}")
-        except (ImportError, AttributeError):
-            return False
-    return True
 
 
 def _names(text: str) -> set[str]:
