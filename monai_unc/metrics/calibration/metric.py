@@ -37,11 +37,17 @@ def _warn_if_discretised(y_pred: torch.Tensor) -> None:
     converse ("y_pred should be a binarized tensor"). A strided sample of the values decides first, so probabilities
     cost one small pass.
     """
-    flat = y_pred.detach().reshape(-1)
-    if flat.numel() == 0:
+    t = y_pred.detach()
+    if t.numel() == 0:
         return
-    probe = flat[:: max(1, flat.numel() // _DISCRETE_PROBE)]
-    if not bool(((probe == 0) | (probe == 1)).all()) or not bool(((flat == 0) | (flat == 1)).all()):
+
+    def binary(x: torch.Tensor) -> bool:
+        return bool(((x == 0) | (x == 1)).all())
+
+    # views only (a reshape of a non-contiguous batch would copy it): every k-th value of the last axis, then, only
+    # when the probe holds nothing but 0 and 1, every case in turn
+    probe = t[..., :: max(1, min(t.shape[-1], t.numel() // _DISCRETE_PROBE))]
+    if not binary(probe) or not all(binary(case) for case in t):
         return
     warnings.warn(
         "CalibrationMetric: y_pred holds only 0 and 1 (a discretised prediction, e.g. after AsDiscreted(argmax=True, "
