@@ -22,6 +22,11 @@ from .ambiguity import GED_DISTANCES, GED_VARIANTS, GEDResult, ged, ged_detectio
 
 __all__ = ["NCCMetric", "GEDMetric"]
 
+#: MONAI reductions that combine the channels of a case's row (``do_metric_reduction``)
+_ACROSS_CHANNELS = (
+    MetricReduction.MEAN, MetricReduction.SUM, MetricReduction.MEAN_CHANNEL, MetricReduction.SUM_CHANNEL
+)
+
 
 class _CaseMetric(CumulativeIterationMetric):
     """Per-case values ``(B, K)`` buffered across iterations and ranks, reduced with MONAI's helper.
@@ -106,7 +111,8 @@ class NCCMetric(_CaseMetric):
     Call with ``y_pred`` the uncertainty maps ``(B, 1, *spatial)`` and ``y`` either the reference maps
     ``(B, 1, *spatial)`` or, with ``y_is_raters=True``, the rater label maps ``(B, R, *spatial)`` whose
     :func:`rater_variance` is the reference (eq. 13). Per-case values are ``(B, 1)``; constant maps give NaN
-    (with a warning) and are skipped by the reduction.
+    (with a warning) and are skipped by the reduction. A ``y_pred`` with another number of channels than 1 (e.g. class
+    probabilities) raises ``ValueError``.
 
     Args:
         y_is_raters: ``y`` holds rater label maps instead of reference maps.
@@ -140,6 +146,13 @@ class NCCMetric(_CaseMetric):
             raise ValueError("NCCMetric needs y (reference maps or rater label maps)")
         self._check_some_case(y_pred)
         check_same_cases(y_pred, y)
+        if y_pred.ndim < 3 or y_pred.shape[1] != 1:
+            # class probabilities (the MeanDice habit from_engine(["pred", "label"])) against a one-hot label were
+            # correlated channel by channel into a high "NCC" without a word (found by hostile review)
+            raise ValueError(
+                f"y_pred must be one uncertainty map per case (B, 1, *spatial), got shape {tuple(y_pred.shape)}: "
+                "class probabilities or several maps are no uncertainty map (compute e.g. the predictive entropy)"
+            )
         vals = []
         for i in range(y_pred.shape[0]):
             ref = rater_variance(y[i], rater_dim=0, keepdim=True) if self.y_is_raters else y[i]
@@ -163,7 +176,11 @@ class GEDMetric(_CaseMetric):
         num_classes: classes including background (default from the data); not with ``variant="detection"``
             (``ValueError``).
         return_terms: keep the three terms next to the value.
-        reduction: as in MONAI's metrics; NaN cases are skipped.
+        reduction: as in MONAI's metrics; NaN cases are skipped. Default ``"mean"``, or ``"mean_batch"`` with
+            ``return_terms`` (one mean per column: ged, cross, reference and sample diversity). With
+            ``return_terms`` a reduction across the channel axis (``"mean"``, ``"sum"``, ``"mean_channel"``,
+            ``"sum_channel"``) would mix the GED with its terms and raises ``ValueError``, here and in
+            :meth:`aggregate`.
         get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
 
     Example:
@@ -178,6 +195,8 @@ class GEDMetric(_CaseMetric):
         >>> metric = GEDMetric(return_terms=True)
         >>> metric(y_pred=samples[None], y=raters[None]).round(decimals=4)
         tensor([[0.1762, 0.2159, 0.0889, 0.1667]], dtype=torch.float64)
+        >>> metric.aggregate().round(decimals=4)  # one mean per term over the cases ("mean_batch")
+        tensor([0.1762, 0.2159, 0.0889, 0.1667])
     """
 
     def __init__(
@@ -186,9 +205,12 @@ class GEDMetric(_CaseMetric):
         distance: str = "iou",
         num_classes: int | None = None,
         return_terms: bool = False,
-        reduction: MetricReduction | str = MetricReduction.MEAN,
+        reduction: MetricReduction | str | None = None,
         get_not_nans: bool = False,
     ) -> None:
+        return_terms = check_bool(return_terms, "return_terms")
+        if reduction is None:
+            reduction = MetricReduction.MEAN_BATCH if return_terms else MetricReduction.MEAN
         super().__init__(reduction=reduction, get_not_nans=get_not_nans)
         if variant not in GED_VARIANTS:
             raise ValueError(f"variant must be one of {GED_VARIANTS}, got {variant!r}")
@@ -205,7 +227,43 @@ class GEDMetric(_CaseMetric):
         if num_classes is not None:
             num_classes = check_integer(num_classes, "num_classes (background plus at least one class)", minimum=2)
         self.num_classes = num_classes
-        self.return_terms = check_bool(return_terms, "return_terms")
+        self.return_terms = return_terms
+        self._check_reduction(reduction)
+
+    def _check_reduction(self, reduction: MetricReduction | str) -> None:
+        """Refuse a reduction across the channel axis of the ``(N, 4)`` values of ``return_terms``.
+
+        MONAI's ``"mean"`` first averages each case's row: the GED with its cross term and both diversities, a number
+        that is none of them (found by hostile review). Unknown names are left to MONAI's own error.
+        """
+        if not self.return_terms:
+            return
+        try:
+            red = MetricReduction(reduction)
+        except ValueError:
+            return
+        if red in _ACROSS_CHANNELS:
+            raise ValueError(
+                f"reduction={str(red.value)!r} averages or sums each case's (ged, cross, reference_diversity, "
+                "sample_diversity) row into one number with return_terms=True: use 'mean_batch' (one mean per term, "
+                "the default with return_terms), 'sum_batch' or 'none'"
+            )
+
+    def aggregate(
+        self, reduction: MetricReduction | str | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Reduce the buffered per-case values as :meth:`_CaseMetric.aggregate` does.
+
+        Args:
+            reduction: as in MONAI's metrics; default the constructor's. With ``return_terms`` a reduction across the
+                channel axis raises ``ValueError`` (see the class docstring).
+
+        Returns:
+            The reduced values (and the number of non-NaN cases with ``get_not_nans``).
+        """
+        if reduction is not None:
+            self._check_reduction(reduction)
+        return super().aggregate(reduction)
 
     def _one(self, refs: torch.Tensor, smp: torch.Tensor) -> GEDResult:
         if self.variant == "ged":

@@ -24,15 +24,49 @@ from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
 
 __all__ = ["CalibrationMetric"]
 
+#: values of ``y_pred`` looked at before the full check for a discretised prediction (one cheap pass decides)
+_DISCRETE_PROBE = 4096
+
+
+def _warn_if_discretised(y_pred: torch.Tensor) -> None:
+    """Warn when every value of ``y_pred`` is 0 or 1: a discretised prediction, not probabilities.
+
+    The habit of MONAI postprocessing, ``AsDiscreted(keys="pred", argmax=True, to_onehot=C)`` before ``MeanDice``,
+    hands the metric one-hot masks, which pass as probabilities: the ECE becomes the error rate and the NLL
+    ``-log(1e-15) = 34.5`` times it, without a word (found by hostile review). MONAI's ``compute_dice`` warns about the
+    converse ("y_pred should be a binarized tensor"). A strided sample of the values decides first, so probabilities
+    cost one small pass.
+    """
+    t = y_pred.detach()
+    if t.numel() == 0:
+        return
+
+    def binary(x: torch.Tensor) -> bool:
+        return bool(((x == 0) | (x == 1)).all())
+
+    # views only (a reshape of a non-contiguous batch would copy it): every k-th value of the last axis, then, only
+    # when the probe holds nothing but 0 and 1, every case in turn
+    probe = t[..., :: max(1, min(t.shape[-1], t.numel() // _DISCRETE_PROBE))]
+    if not binary(probe) or not all(binary(case) for case in t):
+        return
+    warnings.warn(
+        "CalibrationMetric: y_pred holds only 0 and 1 (a discretised prediction, e.g. after AsDiscreted(argmax=True, "
+        "to_onehot=C)), not probabilities: the ECE family then measures the error rate and the NLL is 34.5 times it. "
+        "Give the softmax probabilities (copy them before discretising, e.g. CopyItemsd('pred', names='seg'))",
+        UserWarning,
+        stacklevel=4,
+    )
+
 
 class CalibrationMetric(CumulativeIterationMetric):
     """MONAI metric for the ECE family, NLL and Brier, a thin wrapper of :class:`ConfidenceHistogram`.
 
     Call it with ``y_pred`` probabilities ``(B, C, *spatial)`` (apply softmax first, e.g. with
-    ``monai.transforms.Activations(softmax=True)``) and ``y`` labels ``(B, 1, *spatial)`` / ``(B, *spatial)``
-    or one-hot ``(B, C, *spatial)`` (one-hot exactly when ``y`` has the shape of ``y_pred``; reduced by argmax; a
-    ``y`` of that shape that is not one-hot, such as overlapping region masks, soft labels or a voxel without a class,
-    raises ``ValueError``).
+    ``monai.transforms.Activations(softmax=True)``; a discretised ``y_pred`` holding only 0 and 1, such as the output of
+    ``AsDiscrete(argmax=True, to_onehot=C)``, is scored as it is with a ``UserWarning``) and ``y`` labels
+    ``(B, 1, *spatial)`` / ``(B, *spatial)`` or one-hot ``(B, C, *spatial)`` (one-hot exactly when ``y`` has the
+    shape of ``y_pred``; reduced by argmax; a ``y`` of that shape that is not one-hot, such as overlapping region
+    masks, soft labels or a voxel without a class, raises ``ValueError``).
     Each call adds the batch to a pooled histogram (constant memory:
     ``24 (C + 2) F`` bytes, 1.8 MiB for 3 classes) and buffers one row of per-case values ``(B, K)`` (``K =
     len(metrics)``, in the order of ``metrics``) that :meth:`get_buffer` gathers across ranks.
@@ -143,6 +177,7 @@ class CalibrationMetric(CumulativeIterationMetric):
             raise ValueError("CalibrationMetric needs y (labels or one-hot labels)")
         if y_pred.ndim < 3:
             raise ValueError(f"y_pred must have shape (B, C, *spatial), got {tuple(y_pred.shape)}")
+        _warn_if_discretised(y_pred)
         n_cls = self.num_classes or int(y_pred.shape[1])
         batch = ConfidenceHistogram(
             n_cls, n_fine_bins=self.n_fine_bins, per_case=True, uncertainty="uce" in self.metrics
