@@ -143,7 +143,7 @@ def build_inferer(
         raise ValueError(f"--method names a source twice: {method!r}")
     if "softmax" in tokens and len(tokens) > 1:
         raise ValueError("--method softmax (the deterministic baseline) cannot be combined with other sources")
-    if "mcdropout" in tokens and "ratein" in tokens:
+    if SHARED_PASS_TOKENS <= set(tokens):  # the two sources that sample dropout masks
         raise ValueError("--method: mcdropout and ratein both sample dropout masks; choose one")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"--samples must be a positive integer, got {samples!r}")
