@@ -26,6 +26,7 @@ __all__ = [
     "METHOD_TOKENS",
     "DROPOUT_TOKENS",
     "SAMPLES_TOKENS",
+    "DEFAULT_RATEIN_TARGET",
     "method_tokens",
     "canonical_method",
 ]
@@ -160,6 +161,9 @@ METHOD_TOKENS: tuple[str, ...] = ("softmax", "mcdropout", "ratein", "tta", "ense
 DROPOUT_TOKENS: frozenset[str] = frozenset({"mcdropout", "ratein"})
 #: the sources that draw ``--samples`` samples (an SSN's latent draws too); a method without one of them draws none
 SAMPLES_TOKENS: frozenset[str] = DROPOUT_TOKENS | {"ssn"}
+#: Rate-In's default target information loss (``--ratein-target``, ``RateInSource(target_loss=)``); under a method
+#: without ``ratein`` the option is unused, and a recorded value is compared as this one
+DEFAULT_RATEIN_TARGET: float = 0.1
 
 
 def method_tokens(method: str) -> list[str]:

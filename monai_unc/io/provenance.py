@@ -31,7 +31,14 @@ from typing import Any
 
 from .._digest import content_digest
 from .._utils import unique_json_keys
-from ..keys import DROPOUT_TOKENS, LAYOUTS, SAMPLES_TOKENS, canonical_method, method_tokens
+from ..keys import (
+    DEFAULT_RATEIN_TARGET,
+    DROPOUT_TOKENS,
+    LAYOUTS,
+    SAMPLES_TOKENS,
+    canonical_method,
+    method_tokens,
+)
 from .cases import (
     INFER_RECORD,
     CaseError,
@@ -478,7 +485,7 @@ def _draws_pinned(fp: Mapping[str, Any]) -> bool:
 
 
 def settings_as_compared(settings: Any) -> Any:
-    """Recorded ``infer`` settings as they are compared: the method's canonical spelling, unused options as None.
+    """Recorded ``infer`` settings as they are compared: the method's canonical spelling, unused options neutral.
 
     For ``infer.json``, a case record's ``fingerprint`` and a rule's prediction fingerprint (and what ``infer``
     records now: :meth:`~monai_unc.workflows.infer.InferSettings.to_json`):
@@ -494,6 +501,9 @@ def settings_as_compared(settings: Any) -> Any:
     - ``samples`` None under a method that draws no ``--samples`` (neither ``mcdropout``, ``ratein`` nor ``ssn``:
       ``tta``, ``ensemble``, ``softmax``): earlier versions recorded the unused value (10 by default), where each
       case record holds the samples really drawn (found by hostile review).
+    - ``ratein_target`` :data:`~monai_unc.keys.DEFAULT_RATEIN_TARGET` under a method without ``ratein``: ``infer
+      --ratein-target`` there is refused now; earlier versions recorded the unused value, which then refused the
+      resume and mismatched every rule and prediction made without it (found by hostile review).
 
     Args:
         settings: the recorded settings (anything else is returned as it is).
@@ -517,6 +527,8 @@ def settings_as_compared(settings: Any) -> Any:
         out["dropout"] = None
     if out.get("samples") is not None and not SAMPLES_TOKENS & tokens:
         out["samples"] = None
+    if out.get("ratein_target") is not None and "ratein" not in tokens:
+        out["ratein_target"] = DEFAULT_RATEIN_TARGET
     return out if out != settings else settings
 
 

@@ -85,7 +85,7 @@ from ..io import (
     save_region_maps,
 )
 from ..io.provenance import settings_as_compared
-from ..keys import MEASURES, SAMPLES_TOKENS
+from ..keys import DEFAULT_RATEIN_TARGET, MEASURES, SAMPLES_TOKENS
 from ..keys import UncertaintyKeys as K
 from ..regions import regions_to_labels
 from .models import LoadedModel
@@ -213,7 +213,7 @@ class InferSettings:
     activation: str | None
     checkpoints: list[str]
     tta_noise: float = 0.0
-    ratein_target: float = 0.1
+    ratein_target: float = DEFAULT_RATEIN_TARGET
     dropout: float | None = None
     write_probs: bool = True
     #: region spec of a region-based sigmoid network ``{name: [label, ...]}`` in channel order (``--regions``)

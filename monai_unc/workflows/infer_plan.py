@@ -37,7 +37,7 @@ import torch
 from ..engine import DistContext, read_dist_env, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
 from ..io import ImageCase, check_case_ids, list_image_cases
-from ..keys import SAMPLES_TOKENS
+from ..keys import DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
 from .arguments import EXPLICIT_OPTIONS
@@ -169,7 +169,7 @@ def prepare_infer(
     samples: int | None = None,
     dropout: float | None = None,
     tta_noise: float = 0.0,
-    ratein_target: float = 0.1,
+    ratein_target: float = DEFAULT_RATEIN_TARGET,
     measures: Sequence[str] | None = None,
     write_probs: bool = True,
     save_samples: bool = False,

@@ -29,7 +29,7 @@ from typing import Any
 
 from .._utils import is_finite_real, is_int
 from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
-from ..keys import DROPOUT_TOKENS, MEASURES
+from ..keys import DEFAULT_RATEIN_TARGET, DROPOUT_TOKENS, MEASURES
 from ..product import registered_products
 from .options import METHOD_TOKENS, known_method_tokens, method_tokens
 
@@ -194,6 +194,8 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
                "activation": "none" if activation is None else activation,
                "regions": _regions(source, fp.get("regions")), "dropout": None if dropout is None else float(dropout),
                "tta_noise": float(noise), "ratein_target": float(target)}
+    if "ratein" not in method_tokens(options["method"]):  # recorded unused by earlier versions: the maps are the same
+        options["ratein_target"] = DEFAULT_RATEIN_TARGET
     return RuleSettings(source, options, int(n), _weights(source, fp.get("weights")), per_source)
 
 

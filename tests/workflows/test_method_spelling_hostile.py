@@ -1,7 +1,8 @@
 """The method of a prediction folder is compared in its canonical spelling, and ``--samples`` under a method that
-draws none is warned about and recorded as null (hostile review: ``infer --method SSN+tta`` hid the SSN's draws from
-the fingerprint, ``MCDropout`` mismatched ``mcdropout``; ``--method tta --samples 7`` recorded 7 where each case drew
-8 flips). Folders an earlier version wrote with the old spellings and values stay resumable."""
+draws none is warned about and recorded as null; ``--ratein-target`` without ``ratein`` is refused (hostile review:
+``infer --method SSN+tta`` hid the SSN's draws from the fingerprint, ``MCDropout`` mismatched ``mcdropout``;
+``--method tta --samples 7`` recorded 7 where each case drew 8 flips; an unused ``--ratein-target 0.5`` was recorded
+and refused the resume). Folders an earlier version wrote with the old spellings and values stay resumable."""
 
 from __future__ import annotations
 
@@ -112,5 +113,37 @@ def test_unused_samples_in_infer(tmp_path, capsys):
     _as_an_earlier_version_wrote_it(out, samples=7)
     kept = {p.name: p.stat().st_mtime_ns for p in out.glob("*.nii.gz")}
     assert cli.main(argv(out, "--method", "tta")) == 0
+    assert "predicting it again" not in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.nii.gz")} == kept
+
+
+def test_an_unused_ratein_target_is_refused_and_compared_as_the_default():
+    from monai_unc.workflows.factory import build_inferer
+    from monai_unc.workflows.reuse import settings_of_fingerprint
+
+    with pytest.raises(ValueError, match=r"^--ratein-target 0.5 is used by the ratein source only"):
+        build_inferer("mcdropout", ratein_target=0.5)
+    assert build_inferer("ratein", ratein_target=0.5) is not None
+    # an earlier version recorded it unused: compared as the default, so rules and predictions without it match
+    assert settings_as_compared({"method": "mcdropout", "ratein_target": 0.5})["ratein_target"] == 0.1
+    rule = {"producer": "monai-unc infer", "method": "mcdropout", "num_samples": 4, "ratein_target": 0.5}
+    assert compare_fingerprints(rule, {**rule, "ratein_target": 0.1}) == ("match", [])
+    used = {**rule, "method": "ratein"}
+    assert compare_fingerprints(used, {**used, "ratein_target": 0.1})[0] == "mismatch"
+    # --settings-from such a rule predicts with the default, not a refused 0.5
+    fp = {**rule, "roi": None, "overlap": 0.25, "intensity": "none", "measures": ["mutual_information"],
+          "activation": "softmax", "dropout": None, "tta_noise": 0.0}
+    assert settings_of_fingerprint(fp, "rule r.json").options["ratein_target"] == 0.1
+
+
+@pytest.mark.slow
+def test_a_folder_with_an_unused_ratein_target_resumes(tmp_path, capsys):
+    argv = _setup(tmp_path)
+    out = tmp_path / "mc"
+    assert cli.main(argv(out, "--method", "mcdropout", "--samples", "2")) == 0
+    _as_an_earlier_version_wrote_it(out, ratein_target=0.5)
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("*.nii.gz")}
+    capsys.readouterr()
+    assert cli.main(argv(out, "--method", "mcdropout", "--samples", "2")) == 0
     assert "predicting it again" not in capsys.readouterr().err
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.nii.gz")} == kept
