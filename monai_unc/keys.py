@@ -1,5 +1,6 @@
-"""Output names of every uncertainty inferer, what their mutual information means, the measure groups, and the
-file naming of prediction folders (:data:`LAYOUTS`).
+"""Output names of every uncertainty inferer, what their mutual information means, the measure groups, the
+file naming of prediction folders (:data:`LAYOUTS`), and the sample sources of ``monai-unc infer --method``
+(:data:`METHOD_TOKENS`, :func:`method_tokens`).
 
 This module is the one place where the names of the uncertainty maps are spelled out: inferers, transforms,
 file layouts, the command line and the nnU-Net predictor all take their lists from here (``docs/design.md``).
@@ -22,6 +23,12 @@ __all__ = [
     "canonical_measure",
     "LAYOUTS",
     "sample_batch_size_value",
+    "METHOD_TOKENS",
+    "DROPOUT_TOKENS",
+    "SAMPLES_TOKENS",
+    "DEFAULT_RATEIN_TARGET",
+    "method_tokens",
+    "canonical_method",
 ]
 
 #: deprecated measure names (one release) -> current names; files and options with the old name are still read
@@ -145,6 +152,54 @@ LAYOUTS: dict[str, dict[str, str]] = {
     "monai-unc": {"seg_suffix": "_seg", "probs_suffix": "_probs", "uncertainty_subdir": ""},
     "nnunet": {"seg_suffix": "", "probs_suffix": "", "uncertainty_subdir": "uncertainty"},
 }
+
+
+#: the sample sources of ``monai-unc infer --method`` (``+``-joined; ``softmax`` alone is the deterministic baseline)
+METHOD_TOKENS: tuple[str, ...] = ("softmax", "mcdropout", "ratein", "tta", "ensemble", "ssn")
+#: the sources that sample dropout masks: ``--dropout`` is sampled, and the samples share passes
+#: (``--no-share-passes``, ``--sample-batch-size``), only under one of them; the one place this set is spelt out
+DROPOUT_TOKENS: frozenset[str] = frozenset({"mcdropout", "ratein"})
+#: the sources that draw ``--samples`` samples (an SSN's latent draws too); a method without one of them draws none
+SAMPLES_TOKENS: frozenset[str] = DROPOUT_TOKENS | {"ssn"}
+#: Rate-In's default target information loss (``--ratein-target``, ``RateInSource(target_loss=)``); under a method
+#: without ``ratein`` the option is unused, and a recorded value is compared as this one
+DEFAULT_RATEIN_TARGET: float = 0.1
+
+
+def method_tokens(method: str) -> list[str]:
+    """The lower-cased source names of a ``+``-joined ``--method`` string (not checked).
+
+    Args:
+        method: e.g. ``"MCDropout+tta"``.
+
+    Returns:
+        The names in order, e.g. ``["mcdropout", "tta"]`` (empty parts dropped).
+
+    Example:
+        >>> method_tokens("MCDropout + tta")
+        ['mcdropout', 'tta']
+    """
+    return [t.strip().lower() for t in method.split("+") if t.strip()]
+
+
+def canonical_method(method: str) -> str:
+    """A ``--method`` string as it is recorded and compared: its :func:`method_tokens` joined with ``+``.
+
+    ``infer --method MCDropout`` is accepted (the names are read in any letter case, with spaces around them) and was
+    recorded as given: a rule certified on it did not match predictions of ``--method mcdropout``, and ``SSN+tta``
+    hid the SSN's draws from the fingerprint (found by hostile review).
+
+    Args:
+        method: e.g. ``" SSN + tta"``.
+
+    Returns:
+        e.g. ``"ssn+tta"``.
+
+    Example:
+        >>> canonical_method(" SSN + tta"), canonical_method("mcdropout")
+        ('ssn+tta', 'mcdropout')
+    """
+    return "+".join(method_tokens(method))
 
 
 def sample_batch_size_value(text: str) -> int | str:

@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from .._utils import ArrayLike, check_finite, like_input, plain_module, recompile_after_hooks, to_tensor
-from ..keys import MIMeaning
+from ..keys import DEFAULT_RATEIN_TARGET, MIMeaning
 from ..networks.ssn import no_autocast
 from .dropout import DropoutHook, find_dropout_layers, resolve_dropout_sites
 from .sampling import Predictor, SampleSource, UncertaintyInferer
@@ -69,7 +69,7 @@ __all__ = [
 LossFn = Callable[[torch.Tensor, torch.Tensor], Any]
 
 # controller defaults (docs/rate_in.md; with the default loss the search pass costs ~1.3 forward passes)
-DEFAULT_TARGET = 0.1
+DEFAULT_TARGET = DEFAULT_RATEIN_TARGET
 DEFAULT_LR = 1.0
 DEFAULT_LR_DECAY = 0.9
 DEFAULT_TOL = 0.01

@@ -701,6 +701,30 @@ def _member_output(shape: torch.Size, multilabel: bool) -> str:
     return f"{int(shape[1])} {kind} channels on the spatial grid {tuple(shape[2:])}"
 
 
+def _check_output_grid(pred: torch.Tensor, x: torch.Tensor, who: str) -> None:
+    """Refuse a network whose stitched output is not on its input's spatial grid.
+
+    Found by hostile review: a single network that downsamples (a strided convolution without upsampling) or crops
+    its output gave every map on its own smaller grid under ``SimpleInferer`` and ``SlidingWindowInferer`` (which
+    scales the windows to the output) alike, and ``monai-unc infer`` wrote them with the image's affine; only the
+    members of an ensemble were compared, with each other.
+
+    Args:
+        pred: the stitched mean probabilities ``(B, C, *spatial)``.
+        x: the inferer's input ``(B, C_in, *spatial)``.
+        who: how the message names the network (``"the network (UNet)"``, ``"ensemble member 1 (...)"``).
+
+    Raises:
+        ValueError: naming the network and both grids.
+    """
+    if tuple(pred.shape[2:]) != tuple(x.shape[2:]):
+        raise ValueError(
+            f"{who} returns its output on the spatial grid {tuple(pred.shape[2:])} but its input is on "
+            f"{tuple(x.shape[2:])}: the uncertainty maps must be on the input's grid (a network that downsamples, "
+            "crops or pads its output); use a network whose output keeps its input's grid"
+        )
+
+
 def _check_member_output(index: int, pred: torch.Tensor, multilabel: bool, first: tuple[torch.Size, bool] | None,
                          source: SampleSource | None = None) -> tuple[torch.Size, bool]:
     """Refuse an ensemble member whose stitched output differs from member 0's in channels, kind or grid.
@@ -1227,9 +1251,10 @@ class UncertaintyInferer(Inferer):
                     for src in window_sources:
                         n_window *= src.num_variants(x)
                 pred = _plain(out[K.PRED.value])
-                if net_sources:
+                if net_sources:  # a member unlike member 0 is named against it; member 0 against the input below
                     member_output = _check_member_output(index, pred, bool(info["multilabel"]), member_output,
                                                          net_sources[0])
+                _check_output_grid(pred, x, info["who"] if net_sources else f"the network ({type(net).__name__})")
                 n_classes = int(pred.shape[1])
                 if separate:  # before from_moments turns the stitched means into sums in place
                     if self._stitches():

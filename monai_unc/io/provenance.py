@@ -31,7 +31,14 @@ from typing import Any
 
 from .._digest import content_digest
 from .._utils import unique_json_keys
-from ..keys import LAYOUTS
+from ..keys import (
+    DEFAULT_RATEIN_TARGET,
+    DROPOUT_TOKENS,
+    LAYOUTS,
+    SAMPLES_TOKENS,
+    canonical_method,
+    method_tokens,
+)
 from .cases import (
     INFER_RECORD,
     CaseError,
@@ -181,7 +188,7 @@ def prediction_fingerprint(
         fp["temperature"] = temperature
         for k in ("intensity", "dropout", "tta_noise", "ratein_target"):
             fp[k] = settings.get(k)
-        if "ssn" in str(fp["method"] or "").split("+") and not _draws_pinned(fp) and settings.get("samples"):
+        if "ssn" in method_tokens(str(fp["method"] or "")) and not _draws_pinned(fp) and settings.get("samples"):
             fp["samples_per_source"] = settings["samples"]  # the SSN's draws, which num_samples does not show
         if settings.get("weights"):  # runs recorded before the weight digests have none (compared by path)
             fp["weights"] = settings["weights"]
@@ -473,36 +480,56 @@ def _draws_pinned(fp: Mapping[str, Any]) -> bool:
     method, model and ``num_samples`` then mean the same draws. An SSN combined only with ``tta`` / ``ensemble`` is
     one latent-averaged sample, so its draws are not in ``num_samples``.
     """
-    tokens = str(fp.get("method") or "").split("+")
-    return "mcdropout" in tokens or "ratein" in tokens or tokens == ["ssn"]
+    tokens = method_tokens(str(fp.get("method") or ""))  # in any letter case, as infer reads --method
+    return bool(DROPOUT_TOKENS.intersection(tokens)) or tokens == ["ssn"]
 
 
 def settings_as_compared(settings: Any) -> Any:
-    """Recorded ``infer`` settings as they are compared: an unused ``dropout`` as None.
+    """Recorded ``infer`` settings as they are compared: the method's canonical spelling, unused options neutral.
 
-    For ``infer.json``, a case record's ``fingerprint`` and a rule's prediction fingerprint. ``infer --dropout``
-    under a method that samples no dropout (neither ``mcdropout`` nor ``ratein``) is refused now; earlier versions
-    accepted it, inserted the layers and never switched them on, so those maps are the ones without it. Found by
-    hostile review: a rule certified with it, and a run left half done with it, could no longer be used.
+    For ``infer.json``, a case record's ``fingerprint`` and a rule's prediction fingerprint (and what ``infer``
+    records now: :meth:`~monai_unc.workflows.infer.InferSettings.to_json`):
+
+    - ``method`` as :func:`~monai_unc.keys.canonical_method` spells it: ``infer`` reads ``--method MCDropout`` and
+      ``" ssn+tta"`` as ``mcdropout`` and ``ssn+tta``, but recorded them as given (found by hostile review: a rule
+      certified on ``MCDropout`` predictions mismatched ``mcdropout`` ones, and ``SSN+tta`` hid the SSN's draws, so a
+      rule certified with 2 draws matched predictions made with 50).
+    - ``dropout`` None under a method that samples no dropout (neither ``mcdropout`` nor ``ratein``): ``infer
+      --dropout`` there is refused now; earlier versions accepted it, inserted the layers and never switched them
+      on, so those maps are the ones without it (found by hostile review: a rule certified with it, and a run left
+      half done with it, could no longer be used).
+    - ``samples`` None under a method that draws no ``--samples`` (neither ``mcdropout``, ``ratein`` nor ``ssn``:
+      ``tta``, ``ensemble``, ``softmax``): earlier versions recorded the unused value (10 by default), where each
+      case record holds the samples really drawn (found by hostile review).
+    - ``ratein_target`` :data:`~monai_unc.keys.DEFAULT_RATEIN_TARGET` under a method without ``ratein``: ``infer
+      --ratein-target`` there is refused now; earlier versions recorded the unused value, which then refused the
+      resume and mismatched every rule and prediction made without it (found by hostile review).
 
     Args:
         settings: the recorded settings (anything else is returned as it is).
 
     Returns:
-        The settings, with ``dropout`` None when the method samples none.
+        The settings, normalised as above (a copy when anything changed).
 
     Example:
         >>> settings_as_compared({"method": "tta", "dropout": 0.1})
         {'method': 'tta', 'dropout': None}
-        >>> settings_as_compared({"method": "mcdropout+tta", "dropout": 0.1})
-        {'method': 'mcdropout+tta', 'dropout': 0.1}
+        >>> settings_as_compared({"method": "MCDropout+tta", "dropout": 0.1, "samples": 8})
+        {'method': 'mcdropout+tta', 'dropout': 0.1, 'samples': 8}
+        >>> settings_as_compared({"method": "tta", "samples": 10})
+        {'method': 'tta', 'samples': None}
     """
-    if not isinstance(settings, Mapping) or settings.get("dropout") is None:
+    if not isinstance(settings, Mapping) or not isinstance(settings.get("method"), str):
         return settings
-    tokens = [t.strip().lower() for t in str(settings.get("method") or "").split("+")]
-    if "mcdropout" in tokens or "ratein" in tokens:
-        return settings
-    return {**settings, "dropout": None}
+    tokens = set(method_tokens(settings["method"]))
+    out = {**settings, "method": canonical_method(settings["method"])}
+    if out.get("dropout") is not None and not DROPOUT_TOKENS & tokens:
+        out["dropout"] = None
+    if out.get("samples") is not None and not SAMPLES_TOKENS & tokens:
+        out["samples"] = None
+    if out.get("ratein_target") is not None and "ratein" not in tokens:
+        out["ratein_target"] = DEFAULT_RATEIN_TARGET
+    return out if out != settings else settings
 
 
 #: fields that name where a model's files were (display only) once both sides record the files' digests

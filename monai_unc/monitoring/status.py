@@ -118,6 +118,38 @@ class GroupStatus:
                 "alarm cannot see them; an undefined score usually means an empty or failed prediction)")
 
     @property
+    def n_retriaged(self) -> int:
+        """The case rows whose case id (at its site) an earlier row of the stream holds from another model.
+
+        A triage run that repeats an earlier decision is recorded once (:meth:`MonitorStore.record
+        <monai_unc.monitoring.store.MonitorStore.record>`); the same scans triaged again with another model (the
+        digest of its weight files differs; ``triage --allow-mismatch`` after a model update) are rows of their own,
+        which every alarm counts. A case id reused by a later batch with the same model is another scan, not counted
+        here; rows without a model digest are not compared.
+        """
+        seen: dict[tuple[str, str], set[str]] = {}
+        n = 0
+        for c in self.cases:
+            key, model = (str(c["site"]), str(c["case_id"])), c.get("model_digest")
+            if model is None:
+                continue
+            earlier = seen.setdefault(key, set())
+            n += bool(earlier) and model not in earlier
+            earlier.add(model)
+        return n
+
+    @property
+    def retriage_note(self) -> str | None:
+        """That some scans count more than once in the stream, once per model (:attr:`n_retriaged`), or None."""
+        k = self.n_retriaged
+        if not k:
+            return None
+        return (f"{k} of {self.n_cases} case row(s) triage again a case id the stream recorded with another model "
+                "(e.g. triage --allow-mismatch after a model update): each row counts in the alarms and rates, so "
+                "those scans weigh once per model; certify a rule on the new model (monai-unc evaluate "
+                "--target-risk) to monitor it in streams of its own")
+
+    @property
     def n_cases(self) -> int:
         """The number of cases."""
         return len(self.cases)
@@ -377,7 +409,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
     Returns:
         The table's lines (fixed-width columns), one note per rule whose image alarm has no calibration images to
         rank against or fewer than :data:`IMAGE_REFERENCE_MIN` (:attr:`GroupStatus.image_note`), one warning per
-        stream with cases without a defined score (:attr:`GroupStatus.score_note`), and one line per alarm.
+        stream with cases without a defined score (:attr:`GroupStatus.score_note`), one note per site stream with
+        case ids triaged again with another model (:attr:`GroupStatus.retriage_note`), and one line per alarm.
     """
     head = ("rule", "site", "cases", "accepted", "recent", "score martingale", "image martingale", "audited",
             "risk (observed / lower bound / target)")
@@ -400,6 +433,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
     lines += [printable(f"note: rule {d.removeprefix('sha256:')[:12]}: {n}") for d, n in notes.items()]
     lines += [printable(f"warning: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.score_note}")
               for g in groups if g.score_note is not None]
+    lines += [printable(f"note: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.retriage_note}")
+              for g in groups if g.retriage_note is not None and not g.pooled]
     alarms = [printable(f"ALARM [{g.site}] {a}") for g in groups for a in g.alarms()]
     lines += alarms or [f"no alarm (each alarm: false-alarm probability <= {groups[0].alpha:g} over the whole "
                         "stream)" if groups else "no cases recorded"]

@@ -836,9 +836,22 @@ class MonitorStore:
                               "AND table_name = ?", (name,)))
 
     def schema_version(self) -> int:
-        """The schema version of the database."""
+        """The schema version of the database (0 when none is recorded).
+
+        Raises:
+            ValueError: naming the store, when the recorded version is no whole number (``monitor_meta`` edited
+                outside monai-unc; found by hostile review: ``invalid literal for int() with base 10: 'abc'``, naming
+                no store).
+        """
         rows = self._all("SELECT value FROM monitor_meta WHERE key = 'schema_version'")
-        return int(rows[0][0]) if rows else 0
+        if not rows:
+            return 0
+        text = str(rows[0][0])
+        if not re.fullmatch(r"[0-9]{1,9}", text):
+            raise ValueError(f"the monitoring database {self._name!r}: its schema version {text[:40]!r} (table "
+                             "monitor_meta) is no version number: the table was edited outside monai-unc; restore the "
+                             "store from a backup")
+        return int(text)
 
     def _migrate(self) -> None:
         if self._table_exists("monitor_meta") and self.schema_version() == SCHEMA_VERSION:
@@ -863,12 +876,11 @@ class MonitorStore:
                 self._execute("INSERT INTO monitor_meta (key, value) VALUES ('schema_version', ?)", (str(version),))
                 self._append_audit("migrate", {"schema_version": version}, command=None)
 
-    @staticmethod
-    def _check_schema_version(current: int) -> None:
-        """Refuse a schema newer than this version reads."""
+    def _check_schema_version(self, current: int) -> None:
+        """Refuse a schema newer than this version reads (naming the store: found by hostile review)."""
         if current > SCHEMA_VERSION:
-            raise ValueError(f"the monitoring database has schema version {current}, newer than this monai-unc "
-                             f"reads ({SCHEMA_VERSION}): upgrade monai-unc")
+            raise ValueError(f"the monitoring database {self._name!r} has schema version {current}, newer than this "
+                             f"monai-unc reads ({SCHEMA_VERSION}): upgrade monai-unc")
 
     # -------------------------------------------------------------------------------------------------- the audit
     def _append_audit(self, action: str, details: Mapping[str, Any], command: Sequence[str] | None) -> int:

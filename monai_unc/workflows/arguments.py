@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..keys import LAYOUTS, MEASURES, canonical_measure, sample_batch_size_value
+from ..keys import DEFAULT_RATEIN_TARGET, LAYOUTS, MEASURES, canonical_measure, sample_batch_size_value
 from ..product import command_products, registered_products
 
 __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
@@ -197,8 +197,9 @@ def _add_infer(sub: Any) -> None:
                         "needs mcdropout or ratein in --method)")
     s.add_argument("--tta-noise", type=_nonnegative_float, default=0.0,
                    help="std of Gaussian noise added in TTA (>= 0; default 0; needs tta in --method)")
-    s.add_argument("--ratein-target", type=_unit, default=0.1,
-                   help="Rate-In information-loss target in [0, 1] (default 0.1)")
+    s.add_argument("--ratein-target", type=_unit, default=DEFAULT_RATEIN_TARGET,
+                   help=f"Rate-In information-loss target in [0, 1] (default {DEFAULT_RATEIN_TARGET:g}; needs ratein "
+                        "in --method)")
     s.add_argument("--measures", nargs="+", default=None, choices=MEASURES, type=_measure_name,
                    help="maps to write (default: predictive_entropy expected_entropy mutual_information "
                         "one_minus_max_prob)")

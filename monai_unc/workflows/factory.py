@@ -34,7 +34,7 @@ from ..inferers import (
     UncertaintyInferer,
 )
 from ..inferers.rate_in import RateInSource
-from ..keys import DEFAULT_MEASURES
+from ..keys import DEFAULT_MEASURES, DEFAULT_RATEIN_TARGET
 from ..keys import UncertaintyKeys as K
 from ..networks import find_ssn_heads
 from .models import checkpoint_temperature
@@ -83,7 +83,7 @@ def build_inferer(
     unsafe_load: bool = False,
     seed: int | None = 0,
     tta_noise: float = 0.0,
-    ratein_target: float = 0.1,
+    ratein_target: float = DEFAULT_RATEIN_TARGET,
     activation: str | None = "softmax",
     measures: Sequence[str] = DEFAULT_MEASURES,
     keep_samples: bool = False,
@@ -143,7 +143,7 @@ def build_inferer(
         raise ValueError(f"--method names a source twice: {method!r}")
     if "softmax" in tokens and len(tokens) > 1:
         raise ValueError("--method softmax (the deterministic baseline) cannot be combined with other sources")
-    if "mcdropout" in tokens and "ratein" in tokens:
+    if SHARED_PASS_TOKENS <= set(tokens):  # the two sources that sample dropout masks
         raise ValueError("--method: mcdropout and ratein both sample dropout masks; choose one")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"--samples must be a positive integer, got {samples!r}")
@@ -155,6 +155,9 @@ def build_inferer(
     if (isinstance(ratein_target, bool) or not isinstance(ratein_target, (int, float, np.integer, np.floating))
             or not 0.0 <= ratein_target <= 1.0):  # NaN fails the comparison
         raise ValueError(f"--ratein-target must be an information-loss fraction in [0, 1], got {ratein_target!r}")
+    if ratein_target != DEFAULT_RATEIN_TARGET and "ratein" not in tokens:  # found by hostile review: recorded unused
+        raise ValueError(f"--ratein-target {ratein_target:g} is used by the ratein source only; add ratein to "
+                         f"--method {method!r}, or drop it")
     if not isinstance(share_passes, bool):
         raise ValueError(f"--no-share-passes: share_passes must be True or False, got {share_passes!r}")
     batch_ok = sample_batch_size == "auto" or (isinstance(sample_batch_size, (int, np.integer))

@@ -85,7 +85,7 @@ from ..io import (
     save_region_maps,
 )
 from ..io.provenance import settings_as_compared
-from ..keys import MEASURES
+from ..keys import DEFAULT_RATEIN_TARGET, MEASURES, SAMPLES_TOKENS
 from ..keys import UncertaintyKeys as K
 from ..regions import regions_to_labels
 from .models import LoadedModel
@@ -162,8 +162,9 @@ def normalize_intensity(image: np.ndarray, mode: str) -> np.ndarray:
     return x
 
 
-#: method sources whose samples are random draws (a seed repeats them only for the same batches of windows)
-_RANDOM_TOKENS = frozenset({"mcdropout", "ratein", "ssn"})
+#: method sources whose samples are random draws (a seed repeats them only for the same batches of windows): those
+#: that draw --samples
+_RANDOM_TOKENS = SAMPLES_TOKENS
 
 
 @dataclass
@@ -173,7 +174,8 @@ class InferSettings:
     Attributes:
         model: the model's description (name, bundle or network spec; the temperature of a calibrated checkpoint).
         method: the ``+``-joined ``--method`` string (:func:`~monai_unc.workflows.factory.build_inferer`).
-        samples: samples per sampling source.
+        samples: samples per sampling source (``infer.json`` records None under a method that draws no
+            ``--samples``: :data:`~monai_unc.keys.SAMPLES_TOKENS`).
         roi: the sliding-window size per axis, or None (whole image).
         overlap: the sliding-window overlap fraction.
         intensity: the intensity normalisation (:func:`normalize_intensity`).
@@ -211,7 +213,7 @@ class InferSettings:
     activation: str | None
     checkpoints: list[str]
     tta_noise: float = 0.0
-    ratein_target: float = 0.1
+    ratein_target: float = DEFAULT_RATEIN_TARGET
     dropout: float | None = None
     write_probs: bool = True
     #: region spec of a region-based sigmoid network ``{name: [label, ...]}`` in channel order (``--regions``)
@@ -235,8 +237,10 @@ class InferSettings:
         """The settings as ``infer.json`` stores them.
 
         Returns:
-            A dict with one entry per field; ``save_samples`` only when True, ``share_passes`` and
-            ``sample_batch_size`` only for a method with MC dropout or Rate-In samples
+            A dict with one entry per field, as :func:`~monai_unc.io.provenance.settings_as_compared` compares it
+            (``method`` as :func:`~monai_unc.keys.canonical_method` spells it, ``samples`` None under a method that
+            draws no ``--samples``: ``tta``, ``ensemble``, ``softmax``); ``save_samples`` only when True,
+            ``share_passes`` and ``sample_batch_size`` only for a method with MC dropout or Rate-In samples
             (:data:`~monai_unc.workflows.factory.SHARED_PASS_TOKENS`): the records of runs made before these fields
             existed keep matching; ``sw_batch_size`` only where it changes seeded draws (:meth:`draws_per_window_batch`)
             and is not 1.
@@ -250,7 +254,9 @@ class InferSettings:
         # with other masks (MI up to 0.56 nats apart) without a word, as the value was not recorded
         if int(self.sw_batch_size) == 1 or not self.draws_per_window_batch():
             del out["sw_batch_size"]
-        return out
+        # the method as canonical_method spells it and samples None under a method that draws no --samples: what
+        # a resume compares (found by hostile review: --method tta --samples 7 recorded 7, its cases 8 flips)
+        return settings_as_compared(out)
 
     def draws_per_window_batch(self) -> bool:
         """Whether ``sw_batch_size`` changes the outputs: a seeded run with random draws under a sliding window.

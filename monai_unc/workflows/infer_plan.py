@@ -37,6 +37,7 @@ import torch
 from ..engine import DistContext, read_dist_env, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
 from ..io import ImageCase, check_case_ids, list_image_cases
+from ..keys import DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
 from .arguments import EXPLICIT_OPTIONS
@@ -165,10 +166,10 @@ def prepare_infer(
     bundle_preprocessing: bool = True,
     allow_code: Sequence[str] = (),
     method: str = "mcdropout",
-    samples: int | None = 10,
+    samples: int | None = None,
     dropout: float | None = None,
     tta_noise: float = 0.0,
-    ratein_target: float = 0.1,
+    ratein_target: float = DEFAULT_RATEIN_TARGET,
     measures: Sequence[str] | None = None,
     write_probs: bool = True,
     save_samples: bool = False,
@@ -200,7 +201,8 @@ def prepare_infer(
             only; :func:`~monai_unc.workflows.models.check_network_spec`).
         bundle_preprocessing: apply the bundle's ``preprocessing`` (and invert it on the outputs).
         method: ``+``-joined sources: ``mcdropout``, ``ratein``, ``tta``, ``ensemble``, ``ssn``, or ``softmax``.
-        samples: MC dropout / Rate-In / SSN latent samples (None with ``rule``: the rule's).
+        samples: MC dropout / Rate-In / SSN latent samples (None: 10, or with ``rule`` the rule's). Given under a
+            method that draws none (``tta``, ``ensemble``, ``softmax``) it warns and ``infer.json`` records None.
         dropout: insert post-hoc dropout with this rate in (0, 1) after every encoder/decoder stage (only with a
             source that samples dropout: ``mcdropout`` or ``ratein`` in ``method``).
         tta_noise: std of the Gaussian noise of TTA (> 0 only with ``tta`` in ``method``).
@@ -260,6 +262,11 @@ def prepare_infer(
     device = resolve_device(device)
     cases = list_image_cases(input)
     check_case_ids(cases)  # a case 'infer' or 'failures' would replace the run's own files: before the model loads
+    if samples is not None and not SAMPLES_TOKENS & set(method_tokens(method)):  # found by hostile review: accepted
+        # without a word, and infer.json recorded it while each case record held the samples really drawn
+        warnings.warn(f"--samples {samples} is not used by --method {method!r}, which draws no --samples (tta: one "
+                      "sample per flip, ensemble: one per member, softmax: one pass); infer.json records samples: "
+                      "null", UserWarning, stacklevel=2)
     if dropout is not None and not SHARED_PASS_TOKENS & set(method_tokens(method)):  # found by hostile review (docs):
         # the dropout was inserted and recorded, but no source switched it on: the maps were those without it
         if rule is not None and rule.options.get("dropout") == dropout:  # the rule's own setting
@@ -406,7 +413,11 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         rule = read_rule_settings(args.settings_from)
         explicit = set(getattr(args, EXPLICIT_OPTIONS, ()))
         options = merge_rule_settings(rule, options, explicit)
-        options["samples"] = args.samples if "samples" in explicit else None  # from the rule, once the model is known
+    given = getattr(args, EXPLICIT_OPTIONS, None)
+    if (rule is not None or given is not None) and "samples" not in (given or ()):
+        # not given: from the rule once the model is known, else the default (10); a --samples given is warned about
+        # under a method that draws none (prepare_infer)
+        options["samples"] = None
     exported: list[Any] = []
 
     def export(statuses: list[dict[str, Any]]) -> None:

@@ -273,7 +273,7 @@ def store_status(
         doc = [{"rule": g.rule_digest, "site": g.site, "n_cases": g.n_cases, "acceptance_rate": g.acceptance_rate,
                 "score_alarm": None if g.score is None else g.score.alarm,
                 "image_alarm": None if g.image is None else g.image.alarm,
-                "image_against_calibration": g.image_against_calibration,
+                "image_against_calibration": g.image_against_calibration, "n_retriaged": g.n_retriaged,
                 "risk_alarm": None if g.risk is None else g.risk.alarm, "alarms": g.alarms()} for g in groups]
         atomic_write_json(output, json_safe({"alpha": alpha, "streams": doc}))
     return CommandResult(groups, True, Path.cwd(), tuple(lines), exit_status=int(any_alarm(groups)))

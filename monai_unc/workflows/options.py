@@ -1,6 +1,7 @@
 """The values of ``monai-unc infer``'s options that are checked without MONAI, and the name of its failed-cases file.
 
-The method sources (:data:`METHOD_TOKENS`, :func:`method_tokens`), the window sizes of ``--roi``
+The method sources (:data:`METHOD_TOKENS`, :func:`method_tokens`: defined in :mod:`monai_unc.keys`, which the file
+layer reads too, and re-exported here), the window sizes of ``--roi``
 (:func:`normalize_roi`, :func:`check_roi`), the modes of ``--intensity`` (:data:`INTENSITY_MODES`) and
 :data:`FAILURES_FILE` are needed by commands that only read and compute (``evaluate`` lists the files it may not
 overwrite, a rule records the method of its predictions): they live here, apart from the inferer
@@ -14,6 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..keys import DROPOUT_TOKENS, METHOD_TOKENS, method_tokens
+
 __all__ = [
     "METHOD_TOKENS",
     "SHARED_PASS_TOKENS",
@@ -24,10 +27,9 @@ __all__ = [
     "normalize_roi",
 ]
 
-#: the sample sources of ``--method`` (``+``-joined; ``softmax`` alone is the deterministic baseline)
-METHOD_TOKENS = ("softmax", "mcdropout", "ratein", "tta", "ensemble", "ssn")
-#: the sources whose samples share passes (``share_passes``, ``--no-share-passes``, ``--sample-batch-size``)
-SHARED_PASS_TOKENS = frozenset({"mcdropout", "ratein"})
+#: the sources whose samples share passes (``share_passes``, ``--no-share-passes``, ``--sample-batch-size``):
+#: those that sample dropout masks, :data:`monai_unc.keys.DROPOUT_TOKENS` (the same object)
+SHARED_PASS_TOKENS = DROPOUT_TOKENS
 
 #: the intensity normalisations of ``--intensity`` (:func:`monai_unc.workflows.infer.normalize_intensity`)
 INTENSITY_MODES = ("none", "max", "minmax", "zscore")
@@ -35,22 +37,6 @@ INTENSITY_MODES = ("none", "max", "minmax", "zscore")
 #: written by rank 0 of :func:`~monai_unc.workflows.infer.run_infer` (and of the other cohort commands) when cases
 #: failed (removed by a run without failures)
 FAILURES_FILE = "failures.json"
-
-
-def method_tokens(method: str) -> list[str]:
-    """The lower-cased source names of a ``+``-joined ``--method`` string (not checked).
-
-    Args:
-        method: e.g. ``"MCDropout+tta"``.
-
-    Returns:
-        The names in order, e.g. ``["mcdropout", "tta"]`` (empty parts dropped).
-
-    Example:
-        >>> method_tokens("MCDropout + tta")
-        ['mcdropout', 'tta']
-    """
-    return [t.strip().lower() for t in method.split("+") if t.strip()]
 
 
 def known_method_tokens(method: str) -> list[str] | None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from .._utils import is_finite_real, is_int
 from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
-from ..keys import MEASURES
+from ..keys import DEFAULT_RATEIN_TARGET, DROPOUT_TOKENS, MEASURES
 from ..product import registered_products
 from .options import METHOD_TOKENS, known_method_tokens, method_tokens
 
@@ -42,7 +42,6 @@ RULE_OPTIONS = {"method": "--method", "roi": "--roi", "overlap": "--overlap", "i
                 "dropout": "--dropout", "tta_noise": "--tta-noise", "ratein_target": "--ratein-target"}
 _INTENSITIES = ("none", "max", "minmax", "zscore")
 _ACTIVATIONS = ("softmax", "sigmoid")
-_SAMPLING = ("mcdropout", "ratein")
 
 
 @dataclass
@@ -195,6 +194,8 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
                "activation": "none" if activation is None else activation,
                "regions": _regions(source, fp.get("regions")), "dropout": None if dropout is None else float(dropout),
                "tta_noise": float(noise), "ratein_target": float(target)}
+    if "ratein" not in method_tokens(options["method"]):  # recorded unused by earlier versions: the maps are the same
+        options["ratein_target"] = DEFAULT_RATEIN_TARGET
     return RuleSettings(source, options, int(n), _weights(source, fp.get("weights")), per_source)
 
 
@@ -297,7 +298,7 @@ def rule_samples(rule: RuleSettings, method: str, spatial_dims: int, members: in
         3
     """
     tokens = method_tokens(method)
-    k = sum(t in _SAMPLING for t in tokens) + (tokens == ["ssn"])
+    k = sum(t in DROPOUT_TOKENS for t in tokens) + (tokens == ["ssn"])
     other = (2 ** spatial_dims if "tta" in tokens else 1) * (members if "ensemble" in tokens else 1)
     n, recorded = rule.num_samples, rule.samples_per_source
     cannot = ValueError(f"--settings-from: {rule.source} records {n} samples per case"

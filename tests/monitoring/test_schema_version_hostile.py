@@ -1,0 +1,34 @@
+"""A hand-damaged schema version in a monitoring store is one error line naming the store (hostile review: "invalid
+literal for int() with base 10: 'abc'" and "the monitoring database has schema version 999", naming no store)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from monai_unc import cli
+from monai_unc.monitoring.store import MonitorStore
+from tests.monitoring._stream import make_rule, write_triage
+
+
+@pytest.mark.parametrize("value", ["abc", "", "1.0", " 1", "999"])
+@pytest.mark.parametrize("command", ["status", "verify", "record"])
+def test_a_damaged_schema_version_names_the_store(tmp_path, capsys, value, command):
+    db = tmp_path / "monitor.db"
+    with MonitorStore(db):
+        pass
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE monitor_meta SET value = ? WHERE key = 'schema_version'", (value,))
+    c.close()
+    before = db.read_bytes()
+    argv = ["monitor", command, "--db", str(db)]
+    if command == "record":
+        triage = write_triage(tmp_path / "t", make_rule([0.1, 0.2, 0.3]), [{"case": "c1", "score": 0.2}])
+        argv = ["monitor", "record", str(triage), "--db", str(db), "--site", "A"]
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(db) in err, err
+    assert ("newer than this monai-unc" in err) if value == "999" else ("is no version number" in err), err
+    assert db.read_bytes() == before  # nothing written
