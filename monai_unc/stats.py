@@ -68,6 +68,7 @@ unchunked ones.
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -1076,9 +1077,14 @@ def _derive(
     wd = moments.get(K.WINDOW_DISAGREEMENT.value)
     n_classes = 2 if multilabel else mean.shape[1]
     out: dict[str, torch.Tensor] = {}
+    # H <= log C: rounding put the entropy of a uniform float32 prediction an ulp above (normalised 1.0000002; found
+    # by invariant testing). PE and EE are capped at log C rounded to their evaluation precision, one value for both,
+    # so that identical samples keep PE equal to EE bit for bit (MI = 0 exactly).
+    cap = float(torch.tensor(math.log(n_classes), dtype=entropy_dtype(out_dtype or mean.dtype)))
+    ee = ee.clamp_max(cap)
     pe = None
     if K.PREDICTIVE_ENTROPY.value in keys or K.MUTUAL_INFORMATION.value in keys:
-        pe = _predictive_entropy(mean, multilabel, out_dtype)
+        pe = _predictive_entropy(mean, multilabel, out_dtype).clamp_max(cap)
     for key in keys:
         if key == K.PRED.value:
             val = mean
@@ -1111,7 +1117,7 @@ def _derive(
             K.MUTUAL_INFORMATION.value,
             K.WINDOW_DISAGREEMENT.value,
         ):
-            val = val / torch.log(torch.tensor(float(n_classes), dtype=val.dtype, device=val.device))
+            val = (val / torch.log(torch.tensor(float(n_classes), dtype=val.dtype, device=val.device))).clamp_max(1.0)
         out[key] = val.to(out_dtype) if out_dtype is not None else val
     return out
 

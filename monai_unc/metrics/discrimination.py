@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import ArrayLike, exceeds, is_int, to_numpy, warn_nan
+from .._utils import ArrayLike, exceeds, is_int, probability_tolerance, to_numpy, to_tensor, warn_nan
 from .selective import aurc
 
 __all__ = [
@@ -552,7 +552,9 @@ def pavpu(
 def voxel_accuracy(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None = None) -> float | ArrayLike:
     """``1 - mean |u - e|``: expected accuracy of flagging each voxel as an error with probability ``u``.
 
-    Higher is better; needs ``u`` in [0, 1] (normalised entropy, ``1 - max p``, ...). See the module notes.
+    Higher is better; needs ``u`` in [0, 1] (normalised entropy, ``1 - max p``, ...); values outside by at most the
+    rounding tolerance of the map's dtype (:func:`monai_unc._utils.probability_tolerance`: 1e-3 for float32 / float64;
+    the normalised entropy of a uniform float32 prediction is 1.0000002) are clipped to [0, 1]. See the module notes.
 
     Args:
         uncertainty: uncertainty map, larger = less confident: ``(B, 1, *spatial)`` with ``per_case=True``, any shape
@@ -576,6 +578,7 @@ def voxel_accuracy(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | No
     """
 
     def case(u: np.ndarray, e: np.ndarray) -> float:
+        u = np.clip(u, 0.0, 1.0)  # rounding within the tolerance checked below
         # |u - e| = u where correct, 1 - u where wrong
         s_ok = float(np.sum(u[~e], dtype=np.float64))
         s_err = float(np.count_nonzero(e)) - float(np.sum(u[e], dtype=np.float64))
@@ -583,8 +586,13 @@ def voxel_accuracy(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | No
 
     pairs_u = _float_array(uncertainty, "uncertainty")
     lo, hi = float(pairs_u.min()), float(pairs_u.max())
-    if lo < 0 or hi > 1:
-        raise ValueError(f"uncertainty must lie in [0, 1] for voxel_accuracy, got values in [{lo:.4g}, {hi:.4g}]")
+    # rounding: entropy(probs, normalize=True) of a uniform float32 prediction came out 1.0000002 and was refused
+    # (found by invariant testing); values within the map's dtype tolerance are clipped, as UCE's histogram does
+    tol = probability_tolerance(to_tensor(uncertainty, "uncertainty").dtype)
+    if lo < -tol or hi > 1 + tol:
+        raise ValueError(
+            f"uncertainty must lie in [0, 1] for voxel_accuracy (tolerance {tol:g}), got values in [{lo:.4g}, {hi:.4g}]"
+        )
     return _per_case(case, uncertainty, error, per_case, "voxel_accuracy")
 
 
