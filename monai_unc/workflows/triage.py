@@ -28,7 +28,7 @@ from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, summarize
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
-from ..product import ThresholdText, format_cell, format_score
+from ..product import ThresholdText, format_cell, format_interval, format_score
 from ..report.triage import build_triage_page
 from .apply import (
     beside_triage_folder,
@@ -229,12 +229,16 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
 
 
 def _expected_dice_cell(c: Mapping[str, Any]) -> str:
-    """``0.93 [0.78, 1.00]``: a triaged case's expected Dice and its interval (the estimate alone without)."""
+    """``0.93 [0.78, 1.00]``: a triaged case's expected Dice and its interval (the estimate alone without).
+
+    The interval's ends are rounded outward (:func:`~monai_unc.product.format_interval`), so the printed interval
+    contains the computed one.
+    """
     v = c.get("expected_dice")
     if v is None:
         return ""
     lo, hi = c.get("expected_dice_low"), c.get("expected_dice_high")
-    return f"{v:.3f}" + ("" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
+    return f"{v:.3f}" + ("" if lo is None or hi is None else f" {format_interval(lo, hi)}")
 
 
 def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, float]) -> dict[str, Any]:
