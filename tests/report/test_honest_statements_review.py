@@ -93,6 +93,23 @@ def test_the_printed_expected_dice_interval_contains_the_computed_one_and_covers
     assert covered / reps >= 0.9 - 3 * math.sqrt(0.09 / reps), covered / reps
 
 
+def test_the_interval_statement_never_states_a_narrower_half_width_than_the_intervals_use():
+    from monai_unc.evaluation.triage.rule import CalibrationRecord, ReferralRule
+
+    def statement(expected):
+        rec = CalibrationRecord((0.1, 0.2, 0.3), (0.9, 0.7, 0.8), (0.0, 1.0, 0.0), expected_dice=expected,
+                                interval_alpha=0.5)
+        rule = ReferralRule("predictive_entropy_fg_mean", 0.2, True, 0.5, 0.1, "sgr", "failure", 0.8,
+                            (0.1, 0.2, 0.3), ("a", "b", "c"), record=rec)
+        q = rec.interval_quantile()[0]
+        return q, float(re.search(r"estimate \+/- ([0-9.]+)", rule.interval_statement()).group(1))
+
+    q, said = statement((0.9844, 0.7844, 0.8844))  # every residual 0.0844: q = 0.0844
+    assert said >= q and said == 0.085, (q, said)
+    q, said = statement((0.984, 0.784, 0.884))  # q = 0.084 up to float rounding: stays 0.084
+    assert said == 0.084, (q, said)
+
+
 def _stamp(pred, samples: int) -> None:
     """The records of ``monai-unc infer`` for the toy cohort's stand-in predictions (as in test_triage.py)."""
     settings_ = InferSettings(model="network: UNet", method="mcdropout", samples=samples, roi=[16], overlap=0.25,
