@@ -177,3 +177,30 @@ def test_a_stratified_conformal_guarantee_names_every_strata_count(tmp_path):
     assert not re.search(r"over the \d+ calibration cases", text), text
     assert f"({', '.join(map(str, counts))} in strata 0 to 2)" in text, text
     assert "within each stratum of predictive_entropy_mean" in text
+
+
+def test_shares_are_printed_with_their_counts():
+    """The report's held-out check read "coverage 0.2" and the demo's certificate "calibration: 53% accepted", shares
+    without the counts they are of."""
+    from monai_unc.evaluation.triage.rule import ReferralRule
+    from monai_unc.report.html import _risk_control_note
+    from monai_unc.workflows.triage import format_outcome
+
+    rc = {"method": "sgr", "risk": "dice < 0.8", "target_risk": 0.2, "delta": 0.1, "feasible": True,
+          "threshold": 0.5, "bound": 0.18, "calibration": {"cases": ["a"] * 20, "n_cases": 20, "coverage": 0.5,
+                                                           "risk_accepted": 0.1},
+          "accepted": ["a"] * 12, "referred": ["b"] * 18, "held_out": {"n_cases": 10, "coverage": 0.2,
+                                                                        "risk_accepted": 0.0}}
+    text = re.sub(r"<[^>]+>", "", str(_risk_control_note(rc, 30)))
+    assert "Held-out cases: 10, accepted 20% (2 of 10)" in text, text
+    rc["held_out"] = {"n_cases": 10, "coverage": 0.0, "risk_accepted": None}
+    text = re.sub(r"<[^>]+>", "", str(_risk_control_note(rc, 30)))
+    assert "accepted – (0 of 10)" in text or "accepted 0% (0 of 10)" in text, text
+    assert "nothing to observe" in text, text
+    rule = ReferralRule("predictive_entropy_fg_mean", 0.3, True, 0.2, 0.1, "sgr", "failure", 0.8,
+                        tuple(np.linspace(0.1, 0.9, 30)), tuple(f"c{i}" for i in range(30)), coverage=16 / 30,
+                        observed_risk=0.0625, bound=0.18)
+    outcome = {"n_cases": 2, "n_accepted": 1, "n_referred": 1, "reasons": {"above_threshold": 1},
+               "n_failed_accepted": 0, "risk_accepted": 0.0, "n_failed_referred": 1}
+    line = format_outcome(rule, outcome)[0]
+    assert "calibration: 53.3% (16 of 30) accepted" in line, line
