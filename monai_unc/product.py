@@ -44,6 +44,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -56,6 +57,7 @@ __all__ = [
     "ThresholdText",
     "format_cell",
     "format_fraction",
+    "format_interval",
     "format_score",
     "format_share",
     "separating_digits",
@@ -307,6 +309,42 @@ def format_share(count: int, total: int, digits: int = 3) -> str:
     if total <= 0:
         return f"– ({count} of {total})"
     return f"{format_fraction(count / total, digits)} ({count} of {total})"
+
+
+def format_interval(low: Any, high: Any, decimals: int = 2) -> str:
+    """An interval ``[low, high]`` in fixed decimals, its ends rounded outward so the text never drops a covered value.
+
+    A confidence or prediction interval covers its truth with the stated probability; rounding its ends to the nearest
+    decimal can move them inward (``[0.7851, 0.9149]`` read ``[0.79, 0.91]``), and the interval as printed then misses
+    truths the computed one covers (the 90 % expected-Dice interval of ``monai-unc triage`` read as covering 88.5 % in
+    simulation). The lower end is rounded down and the upper end up, from the shortest decimal of each float, so the
+    printed interval contains the computed one.
+
+    Args:
+        low: the lower end (a number; None or NaN: undefined).
+        high: the upper end.
+        decimals: the decimals shown, ``>= 0``.
+
+    Returns:
+        ``"[low, high]"``; ``"[–, –]"`` for an undefined interval.
+
+    Example:
+        >>> format_interval(0.7851, 0.9149), format_interval(0.78, 1.0), format_interval(0.29, 0.3)
+        ('[0.78, 0.92]', '[0.78, 1.00]', '[0.29, 0.30]')
+    """
+    if isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0:
+        raise ValueError(f"decimals must be a non-negative integer, got {decimals!r}")
+    step = Decimal(1).scaleb(-decimals)
+
+    def end(value: Any, rounding: str) -> str:
+        if value is None or isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                or not math.isfinite(float(value)):
+            return "–"
+        # from the float's shortest decimal (repr), so 0.29 stays 0.29 rather than flooring 0.28999999999999998
+        q = Decimal(repr(float(value))).quantize(step, rounding=rounding)
+        return f"{abs(q) if q == 0 else q:f}"  # no "-0.00"
+
+    return f"[{end(low, ROUND_FLOOR)}, {end(high, ROUND_CEILING)}]"
 
 
 def format_fraction(value: float, digits: int = 3) -> str:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -455,9 +456,19 @@ def conformal_strata(rows: Mapping[str, Mapping[str, Any]], file_maps: Mapping[s
 
 
 def _guarantee(rule: ConformalRule, strata: ConformalStrata | None) -> str:
-    """The guarantee of a rule in words (within each stratum of a stratified rule)."""
+    """The guarantee of a rule in words (within each stratum of a stratified rule, with each stratum's count).
+
+    The words of stratum 0's first task (:func:`~monai_unc.metrics.conformal.task_guarantee`) with its stratum and
+    count made those of every stratum: the side's sentence named stratum 0's count as every stratum's ("marginal over
+    the 3 calibration cases" for strata of 3, 4 and 3 cases; found by hostile review).
+    """
     text = rule.tasks[0].guarantee
-    return text if strata is None else text.replace(" within stratum 0", f" within each stratum of {strata.score}")
+    if strata is None:
+        return text
+    counts = ", ".join(str(int(c)) for c in strata.counts)
+    words = (f" within each stratum of {strata.score}; marginal over the calibration cases of the new case's stratum "
+             f"({counts} in strata 0 to {len(strata.counts) - 1})")
+    return re.sub(r" within stratum 0; marginal over the \d+ calibration cases", lambda _: words, text)
 
 
 # ----------------------------------------------------------------------------------------------------------------

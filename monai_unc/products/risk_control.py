@@ -31,6 +31,7 @@ The module is light (standard library and :mod:`monai_unc.product`); the computa
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,8 +52,9 @@ def risk_control_line(block: Mapping[str, Any]) -> str:
         block: the ``risk_control`` block of ``summary.json`` (its accepted and referred cases are the cohort).
 
     Returns:
-        The threshold, the calibration coverage, the observed risk and the bound (or that no threshold satisfies the
-        target).
+        The rule (``accept score < cut``, the cut being the lowest calibration score it refers, written exactly so
+        that the printed rule is the certified one), the calibration coverage, the observed risk and the bound (or
+        that no threshold satisfies the target).
 
     Example:
         >>> risk_control_line({"method": "sgr", "risk": "dice < 0.8", "target_risk": 0.2, "delta": 0.1,
@@ -69,7 +71,10 @@ def risk_control_line(block: Mapping[str, Any]) -> str:
     cal = rc["calibration"]
     thr = rc["threshold"]
     undefined = " (an undefined score is referred)" if cal.get("n_undefined") else ""
-    accept = f"accept score <= {thr:.6g}{undefined}; " if thr is not None else (
+    # the certified rule in full: "score < cut" with the cut (the lowest refused calibration score) written exactly;
+    # a rounded threshold (0.623106 for 0.62310585677623...) accepted that refused score and the new ones beside it
+    accept = (f"accept score < {math.nextafter(float(thr), math.inf)!r} (the lowest calibration score it refers"
+              f"{'; an undefined score is referred' if undefined else ''}); ") if thr is not None else (
         "accept every case with a defined score; " if rc["referred"] else "accept every case; ")
     return head + accept + (
         f"calibration coverage {cal['coverage']:.3f}, observed risk {format_cell(cal['risk_accepted'], 4, target)}, "

@@ -77,6 +77,7 @@ from ..product import (
     format_cell,
     format_fraction,
     format_score,
+    format_share,
     product_type,
 )
 from ..regions import label_to_regions
@@ -441,8 +442,11 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText |
                 f"bound {format_value(rc['bound'], 4, target)}).")
     held = rc.get("held_out")
     if held:
-        text += (f" Held-out cases: {held['n_cases']}, coverage {format_value(held['coverage'])}, observed risk of the "
-                 f"accepted {format_value(held['risk_accepted'], 4, target)}.")
+        n_held = int(held["n_cases"])
+        n_acc = int(round(float(held["coverage"]) * n_held))  # a share with its counts, not a bare "coverage 0.2"
+        text += (f" Held-out cases: {n_held}, accepted {format_share(n_acc, n_held)}, observed risk of the accepted "
+                 f"{format_value(held['risk_accepted'], 4, target)}"
+                 f"{' (no accepted case: nothing to observe)' if n_acc == 0 else ''}.")
     return text
 
 

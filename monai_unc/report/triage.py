@@ -48,7 +48,7 @@ from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
-from ..product import Overlay, ThresholdText, command_product, format_score
+from ..product import Overlay, ThresholdText, command_product, format_interval, format_score
 from .html import (
     ACCEPT_ALL,
     PAGE_CSS,
@@ -242,9 +242,17 @@ def _cards(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
               "image_statistics": "image statistics far off", "undefined_score": "undefined score",
               "not_certified": "rule not certified"}
     items += [(f"referred: {labels[k]}", str(v)) for k, v in reasons.items() if k in labels]
+    # with --allow-mismatch the predictions are not those the rule was certified for: the header says the guarantee
+    # does not cover them, so no card may claim it (found by hostile review: the card read "<= 0.4" under the banner)
+    covered = rule.feasible and not _mismatch(summary)
     items.append((f"guaranteed mean risk of accepted ({rule.risk_definition}), w.p. {1 - rule.delta:g}",
-                  f"≤ {rule.target_risk:g}" if rule.feasible else "none"))
+                  f"≤ {rule.target_risk:g}" if covered else "none: fingerprint mismatch" if rule.feasible else "none"))
     return cards(items)
+
+
+def _mismatch(summary: Mapping[str, Any]) -> bool:
+    """Whether the triage ran on predictions whose fingerprint differs from the rule's (``--allow-mismatch``)."""
+    return (summary.get("fingerprint") or {}).get("status") == "mismatch"
 
 
 def _expected_dice_head(rule: ReferralRule) -> str:
@@ -256,11 +264,15 @@ def _expected_dice_head(rule: ReferralRule) -> str:
 
 
 def _expected_dice_text(c: Mapping[str, Any]) -> str:
-    """A case's expected Dice, with its conformal interval when triage computed one: ``0.93 [0.78, 1.00]``."""
+    """A case's expected Dice, with its conformal interval when triage computed one: ``0.93 [0.78, 1.00]``.
+
+    The interval's ends are rounded outward (:func:`~monai_unc.product.format_interval`): rounded to the nearest they
+    could move inward and the printed interval miss a Dice the interval covers.
+    """
     v, lo, hi = c.get("expected_dice"), c.get("expected_dice_low"), c.get("expected_dice_high")
     if v is None or lo is None or hi is None:
         return format_value(v)
-    return f"{float(v):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
+    return f"{float(v):.2f} {format_interval(float(lo), float(hi))}"
 
 
 def _interval_note(rule: ReferralRule) -> str:
@@ -584,8 +596,12 @@ def build_triage_page(
         el("p", f"{guarantee[0].upper() + guarantee[1:]}. A case is accepted only when its score is at most the "
            "threshold and inside the range of the calibration scores, and (when the rule and this triage have images) "
            "its intensity statistics are close to the calibration images'; every other case goes to review with its "
-           "reason. These decisions (rule: accept / review) are the certified rule's and carry its guarantee; the "
-           "review budget of an evaluation report (budget: flagged / kept) is a ranking without one.", class_="note"),
+           "reason. " + ("These decisions (rule: accept / review) are the certified rule's, but these "
+                         "predictions were not made like the ones it was certified on (fingerprint mismatch, above), "
+                         "so they do not carry its guarantee" if _mismatch(summary) else
+                         "These decisions (rule: accept / review) are the certified rule's and carry its guarantee")
+           + "; the review budget of an evaluation report (budget: flagged / kept) is a ranking without one.",
+           class_="note"),
         el("ul", *notes, class_="warn") if notes else None,
         el("p", f"Rule signature: {summary['rule_signature']}.", class_="note")
         if summary.get("rule_signature") and not str(summary["rule_signature"]).startswith("UNSIGNED") else None,

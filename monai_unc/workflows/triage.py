@@ -28,7 +28,7 @@ from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, summarize
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
-from ..product import ThresholdText, format_cell, format_score
+from ..product import ThresholdText, format_cell, format_interval, format_score, format_share
 from ..report.triage import build_triage_page
 from .apply import (
     beside_triage_folder,
@@ -229,12 +229,16 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
 
 
 def _expected_dice_cell(c: Mapping[str, Any]) -> str:
-    """``0.93 [0.78, 1.00]``: a triaged case's expected Dice and its interval (the estimate alone without)."""
+    """``0.93 [0.78, 1.00]``: a triaged case's expected Dice and its interval (the estimate alone without).
+
+    The interval's ends are rounded outward (:func:`~monai_unc.product.format_interval`), so the printed interval
+    contains the computed one.
+    """
     v = c.get("expected_dice")
     if v is None:
         return ""
     lo, hi = c.get("expected_dice_low"), c.get("expected_dice_high")
-    return f"{v:.3f}" + ("" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
+    return f"{v:.3f}" + ("" if lo is None or hi is None else f" {format_interval(lo, hi)}")
 
 
 def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, float]) -> dict[str, Any]:
@@ -301,7 +305,8 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
     if rule.feasible:
         lines = [f"guaranteed: at most {rule.target_risk:g} of the new cases the threshold accepts fail "
                  f"({rule.risk_definition}) on average, with probability >= {1 - rule.delta:g} over the "
-                 f"{rule.n_calibration} calibration cases ({rule.method.upper()}; calibration: {rule.coverage:.0%} "
+                 f"{rule.n_calibration} calibration cases ({rule.method.upper()}; calibration: "
+                 f"{format_share(round(rule.coverage * rule.n_calibration), rule.n_calibration)} "
                  f"accepted, observed risk {format_cell(rule.observed_risk, 3, rule.target_risk)}, bound "
                  f"{format_cell(rule.bound, 3, rule.target_risk)}); the range and image "
                  "checks refer some of them too (docs/triage.md: what the certificate covers)"]
