@@ -203,22 +203,42 @@ def separating_digits(value: float, reference: float, digits: int = SCORE_DIGITS
     return max(digits, 17)
 
 
+def _bound_text(bound: float, digits: int) -> str:
+    """``bound`` with ``digits`` significant digits, rounded toward referral: the number read never exceeds ``bound``.
+
+    The nearest ``digits``-digit text when its value is at most ``bound`` (``1e-07`` for the double just below 1e-7),
+    else the text one unit in the last digit below it (the exact decimal value rounded toward minus infinity). Beyond
+    16 digits the shortest text that reads back as ``bound`` itself.
+    """
+    if digits >= 17 or not math.isfinite(bound):
+        return format_score(bound, 17) if float(format_score(bound, 17)) <= bound else repr(bound)
+    text = format_score(bound, digits)
+    if float(text) <= bound:
+        return text
+    exact = Decimal(bound)
+    floor = exact.quantize(Decimal(1).scaleb(exact.adjusted() - digits + 1), rounding=ROUND_FLOOR)
+    text = f"{float(floor):.{digits}g}"
+    return text if float(text) <= bound else repr(bound)
+
+
 @dataclass(frozen=True)
 class ThresholdText:
-    """How a threshold on a score is written so that no score on its other side prints equal to it.
+    """How a threshold on a score is written so that the rule as printed is the rule, for the scores shown with it.
 
     A rule "accept ``score <= threshold``" is the same rule as "accept ``score < cut``" with ``cut`` the next float
     above the threshold: a risk-controlled threshold is the float just below the lowest calibration score it refuses
     (:func:`~monai_unc.metrics.risk_control.risk_controlled_threshold`), so that calibration case prints equal to the
-    threshold at any precision but 17 digits, and exactly equal to the cut. :meth:`choose` takes whichever of the two
-    statements needs fewer digits for the scores shown with it; each score is then written with the digits that
-    separate it from the bound (:meth:`score`), and the bound with the most of those (:meth:`bound_text`). Rounding
-    keeps order, so a score written with fewer digits than the bound still reads on its own side of it.
+    threshold at any precision but 17 digits, and exactly equal to the cut. The bound is printed rounded toward
+    referral (:attr:`printed`, never above the bound), so that the printed statement read as a rule on any score never
+    accepts a score the rule refers (it may refer a few the rule accepts, in the last printed digit); :meth:`choose`
+    takes the digits at which the printed statement decides every score shown with it as the rule does, and whichever
+    of the two statements needs fewer of them. Each score is then written with the digits that separate it from the
+    printed bound (:meth:`score`); rounding keeps order, so every score reads on its own side of the printed bound.
 
     Attributes:
         strict: True: the statement is ``score < bound``; False: ``score <= bound``.
-        bound: the number in the statement (the threshold, or the cut).
-        digits: the significant digits of the bound.
+        bound: the number of the rule (the threshold, or the cut).
+        digits: the significant digits of the printed bound.
         base: the fewest significant digits of a score.
 
     Example:
@@ -227,6 +247,8 @@ class ThresholdText:
         (True, '0.001021', '0.001021', '0.0004451')
         >>> t.accepts(0.00044505915), t.accepts(0.0010210456093773246), t.relation(True), t.relation(False)
         (True, False, '<', '>=')
+        >>> ThresholdText.choose(0.21696).bound_text()  # rounded down: "<= 0.217" would accept 0.21697
+        '0.2169'
     """
 
     strict: bool
@@ -244,34 +266,47 @@ class ThresholdText:
             digits: the fewest significant digits.
 
         Returns:
-            The :class:`ThresholdText` (the non-strict one when both need as few digits).
+            The :class:`ThresholdText` (the non-strict one when both need as few digits for the bound and the scores).
         """
         threshold = float(threshold)
         finite = [float(s) for s in scores if s is not None and math.isfinite(float(s))]
-        cut = math.nextafter(threshold, math.inf)
-        options = [cls(strict, bound, max([separating_digits(s, bound, digits) for s in finite], default=digits),
-                       digits) for strict, bound in ((False, threshold), (True, cut))]
-        return min(options, key=lambda t: t.digits)
+        accepted = [s <= threshold for s in finite]
+        options = []
+        for strict, bound in ((False, threshold), (True, math.nextafter(threshold, math.inf))):
+            d = digits
+            while d < 17:
+                printed = float(_bound_text(bound, d))
+                if all((s < printed if strict else s <= printed) == a for s, a in zip(finite, accepted)):
+                    break
+                d += 1
+            options.append(cls(strict, bound, d, digits))
+        # fewest digits of the bound, then of the longest score (a score equal to the printed bound is written as it)
+        return min(options, key=lambda t: (t.digits, max((len(t.score(s)) for s in finite), default=0)))
+
+    @property
+    def printed(self) -> float:
+        """The value of the printed bound (:meth:`bound_text`): at most :attr:`bound`."""
+        return float(self.bound_text())
 
     def bound_text(self) -> str:
-        """The bound, with :attr:`digits` significant digits."""
-        return format_score(self.bound, self.digits)
+        """The bound with :attr:`digits` significant digits, rounded toward referral (never above the bound)."""
+        return _bound_text(self.bound, self.digits)
 
     def score(self, value: Any) -> str:
-        """A score, with the digits that keep it from printing equal to the bound when it differs from it.
+        """A score, with the digits that keep it from printing equal to the printed bound when it differs from it.
 
         Args:
             value: the score (None or non-finite: an en dash).
 
         Returns:
-            The text: a score equal to the bound is written exactly as the bound is.
+            The text: a score equal to the bound or to the printed bound is written exactly as the bound is.
         """
         if value is None or isinstance(value, bool) or not isinstance(value, numbers.Real):
             return format_score(value, self.base)
-        v = float(value)
-        if v == self.bound:
+        v, printed = float(value), self.printed
+        if v in (printed, self.bound):  # the bound itself (a strict statement's lowest refused score) reads as printed
             return self.bound_text()
-        return format_score(v, separating_digits(v, self.bound, self.base))
+        return format_score(v, separating_digits(v, printed, self.base))
 
     def accepts(self, value: float) -> bool:
         """Whether the rule accepts ``value`` (the statement holds for it)."""

@@ -262,11 +262,9 @@ def prepare_infer(
     device = resolve_device(device)
     cases = list_image_cases(input)
     check_case_ids(cases)  # a case 'infer' or 'failures' would replace the run's own files: before the model loads
-    if samples is not None and not SAMPLES_TOKENS & set(method_tokens(method)):  # found by hostile review: accepted
-        # without a word, and infer.json recorded it while each case record held the samples really drawn
-        warnings.warn(f"--samples {samples} is not used by --method {method!r}, which draws no --samples (tta: one "
-                      "sample per flip, ensemble: one per member, softmax: one pass); infer.json records samples: "
-                      "null", UserWarning, stacklevel=2)
+    # found by hostile review: accepted without a word, and infer.json recorded it while each case record held the
+    # samples really drawn; warned once the plan is built (a refused command prints its one error line only)
+    unused_samples = samples if samples is not None and not SAMPLES_TOKENS & set(method_tokens(method)) else None
     if dropout is not None and not SHARED_PASS_TOKENS & set(method_tokens(method)):  # found by hostile review (docs):
         # the dropout was inserted and recorded, but no source switched it on: the maps were those without it
         if rule is not None and rule.options.get("dropout") == dropout:  # the rule's own setting
@@ -322,6 +320,10 @@ def prepare_infer(
         sample_batch_size=sample_batch_size if sample_batch_size == "auto" else int(sample_batch_size),
         sw_batch_size=int(sw_batch_size),
     )  # fmt: skip
+    if unused_samples is not None:
+        warnings.warn(f"--samples {unused_samples} is not used by --method {method!r}, which draws no --samples (tta: "
+                      "one sample per flip, ensemble: one per member, softmax: one pass); infer.json records samples: "
+                      "null", UserWarning, stacklevel=2)
     return InferPlan(cases, loaded, inferer, settings)
 
 
