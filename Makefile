@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e ".[dev,examples,nnunet,docs,viewer,dicom,monitor,fast]"
+	$(PY) -m pip install -q -e ".[dev,examples,nnunet,docs,viewer,dicom,monitor,fast,ignite]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -67,6 +67,8 @@ __all__ = [
     "main_rank_warnings",
     "buffer_device",
     "warn_nan",
+    "IGNITE_EXTRA",
+    "require_ignite",
 ]
 
 ArrayLike = np.ndarray | torch.Tensor
@@ -1287,3 +1289,29 @@ def check_class_space(channels: tuple[int | None, int | None], labels: tuple[Any
         if given is None and int(values.max()) >= c:
             raise ValueError(f"{name} holds label {int(values.max())} outside the classes 0..{c - 1} of the {c} "
                              f"channels of {other}{f' ({hint})' if hint else ''}")
+
+
+#: what to install for the ignite engine and handlers (:func:`require_ignite`)
+IGNITE_EXTRA = "pip install 'monai-unc[ignite]'"
+
+
+def require_ignite(owner: str) -> None:
+    """Refuse, in one line naming the extra, to build an ignite engine or handler where pytorch-ignite is missing.
+
+    pytorch-ignite is no dependency of the package (the command line does not use it); MONAI builds its engines and
+    metric handlers on it, and without it they fail with MONAI's ``OptionalImportError`` naming
+    ``ignite.metrics.Metric``, not what to install.
+
+    Args:
+        owner: the class being built, named in the message (``"monai_unc.handlers.CalibrationHandler"``).
+
+    Raises:
+        ImportError: pytorch-ignite does not import; the message names the ``ignite`` extra.
+
+    Example:
+        >>> require_ignite("monai_unc.engines.UncertaintyEvaluator")  # pytorch-ignite is installed here
+    """
+    try:
+        import ignite  # noqa: F401
+    except ImportError as error:
+        raise ImportError(f"{owner} needs pytorch-ignite, which is not installed: {IGNITE_EXTRA}") from error

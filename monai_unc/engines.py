@@ -51,7 +51,7 @@ from monai.engines import SupervisedEvaluator
 from monai.engines.utils import IterationEvents
 from monai.utils import CommonKeys as Keys
 
-from ._utils import distributed_world, label_text, main_rank_warnings, warn_nan
+from ._utils import distributed_world, label_text, main_rank_warnings, require_ignite, warn_nan
 from .io import write_csv
 from .keys import UncertaintyKeys
 from .metrics.casewise import IID_SHIFTS, ood_auroc_by_shift
@@ -179,6 +179,7 @@ class UncertaintyEvaluator(SupervisedEvaluator):
         uncertainty_keys: Sequence[str] | str | None = None,
         **kwargs: Any,
     ) -> None:
+        require_ignite("monai_unc.engines.UncertaintyEvaluator")
         if pred_format not in PRED_FORMATS:
             raise ValueError(f"pred_format must be one of {PRED_FORMATS}, got {pred_format!r}")
         if uncertainty_keys is not None:
@@ -372,6 +373,7 @@ class CaseScoresHandler:
         filename: str | os.PathLike = _CASE_SCORES_FILE,
         image_key: str = Keys.IMAGE,
     ) -> None:
+        require_ignite("monai_unc.engines.CaseScoresHandler")
         self.score_keys = _names(score_keys, "score_keys")
         if not self.score_keys:
             raise ValueError("score_keys must name at least one per-case score")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from monai.handlers.ignite_metric import IgniteMetricHandler
 from monai.utils import MetricReduction
 
+from .._utils import require_ignite
 from ..metrics.ambiguity import GEDMetric, NCCMetric
 
 __all__ = ["GeneralizedEnergyDistance", "NormalizedCrossCorrelation"]
@@ -34,6 +35,7 @@ class GeneralizedEnergyDistance(IgniteMetricHandler):
         output_transform: Callable = lambda x: x,
         save_details: bool = True,
     ) -> None:
+        require_ignite(f"monai_unc.handlers.{type(self).__name__}")
         metric_fn = GEDMetric(variant=variant, distance=distance, num_classes=num_classes, reduction=reduction)
         super().__init__(metric_fn=metric_fn, output_transform=output_transform, save_details=save_details)
 
@@ -52,5 +54,6 @@ class NormalizedCrossCorrelation(IgniteMetricHandler):
         output_transform: Callable = lambda x: x,
         save_details: bool = True,
     ) -> None:
+        require_ignite(f"monai_unc.handlers.{type(self).__name__}")
         metric_fn = NCCMetric(y_is_raters=y_is_raters, reduction=reduction)
         super().__init__(metric_fn=metric_fn, output_transform=output_transform, save_details=save_details)

@@ -7,6 +7,7 @@ from typing import Any
 
 from monai.handlers.ignite_metric import IgniteMetricHandler
 
+from .._utils import require_ignite
 from ..metrics.calibration import CALIBRATION_METRICS, DEFAULT_FINE_BINS, CalibrationMetric
 
 __all__ = ["CalibrationHandler"]
@@ -62,6 +63,7 @@ class CalibrationHandler(IgniteMetricHandler):
         save_details: bool = True,
         key_metric: str | None = None,
     ) -> None:
+        require_ignite(f"monai_unc.handlers.{type(self).__name__}")
         metric_fn = CalibrationMetric(
             num_classes=num_classes,
             metrics=metrics,

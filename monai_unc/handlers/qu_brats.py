@@ -21,6 +21,7 @@ from monai.handlers.ignite_metric import IgniteMetricHandler
 from monai.handlers.utils import from_engine
 from monai.utils import MetricReduction
 
+from .._utils import require_ignite
 from ..keys import UncertaintyKeys
 from ..metrics.qu_brats_metric import QUBraTSMetric
 from ..regions import RegionSpec
@@ -70,6 +71,7 @@ class QUBraTS(IgniteMetricHandler):
         grid: str = "numpy2",
         ignore_unclaimed_labels: bool = False,
     ) -> None:
+        require_ignite(f"monai_unc.handlers.{type(self).__name__}")
         metric_fn = QUBraTSMetric(
             num_points=num_points, max_uncertainty=max_uncertainty, uncertainty_max=uncertainty_max, regions=regions,
             threshold=threshold, component=component, reduction=reduction, grid=grid,

@@ -24,7 +24,7 @@ from monai.handlers.ignite_metric import IgniteMetricHandler
 from monai.handlers.utils import from_engine
 from monai.utils import MetricReduction
 
-from .._utils import probability_tolerance, to_tensor
+from .._utils import probability_tolerance, require_ignite, to_tensor
 from ..keys import UncertaintyKeys
 from ..metrics.spatial import (
     BoundaryAwareECEMetric,
@@ -83,6 +83,7 @@ class _SpatialHandler(IgniteMetricHandler):
         output_transform: Callable | None,
         save_details: bool,
     ) -> None:
+        require_ignite(f"monai_unc.handlers.{type(self).__name__}")
         if output_transform is None:
             output_transform = from_engine([str(uncertainty_key), str(pred_key), str(label_key)])
         super().__init__(metric_fn=metric_fn, output_transform=output_transform, save_details=save_details)

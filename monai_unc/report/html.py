@@ -979,7 +979,9 @@ def build_report(
         ood = summary.get("ood", {})
         shifts = [r.get("shift", "") for r in rows]
         add("shifts", "Uncertainty by shift",
-            f"Case scores per shift label; OoD AUROC (shifted vs in-distribution) {format_value(ood.get('auroc'))}."
+            f"Case scores per shift label (grey: in-distribution, orange: shifted; the colour says nothing of the "
+            f"case's Dice; bar: the group's median); OoD AUROC (shifted vs in-distribution) "
+            f"{format_value(ood.get('auroc'))}."
             f"{left_out}",
             plot_scores_by_shift(raw[defined], [s for s, d in zip(shifts, defined) if d], IID_SHIFTS, label))
     folders = {name: evaluation / PRODUCTS_DIR / name for name in summary if product_type(name) is not None

@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 _GOOD, _BAD, _ACCENT, _RC = "#1f77b4", "#d62728", "#2ca02c", "#9467bd"
+#: the points of the scores-by-shift plot: colours other than good / failed, which the histograms beside it use
+_IID, _SHIFTED = "#7f7f7f", "#ff7f0e"
 #: the most classes the overlay's legend names (the rest, the smallest on the shown slices, are counted in one line)
 LEGEND_CLASSES = 12
 _VIEWS = {2: "axial", 1: "coronal", 0: "sagittal"}
@@ -241,14 +243,16 @@ def plot_uncertainty_histograms(
 def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequence[str], score_name: str) -> Any:
     """Case scores grouped by shift label (one column of points per group, in-distribution first).
 
-    Points are jittered horizontally with a fixed seed; a bar marks each group's median. A case without a defined
-    score (NaN or infinite) is left out, as in :func:`plot_uncertainty_histograms`.
+    Points are jittered horizontally with a fixed seed; a bar marks each group's median. In-distribution groups are
+    grey, shifted ones orange (a legend says so): not the blue / red of good / failed cases of
+    :func:`plot_uncertainty_histograms`, which the report shows beside it. A case without a defined score (NaN or
+    infinite) is left out, as in :func:`plot_uncertainty_histograms`.
 
     Args:
         scores: ``(N,)`` case uncertainty scores (NaN: undefined, left out).
         shifts: ``N`` shift labels (``""``, None or NaN is drawn as ``(none)``).
         iid: the labels that count as in-distribution, e.g. :data:`~monai_unc.metrics.IID_SHIFTS`, compared as
-            :func:`~monai_unc.metrics.is_in_distribution` compares them (drawn first, in blue).
+            :func:`~monai_unc.metrics.is_in_distribution` compares them (drawn first, in grey).
         score_name: the y-axis label.
 
     Returns:
@@ -268,11 +272,17 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
     fig = _figure(5.2, 3.8)
     ax = fig.add_subplot()
     rng = np.random.default_rng(0)
+    drawn: dict[str, Any] = {}
     for i, g in enumerate(groups):
         v = scores[[s == g for s in shifts]]
-        color = _GOOD if is_in_distribution(g, iid_texts) else _BAD
-        ax.scatter(i + rng.uniform(-0.12, 0.12, v.size), v, color=color, s=28, alpha=0.8, edgecolor="white", lw=0.5)
-        ax.hlines(np.median(v), i - 0.25, i + 0.25, color="0.2", lw=1.5)
+        kind = "in-distribution" if is_in_distribution(g, iid_texts) else "shifted"
+        color = _IID if kind == "in-distribution" else _SHIFTED
+        drawn[kind] = ax.scatter(i + rng.uniform(-0.12, 0.12, v.size), v, color=color, s=28, alpha=0.8,
+                                 edgecolor="white", lw=0.5)
+        drawn["median"] = ax.hlines(np.median(v), i - 0.25, i + 0.25, color="0.2", lw=1.5)
+    if drawn:  # the colours say in- or out-of-distribution, not good or failed as in the histograms beside it
+        kinds = [k for k in ("in-distribution", "shifted", "median") if k in drawn]
+        ax.legend([drawn[k] for k in kinds], kinds, fontsize=8)
     ax.set_xticks(range(len(groups)), [g or "(none)" for g in groups], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(score_name)
     ax.grid(alpha=0.3, axis="y")

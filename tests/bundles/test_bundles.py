@@ -135,6 +135,31 @@ def test_configs_parse_and_weights_load(name, config):
 
 @pytest.mark.parametrize("name", sorted(BUNDLES))
 @pytest.mark.parametrize("config", ["inference.json", "evaluate.json"])
+def test_preprocessing_builds_without_monai_warnings(name, config):
+    """Found by the newcomer review: ``monai-unc infer --bundle bundles/brain_tissue_uncertainty`` printed MONAI's
+    two-line FutureWarning on Orientationd's ``labels`` default at every run (the configs did not give it). They give
+    MONAI's old default explicitly: the same orientation, and no warning."""
+    import warnings
+
+    from monai.transforms import Orientationd
+
+    parser = ConfigParser()
+    parser.read_config(str(BUNDLES[name] / "configs" / config))
+    parser["bundle_root"] = str(BUNDLES[name])
+    if "preprocessing" not in parser:
+        pytest.skip(f"{name}/{config} has no preprocessing")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pre = parser.get_parsed_content("preprocessing")
+    noise = [str(w.message)[:120] for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]
+    assert not noise
+    for t in getattr(pre, "transforms", []):
+        if isinstance(t, Orientationd):
+            assert [tuple(pair) for pair in t.ornt_transform.labels] == [("L", "R"), ("P", "A"), ("I", "S")]
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLES))
+@pytest.mark.parametrize("config", ["inference.json", "evaluate.json"])
 def test_share_passes_is_a_bundle_override(name, config):
     """``python -m monai.bundle run --share_passes false --sample_batch_size 4`` reaches the inferer."""
     parser = ConfigParser()

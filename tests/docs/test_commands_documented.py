@@ -42,3 +42,15 @@ def test_every_command_is_documented(page):
 
 def test_readme_names_make_docs():
     assert "make docs" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_the_first_install_says_how_to_install_from_a_clone(page):
+    """Found by the newcomer review: docs/index.md's first commands were ``pip install monai-unc``, which the package
+    index does not serve for an unreleased version (``No matching distribution found``), with no word of the install
+    from a clone that README gives. Every ``pip install monai-unc`` line of a first-install block names it."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if re.match(r"\s*pip install monai-unc(\s|$)", line)]
+    assert lines
+    for line in lines:
+        assert re.search(r"from a clone: pip install (-e )?\.", line), line

@@ -221,6 +221,28 @@ def test_scores_by_shift_draws_a_nan_label_as_the_empty_in_distribution_label():
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["(none)", "noise"]
 
 
+def test_scores_by_shift_says_its_colours_mean_the_shift_not_failure(report):
+    """Found by the newcomer review: the shift plot drew in-distribution cases blue and shifted ones red with no
+    legend and a caption silent on colour, beside the histograms where blue / red are good / failed cases: in the
+    demo report the two bias-field cases (Dice 0.84, good) were red dots, read as failures. The plot now has its own
+    colours and a legend, and the report's caption says what they mean."""
+    from matplotlib.collections import PathCollection
+
+    from monai_unc.metrics import IID_SHIFTS
+    from monai_unc.report.plots import plot_scores_by_shift
+
+    fig = plot_scores_by_shift(np.array([0.1, 0.2, 0.7, 0.3]), ["none", "none", "noise", "bias"], IID_SHIFTS, "s")
+    ax = fig.axes[0]
+    assert ax.get_legend() is not None
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["in-distribution", "shifted", "median"]
+    shown = {tuple(np.round(c.get_facecolor()[0][:3], 3)) for c in ax.collections if isinstance(c, PathCollection)}
+    hist = plot_uncertainty_histograms(np.array([0.1, 0.2, 0.3]), np.array([0.9, 0.5, 0.95]), 0.8, bins=2)
+    good_failed = {tuple(np.round(patch.get_facecolor()[:3], 3)) for patch in hist.axes[0].patches}
+    assert len(shown) == 2 and not shown & good_failed
+    caption = re.search(r"<b>Uncertainty by shift\.</b>([^<]*)<", report["text"]).group(1)
+    assert "grey: in-distribution" in caption and "orange: shifted" in caption
+
+
 def test_overlay_figure(tmp_path):
     rng = np.random.default_rng(2)
     label = np.zeros((12, 10, 8), np.int64)
