@@ -126,8 +126,9 @@ def check_inputs_unchanged(before: Mapping[str, Any], cases: Sequence[CaseFiles]
                            predictions: str | os.PathLike | None = None, command: str = "monai-unc evaluate") -> None:
     """Refuse a run whose input files were written again while it read them (another run into the input folder).
 
-    ``evaluate``, ``triage`` and ``conformal`` check their predictions once, when they list the cases (another
-    ``infer`` holding the folder, unfinished cases, two settings). A run started into the folder after that check
+    ``evaluate``, ``triage`` and the commands of the cohort products check their predictions once, when they list
+    the cases (another ``infer`` holding the folder, unfinished cases, two settings). A run started into the folder
+    after that check
     (``infer --overwrite`` with other settings, an nnU-Net rerun) replaced the files of some cases while they were
     read: the outputs mixed the cases of two runs and named the settings of the later one (found by hostile testing:
     a certified referral rule fitted on three cases of ``--samples 2`` and three of ``--samples 3``, exit 0). At the

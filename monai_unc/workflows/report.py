@@ -20,7 +20,7 @@ from ..evaluation.config import STATE_DIR
 from ..evaluation.triage import TriageResult
 from ..io import CaseFiles, check_inputs_not_written, check_output_file, check_output_folder, output_lock
 from ..io.signing import Trust
-from ..report.html import build_report
+from ..report.html import build_report, check_evaluation_not_held
 from ..report.triage import build_triage_page
 from .apply import apply_beside_triage, check_beside_triage, rules_from_options
 from .prepare import error_text, read_case_list
@@ -61,11 +61,13 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
 
     Raises:
         FileNotFoundError: the folder or its summary is missing.
-        ValueError: a corrupt file, or an evaluation whose last run had failed cases.
+        ValueError: a corrupt file, an evaluation whose last run had failed cases, or one another run is still
+            writing (:func:`monai_unc.report.html.check_evaluation_not_held`).
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"--evaluation folder not found: {folder}")
+    check_evaluation_not_held(folder)  # an evaluate still writing it: said first, not as a missing summary.json
     try:
         load_evaluation(folder)
     except FileNotFoundError:  # the loader's own message: no summary.json / rows.json, run evaluate first

@@ -165,3 +165,46 @@ def test_dicom_export_of_predictions_being_written_is_refused(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "being written by another run" in err[0] and "monai-unc infer" in err[0], err
     assert not out.exists()
+
+
+def test_a_second_report_into_a_busy_folder_is_refused(cohort, tmp_path, capsys):
+    """Two reports at once into one folder (--budget 0.1 / 0.5): figures/ held a referral curve of the other run's
+    page, and its record listed a figure that was not there. The second is refused in one line, writing nothing; a
+    report of an evaluation that ``evaluate`` is still writing says so (it said "no summary.json: run evaluate")."""
+    ev = tmp_path / "ev"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", str(ev),
+                     "--no-spatial", "-q"]) == 0
+        out = tmp_path / "report"
+        argv = ["report", "-e", str(ev), "-o", str(out), "--cases", "0", "-q"]
+        assert main([*argv, "--budget", "0.1"]) == 0
+        before = _files(out)
+        capsys.readouterr()
+        with _Holder(out, "monai-unc report") as holder:
+            assert main([*argv, "--budget", "0.5"]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "another run" in err[0] and f"pid {holder.proc.pid}" in err[0], err
+        assert _files(out) == before
+        with _Holder(ev, "monai-unc evaluate"):
+            assert main([*argv, "--budget", "0.5"]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "being written by another run" in err[0] and "monai-unc evaluate" in err[0], err
+        assert _files(out) == before
+        assert main([*argv, "--budget", "0.5"]) == 0
+
+
+def test_the_refusal_names_the_holders_host(tmp_path):
+    """On a cluster the output folder is shared between nodes: a pid alone named a process of another node (a
+    ``kill`` of it on the login node hits an unrelated process). The line names the holder's host too."""
+    import socket
+
+    from monai_unc.io import output_lock, output_lock_holder
+
+    with _Holder(tmp_path, "monai-unc infer") as holder:
+        with pytest.raises(ValueError) as e:
+            with output_lock(tmp_path, "monai-unc infer"):
+                pass
+        assert f"pid {holder.proc.pid}, monai-unc infer, since " in str(e.value)
+        assert f"host {socket.gethostname()}" in str(e.value) and "\n" not in str(e.value)
+        assert f"host {socket.gethostname()}" in output_lock_holder(tmp_path)
