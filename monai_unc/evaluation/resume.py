@@ -86,21 +86,30 @@ def _signature_or_none(path: Path) -> list[Any] | None:
         return None
 
 
+def _content_digest(path: Path) -> str | None:
+    """The sha256 of a small file's bytes, None when it is absent or unreadable."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def input_signatures(cases: Sequence[CaseFiles], predictions: str | os.PathLike | None = None) -> dict[str, Any]:
     """The :func:`file_signature` of every input file of the cases, and of the run record of their prediction folder.
 
     What :func:`check_inputs_unchanged` compares at the end of a run: taken when the cases are listed, before any is
     read. The files are each case's label, segmentation, probabilities, image and maps; the run record is the
     ``infer.json`` (or nnU-Net's ``uncertainty_config.json``) of ``predictions``, whose settings a command reads into
-    its outputs (the fingerprint of a rule, of a triage).
+    its outputs (the fingerprint of a rule, of a triage): its content, so that a run of the same settings that only
+    adds other cases to the folder (and writes the same record again) changes nothing.
 
     Args:
         cases: the cases of the run.
         predictions: the prediction folder (None: no run record).
 
     Returns:
-        ``{case id: {role: signature}}``, and ``{"": {record name: signature}}`` for the run records (JSON-ready;
-        None for a file that is absent).
+        ``{case id: {role: signature}}``, and ``{"": {record name: sha256 of its content}}`` for the run records
+        (JSON-ready; None for a file that is absent).
 
     Example:
         >>> import tempfile
@@ -117,8 +126,7 @@ def input_signatures(cases: Sequence[CaseFiles], predictions: str | os.PathLike 
         out[c.case_id] = {role: _signature_or_none(Path(p)) for role, p in roles.items() if p is not None}
     if predictions is not None:
         folder = Path(predictions)
-        out[""] = {name: _signature_or_none(folder / name) if (folder / name).is_file() else None
-                   for name in _RUN_RECORDS}
+        out[""] = {name: _content_digest(folder / name) for name in _RUN_RECORDS}
     return out
 
 

@@ -67,7 +67,6 @@ from ..io import (
     list_image_cases,
     load_case,
     output_lock,
-    output_lock_holder,
     owned_folder,
     read_csv,
 )
@@ -100,7 +99,6 @@ __all__ = [
     "PAGE_CSS",
     "build_report",
     "cards",
-    "check_evaluation_not_held",
     "case_overlays",
     "product_section",
     "product_sections",
@@ -899,39 +897,15 @@ def build_report(
         (listed in its ``.report_figures.json``) are removed; other files there, a user's own, are left alone.
 
     Raises:
-        ValueError: ``<output>/figures`` is a symbolic link (:func:`monai_unc.io.owned_folder`), another run holds
-            the evaluation folder (an ``evaluate`` still writing it) or the report folder (another report: one at a
-            time per folder, :func:`monai_unc.io.output_lock`).
+        ValueError: ``<output>/figures`` is a symbolic link (:func:`monai_unc.io.owned_folder`), or another run holds
+            the report folder (another report: one at a time per folder, :func:`monai_unc.io.output_lock`).
     """
     evaluation = Path(evaluation)
-    check_evaluation_not_held(evaluation)
     out_dir = Path(output) if output is not None else evaluation / "report"
     # found by hostile testing: two reports at once into one folder (other --budget / --cases) left figures/ with a
     # PNG of the other run's page and a record listing a figure that was not there
     with output_lock(out_dir, "monai-unc report"):
         return _write_report(evaluation, out_dir, budget, images, n_cases, title, viewer, summary, risk_options)
-
-
-def check_evaluation_not_held(evaluation: str | os.PathLike) -> None:
-    """Refuse an evaluation folder that another run holds (an ``evaluate`` still writing it), in one line.
-
-    Its cohort files are replaced (and, until the run's summary step, absent) while it runs: the report would say
-    "no summary.json" or draw an earlier run's files (:func:`monai_unc.io.output_lock_holder`).
-
-    Args:
-        evaluation: the ``--output`` folder of ``monai-unc evaluate``.
-
-    Raises:
-        ValueError: naming the folder and the run that holds it.
-
-    Example:
-        >>> import tempfile
-        >>> check_evaluation_not_held(tempfile.mkdtemp())  # no run holds it: no error
-    """
-    holder = output_lock_holder(evaluation)
-    if holder is not None:
-        raise ValueError(f"the evaluation in {evaluation} is being written by another run ({holder}): wait until it "
-                         "ends, then make the report")
 
 
 def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images: str | os.PathLike | None,

@@ -81,6 +81,9 @@ def test_a_run_record_written_again_is_named(tmp_path):
     cases = [CaseFiles("c1", seg)]
     before = input_signatures(cases, tmp_path)
     check_inputs_unchanged(before, cases, tmp_path)
+    (tmp_path / "new.json").write_text("{}")  # the same record written again (a run adding other cases): no change
+    os.replace(tmp_path / "new.json", tmp_path / "infer.json")
+    check_inputs_unchanged(before, cases, tmp_path)
     (tmp_path / "new.json").write_text('{"settings": {}}')
     os.replace(tmp_path / "new.json", tmp_path / "infer.json")
     with pytest.raises(ValueError, match=r"infer\.json were written again while monai-unc triage") as e:
