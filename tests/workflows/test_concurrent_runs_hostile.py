@@ -211,3 +211,42 @@ def test_the_refusal_names_the_holders_host(tmp_path):
         assert f"pid {holder.proc.pid}, monai-unc infer, since " in str(e.value)
         assert f"host {socket.gethostname()}" in str(e.value) and "\n" not in str(e.value)
         assert f"host {socket.gethostname()}" in output_lock_holder(tmp_path)
+
+
+def test_two_parts_writing_the_scores_table_at_once_lose_no_case(tmp_path):
+    """``nnunet-predict -num_parts 2``: two parts ending together into one folder. Part A listed the records, part B
+    wrote its last record and its table, then A wrote its table without B's last case (a case lost from
+    ``uncertainty_scores.csv``; A's reading is slowed here as thousands of records are). The parts write the table
+    one at a time, each listing under the lock."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("nnunetv2", reason="needs the nnunet extra")
+    from monai_unc.io import read_csv
+
+    (tmp_path / "uncertainty").mkdir()
+
+    def record(case):
+        return json.dumps({"case": case, "num_samples": 4, "foreground_voxels": 1,
+                           "scores": {"predictive_entropy": {"mean": 0.1}}})
+
+    (tmp_path / "uncertainty" / "a0.json").write_text(record("a0"))
+    slow = ("import sys, time, json; from monai_unc.nnunet import export\nreal = json.loads\n"
+            "def slow(t, *a, **k):\n    open(sys.argv[1] + '/listed', 'w').close(); time.sleep(6)\n"
+            "    return real(t, *a, **k)\n"
+            "export.json.loads = slow\nexport.write_scores_table(sys.argv[1])")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    part_a = subprocess.Popen([sys.executable, "-c", slow, str(tmp_path)], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "listed").exists() and time.monotonic() < deadline:  # A has listed and is reading
+            time.sleep(0.05)
+        (tmp_path / "uncertainty" / "b1.json").write_text(record("b1"))  # part B's last case, then its table
+        subprocess.run([sys.executable, "-c", "import sys; from monai_unc.nnunet.export import write_scores_table; "
+                        "write_scores_table(sys.argv[1])", str(tmp_path)], env=env, check=True, timeout=300)
+        assert part_a.wait(timeout=300) == 0
+    finally:
+        part_a.kill()
+    assert [r["case"] for r in read_csv(tmp_path / "uncertainty_scores.csv")] == ["a0", "b1"]
