@@ -90,7 +90,15 @@ from .config import (
 from .conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, fit_conformal_rules, run_conformal
 from .products import command_output_markers, read_artifact, write_artifact
 from .region_case import QU_BRATS_COLUMNS, combined_score, evaluate_region_case, region_score_columns
-from .resume import case_cache, case_config_fingerprint, case_fingerprint, load_case_state, save_case_state
+from .resume import (
+    case_cache,
+    case_config_fingerprint,
+    case_fingerprint,
+    check_inputs_unchanged,
+    input_signatures,
+    load_case_state,
+    save_case_state,
+)
 from .rows import DERIVED_MEASURES, check_measure_options
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
 from .triage import ReferralRule, certify_referral_rule, run_triage
@@ -137,6 +145,8 @@ __all__ = [
     "case_cache",
     "save_case_state",
     "load_case_state",
+    "input_signatures",
+    "check_inputs_unchanged",
     "summarize",
     "resummarize",
     "config_from_summary",

@@ -104,7 +104,7 @@ from .cohort import score_column
 from .config import STATE_DIR, EvaluationConfig, parse_score_column, region_suffix, slug
 from .products import command_output_markers
 from .region_case import predicted_regions, region_score_columns
-from .resume import CASES_DIR, file_signature
+from .resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures
 from .rows import derived_maps
 
 #: the loss of each side (``outer``: false-negative rate, ``inner``: false-positive share of the mask)
@@ -1387,6 +1387,8 @@ def run_conformal(
         got["doc"], found, got["check"] = check_conformal_inputs(predictions, rule, output, images=images,
                                                                  layout=layout, uncertainty=uncertainty,
                                                                  allow_mismatch=allow_mismatch, trust=trust)
+        # compared at the end: another run that writes the predictions after these checks (found by hostile testing)
+        got["cases"], got["inputs"] = found, input_signatures(found, predictions)
         return found
 
     def setup() -> None:
@@ -1398,6 +1400,8 @@ def run_conformal(
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
         stale(run)  # first: a run stopped while writing leaves none of an earlier run's files
+        # the cases read are those listed: no other run wrote the predictions meanwhile (one version of each)
+        check_inputs_unchanged(got["inputs"], got["cases"], predictions, "monai-unc conformal")
         rows = sorted(run.results, key=lambda r: str(r["case"]))
         doc: ConformalRuleFile = got["doc"]
         remove_stale_masks(output, [str(r["case"]) for r in rows], list(doc.rules))

@@ -9,19 +9,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..engine import CaseCache
 from ..engine.records import record_cache_hooks
-from ..io import CaseFiles, check_volume_entry
+from ..io import INFER_RECORD, CaseFiles, check_volume_entry
 from .case import CaseResult
 from .config import EvaluationConfig
 
 __all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "case_config_fingerprint", "case_cache",
-           "save_case_state", "load_case_state"]
+           "save_case_state", "load_case_state", "input_signatures", "check_inputs_unchanged"]
 
 #: fields of :class:`EvaluationConfig` that :func:`evaluate_case` reads (the per-case resume state is reused only
 #: while they, the case's shift label and its input files are unchanged); keep in sync with evaluate_case
@@ -71,6 +71,121 @@ def file_signature(path: Path | None) -> list[Any] | None:
         inner = hashlib.sha256(json.dumps([file_signature(f) for f in files]).encode()).hexdigest()
         return [str(Path(path).resolve()), len(files), inner, int(st.st_ctime_ns), int(st.st_ino)]
     return [str(Path(path).resolve()), int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino)]
+
+
+#: the run records of a prediction folder whose settings a command reads with the cases (``infer``,
+#: ``nnunet-predict``)
+_RUN_RECORDS = (INFER_RECORD, "uncertainty_config.json")
+
+
+def _signature_or_none(path: Path) -> list[Any] | None:
+    """:func:`file_signature`, None for a file that is gone (or no longer a file a case can read)."""
+    try:
+        return file_signature(path)
+    except (OSError, ValueError):  # CaseError is a ValueError
+        return None
+
+
+def _content_digest(path: Path) -> str | None:
+    """The sha256 of a small file's bytes, None when it is absent or unreadable."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def input_signatures(cases: Sequence[CaseFiles], predictions: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The :func:`file_signature` of every input file of the cases, and of the run record of their prediction folder.
+
+    What :func:`check_inputs_unchanged` compares at the end of a run: taken when the cases are listed, before any is
+    read. The files are each case's label, segmentation, probabilities, image and maps; the run record is the
+    ``infer.json`` (or nnU-Net's ``uncertainty_config.json``) of ``predictions``, whose settings a command reads into
+    its outputs (the fingerprint of a rule, of a triage): its content, so that a run of the same settings that only
+    adds other cases to the folder (and writes the same record again) changes nothing.
+
+    Args:
+        cases: the cases of the run.
+        predictions: the prediction folder (None: no run record).
+
+    Returns:
+        ``{case id: {role: signature}}``, and ``{"": {record name: sha256 of its content}}`` for the run records
+        (JSON-ready; None for a file that is absent).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "c1_seg.nii.gz").write_bytes(b"x")
+        ...     sig = input_signatures([CaseFiles("c1", Path(d) / "c1_seg.nii.gz")], d)
+        >>> sorted(sig), sorted(sig["c1"]), sig[""]["infer.json"]
+        (['', 'c1'], ['label'], None)
+    """
+    out: dict[str, Any] = {}
+    for c in cases:
+        roles = {"label": c.label, "segmentation": c.seg, "probabilities": c.probs, "image": c.image,
+                 **{f"map {m}": p for m, p in sorted(c.maps.items())}}
+        out[c.case_id] = {role: _signature_or_none(Path(p)) for role, p in roles.items() if p is not None}
+    if predictions is not None:
+        folder = Path(predictions)
+        out[""] = {name: _content_digest(folder / name) for name in _RUN_RECORDS}
+    return out
+
+
+def check_inputs_unchanged(before: Mapping[str, Any], cases: Sequence[CaseFiles],
+                           predictions: str | os.PathLike | None = None, command: str = "monai-unc evaluate") -> None:
+    """Refuse a run whose input files were written again while it read them (another run into the input folder).
+
+    ``evaluate``, ``triage`` and the commands of the cohort products check their predictions once, when they list
+    the cases (another ``infer`` holding the folder, unfinished cases, two settings). A run started into the folder
+    after that check
+    (``infer --overwrite`` with other settings, an nnU-Net rerun) replaced the files of some cases while they were
+    read: the outputs mixed the cases of two runs and named the settings of the later one (found by hostile testing:
+    a certified referral rule fitted on three cases of ``--samples 2`` and three of ``--samples 3``, exit 0). At the
+    end of the run, before its cohort files are written, the signatures of :func:`input_signatures` are taken again
+    and compared with those of the listing.
+
+    Args:
+        before: :func:`input_signatures` of the cases when they were listed.
+        cases: the cases of the run.
+        predictions: the prediction folder (its run record is compared too).
+        command: the command's name, for the message.
+
+    Raises:
+        ValueError: one line naming the cases (or the run record) whose files changed and the remedy: the command
+            again once the other run has ended (the changed cases are computed again; the others are reused).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     seg = Path(d) / "c1_seg.nii.gz"
+        ...     _ = seg.write_bytes(b"x")
+        ...     cases = [CaseFiles("c1", seg)]
+        ...     before = input_signatures(cases, d)
+        ...     check_inputs_unchanged(before, cases, d)  # nothing changed: no error
+        ...     seg.unlink()
+        ...     _ = seg.write_bytes(b"yy")
+        ...     try:
+        ...         check_inputs_unchanged(before, cases, d)
+        ...     except ValueError as e:
+        ...         print(str(e)[:46])
+        the input files of case(s) ['c1'] were written
+    """
+    now = input_signatures(cases, predictions)
+    changed = sorted(k for k in set(before) | set(now) if k and before.get(k) != now.get(k))
+    records = sorted(n for n in set(before.get("", {})) | set(now.get("", {}))
+                     if before.get("", {}).get(n) != now.get("", {}).get(n))
+    if not changed and not records:
+        return
+    what = []
+    if changed:
+        shown = f"{changed[:5]}" + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        what.append(f"the input files of case(s) {shown}")
+    if records:
+        what.append(f"{' and '.join(str(Path(predictions) / n) for n in records)}" if predictions is not None
+                    else "the run record")
+    raise ValueError(f"{' and '.join(what)} were written again while {command} read them (another run into "
+                     f"{'the input folder' if predictions is None else Path(predictions)}, e.g. infer --overwrite): "
+                     "its outputs would mix two versions of the cases (no cohort file written); run the command "
+                     "again once that run has ended (the changed cases are computed again)")
 
 
 def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from .products import (
     write_artifacts,
     write_case_files,
 )
-from .resume import CASES_DIR, case_cache, case_config_fingerprint
+from .resume import CASES_DIR, case_cache, case_config_fingerprint, check_inputs_unchanged, input_signatures
 from .rows import check_measure_options, write_derived_maps
 from .triage import prediction_regions, region_differences
 
@@ -482,7 +482,11 @@ def _run_evaluate(
         check_measure_options(cases, config)  # --measure / --score without maps: one refusal, not one per case
         check_products(cases, config, inputs)  # the products' refusals (e.g. probabilities they need): before any work
         check_recorded_regions(match_kwargs["predictions"], match_kwargs["layout"], config.regions)
+        # compared at the end: another run that writes the predictions after these checks (found by hostile testing)
+        listed["cases"], listed["inputs"] = cases, input_signatures(cases, match_kwargs["predictions"])
         return cases
+
+    listed: dict[str, Any] = {}  # the cases and their input signatures, as listed (check_inputs_unchanged)
 
     cohort: dict[str, CohortState] = {}  # rank 0: the assembled state, returned (not broadcast)
     #: what a product may check or record (e.g. the fingerprint of the predictions a rule is fitted on)
@@ -492,6 +496,8 @@ def _run_evaluate(
         late: list[tuple[str, BaseException]] = []  # a number of classes other than the cohort's
         results = [_as_tuple(r) for r in run.results]
         try:
+            # the cases read are those listed: no other run wrote the predictions meanwhile (one version of each)
+            check_inputs_unchanged(listed["inputs"], listed["cases"], match_kwargs["predictions"], "monai-unc evaluate")
             check_unclaimed_labels(results, config)
         except ValueError:
             stale(run)

@@ -25,6 +25,7 @@ import math
 import operator
 import os
 import shutil
+import socket
 import stat
 import struct
 import tempfile
@@ -1913,7 +1914,7 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc", wait: flo
     Two runs writing into one folder at the same time would corrupt each other's files: both write the same
     temporary names (:func:`partial_path`) and each removes the other's at start (:func:`clean_partial_files`).
     The lock is an exclusive :func:`fcntl.flock` on ``<folder>/.monai-unc.lock`` (which names the holder: pid,
-    command, start time); the operating system releases it when the process ends, however it ends (a run killed
+    command, start time, host); the operating system releases it when the process ends, however it ends (a run killed
     with SIGKILL leaves the file, not the lock, and the next run takes it). The file is removed when the block ends.
     It is reentrant within a process (a command that holds its folder calls the engine, which holds it again).
     Without ``fcntl`` (Windows) or on a file system without ``flock`` nothing is locked. The folder is created when
@@ -1981,7 +1982,9 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc", wait: flo
         started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
             os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()}, {command}, since {started}\n".encode())
+            # the host too: on a shared (network) file system the holder may run on another node, where its pid means
+            # nothing here (found by the hostile review of concurrency: a cluster's array job)
+            os.write(fd, f"pid {os.getpid()}, {command}, since {started}, host {socket.gethostname()}\n".encode())
         except OSError as e:  # a full disk: the line names the lock file
             _name_written_file(e, path)
             raise
@@ -2010,8 +2013,8 @@ def output_lock_holder(folder: str | os.PathLike) -> str | None:
         folder: the folder to read.
 
     Returns:
-        What the lock file says of its holder (``"pid 123, monai-unc infer, since ..."``, or ``"holder unknown"``),
-        or None when no other process holds the folder.
+        What the lock file says of its holder (``"pid 123, monai-unc infer, since ..., host node7"``, or
+        ``"holder unknown"``), or None when no other process holds the folder.
 
     Example:
         >>> import tempfile

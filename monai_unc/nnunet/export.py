@@ -57,6 +57,7 @@ from monai_unc.io import (
     json_safe,
     library_versions,
     nnunet_dataset_regions,
+    output_lock,
     read_json_or_none,
     save_nifti_image,
     write_csv,
@@ -872,6 +873,10 @@ def write_scores_table(output_folder: str | os.PathLike, settings: dict | None =
     Returns:
         The path of ``uncertainty_scores.csv``, or None when there is no case record.
 
+    Raises:
+        ValueError: another part held the records folder (``uncertainty/``, :func:`monai_unc.io.output_lock`) for
+            more than 10 minutes.
+
     Example:
         >>> import tempfile
         >>> record = {"case": "case1", "num_samples": 8, "foreground_voxels": 0,
@@ -885,9 +890,28 @@ def write_scores_table(output_folder: str | os.PathLike, settings: dict | None =
     """
     folder = Path(output_folder)
     wanted = None if settings is None else json.loads(json.dumps(json_safe(settings)))  # as records read back
+    if not (folder / UNCERTAINTY_FOLDER).is_dir():
+        return None
+    # the -part_id runs sharing a folder write the table one at a time, each listing the records under the lock:
+    # the last table lists every part's records (found by the hostile review of concurrency: two parts ending
+    # together, the later write was of a listing made before the other part's last record, a case lost)
+    with output_lock(folder / UNCERTAINTY_FOLDER, "monai-unc nnunet-predict (uncertainty_scores.csv)",
+                     wait=_SCORES_TABLE_WAIT):
+        return _write_scores_table(folder, settings, wanted)
+
+
+#: seconds a part waits for another part's write of ``uncertainty_scores.csv`` (reading the records takes seconds)
+_SCORES_TABLE_WAIT = 600.0
+
+
+def _write_scores_table(folder: Path, settings: dict | None, wanted: Any) -> Path | None:
+    """:func:`write_scores_table`'s listing and write, the records folder held."""
     records = []
     for f in sorted((folder / UNCERTAINTY_FOLDER).glob("*.json")):
-        rec = json.loads(f.read_text())
+        try:
+            rec = json.loads(f.read_text())
+        except FileNotFoundError:  # removed since the listing: its case is being predicted again by another part
+            continue
         if isinstance(rec, dict) and "scores" in rec and "case" in rec and (
                 settings is None or rec.get("settings") == wanted):
             records.append(rec)

@@ -66,6 +66,7 @@ from ..io import (
     csv_text,
     list_image_cases,
     load_case,
+    output_lock,
     owned_folder,
     read_csv,
 )
@@ -900,20 +901,31 @@ def build_report(
         (listed in its ``.report_figures.json``) are removed; other files there, a user's own, are left alone.
 
     Raises:
-        ValueError: ``<output>/figures`` is a symbolic link (:func:`monai_unc.io.owned_folder`).
+        ValueError: ``<output>/figures`` is a symbolic link (:func:`monai_unc.io.owned_folder`), or another run holds
+            the report folder (another report: one at a time per folder, :func:`monai_unc.io.output_lock`).
     """
     evaluation = Path(evaluation)
+    out_dir = Path(output) if output is not None else evaluation / "report"
+    # found by hostile testing: two reports at once into one folder (other --budget / --cases) left figures/ with a
+    # PNG of the other run's page and a record listing a figure that was not there
+    with output_lock(out_dir, "monai-unc report"):
+        return _write_report(evaluation, out_dir, budget, images, n_cases, title, viewer, summary, risk_options)
+
+
+def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images: str | os.PathLike | None,
+                  n_cases: int, title: str, viewer: bool, summary: Mapping[str, Any] | None,
+                  risk_options: dict[str, Any]) -> Path:
+    """:func:`build_report`'s work, its report folder held."""
     state, saved = load_evaluation(evaluation)
     if summary is None and (budget is not None or any(v is not None for v in risk_options.values())):
         warnings.warn("build_report(budget=..., target_risk=..., ...) is deprecated: the report renders a summary, it "
                       "computes none; pass summary=monai_unc.evaluation.resummarize(...) (monai-unc report --budget "
-                      "does this)", DeprecationWarning, stacklevel=2)
+                      "does this)", DeprecationWarning, stacklevel=3)
         from ..evaluation import resummarize  # deprecated path: the report module itself computes no metric
 
         summary = resummarize(state, saved, budget, **risk_options)
     summary = dict(saved if summary is None else summary)
     config = config_from_summary(saved, state.rows, summary["triage"]["budget"])
-    out_dir = Path(output) if output is not None else evaluation / "report"
     fig_dir = owned_folder(out_dir, "figures")  # not a link: an earlier report's figures are removed
     # found by hostile testing: a rerun with other case figures (--cases, --budget, another evaluation) left the
     # earlier run's case_<id>.png beside the page's figures; only the figures a report recorded writing are removed

@@ -59,6 +59,7 @@ from ..io import (
     list_files,
     match_cases,
     output_lock,
+    output_lock_holder,
     owned_folder,
     read_json_or_none,
     read_probabilities,
@@ -572,6 +573,20 @@ def check_made_from(folder: str | os.PathLike, option: str, segs: dict[str, Path
                       "made from these predictions", UserWarning, stacklevel=3)
 
 
+def _check_not_being_written(*folders: str | os.PathLike | None) -> None:
+    """Refuse an input folder that another run holds (:func:`monai_unc.io.output_lock_holder`): still being written.
+
+    The export reads a case's segmentation, probabilities, maps and table rows one after the other: from a folder
+    that ``infer`` (or ``evaluate``, ``triage``) is writing, they could be of two runs.
+    """
+    for folder in folders:
+        if folder is None:
+            continue
+        holder = output_lock_holder(folder)
+        if holder is not None:
+            raise ValueError(f"{folder} is being written by another run ({holder}): wait until it ends, then export")
+
+
 def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, output: str | os.PathLike, *,
                  layout: str = "monai-unc", measures: Sequence[str] | None = None, probabilities: bool = True,
                  segments: str | os.PathLike | None = None, uid_root: str | None = None,
@@ -626,7 +641,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             predicted with other measures than the folder's run or than each other (without ``measures``), a case
             without its series folder, a case of ``cases`` without outputs, a series refused by the reader, outputs
             off the series' grid, or case ids that the output folder's file system takes as one name (``Case01`` /
-            ``case01`` on macOS, Windows or an SMB share: :func:`~monai_unc.io.check_case_ids_fit_folder`).
+            ``case01`` on macOS, Windows or an SMB share: :func:`~monai_unc.io.check_case_ids_fit_folder`), another
+            run's hold of the output folder (one export at a time: :func:`monai_unc.io.output_lock`) or of a folder
+            it reads (the predictions, ``evaluation``, ``triage``: still being written).
         FileNotFoundError: a missing folder.
     """
     pred, src = Path(predictions), Path(series)
@@ -671,61 +688,66 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if clash:  # <output>/<case>/ would be the export's own record (found by hostile testing: reserved names)
         raise CaseError(f"case {clash[0]!r}: its folder of objects would be the export's own {EXPORT_RECORD} in "
                         f"{out}; rename the case")
-    for c in found:  # before any object: a case's folder is cleaned of its *.dcm, so it must be the output's own
-        _check_earlier_objects(owned_folder(out, c.case_id, "--output"), c.case_id)
-    ids = [c.case_id for c in found]
-    if colliding_case_ids(ids):  # Case01 / case01: one <output>/<case>/ on a case-folding share, whose second case
-        # removed the first one's objects (found by a review: the commands of run_cases refused them, this one not)
-        made = not out.exists()
-        out.mkdir(parents=True, exist_ok=True)  # the probe's folder, which the export makes anyway
-        try:
-            check_case_ids_fit_folder(ids, out)
-        except ValueError:
-            if made:  # a refused run leaves no folder behind
-                with contextlib.suppress(OSError):
-                    out.rmdir()
-            raise
-    missing = [c.case_id for c in found if not (src / c.case_id).is_dir()]
-    if missing:
-        raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
-                        f"folder {src}/<case> for each case")
-    if layout == "monai-unc":  # before any object: the objects must name the images the case was predicted from
-        for c in found:
-            _check_predicted_from(pred, src, c.case_id)
-    segs = {c.case_id: Path(c.seg if c.seg is not None else c.label) for c in found}
-    given = [("--evaluation", evaluation, rows), ("--triage", triage, decisions),
-             *((f"--{command}", folder, extra[title]) for command, (folder, _, title) in tables.items())]
-    for option, folder, numbers in given:  # before any object: the numbers must be those of these predictions
-        if folder is not None:
-            check_made_from(folder, option, {c: p for c, p in segs.items() if c in numbers})
-    region_names = _region_names(pred)
-    result = DicomExport(out)
-    # the manifest of an earlier run goes before this run's first object: a rerun that fails leaves no manifest
-    # listing objects it replaced or removed (the new one is written, atomically, after the last case)
-    (out / EXPORT_RECORD).unlink(missing_ok=True)
-    for files in tqdm(found, desc="dicom-export", unit="case", disable=not progress):
-        case_series = read_series(src / files.case_id, pixels=False)  # the geometry, not the pixels
-        folder = owned_folder(out, files.case_id, "--output")
-        folder.mkdir(parents=True, exist_ok=True)
-        clean_partial_files(folder)
-        algorithm = algorithm_from_records(pred, files.case_id, layout, algorithm_name)
-        study = new_study(study_uid, uid_root)  # one study per case for all its objects (None: the source's)
-        objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
-                               uid_root=uid_root, algorithm=algorithm, region_names=region_names, study=study,
-                               numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
-                               extra_groups={t: r[files.case_id] for t, r in extra.items() if files.case_id in r})
-        result.cases[files.case_id] = {
-            "series": {"series_instance_uid": case_series.series_uid,
-                       "study_instance_uid": str(case_series.datasets[0].StudyInstanceUID),
-                       "folder": str((src / files.case_id).resolve()), "slices": case_series.shape[2]},
-            "algorithm": {"name": algorithm.name, "version": algorithm.version, "weights_sha256": algorithm.weights,
-                          "method": algorithm.method},
-            "study_instance_uid": objects[0]["study_instance_uid"],
-            "objects": objects,
-        }
-    atomic_write_json(out / EXPORT_RECORD, {"format": EXPORT_FORMAT, "format_version": EXPORT_VERSION,
-                                            "predictions": str(pred.resolve()), "layout": layout,
-                                            "uid_root": uid_root, "study_uid": study_uid, "cases": result.cases})
+    # one export at a time per output folder (found by hostile testing: two exports at once into one folder left a
+    # manifest listing objects the other run had replaced, objects of two settings, and a failed run); the predictions
+    # and tables it reads must not be another run's still being written
+    _check_not_being_written(pred, evaluation, triage, *(folder for folder, _, _ in tables.values()))
+    with output_lock(out, "monai-unc dicom-export"):  # what the folder holds is checked under it
+        for c in found:  # before any object: a case's folder is cleaned of its *.dcm, so it must be the output's own
+            _check_earlier_objects(owned_folder(out, c.case_id, "--output"), c.case_id)
+        ids = [c.case_id for c in found]
+        if colliding_case_ids(ids):  # Case01 / case01: one <output>/<case>/ on a case-folding share, whose second case
+            # removed the first one's objects (found by a review: the commands of run_cases refused them, this one not)
+            made = not out.exists()
+            out.mkdir(parents=True, exist_ok=True)  # the probe's folder, which the export makes anyway
+            try:
+                check_case_ids_fit_folder(ids, out)
+            except ValueError:
+                if made:  # a refused run leaves no folder behind
+                    with contextlib.suppress(OSError):
+                        out.rmdir()
+                raise
+        missing = [c.case_id for c in found if not (src / c.case_id).is_dir()]
+        if missing:
+            raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
+                            f"folder {src}/<case> for each case")
+        if layout == "monai-unc":  # before any object: the objects must name the images the case was predicted from
+            for c in found:
+                _check_predicted_from(pred, src, c.case_id)
+        segs = {c.case_id: Path(c.seg if c.seg is not None else c.label) for c in found}
+        given = [("--evaluation", evaluation, rows), ("--triage", triage, decisions),
+                 *((f"--{command}", folder, extra[title]) for command, (folder, _, title) in tables.items())]
+        for option, folder, numbers in given:  # before any object: the numbers must be those of these predictions
+            if folder is not None:
+                check_made_from(folder, option, {c: p for c, p in segs.items() if c in numbers})
+        region_names = _region_names(pred)
+        result = DicomExport(out)
+        # the manifest of an earlier run goes before this run's first object: a rerun that fails leaves no manifest
+        # listing objects it replaced or removed (the new one is written, atomically, after the last case)
+        (out / EXPORT_RECORD).unlink(missing_ok=True)
+        for files in tqdm(found, desc="dicom-export", unit="case", disable=not progress):
+            case_series = read_series(src / files.case_id, pixels=False)  # the geometry, not the pixels
+            folder = owned_folder(out, files.case_id, "--output")
+            folder.mkdir(parents=True, exist_ok=True)
+            clean_partial_files(folder)
+            algorithm = algorithm_from_records(pred, files.case_id, layout, algorithm_name)
+            study = new_study(study_uid, uid_root)  # one study per case for all its objects (None: the source's)
+            objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
+                                   uid_root=uid_root, algorithm=algorithm, region_names=region_names, study=study,
+                                   numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
+                                   extra_groups={t: r[files.case_id] for t, r in extra.items() if files.case_id in r})
+            result.cases[files.case_id] = {
+                "series": {"series_instance_uid": case_series.series_uid,
+                           "study_instance_uid": str(case_series.datasets[0].StudyInstanceUID),
+                           "folder": str((src / files.case_id).resolve()), "slices": case_series.shape[2]},
+                "algorithm": {"name": algorithm.name, "version": algorithm.version, "weights_sha256": algorithm.weights,
+                              "method": algorithm.method},
+                "study_instance_uid": objects[0]["study_instance_uid"],
+                "objects": objects,
+            }
+        atomic_write_json(out / EXPORT_RECORD, {"format": EXPORT_FORMAT, "format_version": EXPORT_VERSION,
+                                                "predictions": str(pred.resolve()), "layout": layout,
+                                                "uid_root": uid_root, "study_uid": study_uid, "cases": result.cases})
     return result
 
 

@@ -18,7 +18,14 @@ from ..engine import get_dist_context, sync_errors
 from ..evaluation import load_evaluation, resummarize, run_triage
 from ..evaluation.config import STATE_DIR
 from ..evaluation.triage import TriageResult
-from ..io import CaseFiles, check_inputs_not_written, check_output_file, check_output_folder, output_lock
+from ..io import (
+    CaseFiles,
+    check_inputs_not_written,
+    check_output_file,
+    check_output_folder,
+    output_lock,
+    output_lock_holder,
+)
 from ..io.signing import Trust
 from ..report.html import build_report
 from ..report.triage import build_triage_page
@@ -61,11 +68,16 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
 
     Raises:
         FileNotFoundError: the folder or its summary is missing.
-        ValueError: a corrupt file, or an evaluation whose last run had failed cases.
+        ValueError: a corrupt file, an evaluation whose last run had failed cases, or one another run is still
+            writing (an ``evaluate`` holding the folder: :func:`monai_unc.io.output_lock_holder`).
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"--evaluation folder not found: {folder}")
+    holder = output_lock_holder(folder)  # an evaluate still writing it: said first, not as a missing summary.json
+    if holder is not None:
+        raise ValueError(f"the evaluation in {folder} is being written by another run ({holder}): wait until it ends, "
+                         "then make the report")
     try:
         load_evaluation(folder)
     except FileNotFoundError:  # the loader's own message: no summary.json / rows.json, run evaluate first

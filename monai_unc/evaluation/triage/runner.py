@@ -41,7 +41,7 @@ from ..cohort import triage_order
 from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
 from ..products import command_output_markers
 from ..region_case import predicted_regions, region_score_columns
-from ..resume import CASES_DIR, file_signature
+from ..resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures
 from ..rows import case_expected_dice, derived_maps, write_derived_maps
 from .images import IMAGE_FEATURES, image_statistics, read_image_channels
 from .rule import ReferralRule, as_float
@@ -474,6 +474,8 @@ def run_triage(
         got["check"] = check_prediction_fingerprint(the_rule.fingerprint, the_rule.regions, predictions, layout,
                                                     [f.case_id for f in found], uncertainty, allow_mismatch)
         got["rule"] = the_rule
+        # compared at the end: another run that writes the predictions after these checks (found by hostile testing)
+        got["cases"], got["inputs"] = found, input_signatures(found, predictions)
         return found
 
     maps = output / DERIVED_MAPS_DIR
@@ -485,6 +487,8 @@ def run_triage(
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
         remove_triage_files(output)  # first: a run stopped while writing leaves none of an earlier run's files
+        # the cases read are those listed: no other run wrote the predictions meanwhile (one version of each)
+        check_inputs_unchanged(got["inputs"], got["cases"], predictions, "monai-unc triage")
         remove_stale_maps(maps, run.results)  # maps/ holds the maps of this run's cases only
         summary, csv_rows = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
         paths = {"csv": write_csv(output / "triage.csv", csv_rows),
