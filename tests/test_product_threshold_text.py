@@ -62,3 +62,12 @@ def test_random_cohorts_of_scores() -> None:
         scores = list(rng.random(20) * 10.0 ** rng.integers(-8, 3))
         threshold = math.nextafter(float(rng.choice(scores)), -math.inf)
         _check(threshold, scores)
+
+
+def test_the_score_plot_legend_states_the_rule_rounded_toward_referral() -> None:
+    from monai_unc.report.triage import plot_score_distribution
+
+    threshold = math.nextafter(0.21696, -math.inf)
+    fig = plot_score_distribution([0.1, 0.21696, 0.3], [0.1, 0.5], [True, False], threshold)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "threshold: accept ≤ 0.2169" in labels, labels  # was "threshold 0.217"

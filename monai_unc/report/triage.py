@@ -132,7 +132,11 @@ def plot_score_distribution(
             ax.scatter(new[mask], y + jitter[mask], color=color, s=26, edgecolor="white", lw=0.5, zorder=3,
                        label=f"{label} (n={int(mask.sum())})")
     if math.isfinite(threshold):
-        ax.axvline(threshold, color="0.15", ls="--", lw=1.4, label=f"threshold {threshold:.4g}")
+        # the rule as ThresholdText writes it (rounded toward referral; "threshold 0.217" read as a rule accepted
+        # scores up to 0.217 that a threshold of 0.21696 refers)
+        t = ThresholdText.choose(threshold, new[ok].tolist())
+        ax.axvline(threshold, color="0.15", ls="--", lw=1.4,
+                   label=f"threshold: accept {t.relation(True, ascii_only=False)} {t.bound_text()}")
     ax.set_ylim(-0.16 * top, top * 1.05)
     ax.axhline(0, color="0.3", lw=0.8)
     ax.set_xlabel(score_name)
