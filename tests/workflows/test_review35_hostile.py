@@ -88,3 +88,54 @@ def test_evaluate_beside_an_infer_of_other_cases(tmp_path, monkeypatch, capsys):
                        "-q"])
     assert rc == 0, capsys.readouterr().err
     assert (tmp_path / "ev" / "summary.json").is_file() and len(seen) == 2
+
+
+def _stamp(pred: Path, samples: int) -> None:
+    """The records of ``monai-unc infer`` for the toy cohort's stand-in predictions (as in test_triage.py)."""
+    from monai_unc.workflows.infer import InferSettings, check_run_settings
+
+    settings = InferSettings(model="network: UNet", method="mcdropout", samples=samples, roi=[16], overlap=0.25,
+                             intensity="none", measures=["predictive_entropy"], seed=0, activation="softmax",
+                             checkpoints=["/models/net.pt"])
+    (pred / "infer.json").unlink(missing_ok=True)
+    check_run_settings(pred, settings, overwrite=True)
+    for p in sorted(pred.glob("*_seg.nii.gz")):
+        cid = p.name[: -len("_seg.nii.gz")]
+        rec = {"case": cid, "inputs": [], "method": "mcdropout", "num_samples": samples, "mi_meaning": "epistemic",
+               "files": [f"{cid}_seg.nii.gz", f"{cid}_probs.nii.gz", f"{cid}_predictive_entropy.nii.gz"],
+               "seconds": 0.0, "shape": [16, 16, 16]}
+        (pred / f"{cid}.json").write_text(json.dumps(rec))
+
+
+@pytest.mark.slow
+def test_a_mismatched_triage_states_no_guarantee_in_its_json_line_and_sr(tmp_path, capsys):
+    """Under ``--allow-mismatch`` ``accepted_risk.statement`` (the command's line, and what ``dicom-export --triage``
+    writes into each case's SR) stated the guarantee in full."""
+    from monai_unc.data.cohorts import write_toy_cohort
+    from monai_unc.workflows import dicom
+
+    a = write_toy_cohort(tmp_path / "A", n_cases=30, shape=(16, 16, 16), seed=1)
+    b = write_toy_cohort(tmp_path / "B", n_cases=6, shape=(16, 16, 16), seed=2)
+    _stamp(a["predictions"], 8)
+    ev = tmp_path / "ev"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert cli.main(["evaluate", "-l", str(a["labels"]), "-p", str(a["predictions"]), "-o", str(ev),
+                         "--no-spatial", "--target-risk", "0.4", "--delta", "0.2", "-q"]) == 0
+
+        def triage(samples: int, out: Path, *extra: str) -> str:
+            _stamp(b["predictions"], samples)
+            capsys.readouterr()
+            assert cli.main(["triage", "-p", str(b["predictions"]), "--rule", str(ev / "referral_rule.json"), "-o",
+                             str(out), "--cases", "0", *extra]) == 0
+            line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("accepted cases: "))
+            doc = json.loads((out / "triage.json").read_text())
+            statement = doc["accepted_risk"]["statement"]
+            assert line == f"accepted cases: {statement}"
+            assert next(iter(dicom._triage_entries(out).values()))["statement"] == statement  # the SR's sentence
+            return statement
+
+    same = triage(8, tmp_path / "same")
+    assert same.startswith("with probability at least 0.8") and "is at most 0.4" in same
+    other = triage(4, tmp_path / "other", "--allow-mismatch")
+    assert other.startswith("no guarantee for these cases") and "num_samples" in other, other

@@ -287,6 +287,36 @@ def remove_triage_files(folder: str | os.PathLike) -> None:
             p.unlink()
 
 
+def _accepted_risk_statement(rule: ReferralRule, check: Mapping[str, Any]) -> str:
+    """The ``accepted_risk.statement`` of ``triage.json``: the rule's guarantee, or that it does not cover these cases.
+
+    It does not when the predictions' fingerprint differs from the rule's (``--allow-mismatch``). The sentence travels
+    beyond the triage folder (the command's line; ``dicom-export --triage`` writes it into every case's DICOM SR):
+    under ``--allow-mismatch`` it stated the guarantee in full while the page said the guarantee did not cover the
+    cases (found by hostile review 35).
+
+    Args:
+        rule: the rule applied.
+        check: the fingerprint check of the predictions
+            (:func:`~monai_unc.io.provenance.check_prediction_fingerprint`).
+
+    Returns:
+        The sentence.
+
+    Example:
+        >>> rule = ReferralRule("predictive_entropy_fg_mean", 0.2, True, 0.5, 0.1, "sgr", "failure", 0.8,
+        ...                     (0.1, 0.2, 0.3), ("a", "b", "c"))
+        >>> _accepted_risk_statement(rule, {"status": "mismatch", "differences": [{"field": "num_samples"}]})[:53]
+        'no guarantee for these cases: their predictions were '
+    """
+    if check.get("status") != "mismatch" or not rule.feasible:
+        return rule.guarantee()
+    fields = ", ".join(str(d.get("field")) for d in check.get("differences") or () if isinstance(d, Mapping))
+    return ("no guarantee for these cases: their predictions were not made as those the rule was certified on "
+            f"(fingerprint mismatch{f' in {fields}' if fields else ''}, allowed with --allow-mismatch); the rule's "
+            f"certificate holds for predictions made as its calibration cases' only: {rule.guarantee()}")
+
+
 def _assemble(
     rows: Sequence[Mapping[str, Any]], rule: ReferralRule, check: Mapping[str, Any], images_given: bool,
     rule_path: str | None,
@@ -368,7 +398,7 @@ def _assemble(
             "certified": rule.feasible,
             "calibration_bound": rule.bound,
             "calibration_observed": rule.observed_risk,
-            "statement": rule.guarantee(),
+            "statement": _accepted_risk_statement(rule, check),
         },
         "expected_dice_interval": {
             "calibrated": interval is not None,
