@@ -4,6 +4,7 @@ refused its untouched cases as "written again" (exit 2, no cohort file)."""
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import warnings
@@ -123,19 +124,26 @@ def test_a_mismatched_triage_states_no_guarantee_in_its_json_line_and_sr(tmp_pat
         assert cli.main(["evaluate", "-l", str(a["labels"]), "-p", str(a["predictions"]), "-o", str(ev),
                          "--no-spatial", "--target-risk", "0.4", "--delta", "0.2", "-q"]) == 0
 
-        def triage(samples: int, out: Path, *extra: str) -> str:
+        def triage(samples: int, out: Path, *extra: str) -> tuple[str, str, str]:
             _stamp(b["predictions"], samples)
             capsys.readouterr()
             assert cli.main(["triage", "-p", str(b["predictions"]), "--rule", str(ev / "referral_rule.json"), "-o",
                              str(out), "--cases", "0", *extra]) == 0
-            line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("accepted cases: "))
+            lines = capsys.readouterr().out.splitlines()
+            line = next(x for x in lines if x.startswith("accepted cases: "))
             doc = json.loads((out / "triage.json").read_text())
             statement = doc["accepted_risk"]["statement"]
             assert line == f"accepted cases: {statement}"
             assert next(iter(dicom._triage_entries(out).values()))["statement"] == statement  # the SR's sentence
-            return statement
+            interval = doc["expected_dice_interval"]["statement"]
+            page = html.unescape((out / "triage.html").read_text())
+            assert interval[0].upper() + interval[1:] in page, interval  # the note under the page's table
+            return statement, interval, lines
 
-    same = triage(8, tmp_path / "same")
+    same, interval, _ = triage(8, tmp_path / "same")
     assert same.startswith("with probability at least 0.8") and "is at most 0.4" in same
-    other = triage(4, tmp_path / "other", "--allow-mismatch")
+    assert interval.startswith("expected Dice interval (90%, conformal)") and "probability at least 90%" in interval
+    other, interval, lines = triage(4, tmp_path / "other", "--allow-mismatch")
     assert other.startswith("no guarantee for these cases") and "num_samples" in other, other
+    assert interval.startswith("no coverage guarantee for these cases") and "num_samples" in interval, interval
+    assert not any(x.startswith("expected Dice interval") for x in lines)  # the command's line says it too

@@ -287,34 +287,29 @@ def remove_triage_files(folder: str | os.PathLike) -> None:
             p.unlink()
 
 
-def _accepted_risk_statement(rule: ReferralRule, check: Mapping[str, Any]) -> str:
-    """The ``accepted_risk.statement`` of ``triage.json``: the rule's guarantee, or that it does not cover these cases.
+def mismatch_fields(check: Mapping[str, Any]) -> list[str] | None:
+    """The fingerprint fields in which a triage's predictions differ from its rule's, or None when they match.
 
-    It does not when the predictions' fingerprint differs from the rule's (``--allow-mismatch``). The sentence travels
-    beyond the triage folder (the command's line; ``dicom-export --triage`` writes it into every case's DICOM SR):
-    under ``--allow-mismatch`` it stated the guarantee in full while the page said the guarantee did not cover the
-    cases (found by hostile review 35).
+    What :meth:`~monai_unc.evaluation.triage.ReferralRule.guarantee` and
+    :meth:`~monai_unc.evaluation.triage.ReferralRule.interval_statement` take: a mismatch allowed with
+    ``--allow-mismatch`` (``check["status"] == "mismatch"``) leaves the predictions outside the rule's guarantees.
 
     Args:
-        rule: the rule applied.
-        check: the fingerprint check of the predictions
-            (:func:`~monai_unc.io.provenance.check_prediction_fingerprint`).
+        check: the fingerprint check (:func:`~monai_unc.io.provenance.check_prediction_fingerprint`, ``triage.json``'s
+            ``fingerprint``).
 
     Returns:
-        The sentence.
+        The fields (possibly none named), or None.
 
     Example:
-        >>> rule = ReferralRule("predictive_entropy_fg_mean", 0.2, True, 0.5, 0.1, "sgr", "failure", 0.8,
-        ...                     (0.1, 0.2, 0.3), ("a", "b", "c"))
-        >>> _accepted_risk_statement(rule, {"status": "mismatch", "differences": [{"field": "num_samples"}]})[:53]
-        'no guarantee for these cases: their predictions were '
+        >>> mismatch_fields({"status": "mismatch", "differences": [{"field": "num_samples"}]})
+        ['num_samples']
+        >>> mismatch_fields({"status": "match", "differences": []}) is None
+        True
     """
-    if check.get("status") != "mismatch" or not rule.feasible:
-        return rule.guarantee()
-    fields = ", ".join(str(d.get("field")) for d in check.get("differences") or () if isinstance(d, Mapping))
-    return ("no guarantee for these cases: their predictions were not made as those the rule was certified on "
-            f"(fingerprint mismatch{f' in {fields}' if fields else ''}, allowed with --allow-mismatch); the rule's "
-            f"certificate holds for predictions made as its calibration cases' only: {rule.guarantee()}")
+    if not isinstance(check, Mapping) or check.get("status") != "mismatch":
+        return None
+    return [str(d.get("field")) for d in check.get("differences") or () if isinstance(d, Mapping)]
 
 
 def _assemble(
@@ -398,14 +393,14 @@ def _assemble(
             "certified": rule.feasible,
             "calibration_bound": rule.bound,
             "calibration_observed": rule.observed_risk,
-            "statement": _accepted_risk_statement(rule, check),
+            "statement": rule.guarantee(mismatch_fields(check)),
         },
         "expected_dice_interval": {
             "calibrated": interval is not None,
             "level": None if interval is None else 1 - interval.alpha,
             "quantile": None if interval is None or not np.isfinite(interval.quantile) else interval.quantile,
             "n_calibration": None if interval is None else interval.n,
-            "statement": rule.interval_statement(),
+            "statement": rule.interval_statement(mismatch_fields(check)),
         },
         "fingerprint": dict(check),
         "image_check": image_check,
