@@ -101,7 +101,7 @@ from .resume import (
 )
 from .rows import DERIVED_MEASURES, check_measure_options
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
-from .triage import ReferralRule, certify_referral_rule, run_triage
+from .triage import ReferralRule, certify_referral_rule, mismatch_fields, run_triage
 
 __all__ = [
     "CONFORMAL_RULE_FILE",
@@ -164,4 +164,5 @@ __all__ = [
     "ReferralRule",
     "certify_referral_rule",
     "run_triage",
+    "mismatch_fields",
 ]

@@ -87,11 +87,28 @@ def _signature_or_none(path: Path) -> list[Any] | None:
 
 
 def _content_digest(path: Path) -> str | None:
-    """The sha256 of a small file's bytes, None when it is absent or unreadable."""
+    """The sha256 of what a command reads of a run record, None when it is absent or unreadable.
+
+    For ``infer.json`` its ``settings`` (in canonical JSON): ``infer`` writes the file twice, its settings at the start
+    and what the network's outputs turned out to be (``multilabel``, ``regions``) at the end, so an ``infer`` of other
+    cases with the same settings, running beside a reader, left the record without ``multilabel`` meanwhile (found by
+    hostile review: ``evaluate`` refused its untouched cases as "written again"); the version fields name the last
+    run, not how the cases were made (each case's record does). Any other record (``uncertainty_config.json``, written
+    once, whole), or an ``infer.json`` without a ``settings`` object: the bytes.
+    """
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        raw = path.read_bytes()
     except OSError:
         return None
+    if path.name == INFER_RECORD:
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError):
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("settings"), dict):
+            # tagged: never the digest of a record whose bytes happen to read as these settings
+            raw = b"settings " + json.dumps(doc["settings"], sort_keys=True, allow_nan=True).encode()
+    return hashlib.sha256(raw).hexdigest()
 
 
 def input_signatures(cases: Sequence[CaseFiles], predictions: str | os.PathLike | None = None) -> dict[str, Any]:
@@ -100,15 +117,15 @@ def input_signatures(cases: Sequence[CaseFiles], predictions: str | os.PathLike 
     What :func:`check_inputs_unchanged` compares at the end of a run: taken when the cases are listed, before any is
     read. The files are each case's label, segmentation, probabilities, image and maps; the run record is the
     ``infer.json`` (or nnU-Net's ``uncertainty_config.json``) of ``predictions``, whose settings a command reads into
-    its outputs (the fingerprint of a rule, of a triage): its content, so that a run of the same settings that only
-    adds other cases to the folder (and writes the same record again) changes nothing.
+    its outputs (the fingerprint of a rule, of a triage): what is read of it (``infer.json``'s settings), so that a run
+    of the same settings that only adds other cases to the folder changes nothing, while it runs or once it ended.
 
     Args:
         cases: the cases of the run.
         predictions: the prediction folder (None: no run record).
 
     Returns:
-        ``{case id: {role: signature}}``, and ``{"": {record name: sha256 of its content}}`` for the run records
+        ``{case id: {role: signature}}``, and ``{"": {record name: sha256 of what is read of it}}`` for the run records
         (JSON-ready; None for a file that is absent).
 
     Example:

@@ -45,7 +45,7 @@ from .._utils import is_count, is_finite_real, is_text_list
 from ..evaluation import triage_order
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
-from ..evaluation.triage import ReferralRule
+from ..evaluation.triage import ReferralRule, mismatch_fields
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
 from ..product import Overlay, ThresholdText, command_product, format_interval, format_score
@@ -279,9 +279,12 @@ def _expected_dice_text(c: Mapping[str, Any]) -> str:
     return f"{float(v):.2f} {format_interval(float(lo), float(hi))}"
 
 
-def _interval_note(rule: ReferralRule) -> str:
-    """One sentence under the table: the expected Dice interval's guarantee and its caveat, or that it has none."""
-    text = rule.interval_statement()
+def _interval_note(rule: ReferralRule, summary: Mapping[str, Any] | None = None) -> str:
+    """One sentence under the table: the expected Dice interval's guarantee and its caveat, or that it has none.
+
+    Under a fingerprint mismatch (``--allow-mismatch``) the sentence says its coverage does not hold for these cases.
+    """
+    text = rule.interval_statement(mismatch_fields((summary or {}).get("fingerprint") or {}))
     return f"{text[0].upper()}{text[1:]}."
 
 
@@ -613,7 +616,7 @@ def build_triage_page(
     sections = [
         summary_section,
         el("section", el("h2", "Cases, most uncertain first"), _table(summary, rule, rows),
-           el("p", _interval_note(rule), class_="note") if any("expected_dice" in c for c in cases) else None,
+           el("p", _interval_note(rule, summary), class_="note") if any("expected_dice" in c for c in cases) else None,
            id="triage"),
     ]
     for command, cls in products.items():  # the sections of the products' commands run on these cases

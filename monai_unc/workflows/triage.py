@@ -27,7 +27,14 @@ import numpy as np
 from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, summarize
 from ..evaluation.cohort import risk_of_dice
-from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
+from ..evaluation.triage import (
+    RULE_FILE,
+    ReferralRule,
+    TriageResult,
+    certify_referral_rule,
+    mismatch_fields,
+    run_triage,
+)
 from ..product import ThresholdText, format_cell, format_interval, format_score, format_share
 from ..report.triage import build_triage_page
 from .apply import (
@@ -223,8 +230,8 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
         lines.append(f"{i:>4}  {cid:<16} {score:>8}  {cols}{'rule: ' + c['decision']:<13}  {c['reason']}")
     lines.append(f"triage of {s['n_cases']} new case(s) without labels: accept {s['n_accepted']}, review "
                  f"{s['n_review']}")
-    if has_q:
-        lines.append(rule.interval_statement())
+    if has_q:  # under --allow-mismatch: that its coverage does not hold for these cases
+        lines.append(rule.interval_statement(mismatch_fields(s["fingerprint"])))
     return lines
 
 

@@ -71,6 +71,7 @@ from .runner import (
     TRIAGE_WRITES,
     TriageResult,
     find_prediction_cases,
+    mismatch_fields,
     remove_stale_maps,
     remove_triage_files,
     run_triage,
@@ -110,4 +111,5 @@ __all__ = [
     "run_triage",
     "remove_triage_files",
     "remove_stale_maps",
+    "mismatch_fields",
 ]

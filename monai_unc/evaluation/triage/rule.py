@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -458,6 +458,14 @@ def _number(v: Any, where: str, allow_null: bool = False) -> float:
     return float(v)
 
 
+def _not_as_certified(mismatch: Sequence[str]) -> str:
+    """Why a rule's guarantees do not cover predictions whose fingerprint differs in the fields ``mismatch``."""
+    fields = f" in {', '.join(map(str, mismatch))}" if mismatch else ""
+    return ("their predictions were not made as those the rule was certified on (fingerprint mismatch"
+            f"{fields}, allowed with --allow-mismatch); the rule's statement, for predictions made as its calibration "
+            "cases'")
+
+
 def _threshold_text(score: float, threshold: float) -> str:
     """``<score> <= threshold <t>`` or ``<score> > threshold <t>``, in digits that never print the two equal.
 
@@ -615,16 +623,30 @@ class ReferralRule:
         dice = "dice" if self.regions is None else "mean region dice"
         return f"{dice} < {self.failure_dice:g}" if self.risk == "failure" else f"1 - {dice}"
 
-    def guarantee(self) -> str:
+    def guarantee(self, mismatch: Sequence[str] | None = None) -> str:
         """One sentence: what the rule promises, and under which assumption.
 
         The bound and the observed risk are written against the target (:func:`~monai_unc.product.format_cell`):
         never equal to it, or on its other side, when they are not.
 
+        Args:
+            mismatch: None for predictions the rule's fingerprint matches; else the fingerprint fields in which the
+                predictions differ (``triage --allow-mismatch``): the sentence then says the guarantee does not
+                cover them (found by hostile review 35: ``triage.json``, the command's line and the DICOM SR of
+                ``dicom-export --triage`` stated it in full while the page said it did not cover them).
+
         Returns:
             The guarantee (or, for a rule that is not certified, why every case is referred).
+
+        Example:
+            >>> rule = ReferralRule("predictive_entropy_fg_mean", 0.2, True, 0.5, 0.1, "sgr", "failure", 0.8,
+            ...                     (0.1, 0.2, 0.3), ("a", "b", "c"))
+            >>> rule.guarantee(mismatch=["num_samples"])[:73]
+            'no guarantee for these cases: their predictions were not made as those th'
         """
         target = self.target_risk
+        if mismatch is not None and self.feasible:
+            return f"no guarantee for these cases: {_not_as_certified(mismatch)}: {self.guarantee()}"
         if not self.feasible:
             return (f"no threshold certifies mean risk ({self.risk_definition}) <= {target:g} with "
                     f"probability {1 - self.delta:g} on these {self.n_calibration} calibration cases (best bound "
@@ -674,13 +696,20 @@ class ReferralRule:
             warnings.simplefilter("ignore", UserWarning)  # too few cases / undefined estimates: shown where used
             return conformal_interval(np.asarray(estimates, dtype=np.float64), e, d, rec.interval_alpha)
 
-    def interval_statement(self) -> str:
+    def interval_statement(self, mismatch: Sequence[str] | None = None) -> str:
         """One sentence on the expected-Dice interval: its guarantee and caveat, or that the estimate is uncalibrated.
+
+        Args:
+            mismatch: as in :meth:`guarantee`: the fingerprint fields in which the predictions differ from the rule's
+                (the interval's coverage then does not hold for them), or None.
 
         Returns:
             The sentence.
         """
         rec = self.record
+        if mismatch is not None and rec is not None and rec.interval_quantile() is not None \
+                and math.isfinite(rec.interval_quantile()[0]):
+            return f"no coverage guarantee for these cases: {_not_as_certified(mismatch)}: {self.interval_statement()}"
         qn = None if rec is None else rec.interval_quantile()
         dice = "Dice" if self.regions is None else "mean region Dice"
         if rec is None or qn is None:

@@ -287,6 +287,31 @@ def remove_triage_files(folder: str | os.PathLike) -> None:
             p.unlink()
 
 
+def mismatch_fields(check: Mapping[str, Any]) -> list[str] | None:
+    """The fingerprint fields in which a triage's predictions differ from its rule's, or None when they match.
+
+    What :meth:`~monai_unc.evaluation.triage.ReferralRule.guarantee` and
+    :meth:`~monai_unc.evaluation.triage.ReferralRule.interval_statement` take: a mismatch allowed with
+    ``--allow-mismatch`` (``check["status"] == "mismatch"``) leaves the predictions outside the rule's guarantees.
+
+    Args:
+        check: the fingerprint check (:func:`~monai_unc.io.provenance.check_prediction_fingerprint`, ``triage.json``'s
+            ``fingerprint``).
+
+    Returns:
+        The fields (possibly none named), or None.
+
+    Example:
+        >>> mismatch_fields({"status": "mismatch", "differences": [{"field": "num_samples"}]})
+        ['num_samples']
+        >>> mismatch_fields({"status": "match", "differences": []}) is None
+        True
+    """
+    if not isinstance(check, Mapping) or check.get("status") != "mismatch":
+        return None
+    return [str(d.get("field")) for d in check.get("differences") or () if isinstance(d, Mapping)]
+
+
 def _assemble(
     rows: Sequence[Mapping[str, Any]], rule: ReferralRule, check: Mapping[str, Any], images_given: bool,
     rule_path: str | None,
@@ -368,14 +393,14 @@ def _assemble(
             "certified": rule.feasible,
             "calibration_bound": rule.bound,
             "calibration_observed": rule.observed_risk,
-            "statement": rule.guarantee(),
+            "statement": rule.guarantee(mismatch_fields(check)),
         },
         "expected_dice_interval": {
             "calibrated": interval is not None,
             "level": None if interval is None else 1 - interval.alpha,
             "quantile": None if interval is None or not np.isfinite(interval.quantile) else interval.quantile,
             "n_calibration": None if interval is None else interval.n,
-            "statement": rule.interval_statement(),
+            "statement": rule.interval_statement(mismatch_fields(check)),
         },
         "fingerprint": dict(check),
         "image_check": image_check,
