@@ -111,11 +111,17 @@ def toy_infer_files(root, n_cases=1):
 
 
 def run_toy_infer(toy, out, *flags):
-    """``monai-unc infer`` of :func:`toy_infer_files`' cohort into ``out`` (3 samples, CPU, quiet); its exit status."""
-    from monai_unc import cli
+    """``monai-unc infer`` of :func:`toy_infer_files`' cohort into ``out`` (3 samples, CPU, quiet); its exit status.
 
+    ``--samples 3`` is given only to a ``--method`` that draws samples (tta / ensemble / softmax warn about it).
+    """
+    from monai_unc import cli
+    from monai_unc.keys import SAMPLES_TOKENS, method_tokens
+
+    method = flags[flags.index("--method") + 1] if "--method" in flags else "mcdropout"
+    samples = ["--samples", "3"] if SAMPLES_TOKENS & set(method_tokens(method)) else []
     return cli.main(["infer", "-i", str(toy["images"]), "-o", str(out), "--network", str(toy["spec"]),
-                     "--checkpoint", str(toy["ckpt"]), "--samples", "3", "--device", "cpu", "--quiet", *flags])
+                     "--checkpoint", str(toy["ckpt"]), *samples, "--device", "cpu", "--quiet", *flags])
 
 
 def write_infer_case_records(pred, method=None, num_samples=None):
