@@ -25,8 +25,8 @@ from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.metrics.quality import conformal_interval
 from monai_unc.products.risk_control import risk_control_line
 from monai_unc.report.triage import _expected_dice_text
-from monai_unc.workflows.infer import InferSettings, check_run_settings
 from monai_unc.workflows.triage import _expected_dice_cell
+from tests.evaluation.test_triage import _stamp_infer_records  # one stand-in infer run, shared
 
 
 def _printed_rule(line: str):
@@ -110,21 +110,6 @@ def test_the_interval_statement_never_states_a_narrower_half_width_than_the_inte
     assert said == 0.084, (q, said)
 
 
-def _stamp(pred, samples: int) -> None:
-    """The records of ``monai-unc infer`` for the toy cohort's stand-in predictions (as in test_triage.py)."""
-    settings_ = InferSettings(model="network: UNet", method="mcdropout", samples=samples, roi=[16], overlap=0.25,
-                              intensity="none", measures=["predictive_entropy"], seed=0, activation="softmax",
-                              checkpoints=["/models/net.pt"])
-    (pred / "infer.json").unlink(missing_ok=True)
-    check_run_settings(pred, settings_, overwrite=True)
-    for p in sorted(pred.glob("*_seg.nii.gz")):
-        cid = p.name[: -len("_seg.nii.gz")]
-        files = [f"{cid}_seg.nii.gz", f"{cid}_probs.nii.gz", f"{cid}_predictive_entropy.nii.gz"]
-        rec = {"case": cid, "inputs": [], "files": files, "method": "mcdropout", "num_samples": samples,
-               "mi_meaning": "epistemic", "seconds": 0.0, "shape": [16, 16, 16]}
-        (pred / f"{cid}.json").write_text(json.dumps(rec))
-
-
 def _quiet(argv: list[str]) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -135,7 +120,7 @@ def _quiet(argv: list[str]) -> int:
 def test_the_triage_page_claims_no_guarantee_for_predictions_of_another_fingerprint(tmp_path):
     a = write_toy_cohort(tmp_path / "A", n_cases=30, shape=(16, 16, 16), seed=1)
     b = write_toy_cohort(tmp_path / "B", n_cases=6, shape=(16, 16, 16), seed=2)
-    _stamp(a["predictions"], 8)
+    _stamp_infer_records(a["predictions"], "mcdropout", 8)
     ev = tmp_path / "ev"
     assert _quiet(["evaluate", "-l", str(a["labels"]), "-p", str(a["predictions"]), "-o", str(ev), "--no-spatial",
                    "--target-risk", "0.4", "--delta", "0.2", "-q"]) == 0
@@ -148,12 +133,13 @@ def test_the_triage_page_claims_no_guarantee_for_predictions_of_another_fingerpr
         value = re.search(r'<div class="v">([^<]*)</div><div class="k">guaranteed mean risk', page).group(1)
         return value, page
 
-    _stamp(pred, 8)  # the rule's settings: the card states the guarantee
+    _stamp_infer_records(pred, "mcdropout", 8)  # the rule's settings: the card states the guarantee
     assert _quiet(["triage", "-p", str(pred), "--rule", str(ev / "referral_rule.json"), "-o", str(tmp_path / "same"),
                    "--cases", "0", "-q"]) == 0
     value, page = card(tmp_path / "same")
     assert value == "≤ 0.4" and "and carry its guarantee" in page and 'id="mismatch"' not in page
-    _stamp(pred, 4)  # other settings, allowed: the banner says the guarantee does not cover them, so must the rest
+    # other settings, allowed: the banner says the guarantee does not cover them, so must the rest
+    _stamp_infer_records(pred, "mcdropout", 4)
     assert _quiet(["triage", "-p", str(pred), "--rule", str(ev / "referral_rule.json"), "-o", str(tmp_path / "other"),
                    "--cases", "0", "-q", "--allow-mismatch"]) == 0
     value, page = card(tmp_path / "other")

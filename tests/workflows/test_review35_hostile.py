@@ -17,6 +17,7 @@ from monai_unc import cli
 from monai_unc.evaluation.resume import check_inputs_unchanged, input_signatures
 from monai_unc.io import CaseFiles
 from tests._cases import TOY_NET
+from tests.evaluation.test_triage import _stamp_infer_records  # one stand-in infer run, shared
 
 
 def test_infer_record_compared_by_its_settings(tmp_path):
@@ -91,23 +92,6 @@ def test_evaluate_beside_an_infer_of_other_cases(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "ev" / "summary.json").is_file() and len(seen) == 2
 
 
-def _stamp(pred: Path, samples: int) -> None:
-    """The records of ``monai-unc infer`` for the toy cohort's stand-in predictions (as in test_triage.py)."""
-    from monai_unc.workflows.infer import InferSettings, check_run_settings
-
-    settings = InferSettings(model="network: UNet", method="mcdropout", samples=samples, roi=[16], overlap=0.25,
-                             intensity="none", measures=["predictive_entropy"], seed=0, activation="softmax",
-                             checkpoints=["/models/net.pt"])
-    (pred / "infer.json").unlink(missing_ok=True)
-    check_run_settings(pred, settings, overwrite=True)
-    for p in sorted(pred.glob("*_seg.nii.gz")):
-        cid = p.name[: -len("_seg.nii.gz")]
-        rec = {"case": cid, "inputs": [], "method": "mcdropout", "num_samples": samples, "mi_meaning": "epistemic",
-               "files": [f"{cid}_seg.nii.gz", f"{cid}_probs.nii.gz", f"{cid}_predictive_entropy.nii.gz"],
-               "seconds": 0.0, "shape": [16, 16, 16]}
-        (pred / f"{cid}.json").write_text(json.dumps(rec))
-
-
 @pytest.mark.slow
 def test_a_mismatched_triage_states_no_guarantee_in_its_json_line_and_sr(tmp_path, capsys):
     """Under ``--allow-mismatch`` ``accepted_risk.statement`` (the command's line, and what ``dicom-export --triage``
@@ -117,7 +101,7 @@ def test_a_mismatched_triage_states_no_guarantee_in_its_json_line_and_sr(tmp_pat
 
     a = write_toy_cohort(tmp_path / "A", n_cases=30, shape=(16, 16, 16), seed=1)
     b = write_toy_cohort(tmp_path / "B", n_cases=6, shape=(16, 16, 16), seed=2)
-    _stamp(a["predictions"], 8)
+    _stamp_infer_records(a["predictions"], "mcdropout", 8)
     ev = tmp_path / "ev"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -125,7 +109,7 @@ def test_a_mismatched_triage_states_no_guarantee_in_its_json_line_and_sr(tmp_pat
                          "--no-spatial", "--target-risk", "0.4", "--delta", "0.2", "-q"]) == 0
 
         def triage(samples: int, out: Path, *extra: str) -> tuple[str, str, str]:
-            _stamp(b["predictions"], samples)
+            _stamp_infer_records(b["predictions"], "mcdropout", samples)
             capsys.readouterr()
             assert cli.main(["triage", "-p", str(b["predictions"]), "--rule", str(ev / "referral_rule.json"), "-o",
                              str(out), "--cases", "0", *extra]) == 0
