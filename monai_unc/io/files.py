@@ -95,6 +95,7 @@ __all__ = [
     "OUTPUT_LOCK_FILE",
     "output_lock",
     "output_lock_holder",
+    "check_not_being_written",
     "atomic_folder",
     "OUTPUT_MARKERS",
     "check_output_kind",
@@ -2035,6 +2036,32 @@ def output_lock_holder(folder: str | os.PathLike) -> str | None:
     if fd is not None:
         os.close(fd)  # releases the shared lock
     return None
+
+
+def check_not_being_written(folder: str | os.PathLike, *, what: str | None = None, then: str = "") -> None:
+    """Refuse to read a folder that another run holds (:func:`output_lock_holder`): it is still being written.
+
+    A command that reads another command's output folder (``evaluate``, ``report`` or ``dicom-export`` reading what
+    ``infer`` or ``evaluate`` writes) would otherwise read files of two runs. One line names the folder, the holder
+    and what to do.
+
+    Args:
+        folder: the folder to read.
+        what: how the message names the folder (e.g. ``"the predictions in PATH"``; default the folder's path).
+        then: the end of the message's remedy, after ``"wait until it ends"`` (e.g. ``", then export"``).
+
+    Raises:
+        ValueError: another process holds the folder.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     check_not_being_written(d, then=", then export")  # nobody holds it: no error
+    """
+    holder = output_lock_holder(folder)
+    if holder is not None:
+        raise ValueError(f"{folder if what is None else what} is being written by another run ({holder}): "
+                         f"wait until it ends{then}")
 
 
 @contextlib.contextmanager

@@ -48,7 +48,7 @@ from .cases import (
     read_prediction_regions,
     settings_changes,
 )
-from .files import atomic_write_json, json_safe, output_lock_holder, read_json_or_none
+from .files import atomic_write_json, check_not_being_written, json_safe, read_json_or_none
 from .signing import SIGNATURE_FIELD, KeyPairMismatchError, Trust, default_signing_key, sign_digest, verify_signature
 
 
@@ -292,10 +292,8 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     settings = doc.get("settings") if isinstance(doc, dict) else None
     if not isinstance(settings, dict):
         return
-    holder = output_lock_holder(pred)
-    if holder is not None:
-        raise ValueError(f"the predictions in {pred} are being written by another run ({holder}): wait until it ends "
-                         "(or stop it and run 'monai-unc infer' into the folder again to finish it)")
+    check_not_being_written(pred, what=f"the prediction folder {pred}",
+                            then=" (or stop it and run 'monai-unc infer' into the folder again to finish it)")
     unfinished: list[str] = []
     other: dict[str, list[str]] = {}  # the settings that differ -> the cases made with them
     values: dict[str, dict[str, list[str]]] = {k: {} for k in _RECORD_FIELDS}

@@ -52,6 +52,7 @@ from ..io import (
     atomic_write_json,
     changed_inputs,
     check_case_ids_fit_folder,
+    check_not_being_written,
     check_output_folder,
     clean_partial_files,
     colliding_case_ids,
@@ -59,7 +60,6 @@ from ..io import (
     list_files,
     match_cases,
     output_lock,
-    output_lock_holder,
     owned_folder,
     read_json_or_none,
     read_probabilities,
@@ -580,11 +580,8 @@ def _check_not_being_written(*folders: str | os.PathLike | None) -> None:
     that ``infer`` (or ``evaluate``, ``triage``) is writing, they could be of two runs.
     """
     for folder in folders:
-        if folder is None:
-            continue
-        holder = output_lock_holder(folder)
-        if holder is not None:
-            raise ValueError(f"{folder} is being written by another run ({holder}): wait until it ends, then export")
+        if folder is not None:
+            check_not_being_written(folder, then=", then export")
 
 
 def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, output: str | os.PathLike, *,

@@ -21,10 +21,10 @@ from ..evaluation.triage import TriageResult
 from ..io import (
     CaseFiles,
     check_inputs_not_written,
+    check_not_being_written,
     check_output_file,
     check_output_folder,
     output_lock,
-    output_lock_holder,
 )
 from ..io.signing import Trust
 from ..report.html import build_report
@@ -74,10 +74,8 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"--evaluation folder not found: {folder}")
-    holder = output_lock_holder(folder)  # an evaluate still writing it: said first, not as a missing summary.json
-    if holder is not None:
-        raise ValueError(f"the evaluation in {folder} is being written by another run ({holder}): wait until it ends, "
-                         "then make the report")
+    # an evaluate still writing it: said first, not as a missing summary.json
+    check_not_being_written(folder, what=f"the evaluation in {folder}", then=", then make the report")
     try:
         load_evaluation(folder)
     except FileNotFoundError:  # the loader's own message: no summary.json / rows.json, run evaluate first

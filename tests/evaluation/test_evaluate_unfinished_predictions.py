@@ -137,7 +137,7 @@ def test_evaluate_refuses_predictions_that_a_running_infer_holds(runs, tmp_path,
         capsys.readouterr()
         assert _evaluate(runs["labels"], pred, tmp_path / "eval") == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and f"the predictions in {pred} are being written by another run (pid {holder.pid}, " \
+        assert len(err) == 1 and f"the prediction folder {pred} is being written by another run (pid {holder.pid}, " \
             "monai-unc infer" in err[0], err
         assert not (tmp_path / "eval" / "metrics.csv").exists()
     finally:
