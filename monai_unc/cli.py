@@ -416,11 +416,19 @@ def _raised_by_a_check(error: BaseException) -> bool:
     return inside and (last.line or "").lstrip().startswith("raise ")
 
 
-#: importable module -> what ``pip install`` takes to provide it, where the two names differ
+#: importable module -> what ``pip install`` takes to provide it, where the two names differ: the extra of
+#: pyproject.toml that holds it (with the version bound the package is tested with), else the distribution
 _PIP_NAMES = {
     "nnunetv2": "'monai-unc[nnunet]'",
     "ipyniivue": "'monai-unc[viewer]'",
-    "ignite": "pytorch-ignite",
+    "ignite": "'monai-unc[ignite]'",
+    "pydicom": "'monai-unc[dicom]'",
+    "highdicom": "'monai-unc[dicom]'",
+    "psycopg": "'monai-unc[monitor]'",
+    "numba": "'monai-unc[fast]'",
+    "isal": "'monai-unc[fast]'",
+    "cucim": "'monai-unc[cuda]'",
+    "cupy": "'monai-unc[cuda]'",
     "sklearn": "scikit-learn",
     "skimage": "scikit-image",
 }

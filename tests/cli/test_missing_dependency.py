@@ -65,6 +65,30 @@ def test_missing_module_names_the_package_to_install(monkeypatch, capsys):
     assert _one_error_line(capsys) == "monai-unc evaluate: error: sklearn is not installed: pip install scikit-learn"
 
 
+@pytest.mark.parametrize("module", ["nnunetv2", "ipyniivue", "ignite", "pydicom", "highdicom", "psycopg", "numba",
+                                    "isal", "cucim", "cupy"])
+def test_missing_module_of_an_extra_names_the_extra(module, monkeypatch, capsys):
+    """A module that an extra of pyproject.toml provides: the extra is named (with the version bound the package is
+    tested with), not the bare distribution (``pip install pytorch-ignite`` was advised for ignite, without its
+    bound and under another name than the ``ignite`` extra the docs give)."""
+    import tomllib
+
+    cli._import_commands()
+
+    def workflow(args):
+        raise ModuleNotFoundError(f"No module named '{module}'", name=module)
+
+    monkeypatch.setitem(cli._WORKFLOWS, "evaluate", workflow)
+    rc = cli.main(["evaluate", "--labels", "l", "--predictions", "p", "--output", "o"])
+    assert rc == 2
+    line = _one_error_line(capsys)
+    extra = line.split("pip install 'monai-unc[", 1)[1].split("]'", 1)[0]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    requirements = " ".join(extras[extra]).lower()
+    distribution = {"ignite": "pytorch-ignite", "cucim": "cucim", "cupy": "cupy"}.get(module, module)
+    assert distribution in requirements, (module, extra, extras[extra])
+
+
 def test_import_error_of_the_package_itself_is_a_bug_not_an_install_problem(monkeypatch):
     """A module of monai_unc itself that does not import is re-raised (a bug must show its traceback)."""
     cli._import_commands()
