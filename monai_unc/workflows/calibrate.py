@@ -41,6 +41,7 @@ from ..io import (
     grid_mismatch,
     list_files,
     list_image_cases,
+    output_lock,
     read_volume,
     scratch_folder,
     smallest_int_dtype,
@@ -54,6 +55,10 @@ from .prepare import read_region_spec, resolve_device
 from .session import CommandResult
 
 __all__ = ["collect_logits", "check_fit_is_defined", "run_calibrate", "calibrate_summary", "calibrate_from_arguments"]
+
+#: seconds a finished fit waits for another run's hold of the output's folder before it is refused: a calibrate
+#: writing its checkpoint and record (a short step) is waited for
+_WRITE_WAIT_S = 60.0
 
 
 def collect_logits(
@@ -313,7 +318,10 @@ def run_calibrate(
     ``output.with_suffix(".json")`` are written atomically. Temperature scaling is that of Guo et al., "On
     Calibration of Modern Neural Networks" (ICML 2017), :func:`~monai_unc.temperature.calibrate_network`. Neither may be
     an input file (the checkpoint, a network spec file; also not as a link) nor lie inside an input folder, and
-    their folder must be writable: checked before any work (:func:`monai_unc.io.check_output_file`).
+    their folder must be writable: checked before any work (:func:`monai_unc.io.check_output_file`). The two are
+    written as one step under the lock of their folder (:func:`monai_unc.io.output_lock`): a run that finishes while
+    another writes the same folder waits for it (up to a minute), then is refused, so a checkpoint never lies beside
+    another run's record.
 
     The validation cases' logits wait on disk until the fit, in a temporary folder beside ``output``
     (``.<name>.partial-logits-*.dir``, e.g. ``.cal.pt.partial-logits-*.dir``, :func:`monai_unc.io.scratch_folder`:
@@ -412,15 +420,20 @@ def run_calibrate(
                                           example_input=example[None], activation=activation,
                                           region_names=None if spec is None else list(spec))
         del logits, targets  # no mapping of the store's files outlives it
-    # the record of an earlier run goes first: interrupted between the two writes, the new checkpoint is then never
-    # left beside a record of another temperature
-    out.with_suffix(".json").unlink(missing_ok=True)
-    atomic_torch_save(out, state)
     record.update({"source": loaded.description,
                    "checkpoint": loaded.checkpoints[0] if loaded.checkpoints else None})
     if spec is not None:
         record["regions"] = {k: list(v) for k, v in spec.items()}
-    atomic_write_json(out.with_suffix(".json"), record)
+    # the two writes are one step under the output folder's lock: two runs into the same --output that finish
+    # together would otherwise leave one run's checkpoint beside the other's record (another temperature). A run
+    # finishing meanwhile is waited for (its step is short); a longer hold (another command writing the folder) is
+    # refused in one line, and this run's files are then not written
+    with output_lock(out.parent, "monai-unc calibrate", wait=_WRITE_WAIT_S):
+        # the record of an earlier run goes first: interrupted between the two writes, the new checkpoint is then
+        # never left beside a record of another temperature
+        out.with_suffix(".json").unlink(missing_ok=True)
+        atomic_torch_save(out, state)
+        atomic_write_json(out.with_suffix(".json"), record)
     return out, record
 
 

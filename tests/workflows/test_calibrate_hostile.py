@@ -118,6 +118,32 @@ def test_an_interrupted_rerun_leaves_no_record_of_another_temperature(toy, tmp_p
     assert not out.with_suffix(".json").exists()  # ... and no record of the old temperature beside it
 
 
+def test_a_run_finishing_while_another_holds_the_output_folder_writes_nothing(toy, tmp_path, monkeypatch):
+    """Two runs into the same ``--output`` that finish together left one run's checkpoint beside the other's
+    ``.json`` record (another temperature): the two writes are one step under the output folder's lock. A hold that
+    lasts (here another process holding the folder) is waited for, then refused in one line, and the earlier run's
+    checkpoint and record are both left as they were."""
+    from monai_unc.workflows import calibrate as module
+    from tests.workflows.test_concurrent_runs_hostile import _Holder
+
+    out = tmp_path / "models" / "cal.pt"
+    kw = dict(network=str(toy["root"] / "net.json"), checkpoint=str(toy["root"] / "net.pt"), progress=False)
+    fits = iter([1.5, 0.75])
+
+    def fit(*args, **kwargs):  # the fit itself is tested elsewhere: here only the writes
+        t = next(fits)
+        return {"temperature": torch.tensor([t])}, {"temperature": [t]}
+
+    monkeypatch.setattr(module, "calibrate_network", fit)
+    module.run_calibrate(toy["images"], toy["labels"], out, **kw)
+    monkeypatch.setattr(module, "_WRITE_WAIT_S", 0.3)
+    with _Holder(out.parent, "monai-unc calibrate"), \
+            pytest.raises(ValueError, match=r"models is being written by another run \(pid \d+, monai-unc calibrate"):
+        module.run_calibrate(toy["images"], toy["labels"], out, **kw)
+    assert torch.load(out)["temperature"].tolist() == [1.5]  # the earlier run's checkpoint ...
+    assert json.loads(out.with_suffix(".json").read_text())["temperature"] == [1.5]  # ... and its record
+
+
 def test_check_fit_is_defined_per_region_names_the_region_without_errors():
     """Issue: a per-region (``--mode vector``) sigmoid fit of cases on which one region is never (or always) predicted
     wrong was accepted: that region's temperature ran to the clamp 0.01 (or to 29 at the step limit), while the
