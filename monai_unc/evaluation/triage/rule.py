@@ -707,10 +707,9 @@ class ReferralRule:
             The sentence.
         """
         rec = self.record
-        if mismatch is not None and rec is not None and rec.interval_quantile() is not None \
-                and math.isfinite(rec.interval_quantile()[0]):
-            return f"no coverage guarantee for these cases: {_not_as_certified(mismatch)}: {self.interval_statement()}"
         qn = None if rec is None else rec.interval_quantile()
+        if mismatch is not None and qn is not None and math.isfinite(qn[0]):
+            return f"no coverage guarantee for these cases: {_not_as_certified(mismatch)}: {self.interval_statement()}"
         dice = "Dice" if self.regions is None else "mean region Dice"
         if rec is None or qn is None:
             return ("expected Dice: the model's own estimate, uncalibrated (the rule records no calibration cases' "
