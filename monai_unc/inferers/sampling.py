@@ -1027,8 +1027,9 @@ class UncertaintyInferer(Inferer):
 
             shared = self._shared_source(network, window_sources, x, info)
             if shared is None:
+                inner = _innermost_count(window_sources)
                 for i, combo in enumerate(itertools.product(*(s.variants(x) for s in window_sources))):
-                    add(_wrapped(base, combo)(x), [i])
+                    add(_wrapped(base, combo, inner)(x), [i])
             else:
                 # a torch.compile wrapper (``torch.compile(net)``, MONAI's ``SupervisedEvaluator(compile=True)``):
                 # the shared passes follow the calls of its Python module, as the nnU-Net predictor does; the
@@ -1134,19 +1135,20 @@ class UncertaintyInferer(Inferer):
                 flat = flat * size + i
             return flat
 
+        inner = _innermost_count(others)
         for rest, combo in zip(itertools.product(*(range(len(v)) for v in other_variants)),
                                itertools.product(*other_variants)):
             passes = SharedPasses(network)  # one per input: never shared across TTA variants
-            add(_wrapped(lambda t, passes=passes: passes.trace(base, t), combo)(x), [index(rest, 0)])
+            add(_wrapped(lambda t, passes=passes: passes.trace(base, t), combo, inner)(x), [index(rest, 0)])
             done = 1
             while done < n:
                 k = self._sample_batch(passes, n - done, info)
                 try:
-                    raw = _wrapped(lambda t, passes=passes, k=k: passes.replay(base, t, k), combo)(x)
+                    raw = _wrapped(lambda t, passes=passes, k=k: passes.replay(base, t, k), combo, inner)(x)
                 except SharingUnavailable as err:
                     info.setdefault("fallback", str(err))
                     for d in range(done, n):
-                        add(_wrapped(base, combo)(x), [index(rest, d)])
+                        add(_wrapped(base, combo, inner)(x), [index(rest, d)])
                     break
                 add(raw, [index(rest, done + j) for j in range(k)])
                 # freed before the next replay: held, this batch's outputs doubled the replays' outputs (with
@@ -1348,8 +1350,21 @@ def _argmax(pred: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _wrapped(base: Predictor, combo: Sequence[Wrapper | None]) -> Predictor:
-    """``base`` wrapped by every non-None wrapper of ``combo``, the first innermost."""
+def _innermost_count(sources: Sequence[SampleSource]) -> int:
+    """How many of ``sources`` (sorted with the innermost ones last) are innermost."""
+    return sum(bool(getattr(s, "innermost", False)) for s in sources)
+
+
+def _wrapped(base: Predictor, combo: Sequence[Wrapper | None], inner: int = 0) -> Predictor:
+    """``base`` wrapped by every non-None wrapper of ``combo``, the first innermost.
+
+    The last ``inner`` wrappers (those of innermost sources, sorted last) wrap ``base`` first, closest to the
+    network: their draws then run inside one call of the other wrappers, on the input those produced once. Found by
+    hostile testing: a marginalised SSN source wrapped outside a noise source averaged its latent draws over fresh
+    noise per draw (with MC dropout, each on a new dropout mask).
+    """
+    if inner:
+        combo = [*combo[len(combo) - inner:], *combo[:len(combo) - inner]]
     predictor = base
     for wrap in combo:
         if wrap is not None:

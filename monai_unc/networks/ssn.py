@@ -866,7 +866,8 @@ class SSNNetwork(nn.Module):
         self.mask_fn = mask_fn
         self._cache_enabled = False
         self._reuse = False
-        self._cache: tuple[tuple[int, ...], SSNParams] | None = None
+        # the last backbone pass's input, mask and distribution parameters (inside ssn_sampling(cache=True))
+        self._cache: tuple[torch.Tensor, torch.Tensor | None, SSNParams] | None = None
 
     @property
     def num_classes(self) -> int:
@@ -896,9 +897,11 @@ class SSNNetwork(nn.Module):
         """Draw new samples from the distribution of the previous backbone pass.
 
         Within the block (and inside ``ssn_sampling(..., cache=True)``), a forward call draws a new sample from the
-        distribution of the previous backbone pass instead of running the backbone again, when the input has the same
-        shape. The caller guarantees it is the same input (and the same state of any other randomness, such as dropout
-        masks).
+        distribution of the previous backbone pass instead of running the backbone again, when its input (and
+        ``mask``) equals that pass's: same shape and values. Another input runs the backbone again (found by hostile
+        testing: a random TTA transform, redrawn for every latent draw, got the distribution of the first draw's
+        transformed input, inverted with its own transform: mis-registered samples). The caller guarantees the same
+        state of any other randomness, such as dropout masks.
         """
         old = self._reuse
         self._reuse = True
@@ -918,11 +921,23 @@ class SSNNetwork(nn.Module):
             ``(B, C, *spatial)`` logits, or the training output.
         """
         if self.head.sampling:
-            key = tuple(x.shape)
-            if self._reuse and self._cache is not None and self._cache[0] == key:
-                params = self._cache[1]
+            if self._reuse and self._cache is not None and _same_input(self._cache[0], x) and (
+                _same_input(self._cache[1], mask)
+            ):
+                params = self._cache[2]
             else:
                 params = self.head.params(self.features(x), self._mask(x, mask))
-                self._cache = (key, params) if self._cache_enabled else None
+                self._cache = (x, mask, params) if self._cache_enabled else None
             return _sample(_distribution(*params))
         return self.head(self.features(x), self._mask(x, mask))
+
+
+def _same_input(cached: torch.Tensor | None, new: torch.Tensor | None) -> bool:
+    """Whether ``new`` is the input (or mask) of the cached backbone pass: both None, or the same shape and values."""
+    if cached is None or new is None:
+        return cached is None and new is None
+    if cached is new:
+        return True
+    a = cached.as_tensor() if hasattr(cached, "as_tensor") else cached
+    b = new.as_tensor() if hasattr(new, "as_tensor") else new
+    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and bool(torch.equal(a, b))
