@@ -167,3 +167,29 @@ def test_ssn_loss_takes_a_label_map_of_a_one_slice_volume():
     torch.manual_seed(1)
     b = SSNLoss(4)(dist, y[:, None])
     torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("which", ["mean", "cov_diag", "cov_factor"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_lowrank_distribution_refuses_non_finite_parameters(which, bad):
+    """Regression: a NaN or infinite mean, an infinite variance or a NaN factor gave non-finite draws silently."""
+    params = {"mean": torch.zeros(1, 2, 3, 3), "cov_diag": torch.ones(1, 2, 3, 3),
+              "cov_factor": torch.ones(1, 1, 2, 3, 3)}
+    params[which][0, 0, 0] = bad
+    match = "cov_diag must hold variances >= 0" if which == "cov_diag" and bad != bad else f"{which} must be finite"
+    with pytest.raises(ValueError, match=match):
+        lowrank_distribution(**params)
+    with pytest.raises(ValueError, match=match):
+        sample_logits(SSNParams(**params))
+
+
+def test_a_zero_variance_density_is_nan_with_a_warning():
+    """Regression: with a zero in cov_diag (allowed for sampling) entropy and log_prob were NaN without a word."""
+    torch.manual_seed(0)
+    m = torch.zeros(1, 2, 3, 3)
+    d = lowrank_distribution(m, torch.zeros_like(m), torch.randn(1, 1, 2, 3, 3))
+    x = d.rsample((2,))
+    assert torch.isfinite(x).all()
+    with pytest.warns(UserWarning, match="singular"):
+        assert torch.isnan(d.entropy()).all()
+    assert torch.isnan(d.log_prob(x)).all()
