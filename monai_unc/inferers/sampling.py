@@ -136,12 +136,13 @@ class SampleSource:
     information over this source measures. ``level = "network"`` sources (ensembles) are looped outside the
     inner inferer by :meth:`members`. ``innermost = True`` puts the source last in the product whatever its
     position in the list, so that its variants run back to back for each combination of the other sources (a
-    latent-variable source reuses one backbone pass for all its draws; see :class:`~monai_unc.inferers.SSNSource`).
+    latent-variable source reuses one backbone pass for all its draws; see :class:`~monai_unc.inferers.SSNSource`),
+    and its wrappers closest to the network, inside the other sources' wrappers.
 
     Attributes:
         mi_meaning: what the mutual information over this source measures (:class:`~monai_unc.keys.MIMeaning`).
         level: ``"window"`` (sampled inside every window of the inner inferer) or ``"network"`` (looped outside it).
-        innermost: put the source last in the product.
+        innermost: put the source last in the product and its wrappers closest to the network.
         shareable: the samples differ only through random draws inside the network (its variants are all ``None``),
             so the inferer may compute what they share once (``share_passes``; not beside an innermost source of
             several variants, whose variants must run back to back).
