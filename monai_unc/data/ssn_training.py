@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from monai.networks.nets import UNet
 
+from .._utils import check_integer, is_finite_real
 from ..networks import IntensityMask, SSNHead, SSNLoss, SSNNetwork
 from .model import save_trained_network
 from .synthetic import make_toy_dataset
@@ -170,6 +171,11 @@ def train_ssn(
         network spec for ``monai-unc infer --network``), ``losses`` (per iteration; cross-entropy during the warm-up,
         the SSN loss after it), ``loss_first`` / ``loss_last`` (mean of the first / last 10 % of the SSN-loss
         iterations) and ``train_seconds``.
+
+    Raises:
+        ValueError: naming the setting, before any data is made: ``iterations``, ``batch_size`` or ``n_cases`` not a
+            positive integer, ``mean_only_iterations`` not an integer in ``[0, iterations)``, ``lr`` not positive and
+            finite, ``noise_std`` not a finite number >= 0.
     """
     shape = tuple(int(s) for s in shape)
     for name, value in (("iterations", iterations), ("batch_size", batch_size), ("n_cases", n_cases)):
@@ -177,10 +183,16 @@ def train_ssn(
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if mean_only_iterations is None:
         mean_only_iterations = iterations // 10
-    if not 0 <= mean_only_iterations < iterations:
+    # found by hostile testing: True / 1.5 passed the range check (a float then failed in a slice after training)
+    mean_only_iterations = check_integer(mean_only_iterations, "mean_only_iterations", minimum=0)
+    if not mean_only_iterations < iterations:
         raise ValueError(f"mean_only_iterations must be in [0, iterations), got {mean_only_iterations}")
     if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    # found by hostile testing: a negative or NaN noise_std trained without noise and recorded the bad value, an
+    # infinite one trained on infinite images to NaN losses
+    if not (is_finite_real(noise_std) and noise_std >= 0):
+        raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
     arch = dict(SSN_TOY_NETWORK)
     arch.update(network or {})
     arch["spatial_dims"] = len(shape)

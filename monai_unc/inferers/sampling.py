@@ -136,12 +136,13 @@ class SampleSource:
     information over this source measures. ``level = "network"`` sources (ensembles) are looped outside the
     inner inferer by :meth:`members`. ``innermost = True`` puts the source last in the product whatever its
     position in the list, so that its variants run back to back for each combination of the other sources (a
-    latent-variable source reuses one backbone pass for all its draws; see :class:`~monai_unc.inferers.SSNSource`).
+    latent-variable source reuses one backbone pass for all its draws; see :class:`~monai_unc.inferers.SSNSource`),
+    and its wrappers closest to the network, inside the other sources' wrappers.
 
     Attributes:
         mi_meaning: what the mutual information over this source measures (:class:`~monai_unc.keys.MIMeaning`).
         level: ``"window"`` (sampled inside every window of the inner inferer) or ``"network"`` (looped outside it).
-        innermost: put the source last in the product.
+        innermost: put the source last in the product and its wrappers closest to the network.
         shareable: the samples differ only through random draws inside the network (its variants are all ``None``),
             so the inferer may compute what they share once (``share_passes``; not beside an innermost source of
             several variants, whose variants must run back to back).
@@ -1027,8 +1028,9 @@ class UncertaintyInferer(Inferer):
 
             shared = self._shared_source(network, window_sources, x, info)
             if shared is None:
+                inner = _innermost_count(window_sources)
                 for i, combo in enumerate(itertools.product(*(s.variants(x) for s in window_sources))):
-                    add(_wrapped(base, combo)(x), [i])
+                    add(_wrapped(base, combo, inner)(x), [i])
             else:
                 # a torch.compile wrapper (``torch.compile(net)``, MONAI's ``SupervisedEvaluator(compile=True)``):
                 # the shared passes follow the calls of its Python module, as the nnU-Net predictor does; the
@@ -1134,19 +1136,20 @@ class UncertaintyInferer(Inferer):
                 flat = flat * size + i
             return flat
 
+        inner = _innermost_count(others)
         for rest, combo in zip(itertools.product(*(range(len(v)) for v in other_variants)),
                                itertools.product(*other_variants)):
             passes = SharedPasses(network)  # one per input: never shared across TTA variants
-            add(_wrapped(lambda t, passes=passes: passes.trace(base, t), combo)(x), [index(rest, 0)])
+            add(_wrapped(lambda t, passes=passes: passes.trace(base, t), combo, inner)(x), [index(rest, 0)])
             done = 1
             while done < n:
                 k = self._sample_batch(passes, n - done, info)
                 try:
-                    raw = _wrapped(lambda t, passes=passes, k=k: passes.replay(base, t, k), combo)(x)
+                    raw = _wrapped(lambda t, passes=passes, k=k: passes.replay(base, t, k), combo, inner)(x)
                 except SharingUnavailable as err:
                     info.setdefault("fallback", str(err))
                     for d in range(done, n):
-                        add(_wrapped(base, combo)(x), [index(rest, d)])
+                        add(_wrapped(base, combo, inner)(x), [index(rest, d)])
                     break
                 add(raw, [index(rest, done + j) for j in range(k)])
                 # freed before the next replay: held, this batch's outputs doubled the replays' outputs (with
@@ -1348,8 +1351,21 @@ def _argmax(pred: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _wrapped(base: Predictor, combo: Sequence[Wrapper | None]) -> Predictor:
-    """``base`` wrapped by every non-None wrapper of ``combo``, the first innermost."""
+def _innermost_count(sources: Sequence[SampleSource]) -> int:
+    """How many of ``sources`` (sorted with the innermost ones last) are innermost."""
+    return sum(bool(getattr(s, "innermost", False)) for s in sources)
+
+
+def _wrapped(base: Predictor, combo: Sequence[Wrapper | None], inner: int = 0) -> Predictor:
+    """``base`` wrapped by every non-None wrapper of ``combo``, the first innermost.
+
+    The last ``inner`` wrappers (those of innermost sources, sorted last) wrap ``base`` first, closest to the
+    network: their draws then run inside one call of the other wrappers, on the input those produced once. Found by
+    hostile testing: a marginalised SSN source wrapped outside a noise source averaged its latent draws over fresh
+    noise per draw (with MC dropout, each on a new dropout mask).
+    """
+    if inner:
+        combo = [*combo[len(combo) - inner:], *combo[:len(combo) - inner]]
     predictor = base
     for wrap in combo:
         if wrap is not None:

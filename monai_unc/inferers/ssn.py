@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._utils import check_bool
 from ..keys import MIMeaning
 from ..networks.dropout import DropoutHook, find_dropout_layers
 from ..networks.ssn import SSNNetwork, ssn_sampling
@@ -58,6 +59,7 @@ class SSNSource(StochasticSource):
 
     Raises:
         ValueError: on a network without an :class:`~monai_unc.networks.SSNHead` (when the inferer runs).
+        TypeError: ``marginalize`` or ``reuse_features`` not a bool.
 
     Example:
         >>> from monai_unc.inferers import FlipSource, SSNSource, UncertaintyInferer
@@ -76,8 +78,9 @@ class SSNSource(StochasticSource):
 
     def __init__(self, num_samples: int = 10, marginalize: bool = False, reuse_features: bool = True) -> None:
         super().__init__(num_samples, mi_meaning=MIMeaning.ALEATORIC)
-        self.marginalize = bool(marginalize)
-        self.reuse_features = bool(reuse_features)
+        # found by hostile testing: bool() took marginalize="no" as True (MI relabelled epistemic without a word)
+        self.marginalize = check_bool(marginalize, "marginalize")
+        self.reuse_features = check_bool(reuse_features, "reuse_features")
         self._nets: list[SSNNetwork] = []
 
     def __len__(self) -> int:

@@ -31,12 +31,18 @@ from .ssn import SSNDistribution, no_autocast
 __all__ = ["SSNLoss", "ssn_log_likelihood"]
 
 
-def _labels(target: Any, batch: int | None = None) -> torch.Tensor:
-    """Label map ``(B, *spatial)`` or ``(B, 1, *spatial)`` -> int64 ``(B, *spatial)``."""
+def _labels(target: Any, batch: int | None = None, spatial_dims: int | None = None) -> torch.Tensor:
+    """Label map ``(B, *spatial)`` or ``(B, 1, *spatial)`` -> int64 ``(B, *spatial)``.
+
+    ``spatial_dims`` (when the prediction tells it) decides whether axis 1 is a channel: found by hostile testing,
+    a ``(B, *spatial)`` map of a one-slice volume (``spatial = (1, H, W)``) lost its first spatial axis as if it
+    were the channel and was refused as of another shape.
+    """
     if not isinstance(target, torch.Tensor):
         raise TypeError(f"target must be a torch.Tensor label map, got {type(target).__name__}")
     t = target.as_tensor() if hasattr(target, "as_tensor") else target
-    if t.ndim >= 3 and t.shape[1] == 1:
+    channel = t.ndim == spatial_dims + 2 if spatial_dims is not None else t.ndim >= 3
+    if channel and t.shape[1] == 1:
         t = t[:, 0]
     if t.ndim < 2:
         raise ValueError(f"target must be a label map (B, *spatial) or (B, 1, *spatial), got {tuple(target.shape)}")
@@ -187,7 +193,7 @@ class SSNLoss(nn.Module):
             logits = distribution.as_tensor() if hasattr(distribution, "as_tensor") else distribution
             if logits.ndim < 3:
                 raise ValueError(f"logits must be (B, C, *spatial), got shape {tuple(logits.shape)}")
-            y = _labels(target, logits.shape[0])
+            y = _labels(target, logits.shape[0], logits.ndim - 2)
             if y.shape[1:] != logits.shape[2:]:
                 raise ValueError(f"target spatial shape {tuple(y.shape[1:])} != logits' {tuple(logits.shape[2:])}")
             return -ssn_log_likelihood(logits.unsqueeze(0), y, self.normalize).mean()  # checks the labels' range
@@ -202,7 +208,7 @@ class SSNLoss(nn.Module):
                 f"got batch {tuple(distribution.batch_shape)}, event {tuple(distribution.event_shape)}"
             )
         b, e = distribution.batch_shape[0], distribution.event_shape[0]
-        y = _labels(target, b)
+        y = _labels(target, b, len(distribution.spatial_shape) if isinstance(distribution, SSNDistribution) else None)
         spatial = tuple(y.shape[1:])
         n = math.prod(spatial)
         if isinstance(distribution, SSNDistribution) and distribution.spatial_shape != spatial:

@@ -48,7 +48,7 @@ from torch import nn
 from torch.distributions import Distribution, LowRankMultivariateNormal
 from torch.distributions.utils import _standard_normal, lazy_property
 
-from .._utils import check_bool, exceeds, no_autocast
+from .._utils import check_bool, exceeds, no_autocast, warn_nan
 
 __all__ = [
     "IntensityMask",
@@ -118,7 +118,8 @@ class SSNDistribution(LowRankMultivariateNormal):
     (same distribution, same ``rsample`` draws for a given random state up to floating-point rounding): the
     capacitance matrix (needed by ``log_prob``, ``entropy``, ``precision_matrix``) is computed lazily; ``rsample``
     does not copy the factor per sample and runs outside ``torch.autocast``; ``cov_diag`` may contain zeros (a
-    deterministic logit) as long as no density is evaluated.
+    deterministic logit) for sampling, but then the covariance is singular: ``log_prob`` / ``entropy`` /
+    ``precision_matrix`` are NaN with a ``UserWarning``.
 
     Build it with :func:`lowrank_distribution` or :meth:`SSNHead.distribution`.
 
@@ -174,6 +175,9 @@ class SSNDistribution(LowRankMultivariateNormal):
     def _capacitance_tril(self) -> torch.Tensor:  # type: ignore[override]
         # I + P^T D^-1 P (R x R per image) and its Cholesky factor: only for log_prob / entropy / precision
         w, d = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
+        if bool((d == 0).any()):  # found by hostile testing: entropy / log_prob were NaN without a word
+            warn_nan("SSNDistribution: cov_diag holds zero variances (deterministic logits), so the covariance is "
+                     "singular and has no density: log_prob, entropy and precision_matrix are NaN", stacklevel=4)
         with no_autocast(w.device):
             k = torch.matmul(w.mT / d.unsqueeze(-2), w)
             k = k + torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
@@ -268,7 +272,8 @@ def lowrank_distribution(
         :class:`SSNDistribution` with batch shape ``(B,)`` and event size ``C * N``.
 
     Raises:
-        ValueError: for mismatched shapes, or a negative or NaN variance in ``cov_diag`` (every draw would be NaN).
+        ValueError: for mismatched shapes, a negative variance in ``cov_diag``, or a NaN or infinite value in any
+            parameter (every draw would be non-finite).
 
     Example:
         >>> from monai_unc.networks import lowrank_distribution
@@ -283,6 +288,11 @@ def lowrank_distribution(
     _check_params(mean, cov_diag, cov_factor)
     if not bool((cov_diag >= 0).all()):  # also NaN: sqrt(D) would make every draw NaN, and log_prob / entropy too
         raise ValueError("cov_diag must hold variances >= 0 (no negative or NaN values)")
+    # found by hostile testing: a NaN or infinite mean, an infinite variance or a NaN factor gave non-finite draws
+    # without a word
+    for name, value in (("mean", mean), ("cov_diag", cov_diag), ("cov_factor", cov_factor)):
+        if not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{name} must be finite (no NaN or infinite values): every draw would be non-finite")
     return _distribution(mean, cov_diag, cov_factor, validate_args)
 
 
@@ -866,7 +876,8 @@ class SSNNetwork(nn.Module):
         self.mask_fn = mask_fn
         self._cache_enabled = False
         self._reuse = False
-        self._cache: tuple[tuple[int, ...], SSNParams] | None = None
+        # the last backbone pass's input, mask and distribution parameters (inside ssn_sampling(cache=True))
+        self._cache: tuple[torch.Tensor, torch.Tensor | None, SSNParams] | None = None
 
     @property
     def num_classes(self) -> int:
@@ -896,9 +907,11 @@ class SSNNetwork(nn.Module):
         """Draw new samples from the distribution of the previous backbone pass.
 
         Within the block (and inside ``ssn_sampling(..., cache=True)``), a forward call draws a new sample from the
-        distribution of the previous backbone pass instead of running the backbone again, when the input has the same
-        shape. The caller guarantees it is the same input (and the same state of any other randomness, such as dropout
-        masks).
+        distribution of the previous backbone pass instead of running the backbone again, when its input (and
+        ``mask``) equals that pass's: same shape and values. Another input runs the backbone again (found by hostile
+        testing: a random TTA transform, redrawn for every latent draw, got the distribution of the first draw's
+        transformed input, inverted with its own transform: mis-registered samples). The caller guarantees the same
+        state of any other randomness, such as dropout masks.
         """
         old = self._reuse
         self._reuse = True
@@ -918,11 +931,23 @@ class SSNNetwork(nn.Module):
             ``(B, C, *spatial)`` logits, or the training output.
         """
         if self.head.sampling:
-            key = tuple(x.shape)
-            if self._reuse and self._cache is not None and self._cache[0] == key:
-                params = self._cache[1]
+            if self._reuse and self._cache is not None and _same_input(self._cache[0], x) and (
+                _same_input(self._cache[1], mask)
+            ):
+                params = self._cache[2]
             else:
                 params = self.head.params(self.features(x), self._mask(x, mask))
-                self._cache = (key, params) if self._cache_enabled else None
+                self._cache = (x, mask, params) if self._cache_enabled else None
             return _sample(_distribution(*params))
         return self.head(self.features(x), self._mask(x, mask))
+
+
+def _same_input(cached: torch.Tensor | None, new: torch.Tensor | None) -> bool:
+    """Whether ``new`` is the input (or mask) of the cached backbone pass: both None, or the same shape and values."""
+    if cached is None or new is None:
+        return cached is None and new is None
+    if cached is new:
+        return True
+    a = cached.as_tensor() if hasattr(cached, "as_tensor") else cached
+    b = new.as_tensor() if hasattr(new, "as_tensor") else new
+    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and bool(torch.equal(a, b))

@@ -52,3 +52,18 @@ def test_dice_per_class_brute_force_and_nan_for_absent_classes():
         masked = dice_per_class(pred, label, 4, mask=mask)
     a, b = pred[mask] == 1, label[mask] == 1
     assert masked[0] == pytest.approx(2 * (a & b).sum() / (a.sum() + b.sum()))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"noise_std": -1.0}, "noise_std must be a finite number >= 0"),
+    ({"noise_std": float("nan")}, "noise_std must be a finite number >= 0"),
+    ({"noise_std": float("inf")}, "noise_std must be a finite number >= 0"),
+    ({"noise_std": "0.1"}, "noise_std must be a finite number >= 0"),
+    ({"mean_only_iterations": True}, "mean_only_iterations must be a non-negative integer"),
+    ({"mean_only_iterations": 1.5}, "mean_only_iterations must be a non-negative integer"),
+])
+def test_train_ssn_refuses_bad_noise_and_warm_up_at_once(kwargs, match):
+    """Regression: a negative or NaN ``noise_std`` trained without noise and recorded the bad value, an infinite one
+    trained to NaN losses; ``mean_only_iterations=True`` was taken as 1 and ``1.5`` failed after training."""
+    with pytest.raises(ValueError, match=match):
+        train_ssn(iterations=2, n_cases=1, progress=False, **kwargs)

@@ -118,3 +118,14 @@ def test_marginalizing_without_dropout_or_with_reused_passes_runs():
     assert out.num_samples == 2 and out.mi_meaning.value == "epistemic"
     bare = nn.Sequential(net.backbone, net.head).eval()
     assert UncertaintyInferer([SSNSource(3, marginalize=True)], seed=0)(x, bare).num_samples == 1
+
+
+@pytest.mark.parametrize("flag", ["marginalize", "reuse_features"])
+@pytest.mark.parametrize("bad", ["no", None, 1])
+def test_source_flags_must_be_bools(flag, bad):
+    """Regression: ``bool()`` took ``marginalize="no"`` as True (one latent-averaged sample, MI called epistemic)."""
+    with pytest.raises(TypeError, match=flag):
+        SSNSource(4, **{flag: bad})
+    if flag == "reuse_features":
+        with pytest.raises(TypeError, match=flag):
+            SSNInferer(4, reuse_features=bad)

@@ -146,3 +146,50 @@ def test_non_bool_flags_of_the_head_and_the_sampling_are_type_errors(bad):
     assert not head.sampling
     with pytest.raises(TypeError, match="^antithetic must be True or False"):
         next(lowrank_distribution(*_params()).iter_rsample(2, antithetic=bad))
+
+
+def test_ssn_loss_takes_a_label_map_of_a_one_slice_volume():
+    """Regression: a ``(B, *spatial)`` label map with ``spatial = (1, H, W)`` lost its first spatial axis as if it
+    were the channel axis, and ``SSNLoss`` refused it (distribution and point mass alike)."""
+    import torch.nn.functional as F
+
+    from monai_unc.networks import SSNLoss, lowrank_distribution
+
+    torch.manual_seed(0)
+    mean = torch.randn(2, 2, 1, 4, 4, dtype=torch.float64)
+    dist = lowrank_distribution(mean, torch.ones_like(mean), torch.randn(2, 1, 2, 1, 4, 4, dtype=torch.float64))
+    y = torch.randint(0, 2, (2, 1, 4, 4))  # (B, D=1, H, W): no channel axis
+    ref = F.cross_entropy(mean, y)  # the point mass: per-voxel cross-entropy (brute force by torch)
+    torch.testing.assert_close(SSNLoss(4)(mean, y), ref)
+    torch.testing.assert_close(SSNLoss(4)(mean, y[:, None]), ref)  # (B, 1, *spatial) as before
+    torch.manual_seed(1)
+    a = SSNLoss(4)(dist, y)
+    torch.manual_seed(1)
+    b = SSNLoss(4)(dist, y[:, None])
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("which", ["mean", "cov_diag", "cov_factor"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_lowrank_distribution_refuses_non_finite_parameters(which, bad):
+    """Regression: a NaN or infinite mean, an infinite variance or a NaN factor gave non-finite draws silently."""
+    params = {"mean": torch.zeros(1, 2, 3, 3), "cov_diag": torch.ones(1, 2, 3, 3),
+              "cov_factor": torch.ones(1, 1, 2, 3, 3)}
+    params[which][0, 0, 0] = bad
+    match = "cov_diag must hold variances >= 0" if which == "cov_diag" and bad != bad else f"{which} must be finite"
+    with pytest.raises(ValueError, match=match):
+        lowrank_distribution(**params)
+    with pytest.raises(ValueError, match=match):
+        sample_logits(SSNParams(**params))
+
+
+def test_a_zero_variance_density_is_nan_with_a_warning():
+    """Regression: with a zero in cov_diag (allowed for sampling) entropy and log_prob were NaN without a word."""
+    torch.manual_seed(0)
+    m = torch.zeros(1, 2, 3, 3)
+    d = lowrank_distribution(m, torch.zeros_like(m), torch.randn(1, 1, 2, 3, 3))
+    x = d.rsample((2,))
+    assert torch.isfinite(x).all()
+    with pytest.warns(UserWarning, match="singular"):
+        assert torch.isnan(d.entropy()).all()
+    assert torch.isnan(d.log_prob(x)).all()
