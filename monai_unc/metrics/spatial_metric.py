@@ -207,11 +207,12 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         """Reduce the buffered per-case values (``(N, 1)``), ignoring NaN; ``"none"`` returns them all.
 
         When no case is valid (every value NaN, e.g. no boundary in any case) the result is NaN with a
-        ``UserWarning``, not MONAI's 0 (which reads as a perfect BA-ECE / SPACE); ``not_nans`` is then 0.
+        ``UserWarning``, not MONAI's 0 (which reads as a perfect BA-ECE / SPACE); ``not_nans`` is then 0. No case at
+        all (before any update, e.g. after an empty epoch) is NaN with a ``UserWarning`` as well.
         """
         data = self.get_buffer()
-        if not isinstance(data, torch.Tensor):
-            raise ValueError("the data to aggregate must be a PyTorch Tensor")
+        if data is not None and not isinstance(data, torch.Tensor):
+            raise ValueError(f"the data to aggregate must be a PyTorch Tensor, got {type(data).__name__}")
         with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
             f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
         return (f, not_nans) if self.get_not_nans else f
