@@ -61,3 +61,28 @@ def test_an_empty_epoch_then_a_full_one_scores_only_the_full_one():
     reference = CalibrationHandler(metrics=("ece",)).metric_fn
     reference(probs, labels)
     assert engine.state.metrics["calib_ece"] == float(reference.aggregate()["ece"])
+
+
+@pytest.mark.parametrize("key_metric", [None, "ece"])
+def test_a_calibration_handler_attached_under_two_names_fills_both(key_metric):
+    # the keys were prefixed with the name attached last: "a_ece" never appeared, "a" held {"b_ece": ...}, and with
+    # key_metric the run raised KeyError: 'a_ece' (found by hostile testing)
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), 1)
+    labels = torch.randint(0, 3, (2, 1, 4, 4, 4))
+    reference = CalibrationHandler(metrics=("ece", "nll")).metric_fn
+    reference(probs, labels)
+    expected = {k: float(v) for k, v in reference.aggregate().items()}
+    engine = Engine(lambda e, b: b)
+    handler = CalibrationHandler(metrics=("ece", "nll"), key_metric=key_metric)
+    handler.attach(engine, "a")
+    handler.attach(engine, "b")
+    engine.run([(probs, labels)])
+    for name in ("a", "b"):
+        for k, v in expected.items():
+            assert engine.state.metrics[f"{name}_{k}"] == v
+        if key_metric is None:
+            assert engine.state.metrics[name] == {f"{name}_{k}": v for k, v in expected.items()}
+        else:
+            assert engine.state.metrics[name] == expected[key_metric]
+        assert engine.state.metric_details[name].shape == (2, 2)
