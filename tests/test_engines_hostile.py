@@ -400,3 +400,41 @@ def test_calibration_handler_key_metric_must_be_one_of_its_metrics(bad):
 
     with pytest.raises(ValueError, match="key_metric must be one of the handler's metrics"):
         CalibrationHandler(num_classes=3, metrics=["ece", "nll"], key_metric=bad)
+
+
+def test_calibration_key_metric_checkpoint_recipe_keeps_the_best_epoch(tmp_path):
+    """Found by hostile testing of the handlers: the documented recipe (``key_metric`` and the workflow's
+    ``metric_cmp_fn``) set ``best_metric_epoch`` right, but ``CheckpointSaver(save_key_metric=True)`` ranks checkpoints by
+    its own score, the highest first, and kept the epoch of the worst ECE. The recipe now names
+    ``key_metric_negative_sign=True``; over several epochs the one checkpoint kept is the best epoch's."""
+    from monai.handlers import CheckpointSaver
+
+    from monai_unc.handlers import CalibrationHandler
+    from monai_unc.handlers.calibration import CalibrationHandler as documented
+
+    doc = " ".join((documented.__doc__ or "").split())
+    assert "key_metric_negative_sign=True" in doc
+    assert "metric_cmp_fn=lambda current, prev: prev < 0 or current < prev" in doc
+    items = _items(2)
+    net = _net()
+    handler = CalibrationHandler(num_classes=3, metrics=["ece"], key_metric="ece",
+                                 output_transform=from_engine(["pred", "label"]))
+    saver = CheckpointSaver(save_dir=str(tmp_path), save_dict={"net": net}, save_key_metric=True,
+                            key_metric_negative_sign=True)
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=net,
+                              inferer=MCDropoutInferer(3, seed=0), val_handlers=[saver],
+                              key_val_metric={"calib": handler},
+                              metric_cmp_fn=lambda current, prev: prev < 0 or current < prev)
+    seen = {}
+    ev.add_event_handler(Events.EPOCH_COMPLETED, lambda e: seen.__setitem__(e.state.epoch, e.state.metrics["calib"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for epoch, scale in enumerate((1.0, 0.0, 3.0), start=1):  # three networks, three different ECEs
+            with torch.no_grad():
+                for p, p0 in zip(net.parameters(), _net().parameters()):
+                    p.copy_(p0 * scale if p.ndim > 1 else p0)
+            ev.run(global_epoch=epoch)
+    best_epoch = min(seen, key=seen.get)
+    assert len(set(seen.values())) == 3 and best_epoch != max(seen, key=seen.get)
+    assert ev.state.best_metric_epoch == best_epoch and ev.state.best_metric == seen[best_epoch]
+    assert [p.name for p in tmp_path.glob("*.pt")] == [f"net_key_metric={-seen[best_epoch]:.4f}.pt"]

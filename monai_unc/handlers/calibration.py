@@ -30,8 +30,12 @@ class CalibrationHandler(IgniteMetricHandler):
     ``CheckpointSaver(save_key_metric=True)`` keeps), give ``key_metric``: ``engine.state.metrics[name]`` is then that
     metric's float instead of the dict (MONAI skips a key metric that is not a scalar, with the warning "Key metric is
     not a scalar value", and would never save a best checkpoint). Every metric of this family is lower-is-better,
-    and MONAI's default comparison keeps the highest value: pass the workflow
-    ``metric_cmp_fn=lambda current, prev: prev < 0 or current < prev`` (MONAI starts ``prev`` at -1).
+    and MONAI keeps the highest value in two places: pass the workflow
+    ``metric_cmp_fn=lambda current, prev: prev < 0 or current < prev`` (MONAI starts ``prev`` at -1; this sets
+    ``best_metric`` and ``best_metric_epoch``), and the saver ``CheckpointSaver(save_key_metric=True,
+    key_metric_negative_sign=True)``: the saver ranks checkpoints by its own score, not by ``metric_cmp_fn``, and
+    without the negative sign keeps the epochs of the highest, i.e. worst, value (its file is then named
+    ``net_key_metric=-<value>.pt``).
 
     Args:
         num_classes: as in :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
