@@ -404,8 +404,8 @@ def test_calibration_handler_key_metric_must_be_one_of_its_metrics(bad):
 
 def test_calibration_key_metric_checkpoint_recipe_keeps_the_best_epoch(tmp_path):
     """Found by hostile testing of the handlers: the documented recipe (``key_metric`` and the workflow's
-    ``metric_cmp_fn``) set ``best_metric_epoch`` right, but ``CheckpointSaver(save_key_metric=True)`` ranks checkpoints by
-    its own score, the highest first, and kept the epoch of the worst ECE. The recipe now names
+    ``metric_cmp_fn``) set ``best_metric_epoch`` right, but ``CheckpointSaver(save_key_metric=True)`` ranks
+    checkpoints by its own score, the highest first, and kept the epoch of the worst ECE. The recipe now names
     ``key_metric_negative_sign=True``; over several epochs the one checkpoint kept is the best epoch's."""
     from monai.handlers import CheckpointSaver
 
