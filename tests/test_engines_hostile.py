@@ -438,3 +438,43 @@ def test_calibration_key_metric_checkpoint_recipe_keeps_the_best_epoch(tmp_path)
     assert len(set(seen.values())) == 3 and best_epoch != max(seen, key=seen.get)
     assert ev.state.best_metric_epoch == best_epoch and ev.state.best_metric == seen[best_epoch]
     assert [p.name for p in tmp_path.glob("*.pt")] == [f"net_key_metric={-seen[best_epoch]:.4f}.pt"]
+
+
+@pytest.mark.parametrize("extra", ["per_case_list", "nested_dict"])
+def test_case_scores_of_an_undecollated_batch_with_other_datalist_entries(tmp_path, extra):
+    """Found by hostile testing: with ``decollate=False`` the batch size was read from the batch's first entry and every
+    entry indexed by case. A per-case list in the datalist (collated as one list per position: length 1 here, batch
+    size 2) silently dropped the second case of every batch from the CSV and the AUROC (NaN: no OoD case left); a
+    nested dict (a meta dict) raised a bare ``KeyError: 0``."""
+    from ignite.engine import Engine
+
+    names = ["a", "b", "c", "d"]
+    items = []
+    for name, shift in zip(names, ["none", "blur", "none", "blur"]):
+        item = {"image": MetaTensor(torch.zeros(1, 2, 2, 2), meta={"filename_or_obj": f"{name}.nii.gz"}),
+                "shift": shift}
+        item = {"raters": [f"{name}_r1.nii.gz"], **item} if extra == "per_case_list" else {"site": {"id": name}, **item}
+        items.append(item)
+
+    def step(engine, batch):
+        return {"mi_mean": torch.tensor([0.1, 0.9])[: len(batch["shift"])], "image": batch["image"]}
+
+    engine = Engine(step)
+    CaseScoresHandler("mi_mean", output_dir=tmp_path).attach(engine)
+    engine.run(DataLoader(Dataset(items), batch_size=2))
+    with open(tmp_path / "case_scores.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["case"] for r in rows] == [f"{n}.nii.gz" for n in names]
+    assert [r["shift"] for r in rows] == ["none", "blur"] * 2
+    assert [float(r["mi_mean"]) for r in rows] == pytest.approx([0.1, 0.9] * 2)
+    assert engine.state.metrics["ood_auroc_mi_mean"] == 1.0
+
+
+def test_case_scores_refuse_an_output_and_a_batch_of_different_sizes():
+    from ignite.engine import Engine
+
+    batch = {"image": torch.zeros(2, 1, 2, 2, 2), "shift": ["none", "blur"]}
+    engine = Engine(lambda e, b: {"mi_mean": torch.tensor([0.1, 0.9, 0.5])})
+    CaseScoresHandler("mi_mean").attach(engine)
+    with pytest.raises(ValueError, match="the output holds 3 case"):
+        engine.run([batch])
