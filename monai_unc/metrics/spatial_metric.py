@@ -95,6 +95,13 @@ def _pack_one(uncertainty: Any, pred: Any, batched: bool) -> torch.Tensor:
         p = p.unsqueeze(ch)
     if u.shape[ch] != 1:
         raise ValueError(f"uncertainty must have one channel, got shape {tuple(u.shape)}")
+    # found by hostile testing: another batch size or grid escaped as torch.cat's RuntimeError ("Sizes of tensors
+    # must match except in dimension 1")
+    if u.ndim != p.ndim or u.shape[:ch] + u.shape[ch + 1:] != p.shape[:ch] + p.shape[ch + 1:]:
+        axes = "(B, 1, *spatial)" if batched else "(1, *spatial)"
+        raise ValueError(f"uncertainty {tuple(u.shape)} and y_pred {tuple(p.shape)} must hold the same cases on the "
+                         f"same grid: uncertainty {axes}, y_pred with the same {'batch size and ' if batched else ''}"
+                         "spatial shape")
     dtype = torch.promote_types(
         torch.promote_types(_exact_float_dtype(u, "uncertainty"), _exact_float_dtype(p, "y_pred")), torch.float32
     )
