@@ -283,20 +283,39 @@ class UncertaintyEvaluator(SupervisedEvaluator):
 # ---------------------------------------------------------------------------------------------------------------
 def _items(x: Any, keys: Sequence[str]) -> list:
     """The cases of an engine's output or batch: a decollated list as it is; a batch dict (``decollate=False``) split
-    along the batch axis by MONAI's ``decollate_batch``, its entries among ``keys`` only.
+    along the batch axis, its entries among ``keys`` only (tensors by MONAI's ``decollate_batch``, so that a batch
+    MetaTensor gives each case its metadata; arrays, lists and tuples by their rows).
 
     Found by hostile testing: the batch size was read from the dict's first entry and every entry indexed by case, so
     a datalist entry that is not a batch row raised a bare ``KeyError: 0`` (a nested dict such as a meta dict) or, a
     per-case list (collated as one list per position), set the batch size to its length and silently dropped the
     other cases of each batch from the CSV and the AUROC.
+
+    Raises:
+        ValueError: the entries read hold different numbers of cases, or one is not split by case.
     """
     if isinstance(x, list):
         return x
     if isinstance(x, Mapping):
         from monai.data import decollate_batch
 
-        present = {k: x[k] for k in dict.fromkeys(keys) if k in x}
-        return decollate_batch(present, detach=False, pad=False) if present else []
+        columns: dict[str, list] = {}
+        for k in dict.fromkeys(keys):
+            if k not in x:
+                continue
+            v = x[k]
+            if isinstance(v, torch.Tensor) and v.ndim > 0:
+                columns[k] = decollate_batch(v, detach=False)
+            elif isinstance(v, (list, tuple, np.ndarray)) and np.ndim(v) > 0:
+                columns[k] = list(v)
+            else:
+                raise ValueError(f"{k!r} of a batch dict (decollate=False) must hold one row per case, got "
+                                 f"{type(v).__name__}")
+        sizes = {k: len(v) for k, v in columns.items()}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"the entries of a batch dict (decollate=False) hold different numbers of cases: {sizes}")
+        n = next(iter(sizes.values()), 0)
+        return [{k: v[i] for k, v in columns.items()} for i in range(n)]
     raise TypeError(f"engine output must be a list of dicts or a dict of batches, got {type(x).__name__}")
 
 

@@ -478,3 +478,17 @@ def test_case_scores_refuse_an_output_and_a_batch_of_different_sizes():
     CaseScoresHandler("mi_mean").attach(engine)
     with pytest.raises(ValueError, match="the output holds 3 case"):
         engine.run([batch])
+
+
+@pytest.mark.parametrize("score", [np.array([[0.1], [0.9]]), np.array([0.1, 0.9]), torch.tensor([[0.1], [0.9]]),
+                                   [0.1, 0.9]])
+def test_case_scores_of_an_undecollated_output_of_any_array_type(score):
+    """Each row of an undecollated score (numpy, torch, list; ``(B,)`` or ``(B, 1)``) is one case, beside a batch
+    entry that is no batch row (MONAI's ``decollate_batch`` reads a ``(B, 1)`` numpy array as one case)."""
+    from ignite.engine import Engine
+
+    batch = {"meta": {"site": "x"}, "image": torch.zeros(2, 1, 2, 2, 2), "shift": ["none", "blur"]}
+    engine = Engine(lambda e, b: {"mi_mean": score})
+    CaseScoresHandler("mi_mean").attach(engine)
+    engine.run([batch])
+    assert engine.state.metrics["ood_auroc_mi_mean"] == 1.0
