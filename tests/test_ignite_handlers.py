@@ -86,3 +86,19 @@ def test_a_calibration_handler_attached_under_two_names_fills_both(key_metric):
         else:
             assert engine.state.metrics[name] == expected[key_metric]
         assert engine.state.metric_details[name].shape == (2, 2)
+
+
+@pytest.mark.parametrize("kind", sorted(HANDLERS))
+def test_an_empty_epoch_leaves_no_details_for_metrics_saver(kind, tmp_path):
+    # MONAI stored the metric's get_buffer(), None after an epoch without a case, and MetricsSaver(metric_details="*")
+    # failed: AttributeError: 'NoneType' object has no attribute 'ndim' (found by hostile testing)
+    from monai.handlers import MetricsSaver
+
+    engine = Engine(lambda e, b: b)
+    HANDLERS[kind]().attach(engine, "m")
+    MetricsSaver(save_dir=str(tmp_path), metrics="*", metric_details="*").attach(engine)
+    engine.state.metric_details = {"m": torch.ones(3, 1)}  # a previous run's details: not this run's
+    with pytest.warns(UserWarning, match="no case was evaluated"):
+        engine.run([], max_epochs=1, epoch_length=1)
+    assert "m" not in engine.state.metric_details
+    assert (tmp_path / "metrics.csv").is_file() and not (tmp_path / "m_raw.csv").exists()

@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from monai.handlers.ignite_metric import IgniteMetricHandler
-
 from .._utils import require_ignite
 from ..metrics.calibration import CALIBRATION_METRICS, DEFAULT_FINE_BINS, CalibrationMetric
+from ._base import MetricHandler
 
 __all__ = ["CalibrationHandler"]
 
 
-class CalibrationHandler(IgniteMetricHandler):
+class CalibrationHandler(MetricHandler):
     """ECE family, NLL and Brier of an evaluator's probabilities, recorded in ``engine.state.metrics``.
 
     Attach with a name, e.g. ``CalibrationHandler(output_transform=from_engine(["pred", "label"])).attach(
