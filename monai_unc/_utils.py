@@ -1080,17 +1080,23 @@ def num_threads() -> int:
 
 
 def reduce_case_values(
-    data: torch.Tensor, reduction: MetricReduction | str, metric: str
+    data: torch.Tensor | None, reduction: MetricReduction | str, metric: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MONAI's ``do_metric_reduction`` of buffered per-case values ``(N, K)``, NaN where no case is valid.
 
     MONAI reduces NaN values away and returns 0 where every value was NaN, which reads as a perfect (or the
     worst) score; here every reduced entry without a single valid value is NaN, with a ``UserWarning`` naming
-    ``metric``. Returns ``(values, not_nans)`` as MONAI does (``not_nans`` counts the valid values).
+    ``metric``. Returns ``(values, not_nans)`` as MONAI does (``not_nans`` counts the valid values). No case at all
+    (``data`` None, a metric's ``get_buffer()`` before any update, e.g. after an empty epoch, or empty) gives a NaN
+    float64 scalar and 0, with a ``UserWarning``.
     """
     from monai.metrics.utils import do_metric_reduction
     from monai.utils import MetricReduction
 
+    if data is None or data.numel() == 0:
+        nan = torch.tensor(warn_nan(f"{metric}: no case was evaluated; the value is undefined (NaN)"),
+                           dtype=torch.float64)
+        return nan, torch.tensor(0.0)
     f, not_nans = do_metric_reduction(data.clone(), reduction)
     if reduction == MetricReduction.NONE or not isinstance(f, torch.Tensor):
         return f, not_nans

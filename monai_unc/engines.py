@@ -281,12 +281,41 @@ class UncertaintyEvaluator(SupervisedEvaluator):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-def _items(x: Any) -> list:
+def _items(x: Any, keys: Sequence[str]) -> list:
+    """The cases of an engine's output or batch: a decollated list as it is; a batch dict (``decollate=False``) split
+    along the batch axis, its entries among ``keys`` only (tensors by MONAI's ``decollate_batch``, so that a batch
+    MetaTensor gives each case its metadata; arrays, lists and tuples by their rows).
+
+    Found by hostile testing: the batch size was read from the dict's first entry and every entry indexed by case, so
+    a datalist entry that is not a batch row raised a bare ``KeyError: 0`` (a nested dict such as a meta dict) or, a
+    per-case list (collated as one list per position), set the batch size to its length and silently dropped the
+    other cases of each batch from the CSV and the AUROC.
+
+    Raises:
+        ValueError: the entries read hold different numbers of cases, or one is not split by case.
+    """
     if isinstance(x, list):
         return x
-    if isinstance(x, Mapping):  # a batch dict (decollate=False): split the batch axis
-        n = len(next(iter(x.values()))) if x else 0
-        return [{k: v[i] for k, v in x.items()} for i in range(n)]
+    if isinstance(x, Mapping):
+        from monai.data import decollate_batch
+
+        columns: dict[str, list] = {}
+        for k in dict.fromkeys(keys):
+            if k not in x:
+                continue
+            v = x[k]
+            if isinstance(v, torch.Tensor) and v.ndim > 0:
+                columns[k] = decollate_batch(v, detach=False)
+            elif isinstance(v, (list, tuple, np.ndarray)) and np.ndim(v) > 0:
+                columns[k] = list(v)
+            else:
+                raise ValueError(f"{k!r} of a batch dict (decollate=False) must hold one row per case, got "
+                                 f"{type(v).__name__}")
+        sizes = {k: len(v) for k, v in columns.items()}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"the entries of a batch dict (decollate=False) hold different numbers of cases: {sizes}")
+        n = next(iter(sizes.values()), 0)
+        return [{k: v[i] for k, v in columns.items()} for i in range(n)]
     raise TypeError(f"engine output must be a list of dicts or a dict of batches, got {type(x).__name__}")
 
 
@@ -418,8 +447,17 @@ class CaseScoresHandler:
         self._rows = []
 
     def _collect(self, engine: Any) -> None:
-        outputs = _items(engine.state.output)
-        batches = _items(engine.state.batch) if engine.state.batch is not None else [{}] * len(outputs)
+        output, batch = engine.state.output, engine.state.batch
+        outputs = _items(output, [*self.score_keys, self.image_key])
+        batches = [{}] * len(outputs) if batch is None else _items(batch, [self.group_key, self.image_key])
+        if isinstance(output, Mapping) and not outputs:  # none of the keys: the KeyError below names them
+            outputs = [{}]
+        if isinstance(batch, Mapping) and not batches:
+            batches = [{}] * len(outputs)
+        if len(batches) != len(outputs):
+            raise ValueError(f"CaseScoresHandler: the output holds {len(outputs)} case(s) but the batch "
+                             f"{len(batches)}: {self.score_keys} of the output and {self.group_key!r} of the batch "
+                             "must hold one row per case")
         for item, b in zip(outputs, batches):
             missing = [k for k in self.score_keys if k not in item]
             if missing:

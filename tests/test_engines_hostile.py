@@ -400,3 +400,95 @@ def test_calibration_handler_key_metric_must_be_one_of_its_metrics(bad):
 
     with pytest.raises(ValueError, match="key_metric must be one of the handler's metrics"):
         CalibrationHandler(num_classes=3, metrics=["ece", "nll"], key_metric=bad)
+
+
+def test_calibration_key_metric_checkpoint_recipe_keeps_the_best_epoch(tmp_path):
+    """Found by hostile testing of the handlers: the documented recipe (``key_metric`` and the workflow's
+    ``metric_cmp_fn``) set ``best_metric_epoch`` right, but ``CheckpointSaver(save_key_metric=True)`` ranks
+    checkpoints by its own score, the highest first, and kept the epoch of the worst ECE. The recipe now names
+    ``key_metric_negative_sign=True``; over several epochs the one checkpoint kept is the best epoch's."""
+    from monai.handlers import CheckpointSaver
+
+    from monai_unc.handlers import CalibrationHandler
+    from monai_unc.handlers.calibration import CalibrationHandler as documented
+
+    doc = " ".join((documented.__doc__ or "").split())
+    assert "key_metric_negative_sign=True" in doc
+    assert "metric_cmp_fn=lambda current, prev: prev < 0 or current < prev" in doc
+    items = _items(2)
+    net = _net()
+    handler = CalibrationHandler(num_classes=3, metrics=["ece"], key_metric="ece",
+                                 output_transform=from_engine(["pred", "label"]))
+    saver = CheckpointSaver(save_dir=str(tmp_path), save_dict={"net": net}, save_key_metric=True,
+                            key_metric_negative_sign=True)
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=net,
+                              inferer=MCDropoutInferer(3, seed=0), val_handlers=[saver],
+                              key_val_metric={"calib": handler},
+                              metric_cmp_fn=lambda current, prev: prev < 0 or current < prev)
+    seen = {}
+    ev.add_event_handler(Events.EPOCH_COMPLETED, lambda e: seen.__setitem__(e.state.epoch, e.state.metrics["calib"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for epoch, scale in enumerate((1.0, 0.0, 3.0), start=1):  # three networks, three different ECEs
+            with torch.no_grad():
+                for p, p0 in zip(net.parameters(), _net().parameters()):
+                    p.copy_(p0 * scale if p.ndim > 1 else p0)
+            ev.run(global_epoch=epoch)
+    best_epoch = min(seen, key=seen.get)
+    assert len(set(seen.values())) == 3 and best_epoch != max(seen, key=seen.get)
+    assert ev.state.best_metric_epoch == best_epoch and ev.state.best_metric == seen[best_epoch]
+    assert [p.name for p in tmp_path.glob("*.pt")] == [f"net_key_metric={-seen[best_epoch]:.4f}.pt"]
+
+
+@pytest.mark.parametrize("extra", ["per_case_list", "nested_dict"])
+def test_case_scores_of_an_undecollated_batch_with_other_datalist_entries(tmp_path, extra):
+    """Found by hostile testing: with ``decollate=False`` the batch size was read from the batch's first entry and every
+    entry indexed by case. A per-case list in the datalist (collated as one list per position: length 1 here, batch
+    size 2) silently dropped the second case of every batch from the CSV and the AUROC (NaN: no OoD case left); a
+    nested dict (a meta dict) raised a bare ``KeyError: 0``."""
+    from ignite.engine import Engine
+
+    names = ["a", "b", "c", "d"]
+    items = []
+    for name, shift in zip(names, ["none", "blur", "none", "blur"]):
+        item = {"image": MetaTensor(torch.zeros(1, 2, 2, 2), meta={"filename_or_obj": f"{name}.nii.gz"}),
+                "shift": shift}
+        item = {"raters": [f"{name}_r1.nii.gz"], **item} if extra == "per_case_list" else {"site": {"id": name}, **item}
+        items.append(item)
+
+    def step(engine, batch):
+        return {"mi_mean": torch.tensor([0.1, 0.9])[: len(batch["shift"])], "image": batch["image"]}
+
+    engine = Engine(step)
+    CaseScoresHandler("mi_mean", output_dir=tmp_path).attach(engine)
+    engine.run(DataLoader(Dataset(items), batch_size=2))
+    with open(tmp_path / "case_scores.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["case"] for r in rows] == [f"{n}.nii.gz" for n in names]
+    assert [r["shift"] for r in rows] == ["none", "blur"] * 2
+    assert [float(r["mi_mean"]) for r in rows] == pytest.approx([0.1, 0.9] * 2)
+    assert engine.state.metrics["ood_auroc_mi_mean"] == 1.0
+
+
+def test_case_scores_refuse_an_output_and_a_batch_of_different_sizes():
+    from ignite.engine import Engine
+
+    batch = {"image": torch.zeros(2, 1, 2, 2, 2), "shift": ["none", "blur"]}
+    engine = Engine(lambda e, b: {"mi_mean": torch.tensor([0.1, 0.9, 0.5])})
+    CaseScoresHandler("mi_mean").attach(engine)
+    with pytest.raises(ValueError, match="the output holds 3 case"):
+        engine.run([batch])
+
+
+@pytest.mark.parametrize("score", [np.array([[0.1], [0.9]]), np.array([0.1, 0.9]), torch.tensor([[0.1], [0.9]]),
+                                   [0.1, 0.9]])
+def test_case_scores_of_an_undecollated_output_of_any_array_type(score):
+    """Each row of an undecollated score (numpy, torch, list; ``(B,)`` or ``(B, 1)``) is one case, beside a batch
+    entry that is no batch row (MONAI's ``decollate_batch`` reads a ``(B, 1)`` numpy array as one case)."""
+    from ignite.engine import Engine
+
+    batch = {"meta": {"site": "x"}, "image": torch.zeros(2, 1, 2, 2, 2), "shift": ["none", "blur"]}
+    engine = Engine(lambda e, b: {"mi_mean": score})
+    CaseScoresHandler("mi_mean").attach(engine)
+    engine.run([batch])
+    assert engine.state.metrics["ood_auroc_mi_mean"] == 1.0

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from monai.handlers.ignite_metric import IgniteMetricHandler
 from monai.utils import MetricReduction
 
 from .._utils import require_ignite
 from ..metrics.ambiguity import GEDMetric, NCCMetric
+from ._base import MetricHandler
 
 __all__ = ["GeneralizedEnergyDistance", "NormalizedCrossCorrelation"]
 
 
-class GeneralizedEnergyDistance(IgniteMetricHandler):
+class GeneralizedEnergyDistance(MetricHandler):
     """Mean per-case GED of model samples against rater labels (Zepf et al. eq. 3); see :class:`GEDMetric`.
 
     ``output_transform`` must return ``(y_pred, y)``: sampled label maps ``(B, S, *spatial)`` and rater label
@@ -40,7 +40,7 @@ class GeneralizedEnergyDistance(IgniteMetricHandler):
         super().__init__(metric_fn=metric_fn, output_transform=output_transform, save_details=save_details)
 
 
-class NormalizedCrossCorrelation(IgniteMetricHandler):
+class NormalizedCrossCorrelation(MetricHandler):
     """Mean per-case NCC of predicted uncertainty against a reference map (ValUES eq. 12); see :class:`NCCMetric`.
 
     ``output_transform`` must return ``(y_pred, y)``: uncertainty maps ``(B, 1, *spatial)`` and reference maps

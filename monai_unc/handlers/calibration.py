@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from monai.handlers.ignite_metric import IgniteMetricHandler
-
 from .._utils import require_ignite
 from ..metrics.calibration import CALIBRATION_METRICS, DEFAULT_FINE_BINS, CalibrationMetric
+from ._base import MetricHandler
 
 __all__ = ["CalibrationHandler"]
 
 
-class CalibrationHandler(IgniteMetricHandler):
+class CalibrationHandler(MetricHandler):
     """ECE family, NLL and Brier of an evaluator's probabilities, recorded in ``engine.state.metrics``.
 
     Attach with a name, e.g. ``CalibrationHandler(output_transform=from_engine(["pred", "label"])).attach(
@@ -30,8 +29,12 @@ class CalibrationHandler(IgniteMetricHandler):
     ``CheckpointSaver(save_key_metric=True)`` keeps), give ``key_metric``: ``engine.state.metrics[name]`` is then that
     metric's float instead of the dict (MONAI skips a key metric that is not a scalar, with the warning "Key metric is
     not a scalar value", and would never save a best checkpoint). Every metric of this family is lower-is-better,
-    and MONAI's default comparison keeps the highest value: pass the workflow
-    ``metric_cmp_fn=lambda current, prev: prev < 0 or current < prev`` (MONAI starts ``prev`` at -1).
+    and MONAI keeps the highest value in two places: pass the workflow
+    ``metric_cmp_fn=lambda current, prev: prev < 0 or current < prev`` (MONAI starts ``prev`` at -1; this sets
+    ``best_metric`` and ``best_metric_epoch``), and the saver ``CheckpointSaver(save_key_metric=True,
+    key_metric_negative_sign=True)``: the saver ranks checkpoints by its own score, not by ``metric_cmp_fn``, and
+    without the negative sign keeps the epochs of the highest, i.e. worst, value (its file is then named
+    ``net_key_metric=-<value>.pt``).
 
     Args:
         num_classes: as in :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
@@ -80,8 +83,19 @@ class CalibrationHandler(IgniteMetricHandler):
 
     def completed(self, engine: Any, name: str) -> None:
         """Store the metrics as ignite does (``"<name>_<metric>"`` and the dict under ``name``), then ``key_metric``'s
-        float under ``name`` when it is set."""
-        super().completed(engine, name)
+        float under ``name`` when it is set.
+
+        The keys and ``engine.state.metric_details`` follow the ``name`` (and ``engine``) of this event: a handler
+        attached under two names fills both, where :meth:`compute` alone prefixes with the name attached last.
+        """
+        # found by hostile testing: attached under "a" and "b", the run stored "b_ece" and a = {"b_ece": ...}, never
+        # "a_ece", and with key_metric raised KeyError: 'a_ece'
+        attached = self._name, self._engine
+        self._name, self._engine = name, engine
+        try:
+            super().completed(engine, name)
+        finally:
+            self._name, self._engine = attached
         if self.key_metric is not None:
             engine.state.metrics[name] = engine.state.metrics[f"{name}_{self.key_metric}"]
 

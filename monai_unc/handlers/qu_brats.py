@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from monai.handlers.ignite_metric import IgniteMetricHandler
 from monai.handlers.utils import from_engine
 from monai.utils import MetricReduction
 
@@ -25,11 +24,12 @@ from .._utils import require_ignite
 from ..keys import UncertaintyKeys
 from ..metrics.qu_brats_metric import QUBraTSMetric
 from ..regions import RegionSpec
+from ._base import MetricHandler
 
 __all__ = ["QUBraTS"]
 
 
-class QUBraTS(IgniteMetricHandler):
+class QUBraTS(MetricHandler):
     """Mean QU-BraTS score over cases and regions (higher is better); see :class:`~monai_unc.metrics.QUBraTSMetric`.
 
     Args:

@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from monai.handlers.ignite_metric import IgniteMetricHandler
 from monai.handlers.utils import from_engine
 from monai.utils import MetricReduction
 
@@ -31,6 +30,7 @@ from ..metrics.spatial import (
     BoundaryUncertaintyConcentrationMetric,
     SpatialCalibrationErrorMetric,
 )
+from ._base import MetricHandler
 
 __all__ = ["BoundaryUncertaintyConcentration", "BoundaryAwareECE", "SpatialCalibrationError"]
 
@@ -71,8 +71,8 @@ def _check_packed(y_pred: Any) -> None:
             )
 
 
-class _SpatialHandler(IgniteMetricHandler):
-    """``IgniteMetricHandler`` whose ``update`` also accepts ``(uncertainty, pred, label)``."""
+class _SpatialHandler(MetricHandler):
+    """``MetricHandler`` (an ``IgniteMetricHandler``) whose ``update`` also accepts ``(uncertainty, pred, label)``."""
 
     def __init__(
         self,

@@ -95,6 +95,13 @@ def _pack_one(uncertainty: Any, pred: Any, batched: bool) -> torch.Tensor:
         p = p.unsqueeze(ch)
     if u.shape[ch] != 1:
         raise ValueError(f"uncertainty must have one channel, got shape {tuple(u.shape)}")
+    # found by hostile testing: another batch size or grid escaped as torch.cat's RuntimeError ("Sizes of tensors
+    # must match except in dimension 1")
+    if u.ndim != p.ndim or u.shape[:ch] + u.shape[ch + 1:] != p.shape[:ch] + p.shape[ch + 1:]:
+        axes = "(B, 1, *spatial)" if batched else "(1, *spatial)"
+        raise ValueError(f"uncertainty {tuple(u.shape)} and y_pred {tuple(p.shape)} must hold the same cases on the "
+                         f"same grid: uncertainty {axes}, y_pred with the same {'batch size and ' if batched else ''}"
+                         "spatial shape")
     dtype = torch.promote_types(
         torch.promote_types(_exact_float_dtype(u, "uncertainty"), _exact_float_dtype(p, "y_pred")), torch.float32
     )
@@ -207,11 +214,12 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         """Reduce the buffered per-case values (``(N, 1)``), ignoring NaN; ``"none"`` returns them all.
 
         When no case is valid (every value NaN, e.g. no boundary in any case) the result is NaN with a
-        ``UserWarning``, not MONAI's 0 (which reads as a perfect BA-ECE / SPACE); ``not_nans`` is then 0.
+        ``UserWarning``, not MONAI's 0 (which reads as a perfect BA-ECE / SPACE); ``not_nans`` is then 0. No case at
+        all (before any update, e.g. after an empty epoch) is NaN with a ``UserWarning`` as well.
         """
         data = self.get_buffer()
-        if not isinstance(data, torch.Tensor):
-            raise ValueError("the data to aggregate must be a PyTorch Tensor")
+        if data is not None and not isinstance(data, torch.Tensor):
+            raise ValueError(f"the data to aggregate must be a PyTorch Tensor, got {type(data).__name__}")
         with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
             f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
         return (f, not_nans) if self.get_not_nans else f

@@ -1,5 +1,6 @@
 """CalibrationMetric (MONAI), its ignite handler across ranks, reliability diagrams, and the docs example."""
 
+import math
 import os
 import re
 import socket
@@ -58,8 +59,10 @@ def test_metric_pooled_and_mean_equal_the_functions():
         assert mean[k].item() == pytest.approx(float(np.nanmean(per_case[k])), abs=1e-13)
     assert torch.equal(metric.histogram.counts[0], hist.counts.sum(0))
     metric.reset()
-    with pytest.raises(ValueError, match="before any update"):
-        metric.aggregate()
+    for reduction in ("pooled", "mean"):  # no case (an empty epoch): NaN with a warning, as the other metrics
+        with pytest.warns(UserWarning, match="no case was evaluated"):
+            empty = metric.aggregate(reduction=reduction)
+        assert list(empty) == list(metric.metrics) and all(math.isnan(float(v)) for v in empty.values())
 
 
 def test_metric_accepts_onehot_and_lists():

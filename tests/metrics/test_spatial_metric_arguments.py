@@ -81,3 +81,21 @@ def test_good_spacings_still_accepted_and_used(spacing):
     want = spatial_calibration_error(u, target, target, spacing=np.asarray(spacing, dtype=float).reshape(-1).tolist()
                                      if np.ndim(spacing) else float(spacing), sigma=1.0)
     assert torch.allclose(got.view(-1), torch.as_tensor(want).view(-1))
+
+
+@pytest.mark.parametrize("metric", [BoundaryUncertaintyConcentrationMetric, BoundaryAwareECEMetric,
+                                    SpatialCalibrationErrorMetric])
+@pytest.mark.parametrize("decollated", [False, True])
+@pytest.mark.parametrize("unc_shape", [(3, 1, 8, 8, 8), (2, 1, 8, 8, 7)])
+def test_an_uncertainty_of_other_cases_or_grid_is_a_value_error(metric, decollated, unc_shape):
+    # found by hostile testing: torch.cat's RuntimeError "Sizes of tensors must match except in dimension 1"
+    probs = torch.softmax(torch.randn(2, 2, 8, 8, 8), 1)
+    label = torch.zeros(2, 1, 8, 8, 8)
+    label[:, :, 2:6, 2:6, 2:6] = 1
+    uncertainty = torch.rand(unc_shape)
+    if decollated:
+        if unc_shape[0] != 2:
+            pytest.skip("a list of another length is refused by its count")
+        probs, label, uncertainty = list(probs), list(label), list(uncertainty)
+    with pytest.raises(ValueError, match="must hold the same cases on the same grid"):
+        metric()(probs, label, uncertainty=uncertainty)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -199,12 +200,13 @@ class CalibrationMetric(CumulativeIterationMetric):
         rows = [torch.as_tensor(vals[k], dtype=torch.float64) for k in self.metrics]
         return torch.stack(rows, dim=1).to(self._device)
 
-    def _synced_histogram(self) -> ConfidenceHistogram:
+    def _synced_histogram(self) -> ConfidenceHistogram | None:
         """The pooled histogram of every rank, its tables on :meth:`_table_device`.
 
         Each table all-gathered (MONAI's ``evenly_divisible_all_gather``) and summed; a rank without data adds zeros
         (of the number of classes of the other ranks' cases when ``num_classes`` is not given). Ranks whose cases
-        have different numbers of classes raise the same ``ValueError`` on every rank.
+        have different numbers of classes raise the same ``ValueError`` on every rank. None when no rank has a case
+        and ``num_classes`` is not given.
         """
         device = self._table_device()
         has_data = self._hist is not None and len(self._hist) > 0
@@ -220,8 +222,8 @@ class CalibrationMetric(CumulativeIterationMetric):
             if not has_data and known:
                 n_classes = known[0]
         if not has_data:
-            if n_classes is None:
-                raise ValueError("CalibrationMetric.aggregate() called before any update (and num_classes unknown)")
+            if n_classes is None:  # no case on any rank (every rank knows it): no table to build
+                return None
             n_rows, f = n_classes + 2, self.n_fine_bins
             counts = torch.zeros(1, n_rows, 2, f, dtype=torch.int64, device=device)
             sums = torch.zeros(1, n_rows, f, dtype=torch.float64, device=device)
@@ -251,6 +253,13 @@ class CalibrationMetric(CumulativeIterationMetric):
         """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
         sync_case_buffers(self)
 
+    def _no_case(self) -> dict[str, torch.Tensor]:
+        """``{name: NaN}`` with one ``UserWarning`` (rank 0): no case on any rank, e.g. after an empty epoch."""
+        with main_rank_warnings():  # every rank knows that no rank has a case: rank 0 warns
+            warn_nan("CalibrationMetric: no case was evaluated; every metric is undefined (NaN)", stacklevel=4)
+        device = self._table_device()
+        return {k: torch.tensor(math.nan, dtype=torch.float64, device=device) for k in self.metrics}
+
     def aggregate(self, reduction: str | None = None) -> dict[str, torch.Tensor]:
         """``{name: value}`` pooled over all cases and ranks, or the mean of per-case values.
 
@@ -258,15 +267,16 @@ class CalibrationMetric(CumulativeIterationMetric):
             reduction: ``"pooled"`` or ``"mean"``; default the constructor's.
 
         Returns:
-            ``{name: 0-dim float64 tensor}`` in the order of ``metrics``.
+            ``{name: 0-dim float64 tensor}`` in the order of ``metrics``. No case on any rank (before any update,
+            e.g. after an empty epoch): NaN for every metric, with a ``UserWarning``.
         """
         reduction = reduction or self.reduction
         if reduction not in ("pooled", "mean"):
             raise ValueError(f"reduction must be 'pooled' or 'mean', got {reduction!r}")
         if reduction == "mean":
             data = self.get_buffer()
-            if not isinstance(data, torch.Tensor):
-                raise ValueError("CalibrationMetric.aggregate() called before any update")
+            if data is None:
+                return self._no_case()
             with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
                 out = {}
                 for j, k in enumerate(self.metrics):
@@ -276,6 +286,8 @@ class CalibrationMetric(CumulativeIterationMetric):
                               torch.tensor(warn_nan(f"{k}: every case is NaN"), dtype=col.dtype, device=col.device))
             return out
         self.histogram = self._synced_histogram()
+        if self.histogram is None:
+            return self._no_case()
         with main_rank_warnings():  # the same pooled histogram on every rank: rank 0 warns
             vals = calibration_metrics(
                 self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False
