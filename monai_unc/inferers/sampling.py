@@ -1093,7 +1093,10 @@ class UncertaintyInferer(Inferer):
         # pass of the last replayed dropout sample for every dropout sample
         if any(getattr(s, "innermost", False) and s.num_variants(x) > 1 for s in window_sources if s is not src):
             return None
-        if not isinstance(network, nn.Module) or isinstance(network, torch.jit.ScriptModule):
+        if isinstance(network, torch.jit.ScriptModule):
+            info.setdefault("fallback", "the network is a TorchScript module: its calls cannot be followed")
+            return None
+        if not isinstance(network, nn.Module):
             info.setdefault("fallback", "the network is not a torch.nn.Module whose calls can be followed")
             return None
         try:  # a TorchScript or compiled submodule hides its operations (and random draws) from the trace
