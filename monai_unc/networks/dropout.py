@@ -341,7 +341,8 @@ def stage_sites(model: nn.Module) -> dict[str, list[str]]:
     The encoder stages above the bottleneck, the bottleneck (the deepest stage), and the decoder stages from the
     deepest to the one next to the output layer (the output layer itself is never a site). Known: MONAI ``UNet``,
     ``BasicUNet``, ``DynUNet``, ``SegResNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
-    ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork`.
+    ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork` or inside a
+    ``torch.nn.DataParallel`` / ``DistributedDataParallel`` wrapper (names prefixed ``module.``).
 
     Args:
         model: the network.
@@ -362,6 +363,10 @@ def stage_sites(model: nn.Module) -> dict[str, list[str]]:
     model = plain_module(model)  # a torch.compile wrapper: the stages of its module
     cls = type(model).__name__
     names = {m: n for n, m in model.named_modules()}
+    if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+        # a (Distributed)DataParallel wrapper: the stages of its module, under the wrapper's names (found by hostile
+        # testing: add_dropout(DataParallel(UNet(...))) and the Rate-In inferer refused the known architecture)
+        return {k: [f"module.{n}" for n in v] for k, v in stage_sites(model.module).items()}
     if cls == "SSNNetwork" and hasattr(model, "backbone"):
         # a Stochastic Segmentation Network: the stages of its backbone (the SSN head is the output layer)
         return {k: [f"backbone.{n}" for n in v] for k, v in stage_sites(model.backbone).items()}
