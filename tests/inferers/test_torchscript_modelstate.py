@@ -12,7 +12,14 @@ import pytest
 import torch
 from torch import nn
 
-from monai_unc.inferers import MCDropoutInferer, add_dropout, add_rate_in, enable_mc_dropout, find_dropout_layers
+from monai_unc.inferers import (
+    MCDropoutInferer,
+    TTAInferer,
+    add_dropout,
+    add_rate_in,
+    enable_mc_dropout,
+    find_dropout_layers,
+)
 
 
 def _net() -> nn.Module:
@@ -75,3 +82,14 @@ def test_traced_dropout_is_refused_by_name():
     with pytest.raises(ValueError, match="torch.jit.trace"):
         MCDropoutInferer(3, seed=0)(x, net)
     assert all(not m.training for m in net.modules())
+
+
+def test_a_scripted_network_in_training_mode_is_reported_by_its_layers_names():
+    """Found by hostile testing: its ``BatchNorm`` (updating its running statistics) went unreported, and its dropout
+    was reported as ``RecursiveScriptModule``."""
+    x = torch.randn(1, 1, 4, 4, 4)
+    net = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.BatchNorm3d(4), nn.InstanceNorm3d(4), nn.Dropout3d(0.3),
+                        nn.Conv3d(4, 3, 1))
+    scripted = _compiled("script", net, x).train()
+    with pytest.warns(UserWarning, match=r"training mode, with BatchNorm3d, Dropout3d\."):
+        TTAInferer(flip_axes=[0])(x, scripted)
