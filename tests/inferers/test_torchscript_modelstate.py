@@ -6,6 +6,7 @@
   dropout samples in training mode; a traced network's dropout (recorded in eval mode) got the same misleading message.
 """
 
+import logging
 import warnings
 
 import pytest
@@ -56,12 +57,14 @@ def test_post_hoc_dropout_inside_a_traced_submodule_is_refused_and_leaves_no_hoo
     assert float(out["mutual_information"].max()) > 0
 
 
-def test_scripted_dropout_samples_like_a_plain_loop_and_is_restored():
+def test_scripted_dropout_samples_like_a_plain_loop_and_is_restored(caplog):
     x = torch.rand(2, 1, 4, 4, 4)
     net = _compiled("script", _net(), x)
     modules, _ = find_dropout_layers(net)
     assert len(modules) == 1 and modules[0].p == pytest.approx(0.3)
-    out = MCDropoutInferer(5, seed=0, pred_dtype=torch.float32)(x, net)
+    with caplog.at_level(logging.WARNING, logger="monai_unc.inferers.sampling"):
+        out = MCDropoutInferer(5, seed=0, pred_dtype=torch.float32)(x, net)
+    assert "full passes instead: the network is a TorchScript module" in caplog.text
     assert all(not m.training for m in net.modules())
     # independent reference: the scripted dropout switched on by hand, five passes from the same seed
     dropout = dict(net.named_modules())["2"]
