@@ -366,7 +366,8 @@ def stage_sites(model: nn.Module) -> dict[str, list[str]]:
     if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
         # a (Distributed)DataParallel wrapper: the stages of its module, under the wrapper's names (found by hostile
         # testing: add_dropout(DataParallel(UNet(...))) and the Rate-In inferer refused the known architecture)
-        return {k: [f"module.{n}" for n in v] for k, v in stage_sites(model.module).items()}
+        prefix = "module." if plain_module(model.module) is model.module else "module._orig_mod."
+        return {k: [f"{prefix}{n}" for n in v] for k, v in stage_sites(model.module).items()}
     if cls == "SSNNetwork" and hasattr(model, "backbone"):
         # a Stochastic Segmentation Network: the stages of its backbone (the SSN head is the output layer)
         return {k: [f"backbone.{n}" for n in v] for k, v in stage_sites(model.backbone).items()}

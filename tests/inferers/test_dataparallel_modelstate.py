@@ -37,3 +37,11 @@ def test_rate_in_on_a_dataparallel_network_equals_rate_in_on_its_module():
     assert sorted(out.extras["rate_in_rates"]) == sorted(f"module.{n}" for n in ref.extras["rate_in_rates"])
     torch.testing.assert_close(out["pred"], ref["pred"])
     assert not any(m._forward_hooks for m in net.modules())
+
+
+def test_stages_of_a_dataparallel_of_a_compiled_network_carry_both_prefixes():
+    net = _unet()
+    wrapped = nn.DataParallel(torch.compile(net))
+    names = add_dropout(wrapped, p=0.2, after="decoder")
+    assert names == [f"module._orig_mod.{n}" for n in default_dropout_sites(net, "decoder")]
+    assert remove_dropout(net) == len(names)
