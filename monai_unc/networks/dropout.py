@@ -134,9 +134,30 @@ def _traced_dropout(model: nn.Module) -> str | None:
     for name, m in plain_module(model).named_modules():
         if isinstance(m, torch.jit.TracedModule) and getattr(m, "original_name", None) in (
             _TORCH_DROPOUT_NAMES | _DROPPATH_NAMES
-        ):
+        ) and _traced_rate(m) > 0:
             return name
     return None
+
+
+def _traced_rate(module: Any) -> float:
+    """The largest dropout rate recorded in a traced module's graph (1.0 where a rate is not a constant).
+
+    A trace keeps no ``p`` attribute; MONAI networks build ``Dropout(p=0)`` when no dropout is asked for, which draws
+    nothing in either mode.
+    """
+    rate = 0.0
+    try:
+        nodes = list(module.graph.nodes())
+    except (AttributeError, RuntimeError):
+        return 1.0
+    for node in nodes:
+        if "dropout" in node.kind():
+            try:
+                value = node.inputsAt(1).toIValue()
+            except (IndexError, RuntimeError):
+                value = None
+            rate = max(rate, float(value) if isinstance(value, numbers.Real) else 1.0)
+    return rate
 
 
 def _rate(m: nn.Module) -> float:

@@ -96,3 +96,17 @@ def test_a_scripted_network_in_training_mode_is_reported_by_its_layers_names():
     scripted = _compiled("script", net, x).train()
     with pytest.warns(UserWarning, match=r"training mode, with BatchNorm3d, Dropout3d\."):
         TTAInferer(flip_axes=[0])(x, scripted)
+
+
+def test_a_traced_submodule_without_dropout_rate_does_not_block_the_python_dropout():
+    """MONAI networks build ``Dropout(p=0)`` when no dropout is asked for: traced, it draws nothing in either mode."""
+    x = torch.rand(1, 1, 4, 4, 4)
+    torch.manual_seed(0)
+    traced = _compiled("trace", nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.Dropout3d(0.0)).eval(), x)
+    net = nn.Sequential(traced, nn.ReLU(), nn.Dropout3d(0.3), nn.Conv3d(4, 3, 1)).eval()
+    out = MCDropoutInferer(4, seed=0)(x, net)
+    assert float(out["mutual_information"].max()) > 0
+    with pytest.raises(ValueError, match="'0.1' is inside a torch.jit.trace'd module"):
+        enable_mc_dropout(nn.Sequential(
+            _compiled("trace", nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.Dropout3d(0.2)).eval(), x),
+            nn.Dropout3d(0.3), nn.Conv3d(4, 3, 1)))
