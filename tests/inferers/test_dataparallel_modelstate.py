@@ -8,7 +8,14 @@ import torch
 from monai.networks.nets import UNet
 from torch import nn
 
-from monai_unc.inferers import RateInInferer, add_dropout, default_dropout_sites, remove_dropout, stage_sites
+from monai_unc.inferers import (
+    MCDropoutInferer,
+    RateInInferer,
+    add_dropout,
+    default_dropout_sites,
+    remove_dropout,
+    stage_sites,
+)
 
 
 def _unet() -> nn.Module:
@@ -45,3 +52,17 @@ def test_stages_of_a_dataparallel_of_a_compiled_network_carry_both_prefixes():
     names = add_dropout(wrapped, p=0.2, after="decoder")
     assert names == [f"module._orig_mod.{n}" for n in default_dropout_sites(net, "decoder")]
     assert remove_dropout(net) == len(names)
+
+
+def test_dropout_added_through_a_dataparallel_around_a_network_compiled_before_is_drawn():
+    """Found by hostile testing: the compiled graph of the earlier call ran without the hooks: MI 0 everywhere."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv3d(4, 3, 1)).eval()
+    compiled = torch.compile(net)
+    x = torch.randn(1, 1, 6, 6, 6)
+    with torch.no_grad():
+        compiled(x)  # compiled without dropout
+    wrapped = nn.DataParallel(compiled)
+    add_dropout(wrapped, p=0.3, after=["module._orig_mod.0"])
+    out = MCDropoutInferer(4, seed=0)(x, wrapped)
+    assert float(out["mutual_information"].max()) > 0
