@@ -744,6 +744,10 @@ def recompile_after_hooks(model: Any) -> None:
     as they are (every other compiled function of the process compiles again on its next call, too). A network that
     is not compiled is left alone.
 
+    A compiled module anywhere inside ``model`` counts (found by hostile testing: post-hoc dropout added through a
+    ``DataParallel`` around a compiled network, or into a compiled submodule, kept the graph compiled before it, and
+    the MC dropout maps were 0 everywhere).
+
     Args:
         model: the network as the caller passed it (the wrapper, not its ``_orig_mod``).
 
@@ -751,7 +755,8 @@ def recompile_after_hooks(model: Any) -> None:
         >>> import torch
         >>> recompile_after_hooks(torch.nn.Linear(2, 2))  # not compiled: nothing to drop
     """
-    if plain_module(model) is not model:
+    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
+    if any(plain_module(m) is not m for m in modules):
         torch.compiler.reset()
 
 

@@ -11,12 +11,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._utils import plain_module
 from ..keys import MIMeaning
 from .sampling import SampleSource, UncertaintyInferer
 
 __all__ = ["EnsembleSource", "EnsembleInferer", "load_state_dict"]
 
 _STATE_KEYS = ("state_dict", "model_state_dict", "network_weights", "model", "net", "network")
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
 def load_state_dict(path: str | os.PathLike, weights_only: bool = True) -> dict[str, torch.Tensor]:
@@ -24,7 +26,8 @@ def load_state_dict(path: str | os.PathLike, weights_only: bool = True) -> dict[
 
     Uses ``torch.load(..., weights_only=True)`` unless the caller opts out. Accepts a bare state dict or a
     dict holding one under a usual key (``state_dict``, ``model_state_dict``, nnU-Net's ``network_weights``,
-    ``model``, ``net``, ``network``); strips a DistributedDataParallel ``module.`` prefix.
+    ``model``, ``net``, ``network``); strips the ``module.`` prefix of (Distributed)DataParallel and the
+    ``_orig_mod.`` prefix of ``torch.compile``.
 
     Args:
         path: the checkpoint file.
@@ -58,9 +61,30 @@ def load_state_dict(path: str | os.PathLike, weights_only: bool = True) -> dict[
                 break
     if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise ValueError(f"checkpoint {path} does not hold a state dict of tensors")
-    if all(k.startswith("module.") for k in obj):
-        obj = {k[len("module.") :]: v for k, v in obj.items()}
-    return dict(obj)
+    # the prefixes of a wrapper's state dict: (Distributed)DataParallel's ``module.``, torch.compile's ``_orig_mod.``
+    # (found by hostile testing: a checkpoint saved from a compiled network did not load into the plain one)
+    obj = dict(obj)
+    while obj:
+        prefix = next((p for p in _WRAPPER_PREFIXES if all(k.startswith(p) for k in obj)), None)
+        if prefix is None:
+            break
+        obj = {k[len(prefix):]: v for k, v in obj.items()}
+    return obj
+
+
+def _weights_module(network: nn.Module) -> nn.Module:
+    """The module under ``torch.compile`` and (Distributed)DataParallel wrappers: the one whose keys checkpoints hold.
+
+    Found by hostile testing: checkpoint members loaded into a ``DataParallel`` or compiled network failed (its state
+    dict keys carry ``module.`` / ``_orig_mod.``, which :func:`load_state_dict` strips from the checkpoint).
+    """
+    while True:
+        inner = plain_module(network)
+        if isinstance(inner, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            inner = inner.module
+        if inner is network:
+            return network
+        network = inner
 
 
 class EnsembleSource(SampleSource):
@@ -181,17 +205,18 @@ class EnsembleSource(SampleSource):
             raise ValueError("ensemble members given as checkpoint paths need the network (architecture) argument")
         original = None
         if needs_template:
-            original = {k: v.detach().to("cpu", copy=True) for k, v in network.state_dict().items()}
+            target = _weights_module(network)  # the checkpoints' keys are those of the unwrapped module
+            original = {k: v.detach().to("cpu", copy=True) for k, v in target.state_dict().items()}
         try:
             for member in self.networks:
                 if isinstance(member, nn.Module):
                     yield _on_device(member, device)
                 else:
-                    network.load_state_dict(load_state_dict(member, self.weights_only))
+                    target.load_state_dict(load_state_dict(member, self.weights_only))
                     yield contextlib.nullcontext(network)
         finally:
             if original is not None:
-                network.load_state_dict(original)
+                target.load_state_dict(original)
 
 
 def _repeated_members(networks: Sequence[nn.Module | str | os.PathLike]) -> list[tuple[int, int]]:

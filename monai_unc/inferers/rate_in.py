@@ -1251,7 +1251,10 @@ class RateInSource(SampleSource):
 
     @contextlib.contextmanager
     def activate(self, network: nn.Module | None) -> Iterator[list[tuple[str, RateInDropout]]]:
-        """Attach the Rate-In layers for the call (see ``placement``) and switch them on; restore afterwards."""
+        """Attach the Rate-In layers for the call (see ``placement``) and switch them on; restore afterwards.
+
+        The network's own Rate-In layers get back their training flag, ``mode``, ``rates`` and ``last_search``.
+        """
         if not isinstance(network, nn.Module):
             raise TypeError(f"RateInSource needs the network as a torch.nn.Module, got {type(network).__name__}")
         # a torch.compile wrapper: the layers of its module, under the names the user knows (``after=["1"]``, the
@@ -1259,14 +1262,17 @@ class RateInSource(SampleSource):
         network = plain_module(network)
         layers = find_rate_in_layers(network)
         attached = not layers
-        states: list[tuple[RateInDropout, bool, str]] = []
+        # a layer's mode and its last search (``rates``, ``last_search``: what "fixed" mode applies): the network's own
+        # Rate-In layers are given back as they were (found by hostile testing: they kept the rates of the call's last
+        # window, so a later "fixed"-mode MC dropout pass applied another case's rates, or failed on another batch size)
+        states: list[tuple[RateInDropout, bool, str, Any, Any]] = []
         hooks: list[tuple[RateInHook, bool]] = []
         try:
             if attached:
                 self._attach(network)
                 layers = find_rate_in_layers(network)
             for _, layer in layers:
-                states.append((layer, layer.training, layer.mode))
+                states.append((layer, layer.training, layer.mode, layer.rates, layer.last_search))
                 layer.train()
                 layer.mode = "fixed"
             hooks = [(h, h.mc_enabled) for m in network.modules() for h in m._forward_hooks.values()
@@ -1276,9 +1282,10 @@ class RateInSource(SampleSource):
             self._layers = layers
             yield layers
         finally:
-            for layer, training, mode in states:
+            for layer, training, mode, rates, last_search in states:
                 layer.train(training)
                 layer.mode = mode
+                layer.rates, layer.last_search = rates, last_search
             for h, enabled in hooks:
                 h.mc_enabled = enabled
             if attached:

@@ -299,6 +299,29 @@ class UncertaintyOutput(dict):
         return self[canonical_measure(str(key), stacklevel=3)]
 
 
+def _class_name(module: nn.Module) -> str:
+    """The class name of ``module``; of a ``torch.jit.script`` ed module, that of the Python module it was made from."""
+    if isinstance(module, torch.jit.RecursiveScriptModule):
+        return str(getattr(module, "original_name", type(module).__name__))
+    return type(module).__name__
+
+
+#: normalisation layers that may hold running statistics, by class name (a scripted copy has no Python class)
+_RUNNING_NORM_NAMES = frozenset({"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "InstanceNorm1d",
+                                 "InstanceNorm2d", "InstanceNorm3d"})
+
+
+def _is_running_norm(module: nn.Module) -> bool:
+    """A normalisation layer with running statistics, also a ``torch.jit.script`` ed one.
+
+    Found by hostile testing: a scripted network in training mode updated its ``BatchNorm`` statistics unreported.
+    """
+    if isinstance(module, nn.modules.batchnorm._NormBase):
+        return bool(module.track_running_stats)
+    return (isinstance(module, torch.jit.RecursiveScriptModule) and _class_name(module) in _RUNNING_NORM_NAMES
+            and bool(getattr(module, "track_running_stats", False)))
+
+
 def _training_mode_kinds(network: Any, dropout: bool) -> list[str]:
     """The kinds of modules of ``network`` whose training mode changes what an inference pass computes.
 
@@ -318,11 +341,11 @@ def _training_mode_kinds(network: Any, dropout: bool) -> list[str]:
         return []
     kinds = set()
     for m in network.modules():
-        if m.training and isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats:
-            kinds.add(type(m).__name__)
+        if m.training and _is_running_norm(m):
+            kinds.add(_class_name(m))
     if dropout:
         modules, hooks = find_dropout_layers(network)
-        kinds.update(type(m).__name__ for m in modules if m.training)
+        kinds.update(_class_name(m) for m in modules if m.training)
         active = {id(h) for h in hooks if h.mc_enabled}
         active.update(id(h) for m in network.modules() if m.training for h in m._forward_hooks.values())
         if any(id(h) in active for h in hooks):
@@ -1095,7 +1118,10 @@ class UncertaintyInferer(Inferer):
         # pass of the last replayed dropout sample for every dropout sample
         if any(getattr(s, "innermost", False) and s.num_variants(x) > 1 for s in window_sources if s is not src):
             return None
-        if not isinstance(network, nn.Module) or isinstance(network, torch.jit.ScriptModule):
+        if isinstance(network, torch.jit.ScriptModule):
+            info.setdefault("fallback", "the network is a TorchScript module: its calls cannot be followed")
+            return None
+        if not isinstance(network, nn.Module):
             info.setdefault("fallback", "the network is not a torch.nn.Module whose calls can be followed")
             return None
         try:  # a TorchScript or compiled submodule hides its operations (and random draws) from the trace

@@ -101,9 +101,63 @@ class DropoutHook:
         return f"DropoutHook(p={self.p}, channelwise={self.channelwise})"
 
 
+#: class names of the dropout layers of ``torch.nn`` (the ``_DropoutNd`` subclasses), as a scripted copy names them
+_TORCH_DROPOUT_NAMES = frozenset({"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+                                  "FeatureAlphaDropout"})
+#: class names of stochastic-depth layers: MONAI (monai.networks.layers.DropPath), timm (timm.layers.DropPath)
+_DROPPATH_NAMES = frozenset({"DropPath", "StochasticDepth"})
+
+
 def _is_droppath(module: nn.Module) -> bool:
-    # MONAI (monai.networks.layers.DropPath) and timm (timm.layers.DropPath) both name the class DropPath
-    return type(module).__name__ in ("DropPath", "StochasticDepth")
+    return type(module).__name__ in _DROPPATH_NAMES
+
+
+def _is_dropout_module(module: nn.Module) -> bool:
+    """A dropout layer whose training flag switches its sampling on: a ``torch.nn`` one, a DropPath, or a scripted one.
+
+    A module compiled by ``torch.jit.script`` (a ``RecursiveScriptModule``, under ``original_name`` the class name of
+    its Python module) reads ``self.training`` when it runs, so it samples in training mode like the Python layer.
+    """
+    if isinstance(module, nn.modules.dropout._DropoutNd) or _is_droppath(module):
+        return True
+    return isinstance(module, torch.jit.RecursiveScriptModule) and (
+        getattr(module, "original_name", None) in _TORCH_DROPOUT_NAMES | _DROPPATH_NAMES
+    )
+
+
+def _traced_dropout(model: nn.Module) -> str | None:
+    """The qualified name of a dropout layer of ``model`` inside a ``torch.jit.trace`` d module, or None.
+
+    A trace records each operation as it ran when traced: its dropout was recorded in that mode, and switching the
+    layer's training flag afterwards changes nothing (under MC dropout every sample would be the same prediction).
+    """
+    for name, m in plain_module(model).named_modules():
+        if isinstance(m, torch.jit.TracedModule) and getattr(m, "original_name", None) in (
+            _TORCH_DROPOUT_NAMES | _DROPPATH_NAMES
+        ) and _traced_rate(m) > 0:
+            return name
+    return None
+
+
+def _traced_rate(module: Any) -> float:
+    """The largest dropout rate recorded in a traced module's graph (1.0 where a rate is not a constant).
+
+    A trace keeps no ``p`` attribute; MONAI networks build ``Dropout(p=0)`` when no dropout is asked for, which draws
+    nothing in either mode.
+    """
+    rate = 0.0
+    try:
+        nodes = list(module.graph.nodes())
+    except (AttributeError, RuntimeError):
+        return 1.0
+    for node in nodes:
+        if "dropout" in node.kind():
+            try:
+                value = node.inputsAt(1).toIValue()
+            except (IndexError, RuntimeError):
+                value = None
+            rate = max(rate, float(value) if isinstance(value, numbers.Real) else 1.0)
+    return rate
 
 
 def _rate(m: nn.Module) -> float:
@@ -137,7 +191,7 @@ def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[l
     include_zero = check_bool(include_zero, "include_zero")
     modules, hooks = [], []
     for m in plain_module(model).modules():
-        if isinstance(m, nn.modules.dropout._DropoutNd) or _is_droppath(m):
+        if _is_dropout_module(m):
             if include_zero or _rate(m) > 0:
                 modules.append(m)
         for h in m._forward_hooks.values():
@@ -200,6 +254,14 @@ class MCDropoutContext:
     def __init__(self, model: nn.Module, strict: bool = True) -> None:
         strict = check_bool(strict, "strict")
         modules, hooks = find_dropout_layers(model)
+        traced = _traced_dropout(model) if strict else None
+        if traced is not None:
+            label = repr(traced) if traced else "'' (the network itself)"
+            raise ValueError(
+                f"dropout layer {label} is inside a torch.jit.trace'd module: the trace recorded its dropout in the "
+                "mode it had when traced, so it cannot be switched on for sampling (every sample would be the same "
+                "prediction); pass the Python network or a torch.jit.script'ed one"
+            )
         if strict and not modules and not hooks:
             raise ValueError(
                 "network has no dropout layer to sample from (no torch.nn Dropout*, DropPath, or post-hoc "
@@ -300,7 +362,8 @@ def stage_sites(model: nn.Module) -> dict[str, list[str]]:
     The encoder stages above the bottleneck, the bottleneck (the deepest stage), and the decoder stages from the
     deepest to the one next to the output layer (the output layer itself is never a site). Known: MONAI ``UNet``,
     ``BasicUNet``, ``DynUNet``, ``SegResNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
-    ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork`.
+    ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork` or inside a
+    ``torch.nn.DataParallel`` / ``DistributedDataParallel`` wrapper (names prefixed ``module.``).
 
     Args:
         model: the network.
@@ -321,6 +384,11 @@ def stage_sites(model: nn.Module) -> dict[str, list[str]]:
     model = plain_module(model)  # a torch.compile wrapper: the stages of its module
     cls = type(model).__name__
     names = {m: n for n, m in model.named_modules()}
+    if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+        # a (Distributed)DataParallel wrapper: the stages of its module, under the wrapper's names (found by hostile
+        # testing: add_dropout(DataParallel(UNet(...))) and the Rate-In inferer refused the known architecture)
+        prefix = "module." if plain_module(model.module) is model.module else "module._orig_mod."
+        return {k: [f"{prefix}{n}" for n in v] for k, v in stage_sites(model.module).items()}
     if cls == "SSNNetwork" and hasattr(model, "backbone"):
         # a Stochastic Segmentation Network: the stages of its backbone (the SSN head is the output layer)
         return {k: [f"backbone.{n}" for n in v] for k, v in stage_sites(model.backbone).items()}
@@ -513,7 +581,28 @@ def resolve_dropout_sites(
         raise ValueError(f"after names modules that {type(model).__name__} does not have: {missing}")
     if not names:
         raise ValueError("after selected no module: nowhere to add dropout")
+    for n in names:  # before any hook is added: a refusal half-way left the hooks added so far in place
+        scripted = _torchscript_owner(modules, n)
+        if scripted is not None:
+            raise ValueError(
+                f"after names module {n!r}, which is {scripted}: a forward hook there never runs (torch.jit.trace "
+                "and torch.jit.script compile the calls of their submodules), so the dropout would never be drawn; "
+                "add it to the Python network before scripting or tracing it"
+            )
     return names
+
+
+def _torchscript_owner(modules: dict[str, nn.Module], name: str) -> str | None:
+    """Why a forward hook on module ``name`` would not run: it is a scripted module or inside a TorchScript one."""
+    m = modules[name]
+    if isinstance(m, torch.jit.RecursiveScriptModule):  # torch refuses its hooks
+        return "a torch.jit.script'ed module"
+    parts = name.split(".")
+    for i in range(len(parts)):  # the root "" and every proper ancestor
+        owner = ".".join(parts[:i])
+        if isinstance(modules[owner], torch.jit.ScriptModule):
+            return f"inside the TorchScript module {owner!r}" if owner else "inside a TorchScript network"
+    return None
 
 
 def remove_dropout(model: nn.Module) -> int:
