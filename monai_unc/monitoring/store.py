@@ -400,6 +400,14 @@ def rule_body_digest(rule: Mapping[str, Any]) -> str:
 
 def _check_rule_fields(rule: Any, source: str) -> None:
     """The fields of a rule's JSON that the store keeps and ``monitor status`` / ``monitor label`` use, checked."""
+    if isinstance(rule, Mapping) and "digest" not in rule and "format_version" in rule:
+        # a rule of an earlier version (0.1.0 recorded no digest; found by the upgrade review: the message named the
+        # missing field, not what to do)
+        made_by = rule.get("monai_unc_version")
+        who = f"monai-unc {made_by}"[:60] if isinstance(made_by, str) and made_by else "an earlier monai-unc"
+        raise ValueError(f"{source}: its referral rule records no digest (written by {who}): triage the cases again "
+                         "with this version to record them (certify the rule again with monai-unc evaluate "
+                         "--target-risk if triage refuses its format)")
     if not isinstance(rule, Mapping) or not isinstance(rule.get("digest"), str):
         raise ValueError(f"{source}: field 'rule' must hold the referral rule with its digest")
     if not _DIGEST.fullmatch(rule["digest"]):
