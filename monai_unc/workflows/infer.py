@@ -1006,9 +1006,10 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         if made_by != __version__:  # the same settings: the finished cases are kept, and the user told
             who = f"monai-unc {made_by}" if isinstance(made_by, str) else "an earlier monai-unc (no version recorded)"
             warnings.warn(
-                f"{output} holds cases made by {who}: they are kept (the same settings) and this run, monai-unc "
-                f"{__version__}, predicts the others; seeded maps of two versions may differ (each case record names "
-                f"its version); pass --overwrite to predict every case with this version",
+                f"{output} holds cases made by {who}: those whose records name these settings are kept and this "
+                f"run, monai-unc {__version__}, predicts the others (a record of 0.1.0 names none); seeded maps of "
+                f"two versions may differ (each case record names its version); pass --overwrite to predict every "
+                f"case with this version",
                 UserWarning,
                 stacklevel=2,
             )

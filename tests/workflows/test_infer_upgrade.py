@@ -55,6 +55,8 @@ def test_a_010_mc_dropout_folder_resumes_with_the_same_options(toy, tmp_path, ca
     assert run_toy_infer(toy, out, "--seed", "0") == 0  # refused before: "(sample_batch_size, share_passes)"
     err = capsys.readouterr().err
     assert "case 'toy000' was predicted with other settings" in err  # made by 0.1.0: predicted again
+    # the version's warning does not say they are kept (it did: "they are kept (the same settings)")
+    assert "those whose records name these settings are kept" in err and "they are kept" not in err
     settings = json.loads((out / "infer.json").read_text())["settings"]
     assert settings["share_passes"] is True and settings["sample_batch_size"] == "auto"
     for cid in ("toy000", "toy001"):  # one run's outputs: every record names this run's settings
