@@ -996,6 +996,14 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         # predicted again by its fingerprint, with a warning)
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
                       and not (k in _RECORDED_LATER and k not in old))
+        unknown = [k for k in diff if k not in InferSettings.__dataclass_fields__]
+        if unknown:  # found by the upgrade review: a newer version's setting was "different", to resume "the same"
+            who = f"monai-unc {made_by}"[:60] if isinstance(made_by, str) else "another monai-unc"
+            raise ValueError(
+                f"{output} holds a run made by {who} with settings this version ({__version__}) does not know "
+                f"({', '.join(k[:60] for k in unknown[:5])}): resume it with that version, choose another --output, "
+                "or pass --overwrite"
+            )
         if diff:
             # "weights" digests every file of the model (checkpoints and a --network spec): name what it covers
             shown = [_SETTING_NAMES.get(k, k) for k in diff]

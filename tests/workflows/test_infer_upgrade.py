@@ -62,3 +62,21 @@ def test_a_010_mc_dropout_folder_resumes_with_the_same_options(toy, tmp_path, ca
     for cid in ("toy000", "toy001"):  # one run's outputs: every record names this run's settings
         assert json.loads((out / f"{cid}.json").read_text())["fingerprint"] == settings
     check_finished_predictions(out, "monai-unc", ["toy000", "toy001"])
+
+
+def test_a_newer_versions_folder_is_refused_naming_the_version(toy, tmp_path, capsys):
+    """A setting this version does not know (written by a newer one) was "different settings (...); resume with the
+    same settings", which this version cannot do."""
+    out = tmp_path / "out"
+    assert run_toy_infer(toy, out) == 0
+    doc = json.loads((out / "infer.json").read_text())
+    doc["settings"]["tta_flips"] = [0, 1]
+    doc["monai_unc_version"] = "9.0.0"
+    (out / "infer.json").write_text(json.dumps(doc))
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    assert run_toy_infer(toy, out) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "made by monai-unc 9.0.0 with settings this version" in err
+    assert "(tta_flips)" in err and "resume it with that version" in err
+    assert sorted(p.name for p in out.iterdir()) == before
