@@ -183,6 +183,19 @@ def _missing_statistics(missing: Sequence[str], ee_name: str, sq_name: str) -> V
 
 
 # ------------------------------------------------------------------------------------------------ array transforms
+
+def _current_measures(measures: str | Sequence[str]) -> list[str]:
+    """The measures of a transform's ``measures`` argument, deprecated names replaced (:func:`canonical_measure`).
+
+    The warning points at the line constructing the transform (called from its ``__init__``). A loop, not a list
+    comprehension: before Python 3.12 a comprehension is a frame of its own, which pointed the warning into this
+    module, where Python's default filters hide a ``DeprecationWarning`` (found by the upgrade review).
+    """
+    out = []
+    for m in [measures] if isinstance(measures, str) else list(measures):
+        out.append(canonical_measure(m, stacklevel=4))
+    return out
+
 class UncertaintyMeasures(Transform):
     """Uncertainty maps of one case from its samples or from its (mean) probabilities.
 
@@ -234,8 +247,7 @@ class UncertaintyMeasures(Transform):
             raise ValueError(f"input_type must be 'samples' or 'probs', got {input_type!r}")
         self.input_type = input_type
         if measures is not None:
-            measures = [measures] if isinstance(measures, str) else list(measures)
-            measures = [canonical_measure(m, stacklevel=3) for m in measures]
+            measures = _current_measures(measures)
             unknown = [m for m in measures if m not in _MEASURES]
             if unknown:
                 raise ValueError(f"measures must be among {_MEASURES}, got {unknown}")
@@ -511,8 +523,7 @@ class UncertaintyMeasuresd(MapTransform):
     ) -> None:
         super().__init__(keys, allow_missing_keys)
         if measures is not None:
-            measures = [measures] if isinstance(measures, str) else list(measures)
-            measures = [canonical_measure(m, stacklevel=3) for m in measures]
+            measures = _current_measures(measures)
         self.transform = UncertaintyMeasures(
             measures, input_type=input_type, normalize=normalize, multilabel=multilabel
         )

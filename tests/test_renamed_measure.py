@@ -90,9 +90,9 @@ def test_new_files_win_and_old_names_are_not_taken_for_segmentations(tmp_path):
 
 
 def test_config_and_command_line_accept_the_old_name():
-    config = EvaluationConfig(measure=OLD)
-    with pytest.warns(DeprecationWarning, match="'max_softmax' is deprecated"):
-        config.validate()
+    with pytest.warns(DeprecationWarning, match="'max_softmax' is deprecated"):  # at the construction
+        config = EvaluationConfig(measure=OLD)
+    config.validate()
     assert config.measure == NEW
     parser, _ = cli.build_parser("evaluate")
     with pytest.warns(DeprecationWarning, match="'max_softmax' is deprecated"):

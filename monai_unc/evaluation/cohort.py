@@ -43,6 +43,7 @@ from .config import (
 )
 from .products import cohort_products, fit_products, implicit_products, product_summaries
 from .region_case import QU_BRATS_COLUMNS
+from .rows import region_histograms_of
 
 __all__ = [
     "CohortState",
@@ -434,17 +435,8 @@ def budget_split(ids: Sequence[str], dice: np.ndarray, scores: np.ndarray,
 
 
 def _load_region_histograms(path: Path) -> dict[str, ConfidenceHistogram]:
-    """The per-region histograms of ``state/region_histograms.npz``.
-
-    The file holds a :class:`~monai_unc.state.StateGroup`, or the layout of versions before it (``regions`` names,
-    region ``i`` under ``r<i>__<key>``).
-    """
-    arrays = read_npz(path)  # a large table read a block of cases at a time, as the histograms take it
-    if "__names__" in arrays:
-        return dict(StateGroup.from_state_dict(arrays))
-    names = [str(n) for n in np.asarray(arrays["regions"]).tolist()]
-    return {name: ConfidenceHistogram.from_state_dict({k[len(f"r{i}__"):]: v for k, v in arrays.items()
-                                                        if k.startswith(f"r{i}__")}) for i, name in enumerate(names)}
+    """The per-region histograms of ``state/region_histograms.npz`` (either layout of :func:`region_histograms_of`)."""
+    return region_histograms_of(read_npz(path))  # a large table read a block of cases at a time
 
 
 def column_values(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:

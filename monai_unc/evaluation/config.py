@@ -187,6 +187,13 @@ class EvaluationConfig:
     products: Sequence[CohortProduct] = ()
     qu_brats_grid: str = "numpy2"
 
+    def __post_init__(self) -> None:
+        # a deprecated measure name ("max_softmax" of older versions) warns at the line constructing the config:
+        # validate() runs inside the evaluation, where the warning pointed into the package and Python's default
+        # filters hid it (found by the upgrade review)
+        if isinstance(self.measure, str):
+            self.measure = canonical_measure(self.measure, stacklevel=4)
+
     @property
     def n_fine_bins(self) -> int:
         """Fine bins of the confidence histograms: ``16 * n_bins`` (coarse binning exact, see the module)."""

@@ -11,6 +11,7 @@ task, or one binary task per region, :mod:`monai_unc.activation`) and the region
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._deprecation import REMOVAL
 from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
 from ..io import CaseError, CaseFiles, LoadedCase, save_nifti, save_region_maps
 from ..keys import MEASURES
@@ -28,7 +30,7 @@ from ..metrics.overlap import dice
 from ..metrics.quality import QualityScores, expected_dice, quality_estimates
 from ..regions import label_to_regions, parse_regions, unclaimed_labels
 from ..scores import CASE_SCORES, PATCH_SIZE, case_scores, resolve_score_column
-from ..state import StateGroup, pack_states, unpack_states
+from ..state import StateGroup, pack_states, read_npz, unpack_states
 from .config import EvaluationConfig, parse_score_column, region_suffix
 
 __all__ = [
@@ -48,6 +50,10 @@ __all__ = [
     "predicted_regions",
     "region_score_columns",
     "case_expected_dice",
+    "region_histograms_of",
+    "region_histograms_state",
+    "region_histograms_from_state",
+    "load_region_histograms",
 ]
 
 #: the QU-BraTS columns of a region evaluation (``qu_brats_<c>_<R>`` per region, ``qu_brats_<c>`` their mean)
@@ -581,3 +587,82 @@ def _with_affine(tasks: list[TaskView], case: LoadedCase) -> list[TaskView]:
     for t in tasks:
         t.affine = np.asarray(case.affine, dtype=np.float64)
     return tasks
+
+
+def region_histograms_of(arrays: Mapping[str, Any]) -> dict[str, ConfidenceHistogram]:
+    """The per-region confidence histograms of the arrays of ``state/region_histograms.npz``.
+
+    The file holds a :class:`~monai_unc.state.StateGroup` (its :meth:`~monai_unc.state.StateGroup.state_dict`), or
+    the layout of versions before it: the region names under ``regions`` and region ``i``'s
+    :meth:`~monai_unc.metrics.calibration.ConfidenceHistogram.state_dict` under ``r<i>__<key>``.
+
+    Args:
+        arrays: the file's arrays (``numpy.load`` of it, or :func:`monai_unc.state.read_npz`).
+
+    Returns:
+        ``{region: ConfidenceHistogram}`` in the file's order.
+
+    Example:
+        >>> import numpy as np
+        >>> h = ConfidenceHistogram(num_classes=2).update(np.array([[[0.1, 0.8], [0.9, 0.2]]]), np.array([[0, 1]]))
+        >>> group = region_histograms_of(StateGroup({"WT": h}).state_dict())
+        >>> list(group), len(group["WT"])
+        (['WT'], 1)
+    """
+    if "__names__" in arrays:
+        return dict(StateGroup.from_state_dict(arrays))
+    names = [str(n) for n in np.asarray(arrays["regions"]).tolist()]
+    return {name: ConfidenceHistogram.from_state_dict({k[len(f"r{i}__"):]: v for k, v in arrays.items()
+                                                        if k.startswith(f"r{i}__")}) for i, name in enumerate(names)}
+
+
+def _deprecated(name: str, instead: str) -> None:
+    warnings.warn(f"monai_unc.evaluation.rows.{name} is deprecated and will be removed in {REMOVAL}; {instead}",
+                  DeprecationWarning, stacklevel=3)
+
+
+def region_histograms_state(hists: Mapping[str, ConfidenceHistogram]) -> dict[str, Any]:
+    """Deprecated: the per-region histograms as one flat dict of numpy arrays, in the layout of versions before 0.2.0.
+
+    Use ``monai_unc.state.StateGroup(hists).state_dict()``. The layout: the region names under ``regions``, region
+    ``i``'s :meth:`~monai_unc.metrics.calibration.ConfidenceHistogram.state_dict` under ``r<i>__<key>``;
+    :func:`region_histograms_of` reads it back.
+
+    Args:
+        hists: ``{region: ConfidenceHistogram}``.
+
+    Returns:
+        The arrays, after a ``DeprecationWarning``.
+    """
+    _deprecated("region_histograms_state", "use monai_unc.state.StateGroup(hists).state_dict()")
+    out: dict[str, Any] = {"regions": np.array(list(hists), dtype=np.str_)}
+    for i, h in enumerate(hists.values()):
+        out.update({f"r{i}__{k}": v for k, v in h.state_dict().items()})
+    return out
+
+
+def region_histograms_from_state(state: Mapping[str, Any]) -> dict[str, ConfidenceHistogram]:
+    """Deprecated alias of :func:`region_histograms_of` (the inverse of :func:`region_histograms_state`).
+
+    Args:
+        state: the arrays.
+
+    Returns:
+        ``region_histograms_of(state)``, after a ``DeprecationWarning``.
+    """
+    _deprecated("region_histograms_from_state", "use region_histograms_of (or monai_unc.state.StateGroup)")
+    return region_histograms_of(state)
+
+
+def load_region_histograms(path: str | os.PathLike) -> dict[str, ConfidenceHistogram]:
+    """Deprecated: the per-region histograms of an ``.npz`` file (either layout of :func:`region_histograms_of`).
+
+    Args:
+        path: the ``.npz`` file.
+
+    Returns:
+        ``region_histograms_of(read_npz(path))``, after a ``DeprecationWarning``.
+    """
+    _deprecated("load_region_histograms", "use region_histograms_of(monai_unc.state.read_npz(path))")
+    return region_histograms_of(read_npz(path))
+

@@ -400,6 +400,14 @@ def rule_body_digest(rule: Mapping[str, Any]) -> str:
 
 def _check_rule_fields(rule: Any, source: str) -> None:
     """The fields of a rule's JSON that the store keeps and ``monitor status`` / ``monitor label`` use, checked."""
+    if isinstance(rule, Mapping) and "digest" not in rule and "format_version" in rule:
+        # a rule of an earlier version (0.1.0 recorded no digest; found by the upgrade review: the message named the
+        # missing field, not what to do)
+        made_by = rule.get("monai_unc_version")
+        who = f"monai-unc {made_by}"[:60] if isinstance(made_by, str) and made_by else "an earlier monai-unc"
+        raise ValueError(f"{source}: its referral rule records no digest (written by {who}): triage the cases again "
+                         "with this version to record them (certify the rule again with monai-unc evaluate "
+                         "--target-risk if triage refuses its format)")
     if not isinstance(rule, Mapping) or not isinstance(rule.get("digest"), str):
         raise ValueError(f"{source}: field 'rule' must hold the referral rule with its digest")
     if not _DIGEST.fullmatch(rule["digest"]):
@@ -877,10 +885,17 @@ class MonitorStore:
                 self._append_audit("migrate", {"schema_version": version}, command=None)
 
     def _check_schema_version(self, current: int) -> None:
-        """Refuse a schema newer than this version reads (naming the store: found by hostile review)."""
+        """Refuse a schema newer than this version reads (naming the store: found by hostile review), and a store
+        whose tables exist while ``monitor_meta`` records no version (0: its row deleted or set to 0 outside
+        monai-unc; found by the upgrade review: the readers said "monai-unc monitor record or label upgrades it", and
+        record then failed with "table rules already exists")."""
         if current > SCHEMA_VERSION:
             raise ValueError(f"the monitoring database {self._name!r} has schema version {current}, newer than this "
                              f"monai-unc reads ({SCHEMA_VERSION}): upgrade monai-unc")
+        if current == 0 and self._table_exists("audit"):  # the first migration creates it
+            raise ValueError(f"the monitoring database {self._name!r} holds the store's tables but its schema version "
+                             "(table monitor_meta) is missing or 0: the table was edited outside monai-unc; restore "
+                             "the store from a backup")
 
     # -------------------------------------------------------------------------------------------------- the audit
     def _append_audit(self, action: str, details: Mapping[str, Any], command: Sequence[str] | None) -> int:

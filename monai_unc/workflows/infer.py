@@ -992,10 +992,18 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         old = settings_as_compared(doc.get("settings", {}))  # an earlier run's unused --dropout: as absent
         old = old if isinstance(old, dict) else {}
         made_by = doc.get(VERSION_KEY)
-        # a record older than the temperature field holds it in ``model`` only (compared there); one older than
-        # the weight digests has none (its checkpoints are compared by path)
+        # a record older than a field of _RECORDED_LATER lacks it: not compared here (each case made otherwise is
+        # predicted again by its fingerprint, with a warning)
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
-                      and not (k in ("temperature", "weights") and k not in old))
+                      and not (k in _RECORDED_LATER and k not in old))
+        unknown = [k for k in diff if k not in InferSettings.__dataclass_fields__]
+        if unknown:  # found by the upgrade review: a newer version's setting was "different", to resume "the same"
+            who = f"monai-unc {made_by}"[:60] if isinstance(made_by, str) else "another monai-unc"
+            raise ValueError(
+                f"{output} holds a run made by {who} with settings this version ({__version__}) does not know "
+                f"({', '.join(k[:60] for k in unknown[:5])}): resume it with that version, choose another --output, "
+                "or pass --overwrite"
+            )
         if diff:
             # "weights" digests every file of the model (checkpoints and a --network spec): name what it covers
             shown = [_SETTING_NAMES.get(k, k) for k in diff]
@@ -1006,9 +1014,10 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         if made_by != __version__:  # the same settings: the finished cases are kept, and the user told
             who = f"monai-unc {made_by}" if isinstance(made_by, str) else "an earlier monai-unc (no version recorded)"
             warnings.warn(
-                f"{output} holds cases made by {who}: they are kept (the same settings) and this run, monai-unc "
-                f"{__version__}, predicts the others; seeded maps of two versions may differ (each case record names "
-                f"its version); pass --overwrite to predict every case with this version",
+                f"{output} holds cases made by {who}: those whose records name these settings are kept and this "
+                f"run, monai-unc {__version__}, predicts the others (a record of 0.1.0 names none); seeded maps of "
+                f"two versions may differ (each case record names its version); pass --overwrite to predict every "
+                f"case with this version",
                 UserWarning,
                 stacklevel=2,
             )
@@ -1029,6 +1038,14 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
     atomic_write_json(path, {"settings": new, VERSION_KEY: __version__, LIBRARIES_KEY: libraries})
 
 
+#: settings that the records of earlier versions lack, which a resume does not compare with them: a record older than
+#: the temperature field holds it in ``model`` only (compared there); one older than the weight digests has none (its
+#: checkpoints are compared by path); one older than shared passes (0.1.0: every MC dropout or Rate-In sample was a
+#: whole pass) has neither ``share_passes`` nor ``sample_batch_size``, which a run of such a method always records
+#: now (found by the upgrade review: the resume of a 0.1.0 MC dropout folder was refused for "different settings
+#: (sample_batch_size, share_passes)" that no option could make the same). The cases made otherwise are predicted
+#: again (their fingerprints differ), so the folder never mixes them.
+_RECORDED_LATER = ("temperature", "weights", "share_passes", "sample_batch_size")
 #: how a resume's refusal names a setting whose key alone would mislead
 _SETTING_NAMES = {"weights": "model files: the checkpoints' or the network spec's content"}
 

@@ -70,9 +70,9 @@ def test_validate_normalises_regions():
 
 
 def test_validate_accepts_the_deprecated_measure_name():
-    config = EvaluationConfig(measure="max_softmax")
-    with pytest.warns(DeprecationWarning):
-        config.validate()
+    with pytest.warns(DeprecationWarning):  # at the construction (tests/test_measure_name_upgrade.py)
+        config = EvaluationConfig(measure="max_softmax")
+    config.validate()
     assert config.measure == "one_minus_max_prob"
 
 

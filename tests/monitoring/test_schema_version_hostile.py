@@ -32,3 +32,28 @@ def test_a_damaged_schema_version_names_the_store(tmp_path, capsys, value, comma
     assert len(err.splitlines()) == 1 and str(db) in err, err
     assert ("newer than this monai-unc" in err) if value == "999" else ("is no version number" in err), err
     assert db.read_bytes() == before  # nothing written
+
+
+@pytest.mark.parametrize("edit", ["DELETE FROM monitor_meta WHERE key = 'schema_version'",
+                                  "UPDATE monitor_meta SET value = '0' WHERE key = 'schema_version'"])
+@pytest.mark.parametrize("command", ["status", "verify", "record"])
+def test_a_store_whose_version_row_is_gone_is_refused_as_edited(tmp_path, capsys, edit, command):
+    """Found by the upgrade review: a store with its tables but version 0 was called older ("monai-unc monitor record
+    or label upgrades it"), and record then failed with "table rules already exists"."""
+    db = tmp_path / "monitor.db"
+    with MonitorStore(db):
+        pass
+    with sqlite3.connect(db) as c:
+        c.execute(edit)
+    c.close()
+    before = db.read_bytes()
+    argv = ["monitor", command, "--db", str(db)]
+    if command == "record":
+        triage = write_triage(tmp_path / "t", make_rule([0.1, 0.2, 0.3]), [{"case": "c1", "score": 0.2}])
+        argv = ["monitor", "record", str(triage), "--db", str(db), "--site", "A"]
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(db) in err, err
+    assert "is missing or 0" in err and "restore the store from a backup" in err and "upgrades it" not in err, err
+    assert db.read_bytes() == before  # nothing written
