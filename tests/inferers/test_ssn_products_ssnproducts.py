@@ -13,17 +13,7 @@ from torch import nn
 
 from monai_unc.inferers import FlipSource, InvertibleTransformSource, SSNSource, UncertaintyInferer
 from monai_unc.networks import SSNHead, SSNNetwork, ssn_sampling
-
-
-class _Counting(nn.Module):
-    def __init__(self, module):
-        super().__init__()
-        self.module = module
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        return self.module(x)
+from tests.networks.test_ssn import _Counting
 
 
 def _deterministic_ssn() -> SSNNetwork:
