@@ -53,7 +53,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import affine_voxel_volume, check_probabilities, check_unit_interval, host_memory_free, num_threads
+from .._utils import (
+    affine_voxel_volume,
+    check_probabilities,
+    check_unit_interval,
+    host_memory_free,
+    load_nifti,
+    num_threads,
+)
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
 from .files import OUTPUT_MARKERS, file_sha256, read_json_or_none
 
@@ -1194,9 +1201,8 @@ def _check_nifti_claim(path: Path) -> None:
     if not name.lower().endswith((".nii", ".nii.gz")):
         return
     try:
-        import nibabel as nib
 
-        img = nib.load(os.path.expanduser(name))
+        img = load_nifti(os.path.expanduser(name))
         header = img.header
         shape = tuple(int(n) for n in header.get_data_shape())
         dtype = header.get_data_dtype()
@@ -1276,7 +1282,7 @@ def _loader_nifti_affine(path: Path) -> np.ndarray | None:
     try:
         import nibabel as nib
 
-        img = nib.load(os.path.expanduser(str(path)))
+        img = load_nifti(os.path.expanduser(str(path)))
         if not isinstance(img, (nib.Nifti1Image, nib.Nifti2Image)):
             return None
     except Exception:  # noqa: BLE001 - LoadImage read the file: its affine stays
@@ -1313,7 +1319,7 @@ def _read_nifti(path: Path, dtype: Any = np.float32) -> tuple[np.ndarray, np.nda
     except ImportError:
         return None
     try:  # every step LoadImage takes too, so every error (a warning made one included) is LoadImage's
-        img = nib.load(name)
+        img = load_nifti(name)
         if not _nifti_fast_path_reads(img, nib):
             return None
         message = _correct_nifti_header(img, name)
@@ -1508,9 +1514,8 @@ def nifti_geometry(path: str | os.PathLike) -> tuple[tuple[int, ...], np.ndarray
     name = str(path)
     if not name.lower().endswith((".nii", ".nii.gz")):
         return None
-    import nibabel as nib
 
-    img = nib.load(os.path.expanduser(name))
+    img = load_nifti(os.path.expanduser(name))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         affine = _nifti_affine(img, name)

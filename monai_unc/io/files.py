@@ -42,7 +42,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from .._utils import label_map_dtype, num_threads
+from .._utils import label_map_dtype, load_nifti, num_threads
 from ..state import ArrayBlocks
 
 try:  # a write's lock on its private folder (POSIX)
@@ -1141,7 +1141,7 @@ def _reference_header(like: str | os.PathLike | None,
     if like is None or not str(like).lower().endswith((".nii", ".nii.gz")):
         return None
     try:
-        ref = nib.load(os.fspath(like))
+        ref = load_nifti(like)
         if type(ref) not in (nib.Nifti1Image, nib.Nifti2Image):
             return None
         header = ref.header
