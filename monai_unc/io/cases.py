@@ -62,7 +62,7 @@ from .._utils import (
     num_threads,
 )
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
-from .files import OUTPUT_MARKERS, file_sha256, read_json_or_none
+from .files import OUTPUT_MARKERS, check_entry_kind, file_sha256, read_json_or_none
 
 try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.4x faster than by ``gzip``
     from isal import igzip as _igzip
@@ -320,6 +320,7 @@ def list_files(
     """
     folder = Path(folder)
     if not folder.is_dir():
+        check_entry_kind(folder, "folder", folder=True)
         raise FileNotFoundError(f"folder not found: {folder}")
     out: dict[str, Path] = {}
     for path in sorted(folder.iterdir()):
@@ -984,8 +985,10 @@ def match_cases(
         raise CaseError(f"the labels in {labels} are DICOM SEG objects (e.g. {label_files[seg_labels[0]].name}): "
                         "give --images, the folder of the cases' DICOM series (a SEG is read on its series' grid)")
     if not pred_dir.is_dir():
+        check_entry_kind(pred_dir, "predictions folder", folder=True)
         raise FileNotFoundError(f"predictions folder not found: {pred_dir}")
     if uncertainty is not None and not unc_dir.is_dir():  # named explicitly: not silently evaluated without maps
+        check_entry_kind(unc_dir, "uncertainty folder", folder=True)
         raise FileNotFoundError(f"uncertainty folder not found: {unc_dir}")
     seg_files = list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS)
     if seg_suffix == probs_suffix:

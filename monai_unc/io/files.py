@@ -87,6 +87,7 @@ __all__ = [
     "json_default",
     "check_writable_folder",
     "check_output_folder",
+    "check_entry_kind",
     "check_output_file",
     "clean_partial_files",
     "owned_folder",
@@ -1537,6 +1538,49 @@ def json_default(o: Any) -> Any:
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def check_entry_kind(path: str | os.PathLike, what: str, folder: bool) -> None:
+    """Refuse an input path that is there but of the wrong kind: a file given for a folder, a folder for a file.
+
+    Called before a command's "not found" error, so that a path that exists is never reported as missing (found by
+    hostile testing: ``infer -i scan.nii.gz`` said ``--input folder not found: scan.nii.gz``, ``--checkpoint
+    models/`` said ``checkpoint file not found``). A symbolic link to nothing is named as such. A path that is
+    missing, or of the right kind, passes: the caller goes on with its own check.
+
+    Args:
+        path: the input path.
+        what: what the path is, for the message (``"--input folder"``, ``"checkpoint"``).
+        folder: True when a folder is expected, False when a file is.
+
+    Raises:
+        NotADirectoryError: a file (or other non-folder) where a folder is expected.
+        IsADirectoryError: a folder where a file is expected.
+        FileNotFoundError: a symbolic link to nothing, naming its target.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     try:
+        ...         check_entry_kind(d, "checkpoint", folder=False)
+        ...     except IsADirectoryError as e:
+        ...         print(str(e).replace(d, "DIR"))
+        checkpoint DIR is a folder, not a file
+    """
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        try:
+            target = os.readlink(path)
+        except OSError:  # pragma: no cover - a link that vanished in between
+            target = "?"
+        raise FileNotFoundError(f"{what} {path} is a symbolic link to {target}, which does not exist")
+    if not path.exists():
+        return
+    if folder and not path.is_dir():
+        raise NotADirectoryError(f"{what} {path} is a file, not a folder")
+    if not folder and path.is_dir():
+        raise IsADirectoryError(f"{what} {path} is a folder, not a file")
 
 
 def _nearest_existing(path: Path, what: str) -> Path:

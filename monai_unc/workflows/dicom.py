@@ -52,6 +52,7 @@ from ..io import (
     atomic_write_json,
     changed_inputs,
     check_case_ids_fit_folder,
+    check_entry_kind,
     check_output_folder,
     clean_partial_files,
     colliding_case_ids,
@@ -654,6 +655,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     if not src.is_dir():
+        check_entry_kind(src, "series folder", folder=True)
         raise FileNotFoundError(f"series folder not found: {src}")
     if inside_predictions and Path(output).resolve().parent != pred.resolve():
         raise ValueError(f"output {output} must be a sub-folder of the predictions {pred}")

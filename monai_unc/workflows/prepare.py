@@ -31,6 +31,7 @@ from .._lazy import lazy_attributes
 from ..evaluation import EvaluationConfig, read_shifts
 from ..evaluation.triage import RULE_FILE
 from ..io import (
+    check_entry_kind,
     check_inputs_not_written,
     check_output_file,
     check_output_folder,
@@ -337,6 +338,7 @@ def check_infer_output(
         The resolved output folder. ``FileNotFoundError`` naming ``--input``; ``ValueError`` for a bad output.
     """
     if not Path(input).is_dir():
+        check_entry_kind(input, "--input folder", folder=True)
         raise FileNotFoundError(f"--input folder not found: {input}")
     out = check_output_folder(output, input, bundle)  # not inside the input or the bundle, writable
     inputs = [*checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]

@@ -20,6 +20,7 @@ from ..evaluation.config import STATE_DIR
 from ..evaluation.triage import TriageResult
 from ..io import (
     CaseFiles,
+    check_entry_kind,
     check_inputs_not_written,
     check_output_file,
     check_output_folder,
@@ -73,6 +74,7 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
     """
     folder = Path(folder)
     if not folder.is_dir():
+        check_entry_kind(folder, "--evaluation folder", folder=True)
         raise FileNotFoundError(f"--evaluation folder not found: {folder}")
     holder = output_lock_holder(folder)  # an evaluate still writing it: said first, not as a missing summary.json
     if holder is not None:
@@ -150,6 +152,7 @@ def run_report(
     """
     cases = check_overlay_count(cases)
     if not Path(evaluation).is_dir():
+        check_entry_kind(evaluation, "--evaluation folder", folder=True)
         raise FileNotFoundError(f"--evaluation folder not found: {evaluation}")
     cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
     out = Path(output) if output is not None else Path(evaluation) / "report"
