@@ -798,7 +798,10 @@ def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
 def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     """Copy the file ``src`` to ``dst`` through a temporary file and a rename, so ``dst`` is never a partial copy.
 
-    Contents and metadata are copied (:func:`shutil.copy2`).
+    The contents and the modification time are copied; the mode is the umask's, as for every file the package
+    writes: :func:`shutil.copy2` gave the copy the source's mode, so under ``umask 077`` the report's assets (and
+    the nnU-Net plans a calibration copies) came out world-readable, and a source of a read-only installation
+    (0444) gave a read-only copy (found by hostile testing of real-world folders).
 
     Args:
         src: the file to copy.
@@ -825,7 +828,12 @@ def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
         raise ValueError(f"dst must be a file path, got the folder {dst}")
     if _same_file(dst, src):
         raise ValueError(f"dst {dst} is the source file {src}")
-    return atomic_write(dst, lambda tmp: shutil.copy2(src, tmp))
+    def write(tmp: Path) -> None:
+        shutil.copyfile(src, tmp)  # a new file: the umask's mode
+        st = os.stat(src)
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    return atomic_write(dst, write)
 
 
 #: uncompressed bytes per independently deflated block of :class:`GzipBlockWriter` (fixed, so that the bytes written do
