@@ -20,3 +20,13 @@ def test_an_extension_in_mixed_letter_case_is_read(tmp_path, klass, name):
     volume, read_affine = read_volume(tmp_path / name)
     np.testing.assert_array_equal(volume[0], data)
     np.testing.assert_array_equal(read_affine, affine)
+
+
+def test_an_uncompressed_file_named_gz_is_named_as_such(tmp_path):
+    # was "ImageFileError: ... is not a gzip file (a truncated or corrupt file?)"
+    from monai_unc.io import CaseError
+
+    nib.save(nib.Nifti1Image(np.zeros((3, 4, 5), np.float32), np.eye(4)), tmp_path / "plain.nii")
+    (tmp_path / "plain.nii").rename(tmp_path / "a.nii.gz")
+    with pytest.raises(CaseError, match="a.nii.gz: the file is not gzip-compressed although its name ends with .gz"):
+        read_volume(tmp_path / "a.nii.gz")
