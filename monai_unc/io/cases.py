@@ -1169,12 +1169,12 @@ def read_volume(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[np.nd
         raise FileNotFoundError(f"file not found: {path}")
     if path.stat().st_size == 0:
         raise CaseError(f"cannot read {path}: the file is empty (0 bytes)")
-    if path.name.lower().endswith(".gz"):  # an uncompressed file named .gz: the reason, not "truncated or corrupt?"
+    if path.name.lower().endswith(".gz"):  # an uncompressed NIfTI file named .gz: the reason, not "corrupt?"
         with open(path, "rb") as f:
-            magic = f.read(2)
-        if magic != b"\x1f\x8b":
-            raise CaseError(f"cannot read {path}: the file is not gzip-compressed although its name ends with .gz "
-                            "(an uncompressed file? gzip it, or rename it without .gz)")
+            head = f.read(4)
+        if len(head) == 4 and {int.from_bytes(head, "little"), int.from_bytes(head, "big")} & {348, 540}:
+            raise CaseError(f"cannot read {path}: an uncompressed NIfTI file although its name ends with .gz (gzip "
+                            "it, or rename it without .gz)")
     _check_nifti_claim(path)
     fast = _read_nifti(path, dtype)
     if fast is not None:

@@ -28,5 +28,5 @@ def test_an_uncompressed_file_named_gz_is_named_as_such(tmp_path):
 
     nib.save(nib.Nifti1Image(np.zeros((3, 4, 5), np.float32), np.eye(4)), tmp_path / "plain.nii")
     (tmp_path / "plain.nii").rename(tmp_path / "a.nii.gz")
-    with pytest.raises(CaseError, match="a.nii.gz: the file is not gzip-compressed although its name ends with .gz"):
+    with pytest.raises(CaseError, match="a.nii.gz: an uncompressed NIfTI file although its name ends with .gz"):
         read_volume(tmp_path / "a.nii.gz")
