@@ -81,3 +81,16 @@ def test_check_entry_kind(tmp_path):
         check_entry_kind(folder, "x", folder=False)
     with pytest.raises(FileNotFoundError, match="symbolic link to .*gone, which does not exist"):
         check_entry_kind(link, "x", folder=True)
+
+
+def test_keys_create_into_a_file_names_it(tmp_path, capsys, monkeypatch):
+    # was "File exists: <file>"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(tmp_path / "config"))
+    assert cli.main(["keys", "--create", str(afile)]) == 2
+    assert f"--create folder {afile} is a file, not a folder" in _one_error_line(capsys, "keys")
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(afile))
+    assert cli.main(["keys", "--create"]) == 2
+    assert f"configuration folder {afile} is a file, not a folder" in _one_error_line(capsys, "keys")
+    assert afile.read_text() == "x"
