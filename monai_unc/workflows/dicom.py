@@ -800,6 +800,7 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
         new_study(args.study_uid)
         if args.segments is not None:  # its fields now; its keys against the classes at the export
             if not Path(args.segments).is_file():
+                check_entry_kind(args.segments, "--segments file", folder=False)
                 raise FileNotFoundError(f"--segments file not found: {args.segments}")
             read_segment_specs(args.segments, range(1, 2**16))
         check_output_folder(args.o, args.i)

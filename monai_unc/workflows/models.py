@@ -493,6 +493,7 @@ def load_network(
 
         root = Path(bundle)
         if not root.is_dir():
+            check_entry_kind(root, "bundle folder", folder=True)
             raise ValueError(f"bundle folder not found: {root}")
         parser = ConfigParser()
         config_files.append(str(_bundle_config(root).resolve()))

@@ -146,6 +146,7 @@ def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, t
                                          and not spec.lstrip().startswith("{")):
         path = Path(spec)
         if not path.is_file():
+            check_entry_kind(path, "--regions file", folder=False)
             raise FileNotFoundError(f"--regions: file not found: {path}")
         try:
             spec = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Notepad) skipped
@@ -182,6 +183,7 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
         return None
     f = Path(path)
     if not f.is_file():
+        check_entry_kind(f, "--calibration-cases file", folder=False)
         raise FileNotFoundError(f"--calibration-cases: file not found: {f}")
     try:  # UTF-8 whatever the locale, a spreadsheet's or Notepad's byte-order mark skipped (else part of the first id)
         with open(f, newline="", encoding="utf-8-sig") as fh:  # as written: a quoted carriage return is part of an id

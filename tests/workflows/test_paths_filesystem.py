@@ -94,3 +94,22 @@ def test_keys_create_into_a_file_names_it(tmp_path, capsys, monkeypatch):
     assert cli.main(["keys", "--create"]) == 2
     assert f"configuration folder {afile} is a file, not a folder" in _one_error_line(capsys, "keys")
     assert afile.read_text() == "x"
+
+
+def test_a_folder_given_for_a_regions_or_case_list_file_and_a_file_for_a_bundle(tmp_path, capsys):
+    from monai_unc.workflows.prepare import read_case_list, read_region_spec
+
+    folder = tmp_path / "regions.json"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError, match="--regions file .* is a folder, not a file"):
+        read_region_spec(folder)
+    with pytest.raises(IsADirectoryError, match="--calibration-cases file .* is a folder, not a file"):
+        read_case_list(folder)
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.nii.gz").write_bytes(b"")
+    bundle = tmp_path / "bundle.zip"
+    bundle.write_bytes(b"PK")
+    assert cli.main(["infer", "-i", str(images), "-o", str(tmp_path / "out"), "--bundle", str(bundle),
+                     "--method", "softmax", "--device", "cpu"]) == 2
+    assert f"bundle folder {bundle} is a file, not a folder" in _one_error_line(capsys, "infer")
