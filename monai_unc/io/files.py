@@ -1682,9 +1682,39 @@ def check_output_folder(
                 f"output folder {output} lies inside the input folder {inp}; choose an output outside it "
                 "(inputs are never written to)"
             )
+        for linked, whole in _linked_folders(src):
+            if out == linked or (whole and linked in out.parents):
+                raise ValueError(
+                    f"output folder {output} {'is' if out == linked else 'lies inside'} {linked}, which holds inputs "
+                    f"that {inp} links to; choose an output elsewhere (inputs are never written to)"
+                )
     if writable:
         check_writable_folder(output)
     return out
+
+
+def _linked_folders(folder: Path) -> set[tuple[Path, bool]]:
+    """The folders the symbolic links directly in ``folder`` lead into, each with whether its sub-folders count.
+
+    ``(a linked file's folder, False)``, ``(a linked folder, True)``: the whole linked folder is an input.
+
+    A folder of links (a data set linked from the archive instead of copied) keeps its inputs elsewhere: an output
+    folder there wrote beside the original scans (found by hostile testing of real-world folders).
+    """
+    found: set[tuple[Path, bool]] = set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # not a folder (an input file), no access: nothing linked to follow
+        return found
+    for entry in entries:
+        if not entry.is_symlink():
+            continue
+        try:
+            target = Path(entry.path).resolve(strict=True)
+        except (OSError, RuntimeError):  # a link to nothing, a loop: the case reports it
+            continue
+        found.add((target, True) if target.is_dir() else (target.parent, False))
+    return found
 
 
 def _same_file(a: Path, b: Path) -> str | None:

@@ -113,3 +113,26 @@ def test_a_folder_given_for_a_regions_or_case_list_file_and_a_file_for_a_bundle(
     assert cli.main(["infer", "-i", str(images), "-o", str(tmp_path / "out"), "--bundle", str(bundle),
                      "--method", "softmax", "--device", "cpu"]) == 2
     assert f"bundle folder {bundle} is a file, not a folder" in _one_error_line(capsys, "infer")
+
+
+def test_an_output_folder_where_the_linked_inputs_lie_is_refused(tmp_path, capsys):
+    # a folder of links (a data set linked from the archive): infer wrote its files beside the original scans
+    from monai_unc.io import check_output_folder
+
+    archive, series, links = tmp_path / "archive", tmp_path / "series", tmp_path / "cohort"
+    for folder in (archive, series / "s1", links):
+        folder.mkdir(parents=True)
+    (archive / "a.nii.gz").write_bytes(b"")
+    (series / "s1" / "1.dcm").write_bytes(b"")
+    os.symlink(archive / "a.nii.gz", links / "a.nii.gz")
+    os.symlink(series / "s1", links / "s1")
+    os.symlink(tmp_path / "gone.nii.gz", links / "gone.nii.gz")  # a link to nothing is the case's failure
+    with pytest.raises(ValueError, match=r"output folder .*archive is .*archive, which holds inputs that .*cohort"):
+        check_output_folder(archive, links)
+    with pytest.raises(ValueError, match=r"lies inside .*s1, which holds inputs"):
+        check_output_folder(series / "s1" / "out", links)
+    assert check_output_folder(archive / "pred", links) == (archive / "pred").resolve()  # beside it: not the same
+    assert check_output_folder(tmp_path / "out", links) == (tmp_path / "out").resolve()
+    assert cli.main(["infer", "-i", str(links), "-o", str(archive), "--model", "example", "--device", "cpu"]) == 2
+    assert "which holds inputs" in _one_error_line(capsys, "infer")
+    assert sorted(p.name for p in archive.iterdir()) == ["a.nii.gz"]
