@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import decimal
 import math
+import os
 import warnings
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
@@ -38,6 +39,7 @@ __all__ = [
     "case_vector",
     "case_pair",
     "check_finite",
+    "load_nifti",
     "check_probabilities",
     "check_unit_interval",
     "check_labels",
@@ -1077,6 +1079,47 @@ def below(u: ArrayLike, threshold: float, *, inclusive: bool) -> ArrayLike:
         ([True, False], [False, False])
     """
     return _compare(u, threshold, "<=" if inclusive else "<")
+
+
+def load_nifti(path: str | os.PathLike, **kwargs: Any) -> Any:
+    """``nibabel.load(path)``, also for a NIfTI file whose extension mixes letter cases (``a.Nii.gz``, ``a.nIi``).
+
+    nibabel rebuilds the file name from its parts and writes an extension that is neither all upper nor all lower
+    case in lower case, so ``a.Nii.Gz`` was opened as ``a.nii.Gz`` ("No such file or directory" for a file that is
+    there: such a case failed as a truncated or corrupt file; found by hostile testing of real-world folders). Such a
+    name is read by the NIfTI class its header's ``sizeof_hdr`` names (348: NIfTI-1, 540: NIfTI-2), from the very
+    file; every other name goes to ``nibabel.load`` unchanged.
+
+    Args:
+        path: the file.
+        **kwargs: passed to the loader (``mmap``, ...).
+
+    Returns:
+        The nibabel image.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> import nibabel as nib
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = nib.save(nib.Nifti1Image(np.zeros((2, 3, 4), np.float32), np.eye(4)), Path(d) / "a.nii.gz")
+        ...     _ = (Path(d) / "a.nii.gz").rename(Path(d) / "a.Nii.Gz")
+        ...     load_nifti(Path(d) / "a.Nii.Gz").shape
+        (2, 3, 4)
+    """
+    import nibabel as nib
+    from nibabel.openers import Opener
+
+    name = os.fspath(path)
+    base = name[:-3] if name.lower().endswith(".gz") else name
+    ext = os.path.splitext(base)[1]
+    if ext.lower() != ".nii" or ext in (ext.lower(), ext.upper()):
+        return nib.load(name, **kwargs)
+    with Opener(name, "rb") as f:  # gzip by the name's ending in any letter case
+        head = f.read(4)
+    sizes = {int.from_bytes(head, "little"), int.from_bytes(head, "big")} if len(head) == 4 else set()
+    klass = nib.Nifti2Image if 540 in sizes else nib.Nifti1Image  # anything else: NIfTI-1's error
+    return klass.from_file_map(klass.make_file_map({"image": name}), **kwargs)
 
 
 def num_threads() -> int:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._utils import check_integer
-from ..io import read_table
+from ..io import check_entry_kind, read_table
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.casewise import IID_SHIFTS
 from ..metrics.qu_brats_score import QU_BRATS_GRIDS
@@ -495,6 +495,7 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
     """
     path = Path(path)
     if not path.is_file():
+        check_entry_kind(path, "shift table", folder=False)
         raise FileNotFoundError(f"shift table not found: {path}")
     try:  # the one reader of a table a person may edit: a byte-order mark skipped, misread rows refused
         columns, rows, lines = read_table(path, return_lines=True)

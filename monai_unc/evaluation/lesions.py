@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import affine_voxel_volume, label_map_dtype
+from .._utils import affine_voxel_volume, label_map_dtype, load_nifti
 from ..io import CaseError, check_geometry, nifti_geometry, read_volume, sheared_grid
 from ..metrics.discrimination import error_auroc
 from ..metrics.lesions import (
@@ -429,9 +429,7 @@ def _header_spacing(path: str | os.PathLike | None, spacing: Sequence[float]) ->
     if path is None or not str(path).lower().endswith((".nii", ".nii.gz")):
         return sp
     try:
-        import nibabel as nib
-
-        zooms = tuple(float(z) for z in nib.load(str(path)).header.get_zooms()[: len(sp)])
+        zooms = tuple(float(z) for z in load_nifti(path).header.get_zooms()[: len(sp)])
     except Exception:  # noqa: BLE001 - the case's own read reports an unreadable file
         return sp
     if len(zooms) != len(sp) or not np.allclose(zooms, sp, rtol=1e-5, atol=0.0):

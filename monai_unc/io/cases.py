@@ -53,9 +53,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import affine_voxel_volume, check_probabilities, check_unit_interval, host_memory_free, num_threads
+from .._utils import (
+    affine_voxel_volume,
+    check_probabilities,
+    check_unit_interval,
+    host_memory_free,
+    load_nifti,
+    num_threads,
+)
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
-from .files import OUTPUT_MARKERS, file_sha256, read_json_or_none
+from .files import OUTPUT_MARKERS, check_entry_kind, file_sha256, read_json_or_none
 
 try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.4x faster than by ``gzip``
     from isal import igzip as _igzip
@@ -313,6 +320,7 @@ def list_files(
     """
     folder = Path(folder)
     if not folder.is_dir():
+        check_entry_kind(folder, "folder", folder=True)
         raise FileNotFoundError(f"folder not found: {folder}")
     out: dict[str, Path] = {}
     for path in sorted(folder.iterdir()):
@@ -977,8 +985,10 @@ def match_cases(
         raise CaseError(f"the labels in {labels} are DICOM SEG objects (e.g. {label_files[seg_labels[0]].name}): "
                         "give --images, the folder of the cases' DICOM series (a SEG is read on its series' grid)")
     if not pred_dir.is_dir():
+        check_entry_kind(pred_dir, "predictions folder", folder=True)
         raise FileNotFoundError(f"predictions folder not found: {pred_dir}")
     if uncertainty is not None and not unc_dir.is_dir():  # named explicitly: not silently evaluated without maps
+        check_entry_kind(unc_dir, "uncertainty folder", folder=True)
         raise FileNotFoundError(f"uncertainty folder not found: {unc_dir}")
     seg_files = list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS)
     if seg_suffix == probs_suffix:
@@ -1159,6 +1169,12 @@ def read_volume(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[np.nd
         raise FileNotFoundError(f"file not found: {path}")
     if path.stat().st_size == 0:
         raise CaseError(f"cannot read {path}: the file is empty (0 bytes)")
+    if path.name.lower().endswith(".gz"):  # an uncompressed NIfTI file named .gz: the reason, not "corrupt?"
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if len(head) == 4 and {int.from_bytes(head, "little"), int.from_bytes(head, "big")} & {348, 540}:
+            raise CaseError(f"cannot read {path}: an uncompressed NIfTI file although its name ends with .gz (gzip "
+                            "it, or rename it without .gz)")
     _check_nifti_claim(path)
     fast = _read_nifti(path, dtype)
     if fast is not None:
@@ -1194,9 +1210,8 @@ def _check_nifti_claim(path: Path) -> None:
     if not name.lower().endswith((".nii", ".nii.gz")):
         return
     try:
-        import nibabel as nib
 
-        img = nib.load(os.path.expanduser(name))
+        img = load_nifti(os.path.expanduser(name))
         header = img.header
         shape = tuple(int(n) for n in header.get_data_shape())
         dtype = header.get_data_dtype()
@@ -1276,7 +1291,7 @@ def _loader_nifti_affine(path: Path) -> np.ndarray | None:
     try:
         import nibabel as nib
 
-        img = nib.load(os.path.expanduser(str(path)))
+        img = load_nifti(os.path.expanduser(str(path)))
         if not isinstance(img, (nib.Nifti1Image, nib.Nifti2Image)):
             return None
     except Exception:  # noqa: BLE001 - LoadImage read the file: its affine stays
@@ -1313,7 +1328,7 @@ def _read_nifti(path: Path, dtype: Any = np.float32) -> tuple[np.ndarray, np.nda
     except ImportError:
         return None
     try:  # every step LoadImage takes too, so every error (a warning made one included) is LoadImage's
-        img = nib.load(name)
+        img = load_nifti(name)
         if not _nifti_fast_path_reads(img, nib):
             return None
         message = _correct_nifti_header(img, name)
@@ -1508,9 +1523,8 @@ def nifti_geometry(path: str | os.PathLike) -> tuple[tuple[int, ...], np.ndarray
     name = str(path)
     if not name.lower().endswith((".nii", ".nii.gz")):
         return None
-    import nibabel as nib
 
-    img = nib.load(os.path.expanduser(name))
+    img = load_nifti(os.path.expanduser(name))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         affine = _nifti_affine(img, name)

@@ -42,7 +42,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from .._utils import label_map_dtype, num_threads
+from .._utils import label_map_dtype, load_nifti, num_threads
 from ..state import ArrayBlocks
 
 try:  # a write's lock on its private folder (POSIX)
@@ -87,6 +87,7 @@ __all__ = [
     "json_default",
     "check_writable_folder",
     "check_output_folder",
+    "check_entry_kind",
     "check_output_file",
     "clean_partial_files",
     "owned_folder",
@@ -798,7 +799,10 @@ def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
 def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     """Copy the file ``src`` to ``dst`` through a temporary file and a rename, so ``dst`` is never a partial copy.
 
-    Contents and metadata are copied (:func:`shutil.copy2`).
+    The contents and the modification time are copied; the mode is the umask's, as for every file the package
+    writes: :func:`shutil.copy2` gave the copy the source's mode, so under ``umask 077`` the report's assets (and
+    the nnU-Net plans a calibration copies) came out world-readable, and a source of a read-only installation
+    (0444) gave a read-only copy (found by hostile testing of real-world folders).
 
     Args:
         src: the file to copy.
@@ -825,7 +829,12 @@ def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
         raise ValueError(f"dst must be a file path, got the folder {dst}")
     if _same_file(dst, src):
         raise ValueError(f"dst {dst} is the source file {src}")
-    return atomic_write(dst, lambda tmp: shutil.copy2(src, tmp))
+    def write(tmp: Path) -> None:
+        shutil.copyfile(src, tmp)  # a new file: the umask's mode
+        st = os.stat(src)
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    return atomic_write(dst, write)
 
 
 #: uncompressed bytes per independently deflated block of :class:`GzipBlockWriter` (fixed, so that the bytes written do
@@ -1142,7 +1151,7 @@ def _reference_header(like: str | os.PathLike | None,
     if like is None or not str(like).lower().endswith((".nii", ".nii.gz")):
         return None
     try:
-        ref = nib.load(os.fspath(like))
+        ref = load_nifti(like)
         if type(ref) not in (nib.Nifti1Image, nib.Nifti2Image):
             return None
         header = ref.header
@@ -1540,6 +1549,49 @@ def json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def check_entry_kind(path: str | os.PathLike, what: str, folder: bool) -> None:
+    """Refuse an input path that is there but of the wrong kind: a file given for a folder, a folder for a file.
+
+    Called before a command's "not found" error, so that a path that exists is never reported as missing (found by
+    hostile testing: ``infer -i scan.nii.gz`` said ``--input folder not found: scan.nii.gz``, ``--checkpoint
+    models/`` said ``checkpoint file not found``). A symbolic link to nothing is named as such. A path that is
+    missing, or of the right kind, passes: the caller goes on with its own check.
+
+    Args:
+        path: the input path.
+        what: what the path is, for the message (``"--input folder"``, ``"checkpoint"``).
+        folder: True when a folder is expected, False when a file is.
+
+    Raises:
+        NotADirectoryError: a file (or other non-folder) where a folder is expected.
+        IsADirectoryError: a folder where a file is expected.
+        FileNotFoundError: a symbolic link to nothing, naming its target.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     try:
+        ...         check_entry_kind(d, "checkpoint", folder=False)
+        ...     except IsADirectoryError as e:
+        ...         print(str(e).replace(d, "DIR"))
+        checkpoint DIR is a folder, not a file
+    """
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        try:
+            target = os.readlink(path)
+        except OSError:  # pragma: no cover - a link that vanished in between
+            target = "?"
+        raise FileNotFoundError(f"{what} {path} is a symbolic link to {target}, which does not exist")
+    if not path.exists():
+        return
+    if folder and not path.is_dir():
+        raise NotADirectoryError(f"{what} {path} is a file, not a folder")
+    if not folder and path.is_dir():
+        raise IsADirectoryError(f"{what} {path} is a folder, not a file")
+
+
 def _nearest_existing(path: Path, what: str) -> Path:
     """``path`` or its nearest ancestor that exists; ``ValueError`` when an ancestor cannot be examined."""
     probe = path
@@ -1631,9 +1683,39 @@ def check_output_folder(
                 f"output folder {output} lies inside the input folder {inp}; choose an output outside it "
                 "(inputs are never written to)"
             )
+        for linked, whole in _linked_folders(src):
+            if out == linked or (whole and linked in out.parents):
+                raise ValueError(
+                    f"output folder {output} {'is' if out == linked else 'lies inside'} {linked}, which holds inputs "
+                    f"that {inp} links to; choose an output elsewhere (inputs are never written to)"
+                )
     if writable:
         check_writable_folder(output)
     return out
+
+
+def _linked_folders(folder: Path) -> set[tuple[Path, bool]]:
+    """The folders the symbolic links directly in ``folder`` lead into, each with whether its sub-folders count.
+
+    ``(a linked file's folder, False)``, ``(a linked folder, True)``: the whole linked folder is an input.
+
+    A folder of links (a data set linked from the archive instead of copied) keeps its inputs elsewhere: an output
+    folder there wrote beside the original scans (found by hostile testing of real-world folders).
+    """
+    found: set[tuple[Path, bool]] = set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # not a folder (an input file), no access: nothing linked to follow
+        return found
+    for entry in entries:
+        if not entry.is_symlink():
+            continue
+        try:
+            target = Path(entry.path).resolve(strict=True)
+        except (OSError, RuntimeError):  # a link to nothing, a loop: the case reports it
+            continue
+        found.add((target, True) if target.is_dir() else (target.parent, False))
+    return found
 
 
 def _same_file(a: Path, b: Path) -> str | None:

@@ -48,7 +48,7 @@ from .cases import (
     read_prediction_regions,
     settings_changes,
 )
-from .files import atomic_write_json, check_not_being_written, json_safe, read_json_or_none
+from .files import atomic_write_json, check_entry_kind, check_not_being_written, json_safe, read_json_or_none
 from .signing import SIGNATURE_FIELD, KeyPairMismatchError, Trust, default_signing_key, sign_digest, verify_signature
 
 
@@ -773,6 +773,7 @@ def list_prediction_cases(
     _check_layout(layout)
     pred = Path(predictions)
     if not pred.is_dir():
+        check_entry_kind(pred, "predictions folder", folder=True)
         raise FileNotFoundError(f"predictions folder not found: {pred}")
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     try:

@@ -315,7 +315,7 @@ def _predict(args: argparse.Namespace) -> int:
     check_predict_flags(args)
     import torch
 
-    from monai_unc.io import check_output_folder
+    from monai_unc.io import check_entry_kind, check_output_folder
     from monai_unc.nnunet.predictor import UncertaintyPredictor
 
     if not 0 <= args.part_id < args.num_parts:
@@ -333,6 +333,7 @@ def _predict(args: argparse.Namespace) -> int:
     if not os.path.isdir(model):
         raise FileNotFoundError(f"trained model folder not found: {model}")
     if not os.path.isdir(args.i):
+        check_entry_kind(args.i, "input folder", folder=True)
         raise FileNotFoundError(f"input folder not found: {args.i}")
     folds = _folds(args.f)
     check_device(args.device)  # before anything is loaded or written (the default is cuda)

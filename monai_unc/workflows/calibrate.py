@@ -36,6 +36,7 @@ from ..io import (
     MappedArrays,
     atomic_torch_save,
     atomic_write_json,
+    check_entry_kind,
     check_label_map,
     check_output_file,
     grid_mismatch,
@@ -384,6 +385,7 @@ def run_calibrate(
         raise ValueError(f"--output must be a .pt or .pth file, got {out}")
     for folder, what in ((images, "--input"), (labels, "--labels")):
         if not Path(folder).is_dir():
+            check_entry_kind(folder, f"{what} folder", folder=True)
             raise FileNotFoundError(f"{what} folder not found: {folder}")
     # nothing is written over an input: the checkpoint, a network spec file, the bundle, the image / label folders
     spec_file = network if isinstance(network, (str, os.PathLike)) and Path(network).is_file() else None

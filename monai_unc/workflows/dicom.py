@@ -52,6 +52,7 @@ from ..io import (
     atomic_write_json,
     changed_inputs,
     check_case_ids_fit_folder,
+    check_entry_kind,
     check_not_being_written,
     check_output_folder,
     clean_partial_files,
@@ -651,6 +652,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     if not src.is_dir():
+        check_entry_kind(src, "series folder", folder=True)
         raise FileNotFoundError(f"series folder not found: {src}")
     if inside_predictions and Path(output).resolve().parent != pred.resolve():
         raise ValueError(f"output {output} must be a sub-folder of the predictions {pred}")
@@ -795,6 +797,7 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
         new_study(args.study_uid)
         if args.segments is not None:  # its fields now; its keys against the classes at the export
             if not Path(args.segments).is_file():
+                check_entry_kind(args.segments, "--segments file", folder=False)
                 raise FileNotFoundError(f"--segments file not found: {args.segments}")
             read_segment_specs(args.segments, range(1, 2**16))
         check_output_folder(args.o, args.i)

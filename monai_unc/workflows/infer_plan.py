@@ -36,7 +36,7 @@ import torch
 
 from ..engine import DistContext, read_dist_env, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
-from ..io import ImageCase, check_case_ids, list_image_cases
+from ..io import ImageCase, check_case_ids, check_entry_kind, list_image_cases
 from ..keys import DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
@@ -238,6 +238,7 @@ def prepare_infer(
         >>> run_infer(plan.cases, plan.model, plan.inferer, plan.settings, "predictions")  # doctest: +SKIP
     """
     if not Path(input).is_dir():
+        check_entry_kind(input, "--input folder", folder=True)
         raise FileNotFoundError(f"--input folder not found: {input}")
     if not isinstance(method, str):
         raise TypeError(f"--method must be a string such as 'mcdropout+tta', got {type(method).__name__}")

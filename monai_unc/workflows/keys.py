@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..io import check_entry_kind
 from ..io.signing import (
     PRIVATE_KEY_FILE,
     config_dir,
@@ -64,6 +65,7 @@ def keys_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, str
         raise ValueError("--overwrite replaces a key pair: pass it with --create [FOLDER]")
     if args.create is not None:
         folder = Path(args.create) if args.create else config_dir()
+        check_entry_kind(folder, "--create folder" if args.create else "configuration folder", folder=True)
         overwrite = bool(getattr(args, "overwrite", False))
         had_private = (folder / PRIVATE_KEY_FILE).exists() and not overwrite
         priv, pub = generate_key_pair(folder, overwrite=overwrite)

@@ -39,7 +39,7 @@ from torch import nn
 
 from ..data import build_example_network, example_weights_path
 from ..inferers import load_state_dict
-from ..io import weight_digests
+from ..io import check_entry_kind, weight_digests
 from ..temperature import TemperatureScaled
 
 __all__ = [
@@ -215,6 +215,7 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
+        check_entry_kind(path, "checkpoint", folder=False)
         raise ValueError(f"checkpoint file not found: {path}")
     if os.path.getsize(path) == 0:
         raise ValueError(f"cannot read checkpoint {path}: the file is empty (0 bytes)")
@@ -473,6 +474,7 @@ def load_network(
     checkpoints = [str(c) for c in checkpoints]
     for c in checkpoints:
         if not Path(c).is_file():
+            check_entry_kind(c, "checkpoint", folder=False)
             raise ValueError(f"checkpoint file not found: {c}")
     preprocessing = None
     config_files: list[str] = []  # the files besides the checkpoints that define the model
@@ -491,6 +493,7 @@ def load_network(
 
         root = Path(bundle)
         if not root.is_dir():
+            check_entry_kind(root, "bundle folder", folder=True)
             raise ValueError(f"bundle folder not found: {root}")
         parser = ConfigParser()
         config_files.append(str(_bundle_config(root).resolve()))

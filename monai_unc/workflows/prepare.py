@@ -31,6 +31,7 @@ from .._lazy import lazy_attributes
 from ..evaluation import EvaluationConfig, read_shifts
 from ..evaluation.triage import RULE_FILE
 from ..io import (
+    check_entry_kind,
     check_inputs_not_written,
     check_output_file,
     check_output_folder,
@@ -145,6 +146,7 @@ def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, t
                                          and not spec.lstrip().startswith("{")):
         path = Path(spec)
         if not path.is_file():
+            check_entry_kind(path, "--regions file", folder=False)
             raise FileNotFoundError(f"--regions: file not found: {path}")
         try:
             spec = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Notepad) skipped
@@ -181,6 +183,7 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
         return None
     f = Path(path)
     if not f.is_file():
+        check_entry_kind(f, "--calibration-cases file", folder=False)
         raise FileNotFoundError(f"--calibration-cases: file not found: {f}")
     try:  # UTF-8 whatever the locale, a spreadsheet's or Notepad's byte-order mark skipped (else part of the first id)
         with open(f, newline="", encoding="utf-8-sig") as fh:  # as written: a quoted carriage return is part of an id
@@ -337,6 +340,7 @@ def check_infer_output(
         The resolved output folder. ``FileNotFoundError`` naming ``--input``; ``ValueError`` for a bad output.
     """
     if not Path(input).is_dir():
+        check_entry_kind(input, "--input folder", folder=True)
         raise FileNotFoundError(f"--input folder not found: {input}")
     out = check_output_folder(output, input, bundle)  # not inside the input or the bundle, writable
     inputs = [*checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]

@@ -20,6 +20,7 @@ from ..evaluation.config import STATE_DIR
 from ..evaluation.triage import TriageResult
 from ..io import (
     CaseFiles,
+    check_entry_kind,
     check_inputs_not_written,
     check_not_being_written,
     check_output_file,
@@ -73,6 +74,7 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
     """
     folder = Path(folder)
     if not folder.is_dir():
+        check_entry_kind(folder, "--evaluation folder", folder=True)
         raise FileNotFoundError(f"--evaluation folder not found: {folder}")
     # an evaluate still writing it: said first, not as a missing summary.json
     check_not_being_written(folder, what=f"the evaluation in {folder}", then=", then make the report")
@@ -148,6 +150,7 @@ def run_report(
     """
     cases = check_overlay_count(cases)
     if not Path(evaluation).is_dir():
+        check_entry_kind(evaluation, "--evaluation folder", folder=True)
         raise FileNotFoundError(f"--evaluation folder not found: {evaluation}")
     cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
     out = Path(output) if output is not None else Path(evaluation) / "report"

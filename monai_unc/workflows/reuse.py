@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .._utils import is_finite_real, is_int
+from ..io import check_entry_kind
 from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
 from ..keys import DEFAULT_RATEIN_TARGET, DROPOUT_TOKENS, MEASURES
 from ..product import registered_products
@@ -76,6 +77,7 @@ def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
 def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
     """The source name and the prediction fingerprint of a product's rule file (its checked reader)."""
     if not path.is_file():
+        check_entry_kind(path, "--settings-from rule", folder=False)
         raise FileNotFoundError(f"--settings-from: no rule file at {path}")
     try:  # which reader: the format field (each reader then checks the whole file)
         text = path.read_text(encoding="utf-8")

@@ -52,7 +52,7 @@ def test_atomic_copy(tmp_path):
     src.write_bytes(b'{"a": 1}')
     os.utime(src, (1_000_000_000, 1_000_000_000))
     dst = atomic_copy(src, tmp_path / "out" / "plans.json")
-    assert dst.read_bytes() == b'{"a": 1}' and dst.stat().st_mtime == 1_000_000_000  # copy2: metadata too
+    assert dst.read_bytes() == b'{"a": 1}' and dst.stat().st_mtime == 1_000_000_000  # the time too
     assert sorted(p.name for p in dst.parent.iterdir()) == ["plans.json"]
     with pytest.raises(ValueError, match="src must be a file"):
         atomic_copy(tmp_path / "missing.json", tmp_path / "x.json")
@@ -60,6 +60,23 @@ def test_atomic_copy(tmp_path):
         atomic_copy(src, tmp_path / "out")
     with pytest.raises(ValueError, match="is the source file"):
         atomic_copy(src, src)
+
+
+@pytest.mark.parametrize("source_mode", [0o644, 0o444, 0o755])
+def test_atomic_copy_takes_the_umask_mode_not_the_source_mode(tmp_path, source_mode):
+    # shutil.copy2 gave the copy the source's mode: world-readable report assets under umask 077, a read-only copy
+    # of a read-only installation's file (found by hostile testing of real-world folders)
+    src = tmp_path / "viewer.js"
+    src.write_bytes(b"x")
+    os.utime(src, (1_000_000_000, 1_000_000_000))
+    src.chmod(source_mode)
+    old = os.umask(0o077)
+    try:
+        dst = atomic_copy(src, tmp_path / "out" / "viewer.js")
+    finally:
+        os.umask(old)
+    assert dst.stat().st_mode & 0o777 == 0o600
+    assert dst.read_bytes() == b"x" and dst.stat().st_mtime == 1_000_000_000
 
 
 def test_save_nifti_image_keeps_dtype_and_header(tmp_path):
