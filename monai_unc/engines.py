@@ -446,12 +446,20 @@ class CaseScoresHandler:
     def _reset(self, engine: Any) -> None:
         self._rows = []
 
+    def _check_scores(self, item: Mapping) -> None:
+        """``KeyError`` naming the score keys that ``item`` (a case, or a batch dict) lacks."""
+        missing = [k for k in self.score_keys if k not in item]
+        if missing:
+            raise KeyError(f"CaseScoresHandler: engine.state.output has no {missing} (add AggregateUncertaintyd)")
+
     def _collect(self, engine: Any) -> None:
         output, batch = engine.state.output, engine.state.batch
+        if isinstance(output, Mapping):  # a batch dict (decollate=False): its keys checked before it is split
+            # (found by review36: without any score key it split into one case, and a batch of several cases was
+            # refused as "the output holds 1 case(s) but the batch 2" instead of naming the missing keys)
+            self._check_scores(output)
         outputs = _items(output, [*self.score_keys, self.image_key])
         batches = [{}] * len(outputs) if batch is None else _items(batch, [self.group_key, self.image_key])
-        if isinstance(output, Mapping) and not outputs:  # none of the keys: the KeyError below names them
-            outputs = [{}]
         if isinstance(batch, Mapping) and not batches:
             batches = [{}] * len(outputs)
         if len(batches) != len(outputs):
@@ -459,9 +467,7 @@ class CaseScoresHandler:
                              f"{len(batches)}: {self.score_keys} of the output and {self.group_key!r} of the batch "
                              "must hold one row per case")
         for item, b in zip(outputs, batches):
-            missing = [k for k in self.score_keys if k not in item]
-            if missing:
-                raise KeyError(f"CaseScoresHandler: engine.state.output has no {missing} (add AggregateUncertaintyd)")
+            self._check_scores(item)
             if self.group_key not in b:
                 raise KeyError(f"CaseScoresHandler: the batch has no group key {self.group_key!r}")
             scores = [_case_score(item[k], k) for k in self.score_keys]

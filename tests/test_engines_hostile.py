@@ -492,3 +492,16 @@ def test_case_scores_of_an_undecollated_output_of_any_array_type(score):
     CaseScoresHandler("mi_mean").attach(engine)
     engine.run([batch])
     assert engine.state.metrics["ood_auroc_mi_mean"] == 1.0
+
+
+def test_case_scores_of_an_undecollated_output_without_the_score_name_the_missing_key():
+    """``decollate=False`` and no score key in the output (AggregateUncertaintyd forgotten, a misspelt key): the
+    ``KeyError`` names the key, as for a decollated output (found by review36: a batch of two cases was refused as
+    "the output holds 1 case(s) but the batch 2")."""
+    from ignite.engine import Engine
+
+    batch = {"image": torch.zeros(2, 1, 2, 2, 2), "shift": ["none", "blur"]}
+    engine = Engine(lambda e, b: {"pred": torch.zeros(2, 2, 2, 2, 2), "mutual_information": torch.zeros(2, 1, 2, 2, 2)})
+    CaseScoresHandler("mutual_information_mean").attach(engine)
+    with pytest.raises(KeyError, match=r"has no \['mutual_information_mean'\] \(add AggregateUncertaintyd\)"):
+        engine.run([batch])

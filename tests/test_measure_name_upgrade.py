@@ -54,3 +54,21 @@ def test_the_warnings_are_shown_under_the_default_filters():
     assert out.returncode == 0, out.stderr
     shown = [line for line in out.stderr.splitlines() if "DeprecationWarning" in line]
     assert len(shown) == 2 and all("max_softmax" in line for line in shown), out.stderr
+
+
+def test_uncertainty_output_get_reads_the_old_measure_name():
+    """``out.get("max_softmax")`` of code written for an earlier version reads the map, warning at the caller as
+    ``out["max_softmax"]`` does (found by review36: ``dict.get`` bypassed the alias and returned None silently)."""
+    import torch
+
+    from monai_unc.inferers import UncertaintyOutput
+
+    out = UncertaintyOutput(one_minus_max_prob=torch.full((1, 1, 2, 2), 0.25))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = out.get("max_softmax")
+    dep = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert got is out["one_minus_max_prob"]
+    assert len(dep) == 1 and dep[0].filename == __file__, [(w.filename, str(w.message)) for w in caught]
+    assert out.get("nothing", 3) == 3 and out.get("one_minus_max_prob") is got
+    assert UncertaintyOutput().get("max_softmax", "absent") == "absent"

@@ -1259,7 +1259,10 @@ class RateInSource(SampleSource):
             raise TypeError(f"RateInSource needs the network as a torch.nn.Module, got {type(network).__name__}")
         # a torch.compile wrapper: the layers of its module, under the names the user knows (``after=["1"]``, the
         # keys of ``rate_in_rates``), not under ``_orig_mod.``; the compiled calls run the hooks and layers attached
-        network = plain_module(network)
+        # the layers are attached and removed through the wrapper (found by review36: attached to its module alone, a
+        # compiled network called before kept its graph without them and the search failed, "none of the Rate-In
+        # layers ran"): add_rate_in / remove_rate_in drop the stale graph of a compiled wrapper
+        wrapper, network = network, plain_module(network)
         layers = find_rate_in_layers(network)
         attached = not layers
         # a layer's mode and its last search (``rates``, ``last_search``: what "fixed" mode applies): the network's own
@@ -1269,7 +1272,7 @@ class RateInSource(SampleSource):
         hooks: list[tuple[RateInHook, bool]] = []
         try:
             if attached:
-                self._attach(network)
+                self._attach(wrapper)
                 layers = find_rate_in_layers(network)
             for _, layer in layers:
                 states.append((layer, layer.training, layer.mode, layer.rates, layer.last_search))
@@ -1289,7 +1292,7 @@ class RateInSource(SampleSource):
             for h, enabled in hooks:
                 h.mc_enabled = enabled
             if attached:
-                remove_rate_in(network)
+                remove_rate_in(wrapper)
             self._layers = []
 
     def resolved_placement(self, network: nn.Module) -> str:
@@ -1343,7 +1346,7 @@ class RateInSource(SampleSource):
 
     def _attach(self, network: nn.Module) -> None:
         kwargs = dict(self.layer_kwargs)
-        placement = self.resolved_placement(network)
+        placement = self.resolved_placement(plain_module(network))
         if placement == "convert":
             convert_dropout_to_rate_in(network, **kwargs)
         else:

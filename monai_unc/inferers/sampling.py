@@ -298,6 +298,19 @@ class UncertaintyOutput(dict):
             raise KeyError(key)
         return self[canonical_measure(str(key), stacklevel=3)]
 
+    def get(self, key: Any, default: Any = None) -> Any:
+        """``dict.get``, reading a deprecated measure name as ``out[key]`` does (with its ``DeprecationWarning``).
+
+        Found by review36: ``dict.get`` bypasses ``__missing__``, so ``out.get("max_softmax")`` of code written for an
+        earlier version was None without a word.
+        """
+        if key in self:
+            return dict.__getitem__(self, key)
+        new = DEPRECATED_MEASURES.get(str(key))
+        if new is None or new not in self:
+            return default
+        return dict.__getitem__(self, canonical_measure(str(key), stacklevel=3))
+
 
 def _class_name(module: nn.Module) -> str:
     """The class name of ``module``; of a ``torch.jit.script`` ed module, that of the Python module it was made from."""

@@ -560,6 +560,15 @@ def resolve_dropout_sites(
                 f"after must be a placement {PLACEMENTS} or 'last:k', a list of module names or a callable, "
                 f"got {after!r}"
             )
+        inner = model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
+        if isinstance(plain_module(inner), torch.jit.ScriptModule):
+            # found by review36: the placement was refused as an unknown architecture, advising after=[names],
+            # which the check below then refuses inside TorchScript
+            raise ValueError(
+                f"the network is a TorchScript module ({type(plain_module(inner)).__name__}): a forward hook inside it "
+                "never runs (torch.jit.trace and torch.jit.script compile the calls of their submodules), so the "
+                "dropout would never be drawn; add it to the Python network before scripting or tracing it"
+            )
         names = default_dropout_sites(model, after)
     elif callable(after):
         names = [n for n, m in modules.items() if n and after(n, m)]

@@ -997,6 +997,13 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
                       and not (k in _RECORDED_LATER and k not in old))
         unknown = [k for k in diff if k not in InferSettings.__dataclass_fields__]
+        if unknown and made_by == __version__:  # found by review36: "made by <this version> ... resume it with that
+            # version" of a hand-edited record
+            raise ValueError(
+                f"{path} names settings that this version ({__version__}), which wrote it, does not know "
+                f"({', '.join(k[:60] for k in unknown[:5])}): the file was edited outside monai-unc; choose another "
+                "--output, or pass --overwrite"
+            )
         if unknown:  # found by the upgrade review: a newer version's setting was "different", to resume "the same"
             who = f"monai-unc {made_by}"[:60] if isinstance(made_by, str) else "another monai-unc"
             raise ValueError(

@@ -170,3 +170,26 @@ def test_add_dropout_on_a_network_compiled_by_the_default_backend() -> None:
     got, ref = samples(compiled), samples(ref_net)
     assert not torch.allclose(got[0], before, atol=1e-3)  # dropout ran in the compiled calls
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["insert", "convert"])
+def test_rate_in_on_a_compiled_network_called_before(dropout: float) -> None:
+    """A compiled network the user called before (a plain prediction first): the Rate-In layers the inferer attaches
+    run in its calls, the maps equal the plain network's, and afterwards the wrapper predicts without them again
+    (found by review36: the layers were attached to its module only, the stale graph never ran them, and the search
+    failed with "none of the Rate-In layer(s) ran")."""
+    torch.manual_seed(0)
+    layers = [nn.Conv3d(1, 8, 3, padding=1), nn.Dropout3d(dropout), nn.Conv3d(8, 3, 1)]
+    net = nn.Sequential(*(m for m in layers if not (isinstance(m, nn.Dropout3d) and dropout == 0))).eval()
+    x = torch.rand(1, 1, 6, 6, 6, generator=torch.Generator().manual_seed(2))
+    kwargs = {"num_samples": 4, "target_loss": 0.1, "seed": 0, "share_passes": False}
+    if dropout == 0:
+        kwargs["after"] = ["0"]
+    ref = RateInInferer(**kwargs)(x, net)
+    assert float(ref["mutual_information"].max()) > 0
+    compiled = torch.compile(net, backend="eager")
+    with torch.no_grad():
+        before = compiled(x)
+    _assert_same(RateInInferer(**kwargs)(x, compiled), ref)
+    with torch.no_grad():
+        assert torch.equal(compiled(x), before)

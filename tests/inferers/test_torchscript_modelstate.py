@@ -110,3 +110,22 @@ def test_a_traced_submodule_without_dropout_rate_does_not_block_the_python_dropo
         enable_mc_dropout(nn.Sequential(
             _compiled("trace", nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.Dropout3d(0.2)).eval(), x),
             nn.Dropout3d(0.3), nn.Conv3d(4, 3, 1)))
+
+
+@pytest.mark.parametrize("how", ["script", "trace"])
+@pytest.mark.parametrize("add", [add_dropout, add_rate_in])
+@pytest.mark.parametrize("wrap", [False, True], ids=["network", "dataparallel"])
+def test_a_default_placement_on_a_torchscript_network_names_torchscript(how, add, wrap):
+    """The default placement (``after="auto"``, Rate-In's insertion) on a scripted or traced MONAI UNet: refused as
+    TorchScript, not as an unknown architecture with the advice to pass ``after=[names]``, which is then refused too
+    (found by review36)."""
+    from monai.networks.nets import UNet
+
+    torch.manual_seed(0)
+    x = torch.rand(1, 1, 8, 8, 8)
+    net = _compiled(how, UNet(3, 1, 2, (4, 8), (2,), num_res_units=0).eval(), x)
+    net = nn.DataParallel(net) if wrap else net
+    with pytest.raises(ValueError, match="the network is a TorchScript module") as err:
+        add(net)
+    assert "pass after=" not in str(err.value)
+    assert not any(m._forward_hooks for m in net.modules())

@@ -80,3 +80,21 @@ def test_a_newer_versions_folder_is_refused_naming_the_version(toy, tmp_path, ca
     assert err.count("\n") == 1 and "made by monai-unc 9.0.0 with settings this version" in err
     assert "(tta_flips)" in err and "resume it with that version" in err
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_an_unknown_setting_in_a_record_of_this_version_is_named_as_an_edit(toy, tmp_path, capsys):
+    """``infer.json`` of this very version with a setting it does not know (edited by hand): the refusal says so,
+    not "made by monai-unc <this version> ... resume it with that version" (found by review36)."""
+    from monai_unc import __version__
+
+    out = tmp_path / "out"
+    assert run_toy_infer(toy, out) == 0
+    doc = json.loads((out / "infer.json").read_text())
+    assert doc["monai_unc_version"] == __version__
+    doc["settings"]["tta_flips"] = [0, 1]
+    (out / "infer.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert run_toy_infer(toy, out) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(tta_flips)" in err and "edited outside monai-unc" in err, err
+    assert "resume it with that version" not in err
