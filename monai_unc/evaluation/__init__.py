@@ -99,7 +99,7 @@ from .resume import (
     load_case_state,
     save_case_state,
 )
-from .rows import DERIVED_MEASURES, check_measure_options
+from .rows import DERIVED_MEASURES, check_measure_options, region_histograms_of
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
 from .triage import ReferralRule, certify_referral_rule, mismatch_fields, run_triage
 
@@ -130,6 +130,7 @@ __all__ = [
     "evaluate_case",
     "evaluate_region_case",
     "region_score_columns",
+    "region_histograms_of",
     "combined_score",
     "region_suffix",
     "primary_measure",

@@ -58,7 +58,8 @@ def test_a_read_only_store_writes_nothing(tmp_path):
             store.add_labels([{"case": "a", "dice": 0.9, "failure": None, "loss": 0.0}], source="x")
     raw_sql(str(db), "UPDATE monitor_meta SET value = '0' WHERE key = 'schema_version'")
     before = db.read_bytes()
-    with pytest.raises(ValueError, match="schema version 0, older than this monai-unc reads .*monitor record"):
+    # version 0 with the tables present: edited outside monai-unc (upgrade review), refused without a write
+    with pytest.raises(ValueError, match="is missing or 0: the table was edited outside monai-unc; restore"):
         MonitorStore(db, read_only=True)
     assert db.read_bytes() == before
 
