@@ -177,10 +177,10 @@ def test_a_full_disk_error_names_the_file_being_written(tmp_path, monkeypatch):
     src.write_text("js")
     copy = tmp_path / "rep" / "assets" / "niivue.umd.js"
 
-    def copy2(a, b):  # as shutil's sendfile copy reports a failed write: both paths, the source first
+    def copyfile(a, b):  # as shutil's sendfile copy reports a failed write: both paths, the source first
         raise _disk_full(str(a), None, str(b))
 
-    monkeypatch.setattr(files.shutil, "copy2", copy2)
+    monkeypatch.setattr(files.shutil, "copyfile", copyfile)
     with pytest.raises(OSError) as info:
         atomic_copy(src, copy)
     assert (info.value.filename, info.value.filename2) == (str(src), str(copy))
