@@ -1369,3 +1369,11 @@ def require_ignite(owner: str) -> None:
         import ignite  # noqa: F401
     except ImportError as error:
         raise ImportError(f"{owner} needs pytorch-ignite, which is not installed: {IGNITE_EXTRA}") from error
+
+
+def link_target(path: str | os.PathLike) -> str:
+    """Where the symbolic link ``path`` points, for a message ("?" when it cannot be read, e.g. removed meanwhile)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"

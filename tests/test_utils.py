@@ -5,6 +5,7 @@ checks (``is_int``, ``real_number``)."""
 
 import math
 import operator
+import os
 import warnings
 from fractions import Fraction
 
@@ -455,3 +456,13 @@ def test_check_labels_reports_the_true_value_of_a_uint64_label_beyond_int64():
     assert check_labels(to_tensor(fits, "labels")).tolist() == [0, 2**63 - 1, 3]
     with pytest.raises(ValueError, match=r"holds class 9223372036854775807 but only 4 classes"):
         check_labels(to_tensor(fits, "labels"), num_classes=4)
+
+
+def test_link_target_names_the_target_or_a_question_mark(tmp_path):
+    from monai_unc._utils import link_target
+
+    link = tmp_path / "scan.nii.gz"
+    os.symlink(tmp_path / "gone.nii.gz", link)
+    assert link_target(link) == str(tmp_path / "gone.nii.gz")
+    assert link_target(tmp_path / "not_a_link") == "?"
+    assert link_target(tmp_path / "missing" / "x") == "?"

@@ -58,6 +58,7 @@ from .._utils import (
     check_probabilities,
     check_unit_interval,
     host_memory_free,
+    link_target,
     load_nifti,
     num_threads,
 )
@@ -275,10 +276,7 @@ def check_volume_entry(path: str | os.PathLike) -> None:
     """
     path = Path(path)
     if path.is_symlink() and not path.exists():
-        try:
-            target = os.readlink(path)
-        except OSError:  # pragma: no cover - a link that vanished in between
-            target = "?"
+        target = link_target(path)
         raise CaseError(f"cannot read {path}: a symbolic link to {target}, which does not exist (a share that is not "
                         "mounted, a moved file?)")
     if path.is_dir() and split_extension(path.name, (*PROBABILITY_EXTENSIONS, ".dcm")) is not None:
