@@ -51,6 +51,18 @@ def test_reduce_case_values_is_nan_where_no_value_is_valid(reduction):
     assert bool(empty.any()) == any("no valid" in str(w.message) for w in caught)
 
 
+@pytest.mark.parametrize("data", [None, torch.empty((0, 1), dtype=torch.float64), torch.empty((0, 3))])
+def test_reduce_case_values_of_no_case_with_reduction_none_is_an_empty_table(data):
+    """No case and reduction "none": no value at all (an empty per-case table), not one NaN that reads as a case."""
+    with pytest.warns(UserWarning, match="no case was evaluated"):
+        f, not_nans = reduce_case_values(data, "none", "M")
+    assert f.shape == ((0, 1) if data is None else (0, *data.shape[1:])) and f.dtype == torch.float64
+    assert float(not_nans) == 0
+    with pytest.warns(UserWarning, match="no case was evaluated"):
+        f, _ = reduce_case_values(data, "mean", "M")
+    assert f.ndim == 0 and math.isnan(float(f))
+
+
 def ref_top_label_ece(probs, labels, n_bins=15):
     """Top-label ECE by explicit loops over bins on the raw float64 voxels (first maximum on ties)."""
     p = np.moveaxis(np.asarray(probs, dtype=np.float64), 1, -1).reshape(-1, probs.shape[1])
