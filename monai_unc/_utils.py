@@ -1128,7 +1128,7 @@ def num_threads() -> int:
 
 
 def reduce_case_values(
-    data: torch.Tensor | None, reduction: MetricReduction | str, metric: str
+    data: torch.Tensor | None, reduction: MetricReduction | str, metric: str, columns: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MONAI's ``do_metric_reduction`` of buffered per-case values ``(N, K)``, NaN where no case is valid.
 
@@ -1136,7 +1136,8 @@ def reduce_case_values(
     worst) score; here every reduced entry without a single valid value is NaN, with a ``UserWarning`` naming
     ``metric``. Returns ``(values, not_nans)`` as MONAI does (``not_nans`` counts the valid values). No case at all
     (``data`` None, a metric's ``get_buffer()`` before any update, e.g. after an empty epoch, or empty) gives a NaN
-    float64 scalar and 0, with a ``UserWarning``.
+    float64 scalar and 0, with a ``UserWarning``; with ``reduction="none"`` it is the empty table ``(0, columns)``
+    (no case, no value) and ``not_nans`` 0, with the same warning.
     """
     from monai.metrics.utils import do_metric_reduction
     from monai.utils import MetricReduction
@@ -1144,6 +1145,9 @@ def reduce_case_values(
     if data is None or data.numel() == 0:
         nan = torch.tensor(warn_nan(f"{metric}: no case was evaluated; the value is undefined (NaN)"),
                            dtype=torch.float64)
+        if MetricReduction(reduction) == MetricReduction.NONE:
+            shape = (0, columns) if data is None or data.ndim < 2 else (0, *data.shape[1:])
+            return torch.empty(shape, dtype=torch.float64), torch.tensor(0.0)
         return nan, torch.tensor(0.0)
     f, not_nans = do_metric_reduction(data.clone(), reduction)
     if reduction == MetricReduction.NONE or not isinstance(f, torch.Tensor):
@@ -1369,3 +1373,11 @@ def require_ignite(owner: str) -> None:
         import ignite  # noqa: F401
     except ImportError as error:
         raise ImportError(f"{owner} needs pytorch-ignite, which is not installed: {IGNITE_EXTRA}") from error
+
+
+def link_target(path: str | os.PathLike) -> str:
+    """Where the symbolic link ``path`` points, for a message ("?" when it cannot be read, e.g. removed meanwhile)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"

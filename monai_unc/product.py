@@ -58,6 +58,7 @@ __all__ = [
     "format_cell",
     "format_fraction",
     "format_interval",
+    "format_estimate",
     "format_score",
     "format_share",
     "separating_digits",
@@ -380,6 +381,35 @@ def format_interval(low: Any, high: Any, decimals: int = 2) -> str:
         return f"{abs(q) if q == 0 else q:f}"  # no "-0.00"
 
     return f"[{end(low, ROUND_FLOOR)}, {end(high, ROUND_CEILING)}]"
+
+
+def format_estimate(value: Any, low: Any = None, high: Any = None, decimals: int = 2) -> str:
+    """An estimate and, when both ends are known, its interval: ``"0.93 [0.78, 1.00]"``, in the same decimals.
+
+    The estimate is rounded to the nearest (:func:`format_cell`), the interval's ends outward
+    (:func:`format_interval`), so the printed estimate of a value inside its interval is inside the printed interval,
+    and the two are shown with one precision (a third decimal on the estimate alone would claim a precision the
+    interval denies). The triage table of the CLI and the triage page show a case's expected Dice with it.
+
+    Args:
+        value: the estimate (None or NaN: an en dash).
+        low: the interval's lower end (None: no interval shown).
+        high: its upper end (None: no interval shown).
+        decimals: the decimals of the estimate and of the interval, ``>= 0``.
+
+    Returns:
+        The text.
+
+    Example:
+        >>> format_estimate(0.9312, 0.7851, 0.9999), format_estimate(0.9312), format_estimate(None)
+        ('0.93 [0.78, 1.00]', '0.93', '–')
+    """
+    if isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0:
+        raise ValueError(f"decimals must be a non-negative integer, got {decimals!r}")
+    text = format_cell(value, decimals)
+    if low is None or high is None:
+        return text
+    return f"{text} {format_interval(low, high, decimals)}"
 
 
 def format_fraction(value: float, digits: int = 3) -> str:

@@ -5,6 +5,7 @@ checks (``is_int``, ``real_number``)."""
 
 import math
 import operator
+import os
 import warnings
 from fractions import Fraction
 
@@ -48,6 +49,18 @@ def test_reduce_case_values_is_nan_where_no_value_is_valid(reduction):
     assert torch.equal(torch.isnan(f), empty)
     assert torch.equal(f[~empty], ref[~empty])
     assert bool(empty.any()) == any("no valid" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("data", [None, torch.empty((0, 1), dtype=torch.float64), torch.empty((0, 3))])
+def test_reduce_case_values_of_no_case_with_reduction_none_is_an_empty_table(data):
+    """No case and reduction "none": no value at all (an empty per-case table), not one NaN that reads as a case."""
+    with pytest.warns(UserWarning, match="no case was evaluated"):
+        f, not_nans = reduce_case_values(data, "none", "M")
+    assert f.shape == ((0, 1) if data is None else (0, *data.shape[1:])) and f.dtype == torch.float64
+    assert float(not_nans) == 0
+    with pytest.warns(UserWarning, match="no case was evaluated"):
+        f, _ = reduce_case_values(data, "mean", "M")
+    assert f.ndim == 0 and math.isnan(float(f))
 
 
 def ref_top_label_ece(probs, labels, n_bins=15):
@@ -455,3 +468,13 @@ def test_check_labels_reports_the_true_value_of_a_uint64_label_beyond_int64():
     assert check_labels(to_tensor(fits, "labels")).tolist() == [0, 2**63 - 1, 3]
     with pytest.raises(ValueError, match=r"holds class 9223372036854775807 but only 4 classes"):
         check_labels(to_tensor(fits, "labels"), num_classes=4)
+
+
+def test_link_target_names_the_target_or_a_question_mark(tmp_path):
+    from monai_unc._utils import link_target
+
+    link = tmp_path / "scan.nii.gz"
+    os.symlink(tmp_path / "gone.nii.gz", link)
+    assert link_target(link) == str(tmp_path / "gone.nii.gz")
+    assert link_target(tmp_path / "not_a_link") == "?"
+    assert link_target(tmp_path / "missing" / "x") == "?"

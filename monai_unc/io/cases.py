@@ -58,6 +58,7 @@ from .._utils import (
     check_probabilities,
     check_unit_interval,
     host_memory_free,
+    link_target,
     load_nifti,
     num_threads,
 )
@@ -275,10 +276,7 @@ def check_volume_entry(path: str | os.PathLike) -> None:
     """
     path = Path(path)
     if path.is_symlink() and not path.exists():
-        try:
-            target = os.readlink(path)
-        except OSError:  # pragma: no cover - a link that vanished in between
-            target = "?"
+        target = link_target(path)
         raise CaseError(f"cannot read {path}: a symbolic link to {target}, which does not exist (a share that is not "
                         "mounted, a moved file?)")
     if path.is_dir() and split_extension(path.name, (*PROBABILITY_EXTENSIONS, ".dcm")) is not None:
@@ -288,7 +286,7 @@ def check_volume_entry(path: str | os.PathLike) -> None:
 
 
 def list_files(
-    folder: str | os.PathLike, suffix: str = "", extensions: Sequence[str] = VOLUME_EXTENSIONS
+    folder: str | os.PathLike, suffix: str = "", extensions: Sequence[str] = VOLUME_EXTENSIONS, what: str = "folder"
 ) -> dict[str, Path]:
     """``{case id: path}`` of the files in ``folder`` whose stem ends with ``suffix`` (not recursive).
 
@@ -297,6 +295,7 @@ def list_files(
         suffix: the role's suffix (e.g. ``"_seg"``), removed from the stem to give the case id; ``""`` takes every
             file with one of ``extensions``.
         extensions: the file endings to read (:data:`VOLUME_EXTENSIONS` by default).
+        what: the folder's role in messages (e.g. ``"labels folder"``).
 
     An entry named like a volume that is not a regular file (a symbolic link to nothing, e.g. on a share that is not
     mounted, or a folder ``x.nii.gz``) is listed too: reading it fails with the reason
@@ -320,8 +319,8 @@ def list_files(
     """
     folder = Path(folder)
     if not folder.is_dir():
-        check_entry_kind(folder, "folder", folder=True)
-        raise FileNotFoundError(f"folder not found: {folder}")
+        check_entry_kind(folder, what, folder=True)
+        raise FileNotFoundError(f"{what} not found: {folder}")
     out: dict[str, Path] = {}
     for path in sorted(folder.iterdir()):
         split = split_extension(path.name, extensions)
@@ -977,7 +976,8 @@ def match_cases(
     pred_dir = Path(predictions)
     unc_dir = Path(uncertainty) if uncertainty is not None else pred_dir / lay["uncertainty_subdir"]
     seg_ok = Path(labels).resolve() != pred_dir.resolve()  # a prediction folder's .dcm files are no labels
-    label_files = list_files(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS)
+    label_files = list_files(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS,
+                             what="labels folder")
     if not label_files:
         raise CaseError(f"no label volume found in {labels}")
     seg_labels = sorted(c for c, p in label_files.items() if p.name.lower().endswith(".dcm"))
@@ -990,7 +990,7 @@ def match_cases(
     if uncertainty is not None and not unc_dir.is_dir():  # named explicitly: not silently evaluated without maps
         check_entry_kind(unc_dir, "uncertainty folder", folder=True)
         raise FileNotFoundError(f"uncertainty folder not found: {unc_dir}")
-    seg_files = list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS)
+    seg_files = list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS, what="predictions folder")
     if seg_suffix == probs_suffix:
         # nnU-Net: <case>.nii.gz is the segmentation, <case>.npz the probabilities
         prob_files = list_files(pred_dir, probs_suffix, (".npz",))

@@ -42,7 +42,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from .._utils import label_map_dtype, load_nifti, num_threads
+from .._utils import label_map_dtype, link_target, load_nifti, num_threads
 from ..state import ArrayBlocks
 
 try:  # a write's lock on its private folder (POSIX)
@@ -1579,10 +1579,7 @@ def check_entry_kind(path: str | os.PathLike, what: str, folder: bool) -> None:
     """
     path = Path(path)
     if path.is_symlink() and not path.exists():
-        try:
-            target = os.readlink(path)
-        except OSError:  # pragma: no cover - a link that vanished in between
-            target = "?"
+        target = link_target(path)
         raise FileNotFoundError(f"{what} {path} is a symbolic link to {target}, which does not exist")
     if not path.exists():
         return
@@ -1906,10 +1903,7 @@ def owned_folder(output: str | os.PathLike, relative: str | os.PathLike, what: s
     for part in Path(relative).parts:
         path = path / part
         if path.is_symlink():
-            try:
-                target = os.readlink(path)
-            except OSError:
-                target = "?"
+            target = link_target(path)
             raise ValueError(f"{what} {base}: {path} is a symbolic link (to {target}), where the command writes and "
                              "removes files: it must be a folder of its own; remove the link")
     return path

@@ -215,7 +215,8 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
 
         When no case is valid (every value NaN, e.g. no boundary in any case) the result is NaN with a
         ``UserWarning``, not MONAI's 0 (which reads as a perfect BA-ECE / SPACE); ``not_nans`` is then 0. No case at
-        all (before any update, e.g. after an empty epoch) is NaN with a ``UserWarning`` as well.
+        all (before any update, e.g. after an empty epoch) is NaN with a ``UserWarning`` as well (``"none"``: the
+        empty table ``(0, 1)``).
         """
         data = self.get_buffer()
         if data is not None and not isinstance(data, torch.Tensor):

@@ -48,7 +48,7 @@ from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule, mismatch_fields
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
-from ..product import Overlay, ThresholdText, command_product, format_interval, format_score
+from ..product import Overlay, ThresholdText, command_product, format_estimate, format_score
 from .html import (
     ACCEPT_ALL,
     PAGE_CSS,
@@ -273,10 +273,7 @@ def _expected_dice_text(c: Mapping[str, Any]) -> str:
     The interval's ends are rounded outward (:func:`~monai_unc.product.format_interval`): rounded to the nearest they
     could move inward and the printed interval miss a Dice the interval covers.
     """
-    v, lo, hi = c.get("expected_dice"), c.get("expected_dice_low"), c.get("expected_dice_high")
-    if v is None or lo is None or hi is None:
-        return format_value(v)
-    return f"{float(v):.2f} {format_interval(float(lo), float(hi))}"
+    return format_estimate(c.get("expected_dice"), c.get("expected_dice_low"), c.get("expected_dice_high"))
 
 
 def _interval_note(rule: ReferralRule, summary: Mapping[str, Any] | None = None) -> str:

@@ -35,7 +35,7 @@ from ..evaluation.triage import (
     mismatch_fields,
     run_triage,
 )
-from ..product import ThresholdText, format_cell, format_interval, format_score, format_share
+from ..product import ThresholdText, format_cell, format_estimate, format_score, format_share
 from ..report.triage import build_triage_page
 from .apply import (
     beside_triage_folder,
@@ -244,8 +244,7 @@ def _expected_dice_cell(c: Mapping[str, Any]) -> str:
     v = c.get("expected_dice")
     if v is None:
         return ""
-    lo, hi = c.get("expected_dice_low"), c.get("expected_dice_high")
-    return f"{v:.3f}" + ("" if lo is None or hi is None else f" {format_interval(lo, hi)}")
+    return format_estimate(v, c.get("expected_dice_low"), c.get("expected_dice_high"))
 
 
 def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, float]) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def test_a_rule_without_the_estimates_reads_and_says_uncalibrated():
     assert back.expected_dice_interval([0.9]) is None
     assert "model's own estimate, uncalibrated" in back.interval_statement()
     assert _expected_dice_head(back) == "expected Dice (model's own estimate, uncalibrated)"
-    assert _expected_dice_text({"expected_dice": 0.93}) == "0.930"
+    assert _expected_dice_text({"expected_dice": 0.93}) == "0.93"  # the interval's decimals
 
 
 def test_too_few_cases_and_the_page_text():

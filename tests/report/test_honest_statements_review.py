@@ -190,3 +190,14 @@ def test_shares_are_printed_with_their_counts():
                "n_failed_accepted": 0, "risk_accepted": 0.0, "n_failed_referred": 1}
     line = format_outcome(rule, outcome)[0]
     assert "calibration: 53.3% (16 of 30) accepted" in line, line
+
+
+@pytest.mark.parametrize("row,shown", [
+    ({"expected_dice": 0.9312, "expected_dice_low": 0.7851, "expected_dice_high": 0.9999}, "0.93 [0.78, 1.00]"),
+    ({"expected_dice": 0.9312}, "0.93"),
+    ({"expected_dice": 0.9312, "expected_dice_low": None, "expected_dice_high": None}, "0.93"),
+])
+def test_the_cli_and_the_page_show_an_expected_dice_alike_in_the_interval_s_decimals(row, shown):
+    """The CLI printed ``0.931 [0.78, 1.00]`` (a third decimal the interval denies), the page ``0.93 [...]``, and the
+    page without an interval ``0.931``: one precision, one text."""
+    assert _expected_dice_cell(row) == _expected_dice_text(row) == shown

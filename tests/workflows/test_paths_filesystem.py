@@ -46,6 +46,20 @@ def test_a_file_given_for_an_input_folder_is_named_as_a_file(tmp_path, capsys, c
     assert sorted(p.name for p in tmp_path.iterdir()) == ["labels", "net.json", "scan.nii.gz"]  # nothing written
 
 
+@pytest.mark.parametrize("missing", [False, True])
+def test_evaluate_names_the_labels_option_of_a_file_or_missing_folder(tmp_path, capsys, missing):
+    """``evaluate -l FILE`` said "folder FILE is a file" (and "folder not found") without naming the labels."""
+    labels = tmp_path / "labels.nii.gz"
+    if not missing:
+        labels.write_bytes(b"a file")
+    pred = tmp_path / "pred"
+    pred.mkdir()
+    assert cli.main(["evaluate", "-l", str(labels), "-p", str(pred), "-o", str(tmp_path / "ev")]) == 2
+    line = _one_error_line(capsys, "evaluate")
+    assert (f"labels folder not found: {labels}" if missing else f"labels folder {labels} is a file, not a folder") \
+        in line
+
+
 def test_a_folder_given_for_a_checkpoint_is_named_as_a_folder(tmp_path, capsys):
     images = tmp_path / "images"
     images.mkdir()
