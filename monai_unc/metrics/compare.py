@@ -281,6 +281,17 @@ def cohens_d(a: Any, b: Any) -> float:
     return float((x.mean() - y.mean()) / s)
 
 
+def _discordant_pairs(x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+    """``(b, c) = (#(x=1, y=0), #(x=0, y=1))`` of paired bool outcomes of one shape (ValueError otherwise).
+
+    The discordant pairs of McNemar's test: its p-value (:func:`mcnemar_test`) and the direction of a significant
+    difference (:meth:`UncertaintyComparison.significantly_better`) both come from them.
+    """
+    if x.shape != y.shape:
+        raise ValueError(f"x and y must have the same shape, got {x.shape} and {y.shape}")
+    return int(np.count_nonzero(x & ~y)), int(np.count_nonzero(~x & y))
+
+
 def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
     """Two-sided McNemar p-value for paired 0/1 outcomes ``x``, ``y`` (e.g. per-case correctness).
 
@@ -305,12 +316,7 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
         >>> round(mcnemar_test(x, y), 4), round(mcnemar_test(x, y, exact=False), 4)
         (0.0625, 0.0736)
     """
-    x = _outcomes(x, "x")
-    y = _outcomes(y, "y")
-    if x.shape != y.shape:
-        raise ValueError(f"x and y must have the same shape, got {x.shape} and {y.shape}")
-    b = int(np.count_nonzero(x & ~y))
-    c = int(np.count_nonzero(~x & y))
+    b, c = _discordant_pairs(_outcomes(x, "x"), _outcomes(y, "y"))
     if b + c == 0:
         return 1.0
     if exact:
@@ -483,7 +489,12 @@ class UncertaintyComparison:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def significantly_better(self, name: str) -> list[str]:
-        """Metrics that ``name`` beats: higher accuracy and Holm-adjusted McNemar p <= alpha.
+        """Metrics that ``name`` beats: Holm-adjusted McNemar p <= alpha, in ``name``'s favour on the tested cases.
+
+        The direction comes from the cases the McNemar test compared (those valid for both metrics): ``name``
+        prefers map a on more of them than the other metric does (more discordant pairs in its favour). Where both
+        metrics are valid on the same cases this is "higher accuracy"; where they are not, the accuracies over each
+        metric's own valid cases can point the other way than the test.
 
         Args:
             name: one of :attr:`names`.
@@ -492,12 +503,19 @@ class UncertaintyComparison:
             The names of the metrics that ``name`` beats.
         """
         i = self.names.index(name)
-        acc = self.metrics[name].accuracy
-        return [
-            other
-            for j, other in enumerate(self.names)
-            if j != i and self.mcnemar_p_holm[i, j] <= self.alpha and acc > self.metrics[other].accuracy
-        ]
+        mine = self.metrics[name]
+        out = []
+        for j, other in enumerate(self.names):
+            if j == i or not self.mcnemar_p_holm[i, j] <= self.alpha:
+                continue
+            theirs = self.metrics[other]
+            both = mine.valid & theirs.valid
+            # found by hostile testing: comparing the accuracies over each metric's own valid cases declared a metric
+            # significantly better than another that beat it on every discordant case the McNemar test counted
+            b, c = _discordant_pairs(mine.prefers_a[both], theirs.prefers_a[both])
+            if b > c:
+                out.append(other)
+        return out
 
     def table(self) -> list[dict[str, Any]]:
         """One row per metric, sorted by accuracy (descending), as plain Python values.

@@ -1,0 +1,40 @@
+"""Hostile tests of the method comparison (monai_unc.metrics.compare): the statistician's review."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from monai_unc.metrics import compare_metric_values, mcnemar_test
+
+
+def test_significantly_better_follows_the_tested_cases_not_the_accuracies():
+    """Two metrics valid on different cases: on the 10 cases both are valid for, Y prefers map a in every case and X
+    in none (McNemar p = 0.002 for Y over X), but X's accuracy over its own 55 valid cases (0.82) is above Y's (0.18).
+    X was declared significantly better than Y."""
+    nan = np.nan
+    a_x, b_x, a_y, b_y = (np.full(100, nan) for _ in range(4))
+    a_x[:10], b_x[:10], a_y[:10], b_y[:10] = 0.0, 1.0, 1.0, 0.0  # shared cases: only Y prefers a
+    a_x[10:55], b_x[10:55] = 1.0, 0.0  # X alone: prefers a
+    a_y[55:], b_y[55:] = 0.0, 1.0  # Y alone: does not
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        res = compare_metric_values({"X": a_x, "Y": a_y}, {"X": b_x, "Y": b_y}, True)
+    assert res.metrics["X"].accuracy > res.metrics["Y"].accuracy
+    both = res.metrics["X"].valid & res.metrics["Y"].valid
+    assert mcnemar_test(res.metrics["X"].prefers_a[both], res.metrics["Y"].prefers_a[both]) < 0.05
+    assert res.significantly_better("X") == []
+    assert res.significantly_better("Y") == ["X"]
+    rows = {r["metric"]: r for r in res.table()}
+    assert rows["X"]["significantly_better_than"] == [] and rows["Y"]["significantly_better_than"] == ["X"]
+
+
+def test_significantly_better_with_common_cases_is_the_higher_accuracy():
+    rng = np.random.default_rng(3)
+    b = rng.random(40)
+    good = b + 0.1
+    poor = b - np.where(rng.random(40) < 0.8, 0.1, -0.1)
+    res = compare_metric_values({"g": good, "p": poor}, {"g": b, "p": b}, True)
+    assert res.metrics["g"].accuracy > res.metrics["p"].accuracy
+    assert res.significantly_better("g") == ["p"] and res.significantly_better("p") == []
