@@ -190,7 +190,8 @@ def fill_undefined_scores(scores: ArrayLike) -> np.ndarray:
         scores: per-case scores ``(N,)``; NaN or inf marks an undefined score.
 
     Returns:
-        A float64 copy with every non-finite score set to ``max(defined) + 1`` (``1`` when none is defined).
+        A float64 copy with every non-finite score set to ``max(defined) + 1`` (``1`` when none is defined), or to the
+        next float64 above ``max(defined)`` where adding 1 does not change it (``|max| >= 2**53``).
 
     Example:
         >>> fill_undefined_scores(np.array([0.2, np.nan, 0.5]))
@@ -200,7 +201,10 @@ def fill_undefined_scores(scores: ArrayLike) -> np.ndarray:
     bad = ~np.isfinite(out)
     if bad.any():
         top = np.nanmax(out[~bad]) if (~bad).any() else 0.0
-        out[bad] = top + 1.0
+        # found by hostile testing: from 2**53 on, max + 1 rounds to max, so an undefined score tied with the most
+        # uncertain defined case and the triage order (ties by case id) could put it after that case
+        fill = top + 1.0
+        out[bad] = fill if fill > top else np.nextafter(top, np.inf)
     return out
 
 
