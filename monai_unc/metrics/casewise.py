@@ -278,7 +278,11 @@ def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "e
 
 
 def _mean_dice(x: Any, name: str) -> float:
+    """The mean of Dice values in [0, 1] (ValueError naming ``name`` otherwise)."""
     a = case_vector(np.atleast_1d(to_numpy(x, name)), name)
+    # found by hostile testing: a Dice of -0.5 or 1.5 (a percentage, a loss) gave a relative change without complaint
+    if a.min() < 0 or a.max() > 1:
+        raise ValueError(f"{name} must hold Dice values in [0, 1], got values in [{a.min():.4g}, {a.max():.4g}]")
     return float(a.mean())
 
 
@@ -303,6 +307,9 @@ def al_improvement(
     Returns:
         ``C_method - C_random`` as a float. A zero Dice at cycle 1 leaves the relative change undefined: NaN with a
         ``UserWarning``.
+
+    Raises:
+        ValueError: a Dice outside [0, 1] (e.g. in percent), NaN or inf, or an empty array.
 
     Example:
         >>> from monai_unc.metrics import al_improvement

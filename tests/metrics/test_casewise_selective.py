@@ -17,3 +17,16 @@ def test_undefined_score_ranks_above_a_huge_defined_score():
         assert np.isfinite(filled).all()
     assert triage_order(["a", "b"], np.array([1e17, np.nan])) == [1, 0]
     np.testing.assert_array_equal(fill_undefined_scores(np.array([0.2, np.nan, 0.5])), [0.2, 1.5, 0.5])
+
+
+def test_al_improvement_refuses_dice_outside_unit_interval():
+    """A Dice of -0.5 (or in percent) gave a relative change of -2.4 without complaint."""
+    import pytest
+
+    from monai_unc.metrics import al_improvement
+
+    for bad, name in (((-0.5, 0.7, 0.7, 0.7), "dice_t1"), ((0.7, 77.0, 0.7, 0.7), "dice_t2"),
+                      ((0.7, 0.7, [0.5, 1.2], 0.7), "dice_random_t1"), ((0.7, 0.7, 0.7, -1e-9), "dice_random_t2")):
+        with pytest.raises(ValueError, match=name):
+            al_improvement(*bad)
+    assert al_improvement(0.0 + 0.5, 1.0, 0.5, 0.75) == pytest.approx(0.5)
