@@ -7,6 +7,7 @@ floats or small numpy arrays. Definitions follow ValUES (ValUES, Appendix A.2-A.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -345,8 +346,9 @@ def uncertainty_histograms(
         density: normalise each group to unit area (RETINA plots densities); ``False`` gives counts.
 
     Returns:
-        :class:`UncertaintyHistograms` (numpy arrays). A group without cases gets an all-NaN histogram and a
-        ``UserWarning``.
+        :class:`UncertaintyHistograms` (numpy arrays). Cases outside the bins (a ``range`` or explicit edges that do
+        not cover them) are left out of the histograms with a ``UserWarning`` (``n_correct`` and ``n_incorrect`` still
+        count them); a group without cases inside the bins gets an all-NaN histogram and a ``UserWarning``.
 
     Example:
         >>> from monai_unc.metrics import uncertainty_histograms
@@ -361,12 +363,23 @@ def uncertainty_histograms(
         raise ValueError("correct must be boolean (or 0/1) per case")
     ok = c.astype(bool)
     edges = np.histogram_bin_edges(u, bins=bins, range=range)
+    # found by hostile testing: numpy drops the cases outside the edges without a word, and a group with none inside
+    # came back NaN with numpy's "invalid value encountered in divide" instead of this function's warning
+    inside = (u >= edges[0]) & (u <= edges[-1])
+    if not inside.all():
+        warnings.warn(
+            f"uncertainty_histograms: {int((~inside).sum())} of {u.size} case(s) lie outside the bins "
+            f"[{edges[0]:.4g}, {edges[-1]:.4g}] and are not in the histograms",
+            UserWarning,
+            stacklevel=2,
+        )
     hists = []
     for name, sel in (("correct", ok), ("incorrect", ~ok)):
-        if sel.any():
-            h, _ = np.histogram(u[sel], bins=edges, density=density)
+        if (sel & inside).any():
+            h, _ = np.histogram(u[sel & inside], bins=edges, density=density)
             hists.append(h.astype(np.float64))
         else:
-            warn_nan(f"uncertainty_histograms: no {name} cases, that histogram is NaN")
+            warn_nan(f"uncertainty_histograms: no {name} cases{' inside the bins' if sel.any() else ''}, "
+                     "that histogram is NaN")
             hists.append(np.full(edges.size - 1, np.nan))
     return UncertaintyHistograms(edges, hists[0], hists[1], int(ok.sum()), int((~ok).sum()))

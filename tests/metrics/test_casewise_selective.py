@@ -30,3 +30,31 @@ def test_al_improvement_refuses_dice_outside_unit_interval():
         with pytest.raises(ValueError, match=name):
             al_improvement(*bad)
     assert al_improvement(0.0 + 0.5, 1.0, 0.5, 0.75) == pytest.approx(0.5)
+
+
+def test_uncertainty_histograms_cases_outside_the_range_are_not_dropped_silently():
+    """numpy drops values outside the bins: two of three cases vanished without a word, and the incorrect group
+    (all outside) came back NaN with numpy's RuntimeWarning "invalid value encountered in divide"."""
+    import warnings
+
+    import pytest
+
+    from monai_unc.metrics import uncertainty_histograms
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        h = uncertainty_histograms([0.1, 2.0, 3.0], [1, 1, 0], bins=2, range=(0.0, 1.0))
+    messages = [str(w.message) for w in caught]
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], messages
+    assert any("2 of 3 case(s) lie outside the bins" in m for m in messages), messages
+    assert any("no incorrect cases inside the bins" in m for m in messages), messages
+    assert np.isnan(h.incorrect).all() and h.n_correct == 2 and h.n_incorrect == 1
+    np.testing.assert_allclose(h.correct, [2.0, 0.0])  # the one correct case inside, as a density
+    # cases on the edges are inside (numpy's last bin is closed); no warning then
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h = uncertainty_histograms([0.0, 1.0, 0.5], [1, 0, 1], bins=[0.0, 0.5, 1.0], density=False)
+    np.testing.assert_array_equal(h.correct, [1.0, 1.0])
+    np.testing.assert_array_equal(h.incorrect, [0.0, 1.0])
+    with pytest.warns(UserWarning, match="no correct cases, that histogram is NaN"):
+        uncertainty_histograms([0.1, 0.2], [0, 0])
