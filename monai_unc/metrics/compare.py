@@ -78,8 +78,11 @@ def _outcomes(x: Any, name: str) -> np.ndarray:
 
 
 def _sample(x: Any, name: str) -> np.ndarray:
-    """``x`` as a 1-D float64 sample of finite values (ValueError naming ``name`` otherwise)."""
-    a = np.asarray(x, dtype=np.float64)
+    """``x`` as a 1-D float64 sample of finite values (ValueError naming ``name`` otherwise; TypeError for complex)."""
+    a = np.asarray(x)
+    if np.issubdtype(a.dtype, np.complexfloating):  # a cast to float64 would drop the imaginary part
+        raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
+    a = np.asarray(x, dtype=np.float64)  # as before: None in a list reads as NaN
     if a.ndim != 1:
         raise ValueError(f"{name} must be a 1-D sample, got shape {a.shape}")
     if not np.isfinite(a).all():
@@ -263,6 +266,7 @@ def cohens_d(a: Any, b: Any) -> float:
 
     Raises:
         ValueError: ``a`` or ``b`` is not 1-D or holds NaN / inf (leave such cases out first).
+        TypeError: ``a`` or ``b`` holds complex numbers.
 
     Example:
         >>> from monai_unc.metrics import cohens_d

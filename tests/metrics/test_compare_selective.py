@@ -38,3 +38,18 @@ def test_significantly_better_with_common_cases_is_the_higher_accuracy():
     res = compare_metric_values({"g": good, "p": poor}, {"g": b, "p": b}, True)
     assert res.metrics["g"].accuracy > res.metrics["p"].accuracy
     assert res.significantly_better("g") == ["p"] and res.significantly_better("p") == []
+
+
+def test_complex_values_are_refused_not_cast():
+    """float64 casts drop the imaginary part: cohens_d and aurc of complex input answered with numpy's ComplexWarning."""
+    import pytest
+
+    from monai_unc.metrics import aurc, cohens_d
+
+    with pytest.raises(TypeError, match="a must hold real numbers"):
+        cohens_d(np.array([1 + 1j, 2, 3]), [0.0, 1.0, 2.0])
+    with pytest.raises(TypeError, match="uncertainty must hold real numbers"):
+        aurc(np.array([1 + 1j, 2]), [0.0, 1.0])
+    with pytest.raises(TypeError, match="risk must hold real numbers"):
+        aurc([0.1, 0.2], np.array([0, 1], dtype=np.complex64))
+    assert cohens_d([1.0, 2.0, 3.0], [0.0, 1.0, 2.0]) == pytest.approx(1.0)
