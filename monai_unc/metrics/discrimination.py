@@ -513,7 +513,7 @@ def pavpu(
         error: 0/1 error map of the same shape.
         window: patch size in voxels, scalar or per axis.
         threshold: patch uncertainty threshold.
-        accuracy_threshold: patch accuracy threshold (0.5 in the paper).
+        accuracy_threshold: patch accuracy threshold in [0, 1] (0.5 in the paper).
         per_case: as in the module docstring; pooled over a batch, the patches of every case are counted together.
 
     Returns:
@@ -531,6 +531,10 @@ def pavpu(
     """
     thr = _check_threshold(threshold)
     acc_thr = _check_threshold(accuracy_threshold, "accuracy_threshold")
+    if not 0.0 <= acc_thr <= 1.0:
+        # found by hostile testing: accuracy_threshold=50 (percent) made every patch inaccurate, silently, and PAvPU
+        # became the fraction of uncertain patches
+        raise ValueError(f"accuracy_threshold must be a patch accuracy in [0, 1], got {accuracy_threshold}")
     pairs, by_case = _cases(uncertainty, error, per_case, "pavpu", keep_spatial=True, stacklevel=3)
     hits, totals = [], []
     for u, e in pairs:
