@@ -774,6 +774,11 @@ def compare_uncertainty_maps(
         :class:`UncertaintyComparison` (accuracy, Cohen's d and mean relative difference per metric, McNemar
         p-values raw and Holm-adjusted, Cochran's Q); ``.to_markdown()`` prints a Table-1 style summary.
 
+    Raises:
+        TypeError: ``higher_is_better`` is not None, a bool or a mapping, or one of its directions is not a bool.
+        ValueError: unknown metric names, a custom metric without a direction, cases that do not match, or ``alpha``
+            not in (0, 1).
+
     Example:
         >>> import torch
         >>> from monai_unc.metrics import compare_uncertainty_maps
@@ -809,6 +814,9 @@ def compare_uncertainty_maps(
     if not specs:
         raise ValueError("metric_fns selects no metric")
 
+    if higher_is_better is not None and not isinstance(higher_is_better, (bool, np.bool_, Mapping)):
+        # found by hostile testing: "False", 0 or [False] fell through to the registry's directions without a word
+        raise TypeError(f"higher_is_better must be None, a bool or a mapping name -> bool, got {higher_is_better!r}")
     directions: dict[str, bool] = {}
     fns: dict[str, MetricFn] = {}
     for n, spec in specs.items():

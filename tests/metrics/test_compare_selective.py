@@ -53,3 +53,24 @@ def test_complex_values_are_refused_not_cast():
     with pytest.raises(TypeError, match="risk must hold real numbers"):
         aurc([0.1, 0.2], np.array([0, 1], dtype=np.complex64))
     assert cohens_d([1.0, 2.0, 3.0], [0.0, 1.0, 2.0]) == pytest.approx(1.0)
+
+
+def test_compare_uncertainty_maps_refuses_a_direction_that_is_not_a_bool():
+    """higher_is_better="False", 0 or [False] fell through to the registry's direction without a word."""
+    import pytest
+
+    from monai_unc.metrics import compare_uncertainty_maps
+
+    rng = np.random.default_rng(0)
+    t = np.zeros((4, 8, 8), int)
+    t[:, 2:6, 2:6] = 1
+    p = t.copy()
+    p[:, 2:6, 6] = 1
+    a, b = rng.random((4, 1, 8, 8)), rng.random((4, 1, 8, 8))
+    for bad in ("False", 0, [False]):
+        with pytest.raises(TypeError, match="higher_is_better"):
+            compare_uncertainty_maps(["AUC-ROC"], a, b, higher_is_better=bad, pred=p, target=t)
+    res = compare_uncertainty_maps(["AUC-ROC"], a, b, higher_is_better=False, pred=p, target=t)
+    assert res.metrics["AUC-ROC"].higher_is_better is False
+    res = compare_uncertainty_maps(["AUC-ROC"], a, b, pred=p, target=t)
+    assert res.metrics["AUC-ROC"].higher_is_better is True
