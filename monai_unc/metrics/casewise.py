@@ -230,11 +230,19 @@ def ood_auroc_by_shift(
         against the in-distribution ones) and ``"per_shift"`` (``{label: AUROC}`` of each shifted label, as written,
         against all in-distribution cases).
 
+    Raises:
+        TypeError: ``shifts`` is one string rather than one label per case.
+        ValueError: ``uncertainty`` and ``shifts`` differ in length.
+
     Example:
         >>> r = ood_auroc_by_shift([0.1, 0.2, float("nan"), 0.3], ["none", "Clean", "noise", "blur"])
         >>> r["n_iid"], r["n_ood"], r["auroc"], r["per_shift"]
         (2, 2, 1.0, {'blur': 1.0, 'noise': 1.0})
     """
+    if isinstance(shifts, (str, bytes)):
+        # found by hostile testing: one label given as a string was read as one label per character ("blur" for four
+        # cases: the shifts b, l, u, r), as in_distribution_labels once read "clean"
+        raise TypeError(f"shifts must hold one label per case (a list), got the string {shifts!r}")
     scores = fill_undefined_scores(uncertainty)
     # None and NaN (pandas' empty cell) read as "", as is_in_distribution reads them and as read_shifts reads an empty
     # cell (found by hostile testing: a NaN label was the shift "nan", so a table read by pandas gave another AUROC)

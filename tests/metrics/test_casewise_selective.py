@@ -58,3 +58,16 @@ def test_uncertainty_histograms_cases_outside_the_range_are_not_dropped_silently
     np.testing.assert_array_equal(h.incorrect, [0.0, 1.0])
     with pytest.warns(UserWarning, match="no correct cases, that histogram is NaN"):
         uncertainty_histograms([0.1, 0.2], [0, 0])
+
+
+def test_ood_auroc_by_shift_refuses_one_string_for_the_labels():
+    """"blur" for four cases was read as the labels b, l, u, r: four shifted cases and no AUROC, without a word."""
+    import pytest
+
+    from monai_unc.metrics import ood_auroc_by_shift
+
+    for bad in ("blur", b"none"):
+        with pytest.raises(TypeError, match="one label per case"):
+            ood_auroc_by_shift([0.1, 0.2, 0.3, 0.4], bad)
+    res = ood_auroc_by_shift([0.1, 0.2, 0.3, 0.4], ["none", "none", "blur", "blur"])
+    assert res["auroc"] == 1.0 and res["per_shift"] == {"blur": 1.0}
