@@ -39,7 +39,7 @@ import torch
 from scipy import stats
 
 from .._deprecation import deprecated_arg_names
-from .._utils import to_numpy
+from .._utils import check_bool, to_numpy
 from . import discrimination as _disc
 from . import spatial as _spatial
 from .calibration import uce
@@ -312,6 +312,7 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
 
     Raises:
         ValueError: ``x`` or ``y`` holds values other than 0 and 1 (NaN included), or their shapes differ.
+        TypeError: ``exact`` is not a bool.
 
     Example:
         >>> from monai_unc.metrics import mcnemar_test
@@ -320,6 +321,8 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
         >>> round(mcnemar_test(x, y), 4), round(mcnemar_test(x, y, exact=False), 4)
         (0.0625, 0.0736)
     """
+    # found by hostile testing: exact="False" (a string, e.g. from a configuration file) ran the exact test
+    exact = check_bool(exact, "exact")
     b, c = _discordant_pairs(_outcomes(x, "x"), _outcomes(y, "y"))
     if b + c == 0:
         return 1.0
@@ -640,7 +643,7 @@ def compare_metric_values(
     Raises:
         ValueError: the two mappings hold different metrics or lengths, a value array is not 1-D, ``alpha`` is not
             in (0, 1), or a metric has no direction.
-        TypeError: a direction is not a bool.
+        TypeError: a direction, or ``exact``, is not a bool.
 
     Example:
         >>> import numpy as np
@@ -662,6 +665,7 @@ def compare_metric_values(
     if not names:
         raise ValueError("no metric to compare")
     alpha = _check_alpha(alpha)
+    exact = check_bool(exact, "exact")
     directions = {}
     for n in names:
         if isinstance(higher_is_better, (bool, np.bool_)):
@@ -775,7 +779,8 @@ def compare_uncertainty_maps(
         p-values raw and Holm-adjusted, Cochran's Q); ``.to_markdown()`` prints a Table-1 style summary.
 
     Raises:
-        TypeError: ``higher_is_better`` is not None, a bool or a mapping, or one of its directions is not a bool.
+        TypeError: ``higher_is_better`` is not None, a bool or a mapping, one of its directions is not a bool, or
+            ``exact`` is not a bool.
         ValueError: unknown metric names, a custom metric without a direction, cases that do not match, or ``alpha``
             not in (0, 1).
 
@@ -797,6 +802,7 @@ def compare_uncertainty_maps(
         0.3679
     """
     _check_alpha(alpha)  # before the metrics are computed
+    exact = check_bool(exact, "exact")
     registry = uncertainty_map_metrics(
         include_uce=metric_fns is None or (not isinstance(metric_fns, Mapping) and "UCE" in list(metric_fns))
     )

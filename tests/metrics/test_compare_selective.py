@@ -74,3 +74,22 @@ def test_compare_uncertainty_maps_refuses_a_direction_that_is_not_a_bool():
     assert res.metrics["AUC-ROC"].higher_is_better is False
     res = compare_uncertainty_maps(["AUC-ROC"], a, b, pred=p, target=t)
     assert res.metrics["AUC-ROC"].higher_is_better is True
+
+
+def test_exact_must_be_a_bool():
+    """exact="False" (a string from a configuration file) is truthy: the exact test ran instead of the chi-square."""
+    import pytest
+
+    from monai_unc.metrics import compare_uncertainty_maps
+
+    x, y = [1, 1, 1, 1, 1, 1, 0, 1], [0, 0, 0, 0, 0, 1, 0, 1]
+    for bad in ("False", 0, None):
+        with pytest.raises(TypeError, match="exact"):
+            mcnemar_test(x, y, exact=bad)
+        with pytest.raises(TypeError, match="exact"):
+            compare_metric_values({"m": [0.1, 0.2]}, {"m": [0.2, 0.1]}, True, exact=bad)
+        with pytest.raises(TypeError, match="exact"):
+            compare_uncertainty_maps({"m": lambda u, p, t, spacing=1.0: 0.0}, np.zeros((2, 1, 4, 4)),
+                                     np.zeros((2, 1, 4, 4)), True, pred=np.zeros((2, 4, 4)), target=np.zeros((2, 4, 4)),
+                                     exact=bad)
+    assert round(mcnemar_test(x, y, exact=np.bool_(False)), 4) == 0.0736
