@@ -177,11 +177,15 @@ def uncertainty_map_metrics(
     Returns:
         ``{name: MetricSpec}`` in the paper's order.
 
+    Raises:
+        TypeError: ``include_uce`` is not a bool.
+
     Example:
         >>> from monai_unc.metrics import uncertainty_map_metrics
         >>> list(uncertainty_map_metrics())[:4]
         ['SPACE', 'BUC', 'BA-ECE', 'UCE']
     """
+    include_uce = check_bool(include_uce, "include_uce")  # found by hostile testing: "no" included UCE
     reg: dict[str, MetricSpec] = {
         "SPACE": MetricSpec(_spatial_fn(_spatial.spatial_calibration_error, sigma=sigma), False, True),
         "BUC": MetricSpec(_spatial_fn(_spatial.boundary_uncertainty_concentration), True, True),

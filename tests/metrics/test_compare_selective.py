@@ -93,3 +93,15 @@ def test_exact_must_be_a_bool():
                                      np.zeros((2, 1, 4, 4)), True, pred=np.zeros((2, 4, 4)), target=np.zeros((2, 4, 4)),
                                      exact=bad)
     assert round(mcnemar_test(x, y, exact=np.bool_(False)), 4) == 0.0736
+
+
+def test_include_uce_must_be_a_bool():
+    """include_uce="no" is truthy: UCE was included."""
+    import pytest
+
+    from monai_unc.metrics import uncertainty_map_metrics
+
+    for bad in ("no", 0, None):
+        with pytest.raises(TypeError, match="include_uce"):
+            uncertainty_map_metrics(include_uce=bad)
+    assert "UCE" not in uncertainty_map_metrics(include_uce=False) and "UCE" in uncertainty_map_metrics()
