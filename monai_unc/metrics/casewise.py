@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_pair, case_vector, label_text, to_numpy, warn_nan
+from .._utils import ArrayLike, case_pair, case_vector, check_bool, label_text, to_numpy, warn_nan
 from .discrimination import auroc
 from .selective import augrc, aurc, eaurc
 
@@ -366,6 +366,7 @@ def uncertainty_histograms(
         >>> h.correct, h.incorrect
         (array([2.66666667, 0.        , 1.33333333, 0.        ]), array([0., 2., 0., 2.]))
     """
+    density = check_bool(density, "density")  # found by hostile testing: density="no" gave densities
     u, c = case_pair(uncertainty, correct, "correct", "uncertainty")
     if not np.isin(c, (0.0, 1.0)).all():
         raise ValueError("correct must be boolean (or 0/1) per case")

@@ -71,3 +71,16 @@ def test_ood_auroc_by_shift_refuses_one_string_for_the_labels():
             ood_auroc_by_shift([0.1, 0.2, 0.3, 0.4], bad)
     res = ood_auroc_by_shift([0.1, 0.2, 0.3, 0.4], ["none", "none", "blur", "blur"])
     assert res["auroc"] == 1.0 and res["per_shift"] == {"blur": 1.0}
+
+
+def test_uncertainty_histograms_density_must_be_a_bool():
+    """density="no" is truthy: densities came back where counts were asked for."""
+    import pytest
+
+    from monai_unc.metrics import uncertainty_histograms
+
+    for bad in ("no", 0, None):
+        with pytest.raises(TypeError, match="density"):
+            uncertainty_histograms([0.1, 0.2, 0.3], [1, 0, 1], bins=2, density=bad)
+    h = uncertainty_histograms([0.1, 0.2, 0.3], [1, 0, 1], bins=2, density=False)
+    np.testing.assert_array_equal(h.correct, [1.0, 1.0])
