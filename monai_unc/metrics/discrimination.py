@@ -248,9 +248,9 @@ def _auprc_case(u: np.ndarray, e: np.ndarray) -> float:
     pos, neg = _sorted_split(u, e)
     n_pos, n_neg = pos.size, neg.size
     if n_pos == 0 or n_neg == 0:
-        # found by hostile testing: with no correct voxel the precision is 1 at every threshold, so any map, a constant
-        # one too, scored a perfect AUPRC of 1 (scikit-learn's value), as the module notes promised NaN; there is nothing
-        # to tell the errors from, as for the AUROC
+        # found by hostile testing: with no correct voxel the precision is 1 at every threshold, so any map, a
+        # constant one too, scored a perfect AUPRC of 1 (scikit-learn's value), where the module notes promised NaN;
+        # there is nothing to tell the errors from, as for the AUROC
         what = "no erroneous" if n_pos == 0 else "no correct"
         return warn_nan(f"error_auprc: the case has {what} voxel; AUPRC is undefined", 5)
     starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])  # first index of each distinct error value

@@ -126,8 +126,7 @@ class ReferralCurve(NamedTuple):
 
 
 def _pair(uncertainty: Any, risk: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``uncertainty`` and ``risk`` as finite 1-D float64 arrays of one length, ``risk >= 0`` (errors name the argument).
-    """
+    """``uncertainty`` and ``risk`` as finite 1-D float64 arrays of one length, ``risk >= 0`` (errors name them)."""
     u = case_vector(uncertainty, "uncertainty")
     r = case_vector(risk, "risk")
     if u.shape != r.shape:
@@ -135,8 +134,8 @@ def _pair(uncertainty: Any, risk: Any) -> tuple[np.ndarray, np.ndarray]:
     if r.min() < 0:
         # found by hostile testing: a negative "risk" (e.g. -Dice, a quality) gave a negative AURC without complaint
         raise ValueError(
-            f"risk must be a loss >= 0 (0/1 error, 1 - Dice, ...), got a minimum of {r.min():.4g}; pass 1 - Dice rather "
-            "than a quality"
+            f"risk must be a loss >= 0 (0/1 error, 1 - Dice, ...), got a minimum of {r.min():.4g}; pass 1 - Dice "
+            "rather than a quality"
         )
     return u, r
 

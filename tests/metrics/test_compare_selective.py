@@ -41,7 +41,7 @@ def test_significantly_better_with_common_cases_is_the_higher_accuracy():
 
 
 def test_complex_values_are_refused_not_cast():
-    """float64 casts drop the imaginary part: cohens_d and aurc of complex input answered with numpy's ComplexWarning."""
+    """A float64 cast drops the imaginary part: cohens_d and aurc of complex input gave numpy's ComplexWarning."""
     import pytest
 
     from monai_unc.metrics import aurc, cohens_d
