@@ -783,8 +783,8 @@ def compare_uncertainty_maps(
         p-values raw and Holm-adjusted, Cochran's Q); ``.to_markdown()`` prints a Table-1 style summary.
 
     Raises:
-        TypeError: ``higher_is_better`` is not None, a bool or a mapping, one of its directions is not a bool, or
-            ``exact`` is not a bool.
+        TypeError: ``metric_fns`` is one string (give a list), ``higher_is_better`` is not None, a bool or a
+            mapping, one of its directions is not a bool, or ``exact`` is not a bool.
         ValueError: unknown metric names, a custom metric without a direction, cases that do not match, or ``alpha``
             not in (0, 1).
 
@@ -806,6 +806,10 @@ def compare_uncertainty_maps(
         0.3679
     """
     _check_alpha(alpha)  # before the metrics are computed
+    if isinstance(metric_fns, (str, bytes)):
+        # found by hostile testing: "BUC" was read as the names B, U, C ("unknown metric name(s) ['B', 'U', 'C']")
+        raise TypeError(f"metric_fns must be None, a list of names or a mapping, got the string {metric_fns!r}; "
+                        f"pass [{metric_fns!r}] for one metric")
     exact = check_bool(exact, "exact")
     registry = uncertainty_map_metrics(
         include_uce=metric_fns is None or (not isinstance(metric_fns, Mapping) and "UCE" in list(metric_fns))

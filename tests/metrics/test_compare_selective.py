@@ -105,3 +105,14 @@ def test_include_uce_must_be_a_bool():
         with pytest.raises(TypeError, match="include_uce"):
             uncertainty_map_metrics(include_uce=bad)
     assert "UCE" not in uncertainty_map_metrics(include_uce=False) and "UCE" in uncertainty_map_metrics()
+
+
+def test_one_metric_name_as_a_string_is_refused_with_a_clear_message():
+    """"BUC" was read character by character: "unknown metric name(s) ['B', 'U', 'C']"."""
+    import pytest
+
+    from monai_unc.metrics import compare_uncertainty_maps
+
+    z, lab = np.zeros((2, 1, 4, 4)), np.zeros((2, 4, 4), int)
+    with pytest.raises(TypeError, match=r"metric_fns .* pass \['BUC'\]"):
+        compare_uncertainty_maps("BUC", z, z, pred=lab, target=lab)
