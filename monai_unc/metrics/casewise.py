@@ -7,13 +7,14 @@ floats or small numpy arrays. Definitions follow ValUES (ValUES, Appendix A.2-A.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_pair, case_vector, label_text, to_numpy, warn_nan
+from .._utils import ArrayLike, case_pair, case_vector, check_bool, label_text, to_numpy, warn_nan
 from .discrimination import auroc
 from .selective import augrc, aurc, eaurc
 
@@ -190,7 +191,8 @@ def fill_undefined_scores(scores: ArrayLike) -> np.ndarray:
         scores: per-case scores ``(N,)``; NaN or inf marks an undefined score.
 
     Returns:
-        A float64 copy with every non-finite score set to ``max(defined) + 1`` (``1`` when none is defined).
+        A float64 copy with every non-finite score set to ``max(defined) + 1`` (``1`` when none is defined), or to the
+        next float64 above ``max(defined)`` where adding 1 does not change it (``|max| >= 2**53``).
 
     Example:
         >>> fill_undefined_scores(np.array([0.2, np.nan, 0.5]))
@@ -200,7 +202,10 @@ def fill_undefined_scores(scores: ArrayLike) -> np.ndarray:
     bad = ~np.isfinite(out)
     if bad.any():
         top = np.nanmax(out[~bad]) if (~bad).any() else 0.0
-        out[bad] = top + 1.0
+        # found by hostile testing: from 2**53 on, max + 1 rounds to max, so an undefined score tied with the most
+        # uncertain defined case and the triage order (ties by case id) could put it after that case
+        fill = top + 1.0
+        out[bad] = fill if fill > top else np.nextafter(top, np.inf)
     return out
 
 
@@ -225,11 +230,19 @@ def ood_auroc_by_shift(
         against the in-distribution ones) and ``"per_shift"`` (``{label: AUROC}`` of each shifted label, as written,
         against all in-distribution cases).
 
+    Raises:
+        TypeError: ``shifts`` is one string rather than one label per case.
+        ValueError: ``uncertainty`` and ``shifts`` differ in length.
+
     Example:
         >>> r = ood_auroc_by_shift([0.1, 0.2, float("nan"), 0.3], ["none", "Clean", "noise", "blur"])
         >>> r["n_iid"], r["n_ood"], r["auroc"], r["per_shift"]
         (2, 2, 1.0, {'blur': 1.0, 'noise': 1.0})
     """
+    if isinstance(shifts, (str, bytes)):
+        # found by hostile testing: one label given as a string was read as one label per character ("blur" for four
+        # cases: the shifts b, l, u, r), as in_distribution_labels once read "clean"
+        raise TypeError(f"shifts must hold one label per case (a list), got the string {shifts!r}")
     scores = fill_undefined_scores(uncertainty)
     # None and NaN (pandas' empty cell) read as "", as is_in_distribution reads them and as read_shifts reads an empty
     # cell (found by hostile testing: a NaN label was the shift "nan", so a table read by pandas gave another AUROC)
@@ -274,7 +287,11 @@ def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "e
 
 
 def _mean_dice(x: Any, name: str) -> float:
+    """The mean of Dice values in [0, 1] (ValueError naming ``name`` otherwise)."""
     a = case_vector(np.atleast_1d(to_numpy(x, name)), name)
+    # found by hostile testing: a Dice of -0.5 or 1.5 (a percentage, a loss) gave a relative change without complaint
+    if a.min() < 0 or a.max() > 1:
+        raise ValueError(f"{name} must hold Dice values in [0, 1], got values in [{a.min():.4g}, {a.max():.4g}]")
     return float(a.mean())
 
 
@@ -299,6 +316,9 @@ def al_improvement(
     Returns:
         ``C_method - C_random`` as a float. A zero Dice at cycle 1 leaves the relative change undefined: NaN with a
         ``UserWarning``.
+
+    Raises:
+        ValueError: a Dice outside [0, 1] (e.g. in percent), NaN or inf, or an empty array.
 
     Example:
         >>> from monai_unc.metrics import al_improvement
@@ -334,8 +354,9 @@ def uncertainty_histograms(
         density: normalise each group to unit area (RETINA plots densities); ``False`` gives counts.
 
     Returns:
-        :class:`UncertaintyHistograms` (numpy arrays). A group without cases gets an all-NaN histogram and a
-        ``UserWarning``.
+        :class:`UncertaintyHistograms` (numpy arrays). Cases outside the bins (a ``range`` or explicit edges that do
+        not cover them) are left out of the histograms with a ``UserWarning`` (``n_correct`` and ``n_incorrect`` still
+        count them); a group without cases inside the bins gets an all-NaN histogram and a ``UserWarning``.
 
     Example:
         >>> from monai_unc.metrics import uncertainty_histograms
@@ -345,17 +366,29 @@ def uncertainty_histograms(
         >>> h.correct, h.incorrect
         (array([2.66666667, 0.        , 1.33333333, 0.        ]), array([0., 2., 0., 2.]))
     """
+    density = check_bool(density, "density")  # found by hostile testing: density="no" gave densities
     u, c = case_pair(uncertainty, correct, "correct", "uncertainty")
     if not np.isin(c, (0.0, 1.0)).all():
         raise ValueError("correct must be boolean (or 0/1) per case")
     ok = c.astype(bool)
     edges = np.histogram_bin_edges(u, bins=bins, range=range)
+    # found by hostile testing: numpy drops the cases outside the edges without a word, and a group with none inside
+    # came back NaN with numpy's "invalid value encountered in divide" instead of this function's warning
+    inside = (u >= edges[0]) & (u <= edges[-1])
+    if not inside.all():
+        warnings.warn(
+            f"uncertainty_histograms: {int((~inside).sum())} of {u.size} case(s) lie outside the bins "
+            f"[{edges[0]:.4g}, {edges[-1]:.4g}] and are not in the histograms",
+            UserWarning,
+            stacklevel=2,
+        )
     hists = []
     for name, sel in (("correct", ok), ("incorrect", ~ok)):
-        if sel.any():
-            h, _ = np.histogram(u[sel], bins=edges, density=density)
+        if (sel & inside).any():
+            h, _ = np.histogram(u[sel & inside], bins=edges, density=density)
             hists.append(h.astype(np.float64))
         else:
-            warn_nan(f"uncertainty_histograms: no {name} cases, that histogram is NaN")
+            warn_nan(f"uncertainty_histograms: no {name} cases{' inside the bins' if sel.any() else ''}, "
+                     "that histogram is NaN")
             hists.append(np.full(edges.size - 1, np.nan))
     return UncertaintyHistograms(edges, hists[0], hists[1], int(ok.sum()), int((~ok).sum()))

@@ -39,7 +39,7 @@ import torch
 from scipy import stats
 
 from .._deprecation import deprecated_arg_names
-from .._utils import to_numpy
+from .._utils import check_bool, to_numpy
 from . import discrimination as _disc
 from . import spatial as _spatial
 from .calibration import uce
@@ -78,8 +78,11 @@ def _outcomes(x: Any, name: str) -> np.ndarray:
 
 
 def _sample(x: Any, name: str) -> np.ndarray:
-    """``x`` as a 1-D float64 sample of finite values (ValueError naming ``name`` otherwise)."""
-    a = np.asarray(x, dtype=np.float64)
+    """``x`` as a 1-D float64 sample of finite values (ValueError naming ``name`` otherwise; TypeError for complex)."""
+    a = np.asarray(x)
+    if np.issubdtype(a.dtype, np.complexfloating):  # a cast to float64 would drop the imaginary part
+        raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
+    a = np.asarray(x, dtype=np.float64)  # as before: None in a list reads as NaN
     if a.ndim != 1:
         raise ValueError(f"{name} must be a 1-D sample, got shape {a.shape}")
     if not np.isfinite(a).all():
@@ -174,11 +177,15 @@ def uncertainty_map_metrics(
     Returns:
         ``{name: MetricSpec}`` in the paper's order.
 
+    Raises:
+        TypeError: ``include_uce`` is not a bool.
+
     Example:
         >>> from monai_unc.metrics import uncertainty_map_metrics
         >>> list(uncertainty_map_metrics())[:4]
         ['SPACE', 'BUC', 'BA-ECE', 'UCE']
     """
+    include_uce = check_bool(include_uce, "include_uce")  # found by hostile testing: "no" included UCE
     reg: dict[str, MetricSpec] = {
         "SPACE": MetricSpec(_spatial_fn(_spatial.spatial_calibration_error, sigma=sigma), False, True),
         "BUC": MetricSpec(_spatial_fn(_spatial.boundary_uncertainty_concentration), True, True),
@@ -263,6 +270,7 @@ def cohens_d(a: Any, b: Any) -> float:
 
     Raises:
         ValueError: ``a`` or ``b`` is not 1-D or holds NaN / inf (leave such cases out first).
+        TypeError: ``a`` or ``b`` holds complex numbers.
 
     Example:
         >>> from monai_unc.metrics import cohens_d
@@ -281,6 +289,17 @@ def cohens_d(a: Any, b: Any) -> float:
     return float((x.mean() - y.mean()) / s)
 
 
+def _discordant_pairs(x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+    """``(b, c) = (#(x=1, y=0), #(x=0, y=1))`` of paired bool outcomes of one shape (ValueError otherwise).
+
+    The discordant pairs of McNemar's test: its p-value (:func:`mcnemar_test`) and the direction of a significant
+    difference (:meth:`UncertaintyComparison.significantly_better`) both come from them.
+    """
+    if x.shape != y.shape:
+        raise ValueError(f"x and y must have the same shape, got {x.shape} and {y.shape}")
+    return int(np.count_nonzero(x & ~y)), int(np.count_nonzero(~x & y))
+
+
 def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
     """Two-sided McNemar p-value for paired 0/1 outcomes ``x``, ``y`` (e.g. per-case correctness).
 
@@ -297,6 +316,7 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
 
     Raises:
         ValueError: ``x`` or ``y`` holds values other than 0 and 1 (NaN included), or their shapes differ.
+        TypeError: ``exact`` is not a bool.
 
     Example:
         >>> from monai_unc.metrics import mcnemar_test
@@ -305,12 +325,9 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
         >>> round(mcnemar_test(x, y), 4), round(mcnemar_test(x, y, exact=False), 4)
         (0.0625, 0.0736)
     """
-    x = _outcomes(x, "x")
-    y = _outcomes(y, "y")
-    if x.shape != y.shape:
-        raise ValueError(f"x and y must have the same shape, got {x.shape} and {y.shape}")
-    b = int(np.count_nonzero(x & ~y))
-    c = int(np.count_nonzero(~x & y))
+    # found by hostile testing: exact="False" (a string, e.g. from a configuration file) ran the exact test
+    exact = check_bool(exact, "exact")
+    b, c = _discordant_pairs(_outcomes(x, "x"), _outcomes(y, "y"))
     if b + c == 0:
         return 1.0
     if exact:
@@ -483,7 +500,12 @@ class UncertaintyComparison:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def significantly_better(self, name: str) -> list[str]:
-        """Metrics that ``name`` beats: higher accuracy and Holm-adjusted McNemar p <= alpha.
+        """Metrics that ``name`` beats: Holm-adjusted McNemar p <= alpha, in ``name``'s favour on the tested cases.
+
+        The direction comes from the cases the McNemar test compared (those valid for both metrics): ``name``
+        prefers map a on more of them than the other metric does (more discordant pairs in its favour). Where both
+        metrics are valid on the same cases this is "higher accuracy"; where they are not, the accuracies over each
+        metric's own valid cases can point the other way than the test.
 
         Args:
             name: one of :attr:`names`.
@@ -492,12 +514,19 @@ class UncertaintyComparison:
             The names of the metrics that ``name`` beats.
         """
         i = self.names.index(name)
-        acc = self.metrics[name].accuracy
-        return [
-            other
-            for j, other in enumerate(self.names)
-            if j != i and self.mcnemar_p_holm[i, j] <= self.alpha and acc > self.metrics[other].accuracy
-        ]
+        mine = self.metrics[name]
+        out = []
+        for j, other in enumerate(self.names):
+            if j == i or not self.mcnemar_p_holm[i, j] <= self.alpha:
+                continue
+            theirs = self.metrics[other]
+            both = mine.valid & theirs.valid
+            # found by hostile testing: comparing the accuracies over each metric's own valid cases declared a metric
+            # significantly better than another that beat it on every discordant case the McNemar test counted
+            b, c = _discordant_pairs(mine.prefers_a[both], theirs.prefers_a[both])
+            if b > c:
+                out.append(other)
+        return out
 
     def table(self) -> list[dict[str, Any]]:
         """One row per metric, sorted by accuracy (descending), as plain Python values.
@@ -618,7 +647,7 @@ def compare_metric_values(
     Raises:
         ValueError: the two mappings hold different metrics or lengths, a value array is not 1-D, ``alpha`` is not
             in (0, 1), or a metric has no direction.
-        TypeError: a direction is not a bool.
+        TypeError: a direction, or ``exact``, is not a bool.
 
     Example:
         >>> import numpy as np
@@ -640,6 +669,7 @@ def compare_metric_values(
     if not names:
         raise ValueError("no metric to compare")
     alpha = _check_alpha(alpha)
+    exact = check_bool(exact, "exact")
     directions = {}
     for n in names:
         if isinstance(higher_is_better, (bool, np.bool_)):
@@ -752,6 +782,12 @@ def compare_uncertainty_maps(
         :class:`UncertaintyComparison` (accuracy, Cohen's d and mean relative difference per metric, McNemar
         p-values raw and Holm-adjusted, Cochran's Q); ``.to_markdown()`` prints a Table-1 style summary.
 
+    Raises:
+        TypeError: ``metric_fns`` is one string (give a list), ``higher_is_better`` is not None, a bool or a
+            mapping, one of its directions is not a bool, or ``exact`` is not a bool.
+        ValueError: unknown metric names, a custom metric without a direction, cases that do not match, or ``alpha``
+            not in (0, 1).
+
     Example:
         >>> import torch
         >>> from monai_unc.metrics import compare_uncertainty_maps
@@ -770,6 +806,11 @@ def compare_uncertainty_maps(
         0.3679
     """
     _check_alpha(alpha)  # before the metrics are computed
+    if isinstance(metric_fns, (str, bytes)):
+        # found by hostile testing: "BUC" was read as the names B, U, C ("unknown metric name(s) ['B', 'U', 'C']")
+        raise TypeError(f"metric_fns must be None, a list of names or a mapping, got the string {metric_fns!r}; "
+                        f"pass [{metric_fns!r}] for one metric")
+    exact = check_bool(exact, "exact")
     registry = uncertainty_map_metrics(
         include_uce=metric_fns is None or (not isinstance(metric_fns, Mapping) and "UCE" in list(metric_fns))
     )
@@ -787,6 +828,9 @@ def compare_uncertainty_maps(
     if not specs:
         raise ValueError("metric_fns selects no metric")
 
+    if higher_is_better is not None and not isinstance(higher_is_better, (bool, np.bool_, Mapping)):
+        # found by hostile testing: "False", 0 or [False] fell through to the registry's directions without a word
+        raise TypeError(f"higher_is_better must be None, a bool or a mapping name -> bool, got {higher_is_better!r}")
     directions: dict[str, bool] = {}
     fns: dict[str, MetricFn] = {}
     for n, spec in specs.items():

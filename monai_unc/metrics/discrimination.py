@@ -247,8 +247,12 @@ def _auroc_case(u: np.ndarray, e: np.ndarray) -> float:
 def _auprc_case(u: np.ndarray, e: np.ndarray) -> float:
     pos, neg = _sorted_split(u, e)
     n_pos, n_neg = pos.size, neg.size
-    if n_pos == 0:
-        return warn_nan("error_auprc: the case has no erroneous voxel; AUPRC is undefined", 5)
+    if n_pos == 0 or n_neg == 0:
+        # found by hostile testing: with no correct voxel the precision is 1 at every threshold, so any map, a
+        # constant one too, scored a perfect AUPRC of 1 (scikit-learn's value), where the module notes promised NaN;
+        # there is nothing to tell the errors from, as for the AUROC
+        what = "no erroneous" if n_pos == 0 else "no correct"
+        return warn_nan(f"error_auprc: the case has {what} voxel; AUPRC is undefined", 5)
     starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])  # first index of each distinct error value
     values = pos[starts]
     tp = n_pos - starts  # errors with u >= value
@@ -295,7 +299,8 @@ def error_auprc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None 
     """Average precision of the uncertainty for the error map (scikit-learn's ``average_precision_score``).
 
     ``AP = sum_t (R_t - R_{t+}) P_t`` over the distinct uncertainty values ``t``. Higher is better; the chance level
-    is the error rate. NaN with a warning when a case has no error.
+    is the error rate. NaN with a warning when a case has no error or no correct voxel (scikit-learn gives 0 and 1
+    there: the precision of an all-error case is 1 for any map, so 1 would call any map a perfect detector).
 
     Args:
         uncertainty: uncertainty map, larger = less confident: ``(B, 1, *spatial)`` with ``per_case=True``, any shape
@@ -513,7 +518,7 @@ def pavpu(
         error: 0/1 error map of the same shape.
         window: patch size in voxels, scalar or per axis.
         threshold: patch uncertainty threshold.
-        accuracy_threshold: patch accuracy threshold (0.5 in the paper).
+        accuracy_threshold: patch accuracy threshold in [0, 1] (0.5 in the paper).
         per_case: as in the module docstring; pooled over a batch, the patches of every case are counted together.
 
     Returns:
@@ -531,6 +536,10 @@ def pavpu(
     """
     thr = _check_threshold(threshold)
     acc_thr = _check_threshold(accuracy_threshold, "accuracy_threshold")
+    if not 0.0 <= acc_thr <= 1.0:
+        # found by hostile testing: accuracy_threshold=50 (percent) made every patch inaccurate, silently, and PAvPU
+        # became the fraction of uncertain patches
+        raise ValueError(f"accuracy_threshold must be a patch accuracy in [0, 1], got {accuracy_threshold}")
     pairs, by_case = _cases(uncertainty, error, per_case, "pavpu", keep_spatial=True, stacklevel=3)
     hits, totals = [], []
     for u, e in pairs:

@@ -126,11 +126,17 @@ class ReferralCurve(NamedTuple):
 
 
 def _pair(uncertainty: Any, risk: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``uncertainty`` and ``risk`` as finite 1-D float64 arrays of one length (errors name the argument)."""
+    """``uncertainty`` and ``risk`` as finite 1-D float64 arrays of one length, ``risk >= 0`` (errors name them)."""
     u = case_vector(uncertainty, "uncertainty")
     r = case_vector(risk, "risk")
     if u.shape != r.shape:
         raise ValueError(f"uncertainty and risk must have the same length, got {u.size} and {r.size}")
+    if r.min() < 0:
+        # found by hostile testing: a negative "risk" (e.g. -Dice, a quality) gave a negative AURC without complaint
+        raise ValueError(
+            f"risk must be a loss >= 0 (0/1 error, 1 - Dice, ...), got a minimum of {r.min():.4g}; pass 1 - Dice "
+            "rather than a quality"
+        )
     return u, r
 
 
@@ -208,7 +214,7 @@ def risk_coverage_curve(
         score plus the coverage-0 point), float64, in the library of ``uncertainty``.
 
     Raises:
-        ValueError: empty input, lengths differ, non-finite values, or unknown ``score_type``.
+        ValueError: empty input, lengths differ, non-finite values, a negative risk, or unknown ``score_type``.
 
     Example:
         >>> from monai_unc.metrics import risk_coverage_curve
