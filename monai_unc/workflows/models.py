@@ -6,8 +6,9 @@ Three ways to name the model:
 
 - ``model="example"``: the shipped MNI152 tissue UNet (:func:`monai_unc.data.load_example_model`);
 - ``bundle=DIR``: a MONAI bundle: ``configs/inference.json`` (or ``.yaml``) defines ``network_def``; the weights are
-  ``models/model.pt``. When the config defines ``preprocessing`` it is applied to ``{"image": path}`` and the
-  output maps are mapped back to the input's grid with MONAI's ``Invertd``;
+  ``models/model.pt``. When the config defines ``preprocessing`` it is applied to ``{"image": path}`` (or the one
+  key its first dictionary transform reads) and the output maps are mapped back to the input's grid with MONAI's
+  ``Invertd``;
 - ``network=SPEC`` + ``checkpoints=[...]``: a network given as a MONAI config dict (``{"_target_":
   "monai.networks.nets.UNet", ...}``, inline JSON or a ``.json``/``.yaml`` file) and its state dict; a file may
   also be a whole config that defines ``network_def`` (e.g. the toy bundle's ``configs/train_ssn.json`` with the
@@ -38,8 +39,10 @@ from monai.bundle.config_item import ComponentLocator
 from torch import nn
 
 from ..data import build_example_network, example_weights_path
+from ..engines import find_pred_activation
 from ..inferers import load_state_dict
 from ..io import check_entry_kind, weight_digests
+from ..keys import MEASURES
 from ..temperature import TemperatureScaled
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "checkpoint_temperature",
     "network_spatial_dims",
     "check_network_spec",
+    "check_model_activation",
     "ALLOWED_NETWORK_TARGETS",
 ]
 
@@ -399,7 +403,7 @@ class LoadedModel:
         network: the network.
         description: where it came from, in words (recorded as ``InferSettings.model``).
         default_intensity: the intensity normalisation of ``intensity="auto"``.
-        preprocessing: the bundle's preprocessing transform, applied to ``{"image": path}`` (None: none).
+        preprocessing: the bundle's preprocessing transform, applied to ``{input_key: path}`` (None: none).
         checkpoints: the checkpoint files, in order.
         spatial_dims: the network's spatial dimensionality (:func:`network_spatial_dims`), or None.
         temperature: the temperature of a calibrated checkpoint at full precision (a float or one per class).
@@ -420,6 +424,94 @@ class LoadedModel:
     #: ``"network spec (inline)"``, the digest of its canonical JSON): what a prediction fingerprint compares, so that
     #: a model retrained and saved at the same path is another model
     weights: list[dict[str, str]] = field(default_factory=list)
+    #: the activation a bundle's postprocessing applies to ``pred`` (an ``Activationsd``: ``"softmax"`` or
+    #: ``"sigmoid"``; :func:`_bundle_activation`); None: not a bundle, or no activation found
+    bundle_activation: str | None = None
+    #: the key under which :attr:`preprocessing` reads the image (``{input_key: path}``): the key of the bundle's
+    #: first dictionary transform (:func:`_preprocessing_input_key`), ``"image"`` in most bundles
+    input_key: str = "image"
+
+
+def _preprocessing_input_key(preprocessing: Any, root: Path) -> str:
+    """The key a bundle's preprocessing reads the image from: that of its first dictionary transform.
+
+    Found by hostile testing: the image was always given as ``{"image": path}``, so a bundle whose preprocessing
+    reads another key (``"image_key": "img"``) failed every case with ``RuntimeError: applying transform
+    <LoadImaged object at 0x...>``, blaming the case.
+
+    Raises:
+        ValueError: the first dictionary transform reads several keys (or a key the outputs use), naming them.
+    """
+    from monai.transforms import MapTransform
+
+    def first(t: Any) -> Any:
+        if isinstance(t, MapTransform):
+            return t
+        for sub in getattr(t, "transforms", ()) or ():
+            found = first(sub)
+            if found is not None:
+                return found
+        return None
+
+    head = first(preprocessing)
+    keys = [str(k) for k in head.keys] if head is not None else ["image"]
+    if "image" in keys:
+        return "image"
+    if len(keys) != 1 or keys[0] in ("pred", "samples", *MEASURES) or keys[0].startswith("_monai_unc"):
+        raise ValueError(f"bundle {root}: its preprocessing's first transform ({type(head).__name__}) reads the keys "
+                         f"{keys}: monai-unc gives it one image under one key; pass --no-bundle-preprocessing and "
+                         "preprocess the images beforehand")
+    return keys[0]
+
+
+def _bundle_activation(parser: ConfigParser) -> str | None:
+    """The activation the bundle's ``postprocessing`` applies to ``pred`` (``"softmax"``, ``"sigmoid"``), or None.
+
+    The postprocessing is built as MONAI builds it (a bundle is code; building writes nothing) and read with
+    :func:`monai_unc.engines.find_pred_activation`, the reading of ``UncertaintyEvaluator``. A postprocessing that
+    cannot be built, or has no ``Activationsd`` on ``pred``, says nothing (None).
+    """
+    if "postprocessing" not in parser.config:
+        return None
+    try:
+        post = parser.get_parsed_content("postprocessing")
+    except Exception:  # e.g. it references entries of the bundle's run (datalist, output folders) that fail here
+        return None
+    return find_pred_activation(post)
+
+
+def check_model_activation(model: LoadedModel, activation: str | None, option: str = "--activation") -> None:
+    """Refuse an activation that contradicts the one the bundle's postprocessing applies to its network's output.
+
+    A MONAI bundle says how its network's output becomes probabilities: ``Activationsd(keys="pred", sigmoid=True)``
+    (region-based: one independent probability per channel, e.g. BraTS TC/WT/ET) or ``softmax=True`` (mutually
+    exclusive classes). Found by hostile testing: ``monai-unc infer --bundle`` of a sigmoid (BraTS-like) bundle
+    applied its default softmax without a word, renormalising the regions against each other, so every map and the
+    label map were wrong.
+
+    Args:
+        model: the loaded model (:attr:`LoadedModel.bundle_activation`).
+        activation: the run's activation: ``"softmax"``, ``"sigmoid"``, or None / ``"none"`` (probabilities).
+        option: how the message names the option.
+
+    Raises:
+        ValueError: naming ``option`` and the bundle's activation, when they differ.
+
+    Example:
+        >>> check_model_activation(LoadedModel(nn.Identity(), "bundle: b", bundle_activation="softmax"), "softmax")
+        >>> check_model_activation(LoadedModel(nn.Identity(), "bundle: b", bundle_activation="sigmoid"), "softmax")
+        Traceback (most recent call last):
+        ...
+        ValueError: --activation softmax contradicts the bundle (bundle: b): its postprocessing applies sigmoid to \
+'pred' (Activationsd): its network's outputs are logits of a sigmoid; pass --activation sigmoid
+    """
+    wanted = model.bundle_activation
+    given = None if activation == "none" else activation
+    if wanted is None or given == wanted:
+        return
+    raise ValueError(f"{option} {given or 'none'} contradicts the bundle ({model.description}): its postprocessing "
+                     f"applies {wanted} to 'pred' (Activationsd): its network's outputs are logits of a {wanted}; "
+                     f"pass {option} {wanted}")
 
 
 def _bundle_config(bundle: Path) -> Path:
@@ -477,6 +569,8 @@ def load_network(
             check_entry_kind(c, "checkpoint", folder=False)
             raise ValueError(f"checkpoint file not found: {c}")
     preprocessing = None
+    input_key = "image"
+    bundle_activation: str | None = None
     config_files: list[str] = []  # the files besides the checkpoints that define the model
     inline_spec: dict | None = None
     if model is not None:
@@ -518,7 +612,9 @@ def load_network(
                 raise ValueError(
                     f"bundle {root}: cannot build its 'preprocessing' ({e}); pass --no-bundle-preprocessing"
                 ) from None
+            input_key = _preprocessing_input_key(preprocessing, root)
         desc, intensity = f"bundle: {root.resolve()}", "none"
+        bundle_activation = _bundle_activation(parser)
     else:
         spec = _read_spec(network)  # type: ignore[arg-type]
         if isinstance(network, dict) or str(network).lstrip().startswith("{"):
@@ -544,4 +640,5 @@ def load_network(
     if inline_spec is not None:
         text = json.dumps(inline_spec, sort_keys=True, separators=(",", ":"), default=str)
         weights.append({"file": "network spec (inline)", "sha256": hashlib.sha256(text.encode()).hexdigest()})
-    return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims, value, weights)
+    return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims, value, weights,
+                       bundle_activation, input_key)
