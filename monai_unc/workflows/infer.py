@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -753,7 +754,10 @@ def _run_with_preprocessing(
     """
     src = [str(p) for p in case.channels]
     key = model.input_key
-    data = model.preprocessing({key: src[0] if len(src) == 1 else src})  # type: ignore[misc]
+    try:
+        data = model.preprocessing({key: src[0] if len(src) == 1 else src})  # type: ignore[misc]
+    except Exception as e:
+        raise CaseError(_preprocessing_error(case.case_id, src, e)) from e
     image = data[key]
     x = image[None].to(device) if isinstance(image, torch.Tensor) else torch.as_tensor(image)[None].to(device)
     out = _infer_input(case, x, model, inferer, settings, device)
@@ -771,6 +775,47 @@ def _run_with_preprocessing(
         out[K.SAMPLES.value] = _invert_samples(samples, image, model.preprocessing, d[_COVERAGE_KEY], multilabel,
                                                key)
     return {k: maps[k][None] for k in keys}, (out, affine)
+
+
+def _preprocessing_error(case_id: str, files: Sequence[str], error: BaseException) -> str:
+    """The one line of a bundle preprocessing that failed on a case: the transform and the reason.
+
+    MONAI wraps the error of a transform in ``RuntimeError: applying transform <monai...LoadImaged object at
+    0x7f...>``, which names neither the reason nor the file. Found by hostile testing: a truncated input under a
+    bundle's preprocessing was reported as exactly that (without a bundle: ``cannot read FILE: EOFError ...``).
+
+    Args:
+        case_id: the case.
+        files: its image files.
+        error: what the preprocessing raised.
+
+    Returns:
+        ``"case 'ID': the bundle's preprocessing (LoadImaged) failed on FILE: <innermost error>"``.
+
+    Example:
+        >>> try:
+        ...     try:
+        ...         raise EOFError("Compressed file ended")
+        ...     except EOFError as e:
+        ...         raise RuntimeError("applying transform <monai.transforms.LoadImaged object at 0x7f00>") from e
+        ... except RuntimeError as e:
+        ...     _preprocessing_error("c1", ["c1.nii.gz"], e)
+        "case 'c1': the bundle's preprocessing (LoadImaged) failed on c1.nii.gz: EOFError: Compressed file ended"
+    """
+    names: list[str] = []
+    inner: BaseException = error
+    seen: set[int] = set()
+    while True:
+        found = re.search(r"applying transform <([\w.]+) object at 0x[0-9a-fA-F]+>", str(inner))
+        if found:
+            names.append(found.group(1).rsplit(".", 1)[-1])
+        nxt = inner.__cause__ or inner.__context__
+        if nxt is None or id(nxt) in seen:
+            break
+        seen.add(id(inner))
+        inner = nxt
+    where = f" ({names[-1]})" if names else ""
+    return f"case {case_id!r}: the bundle's preprocessing{where} failed on {', '.join(files)}: {error_line(inner)}"
 
 
 def _invert_samples(

@@ -136,3 +136,24 @@ def test_a_preprocessing_that_reads_several_keys_but_no_image_is_refused_at_load
         with pytest.raises(ValueError, match=r"reads the keys \['img', 'seg'\].*--no-bundle-preprocessing"):
             load_network(bundle=bundle)
         assert load_network(bundle=bundle, bundle_preprocessing=False).preprocessing is None
+
+
+def test_a_case_the_bundle_preprocessing_cannot_read_names_the_transform_file_and_reason(tmp_path):
+    """Found by hostile testing: a truncated input under a bundle's preprocessing failed with ``RuntimeError: applying
+    transform <monai.transforms.io.dictionary.LoadImaged object at 0x7f...>`` (no file, no reason)."""
+    from monai_unc.engine import CasesFailed
+    from monai_unc.workflows import run_infer
+
+    images = _images(tmp_path / "images")
+    whole = (images / "case0.nii.gz").read_bytes()
+    (images / "case0.nii.gz").write_bytes(whole[: len(whole) // 2])
+    bundle = _bundle(tmp_path / "bundle")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = prepare_infer(images, bundle=bundle, samples=2, roi=16)
+        with pytest.raises(CasesFailed) as info:
+            run_infer(plan.cases, plan.model, plan.inferer, plan.settings, tmp_path / "out", progress=False)
+    text = json.loads((tmp_path / "out" / "failures.json").read_text())["failures"][0]["error"]
+    assert "the bundle's preprocessing (LoadImaged) failed on " in text and "case0.nii.gz: " in text, text
+    assert "EOFError" in text and "object at 0x" not in text, text
+    assert "object at 0x" not in str(info.value)
