@@ -58,6 +58,9 @@ __all__ = [
 ]
 
 _CONFIG_NAMES = ("inference.json", "inference.yaml", "inference.yml")
+#: how :attr:`LoadedModel.description` marks a bundle whose ``preprocessing`` was not applied
+#: (``--no-bundle-preprocessing``, and ``calibrate``): predictions made so are another model's
+BUNDLE_WITHOUT_PREPROCESSING = "(preprocessing not applied)"
 
 #: the names a network spec may build without an opt-in: MONAI's networks and their building blocks, torch's layers
 #: and this package's networks (a name is allowed when it equals an entry or lies under an entry ending in ".")
@@ -193,7 +196,8 @@ torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it 
                 todo.extend((entry, f"{shown}::", ref) for entry in items.get(ref, ()))
 
 
-def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[str, torch.Tensor]:
+def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False, key: str | None = None,
+                    ) -> dict[str, torch.Tensor]:
     """State dict of a checkpoint (see :func:`monai_unc.inferers.load_state_dict`).
 
     Every failure is a ``ValueError`` naming the file: a file that ``torch.load(weights_only=True)`` refuses (pickled
@@ -203,6 +207,8 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[
     Args:
         path: the checkpoint file (a state dict, or a dict holding one).
         unsafe_load: load with ``weights_only=False`` (trusted files only).
+        key: the entry of the checkpoint that holds the state dict, looked up before the usual ones (a bundle's
+            ``CheckpointLoader`` ``load_dict`` key); None: the usual ones only.
 
     Returns:
         The state dict, name -> tensor (on the CPU).
@@ -224,7 +230,7 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[
     if os.path.getsize(path) == 0:
         raise ValueError(f"cannot read checkpoint {path}: the file is empty (0 bytes)")
     try:
-        return load_state_dict(path, weights_only=not unsafe_load)
+        return load_state_dict(path, weights_only=not unsafe_load, key=key)
     except ValueError as e:  # names the file already (e.g. "does not hold a state dict of tensors")
         raise ValueError(str(e).splitlines()[0]) from None
     except Exception as e:  # torch.load raises UnpicklingError, EOFError, OSError, KeyError, RuntimeError, ...
@@ -240,6 +246,9 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[
                 "tensors (a corrupt or truncated file, or a plain pickle; if you trust the file, --unsafe-load "
                 "reads the latter)"
             ) from None
+        if "TorchScript archive" in text:  # found by hostile testing: "a truncated or corrupt file", it said
+            raise ValueError(f"checkpoint {path} is a TorchScript archive (torch.jit.save, a bundle's model.ts), not "
+                             "a state dict: give the state dict of the network (a bundle's models/model.pt)") from None
         first = text.strip().splitlines()[0] if text.strip() else ""
         reason = f"{type(e).__name__}: {first}" if first else type(e).__name__
         raise ValueError(f"cannot read checkpoint {path} ({reason}): a truncated or corrupt file, or not a torch "
@@ -288,8 +297,8 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
                      f"{'; '.join(parts)}; is it the checkpoint of another architecture?")
 
 
-def _load_weights(network: nn.Module, path: str | os.PathLike, unsafe_load: bool) -> None:
-    state = load_checkpoint(path, unsafe_load)
+def _load_weights(network: nn.Module, path: str | os.PathLike, unsafe_load: bool, key: str | None = None) -> None:
+    state = load_checkpoint(path, unsafe_load, key)
     check_weights_fit(network, state, path)
     try:
         network.load_state_dict(state)
@@ -514,6 +523,21 @@ def check_model_activation(model: LoadedModel, activation: str | None, option: s
                      f"pass {option} {wanted}")
 
 
+def _bundle_checkpoint_key(config: dict) -> str | None:
+    """The entry of ``models/model.pt`` a bundle's ``CheckpointLoader`` loads the network from, or None.
+
+    MONAI's ``CheckpointLoader(load_dict={"model": "@network"})`` reads the state dict under that one key when the
+    checkpoint has it (and the whole checkpoint otherwise). Found by hostile testing: a bundle whose checkpoint holds
+    ``{"weights": state dict, "epoch": 3}`` with ``load_dict: {"weights": "@network"}`` ran with ``monai.bundle run``
+    but was refused by ``monai-unc infer --bundle`` ("does not hold a state dict of tensors").
+    """
+    loader = config.get("checkpointloader")
+    load_dict = loader.get("load_dict") if isinstance(loader, dict) else None
+    if isinstance(load_dict, dict) and len(load_dict) == 1:
+        return str(next(iter(load_dict)))
+    return None
+
+
 def _bundle_config(bundle: Path) -> Path:
     for name in _CONFIG_NAMES:
         p = bundle / "configs" / name
@@ -604,7 +628,7 @@ def load_network(
             if not weights.is_file():
                 raise ValueError(f"bundle {root} has no models/model.pt (or pass --checkpoint)")
             checkpoints = [str(weights)]
-        _load_weights(net, checkpoints[0], unsafe_load)
+        _load_weights(net, checkpoints[0], unsafe_load, _bundle_checkpoint_key(parser.config))
         if bundle_preprocessing and "preprocessing" in parser.config:
             try:
                 preprocessing = parser.get_parsed_content("preprocessing")
@@ -614,6 +638,11 @@ def load_network(
                 ) from None
             input_key = _preprocessing_input_key(preprocessing, root)
         desc, intensity = f"bundle: {root.resolve()}", "none"
+        if not bundle_preprocessing and "preprocessing" in parser.config:
+            # found by hostile testing: the description was that of the bundle with its preprocessing, so a rerun with
+            # --no-bundle-preprocessing into the same folder resumed (skipped) the cases predicted with it, and a rule
+            # certified on preprocessed predictions matched predictions made without it
+            desc += f" {BUNDLE_WITHOUT_PREPROCESSING}"
         bundle_activation = _bundle_activation(parser)
     else:
         spec = _read_spec(network)  # type: ignore[arg-type]

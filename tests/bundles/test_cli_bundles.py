@@ -157,3 +157,58 @@ def test_a_case_the_bundle_preprocessing_cannot_read_names_the_transform_file_an
     assert "the bundle's preprocessing (LoadImaged) failed on " in text and "case0.nii.gz: " in text, text
     assert "EOFError" in text and "object at 0x" not in text, text
     assert "object at 0x" not in str(info.value)
+
+
+def test_a_rerun_without_the_bundle_preprocessing_does_not_resume_the_cases_predicted_with_it(tmp_path):
+    """Found by hostile testing: ``--no-bundle-preprocessing`` was recorded nowhere, so a rerun with it into the same
+    folder skipped the cases predicted with the preprocessing (maps of another grid and intensity scaling), and a
+    rule certified on preprocessed predictions matched predictions made without it."""
+    from monai_unc.io.provenance import compare_fingerprints
+    from monai_unc.workflows import run_infer
+
+    images = _images(tmp_path / "images")
+    bundle = _bundle(tmp_path / "bundle")
+    out = tmp_path / "out"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with_pre = prepare_infer(images, bundle=bundle, samples=2, roi=16)
+        run_infer(with_pre.cases, with_pre.model, with_pre.inferer, with_pre.settings, out, progress=False)
+        without = prepare_infer(images, bundle=bundle, samples=2, roi=16, bundle_preprocessing=False)
+        assert without.model.preprocessing is None
+        assert without.settings.model != with_pre.settings.model
+        with pytest.raises(ValueError, match=r"holds a run with different settings \(model\)"):
+            run_infer(without.cases, without.model, without.inferer, without.settings, out, progress=False)
+    fp = {"with": with_pre.settings.to_json(), "without": without.settings.to_json()}
+    for f in fp.values():
+        f["weights"] = with_pre.model.weights  # the same files: only the preprocessing differs
+    status, diffs = compare_fingerprints(fp["with"], fp["without"])
+    assert status == "mismatch" and [d[0] for d in diffs] == ["model"], (status, diffs)
+    moved = dict(fp["with"], model=fp["with"]["model"].replace(str(tmp_path), "/elsewhere"))
+    assert compare_fingerprints(fp["with"], moved)[0] == "match"  # a moved bundle is the same model
+
+
+def test_the_checkpoint_entry_named_by_the_bundle_checkpointloader_is_loaded(tmp_path):
+    """Found by hostile testing: ``{"weights": state dict, "epoch": 3}`` with the bundle's ``CheckpointLoader``
+    ``load_dict: {"weights": "@network"}`` ran with ``monai.bundle run`` but ``--bundle`` refused it without naming
+    the entries it holds; a TorchScript archive saved as ``model.pt`` was called "a truncated or corrupt file"."""
+    def weights_key(cfg):
+        cfg["checkpointloader"]["load_dict"] = {"weights": "@network"}
+
+    bundle = _bundle(tmp_path / "keyed", weights_key)
+    state = torch.load(bundle / "models" / "model.pt", weights_only=True)
+    torch.save({"weights": state, "epoch": torch.tensor(3)}, bundle / "models" / "model.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = load_network(bundle=bundle).network
+        for k, v in net.state_dict().items():
+            torch.testing.assert_close(v, state[k], rtol=0, atol=0)
+        # the same checkpoint in a bundle whose loader names another entry: the message lists what the file holds
+        other = _bundle(tmp_path / "other")
+        torch.save({"weights": state, "epoch": torch.tensor(3)}, other / "models" / "model.pt")
+        with pytest.raises(ValueError, match=r"does not hold a state dict of tensors \(it holds the entries epoch, "
+                                             r"weights\)"):
+            load_network(bundle=other)
+        scripted = _bundle(tmp_path / "scripted")
+        torch.jit.save(torch.jit.script(load_network(bundle=scripted).network), scripted / "models" / "model.pt")
+        with pytest.raises(ValueError, match="is a TorchScript archive"):
+            load_network(bundle=scripted)
