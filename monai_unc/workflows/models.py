@@ -134,8 +134,9 @@ def check_network_spec(spec: dict, key: str | None = None, allow_code: Sequence[
     with ``$`` is evaluated, ``%`` loads another file, ``_mode_: debug`` starts a debugger. A network spec is a file
     a user may edit, so it is untrusted input: every ``_target_`` it reaches (its nested arguments and the entries it
     references with ``@``, relative references such as ``@##name`` resolved as MONAI resolves them) must name a
-    class or function of :data:`ALLOWED_NETWORK_TARGETS` or of ``allow_code``; expressions and macros are refused
-    unless ``allow_code`` contains ``"*"`` (trust the spec completely).
+    class or function of :data:`ALLOWED_NETWORK_TARGETS` or of ``allow_code``; expressions it reaches, and macros in
+    any entry (MONAI resolves the macros of the whole config when it parses it), are refused unless ``allow_code``
+    contains ``"*"`` (trust the spec completely).
 
     Args:
         spec: the parsed spec (a MONAI config dict).
@@ -163,6 +164,14 @@ torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it 
     # resolves references with (relative ones included) are those of that wrapper
     root, built = (spec, key) if key is not None else ({_SPEC_ENTRY: spec}, _SPEC_ENTRY)
     items = _items_by_id(root)
+    # found by hostile testing: MONAI resolves the macros of the whole config when it parses it, so a macro in an entry
+    # that network_def never reaches ("other": "%/any/file.yaml#x") still read that file (its parse error printed)
+    for cid, nodes in sorted(items.items()):
+        macro = next((n for n in nodes if isinstance(n, str) and n.startswith("%")), None)
+        if macro is not None:
+            shown = cid[len(_SPEC_ENTRY) + 2:] if key is None and cid.startswith(f"{_SPEC_ENTRY}::") else cid
+            raise ValueError(f"{what}: {shown or 'the spec'} is a macro (it loads another file), which runs code: "
+                             f"{macro[:60]!r} (pass --allow-code-target '*' only for specs you trust)")
     seen: set[str] = set()
     # (node, where the messages say it is, its id in the parsed config)
     todo: list[tuple[Any, str, str]] = [(root.get(built), "" if key is None else f"{key}::", built)]
@@ -177,9 +186,8 @@ torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it 
             todo.extend((v, f"{where}{k}::", f"{cid}::{k}") for k, v in node.items() if k != "_target_")
         elif isinstance(node, (list, tuple)):
             todo.extend((v, f"{where}{i}::", f"{cid}::{i}") for i, v in enumerate(node))
-        elif isinstance(node, str) and node[:1] in ("$", "%"):
-            kind = "an expression" if node[0] == "$" else "a macro (it loads another file)"
-            raise ValueError(f"{what}: {where.rstrip(':') or 'the spec'} is {kind}, which runs code: "
+        elif isinstance(node, str) and node.startswith("$"):  # (macros: refused anywhere in the spec, above)
+            raise ValueError(f"{what}: {where.rstrip(':') or 'the spec'} is an expression, which runs code: "
                              f"{node[:60]!r} (pass --allow-code-target '*' only for specs you trust)")
         elif isinstance(node, str) and node.startswith("@"):
             # found by hostile testing: a relative reference ("@::::name", "@##name": two levels up) was looked up as
