@@ -21,17 +21,20 @@ _STATE_KEYS = ("state_dict", "model_state_dict", "network_weights", "model", "ne
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
-def load_state_dict(path: str | os.PathLike, weights_only: bool = True) -> dict[str, torch.Tensor]:
+def load_state_dict(path: str | os.PathLike, weights_only: bool = True, key: str | None = None,
+                    ) -> dict[str, torch.Tensor]:
     """Load a checkpoint's parameters onto the CPU.
 
     Uses ``torch.load(..., weights_only=True)`` unless the caller opts out. Accepts a bare state dict or a
-    dict holding one under a usual key (``state_dict``, ``model_state_dict``, nnU-Net's ``network_weights``,
-    ``model``, ``net``, ``network``); strips the ``module.`` prefix of (Distributed)DataParallel and the
-    ``_orig_mod.`` prefix of ``torch.compile``.
+    dict holding one under ``key`` or a usual key (``state_dict``, ``model_state_dict``, nnU-Net's
+    ``network_weights``, ``model``, ``net``, ``network``); strips the ``module.`` prefix of (Distributed)DataParallel
+    and the ``_orig_mod.`` prefix of ``torch.compile``.
 
     Args:
         path: the checkpoint file.
         weights_only: load tensors only (safe for untrusted files).
+        key: the entry that holds the state dict, looked up first (a MONAI bundle's ``CheckpointLoader`` names it
+            in its ``load_dict``: ``{"model": "@network"}``); None: only the usual keys.
 
     Returns:
         The state dict, tensors on the CPU.
@@ -55,12 +58,15 @@ def load_state_dict(path: str | os.PathLike, weights_only: bool = True) -> dict[
     if isinstance(obj, nn.Module):
         obj = obj.state_dict()
     if isinstance(obj, Mapping):
-        for key in _STATE_KEYS:
-            if key in obj and isinstance(obj[key], Mapping):
-                obj = obj[key]
+        for name in (*([key] if key is not None else []), *_STATE_KEYS):
+            if name in obj and isinstance(obj[name], Mapping):
+                obj = obj[name]
                 break
     if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise ValueError(f"checkpoint {path} does not hold a state dict of tensors")
+        # found by hostile testing: a bundle checkpoint {"weights": state dict, "epoch": 3} was refused without
+        # naming the entries it holds
+        held = f" (it holds the entries {', '.join(sorted(map(str, obj))[:6])})" if isinstance(obj, Mapping) else ""
+        raise ValueError(f"checkpoint {path} does not hold a state dict of tensors{held}")
     # the prefixes of a wrapper's state dict: (Distributed)DataParallel's ``module.``, torch.compile's ``_orig_mod.``
     # (found by hostile testing: a checkpoint saved from a compiled network did not load into the plain one)
     obj = dict(obj)

@@ -532,7 +532,9 @@ def settings_as_compared(settings: Any) -> Any:
 
 #: fields that name where a model's files were (display only) once both sides record the files' digests
 _PATH_FIELDS = ("checkpoints", "model_folder")
-_BUNDLE = re.compile(r"^bundle: .*?((?: \(temperature \[[^\]]*\]\))?)$")
+#: a bundle's description (``"bundle: PATH"``, then " (preprocessing not applied)" and the temperature, when any):
+#: its path is dropped when digests identify the model, the rest is kept
+_BUNDLE = re.compile(r"^bundle: .*?((?: \(preprocessing not applied\))?(?: \(temperature \[[^\]]*\]\))?)$")
 
 
 def _normalized_roi(roi: Any) -> Any:

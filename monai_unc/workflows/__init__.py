@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
         run_infer,
     )
     from .infer_plan import InferPlan, infer_command, prepare_infer
-    from .models import LoadedModel, checkpoint_temperature, load_checkpoint, load_network
+    from .models import LoadedModel, check_model_activation, checkpoint_temperature, load_checkpoint, load_network
     from .options import FAILURES_FILE, INTENSITY_MODES, METHOD_TOKENS, normalize_roi
     from .prepare import (
         check_infer_output,
@@ -73,7 +73,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("InferSettings", "case_outputs", "check_run_settings", "is_finished", "load_image_case",
                      "normalize_intensity", "predict_case", "predict_cases", "run_infer"), "infer"),
     **dict.fromkeys(("InferPlan", "infer_command", "prepare_infer"), "infer_plan"),
-    **dict.fromkeys(("LoadedModel", "checkpoint_temperature", "load_checkpoint", "load_network"), "models"),
+    **dict.fromkeys(("LoadedModel", "check_model_activation", "checkpoint_temperature", "load_checkpoint",
+                     "load_network"), "models"),
     **dict.fromkeys(("FAILURES_FILE", "INTENSITY_MODES", "METHOD_TOKENS", "normalize_roi"), "options"),
     **dict.fromkeys(("check_infer_output", "infer_measures", "prepare_evaluate", "read_case_list", "read_region_spec",
                      "resolve_device"), "prepare"),
@@ -101,6 +102,7 @@ __all__ = [
     "load_network",
     "load_checkpoint",
     "checkpoint_temperature",
+    "check_model_activation",
     "build_inferer",
     "normalize_intensity",
     "load_image_case",

@@ -51,7 +51,7 @@ from ..regions import RegionSpec, label_to_regions, unclaimed_labels, unclaimed_
 from ..temperature import calibrate_network, non_convergence_warning
 from .factory import check_roi, normalize_roi
 from .infer import check_case_dims, load_image_case, normalize_intensity
-from .models import LoadedModel, load_network
+from .models import LoadedModel, check_model_activation, load_network
 from .prepare import read_region_spec, resolve_device
 from .session import CommandResult
 
@@ -396,6 +396,7 @@ def run_calibrate(
     loaded = load_network(model=model, bundle=bundle, network=network,
                           checkpoints=[checkpoint] if checkpoint else [], unsafe_load=unsafe_load,
                           device=device, bundle_preprocessing=False, allow_code=allow_code)
+    check_model_activation(loaded, activation)
     check_output_file(out, *loaded.checkpoints, what="--output")  # e.g. the example model's shipped weights
     check_roi(roi, loaded.spatial_dims)
     cases = list_image_cases(images)

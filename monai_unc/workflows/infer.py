@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -752,27 +753,74 @@ def _run_with_preprocessing(
     had neither).
     """
     src = [str(p) for p in case.channels]
-    data = model.preprocessing({"image": src[0] if len(src) == 1 else src})  # type: ignore[misc]
-    image = data["image"]
+    key = model.input_key
+    try:
+        data = model.preprocessing({key: src[0] if len(src) == 1 else src})  # type: ignore[misc]
+    except Exception as e:
+        raise CaseError(_preprocessing_error(case.case_id, src, e)) from e
+    image = data[key]
     x = image[None].to(device) if isinstance(image, torch.Tensor) else torch.as_tensor(image)[None].to(device)
     out = _infer_input(case, x, model, inferer, settings, device)
     keys = [k for k in out if k != K.SAMPLES.value]
-    d = {"image": image, **{k: out[k][0].detach().cpu() for k in keys}}
+    d = {key: image, **{k: out[k][0].detach().cpu() for k in keys}}
     # a map of ones inverted with the others: how much of each input voxel the network's grid covered (the inverse of
     # a crop or of a zero-padded resampling pads with zeros)
     d[_COVERAGE_KEY] = torch.ones_like(d[K.PRED.value][:1], dtype=torch.float32)
-    d = Invertd(keys=[*keys, _COVERAGE_KEY], transform=model.preprocessing, orig_keys="image", nearest_interp=False)(d)
+    d = Invertd(keys=[*keys, _COVERAGE_KEY], transform=model.preprocessing, orig_keys=key, nearest_interp=False)(d)
     affine = np.asarray(d[keys[0]].affine, dtype=np.float64)
     multilabel = is_multilabel(out, settings.activation)
     maps = restore_uncovered({k: d[k] for k in keys}, d[_COVERAGE_KEY], multilabel=multilabel)
     samples = out.get(K.SAMPLES.value) if isinstance(out, Mapping) else None
     if isinstance(samples, torch.Tensor):  # kept for --save-samples: on the input grid like <case>_seg
-        out[K.SAMPLES.value] = _invert_samples(samples, image, model.preprocessing, d[_COVERAGE_KEY], multilabel)
+        out[K.SAMPLES.value] = _invert_samples(samples, image, model.preprocessing, d[_COVERAGE_KEY], multilabel,
+                                               key)
     return {k: maps[k][None] for k in keys}, (out, affine)
 
 
+def _preprocessing_error(case_id: str, files: Sequence[str], error: BaseException) -> str:
+    """The one line of a bundle preprocessing that failed on a case: the transform and the reason.
+
+    MONAI wraps the error of a transform in ``RuntimeError: applying transform <monai...LoadImaged object at
+    0x7f...>``, which names neither the reason nor the file. Found by hostile testing: a truncated input under a
+    bundle's preprocessing was reported as exactly that (without a bundle: ``cannot read FILE: EOFError ...``).
+
+    Args:
+        case_id: the case.
+        files: its image files.
+        error: what the preprocessing raised.
+
+    Returns:
+        ``"case 'ID': the bundle's preprocessing (LoadImaged) failed on FILE: <innermost error>"``.
+
+    Example:
+        >>> try:
+        ...     try:
+        ...         raise EOFError("Compressed file ended")
+        ...     except EOFError as e:
+        ...         raise RuntimeError("applying transform <monai.transforms.LoadImaged object at 0x7f00>") from e
+        ... except RuntimeError as e:
+        ...     _preprocessing_error("c1", ["c1.nii.gz"], e)
+        "case 'c1': the bundle's preprocessing (LoadImaged) failed on c1.nii.gz: EOFError: Compressed file ended"
+    """
+    names: list[str] = []
+    inner: BaseException = error
+    seen: set[int] = set()
+    while True:
+        found = re.search(r"applying transform <([\w.]+) object at 0x[0-9a-fA-F]+>", str(inner))
+        if found:
+            names.append(found.group(1).rsplit(".", 1)[-1])
+        nxt = inner.__cause__ or inner.__context__
+        if nxt is None or id(nxt) in seen:
+            break
+        seen.add(id(inner))
+        inner = nxt
+    where = f" ({names[-1]})" if names else ""
+    return f"case {case_id!r}: the bundle's preprocessing{where} failed on {', '.join(files)}: {error_line(inner)}"
+
+
 def _invert_samples(
-    samples: torch.Tensor, image: Any, preprocessing: Callable, coverage: torch.Tensor, multilabel: bool
+    samples: torch.Tensor, image: Any, preprocessing: Callable, coverage: torch.Tensor, multilabel: bool,
+    key: str = "image",
 ) -> torch.Tensor:
     """Each sample's probabilities ``(S, 1, C, *spatial)`` inverted onto the input grid as ``pred`` is.
 
@@ -780,13 +828,13 @@ def _invert_samples(
     """
     from monai.data import MetaTensor
 
-    invert = Invertd(keys=K.PRED.value, transform=preprocessing, orig_keys="image", nearest_interp=False)
+    invert = Invertd(keys=K.PRED.value, transform=preprocessing, orig_keys=key, nearest_interp=False)
     back = []
     for i in range(int(samples.shape[0])):
         p = samples[i, 0].detach().cpu()
         if not isinstance(p, MetaTensor):
             p = MetaTensor(p, meta=dict(image.meta))
-        p = invert({"image": image, K.PRED.value: p})[K.PRED.value]
+        p = invert({key: image, K.PRED.value: p})[K.PRED.value]
         p = restore_uncovered({K.PRED.value: p}, coverage, multilabel=multilabel)[K.PRED.value]
         back.append((p.as_tensor() if isinstance(p, MetaTensor) else p).float())
     return torch.stack(back)[:, None]

@@ -43,7 +43,7 @@ from ..temperature import TemperatureScaled
 from .arguments import EXPLICIT_OPTIONS
 from .factory import build_inferer, check_method_network
 from .infer import InferSettings, load_image_case, run_infer
-from .models import LoadedModel, load_network
+from .models import LoadedModel, check_model_activation, load_network
 from .options import INTENSITY_MODES, SHARED_PASS_TOKENS, check_roi, method_tokens, normalize_roi
 from .prepare import (
     ACTIVATIONS,
@@ -288,6 +288,7 @@ def prepare_infer(
         model=model, bundle=bundle, network=network, checkpoints=files,
         unsafe_load=unsafe_load, device=device, bundle_preprocessing=bundle_preprocessing, allow_code=allow_code,
     )  # fmt: skip
+    check_model_activation(loaded, activation)  # a sigmoid bundle run with the default softmax: one error now
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
     if "ensemble" in method_tokens(method):
         _check_distinct_members(loaded.checkpoints, loaded.weights[:len(loaded.checkpoints)])

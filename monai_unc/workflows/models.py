@@ -6,8 +6,9 @@ Three ways to name the model:
 
 - ``model="example"``: the shipped MNI152 tissue UNet (:func:`monai_unc.data.load_example_model`);
 - ``bundle=DIR``: a MONAI bundle: ``configs/inference.json`` (or ``.yaml``) defines ``network_def``; the weights are
-  ``models/model.pt``. When the config defines ``preprocessing`` it is applied to ``{"image": path}`` and the
-  output maps are mapped back to the input's grid with MONAI's ``Invertd``;
+  ``models/model.pt``. When the config defines ``preprocessing`` it is applied to ``{"image": path}`` (or the one
+  key its first dictionary transform reads) and the output maps are mapped back to the input's grid with MONAI's
+  ``Invertd``;
 - ``network=SPEC`` + ``checkpoints=[...]``: a network given as a MONAI config dict (``{"_target_":
   "monai.networks.nets.UNet", ...}``, inline JSON or a ``.json``/``.yaml`` file) and its state dict; a file may
   also be a whole config that defines ``network_def`` (e.g. the toy bundle's ``configs/train_ssn.json`` with the
@@ -38,8 +39,10 @@ from monai.bundle.config_item import ComponentLocator
 from torch import nn
 
 from ..data import build_example_network, example_weights_path
+from ..engines import find_pred_activation
 from ..inferers import load_state_dict
 from ..io import check_entry_kind, weight_digests
+from ..keys import MEASURES
 from ..temperature import TemperatureScaled
 
 __all__ = [
@@ -50,10 +53,14 @@ __all__ = [
     "checkpoint_temperature",
     "network_spatial_dims",
     "check_network_spec",
+    "check_model_activation",
     "ALLOWED_NETWORK_TARGETS",
 ]
 
 _CONFIG_NAMES = ("inference.json", "inference.yaml", "inference.yml")
+#: how :attr:`LoadedModel.description` marks a bundle whose ``preprocessing`` was not applied
+#: (``--no-bundle-preprocessing``, and ``calibrate``): predictions made so are another model's
+BUNDLE_WITHOUT_PREPROCESSING = "(preprocessing not applied)"
 
 #: the names a network spec may build without an opt-in: MONAI's networks and their building blocks, torch's layers
 #: and this package's networks (a name is allowed when it equals an entry or lies under an entry ending in ".")
@@ -127,8 +134,9 @@ def check_network_spec(spec: dict, key: str | None = None, allow_code: Sequence[
     with ``$`` is evaluated, ``%`` loads another file, ``_mode_: debug`` starts a debugger. A network spec is a file
     a user may edit, so it is untrusted input: every ``_target_`` it reaches (its nested arguments and the entries it
     references with ``@``, relative references such as ``@##name`` resolved as MONAI resolves them) must name a
-    class or function of :data:`ALLOWED_NETWORK_TARGETS` or of ``allow_code``; expressions and macros are refused
-    unless ``allow_code`` contains ``"*"`` (trust the spec completely).
+    class or function of :data:`ALLOWED_NETWORK_TARGETS` or of ``allow_code``; expressions it reaches, and macros in
+    any entry (MONAI resolves the macros of the whole config when it parses it), are refused unless ``allow_code``
+    contains ``"*"`` (trust the spec completely).
 
     Args:
         spec: the parsed spec (a MONAI config dict).
@@ -156,6 +164,14 @@ torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it 
     # resolves references with (relative ones included) are those of that wrapper
     root, built = (spec, key) if key is not None else ({_SPEC_ENTRY: spec}, _SPEC_ENTRY)
     items = _items_by_id(root)
+    # found by hostile testing: MONAI resolves the macros of the whole config when it parses it, so a macro in an entry
+    # that network_def never reaches ("other": "%/any/file.yaml#x") still read that file (its parse error printed)
+    for cid, nodes in sorted(items.items()):
+        macro = next((n for n in nodes if isinstance(n, str) and n.startswith("%")), None)
+        if macro is not None:
+            shown = cid[len(_SPEC_ENTRY) + 2:] if key is None and cid.startswith(f"{_SPEC_ENTRY}::") else cid
+            raise ValueError(f"{what}: {shown or 'the spec'} is a macro (it loads another file), which runs code: "
+                             f"{macro[:60]!r} (pass --allow-code-target '*' only for specs you trust)")
     seen: set[str] = set()
     # (node, where the messages say it is, its id in the parsed config)
     todo: list[tuple[Any, str, str]] = [(root.get(built), "" if key is None else f"{key}::", built)]
@@ -170,9 +186,8 @@ torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it 
             todo.extend((v, f"{where}{k}::", f"{cid}::{k}") for k, v in node.items() if k != "_target_")
         elif isinstance(node, (list, tuple)):
             todo.extend((v, f"{where}{i}::", f"{cid}::{i}") for i, v in enumerate(node))
-        elif isinstance(node, str) and node[:1] in ("$", "%"):
-            kind = "an expression" if node[0] == "$" else "a macro (it loads another file)"
-            raise ValueError(f"{what}: {where.rstrip(':') or 'the spec'} is {kind}, which runs code: "
+        elif isinstance(node, str) and node.startswith("$"):  # (macros: refused anywhere in the spec, above)
+            raise ValueError(f"{what}: {where.rstrip(':') or 'the spec'} is an expression, which runs code: "
                              f"{node[:60]!r} (pass --allow-code-target '*' only for specs you trust)")
         elif isinstance(node, str) and node.startswith("@"):
             # found by hostile testing: a relative reference ("@::::name", "@##name": two levels up) was looked up as
@@ -189,7 +204,8 @@ torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it 
                 todo.extend((entry, f"{shown}::", ref) for entry in items.get(ref, ()))
 
 
-def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[str, torch.Tensor]:
+def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False, key: str | None = None,
+                    ) -> dict[str, torch.Tensor]:
     """State dict of a checkpoint (see :func:`monai_unc.inferers.load_state_dict`).
 
     Every failure is a ``ValueError`` naming the file: a file that ``torch.load(weights_only=True)`` refuses (pickled
@@ -199,6 +215,8 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[
     Args:
         path: the checkpoint file (a state dict, or a dict holding one).
         unsafe_load: load with ``weights_only=False`` (trusted files only).
+        key: the entry of the checkpoint that holds the state dict, looked up before the usual ones (a bundle's
+            ``CheckpointLoader`` ``load_dict`` key); None: the usual ones only.
 
     Returns:
         The state dict, name -> tensor (on the CPU).
@@ -220,7 +238,7 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[
     if os.path.getsize(path) == 0:
         raise ValueError(f"cannot read checkpoint {path}: the file is empty (0 bytes)")
     try:
-        return load_state_dict(path, weights_only=not unsafe_load)
+        return load_state_dict(path, weights_only=not unsafe_load, key=key)
     except ValueError as e:  # names the file already (e.g. "does not hold a state dict of tensors")
         raise ValueError(str(e).splitlines()[0]) from None
     except Exception as e:  # torch.load raises UnpicklingError, EOFError, OSError, KeyError, RuntimeError, ...
@@ -236,6 +254,9 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[
                 "tensors (a corrupt or truncated file, or a plain pickle; if you trust the file, --unsafe-load "
                 "reads the latter)"
             ) from None
+        if "TorchScript archive" in text:  # found by hostile testing: "a truncated or corrupt file", it said
+            raise ValueError(f"checkpoint {path} is a TorchScript archive (torch.jit.save, a bundle's model.ts), not "
+                             "a state dict: give the state dict of the network (a bundle's models/model.pt)") from None
         first = text.strip().splitlines()[0] if text.strip() else ""
         reason = f"{type(e).__name__}: {first}" if first else type(e).__name__
         raise ValueError(f"cannot read checkpoint {path} ({reason}): a truncated or corrupt file, or not a torch "
@@ -284,8 +305,8 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
                      f"{'; '.join(parts)}; is it the checkpoint of another architecture?")
 
 
-def _load_weights(network: nn.Module, path: str | os.PathLike, unsafe_load: bool) -> None:
-    state = load_checkpoint(path, unsafe_load)
+def _load_weights(network: nn.Module, path: str | os.PathLike, unsafe_load: bool, key: str | None = None) -> None:
+    state = load_checkpoint(path, unsafe_load, key)
     check_weights_fit(network, state, path)
     try:
         network.load_state_dict(state)
@@ -399,7 +420,7 @@ class LoadedModel:
         network: the network.
         description: where it came from, in words (recorded as ``InferSettings.model``).
         default_intensity: the intensity normalisation of ``intensity="auto"``.
-        preprocessing: the bundle's preprocessing transform, applied to ``{"image": path}`` (None: none).
+        preprocessing: the bundle's preprocessing transform, applied to ``{input_key: path}`` (None: none).
         checkpoints: the checkpoint files, in order.
         spatial_dims: the network's spatial dimensionality (:func:`network_spatial_dims`), or None.
         temperature: the temperature of a calibrated checkpoint at full precision (a float or one per class).
@@ -420,6 +441,109 @@ class LoadedModel:
     #: ``"network spec (inline)"``, the digest of its canonical JSON): what a prediction fingerprint compares, so that
     #: a model retrained and saved at the same path is another model
     weights: list[dict[str, str]] = field(default_factory=list)
+    #: the activation a bundle's postprocessing applies to ``pred`` (an ``Activationsd``: ``"softmax"`` or
+    #: ``"sigmoid"``; :func:`_bundle_activation`); None: not a bundle, or no activation found
+    bundle_activation: str | None = None
+    #: the key under which :attr:`preprocessing` reads the image (``{input_key: path}``): the key of the bundle's
+    #: first dictionary transform (:func:`_preprocessing_input_key`), ``"image"`` in most bundles
+    input_key: str = "image"
+
+
+def _preprocessing_input_key(preprocessing: Any, root: Path) -> str:
+    """The key a bundle's preprocessing reads the image from: that of its first dictionary transform.
+
+    Found by hostile testing: the image was always given as ``{"image": path}``, so a bundle whose preprocessing
+    reads another key (``"image_key": "img"``) failed every case with ``RuntimeError: applying transform
+    <LoadImaged object at 0x...>``, blaming the case.
+
+    Raises:
+        ValueError: the first dictionary transform reads several keys (or a key the outputs use), naming them.
+    """
+    from monai.transforms import MapTransform
+
+    def first(t: Any) -> Any:
+        if isinstance(t, MapTransform):
+            return t
+        for sub in getattr(t, "transforms", ()) or ():
+            found = first(sub)
+            if found is not None:
+                return found
+        return None
+
+    head = first(preprocessing)
+    keys = [str(k) for k in head.keys] if head is not None else ["image"]
+    if "image" in keys:
+        return "image"
+    if len(keys) != 1 or keys[0] in ("pred", "samples", *MEASURES) or keys[0].startswith("_monai_unc"):
+        raise ValueError(f"bundle {root}: its preprocessing's first transform ({type(head).__name__}) reads the keys "
+                         f"{keys}: monai-unc gives it one image under one key; pass --no-bundle-preprocessing and "
+                         "preprocess the images beforehand")
+    return keys[0]
+
+
+def _bundle_activation(parser: ConfigParser) -> str | None:
+    """The activation the bundle's ``postprocessing`` applies to ``pred`` (``"softmax"``, ``"sigmoid"``), or None.
+
+    The postprocessing is built as MONAI builds it (a bundle is code; building writes nothing) and read with
+    :func:`monai_unc.engines.find_pred_activation`, the reading of ``UncertaintyEvaluator``. A postprocessing that
+    cannot be built, or has no ``Activationsd`` on ``pred``, says nothing (None).
+    """
+    if "postprocessing" not in parser.config:
+        return None
+    try:
+        post = parser.get_parsed_content("postprocessing")
+    except Exception:  # e.g. it references entries of the bundle's run (datalist, output folders) that fail here
+        return None
+    return find_pred_activation(post)
+
+
+def check_model_activation(model: LoadedModel, activation: str | None, option: str = "--activation") -> None:
+    """Refuse an activation that contradicts the one the bundle's postprocessing applies to its network's output.
+
+    A MONAI bundle says how its network's output becomes probabilities: ``Activationsd(keys="pred", sigmoid=True)``
+    (region-based: one independent probability per channel, e.g. BraTS TC/WT/ET) or ``softmax=True`` (mutually
+    exclusive classes). Found by hostile testing: ``monai-unc infer --bundle`` of a sigmoid (BraTS-like) bundle
+    applied its default softmax without a word, renormalising the regions against each other, so every map and the
+    label map were wrong.
+
+    Args:
+        model: the loaded model (:attr:`LoadedModel.bundle_activation`).
+        activation: the run's activation: ``"softmax"``, ``"sigmoid"``, or None / ``"none"`` (probabilities).
+        option: how the message names the option.
+
+    Raises:
+        ValueError: naming ``option`` and the bundle's activation, when they differ.
+
+    Example:
+        >>> check_model_activation(LoadedModel(nn.Identity(), "bundle: b", bundle_activation="softmax"), "softmax")
+        >>> check_model_activation(LoadedModel(nn.Identity(), "bundle: b", bundle_activation="sigmoid"), "softmax")
+        Traceback (most recent call last):
+        ...
+        ValueError: --activation softmax contradicts the bundle (bundle: b): its postprocessing applies sigmoid to \
+'pred' (Activationsd): its network's outputs are logits of a sigmoid; pass --activation sigmoid
+    """
+    wanted = model.bundle_activation
+    given = None if activation == "none" else activation
+    if wanted is None or given == wanted:
+        return
+    raise ValueError(f"{option} {given or 'none'} contradicts the bundle ({model.description}): its postprocessing "
+                     f"applies {wanted} to 'pred' (Activationsd): its network's outputs are logits of a {wanted}; "
+                     f"pass {option} {wanted}")
+
+
+def _bundle_checkpoint_key(config: dict) -> str | None:
+    """The entry of ``models/model.pt`` a bundle's ``CheckpointLoader`` loads the network from, or None.
+
+    MONAI's ``CheckpointLoader(load_dict={"model": "@network"})`` reads the state dict under that one key when the
+    checkpoint has it (and the whole checkpoint otherwise). Found by hostile testing: a bundle whose checkpoint holds
+    ``{"weights": state dict, "epoch": 3}`` with ``load_dict: {"weights": "@network"}`` ran with ``monai.bundle run``
+    but was refused by ``monai-unc infer --bundle`` ("does not hold a state dict of tensors").
+    """
+    loader = config.get("checkpointloader")
+    load_dict = loader.get("load_dict") if isinstance(loader, dict) else None
+    if isinstance(load_dict, dict) and len(load_dict) == 1:
+        return str(next(iter(load_dict)))
+    return None
 
 
 def _bundle_config(bundle: Path) -> Path:
@@ -477,6 +601,8 @@ def load_network(
             check_entry_kind(c, "checkpoint", folder=False)
             raise ValueError(f"checkpoint file not found: {c}")
     preprocessing = None
+    input_key = "image"
+    bundle_activation: str | None = None
     config_files: list[str] = []  # the files besides the checkpoints that define the model
     inline_spec: dict | None = None
     if model is not None:
@@ -510,7 +636,7 @@ def load_network(
             if not weights.is_file():
                 raise ValueError(f"bundle {root} has no models/model.pt (or pass --checkpoint)")
             checkpoints = [str(weights)]
-        _load_weights(net, checkpoints[0], unsafe_load)
+        _load_weights(net, checkpoints[0], unsafe_load, _bundle_checkpoint_key(parser.config))
         if bundle_preprocessing and "preprocessing" in parser.config:
             try:
                 preprocessing = parser.get_parsed_content("preprocessing")
@@ -518,7 +644,14 @@ def load_network(
                 raise ValueError(
                     f"bundle {root}: cannot build its 'preprocessing' ({e}); pass --no-bundle-preprocessing"
                 ) from None
+            input_key = _preprocessing_input_key(preprocessing, root)
         desc, intensity = f"bundle: {root.resolve()}", "none"
+        if not bundle_preprocessing and "preprocessing" in parser.config:
+            # found by hostile testing: the description was that of the bundle with its preprocessing, so a rerun with
+            # --no-bundle-preprocessing into the same folder resumed (skipped) the cases predicted with it, and a rule
+            # certified on preprocessed predictions matched predictions made without it
+            desc += f" {BUNDLE_WITHOUT_PREPROCESSING}"
+        bundle_activation = _bundle_activation(parser)
     else:
         spec = _read_spec(network)  # type: ignore[arg-type]
         if isinstance(network, dict) or str(network).lstrip().startswith("{"):
@@ -544,4 +677,5 @@ def load_network(
     if inline_spec is not None:
         text = json.dumps(inline_spec, sort_keys=True, separators=(",", ":"), default=str)
         weights.append({"file": "network spec (inline)", "sha256": hashlib.sha256(text.encode()).hexdigest()})
-    return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims, value, weights)
+    return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims, value, weights,
+                       bundle_activation, input_key)

@@ -121,3 +121,31 @@ def test_allow_code_target_option_builds_a_trusted_spec(setup, tmp_path, capsys)
     assert cli.main(argv) == 2
     assert "expression" in capsys.readouterr().err
     assert cli.main([*argv, "--allow-code-target", "*"]) == 0, capsys.readouterr().err
+
+
+def test_a_macro_is_refused_in_any_entry_of_a_whole_config(tmp_path, monkeypatch):
+    """Found by hostile testing: MONAI resolves the macros of the whole config when it parses it, so a macro in an
+    entry that ``network_def`` never references still read its file (a file another user's spec names: its parse
+    errors printed), though the docs say a spec's macros are refused."""
+    import monai.bundle
+
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"x": 1}))
+    read: list[str] = []
+    original = monai.bundle.ConfigParser.load_config_file
+
+    def spy(filepath, **kwargs):
+        read.append(str(filepath))
+        return original(filepath, **kwargs)
+
+    monkeypatch.setattr(monai.bundle.ConfigParser, "load_config_file", staticmethod(spy))
+    spec = {"network_def": TOY_NET, "unused": {"deep": [f"%{other}#x"]}}
+    with pytest.raises(ValueError, match=r"--network: unused::deep::0 is a macro \(it loads another file\)"):
+        check_network_spec(spec, "network_def")
+    from monai_unc.workflows.models import load_network
+
+    with pytest.raises(ValueError, match="is a macro"):
+        load_network(network=spec, checkpoints=[])
+    assert not read, read
+    with pytest.raises(ValueError, match=r"--network: act is a macro"):  # a whole spec: named as before
+        check_network_spec({**TOY_NET, "act": "%other.json#x"})
