@@ -217,7 +217,8 @@ tr.referred td{background:#fde8e6}tr.failed td.dice{color:#b3261e;font-weight:60
 border-radius:6px;padding:8px}figure img{display:block;max-width:100%}figcaption{font-size:12px;color:#44505f;
 max-width:580px;margin-top:4px}.plots figure{flex:0 1 580px}.cases figure{margin-bottom:14px}
 .cases figcaption{max-width:1200px}.note{font-size:13px;color:#44505f;max-width:1000px}
-.scroll{max-height:520px;overflow:auto;display:inline-block;border:1px solid #d5dae3}
+.scroll{max-height:520px;max-width:100%;overflow:auto;display:inline-block;border:1px solid #d5dae3}
+@media print{.scroll{max-height:none;overflow:visible}th{position:static}}
 ul.warn{font-size:12px;color:#6b4a00}
 """
 

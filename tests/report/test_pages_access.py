@@ -1,0 +1,108 @@
+"""The pages are usable at 200% zoom, printed and colour-blind (WCAG 2.1 AA checks computed in headless Chromium).
+
+- the scrolling box of a long table (``.scroll``: the triage table, the monitor's audit trail) stays within the page
+  width, so the page itself does not scroll sideways (WCAG 1.4.10 reflow) at 200% zoom (a 640 px wide window);
+- printed, that box shows every row: the page's ``@media print`` rules are applied in a copy of the page and every
+  row of a 60-case table must lie inside the box (before, ``max-height:520px; overflow:auto`` cut the decisions of
+  the cases below the first twenty or so off the paper);
+- the score plot of the triage page tells accepted from referred cases by marker shape, not by colour alone (a
+  greyscale print or a deuteranopic reader cannot tell the blue and red dots apart: their lightness is equal).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from monai_unc.report.html import PAGE_CSS, table
+from monai_unc.report.markup import document, el, script_file
+from tests.report.test_viewer import _chromium
+
+# applies the page's print rules as screen rules (Chromium has no print emulation in --dump-dom), then reports the
+# page width and, for every .scroll box, how many of its rows lie (vertically) inside the box's visible area
+PROBE = r"""
+window.addEventListener("load", function () {
+  var res = { print: 0, width: document.documentElement.clientWidth };
+  res.scroll_width = document.documentElement.scrollWidth;
+  if (location.hash === "#print") {
+    var css = "";
+    Array.prototype.forEach.call(document.styleSheets, function (sheet) {
+      Array.prototype.forEach.call(sheet.cssRules, function (rule) {
+        if (rule.media && Array.prototype.indexOf.call(rule.media, "print") >= 0) {
+          Array.prototype.forEach.call(rule.cssRules, function (r) { css += r.cssText + "\n"; res.print += 1; });
+        }
+      });
+    });
+    var style = document.createElement("style");
+    style.textContent = css;
+    document.head.appendChild(style);
+  }
+  res.boxes = Array.prototype.map.call(document.querySelectorAll(".scroll"), function (box) {
+    var b = box.getBoundingClientRect(), rows = box.querySelectorAll("tbody tr"), shown = 0;
+    rows.forEach(function (tr) {
+      var r = tr.getBoundingClientRect();
+      if (r.top >= b.top - 1 && r.bottom <= b.bottom + 1) { shown += 1; }
+    });
+    return { rows: rows.length, shown: shown, right: b.right };
+  });
+  document.body.setAttribute("data-probe", JSON.stringify(res));
+});
+"""
+
+
+def _page(tmp_path, n_rows: int = 60):
+    """A page with the pages' style sheet and a triage-like table of ``n_rows`` cases with long case ids."""
+    rows = [el("tr", el("td", str(i)), el("td", f"case_{i:03d}_" + "1.2.840.113619.2.55.3.604688119" * 3, class_="l"),
+               el("td", "review" if i % 3 else "accept", class_="l"), el("td", f"{i / 7:.3f}"))
+            for i in range(n_rows)]
+    body = el("div", table(["rank", "case", "decision", "score"], rows, left=("case", "decision")), class_="scroll")
+    (tmp_path / "probe.js").write_text(PROBE)
+    page = tmp_path / "page.html"
+    page.write_text(document("table", PAGE_CSS, el("main", el("h2", "Triage"), body), script_file("probe.js")))
+    return page
+
+
+def _probe(exe, page, tmp_path, width: int, fragment: str = "") -> dict:
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--proxy-server=127.0.0.1:9", f"--window-size={width},900", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / f'profile-{width}{fragment[1:]}'}", "--dump-dom"]
+    dom = subprocess.run([exe, *flags, page.resolve().as_uri() + fragment], capture_output=True, text=True,
+                         timeout=240).stdout
+    return json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))
+
+
+@pytest.mark.slow
+def test_long_table_scrolls_inside_the_page_width_at_200_percent_zoom(tmp_path):
+    exe = _chromium()
+    res = _probe(exe, _page(tmp_path), tmp_path, 640)  # a 1280 px screen at 200% zoom
+    assert res["scroll_width"] <= res["width"], res  # no sideways scrolling of the page
+    assert res["boxes"][0]["right"] <= res["width"] + 1, res
+
+
+@pytest.mark.slow
+def test_printed_table_shows_every_row(tmp_path):
+    exe = _chromium()
+    page = _page(tmp_path)
+    screen = _probe(exe, page, tmp_path, 1280)
+    assert screen["boxes"][0]["shown"] < 60  # on screen the box scrolls (the setting of this test is not vacuous)
+    printed = _probe(exe, page, tmp_path, 1280, "#print")
+    assert printed["print"] > 0, "the pages have no print rules"
+    assert printed["boxes"][0] == {"rows": 60, "shown": 60, "right": printed["boxes"][0]["right"]}, printed
+
+
+def test_triage_plot_tells_decisions_apart_by_marker_not_colour_alone():
+    from matplotlib.collections import PathCollection
+
+    from monai_unc.report.triage import plot_score_distribution
+
+    fig = plot_score_distribution([0.1, 0.2, 0.3, 0.4], [0.15, 0.25, 0.35, 0.45], [True, True, False, False], 0.3)
+    dots = {c.get_label().split(" (")[0]: c for c in fig.axes[0].collections if isinstance(c, PathCollection)}
+    assert set(dots) == {"new: accept", "new: review"}, set(dots)
+    shapes = {k: np.round(c.get_paths()[0].vertices, 3) for k, c in dots.items()}
+    a, r = shapes["new: accept"], shapes["new: review"]
+    assert a.shape != r.shape or not np.allclose(a, r), "accepted and referred cases differ by colour only"
