@@ -106,3 +106,65 @@ def test_triage_plot_tells_decisions_apart_by_marker_not_colour_alone():
     shapes = {k: np.round(c.get_paths()[0].vertices, 3) for k, c in dots.items()}
     a, r = shapes["new: accept"], shapes["new: review"]
     assert a.shape != r.shape or not np.allclose(a, r), "accepted and referred cases differ by colour only"
+
+
+# once the viewer is ready: the view's accessible name, role, tab index and description, and the crosshair voxel
+# (NiiVue's RAS voxels) before and after Page Up / Page Down in the three-plane view and in the coronal view
+KEY_PROBE = r"""
+(function () {
+  function key(canvas, name) {
+    var ev = new KeyboardEvent("keydown", { key: name, code: name, bubbles: true, cancelable: true });
+    canvas.dispatchEvent(ev);
+    return ev.defaultPrevented;
+  }
+  function probe() {
+    var box = document.querySelector(".mu-viewer"), nv = box.niivue, canvas = box.querySelector("canvas.mu-view");
+    function vox() { return Array.prototype.slice.call(nv.frac2vox(nv.scene.crosshairPos)); }
+    canvas.focus();
+    var desc = document.getElementById(canvas.getAttribute("aria-describedby") || "none");
+    var res = { name: canvas.getAttribute("aria-label"), role: canvas.getAttribute("role"), tab: canvas.tabIndex,
+                focused: document.activeElement === canvas, description: desc ? desc.textContent : null };
+    res.start = vox();
+    res.prevented = key(canvas, "PageUp");
+    res.up = vox();
+    key(canvas, "PageDown"); key(canvas, "PageDown");
+    res.down = vox();
+    var view = box.querySelector('[data-control="view"]');
+    view.value = "coronal";
+    view.dispatchEvent(new Event("input"));
+    key(canvas, "PageUp");
+    res.coronal = vox();
+    document.body.setAttribute("data-probe", JSON.stringify(res));
+  }
+  var wait = setInterval(function () {
+    if (document.body.getAttribute("data-viewer-ready")) { clearInterval(wait); probe(); }
+  }, 50);
+})();
+"""
+
+
+@pytest.mark.slow
+def test_viewer_is_named_and_steps_slices_from_the_keyboard(tmp_path):
+    from monai_unc.report.viewer import VIEWER_CSS, case_viewer, viewer_scripts, viewer_section
+    from tests.report.test_viewer import _case, _open_offline
+
+    exe = _chromium()
+    image, seg, u = _case()
+    data = case_viewer("c<1>", seg, u, image, measure="mutual_information")
+    scripts = viewer_scripts(tmp_path)
+    (tmp_path / "assets" / "probe.js").write_text(KEY_PROBE)
+    page = tmp_path / "page.html"
+    page.write_text(document("viewer", PAGE_CSS + VIEWER_CSS, viewer_section([data], "Viewer"), scripts,
+                             script_file("assets/probe.js")))
+    dom, _, _ = _open_offline(exe, page, tmp_path, "keys")
+    res = json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))
+    # 1. reachable by Tab, with a name and a description (a nameless focusable canvas before)
+    assert res["tab"] == 0 and res["focused"], res
+    assert res["name"] == "3D viewer of case c<1>" and res["role"] == "application", res
+    assert "Page Up / Page Down change the slice" in res["description"], res
+    # 2. Page Up / Page Down step the axial slice (RAS z) by one voxel in the three-plane view, not the page
+    x, y, z = res["start"]
+    assert res["prevented"] is True
+    assert res["up"] == [x, y, z + 1] and res["down"] == [x, y, z - 1], res
+    # 3. in the coronal view, the coronal slice (RAS y)
+    assert res["coronal"] == [x, y + 1, z - 1], res

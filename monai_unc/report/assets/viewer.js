@@ -74,7 +74,21 @@
     });
   }
 
+  // the slice a keyboard steps through in each view (a RAS voxel axis): the axial slice in the three-plane view and
+  // the render, as the scroll wheel over the axial tile
+  var KEY_AXIS = { 0: 2, 1: 1, 2: 0, 3: 2, 4: 2 };
+
   function wire(box, nv, data) {
+    // keyboard: the view is focusable (tabindex 0); Page Up / Page Down step the slice of the view shown, as the
+    // scroll wheel does with a mouse (NiiVue's own keys H / L and J / K move the crosshair within the slice)
+    box.querySelector("canvas.mu-view").addEventListener("keydown", function (ev) {
+      var step = { PageUp: 1, PageDown: -1 }[ev.key];
+      if (!step) { return; }
+      ev.preventDefault();  // not a page scroll
+      var d = [0, 0, 0];
+      d[KEY_AXIS[nv.opts.sliceType] === undefined ? 2 : KEY_AXIS[nv.opts.sliceType]] = step;
+      nv.moveCrosshairInVox(d[0], d[1], d[2]);
+    });
     function volumeIndex(role) {
       for (var i = 0; i < data.volumes.length; i++) { if (data.volumes[i].role === role) { return i; } }
       return -1;
