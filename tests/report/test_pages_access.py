@@ -168,3 +168,35 @@ def test_viewer_is_named_and_steps_slices_from_the_keyboard(tmp_path):
     assert res["up"] == [x, y, z + 1] and res["down"] == [x, y, z - 1], res
     # 3. in the coronal view, the coronal slice (RAS y)
     assert res["coronal"] == [x, y + 1, z - 1], res
+
+
+def _hex(color: str) -> list[int]:
+    return [int(color[i:i + 2], 16) for i in (1, 3, 5)] + [1]
+
+
+def test_monitor_chart_text_and_lines_have_wcag_contrast(tmp_path):
+    """Found by hostile testing: the dashboard's charts wrote their legends in the lines' colours, matplotlib's
+    orange (#ff7f0e, 2.5:1 on the white chart: "referred", "image statistics", "calibration cases"), green (3.4:1)
+    and grey (4.0:1), below the 4.5:1 of WCAG AA text; the lines themselves below the 3:1 of graphics (1.4.11)."""
+    from monai_unc.monitoring import VerifyResult, monitor_status
+    from monai_unc.report.monitor import build_monitor_page, svg_chart
+    from tests.report.test_viewer_readability import _contrast
+
+    rows = [{"case_id": f"c{i}", "site": "A", "triaged_at": f"t{i}", "score": 0.1 + 1e-3 * i, "image_z_max": 0.5,
+             "decision": "review" if i % 4 == 0 else "accept", "rule_digest": "r1", "loss": 0.0 if i % 2 else None}
+            for i in range(120)]
+    groups = monitor_status(rows, {"r1": {"calibration_scores": [0.1, 0.2, 0.3], "target_risk": 0.1}}, alpha=0.05)
+    page = build_monitor_page(groups, [], VerifyResult(True, 0, ""), tmp_path / "m.html",
+                              calibration={"r1": [0.1, 0.2, 0.3]}).read_text()
+    x = np.arange(5.0)
+    # every series colour and every reference line colour the charts have, in one chart
+    page += str(svg_chart("all colours", [(f"s{k}", x, x + k) for k in range(4)],
+                      hlines=[(f"h{k}", float(k)) for k in range(3)], vlines=[("v", 2.0)]))
+    white = [[255, 255, 255, 1]]  # svg.chart's background
+    texts = re.findall(r'<text[^>]*fill="(#[0-9a-f]{6})"[^>]*>([^<]*)</text>', page)
+    assert {"referred", "image statistics", "calibration cases", "s1", "s2", "s3", "h1"} <= {t for _, t in texts}
+    low = sorted({(t, c, round(_contrast(_hex(c), white), 2)) for c, t in texts if _contrast(_hex(c), white) < 4.5})
+    assert not low, low
+    strokes = set(re.findall(r'<(?:polyline|line)[^>]*stroke="(#[0-9a-f]{6})"', page)) - {"#d5dae3"}  # the frame
+    faint = sorted((c, round(_contrast(_hex(c), white), 2)) for c in strokes if _contrast(_hex(c), white) < 3.0)
+    assert not faint, faint
