@@ -202,7 +202,8 @@ def img_tag(fig: Figure) -> Markup:
 
 
 PAGE_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#1d2430;background:#f5f6f8}
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#1d2430;background:#f5f6f8;
+overflow-wrap:break-word}
 header{background:#23324a;color:#fff;padding:18px 28px}header h1{margin:0 0 4px;font-size:22px}
 header p{margin:2px 0;color:#c9d3e3;font-size:13px}main{padding:8px 28px 40px;max-width:1280px}
 h2{font-size:18px;margin:26px 0 10px;border-bottom:2px solid #d5dae3;padding-bottom:4px}

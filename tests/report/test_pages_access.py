@@ -1,7 +1,8 @@
 """The pages are usable at 200% zoom, printed and colour-blind (WCAG 2.1 AA checks computed in headless Chromium).
 
 - the scrolling box of a long table (``.scroll``: the triage table, the monitor's audit trail) stays within the page
-  width, so the page itself does not scroll sideways (WCAG 1.4.10 reflow) at 200% zoom (a 640 px wide window);
+  width, and a long case id in a figure caption wraps, so the page itself does not scroll sideways (WCAG 1.4.10
+  reflow) at 200% zoom (a 640 px wide window);
 - printed, that box shows every row: the page's ``@media print`` rules are applied in a copy of the page and every
   row of a 60-case table must lie inside the box (before, ``max-height:520px; overflow:auto`` cut the decisions of
   the cases below the first twenty or so off the paper);
@@ -19,7 +20,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from monai_unc.report.html import PAGE_CSS, table
+from monai_unc.report.html import PAGE_CSS, Figure, img_tag, table
 from monai_unc.report.markup import document, el, script_file
 from tests.report.test_viewer import _chromium
 
@@ -61,9 +62,13 @@ def _page(tmp_path, n_rows: int = 60):
                el("td", "review" if i % 3 else "accept", class_="l"), el("td", f"{i / 7:.3f}"))
             for i in range(n_rows)]
     body = el("div", table(["rank", "case", "decision", "score"], rows, left=("case", "decision")), class_="scroll")
+    # a case's slices, captioned with its long id (no space, no hyphen: no break opportunity)
+    case = img_tag(Figure("case-0", f"case_000_{'1.2.840.113619.2.55.3.604688119' * 3}: triage rank 1 of 60",
+                          "Rows: the axial, coronal and sagittal slices.", b"png"))
     (tmp_path / "probe.js").write_text(PROBE)
     page = tmp_path / "page.html"
-    page.write_text(document("table", PAGE_CSS, el("main", el("h2", "Triage"), body), script_file("probe.js")))
+    page.write_text(document("table", PAGE_CSS, el("main", el("h2", "Triage"), body,
+                                                   el("section", case, class_="cases")), script_file("probe.js")))
     return page
 
 
