@@ -378,7 +378,12 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
     view = el("canvas", class_="mu-view", id=f"viewer-canvas-{index}", width="960", height="520", tabindex="0",
               role="application", aria_label=f"3D viewer of case {data['case']}",
               aria_describedby=f"viewer-note-{index}")
-    return el("div", view, el("div", *controls, class_="controls"), el("div", *legends, class_="legends"),
+    # what the box says until viewer.js starts the view (and what stays when it cannot run: no JavaScript, or the
+    # page moved without its assets/ folder), instead of a blank black canvas and dead controls
+    pending = el("p", "The interactive viewer has not started: it needs JavaScript, WebGL 2 and the scripts in "
+                 "assets/ beside this page (keep that folder with the page); the slices above show the same case.",
+                 class_="mu-viewer-error", data_pending="1")
+    return el("div", pending, view, el("div", *controls, class_="controls"), el("div", *legends, class_="legends"),
               el("p", note, class_="note", id=f"viewer-note-{index}"),
               json_script(data, data_id), class_="mu-viewer", id=f"viewer-{index}", data_volumes=data_id,
               data_case=data["case"])

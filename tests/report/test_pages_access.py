@@ -128,7 +128,8 @@ KEY_PROBE = r"""
     canvas.focus();
     var desc = document.getElementById(canvas.getAttribute("aria-describedby") || "none");
     var res = { name: canvas.getAttribute("aria-label"), role: canvas.getAttribute("role"), tab: canvas.tabIndex,
-                focused: document.activeElement === canvas, description: desc ? desc.textContent : null };
+                focused: document.activeElement === canvas, description: desc ? desc.textContent : null,
+                pending: box.querySelectorAll("[data-pending]").length };
     res.start = vox();
     res.prevented = key(canvas, "PageUp");
     res.up = vox();
@@ -167,6 +168,7 @@ def test_viewer_is_named_and_steps_slices_from_the_keyboard(tmp_path):
     assert res["tab"] == 0 and res["focused"], res
     assert res["name"] == "3D viewer of case c<1>" and res["role"] == "application", res
     assert "Page Up / Page Down change the slice" in res["description"], res
+    assert res["pending"] == 0, res  # the "has not started" message is gone once the view runs
     # 2. Page Up / Page Down step the axial slice (RAS z) by one voxel in the three-plane view, not the page
     x, y, z = res["start"]
     assert res["prevented"] is True
@@ -183,15 +185,11 @@ def test_monitor_chart_text_and_lines_have_wcag_contrast(tmp_path):
     """Found by hostile testing: the dashboard's charts wrote their legends in the lines' colours, matplotlib's
     orange (#ff7f0e, 2.5:1 on the white chart: "referred", "image statistics", "calibration cases"), green (3.4:1)
     and grey (4.0:1), below the 4.5:1 of WCAG AA text; the lines themselves below the 3:1 of graphics (1.4.11)."""
-    from monai_unc.monitoring import VerifyResult, monitor_status
+    from monai_unc.monitoring import VerifyResult
     from monai_unc.report.monitor import build_monitor_page, svg_chart
     from tests.report.test_viewer_readability import _contrast
 
-    rows = [{"case_id": f"c{i}", "site": "A", "triaged_at": f"t{i}", "score": 0.1 + 1e-3 * i, "image_z_max": 0.5,
-             "decision": "review" if i % 4 == 0 else "accept", "rule_digest": "r1", "loss": 0.0 if i % 2 else None}
-            for i in range(120)]
-    groups = monitor_status(rows, {"r1": {"calibration_scores": [0.1, 0.2, 0.3], "target_risk": 0.1}}, alpha=0.05)
-    page = build_monitor_page(groups, [], VerifyResult(True, 0, ""), tmp_path / "m.html",
+    page = build_monitor_page(_monitor_groups(), [], VerifyResult(True, 0, ""), tmp_path / "m.html",
                               calibration={"r1": [0.1, 0.2, 0.3]}).read_text()
     x = np.arange(5.0)
     # every series colour and every reference line colour the charts have, in one chart
@@ -205,3 +203,48 @@ def test_monitor_chart_text_and_lines_have_wcag_contrast(tmp_path):
     strokes = set(re.findall(r'<(?:polyline|line)[^>]*stroke="(#[0-9a-f]{6})"', page)) - {"#d5dae3"}  # the frame
     faint = sorted((c, round(_contrast(_hex(c), white), 2)) for c in strokes if _contrast(_hex(c), white) < 3.0)
     assert not faint, faint
+
+
+@pytest.mark.slow
+def test_viewer_without_its_scripts_says_so(tmp_path):
+    """Found by hostile testing: a page moved without its assets/ folder (or opened with JavaScript off) showed each
+    viewer as a blank black canvas with controls that did nothing, and no word why."""
+    from monai_unc.report.viewer import VIEWER_CSS, case_viewer, viewer_section
+    from tests.report.test_viewer import _case, _open_offline
+
+    exe = _chromium()
+    image, seg, u = _case()
+    page = tmp_path / "page.html"
+    page.write_text(document("viewer", PAGE_CSS + VIEWER_CSS,
+                             viewer_section([case_viewer("c1", seg, u, image)], "Viewer"),
+                             script_file("assets/niivue.umd.js"), script_file("assets/viewer.js")))  # not there
+    dom, _, _ = _open_offline(exe, page, tmp_path, "bare")
+    box = re.search(r'<div class="mu-viewer".*?<canvas', dom, re.S).group(0)
+    text = html.unescape(re.sub(r"<[^>]+>", "", box))
+    assert "The interactive viewer has not started" in text and "assets/" in text, text
+
+
+def _monitor_groups():
+    from monai_unc.monitoring import monitor_status
+
+    rows = [{"case_id": f"c{i}", "site": "A", "triaged_at": f"t{i}", "score": 0.1 + 1e-3 * i, "image_z_max": 0.5,
+             "decision": "review" if i % 4 == 0 else "accept", "rule_digest": "r1", "loss": 0.0 if i % 2 else None}
+            for i in range(120)]
+    return monitor_status(rows, {"r1": {"calibration_scores": [0.1, 0.2, 0.3], "target_risk": 0.1}}, alpha=0.05)
+
+
+@pytest.mark.slow
+def test_monitor_overview_scrolls_inside_the_page_width_at_200_percent_zoom(tmp_path):
+    """Found by hostile testing: the dashboard's overview table (12 columns) was not in a scrolling box, so at 200%
+    zoom the page scrolled sideways (882 px in a 640 px window) and its last column, the ALARM status, was off
+    screen."""
+    from monai_unc.monitoring import VerifyResult
+    from monai_unc.report.monitor import build_monitor_page
+
+    exe = _chromium()
+    page = build_monitor_page(_monitor_groups(), [], VerifyResult(True, 0, ""), tmp_path / "m.html")
+    (tmp_path / "probe.js").write_text(PROBE)
+    page.write_text(page.read_text().replace("</body>", str(script_file("probe.js")) + "</body>"))
+    res = _probe(exe, page, tmp_path, 640)
+    assert res["scroll_width"] <= res["width"], res
+    assert res["boxes"] and all(b["right"] <= res["width"] + 1 for b in res["boxes"]), res

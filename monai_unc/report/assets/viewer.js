@@ -17,7 +17,13 @@
 
   function byId(id) { return document.getElementById(id); }
 
+  function dropPending(box) {  // the static "has not started" message of viewer.py
+    var pending = box.querySelector("[data-pending]");
+    if (pending) { pending.parentNode.removeChild(pending); }
+  }
+
   function showError(box, err) {
+    dropPending(box);
     var msg = document.createElement("p");
     msg.className = "mu-viewer-error";
     msg.textContent = "The interactive viewer could not start (" + (err && err.message ? err.message : err) +
@@ -179,6 +185,7 @@
     boxes.forEach(function (box) {
       try {
         start(box).then(function () {
+          dropPending(box);
           ready += 1;
           if (ready === 1) {  // where the first canvas is on the page, for a screenshot test to crop it
             var r = box.querySelector("canvas.mu-view").getBoundingClientRect();
