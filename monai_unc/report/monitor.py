@@ -235,7 +235,8 @@ def _overview(groups: Sequence[GroupStatus]) -> Markup:
                        class_="referred" if g.alarms() else None))
     head = ["site", "rule", "cases", "accepted", "recent", "max score martingale", "max image martingale",
             "audited accepted", "observed risk", "risk lower bound", "target", "status"]
-    return table(head, rows, left=["site", "rule"])
+    # in a scrolling box: twelve columns are wider than a zoomed page, and the last one is the status
+    return el("div", table(head, rows, left=["site", "rule"]), class_="scroll")
 
 
 def _audit(audit: Sequence[AuditEntry], verified: VerifyResult) -> Markup:
