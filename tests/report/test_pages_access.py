@@ -248,3 +248,15 @@ def test_monitor_overview_scrolls_inside_the_page_width_at_200_percent_zoom(tmp_
     res = _probe(exe, page, tmp_path, 640)
     assert res["scroll_width"] <= res["width"], res
     assert res["boxes"] and all(b["right"] <= res["width"] + 1 for b in res["boxes"]), res
+
+
+def test_good_and_failed_histograms_differ_by_more_than_colour():
+    """Found by hostile testing: the report's "good vs failed" histograms were blue and red bars of equal lightness
+    (alike in a greyscale print and to a colour-blind reader); the failed cases' bars are now hatched."""
+    from monai_unc.report.plots import plot_uncertainty_histograms
+
+    fig = plot_uncertainty_histograms(np.array([0.9, 0.1, 0.5, 0.2, 0.7]), np.array([0.2, 0.9, 0.6, 0.8, 0.3]), 0.5)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    hatches = {label.split(":")[0]: h.patches[0].get_hatch() for h, label in zip(handles, labels)}
+    assert set(hatches) == {"good", "failed"}, hatches
+    assert hatches["good"] != hatches["failed"], hatches
