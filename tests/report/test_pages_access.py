@@ -260,3 +260,31 @@ def test_good_and_failed_histograms_differ_by_more_than_colour():
     hatches = {label.split(":")[0]: h.patches[0].get_hatch() for h, label in zip(handles, labels)}
     assert set(hatches) == {"good", "failed"}, hatches
     assert hatches["good"] != hatches["failed"], hatches
+
+
+# Machado, Oliveira and Fernandes (2009), severity 1, on linear RGB
+_CVD = {"deuteranopia": [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                         [-0.011820, 0.042940, 0.968881]],
+        "protanopia": [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
+                       [-0.003882, -0.048116, 1.051998]]}
+
+
+@pytest.mark.parametrize("vision", ["normal", *_CVD])
+def test_first_label_colours_stay_apart_for_colour_blind_readers(vision):
+    """Found by hostile testing: for a deuteranope label 1 (gold) and label 4 (chartreuse) differed by CIE76 5.6 and
+    labels 5 and 9 (magenta, lilac) by 5.6, protanope 6 and 9 by 7.9: BraTS' necrosis (1) and enhancing tumour (4)
+    contours looked alike. Simulated with Machado et al. (2009), CIELAB by scikit-image."""
+    from skimage.color import rgb2lab
+
+    from monai_unc.report.palette import LABEL_COLORS
+
+    srgb = np.array([[int(h[i:i + 2], 16) for i in (1, 3, 5)] for h in LABEL_COLORS], dtype=np.float64) / 255
+    if vision != "normal":
+        lin = np.where(srgb <= 0.04045, srgb / 12.92, ((srgb + 0.055) / 1.055) ** 2.4)
+        sim = np.clip(lin @ np.asarray(_CVD[vision]).T, 0, 1)
+        srgb = np.where(sim <= 0.0031308, 12.92 * sim, 1.055 * sim ** (1 / 2.4) - 0.055)
+    lab = rgb2lab(srgb[None])[0]
+    d = np.linalg.norm(lab[:, None] - lab[None], axis=-1)
+    np.fill_diagonal(d, np.inf)
+    i, j = np.unravel_index(np.argmin(d), d.shape)
+    assert d.min() > 10, (vision, LABEL_COLORS[i], LABEL_COLORS[j], round(float(d.min()), 1))
