@@ -288,3 +288,29 @@ def test_first_label_colours_stay_apart_for_colour_blind_readers(vision):
     np.fill_diagonal(d, np.inf)
     i, j = np.unravel_index(np.argmin(d), d.shape)
     assert d.min() > 10, (vision, LABEL_COLORS[i], LABEL_COLORS[j], round(float(d.min()), 1))
+
+
+@pytest.mark.slow
+def test_region_and_product_tables_scroll_inside_the_page_width_at_200_percent_zoom(tmp_path):
+    """Found by hostile testing: the region table of a region evaluation (12 columns) and a product's tables (e.g. the
+    lesion list) were not in a scrolling box: at 200% zoom the page scrolled sideways (759 px in a 640 px window)."""
+    from monai_unc.product import ReportSection, ReportTable
+    from monai_unc.report.html import _regions_section, product_section
+
+    region = {"labels": [1, 2, 4], "column_suffix": "whole_tumour", "dice": {"mean": 0.81234},
+              "calibration": {"ece": 0.01234, "nll": 0.1234, "brier": 0.0234},
+              "qu_brats": {"score": 0.8, "dice_auc": 0.8, "ftp_auc": 0.3, "ftn_auc": 0.1},
+              "failure_detection": {"aurc": 0.0567}}
+    summary = {"regions": {"combined_score": "predictive_entropy_fg_mean",
+                           "per_region": {"whole tumour": region, "tumour core": region}}}
+    head = ["lesion", "case", "volume (mm3)", "centre x (mm)", "centre y (mm)", "centre z (mm)", "mean uncertainty",
+            "max uncertainty", "Dice of the lesion", "detected", "referred", "expected Dice"]
+    lesions = ReportSection("Lesions", tables=[ReportTable(head, [[f"{i}", "BraTS2021_00495", 1234.5, -12.25, 33.75,
+                                                                   -4.5, 0.1234, 0.9876, 0.8, "yes", "no", 0.77]
+                                                                  for i in range(3)], key="lesions")])
+    (tmp_path / "probe.js").write_text(PROBE)
+    page = tmp_path / "page.html"
+    page.write_text(document("tables", PAGE_CSS, el("main", _regions_section(summary), product_section(lesions, "l")),
+                             script_file("probe.js")))
+    res = _probe(_chromium(), page, tmp_path, 640)
+    assert res["scroll_width"] <= res["width"], res
