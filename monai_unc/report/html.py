@@ -202,7 +202,8 @@ def img_tag(fig: Figure) -> Markup:
 
 
 PAGE_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#1d2430;background:#f5f6f8}
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#1d2430;background:#f5f6f8;
+overflow-wrap:break-word}
 header{background:#23324a;color:#fff;padding:18px 28px}header h1{margin:0 0 4px;font-size:22px}
 header p{margin:2px 0;color:#c9d3e3;font-size:13px}main{padding:8px 28px 40px;max-width:1280px}
 h2{font-size:18px;margin:26px 0 10px;border-bottom:2px solid #d5dae3;padding-bottom:4px}
@@ -217,7 +218,9 @@ tr.referred td{background:#fde8e6}tr.failed td.dice{color:#b3261e;font-weight:60
 border-radius:6px;padding:8px}figure img{display:block;max-width:100%}figcaption{font-size:12px;color:#44505f;
 max-width:580px;margin-top:4px}.plots figure{flex:0 1 580px}.cases figure{margin-bottom:14px}
 .cases figcaption{max-width:1200px}.note{font-size:13px;color:#44505f;max-width:1000px}
-.scroll{max-height:520px;overflow:auto;display:inline-block;border:1px solid #d5dae3}
+.scroll{max-height:520px;max-width:100%;overflow:auto;display:inline-block;border:1px solid #d5dae3}
+.wide{max-width:100%;overflow-x:auto}
+@media print{.scroll,.wide{max-height:none;overflow:visible}th{position:static}}
 ul.warn{font-size:12px;color:#6b4a00}
 """
 
@@ -511,8 +514,9 @@ def _regions_section(summary: Mapping[str, Any]) -> Markup:
             format_value(cal.get("brier"), 4), format_value(qb.get("score")), format_value(qb.get("dice_auc")),
             format_value(qb.get("ftp_auc")), format_value(qb.get("ftn_auc")), format_value(fd.get("aurc"), 4))]
         trs.append(el("tr", *cells, data_region=name))
-    return el("section", el("h2", "Regions"), note, table(head, trs, ("region", "labels", "columns"),
-                                                         id="regions-table"), id="regions")
+    return el("section", el("h2", "Regions"), note,
+              el("div", table(head, trs, ("region", "labels", "columns"), id="regions-table"), class_="wide"),
+              id="regions")
 
 
 def product_section(section: ReportSection, key: str) -> Markup:
@@ -550,7 +554,8 @@ def product_section(section: ReportSection, key: str) -> Markup:
                    **{f"data_{_slug(str(k)).replace('-', '_')}": str(v) for k, v in extra.items()})
                 for row, extra in zip(t.rows, data)]
         key_id = f"{anchor}-{_slug(str(t.key))}" if t.key else None
-        parts.append(table([str(h) for h in t.head], rows, left=[str(t.head[0])] if t.head else (), id=key_id))
+        parts.append(el("div", table([str(h) for h in t.head], rows, left=[str(t.head[0])] if t.head else (),
+                                     id=key_id), class_="wide"))  # scrolls sideways inside a narrow (zoomed) page
     for key, heading, text in section.banners:
         parts.append(el("div", el("b", str(heading)), " ", str(text), class_="banner",
                         id=f"{anchor}-{_slug(str(key))}"))

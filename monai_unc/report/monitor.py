@@ -45,7 +45,11 @@ section.stream{margin-bottom:26px}.mono{font-family:ui-monospace,Menlo,Consolas,
 #: the largest number of points of one drawn line (longer series are thinned)
 _MAX_POINTS = 800
 _W, _H, _ML, _MR, _MT, _MB = 560, 220, 52, 12, 24, 30
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f")
+#: the series' colours, also of their legend texts: each at least 4.5:1 on the white chart (WCAG AA text; matplotlib's
+#: orange, green and grey are 2.5, 3.4 and 4.0:1), blue and dark orange first (apart for a colour-blind reader)
+_COLORS = ("#1f77b4", "#b35900", "#2a7d2a", "#6b6b6b")
+#: the reference lines' colours and their labels', as :data:`_COLORS`
+_HLINE_COLORS = ("#d62728", "#7b4fb0", "#8c564b")
 #: the window of the moving acceptance rate
 _WINDOW = 25
 #: the most audit entries the audit trail's table shows (the latest)
@@ -124,7 +128,7 @@ def svg_chart(
         parts.append(el("text", f"{v:.4g}", x=_num(sx(v)), y=_H - _MB + 14, text_anchor="middle"))
     parts.append(el("text", x_label, x=_num((_ML + _W) / 2), y=_H - 3, text_anchor="middle"))
     parts.append(el("text", y_label, x=4, y=_MT - 6))
-    for (label, v), color in zip(hlines, ("#d62728", "#9467bd", "#8c564b")):
+    for (label, v), color in zip(hlines, _HLINE_COLORS):
         parts += [el("line", x1=_ML, x2=_W - _MR, y1=_num(sy(v)), y2=_num(sy(v)), stroke=color, stroke_dasharray="5 3"),
                   el("text", label, x=_W - _MR - 2, y=_num(sy(v) - 3), text_anchor="end", fill=color)]
     for label, v in vlines:
@@ -231,7 +235,8 @@ def _overview(groups: Sequence[GroupStatus]) -> Markup:
                        class_="referred" if g.alarms() else None))
     head = ["site", "rule", "cases", "accepted", "recent", "max score martingale", "max image martingale",
             "audited accepted", "observed risk", "risk lower bound", "target", "status"]
-    return table(head, rows, left=["site", "rule"])
+    # in a scrolling box: twelve columns are wider than a zoomed page, and the last one is the status
+    return el("div", table(head, rows, left=["site", "rule"]), class_="scroll")
 
 
 def _audit(audit: Sequence[AuditEntry], verified: VerifyResult) -> Markup:

@@ -20,8 +20,9 @@ import numpy as np
 __all__ = ["LABEL_COLORS", "MAX_DISTINCT_COLORS", "class_colors", "distinct_colors"]
 
 #: the first twelve label colours on images (label ``k`` gets ``distinct_colors(n)[k - 1]``, these for ``k <= 12``):
-#: bright, saturated, readable as contours on a grey scan and as a half-transparent overlay
-LABEL_COLORS = ("#ffd700", "#00e5ff", "#ff7f0e", "#7fff00", "#ff00ff", "#4f8cff", "#ff4d4d", "#00c49a", "#c08cff",
+#: bright, saturated, readable as contours on a grey scan and as a half-transparent overlay, and apart (CIE76 above 10)
+#: also for a deuteranopic or protanopic reader (label 4 was chartreuse, 5.6 from label 1's gold for a deuteranope)
+LABEL_COLORS = ("#ffd700", "#00e5ff", "#ff7f0e", "#ffffa5", "#ff00ff", "#4f8cff", "#ff4d4d", "#00c49a", "#9669a5",
                 "#ffffff", "#a0522d", "#808000")
 #: the first ten curve colours on a white background (matplotlib's default cycle)
 _LINE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",

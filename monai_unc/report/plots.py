@@ -228,12 +228,14 @@ def plot_uncertainty_histograms(
         warnings.simplefilter("ignore", UserWarning)  # an empty group is drawn as empty
         h = uncertainty_histograms(scores, good, bins=bins, density=False)
     widths = np.diff(h.edges)
-    for values, color, label in (
-        (h.correct, _GOOD, f"good: Dice >= {failure_dice:g} (n={h.n_correct})"),
-        (h.incorrect, _BAD, f"failed: Dice < {failure_dice:g} (n={h.n_incorrect})"),
+    # the failed cases hatched as well as red: blue and red bars of equal lightness look alike printed in grey
+    for values, color, hatch, label in (
+        (h.correct, _GOOD, None, f"good: Dice >= {failure_dice:g} (n={h.n_correct})"),
+        (h.incorrect, _BAD, "///", f"failed: Dice < {failure_dice:g} (n={h.n_incorrect})"),
     ):
         v = np.nan_to_num(values)
-        ax.bar(h.edges[:-1], v, width=widths, align="edge", color=color, alpha=0.55, edgecolor=color, label=label)
+        ax.bar(h.edges[:-1], v, width=widths, align="edge", color=color, alpha=0.55, edgecolor=color, hatch=hatch,
+               label=label)
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

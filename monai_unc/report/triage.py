@@ -89,9 +89,9 @@ def plot_score_distribution(
 ) -> Any:
     """Histogram of the calibration cases' scores with the new cases' scores below it, on one axis.
 
-    The calibration cases are a grey histogram; the new cases one dot each (blue accepted, red referred); the
-    certified threshold is dashed and the region outside the calibration range shaded (always referred). Undefined
-    new scores are left out (they are referred).
+    The calibration cases are a grey histogram; the new cases one mark each (blue dots accepted, red crosses
+    referred: a shape as well as a colour); the certified threshold is dashed and the region outside the calibration
+    range shaded (always referred). Undefined new scores are left out (they are referred).
 
     Args:
         calibration_scores: the calibration cases' scores.
@@ -127,10 +127,12 @@ def plot_score_distribution(
     y = -0.08 * top
     rng = np.random.default_rng(0)
     jitter = rng.uniform(-0.035, 0.035, new.size) * top
-    for mask, color, label in ((acc & ok, _ACCEPT, "new: accept"), (~acc & ok, _REVIEW, "new: review")):
+    # a shape per decision as well as a colour: blue and red dots look alike printed in grey or to a colour-blind reader
+    for mask, color, marker, label in ((acc & ok, _ACCEPT, "o", "new: accept"),
+                                       (~acc & ok, _REVIEW, "X", "new: review")):
         if mask.any():
-            ax.scatter(new[mask], y + jitter[mask], color=color, s=26, edgecolor="white", lw=0.5, zorder=3,
-                       label=f"{label} (n={int(mask.sum())})")
+            ax.scatter(new[mask], y + jitter[mask], color=color, marker=marker, s=34 if marker == "X" else 26,
+                       edgecolor="white", lw=0.5, zorder=3, label=f"{label} (n={int(mask.sum())})")
     if math.isfinite(threshold):
         # the rule as ThresholdText writes it (rounded toward referral; "threshold 0.217" read as a rule accepted
         # scores up to 0.217 that a threshold of 0.21696 refers)
@@ -584,10 +586,10 @@ def build_triage_page(
     dist = plot_score_distribution(rule.calibration_scores, scores, [c["decision"] == "accept" for c in cases],
                                    rule.threshold, rule.score.replace("_", " "))
     figures = [Figure("scores", "Score distribution",
-                      "Grey: the calibration cases the rule was certified on; dots: the new cases (blue accepted, red "
-                      "referred). A new case outside the calibration range (shaded) is referred whatever its score: "
-                      "the certificate says nothing about scores it has not seen.", save_png(dist, fig_dir /
-                                                                                               "scores.png"),
+                      "Grey: the calibration cases the rule was certified on; below: the new cases (blue dots "
+                      "accepted, red crosses referred). A new case outside the calibration range (shaded) is referred "
+                      "whatever its score: the certificate says nothing about scores it has not seen.",
+                      save_png(dist, fig_dir / "scores.png"),
                       fig_dir / "scores.png")]
     viewers: list[dict[str, Any]] | None = [] if viewer else None
     case_notes: list[str] = []

@@ -372,10 +372,19 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
             ("" if data["step"] == 1 else f" and subsampled by {data['step']} along each axis to fit the page") +
             f". The {data['measure']} overlay is transparent below the threshold" +
             (f" ({unit})" if unit else "") +
-            ". Drag to move the crosshair; scroll to change the slice; drag in the 3D view to rotate it.")
-    return el("div", el("canvas", class_="mu-view", id=f"viewer-canvas-{index}", width="960", height="520"),
-              el("div", *controls, class_="controls"), el("div", *legends, class_="legends"),
-              el("p", note, class_="note"),
+            ". Drag to move the crosshair; scroll to change the slice; drag in the 3D view to rotate it. Keyboard: "
+            "Tab to the view, then Page Up / Page Down change the slice, H / L and J / K move the crosshair.")
+    # a focusable view with a name (a screen reader announced a nameless canvas) and the note as its description
+    view = el("canvas", class_="mu-view", id=f"viewer-canvas-{index}", width="960", height="520", tabindex="0",
+              role="application", aria_label=f"3D viewer of case {data['case']}",
+              aria_describedby=f"viewer-note-{index}")
+    # what the box says until viewer.js starts the view (and what stays when it cannot run: no JavaScript, or the
+    # page moved without its assets/ folder), instead of a blank black canvas and dead controls
+    pending = el("p", "The interactive viewer has not started: it needs JavaScript, WebGL 2 and the scripts in "
+                 "assets/ beside this page (keep that folder with the page); the slices above show the same case.",
+                 class_="mu-viewer-error", data_pending="1")
+    return el("div", pending, view, el("div", *controls, class_="controls"), el("div", *legends, class_="legends"),
+              el("p", note, class_="note", id=f"viewer-note-{index}"),
               json_script(data, data_id), class_="mu-viewer", id=f"viewer-{index}", data_volumes=data_id,
               data_case=data["case"])
 

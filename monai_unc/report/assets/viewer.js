@@ -17,7 +17,13 @@
 
   function byId(id) { return document.getElementById(id); }
 
+  function dropPending(box) {  // the static "has not started" message of viewer.py
+    var pending = box.querySelector("[data-pending]");
+    if (pending) { pending.parentNode.removeChild(pending); }
+  }
+
   function showError(box, err) {
+    dropPending(box);
     var msg = document.createElement("p");
     msg.className = "mu-viewer-error";
     msg.textContent = "The interactive viewer could not start (" + (err && err.message ? err.message : err) +
@@ -74,7 +80,21 @@
     });
   }
 
+  // the slice a keyboard steps through in each view (a RAS voxel axis): the axial slice in the three-plane view and
+  // the render, as the scroll wheel over the axial tile
+  var KEY_AXIS = { 0: 2, 1: 1, 2: 0, 3: 2, 4: 2 };
+
   function wire(box, nv, data) {
+    // keyboard: the view is focusable (tabindex 0); Page Up / Page Down step the slice of the view shown, as the
+    // scroll wheel does with a mouse (NiiVue's own keys H / L and J / K move the crosshair within the slice)
+    box.querySelector("canvas.mu-view").addEventListener("keydown", function (ev) {
+      var step = { PageUp: 1, PageDown: -1 }[ev.key];
+      if (!step) { return; }
+      ev.preventDefault();  // not a page scroll
+      var d = [0, 0, 0];
+      d[KEY_AXIS[nv.opts.sliceType] === undefined ? 2 : KEY_AXIS[nv.opts.sliceType]] = step;
+      nv.moveCrosshairInVox(d[0], d[1], d[2]);
+    });
     function volumeIndex(role) {
       for (var i = 0; i < data.volumes.length; i++) { if (data.volumes[i].role === role) { return i; } }
       return -1;
@@ -165,6 +185,7 @@
     boxes.forEach(function (box) {
       try {
         start(box).then(function () {
+          dropPending(box);
           ready += 1;
           if (ready === 1) {  // where the first canvas is on the page, for a screenshot test to crop it
             var r = box.querySelector("canvas.mu-view").getBoundingClientRect();
