@@ -250,7 +250,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         dropout_p: insert post-hoc dropout with this rate after every encoder/decoder stage of the trained network
             (no retraining; :func:`~monai_unc.nnunet.dropout.add_posthoc_dropout`). ``None`` samples the dropout the
             network was trained with (plans variant or ``nnUNetTrainerMCDropout``).
-        measures: maps to write, from :data:`MAP_MEASURES` (``variance`` stitches C more channels;
+        measures: maps to write, distinct names from :data:`MAP_MEASURES` (``variance`` stitches C more channels;
             ``window_disagreement`` only with ``window_disagreement="separate"``).
         segmentation_from: ``"logits"`` (stock nnU-Net's segmentation, exactly, without dropout) or
             ``"probabilities"``.
@@ -339,6 +339,10 @@ class UncertaintyPredictor(nnUNetPredictor):
             measures = tuple(str(m) for m in measures)
         if not measures or any(m not in MAP_MEASURES for m in measures):
             raise ValueError(f"measures must be a non-empty subset of {list(MAP_MEASURES)}, got {measures}")
+        if len(set(measures)) != len(measures):
+            # one map file per measure: a repeated one was recorded twice in uncertainty_config.json, and a later run
+            # naming it once counted as other settings
+            raise ValueError(f"measures names a measure more than once: {measures}")
         if segmentation_from not in ("logits", "probabilities"):
             raise ValueError(f"segmentation_from must be 'logits' or 'probabilities', got {segmentation_from!r}")
         if K.WINDOW_DISAGREEMENT.value in measures and window_disagreement != "separate":

@@ -21,6 +21,7 @@ from nnunetv2.utilities.get_network_from_plans import get_network_from_plans  # 
 from nnunetv2.utilities.plans_handling.plans_handler import PlansManager  # noqa: E402
 
 import monai_unc.nnunet as mun  # noqa: E402
+from monai_unc.keys import UncertaintyKeys  # noqa: E402
 from tests.nnunet.test_nnunet import DATASET_JSON, make_plans, make_predictor, write_inputs  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -322,3 +323,12 @@ def test_npy_cascade_stage_with_its_previous_stage_predicts():
     image = _image().astype(np.float64)
     out = _cascade_predictor().predict_uncertainty_npy(image, dict(_SPACING), (image[:1] > 0).astype(np.uint8))
     assert out["segmentation"].shape == (18, 17, 16)
+
+
+@pytest.mark.parametrize("measures", [("variance", "variance"),
+                                      ("predictive_entropy", UncertaintyKeys.PREDICTIVE_ENTROPY)])
+def test_a_measure_named_twice_is_refused(measures):
+    """``--measures variance variance`` ran and recorded ``["variance", "variance"]`` in uncertainty_config.json (one
+    map file per measure); uncertainty sources named twice were already refused."""
+    with pytest.raises(ValueError, match="measures names a measure more than once"):
+        _predictor(measures=measures)
