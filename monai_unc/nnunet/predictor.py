@@ -1417,10 +1417,15 @@ class UncertaintyPredictor(nnUNetPredictor):
                 inf, ``image_properties`` has no 3-entry ``spacing``, a cascade stage gets no
                 ``segmentation_previous_stage`` or another configuration gets one, or it is not ``(1, x, y, z)``
                 over the image's grid (:func:`check_npy_case`; stock failed in the normaliser, the network or the
-                preprocessor with messages that named none of them).
+                preprocessor with messages that named none of them); the folder of ``output_file_truncated`` holds
+                cases made with other settings (:meth:`check_output_settings`).
         """
         check_npy_case(input_image, image_properties, segmentation_previous_stage, self.dataset_json,
                        self.configuration_manager.previous_stage_name)
+        if output_file_truncated is not None:
+            # the folder's other cases must have been made with these settings (a folder never mixes settings; this
+            # call rewrites its uncertainty_config.json and uncertainty_scores.csv)
+            self.check_output_settings([], [os.fspath(output_file_truncated)])
         if segmentation_previous_stage is not None and segmentation_previous_stage.dtype.kind in "bu":
             # nnU-Net's cropping writes -1 outside the non-zero region into it: an unsigned label map (what a
             # segmentation usually is) failed with an OverflowError; float32, as the readers' read_seg returns

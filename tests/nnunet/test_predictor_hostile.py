@@ -332,3 +332,27 @@ def test_a_measure_named_twice_is_refused(measures):
     map file per measure); uncertainty sources named twice were already refused."""
     with pytest.raises(ValueError, match="measures names a measure more than once"):
         _predictor(measures=measures)
+
+
+def test_npy_output_into_a_folder_of_other_settings_is_refused(tmp_path):
+    """``predict_uncertainty_npy(..., output_file_truncated=...)`` wrote its case beside cases made with other settings
+    and rewrote uncertainty_config.json for its own settings: the folder mixed two runs (predict_from_files refuses)."""
+    import nibabel as nib
+    import numpy as np
+    from nnunetv2.imageio.simpleitk_reader_writer import SimpleITKIO
+
+    nib.save(nib.Nifti1Image(_image()[0], np.eye(4)), str(tmp_path / "a_0000.nii.gz"))
+    image, props = SimpleITKIO().read_images([str(tmp_path / "a_0000.nii.gz")])
+    out = tmp_path / "out"
+    first = make_predictor(uncertainty_sources=("folds", "mirroring"))
+    first.predict_uncertainty_npy(image, props, output_file_truncated=str(out / "a"))
+    config = (out / "uncertainty_config.json").read_text()
+    other = make_predictor(uncertainty_sources=("mirroring",), n_folds=1)
+    with pytest.raises(ValueError, match=r"holds 1 case \(a\) made with other settings"):
+        other.predict_uncertainty_npy(image, props, output_file_truncated=str(out / "b"))
+    assert not (out / "b.nii.gz").exists() and (out / "uncertainty_config.json").read_text() == config
+    # the same settings add a case; the other settings may replace the folder's only case
+    first.predict_uncertainty_npy(image, props, output_file_truncated=str(out / "b"))
+    assert (out / "b.nii.gz").is_file()
+    other.predict_uncertainty_npy(image, props, output_file_truncated=str(tmp_path / "solo" / "a"))
+    first.predict_uncertainty_npy(image, props, output_file_truncated=str(tmp_path / "solo" / "a"))
