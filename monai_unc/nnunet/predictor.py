@@ -156,6 +156,7 @@ __all__ = [
     "SOURCES",
     "UncertaintyPredictor",
     "check_case_channels",
+    "check_npy_case",
     # defined in monai_unc.nnunet.export / .calibrate / .environment, importable from here as before
     "MAP_MEASURES",
     "DEFAULT_MEASURES",
@@ -249,7 +250,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         dropout_p: insert post-hoc dropout with this rate after every encoder/decoder stage of the trained network
             (no retraining; :func:`~monai_unc.nnunet.dropout.add_posthoc_dropout`). ``None`` samples the dropout the
             network was trained with (plans variant or ``nnUNetTrainerMCDropout``).
-        measures: maps to write, from :data:`MAP_MEASURES` (``variance`` stitches C more channels;
+        measures: maps to write, distinct names from :data:`MAP_MEASURES` (``variance`` stitches C more channels;
             ``window_disagreement`` only with ``window_disagreement="separate"``).
         segmentation_from: ``"logits"`` (stock nnU-Net's segmentation, exactly, without dropout) or
             ``"probabilities"``.
@@ -338,6 +339,10 @@ class UncertaintyPredictor(nnUNetPredictor):
             measures = tuple(str(m) for m in measures)
         if not measures or any(m not in MAP_MEASURES for m in measures):
             raise ValueError(f"measures must be a non-empty subset of {list(MAP_MEASURES)}, got {measures}")
+        if len(set(measures)) != len(measures):
+            # one map file per measure: a repeated one was recorded twice in uncertainty_config.json, and a later run
+            # naming it once counted as other settings
+            raise ValueError(f"measures names a measure more than once: {measures}")
         if segmentation_from not in ("logits", "probabilities"):
             raise ValueError(f"segmentation_from must be 'logits' or 'probabilities', got {segmentation_from!r}")
         if K.WINDOW_DISAGREEMENT.value in measures and window_disagreement != "separate":
@@ -1396,19 +1401,117 @@ class UncertaintyPredictor(nnUNetPredictor):
         Args:
             input_image: the image ``(C_in, *spatial)`` as the dataset's reader/writer returns it.
             image_properties: the properties the reader returned with it.
-            segmentation_previous_stage: the previous stage's segmentation (cascade), or None.
+            segmentation_previous_stage: the previous stage's segmentation ``(1, x, y, z)`` as the reader's
+                ``read_seg`` returns it (cascade), or None; an unsigned or bool label map is read as float32.
             output_file_truncated: write the files to this path without ending (None: return the arrays).
             save_probabilities: also write ``<case>.npz`` and ``<case>.pkl`` (with ``output_file_truncated``).
 
         Returns:
             The dict of :func:`convert_uncertainty_to_original_geometry` (segmentation, probabilities, mean
             probabilities, maps in the image's geometry), or, with ``output_file_truncated``, the case record.
+
+        Raises:
+            TypeError: ``input_image`` or ``segmentation_previous_stage`` is not a numpy array, or
+                ``image_properties`` is not a dict.
+            ValueError: ``input_image`` is not ``(C_in, x, y, z)`` with the model's input channels or holds NaN /
+                inf, ``image_properties`` has no 3-entry ``spacing``, a cascade stage gets no
+                ``segmentation_previous_stage`` or another configuration gets one, or it is not ``(1, x, y, z)``
+                over the image's grid (:func:`check_npy_case`; stock failed in the normaliser, the network or the
+                preprocessor with messages that named none of them); the folder of ``output_file_truncated`` holds
+                cases made with other settings (:meth:`check_output_settings`).
         """
+        check_npy_case(input_image, image_properties, segmentation_previous_stage, self.dataset_json,
+                       self.configuration_manager.previous_stage_name)
+        if output_file_truncated is not None:
+            # the folder's other cases must have been made with these settings (a folder never mixes settings; this
+            # call rewrites its uncertainty_config.json and uncertainty_scores.csv)
+            self.check_output_settings([], [os.fspath(output_file_truncated)])
+        if segmentation_previous_stage is not None and segmentation_previous_stage.dtype.kind in "bu":
+            # nnU-Net's cropping writes -1 outside the non-zero region into it: an unsigned label map (what a
+            # segmentation usually is) failed with an OverflowError; float32, as the readers' read_seg returns
+            segmentation_previous_stage = segmentation_previous_stage.astype(np.float32)
         ppa = PreprocessAdapterFromNpy([input_image], [segmentation_previous_stage], [image_properties],
                                        [output_file_truncated], self.plans_manager, self.dataset_json,
                                        self.configuration_manager, num_threads_in_multithreaded=1,
                                        verbose=self.verbose)
         return self.predict_from_data_iterator([next(ppa)], save_probabilities, 0)[0]
+
+
+def check_npy_case(input_image: Any, image_properties: Any, segmentation_previous_stage: Any, dataset_json: dict,
+                   previous_stage_name: str | None = None) -> None:
+    """Refuse an image array that the model cannot read, before nnU-Net's preprocessing sees it.
+
+    nnU-Net's readers return a case as ``(C_in, x, y, z)`` (a 2D image with a first spatial axis of 1) with the
+    properties holding its 3-entry ``spacing``, and a cascade stage's previous segmentation as ``(1, x, y, z)``.
+    Stock ``predict_single_npy_array`` takes anything: a 3D array without the channel axis failed in the transposition
+    ("axes don't match array"), one with too many channels in the normaliser (an IndexError), a torch tensor in the
+    preprocessor ("no attribute 'astype'"), a cascade stage without the previous stage in the network's first
+    convolution, and a previous stage given to another configuration in the cropping (an OverflowError).
+
+    Args:
+        input_image: the image as the dataset's reader returns it.
+        image_properties: the properties the reader returned with it.
+        segmentation_previous_stage: the previous stage's segmentation, or None.
+        dataset_json: the model's ``dataset.json`` (``channel_names``).
+        previous_stage_name: the configuration's previous stage (a cascade stage), or None.
+
+    Raises:
+        TypeError: ``input_image`` / ``segmentation_previous_stage`` is not a numpy array, or ``image_properties``
+            not a dict.
+        ValueError: the shapes, channels, spacing, values or the previous stage do not fit (the message names the
+            argument).
+
+    Example:
+        >>> ds = {"channel_names": {"0": "T1", "1": "T2"}, "file_ending": ".nii.gz"}
+        >>> check_npy_case(np.zeros((2, 4, 5, 6), np.float32), {"spacing": (1.0, 1.0, 1.0)}, None, ds)
+        >>> check_npy_case(np.zeros((4, 5, 6), np.float32), {"spacing": (1.0, 1.0, 1.0)}, None, ds)
+        Traceback (most recent call last):
+            ...
+        ValueError: input_image must be (C_in, x, y, z), channels first as nnU-Net's readers return it (a 2D image: \
+(C_in, 1, y, x)), got shape (4, 5, 6)
+    """
+    if not isinstance(input_image, np.ndarray):
+        raise TypeError(f"input_image must be a numpy array (C_in, x, y, z) as the dataset's reader returns it, got "
+                        f"{type(input_image).__name__}")
+    if input_image.ndim != 4:
+        raise ValueError("input_image must be (C_in, x, y, z), channels first as nnU-Net's readers return it (a 2D "
+                         f"image: (C_in, 1, y, x)), got shape {tuple(input_image.shape)}")
+    channels = dataset_json.get("channel_names", dataset_json.get("modality"))
+    if isinstance(channels, dict) and channels and input_image.shape[0] != len(channels):
+        raise ValueError(f"input_image holds {input_image.shape[0]} channels (shape {tuple(input_image.shape)}) but "
+                         f"the model takes {len(channels)}: {', '.join(str(v) for v in channels.values())}")
+    if not np.issubdtype(input_image.dtype, np.number) or np.issubdtype(input_image.dtype, np.complexfloating):
+        raise ValueError(f"input_image must hold real numbers, got dtype {input_image.dtype}")
+    if np.issubdtype(input_image.dtype, np.floating) and not np.isfinite(input_image).all():
+        bad = int(input_image.size - np.isfinite(input_image).sum())
+        raise ValueError(f"input_image holds {bad} non-finite voxel{'s' if bad != 1 else ''} (NaN or inf): nnU-Net's "
+                         "normalisation and network turn them into NaN outputs")
+    if not isinstance(image_properties, dict):
+        raise TypeError(f"image_properties must be the dict the dataset's reader returned with the image, got "
+                        f"{type(image_properties).__name__}")
+    spacing = image_properties.get("spacing")
+    try:
+        spacing_ok = len(spacing) == 3 and all(
+            not isinstance(v, bool) and math.isfinite(float(v)) and float(v) > 0 for v in spacing)
+    except (TypeError, ValueError):
+        spacing_ok = False
+    if not spacing_ok:
+        raise ValueError(f"image_properties['spacing'] must hold the 3 positive voxel sizes the reader returns (a 2D "
+                         f"image: 999 first), got {spacing!r}")
+    if previous_stage_name is not None and segmentation_previous_stage is None:
+        raise ValueError(f"this configuration is a cascade stage: it needs the segmentation of the previous stage "
+                         f"({previous_stage_name}) in segmentation_previous_stage")
+    if previous_stage_name is None and segmentation_previous_stage is not None:
+        raise ValueError("segmentation_previous_stage is given, but this configuration is no cascade stage (its plans "
+                         "name no previous_stage): leave it out")
+    if segmentation_previous_stage is not None:
+        seg = segmentation_previous_stage
+        if not isinstance(seg, np.ndarray):
+            raise TypeError(f"segmentation_previous_stage must be a numpy array (1, x, y, z) as the reader's read_seg "
+                            f"returns it, got {type(seg).__name__}")
+        if seg.shape != (1, *input_image.shape[1:]):
+            raise ValueError(f"segmentation_previous_stage must be (1, x, y, z) over the image's grid "
+                             f"{tuple(input_image.shape[1:])}, got shape {tuple(seg.shape)}")
 
 
 def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[str]], dataset_json: dict,

@@ -806,7 +806,9 @@ def write_toy_dataset(
         The dataset folder ``raw_dir/DatasetXXX_name``.
 
     Raises:
-        ValueError: ``dataset_id``, ``num_training`` or ``empty_slices`` out of range.
+        ValueError: ``dataset_id``, ``num_training``, ``num_test`` or ``empty_slices`` out of range, ``name`` holds a
+            path separator, ``raw_dir`` holds another dataset of that id, or the dataset folder holds files this
+            dataset does not (one written with other counts: the cases would mix).
 
     Example:
         >>> import tempfile
@@ -819,9 +821,31 @@ def write_toy_dataset(
         raise ValueError(f"dataset_id must be in 1..999, got {dataset_id}")
     if num_training < 2:
         raise ValueError(f"num_training must be >= 2, got {num_training}")
+    if isinstance(num_test, bool) or not isinstance(num_test, int) or num_test < 0:
+        # a negative count wrote fewer training cases than dataset.json's numTraining
+        raise ValueError(f"num_test must be an integer >= 0, got {num_test!r}")
     if not 0 <= empty_slices < shape[-1] // 2:
         raise ValueError(f"empty_slices must be in [0, {shape[-1] // 2}), got {empty_slices}")
-    folder = Path(raw_dir) / f"Dataset{int(dataset_id):03d}_{name}"
+    if not isinstance(name, str) or not name or Path(name).name != name or "\\" in name:
+        raise ValueError(f"name must be a folder name part without path separators, got {name!r}")
+    prefix = f"Dataset{int(dataset_id):03d}_"
+    folder = Path(raw_dir) / f"{prefix}{name}"
+    if Path(raw_dir).is_dir():
+        # nnU-Net resolves a dataset id to exactly one DatasetXXX_ folder: a second one made the id unusable
+        others = sorted(p.name for p in Path(raw_dir).iterdir() if p.name.startswith(prefix) and p != folder)
+        if others:
+            raise ValueError(f"{raw_dir} already holds dataset id {int(dataset_id)} as {others[0]}: nnU-Net could not "
+                             "tell the two apart; choose another dataset_id")
+    expected = {("imagesTr" if i < num_training else "imagesTs", f"toy_{i:03d}_0000.nii.gz")
+                for i in range(num_training + num_test)} | {("labelsTr", f"toy_{i:03d}.nii.gz")
+                                                            for i in range(num_training)}
+    stale = sorted(f"{sub}/{p.name}" for sub in ("imagesTr", "labelsTr", "imagesTs") if (folder / sub).is_dir()
+                   for p in (folder / sub).iterdir() if (sub, p.name) not in expected)
+    if stale:
+        # a rerun with other counts left the earlier cases beside the new ones (numTraining then wrong, a case in
+        # both imagesTr and imagesTs)
+        raise ValueError(f"{folder} holds {len(stale)} file(s) that this toy dataset does not (e.g. {stale[0]}): a "
+                         "dataset written with other settings; choose another raw_dir or dataset_id")
     for sub in ("imagesTr", "labelsTr", "imagesTs"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     affine = np.diag([*map(float, spacing), 1.0])

@@ -21,6 +21,7 @@ from nnunetv2.utilities.get_network_from_plans import get_network_from_plans  # 
 from nnunetv2.utilities.plans_handling.plans_handler import PlansManager  # noqa: E402
 
 import monai_unc.nnunet as mun  # noqa: E402
+from monai_unc.keys import UncertaintyKeys  # noqa: E402
 from tests.nnunet.test_nnunet import DATASET_JSON, make_plans, make_predictor, write_inputs  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -254,3 +255,104 @@ def test_infinite_logits_are_refused(value):
     handle.remove()
     res = pred.predict_uncertainty_from_preprocessed_data(data)
     assert torch.isfinite(res.moments["pred"]).all()
+
+
+# ------------------------------------------------------------------------------------------ predict_uncertainty_npy
+_SPACING = {"spacing": [1.0, 1.0, 1.0]}
+
+
+def _image(shape=(1, 18, 17, 16)):
+    import numpy as np
+
+    return np.random.default_rng(0).normal(size=shape).astype(np.float32)
+
+
+@pytest.mark.parametrize(("case", "error", "match"), [
+    ("no channel axis", ValueError, r"input_image must be \(C_in, x, y, z\).*got shape \(18, 17, 16\)"),
+    ("two channels", ValueError, "input_image holds 2 channels.*model takes 1: MRI"),
+    ("torch tensor", TypeError, "input_image must be a numpy array"),
+    ("nan voxel", ValueError, "input_image holds 1 non-finite voxel "),
+    ("no spacing", ValueError, r"image_properties\['spacing'\]"),
+    ("2d spacing", ValueError, r"image_properties\['spacing'\]"),
+    ("previous stage for a plain configuration", ValueError, "no cascade stage"),
+])
+def test_npy_input_that_the_model_cannot_read_is_named(case, error, match):
+    """Stock's npy path failed deep inside with messages naming no argument: "axes don't match array" (no channel
+    axis), an IndexError in the normaliser (two channels), "no attribute 'astype'" (a tensor), KeyError 'spacing', an
+    IndexError (2 spacings), an OverflowError in the cropping (a previous stage for a plain configuration); a NaN
+    voxel spread over the whole normalised image and failed after every window as 'NaN or inf logits?'."""
+    image, props, prev = _image(), dict(_SPACING), None
+    if case == "no channel axis":
+        image = image[0]
+    elif case == "two channels":
+        image = _image((2, 18, 17, 16))
+    elif case == "torch tensor":
+        image = torch.from_numpy(image)
+    elif case == "nan voxel":
+        image[0, 3, 4, 5] = float("nan")
+    elif case == "no spacing":
+        props = {}
+    elif case == "2d spacing":
+        props = {"spacing": [1.0, 1.0]}
+    else:
+        prev = (image[:1] > 0).astype("uint8")
+    pred = make_predictor(uncertainty_sources=("mirroring",), n_folds=1)
+    with pytest.raises(error, match=match):
+        pred.predict_uncertainty_npy(image, props, prev)
+
+
+@pytest.mark.parametrize(("prev_shape", "match"), [
+    (None, r"cascade stage: it needs the segmentation of the previous stage \(lowres\)"),
+    ((1, 9, 17, 16), r"segmentation_previous_stage must be \(1, x, y, z\) over the image's grid \(18, 17, 16\)"),
+    ((18, 17, 16), r"segmentation_previous_stage must be \(1, x, y, z\)"),
+])
+def test_npy_cascade_stage_needs_its_previous_stage_on_the_image_grid(prev_shape, match):
+    """A cascade stage without its previous stage failed in the network's first convolution (3 channels expected, 1
+    given); a previous stage of another shape failed in nnU-Net's preprocessor assertion."""
+    import numpy as np
+
+    prev = None if prev_shape is None else np.ones(prev_shape, np.uint8)
+    with pytest.raises(ValueError, match=match):
+        _cascade_predictor().predict_uncertainty_npy(_image(), dict(_SPACING), prev)
+
+
+def test_npy_cascade_stage_with_its_previous_stage_predicts():
+    """The check refuses nothing that fits: a cascade stage with a (1, x, y, z) previous stage, float64 input."""
+    import numpy as np
+
+    image = _image().astype(np.float64)
+    out = _cascade_predictor().predict_uncertainty_npy(image, dict(_SPACING), (image[:1] > 0).astype(np.uint8))
+    assert out["segmentation"].shape == (18, 17, 16)
+
+
+@pytest.mark.parametrize("measures", [("variance", "variance"),
+                                      ("predictive_entropy", UncertaintyKeys.PREDICTIVE_ENTROPY)])
+def test_a_measure_named_twice_is_refused(measures):
+    """``--measures variance variance`` ran and recorded ``["variance", "variance"]`` in uncertainty_config.json (one
+    map file per measure); uncertainty sources named twice were already refused."""
+    with pytest.raises(ValueError, match="measures names a measure more than once"):
+        _predictor(measures=measures)
+
+
+def test_npy_output_into_a_folder_of_other_settings_is_refused(tmp_path):
+    """``predict_uncertainty_npy(..., output_file_truncated=...)`` wrote its case beside cases made with other settings
+    and rewrote uncertainty_config.json for its own settings: the folder mixed two runs (predict_from_files refuses)."""
+    import nibabel as nib
+    import numpy as np
+    from nnunetv2.imageio.simpleitk_reader_writer import SimpleITKIO
+
+    nib.save(nib.Nifti1Image(_image()[0], np.eye(4)), str(tmp_path / "a_0000.nii.gz"))
+    image, props = SimpleITKIO().read_images([str(tmp_path / "a_0000.nii.gz")])
+    out = tmp_path / "out"
+    first = make_predictor(uncertainty_sources=("folds", "mirroring"))
+    first.predict_uncertainty_npy(image, props, output_file_truncated=str(out / "a"))
+    config = (out / "uncertainty_config.json").read_text()
+    other = make_predictor(uncertainty_sources=("mirroring",), n_folds=1)
+    with pytest.raises(ValueError, match=r"holds 1 case \(a\) made with other settings"):
+        other.predict_uncertainty_npy(image, props, output_file_truncated=str(out / "b"))
+    assert not (out / "b.nii.gz").exists() and (out / "uncertainty_config.json").read_text() == config
+    # the same settings add a case; the other settings may replace the folder's only case
+    first.predict_uncertainty_npy(image, props, output_file_truncated=str(out / "b"))
+    assert (out / "b.nii.gz").is_file()
+    other.predict_uncertainty_npy(image, props, output_file_truncated=str(tmp_path / "solo" / "a"))
+    first.predict_uncertainty_npy(image, props, output_file_truncated=str(tmp_path / "solo" / "a"))
