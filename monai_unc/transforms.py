@@ -61,6 +61,7 @@ from ._utils import (
 )
 from .aggregation import aggregate, canonical_method, check_method_options
 from .keys import UncertaintyKeys, canonical_measure
+from .measures import mutual_information_from_entropies, predictive_entropy, variance_from_moments
 from .stats import SampleStats, derive_measures
 
 __all__ = [
@@ -182,6 +183,20 @@ def _missing_statistics(missing: Sequence[str], ee_name: str, sq_name: str) -> V
     )
 
 
+def _check_statistic(check: Any, what: str) -> None:
+    """Run ``check`` (a validating function of :mod:`monai_unc.measures`); its ``ValueError`` is raised again
+    prefixed with ``what``, which names the user's argument or key.
+
+    The statistics ``expected_entropy`` and ``mean_sq`` of ``input_type="probs"`` must belong to the probabilities:
+    ``0 <= EE <= PE`` and ``mean^2 <= mean_sq <= mean`` (found by hostile testing: a negative EE gave an MI above
+    PE, a variance passed as ``mean_sq`` a variance clamped to 0, an EE above PE an MI of 0, all silently).
+    """
+    try:
+        check()
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from e
+
+
 # ------------------------------------------------------------------------------------------------ array transforms
 
 def _current_measures(measures: str | Sequence[str]) -> list[str]:
@@ -208,7 +223,8 @@ class UncertaintyMeasures(Transform):
     samples). ``predictive_entropy`` and ``one_minus_max_prob`` are always available; ``expected_entropy`` and
     ``mutual_information`` need the ``expected_entropy`` argument (the per-voxel mean of ``H(p_s)``,
     ``(1, *spatial)``), ``variance`` needs ``mean_sq`` (the per-voxel mean of ``p_s^2``, ``(C, *spatial)``): the
-    statistics an inferer streams.
+    statistics an inferer streams. They must belong to ``img`` up to rounding: ``0 <= expected_entropy <= H(img)``
+    and ``img^2 <= mean_sq <= img``, else ``ValueError`` naming the argument (a variance passed as ``mean_sq``).
 
     Formulas (ValUES, eq. 1): PE = H(mean p), EE = mean H(p_s), MI = PE - EE (clamped at 0),
     one_minus_max_prob = 1 - max_c mean p, variance = mean_c Var_s p_c (population). Natural log;
@@ -297,6 +313,12 @@ class UncertaintyMeasures(Transform):
                     f"{ee_name} must have shape {(ee_channels, *x.shape[1:])} ({what}), got {tuple(ee.shape)}"
                 )
             check_finite(ee, ee_name)
+            _check_statistic(
+                lambda: mutual_information_from_entropies(
+                    predictive_entropy(probs[None], validate=False, multilabel=self.multilabel), ee[None]
+                ),
+                f"{ee_name} is not the expected entropy of the samples whose mean is {name}",
+            )
             moments[K.EXPECTED_ENTROPY.value] = ee[None].to(torch.float64)
         else:  # placeholder never read: PE and one_minus_max_prob do not use it
             moments[K.EXPECTED_ENTROPY.value] = torch.zeros_like(probs[:, :ee_channels], dtype=torch.float64)
@@ -305,6 +327,10 @@ class UncertaintyMeasures(Transform):
             if tuple(sq.shape) != tuple(x.shape):
                 raise ValueError(f"{sq_name} must have the shape of {name} {tuple(x.shape)}, got {tuple(sq.shape)}")
             check_finite(sq, sq_name)
+            _check_statistic(
+                lambda: variance_from_moments(probs, sq[None].to(probs.dtype), multilabel=self.multilabel),
+                f"{sq_name} is not the mean of p_s^2 of the samples whose mean is {name}",
+            )
             moments["mean_sq"] = sq[None].to(torch.float64)
         return moments, x.dtype
 
