@@ -1,6 +1,7 @@
 """Array and dictionary transforms (MONAI conventions) for uncertainty maps in pre/post-processing chains.
 
-They act on one item of a decollated batch (channel first, no batch axis), like every MONAI transform. Each
+They act on one item of a decollated batch (channel first, no batch axis), like every MONAI transform; a batched
+MetaTensor (``is_batch``, an inferer's output before ``decollate_batch``) raises ``ValueError``. Each
 computation exists once, as an array transform (``Transform``) that calls the functional core
 (:mod:`monai_unc.stats`, :mod:`monai_unc.aggregation`); the dictionary version (``MapTransform``, name ending in
 ``d``) reads its inputs from the data dict, calls the array version and stores the result:
@@ -98,6 +99,22 @@ def _like_source(result: torch.Tensor, source: Any) -> Any:
     return result
 
 
+def _item(x: Any, name: str) -> torch.Tensor:
+    """``x`` (one item of a decollated batch) as a tensor (:func:`~monai_unc._utils.to_tensor`).
+
+    A batched MetaTensor (``is_batch``, e.g. the output of an inferer before ``decollate_batch``) raises
+    ``ValueError`` naming ``name``: found by hostile testing, the probabilities ``(B, C, *spatial)`` of two patients
+    were read as two samples of one case and averaged into one map, and a batch of one gave maps with a batch axis
+    and the batch's meta.
+    """
+    if isinstance(x, MetaTensor) and x.is_batch:
+        raise ValueError(
+            f"{name} is a batch (MetaTensor with is_batch=True, shape {tuple(x.shape)}): these transforms act on one "
+            "case; apply them after decollate_batch (e.g. as post-transforms of an engine), not to a batch"
+        )
+    return to_tensor(x, name)
+
+
 def _key_name(template: str, key: Hashable, what: str) -> str:
     try:
         return template.format(key=key, measure=what, method=what)
@@ -143,8 +160,8 @@ def error_map(pred: Any, label: Any) -> Any:
     the calibration "accuracy" use. Raises ``ValueError`` when the spatial shapes differ or the labels are not
     integral.
     """
-    p = to_tensor(pred, "pred")
-    t = to_tensor(label, "label")
+    p = _item(pred, "pred")
+    t = _item(label, "label")
     if p.shape[1:] != t.shape[1:]:
         raise ValueError(
             f"pred and label must have the same spatial shape, got {tuple(p.shape[1:])} and {tuple(t.shape[1:])}"
@@ -288,7 +305,7 @@ class UncertaintyMeasures(Transform):
         self, img: Any, expected_entropy: Any, mean_sq: Any, wanted: Sequence[str], names: tuple[str, str, str]
     ) -> tuple[dict[str, torch.Tensor], torch.dtype]:
         name, ee_name, sq_name = names
-        x = to_tensor(img, name)
+        x = _item(img, name)
         if not x.is_floating_point():
             raise TypeError(f"{name} must hold floating point probabilities, got dtype {x.dtype}")
         if self.input_type == "samples":
@@ -306,7 +323,7 @@ class UncertaintyMeasures(Transform):
         moments = {K.PRED.value: probs.to(torch.float64)}
         ee_channels = x.shape[0] if self.multilabel else 1
         if expected_entropy is not None:
-            ee = to_tensor(expected_entropy, ee_name)
+            ee = _item(expected_entropy, ee_name)
             if tuple(ee.shape) != (ee_channels, *x.shape[1:]):
                 what = "one channel per region" if self.multilabel else "one channel"
                 raise ValueError(
@@ -323,7 +340,7 @@ class UncertaintyMeasures(Transform):
         else:  # placeholder never read: PE and one_minus_max_prob do not use it
             moments[K.EXPECTED_ENTROPY.value] = torch.zeros_like(probs[:, :ee_channels], dtype=torch.float64)
         if mean_sq is not None:
-            sq = to_tensor(mean_sq, sq_name)
+            sq = _item(mean_sq, sq_name)
             if tuple(sq.shape) != tuple(x.shape):
                 raise ValueError(f"{sq_name} must have the shape of {name} {tuple(x.shape)}, got {tuple(sq.shape)}")
             check_finite(sq, sq_name)
@@ -363,7 +380,7 @@ class ErrorMap(Transform):
     backend = _BACKENDS
 
     def __call__(self, pred: Any, label: Any) -> Any:
-        return _like_source(error_map(to_tensor(pred, "pred"), label), pred)
+        return _like_source(error_map(_item(pred, "pred"), label), pred)
 
 
 class AggregateUncertainty(Transform):
@@ -414,7 +431,7 @@ class AggregateUncertainty(Transform):
         A one-channel mask must be binary or a label map: probabilities (non-integral values) are non-zero almost
         everywhere and would select the whole volume, so they raise ``ValueError``.
         """
-        m = to_tensor(mask, name)
+        m = _item(mask, name)
         if m.ndim >= 2 and m.shape[0] > 1:
             return _labels_from(m, name) > 0
         if m.is_floating_point():
@@ -428,7 +445,7 @@ class AggregateUncertainty(Transform):
         return m != 0
 
     def _score(self, img: Any, mask: torch.Tensor | None, name: str, mask_name: str) -> torch.Tensor:
-        u = to_tensor(img, name)
+        u = _item(img, name)
         if u.ndim < 3 or u.shape[0] != 1:
             raise ValueError(f"{name} must be a one-channel map (1, *spatial) with 2 or 3 axes, got {tuple(u.shape)}")
         if mask is not None and mask.shape[1:] != u.shape[1:]:
@@ -466,7 +483,7 @@ class UncertaintyToDiscrete(Transform):
         self.quantile = quantile
 
     def _discretize(self, img: Any, name: str) -> Any:
-        u = to_tensor(img, name)
+        u = _item(img, name)
         if u.ndim < 2 or u.shape[0] != 1:
             raise ValueError(f"{name} must be a one-channel map (1, *spatial), got shape {tuple(u.shape)}")
         check_finite(u, name)
@@ -499,7 +516,7 @@ class SamplesToLabels(Transform):
     backend = _BACKENDS
 
     def _labels(self, img: Any, name: str) -> Any:
-        s = to_tensor(img, name)
+        s = _item(img, name)
         if s.ndim < 3 or s.shape[1] < 2:
             raise ValueError(f"{name} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
         check_finite(s, name)
