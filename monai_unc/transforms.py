@@ -58,6 +58,7 @@ from ._utils import (
     check_probabilities,
     check_unit_interval,
     exceeds,
+    real_number,
     to_tensor,
 )
 from .aggregation import aggregate, canonical_method, check_method_options
@@ -425,13 +426,20 @@ class AggregateUncertainty(Transform):
         self.kwargs = {"patch_size": patch_size, "threshold": threshold, "empty_value": empty_value}
 
     @staticmethod
-    def _mask(mask: Any, name: str) -> torch.Tensor:
+    def _mask(mask: Any, name: str, spatial: Sequence[int] | None = None) -> torch.Tensor:
         """Boolean ``(1, *spatial)`` mask: ``C >= 2`` channels by argmax > 0, one channel by non-zero.
 
         A one-channel mask must be binary or a label map: probabilities (non-integral values) are non-zero almost
-        everywhere and would select the whole volume, so they raise ``ValueError``.
+        everywhere and would select the whole volume, so they raise ``ValueError``. ``spatial``: the spatial shape
+        of the map, checked first (found by hostile testing: a binary mask ``(H, W, D)`` without its channel axis
+        was read as ``H`` overlapping channels and refused as "sigmoid probabilities").
         """
         m = _item(mask, name)
+        if spatial is not None and tuple(m.shape[1:]) != tuple(spatial):
+            raise ValueError(
+                f"mask {name!r} must be channel first (1 or C, *spatial) with the map's spatial shape "
+                f"{tuple(spatial)}, got shape {tuple(m.shape)}"
+            )
         if m.ndim >= 2 and m.shape[0] > 1:
             return _labels_from(m, name) > 0
         if m.is_floating_point():
@@ -456,14 +464,17 @@ class AggregateUncertainty(Transform):
         return torch.as_tensor(score, dtype=torch.float64).reshape(())
 
     def __call__(self, img: Any, mask: Any = None) -> torch.Tensor:
-        return self._score(img, None if mask is None else self._mask(mask, "mask"), "img", "mask")
+        if mask is not None:
+            mask = self._mask(mask, "mask", _item(img, "img").shape[1:])
+        return self._score(img, mask, "img", "mask")
 
 
 class UncertaintyToDiscrete(Transform):
     """Binary "uncertain" mask ``u >= t`` (uint8 in {0, 1}) of a map ``(1, *spatial)``, e.g. to flag voxels for review.
 
-    Exactly one of ``threshold`` (a fixed ``t``; for a cohort-level choice see
-    :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case quantile of the map, e.g.
+    Exactly one of ``threshold`` (a fixed real number ``t``, not a bool or a string: ``TypeError``; for a
+    cohort-level choice see :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case
+    quantile of the map, e.g.
     0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged, so when the quantile falls on the map's
     minimum, shared by most voxels, every voxel is flagged, with a ``UserWarning``) is given. The mask is in the
     container of the map. ``u >= t`` compares the exact values (``_utils.exceeds``): a float32 map's
@@ -475,9 +486,11 @@ class UncertaintyToDiscrete(Transform):
     def __init__(self, threshold: float | None = None, quantile: float | None = None) -> None:
         if (threshold is None) == (quantile is None):
             raise ValueError("give exactly one of threshold= or quantile=")
-        if threshold is not None and not np.isfinite(float(threshold)):
+        # a bool or a string ("0.5" of a bundle override) is refused, not read as 1.0 / 0.5 (found by hostile
+        # testing: threshold=True flagged nothing, quantile=True everything, silently)
+        if threshold is not None and not np.isfinite(real_number(threshold, "threshold")):
             raise ValueError(f"threshold must be finite, got {threshold}")
-        if quantile is not None and not 0.0 <= float(quantile) <= 1.0:
+        if quantile is not None and not 0.0 <= real_number(quantile, "quantile") <= 1.0:
             raise ValueError(f"quantile must be in [0, 1], got {quantile}")
         self.threshold = threshold
         self.quantile = quantile
@@ -712,7 +725,7 @@ class AggregateUncertaintyd(MapTransform):
             if mask is None and self.mask_key is not None:
                 if self.mask_key not in d:
                     raise KeyError(f"mask_key {self.mask_key!r} is not in the data (keys: {sorted(map(str, d))})")
-                mask = self.transform._mask(d[self.mask_key], self.mask_key)
+                mask = self.transform._mask(d[self.mask_key], self.mask_key, _item(d[key], str(key)).shape[1:])
             value = self.transform._score(d[key], mask, str(key), str(self.mask_key))
             name = _key_name(self.output_key, key, self.method)
             d[name] = value

@@ -139,3 +139,44 @@ def test_quantile_flags_that_cover_everything_warn():
         top = UncertaintyToDiscrete(quantile=0.995)(mi)  # falls inside the uncertain voxels: no warning
         assert 0 < int(top.sum()) <= 32
         UncertaintyToDiscrete(quantile=0.0)(mi)  # q = 0 asks for every voxel
+
+
+@pytest.mark.parametrize("kwargs", [{"threshold": True}, {"threshold": "0.5"}, {"quantile": True},
+                                    {"quantile": "0.9"}, {"threshold": None, "quantile": [0.9]}])
+def test_discrete_refuses_bool_and_string_thresholds(kwargs):
+    """threshold=True was read as 1.0 (nothing flagged), quantile=True as 1.0 (the maximum flagged), strings as
+    numbers, silently; AggregateUncertainty(method='threshold') already refused them."""
+    from monai_unc.transforms import UncertaintyToDiscrete, UncertaintyToDiscreted
+
+    name = "threshold" if kwargs.get("threshold") is not None else "quantile"
+    with pytest.raises(TypeError, match=f"^{name} must be a real number"):
+        UncertaintyToDiscrete(**kwargs)
+    with pytest.raises(TypeError, match=f"^{name} must be a real number"):
+        UncertaintyToDiscreted("u", **kwargs)
+
+
+def test_discrete_numpy_thresholds_still_work():
+    from monai_unc.transforms import UncertaintyToDiscrete
+
+    u = np.array([[[0.2, 0.5, 0.9]]], dtype=np.float32)
+    assert UncertaintyToDiscrete(threshold=np.float32(0.5))(u).tolist() == [[[0, 1, 1]]]
+    assert UncertaintyToDiscrete(threshold=1)(u).tolist() == [[[0, 0, 0]]]
+    assert UncertaintyToDiscrete(quantile=np.float64(1.0))(u).tolist() == [[[0, 0, 1]]]
+
+
+@pytest.mark.parametrize("container", ["tensor", "numpy"])
+def test_aggregate_mask_without_channel_axis_is_named_as_such(container):
+    """A binary mask (H, W, D) without its channel axis was read as H channels and refused as 'multi-label masks or
+    sigmoid probabilities'; the message now names the missing channel axis. With it, the masked mean is numpy's."""
+    u, p1 = _map_and_probability_mask()
+    m = (p1 > 0.5)[0].to(torch.uint8)
+    if container == "numpy":
+        u, m = u.numpy(), m.numpy()
+    with pytest.raises(ValueError, match=r"must be channel first \(1 or C, \*spatial\).*got shape \(8, 9, 7\)"):
+        AggregateUncertainty()(u, m)
+    with pytest.raises(ValueError, match=r"mask 'm' must be channel first"):
+        AggregateUncertaintyd("u", mask_key="m")({"u": u, "m": m})
+    ref = float(np.asarray(u)[0][np.asarray(m) > 0].mean())
+    assert float(AggregateUncertainty()(u, m[None])) == pytest.approx(ref, rel=1e-6)
+    assert float(AggregateUncertaintyd("u", mask_key="m")({"u": u, "m": m[None]})["u_mean"]) == pytest.approx(
+        ref, rel=1e-6)
