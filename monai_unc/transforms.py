@@ -124,6 +124,13 @@ def _key_name(template: str, key: Hashable, what: str) -> str:
 
 
 def _check_template(template: str, keys: Sequence[Hashable]) -> None:
+    """``output_key`` must be a string template; with several source keys it must contain ``{key}``.
+
+    A non-string (``None``, a number, a list of keys) was accepted when built and failed at the first case with
+    ``AttributeError: ... has no attribute 'format'`` (found by hostile testing): ``TypeError`` naming the argument.
+    """
+    if not isinstance(template, str):
+        raise TypeError(f"output_key must be a string template such as '{{key}}', got {type(template).__name__}")
     if len(keys) > 1 and "{key}" not in template:
         raise ValueError(
             f"output_key {template!r} must contain '{{key}}' when several source keys are given "
@@ -614,6 +621,9 @@ class UncertaintyMeasuresd(MapTransform):
         d = dict(data)
         ee_key, sq_key = self.expected_entropy_key, self.mean_sq_key
         for key in self.key_iterator(d):
+            for arg, stat in (("expected_entropy_key", ee_key), ("mean_sq_key", sq_key)):
+                if stat is not None and stat not in d:  # was a bare KeyError('ee') (found by hostile testing)
+                    raise KeyError(f"{arg} {stat!r} is not in the data (keys: {sorted(map(str, d))})")
             maps = self.transform._compute(
                 d[key],
                 None if ee_key is None else d[ee_key],

@@ -180,3 +180,33 @@ def test_aggregate_mask_without_channel_axis_is_named_as_such(container):
     assert float(AggregateUncertainty()(u, m[None])) == pytest.approx(ref, rel=1e-6)
     assert float(AggregateUncertaintyd("u", mask_key="m")({"u": u, "m": m[None]})["u_mean"]) == pytest.approx(
         ref, rel=1e-6)
+
+
+@pytest.mark.parametrize("template", [None, 3, ("a",), ["{key}"]])
+def test_output_key_must_be_a_string_template(template):
+    """A non-string output_key was accepted when built (one key) and failed at the first case with
+    AttributeError: 'NoneType' object has no attribute 'format' (or TypeError: argument of type 'int' is not
+    iterable when built); it is now a TypeError naming output_key when built."""
+    from monai_unc.transforms import SamplesToLabelsd, UncertaintyMeasuresd, UncertaintyToDiscreted
+
+    for build in (lambda: UncertaintyMeasuresd("x", output_key=template),
+                  lambda: AggregateUncertaintyd("x", output_key=template),
+                  lambda: UncertaintyToDiscreted("x", threshold=0.5, output_key=template),
+                  lambda: SamplesToLabelsd("x", output_key=template)):
+        with pytest.raises(TypeError, match="^output_key must be a string template"):
+            build()
+
+
+def test_missing_statistics_key_is_named():
+    """A missing expected_entropy_key / mean_sq_key raised a bare KeyError('ee'); the message names the argument."""
+    from monai_unc.transforms import UncertaintyMeasuresd
+
+    p = np.full((2, 3, 4), 0.5)
+    t = UncertaintyMeasuresd("p", input_type="probs", expected_entropy_key="ee", mean_sq_key="sq")
+    with pytest.raises(KeyError, match="expected_entropy_key 'ee' is not in the data"):
+        t({"p": p, "sq": p**2})
+    with pytest.raises(KeyError, match="mean_sq_key 'sq' is not in the data"):
+        t({"p": p, "ee": np.zeros((1, 3, 4))})
+    out = t({"p": p, "ee": np.zeros((1, 3, 4)), "sq": p**2})
+    np.testing.assert_allclose(out["mutual_information"], np.log(2) * np.ones((1, 3, 4)))
+    np.testing.assert_allclose(out["variance"], np.zeros((1, 3, 4)), atol=1e-15)
