@@ -568,6 +568,9 @@ class UncertaintyMeasuresd(MapTransform):
 
     Outputs are ``(1, *spatial)`` maps (``pred`` ``(C, *spatial)``) in the source's dtype and container; a
     MetaTensor source gives MetaTensors with a copy of its meta, so ``SaveImaged`` and ``Invertd`` work on them.
+    The mean probabilities (``pred``, in the default measures of samples) never replace another entry of the data:
+    an engine's ``pred`` holds logits (or ``log(mean p)``) that a later ``Activationsd`` reads, so ``ValueError``
+    (leave ``pred`` out of ``measures`` or put ``{key}`` in ``output_key``).
     """
 
     backend = _BACKENDS
@@ -631,7 +634,17 @@ class UncertaintyMeasuresd(MapTransform):
                 names=(str(key), str(ee_key), str(sq_key)),
             )
             for measure in self.measures:
-                d[_key_name(self.output_key, key, measure)] = maps[measure]
+                out_key = _key_name(self.output_key, key, measure)
+                if measure == K.PRED.value and out_key in d and out_key not in self.keys:
+                    # found by hostile testing: the engine's "pred" (log(mean p) or logits, read by the bundle's
+                    # Activationsd) was replaced by probabilities, and Activationsd(sigmoid=True) + AsDiscreted
+                    # then labelled every voxel foreground
+                    raise ValueError(
+                        f"{type(self).__name__}: the mean probabilities of {key!r} would replace the data's "
+                        f"{out_key!r} (e.g. the network output that Activationsd reads as logits); leave 'pred' out "
+                        "of measures= or choose output_key='{key}_{measure}'"
+                    )
+                d[out_key] = maps[measure]
         return d
 
 

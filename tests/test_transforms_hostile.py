@@ -210,3 +210,29 @@ def test_missing_statistics_key_is_named():
     out = t({"p": p, "ee": np.zeros((1, 3, 4)), "sq": p**2})
     np.testing.assert_allclose(out["mutual_information"], np.log(2) * np.ones((1, 3, 4)))
     np.testing.assert_allclose(out["variance"], np.zeros((1, 3, 4)), atol=1e-15)
+
+
+def test_mean_probabilities_never_replace_the_engines_pred():
+    """UncertaintyMeasuresd("samples") before a bundle's Activationsd(sigmoid) + AsDiscreted replaced the engine's
+    pred (per-region logits) with probabilities, and every voxel was labelled foreground; it is refused, and the
+    documented ways out give the label map of the mean probabilities and the numpy maps."""
+    from monai.transforms import Activationsd, AsDiscreted, Compose
+
+    from monai_unc.transforms import UncertaintyMeasuresd
+
+    g = torch.Generator().manual_seed(0)
+    samples = torch.sigmoid(torch.randn(5, 3, 6, 5, 4, generator=g) * 2).double()
+    mean = samples.mean(0)
+    logits = torch.log(mean) - torch.log1p(-mean)  # what the engine stores for activation="sigmoid"
+    post = [Activationsd("pred", sigmoid=True), AsDiscreted("pred", threshold=0.5)]
+    with pytest.raises(ValueError, match="mean probabilities of 'samples' would replace the data's 'pred'"):
+        UncertaintyMeasuresd("samples", multilabel=True)({"pred": MetaTensor(logits), "samples": samples})
+    for t in (UncertaintyMeasuresd("samples", multilabel=True, measures=["predictive_entropy"]),
+              UncertaintyMeasuresd("samples", multilabel=True, output_key="{key}_{measure}")):
+        out = Compose([t, *post])({"pred": MetaTensor(logits.clone()), "samples": samples})
+        np.testing.assert_array_equal(out["pred"].numpy(), (mean.numpy() >= 0.5).astype(np.float64))
+        pe = out.get("predictive_entropy", out.get("samples_predictive_entropy"))
+        m = mean.numpy()
+        np.testing.assert_allclose(pe, -(m * np.log(m) + (1 - m) * np.log1p(-m)), atol=1e-12)
+    # without a pred in the data, the default still writes the mean probabilities under "pred"
+    np.testing.assert_allclose(UncertaintyMeasuresd("samples", multilabel=True)({"samples": samples})["pred"], mean)
