@@ -26,7 +26,9 @@ array                              dictionary                         what
 The moments of :class:`UncertaintyMeasures` are accumulated by :class:`~monai_unc.stats.SampleStats` and the
 measures derived by :func:`~monai_unc.stats.derive_measures`, the same code the inferers use.
 
-Geometry and inversion: none of these transforms changes the grid; every new map is a ``MetaTensor`` carrying a
+Geometry and inversion: none of these transforms changes the grid; two MetaTensors they compare voxel by voxel (a
+prediction and its label, a map and its mask) must lie on one grid when they have one shape (``ValueError``
+otherwise, :func:`~monai_unc.io.grid_mismatch`); every new map is a ``MetaTensor`` carrying a
 copy of the source's ``meta`` (affine, ``filename_or_obj``) and ``applied_operations`` (numpy in gives numpy out,
 a plain tensor a plain tensor). So ``SaveImaged`` writes the map with the input's affine and file name, and
 ``Invertd(keys=<map>, orig_keys="image", transform=<preprocessing>)`` resamples it back to the original image grid
@@ -62,6 +64,7 @@ from ._utils import (
     to_tensor,
 )
 from .aggregation import aggregate, canonical_method, check_method_options
+from .io import grid_mismatch
 from .keys import UncertaintyKeys, canonical_measure
 from .measures import mutual_information_from_entropies, predictive_entropy, variance_from_moments
 from .stats import SampleStats, derive_measures
@@ -116,6 +119,30 @@ def _item(x: Any, name: str) -> torch.Tensor:
     return to_tensor(x, name)
 
 
+def _check_same_grid(a: Any, b: Any, name_a: str, name_b: str) -> None:
+    """``ValueError`` when two MetaTensors of one spatial shape lie on different grids.
+
+    The rule of :func:`~monai_unc.io.grid_mismatch`.
+
+    Found by hostile testing: a prediction left on the ``Orientationd`` grid of a cubic scan and the label on the
+    file's grid have the same shape, and the error map of a perfect prediction counted 28 % of the voxels as
+    errors. Only ``(4, 4)`` affines are compared, and not MONAI's default identity affine (a MetaTensor built without
+    geometry, which says nothing about the grid).
+    """
+    if not (isinstance(a, MetaTensor) and isinstance(b, MetaTensor)) or a.shape[1:] != b.shape[1:]:
+        return
+    aa, ab = (np.asarray(x.affine.detach().cpu(), dtype=np.float64) for x in (a, b))
+    eye = np.eye(4)
+    if aa.shape != (4, 4) or ab.shape != (4, 4) or np.array_equal(aa, eye) or np.array_equal(ab, eye):
+        return
+    problem = grid_mismatch(aa, ab, tuple(int(n) for n in a.shape[1:]))
+    if problem is not None:
+        raise ValueError(
+            f"{name_a} and {name_b} have the same shape but different affines ({problem}): they are not on the same "
+            f"grid; invert the preprocessing first (Invertd) or resample one onto the other"
+        )
+
+
 def _key_name(template: str, key: Hashable, what: str) -> str:
     try:
         return template.format(key=key, measure=what, method=what)
@@ -165,9 +192,10 @@ def error_map(pred: Any, label: Any) -> Any:
         label: reference ``(1, *spatial)`` label map or one-hot ``(C, *spatial)``.
 
     Returns numpy for numpy ``pred``, torch otherwise. This is the error the spatial metrics (Zeevi et al., Sec. 3) and
-    the calibration "accuracy" use. Raises ``ValueError`` when the spatial shapes differ or the labels are not
-    integral.
+    the calibration "accuracy" use. Raises ``ValueError`` when the spatial shapes differ, the labels are not
+    integral, or ``pred`` and ``label`` are MetaTensors on different grids.
     """
+    _check_same_grid(pred, label, "pred", "label")
     p = _item(pred, "pred")
     t = _item(label, "label")
     if p.shape[1:] != t.shape[1:]:
@@ -388,6 +416,7 @@ class ErrorMap(Transform):
     backend = _BACKENDS
 
     def __call__(self, pred: Any, label: Any) -> Any:
+        _check_same_grid(pred, label, "pred", "label")
         return _like_source(error_map(_item(pred, "pred"), label), pred)
 
 
@@ -472,6 +501,7 @@ class AggregateUncertainty(Transform):
 
     def __call__(self, img: Any, mask: Any = None) -> torch.Tensor:
         if mask is not None:
+            _check_same_grid(img, mask, "img", "mask")
             mask = self._mask(mask, "mask", _item(img, "img").shape[1:])
         return self._score(img, mask, "img", "mask")
 
@@ -749,6 +779,8 @@ class AggregateUncertaintyd(MapTransform):
                 if self.mask_key not in d:
                     raise KeyError(f"mask_key {self.mask_key!r} is not in the data (keys: {sorted(map(str, d))})")
                 mask = self.transform._mask(d[self.mask_key], self.mask_key, _item(d[key], str(key)).shape[1:])
+            if self.mask_key is not None:
+                _check_same_grid(d[key], d[self.mask_key], str(key), str(self.mask_key))
             value = self.transform._score(d[key], mask, str(key), str(self.mask_key))
             name = _key_name(self.output_key, key, self.method)
             d[name] = value

@@ -236,3 +236,45 @@ def test_mean_probabilities_never_replace_the_engines_pred():
         np.testing.assert_allclose(pe, -(m * np.log(m) + (1 - m) * np.log1p(-m)), atol=1e-12)
     # without a pred in the data, the default still writes the mean probabilities under "pred"
     np.testing.assert_allclose(UncertaintyMeasuresd("samples", multilabel=True)({"samples": samples})["pred"], mean)
+
+
+def _cube_on_two_grids() -> tuple[MetaTensor, MetaTensor, MetaTensor]:
+    """A label on an LPS grid and the same label reoriented to RAS: one shape, two grids."""
+    from monai.transforms import Orientationd
+
+    aff = torch.tensor([[-1.0, 0, 0, 8], [0, -1, 0, 8], [0, 0, 1, 0], [0, 0, 0, 1]])
+    lab = torch.zeros(1, 8, 8, 8)
+    lab[:, :3, :3, :] = 1
+    label = MetaTensor(lab, affine=aff)
+    ras = Orientationd("x", axcodes="RAS")({"x": MetaTensor(lab.clone(), affine=aff)})["x"]
+    probs = MetaTensor(torch.cat([1 - ras.as_tensor(), ras.as_tensor()]), meta=ras.meta)
+    return label, ras, probs
+
+
+def test_error_map_and_mask_on_another_grid_are_refused():
+    """A perfect prediction left on the Orientationd grid of a cubic scan and the label on the file's grid: the
+    error map counted 28 % of the voxels as errors, silently; two MetaTensors of one shape on different grids are
+    refused, and the prediction brought back to the label's grid gives no error (numpy reference: all zero)."""
+    from monai.transforms import Orientation
+
+    from monai_unc.transforms import ErrorMap, ErrorMapd, error_map
+
+    label, ras, probs = _cube_on_two_grids()
+    for compute in (lambda: ErrorMapd()({"pred": probs, "label": label}), lambda: ErrorMap()(probs, label),
+                    lambda: error_map(probs, label)):
+        with pytest.raises(ValueError, match="pred and label have the same shape but different affines"):
+            compute()
+    u = MetaTensor(torch.rand(1, 8, 8, 8), meta=ras.meta)
+    with pytest.raises(ValueError, match="img and mask have the same shape but different affines"):
+        AggregateUncertainty()(u, label)
+    with pytest.raises(ValueError, match="u and m have the same shape but different affines"):
+        AggregateUncertaintyd("u", mask_key="m")({"u": u, "m": label})
+    back = Orientation(axcodes="LPS")(probs)
+    np.testing.assert_allclose(back.affine.numpy(), label.affine.numpy())
+    assert float(ErrorMapd()({"pred": back, "label": label})["error"].abs().sum()) == 0.0
+    # same grid: the masked mean is numpy's
+    u_back = Orientation(axcodes="LPS")(u)
+    ref = float(u_back.numpy()[label.numpy() > 0].mean())
+    assert float(AggregateUncertainty()(u_back, label)) == pytest.approx(ref, rel=1e-6)
+    # a MetaTensor built without geometry (MONAI's identity affine) is not judged
+    assert float(ErrorMap()(MetaTensor(probs.as_tensor()), label).sum()) > 0
