@@ -119,6 +119,19 @@ def _item(x: Any, name: str) -> torch.Tensor:
     return to_tensor(x, name)
 
 
+def _check_two_classes(x: torch.Tensor, dim: int, multilabel: bool, name: str, layout: str) -> None:
+    """``ValueError`` for one channel without ``multilabel``, in the user's layout and with the way out.
+
+    Found by hostile testing: a one-channel sigmoid map ``(1, H, W)`` with ``input_type="probs"`` was refused as
+    "at least 2 classes along dim 1, got shape (1, 1, H, W)", a dimension and a shape the user never passed.
+    """
+    if not multilabel and x.shape[dim] < 2:
+        raise ValueError(
+            f"{name} must be {layout} with at least 2 classes, got shape {tuple(x.shape)}: a one-channel sigmoid "
+            "probability is a region of its own, pass multilabel=True"
+        )
+
+
 def _check_same_grid(a: Any, b: Any, name_a: str, name_b: str) -> None:
     """``ValueError`` when two MetaTensors of one spatial shape lie on different grids.
 
@@ -347,6 +360,7 @@ class UncertaintyMeasures(Transform):
         if self.input_type == "samples":
             if x.ndim < 3:
                 raise ValueError(f"{name} must be samples (S, C, *spatial), got shape {tuple(x.shape)}")
+            _check_two_classes(x, 1, self.multilabel, name, "samples (S, C, *spatial)")
             (check_unit_interval if self.multilabel else check_probabilities)(x, name, channel_dim=1, min_ndim=3)
             stats = SampleStats(track_variance=K.VARIANCE.value in wanted, validate=False, multilabel=self.multilabel)
             for s in range(x.shape[0]):
@@ -355,6 +369,7 @@ class UncertaintyMeasures(Transform):
         if x.ndim < 2:
             raise ValueError(f"{name} must be probabilities (C, *spatial), got shape {tuple(x.shape)}")
         probs = x[None]
+        _check_two_classes(x, 0, self.multilabel, name, "probabilities (C, *spatial)")
         (check_unit_interval if self.multilabel else check_probabilities)(probs, name)
         moments = {K.PRED.value: probs.to(torch.float64)}
         ee_channels = x.shape[0] if self.multilabel else 1

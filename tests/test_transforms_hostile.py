@@ -278,3 +278,19 @@ def test_error_map_and_mask_on_another_grid_are_refused():
     assert float(AggregateUncertainty()(u_back, label)) == pytest.approx(ref, rel=1e-6)
     # a MetaTensor built without geometry (MONAI's identity affine) is not judged
     assert float(ErrorMap()(MetaTensor(probs.as_tensor()), label).sum()) > 0
+
+
+@pytest.mark.parametrize("input_type,shape", [("probs", (1, 4, 3)), ("samples", (5, 1, 4, 3))])
+def test_one_channel_sigmoid_map_names_multilabel(input_type, shape):
+    """A one-channel sigmoid map (1, H, W) as probabilities was refused as 'at least 2 classes along dim 1, got
+    shape (1, 1, 4, 3)', a dimension and a shape never passed; the message gives the user's shape and the way out,
+    which gives numpy's binary entropy."""
+    from monai_unc.transforms import UncertaintyMeasures
+
+    p = np.random.default_rng(0).uniform(0.05, 0.95, size=shape)
+    msg = rf"img must be .* at least 2 classes, got shape \({shape[0]}, .*multilabel=True"
+    with pytest.raises(ValueError, match=msg):
+        UncertaintyMeasures(input_type=input_type)(p)
+    out = UncertaintyMeasures(input_type=input_type, multilabel=True, measures="predictive_entropy")(p)
+    m = p if input_type == "probs" else p.mean(0)
+    np.testing.assert_allclose(out["predictive_entropy"], -(m * np.log(m) + (1 - m) * np.log1p(-m)), atol=1e-12)
