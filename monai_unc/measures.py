@@ -357,10 +357,11 @@ def mutual_information_from_entropies(
     With ``window_disagreement`` (WD, stitched sliding windows, see :mod:`monai_unc.inferers.sampling`):
     ``MI = PE - EE - WD``, clamped at 0, so that ``PE = EE + MI + WD``.
 
-    ``validate`` (default): ``pe`` and ``ee`` (and WD) must be tensors of one shape without NaN/inf, and ``ee`` may
-    not exceed ``pe`` by more than rounding (1e-4 nats plus ``4 eps (1 + |pe|)``, a few roundings of the maps'
-    dtype): entropies of the same samples satisfy EE <= PE, so a larger EE means the two maps do not belong
-    together. ``ValueError`` naming the argument otherwise.
+    ``validate`` (default): ``pe`` and ``ee`` (and WD) must be tensors of one shape without NaN/inf, ``ee`` may not
+    be negative (an entropy; found by hostile testing: a negative EE gave an MI above PE) and may not exceed ``pe``
+    by more than rounding (1e-4 nats plus ``4 eps (1 + |pe|)``, a few roundings of the maps' dtype): entropies of
+    the same samples satisfy EE <= PE, so a larger EE means the two maps do not belong together. ``ValueError``
+    naming the argument otherwise.
 
     Args:
         pe: predictive entropy map, e.g. ``(B, 1, *spatial)``, a tensor.
@@ -387,6 +388,8 @@ def mutual_information_from_entropies(
             window_disagreement = to_tensor(window_disagreement, "window_disagreement")
             _check_same_shape(pe, window_disagreement, "pe", "window_disagreement")
             check_finite(window_disagreement, "window_disagreement")
+        if ee.numel() and bool((ee < 0).any()):
+            raise ValueError(f"ee must be non-negative (an entropy), got minimum {float(ee.min()):.4g}")
         if pe.numel() and bool(((ee.double() - pe.double()) > _entropy_order_tolerance(pe, ee)).any()):
             raise ValueError(
                 f"ee exceeds pe by up to {float((ee - pe).max()):.4g} nats: the expected entropy of samples is at "
@@ -496,8 +499,11 @@ def variance_from_moments(
         mean: ``mean_s p_s``, ``(B, C, *spatial)``, a tensor.
         mean_sq: ``mean_s p_s^2``, the shape of ``mean``.
         multilabel: keep one variance per channel instead of the mean over classes.
-        validate: ``mean`` and ``mean_sq`` must be tensors of one shape ``(B, C, *spatial)`` without NaN/inf
-            (``ValueError`` naming the argument otherwise).
+        validate: ``mean`` and ``mean_sq`` must be tensors of one shape ``(B, C, *spatial)`` without NaN/inf, and
+            ``mean^2 <= mean_sq <= mean`` up to rounding (1e-4 plus ``4 eps (1 + mean)``): Jensen's inequality and
+            ``p^2 <= p`` for probabilities, so a variance or a second moment of other samples passed as ``mean_sq``
+            is refused instead of clamped to a zero or impossible variance (found by hostile testing).
+            ``ValueError`` naming the argument otherwise.
 
     Returns:
         ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), the dtype of ``mean``.
@@ -516,8 +522,27 @@ def variance_from_moments(
             raise ValueError(f"mean must be (B, C, *spatial), got shape {tuple(mean.shape)}")
         check_finite(mean, "mean")
         check_finite(mean_sq, "mean_sq")
+        _check_second_moment(mean, mean_sq)
     var = (mean_sq - mean * mean).clamp_min(0)
     return var if multilabel else var.mean(dim=1, keepdim=True)
+
+
+def _check_second_moment(mean: torch.Tensor, mean_sq: torch.Tensor) -> None:
+    """``ValueError`` unless ``mean^2 <= mean_sq <= mean`` per element, up to rounding.
+
+    The moments of probabilities ``p_s`` in ``[0, 1]``; the rounding is that of :func:`_entropy_order_tolerance`.
+    """
+    if not mean.numel():
+        return
+    m, sq = mean.detach().double(), mean_sq.detach().double()
+    tol = _entropy_order_tolerance(mean, mean_sq)
+    for dev, where in ((m * m - sq, "below mean^2"), (sq - m, "above mean")):
+        if bool((dev > tol).any()):
+            raise ValueError(
+                "mean_sq must lie between mean^2 and mean (the second moment of probabilities: E[p^2] >= E[p]^2 and "
+                f"p^2 <= p), got values up to {float(dev.max()):.4g} {where}: pass the mean of p_s^2 of the same "
+                "samples as mean, not a variance"
+            )
 
 
 def variance_from_square_sums(mean: torch.Tensor, mean_sq_sum: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """Array and dictionary transforms (MONAI conventions) for uncertainty maps in pre/post-processing chains.
 
-They act on one item of a decollated batch (channel first, no batch axis), like every MONAI transform. Each
+They act on one item of a decollated batch (channel first, no batch axis), like every MONAI transform; a batched
+MetaTensor (``is_batch``, an inferer's output before ``decollate_batch``) raises ``ValueError``. Each
 computation exists once, as an array transform (``Transform``) that calls the functional core
 (:mod:`monai_unc.stats`, :mod:`monai_unc.aggregation`); the dictionary version (``MapTransform``, name ending in
 ``d``) reads its inputs from the data dict, calls the array version and stores the result:
@@ -25,7 +26,9 @@ array                              dictionary                         what
 The moments of :class:`UncertaintyMeasures` are accumulated by :class:`~monai_unc.stats.SampleStats` and the
 measures derived by :func:`~monai_unc.stats.derive_measures`, the same code the inferers use.
 
-Geometry and inversion: none of these transforms changes the grid; every new map is a ``MetaTensor`` carrying a
+Geometry and inversion: none of these transforms changes the grid; two MetaTensors they compare voxel by voxel (a
+prediction and its label, a map and its mask) must lie on one grid when they have one shape (``ValueError``
+otherwise, :func:`~monai_unc.io.grid_mismatch`); every new map is a ``MetaTensor`` carrying a
 copy of the source's ``meta`` (affine, ``filename_or_obj``) and ``applied_operations`` (numpy in gives numpy out,
 a plain tensor a plain tensor). So ``SaveImaged`` writes the map with the input's affine and file name, and
 ``Invertd(keys=<map>, orig_keys="image", transform=<preprocessing>)`` resamples it back to the original image grid
@@ -57,10 +60,13 @@ from ._utils import (
     check_probabilities,
     check_unit_interval,
     exceeds,
+    real_number,
     to_tensor,
 )
 from .aggregation import aggregate, canonical_method, check_method_options
+from .io import grid_mismatch
 from .keys import UncertaintyKeys, canonical_measure
+from .measures import mutual_information_from_entropies, predictive_entropy, variance_from_moments
 from .stats import SampleStats, derive_measures
 
 __all__ = [
@@ -97,6 +103,59 @@ def _like_source(result: torch.Tensor, source: Any) -> Any:
     return result
 
 
+def _item(x: Any, name: str) -> torch.Tensor:
+    """``x`` (one item of a decollated batch) as a tensor (:func:`~monai_unc._utils.to_tensor`).
+
+    A batched MetaTensor (``is_batch``, e.g. the output of an inferer before ``decollate_batch``) raises
+    ``ValueError`` naming ``name``: found by hostile testing, the probabilities ``(B, C, *spatial)`` of two patients
+    were read as two samples of one case and averaged into one map, and a batch of one gave maps with a batch axis
+    and the batch's meta.
+    """
+    if isinstance(x, MetaTensor) and x.is_batch:
+        raise ValueError(
+            f"{name} is a batch (MetaTensor with is_batch=True, shape {tuple(x.shape)}): these transforms act on one "
+            "case; apply them after decollate_batch (e.g. as post-transforms of an engine), not to a batch"
+        )
+    return to_tensor(x, name)
+
+
+def _check_two_classes(x: torch.Tensor, dim: int, multilabel: bool, name: str, layout: str) -> None:
+    """``ValueError`` for one channel without ``multilabel``, in the user's layout and with the way out.
+
+    Found by hostile testing: a one-channel sigmoid map ``(1, H, W)`` with ``input_type="probs"`` was refused as
+    "at least 2 classes along dim 1, got shape (1, 1, H, W)", a dimension and a shape the user never passed.
+    """
+    if not multilabel and x.shape[dim] < 2:
+        raise ValueError(
+            f"{name} must be {layout} with at least 2 classes, got shape {tuple(x.shape)}: a one-channel sigmoid "
+            "probability is a region of its own, pass multilabel=True"
+        )
+
+
+def _check_same_grid(a: Any, b: Any, name_a: str, name_b: str) -> None:
+    """``ValueError`` when two MetaTensors of one spatial shape lie on different grids.
+
+    The rule of :func:`~monai_unc.io.grid_mismatch`.
+
+    Found by hostile testing: a prediction left on the ``Orientationd`` grid of a cubic scan and the label on the
+    file's grid have the same shape, and the error map of a perfect prediction counted 28 % of the voxels as
+    errors. Only ``(4, 4)`` affines are compared, and not MONAI's default identity affine (a MetaTensor built without
+    geometry, which says nothing about the grid).
+    """
+    if not (isinstance(a, MetaTensor) and isinstance(b, MetaTensor)) or a.shape[1:] != b.shape[1:]:
+        return
+    aa, ab = (np.asarray(x.affine.detach().cpu(), dtype=np.float64) for x in (a, b))
+    eye = np.eye(4)
+    if aa.shape != (4, 4) or ab.shape != (4, 4) or np.array_equal(aa, eye) or np.array_equal(ab, eye):
+        return
+    problem = grid_mismatch(aa, ab, tuple(int(n) for n in a.shape[1:]))
+    if problem is not None:
+        raise ValueError(
+            f"{name_a} and {name_b} have the same shape but different affines ({problem}): they are not on the same "
+            f"grid; invert the preprocessing first (Invertd) or resample one onto the other"
+        )
+
+
 def _key_name(template: str, key: Hashable, what: str) -> str:
     try:
         return template.format(key=key, measure=what, method=what)
@@ -105,6 +164,13 @@ def _key_name(template: str, key: Hashable, what: str) -> str:
 
 
 def _check_template(template: str, keys: Sequence[Hashable]) -> None:
+    """``output_key`` must be a string template; with several source keys it must contain ``{key}``.
+
+    A non-string (``None``, a number, a list of keys) was accepted when built and failed at the first case with
+    ``AttributeError: ... has no attribute 'format'`` (found by hostile testing): ``TypeError`` naming the argument.
+    """
+    if not isinstance(template, str):
+        raise TypeError(f"output_key must be a string template such as '{{key}}', got {type(template).__name__}")
     if len(keys) > 1 and "{key}" not in template:
         raise ValueError(
             f"output_key {template!r} must contain '{{key}}' when several source keys are given "
@@ -139,11 +205,12 @@ def error_map(pred: Any, label: Any) -> Any:
         label: reference ``(1, *spatial)`` label map or one-hot ``(C, *spatial)``.
 
     Returns numpy for numpy ``pred``, torch otherwise. This is the error the spatial metrics (Zeevi et al., Sec. 3) and
-    the calibration "accuracy" use. Raises ``ValueError`` when the spatial shapes differ or the labels are not
-    integral.
+    the calibration "accuracy" use. Raises ``ValueError`` when the spatial shapes differ, the labels are not
+    integral, or ``pred`` and ``label`` are MetaTensors on different grids.
     """
-    p = to_tensor(pred, "pred")
-    t = to_tensor(label, "label")
+    _check_same_grid(pred, label, "pred", "label")
+    p = _item(pred, "pred")
+    t = _item(label, "label")
     if p.shape[1:] != t.shape[1:]:
         raise ValueError(
             f"pred and label must have the same spatial shape, got {tuple(p.shape[1:])} and {tuple(t.shape[1:])}"
@@ -182,6 +249,20 @@ def _missing_statistics(missing: Sequence[str], ee_name: str, sq_name: str) -> V
     )
 
 
+def _check_statistic(check: Any, what: str) -> None:
+    """Run ``check`` (a validating function of :mod:`monai_unc.measures`); its ``ValueError`` is raised again
+    prefixed with ``what``, which names the user's argument or key.
+
+    The statistics ``expected_entropy`` and ``mean_sq`` of ``input_type="probs"`` must belong to the probabilities:
+    ``0 <= EE <= PE`` and ``mean^2 <= mean_sq <= mean`` (found by hostile testing: a negative EE gave an MI above
+    PE, a variance passed as ``mean_sq`` a variance clamped to 0, an EE above PE an MI of 0, all silently).
+    """
+    try:
+        check()
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from e
+
+
 # ------------------------------------------------------------------------------------------------ array transforms
 
 def _current_measures(measures: str | Sequence[str]) -> list[str]:
@@ -208,7 +289,8 @@ class UncertaintyMeasures(Transform):
     samples). ``predictive_entropy`` and ``one_minus_max_prob`` are always available; ``expected_entropy`` and
     ``mutual_information`` need the ``expected_entropy`` argument (the per-voxel mean of ``H(p_s)``,
     ``(1, *spatial)``), ``variance`` needs ``mean_sq`` (the per-voxel mean of ``p_s^2``, ``(C, *spatial)``): the
-    statistics an inferer streams.
+    statistics an inferer streams. They must belong to ``img`` up to rounding: ``0 <= expected_entropy <= H(img)``
+    and ``img^2 <= mean_sq <= img``, else ``ValueError`` naming the argument (a variance passed as ``mean_sq``).
 
     Formulas (ValUES, eq. 1): PE = H(mean p), EE = mean H(p_s), MI = PE - EE (clamped at 0),
     one_minus_max_prob = 1 - max_c mean p, variance = mean_c Var_s p_c (population). Natural log;
@@ -272,12 +354,13 @@ class UncertaintyMeasures(Transform):
         self, img: Any, expected_entropy: Any, mean_sq: Any, wanted: Sequence[str], names: tuple[str, str, str]
     ) -> tuple[dict[str, torch.Tensor], torch.dtype]:
         name, ee_name, sq_name = names
-        x = to_tensor(img, name)
+        x = _item(img, name)
         if not x.is_floating_point():
             raise TypeError(f"{name} must hold floating point probabilities, got dtype {x.dtype}")
         if self.input_type == "samples":
             if x.ndim < 3:
                 raise ValueError(f"{name} must be samples (S, C, *spatial), got shape {tuple(x.shape)}")
+            _check_two_classes(x, 1, self.multilabel, name, "samples (S, C, *spatial)")
             (check_unit_interval if self.multilabel else check_probabilities)(x, name, channel_dim=1, min_ndim=3)
             stats = SampleStats(track_variance=K.VARIANCE.value in wanted, validate=False, multilabel=self.multilabel)
             for s in range(x.shape[0]):
@@ -286,25 +369,36 @@ class UncertaintyMeasures(Transform):
         if x.ndim < 2:
             raise ValueError(f"{name} must be probabilities (C, *spatial), got shape {tuple(x.shape)}")
         probs = x[None]
+        _check_two_classes(x, 0, self.multilabel, name, "probabilities (C, *spatial)")
         (check_unit_interval if self.multilabel else check_probabilities)(probs, name)
         moments = {K.PRED.value: probs.to(torch.float64)}
         ee_channels = x.shape[0] if self.multilabel else 1
         if expected_entropy is not None:
-            ee = to_tensor(expected_entropy, ee_name)
+            ee = _item(expected_entropy, ee_name)
             if tuple(ee.shape) != (ee_channels, *x.shape[1:]):
                 what = "one channel per region" if self.multilabel else "one channel"
                 raise ValueError(
                     f"{ee_name} must have shape {(ee_channels, *x.shape[1:])} ({what}), got {tuple(ee.shape)}"
                 )
             check_finite(ee, ee_name)
+            _check_statistic(
+                lambda: mutual_information_from_entropies(
+                    predictive_entropy(probs[None], validate=False, multilabel=self.multilabel), ee[None]
+                ),
+                f"{ee_name} is not the expected entropy of the samples whose mean is {name}",
+            )
             moments[K.EXPECTED_ENTROPY.value] = ee[None].to(torch.float64)
         else:  # placeholder never read: PE and one_minus_max_prob do not use it
             moments[K.EXPECTED_ENTROPY.value] = torch.zeros_like(probs[:, :ee_channels], dtype=torch.float64)
         if mean_sq is not None:
-            sq = to_tensor(mean_sq, sq_name)
+            sq = _item(mean_sq, sq_name)
             if tuple(sq.shape) != tuple(x.shape):
                 raise ValueError(f"{sq_name} must have the shape of {name} {tuple(x.shape)}, got {tuple(sq.shape)}")
             check_finite(sq, sq_name)
+            _check_statistic(
+                lambda: variance_from_moments(probs, sq[None].to(probs.dtype), multilabel=self.multilabel),
+                f"{sq_name} is not the mean of p_s^2 of the samples whose mean is {name}",
+            )
             moments["mean_sq"] = sq[None].to(torch.float64)
         return moments, x.dtype
 
@@ -337,7 +431,8 @@ class ErrorMap(Transform):
     backend = _BACKENDS
 
     def __call__(self, pred: Any, label: Any) -> Any:
-        return _like_source(error_map(to_tensor(pred, "pred"), label), pred)
+        _check_same_grid(pred, label, "pred", "label")
+        return _like_source(error_map(_item(pred, "pred"), label), pred)
 
 
 class AggregateUncertainty(Transform):
@@ -382,13 +477,20 @@ class AggregateUncertainty(Transform):
         self.kwargs = {"patch_size": patch_size, "threshold": threshold, "empty_value": empty_value}
 
     @staticmethod
-    def _mask(mask: Any, name: str) -> torch.Tensor:
+    def _mask(mask: Any, name: str, spatial: Sequence[int] | None = None) -> torch.Tensor:
         """Boolean ``(1, *spatial)`` mask: ``C >= 2`` channels by argmax > 0, one channel by non-zero.
 
         A one-channel mask must be binary or a label map: probabilities (non-integral values) are non-zero almost
-        everywhere and would select the whole volume, so they raise ``ValueError``.
+        everywhere and would select the whole volume, so they raise ``ValueError``. ``spatial``: the spatial shape
+        of the map, checked first (found by hostile testing: a binary mask ``(H, W, D)`` without its channel axis
+        was read as ``H`` overlapping channels and refused as "sigmoid probabilities").
         """
-        m = to_tensor(mask, name)
+        m = _item(mask, name)
+        if spatial is not None and tuple(m.shape[1:]) != tuple(spatial):
+            raise ValueError(
+                f"mask {name!r} must be channel first (1 or C, *spatial) with the map's spatial shape "
+                f"{tuple(spatial)}, got shape {tuple(m.shape)}"
+            )
         if m.ndim >= 2 and m.shape[0] > 1:
             return _labels_from(m, name) > 0
         if m.is_floating_point():
@@ -402,7 +504,7 @@ class AggregateUncertainty(Transform):
         return m != 0
 
     def _score(self, img: Any, mask: torch.Tensor | None, name: str, mask_name: str) -> torch.Tensor:
-        u = to_tensor(img, name)
+        u = _item(img, name)
         if u.ndim < 3 or u.shape[0] != 1:
             raise ValueError(f"{name} must be a one-channel map (1, *spatial) with 2 or 3 axes, got {tuple(u.shape)}")
         if mask is not None and mask.shape[1:] != u.shape[1:]:
@@ -413,14 +515,18 @@ class AggregateUncertainty(Transform):
         return torch.as_tensor(score, dtype=torch.float64).reshape(())
 
     def __call__(self, img: Any, mask: Any = None) -> torch.Tensor:
-        return self._score(img, None if mask is None else self._mask(mask, "mask"), "img", "mask")
+        if mask is not None:
+            _check_same_grid(img, mask, "img", "mask")
+            mask = self._mask(mask, "mask", _item(img, "img").shape[1:])
+        return self._score(img, mask, "img", "mask")
 
 
 class UncertaintyToDiscrete(Transform):
     """Binary "uncertain" mask ``u >= t`` (uint8 in {0, 1}) of a map ``(1, *spatial)``, e.g. to flag voxels for review.
 
-    Exactly one of ``threshold`` (a fixed ``t``; for a cohort-level choice see
-    :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case quantile of the map, e.g.
+    Exactly one of ``threshold`` (a fixed real number ``t``, not a bool or a string: ``TypeError``; for a
+    cohort-level choice see :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case
+    quantile of the map, e.g.
     0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged, so when the quantile falls on the map's
     minimum, shared by most voxels, every voxel is flagged, with a ``UserWarning``) is given. The mask is in the
     container of the map. ``u >= t`` compares the exact values (``_utils.exceeds``): a float32 map's
@@ -432,15 +538,17 @@ class UncertaintyToDiscrete(Transform):
     def __init__(self, threshold: float | None = None, quantile: float | None = None) -> None:
         if (threshold is None) == (quantile is None):
             raise ValueError("give exactly one of threshold= or quantile=")
-        if threshold is not None and not np.isfinite(float(threshold)):
+        # a bool or a string ("0.5" of a bundle override) is refused, not read as 1.0 / 0.5 (found by hostile
+        # testing: threshold=True flagged nothing, quantile=True everything, silently)
+        if threshold is not None and not np.isfinite(real_number(threshold, "threshold")):
             raise ValueError(f"threshold must be finite, got {threshold}")
-        if quantile is not None and not 0.0 <= float(quantile) <= 1.0:
+        if quantile is not None and not 0.0 <= real_number(quantile, "quantile") <= 1.0:
             raise ValueError(f"quantile must be in [0, 1], got {quantile}")
         self.threshold = threshold
         self.quantile = quantile
 
     def _discretize(self, img: Any, name: str) -> Any:
-        u = to_tensor(img, name)
+        u = _item(img, name)
         if u.ndim < 2 or u.shape[0] != 1:
             raise ValueError(f"{name} must be a one-channel map (1, *spatial), got shape {tuple(u.shape)}")
         check_finite(u, name)
@@ -473,7 +581,7 @@ class SamplesToLabels(Transform):
     backend = _BACKENDS
 
     def _labels(self, img: Any, name: str) -> Any:
-        s = to_tensor(img, name)
+        s = _item(img, name)
         if s.ndim < 3 or s.shape[1] < 2:
             raise ValueError(f"{name} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
         check_finite(s, name)
@@ -505,6 +613,9 @@ class UncertaintyMeasuresd(MapTransform):
 
     Outputs are ``(1, *spatial)`` maps (``pred`` ``(C, *spatial)``) in the source's dtype and container; a
     MetaTensor source gives MetaTensors with a copy of its meta, so ``SaveImaged`` and ``Invertd`` work on them.
+    The mean probabilities (``pred``, in the default measures of samples) never replace another entry of the data:
+    an engine's ``pred`` holds logits (or ``log(mean p)``) that a later ``Activationsd`` reads, so ``ValueError``
+    (leave ``pred`` out of ``measures`` or put ``{key}`` in ``output_key``).
     """
 
     backend = _BACKENDS
@@ -558,6 +669,9 @@ class UncertaintyMeasuresd(MapTransform):
         d = dict(data)
         ee_key, sq_key = self.expected_entropy_key, self.mean_sq_key
         for key in self.key_iterator(d):
+            for arg, stat in (("expected_entropy_key", ee_key), ("mean_sq_key", sq_key)):
+                if stat is not None and stat not in d:  # was a bare KeyError('ee') (found by hostile testing)
+                    raise KeyError(f"{arg} {stat!r} is not in the data (keys: {sorted(map(str, d))})")
             maps = self.transform._compute(
                 d[key],
                 None if ee_key is None else d[ee_key],
@@ -565,7 +679,17 @@ class UncertaintyMeasuresd(MapTransform):
                 names=(str(key), str(ee_key), str(sq_key)),
             )
             for measure in self.measures:
-                d[_key_name(self.output_key, key, measure)] = maps[measure]
+                out_key = _key_name(self.output_key, key, measure)
+                if measure == K.PRED.value and out_key in d and out_key not in self.keys:
+                    # found by hostile testing: the engine's "pred" (log(mean p) or logits, read by the bundle's
+                    # Activationsd) was replaced by probabilities, and Activationsd(sigmoid=True) + AsDiscreted
+                    # then labelled every voxel foreground
+                    raise ValueError(
+                        f"{type(self).__name__}: the mean probabilities of {key!r} would replace the data's "
+                        f"{out_key!r} (e.g. the network output that Activationsd reads as logits); leave 'pred' out "
+                        "of measures= or choose output_key='{key}_{measure}'"
+                    )
+                d[out_key] = maps[measure]
         return d
 
 
@@ -669,7 +793,9 @@ class AggregateUncertaintyd(MapTransform):
             if mask is None and self.mask_key is not None:
                 if self.mask_key not in d:
                     raise KeyError(f"mask_key {self.mask_key!r} is not in the data (keys: {sorted(map(str, d))})")
-                mask = self.transform._mask(d[self.mask_key], self.mask_key)
+                mask = self.transform._mask(d[self.mask_key], self.mask_key, _item(d[key], str(key)).shape[1:])
+            if self.mask_key is not None:
+                _check_same_grid(d[key], d[self.mask_key], str(key), str(self.mask_key))
             value = self.transform._score(d[key], mask, str(key), str(self.mask_key))
             name = _key_name(self.output_key, key, self.method)
             d[name] = value

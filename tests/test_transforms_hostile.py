@@ -139,3 +139,158 @@ def test_quantile_flags_that_cover_everything_warn():
         top = UncertaintyToDiscrete(quantile=0.995)(mi)  # falls inside the uncertain voxels: no warning
         assert 0 < int(top.sum()) <= 32
         UncertaintyToDiscrete(quantile=0.0)(mi)  # q = 0 asks for every voxel
+
+
+@pytest.mark.parametrize("kwargs", [{"threshold": True}, {"threshold": "0.5"}, {"quantile": True},
+                                    {"quantile": "0.9"}, {"threshold": None, "quantile": [0.9]}])
+def test_discrete_refuses_bool_and_string_thresholds(kwargs):
+    """threshold=True was read as 1.0 (nothing flagged), quantile=True as 1.0 (the maximum flagged), strings as
+    numbers, silently; AggregateUncertainty(method='threshold') already refused them."""
+    from monai_unc.transforms import UncertaintyToDiscrete, UncertaintyToDiscreted
+
+    name = "threshold" if kwargs.get("threshold") is not None else "quantile"
+    with pytest.raises(TypeError, match=f"^{name} must be a real number"):
+        UncertaintyToDiscrete(**kwargs)
+    with pytest.raises(TypeError, match=f"^{name} must be a real number"):
+        UncertaintyToDiscreted("u", **kwargs)
+
+
+def test_discrete_numpy_thresholds_still_work():
+    from monai_unc.transforms import UncertaintyToDiscrete
+
+    u = np.array([[[0.2, 0.5, 0.9]]], dtype=np.float32)
+    assert UncertaintyToDiscrete(threshold=np.float32(0.5))(u).tolist() == [[[0, 1, 1]]]
+    assert UncertaintyToDiscrete(threshold=1)(u).tolist() == [[[0, 0, 0]]]
+    assert UncertaintyToDiscrete(quantile=np.float64(1.0))(u).tolist() == [[[0, 0, 1]]]
+
+
+@pytest.mark.parametrize("container", ["tensor", "numpy"])
+def test_aggregate_mask_without_channel_axis_is_named_as_such(container):
+    """A binary mask (H, W, D) without its channel axis was read as H channels and refused as 'multi-label masks or
+    sigmoid probabilities'; the message now names the missing channel axis. With it, the masked mean is numpy's."""
+    u, p1 = _map_and_probability_mask()
+    m = (p1 > 0.5)[0].to(torch.uint8)
+    if container == "numpy":
+        u, m = u.numpy(), m.numpy()
+    with pytest.raises(ValueError, match=r"must be channel first \(1 or C, \*spatial\).*got shape \(8, 9, 7\)"):
+        AggregateUncertainty()(u, m)
+    with pytest.raises(ValueError, match=r"mask 'm' must be channel first"):
+        AggregateUncertaintyd("u", mask_key="m")({"u": u, "m": m})
+    ref = float(np.asarray(u)[0][np.asarray(m) > 0].mean())
+    assert float(AggregateUncertainty()(u, m[None])) == pytest.approx(ref, rel=1e-6)
+    assert float(AggregateUncertaintyd("u", mask_key="m")({"u": u, "m": m[None]})["u_mean"]) == pytest.approx(
+        ref, rel=1e-6)
+
+
+@pytest.mark.parametrize("template", [None, 3, ("a",), ["{key}"]])
+def test_output_key_must_be_a_string_template(template):
+    """A non-string output_key was accepted when built (one key) and failed at the first case with
+    AttributeError: 'NoneType' object has no attribute 'format' (or TypeError: argument of type 'int' is not
+    iterable when built); it is now a TypeError naming output_key when built."""
+    from monai_unc.transforms import SamplesToLabelsd, UncertaintyMeasuresd, UncertaintyToDiscreted
+
+    for build in (lambda: UncertaintyMeasuresd("x", output_key=template),
+                  lambda: AggregateUncertaintyd("x", output_key=template),
+                  lambda: UncertaintyToDiscreted("x", threshold=0.5, output_key=template),
+                  lambda: SamplesToLabelsd("x", output_key=template)):
+        with pytest.raises(TypeError, match="^output_key must be a string template"):
+            build()
+
+
+def test_missing_statistics_key_is_named():
+    """A missing expected_entropy_key / mean_sq_key raised a bare KeyError('ee'); the message names the argument."""
+    from monai_unc.transforms import UncertaintyMeasuresd
+
+    p = np.full((2, 3, 4), 0.5)
+    t = UncertaintyMeasuresd("p", input_type="probs", expected_entropy_key="ee", mean_sq_key="sq")
+    with pytest.raises(KeyError, match="expected_entropy_key 'ee' is not in the data"):
+        t({"p": p, "sq": p**2})
+    with pytest.raises(KeyError, match="mean_sq_key 'sq' is not in the data"):
+        t({"p": p, "ee": np.zeros((1, 3, 4))})
+    out = t({"p": p, "ee": np.zeros((1, 3, 4)), "sq": p**2})
+    np.testing.assert_allclose(out["mutual_information"], np.log(2) * np.ones((1, 3, 4)))
+    np.testing.assert_allclose(out["variance"], np.zeros((1, 3, 4)), atol=1e-15)
+
+
+def test_mean_probabilities_never_replace_the_engines_pred():
+    """UncertaintyMeasuresd("samples") before a bundle's Activationsd(sigmoid) + AsDiscreted replaced the engine's
+    pred (per-region logits) with probabilities, and every voxel was labelled foreground; it is refused, and the
+    documented ways out give the label map of the mean probabilities and the numpy maps."""
+    from monai.transforms import Activationsd, AsDiscreted, Compose
+
+    from monai_unc.transforms import UncertaintyMeasuresd
+
+    g = torch.Generator().manual_seed(0)
+    samples = torch.sigmoid(torch.randn(5, 3, 6, 5, 4, generator=g) * 2).double()
+    mean = samples.mean(0)
+    logits = torch.log(mean) - torch.log1p(-mean)  # what the engine stores for activation="sigmoid"
+    post = [Activationsd("pred", sigmoid=True), AsDiscreted("pred", threshold=0.5)]
+    with pytest.raises(ValueError, match="mean probabilities of 'samples' would replace the data's 'pred'"):
+        UncertaintyMeasuresd("samples", multilabel=True)({"pred": MetaTensor(logits), "samples": samples})
+    for t in (UncertaintyMeasuresd("samples", multilabel=True, measures=["predictive_entropy"]),
+              UncertaintyMeasuresd("samples", multilabel=True, output_key="{key}_{measure}")):
+        out = Compose([t, *post])({"pred": MetaTensor(logits.clone()), "samples": samples})
+        np.testing.assert_array_equal(out["pred"].numpy(), (mean.numpy() >= 0.5).astype(np.float64))
+        pe = out.get("predictive_entropy", out.get("samples_predictive_entropy"))
+        m = mean.numpy()
+        np.testing.assert_allclose(pe, -(m * np.log(m) + (1 - m) * np.log1p(-m)), atol=1e-12)
+    # without a pred in the data, the default still writes the mean probabilities under "pred"
+    np.testing.assert_allclose(UncertaintyMeasuresd("samples", multilabel=True)({"samples": samples})["pred"], mean)
+
+
+def _cube_on_two_grids() -> tuple[MetaTensor, MetaTensor, MetaTensor]:
+    """A label on an LPS grid and the same label reoriented to RAS: one shape, two grids."""
+    from monai.transforms import Orientationd
+
+    aff = torch.tensor([[-1.0, 0, 0, 8], [0, -1, 0, 8], [0, 0, 1, 0], [0, 0, 0, 1]])
+    lab = torch.zeros(1, 8, 8, 8)
+    lab[:, :3, :3, :] = 1
+    label = MetaTensor(lab, affine=aff)
+    ras = Orientationd("x", axcodes="RAS")({"x": MetaTensor(lab.clone(), affine=aff)})["x"]
+    probs = MetaTensor(torch.cat([1 - ras.as_tensor(), ras.as_tensor()]), meta=ras.meta)
+    return label, ras, probs
+
+
+def test_error_map_and_mask_on_another_grid_are_refused():
+    """A perfect prediction left on the Orientationd grid of a cubic scan and the label on the file's grid: the
+    error map counted 28 % of the voxels as errors, silently; two MetaTensors of one shape on different grids are
+    refused, and the prediction brought back to the label's grid gives no error (numpy reference: all zero)."""
+    from monai.transforms import Orientation
+
+    from monai_unc.transforms import ErrorMap, ErrorMapd, error_map
+
+    label, ras, probs = _cube_on_two_grids()
+    for compute in (lambda: ErrorMapd()({"pred": probs, "label": label}), lambda: ErrorMap()(probs, label),
+                    lambda: error_map(probs, label)):
+        with pytest.raises(ValueError, match="pred and label have the same shape but different affines"):
+            compute()
+    u = MetaTensor(torch.rand(1, 8, 8, 8), meta=ras.meta)
+    with pytest.raises(ValueError, match="img and mask have the same shape but different affines"):
+        AggregateUncertainty()(u, label)
+    with pytest.raises(ValueError, match="u and m have the same shape but different affines"):
+        AggregateUncertaintyd("u", mask_key="m")({"u": u, "m": label})
+    back = Orientation(axcodes="LPS")(probs)
+    np.testing.assert_allclose(back.affine.numpy(), label.affine.numpy())
+    assert float(ErrorMapd()({"pred": back, "label": label})["error"].abs().sum()) == 0.0
+    # same grid: the masked mean is numpy's
+    u_back = Orientation(axcodes="LPS")(u)
+    ref = float(u_back.numpy()[label.numpy() > 0].mean())
+    assert float(AggregateUncertainty()(u_back, label)) == pytest.approx(ref, rel=1e-6)
+    # a MetaTensor built without geometry (MONAI's identity affine) is not judged
+    assert float(ErrorMap()(MetaTensor(probs.as_tensor()), label).sum()) > 0
+
+
+@pytest.mark.parametrize("input_type,shape", [("probs", (1, 4, 3)), ("samples", (5, 1, 4, 3))])
+def test_one_channel_sigmoid_map_names_multilabel(input_type, shape):
+    """A one-channel sigmoid map (1, H, W) as probabilities was refused as 'at least 2 classes along dim 1, got
+    shape (1, 1, 4, 3)', a dimension and a shape never passed; the message gives the user's shape and the way out,
+    which gives numpy's binary entropy."""
+    from monai_unc.transforms import UncertaintyMeasures
+
+    p = np.random.default_rng(0).uniform(0.05, 0.95, size=shape)
+    msg = rf"img must be .* at least 2 classes, got shape \({shape[0]}, .*multilabel=True"
+    with pytest.raises(ValueError, match=msg):
+        UncertaintyMeasures(input_type=input_type)(p)
+    out = UncertaintyMeasures(input_type=input_type, multilabel=True, measures="predictive_entropy")(p)
+    m = p if input_type == "probs" else p.mean(0)
+    np.testing.assert_allclose(out["predictive_entropy"], -(m * np.log(m) + (1 - m) * np.log1p(-m)), atol=1e-12)

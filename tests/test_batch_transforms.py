@@ -1,0 +1,58 @@
+"""Hostile review of monai_unc.transforms: the transforms act on one decollated item; a batched MetaTensor (the
+output of an inferer before ``decollate_batch``) is refused instead of being read as samples or channels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from monai.data import MetaTensor, decollate_batch, list_data_collate
+
+from monai_unc.transforms import (
+    AggregateUncertaintyd,
+    ErrorMapd,
+    SamplesToLabelsd,
+    UncertaintyMeasuresd,
+    UncertaintyToDiscreted,
+)
+
+
+def _batch(n: int) -> MetaTensor:
+    """Softmax probabilities ``(B, 2, 6, 5, 4)`` of ``n`` cases, collated as a MONAI DataLoader does."""
+    g = torch.Generator().manual_seed(n)
+    items = []
+    for i in range(n):
+        p = torch.softmax(torch.randn(2, 6, 5, 4, generator=g) * 3, 0)
+        items.append({"pred": MetaTensor(p, affine=torch.diag(torch.tensor([1.0 + i, 2.0, 3.0, 1.0])),
+                                         meta={"filename_or_obj": f"case{i}.nii.gz"})})
+    return list_data_collate(items)["pred"]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_batch_of_probabilities_is_not_read_as_samples(n):
+    batch = _batch(n)
+    assert batch.is_batch
+    # before: two patients' probabilities averaged into one "predictive entropy" map named after both files
+    with pytest.raises(ValueError, match=r"pred is a batch .*decollate_batch"):
+        UncertaintyMeasuresd("pred")({"pred": batch})
+    with pytest.raises(ValueError, match="pred is a batch"):
+        ErrorMapd()({"pred": batch, "label": batch[:, :1].round()})
+    with pytest.raises(ValueError, match="u is a batch"):
+        UncertaintyToDiscreted("u", quantile=0.9)({"u": batch[:, :1]})
+    with pytest.raises(ValueError, match="u is a batch"):
+        AggregateUncertaintyd("u")({"u": batch[:, :1]})
+    with pytest.raises(ValueError, match="s is a batch"):
+        SamplesToLabelsd("s")({"s": batch})
+
+
+def test_decollated_items_give_the_numpy_maps_and_their_own_meta():
+    batch = _batch(2)
+    for i, item in enumerate(decollate_batch({"pred": batch})):
+        out = UncertaintyMeasuresd("pred", input_type="probs", measures="predictive_entropy")(item)
+        p = batch[i].as_tensor().double().numpy()
+        np.testing.assert_allclose(out["predictive_entropy"].numpy(), -(p * np.log(p)).sum(0, keepdims=True),
+                                   atol=1e-6)
+        assert out["predictive_entropy"].meta["filename_or_obj"] == f"case{i}.nii.gz"
+        assert float(out["predictive_entropy"].affine[0, 0]) == 1.0 + i
+        err = ErrorMapd()({"pred": item["pred"], "label": item["pred"][:1].round()})["error"]
+        np.testing.assert_array_equal(err.numpy(), (p.argmax(0) != p[0].round())[None].astype(np.float32))
