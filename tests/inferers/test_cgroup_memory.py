@@ -86,3 +86,16 @@ def test_cgroup_v1_limit_caps_available_memory(machine):
     unlimited = "9223372036854771712"
     _write(mem, {"memory.limit_in_bytes": unlimited, "memory.memsw.limit_in_bytes": unlimited})
     assert available_memory("cpu") == 64 * GIB
+
+
+def test_cuda_available_memory_counts_the_allocators_cache(monkeypatch):
+    """Found by hostile testing: on CUDA only the driver's free memory counted, not the blocks PyTorch's caching
+    allocator keeps reserved after the previous case (free for this process's next tensors): after a 20 GiB case on
+    a 24 GiB card the next case of the same size was told 4 GiB were available, and warned about."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (4 * GIB, 24 * GIB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 19 * GIB)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1 * GIB)
+    assert available_memory("cuda:0") == 4 * GIB + 18 * GIB
