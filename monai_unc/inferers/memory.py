@@ -363,9 +363,10 @@ def available_memory(device: torch.device | str = "cpu") -> int | None:
     """Bytes that a new allocation can use now on ``device``, or None when unknown.
 
     CUDA: the free memory of the device (``torch.cuda.mem_get_info``) plus what PyTorch's caching allocator holds
-    reserved but unused (``memory_reserved - memory_allocated``: the freed blocks of earlier work); CPU: ``MemAvailable`` of ``/proc/meminfo``,
-    at most what the memory limit of the process's cgroup (a container's or a batch job's) still allows: beyond that
-    limit the kernel kills the process however much memory the machine has left.
+    reserved but unused (``memory_reserved - memory_allocated``: the freed blocks of earlier work); CPU:
+    ``MemAvailable`` of ``/proc/meminfo``, at most what the memory limit of the process's cgroup (a container's or a
+    batch job's) still allows: beyond that limit the kernel kills the process however much memory the machine has
+    left.
 
     Args:
         device: the device of the inference (``device`` of a sliding window: where the stitched outputs live).
