@@ -693,12 +693,100 @@ def check_seed(value: Any, name: str = "seed") -> int | None:
     return int(value)
 
 
+#: where the cgroup file systems are mounted (cgroup v2 at the root, v1 one folder per controller)
+CGROUP_ROOT = "/sys/fs/cgroup"
+#: a cgroup v1 limit at or above this many bytes means "no limit" (the kernel writes 2**63 rounded down to pages)
+_CGROUP_UNLIMITED = 2**60
+
+
+def _cgroup_bytes(path: str, key: str | None = None) -> int | None:
+    """An integer of a cgroup file (``key``: the value of that line of a ``memory.stat``); None: absent, ``max``, or
+    a v1 "no limit"."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    if key is not None:
+        text = next((rest for name, _, rest in (line.partition(" ") for line in text.splitlines()) if name == key), "")
+    text = text.strip()
+    if not text.isdigit():  # "max" (v2 without a limit), a missing key, garbage
+        return None
+    value = int(text)
+    return None if value >= _CGROUP_UNLIMITED else value
+
+
+def _cgroup_folders(base: str, path: str) -> list[str]:
+    """The process's cgroup folder under ``base`` and its ancestors up to ``base`` (a parent's limit applies too);
+    ``base`` alone where the path does not exist there (a container's cgroup namespace mounts its own cgroup at
+    ``base``)."""
+    parts = [p for p in path.strip().split("/") if p and p not in (".", "..")]
+    if not os.path.isdir(os.path.join(base, *parts)):
+        return [base]
+    return [os.path.join(base, *parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def cgroup_memory_room() -> tuple[int | None, int | None]:
+    """Bytes of memory and of swap that the memory cgroup of this process (a container's or a batch job's limit)
+    still lets it allocate.
+
+    Memory: ``limit - (usage - inactive file cache)`` (the page cache that the kernel reclaims before it kills a
+    process does not count, as in ``docker stats``), the smallest over the process's cgroup and its ancestors;
+    cgroup v2 (``memory.max``, ``memory.current``) or v1 (``memory.limit_in_bytes``, ``memory.usage_in_bytes``).
+    Swap: v2 ``memory.swap.max - memory.swap.current``; v1 the room under the memory-and-swap limit
+    (``memory.memsw.limit_in_bytes``) beyond the memory's.
+
+    Returns:
+        ``(memory, swap)`` in bytes (0 at or over a limit); None for either where no cgroup limits it (no memory
+        cgroup, no limit set, another platform).
+    """
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None, None
+    memory: list[int] = []
+    swaps: list[int] = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        v2 = hierarchy == "0" and controllers == ""
+        if v2:  # cgroup v2 (unified)
+            base, names = CGROUP_ROOT, ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):  # cgroup v1
+            base = os.path.join(CGROUP_ROOT, "memory")
+            names = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        else:
+            continue
+        for folder in _cgroup_folders(base, path):
+            cache = _cgroup_bytes(os.path.join(folder, "memory.stat"), names[2]) or 0
+            limit = _cgroup_bytes(os.path.join(folder, names[0]))
+            room = None
+            if limit is not None:
+                room = max(limit - max((_cgroup_bytes(os.path.join(folder, names[1])) or 0) - cache, 0), 0)
+                memory.append(room)
+            if v2:
+                swap_limit = _cgroup_bytes(os.path.join(folder, "memory.swap.max"))
+                if swap_limit is not None:
+                    swaps.append(max(swap_limit - (_cgroup_bytes(os.path.join(folder, "memory.swap.current")) or 0), 0))
+            else:  # v1: one limit of memory and swap together
+                both = _cgroup_bytes(os.path.join(folder, "memory.memsw.limit_in_bytes"))
+                if both is not None:
+                    used = _cgroup_bytes(os.path.join(folder, "memory.memsw.usage_in_bytes")) or 0
+                    swaps.append(max(both - max(used - cache, 0) - (room or 0), 0))
+    return (min(memory) if memory else None), (min(swaps) if swaps else None)
+
+
 def host_memory_free(swap: bool = False) -> int | None:
     """Bytes of this machine's memory a new allocation can use now (``MemAvailable`` of ``/proc/meminfo``, plus
     ``SwapFree`` with ``swap``), or None where ``/proc/meminfo`` does not tell (another platform).
 
-    A container's memory limit (cgroup) is not read: the figure may be larger than what the process may use, never
-    smaller, so a check against it refuses only what cannot fit on the machine at all.
+    A memory limit of the process's cgroup (a container's ``--memory``, a Kubernetes limit, a batch job's memory
+    request) caps the figure (:func:`cgroup_memory_room`; its swap limit caps ``SwapFree``): ``MemAvailable`` is the
+    whole machine's, and a process over its cgroup's limit is killed however much memory the machine has left (found
+    by hostile testing: in a container limited to 8 GiB on a 64 GiB machine, ``monai-unc infer`` said nothing before
+    a case that needed 20 GiB). The figure may still be larger than what the process may use, never smaller, so a
+    check against it refuses only what cannot fit at all.
     """
     fields = {}
     try:
@@ -711,7 +799,11 @@ def host_memory_free(swap: bool = False) -> int | None:
         return None
     if "MemAvailable" not in fields:
         return None
-    return fields["MemAvailable"] + (fields.get("SwapFree", 0) if swap else 0)
+    memory, swap_room = cgroup_memory_room()
+    free = fields["MemAvailable"] if memory is None else min(fields["MemAvailable"], memory)
+    if swap:
+        free += fields.get("SwapFree", 0) if swap_room is None else min(fields.get("SwapFree", 0), swap_room)
+    return free
 
 
 def plain_module(model: Any) -> Any:

@@ -1181,7 +1181,9 @@ def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, cla
 
     A fixed ``setting`` is used as is (at most the samples left); ``"auto"`` is :func:`auto_sample_batch` with the
     traced window's bytes and the case's stitched buffers: ``case_voxels * 4 * (classes + 4)`` bytes (float32 mean
-    probabilities and the entropy, second-moment, window-entropy and weight maps).
+    probabilities and the entropy, second-moment, window-entropy and weight maps); what one more sample adds is
+    :meth:`SharedPasses.per_sample_bytes` plus its probabilities (``classes`` channels over the traced window's
+    voxels, in the input's dtype), made for the whole batch at once.
 
     Args:
         passes: the traced window (:meth:`SharedPasses.trace` ran).
@@ -1213,4 +1215,11 @@ def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, cla
     if setting != "auto":
         return max(1, min(int(setting), remaining))
     case_bytes = max(int(case_voxels), 0) * 4 * (max(int(classes), 1) + 4)
-    return auto_sample_batch(passes.per_sample_bytes(), case_bytes, remaining, passes.traced_bytes)
+    # each sample's probabilities too: the replay batch's outputs become k samples' probabilities at once (found by
+    # hostile testing: without them a batch of 20 samples of 64 classes took 1.7x the budget it was sized to)
+    x = passes._input
+    probabilities = 0
+    if x is not None and x.ndim >= 2:
+        size = x.element_size() if x.is_floating_point() else 4
+        probabilities = x.numel() // max(int(x.shape[1]), 1) * max(int(classes), 1) * size
+    return auto_sample_batch(passes.per_sample_bytes() + probabilities, case_bytes, remaining, passes.traced_bytes)

@@ -189,6 +189,26 @@ def test_estimate_memory_refuses_bad_window_and_member_counts(name, value, error
     with pytest.raises(error, match=name):
         estimate_memory((64, 64, 64), 3, roi_size=(32, 32, 32), **{name: value})
 
+@pytest.mark.parametrize("kw, error", [
+    ({"shape": (64.7, 64, 64)}, TypeError), ({"shape": (True, 64, 64)}, TypeError), ({"shape": "64"}, TypeError),
+    ({"roi_size": (32.5, 32, 32)}, TypeError), ({"pred_dtype": torch.int8}, TypeError),
+    ({"pred_dtype": "float16"}, TypeError), ({"input_dtype": torch.int8}, TypeError),
+    ({"input_dtype": "float32"}, TypeError), ({"network_bytes_per_voxel": "100"}, TypeError),
+])
+def test_estimate_memory_refuses_sizes_and_dtypes_it_would_misread(kw, error):
+    """Found by hostile testing: a size of 64.7 was truncated to 64, True counted as 1 voxel, the string "64" was
+    read as the shape (6, 4), and integer dtypes (which the inferers refuse) were estimated; a string dtype or
+    network_bytes_per_voxel failed inside torch or a comparison without naming the argument."""
+    args = {"shape": (64, 64, 64), "roi_size": (32, 32, 32), **kw}
+    name = next(iter(kw))
+    with pytest.raises(error, match=name):
+        estimate_memory(args.pop("shape"), 3, **args)
+    import numpy as np
+
+    assert estimate_memory((np.int64(64),) * 3, 3, roi_size=(32, 32, 32)) == estimate_memory((64,) * 3, 3,
+                                                                                           roi_size=(32, 32, 32))
+
+
 _MEASURE = r"""
 import gc, json, resource, sys, torch
 from monai.inferers import SlidingWindowInferer

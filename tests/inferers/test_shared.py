@@ -474,8 +474,8 @@ def test_is_random_op_and_auto_batch():
 
 
 def test_sample_batch_applies_the_setting():
-    """One rule for both inferers: a fixed setting capped by the samples left; "auto" from the trace's bytes and the
-    case's stitched buffers (voxels x 4 bytes x (classes + 4)), by hand here."""
+    """One rule for both inferers: a fixed setting capped by the samples left; "auto" from the trace's bytes, each
+    sample's probabilities and the case's stitched buffers (voxels x 4 bytes x (classes + 4)), by hand here."""
     net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.Dropout2d(0.5), nn.Conv2d(8, 2, 1)).eval()
     net[1].train()
     with torch.no_grad():
@@ -484,6 +484,7 @@ def test_sample_batch_applies_the_setting():
     per = passes.stochastic_bytes + passes.copied_bytes  # dropout output and head output: (8 + 2) x 256 x 4 bytes
     assert per == (8 + 2) * 256 * 4 and passes.shared_bytes == 8 * 256 * 4
     assert sample_batch(passes, 5, 10**6, 2, 29) == 5 and sample_batch(passes, 5, 10**6, 2, 3) == 3
+    per += 2 * 256 * 4  # and each sample's probabilities: 2 classes x 256 window voxels x 4 bytes
     for voxels, remaining in ((256, 29), (10**5, 29), (10**5, 4), (10**8, 100)):
         budget = max(0.1 * voxels * 4 * (2 + 4), passes.shared_bytes + passes.stochastic_bytes)
         want = max(1, min(int(budget // per), 32, remaining))

@@ -138,7 +138,29 @@ def test_plain_sample_batch_counts_the_recomputed_outputs():
     assert passes.per_sample_bytes() == per
     voxels = 10**6
     k = sample_batch(passes, "auto", voxels, 3, 29)
+    per += 3 * 8**3 * 4  # and each sample's probabilities (3 classes over the window, float32)
     assert k == max(1, min(29, int(max(0.1 * voxels * 4 * 7, passes.traced_bytes) // per)))
+
+
+def test_auto_sample_batch_budgets_the_probabilities_of_the_batch():
+    """Found by hostile testing: the automatic batch budgeted each sample's stochastic tensors but not its
+    probabilities, which the replay batch's outputs become for all its samples at once: with 64 classes and 16^3
+    windows of a 96^3 case, 20 samples per batch measured 38.7 MiB beyond one sample against a budget of 22.9 MiB
+    (a tenth of the case's buffers)."""
+    torch.manual_seed(0)
+    c = 64
+    net = nn.Sequential(nn.Conv3d(1, 8, 3, padding=1), nn.ReLU(), nn.Dropout3d(0.1), nn.Conv3d(8, c, 1)).eval()
+    x = torch.rand(1, 1, 16, 16, 16)
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+    voxels = 96**3
+    budget = max(0.1 * voxels * 4 * (c + 4), passes.traced_bytes)
+    k = sample_batch(passes, "auto", voxels, c, 32)
+    probabilities = c * x.numel() * 4
+    assert 1 < k < 32
+    assert k * (passes.per_sample_bytes() + probabilities) <= budget < (k + 1) * (passes.per_sample_bytes()
+                                                                                  + probabilities)
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, "0.1", True, float("nan")])
