@@ -475,8 +475,8 @@ class UncertaintyPredictor(nnUNetPredictor):
             if not modules and not hooks:
                 raise ValueError(
                     "uncertainty source 'dropout' needs dropout in the network: train with a dropout plans variant "
-                    "(monai_unc.nnunet.write_dropout_plans) or nnUNetTrainerMCDropout, or pass dropout_p=... to "
-                    "insert post-hoc dropout"
+                    "(monai_unc.nnunet.write_dropout_plans) or nnUNetTrainerMCDropout, or pass dropout_p=... "
+                    "(nnunet-predict: --dropout_p) to insert post-hoc dropout"
                 )
         folds = len(self.list_of_parameters or [])
         if self._rate_in is not None and folds > 1 and "folds" not in self.uncertainty_sources:

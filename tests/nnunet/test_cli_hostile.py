@@ -120,3 +120,18 @@ def test_damaged_model_files_are_one_line_naming_the_file(name, damage, match, t
     assert err.startswith(f"monai-unc nnunet-predict: error: {model / name.split('/')[0]}")
     assert match in err and "\n" not in err
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written, -o not created
+
+
+def test_dropout_without_dropout_layers_names_the_cli_flag(tmp_path, capsys):
+    """The refusal of ``--sources dropout`` on a network without dropout advised ``dropout_p=...`` (the Python
+    argument), an option nnunet-predict does not have: it names ``--dropout_p`` too."""
+    from tests.nnunet.test_nnunet import write_inputs
+    from tests.nnunet.test_predictor_hostile import write_model_folder
+
+    model = write_model_folder(tmp_path / "model", folds=(0,))
+    write_inputs(tmp_path / "in", shapes=((16, 16, 16),))
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-m", str(model), "-f", "0",
+            "-device", "cpu", "-npp", "0", "-nps", "0", "--disable_progress_bar", "--sources", "dropout"]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs dropout in the network" in err[0] and "--dropout_p" in err[0], err
