@@ -202,6 +202,14 @@ def resolve_score_column(name: str, columns: Iterable[str], warn: bool = True) -
     cols = list(columns)
     if name in cols:
         return name
+    # rows of a version that wrote both former names (<max_softmax>_patch), upgraded by upgrade_row, keep the former
+    # measure name: <max_softmax>_patch_mean (found by hostile testing: the measure rename alone gave a missing column)
+    kept = _renamed(name, cols)
+    if kept is not None:
+        if warn:
+            warnings.warn(f"score column {name!r} is deprecated, use {kept!r} (the same box mean); the old name will "
+                          "be removed in the next release", DeprecationWarning, stacklevel=3)
+        return kept
     for old, current in DEPRECATED_MEASURES.items():
         if name.startswith(f"{old}_"):
             renamed = f"{current}_{name[len(old) + 1:]}"
