@@ -145,7 +145,10 @@ def entropy_map_t(p: torch.Tensor, dim: int, normalize: bool, multilabel: bool) 
 def max_prob_uncertainty_t(mean: torch.Tensor, multilabel: bool) -> torch.Tensor:
     """``1 - max_c p_c`` (one channel), or per channel ``1 - max(p_c, 1 - p_c)`` for ``multilabel``.
 
-    The unchecked tensor kernel behind :func:`one_minus_max_prob` (also used by :mod:`monai_unc.stats`).
+    The unchecked tensor kernel behind :func:`one_minus_max_prob` (also used by :mod:`monai_unc.stats`). The result
+    is kept in its bounds, ``[0, 1 - 1/C]`` (``[0, 0.5]`` per channel): probabilities the checks accept a little
+    outside [0, 1] or off a sum of 1 (their tolerance, e.g. 1.0004 from resampling or blending) gave a negative
+    uncertainty, -0.0004, which ``evaluate`` then refused as a map with negative values. Found by hostile testing.
 
     Args:
         mean: (mean) probabilities ``(B, C, *spatial)``, a tensor.
@@ -160,8 +163,9 @@ def max_prob_uncertainty_t(mean: torch.Tensor, multilabel: bool) -> torch.Tensor
         tensor([[[0.3000]]])
     """
     if multilabel:
-        return 1 - torch.maximum(mean, 1 - mean)
-    return 1 - mean.amax(dim=1, keepdim=True)
+        p = mean.clamp(0, 1)  # NaN stays NaN
+        return 1 - torch.maximum(p, 1 - p)
+    return (1 - mean.amax(dim=1, keepdim=True)).clamp(0, 1 - 1 / mean.shape[1])
 
 
 def _check(p: torch.Tensor, name: str, multilabel: bool, channel_dim: int = 1, min_ndim: int = 3) -> None:

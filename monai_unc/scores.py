@@ -22,6 +22,7 @@ Core-only imports (aggregation), so any adapter (nnU-Net, the report) can import
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -37,6 +38,8 @@ __all__ = [
     "PATCH_SIZE",
     "case_scores",
     "case_score_columns",
+    "region_suffix",
+    "region_suffixes",
     "resolve_score_column",
     "upgrade_row",
 ]
@@ -115,6 +118,57 @@ def case_score_columns(
     return out
 
 
+def region_suffix(name: str) -> str:
+    """The column suffix of a region (``dice_<suffix>``, ``<measure>_<score>_<suffix>``).
+
+    Args:
+        name: the region name.
+
+    Returns:
+        The region name with every run of characters other than letters and digits replaced by ``_`` and leading /
+        trailing ``_`` stripped, case kept (``WT`` -> ``dice_WT``, ``whole tumour`` -> ``dice_whole_tumour``).
+
+    Raises:
+        ValueError: ``name`` has no ASCII letter or digit (a name in another script, e.g. ``水肿``).
+
+    Example:
+        >>> region_suffix("WT"), region_suffix("whole tumour")
+        ('WT', 'whole_tumour')
+    """
+    out = re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_")
+    if not out:
+        raise ValueError(f"regions: the region name {name!r} has no ASCII letter or digit to name its columns (the "
+                         "columns keep A-Z, a-z and 0-9 only): give it a name with some, e.g. 'edema'")
+    return out
+
+
+def region_suffixes(names: Iterable[str]) -> list[str]:
+    """The column suffixes of regions (:func:`region_suffix`), refused when two regions would share their columns.
+
+    The one naming of per-region score columns: ``monai-unc evaluate`` (``metrics.csv``) and ``nnunet-predict`` (its
+    scores table) both write ``<measure>_<score>_<suffix>``, so the same region has the same column in both.
+
+    Args:
+        names: the region names, in channel order.
+
+    Returns:
+        One suffix per region, in order.
+
+    Raises:
+        ValueError: a name without an ASCII letter or digit, or two names with the same suffix (e.g. ``"whole tumor"``
+            and ``"whole-tumor"``).
+
+    Example:
+        >>> region_suffixes(["whole tumor", "TC"])
+        ['whole_tumor', 'TC']
+    """
+    names = [str(n) for n in names]
+    suffixes = [region_suffix(n) for n in names]
+    if len(set(suffixes)) != len(suffixes):
+        raise ValueError(f"regions: the region names {names} give the same column names {suffixes}")
+    return suffixes
+
+
 def _renamed(name: str, columns: Iterable[str]) -> str | None:
     """The current name of a deprecated score column ``<m>_patch`` when ``<m>_patch_mean`` is a column."""
     cols = set(columns)
@@ -148,6 +202,14 @@ def resolve_score_column(name: str, columns: Iterable[str], warn: bool = True) -
     cols = list(columns)
     if name in cols:
         return name
+    # rows of a version that wrote both former names (<max_softmax>_patch), upgraded by upgrade_row, keep the former
+    # measure name: <max_softmax>_patch_mean (found by hostile testing: the measure rename alone gave a missing column)
+    kept = _renamed(name, cols)
+    if kept is not None:
+        if warn:
+            warnings.warn(f"score column {name!r} is deprecated, use {kept!r} (the same box mean); the old name will "
+                          "be removed in the next release", DeprecationWarning, stacklevel=3)
+        return kept
     for old, current in DEPRECATED_MEASURES.items():
         if name.startswith(f"{old}_"):
             renamed = f"{current}_{name[len(old) + 1:]}"

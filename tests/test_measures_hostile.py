@@ -137,3 +137,23 @@ def test_mutual_information_from_entropies_tolerates_the_rounding_of_half_precis
     with pytest.raises(ValueError, match="ee exceeds pe"):
         mutual_information_from_entropies(pe32, pe32 + 2e-4)
     assert float(mutual_information_from_entropies(pe32, pe32 + 5e-5).max()) == 0
+
+
+@pytest.mark.parametrize("multilabel", [False, True])
+def test_one_minus_max_prob_stays_in_its_bounds_a_little_outside_the_unit_interval(multilabel):
+    """Found by hostile testing: ``1 - max p`` of probabilities the checks accept a little above 1 (1.0004: resampled
+    or blended) was -0.0004, a negative uncertainty that ``evaluate`` refused as a map with negative values; the
+    documented bounds are ``[0, 1 - 1/C]`` (``[0, 0.5]`` per region), here and in the streamed statistics."""
+    from monai_unc.measures import one_minus_max_prob
+
+    if multilabel:
+        p = torch.tensor([1.0004, -0.0004, 0.3, 0.9], dtype=torch.float64).reshape(1, 4, 1)
+        expected, high = [0.0, 0.0, 0.3, 0.1], 0.5
+    else:  # (1.0004, -0.0004); three classes summing to 0.9994 (within the tolerance), max below 1/3
+        p = torch.tensor([[1.0004, -0.0004, 0.0], [0.3331, 0.3332, 0.3331]], dtype=torch.float64).T.reshape(1, 3, 2)
+        expected, high = [0.0, 2 / 3], 1 - 1 / 3
+    u = one_minus_max_prob(p, multilabel=multilabel)
+    assert u.flatten().tolist() == pytest.approx(expected, abs=1e-12)
+    assert float(u.min()) >= 0 and float(u.max()) <= high
+    m = SampleStats(multilabel=multilabel).update(p).measures(["one_minus_max_prob"])["one_minus_max_prob"]
+    assert m.flatten().tolist() == pytest.approx(expected, abs=1e-12)

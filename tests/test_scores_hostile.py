@@ -3,11 +3,13 @@ fractional, text), against the scores of a brute force over the foreground."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 
-from monai_unc.scores import case_scores
+from monai_unc.scores import case_scores, resolve_score_column, upgrade_row
 
 
 def _case():
@@ -49,3 +51,19 @@ def test_valid_label_maps_give_the_brute_force_scores(dtype):
     got = case_scores(u, seg.astype(dtype))
     assert got["mean"] == pytest.approx(u.mean(), rel=1e-12)
     assert got["fg_mean"] == pytest.approx(u[seg > 0].mean(), rel=1e-12)
+
+
+def test_a_column_with_both_former_names_resolves_in_rows_of_that_version():
+    """Found by hostile testing: rows of a version that wrote ``max_softmax_patch`` (the former measure name and the
+    former box-mean name) are upgraded to ``max_softmax_patch_mean``; ``--score max_softmax_patch`` (or that version's
+    summary) resolved to ``one_minus_max_prob_patch``, a column none of the rows has."""
+    row = upgrade_row({"case": "a", "max_softmax_mean": 0.1, "max_softmax_fg_mean": 0.2, "max_softmax_patch": 0.3})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert resolve_score_column("max_softmax_patch", row) == "max_softmax_patch_mean"
+    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        current = ["one_minus_max_prob_mean", "one_minus_max_prob_fg_mean", "one_minus_max_prob_patch_mean"]
+        assert resolve_score_column("max_softmax_patch", current) == "one_minus_max_prob_patch_mean"
+        assert resolve_score_column("max_softmax_fg_mean", current) == "one_minus_max_prob_fg_mean"

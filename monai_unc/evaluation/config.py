@@ -23,7 +23,7 @@ from ..metrics.casewise import IID_SHIFTS
 from ..metrics.qu_brats_score import QU_BRATS_GRIDS
 from ..product import CohortProduct
 from ..regions import parse_regions
-from ..scores import CASE_SCORES
+from ..scores import CASE_SCORES, region_suffix, region_suffixes
 
 __all__ = [
     "CALIBRATION_COLUMNS",
@@ -71,30 +71,6 @@ def slug(name: str) -> str:
         ('left_atrium', 'et_2', 'class')
     """
     return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "class"
-
-
-def region_suffix(name: str) -> str:
-    """The column suffix of a region (``dice_<suffix>``).
-
-    Args:
-        name: the region name.
-
-    Returns:
-        The region name with every run of characters other than letters and digits replaced by ``_`` and leading /
-        trailing ``_`` stripped, case kept (``WT`` -> ``dice_WT``, ``whole tumour`` -> ``dice_whole_tumour``).
-
-    Raises:
-        ValueError: ``name`` has no ASCII letter or digit (a name in another script, e.g. ``水肿``).
-
-    Example:
-        >>> region_suffix("WT"), region_suffix("whole tumour")
-        ('WT', 'whole_tumour')
-    """
-    out = re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_")
-    if not out:
-        raise ValueError(f"regions: the region name {name!r} has no ASCII letter or digit to name its columns (the "
-                         "columns keep A-Z, a-z and 0-9 only): give it a name with some, e.g. 'edema'")
-    return out
 
 
 @dataclass
@@ -293,10 +269,7 @@ class EvaluationConfig:
             raise ValueError("calibration_cases must name at least one case (or be None for every case)")
         if self.regions is not None:
             self.regions = {k: list(v) for k, v in parse_regions(self.regions).items()}
-            suffixes = [region_suffix(k) for k in self.regions]
-            if len(set(suffixes)) != len(suffixes):
-                raise ValueError(f"regions: the region names {list(self.regions)} give the same column names "
-                                 f"{suffixes}")
+            region_suffixes(self.regions)
             if self.class_names is not None:
                 raise ValueError("class_names does not apply with regions: the columns are named after the regions")
             if self.num_classes is not None and self.num_classes != len(self.regions):

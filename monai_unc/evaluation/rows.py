@@ -29,9 +29,9 @@ from ..metrics.calibration import ConfidenceHistogram
 from ..metrics.overlap import dice
 from ..metrics.quality import QualityScores, expected_dice, quality_estimates
 from ..regions import label_to_regions, parse_regions, unclaimed_labels
-from ..scores import CASE_SCORES, PATCH_SIZE, case_scores, resolve_score_column
+from ..scores import CASE_SCORES, PATCH_SIZE, case_scores, region_suffixes, resolve_score_column
 from ..state import StateGroup, pack_states, read_npz, unpack_states
-from .config import EvaluationConfig, parse_score_column, region_suffix
+from .config import EvaluationConfig, parse_score_column
 
 __all__ = [
     "CaseResult",
@@ -477,7 +477,7 @@ def region_score_columns(
     ``(R, *spatial)`` (one channel per region, in the order of ``names``) and every score ``k`` of
     :data:`~monai_unc.scores.CASE_SCORES`, the per-region score ``<m>_<k>_<R>`` (:func:`~monai_unc.scores.case_scores`
     of ``m[r]`` with the predicted region ``pred[r]`` ``(R, *spatial)`` as the foreground; ``<R>`` is
-    :func:`~monai_unc.evaluation.config.region_suffix` of the name) and the combined case score ``<m>_<k>`` =
+    :func:`~monai_unc.scores.region_suffix` of the name) and the combined case score ``<m>_<k>`` =
     :func:`combined_score` of the per-region scores (their mean over the regions where defined). Column order: every
     combined column of a map, then its per-region columns.
 
@@ -503,7 +503,7 @@ def region_score_columns(
     n = len(names)
     if pred.shape[0] != n:
         raise ValueError(f"pred has {pred.shape[0]} region channel(s) for {n} region name(s)")
-    sfx = [region_suffix(name) for name in names]
+    sfx = region_suffixes(names)
     row: dict[str, float] = {}
     for m, u in maps.items():
         if u.shape[0] != n:

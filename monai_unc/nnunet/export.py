@@ -64,7 +64,7 @@ from monai_unc.io import (
 )
 from monai_unc.keys import DEFAULT_MEASURES, MIMeaning, UncertaintyKeys
 from monai_unc.nnunet.names import MAP_MEASURES
-from monai_unc.scores import PATCH_SIZE
+from monai_unc.scores import PATCH_SIZE, region_suffixes
 from monai_unc.scores import case_scores as map_case_scores
 from monai_unc.stats import derive_measures, window_disagreement_from_stitched
 
@@ -553,8 +553,12 @@ def record_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, pa
         regions: ``{region: [labels]}`` of a region-based model in channel order, or None.
 
     Returns:
-        ``{measure: {"<score>": v}}`` (classes) or ``{measure: {"<score>_<region>": v}}`` (regions), flattened to
-        ``<measure>_<score>[_<region>]`` columns in the table.
+        ``{measure: {"<score>": v}}`` (classes) or ``{measure: {"<score>_<R>": v}}`` (regions, ``R`` the region's
+        column suffix :func:`monai_unc.scores.region_suffix`, as in ``metrics.csv`` of ``monai-unc evaluate``: ``whole
+        tumor`` -> ``whole_tumor``), flattened to ``<measure>_<score>[_<R>]`` columns in the table.
+
+    Raises:
+        ValueError: a region name without an ASCII letter or digit, or two region names with the same suffix.
 
     Example:
         >>> seg = np.zeros((4, 4, 4), np.int64); seg[:2] = 1
@@ -568,8 +572,10 @@ def record_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, pa
     """
     seg = np.asarray(segmentation)
     if regions:
-        tasks = [(f"_{name}", r, np.isin(seg, list(labels)).astype(np.uint8))
-                 for r, (name, labels) in enumerate(regions.items())]
+        # the region's column suffix as in evaluate's metrics.csv (found by hostile testing: nnU-Net's BraTS region
+        # "whole tumor" gave the column "<m>_fg_mean_whole tumor" here but "<m>_fg_mean_whole_tumor" there)
+        tasks = [(f"_{suffix}", r, np.isin(seg, list(labels)).astype(np.uint8))
+                 for r, (suffix, labels) in enumerate(zip(region_suffixes(regions), regions.values()))]
     else:
         tasks = [("", None, segmentation)]
     out: dict[str, dict[str, float]] = {}

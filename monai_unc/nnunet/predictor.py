@@ -147,6 +147,7 @@ from monai_unc.nnunet.export import (
     write_scores_table,
 )
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES, STOCHASTIC_SOURCES
+from monai_unc.scores import region_suffixes
 from monai_unc.stats import WINDOW_DISAGREEMENT_MODES, SampleStats, add_squares
 
 if TYPE_CHECKING:
@@ -448,6 +449,8 @@ class UncertaintyPredictor(nnUNetPredictor):
     def _after_initialization(self) -> None:
         # region-based models: sigmoid per region, each region an independent Bernoulli variable
         self._multilabel = bool(self.label_manager.has_regions)
+        if self._multilabel:  # the regions name the score columns (as in evaluate): refused here, not at the first case
+            region_suffixes(region_definitions(self.dataset_json))
         if self._multilabel and self.dataset_json.get("file_ending") not in (".nii.gz", ".nii"):
             # one map file per region (no 4D image in this format): the names must be file-name parts, refused here
             # rather than after the first case's prediction
