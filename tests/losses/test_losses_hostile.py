@@ -655,3 +655,18 @@ def test_svls_targets_keep_the_target_dtype_under_autocast():
         autocast = svls_targets(y, kernel)
     assert autocast.dtype == torch.float32
     torch.testing.assert_close(autocast, plain, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("lambda_dice", float("nan")), ("lambda_dice", float("inf")), ("lambda_ce", float("nan")),
+    ("smooth_nr", -1.0), ("smooth_dr", -1e-5), ("smooth_dr", float("nan")), ("lambda_ce", "1"),
+])
+def test_dicece_margin_dice_weights_and_smoothing_are_checked_by_name(name, value):
+    """Found by hostile testing: MONAI checks only ``lambda_dice / lambda_ce < 0``, so a NaN or infinite weight or a
+    negative / NaN smoothing term was accepted and the loss of finite logits came back NaN or inf without an error."""
+    with pytest.raises((ValueError, TypeError), match=name):
+        DiceCEMarginLoss(to_onehot_y=True, **{name: value})
+    z = torch.randn(1, 3, 4, 4)
+    y = torch.randint(0, 3, (1, 1, 4, 4))
+    ok = DiceCEMarginLoss(to_onehot_y=True, lambda_dice=0.5, lambda_ce=2, smooth_nr=0, smooth_dr=1e-3)
+    assert bool(torch.isfinite(ok(z, y)))
