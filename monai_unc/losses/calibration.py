@@ -650,6 +650,11 @@ class DiceCEMarginLoss(_Loss):
         for flag in ("sigmoid", "squared_pred", "jaccard", "batch"):  # MONAI takes a truthy string as True
             if flag in dice_kwargs:
                 check_bool(dice_kwargs[flag], flag)
+        # MONAI checks only lambda_dice / lambda_ce < 0: a NaN or infinite weight, or a negative or NaN smoothing
+        # term, gave a NaN / inf loss from finite logits, returned without an error (found by hostile testing)
+        for name in ("lambda_dice", "lambda_ce", "smooth_nr", "smooth_dr"):
+            if name in dice_kwargs:
+                dice_kwargs[name] = _check_weight(dice_kwargs[name], name)
         if not check_bool(softmax, "softmax") or dice_kwargs.get("sigmoid"):
             raise ValueError("DiceCEMarginLoss: the margin penalty is defined for softmax logits only (softmax=True)")
         self.dicece = DiceCELoss(include_background=check_bool(include_background, "include_background"),

@@ -32,6 +32,7 @@ from ._common import (
     check_unit_target,
     int_option,
     nonnegative_option,
+    outside_unit_interval,
     real_option,
     spacing_steps,
 )
@@ -460,9 +461,9 @@ def l1_average_calibration_error(
     Uncertainty in Medical Image Segmentation*, 2025: soft bins).
 
     Args:
-        probs: ``(B, C, *spatial)`` probabilities.
-        target: ``(B, C, *spatial)`` one-hot (or soft) targets, values in ``[0, 1]`` (checked: one device
-            synchronisation).
+        probs: ``(B, C, *spatial)`` probabilities, values in ``[0, 1]`` (NaN allowed, see Returns).
+        target: ``(B, C, *spatial)`` one-hot (or soft) targets, values in ``[0, 1]`` (both ranges checked in one
+            device synchronisation).
         num_bins: bins (the papers use 20).
         soft: soft instead of hard binning.
         empty_weight: the weight below which a soft bin counts as empty (the authors' default 0.01; unused for hard).
@@ -474,8 +475,8 @@ def l1_average_calibration_error(
         :func:`binned_calibration`); NaN for an image and channel with a NaN probability.
 
     Raises:
-        ValueError: ``target`` has a value outside ``[0, 1]``, shapes differ, ``num_bins < 1`` or ``empty_weight``
-            is not a finite number ``>= 0``.
+        ValueError: ``probs`` or ``target`` has a value outside ``[0, 1]``, shapes differ, ``num_bins < 1`` or
+            ``empty_weight`` is not a finite number ``>= 0``.
 
     Example:
         >>> p = torch.tensor([[[0.1, 0.15, 0.9]]]); y = torch.tensor([[[0.0, 1.0, 1.0]]])
@@ -486,5 +487,16 @@ def l1_average_calibration_error(
     empty_weight = nonnegative_option(empty_weight, "empty_weight")
     ignore_empty_classes = check_bool(ignore_empty_classes, "ignore_empty_classes")
     sum_p, sum_y, weight = binned_calibration(probs, target, num_bins=num_bins, soft=soft)  # checks the shapes
-    check_unit_target(target)
+    # probabilities outside [0, 1] (logits passed by mistake) were binned into the end bins and gave an "error" above
+    # 1 without a word (found by hostile testing); checked with the target in one device synchronisation
+    bad_probs = outside_unit_interval(probs)
+    if bool(bad_probs | outside_unit_interval(target)):
+        if bool(bad_probs):
+            p = probs.detach().double()
+            lo, hi = (float(v) for v in torch.aminmax(p[~torch.isnan(p)]))
+            raise ValueError(
+                f"probs must be probabilities in [0, 1], got values in [{lo:g}, {hi:g}] (logits: apply a softmax "
+                "or a sigmoid first, or use L1ACELoss)"
+            )
+        check_unit_target(target)
     return ace_of_bins(sum_p, sum_y, weight, target, soft, empty_weight, ignore_empty_classes).to(probs.dtype)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from .._utils import check_bool, plain_module, recompile_after_hooks
 
@@ -54,8 +55,8 @@ class DropoutHook:
 
     Active when the hooked module is in training mode or when :func:`enable_mc_dropout` switched it on.
     ``channelwise=True`` drops whole feature channels (``Dropout2d``/``Dropout3d`` style, chosen from the
-    output's dimensionality); otherwise element-wise. Tensor outputs only; tuples and lists are handled
-    element by element.
+    output's dimensionality); otherwise element-wise. Floating-point tensors only; in a tuple, list, named tuple or
+    dict output each tensor is dropped on its own.
 
     Args:
         p: dropout rate in [0, 1).
@@ -79,9 +80,12 @@ class DropoutHook:
         self.mc_enabled = False
 
     def _drop(self, x: Any) -> Any:
-        if isinstance(x, (tuple, list)):
-            return type(x)(self._drop(v) for v in x)
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or self.p == 0.0:
+        # containers through torch's pytree (tuples, lists, dicts, named tuples, OrderedDicts): found by hostile
+        # testing, a named tuple output crashed the hook (``type(x)(generator)``) and a dict output was handed back
+        # without dropout, so every Monte-Carlo sample was the same prediction and the uncertainty 0, silently
+        if not isinstance(x, torch.Tensor):
+            return tree_map(self._drop, x) if isinstance(x, (tuple, list, dict)) else x
+        if not x.is_floating_point() or self.p == 0.0:
             return x
         if self.channelwise and x.ndim == 5:
             return F.dropout3d(x, self.p, training=True)

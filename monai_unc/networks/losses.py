@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Distribution
 
-from .._utils import check_bool, check_labels
+from .._utils import check_bool, check_labels, is_int
 from .ssn import SSNDistribution, no_autocast
 
 __all__ = ["SSNLoss", "ssn_log_likelihood"]
@@ -154,8 +154,10 @@ class SSNLoss(nn.Module):
 
     def __init__(self, num_mc_samples: int = 20, normalize: bool = True, antithetic: bool = False) -> None:
         super().__init__()
-        if isinstance(num_mc_samples, bool) or not isinstance(num_mc_samples, int) or num_mc_samples < 1:
+        # a numpy integer is an integer (found by hostile testing: np.int64(4) was refused as "not an integer >= 1")
+        if not is_int(num_mc_samples) or num_mc_samples < 1:
             raise ValueError(f"num_mc_samples must be an integer >= 1, got {num_mc_samples!r}")
+        num_mc_samples = int(num_mc_samples)
         self.normalize = check_bool(normalize, "normalize")  # a string "no" is truthy: never taken as True
         self.antithetic = check_bool(antithetic, "antithetic")
         if self.antithetic and num_mc_samples % 2:

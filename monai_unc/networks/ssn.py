@@ -48,7 +48,7 @@ from torch import nn
 from torch.distributions import Distribution, LowRankMultivariateNormal
 from torch.distributions.utils import _standard_normal, lazy_property
 
-from .._utils import check_bool, exceeds, no_autocast, warn_nan
+from .._utils import check_bool, exceeds, is_int, no_autocast, warn_nan
 
 __all__ = [
     "IntensityMask",
@@ -353,9 +353,10 @@ def _conv(spatial_dims: int) -> type[nn.Module]:
 
 
 def _positive_int(value: Any, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    # a numpy integer is an integer (found by hostile testing: np.int64(4) was refused as "not an integer >= 1")
+    if not is_int(value) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
+    return int(value)
 
 
 def _prepare_mask(mask: torch.Tensor | None, ref: torch.Tensor) -> torch.Tensor | None:
@@ -719,11 +720,11 @@ class IntensityMask:
         if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
             raise ValueError(f"threshold must be a finite number, got {threshold!r}")
         for name, v in (("smooth", smooth), ("dilate", dilate)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v % 2 == 0:
+            if not is_int(v) or v < 1 or v % 2 == 0:
                 raise ValueError(f"{name} must be an odd integer >= 1 (voxels), got {v!r}")
         self.threshold = float(threshold)
-        self.smooth = smooth
-        self.dilate = dilate
+        self.smooth = int(smooth)
+        self.dilate = int(dilate)
         self.channel = _positive_int(channel, "channel", 0)
 
     def config(self) -> dict[str, Any]:

@@ -655,3 +655,36 @@ def test_svls_targets_keep_the_target_dtype_under_autocast():
         autocast = svls_targets(y, kernel)
     assert autocast.dtype == torch.float32
     torch.testing.assert_close(autocast, plain, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("lambda_dice", float("nan")), ("lambda_dice", float("inf")), ("lambda_ce", float("nan")),
+    ("smooth_nr", -1.0), ("smooth_dr", -1e-5), ("smooth_dr", float("nan")), ("lambda_ce", "1"),
+])
+def test_dicece_margin_dice_weights_and_smoothing_are_checked_by_name(name, value):
+    """Found by hostile testing: MONAI checks only ``lambda_dice / lambda_ce < 0``, so a NaN or infinite weight or a
+    negative / NaN smoothing term was accepted and the loss of finite logits came back NaN or inf without an error."""
+    with pytest.raises((ValueError, TypeError), match=name):
+        DiceCEMarginLoss(to_onehot_y=True, **{name: value})
+    z = torch.randn(1, 3, 4, 4)
+    y = torch.randint(0, 3, (1, 1, 4, 4))
+    ok = DiceCEMarginLoss(to_onehot_y=True, lambda_dice=0.5, lambda_ce=2, smooth_nr=0, smooth_dr=1e-3)
+    assert bool(torch.isfinite(ok(z, y)))
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_l1_ace_of_values_outside_0_1_raises_naming_probs(soft):
+    """Found by hostile testing: logits passed as ``probs`` fell into the end bins and gave an "error" of 2.17 (the
+    documented range is [0, 1]) without a word."""
+    z = torch.tensor([[[3.0, -2.0, 0.5, 7.0]]])
+    y = torch.tensor([[[1.0, 0.0, 0.0, 1.0]]])
+    with pytest.raises(ValueError, match=r"probs must be probabilities in \[0, 1\], got values in \[-2, 7\]"):
+        l1_average_calibration_error(z, y, soft=soft)
+    with pytest.raises(ValueError, match="probs"):
+        l1_average_calibration_error(torch.full((1, 1, 3), 1.0 + 1e-6), y[..., :3], soft=soft)
+    p = torch.sigmoid(z)  # the same values as probabilities: accepted, in [0, 1], equal to the brute force
+    value = float(l1_average_calibration_error(p, y, num_bins=4, soft=soft))
+    assert 0.0 <= value <= 1.0
+    nan = p.clone()
+    nan[0, 0, 1] = float("nan")  # a NaN probability stays the documented NaN, not a range error
+    assert math.isnan(float(l1_average_calibration_error(nan, y, soft=soft)))

@@ -1,5 +1,7 @@
 """Hostile input for the dropout layer functions: rates, placements, modes, kinds of dropout."""
 
+import collections
+
 import numpy as np
 import pytest
 import torch
@@ -140,3 +142,46 @@ def test_dropout_after_the_root_module_is_refused_naming_after():
     with pytest.raises(ValueError, match="after names the root module"):
         add_dropout(net, p=0.1, after=["", "2"])
     assert find_dropout_layers(net) == ([], [])
+
+
+_Out = collections.namedtuple("_Out", "a b")
+
+
+class _Pair(nn.Module):
+    """A stage whose output is a container: a named tuple or a dict of feature maps (and a non-tensor entry)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x):
+        if self.kind == "namedtuple":
+            return _Out(x, 2 * x)
+        if self.kind == "dict":
+            return {"a": x, "b": [2 * x], "n": 3}
+        return collections.OrderedDict(a=x, b=(2 * x,))
+
+
+@pytest.mark.parametrize("kind", ["namedtuple", "dict", "ordereddict"])
+def test_post_hoc_dropout_samples_every_tensor_of_a_container_output(kind):
+    """Found by hostile testing: after a stage returning a named tuple the hook raised ``TypeError`` (``NT.__new__()
+    missing 1 required positional argument``), and after a dict it returned the output without dropout, so every
+    Monte-Carlo sample was the same prediction (uncertainty 0) without a word."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 1), _Pair(kind)).eval()
+    add_dropout(net, p=0.5, after=["1"])
+    x = torch.ones(1, 1, 8, 8)
+    plain = net(x)
+    with enable_mc_dropout(net):
+        first, second = net(x), net(x)
+    assert type(first) is type(plain)
+    tensors = [(first[0], second[0], first[1])] if kind == "namedtuple" else [(first["a"], second["a"], first["b"][0])]
+    for a1, a2, b1 in tensors:
+        assert bool((a1 != a2).any())  # the samples differ
+        zeroed = (a1 == 0).flatten(2).all(-1)  # channelwise: whole channels of 8 x 8 dropped
+        assert bool(zeroed.any()) and not bool(zeroed.all())
+        assert b1.shape == a1.shape
+    if kind == "dict":
+        assert first["n"] == 3
+    assert torch.equal(net(x)[0] if kind == "namedtuple" else net(x)["a"],
+                       plain[0] if kind == "namedtuple" else plain["a"])  # eval mode again: deterministic

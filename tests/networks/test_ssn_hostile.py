@@ -1,5 +1,6 @@
 """Hostile input for the SSN head and its distribution: bad arguments, degenerate covariances, modes, references."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -193,3 +194,22 @@ def test_a_zero_variance_density_is_nan_with_a_warning():
     with pytest.warns(UserWarning, match="singular"):
         assert torch.isnan(d.entropy()).all()
     assert torch.isnan(d.log_prob(x)).all()
+
+
+def test_numpy_integer_settings_are_integers():
+    """Found by hostile testing: ``SSNLoss(np.int64(4))`` and ``SSNHead(np.int64(4), 2)`` were refused with
+    "num_mc_samples must be an integer >= 1, got np.int64(4)" (the losses of monai_unc.losses take numpy scalars)."""
+    from monai_unc.networks import IntensityMask, SSNLoss
+
+    assert SSNLoss(np.int64(4), antithetic=True).num_mc_samples == 4
+    assert type(SSNLoss(np.int32(2)).num_mc_samples) is int
+    head = SSNHead(np.int64(4), np.int64(2), rank=np.int16(3), spatial_dims=2)
+    assert (head.in_channels, head.num_classes, head.rank) == (4, 2, 3)
+    assert type(head.rank) is int
+    assert head.eval()(torch.zeros(1, 4, 3, 3)).shape == (1, 2, 3, 3)
+    assert sample_logits(_params(), np.int64(3)).shape[0] == 3
+    mask = IntensityMask(smooth=np.int64(3), dilate=np.int64(1), channel=np.int64(0))
+    assert (mask.smooth, mask.dilate, mask.channel) == (3, 1, 0)
+    for bad in (np.int64(0), np.bool_(True), 2.0, "4"):  # still refused, naming the argument
+        with pytest.raises(ValueError, match="num_mc_samples"):
+            SSNLoss(bad)
