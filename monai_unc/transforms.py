@@ -396,7 +396,7 @@ class UncertaintyMeasures(Transform):
                 raise ValueError(f"{sq_name} must have the shape of {name} {tuple(x.shape)}, got {tuple(sq.shape)}")
             check_finite(sq, sq_name)
             _check_statistic(
-                lambda: variance_from_moments(probs, sq[None].to(probs.dtype), multilabel=self.multilabel),
+                lambda: variance_from_moments(probs, sq[None], multilabel=self.multilabel),
                 f"{sq_name} is not the mean of p_s^2 of the samples whose mean is {name}",
             )
             moments["mean_sq"] = sq[None].to(torch.float64)
