@@ -521,10 +521,25 @@ class AggregateUncertainty(Transform):
         return self._score(img, mask, "img", "mask")
 
 
+def _scalar(value: Any) -> Any:
+    """The number a 0-d tensor or numpy array of a real (not bool) dtype holds; anything else unchanged.
+
+    Found by hostile review: the check that refuses a bool or a string as ``threshold`` refused the 0-d tensor of
+    ``UncertaintyToDiscrete(threshold=torch.quantile(u, 0.95))`` too, which had been read as the number it holds.
+    """
+    if isinstance(value, torch.Tensor) and value.ndim == 0 and value.dtype != torch.bool and not value.is_complex():
+        return value.item()
+    if isinstance(value, np.ndarray) and value.ndim == 0 and (np.issubdtype(value.dtype, np.floating)
+                                                              or np.issubdtype(value.dtype, np.integer)):
+        return value[()]
+    return value
+
+
 class UncertaintyToDiscrete(Transform):
     """Binary "uncertain" mask ``u >= t`` (uint8 in {0, 1}) of a map ``(1, *spatial)``, e.g. to flag voxels for review.
 
-    Exactly one of ``threshold`` (a fixed real number ``t``, not a bool or a string: ``TypeError``; for a
+    Exactly one of ``threshold`` (a fixed real number ``t``, also as a 0-d tensor or array, not a bool or a string:
+    ``TypeError``; for a
     cohort-level choice see :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case
     quantile of the map, e.g.
     0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged, so when the quantile falls on the map's
@@ -539,7 +554,9 @@ class UncertaintyToDiscrete(Transform):
         if (threshold is None) == (quantile is None):
             raise ValueError("give exactly one of threshold= or quantile=")
         # a bool or a string ("0.5" of a bundle override) is refused, not read as 1.0 / 0.5 (found by hostile
-        # testing: threshold=True flagged nothing, quantile=True everything, silently)
+        # testing: threshold=True flagged nothing, quantile=True everything, silently); a 0-d tensor or array of a
+        # real dtype (``torch.quantile(u, 0.95)``, a cohort threshold) is the number it holds, as before that check
+        threshold, quantile = _scalar(threshold), _scalar(quantile)
         if threshold is not None and not np.isfinite(real_number(threshold, "threshold")):
             raise ValueError(f"threshold must be finite, got {threshold}")
         if quantile is not None and not 0.0 <= real_number(quantile, "quantile") <= 1.0:
