@@ -1,8 +1,7 @@
 """Array and dictionary transforms (MONAI conventions) for uncertainty maps in pre/post-processing chains.
 
 They act on one item of a decollated batch (channel first, no batch axis), like every MONAI transform; a batched
-MetaTensor (``is_batch``, an inferer's output before ``decollate_batch``) raises ``ValueError`` (not the samples
-of one case stacked from a batch of one, which keep its ``is_batch``). Each
+MetaTensor (``is_batch``, an inferer's output before ``decollate_batch``) raises ``ValueError``. Each
 computation exists once, as an array transform (``Transform``) that calls the functional core
 (:mod:`monai_unc.stats`, :mod:`monai_unc.aggregation`); the dictionary version (``MapTransform``, name ending in
 ``d``) reads its inputs from the data dict, calls the array version and stores the result:
@@ -96,8 +95,6 @@ def _like_source(result: torch.Tensor, source: Any) -> Any:
     """``result`` in the container of ``source``: MetaTensor (with a copy of its meta and applied operations),
     numpy array, or plain tensor."""
     if isinstance(source, MetaTensor):
-        if source.is_batch:  # one case with the meta of a batch of one (_item): that case's meta, not the batch's
-            source = source[0]
         out = MetaTensor(result, meta=deepcopy(source.meta))
         out.applied_operations = deepcopy(source.applied_operations)
         return out
@@ -106,25 +103,15 @@ def _like_source(result: torch.Tensor, source: Any) -> Any:
     return result
 
 
-def _one_case_of_a_batch(x: MetaTensor) -> bool:
-    """Whether a batched MetaTensor holds the meta of a batch of one (affine ``(1, 4, 4)``) over a first axis that
-    is not that batch (its length is not 1): one case's tensor that kept the loader's ``is_batch``."""
-    affine = x.affine
-    return affine.ndim == 3 and affine.shape[0] == 1 and x.ndim >= 1 and x.shape[0] != 1
-
-
 def _item(x: Any, name: str) -> torch.Tensor:
     """``x`` (one item of a decollated batch) as a tensor (:func:`~monai_unc._utils.to_tensor`).
 
     A batched MetaTensor (``is_batch``, e.g. the output of an inferer before ``decollate_batch``) raises
     ``ValueError`` naming ``name``: found by hostile testing, the probabilities ``(B, C, *spatial)`` of two patients
     were read as two samples of one case and averaged into one map, and a batch of one gave maps with a batch axis
-    and the batch's meta. The samples ``(S, C, *spatial)`` of one case taken from a batch of one (``torch.stack`` of
-    the network's outputs for a loader's batch, then ``[:, 0]``) keep ``is_batch`` and the batch's meta of one case
-    (affine ``(1, 4, 4)``) while their first axis is not that batch: they are one case (found by hostile review:
-    refused as a batch), and the maps get that case's meta (:func:`_like_source`).
+    and the batch's meta.
     """
-    if isinstance(x, MetaTensor) and x.is_batch and not _one_case_of_a_batch(x):
+    if isinstance(x, MetaTensor) and x.is_batch:
         raise ValueError(
             f"{name} is a batch (MetaTensor with is_batch=True, shape {tuple(x.shape)}): these transforms act on one "
             "case; apply them after decollate_batch (e.g. as post-transforms of an engine), not to a batch"

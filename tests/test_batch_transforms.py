@@ -56,24 +56,3 @@ def test_decollated_items_give_the_numpy_maps_and_their_own_meta():
         assert float(out["predictive_entropy"].affine[0, 0]) == 1.0 + i
         err = ErrorMapd()({"pred": item["pred"], "label": item["pred"][:1].round()})["error"]
         np.testing.assert_array_equal(err.numpy(), (p.argmax(0) != p[0].round())[None].astype(np.float32))
-
-
-def test_samples_of_one_case_from_a_batch_of_one_are_one_case_with_its_meta():
-    """review37: MC samples of a loader's batch of one, ``torch.stack([softmax(net(batch)) ...])[:, 0]`` ``(S, C,
-    *spatial)``, keep ``is_batch`` and the batch's meta (affine ``(1, 4, 4)``): they were refused as a batch. They are
-    one case: the numpy maps, with the case's own meta. A real batch of one stays refused."""
-    batch = _batch(1)  # (1, 2, 6, 5, 4), is_batch
-    g = torch.Generator().manual_seed(7)
-    samples = torch.stack([torch.softmax(batch + torch.randn(batch.shape, generator=g), 1) for _ in range(4)])[:, 0]
-    assert samples.is_batch and tuple(samples.shape) == (4, 2, 6, 5, 4)
-    out = UncertaintyMeasuresd("s", measures=["predictive_entropy", "mutual_information"])({"s": samples})
-    s = samples.as_tensor().double().numpy()
-    mean = s.mean(0)
-    pe = -(mean * np.log(mean)).sum(0, keepdims=True)
-    ee = -(s * np.log(s)).sum(1).mean(0)[None]
-    np.testing.assert_allclose(out["predictive_entropy"].as_tensor().numpy(), pe, atol=1e-5)
-    np.testing.assert_allclose(out["mutual_information"].as_tensor().numpy(), pe - ee, atol=1e-5)
-    mi = out["mutual_information"]
-    assert not mi.is_batch and tuple(mi.affine.shape) == (4, 4) and mi.meta["filename_or_obj"] == "case0.nii.gz"
-    with pytest.raises(ValueError, match="is a batch"):
-        UncertaintyMeasuresd("p", input_type="probs")({"p": batch})
