@@ -112,9 +112,18 @@ def _item(x: Any, name: str) -> torch.Tensor:
     and the batch's meta.
     """
     if isinstance(x, MetaTensor) and x.is_batch:
+        affine = x.affine
+        hint = ""
+        if affine.ndim == 3 and affine.shape[0] == 1 and x.ndim >= 1 and x.shape[0] != 1:
+            # found by hostile review: samples of one case stacked from a loader's batch of one keep is_batch and its
+            # meta of one case, as do the outputs of several batches of one concatenated; the two look alike, and
+            # decollate_batch, the only way out named, split the samples into one "case" per sample
+            hint = (f"; its meta is that of one case over {x.shape[0]} entries: the samples of one case stacked from "
+                    f"a batch of one keep is_batch (pass {name}.as_tensor(), or stack the decollated item's outputs), "
+                    "the outputs of several batches concatenated are several cases (decollate them)")
         raise ValueError(
             f"{name} is a batch (MetaTensor with is_batch=True, shape {tuple(x.shape)}): these transforms act on one "
-            "case; apply them after decollate_batch (e.g. as post-transforms of an engine), not to a batch"
+            f"case; apply them after decollate_batch (e.g. as post-transforms of an engine), not to a batch{hint}"
         )
     return to_tensor(x, name)
 
