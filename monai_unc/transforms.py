@@ -112,9 +112,18 @@ def _item(x: Any, name: str) -> torch.Tensor:
     and the batch's meta.
     """
     if isinstance(x, MetaTensor) and x.is_batch:
+        affine = x.affine
+        hint = ""
+        if affine.ndim == 3 and affine.shape[0] == 1 and x.ndim >= 1 and x.shape[0] != 1:
+            # found by hostile review: samples of one case stacked from a loader's batch of one keep is_batch and its
+            # meta of one case, as do the outputs of several batches of one concatenated; the two look alike, and
+            # decollate_batch, the only way out named, split the samples into one "case" per sample
+            hint = (f"; its meta is that of one case over {x.shape[0]} entries: the samples of one case stacked from "
+                    f"a batch of one keep is_batch (pass {name}.as_tensor(), or stack the decollated item's outputs), "
+                    "the outputs of several batches concatenated are several cases (decollate them)")
         raise ValueError(
             f"{name} is a batch (MetaTensor with is_batch=True, shape {tuple(x.shape)}): these transforms act on one "
-            "case; apply them after decollate_batch (e.g. as post-transforms of an engine), not to a batch"
+            f"case; apply them after decollate_batch (e.g. as post-transforms of an engine), not to a batch{hint}"
         )
     return to_tensor(x, name)
 
@@ -396,7 +405,7 @@ class UncertaintyMeasures(Transform):
                 raise ValueError(f"{sq_name} must have the shape of {name} {tuple(x.shape)}, got {tuple(sq.shape)}")
             check_finite(sq, sq_name)
             _check_statistic(
-                lambda: variance_from_moments(probs, sq[None].to(probs.dtype), multilabel=self.multilabel),
+                lambda: variance_from_moments(probs, sq[None], multilabel=self.multilabel),
                 f"{sq_name} is not the mean of p_s^2 of the samples whose mean is {name}",
             )
             moments["mean_sq"] = sq[None].to(torch.float64)
@@ -521,10 +530,25 @@ class AggregateUncertainty(Transform):
         return self._score(img, mask, "img", "mask")
 
 
+def _scalar(value: Any) -> Any:
+    """The number a 0-d tensor or numpy array of a real (not bool) dtype holds; anything else unchanged.
+
+    Found by hostile review: the check that refuses a bool or a string as ``threshold`` refused the 0-d tensor of
+    ``UncertaintyToDiscrete(threshold=torch.quantile(u, 0.95))`` too, which had been read as the number it holds.
+    """
+    if isinstance(value, torch.Tensor) and value.ndim == 0 and value.dtype != torch.bool and not value.is_complex():
+        return value.item()
+    if isinstance(value, np.ndarray) and value.ndim == 0 and (np.issubdtype(value.dtype, np.floating)
+                                                              or np.issubdtype(value.dtype, np.integer)):
+        return value[()]
+    return value
+
+
 class UncertaintyToDiscrete(Transform):
     """Binary "uncertain" mask ``u >= t`` (uint8 in {0, 1}) of a map ``(1, *spatial)``, e.g. to flag voxels for review.
 
-    Exactly one of ``threshold`` (a fixed real number ``t``, not a bool or a string: ``TypeError``; for a
+    Exactly one of ``threshold`` (a fixed real number ``t``, also as a 0-d tensor or array, not a bool or a string:
+    ``TypeError``; for a
     cohort-level choice see :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case
     quantile of the map, e.g.
     0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged, so when the quantile falls on the map's
@@ -539,7 +563,9 @@ class UncertaintyToDiscrete(Transform):
         if (threshold is None) == (quantile is None):
             raise ValueError("give exactly one of threshold= or quantile=")
         # a bool or a string ("0.5" of a bundle override) is refused, not read as 1.0 / 0.5 (found by hostile
-        # testing: threshold=True flagged nothing, quantile=True everything, silently)
+        # testing: threshold=True flagged nothing, quantile=True everything, silently); a 0-d tensor or array of a
+        # real dtype (``torch.quantile(u, 0.95)``, a cohort threshold) is the number it holds, as before that check
+        threshold, quantile = _scalar(threshold), _scalar(quantile)
         if threshold is not None and not np.isfinite(real_number(threshold, "threshold")):
             raise ValueError(f"threshold must be finite, got {threshold}")
         if quantile is not None and not 0.0 <= real_number(quantile, "quantile") <= 1.0:

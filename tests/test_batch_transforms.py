@@ -56,3 +56,19 @@ def test_decollated_items_give_the_numpy_maps_and_their_own_meta():
         assert float(out["predictive_entropy"].affine[0, 0]) == 1.0 + i
         err = ErrorMapd()({"pred": item["pred"], "label": item["pred"][:1].round()})["error"]
         np.testing.assert_array_equal(err.numpy(), (p.argmax(0) != p[0].round())[None].astype(np.float32))
+
+
+def test_samples_stacked_from_a_batch_of_one_are_refused_with_the_way_out():
+    """review37: MC samples of a loader's batch of one, ``torch.stack([softmax(net(batch)) ...])[:, 0]``, keep
+    ``is_batch`` and look like the outputs of several batches of one concatenated (several patients); the refusal
+    named only ``decollate_batch``, which splits the samples into one "case" per sample. It names ``as_tensor()``."""
+    batch = _batch(1)
+    samples = torch.stack([torch.softmax(batch * (1 + k), 1) for k in range(4)])[:, 0]
+    assert samples.is_batch and tuple(samples.shape) == (4, 2, 6, 5, 4)
+    with pytest.raises(ValueError, match=r"is a batch .*over 4 entries.*pass s\.as_tensor\(\)"):
+        UncertaintyMeasuresd("s", measures=["mutual_information"])({"s": samples})
+    out = UncertaintyMeasuresd("s", measures=["mutual_information"])({"s": samples.as_tensor()})
+    assert tuple(out["mutual_information"].shape) == (1, 6, 5, 4)
+    with pytest.raises(ValueError, match="is a batch") as refused:  # a real batch: no such hint
+        UncertaintyMeasuresd("p", input_type="probs")({"p": _batch(2)})
+    assert "as_tensor" not in str(refused.value)

@@ -90,3 +90,14 @@ def test_the_measures_functions_check_the_same_bounds():
     variance_from_moments(mean, torch.full_like(mean, 0.6), validate=False)  # the unchecked kernel stays unchecked
     with pytest.raises(ValueError, match="ee must be non-negative"):
         mutual_information_from_entropies(torch.tensor([[[0.5]]]), torch.tensor([[[-0.1]]]))
+
+
+@pytest.mark.parametrize("mean_dtype,sq_dtype", [(torch.float32, torch.float16), (torch.float16, torch.float32)])
+def test_a_second_moment_rounded_in_another_dtype_than_the_mean_is_kept(mean_dtype, sq_dtype):
+    """review37: float32 mean probabilities with a float16 ``mean_sq`` (maps of one run kept in two dtypes) were
+    refused as "below mean^2": the check ran in the mean's dtype, not with the rounding of the coarser map."""
+    p = torch.full((5, 1, 4, 4), 0.9996, dtype=torch.float64)
+    s = torch.cat([p, 1 - p], 1)
+    mean, sq = s.mean(0).to(mean_dtype), (s**2).mean(0).to(sq_dtype)
+    out = UncertaintyMeasures(input_type="probs", measures="variance")(mean, mean_sq=sq)
+    assert float(out["variance"].abs().max()) <= 4 * torch.finfo(torch.float16).eps

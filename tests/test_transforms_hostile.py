@@ -164,6 +164,20 @@ def test_discrete_numpy_thresholds_still_work():
     assert UncertaintyToDiscrete(quantile=np.float64(1.0))(u).tolist() == [[[0, 0, 1]]]
 
 
+def test_discrete_zero_dimensional_tensor_and_array_thresholds_still_work():
+    """review37: a threshold of torch.quantile (a 0-d tensor) or a 0-d numpy array had been read as its number; the
+    refusal of bools and strings refused it too. A 0-d bool tensor stays refused."""
+    from monai_unc.transforms import UncertaintyToDiscrete, UncertaintyToDiscreted
+
+    u = torch.tensor([[[0.2, 0.5, 0.9]]])
+    assert UncertaintyToDiscrete(threshold=torch.quantile(u.flatten(), 0.5))(u).tolist() == [[[0, 1, 1]]]
+    assert UncertaintyToDiscrete(threshold=np.array(0.75))(u).tolist() == [[[0, 0, 1]]]
+    assert UncertaintyToDiscrete(quantile=torch.tensor(1.0))(u).tolist() == [[[0, 0, 1]]]
+    assert UncertaintyToDiscreted("u", threshold=torch.tensor(1))({"u": u})["u"].tolist() == [[[0, 0, 0]]]
+    with pytest.raises(TypeError, match="^threshold must be a real number"):
+        UncertaintyToDiscrete(threshold=torch.tensor(True))
+
+
 @pytest.mark.parametrize("container", ["tensor", "numpy"])
 def test_aggregate_mask_without_channel_axis_is_named_as_such(container):
     """A binary mask (H, W, D) without its channel axis was read as H channels and refused as 'multi-label masks or
