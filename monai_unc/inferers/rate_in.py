@@ -949,9 +949,7 @@ class RateInHook(DropoutHook):
         self.layer = layer
         self.replaced: DropoutHook | None = None
 
-    def _drop(self, x: Any) -> Any:
-        if isinstance(x, (tuple, list)):
-            return type(x)(self._drop(v) for v in x)
+    def _drop_tensor(self, x: torch.Tensor) -> torch.Tensor:
         return self.layer.rate_in(x)
 
     def __repr__(self) -> str:

@@ -85,6 +85,10 @@ class DropoutHook:
         # without dropout, so every Monte-Carlo sample was the same prediction and the uncertainty 0, silently
         if not isinstance(x, torch.Tensor):
             return tree_map(self._drop, x) if isinstance(x, (tuple, list, dict)) else x
+        return self._drop_tensor(x)
+
+    def _drop_tensor(self, x: torch.Tensor) -> torch.Tensor:
+        """Dropout of one tensor of the output (:meth:`_drop` walks containers); subclasses draw other masks."""
         if not x.is_floating_point() or self.p == 0.0:
             return x
         if self.channelwise and x.ndim == 5:

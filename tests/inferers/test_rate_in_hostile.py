@@ -1,5 +1,6 @@
 """Hostile input for Rate-In: controller arguments, vector and constant feature maps, rate bounds vs default rates."""
 
+import collections
 import warnings
 
 import pytest
@@ -191,3 +192,27 @@ def test_ssim_leaves_constant_channels_out_of_the_average():
     for constant in (5.0, 1e-3, 0.0):
         x = torch.cat([live, torch.full((1, 2, 9, 9, 9), constant)], 1)
         torch.testing.assert_close(ssim_loss(x, x * keep), expected, atol=1e-12, rtol=0)
+
+
+_Pair = collections.namedtuple("_Pair", "a b")
+
+
+@pytest.mark.parametrize("kind", ["namedtuple", "dict"])
+def test_rate_in_hook_samples_every_tensor_of_a_container_output(kind):
+    """As post-hoc dropout's hook (tests/networks/test_dropout_hostile.py), Rate-In's rebuilt a container with
+    ``type(x)(generator)``: a named tuple output raised ``TypeError`` and a dict output came back undropped."""
+    from monai_unc.inferers import RateInHook
+
+    torch.manual_seed(0)
+    hook = RateInHook(RateInDropout(p=0.5, mode="fixed"))
+    hook.mc_enabled = True
+    x = torch.ones(1, 4, 8, 8)
+    out = _Pair(x, 2 * x) if kind == "namedtuple" else {"a": x, "b": [2 * x], "n": 3}
+    dropped = hook(nn.Identity().eval(), (x,), out)
+    assert type(dropped) is type(out)
+    a, b = (dropped.a, dropped.b) if kind == "namedtuple" else (dropped["a"], dropped["b"][0])
+    for t in (a, b):
+        zeroed = (t == 0).flatten(2).all(-1)
+        assert bool(zeroed.any()) and not bool(zeroed.all())  # channelwise: some whole channels dropped
+    if kind == "dict":
+        assert dropped["n"] == 3
