@@ -44,6 +44,7 @@ __all__ = [
     "DEMO_SHIFTS",
     "DEMO_CALIBRATION_SHIFTS",
     "DEMO_NEW_SHIFTS",
+    "DEMO_RECORD",
     "make_demo_cohort",
     "write_toy_cohort",
     "MANIFEST",
@@ -325,8 +326,9 @@ _DEMO_KINDS: dict[str, tuple[str, float | tuple[float, float] | None]] = {
 
 
 #: the record in a demo cohort's folder of what each case was made with:
-#: ``{case: [seed, perturbation, parameter, revision]}``
-_DEMO_MADE = "demo_cases.json"
+#: ``{case: [seed, perturbation, parameter, revision]}``; written before the first image, so it names the cases of
+#: an interrupted run too
+DEMO_RECORD = "demo_cases.json"
 
 #: revision of each :func:`~monai_unc.data.perturbations.fixed_perturbation` kind, recorded with every case so that a
 #: folder made before a kind changed is made again (``lowres`` 2: kept slices stay in place, no stretch along z)
@@ -416,7 +418,7 @@ def make_demo_cohort(
     folder = Path(folder)
     images, labels = folder / "images", folder / "labels"
     shifts_csv = folder / "shifts.csv"
-    made_path = folder / _DEMO_MADE
+    made_path = folder / DEMO_RECORD
     made = read_json_or_none(made_path)
     made = dict(made) if isinstance(made, dict) else {}  # no record (an older folder): every case is made again
 
