@@ -1,8 +1,21 @@
 """Example data: the real MNI152 tissue task (nilearn, offline) and a synthetic 3D toy set with raters and shifts."""
 
-from .cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS, DEMO_SHIFTS, make_demo_cohort, write_toy_cohort
+from .cohorts import (
+    DEMO_CALIBRATION_SHIFTS,
+    DEMO_NEW_SHIFTS,
+    DEMO_RECORD,
+    DEMO_SHIFTS,
+    make_demo_cohort,
+    write_toy_cohort,
+)
 from .mni152 import TISSUE_CLASSES, hemisphere_masks, load_mni152_tissue, tissue_ambiguity
-from .model import EXAMPLE_NETWORK, build_example_network, example_weights_path, load_example_model
+from .model import (
+    EXAMPLE_NETWORK,
+    build_example_network,
+    example_weights_path,
+    example_weights_record,
+    load_example_model,
+)
 from .perturbations import (
     FIXED_PERTURBATIONS,
     MAX_SEVERITY,
@@ -21,6 +34,7 @@ __all__ = [
     "DEMO_SHIFTS",
     "DEMO_CALIBRATION_SHIFTS",
     "DEMO_NEW_SHIFTS",
+    "DEMO_RECORD",
     "make_demo_cohort",
     "write_toy_cohort",
     "FIXED_PERTURBATIONS",
@@ -34,6 +48,7 @@ __all__ = [
     "TISSUE_CLASSES",
     "build_example_network",
     "example_weights_path",
+    "example_weights_record",
     "hemisphere_masks",
     "load_example_model",
     "load_mni152_tissue",

@@ -44,6 +44,7 @@ __all__ = [
     "DEMO_SHIFTS",
     "DEMO_CALIBRATION_SHIFTS",
     "DEMO_NEW_SHIFTS",
+    "DEMO_RECORD",
     "make_demo_cohort",
     "write_toy_cohort",
     "MANIFEST",
@@ -324,8 +325,14 @@ _DEMO_KINDS: dict[str, tuple[str, float | tuple[float, float] | None]] = {
 }
 
 
-#: the record in a demo cohort's folder of what each case was made with: ``{case: [seed, perturbation, parameter]}``
-_DEMO_MADE = "demo_cases.json"
+#: the record in a demo cohort's folder of what each case was made with:
+#: ``{case: [seed, perturbation, parameter, revision]}``; written before the first image, so it names the cases of
+#: an interrupted run too
+DEMO_RECORD = "demo_cases.json"
+
+#: revision of each :func:`~monai_unc.data.perturbations.fixed_perturbation` kind, recorded with every case so that a
+#: folder made before a kind changed is made again (``lowres`` 2: kept slices stay in place, no stretch along z)
+_FIXED_REVISIONS = {"lowres": 2}
 
 _DEMO_TAGS = {"gamma_noise": "gn", "noise": "noise", "bias": "bias", "gamma": "gamma", "blur": "blur",
               "lowres": "lowres"}
@@ -411,13 +418,13 @@ def make_demo_cohort(
     folder = Path(folder)
     images, labels = folder / "images", folder / "labels"
     shifts_csv = folder / "shifts.csv"
-    made_path = folder / _DEMO_MADE
+    made_path = folder / DEMO_RECORD
     made = read_json_or_none(made_path)
     made = dict(made) if isinstance(made, dict) else {}  # no record (an older folder): every case is made again
 
     def recipe(case: tuple) -> list:
         """What a case's image is made from, as it reads back from JSON."""
-        return [int(seed), str(case[2]), float(case[3])]
+        return [int(seed), str(case[2]), float(case[3]), _FIXED_REVISIONS.get(str(case[2]), 1)]
 
     todo = [c for c in shifts if made.get(str(c[0])) != recipe(c)
             or not all((d / f"{c[0]}.nii.gz").is_file() for d in (images, labels))]

@@ -15,13 +15,14 @@ from typing import Any
 import torch
 from monai.networks.nets import UNet
 
-from ..io import atomic_torch_save, atomic_write_text
+from ..io import atomic_torch_save, atomic_write_text, file_sha256
 
 __all__ = [
     "EXAMPLE_NETWORK",
     "WEIGHTS_DIR",
     "build_example_network",
     "example_weights_path",
+    "example_weights_record",
     "load_example_model",
     "save_trained_network",
 ]
@@ -91,6 +92,7 @@ def load_example_model(dropout: float | None = None, device: str | torch.device 
 
     Raises:
         FileNotFoundError: the weights are missing (run ``python scripts/train_example.py``).
+        ValueError: the weights are not the ones their training record describes (:func:`example_weights_record`).
 
     Example:
         >>> net, record = load_example_model()
@@ -98,19 +100,59 @@ def load_example_model(dropout: float | None = None, device: str | torch.device 
         (False, True)
     """
     path = example_weights_path()
-    if not path.is_file():
-        raise FileNotFoundError(f"example weights not found at {path}; run `python scripts/train_example.py`")
+    meta = example_weights_record()
     net = build_example_network(dropout)
     net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    meta_path = path.with_suffix(".json")
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     return net.to(device).eval(), meta
+
+
+def example_weights_record(path: str | os.PathLike | None = None) -> dict:
+    """The training record of the example weights, checked against the weights' sha256 digest.
+
+    The record (``<weights>.json``: protocol, seed, held-out Dice, ``weights_sha256``) describes one file of
+    weights; weights replaced after training (another run, a download, a corrupted copy) would be reported with
+    the record's numbers, so a record with a digest that the file does not have is refused.
+
+    Args:
+        path: the weights (``.pt``); None: the shipped ones (:func:`example_weights_path`).
+
+    Returns:
+        The record (``{}`` when the ``.json`` is missing; not checked when it records no digest).
+
+    Raises:
+        FileNotFoundError: the weights are missing (run ``python scripts/train_example.py``).
+        ValueError: the weights' digest is not the record's, or the record is not a JSON object.
+
+    Example:
+        >>> record = example_weights_record()
+        >>> len(record["weights_sha256"]), "dice_right_heldout" in record
+        (64, True)
+    """
+    path = example_weights_path() if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"example weights not found at {path}; run `python scripts/train_example.py`")
+    meta_path = path.with_suffix(".json")
+    if not meta_path.is_file():
+        return {}
+    try:
+        meta = json.loads(meta_path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{meta_path}: the training record is not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{meta_path}: the training record must be a JSON object, got {type(meta).__name__}")
+    expected = meta.get("weights_sha256")
+    if expected is not None and file_sha256(path) != expected:
+        raise ValueError(f"{path} is not the network its training record {meta_path.name} describes (sha256 "
+                         f"{file_sha256(path)[:12]}..., recorded {str(expected)[:12]}...): restore the weights or "
+                         "train them again with `python scripts/train_example.py`")
+    return meta
 
 
 def save_trained_network(net: torch.nn.Module, record: dict[str, Any], path: str | os.PathLike) -> Path:
     """Save a trained network's state dict to ``path`` and its training record beside it (``.json``), atomically.
 
-    The record is written as indented JSON with a final newline, the file :func:`load_example_model` reads back.
+    The record is written as indented JSON with a final newline, the file :func:`load_example_model` reads back, with
+    the state dict's sha256 digest added as ``weights_sha256`` (:func:`example_weights_record` checks it).
 
     Args:
         net: the trained network.
@@ -122,5 +164,6 @@ def save_trained_network(net: torch.nn.Module, record: dict[str, Any], path: str
     """
     path = Path(path)
     atomic_torch_save(path, net.state_dict())
+    record = {**record, "weights_sha256": file_sha256(path)}
     atomic_write_text(path.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
     return path

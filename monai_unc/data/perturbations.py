@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 from monai.transforms import AdjustContrast, GaussianSmooth, RandBiasField, Resize
-from scipy.ndimage import gaussian_filter, zoom
+from scipy.ndimage import gaussian_filter
 
 from .._utils import ArrayLike, check_finite, to_tensor
 from .mni152 import load_mni152_tissue
@@ -287,9 +287,19 @@ def fixed_perturbation(image: np.ndarray, kind: str, value: float, rng: np.rando
     elif kind == "blur":
         out = gaussian_filter(x, value)
     elif kind == "lowres":
-        step = int(value)
-        kept = x[:, :, ::step]
-        out = zoom(kept, (1, 1, x.shape[2] / kept.shape[2]), order=1)[:, :, : x.shape[2]]
-        if out.shape[2] < x.shape[2]:
-            out = np.concatenate([out, out[:, :, -1:].repeat(x.shape[2] - out.shape[2], axis=2)], axis=2)
+        out = _keep_every_nth_slice(x, int(value))
     return np.clip(out, 0.0, 1.0).astype(np.float32)
+
+
+def _keep_every_nth_slice(x: np.ndarray, step: int) -> np.ndarray:
+    """Keep axial slices ``0, step, 2 step, ...`` of ``x`` ``(X, Y, Z)`` and interpolate linearly between them.
+
+    Every kept slice stays at its own position (the image stays aligned with its label); slices past the last kept
+    one repeat it.
+    """
+    kept = x[:, :, ::step]
+    pos = np.arange(x.shape[2]) / step  # position of every slice in units of kept slices
+    lo = np.minimum(np.floor(pos).astype(np.int64), kept.shape[2] - 1)
+    hi = np.minimum(lo + 1, kept.shape[2] - 1)
+    w = np.where(hi > lo, pos - lo, 0.0)
+    return kept[:, :, lo] * (1.0 - w) + kept[:, :, hi] * w

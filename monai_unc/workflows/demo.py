@@ -60,10 +60,10 @@ from typing import Any
 import torch
 
 from ..data import TISSUE_CLASSES
-from ..data.cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS, DEMO_SHIFTS, make_demo_cohort
+from ..data.cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS, DEMO_RECORD, DEMO_SHIFTS, make_demo_cohort
 from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
 from ..evaluation.triage import RULE_FILE
-from ..io import atomic_write_json, check_output_folder, list_image_cases, parse_float, read_csv
+from ..io import atomic_write_json, check_output_folder, list_image_cases, parse_float, read_csv, read_json_or_none
 from ..product import format_cell, format_fraction, format_score
 from ..report.html import build_report
 from ..report.triage import link_page
@@ -207,19 +207,29 @@ def _check_same_cohort(output: Path, shifts: Sequence[tuple[str, str, str, float
     """Refuse an ``--output`` folder that holds a demo of the other cohort.
 
     ``ValueError`` naming ``--output`` when it holds a demo of the other cohort (``--quick`` or not, or a demo
-    written before the full cohort existed): every step lists the whole folder, so the two would mix.
+    written before the full cohort existed): every step lists the whole folder, so the two would mix. The cohort is
+    read from ``data/shifts.csv`` (written once the cohort is complete) and, for a run interrupted before that, from
+    the cases already made (``data/images`` and the record of :func:`~monai_unc.data.cohorts.make_demo_cohort`).
     """
+    expected = {str(c[0]) for c in shifts}
+    other = "the full demo's" if quick else "another (e.g. --quick, or an earlier version's)"
+    refusal = (f"--output {output} holds {other} cohort; the demo resumes only its own: choose another --output or "
+               "remove that folder")
     found = output / "data" / "shifts.csv"
-    if not found.is_file():
-        return
-    try:
-        cases = {str(r["case"]) for r in read_csv(found)}
-    except (OSError, ValueError, KeyError):
-        return
-    if cases and cases != {str(c[0]) for c in shifts}:
-        other = "the full demo's" if quick else "another (e.g. --quick, or an earlier version's)"
-        raise ValueError(f"--output {output} holds {other} cohort; the demo resumes only its own: choose another "
-                         "--output or remove that folder")
+    if found.is_file():
+        try:
+            cases = {str(r["case"]) for r in read_csv(found)}
+        except (OSError, ValueError, KeyError):
+            cases = set()
+        if cases and cases != expected:
+            raise ValueError(refusal)
+    made = read_json_or_none(output / "data" / DEMO_RECORD)
+    started = set(made) if isinstance(made, dict) else set()
+    images = output / "data" / "images"
+    if images.is_dir():
+        started |= {p.name[: -len(".nii.gz")] for p in images.iterdir() if p.name.endswith(".nii.gz")}
+    if started - expected:
+        raise ValueError(refusal)
 
 
 def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float, cpu: float) -> None:

@@ -38,7 +38,7 @@ from monai.bundle import ConfigParser
 from monai.bundle.config_item import ComponentLocator
 from torch import nn
 
-from ..data import build_example_network, example_weights_path
+from ..data import build_example_network, example_weights_path, example_weights_record
 from ..engines import find_pred_activation
 from ..inferers import load_state_dict
 from ..io import check_entry_kind, weight_digests
@@ -612,6 +612,7 @@ def load_network(
         net = build_example_network()
         weights = checkpoints[0] if checkpoints else str(example_weights_path())
         if not checkpoints:
+            example_weights_record()  # the shipped weights are the ones their record (and the docs) describe
             checkpoints = [weights]
         _load_weights(net, weights, unsafe_load)
         desc, intensity = "example: MNI152 tissue UNet", "max"

@@ -79,3 +79,17 @@ def test_an_interrupted_remake_is_never_taken_for_the_old_case(tmp_path, small_t
     monkeypatch.setattr(cohorts, "save_nifti", real)
     make_demo_cohort(tmp_path, seed=0, shifts=[("x", "none", "noise", 0.05)])
     np.testing.assert_array_equal(image_of(tmp_path, "x"), a)
+
+
+def test_a_case_made_before_its_perturbation_changed_is_made_again(tmp_path, small_template):
+    """Regression: ``lowres`` was corrected (kept slices no longer stretched along z) but a demo folder made before
+    recorded only (seed, perturbation, parameter), so a rerun kept the old, misaligned image."""
+    make_demo_cohort(tmp_path, seed=0, shifts=[("x", "resolution", "lowres", 4.0)])
+    good = image_of(tmp_path, "x")
+    made = cohorts.read_json_or_none(tmp_path / "demo_cases.json")
+    assert made["x"][:3] == [0, "lowres", 4.0]
+    made["x"] = made["x"][:3]  # the record of the earlier version
+    cohorts.atomic_write_json(tmp_path / "demo_cases.json", made)
+    nib.save(nib.Nifti1Image(np.zeros_like(good, dtype=np.float32), np.eye(4)), tmp_path / "images" / "x.nii.gz")
+    make_demo_cohort(tmp_path, seed=0, shifts=[("x", "resolution", "lowres", 4.0)])
+    np.testing.assert_array_equal(image_of(tmp_path, "x"), good)

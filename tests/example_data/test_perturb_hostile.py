@@ -136,3 +136,18 @@ def test_fixed_perturbation_refuses_bad_image_kind_and_rng():
         fixed_perturbation(image()[0], "warp", 1.0, rng)
     with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
         fixed_perturbation(image()[0], "noise", 0.1, 0)
+
+
+@pytest.mark.parametrize("n, step", [(91, 4), (20, 2), (20, 3), (21, 3), (91, 3)])
+def test_lowres_keeps_every_kept_slice_in_place(n, step):
+    """Regression: ``lowres`` stretched the kept slices over the whole z range (``zoom``), so unless ``step``
+    divided ``n - 1`` the image moved against its label (the full demo's ``cal_lowres400``, 91 slices: the top slab
+    shifted by 2 voxels). Kept slices must stay unchanged and a linear z ramp be reproduced up to the last kept one."""
+    z = np.linspace(0.0, 1.0, n)
+    x = np.broadcast_to(z, (3, 2, n)).copy()
+    x[1] = np.random.default_rng(0).uniform(size=(2, n))  # arbitrary slices too
+    y = fixed_perturbation(x, "lowres", step, np.random.default_rng(0))
+    kept = np.arange(0, n, step)
+    np.testing.assert_allclose(y[:, :, kept], x[:, :, kept], atol=1e-6)
+    np.testing.assert_allclose(y[0, :, : kept[-1] + 1], x[0, :, : kept[-1] + 1], atol=1e-6)
+    np.testing.assert_allclose(y[:, :, kept[-1]:], np.repeat(x[:, :, kept[-1:]], n - kept[-1], axis=2), atol=1e-6)

@@ -66,6 +66,28 @@ def test_demo_refuses_a_folder_holding_the_other_cohort_before_any_work(tmp_path
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["data"]
 
 
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_demo_refuses_the_other_cohort_interrupted_before_its_shift_table(tmp_path, quick):
+    """Regression: ``shifts.csv`` is written once the cohort is complete, so a full demo interrupted while making
+    its cohort, then run again with ``--quick`` into the same ``--output`` (or the reverse), was accepted and its
+    images were predicted, evaluated and triaged with the other cohort's."""
+    from monai_unc.data.cohorts import DEMO_RECORD, DEMO_SHIFTS
+    from monai_unc.workflows.demo import run_demo
+
+    other = DEMO_CALIBRATION_SHIFTS if quick else DEMO_SHIFTS
+    data = tmp_path / "demo" / "data"
+    (data / "images").mkdir(parents=True)
+    (data / DEMO_RECORD).write_text(json.dumps({other[1][0]: [0, other[1][2], other[1][3], 1]}))
+    with pytest.raises(ValueError, match=r"--output .*demo holds .* cohort; the demo resumes only its own"):
+        run_demo(tmp_path / "demo", quick=quick, quiet=True)
+    (data / DEMO_RECORD).unlink()  # no record (an earlier version's folder): the images made so far tell
+    (data / "images" / f"{other[2][0]}.nii.gz").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"--output .*demo holds .* cohort; the demo resumes only its own"):
+        run_demo(tmp_path / "demo", quick=quick, quiet=True)
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["data"]
+
+
 #: the new cases of the full-demo test: 5 of the 12 of :data:`DEMO_NEW_SHIFTS`, each 1/54 of the demo's inference and
 #: evaluation. A demo case is the same in any subset (its image's noise is seeded by the case, its MC dropout draws by
 #: the inferer's seed at every case) and its triage decision depends on it and the calibration cases only (the rule,
