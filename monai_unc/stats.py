@@ -967,21 +967,28 @@ class SampleStats:
         """Replace the sums and counts with those of a :meth:`state_dict`.
 
         Args:
-            state: a :meth:`state_dict` (e.g. after ``all_reduce``); the tensors are cast to the accumulation dtype
-                (that of ``sum_p`` when unset).
+            state: a :meth:`state_dict` (e.g. after ``all_reduce``); the tensors are copied in the accumulation dtype
+                (that of ``sum_p`` when unset), except these statistics' own live sums (their own ``state_dict()``).
 
         Returns:
             ``self``.
         """
         if self.accum_dtype is None:
             self.accum_dtype = state["sum_p"].dtype
+
+        def own(t: torch.Tensor, current: torch.Tensor | None) -> torch.Tensor:
+            # a copy: the later updates add into the sums in place, and a state's tensors are another statistics'
+            # live sums or the caller's arrays (found by hostile testing: SampleStats.from_state_dict(s.state_dict())
+            # then update() added into the sums of s, whose mean left [0, 1])
+            return t.to(self.accum_dtype) if t is current else t.to(self.accum_dtype, copy=True)
+
         self.sum_w = float(state["sum_w"])
         self.num_updates = int(state["num_updates"])
         self.class_variance = bool(state.get("class_variance", True))
-        self.sum_p = state["sum_p"].to(self.accum_dtype)
-        self.sum_h = state["sum_h"].to(self.accum_dtype)
+        self.sum_p = own(state["sum_p"], self.sum_p)
+        self.sum_h = own(state["sum_h"], self.sum_h)
         self.track_variance = "sum_p2" in state
-        self.sum_p2 = state["sum_p2"].to(self.accum_dtype) if self.track_variance else None
+        self.sum_p2 = own(state["sum_p2"], self.sum_p2) if self.track_variance else None
         self.out_dtype = getattr(torch, state.get("out_dtype", "float32"))
         self.multilabel = bool(state.get("multilabel", False))
         return self
