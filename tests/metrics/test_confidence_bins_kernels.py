@@ -36,3 +36,21 @@ def test_confidence_bins_leave_input_unchanged():
     before = v.clone()
     np.testing.assert_array_equal(confidence_bins(v, 10).numpy(), [0, 3, 9])
     assert torch.equal(v, before)
+
+
+@pytest.mark.parametrize(("n_bins", "n_fine_bins", "name"), [(0, 100, "n_bins"), (-3, 100, "n_bins"),
+                                                             (2.5, 100, "n_bins"), (10, 0, "n_fine_bins"),
+                                                             (10, -4, "n_fine_bins")])
+def test_coarse_bin_index_refuses_bad_bins(n_bins, n_fine_bins, name):
+    from monai_unc.metrics.calibration import coarse_bin_index
+
+    with pytest.raises(ValueError, match=name):
+        coarse_bin_index(torch.tensor([0, 5, 99]), n_bins, n_fine_bins)
+
+
+def test_coarse_bin_index_matches_floor_division():
+    from monai_unc.metrics.calibration import coarse_bin_index
+
+    fine = torch.arange(15360)
+    for n_bins in (7, 15, 20, 33):
+        np.testing.assert_array_equal(coarse_bin_index(fine, n_bins).numpy(), (np.arange(15360) * n_bins) // 15360)

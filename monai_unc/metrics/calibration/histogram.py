@@ -92,11 +92,17 @@ def coarse_bin_index(fine: torch.Tensor, n_bins: int, n_fine_bins: int = DEFAULT
     Returns:
         The coarse bin indices (int64), of the shape of ``fine``.
 
+    Raises:
+        ValueError: ``n_bins`` or ``n_fine_bins`` is not a positive integer (``n_bins=0`` gave bin 0 for every fine
+            bin, ``-3`` negative bins, ``n_fine_bins=0`` a ``ZeroDivisionError``; found by hostile testing).
+
     Example:
         >>> import torch
         >>> coarse_bin_index(torch.tensor([0, 767, 768, 15359]), 20)
         tensor([ 0,  0,  1, 19])
     """
+    n_bins = check_integer(n_bins, "n_bins", 1)
+    n_fine_bins = check_integer(n_fine_bins, "n_fine_bins", 1)
     return torch.div(fine.to(torch.int64) * n_bins, n_fine_bins, rounding_mode="floor")
 
 
