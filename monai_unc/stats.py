@@ -262,6 +262,28 @@ def spatial_chunks(shape: tuple[int, ...], chunk_elements: int | None = DEFAULT_
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
+def _memory_span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes ``[start, stop)`` of ``t``'s storage that its elements lie in (``(0, 0)`` when it has none)."""
+    if t.numel() == 0:
+        return 0, 0
+    size = t.element_size()
+    start = t.untyped_storage().data_ptr() + t.storage_offset() * size
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * size
+
+
+def _writable_in_place(t: torch.Tensor, others: Sequence[torch.Tensor]) -> bool:
+    """Whether scaling ``t`` in place changes ``t`` alone.
+
+    No element of it shares memory with another (a stride-0 broadcast view) and its bytes overlap none of
+    ``others``' (the same tensor given twice, views of one buffer).
+    """
+    if any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride())):
+        return False
+    lo, hi = _memory_span(t)
+    return not any(o_lo < hi and lo < o_hi for o_lo, o_hi in map(_memory_span, others))
+
+
 def _check_finite_in_chunks(tensors: Mapping[str, torch.Tensor]) -> None:
     """:func:`~monai_unc._utils.check_finite` of ``(B, C, *spatial)`` tensors with one reduction each, one device sync.
 
@@ -716,7 +738,8 @@ class SampleStats:
         ``multilabel``), optional ``mean_sq`` like ``mean`` or ``mean_sq_sum`` ``(B, 1, *spatial)`` (the mean of
         ``sum_c p_c^2``, see ``class_variance``); ``count`` is the total weight the means stand for, so that merging
         stays exact. ``inplace=True`` multiplies the given tensors in place where their dtype is the accumulation
-        dtype (the caller hands them over: no copy of ``C x V`` is made; the values are the same).
+        dtype and no other moment shares their memory (the caller hands them over: no copy of ``C x V`` is made; the
+        values are the same); a tensor given twice, overlapping views of one buffer or a broadcast view are copied.
 
         Args:
             mean: mean probabilities ``(B, C, *spatial)``.
@@ -790,15 +813,21 @@ class SampleStats:
         stats.sum_w = float(count)
         stats.num_updates = int(num_updates if num_updates is not None else round(count))
 
-        def scaled(t: torch.Tensor) -> torch.Tensor:
-            if inplace and t.dtype == stats.accum_dtype:
+        moments = [t for t in (mean, mean_entropy, mean_sq, mean_sq_sum) if t is not None]
+
+        def scaled(i: int) -> torch.Tensor:
+            t = moments[i]
+            # in place only where that changes this moment alone (found by hostile testing: mean_sq given as the
+            # tensor of mean, as for one-hot samples, scaled it twice, mean = 3 * 3 * mean for count 3; a broadcast
+            # mean raised torch's "more than one element of the written-to tensor refers to a single memory
+            # location")
+            if inplace and t.dtype == stats.accum_dtype and _writable_in_place(t, moments[:i] + moments[i + 1:]):
                 return t.mul_(count)
             return t.to(stats.accum_dtype) * count
 
-        stats.sum_p = scaled(mean)
-        stats.sum_h = scaled(mean_entropy)
-        second = mean_sq if mean_sq is not None else mean_sq_sum
-        stats.sum_p2 = scaled(second) if second is not None else None
+        stats.sum_p = scaled(0)
+        stats.sum_h = scaled(1)
+        stats.sum_p2 = scaled(2) if len(moments) > 2 else None
         return stats
 
     # ------------------------------------------------------------------ results
@@ -938,21 +967,28 @@ class SampleStats:
         """Replace the sums and counts with those of a :meth:`state_dict`.
 
         Args:
-            state: a :meth:`state_dict` (e.g. after ``all_reduce``); the tensors are cast to the accumulation dtype
-                (that of ``sum_p`` when unset).
+            state: a :meth:`state_dict` (e.g. after ``all_reduce``); the tensors are copied in the accumulation dtype
+                (that of ``sum_p`` when unset), except these statistics' own live sums (their own ``state_dict()``).
 
         Returns:
             ``self``.
         """
         if self.accum_dtype is None:
             self.accum_dtype = state["sum_p"].dtype
+
+        def own(t: torch.Tensor, current: torch.Tensor | None) -> torch.Tensor:
+            # a copy: the later updates add into the sums in place, and a state's tensors are another statistics'
+            # live sums or the caller's arrays (found by hostile testing: SampleStats.from_state_dict(s.state_dict())
+            # then update() added into the sums of s, whose mean left [0, 1])
+            return t.to(self.accum_dtype) if t is current else t.to(self.accum_dtype, copy=True)
+
         self.sum_w = float(state["sum_w"])
         self.num_updates = int(state["num_updates"])
         self.class_variance = bool(state.get("class_variance", True))
-        self.sum_p = state["sum_p"].to(self.accum_dtype)
-        self.sum_h = state["sum_h"].to(self.accum_dtype)
+        self.sum_p = own(state["sum_p"], self.sum_p)
+        self.sum_h = own(state["sum_h"], self.sum_h)
         self.track_variance = "sum_p2" in state
-        self.sum_p2 = state["sum_p2"].to(self.accum_dtype) if self.track_variance else None
+        self.sum_p2 = own(state["sum_p2"], self.sum_p2) if self.track_variance else None
         self.out_dtype = getattr(torch, state.get("out_dtype", "float32"))
         self.multilabel = bool(state.get("multilabel", False))
         return self

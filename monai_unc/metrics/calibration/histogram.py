@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..._deprecation import deprecated_arg_names
-from ..._utils import ArrayLike, check_labels, check_probabilities, probability_tolerance, to_tensor
+from ..._utils import ArrayLike, check_integer, check_labels, check_probabilities, probability_tolerance, to_tensor
 from ...measures import entropy
 from ...state import ArrayBlocks, read_npz, register_state_type
 from ._cpu_kernel import available as cpu_kernel_available
@@ -92,11 +92,17 @@ def coarse_bin_index(fine: torch.Tensor, n_bins: int, n_fine_bins: int = DEFAULT
     Returns:
         The coarse bin indices (int64), of the shape of ``fine``.
 
+    Raises:
+        ValueError: ``n_bins`` or ``n_fine_bins`` is not a positive integer (``n_bins=0`` gave bin 0 for every fine
+            bin, ``-3`` negative bins, ``n_fine_bins=0`` a ``ZeroDivisionError``; found by hostile testing).
+
     Example:
         >>> import torch
         >>> coarse_bin_index(torch.tensor([0, 767, 768, 15359]), 20)
         tensor([ 0,  0,  1, 19])
     """
+    n_bins = check_integer(n_bins, "n_bins", 1)
+    n_fine_bins = check_integer(n_fine_bins, "n_fine_bins", 1)
     return torch.div(fine.to(torch.int64) * n_bins, n_fine_bins, rounding_mode="floor")
 
 
@@ -117,12 +123,22 @@ def confidence_bins(values: torch.Tensor, n_bins: int, n_fine_bins: int = DEFAUL
     Returns:
         int64 bin indices in ``[0, n_bins)``, of the shape of ``values``.
 
+    Raises:
+        ValueError: ``n_bins`` or ``n_fine_bins`` is not a positive integer, or ``values`` contains NaN (a NaN has
+            no bin, as in :meth:`ConfidenceHistogram.update`; found by hostile testing: it came back as bin
+            ``-600479950316067``, and ``n_bins=-3`` or ``2.5`` gave negative or fractional bins).
+
     Example:
         >>> import torch
         >>> confidence_bins(torch.tensor([0.0, 0.8499999642372131, 0.85, 1.0]), 20)
         tensor([ 0, 16, 17, 19])
     """
-    vals = values.detach().to(torch.float64).clamp(0.0, 1.0)
+    n_bins = check_integer(n_bins, "n_bins", 1)
+    n_fine_bins = check_integer(n_fine_bins, "n_fine_bins", 1)
+    vals = values.detach().to(torch.float64)
+    if bool(torch.isnan(vals).any()):
+        raise ValueError("values contains NaN: a NaN has no bin")
+    vals = vals.clamp(0.0, 1.0)
     fine = _fine_index(vals, n_fine_bins).clamp_(max=n_fine_bins - 1)
     return coarse_bin_index(fine, n_bins, n_fine_bins)
 
