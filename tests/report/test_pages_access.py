@@ -151,17 +151,11 @@ KEY_PROBE = r"""
 
 @pytest.mark.slow
 def test_viewer_is_named_and_steps_slices_from_the_keyboard(tmp_path):
-    from monai_unc.report.viewer import VIEWER_CSS, case_viewer, viewer_scripts, viewer_section
-    from tests.report.test_viewer import _case, _open_offline
+    from tests.report.test_viewer import _open_offline
+    from tests.report.test_viewer_readability import viewer_probe_page
 
     exe = _chromium()
-    image, seg, u = _case()
-    data = case_viewer("c<1>", seg, u, image, measure="mutual_information")
-    scripts = viewer_scripts(tmp_path)
-    (tmp_path / "assets" / "probe.js").write_text(KEY_PROBE)
-    page = tmp_path / "page.html"
-    page.write_text(document("viewer", PAGE_CSS + VIEWER_CSS, viewer_section([data], "Viewer"), scripts,
-                             script_file("assets/probe.js")))
+    page = viewer_probe_page(tmp_path, KEY_PROBE)
     dom, _, _ = _open_offline(exe, page, tmp_path, "keys")
     res = json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))
     # 1. reachable by Tab, with a name and a description (a nameless focusable canvas before)

@@ -160,21 +160,28 @@ def test_colorbar_titles_units_and_threshold():
     assert "three planes + 3D render" in dict(VIEWS).values()
 
 
+
+def viewer_probe_page(tmp_path, probe: str, **viewer_kwargs):
+    """A page in ``tmp_path`` with the toy case's viewer inside the report's own styles and the script ``probe``
+    (run after the viewer's scripts); ``viewer_kwargs`` go to :func:`case_viewer`. Returns the page's path."""
+    from monai_unc.report.html import PAGE_CSS  # the report's own styles around the viewer
+
+    image, seg, u = _case()
+    data = case_viewer("c<1>", seg, u, image, measure="mutual_information", **viewer_kwargs)
+    scripts = viewer_scripts(tmp_path)
+    (tmp_path / "assets" / "probe.js").write_text(probe)
+    page = tmp_path / "page.html"
+    page.write_text(document("viewer", PAGE_CSS + VIEWER_CSS, viewer_section([data], "Viewer"), scripts,
+                             script_file("assets/probe.js")))
+    return page
+
 @pytest.mark.slow
 def test_viewer_is_readable_in_the_browser(tmp_path):
     """Contrast from computed styles, titled colorbars, the class legend and the 3D tile drawn, in Chromium."""
     from PIL import Image
 
     exe = _chromium()
-    image, seg, u = _case()
-    data = case_viewer("c<1>", seg, u, image, measure="mutual_information", class_names=NAMES)
-    scripts = viewer_scripts(tmp_path)
-    (tmp_path / "assets" / "probe.js").write_text(PROBE)
-    from monai_unc.report.html import PAGE_CSS  # the report's own styles around the viewer
-
-    page = tmp_path / "page.html"
-    page.write_text(document("viewer", PAGE_CSS + VIEWER_CSS, viewer_section([data], "Viewer"), scripts,
-                             script_file("assets/probe.js")))
+    page = viewer_probe_page(tmp_path, PROBE, class_names=NAMES)
     dom, shot, console = _open_offline(exe, page, tmp_path, "readable")
     body = re.search(r"<body([^>]*)>", dom).group(1)
     assert 'data-viewer-ready="1"' in body and "data-viewer-error" not in body, body
