@@ -40,6 +40,7 @@ __all__ = [
     "case_pair",
     "check_finite",
     "load_nifti",
+    "nifti_version",
     "check_probabilities",
     "check_unit_interval",
     "check_labels",
@@ -1209,9 +1210,29 @@ def load_nifti(path: str | os.PathLike, **kwargs: Any) -> Any:
         return nib.load(name, **kwargs)
     with Opener(name, "rb") as f:  # gzip by the name's ending in any letter case
         head = f.read(4)
-    sizes = {int.from_bytes(head, "little"), int.from_bytes(head, "big")} if len(head) == 4 else set()
-    klass = nib.Nifti2Image if 540 in sizes else nib.Nifti1Image  # anything else: NIfTI-1's error
+    klass = nib.Nifti2Image if nifti_version(head) == 2 else nib.Nifti1Image  # anything else: NIfTI-1's error
     return klass.from_file_map(klass.make_file_map({"image": name}), **kwargs)
+
+
+def nifti_version(head: bytes) -> int | None:
+    """The NIfTI version a file's first 4 bytes name: its ``sizeof_hdr``, 348 (1) or 540 (2), in either byte order.
+
+    Args:
+        head: the first bytes of the (uncompressed) file.
+
+    Returns:
+        1, 2, or None (not a NIfTI header, e.g. gzip's magic).
+
+    Example:
+        >>> nifti_version((348).to_bytes(4, "little")), nifti_version((540).to_bytes(4, "big"))
+        (1, 2)
+        >>> nifti_version(bytes([0x1F, 0x8B, 0x08, 0x00])) is None  # gzip's magic
+        True
+    """
+    if len(head) < 4:
+        return None
+    sizes = {int.from_bytes(head[:4], "little"), int.from_bytes(head[:4], "big")}
+    return 1 if 348 in sizes else 2 if 540 in sizes else None
 
 
 def num_threads() -> int:
@@ -1220,7 +1241,7 @@ def num_threads() -> int:
 
 
 def reduce_case_values(
-    data: torch.Tensor | None, reduction: MetricReduction | str, metric: str, columns: int = 1
+    data: torch.Tensor | None, reduction: MetricReduction | str, metric: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MONAI's ``do_metric_reduction`` of buffered per-case values ``(N, K)``, NaN where no case is valid.
 

@@ -60,6 +60,7 @@ from .._utils import (
     host_memory_free,
     link_target,
     load_nifti,
+    nifti_version,
     num_threads,
 )
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
@@ -1172,7 +1173,7 @@ def read_volume(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[np.nd
     if path.name.lower().endswith(".gz"):  # an uncompressed NIfTI file named .gz: the reason, not "corrupt?"
         with open(path, "rb") as f:
             head = f.read(4)
-        if len(head) == 4 and {int.from_bytes(head, "little"), int.from_bytes(head, "big")} & {348, 540}:
+        if nifti_version(head) is not None:
             raise CaseError(f"cannot read {path}: an uncompressed NIfTI file although its name ends with .gz (gzip "
                             "it, or rename it without .gz)")
     _check_nifti_claim(path)
