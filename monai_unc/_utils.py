@@ -1249,19 +1249,18 @@ def reduce_case_values(
     worst) score; here every reduced entry without a single valid value is NaN, with a ``UserWarning`` naming
     ``metric``. Returns ``(values, not_nans)`` as MONAI does (``not_nans`` counts the valid values). No case at all
     (``data`` None, a metric's ``get_buffer()`` before any update, e.g. after an empty epoch, or empty) gives a NaN
-    float64 scalar and 0, with a ``UserWarning``; with ``reduction="none"`` it is the empty table ``(0, columns)``
-    (no case, no value) and ``not_nans`` 0, with the same warning.
+    float64 scalar and 0, with a ``UserWarning``; with ``reduction="none"`` it is the empty table (no case, no value:
+    ``(0, *data.shape[1:])``, ``(0, 1)`` for None) and ``not_nans`` 0, with the same warning.
     """
     from monai.metrics.utils import do_metric_reduction
     from monai.utils import MetricReduction
 
     if data is None or data.numel() == 0:
-        nan = torch.tensor(warn_nan(f"{metric}: no case was evaluated; the value is undefined (NaN)"),
-                           dtype=torch.float64)
+        nan = warn_nan(f"{metric}: no case was evaluated; the value is undefined (NaN)")
         if MetricReduction(reduction) == MetricReduction.NONE:
-            shape = (0, columns) if data is None or data.ndim < 2 else (0, *data.shape[1:])
+            shape = (0, 1) if data is None or data.ndim < 2 else (0, *data.shape[1:])
             return torch.empty(shape, dtype=torch.float64), torch.tensor(0.0)
-        return nan, torch.tensor(0.0)
+        return torch.tensor(nan, dtype=torch.float64), torch.tensor(0.0)
     f, not_nans = do_metric_reduction(data.clone(), reduction)
     if reduction == MetricReduction.NONE or not isinstance(f, torch.Tensor):
         return f, not_nans
