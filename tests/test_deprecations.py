@@ -40,6 +40,18 @@ import monai_unc.workflows
 import monai_unc.workflows.demo
 from monai_unc.keys import UncertaintyKeys, canonical_measure
 
+
+def shown_deprecations(code: str) -> tuple[list[str], str]:
+    """The ``DeprecationWarning`` lines that ``code`` prints in a fresh interpreter under Python's default filters,
+    and its whole standard error (for a failing test's message).
+
+    The filters show a ``DeprecationWarning`` only when it is attributed to ``__main__`` (the user's script): one
+    attributed to a frame of the package is hidden, and the user never learns of the deprecation.
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return [line for line in out.stderr.splitlines() if "DeprecationWarning" in line], out.stderr
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: deprecated module -> the modules its names now live in (each name must be the very same object there)

@@ -9,14 +9,13 @@ it stops working in the next release. Each now warns once, at the calling line, 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 
 import pytest
 
 from monai_unc.evaluation.config import EvaluationConfig
 from monai_unc.transforms import UncertaintyMeasures, UncertaintyMeasuresd
+from tests.test_deprecations import shown_deprecations
 
 
 @pytest.mark.parametrize("make, read", [
@@ -50,10 +49,8 @@ def test_the_warnings_are_shown_under_the_default_filters():
             "from monai_unc.evaluation.config import EvaluationConfig\n"
             "UncertaintyMeasures(measures=['max_softmax'])\n"
             "EvaluationConfig(measure='max_softmax').validate()\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    shown = [line for line in out.stderr.splitlines() if "DeprecationWarning" in line]
-    assert len(shown) == 2 and all("max_softmax" in line for line in shown), out.stderr
+    shown, stderr = shown_deprecations(code)
+    assert len(shown) == 2 and all("max_softmax" in line for line in shown), stderr
 
 
 def test_uncertainty_output_get_reads_the_old_measure_name():

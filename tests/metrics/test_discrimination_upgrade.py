@@ -8,14 +8,13 @@ per case) in the next release, was never told. Every metric now points it at the
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pytest
 
 from monai_unc.metrics import discrimination as D
+from tests.test_deprecations import shown_deprecations
 
 FNS = [D.error_auroc, D.error_auprc, D.avu, D.correct_certain_ratio, D.uncertain_incorrect_ratio, D.pavpu,
        D.voxel_accuracy, D.au_arc]
@@ -41,7 +40,5 @@ def test_the_deprecation_is_shown_under_the_default_filters():
             "u = np.full((2, 1, 4, 4), 0.2); e = np.zeros((2, 1, 4, 4)); e[:, :, 0] = 1\n"
             "correct_certain_ratio(u, e)\n"
             "uncertain_incorrect_ratio(u, e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    shown = [line for line in out.stderr.splitlines() if "DeprecationWarning" in line]
-    assert len(shown) == 2 and all("per_case" in line for line in shown), out.stderr
+    shown, stderr = shown_deprecations(code)
+    assert len(shown) == 2 and all("per_case" in line for line in shown), stderr
