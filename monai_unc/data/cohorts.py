@@ -474,7 +474,8 @@ def write_toy_cohort(
     carry the anisotropic ``spacing`` (mm) in their affine.
 
     Args:
-        folder: the folder to write (created if missing; files of the same names are replaced).
+        folder: the folder to write (created if missing; files of the same names are replaced, a folder holding
+            other files in ``images/``, ``labels/`` or ``predictions/`` is refused).
         n_cases: the number of cases.
         shape: volume size in voxels.
         spacing: voxel size in mm per axis.
@@ -484,6 +485,9 @@ def write_toy_cohort(
 
     Returns:
         ``{"images", "labels"[, "predictions"], "shifts"}``: the folders and the shift table.
+
+    Raises:
+        ValueError: ``folder`` holds files this cohort does not write (an earlier call with other settings).
 
     Example:
         >>> import tempfile
@@ -495,6 +499,17 @@ def write_toy_cohort(
     """
     folder = Path(folder)
     dirs = {k: folder / k for k in ("images", "labels", "predictions")}
+    names = [f"toy{i:03d}" for i in range(n_cases)]
+    expected = {("images", f"{c}.nii.gz") for c in names} | {("labels", f"{c}.nii.gz") for c in names}
+    if predictions:
+        expected |= {("predictions", f"{c}_{k}.nii.gz") for c in names for k in ("probs", "seg", "predictive_entropy")}
+    stale = sorted(f"{k}/{p.name}" for k in ("images", "labels", "predictions") if k != "predictions" or predictions
+                   if dirs[k].is_dir() for p in dirs[k].iterdir() if (k, p.name) not in expected)
+    if stale:
+        # a second call with fewer cases left the first call's cases beside the new ones (6 then 2 cases: six images
+        # and six labels, shifts.csv listing two), so every command run on the folder read a mixed cohort
+        raise ValueError(f"folder {folder} holds {len(stale)} file(s) that this cohort does not write (e.g. "
+                         f"{stale[0]}): a cohort written with other settings; choose another folder")
     for k, d in dirs.items():
         if k != "predictions" or predictions:
             d.mkdir(parents=True, exist_ok=True)

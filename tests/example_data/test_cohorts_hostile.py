@@ -93,3 +93,18 @@ def test_a_case_made_before_its_perturbation_changed_is_made_again(tmp_path, sma
     nib.save(nib.Nifti1Image(np.zeros_like(good, dtype=np.float32), np.eye(4)), tmp_path / "images" / "x.nii.gz")
     make_demo_cohort(tmp_path, seed=0, shifts=[("x", "resolution", "lowres", 4.0)])
     np.testing.assert_array_equal(image_of(tmp_path, "x"), good)
+
+
+def test_a_toy_cohort_never_mixes_two_calls(tmp_path):
+    """A second ``write_toy_cohort`` with fewer cases left the first call's cases beside its own (six images, a
+    shift table of two); a rerun of the same call, and one adding predictions, rewrite in place."""
+    from monai_unc.data.cohorts import write_toy_cohort
+
+    first = write_toy_cohort(tmp_path, n_cases=3, shape=(8, 8, 8), predictions=False)
+    again = write_toy_cohort(tmp_path, n_cases=3, shape=(8, 8, 8), predictions=True, seed=1)
+    assert sorted(p.name for p in again["predictions"].iterdir())[0] == "toy000_predictive_entropy.nii.gz"
+    assert len(list(first["images"].iterdir())) == 3
+    with pytest.raises(ValueError, match=r"folder .* holds 5 file\(s\) that this cohort does not write .*toy002"):
+        write_toy_cohort(tmp_path, n_cases=2, shape=(8, 8, 8))
+    with open(tmp_path / "shifts.csv", newline="") as f:
+        assert [r["case"] for r in csv.DictReader(f)] == ["toy000", "toy001", "toy002"]
