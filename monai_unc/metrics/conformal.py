@@ -849,10 +849,18 @@ def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: fl
     """
     a = _check_level(alpha, "alpha")
     if high_probability:
-        n = 1
-        while _hp_rank(n, a) > n:
-            n += 1
-        return n
+        estimate = 1.0 / a - 1.0
+        if not estimate < 2.0**53:
+            raise ValueError(f"alpha={a} needs more than 2**53 calibration cases for the high-probability rule")
+        # bisection on the condition, which holds from the answer on (it counted up from n = 1 before: minutes for
+        # alpha = 1e-7, and evaluate --conformal-delta 1e-12 hung before its refusal; found by hostile testing)
+        lo, hi = 0, math.ceil(estimate) + 2  # the condition fails at lo and holds at hi
+        while _hp_rank(hi, a) > hi:
+            hi *= 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if _hp_rank(mid, a) <= mid else (mid, hi)
+        return hi
     bound = _check_bound(B)
     estimate = bound / a - 1.0
     if not estimate < 2.0**53:
