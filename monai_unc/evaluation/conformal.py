@@ -47,7 +47,7 @@ import torch
 from scipy import ndimage
 
 from .. import __version__
-from .._utils import check_probabilities, check_unit_interval
+from .._utils import check_probabilities, check_unit_interval, quantile_rank
 from ..engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ..io import (
     LAYOUTS,
@@ -712,7 +712,7 @@ def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target:
             raise bad(f"{f}.calibration_loss", f"{loss!r} on {n} cases does not meet the level {alpha!r} "
                       "(n * loss + 1 <= alpha * (n + 1))")
         if hp:
-            rank = int(np.ceil(round((n + 1) * (1.0 - alpha), 9)))
+            rank = quantile_rank(n, alpha)
             if not _is_number(above) or not 0 <= above <= 1 or above * n > n - rank + 1e-9:
                 raise bad(f"{f}.calibration_above_tol", f"{_shown(above)} exceeds the {n - rank} of {n} "
                           "calibration cases the high-probability rule allows above tol")

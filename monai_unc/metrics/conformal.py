@@ -62,7 +62,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_integer, normalize_spacing, positive_finite, probability_tolerance, to_numpy
+from .._utils import (
+    check_integer,
+    normalize_spacing,
+    positive_finite,
+    probability_tolerance,
+    quantile_min_cases,
+    quantile_rank,
+    to_numpy,
+)
 from ..activation import Activation, get_activation
 from ..product import format_cell
 from ..state import register_state_type
@@ -786,8 +794,8 @@ def _lambda_at(lambdas: Any, j: int, width: int) -> float:
 
 
 def _hp_rank(n: int, alpha: float) -> int:
-    """``ceil((n + 1)(1 - alpha))`` (rounded to 9 decimals first, so 9.000000000000002 stays 9)."""
-    return math.ceil(round((n + 1) * (1.0 - alpha), 9))
+    """``ceil((n + 1)(1 - alpha))`` (:func:`~monai_unc._utils.quantile_rank`: 9.000000000000002 stays 9)."""
+    return quantile_rank(n, alpha)
 
 
 def crc_tolerance(n: int, alpha: float) -> float:
@@ -849,18 +857,7 @@ def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: fl
     """
     a = _check_level(alpha, "alpha")
     if high_probability:
-        estimate = 1.0 / a - 1.0
-        if not estimate < 2.0**53:
-            raise ValueError(f"alpha={a} needs more than 2**53 calibration cases for the high-probability rule")
-        # bisection on the condition, which holds from the answer on (it counted up from n = 1 before: minutes for
-        # alpha = 1e-7, and evaluate --conformal-delta 1e-12 hung before its refusal; found by hostile testing)
-        lo, hi = 0, math.ceil(estimate) + 2  # the condition fails at lo and holds at hi
-        while _hp_rank(hi, a) > hi:
-            hi *= 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if _hp_rank(mid, a) <= mid else (mid, hi)
-        return hi
+        return quantile_min_cases(a)
     bound = _check_bound(B)
     estimate = bound / a - 1.0
     if not estimate < 2.0**53:
