@@ -27,7 +27,8 @@ Prediction", 2025); the formulas are in :mod:`monai_unc.metrics.conformal`.
 
 The band width of ``conformal.csv`` (``band_p95_mm_<name>``) is the 95th percentile, over the boundary voxels of
 the outer mask (mask voxels with a 6-neighbour outside it), of the distance in mm to the nearest inner-mask voxel;
-the predicted mask stands in for a side the rule does not have. It is NaN when either mask is empty.
+the predicted mask stands in for a side the rule does not have; the volume's border is no boundary. It is NaN when
+either mask is empty or the outer mask fills the volume (no boundary inside it: e.g. a margin rule's trivial mask).
 """
 
 from __future__ import annotations
@@ -936,12 +937,17 @@ def check_margin_grid(case: Any) -> None:
 
 
 def _band_p95(outer: np.ndarray, inner: np.ndarray, spacing: Sequence[float]) -> float:
-    """The band width (module docstring): p95 of the outer boundary's distances (mm) to the inner mask."""
+    """The band width (module docstring): p95 of the outer boundary's distances (mm) to the inner mask.
+
+    The volume's border is no boundary (``border_value=1``, as the margin family does not count it as background): an
+    outer mask touching it has its contour inside the volume only, and one filling the volume has none (NaN: the band
+    reaches past the field of view; it read as the distance from the volume's faces, e.g. 10 mm for a trivial mask).
+    """
     if not outer.any() or not inner.any():
         return float("nan")
-    boundary = outer & ~ndimage.binary_erosion(outer)
+    boundary = outer & ~ndimage.binary_erosion(outer, border_value=1)
     d = np.asarray(distance_to_mask(inner, tuple(float(s) for s in spacing)))[boundary]
-    return float(np.percentile(d, 95)) if d.size else 0.0
+    return float(np.percentile(d, 95)) if d.size else float("nan")
 
 
 def nest_masks(masks: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
