@@ -1471,10 +1471,13 @@ def fit_conformal_rule(
     losses = _with_trivial_set(np.stack([s.losses() for s in states]), first.family)
     trivial = last_index(first.family, first.size)
     n_true = np.sum([s.n_true for s in states], axis=0)
+    # the inner loss is 1 for every non-empty mask then: the rule is (nearly) the empty mask, not vacuous (the message
+    # said "its loss does not depend on lambda" for both sides; found by hostile testing)
+    consequence = ("is vacuous (its missed share is 0 whatever lambda)" if first.side == "outer" else
+                   "keeps (nearly) no voxel (every voxel of its mask is a false positive)")
     for ti in np.flatnonzero(n_true == 0):
         warnings.warn(f"{first.names[ti]!r}: none of the {len(states)} calibration cases has a true voxel of it, so "
-                      f"its {first.side} rule is vacuous (its loss does not depend on lambda); check the labels",
-                      UserWarning, stacklevel=2)
+                      f"its {first.side} rule {consequence}; check the labels", UserWarning, stacklevel=2)
     tasks = []
     for st in range(n_strata):
         rows = losses[stratum_of == st]
