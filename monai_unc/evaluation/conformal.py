@@ -27,7 +27,8 @@ Prediction", 2025); the formulas are in :mod:`monai_unc.metrics.conformal`.
 
 The band width of ``conformal.csv`` (``band_p95_mm_<name>``) is the 95th percentile, over the boundary voxels of
 the outer mask (mask voxels with a 6-neighbour outside it), of the distance in mm to the nearest inner-mask voxel;
-the predicted mask stands in for a side the rule does not have. It is NaN when either mask is empty.
+the predicted mask stands in for a side the rule does not have; the volume's border is no boundary. It is NaN when
+either mask is empty or the outer mask fills the volume (no boundary inside it: e.g. a margin rule's trivial mask).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import torch
 from scipy import ndimage
 
 from .. import __version__
-from .._utils import check_probabilities, check_unit_interval
+from .._utils import check_probabilities, check_unit_interval, quantile_rank
 from ..engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ..io import (
     LAYOUTS,
@@ -712,7 +713,7 @@ def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target:
             raise bad(f"{f}.calibration_loss", f"{loss!r} on {n} cases does not meet the level {alpha!r} "
                       "(n * loss + 1 <= alpha * (n + 1))")
         if hp:
-            rank = int(np.ceil(round((n + 1) * (1.0 - alpha), 9)))
+            rank = quantile_rank(n, alpha)
             if not _is_number(above) or not 0 <= above <= 1 or above * n > n - rank + 1e-9:
                 raise bad(f"{f}.calibration_above_tol", f"{_shown(above)} exceeds the {n - rank} of {n} "
                           "calibration cases the high-probability rule allows above tol")
@@ -936,12 +937,17 @@ def check_margin_grid(case: Any) -> None:
 
 
 def _band_p95(outer: np.ndarray, inner: np.ndarray, spacing: Sequence[float]) -> float:
-    """The band width (module docstring): p95 of the outer boundary's distances (mm) to the inner mask."""
+    """The band width (module docstring): p95 of the outer boundary's distances (mm) to the inner mask.
+
+    The volume's border is no boundary (``border_value=1``, as the margin family does not count it as background): an
+    outer mask touching it has its contour inside the volume only, and one filling the volume has none (NaN: the band
+    reaches past the field of view; it read as the distance from the volume's faces, e.g. 10 mm for a trivial mask).
+    """
     if not outer.any() or not inner.any():
         return float("nan")
-    boundary = outer & ~ndimage.binary_erosion(outer)
+    boundary = outer & ~ndimage.binary_erosion(outer, border_value=1)
     d = np.asarray(distance_to_mask(inner, tuple(float(s) for s in spacing)))[boundary]
-    return float(np.percentile(d, 95)) if d.size else 0.0
+    return float(np.percentile(d, 95)) if d.size else float("nan")
 
 
 def nest_masks(masks: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:

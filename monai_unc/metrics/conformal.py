@@ -62,7 +62,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_integer, normalize_spacing, positive_finite, probability_tolerance, to_numpy
+from .._utils import (
+    check_integer,
+    normalize_spacing,
+    positive_finite,
+    probability_tolerance,
+    quantile_min_cases,
+    quantile_rank,
+    to_numpy,
+)
 from ..activation import Activation, get_activation
 from ..product import format_cell
 from ..state import register_state_type
@@ -786,8 +794,8 @@ def _lambda_at(lambdas: Any, j: int, width: int) -> float:
 
 
 def _hp_rank(n: int, alpha: float) -> int:
-    """``ceil((n + 1)(1 - alpha))`` (rounded to 9 decimals first, so 9.000000000000002 stays 9)."""
-    return math.ceil(round((n + 1) * (1.0 - alpha), 9))
+    """``ceil((n + 1)(1 - alpha))`` (:func:`~monai_unc._utils.quantile_rank`: 9.000000000000002 stays 9)."""
+    return quantile_rank(n, alpha)
 
 
 def crc_tolerance(n: int, alpha: float) -> float:
@@ -849,10 +857,7 @@ def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: fl
     """
     a = _check_level(alpha, "alpha")
     if high_probability:
-        n = 1
-        while _hp_rank(n, a) > n:
-            n += 1
-        return n
+        return quantile_min_cases(a)
     bound = _check_bound(B)
     estimate = bound / a - 1.0
     if not estimate < 2.0**53:
@@ -1466,10 +1471,13 @@ def fit_conformal_rule(
     losses = _with_trivial_set(np.stack([s.losses() for s in states]), first.family)
     trivial = last_index(first.family, first.size)
     n_true = np.sum([s.n_true for s in states], axis=0)
+    # the inner loss is 1 for every non-empty mask then: the rule is (nearly) the empty mask, not vacuous (the message
+    # said "its loss does not depend on lambda" for both sides; found by hostile testing)
+    consequence = ("is vacuous (its missed share is 0 whatever lambda)" if first.side == "outer" else
+                   "keeps (nearly) no voxel (every voxel of its mask is a false positive)")
     for ti in np.flatnonzero(n_true == 0):
         warnings.warn(f"{first.names[ti]!r}: none of the {len(states)} calibration cases has a true voxel of it, so "
-                      f"its {first.side} rule is vacuous (its loss does not depend on lambda); check the labels",
-                      UserWarning, stacklevel=2)
+                      f"its {first.side} rule {consequence}; check the labels", UserWarning, stacklevel=2)
     tasks = []
     for st in range(n_strata):
         rows = losses[stratum_of == st]

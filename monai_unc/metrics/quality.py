@@ -78,7 +78,17 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .._utils import ArrayLike, argmax, check_labels, check_probabilities, like_input, sum_f64, to_tensor
+from .._utils import (
+    ArrayLike,
+    argmax,
+    check_labels,
+    check_probabilities,
+    like_input,
+    quantile_min_cases,
+    quantile_rank,
+    sum_f64,
+    to_tensor,
+)
 from ..keys import UncertaintyKeys
 from .overlap import check_empty_score, class_counts, dice_from_counts, label_gram, overlap_counts, overlap_ratio
 
@@ -862,11 +872,11 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
             raise ValueError(f"{name} hold {int(np.isinf(v).sum())} infinite value(s); use NaN for an undefined one")
     r = np.sort(np.abs(t - e)[np.isfinite(e) & np.isfinite(t)])
     n = int(r.size)
-    k = int(np.ceil((n + 1) * (1 - a) - 1e-9))  # the tolerance keeps (n + 1)(1 - alpha) = 9.000000000000002 at 9
+    k = quantile_rank(n, a)  # (n + 1)(1 - alpha) = 9.000000000000002 stays 9, 9.0000000007 is 10
     if k > n:
         warnings.warn(f"{n} calibration case(s) are too few for a {1 - a:.0%} conformal interval (at least "
-                      f"{int(np.ceil((1 - a) / a - 1e-9))} needed): the interval is the whole range", UserWarning,
-                      stacklevel=2)
+                      f"{quantile_min_cases(a)} needed): the interval is the whole range",
+                      UserWarning, stacklevel=2)
         return float("inf"), n
     return float(r[max(k, 1) - 1]), n
 
