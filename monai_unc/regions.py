@@ -353,7 +353,8 @@ def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGION
                for label in sorted({v for values in spec.values() for v in values})}
     table = torch.zeros(present.shape[1], dtype=torch.int64, device=t.device)
     taken = torch.zeros(present.shape[1], dtype=torch.bool, device=t.device)
-    exact = ~present.any(0)
+    # the empty set is the background's (0), unless a region holds label 0: then label_to_regions of 0 is not empty
+    exact = ~present.any(0) & (0 not in members)
     for label, member in sorted(members.items(), key=lambda kv: (-int(kv[1].sum()), kv[0])):
         inside = (present | ~member.unsqueeze(1)).all(0)
         exact |= (present == member.unsqueeze(1)).all(0)
