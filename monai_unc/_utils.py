@@ -453,10 +453,13 @@ def _check_probability_map(p: torch.Tensor, name: str, channel_dim: int, min_ndi
         return
     s_lo, s_hi = torch.aminmax(sum_f64(p.detach(), channel_dim))
     dev = max(float(s_hi) - 1.0, 1.0 - float(s_lo))  # the largest |sum - 1|, without a map of the deviations
-    if dev > tol:
+    if dev > tol:  # every value lies in [0, 1] here: per-channel (sigmoid) probabilities more likely than logits
         raise ValueError(
             f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "
-            f"largest deviation {dev:.4g}; pass probabilities, not logits"
+            f"largest deviation {dev:.4g}: its channels lie in [0, 1] but are no class probabilities; per-channel "
+            "sigmoid probabilities (overlapping regions, a multi-label model) need the multi-label path "
+            "(activation='sigmoid' on the logits, multilabel=True), and logits their activation (pass "
+            "probabilities, not logits)"
         )
 
 
