@@ -90,6 +90,8 @@ def check_regions(regions: RegionSpec, name: str = "regions") -> dict[str, tuple
     for key, labels in regions.items():
         if not isinstance(key, str) or not key:
             raise ValueError(f"{name}: region names must be non-empty strings, got {key!r}")
+        if isinstance(labels, np.ndarray) and labels.ndim == 0:  # np.asarray(4): one label, like 4 (iterating raised
+            labels = labels[()]  # a TypeError naming no argument)
         if isinstance(labels, (int, np.integer)) and not isinstance(labels, bool):
             labels = (labels,)
         if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence | np.ndarray):

@@ -180,3 +180,14 @@ def test_metatensor_labels_keep_their_meta_through_regions_and_back():
     assert masks.meta["filename_or_obj"] == "case0_seg.nii.gz"
     plain = label_to_regions(torch.from_numpy(labels), "brats", channel_dim=0)  # a plain tensor stays plain
     assert type(plain) is torch.Tensor
+
+
+def test_a_zero_dimensional_array_is_one_label_and_bad_ones_name_the_region():
+    """np.asarray(4) as a region's labels raised numpy's "iteration over a 0-d array", naming no argument."""
+    from monai_unc.regions import check_regions
+
+    assert check_regions({"ET": np.asarray(4), "WT": np.array([1, 2, 4])}) == {"ET": (4,), "WT": (1, 2, 4)}
+    with pytest.raises(TypeError, match=r"regions\['ET'\] must be a list of integer labels"):
+        check_regions({"ET": np.asarray(4.0)})
+    with pytest.raises(TypeError, match=r"regions\['ET'\] must be a list of integer labels"):
+        check_regions({"ET": np.asarray(True)})
