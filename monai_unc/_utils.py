@@ -8,6 +8,7 @@ input's library (numpy in, numpy out; torch in, torch out on the same device).
 from __future__ import annotations
 
 import contextlib
+import copy
 import decimal
 import math
 import os
@@ -175,6 +176,24 @@ def like_input(result: ArrayLike, reference: Any) -> ArrayLike:
     if isinstance(reference, np.ndarray) and isinstance(result, torch.Tensor):
         return result.detach().cpu().numpy()
     return result
+
+
+def keep_meta(result: Any, reference: Any) -> Any:
+    """``result`` carrying the metadata of ``reference`` when that is a MONAI ``MetaTensor``, else ``result`` as is.
+
+    A tensor ``result`` of a ``MetaTensor`` ``reference`` becomes a ``MetaTensor`` with a copy of its meta (affine,
+    file name, ...), applied operations and batch flag; the class is recognised by those attributes (no MONAI import
+    here). For results on the reference's grid (a channel axis added or removed): the affine describes the spatial
+    axes.
+    """
+    if not (isinstance(result, torch.Tensor) and isinstance(reference, torch.Tensor)
+            and hasattr(reference, "meta") and hasattr(reference, "applied_operations")):
+        return result
+    out = type(reference)(result, meta=copy.deepcopy(reference.meta))
+    out.applied_operations = copy.deepcopy(reference.applied_operations)
+    if hasattr(reference, "is_batch"):
+        out.is_batch = reference.is_batch
+    return out
 
 
 def to_numpy(x: Any, name: str) -> np.ndarray:
@@ -434,10 +453,13 @@ def _check_probability_map(p: torch.Tensor, name: str, channel_dim: int, min_ndi
         return
     s_lo, s_hi = torch.aminmax(sum_f64(p.detach(), channel_dim))
     dev = max(float(s_hi) - 1.0, 1.0 - float(s_lo))  # the largest |sum - 1|, without a map of the deviations
-    if dev > tol:
+    if dev > tol:  # every value lies in [0, 1] here: per-channel (sigmoid) probabilities more likely than logits
         raise ValueError(
             f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "
-            f"largest deviation {dev:.4g}; pass probabilities, not logits"
+            f"largest deviation {dev:.4g}: its channels lie in [0, 1] but are no class probabilities; per-channel "
+            "sigmoid probabilities (overlapping regions, a multi-label model) need the multi-label path "
+            "(activation='sigmoid' on the logits, multilabel=True), and logits their activation (pass "
+            "probabilities, not logits)"
         )
 
 

@@ -16,7 +16,8 @@ channel ``p_r`` into the two-class probabilities ``(1 - p_r, p_r)`` that the sof
 
     per_region(ece, {"probs": probs, "target": region_targets}, names=["TC", "WT", "ET"])   # {"TC": ..., ...}
 
-Inputs may be numpy arrays or torch tensors; outputs follow the input's library.
+Inputs may be numpy arrays or torch tensors; outputs follow the input's library (a MONAI ``MetaTensor`` label map
+gives ``MetaTensor`` masks carrying its meta, so that ``SaveImage`` and ``Invertd`` work on them).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._utils import ArrayLike, check_labels, like_input, to_tensor, unique_json_keys
+from ._utils import ArrayLike, check_labels, keep_meta, like_input, to_tensor, unique_json_keys
 
 __all__ = [
     "BRATS_REGIONS",
@@ -89,6 +90,8 @@ def check_regions(regions: RegionSpec, name: str = "regions") -> dict[str, tuple
     for key, labels in regions.items():
         if not isinstance(key, str) or not key:
             raise ValueError(f"{name}: region names must be non-empty strings, got {key!r}")
+        if isinstance(labels, np.ndarray) and labels.ndim == 0:  # np.asarray(4): one label, like 4 (iterating raised
+            labels = labels[()]  # a TypeError naming no argument)
         if isinstance(labels, (int, np.integer)) and not isinstance(labels, bool):
             labels = (labels,)
         if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence | np.ndarray):
@@ -227,7 +230,8 @@ def label_to_regions(
 
     Returns:
         Boolean masks, ``(R, *labels.shape)`` or ``labels.shape`` with ``R`` at ``channel_dim``; numpy for numpy
-        input, torch (same device) otherwise.
+        input, torch (same device) otherwise, a MONAI ``MetaTensor`` with a copy of the labels' meta (affine, file
+        name) for a ``MetaTensor``, as MONAI's ``ConvertToMultiChannelBasedOnBratsClasses`` gives.
 
     Raises:
         ValueError: for labels that are empty, negative or not integral, or a ``channel_dim`` without one channel.
@@ -263,7 +267,7 @@ def label_to_regions(
                 f"labels must have one channel along channel_dim={channel_dim}, got shape {tuple(t.shape)}"
             )
         out = torch.cat([_isin(t, v) for v in spec.values()], dim=channel_dim)
-    return like_input(out, labels)
+    return keep_meta(like_input(out, labels), labels)
 
 
 def region_masks(labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -> dict[str, Any]:
@@ -277,7 +281,8 @@ def region_masks(labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -
         regions: region spec (see :func:`parse_regions`); default :data:`BRATS_REGIONS`.
 
     Returns:
-        ``{region name: boolean mask of labels.shape}``; numpy in, numpy out.
+        ``{region name: boolean mask of labels.shape}``; numpy in, numpy out; a ``MetaTensor`` gives
+        ``MetaTensor`` masks with a copy of its meta.
 
     Example:
         >>> import numpy as np
@@ -288,7 +293,7 @@ def region_masks(labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -
     """
     spec = parse_regions(regions)
     t = _labels(labels)
-    return {name: like_input(_isin(t, values), labels) for name, values in spec.items()}
+    return {name: keep_meta(like_input(_isin(t, values), labels), labels) for name, values in spec.items()}
 
 
 def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -> tuple[Any, int]:
@@ -305,8 +310,8 @@ def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGION
 
     Returns:
         ``(labels, n_unrepresented)``: the label map ``(*spatial)`` (uint8 up to label 255, else int32; numpy in,
-        numpy out) and the number of voxels whose set of regions no label has exactly (0: ``label_to_regions`` of
-        the labels gives the masks back).
+        numpy out; a ``MetaTensor`` gives a ``MetaTensor`` with a copy of its meta) and the number of voxels whose
+        set of regions no label has exactly (0: ``label_to_regions`` of the labels gives the masks back).
 
     Raises:
         ValueError: ``masks`` without one channel per region of the spec, or values other than 0/1.
@@ -353,7 +358,8 @@ def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGION
                for label in sorted({v for values in spec.values() for v in values})}
     table = torch.zeros(present.shape[1], dtype=torch.int64, device=t.device)
     taken = torch.zeros(present.shape[1], dtype=torch.bool, device=t.device)
-    exact = ~present.any(0)
+    # the empty set is the background's (0), unless a region holds label 0: then label_to_regions of 0 is not empty
+    exact = ~present.any(0) & (0 not in members)
     for label, member in sorted(members.items(), key=lambda kv: (-int(kv[1].sum()), kv[0])):
         inside = (present | ~member.unsqueeze(1)).all(0)
         exact |= (present == member.unsqueeze(1)).all(0)
@@ -363,7 +369,7 @@ def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGION
     missed = int((~exact[index]).sum())
     top = max({tuple(m.tolist()): label for label, m in sorted(members.items(), reverse=True)}.values())  # labels used
     labels = labels.to(torch.uint8 if top <= 255 else torch.int32)
-    return like_input(labels, masks), missed
+    return keep_meta(like_input(labels, masks), masks), missed
 
 
 def _labels(labels: ArrayLike) -> torch.Tensor:

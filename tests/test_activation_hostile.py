@@ -133,3 +133,19 @@ def test_a_python_float_temperature_keeps_its_float64_value_on_float64_logits(t,
     (a wrong number, 1e-8 relative) and t = 1e-50 (a float64 number) was refused as 'rounds to 0 in float64'."""
     z = torch.tensor([[[1.0, -3.0, 0.7], [0.3, 2.0, -0.2]]], dtype=torch.float64) * scale
     assert torch.equal(BERNOULLI.probabilities(z, temperature=t), torch.sigmoid(z / t))
+
+
+def test_sigmoid_region_probabilities_given_as_class_probabilities_are_not_called_logits():
+    """A region model ending in its own Sigmoid, run with activation=None: the refusal said "pass probabilities, not
+    logits" to a user who had passed probabilities (every value in [0, 1]); it now names per-channel sigmoid
+    probabilities and the multi-label path."""
+    from monai_unc.inferers import UncertaintyInferer
+
+    probs = torch.sigmoid(torch.randn(1, 3, 4, 4, 4, generator=torch.Generator().manual_seed(0)))
+
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return probs
+
+    with pytest.raises(ValueError, match=r"must sum to 1 .* lie in \[0, 1\] .*sigmoid probabilities .*multi-label"):
+        UncertaintyInferer(activation=None)(torch.zeros(1, 1, 4, 4, 4), Net())

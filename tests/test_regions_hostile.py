@@ -141,3 +141,53 @@ def test_a_deeply_nested_regions_file_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"^--regions: .*nested too deeply") as e:
         read_region_spec(str(path))
     assert len(str(e.value)) < 400
+
+
+def test_a_region_holding_label_0_counts_the_empty_voxels_as_unrepresented():
+    """With label 0 in a region, a voxel in no region has no label (label 0 lies in that region): it was counted as
+    exact (n_unrepresented 0) although label_to_regions of the labels did not give the masks back."""
+    spec = {"all": (0, 1), "one": (1,)}
+    masks = np.array([[0, 1, 1], [0, 1, 0]], bool)  # no region; both; "all" only
+    labels, missed = regions_to_labels(masks, spec)
+    assert labels.tolist() == [0, 1, 0] and missed == 1
+    back = label_to_regions(labels, spec)
+    assert int((back != masks).any(0).sum()) == missed
+
+
+def test_metatensor_labels_keep_their_meta_through_regions_and_back():
+    """A MetaTensor label map (a MONAI pipeline's) gave plain tensors: the affine and file name were lost, so
+    SaveImage wrote the region masks on an identity grid; MONAI's ConvertToMultiChannelBasedOnBratsClasses keeps
+    them."""
+    from monai.data import MetaTensor
+    from monai.transforms import ConvertToMultiChannelBasedOnBratsClasses
+
+    labels = np.random.default_rng(3).choice([0, 1, 2, 4], size=(1, 6, 5, 4)).astype(np.uint8)
+    affine = torch.diag(torch.tensor([2.0, 1.5, 3.0, 1.0], dtype=torch.float64))
+    mt = MetaTensor(torch.from_numpy(labels), affine=affine, meta={"filename_or_obj": "case0_seg.nii.gz"})
+    masks = label_to_regions(mt, "brats", channel_dim=0)
+    monai_masks = ConvertToMultiChannelBasedOnBratsClasses()(mt)
+    assert isinstance(masks, MetaTensor) and isinstance(monai_masks, MetaTensor)
+    torch.testing.assert_close(masks.as_tensor(), monai_masks.as_tensor())
+    torch.testing.assert_close(masks.affine, affine)
+    assert masks.meta["filename_or_obj"] == "case0_seg.nii.gz"
+    back, missed = regions_to_labels(masks, "brats")
+    assert isinstance(back, MetaTensor) and missed == 0
+    assert back.as_tensor().tolist() == labels[0].tolist()
+    torch.testing.assert_close(back.affine, affine)
+    each = region_masks(mt, "brats")
+    assert all(isinstance(m, MetaTensor) and torch.equal(m.affine, affine) for m in each.values())
+    mt.meta["filename_or_obj"] = "changed"  # a copy of the meta, not the labels' own dict
+    assert masks.meta["filename_or_obj"] == "case0_seg.nii.gz"
+    plain = label_to_regions(torch.from_numpy(labels), "brats", channel_dim=0)  # a plain tensor stays plain
+    assert type(plain) is torch.Tensor
+
+
+def test_a_zero_dimensional_array_is_one_label_and_bad_ones_name_the_region():
+    """np.asarray(4) as a region's labels raised numpy's "iteration over a 0-d array", naming no argument."""
+    from monai_unc.regions import check_regions
+
+    assert check_regions({"ET": np.asarray(4), "WT": np.array([1, 2, 4])}) == {"ET": (4,), "WT": (1, 2, 4)}
+    with pytest.raises(TypeError, match=r"regions\['ET'\] must be a list of integer labels"):
+        check_regions({"ET": np.asarray(4.0)})
+    with pytest.raises(TypeError, match=r"regions\['ET'\] must be a list of integer labels"):
+        check_regions({"ET": np.asarray(True)})

@@ -123,7 +123,7 @@ def test_probability_checks_name_what_is_wrong():
         check_probabilities(torch.tensor([[[0.5], [1.5]]]))
     with pytest.raises(ValueError, match=r"got values in \[0.5, 1.5\]; pass probabilities, not logits$"):
         check_unit_interval(torch.tensor([[[0.5], [1.5]]]))
-    with pytest.raises(ValueError, match="must sum to 1 .* pass probabilities, not logits"):
+    with pytest.raises(ValueError, match="must sum to 1 .*sigmoid probabilities.*pass probabilities, not logits"):
         check_probabilities(torch.full((1, 2, 3), 0.2))
     with pytest.raises(ValueError, match="non-finite"):
         check_unit_interval(torch.tensor([[[float("nan")]]]))

@@ -224,5 +224,7 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         return CaseResult(row, None if hists is None else hists[0], messages, states=states,
                           present_classes=_present_classes(tasks[0]))
     region_hists = None if hists is None else {str(t.name): h for t, h in zip(tasks, hists)}
+    # the regions the reference or the prediction holds (a region in neither scores Dice 1: the cohort warns)
+    present = [r for r, t in enumerate(tasks) if bool(np.any(t.target)) or bool(np.any(t.pred))]
     return CaseResult(row, None, messages, region_histograms=region_hists, curves=curves,
-                      unclaimed_labels=unclaimed, states=states)
+                      unclaimed_labels=unclaimed, states=states, present_classes=present)

@@ -70,9 +70,9 @@ class CaseResult:
     binary histogram per region, in the spec's order) and ``curves`` (the QU-BraTS curves of the case:
     ``{"thresholds": [...], "brain_mask": str, "regions": {region: {"dice": [...], "ftp": [...], "ftn": [...]}}}``)
     and ``unclaimed_labels``, the non-zero labels of the case's label map that no region holds
-    (:func:`unclaimed_case_labels`; the cohort refuses them unless ``ignore_unclaimed_labels``). Class evaluations
-    fill ``present_classes``, the classes the case's reference or segmentation holds (the cohort warns about classes
-    that no case holds: each scores Dice 1 in every case).
+    (:func:`unclaimed_case_labels`; the cohort refuses them unless ``ignore_unclaimed_labels``). ``present_classes``
+    holds the classes (region evaluations: the indices of the regions) that the case's reference or segmentation
+    holds (the cohort warns about classes and regions that no case holds: each scores Dice 1 in every case).
 
     ``states`` holds the per-case state of each product of ``EvaluationConfig.products`` (:mod:`monai_unc.product`).
     :meth:`to_record` / :meth:`from_record` turn the whole result into JSON data and numpy arrays (every state
@@ -87,8 +87,8 @@ class CaseResult:
         region_histograms: ``{region: binary histogram}`` of a region evaluation, in the spec's order.
         curves: the case's QU-BraTS curves (region evaluations).
         unclaimed_labels: non-zero labels of the label map that no region holds.
-        present_classes: the classes that the reference or the segmentation of a class evaluation holds (None for
-            regions, and in the records of earlier versions).
+        present_classes: the classes that the reference or the segmentation of a class evaluation holds, the
+            indices of the regions that they hold in a region evaluation (None in the records of earlier versions).
         states: ``{product name: state}`` of ``EvaluationConfig.products``.
         files: the case's files (set by the evaluation's per-case step).
         num_classes: the case's number of classes (regions), set with ``files``.
@@ -106,7 +106,7 @@ class CaseResult:
     region_histograms: dict[str, ConfidenceHistogram] | None = None
     curves: dict[str, Any] | None = None
     unclaimed_labels: list[int] = field(default_factory=list)
-    #: the classes the reference or the segmentation holds (class evaluations; None: not known)
+    #: the classes (regions: region indices) the reference or the segmentation holds (None: not known)
     present_classes: list[int] | None = None
     #: ``{product name: state}`` of ``EvaluationConfig.products``
     states: dict[str, Any] = field(default_factory=dict)

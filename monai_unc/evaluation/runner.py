@@ -273,10 +273,12 @@ def _warn_absent_classes(results: Sequence[tuple[CaseResult, CaseFiles, int]], c
     Each such class scores ``dice_<c> = 1`` (absent from both maps) in every case and counts in ``dice``, the mean
     over the foreground classes that failure detection, the referral curve, triage and risk control read: a label
     space with gaps (the ids of a TotalSegmentator subset, BraTS 0, 1, 2, 4 under ``--num-classes 5``) raised every
-    case's Dice towards 1 without a word (found by hostile review). None for regions, an empty cohort, or when a
-    case's record (an earlier version's) does not say which classes it holds.
+    case's Dice towards 1 without a word (found by hostile review). A region evaluation warns likewise about the regions
+    of the spec that no reference and no prediction holds (a label of the spec that the label maps do not use, e.g.
+    ``ET: [5]`` for the enhancing tumour 4, scored ``dice_ET = 1`` in every case without a word). None for an empty
+    cohort, or when a case's record (an earlier version's) does not say which classes or regions it holds.
     """
-    if config.regions is not None or not results:
+    if not results:
         return None
     present: set[int] = set()
     n_cls = 0
@@ -285,6 +287,18 @@ def _warn_absent_classes(results: Sequence[tuple[CaseResult, CaseFiles, int]], c
             return None
         present.update(result.present_classes)
         n_cls = max(n_cls, int(n))
+    regions = _regions(config)
+    if regions is not None:
+        absent_regions = [name for r, name in enumerate(regions) if r not in present]
+        if not absent_regions:
+            return None
+        text = (f"region(s) {', '.join(absent_regions)} of the {len(regions)} regions "
+                f"{({k: list(v) for k, v in regions.items()})} are in no reference and no segmentation of the "
+                f"{len(results)} case(s): each scores dice_<region> = 1 in every case and counts in 'dice', the mean "
+                "over the regions that failure detection, the referral curve, triage and risk control read; check "
+                "that the spec's labels are those of the label maps")
+        warnings.warn(text, UserWarning, stacklevel=3)
+        return text
     absent = [c for c in range(1, n_cls) if c not in present]
     if not absent:
         return None
