@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
-from copy import deepcopy
 from typing import Any
 
 import numpy as np
@@ -60,6 +59,7 @@ from ._utils import (
     check_probabilities,
     check_unit_interval,
     exceeds,
+    keep_meta,
     real_number,
     to_tensor,
 )
@@ -95,9 +95,7 @@ def _like_source(result: torch.Tensor, source: Any) -> Any:
     """``result`` in the container of ``source``: MetaTensor (with a copy of its meta and applied operations),
     numpy array, or plain tensor."""
     if isinstance(source, MetaTensor):
-        out = MetaTensor(result, meta=deepcopy(source.meta))
-        out.applied_operations = deepcopy(source.applied_operations)
-        return out
+        return keep_meta(result, source)
     if isinstance(source, np.ndarray):
         return result.detach().cpu().numpy()
     return result
