@@ -198,8 +198,10 @@ class EvaluationConfig:
         """
         for name in ("budget", "failure_dice", "delta", "target_risk"):
             value = getattr(self, name)
+            # a bool is an int to Python: failure_dice=True (every case failed) or budget=False passed silently
             if not (value is None and name == "target_risk") and (
-                    isinstance(value, (str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating))):
+                    isinstance(value, (str, bytes, bool, np.bool_))
+                    or not isinstance(value, (int, float, np.integer, np.floating))):
                 raise ValueError(f"{name} must be a number, got {type(value).__name__} {value!r}")
         if not 0.0 <= self.budget < 1.0:
             raise ValueError(f"budget must be a referral fraction in [0, 1), got {self.budget}")

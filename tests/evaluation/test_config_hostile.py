@@ -46,6 +46,11 @@ from monai_unc.evaluation.lesions import lesion_case_state, lesion_columns
     ({"budget": "0.2"}, "budget"),
     ({"budget": float("nan")}, "budget"),
     ({"failure_dice": None}, "failure_dice"),
+    # a bool is an int to Python: failure_dice=True counted every case failed, budget=False referred none, silently
+    ({"failure_dice": True}, "failure_dice must be a number"),
+    ({"budget": False}, "budget must be a number"),
+    ({"budget": np.bool_(False)}, "budget must be a number"),
+    ({"target_risk": np.bool_(True)}, "target_risk must be a number"),
     ({"failure_dice": float("nan")}, "failure_dice"),
     ({"delta": "0.1"}, "delta"),
     ({"target_risk": "0.1"}, "target_risk"),
