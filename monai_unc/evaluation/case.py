@@ -23,7 +23,7 @@ categorical task for a class prediction, one binary task per region for a region
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -140,6 +140,13 @@ def _present_classes(task: TaskView) -> list[int]:
     return [int(c) for c in np.flatnonzero(held)]
 
 
+def _refuse_clash(option: str, columns: Mapping[str, Any], row: Mapping[str, Any]) -> None:
+    """Refuse the columns of ``option`` (case metrics, products) that would overwrite the evaluation's own."""
+    clash = sorted(set(columns) & set(row))
+    if clash:
+        raise ValueError(f"{option}: the columns {clash} clash with the evaluation's own (rename them)")
+
+
 def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:
     """Metrics of one case (module docstring): the class task, or with ``config.regions`` one task per region.
 
@@ -208,16 +215,19 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
             row.update(region_score_columns(maps, pred, [str(t.name) for t in tasks], config.patch_size))
         else:
             row.update(case_score_columns(maps, case.seg, config.patch_size))
-        for name, fn in (config.case_metrics or {}).items():
-            row.update({col(name): float(fn(t)) for t, col in zip(tasks, cols)})
-        row["voxels"] = int(tasks[0].target.size)  # per region (the label may hold R masks)
-        row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
+        custom = {col(name): float(fn(t)) for name, fn in (config.case_metrics or {}).items()
+                  for t, col in zip(tasks, cols)}
+        tail: dict[str, Any] = {"voxels": int(tasks[0].target.size),  # per region (the label may hold R masks)
+                                "spacing": "x".join(f"{s:.4g}" for s in case.spacing)}
         if case.probs is not None:  # the label-free estimate triage shows, for the rule's expected-Dice interval
-            row["expected_dice"] = float(case_expected_dice(case.probs, act.multilabel).foreground[0])
+            tail["expected_dice"] = float(case_expected_dice(case.probs, act.multilabel).foreground[0])
+        # found by hostile testing: a case metric named "dice" overwrote the case's Dice (failure detection, triage
+        # and risk control read it), one named "voxels" was overwritten, both silently
+        _refuse_clash("case_metrics", custom, {**row, **tail})
+        row.update(custom)  # before the tail: the columns keep their order
+        row.update(tail)
         states, product_columns = product_case_states(case, tasks, config)
-        clash = sorted(set(product_columns) & set(row))
-        if clash:
-            raise ValueError(f"products: the columns {clash} clash with the evaluation's own")
+        _refuse_clash("products", product_columns, row)
         row.update(product_columns)  # last: an evaluation without products keeps its columns and their order
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     if not act.multilabel:

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from monai_unc.data.cohorts import write_toy_cohort
-from monai_unc.evaluation import EvaluationConfig, case_fingerprint, run_evaluate
+from monai_unc.evaluation import EvaluationConfig, case_fingerprint, evaluate_case, run_evaluate
 from monai_unc.io import match_cases
 from tests._cases import write_brats_like_cohort
 from tests._paths import ROOT
@@ -132,6 +132,25 @@ def test_resume_reuses_cases_and_a_new_metric_set_recomputes(kind, classes, regi
     names = [case_fingerprint(files, c)["config"]["case_metric_names"]
              for c in (EvaluationConfig(case_metrics={"volume_error": volume_error}, **extra), changed)]
     assert names[0] != names[1] and names[0] == {"volume_error": f"{__name__}.volume_error"}
+
+
+@pytest.mark.parametrize("kind, name, column", [
+    ("classes", "dice", "dice"),  # it overwrote the Dice that failure detection, triage and risk control read
+    ("classes", "voxels", "voxels"),  # it was overwritten by the voxel count
+    ("classes", "predictive_entropy_fg_mean", "predictive_entropy_fg_mean"),  # the triage score
+    ("classes", "expected_dice", "expected_dice"),
+    ("regions", "dice", "dice_WT"),
+])
+def test_a_metric_named_like_an_evaluation_column_is_refused_not_overwritten(kind, name, column, classes, regions):
+    """Issue: ``case_metrics={"dice": fn}`` replaced every case's Dice by ``fn``'s value (the summary's mean Dice,
+    the failures and the triage then read it); ``{"voxels": fn}`` lost ``fn``'s values to the voxel count; silently."""
+    cohort, extra = (classes, {}) if kind == "classes" else (regions, {"regions": BRATS})
+    files = match_cases(cohort["labels"], cohort["predictions"])[0]
+    message = rf"case_metrics: the columns \[.*'{column}'.*\] clash with the evaluation's own"
+    with pytest.raises(ValueError, match=message):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            evaluate_case(files, EvaluationConfig(case_metrics={name: abs_volume_error}, **extra))
 
 
 SCRIPT = '''
