@@ -521,6 +521,17 @@ def _nanmean(a: np.ndarray) -> float | None:
     return float(a.mean()) if a.size else None
 
 
+def _case_metric_mean(a: np.ndarray, column: str) -> float | None:
+    """The mean over the cases of a user case metric's column: its finite values, with a ``UserWarning`` naming the
+    column and how many cases were left out (found by hostile testing: NaN and inf values were dropped silently, so
+    ``summary.json`` gave a mean of fewer cases than ``metrics.csv`` holds, or a finite mean of a column with inf)."""
+    left_out = int(np.count_nonzero(~np.isfinite(a)))
+    if left_out:
+        warnings.warn(f"case metric {column!r}: {left_out} of {a.size} case(s) are NaN or inf, left out of its "
+                      "mean_over_cases", UserWarning, stacklevel=2)
+    return _nanmean(a)
+
+
 #: candidate thresholds the risk-controlled threshold of an evaluation tests (``n_candidates`` of
 #: :func:`~monai_unc.metrics.risk_control.risk_controlled_threshold`; recorded in a referral rule)
 RISK_CONTROL_CANDIDATES = 20
@@ -742,7 +753,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         spatial = {k: _nanmean(column_values(rows, k)) for k in SPATIAL_COLUMNS if k in rows[0]}
         if spatial:
             summary["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
-        user = {k: _nanmean(column_values(rows, k)) for k in (config.case_metrics or {}) if k in rows[0]}
+        user = {k: _case_metric_mean(column_values(rows, k), k) for k in (config.case_metrics or {}) if k in rows[0]}
         if user:
             summary["case_metrics"] = {"functions": config.case_metric_names, "mean_over_cases": user}
         fd = failure_detection(scores, dice)
@@ -835,7 +846,7 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
         spatial = {k: _nanmean(column_values(rows, f"{k}_{s}")) for k in SPATIAL_COLUMNS if f"{k}_{s}" in rows[0]}
         if spatial:
             block["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
-        user = {k: _nanmean(column_values(rows, f"{k}_{s}")) for k in (config.case_metrics or {})
+        user = {k: _case_metric_mean(column_values(rows, f"{k}_{s}"), f"{k}_{s}") for k in (config.case_metrics or {})
                 if f"{k}_{s}" in rows[0]}
         if user:
             block["case_metrics"] = {"mean_over_cases": user}

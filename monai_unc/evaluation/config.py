@@ -117,7 +117,8 @@ class EvaluationConfig:
             :class:`~monai_unc.activation.TaskView` of one task (the class task, or one region) and returns a
             float, written into the column ``<name>`` (classes) or ``<name>_<region>`` (regions) of ``metrics.csv``
             (a column of the evaluation's own, e.g. ``dice`` or ``voxels``, is refused, never overwritten)
-            and summarised as the mean over the cases (``summary.json``, ``case_metrics``; per region under
+            and summarised as the mean over the cases of its finite values (cases left out counted in a warning;
+            ``summary.json``, ``case_metrics``; per region under
             ``regions.per_region.<name>.case_metrics``). A name is letters, digits and ``_``; the functions'
             qualified names are part of the resume fingerprint (:attr:`case_metric_names`), so changing the metric
             set recomputes the cases (changing a function's body under the same name does not).

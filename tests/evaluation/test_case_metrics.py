@@ -153,6 +153,26 @@ def test_a_metric_named_like_an_evaluation_column_is_refused_not_overwritten(kin
             evaluate_case(files, EvaluationConfig(case_metrics={name: abs_volume_error}, **extra))
 
 
+
+def undefined_when_odd(task):
+    """The reference's foreground voxels, NaN when that count is odd, inf when it is over 50 (one toy case each)."""
+    n = int(np.count_nonzero(task.target))
+    return float("nan") if n % 2 else float("inf") if n > 50 else float(n)
+
+
+def test_cases_a_metric_leaves_undefined_are_counted_in_a_warning(classes, tmp_path):
+    """Issue: the mean over the cases in ``summary.json`` dropped NaN and inf values silently: a mean of fewer cases
+    than ``metrics.csv`` holds (a finite mean of a column holding inf), and no word of it."""
+    config = EvaluationConfig(case_metrics={"odd": undefined_when_odd})
+    _, summary, paths = _evaluate(classes["labels"], classes["predictions"], tmp_path / "ev", config)
+    values = np.array([float(r["odd"]) for r in _rows(paths["metrics"])])
+    finite = values[np.isfinite(values)]
+    assert 0 < finite.size < values.size  # the toy cohort has both kinds of cases
+    assert summary["case_metrics"]["mean_over_cases"]["odd"] == pytest.approx(finite.mean(), rel=1e-12)
+    expected = (f"cohort: case metric 'odd': {values.size - finite.size} of {values.size} case(s) are NaN or inf, "
+                "left out of its mean_over_cases")
+    assert expected in summary["warnings"]
+
 SCRIPT = '''
 import sys
 import warnings
