@@ -522,9 +522,12 @@ def _nanmean(a: np.ndarray) -> float | None:
 
 
 def _case_metric_mean(a: np.ndarray, column: str) -> float | None:
-    """The mean over the cases of a user case metric's column: its finite values, with a ``UserWarning`` naming the
-    column and how many cases were left out (found by hostile testing: NaN and inf values were dropped silently, so
-    ``summary.json`` gave a mean of fewer cases than ``metrics.csv`` holds, or a finite mean of a column with inf)."""
+    """The mean over the cases of a user case metric's column: the mean of its finite values.
+
+    A ``UserWarning`` names the column and how many cases were left out (found by hostile testing: NaN and inf values
+    were dropped silently, so ``summary.json`` gave a mean of fewer cases than ``metrics.csv`` holds, or a finite
+    mean of a column holding inf).
+    """
     left_out = int(np.count_nonzero(~np.isfinite(a)))
     if left_out:
         warnings.warn(f"case metric {column!r}: {left_out} of {a.size} case(s) are NaN or inf, left out of its "
