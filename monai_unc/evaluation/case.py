@@ -36,7 +36,7 @@ from ..metrics.qu_brats_score import measure_max, qu_brats_regions, to_qu_brats_
 from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
 from ..regions import parse_regions
 from ..scores import case_score_columns
-from .config import CALIBRATION_COLUMNS, EvaluationConfig, region_suffix, slug, unit_scale
+from .config import CALIBRATION_COLUMNS, EvaluationConfig, dice_columns, region_suffix, unit_scale
 from .products import product_case_states
 from .rows import (
     QU_BRATS_COLUMNS,
@@ -68,9 +68,8 @@ def _dice_columns(task: TaskView, config: EvaluationConfig) -> list[str]:
     These are ``dice_<class>`` of classes ``1 .. C-1`` (named by ``class_names``), or ``dice_<R>`` of a region.
     """
     if task.name is not None:
-        return [f"dice_{region_suffix(task.name)}"]
-    names = config.class_names or [str(c) for c in range(task.num_classes)]
-    return [f"dice_{slug(names[c])}" for c in range(1, task.num_classes)]
+        return dice_columns(1, regions=[str(task.name)])
+    return dice_columns(task.num_classes, config.class_names)
 
 
 def _qu_brats(case: LoadedCase, tasks: list[TaskView], primary: str,

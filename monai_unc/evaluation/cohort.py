@@ -38,6 +38,7 @@ from .config import (
     SPATIAL_COLUMNS,
     STATE_DIR,
     EvaluationConfig,
+    dice_columns,
     parse_score_column,
     region_suffix,
 )
@@ -729,7 +730,11 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         "dice": {
             "mean": float(dice.mean()),
             "median": float(np.median(dice)),
-            "per_class": {k[5:]: _nanmean(column_values(rows, k)) for k in rows[0] if k.startswith("dice_")},
+            # the class (region) columns, not every column named dice_*: a case metric "dice_at_05" was listed as a
+            # class (found by hostile testing)
+            "per_class": {k[5:]: _nanmean(column_values(rows, k)) for k in dice_columns(
+                state.num_classes, config.class_names, None if state.regions is None else list(state.regions))
+                if k in rows[0]},
         },
     }
     with warnings.catch_warnings(record=True) as caught:

@@ -36,6 +36,7 @@ __all__ = [
     "EvaluationConfig",
     "unit_scale",
     "slug",
+    "dice_columns",
     "region_suffix",
     "read_shifts",
     "parse_score_column",
@@ -71,6 +72,28 @@ def slug(name: str) -> str:
         ('left_atrium', 'et_2', 'class')
     """
     return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "class"
+
+
+def dice_columns(num_classes: int, class_names: Sequence[Any] | None = None,
+                 regions: Iterable[str] | None = None) -> list[str]:
+    """The per-class (or per-region) Dice columns of ``metrics.csv``: what ``dice.per_class`` of the summary reads.
+
+    Args:
+        num_classes: the number of classes ``C`` (background included); ignored with ``regions``.
+        class_names: the names of the classes, background first (default ``0``, ``1``, ...).
+        regions: the region names of a region evaluation, in channel order (None: classes).
+
+    Returns:
+        ``dice_<slug(class)>`` of classes ``1 .. C-1``, or ``dice_<region_suffix(R)>`` of each region.
+
+    Example:
+        >>> dice_columns(3), dice_columns(3, ["bg", "Left Atrium", "scar"]), dice_columns(0, regions=["WT", "ET"])
+        (['dice_1', 'dice_2'], ['dice_left_atrium', 'dice_scar'], ['dice_WT', 'dice_ET'])
+    """
+    if regions is not None:
+        return [f"dice_{region_suffix(r)}" for r in regions]
+    names = [str(n) for n in class_names] if class_names else [str(c) for c in range(num_classes)]
+    return [f"dice_{slug(names[c])}" for c in range(1, num_classes)]
 
 
 @dataclass

@@ -173,6 +173,20 @@ def test_cases_a_metric_leaves_undefined_are_counted_in_a_warning(classes, tmp_p
                 "left out of its mean_over_cases")
     assert expected in summary["warnings"]
 
+
+@pytest.mark.parametrize("kind", ["classes", "regions"])
+def test_a_metric_named_dice_something_is_no_class_of_the_summary(kind, classes, regions, tmp_path):
+    """Issue: ``case_metrics={"dice_at_05": fn}`` was listed in ``summary.json`` as a class ``at_05`` of
+    ``dice.per_class`` (every column named ``dice_*`` was taken for a class)."""
+    cohort, extra = (classes, {}) if kind == "classes" else (regions, {"regions": BRATS})
+    config = EvaluationConfig(case_metrics={"dice_at_05": abs_volume_error}, **extra)
+    _, summary, paths = _evaluate(cohort["labels"], cohort["predictions"], tmp_path / "ev", config)
+    rows = _rows(paths["metrics"])
+    expected = ["1"] if kind == "classes" else list(BRATS)
+    assert list(summary["dice"]["per_class"]) == expected
+    for name in expected:
+        assert summary["dice"]["per_class"][name] == pytest.approx(np.mean([float(r[f"dice_{name}"]) for r in rows]))
+
 SCRIPT = '''
 import sys
 import warnings
