@@ -23,7 +23,7 @@ categorical task for a class prediction, one binary task per region for a region
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from ..metrics.qu_brats_score import measure_max, qu_brats_regions, to_qu_brats_
 from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
 from ..regions import parse_regions
 from ..scores import case_score_columns
-from .config import CALIBRATION_COLUMNS, EvaluationConfig, region_suffix, slug, unit_scale
+from .config import CALIBRATION_COLUMNS, EvaluationConfig, dice_columns, region_suffix, unit_scale
 from .products import product_case_states
 from .rows import (
     QU_BRATS_COLUMNS,
@@ -68,9 +68,8 @@ def _dice_columns(task: TaskView, config: EvaluationConfig) -> list[str]:
     These are ``dice_<class>`` of classes ``1 .. C-1`` (named by ``class_names``), or ``dice_<R>`` of a region.
     """
     if task.name is not None:
-        return [f"dice_{region_suffix(task.name)}"]
-    names = config.class_names or [str(c) for c in range(task.num_classes)]
-    return [f"dice_{slug(names[c])}" for c in range(1, task.num_classes)]
+        return dice_columns(1, regions=[str(task.name)])
+    return dice_columns(task.num_classes, config.class_names)
 
 
 def _qu_brats(case: LoadedCase, tasks: list[TaskView], primary: str,
@@ -138,6 +137,13 @@ def _present_classes(task: TaskView) -> list[int]:
             a = a.astype(np.int64)
         held |= np.bincount(a, minlength=n)[:n] > 0
     return [int(c) for c in np.flatnonzero(held)]
+
+
+def _refuse_clash(option: str, columns: Mapping[str, Any], row: Mapping[str, Any]) -> None:
+    """Refuse the columns of ``option`` (case metrics, products) that would overwrite the evaluation's own."""
+    clash = sorted(set(columns) & set(row))
+    if clash:
+        raise ValueError(f"{option}: the columns {clash} clash with the evaluation's own (rename them)")
 
 
 def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:
@@ -208,16 +214,19 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
             row.update(region_score_columns(maps, pred, [str(t.name) for t in tasks], config.patch_size))
         else:
             row.update(case_score_columns(maps, case.seg, config.patch_size))
-        for name, fn in (config.case_metrics or {}).items():
-            row.update({col(name): float(fn(t)) for t, col in zip(tasks, cols)})
-        row["voxels"] = int(tasks[0].target.size)  # per region (the label may hold R masks)
-        row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
+        custom = {col(name): float(fn(t)) for name, fn in (config.case_metrics or {}).items()
+                  for t, col in zip(tasks, cols)}
+        tail: dict[str, Any] = {"voxels": int(tasks[0].target.size),  # per region (the label may hold R masks)
+                                "spacing": "x".join(f"{s:.4g}" for s in case.spacing)}
         if case.probs is not None:  # the label-free estimate triage shows, for the rule's expected-Dice interval
-            row["expected_dice"] = float(case_expected_dice(case.probs, act.multilabel).foreground[0])
+            tail["expected_dice"] = float(case_expected_dice(case.probs, act.multilabel).foreground[0])
+        # found by hostile testing: a case metric named "dice" overwrote the case's Dice (failure detection, triage
+        # and risk control read it), one named "voxels" was overwritten, both silently
+        _refuse_clash("case_metrics", custom, {**row, **tail})
+        row.update(custom)  # before the tail: the columns keep their order
+        row.update(tail)
         states, product_columns = product_case_states(case, tasks, config)
-        clash = sorted(set(product_columns) & set(row))
-        if clash:
-            raise ValueError(f"products: the columns {clash} clash with the evaluation's own")
+        _refuse_clash("products", product_columns, row)
         row.update(product_columns)  # last: an evaluation without products keeps its columns and their order
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     if not act.multilabel:

@@ -38,6 +38,7 @@ from .config import (
     SPATIAL_COLUMNS,
     STATE_DIR,
     EvaluationConfig,
+    dice_columns,
     parse_score_column,
     region_suffix,
 )
@@ -521,6 +522,20 @@ def _nanmean(a: np.ndarray) -> float | None:
     return float(a.mean()) if a.size else None
 
 
+def _case_metric_mean(a: np.ndarray, column: str) -> float | None:
+    """The mean over the cases of a user case metric's column: the mean of its finite values.
+
+    A ``UserWarning`` names the column and how many cases were left out (found by hostile testing: NaN and inf values
+    were dropped silently, so ``summary.json`` gave a mean of fewer cases than ``metrics.csv`` holds, or a finite
+    mean of a column holding inf).
+    """
+    left_out = int(np.count_nonzero(~np.isfinite(a)))
+    if left_out:
+        warnings.warn(f"case metric {column!r}: {left_out} of {a.size} case(s) are NaN or inf, left out of its "
+                      "mean_over_cases", UserWarning, stacklevel=2)
+    return _nanmean(a)
+
+
 #: candidate thresholds the risk-controlled threshold of an evaluation tests (``n_candidates`` of
 #: :func:`~monai_unc.metrics.risk_control.risk_controlled_threshold`; recorded in a referral rule)
 RISK_CONTROL_CANDIDATES = 20
@@ -715,7 +730,11 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         "dice": {
             "mean": float(dice.mean()),
             "median": float(np.median(dice)),
-            "per_class": {k[5:]: _nanmean(column_values(rows, k)) for k in rows[0] if k.startswith("dice_")},
+            # the class (region) columns, not every column named dice_*: a case metric "dice_at_05" was listed as a
+            # class (found by hostile testing)
+            "per_class": {k[5:]: _nanmean(column_values(rows, k)) for k in dice_columns(
+                state.num_classes, config.class_names, None if state.regions is None else list(state.regions))
+                if k in rows[0]},
         },
     }
     with warnings.catch_warnings(record=True) as caught:
@@ -742,7 +761,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         spatial = {k: _nanmean(column_values(rows, k)) for k in SPATIAL_COLUMNS if k in rows[0]}
         if spatial:
             summary["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
-        user = {k: _nanmean(column_values(rows, k)) for k in (config.case_metrics or {}) if k in rows[0]}
+        user = {k: _case_metric_mean(column_values(rows, k), k) for k in (config.case_metrics or {}) if k in rows[0]}
         if user:
             summary["case_metrics"] = {"functions": config.case_metric_names, "mean_over_cases": user}
         fd = failure_detection(scores, dice)
@@ -835,7 +854,7 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
         spatial = {k: _nanmean(column_values(rows, f"{k}_{s}")) for k in SPATIAL_COLUMNS if f"{k}_{s}" in rows[0]}
         if spatial:
             block["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
-        user = {k: _nanmean(column_values(rows, f"{k}_{s}")) for k in (config.case_metrics or {})
+        user = {k: _case_metric_mean(column_values(rows, f"{k}_{s}"), f"{k}_{s}") for k in (config.case_metrics or {})
                 if f"{k}_{s}" in rows[0]}
         if user:
             block["case_metrics"] = {"mean_over_cases": user}

@@ -36,6 +36,7 @@ __all__ = [
     "EvaluationConfig",
     "unit_scale",
     "slug",
+    "dice_columns",
     "region_suffix",
     "read_shifts",
     "parse_score_column",
@@ -71,6 +72,28 @@ def slug(name: str) -> str:
         ('left_atrium', 'et_2', 'class')
     """
     return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "class"
+
+
+def dice_columns(num_classes: int, class_names: Sequence[Any] | None = None,
+                 regions: Iterable[str] | None = None) -> list[str]:
+    """The per-class (or per-region) Dice columns of ``metrics.csv``: what ``dice.per_class`` of the summary reads.
+
+    Args:
+        num_classes: the number of classes ``C`` (background included); ignored with ``regions``.
+        class_names: the names of the classes, background first (default ``0``, ``1``, ...).
+        regions: the region names of a region evaluation, in channel order (None: classes).
+
+    Returns:
+        ``dice_<slug(class)>`` of classes ``1 .. C-1``, or ``dice_<region_suffix(R)>`` of each region.
+
+    Example:
+        >>> dice_columns(3), dice_columns(3, ["bg", "Left Atrium", "scar"]), dice_columns(0, regions=["WT", "ET"])
+        (['dice_1', 'dice_2'], ['dice_left_atrium', 'dice_scar'], ['dice_WT', 'dice_ET'])
+    """
+    if regions is not None:
+        return [f"dice_{region_suffix(r)}" for r in regions]
+    names = [str(n) for n in class_names] if class_names else [str(c) for c in range(num_classes)]
+    return [f"dice_{slug(names[c])}" for c in range(1, num_classes)]
 
 
 @dataclass
@@ -116,7 +139,9 @@ class EvaluationConfig:
         case_metrics: user-defined per-case metrics ``{name: fn}``: ``fn`` receives the case's
             :class:`~monai_unc.activation.TaskView` of one task (the class task, or one region) and returns a
             float, written into the column ``<name>`` (classes) or ``<name>_<region>`` (regions) of ``metrics.csv``
-            and summarised as the mean over the cases (``summary.json``, ``case_metrics``; per region under
+            (a column of the evaluation's own, e.g. ``dice`` or ``voxels``, is refused, never overwritten)
+            and summarised as the mean over the cases of its finite values (cases left out counted in a warning;
+            ``summary.json``, ``case_metrics``; per region under
             ``regions.per_region.<name>.case_metrics``). A name is letters, digits and ``_``; the functions'
             qualified names are part of the resume fingerprint (:attr:`case_metric_names`), so changing the metric
             set recomputes the cases (changing a function's body under the same name does not).
@@ -198,8 +223,10 @@ class EvaluationConfig:
         """
         for name in ("budget", "failure_dice", "delta", "target_risk"):
             value = getattr(self, name)
+            # a bool is an int to Python: failure_dice=True (every case failed) or budget=False passed silently
             if not (value is None and name == "target_risk") and (
-                    isinstance(value, (str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating))):
+                    isinstance(value, (str, bytes, bool, np.bool_))
+                    or not isinstance(value, (int, float, np.integer, np.floating))):
                 raise ValueError(f"{name} must be a number, got {type(value).__name__} {value!r}")
         if not 0.0 <= self.budget < 1.0:
             raise ValueError(f"budget must be a referral fraction in [0, 1), got {self.budget}")

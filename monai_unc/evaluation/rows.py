@@ -382,9 +382,13 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig) 
         cases: the matched cases (:func:`~monai_unc.io.match_cases`).
         config: the validated evaluation options (``measure``, ``score``, ``regions``).
 
+    Cases without probabilities are refused here too when none has any: without ``--num-classes`` (class
+    predictions) every case would fail, and without maps the cohort has no uncertainty score.
+
     Raises:
         ValueError: one line naming ``--measure`` or ``--score``, and for a missing map the first case without it and
-            the maps it has.
+            the maps it has; or, when no case has probabilities, ``--num-classes`` (class predictions without it) or
+            that no case has an uncertainty map.
 
     Example:
         >>> files = CaseFiles("c1", Path("l.nii.gz"), None, Path("c1_probs.nii.gz"), {}, None)
@@ -395,6 +399,17 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig) 
         ValueError: --measure 'variance': case 'c1' has no map of it (its maps: ['one_minus_max_prob', \
 'predictive_entropy']); choose one of them, or predict with that measure (monai-unc infer --measures)
     """
+    if cases and not any(files.probs is not None for files in cases):
+        # found by hostile testing: segmentations alone were evaluated case by case, every case failing with "the
+        # number of classes is unknown: give probabilities or num_classes"; given --num-classes, every case was
+        # evaluated and the cohort then refused for want of an uncertainty score
+        if config.regions is None and config.num_classes is None:
+            raise ValueError(f"--num-classes: no case has probabilities (e.g. case {cases[0].case_id!r}), so the "
+                             "number of classes is unknown: give --num-classes")
+        if config.measure is None and config.score is None and not any(files.maps for files in cases):
+            raise ValueError(f"no case has an uncertainty map or probabilities (e.g. case {cases[0].case_id!r}): the "
+                             "case scores, the triage and failure detection need them; give the maps (--uncertainty, "
+                             "--measures) or the probabilities")
     wanted = {}
     if config.measure is not None:
         wanted["--measure"] = (config.measure, config.measure)

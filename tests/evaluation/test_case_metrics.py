@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from monai_unc.data.cohorts import write_toy_cohort
-from monai_unc.evaluation import EvaluationConfig, case_fingerprint, run_evaluate
+from monai_unc.evaluation import EvaluationConfig, case_fingerprint, evaluate_case, run_evaluate
 from monai_unc.io import match_cases
 from tests._cases import write_brats_like_cohort
 from tests._paths import ROOT
@@ -133,6 +133,59 @@ def test_resume_reuses_cases_and_a_new_metric_set_recomputes(kind, classes, regi
              for c in (EvaluationConfig(case_metrics={"volume_error": volume_error}, **extra), changed)]
     assert names[0] != names[1] and names[0] == {"volume_error": f"{__name__}.volume_error"}
 
+
+@pytest.mark.parametrize("kind, name, column", [
+    ("classes", "dice", "dice"),  # it overwrote the Dice that failure detection, triage and risk control read
+    ("classes", "voxels", "voxels"),  # it was overwritten by the voxel count
+    ("classes", "predictive_entropy_fg_mean", "predictive_entropy_fg_mean"),  # the triage score
+    ("classes", "expected_dice", "expected_dice"),
+    ("regions", "dice", "dice_WT"),
+])
+def test_a_metric_named_like_an_evaluation_column_is_refused_not_overwritten(kind, name, column, classes, regions):
+    """Issue: ``case_metrics={"dice": fn}`` replaced every case's Dice by ``fn``'s value (the summary's mean Dice,
+    the failures and the triage then read it); ``{"voxels": fn}`` lost ``fn``'s values to the voxel count; silently."""
+    cohort, extra = (classes, {}) if kind == "classes" else (regions, {"regions": BRATS})
+    files = match_cases(cohort["labels"], cohort["predictions"])[0]
+    message = rf"case_metrics: the columns \[.*'{column}'.*\] clash with the evaluation's own"
+    with pytest.raises(ValueError, match=message):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            evaluate_case(files, EvaluationConfig(case_metrics={name: abs_volume_error}, **extra))
+
+
+
+def undefined_when_odd(task):
+    """The reference's foreground voxels, NaN when that count is odd, inf when it is over 50 (one toy case each)."""
+    n = int(np.count_nonzero(task.target))
+    return float("nan") if n % 2 else float("inf") if n > 50 else float(n)
+
+
+def test_cases_a_metric_leaves_undefined_are_counted_in_a_warning(classes, tmp_path):
+    """Issue: the mean over the cases in ``summary.json`` dropped NaN and inf values silently: a mean of fewer cases
+    than ``metrics.csv`` holds (a finite mean of a column holding inf), and no word of it."""
+    config = EvaluationConfig(case_metrics={"odd": undefined_when_odd})
+    _, summary, paths = _evaluate(classes["labels"], classes["predictions"], tmp_path / "ev", config)
+    values = np.array([float(r["odd"]) for r in _rows(paths["metrics"])])
+    finite = values[np.isfinite(values)]
+    assert 0 < finite.size < values.size  # the toy cohort has both kinds of cases
+    assert summary["case_metrics"]["mean_over_cases"]["odd"] == pytest.approx(finite.mean(), rel=1e-12)
+    expected = (f"cohort: case metric 'odd': {values.size - finite.size} of {values.size} case(s) are NaN or inf, "
+                "left out of its mean_over_cases")
+    assert expected in summary["warnings"]
+
+
+@pytest.mark.parametrize("kind", ["classes", "regions"])
+def test_a_metric_named_dice_something_is_no_class_of_the_summary(kind, classes, regions, tmp_path):
+    """Issue: ``case_metrics={"dice_at_05": fn}`` was listed in ``summary.json`` as a class ``at_05`` of
+    ``dice.per_class`` (every column named ``dice_*`` was taken for a class)."""
+    cohort, extra = (classes, {}) if kind == "classes" else (regions, {"regions": BRATS})
+    config = EvaluationConfig(case_metrics={"dice_at_05": abs_volume_error}, **extra)
+    _, summary, paths = _evaluate(cohort["labels"], cohort["predictions"], tmp_path / "ev", config)
+    rows = _rows(paths["metrics"])
+    expected = ["1"] if kind == "classes" else list(BRATS)
+    assert list(summary["dice"]["per_class"]) == expected
+    for name in expected:
+        assert summary["dice"]["per_class"][name] == pytest.approx(np.mean([float(r[f"dice_{name}"]) for r in rows]))
 
 SCRIPT = '''
 import sys

@@ -6,6 +6,7 @@ traceback, or a column silently overwritten; a ``summary.json`` edited by hand i
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -46,6 +47,11 @@ from monai_unc.evaluation.lesions import lesion_case_state, lesion_columns
     ({"budget": "0.2"}, "budget"),
     ({"budget": float("nan")}, "budget"),
     ({"failure_dice": None}, "failure_dice"),
+    # a bool is an int to Python: failure_dice=True counted every case failed, budget=False referred none, silently
+    ({"failure_dice": True}, "failure_dice must be a number"),
+    ({"budget": False}, "budget must be a number"),
+    ({"budget": np.bool_(False)}, "budget must be a number"),
+    ({"target_risk": np.bool_(True)}, "target_risk must be a number"),
     ({"failure_dice": float("nan")}, "failure_dice"),
     ({"delta": "0.1"}, "delta"),
     ({"target_risk": "0.1"}, "target_risk"),
@@ -131,6 +137,26 @@ def test_evaluate_refuses_bad_options_in_one_line_before_any_case(cohort, tmp_pa
     assert message in err[0], err
     assert not (out / "metrics.csv").exists() and not (out / "failures.json").exists()
 
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([], "--num-classes: no case has probabilities"),
+    (["--num-classes", "2"], "no case has an uncertainty map or probabilities"),
+])
+def test_segmentations_alone_are_refused_in_one_line_before_any_case(cohort, tmp_path, capsys, extra, message):
+    """Issue: predictions of segmentations alone failed every case after its work ("the number of classes is unknown:
+    give probabilities or num_classes", exit 1); with ``--num-classes`` every case was evaluated and the cohort then
+    refused ("no uncertainty score in the rows")."""
+    pred = tmp_path / "pred"
+    pred.mkdir()
+    for seg in sorted(Path(cohort["predictions"]).glob("*_seg.nii.gz")):
+        (pred / seg.name).write_bytes(seg.read_bytes())
+    out = tmp_path / "ev"
+    rc = cli.main(["evaluate", "-l", str(cohort["labels"]), "-p", str(pred), "-o", str(out), "-q", *extra])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and len(err) == 1 and err[0].startswith("monai-unc evaluate: error: "), (rc, err)
+    assert message in err[0], err
+    assert not out.exists()
 
 def test_run_evaluate_passes_an_empty_measure_list_on_as_no_map(monkeypatch, tmp_path):
     """``measures=[]`` reads no map, as in ``match_cases`` (it was turned into None: every map found)."""
