@@ -148,6 +148,9 @@ def prediction_fingerprint(
       digests of the fold checkpoints, ``plans.json`` and ``dataset.json``) when the config records them.
     - without such records: ``{"producer": "unknown"}`` (a rule then cannot check the predictions; the triage page
       says so).
+    - ``monai-unc`` layout with maps read from another folder (``uncertainty``): the scores come from those maps, so
+      that folder's run is fingerprinted too; when it was not made like the predictions (or has no records) the
+      fingerprint gets ``maps``, the fingerprint of the maps' run (:func:`compare_fingerprints` compares it).
 
     The seed is left out on purpose: another seed draws other samples of the same predictive distribution, which
     keeps new cases exchangeable. Values that differ between the cases (e.g. ``num_samples``) become sorted lists.
@@ -156,7 +159,8 @@ def prediction_fingerprint(
         predictions: the prediction folder.
         layout: ``"monai-unc"`` or ``"nnunet"``.
         case_ids: the cases whose records count (default: every record found).
-        uncertainty: the folder of the per-case uncertainty records when not where the layout puts them.
+        uncertainty: the folder of the maps (and, for ``nnunet``, of the per-case uncertainty records) when not
+            where the layout puts them.
 
     Returns:
         The fingerprint as JSON data (``{"producer": "unknown"}`` without records).
@@ -166,6 +170,12 @@ def prediction_fingerprint(
     """
     _check_layout(layout)
     pred = Path(predictions)
+    if layout == "monai-unc" and uncertainty is not None and Path(uncertainty).resolve() != pred.resolve():
+        # found by hostile testing: the maps of --uncertainty, which the scores are read from, were never
+        # fingerprinted, so maps of another run (other samples, model, measures) passed as the predictions' run
+        fp = prediction_fingerprint(pred, layout, case_ids)
+        maps = prediction_fingerprint(uncertainty, layout, case_ids)
+        return fp if compare_fingerprints(fp, maps) in (("match", []), ("unverified", [])) else {**fp, "maps": maps}
     if layout == "monai-unc":
         doc = read_json_or_none(pred / "infer.json")
         settings = doc.get("settings") if isinstance(doc, dict) else None
@@ -658,6 +668,10 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
     nothing else records the draws, so a rule written before the field is a difference (re-certify, or
     ``--allow-mismatch`` when the draws are known to be the same).
 
+    A side whose maps were read from another run's folder (field ``maps``: :func:`prediction_fingerprint`) is
+    compared twice: without ``maps``, and its maps' run against the other side's (its ``maps``, else itself); a
+    difference of the maps is named ``maps.<field>``, e.g. ``("maps.num_samples", 16, 24)``.
+
     Args:
         rule_fp: the rule's recorded fingerprint.
         pred_fp: the predictions' :func:`prediction_fingerprint`.
@@ -674,6 +688,13 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
         ('mismatch', [('roi', 8, [16, 16])])
     """
     unknown = {"producer": "unknown"}
+    if "maps" in rule_fp or "maps" in pred_fp:  # maps of another run: each side's maps compared as well
+        top = compare_fingerprints(_without_maps(rule_fp), _without_maps(pred_fp))[1]
+        maps = compare_fingerprints(_maps_fingerprint(rule_fp), _maps_fingerprint(pred_fp))[1]
+        diffs = [*top, *((f"maps.{k}", a, b) for k, a, b in maps)]
+        if not diffs and "maps" in rule_fp and "maps" in pred_fp and _maps_fingerprint(rule_fp) == unknown:
+            return "unverified", []  # maps of no known producer on both sides: not comparable
+        return ("mismatch", diffs) if diffs else ("match", [])
     if dict(rule_fp) in ({}, unknown) and dict(pred_fp) in ({}, unknown):
         return "unverified", []
     digests = has_weight_digests(rule_fp) and has_weight_digests(pred_fp)
@@ -691,6 +712,17 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
         diffs.sort(key=lambda t: t[0] != "producer")
         return "mismatch", diffs
     return "match", []
+
+
+def _without_maps(fp: Mapping[str, Any]) -> dict[str, Any]:
+    """A fingerprint without its ``maps`` field (the fingerprint of the run of maps read from another folder)."""
+    return {k: v for k, v in fp.items() if k != "maps"}
+
+
+def _maps_fingerprint(fp: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The fingerprint of the run whose maps a fingerprint's scores were read from: ``maps``, else its own."""
+    maps = fp.get("maps")
+    return maps if isinstance(maps, Mapping) else _without_maps(fp)
 
 
 def check_prediction_fingerprint(
@@ -1118,8 +1150,9 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
     The ``signature`` field (:func:`monai_unc.io.signing.sign_digest`) signs :func:`rule_digest` of the content with
     ``key``, by default :func:`monai_unc.io.signing.default_signing_key` (``$MONAI_UNC_SIGNING_KEY``, else the user's
     key, created on first use). When no key can be made (e.g. a read-only configuration folder) the file is written
-    unsigned with a warning: readers then refuse it unless told to accept unsigned files. A key pair whose public key
-    file is not the private key's is refused (nothing is written): what it signed would be refused where that public
+    unsigned with a warning: readers then refuse it unless told to accept unsigned files. A key that is named
+    (``key``, ``$MONAI_UNC_SIGNING_KEY``) but missing or no Ed25519 private key is refused (nothing is written), and so
+    is a key pair whose public key file is not the private key's: what it signed would be refused where that public
     key is trusted, this machine first.
 
     Args:
@@ -1132,6 +1165,7 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
 
     Raises:
         KeyPairMismatchError: the default key's public key file is another key's (naming both files and the remedy).
+        ValueError: ``key`` or ``$MONAI_UNC_SIGNING_KEY`` names no readable Ed25519 private key (naming it).
     """
     doc = {k: v for k, v in body.items() if k != SIGNATURE_FIELD}
     try:
