@@ -1174,6 +1174,9 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
     except KeyPairMismatchError:
         raise  # a key that exists but would sign what this machine refuses: mended by the user, not skipped
     except (OSError, ValueError) as e:
+        if key is not None or os.environ.get("MONAI_UNC_SIGNING_KEY"):  # found by hostile testing: a key named
+            # (a typo, another key type) fell back to an unsigned file with a warning, and the command exited 0
+            raise ValueError(f"{path} is not written: no usable signing key ({e})") from None
         warnings.warn(f"{path} is written unsigned: no signing key ({e}); the commands that apply it refuse it "
                       "unless given --allow-unsigned", UserWarning, stacklevel=2)
     return atomic_write_json(path, doc)
