@@ -49,7 +49,15 @@ from .cases import (
     settings_changes,
 )
 from .files import atomic_write_json, check_entry_kind, check_not_being_written, json_safe, read_json_or_none
-from .signing import SIGNATURE_FIELD, KeyPairMismatchError, Trust, default_signing_key, sign_digest, verify_signature
+from .signing import (
+    SIGNATURE_FIELD,
+    KeyPairMismatchError,
+    Trust,
+    UnprotectedKeyError,
+    default_signing_key,
+    sign_digest,
+    verify_signature,
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1165,14 +1173,16 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
 
     Raises:
         KeyPairMismatchError: the default key's public key file is another key's (naming both files and the remedy).
+        UnprotectedKeyError: other users can read or write the private key (naming it and the ``chmod``).
         ValueError: ``key`` or ``$MONAI_UNC_SIGNING_KEY`` names no readable Ed25519 private key (naming it).
     """
     doc = {k: v for k, v in body.items() if k != SIGNATURE_FIELD}
     try:
         key_file = default_signing_key() if key is None else key
         doc[SIGNATURE_FIELD] = sign_digest(rule_digest(json_safe(doc)), key_file)  # type: ignore[arg-type]
-    except KeyPairMismatchError:
-        raise  # a key that exists but would sign what this machine refuses: mended by the user, not skipped
+    except (KeyPairMismatchError, UnprotectedKeyError):
+        raise  # a key that exists but would sign what this machine refuses, or that others could have copied: mended
+        # by the user, not skipped
     except (OSError, ValueError) as e:
         if key is not None or os.environ.get("MONAI_UNC_SIGNING_KEY"):  # found by hostile testing: a key named
             # (a typo, another key type) fell back to an unsigned file with a warning, and the command exited 0
