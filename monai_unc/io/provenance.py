@@ -256,7 +256,8 @@ def _some(ids: Sequence[str]) -> str:
     return f"{list(ids[:5])}" + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
 
 
-def check_finished_predictions(predictions: str | os.PathLike, layout: str, case_ids: Sequence[str]) -> None:
+def check_finished_predictions(predictions: str | os.PathLike, layout: str, case_ids: Sequence[str],
+                               uncertainty: str | os.PathLike | None = None) -> None:
     """Refuse the predictions of an ``infer`` run that is still writing them, unfinished, or made with two settings.
 
     ``infer`` writes ``infer.json`` (the run's settings) first and each case's record ``<case>.json`` last (the case is
@@ -287,10 +288,15 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     its segmentation); a config written by hand names no such run. Folders without ``uncertainty_config.json`` or
     ``uncertainty/`` (stock nnU-Net's, or assembled by hand) are not checked.
 
+    Maps read from another folder (``uncertainty``, the commands' ``--uncertainty``) are checked there too: the
+    ``nnunet`` records found there against the config of ``predictions``, a ``monai-unc`` folder of maps that ``infer``
+    wrote as a run of its own (found by hostile testing: records of another run's settings beside the maps passed).
+
     Args:
         predictions: the prediction folder.
         layout: its layout (``"monai-unc"`` or ``"nnunet"``).
         case_ids: the cases that will be read (empty: only whether another run holds the folder).
+        uncertainty: the folder the maps are read from when not where the layout puts them (None: the layout's).
 
     Raises:
         ValueError: one line naming the folder, the holder or the cases and what is wrong with them; ``layout`` is not
@@ -304,8 +310,10 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     _check_layout(layout)
     pred = Path(predictions)
     if layout == "nnunet":
-        _check_finished_nnunet(pred, case_ids)
+        _check_finished_nnunet(pred, case_ids, None if uncertainty is None else Path(uncertainty))
         return
+    if uncertainty is not None and Path(uncertainty).resolve() != pred.resolve():
+        check_finished_predictions(uncertainty, layout, case_ids)  # the maps' own infer run, if any
     doc = read_json_or_none(pred / INFER_RECORD) if layout == "monai-unc" else None
     settings = doc.get("settings") if isinstance(doc, dict) else None
     if not isinstance(settings, dict):
@@ -372,10 +380,13 @@ def _record_problems(config: str, record: str, unfinished: list[str], other: dic
 _NNUNET_RECORD_FIELDS = ("sources", "num_samples", "mi_meaning")
 
 
-def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
-    """:func:`check_finished_predictions` for the ``nnunet`` layout (``uncertainty_config.json`` and its records)."""
+def _check_finished_nnunet(pred: Path, case_ids: Sequence[str], uncertainty: Path | None = None) -> None:
+    """:func:`check_finished_predictions` for the ``nnunet`` layout (``uncertainty_config.json`` and its records).
+
+    The records are those of ``uncertainty`` when given (``--uncertainty``), else of ``<pred>/uncertainty/``.
+    """
     cfg = read_json_or_none(pred / "uncertainty_config.json")
-    unc = pred / LAYOUTS["nnunet"]["uncertainty_subdir"]
+    unc = pred / LAYOUTS["nnunet"]["uncertainty_subdir"] if uncertainty is None else uncertainty
     if not isinstance(cfg, dict) or not unc.is_dir():
         return
     unfinished: list[str] = []
@@ -384,8 +395,9 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
     for cid in case_ids:
         rec = read_json_or_none(unc / f"{cid}.json")
         if not isinstance(rec, dict):
-            if "uncertainty_sources" in cfg:  # written by nnunet-predict, which removes a case's record first when
-                unfinished.append(str(cid))  # it writes the case again, and writes it before the segmentation
+            if "uncertainty_sources" in cfg and uncertainty is None:  # written by nnunet-predict, which removes a
+                # case's record first when it writes the case again, and writes it before the segmentation
+                unfinished.append(str(cid))
             continue
         made = rec.get("settings")
         if isinstance(made, dict):
@@ -393,7 +405,8 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
             continue
         for k in _NNUNET_RECORD_FIELDS:
             values[k].setdefault(json.dumps(rec.get(k), sort_keys=True), []).append(str(cid))
-    problems = _record_problems("uncertainty_config.json", "uncertainty/<case>.json", unfinished, other, values)
+    records = "uncertainty/<case>.json" if uncertainty is None else f"{unc}/<case>.json"
+    problems = _record_problems("uncertainty_config.json", records, unfinished, other, values)
     if problems:
         raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc nnunet-predict' run: "
                          f"{'; '.join(problems)}; run 'monai-unc nnunet-predict' into the folder again with the "
@@ -844,7 +857,7 @@ def list_prediction_cases(
         raise CaseError(f"{empty} in {pred}")
     # the cases of one finished infer run, as evaluate reads them (found by hostile testing: triage and the products'
     # commands read a folder a live infer was writing, or one left mixed by an interrupted `infer --overwrite`)
-    check_finished_predictions(pred, layout, [f.case_id for f in found])
+    check_finished_predictions(pred, layout, [f.case_id for f in found], uncertainty)
     return found
 
 

@@ -88,3 +88,57 @@ def test_triage_refuses_maps_of_another_run(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "maps.num_samples: 8 (rule: 4)" in err[0], err
     assert not (tmp_path / "t" / "triage.json").exists()
+
+
+def _nnunet_folder(root: Path, records: Path, dropout_p: float, record_dropout_p: float) -> None:
+    """An ``nnunet-predict`` config in ``root`` and a case record with settings in ``records``."""
+    import nibabel as nib
+    import numpy as np
+
+    root.mkdir(parents=True, exist_ok=True)
+    records.mkdir(parents=True, exist_ok=True)
+    seg = np.zeros((4, 4, 4), np.uint8)
+    seg[1:3, 1:3, 1:3] = 1
+    nib.save(nib.Nifti1Image(seg, np.eye(4)), root / "c1.nii.gz")
+    (root / "uncertainty_config.json").write_text(json.dumps(
+        {"trainer_name": "T", "folds": [0], "uncertainty_sources": ["mcdropout"], "num_samples": 8,
+         "dropout_p": dropout_p, "measures": ["predictive_entropy"]}))
+    (records / "c1.json").write_text(json.dumps(
+        {"num_samples": 8, "mi_meaning": "epistemic",
+         "settings": {"uncertainty_sources": ["mcdropout"], "num_samples": 8, "dropout_p": record_dropout_p}}))
+    nib.save(nib.Nifti1Image(np.full((4, 4, 4), 0.1, np.float32), np.eye(4)),
+             records / "c1_predictive_entropy.nii.gz")
+
+
+def test_nnunet_records_in_the_uncertainty_folder_are_checked_against_the_config(tmp_path):
+    """nnU-Net layout: the records beside maps read from ``--uncertainty`` were never compared with the
+    predictions' ``uncertainty_config.json`` (only ``<predictions>/uncertainty/`` was), so maps made with another
+    dropout rate (same number of samples) matched a rule certified with the config's; now one line names the
+    setting. Records that agree still pass."""
+    from monai_unc.io.provenance import check_finished_predictions, list_prediction_cases
+
+    pred, other = tmp_path / "pred", tmp_path / "other_maps"
+    _nnunet_folder(pred, other, dropout_p=0.1, record_dropout_p=0.3)
+    with pytest.raises(ValueError, match=r"not one finished 'monai-unc nnunet-predict' run: .*dropout_p"):
+        check_finished_predictions(pred, "nnunet", ["c1"], uncertainty=other)
+    with pytest.raises(ValueError, match="dropout_p"):
+        list_prediction_cases(pred, "nnunet", uncertainty=other)
+    same = tmp_path / "same_maps"
+    _nnunet_folder(tmp_path / "pred2", same, dropout_p=0.1, record_dropout_p=0.1)
+    assert [f.case_id for f in list_prediction_cases(tmp_path / "pred2", "nnunet", uncertainty=same)] == ["c1"]
+
+
+def test_an_unfinished_infer_run_of_the_maps_is_refused(tmp_path):
+    """``monai-unc`` layout: the maps' folder is an ``infer`` run of its own; one of its cases without a record (an
+    interrupted case) is refused like in the predictions' folder."""
+    from monai_unc.io.provenance import check_finished_predictions
+
+    pred, maps = tmp_path / "pred", tmp_path / "maps"
+    pred.mkdir()
+    maps.mkdir()
+    _record(pred, 4, ["a", "b"])
+    _record(maps, 4, ["a"])
+    check_finished_predictions(pred, "monai-unc", ["a", "b"])
+    check_finished_predictions(pred, "monai-unc", ["a", "b"], uncertainty=pred)
+    with pytest.raises(ValueError, match=r"predictions in .*maps are not one finished 'monai-unc infer' run"):
+        check_finished_predictions(pred, "monai-unc", ["a", "b"], uncertainty=maps)
