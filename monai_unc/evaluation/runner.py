@@ -487,7 +487,8 @@ def _run_evaluate(
         # absolute paths, as the state records them: report and triage read them from any working directory
         cases = [_absolute_files(c) for c in cases]
         # an infer run still writing, interrupted or of two settings: refused before any work (the rule too)
-        check_finished_predictions(match_kwargs["predictions"], match_kwargs["layout"], [c.case_id for c in cases])
+        check_finished_predictions(match_kwargs["predictions"], match_kwargs["layout"], [c.case_id for c in cases],
+                                   match_kwargs.get("uncertainty"))
         if config.shifts is not None:
             unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
             if unknown:

@@ -49,7 +49,15 @@ from .cases import (
     settings_changes,
 )
 from .files import atomic_write_json, check_entry_kind, check_not_being_written, json_safe, read_json_or_none
-from .signing import SIGNATURE_FIELD, KeyPairMismatchError, Trust, default_signing_key, sign_digest, verify_signature
+from .signing import (
+    SIGNATURE_FIELD,
+    KeyPairMismatchError,
+    Trust,
+    UnprotectedKeyError,
+    default_signing_key,
+    sign_digest,
+    verify_signature,
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -148,6 +156,9 @@ def prediction_fingerprint(
       digests of the fold checkpoints, ``plans.json`` and ``dataset.json``) when the config records them.
     - without such records: ``{"producer": "unknown"}`` (a rule then cannot check the predictions; the triage page
       says so).
+    - ``monai-unc`` layout with maps read from another folder (``uncertainty``): the scores come from those maps, so
+      that folder's run is fingerprinted too; when it was not made like the predictions (or has no records) the
+      fingerprint gets ``maps``, the fingerprint of the maps' run (:func:`compare_fingerprints` compares it).
 
     The seed is left out on purpose: another seed draws other samples of the same predictive distribution, which
     keeps new cases exchangeable. Values that differ between the cases (e.g. ``num_samples``) become sorted lists.
@@ -156,7 +167,8 @@ def prediction_fingerprint(
         predictions: the prediction folder.
         layout: ``"monai-unc"`` or ``"nnunet"``.
         case_ids: the cases whose records count (default: every record found).
-        uncertainty: the folder of the per-case uncertainty records when not where the layout puts them.
+        uncertainty: the folder of the maps (and, for ``nnunet``, of the per-case uncertainty records) when not
+            where the layout puts them.
 
     Returns:
         The fingerprint as JSON data (``{"producer": "unknown"}`` without records).
@@ -166,6 +178,12 @@ def prediction_fingerprint(
     """
     _check_layout(layout)
     pred = Path(predictions)
+    if layout == "monai-unc" and uncertainty is not None and Path(uncertainty).resolve() != pred.resolve():
+        # found by hostile testing: the maps of --uncertainty, which the scores are read from, were never
+        # fingerprinted, so maps of another run (other samples, model, measures) passed as the predictions' run
+        fp = prediction_fingerprint(pred, layout, case_ids)
+        maps = prediction_fingerprint(uncertainty, layout, case_ids)
+        return fp if compare_fingerprints(fp, maps) in (("match", []), ("unverified", [])) else {**fp, "maps": maps}
     if layout == "monai-unc":
         doc = read_json_or_none(pred / "infer.json")
         settings = doc.get("settings") if isinstance(doc, dict) else None
@@ -238,7 +256,8 @@ def _some(ids: Sequence[str]) -> str:
     return f"{list(ids[:5])}" + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
 
 
-def check_finished_predictions(predictions: str | os.PathLike, layout: str, case_ids: Sequence[str]) -> None:
+def check_finished_predictions(predictions: str | os.PathLike, layout: str, case_ids: Sequence[str],
+                               uncertainty: str | os.PathLike | None = None) -> None:
     """Refuse the predictions of an ``infer`` run that is still writing them, unfinished, or made with two settings.
 
     ``infer`` writes ``infer.json`` (the run's settings) first and each case's record ``<case>.json`` last (the case is
@@ -269,10 +288,15 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     its segmentation); a config written by hand names no such run. Folders without ``uncertainty_config.json`` or
     ``uncertainty/`` (stock nnU-Net's, or assembled by hand) are not checked.
 
+    Maps read from another folder (``uncertainty``, the commands' ``--uncertainty``) are checked there too: the
+    ``nnunet`` records found there against the config of ``predictions``, a ``monai-unc`` folder of maps that ``infer``
+    wrote as a run of its own (found by hostile testing: records of another run's settings beside the maps passed).
+
     Args:
         predictions: the prediction folder.
         layout: its layout (``"monai-unc"`` or ``"nnunet"``).
         case_ids: the cases that will be read (empty: only whether another run holds the folder).
+        uncertainty: the folder the maps are read from when not where the layout puts them (None: the layout's).
 
     Raises:
         ValueError: one line naming the folder, the holder or the cases and what is wrong with them; ``layout`` is not
@@ -286,8 +310,10 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     _check_layout(layout)
     pred = Path(predictions)
     if layout == "nnunet":
-        _check_finished_nnunet(pred, case_ids)
+        _check_finished_nnunet(pred, case_ids, None if uncertainty is None else Path(uncertainty))
         return
+    if uncertainty is not None and Path(uncertainty).resolve() != pred.resolve():
+        check_finished_predictions(uncertainty, layout, case_ids)  # the maps' own infer run, if any
     doc = read_json_or_none(pred / INFER_RECORD) if layout == "monai-unc" else None
     settings = doc.get("settings") if isinstance(doc, dict) else None
     if not isinstance(settings, dict):
@@ -354,10 +380,13 @@ def _record_problems(config: str, record: str, unfinished: list[str], other: dic
 _NNUNET_RECORD_FIELDS = ("sources", "num_samples", "mi_meaning")
 
 
-def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
-    """:func:`check_finished_predictions` for the ``nnunet`` layout (``uncertainty_config.json`` and its records)."""
+def _check_finished_nnunet(pred: Path, case_ids: Sequence[str], uncertainty: Path | None = None) -> None:
+    """:func:`check_finished_predictions` for the ``nnunet`` layout (``uncertainty_config.json`` and its records).
+
+    The records are those of ``uncertainty`` when given (``--uncertainty``), else of ``<pred>/uncertainty/``.
+    """
     cfg = read_json_or_none(pred / "uncertainty_config.json")
-    unc = pred / LAYOUTS["nnunet"]["uncertainty_subdir"]
+    unc = pred / LAYOUTS["nnunet"]["uncertainty_subdir"] if uncertainty is None else uncertainty
     if not isinstance(cfg, dict) or not unc.is_dir():
         return
     unfinished: list[str] = []
@@ -366,8 +395,9 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
     for cid in case_ids:
         rec = read_json_or_none(unc / f"{cid}.json")
         if not isinstance(rec, dict):
-            if "uncertainty_sources" in cfg:  # written by nnunet-predict, which removes a case's record first when
-                unfinished.append(str(cid))  # it writes the case again, and writes it before the segmentation
+            if "uncertainty_sources" in cfg and uncertainty is None:  # written by nnunet-predict, which removes a
+                # case's record first when it writes the case again, and writes it before the segmentation
+                unfinished.append(str(cid))
             continue
         made = rec.get("settings")
         if isinstance(made, dict):
@@ -375,7 +405,8 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str]) -> None:
             continue
         for k in _NNUNET_RECORD_FIELDS:
             values[k].setdefault(json.dumps(rec.get(k), sort_keys=True), []).append(str(cid))
-    problems = _record_problems("uncertainty_config.json", "uncertainty/<case>.json", unfinished, other, values)
+    records = "uncertainty/<case>.json" if uncertainty is None else f"{unc}/<case>.json"
+    problems = _record_problems("uncertainty_config.json", records, unfinished, other, values)
     if problems:
         raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc nnunet-predict' run: "
                          f"{'; '.join(problems)}; run 'monai-unc nnunet-predict' into the folder again with the "
@@ -658,6 +689,10 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
     nothing else records the draws, so a rule written before the field is a difference (re-certify, or
     ``--allow-mismatch`` when the draws are known to be the same).
 
+    A side whose maps were read from another run's folder (field ``maps``: :func:`prediction_fingerprint`) is
+    compared twice: without ``maps``, and its maps' run against the other side's (its ``maps``, else itself); a
+    difference of the maps is named ``maps.<field>``, e.g. ``("maps.num_samples", 16, 24)``.
+
     Args:
         rule_fp: the rule's recorded fingerprint.
         pred_fp: the predictions' :func:`prediction_fingerprint`.
@@ -674,6 +709,13 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
         ('mismatch', [('roi', 8, [16, 16])])
     """
     unknown = {"producer": "unknown"}
+    if "maps" in rule_fp or "maps" in pred_fp:  # maps of another run: each side's maps compared as well
+        top = compare_fingerprints(_without_maps(rule_fp), _without_maps(pred_fp))[1]
+        maps = compare_fingerprints(_maps_fingerprint(rule_fp), _maps_fingerprint(pred_fp))[1]
+        diffs = [*top, *((f"maps.{k}", a, b) for k, a, b in maps)]
+        if not diffs and "maps" in rule_fp and "maps" in pred_fp and _maps_fingerprint(rule_fp) == unknown:
+            return "unverified", []  # maps of no known producer on both sides: not comparable
+        return ("mismatch", diffs) if diffs else ("match", [])
     if dict(rule_fp) in ({}, unknown) and dict(pred_fp) in ({}, unknown):
         return "unverified", []
     digests = has_weight_digests(rule_fp) and has_weight_digests(pred_fp)
@@ -691,6 +733,17 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
         diffs.sort(key=lambda t: t[0] != "producer")
         return "mismatch", diffs
     return "match", []
+
+
+def _without_maps(fp: Mapping[str, Any]) -> dict[str, Any]:
+    """A fingerprint without its ``maps`` field (the fingerprint of the run of maps read from another folder)."""
+    return {k: v for k, v in fp.items() if k != "maps"}
+
+
+def _maps_fingerprint(fp: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The fingerprint of the run whose maps a fingerprint's scores were read from: ``maps``, else its own."""
+    maps = fp.get("maps")
+    return maps if isinstance(maps, Mapping) else _without_maps(fp)
 
 
 def check_prediction_fingerprint(
@@ -804,7 +857,7 @@ def list_prediction_cases(
         raise CaseError(f"{empty} in {pred}")
     # the cases of one finished infer run, as evaluate reads them (found by hostile testing: triage and the products'
     # commands read a folder a live infer was writing, or one left mixed by an interrupted `infer --overwrite`)
-    check_finished_predictions(pred, layout, [f.case_id for f in found])
+    check_finished_predictions(pred, layout, [f.case_id for f in found], uncertainty)
     return found
 
 
@@ -1118,8 +1171,9 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
     The ``signature`` field (:func:`monai_unc.io.signing.sign_digest`) signs :func:`rule_digest` of the content with
     ``key``, by default :func:`monai_unc.io.signing.default_signing_key` (``$MONAI_UNC_SIGNING_KEY``, else the user's
     key, created on first use). When no key can be made (e.g. a read-only configuration folder) the file is written
-    unsigned with a warning: readers then refuse it unless told to accept unsigned files. A key pair whose public key
-    file is not the private key's is refused (nothing is written): what it signed would be refused where that public
+    unsigned with a warning: readers then refuse it unless told to accept unsigned files. A key that is named
+    (``key``, ``$MONAI_UNC_SIGNING_KEY``) but missing or no Ed25519 private key is refused (nothing is written), and so
+    is a key pair whose public key file is not the private key's: what it signed would be refused where that public
     key is trusted, this machine first.
 
     Args:
@@ -1132,14 +1186,20 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
 
     Raises:
         KeyPairMismatchError: the default key's public key file is another key's (naming both files and the remedy).
+        UnprotectedKeyError: other users can read or write the private key (naming it and the ``chmod``).
+        ValueError: ``key`` or ``$MONAI_UNC_SIGNING_KEY`` names no readable Ed25519 private key (naming it).
     """
     doc = {k: v for k, v in body.items() if k != SIGNATURE_FIELD}
     try:
         key_file = default_signing_key() if key is None else key
         doc[SIGNATURE_FIELD] = sign_digest(rule_digest(json_safe(doc)), key_file)  # type: ignore[arg-type]
-    except KeyPairMismatchError:
-        raise  # a key that exists but would sign what this machine refuses: mended by the user, not skipped
+    except (KeyPairMismatchError, UnprotectedKeyError):
+        raise  # a key that exists but would sign what this machine refuses, or that others could have copied: mended
+        # by the user, not skipped
     except (OSError, ValueError) as e:
+        if key is not None or os.environ.get("MONAI_UNC_SIGNING_KEY"):  # found by hostile testing: a key named
+            # (a typo, another key type) fell back to an unsigned file with a warning, and the command exited 0
+            raise ValueError(f"{path} is not written: no usable signing key ({e})") from None
         warnings.warn(f"{path} is written unsigned: no signing key ({e}); the commands that apply it refuse it "
                       "unless given --allow-unsigned", UserWarning, stacklevel=2)
     return atomic_write_json(path, doc)

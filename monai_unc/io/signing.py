@@ -47,6 +47,7 @@ __all__ = [
     "TRUSTED_KEYS_DIR",
     "Trust",
     "KeyPairMismatchError",
+    "UnprotectedKeyError",
     "config_dir",
     "generate_key_pair",
     "complete_key_pair",
@@ -80,6 +81,14 @@ class KeyPairMismatchError(ValueError):
     Rules signed with the private key are then refused wherever the public key file is trusted (on this machine
     first), so the pair is refused where it is used (signing, ``monai-unc keys``) rather than signing with it; the
     public key file is never replaced silently (it may have been given to other machines).
+    """
+
+
+class UnprotectedKeyError(ValueError):
+    """A private key file that other users can read or change: whoever copied it can certify rules as its owner.
+
+    Refused where it would sign (:func:`sign_digest`), as OpenSSH refuses such a private key, rather than signing
+    with it or writing the file unsigned; the message names the file, its mode and the ``chmod`` that fixes it.
     """
 
 
@@ -512,6 +521,23 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _check_private_key_mode(path: Path) -> None:
+    """Refuse a private key file that users other than its owner can read or write (POSIX only).
+
+    Access by the owner's private group (named after the user, no other member: the umask 002 convention) is
+    access by the owner alone.
+    """
+    if os.name != "posix":
+        return
+    st = path.stat()
+    if st.st_mode & 0o007 or (st.st_mode & 0o070 and not _private_group(st.st_gid, st.st_uid)):
+        raise UnprotectedKeyError(
+            f"signing key {path} can be read or changed by other users (mode {oct(st.st_mode & 0o777)}): whoever "
+            f"copied it can certify rules as you; run: chmod 600 '{path}' (and make a new pair with monai-unc keys "
+            "--create --overwrite if someone may have copied it)"
+        )
+
+
 def sign_digest(digest: str, key_file: str | os.PathLike) -> dict[str, str]:
     """The signature object of a document whose content digest is ``digest``.
 
@@ -521,8 +547,13 @@ def sign_digest(digest: str, key_file: str | os.PathLike) -> dict[str, str]:
 
     Returns:
         ``{"algorithm", "key", "public_key", "value"}``.
+
+    Raises:
+        ValueError: ``key_file`` is not a readable Ed25519 private key (naming it).
+        UnprotectedKeyError: other users can read or write ``key_file`` (POSIX; naming it, its mode and the fix).
     """
     key = load_private_key(key_file)
+    _check_private_key_mode(Path(key_file))
     pub = key.public_key()
     raw = pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return {"algorithm": "ed25519", "key": key_fingerprint(pub), "public_key": _b64(raw),

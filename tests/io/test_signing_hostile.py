@@ -337,3 +337,33 @@ def test_a_killed_key_write_does_not_block_the_next_keys_create(config, capsys):
     (config / ".signing_key.pem.partial").write_bytes(b"-----BEGIN PRIVATE KEY-----\n")
     assert cli.main(["keys", "--create"]) == 0, capsys.readouterr().err
     assert sorted(p.name for p in config.iterdir()) == ["signing_key.pem", "signing_key.pub"]
+
+
+@pytest.mark.parametrize("how", ["environment", "argument"])
+@pytest.mark.parametrize("bad", ["missing", "rsa", "public"])
+def test_a_named_signing_key_that_cannot_sign_is_refused(config, tmp_path, monkeypatch, how, bad):
+    """Found by hostile testing: ``MONAI_UNC_SIGNING_KEY`` naming a missing file (a typo), an RSA key or a public key
+    made certification write the rule unsigned with a warning and exit 0; now nothing is written, one error naming the
+    key. Without a named key the default key is still created and used."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = tmp_path / "keys" / "dept.pem"
+    key.parent.mkdir()
+    if bad == "rsa":
+        rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        key.write_bytes(rsa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption()))
+    elif bad == "public":
+        key.write_bytes(generate_key_pair(tmp_path / "pair")[1].read_bytes())
+    if how == "environment":
+        monkeypatch.setenv("MONAI_UNC_SIGNING_KEY", str(key))
+    doc = {"format": "f", "format_version": 1, "threshold": 0.5}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "written unsigned" warning either
+        with pytest.raises(ValueError, match=r"rule\.json is not written: no usable signing key .*dept\.pem"):
+            write_signed_json(tmp_path / "rule.json", doc, key=key if how == "argument" else None)
+    assert not (tmp_path / "rule.json").exists()
+    monkeypatch.delenv("MONAI_UNC_SIGNING_KEY", raising=False)
+    signed = json.loads(write_signed_json(tmp_path / "rule.json", doc).read_text())
+    assert check_signature(signed, Trust(), "rule").startswith("signed by")

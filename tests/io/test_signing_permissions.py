@@ -118,3 +118,33 @@ def test_own_key_pair_is_trusted_whatever_the_umask(tmp_path, monkeypatch, umask
     assert stat.S_IMODE(priv.stat().st_mode) == 0o600
     assert stat.S_IMODE(pub.stat().st_mode) == 0o644 & ~umask
     assert len(signing.trusted_public_keys()) == 1
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o604, 0o640, 0o620])
+def test_a_private_key_others_can_read_does_not_sign(tmp_path, monkeypatch, mode):
+    """Found by hostile testing: a signing key readable by every user (``MONAI_UNC_SIGNING_KEY`` written 0644 by a
+    copy, the configuration folder's key after a ``chmod``) signed rules without a word, where OpenSSH refuses such
+    a key; now certification stops, naming the file, its mode and the ``chmod``, and writes nothing (not even an
+    unsigned rule)."""
+    from monai_unc.io.provenance import write_signed_json
+
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(tmp_path / "cfg"))
+    monkeypatch.setattr(signing, "_private_group", lambda gid, uid: False)  # a group other users are in
+    priv, _ = signing.generate_key_pair(tmp_path / "cfg")
+    os.chmod(priv, mode)
+    with pytest.raises(signing.UnprotectedKeyError, match=r"can be read or changed by other users \(mode 0o6") as e:
+        signing.sign_digest("sha256:" + "0" * 64, priv)
+    assert f"chmod 600 '{priv}'" in str(e.value)
+    with pytest.raises(signing.UnprotectedKeyError):
+        write_signed_json(tmp_path / "rule.json", {"format": "f", "format_version": 1})
+    assert not (tmp_path / "rule.json").exists()
+    os.chmod(priv, 0o600)
+    assert "signature" in write_signed_json(tmp_path / "rule.json", {"format": "f", "format_version": 1}).read_text()
+
+
+def test_a_private_key_readable_by_the_owners_private_group_signs(tmp_path, monkeypatch):
+    """umask 002 (user private groups): group access is the owner's alone."""
+    monkeypatch.setattr(signing, "_private_group", lambda gid, uid: True)
+    priv, _ = signing.generate_key_pair(tmp_path / "keys")
+    os.chmod(priv, 0o640)
+    assert signing.sign_digest("sha256:" + "0" * 64, priv)["algorithm"] == "ed25519"

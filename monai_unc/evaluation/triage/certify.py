@@ -118,7 +118,7 @@ def certify_rule(
     ids = [str(r["case"]) for r in rows]
     cal_ids = ids if rc["calibration"]["cases"] == "all" else [str(c) for c in rc["calibration"]["cases"]]
     if predictions is not None:  # the fingerprint of one finished run, not a list of two runs' settings
-        check_finished_predictions(predictions, layout, cal_ids)
+        check_finished_predictions(predictions, layout, cal_ids, uncertainty)
     by_id = {str(r["case"]): r for r in rows}
     raw = np.array([as_float(by_id[c].get(column)) for c in cal_ids])
     defined = np.sort(raw[np.isfinite(raw)])
