@@ -21,3 +21,28 @@ def test_to_tensor_reads_any_byte_order(dtype):
         assert t.dtype == ref.dtype and torch.equal(t, ref)
     native = np.arange(4.0)
     assert to_tensor(native, "x").data_ptr() == native.ctypes.data  # native arrays still share their memory
+
+
+def test_share_count_is_exact_ceil_up_to_float_rounding():
+    """``share_count`` (referral budgets, the lesion curve, the referral curve) against exact fractions: the share
+    as the decimal it names, the product rounded only by float arithmetic."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    from monai_unc._utils import share_count
+    from monai_unc.metrics.selective import referral_curve
+
+    for n in range(1, 60):
+        for k in range(n + 1):
+            for text in (f"{k / n:.12f}", f"{k / n + 1e-11:.12f}", f"{max(k / n - 1e-11, 0):.12f}", str(k / n)):
+                exact = Fraction(text) * n
+                want = -(-exact.numerator // exact.denominator)
+                got = int(share_count(float(text), n))
+                # a share within float rounding of k / n names k / n (0.3 * 10 is 3.0000000000000004)
+                assert got == want or (abs(exact - round(exact)) < Fraction(1, 10**14) and got == round(exact)), (
+                    n, text, got, want)
+    # rounding to 9 decimals took the 4th of 10 cases for 0.30000000001 as 3
+    assert int(share_count(0.30000000001, 10)) == 4
+    curve = referral_curve(np.linspace(0, 1, 10), np.ones(10), taus=[0.3, 0.30000000001])
+    assert curve.n_retained.tolist() == [7, 6]

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import is_count, is_finite_real, is_text_list, unique_json_keys
+from .._utils import is_count, is_finite_real, is_text_list, share_count, unique_json_keys
 from ..io import CaseFiles, atomic_write_text, json_safe, save_state, write_csv
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
@@ -775,7 +775,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
             "area_normalized": area_under_referral_curve(scores, dice, normalize=True) if n > 1 else None,
         }
         order = triage_order(ids, raw_scores)
-        n_ref = int(math.ceil(round(config.budget * n, 9)))
+        n_ref = int(share_count(config.budget, n))
         at_budget = referral_curve(scores, dice, taus=[config.budget])
         referred = [ids[i] for i in order[:n_ref]]
         split = budget_split(ids, dice, scores, referred)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import affine_voxel_volume, label_map_dtype, load_nifti
+from .._utils import affine_voxel_volume, label_map_dtype, load_nifti, share_count
 from ..io import CaseError, check_geometry, nifti_geometry, read_volume, sheared_grid
 from ..metrics.discrimination import error_auroc
 from ..metrics.lesions import (
@@ -498,7 +498,7 @@ def lesion_retention(score: Any, dice: Any, false_positive: Any,
     taus = np.asarray(referred, float).ravel()
     if taus.size == 0 or not np.isfinite(taus).all() or (taus < 0).any() or (taus >= 1).any():
         raise ValueError(f"referred must be shares in [0, 1), got {referred!r}")
-    taus = taus[np.ceil(np.round(taus * u.size, 9)) < u.size]  # shares that keep at least one lesion
+    taus = taus[share_count(taus, u.size) < u.size]  # shares that keep at least one lesion
     curve = referral_curve(u, d, taus)
     return {"referred": [float(t) for t in taus], "kept": [int(k) for k in curve.n_retained],
             "dice": [float(v) for v in curve.value],

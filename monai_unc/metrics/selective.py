@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_vector, check_bool, to_numpy, trapezoid, warn_nan
+from .._utils import ArrayLike, case_vector, check_bool, share_count, to_numpy, trapezoid, warn_nan
 
 __all__ = [
     "RiskCoverageCurve",
@@ -338,7 +338,7 @@ def eaurc(
 
 def _n_referred(taus: np.ndarray, n: int) -> np.ndarray:
     # ceil(tau * N), robust to tau * N landing a few ulps above an integer (0.3 * 10 = 3.0000000000000004)
-    return np.ceil(np.round(taus * n, 9)).astype(np.int64)
+    return share_count(taus, n)
 
 
 def _taus(taus: ArrayLike | Sequence[float] | None, n: int) -> np.ndarray:
