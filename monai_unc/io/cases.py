@@ -2508,12 +2508,21 @@ def _input_files(path: Path) -> list[Path] | None:
 
 
 def _input_stat(path: Path) -> list[Any]:
-    """What a resume compares first of an input (a file, a DICOM series folder, a NIfTI pair): size, mtime."""
+    """What a resume compares first of an input (a file, a DICOM series folder, a NIfTI pair): size, mtime, ctime.
+
+    The status-change time too (found by hostile testing): a scan edited in place with its size and modification time
+    kept (an uncompressed NIfTI of the same shape always has the same size; ``touch -r``, ``os.utime`` and tools that
+    keep times set the mtime back) passed as unchanged, and the resume kept the outputs of the earlier scan. Nothing
+    sets the ctime back, so any write makes the sha256 decide.
+    """
     files = _input_files(path)
     if files is not None:
-        return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
-    st = path.stat()
-    return [int(st.st_size), int(st.st_mtime_ns)]
+        return [[f.name, *_size_times(f.stat())] for f in files]
+    return _size_times(path.stat())
+
+
+def _size_times(st: os.stat_result) -> list[int]:
+    return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns)]
 
 
 def _input_sha256(path: Path) -> str:
@@ -2528,8 +2537,8 @@ def _input_sha256(path: Path) -> str:
 def input_digests(channels: Sequence[str | os.PathLike]) -> list[dict[str, Any]]:
     """What a case record (``<case>.json``, ``input_digests``) holds of the inputs a case was predicted from.
 
-    Per input channel (a file, a DICOM series folder, a NIfTI pair): its name, the names, sizes and modification times
-    of its files, and its sha256 (of a folder or pair: of its files' names and contents).
+    Per input channel (a file, a DICOM series folder, a NIfTI pair): its name, the names, sizes, modification and
+    status-change times of its files, and its sha256 (of a folder or pair: of its files' names and contents).
 
     Args:
         channels: the case's input channels, in order.
@@ -2551,8 +2560,9 @@ def input_digests(channels: Sequence[str | os.PathLike]) -> list[dict[str, Any]]
 def changed_inputs(channels: Sequence[str | os.PathLike], record: Mapping[str, Any]) -> list[str]:
     """The inputs of a case whose content differs from what its record says was predicted (:func:`input_digests`).
 
-    An input whose files' names, sizes and modification times are the recorded ones is taken as unchanged; otherwise
-    its sha256 decides, so a copy with the same content is unchanged. A record without ``input_digests`` (written
+    An input whose files' names, sizes, modification and status-change times are the recorded ones is taken as
+    unchanged; otherwise its sha256 decides, so a copy with the same content is unchanged (and so is the input of a
+    record written before the status-change time was recorded). A record without ``input_digests`` (written
     before they existed) is not checked.
 
     Args:
