@@ -554,8 +554,8 @@ def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -
         The same structure (numpy arrays, int64 or float64) holding the sums; a copy for a single process.
 
     Raises:
-        ValueError: a non-numeric dtype, a uint64 value above the int64 range, keys/shapes/dtypes that differ across
-            ranks, or an int64 sum that overflows (on every rank).
+        ValueError: a non-numeric dtype, a uint64 value above the int64 range, keys of the same text (``1`` and
+            ``"1"``), keys/shapes/dtypes that differ across ranks, or an int64 sum that overflows (on every rank).
 
     Example:
         >>> all_reduce_sum({"n": np.array([1, 2]), "s": np.array([0.5])}, DistContext())
@@ -563,6 +563,13 @@ def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -
     """
     single = not isinstance(x, Mapping)
     arrays = {"": _as_array(x, "x")} if single else {str(k): _as_array(v, f"x[{k!r}]") for k, v in x.items()}
+    if not single and len(arrays) != len(x):  # found by hostile testing: {1: a, "1": b} summed b alone, a dropped
+        seen: dict[str, list[Any]] = {}
+        for k in x:
+            seen.setdefault(str(k), []).append(k)
+        clash = next(ks for ks in seen.values() if len(ks) > 1)
+        raise ValueError(f"x has keys that name one entry ({', '.join(repr(k) for k in clash)}): the sums are keyed "
+                         "by the keys' text")
     if not ctx.distributed:
         out = {k: a.copy() for k, a in arrays.items()}
         return out[""] if single else out

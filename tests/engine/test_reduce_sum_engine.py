@@ -55,3 +55,11 @@ def test_uint64_count_above_int64_range_is_refused():
         all_reduce_sum({"n": np.array([2**63 + 5, 1], np.uint64)}, DistContext())
     out = all_reduce_sum(np.array([2**63 - 1], np.uint64), DistContext())  # the largest that fits
     assert out.dtype == np.int64 and int(out[0]) == 2**63 - 1
+
+
+def test_keys_of_the_same_text_are_refused_not_dropped():
+    # before the fix {'1': array([5])}: the entry under the integer key was dropped without a word
+    with pytest.raises(ValueError, match=r"x has keys that name one entry \(1, '1'\)"):
+        all_reduce_sum({1: np.array([1]), "1": np.array([5])}, DistContext())
+    out = all_reduce_sum({1: np.array([1]), "2": np.array([5])}, DistContext())
+    assert {k: v.tolist() for k, v in out.items()} == {"1": [1], "2": [5]}
