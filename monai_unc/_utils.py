@@ -666,6 +666,14 @@ def check_bool(value: Any, name: str) -> bool:
     return bool(value)
 
 
+def check_callable(value: Any, name: str, optional: bool = True) -> Any:
+    """``value`` if it is callable (or None when ``optional``); ``TypeError`` naming ``name`` otherwise, so that a
+    hook given as data fails once, before any work, instead of once per case."""
+    if not (callable(value) or (optional and value is None)):
+        raise TypeError(f"{name} must be callable{' or None' if optional else ''}, got {type(value).__name__}")
+    return value
+
+
 def check_integer(value: Any, name: str, minimum: int = 1) -> int:
     """``value`` as an ``int`` if it is an integer (not a bool) of at least ``minimum``; ``ValueError`` naming
     ``name`` otherwise (a float such as 2.5, a string, ``None``)."""

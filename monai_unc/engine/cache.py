@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._utils import check_callable
 from ..io import atomic_write_text, clean_partial_files
 from ..io.files import json_default
 
@@ -69,6 +70,9 @@ class CaseCache:
         saved_as: ``saved_as(saved) -> fingerprint``: a saved fingerprint as it compares with the current one (a
             setting an earlier version recorded that had no effect); default: as it was saved.
 
+    Raises:
+        TypeError: ``fingerprint``, ``dump``, ``restore``, ``on_stale`` or ``saved_as`` is neither callable nor None.
+
     Example:
         >>> import tempfile
         >>> cache = CaseCache(tempfile.mkdtemp(), fingerprint=lambda item: {"size": len(item)})
@@ -89,8 +93,11 @@ class CaseCache:
         on_stale: Callable[[str, Any, Any], None] | None = None,
         saved_as: Callable[[Any], Any] | None = None,
     ) -> None:
-        if fingerprint is not None and not callable(fingerprint):
-            raise TypeError(f"fingerprint must be callable or None, got {type(fingerprint).__name__}")
+        # found by hostile testing: a hook given as data (dump=5) was accepted, and every case then failed after its
+        # work with "'int' object is not callable"
+        for name, hook in (("fingerprint", fingerprint), ("dump", dump), ("restore", restore), ("on_stale", on_stale),
+                           ("saved_as", saved_as)):
+            check_callable(hook, name)
         self.folder = Path(folder)
         self.fingerprint = fingerprint
         self.dump = dump or _dump_result
@@ -177,9 +184,16 @@ class CaseCache:
 
         Returns:
             The JSON path, or None when ``store`` is False (nothing written).
+
+        Raises:
+            TypeError: ``result`` is None (with ``store``).
         """
         if not self.store:
             return None
+        if result is None:  # found by hostile testing: saved, it read back as "no saved state", so the case was
+            # computed again on every rerun without a word
+            raise TypeError(f"case {case_id!r}: the result to save is None (a saved None reads back as no saved "
+                            "state: the case would be computed again on every run)")
         self.folder.mkdir(parents=True, exist_ok=True)
         # the saved state goes first: ``dump`` may replace its side files, and an interruption before the new
         # ``<case>.json`` is written must not leave the old one (and its fingerprint) beside the new side files

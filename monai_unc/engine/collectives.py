@@ -523,9 +523,15 @@ def barrier(ctx: DistContext) -> None:
         dist.barrier(group=ctx.group)
 
 
+_INT64_MAX = np.iinfo(np.int64).max
+
+
 def _as_array(x: Any, name: str) -> np.ndarray:
     a = np.asarray(x)  # np.array(..., order="C"), not ascontiguousarray: a 0-d array keeps its shape
     if a.dtype == bool or np.issubdtype(a.dtype, np.integer):
+        # found by hostile testing: a uint64 count above 2**63 - 1 wrapped to a negative int64 without a word
+        if a.dtype == np.uint64 and a.size and int(a.max()) > _INT64_MAX:
+            raise ValueError(f"{name} holds {int(a.max())}, above the int64 range in which counts are summed")
         return np.array(a, dtype=np.int64, order="C")
     if np.issubdtype(a.dtype, np.floating):
         return np.array(a, dtype=np.float64, order="C")
@@ -535,10 +541,10 @@ def _as_array(x: Any, name: str) -> np.ndarray:
 def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -> Any:
     """Sum of ``x`` over all ranks, on every rank.
 
-    ``x`` is an array or a dict of arrays; integers (and booleans) are summed as int64 (exact up to 2**63),
-    floats as float64. The parts are all-gathered and added in rank order (module docstring), so the result is
-    bitwise the same on every rank and independent of the backend. Shapes and keys must agree across ranks
-    (``ValueError`` on every rank otherwise).
+    ``x`` is an array or a dict of arrays; integers (and booleans) are summed as int64 (exact up to 2**63 - 1: a sum
+    beyond it raises, it never wraps), floats as float64. The parts are all-gathered and added in rank order (module
+    docstring), so the result is bitwise the same on every rank and independent of the backend. Shapes and keys must
+    agree across ranks (``ValueError`` on every rank otherwise).
 
     Args:
         x: this rank's array, or a dict of arrays (integer, boolean or floating).
@@ -548,7 +554,8 @@ def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -
         The same structure (numpy arrays, int64 or float64) holding the sums; a copy for a single process.
 
     Raises:
-        ValueError: a non-numeric dtype, or keys/shapes/dtypes that differ across ranks.
+        ValueError: a non-numeric dtype, a uint64 value above the int64 range, keys of the same text (``1`` and
+            ``"1"``), keys/shapes/dtypes that differ across ranks, or an int64 sum that overflows (on every rank).
 
     Example:
         >>> all_reduce_sum({"n": np.array([1, 2]), "s": np.array([0.5])}, DistContext())
@@ -556,6 +563,13 @@ def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -
     """
     single = not isinstance(x, Mapping)
     arrays = {"": _as_array(x, "x")} if single else {str(k): _as_array(v, f"x[{k!r}]") for k, v in x.items()}
+    if not single and len(arrays) != len(x):  # found by hostile testing: {1: a, "1": b} summed b alone, a dropped
+        seen: dict[str, list[Any]] = {}
+        for k in x:
+            seen.setdefault(str(k), []).append(k)
+        clash = next(ks for ks in seen.values() if len(ks) > 1)
+        raise ValueError(f"x has keys that name one entry ({', '.join(repr(k) for k in clash)}): the sums are keyed "
+                         "by the keys' text")
     if not ctx.distributed:
         out = {k: a.copy() for k, a in arrays.items()}
         return out[""] if single else out
@@ -573,8 +587,14 @@ def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -
         parts = [torch.empty_like(flat) for _ in range(ctx.world_size)]
         dist.all_gather(parts, flat, group=ctx.group)
         total = parts[0].clone()
-        for p in parts[1:]:
+        for r, p in enumerate(parts[1:], 1):
+            before = total.clone() if dtype is np.int64 else None
             total += p
+            # found by hostile testing: int64 counts whose sum passes 2**63 - 1 wrapped to a negative count without
+            # a word; the sum overflowed where both addends have the sign the sum lacks (every rank sees the same)
+            if before is not None and bool((((before ^ total) & (p ^ total)) < 0).any()):
+                raise ValueError(f"all_reduce_sum: the int64 sum overflows when rank {r}'s counts are added (the "
+                                 f"total passes {_INT64_MAX})")
         total_np, start = total.numpy(), 0
         for k in keys:
             n = arrays[k].size

@@ -32,6 +32,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from .._utils import check_callable
 from ..io import check_case_ids_fit_folder, is_disk_full, output_lock
 from ..io.cases import settings_changes
 from .cache import CaseCache
@@ -96,6 +97,10 @@ def process_cases(
     Returns:
         ``[(case_id, result)]`` of the cases that did not fail, in the order of ``items``.
 
+    Raises:
+        TypeError: ``process`` or ``key`` is not callable, ``on_failure`` neither callable nor None, or ``cache``
+            not a :class:`CaseCache` (before any case).
+
     Example:
         >>> failed = []
         >>> process_cases(["a", "bb", ""], lambda s: 1 / len(s), key=str, failures=failed)
@@ -105,6 +110,7 @@ def process_cases(
         >>> process_cases(["a", "bb"], len, key=str)
         [('a', 1), ('bb', 2)]
     """
+    _check_loop_arguments(process, key, cache, on_failure)
     out = []
     bar = tqdm(items, desc=desc, unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     for item in bar:
@@ -128,6 +134,20 @@ def process_cases(
             continue
         out.append((cid, result))
     return out
+
+
+def _check_loop_arguments(process: Any, key: Any, cache: Any, on_failure: Any) -> None:
+    """``TypeError`` naming the argument for a per-case function, key, cache or callback of the wrong kind.
+
+    Found by hostile testing: ``process=5`` was accepted and every case then "failed" with ``'int' object is not
+    callable`` (``failures.json`` listing the whole cohort, "fix these cases"), and ``cache="folder"`` ended in an
+    ``AttributeError`` that named no argument.
+    """
+    check_callable(process, "process", optional=False)
+    check_callable(key, "key", optional=False)
+    check_callable(on_failure, "on_failure")
+    if cache is not None and not isinstance(cache, CaseCache):
+        raise TypeError(f"cache must be a CaseCache or None, got {type(cache).__name__}")
 
 
 @dataclass
@@ -220,12 +240,20 @@ def run_cases(
         CasesFailed: on every rank when a case failed (every other case was processed and, with a cache, saved).
         RankFailed: on the other ranks when a rank failed outside the per-case work (or, with ``stop_on_error``,
             in a case).
+        TypeError: ``process``, ``key`` or a hook is not callable, ``cache`` is not a :class:`CaseCache` or
+            ``command`` not a string (before any work).
 
     Example:
         >>> run = run_cases(["b", "a"], str.upper, command="toy", key=str, summarize=lambda r: "".join(r.results))
         >>> run.cases, run.summary
         (['a', 'b'], 'AB')
     """
+    _check_loop_arguments(process, key, cache, on_failure)
+    if not isinstance(command, str):
+        raise TypeError(f"command must be a string, got {type(command).__name__}")
+    for name, hook in (("setup", setup), ("summarize", summarize), ("on_failed", on_failed), ("pack", pack),
+                       ("unpack", unpack), ("agree", agree)):
+        check_callable(hook, name)
     ctx = ctx if ctx is not None else get_dist_context()
     report = failure_reporter(ctx, command, on_failure)
     with contextlib.ExitStack() as held:  # the output folder's lock (rank 0), released at the end

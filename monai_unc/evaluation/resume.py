@@ -16,7 +16,7 @@ from typing import Any
 from .. import __version__
 from ..engine import CaseCache
 from ..engine.records import record_cache_hooks
-from ..io import INFER_RECORD, CaseFiles, check_volume_entry
+from ..io import INFER_RECORD, CaseFiles, check_volume_entry, volume_files
 from .case import CaseResult
 from .config import EvaluationConfig
 
@@ -38,7 +38,8 @@ def file_signature(path: Path | None) -> list[Any] | None:
     """``[resolved path, size, mtime_ns, ctime_ns, inode]`` of a file: what resume checks.
 
     A folder (a DICOM series, :func:`monai_unc.io.dicom_series_folders`) gives ``[resolved path, number of files,
-    sha256 of its files' signatures, ctime_ns, inode]``.
+    sha256 of its files' signatures, ctime_ns, inode]``. A header whose voxels lie in other files (a NIfTI pair's
+    ``.hdr``, a MetaImage ``.mhd``: :func:`monai_unc.io.volume_files`) has the signatures of those files appended.
 
     ctime and inode are part of it so that a copy with a preserved mtime (``cp -p``, ``rsync -a``) still differs.
 
@@ -70,7 +71,11 @@ def file_signature(path: Path | None) -> list[Any] | None:
         files = sorted(f for f in Path(path).iterdir() if f.is_file())
         inner = hashlib.sha256(json.dumps([file_signature(f) for f in files]).encode()).hexdigest()
         return [str(Path(path).resolve()), len(files), inner, int(st.st_ctime_ns), int(st.st_ino)]
-    return [str(Path(path).resolve()), int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino)]
+    sig = [str(Path(path).resolve()), int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino)]
+    data = volume_files(path)[1:]  # a header's data files (NIfTI pair, MetaImage): where the voxels are
+    if data:  # found by hostile testing: a label whose .raw was emptied kept its Dice, its .mhd being unchanged
+        sig.append([file_signature(f) for f in data])
+    return sig
 
 
 #: the run records of a prediction folder whose settings a command reads with the cases (``infer``,

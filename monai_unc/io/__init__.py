@@ -55,6 +55,7 @@ from .cases import (
     sheared_grid,
     spacing_from_affine,
     split_extension,
+    volume_files,
 )
 from .files import (
     DISK_FULL_ERRNOS,
@@ -142,6 +143,7 @@ __all__ = [
     "segment_label_values",
     "REFERENCE_EXTENSIONS",
     "read_probabilities",
+    "volume_files",
     "input_digests",
     "changed_inputs",
     "check_label_map",

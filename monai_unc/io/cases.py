@@ -72,6 +72,7 @@ except ImportError:  # the standard library's gzip, through nibabel
     _igzip = None
 
 __all__ = [
+    "volume_files",
     "input_digests",
     "changed_inputs",
     "check_case_ids_fit_folder",
@@ -2491,8 +2492,79 @@ def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
     return out
 
 
+#: the most data files a MetaImage header may name (``ElementDataFile`` as a list or a numbered pattern)
+_MAX_METAIMAGE_FILES = 100_000
+
+
+def _metaimage_data_files(header: Path) -> list[Path]:
+    """The data files a MetaImage header (``.mhd``) names in ``ElementDataFile``; none for ``LOCAL`` (``.mha`` style).
+
+    The value is one file name, ``LIST`` followed by one name per line, or a numbered pattern ``name%03d.raw first
+    last [step]``; names are relative to the header's folder. A header that cannot be read or names no file gives
+    none (reading the volume then fails with its reader's reason).
+    """
+    try:
+        with header.open("rb") as f:
+            lines = f.read(1 << 20).decode("latin-1").splitlines()
+    except OSError:
+        return []
+    for i, line in enumerate(lines):
+        key, sep, value = line.partition("=")
+        if not sep or key.strip().lower() != "elementdatafile":
+            continue
+        value = value.strip()
+        if not value or value.upper() == "LOCAL":
+            return []
+        if value.split()[0].upper() == "LIST":
+            names = [n.strip() for n in lines[i + 1:] if n.strip()]
+        elif "%" in value:
+            pattern, *numbers = value.split()
+            try:
+                first, last = int(numbers[0]), int(numbers[1])
+                step = int(numbers[2]) if len(numbers) > 2 else 1
+                span = range(first, last + (1 if step > 0 else -1), step)
+                if len(span) > _MAX_METAIMAGE_FILES:
+                    return []
+                names = [pattern % k for k in span]
+            except (IndexError, ValueError, TypeError):
+                return []
+        else:
+            names = [value]
+        return [header.parent / n for n in names[:_MAX_METAIMAGE_FILES]]
+    return []
+
+
+def volume_files(path: str | os.PathLike) -> list[Path]:
+    r"""The files a volume input is made of, whose content its voxels come from.
+
+    A plain volume file is itself; a NIfTI pair's or Analyze header (``.hdr``) comes with its data file ``.img``; a
+    MetaImage header (``.mhd``) with the data files its ``ElementDataFile`` names (``.raw``, ``.zraw``, a list or a
+    numbered series of them); a DICOM series folder is its files (hidden files, such as a Finder's ``.DS_Store``, are
+    no slice). A resume compares all of them: an edited data file beside an untouched header is an edited volume
+    (found by hostile testing: ``evaluate`` kept the Dice of a label whose ``.raw`` was emptied, as its ``.mhd`` was
+    unchanged).
+
+    Args:
+        path: the input (a file or a series folder).
+
+    Returns:
+        The files, the header (or the file itself) first; data files that do not exist are listed too.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "case.mhd").write_text("NDims = 3\nElementDataFile = case.raw\n")
+        ...     [p.name for p in volume_files(Path(d) / "case.mhd")], [p.name for p in volume_files(Path(d) / "x.nii")]
+        (['case.mhd', 'case.raw'], ['x.nii'])
+    """
+    path = Path(path)
+    return _input_files(path) or [path]
+
+
 def _input_files(path: Path) -> list[Path] | None:
-    """The files of an input made of several (a DICOM series folder, a NIfTI pair's ``.hdr`` and ``.img``), or None.
+    """The files of an input made of several (a series folder, a NIfTI pair, a MetaImage header and data), or None.
+
+    A NIfTI pair is its ``.hdr`` and ``.img``; a MetaImage header its ``.mhd`` and the data files it names.
 
     A series folder's files are those :func:`~monai_unc.io.dicom.read_series` reads: hidden files (the ``.DS_Store``
     a Mac's Finder leaves in a folder it showed) are no slice, so one appearing after ``infer`` neither made
@@ -2504,16 +2576,28 @@ def _input_files(path: Path) -> list[Path] | None:
     if path.name.lower().endswith(PAIR_HEADER_EXTENSION):  # the data lie in the .img beside it (found by a review
         stem = path.name[: -len(PAIR_HEADER_EXTENSION)]  # of NIfTI pairs: an edited .img was not predicted again)
         return [path, *(f for f in (path.with_name(stem + e) for e in (".img", ".IMG")) if f.is_file())]
+    if path.name.lower().endswith(".mhd"):  # found by hostile testing: an edited .raw beside its untouched header
+        data = _metaimage_data_files(path)  # was taken for an unchanged input
+        return [path, *data] if data else None
     return None
 
 
 def _input_stat(path: Path) -> list[Any]:
-    """What a resume compares first of an input (a file, a DICOM series folder, a NIfTI pair): size, mtime."""
+    """What a resume compares first of an input (a file, a DICOM series folder, a NIfTI pair): size, mtime, ctime.
+
+    The status-change time too (found by hostile testing): a scan edited in place with its size and modification time
+    kept (an uncompressed NIfTI of the same shape always has the same size; ``touch -r``, ``os.utime`` and tools that
+    keep times set the mtime back) passed as unchanged, and the resume kept the outputs of the earlier scan. Nothing
+    sets the ctime back, so any write makes the sha256 decide.
+    """
     files = _input_files(path)
     if files is not None:
-        return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
-    st = path.stat()
-    return [int(st.st_size), int(st.st_mtime_ns)]
+        return [[f.name, *_size_times(f.stat())] for f in files]
+    return _size_times(path.stat())
+
+
+def _size_times(st: os.stat_result) -> list[int]:
+    return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns)]
 
 
 def _input_sha256(path: Path) -> str:
@@ -2528,8 +2612,8 @@ def _input_sha256(path: Path) -> str:
 def input_digests(channels: Sequence[str | os.PathLike]) -> list[dict[str, Any]]:
     """What a case record (``<case>.json``, ``input_digests``) holds of the inputs a case was predicted from.
 
-    Per input channel (a file, a DICOM series folder, a NIfTI pair): its name, the names, sizes and modification times
-    of its files, and its sha256 (of a folder or pair: of its files' names and contents).
+    Per input channel (a file, a DICOM series folder, a NIfTI pair): its name, the names, sizes, modification and
+    status-change times of its files, and its sha256 (of a folder or pair: of its files' names and contents).
 
     Args:
         channels: the case's input channels, in order.
@@ -2551,8 +2635,9 @@ def input_digests(channels: Sequence[str | os.PathLike]) -> list[dict[str, Any]]
 def changed_inputs(channels: Sequence[str | os.PathLike], record: Mapping[str, Any]) -> list[str]:
     """The inputs of a case whose content differs from what its record says was predicted (:func:`input_digests`).
 
-    An input whose files' names, sizes and modification times are the recorded ones is taken as unchanged; otherwise
-    its sha256 decides, so a copy with the same content is unchanged. A record without ``input_digests`` (written
+    An input whose files' names, sizes, modification and status-change times are the recorded ones is taken as
+    unchanged; otherwise its sha256 decides, so a copy with the same content is unchanged (and so is the input of a
+    record written before the status-change time was recorded). A record without ``input_digests`` (written
     before they existed) is not checked.
 
     Args:

@@ -187,3 +187,40 @@ def test_a_backslash_in_a_posix_case_id_is_a_plain_character(tmp_path):
     cache = CaseCache(tmp_path / "states", lambda item: item)
     assert cache.save("a\\b", {"v": 1}, None).parent == tmp_path / "states"
     assert cache.load("a\\b", None) == {"v": 1}
+
+
+@pytest.mark.parametrize("hook", ["fingerprint", "dump", "restore", "on_stale", "saved_as"])
+def test_a_hook_given_as_data_is_refused_before_any_case(tmp_path, hook):
+    # before the fix CaseCache(dump=5) was accepted and every case failed after its work ("not callable")
+    with pytest.raises(TypeError, match=f"{hook} must be callable or None, got int"):
+        CaseCache(tmp_path, **{hook: 5})
+
+
+def test_loop_arguments_of_the_wrong_kind_are_refused_before_any_case(tmp_path):
+    from monai_unc.engine import run_cases
+
+    calls = []
+    with pytest.raises(TypeError, match="process must be callable, got int"):
+        # before the fix every case "failed" ('int' object is not callable) and failures.json listed the cohort
+        run_cases(["a", "b"], 5, command="toy", key=str, failures_file=tmp_path / "failures.json")
+    assert not (tmp_path / "failures.json").exists()
+    with pytest.raises(TypeError, match="cache must be a CaseCache or None, got str"):
+        run_cases(["a"], calls.append, command="toy", key=str, cache=str(tmp_path))
+    with pytest.raises(TypeError, match="summarize must be callable or None, got dict"):
+        run_cases(["a"], calls.append, command="toy", key=str, summarize={})
+    with pytest.raises(TypeError, match="command must be a string, got NoneType"):
+        run_cases(["a"], calls.append, command=None, key=str)
+    with pytest.raises(TypeError, match="key must be callable, got str"):
+        process_cases(["a"], calls.append, key="case_id", failures=[])
+    assert calls == []
+
+
+def test_a_none_result_is_not_saved_as_a_state_that_reads_back_as_none(tmp_path):
+    cache = CaseCache(tmp_path, lambda item: {"item": item})
+    failed = []
+    # before the fix {"result": null} was saved, read back as "no state", and the case computed on every run
+    assert process_cases(["a", "b"], lambda s: None if s == "a" else 1, key=str, cache=cache, failures=failed) == [
+        ("b", 1)]
+    assert [(c, type(e).__name__) for c, e in failed] == [("a", "TypeError")]
+    assert "the result to save is None" in str(failed[0][1])
+    assert not (tmp_path / "a.json").exists() and (tmp_path / "b.json").is_file()
