@@ -1038,6 +1038,18 @@ def predict_case(
     return record
 
 
+def _setting_differs(name: str, old: Any, new: Any) -> bool:
+    """``old != new`` for the recorded setting ``name``; for ``regions``, the order of the spec's entries counts too.
+
+    The ``--regions`` spec names the network's channels in order (found by hostile review: ``{"TC", "WT", "ET"}``
+    and ``{"ET", "WT", "TC"}`` compared equal, so a resume after correcting the order kept sample label maps made
+    under the other channel-to-label mapping).
+    """
+    if name == "regions" and isinstance(old, dict) and isinstance(new, dict) and list(old) != list(new):
+        return True
+    return old != new
+
+
 def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = False) -> None:
     """Write ``infer.json`` (the settings and the package version), refusing to resume a run made with other settings.
 
@@ -1072,7 +1084,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         made_by = doc.get(VERSION_KEY)
         # a record older than a field of _RECORDED_LATER lacks it: not compared here (each case made otherwise is
         # predicted again by its fingerprint, with a warning)
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
+        diff = sorted(k for k in set(old) | set(new) if _setting_differs(k, old.get(k), new.get(k))
                       and not (k in _RECORDED_LATER and k not in old))
         unknown = [k for k in diff if k not in InferSettings.__dataclass_fields__]
         if unknown and made_by == __version__:  # found by review36: "made by <this version> ... resume it with that

@@ -104,3 +104,20 @@ def test_a_seeded_resume_with_other_torch_or_monai_says_the_draws_differ(toy, tm
     capsys.readouterr()
     assert _infer(toy, flips, "--method", "tta") == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_resume_with_the_regions_in_another_order_is_refused(tmp_path):
+    """The ``--regions`` spec names the network's channels in order: the same regions in another order are other
+    settings (dict equality took them for the same, so a resume kept sample label maps of the other mapping)."""
+    import json
+
+    from monai_unc.workflows.infer import InferSettings
+
+    base = dict(model="m", method="mcdropout", samples=2, roi=None, overlap=0.25, intensity="none",
+                measures=["predictive_entropy"], seed=0, activation="sigmoid", checkpoints=[])
+    s = InferSettings(**base, regions={"TC": [1, 4], "WT": [1, 2, 4], "ET": [4]})
+    (tmp_path / "infer.json").write_text(json.dumps({"settings": s.to_json(), VERSION_KEY: monai_unc.__version__}))
+    (tmp_path / "c.json").write_text("{}")
+    check_run_settings(tmp_path, s)  # the same order: resumed
+    with pytest.raises(ValueError, match="different settings.*regions"):
+        check_run_settings(tmp_path, InferSettings(**base, regions={"ET": [4], "WT": [1, 2, 4], "TC": [1, 4]}))
