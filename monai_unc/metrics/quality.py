@@ -80,6 +80,7 @@ import torch
 
 from .._utils import ArrayLike, argmax, check_labels, check_probabilities, like_input, sum_f64, to_tensor
 from ..keys import UncertaintyKeys
+from ..product import format_level
 from .overlap import check_empty_score, class_counts, dice_from_counts, label_gram, overlap_counts, overlap_ratio
 
 __all__ = [
@@ -864,7 +865,8 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
     n = int(r.size)
     k = int(np.ceil((n + 1) * (1 - a) - 1e-9))  # the tolerance keeps (n + 1)(1 - alpha) = 9.000000000000002 at 9
     if k > n:
-        warnings.warn(f"{n} calibration case(s) are too few for a {1 - a:.0%} conformal interval (at least "
+        warnings.warn(f"{n} calibration case(s) are too few for a {format_level(a, percent=True)} conformal interval "
+                      "(at least "
                       f"{int(np.ceil((1 - a) / a - 1e-9))} needed): the interval is the whole range", UserWarning,
                       stacklevel=2)
         return float("inf"), n
