@@ -446,7 +446,7 @@ def format_level(alpha: float, percent: bool = False, digits: int = 6) -> str:
     probability 1" (``f"{1 - 1e-7:g}"``). The level is computed exactly from the shortest decimal of ``alpha``
     (``1 - 0.1`` is ``0.9``), written with the fewest significant digits, at most ``digits``, that write it exactly,
     and rounded down at ``digits`` when none do. The one writing of the level of a guarantee (the risk-controlled
-    rule's ``1 - delta``, the expected-Dice interval's ``1 - alpha``, the high-probability conformal rule's).
+    rule's ``1 - delta``, the expected-Dice interval's ``1 - alpha``, a high-probability mask rule's).
 
     Args:
         alpha: the miscoverage or failure probability, in (0, 1).
