@@ -57,6 +57,7 @@ __all__ = [
     "ThresholdText",
     "format_cell",
     "format_fraction",
+    "format_level",
     "format_interval",
     "format_estimate",
     "format_score",
@@ -435,6 +436,45 @@ def format_fraction(value: float, digits: int = 3) -> str:
         if (float(text) != 100.0 or v == 1.0) and (float(text) != 0.0 or v == 0.0):
             return f"{text}%"
     return f"{pct!r}%"
+
+
+def format_level(alpha: float, percent: bool = False, digits: int = 6) -> str:
+    """The level ``1 - alpha`` of a guarantee, never written above it: ``"0.9"``, ``"97.5%"``.
+
+    A guarantee holds with probability (or covers) at least ``1 - alpha``; the number printed must not claim more.
+    Rounded to the nearest, a 97.5 % interval read "98 %" (``f"{0.975:.0%}"``) and ``delta = 1e-7`` "with
+    probability 1" (``f"{1 - 1e-7:g}"``). The level is computed exactly from the shortest decimal of ``alpha``
+    (``1 - 0.1`` is ``0.9``), written with the fewest significant digits, at most ``digits``, that write it exactly,
+    and rounded down at ``digits`` when none do. The one writing of the level of a guarantee (the risk-controlled
+    rule's ``1 - delta``, the expected-Dice interval's ``1 - alpha``, a high-probability mask rule's).
+
+    Args:
+        alpha: the miscoverage or failure probability, in (0, 1).
+        percent: write a percentage (``"90%"``) instead of a fraction (``"0.9"``).
+        digits: the most significant digits, ``>= 1``.
+
+    Returns:
+        The text.
+
+    Raises:
+        ValueError: ``alpha`` is not a number in (0, 1), or ``digits`` is not a positive integer.
+
+    Example:
+        >>> format_level(0.1), format_level(0.1, percent=True), format_level(0.025, percent=True)
+        ('0.9', '90%', '97.5%')
+        >>> format_level(1e-7), format_level(1 / 3, percent=True)
+        ('0.999999', '66.6666%')
+    """
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"digits must be a positive integer, got {digits!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 < float(alpha) < 1.0:
+        raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    exact = (Decimal(1) - Decimal(repr(float(alpha)))) * (100 if percent else 1)
+    for d in range(1, digits + 1):
+        shown = exact.quantize(Decimal(1).scaleb(exact.adjusted() - d + 1), rounding=ROUND_FLOOR)
+        if shown == exact:
+            break
+    return f"{shown.normalize():f}" + ("%" if percent else "")
 
 
 @dataclass(frozen=True)

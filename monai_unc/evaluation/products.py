@@ -12,10 +12,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .. import __version__
 from ..io import OUTPUT_MARKERS, json_safe, owned_folder
@@ -238,6 +242,11 @@ def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: An
     Returns:
         The path written.
 
+    Raises:
+        ValueError: the artifact holds an infinite number (JSON has none: it would read back as ``null``, the
+            undefined value, and a threshold of ``inf``, "accept every case", would come back as no threshold at all);
+            the message names the product and where the number is. NaN is written as ``null`` (undefined).
+
     Example:
         >>> import tempfile
         >>> from monai_unc.product import CohortProduct
@@ -247,6 +256,11 @@ def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: An
         >>> read_artifact(path, "bias")["artifact"]
         {'bias': 1.5}
     """
+    infinite = _infinite_at(artifact)
+    if infinite is not None:  # found by hostile testing: {"threshold": inf} read back as {"threshold": None}
+        raise ValueError(f"product {product.name!r}: its artifact holds an infinite number at {infinite}, which a JSON "
+                         "file cannot hold (it would read back as null, an undefined value): write it as a string or "
+                         "a flag the product's apply reads")
     doc: dict[str, Any] = {"format": ARTIFACT_FORMAT, "format_version": _ARTIFACT_VERSION,
                            "monai_unc_version": __version__, "product": product.name,
                            "options": json_safe(product.options()), "calibration_cases": list(calibration_cases),
@@ -254,6 +268,24 @@ def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: An
     doc = json.loads(json.dumps(doc, allow_nan=False))  # as it reads back (integer keys become strings)
     doc["digest"] = artifact_digest(doc)
     return write_signed_json(path, doc)
+
+
+def _infinite_at(x: Any, where: str = "artifact") -> str | None:
+    """Where the first infinite number of ``x`` (mappings, sequences, arrays, tensors, numbers) is, or None."""
+    if isinstance(x, Mapping):
+        return next((w for k, v in x.items() if (w := _infinite_at(v, f"{where}[{k!r}]")) is not None), None)
+    if isinstance(x, (list, tuple)):
+        return next((w for i, v in enumerate(x) if (w := _infinite_at(v, f"{where}[{i}]")) is not None), None)
+    if hasattr(x, "detach") and hasattr(x, "tolist"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "fc":
+            return None
+        hit = np.argwhere(np.isinf(x))
+        return None if hit.size == 0 else where + "".join(f"[{int(i)}]" for i in hit[0])
+    if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_, numbers.Integral)):
+        return where if math.isinf(float(x)) else None
+    return None
 
 
 def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[str, Any]:

@@ -368,7 +368,8 @@ def primary_measure(maps: Mapping[str, np.ndarray], wanted: str | None) -> str |
     return next(iter(maps), None)
 
 
-def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
+def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig,
+                          scores: Mapping[str, str | None] | None = None) -> None:
     """Refuse, before any case is read, a ``--measure`` or ``--score`` that the cases' files cannot give.
 
     A case's maps are its map files, or, without any, the maps :func:`derived_maps` computes from its probabilities.
@@ -381,6 +382,8 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig) 
     Args:
         cases: the matched cases (:func:`~monai_unc.io.match_cases`).
         config: the validated evaluation options (``measure``, ``score``, ``regions``).
+        scores: other options naming a case score column, ``{option: column}`` (None values skipped), checked as
+            ``--score`` is (a product's own, e.g. the score of its strata).
 
     Cases without probabilities are refused here too when none has any: without ``--num-classes`` (class
     predictions) every case would fail, and without maps the cohort has no uncertainty score.
@@ -413,10 +416,11 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig) 
     wanted = {}
     if config.measure is not None:
         wanted["--measure"] = (config.measure, config.measure)
-    if config.score is not None:
-        name = resolve_score_column(config.score, [f"{m}_{s}" for m in MEASURES for s in CASE_SCORES], warn=False)
-        regions = None if config.regions is None else list(config.regions)
-        wanted["--score"] = (config.score, parse_score_column(name, regions, option="--score")[0])
+    regions = None if config.regions is None else list(config.regions)
+    for option, column in {"--score": config.score, **dict(scores or {})}.items():
+        if column is not None:
+            name = resolve_score_column(column, [f"{m}_{s}" for m in MEASURES for s in CASE_SCORES], warn=False)
+            wanted[option] = (column, parse_score_column(name, regions, option=option)[0])
     for option, (value, measure) in wanted.items():
         for files in cases:
             # derived_maps' rule: the map files, else the two maps computed from the probabilities

@@ -72,7 +72,7 @@ from .._utils import (
     to_numpy,
 )
 from ..activation import Activation, get_activation
-from ..product import format_cell
+from ..product import format_cell, format_level
 from ..state import register_state_type
 from .boundary import distance_to_mask
 
@@ -1297,7 +1297,7 @@ def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: 
     if tol is None:
         text = f"E[{words} of a new case] <= {alpha:g}"
     else:
-        text = f"P({words} of a new case <= {tol:g}) >= {1 - alpha:g}"
+        text = f"P({words} of a new case <= {tol:g}) >= {format_level(alpha)}"
     return text + (f"{where}; marginal over the {n} calibration cases and the new case (exchangeable), "
                    "not conditional on one case")
 

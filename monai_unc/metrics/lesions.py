@@ -36,6 +36,7 @@ refused (threshold it first). Distances are in mm with per-axis ``spacing``.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -809,7 +810,9 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
     component that overlaps the lesion (with ``iou_threshold`` > 0: whose IoU with it reaches that), and
     ``volume_cv``, the coefficient of variation over the samples of the total volume of those components (each
     counted once; 0 in a sample without one; NaN when it is 0 in every sample) (Molchanova et al.,
-    "Structural-based uncertainty in deep learning across anatomical scales", 2023).
+    "Structural-based uncertainty in deep learning across anatomical scales", 2023). One sample (a 3-D file of
+    ``--lesion-samples`` reads as one) has no spread: its ``volume_cv`` is NaN, not 0, with a ``UserWarning`` that
+    says so and that its ``existence`` can only be 0 or 1.
 
     Args:
         pred: predicted binary mask ``(*spatial)``.
@@ -906,6 +909,12 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
         mean = vols.mean(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
             out["volume_cv"] = np.where(mean > 0, vols.std(axis=0) / np.where(mean > 0, mean, 1.0), np.nan)
+        if s.shape[0] < 2 and n:  # the spread of one sample is undefined, not 0 (found by hostile testing: a 3-D sample
+            # file read as one sample gave every lesion volume_cv 0 and existence 1: "certain, no volume spread")
+            out["volume_cv"] = np.full(n, np.nan)
+            warnings.warn("lesion_uncertainty: one sample: the volume spread (volume_cv) is undefined (NaN) and the "
+                          "existence of a lesion can only be 0 or 1; give the masks of several stochastic passes",
+                          UserWarning, stacklevel=2)
     return out
 
 

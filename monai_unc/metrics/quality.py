@@ -90,6 +90,7 @@ from .._utils import (
     to_tensor,
 )
 from ..keys import UncertaintyKeys
+from ..product import format_level
 from .overlap import check_empty_score, class_counts, dice_from_counts, label_gram, overlap_counts, overlap_ratio
 
 __all__ = [
@@ -874,8 +875,8 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
     n = int(r.size)
     k = quantile_rank(n, a)  # (n + 1)(1 - alpha) = 9.000000000000002 stays 9, 9.0000000007 is 10
     if k > n:
-        warnings.warn(f"{n} calibration case(s) are too few for a {1 - a:.0%} conformal interval (at least "
-                      f"{quantile_min_cases(a)} needed): the interval is the whole range",
+        warnings.warn(f"{n} calibration case(s) are too few for a {format_level(a, percent=True)} conformal interval "
+                      f"(at least {quantile_min_cases(a)} needed): the interval is the whole range",
                       UserWarning, stacklevel=2)
         return float("inf"), n
     return float(r[max(k, 1) - 1]), n

@@ -22,7 +22,7 @@ import torch
 from scipy import optimize, special, stats
 
 from .._utils import ArrayLike, case_vector, to_numpy
-from ..product import format_cell
+from ..product import format_cell, format_level
 
 __all__ = [
     "RiskControlledThreshold",
@@ -510,7 +510,7 @@ def risk_controlled_threshold(
         why = (f" ({n_und} of them with an undefined uncertainty, counted as referred)" if n_und else "")
         warnings.warn(
             f"risk_controlled_threshold: no threshold certifies selective risk <= {alpha:g} with probability "
-            f"{1 - delta:g} on these {m} calibration cases{why} (best bound "
+            f"{format_level(delta)} on these {m} calibration cases{why} (best bound "
             f"{format_cell(float(res['bound'][0]), 4, alpha)}); refer every case",
             UserWarning,
             stacklevel=2,

@@ -318,7 +318,9 @@ class ConformalMasks(CohortProduct):
                              f"(delta {self.delta}){more}: at least {each * k} are needed")
 
     def check_inputs(self, cases: Sequence[Any], inputs: Mapping[str, Any], config: Any) -> None:
-        """Every case needs probabilities of the evaluation's activation (checked on the first case's file).
+        """Every case needs probabilities of the evaluation's activation and a map of the strata score's measure.
+
+        The probabilities are checked on the first case's file; the map of ``stratify_by`` on every case's files.
 
         Args:
             cases: the matched cases (:class:`~monai_unc.io.CaseFiles`).
@@ -326,12 +328,18 @@ class ConformalMasks(CohortProduct):
             config: the evaluation options.
 
         Returns:
-            None; :class:`~monai_unc.io.CaseError` naming the file and how to produce it.
+            None; :class:`~monai_unc.io.CaseError` naming the file and how to produce it, or ``ValueError`` naming
+            ``--conformal-stratify-by`` when the cases have no map of its measure
+            (:func:`~monai_unc.evaluation.check_measure_options`).
         """
         from ..evaluation.conformal import check_conformal_probabilities
+        from ..evaluation.rows import check_measure_options
 
         check_conformal_probabilities(cases, "sigmoid" if config.regions is not None else "softmax",
                                       inputs["predictions"], inputs["layout"], probs_suffix=inputs.get("probs_suffix"))
+        # the strata's score of a measure the cases have no map of: refused here, not after every case was evaluated
+        # (found by hostile testing: --conformal-stratify-by mutual_information_mean failed at the fit)
+        check_measure_options(cases, config, scores={"--conformal-stratify-by": self.stratify_by})
 
     # -- per case ----------------------------------------------------------------------------------------------
     def case_state(self, case: Any, tasks: Sequence[Any], config: Any) -> Any:

@@ -192,6 +192,22 @@ class LesionMetrics(CohortProduct):
                 "iou": self.iou, "failure_dice": self.failure_dice, "hd_penalty": self.hd_penalty, "r": self.r,
                 "samples": self.samples}
 
+    def case_options(self) -> dict[str, Any]:
+        """The options a case's state depends on (the per-case resume fingerprint): all but ``failure_dice``.
+
+        ``failure_dice`` is read by the summary alone (lesion-level failure detection), so changing it summarizes the
+        saved states again instead of evaluating every case again (found by hostile testing: a rerun with another
+        ``--lesion-failure-dice`` recomputed each case's lesion matching and HD95).
+
+        Returns:
+            :meth:`options` without ``failure_dice``.
+
+        Example:
+            >>> "failure_dice" in LesionMetrics().case_options(), LesionMetrics().case_options()["iou"]
+            (False, 0.25)
+        """
+        return {k: v for k, v in self.options().items() if k != "failure_dice"}
+
     def case_input_files(self, case_id: str) -> dict[str, Path]:
         """The case's per-sample masks with ``samples`` (their signature enters the case's resume fingerprint).
 

@@ -77,6 +77,7 @@ from ..product import (
     ThresholdText,
     format_cell,
     format_fraction,
+    format_level,
     format_score,
     format_share,
     product_type,
@@ -365,7 +366,7 @@ def _cards(summary: Mapping[str, Any]) -> Markup:
         items.append(("OoD AUROC", format_value(ood["auroc"])))
     rc = summary.get("risk_control")
     if rc:
-        key = f"referred for risk <= {rc['target_risk']:g} ({rc['risk']}), 1 - delta = {1 - rc['delta']:g}"
+        key = f"referred for risk <= {rc['target_risk']:g} ({rc['risk']}), 1 - delta = {format_level(rc['delta'])}"
         items.append((key, f"{len(rc['referred'])} / {summary['n_cases']}"))
     return cards(items)
 
@@ -429,8 +430,8 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText |
     fitted = "all cases" if cal["cases"] == "all" else f"{cal['n_cases']} calibration case(s)"
     head = frag(el("b", "Risk-controlled threshold"), f" ({rc['method'].upper()}, fitted on {fitted}): target mean "
                 "risk ", el("b", f"{rc['target_risk']:g}"), f" ({rc['risk']}) among accepted new cases, with "
-                "probability at least ", el("b", f"{1 - rc['delta']:g}"), ", assuming new cases are exchangeable "
-                "with the calibration cases. ")
+                "probability at least ", el("b", format_level(rc["delta"])), ", assuming new cases are "
+                "exchangeable with the calibration cases. ")
     if not rc["feasible"]:
         return frag(head, el("b", "No threshold satisfies the target"), " on these calibration cases (best bound "
                     f"{format_value(rc['bound'], 4, target)}): every case goes to review. Collect more calibration "

@@ -28,7 +28,7 @@ from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
 from ..metrics.selective import referral_curve
-from ..product import Overlay, format_fraction
+from ..product import Overlay, format_fraction, format_level
 from .markup import replace_surrogates
 from .palette import class_colors
 
@@ -164,7 +164,7 @@ def plot_referral_curve(
     if risk_control is not None:
         frac = float(risk_control["referral_fraction"])
         if risk_control.get("feasible"):
-            what = (f"risk <= {risk_control['target_risk']:g} w.p. {1 - risk_control['delta']:g}: "
+            what = (f"risk <= {risk_control['target_risk']:g} w.p. {format_level(risk_control['delta'])}: "
                     f"refer {format_fraction(frac)}")
         else:
             what = f"risk {risk_control['target_risk']:g} not certifiable: refer all"

@@ -48,7 +48,7 @@ from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule, mismatch_fields
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
-from ..product import Overlay, ThresholdText, command_product, format_estimate, format_score
+from ..product import Overlay, ThresholdText, command_product, format_estimate, format_level, format_score
 from .html import (
     ACCEPT_ALL,
     PAGE_CSS,
@@ -221,7 +221,7 @@ def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> Marku
         el("h1", title),
         el("p", f"{summary['n_cases']} new case(s), no labels · triage score ", el("b", rule.score),
            f" · {thr} · target risk ", el("b", f"{rule.target_risk:g}"),
-           f" ({rule.risk_definition}), 1 - delta = {1 - rule.delta:g}, {rule.method.upper()} · certified on "
+           f" ({rule.risk_definition}), 1 - delta = {format_level(rule.delta)}, {rule.method.upper()} · certified on "
            f"{rule.n_calibration} calibration case(s) · generated {now} by monai-unc"),
     ]
     if summary.get("rule_file"):
@@ -251,7 +251,7 @@ def _cards(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
     # with --allow-mismatch the predictions are not those the rule was certified for: the header says the guarantee
     # does not cover them, so no card may claim it (found by hostile review: the card read "<= 0.4" under the banner)
     covered = rule.feasible and not _mismatch(summary)
-    items.append((f"guaranteed mean risk of accepted ({rule.risk_definition}), w.p. {1 - rule.delta:g}",
+    items.append((f"guaranteed mean risk of accepted ({rule.risk_definition}), w.p. {format_level(rule.delta)}",
                   f"≤ {rule.target_risk:g}" if covered else "none: fingerprint mismatch" if rule.feasible else "none"))
     return cards(items)
 
@@ -266,7 +266,7 @@ def _expected_dice_head(rule: ReferralRule) -> str:
     rec = rule.record
     if rec is None or rec.expected_dice is None:
         return "expected Dice (model's own estimate, uncalibrated)"
-    return f"expected Dice [{1 - rec.interval_alpha:.0%} conformal interval]"
+    return f"expected Dice [{format_level(rec.interval_alpha, percent=True)} conformal interval]"
 
 
 def _expected_dice_text(c: Mapping[str, Any]) -> str:

@@ -35,7 +35,7 @@ from ..evaluation.triage import (
     mismatch_fields,
     run_triage,
 )
-from ..product import ThresholdText, format_cell, format_estimate, format_score, format_share
+from ..product import ThresholdText, format_cell, format_estimate, format_level, format_score, format_share
 from ..report.triage import build_triage_page
 from .apply import (
     beside_triage_folder,
@@ -198,7 +198,7 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     s = result.summary
     cal = rule.score_range
     head = (f"referral rule certified on {rule.n_calibration} case(s): {rule.method.upper()}, "
-            f"{rule.risk_definition} <= {rule.target_risk:g} w.p. {1 - rule.delta:g}; ")
+            f"{rule.risk_definition} <= {rule.target_risk:g} w.p. {format_level(rule.delta)}; ")
     # the scores and the threshold in digits that never print a score on the other side equal to the threshold
     thr = (ThresholdText.choose(rule.threshold, [c["score"] for c in s["cases"] if c["score"] is not None])
            if rule.feasible and rule.threshold != float("inf") else None)
@@ -217,7 +217,7 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     has_q = any("expected_dice" in c for c in s["cases"])
     rec = rule.record
     q_head = ("exp. Dice (uncalibrated)" if rec is None or rec.expected_dice is None else
-              f"exp. Dice [{1 - rec.interval_alpha:.0%} conf.]")
+              f"exp. Dice [{format_level(rec.interval_alpha, percent=True)} conf.]")
     lines.append(f"{'rank':>4}  {'case':<16} {'score':>8}  " + "".join(f"{k:>8}  " for k in keys)
                  + (f"{q_head:<24}  " if has_q else "") + "rule decision  reason")
     by_id = {c["case"]: c for c in s["cases"]}
@@ -310,7 +310,7 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
     """
     if rule.feasible:
         lines = [f"guaranteed: at most {rule.target_risk:g} of the new cases the threshold accepts fail "
-                 f"({rule.risk_definition}) on average, with probability >= {1 - rule.delta:g} over the "
+                 f"({rule.risk_definition}) on average, with probability >= {format_level(rule.delta)} over the "
                  f"{rule.n_calibration} calibration cases ({rule.method.upper()}; calibration: "
                  f"{format_share(round(rule.coverage * rule.n_calibration), rule.n_calibration)} "
                  f"accepted, observed risk {format_cell(rule.observed_risk, 3, rule.target_risk)}, bound "
@@ -318,7 +318,7 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
                  "checks refer some of them too (docs/triage.md: what the certificate covers)"]
     else:
         lines = [f"guaranteed: nothing; no threshold certifies {rule.risk_definition} <= {rule.target_risk:g} with "
-                 f"probability {1 - rule.delta:g} on {rule.n_calibration} calibration cases (best bound "
+                 f"probability {format_level(rule.delta)} on {rule.n_calibration} calibration cases (best bound "
                  f"{format_cell(rule.bound, 3, rule.target_risk)}), so every new case goes to review"]
     why = ", ".join(f"{n} {_REASONS.get(k, k)}" for k, n in sorted(outcome["reasons"].items(), key=lambda kv: -kv[1]))
     lines.append(f"happened: {outcome['n_cases']} new case(s) triaged without labels: {outcome['n_accepted']} "
@@ -334,7 +334,8 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
                      f" of {outcome['n_referred']} referred case(s) failed ({rule.risk_definition})")
     if outcome.get("n_interval"):
         missed = outcome["interval_missed"]
-        level = "" if rule.record is None else f" ({1 - rule.record.interval_alpha:.0%} target for exchangeable cases)"
+        level = "" if rule.record is None else (f" ({format_level(rule.record.interval_alpha, percent=True)} target "
+                                                "for exchangeable cases)")
         lines.append(f"expected Dice intervals: the real Dice lies inside for {outcome['n_interval_covered']} of "
                      f"{outcome['n_interval']} new case(s){level}" + (f"; outside: {', '.join(missed)}" if missed
                                                                          else ""))

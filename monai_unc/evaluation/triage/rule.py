@@ -21,7 +21,7 @@ from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
-from ...product import ThresholdText, format_cell, format_score, separating_digits
+from ...product import ThresholdText, format_cell, format_level, format_score, separating_digits
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, calibration_risks
 from ..config import region_suffix
@@ -649,9 +649,10 @@ class ReferralRule:
             return f"no guarantee for these cases: {_not_as_certified(mismatch)}: {self.guarantee()}"
         if not self.feasible:
             return (f"no threshold certifies mean risk ({self.risk_definition}) <= {target:g} with "
-                    f"probability {1 - self.delta:g} on these {self.n_calibration} calibration cases (best bound "
+                    f"probability {format_level(self.delta)} on these {self.n_calibration} calibration cases "
+                    "(best bound "
                     f"{format_cell(self.bound, 4, target, 'n/a')}): every case is referred")
-        return (f"with probability at least {1 - self.delta:g} over the draw of the {self.n_calibration} "
+        return (f"with probability at least {format_level(self.delta)} over the draw of the {self.n_calibration} "
                 f"calibration cases, the mean risk ({self.risk_definition}) of the new cases its threshold accepts "
                 "(a defined score at most the threshold; a case with an undefined score is referred, as it was "
                 f"counted in the certification) is at most {self.target_risk:g} (at most {self.target_risk:g} c / "
@@ -716,7 +717,7 @@ class ReferralRule:
                     "estimates; certify it again with monai-unc evaluate for a conformal interval): under a shift it "
                     "can stay high while the real Dice drops")
         q, n = qn
-        level = f"{1 - rec.interval_alpha:.0%}"
+        level = format_level(rec.interval_alpha, percent=True)
         if not math.isfinite(q):
             return (f"expected Dice interval ({level}, conformal): {n} calibration case(s) with an expected Dice are "
                     f"too few for a {level} interval, so it is the whole range [0, 1]")
