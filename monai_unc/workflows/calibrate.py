@@ -373,8 +373,9 @@ def run_calibrate(
         model's description and checkpoint (also written to ``output.with_suffix(".json")``).
 
     Raises:
-        ValueError: an invalid option, an output over an input, labels that do not fit, or cases on which the
-            network is never (or always) wrong (:func:`check_fit_is_defined`).
+        ValueError: an invalid option, an output over an input, a checkpoint calibrated already (one that holds a
+            temperature), labels that do not fit, or cases on which the network is never (or always) wrong
+            (:func:`check_fit_is_defined`).
         FileNotFoundError: a missing input folder.
     """
     spec = _region_spec(activation, regions)
@@ -397,6 +398,10 @@ def run_calibrate(
                           checkpoints=[checkpoint] if checkpoint else [], unsafe_load=unsafe_load,
                           device=device, bundle_preprocessing=False, allow_code=allow_code)
     check_model_activation(loaded, activation)
+    if loaded.temperature is not None:  # found by hostile testing: the new checkpoint nested the old one's state dict
+        # ({"state_dict": {"temperature": ..., "network.*": ...}, ...}), which no later command could load
+        raise ValueError(f"--checkpoint {loaded.checkpoints[0]} is calibrated already (temperature "
+                         f"{loaded.temperature}, written by monai-unc calibrate); calibrate the original weights")
     check_output_file(out, *loaded.checkpoints, what="--output")  # e.g. the example model's shipped weights
     check_roi(roi, loaded.spatial_dims)
     cases = list_image_cases(images)
