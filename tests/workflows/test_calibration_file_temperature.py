@@ -12,7 +12,7 @@ from monai.networks.nets import UNet
 
 from monai_unc.temperature import TemperatureScaled, TemperatureScaler, check_temperature
 from monai_unc.workflows.models import load_network
-from tests._cases import TOY_NET
+from tests._cases import TOY_NET, bias_toward_background
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,8 @@ def test_calibrating_a_calibrated_checkpoint_is_refused(tmp_path, capsys):
     spec = dict(TOY_NET, num_res_units=1)  # a residual addition follows the last convolution: t is not folded
     (tmp_path / "net.json").write_text(json.dumps(spec))
     torch.manual_seed(0)
-    torch.save(UNet(**{k: v for k, v in spec.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    net = bias_toward_background(UNet(**{k: v for k, v in spec.items() if k != "_target_"}))
+    torch.save(net.state_dict(), tmp_path / "net.pt")
     argv = ["calibrate", "-i", str(paths["images"]), "-l", str(paths["labels"]),
             "--network", str(tmp_path / "net.json"), "--max-steps", "5", "-q"]
     assert cli.main([*argv, "--checkpoint", str(tmp_path / "net.pt"), "-o", str(tmp_path / "a" / "cal.pt")]) == 0
