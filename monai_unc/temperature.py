@@ -68,7 +68,8 @@ from ._utils import ArrayLike, check_finite, check_integer, like_input, to_tenso
 from .activation import Activation, get_activation
 from .metrics.calibration import ConfidenceHistogram, calibration_metrics, confidence_bins
 
-__all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network", "non_convergence_warning"]
+__all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network", "check_temperature",
+           "non_convergence_warning"]
 
 _MODES = ("scalar", "vector")
 _END = object()
@@ -181,6 +182,48 @@ def _overshot(grad: torch.Tensor, last_step: torch.Tensor) -> bool:
     testing).
     """
     return float((grad.to(torch.float64) * last_step.to(torch.float64)).sum()) > 0
+
+
+def check_temperature(value: Any, name: str = "temperature") -> torch.Tensor:
+    """A temperature (one value, or one per class or region) checked and as a float64 tensor.
+
+    A temperature divides the logits; a negative one reverses every segmentation (the argmax becomes the argmin), and
+    zero, NaN or infinity give non-finite or constant logits. A temperature read from a file a user can edit (a
+    calibrated checkpoint, a state dict) is untrusted input, so every one is checked before it is applied.
+
+    Args:
+        value: a tensor, numpy array, number or list of numbers.
+        name: how messages name it (e.g. the file it was read from).
+
+    Returns:
+        ``value`` as a float64 tensor of its shape (on its device).
+
+    Raises:
+        ValueError: naming ``name``, for a value that is not real numbers (a string, a bool, complex), no value, or a
+            value that is not positive and finite.
+
+    Example:
+        >>> check_temperature([1.5, 2.0]).tolist()
+        [1.5, 2.0]
+        >>> check_temperature(-2.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: temperature must be positive and finite, got [-2.0]
+    """
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise ValueError(f"{name} must be a positive number or one per class, got {value!r}")
+    try:
+        t = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name} must be a positive number or one per class, got {str(value)[:80]}") from None
+    if t.dtype == torch.bool or t.is_complex():
+        raise ValueError(f"{name} must hold real numbers, got dtype {t.dtype}")
+    if t.numel() == 0:
+        raise ValueError(f"{name} is empty: it needs one value, or one per class")
+    t = t.to(torch.float64)
+    if not bool((torch.isfinite(t) & (t > 0)).all()):
+        raise ValueError(f"{name} must be positive and finite, got {t.reshape(-1)[:8].tolist()}")
+    return t
 
 
 class TemperatureScaler(nn.Module):
@@ -300,13 +343,17 @@ class TemperatureScaler(nn.Module):
         self._task_loss = torch.zeros(0, dtype=torch.float64)  # per-task losses of the last pass
 
     def __setattr__(self, name: str, value: Any) -> None:
-        """Set an attribute; assigning :attr:`temperature` marks the scaler as fitted."""
+        """Set an attribute; assigning :attr:`temperature` (checked: :func:`check_temperature`) marks it fitted."""
+        if name == "temperature" and isinstance(value, torch.Tensor):
+            value = check_temperature(value).reshape(-1)
         super().__setattr__(name, value)
         if name == "temperature" and "_has_temperature" in self.__dict__:
             self.__dict__["_has_temperature"] = True
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
         stored = state_dict.get(prefix + "temperature")
+        if stored is not None:  # a state dict is a file a user can edit: a negative temperature reversed transform()
+            check_temperature(stored, f"state dict entry {prefix}temperature")
         if (self.mode == "vector" and self.num_classes is None and isinstance(stored, torch.Tensor)
                 and stored.ndim == 1 and stored.numel() != self.temperature.numel()):
             # a vector scaler built without num_classes (as documented: taken from the logits) holds a (1,)
@@ -746,7 +793,9 @@ class TemperatureScaled(nn.Module):
 
     Args:
         network: the network producing logits ``(B, C, *spatial)``.
-        temperature: a scalar or one value per channel ``(C,)``.
+        temperature: a scalar or one value per channel ``(C,)``, positive and finite (:func:`check_temperature`:
+            ``ValueError`` otherwise; a vector of another number of channels than the output's is refused on the
+            first call).
 
     Example:
         >>> import torch
@@ -759,7 +808,8 @@ class TemperatureScaled(nn.Module):
         """Wrap ``network``; arguments in the class docstring."""
         super().__init__()
         self.network = network
-        self.register_buffer("temperature", torch.as_tensor(temperature, dtype=torch.float32).reshape(-1))
+        # checked: a negative temperature reversed every segmentation, zero or NaN made the logits non-finite
+        self.register_buffer("temperature", check_temperature(temperature).to(torch.float32).reshape(-1))
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         """The network's logits divided by the temperature.
@@ -774,6 +824,9 @@ class TemperatureScaled(nn.Module):
         """
         z = self.network(x, *args, **kwargs)
         t = self.temperature.to(device=z.device, dtype=z.dtype)
+        if t.numel() > 1 and (z.ndim < 2 or z.shape[1] != t.numel()):
+            raise ValueError(f"the temperature has {t.numel()} values (one per class), but the network outputs "
+                             f"{z.shape[1] if z.ndim >= 2 else 'no'} channels (shape {tuple(z.shape)})")
         return z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t)
 
 
@@ -803,7 +856,8 @@ def calibrate_network(
             ``chunk_size`` voxels (cases kept on disk, :class:`~monai_unc.io.MappedArrays`, are mapped one at a
             time: memory then holds one case, not all).
         target: their reference labels ``(B, [1,] *spatial)`` (sigmoid: region masks of the logits' shape).
-        network: the network to calibrate (not modified: a copy is folded).
+        network: the network to calibrate (not modified: a copy is folded); not a :class:`TemperatureScaled`
+            (``ValueError``: calibrate the network it wraps).
         mode: ``"scalar"`` or ``"vector"``.
         loss: ``"nll"`` or ``"ece"``.
         max_steps: at most this many optimisation steps.
@@ -834,6 +888,9 @@ def calibrate_network(
     """
     # a sequence is streamed as it is, every step reading one case after another (a list of cases on disk,
     # monai_unc.io.MappedArrays, is never copied into a list that would keep every case mapped at once)
+    if isinstance(network, TemperatureScaled):  # its unfolded checkpoint nested the state dicts: no network loaded it
+        raise ValueError(f"network is calibrated already (a TemperatureScaled, t = {network.temperature.tolist()}); "
+                         "calibrate the network it wraps (network.network)")
     logits = logits if isinstance(logits, Sequence) else list(logits)
     target = target if isinstance(target, Sequence) else list(target)
     if not logits:

@@ -172,3 +172,19 @@ def held_bytes(obj) -> int:
             continue
         todo.extend(gc.get_referents(o))
     return total
+
+
+def bias_toward_background(net, bias=(-1.0, -4.0)):
+    """Shift a toy network's output channels by ``bias`` (through its last convolution's bias), in place.
+
+    An untrained network's logits are noise that carries nothing about a cohort's labels, and no temperature fits
+    them (``monai-unc calibrate`` refuses them). Shifted toward the background, which most voxels of the toy cohorts
+    are, the network is right on most voxels (softmax: class 0; sigmoid: every region absent), so calibrate fits.
+    """
+    import torch
+
+    convs = [m for m in net.modules() if isinstance(m, (torch.nn.Conv3d, torch.nn.ConvTranspose3d))
+             and m.bias is not None and m.bias.numel() == len(bias)]
+    with torch.no_grad():
+        convs[-1].bias += torch.tensor(bias, dtype=convs[-1].bias.dtype)
+    return net

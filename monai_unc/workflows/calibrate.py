@@ -57,6 +57,9 @@ from .session import CommandResult
 
 __all__ = ["collect_logits", "check_fit_is_defined", "run_calibrate", "calibrate_summary", "calibrate_from_arguments"]
 
+#: voxels per chunk of :func:`check_fit_is_defined` (its float64 copies are a chunk's, not a case's)
+_CHECK_CHUNK = 1 << 20
+
 #: seconds a finished fit waits for another run's hold of the output's folder before it is refused: a calibrate
 #: writing its checkpoint and record (a short step) is waited for
 _WRITE_WAIT_S = 60.0
@@ -226,18 +229,27 @@ def _region_target(lab: np.ndarray, num_regions: int, spec: dict[str, tuple[int,
 def check_fit_is_defined(logits: Sequence[torch.Tensor], targets: Sequence[torch.Tensor],
                          activation: str = "softmax", mode: str = "scalar",
                          region_names: Sequence[str] | None = None) -> int:
-    """Refuse calibration cases on which the network is never wrong, or always wrong.
+    """Refuse calibration cases on which no temperature minimises the NLL: one at 0, or one growing without end.
 
-    Temperature scaling needs both: when every voxel is predicted right (the predicted class, or each region's
-    ``logit > 0``, is the reference) the NLL keeps falling as the temperature goes to 0, and when every voxel is
-    predicted wrong it keeps falling as the temperature grows without end; the "fitted" temperature is then only where
-    the optimiser stopped (0.2 after 192 steps, say), and a checkpoint scaled by it makes the network as over- or
-    under-confident as that number happens to be on new cases.
+    With ``b = 1 / t`` the NLL of ``softmax(b z)`` (or of ``sigmoid(b z)``) is convex in ``b``, so a temperature fits
+    exactly when the NLL falls as ``b`` leaves 0 and rises again as ``b`` grows:
+
+    - it keeps falling as the temperature goes to 0 when every voxel is predicted right (the reference holds the
+      largest logit, or each region's logit has the sign of its mask; a tie or a logit 0 bounds nothing);
+    - it keeps falling as the temperature grows without end (uniform probabilities fit best) when its slope at
+      ``b = 0`` is not negative: ``sum_i (mean_c z_ic - z_iy) >= 0`` (softmax), ``sum_i (1/2 - y_i) z_i >= 0``
+      (a region). Every voxel wrong implies it for two classes and for regions, but not for more classes (the
+      reference second of three logits can still fit a temperature), and a network whose right voxels are outweighed
+      by confident wrong ones meets it with many voxels right. ``mode="vector"`` with softmax is refused when the
+      slope along every class's ``b_c`` is not negative.
+
+    The "fitted" temperature is otherwise only where the optimiser stopped (0.2 after 192 steps, say, or 29 at the step
+    limit, with advice to allow more steps that never converge), and a checkpoint scaled by it makes the network as
+    over- or under-confident as that number happens to be on new cases.
 
     A region-based network calibrated per region (``activation="sigmoid"``, ``mode="vector"``) fits each region's
-    temperature on that region's voxels alone, so each region needs both: a region never (or always) predicted wrong
-    is refused by name (``mode="scalar"`` fits one temperature shared by the regions, defined when the pooled voxels
-    hold both).
+    temperature on that region's voxels alone, so each region is checked: a region without a temperature is refused by
+    name (``mode="scalar"`` fits one temperature shared by the regions, checked on the pooled voxels).
 
     Args:
         logits: per case ``(1, C, *spatial)`` (:func:`collect_logits`).
@@ -247,46 +259,93 @@ def check_fit_is_defined(logits: Sequence[torch.Tensor], targets: Sequence[torch
         region_names: the regions' names in the messages (sigmoid; default: the channel indices ``0, 1, ...``).
 
     Returns:
-        The number of voxels (region voxels for sigmoid) predicted wrong.
+        The number of voxels (region voxels for sigmoid) predicted wrong (the reference's logit below the largest, or
+        a region's logit of the other sign).
 
     Raises:
-        ValueError: naming ``--labels``, when no voxel or every voxel is predicted wrong (for ``"sigmoid"`` with
-            ``mode="vector"``: of one region, named).
+        ValueError: naming ``--labels``, when no temperature fits (for ``"sigmoid"`` with ``mode="vector"``: one
+            region's, named).
 
     Example:
-        >>> z = torch.tensor([[[2.0, -1.0], [0.0, 1.0]]])  # (1, C=2, 2 voxels)
-        >>> check_fit_is_defined([z], [torch.tensor([[0, 0]])])
+        >>> z = torch.tensor([[[3.0, -1.0], [0.0, 1.0]]])  # (1, C=2, 2 voxels)
+        >>> check_fit_is_defined([z], [torch.tensor([[0, 0]])])  # right by 3, wrong by 2
         1
+        >>> check_fit_is_defined([z], [torch.tensor([[1, 1]])])  # wrong by 3, right by 2; doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: --labels: on the 1 calibration case(s) the network's logits do no better than uniform ...
     """
-    per_region = activation == "sigmoid" and mode == "vector"
-    wrong_r: torch.Tensor | None = None
+    sigmoid = activation == "sigmoid"
+    per_region = sigmoid and mode == "vector"
+    per_class = not sigmoid and mode == "vector"
+    wrong_r: torch.Tensor | None = None  # wrong voxels per task (one task, or one per region)
     total_r: torch.Tensor | None = None
-    for z, y in zip(logits, targets):
-        z, y = torch.as_tensor(z), torch.as_tensor(y)
-        hit = (z > 0) == (y > 0) if activation == "sigmoid" else z.argmax(1) == y.reshape(z.shape[0], *z.shape[2:])
-        if per_region:  # (B, R, *spatial): one count per region
-            w = (~hit).transpose(0, 1).reshape(hit.shape[1], -1).sum(1)
-            n = torch.full_like(w, hit.numel() // hit.shape[1])
-        else:
-            w, n = (~hit).sum().reshape(1), torch.tensor([hit.numel()])
+    slope_r: torch.Tensor | None = None  # the NLL's slope in b = 1/t at b = 0, summed over voxels (per class: (C,))
+    size_r: torch.Tensor | None = None  # the sum of its terms' magnitudes (the rounding scale of slope_r)
+    for z_in, y_in in zip(logits, targets):
+        z_case, y_case = torch.as_tensor(z_in), torch.as_tensor(y_in)
+        n_ch = int(z_case.shape[1])
+        zf = z_case.reshape(z_case.shape[0], n_ch, -1)  # (B, C, n)
+        yf = y_case.reshape(z_case.shape[0], n_ch, -1) if sigmoid else y_case.reshape(z_case.shape[0], 1, -1)
+        w = torch.zeros(n_ch if per_region else 1, dtype=torch.long)
+        sl = torch.zeros(n_ch if (per_region or per_class) else 1, dtype=torch.float64)
+        sz = torch.zeros_like(sl)
+        for start in range(0, zf.shape[-1], _CHECK_CHUNK):  # float64 copies of a chunk, not of a case
+            z = zf[..., start : start + _CHECK_CHUNK].double()
+            y = yf[..., start : start + _CHECK_CHUNK]
+            if sigmoid:
+                hit = ((z > 0) == (y > 0)) | (z == 0)  # a logit 0 is p = 1/2 at every temperature
+                terms = (0.5 - (y > 0).double()) * z  # (B, R, n)
+            else:
+                idx = y.long()
+                zy = z.gather(1, idx)  # (B, 1, n)
+                hit = zy[:, 0] >= z.amax(1)  # a tie of the reference with another class bounds nothing
+                # d/db_c of the NLL at b = 0: z_ic (1/C - [y_i = c]); their sum over c is mean_c z_ic - z_iy
+                terms = (z / n_ch).scatter_add_(1, idx, -zy)
+            if per_region:
+                w += (~hit).transpose(0, 1).reshape(n_ch, -1).sum(1)
+            else:
+                w += (~hit).sum()
+            if per_region or per_class:
+                by_channel = terms.transpose(0, 1).reshape(n_ch, -1)
+                sl += by_channel.sum(1)
+                sz += by_channel.abs().sum(1)
+            else:
+                sl += terms.sum()
+                sz += terms.abs().sum()
+        n = torch.full_like(w, (zf.shape[0] * zf.shape[-1]) if (per_region or not sigmoid) else zf.numel())
         wrong_r = w if wrong_r is None else wrong_r + w
         total_r = n if total_r is None else total_r + n
+        slope_r = sl if slope_r is None else slope_r + sl
+        size_r = sz if size_r is None else size_r + sz
     n_cases = len(logits)
-    if wrong_r is None or total_r is None:  # no case: refused as a cohort without an error
+    if wrong_r is None or total_r is None or slope_r is None or size_r is None:  # no case: refused as without an error
         wrong_r = total_r = torch.zeros(1, dtype=torch.long)
-        per_region = False
+        slope_r = size_r = torch.zeros(1, dtype=torch.float64)
+        per_region = per_class = False
+    # not falling at b = 0 (up to the sum's rounding): uniform probabilities fit best
+    flat = slope_r >= -1e-9 * size_r
+    if per_class:  # the vector fit has no temperature only when no class's b_c lowers the NLL
+        flat = flat.all().reshape(1)
     names = [str(r) for r in range(len(wrong_r))] if region_names is None else [str(r) for r in region_names]
-    for r, (wrong, total) in enumerate(zip(wrong_r.tolist(), total_r.tolist())):
-        what = f"region {names[r]!r} of " if per_region else ""
-        fallback = ("; --mode scalar fits one temperature shared by the regions" if per_region else "")
+    fallback = ("; --mode scalar fits one temperature shared by the regions" if per_region else "")
+    for r, wrong in enumerate(wrong_r.tolist()):  # first the regions never wrong (the plainer case), then the others
         if wrong == 0:
+            what = f"region {names[r]!r} of " if per_region else ""
             raise ValueError(f"--labels: the network predicts every voxel of {what}the {n_cases} calibration case(s) "
                              "right, so no temperature fits them (the NLL keeps falling as it goes to 0); calibrate "
                              f"on cases where the network makes errors{fallback}")
-        if wrong == total:
+    for r, (wrong, total, grows) in enumerate(zip(wrong_r.tolist(), total_r.tolist(), flat.tolist())):
+        what = f"region {names[r]!r} of " if per_region else ""
+        if grows and wrong == total:
             raise ValueError(f"--labels: the network predicts every voxel of {what}the {n_cases} calibration case(s) "
                              "wrong, so no temperature fits them (the NLL keeps falling as it grows); are these the "
                              f"network's labels?{fallback}")
+        if grows:
+            raise ValueError(f"--labels: on {what}the {n_cases} calibration case(s) the network's logits do no better "
+                             f"than uniform probabilities ({wrong} of {total} voxels predicted wrong, the confident "
+                             "errors outweighing the right voxels), so no temperature fits them (the NLL keeps falling "
+                             f"as it grows); are these the network's labels?{fallback}")
     return int(wrong_r.sum())
 
 
@@ -373,8 +432,9 @@ def run_calibrate(
         model's description and checkpoint (also written to ``output.with_suffix(".json")``).
 
     Raises:
-        ValueError: an invalid option, an output over an input, labels that do not fit, or cases on which the
-            network is never (or always) wrong (:func:`check_fit_is_defined`).
+        ValueError: an invalid option, an output over an input, a checkpoint calibrated already (one that holds a
+            temperature), labels that do not fit, or cases on which the network is never (or always) wrong
+            (:func:`check_fit_is_defined`).
         FileNotFoundError: a missing input folder.
     """
     spec = _region_spec(activation, regions)
@@ -397,6 +457,10 @@ def run_calibrate(
                           checkpoints=[checkpoint] if checkpoint else [], unsafe_load=unsafe_load,
                           device=device, bundle_preprocessing=False, allow_code=allow_code)
     check_model_activation(loaded, activation)
+    if loaded.temperature is not None:  # found by hostile testing: the new checkpoint nested the old one's state dict
+        # ({"state_dict": {"temperature": ..., "network.*": ...}, ...}), which no later command could load
+        raise ValueError(f"--checkpoint {loaded.checkpoints[0]} is calibrated already (temperature "
+                         f"{loaded.temperature}, written by monai-unc calibrate); calibrate the original weights")
     check_output_file(out, *loaded.checkpoints, what="--output")  # e.g. the example model's shipped weights
     check_roi(roi, loaded.spatial_dims)
     cases = list_image_cases(images)

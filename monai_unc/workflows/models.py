@@ -43,7 +43,7 @@ from ..engines import find_pred_activation
 from ..inferers import load_state_dict
 from ..io import check_entry_kind, weight_digests
 from ..keys import MEASURES
-from ..temperature import TemperatureScaled
+from ..temperature import TemperatureScaled, check_temperature
 
 __all__ = [
     "LoadedModel",
@@ -398,18 +398,26 @@ def checkpoint_temperature(path: str, unsafe_load: bool) -> torch.Tensor | None:
         unsafe_load: load with ``weights_only=False`` (trusted files only).
 
     Returns:
-        The temperature tensor (one element, or one per class), or None.
+        The temperature tensor (float64; one element, or one per class), or None.
 
     Raises:
-        ValueError: naming the file, as :func:`load_checkpoint`, when the file cannot be read.
+        ValueError: naming the file, as :func:`load_checkpoint`, when the file cannot be read, or when its
+            ``temperature`` is not positive and finite numbers (:func:`monai_unc.temperature.check_temperature`: the
+            file is user-editable; a negative temperature would reverse every segmentation).
     """
     try:
         obj = torch.load(path, map_location="cpu", weights_only=not unsafe_load)
     except Exception:
         load_checkpoint(path, unsafe_load)  # raises the ValueError that names the problem
         raise
-    t = obj.get("temperature") if isinstance(obj, dict) else None
-    return t if isinstance(t, torch.Tensor) else None
+    if not isinstance(obj, dict) or "temperature" not in obj:
+        return None
+    t = obj["temperature"]
+    if not isinstance(t, torch.Tensor) and "state_dict" not in obj:
+        return None  # a flat state dict: only its tensors are a temperature
+    # checked (the file is user-editable): a negative temperature reversed every segmentation, zero or NaN made the
+    # logits non-finite, and a number or list in place of a tensor was dropped without a word (found by hostile testing)
+    return check_temperature(t, f"checkpoint {path}: its temperature (written by monai-unc calibrate)")
 
 
 @dataclass

@@ -18,7 +18,7 @@ import torch
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
-from tests._cases import TOY_NET
+from tests._cases import TOY_NET, bias_toward_background
 from tests._paths import ROOT
 
 NET = TOY_NET
@@ -417,7 +417,7 @@ def test_calibrate_writes_a_checkpoint_that_infer_applies(setup, tmp_path, res_u
     s = setup
     spec = dict(NET, num_res_units=res_units)
     torch.manual_seed(3)
-    net = _unet(spec)
+    net = bias_toward_background(_unet(spec))  # calibrate refuses logits that carry nothing about the labels
     ckpt = tmp_path / "net.pt"
     torch.save(net.state_dict(), ckpt)
     out = tmp_path / "cal" / "calibrated.pt"

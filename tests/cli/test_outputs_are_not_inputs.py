@@ -24,7 +24,7 @@ from monai.networks.nets import UNet
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
-from tests._cases import TOY_NET
+from tests._cases import TOY_NET, bias_toward_background
 from tests.evaluation.test_triage import _stamp_infer_records
 
 NET = TOY_NET
@@ -43,7 +43,8 @@ def s(tmp_path_factory) -> dict[str, Path]:
     _stamp_infer_records(paths["predictions"])
     torch.manual_seed(0)
     ckpt = root / "net.pt"
-    torch.save(UNet(**{k: v for k, v in NET.items() if k != "_target_"}).state_dict(), ckpt)
+    # toward the background: calibrate refuses logits that carry nothing about the labels
+    torch.save(bias_toward_background(UNet(**{k: v for k, v in NET.items() if k != "_target_"})).state_dict(), ckpt)
     spec = root / "net.json"
     spec.write_text(json.dumps(NET))
     regions = root / "regions.json"

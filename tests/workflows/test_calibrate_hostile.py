@@ -164,7 +164,11 @@ def test_check_fit_is_defined_per_region_names_the_region_without_errors():
     masks[:, 1] = (z[:, 1] <= 0).float()  # region 1: always wrong
     with pytest.raises(ValueError, match=r"every voxel of region '1' of .* wrong"):
         check_fit_is_defined([z], [masks], "sigmoid", mode="vector")
-    masks[0, 1, 0, 0] = 1 - masks[0, 1, 0, 0]  # one right voxel is enough
+    masks[0, 1, 0, 0] = 1 - masks[0, 1, 0, 0]  # one right voxel does not outweigh 127 confident errors
+    with pytest.raises(ValueError, match=r"region '1' of .* no better than uniform probabilities \(127 of 128"):
+        check_fit_is_defined([z], [masks], "sigmoid", mode="vector")
+    masks[:, 1] = (z[:, 1] > 0).float()
+    masks[:, 1, :2] = 1 - masks[:, 1, :2]  # a quarter of the voxels wrong: the right ones outweigh them
     assert check_fit_is_defined([z], [masks], "sigmoid", mode="vector") == int(((z > 0) != (masks > 0)).sum())
 
 
