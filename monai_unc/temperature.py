@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -69,7 +70,7 @@ from .activation import Activation, get_activation
 from .metrics.calibration import ConfidenceHistogram, calibration_metrics, confidence_bins
 
 __all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network", "check_temperature",
-           "non_convergence_warning"]
+           "non_convergence_warning", "nll_slope_terms"]
 
 _MODES = ("scalar", "vector")
 _END = object()
@@ -184,6 +185,49 @@ def _overshot(grad: torch.Tensor, last_step: torch.Tensor) -> bool:
     return float((grad.to(torch.float64) * last_step.to(torch.float64)).sum()) > 0
 
 
+def nll_slope_terms(z: torch.Tensor, y: torch.Tensor, multilabel: bool = False
+                    ) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """Whether a temperature can minimise the NLL of these voxels: wrong voxels and the NLL's slope at ``1 / t = 0``.
+
+    With ``b = 1 / t`` the NLL of ``softmax(b z)`` (or ``sigmoid(b z)``) is convex in ``b``: a temperature minimises it
+    exactly when some voxel is wrong (else the NLL keeps falling as ``t`` goes to 0) and the NLL falls as ``b``
+    leaves 0 (else uniform probabilities fit best: ``t`` grows without end). The slope at ``b = 0`` is
+    ``sum_i (mean_c z_ic - z_iy)`` (softmax; per class ``c``: ``sum_i z_ic (1/C - [y_i = c])``) or
+    ``sum_i (1/2 - y_i) z_i`` (one region). A voxel whose reference ties with the largest logit, or a region logit
+    0, is not wrong: its probability is the same at every temperature.
+
+    Args:
+        z: the logits of some voxels: ``(C, n)`` (softmax) or ``(n,)`` (one region, ``multilabel``).
+        y: their reference: ``(n,)`` class indices, or the region's binary mask ``(n,)``.
+        multilabel: one sigmoid region instead of softmax classes.
+
+    Returns:
+        ``(wrong, slope, size)``: the number of wrong voxels, the slope (float64; ``(C,)`` per class for softmax,
+        0-d for a region) and the sum of its terms' magnitudes (the same shape; the rounding scale of the slope).
+
+    Example:
+        >>> z = torch.tensor([[3.0, -1.0], [0.0, 1.0]])  # (C=2, 2 voxels)
+        >>> wrong, slope, size = nll_slope_terms(z, torch.tensor([0, 0]))  # right by 3, wrong by 2
+        >>> wrong, float(slope.sum()) < 0  # falling at b = 0: a temperature fits
+        (1, True)
+        >>> nll_slope_terms(z, torch.tensor([1, 1]))[1].sum().item() >= 0  # wrong by 3, right by 2: none fits
+        True
+    """
+    z = z.double()
+    if multilabel:
+        target = y > 0
+        hit = (z > 0) == target
+        hit |= z == 0  # a logit 0 is p = 1/2 at every temperature
+        terms = (0.5 - target.double()) * z
+        return int((~hit).sum()), terms.sum(), terms.abs().sum()
+    idx = y.long().reshape(1, -1)
+    zy = z.gather(0, idx)  # (1, n)
+    wrong = int((zy[0] < z.amax(0)).sum())  # a tie of the reference with another class bounds nothing
+    # d/db_c of the NLL at b = 0: z_ic (1/C - [y_i = c]); their sum over c is mean_c z_ic - z_iy
+    terms = (z / z.shape[0]).scatter_add_(0, idx, -zy)
+    return wrong, terms.sum(1), terms.abs().sum(1)
+
+
 def check_temperature(value: Any, name: str = "temperature") -> torch.Tensor:
     """A temperature (one value, or one per class or region) checked and as a float64 tensor.
 
@@ -264,6 +308,9 @@ class TemperatureScaler(nn.Module):
             ``lr`` is one learning rate per region for ``activation="sigmoid"``, ``mode="vector"``, where each
             region's temperature is fitted as its own problem: own learning-rate backoff, own best value).
         converged: whether the step tolerance was reached before ``max_steps``.
+        defined: after an NLL fit, whether a temperature minimises the NLL of the fitted voxels at all
+            (:func:`nll_slope_terms`; False with a warning: every voxel right, or logits no better than uniform, per
+            region for ``"sigmoid"`` with ``"vector"``); None before a fit and for ``loss="ece"``.
 
     Example:
         >>> import torch
@@ -339,6 +386,8 @@ class TemperatureScaler(nn.Module):
         self.register_buffer("temperature", torch.full((size,), self.init_temperature, dtype=torch.float64))
         self.history: list[dict[str, Any]] = []
         self.converged = False
+        self.defined: bool | None = None
+        self._fit_check: tuple[torch.Tensor, ...] | None = None
         self._has_temperature = False  # set by fit(), load_state_dict() or assigning `temperature`
         self._task_loss = torch.zeros(0, dtype=torch.float64)  # per-task losses of the last pass
 
@@ -491,6 +540,7 @@ class TemperatureScaler(nn.Module):
         n_ch = 0
         count = loss_sum = grad_sum = None
         ece_state: list[torch.Tensor] | None = None
+        check: list[torch.Tensor] | None = None  # wrong voxels, NLL slope at 1/t = 0 and its scale, per task
         for task, zc, yc in self._chunks(logits, target, first):
             if count is None:
                 n_ch = int(self.num_classes)  # type: ignore[arg-type]
@@ -506,6 +556,14 @@ class TemperatureScaler(nn.Module):
             # (float32 terms had rounding noise of ~1e-7 relative: the backoff halved the step on it near the
             # optimum, a fit 6e-5 short of the minimum, and RMSprop moved t on a flat loss)
             tk = act.task_temperature(t, task, n_ch, torch.empty(0, dtype=torch.float64, device=zc.device))
+            if first and self.loss == "nll":  # whether a temperature minimises the NLL at all (_undefined_fit)
+                if check is None:
+                    check = [torch.zeros(n_tasks, dtype=torch.float64),
+                             *(torch.zeros(n_tasks, n_par, dtype=torch.float64) for _ in range(2))]
+                wrong, slope, size = nll_slope_terms(zc, yc, act.multilabel)
+                check[0][task] += wrong
+                check[1][task] += slope.reshape(-1).cpu()
+                check[2][task] += size.reshape(-1).cpu()
             count[task] += yc.numel()
             if self.loss == "nll":
                 loss, grad = act.nll_terms(zc, yc, tk)
@@ -534,6 +592,8 @@ class TemperatureScaler(nn.Module):
             assert ece_state is not None
             per_loss, grad = _binned_ece(*ece_state, present, self.min_bin_count, act.multilabel)
         self._task_loss = per_loss
+        if check is not None:
+            self._fit_check = (*check, count)
         loss = float(per_loss.sum())
         grad = grad.reshape(-1)  # (1, C) of the class task or (R, 1) of the regions: one entry per t component
         if self.mode == "scalar":
@@ -609,6 +669,8 @@ class TemperatureScaler(nn.Module):
             self.num_classes = int(shape[1])
         self.history = []
         self.converged = False
+        self.defined = None
+        self._fit_check = None
         size = self.num_classes if self.mode == "vector" else 1
         # region-based vector scaling: the regions are independent problems, each with its own learning rate
         # (backed off when its own loss rises) and its own best temperature; otherwise one group for all of t
@@ -651,7 +713,47 @@ class TemperatureScaler(nn.Module):
                 break
         best_t = torch.cat(best_t)
         self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
+        undefined = self._undefined_fit()
+        self.defined = None if self.loss != "nll" else undefined is None
+        if undefined is not None:
+            # found by hostile review: every voxel right gave t = 0.0116, anti-informative logits t = 30.5, with only
+            # converged=False to tell (and advice elsewhere to allow more steps, which never converge)
+            warnings.warn(f"no temperature minimises the NLL of these logits ({undefined}): the fitted "
+                          f"{[round(v, 4) for v in best_t.tolist()]} is only where the optimiser stopped; fit on "
+                          "held-out cases where the network makes some errors (and does better than uniform)",
+                          UserWarning, stacklevel=3)  # 3: the caller of the deprecated_arg_names wrapper
         return self
+
+    def _undefined_fit(self) -> str | None:
+        """Why no temperature minimises the NLL of the first pass's voxels (:func:`nll_slope_terms`), or None.
+
+        One shared temperature: every voxel right, or the NLL (the sum of the tasks' mean losses) not falling at
+        ``1 / t = 0``; per region (sigmoid, ``"vector"``): each region on its own; per class (softmax, ``"vector"``):
+        every voxel right, or no class's ``1 / t_c`` lowering the NLL.
+        """
+        if self._fit_check is None:
+            return None
+        wrong, slope, size, count = self._fit_check
+        present = count > 0
+        n = count.clamp(min=1).unsqueeze(1)
+        if self.activation == "sigmoid" and self.mode == "vector":
+            reasons = []
+            for r in torch.nonzero(present).flatten().tolist():
+                if wrong[r] == 0:
+                    reasons.append(f"region {r}: every voxel right, the NLL falls as t goes to 0")
+                elif float(slope[r].sum()) >= -1e-9 * float(size[r].sum()):
+                    reasons.append(f"region {r}: no better than p = 1/2, the NLL falls as t grows")
+            return "; ".join(reasons) or None
+        if float(wrong[present].sum()) == 0:
+            return "every voxel is predicted right: the NLL keeps falling as t goes to 0"
+        per_component = ((slope / n)[present].sum(0), (size / n)[present].sum(0))  # (n_par,): the loss's weights
+        if self.mode == "vector":
+            flat = bool((per_component[0] >= -1e-9 * per_component[1]).all())
+        else:
+            flat = float(per_component[0].sum()) >= -1e-9 * float(per_component[1].sum())
+        if flat:
+            return "the logits do no better than uniform probabilities: the NLL keeps falling as t grows"
+        return None
 
     # -- folding --------------------------------------------------------------------------------------------------
     @staticmethod

@@ -48,7 +48,7 @@ from ..io import (
     smallest_int_dtype,
 )
 from ..regions import RegionSpec, label_to_regions, unclaimed_labels, unclaimed_labels_message
-from ..temperature import calibrate_network, non_convergence_warning
+from ..temperature import calibrate_network, nll_slope_terms, non_convergence_warning
 from .factory import check_roi, normalize_roi
 from .infer import check_case_dims, load_image_case, normalize_intensity
 from .models import LoadedModel, check_model_activation, load_network
@@ -293,26 +293,19 @@ def check_fit_is_defined(logits: Sequence[torch.Tensor], targets: Sequence[torch
         for start in range(0, zf.shape[-1], _CHECK_CHUNK):  # float64 copies of a chunk, not of a case
             z = zf[..., start : start + _CHECK_CHUNK].double()
             y = yf[..., start : start + _CHECK_CHUNK]
-            if sigmoid:
-                hit = ((z > 0) == (y > 0)) | (z == 0)  # a logit 0 is p = 1/2 at every temperature
-                terms = (0.5 - (y > 0).double()) * z  # (B, R, n)
-            else:
-                idx = y.long()
-                zy = z.gather(1, idx)  # (B, 1, n)
-                hit = zy[:, 0] >= z.amax(1)  # a tie of the reference with another class bounds nothing
-                # d/db_c of the NLL at b = 0: z_ic (1/C - [y_i = c]); their sum over c is mean_c z_ic - z_iy
-                terms = (z / n_ch).scatter_add_(1, idx, -zy)
-            if per_region:
-                w += (~hit).transpose(0, 1).reshape(n_ch, -1).sum(1)
-            else:
-                w += (~hit).sum()
-            if per_region or per_class:
-                by_channel = terms.transpose(0, 1).reshape(n_ch, -1)
-                sl += by_channel.sum(1)
-                sz += by_channel.abs().sum(1)
-            else:
-                sl += terms.sum()
-                sz += terms.abs().sum()
+            for b in range(z.shape[0]):  # the terms of nll_slope_terms, per region or pooled, per class or summed
+                if sigmoid:
+                    for r in range(n_ch):
+                        wr, slr, szr = nll_slope_terms(z[b, r], y[b, r], multilabel=True)
+                        task = r if per_region else 0
+                        w[task] += wr
+                        sl[task] += slr
+                        sz[task] += szr
+                else:
+                    wr, slr, szr = nll_slope_terms(z[b], y[b, 0])
+                    w += wr
+                    sl += slr if per_class else slr.sum()
+                    sz += szr if per_class else szr.sum()
         n = torch.full_like(w, (zf.shape[0] * zf.shape[-1]) if (per_region or not sigmoid) else zf.numel())
         wrong_r = w if wrong_r is None else wrong_r + w
         total_r = n if total_r is None else total_r + n
