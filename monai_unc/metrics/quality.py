@@ -913,7 +913,8 @@ def conformal_interval(
 
     Raises:
         ValueError: as :func:`conformal_quantile`; ``bounds`` not two finite numbers ``lower < upper``; an infinite
-            ``estimate``.
+            ``estimate``; a calibration truth outside ``bounds`` (e.g. a Dice in percent with the default bounds,
+            which collapsed the interval onto the bound 1).
 
     Example:
         >>> rng = np.random.default_rng(0)
@@ -924,6 +925,12 @@ def conformal_interval(
         (0.084, [0.846, 0.516], [1.0, 0.684])
     """
     lo, hi = _check_bounds(bounds)
+    t = np.asarray(calibration_truths, dtype=np.float64)
+    outside = np.isfinite(t) & ((t < lo) | (t > hi))  # NaN (undefined) is neither; inf: conformal_quantile
+    if outside.any():  # e.g. Dice in percent with the default bounds: the interval would collapse onto a bound
+        raise ValueError(f"calibration_truths hold {int(outside.sum())} value(s) outside bounds ({lo:g}, {hi:g}), the "
+                         f"range of the truth (e.g. {float(t[outside].reshape(-1)[0])!r}); give the truths in the "
+                         "bounds' units or pass bounds=")
     q, n = conformal_quantile(calibration_estimates, calibration_truths, alpha)
     e = np.asarray(estimate, dtype=np.float64)
     if np.isinf(e).any():
