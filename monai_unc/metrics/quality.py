@@ -724,11 +724,14 @@ class StreamingQuality:
         if self._shape is None:
             if c > 63:
                 raise ValueError(f"probs has {c} classes; StreamingQuality supports at most 63 (one bit each)")
+            # the reference is checked before any state is set: a refused first sample leaves the accumulator empty
+            # (found by hostile testing: after a reference of the wrong shape was refused, the next samples were
+            # taken without it and dice_to_reference said no reference had been passed)
+            if self._reference_in is not None:
+                self._ref = _reference(self._reference_in, (b, *p.shape[2:]), c, p.device).reshape(b, -1)
             self._shape, self.num_classes = tuple(p.shape), c
             # remember only the library of the input (not the array): results follow it
             self._like = np.empty(0) if isinstance(probs, np.ndarray) else torch.empty(0)
-            if self._reference_in is not None:
-                self._ref = _reference(self._reference_in, (b, *p.shape[2:]), c, p.device).reshape(b, -1)
         elif tuple(p.shape) != self._shape:
             raise ValueError(f"probs shape {tuple(p.shape)} does not match earlier samples {self._shape}")
         flat = p.reshape(b, c, -1)

@@ -197,3 +197,21 @@ def test_quality_estimates_refuse_samples_of_another_shape_than_pred():
     torch.testing.assert_close(q["pairwise_dice"].foreground, ref.foreground)
     q = quality_estimates({"pred": pred, "samples": samples.numpy()})
     assert all(isinstance(v.per_class, torch.Tensor) for v in q.values())
+
+
+def test_a_refused_reference_leaves_the_streaming_accumulator_empty():
+    # found by hostile testing: after the first update refused a reference of the wrong shape, the next samples were
+    # taken without the reference and dice_to_reference said none had been passed
+    samples = random_samples(3, 2, 3, (4, 4), seed=2)
+    acc = StreamingQuality(reference=np.zeros((2, 4, 5), dtype=np.int64))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="reference must be a label map"):
+            acc.update(samples[0])
+    assert acc.num_samples == 0 and acc.num_classes is None
+    acc = StreamingQuality(reference=np.zeros((2, 4, 4), dtype=np.int64))
+    with pytest.raises(ValueError, match="reference must be a label map"):
+        acc.update(samples[0][..., :3])  # a refused first sample does not fix the shape either
+    for s in samples:
+        acc.update(s)
+    ref = dice_to_mean(samples, reference=np.zeros((2, 4, 4), dtype=np.int64))
+    np.testing.assert_allclose(acc.dice_to_reference().foreground, ref.foreground)
