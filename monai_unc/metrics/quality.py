@@ -81,6 +81,7 @@ import torch
 from .._utils import (
     ArrayLike,
     argmax,
+    check_bool,
     check_labels,
     check_probabilities,
     like_input,
@@ -146,6 +147,7 @@ class QualityScores(NamedTuple):
 
 
 def _probs_samples(samples: Any, validate: bool) -> torch.Tensor:
+    validate = check_bool(validate, "validate")
     s = to_tensor(samples, "samples")
     if s.ndim < 4:
         raise ValueError(
@@ -159,6 +161,7 @@ def _probs_samples(samples: Any, validate: bool) -> torch.Tensor:
 
 
 def _probs(probs: Any, validate: bool) -> torch.Tensor:
+    validate = check_bool(validate, "validate")
     p = to_tensor(probs, "probs")
     if p.ndim < 3:
         raise ValueError(f"probs must have shape (B, C, *spatial), got {tuple(p.shape)}")
@@ -247,6 +250,7 @@ def pairwise_dice(
                 [0.6534, 0.8765]], dtype=torch.float64)
     """
     check_empty_score(empty_score)
+    include_background = check_bool(include_background, "include_background")
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
     classes = _classes(c, include_background)
@@ -310,6 +314,7 @@ def dice_to_mean(
         tensor([[0.8648, 0.7565],
                 [0.7762, 0.9259]], dtype=torch.float64)
     """
+    include_background = check_bool(include_background, "include_background")
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
     if reference is None:
@@ -352,6 +357,7 @@ def sample_iou(
         tensor([[0.3636, 0.2143],
                 [0.2500, 0.6471]], dtype=torch.float64)
     """
+    include_background = check_bool(include_background, "include_background")
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
     _warn_single_sample(n_s, "sample_iou")
@@ -419,6 +425,8 @@ def volume_cv(
         tensor([[0.0973, 0.1468],
                 [0.0315, 0.0262]], dtype=torch.float64)
     """
+    include_background = check_bool(include_background, "include_background")
+    soft = check_bool(soft, "soft")  # a string "no" is truthy: never taken as True
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
     if ddof == 0:  # with ddof >= 1 one sample already gives NaN, with its own warning
@@ -467,6 +475,7 @@ def expected_dice(
         >>> q.foreground.round(decimals=4)
         tensor([0.8761, 0.8723], dtype=torch.float64)
     """
+    include_background = check_bool(include_background, "include_background")
     p = _probs(probs, validate)
     b, c = p.shape[:2]
     p = p.reshape(b, c, -1)
@@ -556,6 +565,11 @@ def quality_estimates(
     Returns:
         ``{name: QualityScores}`` for the estimates the output allows, in the order of :data:`QUALITY_ESTIMATES`.
 
+    Raises:
+        ValueError: ``output`` has no ``pred``; ``samples`` are not probabilities or not of shape
+            ``(S, *pred.shape)``.
+        TypeError: ``include_background`` or ``multilabel`` is not a bool (``multilabel`` may be None).
+
     Example:
         >>> from monai_unc.metrics import quality_estimates
         >>> import torch
@@ -573,24 +587,34 @@ def quality_estimates(
     """
     if not isinstance(output, Mapping) or K.PRED.value not in output:
         raise ValueError("output must be an inferer's dict with a 'pred' entry (mean probabilities)")
+    include_background = check_bool(include_background, "include_background")
     if multilabel is None:
         multilabel = bool(getattr(output, "multilabel", False))
+    else:
+        multilabel = check_bool(multilabel, "multilabel")
     if multilabel:
         return _region_quality(output, empty_score)
     kw = {"include_background": include_background}
-    res = {"expected_dice": expected_dice(output[K.PRED.value], empty_score=empty_score, **kw)}
+    pred = output[K.PRED.value]
+    res = {"expected_dice": expected_dice(pred, empty_score=empty_score, **kw)}
     samples = output.get(K.SAMPLES.value)
-    if samples is not None:
-        check_probabilities(to_tensor(samples, "samples"), "samples", channel_dim=2, min_ndim=4)
-    if samples is not None and samples.shape[0] < 2:
+    if samples is None:
+        return res
+    s = to_tensor(samples, "samples")
+    check_probabilities(s, "samples", channel_dim=2, min_ndim=4)
+    shape = tuple(to_tensor(pred, "pred").shape)
+    if tuple(s.shape[1:]) != shape:  # found by hostile testing: another case's samples were scored silently
+        raise ValueError(f"samples must have shape (S, *pred.shape) = (S, {shape}), got {tuple(s.shape)}")
+    if s.shape[0] < 2:
         warnings.warn("quality_estimates: a single sample agrees with itself; the sample-agreement estimates "
                       "(pairwise_dice, dice_to_mean, sample_iou, volume_cv) carry no information and are left out",
                       UserWarning, stacklevel=2)
-    elif samples is not None:
-        res["pairwise_dice"] = pairwise_dice(samples, empty_score=empty_score, validate=False, **kw)
-        res["dice_to_mean"] = dice_to_mean(samples, empty_score=empty_score, validate=False, **kw)
-        res["sample_iou"] = sample_iou(samples, empty_score=empty_score, validate=False, **kw)
-        res["volume_cv"] = volume_cv(samples, validate=False, **kw)
+        return res
+    for name, q in (("pairwise_dice", pairwise_dice(s, empty_score=empty_score, validate=False, **kw)),
+                    ("dice_to_mean", dice_to_mean(s, empty_score=empty_score, validate=False, **kw)),
+                    ("sample_iou", sample_iou(s, empty_score=empty_score, validate=False, **kw)),
+                    ("volume_cv", volume_cv(s, validate=False, **kw))):
+        res[name] = QualityScores(like_input(q.foreground, pred), like_input(q.per_class, pred))  # pred's library
     return res
 
 
@@ -666,9 +690,9 @@ class StreamingQuality:
         validate: bool = True,
     ) -> None:
         self._reference_in = reference
-        self.include_background = bool(include_background)
+        self.include_background = check_bool(include_background, "include_background")
         self.empty_score = check_empty_score(empty_score)
-        self.validate = bool(validate)
+        self.validate = check_bool(validate, "validate")
         self.num_classes: int | None = None
         self._like: Any = None
         self._shape: tuple[int, ...] | None = None
@@ -700,11 +724,14 @@ class StreamingQuality:
         if self._shape is None:
             if c > 63:
                 raise ValueError(f"probs has {c} classes; StreamingQuality supports at most 63 (one bit each)")
+            # the reference is checked before any state is set: a refused first sample leaves the accumulator empty
+            # (found by hostile testing: after a reference of the wrong shape was refused, the next samples were
+            # taken without it and dice_to_reference said no reference had been passed)
+            if self._reference_in is not None:
+                self._ref = _reference(self._reference_in, (b, *p.shape[2:]), c, p.device).reshape(b, -1)
             self._shape, self.num_classes = tuple(p.shape), c
             # remember only the library of the input (not the array): results follow it
             self._like = np.empty(0) if isinstance(probs, np.ndarray) else torch.empty(0)
-            if self._reference_in is not None:
-                self._ref = _reference(self._reference_in, (b, *p.shape[2:]), c, p.device).reshape(b, -1)
         elif tuple(p.shape) != self._shape:
             raise ValueError(f"probs shape {tuple(p.shape)} does not match earlier samples {self._shape}")
         flat = p.reshape(b, c, -1)
@@ -751,7 +778,7 @@ class StreamingQuality:
         self._require()
         if ddof == 0:
             _warn_single_sample(self.num_samples, "StreamingQuality.volume_cv")
-        vol = torch.stack(self._soft if soft else self._volumes)
+        vol = torch.stack(self._soft if check_bool(soft, "soft") else self._volumes)
         return self._out(_cv(vol, ddof, "StreamingQuality.volume_cv"))
 
     def sample_iou(self) -> QualityScores:
@@ -788,7 +815,7 @@ class StreamingQuality:
             int64 counts (float64 if ``soft``), ``(S, B, C + 1)``.
         """
         self._require()
-        return like_input(torch.stack(self._soft if soft else self._volumes), self._like)
+        return like_input(torch.stack(self._soft if check_bool(soft, "soft") else self._volumes), self._like)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -913,7 +940,8 @@ def conformal_interval(
 
     Raises:
         ValueError: as :func:`conformal_quantile`; ``bounds`` not two finite numbers ``lower < upper``; an infinite
-            ``estimate``.
+            ``estimate``; a calibration truth outside ``bounds`` (e.g. a Dice in percent with the default bounds,
+            which collapsed the interval onto the bound 1).
 
     Example:
         >>> rng = np.random.default_rng(0)
@@ -924,6 +952,12 @@ def conformal_interval(
         (0.084, [0.846, 0.516], [1.0, 0.684])
     """
     lo, hi = _check_bounds(bounds)
+    t = np.asarray(calibration_truths, dtype=np.float64)
+    outside = np.isfinite(t) & ((t < lo) | (t > hi))  # NaN (undefined) is neither; inf: conformal_quantile
+    if outside.any():  # e.g. Dice in percent with the default bounds: the interval would collapse onto a bound
+        raise ValueError(f"calibration_truths hold {int(outside.sum())} value(s) outside bounds ({lo:g}, {hi:g}), the "
+                         f"range of the truth (e.g. {float(t[outside].reshape(-1)[0])!r}); give the truths in the "
+                         "bounds' units or pass bounds=")
     q, n = conformal_quantile(calibration_estimates, calibration_truths, alpha)
     e = np.asarray(estimate, dtype=np.float64)
     if np.isinf(e).any():

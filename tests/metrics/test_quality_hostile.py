@@ -17,6 +17,7 @@ from monai_unc.metrics.quality import (
     dice_to_mean,
     expected_dice,
     pairwise_dice,
+    quality_estimates,
     sample_iou,
     volume_cv,
 )
@@ -149,3 +150,68 @@ def test_a_numpy_alpha_is_a_number():
     est, truth = np.linspace(0.5, 1, 30), np.linspace(0.45, 0.95, 30)
     assert conformal_quantile(est, truth, np.float32(0.1)) == conformal_quantile(est, truth, 0.1)
     assert conformal_interval(0.8, est, truth, np.float64(0.2)).alpha == 0.2
+
+
+# ---------------------------------------------------------------- flags and the inferer's output dict (hostile review)
+
+
+@pytest.mark.parametrize("flag", ["no", 0, 1, None, "False"])
+def test_a_flag_that_is_not_a_bool_is_refused_naming_it(flag):
+    # found by hostile testing: include_background="no" is truthy and added the background column, soft="no" summed
+    # probabilities, multilabel="no" scored classes as sigmoid regions
+    samples = torch.from_numpy(random_samples(3, 1, 3, (4, 4), seed=0))
+    calls = {
+        "include_background": [lambda: pairwise_dice(samples, include_background=flag),
+                               lambda: dice_to_mean(samples, include_background=flag),
+                               lambda: sample_iou(samples, include_background=flag),
+                               lambda: volume_cv(samples, include_background=flag),
+                               lambda: expected_dice(samples[0], include_background=flag),
+                               lambda: quality_estimates({"pred": samples[0]}, include_background=flag),
+                               lambda: StreamingQuality(include_background=flag)],
+        "soft": [lambda: volume_cv(samples, soft=flag),
+                 lambda: StreamingQuality().update(samples[0]).volume_cv(soft=flag),
+                 lambda: StreamingQuality().update(samples[0]).volumes(soft=flag)],
+        "validate": [lambda: pairwise_dice(samples, validate=flag), lambda: expected_dice(samples[0], validate=flag),
+                     lambda: StreamingQuality(validate=flag)],
+        # multilabel=None (the default) takes the output's own attribute
+        "multilabel": [] if flag is None else [lambda: quality_estimates({"pred": samples[0]}, multilabel=flag)],
+    }
+    for name, fs in calls.items():
+        for f in fs:
+            with pytest.raises(TypeError, match=f"{name} must be True or False"):
+                f()
+
+
+def test_quality_estimates_refuse_samples_of_another_shape_than_pred():
+    # found by hostile testing: samples of one case beside a pred of two gave expected_dice (2,) and the agreement
+    # estimates (1,), silently, and a list of samples raised AttributeError
+    samples = torch.from_numpy(random_samples(3, 2, 3, (4, 4), seed=1))
+    pred = samples.mean(0)
+    with pytest.raises(ValueError, match=r"samples must have shape \(S, \*pred.shape\)"):
+        quality_estimates({"pred": pred, "samples": samples[:, :1]})
+    with pytest.raises(ValueError, match=r"samples must have shape \(S, \*pred.shape\)"):
+        quality_estimates({"pred": pred[..., :2], "samples": samples})
+    q = quality_estimates({"pred": pred, "samples": [s.tolist() for s in samples]})
+    assert len(q) == 5 and all(isinstance(v.foreground, torch.Tensor) for v in q.values())  # pred's library
+    ref = pairwise_dice(samples)
+    torch.testing.assert_close(q["pairwise_dice"].foreground, ref.foreground)
+    q = quality_estimates({"pred": pred, "samples": samples.numpy()})
+    assert all(isinstance(v.per_class, torch.Tensor) for v in q.values())
+
+
+def test_a_refused_reference_leaves_the_streaming_accumulator_empty():
+    # found by hostile testing: after the first update refused a reference of the wrong shape, the next samples were
+    # taken without the reference and dice_to_reference said none had been passed
+    samples = random_samples(3, 2, 3, (4, 4), seed=2)
+    acc = StreamingQuality(reference=np.zeros((2, 4, 5), dtype=np.int64))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="reference must be a label map"):
+            acc.update(samples[0])
+    assert acc.num_samples == 0 and acc.num_classes is None
+    acc = StreamingQuality(reference=np.zeros((2, 4, 4), dtype=np.int64))
+    with pytest.raises(ValueError, match="reference must be a label map"):
+        acc.update(samples[0][..., :3])  # a refused first sample does not fix the shape either
+    for s in samples:
+        acc.update(s)
+    ref = dice_to_mean(samples, reference=np.zeros((2, 4, 4), dtype=np.int64))
+    np.testing.assert_allclose(acc.dice_to_reference().foreground, ref.foreground)

@@ -113,3 +113,20 @@ def test_alpha_is_checked(alpha):
 def test_arrays_of_different_lengths_are_refused():
     with pytest.raises(ValueError, match="one entry per case"):
         conformal_quantile([0.9, 0.8], [0.8])
+
+
+def test_calibration_truths_outside_the_bounds_are_refused():
+    # Dice in percent with the default bounds (0, 1): q ~ 5 and the interval of 83 was clipped to [1.0, 1.0], a
+    # claim that the case's Dice is exactly 1 (found by hostile testing)
+    rng = np.random.default_rng(0)
+    est = rng.uniform(70, 95, 40)
+    dice = est - rng.normal(0, 3, 40)
+    with pytest.raises(ValueError, match="calibration_truths hold 40 value"):
+        conformal_interval([83.0], est, dice)
+    iv = conformal_interval([83.0], est, dice, bounds=(0, 100))  # the truths' own range
+    assert iv.low[0] < 83.0 < iv.high[0] and iv.high[0] - iv.low[0] == pytest.approx(2 * iv.quantile)
+    with pytest.raises(ValueError, match="calibration_truths hold 1 value"):
+        conformal_interval(0.5, [0.5] * 20, [0.4] * 19 + [-0.1])
+    with warnings.catch_warnings():  # undefined truths are left out, not refused
+        warnings.simplefilter("error")
+        assert conformal_interval(0.5, [0.5] * 21, [0.4] * 20 + [np.nan]).n == 20
