@@ -390,7 +390,9 @@ def format_estimate(value: Any, low: Any = None, high: Any = None, decimals: int
     The estimate is rounded to the nearest (:func:`format_cell`), the interval's ends outward
     (:func:`format_interval`), so the printed estimate of a value inside its interval is inside the printed interval,
     and the two are shown with one precision (a third decimal on the estimate alone would claim a precision the
-    interval denies). The triage table of the CLI and the triage page show a case's expected Dice with it.
+    interval denies), except a non-zero estimate whose decimals would read zero, which :func:`format_cell` writes
+    with significant digits (``0.0049 [0.00, 0.02]``, never ``0.00`` for a Dice above 0). The triage table of the
+    CLI and the triage page show a case's expected Dice with it.
 
     Args:
         value: the estimate (None or NaN: an en dash).
