@@ -513,6 +513,10 @@ def _draws_pinned(fp: Mapping[str, Any]) -> bool:
     return bool(DROPOUT_TOKENS.intersection(tokens)) or tokens == ["ssn"]
 
 
+#: the recorded ``infer`` settings that hold a float (a fraction or a standard deviation), compared as floats
+_FLOAT_SETTINGS = ("overlap", "tta_noise", "ratein_target", "dropout")
+
+
 def settings_as_compared(settings: Any) -> Any:
     """Recorded ``infer`` settings as they are compared: the method's canonical spelling, unused options neutral.
 
@@ -533,12 +537,15 @@ def settings_as_compared(settings: Any) -> Any:
     - ``ratein_target`` :data:`~monai_unc.keys.DEFAULT_RATEIN_TARGET` under a method without ``ratein``: ``infer
       --ratein-target`` there is refused now; earlier versions recorded the unused value, which then refused the
       resume and mismatched every rule and prediction made without it (found by hostile review).
+    - the fractions ``overlap``, ``tta_noise``, ``ratein_target`` and ``dropout`` as floats: Python's
+      ``overlap=0`` is the command line's ``--overlap 0`` (found by hostile testing: the record ``0`` against
+      ``infer.json``'s ``0.0`` predicted every case of a resume again and refused the finished folder).
 
     Args:
         settings: the recorded settings (anything else is returned as it is).
 
     Returns:
-        The settings, normalised as above (a copy when anything changed).
+        A normalised copy of the settings (as above).
 
     Example:
         >>> settings_as_compared({"method": "tta", "dropout": 0.1})
@@ -547,6 +554,8 @@ def settings_as_compared(settings: Any) -> Any:
         {'method': 'mcdropout+tta', 'dropout': 0.1, 'samples': 8}
         >>> settings_as_compared({"method": "tta", "samples": 10})
         {'method': 'tta', 'samples': None}
+        >>> settings_as_compared({"method": "tta", "overlap": 0})
+        {'method': 'tta', 'overlap': 0.0}
     """
     if not isinstance(settings, Mapping) or not isinstance(settings.get("method"), str):
         return settings
@@ -558,7 +567,10 @@ def settings_as_compared(settings: Any) -> Any:
         out["samples"] = None
     if out.get("ratein_target") is not None and "ratein" not in tokens:
         out["ratein_target"] = DEFAULT_RATEIN_TARGET
-    return out if out != settings else settings
+    for k in _FLOAT_SETTINGS:  # an int there (Python's overlap=0) is the float the command line records (0.0)
+        if isinstance(out.get(k), int) and not isinstance(out[k], bool):
+            out[k] = float(out[k])
+    return out
 
 
 #: fields that name where a model's files were (display only) once both sides record the files' digests

@@ -1,0 +1,47 @@
+"""Recorded ``infer`` settings that differ in nothing but their spelling compare equal (io/provenance.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from monai_unc.io.provenance import check_finished_predictions, settings_as_compared
+from monai_unc.workflows.infer import InferSettings, case_fingerprint
+
+_BASE = dict(model="m", method="mcdropout+tta", samples=4, roi=[64], intensity="none", measures=["mutual_information"],
+             seed=0, activation="softmax", checkpoints=[])
+
+
+def _canonical(x):
+    return json.dumps(x, sort_keys=True)
+
+
+@pytest.mark.parametrize("python, cli", [
+    (dict(overlap=0, tta_noise=0, dropout=0.1), dict(overlap=0.0, tta_noise=0.0, dropout=0.1)),
+    (dict(overlap=0.5, tta_noise=1, dropout=0.1), dict(overlap=0.5, tta_noise=1.0, dropout=0.1)),
+    (dict(overlap=0.25, ratein_target=1, method="ratein"), dict(overlap=0.25, ratein_target=1.0, method="ratein")),
+])
+def test_int_and_float_settings_record_one_fingerprint(tmp_path, python, cli):
+    # found by hostile testing: infer_command(overlap=0) recorded 0 where `--overlap 0` records 0.0, so a resume from
+    # the command line predicted every case again ("overlap 0 -> 0.0") and the finished folder was refused
+    api = InferSettings(**{**_BASE, **python})
+    cmd = InferSettings(**{**_BASE, **cli})
+    assert _canonical(case_fingerprint(api)) == _canonical(case_fingerprint(cmd))
+    (tmp_path / "infer.json").write_text(json.dumps({"settings": cmd.to_json()}))
+    old = {**case_fingerprint(cmd), **python}  # the record of a case an earlier version wrote: the ints as given
+    (tmp_path / "c1.json").write_text(json.dumps({"case": "c1", "method": old["method"], "num_samples": 4,
+                                                  "mi_meaning": "epistemic", "fingerprint": old}))
+    assert _canonical(settings_as_compared(old)) == _canonical(case_fingerprint(cmd))  # what a resume compares
+    check_finished_predictions(tmp_path, "monai-unc", ["c1"])  # one run: no ValueError
+
+
+def test_other_values_still_differ(tmp_path):
+    cmd = InferSettings(**{**_BASE, "overlap": 0.0, "dropout": 0.1})
+    (tmp_path / "infer.json").write_text(json.dumps({"settings": cmd.to_json()}))
+    other = {**cmd.to_json(), "overlap": 0.5}
+    (tmp_path / "c1.json").write_text(json.dumps({"case": "c1", "method": "mcdropout+tta", "num_samples": 4,
+                                                  "mi_meaning": "epistemic", "fingerprint": other}))
+    with pytest.raises(ValueError, match="overlap 0.5 -> 0.0"):
+        check_finished_predictions(tmp_path, "monai-unc", ["c1"])
+    assert settings_as_compared({"method": "tta", "overlap": True})["overlap"] is True  # no bool made a float
