@@ -35,6 +35,7 @@ from ..keys import (
     DEFAULT_RATEIN_TARGET,
     DROPOUT_TOKENS,
     LAYOUTS,
+    MEASURES,
     SAMPLES_TOKENS,
     canonical_method,
     method_tokens,
@@ -537,6 +538,10 @@ def settings_as_compared(settings: Any) -> Any:
     - ``ratein_target`` :data:`~monai_unc.keys.DEFAULT_RATEIN_TARGET` under a method without ``ratein``: ``infer
       --ratein-target`` there is refused now; earlier versions recorded the unused value, which then refused the
       resume and mismatched every rule and prediction made without it (found by hostile review).
+    - ``measures`` (distinct current names) in the order of :data:`~monai_unc.keys.MEASURES`: the same maps asked
+      for in another order (found by hostile testing: ``--measures predictive_entropy mutual_information`` after a
+      run with the reverse predicted every case of the resume again, and a rule certified on either refused the
+      other's predictions).
     - the fractions ``overlap``, ``tta_noise``, ``ratein_target`` and ``dropout`` as floats: Python's
       ``overlap=0`` is the command line's ``--overlap 0`` (found by hostile testing: the record ``0`` against
       ``infer.json``'s ``0.0`` predicted every case of a resume again and refused the finished folder).
@@ -556,6 +561,8 @@ def settings_as_compared(settings: Any) -> Any:
         {'method': 'tta', 'samples': None}
         >>> settings_as_compared({"method": "tta", "overlap": 0})
         {'method': 'tta', 'overlap': 0.0}
+        >>> settings_as_compared({"method": "tta", "measures": ["mutual_information", "predictive_entropy"]})
+        {'method': 'tta', 'measures': ['predictive_entropy', 'mutual_information']}
     """
     if not isinstance(settings, Mapping) or not isinstance(settings.get("method"), str):
         return settings
@@ -567,6 +574,11 @@ def settings_as_compared(settings: Any) -> Any:
         out["samples"] = None
     if out.get("ratein_target") is not None and "ratein" not in tokens:
         out["ratein_target"] = DEFAULT_RATEIN_TARGET
+    listed = out.get("measures")
+    if isinstance(listed, list) and all(isinstance(m, str) for m in listed) and len(set(listed)) == len(listed):
+        ordered = [m for m in MEASURES if m in listed]
+        if len(ordered) == len(listed):  # only current names: an old record's deprecated name stays as written
+            out["measures"] = ordered
     for k in _FLOAT_SETTINGS:  # an int there (Python's overlap=0) is the float the command line records (0.0)
         if isinstance(out.get(k), int) and not isinstance(out[k], bool):
             out[k] = float(out[k])

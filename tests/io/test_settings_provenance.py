@@ -45,3 +45,21 @@ def test_other_values_still_differ(tmp_path):
     with pytest.raises(ValueError, match="overlap 0.5 -> 0.0"):
         check_finished_predictions(tmp_path, "monai-unc", ["c1"])
     assert settings_as_compared({"method": "tta", "overlap": True})["overlap"] is True  # no bool made a float
+
+
+def test_measures_in_another_order_are_the_same_run(tmp_path):
+    # found by hostile testing: --measures in another order predicted every case of a resume again and a rule
+    # certified on one order refused predictions made with the other
+    from monai_unc.io.provenance import compare_fingerprints
+
+    one = InferSettings(**{**_BASE, "overlap": 0.25, "measures": ["mutual_information", "predictive_entropy"]})
+    other = InferSettings(**{**_BASE, "overlap": 0.25, "measures": ["predictive_entropy", "mutual_information"]})
+    assert _canonical(case_fingerprint(one)) == _canonical(case_fingerprint(other))
+    old = {**case_fingerprint(one), "measures": ["mutual_information", "predictive_entropy"]}  # an earlier record
+    assert _canonical(settings_as_compared(old)) == _canonical(case_fingerprint(other))
+    rule = {"producer": "monai-unc infer", "method": "mcdropout+tta", "measures": one.measures}
+    assert compare_fingerprints(rule, {**rule, "measures": other.measures}) == ("match", [])
+    # other maps, or a deprecated name of an old record, still differ
+    assert compare_fingerprints(rule, {**rule, "measures": ["predictive_entropy"]})[0] == "mismatch"
+    assert settings_as_compared({"method": "tta", "measures": ["max_softmax", "variance"]})["measures"] == [
+        "max_softmax", "variance"]
