@@ -542,6 +542,9 @@ def settings_as_compared(settings: Any) -> Any:
       for in another order (found by hostile testing: ``--measures predictive_entropy mutual_information`` after a
       run with the reverse predicted every case of the resume again, and a rule certified on either refused the
       other's predictions).
+    - ``roi`` of one size for every axis as that one size (``[64, 64, 64]`` as ``[64]``, what ``--roi 64`` records):
+      the same windows (found by hostile testing: a resume with ``--roi 64 64 64`` after ``--roi 64`` predicted every
+      case again, and the folder it left was refused as made with two settings).
     - the fractions ``overlap``, ``tta_noise``, ``ratein_target`` and ``dropout`` as floats: Python's
       ``overlap=0`` is the command line's ``--overlap 0`` (found by hostile testing: the record ``0`` against
       ``infer.json``'s ``0.0`` predicted every case of a resume again and refused the finished folder).
@@ -559,8 +562,8 @@ def settings_as_compared(settings: Any) -> Any:
         {'method': 'mcdropout+tta', 'dropout': 0.1, 'samples': 8}
         >>> settings_as_compared({"method": "tta", "samples": 10})
         {'method': 'tta', 'samples': None}
-        >>> settings_as_compared({"method": "tta", "overlap": 0})
-        {'method': 'tta', 'overlap': 0.0}
+        >>> settings_as_compared({"method": "tta", "overlap": 0, "roi": [64, 64, 64]})
+        {'method': 'tta', 'overlap': 0.0, 'roi': [64]}
         >>> settings_as_compared({"method": "tta", "measures": ["mutual_information", "predictive_entropy"]})
         {'method': 'tta', 'measures': ['predictive_entropy', 'mutual_information']}
     """
@@ -574,6 +577,8 @@ def settings_as_compared(settings: Any) -> Any:
         out["samples"] = None
     if out.get("ratein_target") is not None and "ratein" not in tokens:
         out["ratein_target"] = DEFAULT_RATEIN_TARGET
+    if isinstance(out.get("roi"), list) and isinstance(_normalized_roi(out["roi"]), int):
+        out["roi"] = [_normalized_roi(out["roi"])]  # the list infer records for one size
     listed = out.get("measures")
     if isinstance(listed, list) and all(isinstance(m, str) for m in listed) and len(set(listed)) == len(listed):
         ordered = [m for m in MEASURES if m in listed]

@@ -63,3 +63,19 @@ def test_measures_in_another_order_are_the_same_run(tmp_path):
     assert compare_fingerprints(rule, {**rule, "measures": ["predictive_entropy"]})[0] == "mismatch"
     assert settings_as_compared({"method": "tta", "measures": ["max_softmax", "variance"]})["measures"] == [
         "max_softmax", "variance"]
+
+
+def test_one_window_size_spelt_per_axis_is_the_same_run(tmp_path):
+    # found by hostile testing: `infer --roi 64 64 64` after `--roi 64` (the same windows) predicted every case again,
+    # and a folder holding cases of both was refused as made with two settings
+    one = InferSettings(**{**_BASE, "overlap": 0.25, "dropout": 0.1, "roi": [64]})
+    axes = InferSettings(**{**_BASE, "overlap": 0.25, "dropout": 0.1, "roi": [64, 64, 64]})
+    assert _canonical(case_fingerprint(one)) == _canonical(case_fingerprint(axes))
+    (tmp_path / "infer.json").write_text(json.dumps({"settings": axes.to_json()}))
+    old = {**case_fingerprint(one), "roi": [64]}  # an earlier record of --roi 64
+    (tmp_path / "c1.json").write_text(json.dumps({"case": "c1", "method": "mcdropout+tta", "num_samples": 4,
+                                                  "mi_meaning": "epistemic", "fingerprint": old}))
+    check_finished_predictions(tmp_path, "monai-unc", ["c1"])
+    other = InferSettings(**{**_BASE, "overlap": 0.25, "dropout": 0.1, "roi": [64, 64, 32]})  # other windows differ
+    assert _canonical(case_fingerprint(other)) != _canonical(case_fingerprint(one))
+    assert settings_as_compared({"method": "tta", "roi": [64, 64, 32]})["roi"] == [64, 64, 32]
