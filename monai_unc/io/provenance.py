@@ -590,8 +590,10 @@ def settings_as_compared(settings: Any) -> Any:
     return out
 
 
-#: fields that name where a model's files were (display only) once both sides record the files' digests
-_PATH_FIELDS = ("checkpoints", "model_folder")
+#: fields that name where a model's files were, or which folds were asked for (display only), once both sides record
+#: the files' digests: ``fold_ids`` is None where nnU-Net detected the folds, a list where they were named (found by
+#: hostile testing: ``use_folds=None`` and ``-f 0 1 2 3 4`` of the same checkpoints, in the same order, mismatched)
+_PATH_FIELDS = ("checkpoints", "model_folder", "fold_ids")
 #: a bundle's description (``"bundle: PATH"``, then " (preprocessing not applied)" and the temperature, when any):
 #: its path is dropped when digests identify the model, the rest is kept
 _BUNDLE = re.compile(r"^bundle: .*?((?: \(preprocessing not applied\))?(?: \(temperature \[[^\]]*\]\))?)$")
@@ -669,7 +671,8 @@ def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any
     ``roi`` becomes one int for an isotropic window; ``dropout`` becomes None under a method that samples no dropout
     (neither ``mcdropout`` nor ``ratein``: the layers were inserted but never switched on, the maps are those without
     them); with ``digests`` (both sides record the model files' digests) the paths (``checkpoints``,
-    ``model_folder``, a bundle's folder in ``model``) are dropped, since the digests identify the model, and
+    ``model_folder``, a bundle's folder in ``model``) and nnU-Net's ``fold_ids`` are dropped, since the digests
+    (one per fold's checkpoint, in fold order) identify the model, and
     ``weights`` is left to the digest comparison; without, ``weights`` is dropped (the model is compared by its
     paths, as before the digests were recorded).
 

@@ -79,3 +79,21 @@ def test_one_window_size_spelt_per_axis_is_the_same_run(tmp_path):
     other = InferSettings(**{**_BASE, "overlap": 0.25, "dropout": 0.1, "roi": [64, 64, 32]})  # other windows differ
     assert _canonical(case_fingerprint(other)) != _canonical(case_fingerprint(one))
     assert settings_as_compared({"method": "tta", "roi": [64, 64, 32]})["roi"] == [64, 64, 32]
+
+
+def test_nnunet_folds_detected_or_named_are_one_model():
+    # found by hostile testing: folds nnU-Net detected (use_folds=None, fold_ids null) and the same folds named
+    # (-f 0 1) mismatched although the digests of the same checkpoints, in the same order, agreed
+    from monai_unc.io.provenance import compare_fingerprints
+
+    w = [{"file": "plans.json", "sha256": "aa"}, {"file": "fold_0/checkpoint_final.pth", "sha256": "bb"},
+         {"file": "fold_1/checkpoint_final.pth", "sha256": "cc"}]
+    fp = {"producer": "nnunet-predict", "model_folder": "/m", "checkpoint": "checkpoint_final.pth", "folds": 2,
+          "method": "mirroring", "weights": w}
+    assert compare_fingerprints({**fp, "fold_ids": None}, {**fp, "fold_ids": ["0", "1"]}) == ("match", [])
+    # the folds in another order or other checkpoints still differ (by their digests); without digests, fold_ids too
+    swapped = {**fp, "fold_ids": ["1", "0"], "weights": [w[0], w[2], w[1]]}
+    assert compare_fingerprints({**fp, "fold_ids": ["0", "1"]}, swapped)[0] == "mismatch"
+    no_digests = {k: v for k, v in fp.items() if k != "weights"}
+    assert compare_fingerprints({**no_digests, "fold_ids": None}, {**no_digests, "fold_ids": ["0", "1"]})[1] == [
+        ("fold_ids", None, ["0", "1"])]
