@@ -44,7 +44,7 @@ import threading
 import time
 import unicodedata
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -999,9 +999,15 @@ def match_cases(
     else:
         prob_files = list_files(pred_dir, probs_suffix, PROBABILITY_EXTENSIONS)
     if seg_suffix == "":
-        # "" matches every file: keep probability files and measure maps out of the segmentations
+        # "" matches every file: keep probability files and measure maps out of the segmentations; a map is
+        # <case>_<measure> of a case listed here, in a maps folder that is this one (found by hostile testing: every
+        # name ending in _<measure> was dropped, so nnU-Net's segmentation of a case 'scan_variance' was never read and
+        # the case scored the argmax of its probabilities instead, or was refused as having no prediction)
         taken = set(prob_files.values())
-        seg_files = {k: v for k, v in seg_files.items() if v not in taken and not _is_map_name(k)}
+        maps_here = unc_dir.resolve() == pred_dir.resolve()
+        cases_here = set(seg_files) | set(prob_files)
+        seg_files = {k: v for k, v in seg_files.items()
+                     if v not in taken and not (maps_here and _map_of(k, cases_here))}
     # a suffix named explicitly must name files (found by hostile testing: `--seg-suffix _postt`, a typo, scored the
     # argmax of the probabilities instead of the post-processed segmentations, with exit status 0)
     for option, found in (("--seg-suffix", seg_files), ("--probs-suffix", prob_files)):
@@ -1108,8 +1114,9 @@ def _spelling_hint(case_id: str, others: Iterable[str], where: str) -> str:
             "only in letter case, Unicode form or spaces: rename one)")
 
 
-def _is_map_name(stem: str) -> bool:
-    return any(stem.endswith(f"_{m}") for m in (*MEASURES, *DEPRECATED_MEASURES))
+def _map_of(stem: str, case_ids: Collection[str]) -> bool:
+    """Whether ``stem`` is ``<case>_<measure>`` (a current or deprecated measure name) of a case of ``case_ids``."""
+    return any(stem.endswith(f"_{m}") and stem[: -len(m) - 1] in case_ids for m in (*MEASURES, *DEPRECATED_MEASURES))
 
 
 # ----------------------------------------------------------------------------------------------------------------

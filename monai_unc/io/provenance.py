@@ -35,6 +35,7 @@ from ..keys import (
     DEFAULT_RATEIN_TARGET,
     DROPOUT_TOKENS,
     LAYOUTS,
+    MEASURES,
     SAMPLES_TOKENS,
     canonical_method,
     method_tokens,
@@ -513,6 +514,10 @@ def _draws_pinned(fp: Mapping[str, Any]) -> bool:
     return bool(DROPOUT_TOKENS.intersection(tokens)) or tokens == ["ssn"]
 
 
+#: the recorded ``infer`` settings that hold a float (a fraction or a standard deviation), compared as floats
+_FLOAT_SETTINGS = ("overlap", "tta_noise", "ratein_target", "dropout")
+
+
 def settings_as_compared(settings: Any) -> Any:
     """Recorded ``infer`` settings as they are compared: the method's canonical spelling, unused options neutral.
 
@@ -533,12 +538,22 @@ def settings_as_compared(settings: Any) -> Any:
     - ``ratein_target`` :data:`~monai_unc.keys.DEFAULT_RATEIN_TARGET` under a method without ``ratein``: ``infer
       --ratein-target`` there is refused now; earlier versions recorded the unused value, which then refused the
       resume and mismatched every rule and prediction made without it (found by hostile review).
+    - ``measures`` (distinct current names) in the order of :data:`~monai_unc.keys.MEASURES`: the same maps asked
+      for in another order (found by hostile testing: ``--measures predictive_entropy mutual_information`` after a
+      run with the reverse predicted every case of the resume again, and a rule certified on either refused the
+      other's predictions).
+    - ``roi`` of one size for every axis as that one size (``[64, 64, 64]`` as ``[64]``, what ``--roi 64`` records):
+      the same windows (found by hostile testing: a resume with ``--roi 64 64 64`` after ``--roi 64`` predicted every
+      case again, and the folder it left was refused as made with two settings).
+    - the fractions ``overlap``, ``tta_noise``, ``ratein_target`` and ``dropout`` as floats: Python's
+      ``overlap=0`` is the command line's ``--overlap 0`` (found by hostile testing: the record ``0`` against
+      ``infer.json``'s ``0.0`` predicted every case of a resume again and refused the finished folder).
 
     Args:
         settings: the recorded settings (anything else is returned as it is).
 
     Returns:
-        The settings, normalised as above (a copy when anything changed).
+        A normalised copy of the settings (as above).
 
     Example:
         >>> settings_as_compared({"method": "tta", "dropout": 0.1})
@@ -547,6 +562,10 @@ def settings_as_compared(settings: Any) -> Any:
         {'method': 'mcdropout+tta', 'dropout': 0.1, 'samples': 8}
         >>> settings_as_compared({"method": "tta", "samples": 10})
         {'method': 'tta', 'samples': None}
+        >>> settings_as_compared({"method": "tta", "overlap": 0, "roi": [64, 64, 64]})
+        {'method': 'tta', 'overlap': 0.0, 'roi': [64]}
+        >>> settings_as_compared({"method": "tta", "measures": ["mutual_information", "predictive_entropy"]})
+        {'method': 'tta', 'measures': ['predictive_entropy', 'mutual_information']}
     """
     if not isinstance(settings, Mapping) or not isinstance(settings.get("method"), str):
         return settings
@@ -558,11 +577,23 @@ def settings_as_compared(settings: Any) -> Any:
         out["samples"] = None
     if out.get("ratein_target") is not None and "ratein" not in tokens:
         out["ratein_target"] = DEFAULT_RATEIN_TARGET
-    return out if out != settings else settings
+    if isinstance(out.get("roi"), list) and isinstance(_normalized_roi(out["roi"]), int):
+        out["roi"] = [_normalized_roi(out["roi"])]  # the list infer records for one size
+    listed = out.get("measures")
+    if isinstance(listed, list) and all(isinstance(m, str) for m in listed) and len(set(listed)) == len(listed):
+        ordered = [m for m in MEASURES if m in listed]
+        if len(ordered) == len(listed):  # only current names: an old record's deprecated name stays as written
+            out["measures"] = ordered
+    for k in _FLOAT_SETTINGS:  # an int there (Python's overlap=0) is the float the command line records (0.0)
+        if isinstance(out.get(k), int) and not isinstance(out[k], bool):
+            out[k] = float(out[k])
+    return out
 
 
-#: fields that name where a model's files were (display only) once both sides record the files' digests
-_PATH_FIELDS = ("checkpoints", "model_folder")
+#: fields that name where a model's files were, or which folds were asked for (display only), once both sides record
+#: the files' digests: ``fold_ids`` is None where nnU-Net detected the folds, a list where they were named (found by
+#: hostile testing: ``use_folds=None`` and ``-f 0 1 2 3 4`` of the same checkpoints, in the same order, mismatched)
+_PATH_FIELDS = ("checkpoints", "model_folder", "fold_ids")
 #: a bundle's description (``"bundle: PATH"``, then " (preprocessing not applied)" and the temperature, when any):
 #: its path is dropped when digests identify the model, the rest is kept
 _BUNDLE = re.compile(r"^bundle: .*?((?: \(preprocessing not applied\))?(?: \(temperature \[[^\]]*\]\))?)$")
@@ -640,7 +671,8 @@ def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any
     ``roi`` becomes one int for an isotropic window; ``dropout`` becomes None under a method that samples no dropout
     (neither ``mcdropout`` nor ``ratein``: the layers were inserted but never switched on, the maps are those without
     them); with ``digests`` (both sides record the model files' digests) the paths (``checkpoints``,
-    ``model_folder``, a bundle's folder in ``model``) are dropped, since the digests identify the model, and
+    ``model_folder``, a bundle's folder in ``model``) and nnU-Net's ``fold_ids`` are dropped, since the digests
+    (one per fold's checkpoint, in fold order) identify the model, and
     ``weights`` is left to the digest comparison; without, ``weights`` is dropped (the model is compared by its
     paths, as before the digests were recorded).
 

@@ -150,7 +150,8 @@ def csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = 
 
     Raises:
         ValueError: a row has a key that is not in ``columns``, or ``columns`` names a column twice.
-        TypeError: a row is not a mapping, or a cell is not of a type :func:`format_cell` writes.
+        TypeError: a row is not a mapping, a column name is not a string, or a cell is not of a type
+            :func:`format_cell` writes.
 
     Example:
         >>> csv_text([{"case": "=1+1", "score": float("nan"), "n": 3}])
@@ -164,7 +165,13 @@ def _csv_header(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise TypeError(f"rows[{i}] must be a mapping {{column: value}}, got {type(row).__name__}")
-    header = table_columns(rows) if columns is None else [str(c) for c in columns]
+    header = table_columns(rows) if columns is None else list(columns)
+    # found by hostile testing: a key 1 crashed with an AttributeError, columns [1] refused the rows' key 1 as not
+    # among ['1'], and columns ['a', None] wrote a column named 'None'
+    bad = [c for c in header if not isinstance(c, str)]
+    if bad:
+        where = "columns" if columns is not None else "the rows' keys"
+        raise TypeError(f"{where} must be column names (str), got {bad[0]!r} ({type(bad[0]).__name__})")
     if len(set(header)) != len(header):
         raise ValueError(f"columns must be unique, got {header}")
     known = set(header)
@@ -241,7 +248,8 @@ def write_csv(
 
     Raises:
         ValueError: a row has a key that is not in ``columns``, or ``columns`` names a column twice.
-        TypeError: a row is not a mapping, or a cell is not of a type :func:`format_cell` writes.
+        TypeError: a row is not a mapping, a column name is not a string, or a cell is not of a type
+            :func:`format_cell` writes.
 
     Example:
         >>> import tempfile
