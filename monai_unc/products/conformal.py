@@ -112,6 +112,9 @@ def min_cases(targets: Mapping[str, float], delta: float | None) -> int:
     Returns:
         The largest :func:`~monai_unc.metrics.conformal.min_calibration_cases` over the sides.
 
+    Raises:
+        ValueError: naming ``conformal_delta`` when it needs more than ``2**53`` calibration cases.
+
     Example:
         >>> min_cases({"outer": 0.1}, None)
         9
@@ -119,7 +122,10 @@ def min_cases(targets: Mapping[str, float], delta: float | None) -> int:
     from ..metrics.conformal import min_calibration_cases
 
     if delta is not None:
-        return min_calibration_cases(float(delta), high_probability=True)
+        try:
+            return min_calibration_cases(float(delta), high_probability=True)
+        except ValueError:  # found by hostile review: "alpha=1e-17 needs ..." named an option never given
+            raise ValueError(f"conformal_delta={delta!r} needs more than 2**53 calibration cases") from None
     return max(min_calibration_cases(t) for t in targets.values())
 
 
