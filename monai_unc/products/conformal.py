@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._utils import is_real
 from ..product import CohortProduct, Overlay, ReportSection, ReportTable, format_cell, register_product
 
 __all__ = ["ConformalMasks", "LOSSES", "FAMILIES", "RULE_FILE", "TABLE_FILE", "RECORD_FILE", "parse_specs",
@@ -189,8 +190,9 @@ class ConformalMasks(CohortProduct):
         if family not in FAMILIES:
             raise ValueError(f"conformal_family must be one of {FAMILIES}, got {family!r}")
         self.family = str(family)
-        if delta is not None and not (isinstance(delta, (int, float)) and 0.0 < float(delta) < 1.0):
-            raise ValueError(f"conformal_delta must be in (0, 1), got {delta}")
+        # a numpy scalar is a number (found by hostile review: np.float32(0.1) was refused as "must be in (0, 1)")
+        if delta is not None and not (is_real(delta) and 0.0 < float(delta) < 1.0):
+            raise ValueError(f"conformal_delta must be a number in (0, 1), got {delta!r}")
         self.delta = None if delta is None else float(delta)
         if strata is None and strata_edges is None and stratify_by is not None:
             raise ValueError("conformal_stratify_by needs conformal_strata or conformal_strata_edges")

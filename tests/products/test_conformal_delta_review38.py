@@ -23,3 +23,13 @@ def test_a_rule_file_level_beyond_2_53_cases_names_the_file_and_field():
            "method": "high_probability", "alpha": 1e-17, "tol": 0.1, "names": ["1"], "tasks": [{}]}
     with pytest.raises(ValueError, match=r"^rule\.json: field 'rules\.outer\.alpha' is 1e-17, which no number of "):
         check_rule_fields(raw, "outer", "rule.json", target=0.1, delta=1e-17, n_calibration=20, strata=None)
+
+
+def test_a_numpy_delta_is_a_number():
+    """np.float32(0.1) was refused as "conformal_delta must be in (0, 1), got 0.10000000149011612"."""
+    import numpy as np
+
+    assert ConformalMasks({"outer": 0.1}, delta=np.float32(0.25)).delta == 0.25
+    for bad in (True, "0.1", 1.0, np.float64(0.0)):
+        with pytest.raises(ValueError, match=r"conformal_delta must be a number in \(0, 1\)"):
+            ConformalMasks({"outer": 0.1}, delta=bad)
