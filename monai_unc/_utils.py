@@ -1054,8 +1054,11 @@ def quantile_min_cases(alpha: float) -> int:
     return hi
 
 
-def share_count(shares: Any, n: int) -> np.ndarray:
+def share_count(shares: Any, n: Any) -> np.ndarray:
     """``ceil(share * n)`` for each share: how many of ``n`` cases (or lesions) a share of them takes (the one formula).
+
+    ``n`` may be an array broadcast with ``shares`` (the Hoeffding-Bentkus p-value counts ``ceil(n r)`` for the mean
+    loss ``r`` of each of several acceptance sets).
 
     Like :func:`quantile_rank`, a product within ``4 eps n`` of an integer is that integer (``0.3 * 10`` is
     ``3.0000000000000004``: 3 cases), and nothing more (``0.30000000001 * 10``: 4, as in exact arithmetic; rounding
@@ -1067,7 +1070,8 @@ def share_count(shares: Any, n: int) -> np.ndarray:
     """
     x = np.asarray(shares, dtype=np.float64) * n
     r = np.round(x)
-    return np.where(np.abs(x - r) <= 4.0 * float(np.finfo(np.float64).eps) * max(n, 1), r, np.ceil(x)).astype(np.int64)
+    tol = 4.0 * float(np.finfo(np.float64).eps) * np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    return np.where(np.abs(x - r) <= tol, r, np.ceil(x)).astype(np.int64)
 
 
 def real_number(value: Any, name: str, error: type[Exception] = TypeError) -> float:

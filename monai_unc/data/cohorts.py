@@ -475,7 +475,8 @@ def write_toy_cohort(
 
     Args:
         folder: the folder to write (created if missing; files of the same names are replaced, a folder holding
-            other files in ``images/``, ``labels/`` or ``predictions/`` is refused).
+            other files in ``images/``, ``labels/`` or ``predictions/`` is refused, and so is one holding
+            predictions when ``predictions`` is False).
         n_cases: the number of cases.
         shape: volume size in voxels.
         spacing: voxel size in mm per axis.
@@ -503,7 +504,9 @@ def write_toy_cohort(
     expected = {("images", f"{c}.nii.gz") for c in names} | {("labels", f"{c}.nii.gz") for c in names}
     if predictions:
         expected |= {("predictions", f"{c}_{k}.nii.gz") for c in names for k in ("probs", "seg", "predictive_entropy")}
-    stale = sorted(f"{k}/{p.name}" for k in ("images", "labels", "predictions") if k != "predictions" or predictions
+    # predictions/ too without predictions: an earlier call's predictions of other images stayed beside the new
+    # images and labels (found by hostile review)
+    stale = sorted(f"{k}/{p.name}" for k in ("images", "labels", "predictions")
                    if dirs[k].is_dir() for p in dirs[k].iterdir() if (k, p.name) not in expected)
     if stale:
         # a second call with fewer cases left the first call's cases beside the new ones (6 then 2 cases: six images

@@ -139,11 +139,12 @@ def _present_classes(task: TaskView) -> list[int]:
     return [int(c) for c in np.flatnonzero(held)]
 
 
-def _refuse_clash(option: str, columns: Mapping[str, Any], row: Mapping[str, Any]) -> None:
-    """Refuse the columns of ``option`` (case metrics, products) that would overwrite the evaluation's own."""
+def _refuse_clash(option: str, columns: Mapping[str, Any], row: Mapping[str, Any],
+                  owner: str = "the evaluation's own") -> None:
+    """Refuse the columns of ``option`` (case metrics, products) that would overwrite those of ``owner``."""
     clash = sorted(set(columns) & set(row))
     if clash:
-        raise ValueError(f"{option}: the columns {clash} clash with the evaluation's own (rename them)")
+        raise ValueError(f"{option}: the columns {clash} clash with {owner} (rename them)")
 
 
 def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:
@@ -226,6 +227,9 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         row.update(custom)  # before the tail: the columns keep their order
         row.update(tail)
         states, product_columns = product_case_states(case, tasks, config)
+        # a product's column named like a case metric: the case metric is what the user can rename (found by
+        # hostile review: it was reported as the product clashing with "the evaluation's own")
+        _refuse_clash("case_metrics", custom, product_columns, "the columns of the products")
         _refuse_clash("products", product_columns, row)
         row.update(product_columns)  # last: an evaluation without products keeps its columns and their order
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})

@@ -682,7 +682,10 @@ def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target:
         got = len(tasks) if isinstance(tasks, list) else type(tasks).__name__
         raise bad("tasks", f"must hold {n_strata * len(names)} entries ({n_strata} strata x {len(names)} names), "
                   f"got {got}")
-    need = min_calibration_cases(alpha, high_probability=hp)
+    try:
+        need = min_calibration_cases(alpha, high_probability=hp)
+    except ValueError:  # found by hostile review: the bare "alpha=1e-17 needs ..." named no file and no field
+        raise bad("alpha", f"is {alpha!r}, which no number of calibration cases (at most 2**53) can certify") from None
     for k, t in enumerate(tasks):
         st, name = divmod(k, len(names))
         f = f"tasks[{k}]"

@@ -525,16 +525,21 @@ def _check_private_key_mode(path: Path) -> None:
     """Refuse a private key file that users other than its owner can read or write (POSIX only).
 
     Access by the owner's private group (named after the user, no other member: the umask 002 convention) is
-    access by the owner alone.
+    access by the owner alone. A key another user owns (a secret mounted read-only by root, ``0440`` with the pod's
+    group under Kubernetes' ``fsGroup``) may be readable by its group: that is how its owner let this user read it
+    (found by hostile testing: such a key was refused with a ``chmod`` its reader may not run); writing by the group
+    and any access by others are still refused.
     """
     if os.name != "posix":
         return
     st = path.stat()
-    if st.st_mode & 0o007 or (st.st_mode & 0o070 and not _private_group(st.st_gid, st.st_uid)):
+    group_bits = 0o070 if st.st_uid == os.getuid() else 0o020
+    if st.st_mode & 0o007 or (st.st_mode & group_bits and not _private_group(st.st_gid, st.st_uid)):
         raise UnprotectedKeyError(
             f"signing key {path} can be read or changed by other users (mode {oct(st.st_mode & 0o777)}): whoever "
-            f"copied it can certify rules as you; run: chmod 600 '{path}' (and make a new pair with monai-unc keys "
-            "--create --overwrite if someone may have copied it)"
+            f"copied it can certify rules as you; {'run' if st.st_uid == os.getuid() else 'its owner must run'}: "
+            f"chmod 600 '{path}' (and make a new pair with monai-unc keys --create --overwrite if someone may have "
+            "copied it)"
         )
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from scipy import optimize, special, stats
 
-from .._utils import ArrayLike, case_vector, to_numpy
+from .._utils import ArrayLike, case_vector, share_count, to_numpy
 from ..product import format_cell, format_level
 
 __all__ = [
@@ -158,7 +158,7 @@ def hoeffding_bentkus_pvalue(
 def _hb_pvalue(r: np.ndarray, nn: np.ndarray, a: np.ndarray) -> np.ndarray:
     """:func:`hoeffding_bentkus_pvalue` on checked float64 arrays (the root-finding and the batch core)."""
     hoeffding = np.exp(-nn * _bernoulli_kl(np.minimum(r, a), a))
-    k = np.ceil(np.round(nn * r, 9))  # n * mean can land a few ulps above an integer
+    k = share_count(r, nn)  # ceil(n r): n * mean can land a few ulps above an integer, and nothing more is absorbed
     bentkus = math.e * stats.binom.cdf(k, nn, a)
     return np.where(nn > 0, np.minimum(np.minimum(hoeffding, bentkus), 1.0), 1.0)
 

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._utils import is_real
 from ..product import CohortProduct, Overlay, ReportSection, ReportTable, format_cell, register_product
 
 __all__ = ["ConformalMasks", "LOSSES", "FAMILIES", "RULE_FILE", "TABLE_FILE", "RECORD_FILE", "parse_specs",
@@ -112,6 +113,9 @@ def min_cases(targets: Mapping[str, float], delta: float | None) -> int:
     Returns:
         The largest :func:`~monai_unc.metrics.conformal.min_calibration_cases` over the sides.
 
+    Raises:
+        ValueError: naming ``conformal_delta`` when it needs more than ``2**53`` calibration cases.
+
     Example:
         >>> min_cases({"outer": 0.1}, None)
         9
@@ -119,7 +123,10 @@ def min_cases(targets: Mapping[str, float], delta: float | None) -> int:
     from ..metrics.conformal import min_calibration_cases
 
     if delta is not None:
-        return min_calibration_cases(float(delta), high_probability=True)
+        try:
+            return min_calibration_cases(float(delta), high_probability=True)
+        except ValueError:  # found by hostile review: "alpha=1e-17 needs ..." named an option never given
+            raise ValueError(f"conformal_delta={delta!r} needs more than 2**53 calibration cases") from None
     return max(min_calibration_cases(t) for t in targets.values())
 
 
@@ -183,8 +190,9 @@ class ConformalMasks(CohortProduct):
         if family not in FAMILIES:
             raise ValueError(f"conformal_family must be one of {FAMILIES}, got {family!r}")
         self.family = str(family)
-        if delta is not None and not (isinstance(delta, (int, float)) and 0.0 < float(delta) < 1.0):
-            raise ValueError(f"conformal_delta must be in (0, 1), got {delta}")
+        # a numpy scalar is a number (found by hostile review: np.float32(0.1) was refused as "must be in (0, 1)")
+        if delta is not None and not (is_real(delta) and 0.0 < float(delta) < 1.0):
+            raise ValueError(f"conformal_delta must be a number in (0, 1), got {delta!r}")
         self.delta = None if delta is None else float(delta)
         if strata is None and strata_edges is None and stratify_by is not None:
             raise ValueError("conformal_stratify_by needs conformal_strata or conformal_strata_edges")

@@ -154,6 +154,32 @@ def test_a_metric_named_like_an_evaluation_column_is_refused_not_overwritten(kin
 
 
 
+def test_a_metric_named_like_a_products_column_names_the_case_metric(classes):
+    """review38: a case metric and a product's column of the same name were refused as "products: ... clash with the
+    evaluation's own", naming the product (whose columns the user cannot rename) and a clash that was not there."""
+    from monai_unc.product import CohortProduct
+
+    class Volume(CohortProduct):
+        name, title = "volume_product", "Volume"
+
+        def case_state(self, case, tasks, config):
+            return {"n": 1}
+
+        def case_columns(self, state, config):
+            return {"pred_volume": 1.0}
+
+        def summarize(self, states, rows, artifact, config):
+            return {}
+
+    files = match_cases(classes["labels"], classes["predictions"])[0]
+    config = EvaluationConfig(case_metrics={"pred_volume": abs_volume_error}, products=[Volume()])
+    with pytest.raises(ValueError, match=r"^case_metrics: the columns \['pred_volume'\] clash with the columns of "
+                                         r"the products \(rename them\)$"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            evaluate_case(files, config)
+
+
 def undefined_when_odd(task):
     """The reference's foreground voxels, NaN when that count is odd, inf when it is over 50 (one toy case each)."""
     n = int(np.count_nonzero(task.target))

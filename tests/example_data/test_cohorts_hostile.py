@@ -108,3 +108,15 @@ def test_a_toy_cohort_never_mixes_two_calls(tmp_path):
         write_toy_cohort(tmp_path, n_cases=2, shape=(8, 8, 8))
     with open(tmp_path / "shifts.csv", newline="") as f:
         assert [r["case"] for r in csv.DictReader(f)] == ["toy000", "toy001", "toy002"]
+
+
+def test_a_toy_cohort_without_predictions_never_keeps_an_earlier_calls_predictions(tmp_path):
+    """review38: a call with ``predictions=False`` rewrote images and labels (another shape, another seed) beside the
+    first call's ``predictions/`` of other images, which ``evaluate`` would then pair with the new labels."""
+    from monai_unc.data.cohorts import write_toy_cohort
+
+    write_toy_cohort(tmp_path, n_cases=2, shape=(8, 8, 8), predictions=True)
+    before = (tmp_path / "labels" / "toy000.nii.gz").read_bytes()
+    with pytest.raises(ValueError, match=r"holds 6 file\(s\) that this cohort does not write .*predictions/toy000"):
+        write_toy_cohort(tmp_path, n_cases=2, shape=(6, 6, 6), predictions=False, seed=3)
+    assert (tmp_path / "labels" / "toy000.nii.gz").read_bytes() == before  # refused before any write

@@ -142,3 +142,20 @@ def test_an_unfinished_infer_run_of_the_maps_is_refused(tmp_path):
     check_finished_predictions(pred, "monai-unc", ["a", "b"], uncertainty=pred)
     with pytest.raises(ValueError, match=r"predictions in .*maps are not one finished 'monai-unc infer' run"):
         check_finished_predictions(pred, "monai-unc", ["a", "b"], uncertainty=maps)
+
+
+def test_predictions_without_records_stay_unverified_with_maps_of_a_known_run(tmp_path):
+    """review38: segmentations of no known producer scored with the maps of a recorded run compared "match" (the
+    maps' run alone was compared), so triage showed no "cannot be checked" banner for predictions it never checked."""
+    bare, maps = tmp_path / "bare", tmp_path / "maps"
+    bare.mkdir()
+    maps.mkdir()
+    _record(maps, 4, ["a", "b"])
+    fp = prediction_fingerprint(bare, case_ids=["a", "b"], uncertainty=maps)
+    assert fp["producer"] == "unknown" and fp["maps"]["num_samples"] == 4
+    assert compare_fingerprints(fp, fp) == ("unverified", [])
+    other = tmp_path / "other"
+    other.mkdir()
+    _record(other, 8, ["a"])
+    status, diffs = compare_fingerprints(fp, prediction_fingerprint(bare, case_ids=["a"], uncertainty=other))
+    assert status == "mismatch" and ("maps.num_samples", 4, 8) in diffs  # a difference still shows

@@ -148,3 +148,22 @@ def test_a_private_key_readable_by_the_owners_private_group_signs(tmp_path, monk
     priv, _ = signing.generate_key_pair(tmp_path / "keys")
     os.chmod(priv, 0o640)
     assert signing.sign_digest("sha256:" + "0" * 64, priv)["algorithm"] == "ed25519"
+
+
+def test_a_key_another_user_owns_may_be_readable_by_its_group(tmp_path, monkeypatch):
+    """review38: a secret mounted read-only by root for the pod's group (Kubernetes fsGroup, mode 0440) was refused
+    with a chmod its reader may not run; OpenSSH accepts it too. Group writing and others' access stay refused."""
+    monkeypatch.setattr(signing, "_private_group", lambda gid, uid: False)
+    priv, _ = signing.generate_key_pair(tmp_path / "keys")
+    owner = priv.stat().st_uid
+    monkeypatch.setattr(signing.os, "getuid", lambda: owner + 1)  # the reader is not the key's owner
+    os.chmod(priv, 0o440)
+    assert signing.sign_digest("sha256:" + "0" * 64, priv)["algorithm"] == "ed25519"
+    for mode in (0o460, 0o444):
+        os.chmod(priv, mode)
+        with pytest.raises(signing.UnprotectedKeyError, match="its owner must run: chmod 600"):
+            signing.sign_digest("sha256:" + "0" * 64, priv)
+    monkeypatch.setattr(signing.os, "getuid", lambda: owner)  # the owner's own key: group reading is refused
+    os.chmod(priv, 0o440)
+    with pytest.raises(signing.UnprotectedKeyError, match="run: chmod 600"):
+        signing.sign_digest("sha256:" + "0" * 64, priv)

@@ -8,6 +8,8 @@ the dtype and library of the scores it is given.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -109,3 +111,15 @@ def test_bounds_on_valid_input_match_scipy():
         hoeffding = np.exp(-n * kl) if r < a else 1.0
         bentkus = np.e * stats.binom.cdf(np.ceil(n * r), n, a)
         assert hoeffding_bentkus_pvalue(r, n, a) == pytest.approx(min(hoeffding, bentkus, 1.0), rel=1e-10)
+
+
+def test_hb_pvalue_counts_ceil_n_r_exactly_review38():
+    """review38: ceil(n r) rounded n r to 9 decimals first, so a mean loss 1e-12 above 5 / 100 counted 5 losses, not 6:
+    a p-value below the exact one (0.0042 instead of 0.0063), a certificate at delta = 0.005 the data do not give.
+    Reference: scipy's binomial cdf at the exact count, beside the Hoeffding term (independent of share_count)."""
+    n, a = 100, 0.15
+    for r, k in ((0.05 + 1e-12, 6), (0.05, 5), (0.1, 10)):  # r < a: the Hoeffding term is not clipped
+        hoeffding = math.exp(-n * (r * math.log(r / a) + (1 - r) * math.log((1 - r) / (1 - a))))
+        expected = min(hoeffding, math.e * stats.binom.cdf(k, n, a), 1.0)
+        assert hoeffding_bentkus_pvalue(r, n, a) == pytest.approx(expected, rel=1e-9)
+    assert hoeffding_bentkus_pvalue(0.05 + 1e-12, n, a) > 0.005
