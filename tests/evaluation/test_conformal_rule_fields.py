@@ -181,3 +181,21 @@ def test_calibration_loss_check_allows_the_fits_rounding_allowance(genuine):
     with pytest.raises(ValueError, match=r"tasks\[0\]\.calibration_loss"):
         check_rule_fields(raw, "outer", SOURCE, target=0.3, delta=None, n_calibration=n, strata=None,
                           activation="softmax")
+
+
+def test_a_high_probability_rule_written_by_the_previous_release_still_loads():
+    """The previous release wrote the level of a high-probability rule as ``f"{1 - alpha:g}"`` (``0.666667`` for
+    ``alpha = 1/3``, above the level); ``format_level`` writes ``0.666666`` now. A genuine file of then still loads
+    (found by review38: it was refused as "does not state the rule's guarantee"); any other level is refused."""
+    rule = fit_conformal_rule(_states("outer"), 1 / 3, tol=0.5)
+    f = ConformalRuleFile({"outer": rule}, {"outer": 0.5}, 1 / 3, {"activation": "softmax"},
+                          [f"c{i:02d}" for i in range(30)])
+    d = json.loads(json.dumps(f.to_json()))
+    assert all(">= 0.666666;" in t["guarantee"] for t in d["rules"]["outer"]["tasks"])
+    old = copy.deepcopy(d)
+    for t in old["rules"]["outer"]["tasks"]:
+        t["guarantee"] = t["guarantee"].replace(">= 0.666666;", ">= 0.666667;")
+    old["digest"] = rule_digest(old)
+    assert ConformalRuleFile.from_json(old, SOURCE).rules["outer"].tol == 0.5
+    assert_edit_refused(d, lambda e: _task(e).update(guarantee=_task(e)["guarantee"].replace("0.666666;", "0.7;")),
+                        "tasks[1].guarantee")
