@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
 from ..metrics.selective import referral_curve
-from ..product import Overlay, format_fraction, format_level
+from ..product import Overlay, format_cell, format_fraction, format_level
 from .markup import replace_surrogates
 from .palette import class_colors
 
@@ -157,10 +158,15 @@ def plot_referral_curve(
     ax.plot(ours.tau, ours.value, color=_GOOD, lw=0, marker="o", ms=3.5)
     ax.axhline(float(dice.mean()), color="0.3", ls=":", lw=1.5, label="random referral")
     if budget is not None:
-        at = referral_curve(scores, dice, taus=[budget])
+        # found by hostile testing: a budget that refers every case (one case, budget 10 %) was labelled "Dice nan";
+        # the Dice is written as the tables write it (format_cell)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # every case referred: said in the legend
+            kept = float(referral_curve(scores, dice, taus=[budget]).value[0])
         ax.axvline(budget, color=_BAD, lw=1.2, alpha=0.8)
-        ax.plot([budget], [at.value[0]], marker="D", color=_BAD, ms=7,
-                label=f"budget {format_fraction(budget)}: Dice {at.value[0]:.3f}")
+        ax.plot([budget], [kept], marker="D", color=_BAD, ms=7,
+                label=f"budget {format_fraction(budget)}: " + (f"Dice {format_cell(kept)}" if np.isfinite(kept)
+                                                               else "every case referred"))
     if risk_control is not None:
         frac = float(risk_control["referral_fraction"])
         if risk_control.get("feasible"):
@@ -170,7 +176,9 @@ def plot_referral_curve(
             what = f"risk {risk_control['target_risk']:g} not certifiable: refer all"
         ax.axvline(frac, color=_RC, lw=1.6, ls="-.", label=what)
         if frac < 1.0:
-            at = referral_curve(scores, dice, taus=[frac])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # every case referred: no mark (NaN)
+                at = referral_curve(scores, dice, taus=[frac])
             ax.plot([frac], [at.value[0]], marker="s", color=_RC, ms=7)
     ax.set_xlabel("fraction of cases referred for review")
     ax.set_ylabel("mean Dice of the retained cases")
@@ -214,7 +222,6 @@ def plot_uncertainty_histograms(
     # and the triage table count them (found by hostile testing: a Dice of exactly 0.9, recorded 0.899999976, was
     # drawn failed here next to a summary that counted no failure)
     good = ~dice_failed(np.asarray(dice, dtype=np.float64)[defined], failure_dice)
-    import warnings
 
     fig = _figure(5.2, 3.8)
     ax = fig.add_subplot()
