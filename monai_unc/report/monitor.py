@@ -171,17 +171,21 @@ def svg_chart(
 
 
 def _martingale_chart(g: GroupStatus) -> Markup:
+    # found by hostile testing: each martingale was drawn against its own count of defined values, so with image
+    # statistics missing for the first 50 cases the image alarm at the stream's 65th case was drawn at 15, before a
+    # score alarm at case 26; both are now drawn at the case's place in the stream, as the acceptance chart
     series, vlines = [], []
-    for name, m in (("case score", g.score), ("image statistics", g.image)):
+    for name, kind, m in (("case score", "score", g.score), ("image statistics", "image", g.image)):
         if m is None:
             continue
-        series.append((name, np.arange(1, len(m.log_martingale) + 1), m.log_martingale / math.log(10)))
+        at = np.asarray(g.martingale_positions(kind), dtype=np.float64) + 1
+        series.append((name, at[:len(m.log_martingale)], m.log_martingale / math.log(10)))
         if m.alarm is not None:
-            vlines.append((f"{name}: alarm", m.alarm + 1))
-            vlines.append(("change", (m.change_point or 0) + 1))
+            vlines.append((f"{name}: alarm", at[m.alarm]))
+            vlines.append((f"{name}: change", at[m.change_point or 0]))
     return svg_chart("Conformal test martingales (log10)", series,
                      hlines=[(f"alarm: 1/alpha = {1 / g.alpha:g}", math.log10(1 / g.alpha))], vlines=vlines,
-                     y_label="log10 S", x_label="case with a defined value (in order)")
+                     y_label="log10 S", x_label="case (in order; a case without the value is skipped)")
 
 
 def _risk_chart(g: GroupStatus) -> Markup | None:

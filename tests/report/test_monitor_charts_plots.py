@@ -51,3 +51,46 @@ def test_a_short_series_is_drawn_point_for_point():
     # the pixel heights are an affine image of the values
     a, b = np.polyfit(y, pts[:, 1], 1)
     np.testing.assert_allclose(a * y + b, pts[:, 1], atol=0.06)
+
+
+def _x_of_pixels(svg: str):
+    """The chart's x value of a pixel, from its first and last x tick labels."""
+    root = ET.fromstring(str(svg))
+    ticks = [(float(e.text), float(e.get("x"))) for e in root.iter()
+             if _tag(e) == "text" and e.get("text-anchor") == "middle" and e.get("y") == str(220 - 30 + 14)]
+    (v0, p0), (v1, p1) = ticks[0], ticks[-1]
+    return lambda px: v0 + (px - p0) * (v1 - v0) / (p1 - p0)
+
+
+def test_the_martingales_are_drawn_at_the_cases_place_in_the_stream():
+    """Found by hostile testing: each martingale was drawn against its own count of defined values, so with image
+    statistics missing for the first 50 cases the image alarm at the stream's 65th case (c64) was drawn at x = 15,
+    before the score alarm at case 26: the page told the image shift came first."""
+    import math
+
+    from monai_unc.monitoring import monitor_status
+    from monai_unc.report.monitor import _martingale_chart
+
+    rows = [{"case_id": f"c{i}", "site": "A", "triaged_at": f"t{i:03d}",
+             "score": 0.1 + 1e-3 * i if i < 60 else 0.9 + 1e-3 * i,
+             "image_z_max": math.nan if i < 50 else 0.5 + 1e-3 * i, "decision": "accept", "rule_digest": "r1",
+             "loss": None} for i in range(120)]
+    (g,) = [g for g in monitor_status(rows, {"r1": {"calibration_scores": [0.1, 0.15, 0.2, 0.25, 0.3],
+                                                      "target_risk": 0.1}}, alpha=0.05) if g.site == "A"]
+    assert g.score.alarm is not None and g.image.alarm is not None
+    alarms = g.alarms()
+    svg = str(_martingale_chart(g))
+    to_x = _x_of_pixels(svg)
+    root = ET.fromstring(svg)
+    marks = {e.text: round(to_x(float(e.get("x")) - 3)) for e in root.iter()
+             if _tag(e) == "text" and e.text and (e.text.endswith(": alarm") or e.text.endswith(": change"))}
+    # the alarm lines name the cases the alarm lines of the page name (1-based place in the stream)
+    for name, kind, m in (("case score", "score", g.score), ("image statistics", "image", g.image)):
+        defined = [i for i, r in enumerate(rows) if not math.isnan(r["score" if kind == "score" else "image_z_max"])]
+        alarm_case = rows[defined[m.alarm]]["case_id"]
+        assert any(f"at case {alarm_case!r}" in a for a in alarms)
+        assert marks[f"{name}: alarm"] == defined[m.alarm] + 1
+        assert marks[f"{name}: change"] == defined[m.change_point or 0] + 1
+    assert marks["image statistics: alarm"] > marks["case score: alarm"]
+    pls = _polylines(svg)
+    assert round(to_x(pls[1][0, 0])) == 51  # the first case with image statistics
