@@ -109,11 +109,18 @@ def svg_chart(
     Returns:
         The ``<svg>`` element; every text is escaped.
 
+    Raises:
+        ValueError: more ``series`` than :data:`_COLORS` (4) or ``hlines`` than :data:`_HLINE_COLORS` (3) (found by
+            hostile testing: the ones beyond were left out without a word).
+
     Example:
         >>> svg = svg_chart("t<", [("a", [0, 1], [0, 1])], hlines=[("limit", 0.5)])
         >>> svg.startswith("<svg") and "t&lt;" in svg and "<polyline" in svg
         True
     """
+    for name, given, colors in (("series", series, _COLORS), ("hlines", hlines, _HLINE_COLORS)):
+        if len(given) > len(colors):
+            raise ValueError(f"svg_chart: {name} takes at most {len(colors)} lines (one colour each), got {len(given)}")
     pts = []
     for _, xs, ys in series:
         x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
@@ -149,10 +156,13 @@ def svg_chart(
     for (label, v), color in zip(hlines, _HLINE_COLORS):
         parts += [el("line", x1=_ML, x2=_W - _MR, y1=_num(sy(v)), y2=_num(sy(v)), stroke=color, stroke_dasharray="5 3"),
                   el("text", label, x=_W - _MR - 2, y=_num(sy(v) - 3), text_anchor="end", fill=color)]
-    for label, v in vlines:
+    # found by hostile testing: every marker's label was written on the legend's row, so an alarm and its change point
+    # at one case (or a marker near the left edge and the legend) were drawn one over the other; each label now has
+    # a row of its own below the legend
+    for j, (label, v) in enumerate(vlines):
         parts += [el("line", x1=_num(sx(v)), x2=_num(sx(v)), y1=_MT, y2=_H - _MB, stroke="#b3261e",
                      stroke_dasharray="2 2"),
-                  el("text", label, x=_num(sx(v) + 3), y=_MT + 12, fill="#b3261e")]
+                  el("text", label, x=_num(sx(v) + 3), y=_MT + 26 + 13 * j, fill="#b3261e")]
     legend_x = _ML + 6
     for (name, _, _), (x, y), color in zip(series, pts, _COLORS):
         if x.size:

@@ -94,3 +94,31 @@ def test_the_martingales_are_drawn_at_the_cases_place_in_the_stream():
     assert marks["image statistics: alarm"] > marks["case score: alarm"]
     pls = _polylines(svg)
     assert round(to_x(pls[1][0, 0])) == 51  # the first case with image statistics
+
+
+def test_more_lines_than_colours_are_refused_not_dropped():
+    """Found by hostile testing: a fifth series (a fourth reference line) was left out of the chart without a word."""
+    import pytest
+
+    five = [(f"s{i}", [0, 1], [i, i]) for i in range(5)]
+    with pytest.raises(ValueError, match="series"):
+        svg_chart("t", five)
+    with pytest.raises(ValueError, match="hlines"):
+        svg_chart("t", five[:1], hlines=[(f"h{i}", i) for i in range(4)])
+    assert len(_polylines(svg_chart("t", five[:4]))) == 4
+
+
+def test_marker_labels_at_one_case_do_not_overlap_each_other_or_the_legend():
+    """Found by hostile testing: an alarm and its estimated change point at the same case wrote their labels at the
+    same spot (and on the legend's row), unreadable."""
+    svg = svg_chart("t", [("case score", [1, 2, 3], [0, 1, 2]), ("image statistics", [1, 2, 3], [0, 2, 1])],
+                    vlines=[("case score: alarm", 1), ("case score: change", 1), ("image statistics: alarm", 1),
+                            ("image statistics: change", 1)])
+    root = ET.fromstring(str(svg))
+    texts = {e.text: (float(e.get("x")), float(e.get("y"))) for e in root.iter() if _tag(e) == "text"}
+    legend_y = texts["case score"][1]
+    rows = [texts[k][1] for k in texts if k and k.endswith((": alarm", ": change"))]
+    assert len(rows) == 4 and len(set(rows)) == 4  # a row each
+    assert min(abs(y - legend_y) for y in rows) >= 11  # the font is 11 px
+    assert min(np.diff(sorted(rows))) >= 11
+    assert max(rows) < 220 - 30  # inside the plot area
