@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
-from .._utils import label_text
+from .._utils import case_pair, label_text
 from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
@@ -140,13 +140,15 @@ def plot_referral_curve(
     Returns:
         The matplotlib ``Figure``.
 
+    Raises:
+        ValueError: ``scores`` or ``dice`` not finite, empty or of different lengths (naming the argument).
+
     Example:
         >>> fig = plot_referral_curve(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), budget=0.25)
         >>> fig.axes[0].get_title()
         'Referral curve'
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    dice = np.asarray(dice, dtype=np.float64)
+    scores, dice = case_pair(scores, dice, "dice")  # errors name this function's arguments
     ours = referral_curve(scores, dice)
     oracle = referral_curve(1.0 - dice, dice)
     fig = _figure(5.2, 3.8)
@@ -210,18 +212,25 @@ def plot_uncertainty_histograms(
     Returns:
         The matplotlib ``Figure``.
 
+    Raises:
+        ValueError: ``scores`` and ``dice`` not 1-D of one value per case.
+
     Example:
         >>> fig = plot_uncertainty_histograms(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), 0.5)
         >>> fig.axes[0].get_ylabel()
         'cases'
     """
     scores = np.asarray(scores, dtype=np.float64)
+    dice = np.asarray(dice, dtype=np.float64)
+    if scores.ndim != 1 or dice.shape != scores.shape:  # found by hostile testing: an IndexError of the masking
+        raise ValueError(f"scores and dice must be 1-D with one value per case, got shapes {scores.shape} and "
+                         f"{dice.shape}")
     defined = np.isfinite(scores)
     scores = scores[defined]
     # the one failure rule (dice_failed: at the float32 precision a Dice is recorded in), as summary.json's failures
     # and the triage table count them (found by hostile testing: a Dice of exactly 0.9, recorded 0.899999976, was
     # drawn failed here next to a summary that counted no failure)
-    good = ~dice_failed(np.asarray(dice, dtype=np.float64)[defined], failure_dice)
+    good = ~dice_failed(dice[defined], failure_dice)
 
     fig = _figure(5.2, 3.8)
     ax = fig.add_subplot()
@@ -267,12 +276,19 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
     Returns:
         The matplotlib ``Figure``.
 
+    Raises:
+        ValueError: ``shifts`` not one label per score.
+
     Example:
         >>> fig = plot_scores_by_shift(np.array([0.1, 0.2, 0.7]), ["none", "none", "noise"], ["none"], "entropy")
         >>> [t.get_text() for t in fig.axes[0].get_xticklabels()]
         ['none', 'noise']
     """
     scores = np.asarray(scores, dtype=np.float64)
+    shifts = list(shifts)
+    if scores.ndim != 1 or len(shifts) != scores.size:  # found by hostile testing: extra labels were dropped unsaid
+        raise ValueError(f"shifts must give one label per score, got {len(shifts)} labels for scores of shape "
+                         f"{scores.shape}")
     defined = np.isfinite(scores)
     shifts = [label_text(s) for s, d in zip(shifts, defined) if d]  # None / NaN: "", as the OoD AUROC reads it
     scores = scores[defined]
