@@ -107,6 +107,10 @@ def plot_score_distribution(
     Returns:
         The matplotlib ``Figure``.
 
+    Raises:
+        ValueError: ``accepted`` not one decision per new score, a calibration score that is not finite, or
+            ``n_undefined`` not a non-negative integer.
+
     Example:
         >>> fig = plot_score_distribution([0.1, 0.2, 0.3, 0.4], [0.15, 0.5, float("nan")], [True, False, False], 0.3)
         >>> len(fig.axes)
@@ -116,6 +120,13 @@ def plot_score_distribution(
     new = np.asarray(new_scores, dtype=np.float64)
     acc = np.asarray(accepted, dtype=bool)
     n_undefined = check_integer(n_undefined, "n_undefined", 0)
+    # found by hostile testing: one decision for two new cases was broadcast ("new: accept (n=2)"), and a NaN
+    # calibration score set the axis to the new cases only, the calibration cases' bars outside it
+    if new.ndim != 1 or acc.shape != new.shape:
+        raise ValueError(f"accepted must give one decision per new score, got shapes {acc.shape} and {new.shape}")
+    if cal.ndim != 1 or not np.isfinite(cal).all():
+        raise ValueError("calibration_scores must be the finite scores of the calibration cases (those without a "
+                         "defined score are counted by n_undefined)")
     ok = np.isfinite(new)
     every = np.concatenate([cal, new[ok]])
     lo, hi = (float(every.min()), float(every.max())) if every.size else (0.0, 1.0)

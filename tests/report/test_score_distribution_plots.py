@@ -68,3 +68,18 @@ def test_the_page_draws_the_rules_undefined_calibration_cases(tmp_path, monkeypa
     page = triage_page.build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
     assert "3 calibration case(s)" in page
     assert "calibration cases (n=2 of 3; 1 without a defined score not drawn)" in drawn[0], drawn
+
+
+def test_decisions_not_one_per_new_score_are_refused():
+    """Found by hostile testing: one decision for two new cases was broadcast, the legend read "new: accept (n=2)"."""
+    with pytest.raises(ValueError, match="accepted"):
+        plot_score_distribution([0.1, 0.2, 0.3], [0.2, 0.5], [True], 0.25)
+    with pytest.raises(ValueError, match="accepted"):
+        plot_score_distribution([0.1, 0.2, 0.3], [0.2], [True, False], 0.25)
+
+
+def test_an_undefined_calibration_score_is_refused():
+    """Found by hostile testing: a NaN calibration score set the axis to the new cases alone, the calibration case at
+    0.1 outside it, while the legend counted it."""
+    with pytest.raises(ValueError, match="calibration_scores"):
+        plot_score_distribution([0.1, float("nan")], [0.2], [True], 0.25)
