@@ -31,7 +31,7 @@ from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncer
 from ..metrics.selective import referral_curve
 from ..product import Overlay, format_cell, format_fraction, format_level
 from .markup import replace_surrogates
-from .palette import class_colors
+from .palette import class_colors, distinct_colors
 
 __all__ = [
     "save_png",
@@ -50,6 +50,8 @@ _IID, _SHIFTED = "#7f7f7f", "#ff7f0e"
 #: the most classes the overlay's legend names (the rest, the smallest on the shown slices, are counted in one line)
 LEGEND_CLASSES = 12
 _VIEWS = {2: "axial", 1: "coronal", 0: "sagittal"}
+#: the QU-BraTS regions' colours (more regions: :func:`~monai_unc.report.palette.distinct_colors`)
+_QU_BRATS_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 
 
 def _figure(width: float, height: float) -> Any:
@@ -334,6 +336,9 @@ def plot_qu_brats_curves(
     Returns:
         The matplotlib ``Figure`` (three axes).
 
+    Raises:
+        ValueError: a region without its ``dice``, ``ftp`` or ``ftn`` curve, or a curve not one value per threshold.
+
     Example:
         >>> curve = {"dice": [0.9, 0.8, 0.7], "ftp": [0.5, 0.2, 0.0], "ftn": [0.3, 0.1, 0.0]}
         >>> len(plot_qu_brats_curves([25, 50, 100], {"WT": curve}).axes)
@@ -341,15 +346,28 @@ def plot_qu_brats_curves(
     """
     t = np.asarray(thresholds, dtype=np.float64)
     order = np.argsort(t)
-    fig = _figure(11.0, 3.5)
-    axes = fig.subplots(1, 3, squeeze=False)[0]
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
     panels = (("dice", "filtered Dice (higher is better)"), ("ftp", "filtered true positives (lower is better)"),
               ("ftn", "filtered true negatives (lower is better)"))
-    for ax, (key, title) in zip(axes, panels):
-        for i, (name, c) in enumerate(curves.items()):
+    # found by hostile testing: a curve longer than the thresholds lost its last values without a word (a shorter one
+    # failed with numpy's IndexError, a missing curve with a KeyError), and a seventh region took the first's colour
+    values: dict[str, dict[str, np.ndarray]] = {}
+    for name, c in curves.items():
+        values[str(name)] = {}
+        for key, _ in panels:
+            if key not in c:
+                raise ValueError(f"curves[{str(name)!r}] has no {key!r} curve (it needs 'dice', 'ftp' and 'ftn')")
             v = np.asarray(c[key], dtype=np.float64)
-            ax.plot(t[order], v[order], color=colors[i % len(colors)], lw=1.8, marker="o", ms=2.5, label=str(name))
+            if v.shape != t.shape:
+                raise ValueError(f"curves[{str(name)!r}][{key!r}] has shape {v.shape}, thresholds {t.shape}: one value "
+                                 "per threshold")
+            values[str(name)][key] = v
+    colors = _QU_BRATS_COLORS if len(values) <= len(_QU_BRATS_COLORS) else distinct_colors(len(values), "white")
+    fig = _figure(11.0, 3.5)
+    axes = fig.subplots(1, 3, squeeze=False)[0]
+    for ax, (key, title) in zip(axes, panels):
+        for i, (name, c) in enumerate(values.items()):
+            v = c[key]
+            ax.plot(t[order], v[order], color=colors[i], lw=1.8, marker="o", ms=2.5, label=name)
         ax.set_xlim(0, max_uncertainty)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("uncertainty threshold (voxels above it filtered out)")
