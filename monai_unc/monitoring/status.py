@@ -181,12 +181,35 @@ class GroupStatus:
         """The accepted cases with an audited label, in the risk test's order (:func:`labelled_in_order`)."""
         return labelled_in_order(self.cases)
 
+    def martingale_positions(self, kind: str) -> list[int]:
+        """The positions in :attr:`cases` of the cases a martingale ran over: those with a defined value, in order.
+
+        Index ``k`` of the martingale (its value, its ``alarm``, its ``change_point``) is the case
+        ``cases[martingale_positions(kind)[k]]``.
+
+        Args:
+            kind: ``"score"`` (the case score's martingale) or ``"image"`` (the image statistics').
+
+        Returns:
+            The 0-based positions, ascending.
+
+        Example:
+            >>> g = GroupStatus("r", "A", ({"score": 0.1}, {"score": float("nan")}, {"score": 0.3}), None, None, None,
+            ...                 0.1, 0.05)
+            >>> g.martingale_positions("score")
+            [0, 2]
+        """
+        field = {"score": "score", "image": "image_z_max"}.get(kind)
+        if field is None:
+            raise ValueError(f"kind must be 'score' or 'image', got {kind!r}")
+        return [i for i, c in enumerate(self.cases) if not math.isnan(c[field])]
+
     def alarms(self) -> list[str]:
         """One line per alarm raised (empty when none)."""
         out = []
-        for name, m, values in (("score", self.score, "score"), ("image", self.image, "image_z_max")):
+        for name, m in (("score", self.score), ("image", self.image)):
             if m is not None and m.alarm is not None:
-                stream = [c for c in self.cases if not math.isnan(c[values])]
+                stream = [self.cases[i] for i in self.martingale_positions(name)]
                 at, start = stream[m.alarm], stream[m.change_point or 0]
                 out.append(f"{name} distribution changed: martingale >= {1 / self.alpha:g} at case "
                            f"{at['case_id']!r} ({at['triaged_at']}), change estimated from case "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,14 +24,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
-from .._utils import label_text
+from .._utils import case_pair, label_text
 from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
 from ..metrics.selective import referral_curve
-from ..product import Overlay, format_fraction, format_level
+from ..product import Overlay, format_cell, format_fraction, format_level
 from .markup import replace_surrogates
-from .palette import class_colors
+from .palette import class_colors, distinct_colors
 
 __all__ = [
     "save_png",
@@ -49,6 +50,8 @@ _IID, _SHIFTED = "#7f7f7f", "#ff7f0e"
 #: the most classes the overlay's legend names (the rest, the smallest on the shown slices, are counted in one line)
 LEGEND_CLASSES = 12
 _VIEWS = {2: "axial", 1: "coronal", 0: "sagittal"}
+#: the QU-BraTS regions' colours (more regions: :func:`~monai_unc.report.palette.distinct_colors`)
+_QU_BRATS_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 
 
 def _figure(width: float, height: float) -> Any:
@@ -139,13 +142,15 @@ def plot_referral_curve(
     Returns:
         The matplotlib ``Figure``.
 
+    Raises:
+        ValueError: ``scores`` or ``dice`` not finite, empty or of different lengths (naming the argument).
+
     Example:
         >>> fig = plot_referral_curve(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), budget=0.25)
         >>> fig.axes[0].get_title()
         'Referral curve'
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    dice = np.asarray(dice, dtype=np.float64)
+    scores, dice = case_pair(scores, dice, "dice")  # errors name this function's arguments
     ours = referral_curve(scores, dice)
     oracle = referral_curve(1.0 - dice, dice)
     fig = _figure(5.2, 3.8)
@@ -157,10 +162,15 @@ def plot_referral_curve(
     ax.plot(ours.tau, ours.value, color=_GOOD, lw=0, marker="o", ms=3.5)
     ax.axhline(float(dice.mean()), color="0.3", ls=":", lw=1.5, label="random referral")
     if budget is not None:
-        at = referral_curve(scores, dice, taus=[budget])
+        # found by hostile testing: a budget that refers every case (one case, budget 10 %) was labelled "Dice nan";
+        # the Dice is written as the tables write it (format_cell)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # every case referred: said in the legend
+            kept = float(referral_curve(scores, dice, taus=[budget]).value[0])
         ax.axvline(budget, color=_BAD, lw=1.2, alpha=0.8)
-        ax.plot([budget], [at.value[0]], marker="D", color=_BAD, ms=7,
-                label=f"budget {format_fraction(budget)}: Dice {at.value[0]:.3f}")
+        ax.plot([budget], [kept], marker="D", color=_BAD, ms=7,
+                label=f"budget {format_fraction(budget)}: " + (f"Dice {format_cell(kept)}" if np.isfinite(kept)
+                                                               else "every case referred"))
     if risk_control is not None:
         frac = float(risk_control["referral_fraction"])
         if risk_control.get("feasible"):
@@ -170,7 +180,9 @@ def plot_referral_curve(
             what = f"risk {risk_control['target_risk']:g} not certifiable: refer all"
         ax.axvline(frac, color=_RC, lw=1.6, ls="-.", label=what)
         if frac < 1.0:
-            at = referral_curve(scores, dice, taus=[frac])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # every case referred: no mark (NaN)
+                at = referral_curve(scores, dice, taus=[frac])
             ax.plot([frac], [at.value[0]], marker="s", color=_RC, ms=7)
     ax.set_xlabel("fraction of cases referred for review")
     ax.set_ylabel("mean Dice of the retained cases")
@@ -202,19 +214,25 @@ def plot_uncertainty_histograms(
     Returns:
         The matplotlib ``Figure``.
 
+    Raises:
+        ValueError: ``scores`` and ``dice`` not 1-D of one value per case.
+
     Example:
         >>> fig = plot_uncertainty_histograms(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), 0.5)
         >>> fig.axes[0].get_ylabel()
         'cases'
     """
     scores = np.asarray(scores, dtype=np.float64)
+    dice = np.asarray(dice, dtype=np.float64)
+    if scores.ndim != 1 or dice.shape != scores.shape:  # found by hostile testing: an IndexError of the masking
+        raise ValueError(f"scores and dice must be 1-D with one value per case, got shapes {scores.shape} and "
+                         f"{dice.shape}")
     defined = np.isfinite(scores)
     scores = scores[defined]
     # the one failure rule (dice_failed: at the float32 precision a Dice is recorded in), as summary.json's failures
     # and the triage table count them (found by hostile testing: a Dice of exactly 0.9, recorded 0.899999976, was
     # drawn failed here next to a summary that counted no failure)
-    good = ~dice_failed(np.asarray(dice, dtype=np.float64)[defined], failure_dice)
-    import warnings
+    good = ~dice_failed(dice[defined], failure_dice)
 
     fig = _figure(5.2, 3.8)
     ax = fig.add_subplot()
@@ -260,12 +278,19 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
     Returns:
         The matplotlib ``Figure``.
 
+    Raises:
+        ValueError: ``shifts`` not one label per score.
+
     Example:
         >>> fig = plot_scores_by_shift(np.array([0.1, 0.2, 0.7]), ["none", "none", "noise"], ["none"], "entropy")
         >>> [t.get_text() for t in fig.axes[0].get_xticklabels()]
         ['none', 'noise']
     """
     scores = np.asarray(scores, dtype=np.float64)
+    shifts = list(shifts)
+    if scores.ndim != 1 or len(shifts) != scores.size:  # found by hostile testing: extra labels were dropped unsaid
+        raise ValueError(f"shifts must give one label per score, got {len(shifts)} labels for scores of shape "
+                         f"{scores.shape}")
     defined = np.isfinite(scores)
     shifts = [label_text(s) for s, d in zip(shifts, defined) if d]  # None / NaN: "", as the OoD AUROC reads it
     scores = scores[defined]
@@ -311,6 +336,9 @@ def plot_qu_brats_curves(
     Returns:
         The matplotlib ``Figure`` (three axes).
 
+    Raises:
+        ValueError: a region without its ``dice``, ``ftp`` or ``ftn`` curve, or a curve not one value per threshold.
+
     Example:
         >>> curve = {"dice": [0.9, 0.8, 0.7], "ftp": [0.5, 0.2, 0.0], "ftn": [0.3, 0.1, 0.0]}
         >>> len(plot_qu_brats_curves([25, 50, 100], {"WT": curve}).axes)
@@ -318,15 +346,28 @@ def plot_qu_brats_curves(
     """
     t = np.asarray(thresholds, dtype=np.float64)
     order = np.argsort(t)
-    fig = _figure(11.0, 3.5)
-    axes = fig.subplots(1, 3, squeeze=False)[0]
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
     panels = (("dice", "filtered Dice (higher is better)"), ("ftp", "filtered true positives (lower is better)"),
               ("ftn", "filtered true negatives (lower is better)"))
-    for ax, (key, title) in zip(axes, panels):
-        for i, (name, c) in enumerate(curves.items()):
+    # found by hostile testing: a curve longer than the thresholds lost its last values without a word (a shorter one
+    # failed with numpy's IndexError, a missing curve with a KeyError), and a seventh region took the first's colour
+    values: dict[str, dict[str, np.ndarray]] = {}
+    for name, c in curves.items():
+        values[str(name)] = {}
+        for key, _ in panels:
+            if key not in c:
+                raise ValueError(f"curves[{str(name)!r}] has no {key!r} curve (it needs 'dice', 'ftp' and 'ftn')")
             v = np.asarray(c[key], dtype=np.float64)
-            ax.plot(t[order], v[order], color=colors[i % len(colors)], lw=1.8, marker="o", ms=2.5, label=str(name))
+            if v.shape != t.shape:
+                raise ValueError(f"curves[{str(name)!r}][{key!r}] has shape {v.shape}, thresholds {t.shape}: one value "
+                                 "per threshold")
+            values[str(name)][key] = v
+    colors = _QU_BRATS_COLORS if len(values) <= len(_QU_BRATS_COLORS) else distinct_colors(len(values), "white")
+    fig = _figure(11.0, 3.5)
+    axes = fig.subplots(1, 3, squeeze=False)[0]
+    for ax, (key, title) in zip(axes, panels):
+        for i, (name, c) in enumerate(values.items()):
+            v = c[key]
+            ax.plot(t[order], v[order], color=colors[i], lw=1.8, marker="o", ms=2.5, label=name)
         ax.set_xlim(0, max_uncertainty)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("uncertainty threshold (voxels above it filtered out)")

@@ -69,6 +69,11 @@ class _PlainLogFormatter(LogFormatterSciNotation):
 #: the largest calibration error; the others are thin grey lines, counted in one legend entry)
 LEGEND_CURVES = 12
 
+#: what the count panel counts: a voxel once for the top label and the entropy, once per label when every label's
+#: probability is binned (found by hostile testing: 1000 voxels of three classes read "3000 voxels")
+_COUNT_UNITS = {"top": "voxels", "all_label": "voxels \u00d7 labels", "classwise": "voxels \u00d7 labels",
+                "uncertainty": "voxels"}
+
 _AXIS_LABELS = {
     "top": ("confidence of the predicted label", "accuracy"),
     "all_label": ("probability of a label", "observed frequency"),
@@ -144,7 +149,8 @@ def plot_reliability_diagram(
         min_bin_count: fewest voxels of a drawn bin (0: every non-empty bin).
         per_case_boxes: overlay, per bin, a box plot of the per-case frequencies (Kock et al. Fig. 5); bins of a
             case with fewer than ``min_bin_count`` voxels do not contribute to that case's box.
-        show_counts: add a lower panel with the voxels per bin (log scale).
+        show_counts: add a lower panel with the voxels per bin (log scale); with ``"all_label"`` and ``"classwise"``
+            the probabilities per bin, one per voxel and label (``C`` per voxel).
         ax: draw the diagram on this axis (no count panel); its figure is returned.
         title: the title (default: the kind and its calibration error).
         path: write the figure there.
@@ -249,7 +255,9 @@ def plot_reliability_diagram(
     ax_rel.set_xlim(0, 1)
     ax_rel.set_ylim(0, 1)
     ax_rel.set_ylabel(ylabel)
-    extra = f", bins with >= {min_bin_count} voxels" if min_bin_count else ""
+    # the minimum counts what the bins count: a class's voxels for "classwise" (one histogram per class)
+    unit = "voxels" if kind == "classwise" else _COUNT_UNITS[kind]
+    extra = f", bins with >= {min_bin_count} {unit}" if min_bin_count else ""
     ax_rel.set_title(title if title is not None else f"{summary} ({n_bins} bins{extra})", fontsize=10)
     ax_rel.legend(loc="upper left", fontsize=7)
     if ax_cnt is not None:
@@ -259,7 +267,7 @@ def plot_reliability_diagram(
             ax_cnt.set_yscale("log")
             ax_cnt.yaxis.set_major_formatter(_PlainLogFormatter())
             ax_cnt.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
-        ax_cnt.set_ylabel("voxels")
+        ax_cnt.set_ylabel(_COUNT_UNITS[kind])
         ax_cnt.set_xlabel(xlabel)
         ax_rel.tick_params(labelbottom=False)
     else:
