@@ -494,8 +494,10 @@ def _run_evaluate(
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
         config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
+        # the products' refusals (e.g. probabilities they need, named with the file and how to make it) first: more
+        # specific than --num-classes for segmentations alone, which a product needing probabilities cannot use
+        check_products(cases, config, inputs)
         check_measure_options(cases, config)  # --measure / --score without maps: one refusal, not one per case
-        check_products(cases, config, inputs)  # the products' refusals (e.g. probabilities they need): before any work
         check_recorded_regions(match_kwargs["predictions"], match_kwargs["layout"], config.regions)
         # compared at the end: another run that writes the predictions after these checks (found by hostile testing)
         listed["cases"], listed["inputs"] = cases, input_signatures(cases, match_kwargs["predictions"])
