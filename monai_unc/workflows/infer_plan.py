@@ -293,7 +293,7 @@ def prepare_infer(
     if "ensemble" in method_tokens(method):
         _check_distinct_members(loaded.checkpoints, loaded.weights[:len(loaded.checkpoints)])
     if rule is not None:  # the model the rule was certified with, and its samples per case
-        check_rule_model(rule, loaded.weights)
+        check_rule_model(rule, loaded.weights, loaded.description)
         samples = rule_samples(rule, method, loaded.spatial_dims, len(loaded.checkpoints), samples)
     elif samples is None:
         samples = 10

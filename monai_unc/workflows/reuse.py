@@ -29,10 +29,11 @@ from typing import Any
 
 from .._utils import is_finite_real, is_int
 from ..io import check_entry_kind
-from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
+from ..io.provenance import has_weight_digests, normalize_fingerprint, parse_untrusted_json, weight_differences
 from ..keys import DEFAULT_RATEIN_TARGET, DROPOUT_TOKENS, MEASURES
 from ..product import registered_products
 from .options import METHOD_TOKENS, known_method_tokens, method_tokens
+from .prepare import read_region_spec
 
 __all__ = ["RULE_OPTIONS", "RuleSettings", "check_rule_model", "merge_rule_settings", "read_rule_settings",
            "rule_samples"]
@@ -59,6 +60,8 @@ class RuleSettings:
         samples_per_source: the SSN's ``--samples`` latent draws per sample of ``ssn+tta`` / ``ssn+ensemble``
             (which ``num_samples`` does not show), or None (another method, or a rule written before they were
             recorded).
+        model: the description of the rule's model (``"bundle: PATH (preprocessing not applied)"``, ``"network:
+            UNet"``, ...; :attr:`~monai_unc.workflows.models.LoadedModel.description`), or None (not recorded).
     """
 
     source: str
@@ -66,6 +69,7 @@ class RuleSettings:
     num_samples: int
     weights: list[dict[str, str]] | None = field(default=None)
     samples_per_source: int | None = None
+    model: str | None = None
 
 
 def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
@@ -127,6 +131,14 @@ def _regions(source: str, v: Any) -> dict[str, list[int]] | None:
                        and all(is_int(x) and 0 < x < 2**16 for x in labels) for k, labels in v.items())):
         raise _bad(source, "regions", v, "an object {name: [label, ...]}")
     return {k: list(labels) for k, labels in v.items()}
+
+
+def _model(source: str, v: Any) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, str) or len(v) > 4096:
+        raise _bad(source, "model", v, "null or the description of the model")
+    return v
 
 
 def _weights(source: str, v: Any) -> list[dict[str, str]] | None:
@@ -198,7 +210,8 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
                "tta_noise": float(noise), "ratein_target": float(target)}
     if "ratein" not in method_tokens(options["method"]):  # recorded unused by earlier versions: the maps are the same
         options["ratein_target"] = DEFAULT_RATEIN_TARGET
-    return RuleSettings(source, options, int(n), _weights(source, fp.get("weights")), per_source)
+    return RuleSettings(source, options, int(n), _weights(source, fp.get("weights")), per_source,
+                        _model(source, fp.get("model")))
 
 
 def read_rule_settings(path: str | os.PathLike) -> RuleSettings:
@@ -228,8 +241,12 @@ def _same(name: str, given: Any, recorded: Any) -> bool:
         return isinstance(given, str) and method_tokens(given) == method_tokens(recorded)
     if name == "measures":
         return given is not None and set(given) == set(recorded) and len(given) == len(recorded)
-    if name == "regions":
-        return isinstance(given, Mapping) and {k: list(v) for k, v in given.items()} == recorded
+    if name == "regions":  # found by hostile testing: a spec given as on the command line ("brats", JSON, a file)
+        # was refused as contradicting the same regions, and another channel order was taken for the rule's (dicts
+        # compare equal in any key order, but the key order is the channel order)
+        a, b = ([(k, list(v)) for k, v in spec.items()] if spec else None for spec in (read_region_spec(given),
+                                                                                         recorded))
+        return a == b
     if isinstance(recorded, float) and is_finite_real(given):
         return float(given) == recorded
     return given == recorded
@@ -329,19 +346,46 @@ def rule_samples(rule: RuleSettings, method: str, spatial_dims: int, members: in
     return samples
 
 
-def check_rule_model(rule: RuleSettings, weights: Sequence[Mapping[str, Any]] | None) -> None:
-    """Refuse a model whose files differ from those the rule was certified with.
+def check_rule_model(rule: RuleSettings, weights: Sequence[Mapping[str, Any]] | None,
+                     description: str | None = None) -> None:
+    """Refuse a model whose files differ from those the rule was certified with, or that is loaded otherwise.
 
-    Nothing is compared when either side lacks the sha256 digests (``monai-unc triage`` then compares the model by
-    its paths).
+    The files are compared by their sha256 digests; nothing is compared when either side lacks them
+    (``monai-unc triage`` then compares the model by its paths). The description is compared as triage compares
+    it, without the paths (:func:`~monai_unc.io.provenance.normalize_fingerprint`): the kind of model (example,
+    bundle, network class), a bundle's preprocessing left out (``--no-bundle-preprocessing``) and a calibrated
+    checkpoint's temperature. Found by hostile testing: a rule certified on a bundle's predictions with its
+    preprocessing was taken by ``infer --settings-from RULE --no-bundle-preprocessing`` (the same files), and every
+    new prediction was then refused by triage.
 
     Args:
         rule: the rule's settings.
         weights: the loaded model's digests (:attr:`~monai_unc.workflows.models.LoadedModel.weights`).
+        description: the loaded model's :attr:`~monai_unc.workflows.models.LoadedModel.description`, or None
+            (not compared).
 
     Raises:
-        ValueError: naming the first file whose content differs.
+        ValueError: naming the first file whose content differs, or the rule's model and the one loaded.
+
+    Example:
+        >>> rule = RuleSettings("rule r.json", {}, 4, model="bundle: /models/b")
+        >>> check_rule_model(rule, None, "bundle: /elsewhere/b")  # the same bundle, moved
+        >>> check_rule_model(rule, None, "bundle: /models/b (preprocessing not applied)")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: --settings-from: rule r.json was certified on predictions of the model 'bundle' ...; leave out \
+--no-bundle-preprocessing
     """
+    if rule.model is not None and description is not None:
+        a, b = (normalize_fingerprint({"model": m}, digests=True)["model"] for m in (rule.model, description))
+        if a != b:
+            marker = "(preprocessing not applied)"
+            hint = ("add --no-bundle-preprocessing" if marker in a and marker not in b else
+                    "leave out --no-bundle-preprocessing" if marker in b and marker not in a else
+                    "give the same --model / --bundle / --network / --checkpoint")
+            applied = " (its preprocessing applied)" if a.startswith("bundle") and marker not in a else ""
+            raise ValueError(f"--settings-from: {rule.source} was certified on predictions of the model {a[:200]!r}"
+                             f"{applied}, not {b[:200]!r}; {hint}")
     if not rule.weights or not has_weight_digests({"weights": list(weights or [])}):
         return
     if weight_differences(rule.weights, list(weights or [])):
