@@ -30,7 +30,7 @@ from typing import Any
 from .._utils import is_finite_real, is_int
 from ..io import check_entry_kind
 from ..io.provenance import has_weight_digests, normalize_fingerprint, parse_untrusted_json, weight_differences
-from ..keys import DEFAULT_RATEIN_TARGET, DROPOUT_TOKENS, MEASURES
+from ..keys import DEFAULT_RATEIN_TARGET, DEPRECATED_MEASURES, DROPOUT_TOKENS, MEASURES
 from ..product import registered_products
 from .options import METHOD_TOKENS, known_method_tokens, method_tokens
 from .prepare import read_region_spec
@@ -117,10 +117,14 @@ def _roi(source: str, v: Any) -> list[int] | None:
 
 
 def _measures(source: str, v: Any) -> list[str]:
-    if (not isinstance(v, list) or not v or len(v) > len(MEASURES)
-            or not all(isinstance(m, str) and m in MEASURES for m in v) or len(set(v)) != len(v)):
+    # a measure's former name (max_softmax, recorded by 0.1.0) is its current one: found by hostile testing, a rule
+    # certified on 0.1.0's default maps was refused as naming an unknown measure (the maps are the same)
+    names = [DEPRECATED_MEASURES.get(m, m) for m in v] if isinstance(v, list) and all(isinstance(m, str) for m in v) \
+        else None
+    if (names is None or not names or len(names) > len(MEASURES) or not all(m in MEASURES for m in names)
+            or len(set(names)) != len(names)):
         raise _bad(source, "measures", v, f"a list of distinct names from {MEASURES}")
-    return list(v)
+    return names
 
 
 def _regions(source: str, v: Any) -> dict[str, list[int]] | None:

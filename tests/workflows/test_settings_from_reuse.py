@@ -94,3 +94,24 @@ def test_the_recorded_model_description_is_validated(value):
           "tta_noise": 0.0, "ratein_target": 0.1, "model": value}
     with pytest.raises(ValueError, match="fingerprint field 'model' must be null or the description"):
         settings_of_fingerprint(fp, "rule")
+
+
+def _fingerprint(**fields):
+    fp = {"producer": "monai-unc infer", "method": "mcdropout", "num_samples": 4, "roi": None, "overlap": 0.25,
+          "intensity": "none", "measures": ["predictive_entropy"], "activation": "softmax", "dropout": None,
+          "tta_noise": 0.0, "ratein_target": 0.1}
+    return {**fp, **fields}
+
+
+def test_a_rule_of_0_1_0_naming_max_softmax_is_reused_under_the_current_name():
+    """Found by hostile testing: 0.1.0 recorded the map ``1 - max p`` as ``max_softmax`` (its default maps), so
+    ``--settings-from`` refused such a rule as naming an unknown measure, and triage found every new prediction
+    (``one_minus_max_prob``) made with other measures."""
+    old = ["predictive_entropy", "expected_entropy", "mutual_information", "max_softmax"]
+    rule = settings_of_fingerprint(_fingerprint(measures=old), "referral rule r.json")
+    new = ["predictive_entropy", "expected_entropy", "mutual_information", "one_minus_max_prob"]
+    assert rule.options["measures"] == new
+    assert compare_fingerprints(_fingerprint(measures=old), _fingerprint(measures=new)) == ("match", [])
+    assert compare_fingerprints(_fingerprint(measures=old), _fingerprint(measures=new[:3]))[0] == "mismatch"
+    with pytest.raises(ValueError, match="fingerprint field 'measures' must be a list of distinct names"):
+        settings_of_fingerprint(_fingerprint(measures=["max_softmax", "one_minus_max_prob"]), "rule")
