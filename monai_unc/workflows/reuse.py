@@ -167,8 +167,9 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
         The :class:`RuleSettings`.
 
     Raises:
-        ValueError: starting with ``source``: the rule was not certified on ``monai-unc infer`` predictions, or a
-            field is missing or not a valid value of its option.
+        ValueError: starting with ``source``: the rule was not certified on ``monai-unc infer`` predictions (or on
+            maps of another run than its predictions: field ``maps``), or a field is missing or not a valid value of
+            its option.
 
     Example:
         >>> fp = {"producer": "monai-unc infer", "method": "mcdropout", "num_samples": 4, "roi": [8, 8, 8],
@@ -186,6 +187,11 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
     if producer != "monai-unc infer":
         raise ValueError(f"{source} records no settings of monai-unc infer (its predictions had no infer.json, "
                          f"producer {json.dumps(producer)[:40]}): there are no settings to take")
+    if "maps" in fp:  # found by hostile testing: the settings of the segmentations were taken, and every new
+        # prediction (its maps made with them) then mismatched the rule's maps ("maps.<field>" in triage)
+        raise ValueError(f"{source} was certified on uncertainty maps of another run than its predictions (evaluate "
+                         "--uncertainty, made with other or unrecorded settings: field 'maps' of its fingerprint): no "
+                         "single infer run reproduces both; certify the rule on predictions and maps of one run")
     n = fp.get("num_samples")
     if not is_int(n) or not 1 <= n <= 1_000_000:
         raise _bad(source, "num_samples", n, "one positive number of samples per case (the calibration cases "

@@ -115,3 +115,13 @@ def test_a_rule_of_0_1_0_naming_max_softmax_is_reused_under_the_current_name():
     assert compare_fingerprints(_fingerprint(measures=old), _fingerprint(measures=new[:3]))[0] == "mismatch"
     with pytest.raises(ValueError, match="fingerprint field 'measures' must be a list of distinct names"):
         settings_of_fingerprint(_fingerprint(measures=["max_softmax", "one_minus_max_prob"]), "rule")
+
+
+def test_a_rule_certified_on_maps_of_another_run_is_refused():
+    """Found by hostile testing: a rule certified with ``evaluate --uncertainty`` on maps of another run (other
+    samples) gave the settings of its segmentations; every new prediction then mismatched the rule's maps."""
+    fp = _fingerprint()
+    rule = {**fp, "maps": {**fp, "num_samples": 16}}
+    assert compare_fingerprints(rule, fp) == ("mismatch", [("maps.num_samples", 16, 4)])
+    with pytest.raises(ValueError, match=r"rule r.json was certified on uncertainty maps of another run .*'maps'"):
+        settings_of_fingerprint(rule, "rule r.json")
