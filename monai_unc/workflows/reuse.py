@@ -20,6 +20,7 @@ exchangeable): ``--seed`` stays the user's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Collection, Mapping, Sequence
@@ -60,6 +61,8 @@ class RuleSettings:
         samples_per_source: the SSN's ``--samples`` latent draws per sample of ``ssn+tta`` / ``ssn+ensemble``
             (which ``num_samples`` does not show), or None (another method, or a rule written before they were
             recorded).
+        needs_probabilities: the rule is applied to the new cases' probabilities
+            (:attr:`~monai_unc.product.CohortProduct.artifact_needs_probabilities`): ``--no-probs`` is refused.
         model: the description of the rule's model (``"bundle: PATH (preprocessing not applied)"``, ``"network:
             UNet"``, ...; :attr:`~monai_unc.workflows.models.LoadedModel.description`), or None (not recorded).
     """
@@ -70,6 +73,7 @@ class RuleSettings:
     weights: list[dict[str, str]] | None = field(default=None)
     samples_per_source: int | None = None
     model: str | None = None
+    needs_probabilities: bool = False
 
 
 def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
@@ -78,8 +82,12 @@ def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
     return ValueError(f"{source}: fingerprint field '{name}' must be {expected}, got {text}")
 
 
-def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
-    """The source name and the prediction fingerprint of a product's rule file (its checked reader)."""
+def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any], bool]:
+    """The source name, the prediction fingerprint and the probabilities flag of a product's rule file.
+
+    The fingerprint is read by the product's checked reader; the flag says whether the rule is applied to
+    probabilities (:attr:`~monai_unc.product.CohortProduct.artifact_needs_probabilities`).
+    """
     if not path.is_file():
         check_entry_kind(path, "--settings-from rule", folder=False)
         raise FileNotFoundError(f"--settings-from: no rule file at {path}")
@@ -91,7 +99,7 @@ def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
     fmt = head.get("format") if isinstance(head, dict) else None
     readers = {cls.artifact_format: cls for cls in registered_products() if cls.artifact_format}
     if isinstance(fmt, str) and fmt in readers:
-        return readers[fmt].artifact_fingerprint(path)
+        return (*readers[fmt].artifact_fingerprint(path), bool(readers[fmt].artifact_needs_probabilities))
     kinds = ", ".join(f"{cls.artifact_file or cls.name + '.json'} ({f!r})" for f, cls in readers.items())
     raise ValueError(f"--settings-from {path}: not a rule file that monai-unc evaluate certifies: {kinds}")
 
@@ -238,8 +246,8 @@ def read_rule_settings(path: str | os.PathLike) -> RuleSettings:
         ValueError: the file is not a verified rule (its reader's message), or its fingerprint has no valid
             ``infer`` settings.
     """
-    source, fp = _load_fingerprint(Path(path))
-    return settings_of_fingerprint(fp, source)
+    source, fp, probabilities = _load_fingerprint(Path(path))
+    return dataclasses.replace(settings_of_fingerprint(fp, source), needs_probabilities=probabilities)
 
 
 def _same(name: str, given: Any, recorded: Any) -> bool:

@@ -125,3 +125,19 @@ def test_a_rule_certified_on_maps_of_another_run_is_refused():
     assert compare_fingerprints(rule, fp) == ("mismatch", [("maps.num_samples", 16, 4)])
     with pytest.raises(ValueError, match=r"rule r.json was certified on uncertainty maps of another run .*'maps'"):
         settings_of_fingerprint(rule, "rule r.json")
+
+
+def test_a_rule_applied_to_probabilities_refuses_no_probs(bundle_rule):
+    """A conformal rule (``artifact_needs_probabilities``) is applied to the new cases' probabilities: a run without
+    them was predicted in full and then refused case by case by ``monai-unc conformal``."""
+    from monai_unc.products.conformal import ConformalMasks
+
+    assert ConformalMasks.artifact_needs_probabilities
+    images, bundle, rules = bundle_rule
+    rule, _ = rules[True]
+    rule = RuleSettings(rule.source, rule.options, rule.num_samples, rule.weights, needs_probabilities=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=r"--no-probs: referral rule r.json is applied to the probabilities"):
+            prepare_infer(images, bundle=bundle, rule=rule, write_probs=False, **rule.options)
+        assert prepare_infer(images, bundle=bundle, rule=rule, **rule.options).settings.write_probs
