@@ -43,6 +43,12 @@ __all__ = ["RULE_OPTIONS", "RuleSettings", "check_rule_model", "merge_rule_setti
 RULE_OPTIONS = {"method": "--method", "roi": "--roi", "overlap": "--overlap", "intensity": "--intensity",
                 "measures": "--measures", "activation": "--activation", "regions": "--regions",
                 "dropout": "--dropout", "tta_noise": "--tta-noise", "ratein_target": "--ratein-target"}
+#: the fields of an ``infer`` run's prediction fingerprint (:func:`~monai_unc.io.provenance.prediction_fingerprint`):
+#: another one with a value was recorded by a newer version, and no run of this one reproduces it
+_FINGERPRINT_FIELDS = frozenset({
+    "producer", "model", "checkpoints", "method", "num_samples", "mi_meaning", "measures", "roi", "overlap",
+    "activation", "temperature", "intensity", "dropout", "tta_noise", "ratein_target", "samples_per_source",
+    "weights", "regions", "maps"})
 _INTENSITIES = ("none", "max", "minmax", "zscore")
 _ACTIVATIONS = ("softmax", "sigmoid")
 
@@ -176,8 +182,8 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
 
     Raises:
         ValueError: starting with ``source``: the rule was not certified on ``monai-unc infer`` predictions (or on
-            maps of another run than its predictions: field ``maps``), or a field is missing or not a valid value of
-            its option.
+            maps of another run than its predictions: field ``maps``), it records a setting this version does not
+            know (a newer version's), or a field is missing or not a valid value of its option.
 
     Example:
         >>> fp = {"producer": "monai-unc infer", "method": "mcdropout", "num_samples": 4, "roi": [8, 8, 8],
@@ -200,6 +206,12 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
         raise ValueError(f"{source} was certified on uncertainty maps of another run than its predictions (evaluate "
                          "--uncertainty, made with other or unrecorded settings: field 'maps' of its fingerprint): no "
                          "single infer run reproduces both; certify the rule on predictions and maps of one run")
+    unknown = sorted(str(k) for k, v in fp.items() if k not in _FINGERPRINT_FIELDS and v is not None)
+    if unknown:  # found by hostile testing: left out, the run did not reproduce them and triage refused every case
+        shown = ", ".join(json.dumps(k)[:40] for k in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        raise ValueError(f"{source} records settings this version of monai-unc does not know ({shown}; written by a "
+                         "newer version?): its predictions cannot reproduce them; upgrade monai-unc or re-certify the "
+                         "rule on predictions of this version")
     n = fp.get("num_samples")
     if not is_int(n) or not 1 <= n <= 1_000_000:
         raise _bad(source, "num_samples", n, "one positive number of samples per case (the calibration cases "

@@ -141,3 +141,15 @@ def test_a_rule_applied_to_probabilities_refuses_no_probs(bundle_rule):
         with pytest.raises(ValueError, match=r"--no-probs: referral rule r.json is applied to the probabilities"):
             prepare_infer(images, bundle=bundle, rule=rule, write_probs=False, **rule.options)
         assert prepare_infer(images, bundle=bundle, rule=rule, **rule.options).settings.write_probs
+
+
+def test_a_setting_of_a_newer_version_is_refused_not_dropped():
+    """Found by hostile testing: a fingerprint field this version does not know (a newer version's setting) was
+    dropped, the run did not reproduce it, and triage refused every new prediction (``tta_flips`` differs)."""
+    fp = _fingerprint(method="mcdropout+tta", num_samples=32)
+    rule = {**fp, "tta_flips": [0, 1]}
+    assert compare_fingerprints(rule, fp)[0] == "mismatch"
+    with pytest.raises(ValueError, match=r"records settings this version of monai-unc does not know \(\"tta_flips\""):
+        settings_of_fingerprint(rule, "referral rule r.json")
+    assert settings_of_fingerprint({**fp, "tta_flips": None}, "r").num_samples == 32  # null: compared as absent
+    assert compare_fingerprints({**fp, "tta_flips": None}, fp) == ("match", [])
