@@ -55,7 +55,9 @@ def bundle_rule(tmp_path_factory):
         warnings.simplefilter("ignore")
         for pre in (True, False):
             plan = prepare_infer(images, bundle=bundle, samples=2, roi=16, bundle_preprocessing=pre)
-            fp = {**plan.settings.to_json(), "producer": "monai-unc infer", "num_samples": 2,
+            fields = ("model", "checkpoints", "method", "measures", "roi", "overlap", "activation", "temperature",
+                      "intensity", "dropout", "tta_noise", "ratein_target")  # as prediction_fingerprint takes them
+            fp = {**{k: plan.settings.to_json()[k] for k in fields}, "producer": "monai-unc infer", "num_samples": 2,
                   "weights": plan.model.weights}
             rules[pre] = (settings_of_fingerprint(fp, "referral rule r.json"), fp)
     return images, bundle, rules
