@@ -604,6 +604,10 @@ class CohortProduct:
     #: the ``format`` field of the artifact file (a rule file that records how its calibration predictions were made:
     #: ``infer --settings-from`` reads it through :meth:`artifact_fingerprint`), or None
     artifact_format: ClassVar[str | None] = None
+    #: True: the artifact is applied to the new cases' probabilities (``<case>_probs``), so ``infer --settings-from``
+    #: refuses ``--no-probs`` with it (found by hostile testing: the run finished, and its command then refused every
+    #: case for lack of probabilities)
+    artifact_needs_probabilities: ClassVar[bool] = False
     #: the command that applies the artifact to a folder of new predictions (``monai-unc <command>``; ``monai-unc
     #: triage --<command>-rule`` runs it too, into ``<triage output>/<command>/``), or None (no command)
     command: ClassVar[str | None] = None

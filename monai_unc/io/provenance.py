@@ -33,6 +33,7 @@ from .._digest import content_digest
 from .._utils import unique_json_keys
 from ..keys import (
     DEFAULT_RATEIN_TARGET,
+    DEPRECATED_MEASURES,
     DROPOUT_TOKENS,
     LAYOUTS,
     MEASURES,
@@ -670,11 +671,13 @@ def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any
 
     ``roi`` becomes one int for an isotropic window; ``dropout`` becomes None under a method that samples no dropout
     (neither ``mcdropout`` nor ``ratein``: the layers were inserted but never switched on, the maps are those without
-    them); with ``digests`` (both sides record the model files' digests) the paths (``checkpoints``,
-    ``model_folder``, a bundle's folder in ``model``) and nnU-Net's ``fold_ids`` are dropped, since the digests
-    (one per fold's checkpoint, in fold order) identify the model, and
-    ``weights`` is left to the digest comparison; without, ``weights`` is dropped (the model is compared by its
-    paths, as before the digests were recorded).
+    them); ``measures`` in their current names (:data:`~monai_unc.keys.DEPRECATED_MEASURES`: ``max_softmax``, which
+    0.1.0 recorded, is ``one_minus_max_prob``; found by hostile testing: a rule certified on 0.1.0's default maps
+    mismatched every prediction of this version); with ``digests`` (both sides record the model files' digests)
+    the paths (``checkpoints``, ``model_folder``, a bundle's folder in ``model``) and nnU-Net's ``fold_ids`` are
+    dropped, since the digests (one per fold's checkpoint, in fold order) identify the model, and ``weights`` is
+    left to the digest comparison; without, ``weights`` is dropped (the model is compared by its paths, as before
+    the digests were recorded).
 
     Args:
         fp: a :func:`prediction_fingerprint`.
@@ -688,7 +691,12 @@ def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any
         {'roi': 8}
         >>> normalize_fingerprint({"method": "tta", "dropout": 0.1}, digests=False)
         {'method': 'tta', 'dropout': None}
+        >>> normalize_fingerprint({"measures": ["predictive_entropy", "max_softmax"]}, digests=False)
+        {'measures': ['predictive_entropy', 'one_minus_max_prob']}
     """
+    fp = dict(fp)
+    if isinstance(fp.get("measures"), list):  # current names first, then settings_as_compared's order of them
+        fp["measures"] = [DEPRECATED_MEASURES.get(m, m) if isinstance(m, str) else m for m in fp["measures"]]
     out = dict(settings_as_compared(fp))  # a rule certified with an unused --dropout matches predictions without it
     if "roi" in out:
         out["roi"] = _normalized_roi(out["roi"])

@@ -180,6 +180,7 @@ class ConformalMasks(CohortProduct):
         "runs under torchrun. See docs/conformal.md.")
     applied_table = TABLE_FILE
     artifact_format = "monai-unc conformal rule"
+    artifact_needs_probabilities = True
     overlay_note = ("Beside the prediction: the conformal outer (white dashed) and inner (green dotted) masks, union "
                     "over the foreground classes or regions.")
 

@@ -223,7 +223,8 @@ def prepare_infer(
         rule: the settings of a rule (``--settings-from``, :func:`~monai_unc.workflows.reuse.read_rule_settings`),
             already merged into the options: the model's files must be those the rule recorded
             (:func:`~monai_unc.workflows.reuse.check_rule_model`) and ``samples`` is derived from the rule's samples
-            per case (:func:`~monai_unc.workflows.reuse.rule_samples`; a given ``samples`` must agree).
+            per case (:func:`~monai_unc.workflows.reuse.rule_samples`; a given ``samples`` must agree); a rule
+            applied to probabilities (``needs_probabilities``) refuses ``write_probs=False``.
         share_passes: compute once per window what the MC dropout / Rate-In samples share (``--no-share-passes``:
             False, one full pass per sample).
         sample_batch_size: with shared passes, the samples run at once: ``"auto"`` or a positive integer.
@@ -254,6 +255,9 @@ def prepare_infer(
         raise ValueError(f"--sw-batch-size must be a positive integer, got {sw_batch_size!r}")
     if not isinstance(save_samples, bool):
         raise TypeError(f"--save-samples must be True or False, got {save_samples!r}")
+    if rule is not None and rule.needs_probabilities and not write_probs:
+        raise ValueError(f"--no-probs: {rule.source} is applied to the probabilities of the new cases "
+                         "(<case>_probs); leave out --no-probs")
     if regions is not None and activation != "sigmoid":
         raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
                          "sigmoid")
@@ -293,7 +297,7 @@ def prepare_infer(
     if "ensemble" in method_tokens(method):
         _check_distinct_members(loaded.checkpoints, loaded.weights[:len(loaded.checkpoints)])
     if rule is not None:  # the model the rule was certified with, and its samples per case
-        check_rule_model(rule, loaded.weights)
+        check_rule_model(rule, loaded.weights, loaded.description)
         samples = rule_samples(rule, method, loaded.spatial_dims, len(loaded.checkpoints), samples)
     elif samples is None:
         samples = 10

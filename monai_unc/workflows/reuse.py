@@ -20,6 +20,7 @@ exchangeable): ``--seed`` stays the user's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Collection, Mapping, Sequence
@@ -29,10 +30,11 @@ from typing import Any
 
 from .._utils import is_finite_real, is_int
 from ..io import check_entry_kind
-from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
-from ..keys import DEFAULT_RATEIN_TARGET, DROPOUT_TOKENS, MEASURES
+from ..io.provenance import has_weight_digests, normalize_fingerprint, parse_untrusted_json, weight_differences
+from ..keys import DEFAULT_RATEIN_TARGET, DEPRECATED_MEASURES, DROPOUT_TOKENS, MEASURES
 from ..product import registered_products
 from .options import METHOD_TOKENS, known_method_tokens, method_tokens
+from .prepare import read_region_spec
 
 __all__ = ["RULE_OPTIONS", "RuleSettings", "check_rule_model", "merge_rule_settings", "read_rule_settings",
            "rule_samples"]
@@ -41,6 +43,12 @@ __all__ = ["RULE_OPTIONS", "RuleSettings", "check_rule_model", "merge_rule_setti
 RULE_OPTIONS = {"method": "--method", "roi": "--roi", "overlap": "--overlap", "intensity": "--intensity",
                 "measures": "--measures", "activation": "--activation", "regions": "--regions",
                 "dropout": "--dropout", "tta_noise": "--tta-noise", "ratein_target": "--ratein-target"}
+#: the fields of an ``infer`` run's prediction fingerprint (:func:`~monai_unc.io.provenance.prediction_fingerprint`):
+#: another one with a value was recorded by a newer version, and no run of this one reproduces it
+_FINGERPRINT_FIELDS = frozenset({
+    "producer", "model", "checkpoints", "method", "num_samples", "mi_meaning", "measures", "roi", "overlap",
+    "activation", "temperature", "intensity", "dropout", "tta_noise", "ratein_target", "samples_per_source",
+    "weights", "regions", "maps"})
 _INTENSITIES = ("none", "max", "minmax", "zscore")
 _ACTIVATIONS = ("softmax", "sigmoid")
 
@@ -59,6 +67,10 @@ class RuleSettings:
         samples_per_source: the SSN's ``--samples`` latent draws per sample of ``ssn+tta`` / ``ssn+ensemble``
             (which ``num_samples`` does not show), or None (another method, or a rule written before they were
             recorded).
+        needs_probabilities: the rule is applied to the new cases' probabilities
+            (:attr:`~monai_unc.product.CohortProduct.artifact_needs_probabilities`): ``--no-probs`` is refused.
+        model: the description of the rule's model (``"bundle: PATH (preprocessing not applied)"``, ``"network:
+            UNet"``, ...; :attr:`~monai_unc.workflows.models.LoadedModel.description`), or None (not recorded).
     """
 
     source: str
@@ -66,6 +78,8 @@ class RuleSettings:
     num_samples: int
     weights: list[dict[str, str]] | None = field(default=None)
     samples_per_source: int | None = None
+    model: str | None = None
+    needs_probabilities: bool = False
 
 
 def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
@@ -74,8 +88,12 @@ def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
     return ValueError(f"{source}: fingerprint field '{name}' must be {expected}, got {text}")
 
 
-def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
-    """The source name and the prediction fingerprint of a product's rule file (its checked reader)."""
+def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any], bool]:
+    """The source name, the prediction fingerprint and the probabilities flag of a product's rule file.
+
+    The fingerprint is read by the product's checked reader; the flag says whether the rule is applied to
+    probabilities (:attr:`~monai_unc.product.CohortProduct.artifact_needs_probabilities`).
+    """
     if not path.is_file():
         check_entry_kind(path, "--settings-from rule", folder=False)
         raise FileNotFoundError(f"--settings-from: no rule file at {path}")
@@ -87,7 +105,7 @@ def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
     fmt = head.get("format") if isinstance(head, dict) else None
     readers = {cls.artifact_format: cls for cls in registered_products() if cls.artifact_format}
     if isinstance(fmt, str) and fmt in readers:
-        return readers[fmt].artifact_fingerprint(path)
+        return (*readers[fmt].artifact_fingerprint(path), bool(readers[fmt].artifact_needs_probabilities))
     kinds = ", ".join(f"{cls.artifact_file or cls.name + '.json'} ({f!r})" for f, cls in readers.items())
     raise ValueError(f"--settings-from {path}: not a rule file that monai-unc evaluate certifies: {kinds}")
 
@@ -113,10 +131,14 @@ def _roi(source: str, v: Any) -> list[int] | None:
 
 
 def _measures(source: str, v: Any) -> list[str]:
-    if (not isinstance(v, list) or not v or len(v) > len(MEASURES)
-            or not all(isinstance(m, str) and m in MEASURES for m in v) or len(set(v)) != len(v)):
+    # a measure's former name (max_softmax, recorded by 0.1.0) is its current one: found by hostile testing, a rule
+    # certified on 0.1.0's default maps was refused as naming an unknown measure (the maps are the same)
+    names = [DEPRECATED_MEASURES.get(m, m) for m in v] if isinstance(v, list) and all(isinstance(m, str) for m in v) \
+        else None
+    if (names is None or not names or len(names) > len(MEASURES) or not all(m in MEASURES for m in names)
+            or len(set(names)) != len(names)):
         raise _bad(source, "measures", v, f"a list of distinct names from {MEASURES}")
-    return list(v)
+    return names
 
 
 def _regions(source: str, v: Any) -> dict[str, list[int]] | None:
@@ -127,6 +149,14 @@ def _regions(source: str, v: Any) -> dict[str, list[int]] | None:
                        and all(is_int(x) and 0 < x < 2**16 for x in labels) for k, labels in v.items())):
         raise _bad(source, "regions", v, "an object {name: [label, ...]}")
     return {k: list(labels) for k, labels in v.items()}
+
+
+def _model(source: str, v: Any) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, str) or len(v) > 4096:
+        raise _bad(source, "model", v, "null or the description of the model")
+    return v
 
 
 def _weights(source: str, v: Any) -> list[dict[str, str]] | None:
@@ -151,8 +181,9 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
         The :class:`RuleSettings`.
 
     Raises:
-        ValueError: starting with ``source``: the rule was not certified on ``monai-unc infer`` predictions, or a
-            field is missing or not a valid value of its option.
+        ValueError: starting with ``source``: the rule was not certified on ``monai-unc infer`` predictions (or on
+            maps of another run than its predictions: field ``maps``), it records a setting this version does not
+            know (a newer version's), or a field is missing or not a valid value of its option.
 
     Example:
         >>> fp = {"producer": "monai-unc infer", "method": "mcdropout", "num_samples": 4, "roi": [8, 8, 8],
@@ -170,6 +201,17 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
     if producer != "monai-unc infer":
         raise ValueError(f"{source} records no settings of monai-unc infer (its predictions had no infer.json, "
                          f"producer {json.dumps(producer)[:40]}): there are no settings to take")
+    if "maps" in fp:  # found by hostile testing: the settings of the segmentations were taken, and every new
+        # prediction (its maps made with them) then mismatched the rule's maps ("maps.<field>" in triage)
+        raise ValueError(f"{source} was certified on uncertainty maps of another run than its predictions (evaluate "
+                         "--uncertainty, made with other or unrecorded settings: field 'maps' of its fingerprint): no "
+                         "single infer run reproduces both; certify the rule on predictions and maps of one run")
+    unknown = sorted(str(k) for k, v in fp.items() if k not in _FINGERPRINT_FIELDS and v is not None)
+    if unknown:  # found by hostile testing: left out, the run did not reproduce them and triage refused every case
+        shown = ", ".join(json.dumps(k)[:40] for k in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        raise ValueError(f"{source} records settings this version of monai-unc does not know ({shown}; written by a "
+                         "newer version?): its predictions cannot reproduce them; upgrade monai-unc or re-certify the "
+                         "rule on predictions of this version")
     n = fp.get("num_samples")
     if not is_int(n) or not 1 <= n <= 1_000_000:
         raise _bad(source, "num_samples", n, "one positive number of samples per case (the calibration cases "
@@ -198,7 +240,8 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
                "tta_noise": float(noise), "ratein_target": float(target)}
     if "ratein" not in method_tokens(options["method"]):  # recorded unused by earlier versions: the maps are the same
         options["ratein_target"] = DEFAULT_RATEIN_TARGET
-    return RuleSettings(source, options, int(n), _weights(source, fp.get("weights")), per_source)
+    return RuleSettings(source, options, int(n), _weights(source, fp.get("weights")), per_source,
+                        _model(source, fp.get("model")))
 
 
 def read_rule_settings(path: str | os.PathLike) -> RuleSettings:
@@ -215,8 +258,8 @@ def read_rule_settings(path: str | os.PathLike) -> RuleSettings:
         ValueError: the file is not a verified rule (its reader's message), or its fingerprint has no valid
             ``infer`` settings.
     """
-    source, fp = _load_fingerprint(Path(path))
-    return settings_of_fingerprint(fp, source)
+    source, fp, probabilities = _load_fingerprint(Path(path))
+    return dataclasses.replace(settings_of_fingerprint(fp, source), needs_probabilities=probabilities)
 
 
 def _same(name: str, given: Any, recorded: Any) -> bool:
@@ -228,8 +271,12 @@ def _same(name: str, given: Any, recorded: Any) -> bool:
         return isinstance(given, str) and method_tokens(given) == method_tokens(recorded)
     if name == "measures":
         return given is not None and set(given) == set(recorded) and len(given) == len(recorded)
-    if name == "regions":
-        return isinstance(given, Mapping) and {k: list(v) for k, v in given.items()} == recorded
+    if name == "regions":  # found by hostile testing: a spec given as on the command line ("brats", JSON, a file)
+        # was refused as contradicting the same regions, and another channel order was taken for the rule's (dicts
+        # compare equal in any key order, but the key order is the channel order)
+        a, b = ([(k, list(v)) for k, v in spec.items()] if spec else None for spec in (read_region_spec(given),
+                                                                                         recorded))
+        return a == b
     if isinstance(recorded, float) and is_finite_real(given):
         return float(given) == recorded
     return given == recorded
@@ -329,19 +376,46 @@ def rule_samples(rule: RuleSettings, method: str, spatial_dims: int, members: in
     return samples
 
 
-def check_rule_model(rule: RuleSettings, weights: Sequence[Mapping[str, Any]] | None) -> None:
-    """Refuse a model whose files differ from those the rule was certified with.
+def check_rule_model(rule: RuleSettings, weights: Sequence[Mapping[str, Any]] | None,
+                     description: str | None = None) -> None:
+    """Refuse a model whose files differ from those the rule was certified with, or that is loaded otherwise.
 
-    Nothing is compared when either side lacks the sha256 digests (``monai-unc triage`` then compares the model by
-    its paths).
+    The files are compared by their sha256 digests; nothing is compared when either side lacks them
+    (``monai-unc triage`` then compares the model by its paths). The description is compared as triage compares
+    it, without the paths (:func:`~monai_unc.io.provenance.normalize_fingerprint`): the kind of model (example,
+    bundle, network class), a bundle's preprocessing left out (``--no-bundle-preprocessing``) and a calibrated
+    checkpoint's temperature. Found by hostile testing: a rule certified on a bundle's predictions with its
+    preprocessing was taken by ``infer --settings-from RULE --no-bundle-preprocessing`` (the same files), and every
+    new prediction was then refused by triage.
 
     Args:
         rule: the rule's settings.
         weights: the loaded model's digests (:attr:`~monai_unc.workflows.models.LoadedModel.weights`).
+        description: the loaded model's :attr:`~monai_unc.workflows.models.LoadedModel.description`, or None
+            (not compared).
 
     Raises:
-        ValueError: naming the first file whose content differs.
+        ValueError: naming the first file whose content differs, or the rule's model and the one loaded.
+
+    Example:
+        >>> rule = RuleSettings("rule r.json", {}, 4, model="bundle: /models/b")
+        >>> check_rule_model(rule, None, "bundle: /elsewhere/b")  # the same bundle, moved
+        >>> check_rule_model(rule, None, "bundle: /models/b (preprocessing not applied)")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: --settings-from: rule r.json was certified on predictions of the model 'bundle' ...; leave out \
+--no-bundle-preprocessing
     """
+    if rule.model is not None and description is not None:
+        a, b = (normalize_fingerprint({"model": m}, digests=True)["model"] for m in (rule.model, description))
+        if a != b:
+            marker = "(preprocessing not applied)"
+            hint = ("add --no-bundle-preprocessing" if marker in a and marker not in b else
+                    "leave out --no-bundle-preprocessing" if marker in b and marker not in a else
+                    "give the same --model / --bundle / --network / --checkpoint")
+            applied = " (its preprocessing applied)" if a.startswith("bundle") and marker not in a else ""
+            raise ValueError(f"--settings-from: {rule.source} was certified on predictions of the model {a[:200]!r}"
+                             f"{applied}, not {b[:200]!r}; {hint}")
     if not rule.weights or not has_weight_digests({"weights": list(weights or [])}):
         return
     if weight_differences(rule.weights, list(weights or [])):

@@ -97,3 +97,14 @@ def test_nnunet_folds_detected_or_named_are_one_model():
     no_digests = {k: v for k, v in fp.items() if k != "weights"}
     assert compare_fingerprints({**no_digests, "fold_ids": None}, {**no_digests, "fold_ids": ["0", "1"]})[1] == [
         ("fold_ids", None, ["0", "1"])]
+
+
+def test_a_0_1_0_measure_name_in_another_order_matches_the_current_record():
+    """``max_softmax`` (0.1.0's name) listed first reads as ``one_minus_max_prob`` in the order the current version
+    records (the rename and the ordering, merged from two reviews, applied in that order)."""
+    from monai_unc.io.provenance import compare_fingerprints, normalize_fingerprint
+
+    old = {"method": "mcdropout", "measures": ["max_softmax", "predictive_entropy"]}
+    new = {"method": "mcdropout", "measures": ["predictive_entropy", "one_minus_max_prob"]}
+    assert normalize_fingerprint(old, digests=False) == normalize_fingerprint(new, digests=False)
+    assert compare_fingerprints(old, new)["status"] == "match"

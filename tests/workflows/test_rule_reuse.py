@@ -166,3 +166,18 @@ def test_settings_from_takes_the_rules_draws_per_source(method, n, per_source, g
             rule_samples(rule, method, 3, 2, given)
     else:
         assert rule_samples(rule, method, 3, 2, given) == expected
+
+
+def test_a_conformal_rule_refuses_no_probs_before_any_case(certified, tmp_path, capsys):
+    """Found by hostile testing: ``infer --settings-from conformal_rule.json --no-probs`` predicted every case, and
+    ``monai-unc conformal`` then refused all of them ("have no probabilities"); a referral rule, scored on maps,
+    still takes ``--no-probs``."""
+    assert read_rule_settings(certified["conformal"]).needs_probabilities
+    assert not read_rule_settings(certified["rule"]).needs_probabilities
+    out = tmp_path / "p"
+    argv = ["infer", "-i", str(certified["new"]["images"]), "-o", str(out), *certified["model"],
+            "--settings-from", str(certified["conformal"]), "--no-probs"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--no-probs: conformal rule" in err and "leave out --no-probs" in err
+    assert not out.exists() or not list(out.glob("*.nii.gz"))
