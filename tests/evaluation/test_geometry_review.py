@@ -316,6 +316,8 @@ def test_evaluate_refuses_a_rotation_that_moves_far_voxels(tmp_path, capsys):
     gt[400:480, 400:480, :] = 1
     nib.save(nib.Nifti1Image(gt, a), labels / "c0.nii.gz")
     nib.save(nib.Nifti1Image(gt.astype(np.int16), b), preds / "c0_seg.nii.gz")
+    # an uncertainty map: segmentations alone are refused before any case (no case score)
+    nib.save(nib.Nifti1Image(np.zeros(shape, np.float32), b), preds / "c0_predictive_entropy.nii.gz")
     out = tmp_path / "ev"
     capsys.readouterr()
     assert main(["evaluate", "-l", str(labels), "-p", str(preds), "-o", str(out), "--quiet", "--no-spatial",
