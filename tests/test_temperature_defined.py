@@ -1,8 +1,8 @@
 """``TemperatureScaler.fit`` says when no temperature minimises the NLL (``defined`` False and a warning), checked
 against an independent reference: the NLL minimised over ``log t`` by scipy in float64 numpy, whose minimum is at
 the search's bound exactly when no temperature fits. Found by hostile review: every voxel right gave t = 0.0116 and
-anti-informative logits t = 30.5 with only ``converged=False``
-to tell (``nnunet-calibrate`` then advised more steps)."""
+anti-informative logits t = 30.5 with only ``converged=False`` to tell (``nnunet-calibrate`` then advised more
+steps)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 
 from monai_unc.temperature import TemperatureScaler, nll_slope_terms
-
-BOUND = 1e4
-
-
-def _reference_t(z: np.ndarray, y: np.ndarray) -> float:
-    def nll(log_t):
-        a = z / np.exp(log_t)
-        return float(np.mean(logsumexp(a, 0) - a[y, np.arange(y.size)]))
-    return float(np.exp(minimize_scalar(nll, bounds=(-np.log(BOUND), np.log(BOUND)), method="bounded",
-                                        options={"xatol": 1e-9}).x))
+from tests.workflows.test_fit_defined_temperature import BOUND, _reference_t  # the scipy reference
 
 
 def _fit(z, y, **kwargs):
