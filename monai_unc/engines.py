@@ -406,6 +406,8 @@ class CaseScoresHandler:
         self.score_keys = _names(score_keys, "score_keys")
         if not self.score_keys:
             raise ValueError("score_keys must name at least one per-case score")
+        if not isinstance(group_key, str):  # a CSV column name: refused at the end of the run otherwise (write_csv)
+            raise TypeError(f"group_key must be a string (a key of the batch), got {type(group_key).__name__}")
         self.group_key = group_key
         columns = ["case", group_key, *self.score_keys]
         if len(set(columns)) != len(columns):

@@ -70,7 +70,7 @@ from .activation import Activation, get_activation
 from .metrics.calibration import ConfidenceHistogram, calibration_metrics, confidence_bins
 
 __all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network", "check_temperature",
-           "non_convergence_warning", "nll_slope_terms"]
+           "non_convergence_warning", "nll_slope_terms", "nll_flat_at_zero"]
 
 _MODES = ("scalar", "vector")
 _END = object()
@@ -226,6 +226,29 @@ def nll_slope_terms(z: torch.Tensor, y: torch.Tensor, multilabel: bool = False
     # d/db_c of the NLL at b = 0: z_ic (1/C - [y_i = c]); their sum over c is mean_c z_ic - z_iy
     terms = (z / z.shape[0]).scatter_add_(0, idx, -zy)
     return wrong, terms.sum(1), terms.abs().sum(1)
+
+
+def nll_flat_at_zero(slope: torch.Tensor, size: torch.Tensor, per_class: bool = False) -> torch.Tensor:
+    """Whether the NLL does not fall as ``1 / t`` leaves 0 (uniform probabilities fit best: ``t`` grows without end).
+
+    The decision on :func:`nll_slope_terms`' sums, up to their rounding: ``slope >= -1e-9 * size``. With ``per_class``
+    (a vector softmax fit, one ``1 / t_c`` per class along the last axis) only when no class's ``1 / t_c`` lowers the
+    NLL. The one test of ``monai-unc calibrate``'s refusal and of :meth:`TemperatureScaler.fit`'s warning.
+
+    Args:
+        slope: summed slopes, one per task (``(T,)``), or per class along the last axis with ``per_class``.
+        size: the sums of their terms' magnitudes, the same shape.
+        per_class: reduce the last axis (every class flat).
+
+    Returns:
+        A bool tensor, one per task.
+
+    Example:
+        >>> nll_flat_at_zero(torch.tensor([-2.0, 0.0, -1e-12]), torch.tensor([4.0, 4.0, 4.0])).tolist()
+        [False, True, True]
+    """
+    flat = slope >= -1e-9 * size
+    return flat.all(-1) if per_class else flat
 
 
 def check_temperature(value: Any, name: str = "temperature") -> torch.Tensor:
@@ -738,19 +761,20 @@ class TemperatureScaler(nn.Module):
         n = count.clamp(min=1).unsqueeze(1)
         if self.activation == "sigmoid" and self.mode == "vector":
             reasons = []
+            flat = nll_flat_at_zero(slope.sum(1), size.sum(1))
             for r in torch.nonzero(present).flatten().tolist():
                 if wrong[r] == 0:
                     reasons.append(f"region {r}: every voxel right, the NLL falls as t goes to 0")
-                elif float(slope[r].sum()) >= -1e-9 * float(size[r].sum()):
+                elif bool(flat[r]):
                     reasons.append(f"region {r}: no better than p = 1/2, the NLL falls as t grows")
             return "; ".join(reasons) or None
         if float(wrong[present].sum()) == 0:
             return "every voxel is predicted right: the NLL keeps falling as t goes to 0"
-        per_component = ((slope / n)[present].sum(0), (size / n)[present].sum(0))  # (n_par,): the loss's weights
+        slope_c, size_c = (slope / n)[present].sum(0), (size / n)[present].sum(0)  # (n_par,): the loss's weights
         if self.mode == "vector":
-            flat = bool((per_component[0] >= -1e-9 * per_component[1]).all())
+            flat = bool(nll_flat_at_zero(slope_c, size_c, per_class=True))
         else:
-            flat = float(per_component[0].sum()) >= -1e-9 * float(per_component[1].sum())
+            flat = bool(nll_flat_at_zero(slope_c.sum(), size_c.sum()))
         if flat:
             return "the logits do no better than uniform probabilities: the NLL keeps falling as t grows"
         return None

@@ -34,3 +34,10 @@ def test_a_path_object_filename_inside_output_dir_is_accepted(tmp_path):
     for bad in (tmp_path / "x.csv", Path("..") / "x.csv"):
         with pytest.raises(ValueError, match="filename must be a relative file name inside output_dir"):
             CaseScoresHandler("pe_mean", output_dir=tmp_path, filename=bad)
+
+
+def test_a_group_key_that_is_not_text_is_refused_before_the_run():
+    """The group key is a CSV column: a non-string one was accepted and the table refused at the end of the run
+    (``write_csv`` refuses non-text column names; found by the review of the session's change)."""
+    with pytest.raises(TypeError, match="group_key must be a string"):
+        CaseScoresHandler("pe_mean", group_key=1)

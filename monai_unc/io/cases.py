@@ -1006,8 +1006,11 @@ def match_cases(
         taken = set(prob_files.values())
         maps_here = unc_dir.resolve() == pred_dir.resolve()
         cases_here = set(seg_files) | set(prob_files)
+        # a map-shaped name is a segmentation only as a labelled case's id (found by review: a map left by a removed
+        # case, c3_predictive_entropy, was read as the segmentation of a case 'c3_predictive_entropy' without label)
         seg_files = {k: v for k, v in seg_files.items()
-                     if v not in taken and not (maps_here and _map_of(k, cases_here))}
+                     if v not in taken and not (_map_of(k, None) and (k not in label_files
+                                                                      or (maps_here and _map_of(k, cases_here))))}
     # a suffix named explicitly must name files (found by hostile testing: `--seg-suffix _postt`, a typo, scored the
     # argmax of the probabilities instead of the post-processed segmentations, with exit status 0)
     for option, found in (("--seg-suffix", seg_files), ("--probs-suffix", prob_files)):
@@ -1114,9 +1117,13 @@ def _spelling_hint(case_id: str, others: Iterable[str], where: str) -> str:
             "only in letter case, Unicode form or spaces: rename one)")
 
 
-def _map_of(stem: str, case_ids: Collection[str]) -> bool:
-    """Whether ``stem`` is ``<case>_<measure>`` (a current or deprecated measure name) of a case of ``case_ids``."""
-    return any(stem.endswith(f"_{m}") and stem[: -len(m) - 1] in case_ids for m in (*MEASURES, *DEPRECATED_MEASURES))
+def _map_of(stem: str, case_ids: Collection[str] | None) -> bool:
+    """Whether ``stem`` is ``<case>_<measure>`` (a current or deprecated measure name) of a case of ``case_ids``.
+
+    ``case_ids`` None: of any case.
+    """
+    return any(stem.endswith(f"_{m}") and len(stem) > len(m) + 1
+               and (case_ids is None or stem[: -len(m) - 1] in case_ids) for m in (*MEASURES, *DEPRECATED_MEASURES))
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import re
 import warnings
@@ -586,8 +587,8 @@ def settings_as_compared(settings: Any) -> Any:
         if len(ordered) == len(listed):  # only current names: an old record's deprecated name stays as written
             out["measures"] = ordered
     for k in _FLOAT_SETTINGS:  # an int there (Python's overlap=0) is the float the command line records (0.0)
-        if isinstance(out.get(k), int) and not isinstance(out[k], bool):
-            out[k] = float(out[k])
+        if isinstance(out.get(k), numbers.Integral) and not isinstance(out[k], bool):
+            out[k] = float(out[k])  # numpy's too (found by review: np.int64(0) stayed 0, recomputing every case)
     return out
 
 

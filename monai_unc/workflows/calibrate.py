@@ -48,7 +48,7 @@ from ..io import (
     smallest_int_dtype,
 )
 from ..regions import RegionSpec, label_to_regions, unclaimed_labels, unclaimed_labels_message
-from ..temperature import calibrate_network, nll_slope_terms, non_convergence_warning
+from ..temperature import calibrate_network, nll_flat_at_zero, nll_slope_terms, non_convergence_warning
 from .factory import check_roi, normalize_roi
 from .infer import check_case_dims, load_image_case, normalize_intensity
 from .models import LoadedModel, check_model_activation, load_network
@@ -317,9 +317,8 @@ def check_fit_is_defined(logits: Sequence[torch.Tensor], targets: Sequence[torch
         slope_r = size_r = torch.zeros(1, dtype=torch.float64)
         per_region = per_class = False
     # not falling at b = 0 (up to the sum's rounding): uniform probabilities fit best
-    flat = slope_r >= -1e-9 * size_r
-    if per_class:  # the vector fit has no temperature only when no class's b_c lowers the NLL
-        flat = flat.all().reshape(1)
+    # the vector fit has no temperature only when no class's b_c lowers the NLL
+    flat = nll_flat_at_zero(slope_r, size_r, per_class).reshape(-1)
     names = [str(r) for r in range(len(wrong_r))] if region_names is None else [str(r) for r in region_names]
     fallback = ("; --mode scalar fits one temperature shared by the regions" if per_region else "")
     for r, wrong in enumerate(wrong_r.tolist()):  # first the regions never wrong (the plainer case), then the others

@@ -44,3 +44,16 @@ def test_maps_beside_the_segmentations_stay_maps(tmp_path, kwargs):
         found = match_cases(tmp_path / "lab", tmp_path / "pred", **kwargs)
     assert [(c.case_id, c.seg.name, sorted(c.maps)) for c in found] == [
         ("a", "a.nii.gz", ["one_minus_max_prob", "variance"])]
+
+
+@pytest.mark.parametrize("uncertainty", [None, "pred"])
+def test_a_map_left_by_a_removed_case_is_no_unlabelled_prediction(tmp_path, uncertainty):
+    """A map of a case no longer predicted (``c3_predictive_entropy``) beside the segmentations: dropped as a map,
+    not read as the segmentation of an unlabelled case ``c3_predictive_entropy`` (which refused the whole run; found
+    by the review of the session's change)."""
+    _touch(tmp_path, "lab/c1.nii.gz", "lab/c2.nii.gz", "pred/c1.nii.gz", "pred/c2.nii.gz",
+           "pred/c1_predictive_entropy.nii.gz", "pred/c2_predictive_entropy.nii.gz",
+           "pred/c3_predictive_entropy.nii.gz")
+    unc = None if uncertainty is None else tmp_path / uncertainty
+    found = match_cases(tmp_path / "lab", tmp_path / "pred", layout="nnunet", uncertainty=unc)
+    assert [c.case_id for c in found] == ["c1", "c2"]

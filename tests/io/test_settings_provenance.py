@@ -108,3 +108,14 @@ def test_a_0_1_0_measure_name_in_another_order_matches_the_current_record():
     new = {"method": "mcdropout", "measures": ["predictive_entropy", "one_minus_max_prob"]}
     assert normalize_fingerprint(old, digests=False) == normalize_fingerprint(new, digests=False)
     assert compare_fingerprints(old, new)[0] == "match"
+
+
+def test_a_numpy_integer_setting_is_the_float_the_command_line_records():
+    """``overlap=np.int64(0)`` (a value read from an array) stayed ``0`` while the saved record read ``0.0``: every
+    case of the resume was predicted again (found by the review of the session's change)."""
+    import numpy as np
+
+    from monai_unc.io.provenance import settings_as_compared
+
+    got = settings_as_compared({"method": "tta", "overlap": np.int64(0), "ratein_target": np.int32(1)})
+    assert got["overlap"] == 0.0 and type(got["overlap"]) is float and type(got["ratein_target"]) is float
