@@ -36,7 +36,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._utils import is_real
 from ..product import CohortProduct, Overlay, ReportSection, ReportTable, format_cell, register_product
 
 __all__ = ["ConformalMasks", "LOSSES", "FAMILIES", "RULE_FILE", "TABLE_FILE", "RECORD_FILE", "parse_specs",
@@ -191,6 +190,8 @@ class ConformalMasks(CohortProduct):
         if family not in FAMILIES:
             raise ValueError(f"conformal_family must be one of {FAMILIES}, got {family!r}")
         self.family = str(family)
+        from .._utils import is_real  # here: the command line lists the products without importing torch
+
         # a numpy scalar is a number (found by hostile review: np.float32(0.1) was refused as "must be in (0, 1)")
         if delta is not None and not (is_real(delta) and 0.0 < float(delta) < 1.0):
             raise ValueError(f"conformal_delta must be a number in (0, 1), got {delta!r}")

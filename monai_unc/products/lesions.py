@@ -34,7 +34,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._utils import is_real
 from ..product import CohortProduct, ReportSection, ReportTable, format_cell, register_product
 
 __all__ = ["CONSOLE_LOWEST", "CONSOLE_TASKS", "LesionMetrics", "SETTINGS", "primary_measure"]
@@ -49,6 +48,8 @@ SETTINGS: dict[str, tuple[int, float]] = {"gli": (3, 50.0), "ssa": (3, 50.0), "m
 
 
 def _number(value: Any, name: str, low: float, high: float = math.inf, integer: bool = False) -> float:
+    from .._utils import is_real  # here: the command line lists the products without importing torch
+
     # numpy scalars are numbers too (found by hostile review: failure_dice=np.float32(0.5), accepted by the
     # evaluation's own failure_dice, was refused as "must be a number")
     if not is_real(value) or (integer and not (math.isfinite(float(value)) and int(value) == value)):
