@@ -1015,20 +1015,17 @@ def positive_finite(value: Any) -> float:
 def quantile_rank(n: int, alpha: float) -> int:
     """``ceil((n + 1)(1 - alpha))``: the rank of the split-sample quantile of ``n`` scores (the one formula).
 
-    Computed in float64; a product within ``4 eps (n + 1)`` of an integer is that integer, which absorbs the rounding
-    of ``1 - alpha``, of the product and of ``alpha`` itself from the decimal it names (``(9 + 1)(1 - 0.1)`` is
-    ``9.000000000000002``: rank 9), and nothing more: ``alpha = 0.09999999993`` with ``n = 9`` gives
-    ``9.0000000007``, rank 10, as in exact arithmetic (a fixed allowance of ``1e-9`` made it 9, below the level).
+    :func:`share_count` of the share ``1 - alpha`` of ``n + 1``: a product within ``4 eps (n + 1)`` of an integer is
+    that integer, which absorbs the rounding of ``1 - alpha``, of the product and of ``alpha`` itself from the decimal
+    it names (``(9 + 1)(1 - 0.1)`` is ``9.000000000000002``: rank 9), and nothing more: ``alpha = 0.09999999993`` with
+    ``n = 9`` gives ``9.0000000007``, rank 10, as in exact arithmetic (a fixed allowance of ``1e-9`` made it 9, below
+    the level).
 
     Example:
         >>> quantile_rank(9, 0.1), quantile_rank(19, 0.1), quantile_rank(9, 0.09999999993), quantile_rank(2, 1 / 3)
         (9, 18, 10, 2)
     """
-    x = (n + 1) * (1.0 - alpha)
-    r = round(x)
-    if abs(x - r) <= 4.0 * float(np.finfo(np.float64).eps) * (n + 1):
-        return int(r)
-    return math.ceil(x)
+    return int(share_count(1.0 - alpha, n + 1))  # the share 1 - alpha of n + 1 scores
 
 
 def quantile_min_cases(alpha: float) -> int:
