@@ -304,7 +304,8 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
     """Two-sided McNemar p-value for paired 0/1 outcomes ``x``, ``y`` (e.g. per-case correctness).
 
     With ``b = #(x=1, y=0)`` and ``c = #(x=0, y=1)``: exact binomial test of ``b`` among ``b + c`` at 1/2, or
-    the continuity-corrected chi-square ``(|b - c| - 1)^2 / (b + c)`` on 1 degree of freedom.
+    the continuity-corrected chi-square ``max(|b - c| - 1, 0)^2 / (b + c)`` on 1 degree of freedom (0, p = 1, when
+    ``b = c``: the correction never turns a perfect balance into evidence, as in R's ``mcnemar.test``).
 
     Args:
         x: ``(n,)`` 0/1 outcomes.
@@ -332,7 +333,9 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
         return 1.0
     if exact:
         return float(stats.binomtest(b, b + c, 0.5).pvalue)
-    stat = (abs(b - c) - 1.0) ** 2 / (b + c)
+    # found by hostile testing: (|b - c| - 1)^2 is 1, not 0, for b = c, so b = c = 5 gave p = 0.75 while the weaker
+    # evidence b = 6, c = 5 gave p = 1 (the p-value was not monotone in |b - c|)
+    stat = max(abs(b - c) - 1.0, 0.0) ** 2 / (b + c)
     return float(stats.chi2.sf(stat, 1))
 
 

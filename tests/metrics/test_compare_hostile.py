@@ -237,3 +237,21 @@ def test_rounding_noise_is_a_tie_not_a_preference():
         warnings.simplefilter("ignore", UserWarning)
         res = compare_metric_values({"m": [0.5 + 1e-9, 0.5]}, {"m": [0.5, 0.5 * (1 + 1e-14)]}, True)
     assert res.metrics["m"].prefers_a.tolist() == [True, False] and res.metrics["m"].n_ties == 1
+
+
+def _ref_mcnemar_chi2_r(b, c):
+    """R's ``mcnemar.test`` (correct = TRUE): the continuity correction applies only where b != c."""
+    stat = 0.0 if b == c else (abs(b - c) - 1) ** 2 / (b + c)
+    return stats.chi2.sf(stat, 1)
+
+
+@pytest.mark.parametrize("b, c", [(1, 1), (5, 5), (6, 5), (5, 6), (0, 3), (30, 10), (2, 0)])
+def test_mcnemar_chi2_is_one_for_balanced_discordant_pairs(b, c):
+    # found by hostile testing: b = c = 5 gave p = 0.75 (the "correction" (|b - c| - 1)^2 = 1), while the weaker
+    # evidence b = 6, c = 5 gave p = 1: a p-value not monotone in |b - c|
+    x = np.r_[np.ones(b), np.zeros(c), np.ones(3), np.zeros(2)].astype(bool)
+    y = np.r_[np.zeros(b), np.ones(c), np.ones(3), np.zeros(2)].astype(bool)
+    assert mcnemar_test(x, y, exact=False) == pytest.approx(_ref_mcnemar_chi2_r(b, c), rel=1e-12)
+    ps = [mcnemar_test(np.r_[np.ones(i), np.zeros(10 - i)], np.r_[np.zeros(i), np.ones(10 - i)], exact=False)
+          for i in range(5, 11)]
+    assert all(p1 >= p2 for p1, p2 in zip(ps, ps[1:]))  # more imbalance, never a larger p
