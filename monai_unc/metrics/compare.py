@@ -625,6 +625,34 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
     return MetricComparison(name, higher, a, b, prefers, valid, accuracy, d, rel, int(ties.sum()))
 
 
+def _head(labels: list[Any], n: int = 5) -> str:
+    return repr(labels) if len(labels) <= n else f"{repr(labels[:n])[:-1]}, ... ({len(labels)} cases)]"
+
+
+def _check_case_labels(values_a: Mapping[str, Any], values_b: Mapping[str, Any]) -> None:
+    """ValueError when labelled per-case values (a pandas ``Series``' index) name different cases, or in another order.
+
+    The values are paired by position; a Series indexed by case id read from another table (sorted otherwise, or with
+    other cases left out) would pair case ``c1`` of map a with ``c3`` of map b without a word.
+    """
+    first: tuple[str, list[Any]] | None = None
+    for side, values in (("values_a", values_a), ("values_b", values_b)):
+        for n, v in values.items():
+            index = getattr(v, "index", None)
+            if index is None or callable(index):  # a list's or a tensor's .index is a method, not case labels
+                continue
+            labels = list(index)
+            where = f"{side}[{n!r}]"
+            if first is None:
+                first = (where, labels)
+            elif labels != first[1]:
+                raise ValueError(
+                    f"{where} and {first[0]} label different cases or list them in another order (index "
+                    f"{_head(labels)} against {_head(first[1])}); the values are paired by position: align them "
+                    "first, e.g. series.reindex(other.index)"
+                )
+
+
 def compare_metric_values(
     values_a: Mapping[str, Any],
     values_b: Mapping[str, Any],
@@ -638,7 +666,8 @@ def compare_metric_values(
 
     Args:
         values_a: ``{name: (n_cases,) values}`` for map a.
-        values_b: the same names for map b, the same cases.
+        values_b: the same names for map b, the same cases in the same order (paired by position; pandas ``Series``
+            must carry one index, which is checked, not used to align).
         higher_is_better: direction per name, or one bool for all.
         alpha: significance level for :meth:`UncertaintyComparison.significantly_better`.
         exact: exact binomial McNemar test (default) or the chi-square approximation.
@@ -649,7 +678,8 @@ def compare_metric_values(
 
     Raises:
         ValueError: the two mappings hold different metrics or lengths, a value array is not 1-D, ``alpha`` is not
-            in (0, 1), or a metric has no direction.
+            in (0, 1), a metric has no direction, or labelled values (pandas ``Series``) carry different indexes (the
+            cases are paired by position: align them first).
         TypeError: a direction, or ``exact``, is not a bool.
 
     Example:
@@ -683,6 +713,7 @@ def compare_metric_values(
             directions[n] = _direction(higher_is_better[n], n)
         else:
             raise ValueError(f"higher_is_better has no entry for metric {n!r}")
+    _check_case_labels(values_a, values_b)
     metrics = {
         n: _one_metric(
             n, np.asarray(values_a[n], dtype=np.float64), np.asarray(values_b[n], dtype=np.float64), directions[n]

@@ -255,3 +255,20 @@ def test_mcnemar_chi2_is_one_for_balanced_discordant_pairs(b, c):
     ps = [mcnemar_test(np.r_[np.ones(i), np.zeros(10 - i)], np.r_[np.zeros(i), np.ones(10 - i)], exact=False)
           for i in range(5, 11)]
     assert all(p1 >= p2 for p1, p2 in zip(ps, ps[1:]))  # more imbalance, never a larger p
+
+
+def test_pandas_series_with_other_case_order_are_refused():
+    # found by hostile testing: Series indexed by case id from two tables sorted differently were paired by position
+    # (c1 of map a against c3 of map b): accuracy 1.0, where the cases matched by id give 2/3
+    pd = pytest.importorskip("pandas")
+    a = pd.Series([1.0, 2.0, 3.0], index=["c1", "c2", "c3"])
+    b = pd.Series([0.5, 1.5, 2.5], index=["c3", "c2", "c1"])
+    with pytest.raises(ValueError, match="paired by position"):
+        compare_metric_values({"m": a}, {"m": b}, True)
+    with pytest.raises(ValueError, match=r"values_a\['n'\]"):  # across metrics too: McNemar pairs cases of metrics
+        compare_metric_values({"m": a, "n": b}, {"m": a, "n": b}, True)
+    res = compare_metric_values({"m": a}, {"m": b.reindex(a.index)}, True)
+    assert res.metrics["m"].accuracy == pytest.approx(2 / 3)
+    # one index, or unlabelled values next to labelled ones: paired by position as before
+    res = compare_metric_values({"m": a, "n": [1.0, 2.0, 3.0]}, {"m": np.array([0.5, 1.5, 2.5]), "n": a}, True)
+    assert res.metrics["m"].accuracy == 1.0
