@@ -61,12 +61,21 @@ __all__ = [
 MetricFn = Callable[..., float]
 
 
+def _host(x: Any, name: str) -> Any:
+    """A torch tensor (any device, requiring grad or bfloat16) as a numpy array (:func:`to_numpy`); else ``x`` as is.
+
+    The package's per-case metrics return tensors on the input's device (``error_auroc(..., per_case=True)`` of CUDA
+    maps); ``numpy.asarray`` refuses those (and tensors requiring grad, and bfloat16).
+    """
+    return to_numpy(x, name) if isinstance(x, torch.Tensor) else x
+
+
 def _outcomes(x: Any, name: str) -> np.ndarray:
     """``x`` as a bool array of paired 0/1 outcomes (bool, or numbers that are all 0 or 1; ValueError otherwise).
 
     A cast to bool or int would read NaN and 0.3 as True, or truncate 0.5 to 0, and test other data silently.
     """
-    a = np.asarray(x)
+    a = np.asarray(_host(x, name))
     if a.dtype == bool:
         return a
     if not np.issubdtype(a.dtype, np.number):
@@ -79,6 +88,7 @@ def _outcomes(x: Any, name: str) -> np.ndarray:
 
 def _sample(x: Any, name: str) -> np.ndarray:
     """``x`` as a 1-D float64 sample of finite values (ValueError naming ``name`` otherwise; TypeError for complex)."""
+    x = _host(x, name)
     a = np.asarray(x)
     if np.issubdtype(a.dtype, np.complexfloating):  # a cast to float64 would drop the imaginary part
         raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
@@ -356,7 +366,7 @@ def holm_correction(p_values: Any) -> np.ndarray:
         >>> holm_correction([0.01, 0.04, float("nan"), 0.03])
         array([0.03, 0.06,  nan, 0.06])
     """
-    p = np.asarray(p_values, dtype=np.float64)
+    p = np.asarray(_host(p_values, "p_values"), dtype=np.float64)
     if p.ndim != 1:
         raise ValueError(f"p_values must be 1-D, got shape {p.shape}")
     if bool(((p < 0) | (p > 1)).any()):  # NaN compares False: allowed
@@ -665,7 +675,8 @@ def compare_metric_values(
     See the module docstring for the definitions.
 
     Args:
-        values_a: ``{name: (n_cases,) values}`` for map a.
+        values_a: ``{name: (n_cases,) values}`` for map a (numpy arrays, lists, pandas ``Series`` or torch tensors on any
+            device, as the per-case metrics return them).
         values_b: the same names for map b, the same cases in the same order (paired by position; pandas ``Series``
             must carry one index, which is checked, not used to align).
         higher_is_better: direction per name, or one bool for all.
@@ -716,7 +727,10 @@ def compare_metric_values(
     _check_case_labels(values_a, values_b)
     metrics = {
         n: _one_metric(
-            n, np.asarray(values_a[n], dtype=np.float64), np.asarray(values_b[n], dtype=np.float64), directions[n]
+            n,
+            np.asarray(_host(values_a[n], f"values_a[{n!r}]"), dtype=np.float64),
+            np.asarray(_host(values_b[n], f"values_b[{n!r}]"), dtype=np.float64),
+            directions[n],
         )
         for n in names
     }

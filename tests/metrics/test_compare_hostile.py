@@ -272,3 +272,25 @@ def test_pandas_series_with_other_case_order_are_refused():
     # one index, or unlabelled values next to labelled ones: paired by position as before
     res = compare_metric_values({"m": a, "n": [1.0, 2.0, 3.0]}, {"m": np.array([0.5, 1.5, 2.5]), "n": a}, True)
     assert res.metrics["m"].accuracy == 1.0
+
+
+@pytest.mark.parametrize("kind", ["grad", "bfloat16"])
+def test_statistics_take_tensors_as_the_per_case_metrics_return_them(kind):
+    # found by hostile testing: numpy.asarray refused a tensor requiring grad or in bfloat16 (and any CUDA tensor, e.g.
+    # error_auroc(..., per_case=True) of maps on the GPU): compare_metric_values, cohens_d and holm_correction crashed
+    import torch
+
+    def t(values, dtype=torch.float32):
+        x = torch.tensor(values, dtype=torch.bfloat16 if kind == "bfloat16" else dtype)
+        return x.requires_grad_() if kind == "grad" else x
+
+    a, b = [1.0, 2.0, 3.0, 4.0], [0.5, 2.5, 2.0, 3.0]
+    res = compare_metric_values({"m": t(a)}, {"m": t(b)}, True)
+    ref = compare_metric_values({"m": np.array(a)}, {"m": np.array(b)}, True)
+    assert res.metrics["m"].accuracy == ref.metrics["m"].accuracy == 0.75
+    assert res.metrics["m"].cohens_d == pytest.approx(ref.metrics["m"].cohens_d, rel=1e-6)
+    assert cohens_d(t(a), t(b)) == pytest.approx(cohens_d(a, b), rel=1e-6)
+    np.testing.assert_allclose(holm_correction(t([0.01, 0.04, 0.5])), holm_correction([0.01, 0.04, 0.5]), rtol=1e-2)
+    x, y = [1, 1, 0, 1], [0, 1, 0, 0]
+    assert mcnemar_test(torch.tensor(x), torch.tensor(y)) == mcnemar_test(x, y)
+    assert cochrans_q(torch.tensor([x, y]).T)[0] == cochrans_q(np.array([x, y]).T)[0]
