@@ -593,7 +593,8 @@ class UncertaintyComparison:
 _VALUE_TIE_RTOL = 1e-12
 
 
-def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> MetricComparison:
+def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool, stacklevel: int) -> MetricComparison:
+    """The per-metric statistics; its warnings point ``stacklevel`` frames up (at the caller of the public function)."""
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"values of metric {name!r} must be two 1-D arrays of equal length, got {a.shape}, {b.shape}")
     valid = np.isfinite(a) & np.isfinite(b)
@@ -601,7 +602,7 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
         warnings.warn(
             f"compare: metric {name!r} is not finite on {int((~valid).sum())} case(s); they are left out",
             UserWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     sign = 1.0 if higher else -1.0
     diff = sign * (a - b)
@@ -611,7 +612,7 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
     av, bv = a[valid], b[valid]
     accuracy = float(prefers.sum() / valid.sum()) if valid.any() else float("nan")
     if not valid.any():
-        warnings.warn(f"compare: metric {name!r} has no valid case", UserWarning, stacklevel=3)
+        warnings.warn(f"compare: metric {name!r} has no valid case", UserWarning, stacklevel=stacklevel)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         d = cohens_d(av, bv) if av.size else float("nan")
@@ -620,7 +621,7 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
             f"compare: Cohen's d of metric {name!r} is undefined (NaN): fewer than two valid cases or no variance "
             "in either map's values",
             UserWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     d = sign * d
     nz = bv != 0
@@ -629,7 +630,7 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
             f"compare: metric {name!r} is 0 for map b on {int((~nz).sum())} case(s); left out of the relative "
             "difference",
             UserWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     rel = float(np.mean(100.0 * sign * (av[nz] - bv[nz]) / np.abs(bv[nz]))) if nz.any() else float("nan")
     return MetricComparison(name, higher, a, b, prefers, valid, accuracy, d, rel, int(ties.sum()))
@@ -675,8 +676,8 @@ def compare_metric_values(
     See the module docstring for the definitions.
 
     Args:
-        values_a: ``{name: (n_cases,) values}`` for map a (numpy arrays, lists, pandas ``Series`` or torch tensors on any
-            device, as the per-case metrics return them).
+        values_a: ``{name: (n_cases,) values}`` for map a (numpy arrays, lists, pandas ``Series`` or torch tensors on
+            any device, as the per-case metrics return them).
         values_b: the same names for map b, the same cases in the same order (paired by position; pandas ``Series``
             must carry one index, which is checked, not used to align).
         higher_is_better: direction per name, or one bool for all.
@@ -705,6 +706,22 @@ def compare_metric_values(
         >>> round(res.cochran_p, 4)
         0.0001
     """
+    return _compare_values(values_a, values_b, higher_is_better, alpha, exact, stacklevel=3)
+
+
+def _compare_values(
+    values_a: Mapping[str, Any],
+    values_b: Mapping[str, Any],
+    higher_is_better: Mapping[str, bool] | bool,
+    alpha: float,
+    exact: bool,
+    stacklevel: int,
+) -> UncertaintyComparison:
+    """:func:`compare_metric_values`; its warnings point ``stacklevel`` frames up, at the user's call.
+
+    Found by hostile testing: the warnings (a metric not finite on some cases, Cohen's d undefined, no valid case for
+    Cochran's Q) pointed into this module, not at the line of the study that called it.
+    """
     names = list(values_a)
     if set(names) != set(values_b):
         raise ValueError(
@@ -725,15 +742,15 @@ def compare_metric_values(
         else:
             raise ValueError(f"higher_is_better has no entry for metric {n!r}")
     _check_case_labels(values_a, values_b)
-    metrics = {
-        n: _one_metric(
+    metrics = {}
+    for n in names:  # a loop, not a comprehension: a comprehension is one more frame for the warnings (Python < 3.12)
+        metrics[n] = _one_metric(
             n,
             np.asarray(_host(values_a[n], f"values_a[{n!r}]"), dtype=np.float64),
             np.asarray(_host(values_b[n], f"values_b[{n!r}]"), dtype=np.float64),
             directions[n],
+            stacklevel + 1,
         )
-        for n in names
-    }
     sizes = {m.values_a.size for m in metrics.values()}
     if len(sizes) != 1:
         raise ValueError(f"every metric must have one value per case for the same cases, got lengths {sorted(sizes)}")
@@ -748,7 +765,7 @@ def compare_metric_values(
                     f"compare: metrics {names[i]!r} and {names[j]!r} share no valid case; their McNemar p-value is "
                     "undefined (NaN)",
                     UserWarning,
-                    stacklevel=2,
+                    stacklevel=stacklevel,
                 )
                 continue
             p_raw[i, j] = p_raw[j, i] = mcnemar_test(mi.prefers_a[both], mj.prefers_a[both], exact=exact)
@@ -761,11 +778,15 @@ def compare_metric_values(
     all_valid = np.logical_and.reduce([m.valid for m in metrics.values()])
     outcomes = np.stack([metrics[n].prefers_a[all_valid] for n in names], axis=1)
     if k >= 2 and outcomes.shape[0] > 0:
-        q, qp, df = cochrans_q(outcomes)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            q, qp, df = cochrans_q(outcomes)
+        for w in caught:  # at the user's call, not at this line
+            warnings.warn(w.message, w.category, stacklevel=stacklevel)
     else:
         if k >= 2:
             warnings.warn("compare: no case is valid for every metric; Cochran's Q is undefined (NaN)", UserWarning,
-                          stacklevel=2)
+                          stacklevel=stacklevel)
         q, qp, df = float("nan"), float("nan"), max(k - 1, 0)
     return UncertaintyComparison(names, metrics, p_raw, p_holm, q, qp, df, alpha)
 
@@ -927,4 +948,5 @@ def compare_uncertainty_maps(
         for n, fn in fns.items():
             values_a[n][i] = float(fn(ua, p, t, spacing=sp))
             values_b[n][i] = float(fn(ub, p, t, spacing=sp))
-    return compare_metric_values(values_a, values_b, directions, alpha=alpha, exact=exact)
+    # four frames up: this function, its deprecated-argument wrapper, the caller
+    return _compare_values(values_a, values_b, directions, alpha, exact, stacklevel=4)

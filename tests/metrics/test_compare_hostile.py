@@ -294,3 +294,25 @@ def test_statistics_take_tensors_as_the_per_case_metrics_return_them(kind):
     x, y = [1, 1, 0, 1], [0, 1, 0, 0]
     assert mcnemar_test(torch.tensor(x), torch.tensor(y)) == mcnemar_test(x, y)
     assert cochrans_q(torch.tensor([x, y]).T)[0] == cochrans_q(np.array([x, y]).T)[0]
+
+
+def test_comparison_warnings_point_at_the_callers_line():
+    # found by hostile testing: the warnings of compare_metric_values (a NaN case, b = 0, Cochran's Q undefined) and of
+    # compare_uncertainty_maps pointed into monai_unc/metrics/compare.py, not at the study's call
+    import torch
+
+    from monai_unc.metrics import compare_uncertainty_maps
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compare_metric_values({"x": [np.nan, 1.0, 2.0], "y": [1.0, 1.0, 1.0]}, {"x": [1.0, 0.0, 3.0], "y": [0.0] * 3},
+                              True)
+    assert {w.filename for w in caught} == {__file__} and len(caught) >= 3
+    target = torch.zeros(3, 8, 8, dtype=torch.long)
+    target[:, 2:6, 2:6] = 1
+    u = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compare_uncertainty_maps(["AUC-ROC", "AvU"], u, u, pred=target, target=target)  # no error: AUROC NaN
+    ours = [w for w in caught if str(w.message).startswith(("compare:", "cochrans_q"))]
+    assert ours and {w.filename for w in ours} == {__file__}
