@@ -316,3 +316,18 @@ def test_comparison_warnings_point_at_the_callers_line():
         compare_uncertainty_maps(["AUC-ROC", "AvU"], u, u, pred=target, target=target)  # no error: AUROC NaN
     ours = [w for w in caught if str(w.message).startswith(("compare:", "cochrans_q"))]
     assert ours and {w.filename for w in ours} == {__file__}
+
+
+def test_cohens_d_of_values_equal_up_to_rounding_is_undefined():
+    # found by hostile testing: [0.3, 0.1 + 0.2, 0.3] against [0.3, 0.3, 0.3] (three ties: no preference) had Cohen's d
+    # 1.41, a "large effect" made of one rounding error
+    a, b = [0.3, 0.1 + 0.2, 0.3], [0.3, 0.3, 0.3]
+    with pytest.warns(UserWarning, match="zero variance"):
+        assert math.isnan(cohens_d(a, b))
+    with pytest.warns(UserWarning, match="undefined"):
+        res = compare_metric_values({"m": a}, {"m": b}, True)
+    assert res.metrics["m"].n_ties == 3 and math.isnan(res.metrics["m"].cohens_d)
+    # a real spread, however small against the values, is still one
+    assert cohens_d([1.0, 1.0 + 1e-9, 1.0], [1.0, 1.0, 1.0]) == pytest.approx(
+        (1e-9 / 3) / math.sqrt(np.var([1.0, 1.0 + 1e-9, 1.0], ddof=1) / 2), rel=1e-6
+    )
