@@ -331,3 +331,24 @@ def test_cohens_d_of_values_equal_up_to_rounding_is_undefined():
     assert cohens_d([1.0, 1.0 + 1e-9, 1.0], [1.0, 1.0, 1.0]) == pytest.approx(
         (1e-9 / 3) / math.sqrt(np.var([1.0, 1.0 + 1e-9, 1.0], ddof=1) / 2), rel=1e-6
     )
+
+
+def test_every_built_in_name_gives_its_direction_to_a_custom_function():
+    # found by hostile testing: {"SPACE": fn} took the registry's direction, {"UCE": fn} raised "higher_is_better is
+    # needed for the custom metric 'UCE'" (the registry was built without UCE unless UCE was selected by name)
+    import torch
+
+    from monai_unc.metrics import compare_uncertainty_maps, uncertainty_map_metrics
+
+    registry = uncertainty_map_metrics()
+    target = torch.zeros(3, 8, 8, dtype=torch.long)
+    target[:, 2:6, 2:6] = 1
+    pred = target.clone()
+    pred[:, 2:6, 6] = 1
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.rand(3, 1, 8, 8, generator=g), torch.rand(3, 1, 8, 8, generator=g)
+    for name in ("UCE", "SPACE", "AUC-ROC"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            res = compare_uncertainty_maps({name: registry[name].fn}, a, b, pred=pred, target=target)
+        assert res.metrics[name].higher_is_better is registry[name].higher_is_better
