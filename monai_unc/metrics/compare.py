@@ -61,12 +61,21 @@ __all__ = [
 MetricFn = Callable[..., float]
 
 
+def _host(x: Any, name: str) -> Any:
+    """A torch tensor (any device, requiring grad or bfloat16) as a numpy array (:func:`to_numpy`); else ``x`` as is.
+
+    The package's per-case metrics return tensors on the input's device (``error_auroc(..., per_case=True)`` of CUDA
+    maps); ``numpy.asarray`` refuses those (and tensors requiring grad, and bfloat16).
+    """
+    return to_numpy(x, name) if isinstance(x, torch.Tensor) else x
+
+
 def _outcomes(x: Any, name: str) -> np.ndarray:
     """``x`` as a bool array of paired 0/1 outcomes (bool, or numbers that are all 0 or 1; ValueError otherwise).
 
     A cast to bool or int would read NaN and 0.3 as True, or truncate 0.5 to 0, and test other data silently.
     """
-    a = np.asarray(x)
+    a = np.asarray(_host(x, name))
     if a.dtype == bool:
         return a
     if not np.issubdtype(a.dtype, np.number):
@@ -79,6 +88,7 @@ def _outcomes(x: Any, name: str) -> np.ndarray:
 
 def _sample(x: Any, name: str) -> np.ndarray:
     """``x`` as a 1-D float64 sample of finite values (ValueError naming ``name`` otherwise; TypeError for complex)."""
+    x = _host(x, name)
     a = np.asarray(x)
     if np.issubdtype(a.dtype, np.complexfloating):  # a cast to float64 would drop the imaginary part
         raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
@@ -250,12 +260,18 @@ def seed003_metrics(
 
 
 def _sample_variance(x: np.ndarray) -> float:
-    """Sample variance (ddof = 1), exactly 0 for a constant sample.
+    """Sample variance (ddof = 1), exactly 0 for a sample whose values agree to rounding (a relative 1e-12).
 
     ``numpy.var`` of identical values is not always 0 (the mean of three copies of 0.1 is not 0.1 in floating point),
     and a pooled deviation of 1e-17 turned two constant samples into an effect size of 1e15 instead of undefined.
+    Values that differ by rounding only are no spread either (found by hostile testing: ``[0.3, 0.1 + 0.2, 0.3]``
+    against ``[0.3, 0.3, 0.3]``, three ties of :func:`compare_metric_values`, had Cohen's d 1.41, a "large effect");
+    the tolerance is that of a tie between two values (:data:`_VALUE_TIE_RTOL`).
     """
-    return 0.0 if x.max() == x.min() else float(x.var(ddof=1))
+    lo, hi = float(x.min()), float(x.max())
+    if hi - lo <= _VALUE_TIE_RTOL * max(abs(lo), abs(hi)):
+        return 0.0
+    return float(x.var(ddof=1))
 
 
 def cohens_d(a: Any, b: Any) -> float:
@@ -266,7 +282,8 @@ def cohens_d(a: Any, b: Any) -> float:
         b: second sample, 1D.
 
     Returns:
-        The effect size as a float; NaN with a warning for fewer than two values per sample or zero pooled variance.
+        The effect size as a float; NaN with a warning for fewer than two values per sample or zero pooled variance (a
+        sample whose values agree to a relative 1e-12, floating-point rounding, has none).
 
     Raises:
         ValueError: ``a`` or ``b`` is not 1-D or holds NaN / inf (leave such cases out first).
@@ -304,7 +321,8 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
     """Two-sided McNemar p-value for paired 0/1 outcomes ``x``, ``y`` (e.g. per-case correctness).
 
     With ``b = #(x=1, y=0)`` and ``c = #(x=0, y=1)``: exact binomial test of ``b`` among ``b + c`` at 1/2, or
-    the continuity-corrected chi-square ``(|b - c| - 1)^2 / (b + c)`` on 1 degree of freedom.
+    the continuity-corrected chi-square ``max(|b - c| - 1, 0)^2 / (b + c)`` on 1 degree of freedom (0, p = 1, when
+    ``b = c``: the correction never turns a perfect balance into evidence, as in R's ``mcnemar.test``).
 
     Args:
         x: ``(n,)`` 0/1 outcomes.
@@ -332,7 +350,9 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
         return 1.0
     if exact:
         return float(stats.binomtest(b, b + c, 0.5).pvalue)
-    stat = (abs(b - c) - 1.0) ** 2 / (b + c)
+    # found by hostile testing: (|b - c| - 1)^2 is 1, not 0, for b = c, so b = c = 5 gave p = 0.75 while the weaker
+    # evidence b = 6, c = 5 gave p = 1 (the p-value was not monotone in |b - c|)
+    stat = max(abs(b - c) - 1.0, 0.0) ** 2 / (b + c)
     return float(stats.chi2.sf(stat, 1))
 
 
@@ -353,7 +373,7 @@ def holm_correction(p_values: Any) -> np.ndarray:
         >>> holm_correction([0.01, 0.04, float("nan"), 0.03])
         array([0.03, 0.06,  nan, 0.06])
     """
-    p = np.asarray(p_values, dtype=np.float64)
+    p = np.asarray(_host(p_values, "p_values"), dtype=np.float64)
     if p.ndim != 1:
         raise ValueError(f"p_values must be 1-D, got shape {p.shape}")
     if bool(((p < 0) | (p > 1)).any()):  # NaN compares False: allowed
@@ -580,7 +600,8 @@ class UncertaintyComparison:
 _VALUE_TIE_RTOL = 1e-12
 
 
-def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> MetricComparison:
+def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool, stacklevel: int) -> MetricComparison:
+    """The per-metric statistics; its warnings point ``stacklevel`` frames up (at the caller of the public function)."""
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"values of metric {name!r} must be two 1-D arrays of equal length, got {a.shape}, {b.shape}")
     valid = np.isfinite(a) & np.isfinite(b)
@@ -588,7 +609,7 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
         warnings.warn(
             f"compare: metric {name!r} is not finite on {int((~valid).sum())} case(s); they are left out",
             UserWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     sign = 1.0 if higher else -1.0
     diff = sign * (a - b)
@@ -598,7 +619,7 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
     av, bv = a[valid], b[valid]
     accuracy = float(prefers.sum() / valid.sum()) if valid.any() else float("nan")
     if not valid.any():
-        warnings.warn(f"compare: metric {name!r} has no valid case", UserWarning, stacklevel=3)
+        warnings.warn(f"compare: metric {name!r} has no valid case", UserWarning, stacklevel=stacklevel)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         d = cohens_d(av, bv) if av.size else float("nan")
@@ -607,7 +628,7 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
             f"compare: Cohen's d of metric {name!r} is undefined (NaN): fewer than two valid cases or no variance "
             "in either map's values",
             UserWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     d = sign * d
     nz = bv != 0
@@ -616,10 +637,38 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
             f"compare: metric {name!r} is 0 for map b on {int((~nz).sum())} case(s); left out of the relative "
             "difference",
             UserWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     rel = float(np.mean(100.0 * sign * (av[nz] - bv[nz]) / np.abs(bv[nz]))) if nz.any() else float("nan")
     return MetricComparison(name, higher, a, b, prefers, valid, accuracy, d, rel, int(ties.sum()))
+
+
+def _head(labels: list[Any], n: int = 5) -> str:
+    return repr(labels) if len(labels) <= n else f"{repr(labels[:n])[:-1]}, ... ({len(labels)} cases)]"
+
+
+def _check_case_labels(values_a: Mapping[str, Any], values_b: Mapping[str, Any]) -> None:
+    """ValueError when labelled per-case values (a pandas ``Series``' index) name different cases, or in another order.
+
+    The values are paired by position; a Series indexed by case id read from another table (sorted otherwise, or with
+    other cases left out) would pair case ``c1`` of map a with ``c3`` of map b without a word.
+    """
+    first: tuple[str, list[Any]] | None = None
+    for side, values in (("values_a", values_a), ("values_b", values_b)):
+        for n, v in values.items():
+            index = getattr(v, "index", None)
+            if index is None or callable(index):  # a list's or a tensor's .index is a method, not case labels
+                continue
+            labels = list(index)
+            where = f"{side}[{n!r}]"
+            if first is None:
+                first = (where, labels)
+            elif labels != first[1]:
+                raise ValueError(
+                    f"{where} and {first[0]} label different cases or list them in another order (index "
+                    f"{_head(labels)} against {_head(first[1])}); the values are paired by position: align them "
+                    "first, e.g. series.reindex(other.index)"
+                )
 
 
 def compare_metric_values(
@@ -634,8 +683,10 @@ def compare_metric_values(
     See the module docstring for the definitions.
 
     Args:
-        values_a: ``{name: (n_cases,) values}`` for map a.
-        values_b: the same names for map b, the same cases.
+        values_a: ``{name: (n_cases,) values}`` for map a (numpy arrays, lists, pandas ``Series`` or torch tensors on
+            any device, as the per-case metrics return them).
+        values_b: the same names for map b, the same cases in the same order (paired by position; pandas ``Series``
+            must carry one index, which is checked, not used to align).
         higher_is_better: direction per name, or one bool for all.
         alpha: significance level for :meth:`UncertaintyComparison.significantly_better`.
         exact: exact binomial McNemar test (default) or the chi-square approximation.
@@ -646,7 +697,8 @@ def compare_metric_values(
 
     Raises:
         ValueError: the two mappings hold different metrics or lengths, a value array is not 1-D, ``alpha`` is not
-            in (0, 1), or a metric has no direction.
+            in (0, 1), a metric has no direction, or labelled values (pandas ``Series``) carry different indexes (the
+            cases are paired by position: align them first).
         TypeError: a direction, or ``exact``, is not a bool.
 
     Example:
@@ -660,6 +712,22 @@ def compare_metric_values(
         {'AUC-ROC': 1.0, 'AvU': 0.25}
         >>> round(res.cochran_p, 4)
         0.0001
+    """
+    return _compare_values(values_a, values_b, higher_is_better, alpha, exact, stacklevel=3)
+
+
+def _compare_values(
+    values_a: Mapping[str, Any],
+    values_b: Mapping[str, Any],
+    higher_is_better: Mapping[str, bool] | bool,
+    alpha: float,
+    exact: bool,
+    stacklevel: int,
+) -> UncertaintyComparison:
+    """:func:`compare_metric_values`; its warnings point ``stacklevel`` frames up, at the user's call.
+
+    Found by hostile testing: the warnings (a metric not finite on some cases, Cohen's d undefined, no valid case for
+    Cochran's Q) pointed into this module, not at the line of the study that called it.
     """
     names = list(values_a)
     if set(names) != set(values_b):
@@ -680,12 +748,16 @@ def compare_metric_values(
             directions[n] = _direction(higher_is_better[n], n)
         else:
             raise ValueError(f"higher_is_better has no entry for metric {n!r}")
-    metrics = {
-        n: _one_metric(
-            n, np.asarray(values_a[n], dtype=np.float64), np.asarray(values_b[n], dtype=np.float64), directions[n]
+    _check_case_labels(values_a, values_b)
+    metrics = {}
+    for n in names:  # a loop, not a comprehension: a comprehension is one more frame for the warnings (Python < 3.12)
+        metrics[n] = _one_metric(
+            n,
+            np.asarray(_host(values_a[n], f"values_a[{n!r}]"), dtype=np.float64),
+            np.asarray(_host(values_b[n], f"values_b[{n!r}]"), dtype=np.float64),
+            directions[n],
+            stacklevel + 1,
         )
-        for n in names
-    }
     sizes = {m.values_a.size for m in metrics.values()}
     if len(sizes) != 1:
         raise ValueError(f"every metric must have one value per case for the same cases, got lengths {sorted(sizes)}")
@@ -700,7 +772,7 @@ def compare_metric_values(
                     f"compare: metrics {names[i]!r} and {names[j]!r} share no valid case; their McNemar p-value is "
                     "undefined (NaN)",
                     UserWarning,
-                    stacklevel=2,
+                    stacklevel=stacklevel,
                 )
                 continue
             p_raw[i, j] = p_raw[j, i] = mcnemar_test(mi.prefers_a[both], mj.prefers_a[both], exact=exact)
@@ -713,11 +785,15 @@ def compare_metric_values(
     all_valid = np.logical_and.reduce([m.valid for m in metrics.values()])
     outcomes = np.stack([metrics[n].prefers_a[all_valid] for n in names], axis=1)
     if k >= 2 and outcomes.shape[0] > 0:
-        q, qp, df = cochrans_q(outcomes)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            q, qp, df = cochrans_q(outcomes)
+        for w in caught:  # at the user's call, not at this line
+            warnings.warn(w.message, w.category, stacklevel=stacklevel)
     else:
         if k >= 2:
             warnings.warn("compare: no case is valid for every metric; Cochran's Q is undefined (NaN)", UserWarning,
-                          stacklevel=2)
+                          stacklevel=stacklevel)
         q, qp, df = float("nan"), float("nan"), max(k - 1, 0)
     return UncertaintyComparison(names, metrics, p_raw, p_holm, q, qp, df, alpha)
 
@@ -811,9 +887,9 @@ def compare_uncertainty_maps(
         raise TypeError(f"metric_fns must be None, a list of names or a mapping, got the string {metric_fns!r}; "
                         f"pass [{metric_fns!r}] for one metric")
     exact = check_bool(exact, "exact")
-    registry = uncertainty_map_metrics(
-        include_uce=metric_fns is None or (not isinstance(metric_fns, Mapping) and "UCE" in list(metric_fns))
-    )
+    # every built-in name, UCE included (found by hostile testing: {"UCE": fn} had no default direction, while
+    # {"SPACE": fn} took the registry's, because the registry was built without UCE unless UCE was asked for by name)
+    registry = uncertainty_map_metrics()
     specs: dict[str, MetricSpec | MetricFn]
     if metric_fns is None:
         specs = dict(registry)
@@ -879,4 +955,5 @@ def compare_uncertainty_maps(
         for n, fn in fns.items():
             values_a[n][i] = float(fn(ua, p, t, spacing=sp))
             values_b[n][i] = float(fn(ub, p, t, spacing=sp))
-    return compare_metric_values(values_a, values_b, directions, alpha=alpha, exact=exact)
+    # four frames up: this function, its deprecated-argument wrapper, the caller
+    return _compare_values(values_a, values_b, directions, alpha, exact, stacklevel=4)

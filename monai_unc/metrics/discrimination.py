@@ -18,7 +18,8 @@ et al., Table 1) compares its spatial metrics with; they ignore where the voxels
   (Mukhoti & Gal 2018, used by Mobiny et al. 2021 under these names).
 - ``pavpu``: the same on non-overlapping ``window``-sized patches (Mukhoti & Gal 2018): a patch is accurate
   when its accuracy (the fraction of correct voxels) is ``>= accuracy_threshold`` (0.5) and uncertain when its mean
-  uncertainty is ``> threshold``; incomplete patches at the far end of an axis are dropped (as in the reference code).
+  uncertainty is ``> threshold`` (the exact mean of the stored values: a constant patch at the threshold is
+  certain); incomplete patches at the far end of an axis are dropped (as in the reference code).
 - ``voxel_accuracy``: ``1 - mean |u - e|``, the expected accuracy of a detector that flags each voxel as an
   error with probability ``u(x)`` (Zeevi et al. lists "VOXEL_ACC" without a formula; this is our reading, and it
   needs ``u`` in [0, 1]). ``avu`` is its thresholded counterpart.
@@ -47,6 +48,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -499,6 +501,36 @@ def _patch_means(x: np.ndarray, w: tuple[int, ...]) -> np.ndarray:
     return crop.reshape(shape).mean(axis=tuple(range(1, 2 * len(w), 2)), dtype=np.float64)
 
 
+#: relative distance (to the map's largest magnitude) within which a float64 patch mean may lie on the wrong side of the
+#: threshold: a pairwise sum of n values is off by about log2(n) * 1.1e-16 of their magnitude, far below this
+_PATCH_MEAN_RTOL = 1e-12
+
+
+def _patch_uncertain(u: np.ndarray, w: tuple[int, ...], threshold: float) -> np.ndarray:
+    """Whether the mean uncertainty of each complete ``w``-sized patch of ``u`` is ``> threshold``, on exact values.
+
+    The float64 mean is rounded: ten voxels of 0.1 average to 0.10000000000000002, so a constant patch at the
+    threshold read as uncertain while its voxels are certain. Patches whose mean lies within rounding of the threshold
+    are decided on the exact sum of the stored values (rational arithmetic), as :func:`_counts` compares voxels.
+    """
+    means = _patch_means(u, w)
+    out = means > threshold
+    scale = max(abs(threshold), float(np.max(u)), -float(np.min(u)))
+    near = np.abs(means - threshold) <= _PATCH_MEAN_RTOL * scale
+    if not near.any():
+        return out
+    n = tuple(s // k for s, k in zip(u.shape, w))
+    patches = u[tuple(slice(0, m * k) for m, k in zip(n, w))].reshape([v for m, k in zip(n, w) for v in (m, k)])
+    axes = tuple(range(1, 2 * len(w), 2))
+    lo, hi = patches.min(axis=axes), patches.max(axis=axes)
+    constant = near & (lo == hi)  # the mean is the stored value itself: compared as a voxel is
+    out[constant] = exceeds(lo[constant], threshold, inclusive=False)
+    for idx in np.argwhere(near & ~constant):
+        patch = u[tuple(slice(i * k, (i + 1) * k) for i, k in zip(idx, w))]
+        out[tuple(idx)] = sum(map(Fraction, patch.ravel().tolist())) > Fraction(threshold) * patch.size
+    return out
+
+
 def pavpu(
     uncertainty: ArrayLike,
     error: ArrayLike,
@@ -550,7 +582,9 @@ def pavpu(
             continue
         # the fraction of correct voxels, one rounding of an exact count: 1 - mean(e) rounds twice (1 - 9/10 < 0.1)
         accurate = _patch_means(~e, w) >= acc_thr
-        uncertain = _patch_means(u, w) > thr
+        # found by hostile testing: a constant map at the threshold (0.1, window 3) had every patch uncertain from the
+        # rounding of the mean, and PAvPU of a correct, certain map was 0 instead of 1
+        uncertain = _patch_uncertain(u, w, thr)
         hits.append(np.count_nonzero(accurate & ~uncertain) + np.count_nonzero(~accurate & uncertain))
         totals.append(accurate.size)
     if not by_case:

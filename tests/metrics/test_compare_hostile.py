@@ -237,3 +237,118 @@ def test_rounding_noise_is_a_tie_not_a_preference():
         warnings.simplefilter("ignore", UserWarning)
         res = compare_metric_values({"m": [0.5 + 1e-9, 0.5]}, {"m": [0.5, 0.5 * (1 + 1e-14)]}, True)
     assert res.metrics["m"].prefers_a.tolist() == [True, False] and res.metrics["m"].n_ties == 1
+
+
+def _ref_mcnemar_chi2_r(b, c):
+    """R's ``mcnemar.test`` (correct = TRUE): the continuity correction applies only where b != c."""
+    stat = 0.0 if b == c else (abs(b - c) - 1) ** 2 / (b + c)
+    return stats.chi2.sf(stat, 1)
+
+
+@pytest.mark.parametrize("b, c", [(1, 1), (5, 5), (6, 5), (5, 6), (0, 3), (30, 10), (2, 0)])
+def test_mcnemar_chi2_is_one_for_balanced_discordant_pairs(b, c):
+    # found by hostile testing: b = c = 5 gave p = 0.75 (the "correction" (|b - c| - 1)^2 = 1), while the weaker
+    # evidence b = 6, c = 5 gave p = 1: a p-value not monotone in |b - c|
+    x = np.r_[np.ones(b), np.zeros(c), np.ones(3), np.zeros(2)].astype(bool)
+    y = np.r_[np.zeros(b), np.ones(c), np.ones(3), np.zeros(2)].astype(bool)
+    assert mcnemar_test(x, y, exact=False) == pytest.approx(_ref_mcnemar_chi2_r(b, c), rel=1e-12)
+    ps = [mcnemar_test(np.r_[np.ones(i), np.zeros(10 - i)], np.r_[np.zeros(i), np.ones(10 - i)], exact=False)
+          for i in range(5, 11)]
+    assert all(p1 >= p2 for p1, p2 in zip(ps, ps[1:]))  # more imbalance, never a larger p
+
+
+def test_pandas_series_with_other_case_order_are_refused():
+    # found by hostile testing: Series indexed by case id from two tables sorted differently were paired by position
+    # (c1 of map a against c3 of map b): accuracy 1.0, where the cases matched by id give 2/3
+    pd = pytest.importorskip("pandas")
+    a = pd.Series([1.0, 2.0, 3.0], index=["c1", "c2", "c3"])
+    b = pd.Series([0.5, 1.5, 2.5], index=["c3", "c2", "c1"])
+    with pytest.raises(ValueError, match="paired by position"):
+        compare_metric_values({"m": a}, {"m": b}, True)
+    with pytest.raises(ValueError, match=r"values_a\['n'\]"):  # across metrics too: McNemar pairs cases of metrics
+        compare_metric_values({"m": a, "n": b}, {"m": a, "n": b}, True)
+    res = compare_metric_values({"m": a}, {"m": b.reindex(a.index)}, True)
+    assert res.metrics["m"].accuracy == pytest.approx(2 / 3)
+    # one index, or unlabelled values next to labelled ones: paired by position as before
+    res = compare_metric_values({"m": a, "n": [1.0, 2.0, 3.0]}, {"m": np.array([0.5, 1.5, 2.5]), "n": a}, True)
+    assert res.metrics["m"].accuracy == 1.0
+
+
+@pytest.mark.parametrize("kind", ["grad", "bfloat16"])
+def test_statistics_take_tensors_as_the_per_case_metrics_return_them(kind):
+    # found by hostile testing: numpy.asarray refused a tensor requiring grad or in bfloat16 (and any CUDA tensor, e.g.
+    # error_auroc(..., per_case=True) of maps on the GPU): compare_metric_values, cohens_d and holm_correction crashed
+    import torch
+
+    def t(values, dtype=torch.float32):
+        x = torch.tensor(values, dtype=torch.bfloat16 if kind == "bfloat16" else dtype)
+        return x.requires_grad_() if kind == "grad" else x
+
+    a, b = [1.0, 2.0, 3.0, 4.0], [0.5, 2.5, 2.0, 3.0]
+    res = compare_metric_values({"m": t(a)}, {"m": t(b)}, True)
+    ref = compare_metric_values({"m": np.array(a)}, {"m": np.array(b)}, True)
+    assert res.metrics["m"].accuracy == ref.metrics["m"].accuracy == 0.75
+    assert res.metrics["m"].cohens_d == pytest.approx(ref.metrics["m"].cohens_d, rel=1e-6)
+    assert cohens_d(t(a), t(b)) == pytest.approx(cohens_d(a, b), rel=1e-6)
+    np.testing.assert_allclose(holm_correction(t([0.01, 0.04, 0.5])), holm_correction([0.01, 0.04, 0.5]), rtol=1e-2)
+    x, y = [1, 1, 0, 1], [0, 1, 0, 0]
+    assert mcnemar_test(torch.tensor(x), torch.tensor(y)) == mcnemar_test(x, y)
+    assert cochrans_q(torch.tensor([x, y]).T)[0] == cochrans_q(np.array([x, y]).T)[0]
+
+
+def test_comparison_warnings_point_at_the_callers_line():
+    # found by hostile testing: the warnings of compare_metric_values (a NaN case, b = 0, Cochran's Q undefined) and of
+    # compare_uncertainty_maps pointed into monai_unc/metrics/compare.py, not at the study's call
+    import torch
+
+    from monai_unc.metrics import compare_uncertainty_maps
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compare_metric_values({"x": [np.nan, 1.0, 2.0], "y": [1.0, 1.0, 1.0]}, {"x": [1.0, 0.0, 3.0], "y": [0.0] * 3},
+                              True)
+    assert {w.filename for w in caught} == {__file__} and len(caught) >= 3
+    target = torch.zeros(3, 8, 8, dtype=torch.long)
+    target[:, 2:6, 2:6] = 1
+    u = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compare_uncertainty_maps(["AUC-ROC", "AvU"], u, u, pred=target, target=target)  # no error: AUROC NaN
+    ours = [w for w in caught if str(w.message).startswith(("compare:", "cochrans_q"))]
+    assert ours and {w.filename for w in ours} == {__file__}
+
+
+def test_cohens_d_of_values_equal_up_to_rounding_is_undefined():
+    # found by hostile testing: [0.3, 0.1 + 0.2, 0.3] against [0.3, 0.3, 0.3] (three ties: no preference) had Cohen's d
+    # 1.41, a "large effect" made of one rounding error
+    a, b = [0.3, 0.1 + 0.2, 0.3], [0.3, 0.3, 0.3]
+    with pytest.warns(UserWarning, match="zero variance"):
+        assert math.isnan(cohens_d(a, b))
+    with pytest.warns(UserWarning, match="undefined"):
+        res = compare_metric_values({"m": a}, {"m": b}, True)
+    assert res.metrics["m"].n_ties == 3 and math.isnan(res.metrics["m"].cohens_d)
+    # a real spread, however small against the values, is still one
+    assert cohens_d([1.0, 1.0 + 1e-9, 1.0], [1.0, 1.0, 1.0]) == pytest.approx(
+        (1e-9 / 3) / math.sqrt(np.var([1.0, 1.0 + 1e-9, 1.0], ddof=1) / 2), rel=1e-6
+    )
+
+
+def test_every_built_in_name_gives_its_direction_to_a_custom_function():
+    # found by hostile testing: {"SPACE": fn} took the registry's direction, {"UCE": fn} raised "higher_is_better is
+    # needed for the custom metric 'UCE'" (the registry was built without UCE unless UCE was selected by name)
+    import torch
+
+    from monai_unc.metrics import compare_uncertainty_maps, uncertainty_map_metrics
+
+    registry = uncertainty_map_metrics()
+    target = torch.zeros(3, 8, 8, dtype=torch.long)
+    target[:, 2:6, 2:6] = 1
+    pred = target.clone()
+    pred[:, 2:6, 6] = 1
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.rand(3, 1, 8, 8, generator=g), torch.rand(3, 1, 8, 8, generator=g)
+    for name in ("UCE", "SPACE", "AUC-ROC"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            res = compare_uncertainty_maps({name: registry[name].fn}, a, b, pred=pred, target=target)
+        assert res.metrics[name].higher_is_better is registry[name].higher_is_better

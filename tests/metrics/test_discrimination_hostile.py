@@ -123,6 +123,38 @@ def test_pavpu_matches_exact_loop_random():
         )
 
 
+def _pavpu_exact(u, e, w, thr, acc=0.5):
+    """PAvPU by a loop over patches in rational arithmetic (no rounding of the patch mean)."""
+    from fractions import Fraction
+
+    hits = n = 0
+    for i in range(0, u.shape[0] // w * w, w):
+        for j in range(0, u.shape[1] // w * w, w):
+            pu, pe = u[i : i + w, j : j + w], e[i : i + w, j : j + w]
+            unc = sum(map(Fraction, pu.ravel().tolist())) > Fraction(thr) * pu.size
+            accurate = Fraction(int((~pe).sum()), pe.size) >= Fraction(acc)
+            hits += accurate != unc
+            n += 1
+    return hits / n
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_pavpu_patch_mean_at_threshold_is_exact(dtype):
+    # found by hostile testing: a constant map of 0.1 at threshold 0.1 (window 3) is certain voxel by voxel, but the
+    # float64 patch mean rounded to 0.10000000000000002 > 0.1: every patch uncertain and PAvPU 0 instead of 1
+    u = np.full((22, 22), 0.1, dtype=dtype)
+    e = np.zeros((22, 22), dtype=bool)
+    for w in (3, 5, 7, 11):
+        assert pavpu(u, e, window=w, threshold=float(u.flat[0]), per_case=False) == 1.0
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        u = rng.choice([0.1, 0.2, 0.3, 0.7], size=(13, 13)).astype(dtype)
+        e = rng.random((13, 13)) < 0.3
+        w = int(rng.choice([2, 3, 5]))
+        thr = float(rng.choice([0.1, 0.2, 0.3, 0.7]))
+        assert pavpu(u, e, window=w, threshold=thr, per_case=False) == _pavpu_exact(u, e, w, thr)
+
+
 # ------------------------------------------------------------------------------------------------ argument checks
 
 
