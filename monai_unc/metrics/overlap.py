@@ -158,14 +158,23 @@ def overlap_ratio(
     return out
 
 
+def _wide_counts(x: torch.Tensor) -> torch.Tensor:
+    """Counts in the widest type of their kind: float64 for soft counts, int64 for integer (and boolean) ones."""
+    return x.to(torch.float64) if x.is_floating_point() else x.to(torch.int64)
+
+
 def _count_tensors(intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``|A & B|``, ``|A|`` and ``|B|`` as tensors on the intersection's device, checked to be possible counts.
 
-    Counts may be expected (soft) counts: a relative tolerance of 1e-9 covers their rounding.
+    Counts may be expected (soft) counts: a relative tolerance of 1e-9 covers their rounding. Integer counts come
+    back as int64 and soft counts as float64, so that ``2 |A & B|``, ``|A| + |B|`` and ``|A| + |B| - |A & B|`` neither
+    wrap nor round (found by hostile testing: int32 counts of a 1.6e9-voxel mask gave a Dice of 1.30, uint8 counts an
+    IoU of 2.27).
     """
-    inter = to_tensor(intersection, "intersection")
-    a, b = to_tensor(size_a, "size_a").to(inter.device), to_tensor(size_b, "size_b").to(inter.device)
+    inter = _wide_counts(to_tensor(intersection, "intersection"))
+    a = _wide_counts(to_tensor(size_a, "size_a")).to(inter.device)
+    b = _wide_counts(to_tensor(size_b, "size_b")).to(inter.device)
     for name, x in (("intersection", inter), ("size_a", a), ("size_b", b)):
         x = x.detach()
         if x.is_floating_point() and not bool(torch.isfinite(x).all()):
@@ -198,7 +207,8 @@ def dice_from_counts(
         caller: name prefixed to the warning for NaN ``empty_score``.
 
     Returns:
-        float64 torch tensor of the broadcast shape.
+        float64 torch tensor of the broadcast shape (the counts summed in int64, or in float64 for soft counts,
+        whatever their dtype).
 
     Raises:
         ValueError: counts that no two masks have: negative, NaN or infinite, an intersection larger than the
@@ -227,7 +237,8 @@ def iou_from_counts(
         caller: name prefixed to the warning for NaN ``empty_score``.
 
     Returns:
-        float64 torch tensor of the broadcast shape.
+        float64 torch tensor of the broadcast shape (the counts summed in int64, or in float64 for soft counts,
+        whatever their dtype).
 
     Raises:
         ValueError: counts that no two masks have: negative, NaN or infinite, an intersection larger than the
