@@ -113,8 +113,8 @@ def binary_mask(x: Any, name: str) -> np.ndarray:
     nonbinary = (a != 0) & (a != 1)
     if nonbinary.any():
         bad = a[nonbinary].flat[0]
-        raise ValueError(f"{name} must be a binary mask (0/1); it has the value {bad!r}: lesion metrics need a hard "
-                         f"segmentation (threshold the probabilities, or select one class or region first)")
+        raise ValueError(f"{name} must be a binary mask (0/1); it has the value {bad!r}: a hard mask is needed "
+                         f"(threshold the probabilities, or select one class or region first)")
     return a.astype(bool)
 
 
