@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .._utils import ArrayLike, check_labels, like_input, no_autocast, to_tensor
+from .._utils import ArrayLike, check_bool, check_labels, like_input, no_autocast, to_tensor
 
 __all__ = [
     "GRAM_BLOCK",
@@ -294,6 +294,7 @@ def _separate_counts(
 
 
 def _voxel_labels(x: Any, name: str, num_classes: int | None, validate: bool) -> torch.Tensor:
+    validate = check_bool(validate, "validate")  # a string "no" is truthy
     num_classes = _check_num_classes(num_classes)
     t = to_tensor(x, name)
     if t.ndim < 1 or t.shape[-1] == 0:
@@ -386,7 +387,8 @@ def overlap_counts(
         target: reference label maps ``(..., V)``.
         num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
             naming the map with a larger label: relabel both maps to consecutive labels first).
-        foreground: append a column for the foreground (``label > 0``, the union of the classes ``>= 1``).
+        foreground: append a column for the foreground (``label > 0``, the union of the classes ``>= 1``);
+            ``True`` or ``False``, as ``validate`` (``TypeError`` otherwise).
         validate: check that both hold integer labels in ``[0, C)`` (skip for argmax maps).
 
     Returns:
@@ -402,6 +404,8 @@ def overlap_counts(
         OverlapCounts(intersection=tensor([[1, 1, 1, 3]]), pred_size=tensor([[1, 2, 1, 3]]),
                       target_size=tensor([[1, 1, 2, 3]]))
     """
+    # found by hostile testing: foreground="no" appended the foreground column (a string is truthy)
+    foreground = check_bool(foreground, "foreground")
     p = _voxel_labels(pred, "pred", num_classes, validate)
     t = _voxel_labels(target, "target", num_classes, validate).to(p.device)
     if p.shape[-1] != t.shape[-1]:
@@ -444,6 +448,9 @@ def _per_class(
     kind: str, pred: Any, target: Any, num_classes: int | None, include_background: bool, empty_score: float
 ) -> ArrayLike:
     check_empty_score(empty_score)
+    # found by hostile testing: include_background="False" added the background column, so that every class was read
+    # one column off
+    include_background = check_bool(include_background, "include_background")
     p, t = _label_pair(pred, target)
     inter, sp, st = overlap_counts(p, t, num_classes)
     first = 0 if include_background else 1
@@ -466,7 +473,7 @@ def dice(
         target: reference label maps of the same shape.
         num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
             naming the map with a larger label: relabel both maps to consecutive labels first).
-        include_background: also report class 0 (first column).
+        include_background: also report class 0 (first column); ``True`` or ``False`` (``TypeError`` otherwise).
         empty_score: value of a class absent from both maps (module docstring). The default 1.0 equals MONAI's
             ``compute_dice(..., include_background=False, ignore_empty=False, num_classes=C)``.
 
@@ -502,7 +509,7 @@ def iou(
         target: reference label maps of the same shape.
         num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
             naming the map with a larger label: relabel both maps to consecutive labels first).
-        include_background: also report class 0 (first column).
+        include_background: also report class 0 (first column); ``True`` or ``False`` (``TypeError`` otherwise).
         empty_score: value of a class absent from both maps.
 
     Returns:

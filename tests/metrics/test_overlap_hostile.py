@@ -307,3 +307,21 @@ def test_gram_counts_exact_under_autocast():
     assert torch.equal(gram, exact)
     assert torch.equal(gram_labels, exact_labels)
     assert autocast == plain
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda p, t: dice(p, t, include_background="False"), "include_background"),
+    (lambda p, t: iou(p, t, include_background=0), "include_background"),
+    (lambda p, t: overlap_counts(p, t, foreground="no"), "foreground"),
+    (lambda p, t: overlap_counts(p, t, validate="no"), "validate"),
+    (lambda p, t: class_counts(p, validate="False"), "validate"),
+])
+def test_flags_given_as_text_or_numbers_are_refused(call, name):
+    """Regression: ``include_background="False"`` (a value read from a text config) is truthy and added the background
+    column, so that every class was read one column off; ``foreground="no"`` appended the foreground column. A
+    ``TypeError`` naming the flag now, as for the package's other flags; real booleans (numpy's too) still work."""
+    p, t = torch.tensor([[0, 1, 1, 0]]), torch.tensor([[0, 1, 0, 0]])
+    with pytest.raises(TypeError, match=rf"{name} must be True or False"):
+        call(p, t)
+    assert dice(p, t, include_background=np.bool_(False)).shape == (1, 1)
+    assert overlap_counts(p, t, foreground=np.bool_(True), validate=True).intersection.shape == (1, 3)
