@@ -30,6 +30,7 @@ from monai.transforms import (
 from tqdm.auto import tqdm
 
 from ..losses import DiceCEL1ACELoss, DiceCEMarginLoss, DiceSVLSLoss
+from ..metrics.lesions import binary_mask
 from ..metrics.overlap import dice
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
 from .model import EXAMPLE_NETWORK, build_example_network, save_trained_network
@@ -110,7 +111,7 @@ def dice_per_class(pred: np.ndarray, label: np.ndarray, num_classes: int, mask: 
         pred: the predicted label map (any shape).
         label: the reference label map, same shape.
         num_classes: ``C``, background included.
-        mask: a boolean mask of the same shape; only its voxels count (None: every voxel).
+        mask: a boolean (or 0/1) mask of the same shape; only its voxels count (None: every voxel).
 
     Returns:
         ``C - 1`` floats, the Dice of classes ``1..C-1``.
@@ -123,10 +124,17 @@ def dice_per_class(pred: np.ndarray, label: np.ndarray, num_classes: int, mask: 
         >>> dice_per_class(pred, label, 3, mask=np.array([1, 1, 0, 1, 1, 1], bool))
         [1.0, 1.0]
     """
+    pred, label = np.asarray(pred), np.asarray(label)
+    if pred.shape != label.shape:  # flattened, maps of one size but another shape were compared voxel by voxel
+        raise ValueError(f"pred and label must have the same shape, got {pred.shape} and {label.shape}")
     if mask is not None:
-        pred, label = pred[mask], label[mask]
-    d = dice(np.asarray(pred).reshape(1, -1), np.asarray(label).reshape(1, -1), num_classes=num_classes,
-             empty_score=float("nan"))
+        # found by hostile testing: a 0/1 uint8 mask (a NIfTI brain mask as nibabel reads it) indexed the voxels by
+        # number (voxels 0 and 1, repeated) instead of selecting them, and a class's Dice came back NaN, silently
+        m = binary_mask(mask, "mask")
+        if m.shape != pred.shape:
+            raise ValueError(f"mask must have the shape of pred {pred.shape}, got {m.shape}")
+        pred, label = pred[m], label[m]
+    d = dice(pred.reshape(1, -1), label.reshape(1, -1), num_classes=num_classes, empty_score=float("nan"))
     return [float(v) for v in d[0]]
 
 

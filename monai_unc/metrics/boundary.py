@@ -148,9 +148,19 @@ def _edt_safe(spacing: Sequence[float]) -> bool:
     return all(lo <= float(s) <= hi for s in spacing)
 
 
-def _spatial_dims(x: Any, spatial_dims: int | None, name: str) -> int:
-    """Number of trailing spatial axes; the leading axes (if any) index independent cases."""
+def _spatial_dims(x: Any, spatial_dims: int | None, name: str, one_case: str | None = None) -> int:
+    """Number of trailing spatial axes; the leading axes (if any) index independent cases.
+
+    ``one_case``: the name of a function that takes one case and no ``spatial_dims``; its message for more than 3 axes
+    points to a squeeze (found by hostile testing: ``hausdorff_distance`` of a ``(1, X, Y, Z)`` MONAI image was told to
+    pass ``spatial_dims``, which it does not take).
+    """
     if spatial_dims is None:
+        if x.ndim > 3 and one_case is not None:
+            raise ValueError(
+                f"{name} has {x.ndim} dimensions (shape {tuple(x.shape)}); {one_case} takes one case of 1-3 spatial "
+                "axes: drop the channel / batch axes first (e.g. x[0] of a (1, X, Y, Z) image)"
+            )
         if x.ndim > 3:
             raise ValueError(
                 f"{name} has {x.ndim} dimensions; pass spatial_dims=2 or 3 for batched input "
@@ -535,7 +545,7 @@ def distance_to_mask(mask: ArrayLike, spacing: SpacingLike = 1.0, backend: str =
         array([0. , 0.5, 1. , 0.5, 0. ])
     """
     a = _label_array(mask, "mask")
-    n = _spatial_dims(a, None, "mask")
+    n = _spatial_dims(a, None, "mask", one_case="distance_to_mask")
     sp = normalize_spacing(spacing, n)
     if exact_within is None:
         return like_input(_distance_to_features(a != 0, sp, backend), mask)
@@ -627,7 +637,7 @@ def hausdorff_distance(
         raise ValueError(
             f"pred_mask and target_mask must have the same shape, got {tuple(p.shape)} and {tuple(t.shape)}"
         )
-    n = _spatial_dims(p, None, "pred_mask")
+    n = _spatial_dims(p, None, "pred_mask", one_case="hausdorff_distance")
     warn = check_bool(warn, "warn")  # a string "no" is truthy
     return _hd_case(p > 0, t > 0, normalize_spacing(spacing, n), _check_percentile(percentile), warn)
 

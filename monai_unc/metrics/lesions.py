@@ -113,8 +113,8 @@ def binary_mask(x: Any, name: str) -> np.ndarray:
     nonbinary = (a != 0) & (a != 1)
     if nonbinary.any():
         bad = a[nonbinary].flat[0]
-        raise ValueError(f"{name} must be a binary mask (0/1); it has the value {bad!r}: lesion metrics need a hard "
-                         f"segmentation (threshold the probabilities, or select one class or region first)")
+        raise ValueError(f"{name} must be a binary mask (0/1); it has the value {bad!r}: a hard mask is needed "
+                         f"(threshold the probabilities, or select one class or region first)")
     return a.astype(bool)
 
 
@@ -259,7 +259,8 @@ def surface_hd95(target: Any, pred: Any, spacing: float | Sequence[float] = 1.0,
         percentile: in [0, 100]; 95 (default) is HD95, 100 the Hausdorff distance.
 
     Returns:
-        The distance in mm; ``inf`` when exactly one mask is empty; NaN with a warning when both are empty.
+        The distance in mm; ``inf`` with a ``UserWarning`` when exactly one mask is empty (as :func:`hd95`); NaN with
+        a warning when both are empty.
 
     Raises:
         ValueError: masks that are not binary, not 3-D, of different shapes, a bad spacing or percentile.
@@ -283,6 +284,10 @@ def surface_hd95(target: Any, pred: Any, spacing: float | Sequence[float] = 1.0,
     box = _bbox(t | p)
     if box is None:
         return warn_nan("surface_hd95: both masks are empty")
+    if not (t.any() and p.any()):  # as hd95 warns (found by hostile testing: a missed structure gave inf silently)
+        which = "pred" if t.any() else "target"
+        warnings.warn(f"surface_hd95: the {which} mask is empty; the distance is infinite", UserWarning, stacklevel=2)
+        return math.inf
     return _surface_hd(t[box], p[box], sp, float(percentile))
 
 

@@ -173,3 +173,21 @@ def _boundary_of(m):
     from monai_unc.metrics.boundary import label_boundary
 
     return label_boundary(m)
+
+
+@pytest.mark.parametrize("which", ["hausdorff_distance", "distance_to_mask"])
+def test_one_case_functions_do_not_ask_for_spatial_dims_they_do_not_take(which):
+    """Regression: a (1, X, Y, Z) MONAI image given to ``hausdorff_distance`` or ``distance_to_mask`` (one case, no
+    ``spatial_dims`` argument) was told to "pass spatial_dims=2 or 3", which then raised a TypeError. The message now
+    says to drop the channel axis, and doing so works; the batched functions keep pointing to ``spatial_dims``."""
+    from monai_unc.metrics.boundary import distance_to_mask, hausdorff_distance
+
+    m = np.zeros((1, 4, 4, 4), np.uint8)
+    m[0, 1:3, 1:3, 1:3] = 1
+    fn = {"hausdorff_distance": lambda x: hausdorff_distance(x, x), "distance_to_mask": distance_to_mask}[which]
+    with pytest.raises(ValueError, match=rf"{which} takes one case of 1-3 spatial axes: drop the channel") as err:
+        fn(m)
+    assert "spatial_dims" not in str(err.value)
+    fn(m[0])  # what the message says works
+    with pytest.raises(ValueError, match="pass spatial_dims=2 or 3"):
+        hd95(m, m)

@@ -229,7 +229,11 @@ def test_surface_hd95_empty():
     a = np.zeros((5, 5, 5), bool)
     b = a.copy()
     b[2, 2, 2] = True
-    assert math.isinf(surface_hd95(a, b))
+    # regression: a missed structure gave inf without a word, where hd95 warns
+    with pytest.warns(UserWarning, match="the target mask is empty; the distance is infinite"):
+        assert math.isinf(surface_hd95(a, b))
+    with pytest.warns(UserWarning, match="the pred mask is empty; the distance is infinite"):
+        assert math.isinf(surface_hd95(b, a))
     with pytest.warns(UserWarning, match="both masks are empty"):
         assert math.isnan(surface_hd95(a, a))
 

@@ -384,3 +384,25 @@ def test_docs_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for code in blocks:
         exec(compile(code, "docs/overlap.md", "exec"), {"__name__": "__docs__"})
+
+
+def test_dice_per_class_takes_a_0_1_mask_as_a_mask():
+    """Regression: a 0/1 uint8 mask (a NIfTI brain mask as nibabel reads it) indexed the voxels by number (voxels 0
+    and 1, repeated) instead of selecting them: class 2 came back NaN instead of 1.0, silently. Checked against the
+    brute-force count over the selected voxels; a mask of another shape or with other values, and label maps of
+    different shapes, are refused."""
+    pred = np.array([[0, 1, 1], [2, 2, 2]])
+    label = np.array([[0, 1, 2], [2, 2, 2]])
+    keep = np.array([[1, 1, 0], [1, 1, 1]], np.uint8)
+    sel = keep.astype(bool)
+    want = [float(2 * ((pred[sel] == c) & (label[sel] == c)).sum() / ((pred[sel] == c).sum() + (label[sel] == c).sum()))
+            for c in (1, 2)]
+    assert want == [1.0, 1.0]
+    for m in (keep, keep.astype(np.float32), keep.astype(bool)):
+        assert dice_per_class(pred, label, 3, m) == want
+    with pytest.raises(ValueError, match="mask must be a binary mask"):
+        dice_per_class(pred, label, 3, keep * 2)
+    with pytest.raises(ValueError, match="mask must have the shape"):
+        dice_per_class(pred, label, 3, keep.reshape(-1))
+    with pytest.raises(ValueError, match="pred and label must have the same shape"):
+        dice_per_class(pred, label.reshape(3, 2), 3)

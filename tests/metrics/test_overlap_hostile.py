@@ -239,6 +239,31 @@ def test_counts_at_their_limits_and_soft_counts_are_accepted():
         dice_matrix(np.array([[2.0, 3.0], [3.0, 2.0]]))  # no Gram matrix of masks
 
 
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype, counts", [
+    ("int32", (1_500_000_000, 1_600_000_000, 1_700_000_000)),  # a mask of 1.6e9 voxels: 2 |A & B| wraps
+    ("uint8", (100, 200, 250)),
+    ("int16", (20000, 30000, 30000)),
+])
+def test_narrow_integer_counts_do_not_wrap(lib, dtype, counts):
+    """Regression: ``2 |A & B|`` and ``|A| + |B|`` were formed in the counts' own dtype, so int32 counts of a large
+    volume gave a Dice of 1.30 and uint8 / int16 counts Dice and IoU above 1, silently. Checked against Python's
+    unbounded integers."""
+    inter, a, b = counts
+    arrays = [np.array([v], dtype=dtype) for v in counts]
+    if lib == "torch":
+        arrays = [torch.from_numpy(x) for x in arrays]
+    assert float(dice_from_counts(*arrays)) == pytest.approx(2 * inter / (a + b), rel=1e-15)
+    assert float(iou_from_counts(*arrays)) == pytest.approx(inter / (a + b - inter), rel=1e-15)
+
+
+def test_float32_soft_counts_are_summed_in_float64():
+    """Soft counts in float32: their sums in float64, as the module docstring states for every ratio."""
+    inter, a, b = (np.array([v], np.float32) for v in (0.5, 16777216.0, 3.0))
+    want = 2 * 0.5 / (16777216.0 + 3.0)  # the float32 sum 2**24 + 3 rounds to 2**24 + 4
+    assert float(dice_from_counts(inter, a, b)) == want
+
+
 def test_a_label_beyond_2_to_the_24_without_num_classes_is_refused_up_front():
     """One label 2**33 (a uint64 id map) with ``num_classes=None``: the output has a column per class up to it, and
     torch's allocation error (64 GiB) came back. Now a ValueError naming the map, before anything is allocated; the
@@ -282,3 +307,21 @@ def test_gram_counts_exact_under_autocast():
     assert torch.equal(gram, exact)
     assert torch.equal(gram_labels, exact_labels)
     assert autocast == plain
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda p, t: dice(p, t, include_background="False"), "include_background"),
+    (lambda p, t: iou(p, t, include_background=0), "include_background"),
+    (lambda p, t: overlap_counts(p, t, foreground="no"), "foreground"),
+    (lambda p, t: overlap_counts(p, t, validate="no"), "validate"),
+    (lambda p, t: class_counts(p, validate="False"), "validate"),
+])
+def test_flags_given_as_text_or_numbers_are_refused(call, name):
+    """Regression: ``include_background="False"`` (a value read from a text config) is truthy and added the background
+    column, so that every class was read one column off; ``foreground="no"`` appended the foreground column. A
+    ``TypeError`` naming the flag now, as for the package's other flags; real booleans (numpy's too) still work."""
+    p, t = torch.tensor([[0, 1, 1, 0]]), torch.tensor([[0, 1, 0, 0]])
+    with pytest.raises(TypeError, match=rf"{name} must be True or False"):
+        call(p, t)
+    assert dice(p, t, include_background=np.bool_(False)).shape == (1, 1)
+    assert overlap_counts(p, t, foreground=np.bool_(True), validate=True).intersection.shape == (1, 3)
