@@ -326,7 +326,8 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
         if has_q:
             cells.append(el("td", _expected_dice_text(c)))
         if has_z:
-            cells.append(el("td", format_value(c.get("image_z_max"), 1)))
+            z, ref = c.get("image_z_max"), rule.image_reference  # never read across its z_max (ImageReference.z_text)
+            cells.append(el("td", format_value(z, 1) if ref is None else ref.z_text(z)))
         cells += [el("td", format_value((applied or {})[command].get(cid, {}).get(key), digits), class_=command)
                   for command, key, _, digits in extra]
         cells.append(el("td", c["reason"], class_="reason"))

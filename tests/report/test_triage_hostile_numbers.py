@@ -8,7 +8,9 @@ with two "rule: review"), the order not against the scores, and a case's score e
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -111,3 +113,26 @@ def test_an_edit_that_contradicts_the_decisions_is_refused_naming_the_field(tmp_
     with pytest.raises(ValueError, match="triage.json") as e:
         build_triage_page(tmp_path, n_cases=0, viewer=False)
     assert field in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_image_z_scores_never_read_equal_to_the_limit_they_crossed(tmp_path):
+    """Found by hostile testing: a case referred for ``z = 5.03 > z_max = 5`` read "mean z=5.0 > 5" in its reason and
+    ``5.0`` in the page's "image z" column, the same text as an accepted case's ``4.97``."""
+    from monai_unc.evaluation.triage.rule import ImageReference
+
+    doc = triage_json()
+    rule = dataclasses.replace(ReferralRule.from_json(doc["rule"]),
+                               image_reference=ImageReference(("mean", "p99"), (0.0, 0.0), (1.0, 1.0), 10))
+    stats = {"a": [4.97, 0.0], "b": [5.03, 0.0], "c": [0.0, 0.0]}
+    decisions = rule.apply([0.25, 0.3, float("nan")], list(stats.values()))
+    assert decisions[1].code == "image_statistics" and "z=5.03 > 5" in decisions[1].reason, decisions[1].reason
+    assert decisions[0].code == "accepted"
+    for c, d in zip(doc["cases"], decisions):
+        c.update(score=0.3 if c["case"] == "b" else c["score"], decision=d.decision, reason=d.reason, code=d.code,
+                 image_z_max=max(stats[c["case"]]))
+    doc.update(rule=rule.to_json(), reasons={"accepted": 1, "image_statistics": 1, "undefined_score": 1})
+    _write(tmp_path, doc)
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    cells = {cid: re.search(rf'data-case="{cid}".*?</tr>', text, re.S).group(0) for cid in "abc"}
+    z_cells = {cid: re.findall(r"<td[^>]*>([^<]*)</td>", row)[-2] for cid, row in cells.items()}
+    assert z_cells == {"a": "4.97", "b": "5.03", "c": "0.0"}, z_cells
