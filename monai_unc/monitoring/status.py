@@ -35,7 +35,7 @@ import numpy as np
 
 from ..evaluation.triage.rule import ImageReference
 from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, score_martingale
-from ..product import format_cell, format_share
+from ..product import format_cell, format_share, separating_digits
 from .store import ALL_SITES
 
 __all__ = ["ALL_SITES", "RECENT", "IMAGE_REFERENCE_MIN", "GroupStatus", "monitor_status", "status_table", "any_alarm",
@@ -409,12 +409,29 @@ def martingale_peak_text(m: MartingaleResult | None) -> str:
     Args:
         m: the martingale (its ``log_martingale``), or None.
 
+    A peak below the alarm threshold ``1 / alpha`` never reads as reaching it: found by hostile testing, a peak of
+    19.97 without an alarm (``alpha = 0.05``) was written ``20``, the threshold, beside "alarm: 1/alpha = 20" and the
+    status "ok"; it keeps the digits that hold it below (:func:`~monai_unc.product.separating_digits`).
+
     Returns:
         The text (``1`` for a martingale with no value yet).
+
+    Example:
+        >>> m = MartingaleResult(np.full(2, 0.5), np.log([1.0, 19.97]), 0.05, None, None)
+        >>> martingale_peak_text(m), martingale_peak_text(MartingaleResult(m.pvalues, np.log([1.0, 9.87]), 0.05,
+        ...                                                                 None, None))
+        ('19.97', '9.87')
     """
     if m is None:
         return "-"
-    return exp_text(float(np.max(m.log_martingale))) if m.log_martingale.size else "1"
+    if not m.log_martingale.size:
+        return "1"
+    peak = float(np.max(m.log_martingale))
+    text, limit = exp_text(peak), 1.0 / float(m.alpha)
+    if m.alarm is None and peak < 700.0 and float(text) >= limit:  # no alarm: never written at or above 1 / alpha
+        value = math.exp(peak)
+        text = f"{value:.{separating_digits(value, limit, 3)}g}"
+    return text
 
 
 def _fmt_m(m: MartingaleResult | None) -> str:
