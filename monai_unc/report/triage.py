@@ -57,8 +57,10 @@ from .html import (
     case_figures_section,
     case_overlays,
     decision_tag,
+    figures_folder,
     format_value,
     img_tag,
+    keep_page_figures,
     load_figure_case,
     product_section,
     region_display,
@@ -599,7 +601,7 @@ def build_triage_page(
     products = {command: command_product(command) for command in folders}
     rows = {command: cls.applied_rows(folders[command]) for command, cls in products.items()}
     out_dir = Path(output) if output is not None else folder
-    fig_dir = out_dir / "figures"
+    fig_dir, earlier = figures_folder(out_dir)  # not a link; an earlier page's figures this one lacks are removed
     cases = summary["cases"]
     scores = [math.nan if c.get("score") is None else float(c["score"]) for c in cases]
     dist = plot_score_distribution(rule.calibration_scores, scores, [c["decision"] == "accept" for c in cases],
@@ -614,6 +616,7 @@ def build_triage_page(
     case_notes: list[str] = []
     case_figs = _case_figures(summary, rule, n_cases, fig_dir, folder / DERIVED_MAPS_DIR,
                               {products[c].name: f for c, f in folders.items()}, viewers, case_notes)
+    keep_page_figures(fig_dir, earlier, (*figures, *case_figs))
     notes = [el("li", n) for n in summary.get("notes", [])]
     guarantee = rule.guarantee()
     summary_section = el(
