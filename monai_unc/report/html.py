@@ -663,7 +663,8 @@ def render_html(
     cases = case_figures_section("Cases: slices of highest uncertainty", case_figures, case_notes)
     if cases is not None:
         sections.append(cases)
-    view = viewer_section(viewers, "Flagged cases: interactive viewer") if scripts is not None else None
+    # found by hostile testing: headed "Flagged cases" over the most uncertain cases, the budget keeps some of them
+    view = viewer_section(viewers, "Most uncertain cases: interactive viewer") if scripts is not None else None
     if view is not None:
         sections.append(view)
     warns = summary.get("warnings") or []
