@@ -136,3 +136,25 @@ def test_image_z_scores_never_read_equal_to_the_limit_they_crossed(tmp_path):
     cells = {cid: re.search(rf'data-case="{cid}".*?</tr>', text, re.S).group(0) for cid in "abc"}
     z_cells = {cid: re.findall(r"<td[^>]*>([^<]*)</td>", row)[-2] for cid, row in cells.items()}
     assert z_cells == {"a": "4.97", "b": "5.03", "c": "0.0"}, z_cells
+
+
+def test_the_guarantee_card_names_the_cases_its_bound_is_for(tmp_path):
+    """Found by hostile testing: a case below the calibration range (score 0.05, threshold 0.5) was referred by the
+    range check, and the card still read "guaranteed mean risk of accepted ≤ 0.2", while the paragraph under it
+    bounds the mean risk of the cases accepted after the checks by 0.2 c / (c - eps) only."""
+    _write(tmp_path, triage_json())
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    assert '<div class="k">guaranteed mean risk of accepted (' in text  # no check referred a case below the threshold
+    doc = triage_json()
+    rule = ReferralRule.from_json(doc["rule"])
+    decisions = rule.apply([0.05, 0.75, float("nan")])
+    assert decisions[0].code == "outside_range"
+    for c, d, score in zip(doc["cases"], decisions, (0.05, 0.75, None)):
+        c.update(score=score, decision=d.decision, reason=d.reason, code=d.code)
+    doc.update(n_accepted=0, n_review=3, accepted=[], review=["a", "b", "c"],
+               reasons={"outside_range": 1, "above_threshold": 1, "undefined_score": 1}, order=["c", "b", "a"])
+    _write(tmp_path, doc)
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    card = re.search(r'<div class="v">([^<]*)</div><div class="k">(guaranteed mean risk[^<]*)</div>', text)
+    assert card.group(1) == "≤ 0.2" and "the threshold accepts, before the range and image checks" in card.group(2)
+    assert "guaranteed mean risk of accepted" not in text
