@@ -35,7 +35,7 @@ import numpy as np
 
 from ..evaluation.triage.rule import ImageReference
 from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, score_martingale
-from ..product import format_cell, format_share, separating_digits
+from ..product import format_cell, format_share, format_target, separating_digits
 from .store import ALL_SITES
 
 __all__ = ["ALL_SITES", "RECENT", "IMAGE_REFERENCE_MIN", "GroupStatus", "monitor_status", "status_table", "any_alarm",
@@ -217,7 +217,8 @@ class GroupStatus:
         if self.risk is not None and self.risk.alarm is not None:
             lab = self.labelled_accepted
             bound = format_cell(float(self.risk.lower_bound[-1]), 3, self.target_risk)  # never reads as the target
-            out.append(f"harmful shift: the accepted cases' risk exceeds the target {self.target_risk:g} (lower "
+            out.append(f"harmful shift: the accepted cases' risk exceeds the target {format_target(self.target_risk)} "
+                       "(lower "
                        f"confidence bound {bound}), alarm at audited case "
                        f"{lab[self.risk.alarm]['case_id']!r}")
         return out
@@ -461,7 +462,7 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
             obs = float(np.mean([c["loss"] for c in lab]))
             lb = format_cell(float(g.risk.lower_bound[-1]), 3, g.target_risk)
             risk = (f"{'ALARM ' if g.risk.alarm is not None else ''}{format_cell(obs, 3, g.target_risk)} / {lb} / "
-                    f"{g.target_risk:g}")
+                    f"{format_target(g.target_risk)}")
         else:
             risk = "-"
         rows.append((printable(g.rule_digest.removeprefix("sha256:")[:12]), printable(g.site[:40]), str(g.n_cases),

@@ -80,6 +80,7 @@ from ..product import (
     format_level,
     format_score,
     format_share,
+    format_target,
     product_type,
 )
 from ..regions import label_to_regions
@@ -366,7 +367,8 @@ def _cards(summary: Mapping[str, Any]) -> Markup:
         items.append(("OoD AUROC", format_value(ood["auroc"])))
     rc = summary.get("risk_control")
     if rc:
-        key = f"referred for risk <= {rc['target_risk']:g} ({rc['risk']}), 1 - delta = {format_level(rc['delta'])}"
+        key = (f"referred for risk <= {format_target(rc['target_risk'])} ({rc['risk']}), 1 - delta = "
+               f"{format_level(rc['delta'])}")
         items.append((key, f"{len(rc['referred'])} / {summary['n_cases']}"))
     return cards(items)
 
@@ -429,7 +431,7 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText |
     target = rc["target_risk"]  # the risks and the bound are judged against it: never written equal to it
     fitted = "all cases" if cal["cases"] == "all" else f"{cal['n_cases']} calibration case(s)"
     head = frag(el("b", "Risk-controlled threshold"), f" ({rc['method'].upper()}, fitted on {fitted}): target mean "
-                "risk ", el("b", f"{rc['target_risk']:g}"), f" ({rc['risk']}) among accepted new cases, with "
+                "risk ", el("b", format_target(rc["target_risk"])), f" ({rc['risk']}) among accepted new cases, with "
                 "probability at least ", el("b", format_level(rc["delta"])), ", assuming new cases are "
                 "exchangeable with the calibration cases. ")
     if not rc["feasible"]:

@@ -48,7 +48,15 @@ from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule, mismatch_fields
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
-from ..product import Overlay, ThresholdText, command_product, format_estimate, format_level, format_score
+from ..product import (
+    Overlay,
+    ThresholdText,
+    command_product,
+    format_estimate,
+    format_level,
+    format_score,
+    format_target,
+)
 from .html import (
     ACCEPT_ALL,
     PAGE_CSS,
@@ -240,7 +248,7 @@ def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> Marku
     parts: list[Any] = [
         el("h1", title),
         el("p", f"{summary['n_cases']} new case(s), no labels · triage score ", el("b", rule.score),
-           f" · {thr} · target risk ", el("b", f"{rule.target_risk:g}"),
+           f" · {thr} · target risk ", el("b", f"{format_target(rule.target_risk)}"),
            f" ({rule.risk_definition}), 1 - delta = {format_level(rule.delta)}, {rule.method.upper()} · certified on "
            f"{rule.n_calibration} calibration case(s) · generated {now} by monai-unc"),
     ]
@@ -278,7 +286,8 @@ def _cards(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
                   and float(c["score"]) <= rule.threshold for c in summary["cases"])
     whom = "the cases the threshold accepts, before the range and image checks" if checked else "accepted"
     items.append((f"guaranteed mean risk of {whom} ({rule.risk_definition}), w.p. {format_level(rule.delta)}",
-                  f"≤ {rule.target_risk:g}" if covered else "none: fingerprint mismatch" if rule.feasible else "none"))
+                  f"≤ {format_target(rule.target_risk)}" if covered
+                  else "none: fingerprint mismatch" if rule.feasible else "none"))
     return cards(items)
 
 

@@ -158,3 +158,23 @@ def test_the_guarantee_card_names_the_cases_its_bound_is_for(tmp_path):
     card = re.search(r'<div class="v">([^<]*)</div><div class="k">(guaranteed mean risk[^<]*)</div>', text)
     assert card.group(1) == "≤ 0.2" and "the threshold accepts, before the range and image checks" in card.group(2)
     assert "guaranteed mean risk of accepted" not in text
+
+
+def test_a_target_risk_is_never_written_below_itself(tmp_path):
+    """Found by hostile testing: targets were written ``f"{target:g}"``, so a rule certified for a mean risk of at most
+    0.1234564 read "target risk 0.123456" and "≤ 0.123456" (a stronger guarantee than certified; 1/3 read 0.333333).
+    :func:`~monai_unc.product.format_target` writes the target exactly or rounded up, on every page and line."""
+    import numpy as np
+
+    from monai_unc.product import format_target
+
+    for t in np.random.default_rng(0).uniform(1e-6, 1.0, 2000).tolist() + [0.1, 0.2, 0.05, 1 / 3, 0.1234564]:
+        text = format_target(t)
+        assert float(text) >= t and len(text.lstrip("0.").replace(".", "").split("e")[0]) <= 6, (t, text)
+        assert float(text) - t <= 1e-5 * t, (t, text)
+    doc = triage_json()
+    doc["rule"]["target_risk"] = 0.1234564
+    _write(tmp_path, doc)
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    assert "0.123456<" not in text and "≤ 0.123457<" in text and "target risk <b>0.123457</b>" in text
+    assert "0.123456 " not in text

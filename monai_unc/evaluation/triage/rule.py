@@ -21,7 +21,7 @@ from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
-from ...product import ThresholdText, format_cell, format_level, format_score, separating_digits
+from ...product import ThresholdText, format_cell, format_level, format_score, format_target, separating_digits
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, calibration_risks
 from ..config import region_suffix
@@ -675,7 +675,8 @@ class ReferralRule:
         return (f"with probability at least {format_level(self.delta)} over the draw of the {self.n_calibration} "
                 f"calibration cases, the mean risk ({self.risk_definition}) of the new cases its threshold accepts "
                 "(a defined score at most the threshold; a case with an undefined score is referred, as it was "
-                f"counted in the certification) is at most {self.target_risk:g} (at most {self.target_risk:g} c / "
+                f"counted in the certification) is at most {format_target(self.target_risk)} (at most "
+                f"{format_target(self.target_risk)} c / "
                 "(c - eps) for those the range and image checks accept as well, when they refer a share eps of the "
                 "share c the threshold accepts), "
                 "provided the new cases are exchangeable with the calibration cases "
