@@ -58,6 +58,7 @@ __all__ = [
     "format_cell",
     "format_fraction",
     "format_level",
+    "format_target",
     "format_interval",
     "format_estimate",
     "format_score",
@@ -477,6 +478,44 @@ def format_level(alpha: float, percent: bool = False, digits: int = 6) -> str:
         if shown == exact:
             break
     return f"{shown.normalize():f}" + ("%" if percent else "")
+
+
+def format_target(target: float, digits: int = 6) -> str:
+    """The target of a guarantee (a mean risk it bounds), never written below it: ``"0.2"``, ``"0.333334"``.
+
+    A guarantee says the risk is at most its target; the number printed must not claim a smaller one. Found by hostile
+    testing: ``f"{target:g}"`` wrote a target of ``1/3`` as ``0.333333`` and ``0.1234564`` as ``0.123456``, below the
+    target certified ("risk <= 0.123456"). The target is written with the fewest significant digits, at most
+    ``digits``, that write it exactly, and rounded up at ``digits`` when none do (the one writing of a target risk on
+    the pages and in the commands' lines; :func:`format_level` is its counterpart for ``1 - delta``).
+
+    Args:
+        target: the target, a finite number.
+        digits: the most significant digits, ``>= 1``.
+
+    Returns:
+        The text.
+
+    Raises:
+        ValueError: ``target`` is not a finite number, or ``digits`` is not a positive integer.
+
+    Example:
+        >>> format_target(0.2), format_target(1 / 3), format_target(0.1234564), format_target(0.05)
+        ('0.2', '0.333334', '0.123457', '0.05')
+    """
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"digits must be a positive integer, got {digits!r}")
+    if isinstance(target, bool) or not isinstance(target, numbers.Real) or not math.isfinite(float(target)):
+        raise ValueError(f"target must be a finite number, got {target!r}")
+    v = float(target)
+    for d in range(1, digits + 1):
+        text = f"{v:.{d}g}"
+        if float(text) == v:
+            return text
+    exact = Decimal(v)
+    up = exact.quantize(Decimal(1).scaleb(exact.adjusted() - digits + 1), rounding=ROUND_CEILING)
+    text = f"{float(up):.{digits}g}"
+    return text if float(text) >= v else repr(v)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..evaluation.triage.rule import ImageReference
 from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, score_martingale
-from ..product import format_cell, format_share
+from ..product import format_cell, format_share, format_target, separating_digits
 from .store import ALL_SITES
 
 __all__ = ["ALL_SITES", "RECENT", "IMAGE_REFERENCE_MIN", "GroupStatus", "monitor_status", "status_table", "any_alarm",
@@ -217,7 +217,8 @@ class GroupStatus:
         if self.risk is not None and self.risk.alarm is not None:
             lab = self.labelled_accepted
             bound = format_cell(float(self.risk.lower_bound[-1]), 3, self.target_risk)  # never reads as the target
-            out.append(f"harmful shift: the accepted cases' risk exceeds the target {self.target_risk:g} (lower "
+            out.append(f"harmful shift: the accepted cases' risk exceeds the target {format_target(self.target_risk)} "
+                       "(lower "
                        f"confidence bound {bound}), alarm at audited case "
                        f"{lab[self.risk.alarm]['case_id']!r}")
         return out
@@ -409,12 +410,29 @@ def martingale_peak_text(m: MartingaleResult | None) -> str:
     Args:
         m: the martingale (its ``log_martingale``), or None.
 
+    A peak below the alarm threshold ``1 / alpha`` never reads as reaching it: found by hostile testing, a peak of
+    19.97 without an alarm (``alpha = 0.05``) was written ``20``, the threshold, beside "alarm: 1/alpha = 20" and the
+    status "ok"; it keeps the digits that hold it below (:func:`~monai_unc.product.separating_digits`).
+
     Returns:
         The text (``1`` for a martingale with no value yet).
+
+    Example:
+        >>> m = MartingaleResult(np.full(2, 0.5), np.log([1.0, 19.97]), 0.05, None, None)
+        >>> martingale_peak_text(m), martingale_peak_text(MartingaleResult(m.pvalues, np.log([1.0, 9.87]), 0.05,
+        ...                                                                 None, None))
+        ('19.97', '9.87')
     """
     if m is None:
         return "-"
-    return exp_text(float(np.max(m.log_martingale))) if m.log_martingale.size else "1"
+    if not m.log_martingale.size:
+        return "1"
+    peak = float(np.max(m.log_martingale))
+    text, limit = exp_text(peak), 1.0 / float(m.alpha)
+    if m.alarm is None and peak < 700.0 and float(text) >= limit:  # no alarm: never written at or above 1 / alpha
+        value = math.exp(peak)
+        text = f"{value:.{separating_digits(value, limit, 3)}g}"
+    return text
 
 
 def _fmt_m(m: MartingaleResult | None) -> str:
@@ -444,7 +462,7 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
             obs = float(np.mean([c["loss"] for c in lab]))
             lb = format_cell(float(g.risk.lower_bound[-1]), 3, g.target_risk)
             risk = (f"{'ALARM ' if g.risk.alarm is not None else ''}{format_cell(obs, 3, g.target_risk)} / {lb} / "
-                    f"{g.target_risk:g}")
+                    f"{format_target(g.target_risk)}")
         else:
             risk = "-"
         rows.append((printable(g.rule_digest.removeprefix("sha256:")[:12]), printable(g.site[:40]), str(g.n_cases),

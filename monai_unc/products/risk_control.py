@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..product import CohortProduct, format_cell, format_level, register_product
+from ..product import CohortProduct, format_cell, format_level, format_target, register_product
 
 __all__ = ["RiskControl", "RULE_FILE", "risk_control_line"]
 
@@ -63,7 +63,8 @@ def risk_control_line(block: Mapping[str, Any]) -> str:
     """
     rc = block
     n_cases = len(rc.get("accepted") or ()) + len(rc.get("referred") or ())
-    head = f"risk control ({rc['method']}, {rc['risk']} <= {rc['target_risk']:g} w.p. {format_level(rc['delta'])}): "
+    head = (f"risk control ({rc['method']}, {rc['risk']} <= {format_target(rc['target_risk'])} w.p. "
+            f"{format_level(rc['delta'])}): ")
     target = rc["target_risk"]  # the risk and the bound are judged against it: never written equal to it
     if not rc["feasible"]:
         return head + f"no threshold satisfies the target (best bound {format_cell(rc['bound'], 4, target)}); refer " \

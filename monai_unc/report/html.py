@@ -80,6 +80,7 @@ from ..product import (
     format_level,
     format_score,
     format_share,
+    format_target,
     product_type,
 )
 from ..regions import label_to_regions
@@ -366,7 +367,8 @@ def _cards(summary: Mapping[str, Any]) -> Markup:
         items.append(("OoD AUROC", format_value(ood["auroc"])))
     rc = summary.get("risk_control")
     if rc:
-        key = f"referred for risk <= {rc['target_risk']:g} ({rc['risk']}), 1 - delta = {format_level(rc['delta'])}"
+        key = (f"referred for risk <= {format_target(rc['target_risk'])} ({rc['risk']}), 1 - delta = "
+               f"{format_level(rc['delta'])}")
         items.append((key, f"{len(rc['referred'])} / {summary['n_cases']}"))
     return cards(items)
 
@@ -429,7 +431,7 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText |
     target = rc["target_risk"]  # the risks and the bound are judged against it: never written equal to it
     fitted = "all cases" if cal["cases"] == "all" else f"{cal['n_cases']} calibration case(s)"
     head = frag(el("b", "Risk-controlled threshold"), f" ({rc['method'].upper()}, fitted on {fitted}): target mean "
-                "risk ", el("b", f"{rc['target_risk']:g}"), f" ({rc['risk']}) among accepted new cases, with "
+                "risk ", el("b", format_target(rc["target_risk"])), f" ({rc['risk']}) among accepted new cases, with "
                 "probability at least ", el("b", format_level(rc["delta"])), ", assuming new cases are "
                 "exchangeable with the calibration cases. ")
     if not rc["feasible"]:
@@ -663,7 +665,8 @@ def render_html(
     cases = case_figures_section("Cases: slices of highest uncertainty", case_figures, case_notes)
     if cases is not None:
         sections.append(cases)
-    view = viewer_section(viewers, "Flagged cases: interactive viewer") if scripts is not None else None
+    # found by hostile testing: headed "Flagged cases" over the most uncertain cases, the budget keeps some of them
+    view = viewer_section(viewers, "Most uncertain cases: interactive viewer") if scripts is not None else None
     if view is not None:
         sections.append(view)
     warns = summary.get("warnings") or []
@@ -932,11 +935,7 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
         summary = resummarize(state, saved, budget, **risk_options)
     summary = dict(saved if summary is None else summary)
     config = config_from_summary(saved, state.rows, summary["triage"]["budget"])
-    fig_dir = owned_folder(out_dir, "figures")  # not a link: an earlier report's figures are removed
-    # found by hostile testing: a rerun with other case figures (--cases, --budget, another evaluation) left the
-    # earlier run's case_<id>.png beside the page's figures; only the figures a report recorded writing are removed
-    # (every *.png was, and a user's own figures in <output>/figures of a folder given as --output with them)
-    earlier = _recorded_figures(fig_dir)
+    fig_dir, earlier = figures_folder(out_dir)
     rows = state.sorted_rows()
     score_key = summary["score"]["column"]
     raw = np.array([float(r[score_key]) if r.get(score_key) not in (None, "") else np.nan for r in rows])
@@ -1007,11 +1006,7 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
     viewers: list[dict[str, Any]] | None = [] if viewer else None
     case_notes: list[str] = []
     case_figs = _case_figures(state, summary, n_cases, images, fig_dir, folders, viewers, evaluation, case_notes)
-    written = sorted({f.path.name for f in (*figures, *case_figs) if f.path is not None})
-    for name in sorted(earlier - set(written)):  # an earlier report's figures that this page does not show
-        (fig_dir / name).unlink(missing_ok=True)
-    if written or earlier:  # the record lists this page's figures only
-        atomic_write_json(fig_dir / _FIGURES_RECORD, {"figures": written})
+    keep_page_figures(fig_dir, earlier, (*figures, *case_figs))
     # the download is the table of the rows shown, written as evaluate writes metrics.csv (never the file, which a
     # reader may have edited since)
     page = render_html(summary, rows, figures, case_figs, title=title,
@@ -1020,8 +1015,40 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
     return atomic_write_text(out_dir / "report.html", page)
 
 
-#: the file in ``<report>/figures`` that lists the PNGs the report wrote there (removed by the next report)
+#: the file in ``<report>/figures`` that lists the PNGs the page wrote there (removed by the next page)
 _FIGURES_RECORD = ".report_figures.json"
+
+
+def figures_folder(out_dir: str | os.PathLike) -> tuple[Path, set[str]]:
+    """A page's ``figures`` folder and the PNGs an earlier page recorded writing there, before this page writes any.
+
+    Found by hostile testing: a page written again with other case figures (``--cases``, ``--budget``, another
+    evaluation; ``build_triage_page`` with another ``n_cases``) left the earlier page's ``case_<id>.png`` beside its
+    own figures; :func:`keep_page_figures` removes those the earlier page recorded (never a user's own files there).
+
+    Args:
+        out_dir: the page's folder.
+
+    Returns:
+        ``(figures folder, recorded names)``; the folder is not a symbolic link (its figures are removed).
+    """
+    fig_dir = owned_folder(out_dir, "figures")
+    return fig_dir, _recorded_figures(fig_dir)
+
+
+def keep_page_figures(fig_dir: Path, earlier: set[str], figures: Sequence[Figure]) -> None:
+    """Remove the earlier page's recorded figures that this page does not show, and record this page's.
+
+    Args:
+        fig_dir: the folder of :func:`figures_folder`.
+        earlier: the names it returned.
+        figures: this page's figures (those with a ``path`` are its files).
+    """
+    written = sorted({f.path.name for f in figures if f.path is not None})
+    for name in sorted(earlier - set(written)):  # an earlier page's figures that this page does not show
+        (fig_dir / name).unlink(missing_ok=True)
+    if written or earlier:  # the record lists this page's figures only
+        atomic_write_json(fig_dir / _FIGURES_RECORD, {"figures": written})
 
 
 def _recorded_figures(fig_dir: Path) -> set[str]:

@@ -30,7 +30,7 @@ from ..io import atomic_write_text
 from ..monitoring import AuditEntry, GroupStatus, VerifyResult
 from ..monitoring.status import martingale_peak_text
 from ..monitoring.store import redact_url
-from ..product import format_cell, format_share
+from ..product import format_cell, format_share, format_target
 from .html import PAGE_CSS, cards, table
 from .markup import Markup, document, el
 
@@ -207,7 +207,7 @@ def _risk_chart(g: GroupStatus) -> Markup | None:
     vlines = [("alarm", g.risk.alarm + 1)] if g.risk.alarm is not None else []
     return svg_chart("Risk of the accepted cases (audited)",
                      [("lower confidence bound", n, g.risk.lower_bound), ("observed running rate", n, running)],
-                     hlines=[(f"target {g.target_risk:g}", g.target_risk)], vlines=vlines, y_label="risk",
+                     hlines=[(f"target {format_target(g.target_risk)}", g.target_risk)], vlines=vlines, y_label="risk",
                      x_label="audited accepted case (in order)")
 
 
@@ -262,7 +262,7 @@ def _overview(groups: Sequence[GroupStatus]) -> Markup:
                        el("td", martingale_peak_text(g.image)),
                        el("td", str(len(lab))), el("td", "-" if not lab else format_cell(obs, 3, g.target_risk)),
                        el("td", "-" if g.risk is None else format_cell(lb, 3, g.target_risk)),
-                       el("td", f"{g.target_risk:g}"),
+                       el("td", f"{format_target(g.target_risk)}"),
                        el("td", "ALARM" if g.alarms() else "ok", class_="alarm" if g.alarms() else "ok"),
                        class_="referred" if g.alarms() else None))
     head = ["site", "rule", "cases", "accepted", "recent", "max score martingale", "max image martingale",

@@ -29,7 +29,7 @@ from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
 from ..metrics.selective import referral_curve
-from ..product import Overlay, format_cell, format_fraction, format_level
+from ..product import Overlay, format_cell, format_fraction, format_level, format_target
 from .markup import replace_surrogates
 from .palette import class_colors, distinct_colors
 
@@ -174,10 +174,10 @@ def plot_referral_curve(
     if risk_control is not None:
         frac = float(risk_control["referral_fraction"])
         if risk_control.get("feasible"):
-            what = (f"risk <= {risk_control['target_risk']:g} w.p. {format_level(risk_control['delta'])}: "
+            what = (f"risk <= {format_target(risk_control['target_risk'])} w.p. {format_level(risk_control['delta'])}: "
                     f"refer {format_fraction(frac)}")
         else:
-            what = f"risk {risk_control['target_risk']:g} not certifiable: refer all"
+            what = f"risk {format_target(risk_control['target_risk'])} not certifiable: refer all"
         ax.axvline(frac, color=_RC, lw=1.6, ls="-.", label=what)
         if frac < 1.0:
             with warnings.catch_warnings():

@@ -48,7 +48,15 @@ from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule, mismatch_fields
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
-from ..product import Overlay, ThresholdText, command_product, format_estimate, format_level, format_score
+from ..product import (
+    Overlay,
+    ThresholdText,
+    command_product,
+    format_estimate,
+    format_level,
+    format_score,
+    format_target,
+)
 from .html import (
     ACCEPT_ALL,
     PAGE_CSS,
@@ -57,8 +65,10 @@ from .html import (
     case_figures_section,
     case_overlays,
     decision_tag,
+    figures_folder,
     format_value,
     img_tag,
+    keep_page_figures,
     load_figure_case,
     product_section,
     region_display,
@@ -238,7 +248,7 @@ def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> Marku
     parts: list[Any] = [
         el("h1", title),
         el("p", f"{summary['n_cases']} new case(s), no labels · triage score ", el("b", rule.score),
-           f" · {thr} · target risk ", el("b", f"{rule.target_risk:g}"),
+           f" · {thr} · target risk ", el("b", f"{format_target(rule.target_risk)}"),
            f" ({rule.risk_definition}), 1 - delta = {format_level(rule.delta)}, {rule.method.upper()} · certified on "
            f"{rule.n_calibration} calibration case(s) · generated {now} by monai-unc"),
     ]
@@ -269,8 +279,15 @@ def _cards(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
     # with --allow-mismatch the predictions are not those the rule was certified for: the header says the guarantee
     # does not cover them, so no card may claim it (found by hostile review: the card read "<= 0.4" under the banner)
     covered = rule.feasible and not _mismatch(summary)
-    items.append((f"guaranteed mean risk of accepted ({rule.risk_definition}), w.p. {format_level(rule.delta)}",
-                  f"≤ {rule.target_risk:g}" if covered else "none: fingerprint mismatch" if rule.feasible else "none"))
+    # found by hostile testing: the card read "guaranteed mean risk of accepted <= 0.2" when the range or image checks
+    # had referred cases the threshold accepts, for which the guarantee (the paragraph below) is 0.2 c / (c - eps): the
+    # card then names the cases its bound is for
+    checked = any(c.get("code") in ("outside_range", "image_statistics") and c.get("score") is not None
+                  and float(c["score"]) <= rule.threshold for c in summary["cases"])
+    whom = "the cases the threshold accepts, before the range and image checks" if checked else "accepted"
+    items.append((f"guaranteed mean risk of {whom} ({rule.risk_definition}), w.p. {format_level(rule.delta)}",
+                  f"≤ {format_target(rule.target_risk)}" if covered
+                  else "none: fingerprint mismatch" if rule.feasible else "none"))
     return cards(items)
 
 
@@ -326,7 +343,8 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
         if has_q:
             cells.append(el("td", _expected_dice_text(c)))
         if has_z:
-            cells.append(el("td", format_value(c.get("image_z_max"), 1)))
+            z, ref = c.get("image_z_max"), rule.image_reference  # never read across its z_max (ImageReference.z_text)
+            cells.append(el("td", format_value(z, 1) if ref is None else ref.z_text(z)))
         cells += [el("td", format_value((applied or {})[command].get(cid, {}).get(key), digits), class_=command)
                   for command, key, _, digits in extra]
         cells.append(el("td", c["reason"], class_="reason"))
@@ -598,7 +616,7 @@ def build_triage_page(
     products = {command: command_product(command) for command in folders}
     rows = {command: cls.applied_rows(folders[command]) for command, cls in products.items()}
     out_dir = Path(output) if output is not None else folder
-    fig_dir = out_dir / "figures"
+    fig_dir, earlier = figures_folder(out_dir)  # not a link; an earlier page's figures this one lacks are removed
     cases = summary["cases"]
     scores = [math.nan if c.get("score") is None else float(c["score"]) for c in cases]
     dist = plot_score_distribution(rule.calibration_scores, scores, [c["decision"] == "accept" for c in cases],
@@ -613,6 +631,7 @@ def build_triage_page(
     case_notes: list[str] = []
     case_figs = _case_figures(summary, rule, n_cases, fig_dir, folder / DERIVED_MAPS_DIR,
                               {products[c].name: f for c, f in folders.items()}, viewers, case_notes)
+    keep_page_figures(fig_dir, earlier, (*figures, *case_figs))
     notes = [el("li", n) for n in summary.get("notes", [])]
     guarantee = rule.guarantee()
     summary_section = el(

@@ -30,6 +30,7 @@ from ..io import (
 from ..io.signing import Trust
 from ..report.html import build_report
 from ..report.triage import build_triage_page
+from ..report.viewer import ASSET_DIR
 from .apply import apply_beside_triage, check_beside_triage, rules_from_options
 from .prepare import error_text, read_case_list
 from .session import CommandResult
@@ -37,8 +38,10 @@ from .session import CommandResult
 __all__ = ["REPORT_WRITES", "check_overlay_count", "check_evaluation_folder", "run_report",
            "report_from_arguments", "triage_with_page"]
 
+#: what a page writes beside itself: the viewer's scripts (:func:`monai_unc.report.viewer.viewer_scripts`)
+_PAGE_ASSET_WRITES = (ASSET_DIR, f"{ASSET_DIR}/*")
 #: what ``monai-unc report`` writes in its output folder (patterns of :func:`monai_unc.io.check_inputs_not_written`)
-REPORT_WRITES = ("report.html", "figures", "figures/*", ".*.partial*")
+REPORT_WRITES = ("report.html", "figures", "figures/*", *_PAGE_ASSET_WRITES, ".*.partial*")
 
 
 def check_overlay_count(cases: Any) -> int:
@@ -230,6 +233,8 @@ def triage_with_page(
     if unknown:
         raise TypeError(f"triage_with_page() got unexpected keyword argument(s) {unknown}")
     output = check_output_folder(output, predictions, images, uncertainty)
+    # the page's viewer scripts: found by hostile testing, --images OUT/assets received niivue.umd.js and viewer.js
+    check_inputs_not_written(output, _PAGE_ASSET_WRITES, predictions, images, uncertainty, what="--output")
     common = {"images": images, "layout": layout, "uncertainty": uncertainty, "allow_mismatch": allow_mismatch,
               "trust": trust}
     folders = check_beside_triage(rules, predictions, output, **common)  # refused here, before the triage writes

@@ -35,7 +35,15 @@ from ..evaluation.triage import (
     mismatch_fields,
     run_triage,
 )
-from ..product import ThresholdText, format_cell, format_estimate, format_level, format_score, format_share
+from ..product import (
+    ThresholdText,
+    format_cell,
+    format_estimate,
+    format_level,
+    format_score,
+    format_share,
+    format_target,
+)
 from ..report.triage import build_triage_page
 from .apply import (
     beside_triage_folder,
@@ -198,7 +206,7 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     s = result.summary
     cal = rule.score_range
     head = (f"referral rule certified on {rule.n_calibration} case(s): {rule.method.upper()}, "
-            f"{rule.risk_definition} <= {rule.target_risk:g} w.p. {format_level(rule.delta)}; ")
+            f"{rule.risk_definition} <= {format_target(rule.target_risk)} w.p. {format_level(rule.delta)}; ")
     # the scores and the threshold in digits that never print a score on the other side equal to the threshold
     thr = (ThresholdText.choose(rule.threshold, [c["score"] for c in s["cases"] if c["score"] is not None])
            if rule.feasible and rule.threshold != float("inf") else None)
@@ -309,7 +317,7 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
         The lines (no trailing newlines).
     """
     if rule.feasible:
-        lines = [f"guaranteed: at most {rule.target_risk:g} of the new cases the threshold accepts fail "
+        lines = [f"guaranteed: at most {format_target(rule.target_risk)} of the new cases the threshold accepts fail "
                  f"({rule.risk_definition}) on average, with probability >= {format_level(rule.delta)} over the "
                  f"{rule.n_calibration} calibration cases ({rule.method.upper()}; calibration: "
                  f"{format_share(round(rule.coverage * rule.n_calibration), rule.n_calibration)} "
@@ -317,7 +325,8 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
                  f"{format_cell(rule.bound, 3, rule.target_risk)}); the range and image "
                  "checks refer some of them too (docs/triage.md: what the certificate covers)"]
     else:
-        lines = [f"guaranteed: nothing; no threshold certifies {rule.risk_definition} <= {rule.target_risk:g} with "
+        lines = [f"guaranteed: nothing; no threshold certifies {rule.risk_definition} <= "
+                 f"{format_target(rule.target_risk)} with "
                  f"probability {format_level(rule.delta)} on {rule.n_calibration} calibration cases (best bound "
                  f"{format_cell(rule.bound, 3, rule.target_risk)}), so every new case goes to review"]
     why = ", ".join(f"{n} {_REASONS.get(k, k)}" for k, n in sorted(outcome["reasons"].items(), key=lambda kv: -kv[1]))
@@ -327,7 +336,7 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
         lines.append(f"realised (labels known to the demo only): {outcome['n_failed_accepted']} of "
                      f"{outcome['n_accepted']} accepted new case(s) failed ({rule.risk_definition}): risk "
                      f"{format_cell(outcome['risk_accepted'], 3, rule.target_risk)} vs the target "
-                     f"{rule.target_risk:g}; "
+                     f"{format_target(rule.target_risk)}; "
                      f"{outcome['n_failed_referred']} of {outcome['n_referred']} referred case(s) failed")
     else:
         lines.append(f"realised (labels known to the demo only): no new case accepted; {outcome['n_failed_referred']}"

@@ -7,6 +7,7 @@ counts, never 100 % unless every case was accepted.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -68,3 +69,17 @@ def test_an_observed_risk_just_below_the_target_is_not_written_as_the_target(tmp
     page = build_monitor_page(groups, [], VerifyResult(True, 0, ""), tmp_path / "m.html").read_text()
     cells = re.findall(r"<td>([^<]*)</td>", page)
     assert "0.09996" in cells and "0.100" not in cells
+
+
+def test_a_martingale_peak_below_the_alarm_line_is_not_written_as_the_line(tmp_path):
+    """Found by hostile testing: a score martingale peaking at 19.97 without an alarm (``alpha = 0.05``) read "20",
+    the alarm threshold, in the dashboard's overview beside the status "ok", and "max 20" in `monitor status`."""
+    g = _groups(_rows(5, set()))[0]
+    assert g.score is not None and g.score.alarm is None and g.alpha == 0.05
+    log_m = g.score.log_martingale.copy()
+    log_m[-1] = math.log(19.97)
+    groups = [dataclasses.replace(g, score=dataclasses.replace(g.score, log_martingale=log_m))]
+    assert "max 19.97" in status_table(groups)[1]
+    page = build_monitor_page(groups, [], VerifyResult(True, 0, ""), tmp_path / "m.html").read_text()
+    cells = re.findall(r"<td>([^<]*)</td>", page)
+    assert "19.97" in cells and "20" not in cells, cells

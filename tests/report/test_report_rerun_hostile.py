@@ -71,3 +71,49 @@ def test_a_users_own_figures_in_the_output_folder_are_kept(evaluation, tmp_path)
     build_report(evaluation, out, n_cases=0)  # the earlier report's case figures go, the user's figure stays
     assert not list((out / "figures").glob("case_*.png"))
     assert mine.read_bytes() == b"\x89PNG my own figure"
+
+
+@pytest.fixture(scope="module")
+def triage_folder(tmp_path_factory):
+    """A triage of four new cases by a rule of ``evaluate --target-risk`` (no page options beyond the defaults)."""
+    from monai_unc.evaluation.triage import RULE_FILE, run_triage
+
+    root = tmp_path_factory.mktemp("triage_rerun")
+    a = write_toy_cohort(root / "A", n_cases=8, shape=(12, 12, 12), seed=1)
+    b = write_toy_cohort(root / "B", n_cases=4, shape=(12, 12, 12), seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(a["labels"], a["predictions"], root / "eval",
+                     EvaluationConfig(target_risk=0.4, delta=0.2, spatial=False))
+        run_triage(b["predictions"], root / "eval" / RULE_FILE, root / "triage", progress=False)
+    return root / "triage"
+
+
+def test_a_triage_page_written_again_keeps_only_its_own_figures(triage_folder, tmp_path):
+    """Found by hostile testing: ``build_triage_page`` with fewer case figures (``n_cases``) left the earlier page's
+    ``figures/case_<id>.png`` beside its own, as the report did (above)."""
+    from monai_unc.report.triage import build_triage_page
+
+    build_triage_page(triage_folder, n_cases=3, viewer=False)
+    figures = triage_folder / "figures"
+    assert len(list(figures.glob("case_*.png"))) >= 2
+    (figures / "mine.png").write_bytes(b"\x89PNG")  # a user's own file there is kept
+    html = build_triage_page(triage_folder, n_cases=0, viewer=False)
+    files = sorted(figures.glob("*.png"))
+    assert not [p.name for p in files if p.name.startswith("case_")], "an earlier page's case figures remain"
+    embedded = _embedded(html)
+    assert (figures / "mine.png").exists() and all(p.read_bytes() in embedded for p in files if p.name != "mine.png")
+
+
+def test_a_linked_triage_figures_folder_is_refused(triage_folder, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.png").write_bytes(b"\x89PNG")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(elsewhere, out / "figures")
+    with pytest.raises(ValueError, match="symbolic link"):
+        from monai_unc.report.triage import build_triage_page
+
+        build_triage_page(triage_folder, out, n_cases=0, viewer=False)
+    assert (elsewhere / "keep.png").exists()

@@ -8,7 +8,9 @@ with two "rule: review"), the order not against the scores, and a case's score e
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -111,3 +113,68 @@ def test_an_edit_that_contradicts_the_decisions_is_refused_naming_the_field(tmp_
     with pytest.raises(ValueError, match="triage.json") as e:
         build_triage_page(tmp_path, n_cases=0, viewer=False)
     assert field in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_image_z_scores_never_read_equal_to_the_limit_they_crossed(tmp_path):
+    """Found by hostile testing: a case referred for ``z = 5.03 > z_max = 5`` read "mean z=5.0 > 5" in its reason and
+    ``5.0`` in the page's "image z" column, the same text as an accepted case's ``4.97``."""
+    from monai_unc.evaluation.triage.rule import ImageReference
+
+    doc = triage_json()
+    rule = dataclasses.replace(ReferralRule.from_json(doc["rule"]),
+                               image_reference=ImageReference(("mean", "p99"), (0.0, 0.0), (1.0, 1.0), 10))
+    stats = {"a": [4.97, 0.0], "b": [5.03, 0.0], "c": [0.0, 0.0]}
+    decisions = rule.apply([0.25, 0.3, float("nan")], list(stats.values()))
+    assert decisions[1].code == "image_statistics" and "z=5.03 > 5" in decisions[1].reason, decisions[1].reason
+    assert decisions[0].code == "accepted"
+    for c, d in zip(doc["cases"], decisions):
+        c.update(score=0.3 if c["case"] == "b" else c["score"], decision=d.decision, reason=d.reason, code=d.code,
+                 image_z_max=max(stats[c["case"]]))
+    doc.update(rule=rule.to_json(), reasons={"accepted": 1, "image_statistics": 1, "undefined_score": 1})
+    _write(tmp_path, doc)
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    cells = {cid: re.search(rf'data-case="{cid}".*?</tr>', text, re.S).group(0) for cid in "abc"}
+    z_cells = {cid: re.findall(r"<td[^>]*>([^<]*)</td>", row)[-2] for cid, row in cells.items()}
+    assert z_cells == {"a": "4.97", "b": "5.03", "c": "0.0"}, z_cells
+
+
+def test_the_guarantee_card_names_the_cases_its_bound_is_for(tmp_path):
+    """Found by hostile testing: a case below the calibration range (score 0.05, threshold 0.5) was referred by the
+    range check, and the card still read "guaranteed mean risk of accepted ≤ 0.2", while the paragraph under it
+    bounds the mean risk of the cases accepted after the checks by 0.2 c / (c - eps) only."""
+    _write(tmp_path, triage_json())
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    assert '<div class="k">guaranteed mean risk of accepted (' in text  # no check referred a case below the threshold
+    doc = triage_json()
+    rule = ReferralRule.from_json(doc["rule"])
+    decisions = rule.apply([0.05, 0.75, float("nan")])
+    assert decisions[0].code == "outside_range"
+    for c, d, score in zip(doc["cases"], decisions, (0.05, 0.75, None)):
+        c.update(score=score, decision=d.decision, reason=d.reason, code=d.code)
+    doc.update(n_accepted=0, n_review=3, accepted=[], review=["a", "b", "c"],
+               reasons={"outside_range": 1, "above_threshold": 1, "undefined_score": 1}, order=["c", "b", "a"])
+    _write(tmp_path, doc)
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    card = re.search(r'<div class="v">([^<]*)</div><div class="k">(guaranteed mean risk[^<]*)</div>', text)
+    assert card.group(1) == "≤ 0.2" and "the threshold accepts, before the range and image checks" in card.group(2)
+    assert "guaranteed mean risk of accepted" not in text
+
+
+def test_a_target_risk_is_never_written_below_itself(tmp_path):
+    """Found by hostile testing: targets were written ``f"{target:g}"``, so a rule certified for a mean risk of at most
+    0.1234564 read "target risk 0.123456" and "≤ 0.123456" (a stronger guarantee than certified; 1/3 read 0.333333).
+    :func:`~monai_unc.product.format_target` writes the target exactly or rounded up, on every page and line."""
+    import numpy as np
+
+    from monai_unc.product import format_target
+
+    for t in np.random.default_rng(0).uniform(1e-6, 1.0, 2000).tolist() + [0.1, 0.2, 0.05, 1 / 3, 0.1234564]:
+        text = format_target(t)
+        assert float(text) >= t and len(text.lstrip("0.").replace(".", "").split("e")[0]) <= 6, (t, text)
+        assert float(text) - t <= 1e-5 * t, (t, text)
+    doc = triage_json()
+    doc["rule"]["target_risk"] = 0.1234564
+    _write(tmp_path, doc)
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    assert "0.123456<" not in text and "≤ 0.123457<" in text and "target risk <b>0.123457</b>" in text
+    assert "0.123456 " not in text

@@ -21,7 +21,7 @@ from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
-from ...product import ThresholdText, format_cell, format_level, format_score, separating_digits
+from ...product import ThresholdText, format_cell, format_level, format_score, format_target, separating_digits
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, calibration_risks
 from ..config import region_suffix
@@ -171,6 +171,26 @@ class ImageReference:
             med, scale = _location_scale(np.delete(s, i, axis=0))
             out[i] = float(np.max(np.abs(s[i] - med) / scale))
         return out
+
+    def z_text(self, z: Any) -> str:
+        """A robust z-score as the pages and the reasons write it: one decimal, never read across :attr:`z_max`.
+
+        Found by hostile testing: ``z=5.03`` was written ``5.0`` in the reason "image far from the calibration images
+        (mean z=5.0 > 5)" and in the triage page's column, beside an accepted case's ``4.97`` (also ``5.0``); the digits
+        that keep it on its own side of ``z_max`` are added (:func:`~monai_unc.product.format_cell`).
+
+        Args:
+            z: the z-score (None or non-finite: an en dash).
+
+        Returns:
+            The text.
+
+        Example:
+            >>> ref = ImageReference(("mean",), (0.0,), (1.0,), 10)
+            >>> ref.z_text(5.03), ref.z_text(4.97), ref.z_text(7.25), ref.z_text(None)
+            ('5.03', '4.97', '7.2', '–')
+        """
+        return format_cell(z, 1, self.z_max)
 
     def z_scores(self, stats: np.ndarray) -> np.ndarray:
         """Robust z-scores ``|x - median| / scale`` of ``stats``.
@@ -655,7 +675,8 @@ class ReferralRule:
         return (f"with probability at least {format_level(self.delta)} over the draw of the {self.n_calibration} "
                 f"calibration cases, the mean risk ({self.risk_definition}) of the new cases its threshold accepts "
                 "(a defined score at most the threshold; a case with an undefined score is referred, as it was "
-                f"counted in the certification) is at most {self.target_risk:g} (at most {self.target_risk:g} c / "
+                f"counted in the certification) is at most {format_target(self.target_risk)} (at most "
+                f"{format_target(self.target_risk)} c / "
                 "(c - eps) for those the range and image checks accept as well, when they refer a share eps of the "
                 "share c the threshold accepts), "
                 "provided the new cases are exchangeable with the calibration cases "
@@ -936,7 +957,7 @@ class ReferralRule:
                 elif v < rng[0] or v > rng[1]:
                     reasons.append(("outside_range", f"score {_range_text(v, rng)}"))
             if z is not None and ref is not None and np.isfinite(z[i]).all() and z[i].max() > ref.z_max:
-                far = [f"{n} z={zz:.1f}" for n, zz in zip(ref.features, z[i]) if zz > ref.z_max]
+                far = [f"{n} z={ref.z_text(zz)}" for n, zz in zip(ref.features, z[i]) if zz > ref.z_max]
                 reasons.append(("image_statistics", f"image far from the calibration images ({', '.join(far)} > "
                                 f"{ref.z_max:g})"))
             if self.feasible and math.isfinite(v) and not by_score[i]:
