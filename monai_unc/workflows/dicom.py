@@ -170,10 +170,17 @@ def algorithm_from_records(predictions: str | os.PathLike, case: str, layout: st
                          method=_text(settings.get("method")))
 
 
-def _segments(count: int, regions: bool, specs_file: str | os.PathLike | None) -> list[SegmentSpec]:
+def _segments(count: int, regions: bool, specs_file: str | os.PathLike | None,
+              named_classes: bool = False) -> list[SegmentSpec]:
+    """The segments of classes (regions) ``1..count``, and with ``named_classes`` the higher classes the file names.
+
+    ``named_classes``: ``count`` is the largest class of a case's label map, not the model's number of classes (no
+    probabilities say it): a case without the highest class (no enhancing tumour) keeps its segment, empty, where
+    the file's key was refused as no class of the segmentation (found by hostile testing).
+    """
     labels = list(range(1, count + 1))
     if specs_file is not None:
-        return read_segment_specs(specs_file, labels)
+        return read_segment_specs(specs_file, labels, named_classes=named_classes)
     return [default_segment(v, f"region {v}" if regions else None) for v in labels]
 
 
@@ -400,7 +407,7 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
     if not regions:
         _check_labels(seg[0], count, f"case {files.case_id}: segmentation {files.seg.name}",
                       None if probs is None else files.probs.name)
-    specs = _segments(count, regions, segments_file)
+    specs = _segments(count, regions, segments_file, named_classes=not regions and probs is None)
     if regions and segments_file is None and region_names and len(region_names) == count:
         specs = [default_segment(s.label, n) for s, n in zip(specs, region_names)]
     for old in folder.glob("*.dcm"):  # a rerun never mixes objects of two runs
