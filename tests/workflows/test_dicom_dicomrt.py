@@ -69,3 +69,24 @@ def test_a_segments_file_key_of_no_class_is_still_refused(tmp_path):
         path.write_text(json.dumps({"1": {"name": "a"}, key: {"name": "c"}}))
         with pytest.raises(ValueError, match=f"key '{key}' is not a class"):
             read_segment_specs(path, [1, 2], named_classes=True)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 0.5, 70000.0])
+def test_a_segmentation_of_no_class_values_is_one_line_naming_the_case(tmp_path, capsys, bad):
+    """Issue: a segmentation holding NaN failed with "cannot convert float NaN to integer", an infinite value with an
+    OverflowError traceback, a fractional one with "labels must hold integer class values": none named the case or
+    the file. A value above 65535 (a DICOM segment number) is refused too."""
+    from monai_unc.cli import main
+
+    pred, series = _cases(tmp_path, {"c0": 2})
+    path = pred / "c0_seg.nii.gz"
+    img = nib.load(path)
+    label = np.asarray(img.dataobj).astype(np.float32)
+    label[0, 0, 0] = bad
+    nib.save(nib.Nifti1Image(label, img.affine), path)
+    assert main(["dicom-export", "-p", str(pred), "--series", str(series), "-o", str(tmp_path / "out"),
+                 "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "case c0: segmentation c0_seg.nii.gz has 1 value(s) NaN, infinite, fractional or above 65535" in err, err
+    assert not list((tmp_path / "out").rglob("*.dcm"))
