@@ -170,10 +170,17 @@ def algorithm_from_records(predictions: str | os.PathLike, case: str, layout: st
                          method=_text(settings.get("method")))
 
 
-def _segments(count: int, regions: bool, specs_file: str | os.PathLike | None) -> list[SegmentSpec]:
+def _segments(count: int, regions: bool, specs_file: str | os.PathLike | None,
+              named_classes: bool = False) -> list[SegmentSpec]:
+    """The segments of classes (regions) ``1..count``, and with ``named_classes`` the higher classes the file names.
+
+    ``named_classes``: ``count`` is the largest class of a case's label map, not the model's number of classes (no
+    probabilities say it): a case without the highest class (no enhancing tumour) keeps its segment, empty, where
+    the file's key was refused as no class of the segmentation (found by hostile testing).
+    """
     labels = list(range(1, count + 1))
     if specs_file is not None:
-        return read_segment_specs(specs_file, labels)
+        return read_segment_specs(specs_file, labels, named_classes=named_classes)
     return [default_segment(v, f"region {v}" if regions else None) for v in labels]
 
 
@@ -305,6 +312,40 @@ def _check_values(values: np.ndarray, what: str, unit_interval: bool) -> None:
                         f"{'probabilities' if unit_interval else 'a Parametric Map'} cannot hold them")
 
 
+#: the largest class value of a segmentation: a segment's number is a DICOM US (16-bit unsigned)
+_MAX_CLASS = 2**16 - 1
+
+
+def _check_segmentation_values(seg: np.ndarray, regions: bool, what: str) -> None:
+    """Refuse a segmentation whose values are no class values (integers from 0 to 65535).
+
+    NaN, infinite, fractional or above 65535 (a DICOM SegmentNumber); for region masks (one channel per region) any
+    value but 0 and 1.
+
+    A probability map or an image given as the segmentation failed with ``cannot convert float NaN to integer``, an
+    ``OverflowError`` traceback (an infinite value) or ``labels must hold integer class values``, naming neither the
+    case nor the file (found by hostile testing).
+
+    Raises:
+        CaseError: one line naming ``what`` (the case and its file), how many values and one of them.
+    """
+    seg = np.asarray(seg)
+    if seg.dtype.kind == "b":
+        return
+    with np.errstate(invalid="ignore"):
+        if regions:
+            bad, kind = (seg != 0) & (seg != 1), "other than 0 and 1 (region masks)"
+        elif seg.dtype.kind == "f":
+            bad = ~np.isfinite(seg) | (seg != np.round(seg)) | (seg > _MAX_CLASS)
+            kind = f"NaN, infinite, fractional or above {_MAX_CLASS}"
+        else:
+            bad, kind = seg > _MAX_CLASS, f"above {_MAX_CLASS}"
+    count = int(np.count_nonzero(bad))
+    if count:
+        raise CaseError(f"{what} has {count} value(s) {kind} (e.g. {float(seg[bad].flat[0]):.6g}); a segmentation "
+                        "holds class values (integers, 0: background)")
+
+
 def _check_labels(labels: np.ndarray, count: int, what: str, probs_name: str | None) -> None:
     """Refuse a label map with a value that no segment takes (negative, or a class the probabilities lack).
 
@@ -385,6 +426,7 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
     seg, seg_affine = read_volume(files.seg)
     seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
     regions = seg.shape[0] > 1
+    _check_segmentation_values(seg, regions, f"case {files.case_id}: segmentation {files.seg.name}")
     probs = None
     if files.probs is not None and probabilities:
         p, p_affine = read_probabilities(files.probs)
@@ -400,7 +442,7 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
     if not regions:
         _check_labels(seg[0], count, f"case {files.case_id}: segmentation {files.seg.name}",
                       None if probs is None else files.probs.name)
-    specs = _segments(count, regions, segments_file)
+    specs = _segments(count, regions, segments_file, named_classes=not regions and probs is None)
     if regions and segments_file is None and region_names and len(region_names) == count:
         specs = [default_segment(s.label, n) for s, n in zip(specs, region_names)]
     for old in folder.glob("*.dcm"):  # a rerun never mixes objects of two runs

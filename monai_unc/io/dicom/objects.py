@@ -511,7 +511,12 @@ def _code(value: Any, where: str) -> Code:
     return Code(code_value, scheme, meaning)
 
 
-def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[SegmentSpec]:
+#: the largest class value a segment describes (SegmentNumber is a 16-bit unsigned integer)
+_MAX_SEGMENT_CLASS = 2**16 - 1
+
+
+def read_segment_specs(path: str | os.PathLike, labels: Sequence[int], *,
+                       named_classes: bool = False) -> list[SegmentSpec]:
     """Read the segment descriptions a user set, one per label of ``labels``.
 
     The file is JSON: ``{"<label>": {"name": "Grey matter", "category": ["SCT", "85756007", "Tissue"], "type":
@@ -522,15 +527,27 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[S
     Args:
         path: the JSON file.
         labels: the class values that get a segment (>= 1).
+        named_classes: the file names the model's classes, ``labels`` only those a label map shows: the classes
+            above the largest of ``labels`` up to the largest key of the file (a decimal integer, at most
+            65535) get a segment too, so that a case whose label map lacks the model's highest
+            class (no enhancing tumour) keeps every class of the file (an empty segment), where it was refused.
 
     Returns:
-        One :class:`SegmentSpec` per label, in the order of ``labels``.
+        One :class:`SegmentSpec` per label, in the order of ``labels`` (then the classes the file adds).
 
     Raises:
         ValueError: naming the file and the field: not JSON (UTF-8, a byte-order mark skipped), a key given twice in
-            one object, not an object, a key that is not one of ``labels``, a
+            one object, not an object, a key that is not one of ``labels`` (with ``named_classes``: not a class
+            value from 1 to 65535 either), a
             name that is empty, longer than 64 characters or holds a backslash or a control character, a malformed
             code.
+
+    Example:
+        >>> import json, tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = Path(d, "s.json").write_text(json.dumps({"1": {"name": "oedema"}, "3": {"name": "tumour"}}))
+        ...     [s.name for s in read_segment_specs(Path(d, "s.json"), [1, 2], named_classes=True)]
+        ['oedema', 'class 2', 'tumour']
     """
     path = Path(path)
     # strict JSON within limits (deep nesting, huge numbers and a key given twice are one line: json keeps the last
@@ -543,6 +560,11 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[S
     if not isinstance(doc, dict):
         raise ValueError(f"segments file {path}: must be a JSON object keyed by class value")
     wanted = {str(int(v)): int(v) for v in labels}
+    if named_classes:  # "3" (not "03", "+3", "³"): the key a class value has
+        named = [int(k) for k in doc if k.isascii() and k.isdecimal() and k == str(int(k))
+                 and 1 <= int(k) <= _MAX_SEGMENT_CLASS]
+        top = max([*wanted.values(), *named], default=0)
+        wanted.update({str(v): v for v in range(max(wanted.values(), default=0) + 1, top + 1)})
     specs = {v: default_segment(v) for v in wanted.values()}
     for key, entry in doc.items():
         if key not in wanted:
