@@ -204,13 +204,39 @@ class GroupStatus:
             raise ValueError(f"kind must be 'score' or 'image', got {kind!r}")
         return [i for i, c in enumerate(self.cases) if not math.isnan(c[field])]
 
+    def alarm_positions(self, kind: str) -> tuple[int, int] | None:
+        """The positions in :attr:`cases` of a martingale's alarm and of its estimated change point, or None.
+
+        The martingale runs over the cases with a defined value only (:meth:`martingale_positions`): its ``alarm``
+        and ``change_point`` count those, not the stream's cases.
+
+        Args:
+            kind: ``"score"`` or ``"image"``.
+
+        Returns:
+            ``(alarm, change)``, 0-based positions in :attr:`cases`; None without an alarm.
+
+        Example:
+            >>> from monai_unc.metrics.monitoring import score_martingale
+            >>> rows = tuple({"score": float("nan") if i < 3 else float(i > 30)} for i in range(60))
+            >>> m = score_martingale([c["score"] for c in rows[3:]], [0.0] * 20)
+            >>> g = GroupStatus("r", "A", rows, m, None, None, 0.1, 0.05)
+            >>> (m.alarm, m.change_point), g.alarm_positions("score")
+            ((46, 28), (49, 31))
+        """
+        positions = self.martingale_positions(kind)
+        m = self.score if kind == "score" else self.image
+        if m is None or m.alarm is None:
+            return None
+        return positions[m.alarm], positions[m.change_point or 0]
+
     def alarms(self) -> list[str]:
         """One line per alarm raised (empty when none)."""
         out = []
-        for name, m in (("score", self.score), ("image", self.image)):
-            if m is not None and m.alarm is not None:
-                stream = [self.cases[i] for i in self.martingale_positions(name)]
-                at, start = stream[m.alarm], stream[m.change_point or 0]
+        for name in ("score", "image"):
+            found = self.alarm_positions(name)
+            if found is not None:
+                at, start = self.cases[found[0]], self.cases[found[1]]
                 out.append(f"{name} distribution changed: martingale >= {1 / self.alpha:g} at case "
                            f"{at['case_id']!r} ({at['triaged_at']}), change estimated from case "
                            f"{start['case_id']!r} ({start['triaged_at']})")
