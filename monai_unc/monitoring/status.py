@@ -69,6 +69,8 @@ class GroupStatus:
             records no statistics of its calibration images (the stream's earlier cases only).
         pooled: whether this is the pooled stream of all the rule's sites (its ``site`` is :data:`ALL_SITES`).
         image_reference_size: the calibration images the image martingale ranked against (0: none).
+        score_reference_size: the rule's calibration scores the score martingale ranked against (0: none, the
+            stream's earlier cases only; None: not said).
     """
 
     rule_digest: str
@@ -82,6 +84,7 @@ class GroupStatus:
     image_against_calibration: bool = False
     pooled: bool = False
     image_reference_size: int = 0
+    score_reference_size: int | None = None
 
     @property
     def image_note(self) -> str | None:
@@ -102,6 +105,16 @@ class GroupStatus:
                 "statistics of its calibration images (certified before monai-unc recorded them), so it detects a "
                 "change within the stream, not a stream whose images differ from the calibration images from its "
                 "start; certify the rule again (monai-unc evaluate --target-risk --images) to test against them")
+
+    @property
+    def score_reference_note(self) -> str | None:
+        """That the score martingale had no calibration scores to rank against (the rule records none), or None."""
+        if self.score is None or self.score_reference_size != 0:
+            return None
+        return ("the score martingale ranks each case against the stream's earlier cases only: the rule records no "
+                "defined calibration scores (a rule certified by an earlier monai-unc), so it detects a change within "
+                "the stream, not a stream whose scores differ from the calibration cases' from its start; certify "
+                "the rule again (monai-unc evaluate --target-risk) to test against them")
 
     @property
     def n_undefined_scores(self) -> int:
@@ -339,7 +352,7 @@ def _group(rule_digest: str, site: str, cases: Sequence[Mapping[str, Any]], rule
     risk = risk_test(losses, target, alpha) if losses and target is not None else None
     return GroupStatus(rule_digest, site, tuple(cases), score, image, risk,
                        math.nan if target is None else float(target), alpha, image_reference is not None, pooled,
-                       0 if image_reference is None else len(image_reference))
+                       0 if image_reference is None else len(image_reference), len(rule["calibration_scores"]))
 
 
 def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mapping[str, Any]],
@@ -456,10 +469,12 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
         groups: :func:`monitor_status`'s streams.
 
     Returns:
-        The table's lines (fixed-width columns), one note per rule whose image alarm has no calibration images to
-        rank against or fewer than :data:`IMAGE_REFERENCE_MIN` (:attr:`GroupStatus.image_note`), one warning per
-        stream with cases without a defined score (:attr:`GroupStatus.score_note`), one note per site stream with
-        case ids triaged again with another model (:attr:`GroupStatus.retriage_note`), and one line per alarm.
+        The table's lines (fixed-width columns), one note per rule whose score alarm has no calibration scores to
+        rank against (:attr:`GroupStatus.score_reference_note`), one per rule whose image alarm has no calibration
+        images to rank against or fewer than :data:`IMAGE_REFERENCE_MIN` (:attr:`GroupStatus.image_note`), one
+        warning per stream with cases without a defined score (:attr:`GroupStatus.score_note`), one note per site
+        stream with case ids triaged again with another model (:attr:`GroupStatus.retriage_note`), and one line per
+        alarm.
     """
     head = ("rule", "site", "cases", "accepted", "recent", "score martingale", "image martingale", "audited",
             "risk (observed / lower bound / target)")
@@ -478,8 +493,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
                      _fmt_m(g.image), str(len(lab)), risk))
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]
-    notes = {g.rule_digest: g.image_note for g in groups if g.image_note is not None}
-    lines += [printable(f"note: rule {d.removeprefix('sha256:')[:12]}: {n}") for d, n in notes.items()]
+    notes = [(g.rule_digest, n) for g in groups for n in (g.score_reference_note, g.image_note) if n is not None]
+    lines += [printable(f"note: rule {d.removeprefix('sha256:')[:12]}: {n}") for d, n in dict.fromkeys(notes)]
     lines += [printable(f"warning: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.score_note}")
               for g in groups if g.score_note is not None]
     lines += [printable(f"note: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.retriage_note}")

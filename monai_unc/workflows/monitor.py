@@ -272,7 +272,8 @@ def store_status(
     lines = status_table(groups)
     if output is not None:
         doc = [{"rule": g.rule_digest, "site": g.site, "n_cases": g.n_cases, "acceptance_rate": g.acceptance_rate,
-                **_alarm_fields(g), "image_against_calibration": g.image_against_calibration,
+                **_alarm_fields(g), "score_against_calibration": g.score_reference_size != 0,
+                "image_against_calibration": g.image_against_calibration,
                 "n_retriaged": g.n_retriaged, "alarms": g.alarms()} for g in groups]
         atomic_write_json(output, json_safe({"alpha": alpha, "streams": doc}))
     return CommandResult(groups, True, Path.cwd(), tuple(lines), exit_status=int(any_alarm(groups)))

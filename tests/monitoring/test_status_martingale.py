@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
 
+from monai_unc.io.provenance import rule_digest
 from monai_unc.metrics.monitoring import score_martingale
-from monai_unc.workflows.monitor import record_triage, store_status
+from monai_unc.workflows.monitor import record_triage, store_status, write_dashboard
 
 from ._stream import make_rule, write_triage
 
@@ -75,3 +77,30 @@ def test_case_ids_that_name_a_subgroup_raise_no_false_score_alarm(tmp_path):
         stream = [np.array([c["score"] for c in r])[o] for r, o in zip(_two_scanner_runs(rng), order)]
         alarms += score_martingale(np.concatenate(stream), cal, seed=t).alarm is not None
     assert alarms / 400 <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 400)
+
+
+def test_a_rule_without_calibration_scores_says_its_score_alarm_ranks_the_stream_alone(tmp_path):
+    # a rule of an earlier monai-unc records no calibration record: the score martingale can only rank each case
+    # against the stream's earlier cases, so a stream 5 standard deviations off from its first case was "no alarm"
+    # without a word (the image alarm had a note for the same situation)
+    rng = np.random.default_rng(0)
+    rule = make_rule([])
+    del rule["calibration"]
+    rule["digest"] = rule_digest({k: v for k, v in rule.items() if k != "digest"})
+    write_triage(tmp_path / "run", rule, [{"case": f"c{i:03d}", "score": float(rng.normal() + 5)} for i in range(300)])
+    db = str(tmp_path / "m.db")
+    record_triage(db, tmp_path / "run", site="A", time="2026-01-01T00:00:00")
+    res = store_status(db, output=tmp_path / "s.json")
+    (g,) = res.value
+    assert g.score.alarm is None and g.score_reference_size == 0
+    assert g.score_reference_note is not None and "earlier cases only" in g.score_reference_note
+    assert any(line.startswith("note: rule") and "score martingale ranks each case" in line for line in res.lines)
+    assert json.loads((tmp_path / "s.json").read_text())["streams"][0]["score_against_calibration"] is False
+    page = html.unescape(write_dashboard(db, tmp_path / "d.html").value.read_text())
+    assert "Note: the score martingale ranks each case against the stream's earlier cases only" in page
+    # with calibration scores: no note
+    rule2 = make_rule(list(rng.normal(size=50)), tag="calibrated")
+    write_triage(tmp_path / "run2", rule2, [{"case": "x", "score": 0.1}])
+    record_triage(db, tmp_path / "run2", site="A", time="2026-01-02T00:00:00")
+    (g2,) = [g for g in store_status(db).value if g.rule_digest == rule2["digest"]]
+    assert g2.score_reference_size == 50 and g2.score_reference_note is None
