@@ -6,9 +6,11 @@ import html
 import json
 
 import numpy as np
+import pytest
 
 from monai_unc.io.provenance import rule_digest
 from monai_unc.metrics.monitoring import score_martingale
+from monai_unc.monitoring import monitor_status
 from monai_unc.workflows.monitor import record_triage, store_status, write_dashboard
 
 from ._stream import make_rule, write_triage
@@ -104,3 +106,11 @@ def test_a_rule_without_calibration_scores_says_its_score_alarm_ranks_the_stream
     record_triage(db, tmp_path / "run2", site="A", time="2026-01-02T00:00:00")
     (g2,) = [g for g in store_status(db).value if g.rule_digest == rule2["digest"]]
     assert g2.score_reference_size == 50 and g2.score_reference_note is None
+
+
+def test_monitor_status_takes_alpha_as_any_real_number():
+    # a numpy float32 alpha (0.05 read from an array) was refused as "must be a number in (0, 1), got 0.05"
+    assert monitor_status([], {}, np.float32(0.05)) == []
+    for bad in (True, np.bool_(True), float("nan"), 0, 1.0, "0.05"):
+        with pytest.raises(ValueError, match="alpha must be a number in"):
+            monitor_status([], {}, bad)
