@@ -63,6 +63,16 @@ def _check_alpha(alpha: float) -> float:
     return float(alpha)
 
 
+def _alarm_level(alpha: float) -> float:
+    """``log(1 / alpha)``, the level of ``log S_n`` that raises an alarm, lowered by a relative rounding allowance.
+
+    Written as ``-log(alpha)``: ``1 / alpha`` overflows to ``inf`` below ``alpha = 5.6e-309`` (no alarm ever). The
+    allowance is relative: an absolute ``1e-12`` made the level negative for ``alpha`` within ``1e-12`` of 1, where a
+    martingale at its start (``S_0 = 1``) raised an alarm and the risk bound read 1 after losses of 0.
+    """
+    return -math.log(alpha) * (1 - 1e-12)
+
+
 def _vector(x: object, name: str, allow_nan: bool = True) -> np.ndarray:
     if isinstance(x, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of numbers, got {type(x).__name__}")
@@ -205,7 +215,7 @@ def first_alarm(log_martingale: object, alpha: float) -> int | None:
     """
     a = _check_alpha(alpha)
     m = _vector(log_martingale, "log_martingale")
-    hit = np.flatnonzero(m >= math.log(1 / a) - 1e-12)
+    hit = np.flatnonzero(m >= _alarm_level(a))
     return int(hit[0]) if hit.size else None
 
 
@@ -406,7 +416,7 @@ def risk_lower_bound(losses: object, target: float, alpha: float, resolution: in
     keep = ~np.isnan(x)
     xs, lam = x[keep], risk_bets(x, target)[keep]
     grid = np.unique(np.concatenate([np.linspace(0.0, 1.0, resolution + 1), [float(target)]]))
-    level = math.log(1 / a) - 1e-12
+    level = _alarm_level(a)
     count = np.zeros(len(xs), dtype=np.int64)  # per n: how many grid points (from 0) are rejected
     block = max(1, 4_000_000 // max(len(xs), 1))
     for start in range(0, len(grid), block):

@@ -29,6 +29,7 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,8 @@ class GroupStatus:
             records no statistics of its calibration images (the stream's earlier cases only).
         pooled: whether this is the pooled stream of all the rule's sites (its ``site`` is :data:`ALL_SITES`).
         image_reference_size: the calibration images the image martingale ranked against (0: none).
+        score_reference_size: the rule's calibration scores the score martingale ranked against (0: none, the
+            stream's earlier cases only; None: not said).
     """
 
     rule_digest: str
@@ -82,6 +85,7 @@ class GroupStatus:
     image_against_calibration: bool = False
     pooled: bool = False
     image_reference_size: int = 0
+    score_reference_size: int | None = None
 
     @property
     def image_note(self) -> str | None:
@@ -102,6 +106,16 @@ class GroupStatus:
                 "statistics of its calibration images (certified before monai-unc recorded them), so it detects a "
                 "change within the stream, not a stream whose images differ from the calibration images from its "
                 "start; certify the rule again (monai-unc evaluate --target-risk --images) to test against them")
+
+    @property
+    def score_reference_note(self) -> str | None:
+        """That the score martingale had no calibration scores to rank against (the rule records none), or None."""
+        if self.score is None or self.score_reference_size != 0:
+            return None
+        return ("the score martingale ranks each case against the stream's earlier cases only: the rule records no "
+                "defined calibration scores (a rule certified by an earlier monai-unc), so it detects a change within "
+                "the stream, not a stream whose scores differ from the calibration cases' from its start; certify "
+                "the rule again (monai-unc evaluate --target-risk) to test against them")
 
     @property
     def n_undefined_scores(self) -> int:
@@ -204,13 +218,39 @@ class GroupStatus:
             raise ValueError(f"kind must be 'score' or 'image', got {kind!r}")
         return [i for i, c in enumerate(self.cases) if not math.isnan(c[field])]
 
+    def alarm_positions(self, kind: str) -> tuple[int, int] | None:
+        """The positions in :attr:`cases` of a martingale's alarm and of its estimated change point, or None.
+
+        The martingale runs over the cases with a defined value only (:meth:`martingale_positions`): its ``alarm``
+        and ``change_point`` count those, not the stream's cases.
+
+        Args:
+            kind: ``"score"`` or ``"image"``.
+
+        Returns:
+            ``(alarm, change)``, 0-based positions in :attr:`cases`; None without an alarm.
+
+        Example:
+            >>> from monai_unc.metrics.monitoring import score_martingale
+            >>> rows = tuple({"score": float("nan") if i < 3 else float(i > 30)} for i in range(60))
+            >>> m = score_martingale([c["score"] for c in rows[3:]], [0.0] * 20)
+            >>> g = GroupStatus("r", "A", rows, m, None, None, 0.1, 0.05)
+            >>> (m.alarm, m.change_point), g.alarm_positions("score")
+            ((46, 28), (49, 31))
+        """
+        positions = self.martingale_positions(kind)
+        m = self.score if kind == "score" else self.image
+        if m is None or m.alarm is None:
+            return None
+        return positions[m.alarm], positions[m.change_point or 0]
+
     def alarms(self) -> list[str]:
         """One line per alarm raised (empty when none)."""
         out = []
-        for name, m in (("score", self.score), ("image", self.image)):
-            if m is not None and m.alarm is not None:
-                stream = [self.cases[i] for i in self.martingale_positions(name)]
-                at, start = stream[m.alarm], stream[m.change_point or 0]
+        for name in ("score", "image"):
+            found = self.alarm_positions(name)
+            if found is not None:
+                at, start = self.cases[found[0]], self.cases[found[1]]
                 out.append(f"{name} distribution changed: martingale >= {1 / self.alpha:g} at case "
                            f"{at['case_id']!r} ({at['triaged_at']}), change estimated from case "
                            f"{start['case_id']!r} ({start['triaged_at']})")
@@ -314,7 +354,7 @@ def _group(rule_digest: str, site: str, cases: Sequence[Mapping[str, Any]], rule
     risk = risk_test(losses, target, alpha) if losses and target is not None else None
     return GroupStatus(rule_digest, site, tuple(cases), score, image, risk,
                        math.nan if target is None else float(target), alpha, image_reference is not None, pooled,
-                       0 if image_reference is None else len(image_reference))
+                       0 if image_reference is None else len(image_reference), len(rule["calibration_scores"]))
 
 
 def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mapping[str, Any]],
@@ -334,7 +374,7 @@ def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mappi
         ValueError: ``alpha`` outside ``(0, 1)``, or a rule whose ``image_reference`` is malformed
             (:func:`image_reference_scores`).
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+    if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, Real) or not 0 < alpha < 1:
         raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
     # the rows grouped by rule and site in one pass, each group in recording order (filtering them once per rule and
     # per site cost sites x cases: 2000 sites of a teleradiology service took 11 s for 10^5 cases, not 0.8 s)
@@ -448,10 +488,12 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
         groups: :func:`monitor_status`'s streams.
 
     Returns:
-        The table's lines (fixed-width columns), one note per rule whose image alarm has no calibration images to
-        rank against or fewer than :data:`IMAGE_REFERENCE_MIN` (:attr:`GroupStatus.image_note`), one warning per
-        stream with cases without a defined score (:attr:`GroupStatus.score_note`), one note per site stream with
-        case ids triaged again with another model (:attr:`GroupStatus.retriage_note`), and one line per alarm.
+        The table's lines (fixed-width columns), one note per rule whose score alarm has no calibration scores to
+        rank against (:attr:`GroupStatus.score_reference_note`), one per rule whose image alarm has no calibration
+        images to rank against or fewer than :data:`IMAGE_REFERENCE_MIN` (:attr:`GroupStatus.image_note`), one
+        warning per stream with cases without a defined score (:attr:`GroupStatus.score_note`), one note per site
+        stream with case ids triaged again with another model (:attr:`GroupStatus.retriage_note`), and one line per
+        alarm.
     """
     head = ("rule", "site", "cases", "accepted", "recent", "score martingale", "image martingale", "audited",
             "risk (observed / lower bound / target)")
@@ -470,8 +512,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
                      _fmt_m(g.image), str(len(lab)), risk))
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]
-    notes = {g.rule_digest: g.image_note for g in groups if g.image_note is not None}
-    lines += [printable(f"note: rule {d.removeprefix('sha256:')[:12]}: {n}") for d, n in notes.items()]
+    notes = [(g.rule_digest, n) for g in groups for n in (g.score_reference_note, g.image_note) if n is not None]
+    lines += [printable(f"note: rule {d.removeprefix('sha256:')[:12]}: {n}") for d, n in dict.fromkeys(notes)]
     lines += [printable(f"warning: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.score_note}")
               for g in groups if g.score_note is not None]
     lines += [printable(f"note: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.retriage_note}")

@@ -185,6 +185,23 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def _within_run_order(case_id: str) -> tuple[bytes, str]:
+    """The place of a case among the cases of its run in the stream: a SHA-256 of its id, not the id itself.
+
+    The cases of one run are triaged together, so their order carries no time; the alarms' guarantees need it to
+    carry nothing about the scores either (the score alarm's p-values are uniform only while the stream is
+    exchangeable). In case-id order, ids that name a subgroup (``GE_...`` before ``SIEMENS_...``, two scanners of a
+    site whose scores differ) put each run's cases in blocks: without any change, the score martingale raised a false
+    alarm in 52 % of simulated streams of 10 runs (alpha 0.05, scanners half a standard deviation apart), 100 % at one
+    standard deviation (found by hostile testing). A hash of the id is an order that no id pattern shows through.
+
+    Example:
+        >>> sorted(["GE_1", "GE_2", "SIEMENS_1", "SIEMENS_2"], key=_within_run_order)
+        ['GE_2', 'SIEMENS_2', 'SIEMENS_1', 'GE_1']
+    """
+    return hashlib.sha256(case_id.encode("utf-8", "surrogatepass")).digest(), case_id
+
+
 def _decision_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes a recorded case the same decision (NaN and None alike, floats as stored).
 
@@ -1129,8 +1146,10 @@ class MonitorStore:
                 (seq, source_digest, _now(), triaged_at, folder, digest, model_digest, len(rows)))
             cols = ", ".join(_CASE_COLUMNS)
             marks = ", ".join("?" * (len(_CASE_COLUMNS) + 1))
+            # the stream's order within the run (the audit digest above keeps case-id order: verify recomputes it so)
             self._executemany(f"INSERT INTO cases (run_id, {cols}) VALUES ({marks})",
-                              [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS)) for r in rows])
+                              [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS))
+                               for r in sorted(rows, key=lambda r: _within_run_order(r["case_id"]))])
         return run_id, True
 
     def _recorded_decisions(self, digest: str, case_ids: Sequence[str]) -> set[tuple[Any, ...]]:

@@ -243,11 +243,12 @@ def _stream_section(g: GroupStatus, calibration: Sequence[float]) -> Markup:
               else el("p", "no alarm", class_="ok"))
     charts = [c for c in (_martingale_chart(g), _risk_chart(g), _acceptance_chart(g), _score_chart(g, calibration))
               if c is not None]
+    score_reference = None if g.score_reference_note is None else el("p", f"Note: {g.score_reference_note}.")
     note = None if g.image_note is None else el("p", f"Note: {g.image_note}.")
     score_note = None if g.score_note is None else el("p", f"Warning: {g.score_note}.", class_="alarm")
     retriage = None if g.retriage_note is None else el("p", f"Note: {g.retriage_note}.")
-    return el("section", el("h2", f"{g.site} (rule {g.rule_digest.removeprefix('sha256:')[:12]})"), status, note,
-              score_note, retriage, el("div", *charts, class_="plots"), class_="stream")
+    return el("section", el("h2", f"{g.site} (rule {g.rule_digest.removeprefix('sha256:')[:12]})"), status,
+              score_reference, note, score_note, retriage, el("div", *charts, class_="plots"), class_="stream")
 
 
 def _overview(groups: Sequence[GroupStatus]) -> Markup:

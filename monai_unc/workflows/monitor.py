@@ -18,6 +18,7 @@ from typing import Any
 
 from ..io import atomic_write_json, check_utf8_name, check_writable_folder, json_safe, split_extension
 from ..monitoring import (
+    GroupStatus,
     MonitorStore,
     any_alarm,
     loss_of,
@@ -271,12 +272,32 @@ def store_status(
     lines = status_table(groups)
     if output is not None:
         doc = [{"rule": g.rule_digest, "site": g.site, "n_cases": g.n_cases, "acceptance_rate": g.acceptance_rate,
-                "score_alarm": None if g.score is None else g.score.alarm,
-                "image_alarm": None if g.image is None else g.image.alarm,
-                "image_against_calibration": g.image_against_calibration, "n_retriaged": g.n_retriaged,
-                "risk_alarm": None if g.risk is None else g.risk.alarm, "alarms": g.alarms()} for g in groups]
+                **_alarm_fields(g), "score_against_calibration": g.score_reference_size != 0,
+                "image_against_calibration": g.image_against_calibration,
+                "n_retriaged": g.n_retriaged, "alarms": g.alarms()} for g in groups]
         atomic_write_json(output, json_safe({"alpha": alpha, "streams": doc}))
     return CommandResult(groups, True, Path.cwd(), tuple(lines), exit_status=int(any_alarm(groups)))
+
+
+def _alarm_fields(g: GroupStatus) -> dict[str, Any]:
+    """The alarms of one stream for ``status --json``: where each was raised, as positions and case ids.
+
+    ``score_alarm`` / ``image_alarm`` (and ``*_change``, the estimated change point) are 0-based positions in the
+    stream's cases (those ``n_cases`` counts), not in the martingale's values, which skip the cases without a
+    defined value (found by hostile testing: with 40 undefined scores the alarm at the stream's case 106 read 66);
+    ``risk_alarm`` is the position among the audited accepted cases, in the order their labels arrived.
+    """
+    out: dict[str, Any] = {}
+    for kind in ("score", "image"):
+        found = g.alarm_positions(kind)
+        at, change = (None, None) if found is None else found
+        out[f"{kind}_alarm"], out[f"{kind}_change"] = at, change
+        out[f"{kind}_alarm_case"] = None if at is None else g.cases[at]["case_id"]
+        out[f"{kind}_change_case"] = None if change is None else g.cases[change]["case_id"]
+    risk = None if g.risk is None else g.risk.alarm
+    out["risk_alarm"] = risk
+    out["risk_alarm_case"] = None if risk is None else g.labelled_accepted[risk]["case_id"]
+    return out
 
 
 def verify_store(db: str | os.PathLike | None, *, expect_head: str | None = None) -> CommandResult[Any]:

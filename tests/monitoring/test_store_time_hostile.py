@@ -168,8 +168,9 @@ def _january_then_a_recertified_february(tmp_path):
     db = str(tmp_path / "m.db")
     write_triage(tmp_path / "jan", make_rule([0.1, 0.2, 0.3]), [{"case": "001", "score": 0.2}])
     workflow.record_triage(db, tmp_path / "jan", site="A", command=["test"])
-    write_triage(tmp_path / "feb", make_rule([0.1, 0.2, 0.3], tag="recertified"),
-                 [{"case": f"1{i:02d}", "score": 5.0 + i} for i in range(40)])  # far higher scores: an alarm
+    # far higher scores than the 50 calibration cases: an alarm (in any order of the run's cases)
+    write_triage(tmp_path / "feb", make_rule([i / 50 for i in range(50)], tag="recertified"),
+                 [{"case": f"1{i:02d}", "score": 5.0 + i} for i in range(40)])
     return db
 
 
