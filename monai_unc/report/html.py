@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import hashlib
 import json
 import os
 import re
@@ -100,6 +101,7 @@ from .viewer import VIEWER_CSS, case_viewer, viewer_scripts, viewer_section
 __all__ = [
     "Figure",
     "PAGE_CSS",
+    "REPORT_SOURCE_RECORD",
     "build_report",
     "cards",
     "case_overlays",
@@ -114,6 +116,7 @@ __all__ = [
     "region_display",
     "render_html",
     "reliability_figure",
+    "remove_stale_report",
     "score_formatter",
     "table",
     "threshold_text",
@@ -1012,7 +1015,72 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
     page = render_html(summary, rows, figures, case_figs, title=title,
                        source=f"evaluation: {evaluation.resolve()}", csv_text=csv_text(rows), viewers=viewers or (),
                        scripts=viewer_scripts(out_dir) if viewers else None, case_notes=case_notes)
-    return atomic_write_text(out_dir / "report.html", page)
+    written = atomic_write_text(out_dir / "report.html", page)
+    # after the page: a page without its record is kept by remove_stale_report, a record never vouches for an older page
+    atomic_write_json(out_dir / REPORT_SOURCE_RECORD, {"evaluation": str(evaluation.resolve()),
+                                                       "summary_sha256": _summary_digest(evaluation)})
+    return written
+
+
+#: the file beside ``report.html`` that records the evaluation (its folder and the digest of its ``summary.json``) the
+#: page was made from (:func:`remove_stale_report`)
+REPORT_SOURCE_RECORD = ".report_source.json"
+
+
+def _summary_digest(evaluation: Path) -> str | None:
+    """The SHA-256 of the evaluation's ``summary.json`` (None when it cannot be read: a failed or removed run)."""
+    try:
+        return hashlib.sha256((evaluation / "summary.json").read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def remove_stale_report(evaluation: str | os.PathLike, output: str | os.PathLike | None = None) -> Path | None:
+    """Remove the report page of an evaluation folder when the evaluation has changed since the page was made.
+
+    Found by hostile testing: ``monai-unc evaluate`` run again into a folder with another ``--budget`` left
+    ``<evaluation>/report/report.html`` saying "budget 20%" beside a ``summary.json`` of 50 %: a page of numbers the
+    evaluation no longer holds. ``evaluate`` calls this after every run. The page's record
+    (:data:`REPORT_SOURCE_RECORD`, written by :func:`build_report`) names the evaluation folder and the digest of the
+    ``summary.json`` it rendered; a page recorded for this folder whose ``summary.json`` now differs or is gone (a run
+    that failed) is removed with the figures it recorded. A page without a record (a user's own file, a page of an
+    earlier release) or one made from another evaluation folder is left alone.
+
+    Args:
+        evaluation: the evaluation folder.
+        output: the report folder (default ``<evaluation>/report``).
+
+    Returns:
+        The path of the removed page, or None when nothing was removed.
+
+    Example:
+        >>> import tempfile
+        >>> remove_stale_report(tempfile.mkdtemp()) is None  # no page there
+        True
+    """
+    evaluation = Path(evaluation)
+    out_dir = Path(output) if output is not None else evaluation / "report"
+    record = out_dir / REPORT_SOURCE_RECORD
+    try:  # a file a user may edit: only the two recorded strings are read, never a path to remove
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("evaluation") != str(evaluation.resolve()):
+        return None
+    page = out_dir / "report.html"
+    if data.get("summary_sha256") == _summary_digest(evaluation) or record.is_symlink():
+        return None
+    with output_lock(out_dir, "monai-unc evaluate"):  # not while a report is being written there
+        removed = page if page.is_file() and not page.is_symlink() else None
+        if removed is not None:
+            page.unlink()
+        fig_dir = out_dir / "figures"
+        if fig_dir.is_dir() and not fig_dir.is_symlink():
+            for name in sorted(_recorded_figures(fig_dir)):
+                (fig_dir / name).unlink(missing_ok=True)
+            (fig_dir / _FIGURES_RECORD).unlink(missing_ok=True)
+        record.unlink(missing_ok=True)
+    return removed
 
 
 #: the file in ``<report>/figures`` that lists the PNGs the page wrote there (removed by the next page)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from ..evaluation import CohortState, EvaluationConfig, run_evaluate
 from ..evaluation.products import implicit_products
 from ..product import format_cell, format_fraction, products_from_arguments
 from ..products.risk_control import risk_control_line as _risk_control_line
+from ..report.html import remove_stale_report
 from .prepare import prepare_evaluate
 from .session import WARNING_PREFIX, CommandResult, quiet_lines, run_command
 
@@ -41,7 +43,9 @@ def evaluate_command(
     Args:
         labels: folder of reference label maps.
         predictions: folder of predictions (``infer`` or nnU-Net outputs).
-        output: output folder (``metrics.csv``, ``summary.json``, ``state/``).
+        output: output folder (``metrics.csv``, ``summary.json``, ``state/``); a report page in
+            ``<output>/report`` made from an earlier evaluation of it is removed with a warning
+            (:func:`monai_unc.report.html.remove_stale_report`).
         config: the evaluation's options (:func:`monai_unc.workflows.prepare_evaluate`).
         dist: a rank context the caller holds (its group is left alone), or None: join the process group or
             create one from torchrun's environment, and destroy one created here at the end.
@@ -54,8 +58,17 @@ def evaluate_command(
         failed (rank 0 has printed which).
     """
     out = Path(output).resolve()
-    return run_command("evaluate", out, lambda ctx: run_evaluate(labels, predictions, output, config, dist=ctx,
-                                                                  **options), dist=dist)
+
+    def work(ctx: DistContext) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
+        try:
+            return run_evaluate(labels, predictions, output, config, dist=ctx, **options)
+        finally:  # the outputs changed (or were removed by a failed run): a page of the earlier ones goes too
+            page = remove_stale_report(out) if ctx.is_main else None
+            if page is not None:
+                warnings.warn(f"removed {page}: it showed an earlier evaluation of this folder; run monai-unc report "
+                              "again", UserWarning, stacklevel=2)
+
+    return run_command("evaluate", out, work, dist=dist)
 
 
 def evaluate_from_arguments(

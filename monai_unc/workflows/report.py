@@ -28,7 +28,7 @@ from ..io import (
     output_lock,
 )
 from ..io.signing import Trust
-from ..report.html import build_report
+from ..report.html import REPORT_SOURCE_RECORD, build_report
 from ..report.triage import build_triage_page
 from ..report.viewer import ASSET_DIR
 from .apply import apply_beside_triage, check_beside_triage, rules_from_options
@@ -41,7 +41,8 @@ __all__ = ["REPORT_WRITES", "check_overlay_count", "check_evaluation_folder", "r
 #: what a page writes beside itself: the viewer's scripts (:func:`monai_unc.report.viewer.viewer_scripts`)
 _PAGE_ASSET_WRITES = (ASSET_DIR, f"{ASSET_DIR}/*")
 #: what ``monai-unc report`` writes in its output folder (patterns of :func:`monai_unc.io.check_inputs_not_written`)
-REPORT_WRITES = ("report.html", "figures", "figures/*", *_PAGE_ASSET_WRITES, ".*.partial*")
+REPORT_WRITES = ("report.html", REPORT_SOURCE_RECORD, "figures", "figures/*", *_PAGE_ASSET_WRITES,
+                 ".*.partial*")
 
 
 def check_overlay_count(cases: Any) -> int:
