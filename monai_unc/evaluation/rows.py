@@ -44,6 +44,7 @@ __all__ = [
     "primary_measure",
     "check_class_count",
     "check_measure_options",
+    "first_class_count",
     "QU_BRATS_COLUMNS",
     "case_tasks",
     "unclaimed_case_labels",
@@ -433,6 +434,29 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig,
                                  "infer --measures)")
 
 
+def first_class_count(cases: Sequence[CaseFiles]) -> tuple[CaseFiles, int] | None:
+    """The first case with probabilities and their number of classes (channels), read once, for checks before the loop.
+
+    Args:
+        cases: the matched cases.
+
+    Returns:
+        ``(files, C)``, or None when no case has probabilities (segmentations alone) or the first one cannot be read
+        (left to the per-case loop, where that case fails alone with its own message).
+
+    Example:
+        >>> first_class_count([CaseFiles("c1", Path("l.nii.gz"), Path("c1_seg.nii.gz"), None, {}, None)]) is None
+        True
+    """
+    first = next((files for files in cases if files.probs is not None), None)
+    if first is None:
+        return None
+    try:
+        return first, int(read_probabilities(first.probs)[0].shape[0])
+    except (CaseError, OSError, ValueError):
+        return None
+
+
 def check_class_count(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
     """Refuse, before any case is evaluated, ``--num-classes`` / ``--class-names`` that the probabilities contradict.
 
@@ -462,13 +486,10 @@ probabilities, background included
     """
     if config.regions is not None or (config.num_classes is None and not config.class_names):
         return
-    first = next((files for files in cases if files.probs is not None), None)
-    if first is None:  # segmentations alone: num_classes is the only source of the count
+    found = first_class_count(cases)
+    if found is None:
         return
-    try:
-        n_cls = int(read_probabilities(first.probs)[0].shape[0])
-    except (CaseError, OSError, ValueError):
-        return  # an unreadable first case fails alone in the per-case loop, with its own message
+    first, n_cls = found
     if config.num_classes is not None and config.num_classes != n_cls:
         raise ValueError(f"--num-classes {config.num_classes}: case {first.case_id!r} has {n_cls} classes "
                          f"({first.probs.name}); give the number of classes of the probabilities, background included")

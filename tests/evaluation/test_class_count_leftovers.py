@@ -53,3 +53,41 @@ def test_check_class_count_leaves_unreadable_and_segmentation_only_cases_to_the_
     with pytest.raises(ValueError, match="--num-classes 3"):
         check_class_count(cases, EvaluationConfig(num_classes=3))
     assert np.all([c.probs is not None for c in cases])
+
+
+def _three_class_copy(src, dst):
+    """The cohort's predictions with the background split in two classes (3 channels) and their entropy maps."""
+    import nibabel as nib
+
+    dst.mkdir()
+    for f in sorted(src.glob("*_probs.nii.gz")):
+        img = nib.load(f)
+        a = np.asarray(img.dataobj).astype(np.float64)
+        b = np.concatenate([a[..., :1] / 2, a[..., :1] / 2, a[..., 1:]], axis=-1)
+        nib.save(nib.Nifti1Image(b.astype(np.float32), img.affine), dst / f.name)
+        h = -(b * np.log(np.clip(b, 1e-12, 1))).sum(-1)
+        nib.save(nib.Nifti1Image(h.astype(np.float32), img.affine),
+                 dst / f.name.replace("_probs", "_predictive_entropy"))
+        seg = f.name.replace("_probs", "_seg")
+        nib.save(nib.load(src / seg), dst / seg)
+
+
+def test_triage_refuses_predictions_of_another_class_count_before_the_first_case(tmp_path, capsys):
+    toy = write_toy_cohort(tmp_path / "toy", n_cases=8, shape=(10, 10, 10))
+    ev = tmp_path / "ev"
+    status = cli.main(["evaluate", "-l", str(toy["labels"]), "-p", str(toy["predictions"]), "-o", str(ev), "--quiet",
+                       "--target-risk", "0.5"])
+    assert status == 0 and (ev / "referral_rule.json").is_file(), capsys.readouterr().err
+    capsys.readouterr()
+    three = tmp_path / "three"
+    _three_class_copy(toy["predictions"], three)
+    out = tmp_path / "triage"
+    status = cli.main(["triage", "-p", str(three), "-r", str(ev / "referral_rule.json"), "-o", str(out), "--quiet",
+                       "--allow-unsigned", "--allow-mismatch"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "--allow-unsigned:" not in line]
+    assert status == 2 and len(err) == 1, err
+    assert "the rule is for 2 classes, but case 'toy000' has 3" in err[0]
+    assert not (out / "failures.json").exists()
+    # the rule's own predictions are triaged
+    assert cli.main(["triage", "-p", str(toy["predictions"]), "-r", str(ev / "referral_rule.json"), "-o",
+                     str(tmp_path / "ok"), "--quiet", "--allow-unsigned"]) == 0
