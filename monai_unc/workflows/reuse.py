@@ -255,7 +255,7 @@ def read_rule_settings(path: str | os.PathLike, trust: Trust | None = None) -> R
     Args:
         path: a rule file that ``monai-unc evaluate`` certified (``referral_rule.json``, a product's rule file).
         trust: the signatures accepted (``infer``'s ``--trusted-keys`` / ``--allow-unsigned``, checked as the
-            command applying the rule checks them: ``triage``, ``conformal``), or None (the signature is not
+            command that applies the rule checks them, e.g. ``triage``), or None (the signature is not
             checked: the Python API on a file the caller trusts).
 
     Returns:
