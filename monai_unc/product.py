@@ -907,18 +907,22 @@ class CohortProduct:
         return None
 
     @classmethod
-    def artifact_fingerprint(cls, path: Path) -> tuple[str, dict[str, Any]]:
+    def artifact_fingerprint(cls, path: Path, trust: Any = None) -> tuple[str, dict[str, Any]]:
         """The prediction fingerprint an artifact file of :attr:`artifact_format` recorded, read with its checks.
 
         Args:
             path: the artifact file (untrusted: read by the product's checked reader).
+            trust: a :class:`~monai_unc.io.signing.Trust`: the signature must verify as the apply command checks it
+                (``infer --settings-from`` passes the command's ``--trusted-keys`` / ``--allow-unsigned``), or None
+                (not checked).
 
         Returns:
             ``(source, fingerprint)``: a name of the file for messages (``"<kind> <path>"``) and the fingerprint
             (:func:`monai_unc.io.provenance.prediction_fingerprint`).
 
         Raises:
-            ValueError: a malformed file; NotImplementedError: the product's artifact records no fingerprint.
+            ValueError: a malformed file, or (with ``trust``) one whose signature does not verify;
+            NotImplementedError: the product's artifact records no fingerprint.
         """
         raise NotImplementedError(f"the {cls.name!r} product's artifact records no prediction fingerprint")
 

@@ -99,7 +99,7 @@ from .resume import (
     load_case_state,
     save_case_state,
 )
-from .rows import DERIVED_MEASURES, check_measure_options, region_histograms_of
+from .rows import DERIVED_MEASURES, check_class_count, check_measure_options, first_class_count, region_histograms_of
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
 from .triage import ReferralRule, certify_referral_rule, mismatch_fields, run_triage
 
@@ -134,7 +134,9 @@ __all__ = [
     "combined_score",
     "region_suffix",
     "primary_measure",
+    "check_class_count",
     "check_measure_options",
+    "first_class_count",
     "DERIVED_MEASURES",
     "QU_BRATS_COLUMNS",
     "evaluate_cases",

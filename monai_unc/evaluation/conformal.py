@@ -48,7 +48,7 @@ import torch
 from scipy import ndimage
 
 from .. import __version__
-from .._utils import check_probabilities, check_unit_interval, quantile_rank
+from .._utils import check_probabilities, check_text, check_unit_interval, quantile_rank
 from ..engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ..io import (
     LAYOUTS,
@@ -846,8 +846,7 @@ class ConformalRuleFile:
             if strata is not None and strata.region is not None and strata.region not in (regions or {}):
                 raise ValueError(f"field 'strata.region' is {_shown(strata.region)}, not one of the rules' regions "
                                  f"{_shown(list(regions or {}))}")
-            if not isinstance(d["created"], str):
-                raise ValueError(f"field 'created' must be a date string, got {_shown(d['created'])}")
+            check_text(d["created"], "field 'created'")  # a date: it reaches the outputs and the page
             return cls(rules, targets, None if d["delta"] is None else float(d["delta"]), dict(d["fingerprint"]),
                        [str(c) for c in d["calibration_cases"]], regions, d["created"], strata)
         except (KeyError, TypeError, AttributeError, ValueError) as e:

@@ -22,7 +22,7 @@ import torch
 
 from .._deprecation import REMOVAL
 from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
-from ..io import CaseError, CaseFiles, LoadedCase, save_nifti, save_region_maps
+from ..io import CaseError, CaseFiles, LoadedCase, read_probabilities, save_nifti, save_region_maps
 from ..keys import MEASURES
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
@@ -42,7 +42,9 @@ __all__ = [
     "derived_map_path",
     "write_derived_maps",
     "primary_measure",
+    "check_class_count",
     "check_measure_options",
+    "first_class_count",
     "QU_BRATS_COLUMNS",
     "case_tasks",
     "unclaimed_case_labels",
@@ -430,6 +432,71 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig,
                 raise ValueError(f"{option} {value!r}: case {files.case_id!r} has no map of {what} (its maps: "
                                  f"{names or 'none'}); choose one of them, or predict with that measure (monai-unc "
                                  "infer --measures)")
+
+
+def first_class_count(cases: Sequence[CaseFiles]) -> tuple[CaseFiles, int] | None:
+    """The first case with probabilities and their number of classes (channels), read once, for checks before the loop.
+
+    Args:
+        cases: the matched cases.
+
+    Returns:
+        ``(files, C)``, or None when no case has probabilities (segmentations alone) or the first one cannot be read
+        (left to the per-case loop, where that case fails alone with its own message).
+
+    Example:
+        >>> first_class_count([CaseFiles("c1", Path("l.nii.gz"), Path("c1_seg.nii.gz"), None, {}, None)]) is None
+        True
+    """
+    first = next((files for files in cases if files.probs is not None), None)
+    if first is None:
+        return None
+    try:
+        return first, int(read_probabilities(first.probs)[0].shape[0])
+    except (CaseError, OSError, ValueError):
+        return None
+
+
+def check_class_count(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
+    """Refuse, before any case is evaluated, ``--num-classes`` / ``--class-names`` that the probabilities contradict.
+
+    The class count of the first case with probabilities (read once) is compared with ``num_classes`` and the
+    number of ``class_names``. Found by hostile testing: a wrong count failed every case, each listed in
+    ``failures.json``, instead of one refusal. A first case that cannot be read is left to the per-case loop (it
+    fails alone there); region evaluations name their columns after the regions and are not checked here.
+
+    Args:
+        cases: the matched cases (:func:`~monai_unc.io.match_cases`).
+        config: the validated evaluation options (``num_classes``, ``class_names``, ``regions``).
+
+    Raises:
+        ValueError: one line naming the option, the case and its number of classes.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = np.savez(Path(d) / "c1.npz", probabilities=np.full((2, 2, 2, 2), 0.5, np.float32))
+        ...     files = CaseFiles("c1", Path(d) / "c1.nii.gz", None, Path(d) / "c1.npz", {}, None)
+        ...     check_class_count([files], EvaluationConfig(class_names=["background", "liver"]))
+        ...     check_class_count([files], EvaluationConfig(num_classes=3))
+        Traceback (most recent call last):
+        ...
+        ValueError: --num-classes 3: case 'c1' has 2 classes (c1.npz); give the number of classes of the \
+probabilities, background included
+    """
+    if config.regions is not None or (config.num_classes is None and not config.class_names):
+        return
+    found = first_class_count(cases)
+    if found is None:
+        return
+    first, n_cls = found
+    if config.num_classes is not None and config.num_classes != n_cls:
+        raise ValueError(f"--num-classes {config.num_classes}: case {first.case_id!r} has {n_cls} classes "
+                         f"({first.probs.name}); give the number of classes of the probabilities, background included")
+    if config.class_names and len(config.class_names) != n_cls:
+        raise ValueError(f"--class-names has {len(config.class_names)} names for the {n_cls} classes of case "
+                         f"{first.case_id!r} ({first.probs.name}): give one name per class, the background first "
+                         "(--class-names background liver tumour)")
 
 
 def combined_score(values: list[float]) -> float:

@@ -52,7 +52,7 @@ from .products import (
     write_case_files,
 )
 from .resume import CASES_DIR, case_cache, case_config_fingerprint, check_inputs_unchanged, input_signatures
-from .rows import check_measure_options, write_derived_maps
+from .rows import check_class_count, check_measure_options, write_derived_maps
 from .triage import prediction_regions, region_differences
 
 __all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "check_unclaimed_labels",
@@ -498,6 +498,7 @@ def _run_evaluate(
         # specific than --num-classes for segmentations alone, which a product needing probabilities cannot use
         check_products(cases, config, inputs)
         check_measure_options(cases, config)  # --measure / --score without maps: one refusal, not one per case
+        check_class_count(cases, config)  # --num-classes / --class-names against the probabilities, likewise
         check_recorded_regions(match_kwargs["predictions"], match_kwargs["layout"], config.regions)
         # compared at the end: another run that writes the predictions after these checks (found by hostile testing)
         listed["cases"], listed["inputs"] = cases, input_signatures(cases, match_kwargs["predictions"])

@@ -453,20 +453,21 @@ class ConformalMasks(CohortProduct):
         return conformal_masks(doc, case, nest=True)
 
     @classmethod
-    def artifact_fingerprint(cls, path: Path) -> tuple[str, dict[str, Any]]:
+    def artifact_fingerprint(cls, path: Path, trust: Any = None) -> tuple[str, dict[str, Any]]:
         """The prediction fingerprint ``conformal_rule.json`` recorded, read with its checks.
 
         :meth:`~monai_unc.evaluation.conformal.ConformalRuleFile.load`.
 
         Args:
             path: the rule file.
+            trust: the signature checked as ``conformal`` checks it (a :class:`~monai_unc.io.signing.Trust`), or None.
 
         Returns:
             ``("conformal rule <path>", fingerprint)``.
         """
         from ..evaluation.conformal import ConformalRuleFile
 
-        return f"conformal rule {path}", dict(ConformalRuleFile.load(path).fingerprint)
+        return f"conformal rule {path}", dict(ConformalRuleFile.load(path, trust).fingerprint)
 
     # -- the command: the rule applied to new cases -----------------------------------------------------------
     @classmethod

@@ -239,18 +239,19 @@ class RiskControl(CohortProduct):
         return rule.apply([row.get(rule.score, float("nan"))], stats)[0]
 
     @classmethod
-    def artifact_fingerprint(cls, path: Path) -> tuple[str, dict[str, Any]]:
+    def artifact_fingerprint(cls, path: Path, trust: Any = None) -> tuple[str, dict[str, Any]]:
         """The fingerprint ``referral_rule.json`` recorded (:meth:`~monai_unc.evaluation.triage.ReferralRule.load`).
 
         Args:
             path: the rule file.
+            trust: the signature checked as ``triage`` checks it (a :class:`~monai_unc.io.signing.Trust`), or None.
 
         Returns:
             ``("referral rule <path>", fingerprint)``.
         """
         from ..evaluation.triage import ReferralRule
 
-        return f"referral rule {path}", dict(ReferralRule.load(path).fingerprint)
+        return f"referral rule {path}", dict(ReferralRule.load(path, trust).fingerprint)
 
     @classmethod
     def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:

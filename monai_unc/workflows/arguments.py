@@ -236,7 +236,8 @@ def _add_infer(sub: Any) -> None:
                    help="predict with the settings a rule file of 'evaluate' (e.g. referral_rule.json) was "
                         "certified with (method, samples, roi, overlap, intensity, measures, activation, regions, "
                         "dropout, tta-noise, ratein-target); give the same model; an option given must agree with "
-                        "the rule")
+                        "the rule. Its signature is checked as triage checks it (--trusted-keys, --allow-unsigned)")
+    _add_trust_options(p, "with --settings-from: ")
     p.add_argument("--overwrite", action="store_true", help="recompute finished cases (and accept new settings)")
     d = p.add_argument_group("DICOM (the dicom extra; docs/dicom.md)")
     d.add_argument("--output-format", default="nifti", choices=("nifti", "both"),
@@ -470,13 +471,13 @@ def _add_triage(sub: Any) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 
-def _add_trust_options(p: argparse.ArgumentParser) -> None:
-    """``--trusted-keys`` and ``--allow-unsigned`` of the commands that apply a certified rule."""
+def _add_trust_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """``--trusted-keys`` and ``--allow-unsigned`` of the commands that apply or read a certified rule."""
     p.add_argument("--trusted-keys", action="append", default=[], metavar="PATH",
-                   help="a public key file (.pub) or a folder of them whose signatures are trusted, besides "
+                   help=prefix + "a public key file (.pub) or a folder of them whose signatures are trusted, besides "
                    "MONAI_UNC_TRUSTED_KEYS and the keys of your configuration folder (see docs/signing.md)")
     p.add_argument("--allow-unsigned", action="store_true",
-                   help="use a rule that is unsigned, signed by an untrusted key or of an older format: who "
+                   help=prefix + "use a rule that is unsigned, signed by an untrusted key or of an older format: who "
                    "certified it is then not checked (printed, recorded in the outputs and shown on the page)")
 
 

@@ -40,6 +40,7 @@ from ..io import ImageCase, check_case_ids, check_entry_kind, list_image_cases
 from ..keys import DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
+from .apply import trust_from_arguments
 from .arguments import EXPLICIT_OPTIONS
 from .factory import build_inferer, check_method_network
 from .infer import InferSettings, load_image_case, run_infer
@@ -418,7 +419,7 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         check_dicom_input(args.input, getattr(args, "uid_root", None))
     rule = None
     if getattr(args, "settings_from", None) is not None:  # the rule's settings where no option was given
-        rule = read_rule_settings(args.settings_from)
+        rule = read_rule_settings(args.settings_from, trust_from_arguments(args))  # the signature as triage checks it
         explicit = set(getattr(args, EXPLICIT_OPTIONS, ()))
         options = merge_rule_settings(rule, options, explicit)
     given = getattr(args, EXPLICIT_OPTIONS, None)

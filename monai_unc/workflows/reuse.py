@@ -31,6 +31,7 @@ from typing import Any
 from .._utils import is_finite_real, is_int
 from ..io import check_entry_kind
 from ..io.provenance import has_weight_digests, normalize_fingerprint, parse_untrusted_json, weight_differences
+from ..io.signing import Trust
 from ..keys import DEFAULT_RATEIN_TARGET, DEPRECATED_MEASURES, DROPOUT_TOKENS, MEASURES
 from ..product import registered_products
 from .options import METHOD_TOKENS, known_method_tokens, method_tokens
@@ -88,7 +89,7 @@ def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
     return ValueError(f"{source}: fingerprint field '{name}' must be {expected}, got {text}")
 
 
-def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any], bool]:
+def _load_fingerprint(path: Path, trust: Trust | None) -> tuple[str, dict[str, Any], bool]:
     """The source name, the prediction fingerprint and the probabilities flag of a product's rule file.
 
     The fingerprint is read by the product's checked reader; the flag says whether the rule is applied to
@@ -105,7 +106,11 @@ def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any], bool]:
     fmt = head.get("format") if isinstance(head, dict) else None
     readers = {cls.artifact_format: cls for cls in registered_products() if cls.artifact_format}
     if isinstance(fmt, str) and fmt in readers:
-        return (*readers[fmt].artifact_fingerprint(path), bool(readers[fmt].artifact_needs_probabilities))
+        # found by review: read without the signature check, an edited signed rule (its unkeyed digest recomputed)
+        # gave infer its settings while triage refused the file; checked with the trust triage would use
+        fingerprint = readers[fmt].artifact_fingerprint(path) if trust is None else \
+            readers[fmt].artifact_fingerprint(path, trust)
+        return (*fingerprint, bool(readers[fmt].artifact_needs_probabilities))
     kinds = ", ".join(f"{cls.artifact_file or cls.name + '.json'} ({f!r})" for f, cls in readers.items())
     raise ValueError(f"--settings-from {path}: not a rule file that monai-unc evaluate certifies: {kinds}")
 
@@ -244,21 +249,25 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
                         _model(source, fp.get("model")))
 
 
-def read_rule_settings(path: str | os.PathLike) -> RuleSettings:
+def read_rule_settings(path: str | os.PathLike, trust: Trust | None = None) -> RuleSettings:
     """The ``infer`` settings a rule file of evaluate was certified with.
 
     Args:
         path: a rule file that ``monai-unc evaluate`` certified (``referral_rule.json``, a product's rule file).
+        trust: the signatures accepted (``infer``'s ``--trusted-keys`` / ``--allow-unsigned``, checked as the
+            command that applies the rule checks them, e.g. ``triage``), or None (the signature is not
+            checked: the Python API on a file the caller trusts).
 
     Returns:
         The :class:`RuleSettings` (:func:`settings_of_fingerprint`).
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a verified rule (its reader's message), or its fingerprint has no valid
-            ``infer`` settings.
+        ValueError: the file is not a verified rule (its reader's message; with ``trust`` also a signature that
+            does not verify, a missing one or an untrusted key without ``allow_unsigned``), or its fingerprint has no
+            valid ``infer`` settings.
     """
-    source, fp, probabilities = _load_fingerprint(Path(path))
+    source, fp, probabilities = _load_fingerprint(Path(path), trust)
     return dataclasses.replace(settings_of_fingerprint(fp, source), needs_probabilities=probabilities)
 
 

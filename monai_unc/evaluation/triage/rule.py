@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ... import __version__
+from ..._utils import check_text
 from ...io import json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
@@ -1105,11 +1106,14 @@ class ReferralRule:
                 map_source=_field(sc, "map_source", f"{source}: score", str),
                 region=sc.get("region"),
                 num_classes=None if n_cls is None else _field(d, "num_classes", source, int),
-                class_names=None if names is None else tuple(str(n) for n in _field(d, "class_names", source, list)),
+                class_names=None if names is None else tuple(
+                    check_text(n, f"{source}: class_names[{i}]")
+                    for i, n in enumerate(_field(d, "class_names", source, list))),
                 image_reference=None if ref is None else ImageReference.from_json(ref, "image_reference"),
                 fingerprint=dict(fp),
-                created=str(d.get("created", "")),
-                version=str(d.get("monai_unc_version", "")),
+                # descriptive texts are untrusted too: they reach triage.json, the page and the monitoring store
+                created=check_text(d.get("created", ""), f"{source}: field 'created'"),
+                version=check_text(d.get("monai_unc_version", ""), f"{source}: field 'monai_unc_version'"),
                 regions=regions,
                 record=record,
             )

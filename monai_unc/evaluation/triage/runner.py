@@ -42,7 +42,7 @@ from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
 from ..products import command_output_markers
 from ..region_case import predicted_regions, region_score_columns
 from ..resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures
-from ..rows import case_expected_dice, derived_maps, write_derived_maps
+from ..rows import case_expected_dice, derived_maps, first_class_count, write_derived_maps
 from .images import IMAGE_FEATURES, image_statistics, read_image_channels
 from .rule import ReferralRule, as_float
 
@@ -498,6 +498,13 @@ def run_triage(
                                       cases=cases)
         got["check"] = check_prediction_fingerprint(the_rule.fingerprint, the_rule.regions, predictions, layout,
                                                     [f.case_id for f in found], uncertainty, allow_mismatch)
+        # found by hostile testing: predictions of another number of classes (with --allow-mismatch) failed every
+        # case, each listed in failures.json; no option makes them fit the rule, so one refusal before any case
+        counted = first_class_count(found) if the_rule.regions is None else None
+        if counted is not None and counted[1] != the_rule.num_classes:
+            raise ValueError(f"the rule is for {the_rule.num_classes} classes, but case {counted[0].case_id!r} has "
+                             f"{counted[1]} ({counted[0].probs.name}): triage the predictions of the model the rule "
+                             "was fitted on")
         got["rule"] = the_rule
         # compared at the end: another run that writes the predictions after these checks (found by hostile testing)
         got["cases"], got["inputs"] = found, input_signatures(found, predictions)
