@@ -12,6 +12,13 @@ channels are reduced by argmax) and ``label_key`` (``"label"``). A custom ``outp
 ``(uncertainty, pred, label)`` or an already packed ``(y_pred, y)`` with the uncertainty in channel 0 of
 ``y_pred``. Class probabilities in place of that packed ``y_pred`` (``from_engine(["pred", "label"])``, the habit of
 ``MeanDice``) raise a ``ValueError`` instead of being scored with ``p_0`` as the uncertainty map.
+
+The map is scored as it is. ``monai-unc evaluate`` divides entropies and mutual information by ``log C`` before
+BA-ECE and SPACE (:func:`monai_unc.evaluation.unit_scale`); an inferer's ``predictive_entropy`` in nats (built without
+``normalize=True``) gives these handlers another number than its ``ba_ece`` / ``space`` columns, without a warning
+for two classes (the map stays below ``log 2 < 1``). To get the command's numbers, store the map divided by
+``log C`` (or build the inferer with ``normalize=True``) and point ``uncertainty_key`` at it. BUC does not depend on
+the scale.
 """
 
 from __future__ import annotations
