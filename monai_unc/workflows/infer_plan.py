@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import is_finite_real
+from .._utils import check_integer, is_finite_real
 from ..engine import DistContext, read_dist_env, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
 from ..io import ImageCase, check_case_ids, check_entry_kind, list_image_cases
@@ -363,6 +363,25 @@ def prepare_infer(
     return InferPlan(cases, loaded, inferer, settings)
 
 
+def _set_threads(threads: int) -> None:
+    """``torch.set_num_threads`` for ``--threads``, at most the CPUs this process may use (with a warning).
+
+    Found by hostile testing: ``monai-unc infer --threads 100000`` crashed the process with a segmentation fault
+    (OpenMP could not create the threads: "libgomp: Thread creation failed"); threads beyond the CPUs only compete
+    for them.
+
+    Raises:
+        ValueError: ``threads`` is not a positive integer, naming ``--threads``.
+    """
+    threads = check_integer(threads, "--threads")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if threads > cpus:
+        warnings.warn(f"--threads {threads} is more than the {cpus} CPU(s) this process may use: using {cpus}",
+                      UserWarning, stacklevel=3)
+        threads = cpus
+    torch.set_num_threads(threads)
+
+
 def infer_command(
     input: str | os.PathLike,
     output: str | os.PathLike,
@@ -387,7 +406,7 @@ def infer_command(
         output: output folder (must not lie inside ``input``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ... (under torchrun ``"auto"`` takes the local
             rank's GPU).
-        threads: torch CPU threads (None: torch's default).
+        threads: torch CPU threads (None: torch's default; at most the CPUs the process may use, with a warning).
         overwrite: recompute finished cases (and accept new settings).
         progress: a progress bar on rank 0.
         dist: a rank context the caller holds (its group is left alone), or None: join the process group or
@@ -404,8 +423,8 @@ def infer_command(
     """
     out = check_infer_output(output, input, checkpoint=options.get("checkpoint"), network=options.get("network"),
                              bundle=options.get("bundle"), regions=options.get("regions"))
-    if threads:
-        torch.set_num_threads(threads)
+    if threads is not None:
+        _set_threads(threads)
     _, world, local_rank = read_dist_env()
     dev = resolve_device(device, world_size=world, local_rank=local_rank)
 
