@@ -484,7 +484,9 @@ def _one_line_warning(command: str) -> Callable[..., None]:
         ours = str(Path(filename).resolve()).startswith(package)
         if ours and issubclass(category, (UserWarning, DeprecationWarning)):
             text = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
-            print(f"monai-unc {command}: warning: {text}", file=sys.stderr, flush=True)
+            from ._utils import stderr_line  # torch: not at the command line's start
+
+            stderr_line(f"monai-unc {command}: warning: {text}")  # above a progress bar (a case's warning)
         else:
             original(message, category, filename, lineno, file, line)
 

@@ -27,6 +27,7 @@ __all__ = [
     "DROPOUT_TOKENS",
     "SAMPLES_TOKENS",
     "DEFAULT_RATEIN_TARGET",
+    "DEFAULT_OVERLAP",
     "method_tokens",
     "canonical_method",
 ]
@@ -164,6 +165,9 @@ SAMPLES_TOKENS: frozenset[str] = DROPOUT_TOKENS | {"ssn"}
 #: Rate-In's default target information loss (``--ratein-target``, ``RateInSource(target_loss=)``); under a method
 #: without ``ratein`` the option is unused, and a recorded value is compared as this one
 DEFAULT_RATEIN_TARGET: float = 0.1
+#: the sliding window's default overlap (``monai-unc infer --overlap``); without ``--roi`` no window slides and another
+#: value is refused
+DEFAULT_OVERLAP: float = 0.25
 
 
 def method_tokens(method: str) -> list[str]:

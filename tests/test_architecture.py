@@ -111,7 +111,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                         "monai_unc.workflows.prepare", "monai_unc.workflows.infer_plan",
                                         "monai_unc.workflows.report",
                                         "monai_unc.workflows.session", "monai_unc.workflows.triage",
-                                        "monai_unc.workflows.dicom")]
+                                        "monai_unc.workflows.dicom", "monai_unc._utils")]
         + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
                                                  "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate",
                                                  "monai_unc.temperature")],

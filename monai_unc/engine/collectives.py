@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .._utils import stderr_line
 from ..io import CaseError, atomic_write_json
 from ..metrics.calibration import ConfidenceHistogram
 from ..state import MergeableState, as_array, record_arrays
@@ -839,4 +840,4 @@ def print_failure(failure: CaseFailure, ctx: DistContext, prefix: str = "monai-u
         prefix: the line's prefix (the program or command).
     """
     where = f"{ctx.describe()}: " if ctx.distributed else ""
-    print(f"{prefix}: {where}case {failure.case!r} failed: {failure.error}", file=sys.stderr, flush=True)
+    stderr_line(f"{prefix}: {where}case {failure.case!r} failed: {failure.error}")  # above the progress bar

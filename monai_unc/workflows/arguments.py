@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..keys import DEFAULT_RATEIN_TARGET, LAYOUTS, MEASURES, canonical_measure, sample_batch_size_value
+from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, LAYOUTS, MEASURES, canonical_measure, sample_batch_size_value
 from ..product import command_products, registered_products
 
 __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
@@ -210,7 +210,8 @@ def _add_infer(sub: Any) -> None:
     r = p.add_argument_group("inference")
     r.add_argument("--roi", nargs="+", type=_positive_int, default=None, metavar="N",
                    help="sliding-window size (one value or one per axis); default: the whole image at once")
-    r.add_argument("--overlap", type=_fraction, default=0.25, help="sliding-window overlap (default 0.25)")
+    r.add_argument("--overlap", type=_fraction, default=DEFAULT_OVERLAP,
+                   help=f"sliding-window overlap (default {DEFAULT_OVERLAP:g}; needs --roi)")
     r.add_argument("--sw-batch-size", type=_positive_int, default=1, help="windows per forward pass (default 1)")
     r.add_argument("--intensity", default="auto", choices=("auto", "none", "max", "minmax", "zscore"),
                    help="intensity normalisation (auto: 'max' for --model example, else none)")

@@ -34,10 +34,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._utils import check_integer, is_finite_real
 from ..engine import DistContext, read_dist_env, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
 from ..io import ImageCase, check_case_ids, check_entry_kind, list_image_cases
-from ..keys import DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS
+from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
 from .apply import trust_from_arguments
@@ -132,6 +133,34 @@ def check_region_channels(
                          "least 2)")
 
 
+def _check_window_options(
+    roi: int | Sequence[int] | None, overlap: Any, sw_batch_size: int, rule: RuleSettings | None
+) -> None:
+    """Refuse ``--overlap`` (another than the default) and ``--sw-batch-size`` above 1 without ``--roi``.
+
+    Found by hostile testing: without ``--roi`` the whole image goes through the network at once, so both were
+    ignored without a word, while ``infer.json`` recorded the overlap and a resume compared it (the same command
+    without ``--overlap 0.5`` was refused as "different settings", or with ``--overwrite`` predicted every case again
+    to identical maps); an overlap out of [0, 1) or of another type was recorded as well.
+
+    A rule's own overlap (``--settings-from``) is accepted: an earlier version certified it without ``--roi``.
+
+    Raises:
+        ValueError: naming the option.
+    """
+    if not is_finite_real(overlap) or not 0 <= overlap < 1:
+        raise ValueError(f"--overlap must be a number in [0, 1), got {overlap!r}")
+    if roi is not None:
+        return
+    if overlap != DEFAULT_OVERLAP and not (rule is not None and rule.options.get("overlap") == overlap):
+        raise ValueError(f"--overlap {overlap:g} is the overlap of sliding windows, and without --roi the whole image "
+                         "goes through the network at once; add --roi, or drop --overlap")
+    if sw_batch_size != 1:
+        raise ValueError(f"--sw-batch-size {sw_batch_size} is the number of sliding windows per network call, and "
+                         "without --roi the whole image goes through the network at once; add --roi, or drop "
+                         "--sw-batch-size")
+
+
 def _check_distinct_members(checkpoints: Sequence[str], digests: Sequence[Mapping[str, str]]) -> None:
     """Refuse ensemble members given twice: the same ``--checkpoint`` file, or two files holding the same bytes.
 
@@ -175,7 +204,7 @@ def prepare_infer(
     write_probs: bool = True,
     save_samples: bool = False,
     roi: int | Sequence[int] | None = None,
-    overlap: float = 0.25,
+    overlap: float = DEFAULT_OVERLAP,
     sw_batch_size: int = 1,
     intensity: str = "auto",
     activation: str | None = "softmax",
@@ -213,8 +242,8 @@ def prepare_infer(
         save_samples: write ``<case>_samples``, one label map per sample (``--save-samples``; a sampling
             ``method``; with the bundle's preprocessing each sample is inverted onto the input grid).
         roi: sliding-window size (one size, or one per axis); None: the whole image at once.
-        overlap: sliding-window overlap in [0, 1).
-        sw_batch_size: windows per forward pass.
+        overlap: sliding-window overlap in [0, 1) (another than the default only with ``roi``).
+        sw_batch_size: windows per forward pass (more than 1 only with ``roi``).
         intensity: ``"auto"`` (the model's default: ``max`` for the example), ``none``, ``max``, ``minmax``,
             ``zscore``.
         activation: ``"softmax"``, ``"sigmoid"`` (region-based with several output channels) or ``"none"`` / None.
@@ -264,6 +293,7 @@ def prepare_infer(
                          "sigmoid")
     spec = read_region_spec(regions)
     roi = normalize_roi(roi)
+    _check_window_options(roi, overlap, sw_batch_size, rule)
     names = infer_measures(method, measures)
     device = resolve_device(device)
     cases = list_image_cases(input)
@@ -334,6 +364,25 @@ def prepare_infer(
     return InferPlan(cases, loaded, inferer, settings)
 
 
+def _set_threads(threads: int) -> None:
+    """``torch.set_num_threads`` for ``--threads``, at most the CPUs this process may use (with a warning).
+
+    Found by hostile testing: ``monai-unc infer --threads 100000`` crashed the process with a segmentation fault
+    (OpenMP could not create the threads: "libgomp: Thread creation failed"); threads beyond the CPUs only compete
+    for them.
+
+    Raises:
+        ValueError: ``threads`` is not a positive integer, naming ``--threads``.
+    """
+    threads = check_integer(threads, "--threads")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if threads > cpus:
+        warnings.warn(f"--threads {threads} is more than the {cpus} CPU(s) this process may use: using {cpus}",
+                      UserWarning, stacklevel=3)
+        threads = cpus
+    torch.set_num_threads(threads)
+
+
 def infer_command(
     input: str | os.PathLike,
     output: str | os.PathLike,
@@ -358,7 +407,7 @@ def infer_command(
         output: output folder (must not lie inside ``input``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ... (under torchrun ``"auto"`` takes the local
             rank's GPU).
-        threads: torch CPU threads (None: torch's default).
+        threads: torch CPU threads (None: torch's default; at most the CPUs the process may use, with a warning).
         overwrite: recompute finished cases (and accept new settings).
         progress: a progress bar on rank 0.
         dist: a rank context the caller holds (its group is left alone), or None: join the process group or
@@ -375,8 +424,8 @@ def infer_command(
     """
     out = check_infer_output(output, input, checkpoint=options.get("checkpoint"), network=options.get("network"),
                              bundle=options.get("bundle"), regions=options.get("regions"))
-    if threads:
-        torch.set_num_threads(threads)
+    if threads is not None:
+        _set_threads(threads)
     _, world, local_rank = read_dist_env()
     dev = resolve_device(device, world_size=world, local_rank=local_rank)
 

@@ -106,7 +106,18 @@ def resolve_device(device: str | torch.device = "auto", *, world_size: int = 1, 
         local_rank: this process's rank on its node.
 
     Returns:
-        The device. ``ValueError`` naming ``--device`` for an unknown name or CUDA asked for where none is available.
+        The device. ``ValueError`` naming ``--device`` for an unknown name, a device other than the CPU or a CUDA
+        GPU (found by hostile testing: ``--device mps`` ended in a traceback once the model was moved, ``--device
+        meta`` failed every case, each with an error naming no option), CUDA asked for where none is available, or
+        a GPU index the machine does not have.
+
+    Example:
+        >>> resolve_device("cpu")
+        device(type='cpu')
+        >>> resolve_device("meta")
+        Traceback (most recent call last):
+        ...
+        ValueError: --device meta: monai-unc runs on cpu, cuda or cuda:<index>, not meta
     """
     if isinstance(device, torch.device):
         dev, name = device, str(device)
@@ -119,8 +130,13 @@ def resolve_device(device: str | torch.device = "auto", *, world_size: int = 1, 
                 dev = torch.device(name)
             except RuntimeError:
                 raise ValueError(f"--device: unknown device {name!r}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {name}: monai-unc runs on cpu, cuda or cuda:<index>, not {dev.type}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but CUDA is not available")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        n = torch.cuda.device_count()
+        raise ValueError(f"--device {name}: this machine has {n} CUDA device(s), cuda:0 to cuda:{n - 1}")
     if world_size > 1 and dev.type == "cuda" and name in ("auto", "cuda"):
         dev = torch.device("cuda", local_rank % torch.cuda.device_count())  # one GPU per local rank
     return dev
