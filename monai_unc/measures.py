@@ -38,7 +38,15 @@ from collections.abc import Callable
 import torch
 
 from ._deprecation import REMOVAL
-from ._utils import ArrayLike, check_finite, check_probabilities, check_unit_interval, like_input, to_tensor
+from ._utils import (
+    ArrayLike,
+    check_bool,
+    check_finite,
+    check_probabilities,
+    check_unit_interval,
+    like_input,
+    to_tensor,
+)
 
 __all__ = [
     "binary_entropy",
@@ -168,6 +176,16 @@ def max_prob_uncertainty_t(mean: torch.Tensor, multilabel: bool) -> torch.Tensor
     return (1 - mean.amax(dim=1, keepdim=True)).clamp(0, 1 - 1 / mean.shape[1])
 
 
+def _check_flags(**flags: object) -> None:
+    """``TypeError`` naming the flag unless each is ``True`` or ``False`` (:func:`~monai_unc._utils.check_bool`).
+
+    Found by hostile testing: ``multilabel="False"`` (a truthy string, e.g. read from a config file) gave per-channel
+    binary entropies of softmax probabilities, ``normalize="no"`` entropies divided by ``log C``, without a word.
+    """
+    for name, value in flags.items():
+        check_bool(value, name)
+
+
 def _check(p: torch.Tensor, name: str, multilabel: bool, channel_dim: int = 1, min_ndim: int = 3) -> None:
     if multilabel:
         check_unit_interval(p, name, channel_dim=channel_dim, min_ndim=min_ndim)
@@ -199,6 +217,7 @@ def binary_entropy(probs: ArrayLike, normalize: bool = False, validate: bool = T
         >>> binary_entropy(p, normalize=True).round(4).tolist()
         [[[1.0, 0.469]], [[0.0808, 0.7219]]]
     """
+    _check_flags(normalize=normalize, validate=validate)
     p = to_tensor(probs, "probs")
     if validate:
         check_unit_interval(p, "probs")
@@ -229,13 +248,19 @@ def entropy(probs: ArrayLike, normalize: bool = False, validate: bool = True) ->
         >>> entropy(p, normalize=True).round(4).tolist()
         [[[1.0, 0.469]]]
     """
+    _check_flags(normalize=normalize, validate=validate)
     p = to_tensor(probs, "probs")
     if validate:
         check_probabilities(p, "probs")
     return like_input(_in_entropy_dtype(lambda q: _entropy_t(q, 1, normalize), p), probs)
 
 
-def _samples(samples: ArrayLike, validate: bool, multilabel: bool = False) -> torch.Tensor:
+def _samples(samples: ArrayLike, validate: bool, multilabel: bool = False, **flags: object) -> torch.Tensor:
+    """``samples`` as a checked ``(S, B, C, *spatial)`` tensor.
+
+    ``validate``, ``multilabel`` and ``flags`` (e.g. ``normalize``) must be ``True`` or ``False``.
+    """
+    _check_flags(validate=validate, multilabel=multilabel, **flags)
     s = to_tensor(samples, "samples")
     if s.ndim < 4:
         raise ValueError(
@@ -283,7 +308,7 @@ def predictive_entropy(
         >>> predictive_entropy(samples).round(4).tolist()  # two confident samples that disagree
         [[[0.6931]]]
     """
-    s = _samples(samples, validate, multilabel)
+    s = _samples(samples, validate, multilabel, normalize=normalize)
     return like_input(_in_entropy_dtype(lambda q: entropy_map_t(q.mean(0), 1, normalize, multilabel), s), samples)
 
 
@@ -311,7 +336,7 @@ def expected_entropy(
         >>> expected_entropy(samples).round(4).tolist()  # each sample alone is fairly sure
         [[[0.3251]]]
     """
-    s = _samples(samples, validate, multilabel)
+    s = _samples(samples, validate, multilabel, normalize=normalize)
     # the mean of entropies at most log C can round above it (15 uniform float32 classes: +2.4e-7): capped, as H is
     bound = 1.0 if normalize else math.log(2 if multilabel else s.shape[2])
     return like_input(
@@ -383,6 +408,7 @@ def mutual_information_from_entropies(
         >>> mutual_information_from_entropies(pe, ee)
         tensor([[[0.3680, 0.0000]]])
     """
+    _check_flags(validate=validate)
     if validate:
         pe, ee = to_tensor(pe, "pe"), to_tensor(ee, "ee")
         _check_same_shape(pe, ee, "pe", "ee")
@@ -430,7 +456,7 @@ def mutual_information(
         >>> mutual_information(samples).round(4).tolist()  # PE - EE = 0.6931 - 0.3251
         [[[0.3681]]]
     """
-    s = _samples(samples, validate, multilabel)
+    s = _samples(samples, validate, multilabel, normalize=normalize)
 
     def mi(q: torch.Tensor) -> torch.Tensor:
         pe = entropy_map_t(q.mean(0), 1, normalize, multilabel)
@@ -465,6 +491,7 @@ def one_minus_max_prob(probs: ArrayLike, validate: bool = True, multilabel: bool
         >>> one_minus_max_prob(np.array([[[0.3, 0.95]]]), multilabel=True).round(4).tolist()
         [[[0.3, 0.05]]]
     """
+    _check_flags(validate=validate, multilabel=multilabel)
     p = to_tensor(probs, "probs")
     if validate:
         _check(p, "probs", multilabel)
@@ -519,6 +546,7 @@ def variance_from_moments(
         >>> variance_from_moments(mean, mean_sq).round(decimals=4)
         tensor([[[0.1600]]])
     """
+    _check_flags(multilabel=multilabel, validate=validate)
     if validate:
         mean, mean_sq = to_tensor(mean, "mean"), to_tensor(mean_sq, "mean_sq")
         _check_same_shape(mean, mean_sq, "mean", "mean_sq")

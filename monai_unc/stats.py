@@ -81,9 +81,11 @@ from ._stats_kernels import backend as fused_backend
 from ._stats_kernels import value_flags as fused_value_flags
 from ._utils import (
     PROB_TOL,
+    check_bool,
     check_finite,
     check_probabilities,
     check_unit_interval,
+    is_real,
     probability_tolerance,
     to_tensor,
 )
@@ -302,8 +304,12 @@ def _check_finite_in_chunks(tensors: Mapping[str, torch.Tensor]) -> None:
 
 
 def _check_weight(weight: Any, name: str = "weight") -> float:
-    """A sample's weight as a float: ``TypeError`` for a non-number, ``ValueError`` unless positive and finite."""
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+    """A sample's weight as a float: ``TypeError`` for a non-number, ``ValueError`` unless positive and finite.
+
+    Python and numpy numbers (:func:`~monai_unc._utils.is_real`; found by hostile testing: a ``numpy.float32`` weight,
+    e.g. an element of a float32 array of ensemble weights, was refused as "not a positive number").
+    """
+    if not is_real(weight):
         raise TypeError(f"{name} must be a positive number, got {type(weight).__name__}")
     if not (weight > 0 and weight < float("inf")):
         raise ValueError(f"{name} must be positive and finite, got {weight}")
@@ -314,6 +320,8 @@ def _check_weights(weights: Sequence[float] | None, num_samples: int) -> list[fl
     """The weights of ``num_samples`` samples (None: 1 each), each checked by :func:`_check_weight`."""
     if weights is None:
         return [1.0] * num_samples
+    if getattr(weights, "ndim", None) == 1 and hasattr(weights, "tolist"):  # a numpy array or a tensor of weights
+        weights = weights.tolist()
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise TypeError(f"weights must be a sequence of {num_samples} positive numbers, got {type(weights).__name__}")
     if len(weights) != num_samples:
@@ -413,11 +421,13 @@ class SampleStats:
         # half-precision sums warn here too (they were silent: 3000 alternating samples summed in bfloat16 gave a
         # mean of 0.085 for 0.5); found by hostile testing
         check_accum_dtype(accum_dtype)
-        self.multilabel = bool(multilabel)
-        self.track_variance = bool(track_variance)
-        self.class_variance = bool(class_variance)
+        # True or False (found by hostile testing: multilabel="False", a truthy string, gave per-channel binary
+        # entropies of softmax samples without a word)
+        self.multilabel = check_bool(multilabel, "multilabel")
+        self.track_variance = check_bool(track_variance, "track_variance")
+        self.class_variance = check_bool(class_variance, "class_variance")
         self.accum_dtype = accum_dtype
-        self.validate = bool(validate)
+        self.validate = check_bool(validate, "validate")
         self.sum_w: float = 0.0
         self.num_updates: int = 0
         self.sum_p: torch.Tensor | None = None
@@ -469,7 +479,8 @@ class SampleStats:
                 ``(B, C, *spatial)`` (added one by one after all are checked).
             num_samples: ``k`` for a batch tensor (required then: a positive divisor of its first dimension); for a
                 sequence, None or its length.
-            weights: the ``k`` samples' weights (default 1 each), positive and finite.
+            weights: the ``k`` samples' weights (default 1 each), positive and finite numbers (a sequence, or a 1-D
+                numpy array or tensor).
 
         Returns:
             ``self``.
@@ -778,6 +789,7 @@ class SampleStats:
             raise TypeError(f"num_updates must be an integer or None, got {type(num_updates).__name__}")
         if num_updates is not None and num_updates < 0:
             raise ValueError(f"num_updates must be >= 0, got {num_updates}")
+        multilabel, inplace = check_bool(multilabel, "multilabel"), check_bool(inplace, "inplace")
         if mean_sq is not None and mean_sq_sum is not None:
             raise ValueError("give mean_sq or mean_sq_sum, not both")
         if mean_sq_sum is not None and multilabel:
@@ -916,7 +928,8 @@ class SampleStats:
         The formulas are those of :func:`derive_measures` (module docstring).
 
         Args:
-            keys: names of :class:`~monai_unc.keys.UncertaintyKeys` (default :meth:`available_keys`).
+            keys: names of :class:`~monai_unc.keys.UncertaintyKeys` (default :meth:`available_keys`); one name as a
+                string is that one measure.
             normalize: divide the entropies by ``log C`` (``log 2`` for ``multilabel``) so that they lie in [0, 1].
 
         Returns:
@@ -924,9 +937,13 @@ class SampleStats:
             (``(B, C, *spatial)`` for ``multilabel``), in the dtype of the first sample; entropies in nats.
 
         Raises:
+            TypeError: ``normalize`` is not ``True`` or ``False``.
             ValueError: an unknown key, ``samples``, ``variance`` without ``track_variance``, or no sample yet.
         """
         self._require()
+        check_bool(normalize, "normalize")
+        if isinstance(keys, str):  # one name (as the inferers take it), not its characters
+            keys = [keys]
         wanted = [K(k).value for k in (keys if keys is not None else self.available_keys())]
         if K.SAMPLES.value in wanted:
             raise ValueError("SampleStats does not keep samples; use an inferer with keep_samples=True")
@@ -1054,7 +1071,8 @@ def derive_measures(
 
     Args:
         moments: the per-voxel means, ``(B, *, *spatial)`` tensors of one spatial shape.
-        keys: the measures to derive (``pred`` and the names of :data:`ALL_MEASURES`, ``window_disagreement``).
+        keys: the measures to derive (``pred`` and the names of :data:`ALL_MEASURES`, ``window_disagreement``); one
+            name as a string is that one measure.
         normalize: divide the entropies by ``log C`` (``log 2`` for ``multilabel``).
         out_dtype: dtype of the maps (default: that of the moments), the dtype of the samples: PE is evaluated in
             their entropy precision (:func:`~monai_unc.measures.entropy_dtype` of ``out_dtype``, float32 for float32
@@ -1074,7 +1092,9 @@ def derive_measures(
     Raises:
         ValueError: ``moments["pred"]`` is empty (no voxel), an unknown key, or ``variance`` without a second moment.
     """
-    keys = [K(k).value for k in keys]
+    check_bool(normalize, "normalize")
+    check_bool(multilabel, "multilabel")
+    keys = [K(k).value for k in ([keys] if isinstance(keys, str) else keys)]
     mean = moments[K.PRED.value]
     if mean.numel() == 0:
         # found by hostile testing: no chunk was derived and the first key raised KeyError

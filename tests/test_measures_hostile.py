@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import monai_unc._stats_kernels as kernels
+from monai_unc import measures
 from monai_unc.measures import (
     binary_entropy,
     entropy,
@@ -18,7 +19,7 @@ from monai_unc.measures import (
     predictive_entropy,
     variance_from_moments,
 )
-from monai_unc.stats import SampleStats
+from monai_unc.stats import SampleStats, derive_measures
 
 
 def test_mutual_information_from_entropies_validates():
@@ -157,3 +158,53 @@ def test_one_minus_max_prob_stays_in_its_bounds_a_little_outside_the_unit_interv
     assert float(u.min()) >= 0 and float(u.max()) <= high
     m = SampleStats(multilabel=multilabel).update(p).measures(["one_minus_max_prob"])["one_minus_max_prob"]
     assert m.flatten().tolist() == pytest.approx(expected, abs=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# flags: True or False, never a truthy string
+# ---------------------------------------------------------------------------------------------------------------
+_S = torch.tensor([[[[0.9], [0.1]]], [[[0.2], [0.8]]]], dtype=torch.float64)  # (S=2, B=1, C=2, 1 voxel)
+
+
+@pytest.mark.parametrize("call, flag", [
+    (lambda v: measures.entropy(_S[0], normalize=v), "normalize"),
+    (lambda v: measures.entropy(_S[0], validate=v), "validate"),
+    (lambda v: measures.binary_entropy(_S[0], normalize=v), "normalize"),
+    (lambda v: measures.predictive_entropy(_S, multilabel=v), "multilabel"),
+    (lambda v: measures.predictive_entropy(_S, normalize=v), "normalize"),
+    (lambda v: measures.expected_entropy(_S, multilabel=v), "multilabel"),
+    (lambda v: measures.mutual_information(_S, multilabel=v), "multilabel"),
+    (lambda v: measures.mutual_information(_S, normalize=v), "normalize"),
+    (lambda v: measures.variance(_S, multilabel=v), "multilabel"),
+    (lambda v: measures.one_minus_max_prob(_S[0], multilabel=v), "multilabel"),
+    (lambda v: measures.variance_from_moments(_S[0], _S[0] ** 2, multilabel=v), "multilabel"),
+    (lambda v: measures.mutual_information_from_entropies(_S[0, :, :1], _S[0, :, :1], validate=v), "validate"),
+    (lambda v: SampleStats(multilabel=v), "multilabel"),
+    (lambda v: SampleStats(track_variance=v), "track_variance"),
+    (lambda v: SampleStats(class_variance=v), "class_variance"),
+    (lambda v: SampleStats(validate=v), "validate"),
+    (lambda v: SampleStats().update(_S[0]).measures(normalize=v), "normalize"),
+    (lambda v: SampleStats.from_moments(_S[0], _S[0, :, :1] if v is False else _S[0], multilabel=v), "multilabel"),
+    (lambda v: derive_measures(SampleStats().update(_S[0]).moments(), ["mutual_information"], multilabel=v),
+     "multilabel"),
+    (lambda v: derive_measures(SampleStats().update(_S[0]).moments(), ["mutual_information"], normalize=v),
+     "normalize"),
+])
+def test_flags_must_be_true_or_false(call, flag):
+    """Found by hostile testing: ``multilabel="False"`` (a truthy string, e.g. read from a config file) gave
+    per-channel binary entropies of two-class softmax samples, ``(B, C, *spatial)`` maps, and ``normalize="False"``
+    entropies divided by ``log C``, without a word. Both booleans, and numpy booleans, pass."""
+    with pytest.raises(TypeError, match=f"{flag} must be True or False"):
+        call("False")
+    call(False)
+    call(np.bool_(True))
+
+
+def test_measures_read_one_key_given_as_a_string():
+    """``SampleStats.measures(keys="variance")`` iterated the name's characters and raised "'v' is not a valid
+    UncertaintyKeys"; one name is that one measure, as the inferers take it."""
+    stats = SampleStats().update(_S[0].float()).update(_S[1].float())
+    assert list(stats.measures(keys="variance")) == ["variance"]
+    torch.testing.assert_close(stats.measures(keys="variance")["variance"].double(), measures.variance(_S),
+                               atol=1e-7, rtol=0)
+    assert list(derive_measures(stats.moments(), "mutual_information")) == ["mutual_information"]

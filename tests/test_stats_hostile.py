@@ -211,3 +211,22 @@ def test_streamed_variance_is_within_its_stated_absolute_bound(class_variance):
         bound = _variance_bound(n, 2, torch.float64) + torch.finfo(torch.float32).eps * ref  # + the output's rounding
         assert (err <= bound).all(), float((err / bound).max())
         assert err.max() > 1e-17  # the bound is not vacuous here: the cancellation is real, and within it
+
+
+def test_numpy_weights_are_numbers():
+    """Found by hostile testing: ``update(p, weight=np.float32(2))`` raised "weight must be a positive number, got
+    float32" (a float64 passed, being a Python float), and the weights of ``update_many`` could not be a numpy array
+    (e.g. ensemble weights read as float32). They give the weighted mean of a brute-force float64 reference."""
+    p = torch.tensor([[[0.9], [0.1]], [[0.2], [0.8]]], dtype=torch.float64)  # two samples (2 * B, C=2, 1 voxel)
+    w = np.array([3.0, 1.0], dtype=np.float32)
+    expected = (3.0 * p[0] + 1.0 * p[1]) / 4.0
+    one = SampleStats().update(p[:1], weight=w[0]).update(p[1:], weight=w[1])
+    many = SampleStats().update_many(p, num_samples=2, weights=w)
+    seq = SampleStats().update_many([p[:1], p[1:]], weights=torch.from_numpy(w))
+    for stats in (one, many, seq):
+        assert stats.count == 4.0
+        torch.testing.assert_close(stats.mean[0], expected, rtol=0, atol=1e-15)
+    for bad, error in ((np.float32("nan"), ValueError), (np.float64(-1.0), ValueError), (np.bool_(True), TypeError),
+                       ("2", TypeError)):
+        with pytest.raises(error, match="weight"):
+            SampleStats().update(p[:1], weight=bad)
