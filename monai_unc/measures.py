@@ -11,7 +11,9 @@ The decomposition (ValUES, Sec. 3 / eq. 1; RETINA, Band et al.) is
     MI(x)  = PE(x) - EE(x) >= 0                  mutual information, epistemic part
 
 with ``H(p) = -sum_c p_c log p_c`` and ``0 log 0 = 0``. MI is non-negative by Jensen's inequality; the
-difference of two floating-point entropies can fall a few ulps below zero, so it is clamped at 0.
+difference of two floating-point entropies can fall a few ulps below zero, so it is clamped at 0. Means over the
+samples (of the probabilities for PE, of the entropies for EE) are summed in float64, so identical samples give PE
+equal to EE bit for bit and MI = 0 exactly, as the streamed :class:`~monai_unc.stats.SampleStats` do.
 
 Multi-label (region-based) models, ``multilabel=True``: each of the ``C >= 1`` channels is an independent
 Bernoulli variable with foreground probability ``p_c`` (a sigmoid per channel, e.g. the BraTS regions WT/TC/ET;
@@ -273,6 +275,22 @@ def _samples(samples: ArrayLike, validate: bool, multilabel: bool = False, **fla
     return s
 
 
+def _sample_mean(q: torch.Tensor) -> torch.Tensor:
+    """The mean over the samples (dim 0) of ``q``, summed in float64 sample by sample, returned in ``q``'s dtype.
+
+    The one mean over samples of the sample measures (the mean probabilities of PE, the mean entropy of EE). Summed in
+    float32, the mean of identical samples was not their value (``(x + x + x) / 3`` rounds), so PE and EE of one
+    deterministic network's identical float32 samples differed by a rounding and MI was 1e-7 to 3e-7 nats of speckle
+    where :class:`~monai_unc.stats.SampleStats` (float64 sums) gives 0 exactly; found by hostile testing. A float64
+    sum of fewer than ``2**29`` copies of a float32 value is exact, so the mean of identical samples is their value.
+    The memory is one float64 sample (no float64 copy of all samples).
+    """
+    acc = q[0].to(torch.promote_types(q.dtype, torch.float64), copy=True)
+    for x in q[1:]:
+        acc.add_(x)
+    return acc.div_(q.shape[0]).to(q.dtype)
+
+
 def _in_entropy_dtype(f: Callable[[torch.Tensor], torch.Tensor], p: torch.Tensor) -> torch.Tensor:
     """``f(p)`` evaluated in :func:`entropy_dtype` of ``p`` (float32 for half precision), returned in ``p``'s dtype.
 
@@ -309,7 +327,7 @@ def predictive_entropy(
         [[[0.6931]]]
     """
     s = _samples(samples, validate, multilabel, normalize=normalize)
-    return like_input(_in_entropy_dtype(lambda q: entropy_map_t(q.mean(0), 1, normalize, multilabel), s), samples)
+    return like_input(_in_entropy_dtype(lambda q: entropy_map_t(_sample_mean(q), 1, normalize, multilabel), s), samples)
 
 
 def expected_entropy(
@@ -340,7 +358,8 @@ def expected_entropy(
     # the mean of entropies at most log C can round above it (15 uniform float32 classes: +2.4e-7): capped, as H is
     bound = 1.0 if normalize else math.log(2 if multilabel else s.shape[2])
     return like_input(
-        _in_entropy_dtype(lambda q: entropy_map_t(q, 2, normalize, multilabel).mean(0).clamp_max(bound), s), samples
+        _in_entropy_dtype(lambda q: _sample_mean(entropy_map_t(q, 2, normalize, multilabel)).clamp_max(bound), s),
+        samples,
     )
 
 
@@ -459,8 +478,8 @@ def mutual_information(
     s = _samples(samples, validate, multilabel, normalize=normalize)
 
     def mi(q: torch.Tensor) -> torch.Tensor:
-        pe = entropy_map_t(q.mean(0), 1, normalize, multilabel)
-        ee = entropy_map_t(q, 2, normalize, multilabel).mean(0)
+        pe = entropy_map_t(_sample_mean(q), 1, normalize, multilabel)
+        ee = _sample_mean(entropy_map_t(q, 2, normalize, multilabel))
         return mutual_information_from_entropies(pe, ee, validate=False)
 
     return like_input(_in_entropy_dtype(mi, s), samples)
