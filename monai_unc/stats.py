@@ -113,6 +113,7 @@ __all__ = [
     "accumulation_error_bound",
     "spatial_chunks",
     "derive_measures",
+    "check_moments",
     "window_disagreement_from_stitched",
     "add_squares",
     "WD_RTOL",
@@ -742,6 +743,7 @@ class SampleStats:
         multilabel: bool = False,
         mean_sq_sum: torch.Tensor | None = None,
         inplace: bool = False,
+        validate: bool = True,
     ) -> SampleStats:
         """Rebuild statistics from per-voxel means (e.g. after sliding-window stitching).
 
@@ -763,6 +765,10 @@ class SampleStats:
             multilabel: the channels are independent Bernoulli variables.
             mean_sq_sum: instead of ``mean_sq``, the mean of ``sum_c p_c^2`` ``(B, 1, *spatial)``.
             inplace: reuse the given tensors where possible (above).
+            validate: check that the moments are those of probabilities (:func:`check_moments`): ``mean`` class
+                probabilities (in [0, 1] for ``multilabel``), ``mean_entropy`` in ``[0, log C]`` nats (``[0, log 2]``
+                per channel), ``mean^2 <= mean_sq <= mean`` (``sum_c mean_c^2 <= mean_sq_sum <= 1``), each up to
+                rounding. The shapes, devices and finiteness are checked either way.
 
         Returns:
             The statistics; their sums are the means times ``count``.
@@ -772,7 +778,8 @@ class SampleStats:
                 array.
             ValueError: ``count`` is not positive and finite, ``num_updates`` is negative, both ``mean_sq`` and
                 ``mean_sq_sum`` are given (or ``mean_sq_sum`` with ``multilabel``), a moment has another shape than
-                the one above or another device than ``mean``, or holds NaN / inf (each error names the argument).
+                the one above or another device than ``mean``, or holds NaN / inf, or (``validate``) values no
+                probabilities give (each error names the argument).
 
         Example:
             >>> s = SampleStats.from_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[0.5]]]), count=3.0)
@@ -815,6 +822,8 @@ class SampleStats:
                 raise ValueError(f"{name} is on {t.device}, mean on {mean.device}")
         _check_finite_in_chunks(given)
         mean_entropy, mean_sq, mean_sq_sum = (given.get(k) for k in ("mean_entropy", "mean_sq", "mean_sq_sum"))
+        if check_bool(validate, "validate"):
+            check_moments(mean, mean_entropy, mean_sq, mean_sq_sum, multilabel)
         stats = cls(
             track_variance=mean_sq is not None or mean_sq_sum is not None,
             accum_dtype=torch.promote_types(mean.dtype, torch.float32),
@@ -1047,6 +1056,57 @@ class SampleStats:
             f"SampleStats(count={self.sum_w:g}, shape={shape}, track_variance={self.track_variance}, "
             f"multilabel={self.multilabel})"
         )
+
+
+def check_moments(
+    mean: torch.Tensor,
+    mean_entropy: torch.Tensor,
+    mean_sq: torch.Tensor | None = None,
+    mean_sq_sum: torch.Tensor | None = None,
+    multilabel: bool = False,
+) -> None:
+    """``ValueError`` naming the moment unless the per-voxel means are those of probability samples, up to rounding.
+
+    Found by hostile testing: :meth:`SampleStats.from_moments` took any finite moments, and a negative
+    ``mean_entropy`` gave an EE of -0.5 and an MI of 1.11 nats above PE (0.61), a ``mean_entropy`` in bits or summed
+    instead of averaged (2.0 for two classes) was capped at log 2 with MI = 0, a ``mean`` of (1.5, -0.5) gave PE = 0,
+    and a ``mean_sq`` above ``mean`` a variance of 0.61 (at most 0.25 for probabilities), all without a word.
+
+    Args:
+        mean: ``(B, C, *spatial)`` mean probabilities: class probabilities summing to 1
+            (:func:`~monai_unc._utils.check_probabilities`), or values in [0, 1] for ``multilabel``.
+        mean_entropy: the mean per-sample entropy, in ``[0, log C]`` nats (``[0, log 2]`` per channel for
+            ``multilabel``) up to ``1e-4 + 4 eps (1 + log C)``.
+        mean_sq: the per-class second moment, ``mean^2 <= mean_sq <= mean`` up to rounding
+            (:func:`~monai_unc.measures.variance_from_moments`' check), or None.
+        mean_sq_sum: the one-channel second moment ``E[sum_c p_c^2]``, ``sum_c mean_c^2 <= mean_sq_sum <= 1`` up to
+            the same rounding, or None.
+        multilabel: the channels are independent Bernoulli probabilities.
+
+    Example:
+        >>> check_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[0.5]]]))
+        >>> check_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[-0.5]]]))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: mean_entropy must lie in [0, log C] = [0, 0.6931] nats ..., got values in [-0.5, -0.5]
+    """
+    (check_unit_interval if multilabel else check_probabilities)(mean, "mean")
+    h = mean_entropy.detach()
+    log_c = math.log(2 if multilabel else mean.shape[1])
+    tol = 1e-4 + 4 * torch.finfo(h.dtype).eps * (1 + log_c)
+    lo, hi = (float(v) for v in torch.aminmax(h))
+    if lo < -tol or hi > log_c + tol:
+        raise ValueError(f"mean_entropy must lie in [0, log C] = [0, {log_c:.4g}] nats (the mean entropy of the "
+                         f"samples), got values in [{lo:.4g}, {hi:.4g}]")
+    if mean_sq is not None:
+        variance_from_moments(mean, mean_sq, multilabel, validate=True)
+    if mean_sq_sum is not None:
+        sq = (mean.detach().double() ** 2).sum(dim=1, keepdim=True)
+        tol_sq = 1e-4 + 4 * max(torch.finfo(t.dtype).eps for t in (mean, mean_sq_sum)) * 2
+        dev = torch.maximum(sq - mean_sq_sum.detach().double(), mean_sq_sum.detach().double() - 1)
+        if bool((dev > tol_sq).any()):
+            raise ValueError("mean_sq_sum must lie between sum_c mean_c^2 and 1 (the mean of sum_c p_c^2 of the "
+                             f"samples of mean), got values up to {float(dev.max()):.4g} outside")
 
 
 def derive_measures(

@@ -230,3 +230,44 @@ def test_numpy_weights_are_numbers():
                        ("2", TypeError)):
         with pytest.raises(error, match="weight"):
             SampleStats().update(p[:1], weight=bad)
+
+
+_M = torch.tensor([[[0.7], [0.3]]])  # (B=1, C=2, 1 voxel)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mean_entropy": torch.tensor([[[-0.5]]])}, "mean_entropy must lie in"),  # MI was 1.11 above PE 0.61
+    ({"mean_entropy": torch.tensor([[[2.0]]])}, "mean_entropy must lie in"),  # bits or a sum: capped, MI 0
+    ({"mean": torch.tensor([[[1.5], [-0.5]]])}, "mean must lie in"),  # PE was 0
+    ({"mean": torch.tensor([[[0.5], [0.2]]])}, "mean must sum to 1"),
+    ({"mean_sq": torch.tensor([[[0.9], [0.9]]])}, "mean_sq must lie between"),  # variance was 0.61
+    ({"mean_sq": torch.tensor([[[0.1], [0.01]]])}, "mean_sq must lie between"),  # below mean^2
+    ({"mean_sq_sum": torch.tensor([[[0.2]]])}, "mean_sq_sum must lie between"),  # below sum_c mean_c^2 = 0.58
+    ({"mean_sq_sum": torch.tensor([[[1.2]]])}, "mean_sq_sum must lie between"),
+])
+def test_from_moments_refuses_moments_no_probabilities_give(kwargs, match):
+    """Found by hostile testing: from_moments took any finite moments and derived impossible maps without a word (a
+    negative mean entropy gave an MI above the PE, a second moment above the mean a variance above 0.25)."""
+    args = {"mean": _M, "mean_entropy": torch.tensor([[[0.1]]]), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        SampleStats.from_moments(**args, count=2.0)
+    SampleStats.from_moments(**args, count=2.0, validate=False)  # the caller's own moments: unchecked
+
+
+def test_from_moments_accepts_the_moments_of_samples():
+    """The moments of real samples pass, also at their bounds (one-hot samples: mean_sq = mean, EE = 0; identical
+    samples: mean_sq = mean^2; uniform samples: EE = log C) and in float16."""
+    torch.manual_seed(0)
+    for multilabel in (False, True):
+        p = torch.rand(5, 1, 3, 4, 4) if multilabel else torch.softmax(4 * torch.randn(5, 1, 3, 4, 4), 2)
+        onehot = (p > 0.5).float() if multilabel else torch.nn.functional.one_hot(p.argmax(2), 3).movedim(-1, 2).float()
+        uniform = torch.full_like(p, 0.5 if multilabel else 1 / 3)
+        for s in (p, onehot, p[:1].expand(5, -1, -1, -1, -1), uniform, p.half()):
+            stats = SampleStats(multilabel=multilabel, class_variance=True).update_many(list(s))
+            mom = stats.moments()
+            rebuilt = SampleStats.from_moments(mom["pred"], mom["expected_entropy"], mom["mean_sq"], count=5.0,
+                                               multilabel=multilabel, out_dtype=stats.out_dtype)
+            torch.testing.assert_close(rebuilt.measures(), stats.measures())
+            if not multilabel:
+                sq_sum = mom["mean_sq"].sum(1, keepdim=True)
+                SampleStats.from_moments(mom["pred"], mom["expected_entropy"], mean_sq_sum=sq_sum, count=5.0)

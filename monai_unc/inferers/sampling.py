@@ -1319,6 +1319,7 @@ class UncertaintyInferer(Inferer):
                     multilabel=bool(info["multilabel"]),
                     mean_sq_sum=_plain(out[MEAN_SQ_SUM]) if MEAN_SQ_SUM in out else None,
                     inplace=True,
+                    validate=False,  # the inferer's own stitched means (no extra pass over C x V)
                 )
                 if self.keep_samples:
                     kept_samples = _plain(out[K.SAMPLES.value])
