@@ -998,7 +998,17 @@ class SampleStats:
 
         Returns:
             ``self``.
+
+        Raises:
+            TypeError: a flag is not ``True`` / ``False``, a sum not a floating point tensor, a count not a number.
+            ValueError: a missing entry, ``sum_w`` not positive and finite, ``num_updates`` negative, sums of shapes
+                that do not belong together or holding NaN / inf, means no probabilities give
+                (:func:`check_moments`), or ``out_dtype`` not the name of a floating point dtype. States are read
+                from files (:func:`monai_unc.state.unpack_states`): untrusted input (found by hostile testing:
+                ``sum_w=0`` gave NaN maps, a negative one negative probabilities, a negated ``sum_h`` an MI above PE,
+                ``multilabel="False"`` per-channel maps, all without a word).
         """
+        state = _checked_state(state)
         if self.accum_dtype is None:
             self.accum_dtype = state["sum_p"].dtype
 
@@ -1008,15 +1018,15 @@ class SampleStats:
             # then update() added into the sums of s, whose mean left [0, 1])
             return t.to(self.accum_dtype) if t is current else t.to(self.accum_dtype, copy=True)
 
-        self.sum_w = float(state["sum_w"])
-        self.num_updates = int(state["num_updates"])
-        self.class_variance = bool(state.get("class_variance", True))
+        self.sum_w = state["sum_w"]
+        self.num_updates = state["num_updates"]
+        self.class_variance = state["class_variance"]
         self.sum_p = own(state["sum_p"], self.sum_p)
         self.sum_h = own(state["sum_h"], self.sum_h)
         self.track_variance = "sum_p2" in state
         self.sum_p2 = own(state["sum_p2"], self.sum_p2) if self.track_variance else None
-        self.out_dtype = getattr(torch, state.get("out_dtype", "float32"))
-        self.multilabel = bool(state.get("multilabel", False))
+        self.out_dtype = state["out_dtype"]
+        self.multilabel = state["multilabel"]
         return self
 
     @classmethod
@@ -1037,18 +1047,7 @@ class SampleStats:
             >>> SampleStats.from_state_dict(stats.state_dict()).num_updates
             1
         """
-        def tensor(v: object) -> torch.Tensor:
-            return v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
-
-        out: dict[str, object] = {
-            "sum_w": float(state["sum_w"]), "num_updates": int(state["num_updates"]),
-            "sum_p": tensor(state["sum_p"]), "sum_h": tensor(state["sum_h"]),
-            "out_dtype": str(state.get("out_dtype", "float32")), "multilabel": bool(state.get("multilabel", False)),
-            "class_variance": bool(state.get("class_variance", True)),
-        }
-        if "sum_p2" in state:
-            out["sum_p2"] = tensor(state["sum_p2"])
-        return cls(accum_dtype=None, validate=False).load_state_dict(out)
+        return cls(accum_dtype=None, validate=False).load_state_dict(state)
 
     def __repr__(self) -> str:
         shape = None if self.sum_p is None else tuple(self.sum_p.shape)
@@ -1107,6 +1106,67 @@ def check_moments(
         if bool((dev > tol_sq).any()):
             raise ValueError("mean_sq_sum must lie between sum_c mean_c^2 and 1 (the mean of sum_c p_c^2 of the "
                              f"samples of mean), got values up to {float(dev.max()):.4g} outside")
+
+
+def _state_value(v: Any) -> Any:
+    """A value of a state as its scalar where it is a 0-d array (:func:`monai_unc.state.unpack_states`) or tensor."""
+    if getattr(v, "ndim", None) == 0 and hasattr(v, "item"):  # a 0-d numpy array or tensor
+        return v.item()
+    return v
+
+
+def _checked_state(state: Mapping) -> dict[str, Any]:
+    """The entries of a :meth:`SampleStats.state_dict` checked (see :meth:`SampleStats.load_state_dict`)."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state must be a mapping (a SampleStats.state_dict()), got {type(state).__name__}")
+    missing = [k for k in ("sum_w", "num_updates", "sum_p", "sum_h") if k not in state]
+    if missing:
+        raise ValueError(f"state lacks {missing} (a SampleStats.state_dict() holds them)")
+    out: dict[str, Any] = {}
+    out["sum_w"] = _check_weight(_state_value(state["sum_w"]), "sum_w")
+    n = _state_value(state["num_updates"])
+    if isinstance(n, float) and n.is_integer():  # a count saved as a float
+        n = int(n)
+    if not is_real(n) or isinstance(n, float) or n < 0:
+        raise ValueError(f"num_updates must be an integer >= 0, got {n!r}")
+    out["num_updates"] = int(n)
+    for name, default in (("multilabel", False), ("class_variance", True)):
+        out[name] = check_bool(_state_value(state.get(name, default)), name)
+    name = str(_state_value(state.get("out_dtype", "float32")))
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"out_dtype must name a floating point torch dtype (e.g. 'float32'), got {name!r}")
+    out["out_dtype"] = dtype
+    for key in ("sum_p", "sum_h", "sum_p2"):
+        if key in state:
+            v = state[key]
+            out[key] = v if isinstance(v, torch.Tensor) else to_tensor(v, key)
+    sum_p = out["sum_p"]
+    multilabel, per_class = out["multilabel"], out["class_variance"] or out["multilabel"]
+    sums = {k: out[k] for k in ("sum_p", "sum_h", "sum_p2") if k in out}
+    for key, t in sums.items():
+        if not t.is_floating_point():
+            raise TypeError(f"{key} must be a floating point tensor, got dtype {t.dtype}")
+    if sum_p.ndim < 3 or sum_p.numel() == 0:
+        raise ValueError(f"sum_p must be a non-empty (B, C, *spatial) tensor, got shape {tuple(sum_p.shape)}")
+    b, c, spatial = sum_p.shape[0], sum_p.shape[1], tuple(sum_p.shape[2:])
+    expected = {"sum_p": (b, c, *spatial), "sum_h": (b, c if multilabel else 1, *spatial),
+                "sum_p2": (b, c if per_class else 1, *spatial)}
+    for key, t in sums.items():
+        if tuple(t.shape) != expected[key]:
+            raise ValueError(f"{key} must have shape {expected[key]} for sum_p of shape {tuple(sum_p.shape)} "
+                             f"(multilabel={multilabel}, class_variance={out['class_variance']}), got {tuple(t.shape)}")
+        if t.device != sum_p.device:
+            raise ValueError(f"{key} is on {t.device}, sum_p on {sum_p.device}")
+    _check_finite_in_chunks(sums)
+    w = out["sum_w"]
+    mean_sq = out["sum_p2"] / w if "sum_p2" in out else None
+    try:
+        check_moments(sum_p / w, out["sum_h"] / w, mean_sq if per_class else None,
+                      None if per_class else mean_sq, multilabel)
+    except ValueError as e:
+        raise ValueError(f"the state's sums divided by sum_w are no means of probability samples: {e}") from None
+    return out
 
 
 def derive_measures(
