@@ -85,6 +85,7 @@ from ._utils import (
     check_finite,
     check_probabilities,
     check_unit_interval,
+    is_int,
     is_real,
     probability_tolerance,
     to_tensor,
@@ -171,7 +172,9 @@ def auto_accum_dtype(num_classes: int) -> torch.dtype:
         >>> auto_accum_dtype(3), auto_accum_dtype(105)
         (torch.float64, torch.float32)
     """
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+    # numpy integers are integers (found by hostile testing: np.int64(3), e.g. from a shape, was refused as "not an
+    # integer"; here, in accumulation_error_bound, spatial_chunks and update_many)
+    if not is_int(num_classes) or num_classes < 1:
         raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
     return torch.float64 if num_classes <= FLOAT64_MAX_CLASSES else torch.float32
 
@@ -228,8 +231,9 @@ def accumulation_error_bound(num_samples: int, dtype: torch.dtype = torch.float3
         >>> f"{accumulation_error_bound(100):.2e}"
         '6.02e-06'
     """
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+    if not is_int(num_samples) or num_samples < 1:
         raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+    num_samples = int(num_samples)
     u = torch.finfo(dtype).eps / 2
     k = (num_samples + 1) * u
     if k >= 1:
@@ -256,8 +260,9 @@ def spatial_chunks(shape: tuple[int, ...], chunk_elements: int | None = DEFAULT_
     n = shape[2]
     if chunk_elements is None:
         return [slice(0, n)]
-    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, int) or chunk_elements < 1:
+    if not is_int(chunk_elements) or chunk_elements < 1:
         raise ValueError(f"chunk_elements must be a positive integer or None, got {chunk_elements!r}")
+    chunk_elements = int(chunk_elements)
     row = 1
     for d in (shape[0], shape[1], *shape[3:]):
         row *= d
@@ -509,8 +514,9 @@ class SampleStats:
                 self._add(q, [w], 1)
             return self
         p = to_tensor(probs, "probs")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+        if not is_int(num_samples):
             raise TypeError(f"num_samples must be a positive integer for a batch tensor, got {num_samples!r}")
+        num_samples = int(num_samples)
         if num_samples < 1 or p.ndim < 1 or p.shape[0] % num_samples:
             raise ValueError(
                 f"num_samples must be a positive divisor of the batch dimension of probs {tuple(p.shape)}, "

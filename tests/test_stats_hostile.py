@@ -316,3 +316,23 @@ def test_a_state_saved_and_read_back_through_npz_gives_the_same_maps(tmp_path):
         assert back.multilabel is multilabel and back.num_updates == 3 and back.out_dtype == torch.float32
         for k, v in stats.measures().items():
             assert torch.equal(back.measures()[k], v), k
+
+
+def test_numpy_integers_are_integers():
+    """Found by hostile testing: ``np.int64`` arguments (e.g. from a shape or ``np.prod``) were refused with "must be
+    an integer"; they give what the Python integer gives, and booleans stay refused."""
+    from monai_unc.stats import auto_accum_dtype, spatial_chunks
+
+    assert accumulation_error_bound(np.int64(100)) == accumulation_error_bound(100)
+    assert auto_accum_dtype(np.int64(3)) == torch.float64
+    assert spatial_chunks((1, 2, 8, 8), np.int64(64)) == spatial_chunks((1, 2, 8, 8), 64)
+    p = torch.tensor([[[0.9], [0.1]], [[0.3], [0.7]]])
+    stats = SampleStats().update_many(p, num_samples=np.int64(2))
+    assert stats.count == 2.0 and stats.num_updates == 2
+    moments = stats.moments()
+    assert derive_measures(moments, ["variance"], chunk_elements=np.int64(64))["variance"].shape == (1, 1, 1)
+    for bad in (np.bool_(True), True):
+        with pytest.raises(ValueError, match="num_samples"):
+            accumulation_error_bound(bad)
+        with pytest.raises(TypeError, match="num_samples"):
+            SampleStats().update_many(p, num_samples=bad)
