@@ -1364,6 +1364,12 @@ def window_disagreement_from_stitched(
     Returns:
         WD in nats, the shape of ``window_entropy``, in the dtype of ``pred`` (float32 for a half-precision one).
 
+    Raises:
+        ValueError: ``window_entropy`` has another shape than ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for
+            ``multilabel``) of ``pred``'s, or a value that is negative or not finite (found by hostile testing: a
+            window entropy of two channels was broadcast into a WD map of two channels, a negative one gave a WD of
+            1.69 nats, above log 2, without a word).
+
     Example:
         >>> import math
         >>> import torch
@@ -1373,6 +1379,17 @@ def window_disagreement_from_stitched(
         >>> round(float(window_disagreement_from_stitched(pred, window_entropy)) / math.log(2), 4)
         1.0
     """
+    if pred.ndim < 3:
+        raise ValueError(f"pred must be (B, C, *spatial), got shape {tuple(pred.shape)}")
+    expected = (pred.shape[0], pred.shape[1] if multilabel else 1, *pred.shape[2:])
+    if tuple(window_entropy.shape) != expected:
+        raise ValueError(f"window_entropy must have shape {expected} for pred of shape {tuple(pred.shape)}"
+                         f"{' (multilabel)' if multilabel else ''}, got {tuple(window_entropy.shape)}")
+    if window_entropy.numel():
+        lo, hi = torch.stack(torch.aminmax(window_entropy.detach())).tolist()  # one sync; NaN propagates
+        if not (lo >= -WD_RTOL * torch.finfo(window_entropy.dtype).eps and math.isfinite(hi)):
+            check_finite(window_entropy, "window_entropy")
+            raise ValueError(f"window_entropy must be non-negative (stitched entropies, nats), got minimum {lo:.4g}")
     # H(pred) in spatial chunks: its temporaries have the size of a chunk, not of C x V; in float32 at least, as the
     # statistics evaluate PE = H(pred) (a half-precision H(pred) left its rounding, 1e-3 nats, in MI = PE - EE - WD)
     # evaluated by the function that evaluates PE in derive_measures: WD's H(pred) and PE are then equal bit for bit
