@@ -363,6 +363,11 @@ def expected_entropy(
     )
 
 
+def _tensor(x: ArrayLike, name: str) -> torch.Tensor:
+    """``x`` itself if it is a tensor (a MetaTensor keeps its metadata), else :func:`~monai_unc._utils.to_tensor`."""
+    return x if isinstance(x, torch.Tensor) else to_tensor(x, name)
+
+
 def _check_same_shape(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
     if a.shape != b.shape:
         raise ValueError(f"{name_a} and {name_b} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -412,13 +417,13 @@ def mutual_information_from_entropies(
     naming the argument otherwise.
 
     Args:
-        pe: predictive entropy map, e.g. ``(B, 1, *spatial)``, a tensor.
+        pe: predictive entropy map, e.g. ``(B, 1, *spatial)``, a tensor or a numpy array.
         ee: expected entropy map of the same samples, the shape of ``pe``.
         window_disagreement: optional WD map of the shape of ``pe``.
         validate: check shapes, finiteness and ``ee <= pe`` (see above).
 
     Returns:
-        The MI map, the shape and dtype of ``pe``.
+        The MI map, the shape, dtype and library (numpy or torch) of ``pe``.
 
     Example:
         >>> import torch
@@ -428,6 +433,12 @@ def mutual_information_from_entropies(
         tensor([[[0.3680, 0.0000]]])
     """
     _check_flags(validate=validate)
+    ref = pe  # the result follows its library (found by hostile testing: numpy maps gave a torch tensor, or with
+    # validate=False an AttributeError)
+    if not validate:
+        pe, ee = _tensor(pe, "pe"), _tensor(ee, "ee")
+        if window_disagreement is not None:
+            window_disagreement = _tensor(window_disagreement, "window_disagreement")
     if validate:
         pe, ee = to_tensor(pe, "pe"), to_tensor(ee, "ee")
         _check_same_shape(pe, ee, "pe", "ee")
@@ -445,8 +456,8 @@ def mutual_information_from_entropies(
                 "most the entropy of their mean, so pe and ee must come from the same samples"
             )
     if window_disagreement is None:
-        return (pe - ee).clamp_min(0)
-    return ((pe - ee) - window_disagreement).clamp_min(0)
+        return like_input((pe - ee).clamp_min(0), ref)
+    return like_input(((pe - ee) - window_disagreement).clamp_min(0), ref)
 
 
 def mutual_information(
@@ -546,7 +557,7 @@ def variance_from_moments(
     ``p_s^2`` over the samples. Per channel ``(B, C, *spatial)`` for ``multilabel``.
 
     Args:
-        mean: ``mean_s p_s``, ``(B, C, *spatial)``, a tensor.
+        mean: ``mean_s p_s``, ``(B, C, *spatial)``, a tensor or a numpy array.
         mean_sq: ``mean_s p_s^2``, the shape of ``mean``.
         multilabel: keep one variance per channel instead of the mean over classes.
         validate: ``mean`` and ``mean_sq`` must be tensors of one shape ``(B, C, *spatial)`` without NaN/inf, and
@@ -556,7 +567,8 @@ def variance_from_moments(
             ``ValueError`` naming the argument otherwise.
 
     Returns:
-        ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), the dtype of ``mean``.
+        ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), the dtype and library (numpy or torch) of
+        ``mean``.
 
     Example:
         >>> import torch
@@ -566,6 +578,9 @@ def variance_from_moments(
         tensor([[[0.1600]]])
     """
     _check_flags(multilabel=multilabel, validate=validate)
+    ref = mean  # the result follows its library (numpy moments gave a torch tensor)
+    if not validate:
+        mean, mean_sq = _tensor(mean, "mean"), _tensor(mean_sq, "mean_sq")
     if validate:
         mean, mean_sq = to_tensor(mean, "mean"), to_tensor(mean_sq, "mean_sq")
         _check_same_shape(mean, mean_sq, "mean", "mean_sq")
@@ -575,7 +590,7 @@ def variance_from_moments(
         check_finite(mean_sq, "mean_sq")
         _check_second_moment(mean, mean_sq)
     var = (mean_sq - mean * mean).clamp_min(0)
-    return var if multilabel else var.mean(dim=1, keepdim=True)
+    return like_input(var if multilabel else var.mean(dim=1, keepdim=True), ref)
 
 
 def _check_second_moment(mean: torch.Tensor, mean_sq: torch.Tensor) -> None:

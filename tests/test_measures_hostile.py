@@ -184,7 +184,8 @@ _S = torch.tensor([[[[0.9], [0.1]]], [[[0.2], [0.8]]]], dtype=torch.float64)  # 
     (lambda v: SampleStats(class_variance=v), "class_variance"),
     (lambda v: SampleStats(validate=v), "validate"),
     (lambda v: SampleStats().update(_S[0]).measures(normalize=v), "normalize"),
-    (lambda v: SampleStats.from_moments(_S[0], _S[0, :, :1] if v is False else _S[0], multilabel=v), "multilabel"),
+    (lambda v: SampleStats.from_moments(_S[0], (_S[0, :, :1] if v is False else _S[0]) / 2, multilabel=v),
+     "multilabel"),
     (lambda v: derive_measures(SampleStats().update(_S[0]).moments(), ["mutual_information"], multilabel=v),
      "multilabel"),
     (lambda v: derive_measures(SampleStats().update(_S[0]).moments(), ["mutual_information"], normalize=v),
@@ -230,3 +231,21 @@ def test_identical_kept_samples_have_zero_mutual_information_exactly(dtype, mult
         streamed = SampleStats(multilabel=multilabel).update_many(list(s)).measures(normalize=normalize)
         assert float(streamed["mutual_information"].abs().max()) == 0.0
         torch.testing.assert_close(pe, streamed["predictive_entropy"], atol=2e-7, rtol=0)
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_maps_from_entropies_and_moments_follow_the_input_library(validate):
+    """Found by hostile testing: numpy maps gave a torch tensor from ``mutual_information_from_entropies`` and
+    ``variance_from_moments`` (the module's rule: outputs follow the input's library), and with ``validate=False`` an
+    AttributeError ('numpy.ndarray' object has no attribute 'clamp_min')."""
+    pe, ee = np.array([[[0.6931, 0.3]]]), np.array([[[0.3251, 0.3]]])
+    mi = mutual_information_from_entropies(pe, ee, validate=validate)
+    assert isinstance(mi, np.ndarray)
+    np.testing.assert_allclose(mi, [[[0.368, 0.0]]], atol=1e-12)
+    mi_wd = mutual_information_from_entropies(pe, ee, window_disagreement=np.full_like(pe, 0.1), validate=validate)
+    np.testing.assert_allclose(mi_wd, [[[0.268, 0.0]]], atol=1e-12)
+    mean, mean_sq = np.array([[[0.5], [0.5]]]), np.array([[[0.41], [0.41]]])
+    var = variance_from_moments(mean, mean_sq, validate=validate)
+    assert isinstance(var, np.ndarray)
+    np.testing.assert_allclose(var, [[[0.16]]], atol=1e-12)
+    assert isinstance(variance_from_moments(torch.from_numpy(mean), torch.from_numpy(mean_sq)), torch.Tensor)
