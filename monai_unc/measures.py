@@ -11,7 +11,9 @@ The decomposition (ValUES, Sec. 3 / eq. 1; RETINA, Band et al.) is
     MI(x)  = PE(x) - EE(x) >= 0                  mutual information, epistemic part
 
 with ``H(p) = -sum_c p_c log p_c`` and ``0 log 0 = 0``. MI is non-negative by Jensen's inequality; the
-difference of two floating-point entropies can fall a few ulps below zero, so it is clamped at 0.
+difference of two floating-point entropies can fall a few ulps below zero, so it is clamped at 0. Means over the
+samples (of the probabilities for PE, of the entropies for EE) are summed in float64, so identical samples give PE
+equal to EE bit for bit and MI = 0 exactly, as the streamed :class:`~monai_unc.stats.SampleStats` do.
 
 Multi-label (region-based) models, ``multilabel=True``: each of the ``C >= 1`` channels is an independent
 Bernoulli variable with foreground probability ``p_c`` (a sigmoid per channel, e.g. the BraTS regions WT/TC/ET;
@@ -38,7 +40,15 @@ from collections.abc import Callable
 import torch
 
 from ._deprecation import REMOVAL
-from ._utils import ArrayLike, check_finite, check_probabilities, check_unit_interval, like_input, to_tensor
+from ._utils import (
+    ArrayLike,
+    check_bool,
+    check_finite,
+    check_probabilities,
+    check_unit_interval,
+    like_input,
+    to_tensor,
+)
 
 __all__ = [
     "binary_entropy",
@@ -168,6 +178,16 @@ def max_prob_uncertainty_t(mean: torch.Tensor, multilabel: bool) -> torch.Tensor
     return (1 - mean.amax(dim=1, keepdim=True)).clamp(0, 1 - 1 / mean.shape[1])
 
 
+def _check_flags(**flags: object) -> None:
+    """``TypeError`` naming the flag unless each is ``True`` or ``False`` (:func:`~monai_unc._utils.check_bool`).
+
+    Found by hostile testing: ``multilabel="False"`` (a truthy string, e.g. read from a config file) gave per-channel
+    binary entropies of softmax probabilities, ``normalize="no"`` entropies divided by ``log C``, without a word.
+    """
+    for name, value in flags.items():
+        check_bool(value, name)
+
+
 def _check(p: torch.Tensor, name: str, multilabel: bool, channel_dim: int = 1, min_ndim: int = 3) -> None:
     if multilabel:
         check_unit_interval(p, name, channel_dim=channel_dim, min_ndim=min_ndim)
@@ -199,6 +219,7 @@ def binary_entropy(probs: ArrayLike, normalize: bool = False, validate: bool = T
         >>> binary_entropy(p, normalize=True).round(4).tolist()
         [[[1.0, 0.469]], [[0.0808, 0.7219]]]
     """
+    _check_flags(normalize=normalize, validate=validate)
     p = to_tensor(probs, "probs")
     if validate:
         check_unit_interval(p, "probs")
@@ -229,13 +250,19 @@ def entropy(probs: ArrayLike, normalize: bool = False, validate: bool = True) ->
         >>> entropy(p, normalize=True).round(4).tolist()
         [[[1.0, 0.469]]]
     """
+    _check_flags(normalize=normalize, validate=validate)
     p = to_tensor(probs, "probs")
     if validate:
         check_probabilities(p, "probs")
     return like_input(_in_entropy_dtype(lambda q: _entropy_t(q, 1, normalize), p), probs)
 
 
-def _samples(samples: ArrayLike, validate: bool, multilabel: bool = False) -> torch.Tensor:
+def _samples(samples: ArrayLike, validate: bool, multilabel: bool = False, **flags: object) -> torch.Tensor:
+    """``samples`` as a checked ``(S, B, C, *spatial)`` tensor.
+
+    ``validate``, ``multilabel`` and ``flags`` (e.g. ``normalize``) must be ``True`` or ``False``.
+    """
+    _check_flags(validate=validate, multilabel=multilabel, **flags)
     s = to_tensor(samples, "samples")
     if s.ndim < 4:
         raise ValueError(
@@ -246,6 +273,22 @@ def _samples(samples: ArrayLike, validate: bool, multilabel: bool = False) -> to
     if validate:
         _check(s, "samples", multilabel, channel_dim=2, min_ndim=4)
     return s
+
+
+def _sample_mean(q: torch.Tensor) -> torch.Tensor:
+    """The mean over the samples (dim 0) of ``q``, summed in float64 sample by sample, returned in ``q``'s dtype.
+
+    The one mean over samples of the sample measures (the mean probabilities of PE, the mean entropy of EE). Summed in
+    float32, the mean of identical samples was not their value (``(x + x + x) / 3`` rounds), so PE and EE of one
+    deterministic network's identical float32 samples differed by a rounding and MI was 1e-7 to 3e-7 nats of speckle
+    where :class:`~monai_unc.stats.SampleStats` (float64 sums) gives 0 exactly; found by hostile testing. A float64
+    sum of fewer than ``2**29`` copies of a float32 value is exact, so the mean of identical samples is their value.
+    The memory is one float64 sample (no float64 copy of all samples).
+    """
+    acc = q[0].to(torch.promote_types(q.dtype, torch.float64), copy=True)
+    for x in q[1:]:
+        acc.add_(x)
+    return acc.div_(q.shape[0]).to(q.dtype)
 
 
 def _in_entropy_dtype(f: Callable[[torch.Tensor], torch.Tensor], p: torch.Tensor) -> torch.Tensor:
@@ -283,8 +326,8 @@ def predictive_entropy(
         >>> predictive_entropy(samples).round(4).tolist()  # two confident samples that disagree
         [[[0.6931]]]
     """
-    s = _samples(samples, validate, multilabel)
-    return like_input(_in_entropy_dtype(lambda q: entropy_map_t(q.mean(0), 1, normalize, multilabel), s), samples)
+    s = _samples(samples, validate, multilabel, normalize=normalize)
+    return like_input(_in_entropy_dtype(lambda q: entropy_map_t(_sample_mean(q), 1, normalize, multilabel), s), samples)
 
 
 def expected_entropy(
@@ -311,12 +354,18 @@ def expected_entropy(
         >>> expected_entropy(samples).round(4).tolist()  # each sample alone is fairly sure
         [[[0.3251]]]
     """
-    s = _samples(samples, validate, multilabel)
+    s = _samples(samples, validate, multilabel, normalize=normalize)
     # the mean of entropies at most log C can round above it (15 uniform float32 classes: +2.4e-7): capped, as H is
     bound = 1.0 if normalize else math.log(2 if multilabel else s.shape[2])
     return like_input(
-        _in_entropy_dtype(lambda q: entropy_map_t(q, 2, normalize, multilabel).mean(0).clamp_max(bound), s), samples
+        _in_entropy_dtype(lambda q: _sample_mean(entropy_map_t(q, 2, normalize, multilabel)).clamp_max(bound), s),
+        samples,
     )
+
+
+def _tensor(x: ArrayLike, name: str) -> torch.Tensor:
+    """``x`` itself if it is a tensor (a MetaTensor keeps its metadata), else :func:`~monai_unc._utils.to_tensor`."""
+    return x if isinstance(x, torch.Tensor) else to_tensor(x, name)
 
 
 def _check_same_shape(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
@@ -368,13 +417,13 @@ def mutual_information_from_entropies(
     naming the argument otherwise.
 
     Args:
-        pe: predictive entropy map, e.g. ``(B, 1, *spatial)``, a tensor.
+        pe: predictive entropy map, e.g. ``(B, 1, *spatial)``, a tensor or a numpy array.
         ee: expected entropy map of the same samples, the shape of ``pe``.
         window_disagreement: optional WD map of the shape of ``pe``.
         validate: check shapes, finiteness and ``ee <= pe`` (see above).
 
     Returns:
-        The MI map, the shape and dtype of ``pe``.
+        The MI map, the shape, dtype and library (numpy or torch) of ``pe``.
 
     Example:
         >>> import torch
@@ -383,6 +432,13 @@ def mutual_information_from_entropies(
         >>> mutual_information_from_entropies(pe, ee)
         tensor([[[0.3680, 0.0000]]])
     """
+    _check_flags(validate=validate)
+    ref = pe  # the result follows its library (found by hostile testing: numpy maps gave a torch tensor, or with
+    # validate=False an AttributeError)
+    if not validate:
+        pe, ee = _tensor(pe, "pe"), _tensor(ee, "ee")
+        if window_disagreement is not None:
+            window_disagreement = _tensor(window_disagreement, "window_disagreement")
     if validate:
         pe, ee = to_tensor(pe, "pe"), to_tensor(ee, "ee")
         _check_same_shape(pe, ee, "pe", "ee")
@@ -400,8 +456,8 @@ def mutual_information_from_entropies(
                 "most the entropy of their mean, so pe and ee must come from the same samples"
             )
     if window_disagreement is None:
-        return (pe - ee).clamp_min(0)
-    return ((pe - ee) - window_disagreement).clamp_min(0)
+        return like_input((pe - ee).clamp_min(0), ref)
+    return like_input(((pe - ee) - window_disagreement).clamp_min(0), ref)
 
 
 def mutual_information(
@@ -430,11 +486,11 @@ def mutual_information(
         >>> mutual_information(samples).round(4).tolist()  # PE - EE = 0.6931 - 0.3251
         [[[0.3681]]]
     """
-    s = _samples(samples, validate, multilabel)
+    s = _samples(samples, validate, multilabel, normalize=normalize)
 
     def mi(q: torch.Tensor) -> torch.Tensor:
-        pe = entropy_map_t(q.mean(0), 1, normalize, multilabel)
-        ee = entropy_map_t(q, 2, normalize, multilabel).mean(0)
+        pe = entropy_map_t(_sample_mean(q), 1, normalize, multilabel)
+        ee = _sample_mean(entropy_map_t(q, 2, normalize, multilabel))
         return mutual_information_from_entropies(pe, ee, validate=False)
 
     return like_input(_in_entropy_dtype(mi, s), samples)
@@ -465,6 +521,7 @@ def one_minus_max_prob(probs: ArrayLike, validate: bool = True, multilabel: bool
         >>> one_minus_max_prob(np.array([[[0.3, 0.95]]]), multilabel=True).round(4).tolist()
         [[[0.3, 0.05]]]
     """
+    _check_flags(validate=validate, multilabel=multilabel)
     p = to_tensor(probs, "probs")
     if validate:
         _check(p, "probs", multilabel)
@@ -500,7 +557,7 @@ def variance_from_moments(
     ``p_s^2`` over the samples. Per channel ``(B, C, *spatial)`` for ``multilabel``.
 
     Args:
-        mean: ``mean_s p_s``, ``(B, C, *spatial)``, a tensor.
+        mean: ``mean_s p_s``, ``(B, C, *spatial)``, a tensor or a numpy array.
         mean_sq: ``mean_s p_s^2``, the shape of ``mean``.
         multilabel: keep one variance per channel instead of the mean over classes.
         validate: ``mean`` and ``mean_sq`` must be tensors of one shape ``(B, C, *spatial)`` without NaN/inf, and
@@ -510,7 +567,8 @@ def variance_from_moments(
             ``ValueError`` naming the argument otherwise.
 
     Returns:
-        ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), the dtype of ``mean``.
+        ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), the dtype and library (numpy or torch) of
+        ``mean``.
 
     Example:
         >>> import torch
@@ -519,6 +577,10 @@ def variance_from_moments(
         >>> variance_from_moments(mean, mean_sq).round(decimals=4)
         tensor([[[0.1600]]])
     """
+    _check_flags(multilabel=multilabel, validate=validate)
+    ref = mean  # the result follows its library (numpy moments gave a torch tensor)
+    if not validate:
+        mean, mean_sq = _tensor(mean, "mean"), _tensor(mean_sq, "mean_sq")
     if validate:
         mean, mean_sq = to_tensor(mean, "mean"), to_tensor(mean_sq, "mean_sq")
         _check_same_shape(mean, mean_sq, "mean", "mean_sq")
@@ -528,7 +590,7 @@ def variance_from_moments(
         check_finite(mean_sq, "mean_sq")
         _check_second_moment(mean, mean_sq)
     var = (mean_sq - mean * mean).clamp_min(0)
-    return var if multilabel else var.mean(dim=1, keepdim=True)
+    return like_input(var if multilabel else var.mean(dim=1, keepdim=True), ref)
 
 
 def _check_second_moment(mean: torch.Tensor, mean_sq: torch.Tensor) -> None:

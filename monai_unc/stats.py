@@ -81,9 +81,12 @@ from ._stats_kernels import backend as fused_backend
 from ._stats_kernels import value_flags as fused_value_flags
 from ._utils import (
     PROB_TOL,
+    check_bool,
     check_finite,
     check_probabilities,
     check_unit_interval,
+    is_int,
+    is_real,
     probability_tolerance,
     to_tensor,
 )
@@ -111,6 +114,7 @@ __all__ = [
     "accumulation_error_bound",
     "spatial_chunks",
     "derive_measures",
+    "check_moments",
     "window_disagreement_from_stitched",
     "add_squares",
     "WD_RTOL",
@@ -168,7 +172,9 @@ def auto_accum_dtype(num_classes: int) -> torch.dtype:
         >>> auto_accum_dtype(3), auto_accum_dtype(105)
         (torch.float64, torch.float32)
     """
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+    # numpy integers are integers (found by hostile testing: np.int64(3), e.g. from a shape, was refused as "not an
+    # integer"; here, in accumulation_error_bound, spatial_chunks and update_many)
+    if not is_int(num_classes) or num_classes < 1:
         raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
     return torch.float64 if num_classes <= FLOAT64_MAX_CLASSES else torch.float32
 
@@ -225,8 +231,9 @@ def accumulation_error_bound(num_samples: int, dtype: torch.dtype = torch.float3
         >>> f"{accumulation_error_bound(100):.2e}"
         '6.02e-06'
     """
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+    if not is_int(num_samples) or num_samples < 1:
         raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+    num_samples = int(num_samples)
     u = torch.finfo(dtype).eps / 2
     k = (num_samples + 1) * u
     if k >= 1:
@@ -253,8 +260,9 @@ def spatial_chunks(shape: tuple[int, ...], chunk_elements: int | None = DEFAULT_
     n = shape[2]
     if chunk_elements is None:
         return [slice(0, n)]
-    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, int) or chunk_elements < 1:
+    if not is_int(chunk_elements) or chunk_elements < 1:
         raise ValueError(f"chunk_elements must be a positive integer or None, got {chunk_elements!r}")
+    chunk_elements = int(chunk_elements)
     row = 1
     for d in (shape[0], shape[1], *shape[3:]):
         row *= d
@@ -302,8 +310,12 @@ def _check_finite_in_chunks(tensors: Mapping[str, torch.Tensor]) -> None:
 
 
 def _check_weight(weight: Any, name: str = "weight") -> float:
-    """A sample's weight as a float: ``TypeError`` for a non-number, ``ValueError`` unless positive and finite."""
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+    """A sample's weight as a float: ``TypeError`` for a non-number, ``ValueError`` unless positive and finite.
+
+    Python and numpy numbers (:func:`~monai_unc._utils.is_real`; found by hostile testing: a ``numpy.float32`` weight,
+    e.g. an element of a float32 array of ensemble weights, was refused as "not a positive number").
+    """
+    if not is_real(weight):
         raise TypeError(f"{name} must be a positive number, got {type(weight).__name__}")
     if not (weight > 0 and weight < float("inf")):
         raise ValueError(f"{name} must be positive and finite, got {weight}")
@@ -314,6 +326,8 @@ def _check_weights(weights: Sequence[float] | None, num_samples: int) -> list[fl
     """The weights of ``num_samples`` samples (None: 1 each), each checked by :func:`_check_weight`."""
     if weights is None:
         return [1.0] * num_samples
+    if getattr(weights, "ndim", None) == 1 and hasattr(weights, "tolist"):  # a numpy array or a tensor of weights
+        weights = weights.tolist()
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise TypeError(f"weights must be a sequence of {num_samples} positive numbers, got {type(weights).__name__}")
     if len(weights) != num_samples:
@@ -413,11 +427,13 @@ class SampleStats:
         # half-precision sums warn here too (they were silent: 3000 alternating samples summed in bfloat16 gave a
         # mean of 0.085 for 0.5); found by hostile testing
         check_accum_dtype(accum_dtype)
-        self.multilabel = bool(multilabel)
-        self.track_variance = bool(track_variance)
-        self.class_variance = bool(class_variance)
+        # True or False (found by hostile testing: multilabel="False", a truthy string, gave per-channel binary
+        # entropies of softmax samples without a word)
+        self.multilabel = check_bool(multilabel, "multilabel")
+        self.track_variance = check_bool(track_variance, "track_variance")
+        self.class_variance = check_bool(class_variance, "class_variance")
         self.accum_dtype = accum_dtype
-        self.validate = bool(validate)
+        self.validate = check_bool(validate, "validate")
         self.sum_w: float = 0.0
         self.num_updates: int = 0
         self.sum_p: torch.Tensor | None = None
@@ -469,7 +485,8 @@ class SampleStats:
                 ``(B, C, *spatial)`` (added one by one after all are checked).
             num_samples: ``k`` for a batch tensor (required then: a positive divisor of its first dimension); for a
                 sequence, None or its length.
-            weights: the ``k`` samples' weights (default 1 each), positive and finite.
+            weights: the ``k`` samples' weights (default 1 each), positive and finite numbers (a sequence, or a 1-D
+                numpy array or tensor).
 
         Returns:
             ``self``.
@@ -497,8 +514,9 @@ class SampleStats:
                 self._add(q, [w], 1)
             return self
         p = to_tensor(probs, "probs")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+        if not is_int(num_samples):
             raise TypeError(f"num_samples must be a positive integer for a batch tensor, got {num_samples!r}")
+        num_samples = int(num_samples)
         if num_samples < 1 or p.ndim < 1 or p.shape[0] % num_samples:
             raise ValueError(
                 f"num_samples must be a positive divisor of the batch dimension of probs {tuple(p.shape)}, "
@@ -731,6 +749,7 @@ class SampleStats:
         multilabel: bool = False,
         mean_sq_sum: torch.Tensor | None = None,
         inplace: bool = False,
+        validate: bool = True,
     ) -> SampleStats:
         """Rebuild statistics from per-voxel means (e.g. after sliding-window stitching).
 
@@ -752,6 +771,10 @@ class SampleStats:
             multilabel: the channels are independent Bernoulli variables.
             mean_sq_sum: instead of ``mean_sq``, the mean of ``sum_c p_c^2`` ``(B, 1, *spatial)``.
             inplace: reuse the given tensors where possible (above).
+            validate: check that the moments are those of probabilities (:func:`check_moments`): ``mean`` class
+                probabilities (in [0, 1] for ``multilabel``), ``mean_entropy`` in ``[0, log C]`` nats (``[0, log 2]``
+                per channel), ``mean^2 <= mean_sq <= mean`` (``sum_c mean_c^2 <= mean_sq_sum <= 1``), each up to
+                rounding. The shapes, devices and finiteness are checked either way.
 
         Returns:
             The statistics; their sums are the means times ``count``.
@@ -761,7 +784,8 @@ class SampleStats:
                 array.
             ValueError: ``count`` is not positive and finite, ``num_updates`` is negative, both ``mean_sq`` and
                 ``mean_sq_sum`` are given (or ``mean_sq_sum`` with ``multilabel``), a moment has another shape than
-                the one above or another device than ``mean``, or holds NaN / inf (each error names the argument).
+                the one above or another device than ``mean``, or holds NaN / inf, or (``validate``) values no
+                probabilities give (each error names the argument).
 
         Example:
             >>> s = SampleStats.from_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[0.5]]]), count=3.0)
@@ -778,6 +802,7 @@ class SampleStats:
             raise TypeError(f"num_updates must be an integer or None, got {type(num_updates).__name__}")
         if num_updates is not None and num_updates < 0:
             raise ValueError(f"num_updates must be >= 0, got {num_updates}")
+        multilabel, inplace = check_bool(multilabel, "multilabel"), check_bool(inplace, "inplace")
         if mean_sq is not None and mean_sq_sum is not None:
             raise ValueError("give mean_sq or mean_sq_sum, not both")
         if mean_sq_sum is not None and multilabel:
@@ -803,6 +828,8 @@ class SampleStats:
                 raise ValueError(f"{name} is on {t.device}, mean on {mean.device}")
         _check_finite_in_chunks(given)
         mean_entropy, mean_sq, mean_sq_sum = (given.get(k) for k in ("mean_entropy", "mean_sq", "mean_sq_sum"))
+        if check_bool(validate, "validate"):
+            check_moments(mean, mean_entropy, mean_sq, mean_sq_sum, multilabel)
         stats = cls(
             track_variance=mean_sq is not None or mean_sq_sum is not None,
             accum_dtype=torch.promote_types(mean.dtype, torch.float32),
@@ -916,7 +943,8 @@ class SampleStats:
         The formulas are those of :func:`derive_measures` (module docstring).
 
         Args:
-            keys: names of :class:`~monai_unc.keys.UncertaintyKeys` (default :meth:`available_keys`).
+            keys: names of :class:`~monai_unc.keys.UncertaintyKeys` (default :meth:`available_keys`); one name as a
+                string is that one measure.
             normalize: divide the entropies by ``log C`` (``log 2`` for ``multilabel``) so that they lie in [0, 1].
 
         Returns:
@@ -924,9 +952,13 @@ class SampleStats:
             (``(B, C, *spatial)`` for ``multilabel``), in the dtype of the first sample; entropies in nats.
 
         Raises:
+            TypeError: ``normalize`` is not ``True`` or ``False``.
             ValueError: an unknown key, ``samples``, ``variance`` without ``track_variance``, or no sample yet.
         """
         self._require()
+        check_bool(normalize, "normalize")
+        if isinstance(keys, str):  # one name (as the inferers take it), not its characters
+            keys = [keys]
         wanted = [K(k).value for k in (keys if keys is not None else self.available_keys())]
         if K.SAMPLES.value in wanted:
             raise ValueError("SampleStats does not keep samples; use an inferer with keep_samples=True")
@@ -972,7 +1004,17 @@ class SampleStats:
 
         Returns:
             ``self``.
+
+        Raises:
+            TypeError: a flag is not ``True`` / ``False``, a sum not a floating point tensor, a count not a number.
+            ValueError: a missing entry, ``sum_w`` not positive and finite, ``num_updates`` negative, sums of shapes
+                that do not belong together or holding NaN / inf, means no probabilities give
+                (:func:`check_moments`), or ``out_dtype`` not the name of a floating point dtype. States are read
+                from files (:func:`monai_unc.state.unpack_states`): untrusted input (found by hostile testing:
+                ``sum_w=0`` gave NaN maps, a negative one negative probabilities, a negated ``sum_h`` an MI above PE,
+                ``multilabel="False"`` per-channel maps, all without a word).
         """
+        state = _checked_state(state)
         if self.accum_dtype is None:
             self.accum_dtype = state["sum_p"].dtype
 
@@ -982,15 +1024,15 @@ class SampleStats:
             # then update() added into the sums of s, whose mean left [0, 1])
             return t.to(self.accum_dtype) if t is current else t.to(self.accum_dtype, copy=True)
 
-        self.sum_w = float(state["sum_w"])
-        self.num_updates = int(state["num_updates"])
-        self.class_variance = bool(state.get("class_variance", True))
+        self.sum_w = state["sum_w"]
+        self.num_updates = state["num_updates"]
+        self.class_variance = state["class_variance"]
         self.sum_p = own(state["sum_p"], self.sum_p)
         self.sum_h = own(state["sum_h"], self.sum_h)
         self.track_variance = "sum_p2" in state
         self.sum_p2 = own(state["sum_p2"], self.sum_p2) if self.track_variance else None
-        self.out_dtype = getattr(torch, state.get("out_dtype", "float32"))
-        self.multilabel = bool(state.get("multilabel", False))
+        self.out_dtype = state["out_dtype"]
+        self.multilabel = state["multilabel"]
         return self
 
     @classmethod
@@ -1011,18 +1053,7 @@ class SampleStats:
             >>> SampleStats.from_state_dict(stats.state_dict()).num_updates
             1
         """
-        def tensor(v: object) -> torch.Tensor:
-            return v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
-
-        out: dict[str, object] = {
-            "sum_w": float(state["sum_w"]), "num_updates": int(state["num_updates"]),
-            "sum_p": tensor(state["sum_p"]), "sum_h": tensor(state["sum_h"]),
-            "out_dtype": str(state.get("out_dtype", "float32")), "multilabel": bool(state.get("multilabel", False)),
-            "class_variance": bool(state.get("class_variance", True)),
-        }
-        if "sum_p2" in state:
-            out["sum_p2"] = tensor(state["sum_p2"])
-        return cls(accum_dtype=None, validate=False).load_state_dict(out)
+        return cls(accum_dtype=None, validate=False).load_state_dict(state)
 
     def __repr__(self) -> str:
         shape = None if self.sum_p is None else tuple(self.sum_p.shape)
@@ -1030,6 +1061,118 @@ class SampleStats:
             f"SampleStats(count={self.sum_w:g}, shape={shape}, track_variance={self.track_variance}, "
             f"multilabel={self.multilabel})"
         )
+
+
+def check_moments(
+    mean: torch.Tensor,
+    mean_entropy: torch.Tensor,
+    mean_sq: torch.Tensor | None = None,
+    mean_sq_sum: torch.Tensor | None = None,
+    multilabel: bool = False,
+) -> None:
+    """``ValueError`` naming the moment unless the per-voxel means are those of probability samples, up to rounding.
+
+    Found by hostile testing: :meth:`SampleStats.from_moments` took any finite moments, and a negative
+    ``mean_entropy`` gave an EE of -0.5 and an MI of 1.11 nats above PE (0.61), a ``mean_entropy`` in bits or summed
+    instead of averaged (2.0 for two classes) was capped at log 2 with MI = 0, a ``mean`` of (1.5, -0.5) gave PE = 0,
+    and a ``mean_sq`` above ``mean`` a variance of 0.61 (at most 0.25 for probabilities), all without a word.
+
+    Args:
+        mean: ``(B, C, *spatial)`` mean probabilities: class probabilities summing to 1
+            (:func:`~monai_unc._utils.check_probabilities`), or values in [0, 1] for ``multilabel``.
+        mean_entropy: the mean per-sample entropy, in ``[0, log C]`` nats (``[0, log 2]`` per channel for
+            ``multilabel``) up to ``1e-4 + 4 eps (1 + log C)``.
+        mean_sq: the per-class second moment, ``mean^2 <= mean_sq <= mean`` up to rounding
+            (:func:`~monai_unc.measures.variance_from_moments`' check), or None.
+        mean_sq_sum: the one-channel second moment ``E[sum_c p_c^2]``, ``sum_c mean_c^2 <= mean_sq_sum <= 1`` up to
+            the same rounding, or None.
+        multilabel: the channels are independent Bernoulli probabilities.
+
+    Example:
+        >>> check_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[0.5]]]))
+        >>> check_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[-0.5]]]))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: mean_entropy must lie in [0, log C] = [0, 0.6931] nats ..., got values in [-0.5, -0.5]
+    """
+    (check_unit_interval if multilabel else check_probabilities)(mean, "mean")
+    h = mean_entropy.detach()
+    log_c = math.log(2 if multilabel else mean.shape[1])
+    tol = 1e-4 + 4 * torch.finfo(h.dtype).eps * (1 + log_c)
+    lo, hi = (float(v) for v in torch.aminmax(h))
+    if lo < -tol or hi > log_c + tol:
+        raise ValueError(f"mean_entropy must lie in [0, log C] = [0, {log_c:.4g}] nats (the mean entropy of the "
+                         f"samples), got values in [{lo:.4g}, {hi:.4g}]")
+    if mean_sq is not None:
+        variance_from_moments(mean, mean_sq, multilabel, validate=True)
+    if mean_sq_sum is not None:
+        sq = (mean.detach().double() ** 2).sum(dim=1, keepdim=True)
+        tol_sq = 1e-4 + 4 * max(torch.finfo(t.dtype).eps for t in (mean, mean_sq_sum)) * 2
+        dev = torch.maximum(sq - mean_sq_sum.detach().double(), mean_sq_sum.detach().double() - 1)
+        if bool((dev > tol_sq).any()):
+            raise ValueError("mean_sq_sum must lie between sum_c mean_c^2 and 1 (the mean of sum_c p_c^2 of the "
+                             f"samples of mean), got values up to {float(dev.max()):.4g} outside")
+
+
+def _state_value(v: Any) -> Any:
+    """A value of a state as its scalar where it is a 0-d array (:func:`monai_unc.state.unpack_states`) or tensor."""
+    if getattr(v, "ndim", None) == 0 and hasattr(v, "item"):  # a 0-d numpy array or tensor
+        return v.item()
+    return v
+
+
+def _checked_state(state: Mapping) -> dict[str, Any]:
+    """The entries of a :meth:`SampleStats.state_dict` checked (see :meth:`SampleStats.load_state_dict`)."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state must be a mapping (a SampleStats.state_dict()), got {type(state).__name__}")
+    missing = [k for k in ("sum_w", "num_updates", "sum_p", "sum_h") if k not in state]
+    if missing:
+        raise ValueError(f"state lacks {missing} (a SampleStats.state_dict() holds them)")
+    out: dict[str, Any] = {}
+    out["sum_w"] = _check_weight(_state_value(state["sum_w"]), "sum_w")
+    n = _state_value(state["num_updates"])
+    if isinstance(n, float) and n.is_integer():  # a count saved as a float
+        n = int(n)
+    if not is_real(n) or isinstance(n, float) or n < 0:
+        raise ValueError(f"num_updates must be an integer >= 0, got {n!r}")
+    out["num_updates"] = int(n)
+    for name, default in (("multilabel", False), ("class_variance", True)):
+        out[name] = check_bool(_state_value(state.get(name, default)), name)
+    name = str(_state_value(state.get("out_dtype", "float32")))
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"out_dtype must name a floating point torch dtype (e.g. 'float32'), got {name!r}")
+    out["out_dtype"] = dtype
+    for key in ("sum_p", "sum_h", "sum_p2"):
+        if key in state:
+            v = state[key]
+            out[key] = v if isinstance(v, torch.Tensor) else to_tensor(v, key)
+    sum_p = out["sum_p"]
+    multilabel, per_class = out["multilabel"], out["class_variance"] or out["multilabel"]
+    sums = {k: out[k] for k in ("sum_p", "sum_h", "sum_p2") if k in out}
+    for key, t in sums.items():
+        if not t.is_floating_point():
+            raise TypeError(f"{key} must be a floating point tensor, got dtype {t.dtype}")
+    if sum_p.ndim < 3 or sum_p.numel() == 0:
+        raise ValueError(f"sum_p must be a non-empty (B, C, *spatial) tensor, got shape {tuple(sum_p.shape)}")
+    b, c, spatial = sum_p.shape[0], sum_p.shape[1], tuple(sum_p.shape[2:])
+    expected = {"sum_p": (b, c, *spatial), "sum_h": (b, c if multilabel else 1, *spatial),
+                "sum_p2": (b, c if per_class else 1, *spatial)}
+    for key, t in sums.items():
+        if tuple(t.shape) != expected[key]:
+            raise ValueError(f"{key} must have shape {expected[key]} for sum_p of shape {tuple(sum_p.shape)} "
+                             f"(multilabel={multilabel}, class_variance={out['class_variance']}), got {tuple(t.shape)}")
+        if t.device != sum_p.device:
+            raise ValueError(f"{key} is on {t.device}, sum_p on {sum_p.device}")
+    _check_finite_in_chunks(sums)
+    w = out["sum_w"]
+    mean_sq = out["sum_p2"] / w if "sum_p2" in out else None
+    try:
+        check_moments(sum_p / w, out["sum_h"] / w, mean_sq if per_class else None,
+                      None if per_class else mean_sq, multilabel)
+    except ValueError as e:
+        raise ValueError(f"the state's sums divided by sum_w are no means of probability samples: {e}") from None
+    return out
 
 
 def derive_measures(
@@ -1054,7 +1197,8 @@ def derive_measures(
 
     Args:
         moments: the per-voxel means, ``(B, *, *spatial)`` tensors of one spatial shape.
-        keys: the measures to derive (``pred`` and the names of :data:`ALL_MEASURES`, ``window_disagreement``).
+        keys: the measures to derive (``pred`` and the names of :data:`ALL_MEASURES`, ``window_disagreement``); one
+            name as a string is that one measure.
         normalize: divide the entropies by ``log C`` (``log 2`` for ``multilabel``).
         out_dtype: dtype of the maps (default: that of the moments), the dtype of the samples: PE is evaluated in
             their entropy precision (:func:`~monai_unc.measures.entropy_dtype` of ``out_dtype``, float32 for float32
@@ -1074,7 +1218,9 @@ def derive_measures(
     Raises:
         ValueError: ``moments["pred"]`` is empty (no voxel), an unknown key, or ``variance`` without a second moment.
     """
-    keys = [K(k).value for k in keys]
+    check_bool(normalize, "normalize")
+    check_bool(multilabel, "multilabel")
+    keys = [K(k).value for k in ([keys] if isinstance(keys, str) else keys)]
     mean = moments[K.PRED.value]
     if mean.numel() == 0:
         # found by hostile testing: no chunk was derived and the first key raised KeyError
@@ -1218,6 +1364,12 @@ def window_disagreement_from_stitched(
     Returns:
         WD in nats, the shape of ``window_entropy``, in the dtype of ``pred`` (float32 for a half-precision one).
 
+    Raises:
+        ValueError: ``window_entropy`` has another shape than ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for
+            ``multilabel``) of ``pred``'s, or a value that is negative or not finite (found by hostile testing: a
+            window entropy of two channels was broadcast into a WD map of two channels, a negative one gave a WD of
+            1.69 nats, above log 2, without a word).
+
     Example:
         >>> import math
         >>> import torch
@@ -1227,6 +1379,17 @@ def window_disagreement_from_stitched(
         >>> round(float(window_disagreement_from_stitched(pred, window_entropy)) / math.log(2), 4)
         1.0
     """
+    if pred.ndim < 3:
+        raise ValueError(f"pred must be (B, C, *spatial), got shape {tuple(pred.shape)}")
+    expected = (pred.shape[0], pred.shape[1] if multilabel else 1, *pred.shape[2:])
+    if tuple(window_entropy.shape) != expected:
+        raise ValueError(f"window_entropy must have shape {expected} for pred of shape {tuple(pred.shape)}"
+                         f"{' (multilabel)' if multilabel else ''}, got {tuple(window_entropy.shape)}")
+    if window_entropy.numel():
+        lo, hi = torch.stack(torch.aminmax(window_entropy.detach())).tolist()  # one sync; NaN propagates
+        if not (lo >= -WD_RTOL * torch.finfo(window_entropy.dtype).eps and math.isfinite(hi)):
+            check_finite(window_entropy, "window_entropy")
+            raise ValueError(f"window_entropy must be non-negative (stitched entropies, nats), got minimum {lo:.4g}")
     # H(pred) in spatial chunks: its temporaries have the size of a chunk, not of C x V; in float32 at least, as the
     # statistics evaluate PE = H(pred) (a half-precision H(pred) left its rounding, 1e-3 nats, in MI = PE - EE - WD)
     # evaluated by the function that evaluates PE in derive_measures: WD's H(pred) and PE are then equal bit for bit

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import monai_unc._stats_kernels as kernels
+from monai_unc import measures
 from monai_unc.measures import (
     binary_entropy,
     entropy,
@@ -18,7 +19,7 @@ from monai_unc.measures import (
     predictive_entropy,
     variance_from_moments,
 )
-from monai_unc.stats import SampleStats
+from monai_unc.stats import SampleStats, derive_measures
 
 
 def test_mutual_information_from_entropies_validates():
@@ -157,3 +158,94 @@ def test_one_minus_max_prob_stays_in_its_bounds_a_little_outside_the_unit_interv
     assert float(u.min()) >= 0 and float(u.max()) <= high
     m = SampleStats(multilabel=multilabel).update(p).measures(["one_minus_max_prob"])["one_minus_max_prob"]
     assert m.flatten().tolist() == pytest.approx(expected, abs=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# flags: True or False, never a truthy string
+# ---------------------------------------------------------------------------------------------------------------
+_S = torch.tensor([[[[0.9], [0.1]]], [[[0.2], [0.8]]]], dtype=torch.float64)  # (S=2, B=1, C=2, 1 voxel)
+
+
+@pytest.mark.parametrize("call, flag", [
+    (lambda v: measures.entropy(_S[0], normalize=v), "normalize"),
+    (lambda v: measures.entropy(_S[0], validate=v), "validate"),
+    (lambda v: measures.binary_entropy(_S[0], normalize=v), "normalize"),
+    (lambda v: measures.predictive_entropy(_S, multilabel=v), "multilabel"),
+    (lambda v: measures.predictive_entropy(_S, normalize=v), "normalize"),
+    (lambda v: measures.expected_entropy(_S, multilabel=v), "multilabel"),
+    (lambda v: measures.mutual_information(_S, multilabel=v), "multilabel"),
+    (lambda v: measures.mutual_information(_S, normalize=v), "normalize"),
+    (lambda v: measures.variance(_S, multilabel=v), "multilabel"),
+    (lambda v: measures.one_minus_max_prob(_S[0], multilabel=v), "multilabel"),
+    (lambda v: measures.variance_from_moments(_S[0], _S[0] ** 2, multilabel=v), "multilabel"),
+    (lambda v: measures.mutual_information_from_entropies(_S[0, :, :1], _S[0, :, :1], validate=v), "validate"),
+    (lambda v: SampleStats(multilabel=v), "multilabel"),
+    (lambda v: SampleStats(track_variance=v), "track_variance"),
+    (lambda v: SampleStats(class_variance=v), "class_variance"),
+    (lambda v: SampleStats(validate=v), "validate"),
+    (lambda v: SampleStats().update(_S[0]).measures(normalize=v), "normalize"),
+    (lambda v: SampleStats.from_moments(_S[0], (_S[0, :, :1] if v is False else _S[0]) / 2, multilabel=v),
+     "multilabel"),
+    (lambda v: derive_measures(SampleStats().update(_S[0]).moments(), ["mutual_information"], multilabel=v),
+     "multilabel"),
+    (lambda v: derive_measures(SampleStats().update(_S[0]).moments(), ["mutual_information"], normalize=v),
+     "normalize"),
+])
+def test_flags_must_be_true_or_false(call, flag):
+    """Found by hostile testing: ``multilabel="False"`` (a truthy string, e.g. read from a config file) gave
+    per-channel binary entropies of two-class softmax samples, ``(B, C, *spatial)`` maps, and ``normalize="False"``
+    entropies divided by ``log C``, without a word. Both booleans, and numpy booleans, pass."""
+    with pytest.raises(TypeError, match=f"{flag} must be True or False"):
+        call("False")
+    call(False)
+    call(np.bool_(True))
+
+
+def test_measures_read_one_key_given_as_a_string():
+    """``SampleStats.measures(keys="variance")`` iterated the name's characters and raised "'v' is not a valid
+    UncertaintyKeys"; one name is that one measure, as the inferers take it."""
+    stats = SampleStats().update(_S[0].float()).update(_S[1].float())
+    assert list(stats.measures(keys="variance")) == ["variance"]
+    torch.testing.assert_close(stats.measures(keys="variance")["variance"].double(), measures.variance(_S),
+                               atol=1e-7, rtol=0)
+    assert list(derive_measures(stats.moments(), "mutual_information")) == ["mutual_information"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("multilabel", [False, True])
+@pytest.mark.parametrize("n", [3, 7, 30])
+def test_identical_kept_samples_have_zero_mutual_information_exactly(dtype, multilabel, n):
+    """Found by hostile testing: the kept samples of a deterministic network (identical float32 samples) gave
+    ``mutual_information`` 1e-7 to 3e-7 nats (the float32 mean of identical values rounds) where the streamed
+    statistics give 0 exactly; a map of rounding noise that a viewer's auto-window shows as structure. The mean over
+    samples is summed in float64: PE equals EE bit for bit, as in SampleStats."""
+    torch.manual_seed(0)
+    p = torch.rand(1, 3, 6, 6) if multilabel else torch.softmax(3 * torch.randn(1, 3, 6, 6), 1)
+    s = p.to(dtype).expand(n, -1, -1, -1, -1).clone()
+    for normalize in (False, True):
+        mi = mutual_information(s, normalize=normalize, multilabel=multilabel)
+        assert float(mi.abs().max()) == 0.0
+        pe = predictive_entropy(s, normalize=normalize, multilabel=multilabel)
+        ee = expected_entropy(s, normalize=normalize, multilabel=multilabel)
+        assert torch.equal(pe, ee)
+        streamed = SampleStats(multilabel=multilabel).update_many(list(s)).measures(normalize=normalize)
+        assert float(streamed["mutual_information"].abs().max()) == 0.0
+        torch.testing.assert_close(pe, streamed["predictive_entropy"], atol=2e-7, rtol=0)
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_maps_from_entropies_and_moments_follow_the_input_library(validate):
+    """Found by hostile testing: numpy maps gave a torch tensor from ``mutual_information_from_entropies`` and
+    ``variance_from_moments`` (the module's rule: outputs follow the input's library), and with ``validate=False`` an
+    AttributeError ('numpy.ndarray' object has no attribute 'clamp_min')."""
+    pe, ee = np.array([[[0.6931, 0.3]]]), np.array([[[0.3251, 0.3]]])
+    mi = mutual_information_from_entropies(pe, ee, validate=validate)
+    assert isinstance(mi, np.ndarray)
+    np.testing.assert_allclose(mi, [[[0.368, 0.0]]], atol=1e-12)
+    mi_wd = mutual_information_from_entropies(pe, ee, window_disagreement=np.full_like(pe, 0.1), validate=validate)
+    np.testing.assert_allclose(mi_wd, [[[0.268, 0.0]]], atol=1e-12)
+    mean, mean_sq = np.array([[[0.5], [0.5]]]), np.array([[[0.41], [0.41]]])
+    var = variance_from_moments(mean, mean_sq, validate=validate)
+    assert isinstance(var, np.ndarray)
+    np.testing.assert_allclose(var, [[[0.16]]], atol=1e-12)
+    assert isinstance(variance_from_moments(torch.from_numpy(mean), torch.from_numpy(mean_sq)), torch.Tensor)

@@ -211,3 +211,128 @@ def test_streamed_variance_is_within_its_stated_absolute_bound(class_variance):
         bound = _variance_bound(n, 2, torch.float64) + torch.finfo(torch.float32).eps * ref  # + the output's rounding
         assert (err <= bound).all(), float((err / bound).max())
         assert err.max() > 1e-17  # the bound is not vacuous here: the cancellation is real, and within it
+
+
+def test_numpy_weights_are_numbers():
+    """Found by hostile testing: ``update(p, weight=np.float32(2))`` raised "weight must be a positive number, got
+    float32" (a float64 passed, being a Python float), and the weights of ``update_many`` could not be a numpy array
+    (e.g. ensemble weights read as float32). They give the weighted mean of a brute-force float64 reference."""
+    p = torch.tensor([[[0.9], [0.1]], [[0.2], [0.8]]], dtype=torch.float64)  # two samples (2 * B, C=2, 1 voxel)
+    w = np.array([3.0, 1.0], dtype=np.float32)
+    expected = (3.0 * p[0] + 1.0 * p[1]) / 4.0
+    one = SampleStats().update(p[:1], weight=w[0]).update(p[1:], weight=w[1])
+    many = SampleStats().update_many(p, num_samples=2, weights=w)
+    seq = SampleStats().update_many([p[:1], p[1:]], weights=torch.from_numpy(w))
+    for stats in (one, many, seq):
+        assert stats.count == 4.0
+        torch.testing.assert_close(stats.mean[0], expected, rtol=0, atol=1e-15)
+    for bad, error in ((np.float32("nan"), ValueError), (np.float64(-1.0), ValueError), (np.bool_(True), TypeError),
+                       ("2", TypeError)):
+        with pytest.raises(error, match="weight"):
+            SampleStats().update(p[:1], weight=bad)
+
+
+_M = torch.tensor([[[0.7], [0.3]]])  # (B=1, C=2, 1 voxel)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mean_entropy": torch.tensor([[[-0.5]]])}, "mean_entropy must lie in"),  # MI was 1.11 above PE 0.61
+    ({"mean_entropy": torch.tensor([[[2.0]]])}, "mean_entropy must lie in"),  # bits or a sum: capped, MI 0
+    ({"mean": torch.tensor([[[1.5], [-0.5]]])}, "mean must lie in"),  # PE was 0
+    ({"mean": torch.tensor([[[0.5], [0.2]]])}, "mean must sum to 1"),
+    ({"mean_sq": torch.tensor([[[0.9], [0.9]]])}, "mean_sq must lie between"),  # variance was 0.61
+    ({"mean_sq": torch.tensor([[[0.1], [0.01]]])}, "mean_sq must lie between"),  # below mean^2
+    ({"mean_sq_sum": torch.tensor([[[0.2]]])}, "mean_sq_sum must lie between"),  # below sum_c mean_c^2 = 0.58
+    ({"mean_sq_sum": torch.tensor([[[1.2]]])}, "mean_sq_sum must lie between"),
+])
+def test_from_moments_refuses_moments_no_probabilities_give(kwargs, match):
+    """Found by hostile testing: from_moments took any finite moments and derived impossible maps without a word (a
+    negative mean entropy gave an MI above the PE, a second moment above the mean a variance above 0.25)."""
+    args = {"mean": _M, "mean_entropy": torch.tensor([[[0.1]]]), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        SampleStats.from_moments(**args, count=2.0)
+    SampleStats.from_moments(**args, count=2.0, validate=False)  # the caller's own moments: unchecked
+
+
+def test_from_moments_accepts_the_moments_of_samples():
+    """The moments of real samples pass, also at their bounds (one-hot samples: mean_sq = mean, EE = 0; identical
+    samples: mean_sq = mean^2; uniform samples: EE = log C) and in float16."""
+    torch.manual_seed(0)
+    for multilabel in (False, True):
+        p = torch.rand(5, 1, 3, 4, 4) if multilabel else torch.softmax(4 * torch.randn(5, 1, 3, 4, 4), 2)
+        onehot = (p > 0.5).float() if multilabel else torch.nn.functional.one_hot(p.argmax(2), 3).movedim(-1, 2).float()
+        uniform = torch.full_like(p, 0.5 if multilabel else 1 / 3)
+        for s in (p, onehot, p[:1].expand(5, -1, -1, -1, -1), uniform, p.half()):
+            stats = SampleStats(multilabel=multilabel, class_variance=True).update_many(list(s))
+            mom = stats.moments()
+            rebuilt = SampleStats.from_moments(mom["pred"], mom["expected_entropy"], mom["mean_sq"], count=5.0,
+                                               multilabel=multilabel, out_dtype=stats.out_dtype)
+            torch.testing.assert_close(rebuilt.measures(), stats.measures())
+            if not multilabel:
+                sq_sum = mom["mean_sq"].sum(1, keepdim=True)
+                SampleStats.from_moments(mom["pred"], mom["expected_entropy"], mean_sq_sum=sq_sum, count=5.0)
+
+
+def _state() -> dict:
+    return SampleStats().update(torch.tensor([[[0.9], [0.1]]])).update(torch.tensor([[[0.3], [0.7]]])).state_dict()
+
+
+@pytest.mark.parametrize("change, error, match", [
+    ({"sum_w": 0.0}, ValueError, "sum_w must be positive and finite"),  # NaN maps
+    ({"sum_w": -2.0}, ValueError, "sum_w must be positive and finite"),  # pred (-0.6, -0.4)
+    ({"sum_w": float("nan")}, ValueError, "sum_w must be positive and finite"),
+    ({"num_updates": -1}, ValueError, "num_updates must be an integer >= 0"),
+    ({"multilabel": "False"}, TypeError, "multilabel must be True or False"),  # per-channel maps
+    ({"class_variance": np.array("no")}, TypeError, "class_variance must be True or False"),
+    ({"out_dtype": "int64"}, ValueError, "out_dtype must name a floating point"),  # maps of zeros
+    ({"sum_h": torch.zeros(1, 2, 1, dtype=torch.float64)}, ValueError, "sum_h must have shape"),  # broadcast
+    ({"sum_p2": torch.zeros(1, 3, 1, dtype=torch.float64)}, ValueError, "sum_p2 must have shape"),
+    ({"sum_p": torch.tensor([[[float("nan")], [1.0]]], dtype=torch.float64)}, ValueError, "sum_p contains 1 non"),
+    ({"sum_p": torch.tensor([[[1], [1]]])}, TypeError, "sum_p must be a floating point"),
+    ({"sum_h": -torch.ones(1, 1, 1, dtype=torch.float64)}, ValueError, "mean_entropy must lie in"),  # MI above PE
+    ({"sum_p": torch.tensor([[[3.0], [-1.0]]], dtype=torch.float64)}, ValueError, "mean must lie in"),
+])
+def test_a_state_read_back_is_checked(change, error, match):
+    """Found by hostile testing: states are read back from files (``unpack_states`` of an ``.npz``), untrusted input,
+    and ``from_state_dict`` took any entries: ``sum_w=0`` gave NaN maps, a negative one negative probabilities, a
+    negated ``sum_h`` an MI of 1.14 above the PE of 0.67, ``multilabel="False"`` per-channel maps, an ``sum_h`` of two
+    channels was broadcast, all without a word."""
+    with pytest.raises(error, match=match):
+        SampleStats.from_state_dict({**_state(), **change})
+    with pytest.raises(error, match=match):
+        SampleStats().load_state_dict({**_state(), **change})
+
+
+def test_a_state_saved_and_read_back_through_npz_gives_the_same_maps(tmp_path):
+    from monai_unc.state import pack_states, unpack_states
+
+    for multilabel, class_variance in ((False, True), (False, False), (True, True)):
+        stats = SampleStats(multilabel=multilabel, class_variance=class_variance)
+        for q in (0.9, 0.2, 0.6):
+            stats.update(torch.tensor([[[q], [1 - q if not multilabel else q / 2]]], dtype=torch.float32))
+        np.savez(tmp_path / "s.npz", **pack_states({"s": stats}))
+        with np.load(tmp_path / "s.npz") as f:
+            back = unpack_states(dict(f))["s"]
+        assert back.multilabel is multilabel and back.num_updates == 3 and back.out_dtype == torch.float32
+        for k, v in stats.measures().items():
+            assert torch.equal(back.measures()[k], v), k
+
+
+def test_numpy_integers_are_integers():
+    """Found by hostile testing: ``np.int64`` arguments (e.g. from a shape or ``np.prod``) were refused with "must be
+    an integer"; they give what the Python integer gives, and booleans stay refused."""
+    from monai_unc.stats import auto_accum_dtype, spatial_chunks
+
+    assert accumulation_error_bound(np.int64(100)) == accumulation_error_bound(100)
+    assert auto_accum_dtype(np.int64(3)) == torch.float64
+    assert spatial_chunks((1, 2, 8, 8), np.int64(64)) == spatial_chunks((1, 2, 8, 8), 64)
+    p = torch.tensor([[[0.9], [0.1]], [[0.3], [0.7]]])
+    stats = SampleStats().update_many(p, num_samples=np.int64(2))
+    assert stats.count == 2.0 and stats.num_updates == 2
+    moments = stats.moments()
+    assert derive_measures(moments, ["variance"], chunk_elements=np.int64(64))["variance"].shape == (1, 1, 1)
+    for bad in (np.bool_(True), True):
+        with pytest.raises(ValueError, match="num_samples"):
+            accumulation_error_bound(bad)
+        with pytest.raises(TypeError, match="num_samples"):
+            SampleStats().update_many(p, num_samples=bad)

@@ -41,6 +41,6 @@ def test_from_moments_synchronises_once(cuda_device):
         pytest.skip("counts CUDA synchronisations")
     mean, ee = moments(cuda_device)
     assert len(spatial_chunks(tuple(mean.shape), DEFAULT_CHUNK_ELEMENTS)) > 2
-    with count_synchronisations() as syncs:
-        SampleStats.from_moments(mean, ee, count=2.0)
+    with count_synchronisations() as syncs:  # as the inferers call it: their own moments, the finiteness check only
+        SampleStats.from_moments(mean, ee, count=2.0, validate=False)
     assert len(syncs) == 1, syncs

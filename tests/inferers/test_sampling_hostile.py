@@ -120,3 +120,27 @@ def test_infinite_logits_are_refused_whatever_the_activation(activation, channel
             x, Overflowing())
     assert torch.isfinite(UncertaintyInferer(activation=activation)(x, lambda t: Overflowing()(t).clamp(-1e4, 1e4))[
         "predictive_entropy"]).all()
+
+
+@pytest.mark.parametrize("base", [None, SlidingWindowInferer(roi_size=(4, 8, 8), sw_batch_size=1, overlap=0.25)])
+def test_keys_may_name_the_kept_samples(base):
+    """``keys=[..., "samples"]`` with ``keep_samples=True`` computed every sample and then raised "unknown measure
+    'samples'" from derive_measures; the samples are returned, and the maps equal the measures of those samples."""
+    from monai_unc import measures
+
+    x = torch.randn(1, 1, 8, 8, 8)
+    inf = MCDropoutInferer(num_samples=3, keep_samples=True, seed=0, base_inferer=base,
+                           keys=["samples", "predictive_entropy", "variance"])
+    out = inf(x, _net3d().float())
+    assert list(out) == ["predictive_entropy", "variance", "samples"]
+    assert out["samples"].shape == (3, 1, 3, 8, 8, 8)
+    if base is None:  # no stitching: the maps are those of the kept samples
+        s = out["samples"].double()
+        torch.testing.assert_close(out["predictive_entropy"].double(), measures.predictive_entropy(s),
+                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(out["variance"].double(), measures.variance(s), atol=1e-6, rtol=0)
+
+
+def test_keys_naming_samples_without_keep_samples_is_refused_up_front():
+    with pytest.raises(ValueError, match="keys asks for 'samples' but keep_samples=False"):
+        MCDropoutInferer(num_samples=2, keys=["samples", "predictive_entropy"])

@@ -312,3 +312,16 @@ def test_a_marginalised_ssn_source_needs_softmax():
         with pytest.raises(ValueError, match="activation must be 'softmax' with SSNSource"):
             UncertaintyInferer([SSNSource(4, marginalize=True)], activation=activation)
     UncertaintyInferer([SSNSource(4, marginalize=True)], activation="softmax")
+
+
+@pytest.mark.parametrize("window_entropy, match", [
+    (torch.zeros(1, 2, 4), "window_entropy must have shape"),  # was broadcast into a WD map of two channels
+    (-torch.ones(1, 1, 4), "window_entropy must be non-negative"),  # WD 1.69 nats, above log 2
+    (torch.full((1, 1, 4), float("nan")), "non-finite"),
+])
+def test_window_disagreement_refuses_window_entropies_no_windows_give(window_entropy, match):
+    """Found by hostile testing: the public ``window_disagreement_from_stitched`` took any window entropy."""
+    pred = torch.full((1, 2, 4), 0.5)
+    with pytest.raises(ValueError, match=match):
+        window_disagreement_from_stitched(pred, window_entropy)
+    assert window_disagreement_from_stitched(pred, torch.zeros(1, 2, 4), multilabel=True).shape == (1, 2, 4)
