@@ -362,6 +362,25 @@ def _read_spec(spec: str | os.PathLike | dict) -> dict:
     return spec
 
 
+def _build_failure(e: BaseException) -> str:
+    """One line saying why MONAI could not build a config entry: its message and the error that caused it.
+
+    Found by hostile testing: MONAI wraps the network's own error (``UNet.__init__() missing 4 required positional
+    arguments``, ``unsupported operand type(s) for -: 'str' and 'int'``) in ``Failed to instantiate component ...
+    with keywords: ...`` plus ``set '_mode_=debug'`` (a mode a spec may not use), so the message named neither the
+    missing argument nor the wrong one.
+    """
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    cause, seen = e, {id(e)}
+    while (nxt := cause.__cause__ or cause.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        cause = nxt
+    if cause is e:
+        return first
+    why = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return f"{first} ({type(cause).__name__}{': ' + why if why else ''})"
+
+
 def _instantiate(spec: dict, what: str, allow_code: Sequence[str] = ()) -> nn.Module:
     """Build the network of a spec.
 
@@ -381,7 +400,7 @@ def _instantiate(spec: dict, what: str, allow_code: Sequence[str] = ()) -> nn.Mo
     try:
         net = parser.get_parsed_content(key)
     except Exception as e:  # MONAI wraps instantiation errors in RuntimeError with the config path
-        raise ValueError(f"cannot build the network from {what}: {e}") from None
+        raise ValueError(f"cannot build the network from {what}: {_build_failure(e)}") from None
     if not isinstance(net, nn.Module):
         raise ValueError(f"{what} built a {type(net).__name__}, not a torch.nn.Module")
     return net
@@ -639,7 +658,7 @@ def load_network(
         try:
             net = parser.get_parsed_content("network_def")
         except Exception as e:
-            raise ValueError(f"bundle {root}: cannot build network_def: {e}") from None
+            raise ValueError(f"bundle {root}: cannot build network_def: {_build_failure(e)}") from None
         if not checkpoints:
             weights = root / "models" / "model.pt"
             if not weights.is_file():
