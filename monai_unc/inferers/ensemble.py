@@ -27,7 +27,8 @@ def load_state_dict(path: str | os.PathLike, weights_only: bool = True, key: str
 
     Uses ``torch.load(..., weights_only=True)`` unless the caller opts out. Accepts a bare state dict or a
     dict holding one under ``key`` or a usual key (``state_dict``, ``model_state_dict``, nnU-Net's
-    ``network_weights``, ``model``, ``net``, ``network``); strips the ``module.`` prefix of (Distributed)DataParallel
+    ``network_weights``, ``model``, ``net``, ``network``), or a whole module (bare or under one of those keys: only
+    with ``weights_only=False``, which unpickles it); strips the ``module.`` prefix of (Distributed)DataParallel
     and the ``_orig_mod.`` prefix of ``torch.compile``.
 
     Args:
@@ -59,8 +60,10 @@ def load_state_dict(path: str | os.PathLike, weights_only: bool = True, key: str
         obj = obj.state_dict()
     if isinstance(obj, Mapping):
         for name in (*([key] if key is not None else []), *_STATE_KEYS):
-            if name in obj and isinstance(obj[name], Mapping):
-                obj = obj[name]
+            # a whole module under the key (``torch.save({"model": net, "epoch": 3})``, read with weights_only=False)
+            # is its state dict (found by hostile testing: refused as "does not hold a state dict of tensors")
+            if name in obj and isinstance(obj[name], (Mapping, nn.Module)):
+                obj = obj[name].state_dict() if isinstance(obj[name], nn.Module) else obj[name]
                 break
     if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         # found by hostile testing: a bundle checkpoint {"weights": state dict, "epoch": 3} was refused without

@@ -263,12 +263,26 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False, key: str
                          "checkpoint") from None
 
 
+def _values_lost(saved: torch.Tensor, own: torch.Tensor) -> bool:
+    """Whether loading ``saved`` into ``own`` would change what its values mean.
+
+    Integer, bool or quantized values into floating-point weights (int8-quantized weights without their scales), complex
+    values into real ones (the imaginary part dropped), or a sparse tensor. Floating point in another precision loads
+    (float16 weights into a float32 network), and so does a float count into an integer buffer (``num_batches_tracked``
+    of a state dict converted with ``{k: v.half() ...}``).
+    """
+    return (saved.layout != torch.strided or (own.is_floating_point() and not saved.is_floating_point())
+            or (saved.is_complex() and not own.is_complex()))
+
+
 def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
     """Check that a state dict fits a network before it is loaded.
 
     ``state`` must have exactly the keys of ``network``'s state dict, each with the same shape (what
-    ``network.load_state_dict(state)`` needs), and finite floating-point values: weights with a NaN or an infinity (a
-    training run that diverged) would make every case fail, each blaming its input.
+    ``network.load_state_dict(state)`` needs) in dense tensors whose values keep their meaning when loaded (floating
+    point for floating-point weights, in any precision: float16 weights load into a float32 network), and finite
+    floating-point values: weights with a NaN or an infinity (a training run that diverged) would make every case
+    fail, each blaming its input.
 
     Args:
         network: the network.
@@ -276,8 +290,8 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
         path: the checkpoint file, for the message.
 
     Raises:
-        ValueError: naming ``path`` and listing a few missing and unexpected keys and shape mismatches, so that a
-            checkpoint of another architecture is one clear line; or naming the tensors that hold NaN / inf.
+        ValueError: naming ``path`` and listing a few missing and unexpected keys, shape and dtype mismatches, so
+            that a checkpoint of another architecture is one clear line; or naming the tensors that hold NaN / inf.
 
     Example:
         >>> check_weights_fit(nn.Linear(2, 1), nn.Linear(2, 1).state_dict(), "w.pt")
@@ -287,7 +301,12 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
     unexpected = [k for k in state if k not in own]
     shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
               if k in state and tuple(state[k].shape) != tuple(v.shape)]
-    if not (missing or unexpected or shapes):
+    # found by hostile testing: integer (e.g. int8-quantized) weights were cast into the float parameters without a
+    # word, every prediction that of other weights; a sparse tensor crashed the finiteness check (NotImplementedError)
+    kinds = [f"{k} {state[k].dtype}{'' if state[k].layout == torch.strided else ' ' + str(state[k].layout)} vs "
+             f"{v.dtype}" for k, v in own.items()
+             if k in state and _values_lost(state[k], v)]
+    if not (missing or unexpected or shapes or kinds):
         # found by hostile testing: one ensemble member whose training diverged (NaN weights) failed every case with
         # "network output contains non-finite values ... for this input", naming no member
         bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
@@ -298,7 +317,8 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
         return
     parts = []
     for name, items in (("missing keys", missing), ("unexpected keys", unexpected),
-                        ("shape mismatches (checkpoint vs network)", shapes)):
+                        ("shape mismatches (checkpoint vs network)", shapes),
+                        ("dtype or layout mismatches (checkpoint vs network)", kinds)):
         if items:
             parts.append(f"{len(items)} {name} ({', '.join(items[:3])}{', ...' if len(items) > 3 else ''})")
     raise ValueError(f"checkpoint {os.fspath(path)} does not fit the network {type(network).__name__}: "

@@ -33,3 +33,43 @@ def test_spec_that_cannot_be_built_names_the_reason(tmp_path, spec, why):
     with pytest.raises(ValueError, match=r"cannot build the network from --network: .*" + why) as err:
         load_network(network=spec, checkpoints=[tmp_path / "w.pt"])
     assert "\n" not in str(err.value) and "_mode_" not in str(err.value)
+
+
+def test_whole_module_under_a_wrapper_key_loads_with_unsafe_load(tmp_path):
+    # torch.save({"model": net, "epoch": 3}) was refused as "does not hold a state dict of tensors" even with
+    # --unsafe-load, while a bare torch.save(net) loaded
+    net = _net()
+    torch.save({"model": net, "epoch": 3}, tmp_path / "w.pt")
+    with pytest.raises(ValueError, match=r"--unsafe-load"):  # pickled objects: refused without the opt-in
+        load_checkpoint(tmp_path / "w.pt")
+    state = load_checkpoint(tmp_path / "w.pt", unsafe_load=True)
+    assert state.keys() == net.state_dict().keys()
+    assert all(torch.equal(state[k], v) for k, v in net.state_dict().items())
+    loaded = load_network(network=SPEC, checkpoints=[tmp_path / "w.pt"], unsafe_load=True)
+    x = torch.rand(1, 1, 16, 16)
+    assert torch.equal(loaded.network(x), net(x))
+
+
+def test_weights_whose_values_would_change_are_refused(tmp_path):
+    # integer (quantized without scales) weights were cast into the float parameters without a word (every
+    # prediction that of other weights); a sparse tensor crashed with NotImplementedError instead of one line
+    net = _net()
+    state = net.state_dict()
+    bad = {
+        "int8": {k: (v * 100).to(torch.int8) if v.is_floating_point() else v for k, v in state.items()},
+        "complex": {k: v.to(torch.complex64) if v.is_floating_point() else v for k, v in state.items()},
+        "sparse": {k: v.to_sparse() if k == "model.0.conv.weight" else v for k, v in state.items()},
+    }
+    for name, weights in bad.items():
+        with pytest.raises(ValueError, match=rf"{name}.pt does not fit the network UNet: \d+ dtype or layout "
+                                             r"mismatches \(checkpoint vs network\) \(model.0.conv.weight torch\."):
+            check_weights_fit(net, weights, f"{name}.pt")
+    # floating point in another precision loads: float16 weights (a count converted with them too) into float32
+    half = {k: v.half() for k, v in state.items()}
+    check_weights_fit(net, half, "half.pt")
+    torch.save(half, tmp_path / "half.pt")
+    loaded = load_network(network=SPEC, checkpoints=[tmp_path / "half.pt"])
+    reference = _net()
+    reference.load_state_dict({k: v.to(state[k].dtype) for k, v in half.items()})
+    x = torch.rand(1, 1, 16, 16)
+    assert torch.equal(loaded.network(x), reference.eval()(x))
