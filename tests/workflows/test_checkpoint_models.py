@@ -73,3 +73,23 @@ def test_weights_whose_values_would_change_are_refused(tmp_path):
     reference.load_state_dict({k: v.to(state[k].dtype) for k, v in half.items()})
     x = torch.rand(1, 1, 16, 16)
     assert torch.equal(loaded.network(x), reference.eval()(x))
+
+
+def test_post_hoc_dropout_on_a_network_with_dropout_warns():
+    # monai-unc infer --dropout 0.2 on a UNet(dropout=0.1) stacked both dropouts without a word (the docs say the
+    # option inserts dropout into a network without any)
+    from monai.networks.nets import UNet
+
+    from monai_unc.inferers import add_dropout, find_dropout_layers
+
+    with pytest.warns(UserWarning, match=r"already has \d+ dropout layer\(s\) \(p=0.1\); post-hoc dropout p=0.2 is "
+                                         r"added on top of them"):
+        add_dropout(UNet(2, 1, 2, (4, 8, 16), (2, 2), num_res_units=0, dropout=0.1), p=0.2)
+    plain = UNet(2, 1, 2, (4, 8, 16), (2, 2), num_res_units=0, dropout=0.0)  # Dropout(p=0) layers: none to sample
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        names = add_dropout(plain, p=0.2)
+    modules, hooks = find_dropout_layers(plain)
+    assert not modules and len(hooks) == len(names) >= 2 and {h.p for h in hooks} == {0.2}
