@@ -529,7 +529,8 @@ def add_dropout(
     names = resolve_dropout_sites(plain, after)
     modules = dict(plain.named_modules())
     built = find_dropout_layers(plain)[0]
-    if built and p > 0:  # found by hostile testing: monai-unc infer --dropout 0.2 on a UNet(dropout=0.1) stacked both silently
+    # found by hostile testing: monai-unc infer --dropout 0.2 on a UNet(dropout=0.1) stacked both without a word
+    if built and p > 0:
         rates = sorted({_rate(m) for m in built})
         warnings.warn(
             f"the network already has {len(built)} dropout layer(s) (p={', '.join(f'{r:g}' for r in rates)}); "
