@@ -364,12 +364,20 @@ def _read_spec(spec: str | os.PathLike | dict) -> dict:
         return spec
     text = str(spec)
     path = Path(text)
-    if text.lstrip().startswith("{"):
+    # found by hostile testing: inline "[...]" was looked for as a file ("file not found")
+    if text.lstrip().startswith("{") or (text.lstrip().startswith("[") and not path.is_file()):
         try:
-            return json.loads(text)
+            spec = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"network spec is not valid JSON: {e}") from None
+        except RecursionError:  # found by hostile testing: a deeply nested inline spec crashed with a traceback
+            raise ValueError("network spec is not valid JSON: nested too deeply") from None
+        if not isinstance(spec, dict):
+            raise ValueError(f"the inline network spec must be a MONAI config dict with '_target_', got "
+                             f"{type(spec).__name__}")
+        return spec
     if not path.is_file():
+        check_entry_kind(path, "network spec", folder=False)  # a folder is not "file not found" (hostile testing)
         raise ValueError(f"network spec must be inline JSON or a .json/.yaml file, got {text!r} (file not found)")
     try:
         spec = ConfigParser.load_config_file(str(path))

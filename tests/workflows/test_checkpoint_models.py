@@ -93,3 +93,23 @@ def test_post_hoc_dropout_on_a_network_with_dropout_warns():
         names = add_dropout(plain, p=0.2)
     modules, hooks = find_dropout_layers(plain)
     assert not modules and len(hooks) == len(names) >= 2 and {h.p for h in hooks} == {0.2}
+
+
+def test_network_specs_that_are_no_spec_are_one_line(tmp_path):
+    # a deeply nested inline spec crashed with RecursionError (a traceback), an inline JSON list and a folder were
+    # "file not found"
+    from monai_unc import cli
+
+    torch.save(_net().state_dict(), tmp_path / "w.pt")
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    for spec, error, message in [
+        (deep, ValueError, r"network spec is not valid JSON: nested too deeply"),
+        ('[{"_target_": "torch.nn.Identity"}]', ValueError, r"inline network spec must be a MONAI config dict .*list"),
+        (str(tmp_path), IsADirectoryError, r"network spec .* is a folder, not a file"),
+    ]:
+        with pytest.raises(error, match=message):
+            load_network(network=spec, checkpoints=[tmp_path / "w.pt"])
+    (tmp_path / "images").mkdir()
+    assert cli.main(["infer", "-i", str(tmp_path / "images"), "-o", str(tmp_path / "out"), "--network", deep,
+                     "--checkpoint", str(tmp_path / "w.pt")]) == 2
+    assert not (tmp_path / "out").exists()
