@@ -278,8 +278,8 @@ def _values_lost(saved: torch.Tensor, own: torch.Tensor) -> bool:
 def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
     """Check that a state dict fits a network before it is loaded.
 
-    ``state`` must have exactly the keys of ``network``'s state dict, each with the same shape (what
-    ``network.load_state_dict(state)`` needs) in dense tensors whose values keep their meaning when loaded (floating
+    ``state`` must have exactly the keys of ``network``'s state dict (a batch norm's ``num_batches_tracked`` may be
+    missing: torch fills it in), each with the same shape (what ``network.load_state_dict(state)`` needs) in dense tensors whose values keep their meaning when loaded (floating
     point for floating-point weights, in any precision: float16 weights load into a float32 network), and finite
     floating-point values: weights with a NaN or an infinity (a training run that diverged) would make every case
     fail, each blaming its input.
@@ -297,7 +297,11 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
         >>> check_weights_fit(nn.Linear(2, 1), nn.Linear(2, 1).state_dict(), "w.pt")
     """
     own = network.state_dict()
-    missing = [k for k in own if k not in state]
+    # torch fills in a batch norm's missing num_batches_tracked (a state dict of torch < 0.4.1, or one converted from
+    # another framework) and loads it strictly: found by hostile testing, such weights were refused as "missing keys"
+    filled = {f"{n}.num_batches_tracked" if n else "num_batches_tracked" for n, m in network.named_modules()
+              if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+    missing = [k for k in own if k not in state and k not in filled]
     unexpected = [k for k in state if k not in own]
     shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
               if k in state and tuple(state[k].shape) != tuple(v.shape)]

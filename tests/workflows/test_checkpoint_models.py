@@ -113,3 +113,24 @@ def test_network_specs_that_are_no_spec_are_one_line(tmp_path):
     assert cli.main(["infer", "-i", str(tmp_path / "images"), "-o", str(tmp_path / "out"), "--network", deep,
                      "--checkpoint", str(tmp_path / "w.pt")]) == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_weights_without_num_batches_tracked_load_as_in_torch(tmp_path):
+    # a state dict without batch norm's num_batches_tracked (torch < 0.4.1, or converted from another framework),
+    # which torch's strict load_state_dict takes, was refused as "2 missing keys"
+    from monai.networks.nets import UNet
+
+    torch.manual_seed(0)
+    net = UNet(2, 1, 2, (4, 8), (2,), num_res_units=0, norm="batch").eval()
+    for m in net.modules():  # running statistics that are not the initial ones
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2)
+    state = {k: v for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
+    UNet(2, 1, 2, (4, 8), (2,), num_res_units=0, norm="batch").load_state_dict(state)  # torch: strict and fine
+    torch.save(state, tmp_path / "w.pt")
+    loaded = load_network(network=dict(SPEC, norm="batch"), checkpoints=[tmp_path / "w.pt"])
+    x = torch.rand(1, 1, 16, 16)
+    assert torch.equal(loaded.network(x), net(x))
+    with pytest.raises(ValueError, match=r"1 missing keys \(model.0.adn.N.running_mean\)"):  # other keys: refused
+        check_weights_fit(net, {k: v for k, v in state.items() if k != "model.0.adn.N.running_mean"}, "w.pt")
