@@ -281,8 +281,8 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
     ``state`` must have exactly the keys of ``network``'s state dict (a batch norm's ``num_batches_tracked`` may be
     missing: torch fills it in), each with the same shape (what ``network.load_state_dict(state)`` needs) in dense
     tensors whose values keep their meaning when loaded (floating point for floating-point weights, in any
-    precision: float16 weights load into a float32 network), and finite floating-point values: weights with a NaN or an infinity (a training run that diverged) would make every case
-    fail, each blaming its input.
+    precision: float16 weights load into a float32 network), and finite floating-point values: weights with a NaN
+    or an infinity (a training run that diverged) would make every case fail, each blaming its input.
 
     Args:
         network: the network.
