@@ -463,9 +463,13 @@ def checkpoint_temperature(path: str, unsafe_load: bool) -> torch.Tensor | None:
         raise
     if not isinstance(obj, dict) or "temperature" not in obj:
         return None
+    if all(isinstance(v, torch.Tensor) for v in obj.values()):
+        # a flat state dict (calibrate writes the temperature beside one): its "temperature" is a parameter of the
+        # network, which the network applies itself (found by hostile testing: the logits were divided by it twice)
+        return None
     t = obj["temperature"]
     if not isinstance(t, torch.Tensor) and "state_dict" not in obj:
-        return None  # a flat state dict: only its tensors are a temperature
+        return None
     # checked (the file is user-editable): a negative temperature reversed every segmentation, zero or NaN made the
     # logits non-finite, and a number or list in place of a tensor was dropped without a word (found by hostile testing)
     return check_temperature(t, f"checkpoint {path}: its temperature (written by monai-unc calibrate)")

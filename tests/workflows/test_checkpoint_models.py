@@ -134,3 +134,35 @@ def test_weights_without_num_batches_tracked_load_as_in_torch(tmp_path):
     assert torch.equal(loaded.network(x), net(x))
     with pytest.raises(ValueError, match=r"1 missing keys \(model.0.adn.N.running_mean\)"):  # other keys: refused
         check_weights_fit(net, {k: v for k, v in state.items() if k != "model.0.adn.N.running_mean"}, "w.pt")
+
+
+class LearnedTemperatureNet(nn.Module):
+    """A network that divides its logits by a learned parameter named ``temperature`` (a top-level state dict key)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 1)
+        self.temperature = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) / self.temperature
+
+
+def test_a_network_parameter_named_temperature_is_not_a_calibrated_temperature(tmp_path):
+    # the flat state dict's "temperature" (the network's own parameter) was taken for the temperature of a
+    # calibrated checkpoint: the network was wrapped in TemperatureScaled and its logits divided by it twice
+    from monai_unc.workflows.models import checkpoint_temperature
+
+    torch.manual_seed(0)
+    net = LearnedTemperatureNet().eval()
+    torch.save(net.state_dict(), tmp_path / "w.pt")
+    name = f"{__name__}.LearnedTemperatureNet"
+    loaded = load_network(network={"_target_": name}, checkpoints=[tmp_path / "w.pt"], allow_code=[name])
+    x = torch.rand(1, 1, 4, 4)
+    assert loaded.temperature is None and "temperature" not in loaded.description
+    assert torch.equal(loaded.network(x), net(x))
+    # calibrate's format, the temperature beside the state dict, is still applied (on top of the network's own)
+    torch.save({"state_dict": net.state_dict(), "temperature": torch.tensor(4.0)}, tmp_path / "calibrated.pt")
+    assert float(checkpoint_temperature(str(tmp_path / "calibrated.pt"), False)) == 4.0
+    loaded = load_network(network={"_target_": name}, checkpoints=[tmp_path / "calibrated.pt"], allow_code=[name])
+    assert torch.allclose(loaded.network(x), net(x) / 4.0)
