@@ -117,6 +117,8 @@ class EnsembleSource(SampleSource):
         networks: the members, modules or checkpoint paths: a list, tuple or ``nn.ModuleList`` (one path or one
             network is refused with a ``TypeError``).
         weights_only: load checkpoints with ``torch.load(weights_only=True)``.
+        key: the entry of each checkpoint that holds the state dict, looked up before the usual ones (see
+            :func:`load_state_dict`; a MONAI bundle's ``CheckpointLoader`` key); None: the usual ones only.
 
     Example:
         >>> from monai_unc.inferers import EnsembleSource, FlipSource, UncertaintyInferer
@@ -132,7 +134,8 @@ class EnsembleSource(SampleSource):
     mi_meaning = MIMeaning.EPISTEMIC
     level = "network"
 
-    def __init__(self, networks: Sequence[nn.Module | str | os.PathLike], weights_only: bool = True) -> None:
+    def __init__(self, networks: Sequence[nn.Module | str | os.PathLike], weights_only: bool = True,
+                 key: str | None = None) -> None:
         # one path or one network is not a list of members: a string was read as its characters ("checkpoint file
         # not found: f") and an nn.Sequential as its layers, each run on the input as a member
         if isinstance(networks, (str, bytes, os.PathLike)) or (
@@ -162,6 +165,7 @@ class EnsembleSource(SampleSource):
             )
         self.networks = networks
         self.weights_only = weights_only
+        self.key = key
 
     def __len__(self) -> int:
         return len(self.networks)
@@ -221,7 +225,7 @@ class EnsembleSource(SampleSource):
                 if isinstance(member, nn.Module):
                     yield _on_device(member, device)
                 else:
-                    target.load_state_dict(load_state_dict(member, self.weights_only))
+                    target.load_state_dict(load_state_dict(member, self.weights_only, key=self.key))
                     yield contextlib.nullcontext(network)
         finally:
             if original is not None:

@@ -510,6 +510,9 @@ class LoadedModel:
     #: the key under which :attr:`preprocessing` reads the image (``{input_key: path}``): the key of the bundle's
     #: first dictionary transform (:func:`_preprocessing_input_key`), ``"image"`` in most bundles
     input_key: str = "image"
+    #: the entry of the checkpoints that holds the state dict (a bundle's ``CheckpointLoader`` ``load_dict`` key:
+    #: :func:`_bundle_checkpoint_key`), for every ensemble member too; None: the usual entries
+    checkpoint_key: str | None = None
 
 
 def _preprocessing_input_key(preprocessing: Any, root: Path) -> str:
@@ -666,6 +669,7 @@ def load_network(
     preprocessing = None
     input_key = "image"
     bundle_activation: str | None = None
+    checkpoint_key: str | None = None
     config_files: list[str] = []  # the files besides the checkpoints that define the model
     inline_spec: dict | None = None
     if model is not None:
@@ -700,7 +704,9 @@ def load_network(
             if not weights.is_file():
                 raise ValueError(f"bundle {root} has no models/model.pt (or pass --checkpoint)")
             checkpoints = [str(weights)]
-        _load_weights(net, checkpoints[0], unsafe_load, _bundle_checkpoint_key(parser.config))
+        # found by hostile testing: the ensemble members were read without the key ("does not hold a state dict")
+        checkpoint_key = _bundle_checkpoint_key(parser.config)
+        _load_weights(net, checkpoints[0], unsafe_load, checkpoint_key)
         if bundle_preprocessing and "preprocessing" in parser.config:
             try:
                 preprocessing = parser.get_parsed_content("preprocessing")
@@ -728,7 +734,7 @@ def load_network(
         _load_weights(net, checkpoints[0], unsafe_load)
         desc, intensity = f"network: {type(net).__name__}", "none"
     for member in checkpoints[1:]:  # ensemble members: readable and of this architecture
-        check_weights_fit(net, load_checkpoint(member, unsafe_load), member)
+        check_weights_fit(net, load_checkpoint(member, unsafe_load, checkpoint_key), member)
     temperature = checkpoint_temperature(checkpoints[0], unsafe_load)
     value: float | list[float] | None = None
     if temperature is not None:
@@ -742,4 +748,4 @@ def load_network(
         text = json.dumps(inline_spec, sort_keys=True, separators=(",", ":"), default=str)
         weights.append({"file": "network spec (inline)", "sha256": hashlib.sha256(text.encode()).hexdigest()})
     return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims, value, weights,
-                       bundle_activation, input_key)
+                       bundle_activation, input_key, checkpoint_key)

@@ -166,3 +166,37 @@ def test_a_network_parameter_named_temperature_is_not_a_calibrated_temperature(t
     assert float(checkpoint_temperature(str(tmp_path / "calibrated.pt"), False)) == 4.0
     loaded = load_network(network={"_target_": name}, checkpoints=[tmp_path / "calibrated.pt"], allow_code=[name])
     assert torch.allclose(loaded.network(x), net(x) / 4.0)
+
+
+def test_bundle_ensemble_members_are_read_with_the_bundle_checkpoint_key(tmp_path):
+    # a bundle whose CheckpointLoader reads {"weights": state dict}: its first checkpoint loaded, every other ensemble
+    # member was refused ("does not hold a state dict of tensors (it holds the entries epoch, weights)")
+    import warnings
+
+    from monai_unc.workflows.factory import build_inferer
+    from tests.bundles.test_cli_bundles import _bundle
+
+    def weights_key(cfg):
+        cfg["checkpointloader"]["load_dict"] = {"weights": "@network"}
+
+    bundle = _bundle(tmp_path / "keyed", weights_key)
+    state = torch.load(bundle / "models" / "model.pt", weights_only=True)
+    members = []
+    for i in range(2):
+        members.append(tmp_path / f"m{i}.pt")
+        torch.save({"weights": {k: v * (1 + i) if v.is_floating_point() else v for k, v in state.items()},
+                    "epoch": torch.tensor(3)}, members[-1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = load_network(bundle=bundle, checkpoints=members, bundle_preprocessing=False)
+        assert loaded.checkpoint_key == "weights"
+        inferer = build_inferer("ensemble", checkpoints=[str(m) for m in members],
+                                checkpoint_key=loaded.checkpoint_key)
+        source = inferer.sources[0]
+        seen = []
+        for member in source.members(loaded.network, torch.device("cpu")):
+            with member as net:
+                seen.append({k: v.clone() for k, v in net.state_dict().items()})
+    for i, got in enumerate(seen):  # each member's own weights, read under the key
+        for k, v in state.items():
+            torch.testing.assert_close(got[k], v * (1 + i) if v.is_floating_point() else v, rtol=0, atol=0)
