@@ -267,11 +267,13 @@ def _values_lost(saved: torch.Tensor, own: torch.Tensor) -> bool:
     """Whether loading ``saved`` into ``own`` would change what its values mean.
 
     Integer, bool or quantized values into floating-point weights (int8-quantized weights without their scales), complex
-    values into real ones (the imaginary part dropped), or a sparse tensor. Floating point in another precision loads
+    values into real ones (the imaginary part dropped), a sparse tensor, or a tensor of the meta device (no values: a
+    model saved before its weights were materialised). Floating point in another precision loads
     (float16 weights into a float32 network), and so does a float count into an integer buffer (``num_batches_tracked``
     of a state dict converted with ``{k: v.half() ...}``).
     """
-    return (saved.layout != torch.strided or (own.is_floating_point() and not saved.is_floating_point())
+    return (saved.layout != torch.strided or saved.is_meta
+            or (own.is_floating_point() and not saved.is_floating_point())
             or (saved.is_complex() and not own.is_complex()))
 
 
@@ -307,8 +309,8 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
               if k in state and tuple(state[k].shape) != tuple(v.shape)]
     # found by hostile testing: integer (e.g. int8-quantized) weights were cast into the float parameters without a
     # word, every prediction that of other weights; a sparse tensor crashed the finiteness check (NotImplementedError)
-    kinds = [f"{k} {state[k].dtype}{'' if state[k].layout == torch.strided else ' ' + str(state[k].layout)} vs "
-             f"{v.dtype}" for k, v in own.items()
+    kinds = [f"{k} {state[k].dtype}{'' if state[k].layout == torch.strided else ' ' + str(state[k].layout)}"
+             f"{' on the meta device (no values)' if state[k].is_meta else ''} vs {v.dtype}" for k, v in own.items()
              if k in state and _values_lost(state[k], v)]
     if not (missing or unexpected or shapes or kinds):
         # found by hostile testing: one ensemble member whose training diverged (NaN weights) failed every case with

@@ -59,6 +59,7 @@ def test_weights_whose_values_would_change_are_refused(tmp_path):
         "int8": {k: (v * 100).to(torch.int8) if v.is_floating_point() else v for k, v in state.items()},
         "complex": {k: v.to(torch.complex64) if v.is_floating_point() else v for k, v in state.items()},
         "sparse": {k: v.to_sparse() if k == "model.0.conv.weight" else v for k, v in state.items()},
+        "meta": {k: torch.empty_like(v, device="meta") for k, v in state.items()},  # crashed in the finiteness check
     }
     for name, weights in bad.items():
         with pytest.raises(ValueError, match=rf"{name}.pt does not fit the network UNet: \d+ dtype or layout "
