@@ -27,7 +27,8 @@ def load_state_dict(path: str | os.PathLike, weights_only: bool = True, key: str
 
     Uses ``torch.load(..., weights_only=True)`` unless the caller opts out. Accepts a bare state dict or a
     dict holding one under ``key`` or a usual key (``state_dict``, ``model_state_dict``, nnU-Net's
-    ``network_weights``, ``model``, ``net``, ``network``); strips the ``module.`` prefix of (Distributed)DataParallel
+    ``network_weights``, ``model``, ``net``, ``network``), or a whole module (bare or under one of those keys: only
+    with ``weights_only=False``, which unpickles it); strips the ``module.`` prefix of (Distributed)DataParallel
     and the ``_orig_mod.`` prefix of ``torch.compile``.
 
     Args:
@@ -59,8 +60,10 @@ def load_state_dict(path: str | os.PathLike, weights_only: bool = True, key: str
         obj = obj.state_dict()
     if isinstance(obj, Mapping):
         for name in (*([key] if key is not None else []), *_STATE_KEYS):
-            if name in obj and isinstance(obj[name], Mapping):
-                obj = obj[name]
+            # a whole module under the key (``torch.save({"model": net, "epoch": 3})``, read with weights_only=False)
+            # is its state dict (found by hostile testing: refused as "does not hold a state dict of tensors")
+            if name in obj and isinstance(obj[name], (Mapping, nn.Module)):
+                obj = obj[name].state_dict() if isinstance(obj[name], nn.Module) else obj[name]
                 break
     if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         # found by hostile testing: a bundle checkpoint {"weights": state dict, "epoch": 3} was refused without
@@ -114,6 +117,8 @@ class EnsembleSource(SampleSource):
         networks: the members, modules or checkpoint paths: a list, tuple or ``nn.ModuleList`` (one path or one
             network is refused with a ``TypeError``).
         weights_only: load checkpoints with ``torch.load(weights_only=True)``.
+        key: the entry of each checkpoint that holds the state dict, looked up before the usual ones (see
+            :func:`load_state_dict`; a MONAI bundle's ``CheckpointLoader`` key); None: the usual ones only.
 
     Example:
         >>> from monai_unc.inferers import EnsembleSource, FlipSource, UncertaintyInferer
@@ -129,7 +134,8 @@ class EnsembleSource(SampleSource):
     mi_meaning = MIMeaning.EPISTEMIC
     level = "network"
 
-    def __init__(self, networks: Sequence[nn.Module | str | os.PathLike], weights_only: bool = True) -> None:
+    def __init__(self, networks: Sequence[nn.Module | str | os.PathLike], weights_only: bool = True,
+                 key: str | None = None) -> None:
         # one path or one network is not a list of members: a string was read as its characters ("checkpoint file
         # not found: f") and an nn.Sequential as its layers, each run on the input as a member
         if isinstance(networks, (str, bytes, os.PathLike)) or (
@@ -159,6 +165,7 @@ class EnsembleSource(SampleSource):
             )
         self.networks = networks
         self.weights_only = weights_only
+        self.key = key
 
     def __len__(self) -> int:
         return len(self.networks)
@@ -218,7 +225,7 @@ class EnsembleSource(SampleSource):
                 if isinstance(member, nn.Module):
                     yield _on_device(member, device)
                 else:
-                    target.load_state_dict(load_state_dict(member, self.weights_only))
+                    target.load_state_dict(load_state_dict(member, self.weights_only, key=self.key))
                     yield contextlib.nullcontext(network)
         finally:
             if original is not None:

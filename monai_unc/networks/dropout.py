@@ -487,7 +487,9 @@ def add_dropout(
     """Insert dropout post hoc into a (trained) network; returns the names of the modules it follows.
 
     The parameters and ``state_dict`` keys are unchanged (the dropout is a forward hook on each chosen
-    module, active in training mode or under :func:`enable_mc_dropout`), so checkpoints load as before.
+    module, active in training mode or under :func:`enable_mc_dropout`), so checkpoints load as before. A network
+    that has dropout layers already (rate above 0) keeps them: the post-hoc dropout is added on top, with a
+    ``UserWarning`` (MC dropout then samples both).
 
     A ``torch.compile`` wrapper (``torch.compile(net)``) gets the dropout in ``net`` (the names are those of ``net``);
     its calls run it. Dynamo does not notice hooks added after a compiled call, so the compiled code is dropped
@@ -526,6 +528,15 @@ def add_dropout(
     plain = plain_module(model)
     names = resolve_dropout_sites(plain, after)
     modules = dict(plain.named_modules())
+    built = find_dropout_layers(plain)[0]
+    # found by hostile testing: monai-unc infer --dropout 0.2 on a UNet(dropout=0.1) stacked both without a word
+    if built and p > 0:
+        rates = sorted({_rate(m) for m in built})
+        warnings.warn(
+            f"the network already has {len(built)} dropout layer(s) (p={', '.join(f'{r:g}' for r in rates)}); "
+            f"post-hoc dropout p={float(p):g} is added on top of them, and MC dropout samples both",
+            UserWarning, stacklevel=2,
+        )
     for n in names:
         if any(isinstance(h, DropoutHook) for h in modules[n]._forward_hooks.values()):
             warnings.warn(f"module {n!r} already has post-hoc dropout; adding another", UserWarning)

@@ -468,11 +468,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         if "dropout" in self.uncertainty_sources:
             modules, hooks = find_dropout_layers(self._net())
             if self.dropout_p is not None and not hooks:  # a freshly built network: insert the post-hoc dropout
-                if modules:
-                    warnings.warn(
-                        f"the network already has {len(modules)} dropout layers; dropout_p={self.dropout_p} adds "
-                        "post-hoc dropout on top of them", UserWarning,
-                    )
+                # (on top of dropout layers it has already: add_dropout warns)
                 self._posthoc_sites = add_posthoc_dropout(self._net(), self.dropout_p)
             modules, hooks = find_dropout_layers(self._net())
             if not modules and not hooks:

@@ -89,6 +89,7 @@ def build_inferer(
     keep_samples: bool = False,
     share_passes: bool = True,
     sample_batch_size: int | str = "auto",
+    checkpoint_key: str | None = None,
 ) -> Any:
     """An :class:`~monai_unc.inferers.UncertaintyInferer` for a ``+``-joined method string (module docstring).
 
@@ -120,6 +121,9 @@ def build_inferer(
             ``share_passes``); False: one full pass per sample (``--no-share-passes``).
         sample_batch_size: with shared passes, the samples run at once: ``"auto"`` or a positive integer
             (``--sample-batch-size``; the inferer's ``sample_batch_size``).
+        checkpoint_key: the entry of the members' checkpoints that holds the state dict (a bundle's
+            ``CheckpointLoader`` key, :attr:`~monai_unc.workflows.models.LoadedModel.checkpoint_key`); None: the
+            usual entries.
 
     Returns:
         A :class:`~monai_unc.inferers.SoftmaxInferer` for ``"softmax"``, else an
@@ -196,7 +200,7 @@ def build_inferer(
                                  "calibrate); ensemble members must be plain state dicts")
             if len(checkpoints) < 2:
                 raise ValueError("--method ensemble needs at least two --checkpoint files (one per member)")
-            sources.append(EnsembleSource(list(checkpoints), weights_only=not unsafe_load))
+            sources.append(EnsembleSource(list(checkpoints), weights_only=not unsafe_load, key=checkpoint_key))
         elif t == "mcdropout":
             sources.append(MCDropoutSource(samples))
         elif t == "ratein":

@@ -345,6 +345,7 @@ def prepare_infer(
         method, samples=samples, roi=roi, overlap=overlap, sw_batch_size=sw_batch_size, checkpoints=members,
         unsafe_load=unsafe_load, seed=seed, tta_noise=tta_noise, ratein_target=ratein_target, activation=activation,
         measures=names, keep_samples=save_samples, share_passes=share_passes, sample_batch_size=sample_batch_size,
+        checkpoint_key=loaded.checkpoint_key,
     )  # fmt: skip
     settings = InferSettings(
         model=loaded.description, method=method, samples=samples,

@@ -263,12 +263,28 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False, key: str
                          "checkpoint") from None
 
 
+def _values_lost(saved: torch.Tensor, own: torch.Tensor) -> bool:
+    """Whether loading ``saved`` into ``own`` would change what its values mean.
+
+    Integer, bool or quantized values into floating-point weights (int8-quantized weights without their scales), complex
+    values into real ones (the imaginary part dropped), a sparse tensor, or a tensor of the meta device (no values: a
+    model saved before its weights were materialised). Floating point in another precision loads
+    (float16 weights into a float32 network), and so does a float count into an integer buffer (``num_batches_tracked``
+    of a state dict converted with ``{k: v.half() ...}``).
+    """
+    return (saved.layout != torch.strided or saved.is_meta
+            or (own.is_floating_point() and not saved.is_floating_point())
+            or (saved.is_complex() and not own.is_complex()))
+
+
 def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
     """Check that a state dict fits a network before it is loaded.
 
-    ``state`` must have exactly the keys of ``network``'s state dict, each with the same shape (what
-    ``network.load_state_dict(state)`` needs), and finite floating-point values: weights with a NaN or an infinity (a
-    training run that diverged) would make every case fail, each blaming its input.
+    ``state`` must have exactly the keys of ``network``'s state dict (a batch norm's ``num_batches_tracked`` may be
+    missing: torch fills it in), each with the same shape (what ``network.load_state_dict(state)`` needs) in dense
+    tensors whose values keep their meaning when loaded (floating point for floating-point weights, in any
+    precision: float16 weights load into a float32 network), and finite floating-point values: weights with a NaN
+    or an infinity (a training run that diverged) would make every case fail, each blaming its input.
 
     Args:
         network: the network.
@@ -276,18 +292,27 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
         path: the checkpoint file, for the message.
 
     Raises:
-        ValueError: naming ``path`` and listing a few missing and unexpected keys and shape mismatches, so that a
-            checkpoint of another architecture is one clear line; or naming the tensors that hold NaN / inf.
+        ValueError: naming ``path`` and listing a few missing and unexpected keys, shape and dtype mismatches, so
+            that a checkpoint of another architecture is one clear line; or naming the tensors that hold NaN / inf.
 
     Example:
         >>> check_weights_fit(nn.Linear(2, 1), nn.Linear(2, 1).state_dict(), "w.pt")
     """
     own = network.state_dict()
-    missing = [k for k in own if k not in state]
+    # torch fills in a batch norm's missing num_batches_tracked (a state dict of torch < 0.4.1, or one converted from
+    # another framework) and loads it strictly: found by hostile testing, such weights were refused as "missing keys"
+    filled = {f"{n}.num_batches_tracked" if n else "num_batches_tracked" for n, m in network.named_modules()
+              if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+    missing = [k for k in own if k not in state and k not in filled]
     unexpected = [k for k in state if k not in own]
     shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
               if k in state and tuple(state[k].shape) != tuple(v.shape)]
-    if not (missing or unexpected or shapes):
+    # found by hostile testing: integer (e.g. int8-quantized) weights were cast into the float parameters without a
+    # word, every prediction that of other weights; a sparse tensor crashed the finiteness check (NotImplementedError)
+    kinds = [f"{k} {state[k].dtype}{'' if state[k].layout == torch.strided else ' ' + str(state[k].layout)}"
+             f"{' on the meta device (no values)' if state[k].is_meta else ''} vs {v.dtype}" for k, v in own.items()
+             if k in state and _values_lost(state[k], v)]
+    if not (missing or unexpected or shapes or kinds):
         # found by hostile testing: one ensemble member whose training diverged (NaN weights) failed every case with
         # "network output contains non-finite values ... for this input", naming no member
         bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
@@ -298,7 +323,8 @@ def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: 
         return
     parts = []
     for name, items in (("missing keys", missing), ("unexpected keys", unexpected),
-                        ("shape mismatches (checkpoint vs network)", shapes)):
+                        ("shape mismatches (checkpoint vs network)", shapes),
+                        ("dtype or layout mismatches (checkpoint vs network)", kinds)):
         if items:
             parts.append(f"{len(items)} {name} ({', '.join(items[:3])}{', ...' if len(items) > 3 else ''})")
     raise ValueError(f"checkpoint {os.fspath(path)} does not fit the network {type(network).__name__}: "
@@ -344,12 +370,20 @@ def _read_spec(spec: str | os.PathLike | dict) -> dict:
         return spec
     text = str(spec)
     path = Path(text)
-    if text.lstrip().startswith("{"):
+    # found by hostile testing: inline "[...]" was looked for as a file ("file not found")
+    if text.lstrip().startswith("{") or (text.lstrip().startswith("[") and not path.is_file()):
         try:
-            return json.loads(text)
+            spec = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"network spec is not valid JSON: {e}") from None
+        except RecursionError:  # found by hostile testing: a deeply nested inline spec crashed with a traceback
+            raise ValueError("network spec is not valid JSON: nested too deeply") from None
+        if not isinstance(spec, dict):
+            raise ValueError(f"the inline network spec must be a MONAI config dict with '_target_', got "
+                             f"{type(spec).__name__}")
+        return spec
     if not path.is_file():
+        check_entry_kind(path, "network spec", folder=False)  # a folder is not "file not found" (hostile testing)
         raise ValueError(f"network spec must be inline JSON or a .json/.yaml file, got {text!r} (file not found)")
     try:
         spec = ConfigParser.load_config_file(str(path))
@@ -360,6 +394,25 @@ def _read_spec(spec: str | os.PathLike | dict) -> dict:
         raise ValueError(f"the network spec {path} must hold a MONAI config dict with '_target_', got "
                          f"{type(spec).__name__}")
     return spec
+
+
+def _build_failure(e: BaseException) -> str:
+    """One line saying why MONAI could not build a config entry: its message and the error that caused it.
+
+    Found by hostile testing: MONAI wraps the network's own error (``UNet.__init__() missing 4 required positional
+    arguments``, ``unsupported operand type(s) for -: 'str' and 'int'``) in ``Failed to instantiate component ...
+    with keywords: ...`` plus ``set '_mode_=debug'`` (a mode a spec may not use), so the message named neither the
+    missing argument nor the wrong one.
+    """
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    cause, seen = e, {id(e)}
+    while (nxt := cause.__cause__ or cause.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        cause = nxt
+    if cause is e:
+        return first
+    why = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return f"{first} ({type(cause).__name__}{': ' + why if why else ''})"
 
 
 def _instantiate(spec: dict, what: str, allow_code: Sequence[str] = ()) -> nn.Module:
@@ -381,7 +434,7 @@ def _instantiate(spec: dict, what: str, allow_code: Sequence[str] = ()) -> nn.Mo
     try:
         net = parser.get_parsed_content(key)
     except Exception as e:  # MONAI wraps instantiation errors in RuntimeError with the config path
-        raise ValueError(f"cannot build the network from {what}: {e}") from None
+        raise ValueError(f"cannot build the network from {what}: {_build_failure(e)}") from None
     if not isinstance(net, nn.Module):
         raise ValueError(f"{what} built a {type(net).__name__}, not a torch.nn.Module")
     return net
@@ -412,9 +465,13 @@ def checkpoint_temperature(path: str, unsafe_load: bool) -> torch.Tensor | None:
         raise
     if not isinstance(obj, dict) or "temperature" not in obj:
         return None
+    if all(isinstance(v, torch.Tensor) for v in obj.values()):
+        # a flat state dict (calibrate writes the temperature beside one): its "temperature" is a parameter of the
+        # network, which the network applies itself (found by hostile testing: the logits were divided by it twice)
+        return None
     t = obj["temperature"]
     if not isinstance(t, torch.Tensor) and "state_dict" not in obj:
-        return None  # a flat state dict: only its tensors are a temperature
+        return None
     # checked (the file is user-editable): a negative temperature reversed every segmentation, zero or NaN made the
     # logits non-finite, and a number or list in place of a tensor was dropped without a word (found by hostile testing)
     return check_temperature(t, f"checkpoint {path}: its temperature (written by monai-unc calibrate)")
@@ -455,6 +512,9 @@ class LoadedModel:
     #: the key under which :attr:`preprocessing` reads the image (``{input_key: path}``): the key of the bundle's
     #: first dictionary transform (:func:`_preprocessing_input_key`), ``"image"`` in most bundles
     input_key: str = "image"
+    #: the entry of the checkpoints that holds the state dict (a bundle's ``CheckpointLoader`` ``load_dict`` key:
+    #: :func:`_bundle_checkpoint_key`), for every ensemble member too; None: the usual entries
+    checkpoint_key: str | None = None
 
 
 def _preprocessing_input_key(preprocessing: Any, root: Path) -> str:
@@ -611,6 +671,7 @@ def load_network(
     preprocessing = None
     input_key = "image"
     bundle_activation: str | None = None
+    checkpoint_key: str | None = None
     config_files: list[str] = []  # the files besides the checkpoints that define the model
     inline_spec: dict | None = None
     if model is not None:
@@ -639,13 +700,15 @@ def load_network(
         try:
             net = parser.get_parsed_content("network_def")
         except Exception as e:
-            raise ValueError(f"bundle {root}: cannot build network_def: {e}") from None
+            raise ValueError(f"bundle {root}: cannot build network_def: {_build_failure(e)}") from None
         if not checkpoints:
             weights = root / "models" / "model.pt"
             if not weights.is_file():
                 raise ValueError(f"bundle {root} has no models/model.pt (or pass --checkpoint)")
             checkpoints = [str(weights)]
-        _load_weights(net, checkpoints[0], unsafe_load, _bundle_checkpoint_key(parser.config))
+        # found by hostile testing: the ensemble members were read without the key ("does not hold a state dict")
+        checkpoint_key = _bundle_checkpoint_key(parser.config)
+        _load_weights(net, checkpoints[0], unsafe_load, checkpoint_key)
         if bundle_preprocessing and "preprocessing" in parser.config:
             try:
                 preprocessing = parser.get_parsed_content("preprocessing")
@@ -673,7 +736,7 @@ def load_network(
         _load_weights(net, checkpoints[0], unsafe_load)
         desc, intensity = f"network: {type(net).__name__}", "none"
     for member in checkpoints[1:]:  # ensemble members: readable and of this architecture
-        check_weights_fit(net, load_checkpoint(member, unsafe_load), member)
+        check_weights_fit(net, load_checkpoint(member, unsafe_load, checkpoint_key), member)
     temperature = checkpoint_temperature(checkpoints[0], unsafe_load)
     value: float | list[float] | None = None
     if temperature is not None:
@@ -687,4 +750,4 @@ def load_network(
         text = json.dumps(inline_spec, sort_keys=True, separators=(",", ":"), default=str)
         weights.append({"file": "network spec (inline)", "sha256": hashlib.sha256(text.encode()).hexdigest()})
     return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims, value, weights,
-                       bundle_activation, input_key)
+                       bundle_activation, input_key, checkpoint_key)

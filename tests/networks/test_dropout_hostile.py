@@ -78,7 +78,8 @@ def test_zero_rate_layers_do_not_count_as_dropout():
 
 def test_existing_dropout_is_kept_and_post_hoc_dropout_added_beside_it():
     net = nn.Sequential(nn.Conv2d(1, 4, 1), nn.Dropout(0.3), nn.Conv2d(4, 2, 1)).eval()
-    add_dropout(net, p=0.2, after=["0"])
+    with pytest.warns(UserWarning, match=r"already has 1 dropout layer\(s\) \(p=0.3\); post-hoc dropout p=0.2"):
+        add_dropout(net, p=0.2, after=["0"])
     modules, hooks = find_dropout_layers(net)
     assert [m.p for m in modules] == [0.3] and [h.p for h in hooks] == [0.2]
     assert remove_dropout(net) == 1 and net[1].p == 0.3
