@@ -211,7 +211,7 @@ def remove_stale_beside_triage(output: str | os.PathLike, keep: Sequence[str], *
 
     An earlier ``monai-unc triage --<command>-rule`` into the same folder wrote them; left beside a rerun without that
     option (the next day's cases, another rule), their masks and tables would pass for this run's cases (found by
-    hostile testing: ``conformal/`` kept yesterday's masks and ``conformal.csv`` beside today's ``triage.json``). A
+    hostile testing: the masks' folder kept yesterday's masks and table beside today's ``triage.json``). A
     folder holding one of ``inputs`` is kept.
 
     Args:
