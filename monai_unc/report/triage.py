@@ -416,7 +416,8 @@ def _check_decisions(summary: Mapping[str, Any], rule: ReferralRule, source: str
 
     The rule's checks on the score (certified, defined, inside the calibration range, at most the threshold) give the
     case's code, unless its image statistics referred it first (``image_statistics``, which needs an image reference
-    and a score the other checks do not refer before it).
+    and a score the other checks do not refer before it). A case whose ``image_z_max`` is recorded (the image check
+    applied) must be referred for its image statistics when it exceeds the rule's ``z_max``, and not otherwise.
 
     Args:
         summary: the parsed ``triage.json`` (:func:`_check_summary` first).
@@ -437,19 +438,29 @@ def _check_decisions(summary: Mapping[str, Any], rule: ReferralRule, source: str
             want = "outside_range"
         else:
             want = "above_threshold" if v > rule.threshold else "accepted"
+        z, ref = c.get("image_z_max"), rule.image_reference
+        if want in ("accepted", "above_threshold") and ref is not None and z is not None:
+            # the image check applied (its largest z-score recorded) decides before the threshold (ReferralRule.apply)
+            if z > ref.z_max:
+                want = "image_statistics"
+            elif c.get("code") == "image_statistics":
+                raise ValueError(f"{source}: field 'cases[{i}].code' of case {c['case']!r} is 'image_statistics' but "
+                                 f"its field 'image_z_max' {ref.z_text(z)} is within the rule's z_max "
+                                 f"{ref.z_max:g}"[:400])
         code = c.get("code")
         if code is None:  # a triage.json without codes: the decision alone
             ok = (c["decision"] == "accept") == (want == "accepted") or (
                 c["decision"] == "review" and rule.image_reference is not None and want == "accepted")
         elif code == "image_statistics":
-            ok = rule.image_reference is not None and want in ("accepted", "above_threshold")
+            ok = rule.image_reference is not None and want in ("accepted", "above_threshold", "image_statistics")
         else:
             ok = code == want
         if not ok:
             decision = "accept" if want == "accepted" else "review"
             got = f"{c['decision']!r}" + (f" ({code})" if code else "")
+            image = f" and image z {ref.z_text(z)} > {ref.z_max:g}" if want == "image_statistics" and ref else ""
             raise ValueError(f"{source}: field 'cases[{i}].decision' of case {c['case']!r} must be the rule's decision "
-                             f"for its score {format_score(v)} ({decision}: {want}), got {got}"[:400])
+                             f"for its score {format_score(v)}{image} ({decision}: {want}), got {got}"[:400])
 
 
 def _check_summary(summary: Any, source: str) -> None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from .session import CommandResult, quiet_lines, run_command
 
 __all__ = ["trust_from_arguments", "apply_command", "check_command_folder", "apply_from_arguments",
            "product_of_command", "rules_from_options", "product_rule_options", "beside_triage_folder",
-           "check_beside_triage", "apply_beside_triage"]
+           "check_beside_triage", "apply_beside_triage", "remove_stale_beside_triage"]
 
 
 def product_of_command(command: str | type[CohortProduct]) -> type[CohortProduct]:
@@ -203,6 +204,48 @@ def beside_triage_folder(output: str | os.PathLike, command: str) -> Path:
         'triage/masks'
     """
     return Path(output) / command
+
+
+def remove_stale_beside_triage(output: str | os.PathLike, keep: Sequence[str], *inputs: Any) -> list[Path]:
+    """Remove the folders ``<output>/<command>/`` of the products' commands a triage into ``output`` did not run.
+
+    An earlier ``monai-unc triage --<command>-rule`` into the same folder wrote them; left beside a rerun without that
+    option (the next day's cases, another rule), their masks and tables would pass for this run's cases (found by
+    hostile testing: the masks' folder kept yesterday's masks and table beside today's ``triage.json``). A
+    folder holding one of ``inputs`` is kept.
+
+    Args:
+        output: the triage folder.
+        keep: the commands this triage ran (:func:`rules_from_options`).
+        *inputs: the run's input folders (predictions, images, maps; None skipped).
+
+    Returns:
+        The folders removed.
+
+    Raises:
+        ValueError: such a folder is a symbolic link (:func:`monai_unc.io.owned_folder`).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     command = command_products()[0].command
+        ...     (Path(d) / command).mkdir()
+        ...     [p.name for p in remove_stale_beside_triage(d, [])] == [command]
+        True
+    """
+    output = Path(output)
+    held = [Path(p).resolve() for p in inputs if p is not None]
+    removed = []
+    for cls in command_products():
+        command = str(cls.command)
+        if command in keep:
+            continue
+        folder = owned_folder(output, command)  # not a link: its files are removed
+        if not folder.is_dir() or any(p == folder.resolve() or folder.resolve() in p.parents for p in held):
+            continue
+        shutil.rmtree(folder)
+        removed.append(folder)
+    return removed
 
 
 def check_beside_triage(rules: Mapping[str, Any], predictions: str | os.PathLike, output: Path,

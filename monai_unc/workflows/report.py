@@ -31,7 +31,7 @@ from ..io.signing import Trust
 from ..report.html import REPORT_SOURCE_RECORD, build_report
 from ..report.triage import build_triage_page
 from ..report.viewer import ASSET_DIR
-from .apply import apply_beside_triage, check_beside_triage, rules_from_options
+from .apply import apply_beside_triage, check_beside_triage, remove_stale_beside_triage, rules_from_options
 from .prepare import error_text, read_case_list
 from .session import CommandResult
 
@@ -250,6 +250,8 @@ def triage_with_page(
         sync_errors(err, ctx)
         result = run_triage(predictions, rule, output, images=images, allow_mismatch=allow_mismatch, layout=layout,
                             uncertainty=uncertainty, progress=progress, dist=ctx, trust=trust)
+        if ctx.is_main:  # an earlier run's outputs of a product's command this run does not ask for
+            remove_stale_beside_triage(output, list(rules), predictions, images, uncertainty)
         apply_beside_triage(rules, folders, predictions, dist=ctx, progress=progress, **common)
         page = build_triage_page(output, n_cases=cases, **folders) if ctx.is_main else None
     return result, page

@@ -3,6 +3,7 @@ none of an earlier run's beside its own (``triage.json`` and the page of an earl
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -32,3 +33,36 @@ def test_a_rerun_killed_while_writing_leaves_no_earlier_triage_file(tmp_path, mo
         assert main(argv) == 130
     assert (out / "triage.csv").is_file()
     assert not (out / "triage.json").exists() and not (out / "triage.html").exists()
+
+
+@pytest.mark.slow
+def test_a_rerun_interrupted_before_writing_leaves_no_earlier_triage_file(tmp_path, monkeypatch):
+    """Ctrl-C (or a kill) while a rerun triages its cases: the earlier run's decisions are gone, not kept as if they
+    were this run's (a rerun with another rule or more cases kept the old triage.csv, triage.json and page)."""
+    from monai_unc.evaluation.triage import runner
+
+    c = write_toy_cohort(tmp_path / "c", n_cases=3, shape=(8, 8, 8))
+    ev, out = tmp_path / "ev", tmp_path / "tri"
+    argv = ["triage", "-p", str(c["predictions"]), "--rule", str(ev / "referral_rule.json"), "-o", str(out), "-q"]
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["evaluate", "-l", str(c["labels"]), "-p", str(c["predictions"]), "-o", str(ev), "-q",
+                     "--no-spatial", "--target-risk", "0.5"]) == 0
+        assert main(argv) == 0
+        assert {p.name for p in out.iterdir()} >= {"triage.csv", "triage.json", "triage.html"}
+        assert list((out / "figures").glob("*.png"))
+        d = write_toy_cohort(tmp_path / "d", n_cases=4, shape=(8, 8, 8), seed=3)  # the next day's cases
+        argv[2] = str(d["predictions"])
+        monkeypatch.setattr(runner, "triage_case", killed)  # stopped on the first case of the rerun
+        assert main(argv) == 130
+        for name in ("triage.csv", "triage.json", "triage.html"):
+            assert not (out / name).exists(), name
+        assert not list((out / "figures").glob("*.png"))
+        monkeypatch.undo()
+        assert main(argv) == 0  # run again: the outputs are back, of the new cases
+        assert json.loads((out / "triage.json").read_text())["n_cases"] == 4
+        assert (out / "triage.html").is_file()

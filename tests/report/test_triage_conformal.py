@@ -231,3 +231,28 @@ def test_a_stratified_rule_shows_its_thresholds_per_stratum(tmp_path):
     (tmp_path / "conformal.json").write_text(json.dumps(masks))
     text = str(page.product_section(ConformalMasks.applied_section(tmp_path), "conformal"))
     assert "stratum 0: 1: 0.5; stratum 1: 1: 0.25" in text and "(lambda_hat 1: 0.75)" in text
+
+
+def test_a_rerun_without_the_conformal_rule_removes_the_earlier_masks(runs, tmp_path):
+    """Found by hostile testing: ``triage --conformal-rule`` then ``triage`` of the next day's cases into the same
+    folder without it kept ``conformal/`` with the earlier cases' masks and ``conformal.csv`` beside the new
+    ``triage.json`` (a mask of an earlier prediction of a case id passing for the new one's)."""
+    out = tmp_path / "triage"
+    shutil.copytree(runs["out"], out)
+    assert (out / TRIAGE_CONFORMAL_DIR / "conformal.csv").is_file()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        triage_with_page(runs["B"]["predictions"], runs["eval"] / RULE_FILE, out, cases=0, progress=False)
+    assert not (out / TRIAGE_CONFORMAL_DIR).exists()
+    assert (out / "triage.json").is_file() and (out / "triage.html").is_file()
+    # a folder holding an input of the run (here the images) is left alone
+    images = out / TRIAGE_CONFORMAL_DIR
+    shutil.copytree(runs["B"]["images"], images)
+    for p in images.glob("toy001*"):  # named as the case's renamed predictions
+        p.rename(p.with_name(HOSTILE + p.name[len("toy001"):]))
+    names = sorted(p.name for p in images.iterdir())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        triage_with_page(runs["B"]["predictions"], runs["eval"] / RULE_FILE, out, images=images, cases=0,
+                         progress=False)
+    assert sorted(p.name for p in images.iterdir()) == names

@@ -178,3 +178,38 @@ def test_a_target_risk_is_never_written_below_itself(tmp_path):
     text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
     assert "0.123456<" not in text and "≤ 0.123457<" in text and "target risk <b>0.123457</b>" in text
     assert "0.123456 " not in text
+
+
+def _with_image_check(z_a: float, code_a: str | None = None) -> dict[str, Any]:
+    """``triage_json`` with an image reference (z_max 5) and each case's ``image_z_max`` as ``run_triage`` writes it;
+    case ``a`` (score 0.25, below the threshold) gets ``image_z_max`` ``z_a`` and keeps the decision written for 1.0."""
+    from monai_unc.evaluation.triage.rule import ImageReference
+
+    doc = triage_json()
+    rule = dataclasses.replace(ReferralRule.from_json(doc["rule"]),
+                               image_reference=ImageReference(("mean", "p99"), (0.0, 0.0), (1.0, 1.0), 10))
+    decisions = rule.apply([0.25, 0.75, float("nan")], [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    for c, d in zip(doc["cases"], decisions):
+        c.update(decision=d.decision, reason=d.reason, code=d.code, image_z_max=1.0)
+    _case(doc, "a")["image_z_max"] = z_a
+    if code_a is not None:  # a referred for its image although its z-score is within z_max; counts made to agree
+        _case(doc, "a").update(decision="review", code=code_a, reason="image far from the calibration images")
+        doc.update(n_accepted=0, n_review=3, accepted=[], review=["a", "b", "c"],
+                   reasons={"image_statistics": 1, "above_threshold": 1, "undefined_score": 1})
+    doc["rule"] = rule.to_json()
+    return doc
+
+
+def test_an_edited_image_z_score_that_contradicts_the_decision_is_refused(tmp_path):
+    """Found by hostile testing: a case accepted with ``image_z_max`` edited to 9 (above the rule's z_max 5) was drawn
+    "rule: accept" beside "image z 9.0", and a case referred for its image statistics with an ``image_z_max`` of 1.0
+    was drawn as such; the rule refers exactly the cases whose image z-score exceeds z_max (ReferralRule.apply)."""
+    _write(tmp_path, _with_image_check(1.0))
+    build_triage_page(tmp_path, n_cases=0, viewer=False)  # as run_triage writes it
+    _write(tmp_path, _with_image_check(9.0))
+    with pytest.raises(ValueError, match=r"'cases\[0\]\.decision' of case 'a'.*image z 9\.0 > 5") as e:
+        build_triage_page(tmp_path, n_cases=0, viewer=False)
+    assert "\n" not in str(e.value)
+    _write(tmp_path, _with_image_check(1.0, "image_statistics"))
+    with pytest.raises(ValueError, match=r"'cases\[0\]\.code' of case 'a' is 'image_statistics'.*within"):
+        build_triage_page(tmp_path, n_cases=0, viewer=False)

@@ -112,7 +112,7 @@ def read_image_channels(
 
     Raises:
         ValueError: ``channel_files`` is not one of :data:`IMAGE_CHANNEL_FILES`.
-        CaseError: a channel file has another spatial shape or affine.
+        CaseError: a channel file has another spatial shape or affine, or NaN or inf voxels.
     """
     if channel_files not in IMAGE_CHANNEL_FILES:
         raise ValueError(f"channel_files must be one of {IMAGE_CHANNEL_FILES}, got {channel_files!r}")
@@ -129,6 +129,9 @@ def read_image_channels(
         problem = grid_mismatch(aff, ref_aff, shape)
         if problem is not None:
             raise CaseError(f"{who}image {p.name} is not in the space of the case's other volumes ({problem})")
+        if not np.isfinite(data).all():  # named here: image_statistics' error named neither the file nor the case
+            raise CaseError(f"{who}image {p.name} has NaN or inf voxels (a corrupt or unfinished scan?): its intensity "
+                            "statistics are undefined")
         parts.append(data.astype(np.float32, copy=False))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 

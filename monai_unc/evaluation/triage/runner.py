@@ -272,8 +272,8 @@ class TriageResult:
 def remove_triage_files(folder: str | os.PathLike) -> None:
     """Remove the outputs of an earlier triage in ``folder``, keeping the per-case state.
 
-    The outputs are ``triage.csv``, ``triage.json``, ``triage.html`` and the figures: after a run with failed cases
-    no earlier decisions remain.
+    The outputs are ``triage.csv``, ``triage.json``, ``triage.html`` and the figures: once a run's checks pass (before
+    its cases are read), and after a run with failed cases, no earlier decisions remain.
 
     Args:
         folder: the triage output folder (missing files are skipped).
@@ -442,7 +442,8 @@ def run_triage(
     work unless ``allow_mismatch`` (then ``triage.json`` and the page record it). Each rank triages its shard
     (:func:`monai_unc.engine.shard`) with :func:`triage_case`, saving each case's row under
     ``<output>/state/cases/`` with ``resume`` (a rerun, or an interrupted run run again, reuses rows whose files and
-    options are unchanged, whatever the rule's threshold) and writing the maps it derives from the probabilities of a
+    options are unchanged, whatever the rule's threshold; the earlier run's triage files are removed before the
+    cases are read, so an interrupted run leaves none) and writing the maps it derives from the probabilities of a
     case without map files to ``<output>/maps/<case>_<measure>.nii.gz`` (the writer of ``evaluate``; a saved row
     whose maps are gone is computed again). Rank 0 gathers the rows, applies the rule in case-id order
     and writes, atomically, ``triage.csv`` (one row per case: ``case, score, decision, reason`` then ``rank``,
@@ -514,6 +515,10 @@ def run_triage(
 
     def setup() -> None:
         output.mkdir(parents=True, exist_ok=True)
+        # an earlier run's decisions go before this run's cases are read: a run interrupted (or killed) before its
+        # own files are written leaves none of another rule's or cohort's passing for this run's (found by hostile
+        # testing: Ctrl-C during a rerun with another rule kept the old triage.csv / triage.json / page)
+        remove_triage_files(output)
         clean_partial_files(output)
         clean_partial_files(maps)
 
