@@ -1,6 +1,6 @@
-"""``infer --settings-from`` with a rule of a product whose ``artifact_fingerprint`` predates ``trust`` (found by review).
+"""``infer --settings-from`` with the rule of a product whose ``artifact_fingerprint`` predates ``trust``.
 
-The signature check passed ``trust`` to every product's reader: a registered product written for the previous release
+Found by review. The signature check passed ``trust`` to every product's reader: a registered product written for the previous release
 (``artifact_fingerprint(cls, path)``) ended in a ``TypeError``. It is read as before, with a warning that its
 signature is not checked; a reader that takes ``trust`` gets it.
 """
