@@ -1,8 +1,8 @@
 """``infer --settings-from`` with the rule of a product whose ``artifact_fingerprint`` predates ``trust``.
 
-Found by review. The signature check passed ``trust`` to every product's reader: a registered product written for the previous release
-(``artifact_fingerprint(cls, path)``) ended in a ``TypeError``. It is read as before, with a warning that its
-signature is not checked; a reader that takes ``trust`` gets it.
+Found by review. The signature check passed ``trust`` to every product's reader: a registered product written for the
+previous release (``artifact_fingerprint(cls, path)``) ended in a ``TypeError``. It is read as before, with a warning
+that its signature is not checked; a reader that takes ``trust`` gets it.
 """
 
 from __future__ import annotations
