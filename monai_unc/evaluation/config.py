@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import check_integer
+from .._utils import check_integer, check_text
 from ..io import check_entry_kind, read_table
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.casewise import IID_SHIFTS
@@ -322,7 +322,8 @@ class EvaluationConfig:
             return
         if isinstance(names, (str, bytes)) or not isinstance(names, Sequence) or not names:
             raise ValueError(f"class_names must be a list of names, one per class, got {names!r}")
-        names = [str(n) for n in names]
+        # as a rule file reads them (a tab or 300 characters were evaluated, then the certified rule was refused)
+        names = [check_text(str(n), f"class_names[{i}]") for i, n in enumerate(names)]
         if self.num_classes is not None and len(names) != self.num_classes:
             raise ValueError(f"class_names has {len(names)} names for num_classes={self.num_classes}")
         slugs = [slug(n) for n in names]

@@ -664,10 +664,16 @@ def _check_case_labels(values_a: Mapping[str, Any], values_b: Mapping[str, Any])
             if first is None:
                 first = (where, labels)
             elif labels != first[1]:
+                # found by review: rows of one long table (df[df.method == "b"]["dice"]) carry row numbers, not case
+                # ids; reindexing one by the other's row numbers, as advised, gave every case NaN
+                rows = all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in labels + first[1])
+                advice = ("row numbers, not case ids: index both by case id (e.g. df.set_index('case_id')['dice']) "
+                          "and align them with series.reindex(other.index), or pass series.to_numpy() when the rows "
+                          "are already in the same case order") if rows else "align them first, e.g. " \
+                    "series.reindex(other.index)"
                 raise ValueError(
                     f"{where} and {first[0]} label different cases or list them in another order (index "
-                    f"{_head(labels)} against {_head(first[1])}); the values are paired by position: align them "
-                    "first, e.g. series.reindex(other.index)"
+                    f"{_head(labels)} against {_head(first[1])}); the values are paired by position: {advice}"
                 )
 
 

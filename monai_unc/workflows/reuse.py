@@ -21,8 +21,10 @@ exchangeable): ``--seed`` stays the user's.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
+import warnings
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +91,15 @@ def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
     return ValueError(f"{source}: fingerprint field '{name}' must be {expected}, got {text}")
 
 
+def _takes_trust(reader: Any) -> bool:
+    """Whether a product's ``artifact_fingerprint`` takes the ``trust`` argument (a second positional or ``**``)."""
+    try:
+        params = list(inspect.signature(reader).parameters.values())
+    except (TypeError, ValueError):
+        return True  # no signature to read (a builtin): called as documented
+    return any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params) or len(params) >= 2
+
+
 def _load_fingerprint(path: Path, trust: Trust | None) -> tuple[str, dict[str, Any], bool]:
     """The source name, the prediction fingerprint and the probabilities flag of a product's rule file.
 
@@ -108,9 +119,16 @@ def _load_fingerprint(path: Path, trust: Trust | None) -> tuple[str, dict[str, A
     if isinstance(fmt, str) and fmt in readers:
         # found by review: read without the signature check, an edited signed rule (its unkeyed digest recomputed)
         # gave infer its settings while triage refused the file; checked with the trust triage would use
-        fingerprint = readers[fmt].artifact_fingerprint(path) if trust is None else \
-            readers[fmt].artifact_fingerprint(path, trust)
-        return (*fingerprint, bool(readers[fmt].artifact_needs_probabilities))
+        reader = readers[fmt]
+        if trust is not None and not _takes_trust(reader.artifact_fingerprint):
+            # a product written for the release before ``trust`` (found by review: infer --settings-from ended in a
+            # TypeError): read as it was then, and said so
+            warnings.warn(f"--settings-from {path}: product {reader.__name__}'s artifact_fingerprint takes no "
+                          "'trust': the rule's signature is not checked (add trust=None to it)", UserWarning,
+                          stacklevel=3)
+            trust = None
+        fingerprint = reader.artifact_fingerprint(path) if trust is None else reader.artifact_fingerprint(path, trust)
+        return (*fingerprint, bool(reader.artifact_needs_probabilities))
     kinds = ", ".join(f"{cls.artifact_file or cls.name + '.json'} ({f!r})" for f, cls in readers.items())
     raise ValueError(f"--settings-from {path}: not a rule file that monai-unc evaluate certifies: {kinds}")
 

@@ -798,6 +798,10 @@ class ReferralRule:
             raise ValueError(f"num_classes must be an integer >= {least}, got {self.num_classes!r}")
         if self.class_names is not None and self.num_classes is not None and len(self.class_names) != self.num_classes:
             raise ValueError(f"class_names has {len(self.class_names)} names for {self.num_classes} classes")
+        # checked here, not only when read: a rule certified with a name that from_json refuses (a tab, 300
+        # characters) was written and then refused by triage (found by review)
+        for i, n in enumerate(self.class_names or ()):
+            check_text(n, f"class_names[{i}]")
         if self.regions is not None:
             if self.class_names is not None:
                 raise ValueError("class_names does not apply with regions: the regions name the channels")

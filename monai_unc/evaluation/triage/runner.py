@@ -501,7 +501,8 @@ def run_triage(
                                                     [f.case_id for f in found], uncertainty, allow_mismatch)
         # found by hostile testing: predictions of another number of classes (with --allow-mismatch) failed every
         # case, each listed in failures.json; no option makes them fit the rule, so one refusal before any case
-        counted = first_class_count(found) if the_rule.regions is None else None
+        # a rule without a class count (num_classes null, the constructor's default) takes any, as each case does
+        counted = first_class_count(found) if the_rule.regions is None and the_rule.num_classes is not None else None
         if counted is not None and counted[1] != the_rule.num_classes:
             raise ValueError(f"the rule is for {the_rule.num_classes} classes, but case {counted[0].case_id!r} has "
                              f"{counted[1]} ({counted[0].probs.name}): triage the predictions of the model the rule "
