@@ -427,7 +427,8 @@ def run_calibrate(
     Raises:
         ValueError: an invalid option (``overlap`` out of [0, 1), or other than the default without ``roi``:
             :func:`~monai_unc.workflows.infer_plan.check_window_options`), an output over an input, a checkpoint
-            calibrated already (one that holds a temperature), labels that do not fit, or cases on which the network is never (or always) wrong
+            calibrated already (one that holds a temperature), labels that do not fit, or cases on which the network
+            is never (or always) wrong
             (:func:`check_fit_is_defined`).
         FileNotFoundError: a missing input folder.
     """
