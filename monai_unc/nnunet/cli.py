@@ -22,7 +22,7 @@ import os
 import sys
 import tempfile
 
-from monai_unc.keys import DEFAULT_MEASURES, sample_batch_size_value
+from monai_unc.keys import DEFAULT_MEASURES, check_dicom_options, sample_batch_size_value
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES
 
 __all__ = ["add_parser", "run", "check_predict_flags", "check_device", "stage_dicom_input", "PREDICT_COMMAND",
@@ -246,6 +246,8 @@ def check_predict_flags(args: argparse.Namespace) -> None:
             ...
         ValueError: --dropout_p needs dropout in --sources (e.g. --sources folds dropout), got --sources folds
     """
+    check_dicom_options(getattr(args, "output_format", "nifti"), getattr(args, "uid_root", None),
+                        getattr(args, "segments", None), getattr(args, "study_uid", "source"))
     sources = list(args.sources)
     given = " ".join(sources)
     if "mirroring" in sources and args.disable_tta:

@@ -38,7 +38,7 @@ from .._utils import check_integer, is_finite_real
 from ..engine import DistContext, read_dist_env, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
 from ..io import ImageCase, check_case_ids, check_entry_kind, list_image_cases
-from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS
+from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS, check_dicom_options
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
 from .apply import trust_from_arguments
@@ -482,6 +482,8 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         "intensity": args.intensity, "activation": args.activation, "regions": args.regions,
     }  # fmt: skip
     dicom = getattr(args, "output_format", "nifti") == "both"
+    check_dicom_options(getattr(args, "output_format", "nifti"), getattr(args, "uid_root", None),
+                        getattr(args, "segments", None), getattr(args, "study_uid", "source"))
     if dicom:  # before any work: the extra, the UID root and DICOM series as the input
         check_dicom_input(args.input, getattr(args, "uid_root", None))
     rule = None
