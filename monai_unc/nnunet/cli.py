@@ -286,6 +286,11 @@ def check_predict_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"-step_size must be in (0, 1] (a fraction of the patch), got {args.step_size}")
     if args.dropout_p is not None and not 0.0 < args.dropout_p < 1.0:
         raise ValueError(f"--dropout_p must be in (0, 1), got {args.dropout_p}")
+    if args.rate_in_target is not None and not 0.0 <= args.rate_in_target <= 1.0:
+        # found by hostile testing: nan was refused by the predictor as "p (the initial rate) must be > 0", -1 as
+        # "target_loss must be in [0, 1]": neither names the flag
+        raise ValueError(f"--rate_in_target must be in [0, 1] (an information loss per layer), got "
+                         f"{args.rate_in_target}")
 
 
 def check_device(device: str) -> None:
