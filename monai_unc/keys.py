@@ -23,6 +23,7 @@ __all__ = [
     "canonical_measure",
     "LAYOUTS",
     "sample_batch_size_value",
+    "check_dicom_options",
     "METHOD_TOKENS",
     "DROPOUT_TOKENS",
     "SAMPLES_TOKENS",
@@ -204,6 +205,40 @@ def canonical_method(method: str) -> str:
         ('ssn+tta', 'mcdropout')
     """
     return "+".join(method_tokens(method))
+
+
+def check_dicom_options(output_format: str, uid_root: str | None = None, segments: Any = None,
+                        study_uid: str = "source") -> None:
+    """Refuse the DICOM options (``--uid-root``, ``--segments``, ``--study-uid new``) when no DICOM is written.
+
+    Found by hostile testing: ``infer`` and ``nnunet-predict`` without ``--output-format both`` (or ``dicom``)
+    ignored them without a word, even a ``--segments`` file that does not exist.
+
+    Args:
+        output_format: the value of ``--output-format`` (``"nifti"``: no DICOM object is written).
+        uid_root: ``--uid-root`` (None: not given).
+        segments: ``--segments`` (None: not given).
+        study_uid: ``--study-uid`` (``"source"``: the default).
+
+    Raises:
+        ValueError: naming the options given and ``--output-format``.
+
+    Example:
+        >>> check_dicom_options("both", uid_root="1.2.3", study_uid="new")
+        >>> check_dicom_options("nifti", segments="segments.json")
+        Traceback (most recent call last):
+            ...
+        ValueError: --segments concerns the DICOM objects, and --output-format nifti (the default) writes none: add \
+--output-format both, or drop --segments
+    """
+    if output_format != "nifti":
+        return
+    given = [f for f, on in (("--uid-root", uid_root is not None), ("--segments", segments is not None),
+                             ("--study-uid new", study_uid != "source")) if on]
+    if given:
+        names = " and ".join(given)
+        raise ValueError(f"{names} concern{'s' if len(given) == 1 else ''} the DICOM objects, and --output-format "
+                         f"nifti (the default) writes none: add --output-format both, or drop {names}")
 
 
 def sample_batch_size_value(text: str) -> int | str:

@@ -22,7 +22,7 @@ import os
 import sys
 import tempfile
 
-from monai_unc.keys import DEFAULT_MEASURES, sample_batch_size_value
+from monai_unc.keys import DEFAULT_MEASURES, check_dicom_options, sample_batch_size_value
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES
 
 __all__ = ["add_parser", "run", "check_predict_flags", "check_device", "stage_dicom_input", "PREDICT_COMMAND",
@@ -246,6 +246,8 @@ def check_predict_flags(args: argparse.Namespace) -> None:
             ...
         ValueError: --dropout_p needs dropout in --sources (e.g. --sources folds dropout), got --sources folds
     """
+    check_dicom_options(getattr(args, "output_format", "nifti"), getattr(args, "uid_root", None),
+                        getattr(args, "segments", None), getattr(args, "study_uid", "source"))
     sources = list(args.sources)
     given = " ".join(sources)
     if "mirroring" in sources and args.disable_tta:
@@ -284,6 +286,11 @@ def check_predict_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"-step_size must be in (0, 1] (a fraction of the patch), got {args.step_size}")
     if args.dropout_p is not None and not 0.0 < args.dropout_p < 1.0:
         raise ValueError(f"--dropout_p must be in (0, 1), got {args.dropout_p}")
+    if args.rate_in_target is not None and not 0.0 <= args.rate_in_target <= 1.0:
+        # found by hostile testing: nan was refused by the predictor as "p (the initial rate) must be > 0", -1 as
+        # "target_loss must be in [0, 1]": neither names the flag
+        raise ValueError(f"--rate_in_target must be in [0, 1] (an information loss per layer), got "
+                         f"{args.rate_in_target}")
 
 
 def check_device(device: str) -> None:

@@ -64,6 +64,7 @@ from ..io import (
     LoadedCase,
     atomic_write_json,
     atomic_write_text,
+    check_entry_kind,
     csv_text,
     list_image_cases,
     load_case,
@@ -913,11 +914,17 @@ def build_report(
         (listed in its ``.report_figures.json``) are removed; other files there, a user's own, are left alone.
 
     Raises:
+        FileNotFoundError: ``images`` is given but is no folder (before anything is written).
         ValueError: ``<output>/figures`` is a symbolic link (:func:`monai_unc.io.owned_folder`), or another run holds
             the report folder (another report: one at a time per folder, :func:`monai_unc.io.output_lock`).
     """
     evaluation = Path(evaluation)
     out_dir = Path(output) if output is not None else evaluation / "report"
+    if images is not None and not Path(images).is_dir():
+        # found by hostile testing: a missing --images failed on the first overlay, with "folder not found: ..."
+        # naming no option, after the report folder and its figures/ were made
+        check_entry_kind(images, "--images folder", folder=True)
+        raise FileNotFoundError(f"--images folder not found: {images}")
     # found by hostile testing: two reports at once into one folder (other --budget / --cases) left figures/ with a
     # PNG of the other run's page and a record listing a figure that was not there
     with output_lock(out_dir, "monai-unc report"):

@@ -408,7 +408,8 @@ def _add_calibrate(sub: Any) -> None:
     p.add_argument("--loss", default="nll", choices=("nll", "ece"), help="fitting loss (default nll)")
     p.add_argument("--max-steps", type=_positive_int, default=1000, help="optimisation steps (default 1000)")
     p.add_argument("--roi", nargs="+", type=_positive_int, default=None, metavar="N", help="sliding-window size")
-    p.add_argument("--overlap", type=_fraction, default=0.25, help="sliding-window overlap (default 0.25)")
+    p.add_argument("--overlap", type=_fraction, default=DEFAULT_OVERLAP,
+                   help=f"sliding-window overlap (default {DEFAULT_OVERLAP:g}; needs --roi)")
     p.add_argument("--intensity", default="auto", choices=("auto", "none", "max", "minmax", "zscore"),
                    help="intensity normalisation (auto: 'max' for --model example, else none)")
     p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if available)")

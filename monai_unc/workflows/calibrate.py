@@ -51,6 +51,7 @@ from ..regions import RegionSpec, label_to_regions, unclaimed_labels, unclaimed_
 from ..temperature import calibrate_network, nll_flat_at_zero, nll_slope_terms, non_convergence_warning
 from .factory import check_roi, normalize_roi
 from .infer import check_case_dims, load_image_case, normalize_intensity
+from .infer_plan import check_window_options
 from .models import LoadedModel, check_model_activation, load_network
 from .prepare import read_region_spec, resolve_device
 from .session import CommandResult
@@ -424,14 +425,17 @@ def run_calibrate(
         model's description and checkpoint (also written to ``output.with_suffix(".json")``).
 
     Raises:
-        ValueError: an invalid option, an output over an input, a checkpoint calibrated already (one that holds a
-            temperature), labels that do not fit, or cases on which the network is never (or always) wrong
+        ValueError: an invalid option (``overlap`` out of [0, 1), or other than the default without ``roi``:
+            :func:`~monai_unc.workflows.infer_plan.check_window_options`), an output over an input, a checkpoint
+            calibrated already (one that holds a temperature), labels that do not fit, or cases on which the network
+            is never (or always) wrong
             (:func:`check_fit_is_defined`).
         FileNotFoundError: a missing input folder.
     """
     spec = _region_spec(activation, regions)
     device = resolve_device(device)
     roi = normalize_roi(roi)
+    check_window_options(roi, overlap)  # found by hostile testing: --overlap without --roi was ignored silently
     out = Path(output)
     if not out.name.endswith((".pt", ".pth")):
         raise ValueError(f"--output must be a .pt or .pth file, got {out}")

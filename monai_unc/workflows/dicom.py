@@ -693,6 +693,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         check_text(algorithm_name, "algorithm_name", 64)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    if not pred.is_dir():  # found by hostile testing: a missing one was reported as "labels folder not found"
+        check_entry_kind(pred, "predictions folder", folder=True)
+        raise FileNotFoundError(f"predictions folder not found: {pred}")
     if not src.is_dir():
         check_entry_kind(src, "series folder", folder=True)
         raise FileNotFoundError(f"series folder not found: {src}")

@@ -38,7 +38,7 @@ from .._utils import check_integer, is_finite_real
 from ..engine import DistContext, read_dist_env, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
 from ..io import ImageCase, check_case_ids, check_entry_kind, list_image_cases
-from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS
+from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS, check_dicom_options
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
 from .apply import trust_from_arguments
@@ -64,6 +64,7 @@ from .session import CommandResult, quiet_lines, run_command
 __all__ = [
     "InferPlan",
     "check_region_channels",
+    "check_window_options",
     "prepare_infer",
     "infer_command",
     "infer_from_arguments",
@@ -133,10 +134,12 @@ def check_region_channels(
                          "least 2)")
 
 
-def _check_window_options(
-    roi: int | Sequence[int] | None, overlap: Any, sw_batch_size: int, rule: RuleSettings | None
+def check_window_options(
+    roi: int | Sequence[int] | None, overlap: Any, sw_batch_size: int = 1, rule: RuleSettings | None = None
 ) -> None:
     """Refuse ``--overlap`` (another than the default) and ``--sw-batch-size`` above 1 without ``--roi``.
+
+    ``infer`` and ``calibrate`` check their sliding-window options with it before the model loads.
 
     Found by hostile testing: without ``--roi`` the whole image goes through the network at once, so both were
     ignored without a word, while ``infer.json`` recorded the overlap and a resume compared it (the same command
@@ -145,8 +148,22 @@ def _check_window_options(
 
     A rule's own overlap (``--settings-from``) is accepted: an earlier version certified it without ``--roi``.
 
+    Args:
+        roi: the sliding-window size (None: the whole image in one pass).
+        overlap: the sliding-window overlap fraction, in [0, 1).
+        sw_batch_size: the sliding windows per network call.
+        rule: the rule of ``--settings-from``, whose own overlap is accepted without ``--roi``.
+
     Raises:
         ValueError: naming the option.
+
+    Example:
+        >>> check_window_options(16, 0.5)
+        >>> check_window_options(None, 0.5)
+        Traceback (most recent call last):
+            ...
+        ValueError: --overlap 0.5 is the overlap of sliding windows, and without --roi the whole image goes through \
+the network at once; add --roi, or drop --overlap
     """
     if not is_finite_real(overlap) or not 0 <= overlap < 1:
         raise ValueError(f"--overlap must be a number in [0, 1), got {overlap!r}")
@@ -293,7 +310,7 @@ def prepare_infer(
                          "sigmoid")
     spec = read_region_spec(regions)
     roi = normalize_roi(roi)
-    _check_window_options(roi, overlap, sw_batch_size, rule)
+    check_window_options(roi, overlap, sw_batch_size, rule)
     names = infer_measures(method, measures)
     device = resolve_device(device)
     cases = list_image_cases(input)
@@ -465,6 +482,8 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         "intensity": args.intensity, "activation": args.activation, "regions": args.regions,
     }  # fmt: skip
     dicom = getattr(args, "output_format", "nifti") == "both"
+    check_dicom_options(getattr(args, "output_format", "nifti"), getattr(args, "uid_root", None),
+                        getattr(args, "segments", None), getattr(args, "study_uid", "source"))
     if dicom:  # before any work: the extra, the UID root and DICOM series as the input
         check_dicom_input(args.input, getattr(args, "uid_root", None))
     rule = None

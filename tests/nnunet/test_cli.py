@@ -30,6 +30,9 @@ BASE = ["nnunet-predict", "-i", "in", "-o", "out", "-m", "no_model_needed", "-de
          ["--measures window_disagreement needs --window_disagreement separate"]),
         (["--sources", "folds", "dropout", "--num_samples", "0"], ["--num_samples must be >= 1"]),
         (["--sources", "folds", "dropout", "--dropout_p", "1.5"], ["--dropout_p must be in (0, 1)"]),
+        # option sweep: the predictor refused nan as "p (the initial rate) must be > 0", naming no flag
+        (["--sources", "folds", "rate_in", "--rate_in_target", "nan"], ["--rate_in_target must be in [0, 1]"]),
+        (["--sources", "folds", "rate_in", "--rate_in_target", "-1"], ["--rate_in_target must be in [0, 1]"]),
         (["--no_share_passes"], ["--no_share_passes concerns the passes of dropout or rate_in",
                                  "--sources folds mirroring"]),
         (["--sources", "folds", "dropout", "--no_share_passes", "--sample_batch_size", "4"],

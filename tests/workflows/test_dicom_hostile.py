@@ -366,3 +366,19 @@ def test_export_refuses_an_output_whose_case_folder_holds_other_dicom_files(seri
     for _ in range(2):
         assert main(["dicom-export", "-p", str(pred), "-s", str(images), "-o", str(out), "-q"]) == 0
     assert sorted(p.name for p in (out / "ct01").iterdir()) == ["predictive_entropy.dcm", "seg.dcm", "sr.dcm"]
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_export_names_a_predictions_folder_that_is_no_folder(tmp_path, capsys, kind):
+    """Issue (option sweep): ``dicom-export -p /missing`` said "labels folder not found: /missing"."""
+    from monai_unc import cli
+
+    pred, src = tmp_path / "pred", tmp_path / "series"
+    src.mkdir()
+    if kind == "file":
+        pred.write_text("")
+    out = tmp_path / "out"
+    assert cli.main(["dicom-export", "-p", str(pred), "-s", str(src), "-o", str(out), "-q"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "predictions folder" in err[0] and "labels" not in err[0], err
+    assert not out.exists()

@@ -119,3 +119,16 @@ def test_report_with_an_extra_key_in_the_summary_still_works(ev, tmp_path, capsy
     (copy / "summary.json").write_text(json.dumps(summary))
     assert _run(["report", "-e", str(copy), "-o", str(tmp_path / "r"), "--cases", "1", "-q"], capsys)[0] == 0
     assert (tmp_path / "r" / "report.html").is_file()
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_report_refuses_images_that_are_no_folder_before_writing(ev, tmp_path, capsys, kind):
+    """Issue (option sweep): ``report --images /missing`` failed with "folder not found: /missing", naming no option,
+    after the report folder and its ``figures/`` were made."""
+    images = tmp_path / "images"
+    if kind == "file":
+        images.write_text("")
+    out = tmp_path / "rep"
+    rc, err = _run(["report", "-e", str(ev["ev"]), "-o", str(out), "--images", str(images), "-q"], capsys)
+    assert rc == 2 and len(err) == 1 and "--images folder" in err[0], (rc, err)
+    assert not out.exists()
