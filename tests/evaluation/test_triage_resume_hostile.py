@@ -12,24 +12,32 @@ from monai_unc.cli import main
 from monai_unc.data.cohorts import write_toy_cohort
 
 
-@pytest.mark.slow
-def test_a_rerun_killed_while_writing_leaves_no_earlier_triage_file(tmp_path, monkeypatch):
-    from monai_unc.evaluation.triage import runner
+def _killed(*args, **kwargs):
+    raise KeyboardInterrupt
 
+
+def _triaged(tmp_path):
+    """A toy cohort evaluated (with a referral rule) and triaged once: ``(the triage command line, its folder)``."""
     c = write_toy_cohort(tmp_path / "c", n_cases=3, shape=(8, 8, 8))
     ev, out = tmp_path / "ev", tmp_path / "tri"
     argv = ["triage", "-p", str(c["predictions"]), "--rule", str(ev / "referral_rule.json"), "-o", str(out), "-q"]
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         assert main(["evaluate", "-l", str(c["labels"]), "-p", str(c["predictions"]), "-o", str(ev), "-q",
                      "--no-spatial", "--target-risk", "0.5"]) == 0
         assert main(argv) == 0
+    return argv, out
+
+
+@pytest.mark.slow
+def test_a_rerun_killed_while_writing_leaves_no_earlier_triage_file(tmp_path, monkeypatch):
+    from monai_unc.evaluation.triage import runner
+
+    argv, out = _triaged(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
         assert (out / "triage.json").is_file() and (out / "triage.html").is_file()
-        monkeypatch.setattr(runner, "atomic_write_json", killed)  # stopped after triage.csv
+        monkeypatch.setattr(runner, "atomic_write_json", _killed)  # stopped after triage.csv
         assert main(argv) == 130
     assert (out / "triage.csv").is_file()
     assert not (out / "triage.json").exists() and not (out / "triage.html").exists()
@@ -41,23 +49,14 @@ def test_a_rerun_interrupted_before_writing_leaves_no_earlier_triage_file(tmp_pa
     were this run's (a rerun with another rule or more cases kept the old triage.csv, triage.json and page)."""
     from monai_unc.evaluation.triage import runner
 
-    c = write_toy_cohort(tmp_path / "c", n_cases=3, shape=(8, 8, 8))
-    ev, out = tmp_path / "ev", tmp_path / "tri"
-    argv = ["triage", "-p", str(c["predictions"]), "--rule", str(ev / "referral_rule.json"), "-o", str(out), "-q"]
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt
-
+    argv, out = _triaged(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        assert main(["evaluate", "-l", str(c["labels"]), "-p", str(c["predictions"]), "-o", str(ev), "-q",
-                     "--no-spatial", "--target-risk", "0.5"]) == 0
-        assert main(argv) == 0
         assert {p.name for p in out.iterdir()} >= {"triage.csv", "triage.json", "triage.html"}
         assert list((out / "figures").glob("*.png"))
         d = write_toy_cohort(tmp_path / "d", n_cases=4, shape=(8, 8, 8), seed=3)  # the next day's cases
         argv[2] = str(d["predictions"])
-        monkeypatch.setattr(runner, "triage_case", killed)  # stopped on the first case of the rerun
+        monkeypatch.setattr(runner, "triage_case", _killed)  # stopped on the first case of the rerun
         assert main(argv) == 130
         for name in ("triage.csv", "triage.json", "triage.html"):
             assert not (out / name).exists(), name

@@ -45,14 +45,20 @@ def test_a_report_written_again_keeps_only_its_own_figures(evaluation):
     assert files and all(p.read_bytes() in embedded for p in files)
 
 
-def test_a_linked_figures_folder_is_refused_and_its_files_kept(evaluation, tmp_path):
-    """The figures are removed in ``figures/`` only when it is the report's own folder, not a link elsewhere."""
+def _linked_figures(tmp_path):
+    """``(a page folder whose figures/ links to another folder, that folder holding keep.png)``."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "keep.png").write_bytes(b"\x89PNG")
     out = tmp_path / "out"
     out.mkdir()
     os.symlink(elsewhere, out / "figures")
+    return out, elsewhere
+
+
+def test_a_linked_figures_folder_is_refused_and_its_files_kept(evaluation, tmp_path):
+    """The figures are removed in ``figures/`` only when it is the report's own folder, not a link elsewhere."""
+    out, elsewhere = _linked_figures(tmp_path)
     with pytest.raises(ValueError, match="symbolic link"):
         build_report(evaluation, out, n_cases=0)
     assert (elsewhere / "keep.png").exists()
@@ -106,12 +112,7 @@ def test_a_triage_page_written_again_keeps_only_its_own_figures(triage_folder, t
 
 
 def test_a_linked_triage_figures_folder_is_refused(triage_folder, tmp_path):
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (elsewhere / "keep.png").write_bytes(b"\x89PNG")
-    out = tmp_path / "out"
-    out.mkdir()
-    os.symlink(elsewhere, out / "figures")
+    out, elsewhere = _linked_figures(tmp_path)
     with pytest.raises(ValueError, match="symbolic link"):
         from monai_unc.report.triage import build_triage_page
 
