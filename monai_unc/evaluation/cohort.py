@@ -38,6 +38,7 @@ from .config import (
     SPATIAL_COLUMNS,
     STATE_DIR,
     EvaluationConfig,
+    check_risk_options,
     dice_columns,
     parse_score_column,
     region_suffix,
@@ -935,6 +936,8 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
             raise TypeError(f"unknown evaluation option {k!r}")
         if v is not None:
             setattr(cfg, k, v)
+    # a risk option without a target in effect would be ignored (found by hostile testing: report --delta exited 0)
+    check_risk_options(cfg.target_risk, [k for k, v in overrides.items() if v is not None])
     if any("shift" in r for r in rows):
         cfg.shifts = {str(r["case"]): str(r.get("shift", "")) for r in rows}
     try:

@@ -40,6 +40,7 @@ __all__ = [
     "region_suffix",
     "read_shifts",
     "parse_score_column",
+    "check_risk_options",
 ]
 
 CALIBRATION_COLUMNS = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "uce", "nll", "brier")
@@ -554,3 +555,34 @@ def parse_score_column(column: str, regions: Sequence[str] | None = None,
     raise ValueError(f"{option}: {column!r} is not a case score computed without labels: use "
                      f"<measure>_<{scores}>" + ("[_<region>]" if regions is not None else "")
                      + f" with a measure of {tuple(MEASURES)}")
+
+
+
+def check_risk_options(target_risk: float | None, given: Iterable[str]) -> None:
+    """Refuse options of the risk-controlled threshold given without a target risk: they would be ignored.
+
+    Found by hostile testing: ``monai-unc evaluate --delta 0.05`` without ``--target-risk`` (and ``monai-unc report
+    --delta`` / ``--risk`` / ``--risk-method`` of an evaluation without one) exited 0, the option ignored without a
+    word, although its user expected a guarantee at that level.
+
+    Args:
+        target_risk: the target risk in effect (given, or the evaluation's), or None.
+        given: the names of the options given (``"delta"``, ``"risk"``, ``"risk_method"``; others are ignored).
+
+    Raises:
+        ValueError: ``delta``, ``risk`` or ``risk_method`` given and ``target_risk`` None, naming the options.
+
+    Example:
+        >>> check_risk_options(0.1, ["delta"])
+        >>> try:
+        ...     check_risk_options(None, ["delta", "budget"])
+        ... except ValueError as e:
+        ...     print(str(e)[:40])
+        --delta sets the risk-controlled thresho
+    """
+    stray = [f"--{name.replace('_', '-')}" for name in ("delta", "risk", "risk_method")
+             if name in set(given)]
+    if target_risk is None and stray:
+        raise ValueError(f"{', '.join(stray)} {'sets' if len(stray) == 1 else 'set'} the risk-controlled threshold, "
+                         "which needs --target-risk (none is given, nor recorded by the evaluation): add "
+                         f"--target-risk, or drop {', '.join(stray)}")

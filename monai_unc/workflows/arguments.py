@@ -316,6 +316,7 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--allow-missing-labels", action="store_true",
                    help="skip cases that have predictions but no label (listed in a warning) instead of failing")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    _track_explicit(p)  # --delta / --risk without --target-risk are refused, not ignored
 
 
 def _add_product_options(parser: argparse.ArgumentParser, product: Any) -> None:

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import DistContext
-from ..evaluation import CohortState, EvaluationConfig, run_evaluate
+from ..evaluation import CohortState, EvaluationConfig, check_risk_options, run_evaluate
 from ..evaluation.products import implicit_products
 from ..product import format_cell, format_fraction, products_from_arguments
 from ..products.risk_control import risk_control_line as _risk_control_line
 from ..report.html import remove_stale_report
+from .arguments import EXPLICIT_OPTIONS
 from .prepare import prepare_evaluate
 from .session import WARNING_PREFIX, CommandResult, quiet_lines, run_command
 
@@ -88,6 +89,9 @@ def evaluate_from_arguments(
         :func:`evaluate_summary_lines` on rank 0 (with ``--quiet`` its warning lines alone,
         :func:`~monai_unc.workflows.session.quiet_lines`). Raises as :func:`evaluate_command`.
     """
+    # found by hostile testing: --delta 0.05 without --target-risk was ignored without a word (its default is 0.1, so
+    # only the options given on the command line can tell)
+    check_risk_options(args.target_risk, getattr(args, EXPLICIT_OPTIONS, ()))
     config = prepare_evaluate(
         args.labels, args.predictions, args.output, uncertainty=args.uncertainty, images=args.images,
         shifts=args.shifts, calibration_cases=args.calibration_cases, regions=args.regions, measure=args.measure,
