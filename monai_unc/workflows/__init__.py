@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
         predict_cases,
         run_infer,
     )
-    from .infer_plan import InferPlan, infer_command, prepare_infer
+    from .infer_plan import InferPlan, check_window_options, infer_command, prepare_infer
     from .models import LoadedModel, check_model_activation, checkpoint_temperature, load_checkpoint, load_network
     from .options import FAILURES_FILE, INTENSITY_MODES, METHOD_TOKENS, normalize_roi
     from .prepare import (
@@ -72,7 +72,7 @@ _LAZY: dict[str, str] = {
     "build_inferer": "factory",
     **dict.fromkeys(("InferSettings", "case_outputs", "check_run_settings", "is_finished", "load_image_case",
                      "normalize_intensity", "predict_case", "predict_cases", "run_infer"), "infer"),
-    **dict.fromkeys(("InferPlan", "infer_command", "prepare_infer"), "infer_plan"),
+    **dict.fromkeys(("InferPlan", "check_window_options", "infer_command", "prepare_infer"), "infer_plan"),
     **dict.fromkeys(("LoadedModel", "check_model_activation", "checkpoint_temperature", "load_checkpoint",
                      "load_network"), "models"),
     **dict.fromkeys(("FAILURES_FILE", "INTENSITY_MODES", "METHOD_TOKENS", "normalize_roi"), "options"),
@@ -133,6 +133,7 @@ __all__ = [
     "run_command",
     "share_refusal",
     "infer_command",
+    "check_window_options",
     "evaluate_command",
     "triage_command",
     "apply_command",
