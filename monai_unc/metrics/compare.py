@@ -266,10 +266,9 @@ def _sample_variance(x: np.ndarray) -> float:
     and a pooled deviation of 1e-17 turned two constant samples into an effect size of 1e15 instead of undefined.
     Values that differ by rounding only are no spread either (found by hostile testing: ``[0.3, 0.1 + 0.2, 0.3]``
     against ``[0.3, 0.3, 0.3]``, three ties of :func:`compare_metric_values`, had Cohen's d 1.41, a "large effect");
-    the tolerance is that of a tie between two values (:data:`_VALUE_TIE_RTOL`).
+    the tolerance is that of a tie between two values (:func:`_tied`).
     """
-    lo, hi = float(x.min()), float(x.max())
-    if hi - lo <= _VALUE_TIE_RTOL * max(abs(lo), abs(hi)):
+    if _tied(float(x.min()), float(x.max())):
         return 0.0
     return float(x.var(ddof=1))
 
@@ -600,6 +599,11 @@ class UncertaintyComparison:
 _VALUE_TIE_RTOL = 1e-12
 
 
+def _tied(a: Any, b: Any) -> Any:
+    """Whether ``a`` and ``b`` agree to a relative :data:`_VALUE_TIE_RTOL`, elementwise: a tie, no difference."""
+    return np.abs(a - b) <= _VALUE_TIE_RTOL * np.maximum(np.abs(a), np.abs(b))
+
+
 def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool, stacklevel: int) -> MetricComparison:
     """The per-metric statistics; its warnings point ``stacklevel`` frames up (at the caller of the public function)."""
     if a.shape != b.shape or a.ndim != 1:
@@ -614,7 +618,7 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool, stackleve
     sign = 1.0 if higher else -1.0
     diff = sign * (a - b)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf cases are not valid: their ties do not count
-        ties = valid & (np.abs(a - b) <= _VALUE_TIE_RTOL * np.maximum(np.abs(a), np.abs(b)))
+        ties = valid & _tied(a, b)
     prefers = valid & (diff > 0) & ~ties
     av, bv = a[valid], b[valid]
     accuracy = float(prefers.sum() / valid.sum()) if valid.any() else float("nan")
