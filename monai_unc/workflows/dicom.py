@@ -68,6 +68,7 @@ from ..io import (
     read_volume,
 )
 from ..io.dicom import (
+    MAX_SEGMENT_NUMBER,
     AlgorithmInfo,
     DicomSeries,
     SegmentSpec,
@@ -312,12 +313,8 @@ def _check_values(values: np.ndarray, what: str, unit_interval: bool) -> None:
                         f"{'probabilities' if unit_interval else 'a Parametric Map'} cannot hold them")
 
 
-#: the largest class value of a segmentation: a segment's number is a DICOM US (16-bit unsigned)
-_MAX_CLASS = 2**16 - 1
-
-
 def _check_segmentation_values(seg: np.ndarray, regions: bool, what: str) -> None:
-    """Refuse a segmentation whose values are no class values (integers from 0 to 65535).
+    """Refuse a segmentation whose values are no class values (integers from 0 to ``MAX_SEGMENT_NUMBER``, 65535).
 
     NaN, infinite, fractional or above 65535 (a DICOM SegmentNumber); for region masks (one channel per region) any
     value but 0 and 1.
@@ -336,10 +333,10 @@ def _check_segmentation_values(seg: np.ndarray, regions: bool, what: str) -> Non
         if regions:
             bad, kind = (seg != 0) & (seg != 1), "other than 0 and 1 (region masks)"
         elif seg.dtype.kind == "f":
-            bad = ~np.isfinite(seg) | (seg != np.round(seg)) | (seg > _MAX_CLASS)
-            kind = f"NaN, infinite, fractional or above {_MAX_CLASS}"
+            bad = ~np.isfinite(seg) | (seg != np.round(seg)) | (seg > MAX_SEGMENT_NUMBER)
+            kind = f"NaN, infinite, fractional or above {MAX_SEGMENT_NUMBER}"
         else:
-            bad, kind = seg > _MAX_CLASS, f"above {_MAX_CLASS}"
+            bad, kind = seg > MAX_SEGMENT_NUMBER, f"above {MAX_SEGMENT_NUMBER}"
     count = int(np.count_nonzero(bad))
     if count:
         raise CaseError(f"{what} has {count} value(s) {kind} (e.g. {float(seg[bad].flat[0]):.6g}); a segmentation "
@@ -844,7 +841,7 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
             if not Path(args.segments).is_file():
                 check_entry_kind(args.segments, "--segments file", folder=False)
                 raise FileNotFoundError(f"--segments file not found: {args.segments}")
-            read_segment_specs(args.segments, range(1, 2**16))
+            read_segment_specs(args.segments, range(1, MAX_SEGMENT_NUMBER + 1))
         check_output_folder(args.o, args.i)
     except (ValueError, OSError) as e:
         print(f"{command}: error: {e}", file=sys.stderr)

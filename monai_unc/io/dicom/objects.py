@@ -64,6 +64,7 @@ __all__ = [
     "check_series_number",
     "check_series",
     "MAX_SERIES_NUMBER",
+    "MAX_SEGMENT_NUMBER",
     "NOT_IN_STRING",
     "check_series_description",
     "read_segment_specs",
@@ -512,7 +513,7 @@ def _code(value: Any, where: str) -> Code:
 
 
 #: the largest class value a segment describes (SegmentNumber is a 16-bit unsigned integer)
-_MAX_SEGMENT_CLASS = 2**16 - 1
+MAX_SEGMENT_NUMBER = 2**16 - 1
 
 
 def read_segment_specs(path: str | os.PathLike, labels: Sequence[int], *,
@@ -562,7 +563,7 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int], *,
     wanted = {str(int(v)): int(v) for v in labels}
     if named_classes:  # "3" (not "03", "+3", "³"): the key a class value has
         named = [int(k) for k in doc if k.isascii() and k.isdecimal() and k == str(int(k))
-                 and 1 <= int(k) <= _MAX_SEGMENT_CLASS]
+                 and 1 <= int(k) <= MAX_SEGMENT_NUMBER]
         top = max([*wanted.values(), *named], default=0)
         wanted.update({str(v): v for v in range(max(wanted.values(), default=0) + 1, top + 1)})
     specs = {v: default_segment(v) for v in wanted.values()}
