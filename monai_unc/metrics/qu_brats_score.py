@@ -91,6 +91,9 @@ QU_BRATS_EPS = float(np.finfo(np.float32).eps)
 #: thresholds ``97.5 ... 0`` for the defaults) and ``"numpy1"`` (the script under numpy 1.x, as run in the 2020
 #: challenge: 41 thresholds ``100 ... 0``)
 QU_BRATS_GRIDS = ("numpy2", "numpy1")
+#: how the warning of :func:`qu_brats` on a map nowhere above the smallest positive threshold begins (a filter for the
+#: callers that rescaled the map themselves, where a [0, 1] scale cannot be the cause)
+UNGRADED_WARNING = "qu_brats: every value of uncertainty is at most"
 #: relative tolerance of :func:`to_qu_brats_range` for values just outside ``[0, max_value]`` (float rounding)
 RANGE_RTOL = 1e-5
 #: the values of a :class:`QUBraTSResult` (and the ``component`` of :class:`~monai_unc.metrics.QUBraTSMetric`)
@@ -498,9 +501,9 @@ def warn_if_ungraded(counts: np.ndarray, asc: np.ndarray, max_u: float) -> None:
     if len(asc) < 2 or int(counts[0].sum()) == total or int(counts[1].sum()) < total:
         return  # every voxel certain (u == 0), or some voxel above the first positive threshold
     warnings.warn(
-        f"qu_brats: every value of uncertainty is at most {float(asc[1]):g}, the smallest positive threshold of the "
-        f"[0, max_uncertainty={max_u:g}] scale, so only the threshold 0 filters voxels and the score ignores the "
-        "map's gradation; a map on a [0, 1] scale must be rescaled first (to_qu_brats_range(u, max_value=1.0))",
+        f"{UNGRADED_WARNING} {float(asc[1]):g}, the smallest positive threshold of the [0, max_uncertainty={max_u:g}] "
+        "scale, so only the threshold 0 filters voxels and the score ignores the map's gradation; if the map is on "
+        "another scale (e.g. [0, 1], or nats), rescale it first (to_qu_brats_range(u, max_value=...))",
         UserWarning,
         stacklevel=3,
     )

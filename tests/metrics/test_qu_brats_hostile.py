@@ -151,7 +151,10 @@ def test_map_on_a_unit_scale_warns():
         qu_brats(2.5000001 * (p ^ g), p, g)  # above the first positive threshold: filtered there too
     with pytest.warns(UserWarning, match="smallest positive threshold"):
         qu_brats(2.5 * (p ^ g), p, g)  # at it: kept there, filtered only at 0
-    metric = QUBraTSMetric()
+    batch = {"y_pred": torch.from_numpy(p)[None, None], "y": torch.from_numpy(g)[None, None],
+             "uncertainty": torch.from_numpy(u01)[None, None]}
     with pytest.warns(UserWarning, match="smallest positive threshold"):
-        metric(y_pred=torch.from_numpy(p)[None, None], y=torch.from_numpy(g)[None, None],
-               uncertainty=torch.from_numpy(u01)[None, None])
+        QUBraTSMetric()(**batch)
+    with warnings.catch_warnings():  # the scale declared and rescaled by the metric: a confident map, no warning
+        warnings.simplefilter("error")
+        QUBraTSMetric(uncertainty_max=100.0)(**{**batch, "uncertainty": batch["uncertainty"] * 2})
