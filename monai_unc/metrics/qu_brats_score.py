@@ -47,6 +47,7 @@ aggregate to NaN with a ``UserWarning``.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -90,6 +91,9 @@ QU_BRATS_EPS = float(np.finfo(np.float32).eps)
 #: thresholds ``97.5 ... 0`` for the defaults) and ``"numpy1"`` (the script under numpy 1.x, as run in the 2020
 #: challenge: 41 thresholds ``100 ... 0``)
 QU_BRATS_GRIDS = ("numpy2", "numpy1")
+#: how the warning of :func:`qu_brats` on a map nowhere above the smallest positive threshold begins (a filter for the
+#: callers that rescaled the map themselves, where a [0, 1] scale cannot be the cause)
+UNGRADED_WARNING = "qu_brats: every value of uncertainty is at most"
 #: relative tolerance of :func:`to_qu_brats_range` for values just outside ``[0, max_value]`` (float rounding)
 RANGE_RTOL = 1e-5
 #: the values of a :class:`QUBraTSResult` (and the ``component`` of :class:`~monai_unc.metrics.QUBraTSMetric`)
@@ -430,6 +434,11 @@ def qu_brats(
             non-finite, a brain mask without any voxel, and a ``grid`` other than ``"numpy2"`` / ``"numpy1"``.
         TypeError: a ``grid`` that is not a string.
 
+    Warns:
+        UserWarning: the map is positive somewhere but nowhere above the smallest positive threshold (2.5 for the
+            defaults): the score then sees only ``u > 0``, the mark of a map on a ``[0, 1]`` scale not rescaled
+            with :func:`to_qu_brats_range`.
+
     Example:
         >>> import torch
         >>> from monai_unc.metrics import qu_brats
@@ -471,7 +480,33 @@ def qu_brats(
     counts = _curve_counts(u, p, g, b, asc)
     if counts[-1, 4:].sum() == 0:  # categories with the brain bit
         raise ValueError("brain_mask has no voxel > 0: FTP and FTN are counted inside the brain mask")
+    warn_if_ungraded(counts, asc, max_u)
     return _result_from_counts(counts, desc, max_u)
+
+
+def warn_if_ungraded(counts: np.ndarray, asc: np.ndarray, max_u: float) -> None:
+    """``UserWarning`` when the map is positive somewhere but nowhere above the smallest positive threshold.
+
+    Then every threshold but 0 keeps every voxel and the score sees only ``u > 0``, whatever the map's gradation:
+    the mark of a map on a ``[0, 1]`` scale given for the challenge's ``[0, 100]`` (a normalised entropy scored
+    0.90 instead of 0.52, without a word; found by hostile testing). A map of zeros (certain everywhere) is not
+    warned about.
+
+    Args:
+        counts: :func:`_curve_counts` (cumulative kept counts at the ascending thresholds, then the totals).
+        asc: the ascending thresholds (``asc[0] == 0``).
+        max_u: the top of the scale.
+    """
+    total = int(counts[-1].sum())
+    if len(asc) < 2 or int(counts[0].sum()) == total or int(counts[1].sum()) < total:
+        return  # every voxel certain (u == 0), or some voxel above the first positive threshold
+    warnings.warn(
+        f"{UNGRADED_WARNING} {float(asc[1]):g}, the smallest positive threshold of the [0, max_uncertainty={max_u:g}] "
+        "scale, so only the threshold 0 filters voxels and the score ignores the map's gradation; if the map is on "
+        "another scale (e.g. [0, 1], or nats), rescale it first (to_qu_brats_range(u, max_value=...))",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _result_from_counts(counts: np.ndarray, desc: np.ndarray, max_u: float) -> QUBraTSResult:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -83,7 +84,8 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
 
     Returns:
         The bound, vectorised over ``errors`` and ``n``; a float for scalar input. ``ValueError`` when ``n`` is not
-        a non-negative integer (NaN or 10.5 trials bound nothing) or ``errors`` is not an integer in ``[0, n]``.
+        a non-negative integer (NaN or 10.5 trials bound nothing) or ``errors`` is not an integer in ``[0, n]``, or
+        ``delta`` is outside (0, 1); ``TypeError`` for a bool ``errors`` / ``n`` or a ``delta`` that is not one number.
 
     Example:
         >>> from monai_unc.metrics import clopper_pearson_upper
@@ -92,10 +94,11 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
         >>> clopper_pearson_upper([0, 5], [10, 10], 0.1).round(4)
         array([0.2057, 0.7327])
     """
+    if np.asarray(errors).dtype == bool:
+        raise TypeError(f"errors must be numbers of errors (integers), got the bool {errors!r}")
     e = np.asarray(errors, dtype=np.float64)
     nn = _check_counts(n, "n")
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    delta = _check_delta(delta)
     if np.any(e < 0) or np.any(e > nn) or np.any(e != np.round(e)):
         raise ValueError("errors must be integers in [0, n]")
     full = e >= nn
@@ -106,11 +109,31 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
 
 
 def _check_counts(n: ArrayLike | float, name: str) -> np.ndarray:
-    """``n`` as float64, ``ValueError`` naming ``name`` unless every entry is a finite integer ``>= 0``."""
+    """``n`` as float64, ``ValueError`` naming ``name`` unless every entry is a finite integer ``>= 0``.
+
+    A bool is a ``TypeError`` (``True`` read as one case bounded a risk from a flag).
+    """
+    if np.asarray(n).dtype == bool:
+        raise TypeError(f"{name} must be numbers of cases (integers), got the bool {n!r}")
     nn = np.asarray(n, dtype=np.float64)
     if not np.isfinite(nn).all() or np.any(nn < 0) or np.any(nn != np.round(nn)):
         raise ValueError(f"{name} must be non-negative integers (numbers of cases), got {n!r}")
     return nn
+
+
+def _check_delta(delta: Any) -> float:
+    """``delta`` as a float in (0, 1).
+
+    ``TypeError`` naming it for a non-number (a bool, a string, an array of several values), ``ValueError`` outside
+    (0, 1) (NaN included).
+    """
+    a = None if isinstance(delta, (str, bytes)) else np.asarray(delta)
+    if a is None or a.ndim != 0 or a.dtype.kind not in "iuf":
+        raise TypeError(f"delta must be one number in (0, 1), got {type(delta).__name__} {delta!r}")
+    d = float(a)
+    if not 0 < d < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    return d
 
 
 def _check_unit(x: ArrayLike | float, name: str) -> np.ndarray:
@@ -176,15 +199,15 @@ def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
 
     Returns:
         The bound as a float; 1 when ``risk_hat == 1`` or ``n == 0``. ``ValueError`` naming the argument when
-        ``risk_hat`` is outside [0, 1] or ``n`` is not a non-negative integer.
+        ``risk_hat`` is outside [0, 1], ``n`` is not a non-negative integer or ``delta`` is outside (0, 1);
+        ``TypeError`` for a bool ``n`` or a ``delta`` that is not one number.
 
     Example:
         >>> from monai_unc.metrics import hoeffding_bentkus_upper
         >>> round(hoeffding_bentkus_upper(0.02, 100, 0.1), 4)
         0.0656
     """
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    delta = _check_delta(delta)
     r = float(_check_unit(risk_hat, "risk_hat"))
     nn = _check_counts(n, "n")
     if nn.ndim:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from scipy.integrate import trapezoid as scipy_trapezoid  # numpy's np.trapezoid is numpy 2 only
 
-from monai_unc.metrics import QUBraTSMetric, qu_brats, qu_brats_thresholds
+from monai_unc.metrics import QUBraTSMetric, qu_brats, qu_brats_regions, qu_brats_thresholds
 
 EPS = float(np.finfo(np.float32).eps)
 
@@ -129,3 +129,32 @@ def test_scale_arguments_must_be_numbers(value):
     for bad in (0.0, -1.0, math.inf):
         with pytest.raises(ValueError, match="uncertainty_max"):
             QUBraTSMetric(uncertainty_max=bad)
+
+
+def test_map_on_a_unit_scale_warns():
+    """A map on [0, 1] given for the [0, 100] scale: only the threshold 0 filters voxels, so the score ignores the
+    map's gradation (0.90 instead of 0.52 for the rescaled map) -- warned about, not silent."""
+    rng = np.random.default_rng(0)
+    u01 = rng.random((6, 6, 6))
+    p, g = rng.random((6, 6, 6)) < 0.5, rng.random((6, 6, 6)) < 0.5
+    with pytest.warns(UserWarning, match=r"at most 2\.5, the smallest positive threshold.*to_qu_brats_range"):
+        res = qu_brats(u01, p, g)
+    score, _ = qu_brats_loop(u01, p, g, np.ones_like(p))
+    assert res.score == pytest.approx(score, abs=1e-12)  # the number is the challenge's all the same
+    with pytest.warns(UserWarning, match="smallest positive threshold"):  # the region and metric paths too
+        qu_brats_regions({"WT": u01}, {"WT": p}, {"WT": g}, regions={"WT": (1,)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        qu_brats(u01 * 100, p, g)  # rescaled
+        qu_brats(np.zeros((6, 6, 6)), p, g)  # certain everywhere
+        qu_brats(100.0 * (p ^ g), p, g)  # uncertain exactly at the errors
+        qu_brats(2.5000001 * (p ^ g), p, g)  # above the first positive threshold: filtered there too
+    with pytest.warns(UserWarning, match="smallest positive threshold"):
+        qu_brats(2.5 * (p ^ g), p, g)  # at it: kept there, filtered only at 0
+    batch = {"y_pred": torch.from_numpy(p)[None, None], "y": torch.from_numpy(g)[None, None],
+             "uncertainty": torch.from_numpy(u01)[None, None]}
+    with pytest.warns(UserWarning, match="smallest positive threshold"):
+        QUBraTSMetric()(**batch)
+    with warnings.catch_warnings():  # the scale declared and rescaled by the metric: a confident map, no warning
+        warnings.simplefilter("error")
+        QUBraTSMetric(uncertainty_max=100.0)(**{**batch, "uncertainty": batch["uncertainty"] * 2})

@@ -123,3 +123,25 @@ def test_hb_pvalue_counts_ceil_n_r_exactly_review38():
         expected = min(hoeffding, math.e * stats.binom.cdf(k, n, a), 1.0)
         assert hoeffding_bentkus_pvalue(r, n, a) == pytest.approx(expected, rel=1e-9)
     assert hoeffding_bentkus_pvalue(0.05 + 1e-12, n, a) > 0.005
+
+
+@pytest.mark.parametrize(("call", "name", "error"), [
+    (lambda: clopper_pearson_upper(True, 10, 0.1), "errors", TypeError),  # a flag read as one error
+    (lambda: clopper_pearson_upper(0, True, 0.1), "n", TypeError),  # a flag read as one case: bound 0.9
+    (lambda: hoeffding_bentkus_upper(0.1, True, 0.1), "n", TypeError),  # gave 0.9457
+    (lambda: hoeffding_bentkus_pvalue(0.1, np.array([True, True]), 0.2), "n", TypeError),
+    (lambda: hoeffding_bentkus_upper(0.1, 10, "0.1"), "delta", TypeError),  # "'<' not supported ..." naming nothing
+    (lambda: hoeffding_bentkus_upper(0.1, 10, np.array([0.1, 0.2])), "delta", TypeError),  # "truth value ..."
+    (lambda: hoeffding_bentkus_upper(0.1, 10, True), "delta", TypeError),
+    (lambda: clopper_pearson_upper(1, 10, [0.1]), "delta", TypeError),
+    (lambda: clopper_pearson_upper(1, 10, float("nan")), "delta", ValueError),
+    (lambda: hoeffding_bentkus_upper(0.1, 10, 1.0), "delta", ValueError),
+])
+def test_bound_arguments_are_checked_naming_them(call, name, error):
+    with pytest.raises(error, match=rf"^{name} must"):
+        call()
+
+
+def test_bound_delta_as_numpy_scalars():
+    assert clopper_pearson_upper(2, 50, np.float32(0.1)) == pytest.approx(clopper_pearson_upper(2, 50, 0.1), rel=1e-6)
+    assert hoeffding_bentkus_upper(0.02, np.int64(100), np.array(0.1)) == hoeffding_bentkus_upper(0.02, 100, 0.1)
