@@ -410,7 +410,8 @@ class SSNHead(nn.Module):
             :class:`~monai_unc.networks.SSNLoss`) or ``"raw"``: the stacked raw convolution outputs
             ``(B, C * (2 + R), *spatial)`` (mean, log-variance before the floor, factor), a tensor that frameworks
             expecting tensors can pass around (nnU-Net's deep supervision list); turn it into the distribution with
-            :meth:`distribution_from_raw`.
+            :meth:`distribution_from_raw`. The forward's ``mask`` (an :class:`SSNNetwork`'s ``mask_fn``) is applied
+            to the raw outputs (:meth:`raw`).
 
     Forward ``head(features, mask=None)``: eval mode -> mean logits ``(B, C, *spatial)``; training mode -> see
     ``train_output``; inside :func:`ssn_sampling` -> one logit sample ``(B, C, *spatial)``.
@@ -587,13 +588,29 @@ class SSNHead(nn.Module):
         """The mean logits ``(B, C, *spatial)`` (only the mean convolution runs)."""
         return self.mean_conv(self._check_features(features))
 
-    def raw(self, features: torch.Tensor) -> torch.Tensor:
+    def raw(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Stacked raw outputs ``(B, C * (2 + R), *spatial)``.
 
         Mean, log-variance (before exp and floor), factor (channel ``2C + r * C + c`` is column ``r`` for class ``c``).
+        With a ``mask``, outside it the factor is zero and the log-variance is the dtype's lowest value (``exp`` of it
+        is 0), so that :meth:`distribution_from_raw` gives the masked distribution without the mask (found by
+        hostile testing: an :class:`SSNNetwork` with ``mask_fn`` and ``train_output="raw"`` trained the covariance
+        everywhere while its draws masked it).
+
+        Args:
+            features: ``(B, F, *spatial)`` feature map.
+            mask: where the covariance is active (see the class docstring).
+
+        Returns:
+            ``(B, C * (2 + R), *spatial)`` raw outputs.
         """
         f = self._check_features(features)
-        return torch.cat([self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f)], dim=1)
+        log_var, factor = self.log_cov_diag_conv(f), self.cov_factor_conv(f)
+        m = _prepare_mask(mask, log_var)
+        if m is not None:
+            log_var = torch.where(m > 0, log_var, torch.finfo(log_var.dtype).min)
+            factor = factor * m
+        return torch.cat([self.mean_conv(f), log_var, factor], dim=1)
 
     def _params(
         self, mean: torch.Tensor, log_var: torch.Tensor, factor: torch.Tensor, mask: torch.Tensor | None
@@ -682,7 +699,7 @@ class SSNHead(nn.Module):
             return _sample(_distribution(*self.params(features, mask)))
         if self.training:
             if self.train_output == "raw":
-                return self.raw(features)
+                return self.raw(features, mask)
             return self.distribution(features, mask)
         return self.mean_logits(features)
 

@@ -213,3 +213,35 @@ def test_numpy_integer_settings_are_integers():
     for bad in (np.int64(0), np.bool_(True), 2.0, "4"):  # still refused, naming the argument
         with pytest.raises(ValueError, match="num_mc_samples"):
             SSNLoss(bad)
+
+
+def test_raw_training_output_carries_the_mask_of_the_network():
+    """Found by hostile testing: with ``train_output="raw"`` an :class:`SSNNetwork`'s ``mask_fn`` was dropped, so
+    ``distribution_from_raw`` trained the covariance everywhere (variance 1 outside the mask) while the draws at
+    inference masked it (variance ``epsilon``)."""
+    from monai_unc.networks import IntensityMask, SSNLoss
+
+    torch.manual_seed(0)
+    x = torch.rand(2, 1, 8, 8)
+    x[..., :2, :] = 0
+    mask_fn = IntensityMask(threshold=0.3, smooth=1, dilate=1)
+    head = SSNHead(4, 2, rank=2, spatial_dims=2, init_variance=1.0, train_output="raw")
+    net = SSNNetwork(nn.Conv2d(1, 4, 3, padding=1), head, mask_fn=mask_fn).train()
+    raw = net(x)
+    head.train_output = "distribution"
+    ref = net(x)  # the distribution path masks
+    outside = ~mask_fn(x).expand(2, 2, 8, 8).reshape(2, -1)
+    assert bool(outside.any())
+    torch.testing.assert_close(ref.cov_diag[outside], torch.full_like(ref.cov_diag[outside], head.epsilon))
+    for mask in (None, mask_fn(x)):  # giving the mask again changes nothing
+        d = head.distribution_from_raw(raw, mask)
+        for a, b in ((d.loc, ref.loc), (d.cov_diag, ref.cov_diag), (d.cov_factor, ref.cov_factor)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    loss = SSNLoss(4)(head.distribution_from_raw(raw), (x[:, 0] > 0.5).long())
+    loss.backward()
+    assert all(bool(torch.isfinite(p.grad).all()) for p in net.parameters())
+    # the head alone: raw(features, mask) is what the forward returns
+    feats = torch.randn(2, 4, 8, 8)
+    head.train_output = "raw"
+    torch.testing.assert_close(head(feats, mask_fn(x)), head.raw(feats, mask_fn(x)))
+    assert torch.equal(head.raw(feats), head(feats))
