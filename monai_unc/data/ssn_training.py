@@ -32,7 +32,7 @@ from monai.networks.nets import UNet
 
 from .._utils import check_integer, is_finite_real
 from ..networks import IntensityMask, SSNHead, SSNLoss, SSNNetwork
-from .model import save_trained_network
+from .model import check_trained_network_path, save_trained_network
 from .synthetic import make_toy_dataset
 
 __all__ = ["SSN_TOY_NETWORK", "build_ssn_network", "train_ssn"]
@@ -175,7 +175,8 @@ def train_ssn(
     Raises:
         ValueError: naming the setting, before any data is made: ``iterations``, ``batch_size`` or ``n_cases`` not a
             positive integer, ``mean_only_iterations`` not an integer in ``[0, iterations)``, ``lr`` not positive and
-            finite, ``noise_std`` not a finite number >= 0.
+            finite, ``noise_std`` not a finite number >= 0, ``out_path`` ending in ``.json`` (the record's name) or
+            not writable.
     """
     shape = tuple(int(s) for s in shape)
     for name, value in (("iterations", iterations), ("batch_size", batch_size), ("n_cases", n_cases)):
@@ -193,6 +194,8 @@ def train_ssn(
     # infinite one trained on infinite images to NaN losses
     if not (is_finite_real(noise_std) and noise_std >= 0):
         raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
+    if out_path is not None:  # before training: a .json path would be overwritten by the record
+        out_path = check_trained_network_path(out_path)
     arch = dict(SSN_TOY_NETWORK)
     arch.update(network or {})
     arch["spatial_dims"] = len(shape)

@@ -67,3 +67,35 @@ def test_train_ssn_refuses_bad_noise_and_warm_up_at_once(kwargs, match):
     trained to NaN losses; ``mean_only_iterations=True`` was taken as 1 and ``1.5`` failed after training."""
     with pytest.raises(ValueError, match=match):
         train_ssn(iterations=2, n_cases=1, progress=False, **kwargs)
+
+
+@pytest.mark.parametrize("train", [train_ssn, train_tissue_model])
+@pytest.mark.parametrize("name", ["model.json", "model.JSON"])
+def test_trainers_refuse_a_weights_path_the_record_would_overwrite(tmp_path, monkeypatch, train, name):
+    """Found by hostile testing: ``train_ssn("model.json")`` saved the weights to ``model.json`` and then the training
+    record to ``model.json`` too (``path.with_suffix(".json")``): the weights were lost, the record kept the digest of a
+    file that no longer existed. Now refused before any data is made or any step is taken."""
+    from monai_unc.data import ssn_training, training
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("data made before the output path was checked")
+
+    monkeypatch.setattr(ssn_training, "make_toy_dataset", no_data)
+    monkeypatch.setattr(training, "load_mni152_tissue", no_data)
+    with pytest.raises(ValueError, match=r"out_path .* ends in \.json.*overwrite"):
+        train(tmp_path / name, iterations=2, progress=False)
+    with pytest.raises(ValueError, match="out_path .* is a folder"):
+        train(tmp_path, iterations=2, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_trained_network_refuses_a_json_path(tmp_path):
+    import torch
+
+    from monai_unc.data.model import save_trained_network
+
+    with pytest.raises(ValueError, match=r"path .*net\.json ends in \.json"):
+        save_trained_network(torch.nn.Linear(2, 2), {"seed": 0}, tmp_path / "net.json")
+    assert not (tmp_path / "net.json").exists()
+    path = save_trained_network(torch.nn.Linear(2, 2), {"seed": 0}, tmp_path / "net.pt")
+    assert torch.load(path, weights_only=True).keys() == torch.nn.Linear(2, 2).state_dict().keys()
