@@ -48,7 +48,7 @@ from torch import nn
 from torch.distributions import Distribution, LowRankMultivariateNormal
 from torch.distributions.utils import _standard_normal, lazy_property
 
-from .._utils import check_bool, exceeds, is_int, no_autocast, warn_nan
+from .._utils import check_bool, exceeds, is_finite_real, is_int, no_autocast, warn_nan
 
 __all__ = [
     "IntensityMask",
@@ -450,13 +450,12 @@ class SSNHead(nn.Module):
         self.in_channels = _positive_int(in_channels, "in_channels")
         self.num_classes = _positive_int(num_classes, "num_classes", 2)
         self.rank = _positive_int(rank, "rank")
-        if isinstance(spatial_dims, bool) or not isinstance(spatial_dims, int):
+        # numpy scalars are numbers (found by hostile testing: np.int64(2) / np.float32(1e-5) were refused)
+        if not is_int(spatial_dims):
             raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims!r}")
         conv = _conv(spatial_dims)
         self.spatial_dims = int(spatial_dims)
-        if isinstance(epsilon, bool) or not (
-            isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0
-        ):
+        if not (is_finite_real(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be a positive float (variance floor), got {epsilon!r}")
         self.epsilon = float(epsilon)
         if input_activation not in ("relu", None):
@@ -469,16 +468,14 @@ class SSNHead(nn.Module):
         self.log_cov_diag_conv = conv(in_channels, num_classes, kernel_size=1)
         self.cov_factor_conv = conv(in_channels, num_classes * rank, kernel_size=1)
         if init_variance is not None:
-            if isinstance(init_variance, bool) or not (
-                isinstance(init_variance, (int, float)) and math.isfinite(init_variance) and init_variance > 0
-            ):
+            if not (is_finite_real(init_variance) and init_variance > 0):
                 raise ValueError(f"init_variance must be a positive float or None, got {init_variance!r}")
             with torch.no_grad():
                 self.cov_factor_conv.weight.zero_()
                 self.cov_factor_conv.bias.zero_()
                 self.log_cov_diag_conv.weight.zero_()
                 self.log_cov_diag_conv.bias.fill_(math.log(float(init_variance)))
-        self.init_variance = init_variance
+        self.init_variance = None if init_variance is None else float(init_variance)
         if check_bool(identity_mean, "identity_mean"):
             if in_channels != num_classes:
                 raise ValueError(
@@ -734,7 +731,7 @@ class IntensityMask:
     """
 
     def __init__(self, threshold: float = 0.03, smooth: int = 5, dilate: int = 5, channel: int = 0) -> None:
-        if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
+        if not is_finite_real(threshold):
             raise ValueError(f"threshold must be a finite number, got {threshold!r}")
         for name, v in (("smooth", smooth), ("dilate", dilate)):
             if not is_int(v) or v < 1 or v % 2 == 0:

@@ -245,3 +245,24 @@ def test_raw_training_output_carries_the_mask_of_the_network():
     head.train_output = "raw"
     torch.testing.assert_close(head(feats, mask_fn(x)), head.raw(feats, mask_fn(x)))
     assert torch.equal(head.raw(feats), head(feats))
+
+
+def test_numpy_float_and_integer_settings_of_the_head_and_the_mask():
+    """Found by hostile testing: ``SSNHead(..., spatial_dims=np.int64(2))``, ``epsilon=np.float32(1e-5)``,
+    ``init_variance=np.float32(1e-3)`` and ``IntensityMask(threshold=np.float32(0.3))`` were refused as "must be a
+    positive float" (values read from a config or an array are numpy scalars)."""
+    from monai_unc.networks import IntensityMask
+
+    head = SSNHead(4, 2, rank=2, spatial_dims=np.int64(2), epsilon=np.float32(1e-4), init_variance=np.float32(0.5))
+    assert (head.spatial_dims, type(head.spatial_dims)) == (2, int)
+    assert type(head.epsilon) is float and head.epsilon == pytest.approx(1e-4)
+    assert type(head.init_variance) is float
+    torch.testing.assert_close(head.log_cov_diag_conv.bias, torch.full((2,), float(np.log(np.float32(0.5)))))
+    assert head.eval()(torch.zeros(1, 4, 3, 3)).shape == (1, 2, 3, 3)
+    assert IntensityMask(threshold=np.float32(0.25)).threshold == 0.25
+    for name, bad in (("epsilon", np.float32("nan")), ("epsilon", np.float64(0)), ("init_variance", np.bool_(True)),
+                      ("spatial_dims", np.bool_(True)), ("spatial_dims", np.float64(2.0))):
+        with pytest.raises(ValueError, match=name):
+            SSNHead(4, 2, **{name: bad})
+    with pytest.raises(ValueError, match="threshold"):
+        IntensityMask(threshold=np.float32("inf"))
