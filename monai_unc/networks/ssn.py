@@ -93,6 +93,12 @@ class SSNParams(NamedTuple):
 
 
 def _check_params(mean: torch.Tensor, cov_diag: torch.Tensor, cov_factor: torch.Tensor) -> None:
+    # found by hostile testing: numpy arrays failed with an AttributeError, a complex mean drew complex "logits"
+    for name, value in (("mean", mean), ("cov_diag", cov_diag), ("cov_factor", cov_factor)):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+        if value.is_complex():
+            raise TypeError(f"{name} must be real, got {value.dtype}")
     if mean.ndim < 3:
         raise ValueError(f"mean must be (B, C, *spatial), got shape {tuple(mean.shape)}")
     if mean.shape[0] == 0 or mean[0].numel() == 0:
@@ -274,6 +280,7 @@ def lowrank_distribution(
     Raises:
         ValueError: for mismatched shapes, a negative variance in ``cov_diag``, or a NaN or infinite value in any
             parameter (every draw would be non-finite).
+        TypeError: a parameter that is not a real-valued ``torch.Tensor`` (a numpy array, a complex tensor).
 
     Example:
         >>> from monai_unc.networks import lowrank_distribution
@@ -323,6 +330,7 @@ def sample_logits(params: SSNParams, num_samples: int | None = None) -> torch.Te
 
     Raises:
         ValueError: for ``num_samples`` other than None or an integer >= 1, and as :func:`lowrank_distribution`.
+        TypeError: as :func:`lowrank_distribution`.
 
     Example:
         >>> from monai_unc.networks import sample_logits

@@ -266,3 +266,20 @@ def test_numpy_float_and_integer_settings_of_the_head_and_the_mask():
             SSNHead(4, 2, **{name: bad})
     with pytest.raises(ValueError, match="threshold"):
         IntensityMask(threshold=np.float32("inf"))
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_parameters_must_be_real_tensors(which):
+    """Found by hostile testing: a numpy parameter failed with ``AttributeError: 'numpy.ndarray' object has no
+    attribute 'numel'`` and a complex mean drew complex "logits" without a word."""
+    names = ("mean", "cov_diag", "cov_factor")
+    params = list(_params(dtype=torch.float32))
+    as_numpy = list(params)
+    as_numpy[which] = params[which].numpy()
+    with pytest.raises(TypeError, match=f"{names[which]} must be a torch.Tensor"):
+        lowrank_distribution(*as_numpy)
+    complex_ = list(params)
+    complex_[which] = params[which].to(torch.complex64)
+    with pytest.raises(TypeError, match=f"{names[which]} must be real"):
+        sample_logits(SSNParams(*complex_))
+    assert sample_logits(SSNParams(*params)).dtype == torch.float32
