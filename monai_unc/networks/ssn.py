@@ -232,7 +232,7 @@ class SSNDistribution(LowRankMultivariateNormal):
         ``antithetic=True`` draws ``num_samples / 2`` noise vectors and yields ``mu + dz`` for all of them, then
         ``mu - dz`` (the order of ``cat([mu + d, mu - d])``).
         """
-        n = int(num_samples)
+        n = _positive_int(num_samples, "num_samples")  # found by hostile testing: 2.5 drew 2, 0 nothing
         antithetic = check_bool(antithetic, "antithetic")
         if antithetic and n % 2:
             raise ValueError(f"antithetic sampling needs an even number of samples, got {n}")

@@ -283,3 +283,13 @@ def test_parameters_must_be_real_tensors(which):
     with pytest.raises(TypeError, match=f"{names[which]} must be real"):
         sample_logits(SSNParams(*complex_))
     assert sample_logits(SSNParams(*params)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True, "4"])
+def test_iter_rsample_counts_are_integers_from_one(bad):
+    """Found by hostile testing: ``iter_rsample(2.5)`` drew 2 samples, ``iter_rsample(True)`` one and
+    ``iter_rsample(0)`` none (a log-mean-exp over no draw)."""
+    d = lowrank_distribution(*_params())
+    with pytest.raises(ValueError, match="num_samples"):
+        list(d.iter_rsample(bad))
+    assert len(list(d.iter_rsample(np.int64(3)))) == 3
