@@ -12,6 +12,7 @@ from .mni152 import TISSUE_CLASSES, hemisphere_masks, load_mni152_tissue, tissue
 from .model import (
     EXAMPLE_NETWORK,
     build_example_network,
+    check_trained_network_path,
     example_weights_path,
     example_weights_record,
     load_example_model,
@@ -47,6 +48,7 @@ __all__ = [
     "SHIFTS",
     "TISSUE_CLASSES",
     "build_example_network",
+    "check_trained_network_path",
     "example_weights_path",
     "example_weights_record",
     "hemisphere_masks",

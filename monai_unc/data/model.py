@@ -15,12 +15,13 @@ from typing import Any
 import torch
 from monai.networks.nets import UNet
 
-from ..io import atomic_torch_save, atomic_write_text, file_sha256
+from ..io import atomic_torch_save, atomic_write_text, check_output_file, file_sha256
 
 __all__ = [
     "EXAMPLE_NETWORK",
     "WEIGHTS_DIR",
     "build_example_network",
+    "check_trained_network_path",
     "example_weights_path",
     "example_weights_record",
     "load_example_model",
@@ -148,6 +149,42 @@ def example_weights_record(path: str | os.PathLike | None = None) -> dict:
     return meta
 
 
+def check_trained_network_path(path: str | os.PathLike, name: str = "out_path") -> Path:
+    """Check, before training, where :func:`save_trained_network` will write the weights and their record.
+
+    The record goes beside the state dict with the suffix ``.json``: a ``path`` ending in ``.json`` is refused,
+    since the record would overwrite the weights (found by hostile testing: ``train_ssn("model.json")`` left the
+    record alone, with the digest of weights that no longer existed). Both files must be writable
+    (:func:`monai_unc.io.check_output_file`).
+
+    Args:
+        path: where the state dict goes.
+        name: the argument's name in the messages.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: naming ``name``: a ``.json`` path, an existing folder, or a folder that cannot be written.
+
+    Example:
+        >>> from monai_unc.data import check_trained_network_path
+        >>> check_trained_network_path("model.json")
+        Traceback (most recent call last):
+            ...
+        ValueError: out_path model.json ends in .json: the training record ... give a name such as model.pt
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a file path, got {type(path).__name__}")
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        raise ValueError(f"{name} {path} ends in .json: the training record is written beside the weights with the "
+                         f"suffix .json and would overwrite them; give a name such as {path.with_suffix('.pt').name}")
+    check_output_file(path, what=name)
+    check_output_file(path.with_suffix(".json"), what=f"the training record of {name}")
+    return path
+
+
 def save_trained_network(net: torch.nn.Module, record: dict[str, Any], path: str | os.PathLike) -> Path:
     """Save a trained network's state dict to ``path`` and its training record beside it (``.json``), atomically.
 
@@ -161,8 +198,11 @@ def save_trained_network(net: torch.nn.Module, record: dict[str, Any], path: str
 
     Returns:
         The path of the state dict.
+
+    Raises:
+        ValueError: as :func:`check_trained_network_path` (a ``.json`` path would be overwritten by the record).
     """
-    path = Path(path)
+    path = check_trained_network_path(path, "path")
     atomic_torch_save(path, net.state_dict())
     record = {**record, "weights_sha256": file_sha256(path)}
     atomic_write_text(path.with_suffix(".json"), json.dumps(record, indent=2) + "\n")

@@ -19,7 +19,7 @@ stable), then the SSN loss with ``num_mc_samples`` draws.
 
 from __future__ import annotations
 
-import math
+import json
 import os
 import time
 from collections.abc import Sequence
@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from monai.networks.nets import UNet
 
-from .._utils import check_integer, is_finite_real
+from .._utils import check_bool, check_integer, check_seed, is_finite_real, is_int
 from ..networks import IntensityMask, SSNHead, SSNLoss, SSNNetwork
-from .model import save_trained_network
+from .model import check_trained_network_path, save_trained_network
 from .synthetic import make_toy_dataset
 
 __all__ = ["SSN_TOY_NETWORK", "build_ssn_network", "train_ssn"]
@@ -109,6 +109,17 @@ def build_ssn_network(
     return SSNNetwork(backbone, head, mask_fn=IntensityMask(**mask) if mask is not None else None)
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars as Python numbers and tuples as lists, recursively (for the JSON record)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def _batch(
     images: np.ndarray, raters: np.ndarray, batch_size: int, rng: np.random.Generator, noise_std: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,28 +186,49 @@ def train_ssn(
     Raises:
         ValueError: naming the setting, before any data is made: ``iterations``, ``batch_size`` or ``n_cases`` not a
             positive integer, ``mean_only_iterations`` not an integer in ``[0, iterations)``, ``lr`` not positive and
-            finite, ``noise_std`` not a finite number >= 0.
+            finite, ``noise_std`` not a finite number >= 0, ``shape`` not integers, ``seed`` outside
+            ``[0, 2**64)``, ``out_path`` ending in ``.json`` (the record's name) or not writable.
+        TypeError: ``seed`` not an integer, ``progress`` not a bool.
     """
+    # found by hostile testing: shape (32.9, 32) trained and recorded a (32, 32) task, seed=True trained with seed 1
+    # and recorded True, progress="no" showed the bar; numpy integers / floats were refused
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not all(is_int(s) for s in shape):
+        raise ValueError(f"shape must be a sequence of integers (2D or 3D), got {shape!r}")
     shape = tuple(int(s) for s in shape)
     for name, value in (("iterations", iterations), ("batch_size", batch_size), ("n_cases", n_cases)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_int(value) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    iterations, batch_size, n_cases = int(iterations), int(batch_size), int(n_cases)
+    seed = check_seed(seed)
+    if seed is None:
+        raise TypeError("seed must be an integer, got None")
+    progress = check_bool(progress, "progress")
     if mean_only_iterations is None:
         mean_only_iterations = iterations // 10
     # found by hostile testing: True / 1.5 passed the range check (a float then failed in a slice after training)
     mean_only_iterations = check_integer(mean_only_iterations, "mean_only_iterations", minimum=0)
     if not mean_only_iterations < iterations:
         raise ValueError(f"mean_only_iterations must be in [0, iterations), got {mean_only_iterations}")
-    if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+    if not (is_finite_real(lr) and lr > 0):
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    lr = float(lr)
     # found by hostile testing: a negative or NaN noise_std trained without noise and recorded the bad value, an
     # infinite one trained on infinite images to NaN losses
     if not (is_finite_real(noise_std) and noise_std >= 0):
         raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
+    # found by hostile testing: numpy scalars trained and then failed to save the record (not JSON serialisable)
+    noise_std = float(noise_std)
+    num_mc_samples = check_integer(num_mc_samples, "num_mc_samples")
+    if out_path is not None:  # before training: a .json path would be overwritten by the record
+        out_path = check_trained_network_path(out_path)
     arch = dict(SSN_TOY_NETWORK)
     arch.update(network or {})
     arch["spatial_dims"] = len(shape)
-    arch = {k: list(v) if isinstance(v, tuple) else v for k, v in arch.items()}
+    arch = _plain(arch)
+    try:
+        json.dumps(arch, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"network must hold JSON values (it is recorded with the weights): {e}") from None
 
     device = torch.device(device)
     torch.manual_seed(seed)

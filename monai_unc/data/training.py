@@ -33,7 +33,7 @@ from ..losses import DiceCEL1ACELoss, DiceCEMarginLoss, DiceSVLSLoss
 from ..metrics.lesions import binary_mask
 from ..metrics.overlap import dice
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
-from .model import EXAMPLE_NETWORK, build_example_network, save_trained_network
+from .model import EXAMPLE_NETWORK, build_example_network, check_trained_network_path, save_trained_network
 
 __all__ = ["train_tissue_model", "hemisphere_dice", "dice_per_class", "make_training_loss"]
 
@@ -192,7 +192,7 @@ def train_tissue_model(
 
     Raises:
         ValueError: an unknown ``loss``; ``iterations`` or ``batch_size`` not a positive integer; ``lr`` not a
-            positive finite number.
+            positive finite number; ``out_path`` ending in ``.json`` (the record's name) or not writable.
     """
     for name, value in (("iterations", iterations), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -200,6 +200,8 @@ def train_tissue_model(
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
     loss_fn = make_training_loss(loss, classes=len(TISSUE_CLASSES))
+    if out_path is not None:  # before training: a .json path would be overwritten by the record
+        out_path = check_trained_network_path(out_path)
     loss_name = {"dice_ce": "DiceCE", "dice": "Dice", "ce": "CE", **CALIBRATION_LOSSES}[loss]
     torch.manual_seed(seed)
     np.random.seed(seed)

@@ -48,7 +48,7 @@ from torch import nn
 from torch.distributions import Distribution, LowRankMultivariateNormal
 from torch.distributions.utils import _standard_normal, lazy_property
 
-from .._utils import check_bool, exceeds, is_int, no_autocast, warn_nan
+from .._utils import check_bool, exceeds, is_finite_real, is_int, no_autocast, warn_nan
 
 __all__ = [
     "IntensityMask",
@@ -93,6 +93,12 @@ class SSNParams(NamedTuple):
 
 
 def _check_params(mean: torch.Tensor, cov_diag: torch.Tensor, cov_factor: torch.Tensor) -> None:
+    # found by hostile testing: numpy arrays failed with an AttributeError, a complex mean drew complex "logits"
+    for name, value in (("mean", mean), ("cov_diag", cov_diag), ("cov_factor", cov_factor)):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+        if value.is_complex():
+            raise TypeError(f"{name} must be real, got {value.dtype}")
     if mean.ndim < 3:
         raise ValueError(f"mean must be (B, C, *spatial), got shape {tuple(mean.shape)}")
     if mean.shape[0] == 0 or mean[0].numel() == 0:
@@ -226,7 +232,7 @@ class SSNDistribution(LowRankMultivariateNormal):
         ``antithetic=True`` draws ``num_samples / 2`` noise vectors and yields ``mu + dz`` for all of them, then
         ``mu - dz`` (the order of ``cat([mu + d, mu - d])``).
         """
-        n = int(num_samples)
+        n = _positive_int(num_samples, "num_samples")  # found by hostile testing: 2.5 drew 2, 0 nothing
         antithetic = check_bool(antithetic, "antithetic")
         if antithetic and n % 2:
             raise ValueError(f"antithetic sampling needs an even number of samples, got {n}")
@@ -274,6 +280,7 @@ def lowrank_distribution(
     Raises:
         ValueError: for mismatched shapes, a negative variance in ``cov_diag``, or a NaN or infinite value in any
             parameter (every draw would be non-finite).
+        TypeError: a parameter that is not a real-valued ``torch.Tensor`` (a numpy array, a complex tensor).
 
     Example:
         >>> from monai_unc.networks import lowrank_distribution
@@ -323,6 +330,7 @@ def sample_logits(params: SSNParams, num_samples: int | None = None) -> torch.Te
 
     Raises:
         ValueError: for ``num_samples`` other than None or an integer >= 1, and as :func:`lowrank_distribution`.
+        TypeError: as :func:`lowrank_distribution`.
 
     Example:
         >>> from monai_unc.networks import sample_logits
@@ -410,7 +418,8 @@ class SSNHead(nn.Module):
             :class:`~monai_unc.networks.SSNLoss`) or ``"raw"``: the stacked raw convolution outputs
             ``(B, C * (2 + R), *spatial)`` (mean, log-variance before the floor, factor), a tensor that frameworks
             expecting tensors can pass around (nnU-Net's deep supervision list); turn it into the distribution with
-            :meth:`distribution_from_raw`.
+            :meth:`distribution_from_raw`. The forward's ``mask`` (an :class:`SSNNetwork`'s ``mask_fn``) is applied
+            to the raw outputs (:meth:`raw`).
 
     Forward ``head(features, mask=None)``: eval mode -> mean logits ``(B, C, *spatial)``; training mode -> see
     ``train_output``; inside :func:`ssn_sampling` -> one logit sample ``(B, C, *spatial)``.
@@ -449,13 +458,12 @@ class SSNHead(nn.Module):
         self.in_channels = _positive_int(in_channels, "in_channels")
         self.num_classes = _positive_int(num_classes, "num_classes", 2)
         self.rank = _positive_int(rank, "rank")
-        if isinstance(spatial_dims, bool) or not isinstance(spatial_dims, int):
+        # numpy scalars are numbers (found by hostile testing: np.int64(2) / np.float32(1e-5) were refused)
+        if not is_int(spatial_dims):
             raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims!r}")
         conv = _conv(spatial_dims)
         self.spatial_dims = int(spatial_dims)
-        if isinstance(epsilon, bool) or not (
-            isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0
-        ):
+        if not (is_finite_real(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be a positive float (variance floor), got {epsilon!r}")
         self.epsilon = float(epsilon)
         if input_activation not in ("relu", None):
@@ -468,16 +476,14 @@ class SSNHead(nn.Module):
         self.log_cov_diag_conv = conv(in_channels, num_classes, kernel_size=1)
         self.cov_factor_conv = conv(in_channels, num_classes * rank, kernel_size=1)
         if init_variance is not None:
-            if isinstance(init_variance, bool) or not (
-                isinstance(init_variance, (int, float)) and math.isfinite(init_variance) and init_variance > 0
-            ):
+            if not (is_finite_real(init_variance) and init_variance > 0):
                 raise ValueError(f"init_variance must be a positive float or None, got {init_variance!r}")
             with torch.no_grad():
                 self.cov_factor_conv.weight.zero_()
                 self.cov_factor_conv.bias.zero_()
                 self.log_cov_diag_conv.weight.zero_()
                 self.log_cov_diag_conv.bias.fill_(math.log(float(init_variance)))
-        self.init_variance = init_variance
+        self.init_variance = None if init_variance is None else float(init_variance)
         if check_bool(identity_mean, "identity_mean"):
             if in_channels != num_classes:
                 raise ValueError(
@@ -587,13 +593,29 @@ class SSNHead(nn.Module):
         """The mean logits ``(B, C, *spatial)`` (only the mean convolution runs)."""
         return self.mean_conv(self._check_features(features))
 
-    def raw(self, features: torch.Tensor) -> torch.Tensor:
+    def raw(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Stacked raw outputs ``(B, C * (2 + R), *spatial)``.
 
         Mean, log-variance (before exp and floor), factor (channel ``2C + r * C + c`` is column ``r`` for class ``c``).
+        With a ``mask``, outside it the factor is zero and the log-variance is the dtype's lowest value (``exp`` of it
+        is 0), so that :meth:`distribution_from_raw` gives the masked distribution without the mask (found by
+        hostile testing: an :class:`SSNNetwork` with ``mask_fn`` and ``train_output="raw"`` trained the covariance
+        everywhere while its draws masked it).
+
+        Args:
+            features: ``(B, F, *spatial)`` feature map.
+            mask: where the covariance is active (see the class docstring).
+
+        Returns:
+            ``(B, C * (2 + R), *spatial)`` raw outputs.
         """
         f = self._check_features(features)
-        return torch.cat([self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f)], dim=1)
+        log_var, factor = self.log_cov_diag_conv(f), self.cov_factor_conv(f)
+        m = _prepare_mask(mask, log_var)
+        if m is not None:
+            log_var = torch.where(m > 0, log_var, torch.finfo(log_var.dtype).min)
+            factor = factor * m
+        return torch.cat([self.mean_conv(f), log_var, factor], dim=1)
 
     def _params(
         self, mean: torch.Tensor, log_var: torch.Tensor, factor: torch.Tensor, mask: torch.Tensor | None
@@ -682,7 +704,7 @@ class SSNHead(nn.Module):
             return _sample(_distribution(*self.params(features, mask)))
         if self.training:
             if self.train_output == "raw":
-                return self.raw(features)
+                return self.raw(features, mask)
             return self.distribution(features, mask)
         return self.mean_logits(features)
 
@@ -717,7 +739,7 @@ class IntensityMask:
     """
 
     def __init__(self, threshold: float = 0.03, smooth: int = 5, dilate: int = 5, channel: int = 0) -> None:
-        if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
+        if not is_finite_real(threshold):
             raise ValueError(f"threshold must be a finite number, got {threshold!r}")
         for name, v in (("smooth", smooth), ("dilate", dilate)):
             if not is_int(v) or v < 1 or v % 2 == 0:

@@ -67,3 +67,79 @@ def test_train_ssn_refuses_bad_noise_and_warm_up_at_once(kwargs, match):
     trained to NaN losses; ``mean_only_iterations=True`` was taken as 1 and ``1.5`` failed after training."""
     with pytest.raises(ValueError, match=match):
         train_ssn(iterations=2, n_cases=1, progress=False, **kwargs)
+
+
+@pytest.mark.parametrize("train", [train_ssn, train_tissue_model])
+@pytest.mark.parametrize("name", ["model.json", "model.JSON"])
+def test_trainers_refuse_a_weights_path_the_record_would_overwrite(tmp_path, monkeypatch, train, name):
+    """Found by hostile testing: ``train_ssn("model.json")`` saved the weights to ``model.json`` and then the training
+    record to ``model.json`` too (``path.with_suffix(".json")``): the weights were lost, the record kept the digest of a
+    file that no longer existed. Now refused before any data is made or any step is taken."""
+    from monai_unc.data import ssn_training, training
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("data made before the output path was checked")
+
+    monkeypatch.setattr(ssn_training, "make_toy_dataset", no_data)
+    monkeypatch.setattr(training, "load_mni152_tissue", no_data)
+    with pytest.raises(ValueError, match=r"out_path .* ends in \.json.*overwrite"):
+        train(tmp_path / name, iterations=2, progress=False)
+    with pytest.raises(ValueError, match="out_path .* is a folder"):
+        train(tmp_path, iterations=2, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_trained_network_refuses_a_json_path(tmp_path):
+    import torch
+
+    from monai_unc.data.model import save_trained_network
+
+    with pytest.raises(ValueError, match=r"path .*net\.json ends in \.json"):
+        save_trained_network(torch.nn.Linear(2, 2), {"seed": 0}, tmp_path / "net.json")
+    assert not (tmp_path / "net.json").exists()
+    path = save_trained_network(torch.nn.Linear(2, 2), {"seed": 0}, tmp_path / "net.pt")
+    assert torch.load(path, weights_only=True).keys() == torch.nn.Linear(2, 2).state_dict().keys()
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"shape": (8.9, 8)}, ValueError, "shape must be a sequence of integers"),
+    ({"shape": "88"}, ValueError, "shape must be a sequence of integers"),
+    ({"seed": True}, TypeError, "seed must be an integer"),
+    ({"seed": 1.5}, TypeError, "seed must be an integer"),
+    ({"seed": -1}, ValueError, "seed must be an integer in"),
+    ({"seed": None}, TypeError, "seed must be an integer"),
+    ({"progress": "no"}, TypeError, "progress must be True or False"),
+    ({"num_mc_samples": 0}, ValueError, "num_mc_samples must be a positive integer"),
+    ({"network": {"dropout": float("nan")}}, ValueError, "network must hold JSON values"),
+    ({"network": {"rank": object()}}, ValueError, "network must hold JSON values"),
+])
+def test_train_ssn_refuses_bad_settings_before_any_data(monkeypatch, kwargs, error, match):
+    """Found by hostile testing: ``shape=(8.9, 8)`` trained and recorded an (8, 8) task, ``seed=True`` trained with
+    seed 1 and recorded ``true``, ``seed=-1`` failed in numpy without naming the argument, ``progress="no"`` showed the
+    bar."""
+    from monai_unc.data import ssn_training
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("data made before the settings were checked")
+
+    monkeypatch.setattr(ssn_training, "make_toy_dataset", no_data)
+    with pytest.raises(error, match=match):
+        train_ssn(iterations=2, n_cases=1, **{"progress": False, **kwargs})
+
+
+def test_train_ssn_takes_numpy_settings_and_records_plain_json(tmp_path):
+    """Found by hostile testing: ``noise_std=np.float32(0.05)`` or ``num_mc_samples=np.int64(2)`` trained, then
+    failed to write the record ("Object of type float32 is not JSON serializable"), after the weights were written;
+    ``iterations=np.int64(2)`` and ``lr=np.float32(...)`` were refused."""
+    import json
+
+    net, record = train_ssn(
+        tmp_path / "m.pt", n_cases=np.int64(2), shape=(np.int64(8), 8), iterations=np.int64(2),
+        batch_size=np.int32(2), lr=np.float32(1e-3), num_mc_samples=np.int64(2), noise_std=np.float32(0.05),
+        seed=np.int64(3), progress=False,
+        network={"channels": (4, np.int64(8)), "strides": (2,), "feature_channels": 4, "rank": np.int64(2)},
+    )
+    saved = json.loads((tmp_path / "m.json").read_text())
+    assert saved["num_mc_samples"] == 2 and saved["noise_std"] == pytest.approx(0.05) and saved["seed"] == 3
+    assert saved["network"]["channels"] == [4, 8] and saved["network"]["rank"] == 2
+    assert record["network"] == saved["network"] and net.head.rank == 2

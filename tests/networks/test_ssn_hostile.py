@@ -213,3 +213,83 @@ def test_numpy_integer_settings_are_integers():
     for bad in (np.int64(0), np.bool_(True), 2.0, "4"):  # still refused, naming the argument
         with pytest.raises(ValueError, match="num_mc_samples"):
             SSNLoss(bad)
+
+
+def test_raw_training_output_carries_the_mask_of_the_network():
+    """Found by hostile testing: with ``train_output="raw"`` an :class:`SSNNetwork`'s ``mask_fn`` was dropped, so
+    ``distribution_from_raw`` trained the covariance everywhere (variance 1 outside the mask) while the draws at
+    inference masked it (variance ``epsilon``)."""
+    from monai_unc.networks import IntensityMask, SSNLoss
+
+    torch.manual_seed(0)
+    x = torch.rand(2, 1, 8, 8)
+    x[..., :2, :] = 0
+    mask_fn = IntensityMask(threshold=0.3, smooth=1, dilate=1)
+    head = SSNHead(4, 2, rank=2, spatial_dims=2, init_variance=1.0, train_output="raw")
+    net = SSNNetwork(nn.Conv2d(1, 4, 3, padding=1), head, mask_fn=mask_fn).train()
+    raw = net(x)
+    head.train_output = "distribution"
+    ref = net(x)  # the distribution path masks
+    outside = ~mask_fn(x).expand(2, 2, 8, 8).reshape(2, -1)
+    assert bool(outside.any())
+    torch.testing.assert_close(ref.cov_diag[outside], torch.full_like(ref.cov_diag[outside], head.epsilon))
+    for mask in (None, mask_fn(x)):  # giving the mask again changes nothing
+        d = head.distribution_from_raw(raw, mask)
+        for a, b in ((d.loc, ref.loc), (d.cov_diag, ref.cov_diag), (d.cov_factor, ref.cov_factor)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    loss = SSNLoss(4)(head.distribution_from_raw(raw), (x[:, 0] > 0.5).long())
+    loss.backward()
+    assert all(bool(torch.isfinite(p.grad).all()) for p in net.parameters())
+    # the head alone: raw(features, mask) is what the forward returns
+    feats = torch.randn(2, 4, 8, 8)
+    head.train_output = "raw"
+    torch.testing.assert_close(head(feats, mask_fn(x)), head.raw(feats, mask_fn(x)))
+    assert torch.equal(head.raw(feats), head(feats))
+
+
+def test_numpy_float_and_integer_settings_of_the_head_and_the_mask():
+    """Found by hostile testing: ``SSNHead(..., spatial_dims=np.int64(2))``, ``epsilon=np.float32(1e-5)``,
+    ``init_variance=np.float32(1e-3)`` and ``IntensityMask(threshold=np.float32(0.3))`` were refused as "must be a
+    positive float" (values read from a config or an array are numpy scalars)."""
+    from monai_unc.networks import IntensityMask
+
+    head = SSNHead(4, 2, rank=2, spatial_dims=np.int64(2), epsilon=np.float32(1e-4), init_variance=np.float32(0.5))
+    assert (head.spatial_dims, type(head.spatial_dims)) == (2, int)
+    assert type(head.epsilon) is float and head.epsilon == pytest.approx(1e-4)
+    assert type(head.init_variance) is float
+    torch.testing.assert_close(head.log_cov_diag_conv.bias, torch.full((2,), float(np.log(np.float32(0.5)))))
+    assert head.eval()(torch.zeros(1, 4, 3, 3)).shape == (1, 2, 3, 3)
+    assert IntensityMask(threshold=np.float32(0.25)).threshold == 0.25
+    for name, bad in (("epsilon", np.float32("nan")), ("epsilon", np.float64(0)), ("init_variance", np.bool_(True)),
+                      ("spatial_dims", np.bool_(True)), ("spatial_dims", np.float64(2.0))):
+        with pytest.raises(ValueError, match=name):
+            SSNHead(4, 2, **{name: bad})
+    with pytest.raises(ValueError, match="threshold"):
+        IntensityMask(threshold=np.float32("inf"))
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_parameters_must_be_real_tensors(which):
+    """Found by hostile testing: a numpy parameter failed with ``AttributeError: 'numpy.ndarray' object has no
+    attribute 'numel'`` and a complex mean drew complex "logits" without a word."""
+    names = ("mean", "cov_diag", "cov_factor")
+    params = list(_params(dtype=torch.float32))
+    as_numpy = list(params)
+    as_numpy[which] = params[which].numpy()
+    with pytest.raises(TypeError, match=f"{names[which]} must be a torch.Tensor"):
+        lowrank_distribution(*as_numpy)
+    complex_ = list(params)
+    complex_[which] = params[which].to(torch.complex64)
+    with pytest.raises(TypeError, match=f"{names[which]} must be real"):
+        sample_logits(SSNParams(*complex_))
+    assert sample_logits(SSNParams(*params)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True, "4"])
+def test_iter_rsample_counts_are_integers_from_one(bad):
+    """Found by hostile testing: ``iter_rsample(2.5)`` drew 2 samples, ``iter_rsample(True)`` one and
+    ``iter_rsample(0)`` none (a log-mean-exp over no draw)."""
+    d = lowrank_distribution(*_params())
+    with pytest.raises(ValueError, match="num_samples"):
+        list(d.iter_rsample(bad))
+    assert len(list(d.iter_rsample(np.int64(3)))) == 3
