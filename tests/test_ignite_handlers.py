@@ -102,3 +102,39 @@ def test_an_empty_epoch_leaves_no_details_for_metrics_saver(kind, tmp_path):
         engine.run([], max_epochs=1, epoch_length=1)
     assert "m" not in engine.state.metric_details
     assert (tmp_path / "metrics.csv").is_file() and not (tmp_path / "m_raw.csv").exists()
+
+
+def _ged_data():
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, 2, (3, 4, 6, 6), generator=g), torch.randint(0, 2, (3, 3, 6, 6), generator=g)
+
+
+def test_a_handler_attached_under_two_names_fills_both_details():
+    # MONAI wrote the details of every completion under the name attached last: metric_details["a"] was missing
+    # (found by hostile testing; the calibration handler alone kept them apart)
+    samples, raters = _ged_data()
+    engine = Engine(lambda e, b: b)
+    handler = GeneralizedEnergyDistance()
+    handler.attach(engine, "a")
+    handler.attach(engine, "b")
+    engine.run([(samples, raters)])
+    assert engine.state.metrics["a"] == engine.state.metrics["b"]
+    for name in ("a", "b"):
+        assert engine.state.metric_details[name].shape == (3, 1)
+
+
+def test_one_handler_on_a_trainer_and_an_evaluator_keeps_each_engines_details():
+    # one handler attached to a trainer, then to an evaluator: the trainer's completion wrote its per-case details
+    # into the evaluator's metric_details (an evaluator that never ran then held the trainer's cases for
+    # MetricsSaver), and the trainer had none (found by hostile testing)
+    samples, raters = _ged_data()
+    trainer, evaluator = Engine(lambda e, b: b), Engine(lambda e, b: b)
+    handler = GeneralizedEnergyDistance()
+    handler.attach(trainer, "train_ged")
+    handler.attach(evaluator, "val_ged")
+    trainer.run([(samples, raters)])
+    assert trainer.state.metric_details["train_ged"].shape == (3, 1)
+    assert "train_ged" not in evaluator.state.metric_details and "val_ged" not in evaluator.state.metric_details
+    evaluator.run([(samples[:1], raters[:1])])
+    assert evaluator.state.metric_details["val_ged"].shape == (1, 1)
+    assert trainer.state.metric_details["train_ged"].shape == (3, 1)

@@ -17,7 +17,28 @@ class MetricHandler(IgniteMetricHandler):
     with a warning), and MONAI's ``MetricsSaver(metric_details=...)`` then fails with ``AttributeError: 'NoneType'
     object has no attribute 'ndim'`` (found by hostile testing); the entry, and so a previous run's details, is
     removed instead.
+
+    The value and the details follow the ``name`` and ``engine`` of each completion: MONAI records only the last
+    ``attach`` and wrote every completion there.
     """
+
+    def completed(self, engine: Any, name: str) -> None:
+        """Store the metric under ``name`` in ``engine.state.metrics`` (and its details in ``engine``'s
+        ``metric_details[name]``), as ignite does, whichever engine and name this handler was attached to last.
+
+        Args:
+            engine: the engine whose epoch completed.
+            name: the name this completion was attached under.
+        """
+        # found by hostile testing: attached under "a" and "b", only metric_details["b"] was filled; one handler
+        # attached to a trainer and to an evaluator wrote the trainer's per-case details into the evaluator's
+        # metric_details (and a calibration handler's "<name>_<metric>" keys took the last name)
+        attached = self._name, self._engine
+        self._name, self._engine = name, engine
+        try:
+            super().completed(engine, name)
+        finally:
+            self._name, self._engine = attached
 
     def compute(self) -> Any:
         """The metric's value, as ``IgniteMetricHandler.compute``; no ``metric_details`` entry without a case."""
