@@ -138,3 +138,30 @@ def test_one_handler_on_a_trainer_and_an_evaluator_keeps_each_engines_details():
     evaluator.run([(samples[:1], raters[:1])])
     assert evaluator.state.metric_details["val_ged"].shape == (1, 1)
     assert trainer.state.metric_details["train_ged"].shape == (3, 1)
+
+
+@pytest.mark.parametrize("kind", ["buc", "ba_ece", "space", "ged", "ncc", "qu_brats"])
+@pytest.mark.parametrize("reduction", ["foo", None, 3, "Mean"])
+def test_an_unknown_reduction_is_refused_before_the_run(kind, reduction):
+    # the reduction was read only at the end of the epoch, after every case was inferred, and failed there as MONAI's
+    # "By 'foo', did you mean 'sum'?" without naming the argument (found by hostile testing)
+    if kind == "ged" and reduction is None:
+        reduction = "foo"  # None is the metric's own default (mean, or mean_batch with return_terms)
+    handler = {"buc": BoundaryUncertaintyConcentration, "ba_ece": BoundaryAwareECE, "space": SpatialCalibrationError,
+               "ged": GeneralizedEnergyDistance, "ncc": NormalizedCrossCorrelation, "qu_brats": QUBraTS}[kind]
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        handler(reduction=reduction)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "mean_batch", "none"])
+def test_a_valid_reduction_is_applied(reduction):
+    samples, raters = _ged_data()
+    engine = Engine(lambda e, b: b)
+    GeneralizedEnergyDistance(reduction=reduction).attach(engine, "ged")
+    engine.run([(samples, raters)])
+    details = engine.state.metric_details["ged"]
+    value = engine.state.metrics["ged"]
+    if reduction == "none":
+        assert torch.equal(value.reshape(-1), details.reshape(-1).to(value.dtype))
+    else:
+        assert value == pytest.approx(float(details.mean()))
