@@ -165,3 +165,27 @@ def test_a_valid_reduction_is_applied(reduction):
         assert torch.equal(value.reshape(-1), details.reshape(-1).to(value.dtype))
     else:
         assert value == pytest.approx(float(details.mean()))
+
+
+@pytest.mark.parametrize("kwargs", [{"num_classes": 0}, {"num_classes": 1}, {"num_classes": "3"}, {"num_classes": 2.5},
+                                    {"num_classes": True}, {"n_fine_bins": 0}, {"n_fine_bins": "a"},
+                                    {"n_fine_bins": 2.5}])
+def test_a_calibration_handler_refuses_a_bad_layout_before_the_run(kwargs):
+    # num_classes=0 was read as "infer it from the data" without a word; the others failed at the first case, after
+    # its inference (found by hostile testing)
+    name = next(iter(kwargs))
+    with pytest.raises(ValueError, match=name):
+        CalibrationHandler(**kwargs)
+
+
+def test_a_calibration_handler_with_num_classes_scores_as_without():
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), 1)
+    labels = torch.randint(0, 3, (2, 1, 4, 4, 4))
+    values = []
+    for num_classes in (None, 3):
+        engine = Engine(lambda e, b: b)
+        CalibrationHandler(metrics=("ece", "nll"), num_classes=num_classes).attach(engine, "c")
+        engine.run([(probs, labels)])
+        values.append((engine.state.metrics["c_ece"], engine.state.metrics["c_nll"]))
+    assert values[0] == values[1]
