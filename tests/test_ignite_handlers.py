@@ -189,3 +189,31 @@ def test_a_calibration_handler_with_num_classes_scores_as_without():
         engine.run([(probs, labels)])
         values.append((engine.state.metrics["c_ece"], engine.state.metrics["c_nll"]))
     assert values[0] == values[1]
+
+
+@pytest.mark.parametrize("kind", sorted(HANDLERS))
+def test_save_details_must_be_a_bool(kind):
+    # a truthy string (save_details="no") kept the details without a word (found by hostile testing)
+    factory = HANDLERS[kind]
+    kwargs = {"save_details": "no"}
+    if kind.startswith("calibration"):
+        factory = CalibrationHandler
+    with pytest.raises(TypeError, match="save_details"):
+        factory(**kwargs)
+
+
+@pytest.mark.parametrize("handler", [BoundaryUncertaintyConcentration, BoundaryAwareECE, SpatialCalibrationError,
+                                     QUBraTS])
+@pytest.mark.parametrize("key", ["uncertainty_key", "pred_key", "label_key"])
+@pytest.mark.parametrize("value", [None, 3])
+def test_an_output_key_must_be_a_string(handler, key, value):
+    # uncertainty_key=None read the key "None" and failed at the first iteration, after its inference (found by
+    # hostile testing)
+    with pytest.raises(TypeError, match=key):
+        handler(**{key: value})
+
+
+def test_a_brain_mask_key_must_be_a_string_or_none():
+    with pytest.raises(TypeError, match="brain_mask_key"):
+        QUBraTS(brain_mask_key=3)
+    QUBraTS(brain_mask_key=None)
