@@ -67,6 +67,7 @@ __all__ = [
     "below",
     "num_threads",
     "reduce_case_values",
+    "check_metric_reduction",
     "distributed_world",
     "sync_case_buffers",
     "main_rank_warnings",
@@ -1362,6 +1363,25 @@ def nifti_version(head: bytes) -> int | None:
 def num_threads() -> int:
     """Threads for the multi-threaded kernels: torch's setting (the number of cores by default)."""
     return max(1, int(torch.get_num_threads()))
+
+
+def check_metric_reduction(value: Any, name: str = "reduction") -> Any:
+    """``value`` as a MONAI ``MetricReduction``; ``ValueError`` naming ``name`` and the choices otherwise.
+
+    MONAI reads a metric's reduction only in ``aggregate``: an unknown one (``"foo"``, ``None``, ``3``) passed the
+    constructor and failed at the end of the epoch, after every case was inferred, as ``By 'foo', did you mean
+    'sum'?`` without the argument's name (found by hostile testing).
+
+    Example:
+        >>> check_metric_reduction("mean_batch").value
+        'mean_batch'
+    """
+    from monai.utils import MetricReduction
+
+    choices = [r.value for r in MetricReduction]
+    if isinstance(value, str) and value in choices:
+        return MetricReduction(value)
+    raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
 def reduce_case_values(

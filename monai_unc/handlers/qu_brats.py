@@ -24,7 +24,7 @@ from .._utils import require_ignite
 from ..keys import UncertaintyKeys
 from ..metrics.qu_brats_metric import QUBraTSMetric
 from ..regions import RegionSpec
-from ._base import MetricHandler
+from ._base import MetricHandler, output_keys
 
 __all__ = ["QUBraTS"]
 
@@ -78,9 +78,9 @@ class QUBraTS(MetricHandler):
             ignore_unclaimed_labels=ignore_unclaimed_labels,
         )  # fmt: skip
         if output_transform is None:
-            keys = [str(uncertainty_key), str(pred_key), str(label_key)]
+            keys = output_keys(uncertainty_key=uncertainty_key, pred_key=pred_key, label_key=label_key)
             if brain_mask_key is not None:
-                keys.append(str(brain_mask_key))
+                keys += output_keys(brain_mask_key=brain_mask_key)
             output_transform = from_engine(keys)
         super().__init__(metric_fn=metric_fn, output_transform=output_transform, save_details=save_details)
         # ignite would split a decollated (y_pred, y) pair per sample and rejects longer tuples; the metric takes

@@ -37,7 +37,7 @@ from ..metrics.spatial import (
     BoundaryUncertaintyConcentrationMetric,
     SpatialCalibrationErrorMetric,
 )
-from ._base import MetricHandler
+from ._base import MetricHandler, output_keys
 
 __all__ = ["BoundaryUncertaintyConcentration", "BoundaryAwareECE", "SpatialCalibrationError"]
 
@@ -92,7 +92,9 @@ class _SpatialHandler(MetricHandler):
     ) -> None:
         require_ignite(f"monai_unc.handlers.{type(self).__name__}")
         if output_transform is None:
-            output_transform = from_engine([str(uncertainty_key), str(pred_key), str(label_key)])
+            output_transform = from_engine(
+                output_keys(uncertainty_key=uncertainty_key, pred_key=pred_key, label_key=label_key)
+            )
         super().__init__(metric_fn=metric_fn, output_transform=output_transform, save_details=save_details)
         # ignite would split a decollated (y_pred, y) pair per sample and rejects a triple; the metric takes
         # whole batches and lists itself

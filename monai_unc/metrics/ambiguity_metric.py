@@ -17,7 +17,14 @@ from monai.metrics import CumulativeIterationMetric
 from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
-from .._utils import check_bool, check_integer, check_same_cases, main_rank_warnings, sync_case_buffers
+from .._utils import (
+    check_bool,
+    check_integer,
+    check_metric_reduction,
+    check_same_cases,
+    main_rank_warnings,
+    sync_case_buffers,
+)
 from .ambiguity import GED_DISTANCES, GED_VARIANTS, GEDResult, ged, ged_detection, ged_nonempty_iou, ncc, rater_variance
 
 __all__ = ["NCCMetric", "GEDMetric"]
@@ -40,7 +47,7 @@ class _CaseMetric(CumulativeIterationMetric):
 
     def __init__(self, reduction: MetricReduction | str = MetricReduction.MEAN, get_not_nans: bool = False) -> None:
         super().__init__()
-        self.reduction = reduction
+        self.reduction = check_metric_reduction(reduction)
         self.get_not_nans = get_not_nans
 
     def _sync(self) -> None:

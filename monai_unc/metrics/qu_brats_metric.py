@@ -16,7 +16,15 @@ from monai.metrics import CumulativeIterationMetric
 from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
-from .._utils import check_bool, check_finite, exceeds, main_rank_warnings, sync_case_buffers, to_tensor
+from .._utils import (
+    check_bool,
+    check_finite,
+    check_metric_reduction,
+    exceeds,
+    main_rank_warnings,
+    sync_case_buffers,
+    to_tensor,
+)
 from ..regions import RegionSpec, label_to_regions, parse_regions
 from .qu_brats_score import (
     QU_BRATS_COMPONENTS,
@@ -113,7 +121,7 @@ class QUBraTSMetric(CumulativeIterationMetric):
             raise ValueError(f"threshold must be a probability in (0, 1) to binarise y_pred, got {threshold!r}")
         self.threshold = float(threshold)
         self.component = component
-        self.reduction = reduction
+        self.reduction = check_metric_reduction(reduction)
         self.get_not_nans = get_not_nans
 
     def _masks(self, x: torch.Tensor, name: str, probabilities: bool = True, first: int = 0) -> torch.Tensor:

@@ -20,6 +20,7 @@ from monai.utils import MetricReduction
 
 from .._utils import (
     check_bool,
+    check_metric_reduction,
     check_same_cases,
     main_rank_warnings,
     reduce_case_values,
@@ -152,7 +153,7 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         super().__init__()
         check_spacing_option(spacing)  # here, not at the first case (after a batch of inference)
         self.spacing = spacing
-        self.reduction = reduction
+        self.reduction = check_metric_reduction(reduction)
         self.get_not_nans = get_not_nans
 
     def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:

@@ -1139,12 +1139,7 @@ class ConfidenceHistogram:
         chunk_size: int | None = None,
         uncertainty: bool = True,
     ) -> None:
-        if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
-            raise ValueError(
-                f"num_classes must be an integer >= 2 (binary tasks carry both channels), got {num_classes!r}"
-            )
-        if isinstance(n_fine_bins, bool) or not isinstance(n_fine_bins, (int, np.integer)) or n_fine_bins < 1:
-            raise ValueError(f"n_fine_bins must be a positive integer, got {n_fine_bins!r}")
+        num_classes, n_fine_bins = self.check_layout(num_classes, n_fine_bins)
         if chunk_size is not None and (not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1):
             raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
         self.num_classes = int(num_classes)
@@ -1156,6 +1151,33 @@ class ConfidenceHistogram:
         self._states: list[_State | _PackedState] = []  # packed per case (PACKED_CASES), dense when pooled
         self._index: dict[Hashable, int] = {}
         self._pooled_cache: _State | _PackedState | None = None
+
+    @staticmethod
+    def check_layout(num_classes: Any, n_fine_bins: Any) -> tuple[Any, int]:
+        """``(num_classes, n_fine_bins)`` as integers, checked as the constructor checks them.
+
+        Args:
+            num_classes: an integer >= 2, or None (not known yet: left as it is).
+            n_fine_bins: a positive integer.
+
+        Returns:
+            ``(num_classes, n_fine_bins)``, ``num_classes`` None when it was.
+
+        Raises:
+            ValueError: either is not such an integer (a bool, a float, a string, 0).
+
+        Example:
+            >>> ConfidenceHistogram.check_layout(3, 15360)
+            (3, 15360)
+        """
+        if num_classes is not None and (isinstance(num_classes, bool)
+                                        or not isinstance(num_classes, (int, np.integer)) or num_classes < 2):
+            raise ValueError(
+                f"num_classes must be an integer >= 2 (binary tasks carry both channels), got {num_classes!r}"
+            )
+        if isinstance(n_fine_bins, bool) or not isinstance(n_fine_bins, (int, np.integer)) or n_fine_bins < 1:
+            raise ValueError(f"n_fine_bins must be a positive integer, got {n_fine_bins!r}")
+        return (None if num_classes is None else int(num_classes)), int(n_fine_bins)
 
     # -- layout -------------------------------------------------------------------------------------------------
     @property

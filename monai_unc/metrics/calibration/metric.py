@@ -114,6 +114,9 @@ class CalibrationMetric(CumulativeIterationMetric):
         if reduction not in ("pooled", "mean"):
             raise ValueError(f"reduction must be 'pooled' or 'mean', got {reduction!r}")
         self.metrics = check_metric_names(metrics)
+        # found by hostile testing: num_classes=0 was read as "infer it" without a word, and a num_classes or
+        # n_fine_bins of the wrong kind failed only at the first case, after its inference
+        num_classes, n_fine_bins = ConfidenceHistogram.check_layout(num_classes, n_fine_bins)
         self.num_classes = num_classes
         self.n_bins, self.min_bin_count, self.n_fine_bins = n_bins, min_bin_count, n_fine_bins
         self.reduction = reduction
@@ -179,7 +182,7 @@ class CalibrationMetric(CumulativeIterationMetric):
         if y_pred.ndim < 3:
             raise ValueError(f"y_pred must have shape (B, C, *spatial), got {tuple(y_pred.shape)}")
         _warn_if_discretised(y_pred)
-        n_cls = self.num_classes or int(y_pred.shape[1])
+        n_cls = self.num_classes if self.num_classes is not None else int(y_pred.shape[1])
         batch = ConfidenceHistogram(
             n_cls, n_fine_bins=self.n_fine_bins, per_case=True, uncertainty="uce" in self.metrics
         )
