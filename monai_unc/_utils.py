@@ -888,18 +888,20 @@ def recompile_after_hooks(model: Any) -> None:
 
 
 def check_same_cases(y_pred: Any, y: Any) -> None:
-    """``ValueError`` when ``y_pred`` and ``y`` of a MONAI metric hold different numbers of cases.
+    """``ValueError`` when ``y_pred`` and ``y`` of a MONAI metric hold different numbers of cases, or none.
 
     Decollated lists (MONAI's ``IterationMetric._compute_list`` zips them, dropping the extra items of the longer one
     without a word) or batch tensors (their first axes): a metric computed on part of the cohort would read as the
-    cohort's. ``y=None`` passes.
+    cohort's. ``y=None`` passes. A ``y_pred`` without any case (an empty list, a ``(0, ...)`` batch or a 0-dim
+    tensor) is refused: an empty list escaped from MONAI's list evaluation as an ``IndexError`` or ``torch.cat``'s
+    error (found by hostile testing).
 
     Args:
         y_pred: a list of cases or a batch-first tensor.
         y: the same for the references, or None.
 
     Raises:
-        ValueError: the numbers of cases differ.
+        ValueError: ``y_pred`` holds no case, or the numbers of cases differ.
 
     Example:
         >>> import torch
@@ -909,6 +911,10 @@ def check_same_cases(y_pred: Any, y: Any) -> None:
         ...
         ValueError: y_pred has 3 items but y has 2
     """
+    if isinstance(y_pred, (list, tuple)) and len(y_pred) == 0:
+        raise ValueError("y_pred is an empty list: give at least one case")
+    if isinstance(y_pred, torch.Tensor) and (y_pred.ndim == 0 or y_pred.shape[0] == 0):
+        raise ValueError(f"y_pred holds no case (shape {tuple(y_pred.shape)}): give at least one case")
     if y is not None and len(y_pred) != len(y):
         raise ValueError(f"y_pred has {len(y_pred)} items but y has {len(y)}")
 

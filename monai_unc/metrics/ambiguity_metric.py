@@ -50,23 +50,11 @@ class _CaseMetric(CumulativeIterationMetric):
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
         """MONAI's evaluation of decollated lists, refused when they hold different numbers of cases or none.
 
-        MONAI's ``zip`` dropped the extra items of the longer list without a word (:func:`check_same_cases`).
+        MONAI's ``zip`` dropped the extra items of the longer list without a word, and an empty list escaped as an
+        ``IndexError`` (:func:`check_same_cases`).
         """
-        self._check_some_case(y_pred)
         check_same_cases(y_pred, y)
         return super()._compute_list(y_pred, y, **kwargs)
-
-    @staticmethod
-    def _check_some_case(y_pred: Any) -> None:
-        """Refuse a batch without cases in one line, as :class:`~monai_unc.metrics.QUBraTSMetric` does.
-
-        An empty decollated list or a ``(0, ...)`` batch escaped as an ``IndexError`` from MONAI's list evaluation or
-        the per-case slicing (found by hostile testing).
-        """
-        if isinstance(y_pred, (list, tuple)) and len(y_pred) == 0:
-            raise ValueError("y_pred is an empty list: give at least one case")
-        if isinstance(y_pred, torch.Tensor) and (y_pred.ndim == 0 or y_pred.shape[0] == 0):
-            raise ValueError(f"y_pred holds no case (shape {tuple(y_pred.shape)}): give at least one case")
 
     def aggregate(
         self, reduction: MetricReduction | str | None = None
@@ -144,7 +132,6 @@ class NCCMetric(_CaseMetric):
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         if y is None:
             raise ValueError("NCCMetric needs y (reference maps or rater label maps)")
-        self._check_some_case(y_pred)
         check_same_cases(y_pred, y)
         if y_pred.ndim < 3 or y_pred.shape[1] != 1:
             # class probabilities (the MeanDice habit from_engine(["pred", "label"])) against a one-hot label were
@@ -275,7 +262,6 @@ class GEDMetric(_CaseMetric):
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         if y is None:
             raise ValueError("GEDMetric needs y (the rater label maps)")
-        self._check_some_case(y_pred)
         check_same_cases(y_pred, y)
         rows = [list(self._one(y[i], y_pred[i])) for i in range(y_pred.shape[0])]
         out = torch.tensor(rows, dtype=torch.float64, device=y_pred.device)

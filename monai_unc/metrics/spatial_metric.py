@@ -168,14 +168,16 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
 
         MONAI passes the call's arguments to every item as they are: a spacing of one row per case (``(N, ndim)``)
         then met one case and was refused. Here item ``i`` gets row ``i``; lists of different lengths are refused
-        (MONAI's ``zip`` dropped the extra items without a word).
+        (MONAI's ``zip`` dropped the extra items without a word), and so is an empty list (it escaped as
+        ``torch.cat``'s error).
 
         Raises:
-            ValueError: ``y_pred`` and ``y`` of different lengths, or a spacing whose rows are not one per item.
+            ValueError: ``y_pred`` empty, ``y_pred`` and ``y`` of different lengths, or a spacing whose rows are not
+                one per item.
         """
+        check_same_cases(y_pred, y)
         if y is None:
             return super()._compute_list(y_pred, y, **kwargs)
-        check_same_cases(y_pred, y)
         spacing = kwargs.get("spacing")
         spacing = self.spacing if spacing is None else spacing
         try:

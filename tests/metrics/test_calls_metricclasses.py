@@ -1,0 +1,109 @@
+"""Hostile tests of the MONAI metric classes' calls: a refused call changes nothing, NaN cases are reported."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from monai_unc.metrics import (
+    BoundaryAwareECEMetric,
+    BoundaryUncertaintyConcentrationMetric,
+    CalibrationMetric,
+    NCCMetric,
+    SpatialCalibrationErrorMetric,
+)
+
+
+def _cases(n=3, n_cls=3, side=(6, 5, 4), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.softmax(3 * torch.randn(n, n_cls, *side, generator=g), dim=1)
+    return probs, torch.randint(0, n_cls, (n, 1, *side), generator=g)
+
+
+def _brute_ece_nll(probs, labels, n_bins):
+    """Equal-width ECE and NLL of all voxels of ``probs`` (N, C, *spatial), computed voxel by voxel in numpy."""
+    p = np.moveaxis(probs.double().numpy(), 1, -1).reshape(-1, probs.shape[1])
+    y = labels.reshape(-1).numpy()
+    conf, correct = p.max(1), p.argmax(1) == y
+    bins = np.minimum((conf * n_bins).astype(int), n_bins - 1)
+    ece = sum((bins == b).mean() * abs(conf[bins == b].mean() - correct[bins == b].mean())
+              for b in range(n_bins) if (bins == b).any())
+    return ece, -np.log(np.clip(p[np.arange(len(y)), y], 1e-15, 1)).mean()
+
+
+def test_a_refused_decollated_call_leaves_no_case_in_the_pooled_histogram():
+    probs, labels = _cases()
+    bad = probs[1].clone()
+    bad[0, 0, 0, 0] = float("nan")
+    metric = CalibrationMetric(num_classes=3, metrics=("ece", "nll"), n_bins=5)
+    with pytest.raises(ValueError, match="non-finite"):
+        metric(y_pred=[probs[0], bad], y=[labels[0], labels[1]])
+    assert metric.get_buffer() is None
+    with pytest.warns(UserWarning, match="no case was evaluated"):
+        assert all(torch.isnan(v) for v in metric.aggregate().values())
+    metric(y_pred=[probs[2]], y=[labels[2]])  # case 0 of the refused call must not be pooled with case 2
+    out = metric.aggregate()
+    ece, nll = _brute_ece_nll(probs[2:], labels[2:], 5)
+    assert float(out["ece"]) == pytest.approx(ece, abs=1e-6)
+    assert float(out["nll"]) == pytest.approx(nll, rel=1e-6)
+    assert metric.get_buffer().shape == (1, 2)
+
+
+def test_decollated_items_of_different_class_counts_change_nothing():
+    probs, labels = _cases()
+    other, other_labels = _cases(n=1, n_cls=4, seed=1)
+    metric = CalibrationMetric(metrics=("ece",), n_bins=5)
+    metric(y_pred=probs[:1], y=labels[:1])
+    before = metric.aggregate()["ece"]
+    with pytest.raises(ValueError, match="different layouts"):
+        metric(y_pred=[probs[1], other[0]], y=[labels[1], other_labels[0]])
+    assert torch.equal(metric.aggregate()["ece"], before)
+    assert metric.get_buffer().shape == (1, 1)
+
+
+def test_decollated_and_batched_calls_pool_to_the_brute_force_values():
+    probs, labels = _cases(n=4)
+    metric = CalibrationMetric(metrics=("ece", "nll"), n_bins=8)
+    metric(y_pred=list(probs[:3]), y=list(labels[:3]))
+    metric(y_pred=probs[3:], y=labels[3:])
+    ece, nll = _brute_ece_nll(probs, labels, 8)
+    out = metric.aggregate()
+    assert float(out["ece"]) == pytest.approx(ece, abs=1e-6)
+    assert float(out["nll"]) == pytest.approx(nll, rel=1e-6)
+
+
+def test_mean_reduction_reports_the_nan_cases_it_leaves_out():
+    big, big_labels = _cases(n=1, side=(10, 10, 10))
+    small, small_labels = _cases(n=1, side=(2, 2, 2), seed=1)
+    metric = CalibrationMetric(num_classes=3, metrics=("ece", "nll"), n_bins=5, min_bin_count=30, reduction="mean")
+    metric(y_pred=big, y=big_labels)
+    metric(y_pred=small, y=small_labels)  # 8 voxels: no bin holds 30, the case's ECE is NaN
+    values = metric.get_buffer()
+    assert torch.isnan(values[1, 0]) and not torch.isnan(values[:, 1]).any()
+    with pytest.warns(UserWarning, match=r"ece is NaN \(undefined\) for 1 of 2 cases") as record:
+        out = metric.aggregate()
+    assert not any("nll" in str(w.message) for w in record)
+    assert float(out["ece"]) == pytest.approx(float(values[0, 0]))
+    assert float(out["nll"]) == pytest.approx(float(values[:, 1].mean()))
+
+
+def test_no_case_with_num_classes_given_warns_that_no_case_was_evaluated():
+    metric = CalibrationMetric(num_classes=3, metrics=("ece", "nll"))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        out = metric.aggregate()
+    assert all(torch.isnan(v) for v in out.values())
+    assert [str(w.message) for w in record] == [
+        "CalibrationMetric: no case was evaluated; every metric is undefined (NaN)"
+    ]
+
+
+@pytest.mark.parametrize("metric", [
+    CalibrationMetric(), BoundaryUncertaintyConcentrationMetric(), BoundaryAwareECEMetric(),
+    SpatialCalibrationErrorMetric(), NCCMetric(),
+], ids=lambda m: type(m).__name__)
+def test_an_empty_decollated_list_is_refused_naming_y_pred(metric):
+    with pytest.raises(ValueError, match="y_pred is an empty list"):
+        metric(y_pred=[], y=[])
+    assert metric.get_buffer() is None
