@@ -1397,7 +1397,8 @@ def reduce_case_values(
     empty = not_nans == 0
     if bool(empty.any()):
         where = "the" if f.ndim == 0 else f"{int(empty.sum())} of {f.numel()}"
-        warn_nan(f"{metric}: no valid (non-NaN) case for {where} reduced value(s); returning NaN instead of 0")
+        warn_nan(f"{metric}: every case is NaN (undefined) for {where} reduced value(s), no valid (non-NaN) case: "
+                 "returning NaN instead of MONAI's 0")
         f = torch.where(empty.to(f.device), torch.full_like(f, math.nan), f)
     return f, not_nans
 

@@ -9,15 +9,20 @@ their thin MONAI adapter, apart so that the functional core imports without MONA
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 from monai.metrics import CumulativeIterationMetric
-from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
-from .._utils import check_bool, check_integer, check_same_cases, main_rank_warnings, sync_case_buffers
+from .._utils import (
+    check_bool,
+    check_integer,
+    check_same_cases,
+    main_rank_warnings,
+    reduce_case_values,
+    sync_case_buffers,
+)
 from .ambiguity import GED_DISTANCES, GED_VARIANTS, GEDResult, ged, ged_detection, ged_nonempty_iou, ncc, rater_variance
 
 __all__ = ["NCCMetric", "GEDMetric"]
@@ -65,31 +70,15 @@ class _CaseMetric(CumulativeIterationMetric):
             reduction: as in MONAI's metrics; default the constructor's.
 
         Returns:
-            The reduced values (and the number of non-NaN cases in each with ``get_not_nans``). No case buffered (on
-            any rank): a NaN scalar (and 0) with a ``UserWarning``.
+            The reduced values (and the number of non-NaN cases in each with ``get_not_nans``); NaN with a
+            ``UserWarning`` where every case is NaN. No case buffered (on any rank): a NaN scalar (and 0) with a
+            ``UserWarning``; with ``"none"`` the empty table ``(0, 1)``, as the spatial metric classes give.
         """
         data = self.get_buffer()
-        if data is None or (isinstance(data, torch.Tensor) and data.numel() == 0):
-            with main_rank_warnings():  # no case on any rank (every rank sees it): rank 0 warns
-                warnings.warn(f"{type(self).__name__}: no case was evaluated; the value is undefined (NaN)",
-                              UserWarning, stacklevel=2)
-            nan = torch.tensor(float("nan"), dtype=torch.float64)
-            return (nan, torch.tensor(0.0)) if self.get_not_nans else nan
-        if not isinstance(data, torch.Tensor):
+        if data is not None and not isinstance(data, torch.Tensor):
             raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
-        red = reduction or self.reduction
         with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
-            f, not_nans = do_metric_reduction(data.clone(), red)
-            if MetricReduction(red) != MetricReduction.NONE:
-                none_valid = not_nans == 0
-                if bool(none_valid.any()):
-                    warnings.warn(
-                        f"{type(self).__name__}: every case is NaN (undefined) for {int(none_valid.sum())} of "
-                        f"{none_valid.numel()} reduced value(s); they are NaN, not MONAI's 0",
-                        UserWarning,
-                        stacklevel=2,
-                    )
-                    f = torch.where(none_valid, torch.full_like(f, float("nan")), f)
+            f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
         return (f, not_nans) if self.get_not_nans else f
 
 

@@ -6,16 +6,22 @@ apart so that the functional core imports without MONAI.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 import torch
 from monai.metrics import CumulativeIterationMetric
-from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
-from .._utils import check_bool, check_finite, exceeds, main_rank_warnings, sync_case_buffers, to_tensor
+from .._utils import (
+    check_bool,
+    check_finite,
+    exceeds,
+    main_rank_warnings,
+    reduce_case_values,
+    sync_case_buffers,
+    to_tensor,
+)
 from ..regions import RegionSpec, label_to_regions, parse_regions
 from .qu_brats_score import (
     QU_BRATS_COMPONENTS,
@@ -236,16 +242,13 @@ class QUBraTSMetric(CumulativeIterationMetric):
 
         Returns:
             The reduced values (and the number of non-NaN values with ``get_not_nans``). No case: NaN with a
-            ``UserWarning``.
+            ``UserWarning`` (with ``"none"`` the empty table ``(0, 1)``, as the other metric classes give).
         """
         data = self.get_buffer()
-        if not isinstance(data, torch.Tensor) or data.numel() == 0:
-            with main_rank_warnings():  # no case on any rank (every rank sees it): rank 0 warns
-                warnings.warn("QUBraTSMetric: no case was evaluated; the score is undefined (NaN)", UserWarning,
-                              stacklevel=2)
-            nan = torch.tensor(float("nan"), dtype=torch.float64)
-            return (nan, torch.tensor(0.0)) if self.get_not_nans else nan
-        f, not_nans = do_metric_reduction(data, reduction or self.reduction)
+        if data is not None and not isinstance(data, torch.Tensor):
+            raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
+        with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
+            f, not_nans = reduce_case_values(data, reduction or self.reduction, "QUBraTSMetric")
         return (f, not_nans) if self.get_not_nans else f
 
 

@@ -10,7 +10,9 @@ from monai_unc.metrics import (
     BoundaryAwareECEMetric,
     BoundaryUncertaintyConcentrationMetric,
     CalibrationMetric,
+    GEDMetric,
     NCCMetric,
+    QUBraTSMetric,
     SpatialCalibrationErrorMetric,
 )
 
@@ -107,3 +109,16 @@ def test_an_empty_decollated_list_is_refused_naming_y_pred(metric):
     with pytest.raises(ValueError, match="y_pred is an empty list"):
         metric(y_pred=[], y=[])
     assert metric.get_buffer() is None
+
+
+@pytest.mark.parametrize("metric", [
+    NCCMetric(get_not_nans=True), GEDMetric(get_not_nans=True), QUBraTSMetric(get_not_nans=True),
+    BoundaryAwareECEMetric(get_not_nans=True),
+], ids=lambda m: type(m).__name__)
+def test_reduction_none_without_any_case_is_the_empty_table_of_every_metric_class(metric):
+    with pytest.warns(UserWarning, match="no case was evaluated"):
+        values, not_nans = metric.aggregate("none")
+    assert values.shape == (0, 1) and float(not_nans) == 0
+    with pytest.warns(UserWarning, match="no case was evaluated"):
+        value, not_nans = metric.aggregate("mean")
+    assert value.ndim == 0 and torch.isnan(value) and float(not_nans) == 0
