@@ -67,6 +67,7 @@ __all__ = [
     "below",
     "num_threads",
     "reduce_case_values",
+    "check_case_grid",
     "distributed_world",
     "sync_case_buffers",
     "main_rank_warnings",
@@ -917,6 +918,37 @@ def check_same_cases(y_pred: Any, y: Any) -> None:
         raise ValueError(f"y_pred holds no case (shape {tuple(y_pred.shape)}): give at least one case")
     if y is not None and len(y_pred) != len(y):
         raise ValueError(f"y_pred has {len(y_pred)} items but y has {len(y)}")
+
+
+def check_case_grid(y_pred: torch.Tensor, y: torch.Tensor) -> None:
+    """``ValueError`` naming ``y`` and ``y_pred`` when the batches of a MONAI metric hold other cases or grids.
+
+    ``y_pred`` is ``(B, C, *spatial)``; ``y`` must be ``(B, *spatial)`` or ``(B, K, *spatial)`` with any number of
+    channels ``K`` (a label map, a one-hot map, raters). The metric classes checked this only in their functional
+    core, whose error named its own arguments (``target``, ``probs``, ``references``), not the ``y`` and ``y_pred``
+    the caller passed (found by hostile testing).
+
+    Args:
+        y_pred: the batch of predictions ``(B, C, *spatial)``.
+        y: the batch of references.
+
+    Raises:
+        ValueError: another batch size or spatial shape.
+
+    Example:
+        >>> import torch
+        >>> check_case_grid(torch.zeros(2, 3, 4, 4), torch.zeros(2, 1, 4, 4))
+        >>> check_case_grid(torch.zeros(2, 3, 4, 4), torch.zeros(2, 4, 5))
+        Traceback (most recent call last):
+        ...
+        ValueError: y (2, 4, 5) and y_pred (2, 3, 4, 4) must hold the same cases on the same grid: ...
+    """
+    spatial = tuple(y_pred.shape[2:])
+    if y.ndim >= 1 and y.shape[0] == y_pred.shape[0] and spatial in (tuple(y.shape[1:]), tuple(y.shape[2:])):
+        return
+    raise ValueError(f"y {tuple(y.shape)} and y_pred {tuple(y_pred.shape)} must hold the same cases on the same grid: "
+                     f"y (B, *spatial) or (B, K, *spatial) with y_pred's batch size {y_pred.shape[0]} and spatial "
+                     f"shape {spatial}")
 
 
 def label_map_dtype(top: int, name: str, widest: type = np.int32) -> type:

@@ -17,6 +17,7 @@ from monai.utils import MetricReduction
 
 from .._utils import (
     check_bool,
+    check_case_grid,
     check_integer,
     check_same_cases,
     main_rank_warnings,
@@ -129,6 +130,7 @@ class NCCMetric(_CaseMetric):
                 f"y_pred must be one uncertainty map per case (B, 1, *spatial), got shape {tuple(y_pred.shape)}: "
                 "class probabilities or several maps are no uncertainty map (compute e.g. the predictive entropy)"
             )
+        check_case_grid(y_pred, y)
         vals = []
         for i in range(y_pred.shape[0]):
             ref = rater_variance(y[i], rater_dim=0, keepdim=True) if self.y_is_raters else y[i]
@@ -252,6 +254,8 @@ class GEDMetric(_CaseMetric):
         if y is None:
             raise ValueError("GEDMetric needs y (the rater label maps)")
         check_same_cases(y_pred, y)
+        if y_pred.ndim >= 3:  # (B, S, *spatial); other shapes are refused by the functions
+            check_case_grid(y_pred, y)
         rows = [list(self._one(y[i], y_pred[i])) for i in range(y_pred.shape[0])]
         out = torch.tensor(rows, dtype=torch.float64, device=y_pred.device)
         return out if self.return_terms else out[:, :1]

@@ -20,6 +20,7 @@ from monai.utils import MetricReduction
 
 from .._utils import (
     check_bool,
+    check_case_grid,
     check_same_cases,
     main_rank_warnings,
     reduce_case_values,
@@ -200,6 +201,7 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
                 "y_pred must be (B, 1 + C, *spatial): the uncertainty in channel 0 and the prediction after it "
                 f"(or pass uncertainty=...), got shape {tuple(y_pred.shape)}"
             )
+        check_case_grid(y_pred, y)
         spacing = kwargs.get("spacing")
         if spacing is None:
             spacing = self.spacing if self.spacing is not None else _spacing_from_meta(y, y_pred)

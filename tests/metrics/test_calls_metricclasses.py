@@ -122,3 +122,26 @@ def test_reduction_none_without_any_case_is_the_empty_table_of_every_metric_clas
     with pytest.warns(UserWarning, match="no case was evaluated"):
         value, not_nans = metric.aggregate("mean")
     assert value.ndim == 0 and torch.isnan(value) and float(not_nans) == 0
+
+
+def _grid_inputs(name):
+    """``(metric, kwargs of a call whose y is on another grid than y_pred)``."""
+    probs, labels = _cases(n=2)
+    short = labels[..., :3]
+    if name == "calibration":
+        return CalibrationMetric(), {"y_pred": probs, "y": short}
+    if name == "ncc":
+        return NCCMetric(), {"y_pred": probs[:, :1], "y": probs[:, :1, ..., :3]}
+    if name == "ged":
+        return GEDMetric(), {"y_pred": labels.expand(2, 3, 6, 5, 4), "y": short.expand(2, 2, 6, 5, 3)}
+    metric = {"buc": BoundaryUncertaintyConcentrationMetric, "ba_ece": BoundaryAwareECEMetric,
+              "space": SpatialCalibrationErrorMetric}[name]()
+    return metric, {"y_pred": labels, "y": short, "uncertainty": probs[:, :1]}
+
+
+@pytest.mark.parametrize("name", ["calibration", "ncc", "ged", "buc", "ba_ece", "space"])
+def test_a_y_on_another_grid_is_refused_naming_y_and_y_pred(name):
+    metric, call = _grid_inputs(name)
+    with pytest.raises(ValueError, match=r"^y \(2, .*\) and y_pred \(2, .*\) must hold the same cases on the same grid"):
+        metric(**call)
+    assert metric.get_buffer() is None

@@ -13,6 +13,7 @@ from monai.metrics import CumulativeIterationMetric
 from monai.utils import evenly_divisible_all_gather
 
 from ..._utils import (
+    check_case_grid,
     check_integer,
     check_same_cases,
     distributed_world,
@@ -202,6 +203,7 @@ class CalibrationMetric(CumulativeIterationMetric):
         check_same_cases(y_pred, y)
         if y_pred.ndim < 3:
             raise ValueError(f"y_pred must have shape (B, C, *spatial), got {tuple(y_pred.shape)}")
+        check_case_grid(y_pred, y)
         _warn_if_discretised(y_pred)
         n_cls = self.num_classes or int(y_pred.shape[1])
         batch = ConfidenceHistogram(
