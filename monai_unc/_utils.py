@@ -68,6 +68,8 @@ __all__ = [
     "num_threads",
     "reduce_case_values",
     "check_case_grid",
+    "check_call_keywords",
+    "check_reduction",
     "distributed_world",
     "sync_case_buffers",
     "main_rank_warnings",
@@ -949,6 +951,68 @@ def check_case_grid(y_pred: torch.Tensor, y: torch.Tensor) -> None:
     raise ValueError(f"y {tuple(y.shape)} and y_pred {tuple(y_pred.shape)} must hold the same cases on the same grid: "
                      f"y (B, *spatial) or (B, K, *spatial) with y_pred's batch size {y_pred.shape[0]} and spatial "
                      f"shape {spatial}")
+
+
+def check_call_keywords(metric: Any, kwargs: dict[str, Any], allowed: tuple[str, ...] = ()) -> None:
+    """``TypeError`` naming the keyword arguments of a MONAI metric call that the metric does not read.
+
+    MONAI's ``IterationMetric.__call__`` hands every keyword to ``_compute_tensor``; the metric classes took them as
+    ``**kwargs`` and read none (or only ``spacing``), so that ``CalibrationMetric(...)(y_pred=p, y=y, mask=brain)``
+    scored every voxel and ``QUBraTSMetric(...)(..., brainmask=m)`` the whole volume without a word (found by hostile
+    testing; MONAI's ``DiceMetric`` raises ``TypeError`` on an unknown keyword).
+
+    Args:
+        metric: the metric called (for its name).
+        kwargs: the keywords of the call beyond its named arguments.
+        allowed: the keywords the metric reads.
+
+    Raises:
+        TypeError: a keyword outside ``allowed``.
+
+    Example:
+        >>> check_call_keywords(object(), {"spacing": 1.0}, allowed=("spacing",))
+        >>> check_call_keywords(object(), {"mask": None})
+        Traceback (most recent call last):
+        ...
+        TypeError: object() got an unexpected keyword argument: mask (it reads none beyond its named arguments)
+    """
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        reads = ", ".join(allowed) if allowed else "none beyond its named arguments"
+        raise TypeError(f"{type(metric).__name__}() got an unexpected keyword argument: {', '.join(unknown)} (it reads "
+                        f"{reads})")
+
+
+def check_reduction(reduction: Any) -> Any:
+    """``reduction`` of a MONAI metric class, checked when the metric is built.
+
+    An unknown name (``"average"``) was kept and refused by MONAI's ``do_metric_reduction`` at the first
+    :meth:`aggregate`, after a whole validation epoch of inference (found by hostile testing).
+
+    Args:
+        reduction: a ``MetricReduction`` or its value (``"none"``, ``"mean"``, ``"sum"``, ``"mean_batch"``,
+            ``"sum_batch"``, ``"mean_channel"``, ``"sum_channel"``).
+
+    Returns:
+        ``reduction`` as given.
+
+    Raises:
+        ValueError: another value, naming ``reduction`` and the accepted ones.
+
+    Example:
+        >>> check_reduction("mean_batch")
+        'mean_batch'
+        >>> check_reduction("average")
+        Traceback (most recent call last):
+        ...
+        ValueError: reduction must be one of ('none', 'mean', 'sum', 'mean_batch', 'sum_batch', ...), got 'average'
+    """
+    from monai.utils import MetricReduction
+
+    names = tuple(str(r.value) for r in MetricReduction)
+    if not isinstance(reduction, str) or str(reduction) not in names:
+        raise ValueError(f"reduction must be one of {names}, got {reduction!r}")
+    return reduction
 
 
 def label_map_dtype(top: int, name: str, widest: type = np.int32) -> type:

@@ -17,8 +17,10 @@ from monai.utils import MetricReduction
 
 from .._utils import (
     check_bool,
+    check_call_keywords,
     check_case_grid,
     check_integer,
+    check_reduction,
     check_same_cases,
     main_rank_warnings,
     reduce_case_values,
@@ -46,12 +48,17 @@ class _CaseMetric(CumulativeIterationMetric):
 
     def __init__(self, reduction: MetricReduction | str = MetricReduction.MEAN, get_not_nans: bool = False) -> None:
         super().__init__()
-        self.reduction = reduction
-        self.get_not_nans = get_not_nans
+        self.reduction = check_reduction(reduction)  # here, not at aggregate() after an epoch
+        self.get_not_nans = check_bool(get_not_nans, "get_not_nans")
 
     def _sync(self) -> None:
         """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
         sync_case_buffers(self)
+
+    def __call__(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
+        """Add a batch (see the class); a keyword argument raises ``TypeError`` (none is read)."""
+        check_call_keywords(self, kwargs)
+        return super().__call__(y_pred, y)
 
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
         """MONAI's evaluation of decollated lists, refused when they hold different numbers of cases or none.

@@ -15,7 +15,9 @@ from monai.utils import MetricReduction
 
 from .._utils import (
     check_bool,
+    check_call_keywords,
     check_finite,
+    check_reduction,
     exceeds,
     main_rank_warnings,
     reduce_case_values,
@@ -117,8 +119,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
             raise ValueError(f"threshold must be a probability in (0, 1) to binarise y_pred, got {threshold!r}")
         self.threshold = float(threshold)
         self.component = component
-        self.reduction = reduction
-        self.get_not_nans = get_not_nans
+        self.reduction = check_reduction(reduction)  # here, not at aggregate() after an epoch
+        self.get_not_nans = check_bool(get_not_nans, "get_not_nans")
 
     def _masks(self, x: torch.Tensor, name: str, probabilities: bool = True, first: int = 0) -> torch.Tensor:
         """Batch ``(B, R, *spatial)`` of bool region masks from masks, probabilities or label maps.
@@ -153,11 +155,12 @@ class QUBraTSMetric(CumulativeIterationMetric):
             y: the reference, in the form of ``y_pred``.
             uncertainty: ``(B, R, *spatial)`` maps.
             brain_mask: optional ``(B, 1, *spatial)``; values > 0 are brain.
-            **kwargs: passed to MONAI's ``CumulativeIterationMetric.__call__``.
+            **kwargs: none is read: a keyword (e.g. a mistyped ``brainmask``) raises ``TypeError``.
 
         Returns:
             The per-case values ``(B, R)`` of the batch.
         """
+        check_call_keywords(self, kwargs)  # a mistyped brainmask= scored the whole volume without a word
         if uncertainty is None:
             raise ValueError("QUBraTSMetric needs uncertainty=... (R maps per case)")
         if isinstance(y_pred, (list, tuple)):

@@ -145,3 +145,56 @@ def test_a_y_on_another_grid_is_refused_naming_y_and_y_pred(name):
     with pytest.raises(ValueError, match=r"^y \(2, .*\) and y_pred \(2, .*\) must hold the same cases on the same"):
         metric(**call)
     assert metric.get_buffer() is None
+
+
+@pytest.mark.parametrize("name", ["calibration", "ncc", "ged", "buc", "ba_ece", "space", "qu_brats"])
+def test_a_keyword_the_metric_does_not_read_is_refused(name):
+    """``mask=`` / ``weights=`` to CalibrationMetric, a mistyped ``brainmask=`` or ``spacings=`` were ignored."""
+    if name == "qu_brats":
+        t = torch.zeros(1, 1, 6, 6, 4, dtype=torch.bool)
+        t[..., 1:4, 1:4, 1:3] = True
+        metric, call = QUBraTSMetric(), {"y_pred": t, "y": t, "uncertainty": torch.zeros(1, 1, 6, 6, 4)}
+        bad = "brainmask"
+    else:
+        metric, call = _grid_inputs(name)
+        call["y"] = call["y"][..., :1].expand(call["y"].shape[:-1] + (call["y_pred"].shape[-1],))
+        bad = "spacings" if "uncertainty" in call else "mask"
+    with pytest.raises(TypeError, match=f"{type(metric).__name__}\\(\\) got an unexpected keyword argument: {bad}"):
+        metric(**call, **{bad: torch.ones(1)})
+    assert metric.get_buffer() is None
+
+
+@pytest.mark.parametrize("metric_class", [
+    BoundaryUncertaintyConcentrationMetric, BoundaryAwareECEMetric, SpatialCalibrationErrorMetric,
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_a_two_class_one_hot_y_pred_without_uncertainty_is_refused(metric_class, dtype):
+    """``AsDiscrete(argmax=True, to_onehot=2)`` output without ``uncertainty=`` was scored with its background channel
+    as the uncertainty map (the handlers refused it, the classes did not)."""
+    label = torch.zeros(2, 1, 10, 10, dtype=torch.long)
+    label[:, :, 3:7, 3:7] = 1
+    one_hot = torch.cat([1 - label, label], dim=1).to(dtype)
+    metric = metric_class()
+    with pytest.raises(ValueError, match="holds class probabilities or a one-hot map"):
+        metric(y_pred=one_hot, y=label)
+    with pytest.raises(ValueError, match="holds class probabilities or a one-hot map"):
+        metric(y_pred=list(one_hot), y=list(label))
+    assert metric.get_buffer() is None
+    # a genuinely packed cat([uncertainty, one-hot]) and a zero-uncertainty packing are scored
+    u = torch.rand(2, 1, 10, 10, generator=torch.Generator().manual_seed(0))
+    packed = metric_class()(y_pred=torch.cat([u, one_hot.float()], dim=1), y=label)
+    np.testing.assert_allclose(packed.numpy(), metric_class()(y_pred=label, y=label, uncertainty=u).numpy())
+    metric_class()(y_pred=torch.cat([torch.zeros_like(u), one_hot.float()], dim=1), y=label)
+
+
+@pytest.mark.parametrize("metric_class", [
+    NCCMetric, GEDMetric, QUBraTSMetric, BoundaryUncertaintyConcentrationMetric, BoundaryAwareECEMetric,
+    SpatialCalibrationErrorMetric,
+])
+def test_an_unknown_reduction_is_refused_when_the_metric_is_built(metric_class):
+    """It was kept and refused by MONAI at the first aggregate(), after an epoch of inference."""
+    with pytest.raises(ValueError, match="reduction must be one of .*got 'average'"):
+        metric_class(reduction="average")
+    with pytest.raises(TypeError, match="get_not_nans"):
+        metric_class(get_not_nans="yes")
+    assert metric_class(reduction="sum_batch").reduction == "sum_batch"

@@ -13,6 +13,7 @@ from monai.metrics import CumulativeIterationMetric
 from monai.utils import evenly_divisible_all_gather
 
 from ..._utils import (
+    check_call_keywords,
     check_case_grid,
     check_integer,
     check_same_cases,
@@ -166,6 +167,14 @@ class CalibrationMetric(CumulativeIterationMetric):
                     "task (monai_unc.regions.per_region)")
             return oh.argmax(dim=1)
         return y
+
+    def __call__(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
+        """Add a batch (see the class); a keyword argument raises ``TypeError``.
+
+        None is read: ``mask=`` or ``weights=`` were ignored without a word, every voxel scored.
+        """
+        check_call_keywords(self, kwargs)
+        return super().__call__(y_pred, y)
 
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> torch.Tensor:
         """MONAI's evaluation of decollated lists, item by item, the whole call entering the histogram or none of it.
