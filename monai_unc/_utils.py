@@ -67,6 +67,8 @@ __all__ = [
     "below",
     "num_threads",
     "reduce_case_values",
+    "check_case_grid",
+    "check_call_keywords",
     "check_metric_reduction",
     "distributed_world",
     "sync_case_buffers",
@@ -889,18 +891,20 @@ def recompile_after_hooks(model: Any) -> None:
 
 
 def check_same_cases(y_pred: Any, y: Any) -> None:
-    """``ValueError`` when ``y_pred`` and ``y`` of a MONAI metric hold different numbers of cases.
+    """``ValueError`` when ``y_pred`` and ``y`` of a MONAI metric hold different numbers of cases, or none.
 
     Decollated lists (MONAI's ``IterationMetric._compute_list`` zips them, dropping the extra items of the longer one
     without a word) or batch tensors (their first axes): a metric computed on part of the cohort would read as the
-    cohort's. ``y=None`` passes.
+    cohort's. ``y=None`` passes. A ``y_pred`` without any case (an empty list, a ``(0, ...)`` batch or a 0-dim
+    tensor) is refused: an empty list escaped from MONAI's list evaluation as an ``IndexError`` or ``torch.cat``'s
+    error (found by hostile testing).
 
     Args:
         y_pred: a list of cases or a batch-first tensor.
         y: the same for the references, or None.
 
     Raises:
-        ValueError: the numbers of cases differ.
+        ValueError: ``y_pred`` holds no case, or the numbers of cases differ.
 
     Example:
         >>> import torch
@@ -910,8 +914,73 @@ def check_same_cases(y_pred: Any, y: Any) -> None:
         ...
         ValueError: y_pred has 3 items but y has 2
     """
+    if isinstance(y_pred, (list, tuple)) and len(y_pred) == 0:
+        raise ValueError("y_pred is an empty list: give at least one case")
+    if isinstance(y_pred, torch.Tensor) and (y_pred.ndim == 0 or y_pred.shape[0] == 0):
+        raise ValueError(f"y_pred holds no case (shape {tuple(y_pred.shape)}): give at least one case")
     if y is not None and len(y_pred) != len(y):
         raise ValueError(f"y_pred has {len(y_pred)} items but y has {len(y)}")
+
+
+def check_case_grid(y_pred: torch.Tensor, y: torch.Tensor) -> None:
+    """``ValueError`` naming ``y`` and ``y_pred`` when the batches of a MONAI metric hold other cases or grids.
+
+    ``y_pred`` is ``(B, C, *spatial)``; ``y`` must be ``(B, *spatial)`` or ``(B, K, *spatial)`` with any number of
+    channels ``K`` (a label map, a one-hot map, raters). The metric classes checked this only in their functional
+    core, whose error named its own arguments (``target``, ``probs``, ``references``), not the ``y`` and ``y_pred``
+    the caller passed (found by hostile testing).
+
+    Args:
+        y_pred: the batch of predictions ``(B, C, *spatial)``.
+        y: the batch of references.
+
+    Raises:
+        ValueError: another batch size or spatial shape.
+
+    Example:
+        >>> import torch
+        >>> check_case_grid(torch.zeros(2, 3, 4, 4), torch.zeros(2, 1, 4, 4))
+        >>> check_case_grid(torch.zeros(2, 3, 4, 4), torch.zeros(2, 4, 5))
+        Traceback (most recent call last):
+        ...
+        ValueError: y (2, 4, 5) and y_pred (2, 3, 4, 4) must hold the same cases on the same grid: ...
+    """
+    spatial = tuple(y_pred.shape[2:])
+    if y.ndim >= 1 and y.shape[0] == y_pred.shape[0] and spatial in (tuple(y.shape[1:]), tuple(y.shape[2:])):
+        return
+    raise ValueError(f"y {tuple(y.shape)} and y_pred {tuple(y_pred.shape)} must hold the same cases on the same grid: "
+                     f"y (B, *spatial) or (B, K, *spatial) with y_pred's batch size {y_pred.shape[0]} and spatial "
+                     f"shape {spatial}")
+
+
+def check_call_keywords(metric: Any, kwargs: dict[str, Any], allowed: tuple[str, ...] = ()) -> None:
+    """``TypeError`` naming the keyword arguments of a MONAI metric call that the metric does not read.
+
+    MONAI's ``IterationMetric.__call__`` hands every keyword to ``_compute_tensor``; the metric classes took them as
+    ``**kwargs`` and read none (or only ``spacing``), so that ``CalibrationMetric(...)(y_pred=p, y=y, mask=brain)``
+    scored every voxel and ``QUBraTSMetric(...)(..., brainmask=m)`` the whole volume without a word (found by hostile
+    testing; MONAI's ``DiceMetric`` raises ``TypeError`` on an unknown keyword).
+
+    Args:
+        metric: the metric called (for its name).
+        kwargs: the keywords of the call beyond its named arguments.
+        allowed: the keywords the metric reads.
+
+    Raises:
+        TypeError: a keyword outside ``allowed``.
+
+    Example:
+        >>> check_call_keywords(object(), {"spacing": 1.0}, allowed=("spacing",))
+        >>> check_call_keywords(object(), {"mask": None})
+        Traceback (most recent call last):
+        ...
+        TypeError: object() got an unexpected keyword argument: mask (it reads none beyond its named arguments)
+    """
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        reads = ", ".join(allowed) if allowed else "none beyond its named arguments"
+        raise TypeError(f"{type(metric).__name__}() got an unexpected keyword argument: {', '.join(unknown)} (it reads "
+                        f"{reads})")
 
 
 def label_map_dtype(top: int, name: str, widest: type = np.int32) -> type:
@@ -1411,7 +1480,8 @@ def reduce_case_values(
     empty = not_nans == 0
     if bool(empty.any()):
         where = "the" if f.ndim == 0 else f"{int(empty.sum())} of {f.numel()}"
-        warn_nan(f"{metric}: no valid (non-NaN) case for {where} reduced value(s); returning NaN instead of 0")
+        warn_nan(f"{metric}: every case is NaN (undefined) for {where} reduced value(s), no valid (non-NaN) case: "
+                 "returning NaN instead of MONAI's 0")
         f = torch.where(empty.to(f.device), torch.full_like(f, math.nan), f)
     return f, not_nans
 

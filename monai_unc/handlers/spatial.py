@@ -26,11 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
 from monai.handlers.utils import from_engine
 from monai.utils import MetricReduction
 
-from .._utils import probability_tolerance, require_ignite, to_tensor
+from .._utils import require_ignite
 from ..keys import UncertaintyKeys
 from ..metrics.spatial import (
     BoundaryAwareECEMetric,
@@ -42,40 +41,6 @@ from ._base import MetricHandler, output_keys
 __all__ = ["BoundaryUncertaintyConcentration", "BoundaryAwareECE", "SpatialCalibrationError"]
 
 _DEFAULT_UNCERTAINTY = UncertaintyKeys.PREDICTIVE_ENTROPY.value
-
-
-def _check_packed(y_pred: Any) -> None:
-    """Refuse class probabilities given where a packed ``cat([uncertainty, prediction])`` is expected.
-
-    A packed ``y_pred`` has the uncertainty in channel 0. Class probabilities ``(C, *spatial)`` (what
-    ``from_engine(["pred", "label"])`` returns, the habit of ``MeanDice`` and ``CalibrationHandler``) would be read with
-    ``p_0`` as the uncertainty map and scored without any error: they are recognised by their channels summing to 1
-    at every voxel while channels ``1..C-1`` alone do not (a packed map with zero uncertainty passes).
-
-    Args:
-        y_pred: a batch ``(B, K, *spatial)`` or a list of decollated cases ``(K, *spatial)``.
-
-    Raises:
-        ValueError: ``y_pred`` holds class probabilities.
-    """
-    items, ch = (list(y_pred), 0) if isinstance(y_pred, (list, tuple)) else ([y_pred], 1)
-    for item in items:
-        t = to_tensor(item, "y_pred")
-        if not t.is_floating_point() or t.ndim <= ch + 1 or t.shape[ch] < 2 or t.numel() == 0:
-            continue
-        tol = probability_tolerance(t.dtype)
-        t = t.detach()
-        in_unit = bool(((t >= -tol) & (t <= 1 + tol)).all())
-        sums_to_one = in_unit and bool(((t.sum(ch, dtype=torch.float64) - 1).abs() <= tol).all())
-        rest = t.narrow(ch, 1, t.shape[ch] - 1)
-        rest_sums_to_one = sums_to_one and bool(((rest.sum(ch, dtype=torch.float64) - 1).abs() <= tol).all())
-        if in_unit and sums_to_one and not rest_sums_to_one:
-            raise ValueError(
-                f"y_pred of shape {tuple(t.shape)} holds class probabilities (its channels sum to 1), not a packed "
-                "cat([uncertainty, prediction]): channel 0 would be read as the uncertainty map. Let output_transform "
-                "return (uncertainty, pred, label), e.g. from_engine(['predictive_entropy', 'pred', 'label']), or "
-                "leave it out and set uncertainty_key"
-            )
 
 
 class _SpatialHandler(MetricHandler):
@@ -106,8 +71,7 @@ class _SpatialHandler(MetricHandler):
             uncertainty, y_pred, y = output
             self.metric_fn(y_pred, y, uncertainty=uncertainty)
             return
-        if len(output) == 2:
-            _check_packed(output[0])
+        if len(output) == 2:  # the metric refuses class probabilities in place of a packed y_pred
             self.metric_fn(output[0], output[1])
             return
         raise ValueError(f"output must be (uncertainty, pred, label) or (y_pred, y), got {len(output)} items")

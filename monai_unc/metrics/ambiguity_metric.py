@@ -9,20 +9,21 @@ their thin MONAI adapter, apart so that the functional core imports without MONA
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 from monai.metrics import CumulativeIterationMetric
-from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
 from .._utils import (
     check_bool,
+    check_call_keywords,
+    check_case_grid,
     check_integer,
     check_metric_reduction,
     check_same_cases,
     main_rank_warnings,
+    reduce_case_values,
     sync_case_buffers,
 )
 from .ambiguity import GED_DISTANCES, GED_VARIANTS, GEDResult, ged, ged_detection, ged_nonempty_iou, ncc, rater_variance
@@ -47,33 +48,26 @@ class _CaseMetric(CumulativeIterationMetric):
 
     def __init__(self, reduction: MetricReduction | str = MetricReduction.MEAN, get_not_nans: bool = False) -> None:
         super().__init__()
-        self.reduction = check_metric_reduction(reduction)
-        self.get_not_nans = get_not_nans
+        self.reduction = check_metric_reduction(reduction)  # here, not at aggregate() after an epoch
+        self.get_not_nans = check_bool(get_not_nans, "get_not_nans")
 
     def _sync(self) -> None:
         """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
         sync_case_buffers(self)
 
+    def __call__(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
+        """Add a batch (see the class); a keyword argument raises ``TypeError`` (none is read)."""
+        check_call_keywords(self, kwargs)
+        return super().__call__(y_pred, y)
+
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
         """MONAI's evaluation of decollated lists, refused when they hold different numbers of cases or none.
 
-        MONAI's ``zip`` dropped the extra items of the longer list without a word (:func:`check_same_cases`).
+        MONAI's ``zip`` dropped the extra items of the longer list without a word, and an empty list escaped as an
+        ``IndexError`` (:func:`check_same_cases`).
         """
-        self._check_some_case(y_pred)
         check_same_cases(y_pred, y)
         return super()._compute_list(y_pred, y, **kwargs)
-
-    @staticmethod
-    def _check_some_case(y_pred: Any) -> None:
-        """Refuse a batch without cases in one line, as :class:`~monai_unc.metrics.QUBraTSMetric` does.
-
-        An empty decollated list or a ``(0, ...)`` batch escaped as an ``IndexError`` from MONAI's list evaluation or
-        the per-case slicing (found by hostile testing).
-        """
-        if isinstance(y_pred, (list, tuple)) and len(y_pred) == 0:
-            raise ValueError("y_pred is an empty list: give at least one case")
-        if isinstance(y_pred, torch.Tensor) and (y_pred.ndim == 0 or y_pred.shape[0] == 0):
-            raise ValueError(f"y_pred holds no case (shape {tuple(y_pred.shape)}): give at least one case")
 
     def aggregate(
         self, reduction: MetricReduction | str | None = None
@@ -84,31 +78,15 @@ class _CaseMetric(CumulativeIterationMetric):
             reduction: as in MONAI's metrics; default the constructor's.
 
         Returns:
-            The reduced values (and the number of non-NaN cases in each with ``get_not_nans``). No case buffered (on
-            any rank): a NaN scalar (and 0) with a ``UserWarning``.
+            The reduced values (and the number of non-NaN cases in each with ``get_not_nans``); NaN with a
+            ``UserWarning`` where every case is NaN. No case buffered (on any rank): a NaN scalar (and 0) with a
+            ``UserWarning``; with ``"none"`` the empty table ``(0, 1)``, as the spatial metric classes give.
         """
         data = self.get_buffer()
-        if data is None or (isinstance(data, torch.Tensor) and data.numel() == 0):
-            with main_rank_warnings():  # no case on any rank (every rank sees it): rank 0 warns
-                warnings.warn(f"{type(self).__name__}: no case was evaluated; the value is undefined (NaN)",
-                              UserWarning, stacklevel=2)
-            nan = torch.tensor(float("nan"), dtype=torch.float64)
-            return (nan, torch.tensor(0.0)) if self.get_not_nans else nan
-        if not isinstance(data, torch.Tensor):
+        if data is not None and not isinstance(data, torch.Tensor):
             raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
-        red = reduction or self.reduction
         with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
-            f, not_nans = do_metric_reduction(data.clone(), red)
-            if MetricReduction(red) != MetricReduction.NONE:
-                none_valid = not_nans == 0
-                if bool(none_valid.any()):
-                    warnings.warn(
-                        f"{type(self).__name__}: every case is NaN (undefined) for {int(none_valid.sum())} of "
-                        f"{none_valid.numel()} reduced value(s); they are NaN, not MONAI's 0",
-                        UserWarning,
-                        stacklevel=2,
-                    )
-                    f = torch.where(none_valid, torch.full_like(f, float("nan")), f)
+            f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
         return (f, not_nans) if self.get_not_nans else f
 
 
@@ -151,7 +129,6 @@ class NCCMetric(_CaseMetric):
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         if y is None:
             raise ValueError("NCCMetric needs y (reference maps or rater label maps)")
-        self._check_some_case(y_pred)
         check_same_cases(y_pred, y)
         if y_pred.ndim < 3 or y_pred.shape[1] != 1:
             # class probabilities (the MeanDice habit from_engine(["pred", "label"])) against a one-hot label were
@@ -160,6 +137,7 @@ class NCCMetric(_CaseMetric):
                 f"y_pred must be one uncertainty map per case (B, 1, *spatial), got shape {tuple(y_pred.shape)}: "
                 "class probabilities or several maps are no uncertainty map (compute e.g. the predictive entropy)"
             )
+        check_case_grid(y_pred, y)
         vals = []
         for i in range(y_pred.shape[0]):
             ref = rater_variance(y[i], rater_dim=0, keepdim=True) if self.y_is_raters else y[i]
@@ -282,8 +260,9 @@ class GEDMetric(_CaseMetric):
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         if y is None:
             raise ValueError("GEDMetric needs y (the rater label maps)")
-        self._check_some_case(y_pred)
         check_same_cases(y_pred, y)
+        if y_pred.ndim >= 3:  # (B, S, *spatial); other shapes are refused by the functions
+            check_case_grid(y_pred, y)
         rows = [list(self._one(y[i], y_pred[i])) for i in range(y_pred.shape[0])]
         out = torch.tensor(rows, dtype=torch.float64, device=y_pred.device)
         return out if self.return_terms else out[:, :1]

@@ -13,15 +13,16 @@ from typing import Any
 import numpy as np
 import torch
 from monai.metrics import CumulativeIterationMetric
-from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
 from .._utils import (
     check_bool,
+    check_call_keywords,
     check_finite,
     check_metric_reduction,
     exceeds,
     main_rank_warnings,
+    reduce_case_values,
     sync_case_buffers,
     to_tensor,
 )
@@ -121,8 +122,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
             raise ValueError(f"threshold must be a probability in (0, 1) to binarise y_pred, got {threshold!r}")
         self.threshold = float(threshold)
         self.component = component
-        self.reduction = check_metric_reduction(reduction)
-        self.get_not_nans = get_not_nans
+        self.reduction = check_metric_reduction(reduction)  # here, not at aggregate() after an epoch
+        self.get_not_nans = check_bool(get_not_nans, "get_not_nans")
 
     def _masks(self, x: torch.Tensor, name: str, probabilities: bool = True, first: int = 0) -> torch.Tensor:
         """Batch ``(B, R, *spatial)`` of bool region masks from masks, probabilities or label maps.
@@ -157,11 +158,12 @@ class QUBraTSMetric(CumulativeIterationMetric):
             y: the reference, in the form of ``y_pred``.
             uncertainty: ``(B, R, *spatial)`` maps.
             brain_mask: optional ``(B, 1, *spatial)``; values > 0 are brain.
-            **kwargs: passed to MONAI's ``CumulativeIterationMetric.__call__``.
+            **kwargs: none is read: a keyword (e.g. a mistyped ``brainmask``) raises ``TypeError``.
 
         Returns:
             The per-case values ``(B, R)`` of the batch.
         """
+        check_call_keywords(self, kwargs)  # a mistyped brainmask= scored the whole volume without a word
         if uncertainty is None:
             raise ValueError("QUBraTSMetric needs uncertainty=... (R maps per case)")
         if isinstance(y_pred, (list, tuple)):
@@ -249,16 +251,13 @@ class QUBraTSMetric(CumulativeIterationMetric):
 
         Returns:
             The reduced values (and the number of non-NaN values with ``get_not_nans``). No case: NaN with a
-            ``UserWarning``.
+            ``UserWarning`` (with ``"none"`` the empty table ``(0, 1)``, as the other metric classes give).
         """
         data = self.get_buffer()
-        if not isinstance(data, torch.Tensor) or data.numel() == 0:
-            with main_rank_warnings():  # no case on any rank (every rank sees it): rank 0 warns
-                warnings.warn("QUBraTSMetric: no case was evaluated; the score is undefined (NaN)", UserWarning,
-                              stacklevel=2)
-            nan = torch.tensor(float("nan"), dtype=torch.float64)
-            return (nan, torch.tensor(0.0)) if self.get_not_nans else nan
-        f, not_nans = do_metric_reduction(data, reduction or self.reduction)
+        if data is not None and not isinstance(data, torch.Tensor):
+            raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
+        with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
+            f, not_nans = reduce_case_values(data, reduction or self.reduction, "QUBraTSMetric")
         return (f, not_nans) if self.get_not_nans else f
 
 

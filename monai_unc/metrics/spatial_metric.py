@@ -20,9 +20,12 @@ from monai.utils import MetricReduction
 
 from .._utils import (
     check_bool,
+    check_call_keywords,
+    check_case_grid,
     check_metric_reduction,
     check_same_cases,
     main_rank_warnings,
+    probability_tolerance,
     reduce_case_values,
     sync_case_buffers,
     to_tensor,
@@ -129,6 +132,42 @@ def _spacing_from_meta(*tensors: Any) -> Any:
     return 1.0
 
 
+def _check_packed(y_pred: Any) -> None:
+    """Refuse class probabilities or a one-hot map given where a packed ``cat([uncertainty, prediction])`` is expected.
+
+    A packed ``y_pred`` has the uncertainty in channel 0. Class probabilities ``(C, *spatial)`` (what
+    ``from_engine(["pred", "label"])`` returns, the habit of ``MeanDice`` and ``CalibrationHandler``) or the one-hot
+    map of ``AsDiscrete(argmax=True, to_onehot=C)`` would be read with channel 0 as the uncertainty map and scored
+    without any error (two classes: the background channel as the uncertainty and the foreground as the label map;
+    found by hostile testing of the metric classes, which the handlers guarded and the classes did not): they are
+    recognised by their channels summing to 1 at every voxel while channels ``1..C-1`` alone do not (a packed map with
+    zero uncertainty passes).
+
+    Args:
+        y_pred: a batch ``(B, K, *spatial)`` or a list of decollated cases ``(K, *spatial)``.
+
+    Raises:
+        ValueError: ``y_pred`` holds class probabilities or a one-hot map.
+    """
+    items, ch = (list(y_pred), 0) if isinstance(y_pred, (list, tuple)) else ([y_pred], 1)
+    for item in items:
+        t = to_tensor(item, "y_pred").detach()
+        if t.is_complex() or t.ndim <= ch + 1 or t.shape[ch] < 2 or t.numel() == 0:
+            continue
+        tol = probability_tolerance(t.dtype) if t.is_floating_point() else 0.0
+        in_unit = bool(((t >= -tol) & (t <= 1 + tol)).all())
+        sums_to_one = in_unit and bool(((t.sum(ch, dtype=torch.float64) - 1).abs() <= tol).all())
+        rest = t.narrow(ch, 1, t.shape[ch] - 1)
+        rest_sums_to_one = sums_to_one and bool(((rest.sum(ch, dtype=torch.float64) - 1).abs() <= tol).all())
+        if in_unit and sums_to_one and not rest_sums_to_one:
+            raise ValueError(
+                f"y_pred of shape {tuple(t.shape)} holds class probabilities or a one-hot map (its channels sum to 1), "
+                "not a packed cat([uncertainty, prediction]): channel 0 would be read as the uncertainty map. Pass "
+                "the map as uncertainty=... (a handler: let output_transform return (uncertainty, pred, label), e.g. "
+                "from_engine(['predictive_entropy', 'pred', 'label']), or leave it out and set uncertainty_key)"
+            )
+
+
 class _SpatialUncertaintyMetric(CumulativeIterationMetric):
     """Shared adapter: ``y_pred = cat([uncertainty, pred], dim=1)``, ``y`` = reference labels.
 
@@ -153,15 +192,18 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         super().__init__()
         check_spacing_option(spacing)  # here, not at the first case (after a batch of inference)
         self.spacing = spacing
-        self.reduction = check_metric_reduction(reduction)
-        self.get_not_nans = get_not_nans
+        self.reduction = check_metric_reduction(reduction)  # here, not at aggregate() after an epoch
+        self.get_not_nans = check_bool(get_not_nans, "get_not_nans")
 
     def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:
         raise NotImplementedError
 
     def __call__(self, y_pred: Any, y: Any = None, uncertainty: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+        check_call_keywords(self, kwargs, allowed=("spacing",))  # a mistyped keyword was ignored without a word
         if uncertainty is not None:
             y_pred = _pack(uncertainty, y_pred)
+        else:
+            _check_packed(y_pred)
         return super().__call__(y_pred, y, **kwargs)
 
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
@@ -169,14 +211,16 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
 
         MONAI passes the call's arguments to every item as they are: a spacing of one row per case (``(N, ndim)``)
         then met one case and was refused. Here item ``i`` gets row ``i``; lists of different lengths are refused
-        (MONAI's ``zip`` dropped the extra items without a word).
+        (MONAI's ``zip`` dropped the extra items without a word), and so is an empty list (it escaped as
+        ``torch.cat``'s error).
 
         Raises:
-            ValueError: ``y_pred`` and ``y`` of different lengths, or a spacing whose rows are not one per item.
+            ValueError: ``y_pred`` empty, ``y_pred`` and ``y`` of different lengths, or a spacing whose rows are not
+                one per item.
         """
+        check_same_cases(y_pred, y)
         if y is None:
             return super()._compute_list(y_pred, y, **kwargs)
-        check_same_cases(y_pred, y)
         spacing = kwargs.get("spacing")
         spacing = self.spacing if spacing is None else spacing
         try:
@@ -199,6 +243,7 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
                 "y_pred must be (B, 1 + C, *spatial): the uncertainty in channel 0 and the prediction after it "
                 f"(or pass uncertainty=...), got shape {tuple(y_pred.shape)}"
             )
+        check_case_grid(y_pred, y)
         spacing = kwargs.get("spacing")
         if spacing is None:
             spacing = self.spacing if self.spacing is not None else _spacing_from_meta(y, y_pred)

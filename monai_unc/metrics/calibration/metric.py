@@ -13,6 +13,8 @@ from monai.metrics import CumulativeIterationMetric
 from monai.utils import evenly_divisible_all_gather
 
 from ..._utils import (
+    check_call_keywords,
+    check_case_grid,
     check_integer,
     check_same_cases,
     distributed_world,
@@ -75,7 +77,8 @@ class CalibrationMetric(CumulativeIterationMetric):
     :meth:`aggregate` returns ``{name: 0-dim float64 tensor}``. ``reduction="pooled"`` (default) computes each
     metric on the histogram pooled over all cases and ranks (the pooled histograms are all-gathered with
     MONAI's ``evenly_divisible_all_gather`` and summed); ``"mean"`` averages the per-case values (NaN cases
-    skipped). :attr:`histogram` gives the pooled :class:`ConfidenceHistogram` after :meth:`aggregate`.
+    skipped, with a ``UserWarning`` counting them). :attr:`histogram` gives the pooled :class:`ConfidenceHistogram`
+    after :meth:`aggregate`.
 
     Args:
         num_classes: ``C``; inferred from the first ``y_pred`` when None.
@@ -168,19 +171,51 @@ class CalibrationMetric(CumulativeIterationMetric):
             return oh.argmax(dim=1)
         return y
 
-    def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
-        """MONAI's evaluation of decollated lists, refused when they hold different numbers of cases.
+    def __call__(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
+        """Add a batch (see the class); a keyword argument raises ``TypeError``.
 
-        MONAI's ``zip`` dropped the extra items of the longer list without a word (:func:`check_same_cases`).
+        None is read: ``mask=`` or ``weights=`` were ignored without a word, every voxel scored.
+        """
+        check_call_keywords(self, kwargs)
+        return super().__call__(y_pred, y)
+
+    def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> torch.Tensor:
+        """MONAI's evaluation of decollated lists, item by item, the whole call entering the histogram or none of it.
+
+        Lists that hold different numbers of cases (MONAI's ``zip`` dropped the extra items of the longer one without a
+        word) or none (an ``IndexError`` escaped) are refused (:func:`check_same_cases`). Every item is checked before
+        any enters the pooled histogram: a refused item left the items before it in the histogram but not in the
+        per-case buffer, so that ``reduction="pooled"`` counted cases of a failed call (found by hostile testing).
         """
         check_same_cases(y_pred, y)
-        return super()._compute_list(y_pred, y, **kwargs)
-
-    def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         if y is None:
             raise ValueError("CalibrationMetric needs y (labels or one-hot labels)")
+        parts = [self._evaluate(p.detach().unsqueeze(0), t.detach().unsqueeze(0)) for p, t in zip(y_pred, y)]
+        call = self._pooled_table(parts[0][0].num_classes)
+        for batch, _ in parts:  # a layout that differs between the items is refused here, before self._hist changes
+            call.merge(batch)
+        self._add(call, parts[-1][1].device)
+        return torch.cat([rows for _, rows in parts], dim=0)
+
+    def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        batch, rows = self._evaluate(y_pred, y)
+        self._add(batch, rows.device)
+        return rows
+
+    def _pooled_table(self, num_classes: int) -> ConfidenceHistogram:
+        """An empty pooled histogram of this metric's layout."""
+        return ConfidenceHistogram(
+            num_classes, n_fine_bins=self.n_fine_bins, per_case=False, uncertainty="uce" in self.metrics
+        )
+
+    def _evaluate(self, y_pred: torch.Tensor, y: torch.Tensor | None) -> tuple[ConfidenceHistogram, torch.Tensor]:
+        """The per-case histogram of a batch and its rows of per-case values ``(B, K)``; the metric is not changed."""
+        if y is None:
+            raise ValueError("CalibrationMetric needs y (labels or one-hot labels)")
+        check_same_cases(y_pred, y)
         if y_pred.ndim < 3:
             raise ValueError(f"y_pred must have shape (B, C, *spatial), got {tuple(y_pred.shape)}")
+        check_case_grid(y_pred, y)
         _warn_if_discretised(y_pred)
         n_cls = self.num_classes if self.num_classes is not None else int(y_pred.shape[1])
         batch = ConfidenceHistogram(
@@ -192,16 +227,17 @@ class CalibrationMetric(CumulativeIterationMetric):
             vals = calibration_metrics(
                 batch, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=True
             )
-        if self._hist is None:
-            self._hist = ConfidenceHistogram(
-                n_cls, n_fine_bins=self.n_fine_bins, per_case=False, uncertainty="uce" in self.metrics
-            )
-        self._hist.merge(batch)
         # the histogram's tables live on the CPU; the per-case rows follow the inputs' device (MONAI gathers the
         # buffers across ranks, and NCCL gathers CUDA tensors only)
-        self._device = y_pred.device
         rows = [torch.as_tensor(vals[k], dtype=torch.float64) for k in self.metrics]
-        return torch.stack(rows, dim=1).to(self._device)
+        return batch, torch.stack(rows, dim=1).to(y_pred.device)
+
+    def _add(self, table: ConfidenceHistogram, device: torch.device) -> None:
+        """Merge the histogram of a call into the pooled one (a layout mismatch raises before anything changes)."""
+        if self._hist is None:
+            self._hist = self._pooled_table(table.num_classes)
+        self._hist.merge(table)
+        self._device = device
 
     def _synced_histogram(self) -> ConfidenceHistogram | None:
         """The pooled histogram of every rank, its tables on :meth:`_table_device`.
@@ -209,12 +245,14 @@ class CalibrationMetric(CumulativeIterationMetric):
         Each table all-gathered (MONAI's ``evenly_divisible_all_gather``) and summed; a rank without data adds zeros
         (of the number of classes of the other ranks' cases when ``num_classes`` is not given). Ranks whose cases
         have different numbers of classes raise the same ``ValueError`` on every rank. None when no rank has a case
-        and ``num_classes`` is not given.
+        (also with ``num_classes`` given: its tables of zeros scored NaN with one warning per metric about empty bins,
+        not the warning that no case was evaluated).
         """
         device = self._table_device()
         has_data = self._hist is not None and len(self._hist) > 0
         n_classes = self._hist.num_classes if self._hist is not None and has_data else self.num_classes
         world = distributed_world()
+        known = [n_classes] if has_data else []
         if world > 1:  # every rank learns the number of classes of the others' cases, before any table is gathered
             found: list[Any] = [None] * world
             dist.all_gather_object(found, n_classes if has_data else None)
@@ -224,9 +262,9 @@ class CalibrationMetric(CumulativeIterationMetric):
                                  f"{found})")
             if not has_data and known:
                 n_classes = known[0]
+        if not known:  # no case on any rank (every rank knows it): no table to build
+            return None
         if not has_data:
-            if n_classes is None:  # no case on any rank (every rank knows it): no table to build
-                return None
             n_rows, f = n_classes + 2, self.n_fine_bins
             counts = torch.zeros(1, n_rows, 2, f, dtype=torch.int64, device=device)
             sums = torch.zeros(1, n_rows, f, dtype=torch.float64, device=device)
@@ -285,7 +323,13 @@ class CalibrationMetric(CumulativeIterationMetric):
                 for j, k in enumerate(self.metrics):
                     col = data[:, j]
                     ok = ~torch.isnan(col)
-                    out[k] = (col[ok].mean() if bool(ok.any()) else
+                    n_ok = int(ok.sum())
+                    if 0 < n_ok < col.numel():  # the per-case warnings were held back for this (found by hostile
+                        # testing: the mean of the defined cases was returned as the cohort's without a word)
+                        warnings.warn(f"CalibrationMetric: {k} is NaN (undefined) for {col.numel() - n_ok} of "
+                                      f"{col.numel()} cases; the mean is over the other {n_ok}", UserWarning,
+                                      stacklevel=2)
+                    out[k] = (col[ok].mean() if n_ok else
                               torch.tensor(warn_nan(f"{k}: every case is NaN"), dtype=col.dtype, device=col.device))
             return out
         self.histogram = self._synced_histogram()
