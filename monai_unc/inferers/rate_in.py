@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from .._utils import ArrayLike, check_finite, like_input, plain_module, recompile_after_hooks, to_tensor
-from ..keys import DEFAULT_RATEIN_TARGET, MIMeaning
+from ..keys import DEFAULT_RATEIN_TARGET, RATEIN_LOSS_NAMES, MIMeaning
 from ..networks.ssn import no_autocast
 from .dropout import DropoutHook, find_dropout_layers, resolve_dropout_sites
 from .sampling import Predictor, SampleSource, UncertaintyInferer
@@ -446,7 +446,7 @@ _FAST_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = 
 }
 _GAUSSIAN_EPS = 1e-3
 #: loss names accepted by the Rate-In layers and inferer
-LOSS_NAMES = ("mi", "mi_gaussian", "mi_binned", "ssim", "mse")
+LOSS_NAMES = RATEIN_LOSS_NAMES
 
 
 def _resolve_name(loss: str, channelwise: bool) -> str:
