@@ -42,7 +42,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._utils import ArrayLike, check_finite, like_input, plain_module, recompile_after_hooks, to_tensor
+from .._utils import (
+    ArrayLike,
+    check_bool,
+    check_finite,
+    like_input,
+    plain_module,
+    recompile_after_hooks,
+    to_tensor,
+)
 from ..keys import DEFAULT_RATEIN_TARGET, RATEIN_LOSS_NAMES, MIMeaning
 from ..networks.ssn import no_autocast
 from .dropout import DropoutHook, find_dropout_layers, resolve_dropout_sites
@@ -583,9 +591,10 @@ def _check_real(value: Any, name: str) -> None:
 
 def _check_controller(
     target_loss: float, p_init: float, lr: float, lr_decay: float, tol: float, max_iter: int, p_min: float,
-    p_max: float,
+    p_max: float, p_name: str = "p_init",
 ) -> None:
-    for name, value in (("target_loss", target_loss), ("p_init", p_init), ("lr", lr), ("lr_decay", lr_decay),
+    """Check the controller settings; ``p_name`` is what the caller calls the initial rate (``p`` for a layer)."""
+    for name, value in (("target_loss", target_loss), (p_name, p_init), ("lr", lr), ("lr_decay", lr_decay),
                         ("tol", tol), ("p_min", p_min), ("p_max", p_max)):
         _check_real(value, name)
     if not 0.0 <= float(target_loss) <= 1.0:
@@ -593,7 +602,7 @@ def _check_controller(
     if not 0.0 <= float(p_min) <= float(p_max) < 1.0:
         raise ValueError(f"need 0 <= p_min <= p_max < 1, got p_min={p_min}, p_max={p_max}")
     if not float(p_min) <= float(p_init) <= float(p_max):
-        raise ValueError(f"p_init must be in [p_min, p_max] = [{p_min}, {p_max}], got {p_init}")
+        raise ValueError(f"{p_name} must be in [p_min, p_max] = [{p_min}, {p_max}], got {p_init}")
     if not 0 < float(lr) < float("inf"):
         raise ValueError(f"lr must be positive and finite, got {lr}")
     if not 0.0 < float(lr_decay) <= 1.0:
@@ -602,6 +611,13 @@ def _check_controller(
         raise ValueError(f"tol must be positive and finite, got {tol}")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+
+
+def _check_layer_rate(p: Any, name: str) -> None:
+    """A layer's initial rate ``p`` (called ``name`` by the caller) must be a real number above 0."""
+    _check_real(p, name)
+    if not float(p) > 0:
+        raise ValueError(f"{name} (the initial rate) must be > 0, got {p}")
 
 
 def search_dropout_rate(
@@ -681,7 +697,7 @@ def search_dropout_rate(
     # says (``_mask_shape``), and on one voxel per channel ((B, C, 1, 1)) a channel mask is an element mask; so "mi"
     # means the element-wise estimator there: the Gaussian one would estimate a covariance from one voxel per input
     # and return NaN, and the rate would never move from ``p_init``
-    channelwise = bool(channelwise) and x.ndim >= 3 and x[0, 0].numel() >= 2
+    channelwise = check_bool(channelwise, "channelwise") and x.ndim >= 3 and x[0, 0].numel() >= 2
     if isinstance(loss, str) and loss == "ssim" and x.ndim not in (4, 5):
         raise ValueError(f"loss 'ssim' needs 2D or 3D feature maps x (B, C, H, W[, D]), got shape {tuple(x.shape)}; "
                          "use 'mi' or 'mse' on other maps")
@@ -824,12 +840,13 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         p_max: float = DEFAULT_P_MAX,
         draws: int = DEFAULT_DRAWS,
     ) -> None:
-        _check_real(p, "p")
-        super().__init__(p=float(p))
-        if not float(p) > 0:
-            raise ValueError(f"p (the initial rate) must be > 0, got {p}")
-        _check_controller(target_loss, p, lr, lr_decay, tol, max_iter, p_min, p_max)
+        # every setting checked under its own name before torch's check of p ("dropout probability has to be
+        # between 0 and 1"); found by hostile testing: p=0.95 was refused as "p_init must be in [p_min, p_max]"
+        _check_layer_rate(p, "p")
+        _check_controller(target_loss, p, lr, lr_decay, tol, max_iter, p_min, p_max, p_name="p")
+        check_bool(channelwise, "channelwise")
         get_information_loss(loss, channelwise)
+        super().__init__(p=float(p))
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
             raise ValueError(f"draws must be an integer >= 1, got {draws!r}")
         self.draws = draws
@@ -1044,8 +1061,12 @@ def _with_default_p(kwargs: dict[str, Any]) -> dict[str, Any]:
     """
     out = dict(kwargs)
     if "p" not in out:
-        target = float(out.get("target_loss", DEFAULT_TARGET))
-        out["p"] = _clip_rate(max(target, 0.05), out)
+        target = out.get("target_loss", DEFAULT_TARGET)
+        if isinstance(target, bool) or not isinstance(target, numbers.Real) or not 0.0 <= float(target) <= 1.0:
+            # found by hostile testing: target_loss=nan made p nan, refused as "p (the initial rate) must be > 0";
+            # the layer's own check names target_loss
+            target = DEFAULT_TARGET
+        out["p"] = _clip_rate(max(float(target), 0.05), out)
     return out
 
 
@@ -1473,8 +1494,12 @@ class RateInInferer(UncertaintyInferer):
             "max_iter": max_iter, "p_min": p_min, "p_max": p_max, "draws": draws,
         }
         if channelwise is not None:
-            layer_kwargs["channelwise"] = bool(channelwise)
+            layer_kwargs["channelwise"] = check_bool(channelwise, "channelwise")
         if p_init is not None:
+            # checked under the name given here: the layers call it p (found by hostile testing: p_init=0 was refused
+            # as "p (the initial rate) must be > 0")
+            _check_layer_rate(p_init, "p_init")
+            _check_controller(target_loss, p_init, lr, lr_decay, tol, max_iter, p_min, p_max)
             layer_kwargs["p"] = p_init
         self._refuse_sources(kwargs, "RateInInferer")
         source = RateInSource(num_samples, placement=placement, after=after, **layer_kwargs)

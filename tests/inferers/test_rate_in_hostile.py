@@ -3,6 +3,7 @@
 import collections
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -95,10 +96,46 @@ def test_inserted_default_rate_respects_p_min():
     assert remove_rate_in(net) == 1
 
 
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        # each refused under the name the caller gave (found by hostile testing): RateInDropout(p=0.95) said
+        # "p_init must be in [p_min, p_max]", RateInInferer(p_init=0) "p (the initial rate) must be > 0", and
+        # RateInInferer(target_loss=nan) "p (the initial rate) must be > 0, got nan" (the default p was derived from it)
+        (lambda: RateInDropout(p=0.95), r"^p must be in \[p_min, p_max\]"),
+        (lambda: RateInDropout(p=1.5), r"^p must be in \[p_min, p_max\]"),
+        (lambda: RateInInferer(num_samples=2, p_init=0), r"^p_init \(the initial rate\) must be > 0"),
+        (lambda: RateInInferer(num_samples=2, p_init=float("nan")), r"^p_init \(the initial rate\) must be > 0"),
+        (lambda: RateInInferer(num_samples=2, p_init=0.95), r"^p_init must be in \[p_min, p_max\]"),
+        (lambda: RateInInferer(num_samples=2, target_loss=float("nan")), r"^target_loss must be in \[0, 1\]"),
+        (lambda: RateInInferer(num_samples=2, target_loss=1.5), r"^target_loss must be in \[0, 1\]"),
+        (lambda: add_rate_in(_net(0.2), after=["0"], target_loss=float("nan")), r"^target_loss must be in \[0, 1\]"),
+    ],
+)
+def test_rate_settings_are_refused_under_the_name_given(make, expected):
+    with pytest.raises(ValueError, match=expected):
+        make()
+
+
+@pytest.mark.parametrize("bad", ["no", None, 1])
+def test_channelwise_must_be_a_bool(bad):
+    # found by hostile testing: channelwise="no" was taken as True (channel masks), None as False, without a word
+    if bad is not None:  # None: RateInInferer's "not given"
+        with pytest.raises(TypeError, match="channelwise must be True or False"):
+            RateInInferer(num_samples=2, channelwise=bad)
+    with pytest.raises(TypeError, match="channelwise must be True or False"):
+        RateInDropout(channelwise=bad)
+    with pytest.raises(TypeError, match="channelwise must be True or False"):
+        search_dropout_rate(torch.randn(1, 4, 5, 5), "mse", channelwise=bad)
+    with pytest.raises(TypeError, match="channelwise must be True or False"):
+        add_rate_in(_net(0.2), after=["0"], channelwise=bad)
+    assert RateInDropout(channelwise=np.bool_(False)).channelwise is False
+
+
 def test_explicit_initial_rate_outside_the_bounds_is_still_refused():
     with pytest.raises(ValueError, match="p_init"):
         RateInInferer(num_samples=2, p_min=0.5, p_init=0.1)
-    with pytest.raises(ValueError, match="p_init"):
+    with pytest.raises(ValueError, match=r"^p must be in \[p_min, p_max\]"):  # the argument given here is p
         convert_dropout_to_rate_in(_net(0.2), p=0.05, p_min=0.1)
 
 
