@@ -642,8 +642,9 @@ def search_dropout_rate(
     channels, as ``Dropout2d/3d``; otherwise element-wise), measures the mean of ``loss(x, keep * x)`` over them and,
     where ``|err| = |loss - target_loss| >= tol``, updates ``p <- clip(p - lr * err / (1 + |err|), p_min, p_max)``
     (too much information lost lowers the rate) and ``lr <- lr * lr_decay``. An input stops at ``|err| < tol``,
-    after ``max_iter`` iterations, or when its loss is undefined (NaN: constant map; the rate stays where it is,
-    ``p_init`` on a map undefined from the start, with a ``UserWarning``). The last
+    after ``max_iter`` iterations, or when its loss is undefined (NaN: constant map, or with ``validate=False`` a map
+    holding NaN or inf, which is not searched; the rate stays where it is, ``p_init`` on a map undefined from the
+    start, with a ``UserWarning``). The last
     iteration is measured at the final rate; of its draws, the mask whose own loss is nearest their mean is returned
     (the last of equals), so that the caller applies dropout that removes what the rate typically removes. A single
     draw can be far from that: with few channels a channel mask sometimes drops all of them, and the layers after
@@ -709,10 +710,16 @@ def search_dropout_rate(
     if hasattr(x, "as_tensor"):
         x = x.as_tensor()
     b, c, dev = x.shape[0], x.shape[1], x.device
+    # without ``validate``, an input whose map holds NaN or inf (an overflow inside the network) has an undefined loss
+    # and keeps p_init; it never reaches the loss (found by hostile testing: the default "mi" failed with a LinAlgError
+    # from the Gaussian estimate, the binned one with "bincount only supports non-negative inputs", for the whole
+    # batch)
+    finite = torch.isfinite(x.reshape(b, -1)).all(1)
     fast = None
     small_linalg: contextlib.AbstractContextManager = contextlib.nullcontext()
     if isinstance(loss, str) and _resolve_name(loss, channelwise) == "mi_gaussian" and channelwise:
-        sxx = _covariance(x)  # the only pass over the voxels
+        xf = x if bool(finite.all()) else torch.where(finite.view(-1, *([1] * (x.ndim - 1))), x, torch.zeros_like(x))
+        sxx = _covariance(xf)  # the only pass over the voxels
         small_linalg = _small_linalg(dev)
         with _small_linalg(dev):
             fast = _ChannelMaskGaussianMI(sxx, _GAUSSIAN_EPS)
@@ -742,11 +749,15 @@ def search_dropout_rate(
     iterations = torch.zeros(b, dtype=torch.int64, device=dev)
     converged = torch.zeros(b, dtype=torch.bool, device=dev)
     keep = torch.ones(_mask_shape(x, channelwise), dtype=x.dtype, device=dev)
-    active = torch.ones(b, dtype=torch.bool, device=dev)
+    active = finite.clone()
+    if not bool(finite.all()):  # a mask at p_init for the inputs not searched, as for every undefined loss
+        keep[~finite] = _draw_keep(x[~finite], rates[~finite], channelwise)
     step = float(lr)
     with small_linalg:  # C x C factorisations: threads only add synchronisation cost on CPU
         for it in range(max_iter):
             idx = active.nonzero().squeeze(1)
+            if idx.numel() == 0:
+                break
             all_active = idx.numel() == b
             xa = x if all_active else x[idx]
             ra = rates if all_active else rates[idx]
@@ -767,7 +778,7 @@ def search_dropout_rate(
     if bool(torch.isnan(losses).any()):
         warnings.warn(
             f"search_dropout_rate: the information loss ({_loss_name(loss)}) is undefined (NaN) for some input(s), "
-            f"e.g. a constant or all-zero feature map: the search stops there and keeps the rate it had (p_init="
+            f"e.g. a constant, all-zero or non-finite feature map: the search stops there and keeps the rate it had (p_init="
             f"{float(p_init)} where the loss is undefined from the start; see the result's losses)",
             UserWarning,
             stacklevel=2,

@@ -253,3 +253,26 @@ def test_rate_in_hook_samples_every_tensor_of_a_container_output(kind):
         assert bool(zeroed.any()) and not bool(zeroed.all())  # channelwise: some whole channels dropped
     if kind == "dict":
         assert dropped["n"] == 3
+
+
+@pytest.mark.parametrize("loss", ["mi", "mi_gaussian", "mi_binned", "ssim", "mse"])
+@pytest.mark.parametrize("channelwise", [True, False])
+def test_non_finite_maps_keep_the_initial_rate_without_validation(loss, channelwise):
+    # found by hostile testing: without validation (as inside a network, where an activation can overflow) the
+    # documented "a non-finite map gives a NaN loss and keeps p_init" failed for the default "mi" with a LinAlgError
+    # (Gaussian estimate) or "bincount only supports ... non-negative" (binned estimate), for the whole batch
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 6, 6)
+    x[0, 0, 0, 0] = float("nan")
+    x[2, 1, 2, 3] = float("inf")
+    with pytest.warns(UserWarning, match="non-finite"):
+        res = search_dropout_rate(x, loss, 0.2, channelwise=channelwise, validate=False, p_init=0.15)
+    assert res.rates[0] == 0.15 and res.rates[2] == 0.15
+    assert torch.isnan(res.losses[[0, 2]]).all() and (res.iterations[[0, 2]] == 0).all()
+    assert not res.converged[[0, 2]].any()
+    assert torch.isfinite(res.losses[1]) and res.iterations[1] >= 1 and res.rates[1] != 0.15
+    assert set(res.keep.unique().tolist()) <= {0.0, 1.0}
+    layer = RateInDropout(p=0.15, target_loss=0.2, loss=loss, channelwise=channelwise).train()
+    with pytest.warns(UserWarning, match="undefined"):
+        y = layer(x)
+    assert y.shape == x.shape and torch.isfinite(y[1]).all()
