@@ -778,8 +778,8 @@ def search_dropout_rate(
     if bool(torch.isnan(losses).any()):
         warnings.warn(
             f"search_dropout_rate: the information loss ({_loss_name(loss)}) is undefined (NaN) for some input(s), "
-            f"e.g. a constant, all-zero or non-finite feature map: the search stops there and keeps the rate it had (p_init="
-            f"{float(p_init)} where the loss is undefined from the start; see the result's losses)",
+            f"e.g. a constant, all-zero or non-finite feature map: the search stops there and keeps the rate it had "
+            f"(p_init={float(p_init)} where the loss is undefined from the start; see the result's losses)",
             UserWarning,
             stacklevel=2,
         )
