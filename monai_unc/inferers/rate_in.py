@@ -358,16 +358,22 @@ def _binned_mi(pre: torch.Tensor, post: torch.Tensor, bins: int) -> torch.Tensor
     b = pre.shape[0]
     a = pre.reshape(b, -1).double()
     y = post.reshape(b, -1).double()
-    lo = torch.minimum(a.amin(1), torch.zeros_like(a[:, 0])).unsqueeze(1)
-    hi = torch.maximum(a.amax(1), torch.zeros_like(a[:, 0])).unsqueeze(1)
+    # the bins span the range of pre; a value of post outside it (the erased zeros of a map whose range excludes 0)
+    # gets a bin of its own below or above it. Found by hostile testing: the bins spanned the range of pre and 0, so a
+    # map 5 + 0.05 u fell into one bin (loss NaN, "the feature map is constant", the rate stuck at p_init) and a map in
+    # [5, 6] used 11 of the 64 bins
+    lo = a.amin(1, keepdim=True)
+    hi = a.amax(1, keepdim=True)
     width = (hi - lo).clamp_min(torch.finfo(torch.float64).tiny)
 
     def label(v: torch.Tensor) -> torch.Tensor:
         return ((v - lo) / width * bins).floor().clamp(0, bins - 1).long()
 
-    offset = torch.arange(b, device=a.device).unsqueeze(1) * (bins * bins)
-    joint = torch.bincount((offset + label(a) * bins + label(y)).reshape(-1), minlength=b * bins * bins)
-    joint = joint.reshape(b, bins, bins).double() / a.shape[1]
+    ny = bins + 2
+    label_y = torch.where(y < lo, bins, torch.where(y > hi, bins + 1, label(y)))
+    offset = torch.arange(b, device=a.device).unsqueeze(1) * (bins * ny)
+    joint = torch.bincount((offset + label(a) * ny + label_y).reshape(-1), minlength=b * bins * ny)
+    joint = joint.reshape(b, bins, ny).double() / a.shape[1]
     px, py = joint.sum(2), joint.sum(1)
 
     def plogp(p: torch.Tensor) -> torch.Tensor:
@@ -395,7 +401,8 @@ def mutual_information_loss(
       channel-wise mask drops; a channel whose copy survives costs almost nothing. Cost: one ``2C x 2C``
       covariance (float64) per call.
     - ``estimator="binned"``: plug-in mutual information of the element values of ``pre`` and ``post`` binned on
-      ``bins`` equal-width bins over the range of ``pre`` (and 0), divided by the binned entropy of ``pre``.
+      ``bins`` equal-width bins over the range of ``pre`` (values of ``post`` below or above it, such as the erased
+      zeros of a map whose range excludes 0, in one more bin each), divided by the binned entropy of ``pre``.
 
     Zeevi et al. 2025 measure the loss by mutual information between the feature maps before and after dropout.
 

@@ -276,3 +276,41 @@ def test_non_finite_maps_keep_the_initial_rate_without_validation(loss, channelw
     with pytest.warns(UserWarning, match="undefined"):
         y = layer(x)
     assert y.shape == x.shape and torch.isfinite(y[1]).all()
+
+
+def _binned_loss_reference(pre: np.ndarray, post: np.ndarray, bins: int = 64) -> np.ndarray:
+    """1 - I(pre; post) / H(pre) with numpy: pre on ``bins`` equal-width bins over its range, post on the same
+    edges with one more bin below and one above (the erased zeros of a map whose range excludes 0)."""
+    out = []
+    for a, y in zip(pre.reshape(len(pre), -1), post.reshape(len(post), -1)):
+        edges = np.linspace(a.min(), a.max(), bins + 1)
+        y_edges = np.concatenate([[-np.inf], edges[:-1], [edges[-1], np.nextafter(edges[-1], np.inf), np.inf]])
+        joint, _, _ = np.histogram2d(a, y, bins=[edges, y_edges])
+        joint /= joint.sum()
+        px, py = joint.sum(1), joint.sum(0)
+        nz = joint > 0
+        mi = (joint[nz] * np.log(joint[nz] / np.outer(px, py)[nz])).sum()
+        hx = -(px[px > 0] * np.log(px[px > 0])).sum()
+        out.append(1 - mi / hx)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("offset", [0.0, 5.0, -5.0, 1e3])
+def test_binned_information_loss_of_a_map_away_from_zero(offset):
+    # found by hostile testing: the bins spanned the range of pre *and 0*, so the map 5 + 0.05 u (not constant) fell
+    # into one bin: loss NaN with "the feature map is constant", and Rate-In kept p_init; a map in [5, 6] used 11 of
+    # the 64 bins. The erased elements are a value of their own, whatever the offset of the map
+    torch.manual_seed(0)
+    base = 0.05 * torch.rand(2, 4, 8, 8, 8, dtype=torch.float64)
+    keep = (torch.rand(base.shape) > 0.3).double()
+    x = base + offset
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss = mutual_information_loss(x, x * keep, estimator="binned")
+    np.testing.assert_allclose(loss.numpy(), _binned_loss_reference(x.numpy(), (x * keep).numpy()), atol=1e-9)
+    if offset != 0.0:  # the erased value 0 is outside the range: the loss does not depend on where the map lies
+        shifted = base + 2 * offset
+        np.testing.assert_allclose(loss.numpy(), mutual_information_loss(shifted, shifted * keep,
+                                                                          estimator="binned").numpy(), atol=1e-9)
+        res = search_dropout_rate(x.float(), "mi", 0.2, channelwise=False)
+        assert torch.isfinite(res.losses).all() and res.converged.all()
