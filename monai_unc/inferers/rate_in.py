@@ -813,7 +813,9 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
 
     Active in training mode (``module.train()``; :func:`~monai_unc.inferers.dropout.enable_mc_dropout` switches it
     on like any dropout layer) and an identity in eval mode. After a search, ``rates`` ``(B,)``, ``last_search``
-    (:class:`RateSearchResult`) hold the outcome; neither is part of the ``state_dict``.
+    (:class:`RateSearchResult`) hold the outcome and ``searches`` counts the searches since :meth:`reset` (a layer
+    called at several places of one forward pass keeps the rates of its last call; :class:`RateInSource` warns);
+    none is part of the ``state_dict``.
 
     Args:
         p: initial rate of the search (``p_init``) and the rate used in ``"fixed"`` mode before any search; in
@@ -876,6 +878,7 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         self.p_min, self.p_max = float(p_min), float(p_max)
         self.rates: torch.Tensor | None = None
         self.last_search: RateSearchResult | None = None
+        self.searches = 0  # searches since the last reset (more than one per forward pass: a module used twice)
         self.replaced: nn.Module | None = None  # the dropout module this layer replaced (convert_dropout_to_rate_in)
 
     @property
@@ -912,6 +915,7 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         """Forget the last rates (``"fixed"`` mode falls back to ``p``)."""
         self.rates = None
         self.last_search = None
+        self.searches = 0
 
     def search(self, x: torch.Tensor) -> RateSearchResult:
         """Run the controller on ``x`` and store the rates; returns the :class:`RateSearchResult`."""
@@ -920,6 +924,7 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
             **self.controller(),
         )
         self.rates, self.last_search = res.rates, res
+        self.searches = getattr(self, "searches", 0) + 1
         return res
 
     def rate_in(self, x: torch.Tensor) -> torch.Tensor:
@@ -1411,6 +1416,18 @@ class RateInSource(SampleSource):
             raise ValueError(
                 f"none of the {len(layers)} Rate-In layer(s) ran in the forward pass (are they placed on modules the "
                 "network calls, on floating point tensors?)"
+            )
+        # found by hostile testing: one dropout module applied at several places of the forward pass (a common
+        # pattern) was searched at each place, but only the last search was kept, so the sampling passes applied the
+        # rates of the last place at every place, without a word
+        again = sorted({f"{name} ({layer.searches} times)" for name, layer in ran if layer.searches > 1})
+        if again:
+            warnings.warn(
+                f"Rate-In layer(s) called more than once in one forward pass: {again}; a layer keeps one rate per "
+                "input, that of its last call, and the samples apply it at every call. Give each place its own "
+                "dropout module for a rate per place",
+                UserWarning,
+                stacklevel=2,
             )
         if len(ran) < len(layers):
             idle = [name for name, layer in layers if layer.last_search is None]

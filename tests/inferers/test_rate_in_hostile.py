@@ -314,3 +314,29 @@ def test_binned_information_loss_of_a_map_away_from_zero(offset):
                                                                           estimator="binned").numpy(), atol=1e-9)
         res = search_dropout_rate(x.float(), "mi", 0.2, channelwise=False)
         assert torch.isfinite(res.losses).all() and res.converged.all()
+
+
+class _ReusedDropout(nn.Module):
+    """One dropout module applied after two convolutions (a common pattern)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.c2, self.c3 = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 2, 1)
+        self.drop = nn.Dropout2d(0.2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.drop(torch.relu(self.c1(x)))
+        return self.c3(self.drop(torch.relu(self.c2(x))))
+
+
+def test_a_dropout_module_called_twice_in_one_pass_is_warned_about():
+    # found by hostile testing: searched at both places, only the last search was kept and the samples applied its
+    # rates at both places, with one record and no word
+    torch.manual_seed(0)
+    net = _ReusedDropout().eval()
+    with pytest.warns(UserWarning, match=r"called more than once in one forward pass: \['drop \(2 times\)'\]"):
+        RateInInferer(num_samples=2, seed=0)(torch.rand(1, 1, 12, 12), net)
+    with warnings.catch_warnings():  # one call per pass: no such warning
+        warnings.simplefilter("error")
+        RateInInferer(num_samples=2, seed=0)(torch.rand(1, 1, 12, 12), _net(0.2))
+    assert isinstance(net.drop, nn.Dropout2d)
