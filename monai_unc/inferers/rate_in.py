@@ -224,7 +224,7 @@ def ssim_loss(
     Args:
         pre: feature map before dropout, ``(B, C, H, W)`` or ``(B, C, H, W, D)``.
         post: the same map after dropout.
-        kernel_size: SSIM window in voxels per axis.
+        kernel_size: SSIM window in voxels per axis, odd (as scikit-image's ``win_size``).
         kernel_sigma: standard deviation of the Gaussian window in voxels.
         kernel_type: ``"gaussian"`` or ``"uniform"``.
 
@@ -251,8 +251,9 @@ def ssim_loss(
         raise ValueError(f"ssim_loss needs 2D or 3D feature maps (B, C, H, W[, D]), got shape {tuple(a.shape)}")
     if kernel_type not in ("gaussian", "uniform"):
         raise ValueError(f"kernel_type must be 'gaussian' or 'uniform', got {kernel_type!r}")
-    if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1:
-        raise ValueError(f"kernel_size must be a positive integer, got {kernel_size!r}")
+    if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+        # found by hostile testing: kernel_size=4 was used as 3 without a word (a window needs a centre voxel)
+        raise ValueError(f"kernel_size must be a positive odd integer, got {kernel_size!r}")
     if not kernel_sigma > 0:
         raise ValueError(f"kernel_sigma must be positive, got {kernel_sigma}")
     return _finish(_ssim(a, b, kernel_size, kernel_sigma, kernel_type), pre, "ssim_loss")

@@ -340,3 +340,11 @@ def test_a_dropout_module_called_twice_in_one_pass_is_warned_about():
         warnings.simplefilter("error")
         RateInInferer(num_samples=2, seed=0)(torch.rand(1, 1, 12, 12), _net(0.2))
     assert isinstance(net.drop, nn.Dropout2d)
+
+
+@pytest.mark.parametrize("bad", [4, 2, 0, -3, 3.0, True])
+def test_ssim_window_must_be_a_positive_odd_integer(bad):
+    # found by hostile testing: kernel_size=4 was used as 3 without a word (scikit-image refuses an even win_size)
+    x = torch.randn(1, 2, 16, 16)
+    with pytest.raises(ValueError, match="kernel_size must be a positive odd integer"):
+        ssim_loss(x, x * 0.5, kernel_size=bad)
