@@ -254,8 +254,7 @@ def ssim_loss(
     if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
         # found by hostile testing: kernel_size=4 was used as 3 without a word (a window needs a centre voxel)
         raise ValueError(f"kernel_size must be a positive odd integer, got {kernel_size!r}")
-    if not kernel_sigma > 0:
-        raise ValueError(f"kernel_sigma must be positive, got {kernel_sigma}")
+    _check_positive_finite(kernel_sigma, "kernel_sigma")
     return _finish(_ssim(a, b, kernel_size, kernel_sigma, kernel_type), pre, "ssim_loss")
 
 
@@ -431,8 +430,7 @@ def mutual_information_loss(
     """
     a, b = _pair(pre, post)
     if estimator == "gaussian":
-        if not eps > 0:
-            raise ValueError(f"eps must be positive, got {eps}")
+        _check_positive_finite(eps, "eps")
         _check_voxels(a, "pre")
         loss = _gaussian_mi(a, b, float(eps))
     elif estimator == "binned":
@@ -442,6 +440,14 @@ def mutual_information_loss(
     else:
         raise ValueError(f"estimator must be 'gaussian' or 'binned', got {estimator!r}")
     return _finish(loss, pre, "mutual_information_loss")
+
+
+def _check_positive_finite(value: Any, name: str) -> None:
+    """A positive finite real number (found by hostile testing: ``eps=True`` was read as 1, ``eps=inf`` failed in
+    LAPACK, ``kernel_sigma="1.5"`` with "'>' not supported between 'str' and 'int'")."""
+    _check_real(value, name)
+    if not 0 < float(value) < float("inf"):
+        raise ValueError(f"{name} must be positive and finite, got {value}")
 
 
 def _check_voxels(x: torch.Tensor, name: str) -> None:
@@ -611,12 +617,10 @@ def _check_controller(
         raise ValueError(f"need 0 <= p_min <= p_max < 1, got p_min={p_min}, p_max={p_max}")
     if not float(p_min) <= float(p_init) <= float(p_max):
         raise ValueError(f"{p_name} must be in [p_min, p_max] = [{p_min}, {p_max}], got {p_init}")
-    if not 0 < float(lr) < float("inf"):
-        raise ValueError(f"lr must be positive and finite, got {lr}")
+    _check_positive_finite(lr, "lr")
     if not 0.0 < float(lr_decay) <= 1.0:
         raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}")
-    if not 0 < float(tol) < float("inf"):
-        raise ValueError(f"tol must be positive and finite, got {tol}")
+    _check_positive_finite(tol, "tol")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
 

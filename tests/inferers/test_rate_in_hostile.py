@@ -348,3 +348,15 @@ def test_ssim_window_must_be_a_positive_odd_integer(bad):
     x = torch.randn(1, 2, 16, 16)
     with pytest.raises(ValueError, match="kernel_size must be a positive odd integer"):
         ssim_loss(x, x * 0.5, kernel_size=bad)
+
+
+@pytest.mark.parametrize(("bad", "error"), [(True, TypeError), ("0.1", TypeError), (float("inf"), ValueError),
+                                            (float("nan"), ValueError), (0.0, ValueError)])
+def test_loss_settings_must_be_positive_finite_numbers(bad, error):
+    # found by hostile testing: eps=True / kernel_sigma=True were read as 1, eps=inf failed inside LAPACK and "0.1"
+    # with "'>' not supported between instances of 'str' and 'int'"
+    x = torch.randn(1, 4, 8, 8)
+    with pytest.raises(error, match="eps must be"):
+        mutual_information_loss(x, x * 0.5, eps=bad)
+    with pytest.raises(error, match="kernel_sigma must be"):
+        ssim_loss(x, x * 0.5, kernel_sigma=bad)
