@@ -443,8 +443,11 @@ def mutual_information_loss(
 
 
 def _check_positive_finite(value: Any, name: str) -> None:
-    """A positive finite real number (found by hostile testing: ``eps=True`` was read as 1, ``eps=inf`` failed in
-    LAPACK, ``kernel_sigma="1.5"`` with "'>' not supported between 'str' and 'int'")."""
+    """``TypeError`` / ``ValueError`` naming ``name`` unless ``value`` is a positive finite real number.
+
+    Found by hostile testing: ``eps=True`` was read as 1, ``eps=inf`` failed in LAPACK, ``kernel_sigma="1.5"`` with
+    "'>' not supported between 'str' and 'int'".
+    """
     _check_real(value, name)
     if not 0 < float(value) < float("inf"):
         raise ValueError(f"{name} must be positive and finite, got {value}")
