@@ -28,6 +28,7 @@ __all__ = [
     "DROPOUT_TOKENS",
     "SAMPLES_TOKENS",
     "DEFAULT_RATEIN_TARGET",
+    "RATEIN_LOSS_NAMES",
     "DEFAULT_OVERLAP",
     "method_tokens",
     "canonical_method",
@@ -166,6 +167,9 @@ SAMPLES_TOKENS: frozenset[str] = DROPOUT_TOKENS | {"ssn"}
 #: Rate-In's default target information loss (``--ratein-target``, ``RateInSource(target_loss=)``); under a method
 #: without ``ratein`` the option is unused, and a recorded value is compared as this one
 DEFAULT_RATEIN_TARGET: float = 0.1
+#: the information-loss names Rate-In accepts (``RateInInferer(loss=)``, ``nnunet-predict --rate_in_loss``); the one
+#: place they are spelt out
+RATEIN_LOSS_NAMES: tuple[str, ...] = ("mi", "mi_gaussian", "mi_binned", "ssim", "mse")
 #: the sliding window's default overlap (``monai-unc infer --overlap``); without ``--roi`` no window slides and another
 #: value is refused
 DEFAULT_OVERLAP: float = 0.25

@@ -42,8 +42,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._utils import ArrayLike, check_finite, like_input, plain_module, recompile_after_hooks, to_tensor
-from ..keys import DEFAULT_RATEIN_TARGET, MIMeaning
+from .._utils import (
+    ArrayLike,
+    check_bool,
+    check_finite,
+    like_input,
+    plain_module,
+    recompile_after_hooks,
+    to_tensor,
+)
+from ..keys import DEFAULT_RATEIN_TARGET, RATEIN_LOSS_NAMES, MIMeaning
 from ..networks.ssn import no_autocast
 from .dropout import DropoutHook, find_dropout_layers, resolve_dropout_sites
 from .sampling import Predictor, SampleSource, UncertaintyInferer
@@ -216,7 +224,7 @@ def ssim_loss(
     Args:
         pre: feature map before dropout, ``(B, C, H, W)`` or ``(B, C, H, W, D)``.
         post: the same map after dropout.
-        kernel_size: SSIM window in voxels per axis.
+        kernel_size: SSIM window in voxels per axis, odd (as scikit-image's ``win_size``).
         kernel_sigma: standard deviation of the Gaussian window in voxels.
         kernel_type: ``"gaussian"`` or ``"uniform"``.
 
@@ -243,10 +251,10 @@ def ssim_loss(
         raise ValueError(f"ssim_loss needs 2D or 3D feature maps (B, C, H, W[, D]), got shape {tuple(a.shape)}")
     if kernel_type not in ("gaussian", "uniform"):
         raise ValueError(f"kernel_type must be 'gaussian' or 'uniform', got {kernel_type!r}")
-    if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1:
-        raise ValueError(f"kernel_size must be a positive integer, got {kernel_size!r}")
-    if not kernel_sigma > 0:
-        raise ValueError(f"kernel_sigma must be positive, got {kernel_sigma}")
+    if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+        # found by hostile testing: kernel_size=4 was used as 3 without a word (a window needs a centre voxel)
+        raise ValueError(f"kernel_size must be a positive odd integer, got {kernel_size!r}")
+    _check_positive_finite(kernel_sigma, "kernel_sigma")
     return _finish(_ssim(a, b, kernel_size, kernel_sigma, kernel_type), pre, "ssim_loss")
 
 
@@ -350,16 +358,22 @@ def _binned_mi(pre: torch.Tensor, post: torch.Tensor, bins: int) -> torch.Tensor
     b = pre.shape[0]
     a = pre.reshape(b, -1).double()
     y = post.reshape(b, -1).double()
-    lo = torch.minimum(a.amin(1), torch.zeros_like(a[:, 0])).unsqueeze(1)
-    hi = torch.maximum(a.amax(1), torch.zeros_like(a[:, 0])).unsqueeze(1)
+    # the bins span the range of pre; a value of post outside it (the erased zeros of a map whose range excludes 0)
+    # gets a bin of its own below or above it. Found by hostile testing: the bins spanned the range of pre and 0, so a
+    # map 5 + 0.05 u fell into one bin (loss NaN, "the feature map is constant", the rate stuck at p_init) and a map in
+    # [5, 6] used 11 of the 64 bins
+    lo = a.amin(1, keepdim=True)
+    hi = a.amax(1, keepdim=True)
     width = (hi - lo).clamp_min(torch.finfo(torch.float64).tiny)
 
     def label(v: torch.Tensor) -> torch.Tensor:
         return ((v - lo) / width * bins).floor().clamp(0, bins - 1).long()
 
-    offset = torch.arange(b, device=a.device).unsqueeze(1) * (bins * bins)
-    joint = torch.bincount((offset + label(a) * bins + label(y)).reshape(-1), minlength=b * bins * bins)
-    joint = joint.reshape(b, bins, bins).double() / a.shape[1]
+    ny = bins + 2
+    label_y = torch.where(y < lo, bins, torch.where(y > hi, bins + 1, label(y)))
+    offset = torch.arange(b, device=a.device).unsqueeze(1) * (bins * ny)
+    joint = torch.bincount((offset + label(a) * ny + label_y).reshape(-1), minlength=b * bins * ny)
+    joint = joint.reshape(b, bins, ny).double() / a.shape[1]
     px, py = joint.sum(2), joint.sum(1)
 
     def plogp(p: torch.Tensor) -> torch.Tensor:
@@ -387,7 +401,8 @@ def mutual_information_loss(
       channel-wise mask drops; a channel whose copy survives costs almost nothing. Cost: one ``2C x 2C``
       covariance (float64) per call.
     - ``estimator="binned"``: plug-in mutual information of the element values of ``pre`` and ``post`` binned on
-      ``bins`` equal-width bins over the range of ``pre`` (and 0), divided by the binned entropy of ``pre``.
+      ``bins`` equal-width bins over the range of ``pre`` (values of ``post`` below or above it, such as the erased
+      zeros of a map whose range excludes 0, in one more bin each), divided by the binned entropy of ``pre``.
 
     Zeevi et al. 2025 measure the loss by mutual information between the feature maps before and after dropout.
 
@@ -415,8 +430,7 @@ def mutual_information_loss(
     """
     a, b = _pair(pre, post)
     if estimator == "gaussian":
-        if not eps > 0:
-            raise ValueError(f"eps must be positive, got {eps}")
+        _check_positive_finite(eps, "eps")
         _check_voxels(a, "pre")
         loss = _gaussian_mi(a, b, float(eps))
     elif estimator == "binned":
@@ -426,6 +440,17 @@ def mutual_information_loss(
     else:
         raise ValueError(f"estimator must be 'gaussian' or 'binned', got {estimator!r}")
     return _finish(loss, pre, "mutual_information_loss")
+
+
+def _check_positive_finite(value: Any, name: str) -> None:
+    """``TypeError`` / ``ValueError`` naming ``name`` unless ``value`` is a positive finite real number.
+
+    Found by hostile testing: ``eps=True`` was read as 1, ``eps=inf`` failed in LAPACK, ``kernel_sigma="1.5"`` with
+    "'>' not supported between 'str' and 'int'".
+    """
+    _check_real(value, name)
+    if not 0 < float(value) < float("inf"):
+        raise ValueError(f"{name} must be positive and finite, got {value}")
 
 
 def _check_voxels(x: torch.Tensor, name: str) -> None:
@@ -446,7 +471,7 @@ _FAST_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = 
 }
 _GAUSSIAN_EPS = 1e-3
 #: loss names accepted by the Rate-In layers and inferer
-LOSS_NAMES = ("mi", "mi_gaussian", "mi_binned", "ssim", "mse")
+LOSS_NAMES = RATEIN_LOSS_NAMES
 
 
 def _resolve_name(loss: str, channelwise: bool) -> str:
@@ -583,9 +608,10 @@ def _check_real(value: Any, name: str) -> None:
 
 def _check_controller(
     target_loss: float, p_init: float, lr: float, lr_decay: float, tol: float, max_iter: int, p_min: float,
-    p_max: float,
+    p_max: float, p_name: str = "p_init",
 ) -> None:
-    for name, value in (("target_loss", target_loss), ("p_init", p_init), ("lr", lr), ("lr_decay", lr_decay),
+    """Check the controller settings; ``p_name`` is what the caller calls the initial rate (``p`` for a layer)."""
+    for name, value in (("target_loss", target_loss), (p_name, p_init), ("lr", lr), ("lr_decay", lr_decay),
                         ("tol", tol), ("p_min", p_min), ("p_max", p_max)):
         _check_real(value, name)
     if not 0.0 <= float(target_loss) <= 1.0:
@@ -593,15 +619,20 @@ def _check_controller(
     if not 0.0 <= float(p_min) <= float(p_max) < 1.0:
         raise ValueError(f"need 0 <= p_min <= p_max < 1, got p_min={p_min}, p_max={p_max}")
     if not float(p_min) <= float(p_init) <= float(p_max):
-        raise ValueError(f"p_init must be in [p_min, p_max] = [{p_min}, {p_max}], got {p_init}")
-    if not 0 < float(lr) < float("inf"):
-        raise ValueError(f"lr must be positive and finite, got {lr}")
+        raise ValueError(f"{p_name} must be in [p_min, p_max] = [{p_min}, {p_max}], got {p_init}")
+    _check_positive_finite(lr, "lr")
     if not 0.0 < float(lr_decay) <= 1.0:
         raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}")
-    if not 0 < float(tol) < float("inf"):
-        raise ValueError(f"tol must be positive and finite, got {tol}")
+    _check_positive_finite(tol, "tol")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+
+
+def _check_layer_rate(p: Any, name: str) -> None:
+    """A layer's initial rate ``p`` (called ``name`` by the caller) must be a real number above 0."""
+    _check_real(p, name)
+    if not float(p) > 0:
+        raise ValueError(f"{name} (the initial rate) must be > 0, got {p}")
 
 
 def search_dropout_rate(
@@ -626,8 +657,9 @@ def search_dropout_rate(
     channels, as ``Dropout2d/3d``; otherwise element-wise), measures the mean of ``loss(x, keep * x)`` over them and,
     where ``|err| = |loss - target_loss| >= tol``, updates ``p <- clip(p - lr * err / (1 + |err|), p_min, p_max)``
     (too much information lost lowers the rate) and ``lr <- lr * lr_decay``. An input stops at ``|err| < tol``,
-    after ``max_iter`` iterations, or when its loss is undefined (NaN: constant map; the rate stays where it is,
-    ``p_init`` on a map undefined from the start, with a ``UserWarning``). The last
+    after ``max_iter`` iterations, or when its loss is undefined (NaN: constant map, or with ``validate=False`` a map
+    holding NaN or inf, which is not searched; the rate stays where it is, ``p_init`` on a map undefined from the
+    start, with a ``UserWarning``). The last
     iteration is measured at the final rate; of its draws, the mask whose own loss is nearest their mean is returned
     (the last of equals), so that the caller applies dropout that removes what the rate typically removes. A single
     draw can be far from that: with few channels a channel mask sometimes drops all of them, and the layers after
@@ -681,7 +713,7 @@ def search_dropout_rate(
     # says (``_mask_shape``), and on one voxel per channel ((B, C, 1, 1)) a channel mask is an element mask; so "mi"
     # means the element-wise estimator there: the Gaussian one would estimate a covariance from one voxel per input
     # and return NaN, and the rate would never move from ``p_init``
-    channelwise = bool(channelwise) and x.ndim >= 3 and x[0, 0].numel() >= 2
+    channelwise = check_bool(channelwise, "channelwise") and x.ndim >= 3 and x[0, 0].numel() >= 2
     if isinstance(loss, str) and loss == "ssim" and x.ndim not in (4, 5):
         raise ValueError(f"loss 'ssim' needs 2D or 3D feature maps x (B, C, H, W[, D]), got shape {tuple(x.shape)}; "
                          "use 'mi' or 'mse' on other maps")
@@ -693,10 +725,16 @@ def search_dropout_rate(
     if hasattr(x, "as_tensor"):
         x = x.as_tensor()
     b, c, dev = x.shape[0], x.shape[1], x.device
+    # without ``validate``, an input whose map holds NaN or inf (an overflow inside the network) has an undefined loss
+    # and keeps p_init; it never reaches the loss (found by hostile testing: the default "mi" failed with a LinAlgError
+    # from the Gaussian estimate, the binned one with "bincount only supports non-negative inputs", for the whole
+    # batch)
+    finite = torch.isfinite(x.reshape(b, -1)).all(1)
     fast = None
     small_linalg: contextlib.AbstractContextManager = contextlib.nullcontext()
     if isinstance(loss, str) and _resolve_name(loss, channelwise) == "mi_gaussian" and channelwise:
-        sxx = _covariance(x)  # the only pass over the voxels
+        xf = x if bool(finite.all()) else torch.where(finite.view(-1, *([1] * (x.ndim - 1))), x, torch.zeros_like(x))
+        sxx = _covariance(xf)  # the only pass over the voxels
         small_linalg = _small_linalg(dev)
         with _small_linalg(dev):
             fast = _ChannelMaskGaussianMI(sxx, _GAUSSIAN_EPS)
@@ -726,11 +764,15 @@ def search_dropout_rate(
     iterations = torch.zeros(b, dtype=torch.int64, device=dev)
     converged = torch.zeros(b, dtype=torch.bool, device=dev)
     keep = torch.ones(_mask_shape(x, channelwise), dtype=x.dtype, device=dev)
-    active = torch.ones(b, dtype=torch.bool, device=dev)
+    active = finite.clone()
+    if not bool(finite.all()):  # a mask at p_init for the inputs not searched, as for every undefined loss
+        keep[~finite] = _draw_keep(x[~finite], rates[~finite], channelwise)
     step = float(lr)
     with small_linalg:  # C x C factorisations: threads only add synchronisation cost on CPU
         for it in range(max_iter):
             idx = active.nonzero().squeeze(1)
+            if idx.numel() == 0:
+                break
             all_active = idx.numel() == b
             xa = x if all_active else x[idx]
             ra = rates if all_active else rates[idx]
@@ -751,8 +793,8 @@ def search_dropout_rate(
     if bool(torch.isnan(losses).any()):
         warnings.warn(
             f"search_dropout_rate: the information loss ({_loss_name(loss)}) is undefined (NaN) for some input(s), "
-            f"e.g. a constant or all-zero feature map: the search stops there and keeps the rate it had (p_init="
-            f"{float(p_init)} where the loss is undefined from the start; see the result's losses)",
+            f"e.g. a constant, all-zero or non-finite feature map: the search stops there and keeps the rate it had "
+            f"(p_init={float(p_init)} where the loss is undefined from the start; see the result's losses)",
             UserWarning,
             stacklevel=2,
         )
@@ -779,7 +821,9 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
 
     Active in training mode (``module.train()``; :func:`~monai_unc.inferers.dropout.enable_mc_dropout` switches it
     on like any dropout layer) and an identity in eval mode. After a search, ``rates`` ``(B,)``, ``last_search``
-    (:class:`RateSearchResult`) hold the outcome; neither is part of the ``state_dict``.
+    (:class:`RateSearchResult`) hold the outcome and ``searches`` counts the searches since :meth:`reset` (a layer
+    called at several places of one forward pass keeps the rates of its last call; :class:`RateInSource` warns);
+    none is part of the ``state_dict``.
 
     Args:
         p: initial rate of the search (``p_init``) and the rate used in ``"fixed"`` mode before any search; in
@@ -824,12 +868,13 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         p_max: float = DEFAULT_P_MAX,
         draws: int = DEFAULT_DRAWS,
     ) -> None:
-        _check_real(p, "p")
-        super().__init__(p=float(p))
-        if not float(p) > 0:
-            raise ValueError(f"p (the initial rate) must be > 0, got {p}")
-        _check_controller(target_loss, p, lr, lr_decay, tol, max_iter, p_min, p_max)
+        # every setting checked under its own name before torch's check of p ("dropout probability has to be
+        # between 0 and 1"); found by hostile testing: p=0.95 was refused as "p_init must be in [p_min, p_max]"
+        _check_layer_rate(p, "p")
+        _check_controller(target_loss, p, lr, lr_decay, tol, max_iter, p_min, p_max, p_name="p")
+        check_bool(channelwise, "channelwise")
         get_information_loss(loss, channelwise)
+        super().__init__(p=float(p))
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
             raise ValueError(f"draws must be an integer >= 1, got {draws!r}")
         self.draws = draws
@@ -841,6 +886,7 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         self.p_min, self.p_max = float(p_min), float(p_max)
         self.rates: torch.Tensor | None = None
         self.last_search: RateSearchResult | None = None
+        self.searches = 0  # searches since the last reset (more than one per forward pass: a module used twice)
         self.replaced: nn.Module | None = None  # the dropout module this layer replaced (convert_dropout_to_rate_in)
 
     @property
@@ -877,6 +923,7 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         """Forget the last rates (``"fixed"`` mode falls back to ``p``)."""
         self.rates = None
         self.last_search = None
+        self.searches = 0
 
     def search(self, x: torch.Tensor) -> RateSearchResult:
         """Run the controller on ``x`` and store the rates; returns the :class:`RateSearchResult`."""
@@ -885,6 +932,7 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
             **self.controller(),
         )
         self.rates, self.last_search = res.rates, res
+        self.searches = getattr(self, "searches", 0) + 1
         return res
 
     def rate_in(self, x: torch.Tensor) -> torch.Tensor:
@@ -1044,8 +1092,12 @@ def _with_default_p(kwargs: dict[str, Any]) -> dict[str, Any]:
     """
     out = dict(kwargs)
     if "p" not in out:
-        target = float(out.get("target_loss", DEFAULT_TARGET))
-        out["p"] = _clip_rate(max(target, 0.05), out)
+        target = out.get("target_loss", DEFAULT_TARGET)
+        if isinstance(target, bool) or not isinstance(target, numbers.Real) or not 0.0 <= float(target) <= 1.0:
+            # found by hostile testing: target_loss=nan made p nan, refused as "p (the initial rate) must be > 0";
+            # the layer's own check names target_loss
+            target = DEFAULT_TARGET
+        out["p"] = _clip_rate(max(float(target), 0.05), out)
     return out
 
 
@@ -1373,6 +1425,18 @@ class RateInSource(SampleSource):
                 f"none of the {len(layers)} Rate-In layer(s) ran in the forward pass (are they placed on modules the "
                 "network calls, on floating point tensors?)"
             )
+        # found by hostile testing: one dropout module applied at several places of the forward pass (a common
+        # pattern) was searched at each place, but only the last search was kept, so the sampling passes applied the
+        # rates of the last place at every place, without a word
+        again = sorted({f"{name} ({layer.searches} times)" for name, layer in ran if layer.searches > 1})
+        if again:
+            warnings.warn(
+                f"Rate-In layer(s) called more than once in one forward pass: {again}; a layer keeps one rate per "
+                "input, that of its last call, and the samples apply it at every call. Give each place its own "
+                "dropout module for a rate per place",
+                UserWarning,
+                stacklevel=2,
+            )
         if len(ran) < len(layers):
             idle = [name for name, layer in layers if layer.last_search is None]
             warnings.warn(f"Rate-In layers not reached by the forward pass keep their initial rate: {idle}",
@@ -1473,8 +1537,12 @@ class RateInInferer(UncertaintyInferer):
             "max_iter": max_iter, "p_min": p_min, "p_max": p_max, "draws": draws,
         }
         if channelwise is not None:
-            layer_kwargs["channelwise"] = bool(channelwise)
+            layer_kwargs["channelwise"] = check_bool(channelwise, "channelwise")
         if p_init is not None:
+            # checked under the name given here: the layers call it p (found by hostile testing: p_init=0 was refused
+            # as "p (the initial rate) must be > 0")
+            _check_layer_rate(p_init, "p_init")
+            _check_controller(target_loss, p_init, lr, lr_decay, tol, max_iter, p_min, p_max)
             layer_kwargs["p"] = p_init
         self._refuse_sources(kwargs, "RateInInferer")
         source = RateInSource(num_samples, placement=placement, after=after, **layer_kwargs)

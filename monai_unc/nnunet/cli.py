@@ -22,7 +22,7 @@ import os
 import sys
 import tempfile
 
-from monai_unc.keys import DEFAULT_MEASURES, check_dicom_options, sample_batch_size_value
+from monai_unc.keys import DEFAULT_MEASURES, RATEIN_LOSS_NAMES, check_dicom_options, sample_batch_size_value
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES
 
 __all__ = ["add_parser", "run", "check_predict_flags", "check_device", "stage_dicom_input", "PREDICT_COMMAND",
@@ -110,7 +110,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     u.add_argument("--seed", type=int, default=None, help="seed for the dropout masks")
     u.add_argument("--rate_in_target", type=float, default=None,
                    help="Rate-In: information loss per layer to reach (default 0.1)")
-    u.add_argument("--rate_in_loss", default=None, help="Rate-In: information loss, mi (default), ssim or mse")
+    u.add_argument("--rate_in_loss", default=None, choices=RATEIN_LOSS_NAMES,
+                   help=f"Rate-In: information loss, one of {', '.join(RATEIN_LOSS_NAMES)} (default mi)")
     d = p.add_argument_group("DICOM (the dicom extra; docs/dicom.md)")
     d.add_argument("--output-format", default="nifti", choices=("nifti", "dicom", "both"),
                    help="nifti (default): nnU-Net's files; both: also each case's DICOM SEG, FRACTIONAL SEG (with "

@@ -3,6 +3,7 @@
 import collections
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -95,10 +96,46 @@ def test_inserted_default_rate_respects_p_min():
     assert remove_rate_in(net) == 1
 
 
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        # each refused under the name the caller gave (found by hostile testing): RateInDropout(p=0.95) said
+        # "p_init must be in [p_min, p_max]", RateInInferer(p_init=0) "p (the initial rate) must be > 0", and
+        # RateInInferer(target_loss=nan) "p (the initial rate) must be > 0, got nan" (the default p was derived from it)
+        (lambda: RateInDropout(p=0.95), r"^p must be in \[p_min, p_max\]"),
+        (lambda: RateInDropout(p=1.5), r"^p must be in \[p_min, p_max\]"),
+        (lambda: RateInInferer(num_samples=2, p_init=0), r"^p_init \(the initial rate\) must be > 0"),
+        (lambda: RateInInferer(num_samples=2, p_init=float("nan")), r"^p_init \(the initial rate\) must be > 0"),
+        (lambda: RateInInferer(num_samples=2, p_init=0.95), r"^p_init must be in \[p_min, p_max\]"),
+        (lambda: RateInInferer(num_samples=2, target_loss=float("nan")), r"^target_loss must be in \[0, 1\]"),
+        (lambda: RateInInferer(num_samples=2, target_loss=1.5), r"^target_loss must be in \[0, 1\]"),
+        (lambda: add_rate_in(_net(0.2), after=["0"], target_loss=float("nan")), r"^target_loss must be in \[0, 1\]"),
+    ],
+)
+def test_rate_settings_are_refused_under_the_name_given(make, expected):
+    with pytest.raises(ValueError, match=expected):
+        make()
+
+
+@pytest.mark.parametrize("bad", ["no", None, 1])
+def test_channelwise_must_be_a_bool(bad):
+    # found by hostile testing: channelwise="no" was taken as True (channel masks), None as False, without a word
+    if bad is not None:  # None: RateInInferer's "not given"
+        with pytest.raises(TypeError, match="channelwise must be True or False"):
+            RateInInferer(num_samples=2, channelwise=bad)
+    with pytest.raises(TypeError, match="channelwise must be True or False"):
+        RateInDropout(channelwise=bad)
+    with pytest.raises(TypeError, match="channelwise must be True or False"):
+        search_dropout_rate(torch.randn(1, 4, 5, 5), "mse", channelwise=bad)
+    with pytest.raises(TypeError, match="channelwise must be True or False"):
+        add_rate_in(_net(0.2), after=["0"], channelwise=bad)
+    assert RateInDropout(channelwise=np.bool_(False)).channelwise is False
+
+
 def test_explicit_initial_rate_outside_the_bounds_is_still_refused():
     with pytest.raises(ValueError, match="p_init"):
         RateInInferer(num_samples=2, p_min=0.5, p_init=0.1)
-    with pytest.raises(ValueError, match="p_init"):
+    with pytest.raises(ValueError, match=r"^p must be in \[p_min, p_max\]"):  # the argument given here is p
         convert_dropout_to_rate_in(_net(0.2), p=0.05, p_min=0.1)
 
 
@@ -216,3 +253,110 @@ def test_rate_in_hook_samples_every_tensor_of_a_container_output(kind):
         assert bool(zeroed.any()) and not bool(zeroed.all())  # channelwise: some whole channels dropped
     if kind == "dict":
         assert dropped["n"] == 3
+
+
+@pytest.mark.parametrize("loss", ["mi", "mi_gaussian", "mi_binned", "ssim", "mse"])
+@pytest.mark.parametrize("channelwise", [True, False])
+def test_non_finite_maps_keep_the_initial_rate_without_validation(loss, channelwise):
+    # found by hostile testing: without validation (as inside a network, where an activation can overflow) the
+    # documented "a non-finite map gives a NaN loss and keeps p_init" failed for the default "mi" with a LinAlgError
+    # (Gaussian estimate) or "bincount only supports ... non-negative" (binned estimate), for the whole batch
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 6, 6)
+    x[0, 0, 0, 0] = float("nan")
+    x[2, 1, 2, 3] = float("inf")
+    with pytest.warns(UserWarning, match="non-finite"):
+        res = search_dropout_rate(x, loss, 0.2, channelwise=channelwise, validate=False, p_init=0.15)
+    assert res.rates[0] == 0.15 and res.rates[2] == 0.15
+    assert torch.isnan(res.losses[[0, 2]]).all() and (res.iterations[[0, 2]] == 0).all()
+    assert not res.converged[[0, 2]].any()
+    assert torch.isfinite(res.losses[1]) and res.iterations[1] >= 1 and res.rates[1] != 0.15
+    assert set(res.keep.unique().tolist()) <= {0.0, 1.0}
+    layer = RateInDropout(p=0.15, target_loss=0.2, loss=loss, channelwise=channelwise).train()
+    with pytest.warns(UserWarning, match="undefined"):
+        y = layer(x)
+    assert y.shape == x.shape and torch.isfinite(y[1]).all()
+
+
+def _binned_loss_reference(pre: np.ndarray, post: np.ndarray, bins: int = 64) -> np.ndarray:
+    """1 - I(pre; post) / H(pre) with numpy: pre on ``bins`` equal-width bins over its range, post on the same
+    edges with one more bin below and one above (the erased zeros of a map whose range excludes 0)."""
+    out = []
+    for a, y in zip(pre.reshape(len(pre), -1), post.reshape(len(post), -1)):
+        edges = np.linspace(a.min(), a.max(), bins + 1)
+        y_edges = np.concatenate([[-np.inf], edges[:-1], [edges[-1], np.nextafter(edges[-1], np.inf), np.inf]])
+        joint, _, _ = np.histogram2d(a, y, bins=[edges, y_edges])
+        joint /= joint.sum()
+        px, py = joint.sum(1), joint.sum(0)
+        nz = joint > 0
+        mi = (joint[nz] * np.log(joint[nz] / np.outer(px, py)[nz])).sum()
+        hx = -(px[px > 0] * np.log(px[px > 0])).sum()
+        out.append(1 - mi / hx)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("offset", [0.0, 5.0, -5.0, 1e3])
+def test_binned_information_loss_of_a_map_away_from_zero(offset):
+    # found by hostile testing: the bins spanned the range of pre *and 0*, so the map 5 + 0.05 u (not constant) fell
+    # into one bin: loss NaN with "the feature map is constant", and Rate-In kept p_init; a map in [5, 6] used 11 of
+    # the 64 bins. The erased elements are a value of their own, whatever the offset of the map
+    torch.manual_seed(0)
+    base = 0.05 * torch.rand(2, 4, 8, 8, 8, dtype=torch.float64)
+    keep = (torch.rand(base.shape) > 0.3).double()
+    x = base + offset
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss = mutual_information_loss(x, x * keep, estimator="binned")
+    np.testing.assert_allclose(loss.numpy(), _binned_loss_reference(x.numpy(), (x * keep).numpy()), atol=1e-9)
+    if offset != 0.0:  # the erased value 0 is outside the range: the loss does not depend on where the map lies
+        shifted = base + 2 * offset
+        np.testing.assert_allclose(loss.numpy(), mutual_information_loss(shifted, shifted * keep,
+                                                                          estimator="binned").numpy(), atol=1e-9)
+        res = search_dropout_rate(x.float(), "mi", 0.2, channelwise=False)
+        assert torch.isfinite(res.losses).all() and res.converged.all()
+
+
+class _ReusedDropout(nn.Module):
+    """One dropout module applied after two convolutions (a common pattern)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.c2, self.c3 = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 2, 1)
+        self.drop = nn.Dropout2d(0.2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.drop(torch.relu(self.c1(x)))
+        return self.c3(self.drop(torch.relu(self.c2(x))))
+
+
+def test_a_dropout_module_called_twice_in_one_pass_is_warned_about():
+    # found by hostile testing: searched at both places, only the last search was kept and the samples applied its
+    # rates at both places, with one record and no word
+    torch.manual_seed(0)
+    net = _ReusedDropout().eval()
+    with pytest.warns(UserWarning, match=r"called more than once in one forward pass: \['drop \(2 times\)'\]"):
+        RateInInferer(num_samples=2, seed=0)(torch.rand(1, 1, 12, 12), net)
+    with warnings.catch_warnings():  # one call per pass: no such warning
+        warnings.simplefilter("error")
+        RateInInferer(num_samples=2, seed=0)(torch.rand(1, 1, 12, 12), _net(0.2))
+    assert isinstance(net.drop, nn.Dropout2d)
+
+
+@pytest.mark.parametrize("bad", [4, 2, 0, -3, 3.0, True])
+def test_ssim_window_must_be_a_positive_odd_integer(bad):
+    # found by hostile testing: kernel_size=4 was used as 3 without a word (scikit-image refuses an even win_size)
+    x = torch.randn(1, 2, 16, 16)
+    with pytest.raises(ValueError, match="kernel_size must be a positive odd integer"):
+        ssim_loss(x, x * 0.5, kernel_size=bad)
+
+
+@pytest.mark.parametrize(("bad", "error"), [(True, TypeError), ("0.1", TypeError), (float("inf"), ValueError),
+                                            (float("nan"), ValueError), (0.0, ValueError)])
+def test_loss_settings_must_be_positive_finite_numbers(bad, error):
+    # found by hostile testing: eps=True / kernel_sigma=True were read as 1, eps=inf failed inside LAPACK and "0.1"
+    # with "'>' not supported between instances of 'str' and 'int'"
+    x = torch.randn(1, 4, 8, 8)
+    with pytest.raises(error, match="eps must be"):
+        mutual_information_loss(x, x * 0.5, eps=bad)
+    with pytest.raises(error, match="kernel_sigma must be"):
+        ssim_loss(x, x * 0.5, kernel_sigma=bad)

@@ -52,6 +52,17 @@ def test_conflicting_flags_are_named(flags, expected, capsys):
         assert name not in err
 
 
+def test_unknown_rate_in_loss_is_refused_naming_the_flag(capsys):
+    # found by hostile testing: refused only by the predictor, as "loss must be one of (...) or a callable", naming
+    # its Python argument instead of the flag (and --help listed only mi, ssim and mse)
+    with pytest.raises(SystemExit) as e:
+        cli.main([*BASE, "--sources", "folds", "rate_in", "--rate_in_loss", "bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "argument --rate_in_loss" in err and "invalid choice: 'bogus'" in err and "'mi_binned'" in err
+
+
 def test_consistent_flags_pass_the_check():
     parser, nnunet_cli = cli.build_parser("nnunet-predict")
     for flags in ([], ["--disable_tta", "--sources", "folds"],
