@@ -145,7 +145,7 @@ class SampleSource:
         innermost: put the source last in the product and its wrappers closest to the network.
         shareable: the samples differ only through random draws inside the network (its variants are all ``None``),
             so the inferer may compute what they share once (``share_passes``; not beside an innermost source of
-            several variants, whose variants must run back to back).
+            several variants or of one variant drawing several times, whose draws must run back to back).
 
     Example:
         >>> import torch
@@ -1134,7 +1134,7 @@ class UncertaintyInferer(Inferer):
         # the shared path runs the shareable source's samples inside each variant of the others, so an innermost
         # source (SSN draws reusing one backbone pass) would run outside them: its later draws reused the backbone
         # pass of the last replayed dropout sample for every dropout sample
-        if any(getattr(s, "innermost", False) and s.num_variants(x) > 1 for s in window_sources if s is not src):
+        if any(_reuses_one_pass(s, x) for s in window_sources if s is not src):
             return None
         if isinstance(network, torch.jit.ScriptModule):
             info.setdefault("fallback", "the network is a TorchScript module: its calls cannot be followed")
@@ -1397,6 +1397,21 @@ def _argmax(pred: torch.Tensor) -> torch.Tensor:
     for sl in spatial_chunks(tuple(pred.shape), default_chunk_elements(pred)):
         out[:, :, sl] = argmax(pred[:, :, sl], dim=1, keepdim=True).to(out.dtype)
     return out
+
+
+def _reuses_one_pass(source: SampleSource, x: torch.Tensor) -> bool:
+    """Whether an innermost ``source`` draws several times from one pass of the network for ``x``.
+
+    Several variants run back to back (SSN draws), or one variant that calls the network several times (an
+    ``SSNSource(m, marginalize=True)`` averaging ``m`` draws). Shared passes then run the shareable source's samples
+    as full passes (a replay batch would run such draws outside its samples). Found by hostile testing: the
+    marginalised source was let through, and with ``sample_batch_size >= 2`` one sample averaged the latent draws of
+    several dropout masks.
+    """
+    if not getattr(source, "innermost", False):
+        return False
+    return source.num_variants(x) > 1 or (bool(getattr(source, "marginalize", False))
+                                          and int(getattr(source, "num_samples", 1)) > 1)
 
 
 def _innermost_count(sources: Sequence[SampleSource]) -> int:
