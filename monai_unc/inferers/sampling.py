@@ -60,6 +60,7 @@ from typing import Any
 import torch
 from monai.inferers import Inferer, SimpleInferer, SliceInferer
 from torch import nn
+from torch.utils._pytree import tree_flatten
 
 from .._utils import (
     argmax,
@@ -1067,7 +1068,7 @@ class UncertaintyInferer(Inferer):
                         p = probs if len(indices) == 1 else probs[j * b:(j + 1) * b]
                         kept[index] = p.to(x.dtype)
 
-            shared = self._shared_source(network, window_sources, x, info)
+            shared = self._shared_source(network, window_sources, x, info, (args, kwargs))
             if shared is None:
                 inner = _innermost_count(window_sources)
                 for i, combo in enumerate(itertools.product(*(s.variants(x) for s in window_sources))):
@@ -1120,9 +1121,13 @@ class UncertaintyInferer(Inferer):
         return window, info
 
     def _shared_source(
-        self, network: Any, window_sources: Sequence[SampleSource], x: torch.Tensor, info: dict[str, Any]
+        self, network: Any, window_sources: Sequence[SampleSource], x: torch.Tensor, info: dict[str, Any],
+        network_args: Any = ((), {}),
     ) -> SampleSource | None:
-        """The source whose samples share the computation that does not depend on a random draw, or None."""
+        """The source whose samples share the computation that does not depend on a random draw, or None.
+
+        ``network_args``: the extra positional and keyword arguments of the network's calls, ``(args, kwargs)``.
+        """
         if not self.share_passes:
             return None
         shareable = [s for s in window_sources if getattr(s, "shareable", False)]
@@ -1138,6 +1143,14 @@ class UncertaintyInferer(Inferer):
             return None
         if isinstance(network, torch.jit.ScriptModule):
             info.setdefault("fallback", "the network is a TorchScript module: its calls cannot be followed")
+            return None
+        if any(isinstance(t, torch.Tensor) for t in tree_flatten(network_args)[0]):
+            # found by hostile testing: a replay runs k samples on the input repeated k times along the batch axis,
+            # but a tensor argument (a conditioning map of batch B) kept its batch: ``RuntimeError: The size of
+            # tensor a (4) must match the size of tensor b (2)`` where full passes ran (or a batch-1 tensor was
+            # broadcast over the samples, or refused by a concatenation)
+            info.setdefault("fallback", "the network gets tensor arguments besides its input, which a replay batch "
+                                        "of samples cannot repeat along the batch axis")
             return None
         if not isinstance(network, nn.Module):
             info.setdefault("fallback", "the network is not a torch.nn.Module whose calls can be followed")
