@@ -66,7 +66,9 @@ from .._utils import (
     argmax,
     check_bool,
     check_finite,
+    check_positive_int,
     check_probabilities,
+    check_sample_batch_size,
     check_seed,
     plain_module,
     probability_tolerance,
@@ -247,8 +249,7 @@ class StochasticSource(SampleSource):
     """
 
     def __init__(self, num_samples: int, mi_meaning: MIMeaning | str = MIMeaning.ALEATORIC) -> None:
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        num_samples = check_positive_int(num_samples, "num_samples")
         self.num_samples = num_samples
         self.mi_meaning = MIMeaning(mi_meaning)
 
@@ -917,10 +918,7 @@ class UncertaintyInferer(Inferer):
         super().__init__()
         if not isinstance(share_passes, bool):
             raise TypeError(f"share_passes must be True or False, got {share_passes!r}")
-        if sample_batch_size != "auto" and (
-            isinstance(sample_batch_size, bool) or not isinstance(sample_batch_size, int) or sample_batch_size < 1
-        ):
-            raise ValueError(f"sample_batch_size must be 'auto' or an integer >= 1, got {sample_batch_size!r}")
+        sample_batch_size = check_sample_batch_size(sample_batch_size)
         self.share_passes = share_passes
         self.sample_batch_size = sample_batch_size
         self._warned_training_mode = False  # the warning about networks in training mode: once per inferer

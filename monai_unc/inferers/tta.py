@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._utils import check_positive_int
 from ..keys import MIMeaning
 from .sampling import SampleSource, UncertaintyInferer, Wrapper
 
@@ -173,8 +174,7 @@ class NoiseSource(SampleSource):
 
     def __init__(self, std: float, num_samples: int = 1) -> None:
         std = _check_noise_std(std, "std")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        num_samples = check_positive_int(num_samples, "num_samples")
         self.std = float(std)
         self.num_samples = num_samples
 
@@ -275,8 +275,7 @@ class InvertibleTransformSource(SampleSource):
         for i, t in enumerate(transforms):
             if not isinstance(t, InvertibleTransform):
                 raise TypeError(f"transforms[{i}] ({type(t).__name__}) is not a MONAI InvertibleTransform")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        num_samples = check_positive_int(num_samples, "num_samples")
         self.transforms = transforms
         self.num_samples = num_samples
         self._seeded: list[Any] | None = None  # this call's seeded copies (reseed), None: the transforms as given
@@ -448,9 +447,8 @@ class TTAInferer(UncertaintyInferer):
         noise_std = _check_noise_std(noise_std, "noise_std")
         # a count that applies to nothing is refused, not ignored (found by hostile testing: noise_samples=4 without
         # noise_std gave the 8 flips alone, and noise_samples=0 or "3" passed unchecked)
-        for name, count in (("noise_samples", noise_samples), ("transform_samples", transform_samples)):
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
+        noise_samples = check_positive_int(noise_samples, "noise_samples")
+        transform_samples = check_positive_int(transform_samples, "transform_samples")
         if noise_samples != 1 and not noise_std > 0:
             raise ValueError(f"noise_samples={noise_samples} needs noise_std > 0 (noise_std=0 adds no noise copies)")
         if transform_samples != 1 and not transforms:
