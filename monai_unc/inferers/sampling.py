@@ -1064,7 +1064,10 @@ class UncertaintyInferer(Inferer):
                 if self.keep_samples:
                     for j, index in enumerate(indices):
                         p = probs if len(indices) == 1 else probs[j * b:(j + 1) * b]
-                        kept[index] = p.to(x.dtype)
+                        # detached, as the statistics take them (found by hostile testing: with no_grad=False the
+                        # returned samples required grad and each held its pass's autograd graph, every activation
+                        # of the network, until the output was freed)
+                        kept[index] = p.detach().to(x.dtype)
 
             shared = self._shared_source(network, window_sources, x, info, (args, kwargs))
             if shared is None:
