@@ -851,7 +851,9 @@ class UncertaintyInferer(Inferer):
         sample_batch_size: with ``share_passes``, how many samples run at once along the batch axis (each with its
             own random draws): ``"auto"`` (default) sizes the batches so that they need no more than the traced first
             sample or a tenth of the case's stitched buffers (:func:`~monai_unc.networks.shared.auto_sample_batch`),
-            or a fixed integer.
+            or a fixed integer (a Python or numpy integer >= 1). A batch of k samples draws their masks in one call,
+            so with a ``seed`` another batch size (or ``share_passes=False``) draws other masks: the maps then differ
+            by sampling noise; the same settings repeat the same draws.
 
     Calling it returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``, maps ``(B, 1, *spatial)``);
     MetaTensor inputs give MetaTensor maps carrying the input's metadata.
