@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._utils import check_positive_int
 from ..keys import MIMeaning
 from ..networks.dropout import (
     PLACEMENTS,
@@ -79,8 +80,7 @@ class MCDropoutSource(SampleSource):
     _samples_dropout = True
 
     def __init__(self, num_samples: int) -> None:
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        num_samples = check_positive_int(num_samples, "num_samples")
         self.num_samples = num_samples
 
     def __len__(self) -> int:
@@ -129,5 +129,6 @@ class MCDropoutInferer(UncertaintyInferer):
 
     def __init__(self, num_samples: int = 30, **kwargs: Any) -> None:
         self._refuse_sources(kwargs, "MCDropoutInferer")
-        super().__init__(sources=[MCDropoutSource(num_samples)], **kwargs)
-        self.num_samples = num_samples
+        source = MCDropoutSource(num_samples)
+        super().__init__(sources=[source], **kwargs)
+        self.num_samples = source.num_samples

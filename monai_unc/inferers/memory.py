@@ -112,6 +112,20 @@ def _check_shape(shape: Sequence[int], name: str) -> tuple[int, ...]:
     return out
 
 
+def _check_bytes(value: float, name: str) -> float:
+    """A bytes-per-voxel argument as a finite float ``>= 0``; ``TypeError`` / ``ValueError`` naming it.
+
+    Found by hostile testing: ``shared_bytes_per_voxel="1"`` failed with Python's unnamed ``'>=' not supported``,
+    ``math.inf`` (of any of them) with ``OverflowError: cannot convert float infinity to integer``, and ``True`` was
+    counted as one byte.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number >= 0, got {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def _check_overlap(overlap: float | Sequence[float] | None, axes: int) -> tuple[float, ...] | None:
     """``overlap`` as one number per axis in [0, 1) (None stays None); ``TypeError`` / ``ValueError`` naming it."""
     if overlap is None:
@@ -225,7 +239,7 @@ def estimate_memory(
     Raises:
         TypeError: a flag that is not a bool, ``accum_dtype`` / ``input_dtype`` / ``pred_dtype`` that is not a
             floating point dtype (``pred_dtype`` may also be ``"input"`` or None), a ``shape`` / ``roi_size`` that is
-            not a sequence of integers, an ``overlap`` or ``network_bytes_per_voxel`` that is not a number.
+            not a sequence of integers, an ``overlap`` or a ``*_bytes_per_voxel`` argument that is not a number.
         ValueError: an argument out of its range (the message names it).
 
     Example:
@@ -252,10 +266,7 @@ def estimate_memory(
         check_bool(value, flag)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
-    if isinstance(network_bytes_per_voxel, bool) or not isinstance(network_bytes_per_voxel, numbers.Real):
-        raise TypeError(f"network_bytes_per_voxel must be a number >= 0, got {network_bytes_per_voxel!r}")
-    if not network_bytes_per_voxel >= 0:
-        raise ValueError(f"network_bytes_per_voxel must be >= 0, got {network_bytes_per_voxel!r}")
+    network_bytes_per_voxel = _check_bytes(network_bytes_per_voxel, "network_bytes_per_voxel")
     if not isinstance(input_dtype, torch.dtype) or not input_dtype.is_floating_point:
         raise TypeError(f"input_dtype must be a floating point torch.dtype, got {input_dtype!r}")
     if not (pred_dtype is None or (isinstance(pred_dtype, str) and pred_dtype == "input")
@@ -264,12 +275,10 @@ def estimate_memory(
     for name, value, minimum in (("sample_batch", sample_batch, 1), ("kept_samples", kept_samples, 0),
                                  ("sw_batch_size", sw_batch_size, 1), ("ensemble_members", ensemble_members, 1)):
         check_integer(value, name, minimum)
-    copied = shared_bytes_per_voxel if copied_bytes_per_voxel is None else copied_bytes_per_voxel
-    if not shared_bytes_per_voxel >= 0 or not stochastic_bytes_per_voxel >= 0 or not copied >= 0:
-        raise ValueError(
-            "shared_bytes_per_voxel, stochastic_bytes_per_voxel and copied_bytes_per_voxel must be >= 0, got "
-            f"{shared_bytes_per_voxel!r}, {stochastic_bytes_per_voxel!r}, {copied_bytes_per_voxel!r}"
-        )
+    shared_bytes_per_voxel = _check_bytes(shared_bytes_per_voxel, "shared_bytes_per_voxel")
+    stochastic_bytes_per_voxel = _check_bytes(stochastic_bytes_per_voxel, "stochastic_bytes_per_voxel")
+    copied = (shared_bytes_per_voxel if copied_bytes_per_voxel is None
+              else _check_bytes(copied_bytes_per_voxel, "copied_bytes_per_voxel"))
     c = num_classes
     v = math.prod(spatial)
     overlaps = _check_overlap(overlap, len(spatial))

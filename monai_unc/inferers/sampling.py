@@ -60,12 +60,15 @@ from typing import Any
 import torch
 from monai.inferers import Inferer, SimpleInferer, SliceInferer
 from torch import nn
+from torch.utils._pytree import tree_flatten
 
 from .._utils import (
     argmax,
     check_bool,
     check_finite,
+    check_positive_int,
     check_probabilities,
+    check_sample_batch_size,
     check_seed,
     plain_module,
     probability_tolerance,
@@ -145,7 +148,7 @@ class SampleSource:
         innermost: put the source last in the product and its wrappers closest to the network.
         shareable: the samples differ only through random draws inside the network (its variants are all ``None``),
             so the inferer may compute what they share once (``share_passes``; not beside an innermost source of
-            several variants, whose variants must run back to back).
+            several variants or of one variant drawing several times, whose draws must run back to back).
 
     Example:
         >>> import torch
@@ -246,8 +249,7 @@ class StochasticSource(SampleSource):
     """
 
     def __init__(self, num_samples: int, mi_meaning: MIMeaning | str = MIMeaning.ALEATORIC) -> None:
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        num_samples = check_positive_int(num_samples, "num_samples")
         self.num_samples = num_samples
         self.mi_meaning = MIMeaning(mi_meaning)
 
@@ -849,7 +851,9 @@ class UncertaintyInferer(Inferer):
         sample_batch_size: with ``share_passes``, how many samples run at once along the batch axis (each with its
             own random draws): ``"auto"`` (default) sizes the batches so that they need no more than the traced first
             sample or a tenth of the case's stitched buffers (:func:`~monai_unc.networks.shared.auto_sample_batch`),
-            or a fixed integer.
+            or a fixed integer (a Python or numpy integer >= 1). A batch of k samples draws their masks in one call,
+            so with a ``seed`` another batch size (or ``share_passes=False``) draws other masks: the maps then differ
+            by sampling noise; the same settings repeat the same draws.
 
     Calling it returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``, maps ``(B, 1, *spatial)``);
     MetaTensor inputs give MetaTensor maps carrying the input's metadata.
@@ -916,10 +920,7 @@ class UncertaintyInferer(Inferer):
         super().__init__()
         if not isinstance(share_passes, bool):
             raise TypeError(f"share_passes must be True or False, got {share_passes!r}")
-        if sample_batch_size != "auto" and (
-            isinstance(sample_batch_size, bool) or not isinstance(sample_batch_size, int) or sample_batch_size < 1
-        ):
-            raise ValueError(f"sample_batch_size must be 'auto' or an integer >= 1, got {sample_batch_size!r}")
+        sample_batch_size = check_sample_batch_size(sample_batch_size)
         self.share_passes = share_passes
         self.sample_batch_size = sample_batch_size
         self._warned_training_mode = False  # the warning about networks in training mode: once per inferer
@@ -1065,9 +1066,12 @@ class UncertaintyInferer(Inferer):
                 if self.keep_samples:
                     for j, index in enumerate(indices):
                         p = probs if len(indices) == 1 else probs[j * b:(j + 1) * b]
-                        kept[index] = p.to(x.dtype)
+                        # detached, as the statistics take them (found by hostile testing: with no_grad=False the
+                        # returned samples required grad and each held its pass's autograd graph, every activation
+                        # of the network, until the output was freed)
+                        kept[index] = p.detach().to(x.dtype)
 
-            shared = self._shared_source(network, window_sources, x, info)
+            shared = self._shared_source(network, window_sources, x, info, (args, kwargs))
             if shared is None:
                 inner = _innermost_count(window_sources)
                 for i, combo in enumerate(itertools.product(*(s.variants(x) for s in window_sources))):
@@ -1120,9 +1124,13 @@ class UncertaintyInferer(Inferer):
         return window, info
 
     def _shared_source(
-        self, network: Any, window_sources: Sequence[SampleSource], x: torch.Tensor, info: dict[str, Any]
+        self, network: Any, window_sources: Sequence[SampleSource], x: torch.Tensor, info: dict[str, Any],
+        network_args: Any = ((), {}),
     ) -> SampleSource | None:
-        """The source whose samples share the computation that does not depend on a random draw, or None."""
+        """The source whose samples share the computation that does not depend on a random draw, or None.
+
+        ``network_args``: the extra positional and keyword arguments of the network's calls, ``(args, kwargs)``.
+        """
         if not self.share_passes:
             return None
         shareable = [s for s in window_sources if getattr(s, "shareable", False)]
@@ -1134,10 +1142,18 @@ class UncertaintyInferer(Inferer):
         # the shared path runs the shareable source's samples inside each variant of the others, so an innermost
         # source (SSN draws reusing one backbone pass) would run outside them: its later draws reused the backbone
         # pass of the last replayed dropout sample for every dropout sample
-        if any(getattr(s, "innermost", False) and s.num_variants(x) > 1 for s in window_sources if s is not src):
+        if any(_reuses_one_pass(s, x) for s in window_sources if s is not src):
             return None
         if isinstance(network, torch.jit.ScriptModule):
             info.setdefault("fallback", "the network is a TorchScript module: its calls cannot be followed")
+            return None
+        if any(isinstance(t, torch.Tensor) for t in tree_flatten(network_args)[0]):
+            # found by hostile testing: a replay runs k samples on the input repeated k times along the batch axis,
+            # but a tensor argument (a conditioning map of batch B) kept its batch: ``RuntimeError: The size of
+            # tensor a (4) must match the size of tensor b (2)`` where full passes ran (or a batch-1 tensor was
+            # broadcast over the samples, or refused by a concatenation)
+            info.setdefault("fallback", "the network gets tensor arguments besides its input, which a replay batch "
+                                        "of samples cannot repeat along the batch axis")
             return None
         if not isinstance(network, nn.Module):
             info.setdefault("fallback", "the network is not a torch.nn.Module whose calls can be followed")
@@ -1397,6 +1413,21 @@ def _argmax(pred: torch.Tensor) -> torch.Tensor:
     for sl in spatial_chunks(tuple(pred.shape), default_chunk_elements(pred)):
         out[:, :, sl] = argmax(pred[:, :, sl], dim=1, keepdim=True).to(out.dtype)
     return out
+
+
+def _reuses_one_pass(source: SampleSource, x: torch.Tensor) -> bool:
+    """Whether an innermost ``source`` draws several times from one pass of the network for ``x``.
+
+    Several variants run back to back (SSN draws), or one variant that calls the network several times (an
+    ``SSNSource(m, marginalize=True)`` averaging ``m`` draws). Shared passes then run the shareable source's samples
+    as full passes (a replay batch would run such draws outside its samples). Found by hostile testing: the
+    marginalised source was let through, and with ``sample_batch_size >= 2`` one sample averaged the latent draws of
+    several dropout masks.
+    """
+    if not getattr(source, "innermost", False):
+        return False
+    return source.num_variants(x) > 1 or (bool(getattr(source, "marginalize", False))
+                                          and int(getattr(source, "num_samples", 1)) > 1)
 
 
 def _innermost_count(sources: Sequence[SampleSource]) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._utils import check_positive_int
 from ..keys import MIMeaning
 from .sampling import SampleSource, UncertaintyInferer, Wrapper
 
@@ -136,6 +138,18 @@ def _flip_output(out: Any, dims: tuple[int, ...]) -> Any:
     return torch.flip(out, dims)
 
 
+def _check_noise_std(std: Any, name: str) -> float:
+    """A noise standard deviation: a finite real number ``>= 0`` (0 adds no noise); ``ValueError`` naming ``name``.
+
+    Found by hostile testing: ``NoiseSource("0.1")`` failed with Python's unnamed ``'>=' not supported``, and
+    ``NoiseSource(True)`` drew noise of standard deviation 1 (``TTAInferer(noise_std=...)`` refused both).
+    """
+    if (isinstance(std, (bool, np.bool_)) or not isinstance(std, numbers.Real)
+            or not (math.isfinite(float(std)) and std >= 0)):
+        raise ValueError(f"{name} must be a finite number >= 0 (0 disables noise), got {std!r}")
+    return float(std)
+
+
 class NoiseSource(SampleSource):
     """``num_samples`` copies of the input with additive Gaussian noise of standard deviation ``std``.
 
@@ -159,10 +173,8 @@ class NoiseSource(SampleSource):
     mi_meaning = MIMeaning.EPISTEMIC
 
     def __init__(self, std: float, num_samples: int = 1) -> None:
-        if not (std >= 0 and std < float("inf")):
-            raise ValueError(f"noise std must be non-negative and finite, got {std}")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        std = _check_noise_std(std, "std")
+        num_samples = check_positive_int(num_samples, "num_samples")
         self.std = float(std)
         self.num_samples = num_samples
 
@@ -263,8 +275,7 @@ class InvertibleTransformSource(SampleSource):
         for i, t in enumerate(transforms):
             if not isinstance(t, InvertibleTransform):
                 raise TypeError(f"transforms[{i}] ({type(t).__name__}) is not a MONAI InvertibleTransform")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        num_samples = check_positive_int(num_samples, "num_samples")
         self.transforms = transforms
         self.num_samples = num_samples
         self._seeded: list[Any] | None = None  # this call's seeded copies (reseed), None: the transforms as given
@@ -433,13 +444,11 @@ class TTAInferer(UncertaintyInferer):
     ) -> None:
         self._refuse_sources(kwargs, "TTAInferer")
         sources: list[SampleSource] = [FlipSource(flip_axes)]
-        if isinstance(noise_std, bool) or not isinstance(noise_std, (int, float)) or not 0 <= noise_std < float("inf"):
-            raise ValueError(f"noise_std must be a finite number >= 0 (0 disables noise), got {noise_std!r}")
+        noise_std = _check_noise_std(noise_std, "noise_std")
         # a count that applies to nothing is refused, not ignored (found by hostile testing: noise_samples=4 without
         # noise_std gave the 8 flips alone, and noise_samples=0 or "3" passed unchecked)
-        for name, count in (("noise_samples", noise_samples), ("transform_samples", transform_samples)):
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
+        noise_samples = check_positive_int(noise_samples, "noise_samples")
+        transform_samples = check_positive_int(transform_samples, "transform_samples")
         if noise_samples != 1 and not noise_std > 0:
             raise ValueError(f"noise_samples={noise_samples} needs noise_std > 0 (noise_std=0 adds no noise copies)")
         if transform_samples != 1 and not transforms:

@@ -75,6 +75,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from .._utils import check_sample_batch_size
+
 __all__ = ["SharedPasses", "SharingUnavailable", "is_random_op", "auto_sample_batch", "sample_batch",
            "AUTO_BATCH_FRACTION", "MAX_SAMPLE_BATCH", "MIN_SHARED_WORK"]
 
@@ -1210,8 +1212,7 @@ def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, cla
         >>> sample_batch(passes, "auto", 64, 2, 29) >= 1
         True
     """
-    if setting != "auto" and (isinstance(setting, bool) or not isinstance(setting, int) or setting < 1):
-        raise ValueError(f"setting (sample_batch_size) must be 'auto' or an integer >= 1, got {setting!r}")
+    setting = check_sample_batch_size(setting, "setting (sample_batch_size)")
     if setting != "auto":
         return max(1, min(int(setting), remaining))
     case_bytes = max(int(case_voxels), 0) * 4 * (max(int(classes), 1) + 4)

@@ -283,6 +283,12 @@ def check_predict_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--sample_batch_size batches the shared passes of dropout or rate_in: {why}")
     if args.num_samples < 1:
         raise ValueError(f"--num_samples must be >= 1, got {args.num_samples}")
+    if args.num_samples == 1 and shared and (args.no_share_passes or args.sample_batch_size != "auto"):
+        # found by hostile testing: accepted and recorded in uncertainty_config.json and every case record (a
+        # --continue_prediction with another value predicted the cases again), yet one pass has nothing to share
+        given = "--no_share_passes" if args.no_share_passes else f"--sample_batch_size {args.sample_batch_size}"
+        raise ValueError(f"{given} concerns several dropout / rate_in passes per window, but --num_samples 1 runs "
+                         "one: drop it")
     if not 0.0 < args.step_size <= 1.0:
         raise ValueError(f"-step_size must be in (0, 1] (a fraction of the patch), got {args.step_size}")
     if args.dropout_p is not None and not 0.0 < args.dropout_p < 1.0:

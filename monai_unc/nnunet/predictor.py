@@ -113,7 +113,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
-from monai_unc._utils import check_seed, plain_module
+from monai_unc._utils import check_sample_batch_size, check_seed, plain_module
 from monai_unc.io import (
     atomic_write_json,
     check_case_ids_fit_folder,
@@ -302,10 +302,7 @@ class UncertaintyPredictor(nnUNetPredictor):
     ) -> None:
         if not isinstance(share_passes, bool):
             raise TypeError(f"share_passes must be True or False, got {share_passes!r}")
-        if sample_batch_size != "auto" and (
-            isinstance(sample_batch_size, bool) or not isinstance(sample_batch_size, int) or sample_batch_size < 1
-        ):
-            raise ValueError(f"sample_batch_size must be 'auto' or an integer >= 1, got {sample_batch_size!r}")
+        sample_batch_size = check_sample_batch_size(sample_batch_size)
         if isinstance(uncertainty_sources, str):
             uncertainty_sources = (uncertainty_sources,)
         sources = tuple(uncertainty_sources)

@@ -176,6 +176,12 @@ def build_inferer(
     if sample_batch_size != "auto" and not SHARED_PASS_TOKENS & set(tokens):
         raise ValueError(f"--sample-batch-size {sample_batch_size} batches MC dropout / Rate-In samples: add "
                          f"mcdropout or ratein to --method {method!r}, or drop it")
+    if samples == 1 and (sample_batch_size != "auto" or not share_passes):
+        # found by hostile testing: accepted, recorded in infer.json and every case's fingerprint (a resume with
+        # another value was refused as "other seeded draws"), yet one sample per window has no pass to share or batch
+        given = "--no-share-passes" if not share_passes else f"--sample-batch-size {sample_batch_size}"
+        raise ValueError(f"{given} concerns several MC dropout / Rate-In samples per window, but --samples 1 draws "
+                         "one: drop it")
     if roi is not None:
         roi = int(roi) if isinstance(roi, (int, np.integer)) else tuple(int(r) for r in roi)
         if min(roi if isinstance(roi, tuple) else (roi,)) < 1:

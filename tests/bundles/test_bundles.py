@@ -170,6 +170,24 @@ def test_share_passes_is_a_bundle_override(name, config):
     assert (inferer.share_passes, inferer.sample_batch_size) == (False, 4)
 
 
+
+def test_documented_share_passes_override_reaches_the_inferer_as_a_bool():
+    """Found by hostile testing: the documented ``python -m monai.bundle run ... --share_passes false`` failed with
+    ``TypeError: share_passes must be True or False, got 'false'`` (the bundle command line parses its values as Python
+    literals with ``fire``, which keeps ``false`` a string); the documents give ``False``."""
+    fire_parser = pytest.importorskip("fire.parser")
+    documents = [ROOT / "docs" / "inferers.md", *(bundle / "docs" / "README.md" for bundle in BUNDLES.values())]
+    values = [(doc.name, v) for doc in documents for v in re.findall(r"--share_passes ([^\s`]+)", doc.read_text())]
+    assert len(values) >= 3
+    for doc, text in values:
+        value = fire_parser.DefaultParseValue(text)
+        assert isinstance(value, bool), f"{doc}: --share_passes {text} reaches the inferer as {value!r}"
+    parser = ConfigParser()
+    parser.read_config(str(BUNDLES["toy_uncertainty"] / "configs" / "inference.json"))
+    parser["bundle_root"] = str(BUNDLES["toy_uncertainty"])
+    parser.update({"share_passes": fire_parser.DefaultParseValue("False")})
+    assert parser.get_parsed_content("inferer").share_passes is False
+
 def test_brain_bundle_ships_the_example_weights():
     shipped = ROOT / "monai_unc" / "data" / "weights" / "mni152_tissue_unet.pt"
     assert (BUNDLES["brain_tissue_uncertainty"] / "models" / "model.pt").read_bytes() == shipped.read_bytes()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -207,6 +208,21 @@ def test_estimate_memory_refuses_sizes_and_dtypes_it_would_misread(kw, error):
 
     assert estimate_memory((np.int64(64),) * 3, 3, roi_size=(32, 32, 32)) == estimate_memory((64,) * 3, 3,
                                                                                            roi_size=(32, 32, 32))
+
+
+
+@pytest.mark.parametrize("name", ["network_bytes_per_voxel", "shared_bytes_per_voxel", "stochastic_bytes_per_voxel",
+                                  "copied_bytes_per_voxel"])
+@pytest.mark.parametrize("value, error", [("1", TypeError), (True, TypeError), (math.inf, ValueError),
+                                          (math.nan, ValueError), (-1.0, ValueError)])
+def test_estimate_memory_refuses_bad_bytes_per_voxel_naming_them(name, value, error):
+    """Found by hostile testing: a string shared-pass size failed with Python's unnamed ``'>=' not supported``, an
+    infinite one (of any of the four) with ``OverflowError: cannot convert float infinity to integer``, and ``True``
+    was counted as one byte per voxel."""
+    with pytest.raises(error, match=name):
+        estimate_memory((64, 64, 64), 3, roi_size=(32, 32, 32), **{"shared_bytes_per_voxel": 1.0, name: value})
+    fine = estimate_memory((64, 64, 64), 3, roi_size=(32, 32, 32), sample_batch=2, **{name: 8})
+    assert fine == estimate_memory((64, 64, 64), 3, roi_size=(32, 32, 32), sample_batch=2, **{name: 8.0})
 
 
 _MEASURE = r"""

@@ -52,3 +52,36 @@ def test_vacuous_conformal_rule_warns(side):
                                            side=side, grid=8))
     with pytest.warns(UserWarning, match=r"'1': none of the 12 calibration cases has a true voxel"):
         fit_conformal_rule(states, 0.3)
+
+
+def test_numpy_integer_sample_counts_and_batch_sizes_are_integers():
+    """Found by hostile testing: ``MCDropoutInferer(num_samples=np.int64(3))``, ``UncertaintyInferer(...,
+    sample_batch_size=np.int64(2))`` and the counts of ``NoiseSource`` / ``InvertibleTransformSource`` /
+    ``TTAInferer`` were refused with "must be an integer >= 1, got np.int64(3)" (the command lines' settings accept
+    numpy integers); a bool, a float or a string stays refused, naming the option."""
+    from monai.transforms import Rotate90
+
+    from monai_unc.inferers import InvertibleTransformSource, NoiseSource, TTAInferer, UncertaintyInferer
+    from monai_unc.networks.shared import SharedPasses, sample_batch
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.Dropout2d(0.5),
+                              torch.nn.Conv2d(4, 2, 1)).eval()
+    x = torch.rand(1, 1, 8, 8)
+    inferer = MCDropoutInferer(num_samples=np.int64(3), sample_batch_size=np.int64(2), seed=0)
+    assert type(inferer.sample_batch_size) is int and type(inferer.num_samples) is int
+    reference = MCDropoutInferer(num_samples=3, sample_batch_size=2, seed=0)(x, net)
+    out = inferer(x, net)
+    assert out.num_samples == 3
+    for key in reference:
+        assert torch.equal(out[key], reference[key]), key
+    assert NoiseSource(0.1, num_samples=np.int32(2)).num_samples == 2
+    assert InvertibleTransformSource([Rotate90()], num_samples=np.int64(1)).num_samples == 1
+    assert TTAInferer(noise_std=0.1, noise_samples=np.int64(2), seed=0)(x, net).num_samples == 8
+    passes = SharedPasses(net)
+    passes.trace(net, x)
+    assert sample_batch(passes, np.int64(4), 64, 2, 29) == 4
+    for bad in (True, 2.0, "2", 0):
+        with pytest.raises(ValueError, match="sample_batch_size"):
+            UncertaintyInferer(sample_batch_size=bad)
+        with pytest.raises(ValueError, match="num_samples"):
+            MCDropoutInferer(num_samples=bad)

@@ -99,6 +99,24 @@ def test_no_grad_false_outputs_are_documented_as_not_differentiable():
     assert "the outputs are never differentiable" in doc and "enter the statistics detached" in doc
 
 
+@pytest.mark.parametrize("share_passes", [False, True])
+@pytest.mark.parametrize("base", [None, SlidingWindowInferer((4, 4, 4), overlap=0.5)])
+def test_no_grad_false_kept_samples_hold_no_autograd_graph(base, share_passes):
+    """Found by hostile testing: with ``no_grad=False`` and ``keep_samples=True`` the returned ``samples`` required
+    grad (against the documentation) and each sample held its pass's autograd graph, every activation of the
+    network, until the output was freed."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(4, 3, 1)).eval()
+    x = torch.rand(1, 1, 6, 6, 6)
+    out = MCDropoutInferer(3, no_grad=False, keep_samples=True, base_inferer=base, share_passes=share_passes,
+                           sample_batch_size=2, seed=0)(x, net)
+    assert [k for k, v in out.items() if v.requires_grad or v.grad_fn is not None] == []
+    assert out["samples"].shape == (3, 1, 3, 6, 6, 6)
+    ref = MCDropoutInferer(3, keep_samples=True, base_inferer=base, share_passes=share_passes, sample_batch_size=2,
+                           seed=0)(x, net)
+    torch.testing.assert_close(out["samples"], ref["samples"])
+
+
 @pytest.mark.parametrize("activation,channels", [("sigmoid", 1), ("sigmoid", 3), ("softmax", 2)])
 @pytest.mark.parametrize("value", [math.inf, -math.inf])
 def test_infinite_logits_are_refused_whatever_the_activation(activation, channels, value):

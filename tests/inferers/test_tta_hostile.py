@@ -9,13 +9,22 @@ import torch
 from monai.inferers import SlidingWindowInferer
 from monai.transforms import RandAffine
 
-from monai_unc.inferers import FlipSource, TTAInferer, flip_subsets
+from monai_unc.inferers import FlipSource, NoiseSource, TTAInferer, flip_subsets
 
 
 @pytest.mark.parametrize("bad", [float("nan"), -1.0, float("inf"), "0.1"])
 def test_tta_noise_std_is_validated(bad):
     with pytest.raises(ValueError, match="noise_std"):
         TTAInferer(noise_std=bad)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, float("inf"), "0.1", None, True, torch.tensor(0.1)])
+def test_noise_source_std_is_validated_naming_it(bad):
+    """Found by hostile testing: ``NoiseSource("0.1")`` (or None) failed with Python's unnamed ``'>=' not supported``,
+    and ``NoiseSource(True)`` drew noise of standard deviation 1, where ``TTAInferer(noise_std=...)`` refused them."""
+    with pytest.raises(ValueError, match="std must be a finite number >= 0"):
+        NoiseSource(bad)
+    assert NoiseSource(np.float32(0.5)).std == 0.5 and NoiseSource(0).std == 0.0
 
 
 @pytest.mark.parametrize("axes", [(0.7,), (1.9,), [True], (np.float64(1.0),), 0, np.int64(1), None, b"\x00",

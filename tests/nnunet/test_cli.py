@@ -38,6 +38,11 @@ BASE = ["nnunet-predict", "-i", "in", "-o", "out", "-m", "no_model_needed", "-de
         (["--sources", "folds", "dropout", "--no_share_passes", "--sample_batch_size", "4"],
          ["--sample_batch_size batches the shared passes", "drop it or drop --no_share_passes"]),
         (["--sample_batch_size", "4"], ["add dropout or rate_in to --sources folds mirroring"]),
+        # found by hostile testing: accepted and recorded, yet one pass per window has nothing to share or batch
+        (["--sources", "folds", "dropout", "--num_samples", "1", "--sample_batch_size", "4"],
+         ["--sample_batch_size 4 concerns several dropout / rate_in passes", "--num_samples 1"]),
+        (["--sources", "folds", "rate_in", "--num_samples", "1", "--no_share_passes"],
+         ["--no_share_passes concerns several dropout / rate_in passes", "--num_samples 1"]),
     ],
 )
 def test_conflicting_flags_are_named(flags, expected, capsys):

@@ -56,6 +56,26 @@ def test_bad_sample_batch_size_is_one_line(toy, tmp_path, capsys, value):
     assert not (tmp_path / "out").exists()
 
 
+
+@pytest.mark.parametrize("flags, named", [(["--sample-batch-size", "4"], "--sample-batch-size 4"),
+                                          (["--no-share-passes"], "--no-share-passes")])
+def test_shared_pass_options_with_one_sample_are_refused(toy, tmp_path, capsys, flags, named):
+    """Found by hostile testing: ``--samples 1 --sample-batch-size 4`` (or ``--no-share-passes``) was accepted and
+    recorded in ``infer.json`` and every case's fingerprint, so a resume with another value was refused as "other
+    seeded draws", yet one sample per window has no pass to share or batch."""
+    from monai_unc.workflows.factory import build_inferer
+
+    out = tmp_path / "out"
+    code = _infer(toy, out, "--samples", "1", *flags)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert named in err and "--samples 1" in err and err.count("\n") <= 2
+    assert not out.exists()
+    with pytest.raises(ValueError, match="--samples 1"):
+        build_inferer("ratein+tta", samples=1, sample_batch_size=2)
+    assert build_inferer("mcdropout", samples=1).sample_batch_size == "auto"  # the defaults stay accepted
+    assert build_inferer("mcdropout", samples=2, share_passes=False).share_passes is False
+
 def test_methods_without_shared_samples_record_neither_option():
     """A run of TTA or an ensemble records its settings as before the options existed (its resume is unchanged)."""
     base = dict(model="m", samples=2, roi=None, overlap=0.25, intensity="none", measures=["predictive_entropy"],
