@@ -55,9 +55,9 @@ class CaseCache:
     package version) is unchanged; a stale fingerprint, a missing side file, an unreadable file or one whose text
     no longer matches the digest saved in it (``digest``: an edited, truncated or copied-over state, e.g. a case's
     score changed by hand) means the case is computed again. ``<case>.json`` is written last and atomically, after
-    any side file (``dump`` writes those, e.g. histograms as ``.npz``), and an earlier ``<case>.json`` is removed before them, so an interrupted case is never
-    taken for a finished one (nor its new side files for those of the earlier state); partial files of an
-    interrupted write are removed by :meth:`prepare`.
+    any side file (``dump`` writes those, e.g. histograms as ``.npz``), and an earlier ``<case>.json`` is removed
+    before them, so an interrupted case is never taken for a finished one (nor its new side files for those of the
+    earlier state); partial files of an interrupted write are removed by :meth:`prepare`.
 
     Args:
         folder: the folder of the states.
