@@ -329,7 +329,8 @@ def _option_text(parser: argparse.ArgumentParser, command: str, text: str) -> st
     ``evaluate --n-bins``, ``--min-bin-count``, ``--num-classes``, ``--conformal-stratify-by`` and ``dicom-export
     --algorithm-name`` named ``n_bins``, ``min_bin_count``, ``num_classes``, ``conformal_strata`` and
     ``algorithm_name``). Only bare words are rewritten, and only those that are the destinations of the command's
-    own options (with an underscore); a file's field (quoted), a path or a key (``config.n_bins``) is left as it is.
+    own options (with an underscore) outside parentheses; a file's field (quoted), a path, a key (``config.n_bins``)
+    or a name in parentheses (a run's recorded settings, ``(sw_batch_size)``) is left as it is.
 
     Args:
         parser: the ``monai-unc`` parser.
@@ -343,7 +344,14 @@ def _option_text(parser: argparse.ArgumentParser, command: str, text: str) -> st
     if sub is None:
         return text
     options = {a.dest: max(a.option_strings, key=len) for a in sub._actions if a.option_strings and "_" in a.dest}
-    return _PYTHON_NAME.sub(lambda m: options.get(m.group(1), m.group(1)), text)
+
+    def option(m: re.Match[str]) -> str:
+        before = text[:m.start()]
+        if before.count("(") > before.count(")"):  # an explanation or a list of recorded fields: "(sw_batch_size)"
+            return m.group(1)
+        return options.get(m.group(1), m.group(1))
+
+    return _PYTHON_NAME.sub(option, text)
 
 
 def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[str]) -> int:

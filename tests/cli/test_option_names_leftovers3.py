@@ -46,8 +46,10 @@ def test_dicom_export_names_the_option(cohort, tmp_path, capsys):
 
 def test_only_the_commands_own_option_names_are_rewritten():
     parser, _ = cli.build_parser()
-    text = "n_bins must be at most 4096; field 'n_bins' of summary.json, config.n_bins, my_file_name, --n-bins"
+    text = ("n_bins must be at most 4096 (16 * n_bins); field 'n_bins' of summary.json, config.n_bins, my_file_name, "
+            "--n-bins, min_bin_count")
     assert cli._option_text(parser, "evaluate", text) == (
-        "--n-bins must be at most 4096; field 'n_bins' of summary.json, config.n_bins, my_file_name, --n-bins")
+        "--n-bins must be at most 4096 (16 * n_bins); field 'n_bins' of summary.json, config.n_bins, my_file_name, "
+        "--n-bins, --min-bin-count")
     assert cli._option_text(parser, "no-such-command", text) == text
     assert isinstance(parser, argparse.ArgumentParser)
