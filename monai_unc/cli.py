@@ -326,11 +326,11 @@ def _option_text(parser: argparse.ArgumentParser, command: str, text: str) -> st
 
     The checks of the Python API name their parameters (``n_bins must be at most 4096``); reached from the command
     line the same check must name the option the user typed (``--n-bins must be ...``; found by hostile review:
-    ``evaluate --n-bins``, ``--min-bin-count``, ``--num-classes``, ``--conformal-stratify-by`` and ``dicom-export
-    --algorithm-name`` named ``n_bins``, ``min_bin_count``, ``num_classes``, ``conformal_strata`` and
-    ``algorithm_name``). Only bare words are rewritten, and only those that are the destinations of the command's
-    own options (with an underscore) outside parentheses; a file's field (quoted), a path, a key (``config.n_bins``)
-    or a name in parentheses (a run's recorded settings, ``(sw_batch_size)``) is left as it is.
+    ``evaluate --n-bins``, ``--min-bin-count``, ``--num-classes`` and ``dicom-export --algorithm-name`` named
+    ``n_bins``, ``min_bin_count``, ``num_classes`` and ``algorithm_name``). Only bare words are rewritten, and only
+    those that are the destinations of the command's own options (with an underscore) outside parentheses; a file's
+    field (quoted), a path, a key (``config.n_bins``) or a name in parentheses (a run's recorded settings,
+    ``(sw_batch_size)``) is left as it is.
 
     Args:
         parser: the ``monai-unc`` parser.
