@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export work
 
 __all__ = [
     "argmax",
+    "foreground_masks",
     "sum_f64",
     "CHANNEL_SUM_SLACK",
     "check_exclusive_channels",
@@ -220,6 +221,37 @@ def to_numpy(x: Any, name: str) -> np.ndarray:
     if isinstance(x, (list, tuple, float, int, np.generic)):
         return _asarray(x, name)
     raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
+
+
+def foreground_masks(p: Any) -> Any:
+    """The region masks ``p > 0.5`` of sigmoid (Bernoulli) probabilities: the one foreground decision.
+
+    Every place that turns a region's probability into a voxel's label uses this rule: the ``<case>_seg`` and the
+    sample label maps that ``monai-unc infer`` writes, ``evaluate``'s segmentation of a case without one, the
+    prediction of :meth:`monai_unc.activation.Bernoulli.confidence` (calibration, the masks with a coverage
+    guarantee) and the top label of the two-class probabilities ``(1 - p, p)`` (the first maximum wins, as for a
+    softmax). A voxel at exactly ``p = 0.5`` is
+    therefore background, as in nnU-Net's region-based segmentation and a two-class argmax (MONAI's
+    ``AsDiscrete(threshold=0.5)`` writes ``p >= 0.5`` and differs only there).
+
+    Args:
+        p: foreground probabilities, numpy array or torch tensor of any shape.
+
+    Returns:
+        A boolean array of ``p``'s shape and kind (numpy in, numpy out).
+
+    Raises:
+        TypeError: naming ``p`` when it is not a numpy array or torch tensor.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.activation import foreground_masks
+        >>> foreground_masks(np.array([0.25, 0.5, 0.75])).tolist()
+        [False, False, True]
+    """
+    if not isinstance(p, (np.ndarray, torch.Tensor)):
+        raise TypeError(f"p must be a numpy array or torch tensor, got {type(p).__name__}")
+    return p > 0.5
 
 
 def argmax(x: torch.Tensor | np.ndarray, dim: int, keepdim: bool = False) -> torch.Tensor | np.ndarray:

@@ -46,6 +46,7 @@ from ._utils import (
     check_finite,
     check_integer,
     check_labels,
+    foreground_masks,
     normalize_spacing,
     probability_tolerance,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "TaskView",
     "binary_probabilities",
     "get_activation",
+    "foreground_masks",
 ]
 
 
@@ -902,7 +904,7 @@ class Bernoulli(Activation):
         return self._confidence(p)
 
     def _confidence(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        pred = p > 0.5
+        pred = foreground_masks(p)
         return torch.where(pred, p, 1 - p), pred
 
     def correctness(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:  # noqa: D102

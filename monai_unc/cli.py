@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import pickle
+import re
 import sys
 import traceback
 import warnings
@@ -316,6 +317,43 @@ def _interrupted(command: str) -> int:
     return 130
 
 
+#: a Python name in a message: a bare word with an underscore (not quoted, not part of a path, a field or an option)
+_PYTHON_NAME = re.compile(r"(?<![\w\-'\"`./])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w\-'\"`./=\[])")
+
+
+def _option_text(parser: argparse.ArgumentParser, command: str, text: str) -> str:
+    """An error's text with the Python parameter names in it written as the command's options.
+
+    The checks of the Python API name their parameters (``n_bins must be at most 4096``); reached from the command
+    line the same check must name the option the user typed (``--n-bins must be ...``; found by hostile review:
+    ``evaluate --n-bins``, ``--min-bin-count``, ``--num-classes`` and ``dicom-export --algorithm-name`` named
+    ``n_bins``, ``min_bin_count``, ``num_classes`` and ``algorithm_name``). Only bare words are rewritten, and only
+    those that are the destinations of the command's own options (with an underscore) outside parentheses; a file's
+    field (quoted), a path, a key (``config.n_bins``) or a name in parentheses (a run's recorded settings,
+    ``(sw_batch_size)``) is left as it is.
+
+    Args:
+        parser: the ``monai-unc`` parser.
+        command: the parsed command.
+        text: the error's one line.
+
+    Returns:
+        The text, its Python names written as options.
+    """
+    sub = next((a.choices.get(command) for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is None:
+        return text
+    options = {a.dest: max(a.option_strings, key=len) for a in sub._actions if a.option_strings and "_" in a.dest}
+
+    def option(m: re.Match[str]) -> str:
+        before = text[:m.start()]
+        if before.count("(") > before.count(")"):  # an explanation or a list of recorded fields: "(sw_batch_size)"
+            return m.group(1)
+        return options.get(m.group(1), m.group(1))
+
+    return _PYTHON_NAME.sub(option, text)
+
+
 def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[str]) -> int:
     """:func:`main` after the parser is built: parse ``argv`` and run the command (exit status)."""
     args = parser.parse_args(argv)
@@ -339,14 +377,15 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
     except CohortFailed as e:  # some cases failed: rank 0 said which, the other cases are done
         return e.exit_status
     except _INPUT_ERRORS as e:
-        print(f"monai-unc {args.command}: error: {error_text(e)}", file=sys.stderr, flush=True)
+        print(f"monai-unc {args.command}: error: {_option_text(parser, args.command, error_text(e))}",
+              file=sys.stderr, flush=True)
         return 2
     except TypeError as e:  # a check of ours refusing a value of the wrong type: bad input; any other: a bug
         if not _raised_by_a_check(e):
             raise
         text = str(e).strip()  # names the argument
-        print(f"monai-unc {args.command}: error: {text.splitlines()[0] if text else 'TypeError'}", file=sys.stderr,
-              flush=True)
+        text = _option_text(parser, args.command, text.splitlines()[0]) if text else "TypeError"
+        print(f"monai-unc {args.command}: error: {text}", file=sys.stderr, flush=True)
         return 2
     except RuntimeError as e:  # another rank of a job started without torchrun died: one line, not gloo's traceback
         said = _peer_lost(e)

@@ -6,6 +6,7 @@ and atomically after any side file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -41,15 +42,22 @@ def _canonical(fingerprint: Any) -> str:
     return json.dumps(fingerprint, sort_keys=True)
 
 
+def _state_digest(doc: dict[str, Any]) -> str:
+    """The SHA-256 of a saved state's canonical JSON text without its ``digest`` field (NaN kept as written)."""
+    body = {k: v for k, v in doc.items() if k != "digest"}
+    return "sha256:" + hashlib.sha256(_canonical(body).encode("utf-8")).hexdigest()
+
+
 class CaseCache:
     """Per-case resume state in a folder: ``<case>.json`` marks a case finished.
 
     A saved state is reused while the case's fingerprint (everything its result depends on: input files, options,
-    package version) is unchanged; a stale fingerprint, a missing side file or an unreadable file means the case is
-    computed again. ``<case>.json`` is written last and atomically, after any side file (``dump`` writes those, e.g.
-    histograms as ``.npz``), and an earlier ``<case>.json`` is removed before them, so an interrupted case is never
-    taken for a finished one (nor its new side files for those of the earlier state); partial files of an
-    interrupted write are removed by :meth:`prepare`.
+    package version) is unchanged; a stale fingerprint, a missing side file, an unreadable file or one whose text
+    no longer matches the digest saved in it (``digest``: an edited, truncated or copied-over state, e.g. a case's
+    score changed by hand) means the case is computed again. ``<case>.json`` is written last and atomically, after
+    any side file (``dump`` writes those, e.g. histograms as ``.npz``), and an earlier ``<case>.json`` is removed
+    before them, so an interrupted case is never taken for a finished one (nor its new side files for those of the
+    earlier state); partial files of an interrupted write are removed by :meth:`prepare`.
 
     Args:
         folder: the folder of the states.
@@ -170,7 +178,11 @@ class CaseCache:
                 if self.on_stale is not None and doc.get("case") == case_id:
                     self.on_stale(case_id, doc.get("fingerprint"), fingerprint)
                 return None
-            return self.restore(self.folder, doc, item)
+            # found by hostile testing: a saved row edited by hand (a case's score lowered) was reused as computed,
+            # and ``triage`` accepted the case on it; a state this cache wrote carries the digest of its text
+            if self.store and (doc.get("case") != case_id or doc.get("digest") != _state_digest(doc)):
+                return None
+            return self.restore(self.folder, {k: v for k, v in doc.items() if k != "digest"}, item)
         except _UNREADABLE:
             return None
 
@@ -200,5 +212,8 @@ class CaseCache:
         self.path(case_id).unlink(missing_ok=True)
         doc = {"case": case_id, "fingerprint": fingerprint, **self.dump(self.folder, case_id, result)}
         # internal resume state, read back only by load: Python's NaN literal (json_default, not strict JSON) keeps
-        # undefined metrics NaN bit for bit, so a resumed cohort equals a fresh one
-        return atomic_write_text(self.path(case_id), json.dumps(doc, default=json_default) + "\n")
+        # undefined metrics NaN bit for bit, so a resumed cohort equals a fresh one; the digest is that of the text
+        # as it reads back (a JSON round trip), so load recomputes it from the file alone
+        doc = json.loads(json.dumps(doc, default=json_default))
+        doc["digest"] = _state_digest(doc)
+        return atomic_write_text(self.path(case_id), json.dumps(doc) + "\n")

@@ -57,6 +57,7 @@ from .._utils import (
     affine_voxel_volume,
     check_probabilities,
     check_unit_interval,
+    foreground_masks,
     host_memory_free,
     link_target,
     load_nifti,
@@ -2154,9 +2155,9 @@ def load_case(
     it and with each other), probabilities are checked to lie in ``[0, 1]`` without the sum-to-1 constraint, a
     segmentation with several channels must hold binary region masks (0/1) and one with a single channel is read
     as a label map (except a one-region mask, a 4D NIfTI ``(X, Y, Z, 1)`` of 0/1 for ``num_classes=1``, as
-    :func:`save_region_maps` writes it), the segmentation defaults to ``probs >= 0.5`` per region (MONAI's
-    ``AsDiscrete(threshold=0.5)``), and the label is a label map holding any non-negative labels (e.g. BraTS 0, 1,
-    2, 4) or ``R`` 0/1 region masks.
+    :func:`save_region_maps` writes it), the segmentation defaults to ``probs > 0.5`` per region
+    (:func:`~monai_unc.activation.foreground_masks`, as ``infer`` writes it), and the label is a label map holding
+    any non-negative labels (e.g. BraTS 0, 1, 2, 4) or ``R`` 0/1 region masks.
 
     Args:
         files: the case's files (:func:`match_cases`).
@@ -2340,7 +2341,7 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
             seg = _region_masks(s, what)
             regions_of(s.shape[0], files.seg.name)
     elif probs is not None:
-        seg = (probs >= 0.5).astype(np.uint8)
+        seg = foreground_masks(probs).astype(np.uint8)
     else:
         raise CaseError(f"case {cid!r}: no segmentation and no probabilities")
     maps = {}

@@ -119,6 +119,33 @@ def _direction(value: Any, name: str) -> bool:
     return bool(value)
 
 
+def _directions(
+    names: Sequence[str], higher_is_better: Any, defaults: Mapping[str, Any], missing: str
+) -> dict[str, bool]:
+    """The direction of each metric of ``names``: one bool for all, a mapping's entry, else its default.
+
+    A mapping's key that names none of the metrics (a typo, ``{"AUCROC": False}`` for ``AUC-ROC``) is refused: it
+    was ignored, and the metric kept its default direction without a word (found by hostile review). ``missing``
+    is the message of a metric with neither an entry nor a default (``{name!r}`` in it is the metric).
+    """
+    if isinstance(higher_is_better, (bool, np.bool_)):
+        return {n: bool(higher_is_better) for n in names}
+    if not isinstance(higher_is_better, Mapping):
+        raise TypeError(f"higher_is_better must be a bool or a mapping name -> bool, got {higher_is_better!r}")
+    unknown = [k for k in higher_is_better if k not in names]
+    if unknown:
+        raise ValueError(f"higher_is_better names metric(s) not compared: {unknown} (compared: {list(names)})")
+    out = {}
+    for n in names:
+        if n in higher_is_better:
+            out[n] = _direction(higher_is_better[n], n)
+        elif defaults.get(n) is not None:
+            out[n] = _direction(defaults[n], n)
+        else:
+            raise ValueError(missing.format(name=n))
+    return out
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """A per-case metric ``fn(uncertainty, pred, target, spacing=...) -> float`` and its direction.
@@ -138,6 +165,21 @@ class MetricSpec:
     fn: MetricFn
     higher_is_better: bool
     spatial: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse a direction that is not a bool (``"False"`` would read as True) and a ``fn`` that is no function.
+
+        Raises:
+            TypeError: naming ``fn``, ``higher_is_better`` or ``spatial``.
+        """
+        if not callable(self.fn):
+            raise TypeError(f"fn must be callable, got {type(self.fn).__name__}")
+        if not isinstance(self.higher_is_better, (bool, np.bool_)):
+            raise TypeError(f"higher_is_better must be a bool, got {self.higher_is_better!r}")
+        if not isinstance(self.spatial, (bool, np.bool_)):
+            raise TypeError(f"spatial must be a bool, got {self.spatial!r}")
+        object.__setattr__(self, "higher_is_better", bool(self.higher_is_better))  # numpy's bool as Python's
+        object.__setattr__(self, "spatial", bool(self.spatial))
 
 
 def _error(pred: Any, target: Any) -> np.ndarray:
@@ -748,16 +790,7 @@ def _compare_values(
         raise ValueError("no metric to compare")
     alpha = _check_alpha(alpha)
     exact = check_bool(exact, "exact")
-    directions = {}
-    for n in names:
-        if isinstance(higher_is_better, (bool, np.bool_)):
-            directions[n] = bool(higher_is_better)
-        elif not isinstance(higher_is_better, Mapping):
-            raise TypeError(f"higher_is_better must be a bool or a mapping name -> bool, got {higher_is_better!r}")
-        elif n in higher_is_better:
-            directions[n] = _direction(higher_is_better[n], n)
-        else:
-            raise ValueError(f"higher_is_better has no entry for metric {n!r}")
+    directions = _directions(names, higher_is_better, {}, "higher_is_better has no entry for metric {name!r}")
     _check_case_labels(values_a, values_b)
     metrics = {}
     for n in names:  # a loop, not a comprehension: a comprehension is one more frame for the warnings (Python < 3.12)
@@ -917,24 +950,18 @@ def compare_uncertainty_maps(
     if higher_is_better is not None and not isinstance(higher_is_better, (bool, np.bool_, Mapping)):
         # found by hostile testing: "False", 0 or [False] fell through to the registry's directions without a word
         raise TypeError(f"higher_is_better must be None, a bool or a mapping name -> bool, got {higher_is_better!r}")
-    directions: dict[str, bool] = {}
+    defaults: dict[str, Any] = {}
     fns: dict[str, MetricFn] = {}
     for n, spec in specs.items():
         if isinstance(spec, MetricSpec):
-            fns[n], default = spec.fn, spec.higher_is_better
+            fns[n], defaults[n] = spec.fn, spec.higher_is_better
         elif callable(spec):
             fns[n] = spec
-            default = registry[n].higher_is_better if n in registry else None
+            defaults[n] = registry[n].higher_is_better if n in registry else None
         else:
             raise TypeError(f"metric_fns[{n!r}] must be callable or a MetricSpec, got {type(spec).__name__}")
-        if isinstance(higher_is_better, (bool, np.bool_)):
-            directions[n] = bool(higher_is_better)
-        elif isinstance(higher_is_better, Mapping) and n in higher_is_better:
-            directions[n] = _direction(higher_is_better[n], n)
-        elif default is not None:
-            directions[n] = default
-        else:
-            raise ValueError(f"higher_is_better is needed for the custom metric {n!r}")
+    directions = _directions(list(specs), {} if higher_is_better is None else higher_is_better, defaults,
+                             "higher_is_better is needed for the custom metric {name!r}")
 
     a_list, b_list = _case_list(maps_a, "maps_a"), _case_list(maps_b, "maps_b")
     p_list, t_list = _case_list(pred, "pred"), _case_list(target, "target")

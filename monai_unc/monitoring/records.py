@@ -23,7 +23,7 @@ from ..evaluation.case import load_evaluation_case
 from ..evaluation.cohort import dice_failed, risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
-from ..evaluation.triage.rule import ImageReference
+from ..evaluation.triage.rule import Decision, ImageReference
 from ..io import VOLUME_EXTENSIONS, CaseFiles, read_table, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
@@ -373,6 +373,12 @@ def read_triage_run(
         decision = c.get("decision")
         if decision not in _DECISIONS:
             raise ValueError(f"{where}.decision must be one of {_DECISIONS}, got {decision!r}")
+        code = _text(c.get("code"), f"{where}.code")
+        if not Decision.code_agrees(decision, code):  # found by hostile review: a misspelt code, or an "accept" with
+            # a reason for review (an edited triage.json), was recorded as the rule's decision
+            raise ValueError(f"{where}.code must be {'accepted' if decision == 'accept' else 'a reason for review'} "
+                             f"(the case's decision is {decision!r}; codes: {', '.join(Decision.CODES)}), got "
+                             f"{code!r}"[:400])
         s, scanner = site_rows.get(_site_table_key(cid), (None, None))
         if s is None:
             entry = files.get(cid)
@@ -386,7 +392,7 @@ def read_triage_run(
             score=_number(c.get("score"), f"{where}.score"),
             image_z_max=_number(c.get("image_z_max"), f"{where}.image_z_max"),
             expected_dice=_number(c.get("expected_dice"), f"{where}.expected_dice"),
-            decision=decision, code=_text(c.get("code"), f"{where}.code"),
+            decision=decision, code=code,
             reason=_text(c.get("reason"), f"{where}.reason"), rule_digest=rule["digest"], model_digest=model,
             prediction=seg if isinstance(seg, str) and seg and len(seg) <= 1000 and "\x00" not in seg else None,
         ))

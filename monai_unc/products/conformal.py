@@ -263,9 +263,9 @@ class ConformalMasks(CohortProduct):
         """
         if not getattr(args, "conformal", None):
             if args.conformal_strata is not None or args.conformal_strata_edges is not None:
-                raise ValueError("conformal_strata / conformal_strata_edges need conformal masks (conformal)")
+                raise ValueError("--conformal-strata / --conformal-strata-edges need conformal masks (--conformal)")
             if args.conformal_stratify_by is not None:
-                raise ValueError("conformal_stratify_by needs conformal_strata or conformal_strata_edges")
+                raise ValueError("--conformal-stratify-by needs --conformal-strata or --conformal-strata-edges")
             return None
         return cls(args.conformal, family=args.conformal_family, delta=args.conformal_delta,
                    strata=args.conformal_strata, strata_edges=_edges(args.conformal_strata_edges),

@@ -178,8 +178,8 @@ class LesionMetrics(CohortProduct):
         if not getattr(args, "lesions", False):
             if (args.lesion_dilation is not None or args.lesion_min_volume is not None
                     or getattr(args, "lesion_samples", None) is not None):
-                raise ValueError("lesion_dilation / lesion_min_volume / lesion_samples need lesion-wise metrics "
-                                 "(lesions)")
+                raise ValueError("--lesion-dilation / --lesion-min-volume / --lesion-samples need lesion-wise "
+                                 "metrics (--lesions)")
             return None
         return cls(args.lesion_settings, args.lesion_dilation, args.lesion_min_volume, args.lesion_iou,
                    args.lesion_failure_dice, samples=getattr(args, "lesion_samples", None))

@@ -45,7 +45,7 @@ from .._utils import check_integer, is_count, is_finite_real, is_text_list
 from ..evaluation import triage_order
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
-from ..evaluation.triage import ReferralRule, mismatch_fields
+from ..evaluation.triage import Decision, ReferralRule, mismatch_fields
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
 from ..product import (
@@ -408,7 +408,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
 _CASE_NUMBERS = ("score", "expected_dice", "expected_dice_low", "expected_dice_high", "image_z_max")
 #: the codes of a case's decision (:meth:`monai_unc.evaluation.triage.ReferralRule.apply`): accepted, or the first
 #: reason for review
-_CODES = ("accepted", "not_certified", "undefined_score", "outside_range", "image_statistics", "above_threshold")
+_CODES = Decision.CODES
 
 
 def _check_decisions(summary: Mapping[str, Any], rule: ReferralRule, source: str) -> None:
@@ -554,7 +554,7 @@ def _check_summary(summary: Any, source: str) -> None:
             raise bad(name, f"the ids of the cases whose decision is {decision!r} ({want})", summary[name])
     codes = [c.get("code") for c in cases]
     for i, (code, decision) in enumerate(zip(codes, decisions)):
-        if code is not None and (code not in _CODES or (code == "accepted") != (decision == "accept")):
+        if code is not None and not Decision.code_agrees(decision, code):
             raise bad(f"cases[{i}].code", f"{'accepted' if decision == 'accept' else 'a reason for review'} (the "
                       f"case's decision is {decision!r}; codes: {', '.join(_CODES)})", code)
     if "reasons" in summary and all(code is not None for code in codes):

@@ -15,7 +15,7 @@ draws may differ between versions; ``--overwrite`` predicts every case with this
 
 Region-based (multi-label sigmoid) networks, ``activation="sigmoid"`` with ``R >= 2`` output channels (e.g. the
 BraTS regions TC, WT, ET): every file is 4D with one volume per region, ``(X, Y, Z, R)``: ``<case>_seg`` uint8
-region masks ``mean p_r >= 0.5`` (MONAI's ``AsDiscrete(threshold=0.5)``), ``<case>_probs`` float32 per-region
+region masks ``mean p_r > 0.5`` (:func:`~monai_unc.activation.foreground_masks`), ``<case>_probs`` float32 per-region
 mean probabilities (they need not sum to 1), ``<case>_<measure>`` float32 per-region maps (binary entropies,
 bounded by ``log 2``). The case records and, once the run is done, ``infer.json`` carry ``"multilabel": true``
 and ``"regions"``: the spec of ``--regions`` (``{name: [label, ...]}`` in channel order) or, without one, the
@@ -48,7 +48,7 @@ import torch
 from monai.transforms import Invertd
 
 from .. import __version__
-from .._utils import argmax, label_map_dtype
+from .._utils import argmax, foreground_masks, label_map_dtype
 from ..engine import (
     CaseCache,
     CohortRun,
@@ -329,7 +329,7 @@ def sample_label_maps(
     """The hard segmentation of each sample: what ``<case>_samples.nii.gz`` holds (``infer --save-samples``).
 
     Classes: the argmax of each sample's probabilities (as ``<case>_seg`` is the argmax of their mean). Regions
-    (multi-label sigmoid outputs): each sample's region masks ``p_r >= 0.5`` (as ``<case>_seg``) written as one label
+    (multi-label sigmoid outputs): each sample's region masks ``p_r > 0.5`` (as ``<case>_seg``) written as one label
     map by the region spec (:func:`monai_unc.regions.regions_to_labels`), so that
     :func:`~monai_unc.evaluation.lesions.read_lesion_samples` gives each region back with ``isin(labels,
     regions[r])``. One sample at a time: no second float copy of the samples.
@@ -364,7 +364,7 @@ def sample_label_maps(
     missed = 0
     for i in range(int(samples.shape[0])):
         if multilabel:
-            labels, n = regions_to_labels(samples[i] >= 0.5, regions)
+            labels, n = regions_to_labels(foreground_masks(samples[i]), regions)
             out[i] = labels.cpu().numpy()
             missed += n
         else:
@@ -968,8 +968,8 @@ def predict_case(
     if settings.save_samples and multilabel and settings.regions is None:
         raise ValueError(f"case {case.case_id!r}: --save-samples of a region-based network needs --regions (the "
                          "labels that the samples' label maps hold)")
-    if multilabel:  # region masks, as MONAI's AsDiscrete(threshold=0.5)
-        seg = (pred[0] >= 0.5).to(torch.uint8).cpu().numpy()
+    if multilabel:  # region masks p > 0.5, the decision of the calibration metrics (foreground_masks)
+        seg = foreground_masks(pred[0]).to(torch.uint8).cpu().numpy()
     else:
         seg = argmax(pred, 1)[0].to(torch.int16).cpu().numpy()
     spatial = seg.shape[1:] if multilabel else seg.shape

@@ -614,6 +614,40 @@ def _bundle_checkpoint_key(config: dict) -> str | None:
     return None
 
 
+def _bundle_code_files(bundle: str | os.PathLike) -> list[Path]:
+    """The files of a bundle's ``scripts/`` folder: its own code, which defines the model as its config does.
+
+    A bundle's network may be its own class (``"_target_": "scripts.net.Net"``, ``"$import scripts"``); editing that
+    code changes the model, so :func:`load_network` digests these files with the checkpoint and the config (found by
+    hostile review: only ``models/model.pt`` and ``configs/inference.json`` were digested, and a rule certified on
+    the bundle matched predictions of its edited code). Compiled caches (``__pycache__``) and hidden files are left
+    out; the order is that of the sorted relative paths.
+
+    Args:
+        bundle: the bundle folder.
+
+    Returns:
+        The resolved paths (none without a ``scripts/`` folder).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "scripts" / "__pycache__").mkdir(parents=True)
+        ...     for name in ("scripts/net.py", "scripts/__init__.py", "scripts/__pycache__/net.pyc"):
+        ...         _ = (Path(d) / name).write_text("")
+        ...     [p.name for p in _bundle_code_files(d)]
+        ['__init__.py', 'net.py']
+    """
+    root = Path(bundle).resolve()
+    scripts = root / "scripts"
+    if not scripts.is_dir():
+        return []
+    found = [p for p in scripts.rglob("*") if p.is_file()
+             and not any(part == "__pycache__" or part.startswith(".") for part in p.relative_to(scripts).parts)]
+    return sorted(found, key=lambda p: p.relative_to(scripts).as_posix())
+
+
 def _bundle_config(bundle: Path) -> Path:
     for name in _CONFIG_NAMES:
         p = bundle / "configs" / name
@@ -694,6 +728,7 @@ def load_network(
         parser = ConfigParser()
         config_files.append(str(_bundle_config(root).resolve()))
         parser.read_config(config_files[-1])
+        config_files += [str(p) for p in _bundle_code_files(root)]  # its own code defines the model too
         parser["bundle_root"] = str(root.resolve())
         if "network_def" not in parser.config:
             raise ValueError(f"bundle {root}: the inference config defines no 'network_def'")

@@ -224,3 +224,19 @@ def test_a_none_result_is_not_saved_as_a_state_that_reads_back_as_none(tmp_path)
     assert [(c, type(e).__name__) for c, e in failed] == [("a", "TypeError")]
     assert "the result to save is None" in str(failed[0][1])
     assert not (tmp_path / "a.json").exists() and (tmp_path / "b.json").is_file()
+
+
+def test_an_edited_saved_state_is_recomputed(tmp_path):
+    """A saved result edited by hand (a triage row's score lowered; found by hostile review: ``triage`` then
+    accepted the case on the edited score) no longer matches the digest saved with it: computed again."""
+    cache = CaseCache(tmp_path, lambda item: item)
+    fp = cache.fingerprint_of("fp")
+    cache.save("a", {"score": 0.6, "nan": float("nan")}, fp)
+    assert cache.load("a", fp)["score"] == 0.6  # unedited, NaN included: reused
+    doc = json.loads(cache.path("a").read_text())
+    for edit in ({"score": 0.0001}, {"score": "abc"}, {"case": "b"}, {}):
+        cache.path("a").write_text(json.dumps({**doc, "result": {**doc["result"], **edit}} if edit else
+                                              {k: v for k, v in doc.items() if k != "digest"}))
+        assert cache.load("a", fp) is None, edit
+    cache.path("a").write_text(json.dumps(doc))  # the file as saved: reused again
+    assert cache.load("a", fp)["score"] == 0.6

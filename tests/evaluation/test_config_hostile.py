@@ -121,9 +121,9 @@ def cohort(tmp_path_factory):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--min-bin-count", "-1"], "min_bin_count must be a non-negative integer, got -1"),
-    (["--num-classes", "1"], "num_classes must be an integer >= 2, got 1"),
-    (["--n-bins", "1000000000000"], f"n_bins must be at most {MAX_BINS}"),
+    (["--min-bin-count", "-1"], "--min-bin-count must be a non-negative integer, got -1"),
+    (["--num-classes", "1"], "--num-classes must be an integer >= 2, got 1"),
+    (["--n-bins", "1000000000000"], f"--n-bins must be at most {MAX_BINS}"),
     (["--class-names", "bg", "Tumour A", "tumour-a"], "the same column names"),
 ])
 def test_evaluate_refuses_bad_options_in_one_line_before_any_case(cohort, tmp_path, capsys, extra, message):

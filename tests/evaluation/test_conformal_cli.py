@@ -178,7 +178,7 @@ def _one_line_exit_2(capsys, argv: list[str], *words: str) -> None:
     (["--conformal", "outer:fnr=1.5"], ["(0, 1)", "outer"]),
     (["--conformal", "outer:fnr=0"], ["(0, 1)"]),
     (["--conformal", "outer:fp=0.1"], ["outer:fnr=TARGET"]),
-    (["--conformal", "outer:fnr=0.1", "--conformal-delta", "1"], ["conformal_delta", "(0, 1)"]),
+    (["--conformal", "outer:fnr=0.1", "--conformal-delta", "1"], ["--conformal-delta must", "(0, 1)"]),
     (["--conformal", "outer:fnr=0.1"], ["too few", "at least 9"]),
     (["--conformal", "outer:fnr=0.3", "--conformal-delta", "0.05"], ["too few", "at least 19"]),
 ])

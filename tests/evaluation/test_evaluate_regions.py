@@ -228,7 +228,7 @@ def test_empty_region_in_target_and_prediction(evaluated):
     assert any("predicted foreground is empty" in w or "empty" in w for w in summary["warnings"])
 
 
-def test_label_map_prediction_equals_region_masks(cohort, evaluated, tmp_path):
+def test_label_map_prediction_equals_foreground_masks(cohort, evaluated, tmp_path):
     _, summary, paths, _ = evaluated
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -371,7 +371,7 @@ def test_probabilities_only_derive_binary_entropy_maps(cohort, tmp_path):
     row = _rows(paths["metrics"])["case1"]
     probs = np.moveaxis(_load(cohort["pred"], "case1", "_probs"), -1, 0)
     masks = np.moveaxis(_load(cohort["pred"], "case1", "_seg"), -1, 0) > 0.5
-    assert np.array_equal(probs >= 0.5, masks)  # the default segmentation: p >= 0.5 per region
+    assert np.array_equal(probs > 0.5, masks)  # the default segmentation: p > 0.5 per region (foreground_masks)
     t = _regions(_load(cohort["labels"], "case1", "").astype(int))
     assert float(row["dice_TC"]) == pytest.approx(_ref_dice(masks[0], t[0]), abs=1e-6)
     assert float(row["predictive_entropy_mean_ET"]) == pytest.approx(_binary_entropy(probs[2]).mean(), rel=1e-5)

@@ -49,6 +49,12 @@ def test_sidecar_keys():
     (lambda d: d["cases"][0].update(case=""), "case"),
     (lambda d: d["cases"].append(dict(d["cases"][0])), "appears twice"),
     (lambda d: d.update(cases={}), "'cases' must be a list"),
+    # found by hostile review: a misspelt code, or an "accept" with a reason for review, was recorded as given
+    (lambda d: d["cases"][0].update(code="acepted"), r"cases\[0\]\.code must be accepted .*got 'acepted'"),
+    (lambda d: d["cases"][0].update(code="above_threshold"), r"cases\[0\]\.code must be accepted"),
+    (lambda d: d["cases"][0].update(decision="review", code="accepted"), r"code must be a reason for review"),
+    (lambda d: d["cases"][0].update(decision="review", code="above_treshold"), "above_treshold"),
+    (lambda d: d["cases"][0].update(code=1), "code must be non-empty text"),
 ])
 def test_a_wrong_field_is_named(tmp_path, edit, message):
     folder = write_triage(tmp_path / "t", make_rule([0.1]), [{"case": "a", "score": 0.1}])

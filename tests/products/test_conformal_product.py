@@ -133,7 +133,7 @@ def test_from_arguments():
     assert p.targets == {"outer": 0.1, "inner": 0.2} and p.family == "margin" and p.strata_edges == [0.2, 0.4]
     with pytest.raises(ValueError, match="need conformal masks"):
         ConformalMasks.from_arguments(_args(conformal_strata=3))
-    with pytest.raises(ValueError, match="conformal_stratify_by needs"):
+    with pytest.raises(ValueError, match="--conformal-stratify-by needs --conformal-strata or"):
         ConformalMasks.from_arguments(_args(conformal_stratify_by="variance_mean"))
     with pytest.raises(ValueError, match="--conformal-strata-edges must be comma-separated numbers"):
         ConformalMasks.from_arguments(_args(conformal="outer:fnr=0.1", conformal_strata_edges="a,b"))

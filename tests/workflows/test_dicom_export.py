@@ -498,7 +498,7 @@ def test_an_algorithm_name_a_dicom_text_cannot_hold_is_refused(tmp_path, capsys,
     rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"),
                "--algorithm-name", name, "-q"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "algorithm_name" in err[0] and message in err[0], err
+    assert rc == 2 and len(err) == 1 and "--algorithm-name must" in err[0] and message in err[0], err
     assert not list(tmp_path.glob("out/**/*.dcm"))
     long = "Model " + "x" * 52 + " v2"  # 64 characters: written whole
     assert main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"),

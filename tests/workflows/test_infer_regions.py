@@ -95,7 +95,7 @@ def test_region_outputs_are_4d_and_equal_the_inferer(data, tmp_path):
         x = torch.from_numpy(nib.load(data["images"] / f"case{i}.nii.gz").get_fdata().astype(np.float32))
         ref = inferer(x[None, None], net)
         np.testing.assert_allclose(np.moveaxis(probs, -1, 0), ref["pred"][0].numpy(), atol=1e-6)
-        np.testing.assert_array_equal(_read(out / f"case{i}_seg.nii.gz"), (probs >= 0.5).astype(np.uint8))
+        np.testing.assert_array_equal(_read(out / f"case{i}_seg.nii.gz"), (probs > 0.5).astype(np.uint8))
         assert 0 <= probs.min() and probs.max() <= 1 and not np.allclose(probs.sum(-1), 1)
         for m in ALL:
             u = _read(out / f"case{i}_{m}.nii.gz")

@@ -166,7 +166,7 @@ def test_region_samples_are_label_maps_of_the_region_spec(data, tmp_path):
     ref = _reference_samples(data, "mcdropout", 3, None, activation="sigmoid", ckpt=103)
     for case, probs in ref.items():
         labels = read_lesion_samples(out, case, SHAPE)
-        masks = probs >= 0.5  # (S, R, *spatial): TC, WT, ET
+        masks = probs > 0.5  # (S, R, *spatial): TC, WT, ET
         # a voxel's regions are representable when they are nested as the BraTS labels are: ET in TC in WT
         tc, wt, et = masks[:, 0], masks[:, 1], masks[:, 2]
         ok = (~et | tc) & (~tc | wt)

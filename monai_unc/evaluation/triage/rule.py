@@ -455,10 +455,37 @@ class Decision(NamedTuple):
     reason: str
     code: str
 
+    #: every code a decision can have: ``accepted``, or the first reason for review (in the order :meth:`ReferralRule.
+    #: apply` checks them)
+    CODES = ("accepted", "not_certified", "undefined_score", "outside_range", "image_statistics", "above_threshold")
+
     @property
     def accepted(self) -> bool:
         """Whether the case is accepted (``decision == "accept"``)."""
         return self.decision == "accept"
+
+    @staticmethod
+    def code_agrees(decision: Any, code: Any) -> bool:
+        """Whether ``code`` is one of :attr:`CODES` and agrees with ``decision``: ``accepted`` exactly for ``accept``.
+
+        A recorded decision (``triage.json``, a file a user may edit) is checked with it before it is drawn or
+        recorded: a misspelt code, or an ``accept`` with a reason for review, would pass for a decision of the rule.
+
+        Args:
+            decision: ``"accept"`` or ``"review"`` (anything else never agrees).
+            code: the recorded code.
+
+        Returns:
+            Whether they agree.
+
+        Example:
+            >>> Decision.code_agrees("review", "above_threshold"), Decision.code_agrees("accept", "above_threshold")
+            (True, False)
+            >>> Decision.code_agrees("review", "above_treshold")
+            False
+        """
+        return (decision in ("accept", "review") and isinstance(code, str) and code in Decision.CODES
+                and (code == "accepted") == (decision == "accept"))
 
 
 def _field(d: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...] | None = None) -> Any:

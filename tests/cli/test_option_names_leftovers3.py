@@ -1,0 +1,55 @@
+"""A check of the Python API reached from the command line names the option the user typed, not the Python
+parameter (found by hostile review: ``evaluate --n-bins 10**12`` said ``n_bins must be at most 4096``,
+``dicom-export --algorithm-name ''`` said ``algorithm_name must be ...``)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from monai_unc import cli
+from monai_unc.data.cohorts import write_toy_cohort
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    return write_toy_cohort(tmp_path_factory.mktemp("opt"), n_cases=2, shape=(8, 8, 8))
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--n-bins", "1000000000000"], "--n-bins must be at most"),
+    (["--num-classes", "1"], "--num-classes must be an integer >= 2, got 1"),
+    (["--min-bin-count", "-1"], "--min-bin-count must be a non-negative integer, got -1"),
+    (["--lesion-dilation", "1"], "--lesion-dilation / --lesion-min-volume / --lesion-samples need lesion-wise metrics "
+                                 "(--lesions)"),
+    (["--conformal-strata", "3"], "--conformal-strata / --conformal-strata-edges need conformal masks (--conformal)"),
+    (["--conformal", "outer:fnr=0.1", "--conformal-stratify-by", "variance_mean"],
+     "--conformal-stratify-by needs --conformal-strata or --conformal-strata-edges"),
+])
+def test_evaluate_names_the_option(cohort, tmp_path, capsys, extra, message):
+    rc = cli.main(["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o",
+                   str(tmp_path / "ev"), "-q", *extra])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip() and not ln.startswith("warning")]
+    assert rc == 2 and len(err) == 1 and err[0].startswith("monai-unc evaluate: error: "), (rc, err)
+    assert message in err[0], err
+    assert "n_bins" not in err[0].split("(")[0] and "_" not in err[0].split("error: ")[1].split(" ")[0], err
+
+
+def test_dicom_export_names_the_option(cohort, tmp_path, capsys):
+    pytest.importorskip("pydicom")
+    rc = cli.main(["dicom-export", "-p", str(cohort["predictions"]), "-s", str(tmp_path / "series"), "-o",
+                   str(tmp_path / "out"), "--algorithm-name", ""])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "error: --algorithm-name must be 1 to 64 characters" in err[0], err
+
+
+def test_only_the_commands_own_option_names_are_rewritten():
+    parser, _ = cli.build_parser()
+    text = ("n_bins must be at most 4096 (16 * n_bins); field 'n_bins' of summary.json, config.n_bins, my_file_name, "
+            "--n-bins, min_bin_count")
+    assert cli._option_text(parser, "evaluate", text) == (
+        "--n-bins must be at most 4096 (16 * n_bins); field 'n_bins' of summary.json, config.n_bins, my_file_name, "
+        "--n-bins, --min-bin-count")
+    assert cli._option_text(parser, "no-such-command", text) == text
+    assert isinstance(parser, argparse.ArgumentParser)
