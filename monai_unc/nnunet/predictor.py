@@ -1112,6 +1112,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                 f"{', ...' if len(missing) > 5 else ''}): predict them with the previous stage first"
             )
         if overwrite or outputs is None:
+            _check_previous_stage_shapes(lists, prevs, self.plans_manager.image_reader_writer_class)
             return lists, outputs, prevs
         ending = self.dataset_json["file_ending"]
         settings = self.case_settings()
@@ -1130,7 +1131,9 @@ class UncertaintyPredictor(nnUNetPredictor):
             print(f"{len(changed)} of them ({', '.join(list(changed)[:5])}{', ...' if len(changed) > 5 else ''}) "
                   f"were predicted with other settings (e.g. {first}: {'; '.join(diff[:4])}"
                   f"{'; ...' if len(diff) > 4 else ''}): predicting them again with the current settings")
-        return [lists[i] for i in todo], [outputs[i] for i in todo], [prevs[i] for i in todo]
+        lists, outputs, prevs = [lists[i] for i in todo], [outputs[i] for i in todo], [prevs[i] for i in todo]
+        _check_previous_stage_shapes(lists, prevs, self.plans_manager.image_reader_writer_class)
+        return lists, outputs, prevs
 
     def check_output_settings(self, list_of_lists_or_source_folder: str | Sequence[Sequence[str]],
                               output_folder_or_list_of_truncated_output_files: str | None | Sequence[str]) -> None:
@@ -1607,6 +1610,48 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
                 names = ", ".join(Path(f).name for f in files)
                 raise ValueError(f"case {case}: its {k} file{'s' if k != 1 else ''} ({names}) hold"
                                  f"{'s' if k == 1 else ''} {held} channel{'s' if held != 1 else ''} ({takes})")
+
+
+def _check_previous_stage_shapes(list_of_lists: Sequence[Sequence[str]], segs_from_prev_stage: Sequence[str | None],
+                                reader_writer: Any) -> None:
+    """Refuse a previous-stage segmentation whose grid is not its case's image grid, before any case is predicted.
+
+    A cascade stage stacks the previous stage's segmentation (one-hot) onto the image, so nnU-Net's preprocessing
+    asserts that both have the same shape, case by case as it reaches them: a wrong segmentation in
+    ``-prev_stage_predictions`` (another case's, or one at another resolution) failed with ``AssertionError: Shape
+    mismatch between image and segmentation ... --verify_dataset_integrity`` (a flag of training) after the cases
+    before it were written, or with ``Background workers died`` in a preprocessing worker (found by hostile testing).
+    Both are read with the model's reader, as nnU-Net reads them (the image's first channel file).
+
+    Args:
+        list_of_lists: one list of channel files per case to predict.
+        segs_from_prev_stage: the previous stage's segmentation file of each case (None: no cascade).
+        reader_writer: the model's nnU-Net reader/writer (class or instance).
+
+    Raises:
+        ValueError: one line naming the case's segmentation and image files and both shapes, or a file the reader
+            cannot read.
+    """
+    pairs = [(files, prev) for files, prev in zip(list_of_lists, segs_from_prev_stage) if prev is not None and files]
+    if not pairs:
+        return
+    rw = reader_writer() if isinstance(reader_writer, type) else reader_writer
+
+    def shape(read: Any, f: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(n) for n in read(f)[0].shape[1:])
+        except Exception as e:  # noqa: BLE001 - each reader fails its own way (RuntimeError, AssertionError, OSError)
+            why = str(e).splitlines()[0] if str(e) else ""
+            raise ValueError(f"{f}: not readable by the model's reader {type(rw).__name__} ({type(e).__name__}"
+                             f"{': ' + why if why else ''})") from None
+
+    for files, prev in pairs:
+        image = shape(lambda f: rw.read_images([f]), str(files[0]))
+        seg = shape(rw.read_seg, str(prev))
+        if image != seg:
+            raise ValueError(f"previous-stage segmentation {prev} has shape {seg} but its case's image {files[0]} has "
+                             f"shape {image}: -prev_stage_predictions must hold the previous stage's predictions of "
+                             "these images (nnU-Net writes them in each image's grid)")
 
 
 def _file_ending(name: str) -> str:

@@ -166,6 +166,23 @@ def test_missing_previous_stage_segmentation_is_named(tmp_path):
         _predict(_cascade_predictor(), tmp_path / "in", tmp_path / "out", prev=str(tmp_path / "prev"))
 
 
+def test_previous_stage_segmentation_of_another_shape_is_named_before_any_case(tmp_path):
+    """A previous-stage segmentation in another grid than its image failed in nnU-Net's preprocessing with
+    ``AssertionError: Shape mismatch ... --verify_dataset_integrity`` (a traceback), after the cases before it were
+    written; now one ValueError naming the file and both shapes, before any case is predicted."""
+    import nibabel as nib
+    import numpy as np
+
+    cases = write_inputs(tmp_path / "in", shapes=((16, 16, 16), (18, 17, 16)))
+    (tmp_path / "prev").mkdir()
+    shutil.copy(tmp_path / "in" / f"{cases[0]}_0000.nii.gz", tmp_path / "prev" / f"{cases[0]}.nii.gz")
+    nib.save(nib.Nifti1Image(np.ones((16, 16, 16), np.uint8), np.eye(4)), str(tmp_path / "prev" / f"{cases[1]}.nii.gz"))
+    with pytest.raises(ValueError, match=f"{cases[1]}.nii.gz has shape \\(16, 16, 16\\) but its case's image "
+                                         f".*{cases[1]}_0000.nii.gz has shape \\(16, 17, 18\\)"):
+        _predict(_cascade_predictor(), tmp_path / "in", tmp_path / "out", prev=str(tmp_path / "prev"))
+    assert not list((tmp_path / "out").glob(f"{cases[0]}*"))
+
+
 @pytest.mark.parametrize("part_id, num_parts", [(2, 2), (-1, 2), (0, 0)])
 def test_part_id_outside_the_parts_is_refused(part_id, num_parts, tmp_path):
     """Stock asserts ``part_id <= num_parts`` (so part_id == num_parts passed and predicted nothing)."""
