@@ -1787,8 +1787,9 @@ def check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int |
 
     ``plans.json`` and ``dataset.json`` must be JSON objects, ``dataset.json`` must hold ``labels``, ``file_ending``
     and ``channel_names`` (or ``modality``), every used fold's checkpoint must load and name a configuration of
-    ``plans.json``, and the folds must have been trained alike (trainer, configuration, mirror axes, plans). Missing
-    files are left to nnU-Net's own errors.
+    ``plans.json``, and the folds must have been trained alike (trainer, configuration, mirror axes, plans). A used
+    fold without its checkpoint is named with the folds and checkpoints the folder holds; other missing files are left
+    to nnU-Net's own errors.
 
     Args:
         model_folder: the trained model folder.
@@ -1799,11 +1800,13 @@ def check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int |
     Returns:
         ``{fold: t}``: the temperature each used fold's checkpoint carries (``monai_unc_temperature``, written by
         ``nnunet-calibrate`` into the checkpoints of its calibrated copy; the weights are already divided by it), or
-        None for a checkpoint without one. Missing checkpoints are left out.
+        None for a checkpoint without one.
 
     Raises:
         ValueError: naming the file, as listed above, or a ``monai_unc_temperature`` that is not a list of positive
             finite numbers.
+        FileNotFoundError: a used fold's checkpoint is missing (naming the fold, the checkpoint and what the folder
+            holds).
     """
     folder = Path(model_folder)
     plans = read_model_json(folder / "plans.json")
@@ -1820,10 +1823,18 @@ def check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int |
     folds = _used_folds(folder, use_folds, checkpoint_name)
     trained: dict[Path, Any] = {}
     temperatures: dict[str, list[float] | None] = {}
+    missing = [f for f in folds if not (folder / f"fold_{f}" / checkpoint_name).is_file()]
+    if missing and folder.is_dir():
+        # nnU-Net's own error was torch's "[Errno 2] No such file or directory: '.../fold_2/checkpoint_best.pth'",
+        # naming neither the fold nor the checkpoint option, nor what the folder holds (found by hostile testing)
+        held = [f"{d.name} ({', '.join(sorted(c.name for c in d.glob('*.pth'))) or 'no checkpoint'})"
+                for d in sorted(folder.glob("fold_*")) if d.is_dir()]
+        raise FileNotFoundError(
+            f"{folder / f'fold_{missing[0]}' / checkpoint_name} not found: fold {missing[0]} (-f, use_folds) has no "
+            f"checkpoint {checkpoint_name} (-chk, checkpoint_name); {folder} holds "
+            f"{'; '.join(held) if held else 'no fold_<k> folder'}")
     for f in folds:
         path = folder / f"fold_{f}" / checkpoint_name
-        if not path.is_file():
-            continue  # nnU-Net names the missing file
         ckpt = _load_checkpoint(path)
         init_args = ckpt.get("init_args") if isinstance(ckpt, dict) else None
         if not isinstance(init_args, dict) or "network_weights" not in ckpt:

@@ -135,3 +135,28 @@ def test_dropout_without_dropout_layers_names_the_cli_flag(tmp_path, capsys):
     assert _run(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs dropout in the network" in err[0] and "--dropout_p" in err[0], err
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["-f", "0", "2"], "fold_2/checkpoint_final.pth not found: fold 2 (-f, use_folds) has no checkpoint "
+                       "checkpoint_final.pth (-chk, checkpoint_name)"),
+    (["-f", "all"], "fold_all/checkpoint_final.pth not found: fold all (-f"),
+    (["-f", "0", "-chk", "checkpoint_best.pth"], "fold_0/checkpoint_best.pth not found: fold 0 (-f, use_folds) has "
+                                                 "no checkpoint checkpoint_best.pth (-chk"),
+])
+def test_a_missing_fold_or_checkpoint_names_the_flags_and_what_the_folder_holds(flags, named, tmp_path, capsys):
+    """Found by hostile testing: ``-f 2`` of a two-fold model or ``-chk checkpoint_best.pth`` of a model without it
+    printed torch's ``[Errno 2] No such file or directory: '.../fold_2/checkpoint_final.pth'``, naming neither flag
+    nor the folds and checkpoints there are."""
+    from tests.nnunet.test_nnunet import write_inputs
+    from tests.nnunet.test_predictor_hostile import write_model_folder
+
+    model = write_model_folder(tmp_path / "model", folds=(0, 1))
+    write_inputs(tmp_path / "in", shapes=((16, 16, 16),))
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-m", str(model), "-device",
+            "cpu", "--sources", "mirroring", *flags]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and named in err and "Errno" not in err, err
+    assert err.endswith("holds fold_0 (checkpoint_final.pth); fold_1 (checkpoint_final.pth)"), err
+    assert not (tmp_path / "out").exists()
