@@ -485,6 +485,13 @@ class UncertaintyPredictor(nnUNetPredictor):
         if self.uncertainty_sources == ("folds",) and folds < 2:
             warnings.warn("'folds' is the only uncertainty source but a single fold is used: every sample is the "
                           "same, mutual information is 0", UserWarning)
+        elif self.samples_per_voxel() == 1:
+            # found by hostile testing: --sources dropout --num_samples 1 (or folds dropout with one fold) drew one
+            # sample per voxel without a word, as the single fold above did: MI and variance 0 everywhere
+            one_fold = " and a single fold" if "folds" in self.uncertainty_sources else ""
+            warnings.warn(f"uncertainty sources {', '.join(self.uncertainty_sources)} with num_samples=1{one_fold} "
+                          "give one sample per voxel: mutual information and variance are 0 (raise num_samples, "
+                          "nnunet-predict: --num_samples)", UserWarning)
 
     @property
     def _stochastic(self) -> bool:

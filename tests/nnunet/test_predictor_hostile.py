@@ -373,3 +373,20 @@ def test_npy_output_into_a_folder_of_other_settings_is_refused(tmp_path):
     assert (out / "b.nii.gz").is_file()
     other.predict_uncertainty_npy(image, props, output_file_truncated=str(tmp_path / "solo" / "a"))
     first.predict_uncertainty_npy(image, props, output_file_truncated=str(tmp_path / "solo" / "a"))
+
+
+@pytest.mark.parametrize("sources, folds, match", [
+    (("dropout",), 1, "dropout with num_samples=1 give one sample per voxel"),
+    (("folds", "dropout"), 1, "folds, dropout with num_samples=1 and a single fold give one sample per voxel"),
+])
+def test_one_sample_per_voxel_is_warned_as_a_single_fold_is(sources, folds, match):
+    """Found by hostile testing: ``--sources dropout --num_samples 1`` (or with one fold) drew one sample per voxel
+    without a word, where ``--sources folds -f 0`` warns: mutual information and variance were 0 everywhere."""
+    import warnings
+
+    with pytest.warns(UserWarning, match=match):
+        make_predictor(uncertainty_sources=sources, n_folds=folds, num_samples=1, dropout_p=0.1)
+    with warnings.catch_warnings():  # two samples (or mirrors): no warning
+        warnings.simplefilter("error")
+        make_predictor(uncertainty_sources=sources, n_folds=folds, num_samples=2, dropout_p=0.1)
+        make_predictor(uncertainty_sources=(*sources, "mirroring"), n_folds=folds, num_samples=1, dropout_p=0.1)
