@@ -1537,7 +1537,8 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
     per channel is not read). Checked for every case before any is predicted and before anything is written: nnU-Net
     stacks whatever files it finds, so a missing channel failed in the network's first convolution and a stray one in
     the normaliser, after the cases before it were written, naming neither the case nor the file; and an input
-    folder without a file of the model's ending predicted nothing and succeeded.
+    folder without a file of the model's ending predicted nothing and succeeded. With nnU-Net's ``SimpleITKIO`` the
+    channel files of a folder's case must also share one size and spacing (read from their headers).
 
     Args:
         list_of_lists_or_source_folder: the input folder, or one list of channel files per case.
@@ -1549,8 +1550,8 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
     Raises:
         ValueError: one line naming the case and the missing or superfluous file, the case's files and the channels
             they hold (or, for lists, the case's number of files), a file of the folder not named
-            ``<case>_<4-digit channel><ending>``, a file that the reader cannot read, or a folder without any file of
-            the model's ending (naming the endings found).
+            ``<case>_<4-digit channel><ending>``, a file that the reader cannot read, channel files of one case with
+            other sizes or spacings, or a folder without any file of the model's ending (naming the endings found).
 
     Example:
         >>> import tempfile
@@ -1608,6 +1609,8 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
         if extra:
             raise ValueError(f"case {case}: {folder / f'{case}_{extra[0]:04d}{ending}'} is no input channel of the "
                              f"model ({takes})")
+        if k >= 2:
+            _check_channel_grids(case, [str(folder / f"{case}_{i:04d}{ending}") for i in range(k)], reader_writer)
         if k < n:  # fewer files than channels: right only if the files hold several channels each (RGB, 4D)
             files = [str(folder / f"{case}_{i:04d}{ending}") for i in range(k)]
             held = _channels_held(files, n, dataset_json, reader_writer)
@@ -1617,6 +1620,39 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
                 names = ", ".join(Path(f).name for f in files)
                 raise ValueError(f"case {case}: its {k} file{'s' if k != 1 else ''} ({names}) hold"
                                  f"{'s' if k == 1 else ''} {held} channel{'s' if held != 1 else ''} ({takes})")
+
+
+def _check_channel_grids(case: str, files: Sequence[str], reader_writer: Any) -> None:
+    """Refuse a case whose channel files have other grids (size or spacing), read from the files' headers.
+
+    nnU-Net's ``SimpleITKIO`` (the reader of ``.nii.gz`` / ``.nrrd`` / ``.mha`` datasets) refuses them with a bare
+    ``RuntimeError()`` (the shapes or spacings printed on stdout) when the case is preprocessed, after the cases before it were
+    written (found by hostile testing). The headers are read by SimpleITK without the voxels; other readers are left to
+    their own errors.
+    """
+    rw = reader_writer() if isinstance(reader_writer, type) else reader_writer
+    if type(rw).__name__ != "SimpleITKIO":
+        return
+    import SimpleITK as sitk
+
+    grids = []
+    for f in files:
+        reader = sitk.ImageFileReader()
+        reader.SetFileName(str(f))
+        try:
+            reader.ReadImageInformation()
+        except RuntimeError as e:
+            why = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            raise ValueError(f"{f}: not readable by the model's reader SimpleITKIO ({why})") from None
+        grids.append((tuple(reader.GetSize()), tuple(reader.GetSpacing())))
+    for f, grid in zip(files[1:], grids[1:]):
+        for what, i in (("size", 0), ("spacing", 1)):  # as SimpleITKIO compares them (np.allclose for spacings)
+            same = grid[i] == grids[0][i] if i == 0 else (
+                len(grid[i]) == len(grids[0][i]) and bool(np.allclose(grid[i], grids[0][i])))
+            if not same:
+                raise ValueError(f"case {case}: {Path(f).name} has {what} {grid[i]} but {Path(files[0]).name} has "
+                                 f"{grids[0][i]}: the channels of a case must share one grid (resample them onto "
+                                 f"{Path(files[0]).name}'s)")
 
 
 def _check_previous_stage_shapes(list_of_lists: Sequence[Sequence[str]], segs_from_prev_stage: Sequence[str | None],

@@ -89,6 +89,35 @@ def test_a_case_missing_a_channel_is_one_line_and_nothing_is_written(tmp_path, c
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("shape, zoom, named", [
+    ((17, 16, 16), 1.0, "has size (17, 16, 16) but b_0000.nii.gz has (16, 16, 16)"),
+    ((16, 16, 16), 1.5, "has spacing (1.5, 1.5, 1.5) but b_0000.nii.gz has (1.0, 1.0, 1.0)"),
+])
+def test_channels_of_other_grids_are_one_line_before_any_case(shape, zoom, named, tmp_path, capsys):
+    """Found by hostile testing: a case whose channel files differ in size or spacing failed in nnU-Net's SimpleITKIO
+    with a bare ``RuntimeError()`` traceback (the shapes on stdout), after the cases before it were written."""
+    import nibabel as nib
+    import numpy as np
+
+    from tests.nnunet.test_predictor_hostile import TWO_CHANNELS, write_model_folder
+
+    model = write_model_folder(tmp_path / "model", folds=(0,), in_channels=2, dataset_json=TWO_CHANNELS)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    image = np.random.default_rng(0).normal(size=(16, 16, 16)).astype(np.float32)
+    for name in ("a_0000", "a_0001", "b_0000"):
+        nib.save(nib.Nifti1Image(image, np.eye(4)), str(inp / f"{name}.nii.gz"))
+    other = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+    nib.save(nib.Nifti1Image(other, np.diag([zoom, zoom, zoom, 1.0])), str(inp / "b_0001.nii.gz"))
+    argv = ["nnunet-predict", "-i", str(inp), "-o", str(tmp_path / "out"), "-m", str(model), "-f", "0",
+            "-device", "cpu", "-npp", "0", "-nps", "0", "--disable_progress_bar"]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("monai-unc nnunet-predict: error: case b: b_0001.nii.gz ") and named in err, err
+    assert "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def _truncate(path):
     path.write_bytes(path.read_bytes()[:2000])
 
