@@ -1626,9 +1626,9 @@ def _check_channel_grids(case: str, files: Sequence[str], reader_writer: Any) ->
     """Refuse a case whose channel files have other grids (size or spacing), read from the files' headers.
 
     nnU-Net's ``SimpleITKIO`` (the reader of ``.nii.gz`` / ``.nrrd`` / ``.mha`` datasets) refuses them with a bare
-    ``RuntimeError()`` (the shapes or spacings printed on stdout) when the case is preprocessed, after the cases before it were
-    written (found by hostile testing). The headers are read by SimpleITK without the voxels; other readers are left to
-    their own errors.
+    ``RuntimeError()`` (the shapes or spacings printed on stdout) when the case is preprocessed, after the cases
+    before it were written (found by hostile testing). The headers are read by SimpleITK without the voxels; other
+    readers are left to their own errors.
     """
     rw = reader_writer() if isinstance(reader_writer, type) else reader_writer
     if type(rw).__name__ != "SimpleITKIO":
