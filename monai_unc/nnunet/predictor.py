@@ -157,6 +157,7 @@ __all__ = [
     "SOURCES",
     "UncertaintyPredictor",
     "check_case_channels",
+    "check_checkpoint_name",
     "check_npy_case",
     # defined in monai_unc.nnunet.export / .calibrate / .environment, importable from here as before
     "MAP_MEASURES",
@@ -406,7 +407,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         Raises:
             ValueError: ``plans.json`` or ``dataset.json`` is no valid JSON object, ``dataset.json`` lacks
                 ``labels``, ``file_ending`` or ``channel_names``, a checkpoint cannot be read or names a configuration
-                that ``plans.json`` lacks (one line naming the file; nnU-Net failed with a traceback), ``use_folds``
+                that ``plans.json`` lacks (one line naming the file; nnU-Net failed with a traceback),
+                ``checkpoint_name`` holds a folder (:func:`check_checkpoint_name`), ``use_folds``
                 is empty or names a fold twice (a repeated fold would count as two ensemble
                 members), a fold is neither ``"all"`` nor an integer >= 0, the folds' checkpoints disagree on the
                 trainer, configuration, mirroring axes or plans they were trained with (nnU-Net would build every fold's
@@ -416,6 +418,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         """
         if use_folds is not None:
             use_folds = check_folds(use_folds)
+        check_checkpoint_name(checkpoint_name)
         temperatures = check_model_files(model_training_output_dir, use_folds, checkpoint_name)
         with ext_trainer_path():
             super().initialize_from_trained_model_folder(model_training_output_dir, use_folds, checkpoint_name)
@@ -1751,6 +1754,33 @@ def check_folds(use_folds: Any) -> tuple[int | str, ...]:
         raise ValueError(f"use_folds names fold {', '.join(repeated)} more than once ({[str(f) for f in folds]}): a "
                          "repeated fold would count as several ensemble members")
     return tuple(out)
+
+
+def check_checkpoint_name(checkpoint_name: Any) -> str:
+    """``checkpoint_name`` (``-chk``) as a file name of each ``fold_<f>/`` folder, refused when it holds a folder.
+
+    Each fold's checkpoint is ``fold_<f>/<checkpoint_name>``: a name with a folder (``../fold_1/checkpoint_final.pth``)
+    loaded the same file for every fold, which then counted as several ensemble members (as a repeated fold would),
+    and ``nnunet-calibrate`` would write the calibrated checkpoint outside its copy.
+
+    Args:
+        checkpoint_name: the checkpoint file name, e.g. ``checkpoint_final.pth`` or ``checkpoint_best.pth``.
+
+    Returns:
+        The name.
+
+    Raises:
+        ValueError: not a non-empty file name without folders.
+
+    Example:
+        >>> check_checkpoint_name("checkpoint_best.pth")
+        'checkpoint_best.pth'
+    """
+    if not isinstance(checkpoint_name, str) or checkpoint_name in ("", ".", "..") or \
+            Path(checkpoint_name).name != checkpoint_name or "\\" in checkpoint_name:
+        raise ValueError(f"checkpoint_name (-chk) must be a file name without folders (each fold's checkpoint is "
+                         f"fold_<f>/<name>), got {checkpoint_name!r}")
+    return checkpoint_name
 
 
 def read_model_json(path: str | os.PathLike) -> dict | None:

@@ -189,3 +189,21 @@ def test_a_missing_fold_or_checkpoint_names_the_flags_and_what_the_folder_holds(
     assert "\n" not in err and named in err and "Errno" not in err, err
     assert err.endswith("holds fold_0 (checkpoint_final.pth); fold_1 (checkpoint_final.pth)"), err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("chk", ["../fold_1/checkpoint_final.pth", "fold_1/checkpoint_final.pth", ".."])
+def test_a_checkpoint_name_with_a_folder_is_refused(chk, tmp_path, capsys):
+    """Found by hostile testing: ``-f 0 1 -chk ../fold_1/checkpoint_final.pth`` loaded fold 1's checkpoint for both
+    folds, two identical ensemble members (mutual information 0), as ``-f 1 1`` would (which is refused);
+    nnunet-calibrate refused such a name already."""
+    from tests.nnunet.test_nnunet import write_inputs
+    from tests.nnunet.test_predictor_hostile import write_model_folder
+
+    model = write_model_folder(tmp_path / "model", folds=(0, 1))
+    write_inputs(tmp_path / "in", shapes=((16, 16, 16),))
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-m", str(model), "-device",
+            "cpu", "--sources", "folds", "-f", "0", "1", "-chk", chk]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "checkpoint_name (-chk) must be a file name without folders" in err, err
+    assert not (tmp_path / "out").exists()
