@@ -56,7 +56,12 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
         write_region_maps,
         write_scores_table,
     )
-    from monai_unc.nnunet.predictor import UncertaintyPredictor, check_case_channels, check_npy_case
+    from monai_unc.nnunet.predictor import (
+        UncertaintyPredictor,
+        check_case_channels,
+        check_checkpoint_name,
+        check_npy_case,
+    )
     from monai_unc.nnunet.trainers import (
         CalibrationLoss,
         PerOutputDeepSupervision,
@@ -90,7 +95,8 @@ _LAZY: dict[str, str] = {
                      "convert_uncertainty_to_original_geometry", "export_uncertainty", "record_case_scores",
                      "recorded_case_settings", "region_case_scores", "region_definitions", "remove_case_outputs",
                      "write_float_map", "write_region_maps", "write_scores_table"), "export"),
-    **dict.fromkeys(("UncertaintyPredictor", "check_case_channels", "check_npy_case"), "predictor"),
+    **dict.fromkeys(("UncertaintyPredictor", "check_case_channels", "check_checkpoint_name", "check_npy_case"),
+                    "predictor"),
     **dict.fromkeys(("CalibrationLoss", "PerOutputDeepSupervision", "nnUNetTrainerSVLS", "nnUNetTrainerMbLS",
                      "nnUNetTrainerL1ACE", "nnUNetTrainerSoftL1ACE", "nnUNetTrainerNACL", "nnUNetTrainerMCDropoutSVLS",
                      "nnUNetTrainerMCDropoutMbLS", "nnUNetTrainerMCDropoutL1ACE", "nnUNetTrainerMCDropoutSoftL1ACE",
@@ -132,6 +138,7 @@ __all__ = [
     "case_exported",
     "case_scores",
     "check_case_channels",
+    "check_checkpoint_name",
     "check_npy_case",
     "check_nnunet_version",
     "convert_uncertainty_to_original_geometry",

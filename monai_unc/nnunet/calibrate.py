@@ -41,7 +41,7 @@ from monai_unc.io.provenance import read_untrusted_json
 from monai_unc.networks.ssn import find_ssn_heads
 from monai_unc.nnunet.environment import ext_trainer_path
 from monai_unc.nnunet.export import region_definitions
-from monai_unc.nnunet.predictor import check_folds, check_model_files, read_model_json
+from monai_unc.nnunet.predictor import check_checkpoint_name, check_folds, check_model_files, read_model_json
 from monai_unc.temperature import TemperatureScaler
 
 __all__ = ["calibrate_model_folder", "segmentation_layer_name", "region_targets"]
@@ -162,10 +162,8 @@ def calibrate_model_folder(
     folds = check_folds(use_folds)
     if "all" in folds:
         raise ValueError("fold 'all' has no held-out validation cases to fit a temperature on")
-    if not isinstance(checkpoint_name, str) or checkpoint_name in ("", ".", "..") or \
-            Path(checkpoint_name).name != checkpoint_name or "\\" in checkpoint_name:
-        # the calibrated checkpoint is written to output_dir/fold_<f>/<checkpoint_name>: a path would leave it
-        raise ValueError(f"checkpoint_name must be a file name without folders, got {checkpoint_name!r}")
+    # the calibrated checkpoint is written to output_dir/fold_<f>/<checkpoint_name>: a path would leave it
+    check_checkpoint_name(checkpoint_name)
     if not isinstance(overwrite, bool):
         raise TypeError(f"overwrite must be a bool, got {type(overwrite).__name__}")
     TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, **scaler_kwargs)  # refuses a bad mode / loss / kwarg

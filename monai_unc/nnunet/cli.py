@@ -330,7 +330,7 @@ def _predict(args: argparse.Namespace) -> int:
     import torch
 
     from monai_unc.io import check_entry_kind, check_output_folder
-    from monai_unc.nnunet.predictor import UncertaintyPredictor
+    from monai_unc.nnunet.predictor import UncertaintyPredictor, check_checkpoint_name
 
     if not 0 <= args.part_id < args.num_parts:
         raise ValueError(f"-part_id must be in [0, -num_parts), got {args.part_id} with -num_parts {args.num_parts}")
@@ -350,6 +350,7 @@ def _predict(args: argparse.Namespace) -> int:
         check_entry_kind(args.i, "input folder", folder=True)
         raise FileNotFoundError(f"input folder not found: {args.i}")
     folds = _folds(args.f)
+    check_checkpoint_name(args.chk)
     check_device(args.device)  # before anything is loaded or written (the default is cuda)
     # stock nnUNetv2_predict's thread settings for the prediction; the caller's intra-op thread count is restored
     # afterwards (run() is also called in-process: nnU-Net's CPU logits depend on the thread count, so a leaked

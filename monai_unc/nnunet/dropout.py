@@ -155,8 +155,7 @@ def dropout_plans(
     """
     if not isinstance(plans, Mapping) or "configurations" not in plans:
         raise ValueError("plans has no 'configurations': not an nnU-Net plans dict")
-    if not isinstance(plans_name, str) or not plans_name or os.sep in plans_name:
-        raise ValueError(f"plans_name must be a file stem without path separators, got {plans_name!r}")
+    _check_plans_name(plans_name)
     out = copy.deepcopy(dict(plans))
     confs = out["configurations"]
     if not isinstance(confs, Mapping) or not all(isinstance(c, Mapping) for c in confs.values()):
@@ -223,9 +222,9 @@ def write_dropout_plans(
         The path of the written plans file.
 
     Raises:
-        ValueError: no preprocessed folder is known, ``target_plans`` equals ``source_plans``, the dataset is
-            unknown, the source plans are not a JSON object (one line naming the file), or :func:`dropout_plans`
-            refuses the plans.
+        ValueError: no preprocessed folder is known, ``target_plans`` is no file stem or equals ``source_plans``,
+            ``p`` is not in (0, 1) (both checked before the target's existence), the dataset is unknown, the source
+            plans are not a JSON object (one line naming the file), or :func:`dropout_plans` refuses the plans.
         FileNotFoundError: the source plans file is missing.
         FileExistsError: the target exists and ``overwrite`` is False.
 
@@ -244,8 +243,12 @@ def write_dropout_plans(
     base = preprocessed_dir if preprocessed_dir is not None else os.environ.get("nnUNet_preprocessed")
     if base is None:
         raise ValueError("preprocessed_dir is not given and the environment variable nnUNet_preprocessed is not set")
+    # the names of nnunet-dropout-plans' flags too: its errors are printed as they are (found by hostile testing: a
+    # target with a slash failed in pathlib with "Invalid name", and the CLI said "pass overwrite=True")
+    _check_plans_name(target_plans, "target_plans (--target)")
+    _check_p(p, "p (--rate)")
     if source_plans == target_plans:
-        raise ValueError("target_plans must differ from source_plans")
+        raise ValueError(f"target_plans (--target) must differ from source_plans (-p), got {target_plans!r} for both")
     if isinstance(dataset, str) and dataset.startswith("Dataset"):
         name = dataset
     else:
@@ -255,7 +258,7 @@ def write_dropout_plans(
         raise FileNotFoundError(f"source plans {src} not found; run nnUNetv2_plan_and_preprocess first")
     dst = src.with_name(f"{target_plans}.json")
     if dst.exists() and not overwrite:
-        raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
+        raise FileExistsError(f"{dst} exists; pass overwrite=True (--overwrite) to replace it")
     from monai_unc.nnunet.predictor import read_model_json
 
     # as a model folder's plans are read: a file that is no JSON object (deeply nested ones included, a RecursionError
@@ -264,11 +267,18 @@ def write_dropout_plans(
     return atomic_write_text(dst, json.dumps(plans, indent=4))
 
 
+def _check_plans_name(plans_name: Any, name: str = "plans_name") -> None:
+    """Refuse a plans identifier that is no file stem (``<identifier>.json`` beside the source plans)."""
+    if not isinstance(plans_name, str) or not plans_name or plans_name in (".", "..") or "/" in plans_name \
+            or os.sep in plans_name:
+        raise ValueError(f"{name} must be a file stem without path separators, got {plans_name!r}")
+
+
 def _dataset_name(base: Path, dataset: str | int, convert: Callable) -> str:
     try:
         ident = int(dataset)
     except (TypeError, ValueError):
-        raise ValueError(f"dataset must be an id or a 'DatasetXXX_Name', got {dataset!r}") from None
+        raise ValueError(f"dataset (-d) must be an id or a 'DatasetXXX_Name', got {dataset!r}") from None
     matches = sorted(d.name for d in base.glob(f"Dataset{ident:03d}_*") if d.is_dir())
     if len(matches) == 1:
         return matches[0]

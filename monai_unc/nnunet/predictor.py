@@ -157,6 +157,7 @@ __all__ = [
     "SOURCES",
     "UncertaintyPredictor",
     "check_case_channels",
+    "check_checkpoint_name",
     "check_npy_case",
     # defined in monai_unc.nnunet.export / .calibrate / .environment, importable from here as before
     "MAP_MEASURES",
@@ -403,7 +404,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         Raises:
             ValueError: ``plans.json`` or ``dataset.json`` is no valid JSON object, ``dataset.json`` lacks
                 ``labels``, ``file_ending`` or ``channel_names``, a checkpoint cannot be read or names a configuration
-                that ``plans.json`` lacks (one line naming the file; nnU-Net failed with a traceback), ``use_folds``
+                that ``plans.json`` lacks (one line naming the file; nnU-Net failed with a traceback),
+                ``checkpoint_name`` holds a folder (:func:`check_checkpoint_name`), ``use_folds``
                 is empty or names a fold twice (a repeated fold would count as two ensemble
                 members), a fold is neither ``"all"`` nor an integer >= 0, the folds' checkpoints disagree on the
                 trainer, configuration, mirroring axes or plans they were trained with (nnU-Net would build every fold's
@@ -413,6 +415,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         """
         if use_folds is not None:
             use_folds = check_folds(use_folds)
+        check_checkpoint_name(checkpoint_name)
         temperatures = check_model_files(model_training_output_dir, use_folds, checkpoint_name)
         with ext_trainer_path():
             super().initialize_from_trained_model_folder(model_training_output_dir, use_folds, checkpoint_name)
@@ -482,6 +485,13 @@ class UncertaintyPredictor(nnUNetPredictor):
         if self.uncertainty_sources == ("folds",) and folds < 2:
             warnings.warn("'folds' is the only uncertainty source but a single fold is used: every sample is the "
                           "same, mutual information is 0", UserWarning)
+        elif self.samples_per_voxel() == 1:
+            # found by hostile testing: --sources dropout --num_samples 1 (or folds dropout with one fold) drew one
+            # sample per voxel without a word, as the single fold above did: MI and variance 0 everywhere
+            one_fold = " and a single fold" if "folds" in self.uncertainty_sources else ""
+            warnings.warn(f"uncertainty sources {', '.join(self.uncertainty_sources)} with num_samples=1{one_fold} "
+                          "give one sample per voxel: mutual information and variance are 0 (raise num_samples, "
+                          "nnunet-predict: --num_samples)", UserWarning)
 
     @property
     def _stochastic(self) -> bool:
@@ -1109,6 +1119,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                 f"{', ...' if len(missing) > 5 else ''}): predict them with the previous stage first"
             )
         if overwrite or outputs is None:
+            _check_previous_stage_shapes(lists, prevs, self.plans_manager.image_reader_writer_class)
             return lists, outputs, prevs
         ending = self.dataset_json["file_ending"]
         settings = self.case_settings()
@@ -1127,7 +1138,9 @@ class UncertaintyPredictor(nnUNetPredictor):
             print(f"{len(changed)} of them ({', '.join(list(changed)[:5])}{', ...' if len(changed) > 5 else ''}) "
                   f"were predicted with other settings (e.g. {first}: {'; '.join(diff[:4])}"
                   f"{'; ...' if len(diff) > 4 else ''}): predicting them again with the current settings")
-        return [lists[i] for i in todo], [outputs[i] for i in todo], [prevs[i] for i in todo]
+        lists, outputs, prevs = [lists[i] for i in todo], [outputs[i] for i in todo], [prevs[i] for i in todo]
+        _check_previous_stage_shapes(lists, prevs, self.plans_manager.image_reader_writer_class)
+        return lists, outputs, prevs
 
     def check_output_settings(self, list_of_lists_or_source_folder: str | Sequence[Sequence[str]],
                               output_folder_or_list_of_truncated_output_files: str | None | Sequence[str]) -> None:
@@ -1524,7 +1537,8 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
     per channel is not read). Checked for every case before any is predicted and before anything is written: nnU-Net
     stacks whatever files it finds, so a missing channel failed in the network's first convolution and a stray one in
     the normaliser, after the cases before it were written, naming neither the case nor the file; and an input
-    folder without a file of the model's ending predicted nothing and succeeded.
+    folder without a file of the model's ending predicted nothing and succeeded. With nnU-Net's ``SimpleITKIO`` the
+    channel files of a folder's case must also share one size and spacing (read from their headers).
 
     Args:
         list_of_lists_or_source_folder: the input folder, or one list of channel files per case.
@@ -1536,8 +1550,8 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
     Raises:
         ValueError: one line naming the case and the missing or superfluous file, the case's files and the channels
             they hold (or, for lists, the case's number of files), a file of the folder not named
-            ``<case>_<4-digit channel><ending>``, a file that the reader cannot read, or a folder without any file of
-            the model's ending (naming the endings found).
+            ``<case>_<4-digit channel><ending>``, a file that the reader cannot read, channel files of one case with
+            other sizes or spacings, or a folder without any file of the model's ending (naming the endings found).
 
     Example:
         >>> import tempfile
@@ -1595,6 +1609,8 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
         if extra:
             raise ValueError(f"case {case}: {folder / f'{case}_{extra[0]:04d}{ending}'} is no input channel of the "
                              f"model ({takes})")
+        if k >= 2:
+            _check_channel_grids(case, [str(folder / f"{case}_{i:04d}{ending}") for i in range(k)], reader_writer)
         if k < n:  # fewer files than channels: right only if the files hold several channels each (RGB, 4D)
             files = [str(folder / f"{case}_{i:04d}{ending}") for i in range(k)]
             held = _channels_held(files, n, dataset_json, reader_writer)
@@ -1604,6 +1620,81 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
                 names = ", ".join(Path(f).name for f in files)
                 raise ValueError(f"case {case}: its {k} file{'s' if k != 1 else ''} ({names}) hold"
                                  f"{'s' if k == 1 else ''} {held} channel{'s' if held != 1 else ''} ({takes})")
+
+
+def _check_channel_grids(case: str, files: Sequence[str], reader_writer: Any) -> None:
+    """Refuse a case whose channel files have other grids (size or spacing), read from the files' headers.
+
+    nnU-Net's ``SimpleITKIO`` (the reader of ``.nii.gz`` / ``.nrrd`` / ``.mha`` datasets) refuses them with a bare
+    ``RuntimeError()`` (the shapes or spacings printed on stdout) when the case is preprocessed, after the cases
+    before it were written (found by hostile testing). The headers are read by SimpleITK without the voxels; other
+    readers are left to their own errors.
+    """
+    rw = reader_writer() if isinstance(reader_writer, type) else reader_writer
+    if type(rw).__name__ != "SimpleITKIO":
+        return
+    import SimpleITK as sitk
+
+    grids = []
+    for f in files:
+        reader = sitk.ImageFileReader()
+        reader.SetFileName(str(f))
+        try:
+            reader.ReadImageInformation()
+        except RuntimeError as e:
+            why = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            raise ValueError(f"{f}: not readable by the model's reader SimpleITKIO ({why})") from None
+        grids.append((tuple(reader.GetSize()), tuple(reader.GetSpacing())))
+    for f, grid in zip(files[1:], grids[1:]):
+        for what, i in (("size", 0), ("spacing", 1)):  # as SimpleITKIO compares them (np.allclose for spacings)
+            same = grid[i] == grids[0][i] if i == 0 else (
+                len(grid[i]) == len(grids[0][i]) and bool(np.allclose(grid[i], grids[0][i])))
+            if not same:
+                raise ValueError(f"case {case}: {Path(f).name} has {what} {grid[i]} but {Path(files[0]).name} has "
+                                 f"{grids[0][i]}: the channels of a case must share one grid (resample them onto "
+                                 f"{Path(files[0]).name}'s)")
+
+
+def _check_previous_stage_shapes(list_of_lists: Sequence[Sequence[str]], segs_from_prev_stage: Sequence[str | None],
+                                reader_writer: Any) -> None:
+    """Refuse a previous-stage segmentation whose grid is not its case's image grid, before any case is predicted.
+
+    A cascade stage stacks the previous stage's segmentation (one-hot) onto the image, so nnU-Net's preprocessing
+    asserts that both have the same shape, case by case as it reaches them: a wrong segmentation in
+    ``-prev_stage_predictions`` (another case's, or one at another resolution) failed with ``AssertionError: Shape
+    mismatch between image and segmentation ... --verify_dataset_integrity`` (a flag of training) after the cases
+    before it were written, or with ``Background workers died`` in a preprocessing worker (found by hostile testing).
+    Both are read with the model's reader, as nnU-Net reads them (the image's first channel file).
+
+    Args:
+        list_of_lists: one list of channel files per case to predict.
+        segs_from_prev_stage: the previous stage's segmentation file of each case (None: no cascade).
+        reader_writer: the model's nnU-Net reader/writer (class or instance).
+
+    Raises:
+        ValueError: one line naming the case's segmentation and image files and both shapes, or a file the reader
+            cannot read.
+    """
+    pairs = [(files, prev) for files, prev in zip(list_of_lists, segs_from_prev_stage) if prev is not None and files]
+    if not pairs:
+        return
+    rw = reader_writer() if isinstance(reader_writer, type) else reader_writer
+
+    def shape(read: Any, f: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(n) for n in read(f)[0].shape[1:])
+        except Exception as e:  # noqa: BLE001 - each reader fails its own way (RuntimeError, AssertionError, OSError)
+            why = str(e).splitlines()[0] if str(e) else ""
+            raise ValueError(f"{f}: not readable by the model's reader {type(rw).__name__} ({type(e).__name__}"
+                             f"{': ' + why if why else ''})") from None
+
+    for files, prev in pairs:
+        image = shape(lambda f: rw.read_images([f]), str(files[0]))
+        seg = shape(rw.read_seg, str(prev))
+        if image != seg:
+            raise ValueError(f"previous-stage segmentation {prev} has shape {seg} but its case's image {files[0]} has "
+                             f"shape {image}: -prev_stage_predictions must hold the previous stage's predictions of "
+                             "these images (nnU-Net writes them in each image's grid)")
 
 
 def _file_ending(name: str) -> str:
@@ -1660,6 +1751,33 @@ def check_folds(use_folds: Any) -> tuple[int | str, ...]:
         raise ValueError(f"use_folds names fold {', '.join(repeated)} more than once ({[str(f) for f in folds]}): a "
                          "repeated fold would count as several ensemble members")
     return tuple(out)
+
+
+def check_checkpoint_name(checkpoint_name: Any) -> str:
+    """``checkpoint_name`` (``-chk``) as a file name of each ``fold_<f>/`` folder, refused when it holds a folder.
+
+    Each fold's checkpoint is ``fold_<f>/<checkpoint_name>``: a name with a folder (``../fold_1/checkpoint_final.pth``)
+    loaded the same file for every fold, which then counted as several ensemble members (as a repeated fold would),
+    and ``nnunet-calibrate`` would write the calibrated checkpoint outside its copy.
+
+    Args:
+        checkpoint_name: the checkpoint file name, e.g. ``checkpoint_final.pth`` or ``checkpoint_best.pth``.
+
+    Returns:
+        The name.
+
+    Raises:
+        ValueError: not a non-empty file name without folders.
+
+    Example:
+        >>> check_checkpoint_name("checkpoint_best.pth")
+        'checkpoint_best.pth'
+    """
+    if not isinstance(checkpoint_name, str) or checkpoint_name in ("", ".", "..") or \
+            Path(checkpoint_name).name != checkpoint_name or "\\" in checkpoint_name:
+        raise ValueError(f"checkpoint_name (-chk) must be a file name without folders (each fold's checkpoint is "
+                         f"fold_<f>/<name>), got {checkpoint_name!r}")
+    return checkpoint_name
 
 
 def read_model_json(path: str | os.PathLike) -> dict | None:
@@ -1739,8 +1857,9 @@ def check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int |
 
     ``plans.json`` and ``dataset.json`` must be JSON objects, ``dataset.json`` must hold ``labels``, ``file_ending``
     and ``channel_names`` (or ``modality``), every used fold's checkpoint must load and name a configuration of
-    ``plans.json``, and the folds must have been trained alike (trainer, configuration, mirror axes, plans). Missing
-    files are left to nnU-Net's own errors.
+    ``plans.json``, and the folds must have been trained alike (trainer, configuration, mirror axes, plans). A used
+    fold without its checkpoint is named with the folds and checkpoints the folder holds; other missing files are left
+    to nnU-Net's own errors.
 
     Args:
         model_folder: the trained model folder.
@@ -1751,11 +1870,13 @@ def check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int |
     Returns:
         ``{fold: t}``: the temperature each used fold's checkpoint carries (``monai_unc_temperature``, written by
         ``nnunet-calibrate`` into the checkpoints of its calibrated copy; the weights are already divided by it), or
-        None for a checkpoint without one. Missing checkpoints are left out.
+        None for a checkpoint without one.
 
     Raises:
         ValueError: naming the file, as listed above, or a ``monai_unc_temperature`` that is not a list of positive
             finite numbers.
+        FileNotFoundError: a used fold's checkpoint is missing (naming the fold, the checkpoint and what the folder
+            holds).
     """
     folder = Path(model_folder)
     plans = read_model_json(folder / "plans.json")
@@ -1772,10 +1893,18 @@ def check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int |
     folds = _used_folds(folder, use_folds, checkpoint_name)
     trained: dict[Path, Any] = {}
     temperatures: dict[str, list[float] | None] = {}
+    missing = [f for f in folds if not (folder / f"fold_{f}" / checkpoint_name).is_file()]
+    if missing and folder.is_dir():
+        # nnU-Net's own error was torch's "[Errno 2] No such file or directory: '.../fold_2/checkpoint_best.pth'",
+        # naming neither the fold nor the checkpoint option, nor what the folder holds (found by hostile testing)
+        held = [f"{d.name} ({', '.join(sorted(c.name for c in d.glob('*.pth'))) or 'no checkpoint'})"
+                for d in sorted(folder.glob("fold_*")) if d.is_dir()]
+        raise FileNotFoundError(
+            f"{folder / f'fold_{missing[0]}' / checkpoint_name} not found: fold {missing[0]} (-f, use_folds) has no "
+            f"checkpoint {checkpoint_name} (-chk, checkpoint_name); {folder} holds "
+            f"{'; '.join(held) if held else 'no fold_<k> folder'}")
     for f in folds:
         path = folder / f"fold_{f}" / checkpoint_name
-        if not path.is_file():
-            continue  # nnU-Net names the missing file
         ckpt = _load_checkpoint(path)
         init_args = ckpt.get("init_args") if isinstance(ckpt, dict) else None
         if not isinstance(init_args, dict) or "network_weights" not in ckpt:

@@ -592,7 +592,7 @@ def test_nnunet_commands_hostile_inputs(tmp_path, capsys, monkeypatch):
         _assert_one_line(rc, lines, command, message, argv)
     monkeypatch.setenv("nnUNet_preprocessed", str(preprocessed))
     for argv, message in ((["-d", "999", "--rate", "0.2"], "no dataset with the id 999"),
-                          (["-d", "Task_999", "--rate", "0.2"], "dataset must be an id"),
+                          (["-d", "Task_999", "--rate", "0.2"], "dataset (-d) must be an id"),
                           (["-d", "Dataset999_Nope", "--rate", "0.2"], "source plans")):
         rc, lines = _run(["nnunet-dropout-plans", *argv], capsys)
         _assert_one_line(rc, lines, "nnunet-dropout-plans", message, argv)

@@ -89,6 +89,35 @@ def test_a_case_missing_a_channel_is_one_line_and_nothing_is_written(tmp_path, c
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("shape, zoom, named", [
+    ((17, 16, 16), 1.0, "has size (17, 16, 16) but b_0000.nii.gz has (16, 16, 16)"),
+    ((16, 16, 16), 1.5, "has spacing (1.5, 1.5, 1.5) but b_0000.nii.gz has (1.0, 1.0, 1.0)"),
+])
+def test_channels_of_other_grids_are_one_line_before_any_case(shape, zoom, named, tmp_path, capsys):
+    """Found by hostile testing: a case whose channel files differ in size or spacing failed in nnU-Net's SimpleITKIO
+    with a bare ``RuntimeError()`` traceback (the shapes on stdout), after the cases before it were written."""
+    import nibabel as nib
+    import numpy as np
+
+    from tests.nnunet.test_predictor_hostile import TWO_CHANNELS, write_model_folder
+
+    model = write_model_folder(tmp_path / "model", folds=(0,), in_channels=2, dataset_json=TWO_CHANNELS)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    image = np.random.default_rng(0).normal(size=(16, 16, 16)).astype(np.float32)
+    for name in ("a_0000", "a_0001", "b_0000"):
+        nib.save(nib.Nifti1Image(image, np.eye(4)), str(inp / f"{name}.nii.gz"))
+    other = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+    nib.save(nib.Nifti1Image(other, np.diag([zoom, zoom, zoom, 1.0])), str(inp / "b_0001.nii.gz"))
+    argv = ["nnunet-predict", "-i", str(inp), "-o", str(tmp_path / "out"), "-m", str(model), "-f", "0",
+            "-device", "cpu", "-npp", "0", "-nps", "0", "--disable_progress_bar"]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("monai-unc nnunet-predict: error: case b: b_0001.nii.gz ") and named in err, err
+    assert "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def _truncate(path):
     path.write_bytes(path.read_bytes()[:2000])
 
@@ -135,3 +164,46 @@ def test_dropout_without_dropout_layers_names_the_cli_flag(tmp_path, capsys):
     assert _run(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs dropout in the network" in err[0] and "--dropout_p" in err[0], err
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["-f", "0", "2"], "fold_2/checkpoint_final.pth not found: fold 2 (-f, use_folds) has no checkpoint "
+                       "checkpoint_final.pth (-chk, checkpoint_name)"),
+    (["-f", "all"], "fold_all/checkpoint_final.pth not found: fold all (-f"),
+    (["-f", "0", "-chk", "checkpoint_best.pth"], "fold_0/checkpoint_best.pth not found: fold 0 (-f, use_folds) has "
+                                                 "no checkpoint checkpoint_best.pth (-chk"),
+])
+def test_a_missing_fold_or_checkpoint_names_the_flags_and_what_the_folder_holds(flags, named, tmp_path, capsys):
+    """Found by hostile testing: ``-f 2`` of a two-fold model or ``-chk checkpoint_best.pth`` of a model without it
+    printed torch's ``[Errno 2] No such file or directory: '.../fold_2/checkpoint_final.pth'``, naming neither flag
+    nor the folds and checkpoints there are."""
+    from tests.nnunet.test_nnunet import write_inputs
+    from tests.nnunet.test_predictor_hostile import write_model_folder
+
+    model = write_model_folder(tmp_path / "model", folds=(0, 1))
+    write_inputs(tmp_path / "in", shapes=((16, 16, 16),))
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-m", str(model), "-device",
+            "cpu", "--sources", "mirroring", *flags]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and named in err and "Errno" not in err, err
+    assert err.endswith("holds fold_0 (checkpoint_final.pth); fold_1 (checkpoint_final.pth)"), err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("chk", ["../fold_1/checkpoint_final.pth", "fold_1/checkpoint_final.pth", ".."])
+def test_a_checkpoint_name_with_a_folder_is_refused(chk, tmp_path, capsys):
+    """Found by hostile testing: ``-f 0 1 -chk ../fold_1/checkpoint_final.pth`` loaded fold 1's checkpoint for both
+    folds, two identical ensemble members (mutual information 0), as ``-f 1 1`` would (which is refused);
+    nnunet-calibrate refused such a name already."""
+    from tests.nnunet.test_nnunet import write_inputs
+    from tests.nnunet.test_predictor_hostile import write_model_folder
+
+    model = write_model_folder(tmp_path / "model", folds=(0, 1))
+    write_inputs(tmp_path / "in", shapes=((16, 16, 16),))
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-m", str(model), "-device",
+            "cpu", "--sources", "folds", "-f", "0", "1", "-chk", chk]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "checkpoint_name (-chk) must be a file name without folders" in err, err
+    assert not (tmp_path / "out").exists()

@@ -3,6 +3,9 @@ is checked and a malformed one is a ValueError naming it (not a KeyError / Attri
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 pytest.importorskip("nnunetv2")
@@ -82,3 +85,34 @@ def test_a_source_plans_file_that_is_no_json_object_is_named(tmp_path, text, mat
     with pytest.raises(ValueError, match=f"nnUNetPlans.json: {match}"):
         write_dropout_plans(990, p=0.2, preprocessed_dir=tmp_path)
     assert not (tmp_path / "Dataset990_UncToy" / "nnUNetPlansDropout.json").exists()
+
+
+@pytest.mark.parametrize("flags, match", [
+    (["--target", "../../elsewhere"], "--target\\) must be a file stem"),  # was pathlib's "Invalid name '...'"
+    (["--target", ".."], "--target\\) must be a file stem"),
+    (["--target", "nnUNetPlans"], "--target\\) must differ from source_plans \\(-p\\)"),
+    (["--rate", "1.5"], "--rate\\) must be a dropout rate"),  # was "exists; pass overwrite=True" (the target exists)
+    ([], "pass overwrite=True \\(--overwrite\\)"),  # the CLI named the Python argument only
+])
+def test_dropout_plans_cli_errors_name_the_flags(tmp_path, monkeypatch, capsys, flags, match):
+    """Found by hostile testing: ``nnunet-dropout-plans`` printed write_dropout_plans' messages, which named Python
+    arguments (``pass overwrite=True``), let pathlib refuse a ``--target`` with a slash (``Invalid name``), and
+    checked the target's existence before ``--rate``; nothing is written and the existing target is kept."""
+    import argparse
+
+    from monai_unc.nnunet.cli import add_parser, run
+
+    folder = tmp_path / "Dataset990_UncToy"
+    folder.mkdir()
+    arch = {"arch_kwargs": {"conv_op": "torch.nn.modules.conv.Conv3d"}, "_kw_requires_import": ["conv_op"]}
+    (folder / "nnUNetPlans.json").write_text(json.dumps({"configurations": {"3d_fullres": {"architecture": arch}}}))
+    (folder / "nnUNetPlansDropout.json").write_text("{}")
+    monkeypatch.setenv("nnUNet_preprocessed", str(tmp_path))
+    parser = argparse.ArgumentParser(prog="monai-unc")
+    add_parser(parser.add_subparsers())
+    assert run(parser.parse_args(["nnunet-dropout-plans", "-d", "990", *flags])) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Invalid name" not in err
+    assert re.search(match, err), err
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["nnUNetPlans.json", "nnUNetPlansDropout.json"]
+    assert (folder / "nnUNetPlansDropout.json").read_text() == "{}"

@@ -166,6 +166,23 @@ def test_missing_previous_stage_segmentation_is_named(tmp_path):
         _predict(_cascade_predictor(), tmp_path / "in", tmp_path / "out", prev=str(tmp_path / "prev"))
 
 
+def test_previous_stage_segmentation_of_another_shape_is_named_before_any_case(tmp_path):
+    """A previous-stage segmentation in another grid than its image failed in nnU-Net's preprocessing with
+    ``AssertionError: Shape mismatch ... --verify_dataset_integrity`` (a traceback), after the cases before it were
+    written; now one ValueError naming the file and both shapes, before any case is predicted."""
+    import nibabel as nib
+    import numpy as np
+
+    cases = write_inputs(tmp_path / "in", shapes=((16, 16, 16), (18, 17, 16)))
+    (tmp_path / "prev").mkdir()
+    shutil.copy(tmp_path / "in" / f"{cases[0]}_0000.nii.gz", tmp_path / "prev" / f"{cases[0]}.nii.gz")
+    nib.save(nib.Nifti1Image(np.ones((16, 16, 16), np.uint8), np.eye(4)), str(tmp_path / "prev" / f"{cases[1]}.nii.gz"))
+    with pytest.raises(ValueError, match=f"{cases[1]}.nii.gz has shape \\(16, 16, 16\\) but its case's image "
+                                         f".*{cases[1]}_0000.nii.gz has shape \\(16, 17, 18\\)"):
+        _predict(_cascade_predictor(), tmp_path / "in", tmp_path / "out", prev=str(tmp_path / "prev"))
+    assert not list((tmp_path / "out").glob(f"{cases[0]}*"))
+
+
 @pytest.mark.parametrize("part_id, num_parts", [(2, 2), (-1, 2), (0, 0)])
 def test_part_id_outside_the_parts_is_refused(part_id, num_parts, tmp_path):
     """Stock asserts ``part_id <= num_parts`` (so part_id == num_parts passed and predicted nothing)."""
@@ -356,3 +373,20 @@ def test_npy_output_into_a_folder_of_other_settings_is_refused(tmp_path):
     assert (out / "b.nii.gz").is_file()
     other.predict_uncertainty_npy(image, props, output_file_truncated=str(tmp_path / "solo" / "a"))
     first.predict_uncertainty_npy(image, props, output_file_truncated=str(tmp_path / "solo" / "a"))
+
+
+@pytest.mark.parametrize("sources, folds, match", [
+    (("dropout",), 1, "dropout with num_samples=1 give one sample per voxel"),
+    (("folds", "dropout"), 1, "folds, dropout with num_samples=1 and a single fold give one sample per voxel"),
+])
+def test_one_sample_per_voxel_is_warned_as_a_single_fold_is(sources, folds, match):
+    """Found by hostile testing: ``--sources dropout --num_samples 1`` (or with one fold) drew one sample per voxel
+    without a word, where ``--sources folds -f 0`` warns: mutual information and variance were 0 everywhere."""
+    import warnings
+
+    with pytest.warns(UserWarning, match=match):
+        make_predictor(uncertainty_sources=sources, n_folds=folds, num_samples=1, dropout_p=0.1)
+    with warnings.catch_warnings():  # two samples (or mirrors): no warning
+        warnings.simplefilter("error")
+        make_predictor(uncertainty_sources=sources, n_folds=folds, num_samples=2, dropout_p=0.1)
+        make_predictor(uncertainty_sources=(*sources, "mirroring"), n_folds=folds, num_samples=1, dropout_p=0.1)
