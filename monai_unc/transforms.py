@@ -512,8 +512,11 @@ class AggregateUncertainty(Transform):
 
     def _score(self, img: Any, mask: torch.Tensor | None, name: str, mask_name: str) -> torch.Tensor:
         u = _item(img, name)
-        if u.ndim < 3 or u.shape[0] != 1:
+        # checked here, not left to ``aggregate``: found by hostile testing, a NaN map or a 4D map was refused as
+        # "uncertainty contains ..." / "got (1, 1, ...)", a name and a batch axis the user never passed
+        if u.ndim not in (3, 4) or u.shape[0] != 1:
             raise ValueError(f"{name} must be a one-channel map (1, *spatial) with 2 or 3 axes, got {tuple(u.shape)}")
+        check_finite(u, name)
         if mask is not None and mask.shape[1:] != u.shape[1:]:
             raise ValueError(
                 f"mask {mask_name!r} has spatial shape {tuple(mask.shape[1:])}, {name} has {tuple(u.shape[1:])}"
