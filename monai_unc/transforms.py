@@ -38,6 +38,7 @@ is to drop the key); put them after ``Invertd`` or invert their outputs through 
 
 from __future__ import annotations
 
+import string
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
@@ -170,14 +171,27 @@ def _key_name(template: str, key: Hashable, what: str) -> str:
         raise ValueError(f"output key template {template!r} may only use {{key}} and {{measure}}/{{method}}") from e
 
 
-def _check_template(template: str, keys: Sequence[Hashable]) -> None:
-    """``output_key`` must be a string template; with several source keys it must contain ``{key}``.
+def _check_template(template: str, keys: Sequence[Hashable], fields: Sequence[str] = ("key", "measure", "method")
+                    ) -> None:
+    """``output_key`` must be a string template using only ``fields``; with several source keys it must contain
+    ``{key}``.
 
     A non-string (``None``, a number, a list of keys) was accepted when built and failed at the first case with
     ``AttributeError: ... has no attribute 'format'`` (found by hostile testing): ``TypeError`` naming the argument.
+    A field the transform does not fill (``{measure}`` in :class:`UncertaintyToDiscreted`, which silently became an
+    empty string and stored the mask under ``"mi_"``), an attribute or index (``{key.x}``, an ``AttributeError`` at
+    the first case) or a malformed template raise ``ValueError`` when built (found by hostile testing).
     """
     if not isinstance(template, str):
         raise TypeError(f"output_key must be a string template such as '{{key}}', got {type(template).__name__}")
+    allowed = " and ".join("{" + f + "}" for f in fields)
+    try:
+        used = [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+    except ValueError as e:
+        raise ValueError(f"output_key {template!r} is not a valid template ({e}); it may use {allowed}") from e
+    bad = [f for f in used if f not in fields]
+    if bad:
+        raise ValueError(f"output_key {template!r} may only use {allowed}, got {{{bad[0]}}}")
     if len(keys) > 1 and "{key}" not in template:
         raise ValueError(
             f"output_key {template!r} must contain '{{key}}' when several source keys are given "
@@ -851,7 +865,7 @@ class UncertaintyToDiscreted(MapTransform):
     ) -> None:
         super().__init__(keys, allow_missing_keys)
         self.transform = UncertaintyToDiscrete(threshold, quantile)
-        _check_template(output_key, self.keys)
+        _check_template(output_key, self.keys, fields=("key",))
         self.output_key = output_key
 
     @property
@@ -881,7 +895,7 @@ class SamplesToLabelsd(MapTransform):
     def __init__(self, keys: KeysCollection, output_key: str = "{key}", allow_missing_keys: bool = False) -> None:
         super().__init__(keys, allow_missing_keys)
         self.transform = SamplesToLabels()
-        _check_template(output_key, self.keys)
+        _check_template(output_key, self.keys, fields=("key",))
         self.output_key = output_key
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:

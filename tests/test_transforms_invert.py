@@ -25,3 +25,29 @@ def test_aggregate_four_spatial_axes_reports_the_users_shape():
     """A map with 4 spatial axes was refused with the shape (1, 1, 3, 3, 3, 3), a batch axis the user never passed."""
     with pytest.raises(ValueError, match=r"^mi must be a one-channel map .* got \(1, 3, 3, 3, 3\)$"):
         AggregateUncertaintyd("mi")({"mi": torch.rand(1, 3, 3, 3, 3)})
+
+
+@pytest.mark.parametrize("template", ["{key}_{measure}", "{key}_{method}", "{key.x}", "{key[0]}", "{}", "{key"])
+def test_label_and_mask_templates_refuse_fields_they_do_not_fill(template):
+    """``UncertaintyToDiscreted(output_key="{key}_{measure}")`` stored the mask under ``"mi_"`` silently, and
+    ``"{key.x}"`` failed at the first case with an ``AttributeError``: refused when built, naming ``output_key``."""
+    from monai_unc.transforms import SamplesToLabelsd, UncertaintyToDiscreted
+
+    with pytest.raises(ValueError, match="output_key"):
+        UncertaintyToDiscreted("mi", threshold=0.5, output_key=template)
+    with pytest.raises(ValueError, match="output_key"):
+        SamplesToLabelsd("samples", output_key=template)
+
+
+def test_measure_and_score_templates_keep_their_fields():
+    from monai_unc.transforms import UncertaintyMeasuresd
+
+    u = torch.rand(1, 4, 4, 4, dtype=torch.float64)
+    d = AggregateUncertaintyd(["a", "b"], output_key="{key}-{method}")({"a": u, "b": u})
+    assert float(d["a-mean"]) == pytest.approx(float(u.mean()), rel=1e-12)
+    p = torch.softmax(torch.randn(3, 2, 4, 4, dtype=torch.float64), dim=1)
+    d = UncertaintyMeasuresd("s", measures="predictive_entropy", output_key="{key}:{measure}")({"s": p})
+    m = p.mean(0)
+    assert torch.allclose(d["s:predictive_entropy"][0], -(m * m.log()).sum(0), atol=1e-12)
+    with pytest.raises(ValueError, match="output_key"):
+        UncertaintyMeasuresd("s", output_key="{key}_{measure.upper}")
