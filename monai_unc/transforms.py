@@ -1,7 +1,8 @@
 """Array and dictionary transforms (MONAI conventions) for uncertainty maps in pre/post-processing chains.
 
-They act on one item of a decollated batch (channel first, no batch axis), like every MONAI transform; a batched
-MetaTensor (``is_batch``, an inferer's output before ``decollate_batch``) raises ``ValueError``. Each
+They act on one item of a decollated batch (channel first, no batch axis, 2 or 3 spatial axes), like every
+MONAI transform; a batched MetaTensor (``is_batch``, an inferer's output before ``decollate_batch``) raises
+``ValueError``. Each
 computation exists once, as an array transform (``Transform``) that calls the functional core
 (:mod:`monai_unc.stats`, :mod:`monai_unc.aggregation`); the dictionary version (``MapTransform``, name ending in
 ``d``) reads its inputs from the data dict, calls the array version and stores the result:
@@ -137,6 +138,21 @@ def _check_two_classes(x: torch.Tensor, dim: int, multilabel: bool, name: str, l
         raise ValueError(
             f"{name} must be {layout} with at least 2 classes, got shape {tuple(x.shape)}: a one-channel sigmoid "
             "probability is a region of its own, pass multilabel=True"
+        )
+
+
+def _check_spatial_axes(x: torch.Tensor, lead: int, name: str, layout: str, hint: str) -> None:
+    """``ValueError`` unless ``x`` has ``lead`` leading axes and 2 or 3 spatial axes (MONAI's 2D / 3D images).
+
+    Found by hostile testing: the sigmoid probabilities ``(3, H, W)`` of one 2D slice, given with
+    ``multilabel=True`` and the default ``input_type="samples"``, were read as 3 samples of ``H`` regions over a 1D
+    image and gave ``(H, W)`` "maps" (the average of the three regions), which look like a 2D map without its
+    channel axis.
+    """
+    if x.ndim - lead not in (2, 3):
+        raise ValueError(
+            f"{name} must be {layout} with 2 or 3 spatial axes, got shape {tuple(x.shape)} "
+            f"({x.ndim - lead} spatial axes; {hint})"
         )
 
 
@@ -379,16 +395,16 @@ class UncertaintyMeasures(Transform):
         if not x.is_floating_point():
             raise TypeError(f"{name} must hold floating point probabilities, got dtype {x.dtype}")
         if self.input_type == "samples":
-            if x.ndim < 3:
-                raise ValueError(f"{name} must be samples (S, C, *spatial), got shape {tuple(x.shape)}")
+            _check_spatial_axes(x, 2, name, "samples (S, C, *spatial)",
+                                "probabilities (C, *spatial) of one case? pass input_type='probs'")
             _check_two_classes(x, 1, self.multilabel, name, "samples (S, C, *spatial)")
             (check_unit_interval if self.multilabel else check_probabilities)(x, name, channel_dim=1, min_ndim=3)
             stats = SampleStats(track_variance=K.VARIANCE.value in wanted, validate=False, multilabel=self.multilabel)
             for s in range(x.shape[0]):
                 stats.update(x[s : s + 1])  # (1, C, *spatial): one sample
             return stats.moments(), x.dtype
-        if x.ndim < 2:
-            raise ValueError(f"{name} must be probabilities (C, *spatial), got shape {tuple(x.shape)}")
+        _check_spatial_axes(x, 1, name, "probabilities (C, *spatial)",
+                            "samples (S, C, *spatial)? pass input_type='samples'")
         probs = x[None]
         _check_two_classes(x, 0, self.multilabel, name, "probabilities (C, *spatial)")
         (check_unit_interval if self.multilabel else check_probabilities)(probs, name)
@@ -623,7 +639,8 @@ class SamplesToLabels(Transform):
 
     def _labels(self, img: Any, name: str) -> Any:
         s = _item(img, name)
-        if s.ndim < 3 or s.shape[1] < 2:
+        _check_spatial_axes(s, 2, name, "samples (S, C>=2, *spatial)", "a label map needs no argmax")
+        if s.shape[1] < 2:
             raise ValueError(f"{name} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
         check_finite(s, name)
         check_exclusive_channels(s, name, 1)

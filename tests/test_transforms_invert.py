@@ -51,3 +51,23 @@ def test_measure_and_score_templates_keep_their_fields():
     assert torch.allclose(d["s:predictive_entropy"][0], -(m * m.log()).sum(0), atol=1e-12)
     with pytest.raises(ValueError, match="output_key"):
         UncertaintyMeasuresd("s", output_key="{key}_{measure.upper}")
+
+
+def test_one_case_of_2d_sigmoid_probabilities_is_not_read_as_samples():
+    """The sigmoid probabilities ``(3, H, W)`` of one 2D slice with ``multilabel=True`` and the default
+    ``input_type="samples"`` gave ``(H, W)`` "maps" averaging the three regions: refused, pointing at ``probs``."""
+    from monai_unc.transforms import SamplesToLabels, UncertaintyMeasures
+
+    p = torch.rand(3, 16, 16)
+    with pytest.raises(ValueError, match=r"img must be samples .* 2 or 3 spatial axes.*input_type='probs'"):
+        UncertaintyMeasures(multilabel=True)(p)
+    with pytest.raises(ValueError, match=r"2 or 3 spatial axes"):
+        UncertaintyMeasures(input_type="probs")(torch.softmax(torch.rand(2, 16), 0))
+    with pytest.raises(ValueError, match=r"2 or 3 spatial axes"):
+        SamplesToLabels()(torch.softmax(torch.rand(3, 4, 16), 1))
+    # read as probabilities, the maps are per region and equal the binary entropy computed here
+    out = UncertaintyMeasures(input_type="probs", multilabel=True, measures="predictive_entropy")(p.double())
+    q = p.double()
+    ref = -(q * q.log() + (1 - q) * (1 - q).log())
+    assert out["predictive_entropy"].shape == (3, 16, 16)
+    assert torch.allclose(out["predictive_entropy"], ref, atol=1e-12)
