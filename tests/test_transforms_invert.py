@@ -71,3 +71,59 @@ def test_one_case_of_2d_sigmoid_probabilities_is_not_read_as_samples():
     ref = -(q * q.log() + (1 - q) * (1 - q).log())
     assert out["predictive_entropy"].shape == (3, 16, 16)
     assert torch.allclose(out["predictive_entropy"], ref, atol=1e-12)
+
+
+def _preprocessed_case():
+    """A case through Orientationd / Spacingd / CropForegroundd / SpatialPadd, with 4 softmax samples on the network
+    grid carrying the image's meta, as an inferer's decollated output."""
+    from monai.data import MetaTensor
+    from monai.transforms import Compose, CropForegroundd, Orientationd, SpatialPadd, Spacingd
+
+    g = torch.Generator().manual_seed(0)
+    affine = torch.tensor([[0.0, -1.5, 0.0, 10.0], [1.2, 0.0, 0.0, -5.0], [0.0, 0.0, 2.0, 3.0], [0.0, 0.0, 0.0, 1.0]])
+    image = MetaTensor(torch.rand(1, 14, 16, 12, generator=g), affine=affine, meta={"filename_or_obj": "case.nii.gz"})
+    pre = Compose([
+        Orientationd("image", axcodes="RAS", labels=None),
+        Spacingd("image", pixdim=(1.0, 1.0, 1.0), mode="bilinear"),
+        CropForegroundd("image", "image", select_fn=lambda x: x > 0.2),
+        SpatialPadd("image", (24, 24, 24)),
+    ])
+    d = pre({"image": image})
+    x = d["image"]
+    probs = torch.softmax(3 * torch.randn(4, 3, *x.shape[1:], generator=g), dim=1)
+    d["samples"] = MetaTensor(probs, meta=x.meta, applied_operations=x.applied_operations)
+    return d, pre, affine, tuple(image.shape)
+
+
+@pytest.mark.parametrize("nearest_interp", [True, False])
+def test_maps_inverted_onto_the_original_grid(nearest_interp):
+    """What docs/monai_integration.md says of ``Invertd(orig_keys="image")`` on the maps: the original grid (shape,
+    affine); with MONAI's default ``nearest_interp=True`` every map and mask keeps its values (the entropy of the
+    inverted probabilities equals the inverted entropy, the mask stays binary); with linear interpolation an entropy
+    map stays in ``[0, log C]`` but lies below the entropy of the inverted probabilities (entropy is concave)."""
+    import math
+
+    from monai.transforms import Invertd
+
+    from monai_unc.transforms import UncertaintyMeasuresd, UncertaintyToDiscreted
+
+    d, pre, affine, shape = _preprocessed_case()
+    d = UncertaintyMeasuresd("samples", measures=["pred", "predictive_entropy"])(d)
+    d = UncertaintyToDiscreted("predictive_entropy", threshold=0.8, output_key="{key}_flag")(d)
+    keys = ["pred", "predictive_entropy", "predictive_entropy_flag"]
+    out = Invertd(keys, transform=pre, orig_keys="image", nearest_interp=nearest_interp)(d)
+    for k in keys:
+        assert tuple(out[k].shape[1:]) == shape[1:], k
+        assert torch.allclose(out[k].affine.double(), affine.double(), atol=1e-5), k
+    m = out["pred"].as_tensor().double()
+    pe_of_inverted = -(m * torch.where(m > 0, m.log(), torch.zeros_like(m))).sum(0)
+    pe = out["predictive_entropy"].as_tensor()[0].double()
+    flags = out["predictive_entropy_flag"].as_tensor()
+    assert float(pe.min()) >= 0 and float(pe.max()) <= math.log(3) + 1e-6
+    if nearest_interp:
+        assert torch.allclose(pe, pe_of_inverted, atol=1e-6)
+        assert set(torch.unique(flags).tolist()) <= {0.0, 1.0}
+        assert torch.equal(flags[0] > 0.5, pe >= 0.8)
+    else:
+        assert float((pe_of_inverted - pe).min()) >= -1e-6
+        assert float((pe_of_inverted - pe).max()) > 0.05
