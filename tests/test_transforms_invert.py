@@ -77,7 +77,7 @@ def _preprocessed_case():
     """A case through Orientationd / Spacingd / CropForegroundd / SpatialPadd, with 4 softmax samples on the network
     grid carrying the image's meta, as an inferer's decollated output."""
     from monai.data import MetaTensor
-    from monai.transforms import Compose, CropForegroundd, Orientationd, SpatialPadd, Spacingd
+    from monai.transforms import Compose, CropForegroundd, Orientationd, Spacingd, SpatialPadd
 
     g = torch.Generator().manual_seed(0)
     affine = torch.tensor([[0.0, -1.5, 0.0, 10.0], [1.2, 0.0, 0.0, -5.0], [0.0, 0.0, 2.0, 3.0], [0.0, 0.0, 0.0, 1.0]])
