@@ -127,3 +127,48 @@ def test_maps_inverted_onto_the_original_grid(nearest_interp):
     else:
         assert float((pe_of_inverted - pe).min()) >= -1e-6
         assert float((pe_of_inverted - pe).max()) > 0.05
+
+
+def test_error_map_of_a_prediction_inverted_with_linear_interpolation():
+    """``Invertd(nearest_interp=False)`` (as Model Zoo bundles invert ``pred``) blends the probabilities of a
+    ``CropForegroundd`` box with the zero frame around it; ``ErrorMapd`` refused that layer as "multi-label masks or
+    sigmoid probabilities". The map equals the argmax error computed here with numpy."""
+    import numpy as np
+    from monai.data import MetaTensor
+    from monai.transforms import Compose, CropForegroundd, Invertd, Orientationd, Spacingd, SpatialPadd
+
+    from monai_unc.transforms import ErrorMapd
+
+    g = torch.Generator().manual_seed(1)
+    affine = torch.diag(torch.tensor([1.5, 1.5, 2.0, 1.0]))
+    image = torch.zeros(1, 20, 20, 16)
+    image[:, 5:15, 4:12, 3:10] = torch.rand(1, 10, 8, 7, generator=g) + 0.5
+    pre = Compose([
+        Orientationd("image", axcodes="RAS", labels=None),
+        Spacingd("image", pixdim=(2.0, 2.0, 3.0)),
+        CropForegroundd("image", "image"),
+        SpatialPadd("image", (16, 16, 16)),
+    ])
+    d = pre({"image": MetaTensor(image, affine=affine)})
+    x = d["image"]
+    d["pred"] = MetaTensor(torch.softmax(torch.randn(3, *x.shape[1:], generator=g), 0), meta=x.meta,
+                           applied_operations=x.applied_operations)
+    d = Invertd("pred", transform=pre, orig_keys="image", nearest_interp=False)(d)
+    sums = d["pred"].as_tensor().sum(0)
+    assert bool(((sums > 0.01) & (sums < 0.95)).any())  # the blended layer this test is about
+    label = torch.randint(0, 3, (1, 20, 20, 16), generator=g)
+    d["label"] = MetaTensor(label, affine=affine)
+    err = ErrorMapd("pred", "label")(d)["error"]
+    p = d["pred"].as_tensor().numpy()
+    ref = (p.argmax(0) != label[0].numpy()).astype(np.float32)
+    np.testing.assert_array_equal(err.as_tensor()[0].numpy(), ref)
+
+
+def test_sigmoid_regions_in_a_zero_frame_are_still_refused():
+    """The blended layer of a frame is no way around the refusal of sigmoid probabilities inside the box."""
+    from monai_unc.transforms import ErrorMap
+
+    p = torch.zeros(3, 12, 12, 12)
+    p[:, 2:10, 2:10, 2:10] = 0.2  # three sigmoid regions, summing to 0.6 everywhere inside the box
+    with pytest.raises(ValueError, match="do not sum to 1"):
+        ErrorMap()(p, torch.zeros(1, 12, 12, 12))
