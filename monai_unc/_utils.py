@@ -327,6 +327,8 @@ def check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
     Voxels where every channel is 0 around a box of voxels that sum to 1 are the zero padding of class probabilities
     put back on the image grid (MONAI's ``Invertd`` after ``CropForegroundd`` or ``SpatialPadd``: found by hostile
     review, such probabilities were refused): they are accepted, and argmax reads them as background.
+    The box's outer layer, which ``Invertd(nearest_interp=False)`` blends linearly with those zeros (sums below
+    1), is accepted too and reduced by argmax (:func:`_frame_edge`).
 
     Args:
         t: the channels, ``(C, *spatial)`` (``ch = 0``) or ``(B, C, *spatial)`` (``ch = 1``).
@@ -353,6 +355,11 @@ def check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
     sums = sum_f64(v, ch)
     padded = padding_frame(v.ne(0).any(dim=ch), batched=ch == 1)
     if padded is not None:  # the zero frame of an inverted crop: argmax reads it as background, as it should
+        edge = _frame_edge(padded, batched=ch == 1)
+        if edge is not None and bool((sums[edge] <= 1.0 + tol).all()):
+            # the box's outer layer, linearly interpolated between probabilities and the frame's zeros
+            # (``Invertd(nearest_interp=False)``): scaled probabilities, whose argmax is the class
+            padded = padded | edge
         sums = sums[~padded]
     s_lo, s_hi = (float(x) for x in torch.aminmax(sums))
     dev = max(s_hi - 1.0, 1.0 - s_lo)
@@ -363,6 +370,22 @@ def check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
             "not class probabilities or a one-hot map, and their argmax is no label map; score each region's channel "
             "as a binary map, or pass a label map"
         )
+
+
+def _frame_edge(padded: torch.Tensor, batched: bool) -> torch.Tensor | None:
+    """The voxels next to a padding frame (one voxel, any direction) that are not in it, or None for 1D or >3D grids.
+
+    Found by hostile testing: ``Invertd(nearest_interp=False)`` (as Model Zoo bundles invert ``pred``) interpolates
+    the probabilities of a ``CropForegroundd`` box linearly with the zeros of the frame around it, so that layer sums
+    to less than 1, and ``ErrorMapd`` refused the inverted prediction as "multi-label masks or sigmoid probabilities".
+    """
+    cases = (padded if batched else padded[None]).to(torch.float32)
+    pool = {2: torch.nn.functional.max_pool2d, 3: torch.nn.functional.max_pool3d}.get(cases.ndim - 1)
+    if pool is None:
+        return None
+    near = pool(cases[:, None], kernel_size=3, stride=1, padding=1)[:, 0] > 0
+    edge = near & ~(cases > 0)
+    return edge if batched else edge[0]
 
 
 def padding_frame(nonzero: torch.Tensor, batched: bool) -> torch.Tensor | None:

@@ -1,7 +1,8 @@
 """Array and dictionary transforms (MONAI conventions) for uncertainty maps in pre/post-processing chains.
 
-They act on one item of a decollated batch (channel first, no batch axis), like every MONAI transform; a batched
-MetaTensor (``is_batch``, an inferer's output before ``decollate_batch``) raises ``ValueError``. Each
+They act on one item of a decollated batch (channel first, no batch axis, 2 or 3 spatial axes), like every
+MONAI transform; a batched MetaTensor (``is_batch``, an inferer's output before ``decollate_batch``) raises
+``ValueError``. Each
 computation exists once, as an array transform (``Transform``) that calls the functional core
 (:mod:`monai_unc.stats`, :mod:`monai_unc.aggregation`); the dictionary version (``MapTransform``, name ending in
 ``d``) reads its inputs from the data dict, calls the array version and stores the result:
@@ -38,6 +39,7 @@ is to drop the key); put them after ``Invertd`` or invert their outputs through 
 
 from __future__ import annotations
 
+import string
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
@@ -139,6 +141,21 @@ def _check_two_classes(x: torch.Tensor, dim: int, multilabel: bool, name: str, l
         )
 
 
+def _check_spatial_axes(x: torch.Tensor, lead: int, name: str, layout: str, hint: str) -> None:
+    """``ValueError`` unless ``x`` has ``lead`` leading axes and 2 or 3 spatial axes (MONAI's 2D / 3D images).
+
+    Found by hostile testing: the sigmoid probabilities ``(3, H, W)`` of one 2D slice, given with
+    ``multilabel=True`` and the default ``input_type="samples"``, were read as 3 samples of ``H`` regions over a 1D
+    image and gave ``(H, W)`` "maps" (the average of the three regions), which look like a 2D map without its
+    channel axis.
+    """
+    if x.ndim - lead not in (2, 3):
+        raise ValueError(
+            f"{name} must be {layout} with 2 or 3 spatial axes, got shape {tuple(x.shape)} "
+            f"({x.ndim - lead} spatial axes; {hint})"
+        )
+
+
 def _check_same_grid(a: Any, b: Any, name_a: str, name_b: str) -> None:
     """``ValueError`` when two MetaTensors of one spatial shape lie on different grids.
 
@@ -170,14 +187,27 @@ def _key_name(template: str, key: Hashable, what: str) -> str:
         raise ValueError(f"output key template {template!r} may only use {{key}} and {{measure}}/{{method}}") from e
 
 
-def _check_template(template: str, keys: Sequence[Hashable]) -> None:
-    """``output_key`` must be a string template; with several source keys it must contain ``{key}``.
+def _check_template(template: str, keys: Sequence[Hashable], fields: Sequence[str] = ("key", "measure", "method")
+                    ) -> None:
+    """``output_key`` must be a string template using only ``fields``; with several source keys it must contain
+    ``{key}``.
 
     A non-string (``None``, a number, a list of keys) was accepted when built and failed at the first case with
     ``AttributeError: ... has no attribute 'format'`` (found by hostile testing): ``TypeError`` naming the argument.
+    A field the transform does not fill (``{measure}`` in :class:`UncertaintyToDiscreted`, which silently became an
+    empty string and stored the mask under ``"mi_"``), an attribute or index (``{key.x}``, an ``AttributeError`` at
+    the first case) or a malformed template raise ``ValueError`` when built (found by hostile testing).
     """
     if not isinstance(template, str):
         raise TypeError(f"output_key must be a string template such as '{{key}}', got {type(template).__name__}")
+    allowed = " and ".join("{" + f + "}" for f in fields)
+    try:
+        used = [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+    except ValueError as e:
+        raise ValueError(f"output_key {template!r} is not a valid template ({e}); it may use {allowed}") from e
+    bad = [f for f in used if f not in fields]
+    if bad:
+        raise ValueError(f"output_key {template!r} may only use {allowed}, got {{{bad[0]}}}")
     if len(keys) > 1 and "{key}" not in template:
         raise ValueError(
             f"output_key {template!r} must contain '{{key}}' when several source keys are given "
@@ -365,16 +395,16 @@ class UncertaintyMeasures(Transform):
         if not x.is_floating_point():
             raise TypeError(f"{name} must hold floating point probabilities, got dtype {x.dtype}")
         if self.input_type == "samples":
-            if x.ndim < 3:
-                raise ValueError(f"{name} must be samples (S, C, *spatial), got shape {tuple(x.shape)}")
+            _check_spatial_axes(x, 2, name, "samples (S, C, *spatial)",
+                                "probabilities (C, *spatial) of one case? pass input_type='probs'")
             _check_two_classes(x, 1, self.multilabel, name, "samples (S, C, *spatial)")
             (check_unit_interval if self.multilabel else check_probabilities)(x, name, channel_dim=1, min_ndim=3)
             stats = SampleStats(track_variance=K.VARIANCE.value in wanted, validate=False, multilabel=self.multilabel)
             for s in range(x.shape[0]):
                 stats.update(x[s : s + 1])  # (1, C, *spatial): one sample
             return stats.moments(), x.dtype
-        if x.ndim < 2:
-            raise ValueError(f"{name} must be probabilities (C, *spatial), got shape {tuple(x.shape)}")
+        _check_spatial_axes(x, 1, name, "probabilities (C, *spatial)",
+                            "samples (S, C, *spatial)? pass input_type='samples'")
         probs = x[None]
         _check_two_classes(x, 0, self.multilabel, name, "probabilities (C, *spatial)")
         (check_unit_interval if self.multilabel else check_probabilities)(probs, name)
@@ -512,8 +542,11 @@ class AggregateUncertainty(Transform):
 
     def _score(self, img: Any, mask: torch.Tensor | None, name: str, mask_name: str) -> torch.Tensor:
         u = _item(img, name)
-        if u.ndim < 3 or u.shape[0] != 1:
+        # checked here, not left to ``aggregate``: found by hostile testing, a NaN map or a 4D map was refused as
+        # "uncertainty contains ..." / "got (1, 1, ...)", a name and a batch axis the user never passed
+        if u.ndim not in (3, 4) or u.shape[0] != 1:
             raise ValueError(f"{name} must be a one-channel map (1, *spatial) with 2 or 3 axes, got {tuple(u.shape)}")
+        check_finite(u, name)
         if mask is not None and mask.shape[1:] != u.shape[1:]:
             raise ValueError(
                 f"mask {mask_name!r} has spatial shape {tuple(mask.shape[1:])}, {name} has {tuple(u.shape[1:])}"
@@ -606,7 +639,8 @@ class SamplesToLabels(Transform):
 
     def _labels(self, img: Any, name: str) -> Any:
         s = _item(img, name)
-        if s.ndim < 3 or s.shape[1] < 2:
+        _check_spatial_axes(s, 2, name, "samples (S, C>=2, *spatial)", "a label map needs no argmax")
+        if s.shape[1] < 2:
             raise ValueError(f"{name} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
         check_finite(s, name)
         check_exclusive_channels(s, name, 1)
@@ -848,7 +882,7 @@ class UncertaintyToDiscreted(MapTransform):
     ) -> None:
         super().__init__(keys, allow_missing_keys)
         self.transform = UncertaintyToDiscrete(threshold, quantile)
-        _check_template(output_key, self.keys)
+        _check_template(output_key, self.keys, fields=("key",))
         self.output_key = output_key
 
     @property
@@ -878,7 +912,7 @@ class SamplesToLabelsd(MapTransform):
     def __init__(self, keys: KeysCollection, output_key: str = "{key}", allow_missing_keys: bool = False) -> None:
         super().__init__(keys, allow_missing_keys)
         self.transform = SamplesToLabels()
-        _check_template(output_key, self.keys)
+        _check_template(output_key, self.keys, fields=("key",))
         self.output_key = output_key
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
