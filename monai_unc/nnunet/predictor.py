@@ -378,6 +378,14 @@ class UncertaintyPredictor(nnUNetPredictor):
         # a float was truncated by int() (1.5 drew seed 1's masks while the record said 1.5), a string failed at the
         # first case; -1 drew the masks of 2**64 - 1 and 2**64 failed at the first case
         seed = check_seed(seed)
+        if not any(s in STOCHASTIC_SOURCES for s in sources):
+            # found by hostile review: with folds / mirroring alone nothing is drawn, yet --seed was accepted silently
+            # and recorded, so another seed made --continue_prediction predict every case again for the same maps
+            unused = [f"{n}={v!r}" for n, v, d in (("seed", seed, None), ("num_samples", num_samples, 10)) if v != d]
+            if unused:
+                warnings.warn(f"{', '.join(unused)} has no effect with uncertainty sources {', '.join(sources)}, which "
+                              f"draw nothing (only {', '.join(STOCHASTIC_SOURCES)} do; nnunet-predict: --seed, "
+                              "--num_samples): not recorded", UserWarning, stacklevel=2)
         if isinstance(tile_step_size, bool) or not isinstance(tile_step_size, (int, float)) or not (
                 0.0 < float(tile_step_size) <= 1.0):
             # stock nnU-Net asserts this only when the first case reaches the sliding window
@@ -1081,7 +1089,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             "measures": list(self.measures),
             "segmentation_from": self.segmentation_from,
             "window_disagreement": self.window_disagreement,
-            "seed": self.seed,
+            "seed": self.seed if self._stochastic else None,  # nothing is drawn otherwise (recorded as None)
             "folds": len(self.list_of_parameters or []),
             "mirror_axes": list(self.allowed_mirroring_axes or []) if self.use_mirroring else [],
             "trainer_name": self.trainer_name,

@@ -99,3 +99,20 @@ def test_folder_with_cases_of_another_previous_stage_is_refused(tmp_path):
         _predict(_cascade_predictor(), tmp_path / "one", out, prev=str(tmp_path / "zero"))
     # the same previous stage: the other case is kept
     _predict(_cascade_predictor(), tmp_path / "one", out, prev=str(tmp_path / "good"))
+
+
+# ---------------------------------------------------- options without effect on deterministic sources
+@pytest.mark.parametrize("kw, name", [({"seed": 3}, "seed"), ({"num_samples": 4}, "num_samples")])
+def test_sampling_options_without_a_stochastic_source_warn_and_are_not_recorded(kw, name, recwarn):
+    """``--seed`` (and ``--num_samples``) with only folds / mirroring were accepted silently and the seed recorded in
+    the settings, so another seed made ``--continue_prediction`` predict every case again for identical maps."""
+    from tests.nnunet.test_nnunet import make_predictor
+
+    with pytest.warns(UserWarning, match=f"{name}.*no effect"):
+        pred = make_predictor(uncertainty_sources=("folds", "mirroring"), **kw)
+    assert pred.run_config()["seed"] is None and pred.run_config()["num_samples"] is None
+    # with a source that draws, the seed is used and recorded, and nothing is said
+    recwarn.clear()
+    pred = make_predictor(uncertainty_sources=("mirroring", "dropout"), dropout_p=0.1, **kw)
+    assert not [w for w in recwarn if "no effect" in str(w.message)]
+    assert pred.run_config()["seed"] == kw.get("seed")
