@@ -87,6 +87,7 @@ __all__ = [
     "export_uncertainty",
     "case_exported",
     "recorded_case_settings",
+    "read_case_record",
     "remove_case_outputs",
     "write_scores_table",
 ]
@@ -645,6 +646,7 @@ def export_uncertainty(
     num_threads_torch: int = default_num_processes,
     patch_size: int = PATCH_SIZE,
     settings: dict | None = None,
+    prev_stage_digests: list | None = None,
 ) -> dict:
     """Write one case like ``export_prediction_from_logits`` plus the uncertainty maps and the case record.
 
@@ -672,6 +674,9 @@ def export_uncertainty(
         patch_size: box size in voxels of the ``patch_mean`` score.
         settings: the predictor's
             :meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`, recorded under ``settings``.
+        prev_stage_digests: a cascade stage's previous-stage segmentation of the case
+            (:func:`~monai_unc.io.input_digests` of it), recorded under ``prev_stage_digests`` (None: no cascade, not
+            recorded).
 
     Returns:
         The case record (as written to ``uncertainty/<case>.json``).
@@ -713,6 +718,8 @@ def export_uncertainty(
         **({"regions": regions} if regions else {}),
         **result.extras,
         **({"settings": json_safe(settings)} if settings is not None else {}),
+        # a cascade's previous stage is an input of the case: a resume predicts the case again when it changed
+        **({"prev_stage_digests": json_safe(prev_stage_digests)} if prev_stage_digests is not None else {}),
         VERSION_KEY: __version__,  # provenance: seeded draws may differ between versions
         LIBRARIES_KEY: library_versions(),  # and between torch / MONAI versions
     }
@@ -780,6 +787,27 @@ def remove_case_outputs(output_file_truncated: str | os.PathLike, file_ending: s
     return removed
 
 
+def read_case_record(output_file_truncated: str | os.PathLike) -> dict | None:
+    """The case record ``uncertainty/<case>.json`` written by :func:`export_uncertainty`.
+
+    Args:
+        output_file_truncated: the case's output path without ending (``<folder>/<case>``).
+
+    Returns:
+        The record, or None when it is missing, unreadable or no JSON object.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "uncertainty").mkdir()
+        ...     _ = (Path(d) / "uncertainty" / "case.json").write_text(json.dumps({"case": "case"}))
+        ...     read_case_record(Path(d) / "case"), read_case_record(Path(d) / "other")
+        ({'case': 'case'}, None)
+    """
+    record = read_json_or_none(_record_path(output_file_truncated))
+    return record if isinstance(record, dict) else None
+
+
 def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | None:
     """The ``settings`` of a case record ``uncertainty/<case>.json``.
 
@@ -800,8 +828,8 @@ def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | N
         ...     recorded_case_settings(Path(d) / "case"), recorded_case_settings(Path(d) / "other")
         ({'num_samples': 8}, None)
     """
-    record = read_json_or_none(_record_path(output_file_truncated))
-    settings = record.get("settings") if isinstance(record, dict) else None
+    record = read_case_record(output_file_truncated)
+    settings = record.get("settings") if record is not None else None
     return settings if isinstance(settings, dict) else None
 
 

@@ -122,7 +122,7 @@ from monai_unc.io import (
     read_json_or_none,
     weight_digests,
 )
-from monai_unc.io.cases import settings_changes
+from monai_unc.io.cases import changed_inputs, input_digests, settings_changes
 from monai_unc.keys import MIMeaning, UncertaintyKeys
 from monai_unc.measures import entropy_map_t
 from monai_unc.networks.dropout import enable_mc_dropout, find_dropout_layers
@@ -141,6 +141,7 @@ from monai_unc.nnunet.export import (
     check_region_file_names,
     convert_uncertainty_to_original_geometry,
     export_uncertainty,
+    read_case_record,
     recorded_case_settings,
     region_definitions,
     write_float_map,
@@ -187,6 +188,31 @@ def __getattr__(name: str) -> Any:
 
 #: entries of ``uncertainty_config.json`` that are not compared per case (see ``UncertaintyPredictor.case_settings``)
 _NOT_CASE_SETTINGS = ("measures", "model_folder")
+
+
+def _previous_stage_change(record: Any, prev: str | None) -> str | None:
+    """How a case's previous-stage segmentation differs from the one its record says it was predicted from.
+
+    The record's ``prev_stage_digests`` (:func:`~monai_unc.io.input_digests` of the file) against ``prev``
+    (:func:`~monai_unc.io.changed_inputs`: a copy with the same content is the same). A cascade's record without
+    them (written by an earlier version) counts as changed, as a record without ``settings`` does.
+
+    Args:
+        record: the case record ``uncertainty/<case>.json`` (anything else: no record).
+        prev: the case's previous-stage segmentation now (None: no cascade).
+
+    Returns:
+        One line naming the difference, or None when the previous stage is the recorded one (or neither has one).
+    """
+    saved = record.get("prev_stage_digests") if isinstance(record, dict) else None
+    if prev is None:
+        return None if saved is None else "previous-stage segmentation recorded -> none"
+    name = os.path.basename(prev)
+    if not isinstance(saved, list):
+        return f"previous-stage segmentation not recorded (an earlier version) -> {name}"
+    if changed_inputs([prev], {"input_digests": saved}):
+        return f"previous-stage segmentation {name} changed (-prev_stage_predictions)"
+    return None
 
 
 def _sequential_iterator(
@@ -352,6 +378,14 @@ class UncertaintyPredictor(nnUNetPredictor):
         # a float was truncated by int() (1.5 drew seed 1's masks while the record said 1.5), a string failed at the
         # first case; -1 drew the masks of 2**64 - 1 and 2**64 failed at the first case
         seed = check_seed(seed)
+        if not any(s in STOCHASTIC_SOURCES for s in sources):
+            # found by hostile review: with folds / mirroring alone nothing is drawn, yet --seed was accepted silently
+            # and recorded, so another seed made --continue_prediction predict every case again for the same maps
+            unused = [f"{n}={v!r}" for n, v, d in (("seed", seed, None), ("num_samples", num_samples, 10)) if v != d]
+            if unused:
+                warnings.warn(f"{', '.join(unused)} has no effect with uncertainty sources {', '.join(sources)}, which "
+                              f"draw nothing (only {', '.join(STOCHASTIC_SOURCES)} do; nnunet-predict: --seed, "
+                              "--num_samples): not recorded", UserWarning, stacklevel=2)
         if isinstance(tile_step_size, bool) or not isinstance(tile_step_size, (int, float)) or not (
                 0.0 < float(tile_step_size) <= 1.0):
             # stock nnU-Net asserts this only when the first case reaches the sliding window
@@ -1055,7 +1089,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             "measures": list(self.measures),
             "segmentation_from": self.segmentation_from,
             "window_disagreement": self.window_disagreement,
-            "seed": self.seed,
+            "seed": self.seed if self._stochastic else None,  # nothing is drawn otherwise (recorded as None)
             "folds": len(self.list_of_parameters or []),
             "mirror_axes": list(self.allowed_mirroring_axes or []) if self.use_mirroring else [],
             "trainer_name": self.trainer_name,
@@ -1127,23 +1161,27 @@ class UncertaintyPredictor(nnUNetPredictor):
         for i, o in enumerate(outputs):
             if case_exported(o, ending, self.measures, save_probabilities):
                 recorded = recorded_case_settings(o)
-                if recorded == settings:
+                diff = settings_changes(recorded, settings) if recorded != settings else []
+                prev_change = _previous_stage_change(read_case_record(o), prevs[i])
+                if not diff and prev_change is None:
                     continue
-                changed[os.path.basename(o)] = settings_changes(recorded, settings)
+                changed[os.path.basename(o)] = diff + ([prev_change] if prev_change else [])
             todo.append(i)
         print(f"overwrite was set to False: predicting the {len(todo)} of {len(outputs)} cases without complete "
               "uncertainty outputs (segmentation, maps and record) made with the current settings")
         if changed:
             first, diff = next(iter(changed.items()))
             print(f"{len(changed)} of them ({', '.join(list(changed)[:5])}{', ...' if len(changed) > 5 else ''}) "
-                  f"were predicted with other settings (e.g. {first}: {'; '.join(diff[:4])}"
+                  "were predicted with other settings or previous-stage segmentations "
+                  f"(e.g. {first}: {'; '.join(diff[:4])}"
                   f"{'; ...' if len(diff) > 4 else ''}): predicting them again with the current settings")
         lists, outputs, prevs = [lists[i] for i in todo], [outputs[i] for i in todo], [prevs[i] for i in todo]
         _check_previous_stage_shapes(lists, prevs, self.plans_manager.image_reader_writer_class)
         return lists, outputs, prevs
 
     def check_output_settings(self, list_of_lists_or_source_folder: str | Sequence[Sequence[str]],
-                              output_folder_or_list_of_truncated_output_files: str | None | Sequence[str]) -> None:
+                              output_folder_or_list_of_truncated_output_files: str | None | Sequence[str],
+                              folder_with_segs_from_prev_stage: str | os.PathLike | None = None) -> None:
         """Refuse an output folder that would mix the cases of two runs, or take two cases under one file name.
 
         A case of the output folder whose record (``uncertainty/<case>.json``) names other settings than
@@ -1151,12 +1189,16 @@ class UncertaintyPredictor(nnUNetPredictor):
         among the cases predicted now, which replace it; the cases of every ``-part_id`` count, so the parts of one
         run may share the folder. Otherwise the folder would mix two runs (and ``uncertainty_config.json``, rewritten
         by this run, would describe cases it did not make). Cases made with the current settings are kept, and
-        ``uncertainty_scores.csv`` lists them with the new ones. Nothing is checked without an output folder.
+        ``uncertainty_scores.csv`` lists them with the new ones. Nothing is checked without an output folder. With
+        ``folder_with_segs_from_prev_stage`` (a cascade stage) a case left is also one of another previous stage when
+        that folder's segmentation of it differs from the one its record names (``prev_stage_digests``), or its
+        record names none (an earlier version); a case without a segmentation there is not compared.
 
         Args:
             list_of_lists_or_source_folder: the input folder, or one list of channel files per case.
             output_folder_or_list_of_truncated_output_files: the output folder, or one output path without ending
                 per case (None: nothing is written).
+            folder_with_segs_from_prev_stage: the previous stage's segmentations of this run (a cascade stage).
 
         Raises:
             ValueError: one line naming the folder, the cases left with other settings and the first difference;
@@ -1206,6 +1248,11 @@ class UncertaintyPredictor(nnUNetPredictor):
                 maps = sorted(rec["maps"]) if isinstance(rec.get("maps"), dict) else None
                 if maps != sorted(self.measures):
                     diff.append(f"measures {json.dumps(maps)} -> {json.dumps(sorted(self.measures))}")
+                if folder_with_segs_from_prev_stage is not None:
+                    prev = os.path.join(folder_with_segs_from_prev_stage, rec["case"] + ending)
+                    prev_change = _previous_stage_change(rec, prev) if os.path.isfile(prev) else None
+                    if prev_change:
+                        diff.append(prev_change)
                 if diff:
                     left[rec["case"]] = diff
             if left:
@@ -1267,7 +1314,8 @@ class UncertaintyPredictor(nnUNetPredictor):
             raise ValueError(f"part_id must be in [0, num_parts), got {part_id} with num_parts {num_parts}")
         check_case_channels(list_of_lists_or_source_folder, self.dataset_json,
                             self.plans_manager.image_reader_writer_class)
-        self.check_output_settings(list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files)
+        self.check_output_settings(list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
+                                   folder_with_segs_from_prev_stage)
         return super().predict_from_files(
             list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
             save_probabilities=save_probabilities, overwrite=overwrite,
@@ -1298,6 +1346,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         """
         folders: set[str] = set()
         export_kwargs = self._export_kwargs()  # the same for every case (case_settings attaches Rate-In once)
+        # the previous-stage digests of this call's cases (_internal_get_data_iterator_from_lists_of_filenames)
+        prev_digests, self._prev_stage_digests = getattr(self, "_prev_stage_digests", {}), {}
         pool = None
         if num_processes_segmentation_export > 0:
             pool = multiprocessing.get_context("spawn").Pool(num_processes_segmentation_export)
@@ -1326,6 +1376,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                 result = self.predict_uncertainty_from_preprocessed_data(data).to_numpy()
                 kwargs = dict(export_kwargs)
                 if ofile is not None:
+                    kwargs["prev_stage_digests"] = prev_digests.get(ofile)
                     fn, args = export_uncertainty, (result, properties, self.configuration_manager,
                                                     self.plans_manager, self.dataset_json, ofile, save_probabilities)
                 else:
@@ -1364,7 +1415,15 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     def _internal_get_data_iterator_from_lists_of_filenames(self, input_list_of_lists: list, seg_from_prev_stage_files,
                                                             output_filenames_truncated, num_processes: int):
-        """Stock's preprocessing workers, or with ``num_processes == 0`` preprocessing in this process."""
+        """Stock's preprocessing workers, or with ``num_processes == 0`` preprocessing in this process.
+
+        Each case's previous-stage segmentation is digested first (before it is read: one edited meanwhile makes a
+        resume predict the case again); :meth:`predict_from_data_iterator` records it with the case.
+        """
+        self._prev_stage_digests = {
+            o: input_digests([p]) for o, p in zip(output_filenames_truncated or (), seg_from_prev_stage_files or ())
+            if o is not None and p is not None
+        }
         if num_processes == 0:
             return _sequential_iterator(self, input_list_of_lists, seg_from_prev_stage_files,
                                         output_filenames_truncated)
