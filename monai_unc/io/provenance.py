@@ -547,6 +547,10 @@ def settings_as_compared(settings: Any) -> Any:
     - ``roi`` of one size for every axis as that one size (``[64, 64, 64]`` as ``[64]``, what ``--roi 64`` records):
       the same windows (found by hostile testing: a resume with ``--roi 64 64 64`` after ``--roi 64`` predicted every
       case again, and the folder it left was refused as made with two settings).
+    - ``share_passes`` True and ``sample_batch_size`` ``"auto"`` under ``samples`` 1: ``infer`` refuses
+      ``--no-share-passes`` and ``--sample-batch-size`` with ``--samples 1`` now (one draw, nothing to share or
+      batch); earlier versions recorded them, so the resume of such a run was refused with them and without them
+      (found by hostile review).
     - the fractions ``overlap``, ``tta_noise``, ``ratein_target`` and ``dropout`` as floats: Python's
       ``overlap=0`` is the command line's ``--overlap 0`` (found by hostile testing: the record ``0`` against
       ``infer.json``'s ``0.0`` predicted every case of a resume again and refused the finished folder).
@@ -566,6 +570,8 @@ def settings_as_compared(settings: Any) -> Any:
         {'method': 'tta', 'samples': None}
         >>> settings_as_compared({"method": "tta", "overlap": 0, "roi": [64, 64, 64]})
         {'method': 'tta', 'overlap': 0.0, 'roi': [64]}
+        >>> settings_as_compared({"method": "mcdropout", "samples": 1, "sample_batch_size": 4})
+        {'method': 'mcdropout', 'samples': 1, 'sample_batch_size': 'auto'}
         >>> settings_as_compared({"method": "tta", "measures": ["mutual_information", "predictive_entropy"]})
         {'method': 'tta', 'measures': ['predictive_entropy', 'mutual_information']}
     """
@@ -579,6 +585,11 @@ def settings_as_compared(settings: Any) -> Any:
         out["samples"] = None
     if out.get("ratein_target") is not None and "ratein" not in tokens:
         out["ratein_target"] = DEFAULT_RATEIN_TARGET
+    if out.get("samples") == 1 and not isinstance(out["samples"], bool):  # one draw: nothing to share or batch
+        if "share_passes" in out:
+            out["share_passes"] = True
+        if "sample_batch_size" in out:
+            out["sample_batch_size"] = "auto"
     if isinstance(out.get("roi"), list) and isinstance(_normalized_roi(out["roi"]), int):
         out["roi"] = [_normalized_roi(out["roi"])]  # the list infer records for one size
     listed = out.get("measures")

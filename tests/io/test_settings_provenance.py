@@ -119,3 +119,24 @@ def test_a_numpy_integer_setting_is_the_float_the_command_line_records():
 
     got = settings_as_compared({"method": "tta", "overlap": np.int64(0), "ratein_target": np.int32(1)})
     assert got["overlap"] == 0.0 and type(got["overlap"]) is float and type(got["ratein_target"]) is float
+
+
+@pytest.mark.parametrize("recorded", [dict(sample_batch_size=4), dict(share_passes=False)])
+def test_a_one_sample_run_recorded_with_batching_options_resumes(tmp_path, recorded):
+    # found by hostile review: infer refuses --sample-batch-size / --no-share-passes with --samples 1 now; a run an
+    # earlier version left half done with them could resume neither with them (refused) nor without them
+    # ("different settings"), though one draw per window has nothing to share or batch
+    from monai_unc.workflows.infer import check_run_settings
+
+    old = InferSettings(**{**_BASE, "method": "mcdropout", "samples": 1, "dropout": 0.1, "overlap": 0.25, **recorded})
+    new = InferSettings(**{**_BASE, "method": "mcdropout", "samples": 1, "dropout": 0.1, "overlap": 0.25})
+    (tmp_path / "infer.json").write_text(json.dumps({"settings": old.to_json()}))
+    (tmp_path / "c1.json").write_text(json.dumps({"case": "c1", "method": "mcdropout", "num_samples": 1,
+                                                  "mi_meaning": "epistemic", "fingerprint": case_fingerprint(old)}))
+    check_run_settings(tmp_path, new)  # no ValueError
+    check_finished_predictions(tmp_path, "monai-unc", ["c1"])
+    assert _canonical(settings_as_compared(case_fingerprint(old))) == _canonical(case_fingerprint(new))
+    # with several samples they still differ
+    many = InferSettings(**{**_BASE, "method": "mcdropout", "samples": 2, "dropout": 0.1, "overlap": 0.25, **recorded})
+    assert settings_as_compared(many.to_json()) != settings_as_compared(
+        InferSettings(**{**_BASE, "method": "mcdropout", "samples": 2, "dropout": 0.1, "overlap": 0.25}).to_json())
