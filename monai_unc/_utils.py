@@ -55,7 +55,6 @@ __all__ = [
     "MAX_SEED",
     "check_seed",
     "check_sample_batch_size",
-    "check_positive_int",
     "plain_module",
     "recompile_after_hooks",
     "label_map_dtype",
@@ -742,23 +741,6 @@ def check_integer(value: Any, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         kind = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value!r}")
-    return int(value)
-
-
-def check_positive_int(value: Any, name: str) -> int:
-    """``value`` as an ``int`` if it is a Python or numpy integer ``>= 1`` (not a bool); ``ValueError`` naming ``name``.
-
-    Found by hostile testing: the sample counts of the inferers and sources (``MCDropoutInferer(num_samples=...)``,
-    ``NoiseSource``, ``RateInSource``, ...) refused ``numpy.int64(3)`` with "must be an integer >= 1, got
-    np.int64(3)".
-
-    Example:
-        >>> import numpy as np
-        >>> check_positive_int(np.int64(3), "num_samples")
-        3
-    """
-    if not is_int(value) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
 
 

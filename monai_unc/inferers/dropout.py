@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._utils import check_positive_int
+from .._utils import check_integer
 from ..keys import MIMeaning
 from ..networks.dropout import (
     PLACEMENTS,
@@ -80,7 +80,7 @@ class MCDropoutSource(SampleSource):
     _samples_dropout = True
 
     def __init__(self, num_samples: int) -> None:
-        num_samples = check_positive_int(num_samples, "num_samples")
+        num_samples = check_integer(num_samples, "num_samples")
         self.num_samples = num_samples
 
     def __len__(self) -> int:

@@ -66,7 +66,7 @@ from .._utils import (
     argmax,
     check_bool,
     check_finite,
-    check_positive_int,
+    check_integer,
     check_probabilities,
     check_sample_batch_size,
     check_seed,
@@ -249,7 +249,7 @@ class StochasticSource(SampleSource):
     """
 
     def __init__(self, num_samples: int, mi_meaning: MIMeaning | str = MIMeaning.ALEATORIC) -> None:
-        num_samples = check_positive_int(num_samples, "num_samples")
+        num_samples = check_integer(num_samples, "num_samples")
         self.num_samples = num_samples
         self.mi_meaning = MIMeaning(mi_meaning)
 

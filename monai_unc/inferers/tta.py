@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_positive_int
+from .._utils import check_integer
 from ..keys import MIMeaning
 from .sampling import SampleSource, UncertaintyInferer, Wrapper
 
@@ -174,7 +174,7 @@ class NoiseSource(SampleSource):
 
     def __init__(self, std: float, num_samples: int = 1) -> None:
         std = _check_noise_std(std, "std")
-        num_samples = check_positive_int(num_samples, "num_samples")
+        num_samples = check_integer(num_samples, "num_samples")
         self.std = float(std)
         self.num_samples = num_samples
 
@@ -275,7 +275,7 @@ class InvertibleTransformSource(SampleSource):
         for i, t in enumerate(transforms):
             if not isinstance(t, InvertibleTransform):
                 raise TypeError(f"transforms[{i}] ({type(t).__name__}) is not a MONAI InvertibleTransform")
-        num_samples = check_positive_int(num_samples, "num_samples")
+        num_samples = check_integer(num_samples, "num_samples")
         self.transforms = transforms
         self.num_samples = num_samples
         self._seeded: list[Any] | None = None  # this call's seeded copies (reseed), None: the transforms as given
@@ -447,8 +447,8 @@ class TTAInferer(UncertaintyInferer):
         noise_std = _check_noise_std(noise_std, "noise_std")
         # a count that applies to nothing is refused, not ignored (found by hostile testing: noise_samples=4 without
         # noise_std gave the 8 flips alone, and noise_samples=0 or "3" passed unchecked)
-        noise_samples = check_positive_int(noise_samples, "noise_samples")
-        transform_samples = check_positive_int(transform_samples, "transform_samples")
+        noise_samples = check_integer(noise_samples, "noise_samples")
+        transform_samples = check_integer(transform_samples, "transform_samples")
         if noise_samples != 1 and not noise_std > 0:
             raise ValueError(f"noise_samples={noise_samples} needs noise_std > 0 (noise_std=0 adds no noise copies)")
         if transform_samples != 1 and not transforms:

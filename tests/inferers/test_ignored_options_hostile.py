@@ -54,12 +54,12 @@ def test_tta_with_dropout_is_built_with_uncertainty_inferer():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"noise_samples": 4}, "noise_samples=4 needs noise_std > 0"),
-    ({"noise_samples": 0, "noise_std": 0.1}, "noise_samples must be an integer >= 1"),
-    ({"noise_samples": 0}, "noise_samples must be an integer >= 1"),
-    ({"noise_samples": "3"}, "noise_samples must be an integer >= 1"),
-    ({"noise_samples": True, "noise_std": 0.1}, "noise_samples must be an integer >= 1"),
+    ({"noise_samples": 0, "noise_std": 0.1}, "noise_samples must be a positive integer"),
+    ({"noise_samples": 0}, "noise_samples must be a positive integer"),
+    ({"noise_samples": "3"}, "noise_samples must be a positive integer"),
+    ({"noise_samples": True, "noise_std": 0.1}, "noise_samples must be a positive integer"),
     ({"transform_samples": 5}, "transform_samples=5 needs transforms"),
-    ({"transform_samples": 0}, "transform_samples must be an integer >= 1"),
+    ({"transform_samples": 0}, "transform_samples must be a positive integer"),
 ])
 def test_tta_counts_that_apply_to_nothing_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
