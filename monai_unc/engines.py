@@ -193,11 +193,12 @@ class UncertaintyEvaluator(SupervisedEvaluator):
             given = inspect.signature(SupervisedEvaluator.__init__).bind_partial(self, *args, **kwargs).arguments
             activation = find_pred_activation(_postprocessing_chain(given))
             pred_format = {"softmax": "log_probabilities", "sigmoid": "binary_logit"}.get(activation, "probabilities")
-            if pred_format != "probabilities":
-                self.logger.info(
-                    f"UncertaintyEvaluator: postprocessing applies {activation} to 'pred'; storing pred as "
-                    f"{pred_format} so that it yields the mean probabilities"
-                )
+            # found by hostile testing: the choice was logged here as if pred were converted, also for a stock
+            # inferer whose raw output is stored unchanged; spread() now says it when it converts
+            self._auto_activation: str | None = activation if pred_format != "probabilities" else None
+        else:
+            self._auto_activation = None
+        self._format_logged = False
         self.pred_format = pred_format
         self.uncertainty_keys = uncertainty_keys
 
@@ -236,7 +237,23 @@ class UncertaintyEvaluator(SupervisedEvaluator):
             raise ValueError(f"the inferer returned keys that would overwrite the batch: {clash}")
 
         multilabel = bool(getattr(result, "multilabel", False))
-        out: dict[str, Any] = {Keys.PRED: meta(format_pred(result[K.PRED.value], self.pred_format, multilabel))}
+        pred = result[K.PRED.value]
+        auto = getattr(self, "_auto_activation", None)
+        if auto is not None and self.pred_format == "binary_logit" and not multilabel and pred.shape[1] != 2:
+            # found by hostile testing: the error named pred_format='binary_logit', which the user never set
+            raise ValueError(
+                f"the postprocessing applies sigmoid to 'pred' (pred_format='auto' therefore stores a binary logit) "
+                f"but the inferer returned {pred.shape[1]}-class softmax probabilities {tuple(pred.shape)}: use "
+                "Activationsd(softmax=True), an inferer with activation='sigmoid' for a region-based network, or "
+                "pred_format='probabilities'"
+            )
+        out: dict[str, Any] = {Keys.PRED: meta(format_pred(pred, self.pred_format, multilabel))}
+        if auto is not None and not getattr(self, "_format_logged", True):
+            self._format_logged = True
+            self.logger.info(
+                f"UncertaintyEvaluator: postprocessing applies {auto} to 'pred'; storing the inferer's mean "
+                f"probabilities as {self.pred_format} so that it yields them"
+            )
         for k in keys:
             v = result[k]
             if k == K.SAMPLES.value and isinstance(v, torch.Tensor):

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import warnings
+from collections.abc import Iterable
 from enum import Enum, EnumMeta
 from typing import Any
 
 __all__ = [
     "UncertaintyKeys",
     "MIMeaning",
+    "combine_mi_meanings",
     "MEASURES",
     "ENTROPY_MEASURES",
     "DEFAULT_MEASURES",
@@ -127,6 +129,39 @@ class MIMeaning(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def combine_mi_meanings(parts: Iterable[tuple[MIMeaning | str, int]]) -> MIMeaning:
+    """What the mutual information over a product of sample sources measures.
+
+    The one rule behind every place that states it (an inferer before and after a call, the nnU-Net predictor,
+    run records, pages): only a source that draws more than one sample varies, and the MI over the product is
+    I(Y; S_1, ..., S_k | x) over the varying sources. One kind of varying source gives that kind; epistemic and
+    aleatoric sources together give ``mixed`` (I(Y; theta, Z | x) = I(Y; theta | x) + I(Y; Z | theta, x));
+    no varying source gives ``none``. A marginalised SSN (one latent-averaged sample) therefore does not vary:
+    MC dropout x marginalised SSN is ``epistemic``.
+
+    Args:
+        parts: ``(meaning, samples)`` per source: the kind of its MI and how many samples it draws.
+
+    Returns:
+        The :class:`MIMeaning` of the product.
+
+    Example:
+        >>> from monai_unc.keys import combine_mi_meanings
+        >>> combine_mi_meanings([("epistemic", 4), ("aleatoric", 10)]).value
+        'mixed'
+        >>> combine_mi_meanings([("epistemic", 4), ("aleatoric", 1)]).value
+        'epistemic'
+        >>> combine_mi_meanings([]).value
+        'none'
+    """
+    kinds = {MIMeaning(meaning) for meaning, n in parts if int(n) > 1} - {MIMeaning.NONE}
+    if not kinds:
+        return MIMeaning.NONE
+    if MIMeaning.MIXED in kinds or len(kinds) > 1:
+        return MIMeaning.MIXED
+    return kinds.pop()
 
 
 #: every voxel-wise uncertainty map an inferer can return (names of ``<case>_<measure>`` files), in output order.

@@ -73,7 +73,7 @@ from .._utils import (
     plain_module,
     probability_tolerance,
 )
-from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
+from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure, combine_mi_meanings
 from ..networks.dropout import find_dropout_layers
 from ..networks.shared import SharedPasses, SharingUnavailable, sample_batch
 from ..stats import (
@@ -1004,12 +1004,11 @@ class UncertaintyInferer(Inferer):
     def mi_meaning(self) -> str:
         """What the mutual information measures for this inferer's sources.
 
-        Before seeing an input, flips count as varying.
+        The rule of :func:`~monai_unc.keys.combine_mi_meanings`, the same as the output's
+        :attr:`UncertaintyOutput.mi_meaning`: only sources drawing more than one sample count (a marginalised
+        :class:`~monai_unc.inferers.SSNSource` draws one). Before seeing an input, flips count as varying.
         """
-        kinds = {MIMeaning(s.mi_meaning) for s in self.sources}
-        if not kinds:
-            return MIMeaning.NONE
-        return kinds.pop() if len(kinds) == 1 else MIMeaning.MIXED
+        return combine_mi_meanings((s.mi_meaning, _planned_samples(s)) for s in self.sources)
 
     def _window_fn(
         self, network: Callable, window_sources: Sequence[SampleSource]
@@ -1397,14 +1396,18 @@ class UncertaintyInferer(Inferer):
 
 
 def _combine_meanings(sources: Sequence[SampleSource], x: torch.Tensor) -> MIMeaning:
-    kinds = set()
-    for s in sources:
-        n = len(s) if s.level == "network" else s.num_variants(x)
-        if n > 1:
-            kinds.add(MIMeaning(s.mi_meaning))
-    if not kinds:
-        return MIMeaning.NONE
-    return kinds.pop() if len(kinds) == 1 else MIMeaning.MIXED
+    """The MI meaning of ``sources`` for the input ``x`` (:func:`~monai_unc.keys.combine_mi_meanings`)."""
+    return combine_mi_meanings(
+        (s.mi_meaning, len(s) if s.level == "network" else s.num_variants(x)) for s in sources
+    )
+
+
+def _planned_samples(source: SampleSource) -> int:
+    """Samples ``source`` draws before an input is seen: its length or ``num_samples``; 2 (varying) when unknown."""
+    if hasattr(source, "__len__"):
+        return len(source)
+    n = getattr(source, "num_samples", None)
+    return n if isinstance(n, int) and not isinstance(n, bool) else 2
 
 
 def _argmax(pred: torch.Tensor) -> torch.Tensor:

@@ -123,7 +123,7 @@ from monai_unc.io import (
     weight_digests,
 )
 from monai_unc.io.cases import changed_inputs, input_digests, settings_changes
-from monai_unc.keys import MIMeaning, UncertaintyKeys
+from monai_unc.keys import MIMeaning, UncertaintyKeys, combine_mi_meanings
 from monai_unc.measures import entropy_map_t
 from monai_unc.networks.dropout import enable_mc_dropout, find_dropout_layers
 from monai_unc.networks.shared import SharedPasses, SharingUnavailable, sample_batch
@@ -542,10 +542,29 @@ class UncertaintyPredictor(nnUNetPredictor):
         folds and dropout, MI(Y, T) for mirroring, ValUES Appendix E). SSN latent draws alone: MI is aleatoric
         (MI(Y, Z), ValUES Appendix D); SSN with any other source: mixed. (ValUES: Kahl, Lüth, Zenk, Maier-Hein, Jaeger,
         *ValUES: A Framework for Systematic Validation of Uncertainty Estimation in Semantic Segmentation*, ICLR 2024.)
+        A source drawing a single sample does not vary and does not count (``num_samples=1``, one fold, mirroring
+        off): the rule of :func:`~monai_unc.keys.combine_mi_meanings`, as for the inferers.
         """
-        if "ssn" in self.uncertainty_sources:
-            return MIMeaning.ALEATORIC if self.uncertainty_sources == ("ssn",) else MIMeaning.MIXED
-        return MIMeaning.EPISTEMIC
+        folds = len(self.list_of_parameters or [])
+        counts = {
+            "folds": folds if folds else 2,  # before the model is loaded: varying
+            "mirroring": self._mirror_samples(),
+        }
+        return combine_mi_meanings(
+            (MIMeaning.ALEATORIC if s == "ssn" else MIMeaning.EPISTEMIC,
+             counts[s] if s in counts else self.num_samples)
+            for s in self.uncertainty_sources
+        )
+
+    def _mirror_samples(self) -> int:
+        """Mirror combinations per window when ``"mirroring"`` is a source (2, varying, before the model is loaded)."""
+        if not self.use_mirroring:
+            return 1
+        if getattr(self, "configuration_manager", None) is None:
+            return 2
+        if not self.allowed_mirroring_axes:
+            return 1
+        return len(self._mirror_combinations(2 + len(self.configuration_manager.patch_size)))
 
     def _probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         """nnU-Net's inference nonlinearity over the channels: softmax, or a sigmoid per region."""
