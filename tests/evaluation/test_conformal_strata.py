@@ -173,7 +173,7 @@ def test_fixed_edges_and_the_api(toy, tmp_path):
 @pytest.mark.parametrize("extra, words", [
     # up front: 9 cases in 4 strata of >= 3
     (["--conformal-strata", "4"], ["too few", "4 strata", "at least 3", "at least 12"]),
-    (["--conformal-strata", "1"], ["conformal_strata", ">= 2"]),
+    (["--conformal-strata", "1"], ["--conformal-strata", ">= 2"]),
     (["--conformal-strata", "3", "--conformal-strata-edges", "0.1"], ["not both"]),
     (["--conformal-strata-edges", "0.3,0.1"], ["strictly increasing"]),
     (["--conformal-strata-edges", "a,b"], ["--conformal-strata-edges", "numbers"]),

@@ -173,7 +173,7 @@ def test_refusals_are_one_line(exported, tmp_path, capsys):
     refused(["-p", str(pred), "-s", str(series), "-o", str(pred / "dicom")], "inside the input folder")
     (tmp_path / "none").mkdir()
     refused(["-p", str(pred), "-s", str(tmp_path / "none"), "-o", str(tmp_path / "o")], "no source series for 2 case")
-    refused(["-p", str(pred), "-s", str(series), "-o", str(tmp_path / "o"), "--uid-root", "1.2.x."], "uid_root")
+    refused(["-p", str(pred), "-s", str(series), "-o", str(tmp_path / "o"), "--uid-root", "1.2.x."], "--uid-root")
     other = tmp_path / "series"
     make_series(other / "case0", "axial_ct")  # another grid than the predictions'
     make_series(other / "case1", "reversed_mr")
