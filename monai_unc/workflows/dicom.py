@@ -561,13 +561,20 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
               "statement": risk.get("statement") if isinstance(risk.get("statement"), str) else "",
               "score_name": doc.get("score") if isinstance(doc.get("score"), str) else "triage score"}
     check_measurement_name(shared["score_name"], f"{path}: score")  # the SR's name of the score
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for entry in doc["cases"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("case"), str):
             raise ValueError(f"{path}: a case entry without a case id")
+        if entry["case"] in out:  # an entry pasted again: which decision the SR should state would be a guess (the
+            # last was taken without a word, an 'accept' could hide a 'review'; found by the sr review)
+            raise ValueError(f"{path}: case {entry['case']!r} is listed twice: keep one entry per case")
         if entry.get("decision") not in ("accept", "review"):
             raise ValueError(f"{path}: case {entry['case']!r} has the decision {entry.get('decision')!r}, not "
                              "'accept' or 'review'")
+        score = entry.get("score")
+        if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+            # true would be the score 1.0, "0.25" a number triage never writes (it writes null for no score)
+            raise ValueError(f"{path}: case {entry['case']!r} has the score {score!r:.80}, not a number or null")
         out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"),
                               "reason": entry.get("reason") if isinstance(entry.get("reason"), str) else ""}
     return out

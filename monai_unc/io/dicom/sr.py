@@ -151,6 +151,9 @@ def _measurements(values: Mapping[str, Any], algo_id: Any, where: str, unit: Any
 
 
 def _number(value: Any) -> float | None:
+    """``value`` as a finite float, or None: a bool is no number (``True`` would read as 1.0)."""
+    if isinstance(value, bool):
+        return None
     try:
         v = float(value)
     except (TypeError, ValueError):

@@ -1,0 +1,53 @@
+"""The numbers ``dicom-export`` writes into the SR are the ones of its inputs, never a guess (found by the sr review).
+
+A ``triage.json`` is untrusted input (a file a user can edit): a case listed twice, or a score that is no number,
+is refused in one line before any object rather than reported with a decision or a number it does not hold.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pydicom", reason="needs the dicom extra")
+pytest.importorskip("highdicom", reason="needs the dicom extra")
+
+from monai_unc.cli import main  # noqa: E402
+from monai_unc.io.dicom import report_numbers  # noqa: E402
+from tests.workflows.test_dicom_export import _small_cases  # noqa: E402
+
+
+def _export_with_triage(tmp_path, cases):
+    pred, series = _small_cases(tmp_path)
+    triage = tmp_path / "triage"
+    triage.mkdir()
+    (triage / "triage.json").write_text(json.dumps({"score": "variance_fg_mean", "cases": cases}))
+    return main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--triage",
+                 str(triage), "-q"])
+
+
+def test_a_case_listed_twice_in_triage_json_is_refused(tmp_path, capsys):
+    # the last entry ("accept") was written into c0's SR without a word, hiding the first one's "review"
+    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.9, "decision": "review"},
+                                        {"case": "c0", "score": 0.1, "decision": "accept"},
+                                        {"case": "c1", "score": 0.1, "decision": "accept"}])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "case 'c0' is listed twice" in err[0] and "triage.json" in err[0]
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
+
+
+@pytest.mark.parametrize("score", [True, "0.25", [0.5], {"v": 1}])
+def test_a_triage_score_that_is_no_number_is_refused(tmp_path, capsys, score):
+    # true was written as the score 1.0: a made-up number
+    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": score, "decision": "accept"},
+                                        {"case": "c1", "score": None, "decision": "review"}])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "case 'c0' has the score" in err[0] and "not a number or null" in err[0]
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
+
+
+def test_a_bool_is_no_number_of_the_report():
+    assert report_numbers({"case": "a", "flag": True, "dice": 0.5, "n": 3}) == {"dice": 0.5, "n": 3.0}
