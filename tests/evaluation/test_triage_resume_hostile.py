@@ -3,6 +3,7 @@ none of an earlier run's beside its own (``triage.json`` and the page of an earl
 
 from __future__ import annotations
 
+import csv
 import json
 import warnings
 
@@ -65,3 +66,22 @@ def test_a_rerun_interrupted_before_writing_leaves_no_earlier_triage_file(tmp_pa
         assert main(argv) == 0  # run again: the outputs are back, of the new cases
         assert json.loads((out / "triage.json").read_text())["n_cases"] == 4
         assert (out / "triage.html").is_file()
+
+
+@pytest.mark.slow
+def test_an_edited_state_row_is_computed_again(tmp_path):
+    """A rerun reuses a case's saved row only as it was computed: a row edited by hand in ``state/cases/`` (a score
+    lowered, found by hostile review: the case was then accepted on the edited score) is computed again."""
+    argv, out = _triaged(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        first = {r["case"]: r["score"] for r in csv.DictReader(open(out / "triage.csv", newline=""))}
+        column = json.loads((tmp_path / "ev" / "referral_rule.json").read_text())["score"]["column"]
+        state = out / "state" / "cases" / "toy000.json"
+        doc = json.loads(state.read_text())
+        assert doc["row"][column] == float(first["toy000"])
+        for edit in ({column: 0.0001}, {column: "abc"}, {"case": "toy001"}):
+            state.write_text(json.dumps({**doc, "row": {**doc["row"], **edit}}))
+            assert main(argv) == 0, edit  # was: the edited score used (0.0001), or exit 2
+            again = {r["case"]: r["score"] for r in csv.DictReader(open(out / "triage.csv", newline=""))}
+            assert again == first, edit
