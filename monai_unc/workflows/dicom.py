@@ -555,9 +555,13 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     doc = read_json_or_none(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise ValueError(f"{path}: not the triage.json of 'monai-unc triage' (no list of cases)")
-    rule = doc.get("rule") if isinstance(doc.get("rule"), dict) else {}
+    from ..monitoring.store import check_rule  # the standard library only
+
+    # the SR states the rule's digest as the rule the decisions were made with: a rule edited in triage.json with its
+    # old digest kept (or no rule) would be reported as the genuine one (found by the sr review), as the store refuses
+    digest = check_rule(doc.get("rule"), str(path))
     risk = doc.get("accepted_risk") if isinstance(doc.get("accepted_risk"), dict) else {}
-    shared = {"rule_digest": rule.get("digest") if isinstance(rule.get("digest"), str) else "",
+    shared = {"rule_digest": digest,
               "statement": risk.get("statement") if isinstance(risk.get("statement"), str) else "",
               "score_name": doc.get("score") if isinstance(doc.get("score"), str) else "triage score"}
     check_measurement_name(shared["score_name"], f"{path}: score")  # the SR's name of the score

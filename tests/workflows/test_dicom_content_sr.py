@@ -1,7 +1,9 @@
 """The numbers ``dicom-export`` writes into the SR are the ones of its inputs, never a guess (found by the sr review).
 
 A ``triage.json`` is untrusted input (a file a user can edit): a case listed twice, or a score that is no number,
-is refused in one line before any object rather than reported with a decision or a number it does not hold.
+is refused in one line before any object rather than reported with a decision or a number it does not hold; so is
+a referral rule that does not match its digest (edited after triage) or is missing: the SR states the digest as the
+rule the decisions were made with.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ pytest.importorskip("highdicom", reason="needs the dicom extra")
 
 from monai_unc.cli import main  # noqa: E402
 from monai_unc.io.dicom import report_numbers  # noqa: E402
-from tests.workflows.test_dicom_export import _small_cases  # noqa: E402
+from tests.workflows.test_dicom_export import RULE, _small_cases  # noqa: E402
 
 
-def _export_with_triage(tmp_path, cases):
+def _export_with_triage(tmp_path, cases, rule=RULE):
     pred, series = _small_cases(tmp_path)
     triage = tmp_path / "triage"
     triage.mkdir()
-    (triage / "triage.json").write_text(json.dumps({"score": "variance_fg_mean", "cases": cases}))
+    doc = {"score": "variance_fg_mean", "cases": cases, **({} if rule is None else {"rule": rule})}
+    (triage / "triage.json").write_text(json.dumps(doc))
     return main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--triage",
                  str(triage), "-q"])
 
@@ -51,3 +54,17 @@ def test_a_triage_score_that_is_no_number_is_refused(tmp_path, capsys, score):
 
 def test_a_bool_is_no_number_of_the_report():
     assert report_numbers({"case": "a", "flag": True, "dice": 0.5, "n": 3}) == {"dice": 0.5, "n": 3.0}
+
+
+@pytest.mark.parametrize("rule, message", [
+    ({**RULE, "target_risk": 0.5}, "field 'rule' does not match its digest"),  # edited, the old digest kept
+    (None, "field 'rule' must hold the referral rule with its digest"),
+    ({**RULE, "digest": "sha256:" + "cd" * 32}, "field 'rule' does not match its digest"),
+])
+def test_a_rule_that_is_not_its_digest_is_refused(tmp_path, capsys, rule, message):
+    # the edited rule's old digest was written into the SR as the digest of the rule the decisions were made with
+    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.5, "decision": "accept"}], rule=rule)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert message in err[0] and "triage.json" in err[0]
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))

@@ -19,9 +19,13 @@ hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
 
 from monai_unc.cli import main  # noqa: E402
 from monai_unc.io import read_csv, write_csv  # noqa: E402
+from monai_unc.monitoring.store import rule_body_digest  # noqa: E402
 from tests.io.dicom._series import GEOMETRIES, dciodvfy_errors, make_series, mni_small  # noqa: E402
 
 CASES = {"case0": "oblique_mr", "case1": "reversed_mr"}
+#: the referral rule of the stand-in triage.json, with its content digest (dicom-export checks it)
+RULE = {"score": "predictive_entropy_fg_mean", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+RULE["digest"] = rule_body_digest(RULE)
 
 
 def _snapshot(*folders):
@@ -53,7 +57,7 @@ def exported(tmp_path_factory):
     write_csv(evaluation / "metrics.csv", [{"case": "case0", "dice": 0.8123456789012345, "predictive_entropy_mean":
                                             0.1, "ece": float("nan")}, {"case": "case1", "dice": 0.5}])
     (triage / "triage.json").write_text(json.dumps({
-        "score": "predictive_entropy_fg_mean", "rule": {"digest": "sha256:" + "cd" * 32},
+        "score": "predictive_entropy_fg_mean", "rule": RULE,
         "accepted_risk": {"statement": "failure rate among accepted cases <= 0.1 with probability >= 0.9"},
         "cases": [{"case": "case0", "score": 0.25, "decision": "review", "reason": "<script>x</script>"},
                   {"case": "case1", "score": 0.05, "decision": "accept", "reason": "below threshold"}]}))
@@ -239,7 +243,7 @@ def test_the_sr_holds_the_numbers_of_the_tables(exported, case):
     assert ("triage", "Triage decision", decision) in items
     assert ("triage", "predictive_entropy_fg_mean", {"case0": 0.25, "case1": 0.05}[case]) in items
     params = [v for g, name, v in items if g == "triage" and name == "Algorithm Parameters"]
-    assert "rule_digest=sha256:" + "cd" * 32 in params
+    assert "rule_digest=" + RULE["digest"] in params
     assert any(p.startswith("statement=failure rate among accepted") for p in params)
     # it references the source series and every object of the case
     refs = {v for _, name, v in items if name == "ref"}
