@@ -89,6 +89,7 @@ from ..io.dicom import (
     write_segmentation,
 )
 from ..keys import DEPRECATED_MEASURES
+from ..monitoring.store import check_rule
 from ..product import command_product, command_products
 from .prepare import DICOM_FOLDER, check_dicom_input
 from .session import CommandResult
@@ -555,8 +556,6 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     doc = read_json_or_none(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise ValueError(f"{path}: not the triage.json of 'monai-unc triage' (no list of cases)")
-    from ..monitoring.store import check_rule  # the standard library only
-
     # the SR states the rule's digest as the rule the decisions were made with: a rule edited in triage.json with its
     # old digest kept (or no rule) would be reported as the genuine one (found by the sr review), as the store refuses
     digest = check_rule(doc.get("rule"), str(path))
