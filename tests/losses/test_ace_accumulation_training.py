@@ -74,3 +74,23 @@ def test_l1_ace_loss_of_a_large_image_equals_float64_and_keeps_its_gradient():
     assert float(loss) == pytest.approx(expected, abs=2e-6)
     loss.backward()
     assert torch.isfinite(z.grad).all() and z.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("num_bins", [1, 7, 64, 65, 300])
+@pytest.mark.parametrize("n", [1, 255, 256, 257, 1300])
+def test_bin_sums_over_runs_equal_a_numpy_histogram_at_every_run_boundary(num_bins, n):
+    """Runs of ``max(256, 4 * num_bins)`` voxels, a last partial run, several images and channels: the sums are
+    numpy's weighted histograms (float64)."""
+    rng = np.random.default_rng(n + num_bins)
+    p = torch.from_numpy(rng.uniform(size=(2, 3, n))).float()
+    y = torch.from_numpy(rng.uniform(size=(2, 3, n)) < 0.5).float()
+    sum_p, sum_y, weight = binned_calibration(p, y, num_bins=num_bins)
+    pk, yk = p.double().numpy(), y.double().numpy()
+    k = np.clip(np.floor(pk * num_bins), 0, num_bins - 1)
+    for i in range(2):
+        for j in range(3):
+            bins = k[i, j].astype(int)
+            np.testing.assert_array_equal(weight[i, j].numpy(), np.bincount(bins, minlength=num_bins))
+            for got, values in ((sum_p, pk), (sum_y, yk)):
+                ref = np.bincount(bins, weights=values[i, j], minlength=num_bins)
+                np.testing.assert_allclose(got[i, j].numpy(), ref, rtol=1e-6, atol=1e-6)
