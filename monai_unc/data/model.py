@@ -201,8 +201,13 @@ def save_trained_network(net: torch.nn.Module, record: dict[str, Any], path: str
 
     Raises:
         ValueError: as :func:`check_trained_network_path` (a ``.json`` path would be overwritten by the record).
+        TypeError: ``record`` holds a value JSON cannot write (nothing is written then).
     """
     path = check_trained_network_path(path, "path")
+    try:  # before the weights: a record that cannot be written left a .pt without its .json (found by hostile testing)
+        json.dumps(record)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"record must hold JSON values (it is written beside the weights): {err}") from None
     atomic_torch_save(path, net.state_dict())
     record = {**record, "weights_sha256": file_sha256(path)}
     atomic_write_text(path.with_suffix(".json"), json.dumps(record, indent=2) + "\n")

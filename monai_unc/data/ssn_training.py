@@ -184,10 +184,10 @@ def train_ssn(
         iterations) and ``train_seconds``.
 
     Raises:
-        ValueError: naming the setting, before any data is made: ``iterations``, ``batch_size`` or ``n_cases`` not a
-            positive integer, ``mean_only_iterations`` not an integer in ``[0, iterations)``, ``lr`` not positive and
-            finite, ``noise_std`` not a finite number >= 0, ``shape`` not integers, ``seed`` outside
-            ``[0, 2**64)``, ``out_path`` ending in ``.json`` (the record's name) or not writable.
+        ValueError: naming the setting, before any data is made: ``iterations``, ``batch_size``, ``n_cases`` or
+            ``n_raters`` not a positive integer, ``mean_only_iterations`` not an integer in ``[0, iterations)``,
+            ``lr`` not positive and finite, ``noise_std`` not a finite number >= 0, ``shape`` not integers, ``seed``
+            outside ``[0, 2**64)``, ``out_path`` ending in ``.json`` (the record's name) or not writable.
         TypeError: ``seed`` not an integer, ``progress`` not a bool.
     """
     # found by hostile testing: shape (32.9, 32) trained and recorded a (32, 32) task, seed=True trained with seed 1
@@ -195,10 +195,12 @@ def train_ssn(
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not all(is_int(s) for s in shape):
         raise ValueError(f"shape must be a sequence of integers (2D or 3D), got {shape!r}")
     shape = tuple(int(s) for s in shape)
-    for name, value in (("iterations", iterations), ("batch_size", batch_size), ("n_cases", n_cases)):
+    # n_raters too: found by hostile testing, n_raters=True trained with one rater and recorded "True raters"
+    for name, value in (("iterations", iterations), ("batch_size", batch_size), ("n_cases", n_cases),
+                        ("n_raters", n_raters)):
         if not is_int(value) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    iterations, batch_size, n_cases = int(iterations), int(batch_size), int(n_cases)
+    iterations, batch_size, n_cases, n_raters = int(iterations), int(batch_size), int(n_cases), int(n_raters)
     seed = check_seed(seed)
     if seed is None:
         raise TypeError("seed must be an integer, got None")

@@ -8,7 +8,6 @@ soft Dice or cross-entropy alone, for the calibration study of Kock et al.), Ada
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from monai.transforms import (
 )
 from tqdm.auto import tqdm
 
+from .._utils import check_bool, check_integer, check_seed, is_finite_real
 from ..losses import DiceCEL1ACELoss, DiceCEMarginLoss, DiceSVLSLoss
 from ..metrics.lesions import binary_mask
 from ..metrics.overlap import dice
@@ -191,14 +191,24 @@ def train_tissue_model(
         Dice (:func:`hemisphere_dice`).
 
     Raises:
-        ValueError: an unknown ``loss``; ``iterations`` or ``batch_size`` not a positive integer; ``lr`` not a
-            positive finite number; ``out_path`` ending in ``.json`` (the record's name) or not writable.
+        ValueError: an unknown ``loss``; ``iterations`` or ``batch_size`` not a positive integer (Python or numpy);
+            ``lr`` not a positive finite number; ``seed`` outside ``[0, 2**32)``; ``out_path`` ending in ``.json``
+            (the record's name) or not writable. All before any data is loaded.
+        TypeError: ``seed`` not an integer (a float, a bool), ``progress`` not a bool.
     """
-    for name, value in (("iterations", iterations), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (math.isfinite(lr) and lr > 0):
+    # found by hostile testing: numpy integers (iterations=np.int64(1500)) trained, wrote the weights and then failed
+    # to write the record (not JSON serialisable), leaving the .pt without its .json; a numpy float32 lr was refused;
+    # seed=True trained with seed 1 and recorded True, seed=1.5 or 2**40 failed in numpy after the checks; a
+    # truthy string progress="no" showed the bar. Every setting is checked and recorded as a Python value.
+    iterations = check_integer(iterations, "iterations")
+    batch_size = check_integer(batch_size, "batch_size")
+    if not (is_finite_real(lr) and lr > 0):
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    lr = float(lr)
+    seed = check_seed(seed)
+    if seed is None or seed >= 2**32:  # numpy's legacy seed (the augmentation) takes [0, 2**32)
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    progress = check_bool(progress, "progress")
     loss_fn = make_training_loss(loss, classes=len(TISSUE_CLASSES))
     if out_path is not None:  # before training: a .json path would be overwritten by the record
         out_path = check_trained_network_path(out_path)

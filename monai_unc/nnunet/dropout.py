@@ -31,6 +31,7 @@ from typing import Any
 
 from torch import nn
 
+from monai_unc._utils import is_real
 from monai_unc.io import atomic_write_text
 from monai_unc.networks.dropout import add_dropout
 
@@ -54,7 +55,9 @@ _DROPOUT_FOR_CONV = {
 
 
 def _check_p(p: float, name: str = "p") -> float:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < float(p) < 1.0:
+    # a numpy rate (np.float32(0.2)) is a rate: it was refused as "must be a dropout rate in (0, 1)" (found by hostile
+    # testing); it is returned as a Python float, which the plans file (JSON) can hold
+    if not is_real(p) or not 0.0 < float(p) < 1.0:
         raise ValueError(f"{name} must be a dropout rate in (0, 1), got {p!r}")
     return float(p)
 

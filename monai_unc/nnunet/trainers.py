@@ -58,6 +58,7 @@ from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 from torch import nn
 
+from monai_unc._utils import check_integer, is_finite_real, is_int
 from monai_unc.data.synthetic import make_toy_dataset
 from monai_unc.io import atomic_write_text, save_nifti_image
 from monai_unc.losses import L1ACELoss, SVLSLoss, mean_margin_penalty
@@ -806,9 +807,10 @@ def write_toy_dataset(
         The dataset folder ``raw_dir/DatasetXXX_name``.
 
     Raises:
-        ValueError: ``dataset_id``, ``num_training``, ``num_test`` or ``empty_slices`` out of range, ``name`` holds a
-            path separator, ``raw_dir`` holds another dataset of that id, or the dataset folder holds files this
-            dataset does not (one written with other counts: the cases would mix).
+        ValueError: ``dataset_id``, ``num_training``, ``num_test`` or ``empty_slices`` not an integer in range,
+            ``shape`` not 3 integers, ``spacing`` not 3 positive finite numbers, ``name`` holds a path separator,
+            ``raw_dir`` holds another dataset of that id, or the dataset folder holds files this dataset does not
+            (one written with other counts: the cases would mix). All before anything is written.
 
     Example:
         >>> import tempfile
@@ -817,15 +819,27 @@ def write_toy_dataset(
         ...     folder.name, sorted(p.name for p in (folder / "imagesTr").iterdir())
         ('Dataset990_UncToy', ['toy_000_0000.nii.gz', 'toy_001_0000.nii.gz'])
     """
-    if not 1 <= int(dataset_id) <= 999:
-        raise ValueError(f"dataset_id must be in 1..999, got {dataset_id}")
-    if num_training < 2:
-        raise ValueError(f"num_training must be >= 2, got {num_training}")
-    if isinstance(num_test, bool) or not isinstance(num_test, int) or num_test < 0:
-        # a negative count wrote fewer training cases than dataset.json's numTraining
+    # found by hostile testing: dataset_id=12.7 or True wrote Dataset012 / Dataset001, empty_slices=True blanked one
+    # slice, shape=(8, 8, 8.5) wrote a dataset, numpy integer counts were refused naming "n_cases", a 2-entry spacing
+    # failed with an IndexError and a zero or NaN spacing in nibabel
+    if not is_int(dataset_id) or not 1 <= dataset_id <= 999:
+        raise ValueError(f"dataset_id must be an integer in 1..999, got {dataset_id!r}")
+    dataset_id = int(dataset_id)
+    num_training = check_integer(num_training, "num_training", minimum=2)
+    # a negative num_test wrote fewer training cases than dataset.json's numTraining
+    if not is_int(num_test) or num_test < 0:
         raise ValueError(f"num_test must be an integer >= 0, got {num_test!r}")
-    if not 0 <= empty_slices < shape[-1] // 2:
-        raise ValueError(f"empty_slices must be in [0, {shape[-1] // 2}), got {empty_slices}")
+    num_test = int(num_test)
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != 3 \
+            or not all(is_int(v) for v in shape):
+        raise ValueError(f"shape must be 3 integers (voxels per axis), got {shape!r}")
+    shape = tuple(int(v) for v in shape)
+    if isinstance(spacing, (str, bytes)) or not isinstance(spacing, Sequence) or len(spacing) != 3 \
+            or not all(is_finite_real(v) and v > 0 for v in spacing):
+        raise ValueError(f"spacing must be 3 positive finite numbers (mm, x y z), got {spacing!r}")
+    if not is_int(empty_slices) or not 0 <= empty_slices < shape[-1] // 2:
+        raise ValueError(f"empty_slices must be an integer in [0, {shape[-1] // 2}), got {empty_slices!r}")
+    empty_slices = int(empty_slices)
     if not isinstance(name, str) or not name or Path(name).name != name or "\\" in name:
         raise ValueError(f"name must be a folder name part without path separators, got {name!r}")
     prefix = f"Dataset{int(dataset_id):03d}_"

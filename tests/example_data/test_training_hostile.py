@@ -143,3 +143,64 @@ def test_train_ssn_takes_numpy_settings_and_records_plain_json(tmp_path):
     assert saved["num_mc_samples"] == 2 and saved["noise_std"] == pytest.approx(0.05) and saved["seed"] == 3
     assert saved["network"]["channels"] == [4, 8] and saved["network"]["rank"] == 2
     assert record["network"] == saved["network"] and net.head.rank == 2
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"seed": True}, TypeError, "seed must be an integer"),
+    ({"seed": 1.5}, TypeError, "seed must be an integer"),
+    ({"seed": -1}, ValueError, "seed must be an integer in"),
+    ({"seed": 2**32}, ValueError, r"seed must be an integer in \[0, 2\*\*32\)"),
+    ({"progress": "no"}, TypeError, "progress must be True or False"),
+    ({"iterations": np.float64(2.0)}, ValueError, "iterations must be a positive integer"),
+    ({"lr": np.float32("nan")}, ValueError, "lr must be a positive finite number"),
+])
+def test_train_tissue_model_refuses_bad_seed_and_progress_before_any_data(monkeypatch, kwargs, error, match):
+    """Found by hostile testing: ``seed=True`` trained with seed 1 and recorded ``true``, ``seed=1.5`` and
+    ``seed=2**32`` failed in numpy without naming the argument, ``progress="no"`` showed the bar."""
+    from monai_unc.data import training
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("data loaded before the settings were checked")
+
+    monkeypatch.setattr(training, "load_mni152_tissue", no_data)
+    with pytest.raises(error, match=match):
+        train_tissue_model(**{"iterations": 2, "progress": False, **kwargs})
+
+
+def test_train_tissue_model_takes_numpy_settings_and_writes_the_record(tmp_path):
+    """Found by hostile testing: ``iterations=np.int64(1)`` trained, wrote the weights and then failed to write the
+    record ("Object of type int64 is not JSON serializable"): a ``.pt`` without its ``.json``; ``lr=np.float32(...)``
+    was refused."""
+    import json
+
+    net, record = train_tissue_model(tmp_path / "m.pt", iterations=np.int64(1), batch_size=np.int32(1),
+                                     lr=np.float32(1e-3), seed=np.int64(2), progress=False)
+    saved = json.loads((tmp_path / "m.json").read_text())
+    assert saved["iterations"] == 1 and saved["batch_size"] == 1 and saved["seed"] == 2
+    assert saved["lr"] == pytest.approx(1e-3) and type(record["lr"]) is float and type(record["seed"]) is int
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.pt"]
+
+
+def test_save_trained_network_writes_nothing_for_a_record_json_cannot_write(tmp_path):
+    """Found by hostile testing: the weights were written first, so a record JSON could not write left the ``.pt``
+    without its ``.json``; now refused, naming the record, before anything is written."""
+    import torch
+
+    from monai_unc.data.model import save_trained_network
+
+    with pytest.raises(TypeError, match="record must hold JSON values"):
+        save_trained_network(torch.nn.Linear(2, 2), {"seed": np.int64(0)}, tmp_path / "net.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("n_raters", [True, 0, 1.0])
+def test_train_ssn_refuses_a_non_integer_rater_count(monkeypatch, n_raters):
+    """Found by hostile testing: ``n_raters=True`` trained with one rater and recorded "True raters"."""
+    from monai_unc.data import ssn_training
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("data made before the settings were checked")
+
+    monkeypatch.setattr(ssn_training, "make_toy_dataset", no_data)
+    with pytest.raises(ValueError, match="n_raters must be a positive integer"):
+        train_ssn(iterations=2, n_cases=1, progress=False, n_raters=n_raters)

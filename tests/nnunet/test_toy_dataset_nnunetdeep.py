@@ -63,3 +63,39 @@ def test_second_dataset_of_the_same_id_is_refused(tmp_path):
 def test_name_with_a_path_is_refused(tmp_path, name):
     with pytest.raises(ValueError, match="name must be a folder name part"):
         mun.write_toy_dataset(tmp_path, name=name, num_training=2, num_test=0, **SMALL)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"dataset_id": 12.7}, "dataset_id must be an integer in 1..999"),
+    ({"dataset_id": True}, "dataset_id must be an integer in 1..999"),
+    ({"dataset_id": "12"}, "dataset_id must be an integer in 1..999"),
+    ({"dataset_id": 1000}, "dataset_id must be an integer in 1..999"),
+    ({"num_training": 2.5}, "num_training must be an integer >= 2"),
+    ({"num_training": 1}, "num_training must be an integer >= 2"),
+    ({"num_test": True}, "num_test must be an integer >= 0"),
+    ({"shape": (16, 16, 16.5)}, "shape must be 3 integers"),
+    ({"shape": (16, 16)}, "shape must be 3 integers"),
+    ({"spacing": (1.0, 1.0)}, "spacing must be 3 positive finite numbers"),
+    ({"spacing": (0.0, 1.0, 1.0)}, "spacing must be 3 positive finite numbers"),
+    ({"spacing": (float("nan"), 1.0, 1.0)}, "spacing must be 3 positive finite numbers"),
+    ({"empty_slices": True}, "empty_slices must be an integer in"),
+    ({"empty_slices": 1.5}, "empty_slices must be an integer in"),
+])
+def test_bad_settings_are_refused_by_name_before_anything_is_written(tmp_path, kwargs, match):
+    """Found by hostile testing: ``dataset_id=12.7`` or ``True`` wrote Dataset012 / Dataset001, ``empty_slices=True``
+    blanked one slice, ``shape=(16, 16, 16.5)`` wrote a dataset, a 2-entry spacing failed with an IndexError and a zero
+    or NaN spacing in nibabel, without naming the argument."""
+    with pytest.raises(ValueError, match=match):
+        mun.write_toy_dataset(tmp_path, **{"num_training": 2, "num_test": 0, **SMALL, **kwargs})
+    assert not any(tmp_path.iterdir())
+
+
+def test_numpy_integer_settings_are_integers(tmp_path):
+    """Found by hostile testing: ``num_training=np.int64(2)`` was refused as "n_cases must be a positive integer"."""
+    np = pytest.importorskip("numpy")
+    folder = mun.write_toy_dataset(tmp_path, dataset_id=np.int64(7), num_training=np.int64(2), num_test=np.int32(1),
+                                   shape=tuple(np.int64(v) for v in (16, 16, 16)), spacing=(np.float32(1.0), 1, 2),
+                                   empty_slices=np.int64(2))
+    assert folder.name == "Dataset007_UncToy" and json.loads((folder / "dataset.json").read_text())["numTraining"] == 2
+    assert _names(folder, "imagesTr") == ["toy_000_0000.nii.gz", "toy_001_0000.nii.gz"]
+    assert _names(folder, "imagesTs") == ["toy_002_0000.nii.gz"]
