@@ -242,9 +242,12 @@ def case_dice(tasks: Sequence[TaskView]) -> tuple[float, list[np.ndarray]]:
 def case_expected_dice(probs: np.ndarray, multilabel: bool) -> QualityScores:
     """The label-free expected Dice of one case, as ``evaluate`` and ``triage`` both compute it.
 
-    Classes: :func:`~monai_unc.metrics.quality.expected_dice` of the softmax; regions (``multilabel``): the binary
-    expected Dice of each region (:func:`~monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``),
-    ``foreground`` their mean. One function for both, so that the calibration cases' estimates (recorded in the
+    Classes: :func:`~monai_unc.metrics.quality.expected_dice` of the softmax, whose ``foreground`` (the
+    ``expected_dice`` column) is the merged foreground (all classes > 0 as one mask: with more than two classes not
+    the mean over the classes that the case's ``dice`` holds; ``per_class`` estimates each class's Dice); regions
+    (``multilabel``): the binary expected Dice of each region
+    (:func:`~monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``), ``foreground`` their mean, the
+    quantity of ``dice``. One function for both, so that the calibration cases' estimates (recorded in the
     referral rule for the expected-Dice interval) are computed exactly as the new cases'.
 
     Args:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import numbers
+import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -635,6 +636,50 @@ def _check_layer_rate(p: Any, name: str) -> None:
         raise ValueError(f"{name} (the initial rate) must be > 0, got {p}")
 
 
+# how the warning of search_dropout_rate on a target it cannot reach begins after the caller's prefix
+_UNREACHED_TARGET_WARNING = "target_loss="
+
+
+def _unreached_target_message(
+    losses: torch.Tensor, rates: torch.Tensor, target_loss: float, tol: float, p_min: float, p_max: float
+) -> str | None:
+    """Say which inputs ended with their rate pinned at a bound, short of ``target_loss``; ``None`` if none did.
+
+    An input is pinned when its rate is ``p_max`` and its information loss is still below the target by ``tol`` or
+    more (the controller would raise the rate further), or its rate is ``p_min`` and its loss is above the target by
+    ``tol`` or more: no rate in ``[p_min, p_max]`` reaches the target, and the bound is the rate used. An input that
+    merely ran out of iterations between the bounds is not pinned. NaN losses (undefined) are not counted here.
+
+    Args:
+        losses: ``(B,)`` information loss at the final rates.
+        rates: ``(B,)`` final rates.
+        target_loss: the target information loss.
+        tol: the controller's tolerance.
+        p_min: smallest rate.
+        p_max: largest rate.
+
+    Returns:
+        One sentence beginning with ``_UNREACHED_TARGET_WARNING``, naming the bound used and the losses reached,
+        or ``None``.
+    """
+    err = losses.double() - target_loss
+    r = rates.double()
+    high = (r >= p_max) & (err <= -tol)
+    low = (r <= p_min) & (err >= tol)
+    parts = []
+    for pinned, bound, name, side in ((high, p_max, "p_max", "below"), (low, p_min, "p_min", "above")):
+        if bool(pinned.any()):
+            got = losses[pinned].double()
+            parts.append(f"{int(pinned.sum())} at {name}={bound:g} with information loss {float(got.min()):.4g}"
+                         + ("" if got.numel() == 1 else f" to {float(got.max()):.4g}") + f", {side} the target")
+    if not parts:
+        return None
+    n = int(high.sum() + low.sum())
+    return (f"{_UNREACHED_TARGET_WARNING}{target_loss:g} not reached for {n} of {losses.numel()} input(s) "
+            f"(tol={tol:g}): {'; '.join(parts)}; the bound is the rate used (no rate in [p_min, p_max] reaches "
+            "the target; see the search result's rates, losses and converged)")
+
+
 def search_dropout_rate(
     x: torch.Tensor,
     loss: str | LossFn = "mi",
@@ -659,7 +704,9 @@ def search_dropout_rate(
     (too much information lost lowers the rate) and ``lr <- lr * lr_decay``. An input stops at ``|err| < tol``,
     after ``max_iter`` iterations, or when its loss is undefined (NaN: constant map, or with ``validate=False`` a map
     holding NaN or inf, which is not searched; the rate stays where it is, ``p_init`` on a map undefined from the
-    start, with a ``UserWarning``). The last
+    start, with a ``UserWarning``). A target that no rate in ``[p_min, p_max]`` reaches (e.g. ``target_loss=0.99``
+    with ``p_max=0.9``) ends with the rate pinned at the bound and a ``UserWarning`` naming the bound and the loss
+    reached. The last
     iteration is measured at the final rate; of its draws, the mask whose own loss is nearest their mean is returned
     (the last of equals), so that the caller applies dropout that removes what the rate typically removes. A single
     draw can be far from that: with few channels a channel mask sometimes drops all of them, and the layers after
@@ -790,6 +837,9 @@ def search_dropout_rate(
             rates[idx] = torch.where(still, new, ra)
             active[idx] = still
             step *= float(lr_decay)
+    message = _unreached_target_message(losses, rates, float(target_loss), float(tol), float(p_min), float(p_max))
+    if message is not None:
+        warnings.warn(f"search_dropout_rate: {message}", UserWarning, stacklevel=2)
     if bool(torch.isnan(losses).any()):
         warnings.warn(
             f"search_dropout_rate: the information loss ({_loss_name(loss)}) is undefined (NaN) for some input(s), "
@@ -926,13 +976,28 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         self.searches = 0
 
     def search(self, x: torch.Tensor) -> RateSearchResult:
-        """Run the controller on ``x`` and store the rates; returns the :class:`RateSearchResult`."""
-        res = search_dropout_rate(
-            x.detach(), self.loss, self.target_loss, channelwise=self.channelwise, validate=False,
-            **self.controller(),
-        )
+        """Run the controller on ``x`` and store the rates; returns the :class:`RateSearchResult`.
+
+        A target that no rate in ``[p_min, p_max]`` reaches is warned about once per layer (the first search where
+        it happens, naming the bound used and the loss reached), not on every forward pass.
+        """
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=re.escape(f"search_dropout_rate: {_UNREACHED_TARGET_WARNING}"), category=UserWarning
+            )
+            res = search_dropout_rate(
+                x.detach(), self.loss, self.target_loss, channelwise=self.channelwise, validate=False,
+                **self.controller(),
+            )
         self.rates, self.last_search = res.rates, res
         self.searches = getattr(self, "searches", 0) + 1
+        if not getattr(self, "_warned_unreached", False):
+            message = _unreached_target_message(res.losses, res.rates, self.target_loss, self.tol, self.p_min,
+                                               self.p_max)
+            if message is not None:
+                self._warned_unreached = True
+                warnings.warn(f"RateInDropout ({_loss_name(self.loss)}): {message}. Warned once per layer.",
+                              UserWarning, stacklevel=2)
         return res
 
     def rate_in(self, x: torch.Tensor) -> torch.Tensor:

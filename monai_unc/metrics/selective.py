@@ -22,8 +22,12 @@ risk (generalized risk 0 there), exactly as fd-shifts does. Areas are trapezoids
     E-AURC = AURC - AURC*    where AURC* is the AURC of the oracle that ranks cases by risk
 
 Two optima are offered for E-AURC. ``"empirical"`` (default) evaluates the same trapezoid on the oracle
-ranking (cases sorted by ascending risk, every case its own point), which works for 0/1 and continuous
-risk. ``"closed_form"`` is fd-shifts' analytic value for 0/1 risk with error rate ``e``:
+ranking (cases sorted by ascending risk), which works for 0/1 and continuous risk. Ties are handled the same
+way in both terms: the oracle is evaluated at the coverages the scored curve has (one point per tie group of
+the scores, every case its own point when there are no ties), where its selective risk is the mean of the
+``k`` lowest risks. Each scored point is the mean risk of some ``k`` cases, never below the oracle's at the
+same ``k``, so the default E-AURC is >= 0 up to float rounding, also with tied scores. ``"closed_form"`` is
+fd-shifts' analytic value for 0/1 risk with error rate ``e``:
 ``AURC* = e + (1 - e) ln(1 - e)`` (the exact integral of the oracle's selective risk; it differs from the
 empirical trapezoid by O(1/N)). fd-shifts reports areas multiplied by 1000; these functions do not.
 
@@ -283,7 +287,19 @@ def augrc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertaint
     return _trapezoid(cov, gen)
 
 
-def _optimal_aurc(risk: np.ndarray, optimum: str) -> float:
+def _optimal_aurc(risk: np.ndarray, optimum: str, coverage: np.ndarray | None = None) -> float:
+    """``AURC*`` of the oracle that ranks cases by ascending risk.
+
+    Args:
+        risk: ``(N,)`` checked per-case risk.
+        optimum: ``"empirical"`` or ``"closed_form"`` (see :func:`eaurc`).
+        coverage: the scored curve's coverages (descending, ending at 0) where the empirical oracle is
+            evaluated, so that tie groups of the scores are handled the same way in both terms; ``None``:
+            every coverage ``k / N``.
+
+    Returns:
+        The oracle's area as a float.
+    """
     if optimum not in _OPTIMA:
         raise ValueError(f"optimum must be one of {_OPTIMA}, got {optimum!r}")
     if optimum == "closed_form":
@@ -295,10 +311,15 @@ def _optimal_aurc(risk: np.ndarray, optimum: str) -> float:
         # e + (1 - e) ln(1 - e), with (1 - e) ln(1 - e) -> 0 as e -> 1
         return err + ((1.0 - err) * math.log(1.0 - err) if err < 1.0 else 0.0)
     n = risk.size
-    # oracle: cases ranked by ascending risk, each case its own point: keeping the k lowest risks
-    # gives coverage k / N and selective risk (sum of the k lowest) / k, for k = N .. 1, then (0, last)
-    kept = np.arange(n, 0, -1, dtype=np.float64)
-    sel = np.cumsum(np.sort(risk))[::-1] / kept
+    # oracle: cases ranked by ascending risk; keeping the k lowest risks gives coverage k / N and selective
+    # risk (sum of the k lowest) / k. It is evaluated at the kept counts k of the scored curve (every k when
+    # the scores have no ties), then (0, last): a scored point keeps some k cases, whose mean risk is never
+    # below the mean of the k lowest, so AURC - AURC* >= 0 term by term, ties included.
+    if coverage is None:
+        kept = np.arange(n, 0, -1, dtype=np.int64)
+    else:
+        kept = np.rint(np.asarray(coverage[:-1], dtype=np.float64) * n).astype(np.int64)
+    sel = np.cumsum(np.sort(risk))[kept - 1] / kept
     cov = np.r_[kept / n, 0.0]
     return _trapezoid(cov, np.r_[sel, sel[-1]])
 
@@ -309,9 +330,11 @@ def eaurc(
 ) -> float:
     """Excess AURC (ValUES eq. 8, Geifman et al. 2019): ``AURC - AURC*``.
 
-    With the empirical optimum E-AURC is >= 0 up to rounding, except that plateaus of tied scores can
-    push the AURC below the oracle's (fd-shifts notes the same). Geifman, Uziel, El-Yaniv: *Bias-Reduced
-    Uncertainty Estimation for Deep Neural Classifiers*.
+    With the empirical optimum E-AURC is >= 0 up to float rounding, tied scores included: the oracle is
+    evaluated at the same coverages as the scored curve (one point per tie group of the scores), so ties are
+    handled alike in both terms. fd-shifts' closed-form optimum is the integral of a continuous oracle and can
+    exceed a trapezoid AURC (tie groups, small N), so with it E-AURC can be negative. Geifman, Uziel, El-Yaniv:
+    *Bias-Reduced Uncertainty Estimation for Deep Neural Classifiers*.
 
     Args:
         uncertainty: ``(N,)`` one score per case: an aggregated uncertainty (larger = less confident, the
@@ -319,7 +342,9 @@ def eaurc(
         risk: ``(N,)`` per-case risk: 0/1 errors or a continuous loss such as ``1 - Dice``.
         score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
         optimum: ``"empirical"`` (default): ``AURC*`` is the trapezoid AURC of the oracle that ranks cases by
-            ascending risk, each case its own point (works for continuous risk). ``"closed_form"``: fd-shifts'
+            ascending risk, evaluated at the coverages of the scored curve (every ``k / N`` without ties; one
+            point per tie group of the scores otherwise), so E-AURC >= 0; works for continuous risk.
+            ``"closed_form"``: fd-shifts'
             ``e + (1 - e) ln(1 - e)`` for 0/1 risk with error rate ``e`` (ValueError for other risk).
 
     Returns:
@@ -333,7 +358,7 @@ def eaurc(
         0.0
     """
     r, cov, sel, _, _ = _scored_points(uncertainty, risk, score_type)
-    return _trapezoid(cov, sel) - _optimal_aurc(r, optimum)
+    return _trapezoid(cov, sel) - _optimal_aurc(r, optimum, cov)
 
 
 def _n_referred(taus: np.ndarray, n: int) -> np.ndarray:

@@ -451,30 +451,40 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
     table, a column given twice refused).
 
     An optional ``site`` column names the site of each case, for case ids that more than one site uses (the store
-    refuses a label of such a case without its site).
+    refuses a label of such a case without its site). An optional ``run`` column names the store's run (the id
+    ``monai-unc monitor record`` printed) whose record of the case the label is, for case ids recorded in more than
+    one run (a reused id, another scan; or the same scan triaged again with another model): the store refuses a
+    label of such a case without its run rather than give it to the latest record, perhaps another scan.
 
     Args:
         path: the CSV file.
 
     Returns:
         ``{"case", "dice", "failure"}`` per row (None for an empty cell), with ``"site"`` (None when empty) when the
-        table has a ``site`` column.
+        table has a ``site`` column and ``"run"`` (a positive int, None when empty) when it has a ``run`` column.
 
     Raises:
         ValueError: a missing column, a value out of range, a case (at a site) listed twice.
     """
     name = os.fspath(path)
-    rows, lines = _read_named_table(path, ("case", "dice", "failure", "site"))
+    rows, lines = _read_named_table(path, ("case", "dice", "failure", "site", "run"))
     if not rows or "case" not in rows[0] or not ({"dice", "failure"} & set(rows[0])):
         raise ValueError(f"labels table {name!r} needs a 'case' column and a 'dice' or 'failure' column")
-    with_site = "site" in rows[0]
+    with_site, with_run = "site" in rows[0], "run" in rows[0]
     out, seen = [], set()
     for i, r in zip(lines, rows):  # the file's lines (a blank line skipped by read_table counts)
         cid = _text(r.get("case"), f"{name}: line {i}: 'case'")
         site = ((r.get("site") or "").strip() or None) if with_site else None
-        if (cid, site) in seen:
-            raise ValueError(f"{name}: case {cid!r}{'' if site is None else f' at site {site!r}'} is listed twice")
-        seen.add((cid, site))
+        run = None
+        if with_run and (r.get("run") or "").strip():
+            text = r["run"].strip()
+            if not (text.isascii() and text.isdigit() and int(text) > 0):
+                raise ValueError(f"{name}: line {i}: 'run' must be a run id (a positive integer), got {r['run']!r}")
+            run = int(text)
+        if (cid, site, run) in seen:
+            raise ValueError(f"{name}: case {cid!r}{'' if site is None else f' at site {site!r}'}"
+                             f"{'' if run is None else f' in run {run}'} is listed twice")
+        seen.add((cid, site, run))
         dice = fail = None
         if (r.get("dice") or "").strip():
             try:
@@ -489,7 +499,8 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
             fail = int(r["failure"])
         if dice is None and fail is None:
             raise ValueError(f"{name}: line {i}: case {cid!r} has neither 'dice' nor 'failure'")
-        out.append({"case": cid, "dice": dice, "failure": fail, **({"site": site} if with_site else {})})
+        out.append({"case": cid, "dice": dice, "failure": fail, **({"site": site} if with_site else {}),
+                    **({"run": run} if with_run else {})})
     return out
 
 

@@ -1190,13 +1190,17 @@ class MonitorStore:
                    command: Sequence[str] | None = None) -> int:
         """Record audited labels of recorded cases, with their audit entry, in one transaction.
 
-        Each label goes to the latest record of its case id (at its ``site`` when the label names one). A case id
-        recorded at more than one site is ambiguous without the site (sites that number their cases alike): the
-        label of one site's case must not go to another site's, so such a label is refused.
+        Each label goes to the record of its case id (at its ``site`` and in its ``run`` when the label names them).
+        A case id recorded at more than one site is ambiguous without the site (sites that number their cases
+        alike): the label of one site's case must not go to another site's, so such a label is refused. Likewise a
+        case id recorded in more than one run (at the label's site) is ambiguous without the run or the record
+        (``case_row``): a reused id is another scan, and a label given to the latest record could be the earlier
+        scan's, so such a label is refused.
 
         Args:
-            labels: ``{"case", "dice", "failure", "loss"}`` per case, optionally ``"site"`` (``dice`` / ``failure``
-                / ``site`` may be None; ``loss`` in ``[0, 1]`` is what the risk statistics use) and ``"case_row"``:
+            labels: ``{"case", "dice", "failure", "loss"}`` per case, optionally ``"site"``, ``"run"`` (the run id
+                of the record; ``dice`` / ``failure`` / ``site`` / ``run`` may be None; ``loss`` in ``[0, 1]`` is
+                what the risk statistics use) and ``"case_row"``:
                 the record (``row`` of :meth:`cases`) whose rule gave the loss. A label whose case was recorded again
                 since (a newer record, perhaps under another rule) is then refused instead of going to the newer
                 record with a loss of the older rule; ``case_row`` 0 says that the case was not in the store when the
@@ -1208,26 +1212,38 @@ class MonitorStore:
             The number of labels recorded.
 
         Raises:
-            ValueError: a case id that is not in the store (at the label's site), a case id of several sites without
-                the site, a case recorded (again) after its ``case_row``, or a loss outside ``[0, 1]``.
+            ValueError: a case id that is not in the store (at the label's site, in its run), a case id of several
+                sites without the site, of several runs without the run or ``case_row``, a case recorded (again)
+                after its ``case_row``, or a loss outside ``[0, 1]``.
         """
         with self._transaction():
             rows = []
-            missing, ambiguous, moved, appeared = [], [], [], []
+            missing, ambiguous, several_runs, moved, appeared = [], [], [], [], []
             for lab in labels:
                 cid = _check_text(lab.get("case"), "case")
                 site = _check_text(lab.get("site"), "site", allow_none=True)
-                records = self._all("SELECT id, site FROM cases WHERE case_id = ? ORDER BY id DESC", (cid,))
+                run = lab.get("run")
+                if run is not None and (isinstance(run, bool) or not isinstance(run, int) or run < 1):
+                    raise TypeError(f"the run of case {cid!r} must be a run id (a positive int) or None, got {run!r}")
+                records = self._all("SELECT id, site, run_id FROM cases WHERE case_id = ? ORDER BY id DESC", (cid,))
+                if run is not None:  # one record at most: a run records a case id once
+                    records = [r for r in records if int(r[2]) == run]
                 if site is not None:
                     records = [r for r in records if r[1] == site]
                 elif len({r[1] for r in records}) > 1:
                     ambiguous.append(f"{cid!r} ({', '.join(sorted({str(r[1]) for r in records})[:5])})")
                     continue
+                expected = lab.get("case_row")
+                if run is None and expected is None and len(records) > 1:  # a reused id: which scan, nothing says
+                    runs = sorted(int(r[2]) for r in records)
+                    several_runs.append(f"{cid!r}{'' if site is None else f' at {site}'} (runs "
+                                        f"{', '.join(map(str, runs[:5]))}{', ...' if len(runs) > 5 else ''})")
+                    continue
                 found = records[:1]
                 if not found:
-                    missing.append(cid if site is None else f"{cid} at {site}")
+                    missing.append((cid if site is None else f"{cid} at {site}")
+                                   + ("" if run is None else f" in run {run}"))
                     continue
-                expected = lab.get("case_row")
                 if expected is not None and int(found[0][0]) != int(expected):
                     (appeared if int(expected) == 0 else moved).append(cid if site is None else f"{cid} at {site}")
                     continue
@@ -1243,6 +1259,11 @@ class MonitorStore:
                 raise ValueError(f"{len(ambiguous)} labelled case id(s) recorded at more than one site "
                                  f"({_first_five(ambiguous, '; ')}): add a 'site' column to the labels table to say "
                                  "whose case each label is")
+            if several_runs:
+                raise ValueError(f"{len(several_runs)} labelled case id(s) recorded in more than one run "
+                                 f"({_first_five(several_runs, '; ')}): a reused case id may be another scan; add a "
+                                 "'run' column to the labels table (the run id 'monai-unc monitor record' printed) to "
+                                 "say whose record each label is")
             if moved:
                 raise ValueError(f"{len(moved)} labelled case(s) were recorded again while the labels were read "
                                  f"({_first_five(moved)}): their losses followed the earlier record's rule; run the "

@@ -717,6 +717,13 @@ class IntensityMask:
     smoothing / no dilation). Returns a bool ``(B, 1, *spatial)`` map; 2D and 3D; picklable and usable from a MONAI
     config (``{"_target_": "monai_unc.networks.IntensityMask", "threshold": 0.03}``).
 
+    Under a sliding window the mask is computed on each window's input: the box mean and the dilation see only the
+    window, so at voxels within ``smooth // 2 + dilate // 2`` voxels of a window face that is not a face of the volume
+    two overlapping windows can disagree (the covariance active in one, the mean only in the other) and the blended
+    maps mix the two; deeper inside every window, and with ``smooth = dilate = 1`` everywhere, the mask of a window
+    is the crop of the whole volume's mask. A mask that every window agrees on is computed once on the whole volume
+    and given to the network as an input channel (``mask_fn=lambda x: x[:, 1:2] > 0.5``).
+
     Why a region of interest: the SSN authors zero the covariance outside the brain because there it "tends to blow
     up". The Monte Carlo loss is dominated by its best draw, so a factor that flips the background in the other
     draws costs almost nothing; on the 3D toy set, training without a mask drifted to such factors (mean

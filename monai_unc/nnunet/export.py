@@ -63,7 +63,7 @@ from monai_unc.io import (
     write_csv,
 )
 from monai_unc.keys import DEFAULT_MEASURES, MIMeaning, UncertaintyKeys
-from monai_unc.nnunet.names import MAP_MEASURES
+from monai_unc.nnunet.names import MAP_MEASURES, STOCHASTIC_SOURCES
 from monai_unc.scores import PATCH_SIZE, region_suffixes
 from monai_unc.scores import case_scores as map_case_scores
 from monai_unc.stats import derive_measures, window_disagreement_from_stitched
@@ -812,7 +812,9 @@ def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | N
     """The ``settings`` of a case record ``uncertainty/<case>.json``.
 
     What ``--continue_prediction`` compares with the current ones; None when the record is missing, unreadable
-    or holds none (an earlier version).
+    or holds none (an earlier version). A ``seed`` recorded for sources that draw nothing (folds, mirroring: an
+    earlier version recorded ``--seed`` there too) reads as None, as this version records it: the maps do not depend
+    on it, so such a folder resumes instead of predicting every case again.
 
     Args:
         output_file_truncated: the case's output path without ending (``<folder>/<case>``).
@@ -830,7 +832,13 @@ def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | N
     """
     record = read_case_record(output_file_truncated)
     settings = record.get("settings") if record is not None else None
-    return settings if isinstance(settings, dict) else None
+    if not isinstance(settings, dict):
+        return None
+    sources = settings.get("uncertainty_sources")
+    if (settings.get("seed") is not None and isinstance(sources, list)
+            and not any(s in STOCHASTIC_SOURCES for s in sources)):
+        settings = {**settings, "seed": None}  # drew nothing: the seed had no effect (recorded None since)
+    return settings
 
 
 def case_exported(

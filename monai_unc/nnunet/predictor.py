@@ -1092,7 +1092,8 @@ class UncertaintyPredictor(nnUNetPredictor):
 
         Returns:
             Sources, samples, dropout and Rate-In values (and, with several dropout / Rate-In passes, ``share_passes``
-            and ``sample_batch_size``), measures, segmentation, window disagreement, seed, folds,
+            and ``sample_batch_size``; ``use_gaussian`` only when False), measures, segmentation, window
+            disagreement, seed (None for sources that draw nothing), folds,
             mirror axes, trainer, step size, MI meaning, model identity (folder, checkpoint, folds, weight digests,
             temperatures) and, for a region-based model, ``regions`` and ``regions_class_order``; as it reads back
             from the file (plain JSON types).
@@ -1116,6 +1117,10 @@ class UncertaintyPredictor(nnUNetPredictor):
             "mi_meaning": self.mi_meaning.value,
             **getattr(self, "_model_identity", {}),
         }
+        if not self.use_gaussian:
+            # the windows blended uniformly, not with nnU-Net's Gaussian weights: other maps. Recorded only off the
+            # default, so that folders of earlier versions (Gaussian, the CLI's only choice) still resume
+            cfg["use_gaussian"] = False
         if self._mirrors_share_draws():
             # the mirrors of a stochastic sample draw from one random state (an earlier version drew per mirror: a
             # resume computes its cases again)
@@ -1263,7 +1268,8 @@ class UncertaintyPredictor(nnUNetPredictor):
                 if os.path.join(folder, rec["case"]) in targets:
                     continue  # predicted again now
                 settings = self.case_settings() if settings is None else settings
-                diff = settings_changes(rec.get("settings"), settings)
+                # as --continue_prediction reads them (recorded_case_settings: the record at this path)
+                diff = settings_changes(recorded_case_settings(Path(folder, path.stem)), settings)
                 maps = sorted(rec["maps"]) if isinstance(rec.get("maps"), dict) else None
                 if maps != sorted(self.measures):
                     diff.append(f"measures {json.dumps(maps)} -> {json.dumps(sorted(self.measures))}")

@@ -576,8 +576,9 @@ def _add_monitor(sub: Any) -> None:
     lab = msub.add_parser("label", help="record audited labels (a CSV of case,dice[,failure] or a folder of label "
                           "maps)")
     lab.add_argument("--labels", required=True, metavar="CSV|FOLDER",
-                     help="CSV with columns case and dice and/or failure (0/1), or a folder of label maps "
-                     "<case>.nii.gz compared with the predictions triage read")
+                     help="CSV with columns case and dice and/or failure (0/1), and site / run (the run id "
+                     "'monitor record' printed) where a case id was recorded at several sites / in several runs; "
+                     "or a folder of label maps <case>.nii.gz compared with the predictions triage read")
     lab.add_argument("--db", default=None, help=db_help)
     st = msub.add_parser("status", help="per-site statistics and alarms; exit status 1 when an alarm is raised")
     st.add_argument("--db", default=None, help=db_help)

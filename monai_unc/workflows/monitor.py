@@ -142,7 +142,7 @@ def record_triage(
     return CommandResult(run_id, True, run.folder, (line,))
 
 
-def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -> list[dict[str, Any]]:
+def _label_folder(folder: Path, cases: list[dict[str, Any]], rules: dict[str, Any]) -> list[dict[str, Any]]:
     """Audited labels from a folder of label maps ``<case>.nii.gz``: each one's Dice against the case's prediction.
 
     The folder is listed as ``evaluate`` lists its labels (:func:`monai_unc.io.split_extension`): every volume
@@ -164,8 +164,17 @@ def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -
     if twice:
         shown = ", ".join(p.name for p, c in zip(files, ids) if c == twice[0])
         raise ValueError(f"{str(folder)!r} holds two label maps of case(s) {twice[:5]} (e.g. {shown}): keep one")
+    records: dict[str, list[dict[str, Any]]] = {}
+    for c in cases:
+        records.setdefault(c["case_id"], []).append(c)
     for p, cid in zip(files, ids):
-        case = latest.get(cid)
+        found = records.get(cid, [])
+        if len(found) > 1:  # a reused id: the map may be the earlier scan's, and its Dice is against one prediction
+            where = "; ".join(f"run {c['run']} at {c['site']}" for c in found[:5]) + (" ..." if len(found) > 5 else "")
+            raise ValueError(f"case {cid!r} is recorded more than once ({where}): a label map does not say whose "
+                             "record it is; give the audited Dice in a CSV with 'run' (and 'site') columns "
+                             "(case,run,dice)")
+        case = found[0] if found else None
         if case is None:
             out.append({"case": cid, "dice": None, "failure": None})  # add_labels names the cases not in the store
             continue
@@ -226,13 +235,20 @@ def record_labels(
     with MonitorStore(url, create=False) as store, store.snapshot():
         rules = store.rules()
         cases = store.cases()
-    latest = {c["case_id"]: c for c in cases}
-    at_site = {(c["case_id"], c["site"]): c for c in cases}  # the latest record of a case id at each site
-    table = _label_folder(path, latest, rules) if path.is_dir() else read_label_table(path)
+    table = _label_folder(path, cases, rules) if path.is_dir() else read_label_table(path)
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for c in cases:  # in recording order
+        by_id.setdefault(c["case_id"], []).append(c)
     rows = []
     for lab in table:
-        # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site
-        case = latest.get(lab["case"]) if lab.get("site") is None else at_site.get((lab["case"], lab["site"]))
+        # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site, and
+        # one of several runs (a reused id: perhaps another scan) without its run
+        found = [c for c in by_id.get(lab["case"], []) if (lab.get("site") is None or c["site"] == lab["site"])
+                 and (lab.get("run") is None or c["run"] == lab["run"])]
+        if len({c["site"] for c in found}) > 1 or (lab.get("run") is None and len(found) > 1):
+            rows.append({**lab, "loss": 0.0, "case_row": None})  # refused by add_labels, which names the cases
+            continue
+        case = found[-1] if found else None
         if case is None:  # add_labels names every case that is not in the store; case_row 0 (no row): a case
             # recorded since this read is refused there, not given this loss, which no rule computed (found by
             # hostile testing: an audited failure recorded meanwhile was stored as a success, loss 0)

@@ -35,8 +35,10 @@ def test_stale_case_row_refused(store_url, tmp_path):
         assert store.add_labels([{"case": "a", "dice": 0.75, "failure": None, "loss": 0.25, "case_row": new_row}],
                                 source="x") == 1
         assert store.cases()[-1]["loss"] == 0.25
-        # without case_row (other callers): the latest record, as before
-        assert store.add_labels([{"case": "a", "dice": 0.9, "failure": None, "loss": 0.1}], source="y") == 1
+        # without case_row or run (other callers): refused, the id is recorded in two runs (perhaps two scans)
+        with pytest.raises(ValueError, match=r"recorded in more than one run \('a' \(runs 1, 2\)\).*'run' column"):
+            store.add_labels([{"case": "a", "dice": 0.9, "failure": None, "loss": 0.1}], source="y")
+        assert store.add_labels([{"case": "a", "dice": 0.9, "failure": None, "loss": 0.1, "run": 2}], source="y") == 1
 
 
 def test_monitor_label_rerun_between_read_and_write(tmp_path, monkeypatch):
@@ -59,6 +61,9 @@ def test_monitor_label_rerun_between_read_and_write(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="recorded again"):
         record_labels(str(db), labels)
     monkeypatch.setattr(StoreClass, "add_labels", original)
-    assert record_labels(str(db), labels).value == 1  # read again: the 1-dice rule's loss
+    with pytest.raises(ValueError, match="more than one run"):  # read again: case a is now in two runs
+        record_labels(str(db), labels)
+    labels.write_text("case,run,dice\na,2,0.75\n")
+    assert record_labels(str(db), labels).value == 1  # the second run's record: the 1-dice rule's loss
     with MonitorStore(str(db)) as store:
         assert store.cases()[-1]["loss"] == pytest.approx(0.25)
