@@ -89,6 +89,7 @@ from ..io.provenance import settings_as_compared
 from ..keys import DEFAULT_RATEIN_TARGET, MEASURES, draws_at_random
 from ..keys import UncertaintyKeys as K
 from ..regions import regions_to_labels
+from ..transforms import invert_samples
 from .models import LoadedModel
 from .options import FAILURES_FILE, INTENSITY_MODES, SHARED_PASS_TOKENS, method_tokens
 
@@ -850,19 +851,12 @@ def _invert_samples(
 ) -> torch.Tensor:
     """Each sample's probabilities ``(S, 1, C, *spatial)`` inverted onto the input grid as ``pred`` is.
 
-    ``Invertd``, then :func:`restore_uncovered`, one sample at a time; returns ``(S, 1, C, *input spatial)`` float32.
+    :func:`~monai_unc.transforms.invert_samples` (``Invertd`` of the stack), then :func:`restore_uncovered` of each
+    sample; returns ``(S, 1, C, *input spatial)`` float32.
     """
-    from monai.data import MetaTensor
-
-    invert = Invertd(keys=K.PRED.value, transform=preprocessing, orig_keys=key, nearest_interp=False)
-    back = []
-    for i in range(int(samples.shape[0])):
-        p = samples[i, 0].detach().cpu()
-        if not isinstance(p, MetaTensor):
-            p = MetaTensor(p, meta=dict(image.meta))
-        p = invert({key: image, K.PRED.value: p})[K.PRED.value]
-        p = restore_uncovered({K.PRED.value: p}, coverage, multilabel=multilabel)[K.PRED.value]
-        back.append((p.as_tensor() if isinstance(p, MetaTensor) else p).float())
+    inverted = invert_samples(samples[:, 0].detach().cpu(), image, preprocessing, key=key, nearest_interp=False)
+    back = [restore_uncovered({K.PRED.value: p}, coverage, multilabel=multilabel)[K.PRED.value].float()
+            for p in inverted.as_tensor()]
     return torch.stack(back)[:, None]
 
 
