@@ -11,6 +11,7 @@ import contextlib
 import copy
 import decimal
 import math
+import numbers
 import os
 import sys
 import warnings
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export work
 
 __all__ = [
     "argmax",
+    "check_nonnegative",
     "foreground_masks",
     "sum_f64",
     "CHANNEL_SUM_SLACK",
@@ -1161,6 +1163,46 @@ def is_finite_real(value: Any) -> bool:
         (True, False, False, False)
     """
     return is_real(value) and math.isfinite(value)
+
+
+def check_nonnegative(value: Any, name: str, *, wrong_type: type[Exception] = TypeError,
+                      type_text: str = "a finite number >= 0", note: str = "") -> float:
+    """``value`` as a float when it is a finite real number ``>= 0``; else an error naming ``name``.
+
+    The one check of a non-negative amount (bytes per voxel, a noise standard deviation, a margin). A value that is
+    not a real number (a bool, a string such as ``"0.1"``, None) raises ``wrong_type`` with ``"{name} must be
+    {type_text}{note}, got {value!r}"``; NaN, infinities, negatives and integers too large for a float (found by
+    review: ``10**400`` escaped as Python's unnamed ``OverflowError: int too large to convert to float``) raise
+    ``ValueError`` with ``"{name} must be a finite number >= 0{note}, got {value!r}"``.
+
+    Args:
+        value: the value.
+        name: its name in the message.
+        wrong_type: the exception for a value that is not a real number (``TypeError``; ``ValueError`` where a
+            module raises that for every bad option).
+        type_text: what the value must be, in the message of ``wrong_type``.
+        note: a remark appended to what the value must be (e.g. ``" (0 disables noise)"``).
+
+    Returns:
+        ``float(value)``.
+
+    Example:
+        >>> check_nonnegative(2, "bytes"), check_nonnegative(np.float32(0.5), "std")
+        (2.0, 0.5)
+        >>> check_nonnegative(10**400, "bytes")
+        Traceback (most recent call last):
+        ...
+        ValueError: bytes must be a finite number >= 0, got 1000...
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise wrong_type(f"{name} must be {type_text}{note}, got {value!r}")
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond the floats: not finite as a float
+        v = math.inf
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0{note}, got {value!r}")
+    return v
 
 
 def is_count(value: Any) -> bool:
