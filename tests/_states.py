@@ -14,6 +14,12 @@ def sign_case_state(npz: Path) -> None:
     record = npz.with_suffix(".json")
     doc = json.loads(record.read_text())
     doc["arrays_sha256"] = hashlib.sha256(npz.read_bytes()).hexdigest()
+    write_signed_state(record, doc)
+
+
+def write_signed_state(record: Path, doc: dict) -> None:
+    """Write a per-case state ``doc`` to ``record`` with the digest the cache gives it (sha256 of the canonical JSON
+    without ``digest``), as a run that saved such a state would have written it."""
     body = {k: v for k, v in doc.items() if k != "digest"}
-    doc["digest"] = "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    doc = {**body, "digest": "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()}
     record.write_text(json.dumps(doc) + "\n")

@@ -24,6 +24,7 @@ from monai_unc.evaluation import EvaluationConfig, run_evaluate
 from monai_unc.evaluation.resume import case_fingerprint, load_case_state, save_case_state
 from monai_unc.evaluation.runner import evaluate_files
 from monai_unc.io import match_cases
+from tests._states import write_signed_state
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +92,7 @@ def test_a_state_saved_without_the_npz_digest_is_computed_again(cohort, tmp_path
     path = tmp_path / f"{cid}.json"
     doc = json.loads(path.read_text())
     del doc["arrays_sha256"]
-    body = {k: v for k, v in doc.items() if k != "digest"}
-    doc["digest"] = "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    path.write_text(json.dumps(doc) + "\n")
+    write_signed_state(path, doc)
     assert load_case_state(tmp_path, cid, fps[cid]) is None
 
 
