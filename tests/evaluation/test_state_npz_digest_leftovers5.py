@@ -14,6 +14,7 @@ import shutil
 import warnings
 from pathlib import Path
 
+import nibabel as nib
 import numpy as np
 import pytest
 
@@ -140,3 +141,44 @@ def test_a_resumed_evaluation_with_an_edited_npz_equals_a_fresh_one(cohort, tmp_
     npz = sorted((out / "state" / "cases").glob("*.npz"))[0]
     _edit_counts(npz)
     assert run(out) == fresh
+
+
+def test_a_derived_map_edited_or_swapped_since_the_evaluation_is_evaluated_again(cohort, tmp_path, monkeypatch):
+    """The maps evaluate derives from the probabilities (``<output>/maps``, drawn by the report beside the rows) are
+    covered too: one edited by hand, or replaced by another case's, makes its case evaluated again, which writes it
+    anew; a state that records no digests of its maps is evaluated again too."""
+    import monai_unc.evaluation.runner as runner_module
+    from tests._states import write_signed_state
+
+    pred = tmp_path / "pred"
+    shutil.copytree(cohort / "predictions", pred)
+    for p in pred.glob("*_predictive_entropy.nii.gz"):
+        p.unlink()  # probabilities only: evaluate derives the maps
+
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            run_evaluate(cohort / "labels", pred, tmp_path / "ev", _config(), resume=True)
+
+    run()
+    maps = tmp_path / "ev" / "maps"
+    fresh = {p.name: p.read_bytes() for p in maps.iterdir()}
+    ids = sorted({n.split("_")[0] for n in fresh})
+    assert len(ids) == 3 and f"{ids[0]}_predictive_entropy.nii.gz" in fresh
+    edited = maps / f"{ids[0]}_predictive_entropy.nii.gz"
+    img = nib.load(edited)
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj) * 0.5, img.affine), edited)
+    shutil.copyfile(maps / f"{ids[2]}_one_minus_max_prob.nii.gz", maps / f"{ids[1]}_one_minus_max_prob.nii.gz")
+    real, calls = runner_module._evaluate_record, []
+    monkeypatch.setattr(runner_module, "_evaluate_record",
+                        lambda f, *a, **k: calls.append(f.case_id) or real(f, *a, **k))
+    run()
+    assert sorted(calls) == ids[:2]
+    assert {p.name: p.read_bytes() for p in maps.iterdir()} == fresh
+    record = tmp_path / "ev" / "state" / "cases" / f"{ids[2]}.json"
+    doc = json.loads(record.read_text())
+    del doc["maps_sha256"]
+    write_signed_state(record, doc)
+    calls.clear()
+    run()
+    assert calls == [ids[2]]
