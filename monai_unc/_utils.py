@@ -11,6 +11,7 @@ import contextlib
 import copy
 import decimal
 import math
+import numbers
 import os
 import sys
 import warnings
@@ -26,11 +27,13 @@ if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export work
 
 __all__ = [
     "argmax",
+    "check_nonnegative",
     "foreground_masks",
     "sum_f64",
     "CHANNEL_SUM_SLACK",
     "check_exclusive_channels",
     "padding_frame",
+    "uncovered_padding",
     "no_autocast",
     "trapezoid",
     "ArrayLike",
@@ -387,6 +390,48 @@ def _frame_edge(padded: torch.Tensor, batched: bool) -> torch.Tensor | None:
     return edge if batched else edge[0]
 
 
+def uncovered_padding(p: torch.Tensor, sums: torch.Tensor, channel_dim: int, tol: float) -> int:
+    """The voxels of a zero padding around class probabilities (an undone crop), or 0 when that is not what ``p`` is.
+
+    MONAI's ``Invertd`` undoes a ``CropForegroundd`` / ``SpatialCropd`` by padding with zeros: every class is 0 outside
+    the crop's box (and, with ``nearest_interp=False``, the box's outer layer is blended with those zeros: sums below
+    1). Such probabilities are read as that, not as sigmoid probabilities or logits, when the zero voxels form a frame
+    around a full box (:func:`padding_frame`), the box's outer layer sums to at most ``1 + tol`` and every other voxel
+    of the box sums to 1 within ``tol``.
+
+    Args:
+        p: the values, in [0, 1], with the classes along ``channel_dim``.
+        sums: ``p`` summed over ``channel_dim`` (float64).
+        channel_dim: the class axis; the axes before it are cases (``(B, C, *spatial)``: 1), the axes after it space.
+        tol: the tolerance of a class sum.
+
+    Returns:
+        The number of padding voxels (0: the zero voxels, if any, are no padding of class probabilities).
+
+    Example:
+        >>> p = torch.zeros(2, 5)
+        >>> p[0, 1:4] = torch.tensor([0.2, 0.7, 1.0]); p[1, 1:4] = 1 - p[0, 1:4]
+        >>> uncovered_padding(p, sum_f64(p, 0), 0, 1e-3)
+        2
+    """
+    nonzero = p.ne(0).any(dim=channel_dim)
+    batched = channel_dim > 0
+    if channel_dim > 1:  # several case axes (samples of cases): one
+        nonzero = nonzero.reshape(-1, *nonzero.shape[channel_dim:])
+        sums = sums.reshape(-1, *sums.shape[channel_dim:])
+    padded = padding_frame(nonzero, batched=batched)
+    if padded is None:
+        return 0
+    inside = ~padded
+    edge = _frame_edge(padded, batched=batched)
+    if edge is not None and bool((sums[edge] <= 1.0 + tol).all()):
+        inside = inside & ~edge  # linearly blended with the padding: scaled probabilities
+    rest = sums[inside]
+    if rest.numel() and float((rest - 1.0).abs().max()) > tol:
+        return 0
+    return int(padded.sum())
+
+
 def padding_frame(nonzero: torch.Tensor, batched: bool) -> torch.Tensor | None:
     """The voxels of a zero padding: every channel 0 outside the bounding box of each case's other voxels, or None.
 
@@ -512,8 +557,21 @@ def _check_probability_map(p: torch.Tensor, name: str, channel_dim: int, min_ndi
         raise ValueError(f"{name} must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}]{hint}")
     if not classes:
         return
-    s_lo, s_hi = torch.aminmax(sum_f64(p.detach(), channel_dim))
+    sums = sum_f64(p.detach(), channel_dim)
+    s_lo, s_hi = torch.aminmax(sums)
     dev = max(float(s_hi) - 1.0, 1.0 - float(s_lo))  # the largest |sum - 1|, without a map of the deviations
+    if dev > tol and float(s_lo) == 0.0:
+        uncovered = uncovered_padding(p.detach(), sums, channel_dim, tol)
+        if uncovered:
+            # found by review: such probabilities (an undone crop) were refused as sigmoid probabilities or logits
+            raise ValueError(
+                f"{name}: every class is 0 at {uncovered} voxel(s) around a box of class probabilities (largest "
+                f"deviation of a class sum from 1: {dev:.4g}): the zero padding that MONAI's Invertd leaves where a "
+                "crop (CropForegroundd, SpatialCropd, ...) removed voxels, which holds no probabilities; give those "
+                "voxels to the background (class 0 with probability 1) and divide each voxel's classes by their "
+                "total (monai_unc.workflows.infer.restore_uncovered does both; monai-unc infer does it for a "
+                "bundle's crop), or score the probabilities before they are inverted"
+            )
     if dev > tol:  # every value lies in [0, 1] here: per-channel (sigmoid) probabilities more likely than logits
         raise ValueError(
             f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "
@@ -1105,6 +1163,46 @@ def is_finite_real(value: Any) -> bool:
         (True, False, False, False)
     """
     return is_real(value) and math.isfinite(value)
+
+
+def check_nonnegative(value: Any, name: str, *, wrong_type: type[Exception] = TypeError,
+                      type_text: str = "a finite number >= 0", note: str = "") -> float:
+    """``value`` as a float when it is a finite real number ``>= 0``; else an error naming ``name``.
+
+    The one check of a non-negative amount (bytes per voxel, a noise standard deviation, a margin). A value that is
+    not a real number (a bool, a string such as ``"0.1"``, None) raises ``wrong_type`` with ``"{name} must be
+    {type_text}{note}, got {value!r}"``; NaN, infinities, negatives and integers too large for a float (found by
+    review: ``10**400`` escaped as Python's unnamed ``OverflowError: int too large to convert to float``) raise
+    ``ValueError`` with ``"{name} must be a finite number >= 0{note}, got {value!r}"``.
+
+    Args:
+        value: the value.
+        name: its name in the message.
+        wrong_type: the exception for a value that is not a real number (``TypeError``; ``ValueError`` where a
+            module raises that for every bad option).
+        type_text: what the value must be, in the message of ``wrong_type``.
+        note: a remark appended to what the value must be (e.g. ``" (0 disables noise)"``).
+
+    Returns:
+        ``float(value)``.
+
+    Example:
+        >>> check_nonnegative(2, "bytes"), check_nonnegative(np.float32(0.5), "std")
+        (2.0, 0.5)
+        >>> check_nonnegative(10**400, "bytes")
+        Traceback (most recent call last):
+        ...
+        ValueError: bytes must be a finite number >= 0, got 1000...
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise wrong_type(f"{name} must be {type_text}{note}, got {value!r}")
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond the floats: not finite as a float
+        v = math.inf
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0{note}, got {value!r}")
+    return v
 
 
 def is_count(value: Any) -> bool:

@@ -9,6 +9,7 @@ file layouts, the command line and the nnU-Net predictor all take their lists fr
 from __future__ import annotations
 
 import argparse
+import numbers
 import warnings
 from collections.abc import Iterable
 from enum import Enum, EnumMeta
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_OVERLAP",
     "method_tokens",
     "canonical_method",
+    "draws_at_random",
 ]
 
 #: deprecated measure names (one release) -> current names; files and options with the old name are still read
@@ -244,6 +246,34 @@ def canonical_method(method: str) -> str:
         ('ssn+tta', 'mcdropout')
     """
     return "+".join(method_tokens(method))
+
+
+def draws_at_random(method: str, tta_noise: Any = 0.0) -> bool:
+    """Whether a ``--method`` draws random samples, so that its ``--seed`` changes the outputs.
+
+    The sources of :data:`SAMPLES_TOKENS` draw (dropout masks, Rate-In's search, SSN latents), and so does ``tta``
+    with intensity noise (``--tta-noise`` > 0); flips and ensemble members are fixed, and ``softmax`` makes one
+    prediction: their outputs are the same under every seed. The one place this is decided (``infer`` records the
+    seed, and a resume compares it, only where it counts).
+
+    Args:
+        method: the ``+``-joined ``--method`` string (any letter case).
+        tta_noise: the standard deviation of the TTA intensity noise (a value that is not a number counts as 0).
+
+    Returns:
+        True when some source of ``method`` draws at random.
+
+    Example:
+        >>> draws_at_random("ensemble"), draws_at_random("tta"), draws_at_random("tta", 0.1)
+        (False, False, True)
+        >>> draws_at_random("MCDropout+tta")
+        True
+    """
+    tokens = set(method_tokens(method))
+    if tokens & SAMPLES_TOKENS:
+        return True
+    noisy = isinstance(tta_noise, numbers.Real) and not isinstance(tta_noise, bool) and tta_noise > 0
+    return "tta" in tokens and bool(noisy)
 
 
 def check_dicom_options(output_format: str, uid_root: str | None = None, segments: Any = None,

@@ -22,6 +22,9 @@ array                              dictionary                         what
                                                                       (fixed ``t`` or a per-case quantile)
 :class:`SamplesToLabels`           :class:`SamplesToLabelsd`          samples ``(S, C, *spatial)`` -> sampled label
                                                                       maps ``(S, *spatial)`` (argmax per sample)
+:func:`invert_samples`             :class:`InvertSamplesd`            samples ``(S, C, *spatial)`` on the network's
+                                                                      grid -> on the original grid (``Invertd`` for
+                                                                      a stack of samples)
 =================================  =================================  ==============================================
 
 The moments of :class:`UncertaintyMeasures` are accumulated by :class:`~monai_unc.stats.SampleStats` and the
@@ -34,7 +37,9 @@ copy of the source's ``meta`` (affine, ``filename_or_obj``) and ``applied_operat
 a plain tensor a plain tensor). So ``SaveImaged`` writes the map with the input's affine and file name, and
 ``Invertd(keys=<map>, orig_keys="image", transform=<preprocessing>)`` resamples it back to the original image grid
 like the prediction. They are not ``InvertibleTransform`` s themselves because they only add keys (their inverse
-is to drop the key); put them after ``Invertd`` or invert their outputs through ``orig_keys``.
+is to drop the key); put them after ``Invertd`` or invert their outputs through ``orig_keys``. MONAI's ``Invertd``
+cannot invert samples ``(S, C, *spatial)`` (an inferer's ``samples`` with ``keep_samples=True``): its spatial
+transforms read the sample axis as the channels and the classes as a spatial axis; :class:`InvertSamplesd` does.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ import numpy as np
 import torch
 from monai.config import KeysCollection
 from monai.data import MetaTensor
-from monai.transforms import MapTransform, Transform
+from monai.transforms import Invertd, MapTransform, Transform
 from monai.utils import TransformBackends
 
 from ._utils import (
@@ -73,6 +78,7 @@ from .stats import SampleStats, derive_measures
 
 __all__ = [
     "error_map",
+    "invert_samples",
     "UncertaintyMeasures",
     "ErrorMap",
     "AggregateUncertainty",
@@ -83,6 +89,7 @@ __all__ = [
     "AggregateUncertaintyd",
     "UncertaintyToDiscreted",
     "SamplesToLabelsd",
+    "InvertSamplesd",
 ]
 
 K = UncertaintyKeys
@@ -919,4 +926,125 @@ class SamplesToLabelsd(MapTransform):
         d = dict(data)
         for key in self.key_iterator(d):
             d[_key_name(self.output_key, key, "")] = self.transform._labels(d[key], str(key))
+        return d
+
+
+# ------------------------------------------------------------------------------------------------ inversion
+#: the data key under which :func:`invert_samples` hands the samples, as channels, to ``Invertd``
+_FLAT_KEY = "_monai_unc_samples_as_channels"
+
+
+def invert_samples(
+    samples: Any, image: Any, transform: Any, key: Hashable = "image", nearest_interp: bool = True,
+    name: str = "samples",
+) -> MetaTensor:
+    """Samples ``(S, C, *spatial)`` on the grid of a preprocessed ``image``, inverted onto the original grid.
+
+    MONAI's ``Invertd`` inverts a channel-first ``(C, *spatial)`` item: given samples it reads the sample axis as the
+    channels and the classes as one more spatial axis, and fails deep inside the inverse of the first spatial
+    transform (found by review: ``Invertd(keys="samples")`` after ``CropForegroundd`` raised "applying transform
+    <...Cropd.inverse ...>", naming neither the key nor the cause). The ``S * C`` sample-class volumes are the
+    channels of one ``(S * C, *spatial)`` item here, which ``Invertd`` inverts with ``transform``'s record on
+    ``image`` (each channel on its own, as every spatial transform resamples, crops and pads the channels alike), and
+    become ``(S, C, *original spatial)`` again: each sample equals the sample inverted alone, as ``pred`` is.
+
+    Args:
+        samples: ``(S, C, *spatial)`` (a tensor, MetaTensor or numpy array) on ``image``'s grid.
+        image: the preprocessed image ``(C_in, *spatial)``, a ``MetaTensor`` holding the applied operations of
+            ``transform``.
+        transform: the preprocessing applied to ``image`` (a MONAI ``InvertibleTransform``, e.g. a ``Compose``).
+        key: the data key under which ``transform`` read ``image``.
+        nearest_interp: invert interpolations with nearest neighbours (``Invertd``'s option; MONAI's default True).
+        name: the samples' name in messages.
+
+    Returns:
+        A ``MetaTensor`` ``(S, C, *original spatial)`` with the inverted meta (affine of the original grid).
+
+    Raises:
+        TypeError: ``image`` is not a ``MetaTensor``.
+        ValueError: ``samples`` is not ``(S, C, *spatial)`` on ``image``'s grid (naming ``name``).
+
+    Example:
+        >>> import torch
+        >>> from monai.transforms import Compose, CropForegroundd
+        >>> img = torch.zeros(1, 8, 8, 8); img[:, 2:6, 1:5, 3:7] = 1
+        >>> pre = Compose([CropForegroundd("image", "image")])
+        >>> cropped = pre({"image": MetaTensor(img)})["image"]
+        >>> samples = torch.softmax(torch.randn(4, 3, *cropped.shape[1:]), 1)  # 4 samples, 3 classes
+        >>> back = invert_samples(samples, cropped, pre)
+        >>> tuple(back.shape), bool(back[:, :, 2:6, 1:5, 3:7].sum(1).sub(1).abs().max() < 1e-5)
+        ((4, 3, 8, 8, 8), True)
+    """
+    if not isinstance(image, MetaTensor):
+        raise TypeError(f"the image of key {key!r} must be a MetaTensor holding the applied operations of the "
+                        f"preprocessing, got {type(image).__name__}")
+    x = _item(samples, name)
+    grid = tuple(image.shape[1:])
+    if x.ndim != len(grid) + 2 or tuple(x.shape[2:]) != grid:
+        got = tuple(x.shape)
+        if x.ndim == len(grid) + 1 and tuple(x.shape[1:]) == grid:
+            raise ValueError(f"{name} of shape {got} is one channel-first item (C, *spatial), not samples "
+                             f"(S, C, *spatial): invert it with MONAI's Invertd")
+        raise ValueError(f"{name} must be samples (S, C, *spatial) on the grid of {key!r} {grid}, got shape {got}")
+    n_samples, n_classes = int(x.shape[0]), int(x.shape[1])
+    if n_samples < 1 or n_classes < 1:
+        raise ValueError(f"{name} holds no sample or no class (shape {tuple(x.shape)})")
+    flat = MetaTensor(x.reshape(n_samples * n_classes, *grid), meta=dict(image.meta))
+    inverted = Invertd(keys=_FLAT_KEY, transform=transform, orig_keys=key, nearest_interp=nearest_interp)(
+        {key: image, _FLAT_KEY: flat})[_FLAT_KEY]
+    if not isinstance(inverted, MetaTensor) or int(inverted.shape[0]) != n_samples * n_classes:
+        raise ValueError(f"the inverse of the preprocessing changed the channels of {name} ({n_samples} samples x "
+                         f"{n_classes} classes), got shape {tuple(inverted.shape)}: it is no spatial inverse")
+    out = inverted.as_tensor().reshape(n_samples, n_classes, *inverted.shape[1:])
+    return MetaTensor(out, meta=dict(inverted.meta), applied_operations=list(inverted.applied_operations))
+
+
+class InvertSamplesd(MapTransform):
+    """``Invertd`` for samples ``(S, C, *spatial)``: :func:`invert_samples` of each key.
+
+    Put it where ``Invertd`` brings ``pred`` and the maps back to the original grid (post-transforms of an engine,
+    after ``decollate_batch``), for the ``samples`` of an inferer with ``keep_samples=True``; MONAI's ``Invertd``
+    fails on them (:func:`invert_samples`).
+
+    Args:
+        keys: the keys holding samples ``(S, C, *spatial)``.
+        transform: the preprocessing applied to ``orig_keys`` (its inverse is applied to each key).
+        orig_keys: the key of the preprocessed image (one for every key, or one per key).
+        nearest_interp: invert interpolations with nearest neighbours (``Invertd``'s option, default True).
+        allow_missing_keys: skip keys that are not in the data.
+
+    Example:
+        >>> import torch
+        >>> from monai.transforms import Compose, CropForegroundd
+        >>> img = torch.zeros(1, 8, 8, 8); img[:, 2:6, 1:5, 3:7] = 1
+        >>> pre = Compose([CropForegroundd("image", "image")])
+        >>> d = pre({"image": MetaTensor(img)})
+        >>> d["samples"] = torch.softmax(torch.randn(4, 3, *d["image"].shape[1:]), 1)
+        >>> tuple(InvertSamplesd("samples", transform=pre, orig_keys="image")(d)["samples"].shape)
+        (4, 3, 8, 8, 8)
+    """
+
+    backend = [TransformBackends.TORCH]
+
+    def __init__(self, keys: KeysCollection, transform: Any, orig_keys: KeysCollection = "image",
+                 nearest_interp: bool = True, allow_missing_keys: bool = False) -> None:
+        super().__init__(keys, allow_missing_keys)
+        origs = [orig_keys] if isinstance(orig_keys, (str, int)) or not isinstance(orig_keys, Sequence) else list(
+            orig_keys)
+        if len(origs) == 1:
+            origs = origs * len(self.keys)
+        if len(origs) != len(self.keys):
+            raise ValueError(f"orig_keys must be one key or one per key ({len(self.keys)}), got {len(origs)}")
+        self.transform = transform
+        self.orig_keys = origs
+        self.nearest_interp = check_bool(nearest_interp, "nearest_interp")
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
+        d = dict(data)
+        for key, orig in self.key_iterator(d, self.orig_keys):
+            if orig not in d:
+                raise ValueError(f"{key}: orig_keys {orig!r} is not in the data; the samples are inverted with the "
+                                 "preprocessing's record on that image")
+            d[key] = invert_samples(d[key], d[orig], self.transform, key=orig, nearest_interp=self.nearest_interp,
+                                    name=str(key))
         return d

@@ -85,7 +85,8 @@ def test_a_calibration_handler_attached_under_two_names_fills_both(key_metric):
             assert engine.state.metrics[name] == {f"{name}_{k}": v for k, v in expected.items()}
         else:
             assert engine.state.metrics[name] == expected[key_metric]
-        assert engine.state.metric_details[name].shape == (2, 2)
+        assert engine.state.metric_details[f"{name}_ece"].shape == engine.state.metric_details[f"{name}_nll"].shape
+        assert engine.state.metric_details[f"{name}_ece"].shape == (2, 1)
 
 
 @pytest.mark.parametrize("kind", sorted(HANDLERS))

@@ -172,3 +172,52 @@ def test_sigmoid_regions_in_a_zero_frame_are_still_refused():
     p[:, 2:10, 2:10, 2:10] = 0.2  # three sigmoid regions, summing to 0.6 everywhere inside the box
     with pytest.raises(ValueError, match="do not sum to 1"):
         ErrorMap()(p, torch.zeros(1, 12, 12, 12))
+
+
+@pytest.mark.parametrize("nearest_interp", [True, False])
+def test_samples_are_inverted_like_each_sample_alone(nearest_interp):
+    """Found by review: MONAI's ``Invertd(keys="samples")`` on the ``(S, C, *spatial)`` samples of an inferer with
+    ``keep_samples=True`` failed inside the inverse of the crop ("applying transform <...Cropd.inverse>"), naming
+    neither the key nor the cause. ``InvertSamplesd`` inverts them; the reference inverts each sample alone with the
+    stock ``Invertd``, as ``pred`` is inverted."""
+    from monai.data import MetaTensor
+    from monai.transforms import Invertd
+
+    from monai_unc.transforms import InvertSamplesd
+
+    d, pre, affine, shape = _preprocessed_case()
+    samples = d["samples"]
+    out = InvertSamplesd("samples", transform=pre, orig_keys="image", nearest_interp=nearest_interp)(dict(d))
+    back = out["samples"]
+    assert isinstance(back, MetaTensor) and tuple(back.shape) == (4, 3, *shape[1:])
+    assert torch.allclose(back.affine.double(), affine.double(), atol=1e-5)
+    invert = Invertd("pred", transform=pre, orig_keys="image", nearest_interp=nearest_interp)
+    for i in range(samples.shape[0]):
+        alone = invert({"image": d["image"], "pred": MetaTensor(samples[i].as_tensor().clone(), meta=dict(
+            samples.meta))})["pred"]
+        assert torch.allclose(back[i].as_tensor(), alone.as_tensor(), atol=1e-6), i
+    if not nearest_interp:  # the inverse is linear: the mean of the inverted samples is the inverted mean
+        mean = invert({"image": d["image"], "pred": MetaTensor(samples.as_tensor().mean(0), meta=dict(
+            samples.meta))})["pred"]
+        assert torch.allclose(back.as_tensor().mean(0), mean.as_tensor(), atol=1e-5)
+    assert out["image"] is d["image"]  # the image is left as it was
+
+
+def test_inverting_samples_refuses_what_is_not_a_stack_of_samples_naming_the_key():
+    from monai_unc.transforms import InvertSamplesd, invert_samples
+
+    d, pre, _, _ = _preprocessed_case()
+    one = d["samples"][0]
+    one_item = r"^mc of shape \(3, 24, 24, 24\) is one channel-first item \(C, \*spatial\).*Invertd"
+    with pytest.raises(ValueError, match=one_item):
+        InvertSamplesd("mc", transform=pre)({**d, "mc": one})
+    with pytest.raises(ValueError, match=r"^mc must be samples \(S, C, \*spatial\) on the grid of 'image'"):
+        InvertSamplesd("mc", transform=pre)({**d, "mc": d["samples"][:, :, 1:]})
+    with pytest.raises(ValueError, match=r"^mc: orig_keys 'img' is not in the data"):
+        InvertSamplesd("mc", transform=pre, orig_keys="img")({**d, "mc": d["samples"]})
+    with pytest.raises(TypeError, match="MetaTensor"):
+        invert_samples(d["samples"], d["image"].as_tensor(), pre)
+    with pytest.raises(ValueError, match="orig_keys must be one key or one per key"):
+        InvertSamplesd(["a", "b"], transform=pre, orig_keys=["x", "y", "z"])
+    with pytest.raises(TypeError, match="nearest_interp"):
+        InvertSamplesd("a", transform=pre, nearest_interp="no")

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from monai.networks.nets import UNet
 
-from .._utils import check_bool, check_integer, check_seed, is_finite_real, is_int
+from .._utils import check_bool, check_integer, check_nonnegative, check_seed, is_finite_real, is_int
 from ..networks import IntensityMask, SSNHead, SSNLoss, SSNNetwork
 from .model import check_trained_network_path, save_trained_network
 from .synthetic import make_toy_dataset
@@ -216,10 +216,8 @@ def train_ssn(
     lr = float(lr)
     # found by hostile testing: a negative or NaN noise_std trained without noise and recorded the bad value, an
     # infinite one trained on infinite images to NaN losses
-    if not (is_finite_real(noise_std) and noise_std >= 0):
-        raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
     # found by hostile testing: numpy scalars trained and then failed to save the record (not JSON serialisable)
-    noise_std = float(noise_std)
+    noise_std = check_nonnegative(noise_std, "noise_std", wrong_type=ValueError)
     num_mc_samples = check_integer(num_mc_samples, "num_mc_samples")
     if out_path is not None:  # before training: a .json path would be overwritten by the record
         out_path = check_trained_network_path(out_path)

@@ -16,10 +16,11 @@ that sum aggregation tracks object size.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from .._utils import check_nonnegative
 
 __all__ = ["SHIFTS", "make_toy_case", "make_toy_dataset"]
 
@@ -80,10 +81,8 @@ def make_toy_case(
         raise ValueError(f"shift must be one of {SHIFTS}, got {shift!r}")
     if not isinstance(n_raters, int) or n_raters < 1:
         raise ValueError(f"n_raters must be a positive integer, got {n_raters!r}")
-    if isinstance(noise_std, bool) or not isinstance(noise_std, (int, float, np.integer, np.floating)) \
-            or not (math.isfinite(noise_std) and noise_std >= 0):
-        # NaN would make the whole image NaN, silently
-        raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
+    # NaN would make the whole image NaN, silently
+    noise_std = check_nonnegative(noise_std, "noise_std", wrong_type=ValueError)
     rng = np.random.default_rng(rng)
     smallest = min(shape)
     r_outer = float(radius) if radius is not None else rng.uniform(0.12, 0.3) * smallest

@@ -10,13 +10,15 @@ arrays in ``<case>.npz`` written first), and :func:`record_gather_hooks` the ``p
 
 from __future__ import annotations
 
+import hashlib
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..io import atomic_save_npz
+from ..io import atomic_save_npz, file_sha256
 
 __all__ = ["CaseRecord", "record_cache_hooks", "record_gather_hooks"]
 
@@ -61,7 +63,12 @@ def record_cache_hooks(record: type, on_restore: Callable[[Any, Any], Any] | Non
     """The ``dump`` and ``restore`` hooks of a :class:`~monai_unc.engine.CaseCache` for results of ``record``.
 
     ``dump`` writes the arrays to ``<case>.npz`` (compressed, atomically; an earlier one is removed when there are
-    none) and returns the JSON fields ``{"record": doc, "arrays": bool}``; ``restore`` reads them back.
+    none) and returns the JSON fields ``{"record": doc, "arrays": bool, "arrays_sha256": hex}`` (the digest of the
+    ``.npz`` written, only with arrays); ``restore`` reads them back, and raises ``ValueError`` (so that the cache
+    computes the case again) when the ``.npz`` is not the file written with the JSON: the cache's digest covers the
+    JSON text, and this one, inside it, the ``.npz`` (found by review: an edited or swapped ``<case>.npz``, e.g.
+    another case's, was reused silently). A state saved without that digest (by an earlier version) is computed
+    again too (``KeyError``).
 
     Args:
         record: the result class (a :class:`CaseRecord`).
@@ -79,16 +86,21 @@ def record_cache_hooks(record: type, on_restore: Callable[[Any, Any], Any] | Non
     def dump(folder: Path, case_id: str, result: Any) -> dict[str, Any]:
         doc, arrays = result.to_record()
         side = folder / f"{case_id}.npz"
-        if arrays:
-            atomic_save_npz(side, arrays, compressed=True)
-        else:
+        if not arrays:
             side.unlink(missing_ok=True)
-        return {"record": doc, "arrays": bool(arrays)}
+            return {"record": doc, "arrays": False}
+        atomic_save_npz(side, arrays, compressed=True)
+        return {"record": doc, "arrays": True, "arrays_sha256": file_sha256(side)}
 
     def restore(folder: Path, doc: dict[str, Any], item: Any) -> Any:
         arrays: dict[str, Any] = {}
         if doc["arrays"]:
-            with np.load(folder / f"{doc['case']}.npz", allow_pickle=False) as z:
+            expected = doc["arrays_sha256"]  # KeyError for a state saved without it: computed again
+            data = (folder / f"{doc['case']}.npz").read_bytes()  # read once: hashed, then loaded
+            if hashlib.sha256(data).hexdigest() != expected:
+                raise ValueError(f"{doc['case']}.npz is not the file saved with {doc['case']}.json (its sha256 "
+                                 "differs): edited or replaced")
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
         result = record.from_record(doc["record"], arrays)
         return result if on_restore is None else on_restore(result, item)

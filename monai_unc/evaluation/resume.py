@@ -16,7 +16,7 @@ from typing import Any
 from .. import __version__
 from ..engine import CaseCache
 from ..engine.records import record_cache_hooks
-from ..io import INFER_RECORD, CaseFiles, check_volume_entry, volume_files
+from ..io import INFER_RECORD, CaseFiles, check_volume_entry, file_sha256, volume_files
 from .case import CaseResult
 from .config import EvaluationConfig
 
@@ -301,6 +301,33 @@ def _attach_files(result: CaseResult, files: CaseFiles | None) -> CaseResult:
     return result
 
 
+def _map_digest_hooks(dump: Any, restore: Any) -> tuple[Any, Any]:
+    """``dump`` / ``restore`` that also record, and check, the sha256 of each derived map of the result.
+
+    The maps evaluate derived from the probabilities (``result.derived``, files in ``<output>/maps``) are drawn by the
+    report beside the case's row: found by review, a map edited by hand or replaced by another case's was kept on a
+    resume, as only the state's JSON was digested. ``maps_sha256`` names the digest of each map written with the row;
+    a map that differs (``FileNotFoundError``) or a state without the digests (``KeyError``) is computed again.
+    """
+
+    def dump_with_maps(folder: Path, case_id: str, result: CaseResult) -> dict[str, Any]:
+        doc = dump(folder, case_id, result)
+        doc["maps_sha256"] = {str(p): file_sha256(p) for p in result.derived.values()}
+        return doc
+
+    def restore_checking_maps(folder: Path, doc: dict[str, Any], item: Any) -> Any:
+        digests = doc["maps_sha256"]
+        derived = (doc["record"].get("derived") or {}) if isinstance(doc.get("record"), dict) else {}
+        if not isinstance(digests, dict) or set(digests) != {str(p) for p in derived.values()}:
+            raise KeyError(f"the saved state of case {doc.get('case')!r} does not record its derived maps")
+        changed = [p for p, sha in digests.items() if not Path(p).is_file() or file_sha256(p) != sha]
+        if changed:
+            raise FileNotFoundError(f"derived maps are gone or changed since they were written: {changed[:2]}")
+        return restore(folder, doc, item)
+
+    return dump_with_maps, restore_checking_maps
+
+
 def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache:
     """The resume state of an evaluation in ``folder`` (``<output>/state/cases/``).
 
@@ -316,13 +343,13 @@ def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache
     Returns:
         The :class:`~monai_unc.engine.CaseCache`.
     """
-    dump, restore = record_cache_hooks(CaseResult, _attach_files)
+    dump, restore = _map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files))
     return CaseCache(folder, lambda files: case_fingerprint(files, config), dump=dump, restore=restore)
 
 
 def _fixed(folder: str | os.PathLike, fingerprint: Mapping[str, Any]) -> CaseCache:
     """A cache whose every case has the given fingerprint (for :func:`save_case_state`, :func:`load_case_state`)."""
-    dump, restore = record_cache_hooks(CaseResult, _attach_files)
+    dump, restore = _map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files))
     return CaseCache(folder, lambda _: fingerprint, dump=dump, restore=restore)
 
 

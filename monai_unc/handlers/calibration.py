@@ -18,8 +18,12 @@ class CalibrationHandler(MetricHandler):
     Attach with a name, e.g. ``CalibrationHandler(output_transform=from_engine(["pred", "label"])).attach(
     evaluator, "calib")``. At the end of the run ``engine.state.metrics`` holds one float per metric under
     ``"<name>_<metric>"`` (e.g. ``"calib_ece"``) and the dict of all of them under ``name``; with
-    ``save_details`` the per-case values ``(n_cases, len(metrics))`` (columns in the order of ``metrics``)
-    are in ``engine.state.metric_details[name]``. States are reduced across ranks by the metric.
+    ``save_details`` the per-case values of each metric ``(n_cases, 1)`` are in
+    ``engine.state.metric_details["<name>_<metric>"]``, under the key of its value in ``engine.state.metrics``, as
+    MONAI's ``MetricsSaver`` expects them: one file per metric (``calib_ece_raw.csv``), whose columns are classes.
+    (Found by review: the per-case values were one ``(n_cases, len(metrics))`` table under ``name``, which
+    ``MetricsSaver`` wrote as ``calib_raw.csv`` with the metrics labelled ``class0``, ``class1``, ... and a ``mean``
+    column averaging an ECE with an NLL.) States are reduced across ranks by the metric.
 
     ``y_pred`` must be probabilities ``(B, C, *spatial)`` (add ``Activations(softmax=True)`` to the
     post-transforms) and ``y`` labels ``(B, 1, *spatial)`` or one-hot. Arguments as in
@@ -44,7 +48,7 @@ class CalibrationHandler(MetricHandler):
         n_fine_bins: as in :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
         reduction: as in :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
         output_transform: returns ``(y_pred, y)`` from ``engine.state.output``.
-        save_details: keep the per-case values in ``engine.state.metric_details[name]``.
+        save_details: keep the per-case values in ``engine.state.metric_details["<name>_<metric>"]``.
         key_metric: one of ``metrics`` whose float is stored under the handler's own name (for a workflow's
             ``key_val_metric``); None (default) stores the dict of all of them there.
 
@@ -93,7 +97,16 @@ class CalibrationHandler(MetricHandler):
             engine.state.metrics[name] = engine.state.metrics[f"{name}_{self.key_metric}"]
 
     def compute(self) -> dict[str, Any]:
-        """``{"<name>_<metric>": float}`` from :meth:`CalibrationMetric.aggregate`."""
+        """``{"<name>_<metric>": float}`` from :meth:`CalibrationMetric.aggregate`; with ``save_details``, each
+        metric's per-case values ``(n_cases, 1)`` in ``engine.state.metric_details["<name>_<metric>"]`` (none after
+        an epoch without a case: a previous run's are removed)."""
         result = super().compute()
+        details = getattr(getattr(self._engine, "state", None), "metric_details", None)
+        if self.save_details and isinstance(details, dict):
+            table = details.pop(self._name, None)  # (n_cases, len(metrics)): the metrics are no classes
+            for k, metric in enumerate(self.metric_fn.metrics):
+                details.pop(f"{self._name}_{metric}", None)
+                if table is not None:
+                    details[f"{self._name}_{metric}"] = table[:, k:k + 1]
         prefix = f"{self._name}_" if self._name else ""
         return {f"{prefix}{k}": float(v) for k, v in result.items()}

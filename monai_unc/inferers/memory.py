@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .._stats_kernels import available as fused_kernels_available
-from .._utils import check_bool, check_integer, host_memory_free
+from .._utils import check_bool, check_integer, check_nonnegative, host_memory_free
 from ..stats import DEFAULT_CHUNK_ELEMENTS, auto_accum_dtype, check_accum_dtype
 
 __all__ = ["MemoryEstimate", "estimate_memory", "available_memory"]
@@ -115,15 +115,13 @@ def _check_shape(shape: Sequence[int], name: str) -> tuple[int, ...]:
 def _check_bytes(value: float, name: str) -> float:
     """A bytes-per-voxel argument as a finite float ``>= 0``; ``TypeError`` / ``ValueError`` naming it.
 
+    :func:`~monai_unc._utils.check_nonnegative`, with the messages of this function's earlier versions.
+
     Found by hostile testing: ``shared_bytes_per_voxel="1"`` failed with Python's unnamed ``'>=' not supported``,
     ``math.inf`` (of any of them) with ``OverflowError: cannot convert float infinity to integer``, and ``True`` was
     counted as one byte.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number >= 0, got {value!r}")
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
+    return check_nonnegative(value, name, type_text="a number >= 0")
 
 
 def _check_overlap(overlap: float | Sequence[float] | None, axes: int) -> tuple[float, ...] | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_integer
+from .._utils import check_integer, check_nonnegative
 from ..keys import MIMeaning
 from .sampling import SampleSource, UncertaintyInferer, Wrapper
 
@@ -141,13 +140,12 @@ def _flip_output(out: Any, dims: tuple[int, ...]) -> Any:
 def _check_noise_std(std: Any, name: str) -> float:
     """A noise standard deviation: a finite real number ``>= 0`` (0 adds no noise); ``ValueError`` naming ``name``.
 
+    :func:`~monai_unc._utils.check_nonnegative`, with the messages of this function's earlier versions.
+
     Found by hostile testing: ``NoiseSource("0.1")`` failed with Python's unnamed ``'>=' not supported``, and
     ``NoiseSource(True)`` drew noise of standard deviation 1 (``TTAInferer(noise_std=...)`` refused both).
     """
-    if (isinstance(std, (bool, np.bool_)) or not isinstance(std, numbers.Real)
-            or not (math.isfinite(float(std)) and std >= 0)):
-        raise ValueError(f"{name} must be a finite number >= 0 (0 disables noise), got {std!r}")
-    return float(std)
+    return check_nonnegative(std, name, wrong_type=ValueError, note=" (0 disables noise)")
 
 
 class NoiseSource(SampleSource):

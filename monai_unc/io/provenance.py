@@ -40,6 +40,7 @@ from ..keys import (
     MEASURES,
     SAMPLES_TOKENS,
     canonical_method,
+    draws_at_random,
     method_tokens,
 )
 from .cases import (
@@ -540,6 +541,10 @@ def settings_as_compared(settings: Any) -> Any:
     - ``ratein_target`` :data:`~monai_unc.keys.DEFAULT_RATEIN_TARGET` under a method without ``ratein``: ``infer
       --ratein-target`` there is refused now; earlier versions recorded the unused value, which then refused the
       resume and mismatched every rule and prediction made without it (found by hostile review).
+    - ``seed`` None under a method that draws nothing at random (:func:`~monai_unc.keys.draws_at_random`: ``tta``
+      without ``tta_noise``, ``ensemble``, ``softmax``): their outputs are the same under every seed, yet the seed
+      was recorded, so a resume with another ``--seed`` was refused and a case made with it predicted again (found by
+      review).
     - ``measures`` (distinct current names) in the order of :data:`~monai_unc.keys.MEASURES`: the same maps asked
       for in another order (found by hostile testing: ``--measures predictive_entropy mutual_information`` after a
       run with the reverse predicted every case of the resume again, and a rule certified on either refused the
@@ -568,6 +573,8 @@ def settings_as_compared(settings: Any) -> Any:
         {'method': 'mcdropout+tta', 'dropout': 0.1, 'samples': 8}
         >>> settings_as_compared({"method": "tta", "samples": 10})
         {'method': 'tta', 'samples': None}
+        >>> settings_as_compared({"method": "ensemble", "seed": 3}), settings_as_compared({"method": "ssn", "seed": 3})
+        ({'method': 'ensemble', 'seed': None}, {'method': 'ssn', 'seed': 3})
         >>> settings_as_compared({"method": "tta", "overlap": 0, "roi": [64, 64, 64]})
         {'method': 'tta', 'overlap': 0.0, 'roi': [64]}
         >>> settings_as_compared({"method": "mcdropout", "samples": 1, "sample_batch_size": 4})
@@ -585,6 +592,8 @@ def settings_as_compared(settings: Any) -> Any:
         out["samples"] = None
     if out.get("ratein_target") is not None and "ratein" not in tokens:
         out["ratein_target"] = DEFAULT_RATEIN_TARGET
+    if out.get("seed") is not None and not draws_at_random(out["method"], out.get("tta_noise", 0.0)):
+        out["seed"] = None  # the outputs are the same under every seed: recorded and compared as unused
     if out.get("samples") == 1 and not isinstance(out["samples"], bool):  # one draw: nothing to share or batch
         if "share_passes" in out:
             out["share_passes"] = True

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from .._utils import is_int, is_real
+from .._utils import check_nonnegative, is_int, is_real
 
 __all__ = [
     "REAL_TYPES",
@@ -69,11 +69,14 @@ def int_option(value: object, name: str, what: str) -> int:
 
 
 def nonnegative_option(value: object, name: str) -> float:
-    """A finite number ``>= 0`` (a margin, a weight) as a float; ``TypeError`` / ``ValueError`` naming ``name``."""
-    v = real_option(value, name, "a finite number >= 0")
-    if not 0 <= v < math.inf:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return v
+    """A finite number ``>= 0`` (a margin, a weight) as a float; ``TypeError`` / ``ValueError`` naming ``name``.
+
+    The type is refused as :func:`real_option` refuses it (naming the value's type), the range by
+    :func:`~monai_unc._utils.check_nonnegative`.
+    """
+    if not is_real(value):
+        real_option(value, name, "a finite number >= 0")  # raises, naming the type
+    return check_nonnegative(value, name)
 
 
 def spacing_steps(spacing: object, dims: int) -> list[float]:

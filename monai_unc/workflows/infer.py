@@ -86,9 +86,10 @@ from ..io import (
     save_region_maps,
 )
 from ..io.provenance import settings_as_compared
-from ..keys import DEFAULT_RATEIN_TARGET, MEASURES, SAMPLES_TOKENS
+from ..keys import DEFAULT_RATEIN_TARGET, MEASURES, draws_at_random
 from ..keys import UncertaintyKeys as K
 from ..regions import regions_to_labels
+from ..transforms import invert_samples
 from .models import LoadedModel
 from .options import FAILURES_FILE, INTENSITY_MODES, SHARED_PASS_TOKENS, method_tokens
 
@@ -163,11 +164,6 @@ def normalize_intensity(image: np.ndarray, mode: str) -> np.ndarray:
     return x
 
 
-#: method sources whose samples are random draws (a seed repeats them only for the same batches of windows): those
-#: that draw --samples
-_RANDOM_TOKENS = SAMPLES_TOKENS
-
-
 @dataclass
 class InferSettings:
     """Everything that determines the outputs of a run (stored in ``infer.json``; a resumed run must match).
@@ -181,7 +177,10 @@ class InferSettings:
         overlap: the sliding-window overlap fraction.
         intensity: the intensity normalisation (:func:`normalize_intensity`).
         measures: the uncertainty maps written.
-        seed: the sampling seed (None: not seeded).
+        seed: the sampling seed (None: not seeded). ``infer.json`` and the case records hold None under a method
+            that draws nothing at random (:func:`~monai_unc.keys.draws_at_random`: flips, ensemble members,
+            ``softmax``), whose outputs are the same under every seed, so that a resume with another ``--seed``
+            keeps them.
         activation: ``"softmax"``, ``"sigmoid"`` or None (the network outputs probabilities).
         checkpoints: the checkpoint files, for display (the identity is in ``weights``).
         tta_noise: the standard deviation of the TTA intensity noise (0: flips only).
@@ -240,7 +239,8 @@ class InferSettings:
         Returns:
             A dict with one entry per field, as :func:`~monai_unc.io.provenance.settings_as_compared` compares it
             (``method`` as :func:`~monai_unc.keys.canonical_method` spells it, ``samples`` None under a method that
-            draws no ``--samples``: ``tta``, ``ensemble``, ``softmax``); ``save_samples`` only when True,
+            draws no ``--samples``: ``tta``, ``ensemble``, ``softmax``; ``seed`` None under a method that draws nothing
+            at random: :func:`~monai_unc.keys.draws_at_random`); ``save_samples`` only when True,
             ``share_passes`` and ``sample_batch_size`` only for a method with MC dropout or Rate-In samples
             (:data:`~monai_unc.workflows.factory.SHARED_PASS_TOKENS`): the records of runs made before these fields
             existed keep matching; ``sw_batch_size`` only where it changes seeded draws (:meth:`draws_per_window_batch`)
@@ -290,10 +290,7 @@ class InferSettings:
             >>> s.seeded_draws(), replace(s, tta_noise=0.1).seeded_draws()
             (False, True)
         """
-        if self.seed is None:
-            return False
-        tokens = set(method_tokens(self.method) or ())
-        return bool(tokens & _RANDOM_TOKENS) or ("tta" in tokens and float(self.tta_noise) > 0)
+        return self.seed is not None and draws_at_random(self.method, float(self.tta_noise))
 
 
 def case_outputs(
@@ -854,19 +851,12 @@ def _invert_samples(
 ) -> torch.Tensor:
     """Each sample's probabilities ``(S, 1, C, *spatial)`` inverted onto the input grid as ``pred`` is.
 
-    ``Invertd``, then :func:`restore_uncovered`, one sample at a time; returns ``(S, 1, C, *input spatial)`` float32.
+    :func:`~monai_unc.transforms.invert_samples` (``Invertd`` of the stack), then :func:`restore_uncovered` of each
+    sample; returns ``(S, 1, C, *input spatial)`` float32.
     """
-    from monai.data import MetaTensor
-
-    invert = Invertd(keys=K.PRED.value, transform=preprocessing, orig_keys=key, nearest_interp=False)
-    back = []
-    for i in range(int(samples.shape[0])):
-        p = samples[i, 0].detach().cpu()
-        if not isinstance(p, MetaTensor):
-            p = MetaTensor(p, meta=dict(image.meta))
-        p = invert({key: image, K.PRED.value: p})[K.PRED.value]
-        p = restore_uncovered({K.PRED.value: p}, coverage, multilabel=multilabel)[K.PRED.value]
-        back.append((p.as_tensor() if isinstance(p, MetaTensor) else p).float())
+    inverted = invert_samples(samples[:, 0].detach().cpu(), image, preprocessing, key=key, nearest_interp=False)
+    back = [restore_uncovered({K.PRED.value: p}, coverage, multilabel=multilabel)[K.PRED.value].float()
+            for p in inverted.as_tensor()]
     return torch.stack(back)[:, None]
 
 

@@ -389,7 +389,8 @@ def _metric_run(cases: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
         "sums": metric.histogram.sums.tolist(),
         "per_case": metric.get_buffer().tolist(),
         "handler": {k: v for k, v in engine.state.metrics.items() if k.startswith("calib_")},
-        "handler_details": engine.state.metric_details["calib"].tolist(),
+        "handler_details": torch.cat([engine.state.metric_details[f"calib_{m}"] for m in
+                                      ("ece", "all_label_ece", "nll")], 1).tolist(),
         "buc": buc.get_buffer().reshape(-1).tolist(),
         "buc_mean": float(buc.aggregate()),
     }

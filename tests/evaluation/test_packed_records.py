@@ -19,6 +19,7 @@ import pytest
 from monai_unc.evaluation import EvaluationConfig, run_evaluate
 from monai_unc.io import save_probabilities
 from monai_unc.metrics.calibration import ConfidenceHistogram
+from tests._states import sign_case_state
 
 C = 6
 N_BINS = 960  # F = 15360: the dense tables of a case are 24 x 8 x 15360 bytes = 2.8 MiB
@@ -67,6 +68,7 @@ def _as_dense(path: Path) -> None:
     arrays = {k: v for k, v in arrays.items() if not k.startswith("histogram/") or k.endswith("__type__")}
     arrays.update({f"histogram/{k}": np.asarray(v) for k, v in dense.items()})
     np.savez_compressed(path, **arrays)
+    sign_case_state(path)  # as a run of the code before signed it
 
 
 def test_records_hold_the_packed_bins(cohort, tmp_path):
@@ -100,6 +102,7 @@ def test_old_dense_records_resume_to_the_same_outputs(cohort, tmp_path):
         arrays = {k: z[k] for k in z.files}
     arrays["histogram/bin_index"] = arrays["histogram/bin_index"][::-1].copy()  # unsorted: refused
     np.savez_compressed(damaged, **arrays)
+    sign_case_state(damaged)  # its digest matches: refused for its content
     assert _evaluate(cohort, out) == expected
     with np.load(damaged) as z:  # computed again and written anew
         assert np.all(np.diff(z["histogram/bin_index"]) > 0)

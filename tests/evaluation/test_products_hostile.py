@@ -27,6 +27,7 @@ from monai_unc.evaluation.products import read_artifact, write_artifact
 from monai_unc.evaluation.triage.rule import RULE_FILE
 from monai_unc.product import CohortProduct, ReportSection, register_product, unregister_product
 from monai_unc.state import pack_states, register_state_type, unpack_states
+from tests._states import sign_case_state
 
 CALLS: list[str] = []  # case ids whose product state was computed
 
@@ -346,11 +347,14 @@ def test_tampered_case_state_is_recomputed_never_executed(cohort, tmp_path):
         arrays = {k: z[k] for k in z.files}
     arrays["product.hostile_fg/__type__"] = np.array("os.system")
     np.savez(cases / f"{ids[0]}.npz", **arrays)
+    sign_case_state(cases / f"{ids[0]}.npz")  # the digests match: each is refused for its content
     with np.load(cases / f"{ids[1]}.npz") as z:
         arrays = {k: z[k] for k in z.files}
     arrays["product.hostile_fg/n"] = np.array([{"x": 1}], dtype=object)
     np.savez(cases / f"{ids[1]}.npz", **arrays)
+    sign_case_state(cases / f"{ids[1]}.npz")
     (cases / f"{ids[2]}.npz").write_bytes(b"not a zip")
+    sign_case_state(cases / f"{ids[2]}.npz")
     CALLS.clear()
     _evaluate(cohort, out, Fg())
     assert CALLS == ids[:3]  # recomputed, the fourth resumed
@@ -503,6 +507,7 @@ def test_a_product_state_that_cannot_be_read_back_is_recomputed(cohort, tmp_path
             arrays = {k: z[k] for k in z.files}
         arrays["product.hostile_idx/n"] = np.float64(5.0)  # 0-d: indexing it raises IndexError
         np.savez(path, **arrays)
+        sign_case_state(path)  # its digest matches: refused for its content
         CALLS.clear()
         _evaluate(cohort, out, FgIndexed())  # expected: the unreadable case is computed again
         assert CALLS == [ids[0]]

@@ -29,6 +29,7 @@ from monai_unc.evaluation.runner import evaluate_files, evaluate_shard
 from monai_unc.io import match_cases
 from monai_unc.product import CohortProduct
 from monai_unc.products import ConformalMasks
+from tests._states import sign_case_state
 
 CALLS: list[str] = []
 
@@ -267,6 +268,8 @@ def test_a_damaged_side_file_is_unusable(files, tmp_path, damage):
         npz.unlink()
     else:
         np.savez(npz, x=np.arange(3), **{"histogram/__type__": np.array("no.such.type")})
+    if damage != "missing":
+        sign_case_state(npz)  # the digests match: unusable for its content
     assert load_case_state(tmp_path, f.case_id, fp) is None
 
 
@@ -297,6 +300,7 @@ def _first_corruption(data: bytes, error: type) -> bytes:
 def test_a_side_file_with_a_damaged_deflate_stream_is_unusable(files, tmp_path):
     f, fp, npz = _saved(files, tmp_path)
     npz.write_bytes(_first_corruption(npz.read_bytes(), zlib.error))
+    sign_case_state(npz)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert load_case_state(tmp_path, f.case_id, fp) is None

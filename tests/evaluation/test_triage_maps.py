@@ -25,6 +25,7 @@ from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation.triage import RULE_FILE, TRIAGE_WRITES, ReferralRule, run_triage
 from monai_unc.io import CaseFiles, load_case
 from monai_unc.report.triage import build_triage_page
+from tests._states import write_signed_state
 from tests.evaluation.test_triage import _worker
 
 MEASURES = ("predictive_entropy", "one_minus_max_prob")
@@ -82,6 +83,33 @@ def test_triage_writes_the_derived_maps_and_a_rerun_reuses_them(cohorts, tmp_pat
     run_triage(cohorts["probs"], cohorts["rule"], out)
     assert calls == [ids[4]] and sorted(p.name for p in (out / "maps").iterdir()) == _names(ids)
     assert {n: (out / n).read_bytes() for n in first} == first
+
+
+def test_a_derived_map_edited_or_swapped_since_the_run_is_triaged_again(cohorts, tmp_path, monkeypatch):
+    """Found by review: the saved state's digest covered its JSON only, so a derived map edited by hand, or replaced
+    by another case's, was kept on a rerun (and drawn on the triage page beside the row's scores). The state records
+    the sha256 of each map written with the row; a map that differs makes the case triaged again, which writes it
+    anew (the bytes of a fresh run)."""
+    out, ids = tmp_path / "t", cohorts["ids"]
+    run_triage(cohorts["probs"], cohorts["rule"], out)
+    fresh = {p.name: p.read_bytes() for p in (out / "maps").iterdir()}
+    state = json.loads((out / "state" / "cases" / f"{ids[1]}.json").read_text())
+    assert sorted(state["maps_sha256"]) == _names(ids[1:2])
+    edited = out / "maps" / f"{ids[1]}_predictive_entropy.nii.gz"
+    img = nib.load(edited)
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj) * 0.5, img.affine), edited)  # a valid map, other values
+    shutil.copyfile(out / "maps" / f"{ids[3]}_one_minus_max_prob.nii.gz",
+                    out / "maps" / f"{ids[2]}_one_minus_max_prob.nii.gz")  # another case's map
+    real, calls = triage_mod.triage_case, []
+    monkeypatch.setattr(triage_mod, "triage_case", lambda f, r, **k: calls.append(f.case_id) or real(f, r, **k))
+    run_triage(cohorts["probs"], cohorts["rule"], out)
+    assert sorted(calls) == [ids[1], ids[2]]
+    assert {p.name: p.read_bytes() for p in (out / "maps").iterdir()} == fresh
+    calls.clear()
+    del state["maps_sha256"]  # a state of an earlier version (signed as it was): no digests to check the maps by
+    write_signed_state(out / "state" / "cases" / f"{ids[1]}.json", state)
+    run_triage(cohorts["probs"], cohorts["rule"], out)
+    assert calls == [ids[1]]
 
 
 def test_a_rerun_leaves_only_the_maps_of_its_cases(cohorts, tmp_path, monkeypatch):

@@ -92,7 +92,8 @@ def test_handler_records_every_metric():
     ref = calibration_metrics(ConfidenceHistogram(3).update(probs, labels), ("ece", "nll"))
     assert engine.state.metrics["calib_ece"] == pytest.approx(ref["ece"], abs=1e-13)
     assert engine.state.metrics["calib_nll"] == pytest.approx(ref["nll"], abs=1e-13)
-    assert engine.state.metric_details["calib"].shape == (4, 2)
+    assert engine.state.metric_details["calib_ece"].shape == engine.state.metric_details["calib_nll"].shape == (4, 1)
+    assert "calib" not in engine.state.metric_details
 
 
 def _free_port():

@@ -28,6 +28,7 @@ from ...io import (
     check_output_folder,
     check_output_kind,
     clean_partial_files,
+    file_sha256,
     image_channel_files,
     json_safe,
     load_case,
@@ -203,14 +204,20 @@ def _channel_files(rule: ReferralRule) -> str:
     return rule.image_reference.channel_files if rule.image_reference is not None else "all"
 
 
-def _dump_row(folder: Path, case_id: str, row: dict[str, Any]) -> dict[str, Any]:
-    return {"row": row}
+def _dump_row(folder: Path, case_id: str, row: dict[str, Any], maps: Path | None = None) -> dict[str, Any]:
+    """The saved state of a case: its row and, with ``maps``, the sha256 of each derived map written with it."""
+    if maps is None or not isinstance(row.get("derived"), dict):
+        return {"row": row}
+    return {"row": row, "maps_sha256": {str(n): file_sha256(maps / str(n)) for n in row["derived"].values()}}
 
 
 def _restore_row(folder: Path, doc: dict[str, Any], files: Any, maps: Path | None = None) -> dict[str, Any]:
-    """A saved row; with ``maps``, a ``FileNotFoundError`` (the case is computed again) when its derived maps are gone.
+    """A saved row; with ``maps``, ``FileNotFoundError`` (computed again) when its derived maps are gone or changed.
 
-    A row without ``derived`` (written without ``maps``) raises ``KeyError``: computed again too.
+    Changed: not the files written with the row (their sha256 differs: edited or replaced). A row without
+    ``derived`` (written without ``maps``), or a state without the maps' digests (written by an earlier version),
+    raises ``KeyError``: computed again too. Found by review: the state's digest covered its JSON only, so
+    a derived map edited or swapped for another case's was drawn on the triage page beside the row's scores.
     """
     row = doc["row"]
     if not isinstance(row, dict):
@@ -221,6 +228,10 @@ def _restore_row(folder: Path, doc: dict[str, Any], files: Any, maps: Path | Non
         missing = [name for name in row["derived"].values() if not (maps / str(name)).is_file()]
         if missing:
             raise FileNotFoundError(f"derived maps are gone: {missing[:2]}")
+        digests = doc["maps_sha256"]
+        changed = [n for n in row["derived"].values() if digests.get(str(n)) != file_sha256(maps / str(n))]
+        if changed:
+            raise FileNotFoundError(f"derived maps changed since they were written: {changed[:2]}")
     return row
 
 
@@ -537,7 +548,8 @@ def run_triage(
     cache = None
     if resume:  # a case's row is reused while its files and the rule's per-case options are unchanged
         cache = CaseCache(output / STATE_DIR / CASES_DIR, lambda f: _triage_fingerprint(f, got["rule"]),
-                          dump=_dump_row, restore=lambda folder, doc, f: _restore_row(folder, doc, f, maps))
+                          dump=lambda folder, cid, row: _dump_row(folder, cid, row, maps),
+                          restore=lambda folder, doc, f: _restore_row(folder, doc, f, maps))
     run = run_cases(listing, lambda f: triage_case(f, got["rule"], maps=maps), command="monai-unc triage", ctx=ctx,
                     cache=cache, setup=setup, summarize=finish, on_failed=lambda run: remove_triage_files(output),
                     failures_file=output / "failures.json", progress=progress, desc="triage", on_failure=on_failure,
