@@ -548,6 +548,33 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
     return rows
 
 
+def _triage_score_name(doc: dict[str, Any], source: str) -> str:
+    """The name of the triage score the SR states: the score column of ``triage.json``'s (checked) rule.
+
+    The SR shows each case's score under this name beside the rule's digest. The top-level ``score`` of
+    ``triage.json`` repeats the rule's score column; edited alone (the rule and its digest left as they were), it
+    named the score of one rule with the column of another without a word (found by the lesionsr review). It must
+    be the rule's column when given.
+
+    Args:
+        doc: the parsed ``triage.json`` whose ``rule`` :func:`~monai_unc.monitoring.store.check_rule` accepted.
+        source: the file, for messages.
+
+    Returns:
+        The rule's score column.
+
+    Raises:
+        ValueError: a top-level ``score`` that is not the rule's ``score`` column.
+    """
+    score = doc["rule"]["score"]
+    column = score.get("column") if isinstance(score, dict) else score
+    if "score" in doc and doc["score"] != column:
+        raise ValueError(f"{source}: field 'score' is {doc['score']!r:.80} but the rule's field 'rule.score' is "
+                         f"{column!r:.80}: the SR would name the score of one rule after another; triage the cases "
+                         "again with the rule file")
+    return str(column)
+
+
 def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any]]:
     """The per-case triage of ``triage.json`` (untrusted: every field checked) with the rule's digest and guarantee."""
     if triage is None:
@@ -562,7 +589,7 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     risk = doc.get("accepted_risk") if isinstance(doc.get("accepted_risk"), dict) else {}
     shared = {"rule_digest": digest,
               "statement": risk.get("statement") if isinstance(risk.get("statement"), str) else "",
-              "score_name": doc.get("score") if isinstance(doc.get("score"), str) else "triage score"}
+              "score_name": _triage_score_name(doc, str(path))}
     check_measurement_name(shared["score_name"], f"{path}: score")  # the SR's name of the score
     out: dict[str, dict[str, Any]] = {}
     for entry in doc["cases"]:

@@ -12,19 +12,20 @@ import json
 
 import pytest
 
-pytest.importorskip("pydicom", reason="needs the dicom extra")
+pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
 pytest.importorskip("highdicom", reason="needs the dicom extra")
 
 from monai_unc.cli import main  # noqa: E402
 from monai_unc.io.dicom import report_numbers  # noqa: E402
-from tests.workflows.test_dicom_export import RULE, _small_cases  # noqa: E402
+from tests.io.dicom._series import dciodvfy_errors  # noqa: E402
+from tests.workflows.test_dicom_export import RULE, _small_cases, _sr_items  # noqa: E402
 
 
-def _export_with_triage(tmp_path, cases, rule=RULE):
+def _export_with_triage(tmp_path, cases, rule=RULE, score=RULE["score"]):
     pred, series = _small_cases(tmp_path)
     triage = tmp_path / "triage"
     triage.mkdir()
-    doc = {"score": "variance_fg_mean", "cases": cases, **({} if rule is None else {"rule": rule})}
+    doc = {"cases": cases, **({} if score is None else {"score": score}), **({} if rule is None else {"rule": rule})}
     (triage / "triage.json").write_text(json.dumps(doc))
     return main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--triage",
                  str(triage), "-q"])
@@ -68,3 +69,23 @@ def test_a_rule_that_is_not_its_digest_is_refused(tmp_path, capsys, rule, messag
     assert rc == 2 and len(err) == 1
     assert message in err[0] and "triage.json" in err[0]
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
+
+
+@pytest.mark.parametrize("score", ["variance_fg_mean", 0.5, None], ids=["other_column", "number", "absent"])
+def test_the_sr_names_the_triage_score_after_the_rule(tmp_path, capsys, score):
+    """The SR took the name of the triage score from the top-level ``score`` of triage.json without comparing it with
+    the rule's ``rule.score``: edited to another column (the rule and its digest kept) the SR named one rule's score
+    after another column, beside the rule's digest; a non-text value was named "triage score". A top-level score
+    that is not the rule's column is refused in one line before any object; without one the rule's column names it."""
+    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.5, "decision": "accept"},
+                                        {"case": "c1", "score": 0.25, "decision": "review"}], score=score)
+    err = capsys.readouterr().err.strip().splitlines()
+    if score is not None:
+        assert rc == 2 and len(err) == 1, err
+        assert "triage.json: field 'score' is" in err[0] and repr(RULE["score"]) in err[0] and "rule.score" in err[0]
+        assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
+        return
+    assert rc == 0, err
+    ds = pydicom.dcmread(tmp_path / "out" / "c0" / "sr.dcm")
+    assert ("triage", RULE["score"], 0.5) in _sr_items(ds)
+    assert dciodvfy_errors(tmp_path / "out" / "c0" / "sr.dcm") == []
