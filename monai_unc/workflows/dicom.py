@@ -525,7 +525,8 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
         ValueError: a table without a ``case`` column (one saved by a spreadsheet with ``;`` as the separator),
             one :func:`~monai_unc.io.read_table` refuses, a case listed twice, or a column of numbers whose name the
             SR cannot hold (a backslash or a control character: :func:`~monai_unc.io.dicom.check_measurement_name`),
-            naming the table and the column (or the case).
+            or a cell that is no number in CSV syntax but one for Python's ``float`` (``1_000``:
+            :func:`~monai_unc.io.dicom.report_numbers`), naming the table and the column (or the case).
     """
     if folder is None:
         return {}
@@ -542,7 +543,10 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
         if cid in rows:  # a row appended or pasted again: which one the SR should hold would be a guess (the last
             # was taken without a word; found by a review: the shift, sites and labels tables refuse it)
             raise ValueError(f"{path}: case {cid!r} is listed twice (line {line}): keep one row per case")
-        rows[cid] = report_numbers(r)
+        try:
+            rows[cid] = report_numbers(r)
+        except ValueError as e:  # a number edited by hand (1_000): named with the file, line and case
+            raise ValueError(f"{path}: line {line}: case {cid!r}: {e}") from None
     for column in dict.fromkeys(k for numbers in rows.values() for k in numbers):  # before any object is written
         check_measurement_name(column, str(path))
     return rows

@@ -89,3 +89,31 @@ def test_the_sr_names_the_triage_score_after_the_rule(tmp_path, capsys, score):
     ds = pydicom.dcmread(tmp_path / "out" / "c0" / "sr.dcm")
     assert ("triage", RULE["score"], 0.5) in _sr_items(ds)
     assert dciodvfy_errors(tmp_path / "out" / "c0" / "sr.dcm") == []
+
+
+@pytest.mark.parametrize("cell", ["1_000", "0.9_5", "\u0661\u0662"])
+def test_a_metrics_cell_that_only_python_reads_as_a_number_is_refused(tmp_path, capsys, cell):
+    """A metrics.csv cell ``1_000`` (a number edited by hand) went into the SR as 1000, ``0.9_5`` as 0.95 and
+    Arabic-Indic digits as 12: Python's float reads them, CSV and JSON do not write them. Refused in one line naming
+    the file, the line, the case and the column, before any object; text cells stay out of the SR as before."""
+    from monai_unc.io import write_csv
+
+    with pytest.raises(ValueError, match="column 'volume_ml'"):
+        report_numbers({"case": "a", "volume_ml": cell})
+    assert report_numbers({"case": "a", "note": "1.5x1x2", "dice": "0.5", "n": " 7 "}) == {"dice": 0.5, "n": 7.0}
+    pred, series = _small_cases(tmp_path, ("c0",))
+    evaluation = tmp_path / "evaluation"
+    evaluation.mkdir()
+    write_csv(evaluation / "metrics.csv", [{"case": "c0", "dice": 0.75, "volume_ml": cell}])
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--evaluation",
+               str(evaluation), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "metrics.csv: line 2: case 'c0': column 'volume_ml'" in err[0] and repr(cell) in err[0], err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
+    write_csv(evaluation / "metrics.csv", [{"case": "c0", "dice": 0.75, "volume_ml": "1000"}])
+    assert main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--evaluation",
+                 str(evaluation), "-q"]) == 0
+    items = _sr_items(pydicom.dcmread(tmp_path / "out" / "c0" / "sr.dcm"))
+    assert ("case scores", "volume_ml", 1000.0) in items and ("case scores", "dice", 0.75) in items
+    assert dciodvfy_errors(tmp_path / "out" / "c0" / "sr.dcm") == []

@@ -31,6 +31,7 @@ from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 
 from ..._utils import affine_voxel_volume
+from ..tables import parse_float
 from .objects import (
     MAP_UNITS,
     NOT_IN_STRING,
@@ -151,14 +152,35 @@ def _measurements(values: Mapping[str, Any], algo_id: Any, where: str, unit: Any
 
 
 def _number(value: Any) -> float | None:
-    """``value`` as a finite float, or None: a bool is no number (``True`` would read as 1.0)."""
+    """``value`` as a finite float, or None: a bool is no number (``True`` would read as 1.0).
+
+    A text is read in the number syntax of CSV (:func:`~monai_unc.io.parse_float`; ``float`` also reads ``1_000``).
+    """
     if isinstance(value, bool):
         return None
     try:
-        v = float(value)
+        v = parse_float(value) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
+
+
+def _csv_reads(text: str) -> bool:
+    """Whether ``text`` is a number (or nan / inf) in the syntax :func:`~monai_unc.io.parse_float` reads."""
+    try:
+        parse_float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _float_reads(text: str) -> bool:
+    """Whether Python's ``float`` reads ``text`` as a number (``1_000``, ``١٢``: numbers CSV does not write)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> dict[str, float]:
@@ -169,7 +191,13 @@ def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> d
         skip: columns left out.
 
     Returns:
-        ``{column: value}`` of the cells that parse as finite floats (an empty cell, ``nan`` or text is left out).
+        ``{column: value}`` of the cells that are finite numbers in the number syntax of CSV
+        (:func:`~monai_unc.io.parse_float`; an empty cell, ``nan`` or text is left out).
+
+    Raises:
+        ValueError: naming the column, a cell that Python's ``float`` reads but CSV does not write as a number
+            (``1_000``, ``0.9_5``, digits of other scripts): a number edited by hand, which was written into the SR
+            as ``float`` read it (1000, 0.95; found by the lesionsr review) and left out would vanish without a word.
 
     Example:
         >>> report_numbers({"case": "a", "dice": "0.5", "note": "x", "ece": "nan"})
@@ -180,6 +208,9 @@ def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> d
         if key in skip or not isinstance(key, str) or not key.strip():
             continue
         v = _number(cell)
+        if v is None and isinstance(cell, str) and _float_reads(cell) and not _csv_reads(cell):
+            raise ValueError(f"column {key.strip()!r}: the cell {cell[:80]!r} is not a number as CSV writes it (ASCII "
+                             "digits, a sign, '.', an exponent; no '_' or digit grouping): write the number plainly")
         if v is not None:
             out[key.strip()] = v
     return out
