@@ -73,6 +73,7 @@ from ..io.dicom import (
     DicomSeries,
     SegmentSpec,
     check_measurement_name,
+    check_report_text,
     check_text,
     check_uid_root,
     default_segment,
@@ -591,8 +592,9 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     # old digest kept (or no rule) would be reported as the genuine one (found by the sr review), as the store refuses
     digest = check_rule(doc.get("rule"), str(path))
     risk = doc.get("accepted_risk") if isinstance(doc.get("accepted_risk"), dict) else {}
+    statement = risk.get("statement") if isinstance(risk.get("statement"), str) else ""
     shared = {"rule_digest": digest,
-              "statement": risk.get("statement") if isinstance(risk.get("statement"), str) else "",
+              "statement": check_report_text(statement, f"{path}: field 'accepted_risk.statement'"),
               "score_name": _triage_score_name(doc, str(path))}
     check_measurement_name(shared["score_name"], f"{path}: score")  # the SR's name of the score
     out: dict[str, dict[str, Any]] = {}
@@ -609,8 +611,10 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
         if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
             # true would be the score 1.0, "0.25" a number triage never writes (it writes null for no score)
             raise ValueError(f"{path}: case {entry['case']!r} has the score {score!r:.80}, not a number or null")
-        out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"),
-                              "reason": entry.get("reason") if isinstance(entry.get("reason"), str) else ""}
+        reason = entry.get("reason") if isinstance(entry.get("reason"), str) else ""
+        # the SR's TEXT item: a tab (an edit) made an SR that dciodvfy reports invalid
+        check_report_text(reason, f"{path}: case {entry['case']!r}: field 'reason'")
+        out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"), "reason": reason}
     return out
 
 

@@ -117,3 +117,28 @@ def test_a_metrics_cell_that_only_python_reads_as_a_number_is_refused(tmp_path, 
     items = _sr_items(pydicom.dcmread(tmp_path / "out" / "c0" / "sr.dcm"))
     assert ("case scores", "volume_ml", 1000.0) in items and ("case scores", "dice", 0.75) in items
     assert dciodvfy_errors(tmp_path / "out" / "c0" / "sr.dcm") == []
+
+
+@pytest.mark.parametrize("reason", ["score\t0.5", "a\x00b", "a\x7fb", "a\x01b"], ids=["tab", "nul", "del", "soh"])
+def test_a_triage_reason_a_dicom_text_cannot_hold_is_refused(tmp_path, capsys, reason):
+    """A reason of triage.json with a tab (or another control character but CR, LF, FF and ESC) went into the SR's
+    TEXT item and made an SR that dciodvfy reports invalid (a character invalid for UT). Refused in one line naming
+    the file, the case and the field, before any object; line ends stay (a valid UT)."""
+    from monai_unc.io.dicom import check_report_text
+
+    with pytest.raises(ValueError, match="reason holds the control character"):
+        check_report_text(reason, "reason")
+    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.5, "decision": "accept", "reason": reason},
+                                        {"case": "c1", "score": 0.25, "decision": "review"}])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "triage.json: case 'c0': field 'reason' holds the control character" in err[0], err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
+
+
+def test_a_triage_reason_with_line_ends_makes_a_valid_sr(tmp_path, capsys):
+    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.5, "decision": "accept",
+                                         "reason": "score 0.5\r\nbelow the threshold\x0c\x1b"},
+                                        {"case": "c1", "score": 0.25, "decision": "review"}])
+    assert rc == 0, capsys.readouterr().err
+    assert dciodvfy_errors(tmp_path / "out" / "c0" / "sr.dcm") == []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,40 @@ def check_measurement_name(name: Any, where: str) -> str:
                          "DICOM value separator) or control characters (tab, newline), as it becomes the SR's code "
                          "value and meaning; rename the column")
     return name
+
+
+#: characters a TEXT content item's value (UT) cannot hold: the control characters but CR, LF, FF and ESC (PS3.5 6.2)
+_NOT_IN_UT = re.compile(r"[\x00-\x09\x0b\x0e-\x1a\x1c-\x1f\x7f]")
+
+
+def check_report_text(value: Any, what: str) -> str:
+    r"""Refuse a text that the SR's TEXT items (UT: the triage's reason and guarantee) cannot hold; returns it.
+
+    A TEXT value may hold line ends (CR, LF), form feeds and ESC among the control characters, no other (a tab, NUL,
+    DEL: PS3.5 6.2). ``triage.json`` is a file a person may edit: a reason with a tab made an SR that ``dciodvfy``
+    reports invalid (found by the lesionsr review).
+
+    Args:
+        value: the text.
+        what: what it is, for the message (``"triage.json: case 'a': reason"``).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValueError: naming ``what``: not a string, or a control character other than CR, LF, FF and ESC.
+
+    Example:
+        >>> check_report_text("score 0.2 > threshold 0.1", "reason")
+        'score 0.2 > threshold 0.1'
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be text, got {type(value).__name__}")
+    bad = _NOT_IN_UT.search(value)
+    if bad is not None:
+        raise ValueError(f"{what} holds the control character {bad.group()!r}, which a DICOM text (UT) cannot hold "
+                         f"(only line ends, form feeds and ESC): {value[:80]!r}")
+    return value
 
 
 def _name(text: str) -> Code:
@@ -255,8 +290,9 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         ValueError: a segment volume for a segment the SEG does not have, a triage without a decision, two
             measurement names of one group that agree in their first and last characters past 64 (a viewer would
             show the same name), a measurement name (a key of ``numbers`` or ``extra_groups``, or the triage's
-            ``score_name``) with a backslash or a control character (:func:`check_measurement_name`), a
-            ``series_description`` a DICOM LO cannot hold, a ``series_number`` outside ``1 .. 2**31 - 1``.
+            ``score_name``) with a backslash or a control character (:func:`check_measurement_name`), a triage
+            ``statement`` or ``reason`` with a control character a DICOM text cannot hold (:func:`check_report_text`),
+            a ``series_description`` a DICOM LO cannot hold, a ``series_number`` outside ``1 .. 2**31 - 1``.
     """
     check_series(series)
     series_number = check_series_number(series_number)
@@ -307,7 +343,8 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         decision = triage.get("decision")
         if decision not in ("accept", "review"):
             raise ValueError(f"triage decision must be 'accept' or 'review', got {decision!r}")
-        rule_params = [f"{k}={triage[k]}" for k in ("rule_digest", "statement", "reason")
+        rule_params = [f"{k}={check_report_text(triage[k], f'triage {k}')}" for k in ("rule_digest", "statement",
+                                                                                       "reason")
                        if isinstance(triage.get(k), str) and triage[k]]
         rule_id = hd.sr.AlgorithmIdentification(name="monai-unc referral rule", version=algorithm.version or "0",
                                                 parameters=rule_params or None)
