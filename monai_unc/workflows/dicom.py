@@ -89,6 +89,7 @@ from ..io.dicom import (
     write_parametric_map,
     write_segmentation,
 )
+from ..io.provenance import read_untrusted_json
 from ..keys import DEPRECATED_MEASURES
 from ..monitoring.store import check_rule
 from ..product import command_product, command_products
@@ -585,7 +586,12 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     if triage is None:
         return {}
     path = Path(triage) / "triage.json"
-    doc = read_json_or_none(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: not the triage.json of 'monai-unc triage' (no such file)")
+    # strict JSON as the monitoring store reads it: Python's json took NaN, Infinity and 1e400 as scores (a case
+    # whose SR then held no score) and a key given twice as its last value ("review", then "accept"; found by the
+    # lesionsr review)
+    _, doc = read_untrusted_json(path, str(path))
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise ValueError(f"{path}: not the triage.json of 'monai-unc triage' (no list of cases)")
     # the SR states the rule's digest as the rule the decisions were made with: a rule edited in triage.json with its

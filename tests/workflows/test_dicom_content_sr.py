@@ -142,3 +142,25 @@ def test_a_triage_reason_with_line_ends_makes_a_valid_sr(tmp_path, capsys):
                                         {"case": "c1", "score": 0.25, "decision": "review"}])
     assert rc == 0, capsys.readouterr().err
     assert dciodvfy_errors(tmp_path / "out" / "c0" / "sr.dcm") == []
+
+
+@pytest.mark.parametrize("text, message", [
+    ('"score": NaN', "NaN"), ('"score": Infinity', "Infinity"), ('"score": 1e400', "out of range"),
+    ('"decision": "review", "decision": "accept"', "'decision' is given twice"),
+], ids=["nan", "infinity", "overflow", "key_twice"])
+def test_triage_json_is_read_as_strict_json(tmp_path, capsys, text, message):
+    """triage.json was read by Python's json: ``NaN``, ``Infinity`` and ``1e400`` (no JSON numbers) were taken as
+    scores, and the SR of such a case held no score without a word; a key given twice ("review", then "accept") gave
+    its last value to the SR. It is read as strict JSON as the monitoring store reads it: refused in one line."""
+    pred, series = _small_cases(tmp_path)
+    triage = tmp_path / "triage"
+    triage.mkdir()
+    entry = '{"case": "c0", ' + text + (', "decision": "review"' if "decision" not in text else ', "score": 0.5') + "}"
+    doc = json.dumps({"score": RULE["score"], "rule": RULE, "cases": []}).replace('"cases": []', f'"cases": [{entry}]')
+    (triage / "triage.json").write_text(doc)
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--triage",
+               str(triage), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "triage.json" in err[0] and message in err[0], err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
