@@ -11,6 +11,8 @@ toy's one-lesion cases score their voxel Dice.
 
 from __future__ import annotations
 
+import json
+
 import nibabel as nib
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ import pytest
 from monai_unc.cli import main
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.io import parse_float, read_csv
+from monai_unc.products.lesions import LesionMetrics
 from tests.metrics.test_lesion_wise_reference_lesionsr import brats_reference
 
 
@@ -41,7 +44,7 @@ def test_lesion_columns_equal_the_reference(toy, min_volume):
     extra = () if min_volume is None else ("--lesion-min-volume", str(min_volume))
     rows = _run(root, data, f"ev_{min_volume}", *extra)
     mv = 50.0 if min_volume is None else min_volume
-    differs = []
+    differs, nothing = [], 0
     for case, row in sorted(rows.items()):
         img = nib.load(data["labels"] / f"{case}.nii.gz")
         gt = np.asarray(img.dataobj) > 0
@@ -54,13 +57,19 @@ def test_lesion_columns_equal_the_reference(toy, min_volume):
         assert (got["tp"], got["fn"], got["fp"]) == (ref["n_tp"], ref["n_fn"], ref["n_fp"]), case
         dice = parse_float(row["dice_1"])
         counted = ref["n_tp"] + ref["n_fn"]
+        nothing += counted == 0 and ref["n_fp"] == 0
         if counted == 1 and ref["n_fp"] == 0:  # one counted lesion, every component matched: the voxel Dice
             assert got["dice"] == pytest.approx(dice, rel=1e-6), case
         if counted == 0 and ref["n_fp"] == 0 and gt.any():  # nothing counted: 1, whatever the voxel Dice
             assert got["dice"] == 1.0 and got["hd95"] == 0.0
             differs.append((case, dice))
+    # the summary counts the cases that score 1 because nothing was counted, and the printed line says so
+    block = json.loads((root / f"ev_{min_volume}" / "summary.json").read_text())["lesions"]
+    assert block["per_task"]["1"]["n_cases_nothing_counted"] == nothing
+    line = LesionMetrics.summary_lines(block)[0]
     if min_volume is None:
         # the toy cohort has such cases, one of them a prediction that misses its (small) lesion: Dice 0
         assert differs and min(d for _, d in differs) < 0.5, differs
+        assert f"({nothing} case(s) without a lesion above 50 mm^3 or a false positive count as Dice 1)" in line
     else:
-        assert not differs
+        assert not differs and nothing == 0 and "count as Dice 1" not in line
