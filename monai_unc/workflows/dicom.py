@@ -617,6 +617,11 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
         if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
             # true would be the score 1.0, "0.25" a number triage never writes (it writes null for no score)
             raise ValueError(f"{path}: case {entry['case']!r} has the score {score!r:.80}, not a number or null")
+        if entry["decision"] == "accept" and score is None:
+            # a rule refers every case without a score (ReferralRule.apply): an accept without one is an edit the SR
+            # would state as the rule's decision beside its digest (found by the lesionsr review)
+            raise ValueError(f"{path}: case {entry['case']!r} is accepted without a score: a referral rule refers "
+                             "every case whose score is undefined; triage the cases again")
         reason = entry.get("reason") if isinstance(entry.get("reason"), str) else ""
         # the SR's TEXT item: a tab (an edit) made an SR that dciodvfy reports invalid
         check_report_text(reason, f"{path}: case {entry['case']!r}: field 'reason'")

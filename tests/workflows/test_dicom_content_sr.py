@@ -164,3 +164,19 @@ def test_triage_json_is_read_as_strict_json(tmp_path, capsys, text, message):
     assert rc == 2 and len(err) == 1, err
     assert "triage.json" in err[0] and message in err[0], err
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
+
+
+def test_an_accept_without_a_score_is_refused(tmp_path, capsys):
+    """A referral rule refers every case whose score is undefined (``ReferralRule.apply``); a triage.json entry
+    accepted with the score null (edited from "review") went into the SR as the rule's decision beside its digest."""
+    from monai_unc.evaluation.triage.rule import ReferralRule
+
+    rule = ReferralRule("predictive_entropy_fg_mean", 0.3, True, 0.1, 0.1, "sgr", "failure", 0.8, (0.1, 0.2, 0.3, 0.4),
+                        ("a", "b", "c", "d"))
+    assert rule.apply([float("nan")])[0].decision == "review"  # the premise
+    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": None, "decision": "accept"},
+                                        {"case": "c1", "score": None, "decision": "review"}])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "case 'c0' is accepted without a score" in err[0] and "triage.json" in err[0], err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
