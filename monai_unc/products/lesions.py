@@ -417,6 +417,8 @@ class LesionMetrics(CohortProduct):
             m = b.get("mean", {})
             cards.append((f"{task} lesion-wise Dice", _fmt(m.get("lesion_dice"))))
             cards.append((f"{task} lesion F1", _fmt(m.get("lesion_f1"))))
+            if _nothing_counted(b, block):  # the cases averaged in as Dice 1 with nothing to score (docs/lesions.md)
+                cards.append((f"{task} cases with nothing counted (Dice 1)", str(b["n_cases_nothing_counted"])))
         listed = list(block.get("lesions") or [])
         samples = any(d.get("existence") is not None for d in listed)
         head = ["case", "task", "lesion", "centre (voxels)", "volume mm^3", "score", "value", "false positive",

@@ -71,5 +71,7 @@ def test_lesion_columns_equal_the_reference(toy, min_volume):
         # the toy cohort has such cases, one of them a prediction that misses its (small) lesion: Dice 0
         assert differs and min(d for _, d in differs) < 0.5, differs
         assert f"({nothing} case(s) without a lesion above 50 mm^3 or a false positive count as Dice 1)" in line
+        assert ("1 cases with nothing counted (Dice 1)", str(nothing)) in LesionMetrics.report_section(block).cards
     else:
         assert not differs and nothing == 0 and "count as Dice 1" not in line
+        assert not any("nothing counted" in c[0] for c in LesionMetrics.report_section(block).cards)
