@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._utils import is_count, is_finite_real, is_text_list, share_count, unique_json_keys
-from ..io import CaseFiles, atomic_write_text, json_safe, save_state, write_csv
+from ..io import CaseFiles, atomic_write_text, json_safe, parse_float, save_state, write_csv
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
@@ -455,8 +455,17 @@ def column_values(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
         >>> column_values([{"dice": 0.5}, {"dice": None}, {}], "dice")
         array([0.5, nan, nan])
     """
-    return np.array([float(r.get(key, np.nan)) if r.get(key) not in (None, "") else np.nan for r in rows],
-                    dtype=np.float64)
+    return np.array([_cell_float(r.get(key)) for r in rows], dtype=np.float64)
+
+
+def _cell_float(v: Any) -> float:
+    """A cell as a float: a number, or the text of a CSV cell in its number syntax (:func:`~monai_unc.io.parse_float`).
+
+    None and blank text are NaN.
+    """
+    if v is None:
+        return math.nan
+    return parse_float(v) if isinstance(v, str) else float(v)
 
 
 
@@ -643,8 +652,7 @@ def calibration_risks(dice: Any, cases: Sequence[str], risk: str, failure_dice: 
         ...     print(str(e).split(";")[0])
         the rows' field 'dice' is undefined (null or NaN) for 1 case(s): 'b'
     """
-    d = np.array([math.nan if v is None or (isinstance(v, str) and not v.strip()) else float(v)
-                  for v in np.asarray(dice, dtype=object).reshape(-1)], dtype=np.float64)
+    d = np.array([_cell_float(v) for v in np.asarray(dice, dtype=object).reshape(-1)], dtype=np.float64)
     ids = [str(c) for c in cases]
     if len(ids) != d.size:
         raise ValueError(f"dice and cases must have one entry per case, got {d.size} and {len(ids)}")

@@ -511,7 +511,9 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
     """The ``lesions`` block of ``summary.json``.
 
     Per task: the mean over cases of each case value (NaN-aware; the lesion F1 is a mean of the cases' F1, not a
-    pooled F1), the pooled TP / FP / FN of the BraTS matching, the number of predicted lesions, lesion-level failure
+    pooled F1), the pooled TP / FP / FN of the BraTS matching, ``n_cases_nothing_counted`` (the cases without a
+    counted lesion or a false positive, which score lesion-wise Dice 1 and HD95 0 by the rule, a missed lesion of at
+    most ``min_volume`` included), the number of predicted lesions, lesion-level failure
     detection: per per-lesion score the AUROC for "false positive" and for "Dice below ``failure_dice``" and the AURC
     of 1 - Dice (lower is better), over the ``n_lesions`` lesions the score is defined for; ``best_fp_score`` names
     the score that finds false positives best among those defined for every lesion; ``retention``
@@ -550,6 +552,9 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
             v = a[f"case.{task}.{f}"]
             means[f] = float(np.nanmean(v)) if np.isfinite(v).any() else None
         tp, fp, fn = (int(a[f"case.{task}.lesion_{k}"].sum()) for k in ("tp", "fp", "fn"))
+        # cases with no counted lesion and no false positive: Dice 1 and HD95 0 by the rule (nothing to score, also
+        # where a lesion of at most min_volume was missed), in the means beside the cases that were scored
+        nothing = (a[f"case.{task}.lesion_tp"] + a[f"case.{task}.lesion_fn"] + a[f"case.{task}.lesion_fp"]) == 0
         fp_mask = a[f"lesion.{task}.false_positive"] > 0.5
         dice = a[f"lesion.{task}.dice"]
         scores = sorted(k.split(".score.", 1)[1] for k in a if k.startswith(f"lesion.{task}.score."))
@@ -577,6 +582,7 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
         block["per_task"][task] = {
             "mean": means,
             "lesion_tp": tp, "lesion_fp": fp, "lesion_fn": fn,
+            "n_cases_nothing_counted": int(np.count_nonzero(nothing)),
             "n_predicted_lesions": int(fp_mask.size),
             "n_false_positive_lesions": int(fp_mask.sum()),
             "failure_detection": detection,

@@ -24,7 +24,7 @@ from ..evaluation.cohort import dice_failed, risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import Decision, ImageReference
-from ..io import VOLUME_EXTENSIONS, CaseFiles, read_table, split_extension
+from ..io import VOLUME_EXTENSIONS, CaseFiles, parse_float, read_table, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
@@ -488,7 +488,7 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
         dice = fail = None
         if (r.get("dice") or "").strip():
             try:
-                dice = float(r["dice"])
+                dice = parse_float(r["dice"])  # float() read "0.9_5" as 0.95
             except ValueError:
                 raise ValueError(f"{name}: line {i}: 'dice' must be a number, got {r['dice']!r}") from None
             if not 0 <= dice <= 1:

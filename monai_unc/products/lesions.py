@@ -59,6 +59,21 @@ def _number(value: Any, name: str, low: float, high: float = math.inf, integer: 
     return float(value)
 
 
+def _nothing_counted(task: Mapping[str, Any], block: Mapping[str, Any]) -> str:
+    """`` (N case(s) with nothing counted score 1)`` for a task whose mean holds such cases, else ``""``.
+
+    A case whose ground-truth lesions are all at most ``min_volume`` and whose prediction adds no false positive
+    scores lesion-wise Dice 1 (docs/lesions.md), even where its voxel Dice is 0: the line says how many of the
+    cases averaged are such, so that the mean is not read as that of scored cases only.
+    """
+    n = task.get("n_cases_nothing_counted")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return ""
+    mv = (block.get("options") or {}).get("min_volume")
+    limit = f" above {mv:g} mm^3" if isinstance(mv, (int, float)) and not isinstance(mv, bool) else ""
+    return f" ({n} case(s) without a lesion{limit} or a false positive count as Dice 1)"
+
+
 def primary_measure(measure: str | None, available: Sequence[str]) -> str | None:
     """The map the product ranks lesions by and computes the nDSC R-AAC with: the evaluation's primary measure.
 
@@ -362,7 +377,8 @@ class LesionMetrics(CohortProduct):
             line = (f"lesions {task}: lesion-wise Dice {_fmt(m.get('lesion_dice'))}, HD95 "
                     f"{_fmt(m.get('lesion_hd95'), 2)} mm, F1 {_fmt(m.get('lesion_f1'))}, nDSC "
                     f"{_fmt(m.get('ndsc'))}; TP {b.get('lesion_tp')} FP {b.get('lesion_fp')} FN "
-                    f"{b.get('lesion_fn')}" + (f"; false positives found best by {best}" if best else ""))
+                    f"{b.get('lesion_fn')}" + _nothing_counted(b, block)
+                    + (f"; false positives found best by {best}" if best else ""))
             ret = b.get("retention")
             if ret and 0.2 in ret.get("referred", ()):
                 at = ret["referred"].index(0.2)
@@ -401,6 +417,8 @@ class LesionMetrics(CohortProduct):
             m = b.get("mean", {})
             cards.append((f"{task} lesion-wise Dice", _fmt(m.get("lesion_dice"))))
             cards.append((f"{task} lesion F1", _fmt(m.get("lesion_f1"))))
+            if _nothing_counted(b, block):  # the cases averaged in as Dice 1 with nothing to score (docs/lesions.md)
+                cards.append((f"{task} cases with nothing counted (Dice 1)", str(b["n_cases_nothing_counted"])))
         listed = list(block.get("lesions") or [])
         samples = any(d.get("existence") is not None for d in listed)
         head = ["case", "task", "lesion", "centre (voxels)", "volume mm^3", "score", "value", "false positive",

@@ -73,6 +73,7 @@ from ..io.dicom import (
     DicomSeries,
     SegmentSpec,
     check_measurement_name,
+    check_report_text,
     check_text,
     check_uid_root,
     default_segment,
@@ -88,6 +89,7 @@ from ..io.dicom import (
     write_parametric_map,
     write_segmentation,
 )
+from ..io.provenance import read_untrusted_json
 from ..keys import DEPRECATED_MEASURES
 from ..monitoring.store import check_rule
 from ..product import command_product, command_products
@@ -525,7 +527,8 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
         ValueError: a table without a ``case`` column (one saved by a spreadsheet with ``;`` as the separator),
             one :func:`~monai_unc.io.read_table` refuses, a case listed twice, or a column of numbers whose name the
             SR cannot hold (a backslash or a control character: :func:`~monai_unc.io.dicom.check_measurement_name`),
-            naming the table and the column (or the case).
+            or a cell that is no number in CSV syntax but one for Python's ``float`` (``1_000``:
+            :func:`~monai_unc.io.dicom.report_numbers`), naming the table and the column (or the case).
     """
     if folder is None:
         return {}
@@ -542,10 +545,40 @@ def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> di
         if cid in rows:  # a row appended or pasted again: which one the SR should hold would be a guess (the last
             # was taken without a word; found by a review: the shift, sites and labels tables refuse it)
             raise ValueError(f"{path}: case {cid!r} is listed twice (line {line}): keep one row per case")
-        rows[cid] = report_numbers(r)
+        try:
+            rows[cid] = report_numbers(r)
+        except ValueError as e:  # a number edited by hand (1_000): named with the file, line and case
+            raise ValueError(f"{path}: line {line}: case {cid!r}: {e}") from None
     for column in dict.fromkeys(k for numbers in rows.values() for k in numbers):  # before any object is written
         check_measurement_name(column, str(path))
     return rows
+
+
+def _triage_score_name(doc: dict[str, Any], source: str) -> str:
+    """The name of the triage score the SR states: the score column of ``triage.json``'s (checked) rule.
+
+    The SR shows each case's score under this name beside the rule's digest. The top-level ``score`` of
+    ``triage.json`` repeats the rule's score column; edited alone (the rule and its digest left as they were), it
+    named the score of one rule with the column of another without a word (found by the lesionsr review). It must
+    be the rule's column when given.
+
+    Args:
+        doc: the parsed ``triage.json`` whose ``rule`` :func:`~monai_unc.monitoring.store.check_rule` accepted.
+        source: the file, for messages.
+
+    Returns:
+        The rule's score column.
+
+    Raises:
+        ValueError: a top-level ``score`` that is not the rule's ``score`` column.
+    """
+    score = doc["rule"]["score"]
+    column = score.get("column") if isinstance(score, dict) else score
+    if "score" in doc and doc["score"] != column:
+        raise ValueError(f"{source}: field 'score' is {doc['score']!r:.80} but the rule's field 'rule.score' is "
+                         f"{column!r:.80}: the SR would name the score of one rule after another; triage the cases "
+                         "again with the rule file")
+    return str(column)
 
 
 def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any]]:
@@ -553,16 +586,22 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     if triage is None:
         return {}
     path = Path(triage) / "triage.json"
-    doc = read_json_or_none(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: not the triage.json of 'monai-unc triage' (no such file)")
+    # strict JSON as the monitoring store reads it: Python's json took NaN, Infinity and 1e400 as scores (a case
+    # whose SR then held no score) and a key given twice as its last value ("review", then "accept"; found by the
+    # lesionsr review)
+    _, doc = read_untrusted_json(path, str(path))
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise ValueError(f"{path}: not the triage.json of 'monai-unc triage' (no list of cases)")
     # the SR states the rule's digest as the rule the decisions were made with: a rule edited in triage.json with its
     # old digest kept (or no rule) would be reported as the genuine one (found by the sr review), as the store refuses
     digest = check_rule(doc.get("rule"), str(path))
     risk = doc.get("accepted_risk") if isinstance(doc.get("accepted_risk"), dict) else {}
+    statement = risk.get("statement") if isinstance(risk.get("statement"), str) else ""
     shared = {"rule_digest": digest,
-              "statement": risk.get("statement") if isinstance(risk.get("statement"), str) else "",
-              "score_name": doc.get("score") if isinstance(doc.get("score"), str) else "triage score"}
+              "statement": check_report_text(statement, f"{path}: field 'accepted_risk.statement'"),
+              "score_name": _triage_score_name(doc, str(path))}
     check_measurement_name(shared["score_name"], f"{path}: score")  # the SR's name of the score
     out: dict[str, dict[str, Any]] = {}
     for entry in doc["cases"]:
@@ -578,8 +617,15 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
         if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
             # true would be the score 1.0, "0.25" a number triage never writes (it writes null for no score)
             raise ValueError(f"{path}: case {entry['case']!r} has the score {score!r:.80}, not a number or null")
-        out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"),
-                              "reason": entry.get("reason") if isinstance(entry.get("reason"), str) else ""}
+        if entry["decision"] == "accept" and score is None:
+            # a rule refers every case without a score (ReferralRule.apply): an accept without one is an edit the SR
+            # would state as the rule's decision beside its digest (found by the lesionsr review)
+            raise ValueError(f"{path}: case {entry['case']!r} is accepted without a score: a referral rule refers "
+                             "every case whose score is undefined; triage the cases again")
+        reason = entry.get("reason") if isinstance(entry.get("reason"), str) else ""
+        # the SR's TEXT item: a tab (an edit) made an SR that dciodvfy reports invalid
+        check_report_text(reason, f"{path}: case {entry['case']!r}: field 'reason'")
+        out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"), "reason": reason}
     return out
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ... import __version__
 from ..._utils import check_text
-from ...io import json_safe, provenance
+from ...io import json_safe, parse_float, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
@@ -1223,7 +1223,8 @@ def as_float(v: Any) -> float:
         The value as a float.
 
     Raises:
-        ValueError: a string that is not a number.
+        ValueError: a string that is not a number in the syntax of CSV (:func:`~monai_unc.io.parse_float`: ``1_000``
+            is refused, which ``float`` read as 1000).
 
     Example:
         >>> as_float(""), as_float("0.25"), as_float(None)
@@ -1231,4 +1232,4 @@ def as_float(v: Any) -> float:
     """
     if v is None or v == "":
         return math.nan
-    return float(v)
+    return parse_float(v) if isinstance(v, str) else float(v)

@@ -67,6 +67,7 @@ from .series import (  # noqa: E402
 from .sr import (  # noqa: E402
     SCHEME,
     check_measurement_name,
+    check_report_text,
     measurement_unit,
     report_numbers,
     segment_volume_ml,
@@ -117,5 +118,6 @@ __all__ = [
     "segment_volume_ml",
     "measurement_unit",
     "check_measurement_name",
+    "check_report_text",
     "write_measurement_report",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 
 from ..._utils import affine_voxel_volume
+from ..tables import parse_float
 from .objects import (
     MAP_UNITS,
     NOT_IN_STRING,
@@ -94,6 +96,40 @@ def check_measurement_name(name: Any, where: str) -> str:
     return name
 
 
+#: characters a TEXT content item's value (UT) cannot hold: the control characters but CR, LF, FF and ESC (PS3.5 6.2)
+_NOT_IN_UT = re.compile(r"[\x00-\x09\x0b\x0e-\x1a\x1c-\x1f\x7f]")
+
+
+def check_report_text(value: Any, what: str) -> str:
+    r"""Refuse a text that the SR's TEXT items (UT: the triage's reason and guarantee) cannot hold; returns it.
+
+    A TEXT value may hold line ends (CR, LF), form feeds and ESC among the control characters, no other (a tab, NUL,
+    DEL: PS3.5 6.2). ``triage.json`` is a file a person may edit: a reason with a tab made an SR that ``dciodvfy``
+    reports invalid (found by the lesionsr review).
+
+    Args:
+        value: the text.
+        what: what it is, for the message (``"triage.json: case 'a': reason"``).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValueError: naming ``what``: not a string, or a control character other than CR, LF, FF and ESC.
+
+    Example:
+        >>> check_report_text("score 0.2 > threshold 0.1", "reason")
+        'score 0.2 > threshold 0.1'
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be text, got {type(value).__name__}")
+    bad = _NOT_IN_UT.search(value)
+    if bad is not None:
+        raise ValueError(f"{what} holds the control character {bad.group()!r}, which a DICOM text (UT) cannot hold "
+                         f"(only line ends, form feeds and ESC): {value[:80]!r}")
+    return value
+
+
 def _name(text: str) -> Code:
     """The coded name of a measurement: its column name in :data:`SCHEME`.
 
@@ -151,14 +187,35 @@ def _measurements(values: Mapping[str, Any], algo_id: Any, where: str, unit: Any
 
 
 def _number(value: Any) -> float | None:
-    """``value`` as a finite float, or None: a bool is no number (``True`` would read as 1.0)."""
+    """``value`` as a finite float, or None: a bool is no number (``True`` would read as 1.0).
+
+    A text is read in the number syntax of CSV (:func:`~monai_unc.io.parse_float`; ``float`` also reads ``1_000``).
+    """
     if isinstance(value, bool):
         return None
     try:
-        v = float(value)
+        v = parse_float(value) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
+
+
+def _csv_reads(text: str) -> bool:
+    """Whether ``text`` is a number (or nan / inf) in the syntax :func:`~monai_unc.io.parse_float` reads."""
+    try:
+        parse_float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _float_reads(text: str) -> bool:
+    """Whether Python's ``float`` reads ``text`` as a number (``1_000``, ``١٢``: numbers CSV does not write)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> dict[str, float]:
@@ -169,7 +226,13 @@ def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> d
         skip: columns left out.
 
     Returns:
-        ``{column: value}`` of the cells that parse as finite floats (an empty cell, ``nan`` or text is left out).
+        ``{column: value}`` of the cells that are finite numbers in the number syntax of CSV
+        (:func:`~monai_unc.io.parse_float`; an empty cell, ``nan`` or text is left out).
+
+    Raises:
+        ValueError: naming the column, a cell that Python's ``float`` reads but CSV does not write as a number
+            (``1_000``, ``0.9_5``, digits of other scripts): a number edited by hand, which was written into the SR
+            as ``float`` read it (1000, 0.95; found by the lesionsr review) and left out would vanish without a word.
 
     Example:
         >>> report_numbers({"case": "a", "dice": "0.5", "note": "x", "ece": "nan"})
@@ -180,6 +243,9 @@ def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> d
         if key in skip or not isinstance(key, str) or not key.strip():
             continue
         v = _number(cell)
+        if v is None and isinstance(cell, str) and _float_reads(cell) and not _csv_reads(cell):
+            raise ValueError(f"column {key.strip()!r}: the cell {cell[:80]!r} is not a number as CSV writes it (ASCII "
+                             "digits, a sign, '.', an exponent; no '_' or digit grouping): write the number plainly")
         if v is not None:
             out[key.strip()] = v
     return out
@@ -224,8 +290,9 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         ValueError: a segment volume for a segment the SEG does not have, a triage without a decision, two
             measurement names of one group that agree in their first and last characters past 64 (a viewer would
             show the same name), a measurement name (a key of ``numbers`` or ``extra_groups``, or the triage's
-            ``score_name``) with a backslash or a control character (:func:`check_measurement_name`), a
-            ``series_description`` a DICOM LO cannot hold, a ``series_number`` outside ``1 .. 2**31 - 1``.
+            ``score_name``) with a backslash or a control character (:func:`check_measurement_name`), a triage
+            ``statement`` or ``reason`` with a control character a DICOM text cannot hold (:func:`check_report_text`),
+            a ``series_description`` a DICOM LO cannot hold, a ``series_number`` outside ``1 .. 2**31 - 1``.
     """
     check_series(series)
     series_number = check_series_number(series_number)
@@ -276,7 +343,8 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         decision = triage.get("decision")
         if decision not in ("accept", "review"):
             raise ValueError(f"triage decision must be 'accept' or 'review', got {decision!r}")
-        rule_params = [f"{k}={triage[k]}" for k in ("rule_digest", "statement", "reason")
+        rule_params = [f"{k}={check_report_text(triage[k], f'triage {k}')}" for k in ("rule_digest", "statement",
+                                                                                       "reason")
                        if isinstance(triage.get(k), str) and triage[k]]
         rule_id = hd.sr.AlgorithmIdentification(name="monai-unc referral rule", version=algorithm.version or "0",
                                                 parameters=rule_params or None)
