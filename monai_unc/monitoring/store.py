@@ -1209,11 +1209,13 @@ class MonitorStore:
 
         Raises:
             ValueError: a case id that is not in the store (at the label's site), a case id of several sites without
-                the site, a case recorded (again) after its ``case_row``, or a loss outside ``[0, 1]``.
+                the site, a case recorded (again) after its ``case_row``, two labels of one case record (its id with
+                and without its site, or given twice), or a loss outside ``[0, 1]``.
         """
         with self._transaction():
             rows = []
-            missing, ambiguous, moved, appeared = [], [], [], []
+            missing, ambiguous, moved, appeared, twice = [], [], [], [], []
+            given: dict[int, str] = {}  # case row -> how the batch named it (its first label)
             for lab in labels:
                 cid = _check_text(lab.get("case"), "case")
                 site = _check_text(lab.get("site"), "site", allow_none=True)
@@ -1231,6 +1233,12 @@ class MonitorStore:
                 if expected is not None and int(found[0][0]) != int(expected):
                     (appeared if int(expected) == 0 else moved).append(cid if site is None else f"{cid} at {site}")
                     continue
+                named = cid if site is None else f"{cid} at {site}"
+                if int(found[0][0]) in given:  # found by hostile review: 'a,,1' and 'a,X,0' of a labels table with a
+                    # site column are both case a at X; the later row silently replaced the earlier one
+                    twice.append(f"{named!r} (also as {given[int(found[0][0])]!r})")
+                    continue
+                given[int(found[0][0])] = named
                 loss = float(lab["loss"])
                 if not 0 <= loss <= 1:
                     raise ValueError(f"the loss of case {cid!r} must be in [0, 1], got {loss!r}")
@@ -1239,6 +1247,9 @@ class MonitorStore:
                 rows.append({"case_row": int(found[0][0]), "dice": None if dice is None else float(dice),
                              "failure": None if fail is None else int(fail), "loss": loss,
                              "source": _check_text(source, "source")})
+            if twice:
+                raise ValueError(f"{len(twice)} case(s) labelled twice in one batch ({_first_five(twice, '; ')}): "
+                                 "which label holds cannot be told; keep one label per case")
             if ambiguous:
                 raise ValueError(f"{len(ambiguous)} labelled case id(s) recorded at more than one site "
                                  f"({_first_five(ambiguous, '; ')}): add a 'site' column to the labels table to say "
