@@ -953,10 +953,12 @@ class MonitorStore:
         (``cases``: every column; ``labels``: all but ``recorded_at``). Each ``record`` entry's run (the table
         ``runs``) must hold the entry's triage folder, ``triage.json`` digest, rule digest, model digest and number
         of cases, and every case row must have a run. Every row of ``rules`` must match its digest (its body
-        recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. Not
-        covered: a run's ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a label's
-        ``recorded_at`` (its entry's ``at`` is), the order of one run's case rows, the table ``monitor_meta``,
-        entries cut off at the end (``expect_head``) and a consistent forgery of the whole database.
+        recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. The
+        case rows (their order is that of every alarm's stream) must be in the order the store writes them: run
+        after run, each run's rows in the order of a hash of their case ids (or of the ids, as monai-unc 0.1.0 wrote
+        them). Not covered: a run's ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a label's
+        ``recorded_at`` (its entry's ``at`` is), the table ``monitor_meta``, entries cut off at the end
+        (``expect_head``) and a consistent forgery of the whole database.
 
         Everything is read in one snapshot of the store: a run another process records meanwhile is neither half seen
         nor reported as rows without their entry.
@@ -1001,6 +1003,7 @@ class MonitorStore:
                 if got != expected:
                     problems.append(f"the rows written by audit entry {e.seq} ({e.action}) were edited or deleted")
         problems += self._check_runs(records)
+        problems += self._check_stream_order()
         rules: set[str] = set()
         for row in self._rule_rows():
             try:
@@ -1047,6 +1050,46 @@ class MonitorStore:
             if changed:
                 problems.append(f"the run of audit entry {seq} (record) was edited: its {', '.join(changed)} "
                                 "do(es) not match the entry")
+        return problems
+
+    def _check_stream_order(self) -> list[str]:
+        """The problems of the order of the case rows (their ``id``: the order every alarm's stream is in).
+
+        The runs are recorded one at a time (the writers' lock), each run's rows in one insert: the ``runs`` rows
+        follow their audit entries, a run's case rows come after those of every earlier run, and within a run they
+        follow :func:`_within_run_order` (or their case ids, as monai-unc 0.1.0 stored them). Found by hostile
+        review: case rows whose ids were permuted across runs (each row unchanged, so every digest held) moved the
+        score alarm from the stream's case 138 to its case 11, and ``verify`` reported nothing.
+        """
+        problems = []
+        runs = self._all("SELECT id, audit_seq FROM runs ORDER BY id")
+        seqs = [r[1] for r in runs]
+        if any(not isinstance(a, int) or not isinstance(b, int) or a >= b for a, b in zip(seqs, seqs[1:])):
+            problems.append("the rows of the table runs are out of the order of their audit entries (their ids were "
+                            "changed)")
+        by_run: dict[Any, list[Any]] = {}
+        behind: list[Any] = []
+        last = None
+        for run, cid in self._all("SELECT run_id, case_id FROM cases ORDER BY id"):
+            if last is not None and run != last and run in by_run:
+                behind.append(run)  # a row of a run whose rows had ended: rows moved between runs' places
+            by_run.setdefault(run, []).append(cid)
+            last = run
+        order = {r[0]: i for i, r in enumerate(runs)}
+        places = [order[r] for r in by_run if r in order]
+        if behind or places != sorted(places):
+            problems.append("the case rows are out of the order of their runs (their ids were changed: rows moved "
+                            "between runs, which reorders the stream the alarms test)")
+        shuffled = []
+        for run, ids in by_run.items():
+            if not all(isinstance(c, str) for c in ids):
+                continue  # a case id that is no text: the run's rows digest reports it
+            if ids != sorted(ids, key=_within_run_order) and ids != sorted(ids):
+                shuffled.append(run)
+        if shuffled:
+            problems.append(f"the case rows of {len(shuffled)} run(s) (run id {_first_five(shuffled)}) are out of the "
+                            "order the store writes them in (their ids were changed: the stream the alarms test was "
+                            "reordered)")
         return problems
 
     def _rows_digest_of(self, action: str, seq: int) -> str:
