@@ -956,7 +956,8 @@ class MonitorStore:
         recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. The
         case rows (their order is that of every alarm's stream) must be in the order the store writes them: run
         after run, each run's rows in the order of a hash of their case ids (or of the ids, as monai-unc 0.1.0 wrote
-        them). Not covered: a run's ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a label's
+        them); the label rows in the order of their audit entries (a case's latest label is the one of the largest
+        id). Not covered: a run's ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a label's
         ``recorded_at`` (its entry's ``at`` is), the table ``monitor_meta``, entries cut off at the end
         (``expect_head``) and a consistent forgery of the whole database.
 
@@ -1057,7 +1058,8 @@ class MonitorStore:
 
         The runs are recorded one at a time (the writers' lock), each run's rows in one insert: the ``runs`` rows
         follow their audit entries, a run's case rows come after those of every earlier run, and within a run they
-        follow :func:`_within_run_order` (or their case ids, as monai-unc 0.1.0 stored them). Found by hostile
+        follow :func:`_within_run_order` (or their case ids, as monai-unc 0.1.0 stored them). So do the ``labels``
+        rows: a case's latest label is the one of the largest id. Found by hostile
         review: case rows whose ids were permuted across runs (each row unchanged, so every digest held) moved the
         score alarm from the stream's case 138 to its case 11, and ``verify`` reported nothing.
         """
@@ -1090,6 +1092,12 @@ class MonitorStore:
             problems.append(f"the case rows of {len(shuffled)} run(s) (run id {_first_five(shuffled)}) are out of the "
                             "order the store writes them in (their ids were changed: the stream the alarms test was "
                             "reordered)")
+        # a case's latest label is its label of the largest id: label rows permuted over their ids (found by hostile
+        # review: a failure and its later correction, each the one row of its batch, swapped) undid the correction
+        label_seqs = [r[0] for r in self._all("SELECT audit_seq FROM labels ORDER BY id")]
+        if any(not isinstance(a, int) or not isinstance(b, int) or a > b for a, b in zip(label_seqs, label_seqs[1:])):
+            problems.append("the rows of the table labels are out of the order of their audit entries (their ids were "
+                            "changed: which label of a case is its latest, and when it arrived, changed)")
         return problems
 
     def _rows_digest_of(self, action: str, seq: int) -> str:

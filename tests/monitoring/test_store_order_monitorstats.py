@@ -123,3 +123,27 @@ def test_an_edited_case_id_is_reported_once_as_edited_rows(tmp_path, edit):
     conn.close()
     res = _status(url)[1]
     assert not res.ok and any("were edited or deleted" in p for p in res.problems)
+
+
+def test_label_rows_permuted_over_their_ids_are_reported(store_url, tmp_path):
+    """A failure and its later correction (each the one label of its batch) swapped places: the correction was undone,
+    and each batch's rows digest held."""
+    _store(store_url, tmp_path, runs=1, per_run=3)
+    with MonitorStore(store_url) as store:
+        store.add_labels([{"case": "r0-01", "dice": None, "failure": 1, "loss": 1.0}], source="audit")
+        store.add_labels([{"case": "r0-01", "dice": None, "failure": 0, "loss": 0.0}], source="correction")
+        assert store.verify().ok
+    conn, mark = _connect(store_url)
+    try:
+        cols = ("audit_seq", "case_row", "recorded_at", "dice", "failure", "loss", "source")
+        rows = conn.execute(f"SELECT id, {', '.join(cols)} FROM labels ORDER BY id").fetchall()
+        sets = ", ".join(f"{c} = {mark}" for c in cols)
+        for (row_id, *_), other in zip(rows, rows[::-1]):
+            conn.execute(f"UPDATE labels SET {sets} WHERE id = {mark}", (*other[1:], row_id))
+    finally:
+        conn.close()
+    with MonitorStore(store_url, read_only=True) as store:
+        assert {c["case_id"]: c["loss"] for c in store.cases()}["r0-01"] == 1.0  # the correction undone ...
+        res = store.verify()
+    assert not res.ok and not any("were edited or deleted" in p for p in res.problems)  # ... unseen by the digests
+    assert any("table labels are out of the order of their audit entries" in p for p in res.problems), res.problems
