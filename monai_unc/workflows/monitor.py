@@ -274,7 +274,7 @@ def store_status(
         doc = [{"rule": g.rule_digest, "site": g.site, "n_cases": g.n_cases, "acceptance_rate": g.acceptance_rate,
                 **_alarm_fields(g), "score_against_calibration": g.score_reference_size != 0,
                 "image_against_calibration": g.image_against_calibration,
-                "n_retriaged": g.n_retriaged, "alarms": g.alarms()} for g in groups]
+                "n_retriaged": g.n_retriaged, "n_relabelled": g.n_relabelled, "alarms": g.alarms()} for g in groups]
         atomic_write_json(output, json_safe({"alpha": alpha, "streams": doc}))
     return CommandResult(groups, True, Path.cwd(), tuple(lines), exit_status=int(any_alarm(groups)))
 
