@@ -102,6 +102,8 @@ _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_m
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
+#: what a ``label`` entry's ``cases_digest`` covers of the case row each label names
+_LABEL_CASE_COLUMNS = ("case_id", "site")
 #: the most characters of a text field of the store (site, scanner, case id, reason, ...; no NUL either)
 MAX_TEXT = 1000
 
@@ -953,7 +955,9 @@ class MonitorStore:
         (``cases``: every column; ``labels``: all but ``recorded_at``). Each ``record`` entry's run (the table
         ``runs``) must hold the entry's triage folder, ``triage.json`` digest, rule digest, model digest and number
         of cases, and every case row must have a run. Every row of ``rules`` must match its digest (its body
-        recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. The
+        recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. Each
+        ``label`` entry's labels must still name the cases they were given to (their case ids and sites: entries of
+        a monai-unc that did not record them are not checked so). The
         case rows (their order is that of every alarm's stream) must be in the order the store writes them: run
         after run, each run's rows in the order of a hash of their case ids (or of the ids, as monai-unc 0.1.0 wrote
         them); the label rows in the order of their audit entries (a case's latest label is the one of the largest
@@ -1003,6 +1007,10 @@ class MonitorStore:
                 got = self._rows_digest_of(e.action, e.seq)
                 if got != expected:
                     problems.append(f"the rows written by audit entry {e.seq} ({e.action}) were edited or deleted")
+                elif e.action == "label" and "cases_digest" in details \
+                        and self._label_cases_digest(e.seq) != details["cases_digest"]:
+                    problems.append(f"the labels written by audit entry {e.seq} (label) now belong to other cases: "
+                                    "the case rows they name were moved or edited")
         problems += self._check_runs(records)
         problems += self._check_stream_order()
         rules: set[str] = set()
@@ -1099,6 +1107,20 @@ class MonitorStore:
             problems.append("the rows of the table labels are out of the order of their audit entries (their ids were "
                             "changed: which label of a case is its latest, and when it arrived, changed)")
         return problems
+
+    def _label_cases_digest(self, seq: int) -> str:
+        """The digest of the case id and site of the case row each label of a ``label`` entry names (in label order).
+
+        A label names its case by its row's id; the rows digest of its entry covers that id, not the case the row
+        holds: case rows whose contents were moved over their ids gave a label to another case (found by hostile
+        review: a failure moved onto a referred case left the risk test with every digest intact).
+        """
+        rows = self._all("SELECT c.case_id, c.site FROM labels l LEFT JOIN cases c ON c.id = l.case_row "
+                         "WHERE l.audit_seq = ? ORDER BY l.id", (seq,))
+        try:
+            return rows_digest([dict(zip(_LABEL_CASE_COLUMNS, r)) for r in rows], _LABEL_CASE_COLUMNS)
+        except (TypeError, ValueError):  # a value that no row of ours holds: edited
+            return "(rows that are not JSON data)"
 
     def _rows_digest_of(self, action: str, seq: int) -> str:
         if action == "record":
@@ -1297,7 +1319,7 @@ class MonitorStore:
                 fail = lab.get("failure")
                 rows.append({"case_row": int(found[0][0]), "dice": None if dice is None else float(dice),
                              "failure": None if fail is None else int(fail), "loss": loss,
-                             "source": _check_text(source, "source")})
+                             "source": _check_text(source, "source"), "case_id": cid, "site": found[0][1]})
             if twice:
                 raise ValueError(f"{len(twice)} case(s) labelled twice in one batch ({_first_five(twice, '; ')}): "
                                  "which label holds cannot be told; keep one label per case")
@@ -1316,7 +1338,8 @@ class MonitorStore:
             if missing:
                 raise ValueError(f"{len(missing)} labelled case(s) not in the monitoring store "
                                  f"({_first_five(missing)}): record their triage run first (monai-unc monitor record)")
-            details = {"source": source, "n_labels": len(rows), "rows_digest": rows_digest(rows, _LABEL_COLUMNS)}
+            details = {"source": source, "n_labels": len(rows), "rows_digest": rows_digest(rows, _LABEL_COLUMNS),
+                       "cases_digest": rows_digest(rows, _LABEL_CASE_COLUMNS)}
             seq = self._append_audit("label", details, command)
             now = _now()
             self._executemany("INSERT INTO labels (audit_seq, case_row, recorded_at, dice, failure, loss, source) "

@@ -147,3 +147,28 @@ def test_label_rows_permuted_over_their_ids_are_reported(store_url, tmp_path):
         res = store.verify()
     assert not res.ok and not any("were edited or deleted" in p for p in res.problems)  # ... unseen by the digests
     assert any("table labels are out of the order of their audit entries" in p for p in res.problems), res.problems
+
+
+def test_a_label_moved_onto_another_case_is_reported(store_url, tmp_path):
+    """A run's rows rearranged from the store's order into case-id order (an order verify accepts: monai-unc 0.1.0
+    wrote it) keep their ids, so the label of row k now names another case: a failure moved onto a referred case
+    left the risk test, with every rows digest intact."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    cases = [{"case": f"c{i}", "score": 0.2 if i % 2 else 0.9, "decision": "accept" if i % 2 else "review"}
+             for i in range(8)]
+    record_triage(store_url, write_triage(tmp_path / "t", rule, cases), site="X", command=["test"])
+    with MonitorStore(store_url) as store:
+        ids = [c["case_id"] for c in store.cases()]
+        accepted = [c for c in ids if int(c[1:]) % 2]
+        store.add_labels([{"case": c, "dice": None, "failure": 1, "loss": 1.0} for c in accepted], source="audit",
+                         command=["test"])
+        assert store.verify().ok
+    source = sorted(range(8), key=lambda k: ids[k])  # the run's rows in case-id order, over the same ids
+    assert source != list(range(8))
+    _place_rows(store_url, source)
+    with MonitorStore(store_url, read_only=True) as store:
+        labelled = {c["case_id"] for c in store.cases() if c["loss"] is not None}
+        res = store.verify()
+    assert labelled != set(accepted)  # the failures now sit on other cases ...
+    assert not any("were edited or deleted" in p or _ORDER_PROBLEM in p for p in res.problems)  # ... unseen so far
+    assert not res.ok and any("(label) now belong to other cases" in p for p in res.problems), res.problems
