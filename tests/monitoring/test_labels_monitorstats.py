@@ -3,10 +3,17 @@
 Before the fix a labels table with a ``site`` column could name one case twice, once without its site and once
 with it (``a,,1`` and ``a,X,0``): ``read_label_table`` saw two keys, the store gave both labels to the same case
 record, counted 2 audited labels, and the later row silently replaced the earlier one (a failure recorded as a
-success, or the reverse, depending on the order of the rows).
+success, or the reverse, depending on the order of the rows). Also: a labeller killed in the middle of a batch
+leaves neither a label nor an audit entry (a guard, as the killed recorder of test_store.py).
 """
 
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -64,3 +71,35 @@ def test_monitor_label_says_it_in_one_line_with_exit_status_2(tmp_path, capsys):
     assert cli.main(["monitor", "label", "--db", url, "--labels", str(table)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "labelled twice in one batch" in err[0]
+
+
+_KILLED_LABELLER = textwrap.dedent("""
+    import os, signal, sys
+    from monai_unc.monitoring import store as store_module
+
+    original = store_module.MonitorStore._executemany
+
+    def half_then_die(self, sql, rows):
+        original(self, sql, rows[: len(rows) // 2])  # half of the labels are inserted ...
+        os.kill(os.getpid(), signal.SIGKILL)  # ... and the writer is killed before the commit
+
+    store_module.MonitorStore._executemany = half_then_die
+    with store_module.MonitorStore(sys.argv[1], create=False) as store:
+        store.add_labels([{"case": c, "dice": None, "failure": 1, "loss": 1.0} for c in ("a", "b")], source="killed")
+""")
+
+
+def test_a_labeller_killed_mid_batch_leaves_no_label_and_no_entry(store_url, tmp_path):
+    _store(store_url, tmp_path)
+    with MonitorStore(store_url, create=False) as store:
+        entries = store.verify().n_entries
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", _KILLED_LABELLER, store_url], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    with MonitorStore(store_url, create=False) as store:
+        assert all(c["loss"] is None and c["n_labels"] == 0 for c in store.cases())  # nothing of the killed batch
+        res = store.verify()
+        assert res.ok and res.n_entries == entries
+        assert store.add_labels([{"case": "a", "dice": None, "failure": 1, "loss": 1.0}], source="again") == 1
+        assert store.verify().ok and store.verify().n_entries == entries + 1
