@@ -165,8 +165,9 @@ class GroupStatus:
 
     @property
     def n_relabelled(self) -> int:
-        """The audited accepted cases of the risk test that were labelled more than once (``n_labels`` > 1)."""
-        return sum(1 for c in self.labelled_accepted if (c.get("n_labels") or 0) > 1)
+        """The audited accepted cases of the risk test labelled again with another loss (``loss_changed``; a label
+        that confirms the earlier one changes nothing the risk test saw)."""
+        return sum(1 for c in self.labelled_accepted if c.get("loss_changed"))
 
     @property
     def relabel_note(self) -> str | None:
@@ -181,10 +182,10 @@ class GroupStatus:
         k = self.n_relabelled
         if not k:
             return None
-        return (f"{k} of the {len(self.labelled_accepted)} audited accepted case(s) were labelled more than once: the "
-                "risk test takes each one's latest label at the place its first label arrived, so the losses that "
-                "earlier checks tested changed and an alarm they raised may no longer show; check the corrections "
-                "(monai-unc monitor report lists the audit log)")
+        return (f"{k} of the {len(self.labelled_accepted)} audited accepted case(s) were labelled again with another "
+                "loss: the risk test takes each one's latest label at the place its first label arrived, so the losses "
+                "that earlier checks tested changed and an alarm they raised may no longer show; check the "
+                "corrections (monai-unc monitor report lists the audit log)")
 
     @property
     def n_cases(self) -> int:
@@ -516,8 +517,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
         images to rank against or fewer than :data:`IMAGE_REFERENCE_MIN` (:attr:`GroupStatus.image_note`), one
         warning per stream with cases without a defined score (:attr:`GroupStatus.score_note`), one note per site
         stream with case ids triaged again with another model (:attr:`GroupStatus.retriage_note`), one warning per
-        site stream whose risk test has cases labelled more than once (:attr:`GroupStatus.relabel_note`), and one
-        line per alarm.
+        site stream whose risk test has cases labelled again with another loss (:attr:`GroupStatus.relabel_note`),
+        and one line per alarm.
     """
     head = ("rule", "site", "cases", "accepted", "recent", "score martingale", "image martingale", "audited",
             "risk (observed / lower bound / target)")

@@ -36,7 +36,7 @@ def test_a_corrected_label_that_silences_an_alarm_is_warned_about(store_url, tmp
     assert risk_test(losses, 0.1).alarm == 27  # the reference: the e-process of the losses in arrival order
     res = store_status(store_url)
     assert res.exit_status == 1 and any("harmful shift" in line for line in res.lines)
-    assert not any("labelled more than once" in line for line in res.lines)
+    assert not any("labelled again with another loss" in line for line in res.lines)
 
     _label(store_url, tmp_path, "correction", [(ids[22], 0)])  # one failure corrected to a success
     corrected = losses[:22] + [0.0] + losses[23:]
@@ -44,16 +44,16 @@ def test_a_corrected_label_that_silences_an_alarm_is_warned_about(store_url, tmp
     out = tmp_path / "status.json"
     res = store_status(store_url, output=out)
     assert res.exit_status == 0 and not any("harmful shift" in line for line in res.lines)
-    warned = [line for line in res.lines if "labelled more than once" in line]  # ... and status says why
+    warned = [line for line in res.lines if "labelled again with another loss" in line]  # ... and status says why
     assert len(warned) == 1 and warned[0].startswith("warning: ")
     assert "1 of the 33 audited accepted case(s)" in warned[0]
     (stream,) = json.loads(out.read_text())["streams"]
     assert stream["n_relabelled"] == 1 and stream["risk_alarm"] is None
     page = write_dashboard(store_url, tmp_path / "monitor.html").value
-    assert "labelled more than once" in page.read_text()
+    assert "labelled again with another loss" in page.read_text()
     with MonitorStore(store_url, read_only=True) as store:
-        counts = {c["case_id"]: c["n_labels"] for c in store.cases()}
-    assert counts[ids[22]] == 2 and all(counts[c] == 1 for c in ids if c != ids[22])
+        counts = {c["case_id"]: (c["n_labels"], c["loss_changed"]) for c in store.cases()}
+    assert counts[ids[22]] == (2, True) and all(counts[c] == (1, False) for c in ids if c != ids[22])
 
 
 def test_unlabelled_and_referred_cases_count_no_relabel(tmp_path):
@@ -62,8 +62,9 @@ def test_unlabelled_and_referred_cases_count_no_relabel(tmp_path):
     record_triage(url, write_triage(tmp_path / "t", rule, [{"case": "a", "score": 0.2},
                                                            {"case": "r", "score": 0.9, "decision": "review"},
                                                            {"case": "u", "score": 0.2}]), site="A", command=["test"])
-    for name in ("b1", "b2"):  # the referred case labelled twice: not in the risk test, no warning
-        _label(url, tmp_path, name, [("r", 1), ("a", 0)] if name == "b1" else [("r", 0)])
+    for name in ("b1", "b2"):  # the referred case labelled twice: not in the risk test; "a" confirmed: no change
+        _label(url, tmp_path, name, [("r", 1), ("a", 0)] if name == "b1" else [("r", 0), ("a", 0)])
     with MonitorStore(url, read_only=True) as store:
-        assert {c["case_id"]: c["n_labels"] for c in store.cases()} == {"a": 1, "r": 2, "u": 0}
-    assert not any("labelled more than once" in line for line in store_status(url).lines)
+        assert {c["case_id"]: (c["n_labels"], c["loss_changed"]) for c in store.cases()} == {
+            "a": (2, False), "r": (2, True), "u": (0, False)}
+    assert not any("labelled again" in line for line in store_status(url).lines)
