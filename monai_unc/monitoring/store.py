@@ -959,11 +959,11 @@ class MonitorStore:
         ``label`` entry's labels must still name the cases they were given to (their case ids and sites: entries of
         a monai-unc that did not record them are not checked so). The case rows (their order is that of every
         alarm's stream) must be in the order the store writes them: run after run, each run's rows in the order of a
-        hash of their case ids (or of the ids, as monai-unc 0.1.0 wrote them); the label rows in the order of their
-        audit entries (a case's latest label is the one of the largest id). Not covered: a run's ``recorded_at``
-        and ``triaged_at`` (each case row's ``triaged_at`` is), a label's ``recorded_at`` (its entry's ``at`` is),
-        the table ``monitor_meta``, entries cut off at the end (``expect_head``) and a consistent forgery of the
-        whole database.
+        hash of their case ids (or of the ids, as monai-unc wrote them before it hashed them); the label rows in the
+        order of their audit entries (a case's latest label is the one of the largest id). Not covered: a run's
+        ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a label's ``recorded_at`` (its
+        entry's ``at`` is), the table ``monitor_meta``, entries cut off at the end (``expect_head``) and a
+        consistent forgery of the whole database.
 
         Everything is read in one snapshot of the store: a run another process records meanwhile is neither half seen
         nor reported as rows without their entry.
@@ -1066,10 +1066,10 @@ class MonitorStore:
 
         The runs are recorded one at a time (the writers' lock), each run's rows in one insert: the ``runs`` rows
         follow their audit entries, a run's case rows come after those of every earlier run, and within a run they
-        follow :func:`_within_run_order` (or their case ids, as monai-unc 0.1.0 stored them). So do the ``labels``
-        rows: a case's latest label is the one of the largest id. Found by hostile review: case rows whose ids were
-        permuted across runs (each row unchanged, so every digest held) moved the score alarm from the stream's case
-        138 to its case 11, and ``verify`` reported nothing.
+        follow :func:`_within_run_order` (or their case ids, as monai-unc stored them before it hashed them). So do
+        the ``labels`` rows: a case's latest label is the one of the largest id. Found by hostile review: case rows
+        whose ids were permuted across runs (each row unchanged, so every digest held) moved the score alarm from
+        the stream's case 138 to its case 11, and ``verify`` reported nothing.
         """
         problems = []
         runs = self._all("SELECT id, audit_seq FROM runs ORDER BY id")

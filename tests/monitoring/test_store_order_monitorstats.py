@@ -4,7 +4,7 @@ review).
 Before the fix, case rows whose contents were permuted over their ids (each row unchanged, only where it stands: so
 every run's rows digest held) moved the score alarm of a stream from its case 138 to its case 11, and ``verify``
 said the store was intact. The store writes the rows in one order (run after run, each run's rows in the order of a
-hash of their case ids, or of the ids as monai-unc 0.1.0 wrote them); any other order is now reported.
+hash of their case ids, or of the ids as earlier development versions wrote them); any other order is now reported.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_runs_whose_ids_were_swapped_are_reported(tmp_path):
 
 
 def test_the_orders_the_store_writes_are_intact(store_url, tmp_path):
-    """Its own order, and a run's rows in case-id order (as monai-unc 0.1.0 wrote them): no problem."""
+    """Its own order, and a run's rows in case-id order (as earlier development versions wrote them): no problem."""
     _store(store_url, tmp_path, runs=2, per_run=12)
     with MonitorStore(store_url, read_only=True) as store:
         ids = [c["case_id"] for c in store.cases()]
@@ -150,9 +150,9 @@ def test_label_rows_permuted_over_their_ids_are_reported(store_url, tmp_path):
 
 
 def test_a_label_moved_onto_another_case_is_reported(store_url, tmp_path):
-    """A run's rows rearranged from the store's order into case-id order (an order verify accepts: monai-unc 0.1.0
-    wrote it) keep their ids, so the label of row k now names another case: a failure moved onto a referred case
-    left the risk test, with every rows digest intact."""
+    """A run's rows rearranged from the store's order into case-id order (an order verify accepts: earlier
+    development versions wrote it) keep their ids, so the label of row k now names another case: a failure moved
+    onto a referred case left the risk test, with every rows digest intact."""
     rule = make_rule([0.1, 0.2, 0.3])
     cases = [{"case": f"c{i}", "score": 0.2 if i % 2 else 0.9, "decision": "accept" if i % 2 else "review"}
              for i in range(8)]
