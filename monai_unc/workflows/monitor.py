@@ -12,7 +12,7 @@ import dataclasses
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..monitoring import (
     read_triage_run,
     status_table,
 )
-from ..monitoring.records import LABEL_EXTENSIONS, label_map_dice
+from ..monitoring.records import LABEL_EXTENSIONS, case_id_key, label_map_dice
 from ..monitoring.status import printable
 from ..monitoring.store import sqlite_file
 from ..regions import check_regions
@@ -142,7 +142,32 @@ def record_triage(
     return CommandResult(run_id, True, run.folder, (line,))
 
 
-def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -> list[dict[str, Any]]:
+def _stored_ids(cases: Sequence[dict[str, Any]]) -> Callable[[str], str]:
+    """The store's spelling of a labelled case id, as a function of the id a label gives.
+
+    The id itself when recorded, else the one recorded id that is the same up to Unicode normalization and
+    surrounding spaces (as a sites table's rows are matched: :func:`~monai_unc.monitoring.records.read_triage_run`).
+    Found by the monitorstats review: a case recorded from a macOS file name (NFD ``u`` and a combining diaeresis)
+    and labelled from a spreadsheet (NFC ``ü``, or a trailing space) was refused as "not in the monitoring store",
+    the message showing an id that looked like the recorded one. Two recorded ids of the same key are left as given
+    (the label must name one exactly).
+    """
+    exact = {c["case_id"] for c in cases}
+    by_key: dict[str, set[str]] = {}
+    for cid in exact:
+        by_key.setdefault(case_id_key(cid), set()).add(cid)
+
+    def stored(cid: str) -> str:
+        if cid in exact:
+            return cid
+        found = by_key.get(case_id_key(cid), set())
+        return next(iter(found)) if len(found) == 1 else cid
+
+    return stored
+
+
+def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any],
+                  stored: Callable[[str], str] = str) -> list[dict[str, Any]]:
     """Audited labels from a folder of label maps ``<case>.nii.gz``: each one's Dice against the case's prediction.
 
     The folder is listed as ``evaluate`` lists its labels (:func:`monai_unc.io.split_extension`): every volume
@@ -157,7 +182,7 @@ def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -
             continue
         check_utf8_name(p)  # the case id goes into the store and the audit log
         files.append(p)
-        ids.append(split[0])
+        ids.append(stored(split[0]))
     if not files:
         raise ValueError(f"no label maps (<case>.nii.gz, .nii, .mha, ...) in {str(folder)!r}")
     twice = sorted(c for c, n in Counter(ids).items() if n > 1)
@@ -228,9 +253,11 @@ def record_labels(
         cases = store.cases()
     latest = {c["case_id"]: c for c in cases}
     at_site = {(c["case_id"], c["site"]): c for c in cases}  # the latest record of a case id at each site
-    table = _label_folder(path, latest, rules) if path.is_dir() else read_label_table(path)
+    stored = _stored_ids(cases)  # a label's case id as recorded (NFC / NFD, surrounding spaces)
+    table = _label_folder(path, latest, rules, stored) if path.is_dir() else read_label_table(path)
     rows = []
     for lab in table:
+        lab = {**lab, "case": stored(lab["case"])}
         # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site
         case = latest.get(lab["case"]) if lab.get("site") is None else at_site.get((lab["case"], lab["site"]))
         if case is None:  # add_labels names every case that is not in the store; case_row 0 (no row): a case

@@ -4,7 +4,8 @@ Before the fix a labels table with a ``site`` column could name one case twice, 
 with it (``a,,1`` and ``a,X,0``): ``read_label_table`` saw two keys, the store gave both labels to the same case
 record, counted 2 audited labels, and the later row silently replaced the earlier one (a failure recorded as a
 success, or the reverse, depending on the order of the rows). Also: a labeller killed in the middle of a batch
-leaves neither a label nor an audit entry (a guard, as the killed recorder of test_store.py).
+leaves neither a label nor an audit entry (a guard, as the killed recorder of test_store.py); a label matches its
+case up to Unicode normalization and surrounding spaces, as a sites table's rows do.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import unicodedata
 
 import pytest
 
@@ -103,3 +105,40 @@ def test_a_labeller_killed_mid_batch_leaves_no_label_and_no_entry(store_url, tmp
         assert res.ok and res.n_entries == entries
         assert store.add_labels([{"case": "a", "dice": None, "failure": 1, "loss": 1.0}], source="again") == 1
         assert store.verify().ok and store.verify().n_entries == entries + 1
+
+
+NFD = unicodedata.normalize("NFD", "Müller_01")  # a macOS file name: "u" and a combining diaeresis
+NFC = unicodedata.normalize("NFC", "Müller_01")  # typed in a spreadsheet
+
+
+def test_a_label_matches_its_case_up_to_unicode_normalization_and_spaces(store_url, tmp_path):
+    """Before the fix the label was refused as "not in the monitoring store ('Müller_01')", an id that reads like the
+    recorded one; the sites table already matched its rows so."""
+    assert NFD != NFC
+    rule = make_rule([0.1, 0.2, 0.3])
+    record_triage(store_url, write_triage(tmp_path / "t", rule, [{"case": NFD, "score": 0.1},
+                                                                 {"case": "b", "score": 0.2}]), site="X",
+                  command=["test"])
+    table = tmp_path / "audit.csv"
+    table.write_text(f"case,failure\n{NFC} ,1\n", encoding="utf-8")
+    assert record_labels(store_url, table, command=["test"]).value == 1
+    assert _labels(store_url)[0] == {NFD: 1.0, "b": None}
+    table.write_text(f"case,failure\n{NFC},0\n{NFD},1\n", encoding="utf-8")  # one case, named in both forms
+    with pytest.raises(ValueError, match="labelled twice in one batch"):
+        record_labels(store_url, table, command=["test"])
+    with MonitorStore(store_url, create=False) as store:
+        assert store.verify().ok
+
+
+def test_two_recorded_ids_of_one_key_need_the_exact_id(tmp_path):
+    url = str(tmp_path / "m.db")
+    rule = make_rule([0.1, 0.2, 0.3])
+    record_triage(url, write_triage(tmp_path / "t", rule, [{"case": NFD, "score": 0.1}, {"case": NFC, "score": 0.2}]),
+                  site="X", command=["test"])
+    table = tmp_path / "audit.csv"
+    table.write_text(f"case,failure\n{NFC},1\n", encoding="utf-8")  # exact: that case, not the other
+    assert record_labels(url, table, command=["test"]).value == 1
+    assert _labels(url)[0] == {NFD: None, NFC: 1.0}
+    table.write_text(f"case,failure\n{NFC} ,1\n", encoding="utf-8")  # which of the two cannot be told: refused
+    with pytest.raises(ValueError, match="not in the monitoring store"):
+        record_labels(url, table, command=["test"])
