@@ -29,7 +29,7 @@ from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
-           "loss_of", "LABEL_EXTENSIONS", "label_map_dice"]
+           "case_id_key", "loss_of", "LABEL_EXTENSIONS", "label_map_dice"]
 
 #: the file endings of a folder of audited label maps (``<case><ending>``): the volumes ``evaluate`` reads as labels
 #: (:data:`monai_unc.io.VOLUME_EXTENSIONS`, matched in any letter case; hidden files such as macOS' ``._a.nii.gz``
@@ -99,11 +99,13 @@ def _text(v: Any, where: str) -> str:
     return v
 
 
-def _site_table_key(case_id: str) -> str:
-    """The key a row of a sites table and a triage run's case are matched by: NFC, without surrounding whitespace.
+def case_id_key(case_id: str) -> str:
+    """The key a case id is matched by across files: NFC, without surrounding whitespace.
 
-    A case id comes from a file name (macOS writes names in NFD: ``u`` and a combining diaeresis), a sites table from
-    a person's typing or a spreadsheet (NFC ``ü``, perhaps a trailing space): the same case either way.
+    A case id comes from a file name (macOS writes names in NFD: ``u`` and a combining diaeresis), a sites table or
+    a labels table from a person's typing or a spreadsheet (NFC ``ü``, perhaps a trailing space): the same case
+    either way. A sites table's rows and a triage run's cases are matched by it, and so are a label and its recorded
+    case when the label does not give the recorded id exactly (``monai-unc monitor label``).
 
     Args:
         case_id: the case id as written.
@@ -111,6 +113,9 @@ def _site_table_key(case_id: str) -> str:
     Returns:
         Its Unicode NFC form without leading or trailing whitespace.
 
+    Example:
+        >>> case_id_key("Mu\u0308ller_01 ") == case_id_key("M\u00fcller_01")
+        True
     """
     return unicodedata.normalize("NFC", case_id).strip()
 
@@ -236,11 +241,11 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
     if not rows or "case" not in rows[0] or "site" not in rows[0]:
         raise ValueError(f"sites table {os.fspath(path)!r} needs the columns 'case' and 'site'")
     out: dict[str, tuple[str, str | None]] = {}
-    keys: dict[str, str] = {}  # _site_table_key -> the case id as written
+    keys: dict[str, str] = {}  # case_id_key -> the case id as written
     for i, r in zip(lines, rows):  # the file's lines (a blank line skipped by read_table counts)
         cid = _text(r.get("case"), f"{os.fspath(path)}: line {i}: 'case'")
         site = _text((r.get("site") or "").strip(), f"{os.fspath(path)}: line {i}: 'site'")
-        key = _site_table_key(cid)
+        key = case_id_key(cid)
         if key in keys:
             same = "" if keys[key] == cid else f" (as {keys[key]!r}: the same id up to spaces or Unicode normalization)"
             raise ValueError(f"{os.fspath(path)}: case {cid!r} is listed twice{same}")
@@ -350,13 +355,13 @@ def read_triage_run(
         except (TypeError, ValueError, OverflowError):
             raise ValueError(f"time (--time) must be ISO 8601 (2026-01-31T12:00:00+00:00) between the years 1 and "
                              f"9999 in UTC, got {triaged_at!r}"[:300]) from None
-    # a sites table's rows by the key a case is matched with (_site_table_key): a trailing space a spreadsheet kept,
+    # a sites table's rows by the key a case is matched with (case_id_key): a trailing space a spreadsheet kept,
     # or the NFD form macOS gives file names against the NFC form typed elsewhere, was silently no match (the case
     # went to the --site default or "unknown", found by hostile testing)
     site_rows: dict[str, tuple[str, str | None]] = {}
     first: dict[str, str] = {}
     for k, v in (sites or {}).items():
-        key = _site_table_key(str(k))
+        key = case_id_key(str(k))
         if key in first:
             raise ValueError(f"sites: cases {first[key]!r} and {k!r} are the same case id up to spaces or Unicode "
                              "normalization: keep one")
@@ -379,7 +384,7 @@ def read_triage_run(
             raise ValueError(f"{where}.code must be {'accepted' if decision == 'accept' else 'a reason for review'} "
                              f"(the case's decision is {decision!r}; codes: {', '.join(Decision.CODES)}), got "
                              f"{code!r}"[:400])
-        s, scanner = site_rows.get(_site_table_key(cid), (None, None))
+        s, scanner = site_rows.get(case_id_key(cid), (None, None))
         if s is None:
             entry = files.get(cid)
             # an explicit --site is the user's word for the cases whose image (and sidecar) is gone

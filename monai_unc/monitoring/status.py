@@ -164,6 +164,30 @@ class GroupStatus:
                 "--target-risk) to monitor it in streams of its own")
 
     @property
+    def n_relabelled(self) -> int:
+        """The audited accepted cases of the risk test labelled again with another loss (``loss_changed``; a label
+        that confirms the earlier one changes nothing the risk test saw)."""
+        return sum(1 for c in self.labelled_accepted if c.get("loss_changed"))
+
+    @property
+    def relabel_note(self) -> str | None:
+        """That the risk test's losses of cases labelled again changed in place (:attr:`n_relabelled`), or None.
+
+        A case labelled again keeps the place its first label gave it in the risk test and takes its latest label:
+        the losses an earlier ``status`` tested changed, so the checks are no longer one e-process, and an alarm an
+        earlier check raised can be gone (found by the monitorstats review: one failure of eight relabelled a
+        success silenced an alarm without a word, where the documentation promised that an alarm once raised stays
+        raised).
+        """
+        k = self.n_relabelled
+        if not k:
+            return None
+        return (f"{k} of the {len(self.labelled_accepted)} audited accepted case(s) were labelled again with another "
+                "loss: the risk test takes each one's latest label at the place its first label arrived, so the losses "
+                "that earlier checks tested changed and an alarm they raised may no longer show; check the "
+                "corrections (monai-unc monitor report lists the audit log)")
+
+    @property
     def n_cases(self) -> int:
         """The number of cases."""
         return len(self.cases)
@@ -492,8 +516,9 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
         rank against (:attr:`GroupStatus.score_reference_note`), one per rule whose image alarm has no calibration
         images to rank against or fewer than :data:`IMAGE_REFERENCE_MIN` (:attr:`GroupStatus.image_note`), one
         warning per stream with cases without a defined score (:attr:`GroupStatus.score_note`), one note per site
-        stream with case ids triaged again with another model (:attr:`GroupStatus.retriage_note`), and one line per
-        alarm.
+        stream with case ids triaged again with another model (:attr:`GroupStatus.retriage_note`), one warning per
+        site stream whose risk test has cases labelled again with another loss (:attr:`GroupStatus.relabel_note`),
+        and one line per alarm.
     """
     head = ("rule", "site", "cases", "accepted", "recent", "score martingale", "image martingale", "audited",
             "risk (observed / lower bound / target)")
@@ -518,6 +543,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
               for g in groups if g.score_note is not None]
     lines += [printable(f"note: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.retriage_note}")
               for g in groups if g.retriage_note is not None and not g.pooled]
+    lines += [printable(f"warning: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.relabel_note}")
+              for g in groups if g.relabel_note is not None and not g.pooled]
     alarms = [printable(f"ALARM [{g.site}] {a}") for g in groups for a in g.alarms()]
     lines += alarms or [f"no alarm (each alarm: false-alarm probability <= {groups[0].alpha:g} over the whole "
                         "stream)" if groups else "no cases recorded"]

@@ -102,6 +102,8 @@ _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_m
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
+#: what a ``label`` entry's ``cases_digest`` covers of the case row each label names
+_LABEL_CASE_COLUMNS = ("case_id", "site")
 #: the most characters of a text field of the store (site, scanner, case id, reason, ...; no NUL either)
 MAX_TEXT = 1000
 
@@ -953,10 +955,15 @@ class MonitorStore:
         (``cases``: every column; ``labels``: all but ``recorded_at``). Each ``record`` entry's run (the table
         ``runs``) must hold the entry's triage folder, ``triage.json`` digest, rule digest, model digest and number
         of cases, and every case row must have a run. Every row of ``rules`` must match its digest (its body
-        recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. Not
-        covered: a run's ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a label's
-        ``recorded_at`` (its entry's ``at`` is), the order of one run's case rows, the table ``monitor_meta``,
-        entries cut off at the end (``expect_head``) and a consistent forgery of the whole database.
+        recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. Each
+        ``label`` entry's labels must still name the cases they were given to (their case ids and sites: entries of
+        a monai-unc that did not record them are not checked so). The case rows (their order is that of every
+        alarm's stream) must be in the order the store writes them: run after run, each run's rows in the order of a
+        hash of their case ids (or of the ids, as monai-unc wrote them before it hashed them); the label rows in the
+        order of their audit entries (a case's latest label is the one of the largest id). Not covered: a run's
+        ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a label's ``recorded_at`` (its
+        entry's ``at`` is), the table ``monitor_meta``, entries cut off at the end (``expect_head``) and a
+        consistent forgery of the whole database.
 
         Everything is read in one snapshot of the store: a run another process records meanwhile is neither half seen
         nor reported as rows without their entry.
@@ -1000,7 +1007,12 @@ class MonitorStore:
                 got = self._rows_digest_of(e.action, e.seq)
                 if got != expected:
                     problems.append(f"the rows written by audit entry {e.seq} ({e.action}) were edited or deleted")
+                elif e.action == "label" and "cases_digest" in details \
+                        and self._label_cases_digest(e.seq) != details["cases_digest"]:
+                    problems.append(f"the labels written by audit entry {e.seq} (label) now belong to other cases: "
+                                    "the case rows they name were moved or edited")
         problems += self._check_runs(records)
+        problems += self._check_stream_order()
         rules: set[str] = set()
         for row in self._rule_rows():
             try:
@@ -1048,6 +1060,67 @@ class MonitorStore:
                 problems.append(f"the run of audit entry {seq} (record) was edited: its {', '.join(changed)} "
                                 "do(es) not match the entry")
         return problems
+
+    def _check_stream_order(self) -> list[str]:
+        """The problems of the order of the case rows (their ``id``: the order every alarm's stream is in).
+
+        The runs are recorded one at a time (the writers' lock), each run's rows in one insert: the ``runs`` rows
+        follow their audit entries, a run's case rows come after those of every earlier run, and within a run they
+        follow :func:`_within_run_order` (or their case ids, as monai-unc stored them before it hashed them). So do
+        the ``labels`` rows: a case's latest label is the one of the largest id. Found by hostile review: case rows
+        whose ids were permuted across runs (each row unchanged, so every digest held) moved the score alarm from
+        the stream's case 138 to its case 11, and ``verify`` reported nothing.
+        """
+        problems = []
+        runs = self._all("SELECT id, audit_seq FROM runs ORDER BY id")
+        seqs = [r[1] for r in runs]
+        if any(not isinstance(a, int) or not isinstance(b, int) or a >= b for a, b in zip(seqs, seqs[1:])):
+            problems.append("the rows of the table runs are out of the order of their audit entries (their ids were "
+                            "changed)")
+        by_run: dict[Any, list[Any]] = {}
+        behind: list[Any] = []
+        last = None
+        for run, cid in self._all("SELECT run_id, case_id FROM cases ORDER BY id"):
+            if last is not None and run != last and run in by_run:
+                behind.append(run)  # a row of a run whose rows had ended: rows moved between runs' places
+            by_run.setdefault(run, []).append(cid)
+            last = run
+        order = {r[0]: i for i, r in enumerate(runs)}
+        places = [order[r] for r in by_run if r in order]
+        if behind or places != sorted(places):
+            problems.append("the case rows are out of the order of their runs (their ids were changed: rows moved "
+                            "between runs, which reorders the stream the alarms test)")
+        shuffled = []
+        for run, ids in by_run.items():
+            if not all(isinstance(c, str) for c in ids):
+                continue  # a case id that is no text: the run's rows digest reports it
+            if ids != sorted(ids, key=_within_run_order) and ids != sorted(ids):
+                shuffled.append(run)
+        if shuffled:
+            problems.append(f"the case rows of {len(shuffled)} run(s) (run id {_first_five(shuffled)}) are out of the "
+                            "order the store writes them in (their ids were changed: the stream the alarms test was "
+                            "reordered)")
+        # a case's latest label is its label of the largest id: label rows permuted over their ids (found by hostile
+        # review: a failure and its later correction, each the one row of its batch, swapped) undid the correction
+        label_seqs = [r[0] for r in self._all("SELECT audit_seq FROM labels ORDER BY id")]
+        if any(not isinstance(a, int) or not isinstance(b, int) or a > b for a, b in zip(label_seqs, label_seqs[1:])):
+            problems.append("the rows of the table labels are out of the order of their audit entries (their ids were "
+                            "changed: which label of a case is its latest, and when it arrived, changed)")
+        return problems
+
+    def _label_cases_digest(self, seq: int) -> str:
+        """The digest of the case id and site of the case row each label of a ``label`` entry names (in label order).
+
+        A label names its case by its row's id; the rows digest of its entry covers that id, not the case the row
+        holds: case rows whose contents were moved over their ids gave a label to another case (found by hostile
+        review: a failure moved onto a referred case left the risk test with every digest intact).
+        """
+        rows = self._all("SELECT c.case_id, c.site FROM labels l LEFT JOIN cases c ON c.id = l.case_row "
+                         "WHERE l.audit_seq = ? ORDER BY l.id", (seq,))
+        try:
+            return rows_digest([dict(zip(_LABEL_CASE_COLUMNS, r)) for r in rows], _LABEL_CASE_COLUMNS)
+        except (TypeError, ValueError):  # a value that no row of ours holds: edited
+            return "(rows that are not JSON data)"
 
     def _rows_digest_of(self, action: str, seq: int) -> str:
         if action == "record":
@@ -1214,11 +1287,13 @@ class MonitorStore:
         Raises:
             ValueError: a case id that is not in the store (at the label's site, in its run), a case id of several
                 sites without the site, of several runs without the run or ``case_row``, a case recorded (again)
-                after its ``case_row``, or a loss outside ``[0, 1]``.
+                after its ``case_row``, two labels of one case record (its id with and without its site, or given
+                twice), or a loss outside ``[0, 1]``.
         """
         with self._transaction():
             rows = []
-            missing, ambiguous, several_runs, moved, appeared = [], [], [], [], []
+            missing, ambiguous, several_runs, moved, appeared, twice = [], [], [], [], [], []
+            given: dict[int, str] = {}  # case row -> how the batch named it (its first label)
             for lab in labels:
                 cid = _check_text(lab.get("case"), "case")
                 site = _check_text(lab.get("site"), "site", allow_none=True)
@@ -1247,6 +1322,12 @@ class MonitorStore:
                 if expected is not None and int(found[0][0]) != int(expected):
                     (appeared if int(expected) == 0 else moved).append(cid if site is None else f"{cid} at {site}")
                     continue
+                named = cid if site is None else f"{cid} at {site}"
+                if int(found[0][0]) in given:  # found by hostile review: 'a,,1' and 'a,X,0' of a labels table with a
+                    # site column are both case a at X; the later row silently replaced the earlier one
+                    twice.append(f"{named!r} (also as {given[int(found[0][0])]!r})")
+                    continue
+                given[int(found[0][0])] = named
                 loss = float(lab["loss"])
                 if not 0 <= loss <= 1:
                     raise ValueError(f"the loss of case {cid!r} must be in [0, 1], got {loss!r}")
@@ -1254,7 +1335,10 @@ class MonitorStore:
                 fail = lab.get("failure")
                 rows.append({"case_row": int(found[0][0]), "dice": None if dice is None else float(dice),
                              "failure": None if fail is None else int(fail), "loss": loss,
-                             "source": _check_text(source, "source")})
+                             "source": _check_text(source, "source"), "case_id": cid, "site": found[0][1]})
+            if twice:
+                raise ValueError(f"{len(twice)} case(s) labelled twice in one batch ({_first_five(twice, '; ')}): "
+                                 "which label holds cannot be told; keep one label per case")
             if ambiguous:
                 raise ValueError(f"{len(ambiguous)} labelled case id(s) recorded at more than one site "
                                  f"({_first_five(ambiguous, '; ')}): add a 'site' column to the labels table to say "
@@ -1275,7 +1359,8 @@ class MonitorStore:
             if missing:
                 raise ValueError(f"{len(missing)} labelled case(s) not in the monitoring store "
                                  f"({_first_five(missing)}): record their triage run first (monai-unc monitor record)")
-            details = {"source": source, "n_labels": len(rows), "rows_digest": rows_digest(rows, _LABEL_COLUMNS)}
+            details = {"source": source, "n_labels": len(rows), "rows_digest": rows_digest(rows, _LABEL_COLUMNS),
+                       "cases_digest": rows_digest(rows, _LABEL_CASE_COLUMNS)}
             seq = self._append_audit("label", details, command)
             now = _now()
             self._executemany("INSERT INTO labels (audit_seq, case_row, recorded_at, dice, failure, loss, source) "
@@ -1360,8 +1445,10 @@ class MonitorStore:
 
         Returns:
             One dict per case row: the :class:`CaseRecord` fields, ``row`` (its id), ``run`` and ``loss``,
-            ``dice``, ``failure`` of its latest label, and ``label_seq``: the audit entry of its first label (when
-            its label arrived: the order of the risk test), None without a label.
+            ``dice``, ``failure`` of its latest label, ``label_seq``: the audit entry of its first label (when
+            its label arrived: the order of the risk test), None without a label, ``n_labels``: how many labels
+            it has (0 without; more than 1: labelled again), and ``loss_changed``: whether its labels gave it more
+            than one loss (a correction, not a confirmation).
 
         Raises:
             ValueError: one line naming the store: a value of the wrong type or out of range, or a case whose rule
@@ -1371,13 +1458,16 @@ class MonitorStore:
         # the labels aggregated once per case row, then joined: a subquery per case (its latest label, its first
         # label's entry) was planned by PostgreSQL, on statistics older than a batch of labels, as a scan of every
         # label for each case (found by hostile testing: 50 000 cases and 5 000 labels took 33 s, not 0.7 s)
-        sql = (f"SELECT c.id, c.run_id, {cols}, l.loss, l.dice, l.failure, agg.first_seq FROM cases c "
-               "LEFT JOIN (SELECT case_row, MAX(id) AS last_id, MIN(audit_seq) AS first_seq FROM labels "
-               "GROUP BY case_row) agg ON agg.case_row = c.id LEFT JOIN labels l ON l.id = agg.last_id ORDER BY c.id")
+        sql = (f"SELECT c.id, c.run_id, {cols}, l.loss, l.dice, l.failure, agg.first_seq, agg.n_labels, "
+               "agg.loss_changed FROM cases c "
+               "LEFT JOIN (SELECT case_row, MAX(id) AS last_id, MIN(audit_seq) AS first_seq, COUNT(*) AS n_labels, "
+               "MIN(loss) < MAX(loss) AS loss_changed FROM labels GROUP BY case_row) agg ON agg.case_row = c.id "
+               "LEFT JOIN labels l ON l.id = agg.last_id ORDER BY c.id")
         out = []
         for r in self._all(sql):
             d = {"row": r[0], "run": r[1], **dict(zip(_CASE_COLUMNS, r[2:2 + len(_CASE_COLUMNS)]))}
-            d["loss"], d["dice"], d["failure"], d["label_seq"] = r[2 + len(_CASE_COLUMNS):]
+            d["loss"], d["dice"], d["failure"], d["label_seq"], n_labels, changed = r[2 + len(_CASE_COLUMNS):]
+            d["n_labels"], d["loss_changed"] = (0 if n_labels is None else int(n_labels)), bool(changed)
             out.append(self._checked_case(d))
         known = {r[0] for r in self._all("SELECT digest FROM rules")}
         orphans = sorted({c["rule_digest"] for c in out} - known)

@@ -247,8 +247,10 @@ def _stream_section(g: GroupStatus, calibration: Sequence[float]) -> Markup:
     note = None if g.image_note is None else el("p", f"Note: {g.image_note}.")
     score_note = None if g.score_note is None else el("p", f"Warning: {g.score_note}.", class_="alarm")
     retriage = None if g.retriage_note is None else el("p", f"Note: {g.retriage_note}.")
+    relabel = None if g.relabel_note is None else el("p", f"Warning: {g.relabel_note}.", class_="alarm")
     return el("section", el("h2", f"{g.site} (rule {g.rule_digest.removeprefix('sha256:')[:12]})"), status,
-              score_reference, note, score_note, retriage, el("div", *charts, class_="plots"), class_="stream")
+              score_reference, note, score_note, retriage, relabel, el("div", *charts, class_="plots"),
+              class_="stream")
 
 
 def _overview(groups: Sequence[GroupStatus]) -> Markup:

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..monitoring import (
     read_triage_run,
     status_table,
 )
-from ..monitoring.records import LABEL_EXTENSIONS, label_map_dice
+from ..monitoring.records import LABEL_EXTENSIONS, case_id_key, label_map_dice
 from ..monitoring.status import printable
 from ..monitoring.store import sqlite_file
 from ..regions import check_regions
@@ -142,7 +142,32 @@ def record_triage(
     return CommandResult(run_id, True, run.folder, (line,))
 
 
-def _label_folder(folder: Path, cases: list[dict[str, Any]], rules: dict[str, Any]) -> list[dict[str, Any]]:
+def _stored_ids(cases: Sequence[dict[str, Any]]) -> Callable[[str], str]:
+    """The store's spelling of a labelled case id, as a function of the id a label gives.
+
+    The id itself when recorded, else the one recorded id that is the same up to Unicode normalization and
+    surrounding spaces (as a sites table's rows are matched: :func:`~monai_unc.monitoring.records.read_triage_run`).
+    Found by the monitorstats review: a case recorded from a macOS file name (NFD ``u`` and a combining diaeresis)
+    and labelled from a spreadsheet (NFC ``ü``, or a trailing space) was refused as "not in the monitoring store",
+    the message showing an id that looked like the recorded one. Two recorded ids of the same key are left as given
+    (the label must name one exactly).
+    """
+    exact = {c["case_id"] for c in cases}
+    by_key: dict[str, set[str]] = {}
+    for cid in exact:
+        by_key.setdefault(case_id_key(cid), set()).add(cid)
+
+    def stored(cid: str) -> str:
+        if cid in exact:
+            return cid
+        found = by_key.get(case_id_key(cid), set())
+        return next(iter(found)) if len(found) == 1 else cid
+
+    return stored
+
+
+def _label_folder(folder: Path, cases: list[dict[str, Any]], rules: dict[str, Any],
+                  stored: Callable[[str], str] = str) -> list[dict[str, Any]]:
     """Audited labels from a folder of label maps ``<case>.nii.gz``: each one's Dice against the case's prediction.
 
     The folder is listed as ``evaluate`` lists its labels (:func:`monai_unc.io.split_extension`): every volume
@@ -157,7 +182,7 @@ def _label_folder(folder: Path, cases: list[dict[str, Any]], rules: dict[str, An
             continue
         check_utf8_name(p)  # the case id goes into the store and the audit log
         files.append(p)
-        ids.append(split[0])
+        ids.append(stored(split[0]))
     if not files:
         raise ValueError(f"no label maps (<case>.nii.gz, .nii, .mha, ...) in {str(folder)!r}")
     twice = sorted(c for c, n in Counter(ids).items() if n > 1)
@@ -235,12 +260,14 @@ def record_labels(
     with MonitorStore(url, create=False) as store, store.snapshot():
         rules = store.rules()
         cases = store.cases()
-    table = _label_folder(path, cases, rules) if path.is_dir() else read_label_table(path)
+    stored = _stored_ids(cases)  # a label's case id as recorded (NFC / NFD, surrounding spaces)
+    table = _label_folder(path, cases, rules, stored) if path.is_dir() else read_label_table(path)
     by_id: dict[str, list[dict[str, Any]]] = {}
     for c in cases:  # in recording order
         by_id.setdefault(c["case_id"], []).append(c)
     rows = []
     for lab in table:
+        lab = {**lab, "case": stored(lab["case"])}
         # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site, and
         # one of several runs (a reused id: perhaps another scan) without its run
         found = [c for c in by_id.get(lab["case"], []) if (lab.get("site") is None or c["site"] == lab["site"])
@@ -290,7 +317,7 @@ def store_status(
         doc = [{"rule": g.rule_digest, "site": g.site, "n_cases": g.n_cases, "acceptance_rate": g.acceptance_rate,
                 **_alarm_fields(g), "score_against_calibration": g.score_reference_size != 0,
                 "image_against_calibration": g.image_against_calibration,
-                "n_retriaged": g.n_retriaged, "alarms": g.alarms()} for g in groups]
+                "n_retriaged": g.n_retriaged, "n_relabelled": g.n_relabelled, "alarms": g.alarms()} for g in groups]
         atomic_write_json(output, json_safe({"alpha": alpha, "streams": doc}))
     return CommandResult(groups, True, Path.cwd(), tuple(lines), exit_status=int(any_alarm(groups)))
 
