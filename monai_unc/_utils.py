@@ -17,7 +17,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -55,6 +55,8 @@ __all__ = [
     "case_spacings",
     "affine_voxel_volume",
     "check_integer",
+    "parameter_error",
+    "refusing",
     "MAX_SEED",
     "check_seed",
     "check_sample_batch_size",
@@ -777,11 +779,69 @@ def case_spacings(spacing: Any, n_cases: int, ndim: int, name: str = "spacing") 
     return [sp] * n_cases
 
 
+#: the attribute of an exception that names the parameter whose value it refuses (:func:`parameter_error`)
+PARAMETER_ATTRIBUTE = "parameter"
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def parameter_error(error: _E, name: str) -> _E:
+    """``error`` marked as refusing the value of the parameter ``name`` (its message names it).
+
+    The Python API names its parameters in messages (``n_bins must be at most 4096``); the command line names the
+    option a user typed (``--n-bins must be ...``). Marking the error, rather than reading the message, lets
+    :mod:`monai_unc.cli` find the option through its parser (the option whose destination is the parameter) and
+    rewrite only the leading name, never a word of a path, a file's field or an explanation that happens to match.
+
+    Args:
+        error: the exception to raise.
+        name: the parameter as messages name it; an index or a key after it (``class_names[1]``) is not part of the
+            parameter (``class_names``).
+
+    Returns:
+        ``error``, with the attribute ``parameter`` set to the parameter's name.
+
+    Example:
+        >>> e = parameter_error(ValueError("n_bins must be at most 4096, got 5000"), "n_bins")
+        >>> e.parameter, str(e)
+        ('n_bins', 'n_bins must be at most 4096, got 5000')
+        >>> parameter_error(ValueError("class_names[1] must be text"), "class_names[1]").parameter
+        'class_names'
+    """
+    setattr(error, PARAMETER_ATTRIBUTE, name.split("[", 1)[0])
+    return error
+
+
+
+@contextlib.contextmanager
+def refusing(name: str) -> Iterator[None]:
+    """Mark a ``ValueError``, ``TypeError`` or ``OSError`` raised inside as refusing the parameter ``name``.
+
+    For a check whose message names the parameter in its own words (``predictions folder not found: x``) or is about
+    the parameter's value (``output folder x lies inside the input folder y``): :func:`parameter_error` on the error
+    as raised, which the command line writes with the option (``--predictions folder not found: x``).
+
+    Args:
+        name: the parameter whose value the checks inside refuse.
+
+    Example:
+        >>> try:
+        ...     with refusing("output"):
+        ...         raise ValueError("output folder o lies inside the input folder i")
+        ... except ValueError as e:
+        ...     print(e.parameter, "|", e)
+        output | output folder o lies inside the input folder i
+    """
+    try:
+        yield
+    except (ValueError, TypeError, OSError) as e:
+        raise parameter_error(e, name) from None
+
 def check_bool(value: Any, name: str) -> bool:
     """``value`` as a ``bool`` if it is one (Python or numpy); ``TypeError`` naming ``name`` otherwise (``"yes"``,
     1, None), so that a truthy string never switches an option on."""
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
+        raise parameter_error(TypeError(f"{name} must be True or False, got {value!r}"), name)
     return bool(value)
 
 
@@ -798,7 +858,7 @@ def check_integer(value: Any, name: str, minimum: int = 1) -> int:
     ``name`` otherwise (a float such as 2.5, a string, ``None``)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         kind = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
-        raise ValueError(f"{name} must be {kind}, got {value!r}")
+        raise parameter_error(ValueError(f"{name} must be {kind}, got {value!r}"), name)
     return int(value)
 
 
@@ -817,7 +877,7 @@ def check_sample_batch_size(value: Any, name: str = "sample_batch_size") -> int 
     if isinstance(value, str) and value == "auto":
         return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be 'auto' or an integer >= 1, got {value!r}")
+        raise parameter_error(ValueError(f"{name} must be 'auto' or an integer >= 1, got {value!r}"), name)
     return int(value)
 
 
@@ -856,9 +916,9 @@ def check_seed(value: Any, name: str = "seed") -> int | None:
     if value is None:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer or None, got {value!r}")
+        raise parameter_error(TypeError(f"{name} must be an integer or None, got {value!r}"), name)
     if not 0 <= int(value) <= MAX_SEED:
-        raise ValueError(f"{name} must be an integer in [0, 2**64 - 1], got {value!r}")
+        raise parameter_error(ValueError(f"{name} must be an integer in [0, 2**64 - 1], got {value!r}"), name)
     return int(value)
 
 
@@ -1270,8 +1330,8 @@ def check_text(value: Any, name: str, limit: int = 256) -> str:
     """
     if not isinstance(value, str) or len(value) > limit or not value.isprintable():
         shown = repr(value)
-        raise ValueError(f"{name} must be text of at most {limit} printable characters, got "
-                         f"{shown if len(shown) <= 60 else shown[:57] + '...'}")
+        raise parameter_error(ValueError(f"{name} must be text of at most {limit} printable characters, got "
+                                         f"{shown if len(shown) <= 60 else shown[:57] + '...'}"), name)
     return value
 
 
@@ -1365,7 +1425,7 @@ def real_number(value: Any, name: str, error: type[Exception] = TypeError) -> fl
         TypeError: (or ``error``) anything else; a string such as ``"0.5"`` is not converted.
     """
     if not is_real(value):
-        raise error(f"{name} must be a real number, got {value!r}")
+        raise parameter_error(error(f"{name} must be a real number, got {value!r}"), name)
     return float(value)
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import pickle
-import re
 import sys
 import traceback
 import warnings
@@ -317,41 +316,73 @@ def _interrupted(command: str) -> int:
     return 130
 
 
-#: a Python name in a message: a bare word with an underscore (not quoted, not part of a path, a field or an option)
-_PYTHON_NAME = re.compile(r"(?<![\w\-'\"`./])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w\-'\"`./=\[])")
-
-
-def _option_text(parser: argparse.ArgumentParser, command: str, text: str) -> str:
-    """An error's text with the Python parameter names in it written as the command's options.
-
-    The checks of the Python API name their parameters (``n_bins must be at most 4096``); reached from the command
-    line the same check must name the option the user typed (``--n-bins must be ...``; found by hostile review:
-    ``evaluate --n-bins``, ``--min-bin-count``, ``--num-classes`` and ``dicom-export --algorithm-name`` named
-    ``n_bins``, ``min_bin_count``, ``num_classes`` and ``algorithm_name``). Only bare words are rewritten, and only
-    those that are the destinations of the command's own options (with an underscore) outside parentheses; a file's
-    field (quoted), a path, a key (``config.n_bins``) or a name in parentheses (a run's recorded settings,
-    ``(sw_batch_size)``) is left as it is.
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser | None:
+    """The (sub-)parser that parsed the options of ``args``' command (``monitor status``'s parser for that command).
 
     Args:
         parser: the ``monai-unc`` parser.
-        command: the parsed command.
+        args: the parsed arguments.
+
+    Returns:
+        The parser of the innermost sub-command the arguments name, or None when ``parser`` has none of them.
+    """
+    found = None
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = next((a.choices.get(getattr(args, a.dest, None)) for a in subs if a.dest != argparse.SUPPRESS), None)
+        if chosen is None:
+            return found
+        found = parser = chosen
+
+
+def _typed_option(action: argparse.Action, argv: Sequence[str]) -> str:
+    """How to name the option of ``action``: the long option string the user typed last, else its longest one.
+
+    An option with two long names is named as typed; ``-l`` as ``--labels`` (``-l folder not found`` would be harder
+    to follow than a message naming ``--labels``).
+    """
+    longs = [o for o in action.option_strings if o.startswith("--")]
+    typed = [o for a in argv for o in longs if a == o or a.startswith(o + "=")]
+    return typed[-1] if typed else max(action.option_strings, key=len)
+
+
+def _option_text(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str], error: BaseException,
+                 text: str) -> str:
+    """An error's text naming the command's option, when the error refuses the value of one of its parameters.
+
+    The checks of the Python API name their parameters (``n_bins must be at most 4096``) and mark the error with that
+    parameter (:func:`monai_unc._utils.parameter_error`); reached from the command line the same check must name the
+    option the user typed (``--n-bins must be ...``; found by hostile review). The option is found through the parser,
+    not in the text: the option of the command whose destination is the error's parameter (:func:`_typed_option`).
+    A message that begins with the parameter (``n_bins must ...``, ``labels folder not found: x``) has that word
+    replaced; any other is prefixed with the option (``--shifts: shift table not found: x``). An error
+    without a parameter, or whose parameter is no option of the command (a field of a file the command read), keeps
+    its text: no word of a message is guessed to be a parameter.
+
+    Args:
+        parser: the ``monai-unc`` parser.
+        args: the parsed arguments.
+        argv: the command line's arguments (to name the option as typed).
+        error: the error caught.
         text: the error's one line.
 
     Returns:
-        The text, its Python names written as options.
+        The text naming the option, or ``text`` itself.
     """
-    sub = next((a.choices.get(command) for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-    if sub is None:
+    parameter = getattr(error, "parameter", None)
+    sub = _command_parser(parser, args)
+    if not isinstance(parameter, str) or not parameter or sub is None:
         return text
-    options = {a.dest: max(a.option_strings, key=len) for a in sub._actions if a.option_strings and "_" in a.dest}
-
-    def option(m: re.Match[str]) -> str:
-        before = text[:m.start()]
-        if before.count("(") > before.count(")"):  # an explanation or a list of recorded fields: "(sw_batch_size)"
-            return m.group(1)
-        return options.get(m.group(1), m.group(1))
-
-    return _PYTHON_NAME.sub(option, text)
+    action = next((a for a in sub._actions if a.option_strings and a.dest == parameter), None)
+    if action is None:
+        return text
+    option = _typed_option(action, argv)
+    if any(text.startswith(o) for o in action.option_strings if o.startswith("--")):
+        return text  # a check that names the option itself (``--uid-root must be ...``)
+    rest = text[len(parameter):]
+    if text.startswith(parameter) and not (rest[:1].isalnum() or rest[:1] in ("_", "-")):
+        return option + rest
+    return f"{option}: {text}"
 
 
 def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[str]) -> int:
@@ -377,14 +408,14 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
     except CohortFailed as e:  # some cases failed: rank 0 said which, the other cases are done
         return e.exit_status
     except _INPUT_ERRORS as e:
-        print(f"monai-unc {args.command}: error: {_option_text(parser, args.command, error_text(e))}",
+        print(f"monai-unc {args.command}: error: {_option_text(parser, args, argv, e, error_text(e))}",
               file=sys.stderr, flush=True)
         return 2
     except TypeError as e:  # a check of ours refusing a value of the wrong type: bad input; any other: a bug
         if not _raised_by_a_check(e):
             raise
         text = str(e).strip()  # names the argument
-        text = _option_text(parser, args.command, text.splitlines()[0]) if text else "TypeError"
+        text = _option_text(parser, args, argv, e, text.splitlines()[0]) if text else "TypeError"
         print(f"monai-unc {args.command}: error: {text}", file=sys.stderr, flush=True)
         return 2
     except RuntimeError as e:  # another rank of a job started without torchrun died: one line, not gloo's traceback

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import check_integer, check_text
+from .._utils import check_integer, check_text, parameter_error
 from ..io import check_entry_kind, read_table
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.casewise import IID_SHIFTS
@@ -228,91 +228,133 @@ class EvaluationConfig:
             if not (value is None and name == "target_risk") and (
                     isinstance(value, (str, bytes, bool, np.bool_))
                     or not isinstance(value, (int, float, np.integer, np.floating))):
-                raise ValueError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+                raise parameter_error(
+                    ValueError(f"{name} must be a number, got {type(value).__name__} {value!r}"),
+                    name)
         if not 0.0 <= self.budget < 1.0:
-            raise ValueError(f"budget must be a referral fraction in [0, 1), got {self.budget}")
+            raise parameter_error(
+                ValueError(f"budget must be a referral fraction in [0, 1), got {self.budget}"),
+                "budget")
         if not 0.0 <= self.failure_dice <= 1.0:
-            raise ValueError(f"failure_dice must be in [0, 1], got {self.failure_dice}")
+            raise parameter_error(
+                ValueError(f"failure_dice must be in [0, 1], got {self.failure_dice}"),
+                "failure_dice")
         for name, minimum in (("n_bins", 1), ("min_bin_count", 0), ("patch_size", 1)):
             check_integer(getattr(self, name), name, minimum)
         if self.n_bins > MAX_BINS:
-            raise ValueError(f"n_bins must be at most {MAX_BINS} (the cases' fine histograms hold 16 * n_bins bins "
-                             f"per class), got {self.n_bins}")
+            raise parameter_error(
+                ValueError(f"n_bins must be at most {MAX_BINS} (the cases' fine histograms hold 16 * n_bins bins "
+                           f"per class), got {self.n_bins}"),
+                "n_bins")
         if not isinstance(self.spatial, (bool, np.bool_)):
-            raise ValueError(f"spatial must be True or False, got {self.spatial!r}")
+            raise parameter_error(ValueError(f"spatial must be True or False, got {self.spatial!r}"), "spatial")
         if self.num_classes is not None:
             check_integer(self.num_classes, "num_classes", 1 if self.regions is not None else 2)
         if self.shifts is not None and not isinstance(self.shifts, Mapping):
-            raise ValueError(f"shifts must be a mapping {{case: shift label}}, got {type(self.shifts).__name__}")
+            raise parameter_error(
+                ValueError(f"shifts must be a mapping {{case: shift label}}, got {type(self.shifts).__name__}"),
+                "shifts")
         self._validate_class_names()
         if self.calibration_cases is not None and (isinstance(self.calibration_cases, (str, bytes))
                                                    or not isinstance(self.calibration_cases, (Sequence, set))):
             # a bare string would be read as one case id per character
-            raise ValueError(f"calibration_cases must be a list of case ids, got {self.calibration_cases!r}")
+            raise parameter_error(
+                ValueError(f"calibration_cases must be a list of case ids, got {self.calibration_cases!r}"),
+                "calibration_cases")
         if self.score is not None and not isinstance(self.score, str):
-            raise ValueError(f"score must be a column name, got {type(self.score).__name__} {self.score!r}")
+            raise parameter_error(
+                ValueError(f"score must be a column name, got {type(self.score).__name__} {self.score!r}"),
+                "score")
         if self.measure is not None:
             self.measure = canonical_measure(self.measure, stacklevel=3)  # "max_softmax" of older versions
         if self.measure is not None and self.measure not in MEASURES:
-            raise ValueError(f"measure must be one of {MEASURES}, got {self.measure!r}")
+            raise parameter_error(ValueError(f"measure must be one of {MEASURES}, got {self.measure!r}"), "measure")
         if self.patch_size < 1:
-            raise ValueError(f"patch_size must be positive, got {self.patch_size}")
+            raise parameter_error(ValueError(f"patch_size must be positive, got {self.patch_size}"), "patch_size")
         if self.n_bins < 1:
-            raise ValueError(f"n_bins must be positive, got {self.n_bins}")
+            raise parameter_error(ValueError(f"n_bins must be positive, got {self.n_bins}"), "n_bins")
         if self.target_risk is not None and not 0.0 < self.target_risk < 1.0:
-            raise ValueError(f"target_risk must be in (0, 1), got {self.target_risk}")
+            raise parameter_error(ValueError(f"target_risk must be in (0, 1), got {self.target_risk}"), "target_risk")
         if not 0.0 < self.delta < 1.0:
-            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+            raise parameter_error(ValueError(f"delta must be in (0, 1), got {self.delta}"), "delta")
         if self.risk not in RISKS:
-            raise ValueError(f"risk must be one of {RISKS}, got {self.risk!r}")
+            raise parameter_error(ValueError(f"risk must be one of {RISKS}, got {self.risk!r}"), "risk")
         if self.risk_method is not None and self.risk_method not in ("sgr", "ltt"):
-            raise ValueError(f"risk_method must be 'sgr' or 'ltt', got {self.risk_method!r}")
+            raise parameter_error(
+                ValueError(f"risk_method must be 'sgr' or 'ltt', got {self.risk_method!r}"),
+                "risk_method")
         if self.risk == "1-dice" and self.risk_method == "sgr":
-            raise ValueError("risk_method='sgr' needs the 0/1 risk (risk='failure'); use 'ltt' for risk='1-dice'")
+            raise parameter_error(
+                ValueError("risk_method='sgr' needs the 0/1 risk (risk='failure'); use 'ltt' for risk='1-dice'"),
+                "risk_method")
         if not isinstance(self.ignore_unclaimed_labels, bool):
-            raise TypeError(f"ignore_unclaimed_labels must be True or False, got {self.ignore_unclaimed_labels!r}")
+            raise parameter_error(
+                TypeError(f"ignore_unclaimed_labels must be True or False, got {self.ignore_unclaimed_labels!r}"),
+                "ignore_unclaimed_labels")
         if self.seg_label_values is not None:
             values = self.seg_label_values
             if (isinstance(values, (str, bytes)) or not values
                     or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
                     or len(set(values)) != len(values)):
-                raise ValueError(f"seg_label_values must be distinct non-negative integers, one per segment, got "
-                                 f"{values!r}")
+                raise parameter_error(
+                    ValueError(f"seg_label_values must be distinct non-negative integers, one per segment, got "
+                               f"{values!r}"),
+                    "seg_label_values")
             self.seg_label_values = [int(v) for v in values]
             if self.regions is None and self.num_classes is not None and max(values) >= self.num_classes:
                 # found by hostile review: a value beyond the classes failed each case with "target holds class 4
                 # but only 4 classes are present", naming neither the option nor the SEG
-                raise ValueError(f"seg_label_values {list(values)} holds label {max(values)}, outside the "
-                                 f"{self.num_classes} classes 0 .. {self.num_classes - 1} of num_classes")
+                raise parameter_error(
+                    ValueError(f"seg_label_values {list(values)} holds label {max(values)}, outside the "
+                               f"{self.num_classes} classes 0 .. {self.num_classes - 1} of num_classes"),
+                    "seg_label_values")
         if not isinstance(self.qu_brats_grid, str):
-            raise TypeError(f"qu_brats_grid must be a string, one of {QU_BRATS_GRIDS}, got "
-                            f"{type(self.qu_brats_grid).__name__} {self.qu_brats_grid!r}")
+            raise parameter_error(
+                TypeError(f"qu_brats_grid must be a string, one of {QU_BRATS_GRIDS}, got "
+                          f"{type(self.qu_brats_grid).__name__} {self.qu_brats_grid!r}"),
+                "qu_brats_grid")
         if self.qu_brats_grid not in QU_BRATS_GRIDS:
-            raise ValueError(f"qu_brats_grid must be one of {QU_BRATS_GRIDS}, got {self.qu_brats_grid!r}")
+            raise parameter_error(
+                ValueError(f"qu_brats_grid must be one of {QU_BRATS_GRIDS}, got {self.qu_brats_grid!r}"),
+                "qu_brats_grid")
         self.qu_brats_grid = str(self.qu_brats_grid)
         if self.qu_brats_grid != "numpy2" and self.regions is None:
-            raise ValueError(f"qu_brats_grid={self.qu_brats_grid!r} applies only with regions: QU-BraTS is computed "
-                             "per region of a region evaluation")
+            raise parameter_error(
+                ValueError(f"qu_brats_grid={self.qu_brats_grid!r} applies only with regions: QU-BraTS is computed "
+                           "per region of a region evaluation"),
+                "qu_brats_grid")
         if self.calibration_cases is not None and not self.calibration_cases:
-            raise ValueError("calibration_cases must name at least one case (or be None for every case)")
+            raise parameter_error(
+                ValueError("calibration_cases must name at least one case (or be None for every case)"),
+                "calibration_cases")
         if self.regions is not None:
             self.regions = {k: list(v) for k, v in parse_regions(self.regions).items()}
             region_suffixes(self.regions)
             if self.class_names is not None:
-                raise ValueError("class_names does not apply with regions: the columns are named after the regions")
+                raise parameter_error(
+                    ValueError("class_names does not apply with regions: the columns are named after the regions"),
+                    "class_names")
             if self.num_classes is not None and self.num_classes != len(self.regions):
-                raise ValueError(f"num_classes ({self.num_classes}) must be the number of regions "
-                                 f"({len(self.regions)}) or None with regions")
+                raise parameter_error(
+                    ValueError(f"num_classes ({self.num_classes}) must be the number of regions "
+                               f"({len(self.regions)}) or None with regions"),
+                    "num_classes")
 
         if self.case_metrics is not None:
             if not isinstance(self.case_metrics, Mapping):
-                raise TypeError("case_metrics must be a mapping {name: function}, got "
-                                f"{type(self.case_metrics).__name__}")
+                raise parameter_error(
+                    TypeError("case_metrics must be a mapping {name: function}, got "
+                              f"{type(self.case_metrics).__name__}"),
+                    "case_metrics")
             for name, fn in self.case_metrics.items():
                 if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                    raise ValueError(f"case_metrics: the name {name!r} must be letters, digits and _ (a column name)")
+                    raise parameter_error(
+                        ValueError(f"case_metrics: the name {name!r} must be letters, digits and _ (a column name)"),
+                        "case_metrics")
                 if not callable(fn):
-                    raise TypeError(f"case_metrics: {name!r} must be a function of a task, got {type(fn).__name__}")
+                    raise parameter_error(
+                        TypeError(f"case_metrics: {name!r} must be a function of a task, got {type(fn).__name__}"),
+                        "case_metrics")
 
         self._validate_products()
 
@@ -322,27 +364,35 @@ class EvaluationConfig:
         if names is None:
             return
         if isinstance(names, (str, bytes)) or not isinstance(names, Sequence) or not names:
-            raise ValueError(f"class_names must be a list of names, one per class, got {names!r}")
+            raise parameter_error(
+                ValueError(f"class_names must be a list of names, one per class, got {names!r}"),
+                "class_names")
         # as a rule file reads them (a tab or 300 characters were evaluated, then the certified rule was refused)
         names = [check_text(str(n), f"class_names[{i}]") for i, n in enumerate(names)]
         if self.num_classes is not None and len(names) != self.num_classes:
-            raise ValueError(f"class_names has {len(names)} names for num_classes={self.num_classes}")
+            raise parameter_error(
+                ValueError(f"class_names has {len(names)} names for num_classes={self.num_classes}"),
+                "class_names")
         slugs = [slug(n) for n in names]
         if len(set(slugs)) != len(slugs):  # one column (dice_<class>, ...) would overwrite another's
-            raise ValueError(f"class_names: the names {names} give the same column names {slugs}")
+            raise parameter_error(
+                ValueError(f"class_names: the names {names} give the same column names {slugs}"),
+                "class_names")
         self.class_names = names
 
     def _validate_products(self) -> None:
         if isinstance(self.products, CohortProduct) or not isinstance(self.products, Sequence):
-            raise TypeError("products must be a sequence of CohortProduct instances, got "
-                            f"{type(self.products).__name__}")
+            raise parameter_error(
+                TypeError("products must be a sequence of CohortProduct instances, got "
+                          f"{type(self.products).__name__}"),
+                "products")
         names = []
         for p in self.products:
             if not isinstance(p, CohortProduct):
-                raise TypeError(f"products: {p!r} is not a CohortProduct instance")
+                raise parameter_error(TypeError(f"products: {p!r} is not a CohortProduct instance"), "products")
             names.append(p.name)
         if len(set(names)) != len(names):
-            raise ValueError(f"products: two products share a name ({names})")
+            raise parameter_error(ValueError(f"products: two products share a name ({names})"), "products")
         self.products = tuple(self.products)
 
     def product_options(self) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from .._utils import (
     load_nifti,
     nifti_version,
     num_threads,
+    parameter_error,
 )
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
 from .files import OUTPUT_MARKERS, check_entry_kind, file_sha256, read_json_or_none
@@ -979,20 +980,25 @@ def match_cases(
     pred_dir = Path(predictions)
     unc_dir = Path(uncertainty) if uncertainty is not None else pred_dir / lay["uncertainty_subdir"]
     seg_ok = Path(labels).resolve() != pred_dir.resolve()  # a prediction folder's .dcm files are no labels
-    label_files = list_files(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS,
-                             what="labels folder")
+    try:
+        label_files = list_files(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS,
+                                 what="labels folder")
+    except OSError as e:  # the folder is missing or a file: the command line names --labels (parameter_error)
+        raise parameter_error(e, "labels") from None
     if not label_files:
         raise CaseError(f"no label volume found in {labels}")
     seg_labels = sorted(c for c, p in label_files.items() if p.name.lower().endswith(".dcm"))
     if seg_labels and images is None:
         raise CaseError(f"the labels in {labels} are DICOM SEG objects (e.g. {label_files[seg_labels[0]].name}): "
                         "give --images, the folder of the cases' DICOM series (a SEG is read on its series' grid)")
-    if not pred_dir.is_dir():
-        check_entry_kind(pred_dir, "predictions folder", folder=True)
-        raise FileNotFoundError(f"predictions folder not found: {pred_dir}")
-    if uncertainty is not None and not unc_dir.is_dir():  # named explicitly: not silently evaluated without maps
-        check_entry_kind(unc_dir, "uncertainty folder", folder=True)
-        raise FileNotFoundError(f"uncertainty folder not found: {unc_dir}")
+    for parameter, folder, given in (("predictions", pred_dir, True),
+                                     ("uncertainty", unc_dir, uncertainty is not None)):
+        if given and not folder.is_dir():  # an uncertainty folder named explicitly: not evaluated without maps
+            try:
+                check_entry_kind(folder, f"{parameter} folder", folder=True)
+            except OSError as e:
+                raise parameter_error(e, parameter) from None
+            raise parameter_error(FileNotFoundError(f"{parameter} folder not found: {folder}"), parameter)
     seg_files = list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS, what="predictions folder")
     if seg_suffix == probs_suffix:
         # nnU-Net: <case>.nii.gz is the segmentation, <case>.npz the probabilities

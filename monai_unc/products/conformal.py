@@ -73,6 +73,16 @@ def parse_specs(specs: Mapping[str, float] | Iterable[str]) -> dict[str, float]:
         >>> parse_specs(["inner:fp=0.05", "outer:fnr=0.1"])
         {'outer': 0.1, 'inner': 0.05}
     """
+    try:
+        return _parse_specs(specs)
+    except ValueError as e:  # the command line names --conformal (its messages begin with "conformal: ")
+        from .._utils import parameter_error  # here: the command line lists the products without importing torch
+
+        raise parameter_error(e, "conformal") from None
+
+
+def _parse_specs(specs: Mapping[str, float] | Iterable[str] | str) -> dict[str, float]:
+    """:func:`parse_specs` without marking its errors."""
     if isinstance(specs, str):
         specs = [specs]
     got: dict[str, float] = {}
@@ -186,33 +196,43 @@ class ConformalMasks(CohortProduct):
     def __init__(self, targets: Mapping[str, float] | Iterable[str], family: str = "threshold",
                  delta: float | None = None, strata: int | None = None,
                  strata_edges: Sequence[float] | None = None, stratify_by: str | None = None) -> None:
+        # here: the command line lists the products without importing torch
+        from .._utils import is_real, parameter_error
+
         self.targets = parse_specs(targets)
         if family not in FAMILIES:
-            raise ValueError(f"conformal_family must be one of {FAMILIES}, got {family!r}")
+            raise parameter_error(ValueError(f"conformal_family must be one of {FAMILIES}, got {family!r}"),
+                                  "conformal_family")
         self.family = str(family)
-        from .._utils import is_real  # here: the command line lists the products without importing torch
-
         # a numpy scalar is a number (found by hostile review: np.float32(0.1) was refused as "must be in (0, 1)")
         if delta is not None and not (is_real(delta) and 0.0 < float(delta) < 1.0):
-            raise ValueError(f"conformal_delta must be a number in (0, 1), got {delta!r}")
+            raise parameter_error(ValueError(f"conformal_delta must be a number in (0, 1), got {delta!r}"),
+                                  "conformal_delta")
         self.delta = None if delta is None else float(delta)
         if strata is None and strata_edges is None and stratify_by is not None:
-            raise ValueError("conformal_stratify_by needs conformal_strata or conformal_strata_edges")
+            raise parameter_error(
+                ValueError("conformal_stratify_by needs conformal_strata or conformal_strata_edges"),
+                "conformal_stratify_by")
         if strata is not None and strata_edges is not None:
             raise ValueError("give conformal_strata (quantile strata) or conformal_strata_edges (fixed edges), "
                              "not both")
         if strata is not None and (isinstance(strata, bool) or not hasattr(strata, "__index__") or int(strata) < 2):
-            raise ValueError(f"conformal_strata must be an integer >= 2 (3: terciles), got {strata!r}")
+            raise parameter_error(
+                ValueError(f"conformal_strata must be an integer >= 2 (3: terciles), got {strata!r}"),
+                "conformal_strata")
         self.strata = None if strata is None else int(strata)
         edges = None
         if strata_edges is not None:
             try:
                 edges = [float(v) for v in strata_edges]
             except (TypeError, ValueError):
-                raise ValueError(f"conformal_strata_edges must be numbers, got {strata_edges!r}") from None
+                raise parameter_error(ValueError(f"conformal_strata_edges must be numbers, got {strata_edges!r}"),
+                                      "conformal_strata_edges") from None
             if not edges or not all(math.isfinite(v) for v in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
-                raise ValueError(f"conformal_strata_edges must be one or more finite, strictly increasing values, "
-                                 f"got {list(strata_edges)!r}")
+                raise parameter_error(
+                    ValueError(f"conformal_strata_edges must be one or more finite, strictly increasing values, "
+                               f"got {list(strata_edges)!r}"),
+                    "conformal_strata_edges")
         self.strata_edges = edges
         self.stratify_by = None if stratify_by is None else str(stratify_by)
 
@@ -264,8 +284,10 @@ class ConformalMasks(CohortProduct):
         if not getattr(args, "conformal", None):
             if args.conformal_strata is not None or args.conformal_strata_edges is not None:
                 raise ValueError("--conformal-strata / --conformal-strata-edges need conformal masks (--conformal)")
-            if args.conformal_stratify_by is not None:
-                raise ValueError("--conformal-stratify-by needs --conformal-strata or --conformal-strata-edges")
+        if args.conformal_stratify_by is not None and args.conformal_strata is None and (
+                args.conformal_strata_edges is None):
+            raise ValueError("--conformal-stratify-by needs --conformal-strata or --conformal-strata-edges")
+        if not getattr(args, "conformal", None):
             return None
         return cls(args.conformal, family=args.conformal_family, delta=args.conformal_delta,
                    strata=args.conformal_strata, strata_edges=_edges(args.conformal_strata_edges),

@@ -143,6 +143,47 @@ def _nonnegative_float(text: str) -> float:
     return v
 
 
+def _path(text: str) -> str:
+    """An argparse type for a file or folder: any path but the empty one.
+
+    Found by hostile testing: ``--output ''`` wrote ``metrics.csv`` / ``triage.csv`` / ``report.html`` into the
+    current directory with exit status 0 (an unset shell variable, ``-o "$OUT"``), and ``--labels ''`` said
+    ``FileNotFoundError: [Errno 2] No such file or directory: ''``.
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got an empty one ('')")
+    return text
+
+
+#: the destinations of the options that name a file or folder (argparse type :func:`_path`), in every command; a
+#: command's own further ones are added by :func:`_command_path_options`. ``--db`` is left as it is: an empty one
+#: falls back to ``$MONAI_UNC_MONITOR_DB``, its default
+_PATH_OPTIONS = frozenset({"input", "output", "labels", "predictions", "uncertainty", "images", "shifts",
+                           "calibration_cases", "evaluation", "bundle", "checkpoint", "settings_from", "trusted_keys",
+                           "rule", "series", "sites", "json", "show", "monitor"})
+
+
+def _command_path_options(command: str) -> frozenset[str]:
+    """The destinations of ``command``'s options that name a file or folder (:data:`_PATH_OPTIONS` and its own)."""
+    if command == "triage":  # the rules of the products' commands run beside the triage (--<command>-rule)
+        return _PATH_OPTIONS | {f"{cls.command}_rule".replace("-", "_") for cls in command_products()}
+    if command == "dicom-export":  # the output folder of a product's command (--<command>) and --triage
+        return _PATH_OPTIONS | {"triage"} | {str(cls.command).replace("-", "_") for cls in command_products()}
+    if command == "record":  # monitor record TRIAGE
+        return _PATH_OPTIONS | {"triage"}
+    return _PATH_OPTIONS
+
+
+def _type_paths(parser: argparse.ArgumentParser, command: str) -> None:
+    """Give the path options of ``parser`` (and of its sub-commands) the type :func:`_path`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                _type_paths(child, name)
+        elif action.dest in _command_path_options(command) and action.type is None and action.nargs != 0:
+            action.type = _path
+
+
 _fraction = _in_unit_interval(True, False)  # [0, 1): referral budgets, overlaps
 _unit = _in_unit_interval(True, True)  # [0, 1]: Dice thresholds
 _open_unit = _in_unit_interval(False, False)  # (0, 1): target risk, delta
@@ -630,3 +671,5 @@ def add_command_parsers(sub: Any) -> None:
     for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_product_commands,
                 _add_dicom_export, _add_monitor, _add_keys):
         add(sub)
+    for command, parser in sub.choices.items():
+        _type_paths(parser, command)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._utils import PROB_TOL
+from .._utils import PROB_TOL, parameter_error, refusing
 from ..evaluation.config import STATE_DIR
 from ..evaluation.resume import CASES_DIR, file_signature
 from ..io import (
@@ -680,6 +680,7 @@ def _check_not_being_written(*folders: str | os.PathLike | None) -> None:
             check_not_being_written(folder, then=", then export")
 
 
+
 def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, output: str | os.PathLike, *,
                  layout: str = "monai-unc", measures: Sequence[str] | None = None, probabilities: bool = True,
                  segments: str | os.PathLike | None = None, uid_root: str | None = None,
@@ -740,23 +741,27 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         FileNotFoundError: a missing folder.
     """
     pred, src = Path(predictions), Path(series)
-    check_uid_root(uid_root)
-    new_study(study_uid)  # checks the mode before any work
+    # each refusal names its parameter, which the command line writes as the option (monai_unc._utils.parameter_error)
+    with refusing("uid_root"):
+        check_uid_root(uid_root)
+    with refusing("study_uid"):
+        new_study(study_uid)  # checks the mode before any work
     if algorithm_name is not None:
-        check_text(algorithm_name, "algorithm_name", 64)
+        with refusing("algorithm_name"):
+            check_text(algorithm_name, "algorithm_name", 64)
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
-    if not pred.is_dir():  # found by hostile testing: a missing one was reported as "labels folder not found"
-        check_entry_kind(pred, "predictions folder", folder=True)
-        raise FileNotFoundError(f"predictions folder not found: {pred}")
-    if not src.is_dir():
-        check_entry_kind(src, "series folder", folder=True)
-        raise FileNotFoundError(f"series folder not found: {src}")
+        raise parameter_error(ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}"), "layout")
+    for parameter, folder in (("predictions", pred), ("series", src)):
+        if not folder.is_dir():  # found by hostile testing: a missing one was reported as "labels folder not found"
+            with refusing(parameter):
+                check_entry_kind(folder, f"{parameter} folder", folder=True)
+                raise FileNotFoundError(f"{parameter} folder not found: {folder}")
     if inside_predictions and Path(output).resolve().parent != pred.resolve():
         raise ValueError(f"output {output} must be a sub-folder of the predictions {pred}")
     tables = _product_tables(product_outputs)
-    out = check_output_folder(output, None if inside_predictions else pred, src, evaluation, triage,
-                              *(folder for folder, _, _ in tables.values()))
+    with refusing("output"):
+        out = check_output_folder(output, None if inside_predictions else pred, src, evaluation, triage,
+                                  *(folder for folder, _, _ in tables.values()))
     rows, decisions = _table_rows(evaluation, "metrics.csv", "evaluate"), _triage_entries(triage)
     extra = {title: _table_rows(folder, table, command) for command, (folder, table, title) in tables.items()}
     seg_suffix = LAYOUTS[layout]["seg_suffix"]

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .._lazy import lazy_attributes
+from .._utils import refusing
 from ..evaluation import EvaluationConfig, read_shifts
 from ..evaluation.triage import RULE_FILE
 from ..io import (
@@ -454,13 +455,16 @@ def prepare_evaluate(
     shifts_file = None if shifts is None or isinstance(shifts, Mapping) else shifts
     cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
     check_reference_folder(labels, predictions)  # every prediction scored against itself: refused first
-    out = check_output_folder(output, labels, predictions, uncertainty, images)
+    with refusing("output"):  # the command line names the option (monai_unc._utils.parameter_error)
+        out = check_output_folder(output, labels, predictions, uncertainty, images)
     files = (shifts_file, cases_file, _regions_file(regions))
     for name in _EVALUATE_FILES:  # hard links too
         check_output_file(out / name, *files, what="output")
     check_inputs_not_written(out, EVALUATE_WRITES, *files, labels, predictions, uncertainty, images, what="--output")
+    with refusing("shifts"):
+        shift_table = read_shifts(shifts_file) if shifts_file is not None else None
     config = EvaluationConfig(
-        shifts=read_shifts(shifts_file) if shifts_file is not None else (None if shifts is None else dict(shifts)),
+        shifts=shift_table if shifts_file is not None else (None if shifts is None else dict(shifts)),
         calibration_cases=read_case_list(cases_file) if cases_file is not None else (
             None if calibration_cases is None else [str(c) for c in calibration_cases]),
         regions=read_region_spec(regions), **options,

@@ -4,8 +4,6 @@ parameter (found by hostile review: ``evaluate --n-bins 10**12`` said ``n_bins m
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from monai_unc import cli
@@ -43,13 +41,3 @@ def test_dicom_export_names_the_option(cohort, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "error: --algorithm-name must be 1 to 64 characters" in err[0], err
 
-
-def test_only_the_commands_own_option_names_are_rewritten():
-    parser, _ = cli.build_parser()
-    text = ("n_bins must be at most 4096 (16 * n_bins); field 'n_bins' of summary.json, config.n_bins, my_file_name, "
-            "--n-bins, min_bin_count")
-    assert cli._option_text(parser, "evaluate", text) == (
-        "--n-bins must be at most 4096 (16 * n_bins); field 'n_bins' of summary.json, config.n_bins, my_file_name, "
-        "--n-bins, --min-bin-count")
-    assert cli._option_text(parser, "no-such-command", text) == text
-    assert isinstance(parser, argparse.ArgumentParser)
