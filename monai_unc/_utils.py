@@ -812,7 +812,6 @@ def parameter_error(error: _E, name: str) -> _E:
     return error
 
 
-
 @contextlib.contextmanager
 def refusing(name: str) -> Iterator[None]:
     """Mark a ``ValueError``, ``TypeError`` or ``OSError`` raised inside as refusing the parameter ``name``.
@@ -836,6 +835,7 @@ def refusing(name: str) -> Iterator[None]:
         yield
     except (ValueError, TypeError, OSError) as e:
         raise parameter_error(e, name) from None
+
 
 def check_bool(value: Any, name: str) -> bool:
     """``value`` as a ``bool`` if it is one (Python or numpy); ``TypeError`` naming ``name`` otherwise (``"yes"``,

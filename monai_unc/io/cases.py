@@ -64,6 +64,7 @@ from .._utils import (
     nifti_version,
     num_threads,
     parameter_error,
+    refusing,
 )
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
 from .files import OUTPUT_MARKERS, check_entry_kind, file_sha256, read_json_or_none
@@ -994,11 +995,9 @@ def match_cases(
     for parameter, folder, given in (("predictions", pred_dir, True),
                                      ("uncertainty", unc_dir, uncertainty is not None)):
         if given and not folder.is_dir():  # an uncertainty folder named explicitly: not evaluated without maps
-            try:
+            with refusing(parameter):
                 check_entry_kind(folder, f"{parameter} folder", folder=True)
-            except OSError as e:
-                raise parameter_error(e, parameter) from None
-            raise parameter_error(FileNotFoundError(f"{parameter} folder not found: {folder}"), parameter)
+                raise FileNotFoundError(f"{parameter} folder not found: {folder}")
     seg_files = list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS, what="predictions folder")
     if seg_suffix == probs_suffix:
         # nnU-Net: <case>.nii.gz is the segmentation, <case>.npz the probabilities

@@ -1309,6 +1309,7 @@ class MonitorStore:
                     ambiguous.append(f"{cid!r} ({', '.join(sorted({str(r[1]) for r in records})[:5])})")
                     continue
                 expected = lab.get("case_row")
+                named = cid if site is None else f"{cid} at {site}"
                 if run is None and expected is None and len(records) > 1:  # a reused id: which scan, nothing says
                     runs = sorted(int(r[2]) for r in records)
                     several_runs.append(f"{cid!r}{'' if site is None else f' at {site}'} (runs "
@@ -1316,13 +1317,11 @@ class MonitorStore:
                     continue
                 found = records[:1]
                 if not found:
-                    missing.append((cid if site is None else f"{cid} at {site}")
-                                   + ("" if run is None else f" in run {run}"))
+                    missing.append(named + ("" if run is None else f" in run {run}"))
                     continue
                 if expected is not None and int(found[0][0]) != int(expected):
-                    (appeared if int(expected) == 0 else moved).append(cid if site is None else f"{cid} at {site}")
+                    (appeared if int(expected) == 0 else moved).append(named)
                     continue
-                named = cid if site is None else f"{cid} at {site}"
                 if int(found[0][0]) in given:  # found by hostile review: 'a,,1' and 'a,X,0' of a labels table with a
                     # site column are both case a at X; the later row silently replaced the earlier one
                     twice.append(f"{named!r} (also as {given[int(found[0][0])]!r})")

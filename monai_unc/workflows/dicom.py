@@ -680,7 +680,6 @@ def _check_not_being_written(*folders: str | os.PathLike | None) -> None:
             check_not_being_written(folder, then=", then export")
 
 
-
 def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, output: str | os.PathLike, *,
                  layout: str = "monai-unc", measures: Sequence[str] | None = None, probabilities: bool = True,
                  segments: str | os.PathLike | None = None, uid_root: str | None = None,

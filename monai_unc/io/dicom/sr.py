@@ -200,19 +200,14 @@ def _number(value: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _csv_reads(text: str) -> bool:
-    """Whether ``text`` is a number (or nan / inf) in the syntax :func:`~monai_unc.io.parse_float` reads."""
-    try:
-        parse_float(text)
-    except ValueError:
-        return False
-    return True
+def _reads(parse: Any, text: str) -> bool:
+    """Whether ``parse`` reads ``text`` as a number (or nan / inf).
 
-
-def _float_reads(text: str) -> bool:
-    """Whether Python's ``float`` reads ``text`` as a number (``1_000``, ``١٢``: numbers CSV does not write)."""
+    ``parse`` is :func:`~monai_unc.io.parse_float` (the number syntax of CSV) or Python's ``float``, which also reads
+    ``1_000`` and ``١٢``: numbers CSV does not write.
+    """
     try:
-        float(text)
+        parse(text)
     except ValueError:
         return False
     return True
@@ -243,7 +238,7 @@ def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> d
         if key in skip or not isinstance(key, str) or not key.strip():
             continue
         v = _number(cell)
-        if v is None and isinstance(cell, str) and _float_reads(cell) and not _csv_reads(cell):
+        if v is None and isinstance(cell, str) and _reads(float, cell) and not _reads(parse_float, cell):
             raise ValueError(f"column {key.strip()!r}: the cell {cell[:80]!r} is not a number as CSV writes it (ASCII "
                              "digits, a sign, '.', an exponent; no '_' or digit grouping): write the number plainly")
         if v is not None:
