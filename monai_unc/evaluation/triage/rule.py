@@ -17,7 +17,7 @@ import numpy as np
 
 from ... import __version__
 from ..._utils import check_text
-from ...io import json_safe, parse_float, provenance
+from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
@@ -1216,20 +1216,22 @@ class ReferralRule:
 def as_float(v: Any) -> float:
     """A score cell as a float: None and ``""`` (an undefined score) are NaN.
 
+    The cell is read by :func:`~monai_unc.io.cell_float` with its defaults (the one reader of numbers in tables).
+
     Args:
         v: a cell of ``metrics.csv`` / ``triage.csv`` (a number, a numeric string, ``""`` or None).
 
     Returns:
-        The value as a float.
+        The value as a float (``nan`` / ``inf`` cells as NaN and infinity).
 
     Raises:
         ValueError: a string that is not a number in the syntax of CSV (:func:`~monai_unc.io.parse_float`: ``1_000``
             is refused, which ``float`` read as 1000).
+        TypeError: a bool (``True`` is no score of 1.0) or another value that is no number, text or None.
 
     Example:
         >>> as_float(""), as_float("0.25"), as_float(None)
         (nan, 0.25, nan)
     """
-    if v is None or v == "":
-        return math.nan
-    return parse_float(v) if isinstance(v, str) else float(v)
+    return cell_float(v)
+
