@@ -454,7 +454,7 @@ def cell_float(value: Any, name: str | None = None, *, missing: str = "nan", non
     ``nan``, ``inf``, NaN     NaN, +-inf as given                              ``non_finite="refuse"``
     ========================  ===============================================  ================================
 
-    The rows of ``metrics.csv`` / ``triage.csv`` (:func:`monai_unc.evaluation.column_values`, ``as_float`` of the
+    The rows of ``metrics.csv`` / ``triage.csv`` (:func:`monai_unc.evaluation.cohort.column_values`, ``as_float`` of the
     triage rule) take the defaults; the numbers of a DICOM SR refuse both (a cell refused there is no number of the
     SR).
 
