@@ -116,3 +116,67 @@ def test_a_review_for_the_image_check_passes_and_its_z_score_must_exceed_z_max(t
     assert ("triage", "Triage decision", "review") in items
     err = _refused(tmp_path / "b", capsys, [{**cases[0], "image_z_max": 2.0}, cases[1]], rule=rule_json)
     assert "case 'c0' is 'image_statistics' but its field 'image_z_max' 2.0 is within the rule's z_max 5" in err, err
+
+
+def test_a_triage_folder_as_triage_writes_it_is_exported_and_an_edit_of_it_refused(tmp_path, capsys):
+    """End to end: ``triage`` of new cases (with the image check) and ``dicom-export --triage`` of its folder: every
+    decision passes and reaches the SR; the same folder with one decision edited in both files is refused."""
+    import json
+    import shutil
+    import warnings
+
+    import nibabel as nib
+    import numpy as np
+
+    from monai_unc.data.cohorts import write_toy_cohort
+    from monai_unc.io import read_csv, write_csv
+    from monai_unc.io.dicom import write_series
+    from tests.evaluation.test_triage import _stamp_infer_records
+
+    a = write_toy_cohort(tmp_path / "A", n_cases=8, shape=(16, 16, 16), seed=1)
+    b = write_toy_cohort(tmp_path / "B", n_cases=3, shape=(16, 16, 16), seed=2)
+    for d in (a, b):
+        _stamp_infer_records(d["predictions"])
+    series = tmp_path / "series"
+    for path in sorted(b["images"].glob("*.nii.gz")):  # the images as CT series on the predictions' grid
+        img = nib.load(path)
+        write_series(np.round(np.asarray(img.dataobj, dtype=np.float64) * 100), img.affine,
+                     series / path.name[: -len(".nii.gz")], modality="CT")
+    triage = tmp_path / "triage"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["evaluate", "-l", str(a["labels"]), "-p", str(a["predictions"]), "-o", str(tmp_path / "ev"),
+                     "--images", str(a["images"]), "--no-spatial", "--target-risk", "0.4", "--delta", "0.2",
+                     "-q"]) == 0
+        assert main(["triage", "-p", str(b["predictions"]), "--rule", str(tmp_path / "ev" / "referral_rule.json"),
+                     "--images", str(series), "-o", str(triage), "-q"]) == 0
+    doc = json.loads((triage / "triage.json").read_text())
+    export = ["dicom-export", "-p", str(b["predictions"]), "-s", str(series), "--triage", str(triage), "-q"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        rc = main([*export, "-o", str(tmp_path / "out")])
+    assert rc == 0, capsys.readouterr().err
+    for c in doc["cases"]:
+        items = _sr_items(pydicom.dcmread(tmp_path / "out" / c["case"] / "sr.dcm"))
+        assert ("triage", "Triage decision", c["decision"]) in items
+    # one decision flipped in both files (its code and the counts too): not a decision of the rule
+    edited = tmp_path / "edited"
+    shutil.copytree(triage, edited)
+    c = doc["cases"][0]
+    flip = {"decision": "review", "code": "above_threshold"} if c["decision"] == "accept" else \
+        {"decision": "accept", "code": "accepted"}
+    c.update(flip)
+    (edited / "triage.json").write_text(json.dumps(doc))
+    rows = read_csv(edited / "triage.csv")
+    for r in rows:
+        if r["case"] == c["case"]:
+            r.update(flip)
+    write_csv(edited / "triage.csv", rows)
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        rc = main(["dicom-export", "-p", str(b["predictions"]), "-s", str(series), "--triage", str(edited), "-q",
+                   "-o", str(tmp_path / "out2")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert f"field 'cases[0].decision' of case {c['case']!r} must be the rule's decision" in err[0], err
