@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._utils import is_count, is_finite_real, is_text_list, share_count, unique_json_keys
-from ..io import CaseFiles, atomic_write_text, json_safe, parse_float, save_state, write_csv
+from ..io import CaseFiles, atomic_write_text, cell_float, json_safe, save_state, write_csv
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
@@ -444,6 +444,9 @@ def _load_region_histograms(path: Path) -> dict[str, ConfidenceHistogram]:
 def column_values(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
     """One column of the rows as float64, NaN where a row has no value (missing, None or empty).
 
+    Each cell is read by :func:`monai_unc.io.cell_float` with its defaults: text in the number syntax of CSV (``nan``
+    and ``inf`` as NaN and infinity, ``1_000`` refused), a number as it is, a bool refused.
+
     Args:
         rows: ``metrics.csv`` rows.
         key: the column.
@@ -455,18 +458,7 @@ def column_values(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
         >>> column_values([{"dice": 0.5}, {"dice": None}, {}], "dice")
         array([0.5, nan, nan])
     """
-    return np.array([_cell_float(r.get(key)) for r in rows], dtype=np.float64)
-
-
-def _cell_float(v: Any) -> float:
-    """A cell as a float: a number, or the text of a CSV cell in its number syntax (:func:`~monai_unc.io.parse_float`).
-
-    None and blank text are NaN.
-    """
-    if v is None:
-        return math.nan
-    return parse_float(v) if isinstance(v, str) else float(v)
-
+    return np.array([cell_float(r.get(key)) for r in rows], dtype=np.float64)
 
 
 def _region_suffixes(row: Mapping[str, Any]) -> list[str] | None:
@@ -652,7 +644,7 @@ def calibration_risks(dice: Any, cases: Sequence[str], risk: str, failure_dice: 
         ...     print(str(e).split(";")[0])
         the rows' field 'dice' is undefined (null or NaN) for 1 case(s): 'b'
     """
-    d = np.array([_cell_float(v) for v in np.asarray(dice, dtype=object).reshape(-1)], dtype=np.float64)
+    d = np.array([cell_float(v) for v in np.asarray(dice, dtype=object).reshape(-1)], dtype=np.float64)
     ids = [str(c) for c in cases]
     if len(ids) != d.size:
         raise ValueError(f"dice and cases must have one entry per case, got {d.size} and {len(ids)}")

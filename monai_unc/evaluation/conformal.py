@@ -56,6 +56,7 @@ from ..io import (
     CaseFiles,
     atomic_write_json,
     case_files_digest,
+    cell_float,
     check_inputs_not_written,
     check_output_folder,
     check_output_kind,
@@ -404,10 +405,8 @@ class ConformalStrata:
 
 
 def _as_score(v: Any) -> float:
-    try:
-        return float("nan") if v is None or v == "" else float(v)
-    except (TypeError, ValueError):
-        return float("nan")
+    """A row's score as a float by :func:`~monai_unc.io.cell_float` (None and empty: NaN; no number: refused)."""
+    return cell_float(v)
 
 
 def conformal_strata(rows: Mapping[str, Mapping[str, Any]], file_maps: Mapping[str, Sequence[str]],

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from .case import CaseResult
 from .config import EvaluationConfig
 
 __all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "case_config_fingerprint", "case_cache",
-           "save_case_state", "load_case_state", "input_signatures", "check_inputs_unchanged"]
+           "save_case_state", "load_case_state", "input_signatures", "check_inputs_unchanged", "map_digest_hooks"]
 
 #: fields of :class:`EvaluationConfig` that :func:`evaluate_case` reads (the per-case resume state is reused only
 #: while they, the case's shift label and its input files are unchanged); keep in sync with evaluate_case
@@ -301,31 +301,91 @@ def _attach_files(result: CaseResult, files: CaseFiles | None) -> CaseResult:
     return result
 
 
-def _map_digest_hooks(dump: Any, restore: Any) -> tuple[Any, Any]:
-    """``dump`` / ``restore`` that also record, and check, the sha256 of each derived map of the result.
+def map_digest_hooks(dump: Callable[[Path, str, Any], dict[str, Any]],
+                     restore: Callable[[Path, dict[str, Any], Any], Any],
+                     derived_of: Callable[[dict[str, Any]], Mapping[str, Any]],
+                     folder: str | os.PathLike | None = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``dump`` / ``restore`` hooks of a case cache that also record, and check, the sha256 of each derived map.
 
-    The maps evaluate derived from the probabilities (``result.derived``, files in ``<output>/maps``) are drawn by the
-    report beside the case's row: found by review, a map edited by hand or replaced by another case's was kept on a
-    resume, as only the state's JSON was digested. ``maps_sha256`` names the digest of each map written with the row;
-    a map that differs (``FileNotFoundError``) or a state without the digests (``KeyError``) is computed again.
+    The one check of ``evaluate``'s and ``triage``'s resume state (:class:`~monai_unc.engine.CaseCache`).
+
+    Both commands write the maps they derive from the probabilities of a case without map files to ``<output>/maps``
+    and name them in the saved state (``derived``: ``{measure: file}``); the report and the triage page draw them
+    beside the case's row. Found by review: a map edited by hand or replaced by another case's was kept on a resume,
+    as only the state's JSON was digested. ``dump`` adds ``maps_sha256`` (``{file as named: sha256 hex}``) to the
+    fields of the wrapped ``dump``; ``restore`` raises, so that the cache computes the case again:
+
+    - ``KeyError``: the state records no ``maps_sha256`` (written by an earlier version), or its files differ from
+      those ``derived_of`` names (``derived_of`` may raise ``KeyError`` / ``TypeError`` itself for a state that names
+      no maps);
+    - ``FileNotFoundError``: a named map is gone, or its sha256 differs (edited or replaced).
+
+    The format on disk is that both commands wrote before (no resume version changes): the keys of ``maps_sha256``
+    are the names as recorded (``evaluate``: the map's path; ``triage``: its file name in ``folder``).
+
+    Args:
+        dump: ``dump(folder, case_id, result) -> dict`` of the result's JSON fields (e.g.
+            :func:`~monai_unc.engine.records.record_cache_hooks`).
+        restore: ``restore(folder, doc, item) -> result``, called once the maps are checked.
+        derived_of: ``derived_of(doc) -> {measure: file}``: the derived maps a state's JSON fields name (the fields
+            ``dump`` returned, or those read back); ``{}`` for a case that has map files of its own.
+        folder: the folder the names are relative to (``triage``: ``<output>/maps``), or None: the names are paths.
+
+    Returns:
+        ``(dump, restore)``.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.engine import CaseCache
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "a_map.nii.gz").write_bytes(b"map")
+        >>> hooks = map_digest_hooks(lambda f, c, r: {"row": r}, lambda f, doc, item: doc["row"],
+        ...                          lambda doc: doc["row"]["derived"], folder=d)
+        >>> cache = CaseCache(d / "state", dump=hooks[0], restore=hooks[1])
+        >>> _ = cache.save("a", {"derived": {"pe": "a_map.nii.gz"}})
+        >>> cache.load("a")
+        {'derived': {'pe': 'a_map.nii.gz'}}
+        >>> _ = (d / "a_map.nii.gz").write_bytes(b"edited")
+        >>> cache.load("a") is None  # computed again
+        True
     """
+    base = None if folder is None else Path(folder)
 
-    def dump_with_maps(folder: Path, case_id: str, result: CaseResult) -> dict[str, Any]:
-        doc = dump(folder, case_id, result)
-        doc["maps_sha256"] = {str(p): file_sha256(p) for p in result.derived.values()}
+    def files(doc: dict[str, Any]) -> dict[str, Path]:
+        named = derived_of(doc)
+        if not isinstance(named, Mapping):
+            raise TypeError(f"the saved state of case {doc.get('case')!r} names its derived maps as "
+                            f"{type(named).__name__}, not an object")
+        return {str(v): Path(str(v)) if base is None else base / str(v) for v in named.values()}
+
+    def dump_with_maps(state_folder: Path, case_id: str, result: Any) -> dict[str, Any]:
+        doc = dump(state_folder, case_id, result)
+        doc["maps_sha256"] = {name: file_sha256(p) for name, p in files(doc).items()}
         return doc
 
-    def restore_checking_maps(folder: Path, doc: dict[str, Any], item: Any) -> Any:
-        digests = doc["maps_sha256"]
-        derived = (doc["record"].get("derived") or {}) if isinstance(doc.get("record"), dict) else {}
-        if not isinstance(digests, dict) or set(digests) != {str(p) for p in derived.values()}:
-            raise KeyError(f"the saved state of case {doc.get('case')!r} does not record its derived maps")
-        changed = [p for p, sha in digests.items() if not Path(p).is_file() or file_sha256(p) != sha]
+    def restore_checking_maps(state_folder: Path, doc: dict[str, Any], item: Any) -> Any:
+        digests = doc["maps_sha256"]  # KeyError for a state without them: computed again
+        named = files(doc)
+        if not isinstance(digests, dict) or set(digests) != set(named):
+            raise KeyError(f"the saved state of case {doc.get('case')!r} does not record the digests of its derived "
+                           "maps")
+        gone = [n for n, p in named.items() if not p.is_file()]
+        if gone:
+            raise FileNotFoundError(f"derived maps are gone: {gone[:2]}")
+        changed = [n for n, p in named.items() if file_sha256(p) != digests[n]]
         if changed:
-            raise FileNotFoundError(f"derived maps are gone or changed since they were written: {changed[:2]}")
-        return restore(folder, doc, item)
+            raise FileNotFoundError(f"derived maps changed since they were written: {changed[:2]}")
+        return restore(state_folder, doc, item)
 
     return dump_with_maps, restore_checking_maps
+
+
+def _record_derived(doc: dict[str, Any]) -> Mapping[str, Any]:
+    """The derived maps an evaluation state names: its record's ``derived`` (``{}``: the case has map files)."""
+    record = doc["record"]
+    if not isinstance(record, dict):
+        raise TypeError(f"the saved record of case {doc.get('case')!r} is not an object")
+    return record.get("derived") or {}
 
 
 def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache:
@@ -343,13 +403,13 @@ def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache
     Returns:
         The :class:`~monai_unc.engine.CaseCache`.
     """
-    dump, restore = _map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files))
+    dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived)
     return CaseCache(folder, lambda files: case_fingerprint(files, config), dump=dump, restore=restore)
 
 
 def _fixed(folder: str | os.PathLike, fingerprint: Mapping[str, Any]) -> CaseCache:
     """A cache whose every case has the given fingerprint (for :func:`save_case_state`, :func:`load_case_state`)."""
-    dump, restore = _map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files))
+    dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived)
     return CaseCache(folder, lambda _: fingerprint, dump=dump, restore=restore)
 
 

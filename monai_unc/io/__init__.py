@@ -106,6 +106,7 @@ from .files import (
 from .tables import (
     CSV_NAN,
     FORMULA_PREFIXES,
+    cell_float,
     csv_text,
     format_cell,
     parse_float,
@@ -222,4 +223,5 @@ __all__ = [
     "read_table",
     "read_csv",
     "parse_float",
+    "cell_float",
 ]

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+import numbers
 import os
 import re
 import sys
@@ -45,7 +47,7 @@ import numpy as np
 from .files import atomic_path
 
 __all__ = ["CSV_NAN", "FORMULA_PREFIXES", "unescape_cell", "format_cell", "table_columns", "csv_text", "write_csv",
-           "read_table", "read_csv", "parse_float"]
+           "read_table", "read_csv", "parse_float", "cell_float"]
 
 #: a number as JSON writes it, with the spellings of other CSV writers (a leading ``+``, ``.5``, ``5.``, leading
 #: zeros): ASCII digits only, no ``_`` (:func:`parse_float`)
@@ -430,3 +432,85 @@ def parse_float(cell: str | None) -> float:
         raise ValueError(f"cell must be a number (ASCII digits, a sign, '.', an exponent; no '_' or grouping), nan, "
                          f"inf or empty, got {cell[:80]!r}")
     return float(text)
+
+
+#: what :func:`cell_float` does with an empty cell and with NaN / infinity (its parameters ``missing``, ``non_finite``)
+_CELL_CHOICES = {"missing": ("nan", "refuse"), "non_finite": ("keep", "refuse")}
+
+
+def cell_float(value: Any, name: str | None = None, *, missing: str = "nan", non_finite: str = "keep") -> float:
+    """A number of a table cell, or the same field read from JSON, as a float: the one strict reader of such numbers.
+
+    Text is read by :func:`parse_float` (the number syntax of JSON and CSV writers: ``1_000``, ``0.9_5`` and digits
+    of other scripts are refused; ``nan`` / ``inf`` / ``-inf`` are NaN and infinities). A number (``int``,
+    ``float``, a NumPy integer or floating scalar) is taken as it is. ``None`` (a missing column, JSON's ``null``)
+    and blank text are an empty cell. A bool (``True`` would read as 1.0), bytes, a container or any other object is
+    refused. The callers' rules that differ are the two keyword arguments:
+
+    ========================  ===============================================  ================================
+    cell                      default                                          refused with
+    ========================  ===============================================  ================================
+    ``None``, ``""``, blank   NaN (an undefined value, e.g. no score)          ``missing="refuse"``
+    ``nan``, ``inf``, NaN     NaN, +-inf as given                              ``non_finite="refuse"``
+    ========================  ===============================================  ================================
+
+    The rows of ``metrics.csv`` / ``triage.csv`` (:func:`monai_unc.evaluation.cohort.column_values`, ``as_float`` of the
+    triage rule) take the defaults; the numbers of a DICOM SR refuse both (a cell refused there is no number of the
+    SR).
+
+    Args:
+        value: the cell (text, a number or None).
+        name: how an error names the cell (e.g. ``"triage.csv: line 3: field 'score'"``), or None: ``cell``.
+        missing: ``"nan"`` or ``"refuse"``: what an empty cell gives.
+        non_finite: ``"keep"`` or ``"refuse"``: what NaN and infinities give.
+
+    Returns:
+        The float.
+
+    Raises:
+        ValueError: text that is not a number in that syntax, or a cell the arguments refuse; the message names
+            ``name``. Also ``missing`` or ``non_finite`` not one of its values.
+        TypeError: a value that is neither text, a real number nor None (a bool included).
+
+    Example:
+        >>> [cell_float(v) for v in ("0.25", "", None, "nan", 3, " -inf ")]
+        [0.25, nan, nan, nan, 3.0, -inf]
+        >>> try:
+        ...     cell_float("1_000", "metrics.csv: 'dice'")
+        ... except ValueError as e:
+        ...     print(str(e)[:50])
+        metrics.csv: 'dice': cell must be a number (ASCII
+        >>> try:
+        ...     cell_float(None, "field 'score'", missing="refuse")
+        ... except ValueError as e:
+        ...     print(e)
+        field 'score' must be a number, got an empty cell
+        >>> try:
+        ...     cell_float(True)
+        ... except TypeError as e:
+        ...     print(e)
+        cell must be a number, text or None, got bool True
+    """
+    for arg, choice in (("missing", missing), ("non_finite", non_finite)):
+        if choice not in _CELL_CHOICES[arg]:
+            raise ValueError(f"{arg} must be one of {_CELL_CHOICES[arg]}, got {choice!r}")
+    where = "cell" if name is None else name
+    if isinstance(value, str):
+        try:
+            v = parse_float(value)
+        except ValueError as e:
+            raise ValueError(str(e) if name is None else f"{name}: {e}") from None
+        empty = not value.strip(_CELL_SPACE)
+    elif value is None:
+        v, empty = math.nan, True
+    elif isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where} must be a number, text or None, got {type(value).__name__} {str(value)[:80]}")
+    else:
+        v, empty = float(value), False
+    if empty:
+        if missing == "refuse":
+            raise ValueError(f"{where} must be a number, got an empty cell")
+        return v
+    if non_finite == "refuse" and not math.isfinite(v):
+        raise ValueError(f"{where} must be a finite number, got {v}")
+    return v

@@ -46,6 +46,7 @@ from ..evaluation import triage_order
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import Decision, ReferralRule, mismatch_fields
+from ..evaluation.triage.rule import check_recorded_decisions
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
 from ..product import (
@@ -411,65 +412,13 @@ _CASE_NUMBERS = ("score", "expected_dice", "expected_dice_low", "expected_dice_h
 _CODES = Decision.CODES
 
 
-def _check_decisions(summary: Mapping[str, Any], rule: ReferralRule, source: str) -> None:
-    """Check each case's decision of a ``triage.json`` against the rule for its score (an edited score or decision).
-
-    The rule's checks on the score (certified, defined, inside the calibration range, at most the threshold) give the
-    case's code, unless its image statistics referred it first (``image_statistics``, which needs an image reference
-    and a score the other checks do not refer before it). A case whose ``image_z_max`` is recorded (the image check
-    applied) must be referred for its image statistics when it exceeds the rule's ``z_max``, and not otherwise.
-
-    Args:
-        summary: the parsed ``triage.json`` (:func:`_check_summary` first).
-        rule: its rule.
-        source: how the message names the file.
-
-    Raises:
-        ValueError: one line naming ``source`` and the case's field.
-    """
-    rng = rule.score_range
-    for i, c in enumerate(summary["cases"]):
-        v = math.nan if c.get("score") is None else float(c["score"])
-        if not rule.feasible:
-            want = "not_certified"
-        elif not math.isfinite(v):
-            want = "undefined_score"
-        elif rng is None or not rng[0] <= v <= rng[1]:
-            want = "outside_range"
-        else:
-            want = "above_threshold" if v > rule.threshold else "accepted"
-        z, ref = c.get("image_z_max"), rule.image_reference
-        if want in ("accepted", "above_threshold") and ref is not None and z is not None:
-            # the image check applied (its largest z-score recorded) decides before the threshold (ReferralRule.apply)
-            if z > ref.z_max:
-                want = "image_statistics"
-            elif c.get("code") == "image_statistics":
-                raise ValueError(f"{source}: field 'cases[{i}].code' of case {c['case']!r} is 'image_statistics' but "
-                                 f"its field 'image_z_max' {ref.z_text(z)} is within the rule's z_max "
-                                 f"{ref.z_max:g}"[:400])
-        code = c.get("code")
-        if code is None:  # a triage.json without codes: the decision alone
-            ok = (c["decision"] == "accept") == (want == "accepted") or (
-                c["decision"] == "review" and rule.image_reference is not None and want == "accepted")
-        elif code == "image_statistics":
-            ok = rule.image_reference is not None and want in ("accepted", "above_threshold", "image_statistics")
-        else:
-            ok = code == want
-        if not ok:
-            decision = "accept" if want == "accepted" else "review"
-            got = f"{c['decision']!r}" + (f" ({code})" if code else "")
-            image = f" and image z {ref.z_text(z)} > {ref.z_max:g}" if want == "image_statistics" and ref else ""
-            raise ValueError(f"{source}: field 'cases[{i}].decision' of case {c['case']!r} must be the rule's decision "
-                             f"for its score {format_score(v)}{image} ({decision}: {want}), got {got}"[:400])
-
-
 def _check_summary(summary: Any, source: str) -> None:
     """Check the fields of a ``triage.json`` that the page reads (a file a user may have edited).
 
     Their types, and that they agree with each other: ``n_cases``, ``n_accepted``, ``n_review``, ``accepted``,
     ``review``, ``reasons`` and each case's ``code`` with the cases' decisions, ``order`` with their scores (as
     :func:`~monai_unc.evaluation.triage_order` ranks them). The decisions are checked against the rule by
-    :func:`_check_decisions`.
+    :func:`~monai_unc.evaluation.triage.rule.check_recorded_decisions`.
 
     Args:
         summary: the parsed file.
@@ -623,7 +572,7 @@ def build_triage_page(
     summary = decode_untrusted_json(path.read_bytes(), str(path))  # UTF-8, strict JSON (no NaN, no key twice)
     _check_summary(summary, str(path))
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
-    _check_decisions(summary, rule, str(path))
+    check_recorded_decisions(summary["cases"], rule, str(path))  # each decision derived again from the rule
     products = {command: command_product(command) for command in folders}
     rows = {command: cls.applied_rows(folders[command]) for command, cls in products.items()}
     out_dir = Path(output) if output is not None else folder

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import re
 import sys
@@ -43,6 +44,7 @@ from tqdm.auto import tqdm
 from .._utils import PROB_TOL, parameter_error, refusing
 from ..evaluation.config import STATE_DIR
 from ..evaluation.resume import CASES_DIR, file_signature
+from ..evaluation.triage.rule import ReferralRule, check_recorded_decisions
 from ..io import (
     INFER_RECORD,
     LAYOUTS,
@@ -50,6 +52,7 @@ from ..io import (
     VOLUME_EXTENSIONS,
     CaseError,
     atomic_write_json,
+    cell_float,
     changed_inputs,
     check_case_ids_fit_folder,
     check_entry_kind,
@@ -582,7 +585,16 @@ def _triage_score_name(doc: dict[str, Any], source: str) -> str:
 
 
 def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any]]:
-    """The per-case triage of ``triage.json`` (untrusted: every field checked) with the rule's digest and guarantee."""
+    """The per-case triage of ``triage.json`` (untrusted: every field checked) with the rule's digest and guarantee.
+
+    The SR states each decision beside the rule's digest as the rule's: a decision edited by hand (``review`` ->
+    ``accept`` above the threshold) or a score changed was written as if the rule had made it (found by the triagesr
+    review). The rule of ``triage.json`` (checked against its digest, then read as a referral rule, its certificate
+    recomputed) derives each case's decision again from the recorded score and image z-score
+    (:func:`~monai_unc.evaluation.triage.rule.check_recorded_decisions`); the score, decision and code that
+    ``triage`` writes twice, in ``triage.json`` and ``triage.csv``, must agree. Each difference is refused in one line
+    naming the case.
+    """
     if triage is None:
         return {}
     path = Path(triage) / "triage.json"
@@ -597,6 +609,8 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     # the SR states the rule's digest as the rule the decisions were made with: a rule edited in triage.json with its
     # old digest kept (or no rule) would be reported as the genuine one (found by the sr review), as the store refuses
     digest = check_rule(doc.get("rule"), str(path))
+    # the rule the decisions are derived again from: every field checked, its certificate recomputed
+    rule = ReferralRule.from_json(doc["rule"], f"{path}: rule")
     risk = doc.get("accepted_risk") if isinstance(doc.get("accepted_risk"), dict) else {}
     statement = risk.get("statement") if isinstance(risk.get("statement"), str) else ""
     shared = {"rule_digest": digest,
@@ -626,6 +640,43 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
         # the SR's TEXT item: a tab (an edit) made an SR that dciodvfy reports invalid
         check_report_text(reason, f"{path}: case {entry['case']!r}: field 'reason'")
         out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"), "reason": reason}
+    # a decision the rule could not have made for the recorded score (and image z-score) is refused
+    check_recorded_decisions(doc["cases"], rule, str(path))
+    # triage writes each case's score, decision and code twice: triage.csv must say what triage.json says
+    table = Path(triage) / "triage.csv"
+    if not table.is_file():
+        raise ValueError(f"{table}: no such file: the triage folder of 'monai-unc triage' holds triage.csv beside "
+                         "triage.json (the scores and decisions are compared); triage the cases again")
+    columns, rows, lines = read_table(table, return_lines=True)
+    if not {"case", "score", "decision"} <= set(columns):
+        raise ValueError(f"{table}: not the triage.csv of 'monai-unc triage' (its header {columns[:5]} lacks 'case', "
+                         "'score' or 'decision')"[:400])
+    entries = {e["case"]: e for e in doc["cases"]}
+    seen: set[str] = set()
+    for line, r in zip(lines, rows):
+        cid = str(r.get("case") or "")
+        if cid in seen or cid not in entries:
+            why = "is listed twice" if cid in seen else "is not in triage.json"
+            raise ValueError(f"{table}: line {line}: case {cid!r:.80} {why}: triage.csv and triage.json are not one "
+                             "triage's; triage the cases again"[:400])
+        seen.add(cid)
+        entry = entries[cid]
+        recorded = math.nan if entry.get("score") is None else float(entry["score"])
+        score = cell_float(r.get("score"), f"{table}: line {line}: case {cid!r:.80}: field 'score'")
+        differ = []
+        if score != recorded and not (math.isnan(score) and math.isnan(recorded)):  # full precision in both files
+            differ.append(f"the score {score!r} (triage.json: {recorded!r})")
+        if r.get("decision") != entry["decision"]:
+            differ.append(f"the decision {r.get('decision')!r:.20} (triage.json: {entry['decision']!r})")
+        if "code" in columns and entry.get("code") is not None and r.get("code") != entry["code"]:
+            differ.append(f"the code {r.get('code')!r:.40} (triage.json: {entry['code']!r:.40})")
+        if differ:
+            raise ValueError(f"{table}: line {line}: case {cid!r:.80} has {' and '.join(differ)}: one of the two "
+                             "files was edited after triage wrote them; triage the cases again"[:400])
+    missing = sorted(set(entries) - seen)
+    if missing:
+        raise ValueError(f"{table}: case(s) {missing[:5]} of triage.json are not in triage.csv: they are not one "
+                         "triage's; triage the cases again"[:400])
     return out
 
 

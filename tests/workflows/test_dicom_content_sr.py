@@ -18,15 +18,12 @@ pytest.importorskip("highdicom", reason="needs the dicom extra")
 from monai_unc.cli import main  # noqa: E402
 from monai_unc.io.dicom import report_numbers  # noqa: E402
 from tests.io.dicom._series import dciodvfy_errors  # noqa: E402
-from tests.workflows.test_dicom_export import RULE, _small_cases, _sr_items  # noqa: E402
+from tests.workflows.test_dicom_export import RULE, SCORE, _small_cases, _sr_items, write_triage  # noqa: E402
 
 
-def _export_with_triage(tmp_path, cases, rule=RULE, score=RULE["score"]):
+def _export_with_triage(tmp_path, cases, rule=RULE, score=SCORE, csv_cases=None):
     pred, series = _small_cases(tmp_path)
-    triage = tmp_path / "triage"
-    triage.mkdir()
-    doc = {"cases": cases, **({} if score is None else {"score": score}), **({} if rule is None else {"rule": rule})}
-    (triage / "triage.json").write_text(json.dumps(doc))
+    triage = write_triage(tmp_path / "triage", cases, rule, score, csv_cases)
     return main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--triage",
                  str(triage), "-q"])
 
@@ -77,17 +74,17 @@ def test_the_sr_names_the_triage_score_after_the_rule(tmp_path, capsys, score):
     the rule's ``rule.score``: edited to another column (the rule and its digest kept) the SR named one rule's score
     after another column, beside the rule's digest; a non-text value was named "triage score". A top-level score
     that is not the rule's column is refused in one line before any object; without one the rule's column names it."""
-    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.5, "decision": "accept"},
-                                        {"case": "c1", "score": 0.25, "decision": "review"}], score=score)
+    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.25, "decision": "accept"},
+                                        {"case": "c1", "score": 0.5, "decision": "review"}], score=score)
     err = capsys.readouterr().err.strip().splitlines()
     if score is not None:
         assert rc == 2 and len(err) == 1, err
-        assert "triage.json: field 'score' is" in err[0] and repr(RULE["score"]) in err[0] and "rule.score" in err[0]
+        assert "triage.json: field 'score' is" in err[0] and repr(SCORE) in err[0] and "rule.score" in err[0]
         assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
         return
     assert rc == 0, err
     ds = pydicom.dcmread(tmp_path / "out" / "c0" / "sr.dcm")
-    assert ("triage", RULE["score"], 0.5) in _sr_items(ds)
+    assert ("triage", SCORE, 0.25) in _sr_items(ds)
     assert dciodvfy_errors(tmp_path / "out" / "c0" / "sr.dcm") == []
 
 
@@ -128,8 +125,8 @@ def test_a_triage_reason_a_dicom_text_cannot_hold_is_refused(tmp_path, capsys, r
 
     with pytest.raises(ValueError, match="reason holds the control character"):
         check_report_text(reason, "reason")
-    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.5, "decision": "accept", "reason": reason},
-                                        {"case": "c1", "score": 0.25, "decision": "review"}])
+    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.25, "decision": "accept", "reason": reason},
+                                        {"case": "c1", "score": 0.5, "decision": "review"}])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert "triage.json: case 'c0': field 'reason' holds the control character" in err[0], err
@@ -137,9 +134,9 @@ def test_a_triage_reason_a_dicom_text_cannot_hold_is_refused(tmp_path, capsys, r
 
 
 def test_a_triage_reason_with_line_ends_makes_a_valid_sr(tmp_path, capsys):
-    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.5, "decision": "accept",
-                                         "reason": "score 0.5\r\nbelow the threshold\x0c\x1b"},
-                                        {"case": "c1", "score": 0.25, "decision": "review"}])
+    rc = _export_with_triage(tmp_path, [{"case": "c0", "score": 0.25, "decision": "accept",
+                                         "reason": "score 0.25\r\nbelow the threshold\x0c\x1b"},
+                                        {"case": "c1", "score": 0.5, "decision": "review"}])
     assert rc == 0, capsys.readouterr().err
     assert dciodvfy_errors(tmp_path / "out" / "c0" / "sr.dcm") == []
 
@@ -156,7 +153,7 @@ def test_triage_json_is_read_as_strict_json(tmp_path, capsys, text, message):
     triage = tmp_path / "triage"
     triage.mkdir()
     entry = '{"case": "c0", ' + text + (', "decision": "review"' if "decision" not in text else ', "score": 0.5') + "}"
-    doc = json.dumps({"score": RULE["score"], "rule": RULE, "cases": []}).replace('"cases": []', f'"cases": [{entry}]')
+    doc = json.dumps({"score": SCORE, "rule": RULE, "cases": []}).replace('"cases": []', f'"cases": [{entry}]')
     (triage / "triage.json").write_text(doc)
     rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--triage",
                str(triage), "-q"])

@@ -18,14 +18,36 @@ pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
 hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
 
 from monai_unc.cli import main  # noqa: E402
-from monai_unc.io import read_csv, write_csv  # noqa: E402
+from monai_unc.evaluation.triage.rule import ReferralRule  # noqa: E402
+from monai_unc.io import json_safe, read_csv, write_csv  # noqa: E402
 from monai_unc.monitoring.store import rule_body_digest  # noqa: E402
 from tests.io.dicom._series import GEOMETRIES, dciodvfy_errors, make_series, mni_small  # noqa: E402
 
 CASES = {"case0": "oblique_mr", "case1": "reversed_mr"}
-#: the referral rule of the stand-in triage.json, with its content digest (dicom-export checks it)
-RULE = {"score": "predictive_entropy_fg_mean", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
-RULE["digest"] = rule_body_digest(RULE)
+#: the triage score of the stand-in triage.json
+SCORE = "predictive_entropy_fg_mean"
+#: its referral rule (threshold 0.3, calibration range [0.05, 0.6]) as triage records it, with its content digest
+#: (dicom-export checks it and derives each case's decision again from it)
+RULE = json_safe(ReferralRule(SCORE, 0.3, True, 0.1, 0.1, "sgr", "failure", 0.8, (0.05, 0.1, 0.2, 0.3, 0.45, 0.6),
+                              tuple(f"k{i}" for i in range(6))).to_json())
+assert RULE["digest"] == rule_body_digest(RULE)
+
+
+def write_triage(folder, cases, rule=RULE, score=SCORE, csv_cases=None):
+    """A triage folder as ``monai-unc triage`` writes it: ``triage.json`` (``rule`` and top-level ``score`` left out
+    when None) and ``triage.csv`` with the same score, decision and code of each case (``csv_cases``: other rows)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"cases": cases, **({} if score is None else {"score": score}), **({} if rule is None else {"rule": rule}),
+           "accepted_risk": {"statement": "failure rate among accepted cases <= 0.1 with probability >= 0.9"}}
+    (folder / "triage.json").write_text(json.dumps(doc))
+    def cell(v):  # a value of a hostile triage.json that no CSV cell holds is written as its JSON text
+        return v if v is None or isinstance(v, (str, int, float)) else json.dumps(v)
+
+    rows = cases if csv_cases is None else csv_cases
+    write_csv(folder / "triage.csv", [{k: cell(c[k]) for k in ("case", "score", "decision", "reason", "code") if k in c}
+                                      for c in rows if isinstance(c, dict)],
+              ["case", "score", "decision", "reason", "code"])
+    return folder
 
 
 def _snapshot(*folders):
@@ -56,11 +78,8 @@ def exported(tmp_path_factory):
     triage.mkdir()
     write_csv(evaluation / "metrics.csv", [{"case": "case0", "dice": 0.8123456789012345, "predictive_entropy_mean":
                                             0.1, "ece": float("nan")}, {"case": "case1", "dice": 0.5}])
-    (triage / "triage.json").write_text(json.dumps({
-        "score": "predictive_entropy_fg_mean", "rule": RULE,
-        "accepted_risk": {"statement": "failure rate among accepted cases <= 0.1 with probability >= 0.9"},
-        "cases": [{"case": "case0", "score": 0.25, "decision": "review", "reason": "<script>x</script>"},
-                  {"case": "case1", "score": 0.05, "decision": "accept", "reason": "below threshold"}]}))
+    write_triage(triage, [{"case": "case0", "score": 0.45, "decision": "review", "reason": "<script>x</script>"},
+                          {"case": "case1", "score": 0.05, "decision": "accept", "reason": "below threshold"}])
     conformal = root / "conformal"
     conformal.mkdir()
     write_csv(conformal / "conformal.csv", [{"case": "case0", "inner_ml_class_1": 1.25, "outer_ml_class_1": 3.5,
@@ -241,7 +260,7 @@ def test_the_sr_holds_the_numbers_of_the_tables(exported, case):
     # the triage decision, its score, the rule's digest and guarantee
     decision = {"case0": "review", "case1": "accept"}[case]
     assert ("triage", "Triage decision", decision) in items
-    assert ("triage", "predictive_entropy_fg_mean", {"case0": 0.25, "case1": 0.05}[case]) in items
+    assert ("triage", "predictive_entropy_fg_mean", {"case0": 0.45, "case1": 0.05}[case]) in items
     params = [v for g, name, v in items if g == "triage" and name == "Algorithm Parameters"]
     assert "rule_digest=" + RULE["digest"] in params
     assert any(p.startswith("statement=failure rate among accepted") for p in params)

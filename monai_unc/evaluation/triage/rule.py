@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ... import __version__
-from ..._utils import check_text
-from ...io import json_safe, parse_float, provenance
+from ..._utils import check_text, is_finite_real
+from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
@@ -1216,20 +1216,91 @@ class ReferralRule:
 def as_float(v: Any) -> float:
     """A score cell as a float: None and ``""`` (an undefined score) are NaN.
 
+    The cell is read by :func:`~monai_unc.io.cell_float` with its defaults (the one reader of numbers in tables).
+
     Args:
         v: a cell of ``metrics.csv`` / ``triage.csv`` (a number, a numeric string, ``""`` or None).
 
     Returns:
-        The value as a float.
+        The value as a float (``nan`` / ``inf`` cells as NaN and infinity).
 
     Raises:
         ValueError: a string that is not a number in the syntax of CSV (:func:`~monai_unc.io.parse_float`: ``1_000``
             is refused, which ``float`` read as 1000).
+        TypeError: a bool (``True`` is no score of 1.0) or another value that is no number, text or None.
 
     Example:
         >>> as_float(""), as_float("0.25"), as_float(None)
         (nan, 0.25, nan)
     """
-    if v is None or v == "":
-        return math.nan
-    return parse_float(v) if isinstance(v, str) else float(v)
+    return cell_float(v)
+
+
+def check_recorded_decisions(cases: Sequence[Mapping[str, Any]], rule: ReferralRule, source: str) -> None:
+    """Refuse a recorded decision (``triage.json``'s ``cases``, a file a user may edit) the rule could not have made.
+
+    Each case's decision is derived again from its recorded score and the rule (:meth:`ReferralRule.apply`: certified,
+    score defined, inside the calibration range, at most the threshold), and from its recorded ``image_z_max`` when
+    the image check applied: that check refers a case whose largest robust z-score exceeds the rule's ``z_max`` before
+    the threshold does (``image_statistics``), and only such a case (``triage`` records ``image_z_max`` whenever the
+    check ran; the image statistics are finite, so their largest z-score decides). A ``review`` of a case whose score
+    the rule accepts is therefore legitimate only with the code ``image_statistics`` (or no code) and an
+    ``image_z_max`` above ``z_max``; an ``accept`` only where every check passes. The recorded ``code`` (absent in a
+    hand-written file: the decision alone is compared) must be the first reason :meth:`ReferralRule.apply` gives.
+    The report of a triage folder (``triage.html``) and ``dicom-export --triage`` (the SR states the decisions beside
+    the rule's digest) read decisions through this check.
+
+    Args:
+        cases: the recorded cases: objects with ``case``, ``decision`` (``accept`` / ``review``), ``score`` (a finite
+            number or None: undefined), optional ``code`` and ``image_z_max`` (a finite number or None).
+        rule: the rule of the triage (``triage.json``'s ``rule``, checked: :meth:`ReferralRule.from_json`).
+        source: how the message names the file.
+
+    Raises:
+        ValueError: one line naming ``source``, the case and what differs: the decision (and code) recorded and the
+            one the rule gives for the recorded score (and image z-score), or a field that is no number.
+
+    Example:
+        >>> rule = ReferralRule("predictive_entropy_fg_mean", 0.3, True, 0.1, 0.1, "sgr", "failure", 0.8,
+        ...                     (0.1, 0.2, 0.3, 0.4), ("a", "b", "c", "d"))
+        >>> check_recorded_decisions([{"case": "a", "score": 0.2, "decision": "accept", "code": "accepted"}], rule,
+        ...                          "triage.json")
+        >>> try:
+        ...     check_recorded_decisions([{"case": "b", "score": 0.35, "decision": "accept"}], rule, "triage.json")
+        ... except ValueError as e:
+        ...     print(str(e).split(" must be ")[1])
+        the rule's decision for its score 0.35 (review: above_threshold), got 'accept'
+    """
+    ref = rule.image_reference
+    for i, c in enumerate(cases):
+        cid, decision, code = c.get("case"), c.get("decision"), c.get("code")
+        for name in ("score", "image_z_max"):
+            value = c.get(name)
+            if value is not None and not is_finite_real(value):
+                raise ValueError(f"{source}: field 'cases[{i}].{name}' of case {cid!r} must be a finite number or "
+                                 f"null, got {value!r:.80}"[:400])
+        if code is not None and not Decision.code_agrees(decision, code):
+            raise ValueError(f"{source}: field 'cases[{i}].code' of case {cid!r} is {code!r:.40}, which does not agree "
+                             f"with its decision {decision!r:.40} (codes: {', '.join(Decision.CODES)})"[:400])
+        v = math.nan if c.get("score") is None else float(c["score"])
+        want = rule.apply([v])[0].code  # the checks on the score, in apply's order
+        z = c.get("image_z_max")
+        if want in ("accepted", "above_threshold") and ref is not None and z is not None:
+            # the image check applied (its largest z-score recorded) decides before the threshold (apply)
+            if z > ref.z_max:
+                want = "image_statistics"
+            elif code == "image_statistics":
+                raise ValueError(f"{source}: field 'cases[{i}].code' of case {cid!r} is 'image_statistics' but its "
+                                 f"field 'image_z_max' {ref.z_text(z)} is within the rule's z_max {ref.z_max:g}"[:400])
+        if code == "image_statistics" and want != "image_statistics" and want in ("accepted", "above_threshold"):
+            why = "the rule holds no image reference" if ref is None else "its field 'image_z_max' is not recorded"
+            raise ValueError(f"{source}: field 'cases[{i}].code' of case {cid!r} is 'image_statistics' but {why}: the "
+                             f"rule's decision for its score {format_score(v)} is "
+                             f"{'accept' if want == 'accepted' else 'review'} ({want})"[:400])
+        ok = (decision == "accept") == (want == "accepted") if code is None else code == want
+        if not ok:
+            wanted = "accept" if want == "accepted" else "review"
+            got = f"{decision!r}" + (f" ({code})" if code else "")
+            image = f" and image z {ref.z_text(z)} > {ref.z_max:g}" if want == "image_statistics" and ref else ""
+            raise ValueError(f"{source}: field 'cases[{i}].decision' of case {cid!r} must be the rule's decision "
+                             f"for its score {format_score(v)}{image} ({wanted}: {want}), got {got}"[:400])

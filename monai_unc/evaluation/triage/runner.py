@@ -28,7 +28,6 @@ from ...io import (
     check_output_folder,
     check_output_kind,
     clean_partial_files,
-    file_sha256,
     image_channel_files,
     json_safe,
     load_case,
@@ -42,7 +41,7 @@ from ..cohort import triage_order
 from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
 from ..products import command_output_markers
 from ..region_case import predicted_regions, region_score_columns
-from ..resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures
+from ..resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures, map_digest_hooks
 from ..rows import case_expected_dice, derived_maps, first_class_count, write_derived_maps
 from .images import IMAGE_FEATURES, image_statistics, read_image_channels
 from .rule import ReferralRule, as_float
@@ -204,35 +203,30 @@ def _channel_files(rule: ReferralRule) -> str:
     return rule.image_reference.channel_files if rule.image_reference is not None else "all"
 
 
-def _dump_row(folder: Path, case_id: str, row: dict[str, Any], maps: Path | None = None) -> dict[str, Any]:
-    """The saved state of a case: its row and, with ``maps``, the sha256 of each derived map written with it."""
-    if maps is None or not isinstance(row.get("derived"), dict):
-        return {"row": row}
-    return {"row": row, "maps_sha256": {str(n): file_sha256(maps / str(n)) for n in row["derived"].values()}}
+def _dump_row(folder: Path, case_id: str, row: dict[str, Any]) -> dict[str, Any]:
+    """The saved state of a case: its row (``map_digest_hooks`` adds the sha256 of each derived map)."""
+    return {"row": row}
 
 
-def _restore_row(folder: Path, doc: dict[str, Any], files: Any, maps: Path | None = None) -> dict[str, Any]:
-    """A saved row; with ``maps``, ``FileNotFoundError`` (computed again) when its derived maps are gone or changed.
+def _restore_row(folder: Path, doc: dict[str, Any], files: Any) -> dict[str, Any]:
+    """A saved row (its derived maps checked first by :func:`~monai_unc.evaluation.resume.map_digest_hooks`).
 
-    Changed: not the files written with the row (their sha256 differs: edited or replaced). A row without
-    ``derived`` (written without ``maps``), or a state without the maps' digests (written by an earlier version),
-    raises ``KeyError``: computed again too. Found by review: the state's digest covered its JSON only, so
-    a derived map edited or swapped for another case's was drawn on the triage page beside the row's scores.
+    Found by review: the state's digest covered its JSON only, so a derived map edited or swapped for another case's
+    was drawn on the triage page beside the row's scores; a map gone or changed, a row without ``derived`` or a state
+    without the maps' digests (written by an earlier version) makes the case triaged again.
     """
     row = doc["row"]
     if not isinstance(row, dict):
         raise TypeError(f"the saved row of case {doc.get('case')!r} is not an object")
-    if maps is not None:
-        if not isinstance(row.get("derived"), dict):
-            raise KeyError(f"the saved row of case {doc.get('case')!r} records no derived maps")
-        missing = [name for name in row["derived"].values() if not (maps / str(name)).is_file()]
-        if missing:
-            raise FileNotFoundError(f"derived maps are gone: {missing[:2]}")
-        digests = doc["maps_sha256"]
-        changed = [n for n in row["derived"].values() if digests.get(str(n)) != file_sha256(maps / str(n))]
-        if changed:
-            raise FileNotFoundError(f"derived maps changed since they were written: {changed[:2]}")
     return row
+
+
+def _row_derived(doc: dict[str, Any]) -> Any:
+    """The derived maps a saved row names (``{measure: file name in <output>/maps}``); ``KeyError`` without them."""
+    row = doc["row"]
+    if not isinstance(row, dict) or not isinstance(row.get("derived"), dict):
+        raise KeyError(f"the saved row of case {doc.get('case')!r} records no derived maps")
+    return row["derived"]
 
 
 def remove_stale_maps(folder: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> list[Path]:
@@ -547,9 +541,9 @@ def run_triage(
 
     cache = None
     if resume:  # a case's row is reused while its files and the rule's per-case options are unchanged
+        dump, restore = map_digest_hooks(_dump_row, _restore_row, _row_derived, maps)  # evaluate's check
         cache = CaseCache(output / STATE_DIR / CASES_DIR, lambda f: _triage_fingerprint(f, got["rule"]),
-                          dump=lambda folder, cid, row: _dump_row(folder, cid, row, maps),
-                          restore=lambda folder, doc, f: _restore_row(folder, doc, f, maps))
+                          dump=dump, restore=restore)
     run = run_cases(listing, lambda f: triage_case(f, got["rule"], maps=maps), command="monai-unc triage", ctx=ctx,
                     cache=cache, setup=setup, summarize=finish, on_failed=lambda run: remove_triage_files(output),
                     failures_file=output / "failures.json", progress=progress, desc="triage", on_failure=on_failure,

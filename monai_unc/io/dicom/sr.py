@@ -18,7 +18,6 @@ column name, so a reader gets exactly the column and value of ``metrics.csv`` / 
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -32,7 +31,7 @@ from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 
 from ..._utils import affine_voxel_volume
-from ..tables import parse_float
+from ..tables import cell_float, parse_float
 from .objects import (
     MAP_UNITS,
     NOT_IN_STRING,
@@ -189,15 +188,13 @@ def _measurements(values: Mapping[str, Any], algo_id: Any, where: str, unit: Any
 def _number(value: Any) -> float | None:
     """``value`` as a finite float, or None: a bool is no number (``True`` would read as 1.0).
 
-    A text is read in the number syntax of CSV (:func:`~monai_unc.io.parse_float`; ``float`` also reads ``1_000``).
+    Read by :func:`~monai_unc.io.cell_float` refusing empty and non-finite cells (a text in the number syntax of CSV:
+    ``float`` also reads ``1_000``); what it refuses is no number of the SR.
     """
-    if isinstance(value, bool):
-        return None
     try:
-        v = parse_float(value) if isinstance(value, str) else float(value)
+        return cell_float(value, missing="refuse", non_finite="refuse")
     except (TypeError, ValueError):
         return None
-    return v if math.isfinite(v) else None
 
 
 def _reads(parse: Any, text: str) -> bool:
