@@ -52,7 +52,7 @@ from .cases import (
     read_prediction_regions,
     settings_changes,
 )
-from .files import atomic_write_json, check_entry_kind, check_not_being_written, json_safe, read_json_or_none
+from .files import atomic_write_json, check_not_being_written, input_folder, json_safe, read_json_or_none
 from .signing import (
     SIGNATURE_FIELD,
     KeyPairMismatchError,
@@ -889,10 +889,7 @@ def list_prediction_cases(
             (:func:`check_finished_predictions`, on the cases listed).
     """
     _check_layout(layout)
-    pred = Path(predictions)
-    if not pred.is_dir():
-        check_entry_kind(pred, "predictions folder", folder=True)
-        raise FileNotFoundError(f"predictions folder not found: {pred}")
+    pred = input_folder(predictions, "predictions")
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     try:
         found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, uncertainty=uncertainty,

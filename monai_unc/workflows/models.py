@@ -41,7 +41,7 @@ from torch import nn
 from ..data import build_example_network, example_weights_path, example_weights_record
 from ..engines import find_pred_activation
 from ..inferers import load_state_dict
-from ..io import check_entry_kind, weight_digests
+from ..io import check_entry_kind, input_folder, weight_digests
 from ..keys import MEASURES
 from ..temperature import TemperatureScaled, check_temperature
 
@@ -693,6 +693,8 @@ def load_network(
         ValueError: not exactly one model source, a bad spec or bundle, or any problem with a checkpoint (missing,
             empty, truncated, corrupt, pickled objects without ``unsafe_load``, another architecture's keys or
             shapes), naming the file.
+        FileNotFoundError: ``bundle`` does not exist; ``NotADirectoryError``: it is a file
+            (:func:`monai_unc.io.input_folder`).
     """
     given = [x is not None for x in (model, bundle, network)]
     if sum(given) != 1:
@@ -721,10 +723,7 @@ def load_network(
         desc, intensity = "example: MNI152 tissue UNet", "max"
     elif bundle is not None:
 
-        root = Path(bundle)
-        if not root.is_dir():
-            check_entry_kind(root, "bundle folder", folder=True)
-            raise ValueError(f"bundle folder not found: {root}")
+        root = input_folder(bundle, "bundle")
         parser = ConfigParser()
         config_files.append(str(_bundle_config(root).resolve()))
         parser.read_config(config_files[-1])

@@ -37,6 +37,7 @@ from ..io import (
     check_output_file,
     check_output_folder,
     check_reference_folder,
+    input_folder,
     list_image_cases,
     unescape_cell,
 )
@@ -356,9 +357,7 @@ def check_infer_output(
     Returns:
         The resolved output folder. ``FileNotFoundError`` naming ``--input``; ``ValueError`` for a bad output.
     """
-    if not Path(input).is_dir():
-        check_entry_kind(input, "--input folder", folder=True)
-        raise FileNotFoundError(f"--input folder not found: {input}")
+    input_folder(input, "input", "--input folder")
     out = check_output_folder(output, input, bundle)  # not inside the input or the bundle, writable
     inputs = [*checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]
     for name in ("infer.json", FAILURES_FILE):  # the run's own files never replace an input file (hard links too)

@@ -20,11 +20,11 @@ from ..evaluation.config import STATE_DIR
 from ..evaluation.triage import TriageResult
 from ..io import (
     CaseFiles,
-    check_entry_kind,
     check_inputs_not_written,
     check_not_being_written,
     check_output_file,
     check_output_folder,
+    input_folder,
     output_lock,
 )
 from ..io.signing import Trust
@@ -76,10 +76,7 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
         ValueError: a corrupt file, an evaluation whose last run had failed cases, or one another run is still
             writing (an ``evaluate`` holding the folder: :func:`monai_unc.io.output_lock_holder`).
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        check_entry_kind(folder, "--evaluation folder", folder=True)
-        raise FileNotFoundError(f"--evaluation folder not found: {folder}")
+    folder = input_folder(folder, "evaluation", "--evaluation folder")
     # an evaluate still writing it: said first, not as a missing summary.json
     check_not_being_written(folder, what=f"the evaluation in {folder}", then=", then make the report")
     try:
@@ -153,9 +150,7 @@ def run_report(
         The path of ``report.html``.
     """
     cases = check_overlay_count(cases)
-    if not Path(evaluation).is_dir():
-        check_entry_kind(evaluation, "--evaluation folder", folder=True)
-        raise FileNotFoundError(f"--evaluation folder not found: {evaluation}")
+    input_folder(evaluation, "evaluation", "--evaluation folder")
     cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
     out = Path(output) if output is not None else Path(evaluation) / "report"
     check_output_folder(out, images)  # not inside the images, writable: before any work
