@@ -38,6 +38,7 @@ from monai.bundle import ConfigParser
 from monai.bundle.config_item import ComponentLocator
 from torch import nn
 
+from .._utils import refusing
 from ..data import build_example_network, example_weights_path, example_weights_record
 from ..engines import find_pred_activation
 from ..inferers import load_state_dict
@@ -702,8 +703,9 @@ def load_network(
     checkpoints = [str(c) for c in checkpoints]
     for c in checkpoints:
         if not Path(c).is_file():
-            check_entry_kind(c, "checkpoint", folder=False)
-            raise ValueError(f"checkpoint file not found: {c}")
+            with refusing("checkpoint"):  # the command line names --checkpoint (found by a probe of every command)
+                check_entry_kind(c, "checkpoint", folder=False)
+                raise ValueError(f"checkpoint file not found: {c}")
     preprocessing = None
     input_key = "image"
     bundle_activation: str | None = None
