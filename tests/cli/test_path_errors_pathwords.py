@@ -183,6 +183,22 @@ PROBES = [
         "evaluate -l {labels} -p {predictions} -o {out} --images {file}",
         "--images folder {file} is a file, not a folder",
     ),
+    # a product's option of evaluate: --lesion-samples (an empty one was the current folder)
+    (
+        "evaluate lesion samples missing",
+        "evaluate -l {labels} -p {predictions} -o {out} --lesions --lesion-samples {missing}",
+        "--lesion-samples folder not found: {missing}",
+    ),
+    (
+        "evaluate lesion samples a file",
+        "evaluate -l {labels} -p {predictions} -o {out} --lesions --lesion-samples {file}",
+        "--lesion-samples folder {file} is a file, not a folder",
+    ),
+    (
+        "evaluate lesion samples empty",
+        "evaluate -l {labels} -p {predictions} -o {out} --lesions --lesion-samples=",
+        "--lesion-samples must be a folder path, got an empty one ('')",
+    ),
     # infer: --input, --output, --checkpoint, --bundle
     ("infer input missing", "infer -i {missing} -o {out} --model example", "--input folder not found: {missing}"),
     (
