@@ -227,6 +227,11 @@ PROBES = [
         "infer -i {images} -o {out} --bundle {file}",
         "--bundle folder {file} is a file, not a folder",
     ),
+    (
+        "keys show missing",
+        "keys --show {missing}",
+        "--show: trusted key {missing} is not a readable PEM public key (FileNotFoundError)",
+    ),
     # calibrate and dicom-export name theirs too
     (
         "calibrate labels missing",
