@@ -818,7 +818,9 @@ def refusing(name: str) -> Iterator[None]:
 
     For a check whose message names the parameter in its own words (``predictions folder not found: x``) or is about
     the parameter's value (``output folder x lies inside the input folder y``): :func:`parameter_error` on the error
-    as raised, which the command line writes with the option (``--predictions folder not found: x``).
+    as raised, which the command line writes with the option (``--predictions folder not found: x``). An error that
+    a check inside already marked keeps its parameter: the innermost check knows best what it refuses (reading a
+    ``--rule`` file also reads the ``--trusted-keys`` its signature is checked against).
 
     Args:
         name: the parameter whose value the checks inside refuse.
@@ -830,10 +832,18 @@ def refusing(name: str) -> Iterator[None]:
         ... except ValueError as e:
         ...     print(e.parameter, "|", e)
         output | output folder o lies inside the input folder i
+        >>> try:
+        ...     with refusing("rule"):
+        ...         raise parameter_error(ValueError("--trusted-keys k.pub: no such file or folder"), "trusted_keys")
+        ... except ValueError as e:
+        ...     print(e.parameter)
+        trusted_keys
     """
     try:
         yield
     except (ValueError, TypeError, OSError) as e:
+        if getattr(e, PARAMETER_ATTRIBUTE, None):  # marked by a check inside: kept
+            raise
         raise parameter_error(e, name) from None
 
 

@@ -478,3 +478,16 @@ def test_link_target_names_the_target_or_a_question_mark(tmp_path):
     assert link_target(link) == str(tmp_path / "gone.nii.gz")
     assert link_target(tmp_path / "not_a_link") == "?"
     assert link_target(tmp_path / "missing" / "x") == "?"
+
+
+def test_refusing_keeps_the_parameter_a_check_inside_named():
+    """Reading a --rule file checks its signature against --trusted-keys: a refused key file names --trusted-keys,
+    not the rule (found by a probe of every command: ``triage --trusted-keys missing`` said ``--rule: ...``)."""
+    from monai_unc._utils import parameter_error, refusing
+
+    with pytest.raises(ValueError) as e, refusing("rule"):
+        raise parameter_error(ValueError("--trusted-keys k.pub: no such file or folder"), "trusted_keys")
+    assert e.value.parameter == "trusted_keys"
+    with pytest.raises(FileNotFoundError) as e, refusing("rule"):
+        raise FileNotFoundError("referral rule not found: r.json")
+    assert e.value.parameter == "rule"

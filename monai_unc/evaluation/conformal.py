@@ -48,7 +48,7 @@ import torch
 from scipy import ndimage
 
 from .. import __version__
-from .._utils import check_probabilities, check_text, check_unit_interval, quantile_rank
+from .._utils import check_probabilities, check_text, check_unit_interval, quantile_rank, refusing
 from ..engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ..io import (
     LAYOUTS,
@@ -1244,10 +1244,15 @@ def check_conformal_inputs(
         ``FileNotFoundError`` / :class:`~monai_unc.io.CaseError` for the other refusals.
     """
     rule_path = None if isinstance(rule, ConformalRuleFile) else str(Path(rule).resolve())
-    check_output_folder(output, predictions, images, uncertainty)
-    check_output_kind(output, "conformal", command_output_markers())  # not another command's folder (its state/cases/)
-    check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty, what="--output")
-    doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule, trust)
+    # each refusal names its parameter, which the command line writes as its option (found by a probe of every
+    # command: "output folder ... is a file" and "conformal rule not found" named no option)
+    with refusing("output"):
+        check_output_folder(output, predictions, images, uncertainty)
+        check_output_kind(output, "conformal", command_output_markers())  # not another command's folder (state/)
+        check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty,
+                                 what="--output")
+    with refusing("rule"):  # every refusal of the file: missing, a folder, malformed, not signed as trusted
+        doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule, trust)
     found = _find_cases(Path(predictions), layout, images, doc, uncertainty)
     check = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
                                          [f.case_id for f in found], uncertainty, allow_mismatch=allow_mismatch)

@@ -63,11 +63,9 @@ from .._utils import (
     load_nifti,
     nifti_version,
     num_threads,
-    parameter_error,
-    refusing,
 )
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
-from .files import OUTPUT_MARKERS, check_entry_kind, file_sha256, read_json_or_none
+from .files import OUTPUT_MARKERS, file_sha256, input_folder, read_json_or_none
 
 try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.4x faster than by ``gzip``
     from isal import igzip as _igzip
@@ -322,10 +320,7 @@ def list_files(
         ...     {k: v.name for k, v in list_files(d, "_seg").items()}
         {'a': 'a_seg.nii.gz', 'b': 'b_seg.nii'}
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        check_entry_kind(folder, what, folder=True)
-        raise FileNotFoundError(f"{what} not found: {folder}")
+    folder = input_folder(folder, None, what)  # its caller marks the error with its parameter
     out: dict[str, Path] = {}
     for path in sorted(folder.iterdir()):
         split = split_extension(path.name, extensions)
@@ -981,23 +976,21 @@ def match_cases(
     pred_dir = Path(predictions)
     unc_dir = Path(uncertainty) if uncertainty is not None else pred_dir / lay["uncertainty_subdir"]
     seg_ok = Path(labels).resolve() != pred_dir.resolve()  # a prediction folder's .dcm files are no labels
-    try:
-        label_files = list_files(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS,
-                                 what="labels folder")
-    except OSError as e:  # the folder is missing or a file: the command line names --labels (parameter_error)
-        raise parameter_error(e, "labels") from None
+    # each folder given, checked before any is read: the command line names its option (--images folder not found;
+    # found by a probe of every command: a missing --images said "folder not found", naming no option)
+    for parameter, folder, given in (("labels", labels, True), ("predictions", pred_dir, True),
+                                     ("uncertainty", unc_dir, uncertainty is not None),
+                                     ("images", images, images is not None)):
+        if given:  # an uncertainty folder named explicitly: not evaluated without maps
+            input_folder(folder, parameter)
+    label_files = list_files(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS,
+                             what="labels folder")
     if not label_files:
         raise CaseError(f"no label volume found in {labels}")
     seg_labels = sorted(c for c, p in label_files.items() if p.name.lower().endswith(".dcm"))
     if seg_labels and images is None:
         raise CaseError(f"the labels in {labels} are DICOM SEG objects (e.g. {label_files[seg_labels[0]].name}): "
                         "give --images, the folder of the cases' DICOM series (a SEG is read on its series' grid)")
-    for parameter, folder, given in (("predictions", pred_dir, True),
-                                     ("uncertainty", unc_dir, uncertainty is not None)):
-        if given and not folder.is_dir():  # an uncertainty folder named explicitly: not evaluated without maps
-            with refusing(parameter):
-                check_entry_kind(folder, f"{parameter} folder", folder=True)
-                raise FileNotFoundError(f"{parameter} folder not found: {folder}")
     seg_files = list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS, what="predictions folder")
     if seg_suffix == probs_suffix:
         # nnU-Net: <case>.nii.gz is the segmentation, <case>.npz the probabilities

@@ -42,7 +42,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from .._utils import label_map_dtype, link_target, load_nifti, num_threads
+from .._utils import label_map_dtype, link_target, load_nifti, num_threads, parameter_error
 from ..state import ArrayBlocks
 
 try:  # a write's lock on its private folder (POSIX)
@@ -88,6 +88,7 @@ __all__ = [
     "check_writable_folder",
     "check_output_folder",
     "check_entry_kind",
+    "input_folder",
     "check_output_file",
     "clean_partial_files",
     "owned_folder",
@@ -1587,6 +1588,57 @@ def check_entry_kind(path: str | os.PathLike, what: str, folder: bool) -> None:
         raise NotADirectoryError(f"{what} {path} is a file, not a folder")
     if not folder and path.is_dir():
         raise IsADirectoryError(f"{what} {path} is a folder, not a file")
+
+
+def input_folder(path: str | os.PathLike, parameter: str | None, what: str | None = None) -> Path:
+    """``path`` as a :class:`~pathlib.Path` when it is an existing folder; refused, naming ``parameter``, otherwise.
+
+    The one check of an input folder (labels, predictions, images, an evaluation, ...) before it is read: a missing
+    path is ``"<what> not found: <path>"``, a file is ``"<what> <path> is a file, not a folder"`` and a symbolic
+    link to nothing names its target (:func:`check_entry_kind`). The error is marked as refusing ``parameter``
+    (:func:`monai_unc._utils.parameter_error`), so that the command line names the option the user typed
+    (``--images folder not found: x``) while the Python API names the parameter (``images folder not found: x``).
+
+    Args:
+        path: the folder; an empty string (an unset shell variable) is refused, not read as the current directory.
+        parameter: the parameter (the command line's destination, e.g. ``"images"``) whose value ``path`` is; None
+            for a helper that does not know it (the error is then not marked: its caller marks it).
+        what: how messages name the folder (default ``"<parameter> folder"``, or ``"folder"`` without a
+            parameter); a workflow whose messages name options says ``"--input folder"``.
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``, or a symbolic link to nothing.
+        NotADirectoryError: a file (or another entry that is no folder) at ``path``.
+        ValueError: ``path`` is the empty string.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     input_folder(d, "labels") == Path(d)
+        ...     try:
+        ...         input_folder(Path(d) / "missing", "labels")
+        ...     except FileNotFoundError as e:
+        ...         print(e.parameter, "|", str(e).replace(d, "DIR"))
+        True
+        labels | labels folder not found: DIR/missing
+    """
+    what = what if what is not None else (f"{parameter} folder" if parameter else "folder")
+    try:
+        if isinstance(path, str) and not path:
+            raise ValueError(f"{what} must be a path, got an empty one ('')")
+        folder = Path(path)
+        if not folder.is_dir():
+            check_entry_kind(folder, what, folder=True)
+            raise FileNotFoundError(f"{what} not found: {folder}")
+    except (ValueError, OSError) as e:
+        if parameter:
+            raise parameter_error(e, parameter) from None
+        raise
+    return folder
 
 
 def _nearest_existing(path: Path, what: str) -> Path:

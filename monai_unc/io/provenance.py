@@ -52,7 +52,14 @@ from .cases import (
     read_prediction_regions,
     settings_changes,
 )
-from .files import atomic_write_json, check_entry_kind, check_not_being_written, json_safe, read_json_or_none
+from .files import (
+    atomic_write_json,
+    check_entry_kind,
+    check_not_being_written,
+    input_folder,
+    json_safe,
+    read_json_or_none,
+)
 from .signing import (
     SIGNATURE_FIELD,
     KeyPairMismatchError,
@@ -889,10 +896,7 @@ def list_prediction_cases(
             (:func:`check_finished_predictions`, on the cases listed).
     """
     _check_layout(layout)
-    pred = Path(predictions)
-    if not pred.is_dir():
-        check_entry_kind(pred, "predictions folder", folder=True)
-        raise FileNotFoundError(f"predictions folder not found: {pred}")
+    pred = input_folder(predictions, "predictions")
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     try:
         found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, uncertainty=uncertainty,
@@ -1212,12 +1216,14 @@ def read_checked_json(
         The parsed JSON object.
 
     Raises:
-        FileNotFoundError: no file at ``path``.
+        FileNotFoundError: no file at ``path``; ``IsADirectoryError``: a folder at ``path``.
         ValueError: starting with ``source``: the file is not readable, not strict JSON, not an object of the format
             and a supported version, or does not match its digest.
     """
     path = Path(path)
     if not path.is_file():
+        # a folder (e.g. the evaluation folder given for its rule) is no "not found" (found by a probe of every command)
+        check_entry_kind(path, f"{what} file", folder=False)
         raise FileNotFoundError(f"{what} not found: no {what} file at {path} (written by {written_by})")
     source = f"{what} {path}" if source is None else source
     doc = read_untrusted_json(path, source)[1]

@@ -38,6 +38,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from .._utils import refusing
 from .files import atomic_write, output_lock
 
 __all__ = [
@@ -491,8 +492,16 @@ def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tu
         extra: further key files or folders (``--trusted-keys``).
 
     Returns:
-        ``{fingerprint: (key, file)}``.
+        ``{fingerprint: (key, file)}``; a refusal (a key file that is missing or no public key, a location others can
+        write) is marked with the parameter ``trusted_keys`` (:func:`monai_unc._utils.parameter_error`), so that the
+        command line says ``--trusted-keys``, not the option of the rule file whose signature was being checked.
     """
+    with refusing("trusted_keys"):
+        return _trusted_public_keys(extra)
+
+
+def _trusted_public_keys(extra: Sequence[str | os.PathLike]) -> dict[str, tuple[Ed25519PublicKey, Path]]:
+    """:func:`trusted_public_keys`, its errors not marked."""
     files = _key_files(extra, "--trusted-keys")
     env = os.environ.get("MONAI_UNC_TRUSTED_KEYS")
     if env:

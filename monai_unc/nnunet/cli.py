@@ -329,7 +329,7 @@ def _predict(args: argparse.Namespace) -> int:
     check_predict_flags(args)
     import torch
 
-    from monai_unc.io import check_entry_kind, check_output_folder
+    from monai_unc.io import check_output_folder, input_folder
     from monai_unc.nnunet.predictor import UncertaintyPredictor, check_checkpoint_name
 
     if not 0 <= args.part_id < args.num_parts:
@@ -344,11 +344,8 @@ def _predict(args: argparse.Namespace) -> int:
     if args.npp < 0 or args.nps < 0:
         raise ValueError("-npp and -nps must be >= 0")
     model = _model_folder(args)
-    if not os.path.isdir(model):
-        raise FileNotFoundError(f"trained model folder not found: {model}")
-    if not os.path.isdir(args.i):
-        check_entry_kind(args.i, "input folder", folder=True)
-        raise FileNotFoundError(f"input folder not found: {args.i}")
+    input_folder(model, "m" if args.m is not None else None, "trained model folder")
+    input_folder(args.i, "i", "-i folder")
     folds = _folds(args.f)
     check_checkpoint_name(args.chk)
     check_device(args.device)  # before anything is loaded or written (the default is cuda)
@@ -488,12 +485,12 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     import torch
 
+    from monai_unc.io import input_folder
     from monai_unc.nnunet.calibrate import calibrate_model_folder
     from monai_unc.temperature import non_convergence_warning
 
     model = _model_folder(args)
-    if not os.path.isdir(model):
-        raise FileNotFoundError(f"trained model folder not found: {model}")
+    input_folder(model, "m" if args.m is not None else None, "trained model folder")
     check_device(args.device)  # before anything is loaded or written (the default is cuda)
     report = calibrate_model_folder(model, args.o, use_folds=_folds(args.f),
                                     checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
@@ -511,7 +508,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Execute the sub-command parsed by :func:`add_parser`.
 
-    Usage and input errors (``ValueError``, ``FileNotFoundError``, ``FileExistsError``) are printed as one line
+    Usage and input errors (``ValueError``, ``FileNotFoundError``, ``FileExistsError``, ``NotADirectoryError``:
+    a file given as a folder) are printed as one line
     ``monai-unc <command>: error: ...`` on stderr instead of a traceback.
 
     Args:
@@ -524,6 +522,6 @@ def run(args: argparse.Namespace) -> int:
     handlers = {PREDICT_COMMAND: _predict, PLANS_COMMAND: _plans, CALIBRATE_COMMAND: _calibrate}
     try:
         return handlers[command](args)
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as err:
         print(f"monai-unc {command}: error: {err}", file=sys.stderr)
         return 2

@@ -146,6 +146,11 @@ class LesionMetrics(CohortProduct):
             raise ValueError(f"lesion_r must be in (0, 1), got {r!r}")
         if samples is not None and not isinstance(samples, (str, Path)):
             raise TypeError(f"lesion_samples must be a folder path, got {type(samples).__name__}")
+        if isinstance(samples, str) and not samples:  # found by a probe: '' (an unset "$DIR") was the current folder
+            from .._utils import parameter_error  # here: the command line lists the products without importing torch
+
+            raise parameter_error(ValueError("lesion_samples must be a folder path, got an empty one ('')"),
+                                  "lesion_samples")
         self.samples = None if samples is None else str(Path(samples).resolve())
 
     # -- command line ------------------------------------------------------------------------------------------
@@ -254,20 +259,24 @@ class LesionMetrics(CohortProduct):
             config: unused.
 
         Returns:
-            None; ``ValueError`` naming ``lesion_samples`` and the cases without a file.
+            None; ``ValueError`` naming ``lesion_samples`` (marked with it: the command line names
+            ``--lesion-samples``): the folder is missing or a file, or the cases without a file.
         """
         if self.samples is None:
             return
+        from .._utils import parameter_error
         from ..evaluation.lesions import SAMPLES_SUFFIX, check_sample_grids
+        from ..io import input_folder
 
-        folder = Path(self.samples)
-        if not folder.is_dir():
-            raise ValueError(f"lesion_samples: {folder} is not a folder")
+        try:  # each refusal names the option on the command line (found by a probe: "lesion_samples: ...")
+            folder = input_folder(self.samples, "lesion_samples")
+        except OSError as e:  # a ValueError, as every refusal of check_inputs
+            raise parameter_error(ValueError(str(e)), "lesion_samples") from None
         missing = [c.case_id for c in cases if not (folder / f"{c.case_id}{SAMPLES_SUFFIX}").is_file()]
         if missing:
-            raise ValueError(f"lesion_samples: {len(missing)} case(s) have no per-sample masks "
-                             f"<case>{SAMPLES_SUFFIX} in {folder}: {', '.join(missing[:5])}"
-                             + (" ..." if len(missing) > 5 else ""))
+            raise parameter_error(ValueError(f"lesion_samples: {len(missing)} case(s) have no per-sample masks "
+                                             f"<case>{SAMPLES_SUFFIX} in {folder}: {', '.join(missing[:5])}"
+                                             + (" ..." if len(missing) > 5 else "")), "lesion_samples")
         # the grids (shape and affine) from the NIfTI headers (no data read): a sample file of another grid is
         # refused before any work; its values (integer label maps) are checked when its case is read
         check_sample_grids(folder, cases)

@@ -64,8 +64,8 @@ from ..io import (
     LoadedCase,
     atomic_write_json,
     atomic_write_text,
-    check_entry_kind,
     csv_text,
+    input_folder,
     list_image_cases,
     load_case,
     output_lock,
@@ -920,11 +920,10 @@ def build_report(
     """
     evaluation = Path(evaluation)
     out_dir = Path(output) if output is not None else evaluation / "report"
-    if images is not None and not Path(images).is_dir():
+    if images is not None:
         # found by hostile testing: a missing --images failed on the first overlay, with "folder not found: ..."
         # naming no option, after the report folder and its figures/ were made
-        check_entry_kind(images, "--images folder", folder=True)
-        raise FileNotFoundError(f"--images folder not found: {images}")
+        input_folder(images, "images", "--images folder")
     # found by hostile testing: two reports at once into one folder (other --budget / --cases) left figures/ with a
     # PNG of the other run's page and a record listing a figure that was not there
     with output_lock(out_dir, "monai-unc report"):

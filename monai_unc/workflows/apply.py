@@ -11,6 +11,7 @@ triage folder. Nothing here names a product: each brings its own options, output
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._utils import PARAMETER_ATTRIBUTE, parameter_error, refusing
 from ..engine import DistContext
 from ..evaluation.products import command_output_markers
 from ..io import check_output_folder, check_output_kind, owned_folder
@@ -87,7 +89,8 @@ def apply_command(
         :class:`~monai_unc.workflows.session.CohortFailed` on every rank when cases failed (rank 0 has printed which).
     """
     cls = product_of_command(command)
-    out = check_output_folder(output, predictions, options.get("images"), options.get("uncertainty"))
+    with refusing("output"):  # the command line names the option (found by a probe: "output folder ... is a file")
+        out = check_output_folder(output, predictions, options.get("images"), options.get("uncertainty"))
     check_command_folder(cls, out)
     return run_command(str(cls.command), out,
                        lambda ctx: cls.apply_cases(predictions, artifact, out, dist=ctx, **options),
@@ -268,7 +271,8 @@ def check_beside_triage(rules: Mapping[str, Any], predictions: str | os.PathLike
     for command, artifact in rules.items():
         folder = beside_triage_folder(output, command)
         owned_folder(output, folder.name, "--output")  # not a link: the command removes files there (its stale masks)
-        product_of_command(command).check_apply(predictions, artifact, folder, **options)
+        with _rule_option(command):
+            product_of_command(command).check_apply(predictions, artifact, folder, **options)
         folders[command] = folder
     return folders
 
@@ -288,4 +292,34 @@ def apply_beside_triage(rules: Mapping[str, Any], folders: Mapping[str, Path], p
         None.
     """
     for command, artifact in rules.items():
-        product_of_command(command).apply_cases(predictions, artifact, folders[command], dist=dist, **options)
+        with _rule_option(command):
+            product_of_command(command).apply_cases(predictions, artifact, folders[command], dist=dist, **options)
+
+
+@contextlib.contextmanager
+def _rule_option(command: str) -> Any:
+    """Name ``--<command>-rule`` for a refusal of the artifact a product's command applies beside a triage.
+
+    The command's own checks mark a refusal of its artifact with the parameter ``rule`` (``monai-unc <command>
+    --rule``: :func:`monai_unc._utils.parameter_error`); beside a triage the same file is ``--<command>-rule``
+    (``triage --rule`` is the referral rule), so such an error is marked with ``<command>_rule`` instead (found by a
+    probe of every command: a missing ``--<command>-rule`` file named no option). Other errors keep their mark.
+
+    Args:
+        command: the product's command (:attr:`~monai_unc.product.CohortProduct.command`).
+
+    Example:
+        >>> from monai_unc._utils import parameter_error
+        >>> try:
+        ...     with _rule_option("my-product"):
+        ...         raise parameter_error(ValueError("rule not found: r.json"), "rule")
+        ... except ValueError as e:
+        ...     print(e.parameter)
+        my_product_rule
+    """
+    try:
+        yield
+    except (ValueError, TypeError, OSError) as e:
+        if getattr(e, PARAMETER_ATTRIBUTE, None) == "rule":
+            parameter_error(e, f"{command.replace('-', '_')}_rule")
+        raise

@@ -36,10 +36,10 @@ from ..io import (
     MappedArrays,
     atomic_torch_save,
     atomic_write_json,
-    check_entry_kind,
     check_label_map,
     check_output_file,
     grid_mismatch,
+    input_folder,
     list_files,
     list_image_cases,
     output_lock,
@@ -439,10 +439,8 @@ def run_calibrate(
     out = Path(output)
     if not out.name.endswith((".pt", ".pth")):
         raise ValueError(f"--output must be a .pt or .pth file, got {out}")
-    for folder, what in ((images, "--input"), (labels, "--labels")):
-        if not Path(folder).is_dir():
-            check_entry_kind(folder, f"{what} folder", folder=True)
-            raise FileNotFoundError(f"{what} folder not found: {folder}")
+    for folder, parameter in ((images, "input"), (labels, "labels")):
+        input_folder(folder, parameter, f"--{parameter} folder")
     # nothing is written over an input: the checkpoint, a network spec file, the bundle, the image / label folders
     spec_file = network if isinstance(network, (str, os.PathLike)) and Path(network).is_file() else None
     regions_file = regions if isinstance(regions, (str, os.PathLike)) and Path(regions).is_file() else None

@@ -61,6 +61,7 @@ from ..io import (
     clean_partial_files,
     colliding_case_ids,
     dicom_series_folders,
+    input_folder,
     list_files,
     match_cases,
     output_lock,
@@ -802,10 +803,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if layout not in LAYOUTS:
         raise parameter_error(ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}"), "layout")
     for parameter, folder in (("predictions", pred), ("series", src)):
-        if not folder.is_dir():  # found by hostile testing: a missing one was reported as "labels folder not found"
-            with refusing(parameter):
-                check_entry_kind(folder, f"{parameter} folder", folder=True)
-                raise FileNotFoundError(f"{parameter} folder not found: {folder}")
+        input_folder(folder, parameter)  # found by hostile testing: a missing one was "labels folder not found"
     if inside_predictions and Path(output).resolve().parent != pred.resolve():
         raise ValueError(f"output {output} must be a sub-folder of the predictions {pred}")
     tables = _product_tables(product_outputs)

@@ -37,7 +37,7 @@ import torch
 from .._utils import check_integer, is_finite_real
 from ..engine import DistContext, read_dist_env, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
-from ..io import ImageCase, check_case_ids, check_entry_kind, list_image_cases
+from ..io import ImageCase, check_case_ids, input_folder, list_image_cases
 from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS, check_dicom_options
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
@@ -285,9 +285,7 @@ def prepare_infer(
         >>> plan = prepare_infer("images", model="example", method="mcdropout+tta", samples=4)  # doctest: +SKIP
         >>> run_infer(plan.cases, plan.model, plan.inferer, plan.settings, "predictions")  # doctest: +SKIP
     """
-    if not Path(input).is_dir():
-        check_entry_kind(input, "--input folder", folder=True)
-        raise FileNotFoundError(f"--input folder not found: {input}")
+    input_folder(input, "input", "--input folder")
     if not isinstance(method, str):
         raise TypeError(f"--method must be a string such as 'mcdropout+tta', got {type(method).__name__}")
     if activation is not None and activation not in ACTIVATIONS:

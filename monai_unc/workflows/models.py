@@ -38,10 +38,11 @@ from monai.bundle import ConfigParser
 from monai.bundle.config_item import ComponentLocator
 from torch import nn
 
+from .._utils import refusing
 from ..data import build_example_network, example_weights_path, example_weights_record
 from ..engines import find_pred_activation
 from ..inferers import load_state_dict
-from ..io import check_entry_kind, weight_digests
+from ..io import check_entry_kind, input_folder, weight_digests
 from ..keys import MEASURES
 from ..temperature import TemperatureScaled, check_temperature
 
@@ -693,6 +694,8 @@ def load_network(
         ValueError: not exactly one model source, a bad spec or bundle, or any problem with a checkpoint (missing,
             empty, truncated, corrupt, pickled objects without ``unsafe_load``, another architecture's keys or
             shapes), naming the file.
+        FileNotFoundError: ``bundle`` does not exist; ``NotADirectoryError``: it is a file
+            (:func:`monai_unc.io.input_folder`).
     """
     given = [x is not None for x in (model, bundle, network)]
     if sum(given) != 1:
@@ -700,8 +703,9 @@ def load_network(
     checkpoints = [str(c) for c in checkpoints]
     for c in checkpoints:
         if not Path(c).is_file():
-            check_entry_kind(c, "checkpoint", folder=False)
-            raise ValueError(f"checkpoint file not found: {c}")
+            with refusing("checkpoint"):  # the command line names --checkpoint (found by a probe of every command)
+                check_entry_kind(c, "checkpoint", folder=False)
+                raise ValueError(f"checkpoint file not found: {c}")
     preprocessing = None
     input_key = "image"
     bundle_activation: str | None = None
@@ -721,10 +725,7 @@ def load_network(
         desc, intensity = "example: MNI152 tissue UNet", "max"
     elif bundle is not None:
 
-        root = Path(bundle)
-        if not root.is_dir():
-            check_entry_kind(root, "bundle folder", folder=True)
-            raise ValueError(f"bundle folder not found: {root}")
+        root = input_folder(bundle, "bundle")
         parser = ConfigParser()
         config_files.append(str(_bundle_config(root).resolve()))
         parser.read_config(config_files[-1])

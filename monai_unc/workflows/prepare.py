@@ -37,6 +37,7 @@ from ..io import (
     check_output_file,
     check_output_folder,
     check_reference_folder,
+    input_folder,
     list_image_cases,
     unescape_cell,
 )
@@ -356,18 +357,20 @@ def check_infer_output(
     Returns:
         The resolved output folder. ``FileNotFoundError`` naming ``--input``; ``ValueError`` for a bad output.
     """
-    if not Path(input).is_dir():
-        check_entry_kind(input, "--input folder", folder=True)
-        raise FileNotFoundError(f"--input folder not found: {input}")
-    out = check_output_folder(output, input, bundle)  # not inside the input or the bundle, writable
+    input_folder(input, "input", "--input folder")
+    # each output check names the option on the command line (found by a probe of every command: "output folder ...
+    # is a file, not a folder" named none)
     inputs = [*checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]
-    for name in ("infer.json", FAILURES_FILE):  # the run's own files never replace an input file (hard links too)
-        check_output_file(out / name, *inputs, what="output")
+    with refusing("output"):
+        out = check_output_folder(output, input, bundle)  # not inside the input or the bundle, writable
+        for name in ("infer.json", FAILURES_FILE):  # the run's own files never replace an input file (hard links too)
+            check_output_file(out / name, *inputs, what="output")
     try:
         ids = [c.case_id for c in list_image_cases(input)]
     except ValueError:  # no image: prepare_infer says so
         ids = []
-    check_inputs_not_written(out, infer_written_files(ids), *inputs, what="--output")
+    with refusing("output"):
+        check_inputs_not_written(out, infer_written_files(ids), *inputs, what="--output")
     return out
 
 

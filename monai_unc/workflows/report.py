@@ -14,17 +14,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .._utils import refusing
 from ..engine import get_dist_context, sync_errors
 from ..evaluation import load_evaluation, resummarize, run_triage
 from ..evaluation.config import STATE_DIR
 from ..evaluation.triage import TriageResult
 from ..io import (
     CaseFiles,
-    check_entry_kind,
     check_inputs_not_written,
     check_not_being_written,
     check_output_file,
     check_output_folder,
+    input_folder,
     output_lock,
 )
 from ..io.signing import Trust
@@ -76,10 +77,7 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
         ValueError: a corrupt file, an evaluation whose last run had failed cases, or one another run is still
             writing (an ``evaluate`` holding the folder: :func:`monai_unc.io.output_lock_holder`).
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        check_entry_kind(folder, "--evaluation folder", folder=True)
-        raise FileNotFoundError(f"--evaluation folder not found: {folder}")
+    folder = input_folder(folder, "evaluation", "--evaluation folder")
     # an evaluate still writing it: said first, not as a missing summary.json
     check_not_being_written(folder, what=f"the evaluation in {folder}", then=", then make the report")
     try:
@@ -153,16 +151,16 @@ def run_report(
         The path of ``report.html``.
     """
     cases = check_overlay_count(cases)
-    if not Path(evaluation).is_dir():
-        check_entry_kind(evaluation, "--evaluation folder", folder=True)
-        raise FileNotFoundError(f"--evaluation folder not found: {evaluation}")
+    input_folder(evaluation, "evaluation", "--evaluation folder")
     cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
     out = Path(output) if output is not None else Path(evaluation) / "report"
-    check_output_folder(out, images)  # not inside the images, writable: before any work
-    check_output_file(out / "report.html", cases_file, what="output")
-    check_inputs_not_written(out, REPORT_WRITES, cases_file, images, what="--output")
+    with refusing("output"):  # the command line names the option (found by a probe: "output folder ... is a file")
+        check_output_folder(out, images)  # not inside the images, writable: before any work
+        check_output_file(out / "report.html", cases_file, what="output")
+        check_inputs_not_written(out, REPORT_WRITES, cases_file, images, what="--output")
     check_evaluation_folder(evaluation)
-    check_output_folder(out, *_evaluation_case_folders(evaluation), writable=False)  # the overlays read them
+    with refusing("output"):
+        check_output_folder(out, *_evaluation_case_folders(evaluation), writable=False)  # the overlays read them
     state_dir = (Path(evaluation) / STATE_DIR).resolve()
     if out.resolve() == state_dir or state_dir in out.resolve().parents:
         # the evaluation's own records: a resumed evaluate replaces them (found by review: -o EVAL/state was taken)
@@ -233,9 +231,10 @@ def triage_with_page(
                      - {f"{c.replace('-', '_')}_rule" for c in rules})
     if unknown:
         raise TypeError(f"triage_with_page() got unexpected keyword argument(s) {unknown}")
-    output = check_output_folder(output, predictions, images, uncertainty)
-    # the page's viewer scripts: found by hostile testing, --images OUT/assets received niivue.umd.js and viewer.js
-    check_inputs_not_written(output, _PAGE_ASSET_WRITES, predictions, images, uncertainty, what="--output")
+    with refusing("output"):  # the command line names the option (found by a probe: "output folder ... is a file")
+        output = check_output_folder(output, predictions, images, uncertainty)
+        # the page's viewer scripts: found by hostile testing, --images OUT/assets received niivue.umd.js and viewer.js
+        check_inputs_not_written(output, _PAGE_ASSET_WRITES, predictions, images, uncertainty, what="--output")
     common = {"images": images, "layout": layout, "uncertainty": uncertainty, "allow_mismatch": allow_mismatch,
               "trust": trust}
     folders = check_beside_triage(rules, predictions, output, **common)  # refused here, before the triage writes

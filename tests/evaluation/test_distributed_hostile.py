@@ -386,9 +386,8 @@ def test_a_refusal_on_one_rank_only_stops_every_rank(tmp_path, command):
             if p.poll() is None:
                 p.kill()
     (rc0, err0), (rc1, err1) = results
-    # evaluate's output check names its option (--output); infer's is not marked yet and keeps the plain words
-    named = "--output folder" if command == "evaluate" else "output folder"
-    assert rc1 == 2 and err1[-1] == f"monai-unc {command}: error: {named} out is a file, not a folder", err1
+    # the output check names its option (--output) on the rank that refused
+    assert rc1 == 2 and err1[-1] == f"monai-unc {command}: error: --output folder out is a file, not a folder", err1
     assert rc0 == 2 and err0[-1] == (f"monai-unc {command}: error: rank 1 failed: ValueError: output folder out is a "
                                      "file, not a folder"), err0
     assert not (here / "out").exists(), sorted(str(p.relative_to(here)) for p in here.rglob("*"))

@@ -171,3 +171,26 @@ def test_atomic_folder_keeps_the_mode_of_the_folder(tmp_path):
         assert stat.S_IMODE(private.stat().st_mode) == 0o700
     finally:
         os.umask(old)
+
+
+def test_input_folder_refuses_what_is_no_folder_naming_its_parameter(tmp_path):
+    from monai_unc.io import input_folder
+
+    folder, afile, link = tmp_path / "labels", tmp_path / "a.nii.gz", tmp_path / "link"
+    folder.mkdir()
+    afile.write_bytes(b"")
+    os.symlink(tmp_path / "gone", link)
+    assert input_folder(str(folder), "labels") == folder  # a folder: its path
+    cases = [  # (path, parameter, what, error type, message)
+        (tmp_path / "missing", "labels", None, FileNotFoundError, f"labels folder not found: {tmp_path / 'missing'}"),
+        (afile, "images", None, NotADirectoryError, f"images folder {afile} is a file, not a folder"),
+        (link, "predictions", None, FileNotFoundError,
+         f"predictions folder {link} is a symbolic link to {tmp_path / 'gone'}, which does not exist"),
+        ("", "input", "--input folder", ValueError, "--input folder must be a path, got an empty one ('')"),
+        (tmp_path / "missing", None, None, FileNotFoundError, f"folder not found: {tmp_path / 'missing'}"),
+    ]
+    for path, parameter, what, kind, message in cases:
+        with pytest.raises(kind) as e:
+            input_folder(path, parameter, what)
+        assert str(e.value) == message
+        assert getattr(e.value, "parameter", None) == parameter  # None: not marked, its caller marks it

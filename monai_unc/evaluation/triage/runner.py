@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ... import __version__
+from ..._utils import refusing
 from ...engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ...io import (
     CaseError,
@@ -495,11 +496,15 @@ def run_triage(
     got: dict[str, Any] = {}  # the rule and the fingerprint check, found while listing the cases
 
     def listing() -> list[CaseFiles]:
-        check_output_folder(output, predictions, images, uncertainty)
-        check_output_kind(output, "triage", command_output_markers())  # not an evaluation's folder (maps/)
-        check_inputs_not_written(output, TRIAGE_WRITES, rule_path, predictions, images, uncertainty,
-                                 what="--output")  # e.g. --rule OUT/triage.json: never replaced by the output
-        the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule, trust)
+        # each refusal names its parameter, which the command line writes as its option (found by a probe of every
+        # command: "output folder ... is a file" and "referral rule not found" named no option)
+        with refusing("output"):
+            check_output_folder(output, predictions, images, uncertainty)
+            check_output_kind(output, "triage", command_output_markers())  # not an evaluation's folder (maps/)
+            check_inputs_not_written(output, TRIAGE_WRITES, rule_path, predictions, images, uncertainty,
+                                     what="--output")  # e.g. --rule OUT/triage.json: never replaced by the output
+        with refusing("rule"):  # every refusal of the file: missing, a folder, malformed, not signed as trusted
+            the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule, trust)
         found = find_prediction_cases(predictions, the_rule, layout, uncertainty=uncertainty, images=images,
                                       cases=cases)
         got["check"] = check_prediction_fingerprint(the_rule.fingerprint, the_rule.regions, predictions, layout,
