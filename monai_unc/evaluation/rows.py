@@ -296,12 +296,14 @@ def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None
     q = expected_dice(probs[None], validate=False)
     if estimate == "merged_foreground":
         return q
-    flat = probs.reshape(probs.shape[0], -1)
     per = np.array(q.per_class, dtype=np.float64)  # (1, C - 1), a copy
-    held = np.bincount(flat.argmax(axis=0), minlength=flat.shape[0])[1:] > 0  # ties: the lower class, as R's
-    if not held.all():
-        top = flat[1:][~held].max(axis=1).astype(np.float64)
-        per[0, ~held] = np.clip(1.0 - top, 0.0, 1.0)
+    # q_c is 0 exactly when R holds no voxel of c: at a voxel of R = c, p_c is larger than p_0 >= 0 (a tie goes to
+    # the lower class), so the overlap sum_x p_c [R = c] is positive; an argmax of the volume again would double the
+    # cost. A class without any probability has 0 / 0 = 1 (empty_score), which 1 - max p_c = 1 gives too.
+    absent = per[0] == 0.0
+    if absent.any():
+        top = probs.reshape(probs.shape[0], -1)[1:][absent].max(axis=1).astype(np.float64)
+        per[0, absent] = np.clip(1.0 - top, 0.0, 1.0)
     return QualityScores(per.mean(axis=1), per)
 
 

@@ -90,6 +90,23 @@ def test_a_class_the_segmentation_does_not_hold(c):
         assert case_expected_dice(p2, False).per_class[0, -1] > 0.9
 
 
+def test_a_class_only_tied_for_the_largest_probability_is_not_segmented():
+    """On a tie the segmentation takes the lower class (as ``argmax``): class 2, tied with class 1 on some voxels and
+    below it elsewhere, is not segmented and scores ``1 - max p_2``; class 1 tied with the background likewise."""
+    p = np.zeros((3, 6, 6), np.float32)
+    p[:, :3] = np.array([0.2, 0.4, 0.4], np.float32)[:, None, None]  # class 1 and 2 tied: class 1
+    p[:, 3:] = np.array([0.7, 0.2, 0.1], np.float32)[:, None, None]
+    want, per = brute_force_class_mean(p)
+    q = case_expected_dice(p, False)
+    assert q.per_class[0, 1] == pytest.approx(0.6, abs=1e-7) and per[1] == pytest.approx(0.6, abs=1e-7)
+    assert q.foreground[0] == pytest.approx(want, rel=1e-6)
+    p = np.full((3, 5, 5), 0.0, np.float32)
+    p[0], p[1] = 0.5, 0.5  # class 1 tied with the background everywhere: nothing segmented
+    q = case_expected_dice(p, False)
+    assert q.per_class[0].tolist() == [0.5, 1.0] and q.foreground[0] == 0.75  # class 2: no probability at all
+    assert brute_force_class_mean(p)[0] == 0.75
+
+
 def test_a_confident_model_that_segments_a_class_absent_from_the_case_scores_about_one():
     """The common case the mean over classes must not punish: a class missing from the case, which the model gives
     tiny float32 probabilities everywhere (the soft Dice of an empty mask would be 0: a perfect case at 2/3)."""
