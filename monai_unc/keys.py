@@ -36,7 +36,16 @@ __all__ = [
     "method_tokens",
     "canonical_method",
     "draws_at_random",
+    "EXPECTED_DICE_ESTIMATES",
 ]
+
+#: What a case's label-free ``expected_dice`` estimates: the ``calibration.expected_dice_estimate`` of a referral rule
+#: (docs/triage.md). ``class_mean``: the mean over the foreground classes of each class's expected Dice, the quantity
+#: of the case's ``dice`` (``evaluate`` and the rules it certifies, for classes); ``merged_foreground``: the expected
+#: Dice of every foreground class as one mask (rules of classes certified before the field, which records it; with
+#: two classes the same quantity); ``region_mean``: the mean over the regions of each region's binary expected Dice
+#: (region-based rules, with or without the field). The monitoring store reads them without torch, hence here.
+EXPECTED_DICE_ESTIMATES: tuple[str, ...] = ("class_mean", "merged_foreground", "region_mean")
 
 #: deprecated measure names (one release) -> current names; files and options with the old name are still read
 DEPRECATED_MEASURES: dict[str, str] = {"max_softmax": "one_minus_max_prob"}

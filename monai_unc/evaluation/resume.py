@@ -30,8 +30,10 @@ CASE_FIELDS = ("measure", "n_bins", "min_bin_count", "patch_size", "spatial", "n
 
 CASES_DIR = "cases"
 
-_CASE_FORMAT = 4  # 2: the 1 - max p map is named one_minus_max_prob (was max_softmax); 3: one record per case;
-# 4: the row has expected_dice (the referral rule records it for the expected-Dice interval)
+_CASE_FORMAT = 5  # 2: the 1 - max p map is named one_minus_max_prob (was max_softmax); 3: one record per case;
+# 4: the row has expected_dice (the referral rule records it for the expected-Dice interval); 5: expected_dice of
+# classes is the mean over the classes (was the merged foreground): rows of format 4 are computed again, so that no
+# evaluation (nor the rule it certifies, which records them as "class_mean") mixes the two
 
 
 def file_signature(path: Path | None) -> list[Any] | None:

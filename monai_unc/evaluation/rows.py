@@ -239,32 +239,72 @@ def case_dice(tasks: Sequence[TaskView]) -> tuple[float, list[np.ndarray]]:
     return float(np.mean([float(np.mean(d)) for d in dices])), dices
 
 
-def case_expected_dice(probs: np.ndarray, multilabel: bool) -> QualityScores:
+def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None = None) -> QualityScores:
     """The label-free expected Dice of one case, as ``evaluate`` and ``triage`` both compute it.
 
-    Classes: :func:`~monai_unc.metrics.quality.expected_dice` of the softmax, whose ``foreground`` (the
-    ``expected_dice`` column) is the merged foreground (all classes > 0 as one mask: with more than two classes not
-    the mean over the classes that the case's ``dice`` holds; ``per_class`` estimates each class's Dice); regions
-    (``multilabel``): the binary expected Dice of each region
-    (:func:`~monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``), ``foreground`` their mean, the
-    quantity of ``dice``. One function for both, so that the calibration cases' estimates (recorded in the
-    referral rule for the expected-Dice interval) are computed exactly as the new cases'.
+    One function for both, so that the calibration cases' estimates (recorded in the referral rule for the
+    expected-Dice interval) are computed exactly as the new cases'. ``foreground`` is the case's estimate (the
+    ``expected_dice`` column), ``per_class`` the estimate of each foreground class or region
+    (``expected_dice_<class>`` of ``triage.csv``). ``estimate`` says which (:data:`~monai_unc.keys.
+    EXPECTED_DICE_ESTIMATES`; the default is what ``evaluate`` computes today):
+
+    - ``"class_mean"`` (classes): the quantity of the case's ``dice`` (:func:`case_dice`), the mean over the
+      foreground classes ``c = 1 .. C-1`` of ``q_c``. A class the segmentation ``R = argmax_c p`` holds has the
+      expected Dice of :func:`~monai_unc.metrics.quality.expected_dice`, ``q_c = 2 sum_x p_c [R = c] / (sum_x p_c +
+      |R = c|)``. A class it does not hold has ``q_c = 1 - max_x p_c(x)``: :func:`class_dice` scores such a class 1
+      when the reference holds none of it either and 0 otherwise, so its expected Dice is the probability that the
+      reference holds no voxel of it, and ``1 - max_x p_c`` is that probability when the voxels' labels go together
+      (a missed structure is a region, not scattered voxels; it is the largest the voxel probabilities allow). It is
+      1 for a class the model gives no probability anywhere, as ``class_dice`` scores a class absent from both maps,
+      and at least 0.5 (a class with ``p_c > 0.5`` somewhere is segmented there).
+    - ``"merged_foreground"`` (classes): the expected Dice of every foreground class as one mask (``1 - p_0``
+      against ``R > 0``): what ``evaluate`` wrote before, and what referral rules certified before the rule recorded
+      its estimate hold (triage computes it for their new cases). With two classes it is ``class_mean`` unless the
+      segmentation is empty (then 0 as soon as the model gives the foreground any probability).
+    - ``"region_mean"`` (regions, ``multilabel``): the binary expected Dice of each region
+      (:func:`~monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``), their mean, the quantity of
+      ``dice``.
 
     Args:
         probs: the case's probabilities ``(C, *spatial)`` (softmax) or ``(R, *spatial)`` (sigmoid regions).
         multilabel: whether they are region probabilities.
+        estimate: ``"class_mean"`` or ``"merged_foreground"`` for classes, ``"region_mean"`` for regions; None: the
+            first of these for the kind of ``probs``.
 
     Returns:
-        :class:`~monai_unc.metrics.quality.QualityScores` of the case (batch of one).
+        :class:`~monai_unc.metrics.quality.QualityScores` of the case (batch of one): ``foreground`` ``(1,)``,
+        ``per_class`` ``(1, K)``, float64.
+
+    Raises:
+        ValueError: ``estimate`` is not one for the kind of ``probs``.
 
     Example:
-        >>> p = np.zeros((2, 4, 4), np.float32); p[1, :2] = 0.9; p[0] = 1 - p[1]
-        >>> round(float(case_expected_dice(p, False).foreground[0]), 4)
-        0.9474
+        >>> p = np.zeros((3, 4, 4), np.float32); p[1, :2] = 0.9; p[2, :2] = 0.05; p[0] = 1 - p[1] - p[2]
+        >>> q = case_expected_dice(p, False)  # class 2 is not segmented: 1 - max p_2 = 0.95
+        >>> [round(float(v), 4) for v in q.per_class[0]], round(float(q.foreground[0]), 4)
+        ([0.9474, 0.95], 0.9487)
+        >>> round(float(case_expected_dice(p, False, "merged_foreground").foreground[0]), 4)
+        0.9744
     """
+    allowed = ("region_mean",) if multilabel else ("class_mean", "merged_foreground")
+    estimate = allowed[0] if estimate is None else estimate
+    if estimate not in allowed:
+        raise ValueError(f"estimate must be one of {allowed} for {'region' if multilabel else 'class'} "
+                         f"probabilities, got {estimate!r}"[:300])
     if multilabel:
         return quality_estimates({"pred": probs[None]}, multilabel=True)["expected_dice"]
-    return expected_dice(probs[None], validate=False)
+    q = expected_dice(probs[None], validate=False)
+    if estimate == "merged_foreground":
+        return q
+    per = np.array(q.per_class, dtype=np.float64)  # (1, C - 1), a copy
+    # q_c is 0 exactly when R holds no voxel of c: at a voxel of R = c, p_c is larger than p_0 >= 0 (a tie goes to
+    # the lower class), so the overlap sum_x p_c [R = c] is positive; an argmax of the volume again would double the
+    # cost. A class without any probability has 0 / 0 = 1 (empty_score), which 1 - max p_c = 1 gives too.
+    absent = per[0] == 0.0
+    if absent.any():
+        top = probs.reshape(probs.shape[0], -1)[1:][absent].max(axis=1).astype(np.float64)
+        per[0, absent] = np.clip(1.0 - top, 0.0, 1.0)
+    return QualityScores(per.mean(axis=1), per)
 
 
 def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:

@@ -38,6 +38,7 @@ from urllib.parse import unquote
 from .. import __version__
 from .._digest import content_digest
 from .._utils import is_finite_real
+from ..keys import EXPECTED_DICE_ESTIMATES
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -442,6 +443,10 @@ def _check_rule_fields(rule: Any, source: str) -> None:
     if bad:
         raise ValueError(f"{source}: field 'rule.calibration.case_scores' must hold numbers (or null), got "
                          f"{bad[0]!r}"[:300])
+    if isinstance(cal, Mapping) and "expected_dice_estimate" in cal and (
+            cal["expected_dice_estimate"] not in EXPECTED_DICE_ESTIMATES):
+        raise ValueError(f"{source}: field 'rule.calibration.expected_dice_estimate' must be one of "
+                         f"{', '.join(EXPECTED_DICE_ESTIMATES)}, got {cal['expected_dice_estimate']!r}"[:300])
     risk = rule.get("risk", "failure")
     if risk not in _RISKS:
         raise ValueError(f"{source}: field 'rule.risk' must be 'failure' or '1-dice', got {risk!r}"[:300])
@@ -508,6 +513,16 @@ def _rule_columns(rule: Mapping[str, Any]) -> dict[str, Any]:
             "target_risk": rule.get("target_risk"), "risk": str(rule.get("risk", "failure")),
             "failure_dice": rule.get("failure_dice"),
             "calibration_scores": [v for v in cal.get("case_scores", []) if _real(v)]}
+
+
+def _expected_dice_estimate(rule: Mapping[str, Any]) -> str:
+    """What the ``expected_dice`` of the cases a (checked) rule decided estimates (``ReferralRule.
+    expected_dice_estimate``, read without torch): the rule's ``calibration.expected_dice_estimate``, else that of a
+    rule certified before it was recorded (the merged foreground for classes, the mean over the regions)."""
+    cal = rule.get("calibration")
+    if isinstance(cal, Mapping) and "expected_dice_estimate" in cal:
+        return str(cal["expected_dice_estimate"])
+    return "region_mean" if rule.get("regions") else "merged_foreground"
 
 
 def _same_value(stored: Any, expected: Any) -> bool:
@@ -1374,11 +1389,15 @@ class MonitorStore:
 
         Returns:
             ``{digest: {"score", "target_risk", "risk", "failure_dice", "calibration_scores", "num_classes",
-            "regions", "regions_in_order", "image_reference"}}`` (``num_classes`` / ``regions`` / ``image_reference``
-            None when the rule does not say; ``image_reference`` is the rule's JSON object, unchecked:
-            :func:`~monai_unc.monitoring.status.image_reference_scores` reads it). ``regions_in_order`` is False
-            for a rule recorded by a monai-unc that kept its JSON with sorted keys, where the order of the regions
-            (the channels of region masks) is lost.
+            "regions", "regions_in_order", "image_reference", "expected_dice_estimate"}}`` (``num_classes`` /
+            ``regions`` / ``image_reference`` None when the rule does not say; ``image_reference`` is the rule's JSON
+            object, unchecked: :func:`~monai_unc.monitoring.status.image_reference_scores` reads it).
+            ``regions_in_order`` is False for a rule recorded by a monai-unc that kept its JSON with sorted keys, where
+            the order of the regions (the channels of region masks) is lost. ``expected_dice_estimate`` says what the
+            ``expected_dice`` of the cases the rule decided estimates (:data:`~monai_unc.keys.
+            EXPECTED_DICE_ESTIMATES`: ``"class_mean"``, or ``"merged_foreground"`` for a rule of classes certified
+            before it was recorded): triage computes a case's estimate as the rule's calibration cases' were, so the
+            cases of one rule hold one quantity, and those of two rules are not to be compared.
 
         Raises:
             ValueError: one line naming the store: a row whose body does not match its digest, whose columns do not
@@ -1437,7 +1456,8 @@ class MonitorStore:
                    "num_classes": nc if isinstance(nc, int) and not isinstance(nc, bool) else None,
                    "regions": doc.get("regions"),
                    "regions_in_order": body != _canonical(doc),  # a rule's JSON never has sorted keys
-                   "image_reference": doc.get("image_reference")}
+                   "image_reference": doc.get("image_reference"),
+                   "expected_dice_estimate": _expected_dice_estimate(doc)}
 
     def cases(self) -> list[dict[str, Any]]:
         """Every recorded case in recording order, with its latest label's ``loss`` / ``dice`` (None when none).

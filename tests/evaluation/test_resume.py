@@ -245,6 +245,27 @@ def test_cases_of_another_version_are_computed_again(files, tmp_path, monkeypatc
     assert CALLS == []
 
 
+def test_rows_of_the_merged_foreground_expected_dice_are_computed_again(files, tmp_path, monkeypatch):
+    """Rows saved by a version whose ``expected_dice`` of classes was the merged foreground (case state format 4) are
+    not reused: a resumed evaluation would mix them with rows of the mean over the classes, and the rule it certifies
+    would record both as ``class_mean``."""
+    import monai_unc.evaluation.resume as resume
+
+    config = _config(case_metrics={"counted": counted})
+    monkeypatch.setattr(resume, "_CASE_FORMAT", 4)
+    CALLS.clear()
+    evaluate_shard(files, config, cache=tmp_path)
+    assert len(CALLS) == 2
+    monkeypatch.undo()
+    assert resume._CASE_FORMAT == 5
+    CALLS.clear()
+    evaluate_shard(files, config, cache=tmp_path)
+    assert len(CALLS) == 2  # every case again
+    CALLS.clear()
+    evaluate_shard(files, config, cache=tmp_path)
+    assert CALLS == []
+
+
 def _saved(files, tmp_path):
     config = _config()
     f = files[0]

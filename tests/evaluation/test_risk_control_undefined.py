@@ -158,11 +158,12 @@ def test_a_rule_certified_before_that_accepted_undefined_scores_is_refused():
     with pytest.raises(ValueError, match=r"earlier monai-unc that counted its \d+ calibration case\(s\) with an "
                                          r"undefined score as accepted.*certify it again"):
         ReferralRule.from_json(doc)
-    # the same cases certified now: the undefined ones are referred, and the rule reads back (format_version 4)
+    # the same cases certified now: the undefined ones are referred, and the rule reads back (format_version 4, 5 for
+    # a rule of classes, whose expected Dice is the mean over the classes)
     block, _ = _fit(rows)
     rule = certify_rule(rows, {}, 2, SCORE, block, cfg)
     again = json.loads(json.dumps(json_safe(rule.to_json())))
-    assert again["format_version"] == 4 and again["calibration"]["undefined_score"] is None
+    assert again["format_version"] == 5 and again["calibration"]["undefined_score"] is None
     assert ReferralRule.from_json(again) == rule and rule.coverage < res.coverage
     # a version-1 rule (no record) accepting every case with undefined calibration scores: refused the same way
     v1 = {k: v for k, v in doc.items() if k != "digest"}
@@ -191,7 +192,7 @@ def test_the_undefined_score_field_must_match_the_format_version():
     block, _ = _fit(rows)
     doc = json.loads(json.dumps(json_safe(certify_rule(rows, {}, 2, SCORE, block, cfg).to_json())))
     doc.pop("digest")
-    with pytest.raises(ValueError, match="'undefined_score' must be null in format_version 4"):
+    with pytest.raises(ValueError, match="'undefined_score' must be null in format_version 5"):
         ReferralRule.from_json({**doc, "calibration": {**doc["calibration"], "undefined_score": 2.0}})
     with pytest.raises(ValueError, match="'undefined_score' is null, but a format_version 3 rule"):
         ReferralRule.from_json({**doc, "format_version": 3})

@@ -321,8 +321,8 @@ def test_old_format_rule_still_loads_and_region_rules_round_trip():
     assert back["format_version"] == 2 and back["regions"] == BRATS and ReferralRule.from_json(back) == new
     with pytest.raises(ValueError, match="format_version 2"):
         ReferralRule.from_json(_rule_doc(regions=BRATS, num_classes=3))
-    with pytest.raises(ValueError, match="format_version 5 is not supported"):
-        ReferralRule.from_json(_rule_doc(format_version=5))
+    with pytest.raises(ValueError, match="format_version 6 is not supported"):
+        ReferralRule.from_json(_rule_doc(format_version=6))
     with pytest.raises(ValueError, match="num_classes"):
         ReferralRule.from_json(_rule_doc(format_version=2, regions=BRATS, num_classes=4))
     with pytest.raises(ValueError, match="class_names"):

@@ -90,7 +90,8 @@ def test_fit_never_counts_an_undefined_score_as_accepted(monkeypatch):
     from monai_unc.evaluation.triage.certify import certify_rule
 
     rule = certify_rule(rows, {}, 2, "predictive_entropy_fg_mean", block, config)
-    assert rule.coverage == pytest.approx(2 / 3) and rule.n_undefined == 1 and rule.format_version == 4
+    # format_version 5: undefined scores referred (4) and the expected Dice of classes the mean over the classes
+    assert rule.coverage == pytest.approx(2 / 3) and rule.n_undefined == 1 and rule.format_version == 5
     decisions = rule.apply([0.1, float("nan"), 0.2])
     assert [d.accepted for d in decisions] == [True, False, True] and decisions[1].code == "undefined_score"
     again = ReferralRule.from_json(json.loads(json.dumps(json_safe(rule.to_json()))))

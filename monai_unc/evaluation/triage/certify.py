@@ -51,7 +51,8 @@ def certify_referral_rule(
     cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3 or 4), from which its certificate is
     recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`), and, when the evaluation had
     probabilities, their label-free ``expected_dice``, which calibrates the interval of a new case's
-    expected Dice (:meth:`ReferralRule.expected_dice_interval`, 90 %).
+    expected Dice (:meth:`ReferralRule.expected_dice_interval`, 90 %), and what it estimates (``class_mean`` or
+    ``region_mean``, :attr:`CalibrationRecord.expected_dice_estimate`).
 
     Args:
         state: the evaluation's cohort state (rows, and files for the images).
@@ -133,6 +134,8 @@ def certify_rule(
         undefined_score=None,
         n_candidates=RISK_CONTROL_CANDIDATES,
         expected_dice=tuple(float(v) if np.isfinite(v) else None for v in est) if np.isfinite(est).any() else None,
+        # what evaluate's expected_dice column estimates (rows.case_expected_dice's default): triage computes the same
+        expected_dice_estimate="class_mean" if config.regions is None else "region_mean",
     )
     thr = rc["threshold"]
     threshold = (math.inf if rc["feasible"] else -math.inf) if thr is None else float(thr)

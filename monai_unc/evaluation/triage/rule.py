@@ -20,6 +20,7 @@ from ..._utils import check_text, is_finite_real
 from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
+from ...keys import EXPECTED_DICE_ESTIMATES
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
 from ...product import ThresholdText, format_cell, format_level, format_score, format_target, separating_digits
@@ -32,11 +33,16 @@ from .images import IMAGE_CHANNEL_FILES, IMAGE_FEATURES, image_feature_names, pa
 RULE_FILE = "referral_rule.json"
 #: ``format`` entry of a rule file, and its version (a reader refuses other formats and newer versions)
 RULE_FORMAT = "monai-unc referral rule"
-#: the newest ``format_version`` this version reads and writes: 4 for a rule whose calibration cases include undefined
-#: scores, certified with those cases counted as referred (``calibration.undefined_score`` null; a reader of version 3
-#: would recompute its certificate with them ranked above every defined score, i.e. as another certificate), 3 for
-#: every other rule that records its calibration cases' scores, Dice and risks (:class:`CalibrationRecord`, what
-#: :meth:`ReferralRule.from_json` re-certifies; every rule ``evaluate`` writes), 2 for a rule of a region-based model
+#: the newest ``format_version`` this version reads and writes: 5 for a rule of classes whose expected Dice is the mean
+#: over the classes (``calibration.expected_dice_estimate`` ``"class_mean"``, every rule of classes ``evaluate``
+#: certifies: a reader of version 4 would compute new cases' estimates of the merged foreground, another quantity than
+#: the calibration cases', and the interval would lose its guarantee), else 4 for a rule whose calibration cases
+#: include undefined scores, certified with those cases counted as referred (``calibration.undefined_score`` null; a
+#: reader of version 3 would recompute its certificate with them ranked above every defined score, i.e. as another
+#: certificate), 3 for every other rule that records its calibration cases' scores, Dice and risks
+#: (:class:`CalibrationRecord`, what :meth:`ReferralRule.from_json` re-certifies; every rule ``evaluate`` writes; a
+#: region-based rule records ``expected_dice_estimate`` ``"region_mean"`` in that version, the estimate a reader that
+#: ignores it computes), 2 for a rule of a region-based model
 #: without that record (it records the region spec, which a reader of version 1 would ignore), 1 for every other rule
 #: (readable by older versions)
 #: A version-3 rule may also record its calibration cases' label-free expected Dice (``calibration.expected_dice``,
@@ -44,7 +50,7 @@ RULE_FORMAT = "monai-unc referral rule"
 #: the interval, so the version stays 3. Likewise its image reference may record the statistics of each calibration
 #: image (``image_reference.calibration_statistics``, versioned on its own: :data:`IMAGE_STATISTICS_VERSION`), the
 #: reference against which ``monai-unc monitor`` ranks new cases' images; a reader that ignores it loses only that.
-RULE_VERSION = 4
+RULE_VERSION = 5
 #: the version of a rule's ``image_reference.calibration_statistics`` object (a reader refuses newer ones)
 IMAGE_STATISTICS_VERSION = 1
 #: what writes a rule file
@@ -331,6 +337,11 @@ class CalibrationRecord:
             case's expected Dice is calibrated (:meth:`interval_quantile`); None (the whole tuple) in rules written
             before it was recorded.
         interval_alpha: the miscoverage of that interval (default 0.1: 90 %).
+        expected_dice_estimate: what ``expected_dice`` estimates (:data:`~monai_unc.keys.EXPECTED_DICE_ESTIMATES`,
+            :func:`~monai_unc.evaluation.rows.case_expected_dice`): ``"class_mean"`` or ``"region_mean"`` in the
+            rules ``evaluate`` certifies; None in rules certified before it was recorded, whose estimates are of the
+            merged foreground for classes (:attr:`ReferralRule.expected_dice_estimate`). A new case's estimate must
+            be computed the same way, or the interval loses its guarantee.
 
     Example:
         >>> rec = CalibrationRecord((0.1, 0.2, 0.3), (0.9, 0.7, 0.8), (0.0, 1.0, 0.0),
@@ -349,6 +360,13 @@ class CalibrationRecord:
     sequence: str = "fallback"
     expected_dice: tuple[float | None, ...] | None = None
     interval_alpha: float = CONFORMAL_ALPHA
+    expected_dice_estimate: str | None = None
+
+    def __post_init__(self) -> None:
+        est = self.expected_dice_estimate
+        if est is not None and est not in EXPECTED_DICE_ESTIMATES:
+            raise ValueError(f"expected_dice_estimate must be one of {EXPECTED_DICE_ESTIMATES} or None, got "
+                             f"{est!r}"[:300])
 
     def interval_quantile(self) -> tuple[float, int] | None:
         """The conformal quantile of ``|dice - expected_dice|`` over the calibration cases with both defined.
@@ -371,7 +389,7 @@ class CalibrationRecord:
         Returns:
             ``{"case_scores", "dice", "risks", "undefined_score", "max_candidates", "sequence"}``, and with
             recorded estimates ``"expected_dice"``, ``"expected_dice_alpha"`` and ``"expected_dice_quantile"``
-            (null for ``inf``; recomputed and compared when read).
+            (null for ``inf``; recomputed and compared when read), and ``"expected_dice_estimate"`` when known.
         """
         out = {"case_scores": list(self.scores), "dice": list(self.dice), "risks": list(self.risks),
                "undefined_score": self.undefined_score, "max_candidates": self.n_candidates,
@@ -380,6 +398,8 @@ class CalibrationRecord:
         if self.expected_dice is not None and qn is not None:
             out.update({"expected_dice": list(self.expected_dice), "expected_dice_alpha": self.interval_alpha,
                         "expected_dice_quantile": qn[0] if math.isfinite(qn[0]) else None})
+        if self.expected_dice_estimate is not None:  # also without estimates: what triage computes for new cases
+            out["expected_dice_estimate"] = self.expected_dice_estimate
         return out
 
     @classmethod
@@ -406,15 +426,20 @@ class CalibrationRecord:
         if n_cand is not None and (isinstance(n_cand, bool) or not isinstance(n_cand, int) or n_cand < 1):
             raise ValueError(f"field '{where}.max_candidates' must be a positive integer or null, got {n_cand!r}")
         seq = _field(cal, "sequence", where, str)
-        est, alpha = None, CONFORMAL_ALPHA
+        est, alpha, kind = None, CONFORMAL_ALPHA, None
         if "expected_dice" in cal:  # recorded since the conformal interval of the expected Dice
             est = tuple(None if v is None else _number(v, f"{where}.expected_dice")
                         for v in _field(cal, "expected_dice", where, list))
             alpha = _number(_field(cal, "expected_dice_alpha", where), f"{where}.expected_dice_alpha")
             if not 0 < alpha < 1:
                 raise ValueError(f"field '{where}.expected_dice_alpha' must be in (0, 1), got {alpha!r}")
+        if "expected_dice_estimate" in cal:  # recorded since the estimate of classes is their mean
+            kind = _field(cal, "expected_dice_estimate", where, str)
+            if kind not in EXPECTED_DICE_ESTIMATES:
+                raise ValueError(f"field '{where}.expected_dice_estimate' must be one of "
+                                 f"{', '.join(EXPECTED_DICE_ESTIMATES)}, got {kind!r}"[:300])
         rec = cls(tuple(scores), tuple(dice), tuple(risks),
-                  None if und is None else _number(und, f"{where}.undefined_score"), n_cand, seq, est, alpha)
+                  None if und is None else _number(und, f"{where}.undefined_score"), n_cand, seq, est, alpha, kind)
         qn = rec.interval_quantile()
         if qn is not None:
             raw = _field(cal, "expected_dice_quantile", where)
@@ -651,15 +676,34 @@ class ReferralRule:
         return [] if self.regions is None else list(self.regions)
 
     @property
+    def expected_dice_estimate(self) -> str:
+        """What the ``expected_dice`` of a case triaged with this rule estimates, as its calibration cases' did.
+
+        One of :data:`~monai_unc.keys.EXPECTED_DICE_ESTIMATES`: the record's
+        :attr:`CalibrationRecord.expected_dice_estimate`. A rule that does not record it was certified before the
+        ``expected_dice`` of classes became their mean: ``"merged_foreground"`` for classes (triage computes that for
+        its new cases, so that they stay comparable with its calibration cases, whose residuals calibrate the interval,
+        and with the cases the monitoring store recorded under the rule), ``"region_mean"`` for regions.
+        """
+        rec = self.record
+        if rec is not None and rec.expected_dice_estimate is not None:
+            return rec.expected_dice_estimate
+        return "merged_foreground" if self.regions is None else "region_mean"
+
+    @property
     def format_version(self) -> int:
         """The ``format_version`` :meth:`to_json` writes (:data:`RULE_VERSION`).
 
-        4 with a calibration record whose undefined scores were counted as referred, 3 with any other record, 2 for
-        a region-based rule without one, 1 otherwise.
+        5 with a record whose expected Dice of classes is their mean (:attr:`expected_dice_estimate`
+        ``"class_mean"``, what triage computes for new cases, and the calibration cases' estimates when recorded),
+        else 4 with a calibration record whose undefined scores were counted as referred, 3 with any other record, 2
+        for a region-based rule without one, 1 otherwise.
         """
         rec = self.record
         if rec is None:
             return 1 if self.regions is None else 2
+        if rec.expected_dice_estimate == "class_mean":
+            return 5
         return 4 if rec.undefined_score is None and any(v is None for v in rec.scores) else 3
 
     @property
@@ -754,12 +798,27 @@ class ReferralRule:
                 (the interval's coverage then does not hold for them), or None.
 
         Returns:
-            The sentence.
+            The sentence; for a rule of more than two classes certified before its estimates were the mean over the
+            classes (:attr:`expected_dice_estimate` ``"merged_foreground"``) it says that the estimate is of the
+            merged foreground.
         """
         rec = self.record
         qn = None if rec is None else rec.interval_quantile()
         if mismatch is not None and qn is not None and math.isfinite(qn[0]):
             return f"no coverage guarantee for these cases: {_not_as_certified(mismatch)}: {self.interval_statement()}"
+        return self._interval_sentence(rec, qn) + self._merged_note()
+
+    def _merged_note(self) -> str:
+        """The clause of :meth:`interval_statement` for a rule whose estimate is of the merged foreground, or ``""``."""
+        if self.expected_dice_estimate != "merged_foreground" or self.num_classes is None or self.num_classes < 3:
+            return ""  # with two classes the merged foreground is the one class
+        return ("; this rule was certified before the expected Dice of classes was their mean, so the estimate (and "
+                "its interval) is that of the merged foreground (every class > 0 as one mask), as its calibration "
+                "cases' were, not of the mean over the classes that dice holds: certify the rule again with "
+                "monai-unc evaluate for that")
+
+    def _interval_sentence(self, rec: CalibrationRecord | None, qn: tuple[float, int] | None) -> str:
+        """:meth:`interval_statement` without the mismatch and the merged-foreground clause."""
         dice = "Dice" if self.regions is None else "mean region Dice"
         if rec is None or qn is None:
             return ("expected Dice: the model's own estimate, uncalibrated (the rule records no calibration cases' "
@@ -847,6 +906,11 @@ class ReferralRule:
         if rec is not None and rec.expected_dice is not None and len(rec.expected_dice) != self.n_calibration:
             raise ValueError(f"record: expected_dice must have one entry per calibration case ({self.n_calibration}), "
                              f"got {len(rec.expected_dice)}")
+        est = None if rec is None else rec.expected_dice_estimate
+        fits = ("region_mean",) if self.regions is not None else ("class_mean", "merged_foreground")
+        if est is not None and est not in fits:
+            raise ValueError(f"record: expected_dice_estimate {est!r} is not an estimate of a "
+                             f"{'region' if self.regions is not None else 'class'}-based rule (one of {fits})")
 
     def _refuse_accepted_undefined(self) -> None:
         """Refuse a rule certified before undefined scores were counted as referred whose threshold accepted them.
@@ -1116,6 +1180,12 @@ class ReferralRule:
                 if ver == 3 and record.undefined_score is None and any(v is None for v in record.scores):
                     raise ValueError(f"{source}: calibration: field 'undefined_score' is null, but a format_version 3 "
                                      f"rule with undefined calibration scores records the score they took: {_EDITED}")
+                # the estimate of classes as their mean needs format_version 5, which a reader that would compute
+                # the merged foreground for new cases refuses; either without the other is an edited file
+                if regions is None and (ver >= 5) != (record.expected_dice_estimate == "class_mean"):
+                    raise ValueError(f"{source}: calibration: field 'expected_dice_estimate' is "
+                                     f"{record.expected_dice_estimate!r} in a format_version {ver} rule of classes "
+                                     f"(format_version 5 records 'class_mean', earlier ones nothing): {_EDITED}")
             rule = cls(
                 score=_field(sc, "column", f"{source}: score", str),
                 threshold=threshold,

@@ -103,7 +103,7 @@ def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
         "version": __version__,
         "options": {"measure": rule.measure, "patch_size": rule.patch_size, "map_source": rule.map_source,
                     "num_classes": rule.num_classes, "class_names": rule.class_names, "regions": rule.regions,
-                    "channel_files": _channel_files(rule)},
+                    "channel_files": _channel_files(rule), "expected_dice_estimate": rule.expected_dice_estimate},
         "inputs": {"seg": file_signature(files.seg), "probs": file_signature(files.probs),
                    "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
                    "image": None if files.image is None else [file_signature(p) for p in (
@@ -115,9 +115,10 @@ def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
 def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike | None = None) -> dict[str, Any]:
     """The label-free row of one case; it does not apply the rule.
 
-    The row holds the rule measure's three case scores, ``expected_dice`` of the foreground and of each class when
-    probabilities exist (:func:`monai_unc.metrics.quality.expected_dice`), the image statistics
-    when the case has an image (``image_stats``), the warnings raised and the case's files.
+    The row holds the rule measure's three case scores, ``expected_dice`` of the case and of each class when
+    probabilities exist (:func:`~monai_unc.evaluation.rows.case_expected_dice` of the rule's
+    :attr:`~monai_unc.evaluation.triage.ReferralRule.expected_dice_estimate`: as its calibration cases' were), the
+    image statistics when the case has an image (``image_stats``), the warnings raised and the case's files.
 
     Class-based rule: the scores of :func:`case_score_columns`. Region-based rule (``rule.regions``): the case is
     read with ``load_case(..., multilabel=True)`` (region masks or a label map converted with the spec, one map
@@ -164,14 +165,14 @@ def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike
             pred = predicted_regions(case, regions)
             row.update(region_score_columns({rule.measure: u}, pred, names, rule.patch_size))
             if case.probs is not None:
-                q = case_expected_dice(case.probs, multilabel=True)  # as evaluate computes the calibration's
+                q = case_expected_dice(case.probs, True, rule.expected_dice_estimate)  # as the calibration's
                 row["expected_dice"] = float(q.foreground[0])
                 row.update({f"expected_dice_{region_suffix(n)}": float(q.per_class[0, r]) for r, n in enumerate(names)})
             fg_voxels, voxels = int(pred.any(axis=0).sum()), int(np.prod(pred.shape[1:]))
         else:
             row.update(case_score_columns({rule.measure: derived[rule.measure]}, case.seg, rule.patch_size))
             if case.probs is not None:
-                q = case_expected_dice(case.probs, multilabel=False)
+                q = case_expected_dice(case.probs, False, rule.expected_dice_estimate)  # as the calibration's
                 row["expected_dice"] = float(q.foreground[0])
                 n_cls = case.probs.shape[0]
                 cls_names = rule.class_names or tuple(str(c) for c in range(n_cls))
@@ -407,6 +408,7 @@ def _assemble(
             "quantile": None if interval is None or not np.isfinite(interval.quantile) else interval.quantile,
             "n_calibration": None if interval is None else interval.n,
             "statement": rule.interval_statement(mismatch_fields(check)),
+            "estimate": rule.expected_dice_estimate,
         },
         "fingerprint": dict(check),
         "image_check": image_check,
