@@ -37,7 +37,7 @@ from urllib.parse import unquote
 
 from .. import __version__
 from .._digest import content_digest
-from .._utils import is_finite_real
+from .._utils import is_finite_real, parameter_error
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -102,6 +102,8 @@ _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_m
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
+#: the keys of the table ``monitor_meta`` (:meth:`MonitorStore.verify` reports any other)
+_META_KEYS = frozenset({"schema_version"})
 #: what a ``label`` entry's ``cases_digest`` covers of the case row each label names
 _LABEL_CASE_COLUMNS = ("case_id", "site")
 #: the most characters of a text field of the store (site, scanner, case id, reason, ...; no NUL either)
@@ -334,12 +336,25 @@ class VerifyResult:
         n_entries: the number of audit entries.
         head: the hash of the last entry (keep a copy elsewhere: ``verify --expect-head`` compares it).
         problems: one line per problem found.
+        expected_entry: the entry whose hash is the ``expect_head`` given (0: :data:`GENESIS`, a store that was
+            empty then; the entries after it were appended since), or None (none given, or no entry has it).
     """
 
     ok: bool
     n_entries: int
     head: str
     problems: tuple[str, ...] = field(default=())
+    expected_entry: int | None = None
+
+
+def _check_head(value: Any) -> str:
+    """An audit chain's head as ``verify --expect-head`` takes it: 64 hex digits (surrounding spaces and upper case, as
+    a copy from a ticket may have them, are let through); else a ``ValueError`` naming ``expect_head``."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text is None or not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise parameter_error(ValueError(f"expect_head must be the head hash that 'monai-unc monitor verify' printed "
+                                         f"(64 hex digits), got {str(value)[:80]!r}"), "expect_head")
+    return text
 
 
 def _actor() -> str:
@@ -960,21 +975,39 @@ class MonitorStore:
         a monai-unc that did not record them are not checked so). The case rows (their order is that of every
         alarm's stream) must be in the order the store writes them: run after run, each run's rows in the order of a
         hash of their case ids (or of the ids, as monai-unc wrote them before it hashed them); the label rows in the
-        order of their audit entries (a case's latest label is the one of the largest id). Not covered: a run's
-        ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a label's ``recorded_at`` (its
-        entry's ``at`` is), the table ``monitor_meta``, entries cut off at the end (``expect_head``) and a
-        consistent forgery of the whole database.
+        order of their audit entries (a case's latest label is the one of the largest id). The table
+        ``monitor_meta`` must hold the schema version that the audit log's last ``migrate`` entry recorded, and no
+        other key. Not covered: a run's ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a
+        label's ``recorded_at`` (its entry's ``at`` is), entries cut off at the end unless ``expect_head`` is given,
+        and a consistent forgery of the whole database.
+
+        ``expect_head`` is a head that an earlier check printed and that was kept elsewhere (a ticket, a signed
+        e-mail): some entry of the chain must still have that hash. Entries appended since (later runs and labels)
+        are fine; entries cut off at the end, an entry before it edited (the hashes after it recomputed) or a
+        database replaced by another leave no entry with it.
 
         Everything is read in one snapshot of the store: a run another process records meanwhile is neither half seen
         nor reported as rows without their entry.
 
         Args:
-            expect_head: the head hash kept elsewhere after an earlier check (detects entries removed from the
-                end), or None.
+            expect_head: the head hash kept elsewhere after an earlier check (64 hex digits), or None.
 
         Returns:
-            The :class:`VerifyResult`.
+            The :class:`VerifyResult`; its ``expected_entry`` is the entry that has ``expect_head``.
+
+        Raises:
+            ValueError: ``expect_head`` is not 64 hex digits (a typo or a cut copy is not a tampered store).
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     kept = store.verify().head  # kept elsewhere
+            ...     later = store.verify(expect_head=kept)
+            ...     later.ok, later.expected_entry, later.n_entries
+            (True, 1, 1)
         """
+        if expect_head is not None:
+            expect_head = _check_head(expect_head)
         with self.snapshot():
             return self._verify(expect_head)
 
@@ -983,6 +1016,7 @@ class MonitorStore:
         problems: list[str] = []
         prev, entries = GENESIS, self.audit_log()
         records: dict[int, dict[str, Any]] = {}
+        migrated: list[Any] = []  # the schema version each migrate entry recorded, in order
         for i, e in enumerate(entries, start=1):
             if e.seq != i:
                 problems.append(f"audit entry {i} is missing (found entry {e.seq} in its place)")
@@ -1002,6 +1036,8 @@ class MonitorStore:
                 continue
             if e.action == "record":
                 records[e.seq] = details
+            elif e.action == "migrate":
+                migrated.append(details.get("schema_version"))
             expected = details.get("rows_digest")
             if expected is not None and e.action in ("record", "label"):
                 got = self._rows_digest_of(e.action, e.seq)
@@ -1034,11 +1070,37 @@ class MonitorStore:
         strays = self._all("SELECT COUNT(*) FROM cases WHERE run_id NOT IN (SELECT id FROM runs)")[0][0]
         if strays:
             problems.append(f"{strays} cases rows without their run (added, or their run deleted)")
+        problems += self._check_meta(migrated)
         head = entries[-1].hash if entries else GENESIS
-        if expect_head is not None and expect_head != head:
-            problems.append(f"the head of the audit chain is {head[:16]}..., not the expected {expect_head[:16]}... "
-                            "(entries were removed from the end, or the database was replaced)")
-        return VerifyResult(not problems, len(entries), head, tuple(problems))
+        expected_entry = None
+        if expect_head is not None:
+            expected_entry = {GENESIS: 0, **{e.hash: e.seq for e in entries}}.get(expect_head)
+            if expected_entry is None:
+                problems.append(f"no entry of the audit chain has the expected head {expect_head[:16]}... (the head is "
+                                f"{head[:16]}...): entries were removed from the end, an entry was edited and the "
+                                "hashes after it recomputed, or the database was replaced")
+        return VerifyResult(not problems, len(entries), head, tuple(problems), expected_entry)
+
+    def _check_meta(self, migrated: Sequence[Any]) -> list[str]:
+        """The problems of the table ``monitor_meta``: its keys, and its schema version against the audit log.
+
+        The store writes one key, ``schema_version``, with the ``migrate`` entry of each migration. The version
+        decides what a writer migrates and what a reader refuses, so an edit of it (a version the last migration did
+        not record, ``01`` for ``1``) is reported; so is a key that no monai-unc writes (added outside the store).
+        """
+        problems = []
+        rows = self._all("SELECT key, value FROM monitor_meta ORDER BY key")
+        extra = [repr(str(k))[:40] for k, _ in rows if k not in _META_KEYS]
+        if extra:
+            problems.append("the table monitor_meta holds key(s) that monai-unc never writes "
+                            f"({_first_five(extra, ', ')}): rows were added outside monai-unc")
+        stored = next((v for k, v in rows if k == "schema_version"), None)
+        recorded = migrated[-1] if migrated else None
+        if recorded is None or str(stored) != str(recorded):
+            problems.append(f"the schema version in the table monitor_meta ({str(stored)[:40]!r}) is not the one the "
+                            f"audit log's last migration recorded ({str(recorded)[:40]!r}): the table was edited "
+                            "outside monai-unc")
+        return problems
 
     def _check_runs(self, records: Mapping[int, Mapping[str, Any]]) -> list[str]:
         """The problems of the table ``runs``: each ``record`` entry's run must hold what the entry says it wrote."""

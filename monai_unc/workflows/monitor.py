@@ -343,22 +343,50 @@ def _alarm_fields(g: GroupStatus) -> dict[str, Any]:
     return out
 
 
-def verify_store(db: str | os.PathLike | None, *, expect_head: str | None = None) -> CommandResult[Any]:
+def verify_store(
+    db: str | os.PathLike | None, *, expect_head: str | None = None, output: str | os.PathLike | None = None,
+) -> CommandResult[Any]:
     """``monai-unc monitor verify``: check the audit chain; exit status 1 when something was edited or deleted.
+
+    The first line gives the head (the hash of the last entry): keep it elsewhere (a ticket, a signed e-mail) and
+    pass it back with ``expect_head`` at a later check, which then also detects entries cut off at the end or a
+    database replaced by another; entries appended since are fine (the line says how many).
 
     Args:
         db: the store (None: ``$MONAI_UNC_MONITOR_DB``).
         expect_head: the head hash printed by an earlier check (kept elsewhere).
+        output: also write the result as JSON to this file (``ok``, ``n_entries``, ``head``, ``expected_entry``,
+            ``problems``).
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of the
         :class:`~monai_unc.monitoring.VerifyResult`.
+
+    Raises:
+        ValueError: ``expect_head`` is not a head hash (64 hex digits), or the store cannot be read.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.monitoring import MonitorStore
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     MonitorStore(f"{d}/monitor.db").close()
+        ...     kept = verify_store(f"{d}/monitor.db").value.head  # kept elsewhere
+        ...     print(verify_store(f"{d}/monitor.db", expect_head=kept).lines[1])
+        the expected head is entry 1 of 1 (0 entries appended since)
     """
     url = _db(db)
+    if output is not None:
+        _refuse_output_onto_store(url, output, "--json")
     with MonitorStore(url, read_only=True) as store:
         res = store.verify(expect_head)
     lines = [f"audit log: {res.n_entries} entries, head {printable(res.head)}"]
+    if res.expected_entry is not None:
+        lines.append(f"the expected head is entry {res.expected_entry} of {res.n_entries} "
+                     f"({res.n_entries - res.expected_entry} entries appended since)")
     lines += [f"PROBLEM: {printable(p)}" for p in res.problems] or ["the chain and the rows it covers are intact"]
+    if output is not None:
+        atomic_write_json(output, {"ok": res.ok, "n_entries": res.n_entries, "head": res.head,
+                                   "expected_entry": res.expected_entry, "problems": list(res.problems)})
     return CommandResult(res, True, Path.cwd(), tuple(lines), exit_status=0 if res.ok else 1)
 
 
@@ -407,7 +435,7 @@ def monitor_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
     elif sub == "status":
         res = store_status(args.db, alpha=args.alpha, output=args.json)
     elif sub == "verify":
-        res = verify_store(args.db, expect_head=args.expect_head)
+        res = verify_store(args.db, expect_head=args.expect_head, output=args.json)
     else:
         res = write_dashboard(args.db, args.output, alpha=args.alpha)
     return dataclasses.replace(res, lines=quiet_lines(res.lines)) if getattr(args, "quiet", False) else res
