@@ -24,12 +24,12 @@ from ..evaluation.cohort import dice_failed, risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import Decision, ImageReference
-from ..io import VOLUME_EXTENSIONS, CaseFiles, parse_float, read_table, split_extension
+from ..io import VOLUME_EXTENSIONS, CaseFiles, parse_float, read_table, read_volume, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
-           "case_id_key", "loss_of", "LABEL_EXTENSIONS", "label_map_dice"]
+           "case_id_key", "loss_of", "LABEL_EXTENSIONS", "label_map_dice", "prediction_digest"]
 
 #: the file endings of a folder of audited label maps (``<case><ending>``): the volumes ``evaluate`` reads as labels
 #: (:data:`monai_unc.io.VOLUME_EXTENSIONS`, matched in any letter case; hidden files such as macOS' ``._a.nii.gz``
@@ -290,6 +290,60 @@ def _iso_datetime(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
+#: voxels hashed at a time by :func:`prediction_digest` (as 8-byte values: 32 MiB)
+_DIGEST_CHUNK = 1 << 22
+
+
+def prediction_digest(path: str | os.PathLike, written_before: float | None = None) -> str | None:
+    """A digest of a predicted segmentation's voxels: what tells a new scan that reuses a case id from the same one.
+
+    ``sha256:`` and the SHA-256 of the array's shape and its values, integers as 8-byte integers and other values as
+    8-byte floats (a label map saved as ``uint8`` or ``int16``, or as a float file of whole numbers, gives the same
+    digest), so that the same prediction written again (another compression, a new gzip time stamp, another
+    folder) is the same scan, and another scan's prediction another digest. None when it cannot be known: the file
+    is not there or cannot be read, or it was modified after ``written_before`` (the time triage wrote its summary:
+    a prediction replaced since, e.g. by a follow-up scan's of the same case id, is not the one triage read).
+
+    Args:
+        path: the predicted segmentation (any volume :func:`~monai_unc.io.read_volume` reads).
+        written_before: a POSIX time; a file modified after it gives None. None: not checked.
+
+    Returns:
+        The digest, or None.
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from monai_unc.io.files import save_nifti
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     seg = np.zeros((4, 4, 3), dtype=np.uint8)
+        ...     seg[1:3, 1:3, 1] = 1
+        ...     _ = save_nifti(seg, np.eye(4), f"{d}/a.nii.gz")
+        ...     _ = save_nifti(seg.astype(np.int16), np.eye(4), f"{d}/b.nii")  # the same voxels, another file
+        ...     seg[0, 0, 0] = 2
+        ...     _ = save_nifti(seg, np.eye(4), f"{d}/c.nii.gz")  # another scan's prediction
+        ...     a, b, c = (prediction_digest(f"{d}/{n}") for n in ("a.nii.gz", "b.nii", "c.nii.gz"))
+        ...     a == b, a == c, a[:7], prediction_digest(f"{d}/missing.nii.gz")
+        (True, False, 'sha256:', None)
+    """
+    p = Path(path)
+    try:
+        if written_before is not None and p.stat().st_mtime > written_before:
+            return None
+        data, _ = read_volume(p, dtype=None)
+    except (OSError, ValueError, RuntimeError):  # not there, unreadable (CaseError is a ValueError): unknown
+        return None
+    values = np.asarray(data).reshape(-1)
+    integral = np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.bool_)
+    if not integral and np.issubdtype(values.dtype, np.floating):
+        integral = bool(np.all(np.isfinite(values)) and np.all(values == np.round(values)))
+    h = hashlib.sha256(repr(tuple(np.shape(data))).encode())
+    for start in range(0, values.size, _DIGEST_CHUNK):
+        chunk = values[start:start + _DIGEST_CHUNK]
+        h.update(np.ascontiguousarray(chunk, dtype="<i8" if integral else "<f8").tobytes())
+    return f"sha256:{h.hexdigest()}"
+
+
 def read_triage_run(
     folder: str | os.PathLike, *, site: str | None = None, sites: Mapping[str, tuple[str, str | None]] | None = None,
     triaged_at: str | None = None,
@@ -338,6 +392,7 @@ def read_triage_run(
     if not isinstance(cases, list):
         raise ValueError(f"{path}: field 'cases' must be a list")
     files = doc.get("files") if isinstance(doc.get("files"), dict) else {}
+    written = path.stat().st_mtime  # a prediction modified since is not the one triage read (prediction_digest)
     fp = doc.get("fingerprint") if isinstance(doc.get("fingerprint"), dict) else {}
     # the model of the predictions as they recorded it; not the rule's (its calibration model): predictions without
     # weight digests (older ones, a mismatch allowed) were made by a model nobody identified (found by hostile testing)
@@ -392,6 +447,7 @@ def read_triage_run(
                                       missing_ok=site is not None)
         entry = files.get(cid)
         seg = entry.get("seg") if isinstance(entry, dict) else None
+        prediction = seg if isinstance(seg, str) and seg and len(seg) <= 1000 and "\x00" not in seg else None
         records.append(CaseRecord(
             case_id=cid, site=s or site or UNKNOWN_SITE, scanner=scanner, triaged_at=triaged_at,
             score=_number(c.get("score"), f"{where}.score"),
@@ -399,7 +455,8 @@ def read_triage_run(
             expected_dice=_number(c.get("expected_dice"), f"{where}.expected_dice"),
             decision=decision, code=code,
             reason=_text(c.get("reason"), f"{where}.reason"), rule_digest=rule["digest"], model_digest=model,
-            prediction=seg if isinstance(seg, str) and seg and len(seg) <= 1000 and "\x00" not in seg else None,
+            prediction=prediction,
+            prediction_sha256=None if prediction is None else prediction_digest(prediction, written),
         ))
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model)
 

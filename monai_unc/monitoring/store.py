@@ -41,6 +41,7 @@ from .._utils import is_finite_real, parameter_error
 
 __all__ = [
     "SCHEMA_VERSION",
+    "OLDEST_READABLE_SCHEMA",
     "MIGRATIONS",
     "GENESIS",
     "UNKNOWN_SITE",
@@ -90,9 +91,13 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         "version TEXT NOT NULL, command TEXT NOT NULL, action TEXT NOT NULL, details TEXT NOT NULL, "
         "prev_hash TEXT NOT NULL, hash TEXT NOT NULL)",
     )),
+    # what tells a new scan that reuses a case id from the same decision recorded again (:func:`_same_scan`)
+    (2, ("ALTER TABLE cases ADD COLUMN prediction_sha256 TEXT",)),
 )
 #: the newest schema this version reads and writes
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+#: the oldest schema the read-only commands read as it is (what they read has not changed since; a writer migrates)
+OLDEST_READABLE_SCHEMA = 1
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
                  "code", "reason", "rule_digest", "model_digest", "prediction")
 #: the columns that make a recorded case the same decision when its triage folder is recorded again; the prediction
@@ -101,6 +106,9 @@ _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_m
 #: (found by the review of the cross-folder skip)
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
+#: what a ``record`` entry's ``predictions_digest`` covers of the case rows it wrote (the column of schema 2, which the
+#: rows digest of ``_CASE_COLUMNS`` leaves out so that the entries written before it still verify)
+_PREDICTION_DIGEST_COLUMNS = ("case_id", "prediction_sha256")
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
 #: the keys of the table ``monitor_meta`` (:meth:`MonitorStore.verify` reports any other)
 _META_KEYS = frozenset({"schema_version"})
@@ -221,6 +229,23 @@ def _decision_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(key)
 
 
+def _same_scan(digest: str | None, recorded: set[str | None]) -> bool:
+    """Whether a case whose decision the store already holds (:func:`_decision_key`) is one of those recorded scans.
+
+    ``recorded`` holds the prediction digests of the records with the same decision (None: unknown). The same
+    prediction (its digest among them) is the same scan triaged again; another prediction, where every record's is
+    known, is a new scan that reuses the case id with the same values (a follow-up scan of a patient whose score is
+    0, a count, or undefined alike). Without a digest on either side nothing tells them apart: the case counts as
+    recorded (a growing predictions folder triaged again must not weigh twice), and the run says how many such
+    cases it skipped.
+
+    Example:
+        >>> _same_scan("sha256:aa", {"sha256:aa"}), _same_scan("sha256:bb", {"sha256:aa"}), _same_scan(None, {"x"})
+        (True, False, True)
+    """
+    return digest is None or None in recorded or digest in recorded
+
+
 def sqlite_file(url: str) -> Path | None:
     """The SQLite file a store URL names (a file path or ``sqlite:///PATH``); None for a PostgreSQL URL.
 
@@ -281,6 +306,9 @@ class CaseRecord:
         model_digest: a digest of the model's weight digests, or None when they were not recorded.
         prediction: the path of the case's predicted segmentation (what audited label maps are compared with), or
             None.
+        prediction_sha256: a digest of that prediction's voxels as triage read them
+            (:func:`~monai_unc.monitoring.records.prediction_digest`), or None when unknown: what tells a new scan that
+            reuses a case id from the same decision recorded again.
     """
 
     case_id: str
@@ -296,6 +324,7 @@ class CaseRecord:
     rule_digest: str
     model_digest: str | None
     prediction: str | None = None
+    prediction_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -649,12 +678,14 @@ class MonitorStore:
             ``>= 0``, on PostgreSQL at most 24.8 days, its ``lock_timeout`` limit), then one ``ValueError`` line.
         read_only: only read (``status``, ``verify``, ``report``; implies ``create=False``): an SQLite file is
             opened read-only (``mode=ro``; on a full disk or a read-only file system, where no connection has it
-            open and its write-ahead log is empty, the file alone) and a store of an older schema is refused rather
-            than migrated.
+            open and its write-ahead log is empty, the file alone) and a store of an older schema is not migrated:
+            read as it is from :data:`OLDEST_READABLE_SCHEMA` on (what the readers read has not changed since),
+            refused below it.
 
     Raises:
         ValueError: an unsupported URL, a database that cannot be reached or opened (one line saying which, the
-            password left out), or a schema newer than this version (older, when ``read_only``).
+            password left out), or a schema newer than this version (older than :data:`OLDEST_READABLE_SCHEMA`,
+            when ``read_only``).
         OSError: ``ENOSPC`` naming the SQLite file: the disk is full (:func:`~monai_unc.io.is_disk_full`), here
             or in any later call.
         ImportError: a PostgreSQL URL without psycopg (the message names the extra to install).
@@ -662,8 +693,8 @@ class MonitorStore:
     Example:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
-        ...     store.schema_version(), store.verify().ok
-        (1, True)
+        ...     store.schema_version() == SCHEMA_VERSION, store.verify().ok
+        (True, True)
     """
 
     def __init__(self, url: str | os.PathLike, *, create: bool = True, timeout: float = 60.0,
@@ -901,6 +932,8 @@ class MonitorStore:
         if self._read_only:  # a reader writes nothing (the read-only commands refused a database without the table)
             current = self.schema_version()
             self._check_schema_version(current)
+            if current >= OLDEST_READABLE_SCHEMA:  # read as it is: what the readers read has not changed since
+                return
             raise ValueError(f"the monitoring database {self._name!r} has schema version {current}, "
                              f"older than this monai-unc reads ({SCHEMA_VERSION}): monai-unc monitor record or label "
                              "upgrades it")
@@ -909,14 +942,17 @@ class MonitorStore:
                 self._execute("CREATE TABLE monitor_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             current = self.schema_version()
             self._check_schema_version(current)
+            if current == SCHEMA_VERSION:  # another writer migrated it meanwhile
+                return
             for version, statements in MIGRATIONS:
                 if version <= current:
                     continue
                 for statement in statements:
                     self._execute(statement)
-                self._execute("DELETE FROM monitor_meta WHERE key = 'schema_version'")
-                self._execute("INSERT INTO monitor_meta (key, value) VALUES ('schema_version', ?)", (str(version),))
-                self._append_audit("migrate", {"schema_version": version}, command=None)
+            # one entry for the migrations of one upgrade (a new store: one, whatever the number of versions)
+            self._execute("DELETE FROM monitor_meta WHERE key = 'schema_version'")
+            self._execute("INSERT INTO monitor_meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            self._append_audit("migrate", {"schema_version": SCHEMA_VERSION}, command=None)
 
     def _check_schema_version(self, current: int) -> None:
         """Refuse a schema newer than this version reads (naming the store: found by hostile review), and a store
@@ -967,7 +1003,8 @@ class MonitorStore:
 
         Every entry must follow the previous one (``seq`` 1, 2, ...), hold the previous entry's hash and its own
         (recomputed); each ``record`` / ``label`` entry's digest of its rows must match the rows in the tables
-        (``cases``: every column; ``labels``: all but ``recorded_at``). Each ``record`` entry's run (the table
+        (``cases``: every column, the prediction digests through the entry's ``predictions_digest``, none for an
+        entry written at schema 1; ``labels``: all but ``recorded_at``). Each ``record`` entry's run (the table
         ``runs``) must hold the entry's triage folder, ``triage.json`` digest, rule digest, model digest and number
         of cases, and every case row must have a run. Every row of ``rules`` must match its digest (its body
         recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. Each
@@ -1017,6 +1054,7 @@ class MonitorStore:
         prev, entries = GENESIS, self.audit_log()
         records: dict[int, dict[str, Any]] = {}
         migrated: list[Any] = []  # the schema version each migrate entry recorded, in order
+        digests = self.schema_version() >= 2  # the column prediction_sha256 (a reader reads a schema 1 store as it is)
         for i, e in enumerate(entries, start=1):
             if e.seq != i:
                 problems.append(f"audit entry {i} is missing (found entry {e.seq} in its place)")
@@ -1043,6 +1081,10 @@ class MonitorStore:
                 got = self._rows_digest_of(e.action, e.seq)
                 if got != expected:
                     problems.append(f"the rows written by audit entry {e.seq} ({e.action}) were edited or deleted")
+                elif e.action == "record" and digests and not self._prediction_digests_hold(e.seq, details):
+                    problems.append(f"the prediction digests of the rows written by audit entry {e.seq} (record) were "
+                                    "edited (what tells a new scan that reuses a case id from a decision recorded "
+                                    "again)")
                 elif e.action == "label" and "cases_digest" in details \
                         and self._label_cases_digest(e.seq) != details["cases_digest"]:
                     problems.append(f"the labels written by audit entry {e.seq} (label) now belong to other cases: "
@@ -1170,6 +1212,19 @@ class MonitorStore:
                             "changed: which label of a case is its latest, and when it arrived, changed)")
         return problems
 
+    def _prediction_digests_hold(self, seq: int, details: Mapping[str, Any]) -> bool:
+        """Whether the ``prediction_sha256`` of the case rows of a ``record`` entry are those it wrote: its
+        ``predictions_digest``, or none at all for an entry written before the store kept them (schema 1)."""
+        rows = self._all("SELECT c.case_id, c.prediction_sha256 FROM cases c JOIN runs r ON c.run_id = r.id "
+                         "WHERE r.audit_seq = ?", (seq,))
+        found = sorted((dict(zip(_PREDICTION_DIGEST_COLUMNS, r)) for r in rows), key=lambda d: str(d["case_id"]))
+        if "predictions_digest" not in details:
+            return all(d["prediction_sha256"] is None for d in found)
+        try:
+            return rows_digest(found, _PREDICTION_DIGEST_COLUMNS) == details["predictions_digest"]
+        except (TypeError, ValueError):  # a value that no row of ours holds: edited
+            return False
+
     def _label_cases_digest(self, seq: int) -> str:
         """The digest of the case id and site of the case row each label of a ``label`` entry names (in label order).
 
@@ -1217,7 +1272,11 @@ class MonitorStore:
         mount, new storage): found by a review of the store under real operations, where only the same folder's
         were skipped). A case id with another decision (another score: another scan), an undefined score and another
         prediction file (a later batch reusing the id, whose undefined score, None, matches any other), or at
-        another site, is another case and is recorded.
+        another site, is another case and is recorded. So is a case with the same decision whose prediction
+        differs (:attr:`CaseRecord.prediction_sha256`, the digest of its voxels, known on both sides): a new scan
+        that reuses the case id (a follow-up of the same patient) and happens to score alike (a score of 0, a
+        count). Without a digest on either side (a record of an earlier monai-unc, a prediction gone or changed
+        since triage) the case counts as recorded; the entry's ``n_skipped_unconfirmed`` says how many.
 
         Args:
             rule: the rule's JSON (``referral_rule.json`` as triage recorded it), with its ``digest``.
@@ -1249,9 +1308,9 @@ class MonitorStore:
         for c in cases:
             _check_text(c.case_id, "a case's id")
             for name in ("site", "scanner", "triaged_at", "decision", "code", "reason", "rule_digest", "model_digest",
-                         "prediction"):
+                         "prediction", "prediction_sha256"):
                 _check_text(getattr(c, name), f"the {name} of case {c.case_id!r}",
-                            allow_none=name in ("scanner", "model_digest", "prediction"))
+                            allow_none=name in ("scanner", "model_digest", "prediction", "prediction_sha256"))
             if c.site == ALL_SITES:
                 raise ValueError(f"case {c.case_id!r}: the site name {ALL_SITES!r} is reserved for the pooled stream "
                                  "of all sites: give the site another name (--site, --sites)")
@@ -1270,40 +1329,49 @@ class MonitorStore:
                                _canonical(col["calibration_scores"]), _in_order(rule)))
             every = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
             known = self._recorded_decisions(digest, [r["case_id"] for r in every])
-            rows = [r for r in every if _decision_key(r) not in known]
+            rows, unverified = [], 0
+            for r in every:
+                found = known.get(_decision_key(r))
+                if found is None or not _same_scan(r["prediction_sha256"], found):
+                    rows.append(r)  # a new decision, or the same values from another scan (its prediction differs)
+                elif r["prediction_sha256"] is None or None in found:
+                    unverified += 1  # skipped as recorded, though no prediction digest could confirm the same scan
             details = {"triage": folder, "source_digest": source_digest, "rule_digest": digest,
                        "model_digest": model_digest, "n_cases": len(rows),
-                       "n_already_recorded": len(every) - len(rows), "rows_digest": rows_digest(rows, _CASE_COLUMNS)}
+                       "n_already_recorded": len(every) - len(rows), "n_skipped_unconfirmed": unverified,
+                       "rows_digest": rows_digest(rows, _CASE_COLUMNS),
+                       "predictions_digest": rows_digest(rows, _PREDICTION_DIGEST_COLUMNS)}
             seq = self._append_audit("record", details, command)
             run_id = self._insert_id(
                 "INSERT INTO runs (audit_seq, source_digest, recorded_at, triaged_at, folder, rule_digest, "
                 "model_digest, n_cases) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (seq, source_digest, _now(), triaged_at, folder, digest, model_digest, len(rows)))
             cols = ", ".join(_CASE_COLUMNS)
-            marks = ", ".join("?" * (len(_CASE_COLUMNS) + 1))
+            marks = ", ".join("?" * (len(_CASE_COLUMNS) + 2))
             # the stream's order within the run (the audit digest above keeps case-id order: verify recomputes it so)
-            self._executemany(f"INSERT INTO cases (run_id, {cols}) VALUES ({marks})",
-                              [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS))
+            self._executemany(f"INSERT INTO cases (run_id, {cols}, prediction_sha256) VALUES ({marks})",
+                              [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS), r["prediction_sha256"])
                                for r in sorted(rows, key=lambda r: _within_run_order(r["case_id"]))])
         return run_id, True
 
-    def _recorded_decisions(self, digest: str, case_ids: Sequence[str]) -> set[tuple[Any, ...]]:
-        """The decisions (:func:`_decision_key`) of these case ids that the store holds under a rule, from any run.
+    def _recorded_decisions(self, digest: str, case_ids: Sequence[str]) -> dict[tuple[Any, ...], set[str | None]]:
+        """The decisions (:func:`_decision_key`) of these case ids that the store holds under a rule, from any run,
+        each with the prediction digests of its records (None: unknown, a record made before monai-unc kept them).
 
         The cases by id (index ``cases_by_case_id``), so the cost follows the run's size, not the store's history;
         the rule is compared here, not in the query: with ``rule_digest = ?`` in it SQLite took the rule's index
         (``cases_by_rule_site``) and read every case the rule ever recorded, so recording 10^5 cases in runs of 1 000
         took 17.6 s of CPU instead of 1.4 s, growing with every run (found by the benchmark review).
         """
-        out: set[tuple[Any, ...]] = set()
+        out: dict[tuple[Any, ...], set[str | None]] = {}
         ids = sorted(set(case_ids))
         cols = ", ".join(_DECISION_COLUMNS)
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
-            for r in self._all(f"SELECT rule_digest, {cols} FROM cases WHERE case_id IN "
+            for r in self._all(f"SELECT rule_digest, prediction_sha256, {cols} FROM cases WHERE case_id IN "
                                f"({', '.join('?' * len(chunk))})", chunk):
                 if r[0] == digest:
-                    out.add(_decision_key(dict(zip(_DECISION_COLUMNS, r[1:]))))
+                    out.setdefault(_decision_key(dict(zip(_DECISION_COLUMNS, r[2:]))), set()).add(r[1])
         return out
 
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:

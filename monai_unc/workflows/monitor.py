@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from collections import Counter
@@ -33,7 +34,7 @@ from ..monitoring.status import printable
 from ..monitoring.store import sqlite_file
 from ..regions import check_regions
 from ..report.monitor import build_monitor_page
-from .session import CommandResult, quiet_lines
+from .session import WARNING_PREFIX, CommandResult, quiet_lines
 
 __all__ = ["MONITOR_DB_ENV", "check_store", "record_triage", "record_labels", "store_status", "verify_store",
            "write_dashboard", "monitor_from_arguments"]
@@ -132,14 +133,32 @@ def record_triage(
     with MonitorStore(url) as store:
         run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
                                        triaged_at=run.triaged_at, model_digest=run.model_digest, command=command)
-        written = next((int(r["n_cases"]) for r in store.runs() if r["id"] == run_id), len(run.cases))
+        this = next(r for r in store.runs() if r["id"] == run_id)
+        written = int(this["n_cases"])
         # the sites of the cases written: those skipped as already recorded do not count (found by hostile testing)
         n_sites = len(store.run_sites(run_id)) if new else 0
+        unconfirmed = _skipped_unconfirmed(store, this["audit_seq"]) if new else 0
     skipped = len(run.cases) - written
-    line = (f"recorded {written} case(s) from {n_sites} site(s) as run {run_id}"
-            + (f"; {skipped} already recorded (skipped)" if skipped else "")
-            if new else f"{run.folder} is already recorded (run {run_id}): nothing written")
-    return CommandResult(run_id, True, run.folder, (line,))
+    lines = [f"recorded {written} case(s) from {n_sites} site(s) as run {run_id}"
+             + (f"; {skipped} already recorded (skipped)" if skipped else "")
+             if new else f"{run.folder} is already recorded (run {run_id}): nothing written"]
+    if unconfirmed:
+        lines.append(f"{WARNING_PREFIX}{unconfirmed} of the case(s) skipped as already recorded (the same rule, site, "
+                     "case id and values) could not be confirmed as the same scan: no digest of their prediction (a "
+                     "record of an earlier monai-unc, or a prediction moved or changed since triage); a new scan "
+                     "that reuses one of their case ids with the same values is not recorded")
+    return CommandResult(run_id, True, run.folder, tuple(lines))
+
+
+def _skipped_unconfirmed(store: MonitorStore, audit_seq: int) -> int:
+    """How many cases a run's ``record`` entry skipped unconfirmed (``n_skipped_unconfirmed``; 0 when it does not say).
+
+    Those skipped as already recorded without a prediction digest to confirm that they are the same scan.
+    """
+    entry = next((e for e in store.audit_log() if e.seq == audit_seq), None)
+    details = json.loads(entry.details) if entry is not None else {}
+    n = details.get("n_skipped_unconfirmed", 0) if isinstance(details, dict) else 0
+    return n if isinstance(n, int) and not isinstance(n, bool) else 0
 
 
 def _stored_ids(cases: Sequence[dict[str, Any]]) -> Callable[[str], str]:
