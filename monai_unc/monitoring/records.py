@@ -55,6 +55,18 @@ class TriageRun:
         triaged_at: when it was written (ISO 8601, UTC).
         model_digest: the digest of the weight files the predictions recorded (:func:`model_digest`), or None when
             they recorded none.
+
+    Example:
+        >>> import json, tempfile
+        >>> from monai_unc.monitoring.store import rule_body_digest
+        >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+        >>> rule["digest"] = rule_body_digest(rule)
+        >>> case = {"case": "a", "score": 0.2, "decision": "accept", "code": "accepted", "reason": "accepted"}
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = Path(d, "triage.json").write_text(json.dumps({"rule": rule, "cases": [case]}))
+        ...     run = read_triage_run(d, site="Centre A", triaged_at="2026-01-31T12:00:00")
+        >>> run.rule["digest"] == rule["digest"], len(run.cases), run.triaged_at, run.model_digest
+        (True, 1, '2026-01-31T12:00:00+00:00', None)
     """
 
     folder: Path
@@ -163,6 +175,14 @@ def sidecar_site(image: Any, *, missing_ok: bool = False) -> tuple[str | None, s
     Raises:
         ValueError: naming the sidecar: unreadable, not strict JSON, or a site or scanner with a NUL; naming the
             image: neither it nor a sidecar is there.
+
+    Example:
+        >>> import json, tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     header = {"InstitutionName": "Centre A", "Manufacturer": "GE", "ManufacturerModelName": "Signa"}
+        ...     _ = Path(d, "case_01.json").write_text(json.dumps(header))  # as dcm2niix writes it
+        ...     sidecar_site(str(Path(d, "case_01.nii.gz")))
+        ('Centre A', 'GE Signa')
     """
     if not isinstance(image, str) or not image:
         return None, None
@@ -236,6 +256,13 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
         ValueError: a file that is not UTF-8 text, a missing column, an empty site, a case listed twice (also as
             the same id up to surrounding spaces or Unicode normalization), a case,
             site or scanner that is longer than 1000 characters or holds a NUL (each named with the file and line).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = Path(d, "sites.csv").write_text("case,site,scanner\\na,Centre A,GE Signa\\nb,Centre B,\\n")
+        ...     read_sites(Path(d, "sites.csv"))
+        {'a': ('Centre A', 'GE Signa'), 'b': ('Centre B', None)}
     """
     rows, lines = _read_named_table(path, ("case", "site", "scanner"))
     if not rows or "case" not in rows[0] or "site" not in rows[0]:
@@ -370,6 +397,20 @@ def read_triage_run(
             a rule that does not match its digest (:func:`~monai_unc.monitoring.store.check_rule`: edited after
             triage wrote it), a ``triaged_at`` out of range, an image sidecar that cannot be read
             (:func:`sidecar_site`).
+
+    Example:
+        >>> import json, tempfile
+        >>> from monai_unc.monitoring.store import rule_body_digest
+        >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+        >>> rule["digest"] = rule_body_digest(rule)
+        >>> cases = [{"case": "a", "score": 0.2, "decision": "accept", "code": "accepted", "reason": "accepted"},
+        ...          {"case": "b", "score": 0.7, "decision": "review", "code": "above_threshold", "reason": "high"}]
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = Path(d, "triage.json").write_text(json.dumps({"rule": rule, "cases": cases}))
+        ...     _ = Path(d, "sites.csv").write_text("case,site\\nb,Centre B\\n")
+        ...     run = read_triage_run(d, site="Centre A", sites=read_sites(Path(d, "sites.csv")))
+        >>> [(c.case_id, c.site, c.decision, c.code) for c in run.cases]
+        [('a', 'Centre A', 'accept', 'accepted'), ('b', 'Centre B', 'review', 'above_threshold')]
     """
     root = Path(folder)
     site = (site.strip() or None) if isinstance(site, str) else site  # as the sites table and the sidecars
@@ -527,6 +568,13 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
 
     Raises:
         ValueError: a missing column, a value out of range, a case (at a site) listed twice.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = Path(d, "audit.csv").write_text("case,dice,failure\\na,0.91,\\nb,,1\\n")
+        ...     read_label_table(Path(d, "audit.csv"))
+        [{'case': 'a', 'dice': 0.91, 'failure': None}, {'case': 'b', 'dice': None, 'failure': 1}]
     """
     name = os.fspath(path)
     rows, lines = _read_named_table(path, ("case", "dice", "failure", "site", "run"))

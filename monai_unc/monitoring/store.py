@@ -59,12 +59,12 @@ __all__ = [
     "sqlite_file",
 ]
 
-#: the hash the first audit entry chains to
 GENESIS = "0" * 64
+"""The hash the first audit entry chains to (its ``prev_hash``); the head of an empty chain."""
 #: the site of a case whose site nobody gave
 UNKNOWN_SITE = "unknown"
-#: the name of the pooled stream of all sites (reserved: no case's site may have it)
 ALL_SITES = "(all sites)"
+"""The name of the pooled stream of all sites (reserved: no case's site may have it)."""
 #: ``(version, statements)`` of each schema migration, in order; ``{id}`` is the dialect's auto-increment key
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, (
@@ -94,10 +94,11 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     # what tells a new scan that reuses a case id from the same decision recorded again (:func:`_same_scan`)
     (2, ("ALTER TABLE cases ADD COLUMN prediction_sha256 TEXT",)),
 )
-#: the newest schema this version reads and writes
 SCHEMA_VERSION = MIGRATIONS[-1][0]
-#: the oldest schema the read-only commands read as it is (what they read has not changed since; a writer migrates)
+"""The newest schema this version reads and writes (the table ``monitor_meta``); a newer store is refused."""
 OLDEST_READABLE_SCHEMA = 1
+"""The oldest schema the read-only commands read as it is (what they read has not changed since; a writer
+migrates it)."""
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
                  "code", "reason", "rule_digest", "model_digest", "prediction")
 #: the columns that make a recorded case the same decision when its triage folder is recorded again; the prediction
@@ -309,6 +310,12 @@ class CaseRecord:
         prediction_sha256: a digest of that prediction's voxels as triage read them
             (:func:`~monai_unc.monitoring.records.prediction_digest`), or None when unknown: what tells a new scan that
             reuses a case id from the same decision recorded again.
+
+    Example:
+        >>> case = CaseRecord("case_01", "Centre A", "GE Signa", "2026-01-31T00:00:00+00:00", 0.21, 1.3, 0.88,
+        ...                   "accept", "accepted", "score below the threshold", "sha256:" + "0" * 64, None)
+        >>> case.site, case.decision, case.prediction, case.prediction_sha256
+        ('Centre A', 'accept', None, None)
     """
 
     case_id: str
@@ -342,6 +349,13 @@ class AuditEntry:
         details: JSON text (what was written, with the digest of its rows).
         prev_hash: the previous entry's hash (:data:`GENESIS` for the first).
         hash: this entry's hash (:func:`entry_hash`).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+        ...     first = store.audit_log()[0]  # a new store's schema migration
+        >>> first.seq, first.action, first.prev_hash == GENESIS, first.hash == entry_hash(first.__dict__)
+        (1, 'migrate', True, True)
     """
 
     seq: int
@@ -367,6 +381,13 @@ class VerifyResult:
         problems: one line per problem found.
         expected_entry: the entry whose hash is the ``expect_head`` given (0: :data:`GENESIS`, a store that was
             empty then; the entries after it were appended since), or None (none given, or no entry has it).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+        ...     res = store.verify(expect_head=GENESIS)  # a head kept while the store was empty
+        >>> res.ok, res.n_entries, res.problems, res.expected_entry, len(res.head)
+        (True, 1, (), 0, 64)
     """
 
     ok: bool
@@ -784,7 +805,15 @@ class MonitorStore:
         self.close()
 
     def close(self) -> None:
-        """Close the connection (an open transaction is rolled back)."""
+        """Close the connection (an open transaction is rolled back); closing twice is harmless.
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     store = MonitorStore(f"{d}/monitor.db")
+            ...     store.close()
+            ...     store.close()
+        """
         conn, self._conn = getattr(self, "_conn", None), None
         if conn is not None:
             conn.close()
@@ -911,6 +940,15 @@ class MonitorStore:
     def schema_version(self) -> int:
         """The schema version of the database (0 when none is recorded).
 
+        Returns:
+            The version in the table ``monitor_meta`` (:data:`SCHEMA_VERSION` once a writer opened it).
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     store.schema_version() == SCHEMA_VERSION
+            True
+
         Raises:
             ValueError: naming the store, when the recorded version is no whole number (``monitor_meta`` edited
                 outside monai-unc; found by hostile review: ``invalid literal for int() with base 10: 'abc'``, naming
@@ -986,8 +1024,26 @@ class MonitorStore:
     def audit_log(self) -> list[AuditEntry]:
         """Every audit entry, in order.
 
+        Returns:
+            The :class:`AuditEntry` of every change (``migrate``, ``record``, ``label``), by ``seq``.
+
         Raises:
             ValueError: one line naming the store: an entry whose ``seq`` is not an integer (edited outside the store).
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     _ = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                          triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     log = store.audit_log()
+            >>> [(e.seq, e.action, e.command) for e in log][1:], json.loads(log[1].details)["n_cases"]
+            ([(2, 'record', 'x')], 2)
         """
         cols = ", ".join(AuditEntry.__dataclass_fields__)
         out = []
@@ -1295,6 +1351,28 @@ class MonitorStore:
             ValueError: before anything is written: a rule with a missing or wrong field, or that does not match its
                 digest (:func:`check_rule`); a text field of the run or of a case (its id, site, scanner, ...) that is
                 not text of at most 1000 characters without NUL; the reserved site name; a case of another rule.
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     first = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     again = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None)
+            ...     # February's triage of the grown predictions folder repeats a and b: only c is new
+            ...     c = CaseRecord("c", "Centre A", None, "2026-02-28T00:00:00+00:00", 0.3, float("nan"),
+            ...                    float("nan"), "accept", "accepted", "the rule's reason", rule["digest"], None)
+            ...     feb = store.record_run(rule, [*cases, c], source_digest="feb", folder="triage_02",
+            ...                            triaged_at="2026-02-28T00:00:00+00:00", model_digest=None)
+            ...     written = [r["n_cases"] for r in store.runs()]
+            >>> first, again, feb, written
+            ((1, True), (1, False), (2, True), [2, 1])
         """
         digest = check_rule(rule, "the rule to record")  # its fields, and its body against its digest
         for name, value in (("source_digest", source_digest), ("triaged_at", triaged_at),
@@ -1419,6 +1497,23 @@ class MonitorStore:
                 sites without the site, of several runs without the run or ``case_row``, a case recorded (again)
                 after its ``case_row``, two labels of one case record (its id with and without its site, or given
                 twice), or a loss outside ``[0, 1]``.
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     first = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     audited = [{"case": "a", "dice": 0.62, "failure": None, "loss": 1.0}]  # a failure: Dice < 0.8
+            ...     n = store.add_labels(audited, source="audit.csv")
+            ...     labelled = [(r["case_id"], r["dice"], r["loss"]) for r in store.cases() if r["n_labels"]]
+            >>> n, labelled
+            (1, [('a', 0.62, 1.0)])
         """
         with self._transaction():
             rows = []
@@ -1513,6 +1608,21 @@ class MonitorStore:
         Raises:
             ValueError: one line naming the store: a row whose body does not match its digest, whose columns do not
                 match its body, or that is not a rule (a row edited outside the store: :meth:`verify` reports it).
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     first = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     stored = store.rules()[rule["digest"]]
+            >>> stored["score"], stored["target_risk"], stored["failure_dice"], stored["calibration_scores"]
+            ('mean_entropy', 0.1, 0.8, [])
         """
         out = {}
         for row in self._rule_rows():
@@ -1582,6 +1692,21 @@ class MonitorStore:
         Raises:
             ValueError: one line naming the store: a value of the wrong type or out of range, or a case whose rule
                 is not in the table ``rules`` (rows edited or deleted outside the store: :meth:`verify` reports them).
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     first = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     rows = store.cases()
+            >>> [(r["case_id"], r["run"], r["decision"], r["loss"]) for r in sorted(rows, key=lambda r: r["case_id"])]
+            [('a', 1, 'accept', None), ('b', 1, 'review', None)]
         """
         cols = ", ".join(f"c.{c}" for c in _CASE_COLUMNS)
         # the labels aggregated once per case row, then joined: a subquery per case (its latest label, its first
@@ -1636,7 +1761,28 @@ class MonitorStore:
         return d
 
     def runs(self) -> list[dict[str, Any]]:
-        """The recorded runs in order: ``id``, ``recorded_at``, ``triaged_at``, ``folder``, digests, ``n_cases``."""
+        """The recorded runs in order.
+
+        Returns:
+            One dict per run: ``id``, ``audit_seq`` (its ``record`` entry), ``recorded_at``, ``triaged_at``,
+            ``folder``, ``rule_digest``, ``model_digest`` and ``n_cases`` (the cases written, without those skipped
+            as already recorded).
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     first = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     run = store.runs()[0]
+            >>> run["id"], run["audit_seq"], run["folder"], run["n_cases"]
+            (1, 2, 'triage_01', 2)
+        """
         keys = ("id", "audit_seq", "recorded_at", "triaged_at", "folder", "rule_digest", "model_digest", "n_cases")
         return [dict(zip(keys, r)) for r in self._all(f"SELECT {', '.join(keys)} FROM runs ORDER BY id")]
 
