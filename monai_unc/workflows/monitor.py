@@ -126,7 +126,9 @@ def record_triage(
         command: the command line for the audit log (default ``sys.argv``).
 
     Returns:
-        The :class:`~monai_unc.workflows.session.CommandResult` of the run's id.
+        The :class:`~monai_unc.workflows.session.CommandResult` of the run's id; its lines: what was recorded and
+        skipped, and a ``warning:`` line when some cases were skipped as already recorded without a prediction
+        digest to confirm that they are the same scan (:meth:`~monai_unc.monitoring.MonitorStore.record_run`).
     """
     url = _db(db)
     run = read_triage_run(triage, site=site, sites=None if sites is None else read_sites(sites), triaged_at=time)
