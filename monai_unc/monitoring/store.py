@@ -107,6 +107,8 @@ _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_m
 #: (found by the review of the cross-folder skip)
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
+#: the schema that added the column ``cases.prediction_sha256``
+_PREDICTION_DIGESTS_SINCE = 2
 #: what a ``record`` entry's ``predictions_digest`` covers of the case rows it wrote (the column of schema 2, which the
 #: rows digest of ``_CASE_COLUMNS`` leaves out so that the entries written before it still verify)
 _PREDICTION_DIGEST_COLUMNS = ("case_id", "prediction_sha256")
@@ -1110,7 +1112,8 @@ class MonitorStore:
         prev, entries = GENESIS, self.audit_log()
         records: dict[int, dict[str, Any]] = {}
         migrated: list[Any] = []  # the schema version each migrate entry recorded, in order
-        digests = self.schema_version() >= 2  # the column prediction_sha256 (a reader reads a schema 1 store as it is)
+        # the column prediction_sha256 (a reader reads a store of an earlier schema as it is)
+        digests = self.schema_version() >= _PREDICTION_DIGESTS_SINCE
         for i, e in enumerate(entries, start=1):
             if e.seq != i:
                 problems.append(f"audit entry {i} is missing (found entry {e.seq} in its place)")
