@@ -15,14 +15,23 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the API reference
-    from .records import TriageRun, loss_of, model_digest, read_label_table, read_sites, read_triage_run, sidecar_site
+    from .records import (
+        TriageRun,
+        loss_of,
+        model_digest,
+        prediction_digest,
+        read_label_table,
+        read_sites,
+        read_triage_run,
+        sidecar_site,
+    )
     from .status import ALL_SITES, GroupStatus, any_alarm, monitor_status, status_table
     from .store import GENESIS, SCHEMA_VERSION, AuditEntry, CaseRecord, MonitorStore, VerifyResult
 
 #: public name -> the submodule defining it
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("TriageRun", "loss_of", "model_digest", "read_label_table", "read_sites", "read_triage_run",
-                     "sidecar_site"), "records"),
+    **dict.fromkeys(("TriageRun", "loss_of", "model_digest", "prediction_digest", "read_label_table", "read_sites",
+                     "read_triage_run", "sidecar_site"), "records"),
     **dict.fromkeys(("ALL_SITES", "GroupStatus", "any_alarm", "monitor_status", "status_table"), "status"),
     **dict.fromkeys(("GENESIS", "SCHEMA_VERSION", "AuditEntry", "CaseRecord", "MonitorStore", "VerifyResult"),
                     "store"),
@@ -43,6 +52,7 @@ __all__ = [
     "loss_of",
     "model_digest",
     "monitor_status",
+    "prediction_digest",
     "read_label_table",
     "read_sites",
     "read_triage_run",

@@ -24,12 +24,12 @@ from ..evaluation.cohort import dice_failed, risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import Decision, ImageReference
-from ..io import VOLUME_EXTENSIONS, CaseFiles, parse_float, read_table, split_extension
+from ..io import VOLUME_EXTENSIONS, CaseFiles, parse_float, read_table, read_volume, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
-           "case_id_key", "loss_of", "LABEL_EXTENSIONS", "label_map_dice"]
+           "case_id_key", "loss_of", "LABEL_EXTENSIONS", "label_map_dice", "prediction_digest"]
 
 #: the file endings of a folder of audited label maps (``<case><ending>``): the volumes ``evaluate`` reads as labels
 #: (:data:`monai_unc.io.VOLUME_EXTENSIONS`, matched in any letter case; hidden files such as macOS' ``._a.nii.gz``
@@ -55,6 +55,18 @@ class TriageRun:
         triaged_at: when it was written (ISO 8601, UTC).
         model_digest: the digest of the weight files the predictions recorded (:func:`model_digest`), or None when
             they recorded none.
+
+    Example:
+        >>> import json, tempfile
+        >>> from monai_unc.monitoring.store import rule_body_digest
+        >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+        >>> rule["digest"] = rule_body_digest(rule)
+        >>> case = {"case": "a", "score": 0.2, "decision": "accept", "code": "accepted", "reason": "accepted"}
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = Path(d, "triage.json").write_text(json.dumps({"rule": rule, "cases": [case]}))
+        ...     run = read_triage_run(d, site="Centre A", triaged_at="2026-01-31T12:00:00")
+        >>> run.rule["digest"] == rule["digest"], len(run.cases), run.triaged_at, run.model_digest
+        (True, 1, '2026-01-31T12:00:00+00:00', None)
     """
 
     folder: Path
@@ -163,6 +175,14 @@ def sidecar_site(image: Any, *, missing_ok: bool = False) -> tuple[str | None, s
     Raises:
         ValueError: naming the sidecar: unreadable, not strict JSON, or a site or scanner with a NUL; naming the
             image: neither it nor a sidecar is there.
+
+    Example:
+        >>> import json, tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     header = {"InstitutionName": "Centre A", "Manufacturer": "GE", "ManufacturerModelName": "Signa"}
+        ...     _ = Path(d, "case_01.json").write_text(json.dumps(header))  # as dcm2niix writes it
+        ...     sidecar_site(str(Path(d, "case_01.nii.gz")))
+        ('Centre A', 'GE Signa')
     """
     if not isinstance(image, str) or not image:
         return None, None
@@ -236,6 +256,13 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
         ValueError: a file that is not UTF-8 text, a missing column, an empty site, a case listed twice (also as
             the same id up to surrounding spaces or Unicode normalization), a case,
             site or scanner that is longer than 1000 characters or holds a NUL (each named with the file and line).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = Path(d, "sites.csv").write_text("case,site,scanner\\na,Centre A,GE Signa\\nb,Centre B,\\n")
+        ...     read_sites(Path(d, "sites.csv"))
+        {'a': ('Centre A', 'GE Signa'), 'b': ('Centre B', None)}
     """
     rows, lines = _read_named_table(path, ("case", "site", "scanner"))
     if not rows or "case" not in rows[0] or "site" not in rows[0]:
@@ -290,6 +317,60 @@ def _iso_datetime(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
+#: voxels hashed at a time by :func:`prediction_digest` (as 8-byte values: 32 MiB)
+_DIGEST_CHUNK = 1 << 22
+
+
+def prediction_digest(path: str | os.PathLike, written_before: float | None = None) -> str | None:
+    """A digest of a predicted segmentation's voxels: what tells a new scan that reuses a case id from the same one.
+
+    ``sha256:`` and the SHA-256 of the array's shape and its values, integers as 8-byte integers and other values as
+    8-byte floats (a label map saved as ``uint8`` or ``int16``, or as a float file of whole numbers, gives the same
+    digest), so that the same prediction written again (another compression, a new gzip time stamp, another
+    folder) is the same scan, and another scan's prediction another digest. None when it cannot be known: the file
+    is not there or cannot be read, or it was modified after ``written_before`` (the time triage wrote its summary:
+    a prediction replaced since, e.g. by a follow-up scan's of the same case id, is not the one triage read).
+
+    Args:
+        path: the predicted segmentation (any volume :func:`~monai_unc.io.read_volume` reads).
+        written_before: a POSIX time; a file modified after it gives None. None: not checked.
+
+    Returns:
+        The digest, or None.
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from monai_unc.io.files import save_nifti
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     seg = np.zeros((4, 4, 3), dtype=np.uint8)
+        ...     seg[1:3, 1:3, 1] = 1
+        ...     _ = save_nifti(seg, np.eye(4), f"{d}/a.nii.gz")
+        ...     _ = save_nifti(seg.astype(np.int16), np.eye(4), f"{d}/b.nii")  # the same voxels, another file
+        ...     seg[0, 0, 0] = 2
+        ...     _ = save_nifti(seg, np.eye(4), f"{d}/c.nii.gz")  # another scan's prediction
+        ...     a, b, c = (prediction_digest(f"{d}/{n}") for n in ("a.nii.gz", "b.nii", "c.nii.gz"))
+        ...     a == b, a == c, a[:7], prediction_digest(f"{d}/missing.nii.gz")
+        (True, False, 'sha256:', None)
+    """
+    p = Path(path)
+    try:
+        if written_before is not None and p.stat().st_mtime > written_before:
+            return None
+        data, _ = read_volume(p, dtype=None)
+    except (OSError, ValueError, RuntimeError):  # not there, unreadable (CaseError is a ValueError): unknown
+        return None
+    values = np.asarray(data).reshape(-1)
+    integral = np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.bool_)
+    if not integral and np.issubdtype(values.dtype, np.floating):
+        integral = bool(np.all(np.isfinite(values)) and np.all(values == np.round(values)))
+    h = hashlib.sha256(repr(tuple(np.shape(data))).encode())
+    for start in range(0, values.size, _DIGEST_CHUNK):
+        chunk = values[start:start + _DIGEST_CHUNK]
+        h.update(np.ascontiguousarray(chunk, dtype="<i8" if integral else "<f8").tobytes())
+    return f"sha256:{h.hexdigest()}"
+
+
 def read_triage_run(
     folder: str | os.PathLike, *, site: str | None = None, sites: Mapping[str, tuple[str, str | None]] | None = None,
     triaged_at: str | None = None,
@@ -316,6 +397,20 @@ def read_triage_run(
             a rule that does not match its digest (:func:`~monai_unc.monitoring.store.check_rule`: edited after
             triage wrote it), a ``triaged_at`` out of range, an image sidecar that cannot be read
             (:func:`sidecar_site`).
+
+    Example:
+        >>> import json, tempfile
+        >>> from monai_unc.monitoring.store import rule_body_digest
+        >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+        >>> rule["digest"] = rule_body_digest(rule)
+        >>> cases = [{"case": "a", "score": 0.2, "decision": "accept", "code": "accepted", "reason": "accepted"},
+        ...          {"case": "b", "score": 0.7, "decision": "review", "code": "above_threshold", "reason": "high"}]
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = Path(d, "triage.json").write_text(json.dumps({"rule": rule, "cases": cases}))
+        ...     _ = Path(d, "sites.csv").write_text("case,site\\nb,Centre B\\n")
+        ...     run = read_triage_run(d, site="Centre A", sites=read_sites(Path(d, "sites.csv")))
+        >>> [(c.case_id, c.site, c.decision, c.code) for c in run.cases]
+        [('a', 'Centre A', 'accept', 'accepted'), ('b', 'Centre B', 'review', 'above_threshold')]
     """
     root = Path(folder)
     site = (site.strip() or None) if isinstance(site, str) else site  # as the sites table and the sidecars
@@ -338,6 +433,7 @@ def read_triage_run(
     if not isinstance(cases, list):
         raise ValueError(f"{path}: field 'cases' must be a list")
     files = doc.get("files") if isinstance(doc.get("files"), dict) else {}
+    written = path.stat().st_mtime  # a prediction modified since is not the one triage read (prediction_digest)
     fp = doc.get("fingerprint") if isinstance(doc.get("fingerprint"), dict) else {}
     # the model of the predictions as they recorded it; not the rule's (its calibration model): predictions without
     # weight digests (older ones, a mismatch allowed) were made by a model nobody identified (found by hostile testing)
@@ -392,6 +488,7 @@ def read_triage_run(
                                       missing_ok=site is not None)
         entry = files.get(cid)
         seg = entry.get("seg") if isinstance(entry, dict) else None
+        prediction = seg if isinstance(seg, str) and seg and len(seg) <= 1000 and "\x00" not in seg else None
         records.append(CaseRecord(
             case_id=cid, site=s or site or UNKNOWN_SITE, scanner=scanner, triaged_at=triaged_at,
             score=_number(c.get("score"), f"{where}.score"),
@@ -399,7 +496,8 @@ def read_triage_run(
             expected_dice=_number(c.get("expected_dice"), f"{where}.expected_dice"),
             decision=decision, code=code,
             reason=_text(c.get("reason"), f"{where}.reason"), rule_digest=rule["digest"], model_digest=model,
-            prediction=seg if isinstance(seg, str) and seg and len(seg) <= 1000 and "\x00" not in seg else None,
+            prediction=prediction,
+            prediction_sha256=None if prediction is None else prediction_digest(prediction, written),
         ))
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model)
 
@@ -470,6 +568,13 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
 
     Raises:
         ValueError: a missing column, a value out of range, a case (at a site) listed twice.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = Path(d, "audit.csv").write_text("case,dice,failure\\na,0.91,\\nb,,1\\n")
+        ...     read_label_table(Path(d, "audit.csv"))
+        [{'case': 'a', 'dice': 0.91, 'failure': None}, {'case': 'b', 'dice': None, 'failure': 1}]
     """
     name = os.fspath(path)
     rows, lines = _read_named_table(path, ("case", "dice", "failure", "site", "run"))

@@ -72,6 +72,26 @@ class GroupStatus:
         image_reference_size: the calibration images the image martingale ranked against (0: none).
         score_reference_size: the rule's calibration scores the score martingale ranked against (0: none, the
             stream's earlier cases only; None: not said).
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.monitoring.store import CaseRecord, MonitorStore, rule_body_digest
+        >>> rule = {"score": "s", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8,
+        ...         "calibration": {"case_scores": [i / 100 for i in range(100)]}}
+        >>> rule["digest"] = rule_body_digest(rule)
+        >>> def case(i, site, score):  # a decision as triage records it
+        ...     return CaseRecord(f"c{i}", site, None, "2026-02-28T00:00:00+00:00", score, float("nan"),
+        ...                       float("nan"), "review", "above_threshold", "high", rule["digest"], None)
+        >>> shifted = [case(i, "A", 2.0 + i / 100) for i in range(30)] + [case(30, "B", 0.5)]  # A: a new scanner
+        >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+        ...     _ = store.record_run(rule, shifted, source_digest="feb", folder="triage_02",
+        ...                          triaged_at="2026-02-28T00:00:00+00:00", model_digest=None)
+        ...     groups = monitor_status(store.cases(), store.rules(), alpha=0.05)
+        >>> [(g.site, g.n_cases, g.pooled) for g in groups]
+        [('A', 30, False), ('B', 1, False), ('(all sites)', 31, True)]
+        >>> site_a = groups[0]
+        >>> site_a.score.alarm is not None, site_a.image is None, site_a.risk is None  # no images, no labels
+        (True, True, True)
     """
 
     rule_digest: str
@@ -269,7 +289,29 @@ class GroupStatus:
         return positions[m.alarm], positions[m.change_point or 0]
 
     def alarms(self) -> list[str]:
-        """One line per alarm raised (empty when none)."""
+        """One line per alarm raised (empty when none).
+
+        Returns:
+            For the score and the image martingale, where it crossed ``1 / alpha`` and the estimated change point
+            (case ids and times); for the risk test, the lower confidence bound and the audited case at the alarm.
+
+        Example:
+            >>> import tempfile
+            >>> from monai_unc.monitoring.store import CaseRecord, MonitorStore, rule_body_digest
+            >>> rule = {"score": "s", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8,
+            ...         "calibration": {"case_scores": [i / 100 for i in range(100)]}}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> def case(i, site, score):  # a decision as triage records it
+            ...     return CaseRecord(f"c{i}", site, None, "2026-02-28T00:00:00+00:00", score, float("nan"),
+            ...                       float("nan"), "review", "above_threshold", "high", rule["digest"], None)
+            >>> shifted = [case(i, "A", 2.0 + i / 100) for i in range(30)] + [case(30, "B", 0.5)]  # A: a new scanner
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     _ = store.record_run(rule, shifted, source_digest="feb", folder="triage_02",
+            ...                          triaged_at="2026-02-28T00:00:00+00:00", model_digest=None)
+            ...     groups = monitor_status(store.cases(), store.rules(), alpha=0.05)
+            >>> [line[:54] for line in groups[0].alarms()], groups[1].alarms()
+            (["score distribution changed: martingale >= 20 at case '"], [])
+        """
         out = []
         for name in ("score", "image"):
             found = self.alarm_positions(name)
@@ -397,6 +439,23 @@ def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mappi
     Raises:
         ValueError: ``alpha`` outside ``(0, 1)``, or a rule whose ``image_reference`` is malformed
             (:func:`image_reference_scores`).
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.monitoring.store import CaseRecord, MonitorStore, rule_body_digest
+        >>> rule = {"score": "s", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8,
+        ...         "calibration": {"case_scores": [i / 100 for i in range(100)]}}
+        >>> rule["digest"] = rule_body_digest(rule)
+        >>> def case(i, site, score):  # a decision as triage records it
+        ...     return CaseRecord(f"c{i}", site, None, "2026-02-28T00:00:00+00:00", score, float("nan"),
+        ...                       float("nan"), "review", "above_threshold", "high", rule["digest"], None)
+        >>> shifted = [case(i, "A", 2.0 + i / 100) for i in range(30)] + [case(30, "B", 0.5)]  # A: a new scanner
+        >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+        ...     _ = store.record_run(rule, shifted, source_digest="feb", folder="triage_02",
+        ...                          triaged_at="2026-02-28T00:00:00+00:00", model_digest=None)
+        ...     groups = monitor_status(store.cases(), store.rules(), alpha=0.05)
+        >>> [(g.site, g.n_cases, bool(g.alarms())) for g in groups]
+        [('A', 30, True), ('B', 1, False), ('(all sites)', 31, True)]
     """
     if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, Real) or not 0 < alpha < 1:
         raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
@@ -422,7 +481,31 @@ def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mappi
 
 
 def any_alarm(groups: Sequence[GroupStatus]) -> bool:
-    """Whether some stream raised an alarm."""
+    """Whether some stream raised an alarm (``monai-unc monitor status`` then exits with status 1).
+
+    Args:
+        groups: :func:`monitor_status`'s streams.
+
+    Returns:
+        True when some stream's :meth:`GroupStatus.alarms` is not empty.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.monitoring.store import CaseRecord, MonitorStore, rule_body_digest
+        >>> rule = {"score": "s", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8,
+        ...         "calibration": {"case_scores": [i / 100 for i in range(100)]}}
+        >>> rule["digest"] = rule_body_digest(rule)
+        >>> def case(i, site, score):  # a decision as triage records it
+        ...     return CaseRecord(f"c{i}", site, None, "2026-02-28T00:00:00+00:00", score, float("nan"),
+        ...                       float("nan"), "review", "above_threshold", "high", rule["digest"], None)
+        >>> shifted = [case(i, "A", 2.0 + i / 100) for i in range(30)] + [case(30, "B", 0.5)]  # A: a new scanner
+        >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+        ...     _ = store.record_run(rule, shifted, source_digest="feb", folder="triage_02",
+        ...                          triaged_at="2026-02-28T00:00:00+00:00", model_digest=None)
+        ...     groups = monitor_status(store.cases(), store.rules(), alpha=0.05)
+        >>> any_alarm(groups), any_alarm([g for g in groups if g.site == "B"]), any_alarm([])
+        (True, False, False)
+    """
     return any(g.alarms() for g in groups)
 
 
@@ -519,6 +602,24 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
         stream with case ids triaged again with another model (:attr:`GroupStatus.retriage_note`), one warning per
         site stream whose risk test has cases labelled again with another loss (:attr:`GroupStatus.relabel_note`),
         and one line per alarm.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.monitoring.store import CaseRecord, MonitorStore, rule_body_digest
+        >>> rule = {"score": "s", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8,
+        ...         "calibration": {"case_scores": [i / 100 for i in range(100)]}}
+        >>> rule["digest"] = rule_body_digest(rule)
+        >>> def case(i, site, score):  # a decision as triage records it
+        ...     return CaseRecord(f"c{i}", site, None, "2026-02-28T00:00:00+00:00", score, float("nan"),
+        ...                       float("nan"), "review", "above_threshold", "high", rule["digest"], None)
+        >>> shifted = [case(i, "A", 2.0 + i / 100) for i in range(30)] + [case(30, "B", 0.5)]  # A: a new scanner
+        >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+        ...     _ = store.record_run(rule, shifted, source_digest="feb", folder="triage_02",
+        ...                          triaged_at="2026-02-28T00:00:00+00:00", model_digest=None)
+        ...     groups = monitor_status(store.cases(), store.rules(), alpha=0.05)
+        >>> lines = status_table(groups)
+        >>> lines[0].split()[:5], lines[-1][:48]
+        (['rule', 'site', 'cases', 'accepted', 'recent'], 'ALARM [(all sites)] score distribution changed: ')
     """
     head = ("rule", "site", "cases", "accepted", "recent", "score martingale", "image martingale", "audited",
             "risk (observed / lower bound / target)")

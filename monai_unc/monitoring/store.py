@@ -37,11 +37,12 @@ from urllib.parse import unquote
 
 from .. import __version__
 from .._digest import content_digest
-from .._utils import is_finite_real
+from .._utils import is_finite_real, parameter_error
 from ..keys import EXPECTED_DICE_ESTIMATES
 
 __all__ = [
     "SCHEMA_VERSION",
+    "OLDEST_READABLE_SCHEMA",
     "MIGRATIONS",
     "GENESIS",
     "UNKNOWN_SITE",
@@ -59,12 +60,12 @@ __all__ = [
     "sqlite_file",
 ]
 
-#: the hash the first audit entry chains to
 GENESIS = "0" * 64
+"""The hash the first audit entry chains to (its ``prev_hash``); the head of an empty chain."""
 #: the site of a case whose site nobody gave
 UNKNOWN_SITE = "unknown"
-#: the name of the pooled stream of all sites (reserved: no case's site may have it)
 ALL_SITES = "(all sites)"
+"""The name of the pooled stream of all sites (reserved: no case's site may have it)."""
 #: ``(version, statements)`` of each schema migration, in order; ``{id}`` is the dialect's auto-increment key
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, (
@@ -91,9 +92,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         "version TEXT NOT NULL, command TEXT NOT NULL, action TEXT NOT NULL, details TEXT NOT NULL, "
         "prev_hash TEXT NOT NULL, hash TEXT NOT NULL)",
     )),
+    # what tells a new scan that reuses a case id from the same decision recorded again (:func:`_same_scan`)
+    (2, ("ALTER TABLE cases ADD COLUMN prediction_sha256 TEXT",)),
 )
-#: the newest schema this version reads and writes
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+"""The newest schema this version reads and writes (the table ``monitor_meta``); a newer store is refused."""
+OLDEST_READABLE_SCHEMA = 1
+"""The oldest schema the read-only commands read as it is (what they read has not changed since; a writer
+migrates it)."""
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
                  "code", "reason", "rule_digest", "model_digest", "prediction")
 #: the columns that make a recorded case the same decision when its triage folder is recorded again; the prediction
@@ -102,7 +108,14 @@ _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_m
 #: (found by the review of the cross-folder skip)
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
+#: the schema that added the column ``cases.prediction_sha256``
+_PREDICTION_DIGESTS_SINCE = 2
+#: what a ``record`` entry's ``predictions_digest`` covers of the case rows it wrote (the column of schema 2, which the
+#: rows digest of ``_CASE_COLUMNS`` leaves out so that the entries written before it still verify)
+_PREDICTION_DIGEST_COLUMNS = ("case_id", "prediction_sha256")
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
+#: the keys of the table ``monitor_meta`` (:meth:`MonitorStore.verify` reports any other)
+_META_KEYS = frozenset({"schema_version"})
 #: what a ``label`` entry's ``cases_digest`` covers of the case row each label names
 _LABEL_CASE_COLUMNS = ("case_id", "site")
 #: the most characters of a text field of the store (site, scanner, case id, reason, ...; no NUL either)
@@ -220,6 +233,23 @@ def _decision_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(key)
 
 
+def _same_scan(digest: str | None, recorded: set[str | None]) -> bool:
+    """Whether a case whose decision the store already holds (:func:`_decision_key`) is one of those recorded scans.
+
+    ``recorded`` holds the prediction digests of the records with the same decision (None: unknown). The same
+    prediction (its digest among them) is the same scan triaged again; another prediction, where every record's is
+    known, is a new scan that reuses the case id with the same values (a follow-up scan of a patient whose score is
+    0, a count, or undefined alike). Without a digest on either side nothing tells them apart: the case counts as
+    recorded (a growing predictions folder triaged again must not weigh twice), and the run says how many such
+    cases it skipped.
+
+    Example:
+        >>> _same_scan("sha256:aa", {"sha256:aa"}), _same_scan("sha256:bb", {"sha256:aa"}), _same_scan(None, {"x"})
+        (True, False, True)
+    """
+    return digest is None or None in recorded or digest in recorded
+
+
 def sqlite_file(url: str) -> Path | None:
     """The SQLite file a store URL names (a file path or ``sqlite:///PATH``); None for a PostgreSQL URL.
 
@@ -280,6 +310,15 @@ class CaseRecord:
         model_digest: a digest of the model's weight digests, or None when they were not recorded.
         prediction: the path of the case's predicted segmentation (what audited label maps are compared with), or
             None.
+        prediction_sha256: a digest of that prediction's voxels as triage read them
+            (:func:`~monai_unc.monitoring.records.prediction_digest`), or None when unknown: what tells a new scan that
+            reuses a case id from the same decision recorded again.
+
+    Example:
+        >>> case = CaseRecord("case_01", "Centre A", "GE Signa", "2026-01-31T00:00:00+00:00", 0.21, 1.3, 0.88,
+        ...                   "accept", "accepted", "score below the threshold", "sha256:" + "0" * 64, None)
+        >>> case.site, case.decision, case.prediction, case.prediction_sha256
+        ('Centre A', 'accept', None, None)
     """
 
     case_id: str
@@ -295,6 +334,7 @@ class CaseRecord:
     rule_digest: str
     model_digest: str | None
     prediction: str | None = None
+    prediction_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -312,6 +352,13 @@ class AuditEntry:
         details: JSON text (what was written, with the digest of its rows).
         prev_hash: the previous entry's hash (:data:`GENESIS` for the first).
         hash: this entry's hash (:func:`entry_hash`).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+        ...     first = store.audit_log()[0]  # a new store's schema migration
+        >>> first.seq, first.action, first.prev_hash == GENESIS, first.hash == entry_hash(first.__dict__)
+        (1, 'migrate', True, True)
     """
 
     seq: int
@@ -335,12 +382,32 @@ class VerifyResult:
         n_entries: the number of audit entries.
         head: the hash of the last entry (keep a copy elsewhere: ``verify --expect-head`` compares it).
         problems: one line per problem found.
+        expected_entry: the entry whose hash is the ``expect_head`` given (0: :data:`GENESIS`, a store that was
+            empty then; the entries after it were appended since), or None (none given, or no entry has it).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+        ...     res = store.verify(expect_head=GENESIS)  # a head kept while the store was empty
+        >>> res.ok, res.n_entries, res.problems, res.expected_entry, len(res.head)
+        (True, 1, (), 0, 64)
     """
 
     ok: bool
     n_entries: int
     head: str
     problems: tuple[str, ...] = field(default=())
+    expected_entry: int | None = None
+
+
+def _check_head(value: Any) -> str:
+    """An audit chain's head as ``verify --expect-head`` takes it: 64 hex digits (surrounding spaces and upper case, as
+    a copy from a ticket may have them, are let through); else a ``ValueError`` naming ``expect_head``."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text is None or not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise parameter_error(ValueError(f"expect_head must be the head hash that 'monai-unc monitor verify' printed "
+                                         f"(64 hex digits), got {str(value)[:80]!r}"), "expect_head")
+    return text
 
 
 def _actor() -> str:
@@ -649,12 +716,14 @@ class MonitorStore:
             ``>= 0``, on PostgreSQL at most 24.8 days, its ``lock_timeout`` limit), then one ``ValueError`` line.
         read_only: only read (``status``, ``verify``, ``report``; implies ``create=False``): an SQLite file is
             opened read-only (``mode=ro``; on a full disk or a read-only file system, where no connection has it
-            open and its write-ahead log is empty, the file alone) and a store of an older schema is refused rather
-            than migrated.
+            open and its write-ahead log is empty, the file alone) and a store of an older schema is not migrated:
+            read as it is from :data:`OLDEST_READABLE_SCHEMA` on (what the readers read has not changed since),
+            refused below it.
 
     Raises:
         ValueError: an unsupported URL, a database that cannot be reached or opened (one line saying which, the
-            password left out), or a schema newer than this version (older, when ``read_only``).
+            password left out), or a schema newer than this version (older than :data:`OLDEST_READABLE_SCHEMA`,
+            when ``read_only``).
         OSError: ``ENOSPC`` naming the SQLite file: the disk is full (:func:`~monai_unc.io.is_disk_full`), here
             or in any later call.
         ImportError: a PostgreSQL URL without psycopg (the message names the extra to install).
@@ -662,8 +731,8 @@ class MonitorStore:
     Example:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
-        ...     store.schema_version(), store.verify().ok
-        (1, True)
+        ...     store.schema_version() == SCHEMA_VERSION, store.verify().ok
+        (True, True)
     """
 
     def __init__(self, url: str | os.PathLike, *, create: bool = True, timeout: float = 60.0,
@@ -753,7 +822,15 @@ class MonitorStore:
         self.close()
 
     def close(self) -> None:
-        """Close the connection (an open transaction is rolled back)."""
+        """Close the connection (an open transaction is rolled back); closing twice is harmless.
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     store = MonitorStore(f"{d}/monitor.db")
+            ...     store.close()
+            ...     store.close()
+        """
         conn, self._conn = getattr(self, "_conn", None), None
         if conn is not None:
             conn.close()
@@ -880,6 +957,15 @@ class MonitorStore:
     def schema_version(self) -> int:
         """The schema version of the database (0 when none is recorded).
 
+        Returns:
+            The version in the table ``monitor_meta`` (:data:`SCHEMA_VERSION` once a writer opened it).
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     store.schema_version() == SCHEMA_VERSION
+            True
+
         Raises:
             ValueError: naming the store, when the recorded version is no whole number (``monitor_meta`` edited
                 outside monai-unc; found by hostile review: ``invalid literal for int() with base 10: 'abc'``, naming
@@ -901,6 +987,8 @@ class MonitorStore:
         if self._read_only:  # a reader writes nothing (the read-only commands refused a database without the table)
             current = self.schema_version()
             self._check_schema_version(current)
+            if current >= OLDEST_READABLE_SCHEMA:  # read as it is: what the readers read has not changed since
+                return
             raise ValueError(f"the monitoring database {self._name!r} has schema version {current}, "
                              f"older than this monai-unc reads ({SCHEMA_VERSION}): monai-unc monitor record or label "
                              "upgrades it")
@@ -909,14 +997,17 @@ class MonitorStore:
                 self._execute("CREATE TABLE monitor_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             current = self.schema_version()
             self._check_schema_version(current)
+            if current == SCHEMA_VERSION:  # another writer migrated it meanwhile
+                return
             for version, statements in MIGRATIONS:
                 if version <= current:
                     continue
                 for statement in statements:
                     self._execute(statement)
-                self._execute("DELETE FROM monitor_meta WHERE key = 'schema_version'")
-                self._execute("INSERT INTO monitor_meta (key, value) VALUES ('schema_version', ?)", (str(version),))
-                self._append_audit("migrate", {"schema_version": version}, command=None)
+            # one entry for the migrations of one upgrade (a new store: one, whatever the number of versions)
+            self._execute("DELETE FROM monitor_meta WHERE key = 'schema_version'")
+            self._execute("INSERT INTO monitor_meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            self._append_audit("migrate", {"schema_version": SCHEMA_VERSION}, command=None)
 
     def _check_schema_version(self, current: int) -> None:
         """Refuse a schema newer than this version reads (naming the store: found by hostile review), and a store
@@ -950,8 +1041,26 @@ class MonitorStore:
     def audit_log(self) -> list[AuditEntry]:
         """Every audit entry, in order.
 
+        Returns:
+            The :class:`AuditEntry` of every change (``migrate``, ``record``, ``label``), by ``seq``.
+
         Raises:
             ValueError: one line naming the store: an entry whose ``seq`` is not an integer (edited outside the store).
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     _ = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                          triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     log = store.audit_log()
+            >>> [(e.seq, e.action, e.command) for e in log][1:], json.loads(log[1].details)["n_cases"]
+            ([(2, 'record', 'x')], 2)
         """
         cols = ", ".join(AuditEntry.__dataclass_fields__)
         out = []
@@ -967,7 +1076,8 @@ class MonitorStore:
 
         Every entry must follow the previous one (``seq`` 1, 2, ...), hold the previous entry's hash and its own
         (recomputed); each ``record`` / ``label`` entry's digest of its rows must match the rows in the tables
-        (``cases``: every column; ``labels``: all but ``recorded_at``). Each ``record`` entry's run (the table
+        (``cases``: every column, the prediction digests through the entry's ``predictions_digest``, none for an
+        entry written at schema 1; ``labels``: all but ``recorded_at``). Each ``record`` entry's run (the table
         ``runs``) must hold the entry's triage folder, ``triage.json`` digest, rule digest, model digest and number
         of cases, and every case row must have a run. Every row of ``rules`` must match its digest (its body
         recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. Each
@@ -975,21 +1085,39 @@ class MonitorStore:
         a monai-unc that did not record them are not checked so). The case rows (their order is that of every
         alarm's stream) must be in the order the store writes them: run after run, each run's rows in the order of a
         hash of their case ids (or of the ids, as monai-unc wrote them before it hashed them); the label rows in the
-        order of their audit entries (a case's latest label is the one of the largest id). Not covered: a run's
-        ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a label's ``recorded_at`` (its
-        entry's ``at`` is), the table ``monitor_meta``, entries cut off at the end (``expect_head``) and a
-        consistent forgery of the whole database.
+        order of their audit entries (a case's latest label is the one of the largest id). The table
+        ``monitor_meta`` must hold the schema version that the audit log's last ``migrate`` entry recorded, and no
+        other key. Not covered: a run's ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a
+        label's ``recorded_at`` (its entry's ``at`` is), entries cut off at the end unless ``expect_head`` is given,
+        and a consistent forgery of the whole database.
+
+        ``expect_head`` is a head that an earlier check printed and that was kept elsewhere (a ticket, a signed
+        e-mail): some entry of the chain must still have that hash. Entries appended since (later runs and labels)
+        are fine; entries cut off at the end, an entry before it edited (the hashes after it recomputed) or a
+        database replaced by another leave no entry with it.
 
         Everything is read in one snapshot of the store: a run another process records meanwhile is neither half seen
         nor reported as rows without their entry.
 
         Args:
-            expect_head: the head hash kept elsewhere after an earlier check (detects entries removed from the
-                end), or None.
+            expect_head: the head hash kept elsewhere after an earlier check (64 hex digits), or None.
 
         Returns:
-            The :class:`VerifyResult`.
+            The :class:`VerifyResult`; its ``expected_entry`` is the entry that has ``expect_head``.
+
+        Raises:
+            ValueError: ``expect_head`` is not 64 hex digits (a typo or a cut copy is not a tampered store).
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     kept = store.verify().head  # kept elsewhere
+            ...     later = store.verify(expect_head=kept)
+            ...     later.ok, later.expected_entry, later.n_entries
+            (True, 1, 1)
         """
+        if expect_head is not None:
+            expect_head = _check_head(expect_head)
         with self.snapshot():
             return self._verify(expect_head)
 
@@ -998,6 +1126,9 @@ class MonitorStore:
         problems: list[str] = []
         prev, entries = GENESIS, self.audit_log()
         records: dict[int, dict[str, Any]] = {}
+        migrated: list[Any] = []  # the schema version each migrate entry recorded, in order
+        # the column prediction_sha256 (a reader reads a store of an earlier schema as it is)
+        digests = self.schema_version() >= _PREDICTION_DIGESTS_SINCE
         for i, e in enumerate(entries, start=1):
             if e.seq != i:
                 problems.append(f"audit entry {i} is missing (found entry {e.seq} in its place)")
@@ -1017,11 +1148,17 @@ class MonitorStore:
                 continue
             if e.action == "record":
                 records[e.seq] = details
+            elif e.action == "migrate":
+                migrated.append(details.get("schema_version"))
             expected = details.get("rows_digest")
             if expected is not None and e.action in ("record", "label"):
                 got = self._rows_digest_of(e.action, e.seq)
                 if got != expected:
                     problems.append(f"the rows written by audit entry {e.seq} ({e.action}) were edited or deleted")
+                elif e.action == "record" and digests and not self._prediction_digests_hold(e.seq, details):
+                    problems.append(f"the prediction digests of the rows written by audit entry {e.seq} (record) were "
+                                    "edited (what tells a new scan that reuses a case id from a decision recorded "
+                                    "again)")
                 elif e.action == "label" and "cases_digest" in details \
                         and self._label_cases_digest(e.seq) != details["cases_digest"]:
                     problems.append(f"the labels written by audit entry {e.seq} (label) now belong to other cases: "
@@ -1049,11 +1186,37 @@ class MonitorStore:
         strays = self._all("SELECT COUNT(*) FROM cases WHERE run_id NOT IN (SELECT id FROM runs)")[0][0]
         if strays:
             problems.append(f"{strays} cases rows without their run (added, or their run deleted)")
+        problems += self._check_meta(migrated)
         head = entries[-1].hash if entries else GENESIS
-        if expect_head is not None and expect_head != head:
-            problems.append(f"the head of the audit chain is {head[:16]}..., not the expected {expect_head[:16]}... "
-                            "(entries were removed from the end, or the database was replaced)")
-        return VerifyResult(not problems, len(entries), head, tuple(problems))
+        expected_entry = None
+        if expect_head is not None:
+            expected_entry = {GENESIS: 0, **{e.hash: e.seq for e in entries}}.get(expect_head)
+            if expected_entry is None:
+                problems.append(f"no entry of the audit chain has the expected head {expect_head[:16]}... (the head is "
+                                f"{head[:16]}...): entries were removed from the end, an entry was edited and the "
+                                "hashes after it recomputed, or the database was replaced")
+        return VerifyResult(not problems, len(entries), head, tuple(problems), expected_entry)
+
+    def _check_meta(self, migrated: Sequence[Any]) -> list[str]:
+        """The problems of the table ``monitor_meta``: its keys, and its schema version against the audit log.
+
+        The store writes one key, ``schema_version``, with the ``migrate`` entry of each migration. The version
+        decides what a writer migrates and what a reader refuses, so an edit of it (a version the last migration did
+        not record, ``01`` for ``1``) is reported; so is a key that no monai-unc writes (added outside the store).
+        """
+        problems = []
+        rows = self._all("SELECT key, value FROM monitor_meta ORDER BY key")
+        extra = [repr(str(k))[:40] for k, _ in rows if k not in _META_KEYS]
+        if extra:
+            problems.append("the table monitor_meta holds key(s) that monai-unc never writes "
+                            f"({_first_five(extra, ', ')}): rows were added outside monai-unc")
+        stored = next((v for k, v in rows if k == "schema_version"), None)
+        recorded = migrated[-1] if migrated else None
+        if recorded is None or str(stored) != str(recorded):
+            problems.append(f"the schema version in the table monitor_meta ({str(stored)[:40]!r}) is not the one the "
+                            f"audit log's last migration recorded ({str(recorded)[:40]!r}): the table was edited "
+                            "outside monai-unc")
+        return problems
 
     def _check_runs(self, records: Mapping[int, Mapping[str, Any]]) -> list[str]:
         """The problems of the table ``runs``: each ``record`` entry's run must hold what the entry says it wrote."""
@@ -1123,6 +1286,19 @@ class MonitorStore:
                             "changed: which label of a case is its latest, and when it arrived, changed)")
         return problems
 
+    def _prediction_digests_hold(self, seq: int, details: Mapping[str, Any]) -> bool:
+        """Whether the ``prediction_sha256`` of the case rows of a ``record`` entry are those it wrote: its
+        ``predictions_digest``, or none at all for an entry written before the store kept them (schema 1)."""
+        rows = self._all("SELECT c.case_id, c.prediction_sha256 FROM cases c JOIN runs r ON c.run_id = r.id "
+                         "WHERE r.audit_seq = ?", (seq,))
+        found = sorted((dict(zip(_PREDICTION_DIGEST_COLUMNS, r)) for r in rows), key=lambda d: str(d["case_id"]))
+        if "predictions_digest" not in details:
+            return all(d["prediction_sha256"] is None for d in found)
+        try:
+            return rows_digest(found, _PREDICTION_DIGEST_COLUMNS) == details["predictions_digest"]
+        except (TypeError, ValueError):  # a value that no row of ours holds: edited
+            return False
+
     def _label_cases_digest(self, seq: int) -> str:
         """The digest of the case id and site of the case row each label of a ``label`` entry names (in label order).
 
@@ -1170,7 +1346,11 @@ class MonitorStore:
         mount, new storage): found by a review of the store under real operations, where only the same folder's
         were skipped). A case id with another decision (another score: another scan), an undefined score and another
         prediction file (a later batch reusing the id, whose undefined score, None, matches any other), or at
-        another site, is another case and is recorded.
+        another site, is another case and is recorded. So is a case with the same decision whose prediction
+        differs (:attr:`CaseRecord.prediction_sha256`, the digest of its voxels, known on both sides): a new scan
+        that reuses the case id (a follow-up of the same patient) and happens to score alike (a score of 0, a
+        count). Without a digest on either side (a record of an earlier monai-unc, a prediction gone or changed
+        since triage) the case counts as recorded; the entry's ``n_skipped_unconfirmed`` says how many.
 
         Args:
             rule: the rule's JSON (``referral_rule.json`` as triage recorded it), with its ``digest``.
@@ -1189,6 +1369,28 @@ class MonitorStore:
             ValueError: before anything is written: a rule with a missing or wrong field, or that does not match its
                 digest (:func:`check_rule`); a text field of the run or of a case (its id, site, scanner, ...) that is
                 not text of at most 1000 characters without NUL; the reserved site name; a case of another rule.
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     first = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     again = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None)
+            ...     # February's triage of the grown predictions folder repeats a and b: only c is new
+            ...     c = CaseRecord("c", "Centre A", None, "2026-02-28T00:00:00+00:00", 0.3, float("nan"),
+            ...                    float("nan"), "accept", "accepted", "the rule's reason", rule["digest"], None)
+            ...     feb = store.record_run(rule, [*cases, c], source_digest="feb", folder="triage_02",
+            ...                            triaged_at="2026-02-28T00:00:00+00:00", model_digest=None)
+            ...     written = [r["n_cases"] for r in store.runs()]
+            >>> first, again, feb, written
+            ((1, True), (1, False), (2, True), [2, 1])
         """
         digest = check_rule(rule, "the rule to record")  # its fields, and its body against its digest
         for name, value in (("source_digest", source_digest), ("triaged_at", triaged_at),
@@ -1202,9 +1404,9 @@ class MonitorStore:
         for c in cases:
             _check_text(c.case_id, "a case's id")
             for name in ("site", "scanner", "triaged_at", "decision", "code", "reason", "rule_digest", "model_digest",
-                         "prediction"):
+                         "prediction", "prediction_sha256"):
                 _check_text(getattr(c, name), f"the {name} of case {c.case_id!r}",
-                            allow_none=name in ("scanner", "model_digest", "prediction"))
+                            allow_none=name in ("scanner", "model_digest", "prediction", "prediction_sha256"))
             if c.site == ALL_SITES:
                 raise ValueError(f"case {c.case_id!r}: the site name {ALL_SITES!r} is reserved for the pooled stream "
                                  "of all sites: give the site another name (--site, --sites)")
@@ -1223,40 +1425,49 @@ class MonitorStore:
                                _canonical(col["calibration_scores"]), _in_order(rule)))
             every = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
             known = self._recorded_decisions(digest, [r["case_id"] for r in every])
-            rows = [r for r in every if _decision_key(r) not in known]
+            rows, unverified = [], 0
+            for r in every:
+                found = known.get(_decision_key(r))
+                if found is None or not _same_scan(r["prediction_sha256"], found):
+                    rows.append(r)  # a new decision, or the same values from another scan (its prediction differs)
+                elif r["prediction_sha256"] is None or None in found:
+                    unverified += 1  # skipped as recorded, though no prediction digest could confirm the same scan
             details = {"triage": folder, "source_digest": source_digest, "rule_digest": digest,
                        "model_digest": model_digest, "n_cases": len(rows),
-                       "n_already_recorded": len(every) - len(rows), "rows_digest": rows_digest(rows, _CASE_COLUMNS)}
+                       "n_already_recorded": len(every) - len(rows), "n_skipped_unconfirmed": unverified,
+                       "rows_digest": rows_digest(rows, _CASE_COLUMNS),
+                       "predictions_digest": rows_digest(rows, _PREDICTION_DIGEST_COLUMNS)}
             seq = self._append_audit("record", details, command)
             run_id = self._insert_id(
                 "INSERT INTO runs (audit_seq, source_digest, recorded_at, triaged_at, folder, rule_digest, "
                 "model_digest, n_cases) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (seq, source_digest, _now(), triaged_at, folder, digest, model_digest, len(rows)))
             cols = ", ".join(_CASE_COLUMNS)
-            marks = ", ".join("?" * (len(_CASE_COLUMNS) + 1))
+            marks = ", ".join("?" * (len(_CASE_COLUMNS) + 2))
             # the stream's order within the run (the audit digest above keeps case-id order: verify recomputes it so)
-            self._executemany(f"INSERT INTO cases (run_id, {cols}) VALUES ({marks})",
-                              [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS))
+            self._executemany(f"INSERT INTO cases (run_id, {cols}, prediction_sha256) VALUES ({marks})",
+                              [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS), r["prediction_sha256"])
                                for r in sorted(rows, key=lambda r: _within_run_order(r["case_id"]))])
         return run_id, True
 
-    def _recorded_decisions(self, digest: str, case_ids: Sequence[str]) -> set[tuple[Any, ...]]:
-        """The decisions (:func:`_decision_key`) of these case ids that the store holds under a rule, from any run.
+    def _recorded_decisions(self, digest: str, case_ids: Sequence[str]) -> dict[tuple[Any, ...], set[str | None]]:
+        """The decisions (:func:`_decision_key`) of these case ids that the store holds under a rule, from any run,
+        each with the prediction digests of its records (None: unknown, a record made before monai-unc kept them).
 
         The cases by id (index ``cases_by_case_id``), so the cost follows the run's size, not the store's history;
         the rule is compared here, not in the query: with ``rule_digest = ?`` in it SQLite took the rule's index
         (``cases_by_rule_site``) and read every case the rule ever recorded, so recording 10^5 cases in runs of 1 000
         took 17.6 s of CPU instead of 1.4 s, growing with every run (found by the benchmark review).
         """
-        out: set[tuple[Any, ...]] = set()
+        out: dict[tuple[Any, ...], set[str | None]] = {}
         ids = sorted(set(case_ids))
         cols = ", ".join(_DECISION_COLUMNS)
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
-            for r in self._all(f"SELECT rule_digest, {cols} FROM cases WHERE case_id IN "
+            for r in self._all(f"SELECT rule_digest, prediction_sha256, {cols} FROM cases WHERE case_id IN "
                                f"({', '.join('?' * len(chunk))})", chunk):
                 if r[0] == digest:
-                    out.add(_decision_key(dict(zip(_DECISION_COLUMNS, r[1:]))))
+                    out.setdefault(_decision_key(dict(zip(_DECISION_COLUMNS, r[2:]))), set()).add(r[1])
         return out
 
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
@@ -1304,6 +1515,23 @@ class MonitorStore:
                 sites without the site, of several runs without the run or ``case_row``, a case recorded (again)
                 after its ``case_row``, two labels of one case record (its id with and without its site, or given
                 twice), or a loss outside ``[0, 1]``.
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     first = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     audited = [{"case": "a", "dice": 0.62, "failure": None, "loss": 1.0}]  # a failure: Dice < 0.8
+            ...     n = store.add_labels(audited, source="audit.csv")
+            ...     labelled = [(r["case_id"], r["dice"], r["loss"]) for r in store.cases() if r["n_labels"]]
+            >>> n, labelled
+            (1, [('a', 0.62, 1.0)])
         """
         with self._transaction():
             rows = []
@@ -1402,6 +1630,21 @@ class MonitorStore:
         Raises:
             ValueError: one line naming the store: a row whose body does not match its digest, whose columns do not
                 match its body, or that is not a rule (a row edited outside the store: :meth:`verify` reports it).
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     first = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     stored = store.rules()[rule["digest"]]
+            >>> stored["score"], stored["target_risk"], stored["failure_dice"], stored["calibration_scores"]
+            ('mean_entropy', 0.1, 0.8, [])
         """
         out = {}
         for row in self._rule_rows():
@@ -1472,6 +1715,21 @@ class MonitorStore:
         Raises:
             ValueError: one line naming the store: a value of the wrong type or out of range, or a case whose rule
                 is not in the table ``rules`` (rows edited or deleted outside the store: :meth:`verify` reports them).
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     first = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     rows = store.cases()
+            >>> [(r["case_id"], r["run"], r["decision"], r["loss"]) for r in sorted(rows, key=lambda r: r["case_id"])]
+            [('a', 1, 'accept', None), ('b', 1, 'review', None)]
         """
         cols = ", ".join(f"c.{c}" for c in _CASE_COLUMNS)
         # the labels aggregated once per case row, then joined: a subquery per case (its latest label, its first
@@ -1526,7 +1784,28 @@ class MonitorStore:
         return d
 
     def runs(self) -> list[dict[str, Any]]:
-        """The recorded runs in order: ``id``, ``recorded_at``, ``triaged_at``, ``folder``, digests, ``n_cases``."""
+        """The recorded runs in order.
+
+        Returns:
+            One dict per run: ``id``, ``audit_seq`` (its ``record`` entry), ``recorded_at``, ``triaged_at``,
+            ``folder``, ``rule_digest``, ``model_digest`` and ``n_cases`` (the cases written, without those skipped
+            as already recorded).
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> cases = [CaseRecord(c, "Centre A", None, "2026-01-31T00:00:00+00:00", s, float("nan"), float("nan"),
+            ...                     d, "accepted" if d == "accept" else "above_threshold", "the rule's reason",
+            ...                     rule["digest"], None)
+            ...          for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     first = store.record_run(rule, cases, source_digest="jan", folder="triage_01",
+            ...                              triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     run = store.runs()[0]
+            >>> run["id"], run["audit_seq"], run["folder"], run["n_cases"]
+            (1, 2, 'triage_01', 2)
+        """
         keys = ("id", "audit_seq", "recorded_at", "triaged_at", "folder", "rule_digest", "model_digest", "n_cases")
         return [dict(zip(keys, r)) for r in self._all(f"SELECT {', '.join(keys)} FROM runs ORDER BY id")]
 

@@ -633,7 +633,10 @@ def _add_monitor(sub: Any) -> None:
     ver = msub.add_parser("verify", help="check the audit chain; exit status 1 when an entry or row was tampered")
     ver.add_argument("--db", default=None, help=db_help)
     ver.add_argument("--expect-head", default=None, metavar="HASH",
-                     help="the head hash an earlier verify printed (detects entries removed from the end)")
+                     help="the head hash an earlier verify printed, kept elsewhere (detects entries removed from the "
+                     "end and a replaced database; entries appended since are fine)")
+    ver.add_argument("--json", default=None, metavar="FILE",
+                     help="also write the result as JSON (ok, n_entries, head, expected_entry, problems)")
     for q in (r, lab, st, rep, ver):
         q.add_argument("--quiet", "-q", action="store_true",
                        help="print only the warning lines, on stderr (the exit status still tells)")

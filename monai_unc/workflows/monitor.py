@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from collections import Counter
@@ -33,7 +34,7 @@ from ..monitoring.status import printable
 from ..monitoring.store import sqlite_file
 from ..regions import check_regions
 from ..report.monitor import build_monitor_page
-from .session import CommandResult, quiet_lines
+from .session import WARNING_PREFIX, CommandResult, quiet_lines
 
 __all__ = ["MONITOR_DB_ENV", "check_store", "record_triage", "record_labels", "store_status", "verify_store",
            "write_dashboard", "monitor_from_arguments"]
@@ -125,21 +126,41 @@ def record_triage(
         command: the command line for the audit log (default ``sys.argv``).
 
     Returns:
-        The :class:`~monai_unc.workflows.session.CommandResult` of the run's id.
+        The :class:`~monai_unc.workflows.session.CommandResult` of the run's id; its lines: what was recorded and
+        skipped, and a ``warning:`` line when some cases were skipped as already recorded without a prediction
+        digest to confirm that they are the same scan (:meth:`~monai_unc.monitoring.MonitorStore.record_run`).
     """
     url = _db(db)
     run = read_triage_run(triage, site=site, sites=None if sites is None else read_sites(sites), triaged_at=time)
     with MonitorStore(url) as store:
         run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
                                        triaged_at=run.triaged_at, model_digest=run.model_digest, command=command)
-        written = next((int(r["n_cases"]) for r in store.runs() if r["id"] == run_id), len(run.cases))
+        this = next(r for r in store.runs() if r["id"] == run_id)
+        written = int(this["n_cases"])
         # the sites of the cases written: those skipped as already recorded do not count (found by hostile testing)
         n_sites = len(store.run_sites(run_id)) if new else 0
+        unconfirmed = _skipped_unconfirmed(store, this["audit_seq"]) if new else 0
     skipped = len(run.cases) - written
-    line = (f"recorded {written} case(s) from {n_sites} site(s) as run {run_id}"
-            + (f"; {skipped} already recorded (skipped)" if skipped else "")
-            if new else f"{run.folder} is already recorded (run {run_id}): nothing written")
-    return CommandResult(run_id, True, run.folder, (line,))
+    lines = [f"recorded {written} case(s) from {n_sites} site(s) as run {run_id}"
+             + (f"; {skipped} already recorded (skipped)" if skipped else "")
+             if new else f"{run.folder} is already recorded (run {run_id}): nothing written"]
+    if unconfirmed:
+        lines.append(f"{WARNING_PREFIX}{unconfirmed} of the case(s) skipped as already recorded (the same rule, site, "
+                     "case id and values) could not be confirmed as the same scan: no digest of their prediction (a "
+                     "record of an earlier monai-unc, or a prediction moved or changed since triage); a new scan "
+                     "that reuses one of their case ids with the same values is not recorded")
+    return CommandResult(run_id, True, run.folder, tuple(lines))
+
+
+def _skipped_unconfirmed(store: MonitorStore, audit_seq: int) -> int:
+    """How many cases a run's ``record`` entry skipped unconfirmed (``n_skipped_unconfirmed``; 0 when it does not say).
+
+    Those skipped as already recorded without a prediction digest to confirm that they are the same scan.
+    """
+    entry = next((e for e in store.audit_log() if e.seq == audit_seq), None)
+    details = json.loads(entry.details) if entry is not None else {}
+    n = details.get("n_skipped_unconfirmed", 0) if isinstance(details, dict) else 0
+    return n if isinstance(n, int) and not isinstance(n, bool) else 0
 
 
 def _stored_ids(cases: Sequence[dict[str, Any]]) -> Callable[[str], str]:
@@ -343,22 +364,50 @@ def _alarm_fields(g: GroupStatus) -> dict[str, Any]:
     return out
 
 
-def verify_store(db: str | os.PathLike | None, *, expect_head: str | None = None) -> CommandResult[Any]:
+def verify_store(
+    db: str | os.PathLike | None, *, expect_head: str | None = None, output: str | os.PathLike | None = None,
+) -> CommandResult[Any]:
     """``monai-unc monitor verify``: check the audit chain; exit status 1 when something was edited or deleted.
+
+    The first line gives the head (the hash of the last entry): keep it elsewhere (a ticket, a signed e-mail) and
+    pass it back with ``expect_head`` at a later check, which then also detects entries cut off at the end or a
+    database replaced by another; entries appended since are fine (the line says how many).
 
     Args:
         db: the store (None: ``$MONAI_UNC_MONITOR_DB``).
         expect_head: the head hash printed by an earlier check (kept elsewhere).
+        output: also write the result as JSON to this file (``ok``, ``n_entries``, ``head``, ``expected_entry``,
+            ``problems``).
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of the
         :class:`~monai_unc.monitoring.VerifyResult`.
+
+    Raises:
+        ValueError: ``expect_head`` is not a head hash (64 hex digits), or the store cannot be read.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.monitoring import MonitorStore
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     MonitorStore(f"{d}/monitor.db").close()
+        ...     kept = verify_store(f"{d}/monitor.db").value.head  # kept elsewhere
+        ...     print(verify_store(f"{d}/monitor.db", expect_head=kept).lines[1])
+        the expected head is entry 1 of 1 (0 entries appended since)
     """
     url = _db(db)
+    if output is not None:
+        _refuse_output_onto_store(url, output, "--json")
     with MonitorStore(url, read_only=True) as store:
         res = store.verify(expect_head)
     lines = [f"audit log: {res.n_entries} entries, head {printable(res.head)}"]
+    if res.expected_entry is not None:
+        lines.append(f"the expected head is entry {res.expected_entry} of {res.n_entries} "
+                     f"({res.n_entries - res.expected_entry} entries appended since)")
     lines += [f"PROBLEM: {printable(p)}" for p in res.problems] or ["the chain and the rows it covers are intact"]
+    if output is not None:
+        atomic_write_json(output, {"ok": res.ok, "n_entries": res.n_entries, "head": res.head,
+                                   "expected_entry": res.expected_entry, "problems": list(res.problems)})
     return CommandResult(res, True, Path.cwd(), tuple(lines), exit_status=0 if res.ok else 1)
 
 
@@ -407,7 +456,7 @@ def monitor_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
     elif sub == "status":
         res = store_status(args.db, alpha=args.alpha, output=args.json)
     elif sub == "verify":
-        res = verify_store(args.db, expect_head=args.expect_head)
+        res = verify_store(args.db, expect_head=args.expect_head, output=args.json)
     else:
         res = write_dashboard(args.db, args.output, alpha=args.alpha)
     return dataclasses.replace(res, lines=quiet_lines(res.lines)) if getattr(args, "quiet", False) else res

@@ -885,6 +885,11 @@ def test_triage_records_into_the_monitoring_store(cohorts, tmp_path, capsys, mon
         decisions = {r["case_id"]: r["decision"] for r in rows}
     summary = json.loads((tmp_path / "t1" / "triage.json").read_text())
     assert decisions == {c["case"]: c["decision"] for c in summary["cases"]}
+    from monai_unc.monitoring import read_triage_run
+
+    # each case's prediction digest: what tells a new scan reusing a case id from the same one
+    digests = [c.prediction_sha256 for c in read_triage_run(tmp_path / "t1", site="centre 1").cases]
+    assert all(d is not None and d.startswith("sha256:") for d in digests) and len(set(digests)) > 1
     for bad, named in (("postgresql://nobody@127.0.0.1:9/none", "cannot connect"), (str(tmp_path), "is a folder"),
                        (str(tmp_path / "missing" / "monitor.db"), "does not exist"),
                        (str(tmp_path / "t1" / "triage.csv"), "cannot open")):
