@@ -372,7 +372,11 @@ class CalibrationLoss(nn.Module):
 
 
 class _MarginPenalty(nn.Module):
-    """``alpha * mean max(0, max_j z_j - z_c - margin)`` of one output (the target is not used)."""
+    """``alpha * mean max(0, max_j z_j - z_c - margin)`` of one output (the target is not used).
+
+    The outputs are float16 under nnU-Net's autocast: :func:`~monai_unc.losses.mean_margin_penalty` computes their
+    penalty in float32 (summed in float64) and returns it in float32.
+    """
 
     def __init__(self, margin: float, alpha: float) -> None:
         super().__init__()
