@@ -205,8 +205,8 @@ def train_tissue_model(
     if not (is_finite_real(lr) and lr > 0):
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
     lr = float(lr)
-    seed = check_seed(seed)
-    if seed is None or seed >= 2**32:  # numpy's legacy seed (the augmentation) takes [0, 2**32)
+    seed = check_seed(seed, optional=False)
+    if seed >= 2**32:  # numpy's legacy seed (the augmentation) takes [0, 2**32)
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     progress = check_bool(progress, "progress")
     loss_fn = make_training_loss(loss, classes=len(TISSUE_CLASSES))

@@ -58,7 +58,7 @@ from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 from torch import nn
 
-from monai_unc._utils import check_integer, is_finite_real, is_int
+from monai_unc._utils import check_integer, check_seed, is_finite_real, is_int
 from monai_unc.data.synthetic import make_toy_dataset
 from monai_unc.io import atomic_write_text, save_nifti_image
 from monai_unc.losses import L1ACELoss, SVLSLoss, mean_margin_penalty
@@ -805,7 +805,7 @@ def write_toy_dataset(
         shape: voxels per axis.
         spacing: voxel size in mm (x, y, z).
         empty_slices: leading slices along the last axis set to 0, in ``[0, shape[-1] // 2)``.
-        seed: seed of the cases.
+        seed: seed of the cases, an integer in ``[0, 2**64)``.
 
     Returns:
         The dataset folder ``raw_dir/DatasetXXX_name``.
@@ -814,7 +814,9 @@ def write_toy_dataset(
         ValueError: ``dataset_id``, ``num_training``, ``num_test`` or ``empty_slices`` not an integer in range,
             ``shape`` not 3 integers, ``spacing`` not 3 positive finite numbers, ``name`` holds a path separator,
             ``raw_dir`` holds another dataset of that id, or the dataset folder holds files this dataset does not
-            (one written with other counts: the cases would mix). All before anything is written.
+            (one written with other counts: the cases would mix), or ``seed`` negative or above ``2**64 - 1``. All
+            before anything is written.
+        TypeError: ``seed`` is not an integer (a float, a bool, None), before anything is written.
 
     Example:
         >>> import tempfile
@@ -844,6 +846,9 @@ def write_toy_dataset(
     if not is_int(empty_slices) or not 0 <= empty_slices < shape[-1] // 2:
         raise ValueError(f"empty_slices must be an integer in [0, {shape[-1] // 2}), got {empty_slices!r}")
     empty_slices = int(empty_slices)
+    # seed=-1 failed inside numpy ("expected non-negative integer") without naming seed, after the dataset's folders
+    # were made (found by hostile testing)
+    seed = check_seed(seed, optional=False)
     if not isinstance(name, str) or not name or Path(name).name != name or "\\" in name:
         raise ValueError(f"name must be a folder name part without path separators, got {name!r}")
     prefix = f"Dataset{int(dataset_id):03d}_"
