@@ -187,8 +187,8 @@ def check_finite_loss(
         ``value``.
 
     Raises:
-        ValueError: ``value`` has a non-finite entry and so have the logits or the target, or (``unit_target``) the
-            target has a value outside ``[0, 1]``.
+        ValueError: ``value`` has a non-finite entry (naming the logits or the target when they have one too, else
+            the largest logit), or (``unit_target``) the target has a value outside ``[0, 1]``.
 
     Example:
         >>> check_finite_loss(torch.tensor(float("nan")), torch.tensor([float("inf")]))
@@ -210,6 +210,16 @@ def check_finite_loss(
             raise ValueError("target must be finite")
         if unit_target and target is not None:
             check_unit_target(target)
+        if not bool(torch.isfinite(value).all()):
+            # found by hostile testing: finite float32 logits of +-2e38 gave a NaN or inf loss (their difference, or
+            # the Dice of a class of probability exactly 0 without smoothing, is not finite), returned without a word
+            top = float(logits.detach().abs().amax()) if logits.numel() else 0.0
+            if logits.is_floating_point() and top > torch.finfo(logits.dtype).max / 4:
+                why = f"logits up to {top:g} in magnitude overflow {logits.dtype} (their differences)"
+            else:
+                why = ("a Dice term without smoothing (smooth_nr = smooth_dr = 0) divides 0 by 0 where a class is "
+                       "absent and predicted with probability 0")
+            raise ValueError(f"the loss is not finite although the logits and the target are: {why}")
     return value
 
 
@@ -663,6 +673,10 @@ class DiceCEMarginLoss(_Loss):
         for name in ("lambda_dice", "lambda_ce", "smooth_nr", "smooth_dr"):
             if name in dice_kwargs:
                 dice_kwargs[name] = _check_weight(dice_kwargs[name], name)
+        if "reduction" in dice_kwargs:  # MONAI's DiceCELoss refused "none" without naming the argument
+            reduction = getattr(dice_kwargs["reduction"], "value", dice_kwargs["reduction"])
+            if reduction not in ("mean", "sum"):
+                raise ValueError(f"reduction must be 'mean' or 'sum' (as MONAI's DiceCELoss), got {reduction!r}")
         if not check_bool(softmax, "softmax") or dice_kwargs.get("sigmoid"):
             raise ValueError("DiceCEMarginLoss: the margin penalty is defined for softmax logits only (softmax=True)")
         self.dicece = DiceCELoss(include_background=check_bool(include_background, "include_background"),
