@@ -58,7 +58,7 @@ from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 from torch import nn
 
-from monai_unc._utils import check_integer, check_seed, is_finite_real, is_int
+from monai_unc._utils import check_integer, check_seed, is_finite_real, is_int, no_autocast
 from monai_unc.data.synthetic import make_toy_dataset
 from monai_unc.io import atomic_write_text, save_nifti_image
 from monai_unc.losses import L1ACELoss, SVLSLoss, mean_margin_penalty
@@ -388,14 +388,22 @@ class _MarginPenalty(nn.Module):
 
 
 class _NACLTerm(nn.Module):
-    """MONAI's ``NACLLoss`` on nnU-Net's label map ``(B, 1, *spatial)`` (MONAI's wants ``(B, *spatial)``)."""
+    """MONAI's ``NACLLoss`` on nnU-Net's label map ``(B, 1, *spatial)`` (MONAI's wants ``(B, *spatial)``).
+
+    In float32 outside autocast, as the losses of :mod:`monai_unc.losses` compute float16 / bfloat16 logits: under
+    nnU-Net's autocast MONAI's loss smoothed the one-hot target by a float16 convolution and averaged the float16
+    distances to it, the term 3e-5 (float16) to 2e-4 (bfloat16) off (found by hostile testing).
+    """
 
     def __init__(self, classes: int, dim: int, kernel_size: int, alpha: float) -> None:
         super().__init__()
         self.nacl = NACLLoss(classes=classes, dim=dim, kernel_size=kernel_size, alpha=alpha)
 
     def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return self.nacl(output, target[:, 0].long())
+        if output.dtype in (torch.float16, torch.bfloat16):
+            output = output.float()
+        with no_autocast(output.device):
+            return self.nacl(output, target[:, 0].long())
 
 
 class _CalibratedTrainer:
