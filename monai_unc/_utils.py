@@ -895,7 +895,7 @@ def check_sample_batch_size(value: Any, name: str = "sample_batch_size") -> int 
 MAX_SEED = 2**64 - 1
 
 
-def check_seed(value: Any, name: str = "seed") -> int | None:
+def check_seed(value: Any, name: str = "seed", *, optional: bool = True) -> int | None:
     """``value`` as an ``int`` seed in ``[0, 2**64)``, or None; ``TypeError`` / ``ValueError`` naming ``name``.
 
     Found by hostile testing: ``torch.manual_seed`` takes ``int(value)``, so ``1.5`` drew seed 1's dropout masks,
@@ -906,12 +906,13 @@ def check_seed(value: Any, name: str = "seed") -> int | None:
     Args:
         value: the seed: an integer (Python or numpy, not a bool) in ``[0, MAX_SEED]``, or None (not seeded).
         name: the argument's name in the messages.
+        optional: None is accepted; ``False`` for a seed that makes a result reproducible (a data set, a record).
 
     Returns:
         The seed as an ``int``, or None.
 
     Raises:
-        TypeError: ``value`` is not an integer (a float, a bool, a string).
+        TypeError: ``value`` is not an integer (a float, a bool, a string; None when not ``optional``).
         ValueError: ``value`` lies outside ``[0, MAX_SEED]``.
 
     Example:
@@ -922,11 +923,16 @@ def check_seed(value: Any, name: str = "seed") -> int | None:
         Traceback (most recent call last):
         ...
         ValueError: seed must be an integer in [0, 2**64 - 1], got -1
+        >>> check_seed(None, optional=False)
+        Traceback (most recent call last):
+        ...
+        TypeError: seed must be an integer, got None
     """
-    if value is None:
+    if value is None and optional:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise parameter_error(TypeError(f"{name} must be an integer or None, got {value!r}"), name)
+        what = "an integer or None" if optional else "an integer"
+        raise parameter_error(TypeError(f"{name} must be {what}, got {value!r}"), name)
     if not 0 <= int(value) <= MAX_SEED:
         raise parameter_error(ValueError(f"{name} must be an integer in [0, 2**64 - 1], got {value!r}"), name)
     return int(value)

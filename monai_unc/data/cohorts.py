@@ -34,6 +34,7 @@ import nibabel as nib
 import numpy as np
 from scipy.ndimage import gaussian_filter
 
+from .._utils import check_seed
 from ..io import atomic_write_json, atomic_write_text, read_json_or_none, save_nifti, save_nifti_image, write_csv
 from ..measures import entropy
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
@@ -127,7 +128,9 @@ def export_mni152_cases(
 
     Raises:
         FileExistsError: the folder holds data this module did not write.
+        TypeError, ValueError: ``seed`` is not an integer in ``[0, 2**64)`` (before anything is written).
     """
+    seed = check_seed(seed, optional=False)  # a numpy integer seed wrote the images, then failed in the manifest
     folder = Path(folder)
     if not _check_folder(folder, overwrite):
         return folder / MANIFEST
@@ -199,6 +202,7 @@ def export_toy_cases(
 
     Raises:
         FileExistsError: the folder holds data this module did not write.
+        TypeError, ValueError: ``seed`` is not an integer in ``[0, 2**64)`` (before anything is written).
 
     Example:
         >>> import tempfile
@@ -207,6 +211,9 @@ def export_toy_cases(
         ...     [c["case"] for c in json.loads(manifest.read_text())["cases"]]
         ['toy_00_none', 'toy_01_shape']
     """
+    # found by hostile testing: a numpy integer seed wrote every image, then failed to write the manifest (not JSON
+    # serialisable), leaving an export without its manifest; seed=-1 failed inside numpy without naming seed
+    seed = check_seed(seed, optional=False)
     folder = Path(folder)
     if not _check_folder(folder, overwrite):
         return folder / MANIFEST
@@ -410,7 +417,14 @@ def make_demo_cohort(
 
     Returns:
         The paths: ``{"images", "labels", "shifts"}``.
+
+    Raises:
+        TypeError, ValueError: ``seed`` is not an integer in ``[0, 2**64)`` (before anything is written), or
+            ``shifts`` names a case twice.
     """
+    # found by hostile testing: seed=1.5 was recorded as 1 in demo_cases.json, then failed inside numpy; -1 failed
+    # there without naming seed, after the record was written
+    seed = check_seed(seed, optional=False)
     shifts = DEMO_SHIFTS if shifts is None else tuple(tuple(c) for c in shifts)  # type: ignore[misc]
     ids = [str(c[0]) for c in shifts]
     if len(set(ids)) != len(ids):
@@ -489,6 +503,7 @@ def write_toy_cohort(
 
     Raises:
         ValueError: ``folder`` holds files this cohort does not write (an earlier call with other settings).
+        TypeError, ValueError: ``seed`` is not an integer in ``[0, 2**64)`` (before anything is written).
 
     Example:
         >>> import tempfile
@@ -498,6 +513,7 @@ def write_toy_cohort(
         ['images', 'labels', 'predictions', 'shifts'] ['toy000_predictive_entropy.nii.gz', 'toy000_probs.nii.gz',
         'toy000_seg.nii.gz']
     """
+    seed = check_seed(seed, optional=False)  # -1 failed inside numpy after the folders were made
     folder = Path(folder)
     dirs = {k: folder / k for k in ("images", "labels", "predictions")}
     names = [f"toy{i:03d}" for i in range(n_cases)]

@@ -36,7 +36,7 @@ import torch
 from monai.transforms import AdjustContrast, GaussianSmooth, RandBiasField, Resize
 from scipy.ndimage import gaussian_filter
 
-from .._utils import ArrayLike, check_finite, to_tensor
+from .._utils import ArrayLike, check_finite, check_seed, to_tensor
 from .mni152 import load_mni152_tissue
 
 __all__ = [
@@ -173,8 +173,12 @@ def make_mni152_cohort(
         ``shift`` (``"none"`` or the kind), ``severity`` float, ``seed`` int (of the perturbation), ``spacing`` (mm).
 
     Raises:
-        ValueError: a bad ``n_cases``, ``kinds``, ``severity_range`` or ``roi`` (or one that selects no voxel).
+        ValueError: a bad ``n_cases``, ``kinds``, ``severity_range`` or ``roi`` (or one that selects no voxel), or a
+            ``seed`` outside ``[0, 2**64)``.
+        TypeError: ``seed`` is not an integer (a float, a bool, None).
     """
+    # found by hostile testing: seed=-1 or 1.5 failed inside numpy without naming seed, after the template was loaded
+    seed = check_seed(seed, optional=False)
     if isinstance(n_cases, bool) or not isinstance(n_cases, (int, np.integer)) or n_cases < 1:
         raise ValueError(f"n_cases must be a positive integer, got {n_cases!r}")
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)

@@ -201,9 +201,7 @@ def train_ssn(
         if not is_int(value) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     iterations, batch_size, n_cases, n_raters = int(iterations), int(batch_size), int(n_cases), int(n_raters)
-    seed = check_seed(seed)
-    if seed is None:
-        raise TypeError("seed must be an integer, got None")
+    seed = check_seed(seed, optional=False)
     progress = check_bool(progress, "progress")
     if mean_only_iterations is None:
         mean_only_iterations = iterations // 10

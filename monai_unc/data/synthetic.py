@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._utils import check_nonnegative
+from .._utils import check_nonnegative, check_seed
 
 __all__ = ["SHIFTS", "make_toy_case", "make_toy_dataset"]
 
@@ -57,7 +57,8 @@ def make_toy_case(
             border every rater agrees on.
         radius: the outermost rater's radius in voxels (default: drawn from 0.12-0.3 of the smallest axis).
         noise_std: std of the Gaussian background noise.
-        rng: a generator or seed.
+        rng: a generator (or numpy ``SeedSequence`` / bit generator), a seed (an integer in ``[0, 2**64)``), or None
+            (fresh entropy: not reproducible).
 
     Returns:
         A dict: ``image`` ``(1, *shape)`` float32, ``label`` ``(*shape)`` int64 majority vote, ``raters``
@@ -65,7 +66,9 @@ def make_toy_case(
         ``shift`` str, ``object_volume`` int (voxels of the consensus), ``radius`` float, ``blur`` bool.
 
     Raises:
-        ValueError: a bad ``shape``, ``shift``, ``n_raters``, ``radius`` or ``noise_std`` (negative or not finite).
+        ValueError: a bad ``shape``, ``shift``, ``n_raters``, ``radius`` or ``noise_std`` (negative or not finite), or a
+            negative ``rng`` seed.
+        TypeError: ``rng`` neither a generator, an integer nor None (a float, a bool, a string).
 
     Example:
         >>> case = make_toy_case((16, 16, 16), n_raters=3, rng=0)
@@ -83,6 +86,10 @@ def make_toy_case(
         raise ValueError(f"n_raters must be a positive integer, got {n_raters!r}")
     # NaN would make the whole image NaN, silently
     noise_std = check_nonnegative(noise_std, "noise_std", wrong_type=ValueError)
+    if isinstance(rng, (int, float, complex, str, bytes, np.generic, np.ndarray, list, tuple)):
+        # a seed (not a generator): -1 or 1.5 failed inside numpy without naming the argument, True drew seed 1's case
+        # (found by hostile testing)
+        rng = check_seed(rng, "rng")
     rng = np.random.default_rng(rng)
     smallest = min(shape)
     r_outer = float(radius) if radius is not None else rng.uniform(0.12, 0.3) * smallest
@@ -146,13 +153,14 @@ def make_toy_dataset(
         shift: ``None``/``"none"`` for in-distribution cases, one of :data:`SHIFTS`, or a sequence cycled over the
             cases (e.g. ``["none", "intensity", "shape", "position"]``).
         blur: blurred, ambiguous borders (see :func:`make_toy_case`).
-        seed: seed of the cohort.
+        seed: seed of the cohort, an integer in ``[0, 2**64)``.
 
     Returns:
         The cases, as :func:`make_toy_case` returns them.
 
     Raises:
-        ValueError: ``n_cases`` is not a positive integer or ``shift`` is empty.
+        ValueError: ``n_cases`` is not a positive integer, ``shift`` is empty or ``seed`` is negative or too large.
+        TypeError: ``seed`` is not an integer (a float, a bool, a string, None).
 
     Example:
         >>> cases = make_toy_dataset(4, shape=(16, 16, 16), shift=["none", "intensity"], seed=0)
@@ -164,6 +172,9 @@ def make_toy_dataset(
     shifts = ["none"] if shift is None else [shift] if isinstance(shift, str) else list(shift)
     if not shifts:
         raise ValueError("shift must not be an empty sequence")
+    # found by hostile testing: seed=-1 or 1.5 failed inside numpy ("expected non-negative integer") without naming
+    # seed, seed=True made seed 1's cases and None a cohort that no seed reproduces
+    seed = check_seed(seed, optional=False)
     # the children of default_rng(seed).spawn (numpy >= 1.25 only; the declared numpy>=1.24 has no Generator.spawn,
     # found by testing the declared lower bounds): the same generators, the same cases
     rngs = [np.random.default_rng(child) for child in np.random.SeedSequence(seed).spawn(n_cases)]

@@ -28,8 +28,8 @@ from monai.transforms import (
 )
 from tqdm.auto import tqdm
 
-from .._utils import check_bool, check_integer, check_seed, is_finite_real
-from ..losses import DiceCEL1ACELoss, DiceCEMarginLoss, DiceSVLSLoss
+from .._utils import check_bool, check_integer, check_seed, is_finite_real, is_int
+from ..losses import DiceCEL1ACELoss, DiceCEMarginLoss, DiceSVLSLoss, check_finite_loss
 from ..metrics.lesions import binary_mask
 from ..metrics.overlap import dice
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
@@ -58,25 +58,41 @@ def _cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits, target[:, 0])
 
 
+def _finite(
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``loss`` whose non-finite value raises a ``ValueError`` (:func:`~monai_unc.losses.check_finite_loss`)."""
+
+    def checked(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return check_finite_loss(loss(logits, labels), logits, labels)
+
+    return checked
+
+
 def make_training_loss(
     loss: str, classes: int = 3, spatial_dims: int = 3
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The training loss ``f(logits, labels)`` of a name of :data:`TRAINING_LOSSES` or :data:`CALIBRATION_LOSSES`.
 
     Every loss takes logits ``(B, C, *spatial)`` and a label map ``(B, 1, *spatial)`` (softmax, one-hot targets made
-    inside); the calibration losses are composed with Dice as their papers train them (docs/training.md).
+    inside); the calibration losses are composed with Dice as their papers train them (docs/training.md). Every loss
+    raises a ``ValueError`` when its value is not finite (NaN or infinite logits), as the losses of
+    :mod:`monai_unc.losses` do: MONAI's Dice, cross-entropy and NACL returned NaN to the optimiser.
 
     Args:
         loss: the name (``"dice_ce"``, ``"dice"``, ``"ce"``, ``"dice_svls"``, ``"dice_ce_mbls"``,
             ``"dice_ce_hard_l1ace"``, ``"dice_ce_soft_l1ace"``, ``"dice_nacl"``).
-        classes: the number of classes ``C`` (only MONAI's ``NACLLoss`` needs it).
-        spatial_dims: 2 or 3 (only ``NACLLoss`` needs it).
+        classes: the number of classes ``C``, at least 2 (only MONAI's ``NACLLoss`` needs it; its logits must have
+            ``C`` channels).
+        spatial_dims: 2 or 3 (only ``NACLLoss`` needs it; its logits must have that many spatial dimensions).
 
     Returns:
         The loss: a callable of ``(logits, labels)`` giving a scalar tensor.
 
     Raises:
-        ValueError: an unknown ``loss``.
+        ValueError: an unknown ``loss``, ``classes`` not an integer >= 2 or ``spatial_dims`` not 2 or 3; when called,
+            a non-finite loss, or (``"dice_nacl"``) logits whose channels or spatial dimensions differ from
+            ``classes`` / ``spatial_dims``.
 
     Example:
         >>> z = torch.randn(1, 2, 8, 8, 8); y = torch.randint(0, 2, (1, 1, 8, 8, 8))
@@ -84,22 +100,40 @@ def make_training_loss(
         >>> loss(z, y).ndim
         0
     """
+    # found by hostile testing: "dice_nacl" with 2-D logits and the default spatial_dims=3, or logits of another
+    # number of channels than classes, failed inside MONAI (a RuntimeError of torch.permute, "Class values must be
+    # smaller than num_classes"); classes=0 or "3" was taken; MONAI's losses gave a NaN loss of NaN logits
+    names = TRAINING_LOSSES + tuple(CALIBRATION_LOSSES)
+    if not isinstance(loss, str) or loss not in names:
+        raise ValueError(f"loss must be one of {names}, got {loss!r}")
+    classes = check_integer(classes, "classes", minimum=2)
+    if not is_int(spatial_dims) or spatial_dims not in (2, 3):
+        raise ValueError(f"spatial_dims must be 2 or 3, got {spatial_dims!r}")
+    spatial_dims = int(spatial_dims)
     if loss == "dice_ce":
-        return DiceCELoss(to_onehot_y=True, softmax=True)
+        return _finite(DiceCELoss(to_onehot_y=True, softmax=True))
     if loss == "dice":
-        return DiceLoss(to_onehot_y=True, softmax=True)
+        return _finite(DiceLoss(to_onehot_y=True, softmax=True))
     if loss == "ce":
-        return _cross_entropy
+        return _finite(_cross_entropy)
     if loss == "dice_svls":
         return DiceSVLSLoss(to_onehot_y=True, softmax=True)
     if loss == "dice_ce_mbls":
         return DiceCEMarginLoss(to_onehot_y=True)
     if loss in ("dice_ce_hard_l1ace", "dice_ce_soft_l1ace"):
         return DiceCEL1ACELoss(loss.split("_")[2], to_onehot_y=True)
-    if loss == "dice_nacl":
-        dice_loss, nacl = DiceLoss(to_onehot_y=True, softmax=True), NACLLoss(classes=classes, dim=spatial_dims)
-        return lambda z, y: dice_loss(z, y) + nacl(z, y[:, 0])
-    raise ValueError(f"loss must be one of {TRAINING_LOSSES + tuple(CALIBRATION_LOSSES)}, got {loss!r}")
+    # "dice_nacl", the last of `names`
+    dice_loss, nacl = DiceLoss(to_onehot_y=True, softmax=True), NACLLoss(classes=classes, dim=spatial_dims)
+
+    def dice_nacl(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if z.ndim != spatial_dims + 2 or z.shape[1] != classes:
+            raise ValueError(
+                f"logits must be (B, {classes}, *spatial) with {spatial_dims} spatial dimensions (classes="
+                f"{classes}, spatial_dims={spatial_dims}), got {tuple(z.shape)}"
+            )
+        return dice_loss(z, y) + nacl(z, y[:, 0])
+
+    return _finite(dice_nacl)
 
 
 def dice_per_class(pred: np.ndarray, label: np.ndarray, num_classes: int, mask: np.ndarray | None = None) -> list:
@@ -205,8 +239,8 @@ def train_tissue_model(
     if not (is_finite_real(lr) and lr > 0):
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
     lr = float(lr)
-    seed = check_seed(seed)
-    if seed is None or seed >= 2**32:  # numpy's legacy seed (the augmentation) takes [0, 2**32)
+    seed = check_seed(seed, optional=False)
+    if seed >= 2**32:  # numpy's legacy seed (the augmentation) takes [0, 2**32)
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     progress = check_bool(progress, "progress")
     loss_fn = make_training_loss(loss, classes=len(TISSUE_CLASSES))

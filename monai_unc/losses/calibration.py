@@ -62,6 +62,8 @@ __all__ = [
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
+#: the logits' dtypes that the losses compute in float32 (:func:`_upcast`)
+_REDUCED_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def _check_reduction(reduction: Any) -> str:
@@ -142,7 +144,9 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
         to_onehot_y: convert a label map to one-hot.
 
     Returns:
-        ``(logits, onehot)``, plain tensors, ``onehot`` of the logits' shape and dtype.
+        ``(logits, onehot)``, plain tensors, ``onehot`` of the logits' shape and dtype; float32 for a floating target
+        of another dtype than float16 / bfloat16 logits (a soft target is not rounded to the logits' 8- or 11-bit
+        mantissa: the losses compute such logits in float32).
 
     Raises:
         TypeError: not tensors, or integer logits.
@@ -157,6 +161,10 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
     if to_onehot_y:
         onehot = torch.zeros_like(z, memory_format=torch.contiguous_format).scatter_(1, t.long(), 1.0)
         return z, onehot
+    if z.dtype in _REDUCED_PRECISION and t.is_floating_point() and t.dtype != z.dtype:
+        # found by hostile testing: a float32 soft target of 0.3 became 0.30078 for bfloat16 logits, the SVLS and
+        # L1-ACE losses 1e-3 off the loss of the same logits in float64 (float16: 2e-4)
+        return z, t.to(torch.float32)
     return z, t.to(z.dtype)
 
 
@@ -179,8 +187,8 @@ def check_finite_loss(
         ``value``.
 
     Raises:
-        ValueError: ``value`` has a non-finite entry and so have the logits or the target, or (``unit_target``) the
-            target has a value outside ``[0, 1]``.
+        ValueError: ``value`` has a non-finite entry (naming the logits or the target when they have one too, else
+            the largest logit), or (``unit_target``) the target has a value outside ``[0, 1]``.
 
     Example:
         >>> check_finite_loss(torch.tensor(float("nan")), torch.tensor([float("inf")]))
@@ -202,12 +210,22 @@ def check_finite_loss(
             raise ValueError("target must be finite")
         if unit_target and target is not None:
             check_unit_target(target)
+        if not bool(torch.isfinite(value).all()):
+            # found by hostile testing: finite float32 logits of +-2e38 gave a NaN or inf loss (their difference, or
+            # the Dice of a class of probability exactly 0 without smoothing, is not finite), returned without a word
+            top = float(logits.detach().abs().amax()) if logits.numel() else 0.0
+            if logits.is_floating_point() and top > torch.finfo(logits.dtype).max / 4:
+                why = f"logits up to {top:g} in magnitude overflow {logits.dtype} (their differences)"
+            else:
+                why = ("a Dice term without smoothing (smooth_nr = smooth_dr = 0) divides 0 by 0 where a class is "
+                       "absent and predicted with probability 0")
+            raise ValueError(f"the loss is not finite although the logits and the target are: {why}")
     return value
 
 
 def _upcast(z: torch.Tensor, target: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Float16 / bfloat16 logits (and a floating target) as float32; other dtypes unchanged (module docstring)."""
-    if z.dtype not in (torch.float16, torch.bfloat16):
+    if z.dtype not in _REDUCED_PRECISION:
         return z, target
     if target is not None and target.is_floating_point():
         target = target.float()
@@ -655,6 +673,10 @@ class DiceCEMarginLoss(_Loss):
         for name in ("lambda_dice", "lambda_ce", "smooth_nr", "smooth_dr"):
             if name in dice_kwargs:
                 dice_kwargs[name] = _check_weight(dice_kwargs[name], name)
+        if "reduction" in dice_kwargs:  # MONAI's DiceCELoss refused "none" without naming the argument
+            reduction = getattr(dice_kwargs["reduction"], "value", dice_kwargs["reduction"])
+            if reduction not in ("mean", "sum"):
+                raise ValueError(f"reduction must be 'mean' or 'sum' (as MONAI's DiceCELoss), got {reduction!r}")
         if not check_bool(softmax, "softmax") or dice_kwargs.get("sigmoid"):
             raise ValueError("DiceCEMarginLoss: the margin penalty is defined for softmax logits only (softmax=True)")
         self.dicece = DiceCELoss(include_background=check_bool(include_background, "include_background"),

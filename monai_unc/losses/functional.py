@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._utils import check_bool, no_autocast
+from .._utils import check_bool, no_autocast, sum_f64
 from . import _cpu_kernel as _svls_cpu
 from ._common import (
     ace_of_bins,
@@ -283,7 +283,9 @@ def margin_penalty(logits: torch.Tensor, margin: float = 10.0) -> torch.Tensor:
         margin: the tolerated logit distance (the papers use 10), ``>= 0``.
 
     Returns:
-        ``(B, C, *spatial)`` penalties, ``>= 0``.
+        ``(B, C, *spatial)`` penalties, ``>= 0``: float32 for float16 / bfloat16 logits (computed in float32: the
+        distance of two float16 logits can exceed float16's largest value, 65504, and rounding it to the logits' 8-
+        or 11-bit mantissa loses up to 0.4 % of it), else the logits' dtype.
 
     Raises:
         ValueError: ``margin`` negative or not finite.
@@ -292,11 +294,27 @@ def margin_penalty(logits: torch.Tensor, margin: float = 10.0) -> torch.Tensor:
         >>> z = torch.tensor([[[12.0], [0.0], [1.0]]])  # (B=1, C=3, N=1)
         >>> margin_penalty(z, margin=10.0).flatten().tolist()
         [0.0, 2.0, 1.0]
+        >>> margin_penalty(torch.tensor([[[4e4], [-4e4]]], dtype=torch.float16), 10.0).flatten().tolist()
+        [0.0, 79990.0]
     """
     _check_channel_first(logits, "logits")
     margin = nonnegative_option(margin, "margin")
-    distances = logits.amax(dim=1, keepdim=True) - logits
+    z = logits.to(_accumulation_dtype(logits.dtype))  # (differentiable; no copy for float32 / float64)
+    distances = z.amax(dim=1, keepdim=True) - z
     return F.relu(distances - margin)
+
+
+def _margin_threshold(top: torch.Tensor, margin: float) -> torch.Tensor:
+    """``top - margin`` in float32 for float16 / bfloat16 ``top`` (else in its dtype): an entry pays iff it is below.
+
+    Args:
+        top: the per-voxel largest logit, ``(B, *spatial)``.
+        margin: the checked margin.
+
+    Returns:
+        The threshold, ``top``'s shape, in :func:`_accumulation_dtype` of its dtype.
+    """
+    return top.to(_accumulation_dtype(top.dtype)) - margin
 
 
 class _MeanMarginPenalty(torch.autograd.Function):
@@ -312,29 +330,32 @@ class _MeanMarginPenalty(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: object, logits: torch.Tensor, margin: float, first: int) -> torch.Tensor:
-        top = logits.amax(dim=1)  # (B, *spatial)
-        threshold = top - margin
-        buf = torch.empty_like(top)
-        acc = _accumulation_dtype(logits.dtype)  # a float16 sum overflows at 65504
-        total = logits.new_zeros((), dtype=acc)
+        # float16 / bfloat16 logits (a network under autocast) in float32: the distance of two float16 logits
+        # overflowed to inf from 65504 on, and each entry rounded to the logits' mantissa made the mean of a
+        # typical patch 2e-4 (float16) to 2e-3 (bfloat16) off, before the result itself was rounded to that dtype
+        # (found by hostile testing of the nnU-Net MbLS trainer); the sums over voxels are float64
+        top = logits.amax(dim=1)  # (B, *spatial), exact in any dtype
+        threshold = _margin_threshold(top, margin)
+        buf = torch.empty_like(threshold)
+        total = torch.zeros((), dtype=torch.float64, device=logits.device)
         for c in range(first, logits.shape[1]):
-            total += torch.sub(threshold, logits[:, c], out=buf).clamp_min_(0).sum(dtype=acc)
+            total += sum_f64(torch.sub(threshold, logits[:, c], out=buf).clamp_min_(0))
         n = logits.shape[0] * (logits.shape[1] - first) * top[0].numel()
         ctx.active = bool(total > 0)  # a sum of non-negative terms: > 0 iff some entry pays
         if ctx.active:
             ctx.save_for_backward(logits, top)
         ctx.n, ctx.first, ctx.margin = n, first, margin
-        return (total / n).to(logits.dtype)
+        return (total / n).to(threshold.dtype)
 
     @staticmethod
     def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
         if not ctx.active:
             return None, None, None
         logits, top = ctx.saved_tensors
-        scale = grad / ctx.n
-        threshold = top - ctx.margin
+        threshold = _margin_threshold(top, ctx.margin)  # the forward's, so that the same entries pay
+        scale = grad.to(threshold.dtype) / ctx.n
         g = torch.empty_like(logits, memory_format=torch.contiguous_format)
-        count = torch.zeros_like(top)
+        count = torch.zeros_like(threshold)  # float32 at least: a bfloat16 count is exact up to 256 only
         for c in range(logits.shape[1]):
             if c < ctx.first:
                 g[:, c].zero_()
@@ -362,10 +383,11 @@ def mean_margin_penalty(logits: torch.Tensor, margin: float = 10.0, include_back
         include_background: ``False`` leaves channel 0 out of the mean (its logit still counts for the maximum).
 
     Returns:
-        A scalar of the logits' dtype: ``margin_penalty(logits, margin)[:, first:].mean()`` (summed in float32 for
-        float16 / bfloat16 logits, so that the sum does not overflow or stop growing). When no entry pays (every
-        logit distance within the margin) its gradient is zero and handed to autograd as ``None``: nothing is
-        allocated, and ``logits.grad`` stays ``None`` if nothing else uses the logits.
+        A scalar: ``margin_penalty(logits, margin)[:, first:].mean()``, each entry computed in float32 for float16 /
+        bfloat16 logits (a network under autocast; see :func:`margin_penalty`) and summed in float64; float32 for
+        float16 / bfloat16 logits, else the logits' dtype. The gradient reaches the logits in their dtype. When no
+        entry pays (every logit distance within the margin) its gradient is zero and handed to autograd as
+        ``None``: nothing is allocated, and ``logits.grad`` stays ``None`` if nothing else uses the logits.
 
     Example:
         >>> z = torch.tensor([[[12.0], [0.0], [1.0]]], requires_grad=True)

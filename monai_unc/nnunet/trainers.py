@@ -58,7 +58,7 @@ from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 from torch import nn
 
-from monai_unc._utils import check_integer, is_finite_real, is_int
+from monai_unc._utils import check_integer, check_seed, is_finite_real, is_int, no_autocast
 from monai_unc.data.synthetic import make_toy_dataset
 from monai_unc.io import atomic_write_text, save_nifti_image
 from monai_unc.losses import L1ACELoss, SVLSLoss, mean_margin_penalty
@@ -372,7 +372,11 @@ class CalibrationLoss(nn.Module):
 
 
 class _MarginPenalty(nn.Module):
-    """``alpha * mean max(0, max_j z_j - z_c - margin)`` of one output (the target is not used)."""
+    """``alpha * mean max(0, max_j z_j - z_c - margin)`` of one output (the target is not used).
+
+    The outputs are float16 under nnU-Net's autocast: :func:`~monai_unc.losses.mean_margin_penalty` computes their
+    penalty in float32 (summed in float64) and returns it in float32.
+    """
 
     def __init__(self, margin: float, alpha: float) -> None:
         super().__init__()
@@ -384,14 +388,22 @@ class _MarginPenalty(nn.Module):
 
 
 class _NACLTerm(nn.Module):
-    """MONAI's ``NACLLoss`` on nnU-Net's label map ``(B, 1, *spatial)`` (MONAI's wants ``(B, *spatial)``)."""
+    """MONAI's ``NACLLoss`` on nnU-Net's label map ``(B, 1, *spatial)`` (MONAI's wants ``(B, *spatial)``).
+
+    In float32 outside autocast, as the losses of :mod:`monai_unc.losses` compute float16 / bfloat16 logits: under
+    nnU-Net's autocast MONAI's loss smoothed the one-hot target by a float16 convolution and averaged the float16
+    distances to it, the term 3e-5 (float16) to 2e-4 (bfloat16) off (found by hostile testing).
+    """
 
     def __init__(self, classes: int, dim: int, kernel_size: int, alpha: float) -> None:
         super().__init__()
         self.nacl = NACLLoss(classes=classes, dim=dim, kernel_size=kernel_size, alpha=alpha)
 
     def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return self.nacl(output, target[:, 0].long())
+        if output.dtype in (torch.float16, torch.bfloat16):
+            output = output.float()
+        with no_autocast(output.device):
+            return self.nacl(output, target[:, 0].long())
 
 
 class _CalibratedTrainer:
@@ -801,7 +813,7 @@ def write_toy_dataset(
         shape: voxels per axis.
         spacing: voxel size in mm (x, y, z).
         empty_slices: leading slices along the last axis set to 0, in ``[0, shape[-1] // 2)``.
-        seed: seed of the cases.
+        seed: seed of the cases, an integer in ``[0, 2**64)``.
 
     Returns:
         The dataset folder ``raw_dir/DatasetXXX_name``.
@@ -810,7 +822,9 @@ def write_toy_dataset(
         ValueError: ``dataset_id``, ``num_training``, ``num_test`` or ``empty_slices`` not an integer in range,
             ``shape`` not 3 integers, ``spacing`` not 3 positive finite numbers, ``name`` holds a path separator,
             ``raw_dir`` holds another dataset of that id, or the dataset folder holds files this dataset does not
-            (one written with other counts: the cases would mix). All before anything is written.
+            (one written with other counts: the cases would mix), or ``seed`` negative or above ``2**64 - 1``. All
+            before anything is written.
+        TypeError: ``seed`` is not an integer (a float, a bool, None), before anything is written.
 
     Example:
         >>> import tempfile
@@ -840,6 +854,9 @@ def write_toy_dataset(
     if not is_int(empty_slices) or not 0 <= empty_slices < shape[-1] // 2:
         raise ValueError(f"empty_slices must be an integer in [0, {shape[-1] // 2}), got {empty_slices!r}")
     empty_slices = int(empty_slices)
+    # seed=-1 failed inside numpy ("expected non-negative integer") without naming seed, after the dataset's folders
+    # were made (found by hostile testing)
+    seed = check_seed(seed, optional=False)
     if not isinstance(name, str) or not name or Path(name).name != name or "\\" in name:
         raise ValueError(f"name must be a folder name part without path separators, got {name!r}")
     prefix = f"Dataset{int(dataset_id):03d}_"

@@ -106,6 +106,49 @@ def test_loss_is_dice_ce_with_the_term_at_every_deep_supervision_output(name, tm
     assert trainer.network.decoder.seg_layers[-1].weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mbls_term_of_half_precision_outputs_equals_float64(dtype, tmp_path, monkeypatch):
+    """nnU-Net computes the loss under autocast on a GPU: the outputs, and so the logits of the margin penalty, are
+    float16. The term is computed in float32 and summed in float64 (found by hostile testing: in float16 the logit
+    distances overflowed from 65504 on and every paying entry was rounded to 11 bits, the term 2e-4 off in float16
+    and 2e-3 in bfloat16, then returned rounded to the logits' dtype)."""
+    trainer = _trainer(mun.nnUNetTrainerMbLS, tmp_path, monkeypatch)
+    term = trainer._build_loss().loss.term
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 3, 32, 32, 32, generator=gen, dtype=torch.float64) * 8
+    z[:, 0] = z[:, 0].abs() + 1000.5  # every background logit far above: large, alike distances round alike
+    y = torch.zeros(2, 1, 32, 32, 32)
+    zh = z.to(dtype).requires_grad_(True)
+    with torch.autocast("cpu", dtype=dtype):
+        got = term(zh, y)
+    ref = zh.detach().double().requires_grad_(True)
+    want = 0.1 * margin_penalty(ref, 10.0).mean()
+    assert got.dtype == torch.float32
+    assert float(got) == pytest.approx(float(want), rel=1e-6)
+    (got * 2.0**16).backward()  # nnU-Net's GradScaler: a float16 gradient of 0.1 / n would be subnormal
+    (want * 2.0**16).backward()
+    assert zh.grad.dtype == dtype and torch.isfinite(zh.grad).all()
+    torch.testing.assert_close(zh.grad.double(), ref.grad, rtol=2**-7, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", TRAINERS)
+def test_every_term_of_half_precision_outputs_under_autocast_equals_float64(name, dtype, tmp_path, monkeypatch):
+    """Each calibration term of a float16 / bfloat16 output (nnU-Net's autocast) is the float64 term of the same
+    values to float32 precision (found by hostile testing: MONAI's NACL smoothed the target by a float16 convolution
+    and averaged float16 distances under autocast, 2e-4 off in bfloat16)."""
+    term = _trainer(getattr(mun, name), tmp_path, monkeypatch)._build_loss().loss.term
+    gen = torch.Generator().manual_seed(1)
+    z = (torch.randn(2, 3, 16, 16, 16, generator=gen, dtype=torch.float64) * 6).to(dtype)
+    y = torch.randint(0, 3, (2, 1, 16, 16, 16), generator=gen).float()
+    with torch.autocast("cpu", dtype=dtype):
+        got = term(z, y)
+    want = term(z.double(), y)
+    assert got.dtype == torch.float32
+    # the hard L1-ACE bins float32 probabilities: a value next to a bin edge may fall in the neighbouring bin
+    assert float(got) == pytest.approx(float(want), rel=1e-4 if name == "nnUNetTrainerL1ACE" else 1e-6)
+
+
 def test_mc_dropout_variants_build_the_dropout_network_with_the_loss(tmp_path, monkeypatch):
     trainer = _trainer(mun.nnUNetTrainerMCDropoutL1ACE, tmp_path, monkeypatch)
     drops = [m for m in trainer.network.modules() if isinstance(m, torch.nn.Dropout3d)]
