@@ -74,7 +74,7 @@ from .collectives import (
     sync_errors,
     write_failures,
 )
-from .run import CohortRun, process_cases, run_cases, settings_changes
+from .run import CohortRun, process_cases, run_cases, settings_changes, start_notice
 from .session import cohort_session
 
 __all__ = [
@@ -107,6 +107,7 @@ __all__ = [
     "CohortRun",
     "process_cases",
     "run_cases",
+    "start_notice",
     "settings_changes",
     "cohort_session",
 ]
