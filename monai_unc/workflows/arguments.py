@@ -95,7 +95,7 @@ def _number(text: str, expected: str) -> float:
 def _label_values(text: str) -> list[int]:
     """A value of ``--seg-label-values``: comma-separated distinct non-negative integers."""
     try:
-        values = [int(option_number(v, integer=True)) for v in text.split(",")]
+        values = [int(option_number(v.strip(" "), integer=True)) for v in text.split(",")]  # "1, 2" too
     except ValueError:
         values = []
     if not values or min(values) < 0 or len(set(values)) != len(values):

@@ -49,6 +49,7 @@ _PREDICT = ["nnunet-predict", "-i", "in", "-o", "out", "-m", "model"]
      "argument --cases: expected a non-negative integer, got -1"),
     # Python-only spellings of numbers
     ([*_EVALUATE, "--n-bins", "1_000"], "argument --n-bins: expected a positive integer, got '1_000'"),
+    ([*_EVALUATE, "--seg-label-values", "1,2_0"], "argument --seg-label-values: expected distinct non-negative"),
     ([*_EVALUATE, "--n-bins", " 5"], "argument --n-bins: expected a positive integer, got ' 5'"),
     ([*_EVALUATE, "--n-bins", "0x10"], "argument --n-bins: expected a positive integer, got '0x10'"),
     ([*_EVALUATE, "--n-bins", "\u0661\u0662"], "argument --n-bins: expected a positive integer"),
@@ -98,6 +99,7 @@ def test_a_bad_number_is_one_line_naming_the_option_at_parse_time(argv, message,
     ([*_EVALUATE, "--min-bin-count", str(MAX_OPTION_INT)], "min_bin_count", MAX_OPTION_INT),
     ([*_EVALUATE, "--min-bin-count", "-1"], "min_bin_count", -1),  # refused by the evaluation's check, named
     ([*_EVALUATE, "--seg-label-values", "1,2,4"], "seg_label_values", [1, 2, 4]),
+    ([*_EVALUATE, "--seg-label-values", "1, 2,4"], "seg_label_values", [1, 2, 4]),  # spaces around the commas
     ([*_EVALUATE, "--conformal-strata-edges", "0.1,0.2"], "conformal_strata_edges", "0.1,0.2"),
     ([*_INFER, "--seed", str(2**64 - 1)], "seed", 2**64 - 1),
     ([*_INFER, "--tta-noise", "1E-3"], "tta_noise", 0.001),
