@@ -352,8 +352,15 @@ class ConformalMasks(CohortProduct):
         if n_cal < each * self.num_strata:
             k = self.num_strata
             more = "" if k == 1 else f" in {k} strata: each stratum needs at least {each}, so"
-            raise ValueError(f"conformal: {n_cal} calibration case(s) are too few for {self.targets} "
-                             f"(delta {self.delta}){more}: at least {each * k} are needed")
+            from .._utils import parameter_error  # here: the command line lists the products without torch
+
+            # the targets as the option writes them, the delta named (found by a probe: it said "too few for
+            # {'outer': 0.1} (delta None)"); the command line names --conformal and --conformal-delta
+            targets = " and ".join(f"{side}:{LOSSES[side]}={t:g}" for side, t in self.targets.items())
+            level = "in expectation" if self.delta is None else f"with conformal_delta {self.delta:g}"
+            raise parameter_error(ValueError(f"conformal: {n_cal} calibration case(s) are too few for {targets} "
+                                             f"({level}){more}: at least {each * k} are needed"),
+                                  "conformal", others=("conformal_delta",))
 
     def check_inputs(self, cases: Sequence[Any], inputs: Mapping[str, Any], config: Any) -> None:
         """Every case needs probabilities of the evaluation's activation and a map of the strata score's measure.

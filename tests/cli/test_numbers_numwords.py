@@ -171,6 +171,11 @@ def _error(capsys, command: str) -> str:
     (["--lesions", "--lesion-dilation", "101"], "--lesion-dilation must be in [0, 100], got 101"),
     (["--lesions", "--lesion-min-volume", "inf"], "--lesion-min-volume must be a finite number >= 0, got inf"),
     (["--lesions", "--lesion-iou", "0"], "--lesion-iou must be in (0, 1], got 0"),
+    (["--conformal", "outer:fnr=0.1", "--conformal-strata", "3"], "--conformal: 2 calibration case(s) are too few for "
+     "outer:fnr=0.1 (in expectation) in 3 strata: each stratum needs at least 9, so: at least 27 are needed"),
+    (["--conformal", "outer:fnr=0.1", "--conformal", "inner:fp=0.2", "--conformal-delta", "0.1"],
+     "--conformal: 2 calibration case(s) are too few for outer:fnr=0.1 and inner:fp=0.2 (with --conformal-delta 0.1): "
+     "at least 9 are needed"),
     (["--conformal", "outer:fnr=0_1"], "--conformal: the target of 'outer' must be a number in (0, 1), got '0_1'"),
     (["--conformal", "outer:fnr=0.1", "--conformal-strata-edges", "1_0,2"],
      "--conformal-strata-edges must be comma-separated numbers such as 0.2,0.4, got '1_0,2'"),
