@@ -781,11 +781,13 @@ def case_spacings(spacing: Any, n_cases: int, ndim: int, name: str = "spacing") 
 
 #: the attribute of an exception that names the parameter whose value it refuses (:func:`parameter_error`)
 PARAMETER_ATTRIBUTE = "parameter"
+#: the attribute of an exception that lists the other parameters its message names (:func:`parameter_error`)
+OTHER_PARAMETERS_ATTRIBUTE = "other_parameters"
 
 _E = TypeVar("_E", bound=BaseException)
 
 
-def parameter_error(error: _E, name: str) -> _E:
+def parameter_error(error: _E, name: str, others: Sequence[str] = ()) -> _E:
     """``error`` marked as refusing the value of the parameter ``name`` (its message names it).
 
     The Python API names its parameters in messages (``n_bins must be at most 4096``); the command line names the
@@ -797,9 +799,13 @@ def parameter_error(error: _E, name: str) -> _E:
         error: the exception to raise.
         name: the parameter as messages name it; an index or a key after it (``class_names[1]``) is not part of the
             parameter (``class_names``).
+        others: the other parameters the message names, each as a word of its own, that the refused value is
+            measured against (``seg_label_values ... outside the 4 classes of num_classes``): the command line
+            names their options too (``--num-classes``).
 
     Returns:
-        ``error``, with the attribute ``parameter`` set to the parameter's name.
+        ``error``, with the attribute ``parameter`` set to the parameter's name (and ``other_parameters`` to the
+        tuple of ``others``).
 
     Example:
         >>> e = parameter_error(ValueError("n_bins must be at most 4096, got 5000"), "n_bins")
@@ -809,6 +815,7 @@ def parameter_error(error: _E, name: str) -> _E:
         'class_names'
     """
     setattr(error, PARAMETER_ATTRIBUTE, name.split("[", 1)[0])
+    setattr(error, OTHER_PARAMETERS_ATTRIBUTE, tuple(others))
     return error
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import pickle
+import re
 import sys
 import traceback
 import warnings
@@ -376,6 +377,7 @@ def _option_text(parser: argparse.ArgumentParser, args: argparse.Namespace, argv
     action = next((a for a in sub._actions if a.option_strings and a.dest == parameter), None)
     if action is None:
         return text
+    text = _other_options(sub, argv, error, text)
     option = _typed_option(action, argv)
     if any(text.startswith(o) for o in action.option_strings if o.startswith("--")):
         return text  # a check that names the option itself (``--uid-root must be ...``)
@@ -383,6 +385,21 @@ def _option_text(parser: argparse.ArgumentParser, args: argparse.Namespace, argv
     if text.startswith(parameter) and not (rest[:1].isalnum() or rest[:1] in ("_", "-")):
         return option + rest
     return f"{option}: {text}"
+
+
+def _other_options(sub: argparse.ArgumentParser, argv: Sequence[str], error: BaseException, text: str) -> str:
+    """``text`` with the other parameters the error's check declared (``other_parameters``) named as their options.
+
+    Only the parameters the check listed (:func:`monai_unc._utils.parameter_error`, ``others``) are replaced, each
+    where it stands as a word of its own (``... of num_classes`` -> ``... of --num-classes``); a parameter that is
+    no option of the command keeps its name.
+    """
+    for other in getattr(error, "other_parameters", None) or ():
+        action = next((a for a in sub._actions if a.option_strings and a.dest == other), None)
+        if isinstance(other, str) and other and action is not None:
+            option = _typed_option(action, argv)
+            text = re.sub(rf"(?<![\w.-]){re.escape(other)}(?![\w-])", lambda _, o=option: o, text)
+    return text
 
 
 def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[str]) -> int:

@@ -1,6 +1,9 @@
 """Output names of every uncertainty inferer, what their mutual information means, the measure groups, the
-file naming of prediction folders (:data:`LAYOUTS`), and the sample sources of ``monai-unc infer --method``
-(:data:`METHOD_TOKENS`, :func:`method_tokens`).
+file naming of prediction folders (:data:`LAYOUTS`), the sample sources of ``monai-unc infer --method``
+(:data:`METHOD_TOKENS`, :func:`method_tokens`), and how the command lines read numbers (:func:`option_number`,
+:func:`int_option`, :func:`float_option`: plain decimal syntax, integers at most :data:`MAX_OPTION_INT`; standard
+library only, so that the options of ``monai-unc``, of the products and of the ``nnunet-*`` commands parse without
+torch).
 
 This module is the one place where the names of the uncertainty maps are spelled out: inferers, transforms,
 file layouts, the command line and the nnU-Net predictor all take their lists from here (``docs/design.md``).
@@ -9,9 +12,11 @@ file layouts, the command line and the nnU-Net predictor all take their lists fr
 from __future__ import annotations
 
 import argparse
+import math
 import numbers
+import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import Enum, EnumMeta
 from typing import Any
 
@@ -26,6 +31,10 @@ __all__ = [
     "canonical_measure",
     "LAYOUTS",
     "sample_batch_size_value",
+    "MAX_OPTION_INT",
+    "option_number",
+    "int_option",
+    "float_option",
     "check_dicom_options",
     "METHOD_TOKENS",
     "DROPOUT_TOKENS",
@@ -319,6 +328,138 @@ def check_dicom_options(output_format: str, uid_root: str | None = None, segment
                          f"nifti (the default) writes none: add --output-format both, or drop {names}")
 
 
+#: the largest value of an integer option of the command lines (samples, bins, window sizes, steps, processes,
+#: cases, ...): an int32, which numpy and torch take as a count, a size or an index on every platform (found by a
+#: probe: ``evaluate --min-bin-count 99999999999999999999`` failed every case with ``OverflowError``)
+MAX_OPTION_INT = 2**31 - 1
+#: an integer as the command lines read it: ASCII digits with an optional sign
+_OPTION_INT = re.compile(r"[+-]?[0-9]+")
+#: a number as the command lines read it: the syntax of JSON and CSV numbers (an optional sign, ASCII digits with an
+#: optional fraction and exponent, ``.5``), or ``nan`` / ``inf`` / ``infinity`` (any case) for the checks to refuse
+_OPTION_NUMBER = re.compile(
+    r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|infinity)", re.IGNORECASE
+)
+#: the longest number text read (Python's ``int`` refuses 4300 digits and is slow well before; no option needs more)
+_OPTION_CHARS = 100
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut after 40 characters (a value of thousands of digits is one line)."""
+    return repr(text) if len(text) <= 40 else repr(text[:40]) + f"... ({len(text)} characters)"
+
+
+def option_number(text: str, integer: bool = False) -> int | float:
+    """A number given on a command line, in plain decimal syntax only.
+
+    Python's ``int`` and ``float`` also read ``1_000`` (1000), ``0_1`` (1.0), `` 5`` (spaces around), digits of
+    other scripts (``١٢``, full-width ``５``) and, for ``float``, ``1e400`` (inf): spellings that no user means as
+    that number (found by a probe: ``evaluate --budget 0_1`` read 1.0, ``--n-bins ' 5'`` read 5). A number here is
+    an optional sign and ASCII digits, for a float with an optional fraction and exponent (``0.5``, ``.5``,
+    ``1e-3``) or ``nan`` / ``inf`` (which the option's check refuses where it takes none); an integer has no
+    fraction or exponent (``4.0`` is refused: a count is written as one).
+
+    Args:
+        text: the value as given.
+        integer: read an integer (``int``) instead of a float.
+
+    Returns:
+        The number.
+
+    Raises:
+        ValueError: another text (the message quotes it, cut after 40 characters), or a float beyond the range of
+            a double (``1e400``).
+
+    Example:
+        >>> option_number("0.25"), option_number("-3", integer=True), option_number("1e-3")
+        (0.25, -3, 0.001)
+        >>> for text in ("1_000", " 5", "0x10", "4.0"):
+        ...     try:
+        ...         option_number(text, integer=True)
+        ...     except ValueError as e:
+        ...         print(e)
+        expected a number in decimal digits, got '1_000'
+        expected a number in decimal digits, got ' 5'
+        expected a number in decimal digits, got '0x10'
+        expected a number in decimal digits, got '4.0'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    pattern = _OPTION_INT if integer else _OPTION_NUMBER
+    if len(text) > _OPTION_CHARS or pattern.fullmatch(text) is None:
+        raise ValueError(f"expected a number in decimal digits, got {_shown(text)}")
+    if integer:
+        return int(text)
+    value = float(text)
+    if math.isinf(value) and text.lstrip("+-")[:1] not in ("i", "I"):  # 1e400: nobody means infinity by it
+        raise ValueError(f"expected a number in the range of a double, got {_shown(text)}")
+    return value
+
+
+def int_option(low: int, high: int | None, what: str) -> Callable[[str], int]:
+    """An ``argparse`` type for an integer option in ``[low, high]``, read by :func:`option_number`.
+
+    argparse writes its ``ArgumentTypeError`` as one line naming the option (``argument --samples: expected a
+    positive integer, got '1_000'``).
+
+    Args:
+        low: the smallest value.
+        high: the largest value (:data:`MAX_OPTION_INT` for a count that reaches numpy or torch), or None for an
+            option whose own check bounds it and names it (``--n-bins``).
+        what: what the option takes, as the message says it (``"a positive integer"``).
+
+    Returns:
+        The type: text -> int, raising ``argparse.ArgumentTypeError`` (``expected <what>, got ...``; ``expected
+        <what> of at most <high>, got ...`` for a value above ``high``).
+
+    Example:
+        >>> samples = int_option(1, MAX_OPTION_INT, "a positive integer")
+        >>> samples("10")
+        10
+        >>> try:
+        ...     samples("99999999999999999999")
+        ... except argparse.ArgumentTypeError as e:
+        ...     print(e)
+        expected a positive integer of at most 2147483647, got 99999999999999999999
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(option_number(text, integer=True))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {_shown(text)}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"expected {what} of at most {high}, got {value}")
+        return value
+
+    return parse
+
+
+def float_option(text: str) -> float:
+    """An ``argparse`` type for a number option whose range the option's own check refuses (naming it).
+
+    The syntax of :func:`option_number`; ``nan`` and ``inf`` are read, for that check to refuse where it takes none.
+
+    Args:
+        text: the value as given.
+
+    Returns:
+        The float.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number in plain decimal syntax (``expected a number, got '0_5'``).
+
+    Example:
+        >>> float_option("0.5"), float_option("nan") != float_option("nan")
+        (0.5, True)
+    """
+    try:
+        return float(option_number(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {_shown(text)}") from None
+
+
 def sample_batch_size_value(text: str) -> int | str:
     """A value of the sample batch size options: ``auto`` or a positive integer.
 
@@ -341,9 +482,12 @@ def sample_batch_size_value(text: str) -> int | str:
     if text == "auto":
         return text
     try:
-        value = int(text)
+        value = int(option_number(text, integer=True))
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {_shown(text)}")
+    if value > MAX_OPTION_INT:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer of at most {MAX_OPTION_INT}, got "
+                                         f"{value}")
     return value

@@ -35,7 +35,9 @@ already initialised) and gives the same numbers. See ``docs/distributed.md``. Th
   0 to ``failures.json`` (:func:`write_failures`) and raised at the end as :class:`CasesFailed`.
 
 - The cohort engine: :func:`run_cases` (list, shard, per-case loop with :class:`CaseCache` resume and collected
-  failures, gather, summary on rank 0, broadcast) and :func:`process_cases` (the per-case loop of one rank).
+  failures, gather, summary on rank 0, broadcast) and :func:`process_cases` (the per-case loop of one rank);
+  :func:`start_notice`, a command's notice said on rank 0 once its run starts (after the checks of the listing and
+  the set-up), so that a refused run prints its refusal alone.
 
 The rank context, collectives and faults live in :mod:`monai_unc.engine.collectives`, the resume state in
 :mod:`monai_unc.engine.cache`, the engine in :mod:`monai_unc.engine.run` and the session in
@@ -74,7 +76,7 @@ from .collectives import (
     sync_errors,
     write_failures,
 )
-from .run import CohortRun, process_cases, run_cases, settings_changes
+from .run import CohortRun, process_cases, run_cases, settings_changes, start_notice
 from .session import cohort_session
 
 __all__ = [
@@ -107,6 +109,7 @@ __all__ = [
     "CohortRun",
     "process_cases",
     "run_cases",
+    "start_notice",
     "settings_changes",
     "cohort_session",
 ]

@@ -23,16 +23,17 @@ every collective is the identity and the same code runs.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import sys
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from .._utils import check_callable
+from .._utils import check_callable, stderr_line
 from ..io import check_case_ids_fit_folder, is_disk_full, output_lock
 from ..io.cases import settings_changes
 from .cache import CaseCache
@@ -54,7 +55,45 @@ from .collectives import (
     write_failures,
 )
 
-__all__ = ["CohortRun", "process_cases", "run_cases", "settings_changes"]
+__all__ = ["CohortRun", "process_cases", "run_cases", "settings_changes", "start_notice"]
+
+#: the lines rank 0 says on stderr when the next run of cases starts (:func:`start_notice`); emptied once said
+_START_NOTICES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("start_notices", default=None)
+
+
+@contextlib.contextmanager
+def start_notice(line: str | None) -> Iterator[None]:
+    """Say ``line`` on stderr (rank 0) when the first run of cases inside starts: once its checks have passed.
+
+    A command's notice about an option that takes effect (``--allow-unsigned``: a rule used without checking who
+    certified it) belongs to a run that happens; a run that a check refuses (an option, the output folder, a rule not
+    found) prints its refusal alone, in one line (found by a probe: the notice came first, two lines for one
+    refusal). :func:`run_cases` says it after the listing and the set-up passed on every rank, before the first case;
+    at most once (a triage that runs a product's command beside it says it once).
+
+    Args:
+        line: the notice (one line), or None: nothing to say.
+
+    Example:
+        >>> with start_notice("toy: a notice"):
+        ...     run_cases(["a"], str.upper, command="toy", key=str).results
+        ['A']
+    """
+    token = _START_NOTICES.set([line] if line else [])
+    try:
+        yield
+    finally:
+        _START_NOTICES.reset(token)
+
+
+def _say_start_notices(ctx: DistContext) -> None:
+    """Print the notices of :func:`start_notice` on rank 0 (above a progress bar), once."""
+    pending = _START_NOTICES.get()
+    if pending:
+        lines, pending[:] = list(pending), []
+        if ctx.is_main:
+            for line in lines:
+                stderr_line(line)
 
 
 def _case_id(item: Any) -> str:
@@ -288,6 +327,7 @@ def run_cases(
         sync_errors(err, ctx)
         ids = [str(key(c)) for c in listed]
         check_same_cases(ids, ctx)
+        _say_start_notices(ctx)  # every check passed: the run starts
         mine = shard(listed, ctx.rank, ctx.world_size, key=key)
 
         local_failures: list[tuple[str, BaseException]] = []

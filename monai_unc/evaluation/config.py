@@ -307,7 +307,7 @@ class EvaluationConfig:
                 raise parameter_error(
                     ValueError(f"seg_label_values {list(values)} holds label {max(values)}, outside the "
                                f"{self.num_classes} classes 0 .. {self.num_classes - 1} of num_classes"),
-                    "seg_label_values")
+                    "seg_label_values", others=("num_classes",))  # the command line names both options
         if not isinstance(self.qu_brats_grid, str):
             raise parameter_error(
                 TypeError(f"qu_brats_grid must be a string, one of {QU_BRATS_GRIDS}, got "

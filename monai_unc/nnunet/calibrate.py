@@ -179,7 +179,9 @@ def calibrate_model_folder(
                          f"nnUNet_preprocessed, got {name!r}")
     base = preprocessed_dir if preprocessed_dir is not None else os.environ.get("nnUNet_preprocessed")
     if base is None:
-        raise ValueError("preprocessed_dir is not given and the environment variable nnUNet_preprocessed is not set")
+        # said as the command line's user can mend it (found by a probe: it began "preprocessed_dir is not given")
+        raise ValueError("nnU-Net's environment variable nnUNet_preprocessed is not set (nor preprocessed_dir given): "
+                         "set it as for nnUNetv2_plan_and_preprocess")
     pre_base = Path(base) / name
     # nor the preprocessed dataset it reads or inside it; and containing neither (the copy replaces the folder whole)
     check_output_folder(dst, pre_base, writable=False)

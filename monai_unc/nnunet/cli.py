@@ -22,22 +22,37 @@ import os
 import sys
 import tempfile
 
-from monai_unc.keys import DEFAULT_MEASURES, RATEIN_LOSS_NAMES, check_dicom_options, sample_batch_size_value
+from monai_unc.keys import (
+    DEFAULT_MEASURES,
+    MAX_OPTION_INT,
+    RATEIN_LOSS_NAMES,
+    check_dicom_options,
+    float_option,
+    int_option,
+    option_number,
+    sample_batch_size_value,
+)
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES
 
 __all__ = ["add_parser", "run", "check_predict_flags", "check_device", "stage_dicom_input", "PREDICT_COMMAND",
            "PLANS_COMMAND", "CALIBRATE_COMMAND"]
 
 PREDICT_COMMAND = "nnunet-predict"
+#: the integer flags, in plain decimal syntax and at most an int32 (found by a probe: ``--num_samples 10**20`` and
+#: ``-num_parts 10**20`` passed every check, ``-step_size 0_5`` read 5.0, ``-f 1_0`` fold 10); seeds are 64-bit
+_COUNT = int_option(0, MAX_OPTION_INT, "a non-negative integer")
+_POSITIVE = int_option(1, MAX_OPTION_INT, "a positive integer")
+_SEED = int_option(0, 2**64 - 1, "a non-negative integer")
 PLANS_COMMAND = "nnunet-dropout-plans"
 CALIBRATE_COMMAND = "nnunet-calibrate"
 
 
 def _env_int(name: str, default: int) -> int:
     try:
-        return int(os.environ.get(name) or default)
+        value = int(option_number(os.environ.get(name) or str(default), integer=True))
     except ValueError:
         return default
+    return value if 0 <= value <= MAX_OPTION_INT else default
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -71,7 +86,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("-o", required=True, help="output folder (created if missing)")
     _add_model_options(p, trainer="trainer class used for training", configuration="configuration, e.g. 3d_fullres",
                        checkpoint="checkpoint name (default: checkpoint_final.pth)")
-    p.add_argument("-step_size", type=float, default=0.5, help="sliding-window step as a fraction of the patch")
+    p.add_argument("-step_size", type=float_option, default=0.5, help="sliding-window step as a fraction of the patch")
     p.add_argument("--disable_tta", action="store_true", help="no mirroring (not allowed with --sources mirroring)")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--save_probabilities", action="store_true",
@@ -81,12 +96,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="skip cases whose segmentation, uncertainty maps and record already exist and whose record "
                    "names the current settings; a case made with other settings (sources, samples, folds, model, "
                    "Rate-In values, ...) is predicted again, and the log says which settings differ")
-    p.add_argument("-npp", type=int, default=_env_int("nnUNet_npp", 3),
+    p.add_argument("-npp", type=_COUNT, default=_env_int("nnUNet_npp", 3),
                    help="preprocessing processes (0: in this process)")
-    p.add_argument("-nps", type=int, default=_env_int("nnUNet_nps", 3), help="export processes (0: in this process)")
+    p.add_argument("-nps", type=_COUNT, default=_env_int("nnUNet_nps", 3), help="export processes (0: in this process)")
     p.add_argument("-prev_stage_predictions", default=None, help="folder with the previous stage (cascade)")
-    p.add_argument("-num_parts", type=int, default=1, help="split the cases over this many calls")
-    p.add_argument("-part_id", type=int, default=0, help="which part this call predicts (0-based)")
+    p.add_argument("-num_parts", type=_POSITIVE, default=1, help="split the cases over this many calls")
+    p.add_argument("-part_id", type=_COUNT, default=0, help="which part this call predicts (0-based)")
     p.add_argument("-device", default="cuda", choices=("cuda", "cpu", "mps"), help="device (default: cuda)")
     p.add_argument("--disable_progress_bar", action="store_true")
     p.add_argument("--not_on_device", action="store_true", help="keep the stitching buffers in CPU memory")
@@ -94,10 +109,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     u.add_argument("--sources", nargs="+", default=["folds", "mirroring"], choices=SOURCES, metavar="SOURCE",
                    help="uncertainty sources: any of folds, mirroring and one of dropout, rate_in; ssn (latent "
                    "draws of an nnUNetTrainerSSN model, alone or with dropout) (default: folds mirroring)")
-    u.add_argument("--num_samples", type=int, default=10,
+    u.add_argument("--num_samples", type=_POSITIVE, default=10,
                    help="stochastic passes per window: MC dropout masks / Rate-In passes / SSN latent draws "
                    "(default: 10; used only with dropout, rate_in or ssn)")
-    u.add_argument("--dropout_p", type=float, default=None,
+    u.add_argument("--dropout_p", type=float_option, default=None,
                    help="insert post-hoc dropout with this rate (no retraining); default: the trained dropout")
     u.add_argument("--measures", nargs="+", default=list(DEFAULT_MEASURES), metavar="MEASURE",
                    help=f"maps to write, any of {', '.join(MAP_MEASURES)} (default: {' '.join(DEFAULT_MEASURES)})")
@@ -107,8 +122,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    "count it in MI (the behaviour before window disagreement existed)")
     u.add_argument("--segmentation_from", choices=("logits", "probabilities"), default="logits",
                    help="argmax of the mean logits (stock nnU-Net, default) or of the mean probabilities")
-    u.add_argument("--seed", type=int, default=None, help="seed for the dropout masks")
-    u.add_argument("--rate_in_target", type=float, default=None,
+    u.add_argument("--seed", type=_SEED, default=None, help="seed for the dropout masks")
+    u.add_argument("--rate_in_target", type=float_option, default=None,
                    help="Rate-In: information loss per layer to reach (default 0.1)")
     u.add_argument("--rate_in_loss", default=None, choices=RATEIN_LOSS_NAMES,
                    help=f"Rate-In: information loss, one of {', '.join(RATEIN_LOSS_NAMES)} (default mi)")
@@ -140,7 +155,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     q.set_defaults(nnunet_command=PLANS_COMMAND)
     q.add_argument("-d", required=True, help="dataset name or id")
-    q.add_argument("--rate", type=float, default=0.2,
+    q.add_argument("--rate", type=float_option, default=0.2,
                    help="dropout rate (default 0.2; where the network places it: docs/nnunet.md)")
     q.add_argument("-p", default="nnUNetPlans", help="plans identifier to copy (default: nnUNetPlans)")
     q.add_argument("--target", default="nnUNetPlansDropout", help="new plans identifier (default: nnUNetPlansDropout)")
@@ -160,7 +175,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     c.add_argument("--mode", choices=("scalar", "vector"), default="scalar",
                    help="one t, or one per class (per region for a region-based model)")
     c.add_argument("--loss", choices=("nll", "ece"), default="nll", help="fitting objective (default nll)")
-    c.add_argument("--max_steps", type=int, default=1000,
+    c.add_argument("--max_steps", type=_POSITIVE, default=1000,
                    help="at most this many steps of the temperature fit (default 1000; a warning says when a fold's "
                    "fit did not converge in them)")
     c.add_argument("--disable_tta", action="store_true", help="validation logits without mirroring")
@@ -214,10 +229,10 @@ def _folds(values: list[str]) -> list[int | str]:
             folds.append(v)
             continue
         try:
-            k = int(v)
+            k = int(option_number(v, integer=True))
         except ValueError:
             k = -1
-        if k < 0:
+        if not 0 <= k <= MAX_OPTION_INT:
             raise ValueError(f"-f takes fold numbers (0, 1, ...) or all, got {v!r}")
         folds.append(k)
     if len(set(folds)) != len(folds):

@@ -245,7 +245,9 @@ def write_dropout_plans(
 
     base = preprocessed_dir if preprocessed_dir is not None else os.environ.get("nnUNet_preprocessed")
     if base is None:
-        raise ValueError("preprocessed_dir is not given and the environment variable nnUNet_preprocessed is not set")
+        # said as the command line's user can mend it (found by a probe: it began "preprocessed_dir is not given")
+        raise ValueError("nnU-Net's environment variable nnUNet_preprocessed is not set (nor preprocessed_dir given): "
+                         "set it as for nnUNetv2_plan_and_preprocess")
     # the names of nnunet-dropout-plans' flags too: its errors are printed as they are (found by hostile testing: a
     # target with a slash failed in pathlib with "Invalid name", and the CLI said "pass overwrite=True")
     _check_plans_name(target_plans, "target_plans (--target)")

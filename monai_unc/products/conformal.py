@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..keys import MAX_OPTION_INT, float_option, int_option, option_number
 from ..product import CohortProduct, Overlay, ReportSection, ReportTable, format_cell, register_product
 
 __all__ = ["ConformalMasks", "LOSSES", "FAMILIES", "RULE_FILE", "TABLE_FILE", "RECORD_FILE", "parse_specs",
@@ -100,8 +101,8 @@ def _parse_specs(specs: Mapping[str, float] | Iterable[str] | str) -> dict[str, 
     for side, value in items:
         if side not in LOSSES:
             raise ValueError(f"conformal: the side must be 'outer' or 'inner', got {side!r}")
-        try:
-            target = float(value)
+        try:  # a text in plain decimal syntax (found by a probe: outer:fnr=0_1 read 1.0)
+            target = float(option_number(value) if isinstance(value, str) else value)
         except (TypeError, ValueError):
             raise ValueError(f"conformal: the target of {side!r} must be a number in (0, 1), got {value!r}") from None
         if not 0.0 < target < 1.0:
@@ -144,10 +145,15 @@ def _edges(text: Any) -> list[float] | None:
     if text is None:
         return None
     try:
-        return [float(v) for v in str(text).split(",")]
+        return [float(option_number(v.strip(" "))) for v in str(text).split(",")]  # 1_0 is no edge (read 10.0)
     except ValueError:
         raise ValueError(f"--conformal-strata-edges must be comma-separated numbers such as 0.2,0.4, got {text!r}"
                          ) from None
+
+
+#: the integer options of the product, in plain decimal syntax and at most an int32; their range is the product's
+#: check, whose message names the option
+_INTEGER = int_option(-MAX_OPTION_INT, MAX_OPTION_INT, "an integer")
 
 
 @register_product
@@ -253,10 +259,10 @@ class ConformalMasks(CohortProduct):
                                 "both")
         group.add_argument("--conformal-family", default="threshold", choices=FAMILIES,
                            help="threshold: on the probability; margin: the predicted mask dilated / eroded by mm")
-        group.add_argument("--conformal-delta", type=float, default=None, metavar="D",
+        group.add_argument("--conformal-delta", type=float_option, default=None, metavar="D",
                            help="high probability: P(loss of a new case <= TARGET) >= 1 - D (default: in "
                                 "expectation)")
-        group.add_argument("--conformal-strata", type=int, default=None, metavar="K",
+        group.add_argument("--conformal-strata", type=_INTEGER, default=None, metavar="K",
                            help="stratify by a label-free case score (--conformal-stratify-by) into K strata at "
                                 "the quantiles of the calibration cases' scores (3: terciles), each with its own "
                                 "threshold or margin; 'monai-unc conformal' puts a new case in its stratum by the "
@@ -346,8 +352,15 @@ class ConformalMasks(CohortProduct):
         if n_cal < each * self.num_strata:
             k = self.num_strata
             more = "" if k == 1 else f" in {k} strata: each stratum needs at least {each}, so"
-            raise ValueError(f"conformal: {n_cal} calibration case(s) are too few for {self.targets} "
-                             f"(delta {self.delta}){more}: at least {each * k} are needed")
+            from .._utils import parameter_error  # here: the command line lists the products without torch
+
+            # the targets as the option writes them, the delta named (found by a probe: it said "too few for
+            # {'outer': 0.1} (delta None)"); the command line names --conformal and --conformal-delta
+            targets = " and ".join(f"{side}:{LOSSES[side]}={t:g}" for side, t in self.targets.items())
+            level = "in expectation" if self.delta is None else f"with conformal_delta {self.delta:g}"
+            raise parameter_error(ValueError(f"conformal: {n_cal} calibration case(s) are too few for {targets} "
+                                             f"({level}){more}: at least {each * k} are needed"),
+                                  "conformal", others=("conformal_delta",))
 
     def check_inputs(self, cases: Sequence[Any], inputs: Mapping[str, Any], config: Any) -> None:
         """Every case needs probabilities of the evaluation's activation and a map of the strata score's measure.

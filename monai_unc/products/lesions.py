@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..keys import MAX_OPTION_INT, float_option, int_option
 from ..product import CohortProduct, ReportSection, ReportTable, format_cell, register_product
 
 __all__ = ["CONSOLE_LOWEST", "CONSOLE_TASKS", "LesionMetrics", "SETTINGS", "primary_measure"]
@@ -48,14 +49,17 @@ SETTINGS: dict[str, tuple[int, float]] = {"gli": (3, 50.0), "ssa": (3, 50.0), "m
 
 
 def _number(value: Any, name: str, low: float, high: float = math.inf, integer: bool = False) -> float:
-    from .._utils import is_real  # here: the command line lists the products without importing torch
+    from .._utils import is_real, parameter_error  # here: the command line lists the products without torch
 
     # numpy scalars are numbers too (found by hostile review: failure_dice=np.float32(0.5), accepted by the
     # evaluation's own failure_dice, was refused as "must be a number")
     if not is_real(value) or (integer and not (math.isfinite(float(value)) and int(value) == value)):
-        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+        raise parameter_error(ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}"),
+                              name)
     if not (math.isfinite(float(value)) and low <= float(value) <= high):
-        raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value!r}")
+        # marked: the command line names the option (found by a probe: --lesion-dilation 10**20 said lesion_dilation)
+        bound = f"a finite number >= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
+        raise parameter_error(ValueError(f"{name} must be {bound}, got {value!r}"), name)
     return float(value)
 
 
@@ -95,6 +99,11 @@ def primary_measure(measure: str | None, available: Sequence[str]) -> str | None
     if measure in names:
         return measure
     return "predictive_entropy" if "predictive_entropy" in names else next(iter(names), None)
+
+
+#: the integer options of the product, in plain decimal syntax and at most an int32; their range is the product's
+#: check, whose message names the option
+_INTEGER = int_option(-MAX_OPTION_INT, MAX_OPTION_INT, "an integer")
 
 
 @register_product
@@ -138,7 +147,9 @@ class LesionMetrics(CohortProduct):
         self.min_volume = v if min_volume is None else _number(min_volume, "lesion_min_volume", 0.0)
         self.iou = _number(iou, "lesion_iou", 0.0, 1.0)
         if self.iou == 0.0:
-            raise ValueError("lesion_iou must be in (0, 1], got 0")
+            from .._utils import parameter_error  # here: the command line lists the products without torch
+
+            raise parameter_error(ValueError("lesion_iou must be in (0, 1], got 0"), "lesion_iou")
         self.failure_dice = _number(failure_dice, "lesion_failure_dice", 0.0, 1.0)
         self.hd_penalty = _number(hd_penalty, "lesion_hd_penalty", 0.0)
         self.r = _number(r, "lesion_r", 0.0, 1.0)
@@ -170,13 +181,13 @@ class LesionMetrics(CohortProduct):
         group.add_argument("--lesion-settings", default="gli", choices=sorted(SETTINGS),
                            help="the BraTS 2023 challenge whose matching rule to use (dilation, minimum volume): "
                                 "gli/ssa/ped 3 and 50 mm^3, men 1 and 50, met 1 and 2 (default gli)")
-        group.add_argument("--lesion-dilation", type=int, default=None, metavar="N",
+        group.add_argument("--lesion-dilation", type=_INTEGER, default=None, metavar="N",
                            help="override the dilation (iterations of the 18-connected element; 0: overlap only)")
-        group.add_argument("--lesion-min-volume", type=float, default=None, metavar="MM3",
+        group.add_argument("--lesion-min-volume", type=float_option, default=None, metavar="MM3",
                            help="override the minimum volume of a counted ground-truth lesion (mm^3)")
-        group.add_argument("--lesion-iou", type=float, default=0.25, metavar="IOU",
+        group.add_argument("--lesion-iou", type=float_option, default=0.25, metavar="IOU",
                            help="IoU threshold of the lesion F1 (default 0.25, Shifts)")
-        group.add_argument("--lesion-failure-dice", type=float, default=0.5, metavar="D",
+        group.add_argument("--lesion-failure-dice", type=float_option, default=0.5, metavar="D",
                            help="a predicted lesion with a Dice below D counts as failed (default 0.5)")
         group.add_argument("--lesion-samples", default=None, metavar="DIR",
                            help="folder of per-sample label maps <case>_samples.nii.gz (4-D, one hard segmentation "

@@ -15,20 +15,19 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .._utils import PARAMETER_ATTRIBUTE, parameter_error, refusing
-from ..engine import DistContext
+from ..engine import DistContext, start_notice
 from ..evaluation.products import command_output_markers
 from ..io import check_output_folder, check_output_kind, owned_folder
 from ..io.signing import Trust
 from ..product import CohortProduct, command_product, command_products
 from .session import CommandResult, quiet_lines, run_command
 
-__all__ = ["trust_from_arguments", "apply_command", "check_command_folder", "apply_from_arguments",
+__all__ = ["trust_from_arguments", "unsigned_notice", "apply_command", "check_command_folder", "apply_from_arguments",
            "product_of_command", "rules_from_options", "product_rule_options", "beside_triage_folder",
            "check_beside_triage", "apply_beside_triage", "remove_stale_beside_triage"]
 
@@ -127,9 +126,10 @@ def apply_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
         warning lines alone with ``--quiet`` (:func:`~monai_unc.workflows.session.quiet_lines`).
     """
     cls = product_of_command(args.command)
-    res = apply_command(cls, args.predictions, args.rule, args.output, images=args.images, layout=args.layout,
-                        uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch, progress=not args.quiet,
-                        trust=trust_from_arguments(args), **cls.command_options(args))
+    with start_notice(unsigned_notice(args)):
+        res = apply_command(cls, args.predictions, args.rule, args.output, images=args.images, layout=args.layout,
+                            uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch, progress=not args.quiet,
+                            trust=trust_from_arguments(args), **cls.command_options(args))
     return dataclasses.replace(res, lines=quiet_lines(res.lines)) if args.quiet else res
 
 
@@ -140,13 +140,34 @@ def trust_from_arguments(args: argparse.Namespace) -> Trust:
         args: the parsed arguments.
 
     Returns:
-        The :class:`~monai_unc.io.signing.Trust`; with ``--allow-unsigned`` a line on stderr says so.
+        The :class:`~monai_unc.io.signing.Trust`. The command says that ``--allow-unsigned`` is in effect once its run
+        starts (:func:`unsigned_notice`).
     """
     allow = bool(getattr(args, "allow_unsigned", False))
-    if allow:
-        print("monai-unc: --allow-unsigned: a rule that is unsigned, signed by an untrusted key or of an older format "
-              "is used without checking who certified it; the outputs record it", file=sys.stderr)
     return Trust(tuple(str(k) for k in getattr(args, "trusted_keys", None) or ()), allow)
+
+
+def unsigned_notice(args: argparse.Namespace) -> str | None:
+    """The stderr line of a command given ``--allow-unsigned``, said once its run starts.
+
+    The command says it through :func:`monai_unc.engine.start_notice` (``with start_notice(unsigned_notice(args)):``
+    around the run): after the checks of its options, folders and rule, so that a refused call prints its refusal
+    alone (found by a probe: the notice came before the argument checks, two stderr lines for one refusal).
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        The line, or None without ``--allow-unsigned``.
+
+    Example:
+        >>> unsigned_notice(argparse.Namespace(allow_unsigned=False)) is None
+        True
+    """
+    if not getattr(args, "allow_unsigned", False):
+        return None
+    return ("monai-unc: --allow-unsigned: a rule that is unsigned, signed by an untrusted key or of an older format "
+            "is used without checking who certified it; the outputs record it")
 
 
 def rules_from_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,17 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, LAYOUTS, MEASURES, canonical_measure, sample_batch_size_value
+from ..keys import (
+    DEFAULT_OVERLAP,
+    DEFAULT_RATEIN_TARGET,
+    LAYOUTS,
+    MAX_OPTION_INT,
+    MEASURES,
+    canonical_measure,
+    int_option,
+    option_number,
+    sample_batch_size_value,
+)
 from ..product import command_products, registered_products
 
 __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
@@ -58,47 +68,40 @@ def _track_explicit(parser: argparse.ArgumentParser) -> None:
 _SITE_HELP = ("site of the cases not otherwise known: a case's --sites row (monitor record) or its image's JSON "
               "sidecar (InstitutionName, or site) comes first (default 'unknown'); also the site of the cases whose "
               "image is no longer there (without it such a case is refused)")
-#: the largest count an option takes (samples, bins, window sizes, threads, ...): an int32 index
-MAX_COUNT = 2**31 - 1
 #: seeds are 64-bit (torch's generators take ``[0, 2**64)``, numpy's any non-negative integer); the same bound as
 #: ``monai_unc._utils.MAX_SEED`` (not imported: this module stays free of torch)
 MAX_SEED = 2**64 - 1
 
-
-def _bounded_int(low: int, high: int | None, what: str) -> Callable[[str], int]:
-    """An argparse type for an integer in ``[low, high]`` (``high`` None: no upper bound).
-
-    The message says ``what`` it expects, and ``of at most high`` for a value above it.
-    """
-
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {v}")
-        if high is not None and v > high:
-            raise argparse.ArgumentTypeError(f"expected {what} of at most {high}, got {v}")
-        return v
-
-    return parse
-
-
-_positive_int = _bounded_int(1, MAX_COUNT, "a positive integer")
+# the integer options, in plain decimal syntax (monai_unc.keys.option_number); every count that reaches numpy or
+# torch is at most MAX_OPTION_INT, an int32 (found by a probe: --min-bin-count 99999999999999999999 failed every case
+# with OverflowError)
+_positive_int = int_option(1, MAX_OPTION_INT, "a positive integer")
 #: ``--n-bins``: its bound (``MAX_BINS``) is the evaluation options' check, whose message names it
-_any_positive_int = _bounded_int(1, None, "a positive integer")
-_seed = _bounded_int(0, MAX_SEED, "a non-negative integer")
+_any_positive_int = int_option(1, None, "a positive integer")
+_count = int_option(0, MAX_OPTION_INT, "a non-negative integer")
+#: ``--min-bin-count``: its lower bound (0) is the evaluation options' check, whose message names it
+_bin_count = int_option(-MAX_OPTION_INT, MAX_OPTION_INT, "an integer")
+_seed = int_option(0, MAX_SEED, "a non-negative integer")
+
+
+def _number(text: str, expected: str) -> float:
+    """``text`` as a float in plain decimal syntax, or ``argparse.ArgumentTypeError`` saying what was ``expected``."""
+    try:
+        return float(option_number(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text[:40]!r}") from None
 
 
 def _label_values(text: str) -> list[int]:
     """A value of ``--seg-label-values``: comma-separated distinct non-negative integers."""
     try:
-        values = [int(v) for v in text.split(",")]
+        values = [int(option_number(v.strip(" "), integer=True)) for v in text.split(",")]  # "1, 2" too
     except ValueError:
         values = []
     if not values or min(values) < 0 or len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"expected distinct non-negative integers such as 1,2,4, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected distinct non-negative integers such as 1,2,4, got {text[:80]!r}")
+    if max(values) > MAX_OPTION_INT:  # a label value numpy takes on every platform (int32)
+        raise argparse.ArgumentTypeError(f"expected label values of at most {MAX_OPTION_INT}, got {max(values)}")
     return values
 
 
@@ -119,10 +122,7 @@ def _in_unit_interval(closed_low: bool, closed_high: bool) -> Callable[[str], fl
     interval = f"{'[' if closed_low else '('}0, 1{']' if closed_high else ')'}"
 
     def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number in {interval}, got {text!r}") from None
+        v = _number(text, f"a number in {interval}")
         low_ok = v >= 0.0 if closed_low else v > 0.0
         high_ok = v <= 1.0 if closed_high else v < 1.0
         if not (low_ok and high_ok):
@@ -134,10 +134,7 @@ def _in_unit_interval(closed_low: bool, closed_high: bool) -> Callable[[str], fl
 
 def _nonnegative_float(text: str) -> float:
     """An argparse type for a finite number >= 0 (a standard deviation): NaN, inf and negatives are refused."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}") from None
+    v = _number(text, "a finite number >= 0")
     if not math.isfinite(v) or v < 0:
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
     return v
@@ -325,7 +322,7 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--budget", type=_fraction, default=0.2, help="fraction of cases referred for review (0.2)")
     p.add_argument("--failure-dice", type=_unit, default=0.8, help="Dice below this is a failed case (0.8)")
     p.add_argument("--n-bins", type=_any_positive_int, default=15, help="ECE bins (default 15)")
-    p.add_argument("--min-bin-count", type=int, default=0,
+    p.add_argument("--min-bin-count", type=_bin_count, default=0,
                    help="ECE: ignore bins with fewer voxels (0; Kock et al. use 50)")
     p.add_argument("--patch-size", type=_positive_int, default=10, help="box size of the _patch scores (10 voxels)")
     p.add_argument("--num-classes", type=_positive_int, default=None, help="needed when no probabilities are given")
@@ -389,7 +386,7 @@ def _add_report(sub: Any) -> None:
     p.add_argument("--output", "-o", default=None, help="report folder (default <evaluation>/report)")
     p.add_argument("--budget", type=_fraction, default=None, help="referral budget (default: the evaluation's)")
     p.add_argument("--images", default=None, help="folder of the input images for the overlays")
-    p.add_argument("--cases", type=int, default=4, help="overlays of the N most uncertain cases (default 4)")
+    p.add_argument("--cases", type=_count, default=4, help="overlays of the N most uncertain cases (default 4)")
     p.add_argument("--title", default="Uncertainty QC report", help="page title")
     _add_risk_control(p, defaults=False)
     p.add_argument("--quiet", "-q", action="store_true", help="print only the report path")
@@ -501,7 +498,7 @@ def _add_triage(sub: Any) -> None:
     p.add_argument("--uncertainty", default=None, help="folder of <case>_<measure> maps (default: from the layout)")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="triage predictions whose fingerprint differs from the rule's (the page says so)")
-    p.add_argument("--cases", type=int, default=4, help="overlays of the N most uncertain cases (default 4)")
+    p.add_argument("--cases", type=_count, default=4, help="overlays of the N most uncertain cases (default 4)")
     for cls in command_products():  # the products' commands, run beside the triage (monai_unc.workflows.apply)
         p.add_argument(f"--{cls.command}-rule", default=None, metavar="RULE",
                        help=f"{cls.artifact_file or cls.name + '.json'} written by 'evaluate': also run 'monai-unc "
@@ -587,16 +584,6 @@ def _add_dicom_export(sub: Any) -> None:
                            "goes into its SR")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
-def _alpha(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {v}")
-    return v
-
-
 def _add_monitor(sub: Any) -> None:
     p = sub.add_parser(
         "monitor", help="watch a deployed model: record triage runs and audited labels, alarms per site, dashboard",
@@ -623,13 +610,13 @@ def _add_monitor(sub: Any) -> None:
     lab.add_argument("--db", default=None, help=db_help)
     st = msub.add_parser("status", help="per-site statistics and alarms; exit status 1 when an alarm is raised")
     st.add_argument("--db", default=None, help=db_help)
-    st.add_argument("--alpha", type=_alpha, default=0.05,
+    st.add_argument("--alpha", type=_open_unit, default=0.05,
                     help="false-alarm probability of each alarm over the whole stream (default 0.05)")
     st.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
     rep = msub.add_parser("report", help="the dashboard: one static HTML page")
     rep.add_argument("--db", default=None, help=db_help)
     rep.add_argument("--output", "-o", required=True, help="the page to write (monitor.html)")
-    rep.add_argument("--alpha", type=_alpha, default=0.05, help="false-alarm probability of each alarm")
+    rep.add_argument("--alpha", type=_open_unit, default=0.05, help="false-alarm probability of each alarm")
     ver = msub.add_parser("verify", help="check the audit chain; exit status 1 when an entry or row was tampered")
     ver.add_argument("--db", default=None, help=db_help)
     ver.add_argument("--expect-head", default=None, metavar="HASH",

@@ -35,13 +35,13 @@ import numpy as np
 import torch
 
 from .._utils import check_integer, is_finite_real
-from ..engine import DistContext, read_dist_env, sync_errors
+from ..engine import DistContext, read_dist_env, start_notice, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
 from ..io import ImageCase, check_case_ids, input_folder, list_image_cases
 from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS, check_dicom_options
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
-from .apply import trust_from_arguments
+from .apply import trust_from_arguments, unsigned_notice
 from .arguments import EXPLICIT_OPTIONS
 from .factory import build_inferer, check_method_network
 from .infer import InferSettings, load_image_case, run_infer
@@ -509,15 +509,17 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
                                      inside_predictions=True, study_uid=getattr(args, "study_uid", "source"),
                                      cases=[r["case"] for r in statuses]))
 
-    res = infer_command(
-        args.input, args.output, device=args.device, threads=args.threads, overwrite=args.overwrite,
-        progress=not args.quiet, model=args.model, bundle=args.bundle, network=args.network,
-        checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing,
-        allow_code=getattr(args, "allow_code_target", ()),
-        write_probs=not args.no_probs, sw_batch_size=args.sw_batch_size, seed=args.seed, rule=rule,
-        save_samples=getattr(args, "save_samples", False), share_passes=not getattr(args, "no_share_passes", False),
-        sample_batch_size=getattr(args, "sample_batch_size", "auto"), finish=export if dicom else None, **options,
-    )  # fmt: skip
+    with start_notice(unsigned_notice(args) if rule is not None else None):  # said once the run starts
+        res = infer_command(
+            args.input, args.output, device=args.device, threads=args.threads, overwrite=args.overwrite,
+            progress=not args.quiet, model=args.model, bundle=args.bundle, network=args.network,
+            checkpoint=args.checkpoint, unsafe_load=args.unsafe_load,
+            bundle_preprocessing=not args.no_bundle_preprocessing, allow_code=getattr(args, "allow_code_target", ()),
+            write_probs=not args.no_probs, sw_batch_size=args.sw_batch_size, seed=args.seed, rule=rule,
+            save_samples=getattr(args, "save_samples", False),
+            share_passes=not getattr(args, "no_share_passes", False),
+            sample_batch_size=getattr(args, "sample_batch_size", "auto"), finish=export if dicom else None, **options,
+        )  # fmt: skip
     if exported and res.is_main:
         done = exported[0]
         line = f"dicom: {done.n_objects} DICOM object(s) for {len(done.cases)} case(s) in {done.output}"

@@ -394,7 +394,10 @@ def check_dicom_input(input: str | os.PathLike, uid_root: str | None, option: st
     """
     from ..io.dicom import check_uid_root
 
-    check_uid_root(uid_root)
+    try:
+        check_uid_root(uid_root)
+    except ValueError as e:  # named as both command lines name it (found by a probe: infer said uid_root must ...)
+        raise ValueError(f"--uid-root{str(e).removeprefix('uid_root')}") from None
     cases = list_image_cases(input)
     if not all(p.is_dir() for c in cases for p in c.channels):
         raise ValueError(f"--output-format {output_format} needs DICOM input: {option} {input} must hold one DICOM "

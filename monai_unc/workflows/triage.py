@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import DistContext
+from ..engine import DistContext, start_notice
 from ..evaluation import CohortState, EvaluationConfig, summarize
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import (
@@ -51,6 +51,7 @@ from .apply import (
     product_rule_options,
     rules_from_options,
     trust_from_arguments,
+    unsigned_notice,
 )
 from .monitor import check_store, record_triage
 from .report import triage_with_page
@@ -386,11 +387,12 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
             check_store(monitor_db, output=args.output)  # a store in -o, which the triage creates
         except (ValueError, OSError) as e:
             raise ValueError(f"--monitor: {e}") from None
-    res = triage_command(
-        args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
-        layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
-        trust=trust_from_arguments(args), **product_rule_options(args),
-    )  # fmt: skip
+    with start_notice(unsigned_notice(args)):  # said once the checks passed and the cases are triaged
+        res = triage_command(
+            args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
+            layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
+            trust=trust_from_arguments(args), **product_rule_options(args),
+        )  # fmt: skip
     if monitor_db is not None and res.is_main:
         try:
             recorded = record_triage(monitor_db, res.output, site=getattr(args, "site", None),

@@ -28,7 +28,7 @@ BASE = ["nnunet-predict", "-i", "in", "-o", "out", "-m", "no_model_needed", "-de
         (["--sources", "rate_in", "-f", "0", "1"], ["-f 0 1", "add folds to --sources"]),
         (["--measures", "window_disagreement", "--window_disagreement", "mutual_information"],
          ["--measures window_disagreement needs --window_disagreement separate"]),
-        (["--sources", "folds", "dropout", "--num_samples", "0"], ["--num_samples must be >= 1"]),
+        # --num_samples 0 is refused by the parser (tests/cli/test_numbers_numwords.py)
         (["--sources", "folds", "dropout", "--dropout_p", "1.5"], ["--dropout_p must be in (0, 1)"]),
         # option sweep: the predictor refused nan as "p (the initial rate) must be > 0", naming no flag
         (["--sources", "folds", "rate_in", "--rate_in_target", "nan"], ["--rate_in_target must be in [0, 1]"]),
