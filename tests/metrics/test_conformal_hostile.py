@@ -214,6 +214,28 @@ RULE_EDITS = {
     "n zero": (lambda d: d["tasks"][0].update(n=0), "tasks[0].n"),
     "edges decreasing": (lambda d: d.update(edges=[0.5, 0.2]), "edges"),
     "names repeated": (lambda d: d.update(names=["0", "0"]), "names"),
+    # found by hostile review: from_dict coerced the values (int(16.7), float("0.2"), tuple("01")) and left the
+    # recorded calibration numbers unchecked, so an edited dict loaded as another rule or with a loss of NaN or 7
+    "size not an integer (truncated)": (lambda d: d.update(size=16.7), "size"),
+    "size a string": (lambda d: d.update(size="16"), "size"),
+    "step a string": (lambda d: d.update(step="0.0625"), "step"),
+    "alpha a string": (lambda d: d.update(alpha="0.2"), "alpha"),
+    "names a string": (lambda d: d.update(names="0"), "names"),
+    "edges strings": (lambda d: d.update(edges=["0.5"]), "edges"),
+    "activation not a string": (lambda d: d.update(activation=1), "activation"),
+    "stratum a float": (lambda d: d["tasks"][0].update(stratum=0.0), "tasks[0].stratum"),
+    "calibration loss NaN": (lambda d: d["tasks"][0].update(calibration_loss=float("nan")),
+                             "tasks[0].calibration_loss"),
+    "calibration loss 7": (lambda d: d["tasks"][0].update(calibration_loss=7), "tasks[0].calibration_loss"),
+    "calibration loss above the level": (lambda d: d["tasks"][0].update(calibration_loss=0.3),
+                                         "tasks[0].calibration_loss"),
+    "above tol with expectation": (lambda d: d["tasks"][0].update(calibration_above_tol=0.5),
+                                   "tasks[0].calibration_above_tol"),
+    "guarantee not a string": (lambda d: d["tasks"][0].update(guarantee=5), "tasks[0].guarantee"),
+    "n too few for alpha": (lambda d: d["tasks"][0].update(n=3), "tasks[0].n"),
+    "unknown field": (lambda d: d.update(extra=1), "extra"),
+    "missing field": (lambda d: d.pop("tol"), "tol"),
+    "unknown task field": (lambda d: d["tasks"][0].update(extra=1), "extra"),
 }
 
 
@@ -229,6 +251,22 @@ def test_rule_from_dict_refuses_an_edited_field_naming_it(rule_dict, name):
     edit(d)
     with pytest.raises(ValueError, match=re.escape(field)):
         ConformalRule.from_dict(d)
+
+
+def test_high_probability_rule_dict_checks_its_calibration_numbers():
+    """The share above ``tol`` is at most what the rank allows, and the mean loss at most ``above + (1 - above) tol``
+    (the cases above ``tol`` lose at most 1, the others at most ``tol``). Found by hostile review: a mean loss of 1.0
+    beside no case above ``tol`` loaded."""
+    states = [conformal_case_state(np.array([[0.9, 0.7, 0.4, 0.2]]), np.array([[1, 1, 1, 0]]), activation="sigmoid",
+                                   grid=8)] * 19
+    d = json.loads(json.dumps(fit_conformal_rule(states, alpha=0.1, tol=0.2).to_dict()))
+    assert ConformalRule.from_dict(copy.deepcopy(d)).tol == 0.2
+    for edit, field in [({"calibration_loss": 1.0}, "calibration_loss"), ({"calibration_above_tol": 0.5},
+                        "calibration_above_tol"), ({"calibration_above_tol": None}, "calibration_above_tol")]:
+        e = copy.deepcopy(d)
+        e["tasks"][0].update(edit)
+        with pytest.raises(ValueError, match=re.escape(f"tasks[0].{field}")):
+            ConformalRule.from_dict(e)
 
 
 def test_entry_index_of_float16_values_equals_float64():
