@@ -281,3 +281,25 @@ def test_entry_index_of_float16_values_equals_float64():
     d = np.array([0.0, 0.5, 600.0, 60000.0, np.inf])
     assert entry_index(d.astype(np.float16), "margin", "outer", 0.5, 200000).tolist() == entry_index(
         d.astype(np.float16).astype(np.float64), "margin", "outer", 0.5, 200000).tolist()
+
+
+@pytest.mark.parametrize("value", [0.0, 0.25, 0.5, 0.75, 1.0])
+@pytest.mark.parametrize("side", ["outer", "inner"])
+def test_constant_probability_maps_equal_brute_force(value, side):
+    """A constant map (every voxel on one grid point; at 0.5 the sigmoid prediction ``p > 0.5`` is empty) gives the
+    losses of the masks computed on the full volume, in both families (3D, anisotropic spacing), and NaN
+    probabilities are refused naming ``probs``."""
+    from tests.metrics.test_conformal import brute_margin_losses, brute_threshold_losses
+
+    rng = np.random.default_rng(int(value * 4))
+    p = np.full((1, 5, 6, 4), value)
+    y = rng.random((1, 5, 6, 4)) < 0.4
+    spacing = (0.7, 1.1, 2.0)
+    state = conformal_case_state(p, y, activation="sigmoid", side=side, grid=16)
+    np.testing.assert_array_equal(state.losses()[0], brute_threshold_losses(p[0], y[0], side, 16))
+    state = conformal_case_state(p, y, activation="sigmoid", family="margin", side=side, grid=(3.0, 0.5),
+                                 spacing=spacing)
+    np.testing.assert_array_equal(state.losses()[0], brute_margin_losses(p[0] > 0.5, y[0], side, spacing, 0.5, 6))
+    p[0, 0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="probs"):
+        conformal_case_state(p, y, activation="sigmoid", side=side, grid=16)
