@@ -303,3 +303,26 @@ def test_constant_probability_maps_equal_brute_force(value, side):
     p[0, 0, 0, 0] = np.nan
     with pytest.raises(ValueError, match="probs"):
         conformal_case_state(p, y, activation="sigmoid", side=side, grid=16)
+
+
+@pytest.mark.parametrize("tol", [None, 0.2])
+def test_fit_at_the_edges_of_alpha_and_tol(tol):
+    """alpha 0, 1, NaN, inf, a string or a bool is refused naming alpha; 1e-12 says in words how many cases it needs
+    (about 1e12, decided by the fit's own arithmetic); tol 0, 1 and NaN are refused naming tol, a tiny tol fits."""
+    rng = np.random.default_rng(0)
+    states = []
+    for _ in range(20):
+        p = rng.random((4, 4))
+        states.append(conformal_case_state(np.stack([1 - p, p]), (rng.random((4, 4)) < p).astype(int), grid=16))
+    for bad in (0, 1, float("nan"), float("inf"), -0.1, "0.1", True):
+        with pytest.raises(ValueError, match="alpha"):
+            fit_conformal_rule(states, bad, tol=tol)
+    with pytest.raises(ValueError, match=r"20 calibration case\(s\) are too few: alpha=1e-12 needs at least \d{12}"):
+        fit_conformal_rule(states, 1e-12, tol=tol)
+    assert min_calibration_cases(1e-12, high_probability=tol is not None) > 10**11
+    if tol is not None:
+        for bad in (0, 1, float("nan")):
+            with pytest.raises(ValueError, match="tol"):
+                fit_conformal_rule(states, 0.2, tol=bad)
+        rule = fit_conformal_rule(states, 0.2, tol=1e-12)  # only a loss of 0 is within tol: the trivial end if need be
+        assert rule.task_rule("1").index <= rule.size
