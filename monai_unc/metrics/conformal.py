@@ -598,7 +598,10 @@ def _probabilities(probs: Any, act: Activation) -> np.ndarray:
                          f"({act.name}) and one spatial axis, got shape {p.shape}")
     lo, hi = float(p.min()), float(p.max())
     if not (lo >= -tol and hi <= 1 + tol):  # False for NaN
-        raise ValueError(f"probs must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}] (NaN or inf, or logits?)")
+        nan = int(np.isnan(p).sum())  # "values in [nan, nan]" hid one NaN voxel among valid probabilities
+        if nan:
+            raise ValueError(f"probs must lie in [0, 1], got {nan} NaN value(s) of {p.size}")
+        raise ValueError(f"probs must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}] (inf, or logits?)")
     if not act.multilabel:
         dev = float(np.abs(p.sum(axis=0) - 1).max())
         if dev > tol:

@@ -300,8 +300,8 @@ def test_constant_probability_maps_equal_brute_force(value, side):
     state = conformal_case_state(p, y, activation="sigmoid", family="margin", side=side, grid=(3.0, 0.5),
                                  spacing=spacing)
     np.testing.assert_array_equal(state.losses()[0], brute_margin_losses(p[0] > 0.5, y[0], side, spacing, 0.5, 6))
-    p[0, 0, 0, 0] = np.nan
-    with pytest.raises(ValueError, match="probs"):
+    p[0, 0, 0, 0] = np.nan  # one NaN voxel is named as such (it read "got values in [nan, nan]")
+    with pytest.raises(ValueError, match=r"probs must lie in \[0, 1\], got 1 NaN value\(s\) of 120"):
         conformal_case_state(p, y, activation="sigmoid", side=side, grid=16)
 
 
