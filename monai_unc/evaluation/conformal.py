@@ -368,6 +368,9 @@ class ConformalStrata:
         missing = [k for k in keys if k not in d]
         if missing:
             raise ValueError(f"field 'strata' lacks {missing}")
+        unknown = [str(k) for k in d if k not in keys]
+        if unknown:  # found by hostile review: an added field was ignored
+            raise ValueError(f"field 'strata.{unknown[0]}' is not a field of the strata")
 
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"field 'strata.{name}' {why}, got {_shown(d[name])}")

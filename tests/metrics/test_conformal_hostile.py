@@ -71,6 +71,7 @@ STRATA_EDITS = {
     "region a number": (lambda d: d["strata"].update(region=3), "strata.region"),
     "strata a list": (lambda d: d.update(strata=[0.5]), "'strata'"),
     "field missing": (lambda d: d["strata"].pop("patch_size"), "'strata' lacks"),
+    "field unknown": (lambda d: d["strata"].update(exact=True), "strata.exact"),  # found by hostile review: ignored
 }
 
 
