@@ -39,7 +39,7 @@ import os
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +81,14 @@ from ..io.provenance import (
     rule_digest,
     write_signed_json,
 )
-from ..io.signing import Trust
+from ..io.signing import SIGNATURE_FIELD, Trust
 from ..metrics.boundary import distance_to_mask
 from ..metrics.conformal import (
     CONFORMAL_FAMILIES,
     TRIVIAL_MASKS,
     ConformalCaseState,
     ConformalRule,
+    ConformalTaskRule,
     conformal_case_state,
     conformal_grid,
     crc_tolerance,
@@ -367,6 +368,9 @@ class ConformalStrata:
         missing = [k for k in keys if k not in d]
         if missing:
             raise ValueError(f"field 'strata' lacks {missing}")
+        unknown = [str(k) for k in d if k not in keys]
+        if unknown:  # found by hostile review: an added field was ignored
+            raise ValueError(f"field 'strata.{unknown[0]}' is not a field of the strata")
 
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"field 'strata.{name}' {why}, got {_shown(d[name])}")
@@ -594,6 +598,14 @@ def fit_product(product: CohortProduct, states: Mapping[str, ConformalState], ro
             "strata": None if strata is None else strata.to_dict(), "summary": block}
 
 
+#: the fields of a rule's and of a task's JSON object (:meth:`ConformalRule.to_dict`), every one required, no other
+_RULE_FIELDS = tuple(f.name for f in fields(ConformalRule))
+_TASK_FIELDS = tuple(f.name for f in fields(ConformalTaskRule))
+#: the top-level fields of ``conformal_rule.json`` (:meth:`ConformalRuleFile.to_json`, its signature)
+_FILE_FIELDS = ("format", "format_version", "monai_unc", "created", "targets", "delta", "calibration_cases", "regions",
+                "fingerprint", "rules", "strata", "digest", SIGNATURE_FIELD)
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -636,6 +648,9 @@ def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target:
         return ValueError(f"{source}: field 'rules.{side}.{name}' {why}; the file was edited or corrupted (write it "
                           "again with monai-unc evaluate --conformal)")
 
+    for name in [*_RULE_FIELDS, *raw]:
+        if (name in _RULE_FIELDS) != (name in raw):
+            raise bad(str(name), "is missing" if name in _RULE_FIELDS else "is not a field of a conformal rule")
     act = raw.get("activation")
     if act not in ("softmax", "sigmoid"):
         raise bad("activation", f"must be 'softmax' or 'sigmoid', got {_shown(act)}")
@@ -690,6 +705,11 @@ def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target:
         f = f"tasks[{k}]"
         if not isinstance(t, dict):
             raise bad(f, "must be an object")
+        for key in [*_TASK_FIELDS, *t]:
+            if (key in _TASK_FIELDS) != (key in t):
+                raise bad(f"{f}.{key}", "is missing" if key in _TASK_FIELDS else "is not a field of a task rule")
+        if not _is_int(t.get("stratum")):
+            raise bad(f"{f}.stratum", f"must be an integer, got {_shown(t.get('stratum'))}")
         if t.get("name") != names[name] or t.get("stratum") != st:
             raise bad(f"{f}.name", f"must be {names[name]!r} in stratum {st} (the order of 'names')")
         j = t.get("index")
@@ -719,6 +739,11 @@ def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target:
             if not _is_number(above) or not 0 <= above <= 1 or above * n > n - rank + 1e-9:
                 raise bad(f"{f}.calibration_above_tol", f"{_shown(above)} exceeds the {n - rank} of {n} "
                           "calibration cases the high-probability rule allows above tol")
+            # the cases above tol lose at most 1 each, the others at most tol (found by hostile review: a recorded
+            # mean loss of 1.0 beside a share of 0 above tol was accepted and shown in the report)
+            if loss > above + (1 - above) * target + 1e-9:
+                raise bad(f"{f}.calibration_loss", f"{loss!r} exceeds {above + (1 - above) * target:.6g}, the most "
+                          f"a share {above!r} of cases above tol={target!r} allows")
         elif above is not None:
             raise bad(f"{f}.calibration_above_tol", "must be null for expectation control")
         text = task_guarantee(side, alpha, tol, n, None if strata is None else st)
@@ -810,6 +835,13 @@ class ConformalRuleFile:
                        source=source)
         check_digest(d, source=source, written_by="monai-unc evaluate --conformal")
         try:
+            unknown = [str(k) for k in d if k not in _FILE_FIELDS]
+            if unknown:  # found by hostile review: an added field was read as if the file had been written so
+                raise ValueError(f"field {unknown[0]!r} is not a field of a conformal rule file; the file was edited "
+                                 "(write it again with monai-unc evaluate --conformal)")
+            if not isinstance(d.get("monai_unc"), str):
+                raise ValueError(f"field 'monai_unc' must be the version string that wrote the file, got "
+                                 f"{_shown(d.get('monai_unc'))}")
             if not isinstance(d["targets"], dict) or not all(_is_number(v) and 0 < v < 1
                                                              for v in d["targets"].values()):
                 raise ValueError(f"field 'targets' must be an object of levels in (0, 1), got {_shown(d['targets'])}")

@@ -598,7 +598,10 @@ def _probabilities(probs: Any, act: Activation) -> np.ndarray:
                          f"({act.name}) and one spatial axis, got shape {p.shape}")
     lo, hi = float(p.min()), float(p.max())
     if not (lo >= -tol and hi <= 1 + tol):  # False for NaN
-        raise ValueError(f"probs must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}] (NaN or inf, or logits?)")
+        nan = int(np.isnan(p).sum())  # "values in [nan, nan]" hid one NaN voxel among valid probabilities
+        if nan:
+            raise ValueError(f"probs must lie in [0, 1], got {nan} NaN value(s) of {p.size}")
+        raise ValueError(f"probs must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}] (inf, or logits?)")
     if not act.multilabel:
         dev = float(np.abs(p.sum(axis=0) - 1).max())
         if dev > tol:
@@ -1020,6 +1023,54 @@ def _upper_envelope(losses: np.ndarray) -> np.ndarray:
     return np.flip(np.maximum.accumulate(np.flip(losses, axis=-1), axis=-1), axis=-1)
 
 
+#: the fields of :meth:`ConformalRule.to_dict` and of each of its tasks (:meth:`ConformalRule.from_dict` wants them all)
+_RULE_FIELDS = ("activation", "family", "side", "step", "size", "method", "alpha", "tol", "names", "edges", "tasks")
+_TASK_FIELDS = ("name", "stratum", "lambda_hat", "index", "n", "calibration_loss", "calibration_above_tol",
+                "guarantee")
+
+
+def _is_real(v: Any) -> bool:
+    """A finite real number that is not a bool (a string, None or NaN is not)."""
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) and (
+        math.isfinite(v))
+
+
+def _check_task_record(t: Any, k: int, n: int, alpha: float, tol: float | None) -> None:
+    """The recorded calibration numbers of ``tasks[k]`` (``ValueError`` naming the field).
+
+    The level must be certifiable on ``n`` cases at all (:func:`min_calibration_cases`); ``calibration_loss`` a mean
+    loss in [0, 1]; ``calibration_above_tol`` None for expectation control, else a share of the ``n`` cases in [0, 1]
+    that the high-probability rule allows above ``tol`` (at most ``n - ceil((n + 1)(1 - alpha))`` cases), and then
+    the mean loss at most ``above + (1 - above) tol`` (the cases above ``tol`` lose at most 1, the others ``tol``);
+    ``guarantee`` a string. An edited file otherwise showed a loss of NaN or 7 beside a valid-looking guarantee.
+    """
+    need = min_calibration_cases(alpha, high_probability=tol is not None)
+    if n < need:
+        raise ValueError(f"tasks[{k}].n is {n}: alpha={alpha} cannot be certified on fewer than {need} calibration "
+                         "cases")
+    loss, above = t.calibration_loss, t.calibration_above_tol
+    if not _is_real(loss) or not 0 <= loss <= 1:
+        raise ValueError(f"tasks[{k}].calibration_loss must be a mean loss in [0, 1], got {loss!r}")
+    if tol is None:
+        if above is not None:
+            raise ValueError(f"tasks[{k}].calibration_above_tol must be None for expectation control, got {above!r}")
+        # the condition that chose lambda_hat, n * loss + 1 <= alpha (n + 1), with twice the fit's rounding allowance
+        # (the mean was summed in another order and is multiplied back here), never below 1e-9
+        if n * loss + 1 > alpha * (n + 1) + max(1e-9, 2 * _crc_tau(n, alpha)):
+            raise ValueError(f"tasks[{k}].calibration_loss {loss!r} on {n} cases does not meet the level {alpha!r} "
+                             "(n * loss + 1 <= alpha * (n + 1))")
+    else:
+        allowed = n - quantile_rank(n, alpha)
+        if not _is_real(above) or not 0 <= above <= 1 or above * n > allowed + 1e-9:
+            raise ValueError(f"tasks[{k}].calibration_above_tol must be the share of the {n} calibration cases above "
+                             f"tol, at most {allowed} of them, got {above!r}")
+        if loss > above + (1 - above) * tol + 1e-9:
+            raise ValueError(f"tasks[{k}].calibration_loss {loss!r} exceeds what {above!r} of the cases above tol "
+                             f"allow (at most {above + (1 - above) * tol:.6g})")
+    if not isinstance(t.guarantee, str):
+        raise ValueError(f"tasks[{k}].guarantee must be a string, got {t.guarantee!r}")
+
+
 @dataclass(frozen=True)
 class ConformalTaskRule:
     """The fitted ``lambda_hat`` of one class or region (in one stratum) and what was achieved on calibration.
@@ -1135,9 +1186,10 @@ class ConformalRule:
             st, pos = divmod(k, len(self.names))
             if not isinstance(t, ConformalTaskRule):
                 raise ValueError(f"tasks[{k}] must be a ConformalTaskRule, got {type(t).__name__}")
-            if t.name != self.names[pos] or t.stratum != st:
+            if t.name != self.names[pos] or isinstance(t.stratum, bool) or t.stratum != st:
                 raise ValueError(f"tasks[{k}] must be {self.names[pos]!r} in stratum {st} (stratum-major, in the "
                                  f"order of names), got {t.name!r} in stratum {t.stratum!r}")
+            check_integer(t.stratum, f"tasks[{k}].stratum", 0)
             j = check_integer(t.index, f"tasks[{k}].index", 0)
             top = last_index(self.family, size)
             if j > top:
@@ -1147,7 +1199,8 @@ class ConformalRule:
                     or not math.isclose(lam, j * step, rel_tol=1e-9, abs_tol=1e-12)):
                 raise ValueError(f"tasks[{k}].lambda_hat must be the grid value {j * step!r} of its index {j}, got "
                                  f"{lam!r}")
-            check_integer(t.n, f"tasks[{k}].n")  # a positive number of calibration cases
+            n = check_integer(t.n, f"tasks[{k}].n")  # a positive number of calibration cases
+            _check_task_record(t, k, n, self.alpha, self.tol)
 
     @property
     def num_strata(self) -> int:
@@ -1261,13 +1314,32 @@ class ConformalRule:
             >>> ConformalRule.from_dict(json.loads(json.dumps(rule.to_dict()))) == rule
             True
         """
+        if not isinstance(d, Mapping):
+            raise ValueError(f"d must be a conformal rule's dict, got {type(d).__name__}")
+        missing = [k for k in _RULE_FIELDS if k not in d]
+        extra = [str(k) for k in d if k not in _RULE_FIELDS]
+        if missing or extra:
+            raise ValueError(f"d is not a conformal rule's dict: missing fields {missing}, unknown fields {extra}")
+        tasks_in = d["tasks"]
+        if not isinstance(tasks_in, (list, tuple)) or not all(isinstance(t, Mapping) for t in tasks_in):
+            raise ValueError(f"tasks must be a list of objects, got {type(tasks_in).__name__}")
+        for k, t in enumerate(tasks_in):
+            missing = [f for f in _TASK_FIELDS if f not in t]
+            extra = [str(f) for f in t if f not in _TASK_FIELDS]
+            if missing or extra:
+                raise ValueError(f"tasks[{k}] is not a task rule: missing fields {missing}, unknown fields {extra}")
+        for name in ("names", "edges"):
+            if d[name] is not None and not isinstance(d[name], (list, tuple)):
+                raise ValueError(f"{name} must be a list, got {type(d[name]).__name__} {d[name]!r}")
+        for name in ("activation", "family", "side", "method"):
+            if not isinstance(d[name], str):  # str(1) == "1" would pass through as a name
+                raise ValueError(f"{name} must be a string, got {d[name]!r}")
+        # the values as written, never coerced: float("0.3"), int(16.7) turned an edited field into another rule
+        tasks = tuple(ConformalTaskRule(**t) for t in tasks_in)
         try:
-            tasks = tuple(ConformalTaskRule(**t) for t in d["tasks"])
-            return cls(str(d["activation"]), str(d["family"]), str(d["side"]), float(d["step"]), int(d["size"]),
-                       str(d["method"]), float(d["alpha"]), None if d["tol"] is None else float(d["tol"]),
-                       tuple(d["names"]), None if d["edges"] is None else tuple(float(e) for e in d["edges"]),
-                       tasks)
-        except (KeyError, TypeError) as err:
+            return cls(d["activation"], d["family"], d["side"], d["step"], d["size"], d["method"], d["alpha"],
+                       d["tol"], tuple(d["names"]), None if d["edges"] is None else tuple(d["edges"]), tasks)
+        except TypeError as err:
             raise ValueError(f"d is not a conformal rule's dict: {err}") from None
 
 

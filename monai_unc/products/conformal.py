@@ -282,7 +282,8 @@ class ConformalMasks(CohortProduct):
             args: the parsed ``monai-unc evaluate`` options.
 
         Returns:
-            The product, or None. Options of the strata without ``--conformal`` are refused (``ValueError``).
+            The product, or None. Options of the strata, ``--conformal-delta`` or ``--conformal-family margin``
+            without ``--conformal`` are refused (``ValueError``).
 
         Raises:
             ValueError: naming the option.
@@ -290,6 +291,9 @@ class ConformalMasks(CohortProduct):
         if not getattr(args, "conformal", None):
             if args.conformal_strata is not None or args.conformal_strata_edges is not None:
                 raise ValueError("--conformal-strata / --conformal-strata-edges need conformal masks (--conformal)")
+            # found by hostile review: these were ignored, and the run ended with no rule at the level asked for
+            if args.conformal_delta is not None or args.conformal_family != "threshold":
+                raise ValueError("--conformal-delta / --conformal-family need conformal masks (--conformal)")
         if args.conformal_stratify_by is not None and args.conformal_strata is None and (
                 args.conformal_strata_edges is None):
             raise ValueError("--conformal-stratify-by needs --conformal-strata or --conformal-strata-edges")

@@ -22,6 +22,7 @@ def cohort(tmp_path_factory):
     (["--lesion-dilation", "1"], "--lesion-dilation / --lesion-min-volume / --lesion-samples need lesion-wise metrics "
                                  "(--lesions)"),
     (["--conformal-strata", "3"], "--conformal-strata / --conformal-strata-edges need conformal masks (--conformal)"),
+    (["--conformal-delta", "0.05"], "--conformal-delta / --conformal-family need conformal masks (--conformal)"),
     (["--conformal", "outer:fnr=0.1", "--conformal-stratify-by", "variance_mean"],
      "--conformal-stratify-by needs --conformal-strata or --conformal-strata-edges"),
 ])

@@ -65,6 +65,15 @@ EDITS = {
     "delta": (lambda d: d.update(delta=7), "'delta'"),
     "duplicate case": (lambda d: d["calibration_cases"].__setitem__(1, "c00"), "'calibration_cases'"),
     "names": (lambda d: d["rules"]["outer"].update(names=["0", "0"]), "rules.outer.names"),
+    # found by hostile review: these were accepted (0.0 and False equal stratum 0; unknown fields were ignored)
+    "stratum a float": (lambda d: _task(d).update(stratum=0.0), "rules.outer.tasks[1].stratum"),
+    "stratum a bool": (lambda d: d["rules"]["outer"]["tasks"][0].update(stratum=False), "rules.outer.tasks[0].stratum"),
+    "unknown rule field": (lambda d: d["rules"]["outer"].update(lambda_scale=2.0), "rules.outer.lambda_scale"),
+    "unknown task field": (lambda d: _task(d).update(offset=3), "rules.outer.tasks[1].offset"),
+    "missing rule field": (lambda d: d["rules"]["outer"].pop("edges"), "rules.outer.edges"),
+    "missing task field": (lambda d: _task(d).pop("guarantee"), "rules.outer.tasks[1].guarantee"),
+    "unknown top-level field": (lambda d: d.update(override={"outer": 0.9}), "'override'"),
+    "version not a string": (lambda d: d.update(monai_unc=5), "'monai_unc'"),
 }
 
 
@@ -99,6 +108,11 @@ def test_high_probability_rule_fields(genuine):
     d["digest"] = rule_digest(d)
     with pytest.raises(ValueError, match=r"tasks\[1\]\.calibration_above_tol"):
         ConformalRuleFile.from_json(d, SOURCE)
+    # found by hostile review: a mean loss no share above tol allows (1.0 with 0.1 of the cases above tol = 0.5)
+    # was accepted and shown as the achieved calibration loss
+    assert_edit_refused(json.loads(json.dumps(f.to_json())),
+                        lambda e: e["rules"]["outer"]["tasks"][1].update(calibration_loss=1.0),
+                        "rules.outer.tasks[1].calibration_loss")
 
 
 @pytest.mark.parametrize("text,words", [("[" * 100_000 + "]" * 100_000, "nested 100000 levels deep"),

@@ -71,6 +71,7 @@ STRATA_EDITS = {
     "region a number": (lambda d: d["strata"].update(region=3), "strata.region"),
     "strata a list": (lambda d: d.update(strata=[0.5]), "'strata'"),
     "field missing": (lambda d: d["strata"].pop("patch_size"), "'strata' lacks"),
+    "field unknown": (lambda d: d["strata"].update(exact=True), "strata.exact"),  # found by hostile review: ignored
 }
 
 
@@ -214,6 +215,28 @@ RULE_EDITS = {
     "n zero": (lambda d: d["tasks"][0].update(n=0), "tasks[0].n"),
     "edges decreasing": (lambda d: d.update(edges=[0.5, 0.2]), "edges"),
     "names repeated": (lambda d: d.update(names=["0", "0"]), "names"),
+    # found by hostile review: from_dict coerced the values (int(16.7), float("0.2"), tuple("01")) and left the
+    # recorded calibration numbers unchecked, so an edited dict loaded as another rule or with a loss of NaN or 7
+    "size not an integer (truncated)": (lambda d: d.update(size=16.7), "size"),
+    "size a string": (lambda d: d.update(size="16"), "size"),
+    "step a string": (lambda d: d.update(step="0.0625"), "step"),
+    "alpha a string": (lambda d: d.update(alpha="0.2"), "alpha"),
+    "names a string": (lambda d: d.update(names="0"), "names"),
+    "edges strings": (lambda d: d.update(edges=["0.5"]), "edges"),
+    "activation not a string": (lambda d: d.update(activation=1), "activation"),
+    "stratum a float": (lambda d: d["tasks"][0].update(stratum=0.0), "tasks[0].stratum"),
+    "calibration loss NaN": (lambda d: d["tasks"][0].update(calibration_loss=float("nan")),
+                             "tasks[0].calibration_loss"),
+    "calibration loss 7": (lambda d: d["tasks"][0].update(calibration_loss=7), "tasks[0].calibration_loss"),
+    "calibration loss above the level": (lambda d: d["tasks"][0].update(calibration_loss=0.3),
+                                         "tasks[0].calibration_loss"),
+    "above tol with expectation": (lambda d: d["tasks"][0].update(calibration_above_tol=0.5),
+                                   "tasks[0].calibration_above_tol"),
+    "guarantee not a string": (lambda d: d["tasks"][0].update(guarantee=5), "tasks[0].guarantee"),
+    "n too few for alpha": (lambda d: d["tasks"][0].update(n=3), "tasks[0].n"),
+    "unknown field": (lambda d: d.update(extra=1), "extra"),
+    "missing field": (lambda d: d.pop("tol"), "tol"),
+    "unknown task field": (lambda d: d["tasks"][0].update(extra=1), "extra"),
 }
 
 
@@ -231,6 +254,22 @@ def test_rule_from_dict_refuses_an_edited_field_naming_it(rule_dict, name):
         ConformalRule.from_dict(d)
 
 
+def test_high_probability_rule_dict_checks_its_calibration_numbers():
+    """The share above ``tol`` is at most what the rank allows, and the mean loss at most ``above + (1 - above) tol``
+    (the cases above ``tol`` lose at most 1, the others at most ``tol``). Found by hostile review: a mean loss of 1.0
+    beside no case above ``tol`` loaded."""
+    states = [conformal_case_state(np.array([[0.9, 0.7, 0.4, 0.2]]), np.array([[1, 1, 1, 0]]), activation="sigmoid",
+                                   grid=8)] * 19
+    d = json.loads(json.dumps(fit_conformal_rule(states, alpha=0.1, tol=0.2).to_dict()))
+    assert ConformalRule.from_dict(copy.deepcopy(d)).tol == 0.2
+    for edit, field in [({"calibration_loss": 1.0}, "calibration_loss"), ({"calibration_above_tol": 0.5},
+                        "calibration_above_tol"), ({"calibration_above_tol": None}, "calibration_above_tol")]:
+        e = copy.deepcopy(d)
+        e["tasks"][0].update(edit)
+        with pytest.raises(ValueError, match=re.escape(f"tasks[0].{field}")):
+            ConformalRule.from_dict(e)
+
+
 def test_entry_index_of_float16_values_equals_float64():
     """float16 values on the largest threshold grid (size 65536): numpy made the size float16 inf and every index
     -2^31; distances in float16 lost the margin grid the same way. Found by hostile testing (precision review)."""
@@ -243,3 +282,48 @@ def test_entry_index_of_float16_values_equals_float64():
     d = np.array([0.0, 0.5, 600.0, 60000.0, np.inf])
     assert entry_index(d.astype(np.float16), "margin", "outer", 0.5, 200000).tolist() == entry_index(
         d.astype(np.float16).astype(np.float64), "margin", "outer", 0.5, 200000).tolist()
+
+
+@pytest.mark.parametrize("value", [0.0, 0.25, 0.5, 0.75, 1.0])
+@pytest.mark.parametrize("side", ["outer", "inner"])
+def test_constant_probability_maps_equal_brute_force(value, side):
+    """A constant map (every voxel on one grid point; at 0.5 the sigmoid prediction ``p > 0.5`` is empty) gives the
+    losses of the masks computed on the full volume, in both families (3D, anisotropic spacing), and NaN
+    probabilities are refused naming ``probs``."""
+    from tests.metrics.test_conformal import brute_margin_losses, brute_threshold_losses
+
+    rng = np.random.default_rng(int(value * 4))
+    p = np.full((1, 5, 6, 4), value)
+    y = rng.random((1, 5, 6, 4)) < 0.4
+    spacing = (0.7, 1.1, 2.0)
+    state = conformal_case_state(p, y, activation="sigmoid", side=side, grid=16)
+    np.testing.assert_array_equal(state.losses()[0], brute_threshold_losses(p[0], y[0], side, 16))
+    state = conformal_case_state(p, y, activation="sigmoid", family="margin", side=side, grid=(3.0, 0.5),
+                                 spacing=spacing)
+    np.testing.assert_array_equal(state.losses()[0], brute_margin_losses(p[0] > 0.5, y[0], side, spacing, 0.5, 6))
+    p[0, 0, 0, 0] = np.nan  # one NaN voxel is named as such (it read "got values in [nan, nan]")
+    with pytest.raises(ValueError, match=r"probs must lie in \[0, 1\], got 1 NaN value\(s\) of 120"):
+        conformal_case_state(p, y, activation="sigmoid", side=side, grid=16)
+
+
+@pytest.mark.parametrize("tol", [None, 0.2])
+def test_fit_at_the_edges_of_alpha_and_tol(tol):
+    """alpha 0, 1, NaN, inf, a string or a bool is refused naming alpha; 1e-12 says in words how many cases it needs
+    (about 1e12, decided by the fit's own arithmetic); tol 0, 1 and NaN are refused naming tol, a tiny tol fits."""
+    rng = np.random.default_rng(0)
+    states = []
+    for _ in range(20):
+        p = rng.random((4, 4))
+        states.append(conformal_case_state(np.stack([1 - p, p]), (rng.random((4, 4)) < p).astype(int), grid=16))
+    for bad in (0, 1, float("nan"), float("inf"), -0.1, "0.1", True):
+        with pytest.raises(ValueError, match="alpha"):
+            fit_conformal_rule(states, bad, tol=tol)
+    with pytest.raises(ValueError, match=r"20 calibration case\(s\) are too few: alpha=1e-12 needs at least \d{12}"):
+        fit_conformal_rule(states, 1e-12, tol=tol)
+    assert min_calibration_cases(1e-12, high_probability=tol is not None) > 10**11
+    if tol is not None:
+        for bad in (0, 1, float("nan")):
+            with pytest.raises(ValueError, match="tol"):
+                fit_conformal_rule(states, 0.2, tol=bad)
+        rule = fit_conformal_rule(states, 0.2, tol=1e-12)  # only a loss of 0 is within tol: the trivial end if need be
+        assert rule.task_rule("1").index <= rule.size

@@ -20,7 +20,7 @@ def test_a_conformal_delta_beyond_2_53_cases_names_the_option():
 def test_a_rule_file_level_beyond_2_53_cases_names_the_file_and_field():
     step, size = conformal_grid("threshold", 256)
     raw = {"activation": "softmax", "side": "outer", "family": "threshold", "size": size, "step": step,
-           "method": "high_probability", "alpha": 1e-17, "tol": 0.1, "names": ["1"], "tasks": [{}]}
+           "method": "high_probability", "alpha": 1e-17, "tol": 0.1, "names": ["1"], "edges": None, "tasks": [{}]}
     with pytest.raises(ValueError, match=r"^rule\.json: field 'rules\.outer\.alpha' is 1e-17, which no number of "):
         check_rule_fields(raw, "outer", "rule.json", target=0.1, delta=1e-17, n_calibration=20, strata=None)
 

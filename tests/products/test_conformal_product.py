@@ -133,6 +133,10 @@ def test_from_arguments():
     assert p.targets == {"outer": 0.1, "inner": 0.2} and p.family == "margin" and p.strata_edges == [0.2, 0.4]
     with pytest.raises(ValueError, match="need conformal masks"):
         ConformalMasks.from_arguments(_args(conformal_strata=3))
+    # found by hostile review: ignored before, so the run wrote no rule at the level the user asked for
+    for kw in ({"conformal_delta": 0.05}, {"conformal_family": "margin"}):
+        with pytest.raises(ValueError, match="--conformal-delta / --conformal-family need conformal masks"):
+            ConformalMasks.from_arguments(_args(**kw))
     with pytest.raises(ValueError, match="--conformal-stratify-by needs --conformal-strata or"):
         ConformalMasks.from_arguments(_args(conformal_stratify_by="variance_mean"))
     with pytest.raises(ValueError, match="--conformal-strata-edges must be comma-separated numbers"):
