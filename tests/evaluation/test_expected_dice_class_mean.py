@@ -228,9 +228,10 @@ def test_a_rule_without_the_field_holds_merged_foreground_estimates_and_says_so(
     got = case_expected_dice(p, False, old.expected_dice_estimate)
     np.testing.assert_array_equal(got.foreground, case_expected_dice(p, False, "merged_foreground").foreground)
     assert got.foreground[0] != pytest.approx(float(case_expected_dice(p, False).foreground[0]), abs=1e-6)
-    # a region rule without the field: the mean over the regions, as before
+    # a region rule without the field: the former mean over the regions (tests/evaluation/
+    # test_expected_dice_region_mean.py)
     reg = _rule(estimate=None, num_classes=2, regions={"a": [1], "b": [2]})
-    assert reg.expected_dice_estimate == "region_mean" and reg.format_version in (3, 4)
+    assert reg.expected_dice_estimate == "region_mean_soft" and reg.format_version in (3, 4)
 
 
 @pytest.mark.parametrize(("edit", "match"), [
