@@ -379,13 +379,9 @@ def _option_text(parser: argparse.ArgumentParser, args: argparse.Namespace, argv
                   None)
     if action is None:
         return text
-<<<<<<< HEAD
     text = _other_options(sub, argv, error, text)
-    option = _typed_option(action, argv)
-=======
     # a positional argument as argparse names it in usage and errors: its metavar, else its destination
     option = _typed_option(action, argv) if action.option_strings else str(action.metavar or action.dest)
->>>>>>> followup
     if any(text.startswith(o) for o in action.option_strings if o.startswith("--")):
         return text  # a check that names the option itself (``--uid-root must be ...``)
     rest = text[len(parameter):]
