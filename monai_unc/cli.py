@@ -354,7 +354,8 @@ def _option_text(parser: argparse.ArgumentParser, args: argparse.Namespace, argv
     The checks of the Python API name their parameters (``n_bins must be at most 4096``) and mark the error with that
     parameter (:func:`monai_unc._utils.parameter_error`); reached from the command line the same check must name the
     option the user typed (``--n-bins must be ...``; found by hostile review). The option is found through the parser,
-    not in the text: the option of the command whose destination is the error's parameter (:func:`_typed_option`).
+    not in the text: the option of the command whose destination is the error's parameter (:func:`_typed_option`),
+    or a positional argument as argparse names it, by its metavar (``monitor record``'s ``TRIAGE``).
     A message that begins with the parameter (``n_bins must ...``, ``labels folder not found: x``) has that word
     replaced; any other is prefixed with the option (``--shifts: shift table not found: x``). An error
     without a parameter, or whose parameter is no option of the command (a field of a file the command read), keeps
@@ -374,11 +375,13 @@ def _option_text(parser: argparse.ArgumentParser, args: argparse.Namespace, argv
     sub = _command_parser(parser, args)
     if not isinstance(parameter, str) or not parameter or sub is None:
         return text
-    action = next((a for a in sub._actions if a.option_strings and a.dest == parameter), None)
+    action = next((a for a in sub._actions if a.dest == parameter and not isinstance(a, argparse._SubParsersAction)),
+                  None)
     if action is None:
         return text
     text = _other_options(sub, argv, error, text)
-    option = _typed_option(action, argv)
+    # a positional argument as argparse names it in usage and errors: its metavar, else its destination
+    option = _typed_option(action, argv) if action.option_strings else str(action.metavar or action.dest)
     if any(text.startswith(o) for o in action.option_strings if o.startswith("--")):
         return text  # a check that names the option itself (``--uid-root must be ...``)
     rest = text[len(parameter):]

@@ -46,15 +46,23 @@ __all__ = [
     "canonical_method",
     "draws_at_random",
     "EXPECTED_DICE_ESTIMATES",
+    "LEGACY_REGION_ESTIMATE",
 ]
 
 #: What a case's label-free ``expected_dice`` estimates: the ``calibration.expected_dice_estimate`` of a referral rule
 #: (docs/triage.md). ``class_mean``: the mean over the foreground classes of each class's expected Dice, the quantity
 #: of the case's ``dice`` (``evaluate`` and the rules it certifies, for classes); ``merged_foreground``: the expected
 #: Dice of every foreground class as one mask (rules of classes certified before the field, which records it; with
-#: two classes the same quantity); ``region_mean``: the mean over the regions of each region's binary expected Dice
-#: (region-based rules, with or without the field). The monitoring store reads them without torch, hence here.
+#: two classes the same quantity); ``region_mean``: the mean over the regions of each region's binary expected Dice,
+#: the quantity of the case's ``dice`` (a region the segmentation ``p > 0.5`` does not hold: ``1 - max p``, as for a
+#: class; region-based rules of ``format_version`` 5). The monitoring store reads them without torch, hence here.
 EXPECTED_DICE_ESTIMATES: tuple[str, ...] = ("class_mean", "merged_foreground", "region_mean")
+#: The estimate of a region-based rule certified before ``format_version`` 5: the mean over the regions of each
+#: region's soft Dice against its own segmentation, 0 for a region the segmentation does not hold as soon as the
+#: model gives it any probability (while ``dice`` scores a region absent from both maps 1). Derived from such rules
+#: only (``ReferralRule.expected_dice_estimate``, the monitoring store), so that triage computes their new cases'
+#: estimates as their calibration cases' were; never recorded in a rule (not one of :data:`EXPECTED_DICE_ESTIMATES`).
+LEGACY_REGION_ESTIMATE = "region_mean_soft"
 
 #: deprecated measure names (one release) -> current names; files and options with the old name are still read
 DEPRECATED_MEASURES: dict[str, str] = {"max_softmax": "one_minus_max_prob"}

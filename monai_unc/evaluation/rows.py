@@ -23,7 +23,7 @@ import torch
 from .._deprecation import REMOVAL
 from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
 from ..io import CaseError, CaseFiles, LoadedCase, read_probabilities, save_nifti, save_region_maps
-from ..keys import MEASURES
+from ..keys import LEGACY_REGION_ESTIMATE, MEASURES
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
 from ..metrics.overlap import dice
@@ -262,15 +262,22 @@ def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None
       against ``R > 0``): what ``evaluate`` wrote before, and what referral rules certified before the rule recorded
       its estimate hold (triage computes it for their new cases). With two classes it is ``class_mean`` unless the
       segmentation is empty (then 0 as soon as the model gives the foreground any probability).
-    - ``"region_mean"`` (regions, ``multilabel``): the binary expected Dice of each region
-      (:func:`~monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``), their mean, the quantity of
-      ``dice``.
+    - ``"region_mean"`` (regions, ``multilabel``): the quantity of the case's ``dice``, the mean over the regions
+      ``r`` of ``q_r``. A region the segmentation ``p_r > 0.5`` holds has the binary expected Dice of
+      :func:`~monai_unc.metrics.quality.quality_estimates` (``multilabel=True``), ``q_r = 2 sum_x p_r [p_r > 0.5] /
+      (sum_x p_r + |p_r > 0.5|)``; a region it does not hold has ``q_r = prod_x (1 - p_r(x))``, as a class above
+      (:func:`class_dice` of the region masks scores a region absent from both 1): 1 for a region without any
+      probability, near 0 for a missed region the model gives a few voxels' worth of probability.
+    - ``"region_mean_soft"`` (regions, :data:`~monai_unc.keys.LEGACY_REGION_ESTIMATE`): the mean of each region's
+      soft Dice, 0 for a region the segmentation does not hold as soon as it has any probability: what ``evaluate``
+      wrote before, and what region-based referral rules certified before ``format_version`` 5 hold (triage
+      computes it for their new cases).
 
     Args:
         probs: the case's probabilities ``(C, *spatial)`` (softmax) or ``(R, *spatial)`` (sigmoid regions).
         multilabel: whether they are region probabilities.
-        estimate: ``"class_mean"`` or ``"merged_foreground"`` for classes, ``"region_mean"`` for regions; None: the
-            first of these for the kind of ``probs``.
+        estimate: ``"class_mean"`` or ``"merged_foreground"`` for classes, ``"region_mean"`` or
+            ``"region_mean_soft"`` for regions; None: the first of these for the kind of ``probs``.
 
     Returns:
         :class:`~monai_unc.metrics.quality.QualityScores` of the case (batch of one): ``foreground`` ``(1,)``,
@@ -286,24 +293,44 @@ def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None
         ([0.9474, 0.6634], 0.8054)
         >>> round(float(case_expected_dice(p, False, "merged_foreground").foreground[0]), 4)
         0.9744
+        >>> r = np.zeros((2, 4, 4), np.float32); r[0, :2] = 0.9; r[1, :2] = 0.3  # region 1 is not segmented
+        >>> [round(float(v), 4) for v in case_expected_dice(r, True).per_class[0]]  # prod (1 - p_1) = 0.7 ** 8
+        [0.9474, 0.0576]
+        >>> [round(float(v), 4) for v in case_expected_dice(r, True, "region_mean_soft").per_class[0]]
+        [0.9474, 0.0]
     """
-    allowed = ("region_mean",) if multilabel else ("class_mean", "merged_foreground")
+    allowed = ("region_mean", LEGACY_REGION_ESTIMATE) if multilabel else ("class_mean", "merged_foreground")
     estimate = allowed[0] if estimate is None else estimate
     if estimate not in allowed:
         raise ValueError(f"estimate must be one of {allowed} for {'region' if multilabel else 'class'} "
                          f"probabilities, got {estimate!r}"[:300])
     if multilabel:
-        return quality_estimates({"pred": probs[None]}, multilabel=True)["expected_dice"]
+        q = quality_estimates({"pred": probs[None]}, multilabel=True)["expected_dice"]
+        if estimate == LEGACY_REGION_ESTIMATE:
+            return q
+        # a region is a two-class problem (1 - p_r, p_r) whose segmentation is p_r > 0.5; its soft Dice is 0 exactly
+        # when that holds no voxel and the region has some probability (a segmented voxel has p_r > 0.5)
+        return _unsegmented_as_absent(q, probs.reshape(probs.shape[0], -1))
     q = expected_dice(probs[None], validate=False)
     if estimate == "merged_foreground":
         return q
-    per = np.array(q.per_class, dtype=np.float64)  # (1, C - 1), a copy
     # q_c is 0 exactly when R holds no voxel of c: at a voxel of R = c, p_c is larger than p_0 >= 0 (a tie goes to
     # the lower class), so the overlap sum_x p_c [R = c] is positive; an argmax of the volume again would double the
-    # cost. A class without any probability has 0 / 0 = 1 (empty_score), which the product gives too.
-    flat = probs.reshape(probs.shape[0], -1)
+    # cost
+    return _unsegmented_as_absent(q, probs.reshape(probs.shape[0], -1)[1:])
+
+
+def _unsegmented_as_absent(q: QualityScores, flat: np.ndarray) -> QualityScores:
+    """``q`` (batch of one) with ``prod_x (1 - p_k(x))`` for each class or region ``k`` of soft Dice 0; the mean.
+
+    ``flat`` holds the probabilities of the columns of ``q.per_class``, ``(K, voxels)``. A soft Dice of exactly 0 is
+    a class or region the segmentation does not hold although the model gives it some probability
+    (:func:`case_expected_dice`); one without any probability has 0 / 0 = 1 (``empty_score``), which the product
+    gives too.
+    """
+    per = np.array(q.per_class, dtype=np.float64)  # (1, K), a copy
     for k in np.flatnonzero(per[0] == 0.0):
-        per[0, k] = _probability_none(flat[k + 1])
+        per[0, k] = _probability_none(flat[k])
     return QualityScores(per.mean(axis=1), per)
 
 

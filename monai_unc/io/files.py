@@ -1694,7 +1694,7 @@ def check_writable_folder(folder: str | os.PathLike, what: str = "output folder"
 
 
 def check_output_folder(
-    output: str | os.PathLike, *inputs: str | os.PathLike | None, writable: bool = True
+    output: str | os.PathLike, *inputs: str | os.PathLike | None, writable: bool = True, what: str = "output folder"
 ) -> Path:
     """Refuse an output folder that is, or lies inside, an input folder, or that cannot be written.
 
@@ -1706,6 +1706,8 @@ def check_output_folder(
         output: the output folder.
         *inputs: the input folders (None is skipped).
         writable: also check that ``output`` can be written or created.
+        what: how messages name ``output`` (a command line whose options are not ``--output`` names its own:
+            ``nnunet-predict``'s ``"-o folder"``).
 
     Returns:
         The resolved path of ``output``.
@@ -1729,17 +1731,17 @@ def check_output_folder(
         src = Path(inp).resolve()
         if out == src or src in out.parents:
             raise ValueError(
-                f"output folder {output} lies inside the input folder {inp}; choose an output outside it "
+                f"{what} {output} lies inside the input folder {inp}; choose an output outside it "
                 "(inputs are never written to)"
             )
         for linked, whole in _linked_folders(src):
             if out == linked or (whole and linked in out.parents):
                 raise ValueError(
-                    f"output folder {output} {'is' if out == linked else 'lies inside'} {linked}, which holds inputs "
+                    f"{what} {output} {'is' if out == linked else 'lies inside'} {linked}, which holds inputs "
                     f"that {inp} links to; choose an output elsewhere (inputs are never written to)"
                 )
     if writable:
-        check_writable_folder(output)
+        check_writable_folder(output, what)
     return out
 
 

@@ -24,7 +24,7 @@ from ..evaluation.cohort import dice_failed, risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import Decision, ImageReference
-from ..io import VOLUME_EXTENSIONS, CaseFiles, parse_float, read_table, read_volume, split_extension
+from ..io import VOLUME_EXTENSIONS, CaseFiles, input_folder, parse_float, read_table, read_volume, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
@@ -392,6 +392,8 @@ def read_triage_run(
         The :class:`TriageRun`.
 
     Raises:
+        FileNotFoundError: ``folder`` does not exist.
+        NotADirectoryError: ``folder`` is a file.
         ValueError: no ``triage.json``, or a field of it that is missing or wrong (named; the rule's
             ``image_reference`` with every check of :meth:`~monai_unc.evaluation.triage.ImageReference.from_json`),
             a rule that does not match its digest (:func:`~monai_unc.monitoring.store.check_rule`: edited after
@@ -412,7 +414,7 @@ def read_triage_run(
         >>> [(c.case_id, c.site, c.decision, c.code) for c in run.cases]
         [('a', 'Centre A', 'accept', 'accepted'), ('b', 'Centre B', 'review', 'above_threshold')]
     """
-    root = Path(folder)
+    root = input_folder(folder, "folder", "triage output folder")  # missing, a file: said as such
     site = (site.strip() or None) if isinstance(site, str) else site  # as the sites table and the sidecars
     path = root / "triage.json"
     if not path.is_file():

@@ -38,7 +38,7 @@ from urllib.parse import unquote
 from .. import __version__
 from .._digest import content_digest
 from .._utils import is_finite_real, parameter_error
-from ..keys import EXPECTED_DICE_ESTIMATES
+from ..keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -585,11 +585,15 @@ def _rule_columns(rule: Mapping[str, Any]) -> dict[str, Any]:
 def _expected_dice_estimate(rule: Mapping[str, Any]) -> str:
     """What the ``expected_dice`` of the cases a (checked) rule decided estimates (``ReferralRule.
     expected_dice_estimate``, read without torch): the rule's ``calibration.expected_dice_estimate``, else that of a
-    rule certified before it was recorded (the merged foreground for classes, the mean over the regions)."""
+    rule certified before it was recorded (the merged foreground for classes, :data:`~monai_unc.keys.
+    LEGACY_REGION_ESTIMATE` for regions: a region rule of ``format_version`` 4 or less, whatever it says)."""
     cal = rule.get("calibration")
+    ver = rule.get("format_version")
+    if rule.get("regions") and not (isinstance(ver, int) and not isinstance(ver, bool) and ver >= 5):
+        return LEGACY_REGION_ESTIMATE  # its region_mean scored a region the segmentation does not hold 0
     if isinstance(cal, Mapping) and "expected_dice_estimate" in cal:
         return str(cal["expected_dice_estimate"])
-    return "region_mean" if rule.get("regions") else "merged_foreground"
+    return LEGACY_REGION_ESTIMATE if rule.get("regions") else "merged_foreground"
 
 
 def _same_value(stored: Any, expected: Any) -> bool:
@@ -1623,9 +1627,11 @@ class MonitorStore:
             ``regions_in_order`` is False for a rule recorded by a monai-unc that kept its JSON with sorted keys, where
             the order of the regions (the channels of region masks) is lost. ``expected_dice_estimate`` says what the
             ``expected_dice`` of the cases the rule decided estimates (:data:`~monai_unc.keys.
-            EXPECTED_DICE_ESTIMATES`: ``"class_mean"``, or ``"merged_foreground"`` for a rule of classes certified
-            before it was recorded): triage computes a case's estimate as the rule's calibration cases' were, so the
-            cases of one rule hold one quantity, and those of two rules are not to be compared.
+            EXPECTED_DICE_ESTIMATES`: ``"class_mean"``, ``"region_mean"``, or ``"merged_foreground"`` for a rule of
+            classes certified before it was recorded, :data:`~monai_unc.keys.LEGACY_REGION_ESTIMATE` for a rule of
+            regions certified before ``format_version`` 5): triage computes a case's estimate as the rule's
+            calibration cases' were, so the cases of one rule hold one quantity, and those of two rules are not to be
+            compared.
 
         Raises:
             ValueError: one line naming the store: a row whose body does not match its digest, whose columns do not

@@ -399,7 +399,7 @@ def _predict(args: argparse.Namespace) -> int:
             sample_batch_size=args.sample_batch_size,
         )
         # before the model is loaded: -o is a writable folder outside the images, the model and the previous stage
-        check_output_folder(args.o, args.i, model, args.prev_stage_predictions)
+        check_output_folder(args.o, args.i, model, args.prev_stage_predictions, what="-o folder")
         predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
         with tempfile.TemporaryDirectory(prefix="monai-unc-dicom-input-") as staging:
             images = stage_dicom_input(args.i, staging, predictor.dataset_json,

@@ -596,7 +596,7 @@ def _add_monitor(sub: Any) -> None:
     db_help = ("the monitoring store: a file path (SQLite) or postgresql://user@host/db (needs the monitor extra); "
                "default $MONAI_UNC_MONITOR_DB")
     r = msub.add_parser("record", help="record a triage output folder into the store")
-    r.add_argument("triage", help="output folder of 'monai-unc triage'")
+    r.add_argument("triage", metavar="TRIAGE", help="output folder of 'monai-unc triage'")
     r.add_argument("--db", default=None, help=db_help)
     r.add_argument("--site", default=None, help=_SITE_HELP)
     r.add_argument("--sites", default=None, metavar="CSV", help="CSV with columns case,site[,scanner]")

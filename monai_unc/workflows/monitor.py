@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write_json, check_utf8_name, check_writable_folder, json_safe, split_extension
+from ..io import atomic_write_json, check_utf8_name, check_writable_folder, input_folder, json_safe, split_extension
 from ..monitoring import (
     GroupStatus,
     MonitorStore,
@@ -131,6 +131,7 @@ def record_triage(
         digest to confirm that they are the same scan (:meth:`~monai_unc.monitoring.MonitorStore.record_run`).
     """
     url = _db(db)
+    input_folder(triage, "triage")  # a missing folder or a file named as such (the command line: TRIAGE)
     run = read_triage_run(triage, site=site, sites=None if sites is None else read_sites(sites), triaged_at=time)
     with MonitorStore(url) as store:
         run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),

@@ -62,7 +62,7 @@ def test_an_empty_path_is_refused_naming_the_option(tmp_path, monkeypatch, capsy
     assert e.value.code == 2 and len(err) == 1, err
     assert err[0].startswith(f"monai-unc {' '.join(words)}: error: argument "), err
     assert "expected a path, got an empty one ('')" in err[0], err
-    name = "/".join(action.option_strings) if action.option_strings else action.dest
+    name = "/".join(action.option_strings) if action.option_strings else (action.metavar or action.dest)
     assert name in err[0], err
     assert list(tmp_path.iterdir()) == []  # nothing written into the current directory
 

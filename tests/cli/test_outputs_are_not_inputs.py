@@ -248,3 +248,24 @@ def test_nnunet_commands_refuse_an_input_as_the_output(s, model, what, argv, out
     assert REFUSAL.search(err) or "lies inside" in err, err
     assert {p: _sha(p) for p in files} == before
     assert sorted(p.as_posix() for p in model.parent.rglob("*")) == listing  # nothing created
+
+
+@pytest.mark.parametrize(("what", "output", "expected"), [
+    ("inside the images", lambda m: m.parent / "nnunet_images" / "p",
+     "-o folder {out} lies inside the input folder {images}; choose an output outside it (inputs are never written "
+     "to)"),
+    ("inside the model", lambda m: m / "fold_0",
+     "-o folder {out} lies inside the input folder {model}; choose an output outside it (inputs are never written "
+     "to)"),
+    ("a file", lambda m: m.parent / "a_file.txt", "-o folder {out} is a file, not a folder"),
+])
+def test_nnunet_predict_names_its_output_option(s, model, capsys, what, output, expected):
+    """``nnunet-predict`` refused its output as ``output folder ... lies inside ...``, naming no option; its options
+    are nnU-Net's (``-i``, ``-o``, ``-m``): the message names ``-o`` as its ``-i folder not found`` names ``-i``."""
+    out, images = output(model), model.parent / "nnunet_images"
+    if out.suffix == ".txt":
+        out.write_text("a file, no folder")
+    argv = ["nnunet-predict", "-i", str(images), "-m", str(model), "-f", "0", "-device", "cpu", "-o", str(out)]
+    rc, err = _run(argv, capsys)
+    want = f"monai-unc nnunet-predict: error: {expected.format(out=out, images=images, model=model)}"
+    assert rc == 2 and err.strip().splitlines() == [want], err

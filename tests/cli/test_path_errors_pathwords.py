@@ -243,6 +243,17 @@ PROBES = [
         "dicom-export -p {predictions} --series {file} -o {out}",
         "--series folder {file} is a file, not a folder",
     ),
+    # monitor record's positional TRIAGE: was "'x' is not a triage output folder (no triage.json)" for both
+    (
+        "monitor record triage missing",
+        "monitor record {missing} --db {out}/monitor.db",
+        "TRIAGE folder not found: {missing}",
+    ),
+    (
+        "monitor record triage a file",
+        "monitor record {file} --db {out}/monitor.db",
+        "TRIAGE folder {file} is a file, not a folder",
+    ),
 ]
 
 

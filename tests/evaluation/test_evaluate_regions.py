@@ -481,8 +481,10 @@ def test_risk_control_uses_the_combined_score(cohort, tmp_path):
         assert rc["accepted"] == sorted(c for c, s in scores.items() if s <= thr)
     # the rule for monai-unc triage records the regions and the combined score (tests/evaluation/test_triage_regions.py)
     rule = json.loads(paths["rule"].read_text())
-    # format_version 3: the rule records its calibration cases (checked when it is loaded)
-    assert paths["rule"] == tmp_path / "e" / "referral_rule.json" and rule["format_version"] == 3
+    # format_version 5: the rule records its calibration cases (checked when it is loaded) and their estimates'
+    # quantity, region_mean (a region the segmentation does not hold: 1 - max p)
+    assert paths["rule"] == tmp_path / "e" / "referral_rule.json" and rule["format_version"] == 5
+    assert rule["calibration"]["expected_dice_estimate"] == "region_mean"
     assert rule["regions"] == {k: list(v) for k, v in BRATS.items()}
     assert rule["score"]["column"] == "predictive_entropy_fg_mean"
     assert rule["calibration"]["scores"] == sorted(s for s in scores.values() if math.isfinite(s))

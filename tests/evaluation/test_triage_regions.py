@@ -134,7 +134,8 @@ def cohorts(tmp_path_factory):
 def test_rule_of_a_region_evaluation_records_the_regions(cohorts):
     rule = ReferralRule.load(cohorts["rule"])
     doc = json.loads(cohorts["rule"].read_text())
-    assert doc["format_version"] == 3 and doc["regions"] == BRATS and rule.regions == BRATS
+    assert doc["format_version"] == 5 and doc["regions"] == BRATS and rule.regions == BRATS
+    assert rule.expected_dice_estimate == "region_mean"  # the quantity of dice
     assert rule.score == f"{MEASURE}_mean" and rule.num_classes == 3 and rule.class_names is None
     assert rule.fingerprint["regions"] == BRATS and rule.risk_definition == "mean region dice < 0.75"
     # the calibration scores are the combined scores of cohort A, computed here from the maps
@@ -199,6 +200,56 @@ def test_triage_of_new_region_cases_equals_the_rule_on_scores_from_the_maps(coho
 
 
 @pytest.mark.slow
+def _without_enhancing_tumour(src: Path, dst: Path) -> Path:
+    """Cohort B's predictions with ET (the third region) below 0.5 everywhere and not segmented, as a case without
+    enhancing tumour that the model gives some probability."""
+    shutil.copytree(src, dst)
+    for f in sorted(dst.glob("*_probs.nii.gz")):
+        img = nib.load(f)
+        p = np.asarray(img.dataobj, dtype=np.float32).copy()
+        p[..., 2] *= 0.45
+        nib.save(nib.Nifti1Image(p, img.affine), f)
+        seg = dst / f.name.replace("_probs", "_seg")
+        masks = np.asarray(nib.load(seg).dataobj).copy()
+        masks[..., 2] = 0
+        nib.save(nib.Nifti1Image(masks, img.affine), seg)
+    return dst
+
+
+@pytest.mark.slow
+def test_triage_computes_the_estimate_of_the_rule_s_version(cohorts, tmp_path):
+    """Triage of region cases computes the rule's estimate: ``region_mean`` (an unsegmented region scores
+    ``prod (1 - p)``) for a rule of ``format_version`` 5, the former one (0) for a rule certified before, as their
+    calibration cases' were."""
+    from monai_unc.evaluation.rows import case_expected_dice
+    from monai_unc.io import json_safe
+    from monai_unc.io.provenance import rule_digest
+
+    preds = _without_enhancing_tumour(cohorts["B"]["pred"], tmp_path / "noet")
+    new = ReferralRule.load(cohorts["rule"])
+    d = json_safe(new.to_json())
+    del d["calibration"]["expected_dice_estimate"]
+    d["format_version"] = 4
+    d.pop("digest")
+    d["digest"] = rule_digest(d)
+    old = ReferralRule.from_json(d, check_digest=True)
+    assert (new.expected_dice_estimate, old.expected_dice_estimate) == ("region_mean", "region_mean_soft")
+    got = {}
+    for name, rule in (("new", new), ("old", old)):
+        res = run_triage(preds, rule, tmp_path / name, allow_mismatch=True)
+        got[name] = _csv(res.paths["csv"])
+        tri = json.loads((tmp_path / name / "triage.json").read_text())
+        assert tri["expected_dice_interval"]["estimate"] == rule.expected_dice_estimate
+    for cid, row in got["new"].items():
+        p = np.moveaxis(np.asarray(nib.load(preds / f"{cid}_probs.nii.gz").dataobj, dtype=np.float32), -1, 0)
+        want_none = float(np.exp(np.log1p(-p[2].astype(np.float64)).sum()))
+        assert float(row["expected_dice_ET"]) == pytest.approx(want_none, rel=1e-6, abs=1e-300)
+        assert float(got["old"][cid]["expected_dice_ET"]) == 0.0
+        for est, which in (("region_mean", "new"), ("region_mean_soft", "old")):
+            want = float(case_expected_dice(p, True, est).foreground[0])
+            assert float(got[which][cid]["expected_dice"]) == pytest.approx(want, rel=1e-6)
+
+
 def test_monitoring_a_region_rule_end_to_end(cohorts, tmp_path):
     """``triage --monitor`` then ``monitor label`` with the label maps: each audited Dice is the ``dice`` that
     ``evaluate`` wrote for the case (the mean over the regions, in the rule's channel order) and its loss the rule's

@@ -14,6 +14,7 @@ import json
 import pytest
 
 from monai_unc.io.provenance import rule_digest
+from monai_unc.keys import LEGACY_REGION_ESTIMATE
 from monai_unc.monitoring import MonitorStore, monitor_status, read_triage_run
 from monai_unc.monitoring.store import check_rule
 from monai_unc.workflows.monitor import record_triage
@@ -58,14 +59,25 @@ def test_two_definitions_stay_apart(store_url, tmp_path):
         assert store.verify().ok
 
 
-def test_a_region_rule_without_the_field_is_the_mean_over_its_regions(tmp_path):
+def test_a_region_rule_without_the_field_is_the_legacy_mean_over_its_regions(tmp_path):
+    """A region rule certified before ``format_version`` 5 scored a region its segmentation does not hold 0: the
+    store names that estimate (never recorded in a rule), not ``region_mean``, whatever an older rule says; a rule
+    of version 5 recording ``region_mean`` holds the quantity of ``dice``."""
     rule = make_rule([0.1, 0.2])
     rule.pop("digest")
     rule["regions"] = {"WT": [1, 2, 3], "TC": [1, 3]}
     rule["digest"] = rule_digest(rule)
+    stated = _with_estimate(dict(rule, format_version=4), "region_mean")  # written by no release: still the old one
+    current = _with_estimate(dict(rule, format_version=5), "region_mean")
     with MonitorStore(tmp_path / "m.db") as store:
-        record_triage(str(tmp_path / "m.db"), _triage(tmp_path / "t", rule, {"a": 0.9}), site="X", command=["t"])
-        assert store.rules()[rule["digest"]]["expected_dice_estimate"] == "region_mean"
+        for name, r in (("t", rule), ("s", stated), ("c", current)):
+            record_triage(str(tmp_path / "m.db"), _triage(tmp_path / name, r, {"a": 0.9}), site="X", command=["t"])
+        rules = store.rules()
+        assert rules[rule["digest"]]["expected_dice_estimate"] == LEGACY_REGION_ESTIMATE == "region_mean_soft"
+        assert rules[stated["digest"]]["expected_dice_estimate"] == LEGACY_REGION_ESTIMATE
+        assert rules[current["digest"]]["expected_dice_estimate"] == "region_mean"
+    with pytest.raises(ValueError, match="expected_dice_estimate' must be one of"):  # never written in a rule
+        check_rule(_with_estimate(current, LEGACY_REGION_ESTIMATE), "t.json")
 
 
 @pytest.mark.parametrize("value", ["median", None, ["class_mean"], 5])

@@ -48,7 +48,7 @@ def certify_referral_rule(
     ``predictions``
     (:func:`prediction_fingerprint`, the calibration cases' records). A region evaluation (``config.regions``) gives a
     rule with the region spec, whose score is the combined case score of the regions. The rule records the calibration
-    cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3 or 4), from which its certificate is
+    cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 5), from which its certificate is
     recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`), and, when the evaluation had
     probabilities, their label-free ``expected_dice``, which calibrates the interval of a new case's
     expected Dice (:meth:`ReferralRule.expected_dice_interval`, 90 %), and what it estimates (``class_mean`` or

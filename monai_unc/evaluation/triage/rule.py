@@ -20,7 +20,7 @@ from ..._utils import check_text, is_finite_real
 from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
-from ...keys import EXPECTED_DICE_ESTIMATES
+from ...keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
 from ...product import ThresholdText, format_cell, format_level, format_score, format_target, separating_digits
@@ -36,13 +36,14 @@ RULE_FORMAT = "monai-unc referral rule"
 #: the newest ``format_version`` this version reads and writes: 5 for a rule of classes whose expected Dice is the mean
 #: over the classes (``calibration.expected_dice_estimate`` ``"class_mean"``, every rule of classes ``evaluate``
 #: certifies: a reader of version 4 would compute new cases' estimates of the merged foreground, another quantity than
-#: the calibration cases', and the interval would lose its guarantee), else 4 for a rule whose calibration cases
+#: the calibration cases', and the interval would lose its guarantee) or of regions whose expected Dice scores a region
+#: the segmentation does not hold ``1 - max p`` (``"region_mean"``, every region-based rule ``evaluate`` certifies; a
+#: reader of version 4 would score such a region 0), else 4 for a rule whose calibration cases
 #: include undefined scores, certified with those cases counted as referred (``calibration.undefined_score`` null; a
 #: reader of version 3 would recompute its certificate with them ranked above every defined score, i.e. as another
 #: certificate), 3 for every other rule that records its calibration cases' scores, Dice and risks
-#: (:class:`CalibrationRecord`, what :meth:`ReferralRule.from_json` re-certifies; every rule ``evaluate`` writes; a
-#: region-based rule records ``expected_dice_estimate`` ``"region_mean"`` in that version, the estimate a reader that
-#: ignores it computes), 2 for a rule of a region-based model
+#: (:class:`CalibrationRecord`, what :meth:`ReferralRule.from_json` re-certifies; every rule ``evaluate`` wrote
+#: before), 2 for a rule of a region-based model
 #: without that record (it records the region spec, which a reader of version 1 would ignore), 1 for every other rule
 #: (readable by older versions)
 #: A version-3 rule may also record its calibration cases' label-free expected Dice (``calibration.expected_dice``,
@@ -339,9 +340,10 @@ class CalibrationRecord:
         interval_alpha: the miscoverage of that interval (default 0.1: 90 %).
         expected_dice_estimate: what ``expected_dice`` estimates (:data:`~monai_unc.keys.EXPECTED_DICE_ESTIMATES`,
             :func:`~monai_unc.evaluation.rows.case_expected_dice`): ``"class_mean"`` or ``"region_mean"`` in the
-            rules ``evaluate`` certifies; None in rules certified before it was recorded, whose estimates are of the
-            merged foreground for classes (:attr:`ReferralRule.expected_dice_estimate`). A new case's estimate must
-            be computed the same way, or the interval loses its guarantee.
+            rules ``evaluate`` certifies (``format_version`` 5); None in rules certified before it was recorded, whose
+            estimates are of the merged foreground for classes and ``"region_mean_soft"`` for regions
+            (:attr:`ReferralRule.expected_dice_estimate`). A new case's estimate must be computed the same way, or the
+            interval loses its guarantee.
 
     Example:
         >>> rec = CalibrationRecord((0.1, 0.2, 0.3), (0.9, 0.7, 0.8), (0.0, 1.0, 0.0),
@@ -681,28 +683,30 @@ class ReferralRule:
 
         One of :data:`~monai_unc.keys.EXPECTED_DICE_ESTIMATES`: the record's
         :attr:`CalibrationRecord.expected_dice_estimate`. A rule that does not record it was certified before the
-        ``expected_dice`` of classes became their mean: ``"merged_foreground"`` for classes (triage computes that for
-        its new cases, so that they stay comparable with its calibration cases, whose residuals calibrate the interval,
-        and with the cases the monitoring store recorded under the rule), ``"region_mean"`` for regions.
+        ``expected_dice`` of classes became their mean and that of regions scored a region the segmentation does not
+        hold as ``dice`` does: ``"merged_foreground"`` for classes, :data:`~monai_unc.keys.LEGACY_REGION_ESTIMATE`
+        (``"region_mean_soft"``, never recorded) for regions; triage computes that for its new cases, so that they
+        stay comparable with its calibration cases, whose residuals calibrate the interval, and with the cases the
+        monitoring store recorded under the rule.
         """
         rec = self.record
         if rec is not None and rec.expected_dice_estimate is not None:
             return rec.expected_dice_estimate
-        return "merged_foreground" if self.regions is None else "region_mean"
+        return "merged_foreground" if self.regions is None else LEGACY_REGION_ESTIMATE
 
     @property
     def format_version(self) -> int:
         """The ``format_version`` :meth:`to_json` writes (:data:`RULE_VERSION`).
 
-        5 with a record whose expected Dice of classes is their mean (:attr:`expected_dice_estimate`
-        ``"class_mean"``, what triage computes for new cases, and the calibration cases' estimates when recorded),
-        else 4 with a calibration record whose undefined scores were counted as referred, 3 with any other record, 2
-        for a region-based rule without one, 1 otherwise.
+        5 with a record whose expected Dice is the quantity of ``dice`` (:attr:`expected_dice_estimate`
+        ``"class_mean"`` or ``"region_mean"``, what triage computes for new cases, and the calibration cases'
+        estimates when recorded), else 4 with a calibration record whose undefined scores were counted as referred,
+        3 with any other record, 2 for a region-based rule without one, 1 otherwise.
         """
         rec = self.record
         if rec is None:
             return 1 if self.regions is None else 2
-        if rec.expected_dice_estimate == "class_mean":
+        if rec.expected_dice_estimate in ("class_mean", "region_mean"):
             return 5
         return 4 if rec.undefined_score is None and any(v is None for v in rec.scores) else 3
 
@@ -800,7 +804,8 @@ class ReferralRule:
         Returns:
             The sentence; for a rule of more than two classes certified before its estimates were the mean over the
             classes (:attr:`expected_dice_estimate` ``"merged_foreground"``) it says that the estimate is of the
-            merged foreground.
+            merged foreground; for a region-based rule certified before ``format_version`` 5 (``"region_mean_soft"``)
+            that a region the segmentation does not hold scores 0.
         """
         rec = self.record
         qn = None if rec is None else rec.interval_quantile()
@@ -809,7 +814,12 @@ class ReferralRule:
         return self._interval_sentence(rec, qn) + self._merged_note()
 
     def _merged_note(self) -> str:
-        """The clause of :meth:`interval_statement` for a rule whose estimate is of the merged foreground, or ``""``."""
+        """The clause of :meth:`interval_statement` for a rule whose estimate is not the quantity of dice, or ``""``."""
+        if self.expected_dice_estimate == LEGACY_REGION_ESTIMATE:
+            return ("; this rule was certified before a region the segmentation does not hold scored 1 - max p (the "
+                    "chance that the reference holds none of it) in the expected Dice, so the estimate (and its "
+                    "interval) scores such a region 0, as its calibration cases' did, while dice scores a region "
+                    "absent from both maps 1: certify the rule again with monai-unc evaluate for that")
         if self.expected_dice_estimate != "merged_foreground" or self.num_classes is None or self.num_classes < 3:
             return ""  # with two classes the merged foreground is the one class
         return ("; this rule was certified before the expected Dice of classes was their mean, so the estimate (and "
@@ -1180,12 +1190,14 @@ class ReferralRule:
                 if ver == 3 and record.undefined_score is None and any(v is None for v in record.scores):
                     raise ValueError(f"{source}: calibration: field 'undefined_score' is null, but a format_version 3 "
                                      f"rule with undefined calibration scores records the score they took: {_EDITED}")
-                # the estimate of classes as their mean needs format_version 5, which a reader that would compute
-                # the merged foreground for new cases refuses; either without the other is an edited file
-                if regions is None and (ver >= 5) != (record.expected_dice_estimate == "class_mean"):
+                # the estimate of classes as their mean, and of regions with 1 - max p for one not segmented, need
+                # format_version 5, which a reader that would compute the former estimate for new cases refuses;
+                # either without the other is an edited file
+                kind, want = ("classes", "class_mean") if regions is None else ("regions", "region_mean")
+                if (ver >= 5) != (record.expected_dice_estimate == want):
                     raise ValueError(f"{source}: calibration: field 'expected_dice_estimate' is "
-                                     f"{record.expected_dice_estimate!r} in a format_version {ver} rule of classes "
-                                     f"(format_version 5 records 'class_mean', earlier ones nothing): {_EDITED}")
+                                     f"{record.expected_dice_estimate!r} in a format_version {ver} rule of {kind} "
+                                     f"(format_version 5 records {want!r}, earlier ones nothing): {_EDITED}")
             rule = cls(
                 score=_field(sc, "column", f"{source}: score", str),
                 threshold=threshold,
