@@ -64,8 +64,8 @@ def test_the_class_mean_against_a_voxel_loop(c, spatial, seed):
 
 @pytest.mark.parametrize("c", [3, 4])
 def test_a_class_the_segmentation_does_not_hold(c):
-    """Class ``c - 1`` is never the argmax: with some probability its estimate is ``prod (1 - p)`` (the loop above), with
-    none at all it is 1, as ``class_dice`` scores a class absent from the segmentation and the reference."""
+    """Class ``c - 1`` is never the argmax: with some probability its estimate is ``prod (1 - p)`` (the loop above),
+    with none at all it is 1, as ``class_dice`` scores a class absent from the segmentation and the reference."""
     rng = np.random.default_rng(c)
     p = _softmax(rng, c, (8, 9, 4)).astype(np.float64)
     p[-1] = np.minimum(p[-1], 0.2 * p[:-1].max(axis=0))  # never the largest
