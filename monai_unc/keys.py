@@ -54,7 +54,7 @@ __all__ = [
 #: of the case's ``dice`` (``evaluate`` and the rules it certifies, for classes); ``merged_foreground``: the expected
 #: Dice of every foreground class as one mask (rules of classes certified before the field, which records it; with
 #: two classes the same quantity); ``region_mean``: the mean over the regions of each region's binary expected Dice,
-#: the quantity of the case's ``dice`` (a region the segmentation ``p > 0.5`` does not hold: ``1 - max p``, as for a
+#: the quantity of the case's ``dice`` (a region the segmentation ``p > 0.5`` does not hold: ``prod (1 - p)``, as for a
 #: class; region-based rules of ``format_version`` 5). The monitoring store reads them without torch, hence here.
 EXPECTED_DICE_ESTIMATES: tuple[str, ...] = ("class_mean", "merged_foreground", "region_mean")
 #: The estimate of a region-based rule certified before ``format_version`` 5: the mean over the regions of each

@@ -251,12 +251,13 @@ def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None
     - ``"class_mean"`` (classes): the quantity of the case's ``dice`` (:func:`case_dice`), the mean over the
       foreground classes ``c = 1 .. C-1`` of ``q_c``. A class the segmentation ``R = argmax_c p`` holds has the
       expected Dice of :func:`~monai_unc.metrics.quality.expected_dice`, ``q_c = 2 sum_x p_c [R = c] / (sum_x p_c +
-      |R = c|)``. A class it does not hold has ``q_c = 1 - max_x p_c(x)``: :func:`class_dice` scores such a class 1
+      |R = c|)``. A class it does not hold has ``q_c = prod_x (1 - p_c(x))``: :func:`class_dice` scores such a class 1
       when the reference holds none of it either and 0 otherwise, so its expected Dice is the probability that the
-      reference holds no voxel of it, and ``1 - max_x p_c`` is that probability when the voxels' labels go together
-      (a missed structure is a region, not scattered voxels; it is the largest the voxel probabilities allow). It is
-      1 for a class the model gives no probability anywhere, as ``class_dice`` scores a class absent from both maps,
-      and at least 0.5 (a class with ``p_c > 0.5`` somewhere is segmented there).
+      reference holds no voxel of it, which is that product under the model of the soft Dice above (each voxel's
+      label drawn from ``p`` on its own). It is 1 for a class the model gives no probability anywhere, as
+      ``class_dice`` scores a class absent from both maps, close to 1 when the class's expected volume ``sum_x p_c``
+      is far below one voxel, and about ``exp(-sum_x p_c)``, near 0, for a structure the segmentation missed but the
+      model gives a few voxels' worth of probability: a missed structure is never reported as a good case.
     - ``"merged_foreground"`` (classes): the expected Dice of every foreground class as one mask (``1 - p_0``
       against ``R > 0``): what ``evaluate`` wrote before, and what referral rules certified before the rule recorded
       its estimate hold (triage computes it for their new cases). With two classes it is ``class_mean`` unless the
@@ -264,9 +265,9 @@ def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None
     - ``"region_mean"`` (regions, ``multilabel``): the quantity of the case's ``dice``, the mean over the regions
       ``r`` of ``q_r``. A region the segmentation ``p_r > 0.5`` holds has the binary expected Dice of
       :func:`~monai_unc.metrics.quality.quality_estimates` (``multilabel=True``), ``q_r = 2 sum_x p_r [p_r > 0.5] /
-      (sum_x p_r + |p_r > 0.5|)``; a region it does not hold has ``q_r = 1 - max_x p_r(x)``, as a class above
+      (sum_x p_r + |p_r > 0.5|)``; a region it does not hold has ``q_r = prod_x (1 - p_r(x))``, as a class above
       (:func:`class_dice` of the region masks scores a region absent from both 1): 1 for a region without any
-      probability, at least 0.5 otherwise.
+      probability, near 0 for a missed region the model gives a few voxels' worth of probability.
     - ``"region_mean_soft"`` (regions, :data:`~monai_unc.keys.LEGACY_REGION_ESTIMATE`): the mean of each region's
       soft Dice, 0 for a region the segmentation does not hold as soon as it has any probability: what ``evaluate``
       wrote before, and what region-based referral rules certified before ``format_version`` 5 hold (triage
@@ -287,14 +288,14 @@ def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None
 
     Example:
         >>> p = np.zeros((3, 4, 4), np.float32); p[1, :2] = 0.9; p[2, :2] = 0.05; p[0] = 1 - p[1] - p[2]
-        >>> q = case_expected_dice(p, False)  # class 2 is not segmented: 1 - max p_2 = 0.95
+        >>> q = case_expected_dice(p, False)  # class 2 is not segmented: prod (1 - p_2) = 0.95 ** 8
         >>> [round(float(v), 4) for v in q.per_class[0]], round(float(q.foreground[0]), 4)
-        ([0.9474, 0.95], 0.9487)
+        ([0.9474, 0.6634], 0.8054)
         >>> round(float(case_expected_dice(p, False, "merged_foreground").foreground[0]), 4)
         0.9744
         >>> r = np.zeros((2, 4, 4), np.float32); r[0, :2] = 0.9; r[1, :2] = 0.3  # region 1 is not segmented
-        >>> [round(float(v), 4) for v in case_expected_dice(r, True).per_class[0]]  # 1 - max p_1 = 0.7
-        [0.9474, 0.7]
+        >>> [round(float(v), 4) for v in case_expected_dice(r, True).per_class[0]]  # prod (1 - p_1) = 0.7 ** 8
+        [0.9474, 0.0576]
         >>> [round(float(v), 4) for v in case_expected_dice(r, True, "region_mean_soft").per_class[0]]
         [0.9474, 0.0]
     """
@@ -320,19 +321,32 @@ def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None
 
 
 def _unsegmented_as_absent(q: QualityScores, flat: np.ndarray) -> QualityScores:
-    """``q`` (batch of one) with ``1 - max_x p_k`` for each class or region ``k`` whose soft Dice is 0, and their mean.
+    """``q`` (batch of one) with ``prod_x (1 - p_k(x))`` for each class or region ``k`` of soft Dice 0; the mean.
 
     ``flat`` holds the probabilities of the columns of ``q.per_class``, ``(K, voxels)``. A soft Dice of exactly 0 is
     a class or region the segmentation does not hold although the model gives it some probability
-    (:func:`case_expected_dice`); one without any probability has 0 / 0 = 1 (``empty_score``), which ``1 - max p``
+    (:func:`case_expected_dice`); one without any probability has 0 / 0 = 1 (``empty_score``), which the product
     gives too.
     """
     per = np.array(q.per_class, dtype=np.float64)  # (1, K), a copy
-    absent = per[0] == 0.0
-    if absent.any():
-        top = flat[absent].max(axis=1).astype(np.float64)
-        per[0, absent] = np.clip(1.0 - top, 0.0, 1.0)
+    for k in np.flatnonzero(per[0] == 0.0):
+        per[0, k] = _probability_none(flat[k])
     return QualityScores(per.mean(axis=1), per)
+
+
+def _probability_none(p: np.ndarray, chunk: int = 1 << 22) -> float:
+    """``prod_x (1 - p(x))`` of a flat probability map: the chance that no voxel is drawn, each on its own.
+
+    Summed as ``log1p(-p)`` in float64 over chunks (a float32 product of a large volume underflows; a float64 copy of
+    the whole map would double its memory); values above 1 by the tolerance of the probability checks are clipped so
+    that the logarithm stays defined (a voxel of probability 1 makes the product 0).
+    """
+    total = 0.0
+    with np.errstate(divide="ignore"):  # log1p(-1) = -inf: the product is 0
+        for start in range(0, p.size, chunk):
+            part = np.clip(p[start:start + chunk].astype(np.float64), 0.0, 1.0)
+            total += float(np.log1p(-part).sum())
+    return float(np.exp(total))
 
 
 def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:

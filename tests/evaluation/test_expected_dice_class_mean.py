@@ -31,8 +31,8 @@ def _softmax(rng, c, spatial, scale=3.0):
 
 def brute_force_class_mean(probs: np.ndarray) -> tuple[float, list[float]]:
     """Per foreground class, voxel by voxel: the soft Dice of ``p_c`` against ``[R = c]`` for a class the segmentation
-    holds, the probability that the reference holds none of it when the voxels' labels go together
-    (``min_x (1 - p_c(x))``) for one it does not; and their mean."""
+    holds, the probability that the reference holds none of it when each voxel's label is drawn on its own
+    (``prod_x (1 - p_c(x))``, multiplied voxel by voxel) for one it does not; and their mean."""
     c = probs.shape[0]
     flat = probs.reshape(c, -1).astype(np.float64)
     seg = [int(np.argmax(flat[:, i])) for i in range(flat.shape[1])]  # first maximum: the lower class on a tie
@@ -41,7 +41,10 @@ def brute_force_class_mean(probs: np.ndarray) -> tuple[float, list[float]]:
         inter = sum(flat[k, i] for i in range(flat.shape[1]) if seg[i] == k)
         size = sum(1 for v in seg if v == k)
         if size == 0:
-            out.append(min(1.0 - flat[k, i] for i in range(flat.shape[1])))
+            prob_none = 1.0
+            for i in range(flat.shape[1]):
+                prob_none *= 1.0 - flat[k, i]
+            out.append(prob_none)
         else:
             out.append(2 * inter / (flat[k].sum() + size))
     return sum(out) / len(out), out
@@ -61,8 +64,8 @@ def test_the_class_mean_against_a_voxel_loop(c, spatial, seed):
 
 @pytest.mark.parametrize("c", [3, 4])
 def test_a_class_the_segmentation_does_not_hold(c):
-    """Class ``c - 1`` is never the argmax: with some probability its estimate is ``1 - max p`` (the loop above), with
-    none at all it is 1, as ``class_dice`` scores a class absent from the segmentation and the reference."""
+    """Class ``c - 1`` is never the argmax: with some probability its estimate is ``prod (1 - p)`` (the loop above),
+    with none at all it is 1, as ``class_dice`` scores a class absent from the segmentation and the reference."""
     rng = np.random.default_rng(c)
     p = _softmax(rng, c, (8, 9, 4)).astype(np.float64)
     p[-1] = np.minimum(p[-1], 0.2 * p[:-1].max(axis=0))  # never the largest
@@ -72,7 +75,8 @@ def test_a_class_the_segmentation_does_not_hold(c):
     assert not (seg == c - 1).any()
     want, per = brute_force_class_mean(p)
     q = case_expected_dice(p, False)
-    assert q.per_class[0, -1] == pytest.approx(1.0 - float(p[-1].max()), rel=1e-6) == pytest.approx(per[-1])
+    want_none = float(np.exp(np.log1p(-p[-1].astype(np.float64)).sum()))
+    assert q.per_class[0, -1] == pytest.approx(want_none, rel=1e-6) == pytest.approx(per[-1], rel=1e-6)
     assert q.foreground[0] == pytest.approx(want, rel=1e-6)
     # no probability anywhere: 1, what class_dice gives a class absent from prediction and target
     p[-1] = 0.0
@@ -87,24 +91,26 @@ def test_a_class_the_segmentation_does_not_hold(c):
     p2 /= p2.sum(axis=0, keepdims=True)
     if not (p2.argmax(axis=0) == c - 1).any():
         assert case_expected_dice(p2, False, "merged_foreground").per_class[0, -1] == 0.0
-        assert case_expected_dice(p2, False).per_class[0, -1] > 0.9
+        want_none = float(np.exp(np.log1p(-p2[-1].astype(np.float64)).sum()))
+        assert case_expected_dice(p2, False).per_class[0, -1] == pytest.approx(want_none, rel=1e-6) > 0.0
 
 
 def test_a_class_only_tied_for_the_largest_probability_is_not_segmented():
     """On a tie the segmentation takes the lower class (as ``argmax``): class 2, tied with class 1 on some voxels and
-    below it elsewhere, is not segmented and scores ``1 - max p_2``; class 1 tied with the background likewise."""
+    below it elsewhere, is not segmented and scores ``prod (1 - p_2)``; class 1 tied with the background likewise."""
     p = np.zeros((3, 6, 6), np.float32)
     p[:, :3] = np.array([0.2, 0.4, 0.4], np.float32)[:, None, None]  # class 1 and 2 tied: class 1
     p[:, 3:] = np.array([0.7, 0.2, 0.1], np.float32)[:, None, None]
     want, per = brute_force_class_mean(p)
     q = case_expected_dice(p, False)
-    assert q.per_class[0, 1] == pytest.approx(0.6, abs=1e-7) and per[1] == pytest.approx(0.6, abs=1e-7)
+    want_none = 0.6 ** 18 * 0.9 ** 18  # 18 voxels at 0.4, 18 at 0.1
+    assert q.per_class[0, 1] == pytest.approx(want_none, rel=1e-5) and per[1] == pytest.approx(want_none, rel=1e-5)
     assert q.foreground[0] == pytest.approx(want, rel=1e-6)
     p = np.full((3, 5, 5), 0.0, np.float32)
     p[0], p[1] = 0.5, 0.5  # class 1 tied with the background everywhere: nothing segmented
     q = case_expected_dice(p, False)
-    assert q.per_class[0].tolist() == [0.5, 1.0] and q.foreground[0] == 0.75  # class 2: no probability at all
-    assert brute_force_class_mean(p)[0] == 0.75
+    assert q.per_class[0].tolist() == [pytest.approx(0.5 ** 25), 1.0]  # class 2: no probability at all
+    assert q.foreground[0] == pytest.approx((0.5 ** 25 + 1) / 2) == pytest.approx(brute_force_class_mean(p)[0])
 
 
 def test_a_confident_model_that_segments_a_class_absent_from_the_case_scores_about_one():
@@ -119,7 +125,44 @@ def test_a_confident_model_that_segments_a_class_absent_from_the_case_scores_abo
     q = case_expected_dice(p, False)
     dice = class_dice(seg, seg, 4)  # class 3 absent from both maps: 1
     assert dice.tolist() == [1.0, 1.0, 1.0]
-    assert q.per_class[0].min() > 0.999 and q.foreground[0] > 0.999
+    # class 3's expected volume is 1728 x 1e-6 = 0.0017 voxels: absent with probability (1 - 1e-6) ** 1728
+    assert q.per_class[0, -1] == pytest.approx((1 - 1e-6) ** 1728, rel=1e-5) and q.per_class[0].min() > 0.998
+    assert q.foreground[0] > 0.999
+
+
+def test_a_structure_the_segmentation_missed_scores_near_zero():
+    """The failure the estimate must show: the model gives a structure 0.3 on 40 voxels (an expected volume of 12
+    voxels) but never segments it, the reference holds it and ``dice`` is 0. Its estimate is ``0.7 ** 40`` (about
+    6e-7), not the 0.7 that treating the voxels as one region (``1 - max p``) would claim."""
+    target = np.zeros((10, 10, 10), np.int64)
+    target[2:4, 2:6, 2:7] = 1  # 40 voxels
+    p = np.zeros((2, *target.shape), np.float32)
+    p[1][target == 1] = 0.3
+    p[0] = 1 - p[1]
+    pred = p.argmax(axis=0)
+    assert not pred.any() and class_dice(pred, target, 2).tolist() == [0.0]
+    q = case_expected_dice(p, False)
+    assert q.foreground[0] == pytest.approx(0.7 ** 40, rel=1e-5) and q.foreground[0] < 1e-6
+
+
+def test_the_probability_of_no_voxel_over_chunks_and_at_the_edges():
+    """``prod (1 - p)`` summed as logs over chunks equals the product multiplied voxel by voxel; a voxel of
+    probability 1 (or above it by the tolerance of the checks) makes it 0, a volume of small probabilities does not
+    underflow to 0 as a float32 product would."""
+    from monai_unc.evaluation.rows import _probability_none
+
+    rng = np.random.default_rng(7)
+    p = (0.05 * rng.random(1000)).astype(np.float32)
+    want = 1.0
+    for v in p.astype(np.float64):
+        want *= 1.0 - v
+    for chunk in (1, 7, 1000, 1 << 22):
+        assert _probability_none(p, chunk) == pytest.approx(want, rel=1e-10)
+    assert _probability_none(np.array([0.2, 1.0, 0.1], np.float32)) == 0.0
+    assert _probability_none(np.array([0.2, 1.0004, 0.1], np.float32)) == 0.0
+    assert _probability_none(np.zeros(5, np.float32)) == 1.0
+    tiny = np.full(1 << 20, 1e-7, np.float32)  # expected volume 0.1 voxel
+    assert np.prod(1 - tiny) < 0.91 and _probability_none(tiny, 1 << 16) == pytest.approx(np.exp(-0.1048576), rel=1e-4)
 
 
 def test_two_classes_unchanged():
@@ -138,7 +181,9 @@ def test_two_classes_unchanged():
 def test_the_documented_example_of_two_classes_the_model_cannot_tell_apart():
     """docs/triage.md: ``p = 0.55 / 0.45`` on every foreground voxel, a reference whose foreground is class 1 but for
     one face of class 2: ``dice`` 0.48 (``dice_1`` 0.96, ``dice_2`` 0). The merged foreground said 0.96, centred on
-    another quantity; the mean over the classes, 0.62, is near the case's ``dice``."""
+    another quantity; the mean over the classes, 0.35, is nearer the case's ``dice``: class 2, never segmented, has
+    0.45 on 1728 voxels, an expected volume of 778 voxels, so the reference holds it with probability near 1 and its
+    expected Dice is about 0 (``0.55 ** 1728``), as its real ``dice_2``."""
     seg = np.zeros((20, 20, 20), np.int64)
     seg[4:16, 4:16, 4:16] = 1
     target = seg.copy()
@@ -155,8 +200,8 @@ def test_the_documented_example_of_two_classes_the_model_cannot_tell_apart():
     mean = float(case_expected_dice(p, False).foreground[0])
     assert merged == pytest.approx(0.96, abs=0.005)  # the former estimate: another quantity
     q = case_expected_dice(p, False).per_class[0]
-    assert q[0] == pytest.approx(0.69, abs=0.005) and q[1] == pytest.approx(0.55, abs=1e-6)  # the numbers of the docs
-    assert mean == pytest.approx(0.62, abs=0.005)
+    assert q[0] == pytest.approx(0.69, abs=0.005) and q[1] < 1e-300  # the numbers of the docs
+    assert mean == pytest.approx(0.35, abs=0.005)
     assert abs(mean - dice) < 0.15 < 0.45 < abs(merged - dice)
     assert mean == pytest.approx(brute_force_class_mean(p)[0], rel=1e-6)
 
@@ -343,7 +388,8 @@ def test_evaluate_and_triage_compute_the_rule_s_estimate(three_classes, tmp_path
 
     preds, ev = three_classes
     mean, merged = _estimates(preds, "class_mean"), _estimates(preds, "merged_foreground")
-    assert all(abs(mean[c] - merged[c]) > 0.05 for c in mean)  # two quantities
+    assert all(mean[c] != pytest.approx(merged[c], rel=1e-3, abs=1e-12) for c in mean)  # two quantities
+    assert sum(abs(mean[c] - merged[c]) > 0.05 for c in mean) >= 2
     got = _column(ev / "metrics.csv", "expected_dice")
     assert got.keys() == mean.keys() and all(got[c] == pytest.approx(mean[c], rel=1e-9) for c in got)
     rule = ReferralRule.load(ev / "referral_rule.json")

@@ -3,9 +3,10 @@
 A region's ``dice`` (:func:`~monai_unc.evaluation.rows.class_dice` of the region masks) scores a region absent from
 the segmentation ``p > 0.5`` and the reference 1, and 0 when the reference holds some of it. Its expected Dice was the
 soft Dice of ``p`` against that empty segmentation: 0 as soon as the model gave the region any probability, where
-``dice`` is 1 for every case without the region (a glioma without enhancing tumour: ET). It is now ``1 - max p``, as
-for a class (:func:`~monai_unc.evaluation.rows.case_expected_dice`, ``"region_mean"``); region rules record it in
-``format_version`` 5, and a region rule certified before keeps its estimate (``"region_mean_soft"``, derived from
+``dice`` is 1 for every case without the region (a glioma without enhancing tumour: ET). It is now the probability
+that the reference holds no voxel of it, ``prod_x (1 - p(x))`` (each voxel drawn on its own, the model of the soft
+Dice), as for a class (:func:`~monai_unc.evaluation.rows.case_expected_dice`, ``"region_mean"``); region rules
+record it in ``format_version`` 5, and a region rule certified before keeps its estimate (``"region_mean_soft"``, derived from
 the rule, never written) for new cases.
 """
 
@@ -25,15 +26,18 @@ from monai_unc.metrics.risk_control import risk_controlled_threshold
 
 def brute_force_region_mean(probs: np.ndarray) -> tuple[float, list[float]]:
     """Per region, voxel by voxel, with the segmentation ``p > 0.5``: the soft Dice of ``p`` against it when it holds
-    some voxel, else the probability that the reference holds none of the region when its voxels go together
-    (``min_x (1 - p(x))``); and their mean."""
+    some voxel, else the probability that the reference holds none of the region when each voxel is drawn on its own
+    (``prod_x (1 - p(x))``, multiplied voxel by voxel); and their mean."""
     flat = probs.reshape(probs.shape[0], -1).astype(np.float64)
     out = []
     for r in range(flat.shape[0]):
         seg = [v > 0.5 for v in flat[r]]
         size = sum(seg)
         if size == 0:
-            out.append(min(1.0 - v for v in flat[r]))
+            prob_none = 1.0
+            for v in flat[r]:
+                prob_none *= 1.0 - v
+            out.append(prob_none)
         else:
             inter = sum(v for v, s in zip(flat[r], seg) if s)
             out.append(2 * inter / (sum(flat[r]) + size))
@@ -66,7 +70,8 @@ def test_the_region_mean_against_a_voxel_loop(spatial, seed):
     want, per = brute_force_region_mean(p)
     q = case_expected_dice(p, True)
     np.testing.assert_allclose(q.per_class[0], per, rtol=1e-6)
-    assert q.per_class[0, 2] == pytest.approx(1.0 - float(p[2].max()), rel=1e-6) and q.per_class[0, 3] == 1.0
+    want_none = float(np.exp(np.log1p(-p[2].astype(np.float64)).sum()))
+    assert q.per_class[0, 2] == pytest.approx(want_none, rel=1e-6) and q.per_class[0, 3] == 1.0
     assert q.foreground.shape == (1,) and q.foreground[0] == pytest.approx(want, rel=1e-6)
     # the former estimate: 0 for region 2, the rest unchanged
     old = case_expected_dice(p, True, LEGACY_REGION_ESTIMATE)
@@ -76,29 +81,34 @@ def test_the_region_mean_against_a_voxel_loop(spatial, seed):
 
 
 def test_a_region_absent_from_both_maps_is_one_as_dice_scores_it():
-    """A case without enhancing tumour, which the model gives a little probability: ``dice`` of the region is 1 (no
-    voxel in the segmentation nor the reference); the estimate was 0, it is now ``1 - max p``."""
+    """A case without enhancing tumour: ``dice`` of the region is 1 (no voxel in the segmentation nor the reference).
+    A model that rules the region out (1e-5 on each of the 600 voxels: an expected volume of 0.006 voxel) scores
+    about 1 (the soft Dice said 0); one that gives it 0.04 on each of the 100 tumour voxels expects 4 voxels of it, so
+    the reference holds none with probability ``0.96 ** 100`` = 0.017 under its own voxel probabilities: the estimate
+    does not claim a region absent that the model gives several voxels' worth of probability."""
     seg = np.zeros((10, 10, 6), bool)
     seg[2:7, 2:7, 1:5] = True
-    p = np.full((2, *seg.shape), 0.01, np.float32)
+    p = np.full((2, *seg.shape), 1e-5, np.float32)
     p[0][seg] = 0.97  # the whole tumour, segmented
-    p[1][seg] = 0.04  # enhancing tumour: none segmented, none in the reference
     target = np.stack([seg, np.zeros_like(seg)])
     pred = p > 0.5
     assert class_dice(pred[1].astype(np.int64), target[1].astype(np.int64), 2)[0] == 1.0
     q = case_expected_dice(p, True)
-    assert q.per_class[0, 1] == pytest.approx(0.96, abs=1e-6)
+    assert q.per_class[0, 1] == pytest.approx((1 - 1e-5) ** 600, rel=1e-5) and q.per_class[0, 1] > 0.99
     assert case_expected_dice(p, True, LEGACY_REGION_ESTIMATE).per_class[0, 1] == 0.0
     assert q.foreground[0] > 0.96 > 0.5 > case_expected_dice(p, True, LEGACY_REGION_ESTIMATE).foreground[0]
+    p[1][seg] = 0.04  # enhancing tumour: 0.04 on the 100 tumour voxels, none segmented
+    q = case_expected_dice(p, True)
+    assert q.per_class[0, 1] == pytest.approx(0.96 ** 100 * (1 - 1e-5) ** 500, rel=1e-5)
 
 
 def test_a_region_at_one_half_is_not_segmented():
     """The segmentation is ``p > 0.5`` (the product's, and the two-class argmax whose tie goes to the background):
-    a region at exactly 0.5 is not segmented and scores ``1 - 0.5``."""
+    a region at exactly 0.5 is not segmented and scores ``0.5 ** 20`` (20 voxels at 0.5)."""
     p = np.full((2, 4, 5), 0.5, np.float32)
     p[1, :2] = 0.9
     q = case_expected_dice(p, True)
-    assert q.per_class[0, 0] == 0.5 and q.per_class[0, 0] == brute_force_region_mean(p)[1][0]
+    assert q.per_class[0, 0] == pytest.approx(0.5 ** 20, rel=1e-9) == pytest.approx(brute_force_region_mean(p)[1][0])
     assert q.per_class[0, 1] == pytest.approx(brute_force_region_mean(p)[1][1], rel=1e-6)
 
 
@@ -175,9 +185,9 @@ def test_a_region_rule_certified_before_keeps_its_estimate_for_new_cases(version
     assert text.count("scores such a region 0") == 1 and "certify the rule again" in text
     rng = np.random.default_rng(3)
     p = _sigmoid(rng, 2, (6, 7, 5), [1.0, -3.0])
-    p[1] = np.minimum(p[1], 0.3)
+    p[1] = np.minimum(p[1], 0.3) * 1e-4  # not segmented, an expected volume far below one voxel
     got = case_expected_dice(p, True, old.expected_dice_estimate)
-    assert got.per_class[0, 1] == 0.0 and case_expected_dice(p, True).per_class[0, 1] == pytest.approx(0.7, abs=0.05)
+    assert got.per_class[0, 1] == 0.0 and case_expected_dice(p, True).per_class[0, 1] > 0.99
 
 
 @pytest.mark.parametrize(

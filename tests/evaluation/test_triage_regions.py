@@ -219,7 +219,7 @@ def _without_enhancing_tumour(src: Path, dst: Path) -> Path:
 @pytest.mark.slow
 def test_triage_computes_the_estimate_of_the_rule_s_version(cohorts, tmp_path):
     """Triage of region cases computes the rule's estimate: ``region_mean`` (an unsegmented region scores
-    ``1 - max p``) for a rule of ``format_version`` 5, the former one (0) for a rule certified before, as their
+    ``prod (1 - p)``) for a rule of ``format_version`` 5, the former one (0) for a rule certified before, as their
     calibration cases' were."""
     from monai_unc.evaluation.rows import case_expected_dice
     from monai_unc.io import json_safe
@@ -242,7 +242,8 @@ def test_triage_computes_the_estimate_of_the_rule_s_version(cohorts, tmp_path):
         assert tri["expected_dice_interval"]["estimate"] == rule.expected_dice_estimate
     for cid, row in got["new"].items():
         p = np.moveaxis(np.asarray(nib.load(preds / f"{cid}_probs.nii.gz").dataobj, dtype=np.float32), -1, 0)
-        assert float(row["expected_dice_ET"]) == pytest.approx(1.0 - float(p[2].max()), rel=1e-6)
+        want_none = float(np.exp(np.log1p(-p[2].astype(np.float64)).sum()))
+        assert float(row["expected_dice_ET"]) == pytest.approx(want_none, rel=1e-6, abs=1e-300)
         assert float(got["old"][cid]["expected_dice_ET"]) == 0.0
         for est, which in (("region_mean", "new"), ("region_mean_soft", "old")):
             want = float(case_expected_dice(p, True, est).foreground[0])

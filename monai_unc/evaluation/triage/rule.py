@@ -37,7 +37,7 @@ RULE_FORMAT = "monai-unc referral rule"
 #: over the classes (``calibration.expected_dice_estimate`` ``"class_mean"``, every rule of classes ``evaluate``
 #: certifies: a reader of version 4 would compute new cases' estimates of the merged foreground, another quantity than
 #: the calibration cases', and the interval would lose its guarantee) or of regions whose expected Dice scores a region
-#: the segmentation does not hold ``1 - max p`` (``"region_mean"``, every region-based rule ``evaluate`` certifies; a
+#: the segmentation does not hold ``prod (1 - p)`` (``"region_mean"``, every region-based rule ``evaluate`` certifies; a
 #: reader of version 4 would score such a region 0), else 4 for a rule whose calibration cases
 #: include undefined scores, certified with those cases counted as referred (``calibration.undefined_score`` null; a
 #: reader of version 3 would recompute its certificate with them ranked above every defined score, i.e. as another
@@ -816,7 +816,7 @@ class ReferralRule:
     def _merged_note(self) -> str:
         """The clause of :meth:`interval_statement` for a rule whose estimate is not the quantity of dice, or ``""``."""
         if self.expected_dice_estimate == LEGACY_REGION_ESTIMATE:
-            return ("; this rule was certified before a region the segmentation does not hold scored 1 - max p (the "
+            return ("; this rule was certified before a region the segmentation does not hold scored prod(1 - p) (the "
                     "chance that the reference holds none of it) in the expected Dice, so the estimate (and its "
                     "interval) scores such a region 0, as its calibration cases' did, while dice scores a region "
                     "absent from both maps 1: certify the rule again with monai-unc evaluate for that")
@@ -1190,7 +1190,7 @@ class ReferralRule:
                 if ver == 3 and record.undefined_score is None and any(v is None for v in record.scores):
                     raise ValueError(f"{source}: calibration: field 'undefined_score' is null, but a format_version 3 "
                                      f"rule with undefined calibration scores records the score they took: {_EDITED}")
-                # the estimate of classes as their mean, and of regions with 1 - max p for one not segmented, need
+                # the estimate of classes as their mean, and of regions with prod(1 - p) for one not segmented, need
                 # format_version 5, which a reader that would compute the former estimate for new cases refuses;
                 # either without the other is an edited file
                 kind, want = ("classes", "class_mean") if regions is None else ("regions", "region_mean")
