@@ -6,8 +6,8 @@ soft Dice of ``p`` against that empty segmentation: 0 as soon as the model gave 
 ``dice`` is 1 for every case without the region (a glioma without enhancing tumour: ET). It is now the probability
 that the reference holds no voxel of it, ``prod_x (1 - p(x))`` (each voxel drawn on its own, the model of the soft
 Dice), as for a class (:func:`~monai_unc.evaluation.rows.case_expected_dice`, ``"region_mean"``); region rules
-record it in ``format_version`` 5, and a region rule certified before keeps its estimate (``"region_mean_soft"``, derived from
-the rule, never written) for new cases.
+record it in ``format_version`` 5, and a region rule certified before keeps its estimate (``"region_mean_soft"``,
+derived from the rule, never written) for new cases.
 """
 
 from __future__ import annotations
