@@ -257,6 +257,9 @@ class CohortState:
             "rows": self.sorted_rows(),
             "warnings": self.warnings,
             "files": self.files,
+            # what the rows' expected_dice estimates (rows.case_expected_dice's default), so that a state written
+            # before it was the mean over the classes (regions) is never certified as such (load)
+            "expected_dice_estimate": _state_estimate(self.regions),
         }
         if self.regions is not None:
             meta["regions"] = self.regions
@@ -311,6 +314,7 @@ class CohortState:
             raise ValueError(f"{path}: {e}") from None
         check_state_rows(meta, str(path))  # a file a user may have edited: one line naming the case and the column
         rows = [upgrade_row(r) for r in meta["rows"]]  # written by an older version: current column names
+        rows = _current_expected_dice(meta, rows, str(path))
         state = cls(int(meta["num_classes"]), int(meta["n_fine_bins"]), rows,
                     warnings=list(meta.get("warnings", [])), files=dict(meta.get("files", {})),
                     regions=meta.get("regions"), curves=dict(meta.get("curves") or {}),
@@ -336,6 +340,34 @@ class CohortState:
 
 #: the text columns of an evaluation's rows (every other column holds numbers, or text in every row)
 TEXT_COLUMNS = ("case", "measure", "shift", "spacing")
+
+
+def _state_estimate(regions: Any) -> str:
+    """What the ``expected_dice`` of a state's rows estimates: that of ``evaluate`` for classes or regions."""
+    return "class_mean" if regions is None else "region_mean"
+
+
+def _current_expected_dice(meta: Mapping[str, Any], rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+    """``rows`` without ``expected_dice`` when the state was written before it recorded what that estimates.
+
+    Found by review: a state of an earlier version holds the expected Dice of the merged foreground (classes), or
+    scores a region the segmentation does not hold 0 (regions); a rule certified from it
+    (:func:`~monai_unc.evaluation.triage.certify_referral_rule`, ``certify_and_triage``) recorded those estimates as
+    ``class_mean`` / ``region_mean``, and triage computed another quantity for the new cases than the interval was
+    calibrated on. Such a state's estimates are dropped (with a warning): the rule has no expected-Dice interval
+    until ``monai-unc evaluate`` is run again. A recorded estimate other than this version's is an edited file.
+    """
+    want = _state_estimate(meta.get("regions"))
+    recorded = meta.get("expected_dice_estimate")
+    if recorded is not None and recorded != want:
+        raise ValueError(f"{source}: field 'expected_dice_estimate' must be {want!r} for an evaluation of "
+                         f"{'classes' if want == 'class_mean' else 'regions'}, got {recorded!r:.60}")
+    if recorded is not None or not any("expected_dice" in r for r in rows):
+        return rows
+    warnings.warn(f"{source} was written before the evaluation state recorded what expected_dice estimates: its "
+                  "expected_dice values are dropped (no expected-Dice interval from this state); run monai-unc "
+                  "evaluate again for them", UserWarning, stacklevel=3)
+    return [{k: v for k, v in r.items() if k != "expected_dice"} for r in rows]
 
 
 def check_state_rows(meta: Any, source: str) -> None:

@@ -33,7 +33,7 @@ CASES_DIR = "cases"
 _CASE_FORMAT = 5  # 2: the 1 - max p map is named one_minus_max_prob (was max_softmax); 3: one record per case;
 # 4: the row has expected_dice (the referral rule records it for the expected-Dice interval); 5: expected_dice of
 # classes is the mean over the classes (was the merged foreground), and a region the segmentation does not hold scores
-# 1 - max p (was 0): rows of format 4 are computed again, so that no evaluation (nor the rule it certifies, which
+# prod (1 - p) (was 0): rows of format 4 are computed again, so that no evaluation (nor the rule it certifies, which
 # records them as "class_mean" / "region_mean") mixes the two; both changes came in one release, so one format
 
 

@@ -420,3 +420,29 @@ def test_evaluate_and_triage_compute_the_rule_s_estimate(three_classes, tmp_path
     summary = json.loads((out / "triage.json").read_text())
     assert summary["expected_dice_interval"]["estimate"] == "merged_foreground"
     assert "merged foreground" in summary["expected_dice_interval"]["statement"]
+
+
+def test_state_of_an_earlier_version_drops_its_expected_dice(tmp_path):
+    """Found by review: rows.json of an earlier version holds merged-foreground estimates; a rule certified from it
+    (certify_referral_rule / certify_and_triage on load_evaluation's state) recorded them as "class_mean"."""
+    import json
+    import warnings
+
+    from monai_unc.evaluation.cohort import CohortState
+
+    rows = [{"case": "a", "dice": 0.9, "expected_dice": 0.8}, {"case": "b", "dice": 0.7, "expected_dice": 0.6}]
+    CohortState(3, 240, rows=[dict(r) for r in rows]).save(tmp_path)
+    meta = json.loads((tmp_path / "rows.json").read_text())
+    assert meta["expected_dice_estimate"] == "class_mean"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [r["expected_dice"] for r in CohortState.load(tmp_path).sorted_rows()] == [0.8, 0.6]
+    del meta["expected_dice_estimate"]  # as the last release wrote it
+    (tmp_path / "rows.json").write_text(json.dumps(meta))
+    with pytest.warns(UserWarning, match="expected_dice values are dropped"):
+        old = CohortState.load(tmp_path)
+    assert all("expected_dice" not in r for r in old.rows) and [r["dice"] for r in old.sorted_rows()] == [0.9, 0.7]
+    meta["expected_dice_estimate"] = "region_mean"  # edited: not what an evaluation of classes computes
+    (tmp_path / "rows.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="expected_dice_estimate"):
+        CohortState.load(tmp_path)
