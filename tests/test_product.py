@@ -388,7 +388,7 @@ def test_a_missing_artifact_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="no artifact file"):
         read_artifact(tmp_path / "missing.json")
     (tmp_path / "folder.json").mkdir()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(IsADirectoryError, match="artifact file .*folder.json is a folder, not a file"):
         read_artifact(tmp_path / "folder.json")
 
 

@@ -303,6 +303,7 @@ def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[s
 
     Raises:
         FileNotFoundError: no file.
+        IsADirectoryError: a folder at ``path``.
         ValueError: naming ``path`` for another format, a changed digest (the file was edited) or another product.
     """
     path = Path(path)
