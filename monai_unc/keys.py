@@ -32,6 +32,7 @@ __all__ = [
     "LAYOUTS",
     "sample_batch_size_value",
     "MAX_OPTION_INT",
+    "NUMBER_SYNTAX",
     "option_number",
     "int_option",
     "float_option",
@@ -342,9 +343,11 @@ def check_dicom_options(output_format: str, uid_root: str | None = None, segment
 MAX_OPTION_INT = 2**31 - 1
 #: an integer as the command lines read it: ASCII digits with an optional sign
 _OPTION_INT = re.compile(r"[+-]?[0-9]+")
-#: a number as the command lines read it: the syntax of JSON and CSV numbers (an optional sign, ASCII digits with an
-#: optional fraction and exponent, ``.5``), or ``nan`` / ``inf`` / ``infinity`` (any case) for the checks to refuse
-_OPTION_NUMBER = re.compile(
+#: a number as monai-unc reads it from text, on the command lines (:func:`option_number`) and in table cells
+#: (``io.tables.parse_float``): the syntax of JSON and CSV numbers (an optional sign, ASCII digits with an optional
+#: fraction and exponent, ``.5``, ``5.``), or ``nan`` / ``inf`` / ``infinity`` (any case, for the checks to refuse or
+#: keep); never ``1_000`` or digits of other scripts, which Python's ``float`` reads
+NUMBER_SYNTAX = re.compile(
     r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|infinity)", re.IGNORECASE
 )
 #: the longest number text read (Python's ``int`` refuses 4300 digits and is slow well before; no option needs more)
@@ -392,7 +395,7 @@ def option_number(text: str, integer: bool = False) -> int | float:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
-    pattern = _OPTION_INT if integer else _OPTION_NUMBER
+    pattern = _OPTION_INT if integer else NUMBER_SYNTAX
     if len(text) > _OPTION_CHARS or pattern.fullmatch(text) is None:
         raise ValueError(f"expected a number in decimal digits, got {_shown(text)}")
     if integer:

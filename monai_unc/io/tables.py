@@ -36,7 +36,6 @@ import io
 import math
 import numbers
 import os
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,16 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from ..keys import NUMBER_SYNTAX
 from .files import atomic_path
 
 __all__ = ["CSV_NAN", "FORMULA_PREFIXES", "unescape_cell", "format_cell", "table_columns", "csv_text", "write_csv",
            "read_table", "read_csv", "parse_float", "cell_float"]
 
-#: a number as JSON writes it, with the spellings of other CSV writers (a leading ``+``, ``.5``, ``5.``, leading
-#: zeros): ASCII digits only, no ``_`` (:func:`parse_float`)
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-#: the non-finite spellings :func:`parse_float` reads (``repr`` of the floats, and those of other writers)
-_SPECIAL = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 #: the characters around a cell that :func:`parse_float` ignores (``str.strip`` would also take Unicode spaces)
 _CELL_SPACE = " \t\r\n"
 #: how a NaN cell is written (``repr(float("nan"))``)
@@ -428,7 +423,7 @@ def parse_float(cell: str | None) -> float:
     text = cell.strip(_CELL_SPACE)
     if not text:
         return float("nan")
-    if _NUMBER.fullmatch(text) is None and _SPECIAL.fullmatch(text) is None:
+    if NUMBER_SYNTAX.fullmatch(text) is None:
         raise ValueError(f"cell must be a number (ASCII digits, a sign, '.', an exponent; no '_' or grouping), nan, "
                          f"inf or empty, got {cell[:80]!r}")
     return float(text)
