@@ -45,38 +45,28 @@ def files(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-PUBLIC = [
-    ("missing", "does not exist"),
-    ("folder", "is a folder, not a key file"),
-    ("priv", "is a private key; give its public key (the .pub file beside it)"),
-    ("openssh_pub", "is an OpenSSH key; give a PEM key"),
-    ("text", "is not a PEM file"),
-    ("ec", "is not an Ed25519 key (another algorithm's)"),
-    ("big", "is larger than 1 MiB: not a PEM key file"),
+FAILURES = [  # (loader, file, what the message says the file is)
+    ("public", "missing", "does not exist"),
+    ("public", "folder", "is a folder, not a key file"),
+    ("public", "priv", "is a private key; give its public key (the .pub file beside it)"),
+    ("public", "openssh_pub", "is an OpenSSH key; give a PEM key"),
+    ("public", "text", "is not a PEM file"),
+    ("public", "ec", "is not an Ed25519 key (another algorithm's)"),
+    ("public", "big", "is larger than 1 MiB: not a PEM key file"),
+    ("private", "missing", "does not exist"),
+    ("private", "encrypted", "is encrypted with a passphrase: give an unencrypted copy (decrypt one with `openssl"),
+    ("private", "openssh_priv", "is an OpenSSH key; give a PEM key"),
+    ("private", "text", "is not a PEM file"),
+    ("private", "pub", "is a PEM file that holds no private key"),
 ]
 
 
-@pytest.mark.parametrize("name, message", PUBLIC, ids=[p[0] for p in PUBLIC])
-def test_public_key_failures_say_what_the_file_is(files, name, message):
+@pytest.mark.parametrize("loader, name, message", FAILURES, ids=[f"{f[0]}-{f[1]}" for f in FAILURES])
+def test_key_file_failures_say_what_the_file_is(files, loader, name, message):
+    load, what = (load_public_key, "trusted key") if loader == "public" else (load_private_key, "--signing-key")
     with pytest.raises(ValueError) as e:
-        load_public_key(files[name])
-    assert str(e.value).startswith(f"trusted key {files[name]} {message}"), str(e.value)
-
-
-PRIVATE = [
-    ("missing", "does not exist"),
-    ("encrypted", "is encrypted with a passphrase: give an unencrypted copy (decrypt one with `openssl pkey"),
-    ("openssh_priv", "is an OpenSSH key; give a PEM key"),
-    ("text", "is not a PEM file"),
-    ("pub", "is a PEM file that holds no private key"),
-]
-
-
-@pytest.mark.parametrize("name, message", PRIVATE, ids=[p[0] for p in PRIVATE])
-def test_private_key_failures_say_what_the_file_is(files, name, message):
-    with pytest.raises(ValueError) as e:
-        load_private_key(files[name], what="--signing-key")
-    assert str(e.value).startswith(f"--signing-key {files[name]} {message}"), str(e.value)
+        load(files[name], what=what)
+    assert str(e.value).startswith(f"{what} {files[name]} {message}"), str(e.value)
 
 
 def test_keys_show_names_the_key_file_in_one_line(files, capsys):
