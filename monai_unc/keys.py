@@ -32,6 +32,9 @@ __all__ = [
     "LAYOUTS",
     "sample_batch_size_value",
     "MAX_OPTION_INT",
+    "FLOAT32_MAX",
+    "noise_std_limit",
+    "code_target_name",
     "NUMBER_SYNTAX",
     "option_number",
     "int_option",
@@ -404,6 +407,66 @@ def option_number(text: str, integer: bool = False) -> int | float:
     if math.isinf(value) and text.lstrip("+-")[:1] not in ("i", "I"):  # 1e400: nobody means infinity by it
         raise ValueError(f"expected a number in the range of a double, got {_shown(text)}")
     return value
+
+
+#: the largest finite float32, the dtype of the images the command lines read (``numpy.finfo(numpy.float32).max``)
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def noise_std_limit(largest: float = FLOAT32_MAX) -> float:
+    """The largest standard deviation of additive Gaussian noise that stays finite in a dtype: ``largest / 9``.
+
+    A standard normal draw beyond 9 happens with probability about ``2e-19`` per voxel, so noise of at most this
+    standard deviation is finite in practice; larger noise turns voxels into ``inf`` (and the network's output into
+    NaN). Test-time augmentation (:class:`~monai_unc.inferers.NoiseSource`, ``--tta-noise``) refuses more.
+
+    Args:
+        largest: the largest finite value of the input's dtype (``torch.finfo(x.dtype).max``); float32 by default.
+
+    Returns:
+        ``largest / 9``.
+
+    Example:
+        >>> f"{noise_std_limit():.3g}"
+        '3.78e+37'
+    """
+    return float(largest) / 9.0
+
+
+def code_target_name(name: Any, what: str = "--allow-code-target") -> str:
+    """A name a network spec may build besides the allowed networks: ``*``, a dotted name, or a prefix ending in ``.``.
+
+    Found by hostile testing: a malformed name (``''``, ``'os.*'``, ``' mypkg'``, ``'mypkg..'``) was accepted and
+    silently matched nothing, so the spec was refused with a message that did not say the opt-in itself was wrong.
+
+    Args:
+        name: the name as given: ``"*"`` (trust the spec completely), a dotted Python name (``"mypkg.MyNet"``: that
+            name and everything under it), or a module prefix ending with one ``"."`` (``"mypkg.nets."``).
+        what: how the errors name the option.
+
+    Returns:
+        The name.
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        ValueError: naming ``what`` and the name, for anything else.
+
+    Example:
+        >>> code_target_name("mypkg.nets.")
+        'mypkg.nets.'
+        >>> try:
+        ...     code_target_name("mypkg.*")
+        ... except ValueError as e:
+        ...     print(e)
+        --allow-code-target: expected '*', a dotted Python name or a module prefix ending with '.', got 'mypkg.*'
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"{what}: expected a name (str), got {type(name).__name__}")
+    parts = name[:-1].split(".") if name.endswith(".") else name.split(".")
+    if name == "*" or (len(name) <= 1000 and all(part.isidentifier() for part in parts)):
+        return name
+    raise ValueError(f"{what}: expected '*', a dotted Python name or a module prefix ending with '.', got "
+                     f"{_shown(name)}")
 
 
 def int_option(low: int, high: int | None, what: str) -> Callable[[str], int]:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .._utils import check_integer, check_nonnegative
-from ..keys import MIMeaning
+from ..keys import MIMeaning, noise_std_limit
 from .sampling import SampleSource, UncertaintyInferer, Wrapper
 
 __all__ = ["FlipSource", "NoiseSource", "AugmentationSource", "InvertibleTransformSource", "TTAInferer", "flip_subsets"]
@@ -175,6 +175,27 @@ class NoiseSource(SampleSource):
         num_samples = check_integer(num_samples, "num_samples")
         self.std = float(std)
         self.num_samples = num_samples
+
+    def check_input(self, x: torch.Tensor, device: torch.device) -> None:
+        """Refuse noise too large for the input's dtype (it would turn voxels into ``inf``).
+
+        Found by hostile testing: ``--tta-noise 1e308`` (or ``NoiseSource(1e39)`` on a float32 image) turned the voxels
+        into ``inf``, and each case failed with ``network output contains non-finite values``, blaming the network.
+        The bound is :func:`~monai_unc.keys.noise_std_limit` of the input's dtype.
+
+        Args:
+            x: the inferer's input.
+            device: where the windows run.
+
+        Raises:
+            ValueError: naming ``std``, the bound and the input's dtype.
+        """
+        if not x.is_floating_point():
+            return
+        limit = noise_std_limit(torch.finfo(x.dtype).max)
+        if self.std > limit:
+            raise ValueError(f"std={self.std:g} makes noise beyond the range of the input's {x.dtype}: give a "
+                             f"standard deviation of at most {limit:.3g}")
 
     def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
         """``num_samples`` wrappers, each adding fresh noise to the input."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -312,40 +312,101 @@ def check_key_pair(private: str | os.PathLike, public: str | os.PathLike | None 
     return public
 
 
+#: the largest key file read: a PEM Ed25519 key is about 120 bytes (a folder of keys may hold other files)
+_MAX_KEY_FILE = 1 << 20
+
+
 def _load_pem_key(path: str | os.PathLike, load: Callable[[bytes], Any], cls: type, what: str, kind: str) -> Any:
-    """Read a PEM key file with ``load`` and check it is a ``cls``; ``ValueError`` naming the file otherwise."""
+    """Read a PEM key file with ``load`` and check it is a ``cls``; ``ValueError`` naming the file and what it is.
+
+    Found by hostile testing: every failure said ``is not a readable PEM public key (ValueError)``, for a file that
+    does not exist, a folder, a passphrase-protected key, an OpenSSH key or a private key given as the public one
+    alike, and a multi-gigabyte file given by mistake was read whole into memory first.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"{what} {path} does not exist")
+    if p.is_dir():
+        raise ValueError(f"{what} {path} is a folder, not a key file")
     try:
-        key = load(Path(path).read_bytes())
-    except (OSError, ValueError, TypeError) as e:
-        raise ValueError(f"{what} {path} is not a readable PEM {kind} key ({type(e).__name__})") from None
+        with open(p, "rb") as f:
+            data = f.read(_MAX_KEY_FILE + 1)
+    except OSError as e:
+        raise ValueError(f"{what} {path} cannot be read ({e.strerror or type(e).__name__})") from None
+    if len(data) > _MAX_KEY_FILE:
+        raise ValueError(f"{what} {path} is larger than {_MAX_KEY_FILE // (1 << 20)} MiB: not a PEM key file")
+    try:
+        key = load(data)
+    except TypeError:  # cryptography: a passphrase-protected private key read with password=None
+        raise ValueError(f"{what} {path} is encrypted with a passphrase: give an unencrypted copy (decrypt one with "
+                         "`openssl pkey -in KEY -out PLAIN`)") from None
+    except (ValueError, UnsupportedAlgorithm) as e:
+        if b"-----BEGIN OPENSSH" in data or data.lstrip().startswith(b"ssh-"):
+            hint = "an OpenSSH key; give a PEM key (monai-unc keys --create makes a pair)"
+        elif kind == "public" and b"PRIVATE KEY-----" in data:
+            hint = "a private key; give its public key (the .pub file beside it)"
+        elif b"ENCRYPTED" in data:
+            hint = ("encrypted with a passphrase: give an unencrypted copy (decrypt one with "
+                    "`openssl pkey -in KEY -out PLAIN`)")
+        elif b"-----BEGIN " not in data:
+            hint = "not a PEM file"
+        else:
+            hint = f"a PEM file that holds no {kind} key ({type(e).__name__})"
+        raise ValueError(f"{what} {path} is {hint}") from None
     if not isinstance(key, cls):
-        raise ValueError(f"{what} {path} is not an Ed25519 key")
+        raise ValueError(f"{what} {path} is not an Ed25519 key (another algorithm's); monai-unc signs "
+                         "with Ed25519 keys (monai-unc keys --create makes a pair)")
     return key
 
 
-def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
+def load_private_key(path: str | os.PathLike, what: str = "signing key") -> Ed25519PrivateKey:
     """Read a PEM Ed25519 private key (unencrypted PKCS8).
 
     Args:
         path: the key file.
+        what: how errors name the file.
 
     Returns:
-        The key; ``ValueError`` naming the file when it is not one.
+        The key.
+
+    Raises:
+        ValueError: naming the file and what it is instead (missing, a folder, larger than 1 MiB, encrypted with a
+            passphrase, an OpenSSH key, not PEM, not Ed25519).
+
+    Example:
+        >>> import tempfile
+        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
+        >>> type(load_private_key(priv)).__name__.lstrip("_")
+        'Ed25519PrivateKey'
     """
     return _load_pem_key(path, lambda data: serialization.load_pem_private_key(data, password=None),
-                         Ed25519PrivateKey, "signing key", "private")
+                         Ed25519PrivateKey, what, "private")
 
 
-def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
+def load_public_key(path: str | os.PathLike, what: str = "trusted key") -> Ed25519PublicKey:
     """Read a PEM Ed25519 public key.
 
     Args:
         path: the key file.
+        what: how errors name the file.
 
     Returns:
-        The key; ``ValueError`` naming the file when it is not one.
+        The key.
+
+    Raises:
+        ValueError: naming the file and what it is instead (missing, a folder, larger than 1 MiB, a private key,
+            an OpenSSH key, not PEM, not Ed25519).
+
+    Example:
+        >>> import tempfile
+        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
+        >>> try:
+        ...     load_public_key(priv)
+        ... except ValueError as e:
+        ...     print(str(e).replace(str(priv), "KEY"))
+        trusted key KEY is a private key; give its public key (the .pub file beside it)
     """
-    return _load_pem_key(path, serialization.load_pem_public_key, Ed25519PublicKey, "trusted key", "public")
+    return _load_pem_key(path, serialization.load_pem_public_key, Ed25519PublicKey, what, "public")
 
 
 def default_signing_key(create: bool = True) -> Path | None:

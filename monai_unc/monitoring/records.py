@@ -23,7 +23,7 @@ from ..evaluation.case import load_evaluation_case
 from ..evaluation.cohort import dice_failed, risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
-from ..evaluation.triage.rule import Decision, ImageReference
+from ..evaluation.triage.rule import Decision, ImageReference, ReferralRule, check_recorded_decisions
 from ..io import VOLUME_EXTENSIONS, CaseFiles, input_folder, parse_float, read_table, read_volume, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
@@ -377,6 +377,12 @@ def read_triage_run(
 ) -> TriageRun:
     """Read a triage output folder (``triage.json``) into the records of the store.
 
+    The rule is checked (:func:`~monai_unc.monitoring.store.check_rule`: the fields the store reads, its digest); a
+    rule with a ``format_version``, as ``triage`` writes every rule, is read in full
+    (:meth:`~monai_unc.evaluation.triage.ReferralRule.from_json`) and each recorded decision derived again from its
+    score, image z-score and the rule (:func:`~monai_unc.evaluation.triage.rule.check_recorded_decisions`), so an
+    edited decision is refused rather than recorded as the rule's.
+
     The site of a case is, in order: its row of ``sites``, the JSON sidecar or DICOM header of its image
     (:func:`sidecar_site`),
     ``site``, :data:`~monai_unc.monitoring.store.UNKNOWN_SITE`.
@@ -395,7 +401,10 @@ def read_triage_run(
         FileNotFoundError: ``folder`` does not exist.
         NotADirectoryError: ``folder`` is a file.
         ValueError: no ``triage.json``, or a field of it that is missing or wrong (named; the rule's
-            ``image_reference`` with every check of :meth:`~monai_unc.evaluation.triage.ImageReference.from_json`),
+            ``image_reference`` with every check of :meth:`~monai_unc.evaluation.triage.ImageReference.from_json`;
+            a rule with a ``format_version``, as triage writes them, with every check of
+            :meth:`~monai_unc.evaluation.triage.ReferralRule.from_json`), a recorded decision the rule could not have
+            made (:func:`~monai_unc.evaluation.triage.rule.check_recorded_decisions`: an edited ``triage.json``),
             a rule that does not match its digest (:func:`~monai_unc.monitoring.store.check_rule`: edited after
             triage wrote it), a ``triaged_at`` out of range, an image sidecar that cannot be read
             (:func:`sidecar_site`).
@@ -501,6 +510,11 @@ def read_triage_run(
             prediction=prediction,
             prediction_sha256=None if prediction is None else prediction_digest(prediction, written),
         ))
+    if "format_version" in rule:
+        # a rule triage wrote: read in full (its certificate recomputed) and each recorded decision derived again from
+        # its score, the rule and its image z-score (found by hostile review: a decision edited in triage.json, a
+        # "review" made "accept", was recorded as the rule's, and the accepted risk of its stream read it as accepted)
+        check_recorded_decisions(cases, ReferralRule.from_json(rule, f"{path}: field 'rule'"), str(path))
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model)
 
 

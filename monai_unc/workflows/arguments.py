@@ -25,7 +25,9 @@ from ..keys import (
     MAX_OPTION_INT,
     MEASURES,
     canonical_measure,
+    code_target_name,
     int_option,
+    noise_std_limit,
     option_number,
     sample_batch_size_value,
 )
@@ -140,6 +142,28 @@ def _nonnegative_float(text: str) -> float:
     return v
 
 
+def _noise_std(text: str) -> float:
+    """An argparse type for ``--tta-noise``: a finite standard deviation >= 0 that keeps float32 images finite.
+
+    Found by hostile testing: ``--tta-noise 1e308`` overflowed the float32 images and every case failed with
+    ``network output contains non-finite values``, blaming the network; the bound is
+    :func:`~monai_unc.keys.noise_std_limit`.
+    """
+    v = _nonnegative_float(text)
+    if v > noise_std_limit():
+        raise argparse.ArgumentTypeError(f"expected a standard deviation of at most {noise_std_limit():.3g} (larger "
+                                         f"noise overflows the float32 input), got {text}")
+    return v
+
+
+def _code_target(text: str) -> str:
+    """An argparse type for ``--allow-code-target``: ``*``, a dotted name, or a prefix ending with one ``.``."""
+    try:
+        return code_target_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _path(text: str) -> str:
     """An argparse type for a file or folder: any path but the empty one.
 
@@ -201,7 +225,7 @@ def _add_model_options(p: argparse.ArgumentParser, *, bundle: str, checkpoint: s
     else:
         m.add_argument("--checkpoint", default=None, metavar="FILE", help=checkpoint)
     m.add_argument("--unsafe-load", action="store_true", help=unsafe_load)
-    m.add_argument("--allow-code-target", action="append", default=[], metavar="NAME",
+    m.add_argument("--allow-code-target", action="append", default=[], metavar="NAME", type=_code_target,
                    help="RUNS CODE: let --network build NAME (a dotted name, or a module prefix ending with '.') "
                    "besides MONAI's and torch's networks; '*' also allows $ expressions. Only for specs you trust "
                    "(a bundle is code and is always built as MONAI builds it)")
@@ -233,7 +257,7 @@ def _add_infer(sub: Any) -> None:
     s.add_argument("--dropout", type=_open_unit, default=None, metavar="P",
                    help="insert post-hoc dropout with rate P after every encoder/decoder stage (no retraining; "
                         "needs mcdropout or ratein in --method)")
-    s.add_argument("--tta-noise", type=_nonnegative_float, default=0.0,
+    s.add_argument("--tta-noise", type=_noise_std, default=0.0,
                    help="std of Gaussian noise added in TTA (>= 0; default 0; needs tta in --method)")
     s.add_argument("--ratein-target", type=_unit, default=DEFAULT_RATEIN_TARGET,
                    help=f"Rate-In information-loss target in [0, 1] (default {DEFAULT_RATEIN_TARGET:g}; needs ratein "

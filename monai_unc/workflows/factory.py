@@ -34,7 +34,7 @@ from ..inferers import (
     UncertaintyInferer,
 )
 from ..inferers.rate_in import RateInSource
-from ..keys import DEFAULT_MEASURES, DEFAULT_RATEIN_TARGET
+from ..keys import DEFAULT_MEASURES, DEFAULT_RATEIN_TARGET, noise_std_limit
 from ..keys import UncertaintyKeys as K
 from ..networks import find_ssn_heads
 from .models import checkpoint_temperature
@@ -94,7 +94,9 @@ def build_inferer(
     """An :class:`~monai_unc.inferers.UncertaintyInferer` for a ``+``-joined method string (module docstring).
 
     Every option is checked here, before any work (``ValueError`` naming the command-line option): ``samples`` a
-    positive integer, ``tta_noise`` a finite standard deviation >= 0 (and > 0 only with the ``tta`` source),
+    positive integer, ``tta_noise`` a finite standard deviation >= 0 of at most
+    :func:`~monai_unc.keys.noise_std_limit` (larger noise overflows the float32 images; > 0 only with the ``tta``
+    source),
     ``ratein_target`` in [0, 1], ``roi`` positive sizes and ``overlap`` in [0, 1); ensemble members are plain
     state dicts. ``ssn`` draws ``samples`` latent samples (module docstring); whether the network has an SSN
     head is checked by :func:`check_method_network`.
@@ -154,6 +156,9 @@ def build_inferer(
     if (isinstance(tta_noise, bool) or not isinstance(tta_noise, (int, float, np.integer, np.floating))
             or not math.isfinite(tta_noise) or tta_noise < 0):
         raise ValueError(f"--tta-noise must be a finite standard deviation >= 0, got {tta_noise!r}")
+    if tta_noise > noise_std_limit():
+        raise ValueError(f"--tta-noise must be at most {noise_std_limit():.3g} (larger noise overflows the float32 "
+                         f"images), got {tta_noise!r}")
     if tta_noise > 0 and "tta" not in tokens:
         raise ValueError(f"--tta-noise {tta_noise:g} is used by the tta source only; add tta to --method {method!r}")
     if (isinstance(ratein_target, bool) or not isinstance(ratein_target, (int, float, np.integer, np.floating))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from .._utils import refusing
@@ -29,7 +30,10 @@ def key_file_fingerprint(path: str | Path) -> str:
         path: a PEM public (``.pub``) or private (``.pem``) Ed25519 key.
 
     Returns:
-        ``SHA256:<hex>``; ``ValueError`` naming the file when it is no such key.
+        ``SHA256:<hex>``.
+
+    Raises:
+        ValueError: naming the key file and what it is instead (:func:`monai_unc.io.signing.load_public_key`).
 
     Example:
         >>> import tempfile
@@ -38,10 +42,15 @@ def key_file_fingerprint(path: str | Path) -> str:
         >>> key_file_fingerprint(priv) == key_file_fingerprint(pub)
         True
     """
-    text = Path(path).read_bytes() if Path(path).is_file() else b""
-    if b"PRIVATE KEY" in text:
-        return key_fingerprint(load_private_key(path).public_key())
-    return key_fingerprint(load_public_key(path))
+    head = b""
+    if Path(path).is_file():
+        # the first lines tell a private key from a public one (found by hostile testing: the whole file was read
+        # for it, a multi-gigabyte file given by mistake included); the loaders bound what they read
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            head = f.read(4096)
+    if b"PRIVATE KEY" in head:
+        return key_fingerprint(load_private_key(path, what="key file").public_key())
+    return key_fingerprint(load_public_key(path, what="key file"))
 
 
 def keys_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, str]]:

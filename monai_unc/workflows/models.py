@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from pydoc import locate
@@ -43,7 +43,7 @@ from ..data import build_example_network, example_weights_path, example_weights_
 from ..engines import find_pred_activation
 from ..inferers import load_state_dict
 from ..io import check_entry_kind, input_folder, weight_digests
-from ..keys import MEASURES
+from ..keys import MEASURES, code_target_name
 from ..temperature import TemperatureScaled, check_temperature
 
 __all__ = [
@@ -147,7 +147,9 @@ def check_network_spec(spec: dict, key: str | None = None, allow_code: Sequence[
         what: how the spec is named in errors.
 
     Raises:
-        ValueError: naming the entry and the name that is not allowed.
+        ValueError: naming the entry and the name that is not allowed, or a malformed ``allow_code`` name
+            (:func:`~monai_unc.keys.code_target_name`).
+        TypeError: ``allow_code`` is a plain string rather than a sequence of names, or holds a non-string.
 
     Example:
         >>> check_network_spec({"_target_": "monai.networks.nets.UNet", "spatial_dims": 2})
@@ -157,7 +159,10 @@ def check_network_spec(spec: dict, key: str | None = None, allow_code: Sequence[
         ValueError: --network: _target_ 'os.system' is not an allowed network name (MONAI's monai.networks, \
 torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it (only for specs you trust))
     """
-    allow_code = [str(a) for a in allow_code]
+    if isinstance(allow_code, (str, bytes)) or not isinstance(allow_code, Iterable):
+        raise TypeError(f"allow_code must be a sequence of names, got {type(allow_code).__name__} (a plain string "
+                        "would be read as its characters)")
+    allow_code = [code_target_name(a, "allow_code") for a in allow_code]
     if "*" in allow_code:
         return
     allowed = (*ALLOWED_NETWORK_TARGETS, *allow_code)

@@ -227,6 +227,13 @@ INFER_REFUSED: list[tuple[str, Callable[[dict, Path], list[str]], str]] = [
      "--tta-noise: expected a finite number >= 0, got -1"),
     ("NaN TTA noise", lambda d, t: _infer(d, t / "o", "--method", "tta", "--tta-noise", "nan"),
      "--tta-noise: expected a finite number >= 0, got nan"),
+    ("TTA noise overflowing float32", lambda d, t: _infer(d, t / "o", "--method", "tta", "--tta-noise", "1e308"),
+     "--tta-noise: expected a standard deviation of at most 3.78e+37 (larger noise overflows the float32 input), "
+     "got 1e308"),
+    ("malformed code target", lambda d, t: _infer(d, t / "o", "--allow-code-target", "mypkg.*"),
+     "--allow-code-target: expected '*', a dotted Python name or a module prefix ending with '.', got 'mypkg.*'"),
+    ("empty code target", lambda d, t: _infer(d, t / "o", "--allow-code-target", ""),
+     "--allow-code-target: expected '*', a dotted Python name or a module prefix ending with '.', got ''"),
     ("TTA noise without tta", lambda d, t: _infer(d, t / "o", "--method", "mcdropout", "--tta-noise", "0.1"),
      "used by the tta source only"),
     ("NaN dropout", lambda d, t: _infer(d, t / "o", "--dropout", "nan"), "--dropout: expected a number in (0, 1)"),

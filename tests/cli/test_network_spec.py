@@ -149,3 +149,24 @@ def test_a_macro_is_refused_in_any_entry_of_a_whole_config(tmp_path, monkeypatch
     assert not read, read
     with pytest.raises(ValueError, match=r"--network: act is a macro"):  # a whole spec: named as before
         check_network_spec({**TOY_NET, "act": "%other.json#x"})
+
+
+@pytest.mark.parametrize("name", ["", ".", "mypkg.*", " mypkg", "mypkg ", "mypkg..", "a..b", "1pkg", "my-pkg"])
+def test_malformed_code_target_names_are_refused_in_the_python_api(name):
+    # found by hostile testing: a malformed opt-in matched nothing and the spec was refused for the wrong reason
+    spec = {"_target_": "tests._cases.no_such_net"}
+    with pytest.raises(ValueError, match=r"allow_code: expected '\*', a dotted Python name"):
+        check_network_spec(spec, allow_code=[name])
+
+
+def test_a_plain_string_is_not_read_as_its_characters():
+    spec = {"_target_": "monai.networks.nets.UNet", "spatial_dims": 2}
+    with pytest.raises(TypeError, match="allow_code must be a sequence of names, got str"):
+        check_network_spec(spec, allow_code="mypkg.nets.")
+    with pytest.raises(TypeError, match="allow_code: expected a name"):
+        check_network_spec(spec, allow_code=[3])
+    # well-formed names: a dotted name, a prefix with one trailing dot, a non-ASCII identifier, '*'
+    check_network_spec({"_target_": "mypkg.nets.Net"}, allow_code=["mypkg.nets."])
+    check_network_spec({"_target_": "mypkg.Net"}, allow_code=("mypkg",))
+    check_network_spec({"_target_": "päckage.Net"}, allow_code=["päckage.Net"])
+    check_network_spec({"_target_": "os.system"}, allow_code=["*"])

@@ -230,7 +230,7 @@ PROBES = [
     (
         "keys show missing",
         "keys --show {missing}",
-        "--show: trusted key {missing} is not a readable PEM public key (FileNotFoundError)",
+        "--show: key file {missing} does not exist",
     ),
     # calibrate and dicom-export name theirs too
     (

@@ -9,6 +9,8 @@ one quantity; the streams of ``monitor status`` are per rule.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 
 import pytest
@@ -70,8 +72,14 @@ def test_a_region_rule_without_the_field_is_the_legacy_mean_over_its_regions(tmp
     stated = _with_estimate(dict(rule, format_version=4), "region_mean")  # written by no release: still the old one
     current = _with_estimate(dict(rule, format_version=5), "region_mean")
     with MonitorStore(tmp_path / "m.db") as store:
-        for name, r in (("t", rule), ("s", stated), ("c", current)):
-            record_triage(str(tmp_path / "m.db"), _triage(tmp_path / name, r, {"a": 0.9}), site="X", command=["t"])
+        record_triage(str(tmp_path / "m.db"), _triage(tmp_path / "t", rule, {"a": 0.9}), site="X", command=["t"])
+        # a triage.json whose rule has a format_version is read as a full rule (read_triage_run: its decisions are
+        # derived again), which these field-only rules are not: the store is given them directly
+        run = read_triage_run(_triage(tmp_path / "r", rule, {"a": 0.9}), site="X")
+        for name, r in (("s", stated), ("c", current)):
+            store.record_run(r, [dataclasses.replace(c, rule_digest=r["digest"]) for c in run.cases],
+                             source_digest=hashlib.sha256(name.encode()).hexdigest(), folder=name,
+                             triaged_at=run.triaged_at, model_digest=None)
         rules = store.rules()
         assert rules[rule["digest"]]["expected_dice_estimate"] == LEGACY_REGION_ESTIMATE == "region_mean_soft"
         assert rules[stated["digest"]]["expected_dice_estimate"] == LEGACY_REGION_ESTIMATE
