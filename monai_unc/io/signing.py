@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .._utils import refusing
-from .files import atomic_write, output_lock
+from .files import atomic_write, check_entry_kind, output_lock
 
 __all__ = [
     "SIGNATURE_FIELD",
@@ -314,6 +314,8 @@ def check_key_pair(private: str | os.PathLike, public: str | os.PathLike | None 
 
 #: the largest key file read: a PEM Ed25519 key is about 120 bytes (a folder of keys may hold other files)
 _MAX_KEY_FILE = 1 << 20
+_ENCRYPTED = ("encrypted with a passphrase: give an unencrypted copy (decrypt one with "
+              "`openssl pkey -in KEY -out PLAIN`)")
 
 
 def _load_pem_key(path: str | os.PathLike, load: Callable[[bytes], Any], cls: type, what: str, kind: str) -> Any:
@@ -324,10 +326,12 @@ def _load_pem_key(path: str | os.PathLike, load: Callable[[bytes], Any], cls: ty
     alike, and a multi-gigabyte file given by mistake was read whole into memory first.
     """
     p = Path(path)
+    try:
+        check_entry_kind(p, what, folder=False)  # a folder, a symbolic link to nothing: said as such
+    except OSError as e:
+        raise ValueError(str(e)) from None
     if not p.exists():
         raise ValueError(f"{what} {path} does not exist")
-    if p.is_dir():
-        raise ValueError(f"{what} {path} is a folder, not a key file")
     try:
         with open(p, "rb") as f:
             data = f.read(_MAX_KEY_FILE + 1)
@@ -337,17 +341,15 @@ def _load_pem_key(path: str | os.PathLike, load: Callable[[bytes], Any], cls: ty
         raise ValueError(f"{what} {path} is larger than {_MAX_KEY_FILE // (1 << 20)} MiB: not a PEM key file")
     try:
         key = load(data)
-    except TypeError:  # cryptography: a passphrase-protected private key read with password=None
-        raise ValueError(f"{what} {path} is encrypted with a passphrase: give an unencrypted copy (decrypt one with "
-                         "`openssl pkey -in KEY -out PLAIN`)") from None
-    except (ValueError, UnsupportedAlgorithm) as e:
-        if b"-----BEGIN OPENSSH" in data or data.lstrip().startswith(b"ssh-"):
+    except (TypeError, ValueError, UnsupportedAlgorithm) as e:
+        if isinstance(e, TypeError):  # cryptography: a passphrase-protected private key read with password=None
+            hint = _ENCRYPTED
+        elif b"-----BEGIN OPENSSH" in data or data.lstrip().startswith(b"ssh-"):
             hint = "an OpenSSH key; give a PEM key (monai-unc keys --create makes a pair)"
         elif kind == "public" and b"PRIVATE KEY-----" in data:
             hint = "a private key; give its public key (the .pub file beside it)"
         elif b"ENCRYPTED" in data:
-            hint = ("encrypted with a passphrase: give an unencrypted copy (decrypt one with "
-                    "`openssl pkey -in KEY -out PLAIN`)")
+            hint = _ENCRYPTED
         elif b"-----BEGIN " not in data:
             hint = "not a PEM file"
         else:

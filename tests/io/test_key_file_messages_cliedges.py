@@ -34,6 +34,8 @@ def files(tmp_path: Path) -> dict[str, Path]:
     out["openssh_pub"] = tmp_path / "id_ed25519.pub"
     out["openssh_pub"].write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                                  serialization.PublicFormat.OpenSSH))
+    out["dangling"] = tmp_path / "gone.pub"
+    out["dangling"].symlink_to(tmp_path / "removed.pub")
     out["text"] = tmp_path / "notes.txt"
     out["text"].write_text("hello\n")
     out["ec"] = tmp_path / "ec.pub"
@@ -47,7 +49,8 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 FAILURES = [  # (loader, file, what the message says the file is)
     ("public", "missing", "does not exist"),
-    ("public", "folder", "is a folder, not a key file"),
+    ("public", "folder", "is a folder, not a file"),
+    ("public", "dangling", "is a symbolic link to"),
     ("public", "priv", "is a private key; give its public key (the .pub file beside it)"),
     ("public", "openssh_pub", "is an OpenSSH key; give a PEM key"),
     ("public", "text", "is not a PEM file"),
