@@ -1632,7 +1632,8 @@ def read_label(
             files are read as they are.
 
     Returns:
-        ``(data, affine)`` as :func:`read_volume`: ``(1, *spatial)`` labels and the ``(4, 4)`` affine. A volume file
+        ``(data, affine)`` as :func:`read_volume`: ``(1, *spatial)`` labels (``(R, *spatial)`` region masks of a SEG
+        read with ``seg_regions`` of several regions) and the ``(4, 4)`` affine. A volume file
         is read in the type it stores where nibabel reads it (``read_volume(dtype=None)``): integer labels exactly
         (float32, ``LoadImage``'s type, holds integers only up to ``2**24``).
 
