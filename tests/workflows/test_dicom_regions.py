@@ -21,7 +21,12 @@ hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
 
 from monai_unc.cli import main  # noqa: E402
 from monai_unc.io import read_csv, write_csv  # noqa: E402
-from monai_unc.io.dicom import default_segment, read_series, write_segmentation  # noqa: E402
+from monai_unc.io.dicom import (  # noqa: E402
+    default_segment,
+    read_segmentation_regions,
+    read_series,
+    write_segmentation,
+)
 from tests.io.dicom._series import GEOMETRIES, dciodvfy_errors, make_series, mni_small  # noqa: E402
 from tests.workflows.test_dicom_export import _nifti_at, _source_world, _sources, _sr_items  # noqa: E402
 
@@ -94,6 +99,10 @@ def test_region_maps_are_one_parametric_map_per_region(tmp_path):
     sr = pydicom.dcmread(out / "c0" / "sr.dcm")
     refs = {v for g, name, v in _sr_items(sr) if g == "case scores" and name == "ref"}
     assert refs == {o["sop_instance_uid"] for o in maps.values()}
+    # the SEG of the region masks (one segment per region, overlapping) reads back as them (evaluate --seg-regions)
+    source = read_series(series / "c0", pixels=False)
+    assert np.abs(source.affine - affine).max() < 1e-6  # the NIfTI files are on the series' grid
+    np.testing.assert_array_equal(read_segmentation_regions(out / "c0" / "seg.dcm", source, list(SPEC)), regions)
 
 
 def test_a_region_map_with_another_channel_count_is_refused(tmp_path, capsys):

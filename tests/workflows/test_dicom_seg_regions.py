@@ -64,8 +64,15 @@ def test_segments_are_matched_to_the_regions_by_name(tmp_path):
     ds.save_as(tmp_path / "twice.dcm")
     with pytest.raises(DicomSegError, match="segments 2 and 3 are both named 'wt'"):
         read_segmentation_regions(tmp_path / "twice.dcm", series, ["WT", "TC", "ET"])
-    with pytest.raises(DicomSegError, match="differ only in spaces or case"):
+    with pytest.raises(DicomSegError, match="are the same as segment labels"):
         read_segmentation_regions(tmp_path / "seg.dcm", series, ["WT", "wt", "ET"])
+    # a region name over the 64 characters of a SegmentLabel: written shortened (start ... end), read by its full name
+    long = ["whole tumour as delineated by the second reader of the 2026 protocol (version 2)", "TC"]
+    with pytest.warns(UserWarning, match="written as"):
+        described = [default_segment(1, long[0]), default_segment(2, "TC")]
+    write_segmentation(np.stack([wt, tc]).astype(np.uint8), series, tmp_path / "long.dcm", described)
+    np.testing.assert_array_equal(read_segmentation_regions(tmp_path / "long.dcm", series, long),
+                                  np.stack([wt, tc]).astype(np.uint8))
     # read as labels, the same SEG is refused for its overlap, with the option that reads it
     from monai_unc.io.dicom import read_segmentation_labels
 

@@ -23,6 +23,7 @@ import numpy as np
 import pydicom
 from pydicom.multival import MultiValue
 
+from .objects import segment_name_key, short_text
 from .series import ORIENTATION_ATOL, SPACING_ATOL, DicomSeries
 
 __all__ = ["SEGMENTATION_STORAGE", "DicomSegError", "frame_slices", "read_segmentation_labels",
@@ -215,11 +216,6 @@ def _read_seg(
     return ds, what, pixels, slices, segments
 
 
-def _name_key(name: str) -> str:
-    """A segment or region name as names are compared: runs of spaces as one space, no surrounding ones, casefolded."""
-    return " ".join(str(name).split()).casefold()
-
-
 def _frame_segment(ds: pydicom.Dataset, i: int, segments: dict[int, str], what: str) -> int:
     """The segment number of frame ``i``, one of ``segments``."""
     ident = _frame_item(ds, i, "SegmentIdentificationSequence")
@@ -281,8 +277,9 @@ def read_segmentation_regions(path: str | os.PathLike, series: DicomSeries, name
     """Read a binary DICOM SEG whose segments are region masks (e.g. BraTS WT, TC, ET) on the grid of its series.
 
     Segments may overlap (nested regions). Each segment is matched to a region by its ``SegmentLabel``, which must
-    be one of ``names`` (compared as ``write_segmentation`` compares names: runs of spaces as one, surrounding spaces
-    and case ignored; each region at most once); a region that no segment names is
+    be one of ``names`` (compared as ``write_segmentation`` compares names, :func:`~.objects.segment_name_key`; a
+    name over the 64 characters of a SegmentLabel as the writers shorten it, :func:`~.objects.short_text`; each
+    region at most once); a region that no segment names is
     empty (writers may leave out an empty segment). A segment named otherwise is refused, so that a misspelt or
     unrelated segment is never read as an empty region. The checks of :func:`read_segmentation_labels` apply,
     except that segments may overlap.
@@ -314,14 +311,16 @@ def read_segmentation_regions(path: str | os.PathLike, series: DicomSeries, name
     """
     ds, what, pixels, slices, segments = _read_seg(path, series)
     names = [str(n) for n in names]
-    keys = [_name_key(n) for n in names]  # as the writer compares segment names: spaces and case aside
+    # a region's name as a SegmentLabel holds it (a name over 64 characters shortened as the writers shorten it), and
+    # compared as the writers compare segment names: spaces and case aside
+    keys = [segment_name_key(short_text(n, 64)) for n in names]
     if len(set(keys)) != len(keys):
-        raise DicomSegError(f"{what}: the region names {names} differ only in spaces or case, so a segment's label "
-                            "cannot tell them apart")
+        raise DicomSegError(f"{what}: the region names {names} are the same as segment labels (spaces, case, "
+                            "shortening to 64 characters aside), so a segment's label cannot tell them apart")
     channel: dict[int, int] = {}
     named: dict[str, int] = {}
     for number, label in sorted(segments.items()):
-        key = _name_key(label)
+        key = segment_name_key(label)
         if key not in keys:
             shown = ", ".join(repr(n) for n in names)
             raise DicomSegError(f"{what}: segment {number} is named {label[:64]!r}, which is no region ({shown}); "
