@@ -117,9 +117,8 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
     """
     if config.regions is not None:
         config.validate()  # parses the spec
-        spec = parse_regions(config.regions)
-        case = load_case(files, len(spec), load_image=True, multilabel=True,
-                         seg_regions=spec if config.seg_regions else None)
+        case = load_case(files, len(parse_regions(config.regions)), load_image=True, multilabel=True,
+                         seg_regions=config.seg_region_spec())
     else:
         case = load_case(files, config.num_classes)
     if config.seg_label_values is not None and files.label is not None and files.label.name.lower().endswith(".dcm"):

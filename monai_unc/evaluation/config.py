@@ -486,6 +486,21 @@ class EvaluationConfig:
         """``risk_method``, or its default for ``risk`` (SGR for failures, LTT for ``1 - dice``)."""
         return self.risk_method or ("sgr" if self.risk == "failure" else "ltt")
 
+    def seg_region_spec(self) -> dict[str, list[int]] | None:
+        """The region spec whose regions the segments of DICOM SEG labels are (``seg_regions``), else None.
+
+        What :func:`~monai_unc.io.load_case` takes as ``seg_regions`` wherever this evaluation's labels are read.
+
+        Example:
+            >>> EvaluationConfig(regions={"WT": [1, 2], "TC": [2]}, seg_regions=True).seg_region_spec()
+            {'WT': [1, 2], 'TC': [2]}
+            >>> EvaluationConfig(regions={"WT": [1, 2], "TC": [2]}).seg_region_spec() is None
+            True
+        """
+        if not self.seg_regions or self.regions is None:
+            return None
+        return {k: list(v) for k, v in parse_regions(self.regions).items()}
+
     def to_json(self) -> dict[str, Any]:
         """The options as a JSON-serialisable dict (what ``summary.json`` records).
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
@@ -122,6 +123,19 @@ def test_evaluate_with_seg_regions_equals_nifti_labels(tmp_path, capsys):
     summary = json.loads((tmp_path / "ev_seg" / "summary.json").read_text())
     assert summary["config"]["seg_regions"] is True
     assert "seg_regions" not in json.loads((tmp_path / "ev_nifti" / "summary.json").read_text())["config"]
+    # the report reads the SEG as evaluate read it: the case's figure and viewer, no line saying it cannot be read
+    assert main(["report", "-e", str(tmp_path / "ev_seg"), "-o", str(tmp_path / "report"), "-q"]) == 0
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "no figure and no viewer" not in page and "c0" in page
+    from monai_unc.evaluation import CohortState
+    from monai_unc.evaluation.config import DERIVED_MAPS_DIR
+    from monai_unc.report.html import load_figure_case
+
+    state = CohortState.load(tmp_path / "ev_seg" / "state")
+    files = CaseFiles.from_json(state.files["c0"])
+    files.maps = {m: tmp_path / "ev_seg" / DERIVED_MAPS_DIR / Path(p).name for m, p in state.derived_maps["c0"].items()}
+    case = load_figure_case(files, next(iter(files.maps)), None, False, True, seg_regions=SPEC)
+    np.testing.assert_array_equal(np.asarray(case.label), regions)
     capsys.readouterr()
     # without the option the same SEG fails its case, the message naming the option
     with warnings.catch_warnings():
@@ -148,3 +162,27 @@ def test_the_option_is_part_of_the_case_fingerprint():
     assert "seg_regions" not in EvaluationConfig(regions=SPEC).to_json()
     with pytest.raises(TypeError, match="seg_regions must be True or False"):
         EvaluationConfig(regions=SPEC, seg_regions="yes").validate()
+
+
+def test_report_figures_read_seg_labels_with_their_label_values(tmp_path):
+    """The report's case figures read SEG labels as evaluate did: --seg-label-values gives the segments their values
+    (the figures drew segment numbers as labels: the BraTS label 4 as 3)."""
+    import nibabel as nib
+
+    from monai_unc.report.html import load_figure_case
+
+    series = _small_series(tmp_path / "images" / "c0")
+    labels = np.zeros((5, 4, 3), np.uint8)
+    labels[1, 1, 1], labels[2, 1, 1], labels[3, 2, 1] = 1, 2, 4
+    write_segmentation(labels, series, tmp_path / "c0.dcm", [default_segment(v) for v in (1, 2, 4)])
+    nib.save(nib.Nifti1Image(labels, series.affine), tmp_path / "c0_seg.nii.gz")
+    nib.save(nib.Nifti1Image(np.full(labels.shape, 0.1, np.float32), series.affine), tmp_path / "c0_pe.nii.gz")
+
+    def files():
+        return CaseFiles("c0", tmp_path / "c0.dcm", seg=tmp_path / "c0_seg.nii.gz", image=tmp_path / "images" / "c0",
+                         maps={"predictive_entropy": tmp_path / "c0_pe.nii.gz"})
+
+    plain = load_figure_case(files(), "predictive_entropy", 5, False, False)
+    assert sorted(np.unique(plain.label).tolist()) == [0, 1, 2, 3]  # the segment numbers
+    mapped = load_figure_case(files(), "predictive_entropy", 5, False, False, seg_label_values=[1, 2, 4])
+    np.testing.assert_array_equal(np.asarray(mapped.label), labels)
