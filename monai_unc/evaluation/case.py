@@ -109,14 +109,16 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
         config: the evaluation options. With ``config.regions`` the case is read as region masks (one per region of
             the spec) with its image (the QU-BraTS brain mask); otherwise as a class prediction with
             ``config.num_classes`` (None: taken from the probabilities or the label maps); labels of a DICOM SEG
-            get the values of ``config.seg_label_values`` (:func:`~monai_unc.io.segment_label_values`).
+            get the values of ``config.seg_label_values`` (:func:`~monai_unc.io.segment_label_values`), or with
+            ``config.seg_regions`` are the regions (:func:`~monai_unc.io.read_label`).
 
     Returns:
         The loaded case (:class:`~monai_unc.io.LoadedCase`).
     """
     if config.regions is not None:
         config.validate()  # parses the spec
-        case = load_case(files, len(parse_regions(config.regions)), load_image=True, multilabel=True)
+        case = load_case(files, len(parse_regions(config.regions)), load_image=True, multilabel=True,
+                         seg_regions=config.seg_region_spec())
     else:
         case = load_case(files, config.num_classes)
     if config.seg_label_values is not None and files.label is not None and files.label.name.lower().endswith(".dcm"):

@@ -137,6 +137,10 @@ class EvaluationConfig:
             (``--seg-label-values``): segment ``s`` becomes label ``seg_label_values[s - 1]`` (DICOM numbers the
             segments 1, 2, 3, ..., so e.g. the BraTS labels 1, 2, 4 are ``[1, 2, 4]``); None: segment ``s`` is label
             ``s``. Distinct non-negative integers; NIfTI labels are read as they are.
+        seg_regions: with ``regions``, reference labels given as DICOM SEG hold the regions themselves, one segment
+            per region named as it (``SegmentLabel``; e.g. BraTS WT, TC, ET, nested, so overlapping), instead of the
+            disjoint labels (``--seg-regions``; :func:`monai_unc.io.dicom.read_segmentation_regions`). NIfTI labels
+            are read as they are.
         case_metrics: user-defined per-case metrics ``{name: fn}``: ``fn`` receives the case's
             :class:`~monai_unc.activation.TaskView` of one task (the class task, or one region) and returns a
             float, written into the column ``<name>`` (classes) or ``<name>_<region>`` (regions) of ``metrics.csv``
@@ -186,6 +190,7 @@ class EvaluationConfig:
     case_metrics: Mapping[str, Callable[[Any], float]] | None = None
     ignore_unclaimed_labels: bool = False
     seg_label_values: list[int] | None = None
+    seg_regions: bool = False
     products: Sequence[CohortProduct] = ()
     qu_brats_grid: str = "numpy2"
 
@@ -308,6 +313,16 @@ class EvaluationConfig:
                     ValueError(f"seg_label_values {list(values)} holds label {max(values)}, outside the "
                                f"{self.num_classes} classes 0 .. {self.num_classes - 1} of num_classes"),
                     "seg_label_values", others=("num_classes",))  # the command line names both options
+        if not isinstance(self.seg_regions, bool):
+            raise parameter_error(TypeError(f"seg_regions must be True or False, got {self.seg_regions!r}"),
+                                  "seg_regions")
+        if self.seg_regions and self.regions is None:
+            raise parameter_error(ValueError("seg_regions needs regions: the segments are read as the regions of the "
+                                             "region spec"), "seg_regions", others=("regions",))
+        if self.seg_regions and self.seg_label_values is not None:
+            raise parameter_error(ValueError("seg_regions and seg_label_values exclude each other: the segments are "
+                                             "either the regions or labels"), "seg_regions",
+                                  others=("seg_label_values",))
         if not isinstance(self.qu_brats_grid, str):
             raise parameter_error(
                 TypeError(f"qu_brats_grid must be a string, one of {QU_BRATS_GRIDS}, got "
@@ -471,6 +486,21 @@ class EvaluationConfig:
         """``risk_method``, or its default for ``risk`` (SGR for failures, LTT for ``1 - dice``)."""
         return self.risk_method or ("sgr" if self.risk == "failure" else "ltt")
 
+    def seg_region_spec(self) -> dict[str, list[int]] | None:
+        """The region spec whose regions the segments of DICOM SEG labels are (``seg_regions``), else None.
+
+        What :func:`~monai_unc.io.load_case` takes as ``seg_regions`` wherever this evaluation's labels are read.
+
+        Example:
+            >>> EvaluationConfig(regions={"WT": [1, 2], "TC": [2]}, seg_regions=True).seg_region_spec()
+            {'WT': [1, 2], 'TC': [2]}
+            >>> EvaluationConfig(regions={"WT": [1, 2], "TC": [2]}).seg_region_spec() is None
+            True
+        """
+        if not self.seg_regions or self.regions is None:
+            return None
+        return {k: list(v) for k, v in parse_regions(self.regions).items()}
+
     def to_json(self) -> dict[str, Any]:
         """The options as a JSON-serialisable dict (what ``summary.json`` records).
 
@@ -489,6 +519,8 @@ class EvaluationConfig:
         d.pop("products", None)  # objects; their options instead, when there are any
         if self.seg_label_values is None:  # recorded only when given (summaries of earlier runs stay as they were)
             d.pop("seg_label_values", None)
+        if not self.seg_regions:  # likewise
+            d.pop("seg_regions", None)
         if self.qu_brats_grid == "numpy2":  # recorded only when not the default, likewise
             d.pop("qu_brats_grid", None)
         if self.case_metrics is not None:

@@ -278,6 +278,8 @@ def case_config_fingerprint(config: EvaluationConfig) -> dict[str, Any]:
     if config.seg_label_values is not None:  # read into the label map (load_evaluation_case); only when given, so
         # that the fingerprint of an evaluation without it is unchanged
         out["seg_label_values"] = [int(v) for v in config.seg_label_values]
+    if config.seg_regions:  # likewise: the SEG's segments read as the regions
+        out["seg_regions"] = True
     if config.products:  # only when asked: the fingerprint of an evaluation without products is unchanged
         # in order (it is the order of the columns), with each product's class: another implementation under the
         # same name is another product

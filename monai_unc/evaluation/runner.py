@@ -108,7 +108,7 @@ def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | No
 def _load_for_products(entry: tuple[CaseFiles, int], config: EvaluationConfig) -> Any:
     """A case loaded again for the products' case files: its own files, the number of classes the cohort has."""
     files, n = entry
-    return load_case(files, n, multilabel=config.regions is not None)
+    return load_case(files, n, multilabel=config.regions is not None, seg_regions=config.seg_region_spec())
 
 
 def _as_tuple(result: CaseResult) -> tuple[CaseResult, CaseFiles, int]:

@@ -1613,18 +1613,27 @@ def _read_simpleitk(path: Path, error: BaseException) -> tuple[np.ndarray, np.nd
     return data, affine
 
 
-def read_label(files: CaseFiles) -> tuple[np.ndarray, np.ndarray]:
+def read_label(
+    files: CaseFiles, seg_regions: Mapping[str, Sequence[int]] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Read a case's reference labels: a volume file (:func:`read_volume`) or a binary DICOM SEG ``<case>.dcm``.
 
     A SEG is read on the grid of the case's image, which must be its DICOM series folder (``files.image``, from
     ``--images``): :func:`monai_unc.io.dicom.read_segmentation_labels` (the ``dicom`` extra) checks that the SEG
-    belongs to that series and that its segments do not overlap; segment ``s`` becomes label ``s``.
+    belongs to that series and that its segments do not overlap; segment ``s`` becomes label ``s``. With
+    ``seg_regions`` a SEG's segments are the regions of that spec instead, matched by name and allowed to overlap
+    (:func:`monai_unc.io.dicom.read_segmentation_regions`, ``evaluate --seg-regions``): ``(R, *spatial)`` 0/1 region
+    masks in the spec's order, or for a spec of one region its mask as a label map of the region's smallest label
+    (one channel is read as a label map).
 
     Args:
         files: the case's files.
+        seg_regions: the region spec whose regions a SEG's segments are (None: a SEG of disjoint labels). Volume
+            files are read as they are.
 
     Returns:
-        ``(data, affine)`` as :func:`read_volume`: ``(1, *spatial)`` labels and the ``(4, 4)`` affine. A volume file
+        ``(data, affine)`` as :func:`read_volume`: ``(1, *spatial)`` labels (``(R, *spatial)`` region masks of a SEG
+        read with ``seg_regions`` of several regions) and the ``(4, 4)`` affine. A volume file
         is read in the type it stores where nibabel reads it (``read_volume(dtype=None)``): integer labels exactly
         (float32, ``LoadImage``'s type, holds integers only up to ``2**24``).
 
@@ -1649,13 +1658,23 @@ def read_label(files: CaseFiles) -> tuple[np.ndarray, np.ndarray]:
     if files.image is None or not files.image.is_dir():
         raise CaseError(f"case {files.case_id!r}: label {files.label.name} is a DICOM SEG; its image must be the "
                         "case's DICOM series folder (--images)")
-    from .dicom import read_segmentation_labels, read_series
+    from .dicom import read_segmentation_labels, read_segmentation_regions, read_series
 
     try:
         series = read_series(files.image, pixels=False)
-        return read_segmentation_labels(files.label, series)[None], series.affine
+        if seg_regions is None:
+            return read_segmentation_labels(files.label, series)[None], series.affine
+        masks = read_segmentation_regions(files.label, series, list(seg_regions))
     except ValueError as e:
         raise CaseError(f"case {files.case_id!r}: {e}") from None
+    if masks.shape[0] > 1:
+        return masks, series.affine
+    # one channel is read as a label map (load_case): the mask's voxels get the region's smallest label, the rest 0
+    (name, values), = seg_regions.items()
+    if 0 in values:
+        raise CaseError(f"case {files.case_id!r}: the region {name!r} holds the label 0, so the voxels outside its "
+                        f"segment in {files.label.name} would be inside it")
+    return np.where(masks[:1] > 0, min(values), 0).astype(np.int64), series.affine
 
 
 def segment_label_values(labels: np.ndarray, values: Sequence[int], case_id: str = "") -> np.ndarray:
@@ -2140,7 +2159,8 @@ def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: t
 
 
 def load_case(
-    files: CaseFiles, num_classes: int | None = None, load_image: bool = False, multilabel: bool = False
+    files: CaseFiles, num_classes: int | None = None, load_image: bool = False, multilabel: bool = False,
+    seg_regions: Mapping[str, Sequence[int]] | None = None,
 ) -> LoadedCase:
     """Read and check every file of a case (see the module docstring for the checks).
 
@@ -2162,6 +2182,8 @@ def load_case(
         num_classes: the number of classes ``C`` (regions ``R`` with ``multilabel=True``).
         load_image: also read the input image (for overlays).
         multilabel: read a region-based prediction.
+        seg_regions: with ``multilabel``, the region spec whose regions the segments of a DICOM SEG label are
+            (:func:`read_label`; None: its segments are disjoint labels).
 
     Returns:
         The case's arrays.
@@ -2182,7 +2204,9 @@ def load_case(
         ...     case.probs.shape, case.seg.dtype, case.spacing
         ((2, 4, 4, 4), dtype('int64'), (1.0, 1.0, 1.0))
     """
-    with _CaseReads(files, load_image) as reads:
+    if seg_regions is not None and not multilabel:
+        raise ValueError("seg_regions needs multilabel=True (a region-based prediction)")
+    with _CaseReads(files, load_image, seg_regions) as reads:
         if multilabel:
             return _load_multilabel_case(files, num_classes, load_image, reads)
         return _load_class_case(files, num_classes, load_image, reads)
@@ -2198,8 +2222,9 @@ class _CaseReads:
     waited for, their errors dropped.
     """
 
-    def __init__(self, files: CaseFiles, load_image: bool) -> None:
-        calls: dict[Any, Any] = {"label": functools.partial(read_label, files)}
+    def __init__(self, files: CaseFiles, load_image: bool,
+                 seg_regions: Mapping[str, Sequence[int]] | None = None) -> None:
+        calls: dict[Any, Any] = {"label": functools.partial(read_label, files, seg_regions)}
         if files.probs is not None:
             calls["probs"] = functools.partial(read_probabilities, files.probs)
         if files.seg is not None:  # a label map: its stored integers, as read_label reads the labels

@@ -71,6 +71,7 @@ from ..io import (
     output_lock,
     owned_folder,
     read_csv,
+    segment_label_values,
 )
 from ..product import (
     Overlay,
@@ -738,19 +739,27 @@ def region_display(
 
 
 def load_figure_case(files: CaseFiles, measure: str, num_classes: int | None, load_image: bool,
-                     multilabel: bool, notes: list[str] | None = None) -> LoadedCase | None:
+                     multilabel: bool, notes: list[str] | None = None, *,
+                     seg_regions: Mapping[str, Sequence[int]] | None = None,
+                     seg_label_values: Sequence[int] | None = None) -> LoadedCase | None:
     """:func:`~monai_unc.io.load_case` of what a case figure draws: segmentation, label, ``measure``'s map, image.
 
     The probabilities (the largest file) and the other maps are not read again, unless the segmentation is to come
     from the probabilities (no segmentation file) or the class count from them (``num_classes`` None). ``files`` is
     changed in place to the files read. With ``notes``, a case whose files cannot be read (missing, unreadable) gives
     None and one line in ``notes`` (:func:`case_figures_section` shows them), so that the page is still written.
+    Labels of a DICOM SEG are read as the evaluation read them: its segments as the regions of ``seg_regions``
+    (``evaluate --seg-regions``), or given the label values ``seg_label_values`` (``--seg-label-values``).
     """
     files.maps = {measure: files.maps[measure]}
     if files.seg is not None and num_classes is not None:
         files.probs = None
     try:
-        return load_case(files, num_classes, load_image=load_image, multilabel=multilabel)
+        case = load_case(files, num_classes, load_image=load_image, multilabel=multilabel,
+                         seg_regions=seg_regions if multilabel else None)
+        if seg_label_values is not None and files.label is not None and files.label.name.lower().endswith(".dcm"):
+            case.label = segment_label_values(case.label, seg_label_values, files.case_id)
+        return case
     except (OSError, ValueError) as e:  # one line on the page for this case, not a page that fails whole
         if notes is None:
             raise
@@ -813,6 +822,13 @@ def _case_figures(
     unread: list[str] | None = None,
 ) -> list[Figure]:
     unread = [] if unread is None else unread  # the lines of cases whose files cannot be read
+    # DICOM SEG labels read as the evaluation read them (found by review: figures of --seg-label-values cases drew
+    # the segment numbers as labels, and a SEG of --seg-regions failed as overlapping segments)
+    config = summary.get("config") if isinstance(summary.get("config"), Mapping) else {}
+    seg_regions = state.regions if config.get("seg_regions") is True and state.regions else None
+    values = config.get("seg_label_values")
+    seg_label_values = [int(v) for v in values] if isinstance(values, list) and values and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values) else None
     order = summary["triage"]["order"]
     chosen = list(order[:n_cases])
     if len(order) > n_cases and n_cases > 0:
@@ -844,7 +860,8 @@ def _case_figures(
         measure = by_id[cid].get("measure") or next(iter(files.maps), None)
         if measure is None or measure not in files.maps:  # an evaluation of an older version, which kept no derived map
             continue
-        case = load_figure_case(files, measure, state.num_classes, True, state.regions is not None, unread)
+        case = load_figure_case(files, measure, state.num_classes, True, state.regions is not None, unread,
+                                seg_regions=seg_regions, seg_label_values=seg_label_values)
         if case is None:  # its files cannot be read: a line in unread
             continue
         seg, label, u, class_names = case.seg, case.label, case.maps[measure], summary.get("class_names")

@@ -370,6 +370,9 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--seg-label-values", type=_label_values, default=None, metavar="V1,V2,...",
                    help="labels given as DICOM SEG: the label value of each segment in segment order (DICOM numbers "
                         "segments 1, 2, 3, ...: the BraTS labels 1, 2, 4 are 1,2,4; default: segment s is label s)")
+    p.add_argument("--seg-regions", action="store_true",
+                   help="with --regions, labels given as DICOM SEG hold the regions themselves, one segment per region "
+                        "named as it (e.g. WT, TC, ET, nested), not the disjoint labels")
     _add_risk_control(p, defaults=True)
     for product in registered_products():  # the options of every cohort product (monai_unc.product)
         _add_product_options(p, product)

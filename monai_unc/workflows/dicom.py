@@ -93,10 +93,11 @@ from ..io.dicom import (
     write_parametric_map,
     write_segmentation,
 )
-from ..io.provenance import read_untrusted_json
+from ..io.provenance import prediction_regions, read_untrusted_json
 from ..keys import DEPRECATED_MEASURES
 from ..monitoring.store import check_rule
 from ..product import command_product, command_products
+from ..regions import label_to_regions, unclaimed_labels
 from .prepare import DICOM_FOLDER, check_dicom_input
 from .session import CommandResult
 
@@ -200,6 +201,39 @@ def _region_names(predictions: Path) -> list[str] | None:
     if isinstance(regions, dict) and all(isinstance(k, str) and k.strip() for k in regions):
         return [k.strip() for k in regions]  # whole: a long name is shortened to its start and end (short_text)
     return None
+
+
+def _label_map_regions(predictions: Path, layout: str) -> dict[str, list[int]] | None:
+    """The region spec of a region-based nnU-Net model's predictions, whose segmentation is a label map.
+
+    nnU-Net turns the regions of a region-based model into one label map (``regions_class_order``) beside one
+    probability (and map) channel per region; its regions are recorded in ``uncertainty_config.json``
+    (``nnunet-predict``) or the ``dataset.json`` nnU-Net writes beside the predictions
+    (:func:`~monai_unc.io.provenance.prediction_regions`). None for class-based predictions and for the
+    ``monai-unc`` layout (a region model's segmentation is its region masks there).
+    """
+    if layout != "nnunet":
+        return None
+    found = prediction_regions(predictions, layout)
+    return {str(k): [int(v) for v in vals] for k, vals in found.items()} if isinstance(found, dict) and found else None
+
+
+def _regions_of_label_map(seg: np.ndarray, regions: dict[str, list[int]], what: str) -> np.ndarray:
+    """The ``(R, *spatial)`` uint8 region masks of a region model's ``(1, *spatial)`` label map (nnU-Net's).
+
+    Raises:
+        CaseError: one line naming ``what``: values that are no labels, or a label that no region holds (it would be
+            in no segment).
+    """
+    _check_segmentation_values(seg, False, what)
+    labels = np.asarray(seg[0]).astype(np.int64)
+    stray = unclaimed_labels(labels, regions) if labels.size and labels.min() >= 0 else sorted(
+        {int(v) for v in np.unique(labels) if v < 0})
+    if stray:
+        shown = ", ".join(str(v) for v in stray[:5]) + (" ..." if len(stray) > 5 else "")
+        raise CaseError(f"{what} holds the label(s) {shown}, which no region of the model holds "
+                        f"({', '.join(f'{k} {v}' for k, v in regions.items())}): it would be in no segment")
+    return np.asarray(label_to_regions(labels, regions)).astype(np.uint8)
 
 
 def _map_regions(region_names: list[str] | None, specs: list[SegmentSpec]) -> list[str]:
@@ -365,8 +399,10 @@ def _check_labels(labels: np.ndarray, count: int, what: str, probs_name: str | N
         raise CaseError(f"{what} holds the label(s) {shown}: class values must be 0 (background) or positive")
     raise CaseError(f"{what} holds the label(s) {shown}, but the probabilities {probs_name} have {count + 1} "
                     f"channels (background and classes 1..{count}); a region-based model's probabilities (one "
-                    "channel per region, e.g. nnU-Net's) do not describe a label map: export without the "
-                    "probabilities (dicom-export --no-probabilities, nnunet-predict without --save_probabilities)")
+                    "channel per region, e.g. nnU-Net's) do not describe a label map: for a region-based nnU-Net "
+                    "model keep the dataset.json nnU-Net writes beside its predictions (its regions), or export "
+                    "without the probabilities (dicom-export --no-probabilities, nnunet-predict without "
+                    "--save_probabilities)")
 
 
 #: the SOP classes dicom-export writes: SEG, Parametric Map, Comprehensive 3D SR
@@ -426,10 +462,13 @@ def _check_predicted_from(pred: Path, src: Path, case_id: str) -> None:
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
                  uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
                  numbers: dict[str, float] | None, triage: dict[str, Any] | None, study: dict[str, str] | None = None,
-                 extra_groups: dict[str, dict[str, float]] | None = None) -> list[dict]:
+                 extra_groups: dict[str, dict[str, float]] | None = None,
+                 label_regions: dict[str, list[int]] | None = None) -> list[dict]:
     seg, seg_affine = read_volume(files.seg)
     seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
-    regions = seg.shape[0] > 1
+    if label_regions is not None and seg.shape[0] == 1:  # a region-based nnU-Net model: its regions as segments
+        seg = _regions_of_label_map(seg, label_regions, f"case {files.case_id}: segmentation {files.seg.name}")
+    regions = seg.shape[0] > 1 or (label_regions is not None and seg.shape[0] == len(label_regions))
     _check_segmentation_values(seg, regions, f"case {files.case_id}: segmentation {files.seg.name}")
     probs = None
     if files.probs is not None and probabilities:
@@ -870,7 +909,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         for option, folder, numbers in given:  # before any object: the numbers must be those of these predictions
             if folder is not None:
                 check_made_from(folder, option, {c: p for c, p in segs.items() if c in numbers})
-        region_names = _region_names(pred)
+        label_regions = _label_map_regions(pred, layout)
+        region_names = list(label_regions) if label_regions else _region_names(pred)
         result = DicomExport(out)
         # the manifest of an earlier run goes before this run's first object: a rerun that fails leaves no manifest
         # listing objects it replaced or removed (the new one is written, atomically, after the last case)
@@ -885,7 +925,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
                                    uid_root=uid_root, algorithm=algorithm, region_names=region_names, study=study,
                                    numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
-                                   extra_groups={t: r[files.case_id] for t, r in extra.items() if files.case_id in r})
+                                   extra_groups={t: r[files.case_id] for t, r in extra.items() if files.case_id in r},
+                                   label_regions=label_regions)
             result.cases[files.case_id] = {
                 "series": {"series_instance_uid": case_series.series_uid,
                            "study_instance_uid": str(case_series.datasets[0].StudyInstanceUID),

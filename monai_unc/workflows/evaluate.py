@@ -99,7 +99,7 @@ def evaluate_from_arguments(
         budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial, num_classes=args.num_classes,
         class_names=args.class_names, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
         risk_method=args.risk_method, ignore_unclaimed_labels=args.ignore_unclaimed_labels,
-        seg_label_values=args.seg_label_values, qu_brats_grid=args.qu_brats_grid,
+        seg_label_values=args.seg_label_values, seg_regions=args.seg_regions, qu_brats_grid=args.qu_brats_grid,
         products=products_from_arguments(args),
     )  # fmt: skip
     res = evaluate_command(

@@ -6,6 +6,7 @@ trained and predicted end to end on CPU."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import math
 import random
@@ -392,6 +393,24 @@ def test_region_model_end_to_end_on_cpu_equals_stock(tmp_path, monkeypatch):
     assert mi.max() > 0  # mirrors disagree
     header = (tmp_path / "ours" / "uncertainty_scores.csv").read_text().splitlines()[0].split(",")
     assert "mutual_information_fg_mean_whole" in header and "mutual_information_fg_mean_core" in header
+
+    # DICOM: the regions of the label map (from uncertainty_config.json) as overlapping segments, each region's
+    # probability in the FRACTIONAL SEG, one Parametric Map per region (the image written as the case's series)
+    if importlib.util.find_spec("highdicom") is not None:
+        from monai_unc.cli import main
+        from monai_unc.io.dicom import read_segmentation_regions, read_series, write_series
+        from monai_unc.regions import label_to_regions
+
+        write_series(np.asarray(img.dataobj, dtype=np.float32), img.affine, tmp_path / "series" / case, modality="MR")
+        assert main(["dicom-export", "-p", str(tmp_path / "ours"), "-s", str(tmp_path / "series"), "-o",
+                     str(tmp_path / "dicom"), "--layout", "nnunet", "-q"]) == 0
+        series = read_series(tmp_path / "series" / case, pixels=False)
+        assert np.abs(series.affine - img.affine).max() < 1e-4
+        masks = read_segmentation_regions(tmp_path / "dicom" / case / "seg.dcm", series, ["whole", "core"])
+        np.testing.assert_array_equal(masks, label_to_regions(ref, cfg["regions"]).astype(np.uint8))
+        written = sorted(f.name for f in (tmp_path / "dicom" / case).iterdir())
+        assert "probabilities.dcm" in written and "mutual_information_whole.dcm" in written, written
+        assert "mutual_information_core.dcm" in written, written
 
     # per-region temperatures (nnunet-calibrate, mode vector) folded into the segmentation layer's channels
     cal = tmp_path / "calibrated"

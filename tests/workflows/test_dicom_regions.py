@@ -21,7 +21,12 @@ hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
 
 from monai_unc.cli import main  # noqa: E402
 from monai_unc.io import read_csv, write_csv  # noqa: E402
-from monai_unc.io.dicom import default_segment, read_series, write_segmentation  # noqa: E402
+from monai_unc.io.dicom import (  # noqa: E402
+    default_segment,
+    read_segmentation_regions,
+    read_series,
+    write_segmentation,
+)
 from tests.io.dicom._series import GEOMETRIES, dciodvfy_errors, make_series, mni_small  # noqa: E402
 from tests.workflows.test_dicom_export import _nifti_at, _source_world, _sources, _sr_items  # noqa: E402
 
@@ -94,6 +99,10 @@ def test_region_maps_are_one_parametric_map_per_region(tmp_path):
     sr = pydicom.dcmread(out / "c0" / "sr.dcm")
     refs = {v for g, name, v in _sr_items(sr) if g == "case scores" and name == "ref"}
     assert refs == {o["sop_instance_uid"] for o in maps.values()}
+    # the SEG of the region masks (one segment per region, overlapping) reads back as them (evaluate --seg-regions)
+    source = read_series(series / "c0", pixels=False)
+    assert np.abs(source.affine - affine).max() < 1e-6  # the NIfTI files are on the series' grid
+    np.testing.assert_array_equal(read_segmentation_regions(out / "c0" / "seg.dcm", source, list(SPEC)), regions)
 
 
 def test_a_region_map_with_another_channel_count_is_refused(tmp_path, capsys):
@@ -184,3 +193,58 @@ def test_region_names_of_the_map_files():
     assert names == ["a/b", "a b 2", "ET"]
     assert [_file_part(n) for n in names] == ["a_b", "a_b_2", "ET"]
     assert _file_part("../../x") == "______x" and _file_part("  ") == "region"
+
+
+#: the regions of a region-based nnU-Net BraTS dataset, its dataset.json's order (the model's channel order)
+NNUNET_LABELS = {"background": 0, "whole tumor": [1, 2, 3], "tumor core": [1, 3], "enhancing tumor": 3}
+
+
+@pytest.mark.slow
+def test_a_region_based_nnunet_model_is_exported_as_its_regions(tmp_path, capsys):
+    """nnU-Net turns the regions into one label map beside one probability and map channel per region: the SEG holds
+    the regions (from the dataset.json nnU-Net writes beside the predictions), the FRACTIONAL SEG each region's
+    probability, one Parametric Map per region."""
+    series_dir, pred = tmp_path / "series", tmp_path / "pred"
+    (pred / "uncertainty").mkdir(parents=True)
+    make_series(series_dir / "c0", GEOMETRY)
+    series = read_series(series_dir / "c0", pixels=False)
+    labels = _brats_labels()
+    spec = {k: (v if isinstance(v, list) else [v]) for k, v in NNUNET_LABELS.items() if k != "background"}
+    regions = np.stack([np.isin(labels, v) for v in spec.values()]).astype(np.uint8)
+    rng = np.random.default_rng(3)
+    probs = np.clip(regions * 0.5 + rng.random(regions.shape) * 0.5, 0, 1).astype(np.float32)
+    pe = (rng.random(regions.shape) * np.log(2)).astype(np.float32)
+    nib.save(nib.Nifti1Image(labels, series.affine), pred / "c0.nii.gz")
+    np.savez(pred / "c0.npz", probabilities=probs.transpose(0, 3, 2, 1))  # nnU-Net's (C, z, y, x)
+    nib.save(nib.Nifti1Image(_channels_last(pe), series.affine), pred / "uncertainty" / "c0_predictive_entropy.nii.gz")
+    # without the regions (no dataset.json) the label map beside three region channels is refused, as before
+    argv = ["dicom-export", "-p", str(pred), "-s", str(series_dir), "--layout", "nnunet", "-q"]
+    assert main([*argv, "-o", str(tmp_path / "refused")]) != 0
+    assert "region-based model" in capsys.readouterr().err
+    (pred / "dataset.json").write_text(json.dumps({"labels": NNUNET_LABELS, "regions_class_order": [2, 1, 3]}))
+    out = tmp_path / "out"
+    assert main([*argv, "-o", str(out)]) == 0
+    names = list(spec)
+    ds = pydicom.dcmread(out / "c0" / "seg.dcm")
+    assert [str(s.SegmentLabel) for s in ds.SegmentSequence] == names
+    assert dciodvfy_errors(out / "c0" / "seg.dcm") == []
+    np.testing.assert_array_equal(read_segmentation_regions(out / "c0" / "seg.dcm", series, names), regions)
+    fseg = hd.seg.segread(out / "c0" / "probabilities.dcm")
+    assert [str(s.SegmentLabel) for s in fseg.SegmentSequence] == names
+    sources = _sources(series_dir / "c0")
+    uids = sorted(sources)
+    fpix = fseg.get_pixels_by_source_instance(uids, rescale_fractional=True, ignore_spatial_locations=True,
+                                              dtype=np.float32)
+    for k, uid in enumerate(uids):
+        expected = np.moveaxis(_nifti_at(probs, series.affine, _source_world(sources[uid])), 0, -1)
+        assert np.abs(fpix[k] - expected).max() <= 0.5 / 255 + 1e-6
+    maps = sorted(p.name for p in (out / "c0").glob("predictive_entropy_*.dcm"))
+    assert len(maps) == len(names)
+    # a label that no region holds would be in no segment: the case is refused, naming it
+    bad = labels.copy()
+    bad[0, 0, 0] = 5
+    nib.save(nib.Nifti1Image(bad, series.affine), pred / "c0.nii.gz")
+    capsys.readouterr()
+    assert main([*argv, "-o", str(tmp_path / "stray")]) != 0
+    err = capsys.readouterr().err
+    assert "holds the label(s) 5, which no region of the model holds" in err, err

@@ -7,7 +7,8 @@ objects or slices of different patients; it also writes a volume as such a serie
 :mod:`.objects` writes the derived objects with highdicom: the segmentation as a binary DICOM SEG, the
 probabilities as a FRACTIONAL SEG, each uncertainty map as a float Parametric Map, under new Series and SOP Instance
 UIDs (a configurable UID root) with the patient and study of the source (or a new study, :func:`.objects.new_study`).
-:mod:`.labels` reads a binary DICOM SEG as the label map of its series (the labels of ``evaluate``). :mod:`.sr` writes
+:mod:`.labels` reads a binary DICOM SEG as the label map of its series (the labels of ``evaluate``), or as the
+region masks its segments are (``evaluate --regions --seg-regions``). :mod:`.sr` writes
 the Comprehensive 3D SR (TID 1500 measurement report) of a case.
 
 This package needs the ``dicom`` extra (``pip install 'monai-unc[dicom]'``: pydicom and highdicom); importing it
@@ -25,7 +26,7 @@ try:
 except ImportError as _error:  # pragma: no cover - exercised by a subprocess test without the packages
     raise ImportError(MISSING_EXTRA) from _error
 
-from .labels import DicomSegError, frame_slices, read_segmentation_labels  # noqa: E402
+from .labels import DicomSegError, frame_slices, read_segmentation_labels, read_segmentation_regions  # noqa: E402
 from .objects import (  # noqa: E402 (after the check of the extra)
     DEFAULT_SEGMENTS,
     FRACTIONAL_MAX,
@@ -48,6 +49,7 @@ from .objects import (  # noqa: E402 (after the check of the extra)
     new_uid,
     read_segment_specs,
     save_dataset,
+    segment_name_key,
     short_text,
     source_images,
     volume_frames,
@@ -94,6 +96,7 @@ __all__ = [
     "MAP_UNITS",
     "check_uid_root",
     "default_segment",
+    "segment_name_key",
     "short_text",
     "check_series_description",
     "check_series_number",
@@ -113,6 +116,7 @@ __all__ = [
     "DicomSegError",
     "frame_slices",
     "read_segmentation_labels",
+    "read_segmentation_regions",
     "SCHEME",
     "report_numbers",
     "segment_volume_ml",

@@ -9,21 +9,25 @@ series among its referenced series, the same pixel grid; a SEG that references a
 off the series' slices, a FRACTIONAL SEG or segments that overlap (a voxel in two segments is no label map; so is a
 SEG of nested region masks such as BraTS WT, TC, ET: a region evaluation reads the SEG of the disjoint labels and
 makes its regions through the region spec, the labels being the segment numbers) are refused with one line naming
-the file and the problem.
+the file and the problem. :func:`read_segmentation_regions` reads a SEG whose segments are region masks, which may
+overlap (``evaluate --regions --seg-regions``), each matched to its region by name.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pydicom
 from pydicom.multival import MultiValue
 
+from .objects import segment_name_key, short_text
 from .series import ORIENTATION_ATOL, SPACING_ATOL, DicomSeries
 
-__all__ = ["SEGMENTATION_STORAGE", "DicomSegError", "frame_slices", "read_segmentation_labels"]
+__all__ = ["SEGMENTATION_STORAGE", "DicomSegError", "frame_slices", "read_segmentation_labels",
+           "read_segmentation_regions"]
 
 #: the SOP class of a DICOM SEG
 SEGMENTATION_STORAGE = "1.2.840.10008.5.1.4.1.1.66.4"
@@ -139,34 +143,14 @@ def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[in
     return out
 
 
-def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np.ndarray:
-    """Read a binary DICOM SEG as a label map on the grid of its source series.
-
-    Args:
-        path: the SEG file.
-        series: the case's series (:func:`~.series.read_series`; ``pixels=False`` is enough).
+def _read_seg(
+    path: str | os.PathLike, series: DicomSeries
+) -> tuple[pydicom.Dataset, str, np.ndarray, list[int], dict[int, str]]:
+    """A binary SEG of ``series``, checked (the checks of :func:`read_segmentation_labels` but overlap).
 
     Returns:
-        ``(columns, rows, slices)`` int64 labels: the SegmentNumber of the segment a voxel is in, 0 elsewhere.
-
-    Raises:
-        DicomSegError: one line naming the file: not a readable DICOM SEG, a FRACTIONAL SEG, another frame of
-            reference, series or pixel grid, an image referenced that the series lacks (a missing frame), a frame
-            on no slice, an unknown segment number, segments that overlap, a malformed header (a number with
-            several values, a frame's position, orientation or pixel spacing absent or of the wrong length).
-
-    Example:
-        >>> import tempfile
-        >>> from monai_unc.io.dicom import AlgorithmInfo, default_segment, read_series, write_segmentation
-        >>> from monai_unc.io.dicom import write_series
-        >>> with tempfile.TemporaryDirectory() as d:
-        ...     _ = write_series(np.zeros((4, 3, 2)), np.eye(4), f"{d}/s", modality="MR")
-        ...     s = read_series(f"{d}/s", pixels=False)
-        ...     labels = np.zeros((4, 3, 2), np.uint8)
-        ...     labels[1:3, 1, 1] = 2
-        ...     _ = write_segmentation(labels, s, f"{d}/seg.dcm", [default_segment(1), default_segment(2)])
-        ...     bool((read_segmentation_labels(f"{d}/seg.dcm", s) == labels).all())
-        True
+        The dataset, how messages name it, its frames ``(frames, rows, columns)``, the slice of each frame and
+        ``{SegmentNumber: SegmentLabel}``.
     """
     path = Path(path)
     what = f"DICOM SEG {path.name}"
@@ -220,7 +204,8 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
         measures = _numbers(_frame_item(ds, i, "PixelMeasuresSequence"), "PixelSpacing", 2, f"{what}: frame {i + 1}")
         if np.abs(measures - spacing).max() > 1e-3:
             raise DicomSegError(f"{what}: its pixel spacing is not the series' ({spacing} mm; frame {i + 1})")
-    numbers = {_number(s, "SegmentNumber", f"{what}: a segment") for s in ds.get("SegmentSequence", [])}
+    segments = {_number(s, "SegmentNumber", f"{what}: a segment"): str(s.get("SegmentLabel", "")).strip()
+                for s in ds.get("SegmentSequence", [])}
     slices = frame_slices(ds, series, what)
     try:
         pixels = np.asarray(ds.pixel_array)
@@ -228,12 +213,52 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
         raise DicomSegError(f"{what}: pixel data unreadable ({type(e).__name__})") from None
     if pixels.ndim == 2:
         pixels = pixels[None]
+    return ds, what, pixels, slices, segments
+
+
+def _frame_segment(ds: pydicom.Dataset, i: int, segments: dict[int, str], what: str) -> int:
+    """The segment number of frame ``i``, one of ``segments``."""
+    ident = _frame_item(ds, i, "SegmentIdentificationSequence")
+    number = _number(ident, "ReferencedSegmentNumber", f"{what}: frame {i + 1}") if ident is not None else -1
+    if number not in segments:
+        raise DicomSegError(f"{what}: frame {i + 1} names segment {number}, the SEG has {sorted(segments)}")
+    return number
+
+
+def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np.ndarray:
+    """Read a binary DICOM SEG as a label map on the grid of its source series.
+
+    Args:
+        path: the SEG file.
+        series: the case's series (:func:`~.series.read_series`; ``pixels=False`` is enough).
+
+    Returns:
+        ``(columns, rows, slices)`` int64 labels: the SegmentNumber of the segment a voxel is in, 0 elsewhere.
+
+    Raises:
+        DicomSegError: one line naming the file: not a readable DICOM SEG, a FRACTIONAL SEG, another frame of
+            reference, series or pixel grid, an image referenced that the series lacks (a missing frame), a frame
+            on no slice, an unknown segment number, segments that overlap, a malformed header (a number with
+            several values, a frame's position, orientation or pixel spacing absent or of the wrong length).
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.io.dicom import AlgorithmInfo, default_segment, read_series, write_segmentation
+        >>> from monai_unc.io.dicom import write_series
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.zeros((4, 3, 2)), np.eye(4), f"{d}/s", modality="MR")
+        ...     s = read_series(f"{d}/s", pixels=False)
+        ...     labels = np.zeros((4, 3, 2), np.uint8)
+        ...     labels[1:3, 1, 1] = 2
+        ...     _ = write_segmentation(labels, s, f"{d}/seg.dcm", [default_segment(1), default_segment(2)])
+        ...     bool((read_segmentation_labels(f"{d}/seg.dcm", s) == labels).all())
+        True
+    """
+    ds, what, pixels, slices, segments = _read_seg(path, series)
+    cols, rows, n = series.shape
     labels = np.zeros((cols, rows, n), dtype=np.int64)
     for i, k in enumerate(slices):
-        ident = _frame_item(ds, i, "SegmentIdentificationSequence")
-        number = _number(ident, "ReferencedSegmentNumber", f"{what}: frame {i + 1}") if ident is not None else -1
-        if number not in numbers:
-            raise DicomSegError(f"{what}: frame {i + 1} names segment {number}, the SEG has {sorted(numbers)}")
+        number = _frame_segment(ds, i, segments, what)
         mask = pixels[i].T > 0
         plane = labels[:, :, k]
         clash = mask & (plane != 0) & (plane != number)
@@ -241,7 +266,72 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
             other = int(plane[clash][0])
             raise DicomSegError(f"{what}: segments {min(other, number)} and {max(other, number)} overlap (e.g. "
                                 f"{int(clash.sum())} voxel(s) of slice {k + 1}); a label map needs disjoint segments "
-                                    "(a SEG of nested region masks such as WT, TC, ET is no label map: give the SEG "
-                                    "of the disjoint labels, and --regions makes the regions from them)")
+                                "(a SEG of nested region masks such as WT, TC, ET is no label map: give the SEG of "
+                                "the disjoint labels, and --regions makes the regions from them, or read its segments "
+                                "as the regions with --seg-regions)")
         plane[mask] = number
     return labels
+
+
+def read_segmentation_regions(path: str | os.PathLike, series: DicomSeries, names: Sequence[str]) -> np.ndarray:
+    """Read a binary DICOM SEG whose segments are region masks (e.g. BraTS WT, TC, ET) on the grid of its series.
+
+    Segments may overlap (nested regions). Each segment is matched to a region by its ``SegmentLabel``, which must
+    be one of ``names`` (compared as ``write_segmentation`` compares names, :func:`~.objects.segment_name_key`; a
+    name over the 64 characters of a SegmentLabel as the writers shorten it, :func:`~.objects.short_text`; each
+    region at most once); a region that no segment names is
+    empty (writers may leave out an empty segment). A segment named otherwise is refused, so that a misspelt or
+    unrelated segment is never read as an empty region. The checks of :func:`read_segmentation_labels` apply,
+    except that segments may overlap.
+
+    Args:
+        path: the SEG file.
+        series: the case's series (:func:`~.series.read_series`; ``pixels=False`` is enough).
+        names: the region names, in the order of the channels to return (the region spec's order).
+
+    Returns:
+        ``(R, columns, rows, slices)`` uint8 0/1 masks, one per name.
+
+    Raises:
+        DicomSegError: one line naming the file: the problems of :func:`read_segmentation_labels` but overlap, a
+            segment whose label is no region name, two segments of one region.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.io.dicom import default_segment, read_series, write_segmentation, write_series
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.zeros((4, 3, 2)), np.eye(4), f"{d}/s", modality="MR")
+        ...     s = read_series(f"{d}/s", pixels=False)
+        ...     masks = np.zeros((2, 4, 3, 2), np.uint8)
+        ...     masks[0, 1:4, 1, 1] = 1  # WT holds TC
+        ...     masks[1, 2:3, 1, 1] = 1
+        ...     _ = write_segmentation(masks, s, f"{d}/seg.dcm", [default_segment(1, "WT"), default_segment(2, "TC")])
+        ...     read_segmentation_regions(f"{d}/seg.dcm", s, ["TC", "WT"]).sum(axis=(1, 2, 3)).tolist()
+        [1, 3]
+    """
+    ds, what, pixels, slices, segments = _read_seg(path, series)
+    names = [str(n) for n in names]
+    # a region's name as a SegmentLabel holds it (a name over 64 characters shortened as the writers shorten it), and
+    # compared as the writers compare segment names: spaces and case aside
+    keys = [segment_name_key(short_text(n, 64)) for n in names]
+    if len(set(keys)) != len(keys):
+        raise DicomSegError(f"{what}: the region names {names} are the same as segment labels (spaces, case, "
+                            "shortening to 64 characters aside), so a segment's label cannot tell them apart")
+    channel: dict[int, int] = {}
+    named: dict[str, int] = {}
+    for number, label in sorted(segments.items()):
+        key = segment_name_key(label)
+        if key not in keys:
+            shown = ", ".join(repr(n) for n in names)
+            raise DicomSegError(f"{what}: segment {number} is named {label[:64]!r}, which is no region ({shown}); "
+                                "with --seg-regions each segment's label (SegmentLabel) must be a region's name")
+        if key in named:
+            raise DicomSegError(f"{what}: segments {named[key]} and {number} are both named {label[:64]!r}; each "
+                                "region must be one segment")
+        named[key] = number
+        channel[number] = keys.index(key)
+    cols, rows, n = series.shape
+    masks = np.zeros((len(names), cols, rows, n), dtype=np.uint8)
+    for i, k in enumerate(slices):
+        masks[channel[_frame_segment(ds, i, segments, what)], :, :, k] |= (pixels[i].T > 0).astype(np.uint8)
+    return masks

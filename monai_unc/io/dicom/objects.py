@@ -459,11 +459,21 @@ def default_segment(label: int, name: str | None = None) -> SegmentSpec:
     return SegmentSpec(int(label), short, category, type_)
 
 
+def segment_name_key(name: str) -> str:
+    """A segment name as two names are compared: runs of spaces as one, no surrounding spaces, casefolded.
+
+    Example:
+        >>> segment_name_key("  Whole  Tumour ") == segment_name_key("whole tumour")
+        True
+    """
+    return " ".join(str(name).split()).casefold()
+
+
 def _check_distinct_names(segments: Sequence[SegmentSpec]) -> None:
     """Refuse two segments of one object with the same name: a viewer lists segments by their SegmentLabel."""
     seen: dict[str, SegmentSpec] = {}
     for s in segments:
-        key = " ".join(s.name.split()).casefold()
+        key = segment_name_key(s.name)
         if key in seen:
             first = seen[key]
             raise ValueError(f"segments: class {first.label} ({first.name!r}) and class {s.label} ({s.name!r}) have "
