@@ -97,7 +97,7 @@ from ..io.provenance import prediction_regions, read_untrusted_json
 from ..keys import DEPRECATED_MEASURES
 from ..monitoring.store import check_rule
 from ..product import command_product, command_products
-from ..regions import label_to_regions, unclaimed_labels
+from ..regions import check_regions, label_to_regions, unclaimed_labels
 from .prepare import DICOM_FOLDER, check_dicom_input
 from .session import CommandResult
 
@@ -215,7 +215,13 @@ def _label_map_regions(predictions: Path, layout: str) -> dict[str, list[int]] |
     if layout != "nnunet":
         return None
     found = prediction_regions(predictions, layout)
-    return {str(k): [int(v) for v in vals] for k, vals in found.items()} if isinstance(found, dict) and found else None
+    if not isinstance(found, dict) or not found:
+        return None
+    try:  # an untrusted record: a region of no labels, a label that is no integer
+        return {k: list(v) for k, v in check_regions(found, "regions").items()}
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{predictions}: the recorded regions of the predictions (uncertainty_config.json or "
+                         f"dataset.json): {e}") from None
 
 
 def _regions_of_label_map(seg: np.ndarray, regions: dict[str, list[int]], what: str) -> np.ndarray:

@@ -248,3 +248,8 @@ def test_a_region_based_nnunet_model_is_exported_as_its_regions(tmp_path, capsys
     assert main([*argv, "-o", str(tmp_path / "stray")]) != 0
     err = capsys.readouterr().err
     assert "holds the label(s) 5, which no region of the model holds" in err, err
+    # a record whose regions are malformed (an untrusted file) is refused in one line before any object
+    (pred / "uncertainty_config.json").write_text(json.dumps({"regions": {"whole tumor": "x"}}))
+    assert main([*argv, "-o", str(tmp_path / "malformed")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "recorded regions" in err and "'whole tumor'" in err, err
