@@ -253,3 +253,36 @@ def test_a_region_based_nnunet_model_is_exported_as_its_regions(tmp_path, capsys
     assert main([*argv, "-o", str(tmp_path / "malformed")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "recorded regions" in err and "'whole tumor'" in err, err
+
+
+@pytest.mark.slow
+def test_a_one_region_model_is_exported_as_its_region(tmp_path):
+    """The one channel of a one-region model is its region mask: the segment named as the region, the FRACTIONAL SEG
+    of its probability (refused before: the mask was read as the label map of class 1, beside one channel)."""
+    series_dir, pred = tmp_path / "series", tmp_path / "pred"
+    pred.mkdir()
+    make_series(series_dir / "c0", GEOMETRY)
+    series = read_series(series_dir / "c0", pixels=False)
+    et = (_brats_labels() == 3).astype(np.uint8)[None]
+    rng = np.random.default_rng(11)
+    probs = np.clip(et * 0.5 + rng.random(et.shape) * 0.5, 0, 1).astype(np.float32)
+    nib.save(nib.Nifti1Image(_channels_last(et), series.affine), pred / "c0_seg.nii.gz")
+    nib.save(nib.Nifti1Image(_channels_last(probs), series.affine), pred / "c0_probs.nii.gz")
+    nib.save(nib.Nifti1Image(_channels_last(probs * 0.5), series.affine), pred / "c0_predictive_entropy.nii.gz")
+    (pred / "infer.json").write_text(json.dumps({"settings": {"model": "et"}, "multilabel": True,
+                                                 "regions": {"ET": [3]}}))
+    out = tmp_path / "out"
+    assert main(["dicom-export", "-p", str(pred), "-s", str(series_dir), "-o", str(out), "-q"]) == 0
+    ds = pydicom.dcmread(out / "c0" / "seg.dcm")
+    assert [str(s.SegmentLabel) for s in ds.SegmentSequence] == ["ET"]
+    np.testing.assert_array_equal(read_segmentation_regions(out / "c0" / "seg.dcm", series, ["ET"]), et)
+    fseg = hd.seg.segread(out / "c0" / "probabilities.dcm")
+    assert [str(s.SegmentLabel) for s in fseg.SegmentSequence] == ["ET"]
+    sources = _sources(series_dir / "c0")
+    uids = sorted(sources)
+    fpix = fseg.get_pixels_by_source_instance(uids, rescale_fractional=True, ignore_spatial_locations=True,
+                                              dtype=np.float32)
+    for k, uid in enumerate(uids):
+        expected = _nifti_at(probs, series.affine, _source_world(sources[uid]))[0]
+        assert np.abs(fpix[k][..., 0] - expected).max() <= 0.5 / 255 + 1e-6
+    assert (out / "c0" / "predictive_entropy_ET.dcm").exists()
