@@ -49,6 +49,19 @@ def _regions(labels: np.ndarray) -> np.ndarray:
     return np.stack([np.isin(labels, v) for v in SPEC.values()]).astype(np.uint8)
 
 
+def _seg_cohort(tmp_path):
+    """One case c0: its series (``images/c0``), its BraTS labels as NIfTI (``nifti/c0.nii.gz``) on the series' grid,
+    empty ``segs`` and ``pred`` folders; returns the four folders, the labels and the series (headers)."""
+    images, nifti, segs, pred = (tmp_path / n for n in ("images", "nifti", "segs", "pred"))
+    for d in (nifti, segs, pred):
+        d.mkdir()
+    labels = _brats_labels()
+    make_series(images / "c0", GEOMETRY)
+    series = read_series(images / "c0", pixels=False)
+    nib.save(nib.Nifti1Image(labels, series.affine), nifti / "c0.nii.gz")
+    return images, nifti, segs, pred, labels, series
+
+
 def _channels_last(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(a, 0, -1))
 
@@ -123,13 +136,7 @@ def test_a_region_map_with_another_channel_count_is_refused(tmp_path, capsys):
 @pytest.mark.slow
 def test_region_evaluation_with_seg_labels_equals_nifti_labels(tmp_path, capsys):
     """evaluate --regions -l <SEG folder>: the metrics.csv of the NIfTI labels; nested region masks are refused."""
-    images, nifti, segs, pred = (tmp_path / n for n in ("images", "nifti", "segs", "pred"))
-    for d in (nifti, segs, pred):
-        d.mkdir()
-    labels = _brats_labels()
-    make_series(images / "c0", GEOMETRY)
-    series = read_series(images / "c0", pixels=False)
-    nib.save(nib.Nifti1Image(labels, series.affine), nifti / "c0.nii.gz")
+    images, nifti, segs, pred, labels, series = _seg_cohort(tmp_path)
     write_segmentation(labels, series, segs / "c0.dcm", [default_segment(v, n) for v, n in
                                                           ((1, "Necrosis"), (2, "Edema"), (3, "Enhancing"))])
     rng = np.random.default_rng(7)

@@ -30,10 +30,7 @@ from monai_unc.io.dicom import (  # noqa: E402
     write_segmentation,
     write_series,
 )
-from tests.io.dicom._series import make_series  # noqa: E402
-from tests.workflows.test_dicom_regions import SPEC, _brats_labels, _channels_last, _regions  # noqa: E402
-
-GEOMETRY = "oblique_mr"
+from tests.workflows.test_dicom_regions import SPEC, _channels_last, _regions, _seg_cohort  # noqa: E402
 
 
 def _small_series(folder):
@@ -97,13 +94,7 @@ def test_one_region_is_read_as_the_label_map_of_its_mask(tmp_path):
 
 @pytest.mark.slow
 def test_evaluate_with_seg_regions_equals_nifti_labels(tmp_path, capsys):
-    images, nifti, segs, pred = (tmp_path / n for n in ("images", "nifti", "segs", "pred"))
-    for d in (nifti, segs, pred):
-        d.mkdir()
-    labels = _brats_labels()
-    make_series(images / "c0", GEOMETRY)
-    series = read_series(images / "c0", pixels=False)
-    nib.save(nib.Nifti1Image(labels, series.affine), nifti / "c0.nii.gz")
+    images, nifti, segs, pred, labels, series = _seg_cohort(tmp_path)
     regions = _regions(labels)  # TC, WT, ET
     assert (regions[0] & regions[1]).any() and (regions[2] & regions[0]).any()  # nested: the segments overlap
     order = [1, 2, 0]  # written as WT, ET, TC
@@ -171,8 +162,6 @@ def test_the_option_is_part_of_the_case_fingerprint():
 def test_report_figures_read_seg_labels_with_their_label_values(tmp_path):
     """The report's case figures read SEG labels as evaluate did: --seg-label-values gives the segments their values
     (the figures drew segment numbers as labels: the BraTS label 4 as 3)."""
-    import nibabel as nib
-
     from monai_unc.report.html import load_figure_case
 
     series = _small_series(tmp_path / "images" / "c0")
