@@ -2175,7 +2175,8 @@ def load_case(
     as a label map (except a one-region mask, a 4D NIfTI ``(X, Y, Z, 1)`` of 0/1 for ``num_classes=1``, as
     :func:`save_region_maps` writes it), the segmentation defaults to ``probs > 0.5`` per region
     (:func:`~monai_unc.activation.foreground_masks`, as ``infer`` writes it), and the label is a label map holding
-    any non-negative labels (e.g. BraTS 0, 1, 2, 4) or ``R`` 0/1 region masks.
+    any non-negative labels (e.g. BraTS 0, 1, 2, 4) or ``R`` 0/1 region masks (for one region its 4D mask, by the
+    segmentation's rule).
 
     Args:
         files: the case's files (:func:`match_cases`).
@@ -2337,7 +2338,8 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
             sources.append(what)
 
     what = f"case {cid!r}: label {files.label.name}"
-    if label_data.shape[0] == 1:  # a label map (e.g. BraTS 0, 1, 2, 4): regions come from the caller's spec
+    if label_data.shape[0] == 1 and not _one_region_masks(files.label, label_data, num_regions):
+        # a label map (e.g. BraTS 0, 1, 2, 4): regions come from the caller's spec
         label = check_label_map(label_data[0], what)
     else:  # one 0/1 reference mask per region
         label = _region_masks(label_data, what)
@@ -2379,12 +2381,13 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
 
 
 def _one_region_masks(path: Path, data: np.ndarray, num_regions: int | None) -> bool:
-    """Whether a one-channel segmentation of a one-region prediction is that region's 0/1 mask, not a label map.
+    """Whether a one-channel segmentation (or reference) of a one-region prediction is that region's 0/1 mask.
 
     Both read as one channel: ``monai-unc infer --activation sigmoid`` with one region writes its mask as a 4D NIfTI
     ``(X, Y, Z, 1)`` (:func:`~monai_unc.io.save_region_maps`), nnU-Net a label map as a 3D file. Found by hostile
     review: the mask of ``--regions '{"ET": [4]}'`` was read as a label map of label 1, so a perfect prediction had
-    Dice 0 (and, once predicted label maps were checked, was refused for its "unclaimed label 1").
+    Dice 0 (and, once predicted label maps were checked, was refused for its "unclaimed label 1"). A reference written
+    the same way (the region's mask as a 4D file) is read by the same rule.
 
     Args:
         path: the segmentation file.

@@ -97,7 +97,7 @@ from ..io.provenance import prediction_regions, read_untrusted_json
 from ..keys import DEPRECATED_MEASURES
 from ..monitoring.store import check_rule
 from ..product import command_product, command_products
-from ..regions import label_to_regions, unclaimed_labels
+from ..regions import check_regions, label_to_regions, unclaimed_labels
 from .prepare import DICOM_FOLDER, check_dicom_input
 from .session import CommandResult
 
@@ -215,7 +215,13 @@ def _label_map_regions(predictions: Path, layout: str) -> dict[str, list[int]] |
     if layout != "nnunet":
         return None
     found = prediction_regions(predictions, layout)
-    return {str(k): [int(v) for v in vals] for k, vals in found.items()} if isinstance(found, dict) and found else None
+    if not isinstance(found, dict) or not found:
+        return None
+    try:  # an untrusted record: a region of no labels, a label that is no integer
+        return {k: list(v) for k, v in check_regions(found, "regions").items()}
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{predictions}: the recorded regions of the predictions (uncertainty_config.json or "
+                         f"dataset.json): {e}") from None
 
 
 def _regions_of_label_map(seg: np.ndarray, regions: dict[str, list[int]], what: str) -> np.ndarray:
@@ -468,7 +474,9 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
     seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
     if label_regions is not None and seg.shape[0] == 1:  # a region-based nnU-Net model: its regions as segments
         seg = _regions_of_label_map(seg, label_regions, f"case {files.case_id}: segmentation {files.seg.name}")
-    regions = seg.shape[0] > 1 or (label_regions is not None and seg.shape[0] == len(label_regions))
+    # region masks: several channels, or the one channel of a one-region model (its recorded regions)
+    known = label_regions if label_regions is not None else region_names
+    regions = seg.shape[0] > 1 or (known is not None and len(known) == seg.shape[0] == 1)
     _check_segmentation_values(seg, regions, f"case {files.case_id}: segmentation {files.seg.name}")
     probs = None
     if files.probs is not None and probabilities:
@@ -519,7 +527,8 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
                 raise CaseError(f"case {files.case_id}: map {map_path.name} has {u.shape[0]} channels; the "
                                 "Parametric Map export takes one map per case, or one per region of a region-based "
                                 f"segmentation ({count if regions else 'this one is class-based'})")
-            names = _map_regions(region_names, specs) if u.shape[0] > 1 else [None]
+            # one Parametric Map per region (the one region of a one-region model too), else one for the case
+            names = _map_regions(region_names, specs) if u.shape[0] > 1 or (regions and count == 1) else [None]
             for r, region in enumerate(names):  # a region map: one Parametric Map per region channel
                 name = measure if region is None else f"{measure}_{_file_part(region)}"
                 path = write_parametric_map(u[r], series, folder / f"{name}.dcm", measure, algorithm, uid_root,

@@ -58,3 +58,24 @@ def test_label_maps_with_one_channel_stay_label_maps(tmp_path):
     assert np.array_equal(load_case(files, 1, multilabel=True).seg, lab)
     files = CaseFiles("c", labels / "c.nii.gz", seg=pred / "c_seg.nii.gz")  # 0/1, but a spec of two regions
     assert load_case(files, 2, multilabel=True).seg.shape == lab.shape
+
+
+def test_a_one_region_reference_mask_is_that_region(tmp_path):
+    """The reference of one region written as its 4D ``(X, Y, Z, 1)`` 0/1 mask (as the prediction is) is that region's
+    mask, by the segmentation's rule: it was read as the label map of label 1, which no region holds (refused, or
+    with --ignore-unclaimed-labels an empty reference: Dice 0)."""
+    labels, pred, lab = _case(tmp_path)
+    mask = (lab == 4)[None].astype(np.uint8)
+    (labels / "c.nii.gz").unlink()
+    save_region_maps(mask, np.eye(4), labels / "c.nii.gz", dtype="uint8")
+    case = load_case(CaseFiles("c", labels / "c.nii.gz", seg=pred / "c_seg.nii.gz"), 1, multilabel=True)
+    assert case.label.shape == (1, *lab.shape) and np.array_equal(case.label[0], lab == 4)
+    out = tmp_path / "ev"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["evaluate", "-l", str(labels), "-p", str(pred), "-o", str(out), "--regions", '{"ET": [4]}',
+                     "--no-spatial", "-q"]) == 0
+    assert float(next(csv.DictReader(open(out / "metrics.csv", newline="")))["dice_ET"]) == 1.0
+    # a 3D 0/1 reference stays a label map (label 1, which this spec's region does not hold: refused as before)
+    nib.save(nib.Nifti1Image(mask[0], np.eye(4)), labels / "c.nii.gz")
+    assert load_case(CaseFiles("c", labels / "c.nii.gz", seg=pred / "c_seg.nii.gz"), 1, multilabel=True).label.ndim == 3

@@ -49,6 +49,19 @@ def _regions(labels: np.ndarray) -> np.ndarray:
     return np.stack([np.isin(labels, v) for v in SPEC.values()]).astype(np.uint8)
 
 
+def _seg_cohort(tmp_path):
+    """One case c0: its series (``images/c0``), its BraTS labels as NIfTI (``nifti/c0.nii.gz``) on the series' grid,
+    empty ``segs`` and ``pred`` folders; returns the four folders, the labels and the series (headers)."""
+    images, nifti, segs, pred = (tmp_path / n for n in ("images", "nifti", "segs", "pred"))
+    for d in (nifti, segs, pred):
+        d.mkdir()
+    labels = _brats_labels()
+    make_series(images / "c0", GEOMETRY)
+    series = read_series(images / "c0", pixels=False)
+    nib.save(nib.Nifti1Image(labels, series.affine), nifti / "c0.nii.gz")
+    return images, nifti, segs, pred, labels, series
+
+
 def _channels_last(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(a, 0, -1))
 
@@ -123,13 +136,7 @@ def test_a_region_map_with_another_channel_count_is_refused(tmp_path, capsys):
 @pytest.mark.slow
 def test_region_evaluation_with_seg_labels_equals_nifti_labels(tmp_path, capsys):
     """evaluate --regions -l <SEG folder>: the metrics.csv of the NIfTI labels; nested region masks are refused."""
-    images, nifti, segs, pred = (tmp_path / n for n in ("images", "nifti", "segs", "pred"))
-    for d in (nifti, segs, pred):
-        d.mkdir()
-    labels = _brats_labels()
-    make_series(images / "c0", GEOMETRY)
-    series = read_series(images / "c0", pixels=False)
-    nib.save(nib.Nifti1Image(labels, series.affine), nifti / "c0.nii.gz")
+    images, nifti, segs, pred, labels, series = _seg_cohort(tmp_path)
     write_segmentation(labels, series, segs / "c0.dcm", [default_segment(v, n) for v, n in
                                                           ((1, "Necrosis"), (2, "Edema"), (3, "Enhancing"))])
     rng = np.random.default_rng(7)
@@ -248,3 +255,41 @@ def test_a_region_based_nnunet_model_is_exported_as_its_regions(tmp_path, capsys
     assert main([*argv, "-o", str(tmp_path / "stray")]) != 0
     err = capsys.readouterr().err
     assert "holds the label(s) 5, which no region of the model holds" in err, err
+    # a record whose regions are malformed (an untrusted file) is refused in one line before any object
+    (pred / "uncertainty_config.json").write_text(json.dumps({"regions": {"whole tumor": "x"}}))
+    assert main([*argv, "-o", str(tmp_path / "malformed")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "recorded regions" in err and "'whole tumor'" in err, err
+
+
+@pytest.mark.slow
+def test_a_one_region_model_is_exported_as_its_region(tmp_path):
+    """The one channel of a one-region model is its region mask: the segment named as the region, the FRACTIONAL SEG
+    of its probability (refused before: the mask was read as the label map of class 1, beside one channel)."""
+    series_dir, pred = tmp_path / "series", tmp_path / "pred"
+    pred.mkdir()
+    make_series(series_dir / "c0", GEOMETRY)
+    series = read_series(series_dir / "c0", pixels=False)
+    et = (_brats_labels() == 3).astype(np.uint8)[None]
+    rng = np.random.default_rng(11)
+    probs = np.clip(et * 0.5 + rng.random(et.shape) * 0.5, 0, 1).astype(np.float32)
+    nib.save(nib.Nifti1Image(_channels_last(et), series.affine), pred / "c0_seg.nii.gz")
+    nib.save(nib.Nifti1Image(_channels_last(probs), series.affine), pred / "c0_probs.nii.gz")
+    nib.save(nib.Nifti1Image(_channels_last(probs * 0.5), series.affine), pred / "c0_predictive_entropy.nii.gz")
+    (pred / "infer.json").write_text(json.dumps({"settings": {"model": "et"}, "multilabel": True,
+                                                 "regions": {"ET": [3]}}))
+    out = tmp_path / "out"
+    assert main(["dicom-export", "-p", str(pred), "-s", str(series_dir), "-o", str(out), "-q"]) == 0
+    ds = pydicom.dcmread(out / "c0" / "seg.dcm")
+    assert [str(s.SegmentLabel) for s in ds.SegmentSequence] == ["ET"]
+    np.testing.assert_array_equal(read_segmentation_regions(out / "c0" / "seg.dcm", series, ["ET"]), et)
+    fseg = hd.seg.segread(out / "c0" / "probabilities.dcm")
+    assert [str(s.SegmentLabel) for s in fseg.SegmentSequence] == ["ET"]
+    sources = _sources(series_dir / "c0")
+    uids = sorted(sources)
+    fpix = fseg.get_pixels_by_source_instance(uids, rescale_fractional=True, ignore_spatial_locations=True,
+                                              dtype=np.float32)
+    for k, uid in enumerate(uids):
+        expected = _nifti_at(probs, series.affine, _source_world(sources[uid]))[0]
+        assert np.abs(fpix[k][..., 0] - expected).max() <= 0.5 / 255 + 1e-6
+    assert (out / "c0" / "predictive_entropy_ET.dcm").exists()

@@ -30,10 +30,7 @@ from monai_unc.io.dicom import (  # noqa: E402
     write_segmentation,
     write_series,
 )
-from tests.io.dicom._series import make_series  # noqa: E402
-from tests.workflows.test_dicom_regions import SPEC, _brats_labels, _channels_last, _regions  # noqa: E402
-
-GEOMETRY = "oblique_mr"
+from tests.workflows.test_dicom_regions import SPEC, _channels_last, _regions, _seg_cohort  # noqa: E402
 
 
 def _small_series(folder):
@@ -97,13 +94,7 @@ def test_one_region_is_read_as_the_label_map_of_its_mask(tmp_path):
 
 @pytest.mark.slow
 def test_evaluate_with_seg_regions_equals_nifti_labels(tmp_path, capsys):
-    images, nifti, segs, pred = (tmp_path / n for n in ("images", "nifti", "segs", "pred"))
-    for d in (nifti, segs, pred):
-        d.mkdir()
-    labels = _brats_labels()
-    make_series(images / "c0", GEOMETRY)
-    series = read_series(images / "c0", pixels=False)
-    nib.save(nib.Nifti1Image(labels, series.affine), nifti / "c0.nii.gz")
+    images, nifti, segs, pred, labels, series = _seg_cohort(tmp_path)
     regions = _regions(labels)  # TC, WT, ET
     assert (regions[0] & regions[1]).any() and (regions[2] & regions[0]).any()  # nested: the segments overlap
     order = [1, 2, 0]  # written as WT, ET, TC
@@ -117,9 +108,13 @@ def test_evaluate_with_seg_regions_equals_nifti_labels(tmp_path, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         assert main(["evaluate", "-l", str(nifti), "-o", str(tmp_path / "ev_nifti"), *argv]) == 0
-        assert main(["evaluate", "-l", str(segs), "-o", str(tmp_path / "ev_seg"), *argv, "--seg-regions"]) == 0
+        # with a cohort product that writes per-case files (conformal masks), which loads the cases again
+        assert main(["evaluate", "-l", str(segs), "-o", str(tmp_path / "ev_seg"), *argv, "--seg-regions",
+                     "--conformal", "outer:fnr=0.5"]) == 0
     ref, got = read_csv(tmp_path / "ev_nifti" / "metrics.csv"), read_csv(tmp_path / "ev_seg" / "metrics.csv")
-    assert ref == got and 0 < float(got[0]["dice_ET"]) < 1
+    assert {k: v for k, v in ref[0].items() if k in got[0]} == {k: v for k, v in got[0].items() if k in ref[0]}
+    assert 0 < float(got[0]["dice_ET"]) < 1
+    assert sorted(p.name for p in (tmp_path / "ev_seg" / "products" / "conformal").glob("c0_*.nii.gz"))
     summary = json.loads((tmp_path / "ev_seg" / "summary.json").read_text())
     assert summary["config"]["seg_regions"] is True
     assert "seg_regions" not in json.loads((tmp_path / "ev_nifti" / "summary.json").read_text())["config"]
@@ -167,8 +162,6 @@ def test_the_option_is_part_of_the_case_fingerprint():
 def test_report_figures_read_seg_labels_with_their_label_values(tmp_path):
     """The report's case figures read SEG labels as evaluate did: --seg-label-values gives the segments their values
     (the figures drew segment numbers as labels: the BraTS label 4 as 3)."""
-    import nibabel as nib
-
     from monai_unc.report.html import load_figure_case
 
     series = _small_series(tmp_path / "images" / "c0")
