@@ -279,10 +279,9 @@ def read_segmentation_regions(path: str | os.PathLike, series: DicomSeries, name
     Segments may overlap (nested regions). Each segment is matched to a region by its ``SegmentLabel``, which must
     be one of ``names`` (compared as ``write_segmentation`` compares names, :func:`~.objects.segment_name_key`; a
     name over the 64 characters of a SegmentLabel as the writers shorten it, :func:`~.objects.short_text`; each
-    region at most once); a region that no segment names is
-    empty (writers may leave out an empty segment). A segment named otherwise is refused, so that a misspelt or
-    unrelated segment is never read as an empty region. The checks of :func:`read_segmentation_labels` apply,
-    except that segments may overlap.
+    region at most once); a region that no segment names is empty (writers may leave out an empty segment). A
+    segment named otherwise is refused, so that a misspelt or unrelated segment is never read as an empty region.
+    The checks of :func:`read_segmentation_labels` apply, except that segments may overlap.
 
     Args:
         path: the SEG file.
