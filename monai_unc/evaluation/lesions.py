@@ -630,6 +630,8 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
             "mean": means,
             "lesion_tp": tp, "lesion_fp": fp, "lesion_fn": fn,
             "n_cases_nothing_counted": int(np.count_nonzero(nothing)),
+            # cases on a sheared grid have no HD95 (NaN, warned per case): the mean is over the others
+            "n_cases_without_hd95": int(np.count_nonzero(~np.isfinite(a[f"case.{task}.lesion_hd95"]))),
             "n_predicted_lesions": int(fp_mask.size),
             "n_false_positive_lesions": int(fp_mask.sum()),
             "failure_detection": detection,

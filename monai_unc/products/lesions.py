@@ -78,6 +78,18 @@ def _nothing_counted(task: Mapping[str, Any], block: Mapping[str, Any]) -> str:
     return f" ({n} case(s) without a lesion{limit} or a false positive count as Dice 1)"
 
 
+def _without_hd95(task: Mapping[str, Any]) -> str:
+    """`` (N case(s) on a sheared grid left out)`` for a task whose mean HD95 leaves cases out, else ``""``.
+
+    Found by hostile testing: the printed mean HD95 left out the cases on a sheared grid (their HD95 is NaN) without a
+    word, beside a Dice averaged over every case.
+    """
+    n = task.get("n_cases_without_hd95")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return ""
+    return f" ({n} case(s) on a sheared grid, without HD95, left out)"
+
+
 def primary_measure(measure: str | None, available: Sequence[str]) -> str | None:
     """The map the product ranks lesions by and computes the nDSC R-AAC with: the evaluation's primary measure.
 
@@ -426,7 +438,7 @@ class LesionMetrics(CohortProduct):
             m = b.get("mean", {})
             best = b.get("best_fp_score")
             line = (f"lesions {task}: lesion-wise Dice {_fmt(m.get('lesion_dice'))}, HD95 "
-                    f"{_fmt(m.get('lesion_hd95'), 2)} mm, F1 {_fmt(m.get('lesion_f1'))}, nDSC "
+                    f"{_fmt(m.get('lesion_hd95'), 2)} mm{_without_hd95(b)}, F1 {_fmt(m.get('lesion_f1'))}, nDSC "
                     f"{_fmt(m.get('ndsc'))}; TP {b.get('lesion_tp')} FP {b.get('lesion_fp')} FN "
                     f"{b.get('lesion_fn')}" + _nothing_counted(b, block)
                     + (f"; false positives found best by {best}" if best else ""))
