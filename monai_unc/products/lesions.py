@@ -284,9 +284,9 @@ class LesionMetrics(CohortProduct):
         return {"samples": Path(self.samples) / f"{case_id}{SAMPLES_SUFFIX}"}
 
     def check_inputs(self, cases: Sequence[Any], inputs: Mapping[str, Any], config: Any) -> None:
-        """The columns of the tasks are distinct; with ``samples``, the folder holds a file for every case.
+        """The columns of the tasks are distinct, the NIfTI labels 3-D; with ``samples``, a file for every case.
 
-        Both refused before any work.
+        Each refused before any work.
 
         Args:
             cases: the matched cases (:class:`~monai_unc.io.CaseFiles`).
@@ -294,11 +294,12 @@ class LesionMetrics(CohortProduct):
             config: the evaluation options (its regions or class names).
 
         Returns:
-            None; ``ValueError`` where two tasks' columns would be one name (classes ``x`` and ``raac x``), or
-            naming ``lesion_samples`` (marked with it: the command line names ``--lesion-samples``): the folder is
-            missing or a file, or the cases without a file.
+            None; ``ValueError`` where two tasks' columns would be one name (classes ``x`` and ``raac x``), where a
+            NIfTI label is 2-D, or naming ``lesion_samples`` (marked with it: the command line names
+            ``--lesion-samples``): the folder is missing or a file, or the cases without a file.
         """
         self._check_columns(config)
+        self._check_three_d(cases)
         if self.samples is None:
             return
         from .._utils import parameter_error
@@ -317,6 +318,26 @@ class LesionMetrics(CohortProduct):
         # the grids (shape and affine) from the NIfTI headers (no data read): a sample file of another grid is
         # refused before any work; its values (integer label maps) are checked when its case is read
         check_sample_grids(folder, cases)
+
+    @staticmethod
+    def _check_three_d(cases: Sequence[Any]) -> None:
+        """Refuse, before any work, cases whose NIfTI label is 2-D; other formats are checked when a case is read.
+
+        Found by hostile testing: each such case failed when read, exit 1 after the others were evaluated.
+        """
+        from ..io import nifti_geometry
+
+        flat = []
+        for c in cases:
+            try:
+                geometry = nifti_geometry(c.label)
+            except Exception:  # an unreadable header: the case's read names the file and the reason
+                continue
+            if geometry is not None and len(geometry[0]) < 3:
+                flat.append(c.case_id)
+        if flat:
+            raise ValueError(f"lesion-wise metrics (--lesions) need 3-D volumes: the label of {len(flat)} case(s) is "
+                             f"2-D ({', '.join(flat[:5])}{' ...' if len(flat) > 5 else ''})")
 
     @staticmethod
     def _check_columns(config: Any) -> None:

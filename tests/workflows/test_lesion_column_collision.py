@@ -1,4 +1,4 @@
-"""``metrics.csv`` columns of lesion-wise evaluation that would be one name are refused before any work.
+"""What ``evaluate --lesions`` refuses before any work: ``metrics.csv`` columns that would be one name, 2-D labels.
 
 Found by hostile testing: the lesion fields include ``ndsc`` and ``ndsc_raac``, so a class or region whose column
 suffix is ``raac_<X>`` wrote ``ndsc_raac_<X>``, the R-AAC column of ``<X>``, and one value overwrote the other in
@@ -62,3 +62,27 @@ def test_evaluate_refuses_them_in_one_line(toy, tmp_path, capsys):
     assert rc == 2 and len(err) == 1, (rc, err)
     assert "the columns of 'raac_x' and 'x' are one name (ndsc_raac_x)" in err[0], err
     assert not (tmp_path / "ev" / "metrics.csv").exists()
+
+
+def test_two_dimensional_labels_are_refused_before_any_work(tmp_path, capsys):
+    """Found by hostile testing: each 2-D case failed when read (exit 1, ``failures.json``) after the 3-D ones were
+    evaluated; lesion-wise metrics need 3-D volumes, which the NIfTI headers tell before any work."""
+    import nibabel as nib
+    import numpy as np
+
+    labels, pred = tmp_path / "labels", tmp_path / "pred"
+    labels.mkdir()
+    pred.mkdir()
+    for case in ("a", "b"):
+        g = np.zeros((8, 8), np.uint8)
+        g[2:5, 2:5] = 1
+        nib.save(nib.Nifti1Image(g, np.eye(4)), labels / f"{case}.nii.gz")
+        nib.save(nib.Nifti1Image(g.astype(np.int16), np.eye(4)), pred / f"{case}_seg.nii.gz")
+        nib.save(nib.Nifti1Image(g.astype(np.float32) / 2, np.eye(4)), pred / f"{case}_predictive_entropy.nii.gz")
+    rc = main(["evaluate", "-l", str(labels), "-p", str(pred), "-o", str(tmp_path / "ev"), "--lesions", "-q"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip() and not ln.startswith("warning")]
+    assert rc == 2 and len(err) == 1 and "need 3-D volumes: the label of 2 case(s) is 2-D (a, b)" in err[0], err
+    assert not (tmp_path / "ev" / "failures.json").exists()
+    # without --lesions the 2-D cases are evaluated
+    assert main(["evaluate", "-l", str(labels), "-p", str(pred), "-o", str(tmp_path / "ev2"), "-q", "--num-classes",
+                 "2"]) == 0
