@@ -32,6 +32,7 @@ __all__ = [
     "LAYOUTS",
     "sample_batch_size_value",
     "MAX_OPTION_INT",
+    "EXPLICIT_OPTIONS",
     "FLOAT32_MAX",
     "noise_std_limit",
     "code_target_name",
@@ -344,6 +345,10 @@ def check_dicom_options(output_format: str, uid_root: str | None = None, segment
 #: cases, ...): an int32, which numpy and torch take as a count, a size or an index on every platform (found by a
 #: probe: ``evaluate --min-bin-count 99999999999999999999`` failed every case with ``OverflowError``)
 MAX_OPTION_INT = 2**31 - 1
+#: the attribute of a command's parsed arguments that holds the destinations of the options given on the command
+#: line (a frozenset; ``infer`` and ``evaluate``), so that ``--settings-from`` can tell an option given from its
+#: default and a product can refuse its options given without the product
+EXPLICIT_OPTIONS = "explicit_options"
 #: an integer as the command lines read it: ASCII digits with an optional sign
 _OPTION_INT = re.compile(r"[+-]?[0-9]+")
 #: a number as monai-unc reads it from text, on the command lines (:func:`option_number`) and in table cells

@@ -1089,7 +1089,8 @@ def save_masks(masks: Mapping[str, np.ndarray], case: Any, folder: Path, sigmoid
         if sigmoid or m.shape[0] > 1:
             save_region_maps(m.astype(np.uint8), case.affine, path, dtype="uint8", like=like)
         else:
-            save_nifti(m[0].astype(np.uint8), case.affine, path, like=like)
+            # uint8, as documented (found by hostile testing: save_nifti's default stored the 3D mask as int16)
+            save_nifti(m[0].astype(np.uint8), case.affine, path, like=like, dtype="uint8")
         out.append(path)
     return out
 

@@ -39,9 +39,20 @@ from ..state import register_state_type
 from .cohort import dice_failed
 from .config import region_suffix, slug
 
-__all__ = ["LESION_FIELDS", "RETENTION_REFERRED", "SAMPLES_SUFFIX", "LesionState", "lesion_case_state",
-           "lesion_columns", "lesion_retention", "read_lesion_samples", "check_sample_grids", "summarize_lesions",
-           "task_masks"]
+__all__ = [
+    "LESION_FIELDS",
+    "RETENTION_REFERRED",
+    "SAMPLES_SUFFIX",
+    "LesionState",
+    "lesion_case_state",
+    "lesion_columns",
+    "lesion_column_names",
+    "lesion_retention",
+    "read_lesion_samples",
+    "check_sample_grids",
+    "summarize_lesions",
+    "task_masks",
+]
 
 #: the per-case values of a task (``case.<task>.<field>``), in column order
 CASE_FIELDS = ("lesion_dice", "lesion_hd95", "lesion_tp", "lesion_fp", "lesion_fn", "lesion_f1", "ndsc", "ndsc_raac")
@@ -437,6 +448,42 @@ def _header_spacing(path: str | os.PathLike | None, spacing: Sequence[float]) ->
     return zooms
 
 
+def lesion_column_names(tasks: Sequence[str]) -> list[str]:
+    """The ``metrics.csv`` columns of lesion-wise evaluation, ``<field>_<task>``, refused where two are one name.
+
+    The fields include ``ndsc`` and ``ndsc_raac``: a task whose suffix starts with ``raac_`` would write the column
+    of another task's R-AAC (found by hostile testing: classes ``x`` and ``raac x`` both wrote ``ndsc_raac_x``, and
+    one overwrote the other in ``metrics.csv``).
+
+    Args:
+        tasks: the tasks' column suffixes (class slugs or region suffixes).
+
+    Returns:
+        The columns, tasks in order, fields in :data:`CASE_FIELDS` order.
+
+    Raises:
+        ValueError: naming the tasks whose columns collide.
+
+    Example:
+        >>> lesion_column_names(["WT"])[:2]
+        ['lesion_dice_WT', 'lesion_hd95_WT']
+        >>> lesion_column_names(["x", "raac_x"])
+        Traceback (most recent call last):
+        ...
+        ValueError: lesions: the columns of 'raac_x' and 'x' are one name (ndsc_raac_x): rename one of them
+    """
+    owner: dict[str, str] = {}
+    for task in tasks:
+        for f in CASE_FIELDS:
+            column = f"{f}_{task}"
+            if column in owner and owner[column] != task:
+                a, b = sorted((owner[column], task))
+                raise ValueError(f"lesions: the columns of {a!r} and {b!r} are one name ({column}): rename one of "
+                                 "them")
+            owner[column] = task
+    return list(owner)
+
+
 def lesion_columns(state: LesionState) -> dict[str, float]:
     """The ``metrics.csv`` columns of a one-case state: ``<field>_<task>``.
 
@@ -445,13 +492,13 @@ def lesion_columns(state: LesionState) -> dict[str, float]:
 
     Returns:
         ``{column: value}``.
+
+    Raises:
+        ValueError: two tasks' columns are one name (:func:`lesion_column_names`).
     """
-    out = {}
-    for k, v in state.arrays.items():
-        if k.startswith("case."):
-            _, task, f = k.split(".", 2)
-            out[f"{f}_{task}"] = float(v[0])
-    return out
+    keys = [k.split(".", 2)[1:] for k in state.arrays if k.startswith("case.")]
+    lesion_column_names(list(dict.fromkeys(task for task, _ in keys)))
+    return {f"{f}_{task}": float(state.arrays[f"case.{task}.{f}"][0]) for task, f in keys}
 
 
 def _auroc(score: np.ndarray, event: np.ndarray) -> float | None:
@@ -583,6 +630,8 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
             "mean": means,
             "lesion_tp": tp, "lesion_fp": fp, "lesion_fn": fn,
             "n_cases_nothing_counted": int(np.count_nonzero(nothing)),
+            # cases on a sheared grid have no HD95 (NaN, warned per case): the mean is over the others
+            "n_cases_without_hd95": int(np.count_nonzero(~np.isfinite(a[f"case.{task}.lesion_hd95"]))),
             "n_predicted_lesions": int(fp_mask.size),
             "n_false_positive_lesions": int(fp_mask.sum()),
             "failure_detection": detection,

@@ -919,6 +919,7 @@ def match_cases(
     label_suffix: str = "",
     allow_missing: bool = False,
     allow_missing_labels: bool = False,
+    missing_hint: str | None = "use --allow-missing to skip them",
 ) -> list[CaseFiles]:
     """Match labels with predictions, probabilities and uncertainty maps by case id.
 
@@ -944,6 +945,8 @@ def match_cases(
             case is left, with a ``UserWarning`` listing them.
         allow_missing_labels: drop cases that have a segmentation or probabilities but no label (instead of an
             error), with a ``UserWarning`` listing them.
+        missing_hint: what the error of cases that lack files suggests, in parentheses (default: the ``evaluate``
+            option that skips them); None: nothing (a command without that option names its own remedy).
 
     Returns:
         One :class:`CaseFiles` per matched case, sorted by case id.
@@ -1082,7 +1085,7 @@ def match_cases(
         raise CaseError(
             f"{len(problems)} of {len(label_files)} case(s) lack files: {_describe(problems)}; e.g. case {first!r} "
             f"has no {', no '.join(problems[first])}{_spelling_hint(first, extra, 'the predictions')}"
-            + ("" if allow_missing else " (use --allow-missing to skip them)")
+            + ("" if allow_missing or not missing_hint else f" ({missing_hint})")
         )
     if extra and not cases:
         raise CaseError(f"no prediction matches a label; predictions exist for {_describe(extra)}")

@@ -1219,11 +1219,11 @@ def _label_dtype(arr: np.ndarray) -> type:
 
 
 def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike,
-               like: str | os.PathLike | None = None) -> Path:
+               like: str | os.PathLike | None = None, dtype: str | None = None) -> Path:
     """Write a 3D map (or ``(1, X, Y, Z)`` / ``(1, 1, X, Y, Z)``) with ``affine`` as a NIfTI file, atomically.
 
     The file is written under a temporary name (:func:`atomic_path`) and renamed into place. Integer and bool arrays
-    are stored as int16 (int32 when a value needs it), floating arrays as float32.
+    are stored as int16 (int32 when a value needs it), floating arrays as float32, unless ``dtype`` says otherwise.
 
     Args:
         data: the volume ``(X, Y, Z)``; leading singleton axes are dropped. NumPy array or torch tensor (a MONAI
@@ -1235,13 +1235,16 @@ def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | 
             qform and its spatial unit, so that ITK-based tools (ITK-SNAP, 3D Slicer, nnU-Net's SimpleITKIO), which
             prefer the qform of an SPM-coregistered file and convert microns to mm, place the map where they place
             that file; otherwise (and for other formats) sform code 2, no qform, no unit.
+        dtype: None (the types above), ``"float32"``, or ``"uint8"`` for a 0/1 mask (as :func:`save_region_maps`
+            writes one per region).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
         ValueError: ``data`` is not 3D once leading singleton axes are dropped, holds integers beyond int32,
-            ``affine`` is not 4x4, or ``path`` does not end in ``.nii`` / ``.nii.gz``.
+            ``affine`` is not 4x4, ``path`` does not end in ``.nii`` / ``.nii.gz``, an unknown ``dtype``, or
+            ``dtype="uint8"`` with values other than 0 and 1.
 
     Example:
         >>> import tempfile
@@ -1259,7 +1262,13 @@ def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | 
     affine = np.asarray(affine, dtype=np.float64)
     if affine.shape != (4, 4):
         raise ValueError(f"affine must be 4x4, got {affine.shape}")
-    if np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool:
+    if dtype not in (None, "float32", "uint8"):
+        raise ValueError(f"dtype must be None, 'float32' or 'uint8', got {dtype!r}")
+    if dtype == "uint8":
+        if arr.size and not ((arr == 0) | (arr == 1)).all():  # 0.5, NaN, 2: no mask (a cast would change them)
+            raise ValueError("data must hold a 0/1 mask for dtype='uint8'")
+        arr = arr.astype(np.uint8, copy=False)
+    elif dtype is None and (np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool):
         arr = arr.astype(_label_dtype(arr), copy=False)
     else:
         arr = arr.astype(np.float32, copy=False)

@@ -900,13 +900,13 @@ def list_prediction_cases(
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     try:
         found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, uncertainty=uncertainty,
-                            measures=None if measure is None else [measure], images=images)
+                            measures=None if measure is None else [measure], images=images, missing_hint=None)
     except CaseError as e:
         if "no label volume" in str(e):
             what = f"<case>{seg_suffix}.nii.gz" if seg_suffix else "<case>.nii.gz"
             raise CaseError(f"no segmentation ({what}) found in {pred}: is it the output folder of 'monai-unc infer' "
                             f"(--layout monai-unc) or 'monai-unc nnunet-predict' (--layout nnunet)?") from None
-        raise CaseError(str(e).replace(" (use --allow-missing to skip them)", "")) from None
+        raise
     for f in found:  # absolute paths: the outputs list them for the pages, which may be built from elsewhere
         f.maps = {m: p.resolve() for m, p in f.maps.items() if m == measure} if measure is not None else {}
         f.label, f.seg = f.label.resolve(), None if f.seg is None else f.seg.resolve()

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..keys import MAX_OPTION_INT, float_option, int_option, option_number
+from ..keys import EXPLICIT_OPTIONS, MAX_OPTION_INT, float_option, int_option, option_number
 from ..product import CohortProduct, Overlay, ReportSection, ReportTable, format_cell, register_product
 
 __all__ = ["ConformalMasks", "LOSSES", "FAMILIES", "RULE_FILE", "TABLE_FILE", "RECORD_FILE", "parse_specs",
@@ -292,7 +292,9 @@ class ConformalMasks(CohortProduct):
             if args.conformal_strata is not None or args.conformal_strata_edges is not None:
                 raise ValueError("--conformal-strata / --conformal-strata-edges need conformal masks (--conformal)")
             # found by hostile review: these were ignored, and the run ended with no rule at the level asked for
-            if args.conformal_delta is not None or args.conformal_family != "threshold":
+            # (and --conformal-family given at its default, as the lesion options: given, not ignored)
+            if (args.conformal_delta is not None or args.conformal_family != "threshold"
+                    or "conformal_family" in getattr(args, EXPLICIT_OPTIONS, ())):
                 raise ValueError("--conformal-delta / --conformal-family need conformal masks (--conformal)")
         if args.conformal_stratify_by is not None and args.conformal_strata is None and (
                 args.conformal_strata_edges is None):

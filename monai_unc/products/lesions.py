@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..keys import MAX_OPTION_INT, float_option, int_option
+from ..keys import EXPLICIT_OPTIONS, MAX_OPTION_INT, float_option, int_option
 from ..product import CohortProduct, ReportSection, ReportTable, format_cell, register_product
 
 __all__ = ["CONSOLE_LOWEST", "CONSOLE_TASKS", "LesionMetrics", "SETTINGS", "primary_measure"]
@@ -78,6 +78,18 @@ def _nothing_counted(task: Mapping[str, Any], block: Mapping[str, Any]) -> str:
     return f" ({n} case(s) without a lesion{limit} or a false positive count as Dice 1)"
 
 
+def _without_hd95(task: Mapping[str, Any]) -> str:
+    """`` (N case(s) on a sheared grid left out)`` for a task whose mean HD95 leaves cases out, else ``""``.
+
+    Found by hostile testing: the printed mean HD95 left out the cases on a sheared grid (their HD95 is NaN) without a
+    word, beside a Dice averaged over every case.
+    """
+    n = task.get("n_cases_without_hd95")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return ""
+    return f" ({n} case(s) on a sheared grid, without HD95, left out)"
+
+
 def primary_measure(measure: str | None, available: Sequence[str]) -> str | None:
     """The map the product ranks lesions by and computes the nDSC R-AAC with: the evaluation's primary measure.
 
@@ -100,6 +112,10 @@ def primary_measure(measure: str | None, available: Sequence[str]) -> str | None
         return measure
     return "predictive_entropy" if "predictive_entropy" in names else next(iter(names), None)
 
+
+#: the product's options on the command line -> their defaults (given without ``--lesions``, each is refused)
+_OPTION_DEFAULTS: dict[str, Any] = {"lesion_settings": "gli", "lesion_dilation": None, "lesion_min_volume": None,
+                                    "lesion_iou": 0.25, "lesion_failure_dice": 0.5, "lesion_samples": None}
 
 #: the integer options of the product, in plain decimal syntax and at most an int32; their range is the product's
 #: check, whose message names the option
@@ -175,21 +191,22 @@ class LesionMetrics(CohortProduct):
         Returns:
             None.
         """
+        d = _OPTION_DEFAULTS
         group.add_argument("--lesions", action="store_true",
                            help="lesion-wise metrics per class or region (BraTS 2023 lesion-wise Dice / HD95, "
                                 "lesion F1, nDSC) and per-lesion uncertainty")
-        group.add_argument("--lesion-settings", default="gli", choices=sorted(SETTINGS),
+        group.add_argument("--lesion-settings", default=d["lesion_settings"], choices=sorted(SETTINGS),
                            help="the BraTS 2023 challenge whose matching rule to use (dilation, minimum volume): "
                                 "gli/ssa/ped 3 and 50 mm^3, men 1 and 50, met 1 and 2 (default gli)")
-        group.add_argument("--lesion-dilation", type=_INTEGER, default=None, metavar="N",
+        group.add_argument("--lesion-dilation", type=_INTEGER, default=d["lesion_dilation"], metavar="N",
                            help="override the dilation (iterations of the 18-connected element; 0: overlap only)")
-        group.add_argument("--lesion-min-volume", type=float_option, default=None, metavar="MM3",
+        group.add_argument("--lesion-min-volume", type=float_option, default=d["lesion_min_volume"], metavar="MM3",
                            help="override the minimum volume of a counted ground-truth lesion (mm^3)")
-        group.add_argument("--lesion-iou", type=float_option, default=0.25, metavar="IOU",
+        group.add_argument("--lesion-iou", type=float_option, default=d["lesion_iou"], metavar="IOU",
                            help="IoU threshold of the lesion F1 (default 0.25, Shifts)")
-        group.add_argument("--lesion-failure-dice", type=float_option, default=0.5, metavar="D",
+        group.add_argument("--lesion-failure-dice", type=float_option, default=d["lesion_failure_dice"], metavar="D",
                            help="a predicted lesion with a Dice below D counts as failed (default 0.5)")
-        group.add_argument("--lesion-samples", default=None, metavar="DIR",
+        group.add_argument("--lesion-samples", default=d["lesion_samples"], metavar="DIR",
                            help="folder of per-sample label maps <case>_samples.nii.gz (4-D, one hard segmentation "
                                 "per stochastic pass): adds each lesion's existence probability and volume spread")
 
@@ -207,10 +224,15 @@ class LesionMetrics(CohortProduct):
             ValueError: naming the option.
         """
         if not getattr(args, "lesions", False):
-            if (args.lesion_dilation is not None or args.lesion_min_volume is not None
-                    or getattr(args, "lesion_samples", None) is not None):
-                raise ValueError("--lesion-dilation / --lesion-min-volume / --lesion-samples need lesion-wise "
-                                 "metrics (--lesions)")
+            # every option of the product given without it is refused, not ignored (found by hostile testing:
+            # --lesion-iou 7 without --lesions ran and exited 0): given on the command line, or a value other than
+            # the default where the arguments were built without the parser
+            given = set(getattr(args, EXPLICIT_OPTIONS, ()))
+            named = [f"--{dest.replace('_', '-')}" for dest, default in _OPTION_DEFAULTS.items()
+                     if dest in given or getattr(args, dest, default) != default]
+            if named:
+                verb = "needs" if len(named) == 1 else "need"
+                raise ValueError(f"{' / '.join(named)} {verb} lesion-wise metrics (--lesions)")
             return None
         return cls(args.lesion_settings, args.lesion_dilation, args.lesion_min_volume, args.lesion_iou,
                    args.lesion_failure_dice, samples=getattr(args, "lesion_samples", None))
@@ -262,17 +284,22 @@ class LesionMetrics(CohortProduct):
         return {"samples": Path(self.samples) / f"{case_id}{SAMPLES_SUFFIX}"}
 
     def check_inputs(self, cases: Sequence[Any], inputs: Mapping[str, Any], config: Any) -> None:
-        """With ``samples``: the folder exists and holds a file for every case (refused before any work).
+        """The columns of the tasks are distinct, the NIfTI labels 3-D; with ``samples``, a file for every case.
+
+        Each refused before any work.
 
         Args:
             cases: the matched cases (:class:`~monai_unc.io.CaseFiles`).
             inputs: unused.
-            config: unused.
+            config: the evaluation options (its regions or class names).
 
         Returns:
-            None; ``ValueError`` naming ``lesion_samples`` (marked with it: the command line names
+            None; ``ValueError`` where two tasks' columns would be one name (classes ``x`` and ``raac x``), where a
+            NIfTI label is 2-D, or naming ``lesion_samples`` (marked with it: the command line names
             ``--lesion-samples``): the folder is missing or a file, or the cases without a file.
         """
+        self._check_columns(config)
+        self._check_three_d(cases)
         if self.samples is None:
             return
         from .._utils import parameter_error
@@ -291,6 +318,43 @@ class LesionMetrics(CohortProduct):
         # the grids (shape and affine) from the NIfTI headers (no data read): a sample file of another grid is
         # refused before any work; its values (integer label maps) are checked when its case is read
         check_sample_grids(folder, cases)
+
+    @staticmethod
+    def _check_three_d(cases: Sequence[Any]) -> None:
+        """Refuse, before any work, cases whose NIfTI label is 2-D; other formats are checked when a case is read.
+
+        Found by hostile testing: each such case failed when read, exit 1 after the others were evaluated.
+        """
+        from ..io import nifti_geometry
+
+        flat = []
+        for c in cases:
+            try:
+                geometry = nifti_geometry(c.label)
+            except Exception:  # an unreadable header: the case's read names the file and the reason
+                continue
+            if geometry is not None and len(geometry[0]) < 3:
+                flat.append(c.case_id)
+        if flat:
+            raise ValueError(f"lesion-wise metrics (--lesions) need 3-D volumes: the label of {len(flat)} case(s) is "
+                             f"2-D ({', '.join(flat[:5])}{' ...' if len(flat) > 5 else ''})")
+
+    @staticmethod
+    def _check_columns(config: Any) -> None:
+        """Refuse, before any work, tasks whose ``metrics.csv`` columns are one name (``x`` and ``raac x``).
+
+        The tasks are the regions, or the named foreground classes (classes named by their number cannot collide).
+        """
+        from ..evaluation.config import slug
+        from ..evaluation.lesions import lesion_column_names
+        from ..scores import region_suffix
+
+        regions = getattr(config, "regions", None)
+        names = getattr(config, "class_names", None)
+        if regions:
+            lesion_column_names([region_suffix(r) for r in regions])
+        elif names:
+            lesion_column_names([slug(n) for n in list(names)[1:]])
 
     # -- per case ----------------------------------------------------------------------------------------------
     def case_state(self, case: Any, tasks: Sequence[Any], config: Any) -> Any:
@@ -395,7 +459,7 @@ class LesionMetrics(CohortProduct):
             m = b.get("mean", {})
             best = b.get("best_fp_score")
             line = (f"lesions {task}: lesion-wise Dice {_fmt(m.get('lesion_dice'))}, HD95 "
-                    f"{_fmt(m.get('lesion_hd95'), 2)} mm, F1 {_fmt(m.get('lesion_f1'))}, nDSC "
+                    f"{_fmt(m.get('lesion_hd95'), 2)} mm{_without_hd95(b)}, F1 {_fmt(m.get('lesion_f1'))}, nDSC "
                     f"{_fmt(m.get('ndsc'))}; TP {b.get('lesion_tp')} FP {b.get('lesion_fp')} FN "
                     f"{b.get('lesion_fn')}" + _nothing_counted(b, block)
                     + (f"; false positives found best by {best}" if best else ""))

@@ -21,6 +21,7 @@ from typing import Any
 from ..keys import (
     DEFAULT_OVERLAP,
     DEFAULT_RATEIN_TARGET,
+    EXPLICIT_OPTIONS,
     LAYOUTS,
     MAX_OPTION_INT,
     MEASURES,
@@ -39,9 +40,6 @@ __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
 COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "dicom-export", "monitor", "keys")
 
 
-#: the attribute of ``infer``'s parsed arguments that holds the destinations of the options given on the command
-#: line (a frozenset), so that ``--settings-from`` can tell an option given from its default
-EXPLICIT_OPTIONS = "explicit_options"
 
 
 def _track_explicit(parser: argparse.ArgumentParser) -> None:

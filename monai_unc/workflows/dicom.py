@@ -867,8 +867,11 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     try:
         with warnings.catch_warnings():  # the cases left out are those of other runs (``cases``): no warning
             warnings.simplefilter("ignore", UserWarning)
+            # found by hostile testing: the error of a case without a map suggested --allow-missing, which
+            # dicom-export does not have
             found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures,
-                                allow_missing=cases is not None)
+                                allow_missing=cases is not None,
+                                missing_hint="give --measures with the maps every case has")
     except CaseError as e:
         if "no label volume" in str(e):
             raise CaseError(f"no segmentation found in {pred}: is it the output folder of 'monai-unc infer' "

@@ -19,10 +19,15 @@ def cohort(tmp_path_factory):
     (["--n-bins", "1000000000000"], "--n-bins must be at most"),
     (["--num-classes", "1"], "--num-classes must be an integer >= 2, got 1"),
     (["--min-bin-count", "-1"], "--min-bin-count must be a non-negative integer, got -1"),
-    (["--lesion-dilation", "1"], "--lesion-dilation / --lesion-min-volume / --lesion-samples need lesion-wise metrics "
-                                 "(--lesions)"),
+    (["--lesion-dilation", "1"], "--lesion-dilation needs lesion-wise metrics (--lesions)"),
+    # found by hostile testing: these three were ignored without --lesions (exit 0, even --lesion-iou 7)
+    (["--lesion-iou", "7"], "--lesion-iou needs lesion-wise metrics (--lesions)"),
+    (["--lesion-settings", "met"], "--lesion-settings needs lesion-wise metrics (--lesions)"),
+    (["--lesion-failure-dice", "0.5", "--lesion-min-volume", "3"],
+     "--lesion-min-volume / --lesion-failure-dice need lesion-wise metrics (--lesions)"),
     (["--conformal-strata", "3"], "--conformal-strata / --conformal-strata-edges need conformal masks (--conformal)"),
     (["--conformal-delta", "0.05"], "--conformal-delta / --conformal-family need conformal masks (--conformal)"),
+    (["--conformal-family", "threshold"], "--conformal-delta / --conformal-family need conformal masks (--conformal)"),
     (["--conformal", "outer:fnr=0.1", "--conformal-stratify-by", "variance_mean"],
      "--conformal-stratify-by needs --conformal-strata or --conformal-strata-edges"),
 ])

@@ -112,6 +112,8 @@ def test_conformal_masks_equal_the_rule_applied_and_resume(cohort, tmp_path, cap
         spacing = np.sqrt((probs_img.affine[:3, :3] ** 2).sum(axis=0))
         for side, rule in doc.rules.items():
             img = nib.load(out / f"{cid}_{side}.nii.gz")
+            # uint8 as documented (found by hostile testing: the 3D masks of one foreground class were int16)
+            assert img.shape == seg.shape and img.get_data_dtype() == np.uint8
             expected = rule.apply(probs, pred=seg, spacing=spacing)[1]
             np.testing.assert_array_equal(np.asarray(img.dataobj).astype(bool), expected)
             np.testing.assert_allclose(img.affine, probs_img.affine)

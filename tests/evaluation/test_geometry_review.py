@@ -243,6 +243,11 @@ def test_a_sheared_grid_gives_nan_distances_and_determinant_volumes(tmp_path, ca
     volume = summary["lesions"]["lesions"][0]["volume_mm3"]
     assert volume == pytest.approx(int(pred.sum()) * det, rel=1e-6)
     assert sum("perpendicular" in w for w in summary["warnings"]) == 1
+    # the mean HD95 leaves the case out, and says so (found by hostile testing: it was silent)
+    task = summary["lesions"]["per_task"]["1"]
+    assert task["n_cases_without_hd95"] == 1 and task["mean"]["lesion_hd95"] is None
+    line = next(ln for ln in captured.out.splitlines() if ln.startswith("lesions 1:"))
+    assert "mm (1 case(s) on a sheared grid, without HD95, left out), F1" in line, line
 
 
 def test_the_margin_family_refuses_a_sheared_case():

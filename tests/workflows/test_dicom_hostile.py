@@ -21,7 +21,7 @@ pytest.importorskip("pydicom", reason="needs the dicom extra")
 pytest.importorskip("highdicom", reason="needs the dicom extra")
 pytest.importorskip("nnunetv2")
 
-from monai_unc.cli import build_parser  # noqa: E402
+from monai_unc.cli import build_parser, main  # noqa: E402
 from monai_unc.io import OUTPUT_LOCK_FILE, save_nifti, save_probabilities  # noqa: E402
 from monai_unc.io.dicom import read_series, write_series  # noqa: E402
 from monai_unc.workflows.dicom import EXPORT_RECORD, nnunet_predict_dicom  # noqa: E402
@@ -209,6 +209,20 @@ def test_export_refuses_cases_predicted_with_other_measures(series, tmp_path):
                           measures=["predictive_entropy"])
     assert sorted(result.cases) == ["ct01", "ct02", "ct03"]
     assert _exported_maps(tmp_path / "out", "ct02") == ["predictive_entropy"]
+
+
+def test_a_case_without_a_map_named_by_measures_suggests_an_option_dicom_export_has(series, tmp_path, capsys):
+    """Found by hostile testing: the refusal of a case without a map said "(use --allow-missing to skip them)", an
+    option of ``evaluate`` that ``dicom-export`` does not have; it names ``--measures`` now."""
+    pred = tmp_path / "pred"
+    _maps(pred, series, "ct01", ["predictive_entropy", "variance"], "monai-unc")
+    _maps(pred, series, "ct02", ["predictive_entropy"], "monai-unc")
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "-q",
+               "--measures", "predictive_entropy", "variance"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, (rc, err)
+    assert "case 'ct02' has no variance map" in err[0] and "allow-missing" not in err[0], err
+    assert err[0].endswith("(give --measures with the maps every case has)"), err
 
 
 def test_export_takes_the_measures_of_the_folders_run(series, tmp_path):

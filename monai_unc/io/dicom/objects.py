@@ -873,6 +873,8 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
     seg = hd.seg.Segmentation(
         pixel_array=numbers, segmentation_type=hd.seg.SegmentationTypeValues.BINARY,
         segment_descriptions=descriptions, content_label="SEGMENTATION",
+        # an empty mask keeps every frame, as highdicom would after logging a warning that --quiet printed
+        omit_empty_frames=bool(np.any(numbers)),
         **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
     )
     seg.SeriesDescription = description
@@ -931,7 +933,7 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
     seg = hd.seg.Segmentation(
         pixel_array=frames, segmentation_type=hd.seg.SegmentationTypeValues.FRACTIONAL,
         fractional_type=hd.seg.SegmentationFractionalTypeValues.PROBABILITY, max_fractional_value=FRACTIONAL_MAX,
-        segment_descriptions=descriptions, content_label="PROBABILITY",
+        segment_descriptions=descriptions, content_label="PROBABILITY", omit_empty_frames=bool(np.any(frames)),
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
     seg.SeriesDescription = description

@@ -546,6 +546,31 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
 DICOM_GEOMETRY_ATOL = 1e-2
 
 
+def _axis_transform(affine: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The nibabel orientation transform (``(3, 2)``: output axis, flip) taking the axes of ``affine`` to ``target``'s.
+
+    Each axis of ``target`` is matched to the axis of ``affine`` whose direction is closest to it, with the flip its
+    sign gives: the two grids' axes are compared with each other, not each with the RAS axes. Found by hostile
+    testing: a series rotated by 45 degrees in its plane has axes exactly between two RAS axes, and
+    ``nib.orientations.io_orientation`` of the series and of a NIfTI file of the same grid (whose float32 sform
+    rounds the cosines) broke that tie differently, so the series' own grid was refused. Where the matching is not a
+    permutation (the grids do not share their axes) the per-affine RAS orientation is kept, and the grid check that
+    follows names the difference.
+    """
+    have = np.asarray(affine, float)[:3, :3]
+    want = np.asarray(target, float)[:3, :3]
+    norm_h = np.linalg.norm(have, axis=0)
+    norm_w = np.linalg.norm(want, axis=0)
+    if np.all(norm_h > 0) and np.all(norm_w > 0):
+        cos = (have / norm_h).T @ (want / norm_w)  # cos[i, j]: axis i of the volume against axis j of the target
+        out = np.argmax(np.abs(cos), axis=1)
+        if sorted(out.tolist()) == [0, 1, 2]:
+            flips = np.sign(cos[np.arange(3), out])
+            return np.stack([out.astype(float), np.where(flips < 0, -1.0, 1.0)], axis=1)
+    return nib.orientations.ornt_transform(nib.orientations.io_orientation(affine),
+                                           nib.orientations.io_orientation(target))
+
+
 def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, what: str) -> np.ndarray:
     """Put a volume read from a NIfTI file on the voxel grid of its source series.
 
@@ -583,9 +608,7 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
     affine = np.asarray(affine, dtype=float)
     if data.ndim != 4:
         raise ValueError(f"{what} must be (C, X, Y, Z), got shape {data.shape}")
-    have = nib.orientations.io_orientation(affine)
-    want = nib.orientations.io_orientation(series.affine)
-    transform = nib.orientations.ornt_transform(have, want)
+    transform = _axis_transform(affine, series.affine)
     moved = np.stack([nib.orientations.apply_orientation(c, transform) for c in data])
     new_affine = affine @ nib.orientations.inv_ornt_aff(transform, data.shape[1:])
     if moved.shape[1:] != tuple(series.shape):

@@ -183,3 +183,21 @@ def test_segment_specs_file(tmp_path):
         path.write_text(text)
         with pytest.raises(ValueError, match=r"^segments file .* is not readable JSON: "):
             read_segment_specs(path, [1, 2])
+
+
+def test_an_empty_segmentation_keeps_every_frame_without_a_logged_warning(case, caplog):
+    """Found by hostile testing: highdicom logged "Encoding an empty image with omit_empty_frames ..." for an empty
+    mask (printed even under ``--quiet``); every frame is kept, as highdicom would, and nothing is logged."""
+    import logging
+
+    folder, series, label, probs, _ = case
+    with caplog.at_level(logging.WARNING):
+        path = write_segmentation(np.zeros_like(label), series, folder / "empty_seg.dcm", SEGMENTS, uid_root=ROOT)
+        frac = write_fractional_segmentation(np.zeros_like(probs), series, folder / "empty_probs.dcm", SEGMENTS,
+                                             uid_root=ROOT)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert dciodvfy_errors(path) == [] and dciodvfy_errors(frac) == []
+    for obj in (path, frac):
+        seg = hd.seg.segread(obj)
+        assert int(seg.NumberOfFrames) == len(SEGMENTS) * len(series.datasets)
+        assert not np.any(seg.get_volume(combine_segments=False).array)
