@@ -296,6 +296,10 @@ class EvaluationConfig:
             raise parameter_error(
                 TypeError(f"ignore_unclaimed_labels must be True or False, got {self.ignore_unclaimed_labels!r}"),
                 "ignore_unclaimed_labels")
+        if self.ignore_unclaimed_labels and self.regions is None:  # found by hostile testing: ignored without a word
+            raise parameter_error(ValueError("ignore_unclaimed_labels needs regions: it counts the label values that "
+                                             "no region holds as background"), "ignore_unclaimed_labels",
+                                  others=("regions",))
         if self.seg_label_values is not None:
             values = self.seg_label_values
             if (isinstance(values, (str, bytes)) or not values

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._utils import parameter_error
 from ..engine import (
     CaseFailure,
     CasesFailed,
@@ -468,6 +469,18 @@ def _absolute_files(files: CaseFiles) -> CaseFiles:
                      {m: Path(p).absolute() for m, p in files.maps.items()}, a(files.image))
 
 
+def _check_seg_options(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
+    """``seg_label_values`` / ``seg_regions`` say how to read labels given as DICOM SEG: refused where no label is one.
+
+    Found by hostile testing: ``--seg-label-values 1,2`` with NIfTI labels ran and exited 0, the option unused.
+    """
+    given = [name for name, value in (("seg_label_values", config.seg_label_values),
+                                      ("seg_regions", config.seg_regions)) if value]
+    if given and not any(str(c.label).lower().endswith(".dcm") for c in cases):
+        raise parameter_error(ValueError(f"{given[0]} reads labels given as DICOM SEG (<case>.dcm), but no label of "
+                                         "the cohort is one"), given[0])
+
+
 def _run_evaluate(
     ctx: Any, output: Path, config: EvaluationConfig, resume: bool, progress: bool, on_failure: Any,
     match_kwargs: dict[str, Any],
@@ -494,6 +507,7 @@ def _run_evaluate(
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
         config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
+        _check_seg_options(cases, config)
         # the products' refusals (e.g. probabilities they need, named with the file and how to make it) first: more
         # specific than --num-classes for segmentations alone, which a product needing probabilities cannot use
         check_products(cases, config, inputs)

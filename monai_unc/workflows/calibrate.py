@@ -433,6 +433,9 @@ def run_calibrate(
         FileNotFoundError: a missing input folder.
     """
     spec = _region_spec(activation, regions)
+    if ignore_unclaimed_labels and spec is None:  # found by hostile testing: ignored without a word
+        raise ValueError("--ignore-unclaimed-labels needs --regions (it counts the label values that no region "
+                         "holds as background)")
     device = resolve_device(device)
     roi = normalize_roi(roi)
     check_window_options(roi, overlap)  # found by hostile testing: --overlap without --roi was ignored silently

@@ -871,7 +871,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             # dicom-export does not have
             found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures,
                                 allow_missing=cases is not None,
-                                missing_hint="give --measures with the maps every case has")
+                                missing_hint="every case exported needs each map: name with --measures maps that "
+                                            "every case has, or export such cases apart")
     except CaseError as e:
         if "no label volume" in str(e):
             raise CaseError(f"no segmentation found in {pred}: is it the output folder of 'monai-unc infer' "

@@ -28,6 +28,10 @@ def cohort(tmp_path_factory):
     (["--conformal-strata", "3"], "--conformal-strata / --conformal-strata-edges need conformal masks (--conformal)"),
     (["--conformal-delta", "0.05"], "--conformal-delta / --conformal-family need conformal masks (--conformal)"),
     (["--conformal-family", "threshold"], "--conformal-delta / --conformal-family need conformal masks (--conformal)"),
+    # found by hostile testing: these two ran and exited 0, the option unused
+    (["--ignore-unclaimed-labels"], "--ignore-unclaimed-labels needs --regions"),
+    (["--seg-label-values", "1,2"], "--seg-label-values reads labels given as DICOM SEG (<case>.dcm), but no label of "
+                                    "the cohort is one"),
     (["--conformal", "outer:fnr=0.1", "--conformal-stratify-by", "variance_mean"],
      "--conformal-stratify-by needs --conformal-strata or --conformal-strata-edges"),
 ])

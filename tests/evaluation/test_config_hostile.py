@@ -181,3 +181,10 @@ def test_a_region_name_without_ascii_letters_is_refused_saying_so():
     with pytest.raises(ValueError, match="no ASCII letter or digit"):
         region_suffix("水肿")
     assert region_suffix("Ödem 2") == "dem_2"
+
+
+def test_ignore_unclaimed_labels_needs_regions():
+    """Found by hostile testing: accepted, and ignored, without regions."""
+    with pytest.raises(ValueError, match="ignore_unclaimed_labels needs regions"):
+        EvaluationConfig(ignore_unclaimed_labels=True).validate()
+    EvaluationConfig(regions="brats", ignore_unclaimed_labels=True).validate()

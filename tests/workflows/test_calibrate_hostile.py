@@ -253,3 +253,11 @@ def test_an_image_with_a_nan_is_refused_naming_the_case_and_file(toy, tmp_path, 
     assert rc == 2 and len(err) == 1, (rc, err)
     assert f"case {case!r}: image {second.name} holds 1 NaN or infinite value(s)" in err[0], err
     assert not out.exists()
+
+
+def test_ignore_unclaimed_labels_without_regions_is_refused(toy, tmp_path, capsys):
+    """Found by hostile testing: ``--ignore-unclaimed-labels`` without ``--regions`` was ignored without a word."""
+    rc = cli.main([*_argv(toy, toy["labels"], tmp_path / "t.pt"), "--ignore-unclaimed-labels"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--ignore-unclaimed-labels needs --regions" in err[0], err
+    assert not (tmp_path / "t.pt").exists()

@@ -222,7 +222,8 @@ def test_a_case_without_a_map_named_by_measures_suggests_an_option_dicom_export_
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, (rc, err)
     assert "case 'ct02' has no variance map" in err[0] and "allow-missing" not in err[0], err
-    assert err[0].endswith("(give --measures with the maps every case has)"), err
+    assert err[0].endswith("(every case exported needs each map: name with --measures maps that every case has, "
+                           "or export such cases apart)"), err
 
 
 def test_export_takes_the_measures_of_the_folders_run(series, tmp_path):

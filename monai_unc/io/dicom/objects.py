@@ -933,7 +933,10 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
     seg = hd.seg.Segmentation(
         pixel_array=frames, segmentation_type=hd.seg.SegmentationTypeValues.FRACTIONAL,
         fractional_type=hd.seg.SegmentationFractionalTypeValues.PROBABILITY, max_fractional_value=FRACTIONAL_MAX,
-        segment_descriptions=descriptions, content_label="PROBABILITY", omit_empty_frames=bool(np.any(frames)),
+        segment_descriptions=descriptions, content_label="PROBABILITY",
+        # empty as stored (round(255 p)): probabilities below 1/510 everywhere (a confident case without the
+        # structure) are an empty image too, whose frames highdicom dropped, failing (found by hostile testing)
+        omit_empty_frames=bool(np.any(np.round(frames * FRACTIONAL_MAX))),
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
     seg.SeriesDescription = description

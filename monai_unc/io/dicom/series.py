@@ -592,7 +592,8 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
         ``(C, columns, rows, slices)``.
 
     Raises:
-        ValueError: naming ``what`` and the series when the grids differ (shape, spacing, position or direction).
+        ValueError: naming ``what`` and the series when the grids differ (shape, spacing, position or direction) or
+            ``affine`` is not a finite, non-degenerate ``(4, 4)`` matrix.
 
     Example:
         >>> import tempfile
@@ -608,6 +609,13 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
     affine = np.asarray(affine, dtype=float)
     if data.ndim != 4:
         raise ValueError(f"{what} must be (C, X, Y, Z), got shape {data.shape}")
+    # a NaN or degenerate affine (a zero column, two parallel axes) puts no grid anywhere: refused by name, not with
+    # nibabel's message of the orientation it cannot find (found by hostile testing)
+    cols = np.linalg.norm(affine[:3, :3], axis=0) if affine.shape == (4, 4) else np.zeros(3)
+    if (affine.shape != (4, 4) or not np.isfinite(affine).all()
+            or abs(np.linalg.det(affine[:3, :3])) <= 1e-6 * float(np.prod(cols))):
+        raise ValueError(f"{what} has no valid affine (not finite, or axes of no volume): not on the grid of the "
+                         f"series {series.series_uid}")
     transform = _axis_transform(affine, series.affine)
     moved = np.stack([nib.orientations.apply_orientation(c, transform) for c in data])
     new_affine = affine @ nib.orientations.inv_ornt_aff(transform, data.shape[1:])

@@ -195,9 +195,13 @@ def test_an_empty_segmentation_keeps_every_frame_without_a_logged_warning(case, 
         path = write_segmentation(np.zeros_like(label), series, folder / "empty_seg.dcm", SEGMENTS, uid_root=ROOT)
         frac = write_fractional_segmentation(np.zeros_like(probs), series, folder / "empty_probs.dcm", SEGMENTS,
                                              uid_root=ROOT)
+        # below 1/510 everywhere (a confident case without the structure): stored as 0, an empty image too (found by
+        # hostile testing: highdicom dropped every frame and failed with an IndexError)
+        tiny = write_fractional_segmentation(np.full_like(probs, 1e-3), series, folder / "tiny_probs.dcm", SEGMENTS,
+                                             uid_root=ROOT)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
-    assert dciodvfy_errors(path) == [] and dciodvfy_errors(frac) == []
-    for obj in (path, frac):
+    assert dciodvfy_errors(path) == [] and dciodvfy_errors(frac) == [] and dciodvfy_errors(tiny) == []
+    for obj in (path, frac, tiny):
         seg = hd.seg.segread(obj)
         assert int(seg.NumberOfFrames) == len(SEGMENTS) * len(series.datasets)
         assert not np.any(seg.get_volume(combine_segments=False).array)

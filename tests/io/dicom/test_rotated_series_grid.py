@@ -80,3 +80,21 @@ def test_dicom_export_of_a_prediction_on_the_rotated_grid(tmp_path, capsys, angl
     assert rc == 0, capsys.readouterr().err
     series = read_series(tmp_path / "series" / "case0", pixels=False)
     np.testing.assert_array_equal(read_segmentation_labels(tmp_path / "out" / "case0" / "seg.dcm", series), label)
+
+
+@pytest.mark.parametrize("bad", ["nan", "zero column", "parallel axes"])
+def test_an_affine_of_no_grid_is_refused_by_name(tmp_path, bad):
+    """Found by hostile testing: nibabel's "Unable to find out axis 0.0 in start_ornt" (or an SVD that did not
+    converge) reached the user; the volume is named now."""
+    shape = (6, 5, 4)
+    write_series(np.zeros(shape), _rotated(45, shape), tmp_path / "series", modality="MR")
+    series = read_series(tmp_path / "series", pixels=False)
+    affine = series.affine.copy()
+    if bad == "nan":
+        affine[0, 0] = np.nan
+    elif bad == "zero column":
+        affine[:3, 1] = 0.0
+    else:
+        affine[:3, 2] = affine[:3, 0]
+    with pytest.raises(ValueError, match=r"^map has no valid affine \(not finite, or axes of no volume\)"):
+        to_series_grid(np.zeros((1, *shape)), affine, series, "map")
