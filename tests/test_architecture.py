@@ -114,7 +114,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                         "monai_unc.workflows.dicom", "monai_unc._utils")]
         + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
                                                  "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate",
-                                                 "monai_unc.temperature")],
+                                                 "monai_unc.temperature", "monai_unc.io.dicom")],
         "the command line parses its arguments before importing what the chosen command runs on (torch, MONAI)",
     ),
     # a product module is light (the command line reads its options before torch): its computations load when run

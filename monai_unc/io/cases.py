@@ -100,6 +100,8 @@ __all__ = [
     "list_image_cases",
     "image_channel_files",
     "dicom_series_folders",
+    "dicom_channel_series",
+    "case_series_folder",
     "match_cases",
     "read_volume",
     "SIMPLEITK_EXTENSIONS",
@@ -677,6 +679,83 @@ def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
     for p in out:  # the folder's name is the case id
         check_utf8_name(p)
     return out
+
+
+def dicom_channel_series(folder: str | os.PathLike, channels: int) -> dict[str, tuple[Path, ...]]:
+    """The DICOM series of each case of a model with several input channels: ``<case>_0000/``, ``<case>_0001/``, ...
+
+    nnU-Net names a case's channel files ``<case>_0000.nii.gz``, ``<case>_0001.nii.gz``, ...; a folder of DICOM
+    input names the case's series folders the same way (:func:`dicom_series_folders`), one series per channel in
+    the order of the model's ``channel_names``.
+
+    Args:
+        folder: the image folder.
+        channels: the model's number of input channels (at least 1; with 1 each series folder is a case).
+
+    Returns:
+        ``{case id: series folders in channel order}``, sorted by case id.
+
+    Raises:
+        ValueError: with several channels, a series folder not named ``<case>_NNNN`` or a case without every
+            channel ``0000`` to ``channels - 1`` (naming the case and what it has); no series folder at all.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("brain_0000", "brain_0001"):
+        ...         (Path(d) / name).mkdir()
+        ...         _ = (Path(d) / name / "IM0001").write_bytes(b"")
+        ...     {c: [p.name for p in s] for c, s in dicom_channel_series(d, 2).items()}
+        {'brain': ['brain_0000', 'brain_0001']}
+    """
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise ValueError(f"channels must be a positive integer, got {channels!r}")
+    series = dicom_series_folders(folder)
+    if not series:
+        raise ValueError(f"no DICOM series folder in {folder}")
+    if channels == 1:
+        return {p.name: (p,) for p in series}
+    unnamed = [p.name for p in series if _CHANNEL.match(p.name) is None]
+    if unnamed:
+        raise ValueError(f"{folder}: the model takes {channels} input channels, so each case needs one series folder "
+                         f"per channel named <case>_0000, <case>_0001, ... (as nnU-Net names its channel files); "
+                         f"{unnamed[0]}/ is not named so")
+    cases: dict[str, dict[int, Path]] = {}
+    for p in series:
+        m = _CHANNEL.match(p.name)
+        assert m is not None
+        cases.setdefault(m["case"], {})[int(m["channel"])] = p
+    for cid, chans in sorted(cases.items()):
+        if sorted(chans) != list(range(channels)):
+            has = ", ".join(f"_{c:04d}" for c in sorted(chans))
+            raise ValueError(f"{folder}: case {cid!r} has the series {has}; the model takes {channels} input channels "
+                             f"(_0000 to _{channels - 1:04d})")
+    return {cid: tuple(chans[c] for c in range(channels)) for cid, chans in sorted(cases.items())}
+
+
+def case_series_folder(folder: str | os.PathLike, case_id: str) -> Path | None:
+    """The source series of a case in a folder of DICOM input: ``<case>/``, else channel 0's ``<case>_0000/``.
+
+    Args:
+        folder: the folder of series folders.
+        case_id: the case.
+
+    Returns:
+        The series folder, or None when there is neither.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "brain_0000").mkdir()
+        ...     case_series_folder(d, "brain").name, case_series_folder(d, "other")
+        ('brain_0000', None)
+    """
+    for name in (case_id, f"{case_id}_0000"):
+        path = Path(folder) / name
+        if path.is_dir():
+            return path
+    return None
 
 
 def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:

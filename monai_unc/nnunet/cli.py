@@ -423,11 +423,16 @@ _NIBABEL_READERS = ("NibabelIO", "NibabelIOWithReorient")
 def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str | None = None) -> str:
     """The input folder nnU-Net reads: ``folder`` itself, or its DICOM series as NIfTI channel files.
 
-    nnU-Net reads its own file formats only. A folder holding no image file of the model's ``file_ending`` but one
-    DICOM series folder per case (named by case id; :func:`monai_unc.io.dicom_series_folders`) is read with the
-    series reader (:func:`monai_unc.io.read_volume`: slices ordered by position, real-world values such as
-    Hounsfield units) and written to ``staging`` as ``<case>_0000<ending>`` with the series' geometry, so that
-    nnU-Net's outputs (segmentation, probabilities, maps) land on the grid of the source series.
+    nnU-Net reads its own file formats only. A folder holding no image file of the model's ``file_ending`` but DICOM
+    series folders is read with the series reader (:func:`monai_unc.io.read_volume`: slices ordered by position,
+    real-world values such as Hounsfield units) and written to ``staging`` as ``<case>_0000<ending>``,
+    ``<case>_0001<ending>``, ... with the geometry of the case's first series, so that nnU-Net's outputs
+    (segmentation, probabilities, maps) land on the grid of that series. A model with one input channel takes one
+    series folder per case, named by case id; a model with several takes one per channel, named as nnU-Net names
+    its channel files: ``<case>_0000/``, ``<case>_0001/``, ... (:func:`monai_unc.io.dicom_channel_series`). The
+    channels of a case must lie on one grid, as nnU-Net requires: each is put on channel 0's voxel order (a series
+    stored with its axes flipped or permuted is reordered, no interpolation) and one on another grid is refused
+    (resample it first).
 
     A series whose voxel axes are not orthogonal (a gantry-tilted CT: :func:`monai_unc.io.sheared_grid`) is
     refused unless the model reads its images with nibabel (``reader`` ``NibabelIO`` or ``NibabelIOWithReorient``):
@@ -445,9 +450,10 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
         The folder to predict from: ``folder`` (image files) or ``staging`` (DICOM series).
 
     Raises:
-        ValueError: DICOM input for a model with several input channels or a ``file_ending`` other than
-            ``.nii.gz`` / ``.nii``; a series refused by the reader (one line naming it and the problem); a sheared
-            series for a model that does not read with nibabel; no ``dicom`` extra.
+        ValueError: DICOM input for a model with a ``file_ending`` other than ``.nii.gz`` / ``.nii``; series folders
+            not named by channel for a model with several channels, or a case without all of them; a channel on
+            another grid than its case's channel 0; a series refused by the reader (one line naming it and the
+            problem); a sheared series for a model that does not read with nibabel; no ``dicom`` extra.
 
     Example:
         >>> import tempfile
@@ -457,32 +463,48 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
         ...     stage_dicom_input(d, tempfile.gettempdir(), {"file_ending": ".nii.gz"}) == d
         True
     """
-    from monai_unc.io import dicom_series_folders, read_volume, save_nifti, sheared_grid
+    from monai_unc.io import dicom_channel_series, dicom_series_folders, read_volume, save_nifti, sheared_grid
 
     ending = str(dataset_json.get("file_ending", ".nii.gz"))
     if any(f.is_file() and f.name.endswith(ending) for f in os.scandir(folder)):
         return folder
-    series = dicom_series_folders(folder)
-    if not series:
+    if not dicom_series_folders(folder):
         return folder  # nnU-Net says that it found no case
     channels = len(dataset_json.get("channel_names", dataset_json.get("modality", {"0": ""})))
-    if channels != 1:
-        raise ValueError(f"-i {folder} holds DICOM series (one per case) but the model takes {channels} input "
-                         "channels; DICOM input gives one channel per case")
     if ending not in (".nii.gz", ".nii"):
         raise ValueError(f"-i {folder} holds DICOM series but the model reads {ending} files (its dataset.json "
                          "file_ending); DICOM input needs a model that reads .nii.gz or .nii")
-    for path in series:
+    cases = dicom_channel_series(folder, max(channels, 1))
+
+    def read(path: os.PathLike) -> tuple:
         try:
-            data, affine = read_volume(path)
+            return read_volume(path)
         except ImportError as e:
             raise ValueError(str(e).splitlines()[0]) from None
+
+    for case, paths in cases.items():
+        data, affine = read(paths[0])
         sheared = None if reader in _NIBABEL_READERS else sheared_grid(
             None, affine, consequence=f"nnU-Net's {reader or 'image reader'} reads its images with ITK, which reads no "
             "sheared grid")
         if sheared is not None:
-            raise ValueError(f"-i {folder}: series {path.name}: {sheared}, or predict it with monai-unc infer")
-        save_nifti(data[0], affine, os.path.join(staging, f"{path.name}_0000{ending}"))
+            raise ValueError(f"-i {folder}: series {paths[0].name}: {sheared}, or predict it with monai-unc infer")
+        volumes = [data[0]]
+        if len(paths) > 1:  # the other channels on channel 0's grid, in its voxel order (as nnU-Net requires)
+            from monai_unc.io.dicom import read_series, to_series_grid
+
+            grid = read_series(paths[0], pixels=False)
+            for path in paths[1:]:
+                other, other_affine = read(path)
+                try:
+                    volumes.append(to_series_grid(
+                        other, other_affine, grid, f"series {path.name}",
+                        remedy=f"nnU-Net takes the channels of a case on one grid: resample it onto the grid of "
+                               f"{paths[0].name}")[0])
+                except ValueError as e:
+                    raise ValueError(f"-i {folder}: case {case!r}: {e}") from None
+        for c, volume in enumerate(volumes):
+            save_nifti(volume, affine, os.path.join(staging, f"{case}_{c:04d}{ending}"))
     return staging
 
 

@@ -52,6 +52,7 @@ from ..io import (
     VOLUME_EXTENSIONS,
     CaseError,
     atomic_write_json,
+    case_series_folder,
     cell_float,
     changed_inputs,
     check_case_ids_fit_folder,
@@ -60,7 +61,7 @@ from ..io import (
     check_output_folder,
     clean_partial_files,
     colliding_case_ids,
-    dicom_series_folders,
+    dicom_channel_series,
     input_folder,
     list_files,
     match_cases,
@@ -909,10 +910,12 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                     with contextlib.suppress(OSError):
                         out.rmdir()
                 raise
-        missing = [c.case_id for c in found if not (src / c.case_id).is_dir()]
+        # a case's series: <case>/, or channel 0's <case>_0000/ (a multi-channel model's input, named by channel)
+        sources = {c.case_id: case_series_folder(src, c.case_id) for c in found}
+        missing = [c for c, folder in sources.items() if folder is None]
         if missing:
             raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
-                            f"folder {src}/<case> for each case")
+                            f"folder {src}/<case> for each case (or <case>_0000 for a model of several channels)")
         if layout == "monai-unc":  # before any object: the objects must name the images the case was predicted from
             for c in found:
                 _check_predicted_from(pred, src, c.case_id)
@@ -929,7 +932,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         # listing objects it replaced or removed (the new one is written, atomically, after the last case)
         (out / EXPORT_RECORD).unlink(missing_ok=True)
         for files in tqdm(found, desc="dicom-export", unit="case", disable=not progress):
-            case_series = read_series(src / files.case_id, pixels=False)  # the geometry, not the pixels
+            source = sources[files.case_id]
+            assert source is not None
+            case_series = read_series(source, pixels=False)  # the geometry, not the pixels
             folder = owned_folder(out, files.case_id, "--output")
             folder.mkdir(parents=True, exist_ok=True)
             clean_partial_files(folder)
@@ -943,7 +948,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             result.cases[files.case_id] = {
                 "series": {"series_instance_uid": case_series.series_uid,
                            "study_instance_uid": str(case_series.datasets[0].StudyInstanceUID),
-                           "folder": str((src / files.case_id).resolve()), "slices": case_series.shape[2]},
+                           "folder": str(source.resolve()), "slices": case_series.shape[2]},
                 "algorithm": {"name": algorithm.name, "version": algorithm.version, "weights_sha256": algorithm.weights,
                               "method": algorithm.method},
                 "study_instance_uid": objects[0]["study_instance_uid"],
@@ -973,6 +978,16 @@ def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[Dicom
                              for cls in command_products() if cls.applied_table})
     line = f"dicom-export: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}"
     return CommandResult(result, True, result.output, () if args.quiet else (line,))
+
+
+def _input_channels(predictions: Path) -> int:
+    """The input channels of the model whose outputs ``predictions`` holds (1 without a record).
+
+    nnU-Net writes the model's ``dataset.json`` beside its outputs; its ``channel_names`` are the channels.
+    """
+    doc = read_json_or_none(predictions / "dataset.json")
+    names = doc.get("channel_names", doc.get("modality")) if isinstance(doc, dict) else None
+    return len(names) if isinstance(names, dict) and names else 1
 
 
 def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.Namespace], int]) -> int:
@@ -1021,7 +1036,9 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
                 return status
             # the cases of this run (of its part, split as nnU-Net splits the sorted case ids): not those of a series
             # since removed from the input, whose outputs an earlier run left in the folder
-            cases = [p.name for p in dicom_series_folders(args.i)][args.part_id::args.num_parts]
+            # (one series folder per case, or per channel for a model of several: nnU-Net's dataset.json, which it
+            # writes beside its outputs, says how many)
+            cases = list(dicom_channel_series(args.i, _input_channels(nifti)))[args.part_id::args.num_parts]
             result = dicom_export(nifti, args.i, nifti / DICOM_FOLDER if both else args.o, layout="nnunet",
                                   segments=args.segments, uid_root=args.uid_root, inside_predictions=both,
                                   progress=not args.disable_progress_bar, study_uid=args.study_uid, cases=cases)

@@ -116,7 +116,9 @@ def test_dicom_input_is_staged_as_nifti_with_the_series_geometry(tmp_path):
     np.testing.assert_array_equal(np.asarray(img.dataobj), values)
     np.testing.assert_allclose(img.affine, read_series(tmp_path / "in" / "c1", pixels=False).affine, atol=1e-5)
     for bad, words in (({"file_ending": ".mha", "channel_names": {"0": "MR"}}, "reads .mha files"),
-                       ({"file_ending": ".nii.gz", "channel_names": {"0": "T1", "1": "T2"}}, "takes 2 input")):
+                       # a model of two channels takes one series per channel, <case>_0000/ and <case>_0001/
+                       ({"file_ending": ".nii.gz", "channel_names": {"0": "T1", "1": "T2"}},
+                        "c1/ is not named so")):
         with pytest.raises(ValueError, match=words):
             stage_dicom_input(str(tmp_path / "in"), str(tmp_path / "staged"), bad)
     (tmp_path / "in" / "c2").mkdir()  # not one clean series: refused in one line naming it

@@ -571,7 +571,8 @@ def _axis_transform(affine: np.ndarray, target: np.ndarray) -> np.ndarray:
                                            nib.orientations.io_orientation(target))
 
 
-def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, what: str) -> np.ndarray:
+def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, what: str,
+                   remedy: str = "it must come from that series") -> np.ndarray:
     """Put a volume read from a NIfTI file on the voxel grid of its source series.
 
     The NIfTI file may store the same grid with its axes permuted or flipped (a converter's choice, e.g. dcm2niix);
@@ -587,6 +588,7 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
         affine: its ``(4, 4)`` RAS affine.
         series: the source series.
         what: how errors name the volume.
+        remedy: what the error of another grid says to do.
 
     Returns:
         ``(C, columns, rows, slices)``.
@@ -624,6 +626,5 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
                          f"{series.shape}: not on the source series' grid")
     problem = grid_mismatch(new_affine, series.affine, series.shape, atol=DICOM_GEOMETRY_ATOL)
     if problem is not None:
-        raise ValueError(f"{what} is not on the grid of the series {series.series_uid} ({problem}); it must come "
-                         "from that series")
+        raise ValueError(f"{what} is not on the grid of the series {series.series_uid} ({problem}); {remedy}")
     return moved
