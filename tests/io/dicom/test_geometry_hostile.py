@@ -310,13 +310,14 @@ def test_grid_mismatch_refuses_a_bad_floor(atol):
 
 
 def test_an_affine_holding_nan_is_not_on_the_series_grid(tmp_path):
-    """The entry-wise and corner checks both compared NaN as passing (a NaN origin was accepted); it is refused."""
+    """The entry-wise and corner checks both compared NaN as passing (a NaN origin was accepted); it is refused, as
+    an affine that is not finite, before the grids are compared."""
     write_series(np.zeros((4, 3, 2)), np.diag([0.8, 0.8, 2.0, 1.0]), tmp_path / "s", modality="MR")
     series = read_series(tmp_path / "s", pixels=False)
     broken = series.affine.copy()
     broken[0, 3] = np.nan
-    with pytest.raises(ValueError, match=r"map is not on the grid .* \(voxel centres up to nan mm apart, tolerance "
-                                         r"0\.08 mm\)"):
+    with pytest.raises(ValueError, match=r"map has no valid affine \(not finite, or axes of no volume\): not on "
+                                         r"the grid of the series"):
         to_series_grid(np.zeros((1, 4, 3, 2)), broken, series, "map")
 
 
