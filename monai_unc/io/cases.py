@@ -188,7 +188,7 @@ GEOMETRY_VOXEL_FRACTION = 0.1
 #: largest ``|cos|`` of the angle between two voxel axes of a grid taken as orthogonal (:func:`axes_cosine`; about
 #: 0.0057 degrees from perpendicular): the float32 rounding of an orthogonal affine stays near 1e-7
 ORTHOGONALITY_ATOL = 1e-4
-_CHANNEL = re.compile(r"^(?P<case>.+)_(?P<channel>\d{4})$")
+_CHANNEL = re.compile(r"^(?P<case>.+)_(?P<channel>[0-9]{4})$")  # ASCII digits (\d took other scripts' digits)
 
 
 class CaseError(ValueError):
@@ -734,28 +734,31 @@ def dicom_channel_series(folder: str | os.PathLike, channels: int) -> dict[str, 
     return {cid: tuple(chans[c] for c in range(channels)) for cid, chans in sorted(cases.items())}
 
 
-def case_series_folder(folder: str | os.PathLike, case_id: str) -> Path | None:
-    """The source series of a case in a folder of DICOM input: ``<case>/``, else channel 0's ``<case>_0000/``.
+def case_series_folder(folder: str | os.PathLike, case_id: str, channels: int = 1) -> Path | None:
+    """The source series of a case in a folder of DICOM input: ``<case>/``, or ``<case>_0000/`` for several channels.
+
+    A model of several input channels takes one series per channel (:func:`dicom_channel_series`); its outputs lie
+    on channel 0's. The number of channels decides, not which folder exists: with several, ``<case>/`` may be
+    another case's channel series (case ``a_0000`` beside case ``a``) or a leftover empty folder (found by hostile
+    testing: both were taken as the case's series).
 
     Args:
         folder: the folder of series folders.
         case_id: the case.
+        channels: the model's number of input channels.
 
     Returns:
-        The series folder, or None when there is neither.
+        The series folder, or None when it is not a folder.
 
     Example:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as d:
         ...     (Path(d) / "brain_0000").mkdir()
-        ...     case_series_folder(d, "brain").name, case_series_folder(d, "other")
+        ...     case_series_folder(d, "brain", 2).name, case_series_folder(d, "brain")
         ('brain_0000', None)
     """
-    for name in (case_id, f"{case_id}_0000"):
-        path = Path(folder) / name
-        if path.is_dir():
-            return path
-    return None
+    path = Path(folder) / (case_id if channels <= 1 else f"{case_id}_0000")
+    return path if path.is_dir() else None
 
 
 def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:

@@ -415,6 +415,10 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the attributes the series of a case's channels share (:func:`stage_dicom_input`): the patient and the frame of
+#: reference their positions are in
+_SAME_IN_CHANNELS = ("PatientID", "PatientName", "PatientBirthDate", "PatientSex", "FrameOfReferenceUID")
+
 #: nnU-Net's image reader/writers that read a sheared grid (nibabel's affine; ITK reads none):
 #: :func:`stage_dicom_input` stages a gantry-tilted series only for them
 _NIBABEL_READERS = ("NibabelIO", "NibabelIOWithReorient")
@@ -430,9 +434,9 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
     (segmentation, probabilities, maps) land on the grid of that series. A model with one input channel takes one
     series folder per case, named by case id; a model with several takes one per channel, named as nnU-Net names
     its channel files: ``<case>_0000/``, ``<case>_0001/``, ... (:func:`monai_unc.io.dicom_channel_series`). The
-    channels of a case must lie on one grid, as nnU-Net requires: each is put on channel 0's voxel order (a series
-    stored with its axes flipped or permuted is reordered, no interpolation) and one on another grid is refused
-    (resample it first).
+    channels of a case must be series of one patient in one frame of reference and lie on one grid, as nnU-Net
+    requires: each is put on channel 0's voxel order (a series stored with its axes flipped or permuted is
+    reordered, no interpolation) and one on another grid is refused (resample it first).
 
     A series whose voxel axes are not orthogonal (a gantry-tilted CT: :func:`monai_unc.io.sheared_grid`) is
     refused unless the model reads its images with nibabel (``reader`` ``NibabelIO`` or ``NibabelIOWithReorient``):
@@ -451,9 +455,10 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
 
     Raises:
         ValueError: DICOM input for a model with a ``file_ending`` other than ``.nii.gz`` / ``.nii``; series folders
-            not named by channel for a model with several channels, or a case without all of them; a channel on
-            another grid than its case's channel 0; a series refused by the reader (one line naming it and the
-            problem); a sheared series for a model that does not read with nibabel; no ``dicom`` extra.
+            not named by channel for a model with several channels, or a case without all of them; a channel of
+            another patient or frame of reference, or on another grid, than its case's channel 0; a series refused
+            by the reader (one line naming it and the problem); a sheared series for a model that does not read with
+            nibabel; no ``dicom`` extra.
 
     Example:
         >>> import tempfile
@@ -494,7 +499,18 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
             from monai_unc.io.dicom import read_series, to_series_grid
 
             grid = read_series(paths[0], pixels=False)
+            first = grid.datasets[0]
             for path in paths[1:]:
+                # one patient, one frame of reference: positions of two frames are not comparable, and a series of
+                # another patient on the same grid is no channel of this case (found by hostile testing: combined
+                # without a word). The values are not shown: a log would carry the patient's identity.
+                header = read_series(path, pixels=False).datasets[0]
+                differ = [name for name in _SAME_IN_CHANNELS
+                          if str(header.get(name, "") or "").strip() != str(first.get(name, "") or "").strip()]
+                if differ:
+                    raise ValueError(f"-i {folder}: case {case!r}: series {path.name} differs from {paths[0].name} in "
+                                     f"{', '.join(differ)}: the channels of a case are series of one patient in one "
+                                     "frame of reference")
                 other, other_affine = read(path)
                 try:
                     volumes.append(to_series_grid(

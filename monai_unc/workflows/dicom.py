@@ -910,12 +910,15 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                     with contextlib.suppress(OSError):
                         out.rmdir()
                 raise
-        # a case's series: <case>/, or channel 0's <case>_0000/ (a multi-channel model's input, named by channel)
-        sources = {c.case_id: case_series_folder(src, c.case_id) for c in found}
+        # a case's series: <case>/, or channel 0's <case>_0000/ for an nnU-Net model of several input channels (its
+        # dataset.json beside the predictions says how many)
+        channels = _input_channels(pred) if layout == "nnunet" else 1
+        sources = {c.case_id: case_series_folder(src, c.case_id, channels) for c in found}
         missing = [c for c, folder in sources.items() if folder is None]
         if missing:
+            where = "<case>" if channels == 1 else f"<case>_0000 (channel 0 of the model's {channels})"
             raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
-                            f"folder {src}/<case> for each case (or <case>_0000 for a model of several channels)")
+                            f"folder {src}/{where} for each case")
         if layout == "monai-unc":  # before any object: the objects must name the images the case was predicted from
             for c in found:
                 _check_predicted_from(pred, src, c.case_id)

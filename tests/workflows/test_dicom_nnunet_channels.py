@@ -66,6 +66,14 @@ def _predict(images, out, model, *extra):
     return cli.main(argv)
 
 
+#: the study and frame of reference of the example's series: the sequences of one session share them
+STUDY, FRAME = "1.2.826.0.1.3680043.10.781.1", "1.2.826.0.1.3680043.10.781.2"
+
+
+def _session(patient: str = "MONAIUNC001", frame: str = FRAME) -> dict:
+    return {"study_uid": STUDY, "patient_id": patient, "extra": {"FrameOfReferenceUID": frame}}
+
+
 def _channels():
     image = mni_small()[0]
     t1 = np.round(image * 4000.0) + 100.0
@@ -79,10 +87,10 @@ def predicted(tmp_path_factory):
     model = write_two_channel_model(root / "model")
     t1, t2 = _channels()
     images = root / "images"
-    write_series(t1, AFFINE, images / "br01_0000", modality="MR", shuffle_seed=2)
+    write_series(t1, AFFINE, images / "br01_0000", modality="MR", shuffle_seed=2, **_session())
     # the T2 series on the same grid with its slices stored the other way round (slice k is T1's slice Z-1-k)
     flip = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, -1, t1.shape[2] - 1], [0, 0, 0, 1.0]])
-    write_series(t2[:, :, ::-1], AFFINE @ flip, images / "br01_0001", modality="MR", shuffle_seed=3)
+    write_series(t2[:, :, ::-1], AFFINE @ flip, images / "br01_0001", modality="MR", shuffle_seed=3, **_session())
     nifti_in = root / "nifti_images"
     affine = read_series(images / "br01_0000", pixels=False).affine
     save_nifti(t1, affine, nifti_in / "br01_0000.nii.gz")
@@ -135,18 +143,28 @@ def test_the_dicom_channel_of_a_single_series_is_the_nifti_value_reordered(predi
     ("unnamed", "needs one series folder per channel named <case>_0000, <case>_0001"),
     ("missing", "case 'br02' has the series _0000; the model takes 2 input channels (_0000 to _0001)"),
     ("other_grid", "case 'br01': series br01_0001 is not on the grid of the series"),
+    # found by hostile testing: a series of another patient (or frame of reference) on the same grid was combined
+    ("other_patient", "case 'br01': series br01_0001 differs from br01_0000 in PatientID: the channels of a case are "
+                      "series of one patient in one frame of reference"),
+    ("other_frame", "series br01_0001 differs from br01_0000 in FrameOfReferenceUID"),
+    # found by hostile testing: Arabic-Indic digits passed as channel numbers, and the export found no series
+    ("other_digits", "br01_\u0660\u0660\u0660\u0660/ is not named so"),
 ])
 def test_bad_channel_series_are_refused_in_one_line(predicted, tmp_path, capsys, layout, words):
     _, _, model = predicted
     t1, t2 = _channels()
     images = tmp_path / "images"
     names = {"unnamed": ("br01", "br01_0001"), "missing": ("br01_0000", "br01_0001", "br02_0000"),
-             "other_grid": ("br01_0000", "br01_0001")}[layout]
+             "other_digits": ("br01_\u0660\u0660\u0660\u0660", "br01_\u0660\u0660\u0660\u0661")}.get(
+        layout, ("br01_0000", "br01_0001"))
     for name in names:
         shift = np.eye(4)
-        if layout == "other_grid" and name.endswith("_0001"):
+        second = name.endswith(("1", "\u0661"))
+        if layout == "other_grid" and second:
             shift[:3, 3] = (0.0, 0.0, 1.0)  # half a slice (2 mm slices): another grid
-        write_series(t1 if name.endswith("0") else t2, AFFINE @ shift, images / name, modality="MR")
+        session = _session(patient="OTHER" if layout == "other_patient" and second else "MONAIUNC001",
+                           frame=FRAME + ".9" if layout == "other_frame" and second else FRAME)
+        write_series(t2 if second else t1, AFFINE @ shift, images / name, modality="MR", **session)
     capsys.readouterr()
     rc = _predict(images, tmp_path / "out", model, "--output-format", "both", "--uid-root", ROOT_UID)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
@@ -154,3 +172,24 @@ def test_bad_channel_series_are_refused_in_one_line(predicted, tmp_path, capsys,
     if layout == "other_grid":
         assert "resample it onto the grid of br01_0000" in err[0]
     assert not list(tmp_path.glob("out/*.nii.gz"))  # refused before any prediction
+
+
+def test_each_case_is_exported_on_its_own_channel_0(predicted, tmp_path):
+    """Found by hostile testing: the export took ``<case>/`` before ``<case>_0000/``, so case ``a_0000`` got the
+    series of case ``a``'s channel 0 (another patient), and an empty ``<case>/`` beside the channel series failed the
+    run after the prediction. A model of several channels reads ``<case>_0000/`` only."""
+    _, _, model = predicted
+    t1, t2 = _channels()
+    images = tmp_path / "images"
+    for case, patient in (("a", "PATIENT_A"), ("a_0000", "PATIENT_B")):
+        write_series(t1, AFFINE, images / f"{case}_0000", modality="MR", **_session(patient))
+        write_series(t2, AFFINE, images / f"{case}_0001", modality="MR", **_session(patient))
+    (images / "a").mkdir()  # a leftover empty folder named as case a
+    assert _predict(images, tmp_path / "out", model, "--output-format", "both", "--uid-root", ROOT_UID) == 0
+    import pydicom
+
+    for case, patient in (("a", "PATIENT_A"), ("a_0000", "PATIENT_B")):
+        seg = pydicom.dcmread(tmp_path / "out" / "dicom" / case / "seg.dcm")
+        assert seg.PatientID == patient, case
+        series = read_series(images / f"{case}_0000", pixels=False)
+        assert seg.ReferencedSeriesSequence[0].SeriesInstanceUID == series.series_uid, case
