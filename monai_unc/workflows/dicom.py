@@ -793,7 +793,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
 
     Args:
         predictions: the output folder of ``monai-unc infer`` or ``nnunet-predict``.
-        series: a folder holding one series folder per case, named by case id.
+        series: a folder holding one series folder per case, named by case id (for the ``nnunet`` predictions of a
+            model of several input channels, whose ``dataset.json`` beside them says so, one per channel, and the
+            case's series is channel 0's ``<case>_0000``).
         output: the export folder (``<case>/*.dcm`` and :data:`EXPORT_RECORD`); not inside an input folder.
         layout: ``"monai-unc"`` or ``"nnunet"``.
         measures: the maps to export (default: those of the folder's run, ``infer.json`` or nnU-Net's
