@@ -21,6 +21,7 @@ import argparse
 import os
 import sys
 import tempfile
+from typing import Any
 
 from monai_unc.keys import (
     DEFAULT_MEASURES,
@@ -468,7 +469,7 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
         ...     stage_dicom_input(d, tempfile.gettempdir(), {"file_ending": ".nii.gz"}) == d
         True
     """
-    from monai_unc.io import dicom_channel_series, dicom_series_folders, read_volume, save_nifti, sheared_grid
+    from monai_unc.io import dicom_channel_series, dicom_series_folders, save_nifti, sheared_grid
 
     ending = str(dataset_json.get("file_ending", ".nii.gz"))
     if any(f.is_file() and f.name.endswith(ending) for f in os.scandir(folder)):
@@ -481,46 +482,46 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
                          "file_ending); DICOM input needs a model that reads .nii.gz or .nii")
     cases = dicom_channel_series(folder, max(channels, 1))
 
-    def read(path: os.PathLike) -> tuple:
+    def read(path: os.PathLike) -> Any:
+        # the series with its pixels (what monai_unc.io.read_volume reads of a series folder), read once: its
+        # headers, grid and volume serve every check below
         try:
-            return read_volume(path)
+            from monai_unc.io.dicom import read_series
+
+            return read_series(path)
         except ImportError as e:
             raise ValueError(str(e).splitlines()[0]) from None
 
     for case, paths in cases.items():
-        data, affine = read(paths[0])
+        grid = read(paths[0])
         sheared = None if reader in _NIBABEL_READERS else sheared_grid(
-            None, affine, consequence=f"nnU-Net's {reader or 'image reader'} reads its images with ITK, which reads no "
-            "sheared grid")
+            None, grid.affine, consequence=f"nnU-Net's {reader or 'image reader'} reads its images with ITK, which "
+            "reads no sheared grid")
         if sheared is not None:
             raise ValueError(f"-i {folder}: series {paths[0].name}: {sheared}, or predict it with monai-unc infer")
-        volumes = [data[0]]
-        if len(paths) > 1:  # the other channels on channel 0's grid, in its voxel order (as nnU-Net requires)
-            from monai_unc.io.dicom import read_series, to_series_grid
+        volumes = [grid.volume]
+        for path in paths[1:]:  # the other channels on channel 0's grid, in its voxel order (as nnU-Net requires)
+            from monai_unc.io.dicom import to_series_grid
 
-            grid = read_series(paths[0], pixels=False)
-            first = grid.datasets[0]
-            for path in paths[1:]:
-                # one patient, one frame of reference: positions of two frames are not comparable, and a series of
-                # another patient on the same grid is no channel of this case (found by hostile testing: combined
-                # without a word). The values are not shown: a log would carry the patient's identity.
-                header = read_series(path, pixels=False).datasets[0]
-                differ = [name for name in _SAME_IN_CHANNELS
-                          if str(header.get(name, "") or "").strip() != str(first.get(name, "") or "").strip()]
-                if differ:
-                    raise ValueError(f"-i {folder}: case {case!r}: series {path.name} differs from {paths[0].name} in "
-                                     f"{', '.join(differ)}: the channels of a case are series of one patient in one "
-                                     "frame of reference")
-                other, other_affine = read(path)
-                try:
-                    volumes.append(to_series_grid(
-                        other, other_affine, grid, f"series {path.name}",
-                        remedy=f"nnU-Net takes the channels of a case on one grid: resample it onto the grid of "
-                               f"{paths[0].name}")[0])
-                except ValueError as e:
-                    raise ValueError(f"-i {folder}: case {case!r}: {e}") from None
+            other = read(path)
+            # one patient, one frame of reference: positions of two frames are not comparable, and a series of
+            # another patient on the same grid is no channel of this case (found by hostile testing: combined
+            # without a word). The values are not shown: a log would carry the patient's identity.
+            differ = [name for name in _SAME_IN_CHANNELS if str(other.datasets[0].get(name, "") or "").strip()
+                      != str(grid.datasets[0].get(name, "") or "").strip()]
+            if differ:
+                raise ValueError(f"-i {folder}: case {case!r}: series {path.name} differs from {paths[0].name} in "
+                                 f"{', '.join(differ)}: the channels of a case are series of one patient in one "
+                                 "frame of reference")
+            try:
+                volumes.append(to_series_grid(
+                    other.volume[None], other.affine, grid, f"series {path.name}",
+                    remedy=f"nnU-Net takes the channels of a case on one grid: resample it onto the grid of "
+                           f"{paths[0].name}")[0])
+            except ValueError as e:
+                raise ValueError(f"-i {folder}: case {case!r}: {e}") from None
         for c, volume in enumerate(volumes):
-            save_nifti(volume, affine, os.path.join(staging, f"{case}_{c:04d}{ending}"))
+            save_nifti(volume, grid.affine, os.path.join(staging, f"{case}_{c:04d}{ending}"))
     return staging
 
 
