@@ -555,18 +555,17 @@ def _axis_transform(affine: np.ndarray, target: np.ndarray) -> np.ndarray:
     ``nib.orientations.io_orientation`` of the series and of a NIfTI file of the same grid (whose float32 sform
     rounds the cosines) broke that tie differently, so the series' own grid was refused. Where the matching is not a
     permutation (the grids do not share their axes) the per-affine RAS orientation is kept, and the grid check that
-    follows names the difference.
+    follows names the difference. Both affines are finite and non-degenerate (the volume's checked by
+    :func:`to_series_grid`, the series' by :func:`read_series`).
     """
     have = np.asarray(affine, float)[:3, :3]
     want = np.asarray(target, float)[:3, :3]
-    norm_h = np.linalg.norm(have, axis=0)
-    norm_w = np.linalg.norm(want, axis=0)
-    if np.all(norm_h > 0) and np.all(norm_w > 0):
-        cos = (have / norm_h).T @ (want / norm_w)  # cos[i, j]: axis i of the volume against axis j of the target
-        out = np.argmax(np.abs(cos), axis=1)
-        if sorted(out.tolist()) == [0, 1, 2]:
-            flips = np.sign(cos[np.arange(3), out])
-            return np.stack([out.astype(float), np.where(flips < 0, -1.0, 1.0)], axis=1)
+    # cos[i, j]: axis i of the volume against axis j of the target
+    cos = (have / np.linalg.norm(have, axis=0)).T @ (want / np.linalg.norm(want, axis=0))
+    out = np.argmax(np.abs(cos), axis=1)
+    if sorted(out.tolist()) == [0, 1, 2]:
+        flips = np.sign(cos[np.arange(3), out])
+        return np.stack([out.astype(float), np.where(flips < 0, -1.0, 1.0)], axis=1)
     return nib.orientations.ornt_transform(nib.orientations.io_orientation(affine),
                                            nib.orientations.io_orientation(target))
 
@@ -613,9 +612,9 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
         raise ValueError(f"{what} must be (C, X, Y, Z), got shape {data.shape}")
     # a NaN or degenerate affine (a zero column, two parallel axes) puts no grid anywhere: refused by name, not with
     # nibabel's message of the orientation it cannot find (found by hostile testing)
-    cols = np.linalg.norm(affine[:3, :3], axis=0) if affine.shape == (4, 4) else np.zeros(3)
-    if (affine.shape != (4, 4) or not np.isfinite(affine).all()
-            or abs(np.linalg.det(affine[:3, :3])) <= 1e-6 * float(np.prod(cols))):
+    axes = affine[:3, :3] if affine.shape == (4, 4) else None
+    if (axes is None or not np.isfinite(affine).all()
+            or abs(np.linalg.det(axes)) <= 1e-6 * float(np.prod(np.linalg.norm(axes, axis=0)))):
         raise ValueError(f"{what} has no valid affine (not finite, or axes of no volume): not on the grid of the "
                          f"series {series.series_uid}")
     transform = _axis_transform(affine, series.affine)
