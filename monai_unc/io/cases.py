@@ -464,6 +464,20 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
     return out
 
 
+def _by_channel(named: Mapping[str, Path]) -> dict[str, dict[int, Path]] | None:
+    """``{case: {channel number: path}}`` of names ``<case>_NNNN``, nnU-Net's channel naming; None for another name.
+
+    The one parse of :func:`_channel_groups` (files) and :func:`dicom_channel_series` (series folders).
+    """
+    cases: dict[str, dict[int, Path]] = {}
+    for name, path in named.items():
+        m = _CHANNEL.match(name)
+        if m is None:
+            return None
+        cases.setdefault(m["case"], {})[int(m["channel"])] = path
+    return cases
+
+
 def _channel_groups(files: Mapping[str, Path]) -> dict[str, tuple[Path, ...]] | None:
     """The channel files of each case, when every stem of ``files`` ends in ``_NNNN``; else None.
 
@@ -471,14 +485,9 @@ def _channel_groups(files: Mapping[str, Path]) -> dict[str, tuple[Path, ...]] | 
     file is then a case): the one rule of :func:`list_image_cases` and :func:`image_channel_files`. ``CaseError`` for
     channel numbers with gaps.
     """
-    if not files:
+    cases = _by_channel(files) if files else None
+    if cases is None:
         return None
-    cases: dict[str, dict[int, Path]] = {}
-    for stem, path in files.items():
-        m = _CHANNEL.match(stem)
-        if m is None:
-            return None
-        cases.setdefault(m["case"], {})[int(m["channel"])] = path
     out = {}
     for cid, chans in cases.items():
         idx = sorted(chans)
@@ -716,16 +725,12 @@ def dicom_channel_series(folder: str | os.PathLike, channels: int) -> dict[str, 
         raise ValueError(f"no DICOM series folder in {folder}")
     if channels == 1:
         return {p.name: (p,) for p in series}
-    unnamed = [p.name for p in series if _CHANNEL.match(p.name) is None]
-    if unnamed:
+    cases = _by_channel({p.name: p for p in series})
+    if cases is None:
+        unnamed = next(p.name for p in series if _CHANNEL.match(p.name) is None)
         raise ValueError(f"{folder}: the model takes {channels} input channels, so each case needs one series folder "
                          f"per channel named <case>_0000, <case>_0001, ... (as nnU-Net names its channel files); "
-                         f"{unnamed[0]}/ is not named so")
-    cases: dict[str, dict[int, Path]] = {}
-    for p in series:
-        m = _CHANNEL.match(p.name)
-        assert m is not None
-        cases.setdefault(m["case"], {})[int(m["channel"])] = p
+                         f"{unnamed}/ is not named so")
     for cid, chans in sorted(cases.items()):
         if sorted(chans) != list(range(channels)):
             has = ", ".join(f"_{c:04d}" for c in sorted(chans))
