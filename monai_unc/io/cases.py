@@ -102,6 +102,7 @@ __all__ = [
     "dicom_series_folders",
     "dicom_channel_series",
     "case_series_folder",
+    "nnunet_input_channels",
     "match_cases",
     "read_volume",
     "SIMPLEITK_EXTENSIONS",
@@ -2506,6 +2507,28 @@ def _region_masks(data: np.ndarray, what: str) -> np.ndarray:
         raise CaseError(f"{what}: region masks must hold 0 and 1 only, found values such as "
                         f"{np.unique(data[bad])[:3].tolist()}")
     return data.astype(np.uint8)
+
+
+def nnunet_input_channels(dataset_json: Any) -> int:
+    """The number of input channels of an nnU-Net model: the entries of its ``dataset.json`` ``channel_names``.
+
+    ``modality`` in older files; 1 where neither is a non-empty object (no record, or an untrusted file beside the
+    predictions that says nothing usable: a model's own ``dataset.json`` is checked when it loads).
+
+    Args:
+        dataset_json: the parsed ``dataset.json``, or None.
+
+    Returns:
+        The number of channels, at least 1.
+
+    Example:
+        >>> nnunet_input_channels({"channel_names": {"0": "T1", "1": "T2"}}), nnunet_input_channels(None)
+        (2, 1)
+    """
+    if not isinstance(dataset_json, Mapping):
+        return 1
+    names = dataset_json.get("channel_names", dataset_json.get("modality"))
+    return len(names) if isinstance(names, Mapping) and names else 1
 
 
 def nnunet_dataset_regions(dataset_json: Any, source: str = "dataset.json") -> dict[str, list[int]]:

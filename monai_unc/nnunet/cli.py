@@ -469,18 +469,23 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
         ...     stage_dicom_input(d, tempfile.gettempdir(), {"file_ending": ".nii.gz"}) == d
         True
     """
-    from monai_unc.io import dicom_channel_series, dicom_series_folders, save_nifti, sheared_grid
+    from monai_unc.io import (
+        dicom_channel_series,
+        dicom_series_folders,
+        nnunet_input_channels,
+        save_nifti,
+        sheared_grid,
+    )
 
     ending = str(dataset_json.get("file_ending", ".nii.gz"))
     if any(f.is_file() and f.name.endswith(ending) for f in os.scandir(folder)):
         return folder
     if not dicom_series_folders(folder):
         return folder  # nnU-Net says that it found no case
-    channels = len(dataset_json.get("channel_names", dataset_json.get("modality", {"0": ""})))
     if ending not in (".nii.gz", ".nii"):
         raise ValueError(f"-i {folder} holds DICOM series but the model reads {ending} files (its dataset.json "
                          "file_ending); DICOM input needs a model that reads .nii.gz or .nii")
-    cases = dicom_channel_series(folder, max(channels, 1))
+    cases = dicom_channel_series(folder, nnunet_input_channels(dataset_json))
 
     def read(path: os.PathLike) -> Any:
         # the series with its pixels (what monai_unc.io.read_volume reads of a series folder), read once: its

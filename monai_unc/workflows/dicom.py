@@ -65,6 +65,7 @@ from ..io import (
     input_folder,
     list_files,
     match_cases,
+    nnunet_input_channels,
     output_lock,
     owned_folder,
     read_json_or_none,
@@ -914,7 +915,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                 raise
         # a case's series: <case>/, or channel 0's <case>_0000/ for an nnU-Net model of several input channels (its
         # dataset.json beside the predictions says how many)
-        channels = _input_channels(pred) if layout == "nnunet" else 1
+        channels = nnunet_input_channels(read_json_or_none(pred / "dataset.json")) if layout == "nnunet" else 1
         sources = {c.case_id: case_series_folder(src, c.case_id, channels) for c in found}
         missing = [c for c, folder in sources.items() if folder is None]
         if missing:
@@ -985,16 +986,6 @@ def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[Dicom
     return CommandResult(result, True, result.output, () if args.quiet else (line,))
 
 
-def _input_channels(predictions: Path) -> int:
-    """The input channels of the model whose outputs ``predictions`` holds (1 without a record).
-
-    nnU-Net writes the model's ``dataset.json`` beside its outputs; its ``channel_names`` are the channels.
-    """
-    doc = read_json_or_none(predictions / "dataset.json")
-    names = doc.get("channel_names", doc.get("modality")) if isinstance(doc, dict) else None
-    return len(names) if isinstance(names, dict) and names else 1
-
-
 def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.Namespace], int]) -> int:
     """``monai-unc nnunet-predict --output-format dicom|both``: nnU-Net's prediction, then its DICOM objects.
 
@@ -1043,7 +1034,8 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
             # since removed from the input, whose outputs an earlier run left in the folder
             # (one series folder per case, or per channel for a model of several: nnU-Net's dataset.json, which it
             # writes beside its outputs, says how many)
-            cases = list(dicom_channel_series(args.i, _input_channels(nifti)))[args.part_id::args.num_parts]
+            channels = nnunet_input_channels(read_json_or_none(nifti / "dataset.json"))
+            cases = list(dicom_channel_series(args.i, channels))[args.part_id::args.num_parts]
             result = dicom_export(nifti, args.i, nifti / DICOM_FOLDER if both else args.o, layout="nnunet",
                                   segments=args.segments, uid_root=args.uid_root, inside_predictions=both,
                                   progress=not args.disable_progress_bar, study_uid=args.study_uid, cases=cases)
