@@ -135,6 +135,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("monai_unc.workflows.prepare", "monai_unc.io.dicom"): "infer --output-format both: the DICOM writers "
     "(the dicom extra) load only when asked for",
     # DICOM input: a series folder is read only when one is given (pydicom and highdicom are the dicom extra)
+    ("monai_unc.workflows.infer", "monai_unc.io.dicom"): "the dicom extra is optional: load_image_case reads the "
+    "series of a case's channels when its input is one DICOM series folder per channel",
     ("monai_unc.io.cases", "monai_unc.io.dicom"): "the dicom extra is optional: read_volume loads the series "
     "reader only for a DICOM series folder",
     ("monai_unc.monitoring.records", "monai_unc.io.dicom"): "the dicom extra is optional: the site of a case whose "

@@ -102,6 +102,7 @@ __all__ = [
     "dicom_series_folders",
     "dicom_channel_series",
     "case_series_folder",
+    "recorded_series",
     "nnunet_input_channels",
     "match_cases",
     "read_volume",
@@ -359,7 +360,8 @@ class ImageCase:
     channels: tuple[Path, ...]
 
 
-def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") -> list[ImageCase]:
+def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto",
+                     series_channels: int = 1) -> list[ImageCase]:
     """The input cases of an image folder, sorted by case id.
 
     The cases are the volume files of the folder (:func:`list_files`, entries that are no file included), its
@@ -380,6 +382,10 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
             ``CASE_0000``), files are grouped into multi-channel cases by the part before it, otherwise every file
             is a case (a folder mixing both namings has no channel files: :func:`image_channel_files` follows the
             same rule); ``"none"``: one file per case.
+        series_channels: the input channels of the network the cases are for. 1 (default): every series folder is
+            a case, named by the folder; more: a case is one series folder per channel, named ``<case>_0000``,
+            ``<case>_0001``, ... (:func:`dicom_channel_series`: a folder not named so, or a case without every
+            channel, is refused), as nnU-Net names its channel files.
 
     Returns:
         One :class:`ImageCase` per case, its channel files in channel order.
@@ -389,6 +395,8 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
         ValueError: ``channel_suffix`` is neither value, or the folder holds no volume and no series folder.
         CaseError: a case's channel numbers have gaps, cases have different numbers of channels, or a file and a
             series folder give the same case id.
+        ValueError: with ``series_channels`` above 1, a series folder not named by channel or a case without every
+            channel.
 
     Example:
         >>> import tempfile
@@ -414,11 +422,16 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
     out = ([ImageCase(cid, chans) for cid, chans in sorted(groups.items())] if groups is not None
            else [ImageCase(stem, (path,)) for stem, path in sorted(files.items())])
     taken = {c.case_id: c.channels[0] for c in out}
-    for p in series:
-        if p.name in taken:
-            raise CaseError(f"case {p.name!r}: two inputs in {folder}: {taken[p.name].name} and the folder {p.name}/")
-        out.append(ImageCase(p.name, (p,)))
-        taken[p.name] = p
+    if series and (isinstance(series_channels, bool) or not isinstance(series_channels, int) or series_channels < 1):
+        raise ValueError(f"series_channels must be a positive integer, got {series_channels!r}")
+    # one series folder per case, or per channel for a network of several input channels (<case>_0000/, ...)
+    by_case = _series_by_channel(folder, series, series_channels) if series else {}
+    for cid, folders in by_case.items():
+        if cid in taken:
+            raise CaseError(f"case {cid!r}: two inputs in {folder}: {taken[cid].name} and the folder "
+                            f"{folders[0].name}/")
+        out.append(ImageCase(cid, folders))
+        taken[cid] = folders[0]
     # a header that cannot be a case is left out with a warning, not made the folder's refusal (found by the review
     # of NIfTI pairs: an evaluate --images folder holding case1.nii.gz beside its original case1.hdr / .img, or an
     # atlas.hdr beside nnU-Net's channel files, was refused whole; the versions before read it)
@@ -724,6 +737,12 @@ def dicom_channel_series(folder: str | os.PathLike, channels: int) -> dict[str, 
     series = dicom_series_folders(folder)
     if not series:
         raise ValueError(f"no DICOM series folder in {folder}")
+    return _series_by_channel(folder, series, channels)
+
+
+def _series_by_channel(folder: str | os.PathLike, series: Sequence[Path], channels: int
+                       ) -> dict[str, tuple[Path, ...]]:
+    """The rule of :func:`dicom_channel_series` on given series folders (those :func:`list_image_cases` reads)."""
     if channels == 1:
         return {p.name: (p,) for p in series}
     cases = _by_channel({p.name: p for p in series})
@@ -765,6 +784,43 @@ def case_series_folder(folder: str | os.PathLike, case_id: str, channels: int = 
     """
     path = Path(folder) / (case_id if channels <= 1 else f"{case_id}_0000")
     return path if path.is_dir() else None
+
+
+def recorded_series(predictions: str | os.PathLike, case_id: str) -> list[str]:
+    """The DICOM series folders ``infer`` predicted a case from, as the case's record lists them.
+
+    ``infer`` records in ``<case>.json`` the digest of each input channel (:func:`input_digests`); a case predicted
+    from DICOM series has one series folder per channel: ``<case>/`` for a network of one channel, ``<case>_0000/``,
+    ``<case>_0001/``, ... for one of several (:func:`list_image_cases` with ``series_channels``).
+
+    Args:
+        predictions: the output folder of ``infer``.
+        case_id: the case.
+
+    Returns:
+        The names of the series folders in channel order; empty for a case predicted from another input (a NIfTI
+        file or pair), a record without digests (an older version's), nnU-Net's records or no record.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("brain_0000", "brain_0001"):
+        ...         (Path(d) / name).mkdir()
+        ...         _ = (Path(d) / name / "IM0001").write_bytes(b"")
+        ...     record = {"input_digests": input_digests([Path(d) / "brain_0000", Path(d) / "brain_0001"])}
+        ...     _ = (Path(d) / "brain.json").write_text(json.dumps(record))
+        ...     recorded_series(d, "brain")
+        ['brain_0000', 'brain_0001']
+    """
+    record = read_json_or_none(Path(predictions) / f"{case_id}.json")
+    saved = record.get("input_digests") if isinstance(record, dict) else None
+    # a series folder's digest lists its files ([name, size, times] each); a file's is one list of numbers
+    if not (isinstance(saved, list) and saved and all(
+            isinstance(e, dict) and isinstance(e.get("stat"), list) and e["stat"]
+            and all(isinstance(f, list) for f in e["stat"]) for e in saved)):
+        return []
+    names = [case_id] if len(saved) == 1 else [f"{case_id}_{c:04d}" for c in range(len(saved))]
+    return names if [e.get("file") for e in saved] == names else []
 
 
 def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
@@ -1141,6 +1197,18 @@ def match_cases(
     image_files: dict[str, Path] = {}
     if images is not None:
         image_files = {c.case_id: c.channels[0] for c in list_image_cases(images)}
+        series = {p.name: p for p in dicom_series_folders(images)}
+        # a case predicted from one series per input channel lies on channel 0's series, <case>_0000/: an nnU-Net
+        # model of several channels (its dataset.json beside the predictions), or infer's network of several (the
+        # case's record lists the series)
+        model_channels = (nnunet_input_channels(read_json_or_none(pred_dir / "dataset.json"))
+                          if series and layout == "nnunet" else 1)
+        for cid in label_files if series else ():
+            channels = model_channels if layout == "nnunet" else len(recorded_series(pred_dir, cid))
+            if channels > 1:
+                image_files.pop(cid, None)
+                if f"{cid}_0000" in series:
+                    image_files[cid] = series[f"{cid}_0000"]
     # the options as the command line names them: triage matches the predictions with themselves (labels = segs)
     roles = {"label": "--predictions" if not seg_ok else "--labels", "segmentation": "--predictions",
              "probabilities": "--predictions", "map": "--uncertainty" if uncertainty is not None else "--predictions"}

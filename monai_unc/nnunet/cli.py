@@ -416,10 +416,6 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
-#: the attributes the series of a case's channels share (:func:`stage_dicom_input`): the patient and the frame of
-#: reference their positions are in
-_SAME_IN_CHANNELS = ("PatientID", "PatientName", "PatientBirthDate", "PatientSex", "FrameOfReferenceUID")
-
 #: nnU-Net's image reader/writers that read a sheared grid (nibabel's affine; ITK reads none):
 #: :func:`stage_dicom_input` stages a gantry-tilted series only for them
 _NIBABEL_READERS = ("NibabelIO", "NibabelIOWithReorient")
@@ -506,23 +502,15 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
             raise ValueError(f"-i {folder}: series {paths[0].name}: {sheared}, or predict it with monai-unc infer")
         volumes = [grid.volume]
         for path in paths[1:]:  # the other channels on channel 0's grid, in its voxel order (as nnU-Net requires)
-            from monai_unc.io.dicom import to_series_grid
+            from monai_unc.io.dicom import channel_on_series_grid
 
-            other = read(path)
-            # one patient, one frame of reference: positions of two frames are not comparable, and a series of
-            # another patient on the same grid is no channel of this case (found by hostile testing: combined
-            # without a word). The values are not shown: a log would carry the patient's identity.
-            differ = [name for name in _SAME_IN_CHANNELS if str(other.datasets[0].get(name, "") or "").strip()
-                      != str(grid.datasets[0].get(name, "") or "").strip()]
-            if differ:
-                raise ValueError(f"-i {folder}: case {case!r}: series {path.name} differs from {paths[0].name} in "
-                                 f"{', '.join(differ)}: the channels of a case are series of one patient in one "
-                                 "frame of reference")
+            # one patient, one frame of reference (found by hostile testing: a series of another patient on the same
+            # grid was combined without a word)
             try:
-                volumes.append(to_series_grid(
-                    other.volume[None], other.affine, grid, f"series {path.name}",
+                volumes.append(channel_on_series_grid(
+                    read(path), grid, f"series {path.name}",
                     remedy=f"nnU-Net takes the channels of a case on one grid: resample it onto the grid of "
-                           f"{paths[0].name}")[0])
+                           f"{paths[0].name}"))
             except ValueError as e:
                 raise ValueError(f"-i {folder}: case {case!r}: {e}") from None
         for c, volume in enumerate(volumes):

@@ -41,7 +41,6 @@ from ..io import (
     grid_mismatch,
     input_folder,
     list_files,
-    list_image_cases,
     output_lock,
     read_volume,
     scratch_folder,
@@ -50,7 +49,7 @@ from ..io import (
 from ..regions import RegionSpec, label_to_regions, unclaimed_labels, unclaimed_labels_message
 from ..temperature import calibrate_network, nll_flat_at_zero, nll_slope_terms, non_convergence_warning
 from .factory import check_roi, normalize_roi
-from .infer import check_case_dims, load_image_case, normalize_intensity
+from .infer import check_case_dims, load_image_case, network_image_cases, normalize_intensity
 from .infer_plan import check_window_options
 from .models import LoadedModel, check_model_activation, load_network
 from .prepare import read_region_spec, resolve_device
@@ -460,7 +459,7 @@ def run_calibrate(
                          f"{loaded.temperature}, written by monai-unc calibrate); calibrate the original weights")
     check_output_file(out, *loaded.checkpoints, what="--output")  # e.g. the example model's shipped weights
     check_roi(roi, loaded.spatial_dims)
-    cases = list_image_cases(images)
+    cases = network_image_cases(images, loaded.network)  # DICOM: one series folder per input channel
     label_files = list_files(labels)
     missing = [c.case_id for c in cases if c.case_id not in label_files]
     if missing:

@@ -72,6 +72,7 @@ from ..io import (
     read_probabilities,
     read_table,
     read_volume,
+    recorded_series,
 )
 from ..io.dicom import (
     MAX_SEGMENT_NUMBER,
@@ -449,20 +450,20 @@ def _check_predicted_from(pred: Path, src: Path, case_id: str) -> None:
     ``infer`` records the digest of its input (``input_digests``; of a DICOM series folder: its files' names, sizes,
     times and contents). Another series of the exam on the same grid (the T1 beside the FLAIR that was segmented, a
     series sent again with new UIDs and other pixels) passed the grid check, and the objects named it as the images
-    they derive from (found by hostile testing). A record of another kind of input (a NIfTI file: the series cannot
-    be compared with it) or without digests is not checked; a copy of the series with the same content passes.
+    they derive from (found by hostile testing). A case of several input channels is checked on each channel's
+    series folder (``<case>_0000/``, ``<case>_0001/``, ...). A record of another kind of input (a NIfTI file: the
+    series cannot be compared with it) or without digests is not checked; a copy of the series with the same content
+    passes.
 
     Raises:
         CaseError: naming the case, the series folder and the record.
     """
-    record = read_json_or_none(pred / f"{case_id}.json")
-    saved = record.get("input_digests") if isinstance(record, dict) else None
-    if not (isinstance(saved, list) and len(saved) == 1 and isinstance(saved[0], dict)
-            and saved[0].get("file") == case_id and isinstance(saved[0].get("stat"), list) and saved[0]["stat"]
-            and all(isinstance(f, list) for f in saved[0]["stat"])):
+    names = recorded_series(pred, case_id)
+    if not names:
         return  # not predicted from its series folder (a NIfTI file or pair, nnU-Net's records, an older record)
-    if changed_inputs([src / case_id], record):
-        raise CaseError(f"case {case_id}: the series folder {src / case_id} is not the one the case was predicted "
+    changed = changed_inputs([src / name for name in names], read_json_or_none(pred / f"{case_id}.json") or {})
+    if changed:
+        raise CaseError(f"case {case_id}: the series folder {src / changed[0]} is not the one the case was predicted "
                         f"from: its files differ from those {pred / (case_id + '.json')} records (another series, or "
                         "slices changed since); give the series the case was predicted from, or predict it again")
 
@@ -794,9 +795,10 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
 
     Args:
         predictions: the output folder of ``monai-unc infer`` or ``nnunet-predict``.
-        series: a folder holding one series folder per case, named by case id (for the ``nnunet`` predictions of a
-            model of several input channels, whose ``dataset.json`` beside them says so, one per channel, and the
-            case's series is channel 0's ``<case>_0000``).
+        series: a folder holding one series folder per case, named by case id (for a model of several input
+            channels, one per channel, and the case's series is channel 0's ``<case>_0000``: the ``nnunet``
+            predictions of such a model, whose ``dataset.json`` beside them says so, and the cases ``infer``
+            predicted from one series per channel, whose records say so).
         output: the export folder (``<case>/*.dcm`` and :data:`EXPORT_RECORD`); not inside an input folder.
         layout: ``"monai-unc"`` or ``"nnunet"``.
         measures: the maps to export (default: those of the folder's run, ``infer.json`` or nnU-Net's
@@ -913,13 +915,17 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                     with contextlib.suppress(OSError):
                         out.rmdir()
                 raise
-        # a case's series: <case>/, or channel 0's <case>_0000/ for an nnU-Net model of several input channels (its
-        # dataset.json beside the predictions says how many)
-        channels = nnunet_input_channels(read_json_or_none(pred / "dataset.json")) if layout == "nnunet" else 1
-        sources = {c.case_id: case_series_folder(src, c.case_id, channels) for c in found}
+        # a case's series: <case>/, or channel 0's <case>_0000/ for a model of several input channels: an nnU-Net
+        # model (its dataset.json beside the predictions says how many), or a network infer predicted from one series
+        # per channel (the case's record says so)
+        model_channels = nnunet_input_channels(read_json_or_none(pred / "dataset.json")) if layout == "nnunet" else 1
+        channels = {c.case_id: model_channels if layout == "nnunet" else max(1, len(recorded_series(pred, c.case_id)))
+                    for c in found}
+        sources = {c.case_id: case_series_folder(src, c.case_id, channels[c.case_id]) for c in found}
         missing = [c for c, folder in sources.items() if folder is None]
         if missing:
-            where = "<case>" if channels == 1 else f"<case>_0000 (channel 0 of the model's {channels})"
+            count = channels[missing[0]]
+            where = "<case>" if count == 1 else f"<case>_0000 (channel 0 of the model's {count})"
             raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
                             f"folder {src}/{where} for each case")
         if layout == "monai-unc":  # before any object: the objects must name the images the case was predicted from

@@ -78,6 +78,7 @@ from ..io import (
     input_digests,
     json_safe,
     library_versions,
+    list_image_cases,
     read_json_or_none,
     read_volume,
     save_label_maps,
@@ -108,6 +109,8 @@ __all__ = [
     "load_image_case",
     "check_case_dims",
     "memory_warning",
+    "network_in_channels",
+    "network_image_cases",
     "network_out_channels",
     "is_multilabel",
     "region_names",
@@ -498,6 +501,11 @@ def _record_cache(output: Path, overwrite: bool = False, settings: InferSettings
 def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
     """Read the image of a case.
 
+    A case of several DICOM series folders (one per input channel: :func:`monai_unc.io.list_image_cases` with
+    ``series_channels``) is read on the grid of its channel 0's series: a series of the same grid stored with its
+    slices or rows the other way round is put in channel 0's voxel order, without interpolation
+    (:func:`monai_unc.io.dicom.channel_on_series_grid`).
+
     Args:
         case: the case; its channel files must share one geometry.
 
@@ -505,8 +513,11 @@ def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
         ``(image, affine)``: the channels stacked ``(C, *spatial)`` and the ``(4, 4)`` affine of the first one.
 
     Raises:
-        ValueError: a channel whose shape or affine differs from channel 0's.
+        ValueError: a channel whose shape or affine differs from channel 0's; a channel series of another patient
+            or frame of reference than channel 0's.
     """
+    if len(case.channels) > 1 and all(p.is_dir() for p in case.channels):
+        return _load_channel_series(case)
     chans, affine = [], None
     for path in case.channels:
         data, aff = read_volume(path)
@@ -521,6 +532,23 @@ def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
         chans.append(data)
     assert affine is not None
     return np.concatenate(chans, axis=0), affine
+
+
+def _load_channel_series(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
+    """The channels of a case given as DICOM series folders, on channel 0's grid (:func:`load_image_case`)."""
+    from ..io.dicom import channel_on_series_grid, read_series
+
+    grid = read_series(case.channels[0])
+    assert grid.volume is not None
+    volumes = [grid.volume]
+    for path in case.channels[1:]:
+        try:
+            volumes.append(channel_on_series_grid(
+                read_series(path), grid, f"series {path.name}",
+                remedy=f"the channels of a case lie on one grid: resample it onto the grid of {case.channels[0].name}"))
+        except ValueError as e:
+            raise CaseError(f"case {case.case_id!r}: {e}") from None
+    return np.stack(volumes), grid.affine
 
 
 def check_case_dims(case: ImageCase, spatial_shape: Sequence[int], network_dims: int | None) -> None:
@@ -543,6 +571,66 @@ def check_case_dims(case: ImageCase, spatial_shape: Sequence[int], network_dims:
             f"network takes {network_dims}D images (shape (channels, {', '.join('NXYZ'[1:network_dims + 1])})); "
             f"every image of the cohort must be {network_dims}D"
         )
+
+
+def network_in_channels(network: Any) -> int | None:
+    """The input channels of ``network``.
+
+    Its ``in_channels`` attribute (most MONAI networks), else those of its first convolution (``BasicUNet``,
+    ``UNETR``, ``SwinUNETR``, ``VNet``...); None when neither exists.
+
+    Args:
+        network: the network, or a temperature-scaled wrapper with a ``network`` attribute.
+
+    Returns:
+        The number of input channels, or None.
+
+    Example:
+        >>> network_in_channels(torch.nn.Sequential(torch.nn.Conv3d(4, 8, 3), torch.nn.Conv3d(8, 2, 1)))
+        4
+    """
+    net = getattr(network, "network", network)  # a temperature-scaled wrapper
+    n = getattr(net, "in_channels", None)
+    if isinstance(n, int) and not isinstance(n, bool):
+        return n
+    if isinstance(net, torch.nn.Module):
+        first = next((m for m in net.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)), None)
+        if first is not None:
+            return int(first.in_channels)
+    return None
+
+
+def network_image_cases(folder: str | os.PathLike, network: Any) -> list[ImageCase]:
+    """The input cases of an image folder for ``network``: DICOM input gives one series folder per input channel.
+
+    :func:`monai_unc.io.list_image_cases` with the network's input channels (:func:`network_in_channels`): a network
+    of one channel reads one series folder per case, named by case id; one of several reads one per channel, named
+    ``<case>_0000/``, ``<case>_0001/``, ... as nnU-Net names its channel files (``nnunet-predict`` takes the same
+    folders). Volume files are grouped by their names whatever the network.
+
+    Args:
+        folder: the image folder.
+        network: the network (or a temperature-scaled wrapper).
+
+    Returns:
+        The cases, sorted by case id.
+
+    Raises:
+        ValueError: as :func:`monai_unc.io.list_image_cases` (a series folder not named by channel, a case without
+            every channel).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("brain_0000", "brain_0001"):
+        ...         (Path(d) / name).mkdir()
+        ...         _ = (Path(d) / name / "IM0001").write_bytes(b"")
+        ...     [c.case_id for c in network_image_cases(d, torch.nn.Conv3d(2, 3, 1))]
+        ['brain']
+    """
+    channels = network_in_channels(network)
+    return list_image_cases(folder, series_channels=channels if channels is not None and channels > 1 else 1)
 
 
 def network_out_channels(network: Any) -> int | None:

@@ -44,7 +44,7 @@ from ..temperature import TemperatureScaled
 from .apply import trust_from_arguments, unsigned_notice
 from .arguments import EXPLICIT_OPTIONS
 from .factory import build_inferer, check_method_network
-from .infer import InferSettings, load_image_case, run_infer
+from .infer import InferSettings, load_image_case, network_image_cases, run_infer
 from .models import LoadedModel, check_model_activation, load_network
 from .options import INTENSITY_MODES, SHARED_PASS_TOKENS, check_roi, method_tokens, normalize_roi
 from .prepare import (
@@ -340,6 +340,10 @@ def prepare_infer(
     )  # fmt: skip
     check_model_activation(loaded, activation)  # a sigmoid bundle run with the default softmax: one error now
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
+    if any(p.is_dir() for c in cases for p in c.channels):
+        # DICOM input: one series folder per input channel of the network (<case>_0000/, ...) when it takes several
+        cases = network_image_cases(input, net)
+        check_case_ids(cases)
     if "ensemble" in method_tokens(method):
         _check_distinct_members(loaded.checkpoints, loaded.weights[:len(loaded.checkpoints)])
     if rule is not None:  # the model the rule was certified with, and its samples per case

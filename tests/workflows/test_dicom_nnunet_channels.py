@@ -193,3 +193,19 @@ def test_each_case_is_exported_on_its_own_channel_0(predicted, tmp_path):
         assert seg.PatientID == patient, case
         series = read_series(images / f"{case}_0000", pixels=False)
         assert seg.ReferencedSeriesSequence[0].SeriesInstanceUID == series.series_uid, case
+
+
+def test_evaluate_reads_a_seg_on_channel_0s_series(predicted, tmp_path):
+    """``evaluate --layout nnunet --images`` gives each case of a model of several channels (its ``dataset.json``
+    beside the predictions) channel 0's series: a DICOM SEG label is read on it."""
+    import shutil
+
+    from monai_unc.io import read_csv
+
+    root, images, _ = predicted
+    (tmp_path / "labels").mkdir()
+    shutil.copy(root / "both" / "dicom" / "br01" / "seg.dcm", tmp_path / "labels" / "br01.dcm")
+    assert cli.main(["evaluate", "--layout", "nnunet", "-l", str(tmp_path / "labels"), "-p", str(root / "both"),
+                     "--images", str(images), "-o", str(tmp_path / "eval"), "--no-spatial", "-q"]) == 0
+    row = read_csv(tmp_path / "eval" / "metrics.csv")[0]
+    assert row["case"] == "br01" and float(row["dice"]) == 1.0

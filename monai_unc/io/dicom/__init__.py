@@ -59,8 +59,10 @@ from .objects import (  # noqa: E402 (after the check of the extra)
 )
 from .series import (  # noqa: E402
     DICOM_GEOMETRY_ATOL,
+    SAME_IN_CHANNELS,
     DicomSeries,
     DicomSeriesError,
+    channel_on_series_grid,
     read_series,
     series_affine,
     to_series_grid,
@@ -84,6 +86,8 @@ __all__ = [
     "series_affine",
     "write_series",
     "to_series_grid",
+    "channel_on_series_grid",
+    "SAME_IN_CHANNELS",
     "DICOM_GEOMETRY_ATOL",
     "AlgorithmInfo",
     "SegmentSpec",

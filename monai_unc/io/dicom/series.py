@@ -42,6 +42,8 @@ __all__ = [
     "series_affine",
     "write_series",
     "to_series_grid",
+    "channel_on_series_grid",
+    "SAME_IN_CHANNELS",
     "SUPPORTED_SOP_CLASSES",
     "DICOM_GEOMETRY_ATOL",
     "DICOM_GRID_VOXEL_RTOL",
@@ -627,3 +629,54 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
     if problem is not None:
         raise ValueError(f"{what} is not on the grid of the series {series.series_uid} ({problem}); {remedy}")
     return moved
+
+
+#: what the series of one case's input channels share: the patient, and the frame of reference their positions are
+#: in (positions in two frames are not comparable; :func:`channel_on_series_grid`)
+SAME_IN_CHANNELS = ("PatientID", "PatientName", "PatientBirthDate", "PatientSex", "FrameOfReferenceUID")
+
+
+def channel_on_series_grid(channel: DicomSeries, reference: DicomSeries, what: str,
+                           remedy: str = "resample it onto that grid first") -> np.ndarray:
+    """The volume of one input channel's series on the grid of the case's first channel, in its voxel order.
+
+    A network of several input channels (T1, T1ce, T2, FLAIR) takes one series per channel, all on one grid. A
+    series of the same grid stored with its slices or rows the other way round (or its axes permuted) is put in
+    ``reference``'s voxel order without interpolation (:func:`to_series_grid`); a series on another grid is refused,
+    and so is one of another patient (``PatientID``, ``PatientName``, ``PatientBirthDate``, ``PatientSex``) or another
+    frame of reference (``FrameOfReferenceUID``), even on the same grid: it is no channel of this case. The message
+    names the attributes that differ, not their values (a log would carry the patient's identity).
+
+    Args:
+        channel: the channel's series, read with its pixels (:func:`read_series`).
+        reference: the series of the case's channel 0 (headers are enough).
+        what: how the message names the channel's series (e.g. ``"series brain_0001"``).
+        remedy: what the message of another grid says to do.
+
+    Returns:
+        ``(columns, rows, slices)`` float32: the channel's values on ``reference``'s grid.
+
+    Raises:
+        ValueError: naming ``what``: another patient or frame of reference, another grid, no pixels read.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     session = {"study_uid": "1.2.3.4", "extra": {"FrameOfReferenceUID": "1.2.3.5"}}
+        ...     _ = write_series(np.zeros((2, 3, 4)), np.eye(4), Path(d) / "t1", modality="MR", **session)
+        ...     flip = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, -1, 3], [0, 0, 0, 1.0]])  # slices reversed
+        ...     t2 = np.arange(24.0).reshape(2, 3, 4)
+        ...     _ = write_series(t2[..., ::-1], flip, Path(d) / "t2", modality="MR", **session)
+        ...     on_grid = channel_on_series_grid(read_series(Path(d) / "t2"), read_series(Path(d) / "t1"), "t2")
+        ...     bool((on_grid == t2).all())
+        True
+    """
+    if channel.volume is None:
+        raise ValueError(f"{what}: read the series with its pixels (read_series(folder))")
+    differ = [name for name in SAME_IN_CHANNELS if str(channel.datasets[0].get(name, "") or "").strip()
+              != str(reference.datasets[0].get(name, "") or "").strip()]
+    if differ:
+        raise ValueError(f"{what} differs from {reference.folder.name} in {', '.join(differ)}: the channels of a "
+                         "case are series of one patient in one frame of reference")
+    return to_series_grid(channel.volume[None], channel.affine, reference, what, remedy=remedy)[0]
