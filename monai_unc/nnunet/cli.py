@@ -83,7 +83,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "uncertainty_scores.csv. Same flags as nnUNetv2_predict.",
     )
     p.set_defaults(nnunet_command=PREDICT_COMMAND)
-    p.add_argument("-i", required=True, help="input folder (files named like nnU-Net's imagesTs: CASE_0000<ending>)")
+    p.add_argument("-i", required=True, help="input folder (files named like nnU-Net's imagesTs: CASE_0000<ending>; or "
+                   "DICOM series folders: one per case, or per channel, CASE_0000/, CASE_0001/, ...)")
     p.add_argument("-o", required=True, help="output folder (created if missing)")
     _add_model_options(p, trainer="trainer class used for training", configuration="configuration, e.g. 3d_fullres",
                        checkpoint="checkpoint name (default: checkpoint_final.pth)")

@@ -239,7 +239,8 @@ def _add_infer(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("--input", "-i", required=True,
                    help="folder of images (<case>.nii.gz, nnU-Net CASE_0000 files, or one DICOM series folder per "
-                        "case)")
+                        "case; per channel, <case>_0000/, <case>_0001/, ..., for a network of several input "
+                        "channels)")
     p.add_argument("--output", "-o", required=True, help="output folder (must not lie inside --input)")
     m = _add_model_options(
         p, bundle="MONAI bundle folder (configs/inference.json with network_def, models/model.pt)",
@@ -450,7 +451,8 @@ def _add_calibrate(sub: Any) -> None:
         "(t folded into the last layer when possible, else stored beside the weights and applied by 'infer') "
         "and a JSON record with NLL and ECE before and after.",
     )  # fmt: skip
-    p.add_argument("--input", "-i", required=True, help="folder of validation images")
+    p.add_argument("--input", "-i", required=True,
+                   help="folder of validation images (as infer's --input: files or DICOM series folders)")
     p.add_argument("--labels", "-l", required=True, help="folder of their label maps <case>.nii.gz")
     p.add_argument("--output", "-o", required=True, help="calibrated checkpoint to write (.pt; + .json record)")
     _add_model_options(p, bundle="MONAI bundle folder (its preprocessing is not applied)",
