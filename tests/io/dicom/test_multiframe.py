@@ -269,3 +269,12 @@ def test_pixels_are_read_one_frame_at_a_time(tmp_path):
         finally:
             tracemalloc.stop()
     assert peaks[1] < peaks[0] + volume + stored / 4, (peaks, volume, stored)
+
+
+def test_refuses_pixel_data_short_of_its_frames(tmp_path):
+    path = _enhanced(tmp_path)
+    ds = pydicom.dcmread(path)
+    ds.PixelData = ds.PixelData[: len(ds.PixelData) // 2]  # six of the twelve frames
+    ds.save_as(path)
+    assert read_series(path.parent, pixels=False).shape[2] == 12  # the headers are fine
+    _refused(path.parent, "enhanced.dcm: pixel data of frame 7 unreadable")

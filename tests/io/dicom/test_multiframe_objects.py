@@ -71,7 +71,7 @@ def _frames(path, series, source):
 
 
 @pytest.mark.parametrize("kind", ["legacy:oblique_mr", "legacy:anisotropic_ct", "hand:reversed_mr",
-                                  "hand:oblique_mr"])
+                                  "hand:anisotropic_ct", "hand:oblique_mr"])
 def test_objects_reference_and_lie_on_their_source_frames(tmp_path, kind):
     series, path, single = _source(tmp_path, kind)
     source = pydicom.dcmread(path, stop_before_pixels=True)
