@@ -105,8 +105,8 @@ class DicomSeries:
         frames: of a multi-frame source, the 1-based frame number (in the file's order) of each slice ``k``; None for
             a series of single-frame slices.
         positions: ``(slices, 3)`` ``ImagePositionPatient`` of each slice (LPS mm) as read; None when not given.
-        orientation: the 6 direction cosines (``ImageOrientationPatient``) of the first slice; None when not given.
-        pixel_spacing: ``PixelSpacing`` ``(row spacing, column spacing)`` of the first slice; None when not given.
+        orientation: the 6 direction cosines (``ImageOrientationPatient``) of slice 0; None when not given.
+        pixel_spacing: ``PixelSpacing`` ``(row spacing, column spacing)`` of slice 0; None when not given.
 
     Example:
         >>> import tempfile
@@ -426,7 +426,7 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
                                  f"limit of {max_bytes / 2**20:.1f} MiB")
     series = DicomSeries(folder, headers, paths, affine, shape,
                          frames=None if frames is None else [int(f) for f in frames[order]], positions=positions,
-                         orientation=orients[0].copy(), pixel_spacing=spacings[0].copy())
+                         orientation=orients[order[0]].copy(), pixel_spacing=spacings[order[0]].copy())
     if pixels:
         series.volume = _read_frames(series) if series.multiframe else _read_pixels(series)
     return series

@@ -278,3 +278,15 @@ def test_refuses_pixel_data_short_of_its_frames(tmp_path):
     ds.save_as(path)
     assert read_series(path.parent, pixels=False).shape[2] == 12  # the headers are fine
     _refused(path.parent, "enhanced.dcm: pixel data of frame 7 unreadable")
+
+
+def test_geometry_fields_of_a_single_frame_series_are_its_headers(tmp_path):
+    """``positions``, ``orientation`` and ``pixel_spacing`` are what each slice's header says (slice 0's: the first
+    along the normal, not the first file)."""
+    make_series(tmp_path / "s", "oblique_mr")
+    s = read_series(tmp_path / "s", pixels=False)
+    for k, ds in enumerate(s.datasets):
+        np.testing.assert_array_equal(s.positions[k], np.asarray(ds.ImagePositionPatient, float))
+    np.testing.assert_array_equal(s.orientation, np.asarray(s.datasets[0].ImageOrientationPatient, float))
+    np.testing.assert_array_equal(s.pixel_spacing, np.asarray(s.datasets[0].PixelSpacing, float))
+    assert s.frames is None and not s.multiframe
