@@ -2,7 +2,8 @@
 
 :func:`read_segmentation_labels` reads a SEG written by any tool (highdicom, dcmqi, 3D Slicer, ``dicom-export``) and
 puts its frames on the ``(columns, rows, slices)`` grid of the case's series (:func:`~.series.read_series`): a frame
-goes to the slice it references (``DerivationImageSequence``), or, without a reference, to the slice at its
+goes to the slice it references (``DerivationImageSequence``; of a multi-frame source, the frame its
+``ReferencedFrameNumber`` names), or, without a reference, to the slice at its
 position; a voxel of segment ``s`` gets the label ``s`` (the SegmentNumber), every other voxel 0. Frames that a
 writer left out (empty frames) are background. The SEG must belong to the series: the same frame of reference, the
 series among its referenced series, the same pixel grid; a SEG that references an image the series lacks, a frame
@@ -99,7 +100,9 @@ def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[in
 
     A frame that references a source image (``DerivationImageSequence`` / ``SourceImageSequence``) lies on that
     image's slice, and its ``ImagePositionPatient`` must be the slice's; a frame without a reference lies on the slice
-    at its position.
+    at its position. Of a multi-frame source (:attr:`~.series.DicomSeries.frames`) a reference names the image and
+    its ``ReferencedFrameNumber``: the frame lies on that frame's slice (without a frame number: on the slice at its
+    position, which must be in the image).
 
     Args:
         ds: the object (with its per-frame functional groups).
@@ -110,10 +113,14 @@ def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[in
         One slice index (into ``series.datasets``) per frame.
 
     Raises:
-        DicomSegError: a frame that references an image the series lacks, or whose position is on no slice.
+        DicomSegError: a frame that references an image the series lacks (or a frame number the multi-frame source
+            lacks), or whose position is on no slice.
     """
     uids = {str(d.SOPInstanceUID): k for k, d in enumerate(series.datasets)}
-    positions = np.array([[float(v) for v in d.ImagePositionPatient] for d in series.datasets])
+    # of a multi-frame source, a frame is named by (SOPInstanceUID, ReferencedFrameNumber)
+    frames = {(str(series.datasets[0].SOPInstanceUID), f): k for k, f in enumerate(series.frames or [])}
+    positions = (series.positions if series.positions is not None
+                 else np.array([[float(v) for v in d.ImagePositionPatient] for d in series.datasets]))
     n = _number(ds, "NumberOfFrames", what, 1) or 1
     out = []
     for i in range(n):
@@ -122,14 +129,24 @@ def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[in
             raise DicomSegError(f"{what}: frame {i + 1} has no ImagePositionPatient")
         pos = _numbers(plane, "ImagePositionPatient", 3, f"{what}: frame {i + 1}")
         derivation = _frame_item(ds, i, "DerivationImageSequence")
-        refs = [str(s.ReferencedSOPInstanceUID) for s in (derivation.get("SourceImageSequence") or [])
-                if "ReferencedSOPInstanceUID" in s] if derivation is not None else []
+        sources = [s for s in (derivation.get("SourceImageSequence") or [])
+                   if "ReferencedSOPInstanceUID" in s] if derivation is not None else []
+        refs = [str(s.ReferencedSOPInstanceUID) for s in sources]
         if refs:
             missing = [u for u in refs if u not in uids]
             if missing:
                 raise DicomSegError(f"{what}: frame {i + 1} references the image {missing[0]}, which is not in the "
                                     f"series {series.series_uid} (a missing slice?)")
             k = uids[refs[0]]
+            numbers = [_number(s, "ReferencedFrameNumber", f"{what}: frame {i + 1}", 0) for s in sources
+                       if s.get("ReferencedFrameNumber") not in (None, "")]
+            if series.multiframe and numbers:  # the source frame it names; without a number: the frame at its position
+                if (refs[0], numbers[0]) not in frames:
+                    raise DicomSegError(f"{what}: frame {i + 1} references frame {numbers[0]} of the image "
+                                        f"{refs[0]}, which has frames 1 to {len(frames)}")
+                k = frames[(refs[0], numbers[0])]
+            elif series.multiframe:
+                k = int(np.abs(positions - pos).max(axis=1).argmin())
             if np.abs(positions[k] - pos).max() > SPACING_ATOL:
                 raise DicomSegError(f"{what}: frame {i + 1} lies at {pos.round(3).tolist()}, not at the position of "
                                     f"the image it references ({positions[k].round(3).tolist()})")
@@ -194,8 +211,10 @@ def _read_seg(
     if (_number(ds, "Rows", what, 0), _number(ds, "Columns", what, 0)) != (rows, cols):
         raise DicomSegError(f"{what} has frames of {ds.get('Rows')} x {ds.get('Columns')} pixels, the series "
                             f"{rows} x {cols}")
-    want = np.array([float(v) for v in src.ImageOrientationPatient])
-    spacing = [float(v) for v in src.PixelSpacing]
+    want = (series.orientation if series.orientation is not None
+            else np.array([float(v) for v in src.ImageOrientationPatient]))
+    spacing = ([float(v) for v in series.pixel_spacing] if series.pixel_spacing is not None
+               else [float(v) for v in src.PixelSpacing])
     for i in range(_number(ds, "NumberOfFrames", what, 1) or 1):  # every frame: a writer may put them per frame
         orientation = _numbers(_frame_item(ds, i, "PlaneOrientationSequence"), "ImageOrientationPatient", 6,
                                f"{what}: frame {i + 1}")

@@ -11,12 +11,13 @@
   exactly (no 8-bit clipping, no rescaling).
 
 Every object is written on the grid of the source series (one frame per source slice, the slice's position and
-orientation), gets a new SeriesInstanceUID and SOPInstanceUID under the UID root given (:func:`new_uid`), and copies
-the patient and study (name, ID, birth date, sex, StudyInstanceUID, accession number, ...) of the source: nothing is
-invented (a type 2 attribute the source lacks is written empty, as unknown). An object keeps the source's character
-set unless one of its texts is not in it (a segment name ``李`` beside a Latin-1 source): it then declares UTF-8.
-Names and codes that a DICOM string cannot hold as one value (a backslash, the value separator, or a control
-character) are refused. Files are written atomically (:func:`monai_unc.io.atomic_path`).
+orientation; of a multi-frame source, one per source frame, referencing that frame by its ``ReferencedFrameNumber``),
+gets a new SeriesInstanceUID and SOPInstanceUID under the UID root given (:func:`new_uid`), and copies the patient
+and study (name, ID, birth date, sex, StudyInstanceUID, accession number, ...) of the source: nothing is invented (a
+type 2 attribute the source lacks is written empty, as unknown). An object keeps the source's character set unless
+one of its texts is not in it (a segment name ``李`` beside a Latin-1 source): it then declares UTF-8. Names and codes
+that a DICOM string cannot hold as one value (a backslash, the value separator, or a control character) are refused.
+Files are written atomically (:func:`monai_unc.io.atomic_path`).
 """
 
 from __future__ import annotations
@@ -703,6 +704,13 @@ def declare_character_set(dataset: Any, source: Any) -> Any:
 def source_images(series: DicomSeries) -> list[Any]:
     """The source slices a derived object is made from, its patient and study taken from the first.
 
+    Of a multi-frame source (:attr:`~.series.DicomSeries.multiframe`) the one image, whose frames the derived
+    objects' frames reference (highdicom reads their positions from its functional groups): when its shared
+    functional groups lack the orientation or pixel measures (a scanner may give them per frame), or a frame's own
+    group lacks its position (a one-frame image may state it shared), a copy of its header is given them from the
+    series (:attr:`~.series.DicomSeries.orientation`, :attr:`~.series.DicomSeries.pixel_spacing`,
+    :attr:`~.series.DicomSeries.positions`), where highdicom reads them; the series' headers stay as read.
+
     A Patient or General Study attribute of type 2 that the source lacks (an anonymiser that deleted the birth date
     instead of emptying it) is written empty, as DICOM says an unknown type 2 value is (nothing is invented); the
     first slice is copied for that, the series' headers stay as read. So is a SliceThickness that is absent, 0 or
@@ -712,7 +720,7 @@ def source_images(series: DicomSeries) -> list[Any]:
         series: the source series (headers are enough).
 
     Returns:
-        The slices' headers for highdicom's ``source_images`` / ``evidence``.
+        The slices' headers for highdicom's ``source_images`` / ``evidence`` (of a multi-frame source: one).
 
     Raises:
         DicomSeriesError: the source lacks its StudyInstanceUID or FrameOfReferenceUID (type 1: a derived object
@@ -724,6 +732,8 @@ def source_images(series: DicomSeries) -> list[Any]:
             raise DicomSeriesError(f"DICOM series {series.series_uid} in {series.folder}: its slices have no {key}; "
                                    "the derived objects need the study and the frame of reference of their source")
     missing = [key for key in _TYPE2_COPIED if key not in first]
+    if series.multiframe:
+        return [_multiframe_source(series, missing)]
     # absent, 0 or several values (type 2 in the CT / MR image: highdicom copies it, or fails on an absent one): empty
     # here, the object's own thickness is then the planes' distance (_pixel_measures)
     unstated = _stated_thickness(first) is None and ("SliceThickness" not in first
@@ -736,6 +746,70 @@ def source_images(series: DicomSeries) -> list[Any]:
     if unstated:
         first.SliceThickness = None
     return [first, *series.datasets[1:]]
+
+
+def _multiframe_source(series: DicomSeries, missing: Sequence[str]) -> Any:
+    """The multi-frame source image of :func:`source_images`: its type 2 gaps filled, its shared geometry given."""
+    ds = series.datasets[0]
+    groups = ds.get("SharedFunctionalGroupsSequence") or []
+    shared = groups[0] if groups else Dataset()
+    needs = [key for key in ("PlaneOrientationSequence", "PixelMeasuresSequence") if not shared.get(key)]
+    # highdicom reads each frame's position from its own group: a one-frame image may state it in the shared one
+    unplaced = any(not g.get("PlanePositionSequence") for g in ds.get("PerFrameFunctionalGroupsSequence") or [])
+    if not missing and not needs and not unplaced:
+        return ds
+    ds = copy.deepcopy(ds)
+    for key in missing:
+        setattr(ds, key, "")
+    if unplaced:
+        assert series.frames is not None and series.positions is not None
+        for frame, position in zip(series.frames, series.positions):
+            ds.PerFrameFunctionalGroupsSequence[frame - 1].PlanePositionSequence = hd.PlanePositionSequence(
+                hd.CoordinateSystemNames.PATIENT, [float(v) for v in position])
+    if needs:
+        if not ds.get("SharedFunctionalGroupsSequence"):
+            ds.SharedFunctionalGroupsSequence = [Dataset()]
+        shared = ds.SharedFunctionalGroupsSequence[0]
+        assert series.orientation is not None and series.pixel_spacing is not None
+        if "PlaneOrientationSequence" in needs:
+            shared.PlaneOrientationSequence = hd.PlaneOrientationSequence(
+                hd.CoordinateSystemNames.PATIENT, [float(v) for v in series.orientation])
+        if "PixelMeasuresSequence" in needs:
+            first = _frame_measures(series)
+            thickness = _stated_thickness(first) if first is not None else None
+            shared.PixelMeasuresSequence = hd.PixelMeasuresSequence(
+                [float(v) for v in series.pixel_spacing], thickness or series.slice_spacing)
+    return ds
+
+
+def _frame_measures(series: DicomSeries) -> Any:
+    """The PixelMeasuresSequence item of a multi-frame source's first frame (its own, else the shared), or None."""
+    ds = series.datasets[0]
+    for groups, index in (("PerFrameFunctionalGroupsSequence", (series.frames or [1])[0] - 1),
+                          ("SharedFunctionalGroupsSequence", 0)):
+        seq = ds.get(groups) or []
+        if index < len(seq) and seq[index].get("PixelMeasuresSequence"):
+            return seq[index].PixelMeasuresSequence[0]
+    return None
+
+
+def _source_thickness(series: DicomSeries) -> float | None:
+    """The slice thickness the source states (its first slice's, of a multi-frame source its first frame's)."""
+    if series.multiframe:
+        measures = _frame_measures(series)
+        return _stated_thickness(measures) if measures is not None else None
+    return _stated_thickness(series.datasets[0])
+
+
+def _source_frames(frames: np.ndarray, series: DicomSeries) -> np.ndarray:
+    """Frames ``(slices, ...)`` in the order highdicom pairs them with the source.
+
+    Of a multi-frame source, frame ``j`` of the result is the source's frame ``j + 1`` (the slices'
+    :attr:`~.series.DicomSeries.frames`); else the frames are as they are (slice ``k``, source image ``k``).
+    """
+    if not series.multiframe:
+        return frames
+    return np.ascontiguousarray(frames[np.argsort(np.asarray(series.frames))])
 
 
 def save_dataset(dataset: Any, path: str | os.PathLike) -> Path:
@@ -785,7 +859,7 @@ def _pixel_measures(dataset: Any, series: DicomSeries) -> Any:
     items = list(shared) if shared else [m for group in dataset.get("PerFrameFunctionalGroupsSequence", [])
                                          for m in group.get("PixelMeasuresSequence", [])]
     spacing = DSfloat(series.slice_spacing, auto_format=True)
-    thickness = _stated_thickness(series.datasets[0])
+    thickness = _source_thickness(series)
     for measures in items:
         if series.shape[2] == 1:
             measures.SpacingBetweenSlices = spacing
@@ -871,7 +945,7 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
     algorithm = algorithm or AlgorithmInfo()
     descriptions = _segment_descriptions(segments, algorithm, uid_root, "class")
     seg = hd.seg.Segmentation(
-        pixel_array=numbers, segmentation_type=hd.seg.SegmentationTypeValues.BINARY,
+        pixel_array=_source_frames(numbers, series), segmentation_type=hd.seg.SegmentationTypeValues.BINARY,
         segment_descriptions=descriptions, content_label="SEGMENTATION",
         # an empty mask keeps every frame, as highdicom would after logging a warning that --quiet printed
         omit_empty_frames=bool(np.any(numbers)),
@@ -931,7 +1005,7 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
     algorithm = algorithm or AlgorithmInfo()
     descriptions = _segment_descriptions(segments, algorithm, uid_root, "probability")
     seg = hd.seg.Segmentation(
-        pixel_array=frames, segmentation_type=hd.seg.SegmentationTypeValues.FRACTIONAL,
+        pixel_array=_source_frames(frames, series), segmentation_type=hd.seg.SegmentationTypeValues.FRACTIONAL,
         fractional_type=hd.seg.SegmentationFractionalTypeValues.PROBABILITY, max_fractional_value=FRACTIONAL_MAX,
         segment_descriptions=descriptions, content_label="PROBABILITY",
         # empty as stored (round(255 p)): probabilities below 1/510 everywhere (a confident case without the
@@ -1062,7 +1136,8 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
                                      window_explanation="full range",
                                      voi_lut_function=hd.VOILUTFunctionValues.LINEAR_EXACT)
     pm = hd.pm.ParametricMap(
-        pixel_array=frames, contains_recognizable_visual_features=False, real_world_value_mappings=[mapping],
+        pixel_array=_source_frames(frames, series), contains_recognizable_visual_features=False,
+        real_world_value_mappings=[mapping],
         voi_lut_transformations=[window],
         content_label=_content_label(measure),
         **_common(series, uid_root, series_number, algorithm or AlgorithmInfo(), description),

@@ -1,4 +1,9 @@
-"""One DICOM series of single-frame CT or MR slices as a volume with its geometry, and the reverse.
+"""One DICOM series of CT or MR slices as a volume with its geometry, and the reverse.
+
+A series is a folder of single-frame slices, or a folder holding one enhanced multi-frame image (Enhanced CT / MR,
+Legacy Converted Enhanced CT / MR) whose frames form one stack: each frame is then read as one slice, its geometry
+from the functional groups (``PlaneOrientationSequence``, ``PlanePositionSequence``, ``PixelMeasuresSequence``, a
+per-frame item overriding the shared one) and its values through its ``PixelValueTransformationSequence``.
 
 Geometry (DICOM PS3.3 C.7.6.2.1.1): the pixel in column ``c`` and row ``r`` of a slice lies at
 ``ImagePositionPatient + c * dc * X + r * dr * Y`` in patient coordinates (LPS, mm), with ``X, Y`` the two
@@ -6,7 +11,7 @@ direction cosines of ``ImageOrientationPatient`` and ``PixelSpacing = (dr, dc)``
 ``(c, r, k)`` (column, row, slice), slices sorted by their position along the normal ``X x Y`` (never by file name or
 instance number), and its affine maps ``(c, r, k)`` to RAS millimetres as NIfTI (nibabel) does: the LPS matrix with
 the first two rows negated. Stored values pass through the Modality LUT (``RescaleSlope`` / ``RescaleIntercept``,
-e.g. CT Hounsfield units) slice by slice.
+e.g. CT Hounsfield units) slice by slice (frame by frame).
 """
 
 from __future__ import annotations
@@ -45,14 +50,24 @@ __all__ = [
     "channel_on_series_grid",
     "SAME_IN_CHANNELS",
     "SUPPORTED_SOP_CLASSES",
+    "MULTIFRAME_SOP_CLASSES",
     "DICOM_GEOMETRY_ATOL",
     "DICOM_GRID_VOXEL_RTOL",
 ]
 
 #: the single-frame image storage classes the reader takes (CT, MR)
 SUPPORTED_SOP_CLASSES = {str(CTImageStorage): "CT", str(MRImageStorage): "MR"}
-#: enhanced multi-frame classes, refused with a line saying so
-_ENHANCED = {"1.2.840.10008.5.1.4.1.1.2.1": "Enhanced CT", "1.2.840.10008.5.1.4.1.1.4.1": "Enhanced MR"}
+#: the multi-frame image storage classes the reader takes, one instance alone in its folder, its frames one stack
+MULTIFRAME_SOP_CLASSES = {"1.2.840.10008.5.1.4.1.1.2.1": "Enhanced CT", "1.2.840.10008.5.1.4.1.1.4.1": "Enhanced MR",
+                          "1.2.840.10008.5.1.4.1.1.2.2": "Legacy Converted Enhanced CT",
+                          "1.2.840.10008.5.1.4.1.1.4.4": "Legacy Converted Enhanced MR"}
+#: per-frame attributes (functional group, attribute, what several values are) whose values must be one in a
+#: multi-frame image read as one volume: several are several stacks, echoes, b-values, time points or images
+_ONE_DIMENSION = (("FrameContentSequence", "StackID", "stacks"),
+                  ("FrameContentSequence", "TemporalPositionIndex", "temporal positions"),
+                  ("MREchoSequence", "EffectiveEchoTime", "echoes"),
+                  ("MRDiffusionSequence", "DiffusionBValue", "b-values"),
+                  ("MRImageFrameTypeSequence", "ComplexImageComponent", "complex components (magnitude, phase)"))
 #: largest difference of direction cosines between slices of one series
 ORIENTATION_ATOL = 1e-4
 #: largest deviation of a slice step from the median step (mm, and relative to the step)
@@ -83,11 +98,25 @@ class DicomSeries:
 
     Args:
         folder: the folder it was read from.
-        datasets: the slices' headers (no pixel data), sorted along the slice normal.
-        files: the file of each slice, in the same order.
+        datasets: the header (no pixel data) of the instance each slice comes from, sorted along the slice normal; of
+            a multi-frame source, the one instance's header for every slice (the same object).
+        files: the file of each slice, in the same order (of a multi-frame source, its one file for every slice).
         affine: ``(4, 4)`` voxel ``(c, r, k)`` -> RAS millimetres.
         shape: ``(columns, rows, slices)``.
         volume: ``(columns, rows, slices)`` float32 real-world values, or None when read with ``pixels=False``.
+        frames: of a multi-frame source, the 1-based frame number (in the file's order) of each slice ``k``; None for
+            a series of single-frame slices.
+        positions: ``(slices, 3)`` ``ImagePositionPatient`` of each slice (LPS mm) as read; None when not given.
+        orientation: the 6 direction cosines (``ImageOrientationPatient``) of slice 0; None when not given.
+        pixel_spacing: ``PixelSpacing`` ``(row spacing, column spacing)`` of slice 0; None when not given.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.zeros((2, 3, 4)), np.eye(4), d, modality="MR")
+        ...     s = read_series(d, pixels=False)
+        ...     s.multiframe, s.frames, s.positions[:, 2].tolist()
+        (False, None, [0.0, 1.0, 2.0, 3.0])
     """
 
     folder: Path
@@ -96,6 +125,15 @@ class DicomSeries:
     affine: np.ndarray
     shape: tuple[int, int, int]
     volume: np.ndarray | None = field(default=None, repr=False)
+    frames: list[int] | None = field(default=None, repr=False)
+    positions: np.ndarray | None = field(default=None, repr=False)
+    orientation: np.ndarray | None = field(default=None, repr=False)
+    pixel_spacing: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def multiframe(self) -> bool:
+        """Whether the slices are the frames of one multi-frame image (:attr:`frames` says which)."""
+        return self.frames is not None
 
     @property
     def series_uid(self) -> str:
@@ -223,11 +261,18 @@ def _read_header(path: Path, folder: Path) -> Dataset:
 
 
 def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int | None = None) -> DicomSeries:
-    """Read one series of single-frame CT or MR slices from a folder.
+    """Read one series of CT or MR slices from a folder: single-frame slices, or one enhanced multi-frame image.
 
-    Every regular, non-hidden file of ``folder`` (not its sub-folders) must be a slice of one image series. Headers
-    are read first (no pixel data) and checked; the pixels are then read one slice at a time into the float32
-    volume, so a read holds the volume and one slice (the memory model: ``4 * columns * rows * slices`` bytes).
+    Every regular, non-hidden file of ``folder`` (not its sub-folders) must be a slice of one image series, or the
+    folder holds exactly one multi-frame image of :data:`MULTIFRAME_SOP_CLASSES` (Enhanced CT / MR, Legacy Converted
+    Enhanced CT / MR) whose frames form one stack: each frame is one slice, its orientation, position and pixel
+    spacing taken from its per-frame functional groups or else the shared ones, its values through its
+    ``PixelValueTransformationSequence`` (absent: identity); the frames are checked and sorted as single-frame slices
+    are, and :attr:`DicomSeries.frames` says which frame each slice is. Headers are read first (no pixel data) and
+    checked; the pixels are then read one slice (one frame) at a time into the float32 volume, so a read holds the
+    headers, the volume and one slice (the memory model: ``4 * columns * rows * slices`` bytes; a multi-frame header
+    holds its per-frame functional groups, and its frames are read from the file and decoded one at a time by
+    ``pydicom.pixels.iter_pixels``, never the file's whole pixel data at once).
 
     Args:
         folder: the folder of the series.
@@ -239,13 +284,16 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
 
     Raises:
         DicomSeriesError: one line naming the series and the problem: no file, a file that is not DICOM, a non-image
-            object, an enhanced multi-frame image, a Siemens MOSAIC image, several series, slices of different patients
+            object, a Siemens MOSAIC image, several series, slices of different patients
             (their PatientID, PatientName, PatientBirthDate or PatientSex differ: the message names two such files, not
             the values), a slice without a SOPInstanceUID or two with the same, mixed orientations or sizes, duplicate
             or missing slices, uneven spacing, positions off one line, a volume over ``max_bytes``, a RescaleSlope of 0
             or a non-finite slope or intercept (with ``pixels``), a numeric attribute read as one number (RescaleSlope,
             RescaleIntercept, NumberOfFrames, Rows, Columns, a one-slice series' slice spacing) with several values or a
-            value that is no number (the message names the file and attribute).
+            value that is no number (the message names the file and attribute); of a multi-frame image, further: other
+            files beside it, several stacks, echoes, b-values, temporal positions or complex components, two frames at
+            one position, a frame without its orientation, position or pixel spacing, per-frame functional groups that
+            are not one item per frame (the message names the frame).
 
     Example:
         >>> import tempfile
@@ -267,11 +315,18 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
         shown = ", ".join(u or "(none)" for u in series_uids[:3]) + (" ..." if len(series_uids) > 3 else "")
         raise _fail(folder, None, f"holds {len(series_uids)} series ({shown}); give one series per case")
     uid = series_uids[0] or None
+    multiframe = False
     for p, ds in zip(paths, headers):
         sop = str(ds.get("SOPClassUID", ""))
-        if sop in _ENHANCED:
-            raise _fail(folder, uid, f"{p.name} is an {_ENHANCED[sop]} multi-frame image; this reader takes "
-                                     "single-frame CT or MR slices")
+        if sop in MULTIFRAME_SOP_CLASSES:
+            if len(paths) > 1:
+                kind = MULTIFRAME_SOP_CLASSES[sop]
+                article = "an" if kind[0] in "AEIOU" else "a"
+                raise _fail(folder, uid, f"{p.name} is {article} {kind} multi-frame image beside "
+                                         f"{len(paths) - 1} other file(s); a multi-frame image must be alone in its "
+                                         "folder")
+            multiframe = True
+            continue
         if sop not in SUPPORTED_SOP_CLASSES or "Rows" not in ds:
             name = getattr(pydicom.uid.UID(sop), "name", sop) if sop else "no SOP class"
             raise _fail(folder, uid, f"{p.name} is not a CT or MR image ({name}); the folder may hold image "
@@ -310,16 +365,24 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
     if len(sizes) > 1:
         raise _fail(folder, uid, f"its slices differ in size (rows x columns: {sorted(sizes)})")
     rows, cols = sizes.pop()
-    orients = np.stack([_floats(ds, "ImageOrientationPatient", 6, folder, p) for p, ds in zip(paths, headers)])
-    spacings = np.stack([_floats(ds, "PixelSpacing", 2, folder, p) for p, ds in zip(paths, headers)])
-    positions = np.stack([_floats(ds, "ImagePositionPatient", 3, folder, p) for p, ds in zip(paths, headers)])
+    frames: np.ndarray | None = None
+    if multiframe:
+        orients, spacings, positions, thickness_source = _frame_geometry(paths[0], headers[0], folder, uid)
+        frames = np.arange(1, len(positions) + 1)
+        headers, paths = [headers[0]] * len(frames), [paths[0]] * len(frames)
+        unit = "frames"
+    else:
+        orients = np.stack([_floats(ds, "ImageOrientationPatient", 6, folder, p) for p, ds in zip(paths, headers)])
+        spacings = np.stack([_floats(ds, "PixelSpacing", 2, folder, p) for p, ds in zip(paths, headers)])
+        positions = np.stack([_floats(ds, "ImagePositionPatient", 3, folder, p) for p, ds in zip(paths, headers)])
+        thickness_source, unit = headers[0], "slices"
     if np.abs(orients - orients[0]).max() > ORIENTATION_ATOL:
-        raise _fail(folder, uid, "mixed orientations (ImageOrientationPatient differs between slices)")
+        raise _fail(folder, uid, f"mixed orientations (ImageOrientationPatient differs between {unit})")
     if np.abs(spacings - spacings[0]).max() > SPACING_ATOL or (spacings[0] <= 0).any():
-        raise _fail(folder, uid, "PixelSpacing differs between slices or is not positive")
+        raise _fail(folder, uid, f"PixelSpacing differs between {unit} or is not positive")
     drift = float((np.abs(spacings - spacings[0]) * [rows - 1, cols - 1]).max())  # at a slice's far pixel
     if drift > max(SPACING_ATOL, DICOM_GRID_VOXEL_RTOL * float(spacings[0].min())):
-        raise _fail(folder, uid, f"PixelSpacing differs between slices (by {np.abs(spacings - spacings[0]).max():.3g} "
+        raise _fail(folder, uid, f"PixelSpacing differs between {unit} (by {np.abs(spacings - spacings[0]).max():.3g} "
                                  f"mm: the far pixel of a slice lies {drift:.3g} mm off the first slice's grid)")
     x, y = orients[0, :3], orients[0, 3:]
     if abs(np.linalg.norm(x) - 1) > 1e-3 or abs(np.linalg.norm(y) - 1) > 1e-3 or abs(x @ y) > 1e-3:
@@ -334,23 +397,28 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
     if n > 1:
         steps = np.diff(along)
         if steps.min() <= SPACING_ATOL:
+            if frames is not None:
+                at = int(np.argmin(steps))
+                raise _fail(folder, uid, f"{paths[0].name}: frames {frames[order][at]} and {frames[order][at + 1]} "
+                                         "lie at the same position (two frames at one position: several stacks or "
+                                         "images per position); one frame per position is read")
             raise _fail(folder, uid, "two slices at the same position (duplicate slices)")
-        unit = float(np.median(steps))
-        tol = max(SPACING_ATOL, SPACING_RTOL * unit)
-        if np.abs(steps - unit).max() > tol:
+        unit_step = float(np.median(steps))
+        tol = max(SPACING_ATOL, SPACING_RTOL * unit_step)
+        if np.abs(steps - unit_step).max() > tol:
             ratios = steps / steps.min()
             if np.abs(ratios - np.round(ratios)).max() * steps.min() <= tol:
                 missing = int(np.round(ratios).sum() - len(steps))
-                raise _fail(folder, uid, f"{missing} missing slice(s) (gaps of {steps.max():.3g} mm between "
-                                         f"slices {steps.min():.3g} mm apart)")
-            raise _fail(folder, uid, f"uneven slice spacing ({steps.min():.4g} to {steps.max():.4g} mm)")
+                raise _fail(folder, uid, f"{missing} missing {unit[:-1]}(s) (gaps of {steps.max():.3g} mm between "
+                                         f"{unit} {steps.min():.3g} mm apart)")
+            raise _fail(folder, uid, f"uneven {unit[:-1]} spacing ({steps.min():.4g} to {steps.max():.4g} mm)")
         step = (positions[-1] - positions[0]) / (n - 1)
         off_line = np.abs(positions - (positions[0] + np.arange(n)[:, None] * step)).max()
         if off_line > tol:
-            raise _fail(folder, uid, f"slice positions are not on one line ({off_line:.3g} mm off)")
+            raise _fail(folder, uid, f"{unit[:-1]} positions are not on one line ({off_line:.3g} mm off)")
     else:
-        thickness = (_number(headers[0], "SpacingBetweenSlices", folder, paths[0])
-                     or _number(headers[0], "SliceThickness", folder, paths[0]) or 1.0)
+        thickness = (_number(thickness_source, "SpacingBetweenSlices", folder, paths[0])
+                     or _number(thickness_source, "SliceThickness", folder, paths[0]) or 1.0)
         step = normal * thickness
     affine = series_affine(orients[0], spacings[0], positions[0], step)
     shape = (cols, rows, n)
@@ -358,10 +426,97 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
     if max_bytes is not None and need > max_bytes:
         raise _fail(folder, uid, f"its volume ({cols} x {rows} x {n}) takes {need / 2**20:.1f} MiB, over the "
                                  f"limit of {max_bytes / 2**20:.1f} MiB")
-    series = DicomSeries(folder, headers, paths, affine, shape)
+    series = DicomSeries(folder, headers, paths, affine, shape,
+                         frames=None if frames is None else [int(f) for f in frames[order]], positions=positions,
+                         orientation=orients[order[0]].copy(), pixel_spacing=spacings[order[0]].copy())
     if pixels:
-        series.volume = _read_pixels(series)
+        series.volume = _read_frames(series) if series.multiframe else _read_pixels(series)
     return series
+
+
+def _frame_groups(ds: Dataset, folder: Path, path: Path, uid: str | None) -> tuple[list[Dataset], Dataset]:
+    """The per-frame functional group items (one per frame) and the shared item (empty when absent) of ``ds``."""
+    n = _number(ds, "NumberOfFrames", folder, path, int)
+    if n is None or n < 1:
+        raise _fail(folder, uid, f"{path.name} has no NumberOfFrames")
+    per = list(ds.get("PerFrameFunctionalGroupsSequence") or [])
+    if len(per) != n:
+        raise _fail(folder, uid, f"{path.name} has {len(per)} PerFrameFunctionalGroupsSequence item(s) for its {n} "
+                                 "frames; one per frame is needed")
+    shared = ds.get("SharedFunctionalGroupsSequence") or []
+    return per, (shared[0] if shared else Dataset())
+
+
+def _group_item(per: list[Dataset], shared: Dataset, i: int, sequence: str) -> Dataset | None:
+    """The item of functional group ``sequence`` for frame ``i`` (0-based): its own, else the shared one."""
+    for item in (per[i], shared):
+        seq = item.get(sequence)
+        if seq:
+            return seq[0]
+    return None
+
+
+def _frame_geometry(path: Path, ds: Dataset, folder: Path,
+                    uid: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, Dataset]:
+    """Orientations, pixel spacings and positions of the frames of a multi-frame image, in frame order.
+
+    Returns:
+        ``(frames, 6)``, ``(frames, 2)``, ``(frames, 3)`` and the first frame's pixel measures (or ``ds`` itself when
+        it has none) for a one-frame image's slice thickness.
+
+    Raises:
+        DicomSeriesError: several stacks, echoes, b-values, time points or complex components; a frame without its
+            geometry.
+    """
+    per, shared = _frame_groups(ds, folder, path, uid)
+    for group, name, what in _ONE_DIMENSION:
+        values = set()
+        for i in range(len(per)):
+            item = _group_item(per, shared, i, group)
+            value = item.get(name) if item is not None else None
+            if value is not None and str(value).strip():
+                values.add(str(value).strip())
+        if len(values) > 1:
+            shown = ", ".join(sorted(values, key=lambda v: (len(v), v))[:4]) + (", ..." if len(values) > 4 else "")
+            raise _fail(folder, uid, f"{path.name} holds several {what} ({len(values)} values of {name}: {shown}); "
+                                     "one stack of one image per position is read: give each as a series of its own")
+    geometry = []
+    for sequence, name, count in (("PlaneOrientationSequence", "ImageOrientationPatient", 6),
+                                  ("PixelMeasuresSequence", "PixelSpacing", 2),
+                                  ("PlanePositionSequence", "ImagePositionPatient", 3)):
+        values = np.zeros((len(per), count))
+        for i in range(len(per)):
+            item = _group_item(per, shared, i, sequence)
+            try:
+                values[i] = [float(v) for v in item.get(name)]  # type: ignore[union-attr]
+            except (AttributeError, TypeError, ValueError):
+                values[i] = np.nan
+            if not np.isfinite(values[i]).all():
+                raise _fail(folder, uid, f"{path.name} frame {i + 1} has no valid {name} (in the {sequence} of its "
+                                         "per-frame or the shared functional groups)")
+        geometry.append(values)
+    measures = _group_item(per, shared, 0, "PixelMeasuresSequence")
+    return geometry[0], geometry[1], geometry[2], measures if measures is not None else ds
+
+
+def _frame_rescale(series: DicomSeries) -> list[tuple[float, float]]:
+    """``(RescaleSlope, RescaleIntercept)`` of each frame of a multi-frame source, in frame order (checked)."""
+    ds, path = series.datasets[0], series.files[0]
+    per, shared = _frame_groups(ds, series.folder, path, series.series_uid)
+    out = []
+    for i in range(len(per)):
+        item = _group_item(per, shared, i, "PixelValueTransformationSequence")
+        where = Path(f"{path.name} frame {i + 1}")  # how the messages name the frame
+        # absent (an Enhanced MR may have none): the identity; a non-finite value is refused below, with both values
+        slope = 1.0 if item is None else _number(item, "RescaleSlope", series.folder, where, float, 1.0, finite=False)
+        intercept = 0.0 if item is None else _number(item, "RescaleIntercept", series.folder, where, float, 0.0,
+                                                     finite=False)
+        if slope == 0 or not np.isfinite(slope) or not np.isfinite(intercept):
+            raise _fail(series.folder, series.series_uid, f"{where.name}: RescaleSlope {slope:g} / RescaleIntercept "
+                                                          f"{intercept:g}: the slope must be finite and not 0 (0 "
+                                                          "maps every pixel to the intercept), the intercept finite")
+        out.append((slope, intercept))
+    return out
 
 
 def _decoder_missing(path: Path) -> str:
@@ -403,6 +558,31 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
                                                           f"{intercept:g}: the slope must be finite and not 0 (0 "
                                                           "maps every pixel to the intercept), the intercept finite")
         volume[:, :, k] = (stored.astype(np.float64) * slope + intercept).T
+    return volume
+
+
+def _read_frames(series: DicomSeries) -> np.ndarray:
+    """The volume of a multi-frame source, decoded one frame at a time (``pydicom.pixels.iter_pixels``)."""
+    from pydicom.pixels import iter_pixels
+
+    cols, rows, n = series.shape
+    assert series.frames is not None
+    path = series.files[0]
+    rescale = _frame_rescale(series)  # every frame's checked before any pixel is read
+    slice_of = {frame: k for k, frame in enumerate(series.frames)}
+    volume = np.empty((cols, rows, n), dtype=np.float32)
+    frames = iter_pixels(path)
+    for i in range(n):
+        try:
+            stored = next(frames)
+        except Exception as e:  # StopIteration: fewer frames than NumberOfFrames
+            raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of frame {i + 1} unreadable "
+                                                          f"({type(e).__name__}){_decoder_missing(path)}") from None
+        if stored.shape != (rows, cols):
+            raise _fail(series.folder, series.series_uid, f"{path.name}: frame {i + 1} of shape {stored.shape}, "
+                                                          f"expected {(rows, cols)}")
+        slope, intercept = rescale[i]
+        volume[:, :, slice_of[i + 1]] = (stored.astype(np.float64) * slope + intercept).T
     return volume
 
 
