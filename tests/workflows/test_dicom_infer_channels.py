@@ -242,3 +242,20 @@ def test_evaluate_reads_a_seg_on_channel_0s_series(predicted, tmp_path):
                  "-o", str(tmp_path / "eval"), "--no-spatial", "-q"]) == 0
     row = read_csv(tmp_path / "eval" / "metrics.csv")[0]
     assert row["case"] == "br01" and float(row["dice"]) == 1.0
+
+
+def test_a_channel_given_as_an_enhanced_multiframe_image(predicted, tmp_path):
+    """A channel's series may be one enhanced multi-frame image (its frames stored in the reverse slice order): the
+    outputs equal those of the single-frame series."""
+    from tests.io.dicom._multiframe import legacy_multiframe
+
+    root, images, net = predicted
+    mixed = tmp_path / "images"
+    shutil.copytree(images / "br01_0000", mixed / "br01_0000")
+    legacy_multiframe(sorted((images / "br01_0001").iterdir()), mixed / "br01_0001")
+    assert len(list((mixed / "br01_0001").iterdir())) == 1
+    assert read_series(mixed / "br01_0001", pixels=False).multiframe
+    assert _infer(mixed, tmp_path / "out", net) == 0
+    for name in ("br01_seg.nii.gz", "br01_probs.nii.gz", "br01_predictive_entropy.nii.gz"):
+        np.testing.assert_array_equal(np.asarray(nib.load(tmp_path / "out" / name).dataobj),
+                                      np.asarray(nib.load(root / "both" / name).dataobj), err_msg=name)
