@@ -589,14 +589,19 @@ def network_in_channels(network: Any) -> int | None:
         >>> network_in_channels(torch.nn.Sequential(torch.nn.Conv3d(4, 8, 3), torch.nn.Conv3d(8, 2, 1)))
         4
     """
+    return _network_channels(network, "in_channels")
+
+
+def _network_channels(network: Any, attribute: str) -> int | None:
+    """The network's ``attribute`` (``in_channels``, ``out_channels``), else its first (last) convolution's."""
     net = getattr(network, "network", network)  # a temperature-scaled wrapper
-    n = getattr(net, "in_channels", None)
+    n = getattr(net, attribute, None)
     if isinstance(n, int) and not isinstance(n, bool):
         return n
     if isinstance(net, torch.nn.Module):
-        first = next((m for m in net.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)), None)
-        if first is not None:
-            return int(first.in_channels)
+        convs = [m for m in net.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
+        if convs:
+            return int(getattr(convs[0] if attribute == "in_channels" else convs[-1], attribute))
     return None
 
 
@@ -648,15 +653,7 @@ def network_out_channels(network: Any) -> int | None:
         >>> network_out_channels(torch.nn.Sequential(torch.nn.Conv3d(1, 8, 3), torch.nn.Conv3d(8, 4, 1)))
         4
     """
-    net = getattr(network, "network", network)  # a temperature-scaled wrapper
-    n = getattr(net, "out_channels", None)
-    if isinstance(n, int) and not isinstance(n, bool):
-        return n
-    if isinstance(net, torch.nn.Module):
-        convs = [m for m in net.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
-        if convs:
-            return int(convs[-1].out_channels)
-    return None
+    return _network_channels(network, "out_channels")
 
 
 def memory_warning(
