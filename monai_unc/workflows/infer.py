@@ -627,12 +627,14 @@ def network_image_cases(folder: str | os.PathLike, network: Any) -> list[ImageCa
     Example:
         >>> import tempfile
         >>> from pathlib import Path
-        >>> with tempfile.TemporaryDirectory() as d:
-        ...     for name in ("brain_0000", "brain_0001"):
-        ...         (Path(d) / name).mkdir()
-        ...         _ = (Path(d) / name / "IM0001").write_bytes(b"")
-        ...     [c.case_id for c in network_image_cases(d, torch.nn.Conv3d(2, 3, 1))]
-        ['brain']
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> for name in ("brain_0000", "brain_0001"):
+        ...     (folder / name).mkdir()
+        ...     _ = (folder / name / "IM0001").write_bytes(b"")
+        >>> two, one = torch.nn.Conv3d(2, 3, 1), torch.nn.Conv3d(1, 3, 1)  # a network of 2 (1) input channels
+        >>> [c.case_id for c in network_image_cases(folder, two)], [c.case_id for c in network_image_cases(folder, one)]
+        (['brain'], ['brain_0000', 'brain_0001'])
+        >>> import shutil; shutil.rmtree(folder)
     """
     channels = network_in_channels(network)
     return list_image_cases(folder, series_channels=channels if channels is not None and channels > 1 else 1)
