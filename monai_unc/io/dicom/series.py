@@ -30,6 +30,7 @@ from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.multival import MultiValue
 from pydicom.uid import (
     CTImageStorage,
+    DeflatedExplicitVRLittleEndian,
     ExplicitVRLittleEndian,
     MRImageStorage,
     generate_uid,
@@ -272,7 +273,8 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
     checked; the pixels are then read one slice (one frame) at a time into the float32 volume, so a read holds the
     headers, the volume and one slice (the memory model: ``4 * columns * rows * slices`` bytes; a multi-frame header
     holds its per-frame functional groups, and its frames are read from the file and decoded one at a time by
-    ``pydicom.pixels.iter_pixels``, never the file's whole pixel data at once).
+    ``pydicom.pixels.iter_pixels``, never the file's whole pixel data at once; a Deflated Explicit VR Little Endian
+    file, which is inflated whole, excepted).
 
     Args:
         folder: the folder of the series.
@@ -561,6 +563,15 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
     return volume
 
 
+def _read_whole(series: DicomSeries, path: Path) -> Dataset:
+    """The whole dataset of ``path`` (a deflated file, which :func:`pydicom.pixels.iter_pixels` cannot read)."""
+    try:
+        return pydicom.dcmread(path)
+    except Exception as e:
+        raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data unreadable "
+                                                      f"({type(e).__name__})") from None
+
+
 def _read_frames(series: DicomSeries) -> np.ndarray:
     """The volume of a multi-frame source, decoded one frame at a time (``pydicom.pixels.iter_pixels``)."""
     from pydicom.pixels import iter_pixels
@@ -571,7 +582,10 @@ def _read_frames(series: DicomSeries) -> np.ndarray:
     rescale = _frame_rescale(series)  # every frame's checked before any pixel is read
     slice_of = {frame: k for k, frame in enumerate(series.frames)}
     volume = np.empty((cols, rows, n), dtype=np.float32)
-    frames = iter_pixels(path)
+    syntax = getattr(getattr(series.datasets[0], "file_meta", None), "TransferSyntaxUID", None)
+    # iter_pixels reads a file's frames one at a time, but does not inflate a deflated file (it then finds no pixel
+    # data; found by hostile testing): such a file is read whole, its frames then decoded one at a time
+    frames = iter_pixels(path if syntax != DeflatedExplicitVRLittleEndian else _read_whole(series, path))
     for i in range(n):
         try:
             stored = next(frames)
