@@ -12,7 +12,7 @@ import pytest
 pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
 hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
 
-from monai_unc.io.dicom import read_series, write_series  # noqa: E402
+from monai_unc.io.dicom import DicomSeriesError, read_series, write_series  # noqa: E402
 from tests.io.dicom._multiframe import enhanced_image  # noqa: E402
 from tests.io.dicom._series import mni_small, series_values  # noqa: E402
 
@@ -44,3 +44,92 @@ def test_a_deflated_multiframe_image_reads_as_its_single_frame_slices_do(tmp_pat
         ds.file_meta.TransferSyntaxUID = pydicom.uid.DeflatedExplicitVRLittleEndian
         ds.save_as(f)
     np.testing.assert_array_equal(read_series(tmp_path / "single").volume, np.arange(48.0).reshape(4, 4, 3))
+
+
+def _item(**attributes):
+    ds = pydicom.Dataset()
+    for key, value in attributes.items():
+        setattr(ds, key, value)
+    return ds
+
+
+def _refused(folder, *parts, pixels=True):
+    with pytest.raises(DicomSeriesError) as e:
+        read_series(folder, pixels=pixels)
+    text = str(e.value)
+    assert "\n" not in text and str(folder) in text, text
+    for part in parts:
+        assert part in text, text
+    return text
+
+
+def test_a_functional_group_both_shared_and_per_frame_with_other_values_is_refused(tmp_path):
+    """Found by hostile testing: DICOM puts a functional group either in the shared or in every per-frame item. A
+    file with both (other values in each) was read with the per-frame values (its volume, affine and values), while
+    highdicom reads the shared ones: its SEG, FRACTIONAL SEG and Parametric Map of such a series were written in the
+    shared orientation, not the volume's (the package's own label reader then refused its own SEG), and highdicom's
+    volume held other values. Which one the scanner meant is unknown: refused, naming the frame."""
+    def orientation(ds):
+        ds.SharedFunctionalGroupsSequence[0].PlaneOrientationSequence[0].ImageOrientationPatient = [0, 1, 0, -1, 0, 0]
+        for g in ds.PerFrameFunctionalGroupsSequence:
+            g.PlaneOrientationSequence = [_item(ImageOrientationPatient=[-1, 0, 0, 0, -1, 0])]
+
+    path, _ = _edited(tmp_path / "o", orientation)
+    _refused(path.parent, "enhanced.dcm frame 1: its ImageOrientationPatient", "per-frame", "shared", pixels=False)
+
+    def spacing(ds):
+        for g in ds.PerFrameFunctionalGroupsSequence:
+            g.PixelMeasuresSequence = [_item(PixelSpacing=[0.8, 0.95], SliceThickness=2.0)]
+
+    path, _ = _edited(tmp_path / "s", spacing)
+    _refused(path.parent, "frame 1: its PixelSpacing", pixels=False)
+
+    def rescale(ds):
+        ds.SharedFunctionalGroupsSequence[0].PixelValueTransformationSequence = [
+            _item(RescaleSlope=7, RescaleIntercept=100, RescaleType="US")]
+
+    path, _ = _edited(tmp_path / "r", rescale)
+    read_series(path.parent, pixels=False)  # the geometry is fine
+    _refused(path.parent, "frame 1: its RescaleSlope", "per-frame", "shared")
+
+
+def test_a_functional_group_both_shared_and_per_frame_with_the_same_values_is_read(tmp_path):
+    """The same values in both (redundant, harmless) are read; so is an attribute the per-frame item lacks and the
+    shared item has (a per-frame PixelMeasuresSequence of the slice thickness only): before, its frames were refused
+    as having "no valid PixelSpacing (in ... its per-frame or the shared functional groups)", which the shared item
+    had. highdicom reads the same volume."""
+    def same(ds):
+        shared = ds.SharedFunctionalGroupsSequence[0]
+        for g in ds.PerFrameFunctionalGroupsSequence:
+            g.PlaneOrientationSequence = [_item(ImageOrientationPatient=list(
+                shared.PlaneOrientationSequence[0].ImageOrientationPatient))]
+            g.PixelMeasuresSequence = [_item(SliceThickness=2.0)]  # its spacing only shared
+
+    path, real = _edited(tmp_path, same)
+    s = read_series(path.parent)
+    np.testing.assert_array_equal(s.volume, real.astype(np.float32))
+    assert s.spacing == pytest.approx((0.9, 0.8, 2.0))
+    v = hd.imread(str(path)).get_volume()
+    assert sorted(v.spacing) == pytest.approx(sorted(s.spacing))
+
+
+def test_an_enhanced_ct_with_its_rescale_at_the_top_level_gets_it(tmp_path):
+    """Found by hostile testing: an Enhanced CT whose RescaleSlope / RescaleIntercept are top-level attributes (as
+    single-frame CT slices have them; some converters write them so) and in no PixelValueTransformationSequence was
+    read as stored values (1024 HU off, silently); highdicom applies them. The top-level ones apply where the
+    functional groups state none."""
+    def top(ds):
+        ds.RescaleSlope, ds.RescaleIntercept, ds.RescaleType = 1, -1024, "HU"
+
+    values = series_values(mni_small()[0], "CT") + 1024
+    path, real = _edited(tmp_path, top, modality="CT", rescale=False, values=values)
+    s = read_series(path.parent)
+    np.testing.assert_array_equal(s.volume, (real - 1024).astype(np.float32))
+    v = hd.imread(str(path)).get_volume()
+    assert float(v.array.min()) == float(s.volume.min()) and float(v.array.max()) == float(s.volume.max())
+
+    def both(ds):  # the functional groups' values win over top-level ones
+        ds.RescaleSlope, ds.RescaleIntercept = 3, 17
+
+    path, real = _edited(tmp_path / "both", both, modality="CT")
+    np.testing.assert_array_equal(read_series(path.parent).volume, real.astype(np.float32))
