@@ -614,11 +614,24 @@ _TEXT_VRS = frozenset({"SH", "LO", "ST", "LT", "UT", "UC", "PN"})
 _DEFAULT_REPERTOIRE = ("", "ISO_IR 6", "ISO 2022 IR 6")
 
 
+def _equal(a: Any, b: Any) -> bool:
+    """``a == b``, False where the comparison raises.
+
+    highdicom's content classes (``PlaneOrientationSequence``, ...) raise TypeError compared with anything but their
+    own kind: a multi-frame source's SharedFunctionalGroupsSequence of the same attributes as a SEG's was compared
+    item by item with the SEG's, and writing the SEG failed (found by hostile testing).
+    """
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
 def _texts(dataset: Any, source: Any) -> list[str]:
     """The texts of ``dataset`` (recursively) but its top-level elements equal to the ``source``'s (copied)."""
     out = []
     for elem in dataset:
-        if elem.tag in source and source[elem.tag].value == elem.value:
+        if elem.tag in source and _equal(source[elem.tag].value, elem.value):
             continue
         if elem.VR == "SQ":
             out.extend(text for item in elem.value for text in _texts(item, Dataset()))

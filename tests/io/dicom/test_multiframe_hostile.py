@@ -133,3 +133,47 @@ def test_an_enhanced_ct_with_its_rescale_at_the_top_level_gets_it(tmp_path):
 
     path, real = _edited(tmp_path / "both", both, modality="CT")
     np.testing.assert_array_equal(read_series(path.parent).volume, real.astype(np.float32))
+
+
+@pytest.mark.parametrize("character_set", ["ISO_IR 100", None])
+def test_objects_of_a_multiframe_source_in_another_character_set_than_utf8(tmp_path, character_set):
+    """Found by hostile testing: the derived objects compare their top-level elements with the source's to find the
+    texts they add (``declare_character_set``); a multi-frame source's SharedFunctionalGroupsSequence of the same
+    attributes as the SEG's (PlaneOrientationSequence, PixelMeasuresSequence: a SEG of several segments) was compared
+    item by item with the SEG's highdicom objects, which raise TypeError compared with a plain item:
+    write_segmentation and write_fractional_segmentation of two or more segments failed with that TypeError on every
+    such source not in UTF-8 (ISO_IR 100, or no SpecificCharacterSet: the default repertoire)."""
+    from monai_unc.io.dicom import (
+        default_segment,
+        read_segmentation_labels,
+        write_fractional_segmentation,
+        write_parametric_map,
+        write_segmentation,
+    )
+    from tests.io.dicom._series import dciodvfy_errors
+
+    def charset(ds):
+        if character_set is None:
+            del ds.SpecificCharacterSet
+        else:
+            ds.SpecificCharacterSet = character_set
+            ds.PatientName = "Müller^Jörg"
+
+    path, _ = _edited(tmp_path, charset)
+    assert sorted(e.keyword for e in pydicom.dcmread(path).SharedFunctionalGroupsSequence[0]) == [
+        "PixelMeasuresSequence", "PlaneOrientationSequence"]
+    series = read_series(path.parent, pixels=False)
+    label = np.zeros(series.shape, int)
+    label[3:9, 4:12, 2:7] = 1
+    label[10:15, 2:6, ::2] = 2
+    segments = [default_segment(1, "lesion"), default_segment(2, "oedema")]
+    seg = write_segmentation(label, series, tmp_path / "seg.dcm", segments)
+    frac = write_fractional_segmentation(np.stack([label == 0, label == 1, label == 2]).astype(np.float32), series,
+                                         tmp_path / "frac.dcm", segments)
+    pm = write_parametric_map(np.ones(series.shape), series, tmp_path / "pm.dcm", "variance")
+    for written in (seg, frac, pm):
+        ds = pydicom.dcmread(written)
+        assert ds.get("SpecificCharacterSet") == character_set, written.name
+        assert str(ds.PatientName) == str(series.datasets[0].PatientName)
+        assert dciodvfy_errors(written) == [], written.name
+    np.testing.assert_array_equal(read_segmentation_labels(seg, series), label)
