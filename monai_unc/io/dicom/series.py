@@ -298,7 +298,8 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
             files beside it, several stacks, echoes, b-values, temporal positions or complex components, two frames at
             one position, a frame without its orientation, position or pixel spacing, a frame whose orientation,
             position, pixel spacing or rescale its per-frame and shared functional groups state with other values,
-            per-frame functional groups that are not one item per frame (the message names the frame).
+            per-frame functional groups that are not one item per frame, uncompressed pixel data of more frames
+            than its NumberOfFrames (the message names the frame).
 
     Example:
         >>> import tempfile
@@ -618,6 +619,33 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
     return volume
 
 
+def _check_frame_count(series: DicomSeries, path: Path, syntax: Any) -> None:
+    """Refuse native pixel data of more whole frames than the image's NumberOfFrames (its length, not its bytes).
+
+    ``iter_pixels`` yields NumberOfFrames frames and leaves the rest unread; a single-frame slice whose pixel data
+    holds several frames is refused (found by hostile testing: such an image was read from its first frames). Short
+    pixel data fails at its first missing frame; compressed pixel data is not counted here.
+    """
+    ds = series.datasets[0]
+    bits = _number(ds, "BitsAllocated", series.folder, path, int, None, series_uid=series.series_uid)
+    samples = _number(ds, "SamplesPerPixel", series.folder, path, int, 1, series_uid=series.series_uid) or 1
+    native = syntax is not None and not syntax.is_compressed and syntax != DeflatedExplicitVRLittleEndian
+    if not native or bits not in (8, 16, 32, 64):
+        return
+    try:  # the element's length, its value left in the file (deferred)
+        element = pydicom.dcmread(path, defer_size=256).get_item(0x7FE00010, keep_deferred=True)
+        length = int(element.length) if element is not None else None
+    except Exception:  # unreadable here: the frames' reading says what is wrong
+        return
+    cols, rows, n = series.shape
+    frame = rows * cols * samples * bits // 8
+    if length is not None and length != 0xFFFFFFFF and frame > 0 and length // frame > n:
+        raise _fail(series.folder, series.series_uid, f"{path.name}: its pixel data holds {length // frame} frames of "
+                                                      f"{cols} x {rows} pixels, its NumberOfFrames {n} (and its "
+                                                      "per-frame functional groups): which frames they describe is "
+                                                      "unknown")
+
+
 def _read_whole(series: DicomSeries, path: Path) -> Dataset:
     """The whole dataset of ``path`` (a deflated file, which :func:`pydicom.pixels.iter_pixels` cannot read)."""
     try:
@@ -638,6 +666,7 @@ def _read_frames(series: DicomSeries) -> np.ndarray:
     slice_of = {frame: k for k, frame in enumerate(series.frames)}
     volume = np.empty((cols, rows, n), dtype=np.float32)
     syntax = getattr(getattr(series.datasets[0], "file_meta", None), "TransferSyntaxUID", None)
+    _check_frame_count(series, path, syntax)
     # iter_pixels reads a file's frames one at a time, but does not inflate a deflated file (it then finds no pixel
     # data; found by hostile testing): such a file is read whole, its frames then decoded one at a time
     frames = iter_pixels(path if syntax != DeflatedExplicitVRLittleEndian else _read_whole(series, path))

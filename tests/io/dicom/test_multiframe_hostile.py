@@ -177,3 +177,28 @@ def test_objects_of_a_multiframe_source_in_another_character_set_than_utf8(tmp_p
         assert str(ds.PatientName) == str(series.datasets[0].PatientName)
         assert dciodvfy_errors(written) == [], written.name
     np.testing.assert_array_equal(read_segmentation_labels(seg, series), label)
+
+
+@pytest.mark.parametrize("frames", [1, 11])
+def test_pixel_data_of_more_frames_than_its_number_of_frames_is_refused(tmp_path, frames):
+    """Found by hostile testing: an image whose NumberOfFrames (and per-frame functional groups) say fewer frames
+    than its pixel data holds was read from its first frames without a word (``iter_pixels`` yields NumberOfFrames
+    frames), while a single-frame slice whose pixel data holds several frames is refused ("pixel data of shape (12,
+    4, 4), expected (4, 4)"). Which frames the header describes is unknown: refused, as short pixel data is."""
+    def fewer(ds):
+        ds.NumberOfFrames = frames
+        ds.PerFrameFunctionalGroupsSequence = ds.PerFrameFunctionalGroupsSequence[:frames]
+
+    path, _ = _edited(tmp_path, fewer, seed=None)
+    read_series(path.parent, pixels=False)  # the header alone is one stack
+    _refused(path.parent, "enhanced.dcm: its pixel data holds 12 frames of 20 x 20 pixels, its NumberOfFrames "
+             f"{frames}")
+
+    def padded(ds):  # 8-bit frames of an odd total length: one padding byte, no extra frame
+        stored = ds.pixel_array
+        ds.BitsAllocated, ds.BitsStored, ds.HighBit = 8, 8, 7
+        ds.PixelData = np.clip(stored, 0, 255).astype(np.uint8).tobytes() + b"\0"
+
+    values = np.round(np.random.default_rng(0).uniform(0, 255, (3, 5, 3)))
+    path, real = _edited(tmp_path / "odd", padded, values=values, rescale=False)
+    np.testing.assert_array_equal(read_series(path.parent).volume, real.astype(np.float32))
