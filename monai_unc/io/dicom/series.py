@@ -554,8 +554,13 @@ def _frame_rescale(series: DicomSeries) -> list[tuple[float, float]]:
     ds, path = series.datasets[0], series.files[0]
     uid = series.series_uid
     per, shared = _frame_groups(ds, series.folder, path, uid)
-    top = {name: _number(ds, name, series.folder, path, float, None, finite=False)
-           for name in ("RescaleSlope", "RescaleIntercept")}
+    top: dict[str, Any] = {}  # the top-level values, read only where a frame needs them
+
+    def top_level(name: str) -> Any:
+        if name not in top:
+            top[name] = _number(ds, name, series.folder, path, float, None, finite=False)
+        return top[name]
+
     out = []
     for i in range(len(per)):
         where = Path(f"{path.name} frame {i + 1}")  # how the messages name the frame
@@ -567,7 +572,8 @@ def _frame_rescale(series: DicomSeries) -> list[tuple[float, float]]:
             found = [v for v in found if v is not None]
             if len(found) == 2 and found[0] != found[1] and np.isfinite(found).all():
                 raise _fail(series.folder, uid, _both(path, i, name, f"{found[0]:g}", f"{found[1]:g}"))
-            value[name] = found[0] if found else top[name] if top[name] is not None else default
+            stated = found[0] if found else top_level(name)
+            value[name] = default if stated is None else stated
         slope, intercept = value["RescaleSlope"], value["RescaleIntercept"]
         if slope == 0 or not np.isfinite(slope) or not np.isfinite(intercept):
             raise _fail(series.folder, uid, f"{where.name}: RescaleSlope {slope:g} / RescaleIntercept "

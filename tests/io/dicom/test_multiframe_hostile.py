@@ -128,8 +128,8 @@ def test_an_enhanced_ct_with_its_rescale_at_the_top_level_gets_it(tmp_path):
     v = hd.imread(str(path)).get_volume()
     assert float(v.array.min()) == float(s.volume.min()) and float(v.array.max()) == float(s.volume.max())
 
-    def both(ds):  # the functional groups' values win over top-level ones
-        ds.RescaleSlope, ds.RescaleIntercept = 3, 17
+    def both(ds):  # the functional groups' values win over top-level ones, which are then not read
+        ds.RescaleSlope, ds.RescaleIntercept = ["3", "4"], 17
 
     path, real = _edited(tmp_path / "both", both, modality="CT")
     np.testing.assert_array_equal(read_series(path.parent).volume, real.astype(np.float32))
