@@ -720,7 +720,8 @@ def source_images(series: DicomSeries) -> list[Any]:
     Of a multi-frame source (:attr:`~.series.DicomSeries.multiframe`) the one image, whose frames the derived
     objects' frames reference (highdicom reads their positions from its functional groups): when its shared
     functional groups lack the orientation or pixel measures (a scanner may give them per frame), or a frame's own
-    group lacks its position (a one-frame image may state it shared), a copy of its header is given them from the
+    group lacks its position (a one-frame image may state it shared), or one of them is a decimal string of over 16
+    characters (which highdicom would copy into the objects as it is), a copy of its header is given them from the
     series (:attr:`~.series.DicomSeries.orientation`, :attr:`~.series.DicomSeries.pixel_spacing`,
     :attr:`~.series.DicomSeries.positions`), where highdicom reads them; the series' headers stay as read.
 
@@ -766,9 +767,15 @@ def _multiframe_source(series: DicomSeries, missing: Sequence[str]) -> Any:
     ds = series.datasets[0]
     groups = ds.get("SharedFunctionalGroupsSequence") or []
     shared = groups[0] if groups else Dataset()
-    needs = [key for key in ("PlaneOrientationSequence", "PixelMeasuresSequence") if not shared.get(key)]
+    # highdicom copies these items as they are: decimal strings of over 16 characters (invalid, seen in the wild)
+    # made objects that dciodvfy rejects (found by hostile testing); they are then given from the series' numbers
+    needs = [key for key, names in (("PlaneOrientationSequence", ("ImageOrientationPatient",)),
+                                    ("PixelMeasuresSequence", ("PixelSpacing", "SliceThickness")))
+             if not shared.get(key) or any(_long_decimals(shared.get(key)[0], name) for name in names)]
     # highdicom reads each frame's position from its own group: a one-frame image may state it in the shared one
-    unplaced = any(not g.get("PlanePositionSequence") for g in ds.get("PerFrameFunctionalGroupsSequence") or [])
+    unplaced = any(not g.get("PlanePositionSequence")
+                   or _long_decimals(g.PlanePositionSequence[0], "ImagePositionPatient")
+                   for g in ds.get("PerFrameFunctionalGroupsSequence") or [])
     if not missing and not needs and not unplaced:
         return ds
     ds = copy.deepcopy(ds)
@@ -793,6 +800,16 @@ def _multiframe_source(series: DicomSeries, missing: Sequence[str]) -> Any:
             shared.PixelMeasuresSequence = hd.PixelMeasuresSequence(
                 [float(v) for v in series.pixel_spacing], thickness or series.slice_spacing)
     return ds
+
+
+def _long_decimals(item: Any, name: str) -> bool:
+    """Whether ``name`` of ``item`` holds a decimal string of over 16 characters (or one that is no number)."""
+    try:
+        value = item.get(name)
+    except (TypeError, ValueError, OverflowError):  # not a number: given from the series' numbers
+        return True
+    values = value if isinstance(value, (list, tuple, MultiValue)) else [] if value is None else [value]
+    return any(len(str(v)) > 16 for v in values)
 
 
 def _frame_measures(series: DicomSeries) -> Any:

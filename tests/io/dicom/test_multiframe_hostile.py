@@ -202,3 +202,45 @@ def test_pixel_data_of_more_frames_than_its_number_of_frames_is_refused(tmp_path
     values = np.round(np.random.default_rng(0).uniform(0, 255, (3, 5, 3)))
     path, real = _edited(tmp_path / "odd", padded, values=values, rescale=False)
     np.testing.assert_array_equal(read_series(path.parent).volume, real.astype(np.float32))
+
+
+def _long_decimals(item, name):
+    """``name`` of ``item`` rewritten as decimal strings of 20 characters (invalid DS, as some writers give them)."""
+    from pydicom.dataelem import RawDataElement
+    from pydicom.tag import Tag
+
+    tag = Tag(pydicom.datadict.tag_for_keyword(name))
+    raw = "\\".join(f"{float(v) + 1e-9:.17f}"[:20] for v in item.get(name)).encode()
+    raw += b" " * (len(raw) % 2)
+    del item[tag]
+    item._dict[tag] = RawDataElement(tag, "DS", len(raw), raw, 0, False, True)
+
+
+def test_objects_of_a_multiframe_source_with_over_long_decimal_strings_pass_dciodvfy(tmp_path):
+    """Found by hostile testing: highdicom copies a multi-frame source's per-frame PlanePositionSequence (and its
+    shared PlaneOrientationSequence and PixelMeasuresSequence) into the SEG and Parametric Map as they are, so a
+    source's decimal strings of more than 16 characters (invalid, seen in the wild; read as numbers) made SEG and
+    Parametric Maps that dciodvfy rejects ("Length invalid for this VR"); of single-frame slices highdicom writes the
+    positions from their numbers, and the objects pass. They are given from the series' numbers, as for a one-frame
+    image whose position is shared."""
+    from monai_unc.io.dicom import default_segment, read_segmentation_labels, write_parametric_map, write_segmentation
+    from tests.io.dicom._series import dciodvfy_errors
+
+    def long(ds):
+        for group in ds.PerFrameFunctionalGroupsSequence:
+            _long_decimals(group.PlanePositionSequence[0], "ImagePositionPatient")
+        shared = ds.SharedFunctionalGroupsSequence[0]
+        _long_decimals(shared.PlaneOrientationSequence[0], "ImageOrientationPatient")
+        _long_decimals(shared.PixelMeasuresSequence[0], "PixelSpacing")
+
+    path, _ = _edited(tmp_path, long)
+    position = pydicom.dcmread(path).PerFrameFunctionalGroupsSequence[0].PlanePositionSequence[0]
+    assert max(len(str(v)) for v in position.ImagePositionPatient) > 16  # the source as built
+    series = read_series(path.parent, pixels=False)
+    label = np.zeros(series.shape, int)
+    label[3:9, 4:12, 2:7] = 1
+    seg = write_segmentation(label, series, tmp_path / "seg.dcm", [default_segment(1, "lesion")])
+    pm = write_parametric_map(np.ones(series.shape), series, tmp_path / "pm.dcm", "variance")
+    for written in (seg, pm):
+        assert dciodvfy_errors(written) == [], written.name
+    np.testing.assert_array_equal(read_segmentation_labels(seg, series), label)
