@@ -614,11 +614,24 @@ _TEXT_VRS = frozenset({"SH", "LO", "ST", "LT", "UT", "UC", "PN"})
 _DEFAULT_REPERTOIRE = ("", "ISO_IR 6", "ISO 2022 IR 6")
 
 
+def _equal(a: Any, b: Any) -> bool:
+    """``a == b``, False where the comparison raises.
+
+    highdicom's content classes (``PlaneOrientationSequence``, ...) raise TypeError compared with anything but their
+    own kind: a multi-frame source's SharedFunctionalGroupsSequence of the same attributes as a SEG's was compared
+    item by item with the SEG's, and writing the SEG failed (found by hostile testing).
+    """
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
 def _texts(dataset: Any, source: Any) -> list[str]:
     """The texts of ``dataset`` (recursively) but its top-level elements equal to the ``source``'s (copied)."""
     out = []
     for elem in dataset:
-        if elem.tag in source and source[elem.tag].value == elem.value:
+        if elem.tag in source and _equal(source[elem.tag].value, elem.value):
             continue
         if elem.VR == "SQ":
             out.extend(text for item in elem.value for text in _texts(item, Dataset()))
@@ -707,7 +720,8 @@ def source_images(series: DicomSeries) -> list[Any]:
     Of a multi-frame source (:attr:`~.series.DicomSeries.multiframe`) the one image, whose frames the derived
     objects' frames reference (highdicom reads their positions from its functional groups): when its shared
     functional groups lack the orientation or pixel measures (a scanner may give them per frame), or a frame's own
-    group lacks its position (a one-frame image may state it shared), a copy of its header is given them from the
+    group lacks its position (a one-frame image may state it shared), or one of them is a decimal string of over 16
+    characters (which highdicom would copy into the objects as it is), a copy of its header is given them from the
     series (:attr:`~.series.DicomSeries.orientation`, :attr:`~.series.DicomSeries.pixel_spacing`,
     :attr:`~.series.DicomSeries.positions`), where highdicom reads them; the series' headers stay as read.
 
@@ -753,9 +767,15 @@ def _multiframe_source(series: DicomSeries, missing: Sequence[str]) -> Any:
     ds = series.datasets[0]
     groups = ds.get("SharedFunctionalGroupsSequence") or []
     shared = groups[0] if groups else Dataset()
-    needs = [key for key in ("PlaneOrientationSequence", "PixelMeasuresSequence") if not shared.get(key)]
+    # highdicom copies these items as they are: decimal strings of over 16 characters (invalid, seen in the wild)
+    # made objects that dciodvfy rejects (found by hostile testing); they are then given from the series' numbers
+    needs = [key for key, names in (("PlaneOrientationSequence", ("ImageOrientationPatient",)),
+                                    ("PixelMeasuresSequence", ("PixelSpacing", "SliceThickness")))
+             if not shared.get(key) or any(_long_decimals(shared.get(key)[0], name) for name in names)]
     # highdicom reads each frame's position from its own group: a one-frame image may state it in the shared one
-    unplaced = any(not g.get("PlanePositionSequence") for g in ds.get("PerFrameFunctionalGroupsSequence") or [])
+    unplaced = any(not g.get("PlanePositionSequence")
+                   or _long_decimals(g.PlanePositionSequence[0], "ImagePositionPatient")
+                   for g in ds.get("PerFrameFunctionalGroupsSequence") or [])
     if not missing and not needs and not unplaced:
         return ds
     ds = copy.deepcopy(ds)
@@ -780,6 +800,16 @@ def _multiframe_source(series: DicomSeries, missing: Sequence[str]) -> Any:
             shared.PixelMeasuresSequence = hd.PixelMeasuresSequence(
                 [float(v) for v in series.pixel_spacing], thickness or series.slice_spacing)
     return ds
+
+
+def _long_decimals(item: Any, name: str) -> bool:
+    """Whether ``name`` of ``item`` holds a decimal string of over 16 characters (or one that is no number)."""
+    try:
+        value = item.get(name)
+    except (TypeError, ValueError, OverflowError):  # not a number: given from the series' numbers
+        return True
+    values = value if isinstance(value, (list, tuple, MultiValue)) else [] if value is None else [value]
+    return any(len(str(v)) > 16 for v in values)
 
 
 def _frame_measures(series: DicomSeries) -> Any:

@@ -3,7 +3,8 @@
 A series is a folder of single-frame slices, or a folder holding one enhanced multi-frame image (Enhanced CT / MR,
 Legacy Converted Enhanced CT / MR) whose frames form one stack: each frame is then read as one slice, its geometry
 from the functional groups (``PlaneOrientationSequence``, ``PlanePositionSequence``, ``PixelMeasuresSequence``, a
-per-frame item overriding the shared one) and its values through its ``PixelValueTransformationSequence``.
+frame's own value, else the shared one; the two differing is refused) and its values through its
+``PixelValueTransformationSequence`` (else the top-level ``RescaleSlope`` / ``RescaleIntercept``).
 
 Geometry (DICOM PS3.3 C.7.6.2.1.1): the pixel in column ``c`` and row ``r`` of a slice lies at
 ``ImagePositionPatient + c * dc * X + r * dr * Y`` in patient coordinates (LPS, mm), with ``X, Y`` the two
@@ -30,6 +31,7 @@ from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.multival import MultiValue
 from pydicom.uid import (
     CTImageStorage,
+    DeflatedExplicitVRLittleEndian,
     ExplicitVRLittleEndian,
     MRImageStorage,
     generate_uid,
@@ -183,7 +185,7 @@ def _fail(folder: Path, series: str | None, problem: str) -> DicomSeriesError:
 
 
 def _number(ds: Dataset, name: str, folder: Path, path: Path, kind: type = float, default: Any = None,
-            finite: bool = True) -> Any:
+            finite: bool = True, series_uid: str | None = None) -> Any:
     r"""The one value of the numeric attribute ``name`` of a header, as ``kind``; ``default`` when absent or empty.
 
     Headers are untrusted: an attribute with several values (``RescaleSlope`` ``1\2``: invalid DICOM, seen in the
@@ -193,7 +195,7 @@ def _number(ds: Dataset, name: str, folder: Path, path: Path, kind: type = float
     Raises:
         DicomSeriesError: naming ``path`` and ``name``: several values, not a number, not finite (with ``finite``).
     """
-    uid = str(ds.get("SeriesInstanceUID", "") or "") or None
+    uid = series_uid or str(ds.get("SeriesInstanceUID", "") or "") or None
     try:  # pydicom converts a raw value when it is first accessed: an invalid decimal string raises here
         value = ds.get(name, None)
     except (TypeError, ValueError, OverflowError):
@@ -267,12 +269,14 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
     folder holds exactly one multi-frame image of :data:`MULTIFRAME_SOP_CLASSES` (Enhanced CT / MR, Legacy Converted
     Enhanced CT / MR) whose frames form one stack: each frame is one slice, its orientation, position and pixel
     spacing taken from its per-frame functional groups or else the shared ones, its values through its
-    ``PixelValueTransformationSequence`` (absent: identity); the frames are checked and sorted as single-frame slices
+    ``PixelValueTransformationSequence`` (absent: the top-level ``RescaleSlope`` / ``RescaleIntercept``, else
+    identity); the frames are checked and sorted as single-frame slices
     are, and :attr:`DicomSeries.frames` says which frame each slice is. Headers are read first (no pixel data) and
     checked; the pixels are then read one slice (one frame) at a time into the float32 volume, so a read holds the
     headers, the volume and one slice (the memory model: ``4 * columns * rows * slices`` bytes; a multi-frame header
     holds its per-frame functional groups, and its frames are read from the file and decoded one at a time by
-    ``pydicom.pixels.iter_pixels``, never the file's whole pixel data at once).
+    ``pydicom.pixels.iter_pixels``, never the file's whole pixel data at once; a Deflated Explicit VR Little Endian
+    file, which is inflated whole, excepted).
 
     Args:
         folder: the folder of the series.
@@ -292,8 +296,10 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
             RescaleIntercept, NumberOfFrames, Rows, Columns, a one-slice series' slice spacing) with several values or a
             value that is no number (the message names the file and attribute); of a multi-frame image, further: other
             files beside it, several stacks, echoes, b-values, temporal positions or complex components, two frames at
-            one position, a frame without its orientation, position or pixel spacing, per-frame functional groups that
-            are not one item per frame (the message names the frame).
+            one position, a frame without its orientation, position or pixel spacing, a frame whose orientation,
+            position, pixel spacing or rescale its per-frame and shared functional groups state with other values,
+            per-frame functional groups that are not one item per frame, uncompressed pixel data of more frames
+            than its NumberOfFrames (the message names the frame).
 
     Example:
         >>> import tempfile
@@ -456,17 +462,44 @@ def _group_item(per: list[Dataset], shared: Dataset, i: int, sequence: str) -> D
     return None
 
 
+def _group_items(per: list[Dataset], shared: Dataset, i: int, sequence: str, name: str) -> list[Dataset]:
+    """The items of functional group ``sequence`` for frame ``i`` that hold ``name``: its own first, then the shared.
+
+    DICOM puts a functional group in the shared item or in every per-frame item, not both; a file with both is read
+    attribute by attribute (the frame's own value, else the shared one), and its callers refuse two values that
+    differ (found by hostile testing: the per-frame value was read, highdicom reads the shared one).
+    """
+    out = []
+    for item in (per[i], shared):
+        seq = item.get(sequence)
+        if seq and name in seq[0]:
+            try:  # an invalid decimal string raises when converted: held, and refused by the caller's reading
+                empty = seq[0][name].is_empty
+            except (TypeError, ValueError, OverflowError):
+                empty = False
+            if not empty:
+                out.append(seq[0])
+    return out
+
+
+def _both(path: Path, i: int, name: str, own: Any, common: Any) -> str:
+    """The problem of frame ``i``'s ``name`` stated in both its per-frame and the shared functional groups."""
+    return (f"{path.name} frame {i + 1}: its {name} differs between its per-frame ({own}) and the shared ({common}) "
+            "functional groups; a functional group is per frame or shared, not both")
+
+
 def _frame_geometry(path: Path, ds: Dataset, folder: Path,
                     uid: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, Dataset]:
     """Orientations, pixel spacings and positions of the frames of a multi-frame image, in frame order.
 
     Returns:
-        ``(frames, 6)``, ``(frames, 2)``, ``(frames, 3)`` and the first frame's pixel measures (or ``ds`` itself when
-        it has none) for a one-frame image's slice thickness.
+        ``(frames, 6)``, ``(frames, 2)``, ``(frames, 3)`` and the first frame's pixel measures (its
+        ``SpacingBetweenSlices`` and ``SliceThickness``: its own, else the shared, else top-level ones) for a
+        one-frame image's slice thickness.
 
     Raises:
         DicomSeriesError: several stacks, echoes, b-values, time points or complex components; a frame without its
-            geometry.
+            geometry, or whose per-frame and shared functional groups state it differently.
     """
     per, shared = _frame_groups(ds, folder, path, uid)
     for group, name, what in _ONE_DIMENSION:
@@ -481,40 +514,71 @@ def _frame_geometry(path: Path, ds: Dataset, folder: Path,
             raise _fail(folder, uid, f"{path.name} holds several {what} ({len(values)} values of {name}: {shown}); "
                                      "one stack of one image per position is read: give each as a series of its own")
     geometry = []
-    for sequence, name, count in (("PlaneOrientationSequence", "ImageOrientationPatient", 6),
-                                  ("PixelMeasuresSequence", "PixelSpacing", 2),
-                                  ("PlanePositionSequence", "ImagePositionPatient", 3)):
+    for sequence, name, count, atol in (("PlaneOrientationSequence", "ImageOrientationPatient", 6, ORIENTATION_ATOL),
+                                        ("PixelMeasuresSequence", "PixelSpacing", 2, SPACING_ATOL),
+                                        ("PlanePositionSequence", "ImagePositionPatient", 3, SPACING_ATOL)):
         values = np.zeros((len(per), count))
         for i in range(len(per)):
-            item = _group_item(per, shared, i, sequence)
-            try:
-                values[i] = [float(v) for v in item.get(name)]  # type: ignore[union-attr]
-            except (AttributeError, TypeError, ValueError):
-                values[i] = np.nan
-            if not np.isfinite(values[i]).all():
+            found = []
+            for item in _group_items(per, shared, i, sequence, name):
+                try:
+                    found.append(np.asarray([float(v) for v in item.get(name)], dtype=float))
+                except (TypeError, ValueError):
+                    found.append(np.full(0, np.nan))
+            if not found or found[0].shape != (count,) or not np.isfinite(found[0]).all():
                 raise _fail(folder, uid, f"{path.name} frame {i + 1} has no valid {name} (in the {sequence} of its "
                                          "per-frame or the shared functional groups)")
+            if len(found) == 2 and (found[1].shape != (count,) or not np.abs(found[0] - found[1]).max() <= atol):
+                raise _fail(folder, uid, _both(path, i, name, _shown(found[0]), _shown(found[1])))
+            values[i] = found[0]
         geometry.append(values)
-    measures = _group_item(per, shared, 0, "PixelMeasuresSequence")
-    return geometry[0], geometry[1], geometry[2], measures if measures is not None else ds
+    measures = Dataset()  # a one-frame image's thickness: its own, else the shared, else a top-level one
+    for name in ("SpacingBetweenSlices", "SliceThickness"):
+        items = _group_items(per, shared, 0, "PixelMeasuresSequence", name) or ([ds] if name in ds else [])
+        if items:
+            measures[name] = items[0][name]
+    return geometry[0], geometry[1], geometry[2], measures
+
+
+def _shown(values: np.ndarray) -> str:
+    return "\\".join(f"{float(v):.6g}" for v in values)
 
 
 def _frame_rescale(series: DicomSeries) -> list[tuple[float, float]]:
-    """``(RescaleSlope, RescaleIntercept)`` of each frame of a multi-frame source, in frame order (checked)."""
+    """``(RescaleSlope, RescaleIntercept)`` of each frame of a multi-frame source, in frame order (checked).
+
+    A frame's own ``PixelValueTransformationSequence``, else the shared one, else the top-level attributes (an
+    Enhanced CT of a converter may state them there, as single-frame slices do; highdicom reads them so), else the
+    identity (an Enhanced MR may have none).
+    """
     ds, path = series.datasets[0], series.files[0]
-    per, shared = _frame_groups(ds, series.folder, path, series.series_uid)
+    uid = series.series_uid
+    per, shared = _frame_groups(ds, series.folder, path, uid)
+    top: dict[str, Any] = {}  # the top-level values, read only where a frame needs them
+
+    def top_level(name: str) -> Any:
+        if name not in top:
+            top[name] = _number(ds, name, series.folder, path, float, None, finite=False)
+        return top[name]
+
     out = []
     for i in range(len(per)):
-        item = _group_item(per, shared, i, "PixelValueTransformationSequence")
         where = Path(f"{path.name} frame {i + 1}")  # how the messages name the frame
-        # absent (an Enhanced MR may have none): the identity; a non-finite value is refused below, with both values
-        slope = 1.0 if item is None else _number(item, "RescaleSlope", series.folder, where, float, 1.0, finite=False)
-        intercept = 0.0 if item is None else _number(item, "RescaleIntercept", series.folder, where, float, 0.0,
-                                                     finite=False)
+        value = {}
+        for name, default in (("RescaleSlope", 1.0), ("RescaleIntercept", 0.0)):
+            # a non-finite value is refused below, with both values
+            found = [_number(item, name, series.folder, where, float, None, finite=False, series_uid=uid)
+                     for item in _group_items(per, shared, i, "PixelValueTransformationSequence", name)]
+            found = [v for v in found if v is not None]
+            if len(found) == 2 and found[0] != found[1] and np.isfinite(found).all():
+                raise _fail(series.folder, uid, _both(path, i, name, f"{found[0]:g}", f"{found[1]:g}"))
+            stated = found[0] if found else top_level(name)
+            value[name] = default if stated is None else stated
+        slope, intercept = value["RescaleSlope"], value["RescaleIntercept"]
         if slope == 0 or not np.isfinite(slope) or not np.isfinite(intercept):
-            raise _fail(series.folder, series.series_uid, f"{where.name}: RescaleSlope {slope:g} / RescaleIntercept "
-                                                          f"{intercept:g}: the slope must be finite and not 0 (0 "
-                                                          "maps every pixel to the intercept), the intercept finite")
+            raise _fail(series.folder, uid, f"{where.name}: RescaleSlope {slope:g} / RescaleIntercept "
+                                            f"{intercept:g}: the slope must be finite and not 0 (0 "
+                                            "maps every pixel to the intercept), the intercept finite")
         out.append((slope, intercept))
     return out
 
@@ -561,6 +625,42 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
     return volume
 
 
+def _check_frame_count(series: DicomSeries, path: Path, syntax: Any) -> None:
+    """Refuse native pixel data of more whole frames than the image's NumberOfFrames (its length, not its bytes).
+
+    ``iter_pixels`` yields NumberOfFrames frames and leaves the rest unread; a single-frame slice whose pixel data
+    holds several frames is refused (found by hostile testing: such an image was read from its first frames). Short
+    pixel data fails at its first missing frame; compressed pixel data is not counted here.
+    """
+    ds = series.datasets[0]
+    bits = _number(ds, "BitsAllocated", series.folder, path, int, None, series_uid=series.series_uid)
+    samples = _number(ds, "SamplesPerPixel", series.folder, path, int, 1, series_uid=series.series_uid) or 1
+    native = syntax is not None and not syntax.is_compressed and syntax != DeflatedExplicitVRLittleEndian
+    if not native or bits not in (8, 16, 32, 64):
+        return
+    try:  # the element's length, its value left in the file (deferred)
+        element = pydicom.dcmread(path, defer_size=256).get_item(0x7FE00010, keep_deferred=True)
+        length = int(element.length) if element is not None else None
+    except Exception:  # unreadable here: the frames' reading says what is wrong
+        return
+    cols, rows, n = series.shape
+    frame = rows * cols * samples * bits // 8
+    if length is not None and length != 0xFFFFFFFF and frame > 0 and length // frame > n:
+        raise _fail(series.folder, series.series_uid, f"{path.name}: its pixel data holds {length // frame} frames of "
+                                                      f"{cols} x {rows} pixels, its NumberOfFrames {n} (and its "
+                                                      "per-frame functional groups): which frames they describe is "
+                                                      "unknown")
+
+
+def _read_whole(series: DicomSeries, path: Path) -> Dataset:
+    """The whole dataset of ``path`` (a deflated file, which :func:`pydicom.pixels.iter_pixels` cannot read)."""
+    try:
+        return pydicom.dcmread(path)
+    except Exception as e:
+        raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data unreadable "
+                                                      f"({type(e).__name__})") from None
+
+
 def _read_frames(series: DicomSeries) -> np.ndarray:
     """The volume of a multi-frame source, decoded one frame at a time (``pydicom.pixels.iter_pixels``)."""
     from pydicom.pixels import iter_pixels
@@ -571,7 +671,11 @@ def _read_frames(series: DicomSeries) -> np.ndarray:
     rescale = _frame_rescale(series)  # every frame's checked before any pixel is read
     slice_of = {frame: k for k, frame in enumerate(series.frames)}
     volume = np.empty((cols, rows, n), dtype=np.float32)
-    frames = iter_pixels(path)
+    syntax = getattr(getattr(series.datasets[0], "file_meta", None), "TransferSyntaxUID", None)
+    _check_frame_count(series, path, syntax)
+    # iter_pixels reads a file's frames one at a time, but does not inflate a deflated file (it then finds no pixel
+    # data; found by hostile testing): such a file is read whole, its frames then decoded one at a time
+    frames = iter_pixels(path if syntax != DeflatedExplicitVRLittleEndian else _read_whole(series, path))
     for i in range(n):
         try:
             stored = next(frames)
