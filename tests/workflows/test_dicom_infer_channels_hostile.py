@@ -1,0 +1,85 @@
+"""Hostile tests of DICOM input to networks of several input channels (``infer`` / ``dicom-export`` / ``report``).
+
+Each test is a finding of hostile testing that failed before its fix: the case and what went wrong are in its
+docstring.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+pytest.importorskip("pydicom", reason="needs the dicom extra")
+pytest.importorskip("highdicom", reason="needs the dicom extra")
+
+from monai_unc.cli import main  # noqa: E402
+from monai_unc.io import save_nifti  # noqa: E402
+from monai_unc.io.dicom import read_series, write_series  # noqa: E402
+from tests._cases import TOY_NET  # noqa: E402
+from tests.workflows.test_dicom_infer_channels import (  # noqa: E402
+    AFFINE,
+    _channels,
+    _network,
+    _session,
+    _write_case,
+)
+
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
+
+
+def _bundle(root, net, in_channels: int):
+    """A bundle of the toy network whose preprocessing loads the image with MONAI's ``LoadImaged``."""
+    folder = root / "bundle"
+    (folder / "configs").mkdir(parents=True)
+    (folder / "models").mkdir()
+    shutil.copy(net[1], folder / "models" / "model.pt")
+    config = {"network_def": {**TOY_NET, "in_channels": in_channels},
+              "preprocessing": {"_target_": "Compose", "transforms": [
+                  {"_target_": "LoadImaged", "keys": "image"},
+                  {"_target_": "EnsureChannelFirstd", "keys": "image"},
+                  {"_target_": "NormalizeIntensityd", "keys": "image", "channel_wise": True}]}}
+    (folder / "configs" / "inference.json").write_text(json.dumps(config))
+    return folder
+
+
+def _infer_bundle(images, out, bundle):
+    return main(["infer", "-i", str(images), "-o", str(out), "--bundle", str(bundle), "--samples", "2", "--seed", "3",
+                 "--device", "cpu", "-q"])
+
+
+def _assert_same_outputs(ours, ref):
+    names = sorted(p.name for p in ref.glob("*.nii.gz"))
+    assert names and names == sorted(p.name for p in ours.glob("*.nii.gz"))
+    for name in names:
+        a, b = nib.load(ours / name), nib.load(ref / name)
+        np.testing.assert_allclose(a.affine, b.affine, atol=1e-4, err_msg=name)
+        np.testing.assert_array_equal(np.asarray(a.dataobj), np.asarray(b.dataobj), err_msg=name)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("in_channels", [1, 2])
+def test_a_bundles_preprocessing_reads_series_by_slice_position(tmp_path, in_channels):
+    """Found by hostile testing: under a bundle's preprocessing a series folder went to MONAI's ``LoadImaged``, which
+    orders the slices by ``InstanceNumber``: a series numbered out of slice order was predicted scrambled, with
+    another affine, exit status 0 (probabilities off by 0.99); a channel series stored the other way round failed
+    the case. The outputs equal those of the same values given as NIfTI files."""
+    net = _network(tmp_path, in_channels=in_channels)
+    bundle = _bundle(tmp_path, net, in_channels)
+    images, nifti = tmp_path / "images", tmp_path / "nifti"
+    t1, t2 = _channels()
+    if in_channels == 1:  # instance numbers shuffled (shuffle_seed), the files in no order
+        write_series(t1, AFFINE, images / "br01", modality="MR", shuffle_seed=2, **_session())
+        save_nifti(t1, read_series(images / "br01", pixels=False).affine, nifti / "br01.nii.gz")
+    else:  # channel 1 stored with its slices the other way round
+        _write_case(images, "br01")
+        affine = read_series(images / "br01_0000", pixels=False).affine
+        save_nifti(t1, affine, nifti / "br01_0000.nii.gz")
+        save_nifti(t2, affine, nifti / "br01_0001.nii.gz")
+    assert _infer_bundle(nifti, tmp_path / "from_nifti", bundle) == 0
+    assert _infer_bundle(images, tmp_path / "from_series", bundle) == 0
+    _assert_same_outputs(tmp_path / "from_series", tmp_path / "from_nifti")
+    assert not [p.name for p in (tmp_path / "from_series").iterdir() if p.name.startswith(".")]  # no scratch left
