@@ -51,6 +51,7 @@ from .prepare import (
     ACTIVATIONS,
     DICOM_FOLDER,
     check_dicom_input,
+    check_infer_case_outputs,
     check_infer_output,
     checkpoint_list,
     infer_measures,
@@ -453,6 +454,8 @@ def infer_command(
         err = plan = None
         try:  # a setup error on one rank must not leave the others waiting
             plan = prepare_infer(input, device=dev, **options)
+            # the cases as the network reads them (DICOM series of several channels: <case>_0000/, ... is <case>)
+            check_infer_case_outputs(out, [c.case_id for c in plan.cases], **options)
         except Exception as e:
             err = e
         sync_errors(err, ctx)

@@ -55,6 +55,7 @@ __all__ = [
     "checkpoint_list",
     "infer_written_files",
     "check_infer_output",
+    "check_infer_case_outputs",
     "EVALUATE_WRITES",
     "DICOM_FOLDER",
     "check_dicom_input",
@@ -369,9 +370,41 @@ def check_infer_output(
         ids = [c.case_id for c in list_image_cases(input)]
     except ValueError:  # no image: prepare_infer says so
         ids = []
-    with refusing("output"):
-        check_inputs_not_written(out, infer_written_files(ids), *inputs, what="--output")
+    check_infer_case_outputs(out, ids, checkpoint=checkpoint, network=network, regions=regions)
     return out
+
+
+def check_infer_case_outputs(
+    output: str | os.PathLike,
+    case_ids: Sequence[str],
+    *,
+    checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None = (),
+    network: str | os.PathLike | Mapping | None = None,
+    regions: RegionSpec | str | os.PathLike | None = None,
+    **_: Any,
+) -> None:
+    """Check that the files ``infer`` writes for ``case_ids`` in ``output`` replace no checkpoint, spec or regions file.
+
+    :func:`check_infer_output` checks the cases of the input folder as listed before the network loads; DICOM series
+    named by channel (``<case>_0000/``, ``<case>_0001/``) are the case ``<case>`` of a network of several input
+    channels, known once it loads, and are checked again then (found by hostile testing: ``--network OUT/br01.json``
+    was overwritten by the record of the case ``br01`` read from ``br01_0000/`` and ``br01_0001/``, while the same
+    case given as NIfTI channel files was refused).
+
+    Args:
+        output: the ``--output`` folder.
+        case_ids: the cases of the run.
+        checkpoint: the ``--checkpoint`` file(s).
+        network: the ``--network`` spec (a path, inline JSON or a mapping).
+        regions: the ``--regions`` spec (a path, a name, inline JSON or a mapping).
+        **_: the other options of :func:`~monai_unc.workflows.infer_plan.prepare_infer` (ignored).
+
+    Raises:
+        ValueError: naming ``--output`` and the input file a case's output would replace.
+    """
+    inputs = [*checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]
+    with refusing("output"):
+        check_inputs_not_written(output, infer_written_files(case_ids), *inputs, what="--output")
 
 
 #: the sub-folder of ``infer --output-format both`` that holds the DICOM objects (``<output>/dicom/<case>/``)

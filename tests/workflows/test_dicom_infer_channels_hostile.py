@@ -23,6 +23,7 @@ from tests._cases import TOY_NET  # noqa: E402
 from tests.workflows.test_dicom_infer_channels import (  # noqa: E402
     AFFINE,
     _channels,
+    _infer,
     _network,
     _session,
     _write_case,
@@ -83,3 +84,20 @@ def test_a_bundles_preprocessing_reads_series_by_slice_position(tmp_path, in_cha
     assert _infer_bundle(images, tmp_path / "from_series", bundle) == 0
     _assert_same_outputs(tmp_path / "from_series", tmp_path / "from_nifti")
     assert not [p.name for p in (tmp_path / "from_series").iterdir() if p.name.startswith(".")]  # no scratch left
+
+
+def test_a_case_of_channel_series_never_overwrites_an_input(tmp_path, capsys):
+    """Found by hostile testing: ``--network OUT/br01.json`` was overwritten by the record of the case ``br01`` read
+    from ``br01_0000/`` and ``br01_0001/`` (its outputs were checked against the inputs as the cases ``br01_0000`` and
+    ``br01_0001``), while the same case given as NIfTI channel files was refused. Refused in one line as well."""
+    spec, ckpt = _network(tmp_path)
+    _write_case(tmp_path / "images", "br01")
+    (tmp_path / "out").mkdir()
+    inside = tmp_path / "out" / "br01.json"
+    shutil.copy(spec, inside)
+    capsys.readouterr()
+    assert _infer(tmp_path / "images", tmp_path / "out", (inside, ckpt)) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "the command writes br01.json there, which is the input file" in err[0], err
+    assert inside.read_text() == spec.read_text()
+    assert not list((tmp_path / "out").glob("*.nii.gz"))
