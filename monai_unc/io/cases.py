@@ -103,6 +103,7 @@ __all__ = [
     "dicom_channel_series",
     "case_series_folder",
     "recorded_series",
+    "case_image_files",
     "nnunet_input_channels",
     "match_cases",
     "read_volume",
@@ -823,6 +824,55 @@ def recorded_series(predictions: str | os.PathLike, case_id: str) -> list[str]:
     return names if [e.get("file") for e in saved] == names else []
 
 
+def case_image_files(images: str | os.PathLike, predictions: str | os.PathLike, case_ids: Iterable[str],
+                     layout: str = "monai-unc") -> dict[str, Path]:
+    """The image of each case of an ``--images`` folder: its (first) channel file, or the series it lies on.
+
+    The cases of :func:`list_image_cases`; a case predicted from one DICOM series per input channel lies on channel
+    0's series, ``<case>_0000/``: an nnU-Net model of several channels (its ``dataset.json`` beside the
+    predictions), or ``infer``'s network of several (the case's record lists the series, :func:`recorded_series`).
+    The one rule of ``evaluate`` / ``triage`` (:func:`match_cases`) and of ``report --images`` (found by hostile
+    testing: the report drew such a case on its label map, as if no image were given).
+
+    Args:
+        images: the folder of the input images.
+        predictions: the predictions folder (the cases' records, nnU-Net's ``dataset.json``).
+        case_ids: the cases whose series channels are looked up.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+
+    Returns:
+        ``{case id: image file or series folder}``.
+
+    Raises:
+        CaseError: as :func:`list_image_cases`.
+    """
+    pred_dir = Path(predictions)
+    series = {p.name: p for p in dicom_series_folders(images)}
+    # a case predicted from one series per input channel lies on channel 0's series, <case>_0000/: an nnU-Net
+    # model of several channels (its dataset.json beside the predictions), or infer's network of several (the
+    # case's record lists the series)
+    model_channels = (nnunet_input_channels(read_json_or_none(pred_dir / "dataset.json"))
+                      if series and layout == "nnunet" else 1)
+    channels = {cid: model_channels if layout == "nnunet" else len(recorded_series(pred_dir, cid))
+                for cid in (case_ids if series else ())}
+    try:
+        listed = list_image_cases(images)
+    except CaseError:
+        several = {n for n in channels.values() if n > 1}
+        if len(several) != 1:
+            raise
+        # found by hostile testing: series named by channel beside NIfTI channel files were refused as cases of one
+        # channel ("different numbers of channels"); they are the channels of the cases predicted from them
+        listed = list_image_cases(images, series_channels=several.pop())
+    image_files = {c.case_id: c.channels[0] for c in listed}
+    for cid, n in channels.items():
+        if n > 1:
+            image_files.pop(cid, None)
+            if f"{cid}_0000" in series:
+                image_files[cid] = series[f"{cid}_0000"]
+    return image_files
+
+
 def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
     """Every channel file of the image case whose first channel file is ``path``.
 
@@ -1194,21 +1244,7 @@ def match_cases(
         absent = [m for m in measures if m not in map_files]
         if absent:
             raise CaseError(f"no uncertainty map for measure(s) {absent} in {unc_dir} (files <case>_<measure>.<ext>)")
-    image_files: dict[str, Path] = {}
-    if images is not None:
-        image_files = {c.case_id: c.channels[0] for c in list_image_cases(images)}
-        series = {p.name: p for p in dicom_series_folders(images)}
-        # a case predicted from one series per input channel lies on channel 0's series, <case>_0000/: an nnU-Net
-        # model of several channels (its dataset.json beside the predictions), or infer's network of several (the
-        # case's record lists the series)
-        model_channels = (nnunet_input_channels(read_json_or_none(pred_dir / "dataset.json"))
-                          if series and layout == "nnunet" else 1)
-        for cid in label_files if series else ():
-            channels = model_channels if layout == "nnunet" else len(recorded_series(pred_dir, cid))
-            if channels > 1:
-                image_files.pop(cid, None)
-                if f"{cid}_0000" in series:
-                    image_files[cid] = series[f"{cid}_0000"]
+    image_files = case_image_files(images, pred_dir, label_files, layout) if images is not None else {}
     # the options as the command line names them: triage matches the predictions with themselves (labels = segs)
     roles = {"label": "--predictions" if not seg_ok else "--labels", "segmentation": "--predictions",
              "probabilities": "--predictions", "map": "--uncertainty" if uncertainty is not None else "--predictions"}

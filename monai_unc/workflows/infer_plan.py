@@ -37,7 +37,7 @@ import torch
 from .._utils import check_integer, is_finite_real
 from ..engine import DistContext, read_dist_env, start_notice, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
-from ..io import ImageCase, check_case_ids, input_folder, list_image_cases
+from ..io import CaseError, ImageCase, check_case_ids, dicom_series_folders, input_folder, list_image_cases
 from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS, check_dicom_options
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
@@ -312,8 +312,16 @@ def prepare_infer(
     check_window_options(roi, overlap, sw_batch_size, rule)
     names = infer_measures(method, measures)
     device = resolve_device(device)
-    cases = list_image_cases(input)
-    check_case_ids(cases)  # a case 'infer' or 'failures' would replace the run's own files: before the model loads
+    try:
+        cases: list[ImageCase] | None = list_image_cases(input)
+    except CaseError:
+        if not dicom_series_folders(input):
+            raise
+        # found by hostile testing: series named by channel (<case>_0000/, <case>_0001/) beside NIfTI channel files
+        # were refused as cases of one channel; a network of several reads them as one case (listed once it loads)
+        cases = None
+    if cases is not None:
+        check_case_ids(cases)  # a case 'infer' or 'failures' would replace the run's own files: before the model loads
     # found by hostile review: accepted without a word, and infer.json recorded it while each case record held the
     # samples really drawn; warned once the plan is built (a refused command prints its one error line only)
     unused_samples = samples if samples is not None and not SAMPLES_TOKENS & set(method_tokens(method)) else None
@@ -341,7 +349,7 @@ def prepare_infer(
     )  # fmt: skip
     check_model_activation(loaded, activation)  # a sigmoid bundle run with the default softmax: one error now
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
-    if any(p.is_dir() for c in cases for p in c.channels):
+    if cases is None or any(p.is_dir() for c in cases for p in c.channels):
         # DICOM input: one series folder per input channel of the network (<case>_0000/, ...) when it takes several
         cases = network_image_cases(input, net)
         check_case_ids(cases)

@@ -101,3 +101,57 @@ def test_a_case_of_channel_series_never_overwrites_an_input(tmp_path, capsys):
     assert len(err) == 1 and "the command writes br01.json there, which is the input file" in err[0], err
     assert inside.read_text() == spec.read_text()
     assert not list((tmp_path / "out").glob("*.nii.gz"))
+
+
+def test_channel_series_beside_nifti_channel_files(tmp_path):
+    """Found by hostile testing: a folder holding the case ``s1`` as series named by channel (``s1_0000/``,
+    ``s1_0001/``) beside the case ``n1`` as NIfTI channel files was refused by ``infer`` and by ``evaluate --images``
+    ("different numbers of channels, e.g. 's1_0000' 1"), although ``list_image_cases(series_channels=2)`` reads it.
+    Both cases are predicted (equal values: equal outputs) and ``evaluate`` gives ``s1`` channel 0's series."""
+    from monai_unc.io import read_csv
+
+    net = _network(tmp_path)
+    images = tmp_path / "images"
+    _write_case(images, "s1")
+    t1, t2 = _channels()
+    affine = read_series(images / "s1_0000", pixels=False).affine
+    save_nifti(t1, affine, images / "n1_0000.nii.gz")
+    save_nifti(t2, affine, images / "n1_0001.nii.gz")
+    assert _infer(images, tmp_path / "out", net) == 0
+    n1, s1 = (np.asarray(nib.load(tmp_path / "out" / f"{c}_probs.nii.gz").dataobj) for c in ("n1", "s1"))
+    np.testing.assert_array_equal(n1, s1)
+    for case in ("n1", "s1"):
+        seg = nib.load(tmp_path / "out" / f"{case}_seg.nii.gz")
+        save_nifti(np.asarray(seg.dataobj).astype(np.uint8), seg.affine, tmp_path / "labels" / f"{case}.nii.gz")
+    assert main(["evaluate", "-l", str(tmp_path / "labels"), "-p", str(tmp_path / "out"), "--images", str(images),
+                 "-o", str(tmp_path / "eval"), "--no-spatial", "-q"]) == 0
+    assert sorted(r["case"] for r in read_csv(tmp_path / "eval" / "metrics.csv")) == ["n1", "s1"]
+    records = {c: (tmp_path / "eval" / "state" / "cases" / f"{c}.json").read_text() for c in ("n1", "s1")}
+    assert str(images / "n1_0000.nii.gz") in records["n1"] and str(images / "s1_0000") + '"' in records["s1"]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_report_draws_a_case_of_channel_series_on_its_image(tmp_path):
+    """Found by hostile testing: ``report --images SERIES`` of cases predicted from one series per channel found no
+    image for them (the folder's series are ``br01_0000/`` and ``br01_0001/``) and drew them on their label map, as
+    without ``--images``. The figures equal those drawn with the same values as NIfTI channel files."""
+    net = _network(tmp_path)
+    images, nifti = tmp_path / "images", tmp_path / "nifti"
+    _write_case(images, "br01")
+    t1, t2 = _channels()
+    affine = read_series(images / "br01_0000", pixels=False).affine
+    save_nifti(t1, affine, nifti / "br01_0000.nii.gz")
+    save_nifti(t2, affine, nifti / "br01_0001.nii.gz")
+    assert _infer(images, tmp_path / "out", net) == 0
+    seg = nib.load(tmp_path / "out" / "br01_seg.nii.gz")
+    label = np.asarray(seg.dataobj).astype(np.uint8)
+    label[:3] = 0
+    save_nifti(label, seg.affine, tmp_path / "labels" / "br01.nii.gz")
+    assert main(["evaluate", "-l", str(tmp_path / "labels"), "-p", str(tmp_path / "out"), "-o",
+                 str(tmp_path / "eval"), "--no-spatial", "-q"]) == 0
+    figures = {}
+    for name, folder in (("series", images), ("nifti", nifti)):
+        assert main(["report", "-e", str(tmp_path / "eval"), "--images", str(folder), "-o",
+                     str(tmp_path / f"report_{name}"), "-q"]) == 0
+        figures[name] = (tmp_path / f"report_{name}" / "figures" / "case_br01.png").read_bytes()
+    assert figures["series"] == figures["nifti"]
