@@ -873,7 +873,7 @@ def case_image_files(images: str | os.PathLike, predictions: str | os.PathLike, 
     return image_files
 
 
-def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
+def image_channel_files(path: str | os.PathLike, case_id: str | None = None) -> tuple[Path, ...]:
     """Every channel file of the image case whose first channel file is ``path``.
 
     For nnU-Net's channel naming (``CASE_0000.nii.gz``, the file :func:`match_cases` gives as a case's ``image``)
@@ -881,10 +881,16 @@ def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
     of :func:`list_image_cases`: only when every volume name of the folder has the ``_NNNN`` suffix (in a folder
     where some names have none, ``CASE_0000`` and ``CASE_0001`` are two cases, as ``infer`` predicted them); any
     other file is one file holding every channel (e.g. a 4D NIfTI). A NIfTI pair's header (``CASE_0000.hdr``) has
-    the channels :func:`list_image_cases` gives its case.
+    the channels :func:`list_image_cases` gives its case. With ``case_id``, a DICOM series folder named
+    ``<case>_0000`` (channel 0's series of a case predicted from one series per input channel, the image
+    :func:`case_image_files` gives it) has the series ``<case>_0000/``, ``<case>_0001/``, ... beside it (found by
+    hostile testing: triage's image statistics read channel 0's series only, so a rule fitted on the same cases as
+    NIfTI channel files could not triage them, and a shift of another channel went unseen).
 
     Args:
         path: the case's (first) image file.
+        case_id: the case (its series named by channel are found only with it: a case of one series may be named
+            ``<name>_0000`` too).
 
     Returns:
         The channel files in channel order; ``(path,)`` for a name without the ``_0000`` channel suffix or in a
@@ -903,6 +909,11 @@ def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
         ['a_0000.nii.gz', 'a_0001.nii.gz']
     """
     path = Path(path)
+    if case_id is not None and path.name == f"{case_id}_0000" and path.is_dir():
+        series = [path]
+        while (path.parent / f"{case_id}_{len(series):04d}").is_dir():
+            series.append(path.parent / f"{case_id}_{len(series):04d}")
+        return tuple(series)
     if path.name.lower().endswith(PAIR_HEADER_EXTENSION) and path.parent.is_dir():
         # a NIfTI pair named as a channel file (<case>_0000.hdr) has its channels by list_image_cases' rule for pairs
         # (found by the review of NIfTI pairs: only its first channel was read by triage's image features)

@@ -155,3 +155,29 @@ def test_report_draws_a_case_of_channel_series_on_its_image(tmp_path):
                      str(tmp_path / f"report_{name}"), "-q"]) == 0
         figures[name] = (tmp_path / f"report_{name}" / "figures" / "case_br01.png").read_bytes()
     assert figures["series"] == figures["nifti"]
+
+
+def test_image_statistics_read_every_channel_series(tmp_path):
+    """Found by hostile testing: the image statistics of a referral rule (``evaluate --images --target-risk``, then
+    ``triage --images``) read only channel 0's series of a case predicted from one series per channel (``"all"``
+    channel files: ``br01_0000/`` alone), so a rule fitted on the same cases as NIfTI channel files failed every case
+    given as series ("has 1 channel(s), the calibration images of the rule 2") and the reverse, and a shift of
+    channel 1 went unseen. Every channel's series is read, in channel 0's voxel order (channel 1 is stored the other
+    way round), as the NIfTI channel files are; a case of one series named ``<name>_0000`` stays one channel."""
+    from monai_unc.evaluation.triage import read_image_channels
+    from monai_unc.io import image_channel_files
+
+    images, nifti = tmp_path / "images", tmp_path / "nifti"
+    _write_case(images, "br01")
+    t1, t2 = _channels()
+    affine = read_series(images / "br01_0000", pixels=False).affine
+    save_nifti(t1, affine, nifti / "br01_0000.nii.gz")
+    save_nifti(t2, affine, nifti / "br01_0001.nii.gz")
+    assert [p.name for p in image_channel_files(images / "br01_0000", "br01")] == ["br01_0000", "br01_0001"]
+    ours = read_image_channels(images / "br01_0000", "all", case_id="br01")
+    ref = read_image_channels(nifti / "br01_0000.nii.gz", "all", case_id="br01")
+    assert ours.shape == ref.shape == (2, *t1.shape)
+    np.testing.assert_array_equal(ours, ref)
+    # a case of one series named like a channel (a network of one channel): its own series only
+    assert [p.name for p in image_channel_files(images / "br01_0000", "br01_0000")] == ["br01_0000"]
+    assert read_image_channels(images / "br01_0000", "all", case_id="br01_0000").shape[0] == 1
