@@ -351,7 +351,15 @@ def prepare_infer(
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
     if cases is None or any(p.is_dir() for c in cases for p in c.channels):
         # DICOM input: one series folder per input channel of the network (<case>_0000/, ...) when it takes several
-        cases = network_image_cases(input, net)
+        try:
+            cases = network_image_cases(input, net)
+        except ValueError:
+            if loaded.preprocessing is None:
+                raise
+            # a bundle's preprocessing may make the network's channels from one image (RepeatChanneld, CT windows
+            # concatenated): series not named by channel are one case each, as a NIfTI file is (found by hostile
+            # testing: such a bundle refused every series folder, "the model takes 2 input channels")
+            cases = list_image_cases(input)
         check_case_ids(cases)
     if "ensemble" in method_tokens(method):
         _check_distinct_members(loaded.checkpoints, loaded.weights[:len(loaded.checkpoints)])

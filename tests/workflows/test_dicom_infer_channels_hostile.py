@@ -32,8 +32,9 @@ from tests.workflows.test_dicom_infer_channels import (  # noqa: E402
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
-def _bundle(root, net, in_channels: int):
-    """A bundle of the toy network whose preprocessing loads the image with MONAI's ``LoadImaged``."""
+def _bundle(root, net, in_channels: int, repeat: int = 1):
+    """A bundle of the toy network whose preprocessing loads the image with MONAI's ``LoadImaged`` (and repeats its
+    channel ``repeat`` times: the network's channels made from one image)."""
     folder = root / "bundle"
     (folder / "configs").mkdir(parents=True)
     (folder / "models").mkdir()
@@ -42,6 +43,7 @@ def _bundle(root, net, in_channels: int):
               "preprocessing": {"_target_": "Compose", "transforms": [
                   {"_target_": "LoadImaged", "keys": "image"},
                   {"_target_": "EnsureChannelFirstd", "keys": "image"},
+                  *([{"_target_": "RepeatChanneld", "keys": "image", "repeats": repeat}] if repeat > 1 else []),
                   {"_target_": "NormalizeIntensityd", "keys": "image", "channel_wise": True}]}}
     (folder / "configs" / "inference.json").write_text(json.dumps(config))
     return folder
@@ -181,3 +183,19 @@ def test_image_statistics_read_every_channel_series(tmp_path):
     # a case of one series named like a channel (a network of one channel): its own series only
     assert [p.name for p in image_channel_files(images / "br01_0000", "br01_0000")] == ["br01_0000"]
     assert read_image_channels(images / "br01_0000", "all", case_id="br01_0000").shape[0] == 1
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_bundle_making_its_channels_from_one_image_reads_one_series_per_case(tmp_path):
+    """Found by hostile testing: a bundle whose network takes 2 channels made by its preprocessing from one image
+    (``RepeatChanneld``; CT windows concatenated) refused every series folder ("the model takes 2 input channels, so
+    each case needs one series folder per channel ... ct01/ is not named so"), while ``ct01.nii.gz`` was predicted.
+    The series is one case, predicted as the NIfTI file is."""
+    net = _network(tmp_path)
+    bundle = _bundle(tmp_path, net, 2, repeat=2)
+    t1, _ = _channels()
+    write_series(t1, AFFINE, tmp_path / "images" / "ct01", modality="MR", shuffle_seed=2, **_session())
+    save_nifti(t1, read_series(tmp_path / "images" / "ct01", pixels=False).affine, tmp_path / "nifti" / "ct01.nii.gz")
+    assert _infer_bundle(tmp_path / "nifti", tmp_path / "from_nifti", bundle) == 0
+    assert _infer_bundle(tmp_path / "images", tmp_path / "from_series", bundle) == 0
+    _assert_same_outputs(tmp_path / "from_series", tmp_path / "from_nifti")
