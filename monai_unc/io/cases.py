@@ -103,6 +103,7 @@ __all__ = [
     "dicom_channel_series",
     "case_series_folder",
     "recorded_series",
+    "recorded_channels",
     "case_image_files",
     "nnunet_input_channels",
     "match_cases",
@@ -824,6 +825,34 @@ def recorded_series(predictions: str | os.PathLike, case_id: str) -> list[str]:
     return names if [e.get("file") for e in saved] == names else []
 
 
+def recorded_channels(predictions: str | os.PathLike, case_id: str) -> int:
+    """The number of input channels ``infer`` predicted a case from, as the case's record lists its inputs.
+
+    One series folder or channel file per channel (a 4D NIfTI file counts one). A case predicted from NIfTI channel
+    files converted from DICOM series lies on the series of channel 0 as much as one predicted from the series
+    (found by hostile testing: ``dicom-export -s SERIES`` and ``evaluate --images SERIES`` looked for ``<case>/`` for
+    it, which for a case of several channels is no series of it, and refused the case).
+
+    Args:
+        predictions: the output folder of ``infer``.
+        case_id: the case.
+
+    Returns:
+        The number of inputs in ``<case>.json``; 0 without a record or ``inputs`` (nnU-Net's records).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     record = {"inputs": ["brain_0000.nii.gz", "brain_0001.nii.gz"]}
+        ...     _ = (Path(d) / "brain.json").write_text(json.dumps(record))
+        ...     recorded_channels(d, "brain"), recorded_channels(d, "other")
+        (2, 0)
+    """
+    record = read_json_or_none(Path(predictions) / f"{case_id}.json")
+    inputs = record.get("inputs") if isinstance(record, dict) else None
+    return len(inputs) if isinstance(inputs, list) else 0
+
+
 def case_image_files(images: str | os.PathLike, predictions: str | os.PathLike, case_ids: Iterable[str],
                      layout: str = "monai-unc") -> dict[str, Path]:
     """The image of each case of an ``--images`` folder: its (first) channel file, or the series it lies on.
@@ -853,7 +882,7 @@ def case_image_files(images: str | os.PathLike, predictions: str | os.PathLike, 
     # case's record lists the series)
     model_channels = (nnunet_input_channels(read_json_or_none(pred_dir / "dataset.json"))
                       if series and layout == "nnunet" else 1)
-    channels = {cid: model_channels if layout == "nnunet" else len(recorded_series(pred_dir, cid))
+    channels = {cid: model_channels if layout == "nnunet" else recorded_channels(pred_dir, cid)
                 for cid in (case_ids if series else ())}
     try:
         listed = list_image_cases(images)
@@ -867,9 +896,11 @@ def case_image_files(images: str | os.PathLike, predictions: str | os.PathLike, 
     image_files = {c.case_id: c.channels[0] for c in listed}
     for cid, n in channels.items():
         if n > 1:
-            image_files.pop(cid, None)
             if f"{cid}_0000" in series:
                 image_files[cid] = series[f"{cid}_0000"]
+            elif cid in image_files and image_files[cid].is_dir():  # <case>/: no series of a case of several channels
+                # (its NIfTI channel files, <case>_0000.nii.gz, stay its image)
+                del image_files[cid]
     return image_files
 
 

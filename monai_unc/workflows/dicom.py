@@ -72,6 +72,7 @@ from ..io import (
     read_probabilities,
     read_table,
     read_volume,
+    recorded_channels,
     recorded_series,
 )
 from ..io.dicom import (
@@ -917,9 +918,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                 raise
         # a case's series: <case>/, or channel 0's <case>_0000/ for a model of several input channels: an nnU-Net
         # model (its dataset.json beside the predictions says how many), or a network infer predicted from one series
-        # per channel (the case's record says so)
+        # or channel file per channel (the case's record says so)
         model_channels = nnunet_input_channels(read_json_or_none(pred / "dataset.json")) if layout == "nnunet" else 1
-        channels = {c.case_id: model_channels if layout == "nnunet" else max(1, len(recorded_series(pred, c.case_id)))
+        channels = {c.case_id: model_channels if layout == "nnunet" else max(1, recorded_channels(pred, c.case_id))
                     for c in found}
         sources = {c.case_id: case_series_folder(src, c.case_id, channels[c.case_id]) for c in found}
         missing = [c for c, folder in sources.items() if folder is None]

@@ -199,3 +199,52 @@ def test_a_bundle_making_its_channels_from_one_image_reads_one_series_per_case(t
     assert _infer_bundle(tmp_path / "nifti", tmp_path / "from_nifti", bundle) == 0
     assert _infer_bundle(tmp_path / "images", tmp_path / "from_series", bundle) == 0
     _assert_same_outputs(tmp_path / "from_series", tmp_path / "from_nifti")
+
+
+def test_a_case_predicted_from_nifti_channel_files_lies_on_channel_0s_series(tmp_path):
+    """Found by hostile testing: a case of two channels predicted from NIfTI channel files converted from its series
+    could not be exported onto them (``dicom-export -s SERIES``: "expected the folder SERIES/<case>", which for a
+    case of several channels is no series of it) nor evaluated with them (``evaluate --images SERIES``: no image).
+    Its record lists two inputs: it lies on channel 0's series, ``<case>_0000/``."""
+    from monai_unc.io.dicom import read_segmentation_labels
+
+    net = _network(tmp_path)
+    images, nifti = tmp_path / "images", tmp_path / "nifti"
+    _write_case(images, "br01")
+    t1, t2 = _channels()
+    series = read_series(images / "br01_0000", pixels=False)
+    save_nifti(t1, series.affine, nifti / "br01_0000.nii.gz")
+    save_nifti(t2, series.affine, nifti / "br01_0001.nii.gz")
+    assert _infer(nifti, tmp_path / "out", net) == 0
+    assert main(["dicom-export", "-p", str(tmp_path / "out"), "-s", str(images), "-o", str(tmp_path / "dicom"),
+                 "--uid-root", "1.2.826.0.1.3680043.10.782.", "-q"]) == 0
+    seg = np.asarray(nib.load(tmp_path / "out" / "br01_seg.nii.gz").dataobj)
+    np.testing.assert_array_equal(read_segmentation_labels(tmp_path / "dicom" / "br01" / "seg.dcm", series), seg)
+    (tmp_path / "labels").mkdir()
+    shutil.copy(tmp_path / "dicom" / "br01" / "seg.dcm", tmp_path / "labels" / "br01.dcm")
+    assert main(["evaluate", "-l", str(tmp_path / "labels"), "-p", str(tmp_path / "out"), "--images", str(images),
+                 "-o", str(tmp_path / "eval"), "--no-spatial", "-q"]) == 0
+
+
+def test_each_case_in_the_other_representation_keeps_its_image(tmp_path):
+    """Found by hostile testing: ``evaluate --images`` with a case predicted from its channel series given as NIfTI
+    channel files beside the series of another case dropped its image ("no image"), and the other case, predicted
+    from NIfTI channel files, had none among the series. Each case gets its channel 0: a file or a series."""
+    net = _network(tmp_path)
+    images, swapped = tmp_path / "images", tmp_path / "swapped"
+    _write_case(images, "s1")
+    t1, t2 = _channels()
+    affine = read_series(images / "s1_0000", pixels=False).affine
+    for case, folder in (("n1", images), ("s1", swapped)):
+        save_nifti(t1, affine, folder / f"{case}_0000.nii.gz")
+        save_nifti(t2, affine, folder / f"{case}_0001.nii.gz")
+    for c in ("0000", "0001"):
+        shutil.copytree(images / f"s1_{c}", swapped / f"n1_{c}")
+    assert _infer(images, tmp_path / "out", net) == 0
+    for case in ("n1", "s1"):
+        seg = nib.load(tmp_path / "out" / f"{case}_seg.nii.gz")
+        save_nifti(np.asarray(seg.dataobj).astype(np.uint8), seg.affine, tmp_path / "labels" / f"{case}.nii.gz")
+    assert main(["evaluate", "-l", str(tmp_path / "labels"), "-p", str(tmp_path / "out"), "--images", str(swapped),
+                 "-o", str(tmp_path / "eval"), "--no-spatial", "-q"]) == 0
+    records = {c: (tmp_path / "eval" / "state" / "cases" / f"{c}.json").read_text() for c in ("n1", "s1")}
+    assert str(swapped / "n1_0000") + '"' in records["n1"] and str(swapped / "s1_0000.nii.gz") in records["s1"]
