@@ -32,12 +32,15 @@ from .._utils import refusing
 from ..evaluation import EvaluationConfig, read_shifts
 from ..evaluation.triage import RULE_FILE
 from ..io import (
+    VOLUME_EXTENSIONS,
+    CaseError,
     check_entry_kind,
     check_inputs_not_written,
     check_output_file,
     check_output_folder,
     check_reference_folder,
     input_folder,
+    list_files,
     list_image_cases,
     unescape_cell,
 )
@@ -431,8 +434,14 @@ def check_dicom_input(input: str | os.PathLike, uid_root: str | None, option: st
         check_uid_root(uid_root)
     except ValueError as e:  # named as both command lines name it (found by a probe: infer said uid_root must ...)
         raise ValueError(f"--uid-root{str(e).removeprefix('uid_root')}") from None
-    cases = list_image_cases(input)
-    if not all(p.is_dir() for c in cases for p in c.channels):
+    try:
+        volumes = not all(p.is_dir() for c in list_image_cases(input) for p in c.channels)
+    except CaseError:  # found by hostile testing: series named by channel beside NIfTI channel files were refused
+        # as "cases ... have different numbers of channels", not for the volume files
+        volumes = bool(list_files(input, "", VOLUME_EXTENSIONS))
+        if not volumes:
+            raise
+    if volumes:
         raise ValueError(f"--output-format {output_format} needs DICOM input: {option} {input} must hold one DICOM "
                          "series folder per case (DICOM objects are written on the grid of their source series)")
 

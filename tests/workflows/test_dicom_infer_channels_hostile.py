@@ -248,3 +248,20 @@ def test_each_case_in_the_other_representation_keeps_its_image(tmp_path):
                  "-o", str(tmp_path / "eval"), "--no-spatial", "-q"]) == 0
     records = {c: (tmp_path / "eval" / "state" / "cases" / f"{c}.json").read_text() for c in ("n1", "s1")}
     assert str(swapped / "n1_0000") + '"' in records["n1"] and str(swapped / "s1_0000.nii.gz") in records["s1"]
+
+
+def test_output_format_both_names_the_volume_files_beside_channel_series(tmp_path, capsys):
+    """Found by hostile testing: ``--output-format both`` on channel series beside NIfTI channel files was refused as
+    "cases ... have different numbers of channels", not for the volume files it cannot write DICOM objects for."""
+    net = _network(tmp_path)
+    images = tmp_path / "images"
+    _write_case(images, "s1")
+    t1, t2 = _channels()
+    affine = read_series(images / "s1_0000", pixels=False).affine
+    save_nifti(t1, affine, images / "n1_0000.nii.gz")
+    save_nifti(t2, affine, images / "n1_0001.nii.gz")
+    capsys.readouterr()
+    assert _infer(images, tmp_path / "out", net, "--output-format", "both", "--uid-root",
+                  "1.2.826.0.1.3680043.10.782.") == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "--output-format both needs DICOM input" in err[0], err
