@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -354,8 +355,9 @@ def prepare_infer(
         try:
             cases = network_image_cases(input, net)
         except ValueError:
-            if loaded.preprocessing is None:
-                raise
+            if loaded.preprocessing is None or all(re.fullmatch(r".+_[0-9]{4}", p.name)
+                                                   for p in dicom_series_folders(input)):
+                raise  # series named by channel: one is missing (refused in one line, also for a bundle)
             # a bundle's preprocessing may make the network's channels from one image (RepeatChanneld, CT windows
             # concatenated): series not named by channel are one case each, as a NIfTI file is (found by hostile
             # testing: such a bundle refused every series folder, "the model takes 2 input channels")

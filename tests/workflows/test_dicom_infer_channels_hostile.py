@@ -199,6 +199,10 @@ def test_a_bundle_making_its_channels_from_one_image_reads_one_series_per_case(t
     assert _infer_bundle(tmp_path / "nifti", tmp_path / "from_nifti", bundle) == 0
     assert _infer_bundle(tmp_path / "images", tmp_path / "from_series", bundle) == 0
     _assert_same_outputs(tmp_path / "from_series", tmp_path / "from_nifti")
+    # series named by channel with one missing are still refused in one line under a bundle
+    shutil.rmtree(tmp_path / "images")
+    write_series(t1, AFFINE, tmp_path / "images" / "br01_0000", modality="MR", **_session())
+    assert _infer_bundle(tmp_path / "images", tmp_path / "missing", bundle) == 2
 
 
 def test_a_case_predicted_from_nifti_channel_files_lies_on_channel_0s_series(tmp_path):
