@@ -462,6 +462,11 @@ def _check_predicted_from(pred: Path, src: Path, case_id: str) -> None:
     names = recorded_series(pred, case_id)
     if not names:
         return  # not predicted from its series folder (a NIfTI file or pair, nnU-Net's records, an older record)
+    absent = [name for name in names if not (src / name).is_dir()]
+    if absent:  # found by hostile testing: a missing channel series was called "not the one the case was predicted
+        # from"
+        raise CaseError(f"case {case_id}: no series folder {src / absent[0]}: the case was predicted from the series "
+                        f"{', '.join(names)} ({pred / (case_id + '.json')}); give every one of them")
     changed = changed_inputs([src / name for name in names], read_json_or_none(pred / f"{case_id}.json") or {})
     if changed:
         raise CaseError(f"case {case_id}: the series folder {src / changed[0]} is not the one the case was predicted "

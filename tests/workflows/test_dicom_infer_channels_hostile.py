@@ -269,3 +269,18 @@ def test_output_format_both_names_the_volume_files_beside_channel_series(tmp_pat
                   "1.2.826.0.1.3680043.10.782.") == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and "--output-format both needs DICOM input" in err[0], err
+
+
+def test_export_names_a_missing_channel_series(tmp_path, capsys):
+    """Found by hostile testing: ``dicom-export`` with channel 1's series folder missing said it "is not the one the
+    case was predicted from: its files differ", as for another series; it names the missing folder."""
+    net = _network(tmp_path)
+    _write_case(tmp_path / "images", "br01")
+    assert _infer(tmp_path / "images", tmp_path / "out", net) == 0
+    shutil.rmtree(tmp_path / "images" / "br01_0001")
+    capsys.readouterr()
+    assert main(["dicom-export", "-p", str(tmp_path / "out"), "-s", str(tmp_path / "images"), "-o",
+                 str(tmp_path / "dicom"), "--uid-root", "1.2.826.0.1.3680043.10.782.", "-q"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "no series folder" in err[0] and "br01_0001" in err[0], err
+    assert "is not the one" not in err[0]
