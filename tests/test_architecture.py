@@ -141,6 +141,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     "reader only for a DICOM series folder",
     ("monai_unc.monitoring.records", "monai_unc.io.dicom"): "the dicom extra is optional: the site of a case whose "
     "image is a DICOM series folder is read from its header only then",
+    ("monai_unc.evaluation.triage.images", "monai_unc.io.dicom"): "the dicom extra is optional: the image statistics "
+    "read a case's channel series on channel 0's grid only when its image is one DICOM series folder per channel",
     **dict.fromkeys(
         [("monai_unc.products.lesions", "monai_unc.evaluation.lesions")],
         "the product's options are read by the command line before torch; its computations are imported when run",

@@ -103,6 +103,8 @@ __all__ = [
     "dicom_channel_series",
     "case_series_folder",
     "recorded_series",
+    "recorded_channels",
+    "case_image_files",
     "nnunet_input_channels",
     "match_cases",
     "read_volume",
@@ -823,7 +825,86 @@ def recorded_series(predictions: str | os.PathLike, case_id: str) -> list[str]:
     return names if [e.get("file") for e in saved] == names else []
 
 
-def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
+def recorded_channels(predictions: str | os.PathLike, case_id: str) -> int:
+    """The number of input channels ``infer`` predicted a case from, as the case's record lists its inputs.
+
+    One series folder or channel file per channel (a 4D NIfTI file counts one). A case predicted from NIfTI channel
+    files converted from DICOM series lies on the series of channel 0 as much as one predicted from the series
+    (found by hostile testing: ``dicom-export -s SERIES`` and ``evaluate --images SERIES`` looked for ``<case>/`` for
+    it, which for a case of several channels is no series of it, and refused the case).
+
+    Args:
+        predictions: the output folder of ``infer``.
+        case_id: the case.
+
+    Returns:
+        The number of inputs in ``<case>.json``; 0 without a record or ``inputs`` (nnU-Net's records).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     record = {"inputs": ["brain_0000.nii.gz", "brain_0001.nii.gz"]}
+        ...     _ = (Path(d) / "brain.json").write_text(json.dumps(record))
+        ...     recorded_channels(d, "brain"), recorded_channels(d, "other")
+        (2, 0)
+    """
+    record = read_json_or_none(Path(predictions) / f"{case_id}.json")
+    inputs = record.get("inputs") if isinstance(record, dict) else None
+    return len(inputs) if isinstance(inputs, list) else 0
+
+
+def case_image_files(images: str | os.PathLike, predictions: str | os.PathLike, case_ids: Iterable[str],
+                     layout: str = "monai-unc") -> dict[str, Path]:
+    """The image of each case of an ``--images`` folder: its (first) channel file, or the series it lies on.
+
+    The cases of :func:`list_image_cases`; a case predicted from one DICOM series per input channel lies on channel
+    0's series, ``<case>_0000/``: an nnU-Net model of several channels (its ``dataset.json`` beside the
+    predictions), or ``infer``'s network of several (the case's record lists the series, :func:`recorded_series`).
+    The one rule of ``evaluate`` / ``triage`` (:func:`match_cases`) and of ``report --images`` (found by hostile
+    testing: the report drew such a case on its label map, as if no image were given).
+
+    Args:
+        images: the folder of the input images.
+        predictions: the predictions folder (the cases' records, nnU-Net's ``dataset.json``).
+        case_ids: the cases whose series channels are looked up.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+
+    Returns:
+        ``{case id: image file or series folder}``.
+
+    Raises:
+        CaseError: as :func:`list_image_cases`.
+    """
+    pred_dir = Path(predictions)
+    series = {p.name: p for p in dicom_series_folders(images)}
+    # a case predicted from one series per input channel lies on channel 0's series, <case>_0000/: an nnU-Net
+    # model of several channels (its dataset.json beside the predictions), or infer's network of several (the
+    # case's record lists the series)
+    model_channels = (nnunet_input_channels(read_json_or_none(pred_dir / "dataset.json"))
+                      if series and layout == "nnunet" else 1)
+    channels = {cid: model_channels if layout == "nnunet" else recorded_channels(pred_dir, cid)
+                for cid in (case_ids if series else ())}
+    try:
+        listed = list_image_cases(images)
+    except CaseError:
+        several = {n for n in channels.values() if n > 1}
+        if len(several) != 1:
+            raise
+        # found by hostile testing: series named by channel beside NIfTI channel files were refused as cases of one
+        # channel ("different numbers of channels"); they are the channels of the cases predicted from them
+        listed = list_image_cases(images, series_channels=several.pop())
+    image_files = {c.case_id: c.channels[0] for c in listed}
+    for cid, n in channels.items():
+        if n > 1:
+            if f"{cid}_0000" in series:
+                image_files[cid] = series[f"{cid}_0000"]
+            elif cid in image_files and image_files[cid].is_dir():  # <case>/: no series of a case of several channels
+                # (its NIfTI channel files, <case>_0000.nii.gz, stay its image)
+                del image_files[cid]
+    return image_files
+
+
+def image_channel_files(path: str | os.PathLike, case_id: str | None = None) -> tuple[Path, ...]:
     """Every channel file of the image case whose first channel file is ``path``.
 
     For nnU-Net's channel naming (``CASE_0000.nii.gz``, the file :func:`match_cases` gives as a case's ``image``)
@@ -831,10 +912,16 @@ def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
     of :func:`list_image_cases`: only when every volume name of the folder has the ``_NNNN`` suffix (in a folder
     where some names have none, ``CASE_0000`` and ``CASE_0001`` are two cases, as ``infer`` predicted them); any
     other file is one file holding every channel (e.g. a 4D NIfTI). A NIfTI pair's header (``CASE_0000.hdr``) has
-    the channels :func:`list_image_cases` gives its case.
+    the channels :func:`list_image_cases` gives its case. With ``case_id``, a DICOM series folder named
+    ``<case>_0000`` (channel 0's series of a case predicted from one series per input channel, the image
+    :func:`case_image_files` gives it) has the series ``<case>_0000/``, ``<case>_0001/``, ... beside it (found by
+    hostile testing: triage's image statistics read channel 0's series only, so a rule fitted on the same cases as
+    NIfTI channel files could not triage them, and a shift of another channel went unseen).
 
     Args:
         path: the case's (first) image file.
+        case_id: the case (its series named by channel are found only with it: a case of one series may be named
+            ``<name>_0000`` too).
 
     Returns:
         The channel files in channel order; ``(path,)`` for a name without the ``_0000`` channel suffix or in a
@@ -853,6 +940,11 @@ def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
         ['a_0000.nii.gz', 'a_0001.nii.gz']
     """
     path = Path(path)
+    if case_id is not None and path.name == f"{case_id}_0000" and path.is_dir():
+        series = [path]
+        while (path.parent / f"{case_id}_{len(series):04d}").is_dir():
+            series.append(path.parent / f"{case_id}_{len(series):04d}")
+        return tuple(series)
     if path.name.lower().endswith(PAIR_HEADER_EXTENSION) and path.parent.is_dir():
         # a NIfTI pair named as a channel file (<case>_0000.hdr) has its channels by list_image_cases' rule for pairs
         # (found by the review of NIfTI pairs: only its first channel was read by triage's image features)
@@ -1194,21 +1286,7 @@ def match_cases(
         absent = [m for m in measures if m not in map_files]
         if absent:
             raise CaseError(f"no uncertainty map for measure(s) {absent} in {unc_dir} (files <case>_<measure>.<ext>)")
-    image_files: dict[str, Path] = {}
-    if images is not None:
-        image_files = {c.case_id: c.channels[0] for c in list_image_cases(images)}
-        series = {p.name: p for p in dicom_series_folders(images)}
-        # a case predicted from one series per input channel lies on channel 0's series, <case>_0000/: an nnU-Net
-        # model of several channels (its dataset.json beside the predictions), or infer's network of several (the
-        # case's record lists the series)
-        model_channels = (nnunet_input_channels(read_json_or_none(pred_dir / "dataset.json"))
-                          if series and layout == "nnunet" else 1)
-        for cid in label_files if series else ():
-            channels = model_channels if layout == "nnunet" else len(recorded_series(pred_dir, cid))
-            if channels > 1:
-                image_files.pop(cid, None)
-                if f"{cid}_0000" in series:
-                    image_files[cid] = series[f"{cid}_0000"]
+    image_files = case_image_files(images, pred_dir, label_files, layout) if images is not None else {}
     # the options as the command line names them: triage matches the predictions with themselves (labels = segs)
     roles = {"label": "--predictions" if not seg_ok else "--labels", "segmentation": "--predictions",
              "probabilities": "--predictions", "map": "--uncertainty" if uncertainty is not None else "--predictions"}

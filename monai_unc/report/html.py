@@ -64,9 +64,9 @@ from ..io import (
     LoadedCase,
     atomic_write_json,
     atomic_write_text,
+    case_image_files,
     csv_text,
     input_folder,
-    list_image_cases,
     load_case,
     output_lock,
     owned_folder,
@@ -833,9 +833,16 @@ def _case_figures(
     chosen = list(order[:n_cases])
     if len(order) > n_cases and n_cases > 0:
         chosen.append(order[-1])  # the most certain case, for contrast
-    image_files = {}
+    image_files: dict[str, Path] = {}
     if images is not None:
-        image_files = {c.case_id: c.channels[0] for c in list_image_cases(images)}
+        # channel 0's series of a case predicted from one series per channel (its record, or nnU-Net's dataset.json
+        # beside the predictions), as evaluate gives it
+        pred_dirs = {Path(f[k]).parent for f in (state.files[c] for c in chosen if c in state.files)
+                     for k in ("seg", "probs") if f.get(k)}
+        for pred_dir in sorted(pred_dirs):
+            layout = "nnunet" if (pred_dir / "dataset.json").is_file() else "monai-unc"
+            for cid, path in case_image_files(images, pred_dir, chosen, layout).items():
+                image_files.setdefault(cid, path)
     by_id = {str(r["case"]): r for r in state.rows}
     score_key = summary["score"]["column"]
     score = score_formatter(summary, state.rows)

@@ -72,6 +72,7 @@ from ..io import (
     read_probabilities,
     read_table,
     read_volume,
+    recorded_channels,
     recorded_series,
 )
 from ..io.dicom import (
@@ -461,6 +462,11 @@ def _check_predicted_from(pred: Path, src: Path, case_id: str) -> None:
     names = recorded_series(pred, case_id)
     if not names:
         return  # not predicted from its series folder (a NIfTI file or pair, nnU-Net's records, an older record)
+    absent = [name for name in names if not (src / name).is_dir()]
+    if absent:  # found by hostile testing: a missing channel series was called "not the one the case was predicted
+        # from"
+        raise CaseError(f"case {case_id}: no series folder {src / absent[0]}: the case was predicted from the series "
+                        f"{', '.join(names)} ({pred / (case_id + '.json')}); give every one of them")
     changed = changed_inputs([src / name for name in names], read_json_or_none(pred / f"{case_id}.json") or {})
     if changed:
         raise CaseError(f"case {case_id}: the series folder {src / changed[0]} is not the one the case was predicted "
@@ -917,9 +923,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                 raise
         # a case's series: <case>/, or channel 0's <case>_0000/ for a model of several input channels: an nnU-Net
         # model (its dataset.json beside the predictions says how many), or a network infer predicted from one series
-        # per channel (the case's record says so)
+        # or channel file per channel (the case's record says so)
         model_channels = nnunet_input_channels(read_json_or_none(pred / "dataset.json")) if layout == "nnunet" else 1
-        channels = {c.case_id: model_channels if layout == "nnunet" else max(1, len(recorded_series(pred, c.case_id)))
+        channels = {c.case_id: model_channels if layout == "nnunet" else max(1, recorded_channels(pred, c.case_id))
                     for c in found}
         sources = {c.case_id: case_series_folder(src, c.case_id, channels[c.case_id]) for c in found}
         missing = [c for c, folder in sources.items() if folder is None]

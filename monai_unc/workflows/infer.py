@@ -85,6 +85,7 @@ from ..io import (
     save_nifti,
     save_probabilities,
     save_region_maps,
+    scratch_folder,
 )
 from ..io.provenance import settings_as_compared
 from ..keys import DEFAULT_RATEIN_TARGET, MEASURES, draws_at_random
@@ -857,7 +858,8 @@ def _infer_input(
 
 
 def _run_with_preprocessing(
-    case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device, settings: InferSettings
+    case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device, settings: InferSettings,
+    output: Path | None = None,
 ) -> tuple[dict, Any]:
     """Bundle preprocessing: transform, infer and invert every map back onto the input grid.
 
@@ -865,11 +867,30 @@ def _run_with_preprocessing(
     preprocessed input gets the memory warning and the one-line error of a failed inference, as an input without
     preprocessing does (:func:`_infer_input`; found by the review of the last session: a bundle's preprocessed case
     had neither).
+
+    A case of DICOM series is read as without preprocessing (:func:`load_image_case`: slices ordered by position,
+    each channel on channel 0's voxel order) and given to the preprocessing as NIfTI files in a scratch folder in
+    ``output`` (found by hostile testing: MONAI's ``LoadImaged`` read a series folder ordering its slices by
+    ``InstanceNumber``, so a series numbered out of slice order was predicted scrambled, with another affine and exit
+    status 0, and the channel series of a case stored the other way round were refused).
     """
     src = [str(p) for p in case.channels]
+    if any(p.is_dir() for p in case.channels):
+        image, affine = load_image_case(case)
+        with scratch_folder(Path(output if output is not None else ".") / case.case_id, "series") as scratch:
+            files = [str(save_nifti(image[c], affine, scratch / f"channel{c}.nii.gz")) for c in range(len(image))]
+            return _preprocess_and_infer(case, files, src, model, inferer, device, settings)
+    return _preprocess_and_infer(case, src, src, model, inferer, device, settings)
+
+
+def _preprocess_and_infer(
+    case: ImageCase, files: list[str], src: list[str], model: LoadedModel, inferer: Any, device: torch.device,
+    settings: InferSettings
+) -> tuple[dict, Any]:
+    """:func:`_run_with_preprocessing` on the image ``files`` of the case (``src`` names its inputs in errors)."""
     key = model.input_key
     try:
-        data = model.preprocessing({key: src[0] if len(src) == 1 else src})  # type: ignore[misc]
+        data = model.preprocessing({key: files[0] if len(files) == 1 else files})  # type: ignore[misc]
     except Exception as e:
         raise CaseError(_preprocessing_error(case.case_id, src, e)) from e
     image = data[key]
@@ -1027,7 +1048,7 @@ def predict_case(
         check_volume_entry(path)
     inputs = input_digests(case.channels)  # before reading: an input edited meanwhile makes a resume redo it
     if model.preprocessing is not None:
-        maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings)
+        maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings, output)
     else:
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ import torch
 from .._utils import check_integer, is_finite_real
 from ..engine import DistContext, read_dist_env, start_notice, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
-from ..io import ImageCase, check_case_ids, input_folder, list_image_cases
+from ..io import CaseError, ImageCase, check_case_ids, dicom_series_folders, input_folder, list_image_cases
 from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS, check_dicom_options
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
@@ -51,6 +52,7 @@ from .prepare import (
     ACTIVATIONS,
     DICOM_FOLDER,
     check_dicom_input,
+    check_infer_case_outputs,
     check_infer_output,
     checkpoint_list,
     infer_measures,
@@ -311,8 +313,16 @@ def prepare_infer(
     check_window_options(roi, overlap, sw_batch_size, rule)
     names = infer_measures(method, measures)
     device = resolve_device(device)
-    cases = list_image_cases(input)
-    check_case_ids(cases)  # a case 'infer' or 'failures' would replace the run's own files: before the model loads
+    try:
+        cases: list[ImageCase] | None = list_image_cases(input)
+    except CaseError:
+        if not dicom_series_folders(input):
+            raise
+        # found by hostile testing: series named by channel (<case>_0000/, <case>_0001/) beside NIfTI channel files
+        # were refused as cases of one channel; a network of several reads them as one case (listed once it loads)
+        cases = None
+    if cases is not None:
+        check_case_ids(cases)  # a case 'infer' or 'failures' would replace the run's own files: before the model loads
     # found by hostile review: accepted without a word, and infer.json recorded it while each case record held the
     # samples really drawn; warned once the plan is built (a refused command prints its one error line only)
     unused_samples = samples if samples is not None and not SAMPLES_TOKENS & set(method_tokens(method)) else None
@@ -340,9 +350,18 @@ def prepare_infer(
     )  # fmt: skip
     check_model_activation(loaded, activation)  # a sigmoid bundle run with the default softmax: one error now
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
-    if any(p.is_dir() for c in cases for p in c.channels):
+    if cases is None or any(p.is_dir() for c in cases for p in c.channels):
         # DICOM input: one series folder per input channel of the network (<case>_0000/, ...) when it takes several
-        cases = network_image_cases(input, net)
+        try:
+            cases = network_image_cases(input, net)
+        except ValueError:
+            if loaded.preprocessing is None or all(re.fullmatch(r".+_[0-9]{4}", p.name)
+                                                   for p in dicom_series_folders(input)):
+                raise  # series named by channel: one is missing (refused in one line, also for a bundle)
+            # a bundle's preprocessing may make the network's channels from one image (RepeatChanneld, CT windows
+            # concatenated): series not named by channel are one case each, as a NIfTI file is (found by hostile
+            # testing: such a bundle refused every series folder, "the model takes 2 input channels")
+            cases = list_image_cases(input)
         check_case_ids(cases)
     if "ensemble" in method_tokens(method):
         _check_distinct_members(loaded.checkpoints, loaded.weights[:len(loaded.checkpoints)])
@@ -453,6 +472,8 @@ def infer_command(
         err = plan = None
         try:  # a setup error on one rank must not leave the others waiting
             plan = prepare_infer(input, device=dev, **options)
+            # the cases as the network reads them (DICOM series of several channels: <case>_0000/, ... is <case>)
+            check_infer_case_outputs(out, [c.case_id for c in plan.cases], **options)
         except Exception as e:
             err = e
         sync_errors(err, ctx)

@@ -32,12 +32,15 @@ from .._utils import refusing
 from ..evaluation import EvaluationConfig, read_shifts
 from ..evaluation.triage import RULE_FILE
 from ..io import (
+    VOLUME_EXTENSIONS,
+    CaseError,
     check_entry_kind,
     check_inputs_not_written,
     check_output_file,
     check_output_folder,
     check_reference_folder,
     input_folder,
+    list_files,
     list_image_cases,
     unescape_cell,
 )
@@ -55,6 +58,7 @@ __all__ = [
     "checkpoint_list",
     "infer_written_files",
     "check_infer_output",
+    "check_infer_case_outputs",
     "EVALUATE_WRITES",
     "DICOM_FOLDER",
     "check_dicom_input",
@@ -369,9 +373,41 @@ def check_infer_output(
         ids = [c.case_id for c in list_image_cases(input)]
     except ValueError:  # no image: prepare_infer says so
         ids = []
-    with refusing("output"):
-        check_inputs_not_written(out, infer_written_files(ids), *inputs, what="--output")
+    check_infer_case_outputs(out, ids, checkpoint=checkpoint, network=network, regions=regions)
     return out
+
+
+def check_infer_case_outputs(
+    output: str | os.PathLike,
+    case_ids: Sequence[str],
+    *,
+    checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None = (),
+    network: str | os.PathLike | Mapping | None = None,
+    regions: RegionSpec | str | os.PathLike | None = None,
+    **_: Any,
+) -> None:
+    """Check that the files ``infer`` writes for ``case_ids`` in ``output`` replace no checkpoint, spec or regions file.
+
+    :func:`check_infer_output` checks the cases of the input folder as listed before the network loads; DICOM series
+    named by channel (``<case>_0000/``, ``<case>_0001/``) are the case ``<case>`` of a network of several input
+    channels, known once it loads, and are checked again then (found by hostile testing: ``--network OUT/br01.json``
+    was overwritten by the record of the case ``br01`` read from ``br01_0000/`` and ``br01_0001/``, while the same
+    case given as NIfTI channel files was refused).
+
+    Args:
+        output: the ``--output`` folder.
+        case_ids: the cases of the run.
+        checkpoint: the ``--checkpoint`` file(s).
+        network: the ``--network`` spec (a path, inline JSON or a mapping).
+        regions: the ``--regions`` spec (a path, a name, inline JSON or a mapping).
+        **_: the other options of :func:`~monai_unc.workflows.infer_plan.prepare_infer` (ignored).
+
+    Raises:
+        ValueError: naming ``--output`` and the input file a case's output would replace.
+    """
+    inputs = [*checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]
+    with refusing("output"):
+        check_inputs_not_written(output, infer_written_files(case_ids), *inputs, what="--output")
 
 
 #: the sub-folder of ``infer --output-format both`` that holds the DICOM objects (``<output>/dicom/<case>/``)
@@ -398,8 +434,14 @@ def check_dicom_input(input: str | os.PathLike, uid_root: str | None, option: st
         check_uid_root(uid_root)
     except ValueError as e:  # named as both command lines name it (found by a probe: infer said uid_root must ...)
         raise ValueError(f"--uid-root{str(e).removeprefix('uid_root')}") from None
-    cases = list_image_cases(input)
-    if not all(p.is_dir() for c in cases for p in c.channels):
+    try:
+        volumes = not all(p.is_dir() for c in list_image_cases(input) for p in c.channels)
+    except CaseError:  # found by hostile testing: series named by channel beside NIfTI channel files were refused
+        # as "cases ... have different numbers of channels", not for the volume files
+        volumes = bool(list_files(input, "", VOLUME_EXTENSIONS))
+        if not volumes:
+            raise
+    if volumes:
         raise ValueError(f"--output-format {output_format} needs DICOM input: {option} {input} must hold one DICOM "
                          "series folder per case (DICOM objects are written on the grid of their source series)")
 

@@ -149,7 +149,7 @@ def certify_rule(
             rows.append(image_statistics(image))
             seen.setdefault(image.shape[0], (c, f["image"]))  # type: ignore[index]
         if len(seen) > 1:  # one reference needs one number of channels (a stray file grouped in, a 4D NIfTI, ...)
-            shown = "; ".join(f"case {c!r} {n} ({', '.join(p.name for p in image_channel_files(img))})"
+            shown = "; ".join(f"case {c!r} {n} ({', '.join(p.name for p in image_channel_files(img, c))})"
                               for n, (c, img) in sorted(seen.items()))
             raise CaseError(f"the images of the calibration cases have different numbers of channels, e.g. {shown}: "
                             "give every case the same channel files")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -116,11 +116,10 @@ def read_image_channels(
     """
     if channel_files not in IMAGE_CHANNEL_FILES:
         raise ValueError(f"channel_files must be one of {IMAGE_CHANNEL_FILES}, got {channel_files!r}")
-    paths = image_channel_files(path) if channel_files == "all" else (Path(path),)
+    paths = image_channel_files(path, case_id or None) if channel_files == "all" else (Path(path),)
     who = f"case {case_id!r}: " if case_id else ""
     parts = []
-    for p in paths:
-        data, aff = read_volume(p)
+    for p, (data, aff) in zip(paths, _channel_volumes(paths, who)):
         if geometry is None:
             geometry = (data.shape[1:], aff)
         shape, ref_aff = geometry
@@ -134,6 +133,31 @@ def read_image_channels(
                             "statistics are undefined")
         parts.append(data.astype(np.float32, copy=False))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
+def _channel_volumes(paths: Sequence[Path], who: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(data, affine)`` of each channel file; DICOM series of one case (``<case>_0000/``, ...) on channel 0's grid.
+
+    A channel's series stored with its slices or rows the other way round is put in channel 0's voxel order, as
+    ``infer`` reads it (:func:`monai_unc.io.dicom.channel_on_series_grid`).
+    """
+    if len(paths) < 2 or not all(p.is_dir() for p in paths):
+        for p in paths:
+            yield read_volume(p)
+        return
+    from ...io.dicom import channel_on_series_grid, read_series
+
+    reference = read_series(paths[0])
+    assert reference.volume is not None
+    yield reference.volume[None], reference.affine
+    for p in paths[1:]:
+        try:
+            volume = channel_on_series_grid(read_series(p), reference, f"series {p.name}",
+                                            remedy=f"the channels of a case lie on one grid: resample it onto the "
+                                                   f"grid of {paths[0].name}")
+        except ValueError as e:
+            raise CaseError(f"{who}{e}") from None
+        yield volume[None], reference.affine
 
 
 def image_feature_names(n_channels: int) -> tuple[str, ...]:

@@ -107,7 +107,8 @@ def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
         "inputs": {"seg": file_signature(files.seg), "probs": file_signature(files.probs),
                    "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
                    "image": None if files.image is None else [file_signature(p) for p in (
-                       image_channel_files(files.image) if _channel_files(rule) == "all" else (files.image,))]},
+                       image_channel_files(files.image, files.case_id) if _channel_files(rule) == "all"
+                       else (files.image,))]},
     }
     return json.loads(json.dumps(fp))
 
@@ -186,7 +187,8 @@ def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike
                                                                               case.affine), case.case_id)
             want = None if rule.image_reference is None else len(rule.image_reference.features) // len(IMAGE_FEATURES)
             if want is not None and image.shape[0] != want:  # compared with the calibration images, channel by channel
-                used = image_channel_files(files.image) if _channel_files(rule) == "all" else (files.image,)
+                used = (image_channel_files(files.image, files.case_id) if _channel_files(rule) == "all"
+                        else (files.image,))
                 raise CaseError(f"case {case.case_id!r}: its image ({', '.join(p.name for p in used)}) has "
                                 f"{image.shape[0]} channel(s), the calibration images of the rule {want}")
         row["image_stats"] = None if image is None else image_statistics(image).tolist()
