@@ -2212,7 +2212,8 @@ def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iter
     run with other settings). The folder is held with :func:`output_lock` for the whole block (another run into it
     is refused; the caller checks what the folder holds, under the lock, at the start of the block). The staging
     folder ``.<name>.partial-<random>.dir`` lies in the folder's parent (the same file system: the final step is two
-    renames); a killed run's staging folders are removed by the next run into the folder. A symbolic link is
+    renames); a killed run's staging folders are removed by the next run into the folder, and the folder's content
+    that a run killed between the two renames moved aside is put back first. A symbolic link is
     followed: the folder it points to is replaced. The new folder keeps the folder's mode (a new folder: the one the
     umask gives).
 
@@ -2245,6 +2246,7 @@ def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iter
     folder = Path(os.path.abspath(os.fspath(folder))).resolve()
     with output_lock(folder, command):
         parent, prefix = folder.parent, f".{folder.name}.partial-"
+        _restore_moved_aside(folder, prefix)
         for stale in parent.iterdir():  # a killed run's (this run holds the folder: no other run is building one)
             if stale.name.startswith(prefix) and stale.name.endswith(".dir") and stale.is_dir() \
                     and not stale.is_symlink():
@@ -2269,6 +2271,27 @@ def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iter
             shutil.rmtree(old, ignore_errors=True)
         finally:
             shutil.rmtree(staging, ignore_errors=True)  # a failed block's (after a clean one: gone already)
+
+
+def _restore_moved_aside(folder: Path, prefix: str) -> None:
+    """Put back what a run of :func:`atomic_folder`, killed between its two renames, moved aside of ``folder``.
+
+    Such a run left ``folder`` missing (made again, holding only the lock file, by this run's :func:`output_lock`) and
+    its earlier content in ``.<name>.partial-old-<random>.dir``, which the removal of stale staging folders would
+    delete: the earlier content is renamed back (the held lock file moved into it first), so that a run that then
+    fails leaves the folder as it was before the killed run. Found by hostile testing of crash consistency: a
+    ``nnunet-calibrate`` killed there, then a rerun that failed, left no calibrated model at all.
+    """
+    if any(p.name != OUTPUT_LOCK_FILE for p in folder.iterdir()):  # the folder has content: nothing was moved aside
+        return
+    moved = [p for p in folder.parent.iterdir() if p.name.startswith(f"{prefix}old-") and p.name.endswith(".dir")
+             and p.is_dir() and not p.is_symlink()]
+    if not moved:
+        return
+    latest = max(moved, key=lambda p: p.stat().st_mtime_ns)
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(folder / OUTPUT_LOCK_FILE, latest / OUTPUT_LOCK_FILE)  # the held lock file goes with the content
+    os.replace(latest, folder)  # onto the empty folder (POSIX rename replaces an empty directory)
 
 
 #: the files that mark a folder as the output folder of a cohort command (:func:`check_output_kind`)
