@@ -452,3 +452,34 @@ def test_a_run_of_atomic_folder_killed_between_its_renames_loses_no_content(tmp_
         raise RuntimeError("failed half-way")
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
     assert [p.name for p in out.iterdir()] == ["weights.txt"] and (out / "weights.txt").read_text() == "v1"
+
+
+@pytest.mark.skipif(os.name == "nt", reason="SIGKILL and flock are POSIX")
+def test_the_scratch_folder_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
+    """Found by hostile testing of crash consistency: ``monai-unc calibrate`` killed (SIGKILL) while it collected the
+    validation logits left ``.cal.pt.partial-logits-*.dir`` with the logits beside the output, and every later run,
+    successful or not, left it there (nothing cleaned that folder): one more folder of logits per killed run. The next
+    scratch folder of the same output removes those of dead runs; a live run's (locked) is left alone."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import monai_unc
+    from monai_unc.io import scratch_folder
+
+    out = tmp_path / "cal.pt"
+    code = ("import os, signal\nfrom monai_unc.io import scratch_folder\n"
+            f"with scratch_folder({str(out)!r}, 'logits') as s:\n"
+            "    (s / '0.npy').write_bytes(b'x' * 1000)\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(monai_unc.__file__).parents[1])}
+    for _ in range(2):
+        assert subprocess.run([sys.executable, "-c", code], env=env).returncode == -signal.SIGKILL
+    dead = sorted(p.name for p in tmp_path.iterdir())
+    assert len(dead) == 1 and dead[0].startswith(".cal.pt.partial-logits-")  # the second run removed the first's
+    (tmp_path / ".other.pt.partial-logits-x.dir").mkdir()  # another output's: kept
+    with scratch_folder(out, "logits") as live:
+        with scratch_folder(out, "logits") as second:  # a second live run of the same output
+            assert live.is_dir() and second.is_dir() and live != second  # the live one is not removed
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".other.pt.partial-logits-x.dir", live.name])
+    assert [p.name for p in tmp_path.iterdir()] == [".other.pt.partial-logits-x.dir"]
