@@ -1121,7 +1121,9 @@ def figures_folder(out_dir: str | os.PathLike) -> tuple[Path, set[str]]:
         out_dir: the page's folder.
 
     Returns:
-        ``(figures folder, recorded names)``; the folder is not a symbolic link (its figures are removed).
+        ``(figures folder, recorded names)``; the folder is not a symbolic link (its figures are removed). Its record
+        now says that a page is being written (and which files were there besides the recorded figures), until
+        :func:`keep_page_figures` writes the page's.
     """
     fig_dir = owned_folder(out_dir, "figures")
     earlier = _recorded_figures(fig_dir)
