@@ -1167,9 +1167,11 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         # found by hostile testing of crash consistency: ``infer --overwrite`` with other settings, interrupted
         # (Ctrl-C, SIGKILL) before it finished a case, left the earlier run's cases, whole, under its own infer.json:
         # the resume with the earlier settings was refused ("different settings") and evaluate refused the folder, so
-        # every case had to be predicted again. Settings (all known) that every finished case was made with resume
+        # every case had to be predicted again. Settings (all known, of a readable record) that every finished case
+        # was made with resume
         unknown = [k for k in diff if k not in InferSettings.__dataclass_fields__]
-        if diff and not unknown and all(_made_with(p, new) for p in records):
+        readable = isinstance(doc.get("settings"), dict)  # an unreadable record stays refused (--overwrite)
+        if diff and not unknown and readable and all(_made_with(p, new) for p in records):
             diff = []
         if unknown and made_by == __version__:  # found by review36: "made by <this version> ... resume it with that
             # version" of a hand-edited record
