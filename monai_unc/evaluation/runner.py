@@ -34,6 +34,7 @@ from ..io import (
     case_files_digest,
     check_output_kind,
     check_reference_folder,
+    clean_partial_files,
     load_case,
     match_cases,
 )
@@ -580,6 +581,10 @@ def _run_evaluate(
         for cls in registered_products():  # nor one of a product an earlier run asked for (the referral rule too)
             (output / (cls.artifact_file or f"{cls.name}.json")).unlink(missing_ok=True)
         remove_case_files(output)  # nor the products' case files
+        # nor a killed run's half-written derived map: its private folder in maps/ was removed only by the next write
+        # of the same map, which a rerun on other predictions (map files of their own) never makes (found by hostile
+        # testing of crash consistency)
+        clean_partial_files(output / DERIVED_MAPS_DIR)
 
     pack, unpack = record_gather_hooks(CaseResult)
     maps = output / DERIVED_MAPS_DIR

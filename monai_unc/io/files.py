@@ -634,7 +634,8 @@ def scratch_folder(output: str | os.PathLike, what: str) -> Iterator[Path]:
     The folder is ``.<name>.partial-<what>-<random>.dir`` in the folder of ``output`` (``<name>`` its whole name, so
     that a file ``cal.pt`` and a folder ``cal`` never share a prefix): beside the output, never in an input folder,
     on the file system the output goes to. It is removed when the block ends, also on an error; one that a killed run
-    left is removed by :func:`clean_partial_files` of that folder, and by :func:`atomic_folder` of ``output`` (its
+    left is removed by the next scratch folder of the same output and ``what`` (a live run's is locked while it runs and
+    left alone), by :func:`clean_partial_files` of that folder, and by :func:`atomic_folder` of ``output`` (its
     stale ``.<name>.partial-*.dir`` folders). ``monai-unc calibrate`` and ``monai-unc nnunet-calibrate`` keep their
     validation cases' logits there (:class:`MappedArrays`).
 
@@ -661,11 +662,79 @@ def scratch_folder(output: str | os.PathLike, what: str) -> Iterator[Path]:
     if not isinstance(what, str) or not what or not all(c.isascii() and (c.isalnum() or c in "-_") for c in what):
         raise ValueError(f"what must be a word of letters, digits, '-' and '_', got {what!r}")
     output = Path(output)
-    folder = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-{what}-", suffix=".dir", dir=output.parent))
+    prefix = f".{output.name}.partial-{what}-"
+    _remove_dead_scratch(output.parent, prefix)
+    folder, fd = _held_scratch(output.parent, prefix)
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)  # the lock released once the folder is gone
+
+
+def _held_scratch(parent: Path, prefix: str) -> tuple[Path, int | None]:
+    """A new scratch folder ``<prefix><random>.dir`` in ``parent``, locked (``flock``) while its run lives.
+
+    The lock tells a live run's folder from a killed one's (:func:`_remove_dead_scratch`); a folder removed by another
+    run's sweep between its creation and its lock is made again. Without ``flock`` (Windows, some network file
+    systems): ``(folder, None)``.
+    """
+    for _ in range(10):
+        folder = Path(tempfile.mkdtemp(prefix=prefix, suffix=".dir", dir=parent))
+        if fcntl is None:
+            return folder, None
+        try:
+            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:  # swept in between by another run: make another
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            same = (os.fstat(fd).st_ino, os.fstat(fd).st_dev) == (os.lstat(folder).st_ino, os.lstat(folder).st_dev)
+        except FileNotFoundError:  # swept in between: make another
+            os.close(fd)
+            continue
+        except OSError:  # held by a sweep that is removing it, or no flock on this file system
+            os.close(fd)
+            if folder.is_dir():
+                return folder, None
+            continue
+        if same:
+            return folder, fd
+        os.close(fd)
+    raise OSError(errno.EAGAIN, f"could not make a scratch folder {prefix}*.dir in {parent}")
+
+
+def _remove_dead_scratch(parent: Path, prefix: str) -> None:
+    """Remove the scratch folders ``<prefix>*.dir`` in ``parent`` that killed runs left: those no live run holds.
+
+    A live run's folder is locked (:func:`_held_scratch`), so it is left alone; a folder of another user, a link and,
+    without ``flock``, every folder are left alone too. Found by hostile testing of crash consistency: each
+    ``monai-unc calibrate`` killed while collecting the validation logits left a ``.cal.pt.partial-logits-*.dir``
+    with the logits of every case collected so far (``4 C + 1`` bytes per voxel) beside the output, which no later
+    run removed.
+    """
+    if fcntl is None or not parent.is_dir():
+        return
+    for stale in parent.iterdir():
+        if not (stale.name.startswith(prefix) and stale.name.endswith(".dir")) or stale.is_symlink() \
+                or not stale.is_dir():
+            continue
+        try:
+            fd = os.open(stale, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_uid != os.getuid():
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a live run's: BlockingIOError, left alone
+        except OSError:
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(stale, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> Path:
@@ -2212,7 +2281,8 @@ def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iter
     run with other settings). The folder is held with :func:`output_lock` for the whole block (another run into it
     is refused; the caller checks what the folder holds, under the lock, at the start of the block). The staging
     folder ``.<name>.partial-<random>.dir`` lies in the folder's parent (the same file system: the final step is two
-    renames); a killed run's staging folders are removed by the next run into the folder. A symbolic link is
+    renames); a killed run's staging folders are removed by the next run into the folder, and the folder's content
+    that a run killed between the two renames moved aside is put back first. A symbolic link is
     followed: the folder it points to is replaced. The new folder keeps the folder's mode (a new folder: the one the
     umask gives).
 
@@ -2245,6 +2315,7 @@ def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iter
     folder = Path(os.path.abspath(os.fspath(folder))).resolve()
     with output_lock(folder, command):
         parent, prefix = folder.parent, f".{folder.name}.partial-"
+        _restore_moved_aside(folder, prefix)
         for stale in parent.iterdir():  # a killed run's (this run holds the folder: no other run is building one)
             if stale.name.startswith(prefix) and stale.name.endswith(".dir") and stale.is_dir() \
                     and not stale.is_symlink():
@@ -2269,6 +2340,27 @@ def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iter
             shutil.rmtree(old, ignore_errors=True)
         finally:
             shutil.rmtree(staging, ignore_errors=True)  # a failed block's (after a clean one: gone already)
+
+
+def _restore_moved_aside(folder: Path, prefix: str) -> None:
+    """Put back what a run of :func:`atomic_folder`, killed between its two renames, moved aside of ``folder``.
+
+    Such a run left ``folder`` missing (made again, holding only the lock file, by this run's :func:`output_lock`) and
+    its earlier content in ``.<name>.partial-old-<random>.dir``, which the removal of stale staging folders would
+    delete: the earlier content is renamed back (the held lock file moved into it first), so that a run that then
+    fails leaves the folder as it was before the killed run. Found by hostile testing of crash consistency: a
+    ``nnunet-calibrate`` killed there, then a rerun that failed, left no calibrated model at all.
+    """
+    if any(p.name != OUTPUT_LOCK_FILE for p in folder.iterdir()):  # the folder has content: nothing was moved aside
+        return
+    moved = [p for p in folder.parent.iterdir() if p.name.startswith(f"{prefix}old-") and p.name.endswith(".dir")
+             and p.is_dir() and not p.is_symlink()]
+    if not moved:
+        return
+    latest = max(moved, key=lambda p: p.stat().st_mtime_ns)
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(folder / OUTPUT_LOCK_FILE, latest / OUTPUT_LOCK_FILE)  # the held lock file goes with the content
+    os.replace(latest, folder)  # onto the empty folder (POSIX rename replaces an empty directory)
 
 
 #: the files that mark a folder as the output folder of a cohort command (:func:`check_output_kind`)

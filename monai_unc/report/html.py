@@ -1128,10 +1128,19 @@ def figures_folder(out_dir: str | os.PathLike) -> tuple[Path, set[str]]:
         out_dir: the page's folder.
 
     Returns:
-        ``(figures folder, recorded names)``; the folder is not a symbolic link (its figures are removed).
+        ``(figures folder, recorded names)``; the folder is not a symbolic link (its figures are removed). Its record
+        now says that a page is being written (and which files were there besides the recorded figures), until
+        :func:`keep_page_figures` writes the page's.
     """
     fig_dir = owned_folder(out_dir, "figures")
-    return fig_dir, _recorded_figures(fig_dir)
+    earlier = _recorded_figures(fig_dir)
+    # found by hostile testing of crash consistency: a page killed after writing its figures and before recording
+    # them (SIGKILL, the OOM killer) left them unlisted, and no later page removed them (``report --cases 8`` killed,
+    # then ``--cases 2``: six overlays the page does not show, for good). The record says a page is being written and
+    # which files were there besides the recorded figures; :func:`keep_page_figures` writes the final one
+    others = sorted(n for n in _png_names(fig_dir) if n not in earlier)
+    atomic_write_json(fig_dir / _FIGURES_RECORD, {"figures": sorted(earlier), "others": others, "writing": True})
+    return fig_dir, earlier
 
 
 def keep_page_figures(fig_dir: Path, earlier: set[str], figures: Sequence[Figure]) -> None:
@@ -1147,6 +1156,21 @@ def keep_page_figures(fig_dir: Path, earlier: set[str], figures: Sequence[Figure
         (fig_dir / name).unlink(missing_ok=True)
     if written or earlier:  # the record lists this page's figures only
         atomic_write_json(fig_dir / _FIGURES_RECORD, {"figures": written})
+    else:  # nothing to record: not the pending record of figures_folder either
+        (fig_dir / _FIGURES_RECORD).unlink(missing_ok=True)
+
+
+def _is_figure_name(n: Any) -> bool:
+    """A plain ``*.png`` name directly in the folder (what a record may name)."""
+    return isinstance(n, str) and n.lower().endswith(".png") and not n.startswith(".") and Path(n).name == n \
+        and "\\" not in n and n not in (".", "..")
+
+
+def _png_names(fig_dir: Path) -> set[str]:
+    """The plain ``*.png`` files of ``fig_dir`` (none when it is missing)."""
+    if not fig_dir.is_dir():
+        return set()
+    return {p.name for p in fig_dir.iterdir() if _is_figure_name(p.name) and p.is_file() and not p.is_symlink()}
 
 
 def _recorded_figures(fig_dir: Path) -> set[str]:
@@ -1161,8 +1185,14 @@ def _recorded_figures(fig_dir: Path) -> set[str]:
     names = data.get("figures") if isinstance(data, dict) else None
     if not isinstance(names, list):
         return set()
-    return {n for n in names if isinstance(n, str) and n.lower().endswith(".png") and not n.startswith(".")
-            and Path(n).name == n and "\\" not in n and n not in (".", "..")}
+    recorded = {n for n in names if _is_figure_name(n)}
+    if data.get("writing") is True:  # a page killed while writing its figures: those it wrote are not listed, but
+        # every figure there but the files that were there besides the recorded ones is the killed page's
+        others = data.get("others")
+        others = set(others) if isinstance(others, list) else None
+        if others is not None:
+            recorded |= _png_names(fig_dir) - others
+    return recorded
 
 
 def _slug(name: str) -> str:

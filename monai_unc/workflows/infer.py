@@ -1151,11 +1151,11 @@ def _setting_differs(name: str, old: Any, new: Any) -> bool:
 def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = False) -> None:
     """Write ``infer.json`` (the settings and the package version), refusing to resume a run made with other settings.
 
-    A run whose settings differ is refused (unless ``overwrite``) once it has finished a case (a run that finished
-    nothing may be restarted with other settings); one that another version of the package made resumes with a warning
-    (its finished cases are kept: seeded draws may differ between versions), and so does a seeded run made with other
-    versions of torch or MONAI (:func:`library_versions`: they draw the samples of a seed,
-    :meth:`InferSettings.seeded_draws`).
+    A run whose settings differ is refused (unless ``overwrite``) once it has finished a case with other settings (a
+    run that finished nothing, or whose every finished case was made with this run's settings, may be restarted);
+    one that another version of the package made resumes with a warning (its finished cases are kept: seeded draws
+    may differ between versions), and so does a seeded run made with other versions of torch or MONAI
+    (:func:`library_versions`: they draw the samples of a seed, :meth:`InferSettings.seeded_draws`).
 
     Args:
         output: the output folder.
@@ -1170,8 +1170,8 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
     path = output / INFER_RECORD
     new = json_safe(settings.to_json())  # as it reads back from the file (strict JSON)
     libraries = library_versions()
-    started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))
-    if path.is_file() and started and not overwrite:
+    records = [p for p in output.glob("*.json") if p.name not in ("infer.json", FAILURES_FILE)]
+    if path.is_file() and records and not overwrite:
         try:
             doc = json.loads(path.read_text())
         except (ValueError, RecursionError):  # RecursionError: deeply nested (found by hostile testing)
@@ -1184,7 +1184,15 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         # predicted again by its fingerprint, with a warning)
         diff = sorted(k for k in set(old) | set(new) if _setting_differs(k, old.get(k), new.get(k))
                       and not (k in _RECORDED_LATER and k not in old))
+        # found by hostile testing of crash consistency: ``infer --overwrite`` with other settings, interrupted
+        # (Ctrl-C, SIGKILL) before it finished a case, left the earlier run's cases, whole, under its own infer.json:
+        # the resume with the earlier settings was refused ("different settings") and evaluate refused the folder, so
+        # every case had to be predicted again. Settings (all known, of a readable record) that every finished case
+        # was made with resume
         unknown = [k for k in diff if k not in InferSettings.__dataclass_fields__]
+        readable = isinstance(doc.get("settings"), dict)  # an unreadable record stays refused (--overwrite)
+        if diff and not unknown and readable and all(_made_with(p, new) for p in records):
+            diff = []
         if unknown and made_by == __version__:  # found by review36: "made by <this version> ... resume it with that
             # version" of a hand-edited record
             raise ValueError(
@@ -1231,6 +1239,15 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
                 stacklevel=2,
             )
     atomic_write_json(path, {"settings": new, VERSION_KEY: __version__, LIBRARIES_KEY: libraries})
+
+
+def _made_with(record: Path, settings: dict[str, Any]) -> bool:
+    """Whether a case record's ``fingerprint`` is ``settings`` (as a resume compares them, :func:`_record_cache`)."""
+    doc = read_json_or_none(record)
+    if not isinstance(doc, dict) or "fingerprint" not in doc:
+        return False
+    compared = settings_as_compared(doc["fingerprint"])
+    return json.dumps(compared, sort_keys=True) == json.dumps(json.loads(json.dumps(settings)), sort_keys=True)
 
 
 #: settings that the records of earlier versions lack, which a resume does not compare with them: a record older than

@@ -421,3 +421,65 @@ def test_a_file_system_without_locks_leaves_no_private_folder_behind(tmp_path, m
         atomic_write(tmp_path / "a.json", lambda tmp, text=text: tmp.write_text(text))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
     assert (tmp_path / "a.json").read_text() == "two"
+
+
+@pytest.mark.skipif(os.name == "nt", reason="os.replace of a folder onto an empty one is POSIX")
+def test_a_run_of_atomic_folder_killed_between_its_renames_loses_no_content(tmp_path):
+    """Found by hostile testing of crash consistency: ``nnunet-calibrate`` killed (SIGKILL, the OOM killer) after
+    ``atomic_folder`` moved the folder aside and before it renamed the new content in left no folder, and the next
+    run removed the moved-aside content with the stale staging folders: when that run then failed, the calibrated
+    model was gone for good, where a failed run leaves the folder as it was. The next run puts it back first."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import monai_unc
+    from monai_unc.io import atomic_folder, atomic_write_text
+
+    out = tmp_path / "model"
+    with atomic_folder(out) as staging:
+        atomic_write_text(staging / "weights.txt", "v1")
+    code = ("import os\nfrom monai_unc.io import atomic_folder, atomic_write_text\nreal = os.replace\n"
+            "def replace(src, dst):\n    real(src, dst)\n"
+            f"    if os.fspath(src) == {str(out)!r}:\n        os._exit(137)\n"
+            f"os.replace = replace\nwith atomic_folder({str(out)!r}) as staging:\n"
+            "    atomic_write_text(staging / 'weights.txt', 'v2')\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(monai_unc.__file__).parents[1])}
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 137
+    assert not out.exists()  # killed between the renames
+    with pytest.raises(RuntimeError, match="half-way"), atomic_folder(out):
+        assert (out / "weights.txt").read_text() == "v1"  # put back before the block
+        raise RuntimeError("failed half-way")
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+    assert [p.name for p in out.iterdir()] == ["weights.txt"] and (out / "weights.txt").read_text() == "v1"
+
+
+@pytest.mark.skipif(os.name == "nt", reason="SIGKILL and flock are POSIX")
+def test_the_scratch_folder_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
+    """Found by hostile testing of crash consistency: ``monai-unc calibrate`` killed (SIGKILL) while it collected the
+    validation logits left ``.cal.pt.partial-logits-*.dir`` with the logits beside the output, and every later run,
+    successful or not, left it there (nothing cleaned that folder): one more folder of logits per killed run. The next
+    scratch folder of the same output removes those of dead runs; a live run's (locked) is left alone."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import monai_unc
+    from monai_unc.io import scratch_folder
+
+    out = tmp_path / "cal.pt"
+    code = ("import os, signal\nfrom monai_unc.io import scratch_folder\n"
+            f"with scratch_folder({str(out)!r}, 'logits') as s:\n"
+            "    (s / '0.npy').write_bytes(b'x' * 1000)\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(monai_unc.__file__).parents[1])}
+    for _ in range(2):
+        assert subprocess.run([sys.executable, "-c", code], env=env).returncode == -signal.SIGKILL
+    dead = sorted(p.name for p in tmp_path.iterdir())
+    assert len(dead) == 1 and dead[0].startswith(".cal.pt.partial-logits-")  # the second run removed the first's
+    (tmp_path / ".other.pt.partial-logits-x.dir").mkdir()  # another output's: kept
+    with scratch_folder(out, "logits") as live:
+        with scratch_folder(out, "logits") as second:  # a second live run of the same output
+            assert live.is_dir() and second.is_dir() and live != second  # the live one is not removed
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".other.pt.partial-logits-x.dir", live.name])
+    assert [p.name for p in tmp_path.iterdir()] == [".other.pt.partial-logits-x.dir"]

@@ -118,3 +118,30 @@ def test_a_linked_triage_figures_folder_is_refused(triage_folder, tmp_path):
 
         build_triage_page(triage_folder, out, n_cases=0, viewer=False)
     assert (elsewhere / "keep.png").exists()
+
+
+def test_the_figures_of_a_page_killed_before_recording_them_are_removed_by_the_next_page(evaluation, tmp_path,
+                                                                                         monkeypatch):
+    """Found by hostile testing of crash consistency: ``monai-unc report --cases 8`` killed (SIGKILL) after writing
+    its case figures and before recording them in ``figures/.report_figures.json`` left them unlisted, and the next
+    page (``--cases 2``) removed only the figures the earlier record listed: the overlays of cases the page does not
+    show stayed in ``figures/`` for good. A user's own file there is still kept."""
+    import monai_unc.report.html as html
+
+    out = tmp_path / "page"
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "mine.png").write_bytes(b"\x89PNG")  # a user's own
+    build_report(evaluation, output=out, n_cases=0)
+
+    def killed(*args, **kwargs):
+        raise SystemExit(137)  # the process ends here: the record of this page's figures is not written
+
+    monkeypatch.setattr(html, "keep_page_figures", killed)
+    with pytest.raises(SystemExit):
+        build_report(evaluation, output=out, n_cases=4)
+    assert len(list((out / "figures").glob("case_*.png"))) == 4  # the killed page's
+    monkeypatch.undo()
+    build_report(evaluation, output=out, n_cases=0)
+    names = sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert not [n for n in names if n.startswith("case_")], "a killed page's case figures remain"
+    assert "mine.png" in names
