@@ -22,7 +22,7 @@ import torch
 
 from .._deprecation import REMOVAL
 from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
-from ..io import CaseError, CaseFiles, LoadedCase, read_probabilities, save_nifti, save_region_maps
+from ..io import CaseError, CaseFiles, LoadedCase, owned_folder, read_probabilities, save_nifti, save_region_maps
 from ..keys import LEGACY_REGION_ESTIMATE, MEASURES
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
@@ -41,6 +41,7 @@ __all__ = [
     "derived_maps",
     "derived_map_path",
     "write_derived_maps",
+    "remove_stale_maps",
     "primary_measure",
     "check_class_count",
     "check_measure_options",
@@ -837,3 +838,38 @@ def load_region_histograms(path: str | os.PathLike) -> dict[str, ConfidenceHisto
     _deprecated("load_region_histograms", "use region_histograms_of(monai_unc.state.read_npz(path))")
     return region_histograms_of(read_npz(path))
 
+
+def remove_stale_maps(folder: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> list[Path]:
+    """Remove the files of ``<folder>`` that no row's ``derived`` names: the maps of an earlier run's cases.
+
+    After a rerun with other cases, or with map files where there were none, ``maps/`` holds only the maps of the
+    cases of this run (those of ``triage.json``, or of ``metrics.csv`` for ``evaluate``), so no earlier map passes for
+    one of them (found by hostile testing: ``evaluate`` kept an earlier run's derived maps beside this run's).
+
+    Args:
+        folder: the folder of the derived maps (``<output>/maps``; a missing folder holds nothing).
+        rows: the rows of this run, each with its ``derived`` ``{measure: file}`` (triage's rows, ``evaluate``'s
+            :attr:`CaseResult.derived`).
+
+    Returns:
+        The paths removed.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     maps = Path(d) / "maps"
+        ...     maps.mkdir()
+        ...     for name in ("a_predictive_entropy.nii.gz", "old_predictive_entropy.nii.gz"):
+        ...         _ = (maps / name).write_bytes(b"")
+        ...     rows = [{"case": "a", "derived": {"predictive_entropy": str(maps / "a_predictive_entropy.nii.gz")}}]
+        ...     [p.name for p in remove_stale_maps(maps, rows)], [p.name for p in maps.iterdir()]
+        (['old_predictive_entropy.nii.gz'], ['a_predictive_entropy.nii.gz'])
+    """
+    folder = owned_folder(Path(folder).parent, Path(folder).name)  # not a link: its files are removed
+    if not folder.is_dir():
+        return []
+    keep = {Path(str(name)).name for r in rows for name in (r.get("derived") or {}).values()}  # a name or a path
+    gone = [p for p in sorted(folder.iterdir()) if p.is_file() and p.name not in keep]
+    for p in gone:
+        p.unlink()
+    return gone

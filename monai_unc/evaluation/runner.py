@@ -54,7 +54,7 @@ from .products import (
     write_case_files,
 )
 from .resume import CASES_DIR, case_cache, case_config_fingerprint, check_inputs_unchanged, input_signatures
-from .rows import check_class_count, check_measure_options, write_derived_maps
+from .rows import check_class_count, check_measure_options, remove_stale_maps, write_derived_maps
 from .triage import prediction_regions, region_differences
 
 __all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "check_unclaimed_labels",
@@ -555,6 +555,9 @@ def _run_evaluate(
             summary = summarize(state, config, fitted=fitted, fit_warnings=[
                 str(w.message) for w in caught if issubclass(w.category, UserWarning)] + ([absent] if absent else []))
             paths = write_evaluation(state, summary, output, config)
+            # maps/ holds the derived maps of this run's cases only (found by hostile testing: a rerun on other
+            # cases, or on predictions with map files of their own, kept an earlier run's derived maps beside them)
+            remove_stale_maps(maps, [{"derived": r.derived} for r, _, _ in results])
             rows = state.sorted_rows()
             ids = [str(r["case"]) for r in rows]
             # what a product's own file may record besides the inputs (the referral rule: the calibration cases'

@@ -22,3 +22,34 @@ def test_a_killed_runs_half_written_derived_map_is_removed_by_a_rerun_on_other_p
         warnings.simplefilter("ignore", UserWarning)
         run_evaluate(data["labels"], data["predictions"], out, EvaluationConfig())
     assert not list((out / "maps").glob(".*.partial*"))
+
+
+def test_a_rerun_removes_the_derived_maps_of_an_earlier_run(tmp_path):
+    """Found by hostile testing: ``evaluate`` of predictions without map files wrote the maps it derived into
+    ``maps/``; a rerun on the predictions with map files of their own (or on fewer cases) kept them beside its own
+    outputs, where the report and triage find a case's maps. ``maps/`` holds the derived maps of the run's cases
+    only."""
+    import shutil
+
+    data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(12, 12, 12))
+    bare = tmp_path / "bare"  # segmentations and probabilities only: evaluate derives the maps
+    bare.mkdir()
+    for p in data["predictions"].glob("*_probs.nii.gz"):
+        shutil.copy(p, bare / p.name)
+        shutil.copy(p.with_name(p.name.replace("_probs", "_seg")), bare / p.name.replace("_probs", "_seg"))
+    out = tmp_path / "eval"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(data["labels"], bare, out, EvaluationConfig())
+        assert sorted(p.name for p in (out / "maps").iterdir()) == sorted(
+            f"toy00{i}_{m}.nii.gz" for i in range(3) for m in ("one_minus_max_prob", "predictive_entropy"))
+        (bare / "toy002_probs.nii.gz").unlink()  # a rerun on two of the cases: the third's maps go
+        (bare / "toy002_seg.nii.gz").unlink()
+        (data["labels"] / "toy002.nii.gz").unlink()
+        run_evaluate(data["labels"], bare, out, EvaluationConfig())
+        assert sorted(p.name for p in (out / "maps").iterdir()) == sorted(
+            f"toy00{i}_{m}.nii.gz" for i in range(2) for m in ("one_minus_max_prob", "predictive_entropy"))
+        for p in data["predictions"].glob("toy002*"):
+            p.unlink()
+        run_evaluate(data["labels"], data["predictions"], out, EvaluationConfig())  # maps of their own: none derived
+    assert not [p for p in (out / "maps").iterdir() if p.is_file()]

@@ -43,7 +43,7 @@ from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
 from ..products import command_output_markers
 from ..region_case import predicted_regions, region_score_columns
 from ..resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures, map_digest_hooks
-from ..rows import case_expected_dice, derived_maps, first_class_count, write_derived_maps
+from ..rows import case_expected_dice, derived_maps, first_class_count, remove_stale_maps, write_derived_maps
 from .images import IMAGE_FEATURES, image_statistics, read_image_channels
 from .rule import ReferralRule, as_float
 
@@ -231,29 +231,6 @@ def _row_derived(doc: dict[str, Any]) -> Any:
     if not isinstance(row, dict) or not isinstance(row.get("derived"), dict):
         raise KeyError(f"the saved row of case {doc.get('case')!r} records no derived maps")
     return row["derived"]
-
-
-def remove_stale_maps(folder: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> list[Path]:
-    """Remove the files of ``<folder>`` that no row's ``derived`` names: the maps of an earlier run's cases.
-
-    After a rerun with other cases, or with map files where there were none, ``maps/`` holds only the maps of the
-    cases of this run (those of ``triage.json``), so no earlier map passes for one of them.
-
-    Args:
-        folder: the folder of the derived maps (``<output>/maps``; a missing folder holds nothing).
-        rows: the rows of this run (:func:`triage_case` with ``maps``).
-
-    Returns:
-        The paths removed.
-    """
-    folder = owned_folder(Path(folder).parent, Path(folder).name)  # not a link: its files are removed
-    if not folder.is_dir():
-        return []
-    keep = {str(name) for r in rows for name in (r.get("derived") or {}).values()}
-    gone = [p for p in sorted(folder.iterdir()) if p.is_file() and p.name not in keep]
-    for p in gone:
-        p.unlink()
-    return gone
 
 
 @dataclass
