@@ -694,7 +694,11 @@ def _held_scratch(parent: Path, prefix: str) -> tuple[Path, int | None]:
         except FileNotFoundError:  # swept in between: make another
             os.close(fd)
             continue
-        except OSError:  # held by a sweep that is removing it, or no flock on this file system
+        except BlockingIOError:  # held by another run's sweep (_remove_dead_scratch), which removes it: make another
+            # (found by review48: it was returned unlocked while is_dir() still held, then removed under the run)
+            os.close(fd)
+            continue
+        except OSError:  # no flock on this file system
             os.close(fd)
             if folder.is_dir():
                 return folder, None

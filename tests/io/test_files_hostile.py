@@ -483,3 +483,34 @@ def test_the_scratch_folder_of_a_killed_run_is_removed_by_the_next_run(tmp_path)
             assert live.is_dir() and second.is_dir() and live != second  # the live one is not removed
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".other.pt.partial-logits-x.dir", live.name])
     assert [p.name for p in tmp_path.iterdir()] == [".other.pt.partial-logits-x.dir"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock")
+def test_a_scratch_folder_another_runs_sweep_holds_is_not_used(tmp_path, monkeypatch):
+    """review48: another run's sweep that locked a new scratch folder (to remove it) made it be used unlocked."""
+    import fcntl
+    import shutil
+    import tempfile
+
+    from monai_unc.io import files
+
+    real, held = tempfile.mkdtemp, []
+
+    def mkdtemp(*args, **kwargs):
+        path = real(*args, **kwargs)
+        if not held:  # the first: the sweep of another run locks it between its creation and this run's lock
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append((path, fd))
+        return path
+
+    monkeypatch.setattr(files.tempfile, "mkdtemp", mkdtemp)
+    folder, fd = files._held_scratch(tmp_path, ".cal.pt.partial-logits-")
+    for path, sweep_fd in held:  # the sweep goes on: it removes the folder it holds
+        shutil.rmtree(path)
+        os.close(sweep_fd)
+    try:
+        assert fd is not None and folder.is_dir()
+    finally:
+        if fd is not None:
+            os.close(fd)

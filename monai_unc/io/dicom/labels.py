@@ -138,8 +138,9 @@ def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[in
                 raise DicomSegError(f"{what}: frame {i + 1} references the image {missing[0]}, which is not in the "
                                     f"series {series.series_uid} (a missing slice?)")
             k = uids[refs[0]]
+            # read of a multi-frame source only: a single-frame source's SEG was read whatever it held there (review48)
             numbers = [_number(s, "ReferencedFrameNumber", f"{what}: frame {i + 1}", 0) for s in sources
-                       if s.get("ReferencedFrameNumber") not in (None, "")]
+                       if s.get("ReferencedFrameNumber") not in (None, "")] if series.multiframe else []
             if series.multiframe and numbers:  # the source frame it names; without a number: the frame at its position
                 if (refs[0], numbers[0]) not in frames:
                     raise DicomSegError(f"{what}: frame {i + 1} references frame {numbers[0]} of the image "

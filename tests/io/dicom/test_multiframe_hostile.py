@@ -244,3 +244,21 @@ def test_objects_of_a_multiframe_source_with_over_long_decimal_strings_pass_dcio
     for written in (seg, pm):
         assert dciodvfy_errors(written) == [], written.name
     np.testing.assert_array_equal(read_segmentation_labels(seg, series), label)
+
+
+def test_a_seg_of_single_frame_slices_is_read_whatever_its_referenced_frame_number(tmp_path):
+    """review48: frame numbers are read for a multi-frame source only; a SEG on single-frame slices whose source
+    references hold a ReferencedFrameNumber of two values was read before multi-frame reading and then refused."""
+    from monai_unc.io.dicom.labels import read_segmentation_labels
+    from monai_unc.io.dicom.objects import default_segment, write_segmentation
+
+    write_series(np.zeros((4, 5, 3)), np.eye(4), tmp_path / "s", modality="CT")
+    series = read_series(tmp_path / "s")
+    labels = np.zeros((4, 5, 3), np.uint8)
+    labels[1:3, 1:3, 1] = 1
+    ds = pydicom.dcmread(write_segmentation(labels, series, tmp_path / "seg.dcm", [default_segment(1)]))
+    for group in ds.PerFrameFunctionalGroupsSequence:
+        for source in group.DerivationImageSequence[0].SourceImageSequence:
+            source.ReferencedFrameNumber = ["1", "2"]
+    ds.save_as(tmp_path / "seg2.dcm")
+    assert np.array_equal(read_segmentation_labels(tmp_path / "seg2.dcm", series), labels)
