@@ -874,6 +874,19 @@ def case_image_files(images: str | os.PathLike, predictions: str | os.PathLike, 
 
     Raises:
         CaseError: as :func:`list_image_cases`.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("brain_0000", "brain_0001"):
+        ...         (Path(d) / "images" / name).mkdir(parents=True)
+        ...         _ = (Path(d) / "images" / name / "IM0001").write_bytes(b"")
+        ...     (Path(d) / "pred").mkdir()
+        ...     series = [Path(d) / "images" / "brain_0000", Path(d) / "images" / "brain_0001"]
+        ...     record = {"inputs": [str(p) for p in series], "input_digests": input_digests(series)}
+        ...     _ = (Path(d) / "pred" / "brain.json").write_text(json.dumps(record))
+        ...     {c: p.name for c, p in case_image_files(Path(d) / "images", Path(d) / "pred", ["brain"]).items()}
+        {'brain_0000': 'brain_0000', 'brain_0001': 'brain_0001', 'brain': 'brain_0000'}
     """
     pred_dir = Path(predictions)
     series = {p.name: p for p in dicom_series_folders(images)}
@@ -898,8 +911,11 @@ def case_image_files(images: str | os.PathLike, predictions: str | os.PathLike, 
         if n > 1:
             if f"{cid}_0000" in series:
                 image_files[cid] = series[f"{cid}_0000"]
-            elif cid in image_files and image_files[cid].is_dir():  # <case>/: no series of a case of several channels
-                # (its NIfTI channel files, <case>_0000.nii.gz, stay its image)
+            elif (cid in image_files and image_files[cid].is_dir()
+                  and (layout == "nnunet" or recorded_series(pred_dir, cid))):
+                # <case>/: no series of a case predicted from one series per channel (its NIfTI channel files,
+                # <case>_0000.nii.gz, stay its image); of a case infer predicted from NIfTI channel files it stays
+                # the case's image, as in earlier versions, when there is no <case>_0000/ (found by review)
                 del image_files[cid]
     return image_files
 

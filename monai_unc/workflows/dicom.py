@@ -928,6 +928,12 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         channels = {c.case_id: model_channels if layout == "nnunet" else max(1, recorded_channels(pred, c.case_id))
                     for c in found}
         sources = {c.case_id: case_series_folder(src, c.case_id, channels[c.case_id]) for c in found}
+        for cid, folder in sources.items():
+            # a case infer predicted from NIfTI channel files (not from series): <case>/ as before when there is no
+            # <case>_0000/ (found by review: a layout earlier versions exported was refused)
+            if (folder is None and layout == "monai-unc" and channels[cid] > 1
+                    and not recorded_series(pred, cid) and (src / cid).is_dir()):
+                sources[cid] = src / cid
         missing = [c for c, folder in sources.items() if folder is None]
         if missing:
             count = channels[missing[0]]

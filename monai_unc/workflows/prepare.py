@@ -404,6 +404,18 @@ def check_infer_case_outputs(
 
     Raises:
         ValueError: naming ``--output`` and the input file a case's output would replace.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     spec = Path(d) / "br01.json"  # a network spec kept in the output folder
+        ...     _ = spec.write_text("{}")
+        ...     check_infer_case_outputs(d, ["br02"], network=spec)  # br02.json replaces nothing
+        ...     try:
+        ...         check_infer_case_outputs(d, ["br01"], network=spec)
+        ...     except ValueError as e:
+        ...         print(str(e).startswith("--output"))
+        True
     """
     inputs = [*checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]
     with refusing("output"):

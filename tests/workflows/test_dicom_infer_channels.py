@@ -259,3 +259,23 @@ def test_a_channel_given_as_an_enhanced_multiframe_image(predicted, tmp_path):
     for name in ("br01_seg.nii.gz", "br01_probs.nii.gz", "br01_predictive_entropy.nii.gz"):
         np.testing.assert_array_equal(np.asarray(nib.load(tmp_path / "out" / name).dataobj),
                                       np.asarray(nib.load(root / "both" / name).dataobj), err_msg=name)
+
+
+def test_a_case_predicted_from_nifti_channel_files_keeps_its_case_series(predicted, tmp_path):
+    """Found by review: a case predicted from NIfTI channel files needed ``<case>_0000/`` in ``dicom-export -s`` and
+    ``evaluate --images``, refusing (losing the image of) ``<case>/``, which earlier versions took; both are read."""
+    from monai_unc.io import read_csv
+
+    root, images, _ = predicted
+    series = tmp_path / "series"
+    shutil.copytree(images / "br01_0000", series / "br01")
+    assert main(["dicom-export", "-p", str(root / "from_nifti"), "-s", str(series), "-o", str(tmp_path / "dicom"),
+                 "-q"]) == 0
+    seg = np.asarray(nib.load(root / "from_nifti" / "br01_seg.nii.gz").dataobj)
+    np.testing.assert_array_equal(
+        read_segmentation_labels(tmp_path / "dicom" / "br01" / "seg.dcm", read_series(series / "br01")), seg)
+    (tmp_path / "labels").mkdir()
+    shutil.copy(tmp_path / "dicom" / "br01" / "seg.dcm", tmp_path / "labels" / "br01.dcm")
+    assert main(["evaluate", "-l", str(tmp_path / "labels"), "-p", str(root / "from_nifti"), "--images", str(series),
+                 "-o", str(tmp_path / "eval"), "--no-spatial", "-q"]) == 0
+    assert float(read_csv(tmp_path / "eval" / "metrics.csv")[0]["dice"]) == 1.0
