@@ -102,6 +102,7 @@ __all__ = [
     "dicom_series_folders",
     "dicom_channel_series",
     "case_series_folder",
+    "channel_name",
     "recorded_series",
     "recorded_channels",
     "case_image_files",
@@ -192,7 +193,29 @@ GEOMETRY_VOXEL_FRACTION = 0.1
 #: largest ``|cos|`` of the angle between two voxel axes of a grid taken as orthogonal (:func:`axes_cosine`; about
 #: 0.0057 degrees from perpendicular): the float32 rounding of an orthogonal affine stays near 1e-7
 ORTHOGONALITY_ATOL = 1e-4
-_CHANNEL = re.compile(r"^(?P<case>.+)_(?P<channel>[0-9]{4})$")  # ASCII digits (\d took other scripts' digits)
+#: nnU-Net's channel naming ``<case>_NNNN``, whole names only (:func:`channel_name`); ASCII digits (``\d`` took other
+#: scripts' digits)
+_CHANNEL = re.compile(r"(?P<case>.+)_(?P<channel>[0-9]{4})")
+
+
+def channel_name(name: str) -> tuple[str, int] | None:
+    """The case and channel of a name in nnU-Net's channel naming, ``<case>_NNNN`` (four ASCII digits); else None.
+
+    The one rule for file stems (``br01_0001`` of ``br01_0001.nii.gz``) and series folders (``br01_0001/``): the
+    whole name must match (a name ending in a line break is no channel's).
+
+    Args:
+        name: a file stem (without its extension) or a folder name.
+
+    Returns:
+        ``(case id, channel number)``, or None when ``name`` is not named so.
+
+    Example:
+        >>> channel_name("br01_0001"), channel_name("br01"), channel_name("br01_01")
+        (('br01', 1), None, None)
+    """
+    m = _CHANNEL.fullmatch(name)
+    return None if m is None else (m["case"], int(m["channel"]))
 
 
 class CaseError(ValueError):
@@ -440,7 +463,7 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto",
     widths = {len(c.channels) for c in out}
     left_out = []
     pair_cases: dict[str, tuple[Path, ...]] = {stem: (p,) for stem, p in pairs.items()}
-    named = {stem: p for stem, p in pairs.items() if _CHANNEL.match(stem)}
+    named = {stem: p for stem, p in pairs.items() if channel_name(stem)}
     if channel_suffix == "auto" and named and (groups is not None or (not files and len(named) == len(pairs))):
         # pairs named as nnU-Net's channel files (<case>_0000.hdr) are channels of <case>, as volume files are (found
         # by the review of NIfTI pairs: the original case1_0000.hdr beside its conversion case1_0000.nii.gz was
@@ -448,8 +471,8 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto",
         # numbered with gaps (an atlas_0002.hdr) stay cases of their own, as before, not the folder's refusal
         numbered: dict[str, dict[int, str]] = {}
         for stem in named:
-            m = _CHANNEL.match(stem)
-            numbered.setdefault(m["case"], {})[int(m["channel"])] = stem
+            case, channel = channel_name(stem)  # type: ignore[misc]
+            numbered.setdefault(case, {})[channel] = stem
         grouped = {cid: tuple(pairs[chans[i]] for i in sorted(chans)) for cid, chans in numbered.items()
                    if sorted(chans) == list(range(len(chans)))}
         for stem in pairs.keys() & grouped.keys():
@@ -487,10 +510,10 @@ def _by_channel(named: Mapping[str, Path]) -> dict[str, dict[int, Path]] | None:
     """
     cases: dict[str, dict[int, Path]] = {}
     for name, path in named.items():
-        m = _CHANNEL.match(name)
-        if m is None:
+        parts = channel_name(name)
+        if parts is None:
             return None
-        cases.setdefault(m["case"], {})[int(m["channel"])] = path
+        cases.setdefault(parts[0], {})[parts[1]] = path
     return cases
 
 
@@ -749,7 +772,7 @@ def _series_by_channel(folder: str | os.PathLike, series: Sequence[Path], channe
         return {p.name: (p,) for p in series}
     cases = _by_channel({p.name: p for p in series})
     if cases is None:
-        unnamed = next(p.name for p in series if _CHANNEL.match(p.name) is None)
+        unnamed = next(p.name for p in series if channel_name(p.name) is None)
         raise ValueError(f"{folder}: the model takes {channels} input channels, so each case needs one series folder "
                          f"per channel named <case>_0000, <case>_0001, ... (as nnU-Net names its channel files); "
                          f"{unnamed}/ is not named so")
@@ -967,8 +990,8 @@ def image_channel_files(path: str | os.PathLike, case_id: str | None = None) -> 
         names = _folder_channels(path.parent, pairs=True).get(path.name)
         return (path,) if names is None else tuple(path.parent / n for n in names)
     split = split_extension(path.name, VOLUME_EXTENSIONS)
-    m = _CHANNEL.match(split[0]) if split is not None else None
-    if split is None or m is None or int(m["channel"]) != 0 or not path.parent.is_dir():
+    parts = channel_name(split[0]) if split is not None else None
+    if parts is None or parts[1] != 0 or not path.parent.is_dir():
         return (path,)
     names = _folder_channels(path.parent, pairs=False).get(path.name)
     return (path,) if names is None else tuple(path.parent / n for n in names)

@@ -50,6 +50,9 @@ try:  # a write's lock on its private folder (POSIX)
 except ImportError:  # Windows: no lock, an existing private folder is left alone
     fcntl = None
 
+#: how a folder is opened to hold its lock: read-only, a folder, never through a symbolic link
+_FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
 try:  # Intel ISA-L's deflate (python-isal, the ``fast`` extra): level 1 about 10x zlib's speed at the same ratio
     from isal import isal_zlib as _isal_zlib
 except ImportError:  # zlib alone
@@ -288,7 +291,7 @@ def _fixed_folder(fixed: Path) -> tuple[Path | None, int | None]:
         except FileExistsError:
             made = False
         try:
-            fd = os.open(fixed, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(fixed, _FOLDER_FLAGS)
         except FileNotFoundError:  # removed in between by the write that held it: try again
             continue
         except OSError:  # a link (ELOOP), not a folder (ENOTDIR), no access
@@ -685,17 +688,15 @@ def _held_scratch(parent: Path, prefix: str) -> tuple[Path, int | None]:
         if fcntl is None:
             return folder, None
         try:
-            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(folder, _FOLDER_FLAGS)
         except FileNotFoundError:  # swept in between by another run: make another
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             same = (os.fstat(fd).st_ino, os.fstat(fd).st_dev) == (os.lstat(folder).st_ino, os.lstat(folder).st_dev)
-        except FileNotFoundError:  # swept in between: make another
-            os.close(fd)
-            continue
-        except BlockingIOError:  # held by another run's sweep (_remove_dead_scratch), which removes it: make another
-            # (found by review48: it was returned unlocked while is_dir() still held, then removed under the run)
+        except (FileNotFoundError, BlockingIOError):  # swept in between, or held by another run's sweep
+            # (_remove_dead_scratch), which removes it: make another (found by review48: a held one was returned
+            # unlocked while is_dir() still held, then removed under the run)
             os.close(fd)
             continue
         except OSError:  # no flock on this file system
@@ -725,12 +726,12 @@ def _remove_dead_scratch(parent: Path, prefix: str) -> None:
                 or not stale.is_dir():
             continue
         try:
-            fd = os.open(stale, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(stale, _FOLDER_FLAGS)
         except OSError:
             continue
         try:
-            if os.fstat(fd).st_uid != os.getuid():
-                continue
+            if os.fstat(fd).st_uid != os.getuid():  # another user's: left alone
+                raise PermissionError
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a live run's: BlockingIOError, left alone
         except OSError:
             os.close(fd)

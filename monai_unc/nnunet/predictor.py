@@ -116,6 +116,7 @@ from tqdm import tqdm
 from monai_unc._utils import check_sample_batch_size, check_seed, plain_module
 from monai_unc.io import (
     atomic_write_json,
+    channel_name,
     check_case_ids_fit_folder,
     colliding_case_ids,
     json_safe,
@@ -1672,12 +1673,11 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
         if not entry.name.endswith(ending):
             other_endings.add(_file_ending(entry.name))
             continue
-        stem = entry.name[:len(entry.name) - len(ending)]
-        digits = stem[-4:]
-        if len(stem) < 6 or stem[-5] != "_" or not (digits.isascii() and digits.isdigit()):
+        named = channel_name(entry.name[:len(entry.name) - len(ending)])
+        if named is None:
             raise ValueError(f"{folder / entry.name}: not named <case>_<4-digit channel>{ending} as nnU-Net's input "
                              "files are (e.g. case1_0000" + ending + ")")
-        found.setdefault(stem[:-5], set()).add(int(digits))
+        found.setdefault(named[0], set()).add(named[1])
     if not found:
         seen = ", ".join(sorted(other_endings)[:8]) + (", ..." if len(other_endings) > 8 else "")
         raise ValueError(f"input folder {folder} holds no file ending in {ending} (the model's file_ending in its "
@@ -1784,7 +1784,7 @@ def _check_previous_stage_shapes(list_of_lists: Sequence[Sequence[str]], segs_fr
 def _file_ending(name: str) -> str:
     """A file's ending for a message: what follows ``_<4 digits>`` (nnU-Net's naming), else its last suffix."""
     stem, dot, rest = name.partition(".")
-    if len(stem) > 5 and stem[-5] == "_" and stem[-4:].isdigit():
+    if channel_name(stem) is not None:
         return dot + rest
     return Path(name).suffix or "(none)"
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,15 @@ import torch
 from .._utils import check_integer, is_finite_real
 from ..engine import DistContext, read_dist_env, start_notice, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
-from ..io import CaseError, ImageCase, check_case_ids, dicom_series_folders, input_folder, list_image_cases
+from ..io import (
+    CaseError,
+    ImageCase,
+    channel_name,
+    check_case_ids,
+    dicom_series_folders,
+    input_folder,
+    list_image_cases,
+)
 from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS, check_dicom_options
 from ..regions import RegionSpec
 from ..temperature import TemperatureScaled
@@ -355,7 +362,7 @@ def prepare_infer(
         try:
             cases = network_image_cases(input, net)
         except ValueError:
-            if loaded.preprocessing is None or all(re.fullmatch(r".+_[0-9]{4}", p.name)
+            if loaded.preprocessing is None or all(channel_name(p.name)
                                                    for p in dicom_series_folders(input)):
                 raise  # series named by channel: one is missing (refused in one line, also for a bundle)
             # a bundle's preprocessing may make the network's channels from one image (RepeatChanneld, CT windows

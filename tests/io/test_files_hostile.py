@@ -514,3 +514,21 @@ def test_a_scratch_folder_another_runs_sweep_holds_is_not_used(tmp_path, monkeyp
     finally:
         if fd is not None:
             os.close(fd)
+
+
+@pytest.mark.skipif(os.name != "posix" or not hasattr(os, "getuid") or os.getuid() != 0,
+                    reason="making a folder of another user needs root")
+def test_the_sweep_leaves_another_users_scratch_folder_and_closes_it(tmp_path):
+    """The sweep of dead scratch folders left another user's folder alone, but kept the descriptor it opened on it:
+    one leaked file descriptor per such folder and scratch folder made (found by a reread of the sweep)."""
+    from monai_unc.io import scratch_folder
+
+    other = tmp_path / ".cal.pt.partial-logits-other.dir"
+    other.mkdir()
+    os.chown(other, 65534, 65534)  # nobody's
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        with scratch_folder(tmp_path / "cal.pt", "logits"):
+            pass
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert [p.name for p in tmp_path.iterdir()] == [other.name]  # left alone
