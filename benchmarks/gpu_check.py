@@ -18,7 +18,8 @@ and the end of its traceback), and the exit status says whether all passed. ``DI
   rehearsal passes one small file: it checks this part's mechanics (the run, the counts read from the JUnit XML,
   the table row), not the device tests again.
 - ``device``: the card, torch/CUDA versions and the device's copy bandwidth (bytes read + written per second
-  of a device-to-device copy of 1 GiB: the limit for memory-bound metrics).
+  of a device-to-device copy of 1 GiB: the limit for memory-bound metrics); whether the fused Triton kernels build
+  and run (else the error that turned them off: every "fused" figure is then the torch path's).
 - ``mc_brats`` and ``mc_unet``: MC dropout on a BraTS-sized case (SegResNet, 4 x 240 x 240 x 155, 3 sigmoid
   regions, ``SlidingWindowInferer`` ROI 128^3, overlap 0.5) and on a 3-class UNet at 96^3 (whole volume):
   time of ``MCDropoutInferer`` against the same number of bare forward passes with dropout on (the floor:
@@ -53,6 +54,7 @@ Times are the best of a few runs after a warm-up, with the device synchronised; 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -189,7 +191,32 @@ def part_device(dev: torch.device, cfg: dict, out: Path) -> dict:
     b = torch.empty_like(a)
     t = best_time(lambda: b.copy_(a), dev, 5)
     info["copy_gb_s"] = 2 * a.numel() * a.element_size() / t / 1e9
+    info["triton"] = _triton_probe(dev)
     return {"ok": True, **info}
+
+
+def _triton_probe(dev: torch.device) -> str:
+    """Whether the fused Triton kernels build and run here: ``"ok"``, ``"not installed"``, ``"not used on <device>"``,
+    or the error that turned them off (:func:`monai_unc._jit.triton_failure`: the torch path then runs, and every
+    "fused" figure of this check is the torch path's)."""
+    from monai_unc import _jit
+    from monai_unc import _stats_kernels as stats_kernels
+    from monai_unc.metrics.calibration import ConfidenceHistogram
+    from monai_unc.stats import SampleStats
+
+    if dev.type != "cuda":
+        return f"not used on {dev.type}"
+    if importlib.util.find_spec("triton") is None:
+        return "not installed"
+    g = torch.Generator(device=dev).manual_seed(0)
+    probs = torch.softmax(torch.randn(2, 3, 8, 8, 8, device=dev, generator=g), 1)
+    SampleStats().update_many(probs, 2)
+    ConfidenceHistogram(3).update(probs, probs.argmax(1))
+    _sync(dev)
+    failure = _jit.triton_failure()
+    if failure is not None:
+        return f"failed, torch path used: {failure}"
+    return "ok" if stats_kernels.available("cuda") else "not used"
 
 
 def _segresnet(dev: torch.device, cfg: dict) -> torch.nn.Module:
@@ -604,7 +631,8 @@ def _md_table(results: dict) -> str:
                 s += f" (only {', '.join(d['paths'])})"
             return s + "".join(f"; FAILED {f['test']}" for f in d.get("failed", [])[:5])
         if name == "device":
-            return f"copy bandwidth {d.get('copy_gb_s', 0):.0f} GB/s (read + write)"
+            return (f"copy bandwidth {d.get('copy_gb_s', 0):.0f} GB/s (read + write); Triton kernels: "
+                    f"{d.get('triton', '?')}")
         if name in ("mc_brats", "mc_unet"):
             parts = []
             for k in ("fp32", "amp"):

@@ -24,13 +24,14 @@ import logging
 import os
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["LOCK_FILE", "cached_kernel", "njit", "signature_key"]
+__all__ = ["LOCK_FILE", "KernelUnavailable", "cached_kernel", "njit", "run_triton", "signature_key", "triton_failure"]
 
 #: the lock file's name in a numba cache folder
 LOCK_FILE = "monai_unc.lock"
@@ -246,3 +247,86 @@ def _saved_if_possible(dispatcher: Any) -> Any:
 
     cache.save_overload = save_overload
     return dispatcher
+
+
+class KernelUnavailable(RuntimeError):
+    """A fused GPU kernel (Triton) cannot run on this machine: its caller takes the torch path instead."""
+
+
+#: the first line of the error that stopped the Triton kernels in this process (empty while none did)
+_TRITON_FAILURE: list[str] = []
+
+
+def triton_failure() -> str | None:
+    """Why the Triton kernels are off in this process (:func:`run_triton`), or None while none failed.
+
+    Returns:
+        The first line of the error of the first kernel that could not be built, or None.
+
+    Example:
+        >>> triton_failure() is None  # nothing failed in this doctest's process
+        True
+    """
+    return _TRITON_FAILURE[0] if _TRITON_FAILURE else None
+
+
+def _device_error(error: BaseException) -> bool:
+    """Whether ``error`` is the device's (out of memory, a CUDA error), which no other path would escape."""
+    import torch
+
+    accelerator = getattr(torch, "AcceleratorError", None)  # torch >= 2.8: CUDA errors
+    if isinstance(error, (MemoryError, torch.cuda.OutOfMemoryError)) or (
+            accelerator is not None and isinstance(error, accelerator)):
+        return True
+    text = str(error)
+    return "CUDA error" in text or "out of memory" in text
+
+
+def run_triton(launch: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``launch(*args, **kwargs)``, a call that compiles (on first use) and launches a Triton kernel.
+
+    Triton builds each kernel on this machine the first time it is launched, with a C compiler and the Python
+    headers for its launcher (found by a review of the GPU paths: a machine with torch's CUDA wheels but without
+    ``gcc`` or ``Python.h``, e.g. a slim container, fails there). Such a failure must not stop a run whose numbers
+    the torch path computes as well: the first one turns the Triton kernels off for the process, warns once
+    (``RuntimeWarning``: what failed and what to install) and raises :class:`KernelUnavailable`, on which the caller
+    takes the torch path (the same results, slower); every later call raises it at once. Errors of the device (out
+    of memory, CUDA errors) propagate unchanged: the torch path would meet them too. The kernels' launches write
+    their outputs only once the kernel runs, so a launch that failed to build changed nothing.
+
+    Args:
+        launch: the function that launches the kernel.
+        *args: its positional arguments.
+        **kwargs: its keyword arguments.
+
+    Returns:
+        What ``launch`` returns.
+
+    Raises:
+        KernelUnavailable: the kernels are off in this process (this call's failure or an earlier one's).
+
+    Example:
+        >>> run_triton(lambda x: x + 1, 1)
+        2
+    """
+    if _TRITON_FAILURE:
+        raise KernelUnavailable(_TRITON_FAILURE[0])
+    try:
+        return launch(*args, **kwargs)
+    except Exception as e:
+        if isinstance(e, KernelUnavailable):
+            raise
+        if _device_error(e):
+            raise
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), "") or type(e).__name__
+        first = f"{type(e).__name__}: {first[:300]}"
+        if not _TRITON_FAILURE:
+            _TRITON_FAILURE.append(first)
+            warnings.warn(
+                f"monai-unc: the fused CUDA kernels (Triton) cannot run on this machine ({first}); the torch path is "
+                "used instead (the same results, slower). Triton builds its kernels with a C compiler and the Python "
+                "headers (e.g. the gcc and python3-dev packages).",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        raise KernelUnavailable(first) from e

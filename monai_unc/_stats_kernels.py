@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._jit import cached_kernel, njit
+from ._jit import cached_kernel, njit, run_triton, triton_failure
 from ._lazy import lazy_optional
 
 __all__ = ["FUSED_KERNELS", "available", "backend", "value_flags", "accumulate", "CPU_CHUNK_ELEMENTS"]
@@ -175,7 +175,7 @@ def available(device_type: str = "cpu") -> bool:
     if device_type == "cpu":
         return _cpu_kernels() is not None
     if device_type == "cuda":
-        return _cuda_kernels() is not None
+        return _cuda_kernels() is not None and triton_failure() is None
     return False
 
 
@@ -202,7 +202,7 @@ def backend(p: torch.Tensor, accum_dtype: torch.dtype) -> str | None:
     if p.device.type == "cpu":
         return "numba" if _cpu_kernels() is not None else None
     if p.device.type == "cuda":
-        return "triton" if _cuda_kernels() is not None else None
+        return "triton" if _cuda_kernels() is not None and triton_failure() is None else None
     return None
 
 
@@ -227,9 +227,12 @@ def value_flags(p3: torch.Tensor, classes: bool) -> tuple[int, float, float, flo
         ``(non-finite values, min, max, max |sum_c p - 1|)``: min and max over the finite values, clipped to
         ``min <= 0 <= max`` on CUDA (only the comparisons with the range's bounds are meant); the deviation is 0 when
         ``classes`` is False and is not meaningful where values are not finite. One device synchronisation on CUDA.
+
+    Raises:
+        KernelUnavailable: the Triton kernel cannot be built on this machine (:func:`monai_unc._jit.run_triton`).
     """
     if _kind(p3) == "triton":
-        return _cuda_kernels().value_flags(p3, classes)
+        return run_triton(_cuda_kernels().value_flags, p3, classes)
     _, flags = _cpu_kernels()
     n_rows, n_cls, n_vox = p3.shape
     out = np.array([0.0, math.inf, -math.inf, 0.0])
@@ -273,6 +276,8 @@ def accumulate(
     Raises:
         ValueError: the sums are not contiguous tensors of the shapes above, or the weights are not one per sample
             (the kernels write the sums without bounds checks).
+        KernelUnavailable: the Triton kernel cannot be built on this machine (:func:`monai_unc._jit.run_triton`);
+            the sums are unchanged, and the caller adds the samples with the torch path.
     """
     n_rows, n_cls, n_vox = p3.shape
     n_batch = sum_p.shape[0]
@@ -291,7 +296,7 @@ def accumulate(
             )
     sq_mode = 0 if sum_p2 is None else (1 if per_class_squares else 2)
     if _kind(p3) == "triton":
-        _cuda_kernels().accumulate(p3, weights, sum_p, sum_h, sum_p2, sq_mode, multilabel)
+        run_triton(_cuda_kernels().accumulate, p3, weights, sum_p, sum_h, sum_p2, sq_mode, multilabel)
         return
     add_chunk, _ = _cpu_kernels()
     w = np.asarray(weights, dtype=np.float64)

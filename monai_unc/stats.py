@@ -76,6 +76,7 @@ from typing import Any
 
 import torch
 
+from ._jit import KernelUnavailable
 from ._stats_kernels import accumulate as fused_accumulate
 from ._stats_kernels import backend as fused_backend
 from ._stats_kernels import value_flags as fused_value_flags
@@ -572,7 +573,10 @@ class SampleStats:
     def _flags_fail(self, p: torch.Tensor) -> bool:
         """Whether the fused read-only pass finds a value the reference checks could reject (then they run)."""
         classes = not self.multilabel
-        bad, lo, hi, dev = fused_value_flags(_as_rows(p), classes)
+        try:
+            bad, lo, hi, dev = fused_value_flags(_as_rows(p), classes)
+        except KernelUnavailable:  # no Triton kernel on this machine (warned once): the reference checks run
+            return True
         tol = probability_tolerance(p.dtype) if classes else PROB_TOL
         # the deviation is summed in float64 in another order than the reference's (a few roundings): a margin
         return bool(bad) or lo < -tol or hi > 1 + tol or (classes and dev > tol - 1e-9)
@@ -609,8 +613,13 @@ class SampleStats:
             self.sum_p2 = self.sum_p2.contiguous() if self.sum_p2 is not None else None
         flat = [t.view(t.shape[0], t.shape[1], -1) if t is not None else None
                 for t in (self.sum_p, self.sum_h, self.sum_p2)]
-        fused_accumulate(_as_rows(p), weights, flat[0], flat[1], flat[2], self._per_class_squares(), multilabel,
-                            entropy)
+        try:
+            fused_accumulate(_as_rows(p), weights, flat[0], flat[1], flat[2], self._per_class_squares(), multilabel,
+                                entropy)
+        except KernelUnavailable:  # no Triton kernel on this machine (warned once; the sums are unchanged)
+            for j, w in enumerate(weights):
+                self._add_reference(p if num_samples == 1 else p[j * b:(j + 1) * b], w)
+            return
         for w in weights:  # one at a time, as the reference adds them
             self.sum_w += w
         self.num_updates += num_samples

@@ -57,6 +57,8 @@ except ValueError as err:
     assert "probs" in str(err), err
 else:
     raise AssertionError("NaN probabilities were accepted")
+from monai_unc import _jit
+assert _jit.triton_failure() is None, _jit.triton_failure()  # no silent fallback
 print("interpreter check passed")
 """
 
@@ -83,6 +85,8 @@ for n_fine in (1, 2, 3):
         assert torch.equal(fused.counts, ref.counts), (n_fine, weighted, fused.counts.sum(), ref.counts.sum())
         assert torch.allclose(fused.sums, ref.sums, rtol=1e-12, atol=1e-300), (n_fine, weighted)
         assert torch.allclose(fused.weighted_counts, ref.weighted_counts, rtol=1e-12, atol=1e-300), (n_fine, weighted)
+from monai_unc import _jit
+assert _jit.triton_failure() is None, _jit.triton_failure()  # no silent fallback
 print("one-bin check passed")
 """
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..._deprecation import deprecated_arg_names
+from ..._jit import KernelUnavailable, run_triton, triton_failure
 from ..._utils import ArrayLike, check_integer, check_labels, check_probabilities, probability_tolerance, to_tensor
 from ...measures import entropy
 from ...state import ArrayBlocks, read_npz, register_state_type
@@ -695,7 +696,7 @@ def _fused_backend(p: torch.Tensor) -> str | None:
     if p.device.type == "cpu":
         return "numba" if p.dtype in (torch.float32, torch.float64) and cpu_kernel_available() else None
     if p.device.type == "cuda":
-        return "triton" if cuda_kernel_available() else None
+        return "triton" if cuda_kernel_available() and triton_failure() is None else None
     return None
 
 
@@ -767,9 +768,13 @@ def _accumulate_fused(
         tables = None
     else:
         wt = None if w is None else w.to(torch.float64).contiguous()
-        tables, flags = cuda_histogram_tables(
-            p.detach().contiguous(), y.to(torch.int64).contiguous(), wt, stage.n_fine, uncertainty, tol, NLL_EPS
-        )
+        try:
+            tables, flags = run_triton(
+                cuda_histogram_tables,
+                p.detach().contiguous(), y.to(torch.int64).contiguous(), wt, stage.n_fine, uncertainty, tol, NLL_EPS,
+            )
+        except KernelUnavailable:  # no Triton kernel on this machine (warned once): the reference path adds the case
+            return False
         invalid = int(flags.item())
     if invalid:
         if validate:
