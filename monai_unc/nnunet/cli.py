@@ -404,8 +404,11 @@ def _predict(args: argparse.Namespace) -> int:
         check_output_folder(args.o, args.i, model, args.prev_stage_predictions, what="-o folder")
         predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
         with tempfile.TemporaryDirectory(prefix="monai-unc-dicom-input-") as staging:
+            # DICOM input: only this part's cases are read and staged, but nnU-Net gets every case (their file
+            # lists), so that it splits them as it splits a folder and the output checks count every part
             images = stage_dicom_input(args.i, staging, predictor.dataset_json,
-                                       reader=predictor.plans_manager.plans.get("image_reader_writer"))
+                                       reader=predictor.plans_manager.plans.get("image_reader_writer"),
+                                       num_parts=args.num_parts, part_id=args.part_id)
             predictor.predict_from_files(
                 images, args.o, save_probabilities=args.save_probabilities, overwrite=not args.continue_prediction,
                 num_processes_preprocessing=args.npp, num_processes_segmentation_export=args.nps,
@@ -422,8 +425,9 @@ def _predict(args: argparse.Namespace) -> int:
 _NIBABEL_READERS = ("NibabelIO", "NibabelIOWithReorient")
 
 
-def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str | None = None) -> str:
-    """The input folder nnU-Net reads: ``folder`` itself, or its DICOM series as NIfTI channel files.
+def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str | None = None, *,
+                      num_parts: int = 1, part_id: int = 0) -> str | list[list[str]]:
+    """The input nnU-Net predicts from: ``folder`` itself, or its DICOM series as NIfTI channel files.
 
     nnU-Net reads its own file formats only. A folder holding no image file of the model's ``file_ending`` but DICOM
     series folders is read with the series reader (:func:`monai_unc.io.read_volume`: slices ordered by position,
@@ -436,6 +440,17 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
     requires: each is put on channel 0's voxel order (a series stored with its axes flipped or permuted is
     reordered, no interpolation) and one on another grid is refused (resample it first).
 
+    Only the cases of part ``part_id`` of ``num_parts`` (``-part_id`` / ``-num_parts``) are read and written: those
+    nnU-Net gives that part (``_manage_input_and_output_lists``: the sorted case ids, ``[part_id::num_parts]``), so
+    the parts of a run read each series once between them and each stages its own cases only (every part read and
+    staged every case before). The returned lists still name every case's channel files, so that the predictor,
+    given the same ``num_parts`` and ``part_id``, takes the same cases as from a folder of all of them, and its
+    output checks count the cases of every part
+    (:meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.check_output_settings`); nothing reads the files of the
+    other parts. The names of the series folders (named by channel, every channel of
+    a case) are checked for every case before anything is read; what is read from the series (a readable series,
+    its grid, patient, frame of reference and shear) is checked for the part's cases only.
+
     A series whose voxel axes are not orthogonal (a gantry-tilted CT: :func:`monai_unc.io.sheared_grid`) is
     refused unless the model reads its images with nibabel (``reader`` ``NibabelIO`` or ``NibabelIOWithReorient``):
     ITK, hence nnU-Net's ``SimpleITKIO`` (the default of ``.nii.gz`` datasets), reads no sheared grid, and the
@@ -447,15 +462,21 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
         dataset_json: the model's ``dataset.json`` (``file_ending``, ``channel_names``).
         reader: the name of the model's image reader/writer (its plans' ``image_reader_writer``); None: not known,
             a sheared series is refused.
+        num_parts: the number of parts the cases are split into (``-num_parts``, at least 1).
+        part_id: the part whose cases are staged (``-part_id``), in ``[0, num_parts)``.
 
     Returns:
-        The folder to predict from: ``folder`` (image files) or ``staging`` (DICOM series).
+        What to predict from (``predict_from_files``' ``list_of_lists_or_source_folder``, with the same
+        ``num_parts`` and ``part_id``): ``folder`` when it holds image files (or no series folder: nnU-Net says that
+        it found no case); for DICOM series, one list of channel files in ``staging`` per case (``<case>_0000<ending>``,
+        ...), for every case in nnU-Net's order (sorted case ids), of which those of part ``part_id`` are written.
 
     Raises:
-        ValueError: DICOM input for a model with a ``file_ending`` other than ``.nii.gz`` / ``.nii``; series folders
-            not named by channel for a model with several channels, or a case without all of them; a channel of
-            another patient or frame of reference, or on another grid, than its case's channel 0; a series refused
-            by the reader (one line naming it and the problem); a sheared series for a model that does not read with
+        ValueError: ``num_parts`` below 1 or ``part_id`` outside ``[0, num_parts)``; DICOM input for a model with a
+            ``file_ending`` other than ``.nii.gz`` / ``.nii``; series folders not named by channel for a model with
+            several channels, or a case without all of them (any case); for a case of the part: a channel of another
+            patient or frame of reference, or on another grid, than its case's channel 0; a series refused by the
+            reader (one line naming it and the problem); a sheared series for a model that does not read with
             nibabel; no ``dicom`` extra.
 
     Example:
@@ -474,6 +495,10 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
         sheared_grid,
     )
 
+    if isinstance(num_parts, bool) or not isinstance(num_parts, int) or num_parts < 1:
+        raise ValueError(f"num_parts must be a positive integer, got {num_parts!r}")
+    if isinstance(part_id, bool) or not isinstance(part_id, int) or not 0 <= part_id < num_parts:
+        raise ValueError(f"part_id must be in [0, num_parts), got {part_id!r} with num_parts {num_parts}")
     ending = str(dataset_json.get("file_ending", ".nii.gz"))
     if any(f.is_file() and f.name.endswith(ending) for f in os.scandir(folder)):
         return folder
@@ -482,7 +507,9 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
     if ending not in (".nii.gz", ".nii"):
         raise ValueError(f"-i {folder} holds DICOM series but the model reads {ending} files (its dataset.json "
                          "file_ending); DICOM input needs a model that reads .nii.gz or .nii")
-    cases = dicom_channel_series(folder, nnunet_input_channels(dataset_json))
+    cases = dicom_channel_series(folder, nnunet_input_channels(dataset_json))  # every case's names, no file read
+    ids = sorted(cases)  # nnU-Net's order of a folder's cases (np.unique of the file names' case ids)
+    lists = [[os.path.join(staging, f"{case}_{c:04d}{ending}") for c in range(len(cases[case]))] for case in ids]
 
     def read(path: os.PathLike) -> Any:
         # the series with its pixels (what monai_unc.io.read_volume reads of a series folder), read once: its
@@ -494,7 +521,8 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
         except ImportError as e:
             raise ValueError(str(e).splitlines()[0]) from None
 
-    for case, paths in cases.items():
+    for case, files in list(zip(ids, lists))[part_id::num_parts]:  # nnU-Net's part of the cases
+        paths = cases[case]
         grid = read(paths[0])
         sheared = None if reader in _NIBABEL_READERS else sheared_grid(
             None, grid.affine, consequence=f"nnU-Net's {reader or 'image reader'} reads its images with ITK, which "
@@ -514,9 +542,9 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
                            f"{paths[0].name}"))
             except ValueError as e:
                 raise ValueError(f"-i {folder}: case {case!r}: {e}") from None
-        for c, volume in enumerate(volumes):
-            save_nifti(volume, grid.affine, os.path.join(staging, f"{case}_{c:04d}{ending}"))
-    return staging
+        for file, volume in zip(files, volumes):
+            save_nifti(volume, grid.affine, file)
+    return lists
 
 
 def _plans(args: argparse.Namespace) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("nnunetv2")
@@ -111,7 +113,7 @@ def test_dicom_input_is_staged_as_nifti_with_the_series_geometry(tmp_path):
     model = {"file_ending": ".nii.gz", "channel_names": {"0": "MR"}}
     staged = tmp_path / "staged"
     staged.mkdir()
-    assert stage_dicom_input(str(tmp_path / "in"), str(staged), model) == str(staged)
+    assert stage_dicom_input(str(tmp_path / "in"), str(staged), model) == [[str(staged / "c1_0000.nii.gz")]]
     img = nib.load(staged / "c1_0000.nii.gz")
     np.testing.assert_array_equal(np.asarray(img.dataobj), values)
     np.testing.assert_allclose(img.affine, read_series(tmp_path / "in" / "c1", pixels=False).affine, atol=1e-5)
@@ -159,7 +161,8 @@ def test_a_gantry_tilted_series_is_refused_in_one_line_unless_the_model_reads_wi
     for reader in ("NibabelIO", "NibabelIOWithReorient"):
         staged = tmp_path / f"staged_{reader}"
         staged.mkdir()
-        assert stage_dicom_input(str(tmp_path / "in"), str(staged), model, reader=reader) == str(staged)
+        assert stage_dicom_input(str(tmp_path / "in"), str(staged), model, reader=reader) == [
+            [str(staged / "ct01_0000.nii.gz")]]
         np.testing.assert_allclose(nib.load(staged / "ct01_0000.nii.gz").affine,
                                    read_series(tmp_path / "in" / "ct01", pixels=False).affine, atol=1e-4)
 
@@ -183,6 +186,129 @@ def test_nnunet_predict_refuses_a_gantry_tilted_series_in_one_line(tmp_path, cap
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "series ct01" in err and "sheared grid" in err, err
+def _count_series_reads(monkeypatch) -> list[str]:
+    """The names of the series folders read with their pixels (``read_series``), in order."""
+    import monai_unc.io.dicom as dicom
+
+    reads: list[str] = []
+    real = dicom.read_series
+
+    def counted(path, *args, **kwargs):
+        reads.append(os.path.basename(os.fspath(path)))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(dicom, "read_series", counted)
+    return reads
+
+
+def test_a_part_of_dicom_input_reads_and_stages_only_its_cases(tmp_path, monkeypatch):
+    """Issue: with ``-num_parts N`` every part read and staged every case's series (N times the reading and the
+    staging disk); a part now reads and writes the cases nnU-Net gives it (the sorted case ids,
+    ``[part_id::num_parts]``) and lists every case's channel files, in the order nnU-Net lists a folder holding them
+    all. The series of another part's case is not read (its broken series refuses only its own part)."""
+    pytest.importorskip("pydicom", reason="needs the dicom extra")
+    import numpy as np
+    from nnunetv2.utilities.utils import create_paths_fn, get_identifiers_from_splitted_dataset_folder
+
+    from monai_unc.io.dicom import write_series
+    from monai_unc.nnunet.cli import stage_dicom_input
+
+    model = {"file_ending": ".nii.gz", "channel_names": {"0": "CT"}}
+    ids = ["B2", "a", "a_0000", "c10", "c2"]  # nnU-Net's (code point) order; a_0000 is a case of its own
+    for k, case in enumerate(ids):
+        if case != "c2":
+            write_series(np.full((5, 4, 3), 10.0 * k), np.diag([0.8, 0.9, 2.5, 1.0]), tmp_path / "in" / case,
+                         modality="CT")
+    (tmp_path / "in" / "c2").mkdir()  # not a readable series: refused by its own part only
+    (tmp_path / "in" / "c2" / "notes.txt").write_text("x")
+    reads = _count_series_reads(monkeypatch)
+    staged = tmp_path / "part1"
+    staged.mkdir()
+    lists = stage_dicom_input(str(tmp_path / "in"), str(staged), model, num_parts=2, part_id=1)
+    assert reads == ["a", "c10"]  # part 1 of B2, a, a_0000, c10, c2
+    assert sorted(p.name for p in staged.iterdir()) == ["a_0000.nii.gz", "c10_0000.nii.gz"]
+    assert lists == [[str(staged / f"{case}_0000.nii.gz")] for case in ids]
+    reads.clear()
+    with pytest.raises(ValueError, match="notes.txt is not a readable DICOM file"):
+        stage_dicom_input(str(tmp_path / "in"), str(tmp_path / "part0"), model, num_parts=2, part_id=0)
+    assert reads == ["B2", "a_0000", "c2"]
+    # the lists are nnU-Net's own listing of a folder staged with every case (the readable ones here)
+    (tmp_path / "in" / "c2" / "notes.txt").unlink()
+    (tmp_path / "in" / "c2").rmdir()
+    every = tmp_path / "every"
+    every.mkdir()
+    lists = stage_dicom_input(str(tmp_path / "in"), str(every), model)
+    files = sorted(p.name for p in every.iterdir())
+    assert lists == [create_paths_fn(str(every), files, ".nii.gz", case)
+                     for case in get_identifiers_from_splitted_dataset_folder(str(every), ".nii.gz")]
+    for num_parts, part_id, words in ((0, 0, "num_parts must be a positive integer, got 0"),
+                                      (2, 2, r"part_id must be in \[0, num_parts\), got 2 with num_parts 2"),
+                                      (2, -1, r"part_id must be in \[0, num_parts\), got -1")):
+        with pytest.raises(ValueError, match=words):
+            stage_dicom_input(str(tmp_path / "in"), str(every), model, num_parts=num_parts, part_id=part_id)
+
+
+def test_the_series_folder_names_of_every_part_are_checked_before_any_series_is_read(tmp_path, monkeypatch):
+    """A case of another part without every channel series is refused before anything is read, as before."""
+    from monai_unc.nnunet.cli import stage_dicom_input
+
+    for name in ("a_0000", "a_0001", "b_0000"):
+        (tmp_path / "in" / name).mkdir(parents=True)
+        (tmp_path / "in" / name / "IM0001").write_bytes(b"")
+    reads = _count_series_reads(monkeypatch)
+    model = {"file_ending": ".nii.gz", "channel_names": {"0": "T1", "1": "T2"}}
+    with pytest.raises(ValueError, match="case 'b' has the series _0000; the model takes 2 input channels"):
+        stage_dicom_input(str(tmp_path / "in"), str(tmp_path), model, num_parts=2, part_id=0)  # part 0: case a
+    assert reads == []
+
+
+@pytest.mark.slow
+def test_nnunet_predict_parts_of_dicom_input_equal_one_run(tmp_path, monkeypatch):
+    """End to end, with the toy model of the nnU-Net tests: ``-num_parts 2`` run part by part into one ``-o`` reads
+    each series once and gives the outputs and the table of one run of every case."""
+    pytest.importorskip("pydicom", reason="needs the dicom extra")
+    import nibabel as nib
+    import numpy as np
+
+    from monai_unc.io.dicom import write_series
+    from tests.nnunet.test_nnunet_conformal import write_model_folder
+
+    model = write_model_folder(tmp_path / "model")
+    rng = np.random.default_rng(3)
+    ids = ["ct01", "ct02", "ct03"]
+    for case in ids:
+        write_series(np.round(rng.uniform(-1, 1, (20, 18, 16)) * 400), np.diag([1.0, 1.0, 1.0, 1.0]),
+                     tmp_path / "in" / case, modality="CT")
+
+    def predict(out, *extra):
+        argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(out), "-m", str(model), "-f", "0",
+                "-device", "cpu", "--sources", "mirroring", "-npp", "0", "-nps", "0", "--disable_progress_bar",
+                *extra]
+        assert cli.main(argv) == 0
+
+    reads = _count_series_reads(monkeypatch)
+    predict(tmp_path / "all")
+    assert sorted(reads) == ids
+    reads.clear()
+    predict(tmp_path / "parts", "-num_parts", "2", "-part_id", "0")
+    assert reads == ["ct01", "ct03"]
+    assert sorted(p.name for p in (tmp_path / "parts").glob("*.nii.gz")) == ["ct01.nii.gz", "ct03.nii.gz"]
+    reads.clear()
+    predict(tmp_path / "parts", "-num_parts", "2", "-part_id", "1")
+    assert reads == ["ct02"]
+    names = sorted(str(p.relative_to(tmp_path / "all")) for p in (tmp_path / "all").rglob("*.nii.gz"))
+    assert len(names) > len(ids)  # segmentations and maps
+    assert names == sorted(str(p.relative_to(tmp_path / "parts")) for p in (tmp_path / "parts").rglob("*.nii.gz"))
+    for name in names:
+        np.testing.assert_array_equal(np.asarray(nib.load(tmp_path / "parts" / name).dataobj),
+                                      np.asarray(nib.load(tmp_path / "all" / name).dataobj), err_msg=name)
+    records = [f"uncertainty/{case}.json" for case in ids]
+    for name in ("uncertainty_scores.csv", "uncertainty_config.json", *records):
+        assert (tmp_path / "parts" / name).read_text() == (tmp_path / "all" / name).read_text(), name
+    rows = (tmp_path / "parts" / "uncertainty_scores.csv").read_text().splitlines()[1:]
+    assert [row.split(",")[0] for row in rows] == ids
+
+
 @pytest.mark.parametrize(("flags", "share", "batch"), [([], True, "auto"), (["--sample_batch_size", "3"], True, 3),
                                                        (["--no_share_passes"], False, "auto")])
 def test_share_flags_reach_the_predictor(flags, share, batch, monkeypatch, tmp_path):

@@ -132,7 +132,8 @@ def test_the_dicom_channel_of_a_single_series_is_the_nifti_value_reordered(predi
     staged = tmp_path / "staged"
     staged.mkdir()
     dataset = json.loads((model / "dataset.json").read_text())
-    assert stage_dicom_input(str(images), str(staged), dataset) == str(staged)
+    assert stage_dicom_input(str(images), str(staged), dataset) == [
+        [str(staged / "br01_0000.nii.gz"), str(staged / "br01_0001.nii.gz")]]
     t1, t2 = _channels()
     assert sorted(p.name for p in staged.iterdir()) == ["br01_0000.nii.gz", "br01_0001.nii.gz"]
     np.testing.assert_array_equal(np.asarray(nib.load(staged / "br01_0000.nii.gz").dataobj), t1)
