@@ -811,7 +811,11 @@ def case_series_folder(folder: str | os.PathLike, case_id: str, channels: int = 
     return path if path.is_dir() else None
 
 
-def recorded_series(predictions: str | os.PathLike, case_id: str) -> list[str]:
+#: the default ``record`` of :func:`recorded_series` and :func:`recorded_channels`: read the case's record
+_READ: Any = object()
+
+
+def recorded_series(predictions: str | os.PathLike, case_id: str, record: Any = _READ) -> list[str]:
     """The DICOM series folders ``infer`` predicted a case from, as the case's record lists them.
 
     ``infer`` records in ``<case>.json`` the digest of each input channel (:func:`input_digests`); a case predicted
@@ -821,6 +825,8 @@ def recorded_series(predictions: str | os.PathLike, case_id: str) -> list[str]:
     Args:
         predictions: the output folder of ``infer``.
         case_id: the case.
+        record: the case's record as read already (:func:`read_json_or_none` of ``<case>.json``; None: no record);
+            default read from ``predictions``.
 
     Returns:
         The names of the series folders in channel order; empty for a case predicted from another input (a NIfTI
@@ -837,7 +843,8 @@ def recorded_series(predictions: str | os.PathLike, case_id: str) -> list[str]:
         ...     recorded_series(d, "brain")
         ['brain_0000', 'brain_0001']
     """
-    record = read_json_or_none(Path(predictions) / f"{case_id}.json")
+    if record is _READ:
+        record = read_json_or_none(Path(predictions) / f"{case_id}.json")
     saved = record.get("input_digests") if isinstance(record, dict) else None
     # a series folder's digest lists its files ([name, size, times] each); a file's is one list of numbers
     if not (isinstance(saved, list) and saved and all(
@@ -848,7 +855,7 @@ def recorded_series(predictions: str | os.PathLike, case_id: str) -> list[str]:
     return names if [e.get("file") for e in saved] == names else []
 
 
-def recorded_channels(predictions: str | os.PathLike, case_id: str) -> int:
+def recorded_channels(predictions: str | os.PathLike, case_id: str, record: Any = _READ) -> int:
     """The number of input channels ``infer`` predicted a case from, as the case's record lists its inputs.
 
     One series folder or channel file per channel (a 4D NIfTI file counts one). A case predicted from NIfTI channel
@@ -859,6 +866,8 @@ def recorded_channels(predictions: str | os.PathLike, case_id: str) -> int:
     Args:
         predictions: the output folder of ``infer``.
         case_id: the case.
+        record: the case's record as read already (:func:`read_json_or_none` of ``<case>.json``; None: no record);
+            default read from ``predictions``.
 
     Returns:
         The number of inputs in ``<case>.json``; 0 without a record or ``inputs`` (nnU-Net's records).
@@ -871,7 +880,8 @@ def recorded_channels(predictions: str | os.PathLike, case_id: str) -> int:
         ...     recorded_channels(d, "brain"), recorded_channels(d, "other")
         (2, 0)
     """
-    record = read_json_or_none(Path(predictions) / f"{case_id}.json")
+    if record is _READ:
+        record = read_json_or_none(Path(predictions) / f"{case_id}.json")
     inputs = record.get("inputs") if isinstance(record, dict) else None
     return len(inputs) if isinstance(inputs, list) else 0
 

@@ -2125,6 +2125,8 @@ def _flock(path: Path, exclusive: bool) -> int | None:
 def output_lock(folder: str | os.PathLike, command: str = "monai-unc", wait: float = 0.0) -> Iterator[Path]:
     """Hold an output folder for one run: another process's run into the same folder is refused meanwhile.
 
+    A folder that the parts of a run hold together (:func:`part_lock`, ``nnunet-predict -part_id``) is refused too.
+
     Two runs writing into one folder at the same time would corrupt each other's files: both write the same
     temporary names (:func:`partial_path`) and each removes the other's at start (:func:`clean_partial_files`).
     The lock is an exclusive :func:`fcntl.flock` on ``<folder>/.monai-unc.lock`` (which names the holder: pid,
@@ -2146,8 +2148,8 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc", wait: flo
 
     Raises:
         ValueError: another process holds the folder (after ``wait`` seconds; one line naming the folder and the
-            holder), or its lock file is a symbolic link, a hard link or no regular file (planted: a run would
-            overwrite the file it points to).
+            holder), a part of a run holds it (:func:`part_lock`), or its lock file is a symbolic link, a hard link or
+            no regular file (planted: a run would overwrite the file it points to).
 
     Example:
         >>> import tempfile
@@ -2158,6 +2160,13 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc", wait: flo
         ...     held, lock.exists()
         ('toy', False)
     """
+    with _output_lock(folder, command, wait, parts=True) as path:
+        yield path
+
+
+@contextlib.contextmanager
+def _output_lock(folder: str | os.PathLike, command: str, wait: float, parts: bool) -> Iterator[Path]:
+    """:func:`output_lock`; with ``parts`` False a folder that parts hold is not refused (:func:`part_lock`'s steps)."""
     folder = Path(folder)
     created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
@@ -2202,6 +2211,11 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc", wait: flo
         except OSError as e:  # a full disk: the line names the lock file
             _name_written_file(e, path)
             raise
+        held_by_part = _parts_holder(folder) if parts and key not in _HELD_PARTS else None
+        if held_by_part is not None:  # the parts of a run write the folder together: no other run meanwhile
+            raise ValueError(f"{folder} is being written by another run ({held_by_part}; lock "
+                             f"{folder / (_PART_LOCK_PREFIX + '*' + _PART_LOCK_SUFFIX)}): wait until it ends, or "
+                             "choose another output folder")
         yield path
     finally:
         del _HELD_FOLDERS[key]
@@ -2239,7 +2253,8 @@ def output_lock_holder(folder: str | os.PathLike) -> str | None:
         (None, None)
     """
     folder = Path(folder)
-    if str(folder.resolve()) in _HELD_FOLDERS:  # this process holds it
+    key = str(folder.resolve())
+    if key in _HELD_FOLDERS or key in _HELD_PARTS:  # this process holds it
         return None
     path = folder / OUTPUT_LOCK_FILE
     try:
@@ -2248,7 +2263,147 @@ def output_lock_holder(folder: str | os.PathLike) -> str | None:
         return _lock_holder(path) or "holder unknown"
     if fd is not None:
         os.close(fd)  # releases the shared lock
-    return None
+    return _parts_holder(folder)
+
+
+#: the lock file of one part of a run in a folder that the run's parts write together (:func:`part_lock`):
+#: ``.monai-unc.part-<part>.lock``
+_PART_LOCK_PREFIX, _PART_LOCK_SUFFIX = ".monai-unc.part-", ".lock"
+#: the folders this process holds as a part of a run (:func:`part_lock`), resolved path -> (run, part, depth)
+_HELD_PARTS: dict[str, list[Any]] = {}
+
+
+def _part_locks(folder: Path) -> list[Path]:
+    """The lock files of the parts of runs in ``folder`` (:func:`part_lock`), held or left by a killed part."""
+    try:
+        names = sorted(e.name for e in os.scandir(folder))
+    except OSError:
+        return []
+    return [folder / n for n in names if n.startswith(_PART_LOCK_PREFIX) and n.endswith(_PART_LOCK_SUFFIX)]
+
+
+def _parts_holder(folder: Path) -> str | None:
+    """What the lock file of a part that holds ``folder`` now (:func:`part_lock`) says, or None when none does."""
+    held = _held_parts(folder)
+    return (held[0][1] or "holder unknown") if held else None
+
+
+def _held_parts(folder: Path) -> list[tuple[Path, str]]:
+    """The lock files of the parts that hold ``folder`` now (another open file), with their lines (:func:`part_lock`).
+
+    Each file is probed with a shared lock tried and released at once (as :func:`output_lock_holder` probes): a
+    part's exclusive hold refuses it.
+    """
+    held = []
+    for path in _part_locks(folder):
+        try:
+            fd = _flock(path, exclusive=False)
+        except BlockingIOError:
+            held.append((path, _lock_holder(path)))
+            continue
+        if fd is not None:
+            os.close(fd)
+    return held
+
+
+@contextlib.contextmanager
+def part_lock(folder: str | os.PathLike, run: str, part: int, command: str = "monai-unc",
+              wait: float = 10.0) -> Iterator[Path]:
+    """Hold a folder for one part of a run whose parts write into it at the same time (``nnunet-predict -part_id``).
+
+    The parts of one run (the same ``run``: ``nnunet-predict`` with the same arguments but ``-part_id``, each on its
+    own GPU) write disjoint files of one folder, so they may hold it together; any other run is refused meanwhile:
+    :func:`output_lock` (a run of one part, ``dicom-export``, ``infer``...) refuses the folder while a part holds it,
+    a part refuses a folder that :func:`output_lock` holds (after ``wait`` seconds), and a part of another ``run``,
+    or the same part of this run in another process, is refused. :func:`output_lock_holder` (a reader's probe) sees
+    the parts' holds as it sees :func:`output_lock`'s. Each part holds its own lock file,
+    ``.monai-unc.part-<part>.lock`` (an exclusive :func:`fcntl.flock` naming the run, the part and the process;
+    released by the operating system however the process ends, removed at the end of the block), taken under a short
+    :func:`output_lock` of the folder: a step that must be one part's at a time (a shared file's read-modify-write)
+    takes that short hold itself (``output_lock(folder, wait=...)``). Reentrant within a process for the same run and
+    part. Without ``fcntl`` (Windows) or on a file system without ``flock`` nothing is locked.
+
+    Args:
+        folder: the output folder (created when missing).
+        run: what identifies the run (e.g. a digest of its arguments but the part): one line, no comma.
+        part: this part's number (0-based).
+        command: the command's name, recorded in the lock file for the message of a refused run.
+        wait: seconds to wait for another process's :func:`output_lock` of the folder (a part's short step).
+
+    Yields:
+        This part's lock file.
+
+    Raises:
+        ValueError: a bad ``run`` or ``part`` (naming it), another run holds the folder (:func:`output_lock`, or parts
+            of another ``run``), this part of the run is being written by another process (one line naming the
+            folder and the holder), or the lock file is a link or no regular file.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with part_lock(d, "run1", 0, "toy") as lock:
+        ...         with part_lock(d, "run1", 0, "toy"):  # the same process: reentrant
+        ...             held = lock.read_text().split(",")[:2]
+        ...     held, lock.exists()
+        (['run run1', ' part 0'], False)
+    """
+    if not isinstance(run, str) or not run.strip() or any(c in run for c in ",\n\r"):
+        raise parameter_error(ValueError(f"run must be a text of one line without a comma, got {run!r:.80}"), "run")
+    if isinstance(part, bool) or not isinstance(part, int) or part < 0:
+        raise parameter_error(ValueError(f"part must be an integer of at least 0, got {part!r:.40}"), "part")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    key = str(folder.resolve())
+    held = _HELD_PARTS.get(key)
+    if held is not None:  # this process holds it already
+        if held[:2] != [run, part]:
+            raise ValueError(f"{folder} is held by this process as part {held[1]} of run {held[0]}, not as part "
+                             f"{part} of run {run}")
+        held[2] += 1
+        try:
+            yield folder / f"{_PART_LOCK_PREFIX}{part}{_PART_LOCK_SUFFIX}"
+        finally:
+            held[2] -= 1
+        return
+    path = folder / f"{_PART_LOCK_PREFIX}{part}{_PART_LOCK_SUFFIX}"
+    tag = f"run {run}, part {part}"
+    with _output_lock(folder, f"{command} (part {part})", wait, parts=False):  # every part's hold is taken under it
+        for other, line in _held_parts(folder):
+            if not line.startswith(f"run {run},"):
+                raise ValueError(f"{folder} is being written by another run ({line or 'holder unknown'}; lock "
+                                 f"{other}): wait until it ends, or choose another output folder")
+            if other == path:
+                raise ValueError(f"{folder}: part {part} of this run is being written by another process ({line}; "
+                                 f"lock {other}): each part runs once at a time")
+        deadline = time.monotonic() + 1.0
+        while True:  # a reader's probe (a shared lock tried and released at once) may hold it for a moment
+            try:
+                fd = _flock(path, exclusive=True)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ValueError(f"{folder}: part {part} of this run is being written by another process "
+                                     f"({_lock_holder(path) or 'holder unknown'}; lock {path})") from None
+                time.sleep(0.02)
+        if fd is not None:
+            started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{tag}, pid {os.getpid()}, {command}, since {started}, host "
+                             f"{socket.gethostname()}\n".encode())
+            except OSError as e:
+                os.close(fd)
+                _name_written_file(e, path)
+                raise
+    _HELD_PARTS[key] = [run, part, 1]
+    try:
+        yield path
+    finally:
+        del _HELD_PARTS[key]
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()  # while still held: a part that ends leaves no file behind
+            os.close(fd)
 
 
 def check_not_being_written(folder: str | os.PathLike, *, what: str | None = None, then: str = "") -> None:

@@ -20,13 +20,18 @@ For every case of a prediction folder (``--layout monai-unc`` or ``nnunet``) and
 The NIfTI outputs must be on the series' grid (axes may be permuted or flipped: they are reoriented, never
 resampled). ``<output>/dicom_export.json`` (written last) lists the objects with their UIDs; a rerun removes the
 earlier run's before its first object, so a run that fails leaves none (never one listing replaced objects). A rerun
-replaces a case's objects; nothing is written into the prediction or series folders. Needs the ``dicom`` extra.
+replaces a case's objects, and removes those of a case the earlier manifest lists that is no case of the run (unless
+its folder holds a DICOM file no export wrote: a warning); nothing is written into the prediction or series folders.
+The parts of one ``nnunet-predict -num_parts`` run export into one folder together (:class:`ExportPart`): the
+manifest lists the cases of every part exported so far. Needs the ``dicom`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import json
 import math
 import os
 import re
@@ -68,6 +73,7 @@ from ..io import (
     nnunet_input_channels,
     output_lock,
     owned_folder,
+    part_lock,
     read_json_or_none,
     read_probabilities,
     read_table,
@@ -105,7 +111,7 @@ from ..regions import check_regions, label_to_regions, unclaimed_labels
 from .prepare import DICOM_FOLDER, check_dicom_input
 from .session import CommandResult
 
-__all__ = ["EXPORT_RECORD", "DicomExport", "algorithm_from_records", "check_made_from", "dicom_export",
+__all__ = ["EXPORT_RECORD", "DicomExport", "ExportPart", "algorithm_from_records", "check_made_from", "dicom_export",
            "dicom_export_from_arguments", "nnunet_predict_dicom"]
 
 #: the manifest of an export folder (written last)
@@ -115,6 +121,12 @@ EXPORT_FORMAT = "monai-unc-dicom-export"
 EXPORT_VERSION = 1
 #: the SeriesNumbers of the derived objects: SEG, FRACTIONAL SEG, the maps from 903 on
 _SEG_NUMBER, _PROBS_NUMBER, _MAP_NUMBER, _SR_NUMBER = 901, 902, 903, 999
+#: the top-level fields of :data:`EXPORT_RECORD` that the parts of one run share (:class:`ExportPart`): an entry of a
+#: manifest with other values is of another run, never mixed with this run's
+_RUN_SETTINGS = ("format", "format_version", "layout", "uid_root", "study_uid", "run")
+#: seconds a part of a run waits for another process's short hold of the export folder (:func:`part_lock`, the
+#: manifest's update) before it is refused
+_PART_WAIT = 10.0
 
 
 @dataclass
@@ -134,6 +146,26 @@ class DicomExport:
     def n_objects(self) -> int:
         """The number of objects written."""
         return sum(len(c["objects"]) for c in self.cases.values())
+
+
+@dataclass(frozen=True)
+class ExportPart:
+    """One part of a run whose parts export into one folder at the same time (``nnunet-predict -num_parts N``).
+
+    Each part exports its own cases (disjoint), holding the folder with the other parts of its run
+    (:func:`monai_unc.io.part_lock`); :data:`EXPORT_RECORD` lists the cases of every part exported so far.
+
+    Args:
+        run: what identifies the run (one line, no comma): the parts of one run give the same, and it differs
+            whenever the objects would (the predictions, the input, the settings); e.g. a digest of the command's
+            arguments but the part.
+        part: this part's number (``-part_id``).
+        cases: the cases of every part (the input's): an earlier object of a case outside them is removed as stale.
+    """
+
+    run: str
+    part: int
+    cases: tuple[str, ...]
 
 
 def _text(value: Any) -> str:
@@ -419,16 +451,10 @@ def _check_labels(labels: np.ndarray, count: int, what: str, probs_name: str | N
 _OBJECT_CLASSES = ("1.2.840.10008.5.1.4.1.1.66.4", "1.2.840.10008.5.1.4.1.1.30", "1.2.840.10008.5.1.4.1.1.88.34")
 
 
-def _check_earlier_objects(folder: Path, case_id: str) -> None:
-    """Refuse a case's folder of objects that holds a ``.dcm`` file an earlier export did not write.
+def _foreign_object(folder: Path) -> str | None:
+    """The first ``.dcm`` file of a case's folder of objects that no export wrote, described; None when there is none.
 
-    A rerun removes the case's earlier objects (every ``*.dcm`` of ``<output>/<case>/``): a DICOM file of another
-    origin there (the site's original slices, a radiologist's own SEG, in a folder given as ``--output``) was removed
-    with them, without a word (found by hostile testing). An earlier object is a SEG, Parametric Map or
-    Comprehensive 3D SR whose Manufacturer is ``monai-unc``.
-
-    Raises:
-        CaseError: naming the case, the file and what it is.
+    An export's object is a SEG, Parametric Map or Comprehensive 3D SR whose Manufacturer is ``monai-unc``.
     """
     import pydicom  # the dicom extra, imported by monai_unc.io.dicom above
 
@@ -440,12 +466,148 @@ def _check_earlier_objects(folder: Path, case_id: str) -> None:
             sop, maker = "", f"not readable as DICOM: {type(e).__name__}"
         if sop not in _OBJECT_CLASSES or maker != "monai-unc":
             kind = getattr(pydicom.uid.UID(sop), "name", sop) if sop else maker or "no SOP class"
-            raise CaseError(f"case {case_id}: {path} is not an object of an earlier dicom-export ({kind}, made by "
-                            f"{maker or 'an unnamed manufacturer'}); a rerun removes the case's earlier objects, so "
-                            "--output must be a folder of its own: move the file or give another --output")
+            return f"{path} is not an object of an earlier dicom-export ({kind}, made by " \
+                   f"{maker or 'an unnamed manufacturer'})"
+    return None
 
 
-def _check_predicted_from(pred: Path, src: Path, case_id: str) -> None:
+def _check_earlier_objects(folder: Path, case_id: str) -> None:
+    """Refuse a case's folder of objects that holds a ``.dcm`` file an earlier export did not write.
+
+    A rerun removes the case's earlier objects (every ``*.dcm`` of ``<output>/<case>/``): a DICOM file of another
+    origin there (the site's original slices, a radiologist's own SEG, in a folder given as ``--output``) was removed
+    with them, without a word (found by hostile testing). An earlier object is a SEG, Parametric Map or
+    Comprehensive 3D SR whose Manufacturer is ``monai-unc`` (:func:`_foreign_object`).
+
+    Raises:
+        CaseError: naming the case, the file and what it is.
+    """
+    foreign = _foreign_object(folder)
+    if foreign is not None:
+        raise CaseError(f"case {case_id}: {foreign}; a rerun removes the case's earlier objects, so --output must be "
+                        "a folder of its own: move the file or give another --output")
+
+
+def _read_manifest(out: Path) -> dict[str, Any]:
+    """The :data:`EXPORT_RECORD` of an export folder (untrusted): its top-level fields and its case entries.
+
+    Returns:
+        The record with ``cases`` a dict of the entries that are dicts under a case id (``{}`` without a readable
+        record).
+    """
+    doc = read_json_or_none(out / EXPORT_RECORD)
+    if not isinstance(doc, dict):
+        return {"cases": {}}
+    cases = doc.get("cases")
+    entries = {c: e for c, e in cases.items() if isinstance(e, dict)} if isinstance(cases, dict) else {}
+    return {**doc, "cases": entries}
+
+
+def _case_folder_name(case: Any) -> bool:
+    """Whether a case id of a manifest (untrusted) names a folder right inside the export folder."""
+    return (isinstance(case, str) and case not in ("", ".", "..") and not any(c in case for c in "/\\\0")
+            and case.casefold() != EXPORT_RECORD.casefold())
+
+
+def _remove_stale_cases(out: Path, listed: Sequence[str], run_cases: set[str]) -> list[str]:
+    """Remove the objects of the cases an earlier manifest lists that are no case of this run, and their folders.
+
+    A case removed from the input (or its predictions from the prediction folder) kept its folder of the earlier
+    run's objects, unlisted by the new manifest: a site that sends every ``*.dcm`` of the export folder to a PACS sent
+    objects of an earlier run. Only a folder that holds nothing but objects of an export loses them
+    (:func:`_foreign_object`, as a rerun checks a case's folder); a folder holding another DICOM file (the site's
+    own) is left as it is, with a warning. The folder is removed once empty. Case ids compare without case (one
+    folder on a case-folding file system).
+
+    Args:
+        out: the export folder.
+        listed: the case ids of the earlier manifest (untrusted: a name that is no folder of ``out`` is skipped).
+        run_cases: the cases of this run (of every part of it).
+
+    Returns:
+        The cases whose objects were removed.
+    """
+    kept = {c.casefold() for c in run_cases}
+    removed = []
+    for case in sorted(c for c in listed if _case_folder_name(c) and c.casefold() not in kept):
+        try:
+            folder = owned_folder(out, case, "--output")
+        except ValueError as e:  # a link planted in the folder: nothing removed through it
+            warnings.warn(f"case {case} of the earlier {EXPORT_RECORD} is no case of this run, but {e}; its objects "
+                          "are left", UserWarning, stacklevel=3)
+            continue
+        if not folder.is_dir():
+            continue
+        foreign = _foreign_object(folder)
+        if foreign is not None:
+            warnings.warn(f"case {case} of the earlier {EXPORT_RECORD} is no case of this run, but {foreign}: its "
+                          f"folder {folder} is left as it is (with the earlier objects); remove them by hand",
+                          UserWarning, stacklevel=3)
+            continue
+        for path in folder.glob("*.dcm"):
+            path.unlink(missing_ok=True)
+        clean_partial_files(folder)
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty: another file of the site's stays, with its folder
+        removed.append(case)
+    return removed
+
+
+def _run_entries(manifest: dict[str, Any], settings: dict[str, Any], drop: set[str],
+                 run_cases: set[str]) -> dict[str, Any]:
+    """The entries of a manifest that a part of a run keeps: those of the run's other parts, of the same settings.
+
+    An entry of another run (another value of a field of :data:`_RUN_SETTINGS`) is dropped, as is an entry of a case
+    of ``drop`` (this part's, which it writes again) or of a case outside ``run_cases``.
+    """
+    if any(manifest.get(k) != settings.get(k) for k in _RUN_SETTINGS):
+        return {}
+    return {c: e for c, e in manifest["cases"].items() if c not in drop and c in run_cases}
+
+
+def _write_manifest(out: Path, settings: dict[str, Any], cases: dict[str, Any]) -> None:
+    """Write :data:`EXPORT_RECORD` before a run's first object: its cases in id order, atomically; none: remove it.
+
+    A run of its own keeps no entry; a part keeps those of its run's other parts (:func:`_run_entries`).
+    """
+    if not cases:
+        (out / EXPORT_RECORD).unlink(missing_ok=True)
+        return
+    atomic_write_json(out / EXPORT_RECORD, {**settings, "cases": dict(sorted(cases.items()))})
+
+
+def _manifest_step(out: Path, part: ExportPart | None) -> contextlib.AbstractContextManager[Any]:
+    """The hold of an export folder for a change of its manifest (read, changed, written): a part's short hold.
+
+    A run of its own holds the folder already (:func:`monai_unc.io.output_lock`); the parts of a run, which hold it
+    together (:func:`monai_unc.io.part_lock`), change the manifest one at a time, each under a short
+    :func:`~monai_unc.io.output_lock` of the folder (waiting :data:`_PART_WAIT` seconds for another's).
+    """
+    if part is None:
+        return contextlib.nullcontext()
+    return output_lock(out, "monai-unc dicom-export (dicom_export.json)", wait=_PART_WAIT)
+
+
+def _part_run(args: argparse.Namespace) -> str:
+    """What identifies the run of an ``nnunet-predict -num_parts`` part: a digest of its arguments but the part.
+
+    The options of one process (``-part_id``, ``-device``, ``-npp``, ``-nps``, the progress bar, ...) are left out,
+    the folders resolved: the parts of one run, started alike but for ``-part_id``, give the same digest; a run with
+    another model, input, output, number of parts or DICOM option another one.
+    """
+    own = {"part_id", "device", "npp", "nps", "disable_progress_bar", "verbose", "not_on_device",
+           "continue_prediction", "sample_batch_size", "no_share_passes"}
+    doc: dict[str, Any] = {}
+    for key, value in sorted(vars(args).items()):
+        if key in own or key.startswith("_") or callable(value):
+            continue
+        if key in ("i", "o", "m", "segments", "prev_stage_predictions") and isinstance(value, str):
+            value = str(Path(value).resolve())
+        doc[key] = value
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _check_predicted_from(pred: Path, src: Path, case_id: str, record: Any) -> None:
     """Refuse a case whose series folder is not the one its record (``<case>.json``) says it was predicted from.
 
     ``infer`` records the digest of its input (``input_digests``; of a DICOM series folder: its files' names, sizes,
@@ -454,12 +616,12 @@ def _check_predicted_from(pred: Path, src: Path, case_id: str) -> None:
     they derive from (found by hostile testing). A case of several input channels is checked on each channel's
     series folder (``<case>_0000/``, ``<case>_0001/``, ...). A record of another kind of input (a NIfTI file: the
     series cannot be compared with it) or without digests is not checked; a copy of the series with the same content
-    passes.
+    passes. ``record``: the case's record as read (None: none).
 
     Raises:
         CaseError: naming the case, the series folder and the record.
     """
-    names = recorded_series(pred, case_id)
+    names = recorded_series(pred, case_id, record)
     if not names:
         return  # not predicted from its series folder (a NIfTI file or pair, nnU-Net's records, an older record)
     absent = [name for name in names if not (src / name).is_dir()]
@@ -467,7 +629,7 @@ def _check_predicted_from(pred: Path, src: Path, case_id: str) -> None:
         # from"
         raise CaseError(f"case {case_id}: no series folder {src / absent[0]}: the case was predicted from the series "
                         f"{', '.join(names)} ({pred / (case_id + '.json')}); give every one of them")
-    changed = changed_inputs([src / name for name in names], read_json_or_none(pred / f"{case_id}.json") or {})
+    changed = changed_inputs([src / name for name in names], record if isinstance(record, dict) else {})
     if changed:
         raise CaseError(f"case {case_id}: the series folder {src / changed[0]} is not the one the case was predicted "
                         f"from: its files differ from those {pred / (case_id + '.json')} records (another series, or "
@@ -795,7 +957,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                  algorithm_name: str | None = None, evaluation: str | os.PathLike | None = None,
                  triage: str | os.PathLike | None = None, progress: bool = True,
                  inside_predictions: bool = False, study_uid: str = "source",
-                 cases: Sequence[str] | None = None,
+                 cases: Sequence[str] | None = None, part: ExportPart | None = None,
                  **product_outputs: str | os.PathLike | None) -> DicomExport:
     """Write the DICOM objects of every case of a prediction folder on its source series.
 
@@ -830,7 +992,18 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             (:func:`monai_unc.io.dicom.new_study`).
         cases: export only these case ids of the prediction folder (``infer --output-format both``: the cases of the
             run, so that the outputs of a case since removed from the input are neither exported nor listed in
-            :data:`EXPORT_RECORD`); default every case of the folder.
+            :data:`EXPORT_RECORD`); default every case of the folder. The folders of objects of the cases that the
+            earlier :data:`EXPORT_RECORD` lists and that are no case of this run (nor of any part of ``part``'s run)
+            are removed before the first object, when they hold nothing but an export's objects (else left, with a
+            warning).
+        part: this export is one part of a run whose parts export into ``output`` at the same time (``cases``: this
+            part's): the folder is held with the run's other parts (:func:`monai_unc.io.part_lock`) instead of alone,
+            :data:`EXPORT_RECORD` loses this part's cases before the first object and gets them after the last one
+            (each a short hold of the folder), keeping the entries of the run's other parts; the entries of another
+            run (another value of its top-level ``format_version``, ``layout``, ``uid_root``, ``study_uid`` or
+            ``run``) are dropped, their objects left to the part of their case (or removed when their case is no
+            case of the run). Default: the export is a run of its own, holding the folder alone
+            (:func:`monai_unc.io.output_lock`).
         **product_outputs: ``<command>=FOLDER``: the output folder of a cohort product's command
             (:attr:`monai_unc.product.CohortProduct.command`, e.g. the masks with a guarantee): the case's row of
             its table (:attr:`~monai_unc.product.CohortProduct.applied_table`) goes into the SR as a measurement group
@@ -848,10 +1021,18 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             off the series' grid, or case ids that the output folder's file system takes as one name (``Case01`` /
             ``case01`` on macOS, Windows or an SMB share: :func:`~monai_unc.io.check_case_ids_fit_folder`), another
             run's hold of the output folder (one export at a time: :func:`monai_unc.io.output_lock`) or of a folder
-            it reads (the predictions, ``evaluation``, ``triage``: still being written).
+            it reads (the predictions, ``evaluation``, ``triage``: still being written), a ``part`` without
+            ``cases`` or whose ``cases`` lack one of ``cases`` (naming ``part``), or another run's hold of the output
+            folder while the parts of ``part``'s run hold it (:func:`monai_unc.io.part_lock`).
         FileNotFoundError: a missing folder.
     """
     pred, src = Path(predictions), Path(series)
+    if part is not None:  # a part exports its own cases, some of those of every part
+        outside = ["(every case: no cases given)"] if cases is None \
+            else sorted({str(c) for c in cases} - set(part.cases))
+        if outside:
+            raise parameter_error(ValueError(f"part must list the cases exported among the cases of every part "
+                                             f"(part.cases), which lack {', '.join(outside[:5])}"), "part")
     # each refusal names its parameter, which the command line writes as the option (monai_unc._utils.parameter_error)
     with refusing("uid_root"):
         check_uid_root(uid_root)
@@ -906,16 +1087,23 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     # manifest listing objects the other run had replaced, objects of two settings, and a failed run); the predictions
     # and tables it reads must not be another run's still being written
     _check_not_being_written(pred, evaluation, triage, *(folder for folder, _, _ in tables.values()))
-    with output_lock(out, "monai-unc dicom-export"):  # what the folder holds is checked under it
+    # a run of its own holds the folder alone; a part of a run holds it with the run's other parts, which export
+    # other cases (what the folder holds is checked under it)
+    held = output_lock(out, "monai-unc dicom-export") if part is None else \
+        part_lock(out, part.run, part.part, "monai-unc dicom-export", wait=_PART_WAIT)
+    with held:
         for c in found:  # before any object: a case's folder is cleaned of its *.dcm, so it must be the output's own
             _check_earlier_objects(owned_folder(out, c.case_id, "--output"), c.case_id)
         ids = [c.case_id for c in found]
-        if colliding_case_ids(ids):  # Case01 / case01: one <output>/<case>/ on a case-folding share, whose second case
-            # removed the first one's objects (found by a review: the commands of run_cases refused them, this one not)
+        # a part's cases with those of the other parts, which write their folders at the same time
+        named = ids if part is None else sorted(set(ids) | set(part.cases))
+        if colliding_case_ids(named):  # Case01 / case01: one <output>/<case>/ on a case-folding share, whose second
+            # case removed the first one's objects (found by a review: the commands of run_cases refused them, this one
+            # not)
             made = not out.exists()
             out.mkdir(parents=True, exist_ok=True)  # the probe's folder, which the export makes anyway
             try:
-                check_case_ids_fit_folder(ids, out)
+                check_case_ids_fit_folder(named, out)
             except ValueError:
                 if made:  # a refused run leaves no folder behind
                     with contextlib.suppress(OSError):
@@ -925,14 +1113,17 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         # model (its dataset.json beside the predictions says how many), or a network infer predicted from one series
         # or channel file per channel (the case's record says so)
         model_channels = nnunet_input_channels(read_json_or_none(pred / "dataset.json")) if layout == "nnunet" else 1
-        channels = {c.case_id: model_channels if layout == "nnunet" else max(1, recorded_channels(pred, c.case_id))
-                    for c in found}
+        # each case's record (infer's <case>.json), read once: its inputs, its series and their digests
+        records = {c.case_id: read_json_or_none(pred / f"{c.case_id}.json") for c in found} \
+            if layout == "monai-unc" else {}
+        channels = {c.case_id: model_channels if layout == "nnunet"
+                    else max(1, recorded_channels(pred, c.case_id, records[c.case_id])) for c in found}
         sources = {c.case_id: case_series_folder(src, c.case_id, channels[c.case_id]) for c in found}
         for cid, folder in sources.items():
             # a case infer predicted from NIfTI channel files (not from series): <case>/ as before when there is no
             # <case>_0000/ (found by review: a layout earlier versions exported was refused)
             if (folder is None and layout == "monai-unc" and channels[cid] > 1
-                    and not recorded_series(pred, cid) and (src / cid).is_dir()):
+                    and not recorded_series(pred, cid, records[cid]) and (src / cid).is_dir()):
                 sources[cid] = src / cid
         missing = [c for c, folder in sources.items() if folder is None]
         if missing:
@@ -942,7 +1133,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                             f"folder {src}/{where} for each case")
         if layout == "monai-unc":  # before any object: the objects must name the images the case was predicted from
             for c in found:
-                _check_predicted_from(pred, src, c.case_id)
+                _check_predicted_from(pred, src, c.case_id, records[c.case_id])
         segs = {c.case_id: Path(c.seg if c.seg is not None else c.label) for c in found}
         given = [("--evaluation", evaluation, rows), ("--triage", triage, decisions),
                  *((f"--{command}", folder, extra[title]) for command, (folder, _, title) in tables.items())]
@@ -952,9 +1143,19 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         label_regions = _label_map_regions(pred, layout)
         region_names = list(label_regions) if label_regions else _region_names(pred)
         result = DicomExport(out)
-        # the manifest of an earlier run goes before this run's first object: a rerun that fails leaves no manifest
-        # listing objects it replaced or removed (the new one is written, atomically, after the last case)
-        (out / EXPORT_RECORD).unlink(missing_ok=True)
+        settings: dict[str, Any] = {"format": EXPORT_FORMAT, "format_version": EXPORT_VERSION,
+                                    "predictions": str(pred.resolve()), "layout": layout, "uid_root": uid_root,
+                                    "study_uid": study_uid, **({} if part is None else {"run": part.run})}
+        run_cases = set(ids) if part is None else set(part.cases)
+        with _manifest_step(out, part):
+            earlier = _read_manifest(out)
+            # the objects of a case no longer in the run (removed from the input or the predictions), which the new
+            # manifest would not list: after every check, before the first object (a refused run removes nothing)
+            _remove_stale_cases(out, list(earlier["cases"]), run_cases)
+            # the manifest of an earlier run (or this part's entries) goes before this run's first object: a rerun
+            # that fails leaves no manifest listing objects it replaced or removed (the new one is written,
+            # atomically, after the last case); a part keeps the entries of its run's other parts
+            _write_manifest(out, settings, {} if part is None else _run_entries(earlier, settings, set(ids), run_cases))
         for files in tqdm(found, desc="dicom-export", unit="case", disable=not progress):
             source = sources[files.case_id]
             assert source is not None
@@ -978,9 +1179,10 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                 "study_instance_uid": objects[0]["study_instance_uid"],
                 "objects": objects,
             }
-        atomic_write_json(out / EXPORT_RECORD, {"format": EXPORT_FORMAT, "format_version": EXPORT_VERSION,
-                                                "predictions": str(pred.resolve()), "layout": layout,
-                                                "uid_root": uid_root, "study_uid": study_uid, "cases": result.cases})
+        with _manifest_step(out, part):  # a part: the entries the run's other parts added meanwhile, and its own
+            cases_done = result.cases if part is None else dict(sorted({
+                **_run_entries(_read_manifest(out), settings, set(ids), run_cases), **result.cases}.items()))
+            atomic_write_json(out / EXPORT_RECORD, {**settings, "cases": cases_done})
     return result
 
 
@@ -1013,8 +1215,12 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
     (``layout="nnunet"``) writes the objects: with ``both`` to ``<output>/dicom/<case>/`` beside nnU-Net's files,
     with ``dicom`` to ``<output>/<case>/`` from nnU-Net's files made in a temporary folder (removed afterwards).
     Only the cases of this run are exported (those of its ``-part_id``; not the outputs of a case since removed from
-    the input), and the output folder is held (:func:`monai_unc.io.output_lock`) from the prediction to the end of
-    the export: a second run into it is refused meanwhile.
+    the input, whose earlier objects are removed), and the output folder is held from the prediction to the end of
+    the export: a second run into it is refused meanwhile. A run of one part holds it alone
+    (:func:`monai_unc.io.output_lock`); the parts of a run (``-num_parts`` above 1, started alike but for
+    ``-part_id``: :func:`_part_run`) hold it together (:func:`monai_unc.io.part_lock`), so that they may run at the
+    same time, each on its own GPU, into one folder: each exports its own cases (:class:`ExportPart`) and the
+    manifest lists the cases of every part exported so far.
 
     Args:
         args: the parsed ``nnunet-predict`` arguments (``i``, ``o``, ``output_format``, ``uid_root``, ``segments``,
@@ -1039,10 +1245,13 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
         print(f"{command}: error: {e}", file=sys.stderr)
         return 2
     try:
+        run = _part_run(args) if args.num_parts > 1 else None
         with contextlib.ExitStack() as held:
-            # the output folder is held for the prediction and the export (monai_unc.io.output_lock), so that a
-            # second run into it cannot interleave with the writes; nnU-Net's worker processes write under it
-            held.enter_context(output_lock(args.o, command))
+            # the output folder is held for the prediction and the export, so that a second run into it cannot
+            # interleave with the writes; nnU-Net's worker processes write under it. The parts of one run hold it
+            # together (each predicts and exports its own cases), any other run is refused meanwhile
+            held.enter_context(output_lock(args.o, command) if run is None else
+                               part_lock(args.o, run, args.part_id, command, wait=_PART_WAIT))
             work = held.enter_context(tempfile.TemporaryDirectory(prefix="monai-unc-nnunet-"))
             nifti = Path(args.o) if both else Path(work) / "predictions"
             status = predict(argparse.Namespace(**{**vars(args), "o": str(nifti)}))
@@ -1053,10 +1262,12 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
             # (one series folder per case, or per channel for a model of several: nnU-Net's dataset.json, which it
             # writes beside its outputs, says how many)
             channels = nnunet_input_channels(read_json_or_none(nifti / "dataset.json"))
-            cases = list(dicom_channel_series(args.i, channels))[args.part_id::args.num_parts]
+            every = list(dicom_channel_series(args.i, channels))
+            part = None if run is None else ExportPart(run, args.part_id, tuple(every))
             result = dicom_export(nifti, args.i, nifti / DICOM_FOLDER if both else args.o, layout="nnunet",
                                   segments=args.segments, uid_root=args.uid_root, inside_predictions=both,
-                                  progress=not args.disable_progress_bar, study_uid=args.study_uid, cases=cases)
+                                  progress=not args.disable_progress_bar, study_uid=args.study_uid,
+                                  cases=every[args.part_id::args.num_parts], part=part)
     except (ValueError, OSError) as e:
         print(f"{command}: error: {e}", file=sys.stderr)
         return 2

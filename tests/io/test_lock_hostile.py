@@ -57,3 +57,27 @@ def test_a_plain_lock_file_still_works(tmp_path):
     with output_lock(out, "toy") as lock:
         assert "toy" in lock.read_text()
     assert not (out / OUTPUT_LOCK_FILE).exists()
+
+
+def test_a_symbolic_link_as_a_parts_lock_file_is_refused(tmp_path):
+    """``part_lock`` (the parts of one run holding a folder together) refuses a planted link as its lock file, as
+    ``output_lock`` does, and a ``run`` or ``part`` it could not write into its line, naming the argument."""
+    from monai_unc.io import part_lock
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text(TEXT)
+    out = tmp_path / "shared_out"
+    out.mkdir()
+    os.symlink(victim, out / ".monai-unc.part-0.lock")
+    with pytest.raises(ValueError, match="is a symbolic link") as e:
+        with part_lock(out, "run1", 0, "monai-unc nnunet-predict"):
+            pass
+    assert len(str(e.value).splitlines()) == 1
+    assert victim.read_text() == TEXT
+    with part_lock(out, "run1", 1, "monai-unc nnunet-predict"):  # another part's file: the link is not touched
+        assert output_lock_holder(out) is None  # this process's own hold does not count
+    assert victim.read_text() == TEXT
+    for run, part, name in (("a, b", 0, "run"), ("run1", -1, "part"), ("run1", True, "part")):
+        with pytest.raises(ValueError, match=f"^{name} must"):
+            with part_lock(out, run, part):
+                pass

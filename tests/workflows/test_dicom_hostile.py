@@ -53,28 +53,40 @@ def _seg(images: Path, case: str, out: Path) -> None:
     save_nifti(seg, grid.affine, out / f"{case}.nii.gz")
 
 
-class FakePredict:
-    """nnU-Net's prediction of the part's cases into ``args.o``; records whether the output folder was held."""
+def _held(lock: Path) -> bool:
+    """Whether another open file holds ``lock`` (flock refuses a second one while held)."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
-    def __init__(self, images: Path, held: Path) -> None:
-        self.images, self.held, self.locked = images, held, []
+
+class FakePredict:
+    """nnU-Net's prediction of the part's cases into ``args.o``; records whether the output folder was held (alone,
+    ``.monai-unc.lock``, or as a part of a run, ``.monai-unc.part-<part>.lock``); with ``barrier``, waits there for
+    the other parts' predictions before it returns (their exports start together)."""
+
+    def __init__(self, images: Path, held: Path, barrier=None) -> None:
+        self.images, self.held, self.locked, self.barrier = images, held, [], barrier
 
     def __call__(self, args: argparse.Namespace) -> int:
         out = Path(args.o)
         out.mkdir(parents=True, exist_ok=True)
-        lock = self.held / OUTPUT_LOCK_FILE
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)  # another open file: flock refuses it while held
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self.locked.append(False)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        except BlockingIOError:
-            self.locked.append(True)
-        finally:
-            os.close(fd)
+        self.locked.append(_held(self.held / OUTPUT_LOCK_FILE)
+                           or any(_held(p) for p in self.held.glob(".monai-unc.part-*.lock")))
         ids = sorted(p.name for p in self.images.iterdir())[args.part_id::args.num_parts]
         for case in ids:
             _seg(self.images, case, out)
+        if self.barrier is not None:
+            self.barrier.wait(timeout=60)
         return 0
 
 
@@ -97,7 +109,7 @@ def test_nnunet_both_exports_only_the_runs_cases(series, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("fmt", ["both", "dicom"])
-def test_nnunet_dicom_exports_the_part_and_holds_the_output(series, tmp_path, capsys, fmt):
+def test_nnunet_dicom_exports_the_part_and_holds_the_output(series, tmp_path, capsys, fmt, monkeypatch):
     """``-num_parts 2 -part_id 1``: the cases of the part (nnU-Net's split of the sorted case ids) are exported,
     under the output folder's lock; a second run into the held folder is refused in one line."""
     from monai_unc.io import output_lock
@@ -121,6 +133,8 @@ def test_nnunet_dicom_exports_the_part_and_holds_the_output(series, tmp_path, ca
         assert holder.stdout.readline().strip() == "held"
         capsys.readouterr()
         second = FakePredict(series, out)
+        # a part waits a moment for another process's short hold of the folder (a part's manifest update)
+        monkeypatch.setattr("monai_unc.workflows.dicom._PART_WAIT", 0.2)
         assert nnunet_predict_dicom(args, second) == 2 and second.locked == []
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "is being written by another run" in err[0], err
