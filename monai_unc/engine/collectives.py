@@ -257,7 +257,8 @@ def get_dist_context(
     :func:`destroy_dist_context` or the end of the process.
 
     Args:
-        device: the compute device; a CUDA device selects ``cpu:gloo,cuda:nccl`` and is made current.
+        device: the compute device; a CUDA device selects ``cpu:gloo,cuda:nccl`` and is made current (``"cuda"``
+            without an index: GPU ``LOCAL_RANK % device_count``).
         backend: override the backend of a group created here (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``, ...).
         timeout: collective timeout of a group created here (``timedelta`` or seconds; default
             :data:`DEFAULT_TIMEOUT_S` or env ``MONAI_UNC_DIST_TIMEOUT``).
@@ -287,6 +288,11 @@ def get_dist_context(
     if not isinstance(backend, str) or not backend:
         raise ValueError(f"backend must be a torch.distributed backend name, got {backend!r}")
     if dev.type == "cuda":
+        if dev.index is None:
+            # torch.cuda.set_device refuses a device without an index ("Expected a torch.device with a specified
+            # index"): plain "cuda" (share_refusal's, or cohort_session(device="cuda")) is this rank's GPU, one per
+            # local rank as resolve_device picks it
+            dev = torch.device("cuda", local % max(torch.cuda.device_count(), 1))
         torch.cuda.set_device(dev)
     timeout = _collective_timeout(timeout)
     _join_group(backend, rank, world, timeout)

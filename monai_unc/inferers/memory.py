@@ -28,7 +28,7 @@ classes, 4 above). The larger of two phases:
 - **final**: the buffers again (they become the means in place), the new scalar maps (``b V`` each: PE, MI,
   ``1 - max p``, variance, and EE and WD copied out when the maps are derived in chunks), ``pred`` converted to
   ``pred_dtype`` (nothing for ``"input"``) or the ``argmax`` label map, and the temporaries of one chunk of the final
-  measures (:data:`~monai_unc.stats.DEFAULT_CHUNK_ELEMENTS`).
+  measures (:data:`~monai_unc.stats.DEFAULT_CHUNK_ELEMENTS`; on a GPU :data:`~monai_unc.stats.CUDA_CHUNK_ELEMENTS`).
 
 Without a sliding window (``roi_size=None``, ``SimpleInferer``) the window is the volume: the stitching phase is the
 window's work over ``V`` voxels (no buffers, nothing held), and the final phase starts from the window's means in the
@@ -70,7 +70,7 @@ import torch
 
 from .._stats_kernels import available as fused_kernels_available
 from .._utils import check_bool, check_integer, check_nonnegative, host_memory_free
-from ..stats import DEFAULT_CHUNK_ELEMENTS, auto_accum_dtype, check_accum_dtype
+from ..stats import CUDA_CHUNK_ELEMENTS, DEFAULT_CHUNK_ELEMENTS, auto_accum_dtype, check_accum_dtype
 
 __all__ = ["MemoryEstimate", "estimate_memory", "available_memory"]
 
@@ -177,6 +177,7 @@ def estimate_memory(
     sw_batch_size: int = 1,
     overlap: float | Sequence[float] | None = None,
     ensemble_members: int = 1,
+    device: torch.device | str = "cpu",
 ) -> MemoryEstimate:
     """Peak working memory of one case's inference (the model of the module docstring).
 
@@ -230,6 +231,10 @@ def estimate_memory(
             ``monai-unc infer --method ensemble``): from the second member on, the merged statistics of the earlier
             members are kept while the member's windows are stitched (as many bytes as the stitching buffers; in one
             pass, the means in the accumulation dtype). ``kept_samples`` counts the samples of all members.
+        device: where the stitched outputs and the final maps live (the inferer's ``device``): on a GPU the maps are
+            derived in chunks of :data:`~monai_unc.stats.CUDA_CHUNK_ELEMENTS` (one chunk up to 16 M class-voxels,
+            with temporaries of that size), on the CPU of :data:`~monai_unc.stats.DEFAULT_CHUNK_ELEMENTS`; with
+            ``fused_update=None`` it also says whose fused kernel counts (Triton on a GPU, numba on the CPU).
 
     Returns:
         A :class:`MemoryEstimate` (bytes).
@@ -310,7 +315,11 @@ def estimate_memory(
     # before the probabilities, is no larger than they are)
     if fused_update is not None:
         check_bool(fused_update, "fused_update")
-    fused = fused_kernels_available("cpu") if fused_update is None else fused_update
+    dev = torch.device(device)
+    fused = fused_kernels_available(dev.type) if fused_update is None else fused_update
+    # derive_measures(chunk_elements="auto"): larger chunks on a GPU (found by the review of the GPU paths: the model
+    # counted the CPU's 1 M-element chunks, and a CUDA case of up to 16 M class-voxels makes its temporaries whole)
+    chunk_elements = CUDA_CHUNK_ELEMENTS if dev.type == "cuda" else DEFAULT_CHUNK_ELEMENTS
     temporaries = 0 if fused else 3 * b + (a if a != b else 0)
     sums = vw * a * (c + e + q)
     work = logits + max(vw * network_bytes_per_voxel, vw * c * (b + temporaries))
@@ -330,14 +339,14 @@ def estimate_memory(
         work = max(work + vw * (kept_window - c * b), 2 * vw * kept_window)
     window = int(sums + work)
     n_maps = 3 + (1 if track_variance else 0)  # PE, MI, 1 - max p, variance: new maps
-    chunked = c * v > DEFAULT_CHUNK_ELEMENTS  # the maps are derived in chunks: EE and WD are copied out too
+    chunked = c * v > chunk_elements  # the maps are derived in chunks: EE and WD are copied out too
     if pred_dtype is None:
         pred_out = 0 if multilabel else v * (1 if c <= 256 else 2)
     elif pred_dtype == "input" or pred_dtype == input_dtype:
         pred_out = 0
     else:
         pred_out = v * c * _nbytes(pred_dtype)
-    chunk = 3 * min(c * v, DEFAULT_CHUNK_ELEMENTS) * (b if roi_size is not None else a)
+    chunk = 3 * min(c * v, chunk_elements) * (b if roi_size is not None else a)
     # several members: the mean of their window disagreements is a new map
     wd_mean = v * e * (b if roi_size is not None else a) if (members > 1 and window_disagreement) else 0
     if roi_size is not None:

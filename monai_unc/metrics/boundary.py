@@ -122,8 +122,11 @@ def available_backends() -> tuple[str, ...]:
 def _resolve_backend(backend: str, on_cuda: bool, ndim: int) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    # cuCIM's transform (through MONAI's distance_transform_edt) takes 2D and 3D images only: a 1D case raised
+    # "Distance transform is only supported for 2D and 3D images" on a GPU with cuCIM (found by the review of the GPU
+    # paths)
     if backend == "auto":
-        if on_cuda and _has_cucim():
+        if on_cuda and _has_cucim() and 2 <= ndim <= 3:
             return "cucim"
         return "edt" if (_edt_pkg is not None and 1 <= ndim <= 3) else "scipy"
     if backend == "edt" and (_edt_pkg is None or not 1 <= ndim <= 3):
@@ -346,6 +349,8 @@ def _distance_to_features(features: Array, spacing: tuple, backend: str) -> Arra
     ndim = features.ndim
     cuda = isinstance(features, torch.Tensor)
     bk = _resolve_backend(backend, cuda and features.device.type == "cuda", ndim)
+    if bk == "cucim" and not 2 <= ndim <= 3:
+        raise ValueError(f"backend='cucim' takes 2 or 3 spatial dimensions, got {ndim}")
     if not bool(features.any()):
         if cuda:
             return torch.full(tuple(features.shape), float("inf"), dtype=torch.float64, device=features.device)

@@ -211,7 +211,9 @@ class QUBraTSMetric(CumulativeIterationMetric):
             )
         if self.uncertainty_max is not None:
             u = to_qu_brats_range(u, self.uncertainty_max, self.max_uncertainty)
-        parts = [u.to(torch.float64), pm.to(torch.float64), tm.to(torch.float64)]
+        # on the uncertainty's device, as qu_brats computes (found by the review of the GPU paths: probabilities on
+        # the GPU beside a CPU map raised torch.cat's "Expected all tensors to be on the same device")
+        parts = [u.to(torch.float64), pm.to(u.device, torch.float64), tm.to(u.device, torch.float64)]
         if brain_mask is not None:
             bm = _plain(to_tensor(brain_mask, "brain_mask")).to(u.device)
             if bm.is_floating_point():  # as qu_brats: NaN left the brain (and the FTP / FTN counts) without a word

@@ -88,6 +88,7 @@ from .._utils import (
     quantile_min_cases,
     quantile_rank,
     sum_f64,
+    to_numpy,
     to_tensor,
 )
 from ..keys import UncertaintyKeys
@@ -869,6 +870,16 @@ def _check_bounds(bounds: Any) -> tuple[float, float]:
     return lo, hi
 
 
+def _host(x: Any, name: str) -> Any:
+    """A torch tensor (any device, requiring grad or bfloat16) as a numpy array; else ``x`` as is.
+
+    The estimates of this module are tensors on the input's device (:func:`expected_dice` of CUDA probabilities);
+    ``numpy.asarray`` refuses a CUDA tensor ("can't convert cuda:0 device type tensor to numpy"; found by the review
+    of the GPU paths).
+    """
+    return to_numpy(x, name) if isinstance(x, torch.Tensor) else x
+
+
 def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = CONFORMAL_ALPHA) -> tuple[float, int]:
     """The split-conformal quantile of the absolute residuals ``|truth - estimate|`` of calibration cases.
 
@@ -894,8 +905,8 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
         (0.1, 4)
     """
     a = _check_alpha(alpha)
-    e = np.asarray(estimates, dtype=np.float64).reshape(-1)
-    t = np.asarray(truths, dtype=np.float64).reshape(-1)
+    e = np.asarray(_host(estimates, "estimates"), dtype=np.float64).reshape(-1)
+    t = np.asarray(_host(truths, "truths"), dtype=np.float64).reshape(-1)
     if e.shape != t.shape:
         raise ValueError(f"estimates and truths must have one entry per case, got {e.size} and {t.size}")
     for name, v in (("estimates", e), ("truths", t)):
@@ -955,14 +966,14 @@ def conformal_interval(
         (0.084, [0.846, 0.516], [1.0, 0.684])
     """
     lo, hi = _check_bounds(bounds)
-    t = np.asarray(calibration_truths, dtype=np.float64)
+    t = np.asarray(_host(calibration_truths, "calibration_truths"), dtype=np.float64)
     outside = np.isfinite(t) & ((t < lo) | (t > hi))  # NaN (undefined) is neither; inf: conformal_quantile
     if outside.any():  # e.g. Dice in percent with the default bounds: the interval would collapse onto a bound
         raise ValueError(f"calibration_truths hold {int(outside.sum())} value(s) outside bounds ({lo:g}, {hi:g}), the "
                          f"range of the truth (e.g. {float(t[outside].reshape(-1)[0])!r}); give the truths in the "
                          "bounds' units or pass bounds=")
     q, n = conformal_quantile(calibration_estimates, calibration_truths, alpha)
-    e = np.asarray(estimate, dtype=np.float64)
+    e = np.asarray(_host(estimate, "estimate"), dtype=np.float64)
     if np.isinf(e).any():
         raise ValueError(f"estimate holds {int(np.isinf(e).sum())} infinite value(s); an estimate is a number or NaN "
                          "(undefined)")

@@ -711,7 +711,7 @@ def memory_warning(
                                multilabel=settings.activation == "sigmoid" and num_classes > 1, kept_samples=kept,
                                sw_batch_size=sw_batch_size if roi is not None else 1,
                                overlap=settings.overlap if roi is not None else None,
-                               ensemble_members=ensemble_members)
+                               ensemble_members=ensemble_members, device=device)
 
     est = estimate(kept_samples)
     free = available if available is not None else available_memory(device)

@@ -576,3 +576,32 @@ def test_demo_refuses_to_run_on_several_ranks(monkeypatch, tmp_path, capsys):
     assert cli.main(["demo", "--output", str(tmp_path / "d"), "--quiet"]) == 2
     assert "demo runs on one process" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(("device", "local", "want"), [("cuda", 3, 1), (torch.device("cuda"), 0, 0), ("cuda:1", 0, 1)])
+def test_a_cuda_device_without_index_is_the_local_ranks_gpu(monkeypatch, device, local, want):
+    """Found by the review of the GPU paths: ``get_dist_context("cuda")`` (``share_refusal`` under torchrun with
+    ``--device cuda``, ``cohort_session(device="cuda")``) passed the index-less device to ``torch.cuda.set_device``,
+    which refuses it ("Expected a torch.device with a specified index"): the refusal to share became that error.
+    The real ``set_device`` runs here, down to its CUDA call."""
+    from monai_unc.engine import collectives
+
+    current: list[int] = []
+    monkeypatch.setattr(torch._C, "_cuda_setDevice", current.append, raising=False)  # absent from CPU-only builds
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+
+    class Joined(Exception):
+        pass
+
+    def join(backend, rank, world, timeout):
+        raise Joined(backend)
+
+    monkeypatch.setattr(collectives, "_join_group", join)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", str(local))
+    monkeypatch.setenv("LOCAL_RANK", str(local))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with pytest.raises(Joined, match="cpu:gloo,cuda:nccl"):
+        get_dist_context(device)
+    assert current == [want]

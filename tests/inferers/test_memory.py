@@ -363,3 +363,21 @@ def test_memory_options_on_device(cuda_device):
     assert lab.device.type == cuda_device.type and lab.dtype == torch.uint8
     ref_lab = run(x, net, pred_dtype=torch.float32)["pred"].argmax(1, keepdim=True)
     assert float((lab.cpu().long() == ref_lab).float().mean()) >= 0.999  # ties may break differently
+
+
+def test_the_final_chunk_of_a_gpu_case_is_the_larger_cuda_chunk():
+    """Found by the review of the GPU paths: derive_measures derives the maps of a CUDA case in chunks of
+    CUDA_CHUNK_ELEMENTS (16 M class-voxels: one chunk for most cases, temporaries of the whole map), and the model
+    counted the CPU's 1 M-element chunks. The device is a name here: no GPU is needed."""
+    from monai_unc.stats import CUDA_CHUNK_ELEMENTS, DEFAULT_CHUNK_ELEMENTS
+
+    shape, c = (96, 96, 96), 4  # 3.5 M class-voxels: several CPU chunks, one CUDA chunk
+    kw = {"roi_size": (48, 48, 48), "fused_update": True}
+    cpu, gpu = estimate_memory(shape, c, **kw), estimate_memory(shape, c, device="cuda", **kw)
+    assert cpu == estimate_memory(shape, c, device="cpu", **kw)
+    v = 96**3
+    assert DEFAULT_CHUNK_ELEMENTS < c * v <= CUDA_CHUNK_ELEMENTS
+    if gpu.phase == "final" and cpu.phase == "final":
+        assert gpu.parts["chunk temporaries"] == 3 * c * v * 4
+        assert cpu.parts["chunk temporaries"] == 3 * DEFAULT_CHUNK_ELEMENTS * 4
+    assert gpu.total > cpu.total

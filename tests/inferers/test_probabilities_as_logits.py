@@ -105,3 +105,34 @@ def test_calibrate_checks_its_logits_as_the_inferers_do(tmp_path):
         warnings.simplefilter("error")
         logits, _ = collect_logits(cases, labels, model(None), "none", progress=False)
     assert len(logits) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_the_probability_map_check_reads_the_extremes_as_the_elementwise_form(dtype):
+    """Found by the review of the GPU paths: the check's ``(t - 1/C).abs().amax()`` made two temporaries of the
+    network's whole output on the first sample of a call (beyond the memory model); it now reads the extremes, with
+    the same roundings: the decisions of the elementwise form, near the tolerance too."""
+    from monai_unc._utils import probability_tolerance
+    from monai_unc.inferers.sampling import _is_probability_map
+
+    def elementwise(t):
+        tol = probability_tolerance(t.dtype)
+        t = t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+        if not (bool(t.amin() >= -tol) and bool(t.amax() <= 1 + tol)):
+            return False
+        if not bool((t.sum(dim=1) - 1).abs().amax() <= tol):
+            return False
+        return bool((t - 1.0 / t.shape[1]).abs().amax() > tol)
+
+    g = torch.Generator().manual_seed(0)
+    seen = set()
+    for c in (2, 3, 7):
+        tol = probability_tolerance(dtype)
+        for scale in (0.0, 0.5 * tol, tol, 2 * tol, 0.1, 5.0):
+            for _ in range(10):
+                z = scale * torch.randn(2, c, 4, 4, generator=g)
+                for t in (torch.softmax(z, 1).to(dtype), z.to(dtype), (1.0 / c + z).to(dtype)):
+                    want = elementwise(t)
+                    assert _is_probability_map(t) == want
+                    seen.add(want)
+    assert seen == {True, False}

@@ -376,3 +376,19 @@ def test_hd95_one_empty_foreground_is_inf_where_monai_interpolates_nan(empty):
         pt, tt = (torch.from_numpy(x)[None, None].float() for x in (p, t))
         assert math.isinf(float(compute_hausdorff_distance(pt, tt, include_background=True, percentile=None)))
         assert math.isnan(float(compute_hausdorff_distance(pt, tt, include_background=True, percentile=95)))
+
+
+def test_cucim_serves_2d_and_3d_cases_only(monkeypatch):
+    """Found by the review of the GPU paths: with cuCIM installed, ``backend="auto"`` sent a 1D CUDA case to MONAI's
+    ``distance_transform_edt``, which takes 2D and 3D images only ("Distance transform is only supported for 2D and
+    3D images"); such cases take the CPU backends, and ``backend="cucim"`` refuses them in one line."""
+    from monai_unc.metrics import boundary
+
+    monkeypatch.setattr(boundary, "_has_cucim", lambda: True)
+    assert [boundary._resolve_backend("auto", True, n) for n in (2, 3)] == ["cucim", "cucim"]
+    assert boundary._resolve_backend("auto", True, 1) in ("edt", "scipy")
+    assert boundary._resolve_backend("auto", False, 3) in ("edt", "scipy")
+    features = torch.tensor([False, True, False])  # a CPU tensor stands in for a CUDA one: refused before any use
+    monkeypatch.setattr(boundary, "_resolve_backend", lambda backend, on_cuda, ndim: "cucim")
+    with pytest.raises(ValueError, match="backend='cucim' takes 2 or 3 spatial dimensions, got 1"):
+        boundary._distance_to_features(features, (1.0,), "cucim")

@@ -182,3 +182,19 @@ def test_calibration_metric_refuses_decollated_lists_of_different_lengths():
         metric(y_pred=probs, y=labels[:2])
     metric(y_pred=probs, y=labels)  # the same lists, of equal lengths
     assert metric.get_buffer().shape[0] == 3
+
+
+@pytest.mark.parametrize(("backend", "want"), [("nccl", "cuda:0"), ("cpu:gloo,cuda:nccl", "cuda:0"), ("gloo", "cpu")])
+def test_a_rank_without_data_puts_its_tables_on_the_gpu_under_any_nccl_group(monkeypatch, backend, want):
+    """Found by the review of the GPU paths: only a backend named exactly ``"nccl"`` put a rank's empty tables on the
+    GPU; under ``cpu:gloo,cuda:nccl`` (torch's default on a GPU machine, and the package's own) they stayed on the
+    CPU while the other ranks gathered CUDA tables, one gather on two backends."""
+    import torch.distributed as dist
+
+    from monai_unc.metrics.calibration import CalibrationMetric
+
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: backend)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert CalibrationMetric()._table_device() == torch.device(want)

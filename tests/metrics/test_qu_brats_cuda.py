@@ -57,3 +57,14 @@ def test_qu_brats_metric_on_the_device(cuda_device):
     ref(probs, y, uncertainty=u, brain_mask=brain)
     assert values.device.type == cuda_device.type
     np.testing.assert_allclose(got.aggregate().cpu().numpy(), ref.aggregate().numpy(), atol=1e-12)
+
+
+def test_qu_brats_metric_of_probabilities_on_the_device_and_a_cpu_map(cuda_device):
+    # found by the review of the GPU paths: the regions of y_pred (and y) stayed on y_pred's device and the map on its
+    # own, and torch.cat refused the mix; the metric computes on the uncertainty's device, as qu_brats does
+    _, _, y, _, probs, u, brain = _batch()
+    got, ref = (QUBraTSMetric(uncertainty_max=math.log(2), reduction="none") for _ in range(2))
+    values = got(probs.to(cuda_device), y.to(cuda_device), uncertainty=u, brain_mask=brain.to(cuda_device))
+    ref(probs, y, uncertainty=u, brain_mask=brain)
+    assert values.device.type == "cpu"
+    np.testing.assert_allclose(got.aggregate().cpu().numpy(), ref.aggregate().numpy(), atol=1e-12)

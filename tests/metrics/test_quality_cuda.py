@@ -11,6 +11,8 @@ import torch
 
 from monai_unc.metrics.quality import (
     StreamingQuality,
+    conformal_interval,
+    conformal_quantile,
     dice_to_mean,
     expected_dice,
     pairwise_dice,
@@ -61,3 +63,20 @@ def test_streaming_quality_on_the_device_equals_cpu(cuda_device):
     vol = got.volumes()
     assert vol.device.type == cuda_device.type
     np.testing.assert_array_equal(vol.cpu().numpy(), want.volumes().numpy())
+
+
+def test_conformal_intervals_of_device_estimates_equal_cpu(cuda_device):
+    # found by the review of the GPU paths: the estimates are tensors on the input's device, and numpy.asarray
+    # refused CUDA ones ("can't convert cuda:0 device type tensor to numpy")
+    g = torch.Generator().manual_seed(3)
+    cal_est = torch.rand(20, generator=g, dtype=torch.float64)
+    cal_true = (cal_est + 0.05 * torch.randn(20, generator=g, dtype=torch.float64)).clamp(0, 1)
+    est = expected_dice(_samples()[0]).foreground
+    want = conformal_interval(est, cal_est, cal_true)
+    dev = [t.to(cuda_device) for t in (est, cal_est, cal_true)]
+    got = conformal_interval(*dev)
+    np.testing.assert_array_equal(got.low, want.low)
+    np.testing.assert_array_equal(got.high, want.high)
+    assert conformal_quantile(dev[1], dev[2]) == conformal_quantile(cal_est, cal_true)
+    # the same conversion serves estimates that require grad (numpy.asarray refuses those on any device)
+    assert conformal_quantile(dev[1].clone().requires_grad_(), dev[2]) == conformal_quantile(cal_est, cal_true)

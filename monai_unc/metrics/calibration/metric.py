@@ -13,6 +13,7 @@ from monai.metrics import CumulativeIterationMetric
 from monai.utils import evenly_divisible_all_gather
 
 from ..._utils import (
+    buffer_device,
     check_call_keywords,
     check_case_grid,
     check_integer,
@@ -138,13 +139,13 @@ class CalibrationMetric(CumulativeIterationMetric):
         """The device of the reduced tables and values.
 
         The inputs' device; before any input, the current CUDA device when NCCL reduces across ranks (NCCL gathers
-        CUDA tensors only), else the CPU.
+        CUDA tensors only), else the CPU (:func:`~monai_unc._utils.buffer_device`: also under a group of several
+        backends such as ``cpu:gloo,cuda:nccl``, torch's default on a GPU machine and the package's own, whose
+        backend name is not ``"nccl"``: a rank without data gathered CPU tables with the others' CUDA ones).
         """
         if self._device is not None:
             return self._device
-        if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
+        return buffer_device()
 
     @staticmethod
     def _labels(y: torch.Tensor, y_pred: torch.Tensor) -> torch.Tensor:
