@@ -81,7 +81,8 @@ def test_a_touched_or_copied_input_is_not_predicted_again(toy, tmp_path, capsys)
 @pytest.mark.slow
 def test_a_case_removed_from_the_input_is_left_alone_not_exported_or_counted(tmp_path, capsys):
     """A case removed from the input between two runs into one folder: its outputs stay (as nnU-Net's predictor leaves
-    them), but the run's summary, its DICOM objects and ``dicom_export.json`` name this run's cases only. The DICOM
+    them), but the run's summary, its DICOM objects and ``dicom_export.json`` name this run's cases only (the removed
+    case's earlier DICOM objects are removed). The DICOM
     step of ``--output-format both`` exported every case of the folder: it looked for the removed case's series and
     the rerun failed."""
     pytest.importorskip("highdicom", reason="needs the dicom extra")
@@ -112,7 +113,11 @@ def test_a_case_removed_from_the_input_is_left_alone_not_exported_or_counted(tmp
     assert lines[1].startswith("dicom: 7 DICOM object(s) for 1 case(s)"), lines
     manifest = json.loads((out / "dicom" / "dicom_export.json").read_text())
     assert sorted(manifest["cases"]) == ["ct01"]
-    assert _files_of(out, "ct02") == stale  # left, untouched
+    # its NIfTI outputs and record are left, untouched (as nnU-Net's predictor leaves them); its DICOM objects, which
+    # the manifest no longer lists (a site sending every *.dcm of the folder to its PACS would send them), are removed
+    # with their folder
+    assert _files_of(out, "ct02") == {k: v for k, v in stale.items() if not k.startswith("dicom/")}
+    assert not (out / "dicom" / "ct02").exists()
 
 
 def _files_of(folder, case):
