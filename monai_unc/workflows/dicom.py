@@ -35,6 +35,7 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import tempfile
 import warnings
@@ -67,6 +68,8 @@ from ..io import (
     clean_partial_files,
     colliding_case_ids,
     dicom_channel_series,
+    dicom_series_folders,
+    file_sha256,
     input_folder,
     list_files,
     match_cases,
@@ -459,6 +462,14 @@ def _foreign_object(folder: Path) -> str | None:
     import pydicom  # the dicom extra, imported by monai_unc.io.dicom above
 
     for path in sorted(folder.glob("*.dcm")) if folder.is_dir() else []:
+        try:  # an export writes regular files only: a FIFO (planted) is never opened, whose read blocked the export
+            # forever (found by hostile testing)
+            kind = path.stat().st_mode
+        except OSError as e:  # a dangling link
+            return f"{path} is not an object of an earlier dicom-export (not readable: {type(e).__name__})"
+        if not stat.S_ISREG(kind):
+            return f"{path} is not an object of an earlier dicom-export " \
+                   f"({'a folder' if stat.S_ISDIR(kind) else 'not a regular file'})"
         try:
             ds = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["SOPClassUID", "Manufacturer"])
             sop, maker = str(ds.get("SOPClassUID", "") or ""), str(ds.get("Manufacturer", "") or "")
@@ -593,7 +604,9 @@ def _part_run(args: argparse.Namespace) -> str:
 
     The options of one process (``-part_id``, ``-device``, ``-npp``, ``-nps``, the progress bar, ...) are left out,
     the folders resolved: the parts of one run, started alike but for ``-part_id``, give the same digest; a run with
-    another model, input, output, number of parts or DICOM option another one.
+    another model, input, output, number of parts or DICOM option another one, as is a run whose ``--segments`` file
+    content, input series folders (the cases split among the parts) or model files (size and time of ``-m``'s plans,
+    dataset and each fold's checkpoint) changed.
     """
     own = {"part_id", "device", "npp", "nps", "disable_progress_bar", "verbose", "not_on_device",
            "continue_prediction", "sample_batch_size", "no_share_passes"}
@@ -604,7 +617,38 @@ def _part_run(args: argparse.Namespace) -> str:
         if key in ("i", "o", "m", "segments", "prev_stage_predictions") and isinstance(value, str):
             value = str(Path(value).resolve())
         doc[key] = value
+    # found by hostile testing: what the arguments name may change between the parts' starts, the arguments not:
+    # the segments file's content, the input's series (another split of the cases: two parts exported one case into
+    # one folder at once, or none did) and the model's files were taken as one run, their entries mixed in one
+    # manifest
+    segments = getattr(args, "segments", None)
+    doc["_segments_sha256"] = file_sha256(segments) if isinstance(segments, str) and Path(segments).is_file() else None
+    doc["_series"] = [p.name for p in dicom_series_folders(args.i)] if isinstance(getattr(args, "i", None), str) \
+        else None
+    doc["_model_files"] = _model_files(args)
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _model_files(args: argparse.Namespace) -> list[Any] | None:
+    """The size and time of each file of ``-m`` that makes the predictions (plans, dataset, each fold's ``-chk``).
+
+    Cheap (no digest of gigabytes of weights at each part's start); a model folder not given (``-d``/``-c``, found in
+    ``nnUNet_results``): that folder's name.
+    """
+    model = getattr(args, "m", None)
+    if not isinstance(model, str):
+        return [os.environ.get("nnUNet_results")]
+    folds = getattr(args, "f", None) or []
+    names = ["plans.json", "dataset.json", *(f"fold_{f}/{getattr(args, 'chk', '')}" for f in folds)]
+    files: list[Any] = []
+    for name in names:
+        try:
+            info = os.stat(Path(model) / name)
+        except OSError:
+            files.append([name, None])
+            continue
+        files.append([name, info.st_size, info.st_mtime_ns])
+    return files
 
 
 def _check_predicted_from(pred: Path, src: Path, case_id: str, record: Any) -> None:
@@ -1054,7 +1098,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     rows, decisions = _table_rows(evaluation, "metrics.csv", "evaluate"), _triage_entries(triage)
     extra = {title: _table_rows(folder, table, command) for command, (folder, table, title) in tables.items()}
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
-    if measures is None and pred.is_dir():  # the maps the cases' predictions wrote, not whatever the folder holds
+    no_case = cases is not None and not list(cases)  # a part of a run with more parts than cases
+    if measures is None and pred.is_dir() and not no_case:  # the maps the cases' predictions wrote, not whatever the
+        # folder holds
         listed = list_files(pred, seg_suffix, VOLUME_EXTENSIONS)
         measures = _export_measures(pred, layout, sorted(listed) if cases is None else [str(c) for c in cases])
     try:
@@ -1062,10 +1108,12 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             warnings.simplefilter("ignore", UserWarning)
             # found by hostile testing: the error of a case without a map suggested --allow-missing, which
             # dicom-export does not have
-            found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures,
-                                allow_missing=cases is not None,
-                                missing_hint="every case exported needs each map: name with --measures maps that "
-                                            "every case has, or export such cases apart")
+            # found by hostile testing: a part of no case (-num_parts above the number of cases), whose nnU-Net
+            # prediction writes nothing, failed with "no segmentation found"; it only updates the manifest
+            found = [] if no_case else match_cases(
+                pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures, allow_missing=cases is not None,
+                missing_hint="every case exported needs each map: name with --measures maps that every case has, or "
+                             "export such cases apart")
     except CaseError as e:
         if "no label volume" in str(e):
             raise CaseError(f"no segmentation found in {pred}: is it the output folder of 'monai-unc infer' "
