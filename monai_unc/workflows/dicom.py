@@ -38,6 +38,7 @@ import re
 import stat
 import sys
 import tempfile
+import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -527,8 +528,9 @@ def _remove_stale_cases(out: Path, listed: Sequence[str], run_cases: set[str]) -
     run's objects, unlisted by the new manifest: a site that sends every ``*.dcm`` of the export folder to a PACS sent
     objects of an earlier run. Only a folder that holds nothing but objects of an export loses them
     (:func:`_foreign_object`, as a rerun checks a case's folder); a folder holding another DICOM file (the site's
-    own) is left as it is, with a warning. The folder is removed once empty. Case ids compare without case (one
-    folder on a case-folding file system).
+    own) is left as it is, with a warning. The folder is removed once empty. A name of a run case's folder is kept
+    (``Case01`` for ``case01`` on a case-folding file system, another Unicode normalisation on a normalising one);
+    where it is another folder, it is stale.
 
     Args:
         out: the export folder.
@@ -538,9 +540,26 @@ def _remove_stale_cases(out: Path, listed: Sequence[str], run_cases: set[str]) -
     Returns:
         The cases whose objects were removed.
     """
-    kept = {c.casefold() for c in run_cases}
+    def fold(name: str) -> str:
+        return unicodedata.normalize("NFC", name).casefold()
+
+    alike: dict[str, list[str]] = {}
+    for c in run_cases:
+        alike.setdefault(fold(c), []).append(c)
+
+    def kept(case: str) -> bool:  # a case of the run, or another name of a run case's folder (Case01 / case01 on a
+        # case-folding file system, NFD / NFC on a normalising one); on a file system that tells them apart, the
+        # earlier run's folder of a case renamed since is stale (found by hostile testing: it was kept, unlisted)
+        if case in run_cases:
+            return True
+        for other in alike.get(fold(case), []):
+            with contextlib.suppress(OSError):
+                if os.path.samefile(out / case, out / other):
+                    return True
+        return False
+
     removed = []
-    for case in sorted(c for c in listed if _case_folder_name(c) and c.casefold() not in kept):
+    for case in sorted(c for c in listed if _case_folder_name(c) and not kept(c)):
         try:
             folder = owned_folder(out, case, "--output")
         except ValueError as e:  # a link planted in the folder: nothing removed through it

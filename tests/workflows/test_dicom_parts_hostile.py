@@ -121,3 +121,20 @@ def test_runs_that_differ_in_what_their_arguments_name_are_other_runs(series, tm
     first = run()
     (model / "fold_0" / "checkpoint_final.pth").write_bytes(b"weights 2, retrained")
     assert run() != first
+
+
+def test_the_objects_of_a_case_renamed_in_case_only_are_removed(series, tmp_path, capsys):
+    """Found by hostile testing: the stale cases of the earlier manifest compared with the run's cases without case,
+    so that after a series folder renamed ``ct03`` -> ``CT03`` the earlier run's ``ct03/`` stayed beside the new
+    ``CT03/``, unlisted (a PACS sent both). On a file system that tells them apart it is removed; a name of the same
+    folder (a case-folding file system) is kept."""
+    images, out = tmp_path / "images", tmp_path / "pred"
+    shutil.copytree(series, images)
+    assert nnunet_predict_dicom(_args(images, out, "--output-format", "dicom"), FakePredict(images, out)) == 0
+    (images / "ct03").rename(images / "CT03")
+    assert nnunet_predict_dicom(_args(images, out, "--output-format", "dicom"), FakePredict(images, out)) == 0, \
+        capsys.readouterr().err
+    assert (out / "CT03" / "seg.dcm").is_file()
+    if not (out / "ct03").exists() or not os.path.samefile(out / "ct03", out / "CT03"):
+        assert not (out / "ct03").exists()
+    assert sorted(_listed(out)) == ["CT03", "ct01", "ct02"]
