@@ -521,24 +521,16 @@ def _case_folder_name(case: Any) -> bool:
             and case.casefold() != EXPORT_RECORD.casefold())
 
 
-def _remove_stale_cases(out: Path, listed: Sequence[str], run_cases: set[str]) -> list[str]:
-    """Remove the objects of the cases an earlier manifest lists that are no case of this run, and their folders.
+def _stale_cases(out: Path, listed: Sequence[str], run_cases: set[str]) -> list[str]:
+    """The cases an earlier manifest lists that are no case of this run (:func:`_remove_stale_cases`), sorted.
 
-    A case removed from the input (or its predictions from the prediction folder) kept its folder of the earlier
-    run's objects, unlisted by the new manifest: a site that sends every ``*.dcm`` of the export folder to a PACS sent
-    objects of an earlier run. Only a folder that holds nothing but objects of an export loses them
-    (:func:`_foreign_object`, as a rerun checks a case's folder); a folder holding another DICOM file (the site's
-    own) is left as it is, with a warning. The folder is removed once empty. A name of a run case's folder is kept
-    (``Case01`` for ``case01`` on a case-folding file system, another Unicode normalisation on a normalising one);
-    where it is another folder, it is stale.
+    A name of a run case's folder is kept (``Case01`` for ``case01`` on a case-folding file system, another Unicode
+    normalisation on a normalising one); where it is another folder, it is stale.
 
     Args:
         out: the export folder.
         listed: the case ids of the earlier manifest (untrusted: a name that is no folder of ``out`` is skipped).
         run_cases: the cases of this run (of every part of it).
-
-    Returns:
-        The cases whose objects were removed.
     """
     def fold(name: str) -> str:
         return unicodedata.normalize("NFC", name).casefold()
@@ -558,8 +550,27 @@ def _remove_stale_cases(out: Path, listed: Sequence[str], run_cases: set[str]) -
                     return True
         return False
 
+    return sorted(c for c in listed if _case_folder_name(c) and not kept(c))
+
+
+def _remove_stale_cases(out: Path, stale: Sequence[str]) -> list[str]:
+    """Remove the objects of the cases an earlier manifest lists that are no case of this run, and their folders.
+
+    A case removed from the input (or its predictions from the prediction folder) kept its folder of the earlier
+    run's objects, unlisted by the new manifest: a site that sends every ``*.dcm`` of the export folder to a PACS sent
+    objects of an earlier run. Only a folder that holds nothing but objects of an export loses them
+    (:func:`_foreign_object`, as a rerun checks a case's folder); a folder holding another DICOM file (the site's
+    own) is left as it is, with a warning. The folder is removed once empty.
+
+    Args:
+        out: the export folder.
+        stale: the stale cases (:func:`_stale_cases`).
+
+    Returns:
+        The cases whose objects were removed.
+    """
     removed = []
-    for case in sorted(c for c in listed if _case_folder_name(c) and not kept(c)):
+    for case in stale:
         try:
             folder = owned_folder(out, case, "--output")
         except ValueError as e:  # a link planted in the folder: nothing removed through it
@@ -1216,13 +1227,20 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         run_cases = set(ids) if part is None else set(part.cases)
         with _manifest_step(out, part):
             earlier = _read_manifest(out)
-            # the objects of a case no longer in the run (removed from the input or the predictions), which the new
-            # manifest would not list: after every check, before the first object (a refused run removes nothing)
-            _remove_stale_cases(out, list(earlier["cases"]), run_cases)
             # the manifest of an earlier run (or this part's entries) goes before this run's first object: a rerun
             # that fails leaves no manifest listing objects it replaced or removed (the new one is written,
             # atomically, after the last case); a part keeps the entries of its run's other parts
-            _write_manifest(out, settings, {} if part is None else _run_entries(earlier, settings, set(ids), run_cases))
+            kept = {} if part is None else _run_entries(earlier, settings, set(ids), run_cases)
+            # the objects of a case no longer in the run (removed from the input or the predictions), which the new
+            # manifest does not list: after every check (a refused run removes nothing). Found by hostile testing: a
+            # run killed (or failing on a file) while it removed them left the earlier manifest listing objects that
+            # no longer existed; the manifest lists them meanwhile without objects (``"stale": true``), so that a
+            # killed run's next one still removes what is left of them
+            stale = _stale_cases(out, list(earlier["cases"]), run_cases)
+            if stale:
+                _write_manifest(out, settings, {**kept, **{c: {"stale": True, "objects": []} for c in stale}})
+            _remove_stale_cases(out, stale)
+            _write_manifest(out, settings, kept)
         for files in tqdm(found, desc="dicom-export", unit="case", disable=not progress):
             source = sources[files.case_id]
             assert source is not None

@@ -24,7 +24,18 @@ from monai_unc.io.dicom import write_series  # noqa: E402
 from monai_unc.workflows.dicom import EXPORT_RECORD, _part_run, nnunet_predict_dicom  # noqa: E402
 
 from .test_dicom_hostile import FakePredict, _args, _maps  # noqa: E402
-from .test_dicom_parts import _listed, series  # noqa: E402, F401
+from .test_dicom_parts import _listed  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory) -> Path:
+    """Three small CT series, one folder per case."""
+    root = tmp_path_factory.mktemp("series") / "images"
+    rng = np.random.default_rng(0)
+    for case in ("ct01", "ct02", "ct03"):
+        write_series(np.round(rng.uniform(-1000, 1000, (8, 7, 4))), np.diag([1.0, 1.0, 2.0, 1.0]), root / case,
+                     modality="CT")
+    return root
 
 
 def _finishes(fn, timeout: float = 30.0) -> int | None:
@@ -138,3 +149,40 @@ def test_the_objects_of_a_case_renamed_in_case_only_are_removed(series, tmp_path
     if not (out / "ct03").exists() or not os.path.samefile(out / "ct03", out / "CT03"):
         assert not (out / "ct03").exists()
     assert sorted(_listed(out)) == ["CT03", "ct01", "ct02"]
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_run_killed_while_it_removes_a_stale_case_leaves_no_manifest_listing_it(series, tmp_path, parts, when):
+    """Found by hostile testing: the earlier run's objects of a case no longer in the run were removed before the
+    earlier manifest was replaced: a run killed (SIGKILL) or failing on a file meanwhile left the manifest listing
+    objects that no longer existed. Every object a manifest lists exists, whenever the run stops; the next run
+    completes and removes the stale case."""
+    import signal
+
+    import monai_unc.workflows.dicom as dicom
+
+    images, out = tmp_path / "images", tmp_path / "pred"
+    shutil.copytree(series, images)
+    assert nnunet_predict_dicom(_args(images, out, "--output-format", "dicom"), FakePredict(images, out)) == 0
+    shutil.rmtree(images / "ct03")
+    split = ("-num_parts", "2", "-part_id", "0") if parts == 2 else ()
+
+    def killed() -> int:
+        def kill(folder, *rest):  # before the stale case's objects are removed, or after (not yet its folder)
+            if Path(folder).name == "ct03":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return step(folder, *rest)
+
+        name = "_foreign_object" if when == "before" else "clean_partial_files"
+        step = getattr(dicom, name)
+        setattr(dicom, name, kill)
+        return nnunet_predict_dicom(_args(images, out, "--output-format", "dicom", *split), FakePredict(images, out))
+
+    assert _finishes(killed) == -signal.SIGKILL
+    if (out / EXPORT_RECORD).exists():
+        doc = json.loads((out / EXPORT_RECORD).read_text())
+        for entry in doc["cases"].values():
+            assert all((out / o["file"]).is_file() for o in entry["objects"]), doc
+    assert nnunet_predict_dicom(_args(images, out, "--output-format", "dicom"), FakePredict(images, out)) == 0
+    assert not (out / "ct03").exists() and sorted(_listed(out)) == ["ct01", "ct02"]
