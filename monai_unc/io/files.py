@@ -2053,11 +2053,21 @@ OUTPUT_LOCK_FILE = ".monai-unc.lock"
 
 
 def _lock_holder(path: Path) -> str:
-    """What the lock file says about the run that holds it (empty when unreadable)."""
+    """What the lock file says about the run that holds it (empty when unreadable).
+
+    Its start only, opened without blocking or following a link: a FIFO or a file of gigabytes held by a planted
+    process blocked or filled the probe (found by hostile testing).
+    """
     try:
-        return path.read_text(errors="replace").strip()[:200]
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return ""
+    try:
+        return os.read(fd, 1024).decode(errors="replace").strip()[:200]
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 #: the output folders this process holds (:func:`output_lock`), resolved path -> depth

@@ -109,3 +109,32 @@ def test_a_fifo_planted_as_lock_file_blocks_nothing(tmp_path, name):
     lines = done.stdout.split("\n")[:3]
     assert lines[0] == "None"
     assert lines[1:] == (["refused 1", "refused 1"] if name == OUTPUT_LOCK_FILE else ["held", "held"]), done.stdout
+
+
+def test_a_held_fifo_as_a_parts_lock_file_is_named_without_blocking(tmp_path):
+    """Found by hostile testing: the line of a part's lock file that another process holds was read whole, following
+    a link: a FIFO held by a planted process blocked every run's probe of the folder. Its start is read without
+    blocking: the folder is taken as held (refused in one line), nothing hangs."""
+    import fcntl
+    import subprocess
+    import sys
+
+    out = tmp_path / "shared_out"
+    out.mkdir()
+    fifo = out / ".monai-unc.part-3.lock"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR)  # a FIFO opened for both ends does not block
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        code = ("from monai_unc.io import output_lock, output_lock_holder\n"
+                f"print(output_lock_holder({str(out)!r}), flush=True)\n"
+                f"try:\n    with output_lock({str(out)!r}, 'x'):\n        print('held')\n"
+                "except ValueError as e:\n    print('refused', len(str(e).splitlines()))\n")
+        try:
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        except subprocess.TimeoutExpired:
+            pytest.fail("a held FIFO as a part's lock file blocked the probe")
+    finally:
+        os.close(fd)
+    assert done.stdout.split("\n")[:2] == ["holder unknown", "refused 1"], (done.stdout, done.stderr)
