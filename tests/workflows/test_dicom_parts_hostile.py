@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -134,21 +135,25 @@ def test_runs_that_differ_in_what_their_arguments_name_are_other_runs(series, tm
     assert run() != first
 
 
-def test_the_objects_of_a_case_renamed_in_case_only_are_removed(series, tmp_path, capsys):
+@pytest.mark.parametrize("old, new", [("ct03", "CT03"), (unicodedata.normalize("NFD", "cé03"),
+                                                       unicodedata.normalize("NFC", "cé03"))])
+def test_the_objects_of_a_case_renamed_in_case_only_are_removed(series, tmp_path, capsys, old, new):
     """Found by hostile testing: the stale cases of the earlier manifest compared with the run's cases without case,
     so that after a series folder renamed ``ct03`` -> ``CT03`` the earlier run's ``ct03/`` stayed beside the new
-    ``CT03/``, unlisted (a PACS sent both). On a file system that tells them apart it is removed; a name of the same
-    folder (a case-folding file system) is kept."""
+    ``CT03/``, unlisted (a PACS sent both); the same for a name in another Unicode normalisation (NFD -> NFC). On a
+    file system that tells them apart it is removed; a name of the same folder (a case-folding or normalising file
+    system) is kept."""
     images, out = tmp_path / "images", tmp_path / "pred"
     shutil.copytree(series, images)
+    (images / "ct03").rename(images / old)
     assert nnunet_predict_dicom(_args(images, out, "--output-format", "dicom"), FakePredict(images, out)) == 0
-    (images / "ct03").rename(images / "CT03")
+    (images / old).rename(images / new)
     assert nnunet_predict_dicom(_args(images, out, "--output-format", "dicom"), FakePredict(images, out)) == 0, \
         capsys.readouterr().err
-    assert (out / "CT03" / "seg.dcm").is_file()
-    if not (out / "ct03").exists() or not os.path.samefile(out / "ct03", out / "CT03"):
-        assert not (out / "ct03").exists()
-    assert sorted(_listed(out)) == ["CT03", "ct01", "ct02"]
+    assert (out / new / "seg.dcm").is_file()
+    if not (out / old).exists() or not os.path.samefile(out / old, out / new):
+        assert not (out / old).exists()
+    assert sorted(_listed(out)) == sorted(["ct01", "ct02", new])
 
 
 @pytest.mark.parametrize("parts", [1, 2])
