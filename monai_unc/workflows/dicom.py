@@ -599,11 +599,12 @@ def _run_entries(manifest: dict[str, Any], settings: dict[str, Any], drop: set[s
     """The entries of a manifest that a part of a run keeps: those of the run's other parts, of the same settings.
 
     An entry of another run (another value of a field of :data:`_RUN_SETTINGS`) is dropped, as is an entry of a case
-    of ``drop`` (this part's, which it writes again) or of a case outside ``run_cases``.
+    of ``drop`` (this part's, which it writes again), of a case outside ``run_cases`` or of a stale case whose objects
+    a killed run was removing (``"stale": true``: :func:`dicom_export`).
     """
     if any(manifest.get(k) != settings.get(k) for k in _RUN_SETTINGS):
         return {}
-    return {c: e for c, e in manifest["cases"].items() if c not in drop and c in run_cases}
+    return {c: e for c, e in manifest["cases"].items() if c not in drop and c in run_cases and not e.get("stale")}
 
 
 def _write_manifest(out: Path, settings: dict[str, Any], cases: dict[str, Any]) -> None:
@@ -1069,7 +1070,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             :data:`EXPORT_RECORD`); default every case of the folder. The folders of objects of the cases that the
             earlier :data:`EXPORT_RECORD` lists and that are no case of this run (nor of any part of ``part``'s run)
             are removed before the first object, when they hold nothing but an export's objects (else left, with a
-            warning).
+            warning); meanwhile :data:`EXPORT_RECORD` lists them with ``"stale": true`` and no objects, so that a run
+            killed then leaves no entry of a removed object and its next run removes what is left.
         part: this export is one part of a run whose parts export into ``output`` at the same time (``cases``: this
             part's): the folder is held with the run's other parts (:func:`monai_unc.io.part_lock`) instead of alone,
             :data:`EXPORT_RECORD` loses this part's cases before the first object and gets them after the last one
