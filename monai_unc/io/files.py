@@ -1477,7 +1477,7 @@ def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path:
 
 
 def read_json_or_none(path: str | os.PathLike) -> Any:
-    """The JSON document at ``path``, or None when the file is missing, unreadable or not JSON.
+    """The JSON document at ``path``, or None when the file is missing, unreadable, no regular file or not JSON.
 
     For records that are optional, e.g. a run's ``infer.json`` or a case record.
 
@@ -1492,6 +1492,8 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
         True
     """
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device (planted) is never read: its read blocked
+            return None  # forever or never ended (found by hostile testing: a FIFO as dicom_export.json)
         return json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError):  # RecursionError: deeply nested (found by hostile testing)
         return None
@@ -2051,11 +2053,21 @@ OUTPUT_LOCK_FILE = ".monai-unc.lock"
 
 
 def _lock_holder(path: Path) -> str:
-    """What the lock file says about the run that holds it (empty when unreadable)."""
+    """What the lock file says about the run that holds it (empty when unreadable).
+
+    Its start only, opened without blocking or following a link: a FIFO or a file of gigabytes held by a planted
+    process blocked or filled the probe (found by hostile testing).
+    """
     try:
-        return path.read_text(errors="replace").strip()[:200]
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return ""
+    try:
+        return os.read(fd, 1024).decode(errors="replace").strip()[:200]
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 #: the output folders this process holds (:func:`output_lock`), resolved path -> depth
@@ -2093,7 +2105,10 @@ def _flock(path: Path, exclusive: bool) -> int | None:
         return None
     nofollow = getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, (os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY) | nofollow, 0o644)
+        # a shared probe opens without blocking: a FIFO planted as a lock file blocked its open until a writer came,
+        # hanging every command into the folder and every reader's probe (found by hostile testing)
+        fd = os.open(path, (os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+                     | nofollow, 0o644)
     except OSError as e:
         if exclusive and (e.errno == errno.ELOOP or path.is_symlink()):
             raise ValueError(f"{path} is a symbolic link, not the lock file of a run: a run would overwrite the file "

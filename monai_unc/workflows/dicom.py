@@ -35,8 +35,10 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import tempfile
+import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +69,8 @@ from ..io import (
     clean_partial_files,
     colliding_case_ids,
     dicom_channel_series,
+    dicom_series_folders,
+    file_sha256,
     input_folder,
     list_files,
     match_cases,
@@ -459,6 +463,14 @@ def _foreign_object(folder: Path) -> str | None:
     import pydicom  # the dicom extra, imported by monai_unc.io.dicom above
 
     for path in sorted(folder.glob("*.dcm")) if folder.is_dir() else []:
+        try:  # an export writes regular files only: a FIFO (planted) is never opened, whose read blocked the export
+            # forever (found by hostile testing)
+            kind = path.stat().st_mode
+        except OSError as e:  # a dangling link
+            return f"{path} is not an object of an earlier dicom-export (not readable: {type(e).__name__})"
+        if not stat.S_ISREG(kind):
+            return f"{path} is not an object of an earlier dicom-export " \
+                   f"({'a folder' if stat.S_ISDIR(kind) else 'not a regular file'})"
         try:
             ds = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["SOPClassUID", "Manufacturer"])
             sop, maker = str(ds.get("SOPClassUID", "") or ""), str(ds.get("Manufacturer", "") or "")
@@ -509,27 +521,56 @@ def _case_folder_name(case: Any) -> bool:
             and case.casefold() != EXPORT_RECORD.casefold())
 
 
-def _remove_stale_cases(out: Path, listed: Sequence[str], run_cases: set[str]) -> list[str]:
+def _stale_cases(out: Path, listed: Sequence[str], run_cases: set[str]) -> list[str]:
+    """The cases an earlier manifest lists that are no case of this run (:func:`_remove_stale_cases`), sorted.
+
+    A name of a run case's folder is kept (``Case01`` for ``case01`` on a case-folding file system, another Unicode
+    normalisation on a normalising one); where it is another folder, it is stale.
+
+    Args:
+        out: the export folder.
+        listed: the case ids of the earlier manifest (untrusted: a name that is no folder of ``out`` is skipped).
+        run_cases: the cases of this run (of every part of it).
+    """
+    def fold(name: str) -> str:
+        return unicodedata.normalize("NFC", name).casefold()
+
+    alike: dict[str, list[str]] = {}
+    for c in run_cases:
+        alike.setdefault(fold(c), []).append(c)
+
+    def kept(case: str) -> bool:  # a case of the run, or another name of a run case's folder (Case01 / case01 on a
+        # case-folding file system, NFD / NFC on a normalising one); on a file system that tells them apart, the
+        # earlier run's folder of a case renamed since is stale (found by hostile testing: it was kept, unlisted)
+        if case in run_cases:
+            return True
+        for other in alike.get(fold(case), []):
+            with contextlib.suppress(OSError):
+                if os.path.samefile(out / case, out / other):
+                    return True
+        return False
+
+    return sorted(c for c in listed if _case_folder_name(c) and not kept(c))
+
+
+def _remove_stale_cases(out: Path, stale: Sequence[str]) -> list[str]:
     """Remove the objects of the cases an earlier manifest lists that are no case of this run, and their folders.
 
     A case removed from the input (or its predictions from the prediction folder) kept its folder of the earlier
     run's objects, unlisted by the new manifest: a site that sends every ``*.dcm`` of the export folder to a PACS sent
     objects of an earlier run. Only a folder that holds nothing but objects of an export loses them
     (:func:`_foreign_object`, as a rerun checks a case's folder); a folder holding another DICOM file (the site's
-    own) is left as it is, with a warning. The folder is removed once empty. Case ids compare without case (one
-    folder on a case-folding file system).
+    own) is left as it is, with a warning. The folder is removed once empty.
 
     Args:
         out: the export folder.
-        listed: the case ids of the earlier manifest (untrusted: a name that is no folder of ``out`` is skipped).
-        run_cases: the cases of this run (of every part of it).
+        stale: the stale cases (:func:`_stale_cases`).
 
     Returns:
         The cases whose objects were removed.
     """
-    kept = {c.casefold() for c in run_cases}
     removed = []
-    for case in sorted(c for c in listed if _case_folder_name(c) and c.casefold() not in kept):
+    for case in stale:
         try:
             folder = owned_folder(out, case, "--output")
         except ValueError as e:  # a link planted in the folder: nothing removed through it
@@ -558,11 +599,12 @@ def _run_entries(manifest: dict[str, Any], settings: dict[str, Any], drop: set[s
     """The entries of a manifest that a part of a run keeps: those of the run's other parts, of the same settings.
 
     An entry of another run (another value of a field of :data:`_RUN_SETTINGS`) is dropped, as is an entry of a case
-    of ``drop`` (this part's, which it writes again) or of a case outside ``run_cases``.
+    of ``drop`` (this part's, which it writes again), of a case outside ``run_cases`` or of a stale case whose objects
+    a killed run was removing (``"stale": true``: :func:`dicom_export`).
     """
     if any(manifest.get(k) != settings.get(k) for k in _RUN_SETTINGS):
         return {}
-    return {c: e for c, e in manifest["cases"].items() if c not in drop and c in run_cases}
+    return {c: e for c, e in manifest["cases"].items() if c not in drop and c in run_cases and not e.get("stale")}
 
 
 def _write_manifest(out: Path, settings: dict[str, Any], cases: dict[str, Any]) -> None:
@@ -593,7 +635,9 @@ def _part_run(args: argparse.Namespace) -> str:
 
     The options of one process (``-part_id``, ``-device``, ``-npp``, ``-nps``, the progress bar, ...) are left out,
     the folders resolved: the parts of one run, started alike but for ``-part_id``, give the same digest; a run with
-    another model, input, output, number of parts or DICOM option another one.
+    another model, input, output, number of parts or DICOM option another one, as is a run whose ``--segments`` file
+    content, input series folders (the cases split among the parts) or model files (size and time of ``-m``'s plans,
+    dataset and each fold's checkpoint) changed.
     """
     own = {"part_id", "device", "npp", "nps", "disable_progress_bar", "verbose", "not_on_device",
            "continue_prediction", "sample_batch_size", "no_share_passes"}
@@ -604,7 +648,38 @@ def _part_run(args: argparse.Namespace) -> str:
         if key in ("i", "o", "m", "segments", "prev_stage_predictions") and isinstance(value, str):
             value = str(Path(value).resolve())
         doc[key] = value
+    # found by hostile testing: what the arguments name may change between the parts' starts, the arguments not:
+    # the segments file's content, the input's series (another split of the cases: two parts exported one case into
+    # one folder at once, or none did) and the model's files were taken as one run, their entries mixed in one
+    # manifest
+    segments = getattr(args, "segments", None)
+    doc["_segments_sha256"] = file_sha256(segments) if isinstance(segments, str) and Path(segments).is_file() else None
+    doc["_series"] = [p.name for p in dicom_series_folders(args.i)] if isinstance(getattr(args, "i", None), str) \
+        else None
+    doc["_model_files"] = _model_files(args)
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _model_files(args: argparse.Namespace) -> list[Any] | None:
+    """The size and time of each file of ``-m`` that makes the predictions (plans, dataset, each fold's ``-chk``).
+
+    Cheap (no digest of gigabytes of weights at each part's start); a model folder not given (``-d``/``-c``, found in
+    ``nnUNet_results``): that folder's name.
+    """
+    model = getattr(args, "m", None)
+    if not isinstance(model, str):
+        return [os.environ.get("nnUNet_results")]
+    folds = getattr(args, "f", None) or []
+    names = ["plans.json", "dataset.json", *(f"fold_{f}/{getattr(args, 'chk', '')}" for f in folds)]
+    files: list[Any] = []
+    for name in names:
+        try:
+            info = os.stat(Path(model) / name)
+        except OSError:
+            files.append([name, None])
+            continue
+        files.append([name, info.st_size, info.st_mtime_ns])
+    return files
 
 
 def _check_predicted_from(pred: Path, src: Path, case_id: str, record: Any) -> None:
@@ -995,7 +1070,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             :data:`EXPORT_RECORD`); default every case of the folder. The folders of objects of the cases that the
             earlier :data:`EXPORT_RECORD` lists and that are no case of this run (nor of any part of ``part``'s run)
             are removed before the first object, when they hold nothing but an export's objects (else left, with a
-            warning).
+            warning); meanwhile :data:`EXPORT_RECORD` lists them with ``"stale": true`` and no objects, so that a run
+            killed then leaves no entry of a removed object and its next run removes what is left.
         part: this export is one part of a run whose parts export into ``output`` at the same time (``cases``: this
             part's): the folder is held with the run's other parts (:func:`monai_unc.io.part_lock`) instead of alone,
             :data:`EXPORT_RECORD` loses this part's cases before the first object and gets them after the last one
@@ -1054,7 +1130,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     rows, decisions = _table_rows(evaluation, "metrics.csv", "evaluate"), _triage_entries(triage)
     extra = {title: _table_rows(folder, table, command) for command, (folder, table, title) in tables.items()}
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
-    if measures is None and pred.is_dir():  # the maps the cases' predictions wrote, not whatever the folder holds
+    no_case = cases is not None and not list(cases)  # a part of a run with more parts than cases
+    if measures is None and pred.is_dir() and not no_case:  # the maps the cases' predictions wrote, not whatever the
+        # folder holds
         listed = list_files(pred, seg_suffix, VOLUME_EXTENSIONS)
         measures = _export_measures(pred, layout, sorted(listed) if cases is None else [str(c) for c in cases])
     try:
@@ -1062,10 +1140,12 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             warnings.simplefilter("ignore", UserWarning)
             # found by hostile testing: the error of a case without a map suggested --allow-missing, which
             # dicom-export does not have
-            found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures,
-                                allow_missing=cases is not None,
-                                missing_hint="every case exported needs each map: name with --measures maps that "
-                                            "every case has, or export such cases apart")
+            # found by hostile testing: a part of no case (-num_parts above the number of cases), whose nnU-Net
+            # prediction writes nothing, failed with "no segmentation found"; it only updates the manifest
+            found = [] if no_case else match_cases(
+                pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures, allow_missing=cases is not None,
+                missing_hint="every case exported needs each map: name with --measures maps that every case has, or "
+                             "export such cases apart")
     except CaseError as e:
         if "no label volume" in str(e):
             raise CaseError(f"no segmentation found in {pred}: is it the output folder of 'monai-unc infer' "
@@ -1149,13 +1229,20 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         run_cases = set(ids) if part is None else set(part.cases)
         with _manifest_step(out, part):
             earlier = _read_manifest(out)
-            # the objects of a case no longer in the run (removed from the input or the predictions), which the new
-            # manifest would not list: after every check, before the first object (a refused run removes nothing)
-            _remove_stale_cases(out, list(earlier["cases"]), run_cases)
             # the manifest of an earlier run (or this part's entries) goes before this run's first object: a rerun
             # that fails leaves no manifest listing objects it replaced or removed (the new one is written,
             # atomically, after the last case); a part keeps the entries of its run's other parts
-            _write_manifest(out, settings, {} if part is None else _run_entries(earlier, settings, set(ids), run_cases))
+            kept = {} if part is None else _run_entries(earlier, settings, set(ids), run_cases)
+            # the objects of a case no longer in the run (removed from the input or the predictions), which the new
+            # manifest does not list: after every check (a refused run removes nothing). Found by hostile testing: a
+            # run killed (or failing on a file) while it removed them left the earlier manifest listing objects that
+            # no longer existed; the manifest lists them meanwhile without objects (``"stale": true``), so that a
+            # killed run's next one still removes what is left of them
+            stale = _stale_cases(out, list(earlier["cases"]), run_cases)
+            if stale:
+                _write_manifest(out, settings, {**kept, **{c: {"stale": True, "objects": []} for c in stale}})
+            _remove_stale_cases(out, stale)
+            _write_manifest(out, settings, kept)
         for files in tqdm(found, desc="dicom-export", unit="case", disable=not progress):
             source = sources[files.case_id]
             assert source is not None

@@ -81,3 +81,60 @@ def test_a_symbolic_link_as_a_parts_lock_file_is_refused(tmp_path):
         with pytest.raises(ValueError, match=f"^{name} must"):
             with part_lock(out, run, part):
                 pass
+
+
+@pytest.mark.parametrize("name", [OUTPUT_LOCK_FILE, ".monai-unc.part-0.lock", ".monai-unc.part-7.lock"])
+def test_a_fifo_planted_as_lock_file_blocks_nothing(tmp_path, name):
+    """Found by hostile testing: a FIFO planted as a lock file (the folder's or a part's, which every run now probes)
+    blocked the reader's probe (``output_lock_holder``) and every run into the folder (``output_lock``) in its
+    ``open`` until a writer came: forever. Probed without blocking now: no holder; a run is refused in one line
+    where the FIFO is its own lock file, goes on where it is a part's."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "shared_out"
+    out.mkdir()
+    os.mkfifo(out / name)
+    code = ("import sys\nfrom monai_unc.io import output_lock, output_lock_holder, part_lock\n"
+            f"out = {str(out)!r}\nprint(output_lock_holder(out), flush=True)\n"
+            "for take in (lambda: output_lock(out, 'x'), lambda: part_lock(out, 'run1', 1, 'x')):\n"
+            "    try:\n        with take():\n            print('held', flush=True)\n"
+            "    except ValueError as e:\n        print('refused', len(str(e).splitlines()), flush=True)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a FIFO planted as {name} blocked the lock")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")[:3]
+    assert lines[0] == "None"
+    assert lines[1:] == (["refused 1", "refused 1"] if name == OUTPUT_LOCK_FILE else ["held", "held"]), done.stdout
+
+
+def test_a_held_fifo_as_a_parts_lock_file_is_named_without_blocking(tmp_path):
+    """Found by hostile testing: the line of a part's lock file that another process holds was read whole, following
+    a link: a FIFO held by a planted process blocked every run's probe of the folder. Its start is read without
+    blocking: the folder is taken as held (refused in one line), nothing hangs."""
+    import fcntl
+    import subprocess
+    import sys
+
+    out = tmp_path / "shared_out"
+    out.mkdir()
+    fifo = out / ".monai-unc.part-3.lock"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR)  # a FIFO opened for both ends does not block
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        code = ("from monai_unc.io import output_lock, output_lock_holder\n"
+                f"print(output_lock_holder({str(out)!r}), flush=True)\n"
+                f"try:\n    with output_lock({str(out)!r}, 'x'):\n        print('held')\n"
+                "except ValueError as e:\n    print('refused', len(str(e).splitlines()))\n")
+        try:
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        except subprocess.TimeoutExpired:
+            pytest.fail("a held FIFO as a part's lock file blocked the probe")
+    finally:
+        os.close(fd)
+    assert done.stdout.split("\n")[:2] == ["holder unknown", "refused 1"], (done.stdout, done.stderr)
