@@ -1784,13 +1784,19 @@ def main_rank_warnings() -> Iterator[None]:
         yield
 
 
+def _device_of_type(kind: str) -> torch.device:
+    """This rank's device of a type another rank named: its current CUDA device for ``"cuda"``."""
+    return torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
+
+
 def sync_case_buffers(metric: Any) -> None:
     """Gather the per-case buffers of a MONAI ``Cumulative`` metric across ranks, also where a rank has none.
 
     MONAI's ``Cumulative._sync`` skips the all-gather on a rank whose buffers are empty (no case: more ranks than
     cases, or an uneven split), so that rank's ``aggregate`` fails and the other ranks wait for it in the gather. Here
-    every rank first learns each rank's buffer layout (trailing shape and dtype); a rank without cases then joins the
-    gather with empty buffers of that layout, so every rank gets the buffers of all cases, in rank order, as MONAI
+    every rank first learns each rank's buffer layout (trailing shape, dtype and device type); a rank without cases then
+    joins the gather with empty buffers of that layout, on that type of device (the collective's backend follows it),
+    so every rank gets the buffers of all cases, in rank order, as MONAI
     gathers them. Without any case on any rank nothing is gathered (``get_buffer`` is None on every rank, as for one
     process); layouts that differ across ranks raise the same ``ValueError`` on every rank. One process: MONAI's own
     ``_sync``.
@@ -1813,7 +1819,11 @@ def sync_case_buffers(metric: Any) -> None:
         Cumulative._sync(metric)
         return
     local = None if metric._buffers is None else [torch.stack(b, dim=0) for b in metric._buffers]
-    layout = None if local is None else [(tuple(t.shape[1:]), str(t.dtype).replace("torch.", "")) for t in local]
+    # the device's type too: a rank without cases gathers on the others' device, whatever the group's backends (its
+    # own guess, buffer_device, took the GPU under cpu:gloo,cuda:nccl where the others' buffers lay on the CPU: one
+    # gather split over gloo and NCCL; found by the review of the GPU paths)
+    layout = None if local is None else [(tuple(t.shape[1:]), str(t.dtype).replace("torch.", ""), t.device.type)
+                                         for t in local]
     layouts: list[Any] = [None] * world
     dist.all_gather_object(layouts, layout)
     known = [(r, lay) for r, lay in enumerate(layouts) if lay is not None]
@@ -1823,9 +1833,9 @@ def sync_case_buffers(metric: Any) -> None:
     if bad:
         raise ValueError(f"{type(metric).__name__}: the ranks' per-case buffers differ: rank {bad[0]} has "
                          f"{layouts[bad[0]]}, rank {known[0][0]} {known[0][1]}")
-    if local is None:  # this rank has no case: empty buffers of the others' layout
-        local = [torch.empty((0, *shape), dtype=getattr(torch, dtype), device=buffer_device())
-                 for shape, dtype in known[0][1]]
+    if local is None:  # this rank has no case: empty buffers of the others' layout, on their device
+        local = [torch.empty((0, *shape), dtype=getattr(torch, dtype), device=_device_of_type(kind))
+                 for shape, dtype, kind in known[0][1]]
     metric._synced_tensors = [evenly_divisible_all_gather(t.contiguous(), concat=True) for t in local]
     metric._synced = True
 

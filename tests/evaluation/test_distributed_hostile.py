@@ -149,6 +149,38 @@ def test_metric_classes_on_a_rank_without_cases_equal_one_process(tmp_path, worl
             assert math.isclose(res["mean"][k], v, rel_tol=1e-12, abs_tol=1e-15), (rank, k)
 
 
+def _guessing_worker(rank: int, world: int, spec: dict) -> dict[str, Any]:
+    """BUC and NCC on a rank without cases whose own device guess (``buffer_device``) is not the others' device."""
+    from monai_unc import _utils
+    from monai_unc.measures import entropy
+    from monai_unc.metrics import NCCMetric
+    from monai_unc.metrics.spatial import BoundaryUncertaintyConcentrationMetric
+
+    if world > 1:  # (a forked rank's own module) the guess of a GPU machine under cpu:gloo,cuda:nccl (the GPU) while
+        # the buffers lie on the CPU; the meta device stands for the GPU here: a gather on it fails as one on the other
+        # backend would
+        _utils.buffer_device = lambda: torch.device("meta")
+    buc, ncc = BoundaryUncertaintyConcentrationMetric(), NCCMetric()
+    for p, y in _cases(spec["n"])[rank::world]:
+        buc(y_pred=p.argmax(1, keepdim=True), y=y, uncertainty=entropy(p))
+        ncc(y_pred=entropy(p), y=p[:, 1:2])
+    return {"buc": sorted(buc.aggregate("none").reshape(-1).tolist()), "ncc": float(ncc.aggregate())}
+
+
+def test_a_rank_without_cases_gathers_on_the_others_device(tmp_path):
+    """Found by the review of the GPU paths: a rank without cases made its empty buffers on the device it guessed from
+    the group's backend (``buffer_device``: the GPU under ``cpu:gloo,cuda:nccl``), not on the device of the others'
+    buffers (the CPU for metrics of CPU tensors), so the gather was split over two backends. The ranks now exchange
+    their buffers' device type with their layouts, and the empty rank gathers on that."""
+    with torch.no_grad():
+        torch.set_num_threads(1)
+        single = _guessing_worker(0, 1, {"n": 1})
+    results, logs = run_ranks(_guessing_worker, 2, {"out": str(tmp_path), "n": 1})
+    for rank, res in enumerate(results):
+        assert "error" not in res, (rank, res, logs[rank][-2000:])
+        assert res["buc"] == single["buc"] and math.isclose(res["ncc"], single["ncc"], rel_tol=1e-6), rank
+
+
 def _mismatch_worker(rank: int, world: int, spec: dict) -> dict[str, Any]:
     from monai_unc.metrics.calibration import CalibrationMetric
 
