@@ -2294,14 +2294,24 @@ def output_lock_holder(folder: str | os.PathLike) -> str | None:
     key = str(folder.resolve())
     if key in _HELD_FOLDERS or key in _HELD_PARTS:  # this process holds it
         return None
-    path = folder / OUTPUT_LOCK_FILE
+    line = _held_line(folder / OUTPUT_LOCK_FILE)
+    if line is not None:
+        return line or "holder unknown"
+    return _parts_holder(folder)
+
+
+def _held_line(path: Path) -> str | None:
+    """What a lock file held by another open file now says (``""`` when unreadable); None when it is not held.
+
+    A shared lock is tried and released at once: a holder's exclusive lock refuses it.
+    """
     try:
         fd = _flock(path, exclusive=False)
     except BlockingIOError:
-        return _lock_holder(path) or "holder unknown"
+        return _lock_holder(path)
     if fd is not None:
         os.close(fd)  # releases the shared lock
-    return _parts_holder(folder)
+    return None
 
 
 #: the lock file of one part of a run in a folder that the run's parts write together (:func:`part_lock`):
@@ -2329,19 +2339,11 @@ def _parts_holder(folder: Path) -> str | None:
 def _held_parts(folder: Path) -> list[tuple[Path, str]]:
     """The lock files of the parts that hold ``folder`` now (another open file), with their lines (:func:`part_lock`).
 
-    Each file is probed with a shared lock tried and released at once (as :func:`output_lock_holder` probes): a
-    part's exclusive hold refuses it.
+    Each file is probed as :func:`output_lock_holder` probes (:func:`_held_line`): a part's exclusive hold refuses a
+    shared lock.
     """
-    held = []
-    for path in _part_locks(folder):
-        try:
-            fd = _flock(path, exclusive=False)
-        except BlockingIOError:
-            held.append((path, _lock_holder(path)))
-            continue
-        if fd is not None:
-            os.close(fd)
-    return held
+    lines = ((path, _held_line(path)) for path in _part_locks(folder))
+    return [(path, line) for path, line in lines if line is not None]
 
 
 @contextlib.contextmanager
