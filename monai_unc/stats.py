@@ -587,12 +587,15 @@ class SampleStats:
             self.accum_dtype = auto_accum_dtype(int(p.shape[1]))
         sums = (self.sum_p, self.sum_h, self.sum_p2)
         b = p.shape[0] // num_samples
-        if not self._fused_for(p) or not self._fused_sums(p, b) or any(
+        if self._fused_for(p) and self._fused_sums(p, b) and not any(
             t is not None and (t.device != p.device or t.dtype != self.accum_dtype) for t in sums
-        ):
-            for j, w in enumerate(weights):
-                self._add_reference(p if num_samples == 1 else p[j * b:(j + 1) * b], w)
+        ) and self._add_fused(p, weights, num_samples, b):
             return
+        for j, w in enumerate(weights):
+            self._add_reference(p if num_samples == 1 else p[j * b:(j + 1) * b], w)
+
+    def _add_fused(self, p: torch.Tensor, weights: list[float], num_samples: int, b: int) -> bool:
+        """:meth:`_add` with the fused kernel; False (the sums unchanged) where it cannot run on this machine."""
         shape = (b, *p.shape[1:])
         if self.sum_p is None:
             self.out_dtype = p.dtype
@@ -617,12 +620,11 @@ class SampleStats:
             fused_accumulate(_as_rows(p), weights, flat[0], flat[1], flat[2], self._per_class_squares(), multilabel,
                                 entropy)
         except KernelUnavailable:  # no Triton kernel on this machine (warned once; the sums are unchanged)
-            for j, w in enumerate(weights):
-                self._add_reference(p if num_samples == 1 else p[j * b:(j + 1) * b], w)
-            return
+            return False
         for w in weights:  # one at a time, as the reference adds them
             self.sum_w += w
         self.num_updates += num_samples
+        return True
 
     def _fused_sums(self, p: torch.Tensor, b: int) -> bool:
         """Whether the sums (if any) have the shapes the fused kernel writes for samples ``(b, C, *spatial)``.

@@ -2070,6 +2070,49 @@ def _lock_holder(path: Path) -> str:
         os.close(fd)
 
 
+def _take_lock(path: Path, wait: float) -> int | None:
+    """An exclusive :func:`fcntl.flock` on the lock file at ``path``: its descriptor (None without ``flock``).
+
+    Another process's hold is waited for up to ``wait`` seconds (a short step), then ``BlockingIOError``. The file
+    locked is the one at ``path``: a holder that ended removes its file while it still holds it, so a descriptor of
+    that removed file is dropped and the file now at the path locked instead (which another run may find held).
+    """
+    deadline = time.monotonic() + max(float(wait), 0.0)
+    while True:
+        try:
+            fd = _flock(path, exclusive=True)
+        except BlockingIOError:
+            if time.monotonic() < deadline:  # a short step of another process: try again once it is done
+                time.sleep(0.02)
+                continue
+            raise
+        if fd is None:
+            return None
+        try:  # the holder that just ended removed the file we opened: lock the one at the path
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def _write_holder(fd: int, path: Path, command: str, tag: str = "") -> None:
+    """Write the holder's line into its locked lock file: ``<tag>pid ..., <command>, since ..., host ...``.
+
+    The host too: on a shared (network) file system the holder may run on another node, where its pid means nothing
+    here (found by the hostile review of concurrency: a cluster's array job). An ``OSError`` (a full disk) names the
+    lock file.
+    """
+    started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{tag}pid {os.getpid()}, {command}, since {started}, host {socket.gethostname()}\n".encode())
+    except OSError as e:
+        _name_written_file(e, path)
+        raise
+
+
 #: the output folders this process holds (:func:`output_lock`), resolved path -> depth
 _HELD_FOLDERS: dict[str, int] = {}
 
@@ -2194,38 +2237,18 @@ def _output_lock(folder: str | os.PathLike, command: str, wait: float, parts: bo
         finally:
             _HELD_FOLDERS[key] -= 1
         return
-    deadline = time.monotonic() + max(float(wait), 0.0)
-    while True:
-        try:
-            fd = _flock(path, exclusive=True)
-        except BlockingIOError:
-            if time.monotonic() < deadline:  # a short step of another process: try again once it is done
-                time.sleep(0.02)
-                continue
-            holder = _lock_holder(path)
-            raise ValueError(f"{folder} is being written by another run ({holder or 'holder unknown'}; lock "
-                             f"{path}): wait until it ends, or choose another output folder") from None
-        if fd is None:  # no flock here: not locked
-            yield path
-            return
-        try:  # the holder that just ended removed the file we opened: lock the one at the path
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
+    try:
+        fd = _take_lock(path, wait)
+    except BlockingIOError:
+        holder = _lock_holder(path)
+        raise ValueError(f"{folder} is being written by another run ({holder or 'holder unknown'}; lock "
+                         f"{path}): wait until it ends, or choose another output folder") from None
+    if fd is None:  # no flock here: not locked
+        yield path
+        return
     _HELD_FOLDERS[key] = 1
     try:
-        started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        try:
-            os.ftruncate(fd, 0)
-            # the host too: on a shared (network) file system the holder may run on another node, where its pid means
-            # nothing here (found by the hostile review of concurrency: a cluster's array job)
-            os.write(fd, f"pid {os.getpid()}, {command}, since {started}, host {socket.gethostname()}\n".encode())
-        except OSError as e:  # a full disk: the line names the lock file
-            _name_written_file(e, path)
-            raise
+        _write_holder(fd, path, command)
         held_by_part = _parts_holder(folder) if parts and key not in _HELD_PARTS else None
         if held_by_part is not None:  # the parts of a run write the folder together: no other run meanwhile
             raise ValueError(f"{folder} is being written by another run ({held_by_part}; lock "
@@ -2271,14 +2294,24 @@ def output_lock_holder(folder: str | os.PathLike) -> str | None:
     key = str(folder.resolve())
     if key in _HELD_FOLDERS or key in _HELD_PARTS:  # this process holds it
         return None
-    path = folder / OUTPUT_LOCK_FILE
+    line = _held_line(folder / OUTPUT_LOCK_FILE)
+    if line is not None:
+        return line or "holder unknown"
+    return _parts_holder(folder)
+
+
+def _held_line(path: Path) -> str | None:
+    """What a lock file held by another open file now says (``""`` when unreadable); None when it is not held.
+
+    A shared lock is tried and released at once: a holder's exclusive lock refuses it.
+    """
     try:
         fd = _flock(path, exclusive=False)
     except BlockingIOError:
-        return _lock_holder(path) or "holder unknown"
+        return _lock_holder(path)
     if fd is not None:
         os.close(fd)  # releases the shared lock
-    return _parts_holder(folder)
+    return None
 
 
 #: the lock file of one part of a run in a folder that the run's parts write together (:func:`part_lock`):
@@ -2306,19 +2339,11 @@ def _parts_holder(folder: Path) -> str | None:
 def _held_parts(folder: Path) -> list[tuple[Path, str]]:
     """The lock files of the parts that hold ``folder`` now (another open file), with their lines (:func:`part_lock`).
 
-    Each file is probed with a shared lock tried and released at once (as :func:`output_lock_holder` probes): a
-    part's exclusive hold refuses it.
+    Each file is probed as :func:`output_lock_holder` probes (:func:`_held_line`): a part's exclusive hold refuses a
+    shared lock.
     """
-    held = []
-    for path in _part_locks(folder):
-        try:
-            fd = _flock(path, exclusive=False)
-        except BlockingIOError:
-            held.append((path, _lock_holder(path)))
-            continue
-        if fd is not None:
-            os.close(fd)
-    return held
+    lines = ((path, _held_line(path)) for path in _part_locks(folder))
+    return [(path, line) for path, line in lines if line is not None]
 
 
 @contextlib.contextmanager
@@ -2381,7 +2406,6 @@ def part_lock(folder: str | os.PathLike, run: str, part: int, command: str = "mo
             held[2] -= 1
         return
     path = folder / f"{_PART_LOCK_PREFIX}{part}{_PART_LOCK_SUFFIX}"
-    tag = f"run {run}, part {part}"
     with _output_lock(folder, f"{command} (part {part})", wait, parts=False):  # every part's hold is taken under it
         for other, line in _held_parts(folder):
             if not line.startswith(f"run {run},"):
@@ -2390,25 +2414,16 @@ def part_lock(folder: str | os.PathLike, run: str, part: int, command: str = "mo
             if other == path:
                 raise ValueError(f"{folder}: part {part} of this run is being written by another process ({line}; "
                                  f"lock {other}): each part runs once at a time")
-        deadline = time.monotonic() + 1.0
-        while True:  # a reader's probe (a shared lock tried and released at once) may hold it for a moment
-            try:
-                fd = _flock(path, exclusive=True)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise ValueError(f"{folder}: part {part} of this run is being written by another process "
-                                     f"({_lock_holder(path) or 'holder unknown'}; lock {path})") from None
-                time.sleep(0.02)
+        try:  # a reader's probe (a shared lock tried and released at once) may hold it for a moment
+            fd = _take_lock(path, 1.0)
+        except BlockingIOError:
+            raise ValueError(f"{folder}: part {part} of this run is being written by another process "
+                             f"({_lock_holder(path) or 'holder unknown'}; lock {path})") from None
         if fd is not None:
-            started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             try:
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{tag}, pid {os.getpid()}, {command}, since {started}, host "
-                             f"{socket.gethostname()}\n".encode())
-            except OSError as e:
+                _write_holder(fd, path, command, f"run {run}, part {part}, ")
+            except OSError:
                 os.close(fd)
-                _name_written_file(e, path)
                 raise
     _HELD_PARTS[key] = [run, part, 1]
     try:

@@ -29,17 +29,6 @@ from monai_unc.workflows.dicom import EXPORT_RECORD, nnunet_predict_dicom  # noq
 ROOT_UID = "1.2.826.0.1.3680043.10.779."
 
 
-@pytest.fixture(scope="module")
-def series(tmp_path_factory) -> Path:
-    """Three small CT series, one folder per case."""
-    root = tmp_path_factory.mktemp("series") / "images"
-    rng = np.random.default_rng(0)
-    for case in ("ct01", "ct02", "ct03"):
-        write_series(np.round(rng.uniform(-1000, 1000, (8, 7, 4))), np.diag([1.0, 1.0, 2.0, 1.0]), root / case,
-                     modality="CT")
-    return root
-
-
 def _args(images: Path, out: Path, *extra: str) -> argparse.Namespace:
     parser, _ = build_parser("nnunet-predict")
     return parser.parse_args(["nnunet-predict", "-i", str(images), "-o", str(out), "-m", "model", "-f", "0",

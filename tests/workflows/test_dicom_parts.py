@@ -38,17 +38,6 @@ from .test_dicom_hostile import ROOT_UID, FakePredict, _args, _maps  # noqa: E40
 OTHER_ROOT = "1.2.826.0.1.3680043.10.780."
 
 
-@pytest.fixture(scope="module")
-def series(tmp_path_factory) -> Path:
-    """Three small CT series, one folder per case."""
-    root = tmp_path_factory.mktemp("series") / "images"
-    rng = np.random.default_rng(0)
-    for case in ("ct01", "ct02", "ct03"):
-        write_series(np.round(rng.uniform(-1000, 1000, (8, 7, 4))), np.diag([1.0, 1.0, 2.0, 1.0]), root / case,
-                     modality="CT")
-    return root
-
-
 def _export_folder(out: Path, fmt: str) -> Path:
     return out / "dicom" if fmt == "both" else out
 

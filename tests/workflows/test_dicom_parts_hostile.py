@@ -28,17 +28,6 @@ from .test_dicom_hostile import FakePredict, _args, _maps  # noqa: E402
 from .test_dicom_parts import _listed  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def series(tmp_path_factory) -> Path:
-    """Three small CT series, one folder per case."""
-    root = tmp_path_factory.mktemp("series") / "images"
-    rng = np.random.default_rng(0)
-    for case in ("ct01", "ct02", "ct03"):
-        write_series(np.round(rng.uniform(-1000, 1000, (8, 7, 4))), np.diag([1.0, 1.0, 2.0, 1.0]), root / case,
-                     modality="CT")
-    return root
-
-
 def _finishes(fn, timeout: float = 30.0) -> int | None:
     """``fn()``'s return value as the exit status of a forked process; None when it was still running after
     ``timeout`` seconds (killed)."""
