@@ -36,7 +36,8 @@ backend: the ``edt`` package then runs on an integer lattice, where its float32 
 whose float32 is not exact: on the CPU).
 
 HD95 uses a KD-tree over the edge-voxel coordinates (as MONAI does on CPU), which is faster than two dense
-transforms because edges are sparse.
+transforms because edges are sparse; for CUDA tensors with cuCIM installed, two dense transforms on the device
+(cuCIM's float64 distances, read at the edge voxels), which are faster there than copying the edges to the host.
 
 All functions accept numpy arrays or torch tensors; array outputs follow the input's library and device.
 """
@@ -572,8 +573,8 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
     NaN when both masks are empty, ``inf`` when exactly one is (with a ``UserWarning`` if ``warn``).
     """
     n = pred_fg.ndim
-    ep = _to_numpy(_edges(pred_fg, n))
-    et = _to_numpy(_edges(target_fg, n))
+    ep = _edges(pred_fg, n)
+    et = _edges(target_fg, n)
     has_p, has_t = bool(ep.any()), bool(et.any())
     if not has_p and not has_t:
         if not warn:
@@ -584,6 +585,14 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
             which = "prediction" if not has_p else "target"
             warnings.warn(f"hd95: the {which} foreground is empty; HD95 is infinite", UserWarning, stacklevel=4)
         return float("inf")
+    if isinstance(ep, torch.Tensor) and _resolve_backend("auto", ep.device.type == "cuda", n) == "cucim":
+        # CUDA tensors with cuCIM: the directed distances from two dense transforms on the device (float64
+        # distances), where a KD-tree would copy the edges to the host and query there (0.13 s of 0.14 s of BUC's
+        # default width on a 128 x 256 x 256 case on an H200)
+        d_pt = _directed_distances(ep, et, spacing, _cucim_distances)
+        d_tp = _directed_distances(et, ep, spacing, _cucim_distances)
+        return float(max(np.percentile(d_pt, percentile), np.percentile(d_tp, percentile)))
+    ep, et = _to_numpy(ep), _to_numpy(et)
     scale = np.asarray(spacing, dtype=np.float64)
     cp = np.argwhere(ep).astype(np.float64) * scale
     ct = np.argwhere(et).astype(np.float64) * scale
@@ -593,6 +602,27 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
     d_pt = KDTree(ct, **kw).query(cp, k=1, workers=num_threads())[0]
     d_tp = KDTree(cp, **kw).query(ct, k=1, workers=num_threads())[0]
     return float(max(np.percentile(d_pt, percentile), np.percentile(d_tp, percentile)))
+
+
+def _cucim_distances(features: torch.Tensor, spacing: tuple) -> torch.Tensor:
+    """Distances (mm) to the nearest ``True`` voxel of a CUDA bool tensor by cuCIM's transform, in float64.
+
+    cuCIM computes them in double precision (``float64_distances``), as the KD-tree of the CPU path does.
+    """
+    from monai.transforms.utils import distance_transform_edt
+
+    d = distance_transform_edt((~features)[None].to(torch.float32), sampling=list(spacing), float64_distances=True)
+    return torch.as_tensor(d[0], device=features.device)
+
+
+def _directed_distances(src: torch.Tensor, dst: torch.Tensor, spacing: tuple, transform: Any) -> np.ndarray:
+    """Distance (mm, float64) from every ``True`` voxel of ``src`` to the nearest one of ``dst`` (both non-empty).
+
+    ``transform(features, spacing)`` is the dense distance transform to the ``True`` voxels of ``features`` on their
+    device (:func:`_cucim_distances`); its values at ``src``'s voxels come to the host, in no particular order (a
+    percentile does not depend on it).
+    """
+    return transform(dst, spacing)[src].to(torch.float64).cpu().numpy()
 
 
 def _check_percentile(percentile: Any) -> float:

@@ -843,6 +843,11 @@ class SharedPasses:
         return 0 if self.plain else len(self._kept)
 
     @property
+    def wrote_input(self) -> bool:
+        """Whether the traced pass wrote into its input (the replays then start from a copy taken before it)."""
+        return self._pristine is not None
+
+    @property
     def traced(self) -> bool:
         """Whether :meth:`trace` ran."""
         return self._input is not None

@@ -127,6 +127,50 @@ def test_plain_replays_equal_full_passes_with_injected_masks(monkeypatch):
         assert_maps_close(full, shared)
 
 
+def test_plain_replays_of_one_sample_run_as_full_passes(monkeypatch):
+    """Where the automatic sample batch is one sample, a plain replay is a full pass: the inferer runs the rest of
+    the samples as full passes (no replay calls), with the same maps as full passes and as replays for one seed.
+    A network that writes into its input keeps its replays (they start from the input as the trace got it)."""
+    net = light_then_heavy()
+    x = torch.rand(1, 1, 8, 8, 8)
+    calls = []
+    real_trace, real_replay = SharedPasses.trace, SharedPasses.replay
+
+    def trace(self, predictor, xx):
+        calls.append("trace")
+        return real_trace(self, predictor, xx)
+
+    def replay(self, predictor, xx, k):
+        calls.append(k)
+        return real_replay(self, predictor, xx, k)
+
+    monkeypatch.setattr(SharedPasses, "trace", trace)
+    monkeypatch.setattr(SharedPasses, "replay", replay)
+    maps = {}
+    for share, batch in ((True, "auto"), (True, 1), (False, "auto")):
+        maps[share, batch] = MCDropoutInferer(num_samples=5, seed=4, share_passes=share, sample_batch_size=batch)(
+            x, net)
+    assert calls == ["trace", "trace"]  # "auto" gives one sample per batch here: traced, then full passes
+    for key in ("pred", "mutual_information", "variance"):
+        torch.testing.assert_close(maps[True, "auto"][key], maps[False, "auto"][key], rtol=0, atol=0)
+        torch.testing.assert_close(maps[True, 1][key], maps[False, "auto"][key], rtol=0, atol=0)
+    calls.clear()
+    MCDropoutInferer(num_samples=5, seed=4, sample_batch_size=2)(x, net)
+    assert calls == ["trace", 2, 2]  # two samples per batch still replay
+
+    class WritesInput(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = light_then_heavy()
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return self.net(t.mul_(1.0))
+
+    calls.clear()
+    MCDropoutInferer(num_samples=3, seed=4, sample_batch_size=1)(x.clone(), WritesInput().eval())
+    assert calls == ["trace", 1, 1]
+
+
 def test_plain_sample_batch_counts_the_recomputed_outputs():
     """The automatic batch of plain replays budgets each sample's recomputed kept outputs as well."""
     net = light_then_heavy()

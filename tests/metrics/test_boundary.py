@@ -21,6 +21,7 @@ from monai_unc.metrics.boundary import (
     distance_to_boundary,
     distance_to_mask,
     foreground_edges,
+    hausdorff_distance,
     hd95,
     label_boundary,
     lattice_unit,
@@ -338,6 +339,42 @@ def test_hd95_matches_monai_and_brute_force(shape, spacing):
         pair = np.sqrt(((cp[:, None, :] - ct[None, :, :]) ** 2).sum(-1))  # every edge pair
         d_pt, d_tp = pair.min(1), pair.min(0)
         assert ours == pytest.approx(max(np.percentile(d_pt, 95), np.percentile(d_tp, 95)), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "shape,spacing", [((24, 30), (0.7, 2.0)), ((14, 16, 18), (2.0, 1.0, 1.0)), ((9, 11, 13), (0.8, 0.8, 3.0))]
+)
+def test_hd95_from_dense_transforms_equals_the_kd_tree(monkeypatch, shape, spacing):
+    """The device path of HD95 (CUDA tensors with cuCIM: two dense transforms read at the edge voxels), run on CPU
+    tensors with scipy's float64 transform in cuCIM's place, equals the KD-tree path and the brute force: every
+    percentile, 2D and 3D, anisotropic spacing, touching and nested edges."""
+    from monai_unc.metrics import boundary
+
+    calls = []
+
+    def scipy_transform(features, sp):
+        calls.append(tuple(features.shape))
+        assert isinstance(features, torch.Tensor) and features.dtype == torch.bool
+        return torch.from_numpy(ndimage.distance_transform_edt(~features.numpy(), sampling=sp))
+
+    monkeypatch.setattr(boundary, "_cucim_distances", scipy_transform)
+    monkeypatch.setattr(boundary, "_resolve_backend", lambda backend, on_cuda, ndim: "cucim")
+    for seed in range(3):
+        p = blobs(shape, 2, seed=seed, smooth=2.0) > 0
+        t = blobs(shape, 2, seed=seed + 10, smooth=2.0) > 0
+        if seed == 2:
+            t = p.copy()  # equal masks: every directed distance 0
+        cp = np.argwhere(foreground_edges(p)) * np.asarray(spacing)
+        ct = np.argwhere(foreground_edges(t)) * np.asarray(spacing)
+        pair = np.sqrt(((cp[:, None, :] - ct[None, :, :]) ** 2).sum(-1))
+        for q in (0.0, 50.0, 95.0, 100.0):
+            calls.clear()
+            got = boundary._hd_case(torch.from_numpy(p), torch.from_numpy(t), spacing, q)
+            assert len(calls) == 2  # the dense path ran
+            brute = max(np.percentile(pair.min(1), q), np.percentile(pair.min(0), q))
+            kd = hausdorff_distance(p.astype(np.int64), t.astype(np.int64), spacing=spacing, percentile=q)
+            assert got == pytest.approx(brute, rel=1e-12, abs=1e-12)
+            assert got == pytest.approx(kd, rel=1e-12, abs=1e-12)
 
 
 def test_hd95_multiclass_uses_foreground_and_batches():
