@@ -13,10 +13,10 @@ Definitions (docs/design.md, "Definitions the tests pin down"):
   structuring element (voxels on the volume border count as edge voxels, as with scipy's ``border_value=0``);
   the directed distances from every predicted edge voxel to the nearest target edge voxel and back are
   reduced with the 95th percentile (linear interpolation, ``numpy.percentile``/``torch.quantile``), and
-  HD95 is the larger of the two. We compute in float64; MONAI casts the distances to float32 and runs
-  ``torch.quantile`` in float32, so the two agree to about 1e-5 relative. Other percentiles in [0, 100] likewise,
-  except 0: MONAI reads ``percentile=0`` as unset and returns the maximum (the classical Hausdorff distance), here it
-  is the 0th percentile, the larger of the two directed minima.
+  HD95 is the larger of the two. We compute in float64 (CUDA tensors with cuCIM: float32 distances, below); MONAI
+  casts the distances to float32 and runs ``torch.quantile`` in float32, so the two agree to about 1e-5 relative.
+  Other percentiles in [0, 100] likewise, except 0: MONAI reads ``percentile=0`` as unset and returns the maximum
+  (the classical Hausdorff distance), here it is the 0th percentile, the larger of the two directed minima.
 
 Backends for the distance transform, fastest correct one first (``backend="auto"``):
 
@@ -37,7 +37,8 @@ whose float32 is not exact: on the CPU).
 
 HD95 uses a KD-tree over the edge-voxel coordinates (as MONAI does on CPU), which is faster than two dense
 transforms because edges are sparse; for CUDA tensors with cuCIM installed, two dense transforms on the device
-(cuCIM's float64 distances, read at the edge voxels), which are faster there than copying the edges to the host.
+(cuCIM's float32 distances, read at the edge voxels), which are faster there than copying the edges to the host: the
+values then agree with the KD-tree's to float32 precision (relative 2e-7), as the other distances of CUDA tensors do.
 
 All functions accept numpy arrays or torch tensors; array outputs follow the input's library and device.
 """
@@ -586,7 +587,7 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
             warnings.warn(f"hd95: the {which} foreground is empty; HD95 is infinite", UserWarning, stacklevel=4)
         return float("inf")
     if isinstance(ep, torch.Tensor) and _resolve_backend("auto", ep.device.type == "cuda", n) == "cucim":
-        # CUDA tensors with cuCIM: the directed distances from two dense transforms on the device (float64
+        # CUDA tensors with cuCIM: the directed distances from two dense transforms on the device (float32
         # distances), where a KD-tree would copy the edges to the host and query there (0.13 s of 0.14 s of BUC's
         # default width on a 128 x 256 x 256 case on an H200)
         d_pt = _directed_distances(ep, et, spacing, _cucim_distances)
@@ -605,14 +606,16 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
 
 
 def _cucim_distances(features: torch.Tensor, spacing: tuple) -> torch.Tensor:
-    """Distances (mm) to the nearest ``True`` voxel of a CUDA bool tensor by cuCIM's transform, in float64.
+    """Distances (mm) to the nearest ``True`` voxel of a CUDA bool tensor by cuCIM's transform, as float64.
 
-    cuCIM computes them in double precision (``float64_distances``), as the KD-tree of the CPU path does.
+    Computed in float32 (relative 2e-7), as :func:`_distance_to_features` computes them: MONAI 1.6's wrapper passes
+    cuCIM a float32 output array, so its ``float64_distances=True`` fails (``RuntimeError: distances array must
+    have dtype float32``, seen on an H200 with cuCIM 26.10).
     """
     from monai.transforms.utils import distance_transform_edt
 
-    d = distance_transform_edt((~features)[None].to(torch.float32), sampling=list(spacing), float64_distances=True)
-    return torch.as_tensor(d[0], device=features.device)
+    d = distance_transform_edt((~features)[None].to(torch.float32), sampling=list(spacing))
+    return torch.as_tensor(d[0], device=features.device).to(torch.float64)
 
 
 def _directed_distances(src: torch.Tensor, dst: torch.Tensor, spacing: tuple, transform: Any) -> np.ndarray:
@@ -688,8 +691,9 @@ def hd95(
 
     Follows MONAI's ``compute_hausdorff_distance(y_pred, y, percentile=95, spacing=spacing)`` (edges by
     binary erosion, directed 95th percentiles with linear interpolation, the larger of the two), computed in
-    float64. Both foregrounds empty: NaN with a ``UserWarning``; exactly one empty: ``inf`` with a warning (every
-    distance to an empty set is infinite). MONAI agrees on both at ``percentile=100`` (its ``percentile=None``),
+    float64 (CUDA tensors with cuCIM installed: from cuCIM's float32 transforms on the device). Both foregrounds
+    empty: NaN with a ``UserWarning``; exactly one empty: ``inf`` with a warning (every distance to an empty set is
+    infinite). MONAI agrees on both at ``percentile=100`` (its ``percentile=None``),
     but below 100 its interpolation between infinite distances (``inf - inf``) gives NaN where one foreground is
     empty, which a NaN-skipping mean over cases then leaves out: a missed structure stays visible here.
 

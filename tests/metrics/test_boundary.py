@@ -377,6 +377,30 @@ def test_hd95_from_dense_transforms_equals_the_kd_tree(monkeypatch, shape, spaci
             assert got == pytest.approx(kd, rel=1e-12, abs=1e-12)
 
 
+def test_cucim_distances_call_monai_as_its_cucim_path_accepts(monkeypatch):
+    """``_cucim_distances`` calls MONAI's ``distance_transform_edt`` with float32 input and without
+    ``float64_distances`` (MONAI 1.6 hands cuCIM a float32 output array, so ``float64_distances=True`` failed on an
+    H200: ``distances array must have dtype float32``), and returns float64 distances on the input's device."""
+    import monai.transforms.utils as mtu
+
+    from monai_unc.metrics import boundary
+
+    seen = []
+
+    def fake(img, sampling=None, **kwargs):
+        seen.append((img.dtype, tuple(img.shape), kwargs))
+        d = ndimage.distance_transform_edt(img[0].numpy() != 0, sampling=sampling)
+        return torch.from_numpy(d.astype(np.float32))[None]
+
+    monkeypatch.setattr(mtu, "distance_transform_edt", fake)
+    feats = torch.from_numpy(blobs((9, 10, 11), 2, seed=1) > 0)
+    got = boundary._cucim_distances(feats, (2.0, 1.0, 0.5))
+    assert seen == [(torch.float32, (1, 9, 10, 11), {})]
+    assert got.dtype == torch.float64 and got.device == feats.device
+    ref = ndimage.distance_transform_edt(~feats.numpy(), sampling=(2.0, 1.0, 0.5))
+    np.testing.assert_allclose(got.numpy(), ref, rtol=2e-7)
+
+
 def test_hd95_multiclass_uses_foreground_and_batches():
     p = blobs((20, 22), 3, seed=1)
     t = blobs((20, 22), 3, seed=2)
