@@ -25,7 +25,9 @@ and the end of its traceback), and the exit status says whether all passed. ``DI
   time of ``MCDropoutInferer`` against the same number of bare forward passes with dropout on (the floor:
   target <= 5 % overhead; also with ``share_passes=False``, full passes) and against stack-then-reduce (N
   probability maps stacked, then the measures), and
-  peak CUDA memory of N = 30 over N = 2 (target <= 1.1); with AMP (``torch.autocast`` fp16) on and off. The UNet
+  peak CUDA memory of N = 30 over N = 2 (target <= 1.1); with AMP (``torch.autocast`` fp16) on and off; the
+  inferer's time is that of a later call of the process (a network that shares little is traced once per window
+  shape: ``networks.shared.PLAIN_TRACES``), the first call's (traced) beside it. The UNet
   part also times the inferer with ``SampleStats``' reference torch update (the fused Triton update off): the
   overhead of each over the bare passes.
 - ``sw_stitch``: the BraTS case with windows on the device and stitching on the CPU (``sw_device=cuda,
@@ -276,6 +278,16 @@ def _mc_compare(net: torch.nn.Module, x: torch.Tensor, base, activation: str, n_
     res["stream_s"] = best_time(lambda: stream(n_time), dev, repeats, warmup=False)
     res["stack_s"] = best_time(lambda: stack(n_time), dev, repeats, warmup=False)
     res["overhead_vs_bare"] = res["stream_s"] / res["bare_s"] - 1
+    # the first call of a process: a network that shares little is traced once per window shape and remembered
+    # (networks.shared.PLAIN_TRACES), so stream_s is a later call's time; this one forgets the verdicts first
+    from monai_unc.networks import shared as shared_passes
+
+    def stream_traced():
+        shared_passes.PLAIN_TRACES.clear()
+        return stream(n_time)
+
+    res["stream_traced_s"] = best_time(stream_traced, dev, repeats, warmup=False)
+    res["overhead_vs_bare_traced"] = res["stream_traced_s"] / res["bare_s"] - 1
     # full passes (share_passes=False): what the shared-pass machinery (tracing, replays) costs or saves here
     res["stream_full_passes_s"] = best_time(lambda: stream(n_time, share=False), dev, repeats)
     res["overhead_vs_bare_full_passes"] = res["stream_full_passes_s"] / res["bare_s"] - 1
@@ -661,6 +673,8 @@ def _md_table(results: dict) -> str:
                 fused = {True: "fused update", False: "reference update"}.get(m.get("fused_update"), "")
                 full = m.get("overhead_vs_bare_full_passes")
                 full = "" if full is None else f" (full passes {100 * full:.1f} %)"
+                traced = m.get("overhead_vs_bare_traced")
+                full += "" if traced is None else f" (first call, traced: {100 * traced:.1f} %)"
                 over = 100 * m.get("overhead_vs_bare", float("nan"))
                 parts.append(f"{k}: overhead {over:.1f} % ({fused}){ref}{full} "
                              f"over {m.get('n_time')} bare passes, stack-then-reduce "

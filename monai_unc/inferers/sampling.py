@@ -75,7 +75,7 @@ from .._utils import (
 )
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure, combine_mi_meanings
 from ..networks.dropout import find_dropout_layers
-from ..networks.shared import SharedPasses, SharingUnavailable, sample_batch
+from ..networks.shared import PLAIN_TRACES, SharedPasses, SharingUnavailable, sample_batch
 from ..stats import (
     MEAN_SQ_SUM,
     WD_RTOL,
@@ -852,6 +852,8 @@ class UncertaintyInferer(Inferer):
             ``shareable`` source (MC dropout, Rate-In) have in common, and run only the part downstream of the random
             draws for every sample (:class:`~monai_unc.networks.shared.SharedPasses`; exact, on by default). Where
             the network's calls cannot be followed it falls back to full passes with one log line saying why.
+            Where little is shared and the samples would replay one at a time, they run as full passes, and later
+            windows like it skip the trace (:class:`~monai_unc.networks.shared.PlainTraces`).
             ``False``: one full pass per sample.
         sample_batch_size: with ``share_passes``, how many samples run at once along the batch axis (each with its
             own random draws): ``"auto"`` (default) sizes the batches so that they need no more than the traced first
@@ -1203,6 +1205,14 @@ class UncertaintyInferer(Inferer):
         inner = _innermost_count(others)
         for rest, combo in zip(itertools.product(*(range(len(v)) for v in other_variants)),
                                itertools.product(*other_variants)):
+            full = _wrapped(base, combo, inner)
+            if PLAIN_TRACES.full_passes(network, x, self.sample_batch_size, int(info.get("case_voxels", 0)), n - 1):
+                # an earlier trace of this network on a window like this one found too little to share, with one
+                # sample per replay: every sample is a full pass, as the trace would have made them (the same
+                # draws), without the trace's cost (PlainTraces)
+                for d in range(n):
+                    add(full(x), [index(rest, d)])
+                continue
             passes = SharedPasses(network)  # one per input: never shared across TTA variants
             add(_wrapped(lambda t, passes=passes: passes.trace(base, t), combo, inner)(x), [index(rest, 0)])
             done = 1
@@ -1212,9 +1222,11 @@ class UncertaintyInferer(Inferer):
                     # a plain replay of one sample is one full pass of the network on the input: the rest of the
                     # samples run as full passes (the same calls and draws), without a replay's per-call work (on an
                     # H200 with a 2 ms forward pass, the replays' Python time was exposed: 30 samples of the example
-                    # UNet at 96^3 took 24 % more than 30 bare passes, full passes 7 %)
+                    # UNet at 96^3 took 24 % more than 30 bare passes, full passes 7 %); later windows like this one
+                    # skip the trace too
+                    PLAIN_TRACES.remember(network, x, passes, int(info.get("classes", 1)))
                     for d in range(done, n):
-                        add(_wrapped(base, combo, inner)(x), [index(rest, d)])
+                        add(full(x), [index(rest, d)])
                     break
                 try:
                     raw = _wrapped(lambda t, passes=passes, k=k: passes.replay(base, t, k), combo, inner)(x)

@@ -65,6 +65,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -77,7 +79,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from .._utils import check_sample_batch_size
 
-__all__ = ["SharedPasses", "SharingUnavailable", "is_random_op", "auto_sample_batch", "sample_batch",
+__all__ = ["SharedPasses", "SharingUnavailable", "is_random_op", "auto_sample_batch", "sample_batch", "PlainTraces",
            "AUTO_BATCH_FRACTION", "MAX_SAMPLE_BATCH", "MIN_SHARED_WORK"]
 
 #: attribute set on a tensor whose value depends on a random draw (during a trace only)
@@ -1217,15 +1219,138 @@ def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, cla
         >>> sample_batch(passes, "auto", 64, 2, 29) >= 1
         True
     """
+    return _sample_batch(passes.per_sample_bytes(), passes.traced_bytes, passes._input, setting, case_voxels, classes,
+                         remaining)
+
+
+def _sample_batch(per_sample_bytes: int, traced_bytes: int, x: torch.Tensor | None, setting: int | str,
+                  case_voxels: int, classes: int, remaining: int) -> int:
+    """:func:`sample_batch` from a trace's memory terms and its input ``x``."""
     setting = check_sample_batch_size(setting, "setting (sample_batch_size)")
     if setting != "auto":
         return max(1, min(int(setting), remaining))
     case_bytes = max(int(case_voxels), 0) * 4 * (max(int(classes), 1) + 4)
     # each sample's probabilities too: the replay batch's outputs become k samples' probabilities at once (found by
     # hostile testing: without them a batch of 20 samples of 64 classes took 1.7x the budget it was sized to)
-    x = passes._input
     probabilities = 0
     if x is not None and x.ndim >= 2:
         size = x.element_size() if x.is_floating_point() else 4
         probabilities = x.numel() // max(int(x.shape[1]), 1) * max(int(classes), 1) * size
-    return auto_sample_batch(passes.per_sample_bytes() + probabilities, case_bytes, remaining, passes.traced_bytes)
+    return auto_sample_batch(per_sample_bytes + probabilities, case_bytes, remaining, traced_bytes)
+
+
+def _module_state(m: nn.Module) -> tuple:
+    """What of a module decides a trace's outcome: its type, mode, dropout probability and hooks."""
+    p = getattr(m, "p", None)
+    return (type(m), m.training, p if isinstance(p, (int, float)) else None, tuple(m._forward_hooks),
+            tuple(m._forward_pre_hooks))
+
+
+def _autocast_state(device_type: str) -> tuple:
+    try:
+        on = torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4: the CUDA flag only
+        on = torch.is_autocast_enabled() if device_type == "cuda" else False
+    if not on:
+        return (False, None)
+    try:
+        return (True, torch.get_autocast_dtype(device_type))
+    except (AttributeError, TypeError):
+        return (True, None)
+
+
+class PlainTraces:
+    """Which networks replay plainly on which inputs: their next windows skip the trace and run full passes.
+
+    A trace costs more than a pass (every operation is followed in Python: 7.5 ms against 3.5 ms for one pass of the
+    example UNet at 96^3 on an H200, where the host is what limits a small network). When a trace finds too little
+    to share (:attr:`SharedPasses.plain`) and the sample batch is one sample, each later sample is one full pass of
+    the network, so the trace bought nothing. :meth:`remember` keeps that verdict, with the trace's memory terms, for
+    the network (weakly: the network is not kept alive) and a key of the input's shape, dtype and device, the autocast
+    and grad modes, and every module's type, mode, dropout probability and hooks; :meth:`full_passes` answers
+    whether a window like ``x`` (same key) would again replay one sample at a time, so that its samples can run as
+    full passes without the trace. Full passes are exact whatever the network does, so the verdict only decides
+    speed: a network whose control flow depends on its input may share more on another input of the same shape,
+    and loses only that. Not kept: a traced pass that wrote into its input (its replays start from a copy taken
+    before). At most :attr:`max_keys` keys per network (the oldest go first).
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks.shared import PlainTraces, SharedPasses
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.Dropout(0.5), torch.nn.Conv2d(2, 16, 3),
+        ...                           torch.nn.Conv2d(16, 2, 3))
+        >>> x = torch.rand(1, 1, 8, 8)
+        >>> passes = SharedPasses(net)
+        >>> _ = passes.trace(net, x)
+        >>> traces = PlainTraces()
+        >>> traces.remember(net, x, passes, classes=2)
+        >>> passes.plain, traces.full_passes(net, x, 1, 64, 29), traces.full_passes(net, x.double(), 1, 64, 29)
+        (True, True, False)
+    """
+
+    max_keys = 64
+
+    def __init__(self) -> None:
+        self._verdicts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def clear(self) -> None:
+        """Forget every verdict."""
+        self._verdicts = weakref.WeakKeyDictionary()
+
+    def __len__(self) -> int:
+        """How many verdicts are kept (over every network still alive)."""
+        return sum(len(keys) for keys in list(self._verdicts.values()))
+
+    @staticmethod
+    def _key(network: nn.Module, x: torch.Tensor) -> tuple:
+        return (tuple(x.shape), x.dtype, x.device, _autocast_state(x.device.type), torch.is_grad_enabled(),
+                tuple(_module_state(m) for m in network.modules()))
+
+    def remember(self, network: nn.Module, x: torch.Tensor, passes: SharedPasses, classes: int) -> None:
+        """Keep the verdict of ``passes`` (traced on ``x``) when its replays are plain and leave the input as it was.
+
+        Args:
+            network: the traced network (the key's modules; held weakly).
+            x: the window as the caller holds it (before any test-time augmentation the predictor applies).
+            passes: the window's traced :class:`SharedPasses`.
+            classes: output channels of the network (its probabilities' channels, for the sample batch).
+        """
+        if not passes.traced or not passes.plain or passes.wrote_input:
+            return
+        keys = self._verdicts.get(network)
+        if keys is None:
+            keys = self._verdicts[network] = OrderedDict()
+        keys[self._key(network, x)] = (passes.per_sample_bytes(), passes.traced_bytes, int(classes))
+        while len(keys) > self.max_keys:
+            keys.popitem(last=False)
+
+    def full_passes(self, network: nn.Module, x: torch.Tensor, setting: int | str, case_voxels: int,
+                    remaining: int) -> bool:
+        """Whether the samples of a window like ``x`` would replay one at a time as plain passes (see the class).
+
+        The answer is the sample batch that a trace of the window would choose (:func:`sample_batch` with the
+        remembered trace's memory terms and output channels), so a seeded run draws the same masks with and without
+        a remembered verdict.
+
+        Args:
+            network: the network.
+            x: the window.
+            setting: the ``sample_batch_size`` setting (``"auto"`` or an integer).
+            case_voxels: voxels of the case (one channel), for the automatic sample batch.
+            remaining: samples after the first.
+
+        Returns:
+            True when a remembered trace of this network on a window of the same key was plain and the sample batch
+            is one sample for the rest; False otherwise (trace the window).
+        """
+        keys = self._verdicts.get(network)
+        if not keys:
+            return False
+        terms = keys.get(self._key(network, x))
+        if terms is None:
+            return False
+        return _sample_batch(terms[0], terms[1], x, setting, case_voxels, terms[2], max(int(remaining), 1)) == 1
+
+
+#: the process's verdicts (:class:`PlainTraces`), kept by the MONAI inferers
+PLAIN_TRACES = PlainTraces()

@@ -127,48 +127,116 @@ def test_plain_replays_equal_full_passes_with_injected_masks(monkeypatch):
         assert_maps_close(full, shared)
 
 
-def test_plain_replays_of_one_sample_run_as_full_passes(monkeypatch):
-    """Where the automatic sample batch is one sample, a plain replay is a full pass: the inferer runs the rest of
-    the samples as full passes (no replay calls), with the same maps as full passes and as replays for one seed.
-    A network that writes into its input keeps its replays (they start from the input as the trace got it)."""
-    net = light_then_heavy()
-    x = torch.rand(1, 1, 8, 8, 8)
-    calls = []
+@pytest.fixture
+def calls(monkeypatch):
+    """The traces ("trace") and replays (their k) of SharedPasses, with no remembered plain verdict to begin with."""
+    shared_module.PLAIN_TRACES.clear()
+    seen: list = []
     real_trace, real_replay = SharedPasses.trace, SharedPasses.replay
 
     def trace(self, predictor, xx):
-        calls.append("trace")
+        seen.append("trace")
         return real_trace(self, predictor, xx)
 
     def replay(self, predictor, xx, k):
-        calls.append(k)
+        seen.append(k)
         return real_replay(self, predictor, xx, k)
 
     monkeypatch.setattr(SharedPasses, "trace", trace)
     monkeypatch.setattr(SharedPasses, "replay", replay)
+    yield seen
+    shared_module.PLAIN_TRACES.clear()
+
+
+class WritesInput(nn.Module):
+    """A network that writes into its input (its replays start from a copy of the input taken before the trace)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = light_then_heavy()
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return self.net(t.mul_(1.0))
+
+
+def test_plain_replays_of_one_sample_run_as_full_passes(calls):
+    """Where the automatic sample batch is one sample, a plain replay is a full pass: the inferer runs the rest of
+    the samples as full passes (no replay calls), with the same maps as full passes for one seed; a later window like
+    it skips the trace (PlainTraces). A network that writes into its input keeps its replays."""
+    net = light_then_heavy()
+    x = torch.rand(1, 1, 8, 8, 8)
     maps = {}
     for share, batch in ((True, "auto"), (True, 1), (False, "auto")):
         maps[share, batch] = MCDropoutInferer(num_samples=5, seed=4, share_passes=share, sample_batch_size=batch)(
             x, net)
-    assert calls == ["trace", "trace"]  # "auto" gives one sample per batch here: traced, then full passes
+    # "auto" gives one sample per batch here: traced, then full passes; the second call (another inferer, the same
+    # network and window) remembered the verdict: no trace
+    assert calls == ["trace"]
     for key in ("pred", "mutual_information", "variance"):
         torch.testing.assert_close(maps[True, "auto"][key], maps[False, "auto"][key], rtol=0, atol=0)
         torch.testing.assert_close(maps[True, 1][key], maps[False, "auto"][key], rtol=0, atol=0)
     calls.clear()
     MCDropoutInferer(num_samples=5, seed=4, sample_batch_size=2)(x, net)
     assert calls == ["trace", 2, 2]  # two samples per batch still replay
-
-    class WritesInput(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = light_then_heavy()
-
-        def forward(self, t: torch.Tensor) -> torch.Tensor:
-            return self.net(t.mul_(1.0))
-
     calls.clear()
     MCDropoutInferer(num_samples=3, seed=4, sample_batch_size=1)(x.clone(), WritesInput().eval())
-    assert calls == ["trace", 1, 1]
+    MCDropoutInferer(num_samples=3, seed=4, sample_batch_size=1)(x.clone(), WritesInput().eval())
+    assert calls == ["trace", 1, 1, "trace", 1, 1]
+
+
+def test_a_remembered_plain_verdict_is_keyed_on_the_window_and_the_network(calls):
+    """Another window shape, dtype, dropout probability, module mode or hook traces again; so does another network
+    object; the verdicts hold their network weakly and are bounded per network."""
+    import gc
+
+    net = light_then_heavy()
+    x = torch.rand(1, 1, 8, 8, 8)
+
+    def run(inp=x, model=net):
+        MCDropoutInferer(num_samples=3, seed=1, sample_batch_size=1)(inp, model)
+
+    run()
+    run()
+    assert calls == ["trace"] and len(shared_module.PLAIN_TRACES) == 1
+    calls.clear()
+    run(torch.rand(1, 1, 8, 8, 10))  # another shape
+    run(x.double(), light_then_heavy().double())  # another network (and dtype)
+    net[1].p = 0.2  # another dropout probability
+    run()
+    net[1].p = 0.3
+    handle = net[2].register_forward_hook(lambda m, i, o: None)  # a hook
+    run()
+    handle.remove()
+    run()  # as remembered before the hook
+    assert calls == ["trace"] * 4
+    net2 = light_then_heavy()
+    run(model=net2)
+    before = len(shared_module.PLAIN_TRACES)
+    del net2
+    gc.collect()
+    assert len(shared_module.PLAIN_TRACES) == before - 1  # held weakly
+    calls.clear()
+    for size in range(6, 6 + shared_module.PlainTraces.max_keys + 2):
+        run(torch.rand(1, 1, size, 8, 8))
+    assert len(shared_module.PLAIN_TRACES) <= shared_module.PlainTraces.max_keys + 1  # + the double network's
+
+
+def test_a_remembered_verdict_gives_the_maps_of_a_trace_under_sliding_windows(calls):
+    """Sliding windows of one case: the first window traces, the others run full passes; the maps equal full
+    passes' with the same seed, on the first call and on a call with the verdict remembered."""
+    net = light_then_heavy()
+    x = torch.rand(1, 1, 12, 12, 12)
+    base = SlidingWindowInferer((8, 8, 8), sw_batch_size=1, overlap=0.25)
+
+    def run(share):
+        return MCDropoutInferer(num_samples=4, seed=7, base_inferer=base, share_passes=share,
+                                sample_batch_size=1)(x, net)
+
+    first, again, full = run(True), run(True), run(False)
+    assert calls == ["trace"]
+    for key in ("pred", "mutual_information"):
+        torch.testing.assert_close(first[key], full[key], rtol=0, atol=0)
+        torch.testing.assert_close(again[key], full[key], rtol=0, atol=0)
 
 
 def test_plain_sample_batch_counts_the_recomputed_outputs():

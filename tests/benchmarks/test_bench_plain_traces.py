@@ -1,0 +1,27 @@
+"""The plain-traces benchmark runs at a tiny size: every contender is timed against the bare passes of the same run,
+and the three inferer contenders give equal maps."""
+
+import importlib.util
+import math
+
+import pytest
+
+from tests._paths import ROOT
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("bench_plain_traces", ROOT / "benchmarks" / "bench_plain_traces.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_run_times_every_contender_against_the_bare_passes(capsys):
+    bench = _module()
+    (row,) = bench.main(["--sizes", "16", "--samples", "3", "--repeats", "1"])
+    assert row["equal_maps"] is True
+    assert set(row["overhead"]) == {"remembered", "traced", "full passes"}
+    assert all(math.isfinite(v) for v in row["overhead"].values()) and row["seconds"]["bare"] > 0
+    assert "remembered" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--sizes", "8"])
