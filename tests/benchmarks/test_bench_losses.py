@@ -1,23 +1,15 @@
 """The loss benchmark runs in one process at a tiny size: every contender computes a finite loss and gradient, and
 each time is printed as a ratio to ``DiceCELoss`` measured in the same run."""
 
-import importlib.util
 import math
 
 import pytest
 
-from tests._paths import ROOT
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("bench_losses", ROOT / "benchmarks" / "bench_losses.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks import load_benchmark
 
 
 def test_inline_run_times_every_contender_against_dice_ce(capsys):
-    bench = _module()
+    bench = load_benchmark("bench_losses")
     rows = bench.main(["--size", "8", "--repeats", "1", "--inline"])
     assert [r["name"] for r in rows] == list(bench.CONTENDERS)
     assert rows[0]["name"] == "DiceCELoss" and rows[0]["cpu_ratio"] == 1.0

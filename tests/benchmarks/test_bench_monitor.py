@@ -4,20 +4,11 @@ Its made-up rule carried a digest of no rule's body; since the store checks a ru
 command (``python benchmarks/bench_monitor.py``) failed before its first figure (found by the benchmark review).
 """
 
-import importlib.util
-
-from tests._paths import ROOT
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("bench_monitor", ROOT / "benchmarks" / "bench_monitor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks import load_benchmark
 
 
 def test_records_status_and_verify_run_on_sqlite(tmp_path, capsys):
-    bench = _module()
+    bench = load_benchmark("bench_monitor")
     rule, runs = bench._runs(300, 100, 3)
     bench.bench("sqlite", str(tmp_path / "bench.db"), rule, runs)
     out = capsys.readouterr().out

@@ -1,23 +1,15 @@
 """The plain-traces benchmark runs at a tiny size: every contender is timed against the bare passes of the same run,
 and the three inferer contenders give equal maps."""
 
-import importlib.util
 import math
 
 import pytest
 
-from tests._paths import ROOT
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("bench_plain_traces", ROOT / "benchmarks" / "bench_plain_traces.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks import load_benchmark
 
 
 def test_tiny_run_times_every_contender_against_the_bare_passes(capsys):
-    bench = _module()
+    bench = load_benchmark("bench_plain_traces")
     (row,) = bench.main(["--sizes", "16", "--samples", "3", "--repeats", "1"])
     assert row["equal_maps"] is True
     assert set(row["overhead"]) == {"remembered", "traced", "full passes"}
