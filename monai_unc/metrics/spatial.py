@@ -544,6 +544,18 @@ def _band_index(d: Array, edges: np.ndarray) -> Array:
     return np.searchsorted(interior, d, side="right")
 
 
+def _band_sums(idx: Array, w: Array, k: int) -> Array:
+    """The sum of ``w`` in each of the ``k`` bands ``idx`` (float64).
+
+    Tensors (CUDA) with ``index_add_``, which PyTorch computes deterministically under
+    ``torch.use_deterministic_algorithms(True)``: ``torch.bincount`` with weights has no deterministic CUDA
+    implementation and raised ``RuntimeError`` there (MONAI's ``set_determinism(use_deterministic_algorithms=True)``).
+    """
+    if isinstance(idx, torch.Tensor):
+        return torch.zeros(k, dtype=torch.float64, device=idx.device).index_add_(0, idx, _f64(w))
+    return np.bincount(idx, weights=w, minlength=k)
+
+
 def _empty_bands(k: int) -> dict[str, np.ndarray]:
     nan = np.full(k, np.nan)
     return {"edges": np.full(k + 1, np.nan), "distance": nan, "uncertainty": nan.copy(), "error": nan.copy(),
@@ -587,8 +599,8 @@ def _baece_case(
     # per band: voxel count, error count (exact integers), sums of distance and uncertainty (float64)
     count = lib.bincount(idx, minlength=k)
     n_err = lib.bincount(idx[e], minlength=k)
-    sum_d = lib.bincount(idx, weights=d, minlength=k)
-    sum_u = lib.bincount(idx, weights=uu, minlength=k)
+    sum_d = _band_sums(idx, d, k)
+    sum_u = _band_sums(idx, uu, k)
     full = count > 0
     cnt = lib.where(full, _f64(count), 1.0)
     mean_d, mean_u, mean_e = (lib.where(full, s_ / cnt, float("nan")) for s_ in (sum_d, sum_u, _f64(n_err)))

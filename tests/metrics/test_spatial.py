@@ -588,3 +588,20 @@ def test_docs_example_runs():
         exec(compile(blocks[0], str(DOCS), "exec"), namespace)  # noqa: S102 - our own documentation
     result = namespace["result"]
     assert all(m.n_ties < len(namespace["maps_a"]) for m in result.metrics.values())
+
+
+def test_band_sums_of_tensors_equal_numpy_bincount():
+    """The tensor path of BA-ECE's band sums (``index_add_``, deterministic on CUDA) equals ``numpy.bincount``, empty
+    bands included, in float64 whatever the weights' dtype."""
+    from monai_unc.metrics.spatial import _band_sums
+
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 7, 500)
+    idx[idx == 3] = 4  # band 3 empty
+    w = rng.random(500)
+    want = np.bincount(idx, weights=w, minlength=9)
+    got = _band_sums(torch.from_numpy(idx), torch.from_numpy(w).float(), 9)
+    assert got.dtype == torch.float64 and got.shape == (9,)
+    np.testing.assert_allclose(got.numpy(), np.bincount(idx, weights=w.astype(np.float32), minlength=9), rtol=1e-12)
+    np.testing.assert_allclose(_band_sums(torch.from_numpy(idx), torch.from_numpy(w), 9).numpy(), want, rtol=1e-12)
+    np.testing.assert_array_equal(_band_sums(idx, w, 9), want)

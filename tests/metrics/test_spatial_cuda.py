@@ -64,3 +64,23 @@ def test_monai_metric_classes_on_the_device_equal_cpu(cuda_device, cls):
     assert values.device.type == cuda_device.type
     np.testing.assert_allclose(values.cpu().numpy(), ref.aggregate("none").numpy(), atol=1e-9)
     assert float(got.aggregate()) == pytest.approx(float(ref.aggregate()), rel=1e-6)
+
+
+@pytest.fixture
+def deterministic_algorithms():
+    """``torch.use_deterministic_algorithms(True)`` for one test (MONAI's ``set_determinism(...,
+    use_deterministic_algorithms=True)``), restored after it."""
+    before, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before, warn_only=warn)
+
+
+def test_ba_ece_and_buc_under_deterministic_algorithms_on_the_device(cuda_device, deterministic_algorithms):
+    """BA-ECE's band sums on a GPU used ``torch.bincount`` with weights, which PyTorch refuses under deterministic
+    algorithms (``RuntimeError``); they equal the CPU's, as BUC does."""
+    (u, p, t), (ud, pd, td) = _batch(cuda_device)
+    for fn in (boundary_aware_ece, boundary_uncertainty_concentration):
+        got = fn(ud, pd, td, spacing=SP)
+        assert got.device.type == cuda_device.type
+        np.testing.assert_allclose(got.cpu().numpy(), fn(u, p, t, spacing=SP).numpy(), atol=1e-9)
