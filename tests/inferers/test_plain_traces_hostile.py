@@ -1,0 +1,57 @@
+"""Hostile tests of remembered plain traces (``PlainTraces``): a remembered verdict must not change seeded maps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from monai_unc.inferers import MCDropoutInferer
+from monai_unc.networks import shared as shared_module
+
+
+def light_then_heavy() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv3d(1, 2, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(2, 16, 3, padding=1),
+                         nn.ReLU(), nn.Conv3d(16, 3, 1)).eval()
+
+
+class WritesLargeInputs(nn.Module):
+    """Writes into its input only when the input holds a value above 1.5 (an input-dependent normalisation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = light_then_heavy()
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        if float(t.max()) > 1.5:
+            t.mul_(0.5)
+        return self.net(t)
+
+
+@pytest.fixture
+def clean():
+    shared_module.PLAIN_TRACES.clear()
+    yield
+    shared_module.PLAIN_TRACES.clear()
+
+
+@pytest.mark.parametrize("batch", [1, "auto"])
+def test_a_verdict_remembered_on_an_input_the_network_left_alone_keeps_the_maps_of_a_fresh_process(clean, batch):
+    """Remembered on an input the network does not write into, the verdict ran every sample as a full pass on the
+    caller's window, which the network halved again on every pass (the samples compounded the write); a fresh
+    process traces, sees the write and replays every later sample from the input as the trace got it."""
+    net = WritesLargeInputs().eval()
+    small = torch.rand(1, 1, 8, 8, 8)
+    large = torch.rand(1, 1, 8, 8, 8) * 4
+
+    def run(x):
+        return MCDropoutInferer(num_samples=4, seed=3, sample_batch_size=batch)(x.clone(), net)
+
+    fresh = run(large)
+    shared_module.PLAIN_TRACES.clear()
+    run(small)
+    assert len(shared_module.PLAIN_TRACES) == 1  # remembered: the network left that input alone
+    after = run(large)
+    for key in ("pred", "mutual_information", "variance"):
+        torch.testing.assert_close(after[key], fresh[key], rtol=0, atol=0)
