@@ -1240,10 +1240,17 @@ def _sample_batch(per_sample_bytes: int, traced_bytes: int, x: torch.Tensor | No
 
 
 def _module_state(m: nn.Module) -> tuple:
-    """What of a module decides a trace's outcome: its type, mode, dropout probability and hooks."""
+    """What of a module decides a trace's outcome: identity, type, mode, dropout probability, hooks, parameters.
+
+    The identity and the parameters: a submodule swapped for one of the same type and mode with other channels (a
+    new head, a slimmer block) kept the key, and the wide network's memory terms then forced one sample per full
+    pass where a trace of the new one replays several at once, so seeded maps depended on the calls made before
+    (found by hostile testing).
+    """
     p = getattr(m, "p", None)
-    return (type(m), m.training, p if isinstance(p, (int, float)) else None, tuple(m._forward_hooks),
-            tuple(m._forward_pre_hooks))
+    return (id(m), type(m), m.training, p if isinstance(p, (int, float)) else None, tuple(m._forward_hooks),
+            tuple(m._forward_pre_hooks),
+            tuple((t.shape, t.dtype) for t in m._parameters.values() if t is not None))
 
 
 def _autocast_state(device_type: str) -> tuple:

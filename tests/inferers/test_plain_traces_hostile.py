@@ -55,3 +55,33 @@ def test_a_verdict_remembered_on_an_input_the_network_left_alone_keeps_the_maps_
     after = run(large)
     for key in ("pred", "mutual_information", "variance"):
         torch.testing.assert_close(after[key], fresh[key], rtol=0, atol=0)
+
+
+def test_a_verdict_remembered_before_a_submodule_was_swapped_keeps_the_maps_of_a_fresh_process(clean):
+    """A submodule swapped for one of the same type and mode with fewer channels (a new head, a slimmer block) kept
+    the key (types, modes, dropout probabilities, hooks): the verdict and memory terms of the wide network forced one
+    sample per full pass where a fresh process traces the slim network and replays three samples at once, so the
+    seeded maps depended on the calls made before."""
+    from monai.inferers import SlidingWindowInferer
+
+    def make(mid):
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv3d(1, 2, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(2, mid, 3, padding=1),
+                             nn.ReLU(), nn.Conv3d(mid, 3, 1)).eval()
+
+    x = torch.rand(1, 1, 40, 40, 40)
+    sw = SlidingWindowInferer((8, 8, 8), sw_batch_size=1, overlap=0)
+
+    def run(model):
+        return MCDropoutInferer(num_samples=4, seed=5, base_inferer=sw)(x, model)
+
+    slim = make(4)
+    fresh = run(slim)
+    shared_module.PLAIN_TRACES.clear()
+    net = make(512)
+    run(net)
+    assert len(shared_module.PLAIN_TRACES) == 1
+    net[2], net[4] = slim[2], slim[4]  # the same types, modes and hooks
+    after = run(net)
+    for key in ("pred", "mutual_information"):
+        torch.testing.assert_close(after[key], fresh[key], rtol=0, atol=0)
