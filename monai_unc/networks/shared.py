@@ -1250,7 +1250,19 @@ def _module_state(m: nn.Module) -> tuple:
     p = getattr(m, "p", None)
     return (id(m), type(m), m.training, p if isinstance(p, (int, float)) else None, tuple(m._forward_hooks),
             tuple(m._forward_pre_hooks),
-            tuple((t.shape, t.dtype) for t in m._parameters.values() if t is not None))
+            tuple((t.shape, t.dtype) for t in m._parameters.values() if t is not None),
+            tuple((k, v) for k, v in m.__dict__.items() if not k.startswith("_") and _plain_value(v)))
+
+
+def _plain_value(v: Any) -> bool:
+    """Whether ``v`` is a number, string, None or a tuple of them: a module setting (stride, kernel size, scale).
+
+    Found by hostile testing: ``Upsample.scale_factor`` or a pooling's ``kernel_size`` and ``stride`` changed the
+    memory terms of a trace, not its key.
+    """
+    if isinstance(v, tuple):
+        return all(isinstance(e, (bool, int, float, str)) or e is None for e in v)
+    return isinstance(v, (bool, int, float, str)) or v is None
 
 
 def _autocast_state(device_type: str) -> tuple:
@@ -1274,7 +1286,8 @@ class PlainTraces:
     to share (:attr:`SharedPasses.plain`) and the sample batch is one sample, each later sample is one full pass of
     the network, so the trace bought nothing. :meth:`remember` keeps that verdict, with the trace's memory terms, for
     the network (weakly: the network is not kept alive) and a key of the input's shape, dtype and device, the autocast
-    and grad modes, and every module's type, mode, dropout probability and hooks; :meth:`full_passes` answers
+    and grad modes, and every module's identity, type, mode, dropout probability, hooks, parameter shapes and plain
+    settings (numbers, strings and tuples of them: strides, kernel sizes, scale factors); :meth:`full_passes` answers
     whether a window like ``x`` (same key) would again replay one sample at a time, so that its samples can run as
     full passes without the trace. Full passes are exact whatever the network does, so the verdict only decides
     speed: a network whose control flow depends on its input may share more on another input of the same shape,

@@ -85,3 +85,29 @@ def test_a_verdict_remembered_before_a_submodule_was_swapped_keeps_the_maps_of_a
     after = run(net)
     for key in ("pred", "mutual_information"):
         torch.testing.assert_close(after[key], fresh[key], rtol=0, atol=0)
+
+
+def test_a_verdict_remembered_under_other_module_settings_keeps_the_maps_of_a_fresh_process(clean):
+    """A module setting that is no parameter (an upsampling's scale factor, a pooling's kernel and stride) changes
+    the memory terms of a trace: remembered with a large scale factor (one sample per pass), the verdict forced full
+    passes after the factor was set back, where a fresh process replays two samples at once."""
+    from monai.inferers import SlidingWindowInferer
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 2, 3, padding=1), nn.Dropout3d(0.3), nn.Upsample(scale_factor=1),
+                        nn.Conv3d(2, 8, 3, padding=1), nn.ReLU(), nn.AvgPool3d(1), nn.Conv3d(8, 3, 1)).eval()
+    x = torch.rand(1, 1, 40, 40, 40)
+    sw = SlidingWindowInferer((8, 8, 8), sw_batch_size=1, overlap=0)
+
+    def run():
+        return MCDropoutInferer(num_samples=4, seed=5, base_inferer=sw)(x, net)
+
+    fresh = run()
+    net[2].scale_factor, net[5].kernel_size, net[5].stride = 4.0, 4, 4
+    shared_module.PLAIN_TRACES.clear()
+    run()
+    assert len(shared_module.PLAIN_TRACES) == 1
+    net[2].scale_factor, net[5].kernel_size, net[5].stride = 1.0, 1, 1
+    after = run()
+    for key in ("pred", "mutual_information"):
+        torch.testing.assert_close(after[key], fresh[key], rtol=0, atol=0)
