@@ -1239,30 +1239,25 @@ def _sample_batch(per_sample_bytes: int, traced_bytes: int, x: torch.Tensor | No
     return auto_sample_batch(per_sample_bytes + probabilities, case_bytes, remaining, traced_bytes)
 
 
+#: the types of the module attributes a key holds (plain settings: strides, kernel sizes, scale factors, flags)
+_PLAIN_SETTINGS = frozenset({bool, int, float, str, type(None), tuple})
+
+
 def _module_state(m: nn.Module) -> tuple:
-    """What of a module decides a trace's outcome: identity, type, mode, dropout probability, hooks, parameters.
+    """What of a module decides a trace's outcome: identity, type, hooks, parameters, plain settings.
 
-    The identity and the parameters: a submodule swapped for one of the same type and mode with other channels (a
-    new head, a slimmer block) kept the key, and the wide network's memory terms then forced one sample per full
-    pass where a trace of the new one replays several at once, so seeded maps depended on the calls made before
-    (found by hostile testing).
+    The identity, the parameters' shapes and the plain settings (attributes of the types in ``_PLAIN_SETTINGS``:
+    mode, dropout probability, stride, kernel size, scale factor; in the order the module set them) were found by
+    hostile testing: a submodule swapped for one of the same type with other channels, or ``Upsample.scale_factor``
+    or a pooling's ``kernel_size`` and ``stride`` set anew, changed a trace's memory terms and not its key, so a
+    remembered verdict forced full passes where a trace replays several samples at once (other seeded maps). A
+    tuple holding an unhashable value makes the key unhashable: :class:`PlainTraces` then keeps no verdict.
     """
-    p = getattr(m, "p", None)
-    return (id(m), type(m), m.training, p if isinstance(p, (int, float)) else None, tuple(m._forward_hooks),
-            tuple(m._forward_pre_hooks),
-            tuple((t.shape, t.dtype) for t in m._parameters.values() if t is not None),
-            tuple((k, v) for k, v in m.__dict__.items() if not k.startswith("_") and _plain_value(v)))
-
-
-def _plain_value(v: Any) -> bool:
-    """Whether ``v`` is a number, string, None or a tuple of them: a module setting (stride, kernel size, scale).
-
-    Found by hostile testing: ``Upsample.scale_factor`` or a pooling's ``kernel_size`` and ``stride`` changed the
-    memory terms of a trace, not its key.
-    """
-    if isinstance(v, tuple):
-        return all(isinstance(e, (bool, int, float, str)) or e is None for e in v)
-    return isinstance(v, (bool, int, float, str)) or v is None
+    d = m.__dict__
+    p = d.get("p")
+    return (id(m), type(m), p if isinstance(p, (int, float)) else None, tuple(m._forward_hooks),
+            tuple(m._forward_pre_hooks), tuple([(t.shape, t.dtype) for t in m._parameters.values() if t is not None]),
+            tuple([v for v in d.values() if type(v) in _PLAIN_SETTINGS]))
 
 
 def _autocast_state(device_type: str) -> tuple:
@@ -1337,10 +1332,15 @@ class PlainTraces:
         """
         if not passes.traced or not passes.plain or passes.wrote_input:
             return
+        key = self._key(network, x)
+        try:
+            hash(key)
+        except TypeError:  # a module setting that is a tuple of unhashable values: no verdict kept
+            return
         keys = self._verdicts.get(network)
         if keys is None:
             keys = self._verdicts[network] = OrderedDict()
-        keys[self._key(network, x)] = (passes.per_sample_bytes(), passes.traced_bytes, int(classes))
+        keys[key] = (passes.per_sample_bytes(), passes.traced_bytes, int(classes))
         while len(keys) > self.max_keys:
             keys.popitem(last=False)
 
@@ -1366,7 +1366,10 @@ class PlainTraces:
         keys = self._verdicts.get(network)
         if not keys:
             return False
-        terms = keys.get(self._key(network, x))
+        try:
+            terms = keys.get(self._key(network, x))
+        except TypeError:  # unhashable (see remember)
+            return False
         if terms is None:
             return False
         return _sample_batch(terms[0], terms[1], x, setting, case_voxels, terms[2], max(int(remaining), 1)) == 1

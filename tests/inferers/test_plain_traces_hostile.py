@@ -111,3 +111,14 @@ def test_a_verdict_remembered_under_other_module_settings_keeps_the_maps_of_a_fr
     after = run()
     for key in ("pred", "mutual_information"):
         torch.testing.assert_close(after[key], fresh[key], rtol=0, atol=0)
+
+
+def test_a_module_setting_that_cannot_be_hashed_keeps_no_verdict(clean):
+    """A tuple attribute holding a list makes the key unhashable: no verdict, the same maps, no error."""
+    net = light_then_heavy()
+    net[3].settings = ([1, 2],)
+    x = torch.rand(1, 1, 8, 8, 8)
+    a = MCDropoutInferer(num_samples=3, seed=1, sample_batch_size=1)(x, net)
+    b = MCDropoutInferer(num_samples=3, seed=1, share_passes=False)(x, net)
+    assert len(shared_module.PLAIN_TRACES) == 0
+    torch.testing.assert_close(a["pred"], b["pred"], rtol=0, atol=0)
