@@ -75,7 +75,7 @@ from .._utils import (
 )
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure, combine_mi_meanings
 from ..networks.dropout import find_dropout_layers
-from ..networks.shared import PLAIN_TRACES, SharedPasses, SharingUnavailable, sample_batch
+from ..networks.shared import PLAIN_TRACES, SharedPasses, SharingUnavailable, _storage, _version, sample_batch
 from ..stats import (
     MEAN_SQ_SUM,
     WD_RTOL,
@@ -1209,9 +1209,18 @@ class UncertaintyInferer(Inferer):
             if PLAIN_TRACES.full_passes(network, x, self.sample_batch_size, int(info.get("case_voxels", 0)), n - 1):
                 # an earlier trace of this network on a window like this one found too little to share, with one
                 # sample per replay: every sample is a full pass, as the trace would have made them (the same
-                # draws), without the trace's cost (PlainTraces)
-                for d in range(n):
-                    add(full(x), [index(rest, d)])
+                # draws), without the trace's cost (PlainTraces). A network may write into its input on this window
+                # only (an input-dependent normalisation): as after a trace that saw the write, the later samples
+                # start from the input as the first got it (found by hostile testing: every full pass wrote into the
+                # window again, and the seeded maps depended on which calls had run before)
+                pristine = x.clone()
+                storage, version = _storage(x), _version(x)
+                add(full(x), [index(rest, 0)])
+                wrote = (_storage(x) != storage or _version(x) != version
+                         or (version is None and not torch.equal(x, pristine)))
+                for d in range(1, n):
+                    add(full(pristine.clone() if wrote else x), [index(rest, d)])
+                del pristine
                 continue
             passes = SharedPasses(network)  # one per input: never shared across TTA variants
             add(_wrapped(lambda t, passes=passes: passes.trace(base, t), combo, inner)(x), [index(rest, 0)])

@@ -590,6 +590,9 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
         # CUDA tensors with cuCIM: the directed distances from two dense transforms on the device (float32
         # distances), where a KD-tree would copy the edges to the host and query there (0.13 s of 0.14 s of BUC's
         # default width on a 128 x 256 x 256 case on an H200)
+        # as boolean masks: an integer 0/1 edge mask (``_hd_case`` of integer masks, as its KD-tree path takes them)
+        # was inverted bitwise and used as an index (found by hostile testing)
+        ep, et = ep != 0, et != 0
         d_pt = _directed_distances(ep, et, spacing, _cucim_distances)
         d_tp = _directed_distances(et, ep, spacing, _cucim_distances)
         return float(max(np.percentile(d_pt, percentile), np.percentile(d_tp, percentile)))

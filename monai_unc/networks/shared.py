@@ -1239,11 +1239,25 @@ def _sample_batch(per_sample_bytes: int, traced_bytes: int, x: torch.Tensor | No
     return auto_sample_batch(per_sample_bytes + probabilities, case_bytes, remaining, traced_bytes)
 
 
+#: the types of the module attributes a key holds (plain settings: strides, kernel sizes, scale factors, flags)
+_PLAIN_SETTINGS = frozenset({bool, int, float, str, type(None), tuple})
+
+
 def _module_state(m: nn.Module) -> tuple:
-    """What of a module decides a trace's outcome: its type, mode, dropout probability and hooks."""
-    p = getattr(m, "p", None)
-    return (type(m), m.training, p if isinstance(p, (int, float)) else None, tuple(m._forward_hooks),
-            tuple(m._forward_pre_hooks))
+    """What of a module decides a trace's outcome: identity, type, hooks, parameters, plain settings.
+
+    The identity, the parameters' shapes and the plain settings (attributes of the types in ``_PLAIN_SETTINGS``:
+    mode, dropout probability, stride, kernel size, scale factor; in the order the module set them) were found by
+    hostile testing: a submodule swapped for one of the same type with other channels, or ``Upsample.scale_factor``
+    or a pooling's ``kernel_size`` and ``stride`` set anew, changed a trace's memory terms and not its key, so a
+    remembered verdict forced full passes where a trace replays several samples at once (other seeded maps). A
+    tuple holding an unhashable value makes the key unhashable: :class:`PlainTraces` then keeps no verdict.
+    """
+    d = m.__dict__
+    p = d.get("p")
+    return (id(m), type(m), p if isinstance(p, (int, float)) else None, tuple(m._forward_hooks),
+            tuple(m._forward_pre_hooks), tuple([(t.shape, t.dtype) for t in m._parameters.values() if t is not None]),
+            tuple([v for v in d.values() if type(v) in _PLAIN_SETTINGS]))
 
 
 def _autocast_state(device_type: str) -> tuple:
@@ -1267,7 +1281,8 @@ class PlainTraces:
     to share (:attr:`SharedPasses.plain`) and the sample batch is one sample, each later sample is one full pass of
     the network, so the trace bought nothing. :meth:`remember` keeps that verdict, with the trace's memory terms, for
     the network (weakly: the network is not kept alive) and a key of the input's shape, dtype and device, the autocast
-    and grad modes, and every module's type, mode, dropout probability and hooks; :meth:`full_passes` answers
+    and grad modes, and every module's identity, type, mode, dropout probability, hooks, parameter shapes and plain
+    settings (numbers, strings and tuples of them: strides, kernel sizes, scale factors); :meth:`full_passes` answers
     whether a window like ``x`` (same key) would again replay one sample at a time, so that its samples can run as
     full passes without the trace. Full passes are exact whatever the network does, so the verdict only decides
     speed: a network whose control flow depends on its input may share more on another input of the same shape,
@@ -1317,10 +1332,15 @@ class PlainTraces:
         """
         if not passes.traced or not passes.plain or passes.wrote_input:
             return
+        key = self._key(network, x)
+        try:
+            hash(key)
+        except TypeError:  # a module setting that is a tuple of unhashable values: no verdict kept
+            return
         keys = self._verdicts.get(network)
         if keys is None:
             keys = self._verdicts[network] = OrderedDict()
-        keys[self._key(network, x)] = (passes.per_sample_bytes(), passes.traced_bytes, int(classes))
+        keys[key] = (passes.per_sample_bytes(), passes.traced_bytes, int(classes))
         while len(keys) > self.max_keys:
             keys.popitem(last=False)
 
@@ -1346,7 +1366,10 @@ class PlainTraces:
         keys = self._verdicts.get(network)
         if not keys:
             return False
-        terms = keys.get(self._key(network, x))
+        try:
+            terms = keys.get(self._key(network, x))
+        except TypeError:  # unhashable (see remember)
+            return False
         if terms is None:
             return False
         return _sample_batch(terms[0], terms[1], x, setting, case_voxels, terms[2], max(int(remaining), 1)) == 1
