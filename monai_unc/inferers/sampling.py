@@ -75,7 +75,7 @@ from .._utils import (
 )
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure, combine_mi_meanings
 from ..networks.dropout import find_dropout_layers
-from ..networks.shared import PLAIN_TRACES, SharedPasses, SharingUnavailable, _storage, _version, sample_batch
+from ..networks.shared import PLAIN_TRACES, SharedPasses, SharingUnavailable, sample_batch, watch_input
 from ..stats import (
     MEAN_SQ_SUM,
     WD_RTOL,
@@ -1091,6 +1091,8 @@ class UncertaintyInferer(Inferer):
                 def plain_base(t: torch.Tensor) -> Any:
                     return plain(t, *args, **kwargs)
 
+                # the network's other arguments decide its calls as its modules do: part of a remembered verdict's key
+                info["network_args"] = (tuple(args), tuple(sorted(kwargs.items())))
                 self._shared_window(x, plain, base if plain is network else plain_base, window_sources, shared, add,
                                     info)
             # a NaN of any sample makes the summed entropy non-finite, an infinite logit its output's min or max:
@@ -1206,21 +1208,21 @@ class UncertaintyInferer(Inferer):
         for rest, combo in zip(itertools.product(*(range(len(v)) for v in other_variants)),
                                itertools.product(*other_variants)):
             full = _wrapped(base, combo, inner)
-            if PLAIN_TRACES.full_passes(network, x, self.sample_batch_size, int(info.get("case_voxels", 0)), n - 1):
+            extra = info.get("network_args", ())
+            if PLAIN_TRACES.full_passes(network, x, self.sample_batch_size, int(info.get("case_voxels", 0)), n - 1,
+                                        extra=extra):
                 # an earlier trace of this network on a window like this one found too little to share, with one
                 # sample per replay: every sample is a full pass, as the trace would have made them (the same
                 # draws), without the trace's cost (PlainTraces). A network may write into its input on this window
                 # only (an input-dependent normalisation): as after a trace that saw the write, the later samples
                 # start from the input as the first got it (found by hostile testing: every full pass wrote into the
                 # window again, and the seeded maps depended on which calls had run before)
-                pristine = x.clone()
-                storage, version = _storage(x), _version(x)
-                add(full(x), [index(rest, 0)])
-                wrote = (_storage(x) != storage or _version(x) != version
-                         or (version is None and not torch.equal(x, pristine)))
+                first, before = watch_input(full, x)
+                add(first, [index(rest, 0)])
+                del first
                 for d in range(1, n):
-                    add(full(pristine.clone() if wrote else x), [index(rest, d)])
-                del pristine
+                    add(full(x if before is None else before.clone()), [index(rest, d)])
+                del before
                 continue
             passes = SharedPasses(network)  # one per input: never shared across TTA variants
             add(_wrapped(lambda t, passes=passes: passes.trace(base, t), combo, inner)(x), [index(rest, 0)])
@@ -1233,7 +1235,7 @@ class UncertaintyInferer(Inferer):
                     # H200 with a 2 ms forward pass, the replays' Python time was exposed: 30 samples of the example
                     # UNet at 96^3 took 24 % more than 30 bare passes, full passes 7 %); later windows like this one
                     # skip the trace too
-                    PLAIN_TRACES.remember(network, x, passes, int(info.get("classes", 1)))
+                    PLAIN_TRACES.remember(network, x, passes, int(info.get("classes", 1)), extra=extra)
                     for d in range(done, n):
                         add(full(x), [index(rest, d)])
                     break

@@ -568,10 +568,12 @@ def distance_to_mask(mask: ArrayLike, spacing: SpacingLike = 1.0, backend: str =
 # --------------------------------------------------------------------------------------------------------
 
 
-def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float, warn: bool = True) -> float:
+def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float, warn: bool = True,
+             backend: str = "auto") -> float:
     """Symmetric percentile Hausdorff distance (mm) between two binary masks of one case (MONAI convention).
 
-    NaN when both masks are empty, ``inf`` when exactly one is (with a ``UserWarning`` if ``warn``).
+    NaN when both masks are empty, ``inf`` when exactly one is (with a ``UserWarning`` if ``warn``). Two CUDA tensors
+    on one device whose ``backend`` resolves to cuCIM: dense transforms on the device; else a KD-tree on the host.
     """
     n = pred_fg.ndim
     ep = _edges(pred_fg, n)
@@ -586,7 +588,8 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
             which = "prediction" if not has_p else "target"
             warnings.warn(f"hd95: the {which} foreground is empty; HD95 is infinite", UserWarning, stacklevel=4)
         return float("inf")
-    if isinstance(ep, torch.Tensor) and _resolve_backend("auto", ep.device.type == "cuda", n) == "cucim":
+    if (isinstance(ep, torch.Tensor) and isinstance(et, torch.Tensor) and ep.device == et.device
+            and 2 <= n <= 3 and _resolve_backend(backend, ep.device.type == "cuda", n) == "cucim"):
         # CUDA tensors with cuCIM: the directed distances from two dense transforms on the device (float32
         # distances), where a KD-tree would copy the edges to the host and query there (0.13 s of 0.14 s of BUC's
         # default width on a 128 x 256 x 256 case on an H200)
@@ -609,16 +612,17 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
 
 
 def _cucim_distances(features: torch.Tensor, spacing: tuple) -> torch.Tensor:
-    """Distances (mm) to the nearest ``True`` voxel of a CUDA bool tensor by cuCIM's transform, as float64.
+    """Distances (mm, float32) to the nearest ``True`` voxel of a CUDA bool tensor by cuCIM's transform.
 
-    Computed in float32 (relative 2e-7), as :func:`_distance_to_features` computes them: MONAI 1.6's wrapper passes
-    cuCIM a float32 output array, so its ``float64_distances=True`` fails (``RuntimeError: distances array must
-    have dtype float32``, seen on an H200 with cuCIM 26.10).
+    Computed in float32 (relative 2e-7), as :func:`_distance_to_features` computes them: ``float64_distances=True``
+    fails (``RuntimeError: distances array must have dtype float32``, seen on an H200 with cuCIM 26.10 and MONAI
+    1.6.1): MONAI preallocates a float64 output for it, but cuCIM's ``distance_transform_edt`` does not pass
+    ``float64_distances`` on to its PBA kernels, which then expect float32.
     """
     from monai.transforms.utils import distance_transform_edt
 
     d = distance_transform_edt((~features)[None].to(torch.float32), sampling=list(spacing))
-    return torch.as_tensor(d[0], device=features.device).to(torch.float64)
+    return torch.as_tensor(d[0], device=features.device)  # float64 only at the edge voxels (_directed_distances)
 
 
 def _directed_distances(src: torch.Tensor, dst: torch.Tensor, spacing: tuple, transform: Any) -> np.ndarray:
@@ -644,10 +648,12 @@ def hausdorff_distance(
     spacing: SpacingLike = 1.0,
     percentile: float = 95.0,
     warn: bool = True,
+    backend: str = "auto",
 ) -> float:
     """Symmetric percentile Hausdorff distance (mm) between the foregrounds of ONE case: the kernel of :func:`hd95`.
 
-    Edges, directed distances and percentiles as in :func:`hd95` (MONAI's convention, float64).
+    Edges, directed distances and percentiles as in :func:`hd95` (MONAI's convention, float64; CUDA tensors with
+    cuCIM installed: from cuCIM's float32 transforms on the device).
 
     Args:
         pred_mask: one case ``(*spatial)`` (1-3 axes) of non-negative integer labels (a mask or label map; a
@@ -658,6 +664,9 @@ def hausdorff_distance(
         percentile: in [0, 100] (95 for HD95, 100 for the classical Hausdorff distance); 0 is the 0th percentile,
             not MONAI's ``percentile=0`` (read as unset there: the maximum).
         warn: warn about empty foregrounds (``True`` or ``False``).
+        backend: ``"auto"`` (CUDA tensors with cuCIM installed: two dense transforms on the device; else a KD-tree on
+            the host), ``"cucim"`` (CUDA tensors only), ``"edt"`` or ``"scipy"`` (both: the KD-tree), as for
+            :func:`distance_to_boundary`.
 
     Returns:
         a float in mm: NaN when both foregrounds are empty, ``inf`` when exactly one is (with a ``UserWarning`` if
@@ -680,7 +689,9 @@ def hausdorff_distance(
         )
     n = _spatial_dims(p, None, "pred_mask", one_case="hausdorff_distance")
     warn = check_bool(warn, "warn")  # a string "no" is truthy
-    return _hd_case(p > 0, t > 0, normalize_spacing(spacing, n), _check_percentile(percentile), warn)
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    return _hd_case(p > 0, t > 0, normalize_spacing(spacing, n), _check_percentile(percentile), warn, backend)
 
 
 def hd95(

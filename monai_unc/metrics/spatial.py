@@ -504,7 +504,7 @@ def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None,
     if not bool(boundary.any()):
         return warn_nan("BUC: the predicted label map has no boundary (empty or full mask); BUC is undefined", 4)
     if width is None:
-        hd = hausdorff_distance(p > 0, t > 0, spacing, 95.0, warn=False)
+        hd = hausdorff_distance(p > 0, t > 0, spacing, 95.0, warn=False, backend=backend)
         if not math.isfinite(hd):
             return warn_nan(
                 "BUC: the default width HD95(pred, target) is not finite (an empty foreground); pass width=", 4

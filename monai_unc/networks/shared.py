@@ -80,6 +80,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from .._utils import check_sample_batch_size
 
 __all__ = ["SharedPasses", "SharingUnavailable", "is_random_op", "auto_sample_batch", "sample_batch", "PlainTraces",
+           "PLAIN_TRACES", "watch_input",
            "AUTO_BATCH_FRACTION", "MAX_SAMPLE_BATCH", "MIN_SHARED_WORK"]
 
 #: attribute set on a tensor whose value depends on a random draw (during a trace only)
@@ -258,6 +259,35 @@ def _version(t: torch.Tensor) -> int | None:
         return int(t._version)
     except RuntimeError:
         return None
+
+
+def watch_input(run: Callable[[torch.Tensor], Any], x: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
+    """``run(x)``, and a copy of ``x`` as it was before when the call wrote into it (None when it did not).
+
+    A write is a changed storage or version counter of ``x`` (an inference tensor has no version counter: its
+    values are compared). The copy is what :meth:`SharedPasses.trace` keeps for its replays of a network that writes
+    into its input; the inferers start the later full passes of such a window from it (a copy each).
+
+    Args:
+        run: the call (the network with its arguments).
+        x: its input.
+
+    Returns:
+        ``(run(x), before)``: ``before`` the input's values before the call where it wrote into them, else None.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks.shared import watch_input
+        >>> x = torch.ones(2)
+        >>> out, before = watch_input(lambda t: t.mul_(3), x)
+        >>> x.tolist(), before.tolist(), watch_input(lambda t: t * 3, x)[1] is None
+        ([3.0, 3.0], [1.0, 1.0], True)
+    """
+    before = x.clone()
+    storage, version = _storage(x), _version(x)
+    out = run(x)
+    wrote = _storage(x) != storage or _version(x) != version or (version is None and not torch.equal(x, before))
+    return out, (before if wrote else None)
 
 
 def _numel(out: Any, mutated: list[torch.Tensor]) -> int:
@@ -1239,25 +1269,27 @@ def _sample_batch(per_sample_bytes: int, traced_bytes: int, x: torch.Tensor | No
     return auto_sample_batch(per_sample_bytes + probabilities, case_bytes, remaining, traced_bytes)
 
 
-#: the types of the module attributes a key holds (plain settings: strides, kernel sizes, scale factors, flags)
-_PLAIN_SETTINGS = frozenset({bool, int, float, str, type(None), tuple})
+#: the types of the module attributes a key holds (plain settings: strides, kernel sizes, scale factors, flags), and
+#: tuples of them
+_PLAIN_SETTINGS = frozenset({bool, int, float, str, type(None)})
 
 
 def _module_state(m: nn.Module) -> tuple:
     """What of a module decides a trace's outcome: identity, type, hooks, parameters, plain settings.
 
-    The identity, the parameters' shapes and the plain settings (attributes of the types in ``_PLAIN_SETTINGS``:
-    mode, dropout probability, stride, kernel size, scale factor; in the order the module set them) were found by
+    The identity, the parameters' shapes and the plain settings (attributes of the types in ``_PLAIN_SETTINGS`` or
+    tuples of them: mode, dropout probability, stride, kernel size, scale factor; in the order the module set them;
+    a tuple holding anything else, a tensor say, is left out, so a key keeps no tensor alive) were found by
     hostile testing: a submodule swapped for one of the same type with other channels, or ``Upsample.scale_factor``
     or a pooling's ``kernel_size`` and ``stride`` set anew, changed a trace's memory terms and not its key, so a
-    remembered verdict forced full passes where a trace replays several samples at once (other seeded maps). A
-    tuple holding an unhashable value makes the key unhashable: :class:`PlainTraces` then keeps no verdict.
+    remembered verdict forced full passes where a trace replays several samples at once (other seeded maps).
     """
     d = m.__dict__
     p = d.get("p")
     return (id(m), type(m), p if isinstance(p, (int, float)) else None, tuple(m._forward_hooks),
             tuple(m._forward_pre_hooks), tuple([(t.shape, t.dtype) for t in m._parameters.values() if t is not None]),
-            tuple([v for v in d.values() if type(v) in _PLAIN_SETTINGS]))
+            tuple([v for v in d.values() if type(v) in _PLAIN_SETTINGS
+                   or (type(v) is tuple and all(type(e) in _PLAIN_SETTINGS for e in v))]))
 
 
 def _autocast_state(device_type: str) -> tuple:
@@ -1276,18 +1308,20 @@ def _autocast_state(device_type: str) -> tuple:
 class PlainTraces:
     """Which networks replay plainly on which inputs: their next windows skip the trace and run full passes.
 
-    A trace costs more than a pass (every operation is followed in Python: 7.5 ms against 3.5 ms for one pass of the
-    example UNet at 96^3 on an H200, where the host is what limits a small network). When a trace finds too little
-    to share (:attr:`SharedPasses.plain`) and the sample batch is one sample, each later sample is one full pass of
-    the network, so the trace bought nothing. :meth:`remember` keeps that verdict, with the trace's memory terms, for
-    the network (weakly: the network is not kept alive) and a key of the input's shape, dtype and device, the autocast
-    and grad modes, and every module's identity, type, mode, dropout probability, hooks, parameter shapes and plain
-    settings (numbers, strings and tuples of them: strides, kernel sizes, scale factors); :meth:`full_passes` answers
-    whether a window like ``x`` (same key) would again replay one sample at a time, so that its samples can run as
-    full passes without the trace. Full passes are exact whatever the network does, so the verdict only decides
-    speed: a network whose control flow depends on its input may share more on another input of the same shape,
-    and loses only that. Not kept: a traced pass that wrote into its input (its replays start from a copy taken
-    before). At most :attr:`max_keys` keys per network (the oldest go first).
+    A trace costs more than a pass (every operation is followed in Python: 7.5 ms against 3.5 ms for one synchronised
+    pass of the example UNet at 96^3 on an H200, where the host is what limits a small network). When a trace finds
+    too little to share (:attr:`SharedPasses.plain`) and the sample batch is one sample, each later sample is one full
+    pass of the network, so the trace bought nothing. :meth:`remember` keeps that verdict, with the trace's memory
+    terms, for the network (weakly: the network is not kept alive) and a key of the input's shape, dtype and device,
+    the autocast and grad modes, the network's other arguments, and every module's identity, type, mode, dropout
+    probability, hooks, parameter shapes and plain settings (numbers, strings and tuples of them: strides, kernel
+    sizes, scale factors); :meth:`full_passes` answers whether a window like ``x`` (same key) would again replay one
+    sample at a time, so that its samples can run as full passes without the trace. Full passes are exact whatever
+    the network does, so the verdict decides speed and, for one seed, the draws equal the trace path's: a network
+    whose calls depend on its input's values may share more (or batch several samples) on another input of the same
+    key, and loses only that (the same draws, other roundings). Not kept: a traced pass that wrote into its input
+    (its replays start from a copy taken before), a key that cannot be hashed. At most :attr:`max_keys` keys per
+    network (the oldest go first).
 
     Example:
         >>> import torch
@@ -1317,11 +1351,12 @@ class PlainTraces:
         return sum(len(keys) for keys in list(self._verdicts.values()))
 
     @staticmethod
-    def _key(network: nn.Module, x: torch.Tensor) -> tuple:
+    def _key(network: nn.Module, x: torch.Tensor, extra: Any = ()) -> tuple:
         return (tuple(x.shape), x.dtype, x.device, _autocast_state(x.device.type), torch.is_grad_enabled(),
-                tuple(_module_state(m) for m in network.modules()))
+                tuple(_module_state(m) for m in network.modules()), extra)
 
-    def remember(self, network: nn.Module, x: torch.Tensor, passes: SharedPasses, classes: int) -> None:
+    def remember(self, network: nn.Module, x: torch.Tensor, passes: SharedPasses, classes: int,
+                 extra: Any = ()) -> None:
         """Keep the verdict of ``passes`` (traced on ``x``) when its replays are plain and leave the input as it was.
 
         Args:
@@ -1329,10 +1364,12 @@ class PlainTraces:
             x: the window as the caller holds it (before any test-time augmentation the predictor applies).
             passes: the window's traced :class:`SharedPasses`.
             classes: output channels of the network (its probabilities' channels, for the sample batch).
+            extra: anything else that decides the network's calls, part of the key (the network's other arguments:
+                positional and keyword); an unhashable one keeps no verdict.
         """
         if not passes.traced or not passes.plain or passes.wrote_input:
             return
-        key = self._key(network, x)
+        key = self._key(network, x, extra)
         try:
             hash(key)
         except TypeError:  # a module setting that is a tuple of unhashable values: no verdict kept
@@ -1345,7 +1382,7 @@ class PlainTraces:
             keys.popitem(last=False)
 
     def full_passes(self, network: nn.Module, x: torch.Tensor, setting: int | str, case_voxels: int,
-                    remaining: int) -> bool:
+                    remaining: int, extra: Any = ()) -> bool:
         """Whether the samples of a window like ``x`` would replay one at a time as plain passes (see the class).
 
         The answer is the sample batch that a trace of the window would choose (:func:`sample_batch` with the
@@ -1358,6 +1395,7 @@ class PlainTraces:
             setting: the ``sample_batch_size`` setting (``"auto"`` or an integer).
             case_voxels: voxels of the case (one channel), for the automatic sample batch.
             remaining: samples after the first.
+            extra: as for :meth:`remember`.
 
         Returns:
             True when a remembered trace of this network on a window of the same key was plain and the sample batch
@@ -1367,7 +1405,7 @@ class PlainTraces:
         if not keys:
             return False
         try:
-            terms = keys.get(self._key(network, x))
+            terms = keys.get(self._key(network, x, extra))
         except TypeError:  # unhashable (see remember)
             return False
         if terms is None:

@@ -113,12 +113,75 @@ def test_a_verdict_remembered_under_other_module_settings_keeps_the_maps_of_a_fr
         torch.testing.assert_close(after[key], fresh[key], rtol=0, atol=0)
 
 
-def test_a_module_setting_that_cannot_be_hashed_keeps_no_verdict(clean):
-    """A tuple attribute holding a list makes the key unhashable: no verdict, the same maps, no error."""
+def test_a_module_setting_that_is_no_plain_value_stays_out_of_the_key(clean):
+    """A tuple attribute holding a list or a tensor is left out of the key (a key keeps no tensor alive): no error,
+    the verdict kept, the same maps as full passes."""
     net = light_then_heavy()
     net[3].settings = ([1, 2],)
+    net[3].buffers_seen = (torch.zeros(1000),)
     x = torch.rand(1, 1, 8, 8, 8)
     a = MCDropoutInferer(num_samples=3, seed=1, sample_batch_size=1)(x, net)
     b = MCDropoutInferer(num_samples=3, seed=1, share_passes=False)(x, net)
+    assert len(shared_module.PLAIN_TRACES) == 1
+    torch.testing.assert_close(a["pred"], b["pred"], rtol=0, atol=0)
+
+
+class WithOption(nn.Module):
+    """``light_then_heavy`` with an option argument: a number, or a list holding one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = light_then_heavy()
+
+    def forward(self, t: torch.Tensor, option: int | list = 1) -> torch.Tensor:
+        return self.net(t) * (option[0] if isinstance(option, list) else option)
+
+
+def test_an_unhashable_network_argument_keeps_no_verdict(clean):
+    """A network argument that cannot be hashed (a list) makes the key unhashable: no verdict, no error."""
+    net = WithOption().eval()
+    x = torch.rand(1, 1, 8, 8, 8)
+    a = MCDropoutInferer(num_samples=3, seed=1, sample_batch_size=1)(x, net, option=1)
+    assert len(shared_module.PLAIN_TRACES) == 1  # a number: kept
+    shared_module.PLAIN_TRACES.clear()
+    b = MCDropoutInferer(num_samples=3, seed=1, sample_batch_size=1)(x, net, option=[1])
     assert len(shared_module.PLAIN_TRACES) == 0
     torch.testing.assert_close(a["pred"], b["pred"], rtol=0, atol=0)
+
+
+class ScaledByArgument(nn.Module):
+    """Upsamples its stochastic features by a factor given as a keyword argument (not a module setting)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.d = nn.Conv3d(1, 2, 3, padding=1), nn.Dropout3d(0.3)
+        self.b, self.c = nn.Conv3d(2, 8, 3, padding=1), nn.Conv3d(8, 3, 1)
+
+    def forward(self, t: torch.Tensor, up: int = 1) -> torch.Tensor:
+        h = self.d(self.a(t))
+        if up != 1:
+            h = nn.functional.interpolate(h, scale_factor=up)
+        h = torch.relu(self.b(h))
+        return self.c(nn.functional.avg_pool3d(h, up) if up != 1 else h)
+
+
+def test_a_verdict_remembered_under_other_network_arguments_keeps_the_maps_of_a_fresh_process(clean):
+    """The network's other arguments decide its calls as its modules do: remembered with ``up=4`` (one sample per
+    pass), the verdict forced full passes with ``up=1``, where a fresh process replays three samples at once."""
+    from monai.inferers import SlidingWindowInferer
+
+    net = ScaledByArgument().eval()
+    x = torch.rand(1, 1, 40, 40, 40)
+    sw = SlidingWindowInferer((8, 8, 8), sw_batch_size=1, overlap=0)
+
+    def run(up):
+        return MCDropoutInferer(num_samples=4, seed=5, base_inferer=sw)(x, net, up=up)
+
+    fresh = run(1)
+    shared_module.PLAIN_TRACES.clear()
+    run(4)
+    assert len(shared_module.PLAIN_TRACES) == 1
+    after = run(1)
+    for key in ("pred", "mutual_information"):
+        torch.testing.assert_close(after[key], fresh[key], rtol=0, atol=0)

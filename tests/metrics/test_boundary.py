@@ -379,8 +379,9 @@ def test_hd95_from_dense_transforms_equals_the_kd_tree(monkeypatch, shape, spaci
 
 def test_cucim_distances_call_monai_as_its_cucim_path_accepts(monkeypatch):
     """``_cucim_distances`` calls MONAI's ``distance_transform_edt`` with float32 input and without
-    ``float64_distances`` (MONAI 1.6 hands cuCIM a float32 output array, so ``float64_distances=True`` failed on an
-    H200: ``distances array must have dtype float32``), and returns float64 distances on the input's device."""
+    ``float64_distances`` (``float64_distances=True`` failed on an H200 with cuCIM 26.10: cuCIM does not pass it on to
+    its PBA kernels, which expect a float32 output: ``distances array must have dtype float32``), and returns the
+    float32 distances on the input's device (float64 at the edge voxels only, in ``_directed_distances``)."""
     import monai.transforms.utils as mtu
 
     from monai_unc.metrics import boundary
@@ -396,7 +397,7 @@ def test_cucim_distances_call_monai_as_its_cucim_path_accepts(monkeypatch):
     feats = torch.from_numpy(blobs((9, 10, 11), 2, seed=1) > 0)
     got = boundary._cucim_distances(feats, (2.0, 1.0, 0.5))
     assert seen == [(torch.float32, (1, 9, 10, 11), {})]
-    assert got.dtype == torch.float64 and got.device == feats.device
+    assert got.dtype == torch.float32 and got.device == feats.device
     ref = ndimage.distance_transform_edt(~feats.numpy(), sampling=(2.0, 1.0, 0.5))
     np.testing.assert_allclose(got.numpy(), ref, rtol=2e-7)
 
