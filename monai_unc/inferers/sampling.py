@@ -1205,10 +1205,10 @@ class UncertaintyInferer(Inferer):
             return flat
 
         inner = _innermost_count(others)
+        extra = info.get("network_args", ())
         for rest, combo in zip(itertools.product(*(range(len(v)) for v in other_variants)),
                                itertools.product(*other_variants)):
             full = _wrapped(base, combo, inner)
-            extra = info.get("network_args", ())
             if PLAIN_TRACES.full_passes(network, x, self.sample_batch_size, int(info.get("case_voxels", 0)), n - 1,
                                         extra=extra):
                 # an earlier trace of this network on a window like this one found too little to share, with one

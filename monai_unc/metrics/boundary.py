@@ -121,6 +121,12 @@ def available_backends() -> tuple[str, ...]:
     return tuple(out)
 
 
+def check_backend_name(backend: Any) -> None:
+    """``ValueError`` naming ``backend`` unless it is one of :data:`BACKENDS`."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+
 def _resolve_backend(backend: str, on_cuda: bool, ndim: int) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -358,10 +364,7 @@ def _distance_to_features(features: Array, spacing: tuple, backend: str) -> Arra
             return torch.full(tuple(features.shape), float("inf"), dtype=torch.float64, device=features.device)
         return np.full(features.shape, np.inf)
     if bk == "cucim":
-        from monai.transforms.utils import distance_transform_edt
-
-        d = distance_transform_edt((~features)[None].to(torch.float32), sampling=list(spacing))[0]
-        return torch.as_tensor(d, device=features.device).to(torch.float64)
+        return _cucim_distances(features, spacing).to(torch.float64)
     background = np.ascontiguousarray(~_to_numpy(features))
     if bk == "edt" and _edt_safe(spacing):
         # uint8 view of the bool mask (no copy): the edt package is faster on uint8 than on bool input.
@@ -596,8 +599,8 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
         # as boolean masks: an integer 0/1 edge mask (``_hd_case`` of integer masks, as its KD-tree path takes them)
         # was inverted bitwise and used as an index (found by hostile testing)
         ep, et = ep != 0, et != 0
-        d_pt = _directed_distances(ep, et, spacing, _cucim_distances)
-        d_tp = _directed_distances(et, ep, spacing, _cucim_distances)
+        d_pt = _directed_distances(ep, et, spacing)
+        d_tp = _directed_distances(et, ep, spacing)
         return float(max(np.percentile(d_pt, percentile), np.percentile(d_tp, percentile)))
     ep, et = _to_numpy(ep), _to_numpy(et)
     scale = np.asarray(spacing, dtype=np.float64)
@@ -625,14 +628,13 @@ def _cucim_distances(features: torch.Tensor, spacing: tuple) -> torch.Tensor:
     return torch.as_tensor(d[0], device=features.device)  # float64 only at the edge voxels (_directed_distances)
 
 
-def _directed_distances(src: torch.Tensor, dst: torch.Tensor, spacing: tuple, transform: Any) -> np.ndarray:
+def _directed_distances(src: torch.Tensor, dst: torch.Tensor, spacing: tuple) -> np.ndarray:
     """Distance (mm, float64) from every ``True`` voxel of ``src`` to the nearest one of ``dst`` (both non-empty).
 
-    ``transform(features, spacing)`` is the dense distance transform to the ``True`` voxels of ``features`` on their
-    device (:func:`_cucim_distances`); its values at ``src``'s voxels come to the host, in no particular order (a
-    percentile does not depend on it).
+    The dense transform to ``dst`` on its device (:func:`_cucim_distances`), read at ``src``'s voxels and brought to
+    the host, in no particular order (a percentile does not depend on it).
     """
-    return transform(dst, spacing)[src].to(torch.float64).cpu().numpy()
+    return _cucim_distances(dst, spacing)[src].to(torch.float64).cpu().numpy()
 
 
 def _check_percentile(percentile: Any) -> float:
@@ -689,8 +691,7 @@ def hausdorff_distance(
         )
     n = _spatial_dims(p, None, "pred_mask", one_case="hausdorff_distance")
     warn = check_bool(warn, "warn")  # a string "no" is truthy
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check_backend_name(backend)
     return _hd_case(p > 0, t > 0, normalize_spacing(spacing, n), _check_percentile(percentile), warn, backend)
 
 

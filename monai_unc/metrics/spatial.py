@@ -83,7 +83,6 @@ from .._utils import (
     warn_nan,
 )
 from .boundary import (
-    BACKENDS,
     available_backends,
     distance_to_boundary,
     distance_to_mask,
@@ -329,11 +328,6 @@ def check_spacing_option(spacing: Any) -> None:
         raise ValueError(shape_error)
     if not bool(np.all(np.isfinite(arr) & (arr > 0))):
         raise ValueError(f"spacing must be positive and finite (mm per axis), got {spacing!r}")
-
-
-def check_backend_name(backend: Any) -> None:
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
 def _sigma_mm(sigma: float | Sequence[float], ndim: int) -> tuple[float, ...]:

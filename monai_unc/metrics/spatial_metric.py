@@ -30,11 +30,11 @@ from .._utils import (
     sync_case_buffers,
     to_tensor,
 )
+from .boundary import check_backend_name
 from .spatial import (
     SpacingLike,
     boundary_aware_ece,
     boundary_uncertainty_concentration,
-    check_backend_name,
     check_bands,
     check_sigma_values,
     check_spacing_option,

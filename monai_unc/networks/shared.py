@@ -1284,10 +1284,9 @@ def _module_state(m: nn.Module) -> tuple:
     or a pooling's ``kernel_size`` and ``stride`` set anew, changed a trace's memory terms and not its key, so a
     remembered verdict forced full passes where a trace replays several samples at once (other seeded maps).
     """
-    d = m.__dict__
-    p = d.get("p")
-    return (id(m), type(m), p if isinstance(p, (int, float)) else None, tuple(m._forward_hooks),
-            tuple(m._forward_pre_hooks), tuple([(t.shape, t.dtype) for t in m._parameters.values() if t is not None]),
+    d = m.__dict__  # its plain settings hold the mode and a dropout's probability
+    return (id(m), type(m), tuple(m._forward_hooks), tuple(m._forward_pre_hooks),
+            tuple([(t.shape, t.dtype) for t in m._parameters.values() if t is not None]),
             tuple([v for v in d.values() if type(v) in _PLAIN_SETTINGS
                    or (type(v) is tuple and all(type(e) in _PLAIN_SETTINGS for e in v))]))
 
@@ -1372,7 +1371,7 @@ class PlainTraces:
         key = self._key(network, x, extra)
         try:
             hash(key)
-        except TypeError:  # a module setting that is a tuple of unhashable values: no verdict kept
+        except TypeError:  # an unhashable network argument (``extra``): no verdict kept
             return
         keys = self._verdicts.get(network)
         if keys is None:
