@@ -10,7 +10,8 @@ global memory (program ``i`` adds to replica ``i mod REP``), summed once at the 
 memory, the textbook remedy, do not fit: one row of ``F + 1 = 15361`` int64 counters is 120 KiB. Global atomics are
 carried out in the L2 cache, so the replicas are also bounded by it: on an H200 (50 MiB of L2), 32 replicas of the
 three-class tables (59 MB) took 1.5 times as long as 16 (29 MB) on probabilities spread over all bins, while
-probabilities concentrated near 0 and 1 gain from more replicas up to 16 (``benchmarks/README.md``). The kernel is
+probabilities concentrated near 0 and 1 gain from more replicas (4.2 ms with 16, 3.7 ms with 32): 16 is the best
+worst case (``benchmarks/README.md``). The kernel is
 bound by its atomics: per voxel about two per row (count and value sum; the hits where the label agrees), and an
 H200 carries out about 9e10 such atomics a second, about 2 ms for a three-class ``256^3`` volume.
 
