@@ -7,7 +7,13 @@ concentrate in a few fine bins (probabilities near 0 and 1: the first and the la
 to the same counters. Two remedies: each program sums its voxels of those three bins per row in registers and adds
 them with one atomic each (the others one atomic per voxel), and the tables are privatised into ``REP`` replicas in
 global memory (program ``i`` adds to replica ``i mod REP``), summed once at the end. Per-block copies in shared
-memory, the textbook remedy, do not fit: one row of ``F + 1 = 15361`` int64 counters is 120 KiB.
+memory, the textbook remedy, do not fit: one row of ``F + 1 = 15361`` int64 counters is 120 KiB. Global atomics are
+carried out in the L2 cache, so the replicas are also bounded by it: on an H200 (50 MiB of L2), 32 replicas of the
+three-class tables (59 MB) took 1.5 times as long as 16 (29 MB) on probabilities spread over all bins, while
+probabilities concentrated near 0 and 1 gain from more replicas (4.2 ms with 16, 3.7 ms with 32): 16 is the best
+worst case (``benchmarks/README.md``). The kernel is
+bound by its atomics: per voxel about two per row (count and value sum; the hits where the label agrees), and an
+H200 carries out about 9e10 such atomics a second, about 2 ms for a three-class ``256^3`` volume.
 
 Results equal the reference's (the torch path, ``histogram.py``): the same float64 values and bins, first maximum
 wins, int64 counts exact (integer atomics); float sums differ by the order of the additions only (atomics), within
@@ -36,7 +42,11 @@ BLOCK = 512
 #: the most bytes of replicated tables (``REP`` is lowered for many classes)
 REPLICA_BYTES = 1 << 28
 #: the most replicas
-MAX_REPLICAS = 32
+MAX_REPLICAS = 16
+#: the largest share of the device's L2 cache the replicated tables may fill
+L2_SHARE = 0.6
+#: warps per program
+NUM_WARPS = 4
 
 
 def available() -> bool:
@@ -54,10 +64,32 @@ def _build() -> Any:
 _kernel = lazy_optional(_build)
 
 
-def replicas(n_rows: int, n_fine: int, weighted: bool, n_programs: int) -> int:
-    """Replicas of the tables: at most :data:`MAX_REPLICAS`, the programs and :data:`REPLICA_BYTES` of tables."""
+def replicas(n_rows: int, n_fine: int, weighted: bool, n_programs: int, cache_bytes: int = 0) -> int:
+    """Replicas of the tables: at most :data:`MAX_REPLICAS`, the programs and :data:`REPLICA_BYTES` of tables.
+
+    Args:
+        n_rows: rows of each table (``C + 2``).
+        n_fine: fine bins ``F`` (a row has ``F + 1``).
+        weighted: whether the two weight tables are filled too (40 bytes a bin instead of 24).
+        n_programs: programs of the launch.
+        cache_bytes: the device's L2 cache in bytes (0: unknown); the replicas then fill at most :data:`L2_SHARE` of
+            it (at least one replica).
+
+    Returns:
+        The number of replicas, at least 1.
+    """
     per = n_rows * (n_fine + 1) * (40 if weighted else 24)
-    return max(1, min(MAX_REPLICAS, n_programs, REPLICA_BYTES // per))
+    rep = min(MAX_REPLICAS, n_programs, REPLICA_BYTES // per)
+    if cache_bytes > 0:
+        rep = min(rep, int(cache_bytes * L2_SHARE) // per)
+    return max(1, rep)
+
+
+def _l2_bytes(dev: torch.device) -> int:
+    """The L2 cache of a CUDA device in bytes, 0 where torch does not say (or for another device)."""
+    if dev.type != "cuda":
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
 
 
 def histogram_tables(
@@ -94,8 +126,8 @@ def histogram_tables(
     n_cls, n = p.shape
     n_rows = n_cls + 2
     grid = triton.cdiv(n, BLOCK)
-    rep = replicas(n_rows, n_fine, w is not None, grid)
     dev = p.device
+    rep = replicas(n_rows, n_fine, w is not None, grid, _l2_bytes(dev))
     shape = (rep, n_rows, n_fine + 1)
     total = torch.zeros(shape, dtype=torch.int64, device=dev)
     hits = torch.zeros(shape, dtype=torch.int64, device=dev)
@@ -110,7 +142,7 @@ def histogram_tables(
     consts = torch.tensor([float(tol), math.log(n_cls), float(nll_eps), tiny], dtype=torch.float64, device=dev)
     kernel[(grid,)](
         p, y, w_arg, total, hits, sums, wtotal, whits, scal, flags, consts, n,
-        C=n_cls, F=n_fine, REP=rep, WEIGHTED=weighted, ENTROPY=bool(uncertainty), BLOCK=BLOCK,
+        C=n_cls, F=n_fine, REP=rep, WEIGHTED=weighted, ENTROPY=bool(uncertainty), BLOCK=BLOCK, num_warps=NUM_WARPS,
     )
     out: dict[str, torch.Tensor | None] = {
         "total": total.sum(0),
