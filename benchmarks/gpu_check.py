@@ -49,6 +49,11 @@ and the end of its traceback), and the exit status says whether all passed. ``DI
   160^3 volume, 96^3 windows, ``sw_batch_size`` 4: the configuration of the issue) and on nnU-Net's PlainConvUNet
   (the ``nnunet`` part's network and case, post-hoc dropout) against stock ``nnUNetPredictor``. Targets: decoder
   only <= 4x, last stage <= 2x (where the limit allows it).
+- ``profile``: where one call's time goes, for the next change to aim at: ``MCDropoutInferer`` on the ``mc_unet``
+  UNet against its bare passes, and the ``cost`` part's BasicUNet with dropout in the last decoder stage against one
+  stock pass, each call once under ``torch.profiler`` and once under ``cProfile``: wall and process CPU time, kernel
+  launches, synchronisations and copies, the kernels' summed time; the tables in ``profile_mc_unet.txt`` and
+  ``profile_cost_last.txt``.
 
 Times are the best of a few runs after a warm-up, with the device synchronised; peak memory is
 ``torch.cuda.max_memory_allocated`` above what was allocated before the measured call (CPU runs report
@@ -97,7 +102,7 @@ QUICK = {
     "cost_samples": 3, "cost_repeats": 1, "writes_shape": (32, 32, 24),
 }
 PARTS = ("cuda_tests", "device", "mc_unet", "calibration", "spatial", "nnunet", "mc_brats", "sw_stitch",
-         "cost", "writes")  # cheap first
+         "cost", "writes", "profile")  # cheap first
 
 
 # ----------------------------------------------------------------------------------------------------- helpers
@@ -619,6 +624,118 @@ def part_cost(dev: torch.device, cfg: dict, out: Path) -> dict:
     return {"ok": all(v == v and v > 0 for v in values), **res}
 
 
+#: profiler event names of kernel launches and of host-device synchronisations and copies (CUDA runtime and driver)
+LAUNCH_EVENTS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+SYNC_EVENTS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync",
+               "cudaMalloc", "cudaFree")
+
+
+def _profile_call(fn: Callable[[], Any], dev: torch.device) -> tuple[dict, str]:
+    """One call of ``fn`` (after a warm-up): wall and process CPU time, and under ``torch.profiler`` and ``cProfile``.
+
+    Returns:
+        ``(summary, report)``: the summary holds ``wall_s``, ``process_cpu_s`` (every thread of the process: the
+        host's work, beside the wall time a host-bound call is near), ``launches`` (kernel launches), ``syncs`` (the
+        counts of :data:`SYNC_EVENTS` seen), ``device_busy_s`` (the kernels' summed time; None on the CPU) and
+        ``ops`` (``aten`` operators called); the report the profiler's tables (by self CPU and self device time) and
+        ``cProfile``'s 30 costliest Python functions (by own time).
+    """
+    import cProfile
+    import io
+    import pstats
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    _sync(dev)
+    t0 = time.perf_counter()
+    fn()
+    _sync(dev)
+    wall = time.perf_counter() - t0
+    c0 = time.process_time()
+    fn()
+    _sync(dev)
+    host = time.process_time() - c0
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        fn()
+        _sync(dev)
+    events = list(prof.events())
+    names = Counter(e.name for e in events)
+    kernels = [e for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    busy = sum(float(getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0) or 0)
+               for e in kernels) / 1e6 if dev.type == "cuda" else None
+    summary = {"wall_s": wall, "process_cpu_s": host, "launches": sum(names[k] for k in LAUNCH_EVENTS),
+               "syncs": {k: names[k] for k in SYNC_EVENTS if names[k]}, "device_busy_s": busy,
+               "ops": sum(n for k, n in names.items() if k.startswith("aten::"))}
+    averages = prof.key_averages()
+    report = [averages.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=70)]
+    if dev.type == "cuda":
+        for key in ("self_device_time_total", "self_cuda_time_total"):
+            try:
+                report.append(averages.table(sort_by=key, row_limit=20, max_name_column_width=70))
+                break
+            except (AttributeError, KeyError, ValueError):
+                continue
+    py = cProfile.Profile()
+    py.enable()
+    fn()
+    _sync(dev)
+    py.disable()
+    text = io.StringIO()
+    pstats.Stats(py, stream=text).sort_stats("tottime").print_stats(30)
+    report.append(text.getvalue())
+    return summary, "\n\n".join([json.dumps(summary, indent=1), *report])
+
+
+def part_profile(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """Where one call's time goes: MC dropout on the ``mc_unet`` UNet against its bare passes, and the ``cost``
+    part's BasicUNet with dropout in its last decoder stage against one stock pass (``profile_*.txt`` in ``out``)."""
+    from monai.inferers import SimpleInferer
+
+    from monai_unc.data.model import build_example_network
+    from monai_unc.inferers import MCDropoutInferer, enable_mc_dropout
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_cost
+
+    res: dict[str, Any] = {}
+    reports: dict[str, list[str]] = {"mc_unet": [], "cost_last": []}
+    torch.manual_seed(0)
+    net = build_example_network().to(dev).eval()
+    s, n = cfg["unet_size"], cfg["unet_n_time"]
+    x = torch.randn(1, 1, s, s, s, generator=torch.Generator().manual_seed(0)).to(dev)
+    base = SimpleInferer()
+
+    def bare() -> None:
+        with torch.no_grad(), enable_mc_dropout(net):
+            for _ in range(n):
+                base(x, net)
+
+    def ours() -> None:
+        MCDropoutInferer(num_samples=n, base_inferer=base, seed=0)(x, net)
+
+    for name, fn in (("bare", bare), ("ours", ours)):
+        res.setdefault("mc_unet", {})[name], text = _profile_call(fn, dev)
+        reports["mc_unet"].append(f"=== {name}: {n} samples, {s}^3 ===\n{text}")
+    args = argparse.Namespace(device=str(dev), size=cfg["cost_size"], roi=cfg["cost_roi"],
+                              sw_batch=cfg["cost_sw_batch"], features=list(cfg["cost_features"]), network="basicunet")
+    net_c, x_c, sw = bench_cost._setup(args, "last")
+    for name, mode in (("stock", "stock"), ("ours", "shared")):
+        res.setdefault("cost_last", {})[name], text = _profile_call(
+            lambda mode=mode: bench_cost.run_mode(mode, net_c, x_c, sw, cfg["cost_samples"], str(dev)), dev)
+        reports["cost_last"].append(f"=== {name} ===\n{text}")
+    for key, texts in reports.items():
+        atomic_write_text(out / f"profile_{key}.txt", "\n\n".join(texts))
+    for key in res:
+        a, b = res[key]["ours"], res[key]["bare" if key == "mc_unet" else "stock"]
+        res[key]["extra_launches"] = a["launches"] - b["launches"]
+        res[key]["wall_ratio"] = _ratio(a["wall_s"], b["wall_s"])
+    ok = all(r["wall_s"] > 0 and r["ops"] > 0 for k in res for r in res[k].values() if isinstance(r, dict))
+    return {"ok": ok, **res}
+
+
 def part_writes(dev: torch.device, cfg: dict, out: Path) -> dict:
     """A case's ``.nii.gz`` outputs written on the host's cores against ``nib.save`` (``bench_writes.py``)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -640,7 +757,7 @@ def part_writes(dev: torch.device, cfg: dict, out: Path) -> dict:
 FUNCS: dict[str, Callable[[torch.device, dict, Path], dict]] = {
     "cuda_tests": part_cuda_tests, "device": part_device, "mc_brats": part_mc_brats, "mc_unet": part_mc_unet,
     "sw_stitch": part_sw_stitch, "calibration": part_calibration, "spatial": part_spatial, "nnunet": part_nnunet,
-    "cost": part_cost, "writes": part_writes,
+    "cost": part_cost, "writes": part_writes, "profile": part_profile,
 }
 
 
@@ -713,6 +830,19 @@ def _md_table(results: dict) -> str:
             return (f"a case's .nii.gz outputs ({d.get('raw_mib', 0):.0f} MiB raw): nib.save "
                     f"{d.get('nib_save_s', 0):.2f} s; ours {_fmt(d.get('ours_1_over_nib'))}x its time on 1 thread, "
                     f"{_fmt(d.get('ours_all_over_nib'))}x on {d.get('threads')}")
+        if name == "profile":
+            cells = []
+            for key, label, unit in (("mc_unet", "UNet MC dropout", "bare passes"),
+                                     ("cost_last", "BasicUNet last stage", "one stock pass")):
+                a, b = d.get(key, {}).get("ours", {}), d.get(key, {}).get("bare" if key == "mc_unet" else "stock", {})
+                busy = a.get("device_busy_s")
+                host, host_unit = 1e3 * a.get("process_cpu_s", 0), 1e3 * b.get("process_cpu_s", 0)
+                cells.append(f"{label}: {_fmt(d.get(key, {}).get('wall_ratio'))}x the wall time of the {unit}, "
+                             f"{a.get('launches')} launches ({b.get('launches')}), host {_fmt(host, 1)} ms "
+                             f"({_fmt(host_unit, 1)}), "
+                             + ("" if busy is None else f"kernels {_fmt(1e3 * busy, 1)} ms, ")
+                             + f"syncs {a.get('syncs')}")
+            return "; ".join(cells) + " (profile_*.txt)"
         if name == "nnunet":
             return (f"dropout {_fmt(d.get('dropout_per_pass_over_stock'))}x stock per pass; mirroring "
                     f"{_fmt(d.get('mirror_over_stock'))}x stock; segmentation equal: "

@@ -29,7 +29,7 @@ def test_quick_cpu_mode_runs_every_part(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads((tmp_path / "gpu_check.json").read_text())
     parts = {"cuda_tests", "device", "mc_brats", "mc_unet", "sw_stitch", "calibration", "spatial", "nnunet", "cost",
-             "writes"}
+             "writes", "profile"}
     assert parts <= set(res), sorted(res)
     assert all(res[p]["ok"] for p in parts), {p: res[p] for p in parts if not res[p]["ok"]}
     # the device tests were rehearsed on the CPU, not skipped
@@ -51,6 +51,13 @@ def test_quick_cpu_mode_runs_every_part(tmp_path):
         assert cost[net]["auto"]["full_over_stock"] > 0 and "full_over_stock" not in cost[net]["last"]
     assert cost["nnunet"]["auto"]["stock_n_over_stock"] > 0
     assert "BasicUNet: auto" in table
+    # the profiles: both calls of both cases counted, the reports written
+    for key, unit in (("mc_unet", "bare"), ("cost_last", "stock")):
+        for mode in ("ours", unit):
+            r = res["profile"][key][mode]
+            assert r["wall_s"] > 0 and r["process_cpu_s"] > 0 and r["ops"] > 0 and r["device_busy_s"] is None
+        assert "aten::" in (tmp_path / f"profile_{key}.txt").read_text()
+    assert "UNet MC dropout:" in table and "BasicUNet last stage:" in table
     # the writers against nib.save on the host's cores
     assert res["writes"]["nib_save_s"] > 0 and res["writes"]["ours_all_over_nib"] > 0 and "| writes | ok |" in table
 
