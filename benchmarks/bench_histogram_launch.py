@@ -8,7 +8,8 @@ kernel, for every launch setting of ``monai_unc.metrics.calibration._cuda_kernel
 applied) and warps per program (4, and 8 for the larger blocks). Two volumes: ``spread``, the GPU check's
 (``softmax(2 N(0, 1))``: confidences over all fine bins), and ``confident`` (``softmax(10 onehot + N(0, 1))``:
 most values in the first and last few bins, where atomics contend). Each setting's counts must equal those of
-the default setting (exact int64 counts whatever the launch).
+the default setting (exact int64 counts whatever the launch); a setting whose launch fails (Triton then turns its
+kernels off for the process) is marked ``kernel_ran: false`` and the sweep stops there.
 
 The floor: a kernel that does nothing but the kernel's kind of atomics (per voxel one relaxed int64 and one
 float64 atomic add per row, 1 and 5 rows, at the spread volume's fine bins of one class, into 1, 8 or 32 table
@@ -53,6 +54,7 @@ REPLICAS = (1, 4, 8, 16, 32, 64)
 def sweep(size: int, repeats: int, dev: torch.device, blocks: tuple[int, ...] = BLOCKS,
           replicas: tuple[int, ...] = REPLICAS) -> dict:
     """Update time and GB/s of every launch setting (``blocks`` x ``replicas`` x warps) on both volumes."""
+    from monai_unc._jit import triton_failure
     from monai_unc.metrics.calibration import ConfidenceHistogram
     from monai_unc.metrics.calibration import _cuda_kernel as K
 
@@ -71,6 +73,9 @@ def sweep(size: int, repeats: int, dev: torch.device, blocks: tuple[int, ...] = 
                 for warps in (4, 8) if block >= 1024 else (4,):
                     K.BLOCK, K.MAX_REPLICAS, K.NUM_WARPS = block, rep, warps
                     row: dict = {"block": block, "replicas": rep, "warps": warps}
+                    if triton_failure() is not None:  # a launch failed: the histogram now takes the torch path
+                        raise RuntimeError(f"the Triton kernel failed before block {block}, {rep} replicas, {warps} "
+                                           f"warps (every later figure would be the torch path's): {triton_failure()}")
                     for name, v in vols.items():
                         def update(v: torch.Tensor = v) -> ConfidenceHistogram:
                             return ConfidenceHistogram(num_classes=3).update(v, labels)
@@ -78,6 +83,7 @@ def sweep(size: int, repeats: int, dev: torch.device, blocks: tuple[int, ...] = 
                         row[f"{name}_s"] = best_time(update, dev, repeats)
                         row[f"{name}_gb_s"] = nbytes / row[f"{name}_s"] / 1e9
                         row[f"{name}_counts_equal"] = bool(torch.equal(update().counts.cpu(), ref[name]))
+                    row["kernel_ran"] = triton_failure() is None  # else this setting's figures are the torch path's
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     finally:

@@ -52,8 +52,8 @@ and the end of its traceback), and the exit status says whether all passed. ``DI
 - ``profile``: where one call's time goes, for the next change to aim at: ``MCDropoutInferer`` on the ``mc_unet``
   UNet against its bare passes, and the ``cost`` part's BasicUNet with dropout in the last decoder stage against one
   stock pass, each call once under ``torch.profiler`` and once under ``cProfile``: wall and process CPU time, kernel
-  launches, synchronisations and copies, the kernels' summed time; the tables in ``profile_mc_unet.txt`` and
-  ``profile_cost_last.txt``.
+  launches, synchronisations, copies and allocations, the device events' summed time; the tables in
+  ``profile_mc_unet.txt`` and ``profile_cost_last.txt``.
 
 Times are the best of a few runs after a warm-up, with the device synchronised; peak memory is
 ``torch.cuda.max_memory_allocated`` above what was allocated before the measured call (CPU runs report
@@ -624,7 +624,8 @@ def part_cost(dev: torch.device, cfg: dict, out: Path) -> dict:
     return {"ok": all(v == v and v > 0 for v in values), **res}
 
 
-#: profiler event names of kernel launches and of host-device synchronisations and copies (CUDA runtime and driver)
+#: profiler event names of kernel launches, and of the runtime calls that may wait for the device: synchronisations,
+#: copies (a device-to-host copy waits), allocations and frees (``cudaFree`` synchronises the device)
 LAUNCH_EVENTS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 SYNC_EVENTS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync",
                "cudaMalloc", "cudaFree")
@@ -636,7 +637,9 @@ def _profile_call(fn: Callable[[], Any], dev: torch.device) -> tuple[dict, str]:
     Returns:
         ``(summary, report)``: the summary holds ``wall_s``, ``process_cpu_s`` (every thread of the process: the
         host's work, beside the wall time a host-bound call is near), ``launches`` (kernel launches), ``syncs`` (the
-        counts of :data:`SYNC_EVENTS` seen), ``device_busy_s`` (the kernels' summed time; None on the CPU) and
+        counts of the :data:`SYNC_EVENTS` calls seen: synchronisations, copies, allocations), ``device_busy_s``
+        (the summed time of the device's events: kernels, copies and sets, overlapping ones counted twice; None on
+        the CPU) and
         ``ops`` (``aten`` operators called); the report the profiler's tables (by self CPU and self device time) and
         ``cProfile``'s 30 costliest Python functions (by own time).
     """
@@ -732,7 +735,10 @@ def part_profile(dev: torch.device, cfg: dict, out: Path) -> dict:
         a, b = res[key]["ours"], res[key]["bare" if key == "mc_unet" else "stock"]
         res[key]["extra_launches"] = a["launches"] - b["launches"]
         res[key]["wall_ratio"] = _ratio(a["wall_s"], b["wall_s"])
-    ok = all(r["wall_s"] > 0 and r["ops"] > 0 for k in res for r in res[k].values() if isinstance(r, dict))
+    runs = [r for k in res for r in res[k].values() if isinstance(r, dict)]
+    ok = all(r["ops"] > 0 for r in runs)
+    if dev.type == "cuda":  # the profiler saw the device (CUPTI): kernels launched and timed in every call
+        ok = ok and all(r["launches"] > 0 and (r["device_busy_s"] or 0) > 0 for r in runs)
     return {"ok": ok, **res}
 
 
@@ -840,8 +846,8 @@ def _md_table(results: dict) -> str:
                 cells.append(f"{label}: {_fmt(d.get(key, {}).get('wall_ratio'))}x the wall time of the {unit}, "
                              f"{a.get('launches')} launches ({b.get('launches')}), host {_fmt(host, 1)} ms "
                              f"({_fmt(host_unit, 1)}), "
-                             + ("" if busy is None else f"kernels {_fmt(1e3 * busy, 1)} ms, ")
-                             + f"syncs {a.get('syncs')}")
+                             + ("" if busy is None else f"device {_fmt(1e3 * busy, 1)} ms, ")
+                             + f"sync/copy/alloc calls {a.get('syncs')}")
             return "; ".join(cells) + " (profile_*.txt)"
         if name == "nnunet":
             return (f"dropout {_fmt(d.get('dropout_per_pass_over_stock'))}x stock per pass; mirroring "

@@ -35,7 +35,7 @@ def test_sweep_and_floor_under_the_interpreter():
     res = json.loads(r.stdout.strip().splitlines()[-1])
     rows = res["sweep"]["settings"]
     assert [(row["block"], row["replicas"], row["warps"]) for row in rows] == [(256, 1, 4), (256, 4, 4)]
-    assert all(row["spread_counts_equal"] and row["confident_counts_equal"] for row in rows)
+    assert all(row["spread_counts_equal"] and row["confident_counts_equal"] and row["kernel_ran"] for row in rows)
     assert all(row["spread_s"] > 0 and row["confident_gb_s"] > 0 for row in rows)
     assert res["sweep"]["default"]["l2_bytes"] == 0  # a CPU tensor: no L2 bound
     floor = res["floor"]

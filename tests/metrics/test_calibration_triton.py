@@ -128,13 +128,14 @@ def test_fused_kernel_on_the_device_equals_the_reference(cuda_device, monkeypatc
 def test_replicas_stay_within_the_programs_the_byte_cap_and_the_l2_share():
     from monai_unc.metrics.calibration import _cuda_kernel as K
 
-    per = 5 * 15361 * 24  # three classes: 5 rows of 15361 bins, int64 count and hits, float64 sums
+    # three classes: 5 rows of 15361 bins, int64 count and hits, float64 sums: 1.84 MB a replica
     assert K.replicas(5, 15360, False, 10**6) == K.MAX_REPLICAS
     assert K.replicas(5, 15360, False, 3) == 3  # no more replicas than programs
     # an H200's 50 MiB of L2: 16 three-class tables (29.5 MB) fit in its share, 10 weighted ones (40 bytes a bin)
     l2 = 50 * 2**20
-    assert K.replicas(5, 15360, False, 10**6, l2) == min(K.MAX_REPLICAS, int(l2 * K.L2_SHARE) // per)
-    assert K.replicas(5, 15360, True, 10**6, l2) == int(l2 * K.L2_SHARE) // (5 * 15361 * 40) == 10
+    assert K.replicas(5, 15360, False, 10**6, l2) == 16  # 60 % of the L2 holds 17: the cap of 16 binds
+    assert K.replicas(5, 15360, True, 10**6, l2) == 10
+    assert K.replicas(5, 15360, False, 10**6, 20 * 2**20) == 6  # a card with 20 MiB of L2 (60 %: 12.6 MB)
     assert K.replicas(5, 15360, False, 10**6, 4 * 2**20) == 1  # a small cache: one replica, never none
     assert K.replicas(400, 15360, True, 10**6) == 1  # tables over the byte cap: one replica
     assert K._l2_bytes(torch.device("cpu")) == 0
