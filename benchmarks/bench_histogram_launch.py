@@ -33,15 +33,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from gpu_check import best_time  # noqa: E402
+from gpu_check import best_time, calibration_volume  # noqa: E402
 
 
 def volumes(size: int, dev: torch.device) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The ``spread`` and ``confident`` probabilities ``(1, 3, S, S, S)`` and the labels ``(1, S, S, S)``."""
-    c, sp = 3, (size, size, size)
+    c = 3
     g = torch.Generator().manual_seed(0)
-    spread = torch.softmax(torch.randn(1, c, *sp, generator=g) * 2, 1)
-    labels = torch.randint(0, c, (1, *sp), generator=g)
+    spread, labels = calibration_volume(c, (size, size, size), g)
     oh = torch.nn.functional.one_hot(labels[0], c).movedim(-1, 0).float()
     conf = torch.softmax(10.0 * oh + torch.randn(oh.shape, generator=g), 0)[None]
     return {"spread": spread.to(dev), "confident": conf.to(dev)}, labels.to(dev)

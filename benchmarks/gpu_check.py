@@ -336,16 +336,22 @@ def part_mc_brats(dev: torch.device, cfg: dict, out: Path) -> dict:
     return {"ok": ok, **res}
 
 
-def part_mc_unet(dev: torch.device, cfg: dict, out: Path) -> dict:
-    """MC dropout on the 3-class example UNet at 96^3, whole volume, AMP off and on."""
-    from monai.inferers import SimpleInferer
-
+def _example_unet(dev: torch.device, cfg: dict) -> tuple[torch.nn.Module, torch.Tensor]:
+    """The ``mc_unet`` case: the 3-class example UNet (seeded weights, eval mode) and its input ``1x1xS^3``."""
     from monai_unc.data.model import build_example_network
 
     torch.manual_seed(0)
     net = build_example_network().to(dev).eval()
     s = cfg["unet_size"]
-    x = torch.randn(1, 1, s, s, s, generator=torch.Generator().manual_seed(0)).to(dev)
+    return net, torch.randn(1, 1, s, s, s, generator=torch.Generator().manual_seed(0)).to(dev)
+
+
+def part_mc_unet(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """MC dropout on the 3-class example UNet at 96^3, whole volume, AMP off and on."""
+    from monai.inferers import SimpleInferer
+
+    net, x = _example_unet(dev, cfg)
+    s = cfg["unet_size"]
     res: dict[str, Any] = {"shape": [1, s, s, s], "classes": 3}
     for amp in (False, True):
         res["amp" if amp else "fp32"] = _mc_compare(net, x, SimpleInferer(), "softmax", cfg["unet_n_time"],
@@ -387,14 +393,19 @@ def part_sw_stitch(dev: torch.device, cfg: dict, out: Path) -> dict:
     return {"ok": ok, **res}
 
 
+def calibration_volume(c: int, spatial: tuple[int, ...], g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The calibration part's CPU volume: probabilities ``softmax(2 N(0, 1))`` ``(1, c, *spatial)`` (confidences over
+    all fine bins) and independent labels ``(1, *spatial)``, drawn from ``g`` in that order."""
+    probs = torch.softmax(torch.randn(1, c, *spatial, generator=g) * 2, 1)
+    return probs, torch.randint(0, c, (1, *spatial), generator=g)
+
+
 def part_calibration(dev: torch.device, cfg: dict, out: Path) -> dict:
     """Confidence histogram + ECE on device tensors: GB/s, against torchmetrics on the same tensors."""
     from monai_unc.metrics.calibration import ConfidenceHistogram, ece
 
     c, *sp = cfg["cal_shape"]
-    g = torch.Generator().manual_seed(0)
-    probs = torch.softmax(torch.randn(1, c, *sp, generator=g) * 2, 1).to(dev)
-    labels = torch.randint(0, c, (1, *sp), generator=g).to(dev)
+    probs, labels = (t.to(dev) for t in calibration_volume(c, tuple(sp), torch.Generator().manual_seed(0)))
 
     def ours():
         h = ConfidenceHistogram(num_classes=c)
@@ -697,7 +708,6 @@ def part_profile(dev: torch.device, cfg: dict, out: Path) -> dict:
     part's BasicUNet with dropout in its last decoder stage against one stock pass (``profile_*.txt`` in ``out``)."""
     from monai.inferers import SimpleInferer
 
-    from monai_unc.data.model import build_example_network
     from monai_unc.inferers import MCDropoutInferer, enable_mc_dropout
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -705,10 +715,8 @@ def part_profile(dev: torch.device, cfg: dict, out: Path) -> dict:
 
     res: dict[str, Any] = {}
     reports: dict[str, list[str]] = {"mc_unet": [], "cost_last": []}
-    torch.manual_seed(0)
-    net = build_example_network().to(dev).eval()
+    net, x = _example_unet(dev, cfg)
     s, n = cfg["unet_size"], cfg["unet_n_time"]
-    x = torch.randn(1, 1, s, s, s, generator=torch.Generator().manual_seed(0)).to(dev)
     base = SimpleInferer()
 
     def bare() -> None:

@@ -128,8 +128,7 @@ def check_backend_name(backend: Any) -> None:
 
 
 def _resolve_backend(backend: str, on_cuda: bool, ndim: int) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check_backend_name(backend)
     # cuCIM's transform (through MONAI's distance_transform_edt) takes 2D and 3D images only: a 1D case raised
     # "Distance transform is only supported for 2D and 3D images" on a GPU with cuCIM (found by the review of the GPU
     # paths)
