@@ -158,6 +158,16 @@ if triton is not None:
         tl.store(out_ptr + slot + 3, dev)
 
 
+def _cdiv(n: int, d: int) -> int:
+    """``ceil(n / d)`` (``triton.cdiv`` is a JIT function: called on the host, 4 us of its dispatch a launch)."""
+    return -(-n // d)
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of 2 ``>= n`` (``n >= 1``), as ``triton.next_power_of_2`` without its JIT dispatch."""
+    return 1 << (int(n) - 1).bit_length()
+
+
 #: ``[tiny, 1]`` per (device, dtype), and a float64 vector of ones per device (unit weights): made once, so that an
 #: update copies nothing from the host (a blocking host-to-device copy would synchronise the device)
 _CONSTS: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
@@ -227,7 +237,7 @@ def _launch(p3: torch.Tensor, weights: Sequence[float], sum_p: torch.Tensor, sum
     n_batch, n_cls = sum_p.shape[0], sum_p.shape[1]
     w = _weights(weights, p3.device)
     sp2 = sum_p2 if sum_p2 is not None else sum_p
-    grid = (triton.cdiv(n_vox, BLOCK), n_batch)
+    grid = (_cdiv(n_vox, BLOCK), n_batch)
     _stats_kernel[grid](
         p3,
         w,
@@ -240,7 +250,7 @@ def _launch(p3: torch.Tensor, weights: Sequence[float], sum_p: torch.Tensor, sum
         n_batch,
         n_vox,
         C=n_cls,
-        BLOCK_C=triton.next_power_of_2(n_cls),
+        BLOCK_C=_pow2(n_cls),
         MULTILABEL=bool(multilabel),
         SQ=int(sq_mode),
         ACT=int(activation),
@@ -251,8 +261,8 @@ def _launch(p3: torch.Tensor, weights: Sequence[float], sum_p: torch.Tensor, sum
 def value_flags(p3: torch.Tensor, classes: bool) -> tuple[int, float, float, float]:
     """:func:`monai_unc._stats_kernels.value_flags` on a CUDA tensor: one launch, one synchronisation."""
     n_rows, n_cls, n_vox = p3.shape
-    grid = (triton.cdiv(n_vox, BLOCK), n_rows)
+    grid = (_cdiv(n_vox, BLOCK), n_rows)
     part = torch.empty((grid[0] * grid[1], 4), dtype=torch.float64, device=p3.device)
-    _flags_kernel[grid](p3, part, n_vox, C=n_cls, BLOCK_C=triton.next_power_of_2(n_cls), BLOCK=BLOCK)
+    _flags_kernel[grid](p3, part, n_vox, C=n_cls, BLOCK_C=_pow2(n_cls), BLOCK=BLOCK)
     bad, lo, hi, dev = torch.stack([part[:, 0].sum(), part[:, 1].min(), part[:, 2].max(), part[:, 3].max()]).tolist()
     return int(bad), lo, hi, (dev if classes else 0.0)

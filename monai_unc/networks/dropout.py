@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -139,9 +139,13 @@ def _traced_dropout(model: nn.Module) -> str | None:
     A trace records each operation as it ran when traced: its dropout was recorded in that mode, and switching the
     layer's training flag afterwards changes nothing (under MC dropout every sample would be the same prediction).
     """
-    root = plain_module(model)
-    found = next((m for m in root.modules() if _is_traced_dropout(m)), None)
-    if found is None:  # the usual case: one walk without the qualified names (a call's host time, see below)
+    return _traced_dropout_in(plain_module(model), plain_module(model).modules())
+
+
+def _traced_dropout_in(root: nn.Module, modules: Iterable[nn.Module]) -> str | None:
+    """:func:`_traced_dropout` over ``root``'s ``modules`` (walked already); the names only for one found."""
+    found = next((m for m in modules if _is_traced_dropout(m)), None)
+    if found is None:  # the usual case: no qualified names (a name for every module is a call's host time)
         return None
     return next(name for name, m in root.named_modules() if m is found)
 
@@ -202,8 +206,13 @@ def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[l
         ([Dropout3d(p=0.3, inplace=False)], [])
     """
     include_zero = check_bool(include_zero, "include_zero")
+    return _dropout_layers_in(plain_module(model).modules(), include_zero)
+
+
+def _dropout_layers_in(walk: Iterable[nn.Module], include_zero: bool) -> tuple[list[nn.Module], list[DropoutHook]]:
+    """:func:`find_dropout_layers` over the modules of a walk."""
     modules, hooks = [], []
-    for m in plain_module(model).modules():
+    for m in walk:
         if _is_dropout_module(m):
             if include_zero or _rate(m) > 0:
                 modules.append(m)
@@ -275,8 +284,10 @@ class MCDropoutContext:
 
     def __init__(self, model: nn.Module, strict: bool = True) -> None:
         strict = check_bool(strict, "strict")
-        modules, hooks = find_dropout_layers(model)
-        traced = _traced_dropout(model) if strict else None
+        root = plain_module(model)
+        walk = list(root.modules())  # one walk for the layers and the traced-module check (a call's host time)
+        modules, hooks = _dropout_layers_in(walk, False)
+        traced = _traced_dropout_in(root, walk) if strict else None
         if traced is not None:
             label = repr(traced) if traced else "'' (the network itself)"
             raise ValueError(
