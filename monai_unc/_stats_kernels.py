@@ -288,6 +288,8 @@ def _check_sums(n_rows: int, n_cls: int, n_vox: int, weights: Sequence[float], s
     """``ValueError`` unless the sums are contiguous ``(B, C or 1, V)`` tensors (``B`` of ``sum_p``) and the rows hold
     one sample per weight: the kernels write the sums without bounds checks."""
     n_batch = sum_p.shape[0]
+    if any(t is not None and t.dtype != sum_p.dtype for t in (sum_h, sum_p2)):
+        raise ValueError("the sums must share one dtype")
     expected = {
         "sum_p": (sum_p, n_cls),
         "sum_h": (sum_h, n_cls if multilabel else 1),
@@ -327,11 +329,14 @@ def accumulate(
             used by the CPU path.
 
     Raises:
-        ValueError: the sums are not contiguous tensors of the shapes above, or the weights are not one per sample
-            (the kernels write the sums without bounds checks).
+        ValueError: the samples or the sums are not contiguous tensors of the shapes above, the sums' dtypes
+            differ, or the weights are not one per sample (the kernels write the sums without bounds checks).
         KernelUnavailable: the Triton kernel cannot be built on this machine (:func:`monai_unc._jit.run_triton`);
             the sums are unchanged, and the caller adds the samples with the torch path.
     """
+    if p3.ndim != 3 or not p3.is_contiguous():  # the kernels index the samples as contiguous rows
+        raise ValueError(f"p3 must be a contiguous (k * B, C, V) tensor, got shape {tuple(p3.shape)}, strides "
+                         f"{p3.stride()}")
     n_rows, n_cls, n_vox = p3.shape
     n_batch = sum_p.shape[0]
     _check_sums(n_rows, n_cls, n_vox, weights, sum_p, sum_h, sum_p2, per_class_squares, multilabel)
@@ -404,8 +409,9 @@ def accumulate_outputs(
         nonfinite: one int32 on the device, set to 1 where an output is NaN or infinite (never reset here).
 
     Raises:
-        ValueError: the shapes or ``activation`` do not fit (the kernel writes the sums without bounds checks), or
-            ``z3`` is not a tensor the Triton kernel takes (:func:`takes_outputs`).
+        ValueError: the shapes, strides, dtypes or ``activation`` do not fit (the kernel reads the outputs as
+            contiguous rows and writes the sums without bounds checks; float64 outputs need float64 sums), or ``z3``
+            is not a tensor the Triton kernel takes (:func:`takes_outputs`).
         KernelUnavailable: the Triton kernel cannot be built on this machine; the sums are unchanged.
     """
     if activation not in OUTPUT_ACTIVATIONS:
@@ -413,6 +419,12 @@ def accumulate_outputs(
     if _kind(z3) != "triton":
         raise ValueError("accumulate_outputs runs the Triton kernel only: evaluate the activation in torch and call "
                          "accumulate on the CPU")
+    if z3.ndim != 3 or not z3.is_contiguous() or not z3.is_floating_point():
+        raise ValueError(f"z3 must be a contiguous floating-point (k * B, C_in, V) tensor, got shape "
+                         f"{tuple(z3.shape)}, strides {z3.stride()}, dtype {z3.dtype}")
+    if sum_p.dtype not in _FUSED_SUMS or (z3.dtype == torch.float64 and sum_p.dtype != torch.float64):
+        raise ValueError(f"the sums must be float32 or float64 (float64 for float64 outputs), got {sum_p.dtype} "
+                         f"sums for {z3.dtype} outputs")
     n_rows, c_in, n_vox = z3.shape
     multilabel = activation == "sigmoid"
     n_cls = 2 if activation == "binary_sigmoid" else c_in

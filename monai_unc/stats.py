@@ -660,6 +660,7 @@ class SampleStats:
         """
         if not self._takes_outputs(z, activation) or z.shape[0] % num_samples:
             return False
+        z = to_tensor(z, "z")  # a MONAI MetaTensor as a plain tensor, as update() takes its samples
         n_cls = 2 if activation == "binary_sigmoid" else int(z.shape[1])
         accum = self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_cls)
         b = z.shape[0] // num_samples

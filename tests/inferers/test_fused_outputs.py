@@ -64,6 +64,8 @@ def test_accumulate_outputs_argument_errors(monkeypatch):
     with pytest.raises(ValueError, match="Triton kernel only"):
         kernels.accumulate_outputs(z, [1.0], *sums, False, "binary_sigmoid", flag)
     monkeypatch.setattr(kernels, "_kind", lambda p: "triton")
+    # a check that let a call through would launch: a failure here, not a build failure that turns the kernels off
+    monkeypatch.setattr(kernels, "run_triton", lambda *a, **k: pytest.fail("the kernel was launched"))
     with pytest.raises(ValueError, match="activation must be one of"):
         kernels.accumulate_outputs(z, [1.0], *sums, False, "relu", flag)
     with pytest.raises(ValueError, match="reads one output channel"):
@@ -75,6 +77,67 @@ def test_accumulate_outputs_argument_errors(monkeypatch):
                                    "binary_sigmoid", flag)
     with pytest.raises(ValueError, match="sample rows do not hold"):
         kernels.accumulate_outputs(z, [1.0, 1.0], *sums, False, "binary_sigmoid", flag)
+    # found by hostile testing: the kernel reads the outputs as contiguous rows (a transposed view gave a softmax off
+    # by 0.89) and float64 outputs went into float32 sums
+    with pytest.raises(ValueError, match="contiguous floating-point"):
+        kernels.accumulate_outputs(torch.randn(2, 10, 2).transpose(1, 2), [1.0], *sums, False, "softmax", flag)
+    with pytest.raises(ValueError, match="float64 for float64 outputs"):
+        kernels.accumulate_outputs(z.double(), [1.0], sums[0].float(), sums[1].float(), None, False,
+                                   "binary_sigmoid", flag)
+    with pytest.raises(ValueError, match="share one dtype"):
+        kernels.accumulate_outputs(z, [1.0], sums[0], sums[1].float(), None, False, "binary_sigmoid", flag)
+
+
+def test_accumulate_refuses_samples_that_are_not_contiguous_rows():
+    p = torch.softmax(torch.randn(2, 10, 3), 2).transpose(1, 2)  # (2, 3, 10), not contiguous
+    sums = [torch.zeros(2, 3, 10, dtype=torch.float64), torch.zeros(2, 1, 10, dtype=torch.float64), None]
+    with pytest.raises(ValueError, match="p3 must be a contiguous"):
+        kernels.accumulate(p, [1.0], *sums, False, False, lambda c: c)
+
+
+def test_update_outputs_hands_on_plain_tensors(monkeypatch):
+    """A MONAI MetaTensor reaches the kernel as a plain tensor (found by hostile testing: under the interpreter, its
+    ``new_empty`` failed inside Triton, which took it for a build failure and turned the kernels off)."""
+    from monai.data import MetaTensor
+
+    seen = []
+    monkeypatch.setattr("monai_unc.stats.fused_takes_outputs", lambda z, accum: True)
+    monkeypatch.setattr("monai_unc.stats.fused_accumulate_outputs", lambda z3, *a, **k: seen.append(type(z3)))
+    z = MetaTensor(torch.randn(1, 3, 4, 5))
+    assert SampleStats(validate=False)._update_outputs(z, "softmax", 1, torch.zeros(1, dtype=torch.int32))
+    assert seen == [torch.Tensor]
+
+
+def test_triton_launches_run_on_their_tensors_device(monkeypatch):
+    """Triton launches on CUDA's current device: ``run_triton`` makes the first tensor's device current (found by
+    hostile testing: tensors on ``cuda:1`` while the current device is 0)."""
+    from monai_unc import _jit
+
+    entered = []
+
+    class Device:
+        def __init__(self, device):
+            self.device = device
+
+        def __enter__(self):
+            entered.append(self.device)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    for device, switched in ((torch.device("cuda", 1), True), (torch.device("cuda", 0), False),
+                             (torch.device("cpu"), False), (torch.device("cuda"), False), (None, False)):
+        entered.clear()
+        with _jit.device_guard(device):
+            pass
+        assert entered == ([device] if switched else []), device
+    seen = []
+    monkeypatch.setattr(_jit, "device_guard", lambda device: seen.append(device) or Device(device))
+    t = torch.zeros(2, device="meta")
+    assert _jit.run_triton(lambda a, b: "ran", 3, t) == "ran"
+    assert seen == [t.device]
 
 
 #: under TRITON_INTERPRET=1: the Triton kernel forced onto CPU tensors, against the separate steps
