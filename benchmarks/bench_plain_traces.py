@@ -13,7 +13,8 @@ process (best of ``--repeats`` rounds after a warm-up, each round running every 
 - ``traced``: the defaults with the verdicts forgotten before each call (the first call: a trace, then full passes);
 - ``full passes``: ``share_passes=False``;
 
-and, as the mechanism, one trace (``SharedPasses.trace``) over one forward pass.
+and, as the mechanisms, one trace (``SharedPasses.trace``) over one forward pass, and the module walks a remembered
+call makes (``enable_mc_dropout``, ``hidden_submodule``, the verdict's key) over one forward pass.
 
 The three give the same maps for one seed (checked). On a GPU the trace's Python time is what a small network
 exposes (``make gpu-check``'s ``mc_unet`` part times the same contenders on the card).
@@ -69,8 +70,14 @@ def measure(size: int, samples: int, repeats: int) -> dict:
         with torch.no_grad(), enable_mc_dropout(net):
             shared.SharedPasses(net).trace(net, x)
 
+    def walks():  # the per-call module walks of the remembered path: dropout switched on and off, the window's
+        # check that the trace can follow every submodule, the remembered verdict's key
+        with enable_mc_dropout(net):
+            shared.hidden_submodule(net)
+            shared.PLAIN_TRACES._key(net, x)
+
     contenders = {"bare": bare, "remembered": run, "traced": traced, "full passes": lambda: run(False),
-                  "one pass": one_pass, "trace": trace}
+                  "one pass": one_pass, "trace": trace, "walks": walks}
     for fn in contenders.values():  # warm-up
         fn()
     times = {name: float("inf") for name in contenders}
@@ -82,6 +89,7 @@ def measure(size: int, samples: int, repeats: int) -> dict:
     equal = all(torch.equal(maps[0][k], m[k]) for m in maps[1:] for k in ("pred", "mutual_information"))
     return {"size": size, "seconds": times, "equal_maps": equal,
             "trace_over_one_pass": times["trace"] / times["one pass"],
+            "walks_over_one_pass": times["walks"] / times["one pass"],
             "overhead": {k: times[k] / times["bare"] - 1 for k in ("remembered", "traced", "full passes")}}
 
 
@@ -100,11 +108,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"example UNet, {args.samples} samples, whole volume, CPU time, {args.threads} thread(s); overhead over "
           f"{args.samples} bare passes")
     print(f"{'size':>6} {'bare s':>8} {'remembered':>11} {'traced':>8} {'full passes':>12}  {'trace / pass':>12}  "
-          "equal maps")
+          f"{'walks ms':>8}  {'walks / pass':>12}  equal maps")
     for r in rows:
         o = r["overhead"]
         print(f"{r['size']:>5}^3 {r['seconds']['bare']:8.3f} {100 * o['remembered']:10.1f}% {100 * o['traced']:7.1f}% "
-              f"{100 * o['full passes']:11.1f}%  {r['trace_over_one_pass']:11.2f}x  {r['equal_maps']}")
+              f"{100 * o['full passes']:11.1f}%  {r['trace_over_one_pass']:11.2f}x  "
+              f"{1e3 * r['seconds']['walks']:8.3f}  {r['walks_over_one_pass']:11.3f}x  {r['equal_maps']}")
     return rows
 
 

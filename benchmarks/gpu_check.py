@@ -242,8 +242,10 @@ def _mc_compare(net: torch.nn.Module, x: torch.Tensor, base, activation: str, n_
     """MC dropout (streaming) against bare forward passes and stack-then-reduce, time and peak memory.
 
     ``reference``: also time the streaming inferer with the reference torch update of ``SampleStats`` (the fused
-    kernels off), ``stream_reference_s`` and ``overhead_vs_bare_reference``; ``fused_update`` says whether the
-    fused kernel runs on this device (``stream_s`` is then the fused update's).
+    kernels off), ``stream_reference_s`` and ``overhead_vs_bare_reference``, and with the fused update of
+    probabilities after a separate torch activation (``_stats_kernels.FUSED_OUTPUTS`` off), ``stream_separate_s``
+    and ``overhead_vs_bare_separate``; ``fused_update`` says whether the fused kernel runs on this device
+    (``stream_s`` is then the fused update's), ``fused_outputs`` whether it takes the network outputs themselves.
     """
     import monai_unc._stats_kernels as stats_kernels
     from monai_unc import measures
@@ -298,6 +300,8 @@ def _mc_compare(net: torch.nn.Module, x: torch.Tensor, base, activation: str, n_
     res["overhead_vs_bare_full_passes"] = res["stream_full_passes_s"] / res["bare_s"] - 1
     res["stack_over_stream"] = res["stack_s"] / res["stream_s"]
     res["fused_update"] = stats_kernels.available(dev.type)
+    # whether stream_s's samples went to the sums as network outputs, in one launch each (a GPU with Triton)
+    res["fused_outputs"] = stats_kernels.takes_outputs(torch.zeros(1, 2, 1, device=dev), torch.float64)
     if reference:
         stats_kernels.FUSED_KERNELS = False
         try:
@@ -305,6 +309,14 @@ def _mc_compare(net: torch.nn.Module, x: torch.Tensor, base, activation: str, n_
         finally:
             stats_kernels.FUSED_KERNELS = True
         res["overhead_vs_bare_reference"] = res["stream_reference_s"] / res["bare_s"] - 1
+        # the fused update of probabilities with the activation and the outputs' check as separate torch steps (the
+        # code before the fused update of network outputs, _stats_kernels.accumulate_outputs)
+        stats_kernels.FUSED_OUTPUTS = False
+        try:
+            res["stream_separate_s"] = best_time(lambda: stream(n_time), dev, repeats)
+        finally:
+            stats_kernels.FUSED_OUTPUTS = True
+        res["overhead_vs_bare_separate"] = res["stream_separate_s"] / res["bare_s"] - 1
     lo, hi = n_mem
     if memory:
         res[f"peak_mib_n{lo}"] = peak_mib(lambda: stream(lo), dev)
@@ -799,7 +811,10 @@ def _md_table(results: dict) -> str:
                 lo, hi = results["_meta"]["n_mem"]
                 ref = m.get("overhead_vs_bare_reference")
                 ref = "" if ref is None else f" (reference update {100 * ref:.1f} %)"
+                sep = m.get("overhead_vs_bare_separate")
+                ref += "" if sep is None else f" (activation as a separate step {100 * sep:.1f} %)"
                 fused = {True: "fused update", False: "reference update"}.get(m.get("fused_update"), "")
+                fused += " of the outputs" if m.get("fused_outputs") else ""
                 full = m.get("overhead_vs_bare_full_passes")
                 full = "" if full is None else f" (full passes {100 * full:.1f} %)"
                 traced = m.get("overhead_vs_bare_traced")

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LOCK_FILE", "KernelUnavailable", "cached_kernel", "njit", "run_triton", "signature_key", "triton_failure"]
+__all__ = ["LOCK_FILE", "KernelUnavailable", "cached_kernel", "device_guard", "njit", "run_triton", "signature_key",
+           "triton_failure"]
 
 #: the lock file's name in a numba cache folder
 LOCK_FILE = "monai_unc.lock"
@@ -282,6 +283,43 @@ def _device_error(error: BaseException) -> bool:
     return "CUDA error" in text or "out of memory" in text
 
 
+def device_guard(device: Any) -> contextlib.AbstractContextManager:
+    """A context in which ``device`` is CUDA's current device, when it is a CUDA device other than the current one.
+
+    Triton launches a kernel on the current CUDA device and its current stream, whatever device its tensors are on
+    (found by a review of the GPU paths: on a machine with two GPUs, tensors on ``cuda:1`` while the current device
+    is 0, as with ``--device cuda:1``, would be read by a kernel on the other device, unordered with the network's
+    work on theirs). Elsewhere, and on the current device, nothing is switched.
+
+    Args:
+        device: a ``torch.device`` (or None).
+
+    Returns:
+        ``torch.cuda.device(device)``, or a context that does nothing.
+
+    Example:
+        >>> import torch
+        >>> with device_guard(torch.device("cpu")):
+        ...     pass
+    """
+    if device is None or getattr(device, "type", None) != "cuda" or device.index is None:
+        return contextlib.nullcontext()
+    import torch
+
+    if device.index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
+
+
+def _first_device(args: tuple) -> Any:
+    """The device of the first tensor among ``args`` (the kernels' launches take their tensors first), or None."""
+    for a in args:
+        device = getattr(a, "device", None)
+        if device is not None and hasattr(a, "data_ptr"):
+            return device
+    return None
+
+
 def run_triton(launch: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``launch(*args, **kwargs)``, a call that compiles (on first use) and launches a Triton kernel.
 
@@ -312,7 +350,8 @@ def run_triton(launch: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if _TRITON_FAILURE:
         raise KernelUnavailable(_TRITON_FAILURE[0])
     try:
-        return launch(*args, **kwargs)
+        with device_guard(_first_device(args)):  # on the tensors' device (see device_guard)
+            return launch(*args, **kwargs)
     except Exception as e:
         if isinstance(e, KernelUnavailable):
             raise

@@ -44,10 +44,14 @@ import torch
 from ._jit import cached_kernel, njit, run_triton, triton_failure
 from ._lazy import lazy_optional
 
-__all__ = ["FUSED_KERNELS", "available", "backend", "value_flags", "accumulate", "CPU_CHUNK_ELEMENTS"]
+__all__ = ["FUSED_KERNELS", "FUSED_OUTPUTS", "available", "backend", "value_flags", "accumulate", "accumulate_outputs",
+           "takes_outputs", "OUTPUT_ACTIVATIONS", "CPU_CHUNK_ELEMENTS"]
 
 #: switch of the fused update (False: the reference torch path everywhere; the benchmarks and tests compare both)
 FUSED_KERNELS = True
+#: switch of the fused update of network outputs (:func:`accumulate_outputs`; False: the inferers apply the activation
+#: and check the outputs in torch, then call the fused update of probabilities; the GPU check times both)
+FUSED_OUTPUTS = True
 #: sample elements (samples x classes x voxels) per chunk of the CPU path: the chunk, its entropy temporaries and
 #: its sums stay in the cores' caches
 CPU_CHUNK_ELEMENTS = 1 << 17
@@ -60,6 +64,9 @@ CUDA_BLOCK = 512
 
 _HALF = (torch.float16, torch.bfloat16)
 _FUSED_SUMS = (torch.float32, torch.float64)
+#: the activations :func:`accumulate_outputs` evaluates in the kernel, by the code the kernel takes: a softmax over
+#: the channels, a sigmoid per channel (multi-label), one channel ``z`` as the two classes ``(sigmoid(-z), sigmoid(z))``
+OUTPUT_ACTIVATIONS = {"softmax": 1, "sigmoid": 2, "binary_sigmoid": 3}
 
 
 def _build_cpu() -> Any:
@@ -212,6 +219,33 @@ def _kind(p: torch.Tensor) -> str:
     return "triton" if p.device.type == "cuda" else "numba"
 
 
+def takes_outputs(z: torch.Tensor, accum_dtype: torch.dtype) -> bool:
+    """Whether :func:`accumulate_outputs` adds samples given as network outputs like ``z`` (the Triton kernel).
+
+    On the CPU the network's outputs go through the torch activation and :func:`accumulate` (numba's entropy is torch's
+    formula chunk by chunk, which needs the probabilities), so this is True only where the Triton kernel runs.
+
+    Args:
+        z: network outputs ``(B, C, *spatial)`` (their device and dtype decide).
+        accum_dtype: the dtype of the running sums.
+
+    Returns:
+        True on CUDA with Triton, for float32 or float64 sums (float64 sums for float64 outputs), while
+        :data:`FUSED_KERNELS` and :data:`FUSED_OUTPUTS` are on.
+
+    Example:
+        >>> takes_outputs(torch.zeros(1, 2, 3), torch.float64)  # a CPU tensor: the activation runs in torch
+        False
+    """
+    if not (FUSED_KERNELS and FUSED_OUTPUTS) or not z.is_floating_point() or z.ndim < 3 or z.numel() == 0:
+        return False
+    if _kind(z) != "triton":
+        return False
+    if accum_dtype not in _FUSED_SUMS or (z.dtype == torch.float64 and accum_dtype != torch.float64):
+        return False
+    return _cuda_kernels() is not None and triton_failure() is None
+
+
 def _chunk_voxels(rows: int, n_cls: int) -> int:
     return max(CPU_MIN_CHUNK_VOXELS, CPU_CHUNK_ELEMENTS // max(rows * n_cls, 1))
 
@@ -249,6 +283,27 @@ def value_flags(p3: torch.Tensor, classes: bool) -> tuple[int, float, float, flo
     return int(out[0]), float(out[1]), float(out[2]), dev
 
 
+def _check_sums(n_rows: int, n_cls: int, n_vox: int, weights: Sequence[float], sum_p: torch.Tensor,
+                sum_h: torch.Tensor, sum_p2: torch.Tensor | None, per_class_squares: bool, multilabel: bool) -> None:
+    """``ValueError`` unless the sums are contiguous ``(B, C or 1, V)`` tensors (``B`` of ``sum_p``) and the rows hold
+    one sample per weight: the kernels write the sums without bounds checks."""
+    n_batch = sum_p.shape[0]
+    if any(t is not None and t.dtype != sum_p.dtype for t in (sum_h, sum_p2)):
+        raise ValueError("the sums must share one dtype")
+    expected = {
+        "sum_p": (sum_p, n_cls),
+        "sum_h": (sum_h, n_cls if multilabel else 1),
+        "sum_p2": (sum_p2, n_cls if per_class_squares else 1),
+    }
+    if n_batch < 1 or n_rows % n_batch or len(weights) != n_rows // n_batch:
+        raise ValueError(f"{n_rows} sample rows do not hold {len(weights)} samples of {n_batch} batch items")
+    for name, (t, channels) in expected.items():
+        if t is not None and (tuple(t.shape) != (n_batch, channels, n_vox) or not t.is_contiguous()):
+            raise ValueError(
+                f"{name} must be a contiguous ({n_batch}, {channels}, {n_vox}) tensor, got {tuple(t.shape)}"
+            )
+
+
 def accumulate(
     p3: torch.Tensor,
     weights: Sequence[float],
@@ -274,26 +329,17 @@ def accumulate(
             used by the CPU path.
 
     Raises:
-        ValueError: the sums are not contiguous tensors of the shapes above, or the weights are not one per sample
-            (the kernels write the sums without bounds checks).
+        ValueError: the samples or the sums are not contiguous tensors of the shapes above, the sums' dtypes
+            differ, or the weights are not one per sample (the kernels write the sums without bounds checks).
         KernelUnavailable: the Triton kernel cannot be built on this machine (:func:`monai_unc._jit.run_triton`);
             the sums are unchanged, and the caller adds the samples with the torch path.
     """
+    if p3.ndim != 3 or not p3.is_contiguous():  # the kernels index the samples as contiguous rows
+        raise ValueError(f"p3 must be a contiguous (k * B, C, V) tensor, got shape {tuple(p3.shape)}, strides "
+                         f"{p3.stride()}")
     n_rows, n_cls, n_vox = p3.shape
     n_batch = sum_p.shape[0]
-    # the kernels write the sums without bounds checks: sums of another shape would be written outside them
-    expected = {
-        "sum_p": (sum_p, n_cls),
-        "sum_h": (sum_h, n_cls if multilabel else 1),
-        "sum_p2": (sum_p2, n_cls if per_class_squares else 1),
-    }
-    if n_batch < 1 or n_rows % n_batch or len(weights) != n_rows // n_batch:
-        raise ValueError(f"{n_rows} sample rows do not hold {len(weights)} samples of {n_batch} batch items")
-    for name, (t, channels) in expected.items():
-        if t is not None and (tuple(t.shape) != (n_batch, channels, n_vox) or not t.is_contiguous()):
-            raise ValueError(
-                f"{name} must be a contiguous ({n_batch}, {channels}, {n_vox}) tensor, got {tuple(t.shape)}"
-            )
+    _check_sums(n_rows, n_cls, n_vox, weights, sum_p, sum_h, sum_p2, per_class_squares, multilabel)
     sq_mode = 0 if sum_p2 is None else (1 if per_class_squares else 2)
     if _kind(p3) == "triton":
         run_triton(_cuda_kernels().accumulate, p3, weights, sum_p, sum_h, sum_p2, sq_mode, multilabel)
@@ -331,3 +377,62 @@ def accumulate(
 
     with ThreadPoolExecutor(n_threads) as pool:
         list(pool.map(block, range(n_threads)))
+
+
+def accumulate_outputs(
+    z3: torch.Tensor,
+    weights: Sequence[float],
+    sum_p: torch.Tensor,
+    sum_h: torch.Tensor,
+    sum_p2: torch.Tensor | None,
+    per_class_squares: bool,
+    activation: str,
+    nonfinite: torch.Tensor,
+) -> None:
+    """:func:`accumulate` of ``k`` samples given as network outputs: the kernel evaluates their probabilities.
+
+    The per-sample activation, the check of the outputs' finiteness and the update of every sum in one launch (on a
+    GPU with a small network, each launch and its Python weigh against a pass of a few milliseconds). The
+    probabilities are the activation of :data:`OUTPUT_ACTIVATIONS` evaluated in float32 (float64 for float64 outputs;
+    float16 and bfloat16 outputs read as float32, as torch's activation of their float32 copy), within a few
+    roundings of torch's; the rest is :func:`accumulate`'s.
+
+    Args:
+        z3: the outputs ``(k * B, C_in, V)`` (sample ``j`` in rows ``j * B`` to ``(j + 1) * B``), contiguous, on the
+            sums' device; ``C_in = 1`` for ``"binary_sigmoid"`` (two classes), else the classes ``C``.
+        weights: the ``k`` weights.
+        sum_p: ``(B, C, V)`` the running ``sum_s w_s p_s``, contiguous.
+        sum_h: ``(B, 1, V)`` (``(B, C, V)`` for ``"sigmoid"``, multi-label) the running ``sum_s w_s H(p_s)``.
+        sum_p2: ``(B, C, V)`` (``per_class_squares``) or ``(B, 1, V)`` the running second moment, or None.
+        per_class_squares: ``sum_p2`` holds ``p_c^2`` per class (else ``sum_c p_c^2``).
+        activation: a key of :data:`OUTPUT_ACTIVATIONS`.
+        nonfinite: one int32 on the device, set to 1 where an output is NaN or infinite (never reset here).
+
+    Raises:
+        ValueError: the shapes, strides, dtypes or ``activation`` do not fit (the kernel reads the outputs as
+            contiguous rows and writes the sums without bounds checks; float64 outputs need float64 sums), or ``z3``
+            is not a tensor the Triton kernel takes (:func:`takes_outputs`).
+        KernelUnavailable: the Triton kernel cannot be built on this machine; the sums are unchanged.
+    """
+    if activation not in OUTPUT_ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(OUTPUT_ACTIVATIONS)}, got {activation!r}")
+    if _kind(z3) != "triton":
+        raise ValueError("accumulate_outputs runs the Triton kernel only: evaluate the activation in torch and call "
+                         "accumulate on the CPU")
+    if z3.ndim != 3 or not z3.is_contiguous() or not z3.is_floating_point():
+        raise ValueError(f"z3 must be a contiguous floating-point (k * B, C_in, V) tensor, got shape "
+                         f"{tuple(z3.shape)}, strides {z3.stride()}, dtype {z3.dtype}")
+    if sum_p.dtype not in _FUSED_SUMS or (z3.dtype == torch.float64 and sum_p.dtype != torch.float64):
+        raise ValueError(f"the sums must be float32 or float64 (float64 for float64 outputs), got {sum_p.dtype} "
+                         f"sums for {z3.dtype} outputs")
+    n_rows, c_in, n_vox = z3.shape
+    multilabel = activation == "sigmoid"
+    n_cls = 2 if activation == "binary_sigmoid" else c_in
+    if activation == "binary_sigmoid" and c_in != 1:
+        raise ValueError(f"activation 'binary_sigmoid' reads one output channel, got {c_in}")
+    if nonfinite.dtype != torch.int32 or nonfinite.numel() < 1 or nonfinite.device != z3.device:
+        raise ValueError("nonfinite must be an int32 tensor on the outputs' device")
+    _check_sums(n_rows, n_cls, n_vox, weights, sum_p, sum_h, sum_p2, per_class_squares, multilabel)
+    sq_mode = 0 if sum_p2 is None else (1 if per_class_squares else 2)
+    run_triton(_cuda_kernels().accumulate_outputs, z3, weights, sum_p, sum_h, sum_p2, sq_mode, multilabel,
+               OUTPUT_ACTIVATIONS[activation], nonfinite)

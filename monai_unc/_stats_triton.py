@@ -20,7 +20,7 @@ try:
 except ImportError:  # no Triton (e.g. collected by the doctests on such a machine): nothing is defined
     triton = None
 
-__all__ = ["accumulate", "value_flags"]
+__all__ = ["accumulate", "accumulate_outputs", "value_flags"]
 
 #: voxels per program
 BLOCK = 512
@@ -36,6 +36,7 @@ if triton is not None:
         sh_ptr,
         sp2_ptr,
         consts_ptr,
+        nf_ptr,
         K,
         B,
         V,
@@ -43,9 +44,16 @@ if triton is not None:
         BLOCK_C: tl.constexpr,
         MULTILABEL: tl.constexpr,
         SQ: tl.constexpr,
+        ACT: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
-        """Voxels ``[pid * BLOCK, ...)`` of batch item ``program_id(1)``: the ``K`` samples into the sums."""
+        """Voxels ``[pid * BLOCK, ...)`` of batch item ``program_id(1)``: the ``K`` samples into the sums.
+
+        ``ACT``: the samples are probabilities (0), or network outputs whose probabilities the kernel evaluates: a
+        softmax over the ``C`` channels (1), a sigmoid per channel (2), or one channel ``z`` read as the two classes
+        ``(sigmoid(-z), sigmoid(z))`` (3, ``C = 2``); then a program that reads a non-finite output stores 1 at
+        ``nf_ptr``.
+        """
         pid = tl.program_id(0)
         b = tl.program_id(1)
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -69,8 +77,11 @@ if triton is not None:
             acc_2 = tl.load(sp2_ptr + one_idx, mask=mv, other=0.0)
         for k in range(K):
             wk = tl.load(w_ptr + k)  # float64
-            row = (k * B + b) * C
-            x = tl.load(p_ptr + (row + cs[:, None]).to(tl.int64) * V + offs[None, :], mask=m2, other=0.0)
+            if ACT == 0:
+                row = (k * B + b) * C
+                x = tl.load(p_ptr + (row + cs[:, None]).to(tl.int64) * V + offs[None, :], mask=m2, other=0.0)
+            else:
+                x = _probabilities(p_ptr, nf_ptr, k * B + b, V, offs, mv, cs, mc, m2, one, C, ACT)
             xe = x.to(tiny.dtype)
             # the reference's clamp(p, 0, 1) log clamp(p, tiny, 1) (measures._entropy_t): values a little outside
             # [0, 1] count as 0 or 1; comparisons with NaN are false, so NaN stays NaN; masked lanes hold 0
@@ -101,6 +112,28 @@ if triton is not None:
             tl.store(sp2_ptr + one_idx, acc_2, mask=mv)
 
     @triton.jit
+    def _probabilities(z_ptr, nf_ptr, n, V, offs, mv, cs, mc, m2, one, C: tl.constexpr, ACT: tl.constexpr):
+        """Row ``n``'s probabilities ``(BLOCK_C, BLOCK)`` from its network outputs, in ``one``'s precision (float32,
+        float64 for float64 outputs); 1 stored at ``nf_ptr`` where an output in the block is not finite."""
+        if ACT == 3:
+            z1 = tl.load(z_ptr + n.to(tl.int64) * V + offs, mask=mv, other=0.0).to(one.dtype)
+            bad = tl.sum(tl.where(mv & ((z1 - z1) != 0.0), 1, 0), axis=0)  # inf - inf and NaN - NaN are NaN
+            z = tl.where(cs[:, None] == 0, -z1[None, :], z1[None, :])  # the background as sigmoid(-z)
+            x = one / (one + tl.exp(-z))
+        else:
+            z = tl.load(z_ptr + (n * C + cs[:, None]).to(tl.int64) * V + offs[None, :], mask=m2, other=0.0)
+            z = z.to(one.dtype)
+            bad = tl.sum(tl.sum(tl.where(m2 & ((z - z) != 0.0), 1, 0), axis=1), axis=0)
+            if ACT == 1:  # exp(z - max) / sum: the padding channels (BLOCK_C > C) hold -inf, so 0
+                z = tl.where(mc[:, None], z, -float("inf"))
+                e = tl.exp(z - tl.max(z, axis=0)[None, :])
+                x = e / tl.sum(e, axis=0)[None, :]
+            else:
+                x = one / (one + tl.exp(-z))
+        tl.store(nf_ptr, bad * 0 + 1, mask=bad > 0)  # only ever 1: programs that store it race harmlessly
+        return x
+
+    @triton.jit
     def _flags_kernel(p_ptr, out_ptr, V, C: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK: tl.constexpr):
         """Row ``program_id(1)``, voxels of block ``program_id(0)``: 4 float64 values at ``out[program]``."""
         pid = tl.program_id(0)
@@ -123,6 +156,16 @@ if triton is not None:
         tl.store(out_ptr + slot + 1, lo)
         tl.store(out_ptr + slot + 2, hi)
         tl.store(out_ptr + slot + 3, dev)
+
+
+def _cdiv(n: int, d: int) -> int:
+    """``ceil(n / d)`` (``triton.cdiv`` is a JIT function: called on the host, 4 us of its dispatch a launch)."""
+    return -(-n // d)
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of 2 ``>= n`` (``n >= 1``), as ``triton.next_power_of_2`` without its JIT dispatch."""
+    return 1 << (int(n) - 1).bit_length()
 
 
 #: ``[tiny, 1]`` per (device, dtype), and a float64 vector of ones per device (unit weights): made once, so that an
@@ -167,11 +210,34 @@ def accumulate(
 
     ``sq_mode``: 0 no second moment, 1 per class, 2 one channel ``sum_c p_c^2``.
     """
-    n_rows, n_cls, n_vox = p3.shape
-    n_batch = sum_p.shape[0]
+    _launch(p3, weights, sum_p, sum_h, sum_p2, sq_mode, multilabel, 0, None)
+
+
+def accumulate_outputs(
+    z3: torch.Tensor,
+    weights: Sequence[float],
+    sum_p: torch.Tensor,
+    sum_h: torch.Tensor,
+    sum_p2: torch.Tensor | None,
+    sq_mode: int,
+    multilabel: bool,
+    activation: int,
+    nonfinite: torch.Tensor,
+) -> None:
+    """:func:`accumulate` of ``k`` samples given as network outputs ``(k * B, C_in, V)``, whose probabilities the
+    kernel evaluates (``activation``: 1 softmax, 2 sigmoid per channel, 3 one channel as two classes); a non-finite
+    output stores 1 in ``nonfinite`` (one int32 on the device). One launch, no synchronisation."""
+    _launch(z3, weights, sum_p, sum_h, sum_p2, sq_mode, multilabel, activation, nonfinite)
+
+
+def _launch(p3: torch.Tensor, weights: Sequence[float], sum_p: torch.Tensor, sum_h: torch.Tensor,
+            sum_p2: torch.Tensor | None, sq_mode: int, multilabel: bool, activation: int,
+            nonfinite: torch.Tensor | None) -> None:
+    n_rows, n_vox = p3.shape[0], p3.shape[2]
+    n_batch, n_cls = sum_p.shape[0], sum_p.shape[1]
     w = _weights(weights, p3.device)
     sp2 = sum_p2 if sum_p2 is not None else sum_p
-    grid = (triton.cdiv(n_vox, BLOCK), n_batch)
+    grid = (_cdiv(n_vox, BLOCK), n_batch)
     _stats_kernel[grid](
         p3,
         w,
@@ -179,13 +245,15 @@ def accumulate(
         sum_h,
         sp2,
         _eval_consts(p3),
+        nonfinite if nonfinite is not None else sum_p,
         n_rows // n_batch,
         n_batch,
         n_vox,
         C=n_cls,
-        BLOCK_C=triton.next_power_of_2(n_cls),
+        BLOCK_C=_pow2(n_cls),
         MULTILABEL=bool(multilabel),
         SQ=int(sq_mode),
+        ACT=int(activation),
         BLOCK=BLOCK,
     )
 
@@ -193,8 +261,8 @@ def accumulate(
 def value_flags(p3: torch.Tensor, classes: bool) -> tuple[int, float, float, float]:
     """:func:`monai_unc._stats_kernels.value_flags` on a CUDA tensor: one launch, one synchronisation."""
     n_rows, n_cls, n_vox = p3.shape
-    grid = (triton.cdiv(n_vox, BLOCK), n_rows)
+    grid = (_cdiv(n_vox, BLOCK), n_rows)
     part = torch.empty((grid[0] * grid[1], 4), dtype=torch.float64, device=p3.device)
-    _flags_kernel[grid](p3, part, n_vox, C=n_cls, BLOCK_C=triton.next_power_of_2(n_cls), BLOCK=BLOCK)
+    _flags_kernel[grid](p3, part, n_vox, C=n_cls, BLOCK_C=_pow2(n_cls), BLOCK=BLOCK)
     bad, lo, hi, dev = torch.stack([part[:, 0].sum(), part[:, 1].min(), part[:, 2].max(), part[:, 3].max()]).tolist()
     return int(bad), lo, hi, (dev if classes else 0.0)

@@ -78,7 +78,9 @@ import torch
 
 from ._jit import KernelUnavailable
 from ._stats_kernels import accumulate as fused_accumulate
+from ._stats_kernels import accumulate_outputs as fused_accumulate_outputs
 from ._stats_kernels import backend as fused_backend
+from ._stats_kernels import takes_outputs as fused_takes_outputs
 from ._stats_kernels import value_flags as fused_value_flags
 from ._utils import (
     PROB_TOL,
@@ -626,6 +628,76 @@ class SampleStats:
         self.num_updates += num_samples
         return True
 
+    def _takes_outputs(self, z: torch.Tensor, activation: str) -> bool:
+        """Whether :meth:`_update_outputs` can add outputs like ``z`` under ``activation`` (their shape aside)."""
+        if self.validate or (activation == "sigmoid") != self.multilabel or z.ndim < 3 or z.numel() == 0:
+            return False
+        n_cls = 2 if activation == "binary_sigmoid" else int(z.shape[1])
+        if n_cls < (1 if self.multilabel else 2) or (activation == "binary_sigmoid" and z.shape[1] != 1):
+            return False  # the caller's path raises the error for such outputs
+        accum = self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_cls)
+        return fused_takes_outputs(z, accum)
+
+    def _update_outputs(self, z: torch.Tensor, activation: str, num_samples: int, nonfinite: torch.Tensor) -> bool:
+        """Add ``num_samples`` unit-weight samples given as network outputs, their probabilities from the fused kernel.
+
+        False, with nothing added, where that kernel does not take them.
+
+        For the inferers (:mod:`monai_unc.inferers.sampling`), which apply ``activation`` to every output themselves
+        where this returns False: one launch per call on a GPU (:func:`monai_unc._stats_kernels.accumulate_outputs`)
+        in place of the activation, the outputs' range check and the update. Runs only without ``validate`` (the
+        probabilities of finite outputs are valid by construction; a non-finite output sets ``nonfinite``).
+
+        Args:
+            z: ``(k * B, C_in, *spatial)`` outputs (sample ``j`` in rows ``j * B`` to ``(j + 1) * B``); ``C_in = 1``
+                for ``"binary_sigmoid"`` (the two classes ``(sigmoid(-z), sigmoid(z))``).
+            activation: ``"softmax"`` (``C_in >= 2``), ``"sigmoid"`` (multi-label statistics) or ``"binary_sigmoid"``.
+            num_samples: ``k``, a divisor of ``z.shape[0]``.
+            nonfinite: one int32 on ``z``'s device, set to 1 where an output is not finite.
+
+        Returns:
+            Whether the samples were added.
+        """
+        if not self._takes_outputs(z, activation) or z.shape[0] % num_samples:
+            return False
+        z = to_tensor(z, "z")  # a MONAI MetaTensor as a plain tensor, as update() takes its samples
+        n_cls = 2 if activation == "binary_sigmoid" else int(z.shape[1])
+        accum = self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_cls)
+        b = z.shape[0] // num_samples
+        if not self._fused_sums_for(tuple(z.shape[2:]), n_cls, b) or any(
+            t is not None and (t.device != z.device or t.dtype != accum) for t in (self.sum_p, self.sum_h, self.sum_p2)
+        ):
+            return False
+        fresh = self.sum_p is None
+        if fresh:
+            n_h = n_cls if self.multilabel else 1
+            n_2 = n_cls if self._per_class_squares() else 1
+            opts = {"dtype": accum, "device": z.device}
+            spatial = tuple(z.shape[2:])
+            self.sum_p = torch.zeros((b, n_cls, *spatial), **opts)
+            self.sum_h = torch.zeros((b, n_h, *spatial), **opts)
+            self.sum_p2 = torch.zeros((b, n_2, *spatial), **opts) if self.track_variance else None
+        elif not all(t is None or t.is_contiguous() for t in (self.sum_p, self.sum_h, self.sum_p2)):
+            self.sum_p, self.sum_h = self.sum_p.contiguous(), self.sum_h.contiguous()
+            self.sum_p2 = self.sum_p2.contiguous() if self.sum_p2 is not None else None
+        flat = [t.view(t.shape[0], t.shape[1], -1) if t is not None else None
+                for t in (self.sum_p, self.sum_h, self.sum_p2)]
+        weights = [1.0] * num_samples
+        try:
+            fused_accumulate_outputs(_as_rows(z), weights, flat[0], flat[1], flat[2], self._per_class_squares(),
+                                     activation, nonfinite)
+        except KernelUnavailable:  # no Triton kernel on this machine (warned once): nothing was added
+            if fresh:
+                self.sum_p = self.sum_h = self.sum_p2 = None
+            return False
+        if fresh:
+            self.accum_dtype = accum
+            self.out_dtype = torch.float64 if z.dtype == torch.float64 else torch.float32
+        for w in weights:
+            self.sum_w += w
+        self.num_updates += num_samples
+        return True
+
     def _fused_sums(self, p: torch.Tensor, b: int) -> bool:
         """Whether the sums (if any) have the shapes the fused kernel writes for samples ``(b, C, *spatial)``.
 
@@ -633,10 +705,12 @@ class SampleStats:
         broadcasts, or a second moment of the other layout are left to the reference path, which broadcasts or
         raises as it always has (the kernel would write outside them).
         """
+        return self._fused_sums_for(tuple(p.shape[2:]), int(p.shape[1]), b)
+
+    def _fused_sums_for(self, spatial: tuple[int, ...], n_cls: int, b: int) -> bool:
+        """:meth:`_fused_sums` for samples of ``n_cls`` channels over ``spatial``."""
         if self.sum_p is None:
             return True
-        spatial = tuple(p.shape[2:])
-        n_cls = int(p.shape[1])
         n_h = n_cls if self.multilabel else 1
         n_2 = n_cls if self._per_class_squares() else 1
         if tuple(self.sum_p.shape) != (b, n_cls, *spatial) or tuple(self.sum_h.shape) != (b, n_h, *spatial):

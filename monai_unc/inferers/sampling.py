@@ -75,7 +75,14 @@ from .._utils import (
 )
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure, combine_mi_meanings
 from ..networks.dropout import find_dropout_layers
-from ..networks.shared import PLAIN_TRACES, SharedPasses, SharingUnavailable, sample_batch, watch_input
+from ..networks.shared import (
+    PLAIN_TRACES,
+    SharedPasses,
+    SharingUnavailable,
+    hidden_submodule,
+    sample_batch,
+    watch_input,
+)
 from ..stats import (
     MEAN_SQ_SUM,
     WD_RTOL,
@@ -600,6 +607,26 @@ def warn_if_probabilities(out: Any, activation: str | None) -> bool:
     return True
 
 
+def _output_layout(out: torch.Tensor, activation: str) -> tuple[bool, str]:
+    """``(multilabel, kind)`` of a network output under ``activation`` (``"softmax"`` or ``"sigmoid"``).
+
+    With the errors of :func:`_to_probs`; ``kind`` names the fused kernel's activation (one sigmoid channel gives two
+    classes, ``"binary_sigmoid"``).
+    """
+    if out.ndim < 3:
+        raise ValueError(f"network output must be (B, C, *spatial), got shape {tuple(out.shape)}")
+    if activation == "softmax":
+        if out.shape[1] < 2:
+            raise ValueError(
+                "activation='softmax' needs at least 2 output channels; for a single-channel binary network "
+                "use activation='sigmoid'"
+            )
+        return False, "softmax"
+    if activation == "sigmoid":
+        return (False, "binary_sigmoid") if out.shape[1] == 1 else (True, "sigmoid")
+    raise ValueError(f"activation must be 'softmax', 'sigmoid' or None, got {activation!r}")
+
+
 def _to_probs(out: Any, activation: str | None, check: bool = True) -> tuple[torch.Tensor, bool]:
     """:func:`apply_activation` plus whether the result is multi-label (per-channel Bernoulli)."""
     out = network_output_tensor(out)
@@ -1017,6 +1044,13 @@ class UncertaintyInferer(Inferer):
         """
         return combine_mi_meanings((s.mi_meaning, _planned_samples(s)) for s in self.sources)
 
+    def _window_stats(self, multilabel: bool) -> SampleStats:
+        """The running statistics of one window's samples (no value checks: the inferer checks the outputs)."""
+        with warnings.catch_warnings():  # half-precision sums: warned once, by the constructor
+            warnings.filterwarnings("ignore", message="accum_dtype=", category=UserWarning)
+            return SampleStats(track_variance=self.track_variance, accum_dtype=self.accum_dtype, validate=False,
+                               multilabel=multilabel, class_variance=self.class_variance)
+
     def _window_fn(
         self, network: Callable, window_sources: Sequence[SampleSource]
     ) -> tuple[Callable, dict[str, Any]]:
@@ -1035,6 +1069,10 @@ class UncertaintyInferer(Inferer):
             # float16 network whose logits overflowed gave confident maps without an error); aminmax makes no
             # temporary of the output's size
             extremes: list[torch.Tensor] = []
+            # the fused update of network outputs (SampleStats._update_outputs) is tried first, and kept for the
+            # window when the first sample took it; nonfinite: its flag of non-finite outputs (int32 on the device)
+            fused_outputs: list[bool | None] = [None]
+            nonfinite: list[torch.Tensor] = []
 
             def base(t: torch.Tensor) -> Any:
                 return network(t, *args, **kwargs)
@@ -1052,15 +1090,31 @@ class UncertaintyInferer(Inferer):
                     # [0, 1] (a sigmoid in the forward: a second one puts every voxel in the foreground) warned
                     info["activation_checked"] = True
                     check_network_logits(raw, self.activation, info.get("who", "the network"))
+                if self.activation is not None and not self.keep_samples and fused_outputs[0] is not False:
+                    z = network_output_tensor(raw).detach()
+                    multilabel, kind = _output_layout(z, self.activation)
+                    if stats is None:  # the window's first sample decides, for every sample of the window (a
+                        # deterministic network's samples must give the same probabilities bit for bit: MI = 0)
+                        stats = self._window_stats(multilabel)
+                        info["multilabel"] = multilabel
+                        probs_dtype = torch.float64 if z.dtype == torch.float64 else torch.float32
+                        fused_outputs[0] = stats._takes_outputs(z, kind)
+                        if fused_outputs[0]:
+                            nonfinite.append(torch.zeros(1, dtype=torch.int32, device=z.device))
+                    # the activation, the outputs' finiteness and every sum in one launch where the fused kernel
+                    # takes the outputs (a GPU): on an H200 with a 2 ms pass, the separate steps' launches and Python
+                    # were most of what the statistics added to the bare passes
+                    if fused_outputs[0] and stats._update_outputs(z, kind, len(indices), nonfinite[0]):
+                        info["classes"] = int(stats.sum_p.shape[1])
+                        return
+                    # the separate steps (a later refusal means outputs that the steps below reject, e.g. of another
+                    # shape, or a kernel that failed to build)
+                    fused_outputs[0] = False
                 if self.activation is not None:  # probabilities (None) are checked by _to_probs itself
                     extremes.append(torch.stack(torch.aminmax(network_output_tensor(raw).detach())).float())
                 probs, multilabel = _to_probs(raw, self.activation, check=False)
                 if stats is None:
-                    with warnings.catch_warnings():  # half-precision sums: warned once, by the constructor
-                        warnings.filterwarnings("ignore", message="accum_dtype=", category=UserWarning)
-                        stats = SampleStats(track_variance=self.track_variance, accum_dtype=self.accum_dtype,
-                                            validate=False, multilabel=multilabel,
-                                            class_variance=self.class_variance)
+                    stats = self._window_stats(multilabel)
                     info["multilabel"] = multilabel
                     probs_dtype = probs.dtype
                 info["classes"] = int(probs.shape[1])
@@ -1100,6 +1154,8 @@ class UncertaintyInferer(Inferer):
             finite = torch.isfinite(stats.sum_h).all()
             if extremes:
                 finite = finite & torch.isfinite(torch.stack(extremes)).all().to(finite.device)
+            if nonfinite:
+                finite = finite & (nonfinite[0] == 0).all().to(finite.device)
             if not bool(finite):
                 # an ensemble names the member: one whose training diverged (NaN weights) failed every case with a
                 # message that blamed the input (found by hostile testing)
@@ -1166,10 +1222,10 @@ class UncertaintyInferer(Inferer):
         if not isinstance(network, nn.Module):
             info.setdefault("fallback", "the network is not a torch.nn.Module whose calls can be followed")
             return None
-        try:  # a TorchScript or compiled submodule hides its operations (and random draws) from the trace
-            SharedPasses(plain_module(network))
-        except SharingUnavailable as err:
-            info.setdefault("fallback", str(err))
+        # a TorchScript or compiled submodule hides its operations (and random draws) from the trace
+        hidden = hidden_submodule(plain_module(network))
+        if hidden is not None:
+            info.setdefault("fallback", hidden)
             return None
         return src
 

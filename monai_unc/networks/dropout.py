@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -139,12 +139,21 @@ def _traced_dropout(model: nn.Module) -> str | None:
     A trace records each operation as it ran when traced: its dropout was recorded in that mode, and switching the
     layer's training flag afterwards changes nothing (under MC dropout every sample would be the same prediction).
     """
-    for name, m in plain_module(model).named_modules():
-        if isinstance(m, torch.jit.TracedModule) and getattr(m, "original_name", None) in (
-            _TORCH_DROPOUT_NAMES | _DROPPATH_NAMES
-        ) and _traced_rate(m) > 0:
-            return name
-    return None
+    return _traced_dropout_in(plain_module(model), plain_module(model).modules())
+
+
+def _traced_dropout_in(root: nn.Module, modules: Iterable[nn.Module]) -> str | None:
+    """:func:`_traced_dropout` over ``root``'s ``modules`` (walked already); the names only for one found."""
+    found = next((m for m in modules if _is_traced_dropout(m)), None)
+    if found is None:  # the usual case: no qualified names (a name for every module is a call's host time)
+        return None
+    return next(name for name, m in root.named_modules() if m is found)
+
+
+def _is_traced_dropout(m: nn.Module) -> bool:
+    return isinstance(m, torch.jit.TracedModule) and getattr(m, "original_name", None) in (
+        _TORCH_DROPOUT_NAMES | _DROPPATH_NAMES
+    ) and _traced_rate(m) > 0
 
 
 def _traced_rate(module: Any) -> float:
@@ -197,8 +206,13 @@ def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[l
         ([Dropout3d(p=0.3, inplace=False)], [])
     """
     include_zero = check_bool(include_zero, "include_zero")
+    return _dropout_layers_in(plain_module(model).modules(), include_zero)
+
+
+def _dropout_layers_in(walk: Iterable[nn.Module], include_zero: bool) -> tuple[list[nn.Module], list[DropoutHook]]:
+    """:func:`find_dropout_layers` over the modules of a walk."""
     modules, hooks = [], []
-    for m in plain_module(model).modules():
+    for m in walk:
         if _is_dropout_module(m):
             if include_zero or _rate(m) > 0:
                 modules.append(m)
@@ -208,6 +222,11 @@ def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[l
     return modules, hooks
 
 
+def _sampling_rate_too_high(m: nn.Module) -> bool:
+    rate = getattr(m, "p", getattr(m, "drop_prob", None))  # None: a DropPath that names its rate otherwise
+    return isinstance(rate, numbers.Real) and rate >= 1.0
+
+
 def _check_sampling_rates(model: nn.Module, modules: Sequence[nn.Module], hooks: Sequence[DropoutHook]) -> None:
     """``ValueError`` naming the first dropout layer of ``model`` whose rate is 1 or more (before any pass).
 
@@ -215,12 +234,16 @@ def _check_sampling_rates(model: nn.Module, modules: Sequence[nn.Module], hooks:
     uncertainty maps are 0, silently. ``torch.nn.Dropout(p=1.0)`` is allowed by torch, and a hook's or a layer's
     rate can be changed after construction.
     """
+    # the rates first, the qualified names only when one is 1 or more: building a name for every module took most of
+    # an MC call's fixed host time (0.28 ms of 0.5 ms for the example UNet's 87 modules on a 2-core CPU)
+    if not any(_sampling_rate_too_high(m) for m in modules) and not any(h.p >= 1.0 for h in hooks):
+        return
     listed = {id(m) for m in modules}
     hooked = {id(h) for h in hooks}
     for name, m in plain_module(model).named_modules():  # the names the user knows, without ``_orig_mod.``
         label = repr(name) if name else "'' (the network itself)"
-        rate = getattr(m, "p", getattr(m, "drop_prob", None))  # None: a DropPath that names its rate otherwise
-        if id(m) in listed and isinstance(rate, numbers.Real) and rate >= 1.0:
+        if id(m) in listed and _sampling_rate_too_high(m):
+            rate = getattr(m, "p", getattr(m, "drop_prob", None))
             raise ValueError(
                 f"dropout layer {label} ({type(m).__name__}) has p={rate}: under MC dropout it zeroes its whole "
                 "output in every sample, so every sample is the same constant prediction; use p in (0, 1)"
@@ -261,8 +284,10 @@ class MCDropoutContext:
 
     def __init__(self, model: nn.Module, strict: bool = True) -> None:
         strict = check_bool(strict, "strict")
-        modules, hooks = find_dropout_layers(model)
-        traced = _traced_dropout(model) if strict else None
+        root = plain_module(model)
+        walk = list(root.modules())  # one walk for the layers and the traced-module check (a call's host time)
+        modules, hooks = _dropout_layers_in(walk, False)
+        traced = _traced_dropout_in(root, walk) if strict else None
         if traced is not None:
             label = repr(traced) if traced else "'' (the network itself)"
             raise ValueError(

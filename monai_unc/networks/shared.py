@@ -79,8 +79,8 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from .._utils import check_sample_batch_size
 
-__all__ = ["SharedPasses", "SharingUnavailable", "is_random_op", "auto_sample_batch", "sample_batch", "PlainTraces",
-           "PLAIN_TRACES", "watch_input",
+__all__ = ["SharedPasses", "SharingUnavailable", "hidden_submodule", "is_random_op", "auto_sample_batch",
+           "sample_batch", "PlainTraces", "PLAIN_TRACES", "watch_input",
            "AUTO_BATCH_FRACTION", "MAX_SAMPLE_BATCH", "MIN_SHARED_WORK"]
 
 #: attribute set on a tensor whose value depends on a random draw (during a trace only)
@@ -764,19 +764,46 @@ def _interleave(outs: list[Any], k: int) -> Any:
     return _merge(outs, join, "the inputs of a batch")
 
 
-def _hidden_submodule(network: nn.Module) -> str | None:
-    """Why the trace cannot follow a submodule of ``network``, or None when it can follow them all.
+def hidden_submodule(network: nn.Module) -> str | None:
+    """Why a trace cannot follow a submodule of ``network``, or None when it can follow them all.
 
     The operations of a TorchScript submodule (scripted or traced) do not reach ``__torch_function__``: a random draw
     inside it is not seen, so its output would be kept and its draw shared by every sample. A ``torch.compile``
     submodule (or one compiled in place, ``Module.compile()``, the network itself included) runs dynamo over the
-    wrapped ``forward`` methods, which fails or hides its operations the same way.
+    wrapped ``forward`` methods, which fails or hides its operations the same way. :class:`SharedPasses` raises
+    :class:`SharingUnavailable` with this reason; the inferers ask it once per window before they trace.
+
+    Args:
+        network: the network.
+
+    Returns:
+        The reason, naming the submodule (``"submodule 'block'"``, or ``"the network"``), or None.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks.shared import hidden_submodule
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.Dropout(0.5))
+        >>> hidden_submodule(net) is None
+        True
+        >>> net[0] = torch.jit.script(net[0])
+        >>> hidden_submodule(net)
+        "submodule '0' is a TorchScript module: the trace cannot see its operations (random draws included)"
     """
+    def scripted(m: nn.Module) -> bool:
+        return m is not network and isinstance(m, torch.jit.ScriptModule)
+
+    def compiled(m: nn.Module) -> bool:
+        return getattr(m, "_compiled_call_impl", None) is not None or type(m).__name__ == "OptimizedModule"
+
+    # one walk without names first (the usual answer, None): a name for every module was a third of the time a
+    # SharedPasses took to build for the example UNet
+    if not any(scripted(m) or compiled(m) for m in network.modules()):
+        return None
     for name, m in network.named_modules():
         where = f"submodule {name!r}" if name else "the network"
-        if m is not network and isinstance(m, torch.jit.ScriptModule):
+        if scripted(m):
             return f"{where} is a TorchScript module: the trace cannot see its operations (random draws included)"
-        if getattr(m, "_compiled_call_impl", None) is not None or type(m).__name__ == "OptimizedModule":
+        if compiled(m):
             return f"{where} is compiled (torch.compile): the trace cannot follow its operations"
     return None
 
@@ -830,7 +857,7 @@ class SharedPasses:
                                             or not isinstance(min_shared_work, (int, float))
                                             or not 0.0 <= float(min_shared_work) <= 1.0):
             raise ValueError(f"min_shared_work must be a number in [0, 1] or None, got {min_shared_work!r}")
-        hidden = _hidden_submodule(network)
+        hidden = hidden_submodule(network)
         if hidden is not None:
             raise SharingUnavailable(hidden)
         self.network = network

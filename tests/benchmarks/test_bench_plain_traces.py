@@ -14,6 +14,7 @@ def test_tiny_run_times_every_contender_against_the_bare_passes(capsys):
     assert row["equal_maps"] is True
     assert set(row["overhead"]) == {"remembered", "traced", "full passes"}
     assert all(math.isfinite(v) for v in row["overhead"].values()) and row["seconds"]["bare"] > 0
+    assert row["seconds"]["walks"] > 0 and math.isfinite(row["walks_over_one_pass"])
     assert "remembered" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench.main(["--sizes", "8"])

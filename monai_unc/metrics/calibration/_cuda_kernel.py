@@ -118,14 +118,12 @@ def histogram_tables(
         int64 tensor on the device: the voxels that fail the checks (the tables are not to be used when it is not
         0). Nothing is synchronised here.
     """
-    import triton
-
     kernel = _kernel()
     if kernel is None:
         raise RuntimeError("the fused GPU kernel needs Triton")
     n_cls, n = p.shape
     n_rows = n_cls + 2
-    grid = triton.cdiv(n, BLOCK)
+    grid = -(-n // BLOCK)  # ceil(n / BLOCK) (triton.cdiv is a JIT function: its dispatch on the host)
     dev = p.device
     rep = replicas(n_rows, n_fine, w is not None, grid, _l2_bytes(dev))
     shape = (rep, n_rows, n_fine + 1)
