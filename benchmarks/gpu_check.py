@@ -303,20 +303,16 @@ def _mc_compare(net: torch.nn.Module, x: torch.Tensor, base, activation: str, n_
     # whether stream_s's samples went to the sums as network outputs, in one launch each (a GPU with Triton)
     res["fused_outputs"] = stats_kernels.takes_outputs(torch.zeros(1, 2, 1, device=dev), torch.float64)
     if reference:
-        stats_kernels.FUSED_KERNELS = False
-        try:
-            res["stream_reference_s"] = best_time(lambda: stream(n_time), dev, repeats)
-        finally:
-            stats_kernels.FUSED_KERNELS = True
-        res["overhead_vs_bare_reference"] = res["stream_reference_s"] / res["bare_s"] - 1
-        # the fused update of probabilities with the activation and the outputs' check as separate torch steps (the
-        # code before the fused update of network outputs, _stats_kernels.accumulate_outputs)
-        stats_kernels.FUSED_OUTPUTS = False
-        try:
-            res["stream_separate_s"] = best_time(lambda: stream(n_time), dev, repeats)
-        finally:
-            stats_kernels.FUSED_OUTPUTS = True
-        res["overhead_vs_bare_separate"] = res["stream_separate_s"] / res["bare_s"] - 1
+        # the reference torch update (FUSED_KERNELS off), and the fused update of probabilities with the activation
+        # and the outputs' check as separate torch steps (FUSED_OUTPUTS off: the code before the fused update of
+        # network outputs, _stats_kernels.accumulate_outputs)
+        for switch, name in (("FUSED_KERNELS", "reference"), ("FUSED_OUTPUTS", "separate")):
+            setattr(stats_kernels, switch, False)
+            try:
+                res[f"stream_{name}_s"] = best_time(lambda: stream(n_time), dev, repeats)
+            finally:
+                setattr(stats_kernels, switch, True)
+            res[f"overhead_vs_bare_{name}"] = res[f"stream_{name}_s"] / res["bare_s"] - 1
     lo, hi = n_mem
     if memory:
         res[f"peak_mib_n{lo}"] = peak_mib(lambda: stream(lo), dev)

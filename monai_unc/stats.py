@@ -934,7 +934,7 @@ class SampleStats:
             # mean raised torch's "more than one element of the written-to tensor refers to a single memory
             # location")
             if inplace and t.dtype == stats.accum_dtype and _writable_in_place(t, moments[:i] + moments[i + 1:]):
-                return t.mul_(count)
+                return t if count == 1.0 else t.mul_(count)  # a count of 1: the means are the sums, no pass over them
             return t.to(stats.accum_dtype) * count
 
         stats.sum_p = scaled(0)

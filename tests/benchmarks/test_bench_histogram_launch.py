@@ -3,13 +3,10 @@ the CPU at a tiny size, and refuses to run without CUDA."""
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests._paths import ROOT
+from tests._interpreter import run_interpreted
 from tests.benchmarks import load_benchmark
 
 #: run under TRITON_INTERPRET=1 (set before Triton is imported): the histogram's dispatch forced to the kernel
@@ -28,11 +25,7 @@ print(json.dumps({"sweep": B.sweep(5, 1, dev, blocks=(256,), replicas=(1, 4)), "
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
 @pytest.mark.slow
 def test_sweep_and_floor_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    r = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=900,
-                       cwd=ROOT)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    res = json.loads(run_interpreted(INTERPRETED).strip().splitlines()[-1])
     rows = res["sweep"]["settings"]
     assert [(row["block"], row["replicas"], row["warps"]) for row in rows] == [(256, 1, 4), (256, 4, 4)]
     assert all(row["spread_counts_equal"] and row["confident_counts_equal"] and row["kernel_ran"] for row in rows)

@@ -12,9 +12,6 @@ subprocess) and on a GPU in the ``cuda`` tests; on the CPU without the interpret
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -22,7 +19,7 @@ import torch
 import monai_unc._stats_kernels as kernels
 from monai_unc.inferers.sampling import _to_probs
 from monai_unc.stats import SampleStats
-from tests._paths import ROOT
+from tests._interpreter import run_interpreted
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
 
@@ -246,24 +243,7 @@ for act, out in (("softmax", 3), ("sigmoid", 3), ("sigmoid", 1)):
         assert len(msgs) == 2 and msgs[0] == msgs[1] and "non-finite" in msgs[0], (act, bad, msgs)
 
 
-# 4. a deterministic network: MI = 0 exactly, with and without overlapping windows, through the fused outputs
-class Inert(torch.nn.Module):
-    def __init__(self, out):
-        super().__init__()
-        self.conv, self.drop = torch.nn.Conv3d(1, out, 3, padding=1), torch.nn.Dropout(0.5)
-
-    def forward(self, x):
-        return 4 * self.conv(x) + 0.0 * self.drop(torch.ones(1)).sum()
-
-
-for act, out in (("softmax", 3), ("sigmoid", 3), ("sigmoid", 1)):
-    for base in windows:
-        calls.clear()
-        torch.manual_seed(0)
-        res = MCDropoutInferer(4, activation=act, base_inferer=base)(x, Inert(out))
-        assert calls, (act, out)
-        assert float(res["mutual_information"].abs().max()) == 0, (act, out, float(res["mutual_information"].max()))
-        assert float(res["predictive_entropy"].max()) > 1e-3, (act, out)
+# 4. a deterministic network keeps MI = 0 exactly through the fused outputs: tests/test_stats_fused.py's check
 from monai_unc import _jit
 assert _jit.triton_failure() is None, _jit.triton_failure()  # no silent fallback
 print("fused outputs check passed")
@@ -273,12 +253,7 @@ print("fused outputs check passed")
 @needs_triton
 @pytest.mark.slow
 def test_fused_outputs_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    r = subprocess.run(
-        [sys.executable, "-c", INTERPRETER_CHECK], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT
-    )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    assert "fused outputs check passed" in r.stdout
+    assert "fused outputs check passed" in run_interpreted(INTERPRETER_CHECK)
 
 
 @pytest.mark.cuda

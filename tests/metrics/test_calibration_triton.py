@@ -9,9 +9,6 @@ recursive-summation bound of the reference's (atomics add in any order).
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,7 +16,7 @@ import torch
 
 from monai_unc.metrics.calibration import ConfidenceHistogram
 from monai_unc.metrics.calibration import histogram as hist_module
-from tests._paths import ROOT
+from tests._interpreter import run_interpreted
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
 
@@ -94,12 +91,9 @@ print("one-bin check passed")
 @needs_triton
 @pytest.mark.slow
 def test_triton_kernel_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    r = subprocess.run([sys.executable, "-c", INTERPRETER_CHECK + ONE_BIN_CHECK], env=env, capture_output=True,
-                       text=True, timeout=900, cwd=ROOT)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    assert "interpreter check passed" in r.stdout
-    assert "one-bin check passed" in r.stdout
+    out = run_interpreted(INTERPRETER_CHECK + ONE_BIN_CHECK)
+    assert "interpreter check passed" in out
+    assert "one-bin check passed" in out
 
 
 @pytest.mark.cuda
