@@ -1267,6 +1267,7 @@ def derive_measures(
     out_dtype: torch.dtype | None = None,
     multilabel: bool = False,
     chunk_elements: int | None | str = "auto",
+    samples_dtype: torch.dtype | None = None,
 ) -> dict[str, torch.Tensor]:
     """Measures from per-voxel means (see :meth:`SampleStats.moments`).
 
@@ -1295,6 +1296,10 @@ def derive_measures(
             full ``C x V`` size; ``None``: one chunk; ``"auto"``: :func:`default_chunk_elements` of the moments'
             device (larger chunks on a GPU: fewer launches). The values do not depend on it (every voxel on its
             own).
+        samples_dtype: the dtype of the samples' probabilities where it differs from ``out_dtype`` (an inferer's
+            maps follow its input's dtype, a float64 network's probabilities are float64): PE is then evaluated in
+            its entropy precision instead (found by a review: a float64 network on a float32 input had MI ~1e-7 for
+            identical samples, PE evaluated in float32 against float64 sample entropies). Default ``out_dtype``.
 
     Returns:
         ``{key: map}`` in the order of ``keys``; ``pred`` is ``moments["pred"]`` itself when no conversion is
@@ -1316,14 +1321,14 @@ def derive_measures(
         chunk_elements = default_chunk_elements(mean)
     chunks = spatial_chunks(tuple(mean.shape), chunk_elements) if mean.ndim >= 3 else [slice(None)]
     if len(chunks) == 1:
-        return _derive(moments, keys, normalize, out_dtype, multilabel)
+        return _derive(moments, keys, normalize, out_dtype, multilabel, samples_dtype)
     out: dict[str, torch.Tensor] = {}
     if K.PRED.value in keys:
         out[K.PRED.value] = mean.to(out_dtype) if out_dtype is not None else mean
     rest = [k for k in keys if k != K.PRED.value]
     for sl in chunks:
         chunk = {k: v[:, :, sl].contiguous() for k, v in moments.items()}
-        part = _derive(chunk, rest, normalize, out_dtype, multilabel)
+        part = _derive(chunk, rest, normalize, out_dtype, multilabel, samples_dtype)
         for k, v in part.items():
             if k not in out:
                 out[k] = v.new_empty((*v.shape[:2], *mean.shape[2:]))
@@ -1337,8 +1342,10 @@ def _derive(
     normalize: bool,
     out_dtype: torch.dtype | None,
     multilabel: bool,
+    samples_dtype: torch.dtype | None = None,
 ) -> dict[str, torch.Tensor]:
     """:func:`derive_measures` on one chunk (or the whole volume)."""
+    precision = samples_dtype if samples_dtype is not None else out_dtype  # the samples' entropies' dtype
     mean = moments[K.PRED.value]
     ee = moments[K.EXPECTED_ENTROPY.value]
     wd = moments.get(K.WINDOW_DISAGREEMENT.value)
@@ -1347,11 +1354,11 @@ def _derive(
     # H <= log C: rounding put the entropy of a uniform float32 prediction an ulp above (normalised 1.0000002; found
     # by invariant testing). PE and EE are capped at log C rounded to their evaluation precision, one value for both,
     # so that identical samples keep PE equal to EE bit for bit (MI = 0 exactly).
-    cap = float(torch.tensor(math.log(n_classes), dtype=entropy_dtype(out_dtype or mean.dtype)))
+    cap = float(torch.tensor(math.log(n_classes), dtype=entropy_dtype(precision or mean.dtype)))
     ee = ee.clamp_max(cap)
     pe = None
     if K.PREDICTIVE_ENTROPY.value in keys or K.MUTUAL_INFORMATION.value in keys:
-        pe = _predictive_entropy(mean, multilabel, out_dtype).clamp_max(cap)
+        pe = _predictive_entropy(mean, multilabel, precision).clamp_max(cap)
     for key in keys:
         if key == K.PRED.value:
             val = mean

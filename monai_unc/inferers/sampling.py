@@ -1097,7 +1097,7 @@ class UncertaintyInferer(Inferer):
                         # deterministic network's samples must give the same probabilities bit for bit: MI = 0)
                         stats = self._window_stats(multilabel)
                         info["multilabel"] = multilabel
-                        probs_dtype = torch.float64 if z.dtype == torch.float64 else torch.float32
+                        probs_dtype = info["probs_dtype"] = torch.float64 if z.dtype == torch.float64 else torch.float32
                         fused_outputs[0] = stats._takes_outputs(z, kind)
                         if fused_outputs[0]:
                             nonfinite.append(torch.zeros(1, dtype=torch.int32, device=z.device))
@@ -1116,7 +1116,7 @@ class UncertaintyInferer(Inferer):
                 if stats is None:
                     stats = self._window_stats(multilabel)
                     info["multilabel"] = multilabel
-                    probs_dtype = probs.dtype
+                    probs_dtype = info["probs_dtype"] = probs.dtype
                 info["classes"] = int(probs.shape[1])
                 b = x.shape[0]
                 if len(indices) == 1:
@@ -1364,6 +1364,7 @@ class UncertaintyInferer(Inferer):
             src.check_input(x, device)
         n_window = 1
         fallback_logged = False
+        samples_dtypes: set[torch.dtype] = set()  # the members' probabilities' dtypes (PE's evaluation precision)
         check_modes = not getattr(self, "_warned_training_mode", False)
         samples_dropout = any(getattr(s, "_samples_dropout", False) for s in window_sources)
         in_training: list[tuple[int | None, list[str]]] = []
@@ -1400,6 +1401,8 @@ class UncertaintyInferer(Inferer):
                     logger.warning("shared passes off, full passes instead: %s", info["fallback"])
                     fallback_logged = True
                 n_window = int(info.get("window_samples") or 0)
+                if info.get("probs_dtype") is not None:
+                    samples_dtypes.add(info["probs_dtype"])
                 if not n_window:  # no window ran (an empty input fails before): the sources' count
                     n_window = 1
                     for src in window_sources:
@@ -1466,7 +1469,12 @@ class UncertaintyInferer(Inferer):
             moments[K.WINDOW_DISAGREEMENT.value] = wd_mean
         # pred and the kept samples are no derived measures (samples, asked for in keys, are added below)
         derived = [k for k in keys if k not in (K.PRED.value, K.SAMPLES.value)]
-        maps = derive_measures(moments, derived, normalize=self.normalize, out_dtype=out_dtype, multilabel=multilabel)
+        # PE in the precision the samples' entropies were evaluated in (one dtype for every member; else the maps').
+        # Stitched windows: the buffers hold the input's dtype, in which the window disagreement's H(pred) is
+        # evaluated too, so PE stays in the maps' dtype there (MI = PE - EE - WD exactly 0 for identical samples)
+        samples_dtype = next(iter(samples_dtypes)) if len(samples_dtypes) == 1 and not self._stitches() else None
+        maps = derive_measures(moments, derived, normalize=self.normalize, out_dtype=out_dtype, multilabel=multilabel,
+                               samples_dtype=samples_dtype)
         result: dict[str, torch.Tensor] = {}
         for key in keys:
             if key == K.SAMPLES.value:

@@ -327,3 +327,31 @@ def test_window_disagreement_refuses_window_entropies_no_windows_give(window_ent
     with pytest.raises(ValueError, match=match):
         window_disagreement_from_stitched(pred, window_entropy)
     assert window_disagreement_from_stitched(pred, torch.zeros(1, 2, 4), multilabel=True).shape == (1, 2, 4)
+
+
+class _CastNetwork(torch.nn.Module):
+    """A deterministic network with a dropout that changes nothing, computing in ``dtype`` whatever its input's."""
+
+    def __init__(self, out: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.conv, self.drop, self.dtype = torch.nn.Conv3d(1, out, 3, padding=1).to(dtype), torch.nn.Dropout(0.5), dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 4 * self.conv(x.to(self.dtype)) + 0.0 * self.drop(torch.ones(1, dtype=self.dtype)).sum()
+
+
+@pytest.mark.parametrize("net_dtype,x_dtype", [(torch.float64, torch.float32), (torch.float32, torch.float64)])
+@pytest.mark.parametrize("activation,out", [("softmax", 3), ("sigmoid", 3), ("sigmoid", 1)])
+def test_deterministic_network_of_another_dtype_than_its_input_has_zero_mi(net_dtype, x_dtype, activation, out):
+    """Found by a review: a float64 network on a float32 input had MI ~1.4e-7 without windows (PE evaluated in the
+    maps' float32 against the samples' float64 entropies); PE is now evaluated in the samples' precision, and under
+    windows in the stitched buffers' (as the window disagreement's H(pred)). Four samples: float64 probabilities
+    summed in float64 give their mean back exactly only for a power-of-two count (3 samples: MI ~3e-16)."""
+    x = torch.randn(1, 1, 9, 10, 11, generator=torch.Generator().manual_seed(0)).to(x_dtype)
+    torch.manual_seed(0)
+    net = _CastNetwork(out, net_dtype)
+    for base in (SimpleInferer(), SlidingWindowInferer((8, 8, 8), sw_batch_size=2, overlap=0.5, mode="gaussian")):
+        res = MCDropoutInferer(4, activation=activation, base_inferer=base)(x, net)
+        assert float(res["mutual_information"].abs().max()) == 0, (type(base).__name__, float(
+            res["mutual_information"].abs().max()))
+        assert float(res["predictive_entropy"].max()) > 1e-3 and res["mutual_information"].dtype == x_dtype
