@@ -348,6 +348,12 @@ def _entropy_precision(p: torch.Tensor) -> torch.Tensor:
     return p.to(entropy_dtype(p.dtype))
 
 
+def _check_dtype(dtype: Any, name: str) -> None:
+    """``TypeError`` naming ``name`` unless ``dtype`` is None or a floating-point ``torch.dtype``."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"{name} must be a floating-point torch.dtype or None, got {dtype!r}")
+
+
 def _predictive_entropy(
     mean: torch.Tensor, multilabel: bool, samples_dtype: torch.dtype | None = None
 ) -> torch.Tensor:
@@ -1310,6 +1316,7 @@ def derive_measures(
     """
     check_bool(normalize, "normalize")
     check_bool(multilabel, "multilabel")
+    _check_dtype(samples_dtype, "samples_dtype")
     keys = [K(k).value for k in ([keys] if isinstance(keys, str) else keys)]
     mean = moments[K.PRED.value]
     if mean.numel() == 0:
@@ -1439,7 +1446,8 @@ def add_squares(moment: torch.Tensor, mean: torch.Tensor, sign: float = 1.0) -> 
 
 
 def window_disagreement_from_stitched(
-    pred: torch.Tensor, window_entropy: torch.Tensor, multilabel: bool = False
+    pred: torch.Tensor, window_entropy: torch.Tensor, multilabel: bool = False,
+    samples_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Window disagreement ``WD = H(pred) - blend_w H(m_w)`` from stitched sliding-window outputs.
 
@@ -1452,6 +1460,10 @@ def window_disagreement_from_stitched(
         window_entropy: the stitched per-window predictive entropies ``sum_w a_w H(m_w)`` in nats, ``(B, 1, *spatial)``
             (``(B, C, *spatial)`` with binary entropies for ``multilabel``).
         multilabel: the channels are independent Bernoulli probabilities.
+        samples_dtype: the dtype of the samples whose window entropies were stitched, where it is coarser than
+            ``pred``'s (a float32 network on a float64 input): the rounding tolerated below zero is that dtype's
+            (found by a review: float32 window entropies against a float64 tolerance warned of a blending that was
+            convex). Default ``pred``'s dtype.
 
     Returns:
         WD in nats, the shape of ``window_entropy``, in the dtype of ``pred`` (float32 for a half-precision one).
@@ -1491,7 +1503,11 @@ def window_disagreement_from_stitched(
     for sl in chunks:
         pe[:, :, sl] = _predictive_entropy(pred[:, :, sl], multilabel)
     wd = pe - window_entropy.to(pe.dtype)
-    tol = WD_RTOL * torch.finfo(pred.dtype).eps * (1 + pe)  # the stitched buffers' rounding
+    _check_dtype(samples_dtype, "samples_dtype")
+    eps = torch.finfo(pred.dtype).eps
+    if samples_dtype is not None:
+        eps = max(eps, torch.finfo(entropy_dtype(samples_dtype)).eps)
+    tol = WD_RTOL * eps * (1 + pe)  # the stitched buffers' rounding, or the samples' entropies' where coarser
     if bool((wd < -tol).any()):
         worst = float(wd.min())
         warnings.warn(

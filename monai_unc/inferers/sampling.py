@@ -1415,7 +1415,8 @@ class UncertaintyInferer(Inferer):
                 n_classes = int(pred.shape[1])
                 if separate:  # before from_moments turns the stitched means into sums in place
                     if self._stitches():
-                        wd = window_disagreement_from_stitched(pred, _plain(out[_WINDOW_PE]), bool(info["multilabel"]))
+                        wd = window_disagreement_from_stitched(pred, _plain(out[_WINDOW_PE]), bool(info["multilabel"]),
+                                                               samples_dtype=info.get("probs_dtype"))
                     else:  # one window: WD = H(m) - H(m) = 0 exactly, and MI = PE - EE as without the option
                         wd = torch.zeros_like(_plain(out[K.EXPECTED_ENTROPY.value]))
                 if separate and self._stitches():
