@@ -604,35 +604,47 @@ class SampleStats:
 
     def _add_fused(self, p: torch.Tensor, weights: list[float], num_samples: int, b: int) -> bool:
         """:meth:`_add` with the fused kernel; False (the sums unchanged) where it cannot run on this machine."""
-        shape = (b, *p.shape[1:])
         if self.sum_p is None:
             self.out_dtype = p.dtype
-            n_h = p.shape[1] if self.multilabel else 1
-            n_2 = p.shape[1] if self._per_class_squares() else 1
-            opts = {"dtype": self.accum_dtype, "device": p.device}
-            self.sum_p = torch.zeros(shape, **opts)
-            self.sum_h = torch.zeros((b, n_h, *p.shape[2:]), **opts)
-            self.sum_p2 = torch.zeros((b, n_2, *p.shape[2:]), **opts) if self.track_variance else None
+        flat = self._fused_views(b, int(p.shape[1]), tuple(p.shape[2:]), p.device, self.accum_dtype)
         multilabel = self.multilabel
 
         def entropy(chunk: torch.Tensor) -> torch.Tensor:
             return entropy_map_t(_entropy_precision(chunk), 1, False, multilabel)
 
-        if not all(t is None or t.is_contiguous() for t in (self.sum_p, self.sum_h, self.sum_p2)):
-            # e.g. sums of from_moments over stitched buffers: the kernels write them in place
-            self.sum_p, self.sum_h = self.sum_p.contiguous(), self.sum_h.contiguous()
-            self.sum_p2 = self.sum_p2.contiguous() if self.sum_p2 is not None else None
-        flat = [t.view(t.shape[0], t.shape[1], -1) if t is not None else None
-                for t in (self.sum_p, self.sum_h, self.sum_p2)]
         try:
             fused_accumulate(_as_rows(p), weights, flat[0], flat[1], flat[2], self._per_class_squares(), multilabel,
                                 entropy)
         except KernelUnavailable:  # no Triton kernel on this machine (warned once; the sums are unchanged)
             return False
-        for w in weights:  # one at a time, as the reference adds them
+        self._count(weights, num_samples)
+        return True
+
+    def _fused_views(self, b: int, n_cls: int, spatial: tuple[int, ...], device: torch.device,
+                     dtype: torch.dtype) -> list[torch.Tensor | None]:
+        """The sums as the ``(B, C or 1, V)`` views the fused kernels write in place.
+
+        Zeros of ``dtype`` on ``device`` before the first sample, else the sums made contiguous (e.g. sums of
+        :meth:`from_moments` over stitched buffers).
+        """
+        if self.sum_p is None:
+            n_h = n_cls if self.multilabel else 1
+            n_2 = n_cls if self._per_class_squares() else 1
+            opts = {"dtype": dtype, "device": device}
+            self.sum_p = torch.zeros((b, n_cls, *spatial), **opts)
+            self.sum_h = torch.zeros((b, n_h, *spatial), **opts)
+            self.sum_p2 = torch.zeros((b, n_2, *spatial), **opts) if self.track_variance else None
+        elif not all(t is None or t.is_contiguous() for t in (self.sum_p, self.sum_h, self.sum_p2)):
+            self.sum_p, self.sum_h = self.sum_p.contiguous(), self.sum_h.contiguous()
+            self.sum_p2 = self.sum_p2.contiguous() if self.sum_p2 is not None else None
+        return [t.view(t.shape[0], t.shape[1], -1) if t is not None else None
+                for t in (self.sum_p, self.sum_h, self.sum_p2)]
+
+    def _count(self, weights: list[float], num_samples: int) -> None:
+        """Count ``num_samples`` added samples and their weights (one at a time, as the reference adds them)."""
+        for w in weights:
             self.sum_w += w
         self.num_updates += num_samples
-        return True
 
     def _takes_outputs(self, z: torch.Tensor, activation: str) -> bool:
         """Whether :meth:`_update_outputs` can add outputs like ``z`` under ``activation`` (their shape aside)."""
@@ -675,19 +687,7 @@ class SampleStats:
         ):
             return False
         fresh = self.sum_p is None
-        if fresh:
-            n_h = n_cls if self.multilabel else 1
-            n_2 = n_cls if self._per_class_squares() else 1
-            opts = {"dtype": accum, "device": z.device}
-            spatial = tuple(z.shape[2:])
-            self.sum_p = torch.zeros((b, n_cls, *spatial), **opts)
-            self.sum_h = torch.zeros((b, n_h, *spatial), **opts)
-            self.sum_p2 = torch.zeros((b, n_2, *spatial), **opts) if self.track_variance else None
-        elif not all(t is None or t.is_contiguous() for t in (self.sum_p, self.sum_h, self.sum_p2)):
-            self.sum_p, self.sum_h = self.sum_p.contiguous(), self.sum_h.contiguous()
-            self.sum_p2 = self.sum_p2.contiguous() if self.sum_p2 is not None else None
-        flat = [t.view(t.shape[0], t.shape[1], -1) if t is not None else None
-                for t in (self.sum_p, self.sum_h, self.sum_p2)]
+        flat = self._fused_views(b, n_cls, tuple(z.shape[2:]), z.device, accum)
         weights = [1.0] * num_samples
         try:
             fused_accumulate_outputs(_as_rows(z), weights, flat[0], flat[1], flat[2], self._per_class_squares(),
@@ -699,9 +699,7 @@ class SampleStats:
         if fresh:
             self.accum_dtype = accum
             self.out_dtype = torch.float64 if z.dtype == torch.float64 else torch.float32
-        for w in weights:
-            self.sum_w += w
-        self.num_updates += num_samples
+        self._count(weights, num_samples)
         return True
 
     def _fused_sums(self, p: torch.Tensor, b: int) -> bool:

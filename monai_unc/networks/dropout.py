@@ -139,7 +139,8 @@ def _traced_dropout(model: nn.Module) -> str | None:
     A trace records each operation as it ran when traced: its dropout was recorded in that mode, and switching the
     layer's training flag afterwards changes nothing (under MC dropout every sample would be the same prediction).
     """
-    return _traced_dropout_in(plain_module(model), plain_module(model).modules())
+    root = plain_module(model)
+    return _traced_dropout_in(root, root.modules())
 
 
 def _traced_dropout_in(root: nn.Module, modules: Iterable[nn.Module]) -> str | None:
