@@ -145,3 +145,27 @@ def test_bound_arguments_are_checked_naming_them(call, name, error):
 def test_bound_delta_as_numpy_scalars():
     assert clopper_pearson_upper(2, 50, np.float32(0.1)) == pytest.approx(clopper_pearson_upper(2, 50, 0.1), rel=1e-6)
     assert hoeffding_bentkus_upper(0.02, np.int64(100), np.array(0.1)) == hoeffding_bentkus_upper(0.02, 100, 0.1)
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    (lambda: hoeffding_bentkus_pvalue(0.1, 10, True), "alpha"),  # gave p = 0: H0 "risk > 1" rejected from a flag
+    (lambda: hoeffding_bentkus_pvalue(True, 10, 0.2), "risk_hat"),
+    (lambda: hoeffding_bentkus_pvalue(0.02, 100, "0.1"), "alpha"),  # the string was parsed
+    (lambda: hoeffding_bentkus_pvalue(0.02, "100", 0.1), "n"),
+    (lambda: hoeffding_bentkus_pvalue(0.02 + 0.5j, 100, 0.1), "risk_hat"),
+    (lambda: hoeffding_bentkus_upper(True, 10, 0.1), "risk_hat"),
+    (lambda: hoeffding_bentkus_upper("0.02", 100, 0.1), "risk_hat"),
+    (lambda: clopper_pearson_upper("2", 50, 0.1), "errors"),
+    (lambda: clopper_pearson_upper(2, "50", 0.1), "n"),
+])
+def test_bounds_refuse_a_flag_or_a_string_for_a_number_naming_it(call, name):
+    """Hostile testing: ``alpha=True`` was read as 1 and gave the p-value 0 (a certificate from a flag), and strings
+    were parsed as numbers; like a bool ``n`` or ``delta`` they are a ``TypeError`` naming the argument."""
+    with pytest.raises(TypeError, match=rf"^{name} must"):
+        call()
+
+
+def test_hb_upper_refuses_several_mean_losses_naming_risk_hat():
+    """Hostile testing: numpy's "only 0-dimensional arrays can be converted to Python scalars" named no argument."""
+    with pytest.raises(ValueError, match="^risk_hat must be one mean loss"):
+        hoeffding_bentkus_upper(np.array([0.1, 0.2]), 10, 0.1)
