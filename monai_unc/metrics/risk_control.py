@@ -57,16 +57,26 @@ def accepted_by_threshold(scores: ArrayLike, threshold: float) -> ArrayLike:
     Returns:
         A boolean mask of ``scores``' shape, in the library of the input.
 
+    Raises:
+        TypeError: ``scores`` that are not real numbers (complex, strings).
+
     Example:
         >>> accepted_by_threshold(np.array([0.1, 0.5, np.nan, np.inf]), math.inf).tolist()
         [True, True, False, False]
         >>> accepted_by_threshold([0.1, 0.5], 0.3).tolist()
         [True, False]
     """
+    # a complex score lost its imaginary part and a string was parsed as a number, each accepted or referred without
+    # an error (found by hostile testing); risk_controlled_threshold refuses both for the calibration scores
     if isinstance(scores, torch.Tensor):
+        if scores.is_complex():
+            raise TypeError(f"scores must hold real numbers, got dtype {scores.dtype}")
         u = scores if scores.dtype == torch.float64 else scores.to(torch.float64)
         return torch.isfinite(u) & (u <= threshold)
-    u = np.asarray(scores).astype(np.float64, copy=False)
+    a = np.asarray(scores)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"scores must hold real numbers, got dtype {a.dtype}")
+    u = a.astype(np.float64, copy=False)
     return np.isfinite(u) & (u <= threshold)
 
 
@@ -506,8 +516,9 @@ def risk_controlled_threshold(
         raise ValueError(f"undefined must be one of {_UNDEFINED}, got {undefined!r}")
     if undefined == "refer":
         u = to_numpy(uncertainty_cal, "uncertainty_cal")
-        if not np.issubdtype(u.dtype, np.number) and u.dtype != bool:
-            raise TypeError(f"uncertainty_cal must hold numbers, got dtype {u.dtype}")
+        # complex: the cast to float64 dropped the imaginary part (found by hostile testing), as case_vector refuses
+        if u.dtype.kind not in "biuf":
+            raise TypeError(f"uncertainty_cal must hold real numbers, got dtype {u.dtype}")
         if u.ndim != 1 or u.size == 0:
             raise ValueError(f"uncertainty_cal must be 1-D and non-empty (one value per case), got shape {u.shape}")
         u = u.astype(np.float64)

@@ -16,6 +16,7 @@ import torch
 from scipy import stats
 
 from monai_unc.metrics.risk_control import (
+    accepted_by_threshold,
     clopper_pearson_upper,
     hoeffding_bentkus_pvalue,
     hoeffding_bentkus_upper,
@@ -169,3 +170,26 @@ def test_hb_upper_refuses_several_mean_losses_naming_risk_hat():
     """Hostile testing: numpy's "only 0-dimensional arrays can be converted to Python scalars" named no argument."""
     with pytest.raises(ValueError, match="^risk_hat must be one mean loss"):
         hoeffding_bentkus_upper(np.array([0.1, 0.2]), 10, 0.1)
+
+
+@pytest.mark.parametrize("scores", [
+    np.array([0.1 + 5j, 0.9 + 0j]),  # accepted on its real part, with only numpy's ComplexWarning
+    np.array(["0.1", "0.9"]),  # the strings were parsed: 0.1 accepted
+    torch.tensor([0.1 + 5j, 0.9 + 0j]),
+])
+def test_accept_refuses_scores_that_are_no_real_numbers(scores):
+    """Hostile testing: :func:`accepted_by_threshold` (and so ``RiskControlledThreshold.accept``) turned a complex
+    score into its real part and parsed strings, accepting them without an error."""
+    with pytest.raises(TypeError, match="^scores must hold real numbers"):
+        accepted_by_threshold(scores, 0.5)
+
+
+def test_refer_mode_refuses_complex_calibration_scores_as_the_default_mode_does():
+    """Hostile testing: ``undefined="error"`` refused complex ``uncertainty_cal`` (TypeError) but ``undefined="refer"``
+    certified on the real parts."""
+    u = np.linspace(0, 1, 50) + 1j
+    failed = np.zeros(50)
+    with pytest.raises(TypeError, match="^uncertainty_cal must hold real numbers"):
+        risk_controlled_threshold(u, failed, 0.1)
+    with pytest.raises(TypeError, match="^uncertainty_cal must hold real numbers"):
+        risk_controlled_threshold(u, failed, 0.1, undefined="refer")
