@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -79,7 +80,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from .._utils import check_sample_batch_size
 
 __all__ = ["SharedPasses", "SharingUnavailable", "hidden_submodule", "is_random_op", "auto_sample_batch",
-           "sample_batch", "PlainTraces", "PLAIN_TRACES", "watch_input",
+           "sample_batch", "replay_working_bytes", "PlainTraces", "PLAIN_TRACES", "watch_input",
            "AUTO_BATCH_FRACTION", "MAX_SAMPLE_BATCH", "MIN_SHARED_WORK"]
 
 #: attribute set on a tensor whose value depends on a random draw (during a trace only)
@@ -960,16 +961,13 @@ class SharedPasses:
         """
         k = max(int(k), 1)
         after = max(int(after_bytes), 0)
-        r, o = int(self.stochastic_bytes), int(self.output_bytes)
+        o = int(self.output_bytes)
         if self._per_sample and k > 1:  # one at a time, then concatenated
             one = self.replay_bytes(1, after)
             return max(one + (k - 1) * o, 2 * k * o + k * after)
-        if k > 1 and self.replays_rows:
-            b = self._batch
-            if k == b <= 3 and not self._draws_checked:  # the whole batch, the kept values copied (see replay)
-                return k * (r + self._needed_bytes + after)
-            return k * max(-(-(r + o * (b - 1)) // b), 2 * o, o + after)
-        return k * (self.per_sample_bytes() + after)
+        return replay_working_bytes(k, self._batch if self.replays_rows else 1, self.stochastic_bytes, o, after,
+                                    copied=self.copied_bytes, first_copies=None if self._draws_checked
+                                    else self._needed_bytes)
 
     def trace(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:
         """Run the first sample: ``predictor(x)`` with the shared calls followed and kept.
@@ -1277,6 +1275,49 @@ class SharedPasses:
         if share is not None:  # a shared value in the output: plain copies, the caller's own
             out = tree_map(lambda t: t if share.base(t) is None else _repeat(share.base(t), k), out)
         return out
+
+
+def replay_working_bytes(k: int, rows: int, stochastic: float, output: float, after: float = 0,
+                         copied: float = 0, first_copies: float | None = None) -> int:
+    """Working memory of a replay of ``k`` samples (:meth:`SharedPasses.replay_bytes`, :func:`estimate_memory`).
+
+    One formula for the traced object and for the memory model (:func:`~monai_unc.inferers.estimate_memory`):
+
+    - the whole batch at once (``rows = 1``): ``k (r + c + a)``, each sample's stochastic tensors ``r`` (its
+      output among them), its copies of the kept values ``c`` and what the caller makes from its output ``a``;
+    - a batch of ``rows = B > 1`` inputs one input at a time (``k >= 2``): per sample the largest of ``r / B + o (B -
+      1) / B`` (one input's stochastic tensors beside the earlier inputs' outputs), ``2 o`` (the outputs and their
+      interleaved copy) and ``o + a``; the first replay of ``k = B <= 3`` samples, while the draws are unchecked
+      (``first_copies`` not None: the kept values that the stochastic rest reads), runs the whole batch with those
+      copied, ``k (r + first_copies + a)``.
+
+    Args:
+        k: samples of the replay.
+        rows: inputs replayed one at a time (1: the whole batch at once).
+        stochastic: bytes of one sample's stochastic tensors ``r`` over the whole batch.
+        output: bytes of one sample's output ``o`` over the whole batch.
+        after: bytes per sample made from the output while it is alive (the probabilities).
+        copied: bytes of kept values copied per sample by a replay of the whole batch.
+        first_copies: the kept values a first replay of ``k = B <= 3`` copies per sample; None once the draws are
+            checked (input by input).
+
+    Returns:
+        Bytes.
+
+    Example:
+        >>> from monai_unc.networks.shared import replay_working_bytes
+        >>> replay_working_bytes(4, 1, 100, 10, after=10)  # the whole batch: 4 x (100 + 10)
+        440
+        >>> replay_working_bytes(4, 4, 100, 10, after=10)  # four inputs one at a time: 4 x max(25 + 7.5, 20, 20)
+        130
+    """
+    k = max(int(k), 1)
+    r, o, a = float(stochastic), float(output), max(float(after), 0.0)
+    if k > 1 and rows > 1:
+        if k == rows <= 3 and first_copies is not None:
+            return math.ceil(k * (r + float(first_copies) + a))
+        return math.ceil(k * max((r + o * (rows - 1)) / rows, 2 * o, o + a))
+    return math.ceil(k * (r + float(copied) + a))
 
 
 def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int, traced_bytes: int = 0) -> int:
