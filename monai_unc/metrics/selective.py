@@ -393,7 +393,8 @@ def referral_curve(
         uncertainty: ``(N,)`` per-case uncertainty (larger = referred first).
         values: either ``(N,)`` per-case values (Dice, 0/1 correctness, ...), whose mean over the retained
             cases is reported, or a callable ``fn(retained_indices) -> float`` that recomputes any cohort
-            metric (e.g. AUROC) on the retained cases, given their indices into the inputs (int64 array).
+            metric (e.g. AUROC) on the retained cases, given their indices into the inputs (a fresh int64 array
+            per call, in ranking order, which the callable may modify).
         taus: referral rates in [0, 1]; default every partition that keeps at least one case,
             ``tau = k / N`` for ``k = 0 .. N-1``.
         ties: how cases tied in uncertainty are split at the referral cut. ``"average"`` (per-case values
@@ -425,7 +426,9 @@ def referral_curve(
             raise ValueError("ties='average' needs per-case values; pass ties='order' with a callable")
         order = np.argsort(u, kind="stable")  # ascending uncertainty: the first m cases are kept
         for k in np.flatnonzero(ok):
-            out[k] = float(values(order[: m[k]]))
+            # a copy: a callable that sorts its indices in place reordered the ranking of every later rate (found by
+            # hostile testing)
+            out[k] = float(values(order[: m[k]].copy()))
     else:
         v = case_vector(values, "values")
         if v.shape != u.shape:

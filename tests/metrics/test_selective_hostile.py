@@ -138,6 +138,22 @@ def test_referral_torch_in_torch_out():
     )
 
 
+def test_referral_callable_that_sorts_its_indices_in_place():
+    # found by hostile testing: the callable got a view of the ranking itself, so one that sorts its indices in place
+    # (h5py reads need increasing indices) reordered the ranking and every later rate kept the wrong cases (the last
+    # point gave the Dice 0.2 of the most uncertain case instead of 0.9 of the most certain)
+    u = np.array([0.9, 0.1, 0.5, 0.3])
+    dice = np.array([0.2, 0.9, 0.6, 0.8])
+
+    def mean_dice(idx):
+        idx.sort()
+        return float(dice[idx].mean())
+
+    curve = referral_curve(u, mean_dice, ties="order")
+    np.testing.assert_allclose(curve.value, referral_curve(u, dice, ties="order").value)
+    np.testing.assert_allclose(curve.value, [0.625, 0.7666666666666667, 0.85, 0.9])
+
+
 @pytest.mark.parametrize(
     "u, r, exc",
     [
