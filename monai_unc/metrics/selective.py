@@ -369,7 +369,11 @@ def _n_referred(taus: np.ndarray, n: int) -> np.ndarray:
 def _taus(taus: ArrayLike | Sequence[float] | None, n: int) -> np.ndarray:
     if taus is None:
         return np.arange(n, dtype=np.float64) / n  # every partition that retains at least one case
-    t = to_numpy(taus, "taus").astype(np.float64, copy=False).ravel()
+    t = to_numpy(taus, "taus")
+    if t.dtype.kind not in "biuf":
+        # found by hostile testing: text ("0.5") was parsed and a complex rate lost its imaginary part
+        raise TypeError(f"taus must hold referral rates (real numbers), got dtype {t.dtype}")
+    t = t.astype(np.float64, copy=False).ravel()
     if t.size == 0:
         raise ValueError("taus is empty")
     if not np.isfinite(t).all() or t.min() < 0 or t.max() > 1:
