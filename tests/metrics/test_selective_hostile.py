@@ -56,12 +56,20 @@ def test_areas_match_loop():
         cov, sel, gen = rc_loop(u, r)
         assert aurc(u, r) == pytest.approx(trapz_desc(cov, sel), abs=1e-12)
         assert augrc(u, r) == pytest.approx(trapz_desc(cov, gen), abs=1e-12)
-        # the oracle (k lowest risks) at the kept counts k of the scored curve, so ties count alike
-        oracle = np.sort(r)
-        k = np.rint(np.asarray(cov[:-1]) * n).astype(int)
-        o_sel = np.r_[np.cumsum(oracle)[k - 1] / k, np.cumsum(oracle)[k[-1] - 1] / k[-1]]
-        o_cov = np.r_[k / n, 0.0]
-        assert eaurc(u, r) == pytest.approx(trapz_desc(cov, sel) - trapz_desc(o_cov, o_sel), abs=1e-12)
+        # E-AURC: the mean AURC over every order of the tied cases (each case its own point; the mean of the
+        # curves, since the area is linear in them) minus the oracle (k lowest risks) at every k
+        groups = [list(np.flatnonzero(u == t)) for t in np.unique(u)]
+        if math.prod(math.factorial(len(g)) for g in groups) <= 720:
+            areas = []
+            for perms in itertools.product(*(itertools.permutations(g) for g in groups)):
+                ranked = r[np.concatenate(perms)]
+                k_sel = np.cumsum(ranked)[::-1] / np.arange(n, 0, -1)
+                areas.append(trapz_desc(np.r_[np.arange(n, 0, -1) / n, 0.0], np.r_[k_sel, k_sel[-1]]))
+            oracle = np.sort(r)
+            k = np.arange(n, 0, -1)
+            o_sel = np.r_[np.cumsum(oracle)[k - 1] / k, oracle[0]]
+            o_cov = np.r_[k / n, 0.0]
+            assert eaurc(u, r) == pytest.approx(np.mean(areas) - trapz_desc(o_cov, o_sel), abs=1e-12)
         curve = risk_coverage_curve(u, r)
         np.testing.assert_allclose(curve.coverage, cov, atol=1e-15)
         np.testing.assert_allclose(curve.selective_risk, sel, atol=1e-12)
