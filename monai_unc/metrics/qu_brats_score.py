@@ -706,7 +706,9 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
     u = u.to(torch.float64)
     check_finite(u, "uncertainty")
     if u.numel():
-        lo, hi = float(u.min()), float(u.max())
+        # on the detached values: a map still attached to the graph (a validation step without no_grad) made
+        # torch warn about converting a tensor that requires grad to a scalar (found by hostile testing)
+        lo, hi = (float(v) for v in torch.aminmax(u.detach()))
         tol = rtol * float(max_value)
         if lo < -tol or hi > float(max_value) + tol:
             raise ValueError(

@@ -158,3 +158,23 @@ def test_map_on_a_unit_scale_warns():
     with warnings.catch_warnings():  # the scale declared and rescaled by the metric: a confident map, no warning
         warnings.simplefilter("error")
         QUBraTSMetric(uncertainty_max=100.0)(**{**batch, "uncertainty": batch["uncertainty"] * 2})
+
+
+def test_rescaled_map_that_requires_grad_scores_without_a_warning():
+    """A map still attached to the graph, rescaled from its declared scale (``to_qu_brats_range``,
+    ``QUBraTSMetric(uncertainty_max=...)``), is scored as the detached map is, without torch's "Converting a tensor
+    with requires_grad=True to a scalar" warning (raised by the range check; found by hostile testing)."""
+    from monai_unc.metrics import to_qu_brats_range
+
+    torch.manual_seed(3)
+    u = (torch.rand(1, 2, 5, 5, 5) * math.log(2)).requires_grad_()
+    p, g = torch.rand(1, 2, 5, 5, 5) > 0.5, torch.rand(1, 2, 5, 5, 5) > 0.5
+    expected = QUBraTSMetric(uncertainty_max=math.log(2))(y_pred=p, y=g, uncertainty=u.detach())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = to_qu_brats_range(u, max_value=math.log(2))
+        torch.testing.assert_close(scaled, to_qu_brats_range(u.detach(), max_value=math.log(2)))
+        got = QUBraTSMetric(uncertainty_max=math.log(2))(y_pred=p, y=g, uncertainty=u)
+        got_list = QUBraTSMetric(uncertainty_max=math.log(2))(y_pred=list(p), y=list(g), uncertainty=list(u))
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_list, expected)
