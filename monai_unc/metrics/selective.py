@@ -163,21 +163,28 @@ def _follow(a: np.ndarray, reference: Any) -> ArrayLike:
     return a
 
 
+def _tie_groups(confidence: np.ndarray, risk: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Cases by ascending confidence (the first cases leave first): ``(confidence, risk, suffix, starts)``.
+
+    ``suffix[j]`` is the risk summed over the retained cases ``j ..`` (accumulated from the most confident end),
+    ``starts`` the first position of each group of tied confidences (where a point of the curve is; the order inside
+    a group does not matter to the sums at its start).
+    """
+    order = np.argsort(confidence)
+    c = confidence[order]
+    r = risk[order]
+    suffix = np.cumsum(r[::-1])[::-1]
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    return c, r, suffix, starts
+
+
 def _rc_points(confidence: np.ndarray, risk: np.ndarray) -> tuple[np.ndarray, ...]:
     """fd-shifts' RC points, vectorised: O(N log N) instead of a Python loop over cases.
 
     Returns (coverage, selective_risk, generalized_risk, confidence_threshold), descending coverage.
     """
     n = confidence.size
-    # ascending confidence, the first cases leave first; the order inside a tie group does not matter
-    # because points are only emitted at group starts
-    order = np.argsort(confidence)
-    c = confidence[order]
-    r = risk[order]
-    # risk summed over the retained suffix order[k:], accumulated from the most confident end
-    suffix = np.cumsum(r[::-1])[::-1]
-    # a point where case k is the least confident retained case and the confidence changes
-    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    c, _, suffix, starts = _tie_groups(confidence, risk)
     kept = (n - starts).astype(np.float64)
     coverage = np.r_[kept / n, 0.0]
     selective = np.r_[suffix[starts] / kept, suffix[starts[-1]] / kept[-1]]
@@ -304,13 +311,8 @@ def _expected_aurc(confidence: np.ndarray, risk: np.ndarray) -> float:
     expected AURC of a random tie order. Without ties it is :func:`aurc` (same sums, same points).
     """
     n = confidence.size
-    # ascending confidence, the least confident case first, as in _rc_points (same sums, bit for bit without ties)
-    order = np.argsort(confidence)
-    c = confidence[order]
-    r = risk[order]
-    # risk summed over the kept suffix r[j:] (kept count n - j), accumulated from the most confident end
-    suffix = np.cumsum(r[::-1])[::-1]
-    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    # the sums of _rc_points (bit for bit without ties); position j keeps n - j cases
+    _, r, suffix, starts = _tie_groups(confidence, risk)
     ends = np.r_[starts[1:], n]
     size = ends - starts
     group = np.repeat(np.arange(starts.size), size)
