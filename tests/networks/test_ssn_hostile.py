@@ -293,3 +293,24 @@ def test_iter_rsample_counts_are_integers_from_one(bad):
     with pytest.raises(ValueError, match="num_samples"):
         list(d.iter_rsample(bad))
     assert len(list(d.iter_rsample(np.int64(3)))) == 3
+
+
+def test_density_and_covariance_stay_in_full_precision_under_autocast():
+    """Found by hostile testing: only ``rsample`` and the capacitance matrix ran outside ``torch.autocast``, so
+    ``log_prob`` (its Mahalanobis term), ``covariance_matrix``, ``precision_matrix`` and ``scale_tril`` were computed
+    from bfloat16 / float16 matrix products: on a 2 x 24^3 logit map of rank 10 ``log_prob`` was 86 nats off under
+    CPU bfloat16 autocast (float32 outside: within 2 nats of float64), the covariance 0.06 off; and the lazily cached
+    matrices kept those values after the block."""
+    g = torch.Generator().manual_seed(0)
+    mean, fac = torch.randn(1, 2, 6, 5, generator=g), 0.3 * torch.randn(1, 4, 2, 6, 5, generator=g)
+    diag = 0.1 * torch.rand(1, 2, 6, 5, generator=g) + 1e-3
+    ref = lowrank_distribution(mean, diag, fac)
+    x = ref.rsample((3,))
+    dist = lowrank_distribution(mean, diag, fac)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = {"log_prob": dist.log_prob(x), "covariance_matrix": dist.covariance_matrix,
+               "precision_matrix": dist.precision_matrix, "scale_tril": dist.scale_tril}
+    for name, value in got.items():
+        want = ref.log_prob(x) if name == "log_prob" else getattr(ref, name)
+        assert value.dtype == torch.float32, name
+        torch.testing.assert_close(value, want, rtol=1e-5, atol=1e-4, msg=name)
