@@ -182,13 +182,18 @@ class SSNDistribution(LowRankMultivariateNormal):
     def _capacitance_tril(self) -> torch.Tensor:  # type: ignore[override]
         # I + P^T D^-1 P (R x R per image) and its Cholesky factor: only for log_prob / entropy / precision
         w, d = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
-        if bool((d == 0).any()):  # found by hostile testing: entropy / log_prob were NaN without a word
+        singular = (d == 0).any(-1)  # (B,)
+        if bool(singular.any()):  # found by hostile testing: entropy / log_prob were NaN without a word
             warn_nan("SSNDistribution: cov_diag holds zero variances (deterministic logits), so the covariance is "
                      "singular and has no density: log_prob, entropy and precision_matrix are NaN", stacklevel=4)
+            # the factorisation of those images is NaN: from rank 2 their capacitance held inf - inf and the Cholesky
+            # factorisation raised LinAlgError (found by hostile testing); the other images keep their density
+            d = torch.where(singular.unsqueeze(-1), torch.ones_like(d), d)
         with no_autocast(w.device):
             k = torch.matmul(w.mT / d.unsqueeze(-2), w)
             k = k + torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
-            return torch.linalg.cholesky(k)
+            tril = torch.linalg.cholesky(k)
+        return torch.where(singular.view(-1, 1, 1), torch.nan, tril) if bool(singular.any()) else tril
 
     # the density and the dense matrices run outside torch.autocast, as rsample and the capacitance do (found by hostile
     # testing: their matrix products ran in bfloat16 / float16, log_prob of a 2 x 24^3 map of rank 10 was 86 nats off
