@@ -237,6 +237,15 @@ def _segresnet(dev: torch.device, cfg: dict) -> torch.nn.Module:
     return net.to(dev).eval()
 
 
+def _bare_passes(net: torch.nn.Module, x: torch.Tensor, base, n: int) -> None:
+    """``n`` bare forward passes of ``base(x, net)`` with the network's dropout on: the MC parts' floor."""
+    from monai_unc.inferers import enable_mc_dropout
+
+    with torch.no_grad(), enable_mc_dropout(net):
+        for _ in range(n):
+            base(x, net)
+
+
 def _mc_compare(net: torch.nn.Module, x: torch.Tensor, base, activation: str, n_time: int, n_mem: tuple[int, int],
                 dev: torch.device, repeats: int, amp: bool, memory: bool = True, reference: bool = False) -> dict:
     """MC dropout (streaming) against bare forward passes and stack-then-reduce, time and peak memory.
@@ -263,9 +272,8 @@ def _mc_compare(net: torch.nn.Module, x: torch.Tensor, base, activation: str, n_
                                     share_passes=share)(x, net)
 
     def bare(n: int):
-        with torch.no_grad(), enable_mc_dropout(net), ctx():
-            for _ in range(n):
-                base(x, net)
+        with ctx():
+            _bare_passes(net, x, base, n)
 
     def stack(n: int):
         with torch.no_grad(), enable_mc_dropout(net), ctx():
@@ -720,7 +728,7 @@ def part_profile(dev: torch.device, cfg: dict, out: Path) -> dict:
     part's BasicUNet with dropout in its last decoder stage against one stock pass (``profile_*.txt`` in ``out``)."""
     from monai.inferers import SimpleInferer
 
-    from monai_unc.inferers import MCDropoutInferer, enable_mc_dropout
+    from monai_unc.inferers import MCDropoutInferer
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import bench_cost
@@ -732,9 +740,7 @@ def part_profile(dev: torch.device, cfg: dict, out: Path) -> dict:
     base = SimpleInferer()
 
     def bare() -> None:
-        with torch.no_grad(), enable_mc_dropout(net):
-            for _ in range(n):
-                base(x, net)
+        _bare_passes(net, x, base, n)
 
     def ours() -> None:
         MCDropoutInferer(num_samples=n, base_inferer=base, seed=0)(x, net)
