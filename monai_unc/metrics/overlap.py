@@ -610,7 +610,8 @@ def label_gram(
     """Gram matrix of the masks ``labels == label`` of ``M`` label maps, without a one-hot copy.
 
     The masks are ``labels == label`` (or ``labels > 0`` for ``label="foreground"``), built one block of voxels at a
-    time so that no one-hot copy of the maps is held.
+    time so that no one-hot copy of the maps is held. A class that the maps' dtype cannot hold (256 for uint8 maps,
+    2049 for float16 ones) is in no voxel: its masks are empty.
 
     Args:
         labels: ``M`` label maps ``(..., M, V)``, or a list of such stacks, concatenated along ``M``.
@@ -644,7 +645,29 @@ def label_gram(
     if not ok:  # a negative or fractional class would give an all-zero Gram matrix, as if every mask were empty
         raise ValueError(f"label must be a class index (an integer >= 0) or 'foreground', got {label!r}")
     c = int(label)
-    return _gram(parts, lambda x: x == c, b)
+
+    def select(x: torch.Tensor) -> torch.Tensor:
+        if not _holds(x.dtype, c):
+            return torch.zeros_like(x, dtype=torch.bool)
+        return x == (c if c <= torch.iinfo(torch.int64).max else float(c))  # a float map holds c exactly
+
+    return _gram(parts, select, b)
+
+
+def _holds(dtype: torch.dtype, c: int) -> bool:
+    """Whether label maps of ``dtype`` can hold the class ``c >= 0``; where they cannot, it is in no voxel.
+
+    Compared as it is, such a class would be cast to the maps' dtype (found by hostile testing: 256 against uint8
+    maps is 0, which counted the background as class 256; 2049 against float16 maps is 2048).
+    """
+    if dtype == torch.bool:
+        return c <= 1
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return c <= torch.iinfo(dtype).max
+    try:
+        return torch.tensor(float(c), dtype=dtype).item() == c
+    except OverflowError:  # beyond float64
+        return False
 
 
 def _sizes(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

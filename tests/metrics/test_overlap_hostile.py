@@ -325,3 +325,27 @@ def test_flags_given_as_text_or_numbers_are_refused(call, name):
         call(p, t)
     assert dice(p, t, include_background=np.bool_(False)).shape == (1, 1)
     assert overlap_counts(p, t, foreground=np.bool_(True), validate=True).intersection.shape == (1, 3)
+
+
+@pytest.mark.parametrize("dtype, label, holder", [
+    (torch.uint8, 256, 0),  # 256 wrapped to 0: the background was counted as class 256
+    (torch.uint8, 300, 44),  # 300 wrapped to 44
+    (torch.int8, 200, -56),
+    (torch.float16, 2049, 2048),  # 2049 rounded to the float16 2048
+    (torch.bool, 2, 1),
+    (torch.int64, 2**70, 0),  # an OverflowError naming no argument
+])
+def test_label_gram_of_a_class_the_maps_dtype_cannot_hold_is_empty(dtype, label, holder):
+    """Regression: ``label_gram(uint8 maps, 256)`` compared the maps with 256 as a uint8, i.e. 0, and returned the
+    Gram matrix of the *background* (300 that of label 44; a float16 map's 2048 counted as class 2049): a class that
+    the maps' dtype cannot hold is in no voxel, as :func:`monai_unc.regions.label_to_regions` has it. Checked against
+    the masks of the maps as int64 (or float64) values, and with a part of another dtype beside them."""
+    maps = torch.tensor([[0, 1, holder, holder], [holder, 0, 0, 1]]).to(dtype)
+    got = label_gram(maps, label)
+    assert torch.equal(got, torch.zeros(2, 2, dtype=torch.float64))
+    wide = torch.tensor([[label, 0, 0, 0]], dtype=torch.float64 if label > 2**62 else torch.int64)
+    got = label_gram([maps, wide], label)
+    want = torch.zeros(3, 3, dtype=torch.float64)
+    want[2, 2] = 1.0
+    assert torch.equal(got, want)
+
