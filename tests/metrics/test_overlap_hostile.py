@@ -349,3 +349,14 @@ def test_label_gram_of_a_class_the_maps_dtype_cannot_hold_is_empty(dtype, label,
     want[2, 2] = 1.0
     assert torch.equal(got, want)
 
+
+@pytest.mark.parametrize("fn", [dice_from_counts, iou_from_counts])
+@pytest.mark.parametrize("counts", [(1e-9, 1e-12, 1e-12), (5e-10, 0.0, 1.0), (0.3 + 5e-10, 0.3, 0.6)])
+def test_soft_counts_below_one_are_checked_relative_to_their_size(fn, counts):
+    """Regression: the tolerance for expected counts, documented as a relative 1e-9 of the smaller size, was an
+    absolute 1e-9 for sizes below 1: ``dice_from_counts(1e-9, 1e-12, 1e-12)`` gave a Dice of 1000 and
+    ``iou_from_counts`` an IoU of -1.002, and an intersection with an empty mask was accepted."""
+    with pytest.raises(ValueError, match="intersection exceeds the smaller"):
+        fn(*counts)
+    inter, a, b = counts[1] * (1 + 1e-10), counts[1], counts[2]  # rounding within the tolerance: accepted
+    assert 0.0 <= float(fn(inter, a, b)) <= 1.0 + 1e-9
