@@ -639,7 +639,9 @@ def label_gram(
     if isinstance(label, str):
         if label != "foreground":
             raise ValueError(f"label must be a class index or 'foreground', got {label!r}")
-        return _gram(parts, lambda x: x > 0, b)
+        # an unsigned map's foreground as ``x != 0``: torch has no ``>`` for uint16 / uint32 / uint64 (found by hostile
+        # testing: NotImplementedError for uint16 NIfTI label maps)
+        return _gram(parts, lambda x: x > 0 if x.dtype.is_signed else x != 0, b)
     try:
         ok = not isinstance(label, bool) and int(label) == label and label >= 0
     except (TypeError, ValueError, OverflowError):  # NaN, infinity, another type

@@ -360,3 +360,13 @@ def test_soft_counts_below_one_are_checked_relative_to_their_size(fn, counts):
         fn(*counts)
     inter, a, b = counts[1] * (1 + 1e-10), counts[1], counts[2]  # rounding within the tolerance: accepted
     assert 0.0 <= float(fn(inter, a, b)) <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
+def test_label_gram_of_the_foreground_of_wide_unsigned_maps(dtype):
+    """Regression: ``label_gram(maps, "foreground")`` of uint16 maps (a common NIfTI label dtype) raised torch's
+    ``NotImplementedError: "gt_cpu" not implemented for 'UInt16'``; the classes of the same maps worked."""
+    labels = np.array([[0, 1, 2, 2, 0], [1, 1, 2, 0, 0], [0, 0, 0, 0, 0]])
+    want = label_gram(labels, "foreground")
+    assert torch.equal(label_gram(labels.astype(dtype), "foreground"), want)
+    assert torch.equal(label_gram([labels[:1].astype(dtype), labels[1:]], "foreground"), want)
