@@ -303,7 +303,9 @@ def _voxel_labels(x: Any, name: str, num_classes: int | None, validate: bool) ->
         raise ValueError(f"{name} must be label maps (..., V) with V > 0 voxels on the last axis, got {tuple(t.shape)}")
     if validate:
         t = check_labels(t, name, num_classes=num_classes)
-    elif t.is_floating_point() or t.dtype == torch.bool:
+    elif t.is_floating_point() or (not t.dtype.is_signed and t.dtype != torch.uint8):
+        # bool, and uint16 / uint32 / uint64, for which torch has neither max nor > (found by hostile testing:
+        # NotImplementedError for uint16 maps with validate=False)
         t = t.to(torch.int64)
     return t
 

@@ -370,3 +370,19 @@ def test_label_gram_of_the_foreground_of_wide_unsigned_maps(dtype):
     want = label_gram(labels, "foreground")
     assert torch.equal(label_gram(labels.astype(dtype), "foreground"), want)
     assert torch.equal(label_gram([labels[:1].astype(dtype), labels[1:]], "foreground"), want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("num_classes", [None, 3, 500])  # 500: the per-map counts, without the C x C table
+def test_counts_of_wide_unsigned_maps_without_validation(dtype, num_classes):
+    """Regression: ``overlap_counts(..., validate=False)`` and ``class_counts(..., validate=False)`` of uint16 maps
+    raised torch's ``NotImplementedError: "max_all" not implemented for 'UInt16'`` (``"gt_cpu"`` with the foreground
+    column), where ``validate=True`` (which converts the labels) worked."""
+    p = np.array([[0, 1, 2, 2, 1, 0], [2, 2, 0, 0, 1, 1]])
+    t = np.array([[0, 1, 1, 2, 2, 0], [2, 0, 0, 1, 1, 1]])
+    want = overlap_counts(p, t, num_classes, foreground=True)
+    got = overlap_counts(p.astype(dtype), t.astype(dtype), num_classes, foreground=True, validate=False)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(class_counts(p.astype(dtype), num_classes, validate=False),
+                                  class_counts(p, num_classes))
