@@ -112,7 +112,10 @@ def check_empty_score(empty_score: Any) -> float:
         >>> check_empty_score(1)
         1.0
     """
-    if isinstance(empty_score, bool) or not isinstance(empty_score, (int, float)) and not (
+    # numpy's and torch's booleans too (found by hostile testing: np.True_ and torch.tensor(True) were read as 1.0,
+    # where True raises)
+    boolean = isinstance(empty_score, bool) or str(getattr(empty_score, "dtype", "")) in ("bool", "torch.bool")
+    if boolean or not isinstance(empty_score, (int, float)) and not (
         hasattr(empty_score, "__float__") and getattr(empty_score, "ndim", 0) == 0
     ):
         raise TypeError(f"empty_score must be a number in [0, 1] or NaN, got {type(empty_score).__name__}")

@@ -386,3 +386,14 @@ def test_counts_of_wide_unsigned_maps_without_validation(dtype, num_classes):
         np.testing.assert_array_equal(g, w)
     np.testing.assert_array_equal(class_counts(p.astype(dtype), num_classes, validate=False),
                                   class_counts(p, num_classes))
+
+
+@pytest.mark.parametrize("bad", [np.True_, np.False_, torch.tensor(True), np.array(True)])
+def test_numpy_and_torch_booleans_are_no_empty_score(bad):
+    """Regression: ``empty_score=True`` raises ``TypeError`` (documented), but numpy's ``np.True_`` and a 0-d bool
+    tensor were read as 1.0 (``np.False_`` as 0.0); numpy and torch numbers are still accepted."""
+    p, t = np.array([[0, 1, 0]]), np.array([[0, 1, 1]])
+    with pytest.raises(TypeError, match="empty_score"):
+        dice(p, t, num_classes=3, empty_score=bad)
+    assert dice(p, t, num_classes=3, empty_score=np.float32(0.5))[0, 1] == 0.5
+    assert dice(p, t, num_classes=3, empty_score=torch.tensor(0.5))[0, 1] == 0.5
