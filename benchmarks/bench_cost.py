@@ -2,7 +2,7 @@
 
     python benchmarks/bench_cost.py [--size 64] [--roi 48] [--features 8 8 16 32 64 8] [--samples 30]
                                     [--sw-batch 2] [--device cpu] [--memory] [--placements auto decoder last]
-                                    [--network basicunet|segresnet|dynunet]
+                                    [--network basicunet|segresnet|dynunet] [--sample-batches K [K ...]]
     python benchmarks/bench_cost.py --nnunet [--nnunet-config width32] [--samples 30] [--memory]
 
 One network (MONAI ``BasicUNet`` with ``--features``, 3 classes; ``--network segresnet``: ``SegResNet`` with
@@ -18,6 +18,7 @@ stage next to the output), in the same process and interleaved:
 - ``full``: the same with ``share_passes=False`` (one full pass per sample, what the inferer did before);
 - ``split`` (``--split``): shared passes that always split the network (``MIN_SHARED_WORK = 0``), where the default
   replays a trace that keeps under a tenth of the work as plain batched passes (``SharedPasses.plain``);
+- ``k=K`` (``--sample-batches K ...``): shared passes with ``sample_batch_size=K`` instead of the automatic batch;
 - ``limit``: the stochastic part of one pass, measured window by window as a replay of one sample
   (``SharedPasses.replay(k=1)``) after a trace: ``limit = stock + (N - 1) x stochastic part`` (the shared part once
   plus N times the stochastic part), the least any implementation that runs each sample's stochastic part can do.
@@ -134,6 +135,9 @@ def run_mode(mode: str, net, x, sw, n: int, device: str) -> tuple[float, float]:
             with _always_split(mode == "split"):
                 MCDropoutInferer(num_samples=n, base_inferer=sw, seed=0, share_passes=mode != "full")(x, net)
             return 0.0, 0.0
+        if mode.startswith("k="):  # shared passes with a fixed sample batch (--sample-batches)
+            MCDropoutInferer(num_samples=n, base_inferer=sw, seed=0, sample_batch_size=int(mode[2:]))(x, net)
+            return 0.0, 0.0
         spent = [0.0, 0.0]
 
         def window(t: torch.Tensor) -> torch.Tensor:
@@ -162,7 +166,8 @@ def timing(args: argparse.Namespace) -> dict:
         net, x, sw = _setup(args, placement)
         run_mode("stock", net, x, sw, args.samples, args.device)  # warm-up
         split = ("split",) if getattr(args, "split", False) else ()
-        wall = {m: [] for m in ("stock", "shared", "full", "limit", *split)}
+        fixed = tuple(f"k={k}" for k in (getattr(args, "sample_batches", None) or ()))
+        wall = {m: [] for m in ("stock", "shared", "full", "limit", *split, *fixed)}
         cpu = {m: [] for m in wall}
         stoch = []
         for _ in range(args.repeats):
@@ -465,6 +470,8 @@ def main() -> None:
     ap.add_argument("--skip-full", action="store_true", help="time the 30 full passes for 'auto' only")
     ap.add_argument("--split", action="store_true",
                     help="also time shared passes that always split the network (MIN_SHARED_WORK = 0)")
+    ap.add_argument("--sample-batches", type=int, nargs="+", default=None, metavar="K",
+                    help="also time shared passes with these fixed sample batch sizes beside the automatic one")
     ap.add_argument("--memory", action="store_true")
     ap.add_argument("--memory-only", action="store_true", help="the memory part of --memory alone")
     ap.add_argument("--nnunet", action="store_true", help="the nnU-Net predictor against stock nnUNetPredictor")
@@ -506,6 +513,9 @@ def main() -> None:
         full = f"{t['full'] / stock:13.2f}x" if "full" in t else f"{'-':>14s}"
         split = f"   split (always): {t['split'] / stock:.2f}x" if "split" in t else ""
         print(f"{placement:10s} {t['shared'] / stock:13.2f}x {limit / stock:7.2f}x {full} {stock:9.3f}{split}")
+        fixed = [m for m in t if m.startswith("k=")]
+        if fixed:
+            print("  fixed sample batches: " + ", ".join(f"{m} {t[m] / stock:.2f}x" for m in fixed))
         print(f"  (wall: shared {r['wall']['shared'] / r['wall']['stock']:.2f}x, limit "
               f"{(r['wall']['stock'] + (n - 1) * stoch) / r['wall']['stock']:.2f}x"
               + (f", full {r['wall']['full'] / r['wall']['stock']:.2f}x" if "full" in r["wall"] else "") + ")")

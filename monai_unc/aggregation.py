@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ._deprecation import REMOVAL, deprecated_arg_names
-from ._utils import ArrayLike, check_finite, is_int, like_input, to_numpy, to_tensor
+from ._utils import ArrayLike, check_bool, check_finite, is_int, like_input, to_numpy, to_tensor
 
 __all__ = ["PatchMax", "aggregate", "canonical_method", "check_method_options", "max_patch", "fit_threshold",
            "METHODS"]
@@ -498,7 +498,7 @@ def aggregate(
         patch_reduction: deprecated (the method names the reduction); with ``method="patch"`` the box reduction,
             ``"sum"`` (default) or ``"mean"``.
         return_location: with ``"patch_sum"`` / ``"patch_mean"``, also return the best box's start corner
-            ``(B, D)``.
+            ``(B, D)``; ``True`` or ``False``.
         empty_value: ``"threshold"`` score of a case whose (masked) voxels are all below ``t``: 0.0 as in ValUES'
             code (such a case is the most certain one); pass ``float("nan")`` to mark it instead. A case with an
             empty mask is NaN whatever ``empty_value``. Another value than 0 is refused by the other methods.
@@ -511,6 +511,7 @@ def aggregate(
         ValueError: an unknown method, a bad shape, non-finite values, a mask of another shape, a missing or
             non-finite ``threshold``, ``threshold`` or a non-zero ``empty_value`` with a method other than
             ``"threshold"``, or ``return_location`` with a method other than the patch methods.
+        TypeError: ``return_location`` that is not ``True`` or ``False`` (a string such as ``"False"``).
 
     Example:
         >>> import numpy as np
@@ -528,6 +529,8 @@ def aggregate(
     """
     method = canonical_method(method, patch_reduction, stacklevel=3)
     check_method_options(method, threshold, empty_value)
+    # found by hostile testing: return_location="False" (truthy) returned a (scores, start) tuple
+    return_location = check_bool(return_location, "return_location")
     if method in ("patch_sum", "patch_mean"):
         res = max_patch(uncertainty, patch_size=patch_size, reduction=method[len("patch_"):], mask=mask)
         return (res.score, res.start) if return_location else res.score

@@ -479,6 +479,7 @@ def per_region(
 
     Raises:
         ValueError: when ``region_args`` is empty, the region counts differ or ``names`` has another length.
+        TypeError: when ``fn`` is not callable or ``channel_dim`` is not an integer.
 
     Example:
         >>> import torch
@@ -495,6 +496,10 @@ def per_region(
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     if not isinstance(region_args, Mapping) or not region_args:
         raise ValueError("region_args must be a non-empty mapping of argument name -> (B, R, *spatial) array")
+    # found by hostile testing: "1", 1.0, True or None failed inside with an error naming no argument
+    if isinstance(channel_dim, (bool, np.bool_)) or not isinstance(channel_dim, (int, np.integer)):
+        raise TypeError(f"channel_dim must be an int (the region axis), got {channel_dim!r}")
+    channel_dim = int(channel_dim)
     tensors = {k: to_tensor(v, k) for k, v in region_args.items()}
     counts = {k: int(t.shape[channel_dim]) if -t.ndim <= channel_dim < t.ndim else -1 for k, t in tensors.items()}
     if len(set(counts.values())) != 1 or -1 in counts.values():

@@ -80,6 +80,7 @@ from ._jit import KernelUnavailable
 from ._stats_kernels import accumulate as fused_accumulate
 from ._stats_kernels import accumulate_outputs as fused_accumulate_outputs
 from ._stats_kernels import backend as fused_backend
+from ._stats_kernels import evaluation_dtype
 from ._stats_kernels import takes_outputs as fused_takes_outputs
 from ._stats_kernels import value_flags as fused_value_flags
 from ._utils import (
@@ -698,7 +699,7 @@ class SampleStats:
             return False
         if fresh:
             self.accum_dtype = accum
-            self.out_dtype = torch.float64 if z.dtype == torch.float64 else torch.float32
+            self.out_dtype = evaluation_dtype(z.dtype)
         self._count(weights, num_samples)
         return True
 

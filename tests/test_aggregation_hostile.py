@@ -87,3 +87,16 @@ def test_patch_score_is_the_winning_box_summed_directly():
     mask = np.ones(u.shape, bool)
     mask[..., 20:] = False
     assert aggregate(u, "patch_mean", patch_size=(2, 2, 11), mask=mask)[0] == pytest.approx(0.3, rel=1e-12)
+
+
+@pytest.mark.parametrize("method", ["patch_sum", "patch_mean", "mean"])
+@pytest.mark.parametrize("flag", ["False", "no", 0, None])
+def test_return_location_given_as_text_or_a_number_is_refused(method, flag):
+    """Regression: ``return_location="False"`` (a value read from a text config) is truthy, so the patch methods
+    returned a ``(scores, start)`` tuple where the scores were asked for; a ``TypeError`` naming the flag now, as for
+    the package's other flags; real booleans (numpy's too) still work."""
+    u = np.random.default_rng(0).random((2, 1, 6, 6))
+    with pytest.raises(TypeError, match="return_location must be True or False"):
+        aggregate(u, method, return_location=flag)
+    scores = aggregate(u, method, return_location=np.bool_(False))
+    assert isinstance(scores, np.ndarray) and scores.shape == (2,)

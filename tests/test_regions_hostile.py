@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.regions import label_to_regions, region_masks, regions_to_labels, unclaimed_labels
+from monai_unc.regions import label_to_regions, per_region, region_masks, regions_to_labels, unclaimed_labels
 from tests.test_regions_to_labels import _brute
 
 #: the regions of nnU-Net's BraTS example (dataset.json ``labels`` with ``regions_class_order`` [1, 2, 3])
@@ -191,3 +191,15 @@ def test_a_zero_dimensional_array_is_one_label_and_bad_ones_name_the_region():
         check_regions({"ET": np.asarray(4.0)})
     with pytest.raises(TypeError, match=r"regions\['ET'\] must be a list of integer labels"):
         check_regions({"ET": np.asarray(True)})
+
+
+@pytest.mark.parametrize("bad", ["1", 1.0, True, None])
+def test_per_region_names_a_channel_dim_that_is_no_axis_index(bad):
+    """Regression: ``per_region(..., channel_dim="1")`` (or 1.0, True, None) failed inside with Python's or torch's own
+    ``TypeError`` naming no argument (``narrow() received an invalid combination of arguments`` for True), and a
+    numpy integer reached ``binary_probabilities``, which called it "not an axis of probs"."""
+    probs = np.random.default_rng(0).random((2, 3, 4))
+    with pytest.raises(TypeError, match="channel_dim must be an int"):
+        per_region(lambda probs: probs.shape, {"probs": probs}, channel_dim=bad)
+    got = per_region(lambda probs: probs.shape, {"probs": probs}, channel_dim=np.int64(1))
+    assert got == {"0": (2, 2, 4), "1": (2, 2, 4), "2": (2, 2, 4)}

@@ -20,7 +20,11 @@ classes, 4 above). The larger of two phases:
   shared activations ``V_w s`` and ``V_w (k_s r - C b) + k_s V_w s_c + (k_s - 1) V_w C b``: each sample's stochastic
   tensors ``r`` (its logits among them; one sample's logits are in the window's work already), its copy of the kept
   activations that the stochastic rest reads ``s_c`` (``SharedPasses.copied_bytes``; at most ``s``), its
-  probabilities (bytes per window voxel, measured on one window with :class:`~monai_unc.inferers.SharedPasses`);
+  probabilities (bytes per window voxel, measured on one window with :class:`~monai_unc.inferers.SharedPasses`).
+  With ``k > 1`` windows per call and ``s_c = 0`` (the replays hand the kept values on as views) a replay runs one
+  window at a time: ``k_s V_w max(r / k + C b (k - 1) / k, 2 C b)`` beside the kept activations instead (one
+  window's stochastic tensors beside the earlier windows' outputs, or the outputs and their interleaved copy;
+  :func:`~monai_unc.networks.shared.replay_working_bytes`, the formula the automatic sample batch uses on a GPU);
 - **ensembles** (``M`` members, looped outside the sliding window): while a later member's windows are stitched into
   fresh buffers, the merged statistics of the earlier members are kept, as many bytes as the buffers (``b V (C + 1 +
   q + w)``; in one pass, their means in the accumulation dtype; MONAI allocates its own output buffers, so a member
@@ -70,6 +74,7 @@ import torch
 
 from .._stats_kernels import available as fused_kernels_available
 from .._utils import check_bool, check_integer, check_nonnegative, host_memory_free
+from ..networks.shared import replay_working_bytes
 from ..stats import CUDA_CHUNK_ELEMENTS, DEFAULT_CHUNK_ELEMENTS, auto_accum_dtype, check_accum_dtype
 
 __all__ = ["MemoryEstimate", "estimate_memory", "available_memory"]
@@ -216,7 +221,8 @@ def estimate_memory(
             with the number of samples.
         copied_bytes_per_voxel: with shared passes, the kept activations that the stochastic rest reads, copied
             once per replayed sample (``SharedPasses.copied_bytes`` over the window's voxels); None: all of
-            ``shared_bytes_per_voxel`` (an upper bound).
+            ``shared_bytes_per_voxel`` (an upper bound). 0 with ``sw_batch_size > 1``: the replays run one window
+            at a time (module docstring).
         fused_update: the statistics are updated by the fused kernel (:mod:`monai_unc.stats`: no temporaries of a
             sample's size); False: the reference torch update (three temporaries of the probabilities and a copy in
             the accumulation dtype); None: whether the fused kernel of the CPU is installed (numba).
@@ -295,6 +301,7 @@ def estimate_memory(
         vw = batch * math.prod(min(r, s) for r, s in zip(roi, spatial))
     else:
         vw = v
+        batch = 1
     b = _nbytes(input_dtype)
     logits = vw * c * b
     if stock:
@@ -326,10 +333,14 @@ def estimate_memory(
     # shared passes: the kept shared activations, and a replay batch of k samples: each sample's stochastic tensors
     # (its logits among them: one sample's logits are counted above), its copy of the kept activations that the
     # stochastic rest reads, its probabilities (k - 1 beyond the one above)
+    # (shared.replay_working_bytes: a window batch of several windows whose kept values the replays hand on as
+    # views, copied = 0, is replayed one window at a time, its k samples holding one window's stochastic tensors)
     k = sample_batch
     if shared_bytes_per_voxel or stochastic_bytes_per_voxel:
-        work += vw * shared_bytes_per_voxel + k * vw * copied + max(k * vw * stochastic_bytes_per_voxel - logits, 0)
-        work += (k - 1) * vw * c * b
+        rows = batch if copied == 0 else 1
+        replay = replay_working_bytes(k, rows, vw * stochastic_bytes_per_voxel, logits, vw * c * b,
+                                      copied=vw * copied, first_copies=vw * shared_bytes_per_voxel)
+        work += vw * shared_bytes_per_voxel + max(replay - logits - vw * c * b, 0)
     # the kept samples' probabilities (per voxel; an ensemble member's windows keep their share of them): during the
     # last sample, the earlier ones (the last one's probabilities are counted above); at the window's end, their list
     # and their concatenation

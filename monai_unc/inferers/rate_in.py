@@ -47,6 +47,7 @@ from .._utils import (
     ArrayLike,
     check_bool,
     check_finite,
+    is_int,
     like_input,
     plain_module,
     recompile_after_hooks,
@@ -252,11 +253,12 @@ def ssim_loss(
         raise ValueError(f"ssim_loss needs 2D or 3D feature maps (B, C, H, W[, D]), got shape {tuple(a.shape)}")
     if kernel_type not in ("gaussian", "uniform"):
         raise ValueError(f"kernel_type must be 'gaussian' or 'uniform', got {kernel_type!r}")
-    if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+    # a numpy integer is an integer (found by hostile testing, as for bins, draws, max_iter and num_samples)
+    if not is_int(kernel_size) or kernel_size < 1 or kernel_size % 2 == 0:
         # found by hostile testing: kernel_size=4 was used as 3 without a word (a window needs a centre voxel)
         raise ValueError(f"kernel_size must be a positive odd integer, got {kernel_size!r}")
     _check_positive_finite(kernel_sigma, "kernel_sigma")
-    return _finish(_ssim(a, b, kernel_size, kernel_sigma, kernel_type), pre, "ssim_loss")
+    return _finish(_ssim(a, b, int(kernel_size), kernel_sigma, kernel_type), pre, "ssim_loss")
 
 
 def _logdet_spd(m: torch.Tensor) -> torch.Tensor:
@@ -435,9 +437,9 @@ def mutual_information_loss(
         _check_voxels(a, "pre")
         loss = _gaussian_mi(a, b, float(eps))
     elif estimator == "binned":
-        if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
+        if not is_int(bins) or bins < 2:
             raise ValueError(f"bins must be an integer >= 2, got {bins!r}")
-        loss = _binned_mi(a, b, bins)
+        loss = _binned_mi(a, b, int(bins))
     else:
         raise ValueError(f"estimator must be 'gaussian' or 'binned', got {estimator!r}")
     return _finish(loss, pre, "mutual_information_loss")
@@ -625,7 +627,7 @@ def _check_controller(
     if not 0.0 < float(lr_decay) <= 1.0:
         raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}")
     _check_positive_finite(tol, "tol")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+    if not is_int(max_iter) or max_iter < 1:
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
 
 
@@ -754,8 +756,9 @@ def search_dropout_rate(
     if x.ndim < 2 or x.numel() == 0:
         raise ValueError(f"x must be a non-empty feature map (B, C, *spatial), got shape {tuple(x.shape)}")
     _check_controller(target_loss, p_init, lr, lr_decay, tol, max_iter, p_min, p_max)
-    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+    if not is_int(draws) or draws < 1:
         raise ValueError(f"draws must be an integer >= 1, got {draws!r}")
+    draws, max_iter = int(draws), int(max_iter)
     # a map without spatial axes ((B, C): a linear layer's output) gets element-wise masks whatever ``channelwise``
     # says (``_mask_shape``), and on one voxel per channel ((B, C, 1, 1)) a channel mask is an element mask; so "mi"
     # means the element-wise estimator there: the Gaussian one would estimate a covariance from one voxel per input
@@ -925,9 +928,9 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         check_bool(channelwise, "channelwise")
         get_information_loss(loss, channelwise)
         super().__init__(p=float(p))
-        if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        if not is_int(draws) or draws < 1:
             raise ValueError(f"draws must be an integer >= 1, got {draws!r}")
-        self.draws = draws
+        self.draws = int(draws)
         self.target_loss = float(target_loss)
         self.loss = loss
         self.channelwise = bool(channelwise)
@@ -1345,8 +1348,9 @@ class RateInSource(SampleSource):
         after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto",
         **layer_kwargs: Any,
     ) -> None:
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        if not is_int(num_samples) or num_samples < 1:
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        num_samples = int(num_samples)
         if placement not in ("auto", "insert", "convert"):
             raise ValueError(f"placement must be 'auto', 'insert' or 'convert', got {placement!r}")
         self.num_samples = num_samples
@@ -1612,6 +1616,6 @@ class RateInInferer(UncertaintyInferer):
         self._refuse_sources(kwargs, "RateInInferer")
         source = RateInSource(num_samples, placement=placement, after=after, **layer_kwargs)
         super().__init__(sources=[source], **kwargs)
-        self.num_samples = num_samples
+        self.num_samples = source.num_samples
         self.source = source
 

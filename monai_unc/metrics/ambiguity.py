@@ -154,6 +154,10 @@ def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
         which = "uncertainty" if const_a else "target"
         # stacklevel 4: the caller of ncc, past the deprecated-argument wrapper
         return warn_nan(f"ncc: {which} is constant, the correlation is undefined", stacklevel=4)
+    # each map divided by its largest magnitude first: the mean of finite maps near 1.8e308 overflowed to inf and
+    # r came back NaN without a warning (found by hostile testing); neither map is constant, so neither divisor is 0
+    a = a / a.abs().max()
+    b = b / b.abs().max()
     da = a - a.mean()
     db = b - b.mean()
     # Pearson's r does not change with the scale of either map: dividing each by its largest deviation keeps the

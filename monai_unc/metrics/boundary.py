@@ -421,7 +421,7 @@ def _lattice(spacing: SpacingLike, exact_within: float) -> tuple[Fraction, tuple
         reach = float(exact_within)
     except (TypeError, ValueError):
         reach = math.nan
-    if isinstance(exact_within, bool) or not (math.isfinite(reach) and reach >= 0):
+    if isinstance(exact_within, (bool, np.bool_)) or not (math.isfinite(reach) and reach >= 0):  # np.True_ was 1 mm
         raise ValueError(f"exact_within must be a non-negative distance in mm, got {exact_within!r}")
     values = []
     for s in np.atleast_1d(np.asarray(spacing, dtype=object)).reshape(-1):

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_pair, case_vector, check_bool, label_text, to_numpy, warn_nan
+from .._utils import ArrayLike, case_pair, case_vector, check_bool, is_real, label_text, to_numpy, warn_nan
 from .discrimination import auroc
 from .selective import augrc, aurc, eaurc
 
@@ -178,6 +178,35 @@ def is_in_distribution(shift: Any, labels: Iterable[Any] = IID_SHIFTS) -> bool:
     return _label_text(shift) in texts
 
 
+def _score_values(scores: Any, name: str) -> np.ndarray:
+    """``scores`` as a flat float64 copy: real numbers, NaN or inf for an undefined score (TypeError naming ``name``).
+
+    Found by hostile testing: text (``"0.9"``) was parsed and complex scores lost their imaginary part with only
+    numpy's ``ComplexWarning``, where every other case metric refuses both (:func:`monai_unc._utils.case_vector`). A
+    list holding ``None`` for a missing score (an object array) is read as before, ``None`` as undefined.
+    """
+    a = to_numpy(scores, name)
+    if a.dtype == object:
+        ok = all(v is None or is_real(v) or isinstance(v, (bool, np.bool_)) for v in a.ravel())
+    else:
+        ok = a.dtype.kind in "biuf"
+    if not ok:
+        raise TypeError(f"{name} must hold real numbers (NaN or inf for an undefined score), got dtype {a.dtype}")
+    return np.array(a, dtype=np.float64).reshape(-1)
+
+
+def _filled(out: np.ndarray) -> np.ndarray:
+    """:func:`fill_undefined_scores` of a checked float64 copy, in place."""
+    bad = ~np.isfinite(out)
+    if bad.any():
+        top = np.nanmax(out[~bad]) if (~bad).any() else 0.0
+        # found by hostile testing: from 2**53 on, max + 1 rounds to max, so an undefined score tied with the most
+        # uncertain defined case and the triage order (ties by case id) could put it after that case
+        fill = top + 1.0
+        out[bad] = fill if fill > top else np.nextafter(top, np.inf)
+    return out
+
+
 def fill_undefined_scores(scores: ArrayLike) -> np.ndarray:
     """Undefined (NaN or infinite) scores become larger than every defined one: those cases rank most uncertain.
 
@@ -194,19 +223,15 @@ def fill_undefined_scores(scores: ArrayLike) -> np.ndarray:
         A float64 copy with every non-finite score set to ``max(defined) + 1`` (``1`` when none is defined), or to the
         next float64 above ``max(defined)`` where adding 1 does not change it (``|max| >= 2**53``).
 
+    Raises:
+        TypeError: ``scores`` holds something else than real numbers (text, complex numbers); a list may hold ``None``
+            for an undefined score.
+
     Example:
         >>> fill_undefined_scores(np.array([0.2, np.nan, 0.5]))
         array([0.2, 1.5, 0.5])
     """
-    out = np.array(to_numpy(scores, "scores"), dtype=np.float64).reshape(-1)
-    bad = ~np.isfinite(out)
-    if bad.any():
-        top = np.nanmax(out[~bad]) if (~bad).any() else 0.0
-        # found by hostile testing: from 2**53 on, max + 1 rounds to max, so an undefined score tied with the most
-        # uncertain defined case and the triage order (ties by case id) could put it after that case
-        fill = top + 1.0
-        out[bad] = fill if fill > top else np.nextafter(top, np.inf)
-    return out
+    return _filled(_score_values(scores, "scores"))
 
 
 def ood_auroc_by_shift(
@@ -231,7 +256,8 @@ def ood_auroc_by_shift(
         against all in-distribution cases).
 
     Raises:
-        TypeError: ``shifts`` is one string rather than one label per case.
+        TypeError: ``shifts`` is one string rather than one label per case, or ``uncertainty`` holds something else
+            than real numbers.
         ValueError: ``uncertainty`` and ``shifts`` differ in length.
 
     Example:
@@ -243,7 +269,7 @@ def ood_auroc_by_shift(
         # found by hostile testing: one label given as a string was read as one label per character ("blur" for four
         # cases: the shifts b, l, u, r), as in_distribution_labels once read "clean"
         raise TypeError(f"shifts must hold one label per case (a list), got the string {shifts!r}")
-    scores = fill_undefined_scores(uncertainty)
+    scores = _filled(_score_values(uncertainty, "uncertainty"))  # as fill_undefined_scores, naming the argument
     # None and NaN (pandas' empty cell) read as "", as is_in_distribution reads them and as read_shifts reads an empty
     # cell (found by hostile testing: a NaN label was the shift "nan", so a table read by pandas gave another AUROC)
     labels = [label_text(s) for s in shifts]

@@ -527,7 +527,10 @@ def _patch_uncertain(u: np.ndarray, w: tuple[int, ...], threshold: float) -> np.
     out[constant] = exceeds(lo[constant], threshold, inclusive=False)
     for idx in np.argwhere(near & ~constant):
         patch = u[tuple(slice(i * k, (i + 1) * k) for i, k in zip(idx, w))]
-        out[tuple(idx)] = sum(map(Fraction, patch.ravel().tolist())) > Fraction(threshold) * patch.size
+        # as_integer_ratio: the exact value of every float dtype (Fraction refuses numpy's longdouble scalars, which
+        # tolist() keeps; found by hostile testing)
+        exact = sum(Fraction(*v.as_integer_ratio()) for v in patch.ravel())
+        out[tuple(idx)] = exact > Fraction(threshold) * patch.size
     return out
 
 

@@ -112,7 +112,10 @@ def check_empty_score(empty_score: Any) -> float:
         >>> check_empty_score(1)
         1.0
     """
-    if isinstance(empty_score, bool) or not isinstance(empty_score, (int, float)) and not (
+    # numpy's and torch's booleans too (found by hostile testing: np.True_ and torch.tensor(True) were read as 1.0,
+    # where True raises)
+    boolean = isinstance(empty_score, bool) or str(getattr(empty_score, "dtype", "")) in ("bool", "torch.bool")
+    if boolean or not isinstance(empty_score, (int, float)) and not (
         hasattr(empty_score, "__float__") and getattr(empty_score, "ndim", 0) == 0
     ):
         raise TypeError(f"empty_score must be a number in [0, 1] or NaN, got {type(empty_score).__name__}")
@@ -183,7 +186,9 @@ def _count_tensors(intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike
             raise ValueError(f"{name} must be non-negative counts, got {float(x.min())}")
     try:
         smaller = torch.minimum(a.detach().to(torch.float64), b.detach().to(torch.float64))
-        over = inter.detach().to(torch.float64) - smaller > 1e-9 * torch.clamp(smaller, min=1.0)
+        # relative to the smaller size, as documented: an absolute 1e-9 below a size of 1 (found by hostile testing)
+        # let dice_from_counts(1e-9, 1e-12, 1e-12) give a Dice of 1000 and iou_from_counts an IoU of -1.002
+        over = inter.detach().to(torch.float64) - smaller > 1e-9 * smaller
     except RuntimeError as err:
         raise ValueError(f"intersection, size_a and size_b must broadcast, got {tuple(inter.shape)}, "
                          f"{tuple(a.shape)} and {tuple(b.shape)}") from err
@@ -301,7 +306,9 @@ def _voxel_labels(x: Any, name: str, num_classes: int | None, validate: bool) ->
         raise ValueError(f"{name} must be label maps (..., V) with V > 0 voxels on the last axis, got {tuple(t.shape)}")
     if validate:
         t = check_labels(t, name, num_classes=num_classes)
-    elif t.is_floating_point() or t.dtype == torch.bool:
+    elif t.is_floating_point() or (not t.dtype.is_signed and t.dtype != torch.uint8):
+        # bool, and uint16 / uint32 / uint64, for which torch has neither max nor > (found by hostile testing:
+        # NotImplementedError for uint16 maps with validate=False)
         t = t.to(torch.int64)
     return t
 
@@ -610,7 +617,8 @@ def label_gram(
     """Gram matrix of the masks ``labels == label`` of ``M`` label maps, without a one-hot copy.
 
     The masks are ``labels == label`` (or ``labels > 0`` for ``label="foreground"``), built one block of voxels at a
-    time so that no one-hot copy of the maps is held.
+    time so that no one-hot copy of the maps is held. A class that the maps' dtype cannot hold (256 for uint8 maps,
+    2049 for float16 ones) is in no voxel: its masks are empty.
 
     Args:
         labels: ``M`` label maps ``(..., M, V)``, or a list of such stacks, concatenated along ``M``.
@@ -636,7 +644,9 @@ def label_gram(
     if isinstance(label, str):
         if label != "foreground":
             raise ValueError(f"label must be a class index or 'foreground', got {label!r}")
-        return _gram(parts, lambda x: x > 0, b)
+        # an unsigned map's foreground as ``x != 0``: torch has no ``>`` for uint16 / uint32 / uint64 (found by hostile
+        # testing: NotImplementedError for uint16 NIfTI label maps)
+        return _gram(parts, lambda x: x > 0 if x.dtype.is_signed else x != 0, b)
     try:
         ok = not isinstance(label, bool) and int(label) == label and label >= 0
     except (TypeError, ValueError, OverflowError):  # NaN, infinity, another type
@@ -644,7 +654,29 @@ def label_gram(
     if not ok:  # a negative or fractional class would give an all-zero Gram matrix, as if every mask were empty
         raise ValueError(f"label must be a class index (an integer >= 0) or 'foreground', got {label!r}")
     c = int(label)
-    return _gram(parts, lambda x: x == c, b)
+
+    def select(x: torch.Tensor) -> torch.Tensor:
+        if not _holds(x.dtype, c):
+            return torch.zeros_like(x, dtype=torch.bool)
+        return x == (c if c <= torch.iinfo(torch.int64).max else float(c))  # a float map holds c exactly
+
+    return _gram(parts, select, b)
+
+
+def _holds(dtype: torch.dtype, c: int) -> bool:
+    """Whether label maps of ``dtype`` can hold the class ``c >= 0``; where they cannot, it is in no voxel.
+
+    Compared as it is, such a class would be cast to the maps' dtype (found by hostile testing: 256 against uint8
+    maps is 0, which counted the background as class 256; 2049 against float16 maps is 2048).
+    """
+    if dtype == torch.bool:
+        return c <= 1
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return c <= torch.iinfo(dtype).max
+    try:
+        return torch.tensor(float(c), dtype=dtype).item() == c
+    except OverflowError:  # beyond float64
+        return False
 
 
 def _sizes(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -237,7 +237,8 @@ def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0, gr
         grid: ``"numpy2"`` or ``"numpy1"`` (:data:`QU_BRATS_GRIDS`).
 
     Returns:
-        The thresholds as float64, descending.
+        The thresholds as float64, descending, none above ``max_u`` (``eps`` is absolute: on a scale much smaller
+        than 100 the range would run on past ``max_u``).
 
     Raises:
         ValueError: ``num_points`` below 2, a ``max_uncertainty`` that is not positive and finite, or a ``grid``
@@ -260,7 +261,11 @@ def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0, gr
         stop = np.float64(max_u) + np.float64(QU_BRATS_EPS)
     else:  # float32, as `100.0 + np.finfo(np.float32).eps` in numpy 2
         stop = np.float32(max_u) + np.float32(QU_BRATS_EPS)
-    return np.arange(0.0, stop, max_u / k, dtype=np.float64)[::-1].copy()
+    t = np.arange(0.0, stop, max_u / k, dtype=np.float64)
+    # eps is absolute: on a small scale (max_u = 1e-6) the range ran on past max_u (45 thresholds up to 1.1 max_u), a
+    # perfect map scored 1.033; a threshold above the scale's top filters nothing (found by hostile testing)
+    t = t[t <= max_u * (1.0 + 1e-12)]
+    return t[::-1].copy()
 
 
 def binary_mask_of(x: Any, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
@@ -706,7 +711,9 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
     u = u.to(torch.float64)
     check_finite(u, "uncertainty")
     if u.numel():
-        lo, hi = float(u.min()), float(u.max())
+        # on the detached values: a map still attached to the graph (a validation step without no_grad) made
+        # torch warn about converting a tensor that requires grad to a scalar (found by hostile testing)
+        lo, hi = (float(v) for v in torch.aminmax(u.detach()))
         tol = rtol * float(max_value)
         if lo < -tol or hi > float(max_value) + tol:
             raise ValueError(

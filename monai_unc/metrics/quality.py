@@ -880,6 +880,18 @@ def _host(x: Any, name: str) -> Any:
     return to_numpy(x, name) if isinstance(x, torch.Tensor) else x
 
 
+def _real_values(x: Any, name: str) -> np.ndarray:
+    """``x`` (:func:`_host`) as a float64 array; ``TypeError`` naming ``name`` for complex values or text.
+
+    The cast dropped the imaginary part of a complex value with only numpy's ``ComplexWarning`` and parsed strings
+    (found by hostile testing); ``None`` in a list still reads as NaN (undefined), as before.
+    """
+    a = np.asarray(_host(x, name))
+    if a.dtype.kind in "cSUV":
+        raise TypeError(f"{name} must hold real numbers (NaN for an undefined one), got dtype {a.dtype}")
+    return a.astype(np.float64)
+
+
 def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = CONFORMAL_ALPHA) -> tuple[float, int]:
     """The split-conformal quantile of the absolute residuals ``|truth - estimate|`` of calibration cases.
 
@@ -899,14 +911,15 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
 
     Raises:
         ValueError: ``alpha`` outside (0, 1), the arrays differ in length, or hold an infinite value.
+        TypeError: the arrays hold complex values or text.
 
     Example:
         >>> conformal_quantile([0.9, 0.8, 0.7, 0.9], [0.8, 0.8, 0.5, 0.95], alpha=0.4)
         (0.1, 4)
     """
     a = _check_alpha(alpha)
-    e = np.asarray(_host(estimates, "estimates"), dtype=np.float64).reshape(-1)
-    t = np.asarray(_host(truths, "truths"), dtype=np.float64).reshape(-1)
+    e = _real_values(estimates, "estimates").reshape(-1)
+    t = _real_values(truths, "truths").reshape(-1)
     if e.shape != t.shape:
         raise ValueError(f"estimates and truths must have one entry per case, got {e.size} and {t.size}")
     for name, v in (("estimates", e), ("truths", t)):
@@ -956,6 +969,7 @@ def conformal_interval(
         ValueError: as :func:`conformal_quantile`; ``bounds`` not two finite numbers ``lower < upper``; an infinite
             ``estimate``; a calibration truth outside ``bounds`` (e.g. a Dice in percent with the default bounds,
             which collapsed the interval onto the bound 1).
+        TypeError: complex values or text in ``estimate`` or the calibration arrays.
 
     Example:
         >>> rng = np.random.default_rng(0)
@@ -966,14 +980,15 @@ def conformal_interval(
         (0.084, [0.846, 0.516], [1.0, 0.684])
     """
     lo, hi = _check_bounds(bounds)
-    t = np.asarray(_host(calibration_truths, "calibration_truths"), dtype=np.float64)
+    t = _real_values(calibration_truths, "calibration_truths")
+    _real_values(calibration_estimates, "calibration_estimates")  # named here, not as conformal_quantile's "estimates"
     outside = np.isfinite(t) & ((t < lo) | (t > hi))  # NaN (undefined) is neither; inf: conformal_quantile
     if outside.any():  # e.g. Dice in percent with the default bounds: the interval would collapse onto a bound
         raise ValueError(f"calibration_truths hold {int(outside.sum())} value(s) outside bounds ({lo:g}, {hi:g}), the "
                          f"range of the truth (e.g. {float(t[outside].reshape(-1)[0])!r}); give the truths in the "
                          "bounds' units or pass bounds=")
     q, n = conformal_quantile(calibration_estimates, calibration_truths, alpha)
-    e = np.asarray(_host(estimate, "estimate"), dtype=np.float64)
+    e = _real_values(estimate, "estimate")
     if np.isinf(e).any():
         raise ValueError(f"estimate holds {int(np.isinf(e).sum())} infinite value(s); an estimate is a number or NaN "
                          "(undefined)")

@@ -57,16 +57,29 @@ def accepted_by_threshold(scores: ArrayLike, threshold: float) -> ArrayLike:
     Returns:
         A boolean mask of ``scores``' shape, in the library of the input.
 
+    Raises:
+        TypeError: ``scores`` that are not real numbers (complex, strings).
+
     Example:
         >>> accepted_by_threshold(np.array([0.1, 0.5, np.nan, np.inf]), math.inf).tolist()
         [True, True, False, False]
         >>> accepted_by_threshold([0.1, 0.5], 0.3).tolist()
         [True, False]
     """
+    # a complex score lost its imaginary part and a string was parsed as a number, each accepted or referred without
+    # an error (found by hostile testing); risk_controlled_threshold refuses both for the calibration scores
     if isinstance(scores, torch.Tensor):
+        if scores.is_complex():
+            raise TypeError(f"scores must hold real numbers, got dtype {scores.dtype}")
         u = scores if scores.dtype == torch.float64 else scores.to(torch.float64)
         return torch.isfinite(u) & (u <= threshold)
-    u = np.asarray(scores).astype(np.float64, copy=False)
+    a = np.asarray(scores)
+    if a.dtype.kind == "O" and all(v is None or (isinstance(v, (int, float, np.integer, np.floating))
+                                                 and not isinstance(v, bool)) for v in a.reshape(-1).tolist()):
+        a = np.array([np.nan if v is None else v for v in a.reshape(-1).tolist()], dtype=np.float64).reshape(a.shape)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"scores must hold real numbers, got dtype {a.dtype}")
+    u = a.astype(np.float64, copy=False)
     return np.isfinite(u) & (u <= threshold)
 
 
@@ -85,7 +98,8 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
     Returns:
         The bound, vectorised over ``errors`` and ``n``; a float for scalar input. ``ValueError`` when ``n`` is not
         a non-negative integer (NaN or 10.5 trials bound nothing) or ``errors`` is not an integer in ``[0, n]``, or
-        ``delta`` is outside (0, 1); ``TypeError`` for a bool ``errors`` / ``n`` or a ``delta`` that is not one number.
+        ``delta`` is outside (0, 1); ``TypeError`` for a bool, string or complex ``errors`` / ``n`` or a ``delta``
+        that is not one number.
 
     Example:
         >>> from monai_unc.metrics import clopper_pearson_upper
@@ -96,6 +110,8 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
     """
     if np.asarray(errors).dtype == bool:
         raise TypeError(f"errors must be numbers of errors (integers), got the bool {errors!r}")
+    if isinstance(errors, (str, bytes)) or np.asarray(errors).dtype.kind not in "iuf":
+        raise TypeError(f"errors must be numbers of errors (integers), got {type(errors).__name__} {errors!r}")
     e = np.asarray(errors, dtype=np.float64)
     nn = _check_counts(n, "n")
     delta = _check_delta(delta)
@@ -111,10 +127,13 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
 def _check_counts(n: ArrayLike | float, name: str) -> np.ndarray:
     """``n`` as float64, ``ValueError`` naming ``name`` unless every entry is a finite integer ``>= 0``.
 
-    A bool is a ``TypeError`` (``True`` read as one case bounded a risk from a flag).
+    A bool is a ``TypeError`` (``True`` read as one case bounded a risk from a flag), and so are a string (``"10"`` was
+    parsed) and a complex number.
     """
     if np.asarray(n).dtype == bool:
         raise TypeError(f"{name} must be numbers of cases (integers), got the bool {n!r}")
+    if isinstance(n, (str, bytes)) or np.asarray(n).dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be numbers of cases (integers), got {type(n).__name__} {n!r}")
     nn = np.asarray(n, dtype=np.float64)
     if not np.isfinite(nn).all() or np.any(nn < 0) or np.any(nn != np.round(nn)):
         raise ValueError(f"{name} must be non-negative integers (numbers of cases), got {n!r}")
@@ -137,7 +156,15 @@ def _check_delta(delta: Any) -> float:
 
 
 def _check_unit(x: ArrayLike | float, name: str) -> np.ndarray:
-    """``x`` as float64, ``ValueError`` naming ``name`` unless every entry is finite and in [0, 1]."""
+    """``x`` as float64, ``ValueError`` naming ``name`` unless every entry is finite and in [0, 1].
+
+    ``TypeError`` naming ``name`` for what is no real number: a bool (``alpha=True`` was read as 1 and gave the
+    p-value 0, a certificate from a flag; found by hostile testing), a string (``"0.1"`` was parsed) or a complex
+    number.
+    """
+    kind = "U" if isinstance(x, (str, bytes)) else np.asarray(x).dtype.kind
+    if kind not in "iuf":
+        raise TypeError(f"{name} must be real numbers in [0, 1], got {type(x).__name__} {x!r}")
     a = np.asarray(x, dtype=np.float64)
     if not np.isfinite(a).all() or np.any(a < 0) or np.any(a > 1):
         raise ValueError(f"{name} must lie in [0, 1], got {x!r}")
@@ -167,7 +194,8 @@ def hoeffding_bentkus_pvalue(
     Returns:
         The p-value, vectorised; a float for scalar input. ``ValueError`` naming the argument when ``risk_hat`` or
         ``alpha`` is outside [0, 1] or ``n`` is not a non-negative integer (a mean loss outside [0, 1] would give a
-        p-value of 0, a certificate from nothing).
+        p-value of 0, a certificate from nothing); ``TypeError`` naming it for a bool, string or complex ``risk_hat``,
+        ``n`` or ``alpha``.
 
     Example:
         >>> from monai_unc.metrics import hoeffding_bentkus_pvalue
@@ -199,8 +227,8 @@ def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
 
     Returns:
         The bound as a float; 1 when ``risk_hat == 1`` or ``n == 0``. ``ValueError`` naming the argument when
-        ``risk_hat`` is outside [0, 1], ``n`` is not a non-negative integer or ``delta`` is outside (0, 1);
-        ``TypeError`` for a bool ``n`` or a ``delta`` that is not one number.
+        ``risk_hat`` is not one number in [0, 1], ``n`` is not a non-negative integer or ``delta`` is outside (0, 1);
+        ``TypeError`` for a bool ``risk_hat`` or ``n`` or a ``delta`` that is not one number.
 
     Example:
         >>> from monai_unc.metrics import hoeffding_bentkus_upper
@@ -208,7 +236,10 @@ def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
         0.0656
     """
     delta = _check_delta(delta)
-    r = float(_check_unit(risk_hat, "risk_hat"))
+    r = _check_unit(risk_hat, "risk_hat")
+    if r.ndim:  # numpy's "only 0-dimensional arrays can be converted" named no argument (found by hostile testing)
+        raise ValueError(f"risk_hat must be one mean loss, got {risk_hat!r}")
+    r = float(r)
     nn = _check_counts(n, "n")
     if nn.ndim:
         raise ValueError(f"n must be one number of cases, got {n!r}")
@@ -488,8 +519,9 @@ def risk_controlled_threshold(
         raise ValueError(f"undefined must be one of {_UNDEFINED}, got {undefined!r}")
     if undefined == "refer":
         u = to_numpy(uncertainty_cal, "uncertainty_cal")
-        if not np.issubdtype(u.dtype, np.number) and u.dtype != bool:
-            raise TypeError(f"uncertainty_cal must hold numbers, got dtype {u.dtype}")
+        # complex: the cast to float64 dropped the imaginary part (found by hostile testing), as case_vector refuses
+        if u.dtype.kind not in "biuf":
+            raise TypeError(f"uncertainty_cal must hold real numbers, got dtype {u.dtype}")
         if u.ndim != 1 or u.size == 0:
             raise ValueError(f"uncertainty_cal must be 1-D and non-empty (one value per case), got shape {u.shape}")
         u = u.astype(np.float64)

@@ -19,17 +19,23 @@ changes. The curve starts at coverage 1 and ends with a point at coverage 0 that
 risk (generalized risk 0 there), exactly as fd-shifts does. Areas are trapezoids over coverage:
 
     AURC  = sum_t (cov_{t-1} - cov_t) (risk_{t-1} + risk_t) / 2
-    E-AURC = AURC - AURC*    where AURC* is the AURC of the oracle that ranks cases by risk
+    E-AURC = AURC - AURC*    where AURC* is the AURC of the oracle that ranks cases by risk (untied scores)
 
-Two optima are offered for E-AURC. ``"empirical"`` (default) evaluates the same trapezoid on the oracle
-ranking (cases sorted by ascending risk), which works for 0/1 and continuous risk. Ties are handled the same
-way in both terms: the oracle is evaluated at the coverages the scored curve has (one point per tie group of
-the scores, every case its own point when there are no ties), where its selective risk is the mean of the
-``k`` lowest risks. Each scored point is the mean risk of some ``k`` cases, never below the oracle's at the
-same ``k``, so the default E-AURC is >= 0 up to float rounding, also with tied scores. ``"closed_form"`` is
-fd-shifts' analytic value for 0/1 risk with error rate ``e``:
-``AURC* = e + (1 - e) ln(1 - e)`` (the exact integral of the oracle's selective risk; it differs from the
-empirical trapezoid by O(1/N)). fd-shifts reports areas multiplied by 1000; these functions do not.
+Two optima are offered for E-AURC. ``"empirical"`` (default) evaluates the same trapezoid on the oracle ranking
+(cases sorted by ascending risk) with a point at every coverage ``k / N``, where its selective risk is the mean
+of the ``k`` lowest risks; it depends on the risks only, never on the score being judged, and works for 0/1 and
+continuous risk. With tied scores the scored term is not :func:`aurc` (one point per tie group) but the expected
+AURC over a uniformly random order of the tied cases, every case its own point: at a kept count ``k`` inside a
+tie group, ``k - a`` random cases of the group are kept besides the ``a`` more confident ones, so the expected
+selective risk is ``(S_a + (k - a) * group mean) / k`` (``S_a`` the summed risk of the ``a``), and the area,
+linear in these, is the expected area. A score gets no credit for its ties: a constant score keeps random cases
+and is charged the mean risk curve, not read as a perfect ranking. Every expected point is the mean risk of a
+mixture of ``k``-subsets, never below the oracle's at the same ``k``, so the default E-AURC is >= 0 up to float
+rounding, ties included; without ties it is ``aurc() - AURC*`` (Geifman, Uziel, El-Yaniv: *Bias-Reduced
+Uncertainty Estimation for Deep Neural Classifiers*). ``"closed_form"`` is fd-shifts' analytic value for 0/1 risk
+with error rate ``e``, subtracted from :func:`aurc` as fd-shifts does: ``AURC* = e + (1 - e) ln(1 - e)`` (the exact
+integral of the oracle's selective risk; it differs from the empirical trapezoid by O(1/N)). fd-shifts reports
+areas multiplied by 1000; these functions do not.
 
 Referral curve (RETINA, Sec. 2.3)
 -------------------------------------------
@@ -157,21 +163,28 @@ def _follow(a: np.ndarray, reference: Any) -> ArrayLike:
     return a
 
 
+def _tie_groups(confidence: np.ndarray, risk: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Cases by ascending confidence (the first cases leave first): ``(confidence, risk, suffix, starts)``.
+
+    ``suffix[j]`` is the risk summed over the retained cases ``j ..`` (accumulated from the most confident end),
+    ``starts`` the first position of each group of tied confidences (where a point of the curve is; the order inside
+    a group does not matter to the sums at its start).
+    """
+    order = np.argsort(confidence)
+    c = confidence[order]
+    r = risk[order]
+    suffix = np.cumsum(r[::-1])[::-1]
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    return c, r, suffix, starts
+
+
 def _rc_points(confidence: np.ndarray, risk: np.ndarray) -> tuple[np.ndarray, ...]:
     """fd-shifts' RC points, vectorised: O(N log N) instead of a Python loop over cases.
 
     Returns (coverage, selective_risk, generalized_risk, confidence_threshold), descending coverage.
     """
     n = confidence.size
-    # ascending confidence, the first cases leave first; the order inside a tie group does not matter
-    # because points are only emitted at group starts
-    order = np.argsort(confidence)
-    c = confidence[order]
-    r = risk[order]
-    # risk summed over the retained suffix order[k:], accumulated from the most confident end
-    suffix = np.cumsum(r[::-1])[::-1]
-    # a point where case k is the least confident retained case and the confidence changes
-    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    c, _, suffix, starts = _tie_groups(confidence, risk)
     kept = (n - starts).astype(np.float64)
     coverage = np.r_[kept / n, 0.0]
     selective = np.r_[suffix[starts] / kept, suffix[starts[-1]] / kept[-1]]
@@ -287,18 +300,43 @@ def augrc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertaint
     return _trapezoid(cov, gen)
 
 
-def _optimal_aurc(risk: np.ndarray, optimum: str, coverage: np.ndarray | None = None) -> float:
-    """``AURC*`` of the oracle that ranks cases by ascending risk.
+def _expected_aurc(confidence: np.ndarray, risk: np.ndarray) -> float:
+    """AURC of the scores' ranking averaged over every order of tied cases, each case its own point.
+
+    Cases are kept by descending confidence. At every kept count ``k = 1 .. N`` inside a tie group that spans
+    the kept counts ``(a, b]`` (``a`` cases of strictly more confident groups kept before it), a uniformly random
+    order of the group keeps ``k - a`` of its cases, whose expected summed risk is ``(k - a)`` times the group's
+    mean, so the expected selective risk is ``(S_a + (k - a) * mean) / k`` with ``S_a`` the summed risk of the
+    ``a`` cases. The trapezoid over ``k / N`` (then ``(0, last)``) is linear in the selective risks, hence the
+    expected AURC of a random tie order. Without ties it is :func:`aurc` (same sums, same points).
+    """
+    n = confidence.size
+    # the sums of _rc_points (bit for bit without ties); position j keeps n - j cases
+    _, r, suffix, starts = _tie_groups(confidence, risk)
+    ends = np.r_[starts[1:], n]
+    size = ends - starts
+    group = np.repeat(np.arange(starts.size), size)
+    mean = np.add.reduceat(r, starts) / size
+    # summed risk of the strictly more confident groups (the suffix after the group; 0 for the top group)
+    before = np.r_[suffix, 0.0][ends]
+    # position j keeps n - j cases, ends[g] - j of them from its own group
+    sums = before[group] + (ends[group] - np.arange(n)) * mean[group]
+    sums[starts] = suffix[starts]  # whole groups kept: the plain sum, exactly as aurc() has it
+    kept = (n - np.arange(n)).astype(np.float64)
+    sel = sums / kept
+    return _trapezoid(np.r_[kept / n, 0.0], np.r_[sel, sel[-1]])
+
+
+def _optimal_aurc(risk: np.ndarray, optimum: str) -> float:
+    """``AURC*`` of the oracle that ranks cases by ascending risk; it does not depend on any score.
 
     Args:
         risk: ``(N,)`` checked per-case risk.
         optimum: ``"empirical"`` or ``"closed_form"`` (see :func:`eaurc`).
-        coverage: the scored curve's coverages (descending, ending at 0) where the empirical oracle is
-            evaluated, so that tie groups of the scores are handled the same way in both terms; ``None``:
-            every coverage ``k / N``.
 
     Returns:
-        The oracle's area as a float.
+        The oracle's area as a float. ``"empirical"``: the trapezoid with a point at every coverage ``k / N``
+        (selective risk the mean of the ``k`` lowest risks), then ``(0, last)`` as for :func:`aurc`.
     """
     if optimum not in _OPTIMA:
         raise ValueError(f"optimum must be one of {_OPTIMA}, got {optimum!r}")
@@ -312,13 +350,8 @@ def _optimal_aurc(risk: np.ndarray, optimum: str, coverage: np.ndarray | None = 
         return err + ((1.0 - err) * math.log(1.0 - err) if err < 1.0 else 0.0)
     n = risk.size
     # oracle: cases ranked by ascending risk; keeping the k lowest risks gives coverage k / N and selective
-    # risk (sum of the k lowest) / k. It is evaluated at the kept counts k of the scored curve (every k when
-    # the scores have no ties), then (0, last): a scored point keeps some k cases, whose mean risk is never
-    # below the mean of the k lowest, so AURC - AURC* >= 0 term by term, ties included.
-    if coverage is None:
-        kept = np.arange(n, 0, -1, dtype=np.int64)
-    else:
-        kept = np.rint(np.asarray(coverage[:-1], dtype=np.float64) * n).astype(np.int64)
+    # risk (sum of the k lowest) / k, at every k (ties in risk do not matter: tied cases have equal risk)
+    kept = np.arange(n, 0, -1, dtype=np.int64)
     sel = np.cumsum(np.sort(risk))[kept - 1] / kept
     cov = np.r_[kept / n, 0.0]
     return _trapezoid(cov, np.r_[sel, sel[-1]])
@@ -328,13 +361,18 @@ def _optimal_aurc(risk: np.ndarray, optimum: str, coverage: np.ndarray | None = 
 def eaurc(
     uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty", optimum: str = "empirical"
 ) -> float:
-    """Excess AURC (ValUES eq. 8, Geifman et al. 2019): ``AURC - AURC*``.
+    """Excess AURC (ValUES eq. 8, Geifman et al. 2019): the scored ranking's AURC minus the oracle's ``AURC*``.
 
-    With the empirical optimum E-AURC is >= 0 up to float rounding, tied scores included: the oracle is
-    evaluated at the same coverages as the scored curve (one point per tie group of the scores), so ties are
-    handled alike in both terms. fd-shifts' closed-form optimum is the integral of a continuous oracle and can
-    exceed a trapezoid AURC (tie groups, small N), so with it E-AURC can be negative. Geifman, Uziel, El-Yaniv:
-    *Bias-Reduced Uncertainty Estimation for Deep Neural Classifiers*.
+    With the empirical optimum (default) the oracle ranks cases by ascending risk with a point at every coverage
+    ``k / N``, whatever the scores. Without tied scores E-AURC is ``aurc() - AURC*``. With ties the scored term is
+    the expected AURC over a uniformly random order of the tied cases (every case its own point), not
+    :func:`aurc`'s one point per tie group: a score gets no credit for what its ties leave undecided, so a
+    constant score is charged the mean risk curve, ``mean(risk) - AURC* > 0`` unless all risks are equal, rather
+    than read as a perfect ranking. E-AURC is then >= 0 up to float rounding, ties included, and a coarser
+    (rounded) score is not rewarded for merging cases. fd-shifts' closed-form optimum is the integral of a
+    continuous oracle subtracted from :func:`aurc` and can exceed a trapezoid AURC (tie groups, small N), so
+    with it E-AURC can be negative. Geifman, Uziel, El-Yaniv: *Bias-Reduced Uncertainty Estimation for Deep
+    Neural Classifiers*.
 
     Args:
         uncertainty: ``(N,)`` one score per case: an aggregated uncertainty (larger = less confident, the
@@ -342,10 +380,10 @@ def eaurc(
         risk: ``(N,)`` per-case risk: 0/1 errors or a continuous loss such as ``1 - Dice``.
         score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
         optimum: ``"empirical"`` (default): ``AURC*`` is the trapezoid AURC of the oracle that ranks cases by
-            ascending risk, evaluated at the coverages of the scored curve (every ``k / N`` without ties; one
-            point per tie group of the scores otherwise), so E-AURC >= 0; works for continuous risk.
-            ``"closed_form"``: fd-shifts'
-            ``e + (1 - e) ln(1 - e)`` for 0/1 risk with error rate ``e`` (ValueError for other risk).
+            ascending risk, a point at every ``k / N``, and tied scores enter as the expected AURC over random
+            orders of the tied cases, so E-AURC >= 0; works for continuous risk. ``"closed_form"``: fd-shifts'
+            :func:`aurc` minus ``e + (1 - e) ln(1 - e)`` for 0/1 risk with error rate ``e`` (ValueError for
+            other risk).
 
     Returns:
         The excess area as a float.
@@ -356,9 +394,14 @@ def eaurc(
         0.5833
         >>> round(eaurc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)  # the errors are the most uncertain cases
         0.0
+        >>> round(eaurc([0.5, 0.5, 0.5, 0.5], [0.0, 1.0, 0.0, 1.0]), 4)  # a constant score: mean 0.5 - AURC* 7/48
+        0.3542
     """
-    r, cov, sel, _, _ = _scored_points(uncertainty, risk, score_type)
-    return _trapezoid(cov, sel) - _optimal_aurc(r, optimum, cov)
+    s, r = _pair(uncertainty, risk)
+    g = _confidence(s, score_type)
+    if optimum == "closed_form":  # fd-shifts: the tie-group trapezoid AURC minus the analytic optimum
+        return _trapezoid(*_rc_points(g, r)[:2]) - _optimal_aurc(r, optimum)
+    return _expected_aurc(g, r) - _optimal_aurc(r, optimum)
 
 
 def _n_referred(taus: np.ndarray, n: int) -> np.ndarray:
@@ -369,7 +412,11 @@ def _n_referred(taus: np.ndarray, n: int) -> np.ndarray:
 def _taus(taus: ArrayLike | Sequence[float] | None, n: int) -> np.ndarray:
     if taus is None:
         return np.arange(n, dtype=np.float64) / n  # every partition that retains at least one case
-    t = to_numpy(taus, "taus").astype(np.float64, copy=False).ravel()
+    t = to_numpy(taus, "taus")
+    if t.dtype.kind not in "biuf":
+        # found by hostile testing: text ("0.5") was parsed and a complex rate lost its imaginary part
+        raise TypeError(f"taus must hold referral rates (real numbers), got dtype {t.dtype}")
+    t = t.astype(np.float64, copy=False).ravel()
     if t.size == 0:
         raise ValueError("taus is empty")
     if not np.isfinite(t).all() or t.min() < 0 or t.max() > 1:
@@ -393,7 +440,8 @@ def referral_curve(
         uncertainty: ``(N,)`` per-case uncertainty (larger = referred first).
         values: either ``(N,)`` per-case values (Dice, 0/1 correctness, ...), whose mean over the retained
             cases is reported, or a callable ``fn(retained_indices) -> float`` that recomputes any cohort
-            metric (e.g. AUROC) on the retained cases, given their indices into the inputs (int64 array).
+            metric (e.g. AUROC) on the retained cases, given their indices into the inputs (a fresh int64 array
+            per call, in ranking order, which the callable may modify).
         taus: referral rates in [0, 1]; default every partition that keeps at least one case,
             ``tau = k / N`` for ``k = 0 .. N-1``.
         ties: how cases tied in uncertainty are split at the referral cut. ``"average"`` (per-case values
@@ -425,7 +473,9 @@ def referral_curve(
             raise ValueError("ties='average' needs per-case values; pass ties='order' with a callable")
         order = np.argsort(u, kind="stable")  # ascending uncertainty: the first m cases are kept
         for k in np.flatnonzero(ok):
-            out[k] = float(values(order[: m[k]]))
+            # a copy: a callable that sorts its indices in place reordered the ranking of every later rate (found by
+            # hostile testing)
+            out[k] = float(values(order[: m[k]].copy()))
     else:
         v = case_vector(values, "values")
         if v.shape != u.shape:

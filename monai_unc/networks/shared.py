@@ -80,7 +80,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from .._utils import check_sample_batch_size
 
 __all__ = ["SharedPasses", "SharingUnavailable", "hidden_submodule", "is_random_op", "auto_sample_batch",
-           "sample_batch", "PlainTraces", "PLAIN_TRACES", "watch_input",
+           "sample_batch", "replay_working_bytes", "PlainTraces", "PLAIN_TRACES", "watch_input",
            "AUTO_BATCH_FRACTION", "MAX_SAMPLE_BATCH", "MIN_SHARED_WORK"]
 
 #: attribute set on a tensor whose value depends on a random draw (during a trace only)
@@ -895,6 +895,10 @@ class SharedPasses:
         self.copied_bytes = 0
         #: bytes that the traced sample held: its kept activations and its stochastic tensors
         self.traced_bytes = 0
+        #: bytes of the traced sample's output (the network's output for the ``B`` inputs)
+        self.output_bytes = 0
+        #: bytes of the kept activations that the stochastic rest reads (what a replay of the whole batch copies)
+        self._needed_bytes = 0
 
     @property
     def shared_calls(self) -> int:
@@ -912,8 +916,58 @@ class SharedPasses:
         return self._input is not None
 
     def per_sample_bytes(self) -> int:
-        """Working memory that one more sample of a replay batch adds: its stochastic tensors and shared copies."""
+        """Working memory that one more sample of a replay of the whole batch adds: stochastic tensors, shared copies.
+
+        :meth:`replay_bytes` is the working memory of the replay that :meth:`replay` makes.
+        """
         return int(self.stochastic_bytes + self.copied_bytes)
+
+    @property
+    def replays_rows(self) -> bool:
+        """Whether a replay of ``k >= 2`` samples runs the traced batch one input at a time (see :meth:`replay`)."""
+        return self._once and self._batch > 1 and not self.plain and not self._per_sample
+
+    def replay_bytes(self, k: int, after_bytes: int = 0) -> int:
+        """Working memory that :meth:`replay` of ``k`` samples needs, by the way it will run them.
+
+        A replay of the whole batch holds each sample's stochastic tensors and shared copies
+        (:meth:`per_sample_bytes`), and ``after_bytes`` per sample that the caller then makes from the output (the
+        probabilities) beside it. A replay of ``k >= 2`` samples of a batch of ``B > 1`` inputs one input at a time
+        (:attr:`replays_rows`) holds one input's stochastic tensors for ``k`` samples (``1 / B`` of the traced
+        sample's) beside the outputs of the inputs before it, then the ``B`` outputs and their interleaved copy, then
+        the output and what the caller makes from it: per sample the largest of ``r / B + o (B - 1) / B``, ``2 o``
+        and ``o + after_bytes`` (``r``: :attr:`stochastic_bytes`, ``o``: :attr:`output_bytes`); the first replay of
+        ``k = B <= 3`` samples runs the whole batch with the kept values that the stochastic rest reads copied for
+        every sample (a count of draws that tells whether a draw is shared). One sample at a time (a draw a batch
+        would share): one sample's replay beside the outputs of the earlier ones, then their concatenation.
+
+        Args:
+            k: samples of the replay, ``>= 1``.
+            after_bytes: bytes per sample that the caller makes from the replay's output while it is alive (its
+                probabilities).
+
+        Returns:
+            Bytes.
+
+        Example:
+            >>> import torch
+            >>> from monai_unc.networks.shared import SharedPasses
+            >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.Dropout2d(0.5),
+            ...                           torch.nn.Conv2d(8, 2, 1))
+            >>> passes = SharedPasses(net)
+            >>> _ = passes.trace(net, torch.rand(4, 1, 16, 16))  # four windows: replayed one at a time
+            >>> passes.replays_rows, passes.replay_bytes(8) < 8 * passes.per_sample_bytes()
+            (True, True)
+        """
+        k = max(int(k), 1)
+        after = max(int(after_bytes), 0)
+        o = int(self.output_bytes)
+        if self._per_sample and k > 1:  # one at a time, then concatenated
+            one = self.replay_bytes(1, after)
+            return max(one + (k - 1) * o, 2 * k * o + k * after)
+        return replay_working_bytes(k, self._batch if self.replays_rows else 1, self.stochastic_bytes, o, after,
+                                    copied=self.copied_bytes, first_copies=None if self._draws_checked
+                                    else self._needed_bytes)
 
     def trace(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:
         """Run the first sample: ``predictor(x)`` with the shared calls followed and kept.
@@ -1030,9 +1084,11 @@ class SharedPasses:
         self._once = (not follow.stochastic_write and not wrote_input
                       and (batch == 1 or _batched(out, batch)))
         self.shared_bytes = sum(t.numel() * t.element_size() for c in self._kept for t in _tensors(c.output))
-        self.copied_bytes = 0 if self._once else sum(t.numel() * t.element_size() for c in self._kept if c.needed
-                                                      for t in _tensors(c.output))
+        self._needed_bytes = sum(t.numel() * t.element_size() for c in self._kept if c.needed
+                                 for t in _tensors(c.output))
+        self.copied_bytes = 0 if self._once else self._needed_bytes
         self.traced_bytes = self.shared_bytes + self.stochastic_bytes
+        self.output_bytes = sum(t.numel() * t.element_size() for t in _tensors(out))
         if self.plain:  # every sample computes the kept outputs again (and nothing is kept for the replays)
             self.copied_bytes = self.shared_bytes
             self.shared_bytes = 0
@@ -1073,10 +1129,11 @@ class SharedPasses:
         try:
             if self.plain:
                 return self._replay_plain(predictor, x, k)
-            if k > 1 and self._once and self._batch == k and not self._draws_checked:
+            if 1 < k == self._batch <= 3 and self._once and not self._draws_checked:
                 # k samples of one input draw as much as the trace's B = k inputs, with or without a draw shared by
                 # the samples, so their count cannot tell: the first such replay of a trace runs the whole batch
-                # (k B rows: a count that tells, the kept values copied); later ones go input by input
+                # (k B rows: a count that tells, the kept values copied); later ones go input by input. From B = 4
+                # on, the first input's samples run as 2 and k - 2 instead (see _replay_rows)
                 return self._replay(predictor, x, k, None)
             return self._replay_batches(predictor, x, k)
         except _Unbatched:
@@ -1132,7 +1189,17 @@ class SharedPasses:
         outs = []
         ops = 0
         for row in range(self._batch):
-            outs.append(self._replay(predictor, x[row:row + 1], k, row))
+            if row == 0 and k == self._batch and not self._draws_checked:
+                # k = B >= 4 samples of one input draw as much as the B traced inputs (see replay): the first input's
+                # samples run as 2 and k - 2 (counts that tell, no call at batch 1, where PyTorch's CPU convolution
+                # is slow); the whole batch with the kept values copied for every sample took 1.7 times the peak
+                # memory of the other replays (BasicUNet's last stage, four windows a batch, four samples)
+                two = self._replay(predictor, x[:1], 2, row)
+                ops += self.shared_ops
+                outs.append(_concat([two, self._replay(predictor, x[:1], k - 2, row)]))
+                del two
+            else:
+                outs.append(self._replay(predictor, x[row:row + 1], k, row))
             ops += self.shared_ops
         self.shared_ops = ops
         return _interleave(outs, k)
@@ -1210,6 +1277,49 @@ class SharedPasses:
         return out
 
 
+def replay_working_bytes(k: int, rows: int, stochastic: float, output: float, after: float = 0,
+                         copied: float = 0, first_copies: float | None = None) -> int:
+    """Working memory of a replay of ``k`` samples (:meth:`SharedPasses.replay_bytes`, :func:`estimate_memory`).
+
+    One formula for the traced object and for the memory model (:func:`~monai_unc.inferers.estimate_memory`):
+
+    - the whole batch at once (``rows = 1``): ``k (r + c + a)``, each sample's stochastic tensors ``r`` (its
+      output among them), its copies of the kept values ``c`` and what the caller makes from its output ``a``;
+    - a batch of ``rows = B > 1`` inputs one input at a time (``k >= 2``): per sample the largest of ``r / B + o (B -
+      1) / B`` (one input's stochastic tensors beside the earlier inputs' outputs), ``2 o`` (the outputs and their
+      interleaved copy) and ``o + a``; the first replay of ``k = B <= 3`` samples, while the draws are unchecked
+      (``first_copies`` not None: the kept values that the stochastic rest reads), runs the whole batch with those
+      copied, ``k (r + first_copies + a)``.
+
+    Args:
+        k: samples of the replay.
+        rows: inputs replayed one at a time (1: the whole batch at once).
+        stochastic: bytes of one sample's stochastic tensors ``r`` over the whole batch.
+        output: bytes of one sample's output ``o`` over the whole batch.
+        after: bytes per sample made from the output while it is alive (the probabilities).
+        copied: bytes of kept values copied per sample by a replay of the whole batch.
+        first_copies: the kept values a first replay of ``k = B <= 3`` copies per sample; None once the draws are
+            checked (input by input).
+
+    Returns:
+        Bytes.
+
+    Example:
+        >>> from monai_unc.networks.shared import replay_working_bytes
+        >>> replay_working_bytes(4, 1, 100, 10, after=10)  # the whole batch: 4 x (100 + 10)
+        440
+        >>> replay_working_bytes(4, 4, 100, 10, after=10)  # four inputs one at a time: 4 x max(25 + 7.5, 20, 20)
+        130
+    """
+    k = max(int(k), 1)
+    r, o, a = float(stochastic), float(output), max(float(after), 0.0)
+    if k > 1 and rows > 1:
+        if k == rows <= 3 and first_copies is not None:
+            return math.ceil(k * (r + float(first_copies) + a))
+        return math.ceil(k * max((r + o * (rows - 1)) / rows, 2 * o, o + a))
+    return math.ceil(k * (r + float(copied) + a))
+
+
 def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int, traced_bytes: int = 0) -> int:
     """How many samples a replay batch holds when the inferer chooses (``sample_batch_size="auto"``).
 
@@ -1234,22 +1344,32 @@ def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int, tr
         >>> auto_sample_batch(1000, 1000, 29, traced_bytes=4000)  # a replay batch no larger than the trace
         4
     """
+    per = max(int(per_sample_bytes), 1)
+    return _largest_batch(lambda k: k * per, case_bytes, remaining, traced_bytes)
+
+
+def _largest_batch(batch_bytes: Callable[[int], int], case_bytes: int, remaining: int, traced_bytes: int) -> int:
+    """The largest ``k <= min(MAX_SAMPLE_BATCH, remaining)`` whose ``batch_bytes(k)`` fits the budget, else 1.
+
+    The budget is :func:`auto_sample_batch`'s.
+    """
     if remaining < 1:
         return 1
-    per = max(int(per_sample_bytes), 1)
     budget = max(AUTO_BATCH_FRACTION * max(int(case_bytes), 0), max(int(traced_bytes), 0))
-    k = max(1, math.floor(budget / per))
-    return int(max(1, min(k, MAX_SAMPLE_BATCH, remaining)))
+    k = int(min(MAX_SAMPLE_BATCH, remaining))
+    while k > 1 and batch_bytes(k) > budget:
+        k -= 1
+    return k
 
 
 def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, classes: int, remaining: int) -> int:
     """Samples of the next replay batch of a traced window: the inferers' ``sample_batch_size`` setting applied.
 
-    A fixed ``setting`` is used as is (at most the samples left); ``"auto"`` is :func:`auto_sample_batch` with the
-    traced window's bytes and the case's stitched buffers: ``case_voxels * 4 * (classes + 4)`` bytes (float32 mean
-    probabilities and the entropy, second-moment, window-entropy and weight maps); what one more sample adds is
-    :meth:`SharedPasses.per_sample_bytes` plus its probabilities (``classes`` channels over the traced window's
-    voxels, in the input's dtype), made for the whole batch at once.
+    A fixed ``setting`` is used as is (at most the samples left); ``"auto"`` is the largest batch within the budget
+    of :func:`auto_sample_batch` (the traced window's bytes and the case's stitched buffers: ``case_voxels * 4 *
+    (classes + 4)`` bytes, float32 mean probabilities and the entropy, second-moment, window-entropy and weight
+    maps) for the replay that the trace will make (:meth:`SharedPasses.replay_bytes`), with each sample's
+    probabilities (``classes`` channels over the traced window's voxels, in the input's dtype) made from its output.
 
     Args:
         passes: the traced window (:meth:`SharedPasses.trace` ran).
@@ -1276,13 +1396,13 @@ def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, cla
         >>> sample_batch(passes, "auto", 64, 2, 29) >= 1
         True
     """
-    return _sample_batch(passes.per_sample_bytes(), passes.traced_bytes, passes._input, setting, case_voxels, classes,
-                         remaining)
+    return _sample_batch(passes.per_sample_bytes(), passes.replay_bytes, passes.traced_bytes, passes._input, setting,
+                         case_voxels, classes, remaining)
 
 
-def _sample_batch(per_sample_bytes: int, traced_bytes: int, x: torch.Tensor | None, setting: int | str,
-                  case_voxels: int, classes: int, remaining: int) -> int:
-    """:func:`sample_batch` from a trace's memory terms and its input ``x``."""
+def _sample_batch(per_sample_bytes: int, replay_bytes: Callable[[int, int], int], traced_bytes: int,
+                  x: torch.Tensor | None, setting: int | str, case_voxels: int, classes: int, remaining: int) -> int:
+    """:func:`sample_batch` from a trace's terms: ``replay_bytes(k, probabilities a sample)``, bytes, input."""
     setting = check_sample_batch_size(setting, "setting (sample_batch_size)")
     if setting != "auto":
         return max(1, min(int(setting), remaining))
@@ -1293,7 +1413,15 @@ def _sample_batch(per_sample_bytes: int, traced_bytes: int, x: torch.Tensor | No
     if x is not None and x.ndim >= 2:
         size = x.element_size() if x.is_floating_point() else 4
         probabilities = x.numel() // max(int(x.shape[1]), 1) * max(int(classes), 1) * size
-    return auto_sample_batch(per_sample_bytes + probabilities, case_bytes, remaining, traced_bytes)
+    if x is not None and x.device.type == "cpu":
+        # on the CPU a replay batch is sized as if each sample replayed the whole window batch (the rule before
+        # replay_bytes): a replay input by input needs less memory, but larger batches measured slower there
+        # (BasicUNet 32-256, last stage, two windows a batch: 1.41x one stock pass with 2 samples a replay, 1.49x
+        # with 5, 1.71x with 8; their intermediates leave the caches), and a CPU saves little per call, where a
+        # GPU's host saves launches
+        per = per_sample_bytes + probabilities
+        return _largest_batch(lambda k: k * per, case_bytes, remaining, traced_bytes)
+    return _largest_batch(lambda k: replay_bytes(k, probabilities), case_bytes, remaining, traced_bytes)
 
 
 #: the types of the module attributes a key holds (plain settings: strides, kernel sizes, scale factors, flags), and
@@ -1436,7 +1564,9 @@ class PlainTraces:
             return False
         if terms is None:
             return False
-        return _sample_batch(terms[0], terms[1], x, setting, case_voxels, terms[2], max(int(remaining), 1)) == 1
+        per = terms[0]  # a plain replay: the whole batch repeated, linear in the samples
+        return _sample_batch(per, lambda k, after: k * (per + after), terms[1], x, setting, case_voxels, terms[2],
+                             max(int(remaining), 1)) == 1
 
 
 #: the process's verdicts (:class:`PlainTraces`), kept by the MONAI inferers

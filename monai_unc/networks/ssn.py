@@ -123,8 +123,9 @@ class SSNDistribution(LowRankMultivariateNormal):
     Batch shape ``(B,)``, event size ``C * N`` (flattening in the module docstring). Differences from the stock class
     (same distribution, same ``rsample`` draws for a given random state up to floating-point rounding): the
     capacitance matrix (needed by ``log_prob``, ``entropy``, ``precision_matrix``) is computed lazily; ``rsample``
-    does not copy the factor per sample and runs outside ``torch.autocast``; ``cov_diag`` may contain zeros (a
-    deterministic logit) for sampling, but then the covariance is singular: ``log_prob`` / ``entropy`` /
+    does not copy the factor per sample; it, ``log_prob`` and the dense ``covariance_matrix`` / ``precision_matrix`` /
+    ``scale_tril`` run outside ``torch.autocast`` (in the parameters' float32 or float64); ``cov_diag`` may contain
+    zeros (a deterministic logit) for sampling, but then the covariance is singular: ``log_prob`` / ``entropy`` /
     ``precision_matrix`` are NaN with a ``UserWarning``.
 
     Build it with :func:`lowrank_distribution` or :meth:`SSNHead.distribution`.
@@ -181,13 +182,44 @@ class SSNDistribution(LowRankMultivariateNormal):
     def _capacitance_tril(self) -> torch.Tensor:  # type: ignore[override]
         # I + P^T D^-1 P (R x R per image) and its Cholesky factor: only for log_prob / entropy / precision
         w, d = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
-        if bool((d == 0).any()):  # found by hostile testing: entropy / log_prob were NaN without a word
+        singular = (d == 0).any(-1)  # (B,)
+        if bool(singular.any()):  # found by hostile testing: entropy / log_prob were NaN without a word
             warn_nan("SSNDistribution: cov_diag holds zero variances (deterministic logits), so the covariance is "
                      "singular and has no density: log_prob, entropy and precision_matrix are NaN", stacklevel=4)
+            # the factorisation of those images is NaN: from rank 2 their capacitance held inf - inf and the Cholesky
+            # factorisation raised LinAlgError (found by hostile testing); the other images keep their density
+            d = torch.where(singular.unsqueeze(-1), torch.ones_like(d), d)
         with no_autocast(w.device):
             k = torch.matmul(w.mT / d.unsqueeze(-2), w)
             k = k + torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
-            return torch.linalg.cholesky(k)
+            tril = torch.linalg.cholesky(k)
+        return torch.where(singular.view(-1, 1, 1), torch.nan, tril) if bool(singular.any()) else tril
+
+    # the density and the dense matrices run outside torch.autocast, as rsample and the capacitance do (found by hostile
+    # testing: their matrix products ran in bfloat16 / float16, log_prob of a 2 x 24^3 map of rank 10 was 86 nats off
+    # under CPU bfloat16 autocast, and the lazily cached matrices kept such values after the block)
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """As ``LowRankMultivariateNormal.log_prob``, computed outside ``torch.autocast``."""
+        with no_autocast(self.loc.device):
+            return super().log_prob(value)
+
+    @lazy_property
+    def covariance_matrix(self) -> torch.Tensor:  # type: ignore[override]
+        """``P P^T + diag(D)`` per image ``(B, C*N, C*N)`` (dense: small maps only), outside ``torch.autocast``."""
+        with no_autocast(self.loc.device):
+            return LowRankMultivariateNormal.__dict__["covariance_matrix"].wrapped(self)
+
+    @lazy_property
+    def precision_matrix(self) -> torch.Tensor:  # type: ignore[override]
+        """The inverse covariance per image (dense: small maps only), outside ``torch.autocast``."""
+        with no_autocast(self.loc.device):
+            return LowRankMultivariateNormal.__dict__["precision_matrix"].wrapped(self)
+
+    @lazy_property
+    def scale_tril(self) -> torch.Tensor:  # type: ignore[override]
+        """The Cholesky factor of the covariance per image (dense: small maps only), outside ``torch.autocast``."""
+        with no_autocast(self.loc.device):
+            return LowRankMultivariateNormal.__dict__["scale_tril"].wrapped(self)
 
     @property
     def rank(self) -> int:

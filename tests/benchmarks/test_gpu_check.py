@@ -50,7 +50,9 @@ def test_quick_cpu_mode_runs_every_part(tmp_path):
             assert r["stock_s"] > 0 and r["shared_over_stock"] > 0 and r["limit_over_stock"] > 0, (net, placement)
         assert cost[net]["auto"]["full_over_stock"] > 0 and "full_over_stock" not in cost[net]["last"]
     assert cost["nnunet"]["auto"]["stock_n_over_stock"] > 0
-    assert "BasicUNet: auto" in table
+    # MONAI's case also with a fixed batch of 2 samples a replay, beside the automatic batch
+    assert all(cost["monai"][p]["shared_k2_over_stock"] > 0 for p in ("auto", "decoder", "last"))
+    assert "BasicUNet: auto" in table and "2 samples a replay" in table
     # the profiles: both calls of both cases counted, the reports written
     for key, unit in (("mc_unet", "bare"), ("cost_last", "stock")):
         for mode in ("ours", unit):

@@ -251,30 +251,34 @@ def measure(mode):
     net = network(0)
     members = [net, network(1), network(2)] if mode == "ensemble" else []
     opts = {"legacy": {"accum_dtype": torch.float64, "class_variance": True}, "shared": {"sample_batch_size": 4},
+            "shared_rows": {"sample_batch_size": 8},
             "kept": {"keep_samples": True}, "sw_batch": {"share_passes": False},
             "one_pass": {"share_passes": False}}.get(mode, {})
-    windows = 4 if mode == "sw_batch" else 1  # sw_batch_size: windows per network call
+    windows = 4 if mode in ("sw_batch", "shared_rows") else 1  # sw_batch_size: windows per network call
     def run(x, r):
         base = SlidingWindowInferer((r,) * 3, overlap=0.25, sw_batch_size=windows) if mode != "one_pass" else None
         if mode == "stock":
             return torch.softmax(base(x, net), 1)
         if mode == "ensemble":
             return EnsembleInferer(members, base_inferer=base)(x)
-        return MCDropoutInferer(num_samples=9 if mode == "shared" else 3, base_inferer=base, seed=0, **opts)(x, net)
+        return MCDropoutInferer(num_samples=9 if mode.startswith("shared") else 3, base_inferer=base, seed=0,
+                                **opts)(x, net)
     terms = {"kept_samples": 3} if mode == "kept" else {}
     if mode == "sw_batch":
         terms = {"sw_batch_size": windows, "overlap": 0.25}
     if mode == "ensemble":
         terms = {"ensemble_members": len(members)}
-    if mode == "shared":  # the shared-pass terms, measured on one window
+    if mode.startswith("shared"):  # the shared-pass terms, measured on one window (on a batch of four: shared_rows)
         from monai_unc.inferers import SharedPasses, enable_mc_dropout
         with torch.no_grad(), enable_mc_dropout(net):
             passes = SharedPasses(net)
-            w = torch.randn(1, 1, 12, 12, 12)
+            w = torch.randn(windows, 1, 12, 12, 12)
             passes.trace(net, w)
-        terms = {"sample_batch": 4, "shared_bytes_per_voxel": passes.shared_bytes / w.numel(),
+        terms = {"sample_batch": opts["sample_batch_size"], "shared_bytes_per_voxel": passes.shared_bytes / w.numel(),
                  "stochastic_bytes_per_voxel": passes.stochastic_bytes / w.numel(),
                  "copied_bytes_per_voxel": passes.copied_bytes / w.numel()}
+        if windows > 1:
+            terms.update(sw_batch_size=windows, overlap=0.25)
     with torch.no_grad():
         run(torch.randn(1, 1, 12, 12, 12), 6)  # load every code path first: the peak below is the case's own
         x = torch.randn(1, 1, size, size, size)
@@ -291,7 +295,7 @@ def measure(mode):
     return {"measured": top - r0, "estimate": est.total}
 print(json.dumps({mode: measure(mode) for mode in modes}))
 """
-MODES = ("defaults", "legacy", "stock", "shared", "kept", "sw_batch", "ensemble", "one_pass")
+MODES = ("defaults", "legacy", "stock", "shared", "shared_rows", "kept", "sw_batch", "ensemble", "one_pass")
 
 
 def _measure_peaks() -> dict:

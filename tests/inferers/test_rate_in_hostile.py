@@ -360,3 +360,32 @@ def test_loss_settings_must_be_positive_finite_numbers(bad, error):
         mutual_information_loss(x, x * 0.5, eps=bad)
     with pytest.raises(error, match="kernel_sigma must be"):
         ssim_loss(x, x * 0.5, kernel_sigma=bad)
+
+
+def test_numpy_integer_counts_are_integers():
+    """Found by hostile testing: ``RateInInferer(num_samples=np.int64(3))`` (and ``max_iter`` / ``draws``, the search's
+    ``draws``, ``ssim_loss(kernel_size=)``, ``mutual_information_loss(bins=)``) were refused with "must be an integer
+    >= 1, got np.int64(3)", where ``MCDropoutInferer`` and the SSN settings take numpy integers; they are ``int`` s in
+    the settings record (JSON). Bools, floats and strings stay refused, naming the argument."""
+    import json
+
+    torch.manual_seed(0)
+    x = torch.rand(1, 1, 6, 6)
+    inferer = RateInInferer(num_samples=np.int64(2), max_iter=np.int64(3), draws=np.int64(2), seed=0)
+    out = inferer(x, _net(0.2))
+    assert out.num_samples == 2 and int(out.extras["rate_in_iterations"]["2"].max()) <= 3
+    settings = inferer.source.applied_settings(_net(0.2))
+    assert type(settings["num_samples"]) is int and type(settings["max_iter"]) is int
+    assert type(settings["draws"]) is int
+    json.dumps(settings)
+    res = search_dropout_rate(torch.randn(1, 4, 5, 5), "mse", max_iter=np.int32(2), draws=np.int64(2))
+    assert int(res.iterations[0]) <= 2
+    a, b = torch.randn(1, 4, 9, 9), torch.randn(1, 4, 9, 9)
+    assert torch.equal(ssim_loss(a, b, kernel_size=np.int64(3)), ssim_loss(a, b, kernel_size=3))
+    assert torch.equal(mutual_information_loss(a, b, estimator="binned", bins=np.int64(8)),
+                       mutual_information_loss(a, b, estimator="binned", bins=8))
+    for name, bad in (("num_samples", np.bool_(True)), ("max_iter", 2.0), ("draws", "2")):
+        with pytest.raises(ValueError, match=name):
+            RateInInferer(**{name: bad})
+    with pytest.raises(ValueError, match="kernel_size"):
+        ssim_loss(a, b, kernel_size=np.float64(3))

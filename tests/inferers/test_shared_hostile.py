@@ -48,7 +48,8 @@ class _Drawing(nn.Module):
 
 @pytest.mark.parametrize("how", ["channel_mask", "noise_chw", "dropconnect", "gumbel_softmax", "fractional_max_pool",
                                  "attention_dropout"])
-@pytest.mark.parametrize("batch, sample_batch", [(1, 4), (2, 4), (2, 2)])  # (2, 2): as many samples as inputs
+# (2, 2): as many samples as inputs (the first replay runs the whole batch); (4, 4): the first input as 2 + 2 samples
+@pytest.mark.parametrize("batch, sample_batch", [(1, 4), (2, 4), (2, 2), (4, 4)])
 def test_every_sample_gets_its_own_draw(how, batch, sample_batch):
     """Draws that a replay of k samples would share (not made per batch element: a (1, C, 1, 1) mask, (C, H, W)
     noise, dropout on a weight) or that were not seen as draws (inside gumbel_softmax, fractional max pooling,

@@ -50,6 +50,19 @@ def test_ncc_of_a_linear_map_is_exactly_one_in_bounds(scale, offset):
     assert -1.0 <= ncc(x * scale + offset * scale, -x) <= 1.0
 
 
+def test_ncc_of_maps_near_the_largest_float_is_pearsons_r_not_nan():
+    """Hostile testing: the mean of finite values near 1.8e308 overflowed to inf and the NCC came back NaN without a
+    warning; Pearson's r does not change with the scale, so it is that of the maps divided by 1e308."""
+    a = np.array([1.7e308, 1.7e308, 1.6e308, 1.0e308, -1.5e308])
+    b = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    expected = float(np.corrcoef(a / 1e308, b)[0, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a defined value, no warning
+        assert ncc(a, b) == pytest.approx(expected, abs=1e-12)
+        assert ncc(b, a) == pytest.approx(expected, abs=1e-12)
+        assert ncc(torch.from_numpy(a), torch.from_numpy(b)) == pytest.approx(expected, abs=1e-12)
+
+
 def test_ncc_bounds_property_and_corrcoef():
     rng = np.random.default_rng(1)
     for _ in range(200):

@@ -233,3 +233,12 @@ def test_hausdorff_distance_refuses_an_unknown_backend(bad):
     with pytest.raises(ValueError, match="backend"):
         hausdorff_distance(a, a, backend=bad)
     assert hausdorff_distance(a, a, backend="scipy") == 0.0
+
+
+@pytest.mark.parametrize("bad", [True, np.True_, np.False_])
+def test_lattice_unit_refuses_a_boolean_reach(bad):
+    """Regression: ``lattice_unit(spacing, True)`` raised, but numpy's ``np.True_`` was read as a reach of 1 mm (and
+    ``np.False_`` as 0), where ``distance_to_mask(..., exact_within=np.True_)`` raises."""
+    with pytest.raises(ValueError, match="exact_within"):
+        boundary.lattice_unit((0.8, 0.8, 3.0), bad)
+    assert boundary.lattice_unit((0.8, 0.8, 3.0), np.float64(1.0)) == boundary.lattice_unit((0.8, 0.8, 3.0), 1.0)

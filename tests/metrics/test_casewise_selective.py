@@ -84,3 +84,25 @@ def test_uncertainty_histograms_density_must_be_a_bool():
             uncertainty_histograms([0.1, 0.2, 0.3], [1, 0, 1], bins=2, density=bad)
     h = uncertainty_histograms([0.1, 0.2, 0.3], [1, 0, 1], bins=2, density=False)
     np.testing.assert_array_equal(h.correct, [1.0, 1.0])
+
+
+def test_undefined_scores_refuse_text_and_complex_scores():
+    """fill_undefined_scores and ood_auroc_by_shift parsed text ("0.9") and dropped the imaginary part of complex scores
+    (numpy's ComplexWarning only), where every other case metric refuses them (found by hostile testing)."""
+    import pytest
+
+    from monai_unc.metrics import ood_auroc, ood_auroc_by_shift
+
+    for bad in (["0.9", "0.1", "0.5"], np.array([0.9 + 1j, 0.1, 0.5]), np.array([b"0.9", b"0.1", b"0.5"]),
+                np.array(["0.9", None, 0.5], dtype=object)):
+        with pytest.raises(TypeError, match="scores"):
+            fill_undefined_scores(bad)
+        with pytest.raises(TypeError, match="uncertainty"):
+            ood_auroc_by_shift(bad, ["blur", "none", "noise"])
+    with pytest.raises(TypeError, match="uncertainty_ood"):
+        ood_auroc([0.1], ["0.9"])  # the rule both now follow
+    # numbers of any real dtype, and a list holding None for a missing score, are read as before
+    np.testing.assert_array_equal(fill_undefined_scores([0.1, None, 2]), [0.1, 3.0, 2.0])
+    np.testing.assert_array_equal(fill_undefined_scores(np.array([3, 1], dtype=np.uint8)), [3.0, 1.0])
+    np.testing.assert_array_equal(fill_undefined_scores([True, False]), [1.0, 0.0])
+    assert ood_auroc_by_shift([0.9, 0.1, None], ["blur", "none", "noise"])["auroc"] == 1.0

@@ -155,6 +155,22 @@ def test_pavpu_patch_mean_at_threshold_is_exact(dtype):
         assert pavpu(u, e, window=w, threshold=thr, per_case=False) == _pavpu_exact(u, e, w, thr)
 
 
+def test_pavpu_longdouble_map_with_a_patch_mean_at_the_threshold():
+    # found by hostile testing: a longdouble map (accepted by every other metric of the module) whose patch mean lay at
+    # the threshold crashed with "TypeError: argument should be a string or a Rational instance" (Fraction of numpy's
+    # longdouble scalars in the exact check)
+    u = np.array([[0.0, 1.0, 0.2, 0.2], [1.0, 0.0, 0.2, 0.2]], dtype=np.longdouble)
+    e = np.zeros((2, 4), dtype=bool)
+    assert pavpu(u, e, window=2, threshold=0.5, per_case=False) == 1.0  # mean 0.5 exactly: certain
+    assert pavpu(u, e, window=2, threshold=0.5, per_case=False) == pavpu(u.astype(np.float64), e, window=2,
+                                                                         threshold=0.5, per_case=False)
+    # a patch mean a longdouble ulp above the threshold is uncertain, as the exact values say (float64 rounds it away)
+    eps = np.finfo(np.longdouble).eps
+    if eps < np.finfo(np.float64).eps:  # longdouble is wider than float64 on this platform
+        v = np.array([[0.5 + eps, 0.5], [0.5, 0.5]], dtype=np.longdouble)
+        assert pavpu(v, np.zeros((2, 2), dtype=bool), window=2, threshold=0.5, per_case=False) == 0.0
+
+
 # ------------------------------------------------------------------------------------------------ argument checks
 
 

@@ -325,3 +325,75 @@ def test_flags_given_as_text_or_numbers_are_refused(call, name):
         call(p, t)
     assert dice(p, t, include_background=np.bool_(False)).shape == (1, 1)
     assert overlap_counts(p, t, foreground=np.bool_(True), validate=True).intersection.shape == (1, 3)
+
+
+@pytest.mark.parametrize("dtype, label, holder", [
+    (torch.uint8, 256, 0),  # 256 wrapped to 0: the background was counted as class 256
+    (torch.uint8, 300, 44),  # 300 wrapped to 44
+    (torch.int8, 200, -56),
+    (torch.float16, 2049, 2048),  # 2049 rounded to the float16 2048
+    (torch.bool, 2, 1),
+    (torch.int64, 2**70, 0),  # an OverflowError naming no argument
+])
+def test_label_gram_of_a_class_the_maps_dtype_cannot_hold_is_empty(dtype, label, holder):
+    """Regression: ``label_gram(uint8 maps, 256)`` compared the maps with 256 as a uint8, i.e. 0, and returned the
+    Gram matrix of the *background* (300 that of label 44; a float16 map's 2048 counted as class 2049): a class that
+    the maps' dtype cannot hold is in no voxel, as :func:`monai_unc.regions.label_to_regions` has it. Checked against
+    the masks of the maps as int64 (or float64) values, and with a part of another dtype beside them."""
+    maps = torch.tensor([[0, 1, holder, holder], [holder, 0, 0, 1]]).to(dtype)
+    got = label_gram(maps, label)
+    assert torch.equal(got, torch.zeros(2, 2, dtype=torch.float64))
+    wide = torch.tensor([[label, 0, 0, 0]], dtype=torch.float64 if label > 2**62 else torch.int64)
+    got = label_gram([maps, wide], label)
+    want = torch.zeros(3, 3, dtype=torch.float64)
+    want[2, 2] = 1.0
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("fn", [dice_from_counts, iou_from_counts])
+@pytest.mark.parametrize("counts", [(1e-9, 1e-12, 1e-12), (5e-10, 0.0, 1.0), (0.3 + 5e-10, 0.3, 0.6)])
+def test_soft_counts_below_one_are_checked_relative_to_their_size(fn, counts):
+    """Regression: the tolerance for expected counts, documented as a relative 1e-9 of the smaller size, was an
+    absolute 1e-9 for sizes below 1: ``dice_from_counts(1e-9, 1e-12, 1e-12)`` gave a Dice of 1000 and
+    ``iou_from_counts`` an IoU of -1.002, and an intersection with an empty mask was accepted."""
+    with pytest.raises(ValueError, match="intersection exceeds the smaller"):
+        fn(*counts)
+    inter, a, b = counts[1] * (1 + 1e-10), counts[1], counts[2]  # rounding within the tolerance: accepted
+    assert 0.0 <= float(fn(inter, a, b)) <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
+def test_label_gram_of_the_foreground_of_wide_unsigned_maps(dtype):
+    """Regression: ``label_gram(maps, "foreground")`` of uint16 maps (a common NIfTI label dtype) raised torch's
+    ``NotImplementedError: "gt_cpu" not implemented for 'UInt16'``; the classes of the same maps worked."""
+    labels = np.array([[0, 1, 2, 2, 0], [1, 1, 2, 0, 0], [0, 0, 0, 0, 0]])
+    want = label_gram(labels, "foreground")
+    assert torch.equal(label_gram(labels.astype(dtype), "foreground"), want)
+    assert torch.equal(label_gram([labels[:1].astype(dtype), labels[1:]], "foreground"), want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("num_classes", [None, 3, 500])  # 500: the per-map counts, without the C x C table
+def test_counts_of_wide_unsigned_maps_without_validation(dtype, num_classes):
+    """Regression: ``overlap_counts(..., validate=False)`` and ``class_counts(..., validate=False)`` of uint16 maps
+    raised torch's ``NotImplementedError: "max_all" not implemented for 'UInt16'`` (``"gt_cpu"`` with the foreground
+    column), where ``validate=True`` (which converts the labels) worked."""
+    p = np.array([[0, 1, 2, 2, 1, 0], [2, 2, 0, 0, 1, 1]])
+    t = np.array([[0, 1, 1, 2, 2, 0], [2, 0, 0, 1, 1, 1]])
+    want = overlap_counts(p, t, num_classes, foreground=True)
+    got = overlap_counts(p.astype(dtype), t.astype(dtype), num_classes, foreground=True, validate=False)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(class_counts(p.astype(dtype), num_classes, validate=False),
+                                  class_counts(p, num_classes))
+
+
+@pytest.mark.parametrize("bad", [np.True_, np.False_, torch.tensor(True), np.array(True)])
+def test_numpy_and_torch_booleans_are_no_empty_score(bad):
+    """Regression: ``empty_score=True`` raises ``TypeError`` (documented), but numpy's ``np.True_`` and a 0-d bool
+    tensor were read as 1.0 (``np.False_`` as 0.0); numpy and torch numbers are still accepted."""
+    p, t = np.array([[0, 1, 0]]), np.array([[0, 1, 1]])
+    with pytest.raises(TypeError, match="empty_score"):
+        dice(p, t, num_classes=3, empty_score=bad)
+    assert dice(p, t, num_classes=3, empty_score=np.float32(0.5))[0, 1] == 0.5
+    assert dice(p, t, num_classes=3, empty_score=torch.tensor(0.5))[0, 1] == 0.5

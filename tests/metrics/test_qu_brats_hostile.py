@@ -158,3 +158,40 @@ def test_map_on_a_unit_scale_warns():
     with warnings.catch_warnings():  # the scale declared and rescaled by the metric: a confident map, no warning
         warnings.simplefilter("error")
         QUBraTSMetric(uncertainty_max=100.0)(**{**batch, "uncertainty": batch["uncertainty"] * 2})
+
+
+def test_rescaled_map_that_requires_grad_scores_without_a_warning():
+    """A map still attached to the graph, rescaled from its declared scale (``to_qu_brats_range``,
+    ``QUBraTSMetric(uncertainty_max=...)``), is scored as the detached map is, without torch's "Converting a tensor
+    with requires_grad=True to a scalar" warning (raised by the range check; found by hostile testing)."""
+    from monai_unc.metrics import to_qu_brats_range
+
+    torch.manual_seed(3)
+    u = (torch.rand(1, 2, 5, 5, 5) * math.log(2)).requires_grad_()
+    p, g = torch.rand(1, 2, 5, 5, 5) > 0.5, torch.rand(1, 2, 5, 5, 5) > 0.5
+    expected = QUBraTSMetric(uncertainty_max=math.log(2))(y_pred=p, y=g, uncertainty=u.detach())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = to_qu_brats_range(u, max_value=math.log(2))
+        torch.testing.assert_close(scaled, to_qu_brats_range(u.detach(), max_value=math.log(2)))
+        got = QUBraTSMetric(uncertainty_max=math.log(2))(y_pred=p, y=g, uncertainty=u)
+        got_list = QUBraTSMetric(uncertainty_max=math.log(2))(y_pred=list(p), y=list(g), uncertainty=list(u))
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_list, expected)
+
+
+@pytest.mark.parametrize("grid", ["numpy2", "numpy1"])
+def test_no_threshold_above_the_top_of_a_small_scale(grid):
+    """Found by hostile testing: the script's ``eps`` is absolute, so with ``max_uncertainty=1e-6`` the range ran on
+    to 1.1 ``max_u`` (45 thresholds) and a perfect map scored 1.0333. No grid has a threshold above ``max_u``; at
+    100 the grids are unchanged (40 and 41 thresholds)."""
+    from monai_unc.metrics import qu_brats, qu_brats_thresholds
+
+    for max_u in (1e-9, 1e-6, 1e-3, 0.1, math.log(2), 1.0, 3.0, 100.0, 1e4, 1e10):
+        t = qu_brats_thresholds(40, max_u, grid)
+        assert t.max() <= max_u * (1 + 1e-12) and t.min() == 0.0 and len(t) in (40, 41), (max_u, len(t))
+    assert len(qu_brats_thresholds(grid=grid)) == (41 if grid == "numpy1" else 40)
+    target = torch.zeros(8, 8, 8, dtype=torch.bool)
+    target[2:6, 2:6, 2:6] = True
+    score = qu_brats(torch.zeros(8, 8, 8), target, target, max_uncertainty=1e-6, grid=grid).score
+    assert score == pytest.approx(1.0, abs=1e-12)  # 41 thresholds from 1e-6 to 0 with either grid here

@@ -130,3 +130,22 @@ def test_calibration_truths_outside_the_bounds_are_refused():
     with warnings.catch_warnings():  # undefined truths are left out, not refused
         warnings.simplefilter("error")
         assert conformal_interval(0.5, [0.5] * 21, [0.4] * 20 + [np.nan]).n == 20
+
+
+_EST = np.linspace(0.5, 0.9, 20)
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    (lambda: conformal_quantile(_EST + 0.5j, _EST + 0.01), "estimates"),  # the real part, with a ComplexWarning only
+    (lambda: conformal_quantile(_EST, (_EST + 0.01).astype(str)), "truths"),  # the strings were parsed
+    (lambda: conformal_interval(0.8 + 0.1j, _EST, _EST + 0.01), "estimate"),  # float()'s message named nothing
+    (lambda: conformal_interval(np.array(["0.8"]), _EST, _EST + 0.01), "estimate"),
+    (lambda: conformal_interval(0.8, _EST + 0.5j, _EST + 0.01), "calibration_estimates"),
+    (lambda: conformal_interval(0.8, _EST, (_EST + 0.01).astype(str)), "calibration_truths"),
+])
+def test_complex_values_or_text_are_refused_naming_the_argument(call, name):
+    """Hostile testing: complex estimates lost their imaginary part (numpy's ComplexWarning only) and strings were
+    parsed as numbers; both are a TypeError naming the argument. ``None`` in a list still reads as undefined."""
+    with pytest.raises(TypeError, match=rf"^{name} must hold real numbers"):
+        call()
+    assert conformal_quantile([0.9, None, 0.8], [0.85, 0.7, None], alpha=0.5) == (pytest.approx(0.05), 1)

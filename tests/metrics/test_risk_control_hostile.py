@@ -16,6 +16,7 @@ import torch
 from scipy import stats
 
 from monai_unc.metrics.risk_control import (
+    accepted_by_threshold,
     clopper_pearson_upper,
     hoeffding_bentkus_pvalue,
     hoeffding_bentkus_upper,
@@ -145,3 +146,59 @@ def test_bound_arguments_are_checked_naming_them(call, name, error):
 def test_bound_delta_as_numpy_scalars():
     assert clopper_pearson_upper(2, 50, np.float32(0.1)) == pytest.approx(clopper_pearson_upper(2, 50, 0.1), rel=1e-6)
     assert hoeffding_bentkus_upper(0.02, np.int64(100), np.array(0.1)) == hoeffding_bentkus_upper(0.02, 100, 0.1)
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    (lambda: hoeffding_bentkus_pvalue(0.1, 10, True), "alpha"),  # gave p = 0: H0 "risk > 1" rejected from a flag
+    (lambda: hoeffding_bentkus_pvalue(True, 10, 0.2), "risk_hat"),
+    (lambda: hoeffding_bentkus_pvalue(0.02, 100, "0.1"), "alpha"),  # the string was parsed
+    (lambda: hoeffding_bentkus_pvalue(0.02, "100", 0.1), "n"),
+    (lambda: hoeffding_bentkus_pvalue(0.02 + 0.5j, 100, 0.1), "risk_hat"),
+    (lambda: hoeffding_bentkus_upper(True, 10, 0.1), "risk_hat"),
+    (lambda: hoeffding_bentkus_upper("0.02", 100, 0.1), "risk_hat"),
+    (lambda: clopper_pearson_upper("2", 50, 0.1), "errors"),
+    (lambda: clopper_pearson_upper(2, "50", 0.1), "n"),
+])
+def test_bounds_refuse_a_flag_or_a_string_for_a_number_naming_it(call, name):
+    """Hostile testing: ``alpha=True`` was read as 1 and gave the p-value 0 (a certificate from a flag), and strings
+    were parsed as numbers; like a bool ``n`` or ``delta`` they are a ``TypeError`` naming the argument."""
+    with pytest.raises(TypeError, match=rf"^{name} must"):
+        call()
+
+
+def test_hb_upper_refuses_several_mean_losses_naming_risk_hat():
+    """Hostile testing: numpy's "only 0-dimensional arrays can be converted to Python scalars" named no argument."""
+    with pytest.raises(ValueError, match="^risk_hat must be one mean loss"):
+        hoeffding_bentkus_upper(np.array([0.1, 0.2]), 10, 0.1)
+
+
+@pytest.mark.parametrize("scores", [
+    np.array([0.1 + 5j, 0.9 + 0j]),  # accepted on its real part, with only numpy's ComplexWarning
+    np.array(["0.1", "0.9"]),  # the strings were parsed: 0.1 accepted
+    torch.tensor([0.1 + 5j, 0.9 + 0j]),
+])
+def test_accept_refuses_scores_that_are_no_real_numbers(scores):
+    """Hostile testing: :func:`accepted_by_threshold` (and so ``RiskControlledThreshold.accept``) turned a complex
+    score into its real part and parsed strings, accepting them without an error."""
+    with pytest.raises(TypeError, match="^scores must hold real numbers"):
+        accepted_by_threshold(scores, 0.5)
+
+
+def test_accept_reads_none_in_a_list_as_an_undefined_score():
+    """A missing score (``None`` in a list) is undefined and referred, as before the checks of real numbers (a list
+    holding ``None`` is an object array, which the checks would otherwise refuse); a string among them is not."""
+    assert accepted_by_threshold([0.1, None, 0.5, 2], 0.3).tolist() == [True, False, False, False]
+    assert accepted_by_threshold(np.array([[None, 0.2]], dtype=object), 0.3).tolist() == [[False, True]]
+    with pytest.raises(TypeError, match="^scores must hold real numbers"):
+        accepted_by_threshold([0.1, None, "0.2"], 0.3)
+
+
+def test_refer_mode_refuses_complex_calibration_scores_as_the_default_mode_does():
+    """Hostile testing: ``undefined="error"`` refused complex ``uncertainty_cal`` (TypeError) but ``undefined="refer"``
+    certified on the real parts."""
+    u = np.linspace(0, 1, 50) + 1j
+    failed = np.zeros(50)
+    with pytest.raises(TypeError, match="^uncertainty_cal must hold real numbers"):
+        risk_controlled_threshold(u, failed, 0.1)
+    with pytest.raises(TypeError, match="^uncertainty_cal must hold real numbers"):
+        risk_controlled_threshold(u, failed, 0.1, undefined="refer")

@@ -56,12 +56,20 @@ def test_areas_match_loop():
         cov, sel, gen = rc_loop(u, r)
         assert aurc(u, r) == pytest.approx(trapz_desc(cov, sel), abs=1e-12)
         assert augrc(u, r) == pytest.approx(trapz_desc(cov, gen), abs=1e-12)
-        # the oracle (k lowest risks) at the kept counts k of the scored curve, so ties count alike
-        oracle = np.sort(r)
-        k = np.rint(np.asarray(cov[:-1]) * n).astype(int)
-        o_sel = np.r_[np.cumsum(oracle)[k - 1] / k, np.cumsum(oracle)[k[-1] - 1] / k[-1]]
-        o_cov = np.r_[k / n, 0.0]
-        assert eaurc(u, r) == pytest.approx(trapz_desc(cov, sel) - trapz_desc(o_cov, o_sel), abs=1e-12)
+        # E-AURC: the mean AURC over every order of the tied cases (each case its own point; the mean of the
+        # curves, since the area is linear in them) minus the oracle (k lowest risks) at every k
+        groups = [list(np.flatnonzero(u == t)) for t in np.unique(u)]
+        if math.prod(math.factorial(len(g)) for g in groups) <= 720:
+            areas = []
+            for perms in itertools.product(*(itertools.permutations(g) for g in groups)):
+                ranked = r[np.concatenate(perms)]
+                k_sel = np.cumsum(ranked)[::-1] / np.arange(n, 0, -1)
+                areas.append(trapz_desc(np.r_[np.arange(n, 0, -1) / n, 0.0], np.r_[k_sel, k_sel[-1]]))
+            oracle = np.sort(r)
+            k = np.arange(n, 0, -1)
+            o_sel = np.r_[np.cumsum(oracle)[k - 1] / k, oracle[0]]
+            o_cov = np.r_[k / n, 0.0]
+            assert eaurc(u, r) == pytest.approx(np.mean(areas) - trapz_desc(o_cov, o_sel), abs=1e-12)
         curve = risk_coverage_curve(u, r)
         np.testing.assert_allclose(curve.coverage, cov, atol=1e-15)
         np.testing.assert_allclose(curve.selective_risk, sel, atol=1e-12)
@@ -136,6 +144,33 @@ def test_referral_torch_in_torch_out():
     assert area_under_referral_curve(u, torch.tensor([0.0, 1.0, 1.0])) == pytest.approx(
         area_under_referral_curve(u.numpy(), [0.0, 1.0, 1.0])
     )
+
+
+def test_referral_callable_that_sorts_its_indices_in_place():
+    # found by hostile testing: the callable got a view of the ranking itself, so one that sorts its indices in place
+    # (h5py reads need increasing indices) reordered the ranking and every later rate kept the wrong cases (the last
+    # point gave the Dice 0.2 of the most uncertain case instead of 0.9 of the most certain)
+    u = np.array([0.9, 0.1, 0.5, 0.3])
+    dice = np.array([0.2, 0.9, 0.6, 0.8])
+
+    def mean_dice(idx):
+        idx.sort()
+        return float(dice[idx].mean())
+
+    curve = referral_curve(u, mean_dice, ties="order")
+    np.testing.assert_allclose(curve.value, referral_curve(u, dice, ties="order").value)
+    np.testing.assert_allclose(curve.value, [0.625, 0.7666666666666667, 0.85, 0.9])
+
+
+@pytest.mark.parametrize("taus", [["0.5"], np.array([0.5 + 1j]), np.array([b"0.5"])])
+def test_referral_rates_must_be_numbers(taus):
+    # found by hostile testing: text rates were parsed ("0.5" referred half the cases) and a complex rate lost its
+    # imaginary part with only numpy's ComplexWarning, where the scores and values of the same call are refused
+    with pytest.raises(TypeError, match="taus"):
+        referral_curve([0.1, 0.2], [1.0, 0.0], taus=taus)
+    with pytest.raises(TypeError, match="taus"):
+        area_under_referral_curve([0.1, 0.2], [1.0, 0.0], taus=taus)
+    assert referral_curve([0.1, 0.2], [1.0, 0.0], taus=np.array([0, 0], dtype=np.int8)).n_retained.tolist() == [2, 2]
 
 
 @pytest.mark.parametrize(

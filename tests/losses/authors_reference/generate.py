@@ -1,6 +1,6 @@
 """Freeze the outputs of the authors' public code on fixed inputs into ``reference.json`` (run by hand, not a test).
 
-The losses of :mod:`monai_unc.losses` are written independently; ``tests/losses/test_authors_reference.py`` compares
+The losses of :mod:`monai_unc.losses` are written independently; ``tests/losses/test_calibration_losses.py`` compares
 them with the numbers this script records from the authors' own implementations, which are not installable
 packages (the SVLS code needs CUDA, the others are research repositories). Check out the four repositories and
 run::
