@@ -1192,8 +1192,9 @@ class SharedPasses:
             if row == 0 and k == self._batch and not self._draws_checked:
                 # k = B >= 4 samples of one input draw as much as the B traced inputs (see replay): the first input's
                 # samples run as 2 and k - 2 (counts that tell, no call at batch 1, where PyTorch's CPU convolution
-                # is slow); the whole batch with the kept values copied for every sample took 1.7 times the peak
-                # memory of the other replays (BasicUNet's last stage, four windows a batch, four samples)
+                # is slow); the whole batch with the kept values copied for every sample took 7 times the memory of
+                # the same replay input by input and raised a call's peak 1.7-fold (BasicUNet's last stage, four
+                # windows a batch, four samples)
                 two = self._replay(predictor, x[:1], 2, row)
                 ops += self.shared_ops
                 outs.append(_concat([two, self._replay(predictor, x[:1], k - 2, row)]))
@@ -1416,9 +1417,9 @@ def _sample_batch(per_sample_bytes: int, replay_bytes: Callable[[int, int], int]
     if x is not None and x.device.type == "cpu":
         # on the CPU a replay batch is sized as if each sample replayed the whole window batch (the rule before
         # replay_bytes): a replay input by input needs less memory, but larger batches measured slower there
-        # (BasicUNet 32-256, last stage, two windows a batch: 1.41x one stock pass with 2 samples a replay, 1.49x
-        # with 5, 1.71x with 8; their intermediates leave the caches), and a CPU saves little per call, where a
-        # GPU's host saves launches
+        # (BasicUNet 32-256, last stage, two windows a batch: 1.29x one stock pass with 2 samples a replay, 1.41x
+        # with 5, 1.44x with 8, benchmarks/README; their intermediates leave the caches), and a CPU saves little
+        # per call, where a GPU's host saves launches
         per = per_sample_bytes + probabilities
         return _largest_batch(lambda k: k * per, case_bytes, remaining, traced_bytes)
     return _largest_batch(lambda k: replay_bytes(k, probabilities), case_bytes, remaining, traced_bytes)
