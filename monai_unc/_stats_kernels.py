@@ -69,14 +69,6 @@ _FUSED_SUMS = (torch.float32, torch.float64)
 OUTPUT_ACTIVATIONS = {"softmax": 1, "sigmoid": 2, "binary_sigmoid": 3}
 
 
-def evaluation_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The precision in which the kernels evaluate values of ``dtype``: float64 for float64, else float32.
-
-    Also the dtype of the probabilities that the inferers derive from a network's outputs (half precision widened).
-    """
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _build_cpu() -> Any:
     # The voxel loops run over slices with ``range`` indices: a signed ``v - p_off`` index could be negative as far as
     # the compiler knows, and numba's wraparound test then keeps LLVM from vectorising the loop (2.3x slower)

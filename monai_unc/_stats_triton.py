@@ -14,8 +14,6 @@ from collections.abc import Sequence
 
 import torch
 
-from ._stats_kernels import evaluation_dtype
-
 try:
     import triton
     import triton.language as tl
@@ -178,7 +176,7 @@ _ONES: dict[torch.device, torch.Tensor] = {}
 
 def _eval_consts(p: torch.Tensor) -> torch.Tensor:
     """``[tiny, 1]`` in the entropy's precision (read from memory: a float argument would be passed as float32)."""
-    dtype = evaluation_dtype(p.dtype)
+    dtype = torch.float64 if p.dtype == torch.float64 else torch.float32  # measures.entropy_dtype's rule
     key = (p.device, dtype)
     if key not in _CONSTS:
         _CONSTS[key] = torch.tensor([torch.finfo(dtype).tiny, 1.0], dtype=dtype, device=p.device)

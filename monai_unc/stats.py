@@ -80,7 +80,6 @@ from ._jit import KernelUnavailable
 from ._stats_kernels import accumulate as fused_accumulate
 from ._stats_kernels import accumulate_outputs as fused_accumulate_outputs
 from ._stats_kernels import backend as fused_backend
-from ._stats_kernels import evaluation_dtype
 from ._stats_kernels import takes_outputs as fused_takes_outputs
 from ._stats_kernels import value_flags as fused_value_flags
 from ._utils import (
@@ -699,7 +698,7 @@ class SampleStats:
             return False
         if fresh:
             self.accum_dtype = accum
-            self.out_dtype = evaluation_dtype(z.dtype)
+            self.out_dtype = entropy_dtype(z.dtype)
         self._count(weights, num_samples)
         return True
 

@@ -62,7 +62,6 @@ from monai.inferers import Inferer, SimpleInferer, SliceInferer
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from .._stats_kernels import evaluation_dtype
 from .._utils import (
     argmax,
     check_bool,
@@ -75,6 +74,7 @@ from .._utils import (
     probability_tolerance,
 )
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure, combine_mi_meanings
+from ..measures import entropy_dtype
 from ..networks.dropout import find_dropout_layers
 from ..networks.shared import (
     PLAIN_TRACES,
@@ -1098,7 +1098,7 @@ class UncertaintyInferer(Inferer):
                         # deterministic network's samples must give the same probabilities bit for bit: MI = 0)
                         stats = self._window_stats(multilabel)
                         info["multilabel"] = multilabel
-                        probs_dtype = info["probs_dtype"] = evaluation_dtype(z.dtype)
+                        probs_dtype = info["probs_dtype"] = entropy_dtype(z.dtype)
                         fused_outputs[0] = stats._takes_outputs(z, kind)
                         if fused_outputs[0]:
                             nonfinite.append(torch.zeros(1, dtype=torch.int32, device=z.device))
