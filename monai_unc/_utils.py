@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export work
 
 __all__ = [
     "argmax",
+    "real_array",
     "check_nonnegative",
     "foreground_masks",
     "sum_f64",
@@ -1236,6 +1237,37 @@ def is_real(value: Any) -> bool:
         (True, True, True, False, False)
     """
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def real_array(a: np.ndarray, name: str, note: str = "") -> np.ndarray:
+    """``a`` as a float64 copy when it holds real numbers (or booleans); a ``None`` of an object array is NaN.
+
+    The one check before a cast of scores or estimates to float64: the cast would parse text (``"0.9"``) and drop
+    the imaginary part of a complex value with only numpy's ``ComplexWarning`` (found by hostile testing). A list
+    holding ``None`` for an undefined value is an object array: its ``None`` reads as NaN, any other object refuses.
+
+    Args:
+        a: the values as a numpy array (any shape).
+        name: the argument's name, for the error.
+        note: text after "real numbers" in the error, e.g. what stands for an undefined value.
+
+    Returns:
+        A float64 array of ``a``'s shape.
+
+    Raises:
+        TypeError: text, complex numbers or other objects, naming ``name``.
+
+    Example:
+        >>> real_array(np.array([0.5, None], dtype=object), "scores")
+        array([0.5, nan])
+    """
+    if a.dtype == object:
+        ok = all(v is None or is_real(v) or isinstance(v, (bool, np.bool_)) for v in a.ravel().tolist())
+    else:
+        ok = a.dtype.kind in "biuf"
+    if not ok:
+        raise TypeError(f"{name} must hold real numbers{note}, got dtype {a.dtype}")
+    return np.array(a, dtype=np.float64)
 
 
 def is_finite_real(value: Any) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._utils import ArrayLike, check_labels, keep_meta, like_input, to_tensor, unique_json_keys
+from ._utils import ArrayLike, check_labels, is_int, keep_meta, like_input, to_tensor, unique_json_keys
 
 __all__ = [
     "BRATS_REGIONS",
@@ -497,7 +497,7 @@ def per_region(
     if not isinstance(region_args, Mapping) or not region_args:
         raise ValueError("region_args must be a non-empty mapping of argument name -> (B, R, *spatial) array")
     # found by hostile testing: "1", 1.0, True or None failed inside with an error naming no argument
-    if isinstance(channel_dim, (bool, np.bool_)) or not isinstance(channel_dim, (int, np.integer)):
+    if not is_int(channel_dim):
         raise TypeError(f"channel_dim must be an int (the region axis), got {channel_dim!r}")
     channel_dim = int(channel_dim)
     tensors = {k: to_tensor(v, k) for k, v in region_args.items()}

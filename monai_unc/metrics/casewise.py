@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_pair, case_vector, check_bool, is_real, label_text, to_numpy, warn_nan
+from .._utils import ArrayLike, case_pair, case_vector, check_bool, label_text, real_array, to_numpy, warn_nan
 from .discrimination import auroc
 from .selective import augrc, aurc, eaurc
 
@@ -181,18 +181,10 @@ def is_in_distribution(shift: Any, labels: Iterable[Any] = IID_SHIFTS) -> bool:
 def _score_values(scores: Any, name: str) -> np.ndarray:
     """``scores`` as a flat float64 copy: real numbers, NaN or inf for an undefined score (TypeError naming ``name``).
 
-    Found by hostile testing: text (``"0.9"``) was parsed and complex scores lost their imaginary part with only
-    numpy's ``ComplexWarning``, where every other case metric refuses both (:func:`monai_unc._utils.case_vector`). A
-    list holding ``None`` for a missing score (an object array) is read as before, ``None`` as undefined.
+    Found by hostile testing: text (``"0.9"``) was parsed and complex scores lost their imaginary part, where every
+    other case metric refuses both (:func:`monai_unc._utils.case_vector`); ``None`` in a list is undefined, as before.
     """
-    a = to_numpy(scores, name)
-    if a.dtype == object:
-        ok = all(v is None or is_real(v) or isinstance(v, (bool, np.bool_)) for v in a.ravel())
-    else:
-        ok = a.dtype.kind in "biuf"
-    if not ok:
-        raise TypeError(f"{name} must hold real numbers (NaN or inf for an undefined score), got dtype {a.dtype}")
-    return np.array(a, dtype=np.float64).reshape(-1)
+    return real_array(to_numpy(scores, name), name, " (NaN or inf for an undefined score)").reshape(-1)
 
 
 def _filled(out: np.ndarray) -> np.ndarray:

@@ -87,6 +87,7 @@ from .._utils import (
     like_input,
     quantile_min_cases,
     quantile_rank,
+    real_array,
     sum_f64,
     to_numpy,
     to_tensor,
@@ -886,10 +887,7 @@ def _real_values(x: Any, name: str) -> np.ndarray:
     The cast dropped the imaginary part of a complex value with only numpy's ``ComplexWarning`` and parsed strings
     (found by hostile testing); ``None`` in a list still reads as NaN (undefined), as before.
     """
-    a = np.asarray(_host(x, name))
-    if a.dtype.kind in "cSUV":
-        raise TypeError(f"{name} must hold real numbers (NaN for an undefined one), got dtype {a.dtype}")
-    return a.astype(np.float64)
+    return real_array(np.asarray(_host(x, name)), name, " (NaN for an undefined one)")
 
 
 def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = CONFORMAL_ALPHA) -> tuple[float, int]:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from scipy import optimize, special, stats
 
-from .._utils import ArrayLike, case_vector, share_count, to_numpy
+from .._utils import ArrayLike, case_vector, real_array, share_count, to_numpy
 from ..product import format_cell, format_level
 
 __all__ = [
@@ -73,13 +73,7 @@ def accepted_by_threshold(scores: ArrayLike, threshold: float) -> ArrayLike:
             raise TypeError(f"scores must hold real numbers, got dtype {scores.dtype}")
         u = scores if scores.dtype == torch.float64 else scores.to(torch.float64)
         return torch.isfinite(u) & (u <= threshold)
-    a = np.asarray(scores)
-    if a.dtype.kind == "O" and all(v is None or (isinstance(v, (int, float, np.integer, np.floating))
-                                                 and not isinstance(v, bool)) for v in a.reshape(-1).tolist()):
-        a = np.array([np.nan if v is None else v for v in a.reshape(-1).tolist()], dtype=np.float64).reshape(a.shape)
-    if a.dtype.kind not in "biuf":
-        raise TypeError(f"scores must hold real numbers, got dtype {a.dtype}")
-    u = a.astype(np.float64, copy=False)
+    u = real_array(np.asarray(scores), "scores")  # None in a list: an undefined score (NaN)
     return np.isfinite(u) & (u <= threshold)
 
 
