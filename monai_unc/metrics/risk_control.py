@@ -102,11 +102,7 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
         >>> clopper_pearson_upper([0, 5], [10, 10], 0.1).round(4)
         array([0.2057, 0.7327])
     """
-    if np.asarray(errors).dtype == bool:
-        raise TypeError(f"errors must be numbers of errors (integers), got the bool {errors!r}")
-    if isinstance(errors, (str, bytes)) or np.asarray(errors).dtype.kind not in "iuf":
-        raise TypeError(f"errors must be numbers of errors (integers), got {type(errors).__name__} {errors!r}")
-    e = np.asarray(errors, dtype=np.float64)
+    e = _count_values(errors, "errors", "errors")
     nn = _check_counts(n, "n")
     delta = _check_delta(delta)
     if np.any(e < 0) or np.any(e > nn) or np.any(e != np.round(e)):
@@ -118,17 +114,22 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
     return float(ub) if ub.ndim == 0 else ub
 
 
+def _count_values(x: ArrayLike | float, name: str, what: str) -> np.ndarray:
+    """``x`` as float64; ``TypeError`` naming ``name`` for a bool (a flag read as one), text or a complex number."""
+    if np.asarray(x).dtype == bool:
+        raise TypeError(f"{name} must be numbers of {what} (integers), got the bool {x!r}")
+    if isinstance(x, (str, bytes)) or np.asarray(x).dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be numbers of {what} (integers), got {type(x).__name__} {x!r}")
+    return np.asarray(x, dtype=np.float64)
+
+
 def _check_counts(n: ArrayLike | float, name: str) -> np.ndarray:
     """``n`` as float64, ``ValueError`` naming ``name`` unless every entry is a finite integer ``>= 0``.
 
     A bool is a ``TypeError`` (``True`` read as one case bounded a risk from a flag), and so are a string (``"10"`` was
     parsed) and a complex number.
     """
-    if np.asarray(n).dtype == bool:
-        raise TypeError(f"{name} must be numbers of cases (integers), got the bool {n!r}")
-    if isinstance(n, (str, bytes)) or np.asarray(n).dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be numbers of cases (integers), got {type(n).__name__} {n!r}")
-    nn = np.asarray(n, dtype=np.float64)
+    nn = _count_values(n, name, "cases")
     if not np.isfinite(nn).all() or np.any(nn < 0) or np.any(nn != np.round(nn)):
         raise ValueError(f"{name} must be non-negative integers (numbers of cases), got {n!r}")
     return nn
