@@ -154,16 +154,14 @@ def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
         which = "uncertainty" if const_a else "target"
         # stacklevel 4: the caller of ncc, past the deprecated-argument wrapper
         return warn_nan(f"ncc: {which} is constant, the correlation is undefined", stacklevel=4)
-    # each map divided by its largest magnitude first: the mean of finite maps near 1.8e308 overflowed to inf and
-    # r came back NaN without a warning (found by hostile testing); neither map is constant, so neither divisor is 0
+    # Pearson's r does not change with the scale of either map: each divided by its largest magnitude (not 0: neither
+    # map is constant) before centring keeps the mean from overflow (finite maps near 1.8e308: the mean was inf and r
+    # NaN, found by hostile testing) and the products from underflow (maps of 1e-170: r was inf) and overflow (1e170:
+    # r was 0); a non-constant map holding +-1 has a largest deviation of at least half an ulp of 1: no sum underflows
     a = a / a.abs().max()
     b = b / b.abs().max()
     da = a - a.mean()
     db = b - b.mean()
-    # Pearson's r does not change with the scale of either map: dividing each by its largest deviation keeps the
-    # products away from underflow (maps of 1e-170: r was inf) and overflow (1e170: r was 0)
-    da = da / da.abs().max()
-    db = db / db.abs().max()
     r = (da * db).sum() / torch.sqrt((da * da).sum() * (db * db).sum())
     return float(r.clamp(-1.0, 1.0))  # rounding put r = 1.0000000000000004 outside [-1, 1] for a linear map
 
