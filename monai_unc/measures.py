@@ -62,6 +62,7 @@ __all__ = [
     "max_softmax",
     "variance",
     "variance_from_moments",
+    "square_sum",
     "variance_from_square_sums",
 ]
 
@@ -611,6 +612,36 @@ def _check_second_moment(mean: torch.Tensor, mean_sq: torch.Tensor) -> None:
             )
 
 
+def square_sum(mean: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``sum_c mean_c^2`` over the class dimension, ``(B, C, *spatial) -> (B, 1, *spatial)``.
+
+    Summed class after class (``((m_0^2 + m_1^2) + m_2^2) + ...``, each square rounded to ``dtype``), with one class
+    of temporaries instead of ``C``. Every place that adds or removes ``sum_c pred_c^2`` from a one-channel second
+    moment calls this one function, so the same means give the same bits there and in
+    :func:`variance_from_square_sums`: a deterministic network's variance stays 0 under overlapping windows, where
+    the stitched second moment is rebuilt from the stitched means. Unchecked tensor kernel.
+
+    Args:
+        mean: mean probabilities ``(B, C, *spatial)``, ``C >= 1``.
+        dtype: the precision of the squares and their sum (default ``mean.dtype``).
+
+    Returns:
+        ``(B, 1, *spatial)`` in ``dtype``.
+
+    Example:
+        >>> import torch
+        >>> square_sum(torch.tensor([[[0.5], [0.25], [0.25]]]))
+        tensor([[[0.3750]]])
+    """
+    dtype = dtype or mean.dtype
+    first = mean[:, :1].to(dtype)
+    acc = first * first
+    for c in range(1, int(mean.shape[1])):
+        mc = mean[:, c:c + 1].to(dtype)
+        acc.add_(mc * mc)
+    return acc
+
+
 def variance_from_square_sums(mean: torch.Tensor, mean_sq_sum: torch.Tensor) -> torch.Tensor:
     """Mean over classes of the population variance from one summed second moment, ``-> (B, 1, *spatial)``.
 
@@ -632,8 +663,7 @@ def variance_from_square_sums(mean: torch.Tensor, mean_sq_sum: torch.Tensor) -> 
         >>> variance_from_square_sums(mean, torch.tensor([[[0.82]]])).round(decimals=4)
         tensor([[[0.1600]]])
     """
-    sq = (mean * mean).sum(dim=1, keepdim=True)
-    return ((mean_sq_sum.to(mean.dtype) - sq) / mean.shape[1]).clamp_min(0)
+    return ((mean_sq_sum.to(mean.dtype) - square_sum(mean)) / mean.shape[1]).clamp_min(0)
 
 
 def variance(samples: ArrayLike, validate: bool = True, multilabel: bool = False) -> ArrayLike:

@@ -1356,8 +1356,8 @@ class UncertaintyInferer(Inferer):
         grad = torch.no_grad() if self.no_grad else contextlib.nullcontext()
         total: SampleStats | None = None
         separate = self.window_disagreement == "separate"
-        sum_wd: torch.Tensor | None = None  # sum over members of count_k * WD_k
-        n_parts = 0
+        wd_mean: torch.Tensor | None = None  # the members' WD_k, weighted by their samples
+        n_seen = 0  # the samples of the members merged so far
         samples: list[torch.Tensor] = []
         for src in self.sources:
             src.reset()
@@ -1422,15 +1422,16 @@ class UncertaintyInferer(Inferer):
                         wd = torch.zeros_like(_plain(out[K.EXPECTED_ENTROPY.value]))
                 if separate and self._stitches():
                     _within_window_second_moment(out, pred)
-                # the stitched buffers are this call's own: they become the sums in place (no copy of C x V). One
-                # network's means are the result as they are: weighted by 1, not by its samples (the stitched float32
+                # the stitched buffers are this call's own: they become the statistics in place (no copy of C x V).
+                # Each network's means are kept as means, weighted by 1, not by its samples (the stitched float32
                 # means times 3 samples and divided by 3 again rounded: MI 1.2e-7 for a deterministic network with 3
-                # samples under overlapping windows, found by a review); ensemble members by their samples, to merge
+                # samples under overlapping windows, found by a review); ensemble members are pooled as means too,
+                # weighted by their samples (_blend: identical members give the same means bit for bit)
                 part = SampleStats.from_moments(
                     pred,
                     _plain(out[K.EXPECTED_ENTROPY.value]),
                     _plain(out["mean_sq"]) if "mean_sq" in out else None,
-                    count=float(n_window) if net_sources else 1.0,
+                    count=1.0,
                     num_updates=n_window,
                     multilabel=bool(info["multilabel"]),
                     mean_sq_sum=_plain(out[MEAN_SQ_SUM]) if MEAN_SQ_SUM in out else None,
@@ -1444,17 +1445,15 @@ class UncertaintyInferer(Inferer):
                         kept_samples.reshape(b, n_window, n_classes, *kept_samples.shape[2:]).transpose(0, 1)
                     )
                 del pred, out
+                # the members' means pooled by their samples, as a step from the running mean (exact for identical
+                # members: the sums m + m + m divided by 3 rounded, MI 1.8e-7 for three identical deterministic members
+                # under overlapping windows)
+                fraction = n_window / (n_seen + n_window)
                 if separate:
-                    # one member: WD itself (no rounding through the count); several: count-weighted mean
                     wd = wd.to(part.accum_dtype)
-                    if n_parts == 0:
-                        sum_wd = wd
-                    elif n_parts == 1:
-                        sum_wd = sum_wd * total.count + wd.to(sum_wd) * float(n_window)
-                    else:
-                        sum_wd.add_(wd.to(sum_wd), alpha=float(n_window))
-                n_parts += 1
-                total = part if total is None else total.merge(part)
+                    wd_mean = wd if wd_mean is None else wd_mean.add_(wd.sub_(wd_mean).mul_(fraction))
+                total = part if total is None else total._blend(part, fraction)
+                n_seen += n_window
                 del part
         if in_training:
             warnings.warn(_training_mode_warning(type(self).__name__, in_training), UserWarning, stacklevel=2)
@@ -1463,9 +1462,6 @@ class UncertaintyInferer(Inferer):
         out_dtype = x.dtype if x.is_floating_point() else torch.float32
         n_total = int(total.num_updates)
         multilabel = total.multilabel
-        wd_mean = None
-        if separate:
-            wd_mean = sum_wd if n_parts == 1 else sum_wd / total.count
         moments = total.take_moments()  # the sums become the means in place: no second C x V buffer
         if wd_mean is not None:
             moments[K.WINDOW_DISAGREEMENT.value] = wd_mean
