@@ -413,8 +413,9 @@ def _taus(taus: ArrayLike | Sequence[float] | None, n: int) -> np.ndarray:
     if taus is None:
         return np.arange(n, dtype=np.float64) / n  # every partition that retains at least one case
     t = to_numpy(taus, "taus")
-    if t.dtype.kind not in "biuf":
-        # found by hostile testing: text ("0.5") was parsed and a complex rate lost its imaginary part
+    if t.dtype.kind not in "iuf":
+        # found by hostile testing: text ("0.5") was parsed and a complex rate lost its imaginary part; flags
+        # ([True, False]) were read as the rates 1 and 0
         raise TypeError(f"taus must hold referral rates (real numbers), got dtype {t.dtype}")
     t = t.astype(np.float64, copy=False).ravel()
     if t.size == 0:

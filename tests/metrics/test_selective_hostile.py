@@ -162,7 +162,7 @@ def test_referral_callable_that_sorts_its_indices_in_place():
     np.testing.assert_allclose(curve.value, [0.625, 0.7666666666666667, 0.85, 0.9])
 
 
-@pytest.mark.parametrize("taus", [["0.5"], np.array([0.5 + 1j]), np.array([b"0.5"])])
+@pytest.mark.parametrize("taus", [["0.5"], np.array([0.5 + 1j]), np.array([b"0.5"]), [True, False], np.array([True])])
 def test_referral_rates_must_be_numbers(taus):
     # found by hostile testing: text rates were parsed ("0.5" referred half the cases) and a complex rate lost its
     # imaginary part with only numpy's ComplexWarning, where the scores and values of the same call are refused
