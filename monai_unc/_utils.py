@@ -97,14 +97,20 @@ PROB_TOL = 1e-3
 _EPS_FACTOR = 4
 
 
-def probability_tolerance(dtype: torch.dtype) -> float:
+def probability_tolerance(dtype: torch.dtype | np.dtype) -> float:
     """Tolerance of the probability checks for arrays of ``dtype``: ``max(PROB_TOL, 4 * eps(dtype))``.
 
     Rounding a probability ``p`` to a floating type changes it by at most ``eps / 2 * p`` (relative rounding), so
     rounding every class of a distribution moves its sum by at most ``eps / 2`` whatever the number of classes; a
     softmax computed in that type adds about as much again. ``4 * eps`` covers both with a margin: 1e-3 (the
-    floor) for float32 / float64, 3.9e-3 for float16 and 0.031 for bfloat16 (whose sums are off by up to ~4e-3).
+    floor) for float32 / float64 (and numpy's longdouble), 3.9e-3 for float16 and 0.031 for bfloat16 (whose sums
+    are off by up to ~4e-3). ``dtype`` is a torch or a numpy dtype.
     """
+    if not isinstance(dtype, torch.dtype):
+        dtype = np.dtype(dtype)
+        if dtype.kind != "f":
+            return PROB_TOL
+        return max(PROB_TOL, _EPS_FACTOR * float(np.finfo(dtype).eps))
     if not dtype.is_floating_point:
         return PROB_TOL
     return max(PROB_TOL, _EPS_FACTOR * float(torch.finfo(dtype).eps))

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import ArrayLike, exceeds, is_int, probability_tolerance, to_numpy, to_tensor, warn_nan
+from .._utils import ArrayLike, exceeds, is_int, probability_tolerance, to_numpy, warn_nan
 from .selective import aurc
 
 __all__ = [
@@ -642,7 +642,9 @@ def voxel_accuracy(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | No
     lo, hi = float(pairs_u.min()), float(pairs_u.max())
     # rounding: entropy(probs, normalize=True) of a uniform float32 prediction came out 1.0000002 and was refused
     # (found by invariant testing); values within the map's dtype tolerance are clipped, as UCE's histogram does
-    tol = probability_tolerance(to_tensor(uncertainty, "uncertainty").dtype)
+    # the tolerance of the given dtype (a torch map's own: bfloat16 reaches numpy as float32; numpy's longdouble,
+    # which torch cannot hold, was refused here where the other metrics of this module accept it)
+    tol = probability_tolerance(uncertainty.dtype if isinstance(uncertainty, torch.Tensor) else pairs_u.dtype)
     if lo < -tol or hi > 1 + tol:
         raise ValueError(
             f"uncertainty must lie in [0, 1] for voxel_accuracy (tolerance {tol:g}), got values in [{lo:.4g}, {hi:.4g}]"

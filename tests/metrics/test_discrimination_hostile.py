@@ -22,6 +22,7 @@ from monai_unc.metrics.discrimination import (
     error_auroc,
     pavpu,
     uncertain_incorrect_ratio,
+    voxel_accuracy,
 )
 
 
@@ -248,3 +249,21 @@ def test_requires_grad_and_bfloat16_tensors():
     np.testing.assert_allclose(error_auroc(u, e, per_case=True).numpy(), ref, atol=1e-12)
     out = avu(u.detach().bfloat16(), e, threshold=0.3, per_case=True)
     assert out.dtype == torch.float64 and out.shape == (2,)
+
+
+def test_voxel_accuracy_takes_a_longdouble_map_as_the_other_metrics_do():
+    # found by hostile testing: voxel_accuracy took its rounding tolerance from a torch copy of the map, and torch
+    # holds no longdouble, so a longdouble map (accepted by every other metric of the module) raised a TypeError
+    rng = np.random.default_rng(0)
+    u = rng.random((2, 1, 4, 4))
+    e = rng.random((2, 1, 4, 4)) < 0.3
+    want = voxel_accuracy(u, e, per_case=False)
+    assert voxel_accuracy(u.astype(np.longdouble), e, per_case=False) == pytest.approx(want, abs=1e-15)
+    np.testing.assert_allclose(voxel_accuracy(u.astype(np.longdouble), e, per_case=True),
+                               voxel_accuracy(u, e, per_case=True), atol=1e-15)
+    # the tolerance stays that of the given dtype: 1e-3 above 1 is clipped, 1e-2 refused; bfloat16 keeps its own
+    assert voxel_accuracy(np.minimum(u + 1e-3, 1 + 1e-3).astype(np.longdouble), e, per_case=False) > 0
+    with pytest.raises(ValueError, match="uncertainty must lie in"):
+        voxel_accuracy((u + 1e-2).astype(np.longdouble), e, per_case=False)
+    t = torch.full((1, 1, 4, 4), 1.0 + 2 ** -6, dtype=torch.bfloat16)  # 1.016: within bfloat16's 0.031
+    assert voxel_accuracy(t, torch.zeros(1, 1, 4, 4), per_case=False) == pytest.approx(0.0)
