@@ -46,7 +46,7 @@ def _check_rate(p: Any) -> None:
     """A dropout rate: a real number in ``[0, 1)``; ``TypeError`` for a bool or a string."""
     if isinstance(p, bool) or not isinstance(p, numbers.Real):
         raise TypeError(f"p must be a real number in [0, 1), got {type(p).__name__} {p!r}")
-    if not 0.0 <= float(p) < 1.0:
+    if not 0 <= p < 1:  # compared as given: float(10**400) was an OverflowError naming nothing
         raise ValueError(f"p must be in [0, 1), got {p}")
 
 

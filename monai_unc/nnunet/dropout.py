@@ -57,7 +57,7 @@ _DROPOUT_FOR_CONV = {
 def _check_p(p: float, name: str = "p") -> float:
     # a numpy rate (np.float32(0.2)) is a rate: it was refused as "must be a dropout rate in (0, 1)" (found by hostile
     # testing); it is returned as a Python float, which the plans file (JSON) can hold
-    if not is_real(p) or not 0.0 < float(p) < 1.0:
+    if not is_real(p) or not 0 < p < 1:  # compared as given: float(10**400) was an OverflowError naming nothing
         raise ValueError(f"{name} must be a dropout rate in (0, 1), got {p!r}")
     return float(p)
 

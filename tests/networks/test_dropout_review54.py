@@ -45,3 +45,10 @@ def test_last_k_with_a_non_ascii_digit_is_refused_naming_the_placement(bad):
     net = _segresnet()
     with pytest.raises(ValueError, match="placement must be one of"):
         default_dropout_sites(net, bad)
+
+
+@pytest.mark.parametrize("p", [10**400, -(10**400)], ids=["1e400", "-1e400"])
+def test_a_rate_beyond_the_floats_is_refused_naming_p(p):
+    """``float(10**400)`` was Python's ``OverflowError: int too large to convert to float``, naming nothing."""
+    with pytest.raises(ValueError, match="p must be in"):
+        add_dropout(_segresnet(), p=p)

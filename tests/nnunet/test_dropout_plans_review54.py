@@ -63,3 +63,10 @@ def test_a_conv_op_that_is_no_name_nor_class_is_named(conv_op):
     """A plans file's number or null reached ``conv_op.__module__``: an AttributeError naming nothing."""
     with pytest.raises(ValueError, match="conv_op must be a Conv1d/Conv2d/Conv3d"):
         dropout_arch_kwargs({"conv_op": conv_op})
+
+
+@pytest.mark.parametrize("p", [10**400, -(10**400)], ids=["1e400", "-1e400"])
+def test_a_rate_beyond_the_floats_is_refused_naming_it(p):
+    """``float(10**400)`` was Python's ``OverflowError: int too large to convert to float``, naming nothing."""
+    with pytest.raises(ValueError, match="p must be a dropout rate"):
+        dropout_arch_kwargs({"conv_op": "torch.nn.Conv3d"}, p)
