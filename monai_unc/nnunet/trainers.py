@@ -208,7 +208,10 @@ def attach_ssn_head(network: nn.Module, rank: int = 10, epsilon: float = 1e-5) -
         input_activation=None,
         train_output="raw",
     )
-    seg_layers[-1] = head.to(device=last.weight.device)
+    # the layer's dtype and mode too (found by hostile testing): a float64 network got a float32 head, "Input type
+    # (double) and bias type (float)" on its first call, and a network in eval mode a head in training mode, which
+    # returned its C * (2 + rank) raw channels instead of the C mean logits
+    seg_layers[-1] = head.to(device=last.weight.device, dtype=last.weight.dtype).train(last.training)
     return head
 
 

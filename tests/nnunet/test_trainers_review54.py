@@ -53,3 +53,24 @@ def test_good_trainer_settings_still_build_the_loss(base, attr, value, tmp_path,
 def test_calibration_loss_refuses_a_weight_that_is_no_finite_number_at_least_zero(weight):
     with pytest.raises(ValueError, match="weight must be a finite number >= 0"):
         CalibrationLoss(torch.nn.L1Loss(), torch.nn.L1Loss(), "add", weight)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_an_ssn_head_takes_the_dtype_of_the_layer_it_replaces(dtype):
+    """The head was made in float32 whatever the network's dtype: a float64 network failed on its first call with
+    "Input type (double) and bias type (float) should be the same"; and in training mode whatever the network's: a
+    network in eval mode returned the head's 12 raw channels instead of its 3 mean logits."""
+    from dynamic_network_architectures.architectures.unet import PlainConvUNet
+
+    from monai_unc.nnunet.trainers import attach_ssn_head
+
+    torch.manual_seed(0)
+    net = PlainConvUNet(input_channels=1, n_stages=2, features_per_stage=(4, 8), conv_op=torch.nn.Conv3d,
+                        kernel_sizes=3, strides=(1, 2), n_conv_per_stage=1, num_classes=3,
+                        n_conv_per_stage_decoder=1).to(dtype).eval()
+    head = attach_ssn_head(net, rank=2)
+    assert all(p.dtype == dtype for p in head.parameters()) and not head.training
+    with torch.no_grad():
+        out = net(torch.rand(1, 1, 8, 8, 8, dtype=dtype))
+    assert out.dtype == dtype and out.shape == (1, 3, 8, 8, 8)
+    assert attach_ssn_head(net.train()) is head and head.training  # a head already there is returned unchanged
