@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +148,7 @@ def dropout_plans(
             configuration that inherits its architecture, no configuration with an architecture, or a malformed
             field of the plans (configurations, ``architecture``, ``arch_kwargs``, ``conv_op``,
             ``_kw_requires_import``; the message names it).
+        TypeError: ``configurations`` is neither a name nor an iterable of names.
 
     Example:
         >>> arch = {"network_class_name": "PlainConvUNet", "arch_kwargs": {"conv_op": "torch.nn.modules.conv.Conv3d"},
@@ -167,6 +168,12 @@ def dropout_plans(
         raise ValueError("plans 'configurations' must map each configuration name to its settings (a JSON object)")
     if isinstance(configurations, str):  # one name, not its characters
         configurations = [configurations]
+    if configurations is not None:  # 3 was "'int' object is not iterable", b"3d" the names 51 and 100
+        names = list(configurations) if isinstance(configurations, Iterable) and not isinstance(configurations, bytes) \
+            else None
+        if names is None or not all(isinstance(c, str) for c in names):
+            raise TypeError(f"configurations must be a configuration name or a list of names, got {configurations!r}")
+        configurations = names
     wanted = list(confs) if configurations is None else list(configurations)
     unknown = [c for c in wanted if c not in confs]
     if unknown:

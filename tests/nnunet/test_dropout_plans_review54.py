@@ -70,3 +70,12 @@ def test_a_rate_beyond_the_floats_is_refused_naming_it(p):
     """``float(10**400)`` was Python's ``OverflowError: int too large to convert to float``, naming nothing."""
     with pytest.raises(ValueError, match="p must be a dropout rate"):
         dropout_arch_kwargs({"conv_op": "torch.nn.Conv3d"}, p)
+
+
+@pytest.mark.parametrize("configurations", [3, b"3d_fullres", ["3d_fullres", None]])
+def test_configurations_that_are_no_names_are_a_type_error_naming_them(configurations):
+    """3 was "'int' object is not iterable", naming nothing; b"3d_fullres" the configurations 51, 100, ..."""
+    from monai_unc.nnunet.dropout import dropout_plans
+
+    with pytest.raises(TypeError, match="configurations must be a configuration name or a list of names"):
+        dropout_plans({"configurations": {"3d_fullres": {"architecture": ARCH}}}, configurations=configurations)
