@@ -46,7 +46,7 @@ def _check_rate(p: Any) -> None:
     """A dropout rate: a real number in ``[0, 1)``; ``TypeError`` for a bool or a string."""
     if isinstance(p, bool) or not isinstance(p, numbers.Real):
         raise TypeError(f"p must be a real number in [0, 1), got {type(p).__name__} {p!r}")
-    if not 0.0 <= float(p) < 1.0:
+    if not 0 <= p < 1:  # compared as given: float(10**400) was an OverflowError naming nothing
         raise ValueError(f"p must be in [0, 1), got {p}")
 
 
@@ -394,7 +394,8 @@ def stage_sites(model: nn.Module) -> dict[str, list[str]]:
     """The stages of a known U-Net: ``{"encoder", "bottleneck", "decoder"}`` -> module names, in forward order.
 
     The encoder stages above the bottleneck, the bottleneck (the deepest stage), and the decoder stages from the
-    deepest to the one next to the output layer (the output layer itself is never a site). Known: MONAI ``UNet``,
+    deepest to the one next to the output layer (the output layer itself is never a site: the last stage of a
+    ``SegResNet(use_conv_final=False)``, whose output is the network's, is left out). Known: MONAI ``UNet``,
     ``BasicUNet``, ``DynUNet``, ``SegResNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
     ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork` or inside a
     ``torch.nn.DataParallel`` / ``DistributedDataParallel`` wrapper (names prefixed ``module.``).
@@ -437,9 +438,14 @@ def stage_sites(model: nn.Module) -> dict[str, list[str]]:
         return {"encoder": ["input_block"] + [f"downsamples.{i}" for i in range(len(model.downsamples))],
                 "bottleneck": ["bottleneck"], "decoder": [f"upsamples.{i}" for i in range(len(model.upsamples))]}
     if cls == "SegResNet" and hasattr(model, "down_layers") and hasattr(model, "up_layers"):
-        n = len(model.down_layers)
-        return {"encoder": [f"down_layers.{i}" for i in range(n - 1)], "bottleneck": [f"down_layers.{n - 1}"],
-                "decoder": [f"up_layers.{i}" for i in range(len(model.up_layers))]}
+        n, m = len(model.down_layers), len(model.up_layers)
+        stages = {"encoder": [f"down_layers.{i}" for i in range(n - 1)], "bottleneck": [f"down_layers.{n - 1}"],
+                  "decoder": [f"up_layers.{i}" for i in range(m)]}
+        if not getattr(model, "use_conv_final", True):
+            # found by hostile testing: without conv_final the last stage's output is the network's output, and
+            # channel dropout there zeroed whole output channels (the logits of a class) in every sample
+            stages["decoder" if m else "bottleneck"].pop()
+        return stages
     if hasattr(model, "encoder") and hasattr(model, "decoder") and hasattr(model.decoder, "seg_layers"):
         n = len(model.encoder.stages)
         return {"encoder": [f"encoder.stages.{i}" for i in range(n - 1)], "bottleneck": [f"encoder.stages.{n - 1}"],
@@ -485,7 +491,7 @@ def default_dropout_sites(model: nn.Module, placement: str = "auto") -> list[str
         _, sep, k = placement.partition(":")
         if placement == "last":
             last = 1
-        elif sep and k.isdigit() and int(k) >= 1:
+        elif sep and k.isascii() and k.isdigit() and int(k) >= 1:  # "last:²" is a digit to str.isdigit, not to int
             last = int(k)
     if not isinstance(placement, str) or (placement not in PLACEMENTS and last is None):
         raise ValueError(f"placement must be one of {PLACEMENTS} or 'last:k' (k >= 1), got {placement!r}")

@@ -25,6 +25,7 @@ from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
 from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
 from torch import nn
 
+from monai_unc._utils import check_bool
 from monai_unc.io import (
     OUTPUT_LOCK_FILE,
     MappedArrays,
@@ -135,7 +136,7 @@ def calibrate_model_folder(
         mode: ``"scalar"`` (one t) or ``"vector"`` (one t per class, per region for a region-based model).
         loss: the fitting objective, ``"nll"`` or ``"ece"``.
         use_mirroring: average the validation logits over nnU-Net's mirrors, as inference does.
-        device: where the validation cases are predicted.
+        device: where the validation cases are predicted (a ``torch.device`` or its name).
         overwrite: replace an existing calibrated copy at ``output_dir`` (CLI: ``--overwrite``).
         **scaler_kwargs: further arguments of :class:`~monai_unc.temperature.TemperatureScaler`.
 
@@ -151,9 +152,11 @@ def calibrate_model_folder(
             fold's checkpoint is damaged (named); a fold's split has no list of validation cases, repeats one, names
             one that is also a training case of the fold, or one the preprocessed folder lacks or cannot read
             (named); a checkpoint is already calibrated (``monai_unc_temperature``); ``checkpoint_name`` holds a
-            folder; ``mode`` / ``loss`` / ``scaler_kwargs`` are refused by the scaler; the configuration is a cascade
-            stage, or the model is a Stochastic Segmentation Network.
-        TypeError: ``overwrite`` is not a bool.
+            folder; ``mode`` / ``loss`` / ``scaler_kwargs`` are refused by the scaler, or ``scaler_kwargs`` sets
+            ``activation`` or ``ignore_index`` (the model's and -1); ``device`` names no device; the configuration is
+            a cascade stage, or the model is a Stochastic Segmentation Network.
+        TypeError: ``overwrite`` or ``use_mirroring`` is not a bool, or ``device`` is neither a ``torch.device`` nor a
+            name.
         FileNotFoundError: ``plans.json``, ``splits_final.json`` or a fold's checkpoint is missing.
     """
     src, dst = Path(model_training_output_dir), Path(output_dir)
@@ -166,6 +169,14 @@ def calibrate_model_folder(
     check_checkpoint_name(checkpoint_name)
     if not isinstance(overwrite, bool):
         raise TypeError(f"overwrite must be a bool, got {type(overwrite).__name__}")
+    # found by hostile testing: use_mirroring="no" is truthy and fitted on mirrored logits (t 0.75 instead of 0.42 on a
+    # test model); device="cpu" failed in nnU-Net's predictor with "'str' object has no attribute 'type'"
+    use_mirroring = check_bool(use_mirroring, "use_mirroring")
+    device = _check_device(device)
+    chosen = sorted(k for k in ("activation", "ignore_index") if k in scaler_kwargs)
+    if chosen:  # activation="sigmoid" was a TypeError ("multiple values") after the first fold's cases were predicted
+        raise ValueError(f"scaler_kwargs must not set {' or '.join(chosen)}: the activation is the model's (softmax, "
+                         "or sigmoid per region) and the left-out voxels (outside the crop, the ignore label) are -1")
     TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, **scaler_kwargs)  # refuses a bad mode / loss / kwarg
     if src.resolve() == dst.resolve():
         raise ValueError("output_dir must differ from the model folder: the calibrated checkpoints are a copy")
@@ -211,6 +222,19 @@ def calibrate_model_folder(
             doc["regions"] = region_definitions(dataset_json or {})
         atomic_write_json(staging / "temperature.json", {**doc, "folds": report})
     return report
+
+
+def _check_device(device: Any) -> torch.device:
+    """``device`` as a ``torch.device`` (a name such as ``"cpu"`` too); ``TypeError`` naming it otherwise."""
+    if isinstance(device, str):
+        try:
+            return torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"device must be a torch device or its name ('cpu', 'cuda', 'mps'), got {device!r}") \
+                from None
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device or its name, got {type(device).__name__} {device!r}")
+    return device
 
 
 def _validation_splits(splits_file: Path, folds: Sequence[int | str]) -> dict[int, list[str]]:

@@ -25,13 +25,13 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from monai_unc._utils import is_real
+from monai_unc._utils import check_bool, is_int, is_real
 from monai_unc.io import atomic_write_text
 from monai_unc.networks.dropout import add_dropout
 
@@ -57,7 +57,7 @@ _DROPOUT_FOR_CONV = {
 def _check_p(p: float, name: str = "p") -> float:
     # a numpy rate (np.float32(0.2)) is a rate: it was refused as "must be a dropout rate in (0, 1)" (found by hostile
     # testing); it is returned as a Python float, which the plans file (JSON) can hold
-    if not is_real(p) or not 0.0 < float(p) < 1.0:
+    if not is_real(p) or not 0 < p < 1:  # compared as given: float(10**400) was an OverflowError naming nothing
         raise ValueError(f"{name} must be a dropout rate in (0, 1), got {p!r}")
     return float(p)
 
@@ -78,6 +78,8 @@ def dropout_op_for(conv_op: str | type) -> str:
         >>> dropout_op_for("torch.nn.modules.conv.Conv3d"), dropout_op_for(nn.Conv2d)
         ('torch.nn.Dropout3d', 'torch.nn.Dropout2d')
     """
+    if not isinstance(conv_op, (str, type)):  # a plans file's number or null: it was an AttributeError (__module__)
+        raise ValueError(f"conv_op must be a Conv1d/Conv2d/Conv3d class or its dotted name, got {conv_op!r}")
     name = conv_op if isinstance(conv_op, str) else f"{conv_op.__module__}.{conv_op.__qualname__}"
     short = name.rsplit(".", 1)[-1]
     if short not in _DROPOUT_FOR_CONV:
@@ -146,6 +148,7 @@ def dropout_plans(
             configuration that inherits its architecture, no configuration with an architecture, or a malformed
             field of the plans (configurations, ``architecture``, ``arch_kwargs``, ``conv_op``,
             ``_kw_requires_import``; the message names it).
+        TypeError: ``configurations`` is neither a name nor an iterable of names.
 
     Example:
         >>> arch = {"network_class_name": "PlainConvUNet", "arch_kwargs": {"conv_op": "torch.nn.modules.conv.Conv3d"},
@@ -165,6 +168,12 @@ def dropout_plans(
         raise ValueError("plans 'configurations' must map each configuration name to its settings (a JSON object)")
     if isinstance(configurations, str):  # one name, not its characters
         configurations = [configurations]
+    if configurations is not None:  # 3 was "'int' object is not iterable", b"3d" the names 51 and 100
+        names = list(configurations) if isinstance(configurations, Iterable) and not isinstance(configurations, bytes) \
+            else None
+        if names is None or not all(isinstance(c, str) for c in names):
+            raise TypeError(f"configurations must be a configuration name or a list of names, got {configurations!r}")
+        configurations = names
     wanted = list(confs) if configurations is None else list(configurations)
     unknown = [c for c in wanted if c not in confs]
     if unknown:
@@ -225,9 +234,12 @@ def write_dropout_plans(
         The path of the written plans file.
 
     Raises:
-        ValueError: no preprocessed folder is known, ``target_plans`` is no file stem or equals ``source_plans``,
-            ``p`` is not in (0, 1) (both checked before the target's existence), the dataset is unknown, the source
-            plans are not a JSON object (one line naming the file), or :func:`dropout_plans` refuses the plans.
+        ValueError: no preprocessed folder is known, ``target_plans`` or ``source_plans`` is no file stem or they
+            are equal, ``p`` is not in (0, 1) (all checked before the target's existence), ``dataset`` is neither an
+            integer id (a bool or a float is none) nor a dataset name without path separators, the dataset is unknown,
+            the source plans are not a JSON object (one line naming the file), or :func:`dropout_plans` refuses the
+            plans.
+        TypeError: ``overwrite`` is not a bool.
         FileNotFoundError: the source plans file is missing.
         FileExistsError: the target exists and ``overwrite`` is False.
 
@@ -251,10 +263,17 @@ def write_dropout_plans(
     # the names of nnunet-dropout-plans' flags too: its errors are printed as they are (found by hostile testing: a
     # target with a slash failed in pathlib with "Invalid name", and the CLI said "pass overwrite=True")
     _check_plans_name(target_plans, "target_plans (--target)")
+    # found by hostile testing: source_plans="../../x" read and wrote beside a file outside the dataset folder, and
+    # overwrite="no" (truthy) replaced an existing target
+    _check_plans_name(source_plans, "source_plans (-p)")
+    overwrite = check_bool(overwrite, "overwrite")
     _check_p(p, "p (--rate)")
     if source_plans == target_plans:
         raise ValueError(f"target_plans (--target) must differ from source_plans (-p), got {target_plans!r} for both")
     if isinstance(dataset, str) and dataset.startswith("Dataset"):
+        if Path(dataset).name != dataset or "\\" in dataset:  # "Dataset990_X/../..": a folder outside base
+            raise ValueError(f"dataset (-d) must be an id or a 'DatasetXXX_Name' without path separators, got "
+                             f"{dataset!r}")
         name = dataset
     else:
         name = _dataset_name(Path(base), dataset, maybe_convert_to_dataset_name)
@@ -280,10 +299,10 @@ def _check_plans_name(plans_name: Any, name: str = "plans_name") -> None:
 
 
 def _dataset_name(base: Path, dataset: str | int, convert: Callable) -> str:
-    try:
-        ident = int(dataset)
-    except (TypeError, ValueError):
-        raise ValueError(f"dataset (-d) must be an id or a 'DatasetXXX_Name', got {dataset!r}") from None
+    # found by hostile testing: True was dataset 1 and 990.7 dataset 990 (int() of a bool, a float)
+    if not (is_int(dataset) or (isinstance(dataset, str) and dataset.isascii() and dataset.isdigit())):
+        raise ValueError(f"dataset (-d) must be an id or a 'DatasetXXX_Name', got {dataset!r}")
+    ident = int(dataset)
     matches = sorted(d.name for d in base.glob(f"Dataset{ident:03d}_*") if d.is_dir())
     if len(matches) == 1:
         return matches[0]

@@ -58,7 +58,15 @@ from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 from torch import nn
 
-from monai_unc._utils import check_integer, check_seed, is_finite_real, is_int, no_autocast
+from monai_unc._utils import (
+    check_bool,
+    check_integer,
+    check_nonnegative,
+    check_seed,
+    is_finite_real,
+    is_int,
+    no_autocast,
+)
 from monai_unc.data.synthetic import make_toy_dataset
 from monai_unc.io import atomic_write_text, save_nifti_image
 from monai_unc.losses import L1ACELoss, SVLSLoss, mean_margin_penalty
@@ -200,7 +208,10 @@ def attach_ssn_head(network: nn.Module, rank: int = 10, epsilon: float = 1e-5) -
         input_activation=None,
         train_output="raw",
     )
-    seg_layers[-1] = head.to(device=last.weight.device)
+    # the layer's dtype and mode too (found by hostile testing): a float64 network got a float32 head, "Input type
+    # (double) and bias type (float)" on its first call, and a network in eval mode a head in training mode, which
+    # returned its C * (2 + rank) raw channels instead of the C mean logits
+    seg_layers[-1] = head.to(device=last.weight.device, dtype=last.weight.dtype).train(last.training)
     return head
 
 
@@ -335,7 +346,7 @@ class CalibrationLoss(nn.Module):
         term: the calibration loss, ``term(logits, target)``; the target is nnU-Net's: a label map
             ``(B, 1, *spatial)`` (labels) or the region masks ``(B, R, *spatial)`` (regions).
         kind: ``"replace_ce"`` or ``"add"``.
-        weight: the weight of the term when added.
+        weight: the weight of the term when added, a finite number ``>= 0``.
 
     Example:
         >>> from nnunetv2.training.loss.compound_losses import DC_and_CE_loss
@@ -353,7 +364,8 @@ class CalibrationLoss(nn.Module):
         self.stock = stock
         self.term = term
         self.kind = kind
-        self.weight = float(weight)
+        # found by hostile testing: a NaN weight trained on a NaN loss, a negative one rewarded miscalibration
+        self.weight = check_nonnegative(weight, "weight")
 
     def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The loss of one output.
@@ -438,8 +450,9 @@ class _CalibratedTrainer:
             raise ValueError(f"{name} does not support an ignore label (the calibration loss covers all voxels)")
         if self.label_manager.has_regions and not self.supports_regions:
             raise ValueError(f"{name} supports label (softmax) training only, not region-based training")
+        weight = check_nonnegative(getattr(self, "calibration_weight", 1.0), f"{name}.calibration_weight")
         loss = super()._build_loss()  # nnU-Net's Dice + CE, wrapped for deep supervision with nnU-Net's weights
-        kind, weight = CALIBRATION_KINDS[self.calibration], getattr(self, "calibration_weight", 1.0)
+        kind = CALIBRATION_KINDS[self.calibration]
         if not isinstance(loss, DeepSupervisionWrapper):
             return CalibrationLoss(loss, self.calibration_term(), kind, weight)
         terms = self.output_calibration_terms(self._get_deep_supervision_scales())
@@ -523,7 +536,7 @@ class nnUNetTrainerSVLS(_CalibratedTrainer, nnUNetTrainer):
         """
         regions = bool(self.label_manager.has_regions)
         spacing = None
-        if self.svls_spacing_aware:
+        if _spacing_aware(self):
             sp = [float(s) for s in self.configuration_manager.spacing]
             if scale is not None:  # the output's voxels: the full resolution's times the pooling strides
                 sp = [s / float(k) for s, k in zip(sp, scale)]
@@ -540,9 +553,14 @@ class nnUNetTrainerSVLS(_CalibratedTrainer, nnUNetTrainer):
         Returns:
             One term per output, or None (the kernel in voxels is the same at every output).
         """
-        if not self.svls_spacing_aware:
+        if not _spacing_aware(self):
             return None
         return [self.calibration_term(scale) for scale in scales]
+
+
+def _spacing_aware(trainer: nnUNetTrainerSVLS) -> bool:
+    """The trainer's :attr:`~nnUNetTrainerSVLS.svls_spacing_aware`, a bool: a string ``"no"`` is truthy."""
+    return check_bool(trainer.svls_spacing_aware, f"{type(trainer).__name__}.svls_spacing_aware")
 
 
 class nnUNetTrainerMbLS(_CalibratedTrainer, nnUNetTrainer):
@@ -566,7 +584,8 @@ class nnUNetTrainerMbLS(_CalibratedTrainer, nnUNetTrainer):
 
     def calibration_term(self) -> nn.Module:
         """The weighted margin penalty."""
-        return _MarginPenalty(self.mbls_margin, self.mbls_alpha)
+        # a negative alpha rewarded logit margins beyond the margin: the opposite of the method
+        return _MarginPenalty(self.mbls_margin, check_nonnegative(self.mbls_alpha, f"{type(self).__name__}.mbls_alpha"))
 
 
 class nnUNetTrainerL1ACE(_CalibratedTrainer, nnUNetTrainer):
@@ -633,8 +652,15 @@ class nnUNetTrainerNACL(_CalibratedTrainer, nnUNetTrainer):
 
     def calibration_term(self) -> nn.Module:
         """MONAI's ``NACLLoss`` for nnU-Net's label maps."""
+        name = type(self).__name__
+        # found by hostile testing: an even kernel shifted MONAI's mean-filtered target by half a voxel, True failed in
+        # torch.ones, and a negative or NaN alpha trained on the opposite constraint or a NaN loss
+        size = self.nacl_kernel_size
+        if not is_int(size) or size < 1 or size % 2 == 0:
+            raise ValueError(f"{name}.nacl_kernel_size must be an odd integer >= 1, got {size!r}")
+        alpha = check_nonnegative(self.nacl_alpha, f"{name}.nacl_alpha")
         dim = len(self.configuration_manager.patch_size)
-        return _NACLTerm(self.label_manager.num_segmentation_heads, dim, self.nacl_kernel_size, self.nacl_alpha)
+        return _NACLTerm(self.label_manager.num_segmentation_heads, dim, int(size), alpha)
 
 
 class nnUNetTrainerMCDropoutSVLS(nnUNetTrainerSVLS, nnUNetTrainerMCDropout):
