@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,19 @@ class nnUNetTrainerMCDropout(nnUNetTrainer):
         Returns:
             The network (weights initialised by nnU-Net).
         """
-        kwargs = dropout_arch_kwargs(configuration_manager.network_arch_init_kwargs, cls.dropout_p)
+        planned = configuration_manager.network_arch_init_kwargs
+        planned_p = (planned.get("dropout_op_kwargs") or {}).get("p") if planned.get("dropout_op") else None
+        if planned_p is not None and planned_p != cls.dropout_p:
+            # found by hostile review: a dropout plans variant (write_dropout_plans, p = 0.5) trained with this
+            # trainer was trained at the trainer's rate (0.2) without a word
+            warnings.warn(
+                f"{cls.__name__}: the plans' configuration already has dropout (p = {planned_p!r}); the trainer "
+                f"builds the network with its own rate dropout_p = {cls.dropout_p} instead. Train a dropout plans "
+                "variant with nnU-Net's nnUNetTrainer, or subclass this trainer and set dropout_p",
+                UserWarning,
+                stacklevel=2,
+            )
+        kwargs = dropout_arch_kwargs(planned, cls.dropout_p)
         requires_import = list(configuration_manager.network_arch_init_kwargs_req_import)
         if "dropout_op" not in requires_import:
             requires_import.append("dropout_op")

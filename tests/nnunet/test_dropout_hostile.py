@@ -116,3 +116,29 @@ def test_dropout_plans_cli_errors_name_the_flags(tmp_path, monkeypatch, capsys, 
     assert re.search(match, err), err
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["nnUNetPlans.json", "nnUNetPlansDropout.json"]
     assert (folder / "nnUNetPlansDropout.json").read_text() == "{}"
+
+
+def test_mc_dropout_trainer_on_a_dropout_plans_variant_says_which_rate_it_trains_with():
+    """Found by hostile review: a dropout plans variant (p = 0.5) trained with nnUNetTrainerMCDropout was built with
+    the trainer's rate (0.2) without a word; the trainer's rate still wins (the class name in the checkpoint rebuilds
+    the same network at inference), with a warning naming both rates. Plans with the trainer's rate: no warning."""
+    import warnings
+
+    import torch
+    from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
+
+    import monai_unc.nnunet as mun
+    from tests.nnunet.test_ssn_trainer import _plans as unet_plans
+
+    plans = unet_plans(3)
+    variant = dropout_plans(plans, p=0.5, configurations="cfg")
+    pm = PlansManager(variant)
+    with pytest.warns(UserWarning, match=r"already has dropout \(p = 0.5\).*dropout_p = 0.2"):
+        net = mun.nnUNetTrainerMCDropout.build_network_architecture(pm, pm.get_configuration("cfg"), 1, 3, False)
+    assert {m.p for m in net.modules() if isinstance(m, torch.nn.Dropout3d)} == {0.2}
+    same = PlansManager(dropout_plans(plans, p=mun.nnUNetTrainerMCDropout.dropout_p, configurations="cfg"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mun.nnUNetTrainerMCDropout.build_network_architecture(same, same.get_configuration("cfg"), 1, 3, False)
+        stock = PlansManager(plans)
+        mun.nnUNetTrainerMCDropout.build_network_architecture(stock, stock.get_configuration("cfg"), 1, 3, False)
