@@ -147,7 +147,15 @@ class nnUNetTrainerMCDropout(nnUNetTrainer):
             The network (weights initialised by nnU-Net).
         """
         planned = configuration_manager.network_arch_init_kwargs
-        planned_p = (planned.get("dropout_op_kwargs") or {}).get("p") if planned.get("dropout_op") else None
+        planned_kwargs = planned.get("dropout_op_kwargs")
+        if planned.get("dropout_op") and planned_kwargs is not None and not isinstance(planned_kwargs, dict):
+            # found by hostile testing: [0.5] or "0.5" was "'list' object has no attribute 'get'"
+            raise ValueError(
+                "the plans' configuration arch_kwargs.dropout_op_kwargs must be a JSON object such as "
+                f'{{"p": 0.2}}, got {planned_kwargs!r}'
+            )
+        # torch's dropout layers default to p = 0.5: nnU-Net builds a dropout_op without a rate at 0.5
+        planned_p = planned_kwargs.get("p", 0.5) if planned.get("dropout_op") and planned_kwargs is not None else None
         if planned_p is not None and planned_p != cls.dropout_p:
             # found by hostile review: a dropout plans variant (write_dropout_plans, p = 0.5) trained with this
             # trainer was trained at the trainer's rate (0.2) without a word
