@@ -103,3 +103,16 @@ def test_mc_dropout_trainer_refuses_dropout_kwargs_that_are_no_object_naming_the
     pm, cfg = _plans_with_dropout(kwargs)
     with pytest.raises(ValueError, match="dropout_op_kwargs must be"):
         mun.nnUNetTrainerMCDropout.build_network_architecture(pm, cfg, 1, 3, False)
+
+
+@pytest.mark.parametrize("rate", [1.5, 0.0, True, "0.2", float("nan")])
+def test_a_bad_trainer_dropout_rate_is_named_as_the_attribute(rate):
+    """A subclass's ``dropout_p = 1.5`` was "p must be a dropout rate", naming no ``p`` the user set."""
+    from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
+
+    from tests.nnunet.test_ssn_trainer import _plans as unet_plans
+
+    pm = PlansManager(unet_plans(3))
+    trainer = type("nnUNetTrainerMCDropoutBad", (mun.nnUNetTrainerMCDropout,), {"dropout_p": rate})
+    with pytest.raises(ValueError, match=r"nnUNetTrainerMCDropoutBad\.dropout_p must be a dropout rate"):
+        trainer.build_network_architecture(pm, pm.get_configuration("cfg"), 1, 3, False)
