@@ -73,7 +73,7 @@ from monai_unc.io import atomic_write_text, save_nifti_image
 from monai_unc.losses import L1ACELoss, SVLSLoss, mean_margin_penalty
 from monai_unc.networks.losses import SSNLoss
 from monai_unc.networks.ssn import SSNHead, find_ssn_heads
-from monai_unc.nnunet.dropout import DEFAULT_TRAINING_DROPOUT, dropout_arch_kwargs
+from monai_unc.nnunet.dropout import DEFAULT_TRAINING_DROPOUT, _check_p, dropout_arch_kwargs
 
 __all__ = [
     "CalibrationLoss",
@@ -146,19 +146,29 @@ class nnUNetTrainerMCDropout(nnUNetTrainer):
         Returns:
             The network (weights initialised by nnU-Net).
         """
+        # found by hostile testing: a subclass's dropout_p = 1.5 was "p must be a dropout rate", naming no p it set
+        rate = _check_p(cls.dropout_p, f"{cls.__name__}.dropout_p")
         planned = configuration_manager.network_arch_init_kwargs
-        planned_p = (planned.get("dropout_op_kwargs") or {}).get("p") if planned.get("dropout_op") else None
-        if planned_p is not None and planned_p != cls.dropout_p:
+        planned_kwargs = planned.get("dropout_op_kwargs")
+        if planned.get("dropout_op") and planned_kwargs is not None and not isinstance(planned_kwargs, dict):
+            # found by hostile testing: [0.5] or "0.5" was "'list' object has no attribute 'get'"
+            raise ValueError(
+                "the plans' configuration arch_kwargs.dropout_op_kwargs must be a JSON object such as "
+                f'{{"p": 0.2}}, got {planned_kwargs!r}'
+            )
+        # torch's dropout layers default to p = 0.5: nnU-Net builds a dropout_op without a rate at 0.5
+        planned_p = planned_kwargs.get("p", 0.5) if planned.get("dropout_op") and planned_kwargs is not None else None
+        if planned_p is not None and planned_p != rate:
             # found by hostile review: a dropout plans variant (write_dropout_plans, p = 0.5) trained with this
             # trainer was trained at the trainer's rate (0.2) without a word
             warnings.warn(
                 f"{cls.__name__}: the plans' configuration already has dropout (p = {planned_p!r}); the trainer "
-                f"builds the network with its own rate dropout_p = {cls.dropout_p} instead. Train a dropout plans "
+                f"builds the network with its own rate dropout_p = {rate:g} instead. Train a dropout plans "
                 "variant with nnU-Net's nnUNetTrainer, or subclass this trainer and set dropout_p",
                 UserWarning,
                 stacklevel=2,
             )
-        kwargs = dropout_arch_kwargs(planned, cls.dropout_p)
+        kwargs = dropout_arch_kwargs(planned, rate)
         requires_import = list(configuration_manager.network_arch_init_kwargs_req_import)
         if "dropout_op" not in requires_import:
             requires_import.append("dropout_op")

@@ -74,3 +74,45 @@ def test_an_ssn_head_takes_the_dtype_of_the_layer_it_replaces(dtype):
         out = net(torch.rand(1, 1, 8, 8, 8, dtype=dtype))
     assert out.dtype == dtype and out.shape == (1, 3, 8, 8, 8)
     assert attach_ssn_head(net.train()) is head and head.training  # a head already there is returned unchanged
+
+
+def _plans_with_dropout(kwargs):
+    from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
+
+    from tests.nnunet.test_ssn_trainer import _plans as unet_plans
+
+    plans = unet_plans(3)
+    arch = plans["configurations"]["cfg"]["architecture"]["arch_kwargs"]
+    arch["dropout_op"], arch["dropout_op_kwargs"] = "torch.nn.Dropout3d", kwargs
+    pm = PlansManager(plans)
+    return pm, pm.get_configuration("cfg")
+
+
+def test_mc_dropout_trainer_names_the_implicit_planned_rate():
+    """Plans with ``dropout_op`` and no rate (``dropout_op_kwargs={}``) drop at torch's default p = 0.5 in nnU-Net;
+    the trainer built them at 0.2 without the warning it gives for ``{"p": 0.5}`` (found by hostile testing)."""
+    pm, cfg = _plans_with_dropout({})
+    with pytest.warns(UserWarning, match=r"already has dropout \(p = 0.5\).*dropout_p = 0.2"):
+        net = mun.nnUNetTrainerMCDropout.build_network_architecture(pm, cfg, 1, 3, False)
+    assert {m.p for m in net.modules() if isinstance(m, torch.nn.Dropout3d)} == {0.2}
+
+
+@pytest.mark.parametrize("kwargs", [[0.5], "0.5"])
+def test_mc_dropout_trainer_refuses_dropout_kwargs_that_are_no_object_naming_them(kwargs):
+    """A plans file's ``dropout_op_kwargs`` of ``[0.5]`` or ``"0.5"`` was "'list' object has no attribute 'get'"."""
+    pm, cfg = _plans_with_dropout(kwargs)
+    with pytest.raises(ValueError, match="dropout_op_kwargs must be"):
+        mun.nnUNetTrainerMCDropout.build_network_architecture(pm, cfg, 1, 3, False)
+
+
+@pytest.mark.parametrize("rate", [1.5, 0.0, True, "0.2", float("nan")])
+def test_a_bad_trainer_dropout_rate_is_named_as_the_attribute(rate):
+    """A subclass's ``dropout_p = 1.5`` was "p must be a dropout rate", naming no ``p`` the user set."""
+    from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
+
+    from tests.nnunet.test_ssn_trainer import _plans as unet_plans
+
+    pm = PlansManager(unet_plans(3))
+    trainer = type("nnUNetTrainerMCDropoutBad", (mun.nnUNetTrainerMCDropout,), {"dropout_p": rate})
+    with pytest.raises(ValueError, match=r"nnUNetTrainerMCDropoutBad\.dropout_p must be a dropout rate"):
+        trainer.build_network_architecture(pm, pm.get_configuration("cfg"), 1, 3, False)
