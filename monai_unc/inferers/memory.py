@@ -21,8 +21,8 @@ classes, 4 above). The larger of two phases:
   tensors ``r`` (its logits among them; one sample's logits are in the window's work already), its copy of the kept
   activations that the stochastic rest reads ``s_c`` (``SharedPasses.copied_bytes``; at most ``s``), its
   probabilities (bytes per window voxel, measured on one window with :class:`~monai_unc.inferers.SharedPasses`).
-  With ``k > 1`` windows per call and ``s_c = 0`` (the replays hand the kept values on as views) a replay runs one
-  window at a time: ``k_s V_w max(r / k + C b (k - 1) / k, 2 C b)`` beside the kept activations instead (one
+  With ``k > 1`` windows per call and ``s_c = 0`` (the replays hand the kept values on as views) a replay of
+  ``k_s >= 2`` samples runs one window at a time (one sample runs the whole window batch with ``s_c = s``): ``k_s V_w max(r / k + C b (k - 1) / k, 2 C b)`` beside the kept activations instead (one
   window's stochastic tensors beside the earlier windows' outputs, or the outputs and their interleaved copy;
   :func:`~monai_unc.networks.shared.replay_working_bytes`, the formula the automatic sample batch uses on a GPU);
 - **ensembles** (``M`` members, looped outside the sliding window): while a later member's windows are stitched into
@@ -222,7 +222,8 @@ def estimate_memory(
         copied_bytes_per_voxel: with shared passes, the kept activations that the stochastic rest reads, copied
             once per replayed sample (``SharedPasses.copied_bytes`` over the window's voxels); None: all of
             ``shared_bytes_per_voxel`` (an upper bound). 0 with ``sw_batch_size > 1``: the replays run one window
-            at a time (module docstring).
+            at a time (module docstring); a replay of one sample (``sample_batch=1``) runs the whole window batch
+            with all of ``shared_bytes_per_voxel`` counted as copied.
         fused_update: the statistics are updated by the fused kernel (:mod:`monai_unc.stats`: no temporaries of a
             sample's size); False: the reference torch update (three temporaries of the probabilities and a copy in
             the accumulation dtype); None: whether the fused kernel of the CPU is installed (numba).
@@ -338,6 +339,10 @@ def estimate_memory(
     k = sample_batch
     if shared_bytes_per_voxel or stochastic_bytes_per_voxel:
         rows = batch if copied == 0 else 1
+        if rows > 1 and k == 1:
+            # one sample replays the whole window batch, the kept values that the stochastic rest reads copied (at
+            # most all of them; found by hostile testing: they were left out, as for a replay window by window)
+            rows, copied = 1, shared_bytes_per_voxel
         replay = replay_working_bytes(k, rows, vw * stochastic_bytes_per_voxel, logits, vw * c * b,
                                       copied=vw * copied, first_copies=vw * shared_bytes_per_voxel)
         work += vw * shared_bytes_per_voxel + max(replay - logits - vw * c * b, 0)

@@ -1,0 +1,59 @@
+"""Review 54 of the shared passes (monai_unc.networks.shared) and their memory terms (monai_unc.inferers.memory),
+by hostile testing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from monai_unc.inferers import enable_mc_dropout, estimate_memory
+from monai_unc.networks import shared as shared_module
+from monai_unc.networks.shared import SharedPasses
+
+
+def _traced(batch: int) -> tuple[SharedPasses, nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 16, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(16, 3, 1)).eval()
+    x = torch.rand(batch, 1, 8, 8, 8)
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+    return passes, net, x
+
+
+@pytest.mark.parametrize("batch", [2, 4])
+def test_one_sample_of_a_window_batch_counts_the_copies_of_the_kept_values(batch, monkeypatch):
+    """A replay of one sample of B > 1 windows runs the whole batch and copies the kept values that the stochastic
+    rest reads (the first convolution's output); replay_bytes(1) left them out (18.6 MiB counted where 33.6 MiB were
+    measured for four windows of 40^3)."""
+    passes, net, x = _traced(batch)
+    assert passes.replays_rows and passes.copied_bytes == 0
+    needed = batch * 16 * 8**3 * 4
+    copies = []
+    repeat = shared_module._repeat
+
+    def spy(out, k):
+        got = repeat(out, k)
+        copies.extend(t.numel() * t.element_size() for t in shared_module._tensors(got) if t.shape[1] == 16)
+        return got
+
+    monkeypatch.setattr(shared_module, "_repeat", spy)
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes.replay(net, x, 1)
+    assert sum(copies) == needed  # the replay did copy them
+    assert passes.replay_bytes(1, 100) == passes.stochastic_bytes + needed + 100
+
+
+def test_estimate_memory_counts_the_copies_of_a_one_sample_replay_of_a_window_batch():
+    """sample_batch=1 with sw_batch_size=4: the replay runs the whole window batch with the kept values copied, as
+    many bytes as copied_bytes_per_voxel=None (all of them) counts; copied_bytes_per_voxel=0 (SharedPasses'
+    copied_bytes of such a trace) counted none."""
+    common = dict(shape=(64, 64, 64), num_classes=3, roi_size=(32, 32, 32), sw_batch_size=4, overlap=0.25,
+                  fused_update=True, shared_bytes_per_voxel=200.0, stochastic_bytes_per_voxel=100.0, sample_batch=1)
+    views = estimate_memory(**common, copied_bytes_per_voxel=0.0)
+    upper = estimate_memory(**common)
+    none = estimate_memory(**{**common, "shared_bytes_per_voxel": 0.0}, copied_bytes_per_voxel=0.0)
+    assert views.total == upper.total
+    vw = 4 * 32**3
+    assert views.parts["window"] - none.parts["window"] == 2 * vw * 200  # the kept values and their copies
