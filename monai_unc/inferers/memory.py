@@ -22,8 +22,9 @@ classes, 4 above). The larger of two phases:
   activations that the stochastic rest reads ``s_c`` (``SharedPasses.copied_bytes``; at most ``s``), its
   probabilities (bytes per window voxel, measured on one window with :class:`~monai_unc.inferers.SharedPasses`).
   With ``k > 1`` windows per call and ``s_c = 0`` (the replays hand the kept values on as views) a replay of
-  ``k_s >= 2`` samples runs one window at a time (one sample runs the whole window batch with ``s_c = s``): ``k_s V_w max(r / k + C b (k - 1) / k, 2 C b)`` beside the kept activations instead (one
-  window's stochastic tensors beside the earlier windows' outputs, or the outputs and their interleaved copy;
+  ``k_s >= 2`` samples runs one window at a time (one sample runs the whole window batch with ``s_c = s``):
+  ``k_s V_w max(r / k + C b (k - 1) / k, 2 C b)`` beside the kept activations instead (one window's stochastic
+  tensors beside the earlier windows' outputs, or the outputs and their interleaved copy;
   :func:`~monai_unc.networks.shared.replay_working_bytes`, the formula the automatic sample batch uses on a GPU);
 - **ensembles** (``M`` members, looped outside the sliding window): while a later member's windows are stitched into
   fresh buffers, the merged statistics of the earlier members are kept, as many bytes as the buffers (``b V (C + 1 +

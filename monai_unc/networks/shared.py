@@ -78,6 +78,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from .._utils import check_sample_batch_size
+from ..measures import entropy_dtype
 
 __all__ = ["SharedPasses", "SharingUnavailable", "hidden_submodule", "is_random_op", "auto_sample_batch",
            "sample_batch", "replay_working_bytes", "PlainTraces", "PLAIN_TRACES", "watch_input",
@@ -939,7 +940,8 @@ class SharedPasses:
         and ``o + after_bytes`` (``r``: :attr:`stochastic_bytes`, ``o``: :attr:`output_bytes`); the first replay of
         ``k = B <= 3`` samples runs the whole batch with the kept values that the stochastic rest reads copied for
         every sample (a count of draws that tells whether a draw is shared), and so does a replay of one sample
-        (``k = 1``) of such a batch. One sample at a time (a draw a batch would share): one sample's replay beside the outputs of the earlier ones, then their concatenation.
+        (``k = 1``) of such a batch. One sample at a time (a draw a batch would share): one sample's replay beside
+        the outputs of the earlier ones, then their concatenation.
 
         Args:
             k: samples of the replay, ``>= 1``.
@@ -1374,7 +1376,9 @@ def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, cla
     of :func:`auto_sample_batch` (the traced window's bytes and the case's stitched buffers: ``case_voxels * 4 *
     (classes + 4)`` bytes, float32 mean probabilities and the entropy, second-moment, window-entropy and weight
     maps) for the replay that the trace will make (:meth:`SharedPasses.replay_bytes`), with each sample's
-    probabilities (``classes`` channels over the traced window's voxels, in the input's dtype) made from its output.
+    probabilities (``classes`` channels over the traced window's voxels, in the dtype that
+    :func:`~monai_unc.measures.entropy_dtype` gives the input's: float32 for a half-precision input) made from its
+    output.
 
     Args:
         passes: the traced window (:meth:`SharedPasses.trace` ran).
@@ -1416,7 +1420,9 @@ def _sample_batch(per_sample_bytes: int, replay_bytes: Callable[[int, int], int]
     # hostile testing: without them a batch of 20 samples of 64 classes took 1.7x the budget it was sized to)
     probabilities = 0
     if x is not None and x.ndim >= 2:
-        size = x.element_size() if x.is_floating_point() else 4
+        # in the evaluation dtype (found by hostile testing: a float16 window's float32 probabilities were counted at
+        # 2 bytes, and the automatic batch took 1.44x its budget)
+        size = entropy_dtype(x.dtype).itemsize if x.is_floating_point() else 4
         probabilities = x.numel() // max(int(x.shape[1]), 1) * max(int(classes), 1) * size
     if x is not None and x.device.type == "cpu":
         # on the CPU a replay batch is sized as if each sample replayed the whole window batch (the rule before

@@ -9,7 +9,7 @@ from torch import nn
 
 from monai_unc.inferers import enable_mc_dropout, estimate_memory
 from monai_unc.networks import shared as shared_module
-from monai_unc.networks.shared import SharedPasses
+from monai_unc.networks.shared import AUTO_BATCH_FRACTION, SharedPasses, sample_batch
 
 
 def _traced(batch: int) -> tuple[SharedPasses, nn.Module, torch.Tensor]:
@@ -57,3 +57,23 @@ def test_estimate_memory_counts_the_copies_of_a_one_sample_replay_of_a_window_ba
     assert views.total == upper.total
     vw = 4 * 32**3
     assert views.parts["window"] - none.parts["window"] == 2 * vw * 200  # the kept values and their copies
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])  # meta: the rule of an accelerator (only the device is read)
+def test_auto_sample_batch_counts_half_precision_probabilities_in_float32(device):
+    """A float16 window's samples become float32 probabilities (measures.entropy_dtype); the automatic batch counted
+    them at 2 bytes and took 1.44x its budget."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(4, 64, 1)).eval().half()
+    x = torch.rand(1, 1, 16, 16, 16).half()
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+    passes._input = x.to(device)
+    v, classes = 16**3, 64
+    probabilities = v * classes * 4
+    for case_voxels in (10 * v, 30 * v, 100 * v):
+        k = sample_batch(passes, "auto", case_voxels, classes, 29)
+        budget = max(AUTO_BATCH_FRACTION * case_voxels * 4 * (classes + 4), passes.traced_bytes)
+        assert k == 1 or passes.replay_bytes(k, probabilities) <= budget, (case_voxels, k)
+        assert k == 1 or k * (passes.per_sample_bytes() + probabilities) <= budget or device != "cpu"
