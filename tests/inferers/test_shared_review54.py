@@ -3,13 +3,22 @@ by hostile testing."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from monai_unc.inferers import enable_mc_dropout, estimate_memory
 from monai_unc.networks import shared as shared_module
-from monai_unc.networks.shared import AUTO_BATCH_FRACTION, SharedPasses, sample_batch
+from monai_unc.networks.shared import (
+    AUTO_BATCH_FRACTION,
+    SharedPasses,
+    auto_sample_batch,
+    replay_working_bytes,
+    sample_batch,
+)
 
 
 def _traced(batch: int) -> tuple[SharedPasses, nn.Module, torch.Tensor]:
@@ -77,3 +86,58 @@ def test_auto_sample_batch_counts_half_precision_probabilities_in_float32(device
         budget = max(AUTO_BATCH_FRACTION * case_voxels * 4 * (classes + 4), passes.traced_bytes)
         assert k == 1 or passes.replay_bytes(k, probabilities) <= budget, (case_voxels, k)
         assert k == 1 or k * (passes.per_sample_bytes() + probabilities) <= budget or device != "cpu"
+
+
+def _small() -> tuple[SharedPasses, nn.Module, torch.Tensor]:
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Dropout2d(0.5), nn.Conv2d(4, 2, 1)).eval()
+    net[1].train()
+    x = torch.rand(1, 1, 8, 8)
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+    return passes, net, x
+
+
+def test_numpy_numbers_are_accepted_where_python_ones_are():
+    passes, net, x = _small()
+    with torch.no_grad():
+        assert passes.replay(net, x, np.int64(3)).shape == (3, 2, 8, 8)
+    assert passes.replay_bytes(np.int64(2), np.int64(10)) == passes.replay_bytes(2, 10)
+    assert SharedPasses(net, min_shared_work=np.float32(0.5))._min_shared_work == 0.5
+    assert SharedPasses(net, min_shared_work=np.int64(0)) is not None
+    assert sample_batch(passes, np.int64(4), np.int64(64), np.int64(2), np.int64(29)) == 4
+    assert auto_sample_batch(np.int64(10), np.float32(1000.0), np.int64(29)) == 10
+    assert replay_working_bytes(np.int64(4), np.int64(4), 100, 10, after=10) == 130
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda p: p.replay_bytes(True), "k"), (lambda p: p.replay_bytes(2.7), "k"), (lambda p: p.replay_bytes(-3), "k"),
+    (lambda p: p.replay_bytes(2, -5), "after_bytes"), (lambda p: p.replay_bytes(2, float("nan")), "after_bytes"),
+    (lambda p: auto_sample_batch(float("nan"), 1000, 5), "per_sample_bytes"),
+    (lambda p: auto_sample_batch(10, math.inf, 5), "case_bytes"),
+    (lambda p: auto_sample_batch(10, 1000, 5, traced_bytes=-1), "traced_bytes"),
+    (lambda p: auto_sample_batch(10, 1000, 2.9), "remaining"),
+    (lambda p: auto_sample_batch(10, 1000, True), "remaining"),
+    (lambda p: sample_batch(p, 4, 64, 2, 0), "remaining"), (lambda p: sample_batch(p, "auto", 64, True, 29), "classes"),
+    (lambda p: sample_batch(p, "auto", -1, 2, 29), "case_voxels"),
+    (lambda p: replay_working_bytes(0, 1, 100, 10), "k"), (lambda p: replay_working_bytes(2, 0, 100, 10), "rows"),
+    (lambda p: replay_working_bytes(2, 1, float("nan"), 10), "stochastic"),
+    (lambda p: replay_working_bytes(2, 1, 100, math.inf), "output"),
+    (lambda p: replay_working_bytes(2, 2, 100, 10, first_copies=-1), "first_copies"),
+])
+def test_bad_numbers_are_refused_by_name(call, name):
+    """Silently truncated (k = 2.7 counted 2 samples, True one, remaining = 0 allowed one) or refused by int()'s
+    unnamed errors (NaN, infinity)."""
+    passes, _, _ = _small()
+    with pytest.raises((TypeError, ValueError), match=name):
+        call(passes)
+
+
+def test_trace_refuses_what_is_no_batched_tensor():
+    passes, net, _ = _small()
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        SharedPasses(net).trace(net, np.zeros((1, 1, 8, 8), np.float32))
+    with pytest.raises(ValueError, match="x must have a batch axis"):
+        SharedPasses(net).trace(net, torch.tensor(1.0))
+    with pytest.raises(TypeError, match="passes must be a SharedPasses"):
+        sample_batch(None, 4, 64, 2, 29)
