@@ -1120,7 +1120,8 @@ class SharedPasses:
 
         Args:
             predictor: calls the network on its argument (as for :meth:`trace`).
-            x: the traced input ``(B, C, *spatial)`` (checked).
+            x: the traced input ``(B, C, *spatial)`` (checked: the traced tensor, or one equal to the input as the
+                trace got it).
             k: samples in this batch (a Python or numpy integer ``>= 1``).
 
         Returns:
@@ -1134,7 +1135,10 @@ class SharedPasses:
         if not is_int(k) or k < 1:  # numpy integers too (found by hostile testing: numpy.int64(3) was refused)
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         k = int(k)
-        if x is not self._input and (x.shape != self._input.shape or not torch.equal(x, self._input)):
+        # another tensor holding the input as the trace got it, before the traced pass wrote into it (found by hostile
+        # testing: each replay of a flipped window, a new copy, was compared with the written input and refused)
+        traced = self._input if self._pristine is None else self._pristine
+        if x is not self._input and (x.shape != traced.shape or not torch.equal(x, traced)):
             raise SharingUnavailable(
                 "the input differs between the samples' calls (a test-time augmentation that draws on every call)"
             )

@@ -10,11 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from monai_unc.inferers import enable_mc_dropout, estimate_memory
+from monai_unc.inferers import FlipSource, MCDropoutSource, UncertaintyInferer, enable_mc_dropout, estimate_memory
 from monai_unc.networks import shared as shared_module
 from monai_unc.networks.shared import (
     AUTO_BATCH_FRACTION,
     SharedPasses,
+    SharingUnavailable,
     auto_sample_batch,
     replay_working_bytes,
     sample_batch,
@@ -141,3 +142,48 @@ def test_trace_refuses_what_is_no_batched_tensor():
         SharedPasses(net).trace(net, torch.tensor(1.0))
     with pytest.raises(TypeError, match="passes must be a SharedPasses"):
         sample_batch(None, 4, 64, 2, 29)
+
+
+class _WritesItsInput(nn.Module):
+    """Normalises its input in place, then a convolution, a dropout and a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.drop, self.head = nn.Dropout2d(0.5), nn.Conv2d(8, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.sub_(0.5)
+        return self.head(self.drop(self.b(self.a(x))))
+
+
+@pytest.mark.parametrize("min_shared_work", [None, 1.0])  # 1.0: plain replays
+def test_a_copy_of_the_input_as_the_trace_got_it_is_the_traced_input(min_shared_work):
+    """A network that writes into its input: a replay given a new tensor equal to the input as the trace got it (a
+    flipped window is flipped anew for every call) was compared with the written input and refused, so a
+    FlipSource fell back to full passes ("the input differs ... a test-time augmentation that draws"); a tensor
+    equal to the written input is refused."""
+    torch.manual_seed(0)
+    net = _WritesItsInput().eval()
+    x = torch.rand(1, 1, 8, 8)
+    original = x.clone()
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net, min_shared_work=min_shared_work)
+        passes.trace(net, x)
+        assert passes.wrote_input
+        torch.manual_seed(1)
+        out = passes.replay(net, original.clone(), 3)
+        torch.manual_seed(1)
+        want = net(original.repeat(3, 1, 1, 1))
+        torch.testing.assert_close(out, want)
+        with pytest.raises(SharingUnavailable, match="input differs"):
+            passes.replay(net, x.clone(), 2)
+
+
+def test_flipped_windows_of_a_network_that_writes_its_input_share_their_passes(caplog):
+    torch.manual_seed(0)
+    net = _WritesItsInput().eval()
+    with caplog.at_level("WARNING"):
+        UncertaintyInferer([MCDropoutSource(4), FlipSource([0])], seed=0, sample_batch_size=3)(torch.rand(1, 1, 8, 8),
+                                                                                               net)
+    assert "full passes instead" not in caplog.text
