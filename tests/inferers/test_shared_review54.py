@@ -187,3 +187,17 @@ def test_flipped_windows_of_a_network_that_writes_its_input_share_their_passes(c
         UncertaintyInferer([MCDropoutSource(4), FlipSource([0])], seed=0, sample_batch_size=3)(torch.rand(1, 1, 8, 8),
                                                                                                net)
     assert "full passes instead" not in caplog.text
+
+
+@pytest.mark.parametrize("batch", [2, 3])
+def test_the_cpu_sample_batch_fits_a_first_whole_batch_replay(batch):
+    """On the CPU the automatic batch follows the whole-batch rule (k times per_sample_bytes), which leaves out the
+    kept values that the first replay of k = B <= 3 samples copies: that replay took 1.67x (B = 2) and 1.71x (B = 3)
+    the budget."""
+    passes, _, x = _traced(batch)
+    probabilities = x.numel() * 3 * 4
+    for case_voxels in range(512 * 5, 512 * 400, 512 * 5):
+        k = sample_batch(passes, "auto", case_voxels, 3, 29)
+        budget = max(AUTO_BATCH_FRACTION * case_voxels * 4 * (3 + 4), passes.traced_bytes)
+        assert k == 1 or passes.replay_bytes(k, probabilities) <= budget, (case_voxels, k)
+        assert k == 1 or k * (passes.per_sample_bytes() + probabilities) <= budget  # the CPU rule still holds
