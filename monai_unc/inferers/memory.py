@@ -275,8 +275,8 @@ def estimate_memory(
     for flag, value in (("track_variance", track_variance), ("class_variance", class_variance),
                         ("window_disagreement", window_disagreement), ("multilabel", multilabel), ("stock", stock)):
         check_bool(value, flag)
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
+    # numpy integers too (found by hostile testing: numpy.int64(3), a label count read from an array, was refused)
+    num_classes = check_integer(num_classes, "num_classes")
     network_bytes_per_voxel = _check_bytes(network_bytes_per_voxel, "network_bytes_per_voxel")
     if not isinstance(input_dtype, torch.dtype) or not input_dtype.is_floating_point:
         raise TypeError(f"input_dtype must be a floating point torch.dtype, got {input_dtype!r}")

@@ -201,3 +201,10 @@ def test_the_cpu_sample_batch_fits_a_first_whole_batch_replay(batch):
         budget = max(AUTO_BATCH_FRACTION * case_voxels * 4 * (3 + 4), passes.traced_bytes)
         assert k == 1 or passes.replay_bytes(k, probabilities) <= budget, (case_voxels, k)
         assert k == 1 or k * (passes.per_sample_bytes() + probabilities) <= budget  # the CPU rule still holds
+
+
+def test_estimate_memory_takes_a_numpy_class_count():
+    assert estimate_memory((8, 8, 8), np.int64(3)) == estimate_memory((8, 8, 8), 3)
+    for bad in (True, 0, 2.0, np.bool_(True)):
+        with pytest.raises(ValueError, match="num_classes"):
+            estimate_memory((8, 8, 8), bad)
