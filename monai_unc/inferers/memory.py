@@ -21,9 +21,10 @@ classes, 4 above). The larger of two phases:
   tensors ``r`` (its logits among them; one sample's logits are in the window's work already), its copy of the kept
   activations that the stochastic rest reads ``s_c`` (``SharedPasses.copied_bytes``; at most ``s``), its
   probabilities (bytes per window voxel, measured on one window with :class:`~monai_unc.inferers.SharedPasses`).
-  With ``k > 1`` windows per call and ``s_c = 0`` (the replays hand the kept values on as views) a replay runs one
-  window at a time: ``k_s V_w max(r / k + C b (k - 1) / k, 2 C b)`` beside the kept activations instead (one
-  window's stochastic tensors beside the earlier windows' outputs, or the outputs and their interleaved copy;
+  With ``k > 1`` windows per call and ``s_c = 0`` (the replays hand the kept values on as views) a replay of
+  ``k_s >= 2`` samples runs one window at a time (one sample runs the whole window batch with ``s_c = s``):
+  ``k_s V_w max(r / k + C b (k - 1) / k, 2 C b)`` beside the kept activations instead (one window's stochastic
+  tensors beside the earlier windows' outputs, or the outputs and their interleaved copy;
   :func:`~monai_unc.networks.shared.replay_working_bytes`, the formula the automatic sample batch uses on a GPU);
 - **ensembles** (``M`` members, looped outside the sliding window): while a later member's windows are stitched into
   fresh buffers, the merged statistics of the earlier members are kept, as many bytes as the buffers (``b V (C + 1 +
@@ -222,7 +223,8 @@ def estimate_memory(
         copied_bytes_per_voxel: with shared passes, the kept activations that the stochastic rest reads, copied
             once per replayed sample (``SharedPasses.copied_bytes`` over the window's voxels); None: all of
             ``shared_bytes_per_voxel`` (an upper bound). 0 with ``sw_batch_size > 1``: the replays run one window
-            at a time (module docstring).
+            at a time (module docstring); a replay of one sample (``sample_batch=1``) runs the whole window batch
+            with all of ``shared_bytes_per_voxel`` counted as copied.
         fused_update: the statistics are updated by the fused kernel (:mod:`monai_unc.stats`: no temporaries of a
             sample's size); False: the reference torch update (three temporaries of the probabilities and a copy in
             the accumulation dtype); None: whether the fused kernel of the CPU is installed (numba).
@@ -273,8 +275,8 @@ def estimate_memory(
     for flag, value in (("track_variance", track_variance), ("class_variance", class_variance),
                         ("window_disagreement", window_disagreement), ("multilabel", multilabel), ("stock", stock)):
         check_bool(value, flag)
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
+    # numpy integers too (found by hostile testing: numpy.int64(3), a label count read from an array, was refused)
+    num_classes = check_integer(num_classes, "num_classes")
     network_bytes_per_voxel = _check_bytes(network_bytes_per_voxel, "network_bytes_per_voxel")
     if not isinstance(input_dtype, torch.dtype) or not input_dtype.is_floating_point:
         raise TypeError(f"input_dtype must be a floating point torch.dtype, got {input_dtype!r}")
@@ -338,6 +340,10 @@ def estimate_memory(
     k = sample_batch
     if shared_bytes_per_voxel or stochastic_bytes_per_voxel:
         rows = batch if copied == 0 else 1
+        if rows > 1 and k == 1:
+            # one sample replays the whole window batch, the kept values that the stochastic rest reads copied (at
+            # most all of them; found by hostile testing: they were left out, as for a replay window by window)
+            rows, copied = 1, shared_bytes_per_voxel
         replay = replay_working_bytes(k, rows, vw * stochastic_bytes_per_voxel, logits, vw * c * b,
                                       copied=vw * copied, first_copies=vw * shared_bytes_per_voxel)
         work += vw * shared_bytes_per_voxel + max(replay - logits - vw * c * b, 0)

@@ -77,7 +77,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from .._utils import check_sample_batch_size
+from .._utils import check_integer, check_nonnegative, check_sample_batch_size, is_int, is_real
+from ..measures import entropy_dtype
 
 __all__ = ["SharedPasses", "SharingUnavailable", "hidden_submodule", "is_random_op", "auto_sample_batch",
            "sample_batch", "replay_working_bytes", "PlainTraces", "PLAIN_TRACES", "watch_input",
@@ -853,8 +854,8 @@ class SharedPasses:
             raise TypeError(f"network must be a torch.nn.Module to share its passes, got {type(network).__name__}")
         if isinstance(network, torch.jit.ScriptModule):
             raise TypeError("network is a TorchScript module: its calls cannot be followed")
-        if min_shared_work is not None and (isinstance(min_shared_work, bool)
-                                            or not isinstance(min_shared_work, (int, float))
+        # numpy numbers too (found by hostile testing: numpy.float32(0.5) was refused)
+        if min_shared_work is not None and (not is_real(min_shared_work)
                                             or not 0.0 <= float(min_shared_work) <= 1.0):
             raise ValueError(f"min_shared_work must be a number in [0, 1] or None, got {min_shared_work!r}")
         hidden = hidden_submodule(network)
@@ -938,8 +939,9 @@ class SharedPasses:
         the output and what the caller makes from it: per sample the largest of ``r / B + o (B - 1) / B``, ``2 o``
         and ``o + after_bytes`` (``r``: :attr:`stochastic_bytes`, ``o``: :attr:`output_bytes`); the first replay of
         ``k = B <= 3`` samples runs the whole batch with the kept values that the stochastic rest reads copied for
-        every sample (a count of draws that tells whether a draw is shared). One sample at a time (a draw a batch
-        would share): one sample's replay beside the outputs of the earlier ones, then their concatenation.
+        every sample (a count of draws that tells whether a draw is shared), and so does a replay of one sample
+        (``k = 1``) of such a batch. One sample at a time (a draw a batch would share): one sample's replay beside
+        the outputs of the earlier ones, then their concatenation.
 
         Args:
             k: samples of the replay, ``>= 1``.
@@ -948,6 +950,10 @@ class SharedPasses:
 
         Returns:
             Bytes.
+
+        Raises:
+            ValueError: ``k`` not an integer ``>= 1``, ``after_bytes`` not a finite number ``>= 0``.
+            TypeError: ``after_bytes`` not a number.
 
         Example:
             >>> import torch
@@ -959,12 +965,17 @@ class SharedPasses:
             >>> passes.replays_rows, passes.replay_bytes(8) < 8 * passes.per_sample_bytes()
             (True, True)
         """
-        k = max(int(k), 1)
-        after = max(int(after_bytes), 0)
+        # checked (found by hostile testing: k = 2.7 counted 2 samples, True and -3 one, a negative after_bytes none)
+        k = check_integer(k, "k")
+        after = math.ceil(check_nonnegative(after_bytes, "after_bytes"))
         o = int(self.output_bytes)
         if self._per_sample and k > 1:  # one at a time, then concatenated
             one = self.replay_bytes(1, after)
             return max(one + (k - 1) * o, 2 * k * o + k * after)
+        if k == 1 and self._once and self._batch > 1 and not self.plain:
+            # one sample of a batch of several inputs replays the whole batch, the kept values that the stochastic
+            # rest reads copied (found by hostile testing: four windows of 40^3 measured 33.6 MiB, counted 18.6 MiB)
+            return replay_working_bytes(1, 1, self.stochastic_bytes, o, after, copied=self._needed_bytes)
         return replay_working_bytes(k, self._batch if self.replays_rows else 1, self.stochastic_bytes, o, after,
                                     copied=self.copied_bytes, first_copies=None if self._draws_checked
                                     else self._needed_bytes)
@@ -978,7 +989,15 @@ class SharedPasses:
 
         Returns:
             The network output of this sample.
+
+        Raises:
+            TypeError: when ``x`` is not a tensor.
+            ValueError: when ``x`` has no batch axis (0-d).
         """
+        if not isinstance(x, torch.Tensor):  # found by hostile testing: AttributeError 'numpy.ndarray' ... 'clone'
+            raise TypeError(f"x must be a torch.Tensor with a batch axis, got {type(x).__name__}")
+        if x.ndim < 1:
+            raise ValueError(f"x must have a batch axis, got a tensor of shape {tuple(x.shape)}")
         self._batch = int(x.shape[0])
         calls: dict[nn.Module, list[_Call]] = {m: [] for m in self._modules}
         stack: list[_Call] = []
@@ -1101,8 +1120,9 @@ class SharedPasses:
 
         Args:
             predictor: calls the network on its argument (as for :meth:`trace`).
-            x: the traced input ``(B, C, *spatial)`` (checked).
-            k: samples in this batch.
+            x: the traced input ``(B, C, *spatial)`` (checked: the traced tensor, or one equal to the input as the
+                trace got it).
+            k: samples in this batch (a Python or numpy integer ``>= 1``).
 
         Returns:
             The network output for the batch ``(k B, ...)``: sample ``s`` of input ``b`` is at ``s B + b``.
@@ -1112,9 +1132,13 @@ class SharedPasses:
         """
         if self._input is None:
             raise RuntimeError("SharedPasses.replay called before trace")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        if not is_int(k) or k < 1:  # numpy integers too (found by hostile testing: numpy.int64(3) was refused)
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
-        if x is not self._input and (x.shape != self._input.shape or not torch.equal(x, self._input)):
+        k = int(k)
+        # another tensor holding the input as the trace got it, before the traced pass wrote into it (found by hostile
+        # testing: each replay of a flipped window, a new copy, was compared with the written input and refused)
+        traced = self._input if self._pristine is None else self._pristine
+        if x is not self._input and (x.shape != traced.shape or not torch.equal(x, traced)):
             raise SharingUnavailable(
                 "the input differs between the samples' calls (a test-time augmentation that draws on every call)"
             )
@@ -1305,6 +1329,10 @@ def replay_working_bytes(k: int, rows: int, stochastic: float, output: float, af
     Returns:
         Bytes.
 
+    Raises:
+        ValueError: ``k`` or ``rows`` not an integer ``>= 1``, a bytes argument not a finite number ``>= 0``.
+        TypeError: a bytes argument that is not a number (each named).
+
     Example:
         >>> from monai_unc.networks.shared import replay_working_bytes
         >>> replay_working_bytes(4, 1, 100, 10, after=10)  # the whole batch: 4 x (100 + 10)
@@ -1312,8 +1340,13 @@ def replay_working_bytes(k: int, rows: int, stochastic: float, output: float, af
         >>> replay_working_bytes(4, 4, 100, 10, after=10)  # four inputs one at a time: 4 x max(25 + 7.5, 20, 20)
         130
     """
-    k = max(int(k), 1)
-    r, o, a = float(stochastic), float(output), max(float(after), 0.0)
+    # checked (found by hostile testing: k = 0 counted one sample, a NaN failed with int()'s unnamed ValueError)
+    k, rows = check_integer(k, "k"), check_integer(rows, "rows")
+    r, o, a = (check_nonnegative(v, name) for v, name in ((stochastic, "stochastic"), (output, "output"),
+                                                          (after, "after")))
+    copied = check_nonnegative(copied, "copied")
+    if first_copies is not None:
+        first_copies = check_nonnegative(first_copies, "first_copies")
     if k > 1 and rows > 1:
         if k == rows <= 3 and first_copies is not None:
             return math.ceil(k * (r + float(first_copies) + a))
@@ -1338,6 +1371,10 @@ def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int, tr
     Returns:
         The batch size, ``>= 1``.
 
+    Raises:
+        TypeError / ValueError: a bytes argument that is not a finite number ``>= 0``, ``remaining`` that is not an
+            integer ``>= 1`` (each named).
+
     Example:
         >>> from monai_unc.networks.shared import auto_sample_batch
         >>> auto_sample_batch(10, 1000, 29), auto_sample_batch(1000, 1000, 29), auto_sample_batch(1, 10**9, 5)
@@ -1345,8 +1382,12 @@ def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int, tr
         >>> auto_sample_batch(1000, 1000, 29, traced_bytes=4000)  # a replay batch no larger than the trace
         4
     """
-    per = max(int(per_sample_bytes), 1)
-    return _largest_batch(lambda k: k * per, case_bytes, remaining, traced_bytes)
+    # checked (found by hostile testing: remaining=2.9 allowed 2 samples, True one, a NaN or an infinite budget
+    # failed with int()'s unnamed errors)
+    per = max(math.ceil(check_nonnegative(per_sample_bytes, "per_sample_bytes")), 1)
+    case_bytes = check_nonnegative(case_bytes, "case_bytes")
+    traced_bytes = check_nonnegative(traced_bytes, "traced_bytes")
+    return _largest_batch(lambda k: k * per, case_bytes, check_integer(remaining, "remaining"), traced_bytes)
 
 
 def _largest_batch(batch_bytes: Callable[[int], int], case_bytes: int, remaining: int, traced_bytes: int) -> int:
@@ -1370,7 +1411,9 @@ def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, cla
     of :func:`auto_sample_batch` (the traced window's bytes and the case's stitched buffers: ``case_voxels * 4 *
     (classes + 4)`` bytes, float32 mean probabilities and the entropy, second-moment, window-entropy and weight
     maps) for the replay that the trace will make (:meth:`SharedPasses.replay_bytes`), with each sample's
-    probabilities (``classes`` channels over the traced window's voxels, in the input's dtype) made from its output.
+    probabilities (``classes`` channels over the traced window's voxels, in the dtype that
+    :func:`~monai_unc.measures.entropy_dtype` gives the input's: float32 for a half-precision input) made from its
+    output.
 
     Args:
         passes: the traced window (:meth:`SharedPasses.trace` ran).
@@ -1383,7 +1426,9 @@ def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, cla
         The batch size, ``>= 1``.
 
     Raises:
-        ValueError: when ``setting`` is neither ``"auto"`` nor an integer ``>= 1``.
+        ValueError: when ``setting`` is neither ``"auto"`` nor an integer ``>= 1``, or ``case_voxels``,
+            ``classes`` or ``remaining`` is not an integer (``>= 0``, ``>= 1``, ``>= 1``; a bool is not one).
+        TypeError: when ``passes`` is not a :class:`SharedPasses`.
 
     Example:
         >>> import torch
@@ -1397,6 +1442,12 @@ def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, cla
         >>> sample_batch(passes, "auto", 64, 2, 29) >= 1
         True
     """
+    if not isinstance(passes, SharedPasses):
+        raise TypeError(f"passes must be a SharedPasses, got {type(passes).__name__}")
+    # checked (found by hostile testing: classes=True counted one class, remaining=0 or -1 allowed one sample)
+    case_voxels = check_integer(case_voxels, "case_voxels", 0)
+    classes = check_integer(classes, "classes")
+    remaining = check_integer(remaining, "remaining")
     return _sample_batch(passes.per_sample_bytes(), passes.replay_bytes, passes.traced_bytes, passes._input, setting,
                          case_voxels, classes, remaining)
 
@@ -1412,16 +1463,21 @@ def _sample_batch(per_sample_bytes: int, replay_bytes: Callable[[int, int], int]
     # hostile testing: without them a batch of 20 samples of 64 classes took 1.7x the budget it was sized to)
     probabilities = 0
     if x is not None and x.ndim >= 2:
-        size = x.element_size() if x.is_floating_point() else 4
+        # in the evaluation dtype (found by hostile testing: a float16 window's float32 probabilities were counted at
+        # 2 bytes, and the automatic batch took 1.44x its budget)
+        size = entropy_dtype(x.dtype).itemsize if x.is_floating_point() else 4
         probabilities = x.numel() // max(int(x.shape[1]), 1) * max(int(classes), 1) * size
     if x is not None and x.device.type == "cpu":
         # on the CPU a replay batch is sized as if each sample replayed the whole window batch (the rule before
         # replay_bytes): a replay input by input needs less memory, but larger batches measured slower there
         # (BasicUNet 32-256, last stage, two windows a batch: 1.29x one stock pass with 2 samples a replay, 1.41x
         # with 5, 1.44x with 8, benchmarks/README; their intermediates leave the caches), and a CPU saves little
-        # per call, where a GPU's host saves launches
+        # per call, where a GPU's host saves launches. Never less than the replay needs: the first replay of k = B
+        # <= 3 samples runs the whole batch with the kept values copied (found by hostile testing: two and three
+        # windows a batch replayed k = B samples in 1.67x and 1.71x the budget)
         per = per_sample_bytes + probabilities
-        return _largest_batch(lambda k: k * per, case_bytes, remaining, traced_bytes)
+        return _largest_batch(lambda k: max(k * per, replay_bytes(k, probabilities)), case_bytes, remaining,
+                              traced_bytes)
     return _largest_batch(lambda k: replay_bytes(k, probabilities), case_bytes, remaining, traced_bytes)
 
 

@@ -59,8 +59,9 @@ def test_replay_bytes_input_by_input_by_hand():
         want = k * max(-(-(r + o * 3) // 4), 2 * o, o + after)
         assert passes.replay_bytes(k, after) == want
         assert passes.replay_bytes(k, after) < k * (passes.per_sample_bytes() + after)  # the whole-batch rule
-    # one sample runs the whole batch; one window is replayed whole: the whole-batch rule
-    assert passes.replay_bytes(1, after) == passes.per_sample_bytes() + after
+    # one sample runs the whole batch, the first convolution's output copied for it (the kept value the dropout
+    # reads); one window is replayed whole: the whole-batch rule
+    assert passes.replay_bytes(1, after) == passes.per_sample_bytes() + 4 * 16 * v * 4 + after
     one, _, _ = _traced(1)
     assert not one.replays_rows and one.replay_bytes(6, 7) == 6 * (one.per_sample_bytes() + 7)
 
@@ -89,7 +90,7 @@ torch.manual_seed(0)
 net = nn.Sequential(nn.Conv3d(1, 16, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(16, 3, 1)).eval()
 x = torch.rand(4, 1, 40, 40, 40)
 got = {}
-for k in (4, 8):  # 4 = B first: the draws unchecked
+for k in (1, 4, 8):  # 1: the whole batch, the kept values copied; 4 = B first: the draws unchecked
     with torch.no_grad(), enable_mc_dropout(net):
         passes = SharedPasses(net)
         out = passes.trace(net, x)
