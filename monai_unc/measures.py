@@ -414,8 +414,8 @@ def mutual_information_from_entropies(
     ``validate`` (default): ``pe`` and ``ee`` (and WD) must be tensors of one shape without NaN/inf, ``ee`` may not
     be negative (an entropy; found by hostile testing: a negative EE gave an MI above PE) and may not exceed ``pe``
     by more than rounding (1e-4 nats plus ``4 eps (1 + |pe|)``, a few roundings of the maps' dtype): entropies of
-    the same samples satisfy EE <= PE, so a larger EE means the two maps do not belong together. ``ValueError``
-    naming the argument otherwise.
+    the same samples satisfy EE <= PE, so a larger EE means the two maps do not belong together. WD may not be
+    negative (it would raise MI above ``PE - EE``). ``ValueError`` naming the argument otherwise.
 
     Args:
         pe: predictive entropy map, e.g. ``(B, 1, *spatial)``, a tensor or a numpy array.
@@ -449,6 +449,12 @@ def mutual_information_from_entropies(
             window_disagreement = to_tensor(window_disagreement, "window_disagreement")
             _check_same_shape(pe, window_disagreement, "pe", "window_disagreement")
             check_finite(window_disagreement, "window_disagreement")
+            # found by hostile testing: a negative WD gave an MI above PE - EE (pe 0.5, ee 0.2, WD -1: MI 1.3 nats)
+            if window_disagreement.numel() and bool((window_disagreement < 0).any()):
+                raise ValueError(
+                    "window_disagreement must be non-negative (an entropy difference, nats), got minimum "
+                    f"{float(window_disagreement.min()):.4g}"
+                )
         if ee.numel() and bool((ee < 0).any()):
             raise ValueError(f"ee must be non-negative (an entropy), got minimum {float(ee.min()):.4g}")
         if pe.numel() and bool(((ee.double() - pe.double()) > _entropy_order_tolerance(pe, ee)).any()):

@@ -56,6 +56,8 @@ def _map(uncertainty: Any) -> np.ndarray:
     u = to_numpy(uncertainty, "uncertainty")
     if u.ndim not in (2, 3):
         raise ValueError(f"uncertainty must be one case's 2D or 3D map (*spatial), got shape {u.shape}")
+    if u.size == 0:  # here, with the map's shape: aggregate named its (1, 1, *spatial) batch (found by hostile testing)
+        raise ValueError(f"uncertainty is empty (shape {u.shape})")
     return u
 
 

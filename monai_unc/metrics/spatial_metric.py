@@ -263,12 +263,17 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         ``UserWarning``, not MONAI's 0 (which reads as a perfect BA-ECE / SPACE); ``not_nans`` is then 0. No case at
         all (before any update, e.g. after an empty epoch) is NaN with a ``UserWarning`` as well (``"none"``: the
         empty table ``(0, 1)``).
+
+        Raises:
+            ValueError: naming ``reduction`` when it is not one of MONAI's reductions.
         """
+        # found by hostile testing: an unknown reduction here reached MONAI's error, which does not name the argument
+        reduction = check_metric_reduction(reduction or self.reduction)
         data = self.get_buffer()
         if data is not None and not isinstance(data, torch.Tensor):
             raise ValueError(f"the data to aggregate must be a PyTorch Tensor, got {type(data).__name__}")
         with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
-            f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
+            f, not_nans = reduce_case_values(data, reduction, type(self).__name__)
         return (f, not_nans) if self.get_not_nans else f
 
 
