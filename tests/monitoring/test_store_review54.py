@@ -117,6 +117,18 @@ def test_record_run_takes_numpy_scores(store_url):
         assert [r["n_cases"] for r in store.runs()] == [1, 0]
 
 
+def test_an_integer_score_verifies(store_url):
+    """A Python int score (a count) was hashed as ``1`` and read back as ``1.0``: verify reported the untouched
+    store's rows as edited."""
+    rule = make_rule([0.1, 0.2])
+    case = CaseRecord("a", "A", None, "2026-01-31T00:00:00+00:00", 1, 2, 0, "accept", "accepted", "accepted",
+                      rule["digest"], None)
+    with MonitorStore(store_url) as store:
+        store.record_run(rule, [case], source_digest="x", folder="f", triaged_at="t", model_digest=None)
+        assert store.verify().problems == ()
+        assert [(r["score"], r["image_z_max"], r["expected_dice"]) for r in store.cases()] == [(1.0, 2.0, 0.0)]
+
+
 def test_the_store_module_starts_without_torch(tmp_path):
     """The writers (a cron job, a second triage host) import the store only: no torch (1.5 s, GBs on disk)."""
     code = ("import sys\n"
