@@ -755,7 +755,7 @@ def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     return connect("mode=ro&immutable=1")
 
 
-#: PostgreSQL's largest ``lock_timeout`` (ms): ``2^31 - 1``, 24.8 days
+#: PostgreSQL's largest ``lock_timeout`` (ms): ``2^31 - 1``, 24.8 days; SQLite's largest busy timeout too (a C int)
 _PG_MAX_MS = 2**31 - 1
 
 
@@ -772,7 +772,8 @@ class MonitorStore:
             commands: a missing file, or a database that is not a monitoring store, is an error and nothing is
             written into it).
         timeout: seconds a writer waits for another writer's transaction (SQLite and PostgreSQL; a finite number
-            ``>= 0``, on PostgreSQL at most 24.8 days, its ``lock_timeout`` limit), then one ``ValueError`` line.
+            ``>= 0``, at most 24.8 days: the limit of PostgreSQL's ``lock_timeout`` and SQLite's busy timeout, where a
+            longer one waits that long), then one ``ValueError`` line.
         read_only: only read (``status``, ``verify``, ``report``; implies ``create=False``): an SQLite file is
             opened read-only (``mode=ro``; on a full disk or a read-only file system, where no connection has it
             open and its write-ahead log is empty, the file alone) and a store of an older schema is not migrated:
@@ -816,6 +817,9 @@ class MonitorStore:
                 raise ValueError(f"database {redact_url(text, whole=True)!r}: unsupported URL (a file path, "
                                  "sqlite:///PATH or postgresql://...)")
             path = db_file
+            # SQLite's busy timeout is a C int of ms: a longer one was read as 0, no wait at all (found by hostile
+            # testing: timeout=1e7 failed at once with "database is locked" behind another writer)
+            wait = min(float(timeout), _PG_MAX_MS / 1000)
             if path.is_dir():
                 raise ValueError(f"database {str(path)!r} is a folder, not a database file")
             if not create and not path.is_file():
@@ -823,10 +827,10 @@ class MonitorStore:
             self.path: Path | None = path
             try:
                 if read_only:
-                    self._conn: Any = _connect_read_only(path, timeout)
+                    self._conn: Any = _connect_read_only(path, wait)
                 else:
-                    self._conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
-                self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+                    self._conn = sqlite3.connect(str(path), timeout=wait, isolation_level=None)
+                self._conn.execute(f"PRAGMA busy_timeout = {min(int(wait * 1000), _PG_MAX_MS)}")
                 if not create:  # before WAL mode, which would write into a file that is no store
                     self._refuse_if_no_store(str(path))
                 if not read_only:  # a reader follows the file's journal mode

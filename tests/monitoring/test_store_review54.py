@@ -143,3 +143,26 @@ def test_the_store_module_starts_without_torch(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("timeout", [3e6, 1e9])
+def test_a_long_sqlite_timeout_still_waits(tmp_path, timeout):
+    """A timeout above SQLite's largest busy timeout (2^31 - 1 ms, 24.8 days) set none at all (0): a writer failed
+    at once with "database is locked" instead of waiting for the other writer."""
+    import sqlite3
+    import threading
+
+    url = str(tmp_path / "m.db")
+    MonitorStore(url).close()
+    with MonitorStore(url, timeout=timeout) as store:
+        assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2**31 - 1
+        other = sqlite3.connect(url, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the lock for a moment
+        threading.Timer(0.5, lambda: other.execute("ROLLBACK")).start()
+        rule = make_rule([0.1])
+        case = CaseRecord("a", "A", None, "t", 0.2, float("nan"), float("nan"), "accept", "accepted", "accepted",
+                          rule["digest"], None)
+        assert store.record_run(rule, [case], source_digest="x", folder="f", triaged_at="t", model_digest=None)[1]
+        other.close()
+    with MonitorStore(url, timeout=timeout, read_only=True) as reader:
+        assert reader._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2**31 - 1
