@@ -1615,6 +1615,9 @@ class MonitorStore:
             >>> n, labelled
             (1, [('a', 0.62, 1.0)])
         """
+        # checked whatever the batch holds: an empty batch wrote a source of any type and length into the audit log,
+        # and a source that is not UTF-8 failed with the codec's UnicodeEncodeError (found by hostile testing)
+        source = _check_text(source, "source")
         with self._transaction():
             rows = []
             missing, ambiguous, several_runs, moved, appeared, twice = [], [], [], [], [], []
@@ -1657,7 +1660,7 @@ class MonitorStore:
                     continue
                 given[int(found[0][0])] = named
                 rows.append({"case_row": int(found[0][0]), "dice": dice, "failure": fail, "loss": loss,
-                             "source": _check_text(source, "source"), "case_id": cid, "site": found[0][1]})
+                             "source": source, "case_id": cid, "site": found[0][1]})
             if twice:
                 raise ValueError(f"{len(twice)} case(s) labelled twice in one batch ({_first_five(twice, '; ')}): "
                                  "which label holds cannot be told; keep one label per case")

@@ -166,3 +166,12 @@ def test_a_long_sqlite_timeout_still_waits(tmp_path, timeout):
         other.close()
     with MonitorStore(url, timeout=timeout, read_only=True) as reader:
         assert reader._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2**31 - 1
+
+
+@pytest.mark.parametrize("source", ["a\x00b", "x" * 1001, "\udcf4.csv", 5])
+def test_add_labels_checks_its_source_even_without_labels(tmp_path, source):
+    """An empty batch wrote any source into the audit log; a source that is not UTF-8 was a UnicodeEncodeError."""
+    with MonitorStore(str(tmp_path / "m.db")) as store:
+        with pytest.raises(ValueError, match="source must be"):
+            store.add_labels([], source=source)
+        assert [e.action for e in store.audit_log()] == ["migrate"]
