@@ -139,6 +139,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     "series of a case's channels when its input is one DICOM series folder per channel",
     ("monai_unc.io.cases", "monai_unc.io.dicom"): "the dicom extra is optional: read_volume loads the series "
     "reader only for a DICOM series folder",
+    ("monai_unc.monitoring.store", "monai_unc._utils"):
+        "_utils imports torch: the store's writers (a second triage host, a cron job) start without it; only a wrong "
+        "--expect-head loads it, to mark the error as that option's",
     ("monai_unc.monitoring.records", "monai_unc.io.dicom"): "the dicom extra is optional: the site of a case whose "
     "image is a DICOM series folder is read from its header only then",
     ("monai_unc.evaluation.triage.images", "monai_unc.io.dicom"): "the dicom extra is optional: the image statistics "

@@ -31,6 +31,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from .._utils import real_array
+
 __all__ = [
     "JUMPER_RATE",
     "RISK_BET_CAP",
@@ -77,14 +79,25 @@ def _vector(x: object, name: str, allow_nan: bool = True) -> np.ndarray:
     if isinstance(x, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of numbers, got {type(x).__name__}")
     try:
-        a = np.asarray(x, dtype=np.float64)
+        raw = np.asarray(x)
     except (TypeError, ValueError) as e:
         raise TypeError(f"{name} must be a sequence of numbers: {e}") from None
+    # not a float64 cast of whatever came: it parsed text ("0.5") and dropped the imaginary part of complex values
+    # with only numpy's ComplexWarning (found by hostile testing); None in a list is NaN
+    a = real_array(raw, name, " (NaN or None for an undefined value)")
     if a.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {a.shape}")
     if np.isinf(a).any() or (not allow_nan and np.isnan(a).any()):
         raise ValueError(f"{name} must be finite{'' if not allow_nan else ' or NaN'}")
     return a
+
+
+def _check_pvalues(pvalues: object) -> np.ndarray:
+    """P-values as a float64 vector: each in ``[0, 1]`` or NaN (undefined)."""
+    p = _vector(pvalues, "pvalues")
+    if ((p < 0) | (p > 1)).any():
+        raise ValueError("pvalues must lie in [0, 1]")
+    return p
 
 
 def conformal_pvalues(
@@ -110,7 +123,7 @@ def conformal_pvalues(
 
     Raises:
         ValueError: infinite scores, or NaN in ``reference``.
-        TypeError: scores that are not numbers.
+        TypeError: scores that are not real numbers (text, complex numbers).
 
     Example:
         >>> conformal_pvalues([0.5, 3.0, -1.0], reference=[0.0, 1.0, 2.0], seed=0).round(3)
@@ -179,9 +192,7 @@ def simple_jumper(pvalues: object, jump: float = JUMPER_RATE) -> np.ndarray:
         >>> np.exp(simple_jumper([0.5, 0.0, 0.0], jump=0.0)).round(4)
         array([1.    , 1.    , 1.1667])
     """
-    p = _vector(pvalues, "pvalues")
-    if ((p < 0) | (p > 1)).any():
-        raise ValueError("pvalues must lie in [0, 1]")
+    p = _check_pvalues(pvalues)
     if isinstance(jump, (bool, np.bool_)) or not isinstance(jump, Real) or not 0 <= jump <= 1:
         raise ValueError(f"jump must be a number in [0, 1], got {jump!r}")
     j = float(jump)
@@ -236,7 +247,7 @@ def change_point(pvalues: object, alarm: int) -> int:
         The 0-based index of the first case estimated to follow the change.
 
     Raises:
-        ValueError: ``alarm`` is not an index of ``pvalues``.
+        ValueError: ``alarm`` is not an index of ``pvalues``, or p-values outside ``[0, 1]``.
 
     Example:
         >>> change_point([0.5, 0.6, 0.4, 0.01, 0.02, 0.03], alarm=5)
@@ -244,7 +255,7 @@ def change_point(pvalues: object, alarm: int) -> int:
         >>> change_point([0.5, 0.02, 0.5, 0.3, 0.97, 0.99, 0.98], alarm=6)
         4
     """
-    p = _vector(pvalues, "pvalues")
+    p = _check_pvalues(pvalues)
     if isinstance(alarm, bool) or not isinstance(alarm, (int, np.integer)) or not 0 <= alarm < len(p):
         raise ValueError(f"alarm must be an index of pvalues (0 to {len(p) - 1}), got {alarm!r}")
     best, start = -math.inf, 0

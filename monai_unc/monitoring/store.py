@@ -22,6 +22,7 @@ import getpass
 import hashlib
 import json
 import math
+import numbers
 import os
 import re
 import socket
@@ -37,7 +38,6 @@ from urllib.parse import unquote
 
 from .. import __version__
 from .._digest import content_digest
-from .._utils import is_finite_real, parameter_error
 from ..keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
 
 __all__ = [
@@ -108,6 +108,8 @@ _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_m
 #: (found by the review of the cross-folder skip)
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
+#: the decisions of a case row (``CaseRecord.decision``); its code is ``accepted`` exactly for ``accept``
+_DECISIONS = ("accept", "review")
 #: the schema that added the column ``cases.prediction_sha256``
 _PREDICTION_DIGESTS_SINCE = 2
 #: what a ``record`` entry's ``predictions_digest`` covers of the case rows it wrote (the column of schema 2, which the
@@ -405,6 +407,8 @@ def _check_head(value: Any) -> str:
     a copy from a ticket may have them, are let through); else a ``ValueError`` naming ``expect_head``."""
     text = value.strip().lower() if isinstance(value, str) else None
     if text is None or not re.fullmatch(r"[0-9a-f]{64}", text):
+        from .._utils import parameter_error  # noqa: PLC0415 (it imports torch: the store's writers start without it)
+
         raise parameter_error(ValueError(f"expect_head must be the head hash that 'monai-unc monitor verify' printed "
                                          f"(64 hex digits), got {str(value)[:80]!r}"), "expect_head")
     return text
@@ -459,6 +463,57 @@ _RISKS = ("failure", "1-dice")
 def _real(v: Any) -> bool:
     """A finite real number (not a bool)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _real_number(v: Any) -> bool:
+    """A real number, Python or numpy (not a bool, text or a complex number), perhaps NaN or infinite."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)  # numpy.bool_ is no numbers.Real
+
+
+def _case_number(value: Any, name: str, case_id: str) -> float:
+    """A case's score, image z-score or expected Dice as the store keeps it: a float (NaN: undefined, also None).
+
+    Found by hostile testing: a text score ``"0.5"`` was stored (SQLite read it back as 0.5, so ``verify`` reported
+    the rows as edited), ``True`` as 1, and a ``numpy.float32`` failed with JSON's ``TypeError`` in the audit digest.
+    """
+    if value is None:
+        return math.nan
+    if not _real_number(value):
+        raise TypeError(f"the {name} of case {case_id!r} must be a number (NaN or None when undefined), got "
+                        f"{value!r:.80}")
+    return float(value)
+
+
+def _label_int(value: Any, name: str, case_id: str, allowed: str) -> int | None:
+    """An integer of a label (its failure, run, case row): a Python or numpy integer, not a bool; None stays None."""
+    if value is None:
+        return None
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"the {name} of case {case_id!r} must be {allowed}, got {value!r:.80}")
+    return int(value)
+
+
+def _label_values(lab: Mapping[str, Any], cid: str) -> tuple[float | None, int | None, float]:
+    """A label's ``(dice, failure, loss)``, checked: what :meth:`MonitorStore.cases` reads back.
+
+    Found by hostile testing: a Dice of 1.5 (or infinite) and a failure of 2 were written, and every later read of
+    the append-only store refused them as "edited outside the store"; a failure of 0.5 was stored as 0; text
+    (``"0.5"``) was parsed as a number; a label without its loss was a ``KeyError``.
+    """
+    dice, failure, loss = lab.get("dice"), lab.get("failure"), lab.get("loss")
+    if dice is not None:
+        if not _real_number(dice):
+            raise TypeError(f"the dice of case {cid!r} must be a number in [0, 1] or None, got {dice!r:.80}")
+        if not 0 <= dice <= 1:  # NaN too
+            raise ValueError(f"the dice of case {cid!r} must be a number in [0, 1] or None, got {dice!r:.80}")
+    fail = _label_int(failure, "failure", cid, "0, 1 or None")
+    if fail not in (None, 0, 1):
+        raise ValueError(f"the failure of case {cid!r} must be 0, 1 or None, got {failure!r:.80}")
+    if not _real_number(loss):
+        raise TypeError(f"the loss of case {cid!r} must be a number in [0, 1], got {loss!r:.80}")
+    if not 0 <= loss <= 1:
+        raise ValueError(f"the loss of case {cid!r} must be in [0, 1], got {loss!r}")
+    return None if dice is None else float(dice), fail, float(loss)
 
 
 def rule_body_digest(rule: Mapping[str, Any]) -> str:
@@ -700,7 +755,7 @@ def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     return connect("mode=ro&immutable=1")
 
 
-#: PostgreSQL's largest ``lock_timeout`` (ms): ``2^31 - 1``, 24.8 days
+#: PostgreSQL's largest ``lock_timeout`` (ms): ``2^31 - 1``, 24.8 days; SQLite's largest busy timeout too (a C int)
 _PG_MAX_MS = 2**31 - 1
 
 
@@ -717,7 +772,8 @@ class MonitorStore:
             commands: a missing file, or a database that is not a monitoring store, is an error and nothing is
             written into it).
         timeout: seconds a writer waits for another writer's transaction (SQLite and PostgreSQL; a finite number
-            ``>= 0``, on PostgreSQL at most 24.8 days, its ``lock_timeout`` limit), then one ``ValueError`` line.
+            ``>= 0``, at most 24.8 days: the limit of PostgreSQL's ``lock_timeout`` and SQLite's busy timeout, where a
+            longer one waits that long), then one ``ValueError`` line.
         read_only: only read (``status``, ``verify``, ``report``; implies ``create=False``): an SQLite file is
             opened read-only (``mode=ro``; on a full disk or a read-only file system, where no connection has it
             open and its write-ahead log is empty, the file alone) and a store of an older schema is not migrated:
@@ -741,7 +797,8 @@ class MonitorStore:
 
     def __init__(self, url: str | os.PathLike, *, create: bool = True, timeout: float = 60.0,
                  read_only: bool = False) -> None:
-        if not is_finite_real(timeout) or timeout < 0:  # found by hostile review: inf / NaN were an OverflowError
+        # found by hostile review: inf / NaN were an OverflowError
+        if not _real_number(timeout) or not math.isfinite(timeout) or timeout < 0:
             raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
         create = create and not read_only
         self._read_only = read_only
@@ -760,6 +817,9 @@ class MonitorStore:
                 raise ValueError(f"database {redact_url(text, whole=True)!r}: unsupported URL (a file path, "
                                  "sqlite:///PATH or postgresql://...)")
             path = db_file
+            # SQLite's busy timeout is a C int of ms: a longer one was read as 0, no wait at all (found by hostile
+            # testing: timeout=1e7 failed at once with "database is locked" behind another writer)
+            wait = min(float(timeout), _PG_MAX_MS / 1000)
             if path.is_dir():
                 raise ValueError(f"database {str(path)!r} is a folder, not a database file")
             if not create and not path.is_file():
@@ -767,10 +827,10 @@ class MonitorStore:
             self.path: Path | None = path
             try:
                 if read_only:
-                    self._conn: Any = _connect_read_only(path, timeout)
+                    self._conn: Any = _connect_read_only(path, wait)
                 else:
-                    self._conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
-                self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+                    self._conn = sqlite3.connect(str(path), timeout=wait, isolation_level=None)
+                self._conn.execute(f"PRAGMA busy_timeout = {min(int(wait * 1000), _PG_MAX_MS)}")
                 if not create:  # before WAL mode, which would write into a file that is no store
                     self._refuse_if_no_store(str(path))
                 if not read_only:  # a reader follows the file's journal mode
@@ -1372,7 +1432,11 @@ class MonitorStore:
         Raises:
             ValueError: before anything is written: a rule with a missing or wrong field, or that does not match its
                 digest (:func:`check_rule`); a text field of the run or of a case (its id, site, scanner, ...) that is
-                not text of at most 1000 characters without NUL; the reserved site name; a case of another rule.
+                not text of at most 1000 characters without NUL; the reserved site name; a case of another rule; a
+                decision other than ``accept`` / ``review``, or a code that contradicts it (``accepted`` exactly for
+                ``accept``).
+            TypeError: a case's score, image z-score or expected Dice that is no number (text, a bool; numpy numbers
+                are taken; NaN, infinite or None: undefined).
 
         Example:
             >>> import tempfile
@@ -1417,6 +1481,18 @@ class MonitorStore:
             if c.rule_digest != digest:
                 raise ValueError(f"case {c.case_id!r}: its rule digest {c.rule_digest[:80]!r} is not that of the run's "
                                  f"rule ({digest})")
+            # found by hostile testing: another decision ("Accept") was counted as referred and left out of the risk
+            # test, and a code that contradicts the decision recorded a decision the rule did not make
+            if c.decision not in _DECISIONS:
+                raise ValueError(f"the decision of case {c.case_id!r} must be one of {_DECISIONS}, got "
+                                 f"{c.decision[:80]!r}")
+            if (c.code == "accepted") != (c.decision == "accept"):
+                wanted = "accepted" if c.decision == "accept" else "a reason for review"
+                raise ValueError(f"the code of case {c.case_id!r} must be {wanted} (its decision is "
+                                 f"{c.decision!r}), got {c.code[:80]!r}")
+        # the numbers as the store keeps and hashes them (a numpy float32 is a float, text no number)
+        every = sorted(({**c.__dict__, **{k: _case_number(getattr(c, k), k, c.case_id) for k in _DECISION_FLOATS}}
+                        for c in cases), key=lambda r: r["case_id"])
         with self._transaction():
             found = self._all("SELECT id FROM runs WHERE source_digest = ?", (source_digest,))
             if found:
@@ -1427,7 +1503,6 @@ class MonitorStore:
                               "body) VALUES (?, ?, ?, ?, ?, ?, ?)",
                               (digest, col["score"], col["target_risk"], col["risk"], col["failure_dice"],
                                _canonical(col["calibration_scores"]), _in_order(rule)))
-            every = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
             known = self._recorded_decisions(digest, [r["case_id"] for r in every])
             rows, unverified = [], 0
             for r in every:
@@ -1518,7 +1593,10 @@ class MonitorStore:
             ValueError: a case id that is not in the store (at the label's site, in its run), a case id of several
                 sites without the site, of several runs without the run or ``case_row``, a case recorded (again)
                 after its ``case_row``, two labels of one case record (its id with and without its site, or given
-                twice), or a loss outside ``[0, 1]``.
+                twice), a loss or a Dice outside ``[0, 1]`` (NaN too), a failure other than 0 and 1, or a run id or
+                case row out of range.
+            TypeError: a loss, Dice, failure, run or case row that is no number of its kind (text, a bool; numpy
+                numbers are taken), or a label without its loss.
 
         Example:
             >>> import tempfile
@@ -1537,6 +1615,9 @@ class MonitorStore:
             >>> n, labelled
             (1, [('a', 0.62, 1.0)])
         """
+        # checked whatever the batch holds: an empty batch wrote a source of any type and length into the audit log,
+        # and a source that is not UTF-8 failed with the codec's UnicodeEncodeError (found by hostile testing)
+        source = _check_text(source, "source")
         with self._transaction():
             rows = []
             missing, ambiguous, several_runs, moved, appeared, twice = [], [], [], [], [], []
@@ -1544,9 +1625,14 @@ class MonitorStore:
             for lab in labels:
                 cid = _check_text(lab.get("case"), "case")
                 site = _check_text(lab.get("site"), "site", allow_none=True)
-                run = lab.get("run")
-                if run is not None and (isinstance(run, bool) or not isinstance(run, int) or run < 1):
-                    raise TypeError(f"the run of case {cid!r} must be a run id (a positive int) or None, got {run!r}")
+                run = _label_int(lab.get("run"), "run", cid, "a run id (a positive int) or None")
+                if run is not None and run < 1:
+                    raise ValueError(f"the run of case {cid!r} must be a run id (a positive int) or None, got {run!r}")
+                expected = _label_int(lab.get("case_row"), "case_row", cid, "a case row (an int >= 0) or None")
+                if expected is not None and expected < 0:
+                    raise ValueError(f"the case_row of case {cid!r} must be a case row (an int >= 0) or None, got "
+                                     f"{expected!r}")
+                dice, fail, loss = _label_values(lab, cid)
                 records = self._all("SELECT id, site, run_id FROM cases WHERE case_id = ? ORDER BY id DESC", (cid,))
                 if run is not None:  # one record at most: a run records a case id once
                     records = [r for r in records if int(r[2]) == run]
@@ -1555,7 +1641,6 @@ class MonitorStore:
                 elif len({r[1] for r in records}) > 1:
                     ambiguous.append(f"{cid!r} ({', '.join(sorted({str(r[1]) for r in records})[:5])})")
                     continue
-                expected = lab.get("case_row")
                 named = cid if site is None else f"{cid} at {site}"
                 if run is None and expected is None and len(records) > 1:  # a reused id: which scan, nothing says
                     runs = sorted(int(r[2]) for r in records)
@@ -1566,22 +1651,16 @@ class MonitorStore:
                 if not found:
                     missing.append(named + ("" if run is None else f" in run {run}"))
                     continue
-                if expected is not None and int(found[0][0]) != int(expected):
-                    (appeared if int(expected) == 0 else moved).append(named)
+                if expected is not None and int(found[0][0]) != expected:
+                    (appeared if expected == 0 else moved).append(named)
                     continue
                 if int(found[0][0]) in given:  # found by hostile review: 'a,,1' and 'a,X,0' of a labels table with a
                     # site column are both case a at X; the later row silently replaced the earlier one
                     twice.append(f"{named!r} (also as {given[int(found[0][0])]!r})")
                     continue
                 given[int(found[0][0])] = named
-                loss = float(lab["loss"])
-                if not 0 <= loss <= 1:
-                    raise ValueError(f"the loss of case {cid!r} must be in [0, 1], got {loss!r}")
-                dice = lab.get("dice")
-                fail = lab.get("failure")
-                rows.append({"case_row": int(found[0][0]), "dice": None if dice is None else float(dice),
-                             "failure": None if fail is None else int(fail), "loss": loss,
-                             "source": _check_text(source, "source"), "case_id": cid, "site": found[0][1]})
+                rows.append({"case_row": int(found[0][0]), "dice": dice, "failure": fail, "loss": loss,
+                             "source": source, "case_id": cid, "site": found[0][1]})
             if twice:
                 raise ValueError(f"{len(twice)} case(s) labelled twice in one batch ({_first_five(twice, '; ')}): "
                                  "which label holds cannot be told; keep one label per case")
