@@ -4,13 +4,19 @@ inputs (each test failed before its fix).
 - ``el("iframe", srcdoc=...)`` escaped the value, which the browser decodes and parses as a document: a payload in it
   ran (set the parent page's title in headless Chromium); ``<animate attributename="href" values="javascript:...">``
   inside an SVG link made the link run script, past :func:`~monai_unc.report.markup.check_url`.
+- :func:`~monai_unc.report.viewer.case_viewer` refused ``budget_bytes=numpy.int64(...)``, took ``margin=-3`` (the crop
+  then cut away the foreground: voxels 2..4 of the prediction out of a crop of 3..5), ``True`` or ``2.5``, and failed on
+  an affine or a spacing of the wrong shape or a singular affine with an ``IndexError`` or nibabel's
+  ``HeaderDataError`` naming no argument.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from monai_unc.report.markup import el
+from monai_unc.report.viewer import case_viewer
 
 PAYLOAD = "<script>parent.document.title='PWNED'</script>"
 
@@ -24,3 +30,35 @@ PAYLOAD = "<script>parent.document.title='PWNED'</script>"
 def test_attributes_and_elements_that_turn_escaped_text_into_script_are_refused(make):
     with pytest.raises(ValueError, match="srcdoc|sets another attribute"):
         make()
+
+
+def _viewer_case():
+    seg = np.zeros((8, 8, 8), np.int64)
+    seg[2:5, 2:5, 2:5] = 1
+    return seg, np.random.default_rng(0).random((8, 8, 8))
+
+
+def test_case_viewer_takes_numpy_integers():
+    seg, u = _viewer_case()
+    data = case_viewer("c", seg, u, budget_bytes=np.int64(2**21), margin=np.int32(1))
+    assert data["step"] == 1 and data["crop"] == [[0, 8]] * 3
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"margin": -3}, "margin"), ({"margin": True}, "margin"), ({"margin": 2.5}, "margin"),
+    ({"budget_bytes": True}, "budget_bytes"), ({"budget_bytes": 0}, "budget_bytes"),
+    ({"affine": np.eye(3)}, "affine"), ({"affine": np.diag([1.0, 1.0, 0.0, 1.0])}, "affine"),
+    ({"affine": np.full((4, 4), np.nan)}, "affine"), ({"affine": [["a"] * 4] * 4}, "affine"),
+    ({"spacing": (1.0, 1.0)}, "spacing"), ({"spacing": (0.0, 1.0, 1.0)}, "spacing"),
+    ({"spacing": (np.nan, 1.0, 1.0)}, "spacing"),
+])
+def test_case_viewer_refuses_bad_geometry_and_sizes_naming_the_argument(kwargs, name):
+    seg, u = _viewer_case()
+    with pytest.raises(ValueError, match=f"^{name} must"):
+        case_viewer("c", seg, u, **kwargs)
+
+
+def test_a_2d_case_may_give_three_spacings():
+    seg, u = _viewer_case()
+    data = case_viewer("c", seg[..., 3], u[..., 3], spacing=(0.5, 2.0, 7.0))
+    assert np.allclose(np.asarray(data["world_to_voxel"])[:, :3], np.diag([2.0, 0.5, 1.0]))
