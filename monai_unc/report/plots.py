@@ -384,7 +384,8 @@ def slice_of_highest_uncertainty(
 
     With a ``mask`` (e.g. the reference foreground) only slices that cut the mask and whose mask area is at least
     ``min_fraction`` of the largest mask area along ``axis`` are candidates, so that the chosen slices show the
-    anatomy rather than background far from it; an empty mask leaves every slice a candidate.
+    anatomy rather than background far from it; an empty mask leaves every slice a candidate. A NaN voxel (no value)
+    adds nothing to its slice's sum, as the viewer draws it as the lowest value.
 
     Args:
         u: the uncertainty map, e.g. ``(X, Y, Z)``.
@@ -404,7 +405,11 @@ def slice_of_highest_uncertainty(
     """
     u = np.asarray(u, dtype=np.float64)
     other = tuple(a for a in range(u.ndim) if a != axis)
-    totals = u.sum(axis=other)
+    # found by hostile testing: one NaN voxel made its slice's sum NaN, which argmax takes first: the slice of a NaN
+    # (sum 0 else) was shown instead of one of sum 36; a sum still NaN (inf - inf) is never chosen
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, never chosen
+        totals = np.nansum(u, axis=other)
+    totals[np.isnan(totals)] = -np.inf
     if mask is not None:
         area = np.asarray(mask, dtype=bool).sum(axis=other)
         if area.max() > 0:

@@ -8,6 +8,8 @@ inputs (each test failed before its fix).
   then cut away the foreground: voxels 2..4 of the prediction out of a crop of 3..5), ``True`` or ``2.5``, and failed on
   an affine or a spacing of the wrong shape or a singular affine with an ``IndexError`` or nibabel's
   ``HeaderDataError`` naming no argument.
+- :func:`~monai_unc.report.plots.slice_of_highest_uncertainty` chose the first slice holding a NaN voxel (its sum NaN,
+  which ``argmax`` takes): slice 1 of sum 0 instead of slice 4 of sum 36.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 
 from monai_unc.report.markup import el
+from monai_unc.report.plots import slice_of_highest_uncertainty
 from monai_unc.report.viewer import case_viewer
 
 PAYLOAD = "<script>parent.document.title='PWNED'</script>"
@@ -62,3 +65,16 @@ def test_a_2d_case_may_give_three_spacings():
     seg, u = _viewer_case()
     data = case_viewer("c", seg[..., 3], u[..., 3], spacing=(0.5, 2.0, 7.0))
     assert np.allclose(np.asarray(data["world_to_voxel"])[:, :3], np.diag([2.0, 0.5, 1.0]))
+
+
+def test_a_nan_voxel_does_not_choose_its_slice():
+    u = np.zeros((6, 6, 6))
+    u[..., 4] = 1.0
+    u[0, 0, 1] = np.nan
+    # the reference: the slice sums with NaN voxels counted as 0
+    want = int(np.argmax(np.where(np.isnan(u), 0.0, u).sum(axis=(0, 1))))
+    assert want == 4
+    assert slice_of_highest_uncertainty(u, 2) == want
+    assert slice_of_highest_uncertainty(u, 2, mask=np.ones(u.shape, bool)) == want
+    u[1, 1, 2], u[2, 2, 2] = np.inf, -np.inf  # a slice whose sum is undefined is not the hottest
+    assert slice_of_highest_uncertainty(u, 2) == 4
