@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
-from .._utils import case_pair, label_text
+from .._utils import case_pair, check_integer, label_text
 from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
@@ -215,13 +215,14 @@ def plot_uncertainty_histograms(
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: ``scores`` and ``dice`` not 1-D of one value per case.
+        ValueError: ``scores`` and ``dice`` not 1-D of one value per case, or ``bins`` not a positive integer.
 
     Example:
         >>> fig = plot_uncertainty_histograms(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), 0.5)
         >>> fig.axes[0].get_ylabel()
         'cases'
     """
+    bins = check_integer(bins, "bins")  # found by hostile testing: True drew one bin, 2.5 failed in numpy
     scores = np.asarray(scores, dtype=np.float64)
     dice = np.asarray(dice, dtype=np.float64)
     if scores.ndim != 1 or dice.shape != scores.shape:  # found by hostile testing: an IndexError of the masking

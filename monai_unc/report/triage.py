@@ -119,8 +119,8 @@ def plot_score_distribution(
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: ``accepted`` not one decision per new score, a calibration score that is not finite, or
-            ``n_undefined`` not a non-negative integer.
+        ValueError: ``accepted`` not one decision per new score, a calibration score that is not finite,
+            ``n_undefined`` not a non-negative integer, or ``bins`` not a positive integer.
 
     Example:
         >>> fig = plot_score_distribution([0.1, 0.2, 0.3, 0.4], [0.15, 0.5, float("nan")], [True, False, False], 0.3)
@@ -131,6 +131,8 @@ def plot_score_distribution(
     new = np.asarray(new_scores, dtype=np.float64)
     acc = np.asarray(accepted, dtype=bool)
     n_undefined = check_integer(n_undefined, "n_undefined", 0)
+    # found by hostile testing: bins=0 drew no calibration bar unsaid, -1 failed with an IndexError, True drew one bin
+    bins = check_integer(bins, "bins")
     # found by hostile testing: one decision for two new cases was broadcast ("new: accept (n=2)"), and a NaN
     # calibration score set the axis to the new cases only, the calibration cases' bars outside it
     if new.ndim != 1 or acc.shape != new.shape:

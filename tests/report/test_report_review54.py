@@ -10,6 +10,9 @@ inputs (each test failed before its fix).
   ``HeaderDataError`` naming no argument.
 - :func:`~monai_unc.report.plots.slice_of_highest_uncertainty` chose the first slice holding a NaN voxel (its sum NaN,
   which ``argmax`` takes): slice 1 of sum 0 instead of slice 4 of sum 36.
+- The score histograms took any ``bins``: :func:`~monai_unc.report.triage.plot_score_distribution` drew no calibration
+  bar for ``bins=0`` and failed with an ``IndexError`` for ``-1``; both plots drew one bin for ``True`` and failed in
+  numpy for ``2.5``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import numpy as np
 import pytest
 
 from monai_unc.report.markup import el
-from monai_unc.report.plots import slice_of_highest_uncertainty
+from monai_unc.report.plots import plot_uncertainty_histograms, slice_of_highest_uncertainty
+from monai_unc.report.triage import plot_score_distribution
 from monai_unc.report.viewer import case_viewer
 
 PAYLOAD = "<script>parent.document.title='PWNED'</script>"
@@ -78,3 +82,20 @@ def test_a_nan_voxel_does_not_choose_its_slice():
     assert slice_of_highest_uncertainty(u, 2, mask=np.ones(u.shape, bool)) == want
     u[1, 1, 2], u[2, 2, 2] = np.inf, -np.inf  # a slice whose sum is undefined is not the hottest
     assert slice_of_highest_uncertainty(u, 2) == 4
+
+
+@pytest.mark.parametrize("bins", [0, -1, True, 2.5, "4"])
+@pytest.mark.parametrize("plot", [
+    lambda bins: plot_uncertainty_histograms(np.array([0.1, 0.2, 0.3]), np.array([0.9, 0.2, 0.8]), 0.5, bins=bins),
+    lambda bins: plot_score_distribution([0.1, 0.2, 0.3], [0.15], [True], 0.25, bins=bins),
+])
+def test_score_histograms_refuse_a_bin_count_that_is_not_a_positive_integer(plot, bins):
+    with pytest.raises(ValueError, match="^bins must be a positive integer"):
+        plot(bins)
+
+
+def test_score_histograms_take_numpy_integers():
+    fig = plot_score_distribution([0.1, 0.2, 0.3], [0.15], [True], 0.25, bins=np.int64(5))
+    assert len(fig.axes[0].patches) >= 5
+    fig = plot_uncertainty_histograms(np.array([0.1, 0.2, 0.3]), np.array([0.9, 0.2, 0.8]), 0.5, bins=np.int64(5))
+    assert fig.axes[0].get_ylabel() == "cases"
