@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
-from .._utils import case_pair, check_integer, label_text
+from .._utils import case_pair, check_integer, label_text, normalize_spacing
 from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
@@ -522,8 +522,10 @@ def plot_case_overlay(
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: an overlay whose mask has another shape than ``seg``, or an ``affine`` that is not a finite
-            4 x 4 matrix.
+        ValueError: a ``seg`` that is not 2-D or 3-D, a ``label``, ``uncertainty``, ``image`` (its first channel) or
+            overlay mask of another shape than ``seg``, a ``spacing`` that is not one positive finite size per axis (a
+            2-D case may give three), ``axes`` that are not 0, 1 or 2, or an ``affine`` that is not a finite 4 x 4
+            matrix.
 
     Example:
         >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
@@ -534,12 +536,24 @@ def plot_case_overlay(
     """
     overlays = list(overlays)
     seg = np.asarray(seg)
+    # found by hostile testing: volumes of other shapes, a spacing of too few or non-positive sizes and axes other
+    # than 0, 1, 2 failed in numpy or matplotlib (AxisError, IndexError, ZeroDivisionError) naming no argument
+    if seg.ndim not in (2, 3):
+        raise ValueError(f"seg must be a 2-D or 3-D label map, got shape {seg.shape}")
     for o in overlays:
         if np.shape(o.mask) != seg.shape:
             raise ValueError(f"overlays: {o.label!r} has shape {np.shape(o.mask)}, seg {seg.shape}")
     if image is not None and np.ndim(image) == seg.ndim + 1:  # channel first: the first channel is shown
         image = np.asarray(image)[0]
-    spacing = tuple(float(s) for s in spacing)[: seg.ndim]
+    for name, a in (("label", label), ("uncertainty", uncertainty), ("image", image)):
+        if a is not None and np.shape(a) != seg.shape:
+            raise ValueError(f"{name} must have seg's shape {seg.shape}, got {np.shape(a)}")
+    axes = list(axes)
+    if not axes or any(isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)) or a not in (0, 1, 2)
+                       for a in axes):
+        raise ValueError(f"axes must name the axes to cut, each 0, 1 or 2, got {axes!r}")
+    spacing = normalize_spacing(tuple(spacing)[:2] if seg.ndim == 2 and np.size(spacing) == 3 else spacing, seg.ndim,
+                                "spacing")
     ornt = _to_ras(affine, seg.ndim) if affine is not None else None
     if seg.ndim == 2:  # a 2-D case: one slice, drawn as the plane it is
         flat = ornt[:, 0].astype(int).tolist() if ornt is not None else [0, 1]
@@ -577,7 +591,7 @@ def plot_case_overlay(
         err[(seg == 0) & (label > 0)] = 2  # false negative
         err[(seg > 0) & (label > 0) & (seg != label)] = 3  # wrong foreground class
     err_cmap = ListedColormap([(0, 0, 0, 0), (0.85, 0.15, 0.15, 0.9), (0.15, 0.35, 0.95, 0.9), (0.6, 0.2, 0.8, 0.9)])
-    titles = ("image", "prediction contour", measure.replace("_", " ")) + (("error map",) if labelled else ())
+    titles = ("image", "prediction contour", str(measure).replace("_", " ")) + (("error map",) if labelled else ())
     # every slice that cuts the reference foreground is a candidate: a small lesion away from the organ's widest
     # slices, where the uncertainty is, is shown
     slices = [slice_of_highest_uncertainty(uncertainty, axis, mask=reference > 0, min_fraction=0.0) for axis in axes]

@@ -13,6 +13,9 @@ inputs (each test failed before its fix).
 - The score histograms took any ``bins``: :func:`~monai_unc.report.triage.plot_score_distribution` drew no calibration
   bar for ``bins=0`` and failed with an ``IndexError`` for ``-1``; both plots drew one bin for ``True`` and failed in
   numpy for ``2.5``.
+- :func:`~monai_unc.report.plots.plot_case_overlay` (and the triage page's overlay) failed in numpy or matplotlib on a
+  label, uncertainty or image of another shape than the prediction (``AxisError``, ``TypeError``), a spacing of two
+  sizes for a volume (``IndexError``) or of a zero (``ZeroDivisionError``) and an axis 3 or -1, naming no argument.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 import pytest
 
 from monai_unc.report.markup import el
-from monai_unc.report.plots import plot_uncertainty_histograms, slice_of_highest_uncertainty
+from monai_unc.report.plots import plot_case_overlay, plot_uncertainty_histograms, slice_of_highest_uncertainty
 from monai_unc.report.triage import plot_score_distribution
 from monai_unc.report.viewer import case_viewer
 
@@ -99,3 +102,25 @@ def test_score_histograms_take_numpy_integers():
     assert len(fig.axes[0].patches) >= 5
     fig = plot_uncertainty_histograms(np.array([0.1, 0.2, 0.3]), np.array([0.9, 0.2, 0.8]), 0.5, bins=np.int64(5))
     assert fig.axes[0].get_ylabel() == "cases"
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"label": np.zeros((8, 8))}, "label"), ({"uncertainty": np.zeros((8, 8, 7))}, "uncertainty"),
+    ({"image": np.zeros((8, 8))}, "image"), ({"image": np.zeros((2, 8, 8, 7))}, "image"),
+    ({"spacing": (1.0, 1.0)}, "spacing"), ({"spacing": (0.0, 1.0, 1.0)}, "spacing"),
+    ({"spacing": (-1.0, 1.0, 1.0)}, "spacing"), ({"axes": (3,)}, "axes"), ({"axes": (-1,)}, "axes"),
+    ({"axes": (True,)}, "axes"), ({"axes": ()}, "axes"), ({"seg": np.zeros(8, np.int64)}, "seg"),
+])
+def test_case_overlay_refuses_bad_shapes_spacing_and_axes_naming_the_argument(kwargs, name):
+    seg, u = _viewer_case()
+    args = {"case_id": "c", "seg": seg, "label": seg, "uncertainty": u, **kwargs}
+    with pytest.raises(ValueError, match=f"^{name} must"):
+        plot_case_overlay(**args)
+
+
+def test_case_overlay_takes_numpy_axes_and_a_2d_case_with_three_spacings():
+    seg, u = _viewer_case()
+    fig = plot_case_overlay("c", seg, seg, u, spacing=(1.0, 1.0, 2.0), axes=(np.int64(2),), measure=None)
+    assert fig.axes[0].get_ylabel().startswith("axial ") and fig.axes[2].get_title() == "None"
+    fig = plot_case_overlay("c", seg[..., 3], seg[..., 3], u[..., 3], spacing=(1.0, 2.0, 5.0))
+    assert fig.axes[0].get_images()[0].axes.get_aspect() == 2.0
