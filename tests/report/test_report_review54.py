@@ -16,6 +16,8 @@ inputs (each test failed before its fix).
 - :func:`~monai_unc.report.plots.plot_case_overlay` (and the triage page's overlay) failed in numpy or matplotlib on a
   label, uncertainty or image of another shape than the prediction (``AxisError``, ``TypeError``), a spacing of two
   sizes for a volume (``IndexError``) or of a zero (``ZeroDivisionError``) and an axis 3 or -1, naming no argument.
+- :func:`~monai_unc.report.html.build_report` took ``n_cases=-1`` (figures of every case but the least uncertain) and
+  ``True`` (one case), which ``build_triage_page`` and ``--cases`` refuse.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from monai_unc.report.html import build_report
 from monai_unc.report.markup import el
 from monai_unc.report.plots import plot_case_overlay, plot_uncertainty_histograms, slice_of_highest_uncertainty
 from monai_unc.report.triage import plot_score_distribution
@@ -124,3 +127,10 @@ def test_case_overlay_takes_numpy_axes_and_a_2d_case_with_three_spacings():
     assert fig.axes[0].get_ylabel().startswith("axial ") and fig.axes[2].get_title() == "None"
     fig = plot_case_overlay("c", seg[..., 3], seg[..., 3], u[..., 3], spacing=(1.0, 2.0, 5.0))
     assert fig.axes[0].get_images()[0].axes.get_aspect() == 2.0
+
+
+@pytest.mark.parametrize("n_cases", [-1, True, 2.5, "2"])
+def test_build_report_refuses_a_case_count_that_is_not_a_non_negative_integer(tmp_path, n_cases):
+    with pytest.raises(ValueError, match="^n_cases must be a non-negative integer"):
+        build_report(tmp_path / "eval", tmp_path / "out", n_cases=n_cases)
+    assert not (tmp_path / "out").exists()  # refused before anything is written
