@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
-from .._utils import case_pair, check_integer, label_text, normalize_spacing
+from .._utils import case_pair, check_integer, is_real, label_text, normalize_spacing
 from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
@@ -143,7 +143,8 @@ def plot_referral_curve(
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: ``scores`` or ``dice`` not finite, empty or of different lengths (naming the argument).
+        ValueError: ``scores`` or ``dice`` not finite, empty or of different lengths (naming the argument), or
+            ``budget`` or the ``referral_fraction`` of ``risk_control`` not a number in [0, 1].
 
     Example:
         >>> fig = plot_referral_curve(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), budget=0.25)
@@ -151,6 +152,13 @@ def plot_referral_curve(
         'Referral curve'
     """
     scores, dice = case_pair(scores, dice, "dice")  # errors name this function's arguments
+    # found by hostile testing: budget=True was drawn as "budget 100%", 1.5 refused as "taus must be referral rates",
+    # naming no argument of this function, and a referral fraction of 1.5 drawn as "refer 150%" off the axis
+    rc_fraction = None if risk_control is None else risk_control.get("referral_fraction")
+    for name, frac, given in (("budget", budget, budget is not None),
+                              ("risk_control['referral_fraction']", rc_fraction, risk_control is not None)):
+        if given and not (is_real(frac) and 0.0 <= float(frac) <= 1.0):
+            raise ValueError(f"{name} must be a referral fraction in [0, 1], got {frac!r}")
     ours = referral_curve(scores, dice)
     oracle = referral_curve(1.0 - dice, dice)
     fig = _figure(5.2, 3.8)

@@ -18,6 +18,8 @@ inputs (each test failed before its fix).
   sizes for a volume (``IndexError``) or of a zero (``ZeroDivisionError``) and an axis 3 or -1, naming no argument.
 - :func:`~monai_unc.report.html.build_report` took ``n_cases=-1`` (figures of every case but the least uncertain) and
   ``True`` (one case), which ``build_triage_page`` and ``--cases`` refuse.
+- :func:`~monai_unc.report.plots.plot_referral_curve` drew ``budget=True`` as "budget 100%", refused 1.5 or NaN as
+  "taus must be referral rates" (no argument of it), and drew a risk-control referral fraction of 1.5 as "refer 150%".
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ import pytest
 
 from monai_unc.report.html import build_report
 from monai_unc.report.markup import el
-from monai_unc.report.plots import plot_case_overlay, plot_uncertainty_histograms, slice_of_highest_uncertainty
+from monai_unc.report.plots import (
+    plot_case_overlay,
+    plot_referral_curve,
+    plot_uncertainty_histograms,
+    slice_of_highest_uncertainty,
+)
 from monai_unc.report.triage import plot_score_distribution
 from monai_unc.report.viewer import case_viewer
 
@@ -134,3 +141,27 @@ def test_build_report_refuses_a_case_count_that_is_not_a_non_negative_integer(tm
     with pytest.raises(ValueError, match="^n_cases must be a non-negative integer"):
         build_report(tmp_path / "eval", tmp_path / "out", n_cases=n_cases)
     assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+SCORES, DICE = np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8])
+RC = {"feasible": True, "target_risk": 0.1, "delta": 0.1}
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"budget": True}, "budget"), ({"budget": 1.5}, "budget"), ({"budget": -0.1}, "budget"),
+    ({"budget": float("nan")}, "budget"), ({"budget": "0.2"}, "budget"),
+    ({"risk_control": {**RC, "referral_fraction": 1.5}}, "risk_control"),
+    ({"risk_control": {**RC, "referral_fraction": float("nan")}}, "risk_control"),
+    ({"risk_control": RC}, "risk_control"),
+])
+def test_referral_curve_refuses_a_fraction_outside_0_1_naming_it(kwargs, name):
+    with pytest.raises(ValueError, match=f"^{name}.* must be a referral fraction in \\[0, 1\\]"):
+        plot_referral_curve(SCORES, DICE, **kwargs)
+
+
+def test_referral_curve_marks_numpy_and_edge_fractions():
+    fig = plot_referral_curve(SCORES, DICE, budget=np.float32(0.25), risk_control={**RC, "referral_fraction": 1})
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    # the reference: the mean Dice of the three least uncertain cases (0.9, 0.6, 0.8)
+    assert any(t == f"budget 25%: Dice {np.mean([0.9, 0.6, 0.8]):.3f}" for t in labels), labels
+    assert labels[-1].endswith("refer 100%")
