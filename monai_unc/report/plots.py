@@ -223,7 +223,8 @@ def plot_uncertainty_histograms(
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: ``scores`` and ``dice`` not 1-D of one value per case, or ``bins`` not a positive integer.
+        ValueError: ``scores`` and ``dice`` not 1-D of one value per case, ``failure_dice`` not a number in [0, 1]
+            (as :class:`~monai_unc.evaluation.EvaluationConfig` takes it), or ``bins`` not a positive integer.
 
     Example:
         >>> fig = plot_uncertainty_histograms(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), 0.5)
@@ -231,6 +232,10 @@ def plot_uncertainty_histograms(
         'cases'
     """
     bins = check_integer(bins, "bins")  # found by hostile testing: True drew one bin, 2.5 failed in numpy
+    # found by hostile testing: failure_dice=True drew every case failed under "Dice < 1", NaN every case good under
+    # "Dice >= nan", and a text or None failed formatting the legend
+    if not (is_real(failure_dice) and 0.0 <= float(failure_dice) <= 1.0):
+        raise ValueError(f"failure_dice must be a Dice in [0, 1], got {failure_dice!r}")
     scores = np.asarray(scores, dtype=np.float64)
     dice = np.asarray(dice, dtype=np.float64)
     if scores.ndim != 1 or dice.shape != scores.shape:  # found by hostile testing: an IndexError of the masking

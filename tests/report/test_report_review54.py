@@ -20,6 +20,8 @@ inputs (each test failed before its fix).
   ``True`` (one case), which ``build_triage_page`` and ``--cases`` refuse.
 - :func:`~monai_unc.report.plots.plot_referral_curve` drew ``budget=True`` as "budget 100%", refused 1.5 or NaN as
   "taus must be referral rates" (no argument of it), and drew a risk-control referral fraction of 1.5 as "refer 150%".
+- :func:`~monai_unc.report.plots.plot_uncertainty_histograms` drew ``failure_dice=True`` as "failed: Dice < 1" (every
+  case failed) and NaN as "good: Dice >= nan" (every case good); a text or None failed formatting the legend.
 """
 
 from __future__ import annotations
@@ -165,3 +167,15 @@ def test_referral_curve_marks_numpy_and_edge_fractions():
     # the reference: the mean Dice of the three least uncertain cases (0.9, 0.6, 0.8)
     assert any(t == f"budget 25%: Dice {np.mean([0.9, 0.6, 0.8]):.3f}" for t in labels), labels
     assert labels[-1].endswith("refer 100%")
+
+
+@pytest.mark.parametrize("failure_dice", [True, float("nan"), 1.5, -0.1, "0.5", None])
+def test_histograms_refuse_a_failure_dice_that_is_not_a_dice(failure_dice):
+    with pytest.raises(ValueError, match="^failure_dice must be a Dice in \\[0, 1\\]"):
+        plot_uncertainty_histograms(SCORES, DICE, failure_dice)
+
+
+def test_histograms_count_the_failed_cases_as_the_summary_does():
+    fig = plot_uncertainty_histograms(SCORES, DICE, np.float32(0.6))
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["good: Dice >= 0.6 (n=3)", "failed: Dice < 0.6 (n=1)"]  # 0.6 recorded as float32 is not failed
