@@ -22,6 +22,8 @@ inputs (each test failed before its fix).
   "taus must be referral rates" (no argument of it), and drew a risk-control referral fraction of 1.5 as "refer 150%".
 - :func:`~monai_unc.report.plots.plot_uncertainty_histograms` drew ``failure_dice=True`` as "failed: Dice < 1" (every
   case failed) and NaN as "good: Dice >= nan" (every case good); a text or None failed formatting the legend.
+- :func:`~monai_unc.report.triage.plot_score_distribution` drew ``accepted=["yes", "no"]`` (or ``[0.5, 0.2]``) as two
+  accepted cases, ``threshold=True`` as "accept <= 1", and parsed text scores as numbers.
 """
 
 from __future__ import annotations
@@ -179,3 +181,26 @@ def test_histograms_count_the_failed_cases_as_the_summary_does():
     fig = plot_uncertainty_histograms(SCORES, DICE, np.float32(0.6))
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["good: Dice >= 0.6 (n=3)", "failed: Dice < 0.6 (n=1)"]  # 0.6 recorded as float32 is not failed
+
+
+@pytest.mark.parametrize("kwargs, error, name", [
+    ({"accepted": ["yes", "no"]}, ValueError, "accepted"), ({"accepted": [0.5, 0.2]}, ValueError, "accepted"),
+    ({"threshold": True}, ValueError, "threshold"), ({"threshold": float("nan")}, ValueError, "threshold"),
+    ({"threshold": "0.25"}, ValueError, "threshold"), ({"threshold": None}, ValueError, "threshold"),
+    ({"new_scores": ["0.15", "0.4"]}, TypeError, "new_scores"),
+    ({"calibration_scores": ["0.1", "0.2"]}, TypeError, "calibration_scores"),
+])
+def test_score_distribution_refuses_decisions_thresholds_and_scores_that_are_not_theirs(kwargs, error, name):
+    args = {"calibration_scores": [0.1, 0.2, 0.3], "new_scores": [0.15, 0.4], "accepted": [True, False],
+            "threshold": 0.25, **kwargs}
+    with pytest.raises(error, match=f"^{name} must"):
+        plot_score_distribution(**args)
+
+
+def test_score_distribution_draws_each_decision_where_it_is():
+    fig = plot_score_distribution([0.1, 0.2, 0.3], [0.15, 0.4, None], np.array([True, False, False]), -np.inf)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "new: accept (n=1)" in labels and "new: review (n=1)" in labels  # the undefined score is not drawn
+    assert not any(t.startswith("threshold") for t in labels)  # not certified: no line
+    marks = {c.get_label(): c.get_offsets()[:, 0].tolist() for c in fig.axes[0].collections if c.get_label()}
+    assert marks["new: accept (n=1)"] == [0.15] and marks["new: review (n=1)"] == [0.4]
