@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
-from .._utils import case_pair, check_integer, is_real, label_text, normalize_spacing
+from .._utils import case_pair, check_integer, is_real, label_text, normalize_spacing, real_array
 from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
@@ -225,6 +225,7 @@ def plot_uncertainty_histograms(
     Raises:
         ValueError: ``scores`` and ``dice`` not 1-D of one value per case, ``failure_dice`` not a number in [0, 1]
             (as :class:`~monai_unc.evaluation.EvaluationConfig` takes it), or ``bins`` not a positive integer.
+        TypeError: ``scores`` or ``dice`` not real numbers (text, complex).
 
     Example:
         >>> fig = plot_uncertainty_histograms(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), 0.5)
@@ -236,8 +237,9 @@ def plot_uncertainty_histograms(
     # "Dice >= nan", and a text or None failed formatting the legend
     if not (is_real(failure_dice) and 0.0 <= float(failure_dice) <= 1.0):
         raise ValueError(f"failure_dice must be a Dice in [0, 1], got {failure_dice!r}")
-    scores = np.asarray(scores, dtype=np.float64)
-    dice = np.asarray(dice, dtype=np.float64)
+    # found by hostile testing: text scores and Dice were parsed as numbers (the referral curve refuses them)
+    scores = real_array(np.asarray(scores), "scores", " (NaN: undefined)")
+    dice = real_array(np.asarray(dice), "dice")
     if scores.ndim != 1 or dice.shape != scores.shape:  # found by hostile testing: an IndexError of the masking
         raise ValueError(f"scores and dice must be 1-D with one value per case, got shapes {scores.shape} and "
                          f"{dice.shape}")
@@ -294,13 +296,14 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
 
     Raises:
         ValueError: ``shifts`` not one label per score.
+        TypeError: ``scores`` not real numbers (text, complex).
 
     Example:
         >>> fig = plot_scores_by_shift(np.array([0.1, 0.2, 0.7]), ["none", "none", "noise"], ["none"], "entropy")
         >>> [t.get_text() for t in fig.axes[0].get_xticklabels()]
         ['none', 'noise']
     """
-    scores = np.asarray(scores, dtype=np.float64)
+    scores = real_array(np.asarray(scores), "scores", " (NaN: undefined)")  # not text parsed as numbers
     shifts = list(shifts)
     if scores.ndim != 1 or len(shifts) != scores.size:  # found by hostile testing: extra labels were dropped unsaid
         raise ValueError(f"shifts must give one label per score, got {len(shifts)} labels for scores of shape "

@@ -24,6 +24,8 @@ inputs (each test failed before its fix).
   case failed) and NaN as "good: Dice >= nan" (every case good); a text or None failed formatting the legend.
 - :func:`~monai_unc.report.triage.plot_score_distribution` drew ``accepted=["yes", "no"]`` (or ``[0.5, 0.2]``) as two
   accepted cases, ``threshold=True`` as "accept <= 1", and parsed text scores as numbers.
+- :func:`~monai_unc.report.plots.plot_uncertainty_histograms` and :func:`~monai_unc.report.plots.plot_scores_by_shift`
+  parsed text scores (and Dice) as numbers, which the referral curve beside them refuses.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from monai_unc.report.markup import el
 from monai_unc.report.plots import (
     plot_case_overlay,
     plot_referral_curve,
+    plot_scores_by_shift,
     plot_uncertainty_histograms,
     slice_of_highest_uncertainty,
 )
@@ -204,3 +207,14 @@ def test_score_distribution_draws_each_decision_where_it_is():
     assert not any(t.startswith("threshold") for t in labels)  # not certified: no line
     marks = {c.get_label(): c.get_offsets()[:, 0].tolist() for c in fig.axes[0].collections if c.get_label()}
     assert marks["new: accept (n=1)"] == [0.15] and marks["new: review (n=1)"] == [0.4]
+
+
+@pytest.mark.parametrize("plot, name", [
+    (lambda: plot_uncertainty_histograms(["0.1", "0.2"], [0.9, 0.1], 0.5), "scores"),
+    (lambda: plot_uncertainty_histograms([0.1, 0.2], ["0.9", "0.1"], 0.5), "dice"),
+    (lambda: plot_scores_by_shift(["0.1", "0.2"], ["a", "b"], ["none"], "s"), "scores"),
+    (lambda: plot_scores_by_shift([0.1, 0.2j], ["a", "b"], ["none"], "s"), "scores"),
+])
+def test_score_plots_refuse_text_scores_as_the_referral_curve_does(plot, name):
+    with pytest.raises(TypeError, match=f"^{name} must hold real numbers"):
+        plot()
