@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from .._utils import check_integer
 from ..evaluation import (
     IID_SHIFTS,
     CohortState,
@@ -939,9 +940,12 @@ def build_report(
 
     Raises:
         FileNotFoundError: ``images`` is given but is no folder (before anything is written).
-        ValueError: ``<output>/figures`` is a symbolic link (:func:`monai_unc.io.owned_folder`), or another run holds
-            the report folder (another report: one at a time per folder, :func:`monai_unc.io.output_lock`).
+        ValueError: ``n_cases`` is not a non-negative integer, ``<output>/figures`` is a symbolic link
+            (:func:`monai_unc.io.owned_folder`), or another run holds the report folder (another report: one at a time
+            per folder, :func:`monai_unc.io.output_lock`).
     """
+    # found by hostile testing: n_cases=-1 drew every case but the least uncertain, True one case, unsaid
+    n_cases = check_integer(n_cases, "n_cases", 0)
     evaluation = Path(evaluation)
     out_dir = Path(output) if output is not None else evaluation / "report"
     if images is not None:

@@ -3,8 +3,10 @@
 A page is built from :class:`Markup` fragments only, and a fragment can be made in four ways:
 
 - :func:`el`: one element; its children that are not already :class:`Markup` are escaped as text, every attribute
-  value is escaped, ``on*`` event attributes are refused and ``href`` / ``src`` must be relative file paths or
-  ``data:`` images / CSV (:func:`check_url`: never ``javascript:`` or another scheme);
+  value is escaped, ``on*`` event attributes and ``srcdoc`` (a document the browser parses, escaped or not) are
+  refused, so are the SVG ``<animate>`` / ``<set>`` elements (they set another attribute to any value), and ``href``
+  / ``src`` must be relative file paths or ``data:`` images / CSV (:func:`check_url`: never ``javascript:`` or another
+  scheme);
 - :func:`frag`: a concatenation, escaping every part that is not already :class:`Markup`;
 - :func:`raw_text_element`: a ``<style>`` or ``<script>`` element whose text cannot close it (refuses ``</`` and
   ``<!--``); :func:`json_script` (data for a script, as JSON that cannot close its element) and :func:`script_file`
@@ -133,6 +135,10 @@ _ATTRIBUTE = re.compile(r"[a-z][a-z0-9-]*\Z")
 _VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
                    "wbr"})
 _RAW_TEXT = frozenset({"script", "style"})
+#: SVG animation elements: they set another attribute of their parent (an ``href`` included) to any value, unchecked
+_ANIMATION = frozenset({"animate", "set"})
+#: attributes whose value the browser reads as a document: escaped text becomes markup again (``iframe srcdoc``)
+_DOCUMENT_ATTRIBUTES = frozenset({"srcdoc"})
 _URL_ATTRIBUTES = frozenset({"href", "src", "action", "formaction", "poster", "srcset"})
 _DATA_URL = re.compile(r"data:(?:image/(?:png|jpeg|gif|webp)|text/csv);base64,[A-Za-z0-9+/]*={0,2}\Z")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
@@ -183,6 +189,8 @@ def _attribute(key: str, value: Any) -> str:
         raise ValueError(f"invalid attribute name {key!r}")
     if name.startswith("on"):
         raise ValueError(f"event handler attributes are not allowed in a page, got {name!r}")
+    if name in _DOCUMENT_ATTRIBUTES:  # found by hostile testing: the browser parses the unescaped value as HTML
+        raise ValueError(f"{name!r} holds a document, which the browser parses as HTML: not allowed in a page")
     if value is True:
         return f" {name}"
     text = str(value)
@@ -196,19 +204,20 @@ def el(tag: str, *children: Any, **attributes: Any) -> Markup:
 
     Args:
         tag: the element name (lower case letters and digits; not ``script`` or ``style``: see
-            :func:`raw_text_element`).
+            :func:`raw_text_element`; not the SVG animations ``animate`` or ``set``).
         children: its content; every child that is not :class:`Markup` is escaped as text; ``None`` children are
             left out. A void element (``img``, ``meta``, ...) takes none.
         attributes: its attributes in order: ``class_`` is ``class`` and ``_`` becomes ``-`` (``data_case`` is
             ``data-case``); values are escaped, ``None`` or ``False`` leaves the attribute out and ``True`` writes it
-            without a value. ``on*`` attributes are refused, ``href`` and ``src`` checked with :func:`check_url`.
+            without a value. ``on*`` and ``srcdoc`` attributes are refused, ``href`` and ``src`` checked with
+            :func:`check_url`.
 
     Returns:
         The element as :class:`Markup`.
 
     Raises:
-        ValueError: for an invalid tag or attribute name, an event attribute, a refused URL, or children of a void
-            element.
+        ValueError: for an invalid or refused tag or attribute name, an event attribute, a refused URL, or children of
+            a void element.
 
     Example:
         >>> from monai_unc.report.markup import el
@@ -217,6 +226,8 @@ def el(tag: str, *children: Any, **attributes: Any) -> Markup:
     """
     if not _TAG.match(tag) or tag in _RAW_TEXT:
         raise ValueError(f"invalid element {tag!r}" + (": use raw_text_element" if tag in _RAW_TEXT else ""))
+    if tag in _ANIMATION:  # found by hostile testing: <animate attributename="href" values="javascript:...">
+        raise ValueError(f"<{tag}> sets another attribute (an href included) to any value: not allowed in a page")
     attrs = "".join(_attribute(k, v) for k, v in attributes.items() if v is not None and v is not False)
     if tag in _VOID:
         if any(c is not None for c in children):

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
-from .._utils import case_pair, label_text
+from .._utils import case_pair, check_integer, is_real, label_text, normalize_spacing, real_array
 from ..evaluation import dice_failed
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
@@ -143,7 +143,8 @@ def plot_referral_curve(
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: ``scores`` or ``dice`` not finite, empty or of different lengths (naming the argument).
+        ValueError: ``scores`` or ``dice`` not finite, empty or of different lengths (naming the argument), or
+            ``budget`` or the ``referral_fraction`` of ``risk_control`` not a number in [0, 1].
 
     Example:
         >>> fig = plot_referral_curve(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), budget=0.25)
@@ -151,6 +152,13 @@ def plot_referral_curve(
         'Referral curve'
     """
     scores, dice = case_pair(scores, dice, "dice")  # errors name this function's arguments
+    # found by hostile testing: budget=True was drawn as "budget 100%", 1.5 refused as "taus must be referral rates",
+    # naming no argument of this function, and a referral fraction of 1.5 drawn as "refer 150%" off the axis
+    rc_fraction = None if risk_control is None else risk_control.get("referral_fraction")
+    for name, frac, given in (("budget", budget, budget is not None),
+                              ("risk_control['referral_fraction']", rc_fraction, risk_control is not None)):
+        if given and not (is_real(frac) and 0.0 <= float(frac) <= 1.0):
+            raise ValueError(f"{name} must be a referral fraction in [0, 1], got {frac!r}")
     ours = referral_curve(scores, dice)
     oracle = referral_curve(1.0 - dice, dice)
     fig = _figure(5.2, 3.8)
@@ -215,15 +223,23 @@ def plot_uncertainty_histograms(
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: ``scores`` and ``dice`` not 1-D of one value per case.
+        ValueError: ``scores`` and ``dice`` not 1-D of one value per case, ``failure_dice`` not a number in [0, 1]
+            (as :class:`~monai_unc.evaluation.EvaluationConfig` takes it), or ``bins`` not a positive integer.
+        TypeError: ``scores`` or ``dice`` not real numbers (text, complex).
 
     Example:
         >>> fig = plot_uncertainty_histograms(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), 0.5)
         >>> fig.axes[0].get_ylabel()
         'cases'
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    dice = np.asarray(dice, dtype=np.float64)
+    bins = check_integer(bins, "bins")  # found by hostile testing: True drew one bin, 2.5 failed in numpy
+    # found by hostile testing: failure_dice=True drew every case failed under "Dice < 1", NaN every case good under
+    # "Dice >= nan", and a text or None failed formatting the legend
+    if not (is_real(failure_dice) and 0.0 <= float(failure_dice) <= 1.0):
+        raise ValueError(f"failure_dice must be a Dice in [0, 1], got {failure_dice!r}")
+    # found by hostile testing: text scores and Dice were parsed as numbers (the referral curve refuses them)
+    scores = real_array(np.asarray(scores), "scores", " (NaN: undefined)")
+    dice = real_array(np.asarray(dice), "dice")
     if scores.ndim != 1 or dice.shape != scores.shape:  # found by hostile testing: an IndexError of the masking
         raise ValueError(f"scores and dice must be 1-D with one value per case, got shapes {scores.shape} and "
                          f"{dice.shape}")
@@ -280,13 +296,14 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
 
     Raises:
         ValueError: ``shifts`` not one label per score.
+        TypeError: ``scores`` not real numbers (text, complex).
 
     Example:
         >>> fig = plot_scores_by_shift(np.array([0.1, 0.2, 0.7]), ["none", "none", "noise"], ["none"], "entropy")
         >>> [t.get_text() for t in fig.axes[0].get_xticklabels()]
         ['none', 'noise']
     """
-    scores = np.asarray(scores, dtype=np.float64)
+    scores = real_array(np.asarray(scores), "scores", " (NaN: undefined)")  # not text parsed as numbers
     shifts = list(shifts)
     if scores.ndim != 1 or len(shifts) != scores.size:  # found by hostile testing: extra labels were dropped unsaid
         raise ValueError(f"shifts must give one label per score, got {len(shifts)} labels for scores of shape "
@@ -384,7 +401,8 @@ def slice_of_highest_uncertainty(
 
     With a ``mask`` (e.g. the reference foreground) only slices that cut the mask and whose mask area is at least
     ``min_fraction`` of the largest mask area along ``axis`` are candidates, so that the chosen slices show the
-    anatomy rather than background far from it; an empty mask leaves every slice a candidate.
+    anatomy rather than background far from it; an empty mask leaves every slice a candidate. A NaN voxel (no value)
+    adds nothing to its slice's sum, as the viewer draws it as the lowest value.
 
     Args:
         u: the uncertainty map, e.g. ``(X, Y, Z)``.
@@ -404,7 +422,11 @@ def slice_of_highest_uncertainty(
     """
     u = np.asarray(u, dtype=np.float64)
     other = tuple(a for a in range(u.ndim) if a != axis)
-    totals = u.sum(axis=other)
+    # found by hostile testing: one NaN voxel made its slice's sum NaN, which argmax takes first: the slice of a NaN
+    # (sum 0 else) was shown instead of one of sum 36; a sum still NaN (inf - inf) is never chosen
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, never chosen
+        totals = np.nansum(u, axis=other)
+    totals[np.isnan(totals)] = -np.inf
     if mask is not None:
         area = np.asarray(mask, dtype=bool).sum(axis=other)
         if area.max() > 0:
@@ -516,8 +538,10 @@ def plot_case_overlay(
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: an overlay whose mask has another shape than ``seg``, or an ``affine`` that is not a finite
-            4 x 4 matrix.
+        ValueError: a ``seg`` that is not 2-D or 3-D, a ``label``, ``uncertainty``, ``image`` (its first channel) or
+            overlay mask of another shape than ``seg``, a ``spacing`` that is not one positive finite size per axis (a
+            2-D case may give three), ``axes`` that are not 0, 1 or 2, or an ``affine`` that is not a finite 4 x 4
+            matrix.
 
     Example:
         >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
@@ -528,12 +552,24 @@ def plot_case_overlay(
     """
     overlays = list(overlays)
     seg = np.asarray(seg)
+    # found by hostile testing: volumes of other shapes, a spacing of too few or non-positive sizes and axes other
+    # than 0, 1, 2 failed in numpy or matplotlib (AxisError, IndexError, ZeroDivisionError) naming no argument
+    if seg.ndim not in (2, 3):
+        raise ValueError(f"seg must be a 2-D or 3-D label map, got shape {seg.shape}")
     for o in overlays:
         if np.shape(o.mask) != seg.shape:
             raise ValueError(f"overlays: {o.label!r} has shape {np.shape(o.mask)}, seg {seg.shape}")
     if image is not None and np.ndim(image) == seg.ndim + 1:  # channel first: the first channel is shown
         image = np.asarray(image)[0]
-    spacing = tuple(float(s) for s in spacing)[: seg.ndim]
+    for name, a in (("label", label), ("uncertainty", uncertainty), ("image", image)):
+        if a is not None and np.shape(a) != seg.shape:
+            raise ValueError(f"{name} must have seg's shape {seg.shape}, got {np.shape(a)}")
+    axes = list(axes)
+    if not axes or any(isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)) or a not in (0, 1, 2)
+                       for a in axes):
+        raise ValueError(f"axes must name the axes to cut, each 0, 1 or 2, got {axes!r}")
+    spacing = normalize_spacing(tuple(spacing)[:2] if seg.ndim == 2 and np.size(spacing) == 3 else spacing, seg.ndim,
+                                "spacing")
     ornt = _to_ras(affine, seg.ndim) if affine is not None else None
     if seg.ndim == 2:  # a 2-D case: one slice, drawn as the plane it is
         flat = ornt[:, 0].astype(int).tolist() if ornt is not None else [0, 1]
@@ -571,7 +607,7 @@ def plot_case_overlay(
         err[(seg == 0) & (label > 0)] = 2  # false negative
         err[(seg > 0) & (label > 0) & (seg != label)] = 3  # wrong foreground class
     err_cmap = ListedColormap([(0, 0, 0, 0), (0.85, 0.15, 0.15, 0.9), (0.15, 0.35, 0.95, 0.9), (0.6, 0.2, 0.8, 0.9)])
-    titles = ("image", "prediction contour", measure.replace("_", " ")) + (("error map",) if labelled else ())
+    titles = ("image", "prediction contour", str(measure).replace("_", " ")) + (("error map",) if labelled else ())
     # every slice that cuts the reference foreground is a candidate: a small lesion away from the organ's widest
     # slices, where the uncertainty is, is shown
     slices = [slice_of_highest_uncertainty(uncertainty, axis, mask=reference > 0, min_fraction=0.0) for axis in axes]

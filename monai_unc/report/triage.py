@@ -41,7 +41,7 @@ from urllib.parse import quote
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
-from .._utils import check_integer, is_count, is_finite_real, is_text_list
+from .._utils import check_integer, is_count, is_finite_real, is_real, is_text_list, real_array
 from ..evaluation import triage_order
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
@@ -107,9 +107,10 @@ def plot_score_distribution(
 
     Args:
         calibration_scores: the calibration cases' scores.
-        new_scores: the new cases' scores (NaN: undefined).
-        accepted: one decision per new case.
-        threshold: the rule's certified threshold.
+        new_scores: the new cases' scores (NaN or None: undefined).
+        accepted: one decision per new case, a boolean (True: accepted).
+        threshold: the rule's certified threshold (``inf``: every score in the range accepted, ``-inf``: none; no
+            line is drawn for either).
         score_name: the x-axis label.
         bins: the histogram's bins.
         n_undefined: the calibration cases without a defined score (the rule's ``n_undefined``): not on the score
@@ -119,18 +120,30 @@ def plot_score_distribution(
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: ``accepted`` not one decision per new score, a calibration score that is not finite, or
-            ``n_undefined`` not a non-negative integer.
+        ValueError: ``accepted`` not one boolean decision per new score, a calibration score that is not finite, a
+            ``threshold`` that is not a number (NaN, a bool or text), ``n_undefined`` not a non-negative integer, or
+            ``bins`` not a positive integer.
+        TypeError: scores that are not real numbers (text).
 
     Example:
         >>> fig = plot_score_distribution([0.1, 0.2, 0.3, 0.4], [0.15, 0.5, float("nan")], [True, False, False], 0.3)
         >>> len(fig.axes)
         1
     """
-    cal = np.asarray(calibration_scores, dtype=np.float64)
-    new = np.asarray(new_scores, dtype=np.float64)
-    acc = np.asarray(accepted, dtype=bool)
+    # found by hostile testing: accepted=["yes", "no"] (or [0.5, 0.2]) drew both cases accepted, threshold=True a line
+    # "accept <= 1", and text scores were parsed as numbers
+    cal = real_array(np.asarray(calibration_scores), "calibration_scores")
+    new = real_array(np.asarray(new_scores), "new_scores", " (None or NaN: undefined)")
+    acc = np.asarray(accepted)
+    if acc.size and acc.dtype.kind != "b":
+        raise ValueError(f"accepted must hold one boolean decision per new score (True: accepted), got dtype "
+                         f"{acc.dtype}")
+    acc = acc.astype(bool)
+    if not is_real(threshold) or math.isnan(threshold):
+        raise ValueError(f"threshold must be a number (inf: every score accepted, -inf: none), got {threshold!r}")
     n_undefined = check_integer(n_undefined, "n_undefined", 0)
+    # found by hostile testing: bins=0 drew no calibration bar unsaid, -1 failed with an IndexError, True drew one bin
+    bins = check_integer(bins, "bins")
     # found by hostile testing: one decision for two new cases was broadcast ("new: accept (n=2)"), and a NaN
     # calibration score set the axis to the new cases only, the calibration cases' bars outside it
     if new.ndim != 1 or acc.shape != new.shape:

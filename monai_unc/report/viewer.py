@@ -35,6 +35,7 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
+from .._utils import check_integer, normalize_spacing
 from ..io import atomic_copy, file_sha256
 from ..keys import ENTROPY_MEASURES
 from .markup import Markup, el, frag, json_script, script_file
@@ -122,6 +123,18 @@ def measure_unit(measure: str) -> str:
     return "nats" if measure in ENTROPY_MEASURES else ""
 
 
+def _check_affine(affine: Any) -> np.ndarray:
+    """``affine`` as a float64 4 x 4 matrix, refused (naming it) unless finite with three independent axes."""
+    try:
+        a = np.asarray(affine, dtype=np.float64)
+    except (TypeError, ValueError):
+        a = None
+    if a is None or a.shape != (4, 4) or not np.isfinite(a).all() or not abs(np.linalg.det(a[:3, :3])) > 0:
+        raise ValueError("affine must be a finite 4 x 4 voxel-to-world matrix whose first three columns are "
+                         f"independent (mm), got {np.shape(affine) if a is None or a.shape != (4, 4) else a.tolist()}")
+    return a
+
+
 def _hex_rgb(color: str) -> tuple[int, int, int]:
     return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
 
@@ -184,7 +197,7 @@ def case_viewer(
         spacing: the voxel size in mm when there is no ``affine`` (default 1 mm).
         measure: the uncertainty's name (the overlay's name in the viewer).
         budget_bytes: the most base64 bytes the volumes may take (default :data:`CASE_BUDGET_BYTES`).
-        margin: voxels kept around the foreground's bounding box.
+        margin: voxels kept around the foreground's bounding box (a non-negative integer).
         class_names: the class names indexed by label value (``class_names[0]`` the background), as in
             ``summary.json``'s ``class_names``; the prediction's legend shows them. Default (or a name that is
             only digits): ``class 1``, ``class 2``, ... after the label values.
@@ -209,7 +222,10 @@ def case_viewer(
 
     Raises:
         ValueError: for volumes that are not 2D or 3D or differ in shape, a ``seg`` of non-integer values or with more
-            than 65535 different labels in the crop, or a budget too small for even the coarsest subsampling.
+            than 65535 different labels in the crop, an ``affine`` that is not a finite 4 x 4 matrix of independent
+            axes, a ``spacing`` that is not one positive finite size per axis, a ``budget_bytes`` or ``margin`` that is
+            not a positive / non-negative integer (numpy integers accepted, bools not), or a budget too small for even
+            the coarsest subsampling.
 
     Example:
         >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
@@ -229,15 +245,20 @@ def case_viewer(
         img = img[0] if img.ndim == seg.ndim + 1 else img
         if img.shape != seg.shape:
             raise ValueError(f"image must have the prediction's shape {seg.shape}, got {img.shape}")
+    # found by hostile testing: numpy integers were refused, a negative margin cropped the foreground away unsaid, and
+    # a spacing or affine of the wrong shape failed with an IndexError or nibabel's HeaderDataError
+    budget_bytes = check_integer(budget_bytes, "budget_bytes")
+    margin = check_integer(margin, "margin", 0)
+    if spacing is not None:  # a 2-D case may give its slice thickness too: only the plane's two sizes are used
+        spacing = normalize_spacing(tuple(spacing)[:2] if seg.ndim == 2 and np.size(spacing) == 3 else spacing,
+                                    seg.ndim, "spacing")
     if seg.ndim == 2:  # a 2-D case: one slice of a volume (the affine's third column is its normal)
         seg, u, img = seg[..., None], u[..., None], None if img is None else img[..., None]
         if spacing is not None:
             spacing = (*spacing[:2], 1.0)
     if affine is None:
         affine = np.diag([*(float(s) for s in (spacing or (1.0, 1.0, 1.0))), 1.0])
-    affine = np.asarray(affine, dtype=np.float64)
-    if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
-        raise ValueError(f"budget_bytes must be a positive integer, got {budget_bytes!r}")
+    affine = _check_affine(affine)
     finite = np.isfinite(u)  # the range of the finite values, without a copy of them
     any_finite = bool(finite.any())
     u_lo, u_hi = ((float(u.min(where=finite, initial=np.inf)), float(u.max(where=finite, initial=-np.inf)))
