@@ -477,6 +477,29 @@ class Trust:
     keys: tuple[str, ...] = ()
     allow_unsigned: bool = False
 
+    def __post_init__(self) -> None:
+        """Refuse fields of the wrong type.
+
+        Found by hostile testing: ``allow_unsigned="no"`` accepted an unsigned rule, and ``keys="k.pub"`` was read
+        one character at a time.
+
+        Raises:
+            TypeError: naming the field.
+        """
+        _check_key_entries(self.keys, "keys")
+        if not isinstance(self.allow_unsigned, bool):
+            raise TypeError(f"allow_unsigned must be True or False, got {self.allow_unsigned!r:.80}")
+
+
+def _check_key_entries(entries: Any, name: str) -> None:
+    """Refuse ``entries`` that are not a list or tuple of key files or folders (``str`` or path objects).
+
+    One path given alone (a string, a :class:`~pathlib.Path`) is a ``TypeError`` naming ``name``: a string was
+    iterated one character at a time.
+    """
+    if not isinstance(entries, (list, tuple)) or not all(isinstance(e, (str, os.PathLike)) for e in entries):
+        raise TypeError(f"{name} must be a list of key files or folders, got {entries!r:.80}")
+
 
 def _key_files(entries: Iterable[str | os.PathLike], what: str) -> list[Path]:
     out = []
@@ -558,7 +581,11 @@ def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tu
         ``{fingerprint: (key, file)}``; a refusal (a key file that is missing or no public key, a location others can
         write) is marked with the parameter ``trusted_keys`` (:func:`monai_unc._utils.parameter_error`), so that the
         command line says ``--trusted-keys``, not the option of the rule file whose signature was being checked.
+
+    Raises:
+        TypeError: ``extra`` is not a list or tuple of key files or folders (one path alone, naming ``trusted_keys``).
     """
+    _check_key_entries(extra, "trusted_keys")
     with refusing("trusted_keys"):
         return _trusted_public_keys(extra)
 
