@@ -130,14 +130,15 @@ class ImageReference:
 
         Args:
             stats: ``(N, 5 C)`` statistics of ``N >= 1`` calibration images with ``C`` channels, finite.
-            z_max: the largest robust z-score of an accepted case.
+            z_max: the largest robust z-score of an accepted case (a positive finite number; numpy scalars too).
 
         Returns:
             The reference: per statistic the median and ``max(1.4826 MAD, 0.02 R_c, 1e-12)`` (class docstring), with
             ``stats`` as its :attr:`statistics`.
 
         Raises:
-            ValueError: ``stats`` has the wrong shape or non-finite values, or ``z_max`` is not positive.
+            ValueError: ``stats`` has the wrong shape or non-finite values, or ``z_max`` is not a positive finite
+                number.
         """
         s = np.asarray(stats, dtype=np.float64)
         n_f = len(IMAGE_FEATURES)
@@ -145,8 +146,9 @@ class ImageReference:
             raise ValueError(f"stats must be (N, {n_f} C) rows of image_statistics with N >= 1, got shape {s.shape}")
         if not np.isfinite(s).all():
             raise ValueError("stats must be finite")
-        if isinstance(z_max, bool) or not isinstance(z_max, (int, float)) or not z_max > 0:
-            raise ValueError(f"z_max must be a positive number, got {z_max!r}")
+        # finite: a rule file writes an infinite z_max as null, which no reader takes (found by hostile testing)
+        if not is_finite_real(z_max) or not z_max > 0:
+            raise ValueError(f"z_max must be a positive finite number, got {z_max!r}")
         med, scale = _location_scale(s)
         return cls(image_feature_names(s.shape[1] // n_f), tuple(float(v) for v in med),
                    tuple(float(v) for v in scale), int(s.shape[0]), float(z_max),

@@ -1,0 +1,52 @@
+"""Hostile review 54 of the referral rule (monai_unc.evaluation.triage.rule): fields a rule (or its file) holds that
+were accepted although no rule ``evaluate`` certifies holds them, or that were written and then could not be read."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from monai_unc.evaluation.triage.rule import CalibrationRecord, ImageReference, ReferralRule
+from monai_unc.io import json_safe
+from monai_unc.metrics.risk_control import risk_controlled_threshold
+
+STATS = np.random.default_rng(0).normal(size=(12, 5)) * [1, 1, 0.1, 1, 1] + [100, 10, 0, 100, 120]
+
+
+def _rule(n: int = 12, **kw) -> ReferralRule:
+    """A rule certified (as certify_rule does) on ``n`` calibration cases."""
+    rng = np.random.default_rng(1)
+    scores = tuple(float(v) for v in rng.random(n))
+    dice = tuple(0.5 if rng.random() < 0.5 * s else 0.9 for s in scores)
+    risks = tuple(float(d < 0.8) for d in dice)
+    rec = CalibrationRecord(scores, dice, risks, expected_dice_estimate="class_mean")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        res = risk_controlled_threshold(np.array(scores), np.array(risks), 0.6, 0.3, n_candidates=rec.n_candidates)
+    return ReferralRule("predictive_entropy_fg_mean", res.threshold, res.feasible, 0.6, 0.3, "sgr", "failure", 0.8,
+                        tuple(sorted(scores)), tuple(f"c{i}" for i in range(n)), bound=res.bound,
+                        coverage=res.coverage, observed_risk=res.risk, n_candidates=res.n_candidates, num_classes=2,
+                        record=rec, **kw)
+
+
+def _doc(rule: ReferralRule) -> dict:
+    return json.loads(json.dumps(json_safe(rule.to_json())))
+
+
+# ------------------------------------------------------------------------------------------------ image z_max
+@pytest.mark.parametrize("z_max", [np.int64(4), np.float32(4.5), 4, 4.5])
+def test_image_z_max_takes_numpy_scalars(z_max):
+    ref = ImageReference.fit(STATS, z_max)
+    assert ref.z_max == float(z_max) and type(ref.z_max) is float
+    assert ImageReference.from_json(json_safe(ref.to_json())) == ref
+
+
+@pytest.mark.parametrize("z_max", [math.inf, math.nan, 0, -1.0, True, "5", None])
+def test_image_z_max_a_file_cannot_hold_is_refused_when_fitted(z_max):
+    """``z_max=inf`` was fitted and written (as null) and the rule could then not be read back."""
+    with pytest.raises(ValueError, match="z_max must be a positive finite number"):
+        ImageReference.fit(STATS, z_max)
