@@ -50,3 +50,21 @@ def test_image_z_max_a_file_cannot_hold_is_refused_when_fitted(z_max):
     """``z_max=inf`` was fitted and written (as null) and the rule could then not be read back."""
     with pytest.raises(ValueError, match="z_max must be a positive finite number"):
         ImageReference.fit(STATS, z_max)
+
+
+# ------------------------------------------------------------------------------------------------ apply's inputs
+def test_apply_refuses_text_and_complex_scores_naming_them():
+    """``apply(["0.2"])`` parsed the text and accepted the case, where ``accepted_by_threshold`` (the rule it applies)
+    refuses text; a complex score failed with Python's ``float() argument must be ...``, naming nothing."""
+    rule = _rule()
+    inside = float(np.mean(rule.calibration_scores[:2]))
+    assert rule.apply([inside])[0].code == "accepted"  # the premise: the number is accepted
+    for bad in ([str(inside)], np.array([str(inside)]), [complex(inside, 1.0)], [inside, "nan"]):
+        with pytest.raises(TypeError, match="scores must hold real numbers"):
+            rule.apply(bad)
+    ref = ImageReference.fit(STATS)
+    with_images = ReferralRule(**{**{f: getattr(rule, f) for f in rule.__dataclass_fields__}, "image_reference": ref})
+    with pytest.raises(TypeError, match="image_stats must hold real numbers"):
+        with_images.apply([inside], [[str(v) for v in STATS[0]]])
+    # None stands for an undefined score, and for a case without image statistics, as documented
+    assert [d.code for d in with_images.apply([inside, None], [STATS[0], None])] == ["accepted", "undefined_score"]

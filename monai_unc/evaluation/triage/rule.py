@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ... import __version__
-from ..._utils import check_text, is_finite_real
+from ..._utils import check_text, is_finite_real, real_array
 from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
@@ -1034,6 +1034,7 @@ class ReferralRule:
         Raises:
             ValueError: ``image_stats`` has another number of rows than ``scores``, or of statistics than the
                 image reference.
+            TypeError: ``scores`` or ``image_stats`` hold text, complex numbers or other objects (naming them).
 
         Example:
             >>> rule = ReferralRule("predictive_entropy_fg_mean", 0.3, True, 0.1, 0.1, "sgr", "failure", 0.8,
@@ -1041,12 +1042,14 @@ class ReferralRule:
             >>> [d.code for d in rule.apply([0.2, 0.35, float("nan"), 0.5])]
             ['accepted', 'above_threshold', 'undefined_score', 'outside_range']
         """
-        s = np.asarray(scores, dtype=np.float64).reshape(-1)
+        # checked before the cast: text was parsed and accepted, which accepted_by_threshold refuses (found by
+        # hostile testing)
+        s = real_array(np.asarray(scores), "scores").reshape(-1)
         ref = self.image_reference
         z = None
         if image_stats is not None and ref is not None:
             rows = [np.full(len(ref.features), np.nan) if r is None else r for r in image_stats]
-            stats = np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)
+            stats = real_array(np.asarray(rows), "image_stats").reshape(len(rows), -1)
             if stats.shape[0] != s.size:
                 raise ValueError(f"image_stats has {stats.shape[0]} rows for {s.size} scores")
             z = ref.z_scores(stats)
