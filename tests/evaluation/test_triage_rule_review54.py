@@ -68,3 +68,21 @@ def test_apply_refuses_text_and_complex_scores_naming_them():
         with_images.apply([inside], [[str(v) for v in STATS[0]]])
     # None stands for an undefined score, and for a case without image statistics, as documented
     assert [d.code for d in with_images.apply([inside, None], [STATS[0], None])] == ["accepted", "undefined_score"]
+
+
+# ------------------------------------------------------------------------------------------------ class names
+def test_class_names_that_give_one_column_are_refused():
+    """``evaluate`` refuses class names whose columns collide (``Left Atrium`` and ``left-atrium`` both give
+    ``expected_dice_left_atrium``), as the rule refuses such region names; a rule (or rule file) holding them was
+    taken, and ``triage`` wrote class 2's expected Dice (0.3623 on a toy case) under the column of class 1 (0.5591),
+    whose value was lost."""
+    rule = _rule()
+    fields = {f: getattr(rule, f) for f in rule.__dataclass_fields__}
+    with pytest.raises(ValueError, match="class_names: the names .* give the same column names"):
+        ReferralRule(**{**fields, "num_classes": 3, "class_names": ("background", "Left Atrium", "left-atrium")})
+    ok = ReferralRule(**{**fields, "num_classes": 3, "class_names": ("background", "Left Atrium", "Right Atrium")})
+    doc = _doc(ok)
+    assert ReferralRule.from_json(doc) == ok
+    doc["class_names"][2] = "left-atrium"
+    with pytest.raises(ValueError, match="class_names: the names .* give the same column names"):
+        ReferralRule.from_json(doc)

@@ -26,7 +26,7 @@ from ...metrics.risk_control import accepted_by_threshold, risk_controlled_thres
 from ...product import ThresholdText, format_cell, format_level, format_score, format_target, separating_digits
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, calibration_risks
-from ..config import region_suffix
+from ..config import region_suffix, slug
 from .images import IMAGE_CHANNEL_FILES, IMAGE_FEATURES, image_feature_names, parse_score_column
 
 #: file name of the rule in an evaluation folder
@@ -900,6 +900,12 @@ class ReferralRule:
         # characters) was written and then refused by triage (found by review)
         for i, n in enumerate(self.class_names or ()):
             check_text(n, f"class_names[{i}]")
+        # as EvaluationConfig refuses them: triage wrote one class's expected Dice over another's (found by hostile
+        # testing)
+        slugs = [slug(n) for n in self.class_names or ()]
+        if len(set(slugs)) != len(slugs):
+            raise ValueError(f"class_names: the names {list(self.class_names or ())} give the same column names "
+                             f"{slugs}")
         if self.regions is not None:
             if self.class_names is not None:
                 raise ValueError("class_names does not apply with regions: the regions name the channels")
