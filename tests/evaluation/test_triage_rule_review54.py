@@ -86,3 +86,43 @@ def test_class_names_that_give_one_column_are_refused():
     doc["class_names"][2] = "left-atrium"
     with pytest.raises(ValueError, match="class_names: the names .* give the same column names"):
         ReferralRule.from_json(doc)
+
+
+# ------------------------------------------------------------------------------------------------ rule file fields
+@pytest.mark.parametrize("edit", [
+    lambda cal: cal["cases"].__setitem__(0, 123),  # was read as the case "123"
+    lambda cal: cal["cases"].__setitem__(1, {"a": 1}),  # was read as the case "{'a': 1}"
+    lambda cal: cal["cases"].__setitem__(1, None),
+    lambda cal: cal["cases"].__setitem__(1, cal["cases"][0]),  # one case twice
+])
+def test_calibration_case_ids_must_be_distinct_strings(edit):
+    doc = _doc(_rule())
+    edit(doc["calibration"])
+    with pytest.raises(ValueError, match="calibration_cases must be distinct case ids"):
+        ReferralRule.from_json(doc)
+
+
+def test_a_rule_is_not_made_with_case_ids_it_writes_otherwise():
+    rule = _rule()
+    fields = {f: getattr(rule, f) for f in rule.__dataclass_fields__}
+    for cases in (("c0", "c0", *rule.calibration_cases[2:]), (0, *rule.calibration_cases[1:])):
+        with pytest.raises(ValueError, match="calibration_cases must be distinct case ids"):
+            ReferralRule(**{**fields, "calibration_cases": cases})
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda ir: ir["features"].__setitem__(0, "mean\x1b[2J"), r"features\[0\]"),  # reached reasons and terminals
+    (lambda ir: ir["features"].__setitem__(1, 2), r"features\[1\]"),  # was read as the statistic "2"
+    (lambda ir: ir.__setitem__("n_cases", -4), "n_cases"),
+    (lambda ir: ir.__setitem__("n_cases", 0), "n_cases"),
+])
+def test_image_reference_fields_without_recorded_statistics_are_checked(edit, field):
+    """A reference without ``calibration_statistics`` (rules written before they were recorded) is not recomputed:
+    its feature names and number of images were taken as written, any JSON value for a name."""
+    ref = ImageReference.fit(STATS)
+    d = json.loads(json.dumps(json_safe(ref.to_json())))
+    del d["calibration_statistics"]
+    assert ImageReference.from_json(d) == ImageReference(ref.features, ref.median, ref.scale, ref.n_cases, ref.z_max)
+    edit(d)
+    with pytest.raises(ValueError, match=field):
+        ImageReference.from_json(d)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,7 +254,8 @@ class ImageReference:
         """
         if not isinstance(d, Mapping):
             raise ValueError(f"{where} must be an object, got {type(d).__name__}")
-        feats = _field(d, "features", where, list)
+        # untrusted text: a name reaches the reasons, tables and terminals (found by hostile testing)
+        feats = [check_text(f, f"{where}.features[{i}]") for i, f in enumerate(_field(d, "features", where, list))]
         med = [_number(v, f"{where}.median") for v in _field(d, "median", where, list)]
         scale = [_number(v, f"{where}.scale") for v in _field(d, "scale", where, list)]
         if not (len(feats) == len(med) == len(scale)) or not feats:
@@ -264,6 +266,8 @@ class ImageReference:
         if z_max <= 0:
             raise ValueError(f"{where}.z_max must be positive, got {z_max}")
         n = _field(d, "n_cases", where, int)
+        if n < 1:
+            raise ValueError(f"{where}.n_cases must be a positive number of calibration images, got {n}")
         mode = d.get("channel_files", "first")  # rules written before every channel file was read
         if mode not in IMAGE_CHANNEL_FILES:
             raise ValueError(f"{where}.channel_files must be one of {IMAGE_CHANNEL_FILES}, got {mode!r}")
@@ -881,6 +885,12 @@ class ReferralRule:
         scores = np.asarray(self.calibration_scores, dtype=np.float64)
         if not np.isfinite(scores).all() or (np.diff(scores) < 0).any():
             raise ValueError("calibration_scores must be finite and sorted ascending")
+        cases = self.calibration_cases
+        # a file's number or object was read as a case id (its text), and one case could be listed twice (found by
+        # hostile testing)
+        odd = [c for c in cases if not isinstance(c, str)] or [c for c, k in Counter(cases).items() if k > 1]
+        if odd:
+            raise ValueError(f"calibration_cases must be distinct case ids (strings), got {odd[0]!r:.80}")
         if len(self.calibration_cases) != len(scores) + self.n_undefined or not self.calibration_cases:
             raise ValueError(f"calibration_cases lists {len(self.calibration_cases)} case(s), but there are "
                              f"{len(scores)} calibration score(s) and {self.n_undefined} undefined one(s)")
@@ -1220,7 +1230,7 @@ class ReferralRule:
                 failure_dice=_number(_field(d, "failure_dice", source), "failure_dice"),
                 calibration_scores=tuple(_number(v, "calibration.scores")
                                          for v in _field(cal, "scores", f"{source}: calibration", list)),
-                calibration_cases=tuple(str(c) for c in _field(cal, "cases", f"{source}: calibration", list)),
+                calibration_cases=tuple(_field(cal, "cases", f"{source}: calibration", list)),
                 bound=_number(cal.get("bound"), "calibration.bound", allow_null=True),
                 coverage=_number(cal.get("coverage"), "calibration.coverage", allow_null=True),
                 observed_risk=_number(cal.get("observed_risk"), "calibration.observed_risk", allow_null=True),
