@@ -36,3 +36,16 @@ def test_one_case_id_alone_is_refused_naming_cases(cohort, tmp_path, cases):
     assert [f.case_id for f in find_prediction_cases(cohort["predictions"], _rule(), cases=["toy000"])] == ["toy000"]
     assert [f.case_id for f in find_prediction_cases(cohort["predictions"], dataclasses.replace(_rule()),
                                                      cases=("toy001",))] == ["toy001"]
+
+
+@pytest.mark.parametrize("flag", ["no", "false", 0.0, None])
+def test_allow_mismatch_must_be_a_bool(cohort, tmp_path, flag):
+    """``allow_mismatch="no"`` (any truthy value) triaged predictions made otherwise than the rule's calibration
+    predictions, whose guarantee then does not hold for them."""
+    rule = dataclasses.replace(_rule(), fingerprint={"producer": "monai-unc infer", "num_samples": 8})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(TypeError, match="allow_mismatch must be True or False"):
+            run_triage(cohort["predictions"], rule, tmp_path / "out", allow_mismatch=flag)
+        with pytest.raises(ValueError, match="not made like the rule"):  # the premise: these predictions are a mismatch
+            run_triage(cohort["predictions"], rule, tmp_path / "out", allow_mismatch=False)

@@ -475,8 +475,11 @@ def run_triage(
             ``allow_mismatch``).
         CasesFailed: one or more cases failed (``failures.json`` is written instead of the triage files).
         ValueError: an output folder inside an input folder, or a rule file that does not verify.
-        TypeError: ``cases`` is one id, not a list of ids (:func:`find_prediction_cases`).
+        TypeError: ``cases`` is one id, not a list of ids (:func:`find_prediction_cases`), or ``allow_mismatch`` is
+            not a bool.
     """
+    if not isinstance(allow_mismatch, bool):  # found by hostile testing: "no" allowed a mismatch
+        raise TypeError(f"allow_mismatch must be True or False, got {allow_mismatch!r:.80}")
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
     rule_path = None if isinstance(rule, ReferralRule) else str(Path(rule).resolve())
