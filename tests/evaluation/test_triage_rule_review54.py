@@ -126,3 +126,40 @@ def test_image_reference_fields_without_recorded_statistics_are_checked(edit, fi
     edit(d)
     with pytest.raises(ValueError, match=field):
         ImageReference.from_json(d)
+
+
+# ------------------------------------------------------------------------------------------------ constructor
+_BASE = dict(score="predictive_entropy_fg_mean", threshold=0.3, feasible=True, target_risk=0.5, delta=0.1, method="sgr",
+             risk="failure", failure_dice=0.8, calibration_scores=(0.1, 0.2, 0.3, 0.4),
+             calibration_cases=("a", "b", "c", "d"))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("threshold", True),  # was read as 1.0: every score up to 1 accepted
+    ("threshold", "0.3"),  # was taken, then apply failed in numpy's comparison
+    ("failure_dice", True),  # was read as 1.0: every case with a Dice below 1 counted as failed
+    ("failure_dice", "0.8"),  # "'<=' not supported between instances of 'int' and 'str'"
+    ("calibration_scores", (0.1, 0.2, "0.3", 0.4)),  # the text was parsed
+    ("n_undefined", True),
+    ("n_undefined", 0.0),
+    ("bound", "x"),
+    ("coverage", 7.0),
+    ("observed_risk", -1.0),
+])
+def test_the_constructor_refuses_numbers_that_are_not_numbers(field, value):
+    kw = {**_BASE, field: value}
+    if field == "n_undefined":
+        kw["calibration_cases"] = (*_BASE["calibration_cases"], "e")  # one case more: True + 4 scores = 5 cases
+    with pytest.raises(ValueError, match=field):
+        ReferralRule(**kw)
+
+
+@pytest.mark.parametrize("field, value", [("num_classes", np.int64(3)), ("patch_size", np.int64(12)),
+                                          ("n_candidates", np.int64(3)), ("target_risk", np.float32(0.5)),
+                                          ("delta", np.float32(0.125)), ("failure_dice", np.float32(0.75)),
+                                          ("threshold", np.float32(0.25)), ("n_undefined", np.int64(0))])
+def test_the_constructor_takes_numpy_scalars(field, value):
+    rule = ReferralRule(**{**_BASE, field: value})
+    assert getattr(rule, field) == value
+    back = ReferralRule.from_json(json.loads(json.dumps(json_safe(rule.to_json()))))
+    assert getattr(back, field) == value

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ... import __version__
-from ..._utils import check_text, is_finite_real, real_array
+from ..._utils import check_text, is_finite_real, is_int, is_real, real_array
 from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
@@ -862,15 +862,17 @@ class ReferralRule:
         parse_score_column(self.score)
         if not isinstance(self.feasible, bool):
             raise ValueError(f"feasible must be a bool, got {self.feasible!r}")
+        # numbers are numbers (found by hostile testing: threshold True read as 1.0 and "0.3" taken, failure_dice
+        # True read as 1.0, text calibration scores parsed); numpy scalars are numbers too
+        if not is_real(self.threshold) or math.isnan(self.threshold):
+            raise ValueError(f"threshold must be a number (inf or -inf included), got {self.threshold!r:.80}")
         thr = float(self.threshold)
-        if math.isnan(thr):
-            raise ValueError("threshold must be a number, got NaN")
         if self.feasible == (thr == -math.inf):
             raise ValueError(f"threshold {thr} and feasible={self.feasible} disagree: -inf means 'not certified'")
         for name in ("target_risk", "delta"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
-                raise ValueError(f"{name} must be a number in (0, 1), got {v!r}")
+            if not is_real(v) or not 0 < v < 1:
+                raise ValueError(f"{name} must be a number in (0, 1), got {v!r:.80}")
         if self.method not in ("sgr", "ltt"):
             raise ValueError(f"method must be 'sgr' or 'ltt', got {self.method!r}")
         if self.risk not in ("failure", "1-dice"):
@@ -878,11 +880,18 @@ class ReferralRule:
         if self.method == "sgr" and self.risk != "failure":  # the binomial bound holds for a 0/1 risk only
             raise ValueError(f"method 'sgr' certifies the 0/1 risk ('failure') only, got risk {self.risk!r}")
         n_cand = self.n_candidates
-        if isinstance(n_cand, bool) or not isinstance(n_cand, int) or n_cand < 0:
+        if not is_int(n_cand) or n_cand < 0:
             raise ValueError(f"n_candidates must be a non-negative integer, got {n_cand!r}")
-        if not 0 <= self.failure_dice <= 1:
-            raise ValueError(f"failure_dice must be in [0, 1], got {self.failure_dice!r}")
-        scores = np.asarray(self.calibration_scores, dtype=np.float64)
+        if not is_real(self.failure_dice) or not 0 <= self.failure_dice <= 1:
+            raise ValueError(f"failure_dice must be a number in [0, 1], got {self.failure_dice!r:.80}")
+        for name in ("bound", "coverage", "observed_risk"):  # NaN: not known (rules without a record)
+            v = getattr(self, name)
+            if not is_real(v) or not (math.isnan(v) or 0 <= v <= 1):
+                raise ValueError(f"{name} must be a number in [0, 1] or NaN, got {v!r:.80}")
+        try:
+            scores = real_array(np.asarray(self.calibration_scores), "calibration_scores")
+        except TypeError as e:
+            raise ValueError(str(e)) from None
         if not np.isfinite(scores).all() or (np.diff(scores) < 0).any():
             raise ValueError("calibration_scores must be finite and sorted ascending")
         cases = self.calibration_cases
@@ -891,10 +900,12 @@ class ReferralRule:
         odd = [c for c in cases if not isinstance(c, str)] or [c for c, k in Counter(cases).items() if k > 1]
         if odd:
             raise ValueError(f"calibration_cases must be distinct case ids (strings), got {odd[0]!r:.80}")
+        if not is_int(self.n_undefined) or self.n_undefined < 0:
+            raise ValueError(f"n_undefined must be a non-negative integer, got {self.n_undefined!r:.80}")
         if len(self.calibration_cases) != len(scores) + self.n_undefined or not self.calibration_cases:
             raise ValueError(f"calibration_cases lists {len(self.calibration_cases)} case(s), but there are "
                              f"{len(scores)} calibration score(s) and {self.n_undefined} undefined one(s)")
-        if isinstance(self.patch_size, bool) or not isinstance(self.patch_size, int) or self.patch_size < 1:
+        if not is_int(self.patch_size) or self.patch_size < 1:
             raise ValueError(f"patch_size must be a positive integer, got {self.patch_size!r}")
         if self.map_source not in ("file", "probabilities"):
             raise ValueError(f"map_source must be 'file' or 'probabilities', got {self.map_source!r}")
@@ -902,7 +913,7 @@ class ReferralRule:
             raise ValueError(f"region {self.region!r}: scores restricted to one region are not supported yet "
                              "(null = the whole volume)")
         least = 2 if self.regions is None else 1  # a region-based model may have one region
-        if self.num_classes is not None and (not isinstance(self.num_classes, int) or self.num_classes < least):
+        if self.num_classes is not None and (not is_int(self.num_classes) or self.num_classes < least):
             raise ValueError(f"num_classes must be an integer >= {least}, got {self.num_classes!r}")
         if self.class_names is not None and self.num_classes is not None and len(self.class_names) != self.num_classes:
             raise ValueError(f"class_names has {len(self.class_names)} names for {self.num_classes} classes")
