@@ -332,6 +332,8 @@ def _load_pem_key(path: str | os.PathLike, load: Callable[[bytes], Any], cls: ty
         raise ValueError(str(e)) from None
     if not p.exists():
         raise ValueError(f"{what} {path} does not exist")
+    if not p.is_file():  # found by hostile testing: a named pipe blocked the read, and every command with it
+        raise ValueError(f"{what} {path} is not a regular file (a named pipe, a device, ...)")
     try:
         with open(p, "rb") as f:
             data = f.read(_MAX_KEY_FILE + 1)
@@ -507,7 +509,7 @@ def _key_files(entries: Iterable[str | os.PathLike], what: str) -> list[Path]:
         p = Path(e).expanduser()
         if p.is_dir():
             out.extend(sorted(p.glob("*.pub")))
-        elif p.is_file():
+        elif p.exists():  # a file, or another entry that the key reader refuses by name
             out.append(p)
         else:
             raise ValueError(f"{what} {p}: no such file or folder")

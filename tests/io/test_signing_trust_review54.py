@@ -9,6 +9,8 @@ folder``; ``keys="."`` trusted every ``*.pub`` of the current folder), a :class:
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,31 @@ def test_one_key_file_alone_is_refused_naming_keys(config, tmp_path):
     doc = json.loads(signed.read_text())
     assert check_signature(doc, Trust(keys=[pub]), "doc").startswith("signed by")
     assert check_signature(doc, Trust(keys=(str(pub.parent),)), "doc").startswith("signed by")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("named", ["folder", "file"])
+def test_a_named_pipe_among_the_trusted_keys_is_refused_not_waited_on(config, tmp_path, named):
+    """A named pipe ``evil.pub`` in a ``--trusted-keys`` folder was opened for reading, which blocks until something
+    writes to it: every command that checks a signature hung (named alone, it was "no such file or folder")."""
+    folder = tmp_path / "keys"
+    folder.mkdir()
+    fifo = folder / "evil.pub"
+    os.mkfifo(fifo)
+    done = threading.Event()
+
+    def unblock() -> None:  # before the fix: a writer after a few seconds ends the wait (and the test fails)
+        while not done.wait(3.0):
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader yet
+                pass
+
+    helper = threading.Thread(target=unblock, daemon=True)
+    helper.start()
+    try:
+        with pytest.raises(ValueError, match="evil.pub is not a regular file"):
+            trusted_public_keys([folder if named == "folder" else fifo])
+    finally:
+        done.set()
+        helper.join()
