@@ -332,6 +332,8 @@ def _load_pem_key(path: str | os.PathLike, load: Callable[[bytes], Any], cls: ty
         raise ValueError(str(e)) from None
     if not p.exists():
         raise ValueError(f"{what} {path} does not exist")
+    if not p.is_file():  # found by hostile testing: a named pipe blocked the read, and every command with it
+        raise ValueError(f"{what} {path} is not a regular file (a named pipe, a device, ...)")
     try:
         with open(p, "rb") as f:
             data = f.read(_MAX_KEY_FILE + 1)
@@ -477,6 +479,29 @@ class Trust:
     keys: tuple[str, ...] = ()
     allow_unsigned: bool = False
 
+    def __post_init__(self) -> None:
+        """Refuse fields of the wrong type.
+
+        Found by hostile testing: ``allow_unsigned="no"`` accepted an unsigned rule, and ``keys="k.pub"`` was read
+        one character at a time.
+
+        Raises:
+            TypeError: naming the field.
+        """
+        _check_key_entries(self.keys, "keys")
+        if not isinstance(self.allow_unsigned, bool):
+            raise TypeError(f"allow_unsigned must be True or False, got {self.allow_unsigned!r:.80}")
+
+
+def _check_key_entries(entries: Any, name: str) -> None:
+    """Refuse ``entries`` that are not a list or tuple of key files or folders (``str`` or path objects).
+
+    One path given alone (a string, a :class:`~pathlib.Path`) is a ``TypeError`` naming ``name``: a string was
+    iterated one character at a time.
+    """
+    if not isinstance(entries, (list, tuple)) or not all(isinstance(e, (str, os.PathLike)) for e in entries):
+        raise TypeError(f"{name} must be a list of key files or folders, got {entries!r:.80}")
+
 
 def _key_files(entries: Iterable[str | os.PathLike], what: str) -> list[Path]:
     out = []
@@ -484,7 +509,7 @@ def _key_files(entries: Iterable[str | os.PathLike], what: str) -> list[Path]:
         p = Path(e).expanduser()
         if p.is_dir():
             out.extend(sorted(p.glob("*.pub")))
-        elif p.is_file():
+        elif p.exists():  # a file, or another entry that the key reader refuses by name
             out.append(p)
         else:
             raise ValueError(f"{what} {p}: no such file or folder")
@@ -558,7 +583,11 @@ def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tu
         ``{fingerprint: (key, file)}``; a refusal (a key file that is missing or no public key, a location others can
         write) is marked with the parameter ``trusted_keys`` (:func:`monai_unc._utils.parameter_error`), so that the
         command line says ``--trusted-keys``, not the option of the rule file whose signature was being checked.
+
+    Raises:
+        TypeError: ``extra`` is not a list or tuple of key files or folders (one path alone, naming ``trusted_keys``).
     """
+    _check_key_entries(extra, "trusted_keys")
     with refusing("trusted_keys"):
         return _trusted_public_keys(extra)
 

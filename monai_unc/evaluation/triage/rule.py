@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ... import __version__
-from ..._utils import check_text, is_finite_real
+from ..._utils import check_text, is_finite_real, is_int, is_real, real_array
 from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
@@ -26,7 +27,7 @@ from ...metrics.risk_control import accepted_by_threshold, risk_controlled_thres
 from ...product import ThresholdText, format_cell, format_level, format_score, format_target, separating_digits
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, calibration_risks
-from ..config import region_suffix
+from ..config import region_suffix, slug
 from .images import IMAGE_CHANNEL_FILES, IMAGE_FEATURES, image_feature_names, parse_score_column
 
 #: file name of the rule in an evaluation folder
@@ -130,14 +131,15 @@ class ImageReference:
 
         Args:
             stats: ``(N, 5 C)`` statistics of ``N >= 1`` calibration images with ``C`` channels, finite.
-            z_max: the largest robust z-score of an accepted case.
+            z_max: the largest robust z-score of an accepted case (a positive finite number; numpy scalars too).
 
         Returns:
             The reference: per statistic the median and ``max(1.4826 MAD, 0.02 R_c, 1e-12)`` (class docstring), with
             ``stats`` as its :attr:`statistics`.
 
         Raises:
-            ValueError: ``stats`` has the wrong shape or non-finite values, or ``z_max`` is not positive.
+            ValueError: ``stats`` has the wrong shape or non-finite values, or ``z_max`` is not a positive finite
+                number.
         """
         s = np.asarray(stats, dtype=np.float64)
         n_f = len(IMAGE_FEATURES)
@@ -145,8 +147,9 @@ class ImageReference:
             raise ValueError(f"stats must be (N, {n_f} C) rows of image_statistics with N >= 1, got shape {s.shape}")
         if not np.isfinite(s).all():
             raise ValueError("stats must be finite")
-        if isinstance(z_max, bool) or not isinstance(z_max, (int, float)) or not z_max > 0:
-            raise ValueError(f"z_max must be a positive number, got {z_max!r}")
+        # finite: a rule file writes an infinite z_max as null, which no reader takes (found by hostile testing)
+        if not is_finite_real(z_max) or not z_max > 0:
+            raise ValueError(f"z_max must be a positive finite number, got {z_max!r}")
         med, scale = _location_scale(s)
         return cls(image_feature_names(s.shape[1] // n_f), tuple(float(v) for v in med),
                    tuple(float(v) for v in scale), int(s.shape[0]), float(z_max),
@@ -251,7 +254,8 @@ class ImageReference:
         """
         if not isinstance(d, Mapping):
             raise ValueError(f"{where} must be an object, got {type(d).__name__}")
-        feats = _field(d, "features", where, list)
+        # untrusted text: a name reaches the reasons, tables and terminals (found by hostile testing)
+        feats = [check_text(f, f"{where}.features[{i}]") for i, f in enumerate(_field(d, "features", where, list))]
         med = [_number(v, f"{where}.median") for v in _field(d, "median", where, list)]
         scale = [_number(v, f"{where}.scale") for v in _field(d, "scale", where, list)]
         if not (len(feats) == len(med) == len(scale)) or not feats:
@@ -262,6 +266,8 @@ class ImageReference:
         if z_max <= 0:
             raise ValueError(f"{where}.z_max must be positive, got {z_max}")
         n = _field(d, "n_cases", where, int)
+        if n < 1:
+            raise ValueError(f"{where}.n_cases must be a positive number of calibration images, got {n}")
         mode = d.get("channel_files", "first")  # rules written before every channel file was read
         if mode not in IMAGE_CHANNEL_FILES:
             raise ValueError(f"{where}.channel_files must be one of {IMAGE_CHANNEL_FILES}, got {mode!r}")
@@ -856,15 +862,17 @@ class ReferralRule:
         parse_score_column(self.score)
         if not isinstance(self.feasible, bool):
             raise ValueError(f"feasible must be a bool, got {self.feasible!r}")
+        # numbers are numbers (found by hostile testing: threshold True read as 1.0 and "0.3" taken, failure_dice
+        # True read as 1.0, text calibration scores parsed); numpy scalars are numbers too
+        if not is_real(self.threshold) or math.isnan(self.threshold):
+            raise ValueError(f"threshold must be a number (inf or -inf included), got {self.threshold!r:.80}")
         thr = float(self.threshold)
-        if math.isnan(thr):
-            raise ValueError("threshold must be a number, got NaN")
         if self.feasible == (thr == -math.inf):
             raise ValueError(f"threshold {thr} and feasible={self.feasible} disagree: -inf means 'not certified'")
         for name in ("target_risk", "delta"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
-                raise ValueError(f"{name} must be a number in (0, 1), got {v!r}")
+            if not is_real(v) or not 0 < v < 1:
+                raise ValueError(f"{name} must be a number in (0, 1), got {v!r:.80}")
         if self.method not in ("sgr", "ltt"):
             raise ValueError(f"method must be 'sgr' or 'ltt', got {self.method!r}")
         if self.risk not in ("failure", "1-dice"):
@@ -872,17 +880,32 @@ class ReferralRule:
         if self.method == "sgr" and self.risk != "failure":  # the binomial bound holds for a 0/1 risk only
             raise ValueError(f"method 'sgr' certifies the 0/1 risk ('failure') only, got risk {self.risk!r}")
         n_cand = self.n_candidates
-        if isinstance(n_cand, bool) or not isinstance(n_cand, int) or n_cand < 0:
+        if not is_int(n_cand) or n_cand < 0:
             raise ValueError(f"n_candidates must be a non-negative integer, got {n_cand!r}")
-        if not 0 <= self.failure_dice <= 1:
-            raise ValueError(f"failure_dice must be in [0, 1], got {self.failure_dice!r}")
-        scores = np.asarray(self.calibration_scores, dtype=np.float64)
+        if not is_real(self.failure_dice) or not 0 <= self.failure_dice <= 1:
+            raise ValueError(f"failure_dice must be a number in [0, 1], got {self.failure_dice!r:.80}")
+        for name in ("bound", "coverage", "observed_risk"):  # NaN: not known (rules without a record)
+            v = getattr(self, name)
+            if not is_real(v) or not (math.isnan(v) or 0 <= v <= 1):
+                raise ValueError(f"{name} must be a number in [0, 1] or NaN, got {v!r:.80}")
+        try:
+            scores = real_array(np.asarray(self.calibration_scores), "calibration_scores")
+        except TypeError as e:
+            raise ValueError(str(e)) from None
         if not np.isfinite(scores).all() or (np.diff(scores) < 0).any():
             raise ValueError("calibration_scores must be finite and sorted ascending")
+        cases = self.calibration_cases
+        # a file's number or object was read as a case id (its text), and one case could be listed twice (found by
+        # hostile testing)
+        odd = [c for c in cases if not isinstance(c, str)] or [c for c, k in Counter(cases).items() if k > 1]
+        if odd:
+            raise ValueError(f"calibration_cases must be distinct case ids (strings), got {odd[0]!r:.80}")
+        if not is_int(self.n_undefined) or self.n_undefined < 0:
+            raise ValueError(f"n_undefined must be a non-negative integer, got {self.n_undefined!r:.80}")
         if len(self.calibration_cases) != len(scores) + self.n_undefined or not self.calibration_cases:
             raise ValueError(f"calibration_cases lists {len(self.calibration_cases)} case(s), but there are "
                              f"{len(scores)} calibration score(s) and {self.n_undefined} undefined one(s)")
-        if isinstance(self.patch_size, bool) or not isinstance(self.patch_size, int) or self.patch_size < 1:
+        if not is_int(self.patch_size) or self.patch_size < 1:
             raise ValueError(f"patch_size must be a positive integer, got {self.patch_size!r}")
         if self.map_source not in ("file", "probabilities"):
             raise ValueError(f"map_source must be 'file' or 'probabilities', got {self.map_source!r}")
@@ -890,7 +913,7 @@ class ReferralRule:
             raise ValueError(f"region {self.region!r}: scores restricted to one region are not supported yet "
                              "(null = the whole volume)")
         least = 2 if self.regions is None else 1  # a region-based model may have one region
-        if self.num_classes is not None and (not isinstance(self.num_classes, int) or self.num_classes < least):
+        if self.num_classes is not None and (not is_int(self.num_classes) or self.num_classes < least):
             raise ValueError(f"num_classes must be an integer >= {least}, got {self.num_classes!r}")
         if self.class_names is not None and self.num_classes is not None and len(self.class_names) != self.num_classes:
             raise ValueError(f"class_names has {len(self.class_names)} names for {self.num_classes} classes")
@@ -898,6 +921,12 @@ class ReferralRule:
         # characters) was written and then refused by triage (found by review)
         for i, n in enumerate(self.class_names or ()):
             check_text(n, f"class_names[{i}]")
+        # as EvaluationConfig refuses them: triage wrote one class's expected Dice over another's (found by hostile
+        # testing)
+        slugs = [slug(n) for n in self.class_names or ()]
+        if len(set(slugs)) != len(slugs):
+            raise ValueError(f"class_names: the names {list(self.class_names or ())} give the same column names "
+                             f"{slugs}")
         if self.regions is not None:
             if self.class_names is not None:
                 raise ValueError("class_names does not apply with regions: the regions name the channels")
@@ -1032,6 +1061,7 @@ class ReferralRule:
         Raises:
             ValueError: ``image_stats`` has another number of rows than ``scores``, or of statistics than the
                 image reference.
+            TypeError: ``scores`` or ``image_stats`` hold text, complex numbers or other objects (naming them).
 
         Example:
             >>> rule = ReferralRule("predictive_entropy_fg_mean", 0.3, True, 0.1, 0.1, "sgr", "failure", 0.8,
@@ -1039,12 +1069,14 @@ class ReferralRule:
             >>> [d.code for d in rule.apply([0.2, 0.35, float("nan"), 0.5])]
             ['accepted', 'above_threshold', 'undefined_score', 'outside_range']
         """
-        s = np.asarray(scores, dtype=np.float64).reshape(-1)
+        # checked before the cast: text was parsed and accepted, which accepted_by_threshold refuses (found by
+        # hostile testing)
+        s = real_array(np.asarray(scores), "scores").reshape(-1)
         ref = self.image_reference
         z = None
         if image_stats is not None and ref is not None:
             rows = [np.full(len(ref.features), np.nan) if r is None else r for r in image_stats]
-            stats = np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)
+            stats = real_array(np.asarray(rows), "image_stats").reshape(len(rows), -1)
             if stats.shape[0] != s.size:
                 raise ValueError(f"image_stats has {stats.shape[0]} rows for {s.size} scores")
             z = ref.z_scores(stats)
@@ -1209,7 +1241,7 @@ class ReferralRule:
                 failure_dice=_number(_field(d, "failure_dice", source), "failure_dice"),
                 calibration_scores=tuple(_number(v, "calibration.scores")
                                          for v in _field(cal, "scores", f"{source}: calibration", list)),
-                calibration_cases=tuple(str(c) for c in _field(cal, "cases", f"{source}: calibration", list)),
+                calibration_cases=tuple(_field(cal, "cases", f"{source}: calibration", list)),
                 bound=_number(cal.get("bound"), "calibration.bound", allow_null=True),
                 coverage=_number(cal.get("coverage"), "calibration.coverage", allow_null=True),
                 observed_risk=_number(cal.get("observed_risk"), "calibration.observed_risk", allow_null=True),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,7 +87,12 @@ def find_prediction_cases(
 
     Raises:
         CaseError: as :func:`list_prediction_cases`.
+        TypeError: ``cases`` is one id (a string or path), not a list of ids.
     """
+    # found by hostile testing: one id was read one character at a time ("9 case(s) have no prediction, e.g. ['0',
+    # '_', 'b', ...]"), a path failed with "'PosixPath' object is not iterable"
+    if cases is not None and (isinstance(cases, (str, bytes, os.PathLike)) or not isinstance(cases, Iterable)):
+        raise TypeError(f"cases must be a list of case ids, got {cases!r:.80}")
     return list_prediction_cases(predictions, layout, measure=rule.measure if rule.map_source == "file" else None,
                                  uncertainty=uncertainty, images=images, cases=cases)
 
@@ -470,7 +475,11 @@ def run_triage(
             ``allow_mismatch``).
         CasesFailed: one or more cases failed (``failures.json`` is written instead of the triage files).
         ValueError: an output folder inside an input folder, or a rule file that does not verify.
+        TypeError: ``cases`` is one id, not a list of ids (:func:`find_prediction_cases`), or ``allow_mismatch`` is
+            not a bool.
     """
+    if not isinstance(allow_mismatch, bool):  # found by hostile testing: "no" allowed a mismatch
+        raise TypeError(f"allow_mismatch must be True or False, got {allow_mismatch!r:.80}")
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
     rule_path = None if isinstance(rule, ReferralRule) else str(Path(rule).resolve())
