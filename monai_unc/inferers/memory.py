@@ -21,7 +21,7 @@ classes, 4 above). The larger of two phases:
   tensors ``r`` (its logits among them; one sample's logits are in the window's work already), its copy of the kept
   activations that the stochastic rest reads ``s_c`` (``SharedPasses.copied_bytes``; at most ``s``), its
   probabilities (bytes per window voxel, measured on one window with :class:`~monai_unc.inferers.SharedPasses`).
-  With ``k > 1`` windows per call and ``s_c = 0`` (the replays hand the kept values on as views) a replay of
+  With ``k > 1`` windows per call and ``s_c = 0 < s`` (the replays hand the kept values on as views) a replay of
   ``k_s >= 2`` samples runs one window at a time (one sample runs the whole window batch with ``s_c = s``):
   ``k_s V_w max(r / k + C b (k - 1) / k, 2 C b)`` beside the kept activations instead (one window's stochastic
   tensors beside the earlier windows' outputs, or the outputs and their interleaved copy;
@@ -224,7 +224,8 @@ def estimate_memory(
             once per replayed sample (``SharedPasses.copied_bytes`` over the window's voxels); None: all of
             ``shared_bytes_per_voxel`` (an upper bound). 0 with ``sw_batch_size > 1``: the replays run one window
             at a time (module docstring); a replay of one sample (``sample_batch=1``) runs the whole window batch
-            with all of ``shared_bytes_per_voxel`` counted as copied.
+            with all of ``shared_bytes_per_voxel`` counted as copied, and so does a plain replay of a window batch
+            that keeps nothing (``shared_bytes_per_voxel`` 0 too).
         fused_update: the statistics are updated by the fused kernel (:mod:`monai_unc.stats`: no temporaries of a
             sample's size); False: the reference torch update (three temporaries of the probabilities and a copy in
             the accumulation dtype); None: whether the fused kernel of the CPU is installed (numba).
@@ -339,7 +340,9 @@ def estimate_memory(
     # views, copied = 0, is replayed one window at a time, its k samples holding one window's stochastic tensors)
     k = sample_batch
     if shared_bytes_per_voxel or stochastic_bytes_per_voxel:
-        rows = batch if copied == 0 else 1
+        # nothing kept (shared_bytes_per_voxel = 0: a dropout on the input) is a plain replay of the whole window
+        # batch (found by hostile testing: counted one window at a time, 2.6 MB of a replay of 9.8 MB)
+        rows = batch if copied == 0 and shared_bytes_per_voxel else 1
         if rows > 1 and k == 1:
             # one sample replays the whole window batch, the kept values that the stochastic rest reads copied (at
             # most all of them; found by hostile testing: they were left out, as for a replay window by window)
