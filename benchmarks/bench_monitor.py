@@ -53,7 +53,8 @@ def _runs(n_cases: int, per_run: int, n_sites: int, seed: int = 0) -> tuple[dict
         runs.append([CaseRecord(case_id=f"c{k + i:07d}", site=f"site {int(rng.integers(n_sites)):02d}", scanner=None,
                                 triaged_at=f"2026-01-01T00:00:{(k + i) % 60:02d}+00:00", score=float(scores[i]),
                                 image_z_max=float(abs(rng.normal())), expected_dice=0.9,
-                                decision="accept" if scores[i] < 1.0 else "review", code="accepted", reason="ok",
+                                decision="accept" if scores[i] < 1.0 else "review",
+                                code="accepted" if scores[i] < 1.0 else "above_threshold", reason="ok",
                                 rule_digest=rule["digest"], model_digest=None) for i in range(m)])
         k += m
     return rule, runs
