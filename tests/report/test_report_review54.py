@@ -3,7 +3,9 @@ inputs (each test failed before its fix).
 
 - ``el("iframe", srcdoc=...)`` escaped the value, which the browser decodes and parses as a document: a payload in it
   ran (set the parent page's title in headless Chromium); ``<animate attributename="href" values="javascript:...">``
-  inside an SVG link made the link run script, past :func:`~monai_unc.report.markup.check_url`.
+  inside an SVG link made the link run script, past :func:`~monai_unc.report.markup.check_url`. ``<object data=URL>``
+  and ``<table background=URL>`` loaded from the network in headless Chromium (only ``href``, ``src`` and a few others
+  were checked), and ``srcset`` was checked as one URL though it lists several.
 - :func:`~monai_unc.report.viewer.case_viewer` refused ``budget_bytes=numpy.int64(...)``, took ``margin=-3`` (the crop
   then cut away the foreground: voxels 2..4 of the prediction out of a crop of 3..5), ``True`` or ``2.5``, and failed on
   an affine or a spacing of the wrong shape or a singular affine with an ``IndexError`` or nibabel's
@@ -57,6 +59,19 @@ PAYLOAD = "<script>parent.document.title='PWNED'</script>"
 def test_attributes_and_elements_that_turn_escaped_text_into_script_are_refused(make):
     with pytest.raises(ValueError, match="srcdoc|sets another attribute"):
         make()
+
+
+@pytest.mark.parametrize("tag, attribute", [("object", "data"), ("table", "background"), ("a", "ping"),
+                                            ("blockquote", "cite"), ("object", "codebase")])
+def test_every_attribute_the_browser_loads_is_checked_as_a_url(tag, attribute):
+    with pytest.raises(ValueError, match=f"^{attribute} must be a relative file path"):
+        el(tag, **{attribute: "https://example.org/x"})
+    assert f'{attribute}="figures/x.png"' in el(tag, **{attribute: "figures/x.png"})
+
+
+def test_srcset_is_refused():
+    with pytest.raises(ValueError, match="lists URLs"):
+        el("img", alt="x", src="a.png", srcset="a.png 1x, https://example.org/b.png 2x")
 
 
 def _viewer_case():
