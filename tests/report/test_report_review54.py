@@ -28,6 +28,8 @@ inputs (each test failed before its fix).
   accepted cases, ``threshold=True`` as "accept <= 1", and parsed text scores as numbers.
 - :func:`~monai_unc.report.plots.plot_uncertainty_histograms` and :func:`~monai_unc.report.plots.plot_scores_by_shift`
   parsed text scores (and Dice) as numbers, which the referral curve beside them refuses.
+- :func:`~monai_unc.report.triage.build_triage_page` (``n_cases``) and :func:`~monai_unc.report.viewer.viewer_block`
+  (``index``) refused numpy integers.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ from monai_unc.report.plots import (
     plot_uncertainty_histograms,
     slice_of_highest_uncertainty,
 )
-from monai_unc.report.triage import plot_score_distribution
-from monai_unc.report.viewer import case_viewer
+from monai_unc.report.triage import build_triage_page, plot_score_distribution
+from monai_unc.report.viewer import case_viewer, viewer_block
 
 PAYLOAD = "<script>parent.document.title='PWNED'</script>"
 
@@ -233,3 +235,15 @@ def test_score_distribution_draws_each_decision_where_it_is():
 def test_score_plots_refuse_text_scores_as_the_referral_curve_does(plot, name):
     with pytest.raises(TypeError, match=f"^{name} must hold real numbers"):
         plot()
+
+
+def test_viewer_block_and_the_triage_page_take_numpy_integers(tmp_path):
+    seg, u = _viewer_case()
+    assert 'id="viewer-3"' in viewer_block(np.int64(3), case_viewer("c", seg, u))
+    with pytest.raises(ValueError, match="^index must be a non-negative integer"):
+        viewer_block(True, case_viewer("c", seg, u))
+    # the count passes its check: the missing triage.json is what is refused
+    with pytest.raises(FileNotFoundError, match="no triage.json"):
+        build_triage_page(tmp_path, n_cases=np.int64(2))
+    with pytest.raises(ValueError, match="^n_cases must be a non-negative integer"):
+        build_triage_page(tmp_path, n_cases=-1)
