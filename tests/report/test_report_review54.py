@@ -30,6 +30,7 @@ inputs (each test failed before its fix).
   parsed text scores (and Dice) as numbers, which the referral curve beside them refuses.
 - :func:`~monai_unc.report.triage.build_triage_page` (``n_cases``) and :func:`~monai_unc.report.viewer.viewer_block`
   (``index``) refused numpy integers.
+- The monitoring dashboard's charts labelled the last case of a stream of 12345 cases ``1.234e+04`` (12340).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import pytest
 
 from monai_unc.report.html import build_report
 from monai_unc.report.markup import el
+from monai_unc.report.monitor import svg_chart
 from monai_unc.report.plots import (
     plot_case_overlay,
     plot_referral_curve,
@@ -247,3 +249,12 @@ def test_viewer_block_and_the_triage_page_take_numpy_integers(tmp_path):
         build_triage_page(tmp_path, n_cases=np.int64(2))
     with pytest.raises(ValueError, match="^n_cases must be a non-negative integer"):
         build_triage_page(tmp_path, n_cases=-1)
+
+
+def test_chart_ticks_name_the_cases_they_stand_at():
+    import re
+
+    x = np.arange(1, 12346)
+    svg = svg_chart("t", [("a", x, np.sin(x))])
+    ticks = re.findall(r'text-anchor="middle">([^<]*)<', svg)[:5]
+    assert ticks == ["1", "3087", "6173", "9259", "12345"]  # np.linspace(1, 12345, 5), whole numbers
