@@ -1758,12 +1758,15 @@ def reduce_case_values(
     (``data`` None, a metric's ``get_buffer()`` before any update, e.g. after an empty epoch, or empty) gives a NaN
     float64 scalar and 0, with a ``UserWarning``; with ``reduction="none"`` it is the empty table (no case, no value:
     ``(0, *data.shape[1:])``, ``(0, 1)`` for None) and ``not_nans`` 0, with the same warning.
+
+    Called by a metric's ``aggregate``: the warnings point at the caller of ``aggregate`` (they pointed at the metric
+    module's line, the same for every caller; found by hostile testing).
     """
     from monai.metrics.utils import do_metric_reduction
     from monai.utils import MetricReduction
 
     if data is None or data.numel() == 0:
-        nan = warn_nan(f"{metric}: no case was evaluated; the value is undefined (NaN)")
+        nan = warn_nan(f"{metric}: no case was evaluated; the value is undefined (NaN)", stacklevel=4)
         if MetricReduction(reduction) == MetricReduction.NONE:
             shape = (0, 1) if data is None or data.ndim < 2 else (0, *data.shape[1:])
             return torch.empty(shape, dtype=torch.float64), torch.tensor(0.0)
@@ -1775,7 +1778,7 @@ def reduce_case_values(
     if bool(empty.any()):
         where = "the" if f.ndim == 0 else f"{int(empty.sum())} of {f.numel()}"
         warn_nan(f"{metric}: every case is NaN (undefined) for {where} reduced value(s), no valid (non-NaN) case: "
-                 "returning NaN instead of MONAI's 0")
+                 "returning NaN instead of MONAI's 0", stacklevel=4)
         f = torch.where(empty.to(f.device), torch.full_like(f, math.nan), f)
     return f, not_nans
 

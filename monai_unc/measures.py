@@ -117,14 +117,18 @@ def _binary_entropy_t(p: torch.Tensor, normalize: bool) -> torch.Tensor:
     A region's Bernoulli entropy in nats; divided by log 2 with ``normalize``. ``p`` is clamped into [0, 1] first
     (both factors of both terms): a value the checks accept a little above 1 (or below 0) gives the entropy of 1
     (or 0), not ``-(1 - p) log tiny`` (1.0001 gave -0.07 nats in float64). Found by hostile testing.
+
+    ``H_b <= log 2``: rounding put float64 probabilities next to 0.5 (0.4999999999999997) an ulp above it,
+    0.6931471805599454 nats (normalised 1.0000000000000002, outside the documented [0, 1]; the streamed statistics
+    cap at log 2), so the result is capped at the bound, as :func:`_entropy_t` caps at ``log C``. Found by hostile
+    testing.
     """
     tiny = torch.finfo(p.dtype).tiny
     p = p.clamp(0, 1)
     q = 1 - p
     h = -(p * torch.log(p.clamp_min(tiny)) + q * torch.log(q.clamp_min(tiny)))
-    if normalize:
-        h = h / math.log(2)
-    return h
+    log_2 = math.log(2)
+    return (h / log_2).clamp_max(1.0) if normalize else h.clamp_max(log_2)
 
 
 def entropy_map_t(p: torch.Tensor, dim: int, normalize: bool, multilabel: bool) -> torch.Tensor:
@@ -420,8 +424,8 @@ def mutual_information_from_entropies(
     Args:
         pe: predictive entropy map, e.g. ``(B, 1, *spatial)``, a tensor or a numpy array.
         ee: expected entropy map of the same samples, the shape of ``pe``.
-        window_disagreement: optional WD map of the shape of ``pe``.
-        validate: check shapes, finiteness and ``ee <= pe`` (see above).
+        window_disagreement: optional WD map of the shape of ``pe``, non-negative.
+        validate: check shapes, finiteness, signs and ``ee <= pe`` (see above).
 
     Returns:
         The MI map, the shape, dtype and library (numpy or torch) of ``pe``.

@@ -81,13 +81,26 @@ class _CaseMetric(CumulativeIterationMetric):
             The reduced values (and the number of non-NaN cases in each with ``get_not_nans``); NaN with a
             ``UserWarning`` where every case is NaN. No case buffered (on any rank): a NaN scalar (and 0) with a
             ``UserWarning``; with ``"none"`` the empty table ``(0, 1)``, as the spatial metric classes give.
+
+        Raises:
+            ValueError: naming ``reduction`` when it is not one of MONAI's reductions (``"foo"`` escaped as MONAI's
+                error without the argument's name and ``""`` fell back to the constructor's; found by hostile
+                testing), or when a subclass refuses it (see :meth:`_check_reduction`).
         """
+        if reduction is None:
+            reduction = self.reduction
+        else:
+            reduction = check_metric_reduction(reduction)
+            self._check_reduction(reduction)
         data = self.get_buffer()
         if data is not None and not isinstance(data, torch.Tensor):
             raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
         with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
-            f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
+            f, not_nans = reduce_case_values(data, reduction, type(self).__name__)
         return (f, not_nans) if self.get_not_nans else f
+
+    def _check_reduction(self, reduction: MetricReduction) -> None:
+        """Refuse a reduction this metric's values cannot take (``ValueError``); every one is fine here."""
 
 
 class NCCMetric(_CaseMetric):
@@ -233,22 +246,6 @@ class GEDMetric(_CaseMetric):
                 "sample_diversity) row into one number with return_terms=True: use 'mean_batch' (one mean per term, "
                 "the default with return_terms), 'sum_batch' or 'none'"
             )
-
-    def aggregate(
-        self, reduction: MetricReduction | str | None = None
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Reduce the buffered per-case values as :meth:`_CaseMetric.aggregate` does.
-
-        Args:
-            reduction: as in MONAI's metrics; default the constructor's. With ``return_terms`` a reduction across the
-                channel axis raises ``ValueError`` (see the class docstring).
-
-        Returns:
-            The reduced values (and the number of non-NaN cases with ``get_not_nans``).
-        """
-        if reduction is not None:
-            self._check_reduction(reduction)
-        return super().aggregate(reduction)
 
     def _one(self, refs: torch.Tensor, smp: torch.Tensor) -> GEDResult:
         if self.variant == "ged":

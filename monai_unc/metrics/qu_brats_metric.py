@@ -254,12 +254,18 @@ class QUBraTSMetric(CumulativeIterationMetric):
         Returns:
             The reduced values (and the number of non-NaN values with ``get_not_nans``). No case: NaN with a
             ``UserWarning`` (with ``"none"`` the empty table ``(0, 1)``, as the other metric classes give).
+
+        Raises:
+            ValueError: naming ``reduction`` when it is not one of MONAI's reductions (``"foo"`` escaped as MONAI's
+                error without the argument's name and ``""`` fell back to the constructor's; found by hostile
+                testing).
         """
+        reduction = self.reduction if reduction is None else check_metric_reduction(reduction)
         data = self.get_buffer()
         if data is not None and not isinstance(data, torch.Tensor):
             raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
         with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
-            f, not_nans = reduce_case_values(data, reduction or self.reduction, "QUBraTSMetric")
+            f, not_nans = reduce_case_values(data, reduction, "QUBraTSMetric")
         return (f, not_nans) if self.get_not_nans else f
 
 

@@ -264,11 +264,11 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         all (before any update, e.g. after an empty epoch) is NaN with a ``UserWarning`` as well (``"none"``: the
         empty table ``(0, 1)``).
 
-        Raises:
-            ValueError: naming ``reduction`` when it is not one of MONAI's reductions.
+        ``reduction`` (default the constructor's) is checked as the constructor checks it: ``"foo"`` or ``3`` escaped
+        as MONAI's error without the argument's name, and ``""`` fell back to the constructor's reduction without a
+        word (found by hostile testing).
         """
-        # found by hostile testing: an unknown reduction here reached MONAI's error, which does not name the argument
-        reduction = check_metric_reduction(reduction or self.reduction)
+        reduction = self.reduction if reduction is None else check_metric_reduction(reduction)
         data = self.get_buffer()
         if data is not None and not isinstance(data, torch.Tensor):
             raise ValueError(f"the data to aggregate must be a PyTorch Tensor, got {type(data).__name__}")

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
     from monai_unc.nnunet.dropout import (
         DEFAULT_TRAINING_DROPOUT,
         add_posthoc_dropout,
+        check_dropout_rate,
         dropout_arch_kwargs,
         dropout_plans,
         write_dropout_plans,
@@ -90,8 +91,8 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
 #: ``monai-unc nnunet-predict --help``) loads neither torch nor nnU-Net's predictor
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("calibrate_model_folder", "region_targets"), "calibrate"),
-    **dict.fromkeys(("DEFAULT_TRAINING_DROPOUT", "add_posthoc_dropout", "dropout_arch_kwargs", "dropout_plans",
-                     "write_dropout_plans"), "dropout"),
+    **dict.fromkeys(("DEFAULT_TRAINING_DROPOUT", "add_posthoc_dropout", "check_dropout_rate", "dropout_arch_kwargs",
+                     "dropout_plans", "write_dropout_plans"), "dropout"),
     **dict.fromkeys(("PATCH_SIZE", "CaseUncertainty", "case_exported", "case_scores",
                      "convert_uncertainty_to_original_geometry", "export_uncertainty", "record_case_scores",
                      "recorded_case_settings", "read_case_record", "region_case_scores", "region_definitions",
@@ -140,6 +141,7 @@ __all__ = [
     "case_exported",
     "case_scores",
     "check_case_channels",
+    "check_dropout_rate",
     "check_checkpoint_name",
     "check_npy_case",
     "check_nnunet_version",

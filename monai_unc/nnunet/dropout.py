@@ -37,6 +37,7 @@ from monai_unc.networks.dropout import add_dropout
 
 __all__ = [
     "DEFAULT_TRAINING_DROPOUT",
+    "check_dropout_rate",
     "dropout_op_for",
     "dropout_arch_kwargs",
     "dropout_plans",
@@ -54,9 +55,33 @@ _DROPOUT_FOR_CONV = {
 }
 
 
-def _check_p(p: float, name: str = "p") -> float:
-    # a numpy rate (np.float32(0.2)) is a rate: it was refused as "must be a dropout rate in (0, 1)" (found by hostile
-    # testing); it is returned as a Python float, which the plans file (JSON) can hold
+def check_dropout_rate(p: Any, name: str = "p") -> float:
+    """``p`` as a dropout rate in (0, 1), a Python float; ``ValueError`` naming ``name`` otherwise.
+
+    The one check of a dropout rate for the nnU-Net routes (plans variant, post-hoc insertion, trainers). A numpy
+    rate (``np.float32(0.2)``) is a rate; booleans, text, NaN, 0, 1 and values outside are refused. The value is
+    compared as given (``10**400`` is refused, not an ``OverflowError`` of ``float()``).
+
+    Args:
+        p: the rate, a real number.
+        name: how the error names it (e.g. ``"nnUNetTrainerMCDropout.dropout_p"``).
+
+    Returns:
+        ``p`` as a Python float, which a plans file (JSON) can hold.
+
+    Raises:
+        ValueError: ``p`` is not a real number in the open interval (0, 1).
+
+    Example:
+        >>> import numpy as np
+        >>> check_dropout_rate(np.float32(0.25))
+        0.25
+        >>> check_dropout_rate(1.5, "dropout_p")
+        Traceback (most recent call last):
+        ...
+        ValueError: dropout_p must be a dropout rate in (0, 1), got 1.5
+    """
+    # a numpy rate was refused as "must be a dropout rate in (0, 1)" (found by hostile testing)
     if not is_real(p) or not 0 < p < 1:  # compared as given: float(10**400) was an OverflowError naming nothing
         raise ValueError(f"{name} must be a dropout rate in (0, 1), got {p!r}")
     return float(p)
@@ -108,7 +133,7 @@ def dropout_arch_kwargs(arch_kwargs: Mapping[str, Any], p: float = DEFAULT_TRAIN
         >>> out["dropout_op"], out["dropout_op_kwargs"]
         ('torch.nn.Dropout3d', {'p': 0.2, 'inplace': False})
     """
-    p = _check_p(p)
+    p = check_dropout_rate(p)
     if "conv_op" not in arch_kwargs:
         raise ValueError("arch_kwargs has no 'conv_op': not the architecture kwargs of an nnU-Net plans file")
     out = copy.deepcopy(dict(arch_kwargs))
@@ -267,7 +292,7 @@ def write_dropout_plans(
     # overwrite="no" (truthy) replaced an existing target
     _check_plans_name(source_plans, "source_plans (-p)")
     overwrite = check_bool(overwrite, "overwrite")
-    _check_p(p, "p (--rate)")
+    check_dropout_rate(p, "p (--rate)")
     if source_plans == target_plans:
         raise ValueError(f"target_plans (--target) must differ from source_plans (-p), got {target_plans!r} for both")
     if isinstance(dataset, str) and dataset.startswith("Dataset"):
@@ -346,7 +371,7 @@ def add_posthoc_dropout(
         >>> add_posthoc_dropout(net, p=0.1)
         ['encoder.stages.0', 'encoder.stages.1', 'decoder.stages.0']
     """
-    p = _check_p(p)
+    p = check_dropout_rate(p)
     network = getattr(target, "network", target)
     if network is None:
         raise ValueError("the predictor has no network yet: initialise it from a trained model folder first")

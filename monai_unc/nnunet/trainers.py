@@ -66,7 +66,6 @@ from monai_unc._utils import (
     check_seed,
     is_finite_real,
     is_int,
-    is_real,
     no_autocast,
 )
 from monai_unc.data.synthetic import make_toy_dataset
@@ -74,7 +73,7 @@ from monai_unc.io import atomic_write_text, save_nifti_image
 from monai_unc.losses import L1ACELoss, SVLSLoss, mean_margin_penalty
 from monai_unc.networks.losses import SSNLoss
 from monai_unc.networks.ssn import SSNHead, find_ssn_heads
-from monai_unc.nnunet.dropout import DEFAULT_TRAINING_DROPOUT, dropout_arch_kwargs
+from monai_unc.nnunet.dropout import DEFAULT_TRAINING_DROPOUT, check_dropout_rate, dropout_arch_kwargs
 
 __all__ = [
     "CalibrationLoss",
@@ -148,10 +147,7 @@ class nnUNetTrainerMCDropout(nnUNetTrainer):
             The network (weights initialised by nnU-Net).
         """
         # found by hostile testing: a subclass's dropout_p = 1.5 was "p must be a dropout rate", naming no p it set
-        rate = cls.dropout_p
-        if not is_real(rate) or not 0 < rate < 1:  # compared as given (float(10**400) overflows; NaN fails here)
-            raise ValueError(f"{cls.__name__}.dropout_p must be a dropout rate in (0, 1), got {rate!r}")
-        rate = float(rate)
+        rate = check_dropout_rate(cls.dropout_p, f"{cls.__name__}.dropout_p")
         planned = configuration_manager.network_arch_init_kwargs
         planned_kwargs = planned.get("dropout_op_kwargs")
         if planned.get("dropout_op") and planned_kwargs is not None and not isinstance(planned_kwargs, dict):

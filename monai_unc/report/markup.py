@@ -3,10 +3,11 @@
 A page is built from :class:`Markup` fragments only, and a fragment can be made in four ways:
 
 - :func:`el`: one element; its children that are not already :class:`Markup` are escaped as text, every attribute
-  value is escaped, ``on*`` event attributes and ``srcdoc`` (a document the browser parses, escaped or not) are
-  refused, so are the SVG ``<animate>`` / ``<set>`` elements (they set another attribute to any value), and ``href``
-  / ``src`` must be relative file paths or ``data:`` images / CSV (:func:`check_url`: never ``javascript:`` or another
-  scheme);
+  value is escaped, ``on*`` event attributes, ``srcdoc`` (a document the browser parses, escaped or not) and
+  ``srcset`` (a list of URLs) are refused, so are the SVG ``<animate>`` / ``<set>`` elements (they set another
+  attribute to any value), and ``href`` / ``src`` (and every other attribute the browser loads or follows:
+  ``data``, ``background``, ``action``, ``ping``, ...) must be relative file paths or ``data:`` images / CSV
+  (:func:`check_url`: never ``javascript:`` or another scheme);
 - :func:`frag`: a concatenation, escaping every part that is not already :class:`Markup`;
 - :func:`raw_text_element`: a ``<style>`` or ``<script>`` element whose text cannot close it (refuses ``</`` and
   ``<!--``); :func:`json_script` (data for a script, as JSON that cannot close its element) and :func:`script_file`
@@ -139,7 +140,12 @@ _RAW_TEXT = frozenset({"script", "style"})
 _ANIMATION = frozenset({"animate", "set"})
 #: attributes whose value the browser reads as a document: escaped text becomes markup again (``iframe srcdoc``)
 _DOCUMENT_ATTRIBUTES = frozenset({"srcdoc"})
-_URL_ATTRIBUTES = frozenset({"href", "src", "action", "formaction", "poster", "srcset"})
+#: attributes of several URLs (a candidate list, which a comma inside a data: URL makes ambiguous): refused
+_URL_LIST_ATTRIBUTES = frozenset({"srcset", "imagesrcset"})
+#: the attributes whose value is a URL the browser loads or follows (found by hostile testing: ``<object data>`` and
+#: ``<table background>`` loaded from the network, unchecked)
+_URL_ATTRIBUTES = frozenset({"href", "src", "action", "formaction", "poster", "data", "background", "ping", "codebase",
+                             "manifest", "icon", "longdesc", "cite", "archive", "classid", "lowsrc", "dynsrc"})
 _DATA_URL = re.compile(r"data:(?:image/(?:png|jpeg|gif|webp)|text/csv);base64,[A-Za-z0-9+/]*={0,2}\Z")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _URL_IGNORED = re.compile(r"[\x00-\x20\x7f]")  # what browsers strip or skip when they read a URL's scheme
@@ -191,6 +197,8 @@ def _attribute(key: str, value: Any) -> str:
         raise ValueError(f"event handler attributes are not allowed in a page, got {name!r}")
     if name in _DOCUMENT_ATTRIBUTES:  # found by hostile testing: the browser parses the unescaped value as HTML
         raise ValueError(f"{name!r} holds a document, which the browser parses as HTML: not allowed in a page")
+    if name in _URL_LIST_ATTRIBUTES:  # found by hostile testing: "a.png 1x, http://host/b.png 2x" passed as one URL
+        raise ValueError(f"{name!r} lists URLs, which check_url cannot read as one: not allowed in a page")
     if value is True:
         return f" {name}"
     text = str(value)
@@ -209,8 +217,8 @@ def el(tag: str, *children: Any, **attributes: Any) -> Markup:
             left out. A void element (``img``, ``meta``, ...) takes none.
         attributes: its attributes in order: ``class_`` is ``class`` and ``_`` becomes ``-`` (``data_case`` is
             ``data-case``); values are escaped, ``None`` or ``False`` leaves the attribute out and ``True`` writes it
-            without a value. ``on*`` and ``srcdoc`` attributes are refused, ``href`` and ``src`` checked with
-            :func:`check_url`.
+            without a value. ``on*``, ``srcdoc`` and ``srcset`` attributes are refused, ``href``, ``src`` and the
+            other URL attributes (``data``, ``background``, ``action``, ``ping``, ...) checked with :func:`check_url`.
 
     Returns:
         The element as :class:`Markup`.

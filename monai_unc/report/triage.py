@@ -576,8 +576,7 @@ def build_triage_page(
     if unknown:
         raise TypeError(f"build_triage_page() got unexpected keyword argument(s) {unknown}: not a product's command")
     folders = {k: Path(v) for k, v in applied.items() if v is not None}
-    if isinstance(n_cases, bool) or not isinstance(n_cases, int) or n_cases < 0:
-        raise ValueError(f"n_cases must be a non-negative integer, got {n_cases!r}")
+    n_cases = check_integer(n_cases, "n_cases", 0)  # numpy integers too (found by hostile testing: refused)
     folder = Path(triage)
     path = folder / "triage.json"
     if not path.is_file():

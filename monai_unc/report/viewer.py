@@ -341,8 +341,7 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
         >>> str(block)[:65]
         '<div class="mu-viewer" id="viewer-0" data-volumes="viewer-data-0"'
     """
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ValueError(f"index must be a non-negative integer, got {index!r}")
+    index = check_integer(index, "index", 0)  # numpy integers too (found by hostile testing: refused)
     data_id = f"viewer-data-{index}"
     roles = [v["role"] for v in data["volumes"]]
     vol = {v["role"]: v for v in data["volumes"]}

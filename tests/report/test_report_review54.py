@@ -3,7 +3,9 @@ inputs (each test failed before its fix).
 
 - ``el("iframe", srcdoc=...)`` escaped the value, which the browser decodes and parses as a document: a payload in it
   ran (set the parent page's title in headless Chromium); ``<animate attributename="href" values="javascript:...">``
-  inside an SVG link made the link run script, past :func:`~monai_unc.report.markup.check_url`.
+  inside an SVG link made the link run script, past :func:`~monai_unc.report.markup.check_url`. ``<object data=URL>``
+  and ``<table background=URL>`` loaded from the network in headless Chromium (only ``href``, ``src`` and a few others
+  were checked), and ``srcset`` was checked as one URL though it lists several.
 - :func:`~monai_unc.report.viewer.case_viewer` refused ``budget_bytes=numpy.int64(...)``, took ``margin=-3`` (the crop
   then cut away the foreground: voxels 2..4 of the prediction out of a crop of 3..5), ``True`` or ``2.5``, and failed on
   an affine or a spacing of the wrong shape or a singular affine with an ``IndexError`` or nibabel's
@@ -26,6 +28,9 @@ inputs (each test failed before its fix).
   accepted cases, ``threshold=True`` as "accept <= 1", and parsed text scores as numbers.
 - :func:`~monai_unc.report.plots.plot_uncertainty_histograms` and :func:`~monai_unc.report.plots.plot_scores_by_shift`
   parsed text scores (and Dice) as numbers, which the referral curve beside them refuses.
+- :func:`~monai_unc.report.triage.build_triage_page` (``n_cases``) and :func:`~monai_unc.report.viewer.viewer_block`
+  (``index``) refused numpy integers.
+- The monitoring dashboard's charts labelled the last case of a stream of 12345 cases ``1.234e+04`` (12340).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import pytest
 
 from monai_unc.report.html import build_report
 from monai_unc.report.markup import el
+from monai_unc.report.monitor import svg_chart
 from monai_unc.report.plots import (
     plot_case_overlay,
     plot_referral_curve,
@@ -42,8 +48,8 @@ from monai_unc.report.plots import (
     plot_uncertainty_histograms,
     slice_of_highest_uncertainty,
 )
-from monai_unc.report.triage import plot_score_distribution
-from monai_unc.report.viewer import case_viewer
+from monai_unc.report.triage import build_triage_page, plot_score_distribution
+from monai_unc.report.viewer import case_viewer, viewer_block
 
 PAYLOAD = "<script>parent.document.title='PWNED'</script>"
 
@@ -57,6 +63,19 @@ PAYLOAD = "<script>parent.document.title='PWNED'</script>"
 def test_attributes_and_elements_that_turn_escaped_text_into_script_are_refused(make):
     with pytest.raises(ValueError, match="srcdoc|sets another attribute"):
         make()
+
+
+@pytest.mark.parametrize("tag, attribute", [("object", "data"), ("table", "background"), ("a", "ping"),
+                                            ("blockquote", "cite"), ("object", "codebase")])
+def test_every_attribute_the_browser_loads_is_checked_as_a_url(tag, attribute):
+    with pytest.raises(ValueError, match=f"^{attribute} must be a relative file path"):
+        el(tag, **{attribute: "https://example.org/x"})
+    assert f'{attribute}="figures/x.png"' in el(tag, **{attribute: "figures/x.png"})
+
+
+def test_srcset_is_refused():
+    with pytest.raises(ValueError, match="lists URLs"):
+        el("img", alt="x", src="a.png", srcset="a.png 1x, https://example.org/b.png 2x")
 
 
 def _viewer_case():
@@ -218,3 +237,24 @@ def test_score_distribution_draws_each_decision_where_it_is():
 def test_score_plots_refuse_text_scores_as_the_referral_curve_does(plot, name):
     with pytest.raises(TypeError, match=f"^{name} must hold real numbers"):
         plot()
+
+
+def test_viewer_block_and_the_triage_page_take_numpy_integers(tmp_path):
+    seg, u = _viewer_case()
+    assert 'id="viewer-3"' in viewer_block(np.int64(3), case_viewer("c", seg, u))
+    with pytest.raises(ValueError, match="^index must be a non-negative integer"):
+        viewer_block(True, case_viewer("c", seg, u))
+    # the count passes its check: the missing triage.json is what is refused
+    with pytest.raises(FileNotFoundError, match="no triage.json"):
+        build_triage_page(tmp_path, n_cases=np.int64(2))
+    with pytest.raises(ValueError, match="^n_cases must be a non-negative integer"):
+        build_triage_page(tmp_path, n_cases=-1)
+
+
+def test_chart_ticks_name_the_cases_they_stand_at():
+    import re
+
+    x = np.arange(1, 12346)
+    svg = svg_chart("t", [("a", x, np.sin(x))])
+    ticks = re.findall(r'text-anchor="middle">([^<]*)<', svg)[:5]
+    assert ticks == ["1", "3087", "6173", "9259", "12345"]  # np.linspace(1, 12345, 5), whole numbers

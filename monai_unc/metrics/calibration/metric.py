@@ -312,8 +312,9 @@ class CalibrationMetric(CumulativeIterationMetric):
             ``{name: 0-dim float64 tensor}`` in the order of ``metrics``. No case on any rank (before any update,
             e.g. after an empty epoch): NaN for every metric, with a ``UserWarning``.
         """
-        reduction = reduction or self.reduction
-        if reduction not in ("pooled", "mean"):
+        # found by hostile testing: ``""`` fell back to the constructor's reduction without a word
+        reduction = self.reduction if reduction is None else reduction
+        if not isinstance(reduction, str) or reduction not in ("pooled", "mean"):
             raise ValueError(f"reduction must be 'pooled' or 'mean', got {reduction!r}")
         if reduction == "mean":
             data = self.get_buffer()
