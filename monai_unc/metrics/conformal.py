@@ -159,6 +159,10 @@ def conformal_grid(family: str, grid: int | tuple[float, float] | None = None) -
         return 1.0 / int(bins), int(bins)
     spec = (DEFAULT_MAX_MARGIN_MM, DEFAULT_MARGIN_STEP_MM) if grid is None else grid
     try:
+        # a bool is no length and text no number: (True, 0.5) read as a 1 mm grid, ("20", "0.25") was parsed (found by
+        # hostile review 55)
+        if isinstance(spec, (str, bytes)) or any(isinstance(v, (bool, np.bool_, str, bytes)) for v in spec):
+            raise TypeError
         top, step = (float(v) for v in spec)  # type: ignore[union-attr]
     except (TypeError, ValueError):
         raise ValueError(f"grid must be (max_margin_mm, step_mm) for the margin family, got {grid!r}") from None
@@ -777,7 +781,11 @@ def _check_bound(value: Any) -> float:
 
 
 def _check_losses(losses: Any, bound: float) -> np.ndarray:
-    a = np.asarray(to_numpy(losses, "losses"), dtype=np.float64)
+    a = np.asarray(to_numpy(losses, "losses"))
+    if a.dtype.kind not in "biuf":  # complex lost its imaginary part with a ComplexWarning, text was parsed (found by
+        # hostile review 55)
+        raise TypeError(f"losses must hold real numbers, got dtype {a.dtype}")
+    a = a.astype(np.float64)
     if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
         raise ValueError(f"losses must be a non-empty 2-D array (cases, grid points), got shape {a.shape}")
     if not np.isfinite(a).all():
@@ -790,9 +798,14 @@ def _check_losses(losses: Any, bound: float) -> np.ndarray:
 def _lambda_at(lambdas: Any, j: int, width: int) -> float:
     if lambdas is None:
         return float(j)
-    lam = np.asarray(lambdas, dtype=np.float64).reshape(-1)
-    if lam.shape[0] != width or (width > 1 and not np.all(np.diff(lam) > 0)):
-        raise ValueError(f"lambdas must be {width} increasing values (one per column of losses), got {lam.shape[0]}")
+    raw = to_numpy(lambdas, "lambdas") if isinstance(lambdas, torch.Tensor) else np.asarray(lambdas)
+    # text was parsed ("0.5"), a bool read as 0 or 1 and inf returned as lambda_hat (found by hostile review 55)
+    if raw.dtype.kind not in "iuf":
+        raise TypeError(f"lambdas must be real numbers (one per column of losses), got dtype {raw.dtype}")
+    lam = raw.astype(np.float64).reshape(-1)
+    if lam.shape[0] != width or not np.isfinite(lam).all() or (width > 1 and not np.all(np.diff(lam) > 0)):
+        raise ValueError(f"lambdas must be {width} finite, increasing values (one per column of losses), got "
+                         f"{lam.shape[0]}")
     return float(lam[j])
 
 
@@ -905,7 +918,7 @@ def crc_lambda(losses: Any, alpha: float, B: float = 1.0, lambdas: Any = None) -
             along each row (``ValueError`` otherwise).
         alpha: the target expected loss in (0, 1).
         B: the loss bound (1 for FNR and false-positive share).
-        lambdas: the ``G`` grid values (default: the column index ``0 .. G-1``).
+        lambdas: the ``G`` grid values, finite and increasing (default: the column index ``0 .. G-1``).
 
     Returns:
         ``lambda_hat`` as a float; ``ValueError`` saying why when no grid point satisfies the condition.
@@ -957,7 +970,7 @@ def high_probability_lambda(losses: Any, tol: float, alpha: float, lambdas: Any 
         losses: ``(n, G)`` losses of ``n`` cases at ``G`` increasing grid points.
         tol: the largest acceptable loss of one case, in (0, 1).
         alpha: the allowed probability in (0, 1) that a new case exceeds ``tol``.
-        lambdas: the ``G`` grid values (default: the column index ``0 .. G-1``).
+        lambdas: the ``G`` grid values, finite and increasing (default: the column index ``0 .. G-1``).
 
     Returns:
         ``lambda_hat`` as a float; ``ValueError`` when ``ceil((n + 1)(1 - alpha)) > n`` (saying how many cases are
@@ -994,13 +1007,14 @@ def last_index(family: str, size: int) -> int:
         size: the grid size.
 
     Returns:
-        The index.
+        The index; ``ValueError`` naming ``size`` when it is not a positive integer (a bool, 2.5).
 
     Example:
         >>> last_index("threshold", 4096), last_index("margin", 80)
         (4096, 81)
     """
     _check_choice(family, "family", CONFORMAL_FAMILIES)
+    size = check_integer(size, "size")  # 2.5 gave the index 3.5 and True the index 2 (found by hostile review 55)
     return size if family == "threshold" else size + 1
 
 
