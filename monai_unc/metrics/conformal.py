@@ -1190,6 +1190,9 @@ class ConformalRule:
                 or len(set(self.names)) != len(self.names)):
             raise ValueError(f"names must be a non-empty tuple of distinct strings, got {self.names!r}")
         if self.edges is not None:
+            # a bool is no edge: True was the edge 1.0 (found by hostile review 55)
+            if isinstance(self.edges, (list, tuple)) and any(isinstance(e, (bool, np.bool_)) for e in self.edges):
+                raise ValueError(f"edges must be finite, strictly increasing numbers, got {self.edges!r}")
             _check_edges(self.edges)
         expected = self.num_strata * len(self.names)
         if not isinstance(self.tasks, tuple) or len(self.tasks) != expected:
@@ -1315,11 +1318,14 @@ class ConformalRule:
     def from_dict(cls, d: Mapping[str, Any]) -> ConformalRule:
         """The rule of :meth:`to_dict`.
 
+        Every field is checked as :meth:`__post_init__` checks it, and each task's ``guarantee`` must be the words
+        :func:`task_guarantee` gives its side, level, ``n`` and stratum (a rule made by hand may say what it likes).
+
         Args:
             d: the dict.
 
         Returns:
-            The rule.
+            The rule; ``ValueError`` naming the field that is missing, unknown or wrong.
 
         Example:
             >>> import json, numpy as np
@@ -1351,17 +1357,27 @@ class ConformalRule:
         # the values as written, never coerced: float("0.3"), int(16.7) turned an edited field into another rule
         tasks = tuple(ConformalTaskRule(**t) for t in tasks_in)
         try:
-            return cls(d["activation"], d["family"], d["side"], d["step"], d["size"], d["method"], d["alpha"],
+            rule = cls(d["activation"], d["family"], d["side"], d["step"], d["size"], d["method"], d["alpha"],
                        d["tol"], tuple(d["names"]), None if d["edges"] is None else tuple(d["edges"]), tasks)
         except TypeError as err:
             raise ValueError(f"d is not a conformal rule's dict: {err}") from None
+        # the words shown beside the masks: an edited "E[FNR] <= 0.001" was read beside a rule of level 0.1 (found by
+        # hostile review 55); a rule made by hand may say what it likes, a rule read is the one fit_conformal_rule wrote
+        for k, t in enumerate(rule.tasks):
+            words = [task_guarantee(rule.side, rule.alpha, rule.tol, t.n, None if rule.edges is None else t.stratum,
+                                    legacy=old) for old in (False, True)]
+            if t.guarantee not in words:
+                raise ValueError(f"tasks[{k}].guarantee must state the rule's guarantee ({words[0]!r}), got "
+                                 f"{t.guarantee!r:.120}")
+        return rule
 
 
 def _loss_words(side: str) -> str:
     return "FNR (missed share of the true voxels)" if side == "outer" else "false-positive share of the mask"
 
 
-def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: int | None = None) -> str:
+def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: int | None = None, *,
+                   legacy: bool = False) -> str:
     """The guarantee of one class or region's ``lambda_hat``, in words (what :class:`ConformalTaskRule` records).
 
     Args:
@@ -1370,6 +1386,9 @@ def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: 
         tol: the per-case tolerance of the high-probability rule, or None (expectation control).
         n: the calibration cases (of the stratum).
         stratum: the stratum of a stratified rule, or None.
+        legacy: the words of the release before 0.2.0, which wrote the high-probability level as ``1 - alpha`` with
+            ``%g`` ("0.666667" for ``alpha = 1/3``; :func:`~monai_unc.product.format_level` never writes it above
+            ``1 - alpha``): what a rule file written then records.
 
     Returns:
         The sentence.
@@ -1383,7 +1402,7 @@ def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: 
     if tol is None:
         text = f"E[{words} of a new case] <= {alpha:g}"
     else:
-        text = f"P({words} of a new case <= {tol:g}) >= {format_level(alpha)}"
+        text = f"P({words} of a new case <= {tol:g}) >= {f'{1 - alpha:g}' if legacy else format_level(alpha)}"
     return text + (f"{where}; marginal over the {n} calibration cases and the new case (exchangeable), "
                    "not conditional on one case")
 

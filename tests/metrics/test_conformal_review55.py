@@ -56,3 +56,47 @@ def test_losses_refuse_complex_and_text():
     with pytest.raises(TypeError, match="losses"):
         crc_lambda(LOSSES.astype(str), 0.1)
     assert crc_lambda(LOSSES.astype(bool), 0.1) == 2.0  # 0/1 losses as booleans stay accepted
+
+
+def _stratified_rule_dict(tol=None):
+    import json
+    import warnings
+
+    from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
+
+    s = [conformal_case_state(np.array([[0.2, 0.9]]), np.array([[0, 1]]), activation="sigmoid", grid=4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rule = fit_conformal_rule(s * 20, alpha=0.1, tol=tol, scores=[0.2] * 10 + [2.0] * 10, edges=[1.0])
+    return rule, json.loads(json.dumps(rule.to_dict()))
+
+
+@pytest.mark.parametrize("edges", [[True], [np.bool_(True)]])
+def test_rule_from_dict_refuses_a_bool_edge(edges):
+    # [True] was kept as the edge 1.0 of the strata (and written back as true)
+    from monai_unc.metrics.conformal import ConformalRule
+
+    rule, d = _stratified_rule_dict()
+    assert ConformalRule.from_dict(d) == rule
+    with pytest.raises(ValueError, match="edges"):
+        ConformalRule.from_dict({**d, "edges": edges})
+
+
+@pytest.mark.parametrize("tol", [None, 0.2])
+def test_rule_from_dict_refuses_guarantee_words_that_are_not_the_rule_s(tol):
+    # an edited "E[FNR] <= 0.001" was read beside a rule of level 0.1 (the file reader checked it, from_dict did not)
+    from monai_unc.metrics.conformal import ConformalRule, task_guarantee
+
+    _, d = _stratified_rule_dict(tol)
+    d["tasks"][1]["guarantee"] = "E[FNR] <= 0.001 for every case"
+    with pytest.raises(ValueError, match=r"tasks\[1\]\.guarantee"):
+        ConformalRule.from_dict(d)
+    _, d = _stratified_rule_dict(tol)
+    d["tasks"][1]["guarantee"] = d["tasks"][0]["guarantee"].replace("within stratum 0", "within stratum 1").replace(
+        "the 10 calibration", "the 11 calibration")
+    with pytest.raises(ValueError, match="guarantee"):
+        ConformalRule.from_dict(d)
+    if tol is not None:  # the words of the previous release (level as 1 - alpha with %g) stay readable
+        _, d = _stratified_rule_dict(tol)
+        d["tasks"][1]["guarantee"] = task_guarantee("outer", 0.1, tol, 10, 1, legacy=True)
+        assert ConformalRule.from_dict(d).tasks[1].guarantee == d["tasks"][1]["guarantee"]
