@@ -372,8 +372,12 @@ class ConformalCaseState:
         self.activation = activation
         self.family = _check_choice(family, "family", CONFORMAL_FAMILIES)
         self.side = _check_choice(side, "side", CONFORMAL_SIDES)
-        self.step, self.size, self.names = float(step), int(size), tuple(str(n) for n in names)
-        if not (math.isfinite(self.step) and self.step > 0) or self.size < 1:
+        # True was a 1 mm step, a size of 4.7 the grid of 4 and "0.5" was parsed (found by hostile review 55)
+        if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, float, np.integer, np.floating)):
+            raise ValueError(f"step must be a positive finite number, got {step!r}")
+        size = check_integer(size, "size")
+        self.step, self.size, self.names = float(step), size, tuple(str(n) for n in names)
+        if not (math.isfinite(self.step) and self.step > 0):
             raise ValueError(f"step and size must be positive, got step={self.step}, size={self.size}")
         self._counts = _pack_counts(np.stack([self._checked("true_counts", true_counts),
                                               self._checked("false_counts", false_counts)]))
@@ -566,8 +570,9 @@ class ConformalCaseState:
         if missing:
             raise ValueError(f"arrays lacks {missing} (expected the keys of ConformalCaseState.to_arrays())")
         a = {k: np.asarray(arrays[k]) for k in keys[:6]}
-        head = (str(a["activation"][()]), str(a["family"][()]), str(a["side"][()]), float(a["step"]), int(a["size"]),
-                tuple(str(n) for n in a["names"].reshape(-1)))
+        # the stored scalars as they are (the constructor checks the step): int() made a size of 4.7 the grid of 4
+        head = (str(a["activation"][()]), str(a["family"][()]), str(a["side"][()]), a["step"][()],
+                check_integer(a["size"][()], "size"), tuple(str(n) for n in a["names"].reshape(-1)))
         if dense:
             return cls(*head, np.asarray(arrays["true_counts"]), np.asarray(arrays["false_counts"]))
         both = _unpack_counts(_check_packed(arrays, (2, len(head[5]), head[4] + 2)))

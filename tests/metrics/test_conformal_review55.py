@@ -100,3 +100,27 @@ def test_rule_from_dict_refuses_guarantee_words_that_are_not_the_rule_s(tol):
         _, d = _stratified_rule_dict(tol)
         d["tasks"][1]["guarantee"] = task_guarantee("outer", 0.1, tol, 10, 1, legacy=True)
         assert ConformalRule.from_dict(d).tasks[1].guarantee == d["tasks"][1]["guarantee"]
+
+
+@pytest.mark.parametrize(("step", "size"), [(True, 4), (0.5, 4.7), (0.5, True), ("0.5", 4), (0.5, "4")])
+def test_case_state_refuses_a_step_or_size_that_is_no_number(step, size):
+    # True was a 1 mm step, 4.7 the grid of 4 (int()), "0.5" was parsed
+    from monai_unc.metrics.conformal import ConformalCaseState
+
+    counts = np.zeros((1, 6), np.int64)
+    with pytest.raises(ValueError, match="step|size"):
+        ConformalCaseState("sigmoid", "margin", "outer", step, size, ["0"], counts, counts)
+
+
+def test_saved_case_state_refuses_a_fractional_size_or_a_text_step():
+    from monai_unc.metrics.conformal import ConformalCaseState, conformal_case_state
+
+    state = conformal_case_state(np.array([[0.2, 0.8]]), np.array([[0, 1]]), activation="sigmoid", family="margin",
+                                 grid=(2.0, 0.5))
+    assert ConformalCaseState.from_arrays(state.to_arrays()) == state
+    assert ConformalCaseState("sigmoid", "margin", "outer", np.float32(0.5), np.int64(4), ["0"],
+                              state.true_counts, state.false_counts).size == 4
+    with pytest.raises(ValueError, match="size"):
+        ConformalCaseState.from_arrays({**state.to_arrays(), "size": np.array(4.7)})  # read as the grid of 4
+    with pytest.raises(ValueError, match="step"):
+        ConformalCaseState.from_arrays({**state.to_arrays(), "step": np.array("0.5")})
