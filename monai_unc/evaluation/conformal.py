@@ -99,7 +99,7 @@ from ..metrics.conformal import (
     stratum_of,
     task_guarantee,
 )
-from ..product import CohortProduct, format_level
+from ..product import CohortProduct
 from ..regions import check_regions
 from ..scores import CASE_SCORES, case_score_columns, resolve_score_column
 from ..state import StateGroup, register_state_type
@@ -749,7 +749,7 @@ def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target:
         text = task_guarantee(side, alpha, tol, n, None if strata is None else st)
         # found by review38: the previous release wrote the level as f"{1 - alpha:g}" ("0.666667" for alpha = 1/3,
         # "1" for 1e-7), product.format_level writes it never above 1 - alpha; a file written then is not refused
-        legacy = None if tol is None else text.replace(f">= {format_level(alpha)}", f">= {1 - alpha:g}", 1)
+        legacy = task_guarantee(side, alpha, tol, n, None if strata is None else st, legacy=True)
         if t.get("guarantee") not in (text, legacy):
             raise bad(f"{f}.guarantee", f"does not state the rule's guarantee ({text!r})")
 

@@ -159,6 +159,10 @@ def conformal_grid(family: str, grid: int | tuple[float, float] | None = None) -
         return 1.0 / int(bins), int(bins)
     spec = (DEFAULT_MAX_MARGIN_MM, DEFAULT_MARGIN_STEP_MM) if grid is None else grid
     try:
+        # a bool is no length and text no number: (True, 0.5) read as a 1 mm grid, ("20", "0.25") was parsed (found by
+        # hostile review 55)
+        if isinstance(spec, (str, bytes)) or any(isinstance(v, (bool, np.bool_, str, bytes)) for v in spec):
+            raise TypeError
         top, step = (float(v) for v in spec)  # type: ignore[union-attr]
     except (TypeError, ValueError):
         raise ValueError(f"grid must be (max_margin_mm, step_mm) for the margin family, got {grid!r}") from None
@@ -368,8 +372,12 @@ class ConformalCaseState:
         self.activation = activation
         self.family = _check_choice(family, "family", CONFORMAL_FAMILIES)
         self.side = _check_choice(side, "side", CONFORMAL_SIDES)
-        self.step, self.size, self.names = float(step), int(size), tuple(str(n) for n in names)
-        if not (math.isfinite(self.step) and self.step > 0) or self.size < 1:
+        # True was a 1 mm step, a size of 4.7 the grid of 4 and "0.5" was parsed (found by hostile review 55)
+        if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, float, np.integer, np.floating)):
+            raise ValueError(f"step must be a positive finite number, got {step!r}")
+        size = check_integer(size, "size")
+        self.step, self.size, self.names = float(step), size, tuple(str(n) for n in names)
+        if not (math.isfinite(self.step) and self.step > 0):
             raise ValueError(f"step and size must be positive, got step={self.step}, size={self.size}")
         self._counts = _pack_counts(np.stack([self._checked("true_counts", true_counts),
                                               self._checked("false_counts", false_counts)]))
@@ -562,8 +570,9 @@ class ConformalCaseState:
         if missing:
             raise ValueError(f"arrays lacks {missing} (expected the keys of ConformalCaseState.to_arrays())")
         a = {k: np.asarray(arrays[k]) for k in keys[:6]}
-        head = (str(a["activation"][()]), str(a["family"][()]), str(a["side"][()]), float(a["step"]), int(a["size"]),
-                tuple(str(n) for n in a["names"].reshape(-1)))
+        # the stored scalars as they are (the constructor checks the step): int() made a size of 4.7 the grid of 4
+        head = (str(a["activation"][()]), str(a["family"][()]), str(a["side"][()]), a["step"][()],
+                check_integer(a["size"][()], "size"), tuple(str(n) for n in a["names"].reshape(-1)))
         if dense:
             return cls(*head, np.asarray(arrays["true_counts"]), np.asarray(arrays["false_counts"]))
         both = _unpack_counts(_check_packed(arrays, (2, len(head[5]), head[4] + 2)))
@@ -777,7 +786,11 @@ def _check_bound(value: Any) -> float:
 
 
 def _check_losses(losses: Any, bound: float) -> np.ndarray:
-    a = np.asarray(to_numpy(losses, "losses"), dtype=np.float64)
+    a = np.asarray(to_numpy(losses, "losses"))
+    if a.dtype.kind not in "biuf":  # complex lost its imaginary part with a ComplexWarning, text was parsed (found by
+        # hostile review 55)
+        raise TypeError(f"losses must hold real numbers, got dtype {a.dtype}")
+    a = a.astype(np.float64)
     if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
         raise ValueError(f"losses must be a non-empty 2-D array (cases, grid points), got shape {a.shape}")
     if not np.isfinite(a).all():
@@ -790,9 +803,14 @@ def _check_losses(losses: Any, bound: float) -> np.ndarray:
 def _lambda_at(lambdas: Any, j: int, width: int) -> float:
     if lambdas is None:
         return float(j)
-    lam = np.asarray(lambdas, dtype=np.float64).reshape(-1)
-    if lam.shape[0] != width or (width > 1 and not np.all(np.diff(lam) > 0)):
-        raise ValueError(f"lambdas must be {width} increasing values (one per column of losses), got {lam.shape[0]}")
+    raw = to_numpy(lambdas, "lambdas") if isinstance(lambdas, torch.Tensor) else np.asarray(lambdas)
+    # text was parsed ("0.5"), a bool read as 0 or 1 and inf returned as lambda_hat (found by hostile review 55)
+    if raw.dtype.kind not in "iuf":
+        raise TypeError(f"lambdas must be real numbers (one per column of losses), got dtype {raw.dtype}")
+    lam = raw.astype(np.float64).reshape(-1)
+    if lam.shape[0] != width or not np.isfinite(lam).all() or (width > 1 and not np.all(np.diff(lam) > 0)):
+        raise ValueError(f"lambdas must be {width} finite, increasing values (one per column of losses), got "
+                         f"{lam.shape[0]}")
     return float(lam[j])
 
 
@@ -905,7 +923,7 @@ def crc_lambda(losses: Any, alpha: float, B: float = 1.0, lambdas: Any = None) -
             along each row (``ValueError`` otherwise).
         alpha: the target expected loss in (0, 1).
         B: the loss bound (1 for FNR and false-positive share).
-        lambdas: the ``G`` grid values (default: the column index ``0 .. G-1``).
+        lambdas: the ``G`` grid values, finite and increasing (default: the column index ``0 .. G-1``).
 
     Returns:
         ``lambda_hat`` as a float; ``ValueError`` saying why when no grid point satisfies the condition.
@@ -957,7 +975,7 @@ def high_probability_lambda(losses: Any, tol: float, alpha: float, lambdas: Any 
         losses: ``(n, G)`` losses of ``n`` cases at ``G`` increasing grid points.
         tol: the largest acceptable loss of one case, in (0, 1).
         alpha: the allowed probability in (0, 1) that a new case exceeds ``tol``.
-        lambdas: the ``G`` grid values (default: the column index ``0 .. G-1``).
+        lambdas: the ``G`` grid values, finite and increasing (default: the column index ``0 .. G-1``).
 
     Returns:
         ``lambda_hat`` as a float; ``ValueError`` when ``ceil((n + 1)(1 - alpha)) > n`` (saying how many cases are
@@ -994,13 +1012,14 @@ def last_index(family: str, size: int) -> int:
         size: the grid size.
 
     Returns:
-        The index.
+        The index; ``ValueError`` naming ``size`` when it is not a positive integer (a bool, 2.5).
 
     Example:
         >>> last_index("threshold", 4096), last_index("margin", 80)
         (4096, 81)
     """
     _check_choice(family, "family", CONFORMAL_FAMILIES)
+    size = check_integer(size, "size")  # 2.5 gave the index 3.5 and True the index 2 (found by hostile review 55)
     return size if family == "threshold" else size + 1
 
 
@@ -1176,6 +1195,9 @@ class ConformalRule:
                 or len(set(self.names)) != len(self.names)):
             raise ValueError(f"names must be a non-empty tuple of distinct strings, got {self.names!r}")
         if self.edges is not None:
+            # a bool is no edge: True was the edge 1.0 (found by hostile review 55)
+            if isinstance(self.edges, (list, tuple)) and any(isinstance(e, (bool, np.bool_)) for e in self.edges):
+                raise ValueError(f"edges must be finite, strictly increasing numbers, got {self.edges!r}")
             _check_edges(self.edges)
         expected = self.num_strata * len(self.names)
         if not isinstance(self.tasks, tuple) or len(self.tasks) != expected:
@@ -1301,11 +1323,14 @@ class ConformalRule:
     def from_dict(cls, d: Mapping[str, Any]) -> ConformalRule:
         """The rule of :meth:`to_dict`.
 
+        Every field is checked as :meth:`__post_init__` checks it, and each task's ``guarantee`` must be the words
+        :func:`task_guarantee` gives its side, level, ``n`` and stratum (a rule made by hand may say what it likes).
+
         Args:
             d: the dict.
 
         Returns:
-            The rule.
+            The rule; ``ValueError`` naming the field that is missing, unknown or wrong.
 
         Example:
             >>> import json, numpy as np
@@ -1337,17 +1362,27 @@ class ConformalRule:
         # the values as written, never coerced: float("0.3"), int(16.7) turned an edited field into another rule
         tasks = tuple(ConformalTaskRule(**t) for t in tasks_in)
         try:
-            return cls(d["activation"], d["family"], d["side"], d["step"], d["size"], d["method"], d["alpha"],
+            rule = cls(d["activation"], d["family"], d["side"], d["step"], d["size"], d["method"], d["alpha"],
                        d["tol"], tuple(d["names"]), None if d["edges"] is None else tuple(d["edges"]), tasks)
         except TypeError as err:
             raise ValueError(f"d is not a conformal rule's dict: {err}") from None
+        # the words shown beside the masks: an edited "E[FNR] <= 0.001" was read beside a rule of level 0.1 (found by
+        # hostile review 55); a rule made by hand may say what it likes, a rule read is the one fit_conformal_rule wrote
+        for k, t in enumerate(rule.tasks):
+            words = [task_guarantee(rule.side, rule.alpha, rule.tol, t.n, None if rule.edges is None else t.stratum,
+                                    legacy=old) for old in (False, True)]
+            if t.guarantee not in words:
+                raise ValueError(f"tasks[{k}].guarantee must state the rule's guarantee ({words[0]!r}), got "
+                                 f"{t.guarantee!r:.120}")
+        return rule
 
 
 def _loss_words(side: str) -> str:
     return "FNR (missed share of the true voxels)" if side == "outer" else "false-positive share of the mask"
 
 
-def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: int | None = None) -> str:
+def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: int | None = None, *,
+                   legacy: bool = False) -> str:
     """The guarantee of one class or region's ``lambda_hat``, in words (what :class:`ConformalTaskRule` records).
 
     Args:
@@ -1356,6 +1391,9 @@ def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: 
         tol: the per-case tolerance of the high-probability rule, or None (expectation control).
         n: the calibration cases (of the stratum).
         stratum: the stratum of a stratified rule, or None.
+        legacy: the words of the release before 0.2.0, which wrote the high-probability level as ``1 - alpha`` with
+            ``%g`` ("0.666667" for ``alpha = 1/3``; :func:`~monai_unc.product.format_level` never writes it above
+            ``1 - alpha``): what a rule file written then records.
 
     Returns:
         The sentence.
@@ -1369,7 +1407,7 @@ def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: 
     if tol is None:
         text = f"E[{words} of a new case] <= {alpha:g}"
     else:
-        text = f"P({words} of a new case <= {tol:g}) >= {format_level(alpha)}"
+        text = f"P({words} of a new case <= {tol:g}) >= {f'{1 - alpha:g}' if legacy else format_level(alpha)}"
     return text + (f"{where}; marginal over the {n} calibration cases and the new case (exchangeable), "
                    "not conditional on one case")
 

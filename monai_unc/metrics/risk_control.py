@@ -58,7 +58,9 @@ def accepted_by_threshold(scores: ArrayLike, threshold: float) -> ArrayLike:
         A boolean mask of ``scores``' shape, in the library of the input.
 
     Raises:
-        TypeError: ``scores`` that are not real numbers (complex, strings).
+        TypeError: ``scores`` that are not real numbers (complex, strings), or a ``threshold`` that is not one real
+            number (a bool, a string, an array).
+        ValueError: a NaN ``threshold`` (it accepted no case, as if the rule were not certified).
 
     Example:
         >>> accepted_by_threshold(np.array([0.1, 0.5, np.nan, np.inf]), math.inf).tolist()
@@ -66,6 +68,7 @@ def accepted_by_threshold(scores: ArrayLike, threshold: float) -> ArrayLike:
         >>> accepted_by_threshold([0.1, 0.5], 0.3).tolist()
         [True, False]
     """
+    threshold = _check_threshold(threshold)
     # a complex score lost its imaginary part and a string was parsed as a number, each accepted or referred without
     # an error (found by hostile testing); risk_controlled_threshold refuses both for the calibration scores
     if isinstance(scores, torch.Tensor):
@@ -75,6 +78,23 @@ def accepted_by_threshold(scores: ArrayLike, threshold: float) -> ArrayLike:
         return torch.isfinite(u) & (u <= threshold)
     u = real_array(np.asarray(scores), "scores")  # None in a list: an undefined score (NaN)
     return np.isfinite(u) & (u <= threshold)
+
+
+def _check_threshold(threshold: Any) -> float:
+    """``threshold`` as a float: one real number, ``inf`` and ``-inf`` included.
+
+    ``TypeError`` naming it for a bool (``True`` was read as the threshold 1 and accepted every score up to it), a
+    string (numpy's "ufunc 'less_equal' did not contain a loop" named no argument) or an array; ``ValueError`` for NaN
+    (found by hostile review 55).
+    """
+    kind = "U" if isinstance(threshold, (str, bytes)) else np.asarray(threshold).dtype.kind
+    if kind not in "iuf" or np.ndim(threshold) != 0:
+        raise TypeError(f"threshold must be one real number (inf or -inf included), got {type(threshold).__name__} "
+                        f"{threshold!r:.80}")
+    t = float(threshold)
+    if math.isnan(t):
+        raise ValueError("threshold must be a number (inf or -inf included), got NaN")
+    return t
 
 
 def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta: float) -> np.ndarray | float:

@@ -230,6 +230,10 @@ class ConformalMasks(CohortProduct):
         edges = None
         if strata_edges is not None:
             try:
+                # numbers only, as conformal_delta: [True] was the edge 1.0 and ["0.5"] was parsed (found by hostile
+                # review 55); the command line's --conformal-strata-edges gives numbers (_edges)
+                if isinstance(strata_edges, (str, bytes)) or not all(is_real(v) for v in strata_edges):
+                    raise TypeError
                 edges = [float(v) for v in strata_edges]
             except (TypeError, ValueError):
                 raise parameter_error(ValueError(f"conformal_strata_edges must be numbers, got {strata_edges!r}"),

@@ -71,6 +71,8 @@ def risk_control_line(block: Mapping[str, Any]) -> str:
             "every case"
     cal = rc["calibration"]
     thr = rc["threshold"]
+    if thr is not None and math.isinf(float(thr)):  # the block as fit returns it, before summary.json (null there)
+        thr = None  # found by hostile review 55: "accept score < inf (the lowest calibration score it refers)"
     undefined = " (an undefined score is referred)" if cal.get("n_undefined") else ""
     # the certified rule in full: "score < cut" with the cut (the lowest refused calibration score) written exactly;
     # a rounded threshold (0.623106 for 0.62310585677623...) accepted that refused score and the new ones beside it
