@@ -65,15 +65,21 @@ PRED_FORMATS = ("auto", "probabilities", "log_probabilities", "binary_logit")
 
 def find_pred_activation(postprocessing: Any, key: str = Keys.PRED) -> str | None:
     """The activation the first ``Activationsd`` acting on ``key`` applies in ``postprocessing`` (a ``Compose``,
-    possibly nested, or a single transform): ``"softmax"``, ``"sigmoid"`` or ``None``."""
+    possibly nested, or a single transform): ``"softmax"``, ``"sigmoid"`` or ``None``.
+
+    An ``Activationsd`` that lists ``key`` but applies nothing to it (no softmax, sigmoid or ``other``) is passed
+    over: found by hostile review, ``Activationsd("pred")`` before ``Activationsd("pred", softmax=True)`` ended the
+    search with ``None``, the evaluator stored probabilities, and the softmax flattened them (0.9 became 0.69).
+    """
     from monai.transforms import Activationsd
 
     def walk(t: Any) -> str | None | bool:
         if isinstance(t, Activationsd):
-            for k, softmax, sigmoid in zip(t.keys, t.softmax, t.sigmoid):
-                if k == key:
+            others = getattr(t, "other", (None,) * len(t.keys))
+            for k, softmax, sigmoid, other in zip(t.keys, t.softmax, t.sigmoid, others):
+                if k == key and (softmax or sigmoid or other is not None):
                     return "softmax" if softmax else "sigmoid" if sigmoid else None
-            return False  # does not act on key: keep looking
+            return False  # applies nothing to key: keep looking
         for sub in getattr(t, "transforms", ()) or ():
             found = walk(sub)
             if found is not False:

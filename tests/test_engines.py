@@ -105,6 +105,22 @@ def test_find_pred_activation():
     assert find_pred_activation(Compose([Activationsd("pred")])) is None
 
 
+def test_find_pred_activation_passes_over_an_activation_that_applies_nothing():
+    """Found by hostile review 55: a no-op ``Activationsd("pred")`` ended the search, so the softmax after it was
+    missed, ``pred`` was stored as probabilities and that softmax flattened them (0.9 -> 0.69)."""
+    chain = Compose([Activationsd("pred"), Activationsd("pred", softmax=True)])
+    assert find_pred_activation(chain) == "softmax"
+    assert find_pred_activation(Compose([Activationsd(["pred", "label"]), Activationsd("pred", sigmoid=True)])) == (
+        "sigmoid"
+    )
+    # a custom activation is an activation: the search ends there, as before
+    assert find_pred_activation(Compose([Activationsd("pred", other=torch.sigmoid), Activationsd("pred", softmax=True)
+                                         ])) is None
+    p = torch.tensor([[[0.9]], [[0.1]]])[None]
+    stored = format_pred(p, {"softmax": "log_probabilities"}.get(find_pred_activation(chain), "probabilities"))
+    assert torch.allclose(torch.softmax(stored, 1), p)
+
+
 def test_evaluator_arguments_are_checked():
     with pytest.raises(ValueError, match="pred_format"):
         UncertaintyEvaluator(device=CPU, val_data_loader=[], network=_net(), pred_format="logits")
