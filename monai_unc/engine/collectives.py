@@ -562,21 +562,28 @@ def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -
 
     Raises:
         ValueError: a non-numeric dtype, a uint64 value above the int64 range, keys of the same text (``1`` and
-            ``"1"``), keys/shapes/dtypes that differ across ranks, or an int64 sum that overflows (on every rank).
+            ``"1"``), keys/shapes/dtypes that differ across ranks, or an int64 sum that overflows (on every rank:
+            an array refused on one rank raises there, :class:`RankFailed` on the others).
 
     Example:
         >>> all_reduce_sum({"n": np.array([1, 2]), "s": np.array([0.5])}, DistContext())
         {'n': array([1, 2]), 's': array([0.5])}
     """
     single = not isinstance(x, Mapping)
-    arrays = {"": _as_array(x, "x")} if single else {str(k): _as_array(v, f"x[{k!r}]") for k, v in x.items()}
-    if not single and len(arrays) != len(x):  # found by hostile testing: {1: a, "1": b} summed b alone, a dropped
-        seen: dict[str, list[Any]] = {}
-        for k in x:
-            seen.setdefault(str(k), []).append(k)
-        clash = next(ks for ks in seen.values() if len(ks) > 1)
-        raise ValueError(f"x has keys that name one entry ({', '.join(repr(k) for k in clash)}): the sums are keyed "
-                         "by the keys' text")
+    error: BaseException | None = None
+    try:  # found by hostile testing (review 55): a refusal of one rank's own array (a uint64 count above the int64
+        # range) raised on that rank alone, and the other ranks waited in the gather for the collective timeout
+        arrays = {"": _as_array(x, "x")} if single else {str(k): _as_array(v, f"x[{k!r}]") for k, v in x.items()}
+        if not single and len(arrays) != len(x):  # found by hostile testing: {1: a, "1": b} summed b alone
+            seen: dict[str, list[Any]] = {}
+            for k in x:
+                seen.setdefault(str(k), []).append(k)
+            clash = next(ks for ks in seen.values() if len(ks) > 1)
+            raise ValueError(f"x has keys that name one entry ({', '.join(repr(k) for k in clash)}): the sums are "
+                             "keyed by the keys' text")
+    except ValueError as e:
+        error = e
+    sync_errors(error, ctx)  # on every rank: the failing rank's own error, RankFailed (a ValueError) on the others
     if not ctx.distributed:
         out = {k: a.copy() for k, a in arrays.items()}
         return out[""] if single else out
@@ -655,7 +662,9 @@ def reduce_state(state: Any, ctx: DistContext) -> Any:
         ctx: the rank context.
 
     Returns:
-        A new state of the same class. A merge that fails (incompatible states) raises the same error on every rank.
+        A new state of the same class. A merge that fails (incompatible states) raises the same error on every rank;
+        a state refused on one rank (e.g. an empty :class:`~monai_unc.stats.SampleStats`) raises there and
+        :class:`RankFailed` on the others.
 
     Example:
         >>> import numpy as np
@@ -669,7 +678,15 @@ def reduce_state(state: Any, ctx: DistContext) -> Any:
         raise TypeError(f"state must be a mergeable state (merge, state_dict, from_state_dict), got "
                         f"{type(state).__name__}")
     cls = type(state)
-    parts = all_gather_objects({k: as_array(v, f"state key {k!r}") for k, v in record_arrays(state).items()}, ctx)
+    error: BaseException | None = None
+    arrays: dict[str, Any] = {}
+    try:  # found by hostile testing (review 55): a state refused on one rank only (an empty SampleStats of a rank
+        # without samples) raised there alone, and the other ranks waited in the gather for the collective timeout
+        arrays = {k: as_array(v, f"state key {k!r}") for k, v in record_arrays(state).items()}
+    except ValueError as e:
+        error = e
+    sync_errors(error, ctx)  # on every rank: the failing rank's own error, RankFailed (a ValueError) on the others
+    parts = all_gather_objects(arrays, ctx)
     out = cls.from_state_dict(parts[0])
     for part in parts[1:]:
         out.merge(cls.from_state_dict(part))
