@@ -407,6 +407,13 @@ def prepare_infer(
         warnings.warn(f"--samples {unused_samples} is not used by --method {method!r}, which draws no --samples (tta: "
                       "one sample per flip, ensemble: one per member, softmax: one pass); infer.json records samples: "
                       "null", UserWarning, stacklevel=2)
+    spread = [n for n in ("mutual_information", "variance") if n in names]
+    if samples == 1 and spread and set(method_tokens(method)) <= {"mcdropout", "ratein"}:
+        # found by hostile review 55: one draw per case wrote these maps as 0 everywhere without a word, which reads
+        # as "no model uncertainty" (the toy network: mutual information 0.0 with --samples 1, up to 0.256 with 4)
+        warnings.warn(f"--samples 1 with --method {method!r} draws one sample per case: {' and '.join(spread)} "
+                      "is 0 everywhere (no spread between samples); use --samples 2 or more", UserWarning,
+                      stacklevel=2)
     return InferPlan(cases, loaded, inferer, settings)
 
 
