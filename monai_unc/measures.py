@@ -419,7 +419,8 @@ def mutual_information_from_entropies(
     be negative (an entropy; found by hostile testing: a negative EE gave an MI above PE) and may not exceed ``pe``
     by more than rounding (1e-4 nats plus ``4 eps (1 + |pe|)``, a few roundings of the maps' dtype): entropies of
     the same samples satisfy EE <= PE, so a larger EE means the two maps do not belong together. WD may not be
-    negative (it would raise MI above ``PE - EE``). ``ValueError`` naming the argument otherwise.
+    negative (it would raise MI above ``PE - EE``), and ``EE + WD`` may not exceed ``PE`` by more than that rounding
+    (MI would be clamped from a negative value). ``ValueError`` naming the argument otherwise.
 
     Args:
         pe: predictive entropy map, e.g. ``(B, 1, *spatial)``, a tensor or a numpy array.
@@ -466,6 +467,15 @@ def mutual_information_from_entropies(
                 f"ee exceeds pe by up to {float((ee - pe).max()):.4g} nats: the expected entropy of samples is at "
                 "most the entropy of their mean, so pe and ee must come from the same samples"
             )
+        if window_disagreement is not None and pe.numel():
+            # found in review 56: EE + WD above PE (pe 0.5, ee 0.2, WD 0.6) gave MI 0 without a word, while the
+            # decomposition PE = EE + MI + WD with MI >= 0 bounds EE + WD by PE
+            excess = (ee.double() + window_disagreement.double()) - pe.double()
+            if bool((excess > _entropy_order_tolerance(pe, ee)).any()):
+                raise ValueError(
+                    f"ee + window_disagreement exceeds pe by up to {float(excess.max()):.4g} nats: PE = EE + MI + WD "
+                    "with MI >= 0, so the three maps must come from the same samples and windows"
+                )
     if window_disagreement is None:
         return like_input((pe - ee).clamp_min(0), ref)
     return like_input(((pe - ee) - window_disagreement).clamp_min(0), ref)

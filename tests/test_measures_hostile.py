@@ -242,10 +242,22 @@ def test_maps_from_entropies_and_moments_follow_the_input_library(validate):
     mi = mutual_information_from_entropies(pe, ee, validate=validate)
     assert isinstance(mi, np.ndarray)
     np.testing.assert_allclose(mi, [[[0.368, 0.0]]], atol=1e-12)
-    mi_wd = mutual_information_from_entropies(pe, ee, window_disagreement=np.full_like(pe, 0.1), validate=validate)
+    mi_wd = mutual_information_from_entropies(pe, ee, window_disagreement=np.array([[[0.1, 0.0]]]),
+                                              validate=validate)  # EE + WD <= PE (review 56)
     np.testing.assert_allclose(mi_wd, [[[0.268, 0.0]]], atol=1e-12)
     mean, mean_sq = np.array([[[0.5], [0.5]]]), np.array([[[0.41], [0.41]]])
     var = variance_from_moments(mean, mean_sq, validate=validate)
     assert isinstance(var, np.ndarray)
     np.testing.assert_allclose(var, [[[0.16]]], atol=1e-12)
     assert isinstance(variance_from_moments(torch.from_numpy(mean), torch.from_numpy(mean_sq)), torch.Tensor)
+
+
+def test_mi_refuses_ee_plus_window_disagreement_above_pe():
+    # review 56: EE + WD above PE gave MI 0 without a word (PE = EE + MI + WD with MI >= 0)
+    pe, ee = torch.tensor([[[0.5, 0.5]]]), torch.tensor([[[0.2, 0.2]]])
+    with pytest.raises(ValueError, match="ee \\+ window_disagreement exceeds pe by up to 0.3"):
+        mutual_information_from_entropies(pe, ee, torch.tensor([[[0.1, 0.6]]]))
+    # within rounding (EE + WD = PE exactly in real numbers) it is MI 0, not an error
+    mi = mutual_information_from_entropies(pe, ee, torch.tensor([[[0.1, 0.3]]]))
+    assert torch.allclose(mi, torch.tensor([[[0.2, 0.0]]]), atol=1e-7)
+    assert mutual_information_from_entropies(pe, ee, torch.tensor([[[0.1, 0.6]]]), validate=False).max() < 0.21

@@ -581,7 +581,7 @@ def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -
             clash = next(ks for ks in seen.values() if len(ks) > 1)
             raise ValueError(f"x has keys that name one entry ({', '.join(repr(k) for k in clash)}): the sums are "
                              "keyed by the keys' text")
-    except ValueError as e:
+    except (TypeError, ValueError) as e:
         error = e
     sync_errors(error, ctx)  # on every rank: the failing rank's own error, RankFailed (a ValueError) on the others
     if not ctx.distributed:
@@ -635,8 +635,10 @@ def reduce_histogram(hist: Any, ctx: DistContext) -> Any:
     Raises:
         ValueError: ``hist`` is not a histogram, or the layouts differ across ranks.
     """
-    if not isinstance(hist, ConfidenceHistogram):
-        raise ValueError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}")
+    # a refusal on one rank only is shared (found in review 56: the other ranks waited in the gather for the
+    # collective timeout)
+    sync_errors(None if isinstance(hist, ConfidenceHistogram) else
+                ValueError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}"), ctx)
     flags = all_gather_objects((hist.num_classes, hist.n_fine_bins, hist.uncertainty if len(hist) else None), ctx)
     if len({fl[:2] for fl in flags}) > 1 or len({fl[2] for fl in flags if fl[2] is not None}) > 1:
         raise ValueError(f"reduce_histogram: ranks have different layouts (num_classes, n_fine_bins, uncertainty): "
@@ -674,16 +676,17 @@ def reduce_state(state: Any, ctx: DistContext) -> Any:
         >>> int(reduce_state(h, DistContext()).scalars[:, 0].sum())
         1
     """
-    if not isinstance(state, MergeableState):
-        raise TypeError(f"state must be a mergeable state (merge, state_dict, from_state_dict), got "
-                        f"{type(state).__name__}")
     cls = type(state)
     error: BaseException | None = None
     arrays: dict[str, Any] = {}
     try:  # found by hostile testing (review 55): a state refused on one rank only (an empty SampleStats of a rank
-        # without samples) raised there alone, and the other ranks waited in the gather for the collective timeout
+        # without samples) raised there alone, and the other ranks waited in the gather for the collective timeout;
+        # the type check likewise (review 56)
+        if not isinstance(state, MergeableState):
+            raise TypeError(f"state must be a mergeable state (merge, state_dict, from_state_dict), got "
+                            f"{type(state).__name__}")
         arrays = {k: as_array(v, f"state key {k!r}") for k, v in record_arrays(state).items()}
-    except ValueError as e:
+    except (TypeError, ValueError) as e:
         error = e
     sync_errors(error, ctx)  # on every rank: the failing rank's own error, RankFailed (a ValueError) on the others
     parts = all_gather_objects(arrays, ctx)

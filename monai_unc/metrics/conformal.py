@@ -765,15 +765,18 @@ def conformal_case_state(
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _check_level(value: Any, name: str) -> float:
+def _check_level(value: Any, name: str, upper: float = 1.0) -> float:
+    """A level in ``(0, upper)``: 1 for probabilities and losses bounded by 1, the loss bound ``B`` of CRC."""
+    span = f"(0, {upper:g})"
     if isinstance(value, (str, bytes)):  # float("0.1") would pass a string from a config file through unnoticed
-        raise ValueError(f"{name} must be a number in (0, 1), got the string {value!r}")
+        raise ValueError(f"{name} must be a number in {span}, got the string {value!r}")
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number in (0, 1), got {value!r}") from None
-    if isinstance(value, bool) or not 0 < v < 1:
-        raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
+        raise ValueError(f"{name} must be a number in {span}, got {value!r}") from None
+    if isinstance(value, bool) or not 0 < v < upper:
+        raise ValueError(f"{name} must lie in {span}, got {value!r}" + (f" (the loss bound B is {upper:g})"
+                                                                          if upper != 1.0 else ""))
     return v
 
 
@@ -863,7 +866,7 @@ def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: fl
     fit; high probability: ``ceil((n + 1)(1 - alpha)) <= n``, as :func:`high_probability_lambda` computes it.
 
     Args:
-        alpha: the level in (0, 1).
+        alpha: the level: in (0, B) for CRC, in (0, 1) for the high-probability rule.
         high_probability: the high-probability rule instead of conformal risk control.
         B: the loss bound of CRC.
 
@@ -876,10 +879,10 @@ def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: fl
         >>> min_calibration_cases(0.05, high_probability=True), min_calibration_cases(1 / 49)
         (19, 48)
     """
-    a = _check_level(alpha, "alpha")
     if high_probability:
-        return quantile_min_cases(a)
+        return quantile_min_cases(_check_level(alpha, "alpha"))
     bound = _check_bound(B)
+    a = _check_level(alpha, "alpha", bound)
     estimate = bound / a - 1.0
     if not estimate < 2.0**53:
         raise ValueError(f"alpha={a} with B={bound} needs more than 2**53 calibration cases")
@@ -921,7 +924,7 @@ def crc_lambda(losses: Any, alpha: float, B: float = 1.0, lambdas: Any = None) -
     Args:
         losses: ``(n, G)`` losses of ``n`` cases at ``G`` increasing grid points, in ``[0, B]``, non-increasing
             along each row (``ValueError`` otherwise).
-        alpha: the target expected loss in (0, 1).
+        alpha: the target expected loss in (0, B).
         B: the loss bound (1 for FNR and false-positive share).
         lambdas: the ``G`` grid values, finite and increasing (default: the column index ``0 .. G-1``).
 
@@ -934,8 +937,8 @@ def crc_lambda(losses: Any, alpha: float, B: float = 1.0, lambdas: Any = None) -
         >>> crc_lambda(losses, alpha=0.5, lambdas=[0.0, 0.5, 1.0])  # (0.7 + 1) / 4 = 0.425 <= 0.5
         0.5
     """
-    a = _check_level(alpha, "alpha")
     bound = _check_bound(B)
+    a = _check_level(alpha, "alpha", bound)
     arr = _check_losses(losses, bound)
     j = _crc_index(arr, a, bound)
     return _lambda_at(lambdas, j, arr.shape[1])
@@ -1580,7 +1583,8 @@ def fit_conformal_rule(
     # (n, T, G + 1), or G + 2 with the margin family's trivial set (:func:`last_index`): a rule for every draw
     losses = _with_trivial_set(np.stack([s.losses() for s in states]), first.family)
     trivial = last_index(first.family, first.size)
-    n_true = np.sum([s.n_true for s in states], axis=0)
+    true_counts = np.stack([np.asarray(s.n_true) for s in states])  # (n, T)
+    n_true = true_counts.sum(axis=0)
     # the inner loss is 1 for every non-empty mask then: the rule is (nearly) the empty mask, not vacuous (the message
     # said "its loss does not depend on lambda" for both sides; found by hostile testing)
     consequence = ("is vacuous (its missed share is 0 whatever lambda)" if first.side == "outer" else
@@ -1593,8 +1597,12 @@ def fit_conformal_rule(
         rows = losses[stratum_of == st]
         n = rows.shape[0]
         where = "" if edge_tuple is None else f" within stratum {st}"
+        stratum_true = true_counts[stratum_of == st].sum(axis=0)
         for ti, name in enumerate(first.names):
             task_losses = rows[:, ti]
+            if edge_tuple is not None and stratum_true[ti] == 0 < n_true[ti]:  # the cohort-wide warning said nothing
+                warnings.warn(f"{name!r}{where}: none of its {n} calibration cases has a true voxel of it, so its "
+                              f"{first.side} rule in this stratum {consequence}", UserWarning, stacklevel=2)
             try:
                 if t is None:
                     j = _crc_index(_upper_envelope(task_losses), a, 1.0)

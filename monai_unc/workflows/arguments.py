@@ -342,7 +342,8 @@ def _add_evaluate(sub: Any) -> None:
                         "mutual_information_patch_mean (default <measure>_fg_mean)")
     p.add_argument("--images", default=None, help="folder of the input images (for the report's overlays)")
     p.add_argument("--shifts", default=None, help="CSV with columns case,shift (shift 'none' = in distribution)")
-    p.add_argument("--budget", type=_fraction, default=0.2, help="fraction of cases referred for review (0.2)")
+    p.add_argument("--budget", type=_fraction, default=0.2,
+                   help="fraction of cases referred for review: the ceil(budget x N) most uncertain of N (0.2)")
     p.add_argument("--failure-dice", type=_unit, default=0.8, help="Dice below this is a failed case (0.8)")
     p.add_argument("--n-bins", type=_any_positive_int, default=15, help="ECE bins (default 15)")
     p.add_argument("--min-bin-count", type=_bin_count, default=0,

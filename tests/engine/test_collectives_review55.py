@@ -31,7 +31,8 @@ def _free_port() -> int:
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from monai_unc.engine.collectives import DistContext, all_reduce_sum, reduce_state
+    from monai_unc.engine.collectives import DistContext, all_reduce_sum, reduce_histogram, reduce_state
+    from monai_unc.metrics.calibration import ConfidenceHistogram
     from monai_unc.stats import SampleStats
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -54,6 +55,18 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
             res["state"] = "no error"
         except ValueError as e:
             res["state"] = f"{type(e).__name__}: {e}"
+        # review 56: the type checks of reduce_state and reduce_histogram raised on the refused rank alone too
+        hist = ConfidenceHistogram(2) if rank == 0 else None
+        try:
+            reduce_histogram(hist, ctx)
+            res["hist"] = "no error"
+        except ValueError as e:
+            res["hist"] = f"{type(e).__name__}: {e}"
+        try:
+            reduce_state(stats if rank == 0 else {"n": 1}, ctx)
+            res["type"] = "no error"
+        except (TypeError, ValueError) as e:
+            res["type"] = f"{type(e).__name__}: {e}"
         res["after"] = all_reduce_sum(np.array([rank + 1]), ctx).tolist()  # the group still works afterwards
     finally:
         dist.destroy_process_group()
@@ -76,5 +89,8 @@ def test_a_refused_input_on_one_rank_raises_on_every_rank(tmp_path):
     for r in range(2):
         assert "above the int64 range" in res[r]["sum"], (r, res[r])
         assert "SampleStats is empty" in res[r]["state"], (r, res[r])
+        assert "hist must be a ConfidenceHistogram" in res[r]["hist"], (r, res[r])
+        assert "state must be a mergeable state" in res[r]["type"], (r, res[r])
         assert res[r]["after"] == [3]
+    assert res[1]["type"].startswith("TypeError") and res[0]["type"].startswith("RankFailed")
     assert "rank 1" in res[0]["sum"] and "rank 1" in res[0]["state"]  # the other rank names the one that failed
