@@ -1,0 +1,43 @@
+"""Hostile review 56 of the DICOM readers and writers: defects found, each checked against a reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
+pytest.importorskip("highdicom", reason="needs the dicom extra")
+
+from monai_unc.io.dicom import (  # noqa: E402
+    DicomSegError,
+    default_segment,
+    frame_slices,
+    read_segmentation_labels,
+    read_segmentation_regions,
+    read_series,
+    write_segmentation,
+    write_series,
+)
+
+
+@pytest.mark.parametrize("keep", [1, 2, 4])
+def test_seg_per_frame_groups_not_one_per_frame_is_refused(tmp_path, keep):
+    """A SEG of 3 frames with fewer (or more) per-frame items was read with the first item for the missing frames:
+    every frame put on one slice (labels [0, 0, 3] per slice instead of [1, 1, 1]), without a word."""
+    write_series(np.zeros((4, 3, 3)), np.eye(4), tmp_path / "s", modality="MR")
+    series = read_series(tmp_path / "s", pixels=False)
+    labels = np.zeros((4, 3, 3), np.uint8)
+    labels[0, 0, 0] = labels[1, 1, 1] = labels[2, 2, 2] = 1
+    path = write_segmentation(labels, series, tmp_path / "seg.dcm", [default_segment(1, "WT")])
+    ds = pydicom.dcmread(path)
+    assert int(ds.NumberOfFrames) == 3 and (read_segmentation_labels(path, series) == labels).all()
+    items = list(ds.PerFrameFunctionalGroupsSequence)
+    ds.PerFrameFunctionalGroupsSequence = (items + items)[:keep]
+    ds.save_as(tmp_path / "bad.dcm")
+    message = f"has {keep} per-frame functional group item\\(s\\) for its 3 frame\\(s\\)"
+    with pytest.raises(DicomSegError, match=message):
+        read_segmentation_labels(tmp_path / "bad.dcm", series)
+    with pytest.raises(DicomSegError, match=message):
+        read_segmentation_regions(tmp_path / "bad.dcm", series, ["WT"])
+    with pytest.raises(DicomSegError, match=message):
+        frame_slices(ds, series, "SEG")
