@@ -242,6 +242,10 @@ def _read_seg(
             raise DicomSegError(f"{what}: its pixel spacing is not the series' ({spacing} mm; frame {i + 1})")
     segments = {_number(s, "SegmentNumber", f"{what}: a segment"): str(s.get("SegmentLabel", "")).strip()
                 for s in ds.get("SegmentSequence", [])}
+    if any(number < 1 for number in segments):
+        # a label map's 0 is the background: segment 0's voxels were read as background without a word (found by
+        # hostile testing); DICOM numbers segments from 1 (PS3.3 C.8.20.2)
+        raise DicomSegError(f"{what} has the SegmentNumber {min(segments)}; segments are numbered from 1")
     slices = frame_slices(ds, series, what)
     try:
         pixels = np.asarray(ds.pixel_array)
@@ -276,7 +280,7 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
             reference, series or pixel grid, an image referenced that the series lacks (a missing frame), a frame
             on no slice, an unknown segment number, segments that overlap, a malformed header (a number with
             several values, a frame's position, orientation or pixel spacing absent or of the wrong length,
-            per-frame functional groups that are not one item per frame).
+            per-frame functional groups that are not one item per frame, a SegmentNumber below 1).
 
     Example:
         >>> import tempfile

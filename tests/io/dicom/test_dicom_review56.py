@@ -41,3 +41,21 @@ def test_seg_per_frame_groups_not_one_per_frame_is_refused(tmp_path, keep):
         read_segmentation_regions(tmp_path / "bad.dcm", series, ["WT"])
     with pytest.raises(DicomSegError, match=message):
         frame_slices(ds, series, "SEG")
+
+
+def test_seg_segment_number_0_is_refused_not_read_as_background(tmp_path):
+    """DICOM numbers segments from 1; a SEG's segment 0 was read as the label 0, its voxels background."""
+    write_series(np.zeros((4, 3, 3)), np.eye(4), tmp_path / "s", modality="MR")
+    series = read_series(tmp_path / "s", pixels=False)
+    labels = np.zeros((4, 3, 3), np.uint8)
+    labels[0, 0, 0], labels[1, 1, 1] = 1, 2
+    path = write_segmentation(labels, series, tmp_path / "seg.dcm", [default_segment(1), default_segment(2)])
+    ds = pydicom.dcmread(path)
+    ds.SegmentSequence[0].SegmentNumber = 0
+    for item in ds.PerFrameFunctionalGroupsSequence:
+        ident = item.SegmentIdentificationSequence[0]
+        if ident.ReferencedSegmentNumber == 1:
+            ident.ReferencedSegmentNumber = 0
+    ds.save_as(tmp_path / "bad.dcm")
+    with pytest.raises(DicomSegError, match="has the SegmentNumber 0; segments are numbered from 1"):
+        read_segmentation_labels(tmp_path / "bad.dcm", series)
