@@ -59,3 +59,28 @@ def test_seg_segment_number_0_is_refused_not_read_as_background(tmp_path):
     ds.save_as(tmp_path / "bad.dcm")
     with pytest.raises(DicomSegError, match="has the SegmentNumber 0; segments are numbered from 1"):
         read_segmentation_labels(tmp_path / "bad.dcm", series)
+
+
+@pytest.mark.parametrize("label", [2.5, 2.0, True, "2"])
+def test_segment_label_must_be_an_integer(label):
+    """default_segment(2.5) was class 2 named 'class 2.5'; SegmentSpec(2.5, ...) matched no voxel and its SEG segment
+    was written empty, without a word."""
+    from monai_unc.io.dicom import SegmentSpec
+
+    with pytest.raises(TypeError, match="segment label must be an integer class value"):
+        default_segment(label)
+    base = default_segment(2)
+    with pytest.raises(TypeError, match="segment label must be an integer class value"):
+        SegmentSpec(label, "x", base.category, base.type)
+
+
+def test_segment_label_numpy_integer_is_accepted(tmp_path):
+    """numpy integer labels (np.unique of a label map) are class values, stored as int."""
+    spec = default_segment(np.int64(2))
+    assert spec.label == 2 and type(spec.label) is int and spec.name == "class 2"
+    write_series(np.zeros((4, 3, 2)), np.eye(4), tmp_path / "s", modality="MR")
+    series = read_series(tmp_path / "s", pixels=False)
+    labels = np.zeros((4, 3, 2), np.uint8)
+    labels[1, 1, 1] = 2
+    path = write_segmentation(labels, series, tmp_path / "seg.dcm", [default_segment(np.uint8(2))])
+    assert read_segmentation_labels(path, series).sum() == 1
