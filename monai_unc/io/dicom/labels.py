@@ -240,8 +240,14 @@ def _read_seg(
         measures = _numbers(_frame_item(ds, i, "PixelMeasuresSequence"), "PixelSpacing", 2, f"{what}: frame {i + 1}")
         if np.abs(measures - spacing).max() > 1e-3:
             raise DicomSegError(f"{what}: its pixel spacing is not the series' ({spacing} mm; frame {i + 1})")
+    items = list(ds.get("SegmentSequence", []))
     segments = {_number(s, "SegmentNumber", f"{what}: a segment"): str(s.get("SegmentLabel", "")).strip()
-                for s in ds.get("SegmentSequence", [])}
+                for s in items}
+    if len(segments) != len(items):
+        # the last item's label was kept: a region SEG's frames of one region were read as another's (found by
+        # hostile testing)
+        raise DicomSegError(f"{what} has {len(items)} segments but {len(segments)} SegmentNumber(s): two segments "
+                            "have the same number")
     if any(number < 1 for number in segments):
         # a label map's 0 is the background: segment 0's voxels were read as background without a word (found by
         # hostile testing); DICOM numbers segments from 1 (PS3.3 C.8.20.2)
@@ -280,7 +286,7 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
             reference, series or pixel grid, an image referenced that the series lacks (a missing frame), a frame
             on no slice, an unknown segment number, segments that overlap, a malformed header (a number with
             several values, a frame's position, orientation or pixel spacing absent or of the wrong length,
-            per-frame functional groups that are not one item per frame, a SegmentNumber below 1).
+            per-frame functional groups that are not one item per frame, a SegmentNumber below 1 or given twice).
 
     Example:
         >>> import tempfile

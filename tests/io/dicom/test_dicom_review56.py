@@ -84,3 +84,22 @@ def test_segment_label_numpy_integer_is_accepted(tmp_path):
     labels[1, 1, 1] = 2
     path = write_segmentation(labels, series, tmp_path / "seg.dcm", [default_segment(np.uint8(2))])
     assert read_segmentation_labels(path, series).sum() == 1
+
+
+def test_seg_two_segments_with_one_number_are_refused(tmp_path):
+    """Two segments numbered 1 (WT, TC): the last label was kept, and the WT frames were read as TC (WT empty)."""
+    write_series(np.zeros((4, 3, 2)), np.eye(4), tmp_path / "s", modality="MR")
+    series = read_series(tmp_path / "s", pixels=False)
+    masks = np.zeros((2, 4, 3, 2), np.uint8)
+    masks[0, 1:4, 1, 1] = 1
+    masks[1, 2, 1, 1] = 1
+    path = write_segmentation(masks, series, tmp_path / "seg.dcm", [default_segment(1, "WT"), default_segment(2, "TC")])
+    ds = pydicom.dcmread(path)
+    ds.SegmentSequence[1].SegmentNumber = 1
+    for item in ds.PerFrameFunctionalGroupsSequence:
+        item.SegmentIdentificationSequence[0].ReferencedSegmentNumber = 1
+    ds.save_as(tmp_path / "bad.dcm")
+    with pytest.raises(DicomSegError, match="two segments have the same number"):
+        read_segmentation_regions(tmp_path / "bad.dcm", series, ["WT", "TC"])
+    with pytest.raises(DicomSegError, match="two segments have the same number"):
+        read_segmentation_labels(tmp_path / "bad.dcm", series)
