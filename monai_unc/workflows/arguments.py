@@ -575,7 +575,8 @@ def _add_dicom_export(sub: Any) -> None:
     p = sub.add_parser(
         "dicom-export", help="write the outputs of infer / nnunet-predict as DICOM SEG, Parametric Maps (dicom extra)",
         description="For each case of a prediction folder and its source series (<series>/<case>/: one folder of "
-        "single-frame CT or MR slices), write <output>/<case>/seg.dcm (binary DICOM SEG, one segment per class), "
+        "single-frame CT or MR slices, or of one enhanced multi-frame image), write <output>/<case>/seg.dcm "
+        "(binary DICOM SEG, one segment per class), "
         "probabilities.dcm (FRACTIONAL SEG, 8-bit probabilities), <measure>.dcm (Parametric Map, 32-bit float; "
         "<measure>_<region>.dcm per region of a region-based model) "
         "and sr.dcm (Comprehensive 3D SR, TID 1500: volumes, case scores, triage decision), "

@@ -1,8 +1,8 @@
 """``monai-unc dicom-export``: the outputs of ``infer`` or ``nnunet-predict`` as DICOM objects on their source series.
 
 For every case of a prediction folder (``--layout monai-unc`` or ``nnunet``) and its source series
-(``<series>/<case>/``, one folder of single-frame CT or MR slices per case, read by
-:func:`monai_unc.io.dicom.read_series`), it writes under ``<output>/<case>/``:
+(``<series>/<case>/``, one folder of single-frame CT or MR slices, or of one enhanced multi-frame image, per case,
+read by :func:`monai_unc.io.dicom.read_series`), it writes under ``<output>/<case>/``:
 
 - ``seg.dcm``: the segmentation as a binary DICOM SEG (one segment per class, background excluded, or per region of
   a region-based model), with the segment descriptions of ``--segments`` (SNOMED-CT defaults) and the algorithm

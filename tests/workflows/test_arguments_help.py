@@ -35,3 +35,10 @@ def test_monitor_quiet_help_says_warnings_are_printed():
     for name in ("record", "label", "status", "report", "verify"):
         text = _option_help(_sub(monitor, name), "--quiet")
         assert "print nothing" not in text and "warning" in text, (name, text)
+
+
+def test_dicom_export_help_names_the_multiframe_series_it_reads():
+    """dicom-export reads a series folder of one enhanced multi-frame image too (read_series); its help said single-
+    frame slices only (hostile review 56)."""
+    text = _sub(build_parser()[0], "dicom-export").description
+    assert "multi-frame" in text and "single-frame CT or MR slices)" not in text, text

@@ -83,6 +83,22 @@ def _first(ds: pydicom.Dataset, sequence: str) -> pydicom.Dataset | None:
     return seq[0] if seq else None
 
 
+def _frame_count(ds: pydicom.Dataset, what: str) -> int:
+    """The object's NumberOfFrames (1 when absent), checked against its per-frame functional groups.
+
+    Raises:
+        DicomSegError: naming ``what``: per-frame functional groups that are not one item per frame. Frame ``i`` beyond
+            the items was given the first frame's (:func:`_frame_item`): its position, source image and segment, so
+            every frame of a SEG of 3 frames and 1 item was read onto one slice (found by hostile testing).
+    """
+    n = _number(ds, "NumberOfFrames", what, 1) or 1
+    per = ds.get("PerFrameFunctionalGroupsSequence")
+    if per is not None and len(per) != n:
+        raise DicomSegError(f"{what} has {len(per)} per-frame functional group item(s) for its {n} frame(s); it "
+                            "must have one per frame")
+    return n
+
+
 def _frame_item(ds: pydicom.Dataset, i: int, sequence: str) -> pydicom.Dataset | None:
     """``sequence`` of frame ``i``: per-frame first, then shared (PS3.3 C.7.6.16)."""
     for groups in ("PerFrameFunctionalGroupsSequence", "SharedFunctionalGroupsSequence"):
@@ -114,14 +130,14 @@ def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[in
 
     Raises:
         DicomSegError: a frame that references an image the series lacks (or a frame number the multi-frame source
-            lacks), or whose position is on no slice.
+            lacks), or whose position is on no slice; per-frame functional groups that are not one item per frame.
     """
     uids = {str(d.SOPInstanceUID): k for k, d in enumerate(series.datasets)}
     # of a multi-frame source, a frame is named by (SOPInstanceUID, ReferencedFrameNumber)
     frames = {(str(series.datasets[0].SOPInstanceUID), f): k for k, f in enumerate(series.frames or [])}
     positions = (series.positions if series.positions is not None
                  else np.array([[float(v) for v in d.ImagePositionPatient] for d in series.datasets]))
-    n = _number(ds, "NumberOfFrames", what, 1) or 1
+    n = _frame_count(ds, what)
     out = []
     for i in range(n):
         plane = _frame_item(ds, i, "PlanePositionSequence")
@@ -216,7 +232,7 @@ def _read_seg(
             else np.array([float(v) for v in src.ImageOrientationPatient]))
     spacing = ([float(v) for v in series.pixel_spacing] if series.pixel_spacing is not None
                else [float(v) for v in src.PixelSpacing])
-    for i in range(_number(ds, "NumberOfFrames", what, 1) or 1):  # every frame: a writer may put them per frame
+    for i in range(_frame_count(ds, what)):  # every frame: a writer may put them per frame
         orientation = _numbers(_frame_item(ds, i, "PlaneOrientationSequence"), "ImageOrientationPatient", 6,
                                f"{what}: frame {i + 1}")
         if np.abs(orientation - want).max() > ORIENTATION_ATOL:
@@ -224,8 +240,18 @@ def _read_seg(
         measures = _numbers(_frame_item(ds, i, "PixelMeasuresSequence"), "PixelSpacing", 2, f"{what}: frame {i + 1}")
         if np.abs(measures - spacing).max() > 1e-3:
             raise DicomSegError(f"{what}: its pixel spacing is not the series' ({spacing} mm; frame {i + 1})")
+    items = list(ds.get("SegmentSequence", []))
     segments = {_number(s, "SegmentNumber", f"{what}: a segment"): str(s.get("SegmentLabel", "")).strip()
-                for s in ds.get("SegmentSequence", [])}
+                for s in items}
+    if len(segments) != len(items):
+        # the last item's label was kept: a region SEG's frames of one region were read as another's (found by
+        # hostile testing)
+        raise DicomSegError(f"{what} has {len(items)} segments but {len(segments)} SegmentNumber(s): two segments "
+                            "have the same number")
+    if any(number < 1 for number in segments):
+        # a label map's 0 is the background: segment 0's voxels were read as background without a word (found by
+        # hostile testing); DICOM numbers segments from 1 (PS3.3 C.8.20.2)
+        raise DicomSegError(f"{what} has the SegmentNumber {min(segments)}; segments are numbered from 1")
     slices = frame_slices(ds, series, what)
     try:
         pixels = np.asarray(ds.pixel_array)
@@ -259,7 +285,8 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
         DicomSegError: one line naming the file: not a readable DICOM SEG, a FRACTIONAL SEG, another frame of
             reference, series or pixel grid, an image referenced that the series lacks (a missing frame), a frame
             on no slice, an unknown segment number, segments that overlap, a malformed header (a number with
-            several values, a frame's position, orientation or pixel spacing absent or of the wrong length).
+            several values, a frame's position, orientation or pixel spacing absent or of the wrong length,
+            per-frame functional groups that are not one item per frame, a SegmentNumber below 1 or given twice).
 
     Example:
         >>> import tempfile

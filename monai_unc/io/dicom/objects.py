@@ -184,6 +184,8 @@ class SegmentSpec:
         type: the segmented property type (e.g. SNOMED-CT ``389081007`` Gray Matter).
 
     Raises:
+        TypeError: a ``label`` that is not an integer (a Python or numpy integer; not a bool or float): a label 2.5
+            matched no voxel of a label map, and its SEG segment was written empty without a word.
         ValueError: a name that a DICOM SegmentLabel (LO) cannot hold as one value.
     """
 
@@ -193,6 +195,10 @@ class SegmentSpec:
     type: Code
 
     def __post_init__(self) -> None:
+        if isinstance(self.label, (bool, np.bool_)) or not isinstance(self.label, (int, np.integer)):
+            raise TypeError(f"segment label must be an integer class value, got {type(self.label).__name__} "
+                            f"{self.label!r}")
+        object.__setattr__(self, "label", int(self.label))
         check_text(self.name, f"segment name of class {self.label} (SegmentLabel)", 64)
 
 
@@ -447,6 +453,9 @@ def default_segment(label: int, name: str | None = None) -> SegmentSpec:
     A name longer than the 64 characters of a SegmentLabel is shortened to its start and end (:func:`short_text`)
     with a ``UserWarning``; the SEG writers refuse two segments whose names are then the same.
 
+    Raises:
+        TypeError: a ``label`` that is not an integer (a bool or float; :class:`SegmentSpec`).
+
     Example:
         >>> default_segment(1, "Grey matter").type.value
         '389081007'
@@ -457,7 +466,7 @@ def default_segment(label: int, name: str | None = None) -> SegmentSpec:
     if short != name:
         warnings.warn(f"the name of segment {label} has {len(name)} characters, a DICOM SegmentLabel holds 64: "
                       f"written as {short!r}", UserWarning, stacklevel=2)
-    return SegmentSpec(int(label), short, category, type_)
+    return SegmentSpec(label, short, category, type_)  # an integer, checked there: int(2.5) named class 2 "class 2.5"
 
 
 def segment_name_key(name: str) -> str:
