@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io as _stdio
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -424,7 +425,11 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
             raise _fail(folder, uid, f"{unit[:-1]} positions are not on one line ({off_line:.3g} mm off)")
     else:
         thickness = (_number(thickness_source, "SpacingBetweenSlices", folder, paths[0])
-                     or _number(thickness_source, "SliceThickness", folder, paths[0]) or 1.0)
+                     or _number(thickness_source, "SliceThickness", folder, paths[0]))
+        if not thickness:  # found in review 56: the 1 mm was taken without a word, and volumes in ml scale with it
+            warnings.warn(f"{folder}: a single slice without SpacingBetweenSlices or SliceThickness: its thickness is "
+                          "taken as 1 mm (voxel volumes and volumes in ml assume it)", UserWarning, stacklevel=2)
+            thickness = 1.0
         step = normal * thickness
     affine = series_affine(orients[0], spacings[0], positions[0], step)
     shape = (cols, rows, n)
