@@ -155,7 +155,7 @@ def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
         ``(B, C, *spatial)`` soft targets, the dtype and device of ``onehot``.
 
     Raises:
-        TypeError: ``onehot`` is not a floating-point tensor.
+        TypeError: ``onehot`` is not a floating-point tensor, or ``kernel`` not a tensor.
         ValueError: shapes do not fit.
 
     Example:
@@ -166,6 +166,8 @@ def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """
     _check_channel_first(onehot, "onehot")
     dims = onehot.ndim - 2
+    if not isinstance(kernel, torch.Tensor):  # an AttributeError on kernel.ndim before (hostile review 56)
+        raise TypeError(f"kernel must be a torch.Tensor (from svls_kernel), got {type(kernel).__name__}")
     if kernel.ndim != dims or len(set(kernel.shape)) != 1 or kernel.shape[0] % 2 == 0:
         raise ValueError(f"kernel must be (k,) * {dims} with odd k, got {tuple(kernel.shape)}")
     half = kernel.shape[0] // 2
@@ -444,6 +446,7 @@ def binned_calibration(
         accuracy) of a bin.
 
     Raises:
+        TypeError: ``probs`` or ``target`` is not a tensor (``probs`` not floating-point).
         ValueError: shapes differ or ``num_bins < 1``.
 
     Example:
@@ -453,6 +456,8 @@ def binned_calibration(
         ([[[0.25, 0.8999999761581421]]], [[[1.0, 1.0]]], [[[2.0, 1.0]]])
     """
     _check_channel_first(probs, "probs")
+    if not isinstance(target, torch.Tensor):  # a numpy target raised an AttributeError (hostile review 56)
+        raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
     if target.shape != probs.shape:
         raise ValueError(f"target {tuple(target.shape)} and probs {tuple(probs.shape)} must have the same shape")
     num_bins = int_option(num_bins, "num_bins", "an integer >= 1")

@@ -1,4 +1,4 @@
-"""Hostile review 56: SVLS soft targets for a sigma small against the voxel size (float32 rounding amplified)."""
+"""Hostile review 56: SVLS soft targets for a sigma small against the voxel size; non-tensor arguments."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from monai_unc.losses import SVLSLoss
-from monai_unc.losses.functional import svls_targets_separable
+from monai_unc.losses.functional import (
+    binned_calibration,
+    l1_average_calibration_error,
+    svls_targets,
+    svls_targets_separable,
+)
 
 
 def _brute_svls(y: np.ndarray, kernel_size: int, sigma: float) -> np.ndarray:
@@ -53,3 +58,14 @@ def test_small_sigma_loss_float32_matches_float64() -> None:
     loss = SVLSLoss(sigma=0.15, to_onehot_y=True)
     # before the fix: 45.26 in float32 against 1.395 in float64
     assert loss(z.float(), y).item() == pytest.approx(loss(z, y).item(), abs=1e-6)
+
+
+def test_non_tensor_kernel_or_target_is_a_type_error_naming_it() -> None:
+    y = torch.zeros(1, 2, 5, 5)
+    y[:, 0] = 1
+    with pytest.raises(TypeError, match="kernel must be a torch.Tensor"):
+        svls_targets(y, [[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    with pytest.raises(TypeError, match="target must be a torch.Tensor"):
+        binned_calibration(y, y.numpy())
+    with pytest.raises(TypeError, match="target must be a torch.Tensor"):
+        l1_average_calibration_error(y, y.numpy())
