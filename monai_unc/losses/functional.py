@@ -155,7 +155,7 @@ def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
         ``(B, C, *spatial)`` soft targets, the dtype and device of ``onehot``.
 
     Raises:
-        TypeError: ``onehot`` is not a floating-point tensor.
+        TypeError: ``onehot`` is not a floating-point tensor, or ``kernel`` not a tensor.
         ValueError: shapes do not fit.
 
     Example:
@@ -166,6 +166,8 @@ def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """
     _check_channel_first(onehot, "onehot")
     dims = onehot.ndim - 2
+    if not isinstance(kernel, torch.Tensor):  # an AttributeError on kernel.ndim before (hostile review 56)
+        raise TypeError(f"kernel must be a torch.Tensor (from svls_kernel), got {type(kernel).__name__}")
     if kernel.ndim != dims or len(set(kernel.shape)) != 1 or kernel.shape[0] % 2 == 0:
         raise ValueError(f"kernel must be (k,) * {dims} with odd k, got {tuple(kernel.shape)}")
     half = kernel.shape[0] // 2
@@ -186,7 +188,9 @@ def svls_targets_separable(
     The SVLS kernel is a separable Gaussian ``G`` (centre weight ``g_c``) with its centre raised to ``1 - g_c`` and
     renormalised, so ``q = (G * y + (1 - 2 g_c) y) / (2 (1 - g_c))``: ``spatial_dims`` 1-D convolutions of ``k``
     taps (shifted views of the replicate-padded target) instead of one of ``k^spatial_dims``. Equal to
-    :func:`svls_targets` to rounding. On the CPU, for float32 / float64 targets of at least
+    :func:`svls_targets` to rounding; a ``sigma`` so small against the voxel size that ``g_c`` exceeds
+    :data:`SEPARABLE_MAX_CENTRE` takes :func:`svls_targets` itself (the separable form would divide its rounding
+    by ``1 - g_c``). On the CPU, for float32 / float64 targets of at least
     :data:`CPU_KERNEL_MIN_ELEMENTS` elements that need no gradient, a compiled form makes one pass per axis
     (numba, the optional ``fast`` extra; the same values up to rounding); elsewhere torch operations.
 
@@ -207,12 +211,17 @@ def svls_targets_separable(
     """
     _check_channel_first(onehot, "onehot")
     dims = onehot.ndim - 2
-    svls_kernel(dims, kernel_size, sigma, spacing, dtype=torch.float64)  # checks the arguments
+    kernel = svls_kernel(dims, kernel_size, sigma, spacing, dtype=torch.float64)  # checks the arguments
     steps = spacing_steps(spacing, dims)
     kernel_size, sigma = int(kernel_size), float(sigma)
     half = kernel_size // 2
     weights = [[float(v) for v in _gaussian_1d(kernel_size, sigma, step)] for step in steps]
     centre = math.prod(w[half] for w in weights)
+    if centre > SEPARABLE_MAX_CENTRE:
+        # found by hostile testing: the separable form scales G * y by 1 / (2 (1 - g_c)) and takes back the raised
+        # centre, so its rounding grows as g_c nears 1; for float32 targets with sigma = 0.15 voxel (g_c = 1 - 1e-9)
+        # soft targets of up to 32 came out and SVLSLoss gave 45.3 instead of 1.395 (sigma = 0.2: 2e-3 off)
+        return svls_targets(onehot, kernel)
     scale = 1.0 / (2.0 * (1.0 - centre))  # folded into the last axis' taps
     weights[-1] = [v * scale for v in weights[-1]]
     coef = (1.0 - 2.0 * centre) * scale  # the raised centre, added after the last axis
@@ -223,6 +232,12 @@ def svls_targets_separable(
         return torch.from_numpy(out).reshape(onehot.shape)
     return _separable_torch(onehot, weights, coef)
 
+
+#: the largest centre weight ``g_c`` of the Gaussian (before its centre is raised) for which
+#: :func:`svls_targets_separable` smooths axis by axis; above it (a ``sigma`` small against the voxel size) it takes
+#: the direct convolution of :func:`svls_targets`, since the separable form's rounding error grows as
+#: ``eps / (2 (1 - g_c))``: at most twice the target dtype's rounding here
+SEPARABLE_MAX_CENTRE = 0.75
 
 #: the voxels of an image and channel whose bin sums :func:`binned_calibration` accumulates in the input's precision
 #: (float32 for float16 / bfloat16); these partial sums are added in float64. A float32 sum of up to 256 terms in
@@ -431,6 +446,7 @@ def binned_calibration(
         accuracy) of a bin.
 
     Raises:
+        TypeError: ``probs`` or ``target`` is not a tensor (``probs`` not floating-point).
         ValueError: shapes differ or ``num_bins < 1``.
 
     Example:
@@ -440,6 +456,8 @@ def binned_calibration(
         ([[[0.25, 0.8999999761581421]]], [[[1.0, 1.0]]], [[[2.0, 1.0]]])
     """
     _check_channel_first(probs, "probs")
+    if not isinstance(target, torch.Tensor):  # a numpy target raised an AttributeError (hostile review 56)
+        raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
     if target.shape != probs.shape:
         raise ValueError(f"target {tuple(target.shape)} and probs {tuple(probs.shape)} must have the same shape")
     num_bins = int_option(num_bins, "num_bins", "an integer >= 1")

@@ -607,8 +607,11 @@ class nnUNetTrainerMbLS(_CalibratedTrainer, nnUNetTrainer):
 
     def calibration_term(self) -> nn.Module:
         """The weighted margin penalty."""
-        # a negative alpha rewarded logit margins beyond the margin: the opposite of the method
-        return _MarginPenalty(self.mbls_margin, check_nonnegative(self.mbls_alpha, f"{type(self).__name__}.mbls_alpha"))
+        # a negative alpha rewarded logit margins beyond the margin: the opposite of the method; a margin of True
+        # or "10" passed float() (hostile review 56), a negative one failed only at the first step
+        name = type(self).__name__
+        return _MarginPenalty(check_nonnegative(self.mbls_margin, f"{name}.mbls_margin"),
+                              check_nonnegative(self.mbls_alpha, f"{name}.mbls_alpha"))
 
 
 class nnUNetTrainerL1ACE(_CalibratedTrainer, nnUNetTrainer):

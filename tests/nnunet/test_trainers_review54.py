@@ -22,6 +22,10 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
     ("nnUNetTrainerL1ACE", "calibration_weight", True, TypeError, "calibration_weight must be a finite"),
     ("nnUNetTrainerMbLS", "mbls_alpha", -0.1, ValueError, "mbls_alpha must be a finite"),
     ("nnUNetTrainerMbLS", "mbls_alpha", True, TypeError, "mbls_alpha must be a finite"),
+    # hostile review 56: float() took a margin of True as 1 and "10" as 10; a negative one failed at the first step
+    ("nnUNetTrainerMbLS", "mbls_margin", True, TypeError, "mbls_margin must be a finite"),
+    ("nnUNetTrainerMbLS", "mbls_margin", "10", TypeError, "mbls_margin must be a finite"),
+    ("nnUNetTrainerMbLS", "mbls_margin", -1.0, ValueError, "mbls_margin must be a finite"),
     ("nnUNetTrainerNACL", "nacl_alpha", -1.0, ValueError, "nacl_alpha must be a finite"),
     ("nnUNetTrainerNACL", "nacl_alpha", float("nan"), ValueError, "nacl_alpha must be a finite"),
     # an even kernel shifted MONAI's mean-filtered target by half a voxel; True failed inside torch.ones
