@@ -180,6 +180,13 @@ def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
         return _CONV[dims](padded, weight, groups=channels)
 
 
+#: the largest centre weight ``g_c`` of the Gaussian (before its centre is raised) for which
+#: :func:`svls_targets_separable` smooths axis by axis; above it (a ``sigma`` small against the voxel size) it takes
+#: the direct convolution of :func:`svls_targets`, since the separable form's rounding error grows as
+#: ``eps / (2 (1 - g_c))``: at most twice the target dtype's rounding here
+SEPARABLE_MAX_CENTRE = 0.75
+
+
 def svls_targets_separable(
     onehot: torch.Tensor, kernel_size: int = 3, sigma: float = 1.0, spacing: float | Sequence[float] | None = None
 ) -> torch.Tensor:
@@ -232,12 +239,6 @@ def svls_targets_separable(
         return torch.from_numpy(out).reshape(onehot.shape)
     return _separable_torch(onehot, weights, coef)
 
-
-#: the largest centre weight ``g_c`` of the Gaussian (before its centre is raised) for which
-#: :func:`svls_targets_separable` smooths axis by axis; above it (a ``sigma`` small against the voxel size) it takes
-#: the direct convolution of :func:`svls_targets`, since the separable form's rounding error grows as
-#: ``eps / (2 (1 - g_c))``: at most twice the target dtype's rounding here
-SEPARABLE_MAX_CENTRE = 0.75
 
 #: the voxels of an image and channel whose bin sums :func:`binned_calibration` accumulates in the input's precision
 #: (float32 for float16 / bfloat16); these partial sums are added in float64. A float32 sum of up to 256 terms in

@@ -1583,7 +1583,7 @@ def fit_conformal_rule(
     # (n, T, G + 1), or G + 2 with the margin family's trivial set (:func:`last_index`): a rule for every draw
     losses = _with_trivial_set(np.stack([s.losses() for s in states]), first.family)
     trivial = last_index(first.family, first.size)
-    true_counts = np.stack([np.asarray(s.n_true) for s in states])  # (n, T)
+    true_counts = np.stack([s.n_true for s in states])  # (n, T)
     n_true = true_counts.sum(axis=0)
     # the inner loss is 1 for every non-empty mask then: the rule is (nearly) the empty mask, not vacuous (the message
     # said "its loss does not depend on lambda" for both sides; found by hostile testing)
@@ -1594,10 +1594,11 @@ def fit_conformal_rule(
                       f"its {first.side} rule {consequence}; check the labels", UserWarning, stacklevel=2)
     tasks = []
     for st in range(n_strata):
-        rows = losses[stratum_of == st]
+        in_stratum = stratum_of == st
+        rows = losses[in_stratum]
         n = rows.shape[0]
         where = "" if edge_tuple is None else f" within stratum {st}"
-        stratum_true = true_counts[stratum_of == st].sum(axis=0)
+        stratum_true = true_counts[in_stratum].sum(axis=0)
         for ti, name in enumerate(first.names):
             task_losses = rows[:, ti]
             if edge_tuple is not None and stratum_true[ti] == 0 < n_true[ti]:  # the cohort-wide warning said nothing
