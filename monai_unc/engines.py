@@ -22,7 +22,9 @@ postprocessing (the ``postprocessing`` argument, then MONAI ``PostProcessing`` h
 ``val_handlers``): if an ``Activationsd`` applies softmax to ``pred`` it stores ``log(mean p)`` (clamped at the
 smallest normal float), so that the bundle's softmax returns exactly the mean probabilities (``softmax(log p) =
 p / sum p = p``); a sigmoid gets ``log(p_1 / p_0)`` (two-class outputs), so that sigmoid returns ``p_1``;
-otherwise ``pred`` is the mean probabilities.
+otherwise ``pred`` is the mean probabilities. Without such an ``Activationsd``, a ``Lambda`` or ``Lambdad`` acting on
+``pred`` runs a function the evaluator cannot read: it stores the probabilities and warns, since a softmax
+inside that function would flatten them; pass ``pred_format`` explicitly then.
 
 Region-based (multi-label) models, e.g. the Model Zoo's BraTS bundle (``Activationsd(sigmoid=True)`` then
 ``AsDiscreted(threshold=0.5)`` on three channels TC, WT, ET): an inferer run with ``activation="sigmoid"`` on
@@ -88,6 +90,29 @@ def find_pred_activation(postprocessing: Any, key: str = Keys.PRED) -> str | Non
 
     found = walk(postprocessing) if postprocessing is not None else False
     return None if found is False else found
+
+
+def _opaque_pred_transform(postprocessing: Any, key: str = Keys.PRED) -> str | None:
+    """The name of the first ``Lambda`` / ``Lambdad`` of ``postprocessing`` that may change ``key``, else None.
+
+    Such a transform runs a function nobody can read from the outside: where :func:`find_pred_activation` finds no
+    activation, it may apply the softmax or sigmoid that ``pred_format="auto"`` looks for, and then the stored
+    probabilities would go through it a second time.
+    """
+    from monai.transforms import Lambda, Lambdad
+
+    def walk(t: Any) -> str | None:
+        if isinstance(t, Lambdad) and key in t.keys:
+            return f"Lambdad(keys={list(t.keys)})"
+        if isinstance(t, Lambda):  # a whole-dictionary function
+            return "Lambda"
+        for sub in getattr(t, "transforms", ()) or ():
+            found = walk(sub)
+            if found is not None:
+                return found
+        return None
+
+    return None if postprocessing is None else walk(postprocessing)
 
 
 def _postprocessing_chain(arguments: Mapping[str, Any]) -> Any:
@@ -202,6 +227,14 @@ class UncertaintyEvaluator(SupervisedEvaluator):
             # found by hostile testing: the choice was logged here as if pred were converted, also for a stock
             # inferer whose raw output is stored unchanged; spread() now says it when it converts
             self._auto_activation: str | None = activation if pred_format != "probabilities" else None
+            opaque = None if activation is not None else _opaque_pred_transform(_postprocessing_chain(given))
+            if opaque is not None:  # found by review: a Lambdad softmax saw probabilities, 0.9 became 0.69
+                warnings.warn(
+                    f"UncertaintyEvaluator: the postprocessing's {opaque} may change 'pred' and no Activationsd "
+                    "applies softmax or sigmoid to it, so pred_format='auto' stores the mean probabilities as they "
+                    "are; if that function applies an activation, the probabilities go through it again: pass "
+                    "pred_format='log_probabilities' (softmax) or 'binary_logit' (sigmoid), or use Activationsd",
+                    stacklevel=2)
         else:
             self._auto_activation = None
         self._format_logged = False
