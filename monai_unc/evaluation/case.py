@@ -110,7 +110,9 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
             the spec) with its image (the QU-BraTS brain mask); otherwise as a class prediction with
             ``config.num_classes`` (None: taken from the probabilities or the label maps); labels of a DICOM SEG
             get the values of ``config.seg_label_values`` (:func:`~monai_unc.io.segment_label_values`), or with
-            ``config.seg_regions`` are the regions (:func:`~monai_unc.io.read_label`).
+            ``config.seg_regions`` are the regions (:func:`~monai_unc.io.read_label`); with ``config.class_names``
+            a SEG whose segment names say other classes than their labels is refused
+            (:func:`monai_unc.io.dicom.check_segment_classes`).
 
     Returns:
         The loaded case (:class:`~monai_unc.io.LoadedCase`).
@@ -121,6 +123,14 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
                          seg_regions=config.seg_region_spec())
     else:
         case = load_case(files, config.num_classes)
+        if config.class_names and files.label is not None and files.label.name.lower().endswith(".dcm"):
+            # the segments are read by number: refuse a SEG whose segment names say other classes (review 57)
+            from ..io.dicom import check_segment_classes
+
+            try:
+                check_segment_classes(files.label, config.class_names, config.seg_label_values)
+            except ValueError as e:
+                raise CaseError(f"case {files.case_id!r}: {e}") from None
     if config.seg_label_values is not None and files.label is not None and files.label.name.lower().endswith(".dcm"):
         case.label = segment_label_values(case.label, config.seg_label_values, files.case_id)
         n_cls = config.num_classes if config.num_classes is not None else (

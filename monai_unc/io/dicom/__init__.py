@@ -26,7 +26,13 @@ try:
 except ImportError as _error:  # pragma: no cover - exercised by a subprocess test without the packages
     raise ImportError(MISSING_EXTRA) from _error
 
-from .labels import DicomSegError, frame_slices, read_segmentation_labels, read_segmentation_regions  # noqa: E402
+from .labels import (  # noqa: E402
+    DicomSegError,
+    check_segment_classes,
+    frame_slices,
+    read_segmentation_labels,
+    read_segmentation_regions,
+)
 from .objects import (  # noqa: E402 (after the check of the extra)
     DEFAULT_SEGMENTS,
     FRACTIONAL_MAX,
@@ -118,6 +124,7 @@ __all__ = [
     "write_fractional_segmentation",
     "write_parametric_map",
     "DicomSegError",
+    "check_segment_classes",
     "frame_slices",
     "read_segmentation_labels",
     "read_segmentation_regions",

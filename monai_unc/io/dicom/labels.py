@@ -27,8 +27,8 @@ from pydicom.multival import MultiValue
 from .objects import segment_name_key, short_text
 from .series import ORIENTATION_ATOL, SPACING_ATOL, DicomSeries
 
-__all__ = ["SEGMENTATION_STORAGE", "DicomSegError", "frame_slices", "read_segmentation_labels",
-           "read_segmentation_regions"]
+__all__ = ["SEGMENTATION_STORAGE", "DicomSegError", "check_segment_classes", "frame_slices",
+           "read_segmentation_labels", "read_segmentation_regions"]
 
 #: the SOP class of a DICOM SEG
 SEGMENTATION_STORAGE = "1.2.840.10008.5.1.4.1.1.66.4"
@@ -318,6 +318,76 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
                                 "as the regions with --seg-regions)")
         plane[mask] = number
     return labels
+
+
+def check_segment_classes(path: str | os.PathLike, class_names: Sequence[str],
+                          label_values: Sequence[int] | None = None) -> None:
+    """Refuse a SEG whose segment names say another class than the label its number is read as.
+
+    :func:`read_segmentation_labels` reads segment ``s`` as the label ``s`` (``label_values[s - 1]`` with
+    ``evaluate --seg-label-values``), whatever the segment is called; tools number segments in the order they were
+    made, so a SEG whose segment 1 is named after the class of label 2 would have its classes swapped without a word.
+    A segment whose ``SegmentLabel`` is the name of a class (compared as :func:`~.objects.segment_name_key` compares
+    names, a name over 64 characters shortened as the writers shorten it) must therefore be read as that class's
+    label; a segment named as no class (``"Segment_1"``) is read by its number, as before.
+
+    Args:
+        path: the SEG file (its headers are read, not its pixels).
+        class_names: the name of each label value, background first (``evaluate --class-names``).
+        label_values: the label value of each segment in segment order (``--seg-label-values``), or None: segment
+            ``s`` is label ``s``.
+
+    Raises:
+        DicomSegError: one line naming the file, the segment, its name and the two labels, and the
+            ``--seg-label-values`` that reads every named segment as its class where each segment names one; a file
+            that is not a readable DICOM SEG.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.io.dicom import default_segment, read_series, write_segmentation, write_series
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.zeros((4, 3, 2)), np.eye(4), f"{d}/s", modality="MR")
+        ...     s = read_series(f"{d}/s", pixels=False)
+        ...     labels = np.zeros((4, 3, 2), np.uint8)
+        ...     labels[1, 1, 1], labels[2, 1, 1] = 1, 2
+        ...     _ = write_segmentation(labels, s, f"{d}/seg.dcm", [default_segment(1, "edema"),
+        ...                                                        default_segment(2, "tumour")])
+        ...     check_segment_classes(f"{d}/seg.dcm", ["background", "edema", "tumour"])  # agrees
+        ...     try:
+        ...         check_segment_classes(f"{d}/seg.dcm", ["background", "tumour", "edema"])
+        ...     except DicomSegError as e:
+        ...         print(str(e).split(": ", 1)[1][:60])
+        segment 1 is named 'edema', the name of class 2, but it is r
+    """
+    path = Path(path)
+    what = f"DICOM SEG {path.name}"
+    try:
+        ds = pydicom.dcmread(path, stop_before_pixels=True)
+    except Exception as e:  # InvalidDicomError and others on a file that is not DICOM
+        raise DicomSegError(f"{path} is not a readable DICOM file ({type(e).__name__})") from None
+    keys = {segment_name_key(short_text(str(n), 64)): c for c, n in enumerate(class_names)}
+    segments = {_number(s, "SegmentNumber", f"{what}: a segment"): str(s.get("SegmentLabel", "")).strip()
+                for s in ds.get("SegmentSequence", [])}
+
+    def value(number: int) -> int | None:
+        if label_values is None:
+            return number
+        return int(label_values[number - 1]) if 1 <= number <= len(label_values) else None
+
+    named = {n: keys.get(segment_name_key(label)) for n, label in sorted(segments.items())}
+    for number, cls in named.items():
+        read_as = value(number)
+        if cls is None or cls == read_as:
+            continue
+        shown = (f"label {read_as} ({class_names[read_as][:64]!r})" if read_as is not None and 0 <= read_as < len(
+            class_names) else f"label {read_as}")
+        hint = ""
+        if all(c is not None for c in named.values()) and sorted(named) == list(range(1, len(named) + 1)):
+            hint = (" (--seg-label-values " + ",".join(str(named[n]) for n in sorted(named)) + " reads each segment "
+                    "as the class it is named after)")
+        raise DicomSegError(f"{what}: segment {number} is named {segments[number][:64]!r}, the name of class {cls}, "
+                            f"but it is read as {shown} by its number: the segments of a SEG are read by their "
+                            f"numbers{hint}")
 
 
 def read_segmentation_regions(path: str | os.PathLike, series: DicomSeries, names: Sequence[str]) -> np.ndarray:
