@@ -144,6 +144,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "--expect-head loads it, to mark the error as that option's",
     ("monai_unc.monitoring.records", "monai_unc.io.dicom"): "the dicom extra is optional: the site of a case whose "
     "image is a DICOM series folder is read from its header only then",
+    ("monai_unc.evaluation.case", "monai_unc.io.dicom"): "the dicom extra is optional: a case's segment names are "
+    "compared with the class names only when its labels are a DICOM SEG",
     ("monai_unc.evaluation.triage.images", "monai_unc.io.dicom"): "the dicom extra is optional: the image statistics "
     "read a case's channel series on channel 0's grid only when its image is one DICOM series folder per channel",
     **dict.fromkeys(
