@@ -418,6 +418,11 @@ class TemperatureScaler(nn.Module):
         """Set an attribute; assigning :attr:`temperature` (checked: :func:`check_temperature`) marks it fitted."""
         if name == "temperature" and isinstance(value, torch.Tensor):
             value = check_temperature(value).reshape(-1)
+            if value.numel() != 1 and self.__dict__.get("mode") == "scalar":
+                # found by hostile review 57: t = [1, 4] was taken, and transform divided the logits along their last
+                # spatial axis (broadcasting), not along the classes
+                raise ValueError(f"temperature has {value.numel()} values, but a scalar TemperatureScaler holds one; "
+                                 "use mode='vector' for one temperature per class")
         super().__setattr__(name, value)
         if name == "temperature" and "_has_temperature" in self.__dict__:
             self.__dict__["_has_temperature"] = True

@@ -1,0 +1,27 @@
+"""Hostile review 57 of ``monai_unc.temperature``: defects found against independent references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from monai_unc.temperature import TemperatureScaler
+
+
+def test_a_scalar_scaler_refuses_one_temperature_per_class():
+    # found by hostile review 57: a scalar scaler took t = [1, 4] without a word, and transform divided the logits
+    # (1, 2, 3, 2) along their last spatial axis (every class's columns by 1 and 4) instead of along the classes
+    scaler = TemperatureScaler()
+    with pytest.raises(ValueError, match="temperature.*mode='vector'"):
+        scaler.temperature = torch.tensor([1.0, 4.0], dtype=torch.float64)
+    assert not scaler.fitted
+
+
+def test_a_vector_scaler_still_takes_one_temperature_per_class_and_a_scalar_one_value():
+    z = torch.ones(1, 2, 3, 2)
+    vector = TemperatureScaler(mode="vector")
+    vector.temperature = torch.tensor([1.0, 4.0], dtype=torch.float64)
+    assert torch.equal(vector.transform(z)[0, :, 0, 0], torch.tensor([1.0, 0.25]))
+    scalar = TemperatureScaler()
+    scalar.temperature = torch.tensor(4.0, dtype=torch.float64)
+    assert torch.equal(scalar.transform(z), z / 4)
