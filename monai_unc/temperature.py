@@ -940,7 +940,14 @@ class TemperatureScaled(nn.Module):
         super().__init__()
         self.network = network
         # checked: a negative temperature reversed every segmentation, zero or NaN made the logits non-finite
-        self.register_buffer("temperature", check_temperature(temperature).to(torch.float32).reshape(-1))
+        t = check_temperature(temperature)
+        t32 = t.to(torch.float32)
+        if not bool((torch.isfinite(t32) & (t32 >= torch.finfo(torch.float32).tiny)).all()):
+            # found by hostile review 57: t = 1e-50 passed the check and was stored as 0 (logits inf, probabilities
+            # NaN), t = 1e50 as inf (logits 0, uniform probabilities)
+            raise ValueError(f"temperature must lie in float32's normal range [1.2e-38, 3.4e38], got "
+                             f"{t.reshape(-1)[:8].tolist()}")
+        self.register_buffer("temperature", t32.reshape(-1))
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         """The network's logits divided by the temperature.
