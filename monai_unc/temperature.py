@@ -330,7 +330,8 @@ class TemperatureScaler(nn.Module):
         history: per step ``{"step", "loss", "temperature", "lr"}`` (loss at the temperature before the step;
             ``lr`` is one learning rate per region for ``activation="sigmoid"``, ``mode="vector"``, where each
             region's temperature is fitted as its own problem: own learning-rate backoff, own best value).
-        converged: whether the step tolerance was reached before ``max_steps``.
+        converged: whether the step tolerance was reached before ``max_steps`` (False, with a warning, when a
+            temperature is held at ``min_temperature`` while the loss still falls below it).
         defined: after an NLL fit, whether a temperature minimises the NLL of the fitted voxels at all
             (:func:`nll_slope_terms`; False with a warning: every voxel right, or logits no better than uniform, per
             region for ``"sigmoid"`` with ``"vector"``); None before a fit and for ``loss="ece"``.
@@ -717,6 +718,7 @@ class TemperatureScaler(nn.Module):
             loss, grad, _ = self._pass(t_now, get_z, get_y, step == 0)
             if not math.isfinite(loss):
                 raise ValueError(f"the loss is not finite at t = {t_now.tolist()}")
+            pinned = (t_now <= self.min_temperature) & (grad > 0)  # held at the bound, the loss falling below it
             group_loss = self._task_loss.tolist() if independent else [loss]
             lrs = [g["lr"] for g in opt.param_groups]
             self.history.append({"step": step, "loss": loss, "temperature": t_now.tolist(),
@@ -750,6 +752,14 @@ class TemperatureScaler(nn.Module):
                           f"{[round(v, 4) for v in best_t.tolist()]} is only where the optimiser stopped; fit on "
                           "held-out cases where the network makes some errors (and does better than uniform)",
                           UserWarning, stacklevel=3)  # 3: the caller of the deprecated_arg_names wrapper
+        elif self.history and bool(pinned.any()):
+            # found by hostile review 57: logits whose best temperature is below the bound (t = 0.00068 for logits of
+            # scale 1e-3) stopped at min_temperature = 0.01 and reported converged=True (NLL 0.909 for 0.295)
+            self.converged = False
+            fitted = [round(v, 6) for v in best_t.tolist()]
+            warnings.warn(f"the temperature stopped at min_temperature={self.min_temperature} while the "
+                          f"{self.loss.upper()} still falls below it (the fitted {fitted} is no minimum); pass a "
+                          "smaller min_temperature", UserWarning, stacklevel=3)
         return self
 
     def _undefined_fit(self) -> str | None:
