@@ -72,3 +72,17 @@ def test_nll_and_brier_of_probability_histograms_unchanged(weighted):
     assert nll(probs, target, weights=w) == pytest.approx(ref_nll, rel=1e-12)
     assert brier(probs, target, weights=w) == pytest.approx(ref_brier, rel=1e-12)
     assert nll(probs, target, weights=w, per_case=True)[0].item() == pytest.approx(ref_nll, rel=1e-12)
+
+
+def test_classwise_ece_per_class_without_background_holds_labels_one_to_c_minus_one():
+    # the docstring said (C,) with per_class; include_background=False gives the C - 1 foreground labels
+    from monai_unc.metrics import classwise_ece
+
+    probs, target = _probs_case(5)
+    probs = torch.cat([probs * 0.5, probs * 0.5], 1)  # 4 classes
+    every = classwise_ece(probs, target, n_bins=5, per_class=True)
+    fg = classwise_ece(probs, target, n_bins=5, per_class=True, include_background=False)
+    assert every.shape == (4,) and fg.shape == (3,)
+    assert torch.equal(fg, every[1:])
+    per_case = classwise_ece(probs, target, n_bins=5, per_class=True, include_background=False, per_case=True)
+    assert per_case.shape == (1, 3)

@@ -317,8 +317,9 @@ def classwise_ece(
         per_class: return the per-label ECEs instead of their mean.
 
     Returns:
-        A float (the mean over labels); ``(C,)`` with ``per_class``; with ``per_case`` ``(n_cases,)`` or
-        ``(n_cases, C)``. Library as in :func:`ece`.
+        A float (the mean over labels); ``(C,)`` with ``per_class`` (``(C - 1,)``, labels ``1 ... C - 1``, with
+        ``include_background=False``); with ``per_case`` ``(n_cases,)`` or ``(n_cases, C)`` (``(n_cases, C - 1)``).
+        Library as in :func:`ece`.
 
     Example:
         >>> from monai_unc.metrics import classwise_ece
