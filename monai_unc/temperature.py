@@ -330,7 +330,8 @@ class TemperatureScaler(nn.Module):
         history: per step ``{"step", "loss", "temperature", "lr"}`` (loss at the temperature before the step;
             ``lr`` is one learning rate per region for ``activation="sigmoid"``, ``mode="vector"``, where each
             region's temperature is fitted as its own problem: own learning-rate backoff, own best value).
-        converged: whether the step tolerance was reached before ``max_steps``.
+        converged: whether the step tolerance was reached before ``max_steps`` (False, with a warning, when a
+            temperature is held at ``min_temperature`` while the loss still falls below it).
         defined: after an NLL fit, whether a temperature minimises the NLL of the fitted voxels at all
             (:func:`nll_slope_terms`; False with a warning: every voxel right, or logits no better than uniform, per
             region for ``"sigmoid"`` with ``"vector"``); None before a fit and for ``loss="ece"``.
@@ -418,6 +419,11 @@ class TemperatureScaler(nn.Module):
         """Set an attribute; assigning :attr:`temperature` (checked: :func:`check_temperature`) marks it fitted."""
         if name == "temperature" and isinstance(value, torch.Tensor):
             value = check_temperature(value).reshape(-1)
+            if value.numel() != 1 and self.__dict__.get("mode") == "scalar":
+                # found by hostile review 57: t = [1, 4] was taken, and transform divided the logits along their last
+                # spatial axis (broadcasting), not along the classes
+                raise ValueError(f"temperature has {value.numel()} values, but a scalar TemperatureScaler holds one; "
+                                 "use mode='vector' for one temperature per class")
         super().__setattr__(name, value)
         if name == "temperature" and "_has_temperature" in self.__dict__:
             self.__dict__["_has_temperature"] = True
@@ -712,6 +718,7 @@ class TemperatureScaler(nn.Module):
             loss, grad, _ = self._pass(t_now, get_z, get_y, step == 0)
             if not math.isfinite(loss):
                 raise ValueError(f"the loss is not finite at t = {t_now.tolist()}")
+            pinned = (t_now <= self.min_temperature) & (grad > 0)  # held at the bound, the loss falling below it
             group_loss = self._task_loss.tolist() if independent else [loss]
             lrs = [g["lr"] for g in opt.param_groups]
             self.history.append({"step": step, "loss": loss, "temperature": t_now.tolist(),
@@ -745,6 +752,14 @@ class TemperatureScaler(nn.Module):
                           f"{[round(v, 4) for v in best_t.tolist()]} is only where the optimiser stopped; fit on "
                           "held-out cases where the network makes some errors (and does better than uniform)",
                           UserWarning, stacklevel=3)  # 3: the caller of the deprecated_arg_names wrapper
+        elif self.history and bool(pinned.any()):
+            # found by hostile review 57: logits whose best temperature is below the bound (t = 0.00068 for logits of
+            # scale 1e-3) stopped at min_temperature = 0.01 and reported converged=True (NLL 0.909 for 0.295)
+            self.converged = False
+            fitted = [round(v, 6) for v in best_t.tolist()]
+            warnings.warn(f"the temperature stopped at min_temperature={self.min_temperature} while the "
+                          f"{self.loss.upper()} still falls below it (the fitted {fitted} is no minimum); pass a "
+                          "smaller min_temperature", UserWarning, stacklevel=3)
         return self
 
     def _undefined_fit(self) -> str | None:
@@ -935,7 +950,14 @@ class TemperatureScaled(nn.Module):
         super().__init__()
         self.network = network
         # checked: a negative temperature reversed every segmentation, zero or NaN made the logits non-finite
-        self.register_buffer("temperature", check_temperature(temperature).to(torch.float32).reshape(-1))
+        t = check_temperature(temperature)
+        t32 = t.to(torch.float32)
+        if not bool((torch.isfinite(t32) & (t32 >= torch.finfo(torch.float32).tiny)).all()):
+            # found by hostile review 57: t = 1e-50 passed the check and was stored as 0 (logits inf, probabilities
+            # NaN), t = 1e50 as inf (logits 0, uniform probabilities)
+            raise ValueError(f"temperature must lie in float32's normal range [1.2e-38, 3.4e38], got "
+                             f"{t.reshape(-1)[:8].tolist()}")
+        self.register_buffer("temperature", t32.reshape(-1))
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         """The network's logits divided by the temperature.

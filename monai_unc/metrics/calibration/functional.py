@@ -317,8 +317,9 @@ def classwise_ece(
         per_class: return the per-label ECEs instead of their mean.
 
     Returns:
-        A float (the mean over labels); ``(C,)`` with ``per_class``; with ``per_case`` ``(n_cases,)`` or
-        ``(n_cases, C)``. Library as in :func:`ece`.
+        A float (the mean over labels); ``(C,)`` with ``per_class`` (``(C - 1,)``, labels ``1 ... C - 1``, with
+        ``include_background=False``); with ``per_case`` ``(n_cases,)`` or ``(n_cases, C)`` (``(n_cases, C - 1)``).
+        Library as in :func:`ece`.
 
     Example:
         >>> from monai_unc.metrics import classwise_ece
@@ -606,11 +607,20 @@ def _probs_with_one_hot(u: torch.Tensor, t: torch.Tensor) -> bool:
 def _scalar_metric(
     x: Any, target: Any, per_case: bool, weights: Any, mask: Any, n_fine_bins: int, which: int, caller: str
 ) -> Any:
+    """NLL or Brier (scalar ``which``): its weighted sum over the weight of the voxels that hold probabilities.
+
+    Those voxels are the top-label row's (found by hostile review 57: the total weight also counts the voxels of an
+    uncertainty map, :meth:`ConfidenceHistogram.from_uncertainty`, which hold no probabilities: a map's case scored
+    0.0 and a map merged into a cohort diluted its pooled NLL and Brier). Per case a block of cases at a time.
+    """
     hist = _histogram_from(x, target, weights, mask, per_case, n_fine_bins, caller, uncertainty=False)
-    scalars = hist.scalars if per_case else hist.views(False)[3]  # per case: not the dense tables of every case
-    total = scalars[:, ConfidenceHistogram.SCALAR_WEIGHT]
-    values = torch.where(total > 0, scalars[:, which] / torch.where(total > 0, total, 1.0), float("nan"))
-    return _finish(values, per_case, x, caller, "no voxel (or zero total weight) in the case")
+    c = hist.num_classes
+    parts = []
+    for _, wcounts, _, scalars in _blocks(hist, per_case):
+        total = wcounts[:, c].sum((-2, -1))
+        parts.append(torch.where(total > 0, scalars[:, which] / torch.where(total > 0, total, 1.0), float("nan")))
+    values = torch.cat(parts) if len(parts) > 1 else parts[0]
+    return _finish(values, per_case, x, caller, "no voxel with probabilities (or zero total weight) in the case")
 
 
 @deprecated_arg_names({"x": "probs", "labels": "target"})
