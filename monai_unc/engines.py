@@ -42,7 +42,7 @@ import inspect
 import math
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,15 @@ K = UncertaintyKeys
 PRED_FORMATS = ("auto", "probabilities", "log_probabilities", "binary_logit")
 
 
+def _transforms_in_order(postprocessing: Any) -> Iterator[Any]:
+    """``postprocessing`` and every transform it holds (a ``Compose``, possibly nested), in the order they run."""
+    if postprocessing is None:
+        return
+    yield postprocessing
+    for sub in getattr(postprocessing, "transforms", ()) or ():
+        yield from _transforms_in_order(sub)
+
+
 def find_pred_activation(postprocessing: Any, key: str = Keys.PRED) -> str | None:
     """The activation the first ``Activationsd`` acting on ``key`` applies in ``postprocessing`` (a ``Compose``,
     possibly nested, or a single transform): ``"softmax"``, ``"sigmoid"`` or ``None``.
@@ -75,21 +84,14 @@ def find_pred_activation(postprocessing: Any, key: str = Keys.PRED) -> str | Non
     """
     from monai.transforms import Activationsd
 
-    def walk(t: Any) -> str | None | bool:
+    for t in _transforms_in_order(postprocessing):
         if isinstance(t, Activationsd):
             others = getattr(t, "other", (None,) * len(t.keys))
             for k, softmax, sigmoid, other in zip(t.keys, t.softmax, t.sigmoid, others):
                 if k == key and (softmax or sigmoid or other is not None):
                     return "softmax" if softmax else "sigmoid" if sigmoid else None
-            return False  # applies nothing to key: keep looking
-        for sub in getattr(t, "transforms", ()) or ():
-            found = walk(sub)
-            if found is not False:
-                return found
-        return False
-
-    found = walk(postprocessing) if postprocessing is not None else False
-    return None if found is False else found
+            # applies nothing to key: keep looking
+    return None
 
 
 def _opaque_pred_transform(postprocessing: Any, key: str = Keys.PRED) -> str | None:
@@ -101,18 +103,12 @@ def _opaque_pred_transform(postprocessing: Any, key: str = Keys.PRED) -> str | N
     """
     from monai.transforms import Lambda, Lambdad
 
-    def walk(t: Any) -> str | None:
+    for t in _transforms_in_order(postprocessing):
         if isinstance(t, Lambdad) and key in t.keys:
             return f"Lambdad(keys={list(t.keys)})"
         if isinstance(t, Lambda):  # a whole-dictionary function
             return "Lambda"
-        for sub in getattr(t, "transforms", ()) or ():
-            found = walk(sub)
-            if found is not None:
-                return found
-        return None
-
-    return None if postprocessing is None else walk(postprocessing)
+    return None
 
 
 def _postprocessing_chain(arguments: Mapping[str, Any]) -> Any:

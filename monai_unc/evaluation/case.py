@@ -117,13 +117,14 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
     Returns:
         The loaded case (:class:`~monai_unc.io.LoadedCase`).
     """
+    seg = files.label is not None and files.label.name.lower().endswith(".dcm")  # labels of a DICOM SEG
     if config.regions is not None:
         config.validate()  # parses the spec
         case = load_case(files, len(parse_regions(config.regions)), load_image=True, multilabel=True,
                          seg_regions=config.seg_region_spec())
     else:
         case = load_case(files, config.num_classes)
-        if config.class_names and files.label is not None and files.label.name.lower().endswith(".dcm"):
+        if config.class_names and seg:
             # the segments are read by number: refuse a SEG whose segment names say other classes (review 57)
             from ..io.dicom import check_segment_classes
 
@@ -131,7 +132,7 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
                 check_segment_classes(files.label, config.class_names, config.seg_label_values)
             except ValueError as e:
                 raise CaseError(f"case {files.case_id!r}: {e}") from None
-    if config.seg_label_values is not None and files.label is not None and files.label.name.lower().endswith(".dcm"):
+    if config.seg_label_values is not None and seg:
         case.label = segment_label_values(case.label, config.seg_label_values, files.case_id)
         n_cls = config.num_classes if config.num_classes is not None else (
             None if case.probs is None else int(case.probs.shape[0]))

@@ -141,6 +141,12 @@ def _gaussian_1d(kernel_size: int, sigma: float, step: float) -> torch.Tensor:
     return g / g.sum()
 
 
+#: target dtypes whose soft targets are computed in float32 and rounded once to the dtype: accumulated in bfloat16,
+#: the separable form's targets were off by up to 1.2e-2 (three of bfloat16's steps near 1; float16 1.0e-3), the
+#: direct convolution's by 2.6e-3; rounded once, at most half a step (2.0e-3 / 2.4e-4)
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
 def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """Soft targets of SVLS: each channel of a one-hot (or soft) target convolved with the kernel.
 
@@ -165,13 +171,13 @@ def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
         (0.5, True)
     """
     _check_channel_first(onehot, "onehot")
+    if onehot.dtype in _HALF_DTYPES:  # computed in float32, rounded once (see _HALF_DTYPES)
+        return svls_targets(onehot.float(), kernel).to(onehot.dtype)
     dims = onehot.ndim - 2
     if not isinstance(kernel, torch.Tensor):  # an AttributeError on kernel.ndim before (hostile review 56)
         raise TypeError(f"kernel must be a torch.Tensor (from svls_kernel), got {type(kernel).__name__}")
     if kernel.ndim != dims or len(set(kernel.shape)) != 1 or kernel.shape[0] % 2 == 0:
         raise ValueError(f"kernel must be (k,) * {dims} with odd k, got {tuple(kernel.shape)}")
-    if onehot.dtype in _HALF_DTYPES:  # computed in float32, rounded once (see _HALF_DTYPES)
-        return svls_targets(onehot.float(), kernel).to(onehot.dtype)
     half = kernel.shape[0] // 2
     channels = onehot.shape[1]
     padded = F.pad(onehot, (half, half) * dims, mode="replicate")
@@ -180,12 +186,6 @@ def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     # 4e-3 (found by hostile testing)
     with no_autocast(onehot.device):
         return _CONV[dims](padded, weight, groups=channels)
-
-
-#: target dtypes whose soft targets are computed in float32 and rounded once to the dtype: accumulated in bfloat16,
-#: the separable form's targets were off by up to 1.2e-2 (three of bfloat16's steps near 1; float16 1.0e-3), the
-#: direct convolution's by 2.6e-3; rounded once, at most half a step (2.0e-3 / 2.4e-4)
-_HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
 #: the largest centre weight ``g_c`` of the Gaussian (before its centre is raised) for which
@@ -225,6 +225,8 @@ def svls_targets_separable(
         True
     """
     _check_channel_first(onehot, "onehot")
+    if onehot.dtype in _HALF_DTYPES:  # computed in float32, rounded once (see _HALF_DTYPES)
+        return svls_targets_separable(onehot.float(), kernel_size, sigma, spacing).to(onehot.dtype)
     dims = onehot.ndim - 2
     kernel = svls_kernel(dims, kernel_size, sigma, spacing, dtype=torch.float64)  # checks the arguments
     steps = spacing_steps(spacing, dims)
@@ -232,8 +234,6 @@ def svls_targets_separable(
     half = kernel_size // 2
     weights = [[float(v) for v in _gaussian_1d(kernel_size, sigma, step)] for step in steps]
     centre = math.prod(w[half] for w in weights)
-    if onehot.dtype in _HALF_DTYPES:  # computed in float32, rounded once (see _HALF_DTYPES)
-        return svls_targets_separable(onehot.float(), kernel_size, sigma, spacing).to(onehot.dtype)
     if centre > SEPARABLE_MAX_CENTRE:
         # found by hostile testing: the separable form scales G * y by 1 / (2 (1 - g_c)) and takes back the raised
         # centre, so its rounding grows as g_c nears 1; for float32 targets with sigma = 0.15 voxel (g_c = 1 - 1e-9)

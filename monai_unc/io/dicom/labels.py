@@ -177,6 +177,35 @@ def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[in
     return out
 
 
+def _dcmread(path: Path, stop_before_pixels: bool = False) -> pydicom.Dataset:
+    """The DICOM file at ``path``; ``DicomSegError`` naming it when it is not one."""
+    try:
+        return pydicom.dcmread(path, stop_before_pixels=stop_before_pixels)
+    except Exception as e:  # InvalidDicomError and others on a file that is not DICOM
+        raise DicomSegError(f"{path} is not a readable DICOM file ({type(e).__name__})") from None
+
+
+def _segments(ds: pydicom.Dataset, what: str) -> dict[int, str]:
+    """``{SegmentNumber: SegmentLabel}`` of the object, checked: numbers from 1, each once.
+
+    Raises:
+        DicomSegError: naming ``what``: a SegmentNumber that is no integer, below 1 or given twice.
+    """
+    items = list(ds.get("SegmentSequence", []))
+    segments = {_number(s, "SegmentNumber", f"{what}: a segment"): str(s.get("SegmentLabel", "")).strip()
+                for s in items}
+    if len(segments) != len(items):
+        # the last item's label was kept: a region SEG's frames of one region were read as another's (found by
+        # hostile testing)
+        raise DicomSegError(f"{what} has {len(items)} segments but {len(segments)} SegmentNumber(s): two segments "
+                            "have the same number")
+    if any(number < 1 for number in segments):
+        # a label map's 0 is the background: segment 0's voxels were read as background without a word (found by
+        # hostile testing); DICOM numbers segments from 1 (PS3.3 C.8.20.2)
+        raise DicomSegError(f"{what} has the SegmentNumber {min(segments)}; segments are numbered from 1")
+    return segments
+
+
 def _read_seg(
     path: str | os.PathLike, series: DicomSeries
 ) -> tuple[pydicom.Dataset, str, np.ndarray, list[int], dict[int, str]]:
@@ -188,10 +217,7 @@ def _read_seg(
     """
     path = Path(path)
     what = f"DICOM SEG {path.name}"
-    try:
-        ds = pydicom.dcmread(path)
-    except Exception as e:  # InvalidDicomError and others on a file that is not DICOM
-        raise DicomSegError(f"{path} is not a readable DICOM file ({type(e).__name__})") from None
+    ds = _dcmread(path)
     sop = str(ds.get("SOPClassUID", ""))
     if sop == _LABEL_MAP_SEGMENTATION_STORAGE or str(ds.get("SegmentationType", "")) == "LABELMAP":
         # found by the review of DICOM for PACS: named "not a DICOM SEG" (its SOP class UID) or a FRACTIONAL SEG
@@ -240,18 +266,7 @@ def _read_seg(
         measures = _numbers(_frame_item(ds, i, "PixelMeasuresSequence"), "PixelSpacing", 2, f"{what}: frame {i + 1}")
         if np.abs(measures - spacing).max() > 1e-3:
             raise DicomSegError(f"{what}: its pixel spacing is not the series' ({spacing} mm; frame {i + 1})")
-    items = list(ds.get("SegmentSequence", []))
-    segments = {_number(s, "SegmentNumber", f"{what}: a segment"): str(s.get("SegmentLabel", "")).strip()
-                for s in items}
-    if len(segments) != len(items):
-        # the last item's label was kept: a region SEG's frames of one region were read as another's (found by
-        # hostile testing)
-        raise DicomSegError(f"{what} has {len(items)} segments but {len(segments)} SegmentNumber(s): two segments "
-                            "have the same number")
-    if any(number < 1 for number in segments):
-        # a label map's 0 is the background: segment 0's voxels were read as background without a word (found by
-        # hostile testing); DICOM numbers segments from 1 (PS3.3 C.8.20.2)
-        raise DicomSegError(f"{what} has the SegmentNumber {min(segments)}; segments are numbered from 1")
+    segments = _segments(ds, what)
     slices = frame_slices(ds, series, what)
     try:
         pixels = np.asarray(ds.pixel_array)
@@ -340,7 +355,7 @@ def check_segment_classes(path: str | os.PathLike, class_names: Sequence[str],
     Raises:
         DicomSegError: one line naming the file, the segment, its name and the two labels, and the
             ``--seg-label-values`` that reads every named segment as its class where each segment names one; a file
-            that is not a readable DICOM SEG.
+            that is not a readable DICOM file; a SegmentNumber below 1 or given twice.
 
     Example:
         >>> import tempfile
@@ -361,13 +376,8 @@ def check_segment_classes(path: str | os.PathLike, class_names: Sequence[str],
     """
     path = Path(path)
     what = f"DICOM SEG {path.name}"
-    try:
-        ds = pydicom.dcmread(path, stop_before_pixels=True)
-    except Exception as e:  # InvalidDicomError and others on a file that is not DICOM
-        raise DicomSegError(f"{path} is not a readable DICOM file ({type(e).__name__})") from None
+    segments = _segments(_dcmread(path, stop_before_pixels=True), what)
     keys = {segment_name_key(short_text(str(n), 64)): c for c, n in enumerate(class_names)}
-    segments = {_number(s, "SegmentNumber", f"{what}: a segment"): str(s.get("SegmentLabel", "")).strip()
-                for s in ds.get("SegmentSequence", [])}
 
     def value(number: int) -> int | None:
         if label_values is None:
@@ -382,8 +392,8 @@ def check_segment_classes(path: str | os.PathLike, class_names: Sequence[str],
         shown = (f"label {read_as} ({class_names[read_as][:64]!r})" if read_as is not None and 0 <= read_as < len(
             class_names) else f"label {read_as}")
         hint = ""
-        if all(c is not None for c in named.values()) and sorted(named) == list(range(1, len(named) + 1)):
-            hint = (" (--seg-label-values " + ",".join(str(named[n]) for n in sorted(named)) + " reads each segment "
+        if all(c is not None for c in named.values()) and list(named) == list(range(1, len(named) + 1)):
+            hint = (" (--seg-label-values " + ",".join(str(c) for c in named.values()) + " reads each segment "
                     "as the class it is named after)")
         raise DicomSegError(f"{what}: segment {number} is named {segments[number][:64]!r}, the name of class {cls}, "
                             f"but it is read as {shown} by its number: the segments of a SEG are read by their "

@@ -619,8 +619,8 @@ def _scalar_metric(
     for _, wcounts, _, scalars in _blocks(hist, per_case):
         total = wcounts[:, c].sum((-2, -1))
         parts.append(torch.where(total > 0, scalars[:, which] / torch.where(total > 0, total, 1.0), float("nan")))
-    values = torch.cat(parts) if len(parts) > 1 else parts[0]
-    return _finish(values, per_case, x, caller, "no voxel with probabilities (or zero total weight) in the case")
+    return _finish(torch.cat(parts), per_case, x, caller,
+                   "no voxel with probabilities (or zero total weight) in the case")
 
 
 @deprecated_arg_names({"x": "probs", "labels": "target"})
