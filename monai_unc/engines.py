@@ -23,8 +23,9 @@ postprocessing (the ``postprocessing`` argument, then MONAI ``PostProcessing`` h
 smallest normal float), so that the bundle's softmax returns exactly the mean probabilities (``softmax(log p) =
 p / sum p = p``); a sigmoid gets ``log(p_1 / p_0)`` (two-class outputs), so that sigmoid returns ``p_1``;
 otherwise ``pred`` is the mean probabilities. Without such an ``Activationsd``, a ``Lambda`` or ``Lambdad`` acting on
-``pred`` runs a function the evaluator cannot read: it stores the probabilities and warns, since a softmax
-inside that function would flatten them; pass ``pred_format`` explicitly then.
+``pred`` (or an ``Activationsd`` whose ``other`` function does) runs a function the evaluator cannot read: it stores
+the probabilities and warns, since a softmax inside that function would flatten them; pass ``pred_format``
+explicitly then.
 
 Region-based (multi-label) models, e.g. the Model Zoo's BraTS bundle (``Activationsd(sigmoid=True)`` then
 ``AsDiscreted(threshold=0.5)`` on three channels TC, WT, ET): an inferer run with ``activation="sigmoid"`` on
@@ -99,12 +100,24 @@ def _opaque_pred_transform(postprocessing: Any, key: str = Keys.PRED) -> str | N
 
     Such a transform runs a function nobody can read from the outside: where :func:`find_pred_activation` finds no
     activation, it may apply the softmax or sigmoid that ``pred_format="auto"`` looks for, and then the stored
-    probabilities would go through it a second time.
+    probabilities would go through it a second time. So may an ``Activationsd`` whose ``other`` function acts on
+    ``key``. A ``Lambdad`` whose result is dropped (``overwrite=False``) changes nothing; once an ``AsDiscreted``
+    has made ``key`` a label map (``argmax``, ``threshold`` or ``rounding``), later functions see no probabilities.
     """
-    from monai.transforms import Lambda, Lambdad
+    from monai.transforms import Activationsd, AsDiscreted, Lambda, Lambdad
 
     for t in _transforms_in_order(postprocessing):
-        if isinstance(t, Lambdad) and key in t.keys:
+        if isinstance(t, AsDiscreted) and any(
+                k == key and (argmax or threshold is not None or rounding is not None)
+                for k, argmax, threshold, rounding in zip(t.keys, t.argmax, t.threshold, t.rounding)):
+            # found by hostile review 58: a label remapping Lambdad after the argmax was warned about
+            return None
+        if isinstance(t, Activationsd) and any(
+                k == key and other is not None for k, other in zip(t.keys, getattr(t, "other", ()))):
+            # found by hostile review 58: Activationsd(other=softmax) flattened the probabilities without a word
+            return f"Activationsd(keys={list(t.keys)}, other=...)"
+        if isinstance(t, Lambdad) and any(k == key and not (isinstance(overwrite, bool) and not overwrite)
+                                          for k, overwrite in zip(t.keys, t.overwrite)):
             return f"Lambdad(keys={list(t.keys)})"
         if isinstance(t, Lambda):  # a whole-dictionary function
             return "Lambda"

@@ -343,8 +343,8 @@ def check_segment_classes(path: str | os.PathLike, class_names: Sequence[str],
     ``evaluate --seg-label-values``), whatever the segment is called; tools number segments in the order they were
     made, so a SEG whose segment 1 is named after the class of label 2 would have its classes swapped without a word.
     A segment whose ``SegmentLabel`` is the name of a class (compared as :func:`~.objects.segment_name_key` compares
-    names, a name over 64 characters shortened as the writers shorten it) must therefore be read as that class's
-    label; a segment named as no class (``"Segment_1"``) is read by its number, as before.
+    names, an underscore as a space, a name over 64 characters shortened as the writers shorten it) must therefore
+    be read as that class's label; a segment named as no class (``"Segment_1"``) is read by its number, as before.
 
     Args:
         path: the SEG file (its headers are read, not its pixels).
@@ -354,8 +354,8 @@ def check_segment_classes(path: str | os.PathLike, class_names: Sequence[str],
 
     Raises:
         DicomSegError: one line naming the file, the segment, its name and the two labels, and the
-            ``--seg-label-values`` that reads every named segment as its class where each segment names one; a file
-            that is not a readable DICOM file; a SegmentNumber below 1 or given twice.
+            ``--seg-label-values`` that reads every named segment as its class where each segment names a class of
+            its own; a file that is not a readable DICOM file; a SegmentNumber below 1 or given twice.
 
     Example:
         >>> import tempfile
@@ -377,26 +377,38 @@ def check_segment_classes(path: str | os.PathLike, class_names: Sequence[str],
     path = Path(path)
     what = f"DICOM SEG {path.name}"
     segments = _segments(_dcmread(path, stop_before_pixels=True), what)
-    keys = {segment_name_key(short_text(str(n), 64)): c for c, n in enumerate(class_names)}
+
+    def key(name: str) -> str:
+        # an underscore as a space: a class "right_kidney" (a command line's name) is the segment "Right kidney" of
+        # another tool; compared as names only, the swap of two such segments went unseen (hostile review 58)
+        return segment_name_key(str(name).replace("_", " "))
+
+    keys = {key(short_text(str(n), 64)): c for c, n in enumerate(class_names)}
 
     def value(number: int) -> int | None:
         if label_values is None:
             return number
         return int(label_values[number - 1]) if 1 <= number <= len(label_values) else None
 
-    named = {n: keys.get(segment_name_key(label)) for n, label in sorted(segments.items())}
+    named = {n: keys.get(key(label)) for n, label in sorted(segments.items())}
     for number, cls in named.items():
         read_as = value(number)
         if cls is None or cls == read_as:
             continue
         shown = (f"label {read_as} ({class_names[read_as][:64]!r})" if read_as is not None and 0 <= read_as < len(
             class_names) else f"label {read_as}")
+        read = f"it is read as {shown} by its number"
+        if read_as is None:  # "read as label None" before (hostile review 58)
+            read = f"--seg-label-values gives it no label ({len(label_values or [])} value(s))"
         hint = ""
-        if all(c is not None for c in named.values()) and list(named) == list(range(1, len(named) + 1)):
+        # the values must be distinct (--seg-label-values): two segments named after one class have no such mapping,
+        # and "--seg-label-values 2,2" was suggested, which the option refuses (hostile review 58)
+        if (all(c is not None for c in named.values()) and list(named) == list(range(1, len(named) + 1))
+                and len(set(named.values())) == len(named)):
             hint = (" (--seg-label-values " + ",".join(str(c) for c in named.values()) + " reads each segment "
                     "as the class it is named after)")
         raise DicomSegError(f"{what}: segment {number} is named {segments[number][:64]!r}, the name of class {cls}, "
-                            f"but it is read as {shown} by its number: the segments of a SEG are read by their "
+                            f"but {read}: the segments of a SEG are read by their "
                             f"numbers{hint}")
 
 
