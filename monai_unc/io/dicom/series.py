@@ -430,7 +430,9 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
             warnings.warn(f"{folder}: a single slice without SpacingBetweenSlices or SliceThickness: its thickness is "
                           "taken as 1 mm (voxel volumes and volumes in ml assume it)", UserWarning, stacklevel=2)
             thickness = 1.0
-        step = normal * thickness
+        # a negative spacing (some vendors write SpacingBetweenSlices < 0) flipped the slice axis of the affine, against
+        # the normal of the orientation that every other reader of the slice takes (hostile review 58)
+        step = normal * abs(thickness)
     affine = series_affine(orients[0], spacings[0], positions[0], step)
     shape = (cols, rows, n)
     need = 4 * cols * rows * n

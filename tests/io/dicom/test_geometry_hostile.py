@@ -442,3 +442,20 @@ def test_the_export_reads_the_series_headers_only(tmp_path, monkeypatch):
 
     monkeypatch.setattr(series_module, "_read_pixels", no_pixels)
     assert dicom_export(pred, tmp_path / "series", tmp_path / "out", progress=False).n_objects == 2
+
+
+@pytest.mark.parametrize("attribute", ["SliceThickness", "SpacingBetweenSlices"])
+def test_a_single_slice_with_a_negative_thickness_keeps_the_orientation_normal(tmp_path, attribute):
+    """One slice whose thickness is written negative: the affine's slice axis was flipped (hostile review 58)."""
+    shape, affine = (6, 4, 1), _affine(rotation(0, 10) @ np.diag([0.7, 0.8, 2.5]), [3, -4, 12])
+    files = write_series(np.zeros(shape), affine, tmp_path / "s", modality="CT")
+    reference = read_series(tmp_path / "s", pixels=False).affine
+    for f in files:
+        ds = pydicom.dcmread(f)
+        setattr(ds, attribute, -2.5)
+        if attribute == "SpacingBetweenSlices":
+            ds.SliceThickness = ""
+        ds.save_as(f)
+    series = read_series(tmp_path / "s", pixels=False)
+    assert np.allclose(series.affine, reference)
+    assert np.linalg.det(series.affine[:3, :3]) * np.linalg.det(affine[:3, :3]) > 0
