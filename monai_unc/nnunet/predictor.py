@@ -742,8 +742,14 @@ class UncertaintyPredictor(nnUNetPredictor):
                 else:
                     group = out.clone() if group is None else group.add_(out)
                 if self._want_logits and not ssn_mean:  # after the statistics: the sums reuse outs[f]'s memory
+                    logit_dtype = outs[0].dtype
                     for f, o in enumerate(outs):
-                        o = o if k == 1 else o.sum(0, keepdim=True)
+                        if passes > 1:
+                            # the stochastic passes' logits are summed in float32 (found by hostile review: summed
+                            # in the network's float16 under CUDA autocast, 30 passes x 8 mirrors of logits near 120
+                            # were off by 0.68 and 100 passes overflowed to inf); one pass per mirror keeps stock's
+                            # float16 sum, bit for bit
+                            o = o.sum(0, keepdim=True, dtype=torch.float32) if k > 1 else o.float()
                         logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
             if not mirror_samples:
                 g = group / len(combos) if len(combos) > 1 else group
@@ -780,6 +786,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         if self._want_logits:
             n = passes * len(combos)
             sums = [s.div_(n) if n > 1 else s for s in logit_sums]
+            if not ssn_mean and passes > 1:  # the mean of the float32 sums, in the network's output dtype
+                sums = [s.to(logit_dtype) for s in sums]
             result["logits"] = sums[0] if len(sums) == 1 else torch.cat(sums, 0)
         return result
 
