@@ -113,7 +113,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
-from monai_unc._utils import check_sample_batch_size, check_seed, plain_module
+from monai_unc._utils import check_sample_batch_size, check_seed, is_int, is_real, plain_module
 from monai_unc.io import (
     atomic_write_json,
     channel_name,
@@ -351,8 +351,9 @@ class UncertaintyPredictor(nnUNetPredictor):
             raise ValueError("rate_in options are only used with the 'rate_in' uncertainty source")
         if "mirroring" in sources and not use_mirroring:
             raise ValueError("uncertainty_sources contains 'mirroring' but use_mirroring=False")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        if not is_int(num_samples) or num_samples < 1:  # a numpy integer too (it was refused)
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        num_samples = int(num_samples)
         if dropout_p is not None and "dropout" not in sources:
             raise ValueError("dropout_p is only used with the 'dropout' uncertainty source")
         if dropout_p is not None and not (0.0 < float(dropout_p) < 1.0):
@@ -387,10 +388,12 @@ class UncertaintyPredictor(nnUNetPredictor):
                 warnings.warn(f"{', '.join(unused)} has no effect with uncertainty sources {', '.join(sources)}, which "
                               f"draw nothing (only {', '.join(STOCHASTIC_SOURCES)} do; nnunet-predict: --seed, "
                               "--num_samples): not recorded", UserWarning, stacklevel=2)
-        if isinstance(tile_step_size, bool) or not isinstance(tile_step_size, (int, float)) or not (
-                0.0 < float(tile_step_size) <= 1.0):
-            # stock nnU-Net asserts this only when the first case reaches the sliding window
+        if not is_real(tile_step_size) or not (0.0 < float(tile_step_size) <= 1.0):
+            # stock nnU-Net asserts this only when the first case reaches the sliding window (np.float32(0.5) was
+            # refused)
             raise ValueError(f"tile_step_size must be in (0, 1] (a fraction of the patch), got {tile_step_size!r}")
+        if isinstance(tile_step_size, (np.integer, np.floating)):
+            tile_step_size = tile_step_size.item()  # recorded in uncertainty_config.json as a plain number
         super().__init__(tile_step_size, use_gaussian, use_mirroring, perform_everything_on_device, device, verbose,
                          verbose_preprocessing, allow_tqdm)
         self.uncertainty_sources = sources

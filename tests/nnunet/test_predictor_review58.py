@@ -51,3 +51,22 @@ def test_many_float16_passes_segment_without_overflow():
     torch.manual_seed(4)
     res = _dropout_predictor(100, half=True).predict_uncertainty_from_preprocessed_data(torch.randn(1, 16, 16, 16))
     assert torch.isfinite(res.logits).all()
+
+
+def test_numpy_scalars_are_accepted_where_python_numbers_are():
+    """``num_samples=np.int64(4)`` and ``tile_step_size=np.float32(0.5)`` were refused as "must be an integer >= 1" /
+    "must be in (0, 1]"; the project accepts numpy scalars where Python numbers are (as ``seed`` and
+    ``sample_batch_size`` already were)."""
+    import numpy as np
+
+    import monai_unc.nnunet as mun
+
+    pred = mun.UncertaintyPredictor(("dropout",), num_samples=np.int64(4), tile_step_size=np.float32(0.5),
+                                    device=torch.device("cpu"))
+    assert pred.num_samples == 4 and type(pred.num_samples) is int
+    assert pred.tile_step_size == 0.5 and type(pred.tile_step_size) is float
+    for bad in (True, np.bool_(True), 2.0):
+        with pytest.raises(ValueError, match="num_samples"):
+            mun.UncertaintyPredictor(("dropout",), num_samples=bad, device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="tile_step_size"):
+        mun.UncertaintyPredictor(("mirroring",), tile_step_size=True, device=torch.device("cpu"))
