@@ -900,7 +900,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         that runs out of memory the result buffers move to the CPU, as in nnU-Net.
 
         Args:
-            input_image: the preprocessed image ``(C_in, *spatial)``, a 4D tensor.
+            input_image: the preprocessed image ``(C_in, *spatial)``, a 4D tensor of real numbers (read as float32,
+                the dtype nnU-Net's preprocessing gives).
 
         Returns:
             The dict of :meth:`_internal_predict_sliding_window_return_logits` with the padding removed:
@@ -908,13 +909,19 @@ class UncertaintyPredictor(nnUNetPredictor):
             (E = 1, or C for a region-based model; ``logits`` ``(F, C, *spatial)`` one buffer per fold network).
 
         Raises:
-            ValueError: ``input_image`` is not a 4D tensor.
+            ValueError: ``input_image`` is not a 4D tensor of real numbers.
         """
         if not isinstance(input_image, torch.Tensor) or input_image.ndim != 4:
             raise ValueError(
                 "input_image must be a 4D torch.Tensor (c, x, y, z), got "
                 f"{type(input_image).__name__} {tuple(getattr(input_image, 'shape', ()))}"
             )
+        if input_image.dtype == torch.bool or input_image.is_complex():
+            raise ValueError(f"input_image must hold real numbers (a preprocessed image), got {input_image.dtype}")
+        if input_image.dtype != torch.float32:
+            # found by hostile review 58: a float64 (torch.from_numpy of a float64 array), float16 or integer image
+            # failed in the first convolution ("Input type (double) and bias type (float) should be the same")
+            input_image = input_image.float()
         self.network = self.network.to(self.device)
         self.network.eval()
         empty_cache(self.device)

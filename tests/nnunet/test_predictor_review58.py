@@ -70,3 +70,25 @@ def test_numpy_scalars_are_accepted_where_python_numbers_are():
             mun.UncertaintyPredictor(("dropout",), num_samples=bad, device=torch.device("cpu"))
     with pytest.raises(ValueError, match="tile_step_size"):
         mun.UncertaintyPredictor(("mirroring",), tile_step_size=True, device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.int16])
+def test_a_preprocessed_image_of_another_dtype_is_read_as_float32(dtype):
+    """A float64 image (``torch.from_numpy`` of a float64 array), float16 or integer one failed in the first
+    convolution with torch's "Input type (double) and bias type (float) should be the same"; it is the float32 image
+    nnU-Net's preprocessing gives, with the same statistics and logits."""
+    pred = make_predictor(uncertainty_sources=("folds", "mirroring"))
+    torch.manual_seed(4)
+    data = (torch.randn(1, 18, 16, 16) * 4).to(dtype)
+    got = pred.predict_uncertainty_from_preprocessed_data(data)
+    ref = pred.predict_uncertainty_from_preprocessed_data(data.float())
+    assert torch.equal(got.logits, ref.logits)
+    for key, value in ref.moments.items():
+        assert torch.equal(got.moments[key], value), key
+
+
+def test_a_boolean_or_complex_image_is_refused_by_name():
+    pred = make_predictor(uncertainty_sources=("mirroring",), n_folds=1)
+    for data in (torch.zeros(1, 16, 16, 16, dtype=torch.bool), torch.zeros(1, 16, 16, 16, dtype=torch.complex64)):
+        with pytest.raises(ValueError, match="input_image must hold real numbers"):
+            pred.predict_uncertainty_from_preprocessed_data(data)
