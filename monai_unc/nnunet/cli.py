@@ -377,7 +377,12 @@ def _predict(args: argparse.Namespace) -> int:
             torch.set_num_threads(multiprocessing.cpu_count())
         elif args.device == "cuda":
             torch.set_num_threads(1)
-            torch.set_num_interop_threads(1)
+            try:
+                torch.set_num_interop_threads(1)
+            except RuntimeError:
+                # torch sets it once per process: a second run() in one process (monai_unc.cli.main called twice)
+                # failed here with torch's traceback (found by hostile review 58); the setting stays as it was set
+                pass
         rate_in = {k: v for k, v in (("target_loss", args.rate_in_target), ("loss", args.rate_in_loss))
                    if v is not None}
         predictor = UncertaintyPredictor(

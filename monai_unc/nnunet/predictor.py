@@ -113,7 +113,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
-from monai_unc._utils import check_sample_batch_size, check_seed, plain_module
+from monai_unc._utils import check_sample_batch_size, check_seed, is_int, is_real, plain_module
 from monai_unc.io import (
     atomic_write_json,
     channel_name,
@@ -351,8 +351,9 @@ class UncertaintyPredictor(nnUNetPredictor):
             raise ValueError("rate_in options are only used with the 'rate_in' uncertainty source")
         if "mirroring" in sources and not use_mirroring:
             raise ValueError("uncertainty_sources contains 'mirroring' but use_mirroring=False")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        if not is_int(num_samples) or num_samples < 1:  # a numpy integer too (it was refused)
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        num_samples = int(num_samples)
         if dropout_p is not None and "dropout" not in sources:
             raise ValueError("dropout_p is only used with the 'dropout' uncertainty source")
         if dropout_p is not None and not (0.0 < float(dropout_p) < 1.0):
@@ -387,10 +388,12 @@ class UncertaintyPredictor(nnUNetPredictor):
                 warnings.warn(f"{', '.join(unused)} has no effect with uncertainty sources {', '.join(sources)}, which "
                               f"draw nothing (only {', '.join(STOCHASTIC_SOURCES)} do; nnunet-predict: --seed, "
                               "--num_samples): not recorded", UserWarning, stacklevel=2)
-        if isinstance(tile_step_size, bool) or not isinstance(tile_step_size, (int, float)) or not (
-                0.0 < float(tile_step_size) <= 1.0):
-            # stock nnU-Net asserts this only when the first case reaches the sliding window
+        if not is_real(tile_step_size) or not (0.0 < float(tile_step_size) <= 1.0):
+            # stock nnU-Net asserts this only when the first case reaches the sliding window (np.float32(0.5) was
+            # refused)
             raise ValueError(f"tile_step_size must be in (0, 1] (a fraction of the patch), got {tile_step_size!r}")
+        if isinstance(tile_step_size, (np.integer, np.floating)):
+            tile_step_size = tile_step_size.item()  # recorded in uncertainty_config.json as a plain number
         super().__init__(tile_step_size, use_gaussian, use_mirroring, perform_everything_on_device, device, verbose,
                          verbose_preprocessing, allow_tqdm)
         self.uncertainty_sources = sources
@@ -742,8 +745,14 @@ class UncertaintyPredictor(nnUNetPredictor):
                 else:
                     group = out.clone() if group is None else group.add_(out)
                 if self._want_logits and not ssn_mean:  # after the statistics: the sums reuse outs[f]'s memory
+                    logit_dtype = outs[0].dtype
                     for f, o in enumerate(outs):
-                        o = o if k == 1 else o.sum(0, keepdim=True)
+                        if passes > 1:
+                            # the stochastic passes' logits are summed in float32 (found by hostile review: summed
+                            # in the network's float16 under CUDA autocast, 30 passes x 8 mirrors of logits near 120
+                            # were off by 0.68 and 100 passes overflowed to inf); one pass per mirror keeps stock's
+                            # float16 sum, bit for bit
+                            o = o.sum(0, keepdim=True, dtype=torch.float32) if k > 1 else o.float()
                         logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
             if not mirror_samples:
                 g = group / len(combos) if len(combos) > 1 else group
@@ -780,6 +789,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         if self._want_logits:
             n = passes * len(combos)
             sums = [s.div_(n) if n > 1 else s for s in logit_sums]
+            if not ssn_mean and passes > 1:  # the mean of the float32 sums, in the network's output dtype
+                sums = [s.to(logit_dtype) for s in sums]
             result["logits"] = sums[0] if len(sums) == 1 else torch.cat(sums, 0)
         return result
 
@@ -889,7 +900,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         that runs out of memory the result buffers move to the CPU, as in nnU-Net.
 
         Args:
-            input_image: the preprocessed image ``(C_in, *spatial)``, a 4D tensor.
+            input_image: the preprocessed image ``(C_in, *spatial)``, a 4D tensor of real numbers (read as float32,
+                the dtype nnU-Net's preprocessing gives).
 
         Returns:
             The dict of :meth:`_internal_predict_sliding_window_return_logits` with the padding removed:
@@ -897,13 +909,19 @@ class UncertaintyPredictor(nnUNetPredictor):
             (E = 1, or C for a region-based model; ``logits`` ``(F, C, *spatial)`` one buffer per fold network).
 
         Raises:
-            ValueError: ``input_image`` is not a 4D tensor.
+            ValueError: ``input_image`` is not a 4D tensor of real numbers.
         """
         if not isinstance(input_image, torch.Tensor) or input_image.ndim != 4:
             raise ValueError(
                 "input_image must be a 4D torch.Tensor (c, x, y, z), got "
                 f"{type(input_image).__name__} {tuple(getattr(input_image, 'shape', ()))}"
             )
+        if input_image.dtype == torch.bool or input_image.is_complex():
+            raise ValueError(f"input_image must hold real numbers (a preprocessed image), got {input_image.dtype}")
+        if input_image.dtype != torch.float32:
+            # found by hostile review 58: a float64 (torch.from_numpy of a float64 array), float16 or integer image
+            # failed in the first convolution ("Input type (double) and bias type (float) should be the same")
+            input_image = input_image.float()
         self.network = self.network.to(self.device)
         self.network.eval()
         empty_cache(self.device)
