@@ -1833,7 +1833,12 @@ def _channels_held(files: Sequence[str], n: int, dataset_json: dict, reader_writ
 
 def check_folds(use_folds: Any) -> tuple[int | str, ...]:
     """``use_folds`` as nnU-Net reads it (integers and ``"all"``), refused when empty, malformed or repeated."""
-    folds = [use_folds] if isinstance(use_folds, (str, int)) else list(use_folds)
+    if isinstance(use_folds, (str, int, np.integer)):
+        folds = [use_folds]
+    elif isinstance(use_folds, Iterable):
+        folds = list(use_folds)
+    else:  # np.int64(0) and 2.0 were a TypeError of list() that named nothing (hostile review 58)
+        raise TypeError(f"use_folds must be a fold number, 'all' or a sequence of them, got {use_folds!r}")
     if not folds:
         raise ValueError("use_folds must name at least one fold")
     out: list[int | str] = []
@@ -1842,7 +1847,7 @@ def check_folds(use_folds: Any) -> tuple[int | str, ...]:
             out.append("all")
             continue
         try:
-            k = int(f) if not isinstance(f, (bool, float)) else None
+            k = int(f) if not isinstance(f, (bool, np.bool_, float, np.floating)) else None
         except (TypeError, ValueError):
             k = None
         if k is None or k < 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -92,3 +93,24 @@ def test_a_boolean_or_complex_image_is_refused_by_name():
     for data in (torch.zeros(1, 16, 16, 16, dtype=torch.bool), torch.zeros(1, 16, 16, 16, dtype=torch.complex64)):
         with pytest.raises(ValueError, match="input_image must hold real numbers"):
             pred.predict_uncertainty_from_preprocessed_data(data)
+
+
+@pytest.mark.parametrize("folds, expected", [
+    (np.int64(2), (2,)), ([np.int64(0), np.int32(1)], (0, 1)), ("all", ("all",)), (("0", 3), (0, 3)),
+])
+def test_check_folds_accepts_numpy_integers(folds, expected):
+    from monai_unc.nnunet.predictor import check_folds
+
+    assert check_folds(folds) == expected
+
+
+@pytest.mark.parametrize("folds, error", [
+    (2.0, TypeError), (None, TypeError), ([np.float64(1.0)], ValueError), ([np.True_], ValueError),
+    ([0, 0], ValueError),
+])
+def test_check_folds_refusals_name_use_folds(folds, error):
+    """np.int64(2) and 2.0 were a TypeError of list() that named nothing (hostile review 58)."""
+    from monai_unc.nnunet.predictor import check_folds
+
+    with pytest.raises(error, match="use_folds"):
+        check_folds(folds)
