@@ -39,3 +39,44 @@ def test_evaluation_with_numpy_integer_options_runs(tmp_path):
         _, summary, _ = run_evaluate(data["labels"], data["predictions"], tmp_path / "eval",
                                      EvaluationConfig(n_bins=np.int64(10), spatial=np.bool_(False)))
     assert summary["calibration"]["n_bins"] == 10
+
+
+def _quiet_evaluate(*args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = run_evaluate(*args, **kwargs)
+    return out, [str(w.message) for w in caught]
+
+
+def test_pooled_calibration_says_which_cases_it_covers(tmp_path):
+    # found by hostile review 58: with one case of five without probabilities, summary.json's calibration block said
+    # "all voxels of all cases" while it pooled 4 cases (6 912 of 8 640 voxels), without a warning
+    data = write_toy_cohort(tmp_path / "data", n_cases=5, shape=(12, 12, 12))
+    (data["predictions"] / "toy001_probs.nii.gz").unlink()
+    (_, summary, _), _ = _quiet_evaluate(data["labels"], data["predictions"], tmp_path / "eval",
+                                         EvaluationConfig(num_classes=2, spatial=False))
+    cal = summary["calibration"]
+    assert cal["voxels"] == 4 * 12 ** 3
+    assert cal["pooled_over"] == "all voxels of the 4 of 5 cases with probabilities (merged confidence histograms)"
+    assert any("1 of 5 case(s) have no probabilities (['toy001'])" in w for w in summary["warnings"])
+
+
+def test_pooled_calibration_of_every_case_unchanged(tmp_path):
+    data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(8, 8, 8))
+    (_, summary, _), _ = _quiet_evaluate(data["labels"], data["predictions"], tmp_path / "eval",
+                                         EvaluationConfig(spatial=False))
+    assert summary["calibration"]["pooled_over"] == "all voxels of all cases (merged confidence histograms)"
+    assert not any("have no probabilities" in w for w in summary["warnings"])
+
+
+def test_pooled_region_calibration_says_which_cases_it_covers(tmp_path):
+    from tests.evaluation.test_evaluate_regions import write_region_cohort
+
+    dirs = write_region_cohort(tmp_path / "data", n_cases=3)
+    (dirs["pred"] / "case1_probs.nii.gz").unlink()
+    (_, summary, _), _ = _quiet_evaluate(dirs["labels"], dirs["pred"], tmp_path / "eval",
+                                         EvaluationConfig(regions="brats", spatial=False), images=dirs["images"])
+    for block in summary["regions"]["per_region"].values():
+        assert block["calibration"]["pooled_over"] == ("all voxels of the 2 of 3 cases with probabilities (merged "
+                                                       "binary histograms of the region)")
+    assert any("1 of 3 case(s) have no probabilities (['case1'])" in w for w in summary["warnings"])
