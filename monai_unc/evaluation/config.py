@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import check_integer, check_text, parameter_error
+from .._utils import check_integer, check_text, label_text, parameter_error
 from ..io import check_entry_kind, read_table
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.casewise import IID_SHIFTS
@@ -115,7 +115,8 @@ class EvaluationConfig:
         class_names: names of the classes, background first, for the ``dice_<class>`` columns (default ``1``,
             ``2``, ...): one per class, of distinct columns (:func:`slug`: ``"Left Atrium"`` and ``"left-atrium"``
             would both be ``dice_left_atrium``).
-        shifts: ``{case: shift label}`` for OoD detection; in-distribution labels are :data:`IID_SHIFTS`.
+        shifts: ``{case: shift label}`` for OoD detection; in-distribution labels are :data:`IID_SHIFTS`. The labels
+            are kept as text (:meth:`validate`: ``str`` of a number, ``""`` for None or NaN).
         target_risk: when set, the referral threshold with a guarantee
             (:func:`monai_unc.metrics.selective.risk_controlled_threshold`): with probability at least
             ``1 - delta`` over the draw of the calibration cases, the mean risk of the accepted new cases is at
@@ -261,6 +262,9 @@ class EvaluationConfig:
             raise parameter_error(
                 ValueError(f"shifts must be a mapping {{case: shift label}}, got {type(self.shifts).__name__}"),
                 "shifts")
+        if self.shifts is not None:  # labels as text, a missing one (None, NaN) "" (hostile review 58: a severity 0 ..
+            # 4 or pandas' NaN was written into state/rows.json as a number, which report then refused)
+            self.shifts = {k: label_text(v) for k, v in self.shifts.items()}
         self._validate_class_names()
         if self.calibration_cases is not None and (isinstance(self.calibration_cases, (str, bytes))
                                                    or not isinstance(self.calibration_cases, (Sequence, set))):

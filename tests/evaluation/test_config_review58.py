@@ -80,3 +80,20 @@ def test_pooled_region_calibration_says_which_cases_it_covers(tmp_path):
         assert block["calibration"]["pooled_over"] == ("all voxels of the 2 of 3 cases with probabilities (merged "
                                                        "binary histograms of the region)")
     assert any("1 of 3 case(s) have no probabilities (['case1'])" in w for w in summary["warnings"])
+
+
+def test_shift_labels_kept_as_text(tmp_path):
+    # found by hostile review 58: shifts={case: severity} with numbers (or pandas' NaN) was evaluated, and its
+    # state/rows.json (shift 0, NaN) was then refused by load_evaluation / monai-unc report
+    from monai_unc.evaluation import load_evaluation
+
+    config = EvaluationConfig(shifts={"a": 0, "b": np.int64(2), "c": float("nan"), "d": None, "e": "noise"})
+    config.validate()
+    assert config.shifts == {"a": "0", "b": "2", "c": "", "d": "", "e": "noise"}
+    data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(8, 8, 8))
+    shifts = {"toy000": 0, "toy001": 3, "toy002": float("nan")}
+    (_, summary, _), _ = _quiet_evaluate(data["labels"], data["predictions"], tmp_path / "eval",
+                                         EvaluationConfig(shifts=shifts, spatial=False))
+    assert (summary["ood"]["n_iid"], summary["ood"]["n_ood"]) == (1, 2)
+    state, _ = load_evaluation(tmp_path / "eval")
+    assert [r["shift"] for r in state.sorted_rows()] == ["0", "3", ""]
