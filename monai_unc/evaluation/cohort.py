@@ -581,16 +581,17 @@ def _nanmean(a: np.ndarray) -> float | None:
     return float(a.mean()) if a.size else None
 
 
-def _case_metric_mean(a: np.ndarray, column: str) -> float | None:
-    """The mean over the cases of a user case metric's column: the mean of its finite values.
+def _case_metric_mean(a: np.ndarray, column: str, kind: str = "case metric") -> float | None:
+    """The mean over the cases of a column (a user case metric, a spatial metric): the mean of its finite values.
 
     A ``UserWarning`` names the column and how many cases were left out (found by hostile testing: NaN and inf values
     were dropped silently, so ``summary.json`` gave a mean of fewer cases than ``metrics.csv`` holds, or a finite
-    mean of a column holding inf).
+    mean of a column holding inf; hostile review 58: the same for the spatial metrics, e.g. the BUC of a case whose
+    predicted mask is empty, the case most in need of review, left out of ``spatial.mean_over_cases``).
     """
     left_out = int(np.count_nonzero(~np.isfinite(a)))
     if left_out:
-        warnings.warn(f"case metric {column!r}: {left_out} of {a.size} case(s) are NaN or inf, left out of its "
+        warnings.warn(f"{kind} {column!r}: {left_out} of {a.size} case(s) are NaN or inf, left out of its "
                       "mean_over_cases", UserWarning, stacklevel=2)
     return _nanmean(a)
 
@@ -816,7 +817,8 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
                 "frequency": rc.frequency,
                 "counts": rc.counts,
             }
-        spatial = {k: _nanmean(column_values(rows, k)) for k in SPATIAL_COLUMNS if k in rows[0]}
+        spatial = {k: _case_metric_mean(column_values(rows, k), k, "spatial metric") for k in SPATIAL_COLUMNS
+                   if k in rows[0]}
         if spatial:
             summary["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
         user = {k: _case_metric_mean(column_values(rows, k), k) for k in (config.case_metrics or {}) if k in rows[0]}
@@ -909,7 +911,8 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
                                     "voxels": int(h.scalars[:, 0].sum().item())}
             block["reliability"] = {"kind": "all_label", "edges": rc.edges, "confidence": rc.confidence,
                                     "frequency": rc.frequency, "counts": rc.counts}
-        spatial = {k: _nanmean(column_values(rows, f"{k}_{s}")) for k in SPATIAL_COLUMNS if f"{k}_{s}" in rows[0]}
+        spatial = {k: _case_metric_mean(column_values(rows, f"{k}_{s}"), f"{k}_{s}", "spatial metric")
+                   for k in SPATIAL_COLUMNS if f"{k}_{s}" in rows[0]}
         if spatial:
             block["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
         user = {k: _case_metric_mean(column_values(rows, f"{k}_{s}"), f"{k}_{s}") for k in (config.case_metrics or {})

@@ -97,3 +97,18 @@ def test_shift_labels_kept_as_text(tmp_path):
     assert (summary["ood"]["n_iid"], summary["ood"]["n_ood"]) == (1, 2)
     state, _ = load_evaluation(tmp_path / "eval")
     assert [r["shift"] for r in state.sorted_rows()] == ["0", "3", ""]
+
+
+def test_spatial_mean_over_cases_says_which_cases_it_leaves_out(tmp_path):
+    # found by hostile review 58: the BUC of a case with an empty predicted mask (NaN, the case most in need of
+    # review) was left out of summary.json's spatial.mean_over_cases without a word (a mean of 4 of 5 cases), while a
+    # user case metric's mean warned
+    data = write_toy_cohort(tmp_path / "data", n_cases=5, shape=(12, 12, 12))
+    (state, summary, _), _ = _quiet_evaluate(data["labels"], data["predictions"], tmp_path / "eval",
+                                             EvaluationConfig())
+    buc = np.array([r["buc"] for r in state.sorted_rows()], dtype=float)
+    assert np.isnan(buc).sum() == 1
+    assert summary["spatial"]["mean_over_cases"]["buc"] == pytest.approx(np.nanmean(buc), rel=1e-12)
+    assert "cohort: spatial metric 'buc': 1 of 5 case(s) are NaN or inf, left out of its mean_over_cases" in (
+        summary["warnings"])
+    assert not any("spatial metric 'space'" in w for w in summary["warnings"])
