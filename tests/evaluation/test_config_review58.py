@@ -112,3 +112,33 @@ def test_spatial_mean_over_cases_says_which_cases_it_leaves_out(tmp_path):
     assert "cohort: spatial metric 'buc': 1 of 5 case(s) are NaN or inf, left out of its mean_over_cases" in (
         summary["warnings"])
     assert not any("spatial metric 'space'" in w for w in summary["warnings"])
+
+
+def test_state_histogram_of_other_cases_refused(tmp_path):
+    # found by hostile review 58: a state/histogram.npz of another evaluation (10 cases) beside a rows.json of 5 was
+    # read, and monai-unc report showed its pooled calibration (40 960 voxels) as this cohort's
+    import shutil
+
+    from monai_unc.evaluation import CohortState, load_evaluation
+
+    small = write_toy_cohort(tmp_path / "small", n_cases=3, shape=(8, 8, 8))
+    big = write_toy_cohort(tmp_path / "big", n_cases=5, shape=(8, 8, 8))
+    for data, out in ((small, "eval_small"), (big, "eval_big")):
+        _quiet_evaluate(data["labels"], data["predictions"], tmp_path / out, EvaluationConfig(spatial=False))
+    load_evaluation(tmp_path / "eval_small")  # its own histogram: read
+    shutil.copy(tmp_path / "eval_big" / "state" / "histogram.npz", tmp_path / "eval_small" / "state" / "histogram.npz")
+    with pytest.raises(ValueError, match=r"histogram.npz: holds case\(s\) \['toy003', 'toy004'\] that rows.json"):
+        CohortState.load(tmp_path / "eval_small" / "state")
+
+
+def test_state_histogram_of_other_classes_refused(tmp_path):
+    from monai_unc.evaluation import CohortState
+    from monai_unc.io import save_state
+    from monai_unc.metrics.calibration import ConfidenceHistogram
+
+    CohortState(2, 240, rows=[{"case": "a", "dice": 0.9}]).save(tmp_path)
+    p = np.full((1, 3, 2, 2), 1 / 3)
+    hist = ConfidenceHistogram(3, n_fine_bins=240, per_case=True).update(p, np.zeros((1, 2, 2), int), case_ids=["a"])
+    save_state(tmp_path / "histogram.npz", hist)
+    with pytest.raises(ValueError, match=r"\(num_classes, n_fine_bins\) \(3, 240\), rows.json \(2, 240\)"):
+        CohortState.load(tmp_path)
