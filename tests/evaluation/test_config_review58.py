@@ -142,3 +142,21 @@ def test_state_histogram_of_other_classes_refused(tmp_path):
     save_state(tmp_path / "histogram.npz", hist)
     with pytest.raises(ValueError, match=r"\(num_classes, n_fine_bins\) \(3, 240\), rows.json \(2, 240\)"):
         CohortState.load(tmp_path)
+
+
+def test_cases_without_shift_label_refused_by_the_api_too(tmp_path):
+    # found by hostile review 58: evaluate_cases / evaluate_shard counted the cases the shift table does not name as
+    # in-distribution ("" labels, 3 of 5 here), where run_evaluate refuses them
+    from monai_unc.evaluation import evaluate_cases, evaluate_shard
+    from monai_unc.io import CaseError, match_cases
+
+    data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(8, 8, 8))
+    cases = match_cases(data["labels"], data["predictions"])
+    config = EvaluationConfig(spatial=False, shifts={"toy000": "noise"})
+    for run in (evaluate_cases, evaluate_shard):
+        with pytest.raises(CaseError, match=r"no row for case\(s\) \['toy001', 'toy002'\]"):
+            run(cases, config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        state = evaluate_cases(cases[:1], config)  # the cases it names: evaluated
+    assert [r["shift"] for r in state.rows] == ["noise"]
