@@ -160,3 +160,37 @@ def test_cases_without_shift_label_refused_by_the_api_too(tmp_path):
         warnings.simplefilter("ignore", UserWarning)
         state = evaluate_cases(cases[:1], config)  # the cases it names: evaluated
     assert [r["shift"] for r in state.rows] == ["noise"]
+
+
+def test_the_series_of_a_seg_label_enters_the_fingerprint(tmp_path):
+    # found by hostile review 58: a DICOM SEG label is read on the grid of its series folder (--images), which the
+    # per-case fingerprint of a class evaluation left out: a resume with --images of another series kept the rows read
+    # on the first (a fresh run would have refused the SEG or read it on the other grid)
+    import os
+
+    from monai_unc.evaluation import case_fingerprint
+    from monai_unc.io import CaseFiles
+
+    (tmp_path / "labels").mkdir()
+    seg = tmp_path / "labels" / "c0.dcm"
+    seg.write_bytes(b"seg")
+    probs = tmp_path / "c0_probs.nii.gz"
+    probs.write_bytes(b"p")
+    series = []
+    for name in ("a", "b"):
+        folder = tmp_path / "images" / name / "c0"
+        folder.mkdir(parents=True)
+        (folder / "1.dcm").write_bytes(name.encode())
+        series.append(folder)
+    config = EvaluationConfig(spatial=False)
+    config.validate()
+    fp = [case_fingerprint(CaseFiles("c0", seg, None, probs, {}, s), config) for s in series]
+    assert fp[0] != fp[1]
+    assert fp[0] == case_fingerprint(CaseFiles("c0", seg, None, probs, {}, series[0]), config)
+    (series[0] / "1.dcm").write_bytes(b"another slice")  # a slice of the series written again
+    os.utime(series[0] / "1.dcm", ns=(1, 1))
+    assert case_fingerprint(CaseFiles("c0", seg, None, probs, {}, series[0]), config) != fp[0]
+    nifti = tmp_path / "labels" / "c0.nii.gz"  # a volume label: the image is no input of a class row
+    nifti.write_bytes(b"label")
+    assert (case_fingerprint(CaseFiles("c0", nifti, None, probs, {}, series[0]), config)
+            == case_fingerprint(CaseFiles("c0", nifti, None, probs, {}, series[1]), config))
