@@ -1192,6 +1192,27 @@ def _check_summary(summary: Any, rows: Sequence[Mapping[str, Any]] = (), source:
         _check_summary_cases(summary, rows, source)
 
 
+def _check_summary_classes(summary: Mapping[str, Any], state: CohortState, source: str) -> None:
+    """Refuse a ``summary.json`` whose number of classes or class names are not those of the state's classes.
+
+    Found by hostile review 58: ``config.class_names`` edited to fewer names than the state's classes made
+    ``monai-unc report --budget`` end in an ``IndexError`` traceback (the Dice columns are named from them).
+
+    Raises:
+        ValueError: one line naming ``source`` and the field.
+    """
+    if summary.get("num_classes") is not None and summary["num_classes"] != state.num_classes:
+        raise ValueError(f"{source}: 'num_classes' must be the number of classes of state/rows.json "
+                         f"({state.num_classes}), got {summary['num_classes']!r}")
+    if state.regions is not None:
+        return
+    for name, names in (("class_names", summary.get("class_names")),
+                        ("config.class_names", (summary.get("config") or {}).get("class_names"))):
+        if names is not None and len(names) != state.num_classes:
+            raise ValueError(f"{source}: {name!r} must give one name per class of state/rows.json "
+                             f"({state.num_classes}), got {len(names)}")
+
+
 def _id_list_problem(ids: Sequence[str], known: Sequence[str]) -> str | None:
     """What is wrong with a list of case ids that should name each of ``known`` at most once (None: nothing)."""
     known_set = set(known)  # linear in the cohort (found by hostile testing: a set and a count per id were quadratic,
@@ -1339,6 +1360,7 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
     state = CohortState.load(folder / STATE_DIR)
     summary = decode_untrusted_json(path.read_bytes(), str(path))
     _check_summary(summary, state.rows, str(path))
+    _check_summary_classes(summary, state, str(path))
     score = summary.get("score")
     if isinstance(score, dict) and state.rows and score.get("column") not in state.rows[0]:
         summary["score"] = {**score, "column": resolve_score_column(str(score.get("column")), state.rows[0])}

@@ -194,3 +194,28 @@ def test_the_series_of_a_seg_label_enters_the_fingerprint(tmp_path):
     nifti.write_bytes(b"label")
     assert (case_fingerprint(CaseFiles("c0", nifti, None, probs, {}, series[0]), config)
             == case_fingerprint(CaseFiles("c0", nifti, None, probs, {}, series[1]), config))
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda s: s["config"].__setitem__("class_names", ["bg"]), "'config.class_names'"),
+    (lambda s: s.__setitem__("class_names", ["bg", "a", "b"]), "'class_names'"),
+    (lambda s: s.__setitem__("num_classes", 3), "'num_classes'"),
+])
+def test_summary_classes_not_those_of_the_state_refused(tmp_path, capsys, edit, field):
+    # found by hostile review 58: summary.json's config.class_names edited to fewer names than the state's classes made
+    # monai-unc report --budget end in an IndexError traceback
+    from monai_unc import cli
+    from monai_unc.evaluation import load_evaluation
+
+    data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(8, 8, 8))
+    _quiet_evaluate(data["labels"], data["predictions"], tmp_path / "eval", EvaluationConfig(spatial=False))
+    path = tmp_path / "eval" / "summary.json"
+    summary = json.loads(path.read_text())
+    edit(summary)
+    path.write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match=field):
+        load_evaluation(tmp_path / "eval")
+    assert cli.main(["report", "--evaluation", str(tmp_path / "eval"), "--output", str(tmp_path / "r"),
+                     "--cases", "0", "--budget", "0.4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and field in err
