@@ -219,3 +219,25 @@ def test_summary_classes_not_those_of_the_state_refused(tmp_path, capsys, edit, 
                      "--cases", "0", "--budget", "0.4"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and field in err
+
+
+def test_summary_n_bins_other_than_the_state_refused(tmp_path):
+    # found by hostile review 58: config.n_bins edited to 100 beside histograms of 16 * 15 fine bins: report showed a
+    # pooled ECE of 0.03177 for the exact 0.03237, without a word
+    from monai_unc.evaluation import load_evaluation, resummarize
+
+    data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(8, 8, 8))
+    _quiet_evaluate(data["labels"], data["predictions"], tmp_path / "eval", EvaluationConfig(spatial=False, n_bins=10))
+    path = tmp_path / "eval" / "summary.json"
+    summary = json.loads(path.read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        state, saved = load_evaluation(tmp_path / "eval")
+        # a summary without its options (write_evaluation without a config): the state's bins, not the default 15
+        config = {k: v for k, v in saved["config"].items() if k != "n_bins"}
+        unrecorded = resummarize(state, {**saved, "config": config})
+    assert unrecorded["calibration"]["n_bins"] == 10 and unrecorded["calibration"]["ece"] == saved["calibration"]["ece"]
+    summary["config"]["n_bins"] = 100
+    path.write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match=r"'config.n_bins' must be that of the evaluation's histograms \(10\), got"):
+        load_evaluation(tmp_path / "eval")
