@@ -241,3 +241,23 @@ def test_summary_n_bins_other_than_the_state_refused(tmp_path):
     path.write_text(json.dumps(summary))
     with pytest.raises(ValueError, match=r"'config.n_bins' must be that of the evaluation's histograms \(10\), got"):
         load_evaluation(tmp_path / "eval")
+
+
+def _mean_prediction(task):
+    return float(np.mean(task.pred))
+
+
+def test_a_case_metric_named_shift_is_refused():
+    # found by hostile review 58: without shifts, a case metric named "shift" was written into the shift label's column
+    # as a number: state/rows.json was then refused by load_evaluation / monai-unc report
+    from monai_unc.evaluation import evaluate_case
+    from monai_unc.io import LoadedCase
+
+    lab = np.zeros((4, 4, 4), np.int64)
+    lab[1:3, 1:3, 1:3] = 1
+    p = np.stack([1.0 - 0.8 * lab, 0.8 * lab]).astype(np.float32)
+    case = LoadedCase("c", lab, lab.copy(), p, {}, np.eye(4), (1.0, 1.0, 1.0), None)
+    with pytest.raises(ValueError, match=r"case_metrics: the columns \['shift'\] clash"):
+        evaluate_case(case, EvaluationConfig(spatial=False, case_metrics={"shift": _mean_prediction}))
+    row = evaluate_case(case, EvaluationConfig(spatial=False, case_metrics={"shift_2": _mean_prediction})).row
+    assert row["shift_2"] == pytest.approx(lab.mean())
