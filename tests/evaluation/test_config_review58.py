@@ -261,3 +261,15 @@ def test_a_case_metric_named_shift_is_refused():
         evaluate_case(case, EvaluationConfig(spatial=False, case_metrics={"shift": _mean_prediction}))
     row = evaluate_case(case, EvaluationConfig(spatial=False, case_metrics={"shift_2": _mean_prediction})).row
     assert row["shift_2"] == pytest.approx(lab.mean())
+
+
+def test_class_dice_of_torch_label_maps():
+    # found by hostile review 58: torch label maps ended in AttributeError: 'Tensor' object has no attribute 'astype'
+    import torch
+
+    from monai_unc.evaluation import class_dice
+
+    a, b = np.array([[0, 1], [1, 2]]), np.array([[0, 1], [2, 2]])
+    got = class_dice(torch.from_numpy(a), torch.from_numpy(b), 3)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, class_dice(a, b, 3))
