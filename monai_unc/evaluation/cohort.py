@@ -427,6 +427,14 @@ def check_state_rows(meta: Any, source: str) -> None:
     for name in ("num_classes", "n_fine_bins"):
         if not is_count(meta.get(name)) or not meta[name]:
             raise bad(f"field {name!r}", "a positive count", meta.get(name))
+    regions = meta.get("regions")  # found by hostile review 58: "brats" (text) was a TypeError traceback of report
+    if regions is not None and not (isinstance(regions, dict) and regions and all(
+            isinstance(v, list) and all(is_count(x) for x in v) for v in regions.values())):
+        raise bad("field 'regions'", "an object {region: [labels]} (the region spec, in channel order) or null",
+                  regions)
+    for name in ("curves", "files", "derived_maps"):
+        if meta.get(name) is not None and not isinstance(meta[name], dict):
+            raise bad(f"field {name!r}", "an object or null", meta[name])
     rows = meta.get("rows")
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise bad("field 'rows'", "a list of objects (one per case)", rows)
@@ -1196,7 +1204,7 @@ def _check_summary(summary: Any, rows: Sequence[Mapping[str, Any]] = (), source:
 
 
 def _check_summary_state(summary: Mapping[str, Any], state: CohortState, source: str) -> None:
-    """Refuse a ``summary.json`` whose classes, class names or ECE bins are not those of the state.
+    """Refuse a ``summary.json`` whose classes, class names, region spec or ECE bins are not those of the state.
 
     Found by hostile review 58: ``config.class_names`` edited to fewer names than the state's classes made
     ``monai-unc report --budget`` end in an ``IndexError`` traceback (the Dice columns are named from them), and a
@@ -1210,6 +1218,12 @@ def _check_summary_state(summary: Mapping[str, Any], state: CohortState, source:
     if n_bins is not None and 16 * n_bins != state.n_fine_bins:
         raise ValueError(f"{source}: 'config.n_bins' must be that of the evaluation's histograms "
                          f"({state.n_fine_bins // 16}), got {n_bins!r}")
+    recorded = (summary.get("config") or {}).get("regions")
+    spec = None if recorded is None else [[k, list(v)] for k, v in dict(recorded).items()]
+    if "config" in summary and spec != (None if state.regions is None else
+                                        [[k, list(v)] for k, v in state.regions.items()]):
+        raise ValueError(f"{source}: 'config.regions' must be the region spec of state/rows.json "
+                         f"({state.regions}), got {recorded!r}"[:400])
     if summary.get("num_classes") is not None and summary["num_classes"] != state.num_classes:
         raise ValueError(f"{source}: 'num_classes' must be the number of classes of state/rows.json "
                          f"({state.num_classes}), got {summary['num_classes']!r}")

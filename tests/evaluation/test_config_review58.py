@@ -273,3 +273,20 @@ def test_class_dice_of_torch_label_maps():
     got = class_dice(torch.from_numpy(a), torch.from_numpy(b), 3)
     assert isinstance(got, np.ndarray) and got.dtype == np.float32
     np.testing.assert_array_equal(got, class_dice(a, b, 3))
+
+
+@pytest.mark.parametrize("regions, field", [("brats", "field 'regions'"), ({"WT": [1]}, "'config.regions'")])
+def test_state_regions_edited_refused(tmp_path, regions, field):
+    # found by hostile review 58: rows.json's regions edited to "brats" made monai-unc report end in a TypeError
+    # traceback, and to {"WT": [1]} beside a class evaluation's summary gave a report of a region block of nothing
+    from monai_unc.evaluation import load_evaluation
+
+    data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(8, 8, 8))
+    _quiet_evaluate(data["labels"], data["predictions"], tmp_path / "eval", EvaluationConfig(spatial=False))
+    load_evaluation(tmp_path / "eval")
+    path = tmp_path / "eval" / "state" / "rows.json"
+    meta = json.loads(path.read_text())
+    meta.update(regions=regions, expected_dice_estimate="region_mean")
+    path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=field):
+        load_evaluation(tmp_path / "eval")
