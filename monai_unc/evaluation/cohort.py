@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import is_count, is_finite_real, is_text_list, share_count, unique_json_keys
+from .._utils import is_count, is_finite_real, is_real, is_text_list, share_count, unique_json_keys
 from ..io import CaseFiles, atomic_write_text, cell_float, json_safe, save_state, write_csv
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
@@ -435,6 +435,13 @@ def check_state_rows(meta: Any, source: str) -> None:
     for name in ("curves", "files", "derived_maps"):
         if meta.get(name) is not None and not isinstance(meta[name], dict):
             raise bad(f"field {name!r}", "an object or null", meta[name])
+    lengths: dict[str, tuple[str, int]] = {}  # grid -> (first case, its number of thresholds)
+    for cid, curve in (meta.get("curves") or {}).items():  # the QU-BraTS curves the report averages
+        _check_state_curve(curve, list(regions or ()), f"{source}: curves of case {cid!r}")
+        first, n = lengths.setdefault(str(curve.get("grid", "numpy2")), (cid, len(curve["thresholds"])))
+        if n != len(curve["thresholds"]):
+            raise ValueError(f"{source}: curves of case {cid!r}, field 'thresholds' must have the {n} thresholds of "
+                             f"case {first!r} (the same grid), got {len(curve['thresholds'])}")
     rows = meta.get("rows")
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise bad("field 'rows'", "a list of objects (one per case)", rows)
@@ -465,6 +472,40 @@ def check_state_rows(meta: Any, source: str) -> None:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise bad(f"case {row['case']!r}, column {key!r}", f"a number or null (as in case {first!r})",
                           value)
+
+
+def _check_state_curve(curve: Any, regions: Sequence[str], where: str) -> None:
+    """Refuse a case's QU-BraTS curves in ``state/rows.json`` that are not those :func:`summarize` averages.
+
+    Found by hostile review 58: an edited curve (no ``regions``, a curve of another length, text for numbers) made
+    ``monai-unc report`` end in a ``KeyError`` or ``TypeError`` traceback, or an error naming neither file nor field.
+
+    Raises:
+        ValueError: one line naming ``where`` and the field.
+    """
+    def numbers(value: Any, n: int | None) -> bool:
+        return (isinstance(value, list) and (n is None or len(value) == n)
+                and all(v is None or is_real(v) for v in value))
+
+    def bad(field: str, want: str, value: Any) -> ValueError:
+        return ValueError(f"{where}, field {field!r} must be {want}, got {type(value).__name__} {value!r}"[:400])
+
+    if not isinstance(curve, dict):
+        raise bad("", "an object", curve)
+    thresholds = curve.get("thresholds")
+    if not numbers(thresholds, None):
+        raise bad("thresholds", "a list of numbers", thresholds)
+    for key in ("grid", "brain_mask"):
+        if key in curve and not isinstance(curve[key], str):
+            raise bad(key, "text", curve[key])
+    per_region = curve.get("regions")
+    if not isinstance(per_region, dict) or sorted(per_region) != sorted(regions):
+        raise bad("regions", f"an object of the regions {list(regions)}", per_region)
+    for name, c in per_region.items():
+        for key in ("dice", "ftp", "ftn"):
+            value = c.get(key) if isinstance(c, dict) else None
+            if not numbers(value, len(thresholds)):
+                raise bad(f"regions.{name}.{key}", f"a list of {len(thresholds)} numbers (one per threshold)", value)
 
 
 def budget_split(ids: Sequence[str], dice: np.ndarray, scores: np.ndarray,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import numpy as np
@@ -289,4 +290,39 @@ def test_state_regions_edited_refused(tmp_path, regions, field):
     meta.update(regions=regions, expected_dice_estimate="region_mean")
     path.write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=field):
+        load_evaluation(tmp_path / "eval")
+
+
+def _short_curve(meta):
+    c = meta["curves"]["case1"]
+    c["thresholds"] = c["thresholds"][:10]
+    for r in c["regions"].values():
+        for k in ("dice", "ftp", "ftn"):
+            r[k] = r[k][:10]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["curves"].__setitem__("case0", {}), "curves of case 'case0', field 'thresholds'"),
+    (lambda m: m["curves"]["case0"]["regions"]["WT"].__setitem__("dice", [0.5]), "'regions.WT.dice' must be a list"),
+    (lambda m: m["curves"]["case0"]["regions"]["WT"].__setitem__("ftp", ["x"] * 40), "'regions.WT.ftp' must be"),
+    (lambda m: m["curves"]["case0"]["regions"].pop("ET"), "field 'regions' must be an object of the regions"),
+    (_short_curve, "curves of case 'case1', field 'thresholds' must have the 40 thresholds of case 'case0'"),
+])
+def test_state_curves_edited_refused(tmp_path, edit, message):
+    # found by hostile review 58: an edited QU-BraTS curve in state/rows.json made monai-unc report end in a KeyError
+    # or TypeError traceback, or in an error naming neither file nor field
+    from monai_unc.evaluation import load_evaluation, resummarize
+    from tests.evaluation.test_evaluate_regions import write_region_cohort
+
+    dirs = write_region_cohort(tmp_path / "data", n_cases=2)
+    _quiet_evaluate(dirs["labels"], dirs["pred"], tmp_path / "eval", EvaluationConfig(regions="brats", spatial=False),
+                    images=dirs["images"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        resummarize(*load_evaluation(tmp_path / "eval"), budget=0.5)  # as written: read
+    path = tmp_path / "eval" / "state" / "rows.json"
+    meta = json.loads(path.read_text())
+    edit(meta)
+    path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=re.escape(message)):
         load_evaluation(tmp_path / "eval")
