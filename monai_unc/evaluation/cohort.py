@@ -435,6 +435,18 @@ def check_state_rows(meta: Any, source: str) -> None:
     for name in ("curves", "files", "derived_maps"):
         if meta.get(name) is not None and not isinstance(meta[name], dict):
             raise bad(f"field {name!r}", "an object or null", meta[name])
+    if meta.get("warnings") is not None and not is_text_list(meta["warnings"]):
+        raise bad("field 'warnings'", "a list of lines", meta["warnings"])
+    for cid, files in (meta.get("files") or {}).items():  # the files the report reads (hostile review 58: tracebacks)
+        text = isinstance(files, dict) and isinstance(files.get("label"), str) and all(
+            files.get(k) is None or isinstance(files[k], str) for k in ("seg", "probs", "image"))
+        if not text or not (files.get("maps") is None or isinstance(files["maps"], dict) and all(
+                isinstance(v, str) for v in files["maps"].values())):
+            raise bad(f"files of case {cid!r}", 'an object of paths {"label": ..., "seg", "probs", "image": path '
+                      'or null, "maps": {measure: path}}', files)
+    for cid, maps in (meta.get("derived_maps") or {}).items():
+        if not isinstance(maps, dict) or not all(isinstance(v, str) for v in maps.values()):
+            raise bad(f"derived_maps of case {cid!r}", "an object {measure: path}", maps)
     lengths: dict[str, tuple[str, int]] = {}  # grid -> (first case, its number of thresholds)
     for cid, curve in (meta.get("curves") or {}).items():  # the QU-BraTS curves the report averages
         _check_state_curve(curve, list(regions or ()), f"{source}: curves of case {cid!r}")

@@ -326,3 +326,25 @@ def test_state_curves_edited_refused(tmp_path, edit, message):
     path.write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=re.escape(message)):
         load_evaluation(tmp_path / "eval")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["files"].__setitem__("toy000", "x"), "files of case 'toy000' must be an object of paths"),
+    (lambda m: m["files"]["toy000"].pop("label"), "files of case 'toy000' must be an object of paths"),
+    (lambda m: m["files"]["toy000"].__setitem__("seg", 5), "files of case 'toy000' must be an object of paths"),
+    (lambda m: m.__setitem__("warnings", "abc"), "field 'warnings' must be a list of lines"),
+    (lambda m: m.__setitem__("derived_maps", {"toy000": "x"}), "derived_maps of case 'toy000' must be an object"),
+])
+def test_state_files_edited_refused(tmp_path, edit, message):
+    # found by hostile review 58: state/rows.json's files edited (a text, no label, a number for a path) made monai-unc
+    # report end in a TypeError / KeyError traceback; warnings given as text were read as one line per character
+    from monai_unc.evaluation import load_evaluation
+
+    data = write_toy_cohort(tmp_path / "data", n_cases=2, shape=(8, 8, 8))
+    _quiet_evaluate(data["labels"], data["predictions"], tmp_path / "eval", EvaluationConfig(spatial=False))
+    path = tmp_path / "eval" / "state" / "rows.json"
+    meta = json.loads(path.read_text())
+    edit(meta)
+    path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_evaluation(tmp_path / "eval")
