@@ -238,15 +238,17 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         if case.probs is not None:  # the label-free estimate triage shows, for the rule's expected-Dice interval
             tail["expected_dice"] = float(case_expected_dice(case.probs, act.multilabel).foreground[0])
         # found by hostile testing: a case metric named "dice" overwrote the case's Dice (failure detection, triage
-        # and risk control read it), one named "voxels" was overwritten, both silently
-        _refuse_clash("case_metrics", custom, {**row, **tail})
+        # and risk control read it), one named "voxels" was overwritten, both silently; "shift" is the shift label's
+        # column without shifts too (hostile review 58: a number there made state/rows.json one that report refused)
+        own = {**row, **tail, "shift": None}
+        _refuse_clash("case_metrics", custom, own)
         row.update(custom)  # before the tail: the columns keep their order
         row.update(tail)
         states, product_columns = product_case_states(case, tasks, config)
         # a product's column named like a case metric: the case metric is what the user can rename (found by
         # hostile review: it was reported as the product clashing with "the evaluation's own")
         _refuse_clash("case_metrics", custom, product_columns, "the columns of the products")
-        _refuse_clash("products", product_columns, row)
+        _refuse_clash("products", product_columns, {**row, "shift": None})
         row.update(product_columns)  # last: an evaluation without products keeps its columns and their order
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     if not act.multilabel:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import is_count, is_finite_real, is_text_list, share_count, unique_json_keys
+from .._utils import is_count, is_finite_real, is_real, is_text_list, share_count, unique_json_keys
 from ..io import CaseFiles, atomic_write_text, cell_float, json_safe, save_state, write_csv
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
@@ -320,11 +320,15 @@ class CohortState:
                     regions=meta.get("regions"), curves=dict(meta.get("curves") or {}),
                     derived_maps=dict(meta.get("derived_maps") or {}))
         hp = folder / "histogram.npz"
+        ids = {str(r["case"]) for r in rows}
         if hp.is_file():
             state.histogram = ConfidenceHistogram.load(hp)
+            _check_state_histogram(state.histogram, (state.num_classes, state.n_fine_bins), ids, str(hp))
         rp = folder / "region_histograms.npz"
         if rp.is_file():
             state.region_histograms = _load_region_histograms(rp)
+            for name, h in state.region_histograms.items():
+                _check_state_histogram(h, (2, state.n_fine_bins), ids, f"{rp}, region {name!r}")
         pp = folder / "products.npz"
         if pp.is_file():
             with np.load(pp, allow_pickle=False) as z:
@@ -336,6 +340,30 @@ class CohortState:
                 group = StateGroup()
             state.product_states = {c: dict(g) for c, g in group.items()}
         return state
+
+
+def _check_state_histogram(hist: ConfidenceHistogram, layout: tuple[int, int], ids: set[str], source: str) -> None:
+    """Refuse a histogram of the state folder that is not of the cases and classes of ``rows.json``.
+
+    Found by hostile review 58: a ``histogram.npz`` of another evaluation (10 cases, 40 960 voxels) beside a
+    ``rows.json`` of 5 cases was read, and ``monai-unc report`` showed its pooled calibration as this cohort's.
+
+    Args:
+        hist: the loaded histogram.
+        layout: the ``(num_classes, n_fine_bins)`` it must have (``rows.json``'s; 2 classes for a region's).
+        ids: the case ids of ``rows.json`` (a case without probabilities has no histogram).
+        source: how the message names the file.
+
+    Raises:
+        ValueError: one line naming ``source``.
+    """
+    if (hist.num_classes, hist.n_fine_bins) != layout:
+        raise ValueError(f"{source}: the histogram has (num_classes, n_fine_bins) "
+                         f"{(hist.num_classes, hist.n_fine_bins)}, rows.json {layout}: another evaluation's state?")
+    extra = sorted({str(c) for c in hist.case_ids} - ids)
+    if extra:
+        raise ValueError(f"{source}: holds case(s) {extra[:5]} that rows.json has no row of: another evaluation's "
+                         "state?")
 
 
 #: the text columns of an evaluation's rows (every other column holds numbers, or text in every row)
@@ -399,6 +427,33 @@ def check_state_rows(meta: Any, source: str) -> None:
     for name in ("num_classes", "n_fine_bins"):
         if not is_count(meta.get(name)) or not meta[name]:
             raise bad(f"field {name!r}", "a positive count", meta.get(name))
+    regions = meta.get("regions")  # found by hostile review 58: "brats" (text) was a TypeError traceback of report
+    if regions is not None and not (isinstance(regions, dict) and regions and all(
+            isinstance(v, list) and all(is_count(x) for x in v) for v in regions.values())):
+        raise bad("field 'regions'", "an object {region: [labels]} (the region spec, in channel order) or null",
+                  regions)
+    for name in ("curves", "files", "derived_maps"):
+        if meta.get(name) is not None and not isinstance(meta[name], dict):
+            raise bad(f"field {name!r}", "an object or null", meta[name])
+    if meta.get("warnings") is not None and not is_text_list(meta["warnings"]):
+        raise bad("field 'warnings'", "a list of lines", meta["warnings"])
+    for cid, files in (meta.get("files") or {}).items():  # the files the report reads (hostile review 58: tracebacks)
+        text = isinstance(files, dict) and isinstance(files.get("label"), str) and all(
+            files.get(k) is None or isinstance(files[k], str) for k in ("seg", "probs", "image"))
+        if not text or not (files.get("maps") is None or isinstance(files["maps"], dict) and all(
+                isinstance(v, str) for v in files["maps"].values())):
+            raise bad(f"files of case {cid!r}", 'an object of paths {"label": ..., "seg", "probs", "image": path '
+                      'or null, "maps": {measure: path}}', files)
+    for cid, maps in (meta.get("derived_maps") or {}).items():
+        if not isinstance(maps, dict) or not all(isinstance(v, str) for v in maps.values()):
+            raise bad(f"derived_maps of case {cid!r}", "an object {measure: path}", maps)
+    lengths: dict[str, tuple[str, int]] = {}  # grid -> (first case, its number of thresholds)
+    for cid, curve in (meta.get("curves") or {}).items():  # the QU-BraTS curves the report averages
+        _check_state_curve(curve, list(regions or ()), f"{source}: curves of case {cid!r}")
+        first, n = lengths.setdefault(str(curve.get("grid", "numpy2")), (cid, len(curve["thresholds"])))
+        if n != len(curve["thresholds"]):
+            raise ValueError(f"{source}: curves of case {cid!r}, field 'thresholds' must have the {n} thresholds of "
+                             f"case {first!r} (the same grid), got {len(curve['thresholds'])}")
     rows = meta.get("rows")
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise bad("field 'rows'", "a list of objects (one per case)", rows)
@@ -429,6 +484,40 @@ def check_state_rows(meta: Any, source: str) -> None:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise bad(f"case {row['case']!r}, column {key!r}", f"a number or null (as in case {first!r})",
                           value)
+
+
+def _check_state_curve(curve: Any, regions: Sequence[str], where: str) -> None:
+    """Refuse a case's QU-BraTS curves in ``state/rows.json`` that are not those :func:`summarize` averages.
+
+    Found by hostile review 58: an edited curve (no ``regions``, a curve of another length, text for numbers) made
+    ``monai-unc report`` end in a ``KeyError`` or ``TypeError`` traceback, or an error naming neither file nor field.
+
+    Raises:
+        ValueError: one line naming ``where`` and the field.
+    """
+    def numbers(value: Any, n: int | None) -> bool:
+        return (isinstance(value, list) and (n is None or len(value) == n)
+                and all(v is None or is_real(v) for v in value))
+
+    def bad(field: str, want: str, value: Any) -> ValueError:
+        return ValueError(f"{where}, field {field!r} must be {want}, got {type(value).__name__} {value!r}"[:400])
+
+    if not isinstance(curve, dict):
+        raise bad("", "an object", curve)
+    thresholds = curve.get("thresholds")
+    if not numbers(thresholds, None):
+        raise bad("thresholds", "a list of numbers", thresholds)
+    for key in ("grid", "brain_mask"):
+        if key in curve and not isinstance(curve[key], str):
+            raise bad(key, "text", curve[key])
+    per_region = curve.get("regions")
+    if not isinstance(per_region, dict) or sorted(per_region) != sorted(regions):
+        raise bad("regions", f"an object of the regions {list(regions)}", per_region)
+    for name, c in per_region.items():
+        for key in ("dice", "ftp", "ftn"):
+            value = c.get(key) if isinstance(c, dict) else None
+            if not numbers(value, len(thresholds)):
+                raise bad(f"regions.{name}.{key}", f"a list of {len(thresholds)} numbers (one per threshold)", value)
 
 
 def budget_split(ids: Sequence[str], dice: np.ndarray, scores: np.ndarray,
@@ -551,21 +640,47 @@ def triage_order(case_ids: Sequence[str], scores: np.ndarray) -> list[int]:
     return sorted(range(len(case_ids)), key=lambda i: (-filled[i], str(case_ids[i])))
 
 
+def _pooled_over(hist: ConfidenceHistogram, ids: Sequence[str], what: str) -> str:
+    """What a pooled calibration block covers (its ``pooled_over``), with a warning when cases are left out.
+
+    A case without probabilities has no histogram, so the pooled metrics and the reliability curve are of the other
+    cases. Found by hostile review 58: the block said "all voxels of all cases" for a cohort of 5 cases of which 4 had
+    probabilities (6 912 of the 8 640 voxels), without a word.
+
+    Args:
+        hist: the merged per-case histogram (of the class task, or of one region).
+        ids: the cohort's case ids.
+        what: which histograms were merged, for the text.
+
+    Returns:
+        ``"all voxels of all cases (<what>)"``, or ``"all voxels of the K of N cases with probabilities (<what>)"``.
+    """
+    held = {str(c) for c in hist.case_ids}
+    missing = [c for c in ids if c not in held]
+    if not missing:
+        return f"all voxels of all cases ({what})"
+    warnings.warn(f"calibration: {len(missing)} of {len(ids)} case(s) have no probabilities ({missing[:5]}"
+                  f"{' ...' if len(missing) > 5 else ''}): the pooled calibration metrics and the reliability curve "
+                  f"are those of the other {len(ids) - len(missing)} case(s)", UserWarning, stacklevel=3)
+    return f"all voxels of the {len(ids) - len(missing)} of {len(ids)} cases with probabilities ({what})"
+
+
 def _nanmean(a: np.ndarray) -> float | None:
     a = a[np.isfinite(a)]
     return float(a.mean()) if a.size else None
 
 
-def _case_metric_mean(a: np.ndarray, column: str) -> float | None:
-    """The mean over the cases of a user case metric's column: the mean of its finite values.
+def _case_metric_mean(a: np.ndarray, column: str, kind: str = "case metric") -> float | None:
+    """The mean over the cases of a column (a user case metric, a spatial metric): the mean of its finite values.
 
     A ``UserWarning`` names the column and how many cases were left out (found by hostile testing: NaN and inf values
     were dropped silently, so ``summary.json`` gave a mean of fewer cases than ``metrics.csv`` holds, or a finite
-    mean of a column holding inf).
+    mean of a column holding inf; hostile review 58: the same for the spatial metrics, e.g. the BUC of a case whose
+    predicted mask is empty, the case most in need of review, left out of ``spatial.mean_over_cases``).
     """
     left_out = int(np.count_nonzero(~np.isfinite(a)))
     if left_out:
-        warnings.warn(f"case metric {column!r}: {left_out} of {a.size} case(s) are NaN or inf, left out of its "
+        warnings.warn(f"{kind} {column!r}: {left_out} of {a.size} case(s) are NaN or inf, left out of its "
                       "mean_over_cases", UserWarning, stacklevel=2)
     return _nanmean(a)
 
@@ -779,7 +894,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
                                    min_bin_count=config.min_bin_count)
             summary["calibration"] = {
                 **{k: float(v) for k, v in cal.items()},
-                "pooled_over": "all voxels of all cases (merged confidence histograms)",
+                "pooled_over": _pooled_over(state.histogram, ids, "merged confidence histograms"),
                 "n_bins": config.n_bins,
                 "min_bin_count": config.min_bin_count,
                 "voxels": int(state.histogram.scalars[:, 0].sum().item()),
@@ -791,7 +906,8 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
                 "frequency": rc.frequency,
                 "counts": rc.counts,
             }
-        spatial = {k: _nanmean(column_values(rows, k)) for k in SPATIAL_COLUMNS if k in rows[0]}
+        spatial = {k: _case_metric_mean(column_values(rows, k), k, "spatial metric") for k in SPATIAL_COLUMNS
+                   if k in rows[0]}
         if spatial:
             summary["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
         user = {k: _case_metric_mean(column_values(rows, k), k) for k in (config.case_metrics or {}) if k in rows[0]}
@@ -880,11 +996,12 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
             cal = calibration_metrics(h, CALIBRATION_COLUMNS, n_bins=config.n_bins, min_bin_count=config.min_bin_count)
             rc = reliability_curve(h, kind="all_label", n_bins=config.n_bins, min_bin_count=config.min_bin_count)
             block["calibration"] = {**{k: float(v) for k, v in cal.items()},
-                                    "pooled_over": "all voxels of all cases (merged binary histograms of the region)",
+                                    "pooled_over": _pooled_over(h, ids, "merged binary histograms of the region"),
                                     "voxels": int(h.scalars[:, 0].sum().item())}
             block["reliability"] = {"kind": "all_label", "edges": rc.edges, "confidence": rc.confidence,
                                     "frequency": rc.frequency, "counts": rc.counts}
-        spatial = {k: _nanmean(column_values(rows, f"{k}_{s}")) for k in SPATIAL_COLUMNS if f"{k}_{s}" in rows[0]}
+        spatial = {k: _case_metric_mean(column_values(rows, f"{k}_{s}"), f"{k}_{s}", "spatial metric")
+                   for k in SPATIAL_COLUMNS if f"{k}_{s}" in rows[0]}
         if spatial:
             block["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
         user = {k: _case_metric_mean(column_values(rows, f"{k}_{s}"), f"{k}_{s}") for k in (config.case_metrics or {})
@@ -996,6 +1113,9 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
     Returns:
         The summary.
     """
+    if (saved.get("config") or {}).get("n_bins") is None and state.n_fine_bins % 16 == 0:
+        # not recorded (a summary written without its options): the bins of the state's histograms, not the default
+        overrides = {**overrides, "n_bins": state.n_fine_bins // 16}
     config = config_from_summary(saved, state.rows, budget, **overrides)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
@@ -1134,6 +1254,39 @@ def _check_summary(summary: Any, rows: Sequence[Mapping[str, Any]] = (), source:
         raise ValueError(f"{source}: 'config': {message}") from None
     if rows:
         _check_summary_cases(summary, rows, source)
+
+
+def _check_summary_state(summary: Mapping[str, Any], state: CohortState, source: str) -> None:
+    """Refuse a ``summary.json`` whose classes, class names, region spec or ECE bins are not those of the state.
+
+    Found by hostile review 58: ``config.class_names`` edited to fewer names than the state's classes made
+    ``monai-unc report --budget`` end in an ``IndexError`` traceback (the Dice columns are named from them), and a
+    ``config.n_bins`` of 100 beside histograms of ``16 * 15`` fine bins gave a pooled ECE of 0.03177 for the exact
+    0.03237 (coarse bins that are no unions of fine bins), without a word.
+
+    Raises:
+        ValueError: one line naming ``source`` and the field.
+    """
+    n_bins = (summary.get("config") or {}).get("n_bins")
+    if n_bins is not None and 16 * n_bins != state.n_fine_bins:
+        raise ValueError(f"{source}: 'config.n_bins' must be that of the evaluation's histograms "
+                         f"({state.n_fine_bins // 16}), got {n_bins!r}")
+    recorded = (summary.get("config") or {}).get("regions")
+    spec = None if recorded is None else [[k, list(v)] for k, v in dict(recorded).items()]
+    if "config" in summary and spec != (None if state.regions is None else
+                                        [[k, list(v)] for k, v in state.regions.items()]):
+        raise ValueError(f"{source}: 'config.regions' must be the region spec of state/rows.json "
+                         f"({state.regions}), got {recorded!r}"[:400])
+    if summary.get("num_classes") is not None and summary["num_classes"] != state.num_classes:
+        raise ValueError(f"{source}: 'num_classes' must be the number of classes of state/rows.json "
+                         f"({state.num_classes}), got {summary['num_classes']!r}")
+    if state.regions is not None:
+        return
+    for name, names in (("class_names", summary.get("class_names")),
+                        ("config.class_names", (summary.get("config") or {}).get("class_names"))):
+        if names is not None and len(names) != state.num_classes:
+            raise ValueError(f"{source}: {name!r} must give one name per class of state/rows.json "
+                             f"({state.num_classes}), got {len(names)}")
 
 
 def _id_list_problem(ids: Sequence[str], known: Sequence[str]) -> str | None:
@@ -1283,6 +1436,7 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
     state = CohortState.load(folder / STATE_DIR)
     summary = decode_untrusted_json(path.read_bytes(), str(path))
     _check_summary(summary, state.rows, str(path))
+    _check_summary_state(summary, state, str(path))
     score = summary.get("score")
     if isinstance(score, dict) and state.rows and score.get("column") not in state.rows[0]:
         summary["score"] = {**score, "column": resolve_score_column(str(score.get("column")), state.rows[0])}

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import check_integer, check_text, parameter_error
+from .._utils import check_integer, check_text, label_text, parameter_error
 from ..io import check_entry_kind, read_table
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.casewise import IID_SHIFTS
@@ -115,7 +115,8 @@ class EvaluationConfig:
         class_names: names of the classes, background first, for the ``dice_<class>`` columns (default ``1``,
             ``2``, ...): one per class, of distinct columns (:func:`slug`: ``"Left Atrium"`` and ``"left-atrium"``
             would both be ``dice_left_atrium``).
-        shifts: ``{case: shift label}`` for OoD detection; in-distribution labels are :data:`IID_SHIFTS`.
+        shifts: ``{case: shift label}`` for OoD detection; in-distribution labels are :data:`IID_SHIFTS`. The labels
+            are kept as text (:meth:`validate`: ``str`` of a number, ``""`` for None or NaN).
         target_risk: when set, the referral threshold with a guarantee
             (:func:`monai_unc.metrics.selective.risk_controlled_threshold`): with probability at least
             ``1 - delta`` over the draw of the calibration cases, the mean risk of the accepted new cases is at
@@ -209,8 +210,8 @@ class EvaluationConfig:
     def validate(self) -> None:
         """Check the options and normalise them in place.
 
-        ``measure`` becomes its canonical name, ``regions`` the parsed ``{region: [labels]}`` and ``products`` a
-        tuple.
+        ``measure`` becomes its canonical name, ``regions`` the parsed ``{region: [labels]}``, ``products`` a
+        tuple, and the integer options (numpy integers accepted) and ``spatial`` Python ``int`` and ``bool``.
 
         Raises:
             ValueError: an option is out of range, of the wrong type (a string where a number or a list is meant, a
@@ -245,7 +246,8 @@ class EvaluationConfig:
                 ValueError(f"failure_dice must be in [0, 1], got {self.failure_dice}"),
                 "failure_dice")
         for name, minimum in (("n_bins", 1), ("min_bin_count", 0), ("patch_size", 1)):
-            check_integer(getattr(self, name), name, minimum)
+            # stored as an int: a numpy integer reached the resume fingerprint's JSON (hostile review 58)
+            setattr(self, name, check_integer(getattr(self, name), name, minimum))
         if self.n_bins > MAX_BINS:
             raise parameter_error(
                 ValueError(f"n_bins must be at most {MAX_BINS} (the cases' fine histograms hold 16 * n_bins bins "
@@ -253,12 +255,16 @@ class EvaluationConfig:
                 "n_bins")
         if not isinstance(self.spatial, (bool, np.bool_)):
             raise parameter_error(ValueError(f"spatial must be True or False, got {self.spatial!r}"), "spatial")
+        self.spatial = bool(self.spatial)
         if self.num_classes is not None:
-            check_integer(self.num_classes, "num_classes", 1 if self.regions is not None else 2)
+            self.num_classes = check_integer(self.num_classes, "num_classes", 1 if self.regions is not None else 2)
         if self.shifts is not None and not isinstance(self.shifts, Mapping):
             raise parameter_error(
                 ValueError(f"shifts must be a mapping {{case: shift label}}, got {type(self.shifts).__name__}"),
                 "shifts")
+        if self.shifts is not None:  # labels as text, a missing one (None, NaN) "" (hostile review 58: a severity 0 ..
+            # 4 or pandas' NaN was written into state/rows.json as a number, which report then refused)
+            self.shifts = {k: label_text(v) for k, v in self.shifts.items()}
         self._validate_class_names()
         if self.calibration_cases is not None and (isinstance(self.calibration_cases, (str, bytes))
                                                    or not isinstance(self.calibration_cases, (Sequence, set))):
@@ -303,7 +309,7 @@ class EvaluationConfig:
         if self.seg_label_values is not None:
             values = self.seg_label_values
             if (isinstance(values, (str, bytes)) or not values
-                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+                    or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in values)
                     or len(set(values)) != len(values)):
                 raise parameter_error(
                     ValueError(f"seg_label_values must be distinct non-negative integers, one per segment, got "

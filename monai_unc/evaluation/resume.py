@@ -218,8 +218,9 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
 
     That is the package version, the per-case options (:data:`CASE_FIELDS`, fine bins, the region spec, the
     products' case options, the QU-BraTS grid and the DICOM SEG segments' label values when set), the case's shift
-    label and the :func:`file_signature` of its label, segmentation, probabilities and maps, and with regions of its
-    image too (the QU-BraTS brain mask), and of the files the products read themselves
+    label and the :func:`file_signature` of its label, segmentation, probabilities and maps, and with regions or a
+    DICOM SEG label of its image too (the QU-BraTS brain mask; the series folder the SEG is read on), and of the files
+    the products read themselves
     (:meth:`~monai_unc.product.CohortProduct.case_input_files`).
 
     Args:
@@ -249,7 +250,9 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
                for p in config.products}
         if any(own.values()):
             fp["inputs"]["products"] = {k: v for k, v in own.items() if v}
-    if config.regions is not None:  # the QU-BraTS brain mask
+    # the QU-BraTS brain mask; the series a DICOM SEG label is read on (its grid, and whether the SEG is of it: found
+    # by hostile review 58, a class evaluation resumed with --images of another series kept the rows read on the first)
+    if config.regions is not None or files.label.name.lower().endswith(".dcm"):
         fp["inputs"]["image"] = file_signature(files.image)
     return json.loads(json.dumps(fp))
 

@@ -193,7 +193,7 @@ _PRODUCT_PREFIX = "product."
 
 
 def class_dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarray:
-    """Dice of the foreground classes ``1 .. C-1`` of one case, ``(C - 1,)`` float32.
+    """Dice of the foreground classes ``1 .. C-1`` of one case, ``(C - 1,)`` float32 (numpy or torch label maps).
 
     :func:`monai_unc.metrics.overlap.dice` with ``empty_score=1`` (a class absent from both maps scores 1,
     absent from one of them 0), which equals MONAI's ``compute_dice(..., include_background=False,
@@ -213,7 +213,8 @@ def class_dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarr
         array([0.6666667, 0.6666667], dtype=float32)
     """
     d = dice(seg[None], label[None], num_classes=num_classes, include_background=False, empty_score=1.0)
-    return d[0].astype(np.float32)
+    # torch label maps give a tensor (hostile review 58: an AttributeError 'Tensor' object has no attribute 'astype')
+    return np.asarray(d[0].detach().cpu() if isinstance(d, torch.Tensor) else d[0], dtype=np.float32)
 
 
 def case_dice(tasks: Sequence[TaskView]) -> tuple[float, list[np.ndarray]]:

@@ -113,6 +113,22 @@ def _load_for_products(entry: tuple[CaseFiles, int], config: EvaluationConfig) -
     return load_case(files, n, multilabel=config.regions is not None, seg_regions=config.seg_region_spec())
 
 
+def _check_shift_cases(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
+    """Refuse cases that ``config.shifts`` has no label for, before any work.
+
+    Found by hostile review 58: :func:`evaluate_cases` and :func:`evaluate_shard` gave such a case the label ``""``
+    (in-distribution) without a word, so that the OoD AUROC counted 3 of 5 cases as in-distribution that the table did
+    not name, where ``run_evaluate`` refused them.
+
+    Raises:
+        CaseError: naming the first cases without a row.
+    """
+    if config.shifts is not None:
+        unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
+        if unknown:
+            raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
+
+
 def _as_tuple(result: CaseResult) -> tuple[CaseResult, CaseFiles, int]:
     assert result.files is not None and result.num_classes is not None
     return result, result.files, int(result.num_classes)
@@ -147,8 +163,12 @@ def evaluate_shard(
 
     Returns:
         ``[(result, files, num_classes)]`` of the cases that succeeded, in the order given.
+
+    Raises:
+        CaseError: a case has no label in ``config.shifts`` (before any work).
     """
     config.validate()
+    _check_shift_cases(cases, config)
     check_products(cases, config)
     done = process_cases(cases, lambda f: _evaluate_record(f, config),
                          cache=None if cache is None else case_cache(cache, config), failures=failures,
@@ -343,9 +363,10 @@ def evaluate_cases(
 
     Raises:
         ValueError: ``cases`` is empty, or labels that no region claims.
-        CaseError: a case cannot be read or has another number of classes.
+        CaseError: a case cannot be read, has another number of classes or no label in ``config.shifts``.
     """
     config.validate()
+    _check_shift_cases(cases, config)
     check_products(cases, config)
 
     def cohort(run: CohortRun) -> CohortState | None:
@@ -503,10 +524,7 @@ def _run_evaluate(
         # an infer run still writing, interrupted or of two settings: refused before any work (the rule too)
         check_finished_predictions(match_kwargs["predictions"], match_kwargs["layout"], [c.case_id for c in cases],
                                    match_kwargs.get("uncertainty"))
-        if config.shifts is not None:
-            unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
-            if unknown:
-                raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
+        _check_shift_cases(cases, config)
         config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
         _check_seg_options(cases, config)
         # the products' refusals (e.g. probabilities they need, named with the file and how to make it) first: more
