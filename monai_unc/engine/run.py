@@ -298,10 +298,12 @@ def run_cases(
     report = failure_reporter(ctx, command, on_failure)
     with contextlib.ExitStack() as held:  # the output folder's lock (rank 0), released at the end
         listed: list[Any] = []
+        ids: list[str] = []
         agreed: Any = None
         err: BaseException | None = None
         try:
             listed = list(items() if callable(items) else items)
+            ids = [str(key(c)) for c in listed]
             if agree is not None:
                 agreed = agree(listed)
                 if ctx.distributed:
@@ -314,6 +316,9 @@ def run_cases(
         if agree is not None:  # found by hostile testing: a rank started with another --patch-size (evaluate) or
             # --samples (infer) put its cases' other numbers into the cohort, exit 0, the summary naming rank 0's
             _check_agreement(agreed, ctx, command)
+        # before rank 0's set-up (found by hostile testing, review 58: a rank that listed other cases was found out
+        # only after rank 0 had created the cache folder and run ``setup``, which removes an earlier run's outputs)
+        check_same_cases(ids, ctx)
         try:
             if ctx.is_main:
                 if lock is not None:  # before the first write: a second run into the folder is refused here
@@ -328,8 +333,6 @@ def run_cases(
         except Exception as e:
             err = e
         sync_errors(err, ctx)
-        ids = [str(key(c)) for c in listed]
-        check_same_cases(ids, ctx)
         _say_start_notices(ctx)  # every check passed: the run starts
         mine = shard(listed, ctx.rank, ctx.world_size, key=key)
 

@@ -43,11 +43,23 @@ def _worker(rank: int, world: int, port: int, what: str, out: str) -> None:
     elif what == "agree":
         hooks["agree"] = lambda cases: {"n": len(cases), "f": (lambda: 1) if rank == 1 else None}
 
+    cases = ["c", "a", "b", "e", "d"]
+    key: Any = str
+    if what == "other_cases" and rank == 1:
+        cases = [*cases, "f"]  # this rank sees another cohort
+    elif what == "setup_or_key":
+        hooks["setup"] = lambda: Path(out, "setup_ran").write_text("rank 0 set up the run")
+        if rank == 1:
+            key = lambda c: {"a": "a"}[c]  # noqa: E731 - a key that fails on this rank only
+
+    if what in ("other_cases", "setup_or_key"):
+        hooks.setdefault("setup", lambda: Path(out, "setup_ran").write_text("rank 0 set up the run"))
+
     def process(case: str) -> Any:
         return (lambda: 1) if what == "result" and case == "b" else case.upper()  # "b": rank 1 of 2
 
     try:
-        run = run_cases(["c", "a", "b", "e", "d"], process, command="toy", key=str, ctx=get_dist_context(), **hooks)
+        run = run_cases(cases, process, command="toy", key=key, ctx=get_dist_context(), **hooks)
         res: Any = {"cases": run.cases}
     except Exception as e:
         res = {"error": f"{type(e).__name__}: {e}"}
@@ -95,3 +107,23 @@ def test_picklable_results_still_gather_in_case_order(tmp_path):
     results = _run("none", 3, tmp_path)
     assert results[0]["cases"] == ["a", "b", "c", "d", "e"]
     assert results[1]["cases"] == results[2]["cases"] == []
+
+
+def test_ranks_that_list_other_cases_stop_before_rank_0_sets_up(tmp_path):
+    """Found by hostile testing: the case lists were compared after rank 0's set-up (which creates the cache folder
+    and removes an earlier run's outputs), so a rank that listed another cohort was found out only once the folder
+    had been changed. Now every rank refuses before the set-up runs."""
+    results = _run("other_cases", 2, tmp_path)
+    for res in results:
+        assert res["error"].startswith("ValueError: ranks disagree on the case list"), res
+    assert not (tmp_path / "setup_ran").exists()
+
+
+def test_a_case_key_that_fails_on_one_rank_stops_every_rank_before_the_set_up(tmp_path):
+    """A ``key`` that raises on rank 1 only (its items differ) raised there outside the shared steps; rank 0 went on
+    into its set-up and then waited. Now rank 1 raises its error and rank 0 RankFailed, before any set-up."""
+    results = _run("setup_or_key", 2, tmp_path)
+    assert results[1]["error"].startswith("KeyError: "), results[1]
+    assert results[0]["error"].startswith("RankFailed: rank 1 failed: KeyError: "), results[0]
+    assert all(res["seconds"] < TIMEOUT_S / 3 for res in results)
+    assert not (tmp_path / "setup_ran").exists()
