@@ -32,6 +32,7 @@ to hold whole as dense tables is written from such blocks (``state_dict_blocks()
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import zipfile
@@ -382,7 +383,9 @@ class StateGroup(MutableMapping[str, Any]):
             other: a :class:`StateGroup` or a mapping of states.
 
         Returns:
-            ``self``. A name only in ``other`` is added as it is (the same object).
+            ``self``. A name only in ``other`` is added as a copy (``copy.deepcopy``), so that a later merge into
+            ``self`` leaves ``other`` as it was (found by hostile testing, review 58: pooling cases
+            into an empty group shared the first case's states, and the next case's merge changed that case's counts).
 
         Raises:
             TypeError: ``other`` is not a mapping.
@@ -393,7 +396,7 @@ class StateGroup(MutableMapping[str, Any]):
             if name in self._states:
                 self._states[name].merge(state)
             else:
-                self[name] = state
+                self[name] = copy.deepcopy(state)
         return self
 
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -335,7 +335,8 @@ def test_group_merge_adds_missing_names_and_keeps_insertion_order():
     expected_wt = _conformal(0).true_counts + _conformal(3).true_counts
     assert a.merge(b) is a
     assert list(a) == ["WT", "ET", "TC"]
-    assert a["TC"] is b_tc  # a name only on the other side is taken as it is
+    # a name only on the other side is taken as a copy (review 58: shared, a later merge into a changed b's state)
+    assert a["TC"] == b_tc and a["TC"] is not b_tc
     np.testing.assert_array_equal(a["WT"].true_counts, expected_wt)
     assert a["ET"] == _conformal(1)
     c = StateGroup({"ET": _conformal(4)}).merge({"WT": _conformal(5)})  # a plain mapping is accepted

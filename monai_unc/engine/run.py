@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import json
 import os
+import pickle
 import sys
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -297,12 +298,16 @@ def run_cases(
     report = failure_reporter(ctx, command, on_failure)
     with contextlib.ExitStack() as held:  # the output folder's lock (rank 0), released at the end
         listed: list[Any] = []
+        ids: list[str] = []
         agreed: Any = None
         err: BaseException | None = None
         try:
             listed = list(items() if callable(items) else items)
+            ids = [str(key(c)) for c in listed]
             if agree is not None:
                 agreed = agree(listed)
+                if ctx.distributed:
+                    _check_sendable(agreed, "the value of agree", "every rank")
         except Exception as e:
             err = e
         # every rank's listing (and a refusal shared before it joined the group) first, so that rank 0 creates
@@ -311,6 +316,9 @@ def run_cases(
         if agree is not None:  # found by hostile testing: a rank started with another --patch-size (evaluate) or
             # --samples (infer) put its cases' other numbers into the cohort, exit 0, the summary naming rank 0's
             _check_agreement(agreed, ctx, command)
+        # before rank 0's set-up (found by hostile testing, review 58: a rank that listed other cases was found out
+        # only after rank 0 had created the cache folder and run ``setup``, which removes an earlier run's outputs)
+        check_same_cases(ids, ctx)
         try:
             if ctx.is_main:
                 if lock is not None:  # before the first write: a second run into the folder is refused here
@@ -325,8 +333,6 @@ def run_cases(
         except Exception as e:
             err = e
         sync_errors(err, ctx)
-        ids = [str(key(c)) for c in listed]
-        check_same_cases(ids, ctx)
         _say_start_notices(ctx)  # every check passed: the run starts
         mine = shard(listed, ctx.rank, ctx.world_size, key=key)
 
@@ -342,6 +348,9 @@ def run_cases(
                                  desc=f"{label} ({ctx.describe()})" if ctx.distributed else label)
             if ctx.distributed:
                 payload = [(c, pack(r) if pack is not None else r) for c, r in done]
+                for c, d in payload:
+                    _check_sendable(d, f"the result of case {c!r}", "rank 0",
+                                    "give pack / unpack hooks that turn a result into plain data")
         except Exception as e:  # not a per-case error (those are collected)
             err = e
         sync_errors(err, ctx)
@@ -371,6 +380,8 @@ def run_cases(
                 got.sort(key=lambda t: t[0])
                 run = CohortRun(ctx, [c for c, _, _ in got], [r for _, r, _ in got], [k for _, _, k in got], failures)
                 outcome = _finish(run, command, summarize, on_failed, failures_file, on_failure)
+                if ctx.distributed:
+                    _check_sendable(outcome[1:], "the value of summarize or on_failed", "every rank")
             except Exception as e:
                 err = e
         sync_errors(err, ctx)
@@ -379,6 +390,28 @@ def run_cases(
             raise CasesFailed(outcome[1], results=outcome[2])
         run.summary = outcome[1]
         return run
+
+
+class _Discard:
+    """A file that forgets what is written to it (a pickling test that keeps no copy)."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+def _check_sendable(obj: Any, what: str, where: str, remedy: str = "return plain data") -> None:
+    """``TypeError`` naming ``what`` unless ``obj`` pickles, as the collectives that send it to ``where`` pickle it.
+
+    Found by hostile testing (review 58): a result, ``agree`` value or summary that does not pickle (a lambda, an
+    open file) raised on the rank that sent it, inside the collective and outside the steps whose errors are shared,
+    and the other ranks waited in that collective for the whole collective timeout (6 hours by default) before
+    ending with a gloo traceback. Checked in those steps, it raises on the sending rank and
+    :class:`~monai_unc.engine.RankFailed` on the others at once.
+    """
+    try:
+        pickle.Pickler(_Discard(), protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    except Exception as e:  # PicklingError, or AttributeError / TypeError of an object that refuses
+        raise TypeError(f"{what} cannot be sent to {where} ({error_line(e)}): it must pickle ({remedy})") from e
 
 
 def _check_agreement(value: Any, ctx: DistContext, command: str) -> None:

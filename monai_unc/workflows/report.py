@@ -249,8 +249,14 @@ def triage_with_page(
         sync_errors(err, ctx)
         result = run_triage(predictions, rule, output, images=images, allow_mismatch=allow_mismatch, layout=layout,
                             uncertainty=uncertainty, progress=progress, dist=ctx, trust=trust)
+        err = None
         if ctx.is_main:  # an earlier run's outputs of a product's command this run does not ask for
-            remove_stale_beside_triage(output, list(rules), predictions, images, uncertainty)
+            try:
+                remove_stale_beside_triage(output, list(rules), predictions, images, uncertainty)
+            except Exception as e:  # found by hostile testing (review 58): refused on rank 0 alone (a stale folder
+                # that is a symbolic link), rank 0 exited 2 and the others 0, or waited in the products' run
+                err = e
+        sync_errors(err, ctx)
         apply_beside_triage(rules, folders, predictions, dist=ctx, progress=progress, **common)
         page = build_triage_page(output, n_cases=cases, **folders) if ctx.is_main else None
     return result, page

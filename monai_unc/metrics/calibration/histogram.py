@@ -1553,7 +1553,9 @@ class ConfidenceHistogram:
             for s in self._states:
                 if isinstance(s, _State):  # a packed case reads the same weights (its counts) either way
                     s.make_weighted()
-        for cid, st in zip(other.case_ids, other._states):  # the one slot of a pooled histogram: a new number
+        # a snapshot of other's cases: ``h.merge(h)`` of auto-numbered cases appended to the list it walked and never
+        # returned (found by hostile testing, review 58); it adds the cases h held, as merging a copy of h does
+        for cid, st in list(zip(other.case_ids, other._states)):  # the one slot of a pooled histogram: a new number
             slot = self._slot(cid if isinstance(cid, str) and other.per_case else None)
             self._add_to(slot, st)
         self._pooled_cache = None
