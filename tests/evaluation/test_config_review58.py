@@ -320,12 +320,7 @@ def test_state_curves_edited_refused(tmp_path, edit, message):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         resummarize(*load_evaluation(tmp_path / "eval"), budget=0.5)  # as written: read
-    path = tmp_path / "eval" / "state" / "rows.json"
-    meta = json.loads(path.read_text())
-    edit(meta)
-    path.write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=re.escape(message)):
-        load_evaluation(tmp_path / "eval")
+    _edited_rows_refused(tmp_path / "eval", edit, message)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -338,13 +333,19 @@ def test_state_curves_edited_refused(tmp_path, edit, message):
 def test_state_files_edited_refused(tmp_path, edit, message):
     # found by hostile review 58: state/rows.json's files edited (a text, no label, a number for a path) made monai-unc
     # report end in a TypeError / KeyError traceback; warnings given as text were read as one line per character
-    from monai_unc.evaluation import load_evaluation
 
     data = write_toy_cohort(tmp_path / "data", n_cases=2, shape=(8, 8, 8))
     _quiet_evaluate(data["labels"], data["predictions"], tmp_path / "eval", EvaluationConfig(spatial=False))
-    path = tmp_path / "eval" / "state" / "rows.json"
+    _edited_rows_refused(tmp_path / "eval", edit, message)
+
+
+def _edited_rows_refused(folder, edit, message):
+    """``edit`` applied to ``folder``'s state/rows.json; loading the evaluation is then refused with ``message``."""
+    from monai_unc.evaluation import load_evaluation
+
+    path = folder / "state" / "rows.json"
     meta = json.loads(path.read_text())
     edit(meta)
     path.write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=re.escape(message)):
-        load_evaluation(tmp_path / "eval")
+        load_evaluation(folder)

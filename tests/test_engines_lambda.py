@@ -1,8 +1,9 @@
-"""The Lambda / Lambdad warning of ``UncertaintyEvaluator(pred_format="auto")``, hostile review 58.
+"""UncertaintyEvaluator warns when a function it cannot read may apply the activation it looks for (reviews 57, 58).
 
-An ``Activationsd(other=...)`` function runs on ``pred`` as unreadably as a ``Lambdad``: a softmax given there
-flattened the stored probabilities (0.9 became 0.69) without a warning. A ``Lambdad`` whose result is dropped, or
-one after an ``AsDiscreted`` that made ``pred`` a label map, cannot touch the probabilities: it was warned about.
+``pred_format="auto"`` reads ``Activationsd``; a softmax written as ``Lambdad(keys="pred", func=...)`` (review 57) or
+as ``Activationsd(keys="pred", other=...)`` (review 58) is invisible to it, so the mean probabilities were stored as
+they are and went through that softmax (0.9 became 0.69) without a word. A ``Lambdad`` whose result is dropped, or one
+after an ``AsDiscreted`` that made ``pred`` a label map, cannot touch the probabilities (review 58).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 
 pytest.importorskip("ignite")
 
-from monai.transforms import Activationsd, AsDiscreted, Compose, Lambdad  # noqa: E402
+from monai.transforms import Activationsd, AsDiscreted, Compose, Lambda, Lambdad  # noqa: E402
 
 from monai_unc.engines import UncertaintyEvaluator  # noqa: E402
 
@@ -27,6 +28,35 @@ def _evaluator(post, **kwargs):
 
 def _softmax(x):
     return torch.softmax(x, 0)
+
+
+@pytest.mark.parametrize("post", [
+    Compose([Lambdad(keys="pred", func=_softmax)]),
+    Compose([Compose([Lambdad(keys=["label", "pred"], func=_softmax)])]),
+    Compose([Lambda(func=lambda d: d)]),
+])
+def test_opaque_transform_on_pred_warns(post) -> None:
+    with pytest.warns(UserWarning, match="pred_format='log_probabilities'"):
+        ev = _evaluator(post)
+    assert ev.pred_format == "probabilities"
+
+
+@pytest.mark.parametrize("post", [
+    None,
+    Compose([Lambdad(keys="label", func=_softmax)]),  # another key
+    Compose([Activationsd(keys="pred", softmax=True), Lambdad(keys="pred", func=_softmax)]),  # an activation found
+])
+def test_no_warning_when_nothing_is_hidden(post) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _evaluator(post)
+
+
+def test_explicit_format_is_not_second_guessed() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ev = _evaluator(Compose([Lambdad(keys="pred", func=_softmax)]), pred_format="log_probabilities")
+    assert ev.pred_format == "log_probabilities"
 
 
 def _remap(x):
