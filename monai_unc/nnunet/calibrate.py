@@ -142,7 +142,9 @@ def calibrate_model_folder(
 
     Returns:
         ``{fold: {"temperature": [...], "nll_t1": ..., "nll_fitted": ..., "num_cases": ..., "steps": ...,
-        "converged": ...}}``, also written to ``temperature.json``.
+        "converged": ...}}``, also written to ``temperature.json``. The NLLs are per voxel; for a region-based model
+        the sum over the regions of each region's mean binary NLL (as :class:`~monai_unc.temperature.TemperatureScaler`
+        fits it), so two regions' values are about twice one region's.
 
     Raises:
         ValueError: ``output_dir`` is the model or preprocessed dataset folder, lies inside or contains one, is not
