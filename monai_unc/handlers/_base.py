@@ -3,14 +3,18 @@ scored."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+import torch
+from monai.data import MetaTensor
 from monai.handlers.ignite_metric import IgniteMetricHandler
 
 from .._utils import check_bool, check_callable
+from ..io import grid_mismatch
 
-__all__ = ["MetricHandler", "output_keys"]
+__all__ = ["MetricHandler", "check_output_grids", "output_keys"]
 
 
 class MetricHandler(IgniteMetricHandler):
@@ -43,6 +47,12 @@ class MetricHandler(IgniteMetricHandler):
             save_details=check_bool(save_details, "save_details"),
         )
 
+    def update(self, output: Sequence[Any]) -> None:
+        """As ``IgniteMetricHandler.update`` (``output`` is ``(y_pred, y)``), after :func:`check_output_grids`."""
+        if isinstance(output, Sequence) and len(output) == 2:
+            check_output_grids(output, ("y_pred", "y"))
+        super().update(output)
+
     def completed(self, engine: Any, name: str) -> None:
         """Store the metric under ``name`` in ``engine.state.metrics`` (and its details in ``engine``'s
         ``metric_details[name]``), as ignite does, whichever engine and name this handler was attached to last.
@@ -68,6 +78,62 @@ class MetricHandler(IgniteMetricHandler):
         if self.save_details and isinstance(details, dict) and details.get(self._name, 0) is None:
             del details[self._name]
         return result
+
+
+def _case_grids(x: Any) -> list[tuple[Any, tuple[int, ...]]] | None:
+    """``(affine, spatial shape)`` of each case of a handler input (a list of decollated cases or a batch), the affine
+    None where the case carries no ``(4, 4)`` geometry (a plain tensor, or MONAI's default identity affine of a
+    MetaTensor built without one); None for an input that is neither."""
+
+    def geometry(affine: Any) -> Any:
+        a = np.asarray(torch.as_tensor(affine).detach().cpu(), dtype=np.float64)
+        return None if a.shape != (4, 4) or np.array_equal(a, np.eye(4)) else a
+
+    if isinstance(x, (list, tuple)):
+        return [(geometry(c.affine), tuple(c.shape[1:])) if isinstance(c, MetaTensor) else (None, ()) for c in x]
+    if isinstance(x, MetaTensor) and x.ndim >= 2:
+        affine, n, spatial = x.affine, int(x.shape[0]), tuple(x.shape[2:])
+        if affine.ndim == 3 and affine.shape[0] == n:
+            return [(geometry(a), spatial) for a in affine]
+        if affine.ndim == 2:
+            return [(geometry(affine), spatial)] * n
+    return None
+
+
+def check_output_grids(output: Sequence[Any], names: Sequence[str], reference: int = -1) -> None:
+    """``ValueError`` when the MetaTensors of one case among a handler's inputs lie on different grids of one shape.
+
+    Found by hostile review 58: ``Invertd(keys="pred")`` in the postprocessing brings the prediction back to the
+    file's grid while the label stays on the ``Orientationd`` grid; a flip keeps the shape, and every handler scored
+    the flipped volumes without a word (a perfect prediction with ``p = 0.95``: NLL 0.459 instead of 0.051), where
+    :class:`~monai_unc.transforms.ErrorMapd` refuses the pair. The rule is :func:`~monai_unc.io.grid_mismatch`,
+    case by case; inputs of another shape are left to the metric's own check.
+
+    Args:
+        output: the handler's inputs (batches or lists of decollated cases).
+        names: their names, for the message.
+        reference: the index of the input the others are compared with (default the last, the labels).
+
+    Raises:
+        ValueError: naming both inputs and the case.
+    """
+    grids = [_case_grids(x) for x in output]
+    ref_name, ref = names[reference], grids[reference]
+    if ref is None:
+        return
+    for name, cases in zip(names, grids):
+        if cases is None or cases is ref or len(cases) != len(ref):
+            continue
+        for i, ((affine, shape), (ref_affine, ref_shape)) in enumerate(zip(cases, ref)):
+            if affine is None or ref_affine is None or shape != ref_shape:
+                continue
+            problem = grid_mismatch(affine, ref_affine, shape)
+            if problem is not None:
+                raise ValueError(
+                    f"{name} and {ref_name} of case {i} have the same shape {shape} but different affines ({problem}): "
+                    "they are not on the same grid (e.g. the prediction inverted with Invertd, the label left on the "
+                    "preprocessed grid); invert both, or score before inverting"
+                )
 
 
 def output_keys(**keys: Any) -> list[str]:

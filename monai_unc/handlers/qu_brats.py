@@ -24,7 +24,7 @@ from .._utils import require_ignite
 from ..keys import UncertaintyKeys
 from ..metrics.qu_brats_metric import QUBraTSMetric
 from ..regions import RegionSpec
-from ._base import MetricHandler, output_keys
+from ._base import MetricHandler, check_output_grids, output_keys
 
 __all__ = ["QUBraTS"]
 
@@ -94,6 +94,7 @@ class QUBraTS(MetricHandler):
                 f"output must be (uncertainty, pred, label) or (uncertainty, pred, label, brain_mask), got "
                 f"{len(output)} items"
             )
+        check_output_grids(output, ("uncertainty", "pred", "label", "brain_mask")[: len(output)], reference=2)
         uncertainty, y_pred, y = output[:3]
         brain_mask = output[3] if len(output) == 4 else None
         self.metric_fn(y_pred, y, uncertainty=uncertainty, brain_mask=brain_mask)

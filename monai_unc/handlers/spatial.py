@@ -36,7 +36,7 @@ from ..metrics.spatial import (
     BoundaryUncertaintyConcentrationMetric,
     SpatialCalibrationErrorMetric,
 )
-from ._base import MetricHandler, output_keys
+from ._base import MetricHandler, check_output_grids, output_keys
 
 __all__ = ["BoundaryUncertaintyConcentration", "BoundaryAwareECE", "SpatialCalibrationError"]
 
@@ -68,10 +68,12 @@ class _SpatialHandler(MetricHandler):
     def update(self, output: Sequence[Any]) -> None:
         """``output`` is ``(uncertainty, pred, label)`` or a packed ``(y_pred, y)``."""
         if len(output) == 3:
+            check_output_grids(output, ("uncertainty", "pred", "label"))
             uncertainty, y_pred, y = output
             self.metric_fn(y_pred, y, uncertainty=uncertainty)
             return
         if len(output) == 2:  # the metric refuses class probabilities in place of a packed y_pred
+            check_output_grids(output, ("y_pred", "y"))
             self.metric_fn(output[0], output[1])
             return
         raise ValueError(f"output must be (uncertainty, pred, label) or (y_pred, y), got {len(output)} items")
