@@ -10,22 +10,15 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 
+from tests._ranks import free_port, run_forked_ranks
+
 WAIT_S = 90
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
@@ -74,17 +67,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
 
 
 def test_a_refused_input_on_one_rank_raises_on_every_rank(tmp_path):
-    ctx = torch.multiprocessing.start_processes(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=False,
-                                                start_method="fork")
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the ranks did not finish within {WAIT_S} s (a rank waits for another)")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+    run_forked_ranks(_worker, (2, free_port(), str(tmp_path)), 2, WAIT_S)
     res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for r in range(2):
         assert "above the int64 range" in res[r]["sum"], (r, res[r])

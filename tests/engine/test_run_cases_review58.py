@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -17,14 +16,10 @@ from typing import Any
 import pytest
 import torch
 
+from tests._ranks import free_port, run_forked_ranks
+
 WAIT_S = 90  # wall-clock limit of one multi-process run
 TIMEOUT_S = 60  # the collective timeout of the workers' group: a rank that waits for it has hung
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _worker(rank: int, world: int, port: int, what: str, out: str) -> None:
@@ -70,17 +65,7 @@ def _worker(rank: int, world: int, port: int, what: str, out: str) -> None:
 
 def _run(what: str, world: int, out: Path) -> list[dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
-    ctx = torch.multiprocessing.start_processes(_worker, args=(world, _free_port(), what, str(out)), nprocs=world,
-                                                join=False, start_method="fork")
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the {world} ranks did not finish within {WAIT_S} s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+    run_forked_ranks(_worker, (world, free_port(), what, str(out)), world, WAIT_S)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 

@@ -15,8 +15,6 @@ import json
 import math
 import os
 import shutil
-import socket
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -30,15 +28,10 @@ import torch
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
+from tests._ranks import free_port, run_forked_ranks
 
 WAIT_S = 120  # wall-clock limit of one multi-process run (a hang fails the test)
 N_FINE = 60
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _entry(rank: int, world: int, port: int, fn: Callable[[int, int, dict], Any], spec: dict) -> None:
@@ -71,17 +64,7 @@ def run_ranks(fn: Callable[[int, int, dict], Any], world: int, spec: dict) -> tu
     out.mkdir(parents=True, exist_ok=True)
     for p in out.glob("rank*"):
         p.unlink()
-    ctx = torch.multiprocessing.start_processes(_entry, args=(world, _free_port(), fn, spec), nprocs=world,
-                                                join=False, start_method="fork")
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the {world} ranks did not finish within {WAIT_S} s (a rank waits for another)")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+    run_forked_ranks(_entry, (world, free_port(), fn, spec), world, WAIT_S)
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
     return results, [(out / f"rank{r}.log").read_text() for r in range(world)]
 
@@ -401,7 +384,7 @@ def test_a_refusal_on_one_rank_only_stops_every_rank(tmp_path, command):
     else:
         argv = ["infer", "-i", str(cohort["images"]), "-o", "out", "--model", "example", "--method", "softmax",
                 "--device", "cpu", "-q"]
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     for rank, cwd in ((0, here), (1, there)):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
