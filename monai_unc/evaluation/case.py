@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..activation import TaskView
-from ..io import CaseError, CaseFiles, LoadedCase, load_case, segment_label_values, sheared_grid
+from ..io import CaseError, CaseFiles, LoadedCase, is_seg_label, load_case, segment_label_values, sheared_grid
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
 from ..metrics.discrimination import error_auprc, error_auroc
 from ..metrics.qu_brats_score import UNGRADED_WARNING, measure_max, qu_brats_regions, to_qu_brats_range
@@ -117,7 +117,7 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
     Returns:
         The loaded case (:class:`~monai_unc.io.LoadedCase`).
     """
-    seg = files.label is not None and files.label.name.lower().endswith(".dcm")  # labels of a DICOM SEG
+    seg = is_seg_label(files.label)
     if config.regions is not None:
         config.validate()  # parses the spec
         case = load_case(files, len(parse_regions(config.regions)), load_image=True, multilabel=True,

@@ -16,7 +16,7 @@ from typing import Any
 from .. import __version__
 from ..engine import CaseCache
 from ..engine.records import record_cache_hooks
-from ..io import INFER_RECORD, CaseFiles, check_volume_entry, file_sha256, volume_files
+from ..io import INFER_RECORD, CaseFiles, check_volume_entry, file_sha256, is_seg_label, volume_files
 from .case import CaseResult
 from .config import EvaluationConfig
 
@@ -252,7 +252,7 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
             fp["inputs"]["products"] = {k: v for k, v in own.items() if v}
     # the QU-BraTS brain mask; the series a DICOM SEG label is read on (its grid, and whether the SEG is of it: found
     # by hostile review 58, a class evaluation resumed with --images of another series kept the rows read on the first)
-    if config.regions is not None or files.label.name.lower().endswith(".dcm"):
+    if config.regions is not None or is_seg_label(files.label):
         fp["inputs"]["image"] = file_signature(files.image)
     return json.loads(json.dumps(fp))
 

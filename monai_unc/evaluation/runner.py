@@ -35,6 +35,7 @@ from ..io import (
     check_output_kind,
     check_reference_folder,
     clean_partial_files,
+    is_seg_label,
     load_case,
     match_cases,
 )
@@ -239,8 +240,7 @@ def check_unclaimed_labels(results: Iterable[tuple[CaseResult, CaseFiles, int]],
     for result, files, _ in results:
         for label in result.unclaimed_labels:
             found.setdefault(int(label), []).append(str(result.row["case"]))
-        label = getattr(files, "label", None)
-        from_seg |= bool(result.unclaimed_labels) and label is not None and label.name.lower().endswith(".dcm")
+        from_seg |= bool(result.unclaimed_labels) and is_seg_label(getattr(files, "label", None))
     if not found or config.regions is None:
         return
     if not config.ignore_unclaimed_labels:
@@ -498,7 +498,7 @@ def _check_seg_options(cases: Sequence[CaseFiles], config: EvaluationConfig) -> 
     """
     given = [name for name, value in (("seg_label_values", config.seg_label_values),
                                       ("seg_regions", config.seg_regions)) if value]
-    if given and not any(str(c.label).lower().endswith(".dcm") for c in cases):
+    if given and not any(is_seg_label(c.label) for c in cases):
         raise parameter_error(ValueError(f"{given[0]} reads labels given as DICOM SEG (<case>.dcm), but no label of "
                                          "the cohort is one"), given[0])
 

@@ -74,6 +74,7 @@ except ImportError:  # the standard library's gzip, through nibabel
 
 __all__ = [
     "volume_files",
+    "is_seg_label",
     "input_digests",
     "changed_inputs",
     "check_case_ids_fit_folder",
@@ -1275,7 +1276,7 @@ def match_cases(
                              what="labels folder")
     if not label_files:
         raise CaseError(f"no label volume found in {labels}")
-    seg_labels = sorted(c for c, p in label_files.items() if p.name.lower().endswith(".dcm"))
+    seg_labels = sorted(c for c, p in label_files.items() if is_seg_label(p))
     if seg_labels and images is None:
         raise CaseError(f"the labels in {labels} are DICOM SEG objects (e.g. {label_files[seg_labels[0]].name}): "
                         "give --images, the folder of the cases' DICOM series (a SEG is read on its series' grid)")
@@ -1899,6 +1900,26 @@ def _read_simpleitk(path: Path, error: BaseException) -> tuple[np.ndarray, np.nd
     return data, affine
 
 
+
+def is_seg_label(path: str | os.PathLike | None) -> bool:
+    """Whether a reference label file is a binary DICOM SEG (``<case>.dcm``, the ending in any case; None: no label).
+
+    The one test of the label folders (:func:`match_cases`), :func:`read_label` and the evaluation (segment label
+    values, the series a SEG is read on).
+
+    Args:
+        path: the label file, or None.
+
+    Returns:
+        True for a ``.dcm`` file name.
+
+    Example:
+        >>> is_seg_label("labels/case1.DCM"), is_seg_label("labels/case1.nii.gz"), is_seg_label(None)
+        (True, False, False)
+    """
+    return path is not None and Path(path).name.lower().endswith(".dcm")
+
+
 def read_label(
     files: CaseFiles, seg_regions: Mapping[str, Sequence[int]] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -1936,7 +1957,7 @@ def read_label(
         ...     data.shape
         (1, 4, 5, 6)
     """
-    if not files.label.name.lower().endswith(".dcm"):
+    if not is_seg_label(files.label):
         # the stored integers (dtype=None): float32 holds integers only up to 2**24, and a label 16777217 read as
         # float32 was 16777216, another structure's label (found by hostile testing)
         return read_volume(files.label, dtype=None)

@@ -68,6 +68,7 @@ from ..io import (
     case_image_files,
     csv_text,
     input_folder,
+    is_seg_label,
     load_case,
     output_lock,
     owned_folder,
@@ -758,7 +759,7 @@ def load_figure_case(files: CaseFiles, measure: str, num_classes: int | None, lo
     try:
         case = load_case(files, num_classes, load_image=load_image, multilabel=multilabel,
                          seg_regions=seg_regions if multilabel else None)
-        if seg_label_values is not None and files.label is not None and files.label.name.lower().endswith(".dcm"):
+        if seg_label_values is not None and is_seg_label(files.label):
             case.label = segment_label_values(case.label, seg_label_values, files.case_id)
         return case
     except (OSError, ValueError) as e:  # one line on the page for this case, not a page that fails whole
