@@ -146,12 +146,6 @@ def _gaussian_1d(kernel_size: int, sigma: float, step: float) -> torch.Tensor:
     return g / g.sum()
 
 
-#: target dtypes whose soft targets are computed in float32 and rounded once to the dtype: accumulated in bfloat16,
-#: the separable form's targets were off by up to 1.2e-2 (three of bfloat16's steps near 1; float16 1.0e-3), the
-#: direct convolution's by 2.6e-3; rounded once, at most half a step (2.0e-3 / 2.4e-4)
-_HALF_DTYPES = (torch.float16, torch.bfloat16)
-
-
 def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """Soft targets of SVLS: each channel of a one-hot (or soft) target convolved with the kernel.
 
@@ -176,8 +170,12 @@ def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
         (0.5, True)
     """
     _check_channel_first(onehot, "onehot")
-    if onehot.dtype in _HALF_DTYPES:  # computed in float32, rounded once (see _HALF_DTYPES)
-        return svls_targets(onehot.float(), kernel).to(onehot.dtype)
+    acc = _accumulation_dtype(onehot.dtype)
+    if acc != onehot.dtype:
+        # float16 / bfloat16 targets computed in float32 and rounded once: accumulated in bfloat16, the separable form's
+        # targets were off by up to 1.2e-2 (three of bfloat16's steps near 1; float16 1.0e-3), the direct
+        # convolution's by 2.6e-3; rounded once, at most half a step (2.0e-3 / 2.4e-4)
+        return svls_targets(onehot.to(acc), kernel).to(onehot.dtype)
     dims = onehot.ndim - 2
     if not isinstance(kernel, torch.Tensor):  # an AttributeError on kernel.ndim before (hostile review 56)
         raise TypeError(f"kernel must be a torch.Tensor (from svls_kernel), got {type(kernel).__name__}")
@@ -230,8 +228,9 @@ def svls_targets_separable(
         True
     """
     _check_channel_first(onehot, "onehot")
-    if onehot.dtype in _HALF_DTYPES:  # computed in float32, rounded once (see _HALF_DTYPES)
-        return svls_targets_separable(onehot.float(), kernel_size, sigma, spacing).to(onehot.dtype)
+    acc = _accumulation_dtype(onehot.dtype)
+    if acc != onehot.dtype:  # in float32, rounded once, as svls_targets
+        return svls_targets_separable(onehot.to(acc), kernel_size, sigma, spacing).to(onehot.dtype)
     dims = onehot.ndim - 2
     kernel = svls_kernel(dims, kernel_size, sigma, spacing, dtype=torch.float64)  # checks the arguments
     steps = spacing_steps(spacing, dims)
