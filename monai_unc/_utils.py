@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export work
 
 __all__ = [
     "argmax",
+    "stated_affine",
     "real_array",
     "check_nonnegative",
     "foreground_masks",
@@ -213,6 +214,28 @@ def keep_meta(result: Any, reference: Any) -> Any:
     if hasattr(reference, "is_batch"):
         out.is_batch = reference.is_batch
     return out
+
+
+
+def stated_affine(affine: Any) -> np.ndarray | None:
+    """A MetaTensor's ``(4, 4)`` affine as float64, or None where it states no grid.
+
+    None for an affine of another shape (a batch's ``(B, 4, 4)`` is split by the caller) and for MONAI's default
+    identity, which a MetaTensor built without geometry carries and which says nothing about where its voxels lie.
+    The one reading of the transforms' and the handlers' same-grid checks.
+
+    Args:
+        affine: a tensor or array.
+
+    Returns:
+        The ``(4, 4)`` float64 matrix, or None.
+
+    Example:
+        >>> stated_affine(torch.eye(4)) is None, float(stated_affine(np.diag([2.0, 2.0, 3.0, 1.0]))[2, 2])
+        (True, 3.0)
+    """
+    a = np.asarray(torch.as_tensor(affine).detach().cpu(), dtype=np.float64)
+    return None if a.shape != (4, 4) or np.array_equal(a, np.eye(4)) else a
 
 
 def to_numpy(x: Any, name: str) -> np.ndarray:

@@ -68,6 +68,7 @@ from ._utils import (
     exceeds,
     keep_meta,
     real_number,
+    stated_affine,
     to_tensor,
 )
 from .aggregation import aggregate, canonical_method, check_method_options
@@ -175,9 +176,8 @@ def _check_same_grid(a: Any, b: Any, name_a: str, name_b: str) -> None:
     """
     if not (isinstance(a, MetaTensor) and isinstance(b, MetaTensor)) or a.shape[1:] != b.shape[1:]:
         return
-    aa, ab = (np.asarray(x.affine.detach().cpu(), dtype=np.float64) for x in (a, b))
-    eye = np.eye(4)
-    if aa.shape != (4, 4) or ab.shape != (4, 4) or np.array_equal(aa, eye) or np.array_equal(ab, eye):
+    aa, ab = stated_affine(a.affine), stated_affine(b.affine)
+    if aa is None or ab is None:
         return
     problem = grid_mismatch(aa, ab, tuple(int(n) for n in a.shape[1:]))
     if problem is not None:

@@ -6,12 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-import torch
 from monai.data import MetaTensor
 from monai.handlers.ignite_metric import IgniteMetricHandler
 
-from .._utils import check_bool, check_callable
+from .._utils import check_bool, check_callable, stated_affine
 from ..io import grid_mismatch
 
 __all__ = ["MetricHandler", "check_output_grids", "output_keys"]
@@ -84,19 +82,14 @@ def _case_grids(x: Any) -> list[tuple[Any, tuple[int, ...]]] | None:
     """``(affine, spatial shape)`` of each case of a handler input (a list of decollated cases or a batch), the affine
     None where the case carries no ``(4, 4)`` geometry (a plain tensor, or MONAI's default identity affine of a
     MetaTensor built without one); None for an input that is neither."""
-
-    def geometry(affine: Any) -> Any:
-        a = np.asarray(torch.as_tensor(affine).detach().cpu(), dtype=np.float64)
-        return None if a.shape != (4, 4) or np.array_equal(a, np.eye(4)) else a
-
     if isinstance(x, (list, tuple)):
-        return [(geometry(c.affine), tuple(c.shape[1:])) if isinstance(c, MetaTensor) else (None, ()) for c in x]
+        return [(stated_affine(c.affine), tuple(c.shape[1:])) if isinstance(c, MetaTensor) else (None, ()) for c in x]
     if isinstance(x, MetaTensor) and x.ndim >= 2:
         affine, n, spatial = x.affine, int(x.shape[0]), tuple(x.shape[2:])
         if affine.ndim == 3 and affine.shape[0] == n:
-            return [(geometry(a), spatial) for a in affine]
+            return [(stated_affine(a), spatial) for a in affine]
         if affine.ndim == 2:
-            return [(geometry(affine), spatial)] * n
+            return [(stated_affine(affine), spatial)] * n
     return None
 
 
