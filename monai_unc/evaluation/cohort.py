@@ -21,8 +21,19 @@ from typing import Any
 
 import numpy as np
 
+from .. import __version__
 from .._utils import is_count, is_finite_real, is_real, is_text_list, share_count, unique_json_keys
-from ..io import CaseFiles, atomic_write_text, cell_float, json_safe, save_state, write_csv
+from ..io import (
+    LIBRARIES_KEY,
+    VERSION_KEY,
+    CaseFiles,
+    atomic_write_text,
+    cell_float,
+    json_safe,
+    library_versions,
+    save_state,
+    write_csv,
+)
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
@@ -1137,17 +1148,21 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
 
 
 def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str | os.PathLike,
-                     config: EvaluationConfig | None = None) -> dict[str, Path]:
+                     config: EvaluationConfig | None = None, inputs: Mapping[str, Any] | None = None
+                     ) -> dict[str, Path]:
     """Write ``metrics.csv``, ``summary.json`` and the state folder (for ``monai-unc report``) atomically.
 
     ``metrics.csv`` cells are written as :func:`monai_unc.io.write_csv` writes them (NaN ``nan``, floats at full
-    precision).
+    precision). ``summary.json`` records what made its numbers: the package version (``monai_unc_version``) and
+    the versions of torch and MONAI (``library_versions``), as ``infer.json`` does, and the inputs when given.
 
     Args:
         state: the cohort state.
         summary: the cohort summary (:func:`summarize`).
         output: the evaluation folder (created if missing).
         config: the options, recorded under ``config`` in ``summary.json`` when given.
+        inputs: what was evaluated, recorded under ``inputs`` when given (``monai-unc evaluate``: the folders of the
+            predictions and the labels as absolute paths, and the predictions' layout).
 
     Returns:
         ``{"metrics": path, "summary": path, "state": folder}``.
@@ -1158,6 +1173,10 @@ def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str
     doc = dict(summary)
     if config is not None:
         doc["config"] = config.to_json()
+    if inputs is not None:
+        doc["inputs"] = dict(inputs)
+    doc[VERSION_KEY] = __version__
+    doc[LIBRARIES_KEY] = library_versions()
     paths = {
         "metrics": write_csv(output / "metrics.csv", state.sorted_rows()),
         "summary": atomic_write_text(output / "summary.json", json.dumps(json_safe(doc), indent=2) + "\n"),

@@ -572,7 +572,9 @@ def _run_evaluate(
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             summary = summarize(state, config, fitted=fitted, fit_warnings=[
                 str(w.message) for w in caught if issubclass(w.category, UserWarning)] + ([absent] if absent else []))
-            paths = write_evaluation(state, summary, output, config)
+            paths = write_evaluation(state, summary, output, config, inputs={
+                k: None if match_kwargs[k] is None else os.path.abspath(match_kwargs[k])
+                for k in ("labels", "predictions", "uncertainty", "images")} | {"layout": match_kwargs["layout"]})
             # maps/ holds the derived maps of this run's cases only (found by hostile testing: a rerun on other
             # cases, or on predictions with map files of their own, kept an earlier run's derived maps beside them)
             remove_stale_maps(maps, [{"derived": r.derived} for r, _, _ in results])

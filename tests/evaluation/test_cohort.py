@@ -255,7 +255,9 @@ def test_write_and_load_evaluation(tmp_path):
     assert paths["state"] == tmp_path / STATE_DIR and paths["metrics"].is_file()
     state, doc = load_evaluation(tmp_path)
     assert doc["config"] == json.loads(json.dumps(config.to_json()))
-    assert {k: v for k, v in doc.items() if k != "config"} == json.loads(json.dumps(summary))
+    provenance = ("config", "monai_unc_version", "library_versions")
+    assert {k: v for k, v in doc.items() if k not in provenance} == json.loads(json.dumps(summary))
+    assert doc["monai_unc_version"] and set(doc["library_versions"]) == {"monai", "torch"} and "inputs" not in doc
     _assert_same_state(state, s)
     (tmp_path / "failures.json").write_text("{}")
     with pytest.raises(ValueError, match="failed cases"):

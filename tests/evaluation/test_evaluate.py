@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 
@@ -331,6 +332,20 @@ def test_summary_against_brute_force(evaluated):
         summary["failure_detection"]["eaurc"] + _oracle_aurc(1 - dice))
     saved = json.loads(paths["summary"].read_text())
     assert saved["triage"] == summary["triage"] and saved["config"]["budget"] == 0.34
+
+
+def test_summary_records_what_made_it(evaluated, cohort):
+    import monai
+    import torch
+
+    import monai_unc
+
+    saved = json.loads(evaluated[2]["summary"].read_text())
+    assert saved["monai_unc_version"] == monai_unc.__version__
+    assert saved["library_versions"] == {"monai": monai.__version__, "torch": torch.__version__}
+    assert saved["inputs"] == {"labels": os.path.abspath(cohort["labels"]),
+                               "predictions": os.path.abspath(cohort["predictions"]), "uncertainty": None,
+                               "images": os.path.abspath(cohort["images"]), "layout": "monai-unc"}
 
 
 def _oracle_aurc(risk: np.ndarray) -> float:
