@@ -163,7 +163,9 @@ def dropout_plans(
         p: the dropout rate, in (0, 1).
         plans_name: the new plans identifier (a file stem).
         configurations: restrict the change to these configurations (a name or names; default: all with an
-            architecture).
+            architecture and those inheriting it). A configuration left out that inherits its architecture from a
+            changed one (``3d_cascade_fullres`` from ``3d_fullres``) is given its former architecture explicitly,
+            so that it keeps building its network without dropout.
 
     Returns:
         The new plans dict (the input is not changed).
@@ -228,8 +230,35 @@ def dropout_plans(
         changed += 1
     if changed == 0:
         raise ValueError("no configuration with an 'architecture' entry was found to add dropout to")
+    if configurations is not None:
+        _keep_inherited_architectures(plans["configurations"], confs, set(wanted))
     out["plans_name"] = plans_name
     return out
+
+
+def _keep_inherited_architectures(source: Mapping[str, Any], confs: dict[str, Any], changed: set[str]) -> None:
+    """Give the configurations left out of a restricted change the architecture they had, in place.
+
+    nnU-Net resolves a configuration without an ``architecture`` from the one it ``inherits_from`` (recursively), so
+    a change restricted to ``3d_fullres`` also reached ``3d_cascade_fullres`` (found by a review of the dropout
+    plans): each such configuration now states its former (source) architecture itself.
+
+    Args:
+        source: the source plans' configurations (unchanged).
+        confs: the new plans' configurations (changed in place).
+        changed: the names of the configurations given dropout.
+    """
+    for name, conf in confs.items():
+        if name in changed or "architecture" in conf:
+            continue
+        seen, parent = {name}, conf.get("inherits_from")
+        while isinstance(parent, str) and parent in source and parent not in seen:
+            seen.add(parent)
+            if "architecture" in source[parent]:
+                if parent in changed:
+                    conf["architecture"] = copy.deepcopy(source[parent]["architecture"])
+                break
+            parent = source[parent].get("inherits_from")
 
 
 def write_dropout_plans(
