@@ -1521,6 +1521,23 @@ class RateInSource(SampleSource):
             rec["iterations"].append(res.iterations.detach().cpu())
             rec["converged"].append(res.converged.detach().cpu())
 
+    def records_copy(self) -> dict[str, dict[str, list[torch.Tensor]]]:
+        """A copy of the per-call search records, to go back to with :meth:`restore_records`.
+
+        Returns:
+            ``{layer: {"rates": [...], "losses": [...], "iterations": [...], "converged": [...]}}``, new lists of the
+            recorded tensors (one per search).
+        """
+        return {k: {f: list(v) for f, v in rec.items()} for k, rec in self._records.items()}
+
+    def restore_records(self, records: dict[str, dict[str, list[torch.Tensor]]]) -> None:
+        """Go back to the records of :meth:`records_copy` (e.g. before a sliding window that is run again).
+
+        Args:
+            records: what :meth:`records_copy` returned.
+        """
+        self._records = {k: {f: list(v) for f, v in rec.items()} for k, rec in records.items()}
+
     def extra_outputs(self) -> dict[str, Any]:
         """``rate_in_rates``, ``rate_in_losses``, ``rate_in_iterations``, ``rate_in_converged``: per layer name."""
         if not self._records:

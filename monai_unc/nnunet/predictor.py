@@ -931,18 +931,37 @@ class UncertaintyPredictor(nnUNetPredictor):
                                                        "constant", {"value": 0}, True, None)
             slicers = self._internal_get_sliding_window_slicers(data.shape[1:])
             if self.perform_everything_on_device and self.device.type != "cpu":
-                try:
-                    out = self._internal_predict_sliding_window_return_logits(data, slicers, True)
-                except torch.OutOfMemoryError:
-                    print("Prediction on device ran out of memory. Moving the result buffers to the CPU")
-                    empty_cache(self.device)
-                    out = self._internal_predict_sliding_window_return_logits(data, slicers, False)
+                out = self._predict_with_buffer_fallback(data, slicers)
             else:
                 out = self._internal_predict_sliding_window_return_logits(data, slicers,
                                                                          self.perform_everything_on_device)
             empty_cache(self.device)
             revert = (Ellipsis, *slicer_revert_padding[1:])
             return {k: v[revert] for k, v in out.items()}
+
+    def _predict_with_buffer_fallback(self, data: torch.Tensor, slicers: list) -> dict[str, torch.Tensor]:
+        """The sliding window with the result buffers on the device, again with them on the CPU when it runs out.
+
+        The retry draws what the first attempt drew (found by a review of the fallback: it went on from the random
+        state the failed attempt left, so a seeded case's dropout masks, and its maps, depended on where the device
+        ran out of memory, and the Rate-In rates of the windows done before counted twice in the case's mean rate):
+        the random states and the Rate-In records are those before the first attempt.
+        """
+        devices = [self.device] if self.device.type == "cuda" else []
+        cpu_state = torch.get_rng_state()
+        device_states = [torch.cuda.get_rng_state(d) for d in devices]
+        records = None if self._rate_in is None else self._rate_in.records_copy()
+        try:
+            return self._internal_predict_sliding_window_return_logits(data, slicers, True)
+        except torch.OutOfMemoryError:
+            print("Prediction on device ran out of memory. Moving the result buffers to the CPU")
+            empty_cache(self.device)
+            torch.set_rng_state(cpu_state)
+            for d, state in zip(devices, device_states):
+                torch.cuda.set_rng_state(state, d)
+            if records is not None:
+                self._rate_in.restore_records(records)
+            return self._internal_predict_sliding_window_return_logits(data, slicers, False)
 
     # ------------------------------------------------------------------ one case, all folds
     @torch.inference_mode()
