@@ -16,6 +16,7 @@ from .._utils import check_nonnegative, is_int, is_real
 
 __all__ = [
     "REAL_TYPES",
+    "REDUCED_PRECISION",
     "ace_of_bins",
     "check_unit_target",
     "int_option",
@@ -28,6 +29,9 @@ __all__ = [
 
 #: the types of a real number option: Python or numpy (a numpy scalar as MONAI accepts it), not a bool
 REAL_TYPES = (int, float, np.integer, np.floating)
+#: the dtypes the losses compute and accumulate in float32 (an 8- or 11-bit mantissa stops a count at 256 or 2048,
+#: and float16 overflows above 65504)
+REDUCED_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def real_option(value: object, name: str, what: str) -> float:

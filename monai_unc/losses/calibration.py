@@ -34,6 +34,7 @@ from torch.nn.modules.loss import _Loss
 
 from .._utils import check_bool
 from ._common import (
+    REDUCED_PRECISION,
     ace_of_bins,
     check_unit_target,
     int_option,
@@ -62,8 +63,6 @@ __all__ = [
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
-#: the logits' dtypes that the losses compute in float32 (:func:`_upcast`)
-_REDUCED_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def _check_reduction(reduction: Any) -> str:
@@ -161,7 +160,7 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
     if to_onehot_y:
         onehot = torch.zeros_like(z, memory_format=torch.contiguous_format).scatter_(1, t.long(), 1.0)
         return z, onehot
-    if z.dtype in _REDUCED_PRECISION and t.is_floating_point() and t.dtype != z.dtype:
+    if z.dtype in REDUCED_PRECISION and t.is_floating_point() and t.dtype != z.dtype:
         # found by hostile testing: a float32 soft target of 0.3 became 0.30078 for bfloat16 logits, the SVLS and
         # L1-ACE losses 1e-3 off the loss of the same logits in float64 (float16: 2e-4)
         return z, t.to(torch.float32)
@@ -225,7 +224,7 @@ def check_finite_loss(
 
 def _upcast(z: torch.Tensor, target: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Float16 / bfloat16 logits (and a floating target) as float32; other dtypes unchanged (module docstring)."""
-    if z.dtype not in _REDUCED_PRECISION:
+    if z.dtype not in REDUCED_PRECISION:
         return z, target
     if target is not None and target.is_floating_point():
         target = target.float()

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from .._utils import check_bool, no_autocast, sum_f64
 from . import _cpu_kernel as _svls_cpu
 from ._common import (
+    REDUCED_PRECISION,
     ace_of_bins,
     check_unit_target,
     int_option,
@@ -49,11 +50,6 @@ __all__ = [
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
-# the dtypes whose sums are accumulated in float32 (an 8- or 11-bit mantissa stops a count at 256 or 2048, and
-# float16 overflows above 65504)
-_REDUCED_PRECISION = (torch.float16, torch.bfloat16)
-
-
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype in which sums over voxels of ``dtype`` values are accumulated: float32 for float16 / bfloat16.
 
@@ -63,7 +59,7 @@ def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     Returns:
         ``torch.float32`` for float16 and bfloat16, else ``dtype``.
     """
-    return torch.float32 if dtype in _REDUCED_PRECISION else dtype
+    return torch.float32 if dtype in REDUCED_PRECISION else dtype
 
 
 def _check_channel_first(x: torch.Tensor, name: str) -> None:
