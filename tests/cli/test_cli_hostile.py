@@ -22,7 +22,6 @@ import multiprocessing
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import torch
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
 from tests._cases import TOY_NET
+from tests._ranks import free_port
 
 NET = TOY_NET
 NET2 = dict(NET, in_channels=2)  # for the multi-channel (CASE_0000, CASE_0001) cohort
@@ -700,11 +700,6 @@ def test_permission_denied_output_is_one_line_for_every_command(d):
 
 
 # ------------------------------------------------------------------------------------------------ torchrun
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _rank_worker(rank: int, world: int, port: int, calls: list[list[str]], log_dir: str) -> None:
     """One rank of a torchrun-style group running each CLI call; records exit status and stderr per call."""
@@ -740,7 +735,7 @@ def test_two_ranks_refuse_bad_inputs_with_one_line_each_and_no_hang(d, tmp_path)
         _evaluate(d["labels"], d["predictions"], d["root"] / "afile" / "e2"),
     ]
     ctx = multiprocessing.get_context("fork")  # the workers reuse the imported modules
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_rank_worker, args=(r, 2, port, calls, str(tmp_path))) for r in range(2)]
     for p in procs:
         p.start()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from monai_unc.engine import (
     shard,
 )
 from monai_unc.io import atomic_save_npz
+from tests._ranks import free_port
 
 
 @dataclass(frozen=True)
@@ -263,11 +263,6 @@ def test_cache_checks_its_arguments(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ two gloo ranks
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
@@ -309,7 +304,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
 
 @pytest.mark.slow
 def test_two_gloo_ranks_run_the_engine(tmp_path):
-    torch.multiprocessing.start_processes(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True,
+    torch.multiprocessing.start_processes(_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True,
                                           start_method="fork")
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
     ids = sorted(it.case_id for it in ITEMS)

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +49,7 @@ from monai_unc.engine import (
 from monai_unc.evaluation import read_shifts
 from tests._cases import TOY_NET
 from tests._paths import ROOT
+from tests._ranks import free_port
 
 N_CASES = 7  # odd: the shards of 2 ranks differ in size
 BAD = "toy003"  # sorted position 3: rank 1 of 2 (round-robin)
@@ -345,11 +345,6 @@ def test_torchrun_evaluate_equals_single_process(data, reference, tmp_path):
     assert len(list((out / "state" / "cases").glob("*.json"))) == N_CASES
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _metric_data(n: int = 5, seed: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
@@ -480,7 +475,7 @@ def test_two_gloo_ranks_cli_faults_resume_and_metric_classes(data, reference, tm
         "bad_probs": str(bad_pred / f"{BAD}_probs.nii.gz"),
     }
     # fork: the workers reuse the imported modules (spawn would import torch and MONAI again in each)
-    torch.multiprocessing.start_processes(_worker, args=(2, _free_port(), spec), nprocs=2, join=True,
+    torch.multiprocessing.start_processes(_worker, args=(2, free_port(), spec), nprocs=2, join=True,
                                           start_method="fork")
     r0, r1 = (json.loads((out / f"rank{r}.json").read_text()) for r in range(2))
     logs = [(out / f"rank{r}.log").read_text() for r in range(2)]

@@ -13,7 +13,6 @@ Found by hostile testing:
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from datetime import timedelta
@@ -23,12 +22,7 @@ import pytest
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.engine import get_dist_context, read_dist_env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests._ranks import free_port
 
 
 @pytest.fixture
@@ -54,7 +48,7 @@ def test_a_plain_command_under_a_world_size_stops_in_one_line_instead_of_waiting
         argv = ["infer", "-i", str(cohort["images"]), "-o", str(tmp_path / "o"), "--model", "example", "--method",
                 "softmax", "--device", "cpu", "-q"]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
-    env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1")
+    env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
     try:  # a subprocess: the unfixed code waits for the other rank, which fails the test instead of blocking it
         r = subprocess.run([sys.executable, "-m", "monai_unc.cli", *argv], env=env, capture_output=True, text=True,
                            timeout=90)
@@ -74,7 +68,7 @@ def test_a_bad_collective_timeout_is_one_line_naming_the_variable(cohort, tmp_pa
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     with pytest.raises(ValueError, match="environment variable MONAI_UNC_DIST_TIMEOUT must be a number of seconds"):
         get_dist_context()  # refused before it waits for the other rank
     rc = cli.main(["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o",
@@ -134,7 +128,7 @@ def test_a_job_started_with_fewer_processes_says_it_waits_and_stops_in_one_line(
     then ended with torch's DistStoreError traceback. It says on stderr that it waits, and stops in one line."""
     argv = ["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", str(tmp_path / "o"), "-q"]
     env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
-    port = _free_port()
+    port = free_port()
     env.update(WORLD_SIZE="2", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
                MONAI_UNC_DIST_TIMEOUT="4")
     r = subprocess.run([sys.executable, "-m", "monai_unc.cli", *argv], env=env, capture_output=True, text=True,

@@ -11,26 +11,21 @@ fails the test.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
+from tests._ranks import free_port
 
 WAIT_S = 180
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def _ranks(per_rank: list[tuple[list[str], Path]]) -> list[tuple[int, list[str]]]:
     """Run ``monai_unc.cli`` once per rank (argv, working folder); ``[(exit status, stderr lines)]`` in rank order."""
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     for rank, (argv, cwd) in enumerate(per_rank):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(len(per_rank)), "LOCAL_RANK": str(rank),

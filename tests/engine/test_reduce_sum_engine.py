@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -13,14 +12,10 @@ import pytest
 import torch.multiprocessing as mp
 
 from monai_unc.engine import DistContext, all_reduce_sum, destroy_dist_context, get_dist_context
+from tests._ranks import free_port
 
 BIG = 2**62 + 7
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank(rank: int, port: int, out: str) -> None:
@@ -41,7 +36,7 @@ def _rank(rank: int, port: int, out: str) -> None:
 
 
 def test_int64_sum_beyond_the_range_raises_on_every_rank(tmp_path):
-    mp.start_processes(_rank, args=(_free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
+    mp.start_processes(_rank, args=(free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for res in got:
         # 2 * (2**62 + 7) is above 2**63 - 1: before the fix [2, -9223372036854775794]

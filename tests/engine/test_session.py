@@ -4,7 +4,6 @@ stderr line on rank 0 and ``CohortFailed``. One process: gloo groups of world si
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -13,16 +12,11 @@ import torch.distributed as dist
 import monai_unc.engine.session as session_module
 from monai_unc.engine import CaseFailure, CasesFailed, DistContext, cohort_session, run_cases
 from monai_unc.workflows.session import CohortFailed, CommandResult, command_session, failed_cases_message, run_command
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests._ranks import free_port
 
 
 def _init_group() -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
 
 
 @pytest.fixture
@@ -30,7 +24,7 @@ def no_group(monkeypatch) -> Iterator[None]:
     """A single process as torchrun describes one (world size 1), and no group left behind by a test."""
     for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     assert not dist.is_initialized()
     yield
     if dist.is_initialized():

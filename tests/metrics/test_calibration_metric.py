@@ -3,7 +3,6 @@
 import math
 import os
 import re
-import socket
 import warnings
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from monai_unc.metrics.calibration import (
 )
 from monai_unc.report.reliability import plot_reliability_diagram
 from tests._paths import ROOT
+from tests._ranks import free_port
 
 DOCS = ROOT / "docs"
 
@@ -96,11 +96,6 @@ def test_handler_records_every_metric():
     assert "calib" not in engine.state.metric_details
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _rank_worker(rank, world, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -123,7 +118,7 @@ def _rank_worker(rank, world, port, out_dir):
 def test_metric_reduces_across_ranks(tmp_path):
     # fork: the children reuse the imported modules (spawn would re-import torch and MONAI in each)
     torch.multiprocessing.start_processes(
-        _rank_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True, start_method="fork"
+        _rank_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True, start_method="fork"
     )
     result = torch.load(tmp_path / "result.pt")
     data = batches(n_batches=4, seed=11)

@@ -6,13 +6,13 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from monai_unc.io.provenance import rule_digest
+from tests._ranks import free_port
 
 
 def make_rule(calibration: Sequence[float], target: float = 0.1, risk: str = "failure", tag: str = "") -> dict:
@@ -45,11 +45,6 @@ def write_triage(folder: Path, rule: dict, cases: Sequence[dict], images: dict[s
     return folder
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def postgres_binaries() -> Path | None:
     """The folder of initdb and pg_ctl, or None."""
@@ -74,7 +69,7 @@ def postgres_server() -> Iterator[str]:
         raise RuntimeError("no PostgreSQL server binaries (initdb, pg_ctl)")
     root = Path(tempfile.mkdtemp(prefix="monai-unc-pg-"))
     data = root / "data"
-    port = _free_port()
+    port = free_port()
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     run_as = ["runuser", "-u", "nobody", "--"] if as_root else []
     if as_root:
