@@ -1,0 +1,60 @@
+"""Hostile review 59 of the less-reviewed metrics (ambiguity, spatial, boundary, overlap, compare, casewise, quality,
+monitoring, lesions): the defects found, each against values computed another way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monai_unc.metrics import (
+    boundary_aware_ece,
+    boundary_uncertainty_concentration,
+    compare_uncertainty_maps,
+    spatial_calibration_error,
+)
+
+
+def _thin_cases(n: int = 4) -> tuple[list, list, list, list]:
+    """``n`` 3-D cases of one slice, ``(1, H, W)``: uncertainty maps a and b, predictions, references."""
+    rng = np.random.default_rng(59)
+    target = np.zeros((1, 32, 40), np.int64)
+    target[0, 10:18, 12:24] = 1
+    preds, maps_a, maps_b = [], [], []
+    for i in range(n):
+        pred = target.copy()
+        pred[0, 18, 12:12 + i + 1] = 1  # a wrong row of i + 1 voxels below the object
+        preds.append(pred)
+        maps_a.append(rng.random((1, 32, 40)))
+        maps_b.append(rng.random((1, 32, 40)))
+    return maps_a, maps_b, preds, [target] * n
+
+
+@pytest.mark.parametrize("spacing", [(3.0, 1.0, 0.5), [(3.0, 1.0, 0.5), (2.0, 0.7, 0.7), (1.0, 1.0, 2.0),
+                                                           (5.0, 0.5, 1.5)]])
+def test_compare_scores_one_slice_volumes_with_their_3d_spacing(spacing):
+    """A list of 3-D cases of one slice, ``(*spatial)`` = ``(1, H, W)``, with one spacing value per axis.
+
+    ``compare_uncertainty_maps`` took the slice axis for a channel and dropped it, so the three spacing values met a
+    2-D map and the comparison was refused (``ValueError: spacing must have 2 values``); every value must be the
+    metric's own on the 3-D case with that spacing.
+    """
+    maps_a, maps_b, preds, targets = _thin_cases()
+    res = compare_uncertainty_maps(["SPACE", "BUC", "BA-ECE"], maps_a, maps_b, pred=preds, target=targets,
+                                   spacing=spacing)
+    rows = np.broadcast_to(np.asarray(spacing, float), (len(preds), 3))
+    for name, fn in (("SPACE", spatial_calibration_error), ("BUC", boundary_uncertainty_concentration),
+                     ("BA-ECE", boundary_aware_ece)):
+        for values, maps in ((res.metrics[name].values_a, maps_a), (res.metrics[name].values_b, maps_b)):
+            expected = [float(fn(u, p, t, spacing=tuple(sp))[0]) for u, p, t, sp in zip(maps, preds, targets, rows)]
+            assert np.isfinite(values).all()
+            np.testing.assert_allclose(values, expected, rtol=0, atol=1e-15)
+
+
+def test_compare_still_drops_the_channel_of_2d_cases():
+    """2-D cases with a channel axis, ``(1, H, W)``, and a spacing of two values are still read as 2-D."""
+    maps_a, maps_b, preds, targets = _thin_cases()
+    res = compare_uncertainty_maps(["SPACE", "BA-ECE"], maps_a, maps_b, pred=preds, target=targets,
+                                   spacing=(1.0, 0.5))
+    expected = [float(spatial_calibration_error(u[0], p[0], t[0], spacing=(1.0, 0.5))[0])
+                for u, p, t in zip(maps_a, preds, targets)]
+    np.testing.assert_allclose(res.metrics["SPACE"].values_a, expected, rtol=0, atol=1e-15)
