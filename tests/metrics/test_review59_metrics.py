@@ -58,3 +58,41 @@ def test_compare_still_drops_the_channel_of_2d_cases():
     expected = [float(spatial_calibration_error(u[0], p[0], t[0], spacing=(1.0, 0.5))[0])
                 for u, p, t in zip(maps_a, preds, targets)]
     np.testing.assert_allclose(res.metrics["SPACE"].values_a, expected, rtol=0, atol=1e-15)
+
+
+def _boundary_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    target = np.zeros((1, 1, 16, 16), np.int64)
+    target[..., 4:12, 4:12] = 1
+    pred = target.copy()
+    pred[..., 4:12, 12] = 1  # a wrong column
+    uncertainty = np.zeros((1, 1, 16, 16))
+    uncertainty[..., 3:13, 3:14] = 0.4  # uncertain around the object
+    return uncertainty, pred, target
+
+
+@pytest.mark.parametrize("fn", [boundary_aware_ece, spatial_calibration_error])
+def test_ba_ece_and_space_warn_about_a_map_below_zero(fn):
+    """BA-ECE and SPACE compare the map with error rates in [0, 1] and warn when it leaves that scale.
+
+    They warned above 1 (an entropy in nats) but scored a map with negative values (a log-scale score, a centred map)
+    without a word: the same map shifted by -0.5 gave a larger, meaningless value.
+    """
+    u, pred, target = _boundary_case()
+    with pytest.warns(UserWarning, match="below 0"):
+        shifted = fn(u - 0.5, pred, target)
+    assert float(shifted[0]) > float(fn(u, pred, target)[0])
+
+
+@pytest.mark.parametrize("fn", [boundary_aware_ece, spatial_calibration_error])
+def test_ba_ece_and_space_take_rounding_below_zero_quietly(fn):
+    """A map on [0, 1] whose rounding reaches slightly below 0 (mutual information of -1e-9) is no scale error."""
+    import warnings
+
+    u, pred, target = _boundary_case()
+    u[..., 0, 0] = -1e-9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fn(u, pred, target)
+    with warnings.catch_warnings():  # normalize=True rescales the map first: nothing to warn about
+        warnings.simplefilter("error")
+        boundary_aware_ece(u - 0.5, pred, target, normalize=True)
