@@ -96,3 +96,39 @@ def test_ba_ece_and_space_take_rounding_below_zero_quietly(fn):
     with warnings.catch_warnings():  # normalize=True rescales the map first: nothing to warn about
         warnings.simplefilter("error")
         boundary_aware_ece(u - 0.5, pred, target, normalize=True)
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "uint64"])
+@pytest.mark.parametrize("metric_name", ["BoundaryUncertaintyConcentrationMetric", "BoundaryAwareECEMetric",
+                                         "SpatialCalibrationErrorMetric"])
+def test_spatial_metric_classes_take_uint32_and_uint64_label_maps(dtype, metric_name):
+    """The metric classes packed a uint32 / uint64 prediction with ``torch.aminmax``, which torch lacks for them.
+
+    ``NotImplementedError: "aminmax_cpu" not implemented for 'UInt32'`` where the functions take such maps (a label
+    NIfTI stored as uint32, loaded with ``LoadImage(dtype=None)``); the values must be the functions' own.
+    """
+    import torch
+
+    import monai_unc.metrics as m
+
+    u, pred, target = (torch.from_numpy(x) for x in _boundary_case())
+    label = pred.to(getattr(torch, dtype))
+    cls = getattr(m, metric_name)
+    fn = {"BoundaryUncertaintyConcentrationMetric": boundary_uncertainty_concentration,
+          "BoundaryAwareECEMetric": boundary_aware_ece, "SpatialCalibrationErrorMetric": spatial_calibration_error}
+    got = cls()(y_pred=label, y=target, uncertainty=u)
+    expected = fn[metric_name](u, pred, target)
+    assert torch.equal(got.reshape(-1), expected.reshape(-1))
+
+
+def test_spatial_metric_class_names_a_uint64_label_beyond_float64():
+    """A uint64 label of 2**63 or more is refused naming its value, not read as the negative int64 of its bits."""
+    import torch
+
+    from monai_unc.metrics import BoundaryAwareECEMetric
+
+    u, pred, target = (torch.from_numpy(x) for x in _boundary_case())
+    label = pred.to(torch.uint64)
+    label.view(torch.int64)[0, 0, 0, 0] = -1  # the bits of 2**64 - 1
+    with pytest.raises(ValueError, match=str(2**64 - 1)):
+        BoundaryAwareECEMetric()(y_pred=label, y=target, uncertainty=u)
