@@ -132,3 +132,27 @@ def test_spatial_metric_class_names_a_uint64_label_beyond_float64():
     label.view(torch.int64)[0, 0, 0, 0] = -1  # the bits of 2**64 - 1
     with pytest.raises(ValueError, match=str(2**64 - 1)):
         BoundaryAwareECEMetric()(y_pred=label, y=target, uncertainty=u)
+
+
+def test_monitoring_takes_bfloat16_tensors():
+    """The monitoring statistics read a bfloat16 tensor (autocast output) as the float32 values it holds.
+
+    ``numpy.asarray`` refused it (``TypeError: scores must be a sequence of numbers: Got unsupported ScalarType
+    BFloat16``), as it refuses a CUDA tensor, where every other metric of the package reads both (``to_numpy``).
+    """
+    import torch
+
+    from monai_unc.metrics.monitoring import conformal_pvalues, risk_lower_bound, risk_test, score_martingale
+
+    rng = np.random.default_rng(0)
+    scores = torch.tensor(np.r_[rng.normal(0, 1, 60), rng.normal(2, 1, 60)], dtype=torch.bfloat16)
+    reference = torch.tensor(rng.normal(0, 1, 80), dtype=torch.bfloat16)
+    as_numpy = scores.float().numpy(), reference.float().numpy()
+    np.testing.assert_array_equal(conformal_pvalues(scores, reference), conformal_pvalues(*as_numpy))
+    got, want = score_martingale(scores, reference), score_martingale(*as_numpy)
+    np.testing.assert_array_equal(got.log_martingale, want.log_martingale)
+    assert got.alarm == want.alarm
+    losses = torch.tensor((rng.uniform(size=200) < 0.3).astype(float), dtype=torch.bfloat16)
+    plain = losses.float().numpy()
+    np.testing.assert_array_equal(risk_test(losses, 0.1).log_eprocess, risk_test(plain, 0.1).log_eprocess)
+    np.testing.assert_array_equal(risk_lower_bound(losses, 0.1, 0.05), risk_lower_bound(plain, 0.1, 0.05))
