@@ -859,9 +859,14 @@ def _case_list(x: Any, name: str) -> list[Any]:
     raise TypeError(f"{name} must be a batch array or a sequence of per-case arrays, got {type(x).__name__}")
 
 
-def _squeeze_channel(x: Any) -> Any:
-    """Drop a leading singleton channel: ``(1, *spatial) -> (*spatial)`` for 2D/3D maps."""
-    if x.ndim in (3, 4) and x.shape[0] == 1:
+def _squeeze_channel(x: Any, spacing: Any = None) -> Any:
+    """Drop a leading singleton channel: ``(1, *spatial) -> (*spatial)`` for 2D/3D maps.
+
+    Not when ``spacing`` (the case's) holds one value per axis of ``x``: ``x`` is then a 3-D case of one slice, whose
+    first axis is spatial (found by hostile review 59: such a case was read as 2-D and its three spacing values
+    refused).
+    """
+    if x.ndim in (3, 4) and x.shape[0] == 1 and not (np.ndim(spacing) == 1 and len(spacing) == x.ndim):
         return x[0]
     return x
 
@@ -981,14 +986,14 @@ def compare_uncertainty_maps(
     values_a = {n: np.empty(n_cases) for n in fns}
     values_b = {n: np.empty(n_cases) for n in fns}
     for i in range(n_cases):
-        ua, ub = _squeeze_channel(a_list[i]), _squeeze_channel(b_list[i])
-        p, t = _squeeze_channel(p_list[i]), _squeeze_channel(t_list[i])
+        sp = tuple(sp_arr[i]) if per_case_spacing else spacing
+        ua, ub = _squeeze_channel(a_list[i], sp), _squeeze_channel(b_list[i], sp)
+        p, t = _squeeze_channel(p_list[i], sp), _squeeze_channel(t_list[i], sp)
         if tuple(ua.shape) != tuple(ub.shape) or tuple(ua.shape) != tuple(p.shape) or tuple(p.shape) != tuple(t.shape):
             raise ValueError(
                 f"case {i}: maps and labels must share one spatial shape, got {tuple(ua.shape)}, {tuple(ub.shape)}, "
                 f"{tuple(p.shape)}, {tuple(t.shape)}"
             )
-        sp = tuple(sp_arr[i]) if per_case_spacing else spacing
         for n, fn in fns.items():
             values_a[n][i] = float(fn(ua, p, t, spacing=sp))
             values_b[n][i] = float(fn(ub, p, t, spacing=sp))

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
+import torch
 
-from .._utils import real_array
+from .._utils import real_array, to_numpy
 
 __all__ = [
     "JUMPER_RATE",
@@ -79,7 +80,8 @@ def _vector(x: object, name: str, allow_nan: bool = True) -> np.ndarray:
     if isinstance(x, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of numbers, got {type(x).__name__}")
     try:
-        raw = np.asarray(x)
+        # a tensor by to_numpy: numpy.asarray refused a bfloat16 (autocast) or CUDA one (found by hostile review 59)
+        raw = to_numpy(x, name) if isinstance(x, torch.Tensor) else np.asarray(x)
     except (TypeError, ValueError) as e:
         raise TypeError(f"{name} must be a sequence of numbers: {e}") from None
     # not a float64 cast of whatever came: it parsed text ("0.5") and dropped the imaginary part of complex values

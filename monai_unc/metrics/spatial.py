@@ -166,21 +166,25 @@ def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
     return out, batched
 
 
-#: how far above 1 an uncertainty map compared with error rates may reach before BA-ECE and SPACE warn: a map on [0, 1]
-#: rounded to bfloat16 reaches 1 + 2**-7; an entropy in nats of 3 or more classes reaches log 3 = 1.0986
+#: how far outside [0, 1] an uncertainty map compared with error rates may reach before BA-ECE and SPACE warn: a map on
+#: [0, 1] rounded to bfloat16 reaches 1 + 2**-7 (and a mutual information rounded below 0, -1e-8 or so); an entropy in
+#: nats of 3 or more classes reaches log 3 = 1.0986
 _UNIT_SCALE_SLACK = 0.01
 
 
-def _warn_above_one(u: Array, metric: str) -> None:
+def _warn_off_scale(u: Array, metric: str) -> None:
     """Warn when the uncertainty leaves [0, 1], the scale of the error rates BA-ECE and SPACE compare it with.
 
     An entropy in nats (the ``predictive_entropy`` of an inferer built without ``normalize=True``, which the ignite
-    handlers read by default) reaches ``log C``: 1.386 for 4 classes, and BA-ECE came out above 1 without a word.
+    handlers read by default) reaches ``log C``: 1.386 for 4 classes, and BA-ECE came out above 1 without a word. A map
+    with negative values (a log-scale score, a centred map) was scored without a word too (found by hostile review 59:
+    the doubled gap ``|u - e|`` of a map shifted by -0.5 read as a poorly calibrated one).
     """
-    top = float(u.max())
-    if top > 1.0 + _UNIT_SCALE_SLACK:
+    top, low = float(u.max()), float(u.min())
+    if top > 1.0 + _UNIT_SCALE_SLACK or low < -_UNIT_SCALE_SLACK:
+        where = f"{top:.4g}, above 1" if top > 1.0 + _UNIT_SCALE_SLACK else f"{low:.4g}, below 0"
         warnings.warn(
-            f"{metric}: the uncertainty reaches {top:.4g}, above 1; {metric} compares it with error rates in [0, 1], "
+            f"{metric}: the uncertainty reaches {where}; {metric} compares it with error rates in [0, 1], "
             "so pass a map on that scale (entropy or mutual information divided by log C, 1 - max p)"
             + (" or normalize=True" if metric == "BA-ECE" else ""),
             UserWarning,
@@ -713,7 +717,8 @@ def boundary_aware_ece(
     ``1 / (mean_i d + mean(spacing) / 2)``, normalised over the non-empty bands.
 
     The uncertainty is compared with error rates as is: it should live on a [0, 1] scale (normalised entropy,
-    ``1 - max p``, ...); a map that reaches above 1.01 (an entropy in nats) is scored with a ``UserWarning``.
+    ``1 - max p``, ...); a map that reaches above 1.01 (an entropy in nats) or below -0.01 (a log-scale score) is
+    scored with a ``UserWarning``.
     ``normalize=True`` rescales each case's map to [0, 1] by its min and max first.
 
     Reference: Zeevi, Lieffrig, Staib, Onofrey: *Spatially-Aware Evaluation of Segmentation Uncertainty*.
@@ -760,7 +765,7 @@ def boundary_aware_ece(
     return_bands = check_bool(return_bands, "return_bands")
     u, p, t, _ = _prepare(uncertainty, pred, target)
     if not normalize:
-        _warn_above_one(u, "BA-ECE")
+        _warn_off_scale(u, "BA-ECE")
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [
         _baece_case(u[i], p[i], t[i], sps[i], int(n_bands), max_distance, normalize, backend) for i in range(u.shape[0])
@@ -794,7 +799,7 @@ def spatial_calibration_error(
 
     Args:
         uncertainty: ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D, on the scale of an error rate (a map that
-            reaches above 1.01, such as an entropy in nats, is scored with a ``UserWarning``).
+            reaches above 1.01, such as an entropy in nats, or below -0.01 is scored with a ``UserWarning``).
         pred: predicted label map (or probabilities / one-hot, reduced by argmax), ``(B, 1, *spatial)`` or
             ``(*spatial)``; see the module docstring.
         target: reference label map, same conventions.
@@ -830,7 +835,7 @@ def spatial_calibration_error(
     check_truncate(truncate)
     return_map = check_bool(return_map, "return_map")  # a string "false" (bundle override) is truthy
     u, p, t, _ = _prepare(uncertainty, pred, target)
-    _warn_above_one(u, "SPACE")
+    _warn_off_scale(u, "SPACE")
     sig = _sigma_mm(sigma, u.ndim - 1)
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [_space_case(u[i], p[i], t[i], sps[i], sig, float(truncate)) for i in range(u.shape[0])]

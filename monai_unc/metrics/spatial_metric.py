@@ -71,8 +71,15 @@ def _exact_float_dtype(x: torch.Tensor, name: str) -> torch.dtype:
         raise TypeError(f"{name} must be real-valued, got dtype {x.dtype}")
     if x.is_floating_point():
         return x.dtype
-    if x.dtype.itemsize < 4 or x.numel() == 0:  # bool, (u)int8, int16: float32 holds them all
+    if x.dtype.itemsize < 4 or x.numel() == 0:  # bool, (u)int8, (u)int16: float32 holds them all
         return torch.float32
+    if x.dtype in (torch.uint32, torch.uint64):
+        # torch has no aminmax for these (found by hostile review 59: NotImplementedError for a uint32 label map, which
+        # the functions take): read as int64, uint64 by its bits, whose values of 2**63 and more come out negative
+        x = x.view(torch.int64) if x.dtype == torch.uint64 else x.to(torch.int64)
+        if bool((x < 0).any()):
+            raise ValueError(f"{name} holds the integer {int(x[x < 0].max()) + 2**64}, beyond 2**53: no floating dtype "
+                             "holds it")
     lo, hi = (int(v) for v in torch.aminmax(x))
     for dtype in (torch.float32, torch.float64):
         if max(-lo, hi) <= 2 / torch.finfo(dtype).eps:  # every integer up to 2**(mantissa bits + 1)
