@@ -16,8 +16,9 @@ entropy in nats and divided by ``log 3``, agrees to about 1e-14), which is no pr
 
 Across metrics, the per-case 0/1 preference outcomes are compared with pairwise McNemar tests (exact binomial
 test on the discordant pairs by default, or the continuity-corrected chi-square), Holm-corrected over all
-pairs, and with Cochran's Q (chi-square with ``k - 1`` degrees of freedom). Cases where a metric is NaN are
-left out of that metric's statistics and of the tests involving it, with a warning.
+pairs, and with Cochran's Q (chi-square with ``k - 1`` degrees of freedom) over the cases valid for every metric.
+Cases where a metric is NaN are left out of that metric's statistics and of the tests involving it, with a warning;
+a metric NaN on every case is left out of Cochran's Q (``k`` counts the others), with a warning.
 
 Metric functions take ``fn(uncertainty, pred, target, spacing=...) -> float`` for one case. The built-in
 registry (:func:`uncertainty_map_metrics`) holds the spatial metrics and the voxel-wise baselines of Zeevi et al.
@@ -533,7 +534,7 @@ class UncertaintyComparison:
         mcnemar_p_holm: the same, Holm-adjusted.
         cochran_q: Cochran's Q over the metrics' preferences.
         cochran_p: its p-value.
-        cochran_df: its degrees of freedom, ``k - 1``.
+        cochran_df: its degrees of freedom, ``k - 1`` (``k``: the metrics with a valid case).
         alpha: significance level of :meth:`significantly_better`.
         extra: further information (free-form).
 
@@ -825,19 +826,29 @@ def _compare_values(
         adj = holm_correction(p_raw[iu])
         p_holm[iu] = adj
         p_holm[(iu[1], iu[0])] = adj
-    all_valid = np.logical_and.reduce([m.valid for m in metrics.values()])
-    outcomes = np.stack([metrics[n].prefers_a[all_valid] for n in names], axis=1)
-    if k >= 2 and outcomes.shape[0] > 0:
+    # a metric without any valid case (e.g. PAvPU with windows larger than the maps) is left out of Cochran's Q
+    # instead of making it undefined for every metric (found by hostile review 59)
+    in_q = [n for n in names if metrics[n].valid.any()]
+    if 2 <= len(in_q) < k:
+        warnings.warn(f"compare: Cochran's Q is over the {len(in_q)} metrics with valid cases; left out, without any: "
+                      f"{[n for n in names if n not in in_q]}", UserWarning, stacklevel=stacklevel)
+    all_valid = np.logical_and.reduce([metrics[n].valid for n in in_q]) if in_q else np.zeros(0, dtype=bool)
+    outcomes = np.stack([metrics[n].prefers_a[all_valid] for n in in_q], axis=1) if in_q else np.zeros((0, 0))
+    if len(in_q) >= 2 and outcomes.shape[0] > 0:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             q, qp, df = cochrans_q(outcomes)
         for w in caught:  # at the user's call, not at this line
             warnings.warn(w.message, w.category, stacklevel=stacklevel)
     else:
-        if k >= 2:
+        if len(in_q) >= 2:
             warnings.warn("compare: no case is valid for every metric; Cochran's Q is undefined (NaN)", UserWarning,
                           stacklevel=stacklevel)
-        q, qp, df = float("nan"), float("nan"), max(k - 1, 0)
+        elif k >= 2:
+            warnings.warn(f"compare: {len(in_q)} of the {k} metrics have a valid case; Cochran's Q needs two and is "
+                          "undefined (NaN)", UserWarning, stacklevel=stacklevel)
+        # one metric: no Q to compute (NaN, as the McNemar matrix is empty), nothing degenerate to warn about
+        q, qp, df = float("nan"), float("nan"), max(len(in_q) - 1, 0)
     return UncertaintyComparison(names, metrics, p_raw, p_holm, q, qp, df, alpha)
 
 
