@@ -470,12 +470,14 @@ class SampleStats:
 
         Raises:
             TypeError: ``weight`` is not a number.
-            ValueError: ``weight`` is not positive and finite, ``probs`` is not a probability map (with ``validate``)
-                or its shape differs from the earlier samples'.
+            ValueError: ``weight`` is not positive and finite, the total weight would exceed what the sums hold
+                (``max(accum_dtype) / max(1.1, log C)``), ``probs`` is not a probability map (with ``validate``) or its
+                shape differs from the earlier samples'.
         """
         p = to_tensor(probs, "probs")
         w = _check_weight(weight)
         self._check_sample(p)
+        self._check_total([w], int(p.shape[1]))
         self._add(p, [w], 1)
         return self
 
@@ -520,6 +522,8 @@ class SampleStats:
             samples = [to_tensor(q, "probs") for q in probs]
             for q in samples:
                 self._check_sample(q, samples[0].shape)
+            if samples:
+                self._check_total(ws, int(samples[0].shape[1]))
             for q, w in zip(samples, ws):
                 self._add(q, [w], 1)
             return self
@@ -540,6 +544,7 @@ class SampleStats:
         else:
             for q in parts:  # the first sample that fails raises the error update() raises
                 self._check_sample(q)
+        self._check_total(ws, int(p.shape[1]))
         self._add(p, ws, num_samples)
         return self
 
@@ -567,6 +572,21 @@ class SampleStats:
             raise ValueError(
                 f"probs shape {tuple(p.shape)} does not match the shape of earlier samples {tuple(earlier)}"
             )
+
+    def _check_total(self, weights: Sequence[float], n_channels: int) -> None:
+        """``ValueError`` unless the sums hold the total weight after adding ``weights`` (checked before any is added).
+
+        An entry of the sums grows to the total weight times at most ``max(1.1, log C)`` (``p`` and ``p^2`` up to
+        ``(1 + tol)^2``, ``H <= log C``): a total beyond ``max(accum dtype) / max(1.1, log C)`` makes the sums
+        infinite (found by hostile testing, review 59: two samples of weight 1e308 gave an infinite ``sum_w`` and every
+        mean 0 without a word).
+        """
+        accum = self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_channels)
+        total = sum(weights, self.sum_w)  # inf where it overflows (refused below)
+        limit = torch.finfo(accum).max / max(1.1, math.log(max(n_channels, 1)))
+        if not total <= limit:
+            raise ValueError(f"the total sample weight {total:.4g} exceeds {limit:.4g}, the most that {accum} sums of "
+                             f"{n_channels} channels hold: scale the weights down (only their ratios matter)")
 
     def _fused_for(self, p: torch.Tensor) -> bool:
         """Whether the fused kernel adds samples like ``p`` (a non-empty float map ``(B, C, *spatial)``)."""
@@ -811,6 +831,7 @@ class SampleStats:
             raise ValueError(
                 f"cannot merge statistics of shape {tuple(other.sum_p.shape)} into {tuple(self.sum_p.shape)}"
             )
+        self._check_total([other.sum_w], int(self.sum_p.shape[1]))
         self.sum_p.add_(other.sum_p.to(self.sum_p))
         self.sum_h.add_(other.sum_h.to(self.sum_h))
         if self.track_variance:
@@ -904,8 +925,9 @@ class SampleStats:
         Raises:
             TypeError: ``count`` is not a number, ``num_updates`` not an integer, a moment not a floating point
                 array.
-            ValueError: ``count`` is not positive and finite, ``num_updates`` is negative, both ``mean_sq`` and
-                ``mean_sq_sum`` are given (or ``mean_sq_sum`` with ``multilabel``), a moment has another shape than
+            ValueError: ``count`` is not positive and finite or above what the sums hold (:meth:`update`),
+                ``num_updates`` is negative, both ``mean_sq`` and ``mean_sq_sum`` are given (or ``mean_sq_sum``
+                with ``multilabel``), a moment has another shape than
                 the one above or another device than ``mean``, or holds NaN / inf, or (``validate``) values no
                 probabilities give (each error names the argument).
 
@@ -959,6 +981,7 @@ class SampleStats:
             class_variance=mean_sq_sum is None,
         )
         stats.out_dtype = out_dtype or mean.dtype
+        stats._check_total([float(count)], c)  # the sums (the means times count) must stay finite
         stats.sum_w = float(count)
         stats.num_updates = int(num_updates if num_updates is not None else round(count))
 
