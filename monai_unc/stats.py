@@ -470,7 +470,8 @@ class SampleStats:
 
         Raises:
             TypeError: ``weight`` is not a number.
-            ValueError: ``weight`` is not positive and finite, the total weight would exceed what the sums hold
+            ValueError: ``weight`` is not positive and finite, is below the smallest normal number of the
+                accumulation dtype, the total weight would exceed what the sums hold
                 (``max(accum_dtype) / max(1.1, log C)``), ``probs`` is not a probability map (with ``validate``) or its
                 shape differs from the earlier samples'.
         """
@@ -574,7 +575,7 @@ class SampleStats:
             )
 
     def _check_total(self, weights: Sequence[float], n_channels: int) -> None:
-        """``ValueError`` unless the sums hold the total weight after adding ``weights`` (checked before any is added).
+        """``ValueError`` for a subnormal weight or a total the sums cannot hold, checked before any sample is added.
 
         An entry of the sums grows to the total weight times at most ``max(1.1, log C)`` (``p`` and ``p^2`` up to
         ``(1 + tol)^2``, ``H <= log C``): a total beyond ``max(accum dtype) / max(1.1, log C)`` makes the sums
@@ -582,6 +583,12 @@ class SampleStats:
         mean 0 without a word).
         """
         accum = self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_channels)
+        tiny = torch.finfo(accum).tiny
+        small = min(weights, default=tiny)
+        if small < tiny:  # found by hostile testing, review 59: 5e-324 * 0.2 is 0, two such samples gave pred (0, 1)
+            raise ValueError(f"a weight of {small:.4g} is below {tiny:.4g}, the smallest normal {accum} (subnormal: a "
+                             "probability times it keeps few or no digits); scale the weights up (only their ratios "
+                             "matter)")
         total = sum(weights, self.sum_w)  # inf where it overflows (refused below)
         limit = torch.finfo(accum).max / max(1.1, math.log(max(n_channels, 1)))
         if not total <= limit:

@@ -67,3 +67,16 @@ def test_from_moments_refuses_a_count_its_sums_cannot_hold() -> None:
         SampleStats.from_moments(p, h, count=1e308)  # sum_h = 3.0e308: inf
     s = SampleStats.from_moments(p, h, count=1e300)
     assert torch.allclose(s.measures(["expected_entropy"])["expected_entropy"], h, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize(("dtype", "value"), [(torch.float64, 5e-324), (torch.float32, 1e-40), (torch.float32, 1e-46)])
+def test_weights_below_the_smallest_normal_sum_are_refused(dtype: torch.dtype, value: float) -> None:
+    # 5e-324 * 0.2 rounds to 0: two such samples gave pred (0, 1, 1, 0) for (0.2, 0.6, 0.8, 0.4); float32 sums rounded
+    # a weight of 1e-46 to 0 (pred 0)
+    s = SampleStats(accum_dtype=dtype)
+    with pytest.raises(ValueError, match="subnormal"):
+        s.update(P.to(dtype), weight=value)
+    assert s.sum_p is None
+    ok = SampleStats(accum_dtype=dtype).update(P.to(dtype), weight=torch.finfo(dtype).tiny)
+    ok.update(P.to(dtype), weight=torch.finfo(dtype).tiny)
+    assert torch.allclose(ok.mean, P.to(dtype), rtol=4 * torch.finfo(dtype).eps, atol=0)

@@ -59,3 +59,21 @@ def test_merge_refuses_a_total_it_cannot_hold() -> None:
     with pytest.raises(ValueError, match="total voxel weight"):
         a.merge(b)
     assert np.array_equal(a.scalars.numpy(), before.numpy())
+
+
+@pytest.mark.parametrize(("value", "every"), [(5e-324, True), (1e-310, False)])
+def test_subnormal_weights_are_refused(value: float, every: bool) -> None:
+    # every product of a value and a weight of 5e-324 rounds to 0 or 5e-324: with every weight 5e-324 the ECE came
+    # back 0.615 (0.429 with any normal weight), the UCE 0.453 (0.246), the Brier score 1.014 (0.996)
+    w = weights(value) if every else weights(1.0)
+    if not every:
+        w[0, ::2] = value
+    with pytest.raises(ValueError, match="subnormal"):
+        ConfidenceHistogram(C).update(PROBS, TARGET, weights=w)
+
+
+def test_smallest_normal_weights_keep_the_unweighted_values() -> None:
+    unit = ConfidenceHistogram(C).update(PROBS, TARGET)
+    tiny = ConfidenceHistogram(C).update(PROBS, TARGET, weights=weights(float(np.finfo(np.float64).tiny)))
+    assert ece(tiny) == pytest.approx(ece(unit), rel=1e-12)
+    assert nll(tiny) == pytest.approx(nll(unit), rel=1e-12)
