@@ -80,3 +80,42 @@ def test_weights_below_the_smallest_normal_sum_are_refused(dtype: torch.dtype, v
     ok = SampleStats(accum_dtype=dtype).update(P.to(dtype), weight=torch.finfo(dtype).tiny)
     ok.update(P.to(dtype), weight=torch.finfo(dtype).tiny)
     assert torch.allclose(ok.mean, P.to(dtype), rtol=4 * torch.finfo(dtype).eps, atol=0)
+
+
+def _round_trip(s: SampleStats) -> SampleStats:
+    from monai_unc.state import pack_states, unpack_states
+
+    back = SampleStats.from_state_dict(s.state_dict())
+    again = unpack_states(pack_states({"s": s}))["s"]
+    for other in (back, again):
+        m1, m2 = s.measures(), other.measures()
+        assert all(torch.equal(m1[k], m2[k]) for k in m1)
+    return back
+
+
+@pytest.mark.parametrize("class_variance", [True, False])
+def test_state_of_bfloat16_samples_loads(class_variance: bool) -> None:
+    # bfloat16 probabilities pass update's checks with bfloat16's tolerance (0.031; their sums are off 1 by up to
+    # ~4e-3), and their means were refused when the state was loaded (tolerance 1e-3 of the float64 sums): a
+    # SampleStats of bfloat16 samples could not be gathered across ranks (monai_unc.engine.reduce_state) or resumed
+    gen = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(1, 3, 2000, generator=gen, dtype=torch.float64) * 3, dim=1).to(torch.bfloat16)
+    assert float((p.double().sum(1) - 1).abs().max()) > 1e-3
+    s = SampleStats(class_variance=class_variance).update(p).update(p, weight=2.0)
+    assert _round_trip(s).out_dtype == torch.bfloat16
+
+
+def test_state_of_a_sample_at_the_tolerance_loads_with_one_square_sum() -> None:
+    # (1.0009, 0) passes update's checks (values and sum within 1e-3); sum_c p_c^2 = 1.0018 was refused on load as
+    # above 1 (a one-channel second moment is at most (1 + tol)^2)
+    p = torch.tensor([[[1.0009], [0.0]]], dtype=torch.float64)
+    _round_trip(SampleStats(class_variance=False).update(p))
+
+
+@pytest.mark.parametrize("values", [(1.0009, 0.0), (-0.0005, 1.0005)])
+def test_state_of_a_sample_at_the_tolerance_loads_with_per_class_squares(values: tuple[float, float]) -> None:
+    # p = 1.0009 gives p^2 - p = 9e-4, p = -0.0005 gives 5e-4: refused on load as "mean_sq above mean" (p^2 <= p holds
+    # in [0, 1] only; the checks accept values within 1e-3 of it)
+    p = torch.tensor([[[values[0]], [values[1]]]], dtype=torch.float64)
+    _round_trip(SampleStats().update(p))
+    _round_trip(SampleStats(multilabel=True).update(p))
