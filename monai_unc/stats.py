@@ -917,7 +917,8 @@ class SampleStats:
             mean_sq: mean of ``p_c^2`` per class, like ``mean`` (tracks variance), or None.
             count: the total weight the means stand for, positive.
             num_updates: the number of samples (default ``round(count)``).
-            out_dtype: dtype of the derived maps (default ``mean.dtype``).
+            out_dtype: dtype of the derived maps (default ``mean.dtype``), the samples' dtype: ``validate`` takes the
+                wider of its and ``mean``'s probability tolerance (float64 means of bfloat16 samples).
             multilabel: the channels are independent Bernoulli variables.
             mean_sq_sum: instead of ``mean_sq``, the mean of ``sum_c p_c^2`` ``(B, 1, *spatial)``.
             inplace: reuse the given tensors where possible (above).
@@ -980,7 +981,10 @@ class SampleStats:
         _check_finite_in_chunks(given)
         mean_entropy, mean_sq, mean_sq_sum = (given.get(k) for k in ("mean_entropy", "mean_sq", "mean_sq_sum"))
         if check_bool(validate, "validate"):
-            check_moments(mean, mean_entropy, mean_sq, mean_sq_sum, multilabel)
+            # the tolerance of the samples' dtype too (``out_dtype``: float64 means of bfloat16 samples; review 59)
+            tol = None if multilabel or out_dtype is None else max(probability_tolerance(mean.dtype),
+                                                                   probability_tolerance(out_dtype))
+            check_moments(mean, mean_entropy, mean_sq, mean_sq_sum, multilabel, tol=tol)
         stats = cls(
             track_variance=mean_sq is not None or mean_sq_sum is not None,
             accum_dtype=torch.promote_types(mean.dtype, torch.float32),

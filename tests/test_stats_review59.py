@@ -119,3 +119,15 @@ def test_state_of_a_sample_at_the_tolerance_loads_with_per_class_squares(values:
     p = torch.tensor([[[values[0]], [values[1]]]], dtype=torch.float64)
     _round_trip(SampleStats().update(p))
     _round_trip(SampleStats(multilabel=True).update(p))
+
+
+def test_from_moments_of_bfloat16_samples_with_their_out_dtype() -> None:
+    # float64 means of bfloat16 samples (sums off 1 by 2.7e-3) were refused with float64's tolerance, 1e-3
+    gen = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(1, 3, 2000, generator=gen, dtype=torch.float64) * 3, dim=1).to(torch.bfloat16)
+    s = SampleStats().update(p)
+    m = s.moments()
+    back = SampleStats.from_moments(m["pred"], m["expected_entropy"], m["mean_sq"], out_dtype=torch.bfloat16)
+    assert torch.equal(back.measures()["pred"], s.measures()["pred"])
+    with pytest.raises(ValueError, match="sum to 1"):  # without the samples' dtype: float64's tolerance
+        SampleStats.from_moments(m["pred"], m["expected_entropy"], m["mean_sq"])
