@@ -570,7 +570,7 @@ def max_softmax(probs: ArrayLike, validate: bool = True, multilabel: bool = Fals
 
 
 def variance_from_moments(
-    mean: torch.Tensor, mean_sq: torch.Tensor, multilabel: bool = False, validate: bool = True
+    mean: torch.Tensor, mean_sq: torch.Tensor, multilabel: bool = False, validate: bool = True, tol: float = 0.0
 ) -> torch.Tensor:
     """Mean over classes of ``E[p^2] - E[p]^2`` (population variance), clamped at 0, ``-> (B, 1, *spatial)``.
 
@@ -586,6 +586,8 @@ def variance_from_moments(
             ``p^2 <= p`` for probabilities, so a variance or a second moment of other samples passed as ``mean_sq``
             is refused instead of clamped to a zero or impossible variance (found by hostile testing).
             ``ValueError`` naming the argument otherwise.
+        tol: the tolerance of the samples' probability checks: values up to ``1 + tol`` (or down to ``-tol``) put
+            ``p^2`` up to ``tol (1 + tol)`` above ``p``, which the upper bound then allows.
 
     Returns:
         ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), the dtype and library (numpy or torch) of
@@ -609,21 +611,22 @@ def variance_from_moments(
             raise ValueError(f"mean must be (B, C, *spatial), got shape {tuple(mean.shape)}")
         check_finite(mean, "mean")
         check_finite(mean_sq, "mean_sq")
-        _check_second_moment(mean, mean_sq)
+        _check_second_moment(mean, mean_sq, tol)
     var = (mean_sq - mean * mean).clamp_min(0)
     return like_input(var if multilabel else var.mean(dim=1, keepdim=True), ref)
 
 
-def _check_second_moment(mean: torch.Tensor, mean_sq: torch.Tensor) -> None:
-    """``ValueError`` unless ``mean^2 <= mean_sq <= mean`` per element, up to rounding.
+def _check_second_moment(mean: torch.Tensor, mean_sq: torch.Tensor, p_tol: float = 0.0) -> None:
+    """``ValueError`` unless ``mean^2 <= mean_sq <= mean + p_tol (1 + p_tol)`` per element, up to rounding.
 
-    The moments of probabilities ``p_s`` in ``[0, 1]``; the rounding is that of :func:`_entropy_order_tolerance`.
+    The moments of probabilities ``p_s`` in ``[-p_tol, 1 + p_tol]`` (the checks' tolerance); the rounding is that of
+    :func:`_entropy_order_tolerance`.
     """
     if not mean.numel():
         return
     m, sq = mean.detach().double(), mean_sq.detach().double()
     tol = _entropy_order_tolerance(mean, mean_sq)
-    for dev, where in ((m * m - sq, "below mean^2"), (sq - m, "above mean")):
+    for dev, where in ((m * m - sq, "below mean^2"), (sq - m - p_tol * (1.0 + p_tol), "above mean")):
         if bool((dev > tol).any()):
             raise ValueError(
                 "mean_sq must lie between mean^2 and mean (the second moment of probabilities: E[p^2] >= E[p]^2 and "
