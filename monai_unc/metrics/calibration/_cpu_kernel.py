@@ -223,8 +223,8 @@ def histogram_tables(
             computes the row's values itself and calls it only for a chunk with a voxel near a bin edge (see the
             module docstring), so that the row's counts equal the reference's; None leaves the row empty.
         tol: tolerance of the range and sum checks.
-        nll_eps: the probability of the true label is clipped to at least this inside ``-log p`` (at least
-            ``1e-19``: the product of 16 such factors must stay a normal float64).
+        nll_eps: the probability of the true label is clipped to at least this inside ``-log p`` (a normal float64,
+            at least ``2.2e-308``: the kernel reads each clipped factor's binary exponent from its bits).
         n_threads: the most threads (each with its own packed counts, and its own sums, weights and scalars beyond the
             first; at least :data:`MIN_VOXELS_PER_THREAD` voxels each).
         chunk: voxels per chunk of the entropy row (``entropy``'s temporaries stay small); the same chunks as the
