@@ -427,8 +427,9 @@ def check_inputs(inputs: Any, network: Any = None, base_inferer: Any = None) -> 
         base_inferer: the inner inferer, to compare a sliding window's ``roi_size``.
 
     Raises:
-        TypeError: naming ``inputs`` for a non-tensor or an integer tensor.
-        ValueError: naming ``inputs`` for a wrong number of axes.
+        TypeError: naming ``inputs`` for a non-tensor.
+        ValueError: naming ``inputs`` for a tensor that is not floating point, a wrong number of axes or an empty
+            tensor (an axis of size 0).
 
     Example:
         >>> import torch
@@ -448,6 +449,11 @@ def check_inputs(inputs: Any, network: Any = None, base_inferer: Any = None) -> 
             f"inputs must have shape (B, C, *spatial) with 1 to 3 spatial axes (4-D for 2D, 5-D for 3D images), "
             f"got {inputs.ndim}-D shape {tuple(inputs.shape)}"
         )
+    if inputs.numel() == 0:
+        # found by hostile review 59: an empty batch failed in torch.aminmax (RuntimeError), under a sliding window in
+        # MONAI (UnboundLocalError), an empty spatial axis in the network's first convolution
+        raise ValueError(f"inputs is empty (shape {tuple(inputs.shape)}): every batch, channel and spatial axis needs "
+                         "at least one element")
     # MONAI's SliceInferer runs a 2D network on the 2D slices of a 3D input (found by hostile testing: it was
     # refused as a 3D input for a 2D network)
     slices = isinstance(base_inferer, SliceInferer)
