@@ -259,7 +259,10 @@ class StochasticSource(SampleSource):
     def __init__(self, num_samples: int, mi_meaning: MIMeaning | str = MIMeaning.ALEATORIC) -> None:
         num_samples = check_integer(num_samples, "num_samples")
         self.num_samples = num_samples
-        self.mi_meaning = MIMeaning(mi_meaning)
+        try:
+            self.mi_meaning = MIMeaning(mi_meaning)
+        except ValueError:  # found by hostile review 59: "'foo' is not a valid MIMeaning" named no argument
+            raise ValueError(f"mi_meaning must be one of {[m.value for m in MIMeaning]}, got {mi_meaning!r}") from None
 
     def variants(self, x: torch.Tensor) -> Sequence[Wrapper | None]:
         """``num_samples`` plain calls."""

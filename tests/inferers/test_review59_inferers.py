@@ -83,3 +83,26 @@ def test_memory_model_counts_float32_stitching_buffers_for_half_precision_inputs
     half = estimate_memory(shape, 3, roi_size=roi, input_dtype=torch.float16)
     single = estimate_memory(shape, 3, roi_size=roi)
     assert half.parts["stitching buffers"] == single.parts["stitching buffers"]
+
+
+def test_augmentation_pairs_and_mi_meaning_errors_name_the_argument():
+    """Found by hostile review 59: one callable where a ``(forward, inverse)`` pair belongs failed with Python's
+    ``object of type 'function' has no len()``, ``None`` with ``'NoneType' object is not iterable``, and
+    ``StochasticSource(mi_meaning="foo")`` with ``'foo' is not a valid MIMeaning``, none naming the argument."""
+    from monai_unc.inferers import AugmentationSource, StochasticSource
+
+    def same(t):
+        return t
+
+    with pytest.raises(ValueError, match=r"augmentations\[0\] must be a \(forward, inverse\) pair"):
+        AugmentationSource([same])
+    with pytest.raises(ValueError, match=r"augmentations\[1\] must be a \(forward, inverse\) pair"):
+        TTAInferer(augmentations=[(same, same), "ab"])
+    with pytest.raises(TypeError, match="augmentations must be a sequence"):
+        AugmentationSource(None)
+    with pytest.raises(TypeError, match="augmentations must be a sequence"):
+        TTAInferer(augmentations=same)
+    assert len(AugmentationSource([(same, same), [same, same]]).pairs) == 2
+    with pytest.raises(ValueError, match="mi_meaning must be one of"):
+        StochasticSource(2, mi_meaning="foo")
+    assert StochasticSource(2, mi_meaning="epistemic").mi_meaning.value == "epistemic"
