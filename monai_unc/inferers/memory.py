@@ -6,7 +6,8 @@ MONAI stacks ``k`` windows into one network call, so every term of a window belo
 input dtype's ``b`` bytes (4 for float32) and the accumulation dtype's ``a`` bytes (8 up to ``FLOAT64_MAX_CLASSES``
 classes, 4 above). The larger of two phases:
 
-- **stitching**: MONAI's output buffers, ``b V (C + 1 + q + w)`` (mean probabilities, mean entropy, second moment:
+- **stitching**: MONAI's output buffers, ``b V (C + 1 + q + w)`` (``b`` is 4 for a float16 / bfloat16 input, which
+  the inferer stitches in float32; mean probabilities, mean entropy, second moment:
   ``q = 1`` by default, ``C`` with ``class_variance``, 0 without ``track_variance``; window entropy ``w = 1`` with
   ``window_disagreement="separate"``), one ``b V`` count map per buffer, and one window's work
   ``V_w (a (C + 1 + q) + C b + max(n, C (b + t)))``: the running sums, the network's output (logits), and the larger
@@ -198,7 +199,7 @@ def estimate_memory(
         shape: spatial shape of the case, e.g. ``(128, 128, 128)``.
         num_classes: output channels ``C`` of the network.
         roi_size: the sliding window's ``roi_size`` (``None``: one pass over the whole volume, ``SimpleInferer``).
-        input_dtype: dtype of the input (MONAI stitches in it).
+        input_dtype: dtype of the input (MONAI stitches in it, in float32 for float16 / bfloat16).
         accum_dtype: the inferer's ``accum_dtype`` (``None``: float64 up to 16 classes, float32 above).
         track_variance: the inferer keeps a second moment for ``variance``.
         class_variance: the second moment per class (``C`` channels) instead of one channel.
@@ -306,6 +307,9 @@ def estimate_memory(
         vw = v
         batch = 1
     b = _nbytes(input_dtype)
+    # MONAI's stitching buffers: in the input's dtype, float32 for a half-precision input (the inferer stitches a
+    # float32 copy of it, sampling._stitching_input)
+    sb = max(b, 4)
     logits = vw * c * b
     if stock:
         window_net = int(vw * network_bytes_per_voxel) + logits  # the network's activations and its logits
@@ -363,26 +367,27 @@ def estimate_memory(
     if pred_dtype is None:
         pred_out = 0 if multilabel else v * (1 if c <= 256 else 2)
     elif pred_dtype == "input" or pred_dtype == input_dtype:
-        pred_out = 0
+        pred_out = v * c * b if (roi_size is not None and sb != b) else 0  # the float32 buffer rounded to the input's
     else:
         pred_out = v * c * _nbytes(pred_dtype)
-    chunk = 3 * min(c * v, chunk_elements) * (b if roi_size is not None else a)
+    chunk = 3 * min(c * v, chunk_elements) * (sb if roi_size is not None else a)
     # several members: the mean of their window disagreements is a new map
-    wd_mean = v * e * (b if roi_size is not None else a) if (members > 1 and window_disagreement) else 0
+    wd_mean = v * e * (sb if roi_size is not None else a) if (members > 1 and window_disagreement) else 0
     if roi_size is not None:
         held = int(vw * (a * channels + kept_window))  # the previous windows' outputs, held by MONAI meanwhile
         n_buffers = 2 + (1 if q else 0) + (1 if w else 0)  # MONAI keeps one count map per stitched output
         n_buffers += 1 if kept_samples else 0
-        stitch = {"stitching buffers": b * v * channels, "count maps": b * v * n_buffers, "window": window + held}
+        stitch = {"stitching buffers": sb * v * channels, "count maps": sb * v * n_buffers, "window": window + held}
         if members > 1:  # the merged statistics of the earlier members (sums and window disagreement)
-            stitch["earlier members"] = b * v * channels
+            stitch["earlier members"] = sb * v * channels
         n_maps += (1 + (1 if w else 0)) if chunked else 0
-        final = {"stitching buffers": b * v * channels, "maps": b * v * e * n_maps + wd_mean, "pred": pred_out,
+        final = {"stitching buffers": sb * v * channels, "maps": b * v * e * n_maps + wd_mean, "pred": pred_out,
                  "chunk temporaries": chunk}
         if kept_samples:
-            stitch["kept samples"] = int(v * kept)  # their stitching buffers (this member's and the earlier ones')
+            kept_buffer = int(v * kept * sb / b)
+            stitch["kept samples"] = kept_buffer  # their stitching buffers (this member's and the earlier ones')
             # the buffer, and the returned concatenation: made once the chunks' temporaries are freed
-            final["kept samples"] = int(v * kept) + max(int(v * kept) - chunk, 0)
+            final["kept samples"] = kept_buffer + max(int(v * kept) - chunk, 0)
         return _larger(stitch, "stitching", final, "final")
     # one pass: the window is the volume; its means (accumulation dtype) and, with window_disagreement, a zero
     # window-disagreement map are the final phase's input; EE is a new map when converted or chunked

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import itertools
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -229,12 +229,19 @@ class AugmentationSource(SampleSource):
     mi_meaning = MIMeaning.EPISTEMIC
 
     def __init__(self, pairs: Sequence[tuple[Callable, Callable]]) -> None:
+        # found by hostile review 59: one callable instead of a pair failed with "object of type 'function' has no
+        # len()", None with "'NoneType' object is not iterable", neither naming augmentations
+        if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+            raise TypeError(f"augmentations must be a sequence of (forward, inverse) pairs of callables, got "
+                            f"{type(pairs).__name__}")
         pairs = list(pairs)
         if not pairs:
             raise ValueError("augmentations must hold at least one (forward, inverse) pair")
         for i, pair in enumerate(pairs):
-            if len(pair) != 2 or not all(callable(f) for f in pair):
-                raise ValueError(f"augmentations[{i}] must be a (forward, inverse) pair of callables")
+            if (not isinstance(pair, Sequence) or isinstance(pair, (str, bytes)) or len(pair) != 2
+                    or not all(callable(f) for f in pair)):
+                raise ValueError(f"augmentations[{i}] must be a (forward, inverse) pair of callables, got "
+                                 f"{type(pair).__name__}")
         self.pairs = pairs
 
     def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
