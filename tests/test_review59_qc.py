@@ -1,0 +1,87 @@
+"""Hostile review 59 of QC with guarantees: certified referral rules, their wording, conformal and monitoring inputs."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from monai_unc.evaluation.triage import ReferralRule
+from monai_unc.metrics.risk_control import risk_controlled_threshold
+from monai_unc.workflows.triage import format_outcome
+
+
+@pytest.mark.parametrize("method", ["sgr", "ltt"])
+@pytest.mark.parametrize("target", [1e-320, 5e-324])
+def test_a_target_no_calibration_set_can_certify_is_the_trivial_rule_with_a_warning(method, target):
+    # a subnormal target risk (in (0, 1), so accepted by EvaluationConfig) made the fewest certifiable cases
+    # log(delta) / log1p(-alpha) overflow to inf, and risk_controlled_threshold (so evaluate --target-risk, after every
+    # case was evaluated) failed with "OverflowError: cannot convert float infinity to integer"; no calibration set
+    # can certify it: refer every case, with the warning, as for any target too small for the cases
+    rng = np.random.default_rng(0)
+    u, risk = rng.random(50), np.zeros(50)
+    with pytest.warns(UserWarning, match="no threshold certifies"):
+        res = risk_controlled_threshold(u, risk, target, 0.1, method=method)
+    assert not res.feasible and res.threshold == -math.inf and res.coverage == 0.0 and res.n_candidates == 0
+    assert 0.0 < res.bound <= 1.0
+
+
+def _rule(risk: str) -> ReferralRule:
+    method = "sgr" if risk == "failure" else "ltt"
+    return ReferralRule("predictive_entropy_fg_mean", 0.3, True, 0.2, 0.1, method, risk, 0.8, (0.1, 0.2, 0.3, 0.4),
+                        ("a", "b", "c", "d"), bound=0.15, coverage=0.75, observed_risk=0.1)
+
+
+_OUTCOME = {"n_cases": 4, "n_accepted": 2, "n_referred": 2, "reasons": {"above_threshold": 2}, "accepted": ["x", "y"],
+            "referred": ["z", "w"], "n_failed_accepted": 1, "risk_accepted": 0.15, "n_failed_referred": 2}
+
+
+def test_format_outcome_states_a_mean_one_minus_dice_guarantee_as_a_mean_not_as_a_share_of_failures():
+    # a "1-dice" rule guarantees the mean 1 - Dice of the accepted cases; the line said "at most 0.2 of the new
+    # cases the threshold accepts fail (1 - dice)", a share of failures it does not bound (accepted cases all at
+    # Dice 0.79 meet a target of 0.25 on 1 - Dice while every one fails at failure Dice 0.8), and "1 of 2 accepted
+    # new case(s) failed (1 - dice)" for a failure counted as Dice < 0.8
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        lines = format_outcome(_rule("1-dice"), _OUTCOME)
+    assert "of the new cases the threshold accepts fail" not in lines[0]
+    assert "mean risk (1 - dice) of the new cases the threshold accepts is at most 0.2" in lines[0]
+    assert "failed (1 - dice)" not in lines[2]
+    assert "1 of 2 accepted new case(s) failed (dice < 0.8)" in lines[2]
+    assert "mean risk (1 - dice) 0.150 vs the target 0.2" in lines[2]
+
+
+def test_format_outcome_of_a_failure_rule_is_unchanged():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        lines = format_outcome(_rule("failure"), _OUTCOME)
+    assert lines[0].startswith("guaranteed: at most 0.2 of the new cases the threshold accepts fail (dice < 0.8) on "
+                               "average, with probability >= 0.9")
+    assert "1 of 2 accepted new case(s) failed (dice < 0.8): risk 0.150 vs the target 0.2" in lines[2]
+
+
+@pytest.mark.parametrize("args", [
+    (math.nan, None, "failure", 0.8),  # an audit of unknown outcome: was the loss 0, a certified success
+    (-0.5, None, "failure", 0.8),  # was the loss 1
+    (1.5, None, "1-dice", None),  # was the loss 0
+    (-0.5, None, "1-dice", None),  # was the loss 1
+    (None, 2, "failure", 0.8),  # was the loss 2.0, outside [0, 1]
+    (None, 0.5, "failure", 0.8),  # was the loss 0.5 of a 0/1 risk
+    (None, True, "failure", 0.8),  # a flag read as a failure
+    (0.1, None, "failure", math.nan),  # a NaN failure Dice: Dice 0.1 was no failure (loss 0)
+])
+def test_loss_of_refuses_a_label_that_is_no_dice_or_failure(args):
+    from monai_unc.monitoring import loss_of
+
+    with pytest.raises(ValueError, match="must be"):
+        loss_of(*args)
+
+
+def test_loss_of_keeps_the_losses_of_valid_labels():
+    from monai_unc.monitoring import loss_of
+
+    assert loss_of(0.7, None, "failure", 0.8) == 1.0 and loss_of(0.9, None, "failure", 0.8) == 0.0
+    assert loss_of(None, 1, "failure", 0.8) == 1.0 and loss_of(np.float32(0.75), np.int64(1), "failure", 0.8) == 1.0
+    assert loss_of(0.75, None, "1-dice", None) == pytest.approx(0.25) and loss_of(1, None, "1-dice", None) == 0.0
