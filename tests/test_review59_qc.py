@@ -85,3 +85,33 @@ def test_loss_of_keeps_the_losses_of_valid_labels():
     assert loss_of(0.7, None, "failure", 0.8) == 1.0 and loss_of(0.9, None, "failure", 0.8) == 0.0
     assert loss_of(None, 1, "failure", 0.8) == 1.0 and loss_of(np.float32(0.75), np.int64(1), "failure", 0.8) == 1.0
     assert loss_of(0.75, None, "1-dice", None) == pytest.approx(0.25) and loss_of(1, None, "1-dice", None) == 0.0
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.25, 1e300])
+def test_a_rule_whose_recorded_expected_dice_is_no_dice_is_refused(bad):
+    # the calibration cases' expected Dice calibrate the interval of a new case's Dice; a recorded estimate of 1.5,
+    # -0.25 or 1e300 (no Dice) was read as one, with the quantile it gives, as long as the file agreed with itself
+    import json
+
+    from monai_unc.evaluation.triage.rule import CalibrationRecord
+    from monai_unc.io import json_safe
+    from monai_unc.io.provenance import rule_digest
+
+    rec = CalibrationRecord((0.1, 0.2, 0.3), (0.9, 0.7, 0.8), (0.0, 1.0, 0.0), expected_dice=(0.95, 0.9, 0.85),
+                            interval_alpha=0.5, expected_dice_estimate="class_mean")
+    rule = ReferralRule("predictive_entropy_fg_mean", 0.25, True, 0.5, 0.5, "sgr", "failure", 0.8, (0.1, 0.2, 0.3),
+                        ("a", "b", "c"), num_classes=2, record=rec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        res = risk_controlled_threshold([0.1, 0.2, 0.3], [0.0, 1.0, 0.0], 0.5, 0.5, undefined="refer")
+    rule.threshold, rule.feasible, rule.bound = res.threshold, res.feasible, res.bound
+    rule.coverage, rule.observed_risk, rule.n_candidates = res.coverage, res.risk, res.n_candidates
+    d = json.loads(json.dumps(json_safe(rule.to_json())))
+    assert ReferralRule.from_json(d, check_digest=True) == rule  # the rule as written reads back
+    edited = CalibrationRecord(rec.scores, rec.dice, rec.risks, expected_dice=(bad, 0.9, 0.85), interval_alpha=0.5,
+                               expected_dice_estimate="class_mean")
+    d["calibration"].update(expected_dice=[bad, 0.9, 0.85],
+                            expected_dice_quantile=edited.to_json().get("expected_dice_quantile"))
+    d["digest"] = rule_digest(d)
+    with pytest.raises(ValueError, match="expected_dice"):
+        ReferralRule.from_json(d, check_digest=True)

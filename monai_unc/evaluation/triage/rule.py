@@ -438,6 +438,11 @@ class CalibrationRecord:
         if "expected_dice" in cal:  # recorded since the conformal interval of the expected Dice
             est = tuple(None if v is None else _number(v, f"{where}.expected_dice")
                         for v in _field(cal, "expected_dice", where, list))
+            # an estimate of a Dice lies in [0, 1]: 1.5 or 1e300 was read as one, with the interval it gives (found by
+            # hostile review 59)
+            if any(v is not None and not 0.0 <= v <= 1.0 for v in est):
+                raise ValueError(f"field '{where}.expected_dice' must hold expected Dice in [0, 1] or null, got "
+                                 f"{next(v for v in est if v is not None and not 0.0 <= v <= 1.0)!r}")
             alpha = _number(_field(cal, "expected_dice_alpha", where), f"{where}.expected_dice_alpha")
             if not 0 < alpha < 1:
                 raise ValueError(f"field '{where}.expected_dice_alpha' must be in (0, 1), got {alpha!r}")
