@@ -115,3 +115,16 @@ def test_a_rule_whose_recorded_expected_dice_is_no_dice_is_refused(bad):
     d["digest"] = rule_digest(d)
     with pytest.raises(ValueError, match="expected_dice"):
         ReferralRule.from_json(d, check_digest=True)
+
+
+@pytest.mark.parametrize("flag", [np.True_, np.bool_(True)])
+def test_conformal_risk_control_refuses_a_numpy_bool_loss_bound_as_it_refuses_true(flag):
+    # B=True was refused, np.True_ (numpy's bool, no subclass of bool) read as the loss bound 1
+    from monai_unc.metrics.conformal import crc_lambda, min_calibration_cases
+
+    losses = np.tile(np.linspace(1.0, 0.0, 5), (20, 1))
+    assert crc_lambda(losses, 0.1, B=1.0) == crc_lambda(losses, 0.1)
+    with pytest.raises(ValueError, match="B must be a positive finite loss bound"):
+        crc_lambda(losses, 0.1, B=flag)
+    with pytest.raises(ValueError, match="B must be a positive finite loss bound"):
+        min_calibration_cases(0.1, B=flag)
