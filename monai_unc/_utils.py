@@ -1428,8 +1428,8 @@ def positive_finite(value: Any) -> float:
         (0.8, 2.0, nan, nan)
     """
     try:
-        # numpy's bool too (no subclass of bool): np.True_ was the loss bound 1 of conformal risk control, where True
-        # was refused (found by hostile review 59)
+        # numpy's bool too (no subclass of bool): np.True_ was the loss bound B = 1 of crc_lambda, where True was
+        # refused (found by hostile review 59)
         v = math.nan if isinstance(value, (bool, np.bool_, str, bytes)) else float(value)
     except (TypeError, ValueError):
         return math.nan
