@@ -128,3 +128,15 @@ def test_conformal_risk_control_refuses_a_numpy_bool_loss_bound_as_it_refuses_tr
         crc_lambda(losses, 0.1, B=flag)
     with pytest.raises(ValueError, match="B must be a positive finite loss bound"):
         min_calibration_cases(0.1, B=flag)
+
+
+def test_a_rule_decides_on_a_bfloat16_score_tensor_as_on_its_values():
+    # accepted_by_threshold took a bfloat16 tensor (autocast scores), ReferralRule.apply failed on it with "Got
+    # unsupported ScalarType BFloat16", naming nothing
+    import torch
+
+    rule = _rule("failure")
+    scores = torch.tensor([0.2, 0.35, float("nan")], dtype=torch.bfloat16)
+    want = [d.code for d in rule.apply(scores.float().numpy())]
+    assert want == ["accepted", "above_threshold", "undefined_score"]
+    assert [d.code for d in rule.apply(scores)] == want

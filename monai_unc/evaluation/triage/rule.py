@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from ... import __version__
-from ..._utils import check_text, is_finite_real, is_int, is_real, real_array
+from ..._utils import check_text, is_finite_real, is_int, is_real, real_array, to_numpy
 from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
@@ -1076,7 +1077,10 @@ class ReferralRule:
         """
         # checked before the cast: text was parsed and accepted, which accepted_by_threshold refuses (found by
         # hostile testing)
-        s = real_array(np.asarray(scores), "scores").reshape(-1)
+        # a tensor through to_numpy: numpy has no bfloat16 (autocast scores failed with "Got unsupported ScalarType
+        # BFloat16", naming nothing) and reads no CUDA tensor (found by hostile review 59)
+        raw = to_numpy(scores, "scores") if isinstance(scores, torch.Tensor) else np.asarray(scores)
+        s = real_array(raw, "scores").reshape(-1)
         ref = self.image_reference
         z = None
         if image_stats is not None and ref is not None:
