@@ -140,3 +140,34 @@ def test_a_rule_decides_on_a_bfloat16_score_tensor_as_on_its_values():
     want = [d.code for d in rule.apply(scores.float().numpy())]
     assert want == ["accepted", "above_threshold", "undefined_score"]
     assert [d.code for d in rule.apply(scores)] == want
+
+
+@pytest.mark.parametrize(("sql", "column"), [
+    ("UPDATE cases SET decision = 'Accept' WHERE case_id = 'b'", "decision"),  # was counted as referred
+    ("UPDATE cases SET decision = 'maybe' WHERE case_id = 'a'", "decision"),  # was left out of the risk test
+    ("UPDATE cases SET code = 'above_threshold' WHERE case_id = 'a'", "code"),  # an accept with a reason for review
+    ("UPDATE cases SET decision = 'accept' WHERE case_id = 'b'", "code"),  # a review made accept, its code kept
+])
+def test_the_store_refuses_to_read_a_decision_it_never_writes(tmp_path, sql, column):
+    # record_run refuses such decisions; cases() read them back after an edit outside the store and status counted
+    # them, where a loss of 7 in the same row is one line naming the store and the column
+    import sqlite3
+
+    from monai_unc.monitoring.store import CaseRecord, MonitorStore, rule_body_digest
+
+    rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+    rule["digest"] = rule_body_digest(rule)
+    cases = [CaseRecord(c, "A", None, "2026-01-31T00:00:00+00:00", s, math.nan, math.nan, d,
+                        "accepted" if d == "accept" else "above_threshold", "r", rule["digest"], None)
+             for c, s, d in (("a", 0.2, "accept"), ("b", 0.7, "review"))]
+    db = tmp_path / "monitor.db"
+    with MonitorStore(db) as store:
+        store.record_run(rule, cases, source_digest="jan", folder="t", triaged_at="2026-01-31T00:00:00+00:00",
+                         model_digest=None, command=["x"])
+        assert [c["decision"] for c in sorted(store.cases(), key=lambda c: c["case_id"])] == ["accept", "review"]
+    con = sqlite3.connect(db)
+    con.execute(sql)
+    con.commit()
+    con.close()
+    with MonitorStore(db, create=False) as store, pytest.raises(ValueError, match=f"column {column} must be"):
+        store.cases()
