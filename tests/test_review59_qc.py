@@ -147,6 +147,7 @@ def test_a_rule_decides_on_a_bfloat16_score_tensor_as_on_its_values():
     ("UPDATE cases SET decision = 'maybe' WHERE case_id = 'a'", "decision"),  # was left out of the risk test
     ("UPDATE cases SET code = 'above_threshold' WHERE case_id = 'a'", "code"),  # an accept with a reason for review
     ("UPDATE cases SET decision = 'accept' WHERE case_id = 'b'", "code"),  # a review made accept, its code kept
+    ("UPDATE cases SET site = '(all sites)' WHERE case_id = 'b'", "site"),  # a second stream named as the pooled one
 ])
 def test_the_store_refuses_to_read_a_decision_it_never_writes(tmp_path, sql, column):
     # record_run refuses such decisions; cases() read them back after an edit outside the store and status counted
