@@ -1428,7 +1428,9 @@ def positive_finite(value: Any) -> float:
         (0.8, 2.0, nan, nan)
     """
     try:
-        v = math.nan if isinstance(value, (bool, str, bytes)) else float(value)
+        # numpy's bool too (no subclass of bool): np.True_ was the loss bound B = 1 of crc_lambda, where True was
+        # refused (found by hostile review 59)
+        v = math.nan if isinstance(value, (bool, np.bool_, str, bytes)) else float(value)
     except (TypeError, ValueError):
         return math.nan
     return v if math.isfinite(v) and v > 0 else math.nan

@@ -14,6 +14,7 @@ docs/referral_threshold.md for the math.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -343,9 +344,14 @@ def _min_certifiable(alpha: float, delta: float) -> int:
     """Fewest accepted cases that can certify risk <= alpha at level delta (all losses 0): (1 - alpha)^n <= delta.
 
     Both the Clopper-Pearson bound ``1 - delta^(1/n)`` and the HB p-value ``(1 - alpha)^n`` need this many, so
-    smaller acceptance sets are never candidates (a data-independent choice that costs no power).
+    smaller acceptance sets are never candidates (a data-independent choice that costs no power). A subnormal
+    ``alpha`` makes the ratio overflow to ``inf``: no calibration set certifies it (``math.ceil(inf)`` raised an
+    ``OverflowError``; found by hostile review 59), so the count is one that no calibration set reaches.
     """
-    return max(1, math.ceil(math.log(delta) / math.log1p(-alpha) - 1e-9))
+    need = math.log(delta) / math.log1p(-alpha)
+    if math.isinf(need):
+        return sys.maxsize
+    return max(1, math.ceil(need - 1e-9))
 
 
 def _candidate_ranks(m: int, alpha: float, delta: float, n_candidates: int | None) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 import os
 import re
 import unicodedata
@@ -533,7 +534,8 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
         The loss in ``[0, 1]``.
 
     Raises:
-        ValueError: neither given, ``"1-dice"`` without a Dice, another risk, or a ``"failure"`` rule given a Dice
+        ValueError: neither given, a Dice outside [0, 1] (NaN too) or a failure other than 0 and 1 (a bool too),
+            ``"1-dice"`` without a Dice, another risk, or a ``"failure"`` rule given a Dice
             and a failure that disagree under its ``failure_dice`` (a Dice of 0.7 with ``failure`` 0 at
             ``failure_dice`` 0.8: the rule was certified on ``dice < failure_dice``, compared in float32 by
             :func:`~monai_unc.evaluation.cohort.dice_failed`, so a label must not redefine it).
@@ -544,6 +546,14 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
     """
     if risk not in ("failure", "1-dice"):
         raise ValueError(f"the rule's risk must be 'failure' or '1-dice', got {risk!r}")
+    # found by hostile review 59: a NaN Dice under a failure rule was the loss 0 (dice_failed reads NaN as no
+    # failure: an audit of unknown outcome counted as a success, which the risk alarm then bet on), a failure of 2 the
+    # loss 2.0, a Dice of -0.5 the loss 1
+    if dice is not None and (not isinstance(dice, numbers.Real) or isinstance(dice, bool) or not 0 <= dice <= 1):
+        raise ValueError(f"the label's Dice must be a number in [0, 1] or None, got {dice!r:.80}")
+    if failure is not None and (not isinstance(failure, numbers.Integral) or isinstance(failure, bool)
+                                or failure not in (0, 1)):
+        raise ValueError(f"the label's failure must be 0, 1 or None, got {failure!r:.80}")
     if risk == "1-dice":
         if dice is None:
             raise ValueError("a rule with risk '1-dice' needs each label's Dice")
@@ -559,6 +569,9 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
         return float(failure)
     elif dice is None or failure_dice is None:
         raise ValueError("each label needs its Dice or its failure (0/1)")
+    elif not (isinstance(failure_dice, numbers.Real) and not isinstance(failure_dice, bool)
+              and 0 <= failure_dice <= 1):  # a NaN failure Dice called every Dice a success
+        raise ValueError(f"the rule's failure Dice must be a number in [0, 1], got {failure_dice!r:.80}")
     return float(risk_of_dice(np.array([dice]), risk, math.nan if failure_dice is None else failure_dice)[0])
 
 

@@ -9,10 +9,14 @@ Every change is one transaction that also appends its audit entry, so two triage
 (SQLite: ``BEGIN IMMEDIATE``, a writer waits for the other; PostgreSQL: a transaction-level advisory lock in a
 read-committed transaction; either waits ``timeout`` seconds at most) and a writer killed in the middle leaves no
 half record (the transaction is rolled back). The audit log is append-only and hash-chained: each entry holds the
-SHA-256 of the previous one and a digest of the rows it wrote, so :meth:`MonitorStore.verify` detects an entry or a
-row that was edited or deleted, and a stored rule whose body no longer matches its digest (docs/monitoring.md says
-what it covers and what it cannot detect). What is read back is checked too: a row edited outside the store is one
-``ValueError`` line naming the store, never a wrong statistic or a traceback.
+SHA-256 of the previous one and a digest of the rows it wrote, so :meth:`MonitorStore.verify` detects an entry or a row
+that was edited or deleted, and a stored rule whose body no longer matches its digest (docs/monitoring.md says what it
+covers and what it cannot detect). What is read back is checked too: a row edited outside the store into a value the
+store never writes (text for a number, a loss outside [0, 1], a decision other than ``accept`` and ``review`` or a code
+that contradicts it, the pooled stream's name as a site) is one ``ValueError`` line naming the store, never a traceback.
+A row edited into another valid value (a ``review`` made ``accept`` with its code, a loss 0 made 1) reads as written,
+and the statistics of ``monitor status`` follow it: :meth:`MonitorStore.verify` (``monai-unc monitor verify``) is what
+finds it.
 """
 
 from __future__ import annotations
@@ -1863,6 +1867,15 @@ class MonitorStore:
             d[k] = None if d[k] is None else float(d[k])
         if d["failure"] not in (None, 0, 1) or isinstance(d["failure"], bool):
             raise bad("failure", "0, 1 or null")
+        # as record_run writes them (found by hostile review 59: a decision edited into "Accept" or "maybe" was read,
+        # counted as referred and left out of the risk test, a code contradicting its decision passed, and a site
+        # edited into the reserved name of the pooled stream gave status two streams of that name)
+        if d["decision"] not in _DECISIONS:
+            raise bad("decision", f"one of {_DECISIONS}")
+        if d["site"] == ALL_SITES:  # a site of that name was one more stream named as the pooled one
+            raise bad("site", f"a site's name, not the name {ALL_SITES!r} of the pooled stream")
+        if (d["code"] == "accepted") != (d["decision"] == "accept"):
+            raise bad("code", "'accepted' for an accepted case and a reason for review for another")
         if d["label_seq"] is not None and _as_int(d["label_seq"]) is None:
             raise bad("label_seq", "an audit entry's number or null")
         d["failure"] = None if d["failure"] is None else int(d["failure"])

@@ -317,9 +317,16 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
     Returns:
         The lines (no trailing newlines).
     """
+    # a 1 - Dice rule bounds the mean 1 - Dice, not a share of failures (found by hostile review 59: "at most 0.2 of
+    # the new cases ... fail (1 - dice)"); its failures are counted at the rule's failure Dice
+    failure = rule.risk == "failure"
+    failed_by = rule.risk_definition if failure else f"dice < {rule.failure_dice:g}"
     if rule.feasible:
-        lines = [f"guaranteed: at most {format_target(rule.target_risk)} of the new cases the threshold accepts fail "
-                 f"({rule.risk_definition}) on average, with probability >= {format_level(rule.delta)} over the "
+        promise = (f"at most {format_target(rule.target_risk)} of the new cases the threshold accepts fail "
+                   f"({rule.risk_definition}) on average" if failure else
+                   f"the mean risk ({rule.risk_definition}) of the new cases the threshold accepts is at most "
+                   f"{format_target(rule.target_risk)}")
+        lines = [f"guaranteed: {promise}, with probability >= {format_level(rule.delta)} over the "
                  f"{rule.n_calibration} calibration cases ({rule.method.upper()}; calibration: "
                  f"{format_share(round(rule.coverage * rule.n_calibration), rule.n_calibration)} "
                  f"accepted, observed risk {format_cell(rule.observed_risk, 3, rule.target_risk)}, bound "
@@ -335,13 +342,14 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
                  f"accepted, {outcome['n_referred']} referred" + (f" ({why})" if why else ""))
     if outcome["n_accepted"]:
         lines.append(f"realised (labels known to the demo only): {outcome['n_failed_accepted']} of "
-                     f"{outcome['n_accepted']} accepted new case(s) failed ({rule.risk_definition}): risk "
+                     f"{outcome['n_accepted']} accepted new case(s) failed ({failed_by}): "
+                     f"{'risk' if failure else f'mean risk ({rule.risk_definition})'} "
                      f"{format_cell(outcome['risk_accepted'], 3, rule.target_risk)} vs the target "
                      f"{format_target(rule.target_risk)}; "
                      f"{outcome['n_failed_referred']} of {outcome['n_referred']} referred case(s) failed")
     else:
         lines.append(f"realised (labels known to the demo only): no new case accepted; {outcome['n_failed_referred']}"
-                     f" of {outcome['n_referred']} referred case(s) failed ({rule.risk_definition})")
+                     f" of {outcome['n_referred']} referred case(s) failed ({failed_by})")
     if outcome.get("n_interval"):
         missed = outcome["interval_missed"]
         level = "" if rule.record is None else (f" ({format_level(rule.record.interval_alpha, percent=True)} target "

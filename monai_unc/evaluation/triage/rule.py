@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from ... import __version__
-from ..._utils import check_text, is_finite_real, is_int, is_real, real_array
+from ..._utils import check_text, is_finite_real, is_int, is_real, real_array, to_numpy
 from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
@@ -438,6 +439,11 @@ class CalibrationRecord:
         if "expected_dice" in cal:  # recorded since the conformal interval of the expected Dice
             est = tuple(None if v is None else _number(v, f"{where}.expected_dice")
                         for v in _field(cal, "expected_dice", where, list))
+            # an estimate of a Dice lies in [0, 1]: 1.5 or 1e300 was read as one, with the interval it gives (found by
+            # hostile review 59)
+            if any(v is not None and not 0.0 <= v <= 1.0 for v in est):
+                raise ValueError(f"field '{where}.expected_dice' must hold expected Dice in [0, 1] or null, got "
+                                 f"{next(v for v in est if v is not None and not 0.0 <= v <= 1.0)!r}")
             alpha = _number(_field(cal, "expected_dice_alpha", where), f"{where}.expected_dice_alpha")
             if not 0 < alpha < 1:
                 raise ValueError(f"field '{where}.expected_dice_alpha' must be in (0, 1), got {alpha!r}")
@@ -1071,7 +1077,10 @@ class ReferralRule:
         """
         # checked before the cast: text was parsed and accepted, which accepted_by_threshold refuses (found by
         # hostile testing)
-        s = real_array(np.asarray(scores), "scores").reshape(-1)
+        # a tensor through to_numpy: numpy has no bfloat16 (autocast scores failed with "Got unsupported ScalarType
+        # BFloat16", naming nothing) and reads no CUDA tensor (found by hostile review 59)
+        raw = to_numpy(scores, "scores") if isinstance(scores, torch.Tensor) else np.asarray(scores)
+        s = real_array(raw, "scores").reshape(-1)
         ref = self.image_reference
         z = None
         if image_stats is not None and ref is not None:
