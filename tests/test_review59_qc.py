@@ -62,6 +62,17 @@ def test_format_outcome_of_a_failure_rule_is_unchanged():
     assert "1 of 2 accepted new case(s) failed (dice < 0.8): risk 0.150 vs the target 0.2" in lines[2]
 
 
+@pytest.mark.parametrize("risk, said", [("1-dice", "mean risk (1 - dice) <= 0.2"),
+                                        ("failure", "mean risk (dice < 0.8) <= 0.2")])
+def test_format_outcome_of_a_rule_that_certifies_nothing_names_the_mean_risk(risk, said):
+    # "no threshold certifies 1 - dice <= 0.2" read as a bound on each case's 1 - Dice; the rule's own guarantee
+    # sentence (ReferralRule.guarantee) says "mean risk (1 - dice)"
+    rule = _rule(risk)
+    rule.feasible, rule.threshold, rule.bound = False, -math.inf, 0.35
+    lines = format_outcome(rule, {**_OUTCOME, "n_accepted": 0, "n_referred": 4})
+    assert lines[0].startswith(f"guaranteed: nothing; no threshold certifies {said} with probability 0.9")
+
+
 @pytest.mark.parametrize("args", [
     (math.nan, None, "failure", 0.8),  # an audit of unknown outcome: was the loss 0, a certified success
     (-0.5, None, "failure", 0.8),  # was the loss 1

@@ -333,7 +333,7 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
                  f"{format_cell(rule.bound, 3, rule.target_risk)}); the range and image "
                  "checks refer some of them too (docs/triage.md: what the certificate covers)"]
     else:
-        lines = [f"guaranteed: nothing; no threshold certifies {rule.risk_definition} <= "
+        lines = [f"guaranteed: nothing; no threshold certifies mean risk ({rule.risk_definition}) <= "
                  f"{format_target(rule.target_risk)} with "
                  f"probability {format_level(rule.delta)} on {rule.n_calibration} calibration cases (best bound "
                  f"{format_cell(rule.bound, 3, rule.target_risk)}), so every new case goes to review"]
