@@ -183,3 +183,11 @@ def test_the_store_refuses_to_read_a_decision_it_never_writes(tmp_path, sql, col
     con.close()
     with MonitorStore(db, create=False) as store, pytest.raises(ValueError, match=f"column {column} must be"):
         store.cases()
+
+
+@pytest.mark.parametrize("bounds", [(False, True), (np.False_, 1.0), (0.0, np.True_)])
+def test_conformal_interval_refuses_flags_as_bounds(bounds):
+    from monai_unc.metrics import conformal_interval
+
+    with pytest.raises(ValueError, match="bounds must be two numbers"):
+        conformal_interval([0.5, 0.6], [0.55, 0.62], [0.7], 0.1, bounds=bounds)

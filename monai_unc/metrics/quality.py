@@ -861,8 +861,8 @@ def _check_alpha(alpha: Any) -> float:
 def _check_bounds(bounds: Any) -> tuple[float, float]:
     """``bounds`` as two finite floats ``lower < upper`` (ValueError naming it otherwise)."""
     try:
-        if isinstance(bounds, (str, bytes)):
-            raise TypeError
+        if isinstance(bounds, (str, bytes)) or any(isinstance(v, (bool, np.bool_)) for v in bounds):
+            raise TypeError  # (False, True) was the bounds (0, 1) (found by hostile review 59)
         lo, hi = (float(v) for v in bounds)
     except (TypeError, ValueError):
         raise ValueError(f"bounds must be two numbers (lower, upper), got {bounds!r}") from None
