@@ -190,4 +190,4 @@ def test_conformal_interval_refuses_flags_as_bounds(bounds):
     from monai_unc.metrics import conformal_interval
 
     with pytest.raises(ValueError, match="bounds must be two numbers"):
-        conformal_interval([0.5, 0.6], [0.55, 0.62], [0.7], 0.1, bounds=bounds)
+        conformal_interval([0.7], [0.5, 0.6], [0.55, 0.62], 0.1, bounds=bounds)
