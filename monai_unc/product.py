@@ -385,7 +385,8 @@ def format_interval(low: Any, high: Any, decimals: int = 2) -> str:
     return f"[{end(low, ROUND_FLOOR)}, {end(high, ROUND_CEILING)}]"
 
 
-def format_estimate(value: Any, low: Any = None, high: Any = None, decimals: int = 2) -> str:
+def format_estimate(value: Any, low: Any = None, high: Any = None, decimals: int = 2,
+                    threshold: float | None = None) -> str:
     """An estimate and, when both ends are known, its interval: ``"0.93 [0.78, 1.00]"``, in the same decimals.
 
     The estimate is rounded to the nearest (:func:`format_cell`), the interval's ends outward
@@ -400,6 +401,10 @@ def format_estimate(value: Any, low: Any = None, high: Any = None, decimals: int
         low: the interval's lower end (None: no interval shown).
         high: its upper end (None: no interval shown).
         decimals: the decimals of the estimate and of the interval, ``>= 0``.
+        threshold: the number the estimate is judged against where it is shown (the failure Dice of a rule whose
+            risk is "dice < 0.8"), or None: an estimate whose decimals would read equal to it or on its other side
+            gets the significant digits that keep it on its own side (:func:`format_cell`: ``0.795``, never ``0.80``
+            under "dice < 0.8"; found by hostile review 59).
 
     Returns:
         The text.
@@ -407,10 +412,12 @@ def format_estimate(value: Any, low: Any = None, high: Any = None, decimals: int
     Example:
         >>> format_estimate(0.9312, 0.7851, 0.9999), format_estimate(0.9312), format_estimate(None)
         ('0.93 [0.78, 1.00]', '0.93', '–')
+        >>> format_estimate(0.795, 0.70, 0.85, threshold=0.8), format_estimate(0.8049, threshold=0.8)
+        ('0.795 [0.70, 0.85]', '0.805')
     """
     if isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0:
         raise ValueError(f"decimals must be a non-negative integer, got {decimals!r}")
-    text = format_cell(value, decimals)
+    text = format_cell(value, decimals, threshold)
     if low is None or high is None:
         return text
     return f"{text} {format_interval(low, high, decimals)}"

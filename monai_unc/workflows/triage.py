@@ -235,7 +235,7 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
         score = "undefined" if c["score"] is None else (format_score if thr is None else thr.score)(c["score"])
         cols = "".join(f"{_cell(extra.get(cid, {}).get(k)):>8}  " for k in keys)
         if has_q:
-            cols += f"{_expected_dice_cell(c):<24}  "
+            cols += f"{_expected_dice_cell(c, rule):<24}  "
         lines.append(f"{i:>4}  {cid:<16} {score:>8}  {cols}{'rule: ' + c['decision']:<13}  {c['reason']}")
     lines.append(f"triage of {s['n_cases']} new case(s) without labels: accept {s['n_accepted']}, review "
                  f"{s['n_review']}")
@@ -244,16 +244,18 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     return lines
 
 
-def _expected_dice_cell(c: Mapping[str, Any]) -> str:
+def _expected_dice_cell(c: Mapping[str, Any], rule: ReferralRule | None = None) -> str:
     """``0.93 [0.78, 1.00]``: a triaged case's expected Dice and its interval (the estimate alone without).
 
     The interval's ends are rounded outward (:func:`~monai_unc.product.format_interval`), so the printed interval
-    contains the computed one.
+    contains the computed one; with the ``rule`` of a failure risk the estimate never reads equal to its failure Dice
+    or on its other side (found by hostile review 59: 0.795 read ``0.80`` under "dice < 0.8").
     """
     v = c.get("expected_dice")
     if v is None:
         return ""
-    return format_estimate(v, c.get("expected_dice_low"), c.get("expected_dice_high"))
+    threshold = float(rule.failure_dice) if rule is not None and rule.risk == "failure" else None
+    return format_estimate(v, c.get("expected_dice_low"), c.get("expected_dice_high"), threshold=threshold)
 
 
 def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, float]) -> dict[str, Any]:

@@ -1,0 +1,35 @@
+"""Hostile review 59 of the pages: numbers a page shows that read otherwise than the data they come from."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from monai_unc.report.triage import build_triage_page
+from tests.report.test_triage_hostile_numbers import triage_json
+
+
+# ---------------------------------------------------------------- 1. an expected Dice across the rule's failure Dice
+def test_triage_page_never_rounds_an_expected_dice_below_the_failure_dice_up_to_it(tmp_path):
+    """Found by hostile review 59: the triage page wrote a case's expected Dice of 0.795 as ``0.80`` in its table (and
+    its figure's title) under a rule whose risk is "dice < 0.8": a predicted failure read as a predicted pass. The
+    estimate judged against the failure Dice keeps the digits that hold it on its side (``0.795``)."""
+    doc = triage_json()
+    for c, (est, lo, hi) in zip(doc["cases"], [(0.795, 0.70, 0.85), (0.8049, 0.70, 0.90), (0.93, 0.85, 0.99)]):
+        c.update(expected_dice=est, expected_dice_low=lo, expected_dice_high=hi)
+    (tmp_path / "triage.json").write_text(json.dumps(doc))
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    cells = dict(re.findall(r'data-case="(\w)".*?<td>([0-9.]+ \[[0-9., ]+\])</td>', text))
+    assert "dice &lt; 0.8" in text
+    assert cells == {"a": "0.795 [0.70, 0.85]", "b": "0.805 [0.70, 0.90]", "c": "0.93 [0.85, 0.99]"}
+
+
+def test_triage_lines_never_round_an_expected_dice_below_the_failure_dice_up_to_it():
+    """The same estimate in ``monai-unc triage``'s table of lines."""
+    from monai_unc.evaluation.triage import ReferralRule
+    from monai_unc.workflows.triage import _expected_dice_cell
+
+    rule = ReferralRule.from_json(triage_json()["rule"])
+    c = {"expected_dice": 0.795, "expected_dice_low": 0.70, "expected_dice_high": 0.85}
+    assert _expected_dice_cell(c, rule) == "0.795 [0.70, 0.85]"
+    assert _expected_dice_cell({"expected_dice": 0.93}, rule) == "0.93"
