@@ -116,7 +116,7 @@ def svg_chart(
         vlines: ``(label, x)`` dotted vertical markers (an alarm, a change point).
         y_label: the y axis' label.
         x_label: the x axis' label.
-        steps: draw the series as steps (histograms).
+        steps: draw the series as steps (histograms), on a y axis that includes 0.
 
     Returns:
         The ``<svg>`` element; every text is escaped.
@@ -141,6 +141,8 @@ def svg_chart(
     all_x = np.concatenate([p[0] for p in pts] + [np.array([v for _, v in vlines], dtype=np.float64)])
     all_y = np.concatenate([p[1] for p in pts] + [np.array([v for _, v in hlines], dtype=np.float64)])
     all_x, all_y = all_x[np.isfinite(all_x)], all_y[np.isfinite(all_y)]
+    if steps:  # a histogram's bars stand on 0 (found by hostile review 59: with every bin holding a case, the axis
+        all_y = np.append(all_y, 0.0)  # began at the smallest share and the bins of one case were drawn as empty)
     x0, x1 = (float(all_x.min()), float(all_x.max())) if all_x.size else (0.0, 1.0)
     y0, y1 = (float(all_y.min()), float(all_y.max())) if all_y.size else (0.0, 1.0)
     if x1 <= x0:

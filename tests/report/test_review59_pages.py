@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
+
+from monai_unc.report.monitor import svg_chart
 from monai_unc.report.triage import build_triage_page
 from tests.report.test_triage_hostile_numbers import triage_json
 
@@ -33,3 +36,23 @@ def test_triage_lines_never_round_an_expected_dice_below_the_failure_dice_up_to_
     c = {"expected_dice": 0.795, "expected_dice_low": 0.70, "expected_dice_high": 0.85}
     assert _expected_dice_cell(c, rule) == "0.795 [0.70, 0.85]"
     assert _expected_dice_cell({"expected_dice": 0.93}, rule) == "0.93"
+
+
+# -------------------------------------------------------- 2. the monitor's score histogram on an axis without a zero
+def test_monitor_histogram_chart_starts_its_axis_at_zero():
+    """Found by hostile review 59: the dashboard's case score distribution (a step histogram, ``share of cases``) took
+    its y axis from the smallest share, so with every bin holding a case (40 cases, a bin of one at 0.025) the bins
+    of one case were drawn on the chart's floor, read as empty bins. A histogram's axis now starts at 0."""
+    edges = np.linspace(0.0, 1.0, 5)
+    share = np.array([0.25, 0.125, 0.5, 0.125, 0.125])  # every bin holds cases
+    svg = svg_chart("h", [("new cases", edges, share)], steps=True)
+    ticks = [float(t) for t in re.findall(r'<text x="48" y="[0-9.]+" text-anchor="end">([^<]+)</text>', svg)]
+    assert ticks and min(ticks) == 0.0
+    # the bins of one case (0.125) are drawn above the floor of the plot (its y is less than the floor's)
+    floor = 220 - 30
+    ys = [float(p.split(",")[1]) for p in re.search(r'<polyline points="([^"]+)"', svg).group(1).split()]
+    assert max(ys) < floor - 10
+    # a line chart keeps its axis on its data
+    line = svg_chart("l", [("rate", [1, 2, 3], [0.5, 0.6, 0.7])])
+    assert min(float(t) for t in re.findall(r'<text x="48" y="[0-9.]+" text-anchor="end">([^<]+)</text>', line)) \
+        == 0.5
