@@ -35,9 +35,12 @@
   function start(box) {
     var data = JSON.parse(byId(box.getAttribute("data-volumes")).textContent);
     var canvas = box.querySelector("canvas.mu-view");
+    // NiiVue draws its loading text in a bitmap font of printable ASCII only: a case id in another script was drawn
+    // with its letters left out (another case's name) and a console warning per letter (hostile review 59)
+    var loading = /^[\x20-\x7e]*$/.test(data.case) ? "loading " + data.case : "loading";
     var nv = new niivue.Niivue({  // the multiplanar view: a 2 x 2 grid, the 3D render always the fourth tile
       backColor: [0, 0, 0, 1], show3Dcrosshair: true, multiplanarShowRender: niivue.SHOW_RENDER.ALWAYS,
-      multiplanarLayout: 2, isColorbar: false, crosshairWidth: 1, loadingText: "loading " + data.case
+      multiplanarLayout: 2, isColorbar: false, crosshairWidth: 1, loadingText: loading
     });
     nv.attachToCanvas(canvas);
     var images = data.volumes.map(function (v) {
