@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import __version__
 from .._utils import check_integer
 from ..evaluation import (
     IID_SHIFTS,
@@ -636,8 +637,8 @@ def render_html(
     measure = summary.get("measure") or "uncertainty"
     header = el("header", el("h1", title),
                 el("p", f"{summary['n_cases']} cases · measure ", el("b", str(measure)), " · triage score ",
-                   el("b", summary["score"]["column"]), f" · generated {now} by monai-unc"),
-                el("p", source))
+                   el("b", summary["score"]["column"]), f" · generated {now} by monai-unc {__version__}"),
+                el("p", source, _made_with(summary)))
     note = [
         "Cases ranked from most to least uncertain. With a referral budget of ", el("b", _budget_text(summary)),
         " the ", el("b", str(t["n_referred"])), " most uncertain case(s) go to review; the mean Dice of the ",
@@ -900,6 +901,25 @@ def _case_figures(
             "foreground, purple: wrong class)." + "".join(f" {n}" for n in notes), png, path,
         ))  # fmt: skip
     return out
+
+
+def _made_with(summary: Mapping[str, Any]) -> str:
+    """What the evaluation recorded of its making (``summary.json``: versions and the folders evaluated), as text.
+
+    Empty for a summary of an older version, which recorded neither; a field of the wrong type is left out (the page
+    escapes whatever the text holds).
+    """
+    parts = []
+    version = summary.get("monai_unc_version")
+    if isinstance(version, str):
+        libs = summary.get("library_versions")
+        libs = libs if isinstance(libs, Mapping) else {}
+        extra = ", ".join(f"{k} {v}" for k, v in sorted(libs.items()) if isinstance(v, str))
+        parts.append(f"evaluated by monai-unc {version}" + (f" ({extra})" if extra else ""))
+    inputs = summary.get("inputs")
+    if isinstance(inputs, Mapping):
+        parts += [f"{k}: {inputs[k]}" for k in ("predictions", "labels") if isinstance(inputs.get(k), str)]
+    return "" if not parts else " · " + " · ".join(parts)
 
 
 def build_report(

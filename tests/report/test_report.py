@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -61,6 +62,22 @@ def test_page_is_self_contained(report):
     assert {p.read_bytes() for p in saved} == set(images)  # the PNGs on disk are the embedded ones
     csv_link = re.search(r'href="data:text/csv;base64,([^"]+)"', text)
     assert base64.b64decode(csv_link.group(1)).decode() == (report["root"] / "eval" / "metrics.csv").read_text()
+
+
+def test_the_page_says_what_made_it(report):
+    import html as html_lib
+
+    import monai
+    import torch
+
+    import monai_unc
+
+    text = html_lib.unescape(report["text"])
+    assert "generated " in text and f"by monai-unc {monai_unc.__version__}" in text
+    assert (f"evaluated by monai-unc {monai_unc.__version__} (monai {monai.__version__}, torch {torch.__version__})"
+            in text)
+    assert f"predictions: {os.path.abspath(report['data']['predictions'])}" in text
+    assert f"labels: {os.path.abspath(report['data']['labels'])}" in text
 
 
 def test_triage_table_follows_the_summary(report):
