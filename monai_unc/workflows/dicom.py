@@ -1091,7 +1091,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     Raises:
         ValueError: a bad ``uid_root`` or ``algorithm_name``, a column of ``metrics.csv`` (or of a product's
             table) or a triage score name with a backslash or a control character (the SR's code value and
-            meaning), an output inside an input folder, a segments file with bad fields, cases
+            meaning), a ``triage`` whose ``triage.json`` lacks a case exported, an output inside an input folder, a
+            segments file with bad fields, cases
             predicted with other measures than the folder's run or than each other (without ``measures``), a case
             without its series folder, a case of ``cases`` without outputs, a series refused by the reader, outputs
             off the series' grid, or case ids that the output folder's file system takes as one name (``Case01`` /
@@ -1215,6 +1216,11 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             for c in found:
                 _check_predicted_from(pred, src, c.case_id, records[c.case_id])
         segs = {c.case_id: Path(c.seg if c.seg is not None else c.label) for c in found}
+        untriaged = sorted(set(segs) - set(decisions)) if triage is not None else []
+        if untriaged:  # found by hostile review 59: their SRs were written without a decision, exit 0, no word
+            raise ValueError(f"--triage {triage}: triage.json has no decision for {len(untriaged)} case(s) exported "
+                             f"({', '.join(untriaged[:5])}{' ...' if len(untriaged) > 5 else ''}): triage the "
+                             "predictions exported again, or export those cases without --triage")
         given = [("--evaluation", evaluation, rows), ("--triage", triage, decisions),
                  *((f"--{command}", folder, extra[title]) for command, (folder, _, title) in tables.items())]
         for option, folder, numbers in given:  # before any object: the numbers must be those of these predictions

@@ -1,0 +1,24 @@
+"""Hostile review 59 of the DICOM objects: defects found and their regressions."""
+
+from __future__ import annotations
+
+import pytest
+
+pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
+pytest.importorskip("highdicom", reason="needs the dicom extra")
+
+from tests.workflows.test_dicom_content_sr import _export_with_triage  # noqa: E402
+
+#: c0 as triage writes it; c1, also exported, is not in triage.json
+ONLY_C0 = [{"case": "c0", "score": 0.25, "decision": "accept", "code": "accepted", "reason": "score 0.25 <= 0.3"}]
+
+
+def test_a_case_that_triage_json_lacks_is_refused(tmp_path, capsys):
+    """``--triage`` of a triage run without case c1 (predicted after the triage): c1's SR was written without any
+    triage decision, exit 0 and no word, so that a reader of the SRs could not tell a case never triaged from one
+    whose decision was left out; now refused in one line naming the case, before any object."""
+    rc = _export_with_triage(tmp_path, ONLY_C0)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2, err
+    assert len(err) == 1 and "triage.json has no decision for 1 case(s) exported (c1)" in err[0], err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
