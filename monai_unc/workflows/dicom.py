@@ -107,6 +107,7 @@ from ..io.dicom import (
     write_parametric_map,
     write_segmentation,
 )
+from ..io.dicom.objects import NOT_IN_STRING
 from ..io.provenance import prediction_regions, read_untrusted_json
 from ..keys import DEPRECATED_MEASURES
 from ..monitoring.store import check_rule
@@ -197,26 +198,38 @@ def algorithm_from_records(predictions: str | os.PathLike, case: str, layout: st
         The :class:`~monai_unc.io.dicom.AlgorithmInfo` (name ``monai-unc`` when nothing is recorded).
 
     Raises:
-        ValueError: naming ``algorithm_name`` when ``name`` is not such a text.
+        ValueError: naming ``algorithm_name`` when ``name`` is not such a text; naming the record and the field when
+            a recorded weight digest or method (or model, without ``name``) holds a control character or (but the
+            model, whose backslashes become ``/``) a backslash, which the objects' DICOM texts cannot hold.
     """
     if name is not None:
         name = check_text(name, "algorithm_name", 64).strip()
     pred = Path(predictions)
     sub = LAYOUTS[layout]["uncertainty_subdir"]
     settings: dict[str, Any] = {}
-    for path in (pred / INFER_RECORD, pred / sub / f"{case}.json"):
-        doc = read_json_or_none(path)
+    for source in (pred / INFER_RECORD, pred / sub / f"{case}.json"):
+        doc = read_json_or_none(source)
         if isinstance(doc, dict) and isinstance(doc.get("settings"), dict):
             settings = doc["settings"]
             break
+
+    def checked(text: str, field: str, backslash: bool = False) -> str:
+        # found by hostile review 59: a tab in a recorded digest or method was written into the SEG, the Parametric
+        # Maps and the SR (dciodvfy: invalid), a backslash (the value separator) failed in highdicom naming no file
+        if NOT_IN_STRING.search(text.replace("\\", "") if backslash else text):
+            raise ValueError(f"{source}: field '{field}' {text[:80]!r} holds a backslash or a control character, "
+                             "which the DICOM objects' texts cannot hold: predict the cases again")
+        return text
+
     weights = settings.get("weights")
-    digests = [w["sha256"] for w in weights if isinstance(w, dict) and isinstance(w.get("sha256"), str)] \
-        if isinstance(weights, list) else []
+    digests = [checked(w["sha256"], f"settings.weights[{i}].sha256") for i, w in enumerate(weights)
+               if isinstance(w, dict) and isinstance(w.get("sha256"), str)] if isinstance(weights, list) else []
     # a recorded model is a description that may hold a Windows path ("bundle: C:\\..."): DICOM text (LO) holds no
     # backslash, the value separator
-    model = (_text(settings.get("model")) or _text(settings.get("trainer")) or "monai-unc").replace("\\", "/")
-    return AlgorithmInfo(name=name or model, weights=",".join(d[:64] for d in digests)[:1024],
-                         method=_text(settings.get("method")))
+    key = "model" if _text(settings.get("model")) else "trainer"
+    model = name or (checked(_text(settings.get(key)), f"settings.{key}", True) or "monai-unc").replace("\\", "/")
+    return AlgorithmInfo(name=model, weights=",".join(d[:64] for d in digests)[:1024],
+                         method=checked(_text(settings.get("method")), "settings.method"))
 
 
 def _segments(count: int, regions: bool, specs_file: str | os.PathLike | None,
@@ -1091,7 +1104,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     Raises:
         ValueError: a bad ``uid_root`` or ``algorithm_name``, a column of ``metrics.csv`` (or of a product's
             table) or a triage score name with a backslash or a control character (the SR's code value and
-            meaning), an output inside an input folder, a segments file with bad fields, cases
+            meaning), a ``triage`` whose ``triage.json`` lacks a case exported, an output inside an input folder, a
+            segments file with bad fields, cases
             predicted with other measures than the folder's run or than each other (without ``measures``), a case
             without its series folder, a case of ``cases`` without outputs, a series refused by the reader, outputs
             off the series' grid, or case ids that the output folder's file system takes as one name (``Case01`` /
@@ -1215,11 +1229,17 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             for c in found:
                 _check_predicted_from(pred, src, c.case_id, records[c.case_id])
         segs = {c.case_id: Path(c.seg if c.seg is not None else c.label) for c in found}
+        untriaged = sorted(set(segs) - set(decisions)) if triage is not None else []
+        if untriaged:  # found by hostile review 59: their SRs were written without a decision, exit 0, no word
+            raise ValueError(f"--triage {triage}: triage.json has no decision for {len(untriaged)} case(s) exported "
+                             f"({', '.join(untriaged[:5])}{' ...' if len(untriaged) > 5 else ''}): triage the "
+                             "predictions exported again, or export those cases without --triage")
         given = [("--evaluation", evaluation, rows), ("--triage", triage, decisions),
                  *((f"--{command}", folder, extra[title]) for command, (folder, _, title) in tables.items())]
         for option, folder, numbers in given:  # before any object: the numbers must be those of these predictions
             if folder is not None:
                 check_made_from(folder, option, {c: p for c, p in segs.items() if c in numbers})
+        algorithms = {c.case_id: algorithm_from_records(pred, c.case_id, layout, algorithm_name) for c in found}
         label_regions = _label_map_regions(pred, layout)
         region_names = list(label_regions) if label_regions else _region_names(pred)
         result = DicomExport(out)
@@ -1250,7 +1270,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             folder = owned_folder(out, files.case_id, "--output")
             folder.mkdir(parents=True, exist_ok=True)
             clean_partial_files(folder)
-            algorithm = algorithm_from_records(pred, files.case_id, layout, algorithm_name)
+            algorithm = algorithms[files.case_id]
             study = new_study(study_uid, uid_root)  # one study per case for all its objects (None: the source's)
             objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
                                    uid_root=uid_root, algorithm=algorithm, region_names=region_names, study=study,
