@@ -1239,6 +1239,12 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         for option, folder, numbers in given:  # before any object: the numbers must be those of these predictions
             if folder is not None:
                 check_made_from(folder, option, {c: p for c, p in segs.items() if c in numbers})
+                lacking = sorted(set(segs) - set(numbers))
+                if lacking:  # a case without a label has no row: said, not refused (found by hostile review 59: its
+                    # SR was written without these numbers without a word)
+                    warnings.warn(f"{option} {folder}: no row for {len(lacking)} case(s) exported "
+                                  f"({', '.join(lacking[:5])}{' ...' if len(lacking) > 5 else ''}): their SRs hold "
+                                  "none of its numbers", UserWarning, stacklevel=2)
         algorithms = {c.case_id: algorithm_from_records(pred, c.case_id, layout, algorithm_name) for c in found}
         label_regions = _label_map_regions(pred, layout)
         region_names = list(label_regions) if label_regions else _region_names(pred)

@@ -47,3 +47,22 @@ def test_a_recorded_text_a_dicom_text_cannot_hold_is_refused(tmp_path, capsys, f
     assert rc == 2 and len(err) == 1, err
     assert f"infer.json: field '{field}'" in err[0] and "control character" in err[0], err
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.dcm"))
+
+
+def test_a_case_the_evaluation_lacks_is_said(tmp_path, capsys):
+    """``--evaluation`` without a row for c1 (no label): c1's SR held none of its numbers without a word; a warning
+    names the case (not refused: a case without a label is a reason to have no row)."""
+    from monai_unc.cli import main
+    from monai_unc.io import write_csv
+    from tests.workflows.test_dicom_export import _small_cases
+
+    pred, series = _small_cases(tmp_path)
+    evaluation = tmp_path / "evaluation"
+    evaluation.mkdir()
+    write_csv(evaluation / "metrics.csv", [{"case": "c0", "dice": 0.75}])
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--evaluation",
+               str(evaluation), "-q"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "--evaluation" in err and "no row for 1 case(s) exported (c1)" in err, err
+    assert len(list((tmp_path / "out").rglob("*.dcm"))) > 0
