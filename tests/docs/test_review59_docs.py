@@ -57,3 +57,18 @@ def test_the_expected_dice_prose_matches_the_printed_lines():
     assert f"a real Dice of {dice:.2f}" in section
     prose = re.search(r"`new_blur250` \(real Dice\s+([\d.]+), estimate ([\d.]+)\)", text)
     assert float(prose.group(1)) == dice and f"{float(prose.group(2)):.2f}" == estimate
+
+
+def _pages():
+    docs = ROOT / "docs"
+    return [ROOT / "README.md", *sorted(docs.glob("*.md")), docs / "validation" / "page_template.md"]
+
+
+def test_no_page_points_at_a_shared_folder_or_the_seed_papers():
+    """docs/report.md cited "seed papers 000-003", docs/validation.md's title "the seeds' headline findings" (files a
+    reader does not have: the source papers are named where they are used), and docs/distributed.md and
+    docs/signing.md used /shared/... as their example paths of a shared file system."""
+    for page in _pages():
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"(?<![\w.-])shared/", text), page.name
+        assert not re.search(r"seed papers?\b|\bseeds' ", text, flags=re.I), page.name
