@@ -72,3 +72,37 @@ def test_no_page_points_at_a_shared_folder_or_the_seed_papers():
         text = page.read_text(encoding="utf-8")
         assert not re.search(r"(?<![\w.-])shared/", text), page.name
         assert not re.search(r"seed papers?\b|\bseeds' ", text, flags=re.I), page.name
+
+
+QUOTED_ERRORS = [  # (the command line, the message docs/cli.md quotes for it)
+    (["evaluate", "-l", "labs", "-p", "pred", "-o", "ev", "--n-bins", "5000"],
+     "--n-bins must be at most 4096 (...), got 5000"),
+    (["evaluate", "-l", "labs", "-p", "pred", "-o", "ev"], "--labels folder not found: labs"),
+    (["evaluate", "-l", "labs", "-p", "pred", "-o", "ev", "--images", "imgs"], "--images folder not found: imgs"),
+    (["triage", "-p", "pred", "--rule", "eval", "-o", "tr"], "--rule: referral rule file eval is a folder, not a file"),
+    (["infer", "-i", "pred", "-o", "out", "--model", "example"], "--output folder out is a file, not a folder"),
+    (["monitor", "record", "run1", "--db", "m.db"], "TRIAGE folder not found: run1"),
+]
+
+
+def test_the_error_lines_cli_md_quotes_are_the_ones_printed(tmp_path, monkeypatch, capsys):
+    """docs/cli.md quoted `--n-bins must be at most 4096, got 5000`; the line printed has the reason between the two
+    (`(the cases' fine histograms hold 16 * n_bins bins per class)`), so the quote matched no line a reader greps."""
+    from monai_unc.cli import main
+
+    text = " ".join(_text("docs/cli.md").split())
+    monkeypatch.chdir(tmp_path)
+    for folder in ("pred", "eval", "labs"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "out").write_text("")
+    for argv, quote in QUOTED_ERRORS:
+        assert f"`{quote}`" in text, quote
+        labs = tmp_path / "labs"
+        if quote.startswith("--labels"):
+            labs.rmdir()
+        try:
+            assert main(argv) == 2
+        finally:
+            labs.mkdir(exist_ok=True)
+        err = capsys.readouterr().err
+        assert re.search(".*".join(re.escape(part) for part in quote.split("(...)")), err), (quote, err)
