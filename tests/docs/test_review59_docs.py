@@ -106,3 +106,37 @@ def test_the_error_lines_cli_md_quotes_are_the_ones_printed(tmp_path, monkeypatc
             labs.mkdir(exist_ok=True)
         err = capsys.readouterr().err
         assert re.search(".*".join(re.escape(part) for part in quote.split("(...)")), err), (quote, err)
+
+
+def _rule_table_fields(text: str) -> tuple[set[str], dict[str, set[str]]]:
+    section = text.split("## The files", 1)[1].split("`evaluate` writes the rule only", 1)[0]
+    top, inner = set(), {}
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        first, rest = line.split(" | ", 1)
+        names = set(re.findall(r"`(\w+)`", first))
+        top |= names
+        for name in names:
+            inner[name] = set(re.findall(r"`(\w+)`", rest))
+    return top, inner
+
+
+def test_every_field_of_a_referral_rule_is_in_the_table_of_triage_md(tmp_path, monkeypatch):
+    """docs/triage.md's table of `referral_rule.json` left out `calibration.expected_dice`, `expected_dice_alpha` and
+    `expected_dice_quantile`, which every rule `evaluate --target-risk` certifies now holds."""
+    import json
+
+    from monai_unc.cli import main
+    from monai_unc.data.cohorts import write_toy_cohort
+
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    data = write_toy_cohort("toy", n_cases=12, shape=(12, 12, 12))
+    assert main(["evaluate", "-l", str(data["labels"]), "-p", str(data["predictions"]), "-o", "ev", "--images",
+                 str(data["images"]), "--target-risk", "0.5", "--no-spatial", "--quiet"]) == 0
+    rule = json.loads((tmp_path / "ev" / "referral_rule.json").read_text())
+    top, inner = _rule_table_fields(_text("docs/triage.md"))
+    assert set(rule) <= top, set(rule) - top
+    for block in ("calibration", "score", "image_reference"):
+        assert set(rule[block]) <= inner[block], (block, set(rule[block]) - inner[block])
