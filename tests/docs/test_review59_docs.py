@@ -140,3 +140,19 @@ def test_every_field_of_a_referral_rule_is_in_the_table_of_triage_md(tmp_path, m
     assert set(rule) <= top, set(rule) - top
     for block in ("calibration", "score", "image_reference"):
         assert set(rule[block]) <= inner[block], (block, set(rule[block]) - inner[block])
+
+
+def test_the_dropout_plans_paragraph_names_what_write_dropout_plans_writes():
+    """docs/nnunet.md said the dropout plans hold `"dropout_op": "torch.nn.Dropout3d"` and `{"p": 0.2}` in every
+    configuration; a `2d` configuration gets `torch.nn.Dropout2d`, and the kwargs hold `"inplace": false` too."""
+    import json
+
+    from monai_unc.nnunet.dropout import dropout_arch_kwargs
+
+    text = _text("docs/nnunet.md")
+    paragraph = text.split("2. **Plans variant, no trainer.**", 1)[1].split("\n3. ", 1)[0]
+    paragraph = " ".join(paragraph.split())
+    for conv in ("torch.nn.modules.conv.Conv2d", "torch.nn.modules.conv.Conv3d"):
+        out = dropout_arch_kwargs({"conv_op": conv}, p=0.2)
+        assert f'"{out["dropout_op"]}"' in paragraph, out["dropout_op"]
+        assert json.dumps(out["dropout_op_kwargs"]) in paragraph
