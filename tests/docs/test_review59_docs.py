@@ -156,3 +156,12 @@ def test_the_dropout_plans_paragraph_names_what_write_dropout_plans_writes():
         out = dropout_arch_kwargs({"conv_op": conv}, p=0.2)
         assert f'"{out["dropout_op"]}"' in paragraph, out["dropout_op"]
         assert json.dumps(out["dropout_op_kwargs"]) in paragraph
+
+
+def test_readme_says_conformal_md_covers_the_command_line():
+    """README's list of pages called docs/conformal.md "(Python API)"; the page documents `evaluate --conformal` and
+    `monai-unc conformal` (its "Command line" section) as well."""
+    readme = " ".join(_text("README.md").split())
+    line = re.search(r"- `docs/conformal\.md` — (.*?) - `docs/", readme).group(1)
+    assert "`monai-unc conformal`" in line and "`evaluate --conformal`" in line, line
+    assert "## Command line" in _text("docs/conformal.md")
