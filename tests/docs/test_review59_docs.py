@@ -165,3 +165,18 @@ def test_readme_says_conformal_md_covers_the_command_line():
     line = re.search(r"- `docs/conformal\.md` — (.*?) - `docs/", readme).group(1)
     assert "`monai-unc conformal`" in line and "`evaluate --conformal`" in line, line
     assert "## Command line" in _text("docs/conformal.md")
+
+
+def test_keys_create_on_an_existing_pair_is_refused_as_the_docs_say(tmp_path, monkeypatch, capsys):
+    """docs/cli.md said of `keys --create` "an existing pair is kept", and docs/signing.md that of two `keys --create`
+    "the second waits, then signs with the first's"; the second is refused (exit 2) naming the pair."""
+    from monai_unc.cli import main
+
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(tmp_path / "config"))
+    assert main(["keys", "--create", str(tmp_path / "k")]) == 0
+    assert main(["keys", "--create", str(tmp_path / "k")]) == 2
+    assert "a key pair exists at" in capsys.readouterr().err
+    cli_md = " ".join(_text("docs/cli.md").split())
+    assert "an existing pair is kept and the command refuses, exit 2" in cli_md
+    signing = " ".join(_text("docs/signing.md").split())
+    assert "of two `keys --create`, the second waits, then is refused, exit 2" in signing
