@@ -180,3 +180,18 @@ def test_keys_create_on_an_existing_pair_is_refused_as_the_docs_say(tmp_path, mo
     assert "an existing pair is kept and the command refuses, exit 2" in cli_md
     signing = " ".join(_text("docs/signing.md").split())
     assert "of two `keys --create`, the second waits, then is refused, exit 2" in signing
+
+
+def test_nnunet_predict_help_says_what_ssn_combines_with():
+    """`nnunet-predict --help` said ssn runs "alone or with dropout"; it combines with folds and mirroring too
+    (docs/nnunet.md; only rate_in is refused beside it)."""
+    import argparse
+
+    from monai_unc.nnunet.cli import add_parser
+
+    sub = argparse.ArgumentParser(prog="monai-unc").add_subparsers()
+    sources = next(a for a in add_parser(sub)._actions if "--sources" in a.option_strings)
+    text = " ".join(sources.help.split())
+    assert "alone or with dropout" not in text
+    assert "with folds, mirroring or dropout, not with rate_in" in text
+    assert "`ssn` (alone, with `dropout` or with `folds mirroring`)" in " ".join(_text("docs/nnunet.md").split())
