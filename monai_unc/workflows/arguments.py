@@ -533,8 +533,9 @@ def _add_triage(sub: Any) -> None:
                        f"{cls.command}' on the new cases (into OUTPUT/{cls.command}/) and show its outputs on the page")
     p.add_argument("--monitor", default=None, metavar="DB",
                    help="also record the decisions into this monitoring store (a file for SQLite or "
-                   "postgresql://...; as 'monai-unc monitor record'); the triage outputs are written even when the "
-                   "store cannot be reached (exit status 2)")
+                   "postgresql://...; as 'monai-unc monitor record'); a store that cannot be opened stops the run "
+                   "before anything is written, one lost after the triage leaves its outputs written (exit status 2 "
+                   "both)")
     p.add_argument("--site", default=None, help=f"with --monitor: {_SITE_HELP}")
     _add_trust_options(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")

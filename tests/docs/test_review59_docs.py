@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from monai_unc.data.cohorts import DEMO_CALIBRATION_SHIFTS
 from tests._paths import ROOT
 
@@ -122,20 +124,31 @@ def _rule_table_fields(text: str) -> tuple[set[str], dict[str, set[str]]]:
     return top, inner
 
 
-def test_every_field_of_a_referral_rule_is_in_the_table_of_triage_md(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def certified(tmp_path_factory):
+    """A referral rule certified on the toy cohort: ``(folder, config folder, the cohort's folders)``."""
+    from monai_unc.cli import main
+    from monai_unc.data.cohorts import write_toy_cohort
+
+    root = tmp_path_factory.mktemp("certified")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MONAI_UNC_CONFIG_DIR", str(root / "config"))
+    try:
+        data = write_toy_cohort(root / "toy", n_cases=12, shape=(12, 12, 12))
+        assert main(["evaluate", "-l", str(data["labels"]), "-p", str(data["predictions"]), "-o", str(root / "ev"),
+                     "--images", str(data["images"]), "--target-risk", "0.5", "--no-spatial", "--quiet"]) == 0
+    finally:
+        mp.undo()
+    return root, data
+
+
+def test_every_field_of_a_referral_rule_is_in_the_table_of_triage_md(certified):
     """docs/triage.md's table of `referral_rule.json` left out `calibration.expected_dice`, `expected_dice_alpha` and
     `expected_dice_quantile`, which every rule `evaluate --target-risk` certifies now holds."""
     import json
 
-    from monai_unc.cli import main
-    from monai_unc.data.cohorts import write_toy_cohort
-
-    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.chdir(tmp_path)
-    data = write_toy_cohort("toy", n_cases=12, shape=(12, 12, 12))
-    assert main(["evaluate", "-l", str(data["labels"]), "-p", str(data["predictions"]), "-o", "ev", "--images",
-                 str(data["images"]), "--target-risk", "0.5", "--no-spatial", "--quiet"]) == 0
-    rule = json.loads((tmp_path / "ev" / "referral_rule.json").read_text())
+    root, _ = certified
+    rule = json.loads((root / "ev" / "referral_rule.json").read_text())
     top, inner = _rule_table_fields(_text("docs/triage.md"))
     assert set(rule) <= top, set(rule) - top
     for block in ("calibration", "score", "image_reference"):
@@ -195,3 +208,28 @@ def test_nnunet_predict_help_says_what_ssn_combines_with():
     assert "alone or with dropout" not in text
     assert "with folds, mirroring or dropout, not with rate_in" in text
     assert "`ssn` (alone, with `dropout` or with `folds mirroring`)" in " ".join(_text("docs/nnunet.md").split())
+
+
+def test_triage_monitor_help_says_an_unreachable_store_stops_the_run(certified, tmp_path, monkeypatch, capsys):
+    """`triage --help` said of --monitor "the triage outputs are written even when the store cannot be reached";
+    a store that cannot be opened stops the run before anything is written (docs/monitoring.md), only a store lost
+    after the triage leaves the outputs."""
+    import argparse
+
+    from monai_unc.cli import main
+    from monai_unc.workflows.arguments import add_command_parsers
+
+    root, data = certified
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(root / "config"))
+    (tmp_path / "db").mkdir()
+    out = tmp_path / "tr"
+    assert main(["triage", "-p", str(data["predictions"]), "--rule", str(root / "ev" / "referral_rule.json"),
+                 "-o", str(out), "--monitor", str(tmp_path / "db"), "--quiet"]) == 2
+    assert "--monitor" in capsys.readouterr().err
+    assert not out.exists()
+    sub = argparse.ArgumentParser(prog="monai-unc").add_subparsers()
+    add_command_parsers(sub)
+    triage = sub.choices["triage"]
+    text = " ".join(next(a for a in triage._actions if "--monitor" in a.option_strings).help.split())
+    assert "written even when the store cannot be reached" not in text
+    assert "a store that cannot be opened stops the run before anything is written" in text
