@@ -340,7 +340,10 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--score", default=None,
                    help="triage score column: a case score <measure>_<mean|fg_mean|patch_mean>, e.g. "
                         "mutual_information_patch_mean (default <measure>_fg_mean)")
-    p.add_argument("--images", default=None, help="folder of the input images (for the report's overlays)")
+    p.add_argument("--images", default=None,
+                   help="folder of the input images: the report's overlays; with --target-risk the image statistics "
+                        "the rule refers new images by (docs/triage.md); with --regions the QU-BraTS brain mask; "
+                        "the series of DICOM SEG labels")
     p.add_argument("--shifts", default=None, help="CSV with columns case,shift (shift 'none' = in distribution)")
     p.add_argument("--budget", type=_fraction, default=0.2,
                    help="fraction of cases referred for review: the ceil(budget x N) most uncertain of N (0.2)")

@@ -233,3 +233,20 @@ def test_triage_monitor_help_says_an_unreachable_store_stops_the_run(certified, 
     text = " ".join(next(a for a in triage._actions if "--monitor" in a.option_strings).help.split())
     assert "written even when the store cannot be reached" not in text
     assert "a store that cannot be opened stops the run before anything is written" in text
+
+
+def test_evaluate_help_says_what_images_is_for(certified):
+    """`evaluate --help` said --images is "for the report's overlays"; with --target-risk it gives the rule the image
+    statistics that triage refers new images by (docs/triage.md), which a rule certified without it lacks."""
+    import argparse
+    import json
+
+    from monai_unc.workflows.arguments import add_command_parsers
+
+    sub = argparse.ArgumentParser(prog="monai-unc").add_subparsers()
+    add_command_parsers(sub)
+    action = next(a for a in sub.choices["evaluate"]._actions if "--images" in a.option_strings)
+    text = " ".join(action.help.split())
+    assert "with --target-risk the image statistics" in text and "--regions the QU-BraTS brain mask" in text
+    root, _ = certified
+    assert json.loads((root / "ev" / "referral_rule.json").read_text())["image_reference"]["features"]
