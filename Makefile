@@ -47,8 +47,8 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/monai-unc demo --output demo_output
 
-# the validation studies of docs/validation.md (about 40 CPU minutes, and an hour for study 8); see
-# docs/validation/run_all.py
+# the twelve validation studies of docs/validation.md (on one thread about 42 CPU minutes for studies 1-7, an hour
+# for study 8, three hours for study 9 and a quarter of an hour for studies 10-12); see docs/validation/run_all.py
 validate: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) docs/validation/run_all.py
 

@@ -110,7 +110,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     u = p.add_argument_group("uncertainty")
     u.add_argument("--sources", nargs="+", default=["folds", "mirroring"], choices=SOURCES, metavar="SOURCE",
                    help="uncertainty sources: any of folds, mirroring and one of dropout, rate_in; ssn (latent "
-                   "draws of an nnUNetTrainerSSN model, alone or with dropout) (default: folds mirroring)")
+                   "draws of an nnUNetTrainerSSN model: alone, with folds, mirroring or dropout, not with rate_in) "
+                   "(default: folds mirroring)")
     u.add_argument("--num_samples", type=_POSITIVE, default=10,
                    help="stochastic passes per window: MC dropout masks / Rate-In passes / SSN latent draws "
                    "(default: 10; used only with dropout, rate_in or ssn)")

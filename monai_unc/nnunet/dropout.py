@@ -6,8 +6,9 @@ after every convolution of encoder and decoder; ``ResidualEncoderUNet``, nnU-Net
 convolution, the first convolution of each residual block only, and every decoder convolution):
 
 1. **Plans variant, no trainer** (:func:`write_dropout_plans`): copy ``nnUNetPlans.json`` to
-   ``nnUNetPlansDropout.json`` with ``"dropout_op": "torch.nn.Dropout3d"`` and ``"dropout_op_kwargs": {"p": 0.2}``
-   in the architecture of every configuration, then ``nnUNetv2_train DATASET 3d_fullres FOLD -p
+   ``nnUNetPlansDropout.json`` with the ``"dropout_op"`` of each configuration's convolution (``"torch.nn.Dropout3d"``,
+   ``"torch.nn.Dropout2d"`` for ``2d``) and ``"dropout_op_kwargs": {"p": 0.2, "inplace": false}`` in the architecture
+   of every configuration, then ``nnUNetv2_train DATASET 3d_fullres FOLD -p
    nnUNetPlansDropout``. The preprocessed data is reused (the configurations keep their ``data_identifier``).
 2. **Trainer** :class:`monai_unc.nnunet.trainers.nnUNetTrainerMCDropout` (via ``nnUNet_extTrainer``): the same
    network from the unchanged plans.
@@ -113,7 +114,7 @@ def dropout_op_for(conv_op: str | type) -> str:
 
 
 def dropout_arch_kwargs(arch_kwargs: Mapping[str, Any], p: float = DEFAULT_TRAINING_DROPOUT) -> dict[str, Any]:
-    """Copy of a plans ``arch_kwargs`` with ``dropout_op`` (matching ``conv_op``) and ``dropout_op_kwargs={"p": p}``.
+    """Copy of a plans ``arch_kwargs`` with ``dropout_op`` (matching ``conv_op``) and ``dropout_op_kwargs`` of ``p``.
 
     ``conv_op`` may be a dotted name (as in plans files) or a class (as after nnU-Net imported it); the dropout
     op is given in the same form. The input is not changed.

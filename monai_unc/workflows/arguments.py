@@ -340,7 +340,10 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--score", default=None,
                    help="triage score column: a case score <measure>_<mean|fg_mean|patch_mean>, e.g. "
                         "mutual_information_patch_mean (default <measure>_fg_mean)")
-    p.add_argument("--images", default=None, help="folder of the input images (for the report's overlays)")
+    p.add_argument("--images", default=None,
+                   help="folder of the input images: the report's overlays; with --target-risk the image statistics "
+                        "the rule refers new images by (docs/triage.md); with --regions the QU-BraTS brain mask; "
+                        "the series of DICOM SEG labels")
     p.add_argument("--shifts", default=None, help="CSV with columns case,shift (shift 'none' = in distribution)")
     p.add_argument("--budget", type=_fraction, default=0.2,
                    help="fraction of cases referred for review: the ceil(budget x N) most uncertain of N (0.2)")
@@ -533,8 +536,9 @@ def _add_triage(sub: Any) -> None:
                        f"{cls.command}' on the new cases (into OUTPUT/{cls.command}/) and show its outputs on the page")
     p.add_argument("--monitor", default=None, metavar="DB",
                    help="also record the decisions into this monitoring store (a file for SQLite or "
-                   "postgresql://...; as 'monai-unc monitor record'); the triage outputs are written even when the "
-                   "store cannot be reached (exit status 2)")
+                   "postgresql://...; as 'monai-unc monitor record'); a store that cannot be opened stops the run "
+                   "before anything is written, one lost after the triage leaves its outputs written (exit status 2 "
+                   "both)")
     p.add_argument("--site", default=None, help=f"with --monitor: {_SITE_HELP}")
     _add_trust_options(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
