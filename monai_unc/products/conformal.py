@@ -262,7 +262,8 @@ class ConformalMasks(CohortProduct):
                                 "inner:fp=0.1 (inner mask with at most that share of false positives); repeat for "
                                 "both")
         group.add_argument("--conformal-family", default="threshold", choices=FAMILIES,
-                           help="threshold (default): on the probability; margin: the predicted mask dilated / eroded by mm")
+                           help="threshold (default): on the probability; margin: the predicted mask dilated / eroded "
+                                "by mm")
         group.add_argument("--conformal-delta", type=float_option, default=None, metavar="D",
                            help="high probability: P(loss of a new case <= TARGET) >= 1 - D (default: in "
                                 "expectation)")
