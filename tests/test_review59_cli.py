@@ -80,3 +80,58 @@ def test_demo_refusal_of_other_settings_names_no_overwrite_option(tmp_path, monk
     assert "--overwrite" not in err and "choose another --output" in err, err
     with pytest.raises(SystemExit):  # the option the message must not name
         cli.main(["demo", "--overwrite"])
+
+
+def _nan_sform_image(path, data):
+    """A NIfTI file whose sform (code 1, no qform) holds a NaN translation, as a corrupt header does."""
+    import nibabel as nib
+    import numpy as np
+
+    img = nib.Nifti1Image(data, None)  # no affine: the header's sform is saved as set
+    img.header["sform_code"], img.header["qform_code"] = 1, 0
+    img.header["srow_x"] = [1, 0, 0, float("nan")]
+    img.header["srow_y"], img.header["srow_z"] = [0, 1, 0, 0], [0, 0, 1, 0]
+    nib.save(img, path)
+    assert np.isnan(nib.load(path).affine[0, 3])
+
+
+def test_infer_fails_a_case_whose_affine_is_not_finite(tmp_path, capsys):
+    # found by hostile review 59: an image whose sform held a NaN was predicted (exit 0) and its maps written with the
+    # NaN affine; evaluate then refused them against a label of the same header as "different affines (voxel centres
+    # up to nan mm apart)". Such a case now fails at reading, with the reason (exit 1, failures.json)
+    import numpy as np
+    import torch
+    from monai.networks.nets import UNet
+
+    from tests._cases import TOY_NET
+
+    images = tmp_path / "images"
+    images.mkdir()
+    data = np.random.default_rng(0).random((16, 16, 16)).astype(np.float32)
+    _nan_sform_image(images / "bad.nii.gz", data)
+    import nibabel as nib
+
+    nib.save(nib.Nifti1Image(data, np.eye(4)), images / "good.nii.gz")
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
+    out = tmp_path / "pred"
+    rc = cli.main(["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
+                   str(tmp_path / "net.pt"), "--samples", "2", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    failures = json.loads((out / "failures.json").read_text())["failures"]
+    assert [f["case"] for f in failures] == ["bad"] and "NaN or inf" in failures[0]["error"], failures
+    assert not list(out.glob("bad_*")) and (out / "good.json").is_file()
+
+
+def test_evaluate_names_a_non_finite_affine_not_a_grid_mismatch(tmp_path):
+    import numpy as np
+
+    from monai_unc.io import read_volume
+    from monai_unc.io.cases import CaseError
+
+    path = tmp_path / "label.nii.gz"
+    _nan_sform_image(path, np.zeros((4, 4, 4), np.uint8))
+    with pytest.raises(CaseError, match="NaN or inf"):
+        read_volume(path)
