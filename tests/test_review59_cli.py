@@ -135,3 +135,19 @@ def test_evaluate_names_a_non_finite_affine_not_a_grid_mismatch(tmp_path):
     _nan_sform_image(path, np.zeros((4, 4, 4), np.uint8))
     with pytest.raises(CaseError, match="NaN or inf"):
         read_volume(path)
+
+
+@pytest.mark.parametrize("shape", [(16, 16, 0), (0, 4, 4)])
+def test_an_empty_volume_is_named_as_such(tmp_path, shape):
+    # found by hostile review 59: MONAI read a (16, 16, 0) NIfTI as shape (0,): infer failed the case as an image of
+    # "spatial shape () (0D)" for a 3D network, evaluate a label of "0 channels"
+    import nibabel as nib
+    import numpy as np
+
+    from monai_unc.io import read_volume
+    from monai_unc.io.cases import CaseError
+
+    path = tmp_path / "empty.nii.gz"
+    nib.save(nib.Nifti1Image(np.zeros(shape, np.float32), np.eye(4)), path)
+    with pytest.raises(CaseError, match="the volume is empty"):
+        read_volume(path)
