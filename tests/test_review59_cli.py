@@ -151,3 +151,17 @@ def test_an_empty_volume_is_named_as_such(tmp_path, shape):
     nib.save(nib.Nifti1Image(np.zeros(shape, np.float32), np.eye(4)), path)
     with pytest.raises(CaseError, match="the volume is empty"):
         read_volume(path)
+
+
+def test_evaluate_output_inside_the_lesion_samples_folder_is_refused(tmp_path, capsys):
+    # found by hostile review 59: `evaluate --lesions --lesion-samples S -o S/eval` wrote metrics.csv, summary.json and
+    # state/ into the folder of the per-sample masks, an input of the command
+    for name in ("labels", "pred", "samples"):
+        (tmp_path / name).mkdir()
+    out = tmp_path / "samples" / "eval"
+    rc = cli.main(["evaluate", "-l", str(tmp_path / "labels"), "-p", str(tmp_path / "pred"), "-o", str(out),
+                   "--lesions", "--lesion-samples", str(tmp_path / "samples"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "--output folder" in err and "lies inside the input folder" in err, err
+    assert not out.exists()
