@@ -165,3 +165,29 @@ def test_evaluate_output_inside_the_lesion_samples_folder_is_refused(tmp_path, c
     assert rc == 2 and err.count("\n") == 1, err
     assert "--output folder" in err and "lies inside the input folder" in err, err
     assert not out.exists()
+
+
+def test_infer_refuses_a_2d_network_before_any_case(tmp_path, capsys):
+    # found by hostile review 59: a 2D network (with 2D images) was run on every case, and every case then failed when
+    # its maps were written ("only 3D volumes are written as NIfTI"): exit 1 after the whole cohort's inference
+    import nibabel as nib
+    import numpy as np
+    import torch
+    from monai.networks.nets import UNet
+
+    from tests._cases import TOY_NET
+
+    net = {**TOY_NET, "spatial_dims": 2}
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in net.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(net))
+    images = tmp_path / "images"
+    images.mkdir()
+    nib.save(nib.Nifti1Image(np.random.default_rng(0).random((16, 16)).astype(np.float32), np.eye(4)),
+             images / "c0.nii.gz")
+    out = tmp_path / "pred"
+    rc = cli.main(["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
+                   str(tmp_path / "net.pt"), "--samples", "2", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "takes 2D images" in err and "3D volumes only" in err, err
+    assert not (out / "failures.json").exists() and not list(out.glob("c0*"))
