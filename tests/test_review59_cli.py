@@ -191,3 +191,31 @@ def test_infer_refuses_a_2d_network_before_any_case(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "takes 2D images" in err and "3D volumes only" in err, err
     assert not (out / "failures.json").exists() and not list(out.glob("c0*"))
+
+
+def test_infer_fails_a_case_of_a_singular_affine_before_predicting_it(tmp_path, capsys):
+    # found by hostile review 59: an image whose sform had a zero 3 x 3 part was predicted, and its case then failed
+    # when its maps were written, with nibabel's "HeaderDataError: Could not decompose affine:" as the reason
+    import nibabel as nib
+    import numpy as np
+    import torch
+    from monai.networks.nets import UNet
+
+    from tests._cases import TOY_NET
+
+    images = tmp_path / "images"
+    images.mkdir()
+    img = nib.Nifti1Image(np.random.default_rng(0).random((16, 16, 16)).astype(np.float32), None)
+    img.header["sform_code"], img.header["qform_code"] = 1, 0
+    img.header["srow_x"], img.header["srow_y"], img.header["srow_z"] = [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 3]
+    nib.save(img, images / "flat.nii.gz")
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
+    out = tmp_path / "pred"
+    rc = cli.main(["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
+                   str(tmp_path / "net.pt"), "--samples", "2", "--quiet"])
+    capsys.readouterr()
+    assert rc == 1
+    failures = json.loads((out / "failures.json").read_text())["failures"]
+    assert [f["case"] for f in failures] == ["flat"] and "affine of flat.nii.gz is singular" in failures[0]["error"]

@@ -1052,6 +1052,11 @@ def predict_case(
     else:
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)
+        if np.linalg.det(np.asarray(affine, dtype=np.float64)[:3, :3]) == 0:  # found by hostile review 59: predicted,
+            # then failed when written ("HeaderDataError: Could not decompose affine:")
+            raise CaseError(f"case {case.case_id!r}: the affine of {case.channels[0].name} is singular (a voxel axis "
+                            "of length 0, or two axes along one line): its maps cannot be placed in space; fix the "
+                            "file's geometry")
         image = normalize_intensity(image, settings.intensity)
         x = torch.from_numpy(image)[None].to(device)
         raw = _infer_input(case, x, model, inferer, settings, device)
