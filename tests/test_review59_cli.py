@@ -219,3 +219,29 @@ def test_infer_fails_a_case_of_a_singular_affine_before_predicting_it(tmp_path, 
     assert rc == 1
     failures = json.loads((out / "failures.json").read_text())["failures"]
     assert [f["case"] for f in failures] == ["flat"] and "affine of flat.nii.gz is singular" in failures[0]["error"]
+
+
+def test_infer_names_a_channel_count_the_network_does_not_take(tmp_path, capsys):
+    # found by hostile review 59: a 4D image (two channels) for a one-channel network failed with torch's error and the
+    # hint "a U-Net needs every size divisible by its downsampling factor: pass --roi", which is not the cause
+    import nibabel as nib
+    import numpy as np
+    import torch
+    from monai.networks.nets import UNet
+
+    from tests._cases import TOY_NET
+
+    images = tmp_path / "images"
+    images.mkdir()
+    nib.save(nib.Nifti1Image(np.random.default_rng(0).random((16, 16, 16, 2)).astype(np.float32), np.eye(4)),
+             images / "two.nii.gz")
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
+    out = tmp_path / "pred"
+    rc = cli.main(["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
+                   str(tmp_path / "net.pt"), "--samples", "2", "--quiet"])
+    capsys.readouterr()
+    assert rc == 1
+    error = json.loads((out / "failures.json").read_text())["failures"][0]["error"]
+    assert "has 2 channel(s)" in error and "takes 1 input channel(s)" in error and "--roi" not in error, error

@@ -1052,6 +1052,12 @@ def predict_case(
     else:
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)
+        channels = network_in_channels(model.network)
+        if channels is not None and image.shape[0] != channels:  # found by hostile review 59: torch's channel error
+            # came with the hint that a U-Net needs sizes divisible by its downsampling factor (--roi)
+            raise CaseError(f"case {case.case_id!r}: its image has {image.shape[0]} channel(s) (one per channel file "
+                            f"{case.channels[0].name}, ..., or the 4th axis of a 4D file) but the network takes "
+                            f"{channels} input channel(s)")
         if np.linalg.det(np.asarray(affine, dtype=np.float64)[:3, :3]) == 0:  # found by hostile review 59: predicted,
             # then failed when written ("HeaderDataError: Could not decompose affine:")
             raise CaseError(f"case {case.case_id!r}: the affine of {case.channels[0].name} is singular (a voxel axis "
