@@ -245,3 +245,19 @@ def test_infer_names_a_channel_count_the_network_does_not_take(tmp_path, capsys)
     assert rc == 1
     error = json.loads((out / "failures.json").read_text())["failures"][0]["error"]
     assert "has 2 channel(s)" in error and "takes 1 input channel(s)" in error and "--roi" not in error, error
+
+
+@pytest.mark.parametrize("command", ["infer", "calibrate"])
+@pytest.mark.parametrize("spec", ["", " "])
+def test_an_empty_network_spec_is_refused_while_parsing(tmp_path, capsys, command, spec):
+    # found by hostile review 59: `--network ''` was read as the current folder: "network spec . is a folder, not a
+    # file", where docs/cli.md promises that an empty path is refused while parsing, never taken as the current folder
+    argv = [command, "-i", str(tmp_path), "-o", str(tmp_path / ("out.pt" if command == "calibrate" else "out")),
+            "--network", spec, "--checkpoint", str(tmp_path / "w.pt")]
+    if command == "calibrate":
+        argv += ["-l", str(tmp_path)]
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    assert "argument --network: expected inline JSON or a .json/.yaml file, got an empty one" in err, err
