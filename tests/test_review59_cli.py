@@ -261,3 +261,34 @@ def test_an_empty_network_spec_is_refused_while_parsing(tmp_path, capsys, comman
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1, err
     assert "argument --network: expected inline JSON or a .json/.yaml file, got an empty one" in err, err
+
+
+@pytest.fixture(scope="module")
+def evaluation(tmp_path_factory):
+    """A small evaluation folder (3 toy cases, their reference predictions) for `monai-unc report`."""
+    from monai_unc.data.cohorts import write_toy_cohort
+
+    root = tmp_path_factory.mktemp("review59_eval")
+    paths = write_toy_cohort(root / "data", n_cases=3, shape=(12, 12, 12))
+    assert cli.main(["evaluate", "-l", str(paths["labels"]), "-p", str(paths["predictions"]), "-o",
+                     str(root / "eval"), "--no-spatial", "--quiet"]) == 0
+    return root / "eval"
+
+
+@pytest.mark.parametrize("block, value", [("calibration", None), ("calibration", {}), ("failure_detection", None),
+                                          ("failure_detection", {}), ("referral", None), ("referral", {}),
+                                          ("dice", {})])
+def test_report_refuses_an_edited_summary_block_in_one_line(evaluation, tmp_path, capsys, block, value):
+    # found by hostile review 59: summary.json (a file a user may edit) with one of the blocks the report reads set to
+    # null or {} ended `monai-unc report` in a TypeError / KeyError traceback
+    import shutil
+
+    folder = tmp_path / "eval"
+    shutil.copytree(evaluation, folder, ignore=shutil.ignore_patterns("report"))
+    summary = json.loads((folder / "summary.json").read_text())
+    summary[block] = value
+    (folder / "summary.json").write_text(json.dumps(summary))
+    capsys.readouterr()
+    assert cli.main(["report", "-e", str(folder), "-o", str(tmp_path / "report"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"'{block}" in err, err
