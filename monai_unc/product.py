@@ -740,6 +740,17 @@ class CohortProduct:
         """
         return {}
 
+    def input_folders(self) -> tuple[str, ...]:
+        """Folders the product reads itself, beyond the evaluation's inputs (default none).
+
+        The evaluation's output folder may not be one of them or lie inside one (inputs are never written to; found
+        by hostile review 59: ``evaluate --lesion-samples S -o S/eval`` wrote into the per-sample masks' folder).
+
+        Returns:
+            The folders' paths.
+        """
+        return ()
+
     def check(self, case_ids: Sequence[str], config: Any) -> None:
         """Refuse, before any work, a cohort the product cannot handle (``ValueError`` naming the option).
 

@@ -1255,12 +1255,21 @@ def _check_summary(summary: Any, rows: Sequence[Mapping[str, Any]] = (), source:
     if not is_finite_real(failures.get("dice_threshold")) or not 0.0 <= failures["dice_threshold"] <= 1.0:
         raise bad("failures.dice_threshold", "a Dice in [0, 1]", failures.get("dice_threshold"))
     dice = summary.get("dice")
-    if not isinstance(dice, dict) or not (dice.get("mean") is None or is_finite_real(dice["mean"])):
+    if not isinstance(dice, dict) or "mean" not in dice or not (dice["mean"] is None or is_finite_real(dice["mean"])):
         raise bad("dice", 'an object with a numeric "mean"', dice)
-    referral = summary.get("referral")
-    if isinstance(referral, dict) and not (referral.get("area_normalized") is None
-                                           or is_finite_real(referral["area_normalized"])):
-        raise bad("referral.area_normalized", "a number or null", referral["area_normalized"])
+    # the numbers the report's cards and captions read (found by hostile review 59: a block edited to null or {} ended
+    # `monai-unc report` in a KeyError / TypeError traceback)
+    for name, keys, required in (("failure_detection", ("aurc", "eaurc"), True),
+                                 ("referral", ("area_normalized",), True),
+                                 ("calibration", ("ece", "all_label_ece", "nll", "brier"), False)):
+        block = summary.get(name)
+        if block is None and not required:
+            continue
+        if not isinstance(block, dict):
+            raise bad(name, "an object", block)
+        for key in keys:
+            if key not in block or not (block[key] is None or is_finite_real(block[key])):
+                raise bad(f"{name}.{key}", "a number or null", block.get(key))
     for key in ("dice_all", "dice_retained", "dice_kept", "dice_referred"):
         if triage.get(key) is not None and not is_finite_real(triage[key]):
             raise bad(f"triage.{key}", "a Dice or null", triage[key])
@@ -1286,6 +1295,9 @@ def _check_summary_state(summary: Mapping[str, Any], state: CohortState, source:
     Raises:
         ValueError: one line naming ``source`` and the field.
     """
+    if state.histogram is not None and not isinstance(summary.get("calibration"), dict):  # the reliability caption
+        raise ValueError(f"{source}: 'calibration' must be the object of the pooled calibration of the evaluation's "
+                         f"histograms, got {summary.get('calibration')!r}"[:400])
     n_bins = (summary.get("config") or {}).get("n_bins")
     if n_bins is not None and 16 * n_bins != state.n_fine_bins:
         raise ValueError(f"{source}: 'config.n_bins' must be that of the evaluation's histograms "

@@ -1446,8 +1446,8 @@ def read_volume(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[np.nd
 
     Raises:
         FileNotFoundError: the file does not exist.
-        CaseError: the file is empty or cannot be read (truncated or corrupt), or is a symbolic link to nothing or a
-            folder named like a volume file (:func:`check_volume_entry`).
+        CaseError: the file or its volume is empty or cannot be read (truncated or corrupt), its affine holds NaN or
+            inf, or it is a symbolic link to nothing or a folder named like a volume file (:func:`check_volume_entry`).
 
     Example:
         >>> import tempfile
@@ -1478,11 +1478,17 @@ def read_volume(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[np.nd
             raise CaseError(f"cannot read {path}: an uncompressed NIfTI file although its name ends with .gz (gzip "
                             "it, or rename it without .gz)")
     _check_nifti_claim(path)
-    fast = _read_nifti(path, dtype)
-    if fast is not None:
-        return fast
-    data, affine = _read_with_loader(path)
-    return _as_type(data, dtype), affine
+    read = _read_nifti(path, dtype)
+    if read is None:
+        data, affine = _read_with_loader(path)
+        read = _as_type(data, dtype), affine
+    if read[0].size == 0:  # found by hostile review 59: MONAI reads a (16, 16, 0) volume as shape (0,), which infer
+        # called "spatial shape () (0D)" and evaluate "0 channels"
+        raise CaseError(f"cannot read {path}: the volume is empty (an axis of length 0: no voxels)")
+    if not np.all(np.isfinite(read[1])):  # found by hostile review 59: predicted, and written, with a NaN affine
+        raise CaseError(f"cannot read {path}: its affine (sform / qform) holds NaN or inf, so its voxels have no "
+                        "position in space (a corrupt header): fix the file's geometry")
+    return read
 
 
 #: a NIfTI file whose header claims more data bytes than this is checked against the file's size before it is read

@@ -283,6 +283,10 @@ class LesionMetrics(CohortProduct):
 
         return {"samples": Path(self.samples) / f"{case_id}{SAMPLES_SUFFIX}"}
 
+    def input_folders(self) -> tuple[str, ...]:
+        """The ``--lesion-samples`` folder, when given (:meth:`CohortProduct.input_folders`)."""
+        return () if self.samples is None else (self.samples,)
+
     def check_inputs(self, cases: Sequence[Any], inputs: Mapping[str, Any], config: Any) -> None:
         """The columns of the tasks are distinct, the NIfTI labels 3-D; with ``samples``, a file for every case.
 

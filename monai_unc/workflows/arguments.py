@@ -162,6 +162,17 @@ def _code_target(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _network_spec(text: str) -> str:
+    """An argparse type for ``--network``: inline JSON or a file, never empty.
+
+    Found by hostile review 59: ``--network ''`` (an unset ``"$SPEC"``) was read as the current folder ("network spec
+    . is a folder, not a file"), where every other option's empty path is refused while parsing.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected inline JSON or a .json/.yaml file, got an empty one ({text!r})")
+    return text
+
+
 def _path(text: str) -> str:
     """An argparse type for a file or folder: any path but the empty one.
 
@@ -217,7 +228,8 @@ def _add_model_options(p: argparse.ArgumentParser, *, bundle: str, checkpoint: s
     m = p.add_argument_group("model (exactly one of --model, --bundle, --network)")
     m.add_argument("--model", choices=("example",), help="the shipped MNI152 tissue UNet")
     m.add_argument("--bundle", help=bundle)
-    m.add_argument("--network", help="network as a MONAI config: inline JSON or a .json/.yaml file with _target_")
+    m.add_argument("--network", type=_network_spec,
+                   help="network as a MONAI config: inline JSON or a .json/.yaml file with _target_")
     if several:
         m.add_argument("--checkpoint", nargs="+", default=[], metavar="FILE", help=checkpoint)
     else:

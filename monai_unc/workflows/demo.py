@@ -157,7 +157,7 @@ def run_demo(
     ), model)  # fmt: skip
     pred_dir = output / "predictions"
     pred_dir.mkdir(parents=True, exist_ok=True)
-    check_run_settings(pred_dir, settings)
+    check_run_settings(pred_dir, settings, overwrite_option=False)  # demo has no --overwrite
     with torch.no_grad():
         predict_cases(list_image_cases(cohort["images"]), model, inferer, settings, pred_dir, progress=not quiet)
     say("[3/5] evaluate")

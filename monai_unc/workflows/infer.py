@@ -1052,6 +1052,17 @@ def predict_case(
     else:
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)
+        channels = network_in_channels(model.network)
+        if channels is not None and image.shape[0] != channels:  # found by hostile review 59: torch's channel error
+            # came with the hint that a U-Net needs sizes divisible by its downsampling factor (--roi)
+            raise CaseError(f"case {case.case_id!r}: its image has {image.shape[0]} channel(s) (one per channel file "
+                            f"{case.channels[0].name}, ..., or the 4th axis of a 4D file) but the network takes "
+                            f"{channels} input channel(s)")
+        if np.linalg.det(np.asarray(affine, dtype=np.float64)[:3, :3]) == 0:  # found by hostile review 59: predicted,
+            # then failed when written ("HeaderDataError: Could not decompose affine:")
+            raise CaseError(f"case {case.case_id!r}: the affine of {case.channels[0].name} is singular (a voxel axis "
+                            "of length 0, or two axes along one line): its maps cannot be placed in space; fix the "
+                            "file's geometry")
         image = normalize_intensity(image, settings.intensity)
         x = torch.from_numpy(image)[None].to(device)
         raw = _infer_input(case, x, model, inferer, settings, device)
@@ -1148,7 +1159,8 @@ def _setting_differs(name: str, old: Any, new: Any) -> bool:
     return old != new
 
 
-def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = False) -> None:
+def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = False,
+                       overwrite_option: bool = True) -> None:
     """Write ``infer.json`` (the settings and the package version), refusing to resume a run made with other settings.
 
     A run whose settings differ is refused (unless ``overwrite``) once it has finished a case with other settings (a
@@ -1161,6 +1173,9 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         output: the output folder.
         settings: the run's settings.
         overwrite: replace the settings of an earlier run.
+        overwrite_option: whether the command has ``--overwrite``, which the refusals and warnings then suggest (else
+            another ``--output``; ``monai-unc demo`` has none: found by hostile review 59, its refusal said "pass
+            --overwrite").
 
     Raises:
         ValueError: naming the settings that differ, or an output folder holding another command's outputs
@@ -1169,6 +1184,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
     check_output_kind(output, "infer", command_output_markers())  # not another command's folder
     path = output / INFER_RECORD
     new = json_safe(settings.to_json())  # as it reads back from the file (strict JSON)
+    ways_out = ["choose another --output"] + (["pass --overwrite"] if overwrite_option else [])
     libraries = library_versions()
     records = [p for p in output.glob("*.json") if p.name not in ("infer.json", FAILURES_FILE)]
     if path.is_file() and records and not overwrite:
@@ -1197,29 +1213,28 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
             # version" of a hand-edited record
             raise ValueError(
                 f"{path} names settings that this version ({__version__}), which wrote it, does not know "
-                f"({', '.join(k[:60] for k in unknown[:5])}): the file was edited outside monai-unc; choose another "
-                "--output, or pass --overwrite"
+                f"({', '.join(k[:60] for k in unknown[:5])}): the file was edited outside monai-unc; "
+                f"{_either(ways_out)}"
             )
         if unknown:  # found by the upgrade review: a newer version's setting was "different", to resume "the same"
             who = f"monai-unc {made_by}"[:60] if isinstance(made_by, str) else "another monai-unc"
             raise ValueError(
                 f"{output} holds a run made by {who} with settings this version ({__version__}) does not know "
-                f"({', '.join(k[:60] for k in unknown[:5])}): resume it with that version, choose another --output, "
-                "or pass --overwrite"
+                f"({', '.join(k[:60] for k in unknown[:5])}): {_either(['resume it with that version', *ways_out])}"
             )
         if diff:
             # "weights" digests every file of the model (checkpoints and a --network spec): name what it covers
             shown = [_SETTING_NAMES.get(k, k) for k in diff]
             raise ValueError(
-                f"{output} holds a run with different settings ({', '.join(shown)}); resume with the same settings, "
-                "choose another --output, or pass --overwrite"
+                f"{output} holds a run with different settings ({', '.join(shown)}); "
+                f"{_either(['resume with the same settings', *ways_out])}"
             )
         if made_by != __version__:  # the same settings: the finished cases are kept, and the user told
             who = f"monai-unc {made_by}" if isinstance(made_by, str) else "an earlier monai-unc (no version recorded)"
             warnings.warn(
                 f"{output} holds cases made by {who}: those whose records name these settings are kept and this "
                 f"run, monai-unc {__version__}, predicts the others (a record of 0.1.0 names none); seeded maps of "
-                f"two versions may differ (each case record names its version); pass --overwrite to predict every "
+                f"two versions may differ (each case record names its version); {ways_out[-1]} to predict every "
                 f"case with this version",
                 UserWarning,
                 stacklevel=2,
@@ -1233,12 +1248,17 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
             warnings.warn(
                 f"{output} holds seeded cases made with {was or 'unknown library versions'} (this run: {now}): "
                 "they are kept, but the same --seed draws other samples (dropout masks, noise) with another torch "
-                "or MONAI, so the folder no longer holds one seed's draws; pass --overwrite to predict every case "
+                f"or MONAI, so the folder no longer holds one seed's draws; {ways_out[-1]} to predict every case "
                 "with this run's libraries",
                 UserWarning,
                 stacklevel=2,
             )
     atomic_write_json(path, {"settings": new, VERSION_KEY: __version__, LIBRARIES_KEY: libraries})
+
+
+def _either(ways: Sequence[str]) -> str:
+    """``"a, b, or c"``: the ways out of a refusal of :func:`check_run_settings`."""
+    return ways[0] if len(ways) == 1 else f"{', '.join(ways[:-1])}, or {ways[-1]}"
 
 
 def _made_with(record: Path, settings: dict[str, Any]) -> bool:

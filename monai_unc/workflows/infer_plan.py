@@ -377,6 +377,13 @@ def prepare_infer(
         samples = rule_samples(rule, method, loaded.spatial_dims, len(loaded.checkpoints), samples)
     elif samples is None:
         samples = 10
+    if loaded.spatial_dims not in (None, 3) and loaded.preprocessing is None:
+        # found by hostile review 59: a 2D network predicted every case, and each failed when its maps were written
+        # ("only 3D volumes are written as NIfTI"), exit 1 after the whole cohort's inference
+        dims = loaded.spatial_dims
+        raise ValueError(f"the network takes {dims}D images, but monai-unc infer writes 3D volumes only: every case "
+                         f"would fail when its maps are written; use the Python API (monai_unc.inferers) for a {dims}D "
+                         "network")
     check_roi(roi, loaded.spatial_dims)  # once, before any case
     if dropout is not None:
         add_dropout(net, p=dropout)

@@ -36,8 +36,8 @@ from ..regions import check_regions
 from ..report.monitor import build_monitor_page
 from .session import WARNING_PREFIX, CommandResult, quiet_lines
 
-__all__ = ["MONITOR_DB_ENV", "check_store", "record_triage", "record_labels", "store_status", "verify_store",
-           "write_dashboard", "monitor_from_arguments"]
+__all__ = ["MONITOR_DB_ENV", "check_store", "check_store_outside_inputs", "record_triage", "record_labels",
+           "store_status", "verify_store", "write_dashboard", "monitor_from_arguments"]
 
 #: the environment variable that names the store when ``--db`` is not given
 MONITOR_DB_ENV = "MONAI_UNC_MONITOR_DB"
@@ -90,6 +90,44 @@ def check_store(db: str | os.PathLike | None, output: str | os.PathLike | None =
         return
     with MonitorStore(url):
         pass
+
+
+def check_store_outside_inputs(db: str | os.PathLike | None, *inputs: str | os.PathLike | None) -> None:
+    """Refuse a SQLite store that is one of a command's input files or lies inside one of its input folders.
+
+    Inputs are never written to: found by hostile review 59, ``triage -p PRED --monitor PRED/monitor.db`` created the
+    store (and its journal) in the predictions folder, as a store in ``--images`` or ``--uncertainty`` did. A
+    PostgreSQL store is not a path: nothing to check.
+
+    Args:
+        db: the store (file path or ``postgresql://`` URL; None: ``$MONAI_UNC_MONITOR_DB``).
+        *inputs: the command's input files and folders (None is skipped).
+
+    Raises:
+        ValueError: naming the store and the input.
+
+    Example:
+        >>> check_store_outside_inputs("runs/monitor.db", "predictions")
+        >>> check_store_outside_inputs("predictions/monitor.db", "predictions")
+        Traceback (most recent call last):
+            ...
+        ValueError: database 'predictions/monitor.db' lies inside the input folder predictions; keep the store \
+outside the command's inputs (inputs are never written to)
+    """
+    path = sqlite_file(_db(db))
+    if path is None:
+        return
+    store = Path(os.path.abspath(path)).resolve()
+    for inp in inputs:
+        if inp is None:
+            continue
+        src = Path(os.path.abspath(os.fspath(inp))).resolve()
+        if store == src and not src.is_dir():  # (an input folder itself: check_store refuses a folder)
+            raise ValueError(f"database {str(path)!r} is the input file {os.fspath(inp)}; keep the store outside the "
+                             "command's inputs (inputs are never written to)")
+        if src in store.parents:
+            raise ValueError(f"database {str(path)!r} lies inside the input folder {os.fspath(inp)}; keep the store "
+                             "outside the command's inputs (inputs are never written to)")
 
 
 def _refuse_output_onto_store(url: str, output: str | os.PathLike, option: str) -> None:

@@ -530,6 +530,8 @@ def prepare_evaluate(
         regions=read_region_spec(regions), **options,
     )  # fmt: skip
     config.validate()  # a bad --regions spec: one line before any work
+    with refusing("output"):  # nor inside a folder that a product reads (--lesion-samples)
+        check_output_folder(output, *(f for p in config.products for f in p.input_folders()), writable=False)
     for product in config.products:  # a product's artifact file must not replace an input either
         check_output_file(product.artifact_path(out), *files, what="output")
     return config

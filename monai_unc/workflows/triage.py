@@ -53,7 +53,7 @@ from .apply import (
     trust_from_arguments,
     unsigned_notice,
 )
-from .monitor import check_store, record_triage
+from .monitor import check_store, check_store_outside_inputs, record_triage
 from .report import triage_with_page
 from .session import CommandResult, quiet_lines, run_command
 
@@ -394,6 +394,8 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
     if monitor_db is not None:  # the store opens before any work (found by hostile testing: a bad store was found
         # only once the whole cohort was triaged)
         try:
+            check_store_outside_inputs(monitor_db, args.predictions, args.images, args.uncertainty, args.rule,
+                                       *product_rule_options(args).values())
             check_store(monitor_db, output=args.output)  # a store in -o, which the triage creates
         except (ValueError, OSError) as e:
             raise ValueError(f"--monitor: {e}") from None
