@@ -292,3 +292,25 @@ def test_report_refuses_an_edited_summary_block_in_one_line(evaluation, tmp_path
     assert cli.main(["report", "-e", str(folder), "-o", str(tmp_path / "report"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"'{block}" in err, err
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--allow-unsigned"], "--allow-unsigned"),
+    (["--trusted-keys", "k.pub"], "--trusted-keys"),
+    (["--no-bundle-preprocessing"], "--no-bundle-preprocessing"),
+])
+def test_infer_refuses_an_option_that_acts_only_with_one_not_given(tmp_path, capsys, extra, flag):
+    """``--allow-unsigned`` / ``--trusted-keys`` without ``--settings-from`` and ``--no-bundle-preprocessing`` without
+    ``--bundle`` were taken without a word (a user who believed a signature was checked, or a preprocessing left
+    out, was not told); refused in one line naming the option, before any work."""
+    import nibabel as nib
+    import numpy as np
+
+    images = tmp_path / "in"
+    images.mkdir()
+    nib.save(nib.Nifti1Image(np.zeros((16, 16, 16), np.float32), np.eye(4)), images / "a.nii.gz")
+    rc = cli.main(["infer", "-i", str(images), "-o", str(tmp_path / "out"), "--model", "example", "--device", "cpu",
+                   "-q", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"monai-unc infer: error: {flag} is about"), err
+    assert not (tmp_path / "out").exists()

@@ -520,6 +520,16 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         command prints on rank 0) are its warning lines alone
         with ``--quiet`` (:func:`~monai_unc.workflows.session.quiet_lines`). Raises as :func:`infer_command`.
     """
+    # options that only act with another one were taken without a word (found by hostile review 59)
+    if getattr(args, "settings_from", None) is None:
+        for flag, value in (("--trusted-keys", getattr(args, "trusted_keys", None)),
+                            ("--allow-unsigned", getattr(args, "allow_unsigned", False))):
+            if value:
+                raise ValueError(f"{flag} is about the signature of the rule of --settings-from, which is not given: "
+                                 f"pass --settings-from RULE, or drop {flag}")
+    if getattr(args, "no_bundle_preprocessing", False) and getattr(args, "bundle", None) is None:
+        raise ValueError("--no-bundle-preprocessing is about the preprocessing of a --bundle, which is not given: "
+                         "drop it")
     options: dict[str, Any] = {
         "method": args.method, "samples": args.samples, "dropout": args.dropout, "tta_noise": args.tta_noise,
         "ratein_target": args.ratein_target, "measures": args.measures, "roi": args.roi, "overlap": args.overlap,
