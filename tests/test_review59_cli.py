@@ -314,3 +314,18 @@ def test_infer_refuses_an_option_that_acts_only_with_one_not_given(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith(f"monai-unc infer: error: {flag} is about"), err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_that_is_a_device_is_not_called_missing(tmp_path, capsys):
+    """``--checkpoint /dev/null`` said "checkpoint file not found: /dev/null"; it exists, and is no regular file."""
+    import nibabel as nib
+    import numpy as np
+
+    images = tmp_path / "in"
+    images.mkdir()
+    nib.save(nib.Nifti1Image(np.zeros((16, 16, 16), np.float32), np.eye(4)), images / "a.nii.gz")
+    spec = '{"_target_": "monai.networks.nets.BasicUNet", "spatial_dims": 3, "in_channels": 1, "out_channels": 2}'
+    rc = cli.main(["infer", "-i", str(images), "-o", str(tmp_path / "out"), "--network", spec, "--checkpoint",
+                   "/dev/null", "--device", "cpu", "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "/dev/null is not a regular file" in err[0], err

@@ -1652,6 +1652,7 @@ def check_entry_kind(path: str | os.PathLike, what: str, folder: bool) -> None:
         NotADirectoryError: a file (or other non-folder) where a folder is expected.
         IsADirectoryError: a folder where a file is expected.
         FileNotFoundError: a symbolic link to nothing, naming its target.
+        ValueError: a device, pipe or socket where a file is expected.
 
     Example:
         >>> import tempfile
@@ -1673,6 +1674,8 @@ def check_entry_kind(path: str | os.PathLike, what: str, folder: bool) -> None:
         raise NotADirectoryError(f"{what} {path} is a file, not a folder")
     if not folder and path.is_dir():
         raise IsADirectoryError(f"{what} {path} is a folder, not a file")
+    if not folder and not path.is_file():  # found by hostile review 59: /dev/null (a device) was "file not found"
+        raise ValueError(f"{what} {path} is not a regular file (a device, pipe or socket)")
 
 
 def input_folder(path: str | os.PathLike, parameter: str | None, what: str | None = None) -> Path:
