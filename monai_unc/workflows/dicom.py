@@ -124,7 +124,8 @@ EXPORT_RECORD = "dicom_export.json"
 #: the format name and version of :data:`EXPORT_RECORD`
 EXPORT_FORMAT = "monai-unc-dicom-export"
 EXPORT_VERSION = 1
-#: the SeriesNumbers of the derived objects: SEG, FRACTIONAL SEG, the maps from 903 on
+#: the SeriesNumbers of the derived objects: SEG, FRACTIONAL SEG, the maps from 903 on, the SR 999 (or the number
+#: after the last map's, when the maps reach it)
 _SEG_NUMBER, _PROBS_NUMBER, _MAP_NUMBER, _SR_NUMBER = 901, 902, 903, 999
 #: the top-level fields of :data:`EXPORT_RECORD` that the parts of one run share (:class:`ExportPart`): an entry of a
 #: manifest with other values is of another run, never mixed with this run's
@@ -806,7 +807,8 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
             folder / "sr.dcm", series, headers["segmentation"],
             [d for k, d in headers.items() if k != "segmentation"], segment_volumes=volumes, numbers=numbers or {},
             triage=triage, extra_groups=extra_groups, algorithm=algorithm, uid_root=uid_root,
-            series_number=_SR_NUMBER, study=study)
+            series_number=max(_SR_NUMBER, number), study=study)  # after the last map's (found by hostile review
+        # 59: with 97 or more maps, a map's SeriesNumber was the report's)
         record("report", path, pydicom.dcmread(path, stop_before_pixels=True))
     except BaseException:
         for o in objects:

@@ -66,3 +66,19 @@ def test_a_case_the_evaluation_lacks_is_said(tmp_path, capsys):
     assert rc == 0, err
     assert "--evaluation" in err and "no row for 1 case(s) exported (c1)" in err, err
     assert len(list((tmp_path / "out").rglob("*.dcm"))) > 0
+
+
+def test_the_report_follows_the_last_map_in_series_numbers(tmp_path, monkeypatch):
+    """The maps are numbered from 903 and the SR was always 999: with 97 or more maps (a region model with every
+    measure) a map had the report's SeriesNumber. Imitated with the maps numbered from 999."""
+    from monai_unc.workflows import dicom
+
+    monkeypatch.setattr(dicom, "_MAP_NUMBER", 999)
+    from tests.workflows.test_dicom_export import _small_cases
+
+    pred, series = _small_cases(tmp_path, ("c0",))
+    dicom.dicom_export(pred, series, tmp_path / "out", progress=False)
+    numbers = {p.name: int(pydicom.dcmread(p, stop_before_pixels=True).SeriesNumber)
+               for p in (tmp_path / "out" / "c0").glob("*.dcm")}
+    assert numbers["variance.dcm"] == 999 and numbers["sr.dcm"] == 1000, numbers
+    assert len(set(numbers.values())) == len(numbers)
