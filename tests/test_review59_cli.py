@@ -10,6 +10,22 @@ import pytest
 from monai_unc import cli
 
 
+def _infer_toy_network(tmp_path, images, out, spatial_dims: int = 3) -> int:
+    """``monai-unc infer`` of ``images`` into ``out`` with the tests' toy UNet (``--network`` spec and checkpoint in
+    ``tmp_path``), 2 samples, quiet; its exit status."""
+    import torch
+    from monai.networks.nets import UNet
+
+    from tests._cases import TOY_NET
+
+    net = {**TOY_NET, "spatial_dims": spatial_dims}
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in net.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(net))
+    return cli.main(["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"),
+                     "--checkpoint", str(tmp_path / "net.pt"), "--samples", "2", "--quiet"])
+
+
 @pytest.mark.parametrize("inside", ["predictions", "images", "uncertainty"])
 def test_triage_monitor_store_inside_an_input_folder_is_refused(tmp_path, capsys, inside):
     # found by hostile review 59: `triage -p PRED --monitor PRED/monitor.db` created the SQLite store (and its journal)
@@ -100,10 +116,6 @@ def test_infer_fails_a_case_whose_affine_is_not_finite(tmp_path, capsys):
     # NaN affine; evaluate then refused them against a label of the same header as "different affines (voxel centres
     # up to nan mm apart)". Such a case now fails at reading, with the reason (exit 1, failures.json)
     import numpy as np
-    import torch
-    from monai.networks.nets import UNet
-
-    from tests._cases import TOY_NET
 
     images = tmp_path / "images"
     images.mkdir()
@@ -112,12 +124,8 @@ def test_infer_fails_a_case_whose_affine_is_not_finite(tmp_path, capsys):
     import nibabel as nib
 
     nib.save(nib.Nifti1Image(data, np.eye(4)), images / "good.nii.gz")
-    torch.manual_seed(0)
-    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
-    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
     out = tmp_path / "pred"
-    rc = cli.main(["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
-                   str(tmp_path / "net.pt"), "--samples", "2", "--quiet"])
+    rc = _infer_toy_network(tmp_path, images, out)
     err = capsys.readouterr().err
     assert rc == 1, err
     failures = json.loads((out / "failures.json").read_text())["failures"]
@@ -172,22 +180,13 @@ def test_infer_refuses_a_2d_network_before_any_case(tmp_path, capsys):
     # its maps were written ("only 3D volumes are written as NIfTI"): exit 1 after the whole cohort's inference
     import nibabel as nib
     import numpy as np
-    import torch
-    from monai.networks.nets import UNet
 
-    from tests._cases import TOY_NET
-
-    net = {**TOY_NET, "spatial_dims": 2}
-    torch.manual_seed(0)
-    torch.save(UNet(**{k: v for k, v in net.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
-    (tmp_path / "net.json").write_text(json.dumps(net))
     images = tmp_path / "images"
     images.mkdir()
     nib.save(nib.Nifti1Image(np.random.default_rng(0).random((16, 16)).astype(np.float32), np.eye(4)),
              images / "c0.nii.gz")
     out = tmp_path / "pred"
-    rc = cli.main(["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
-                   str(tmp_path / "net.pt"), "--samples", "2", "--quiet"])
+    rc = _infer_toy_network(tmp_path, images, out, spatial_dims=2)
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "takes 2D images" in err and "3D volumes only" in err, err
     assert not (out / "failures.json").exists() and not list(out.glob("c0*"))
@@ -198,10 +197,6 @@ def test_infer_fails_a_case_of_a_singular_affine_before_predicting_it(tmp_path, 
     # when its maps were written, with nibabel's "HeaderDataError: Could not decompose affine:" as the reason
     import nibabel as nib
     import numpy as np
-    import torch
-    from monai.networks.nets import UNet
-
-    from tests._cases import TOY_NET
 
     images = tmp_path / "images"
     images.mkdir()
@@ -209,12 +204,8 @@ def test_infer_fails_a_case_of_a_singular_affine_before_predicting_it(tmp_path, 
     img.header["sform_code"], img.header["qform_code"] = 1, 0
     img.header["srow_x"], img.header["srow_y"], img.header["srow_z"] = [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 3]
     nib.save(img, images / "flat.nii.gz")
-    torch.manual_seed(0)
-    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
-    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
     out = tmp_path / "pred"
-    rc = cli.main(["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
-                   str(tmp_path / "net.pt"), "--samples", "2", "--quiet"])
+    rc = _infer_toy_network(tmp_path, images, out)
     capsys.readouterr()
     assert rc == 1
     failures = json.loads((out / "failures.json").read_text())["failures"]
@@ -226,21 +217,13 @@ def test_infer_names_a_channel_count_the_network_does_not_take(tmp_path, capsys)
     # hint "a U-Net needs every size divisible by its downsampling factor: pass --roi", which is not the cause
     import nibabel as nib
     import numpy as np
-    import torch
-    from monai.networks.nets import UNet
-
-    from tests._cases import TOY_NET
 
     images = tmp_path / "images"
     images.mkdir()
     nib.save(nib.Nifti1Image(np.random.default_rng(0).random((16, 16, 16, 2)).astype(np.float32), np.eye(4)),
              images / "two.nii.gz")
-    torch.manual_seed(0)
-    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
-    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
     out = tmp_path / "pred"
-    rc = cli.main(["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
-                   str(tmp_path / "net.pt"), "--samples", "2", "--quiet"])
+    rc = _infer_toy_network(tmp_path, images, out)
     capsys.readouterr()
     assert rc == 1
     error = json.loads((out / "failures.json").read_text())["failures"][0]["error"]
