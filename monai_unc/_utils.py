@@ -216,7 +216,6 @@ def keep_meta(result: Any, reference: Any) -> Any:
     return out
 
 
-
 def stated_affine(affine: Any) -> np.ndarray | None:
     """A MetaTensor's ``(4, 4)`` affine as float64, or None where it states no grid.
 

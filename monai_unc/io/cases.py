@@ -174,6 +174,7 @@ def library_versions() -> dict[str, str]:
                 monai_version = importlib.metadata.version(dist)
     return {"monai": str(monai_version or "none"), "torch": str(torch.__version__)}
 
+
 #: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
 VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
 #: the header of a NIfTI pair or Analyze file (its voxels in ``<case>.img``): no volume extension (its data file is
@@ -1904,7 +1905,6 @@ def _read_simpleitk(path: Path, error: BaseException) -> tuple[np.ndarray, np.nd
         full[:d, :d], full[:d, 3] = affine[:d, :d], affine[:d, d]
         affine = full
     return data, affine
-
 
 
 def is_seg_label(path: str | os.PathLike | None) -> bool:

@@ -50,6 +50,7 @@ __all__ = [
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
+
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype in which sums over voxels of ``dtype`` values are accumulated: float32 for float16 / bfloat16.
 

@@ -347,7 +347,6 @@ def test_torchrun_evaluate_equals_single_process(data, reference, tmp_path):
     assert len(list((out / "state" / "cases").glob("*.json"))) == N_CASES
 
 
-
 def _metric_data(n: int = 5, seed: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
     out = []

@@ -22,7 +22,6 @@ from tests._ranks import free_port
 WAIT_S = 180
 
 
-
 def _ranks(per_rank: list[tuple[list[str], Path]]) -> list[tuple[int, list[str]]]:
     """Run ``monai_unc.cli`` once per rank (argv, working folder); ``[(exit status, stderr lines)]`` in rank order."""
     port = str(free_port())

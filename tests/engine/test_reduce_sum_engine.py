@@ -17,7 +17,6 @@ from tests._ranks import free_port
 BIG = 2**62 + 7
 
 
-
 def _rank(rank: int, port: int, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))

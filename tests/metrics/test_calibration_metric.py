@@ -96,7 +96,6 @@ def test_handler_records_every_metric():
     assert "calib" not in engine.state.metric_details
 
 
-
 def _rank_worker(rank, world, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)

@@ -45,7 +45,6 @@ def write_triage(folder: Path, rule: dict, cases: Sequence[dict], images: dict[s
     return folder
 
 
-
 def postgres_binaries() -> Path | None:
     """The folder of initdb and pg_ctl, or None."""
     for name in ("pg_ctl",):
