@@ -322,20 +322,12 @@ def _expected_dice_text(c: Mapping[str, Any], failure_dice: float | None = None)
     """A case's expected Dice, with its conformal interval when triage computed one: ``0.93 [0.78, 1.00]``.
 
     The interval's ends are rounded outward (:func:`~monai_unc.product.format_interval`): rounded to the nearest they
-    could move inward and the printed interval miss a Dice the interval covers. With ``failure_dice`` (the rule's, for
-    a rule whose risk is "dice < failure_dice": :func:`_judged_dice`) the estimate never reads equal to it or on its
+    could move inward and the printed interval miss a Dice the interval covers. With ``failure_dice`` (the rule's
+    :attr:`~monai_unc.evaluation.triage.ReferralRule.judged_dice`) the estimate never reads equal to it or on its
     other side (found by hostile review 59: 0.795 read ``0.80`` under "dice < 0.8").
     """
     return format_estimate(c.get("expected_dice"), c.get("expected_dice_low"), c.get("expected_dice_high"),
                            threshold=failure_dice)
-
-
-def _judged_dice(rule: ReferralRule) -> float | None:
-    """The Dice a case's Dice is judged against where the rule is shown (None: none).
-
-    The failure Dice of a rule whose risk is "dice < failure_dice"; a rule of risk ``1 - dice`` names none.
-    """
-    return float(rule.failure_dice) if rule.risk == "failure" else None
 
 
 def _interval_note(rule: ReferralRule, summary: Mapping[str, Any] | None = None) -> str:
@@ -366,7 +358,7 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
                  el("td", decision_tag(c["decision"], "rule"), class_="l"), el("td", score(c.get("score")))]
         cells += [el("td", format_score((c.get("region_scores") or {}).get(n))) for n in regions]
         if has_q:
-            cells.append(el("td", _expected_dice_text(c, _judged_dice(rule))))
+            cells.append(el("td", _expected_dice_text(c, rule.judged_dice)))
         if has_z:
             z, ref = c.get("image_z_max"), rule.image_reference  # never read across its z_max (ImageReference.z_text)
             cells.append(el("td", format_value(z, 1) if ref is None else ref.z_text(z)))
@@ -409,7 +401,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         c = cases[cid]
         info = {"score": score(c.get("score")), "decision": c["decision"]}
         if "expected_dice" in c:
-            info["expected Dice"] = _expected_dice_text(c, _judged_dice(rule))
+            info["expected Dice"] = _expected_dice_text(c, rule.judged_dice)
         seg, u, class_names = case.seg, case.maps[rule.measure], rule.class_names
         if regions is not None:  # nested regions drawn as one label map, the largest uncertainty over the regions
             seg, _, u, class_names = region_display(case.seg, None, u, regions, len(case.spacing))

@@ -248,14 +248,14 @@ def _expected_dice_cell(c: Mapping[str, Any], rule: ReferralRule | None = None) 
     """``0.93 [0.78, 1.00]``: a triaged case's expected Dice and its interval (the estimate alone without).
 
     The interval's ends are rounded outward (:func:`~monai_unc.product.format_interval`), so the printed interval
-    contains the computed one; with the ``rule`` of a failure risk the estimate never reads equal to its failure Dice
-    or on its other side (found by hostile review 59: 0.795 read ``0.80`` under "dice < 0.8").
+    contains the computed one; with a ``rule`` the estimate never reads equal to its ``judged_dice`` (the failure Dice
+    of a failure risk) or on its other side (found by hostile review 59: 0.795 read ``0.80`` under "dice < 0.8").
     """
     v = c.get("expected_dice")
     if v is None:
         return ""
-    threshold = float(rule.failure_dice) if rule is not None and rule.risk == "failure" else None
-    return format_estimate(v, c.get("expected_dice_low"), c.get("expected_dice_high"), threshold=threshold)
+    return format_estimate(v, c.get("expected_dice_low"), c.get("expected_dice_high"),
+                           threshold=None if rule is None else rule.judged_dice)
 
 
 def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, float]) -> dict[str, Any]:

@@ -731,6 +731,15 @@ class ReferralRule:
         dice = "dice" if self.regions is None else "mean region dice"
         return f"{dice} < {self.failure_dice:g}" if self.risk == "failure" else f"1 - {dice}"
 
+    @property
+    def judged_dice(self) -> float | None:
+        """The Dice a case's (expected) Dice is judged against where the rule is shown, or None.
+
+        The failure Dice of a rule whose risk is ``"dice < failure_dice"``; a rule of risk ``1 - dice`` names none.
+        Printed estimates never read equal to it or on its other side (:func:`~monai_unc.product.format_estimate`).
+        """
+        return float(self.failure_dice) if self.risk == "failure" else None
+
     def guarantee(self, mismatch: Sequence[str] | None = None) -> str:
         """One sentence: what the rule promises, and under which assumption.
 
