@@ -582,7 +582,7 @@ class SampleStats:
         infinite (found by hostile testing, review 59: two samples of weight 1e308 gave an infinite ``sum_w`` and every
         mean 0 without a word).
         """
-        accum = self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_channels)
+        accum = self._accum_for(n_channels)
         tiny = torch.finfo(accum).tiny
         small = min(weights, default=tiny)
         if small < tiny:  # found by hostile testing, review 59: 5e-324 * 0.2 is 0, two such samples gave pred (0, 1)
@@ -595,11 +595,15 @@ class SampleStats:
             raise ValueError(f"the total sample weight {total:.4g} exceeds {limit:.4g}, the most that {accum} sums of "
                              f"{n_channels} channels hold: scale the weights down (only their ratios matter)")
 
+    def _accum_for(self, n_channels: int) -> torch.dtype:
+        """The dtype of the sums: ``accum_dtype``, or before it is set :func:`auto_accum_dtype` of ``n_channels``."""
+        return self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_channels)
+
     def _fused_for(self, p: torch.Tensor) -> bool:
         """Whether the fused kernel adds samples like ``p`` (a non-empty float map ``(B, C, *spatial)``)."""
         if p.ndim < 3 or p.numel() == 0 or not p.is_floating_point():
             return False
-        accum = self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(int(p.shape[1]))
+        accum = self._accum_for(int(p.shape[1]))
         return fused_backend(p, accum) is not None
 
     def _flags_apply(self, p: torch.Tensor) -> bool:
@@ -681,7 +685,7 @@ class SampleStats:
         n_cls = 2 if activation == "binary_sigmoid" else int(z.shape[1])
         if n_cls < (1 if self.multilabel else 2) or (activation == "binary_sigmoid" and z.shape[1] != 1):
             return False  # the caller's path raises the error for such outputs
-        accum = self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_cls)
+        accum = self._accum_for(n_cls)
         return fused_takes_outputs(z, accum)
 
     def _update_outputs(self, z: torch.Tensor, activation: str, num_samples: int, nonfinite: torch.Tensor) -> bool:
@@ -708,7 +712,7 @@ class SampleStats:
             return False
         z = to_tensor(z, "z")  # a MONAI MetaTensor as a plain tensor, as update() takes its samples
         n_cls = 2 if activation == "binary_sigmoid" else int(z.shape[1])
-        accum = self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_cls)
+        accum = self._accum_for(n_cls)
         b = z.shape[0] // num_samples
         if not self._fused_sums_for(tuple(z.shape[2:]), n_cls, b) or any(
             t is not None and (t.device != z.device or t.dtype != accum) for t in (self.sum_p, self.sum_h, self.sum_p2)
