@@ -474,6 +474,19 @@ def _real_number(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)  # numpy.bool_ is no numbers.Real
 
 
+def _unsigned_zero(v: float) -> float:
+    """``v`` with a negative zero made ``0.0``: SQLite reads ``-0.0`` back as ``0.0`` (PostgreSQL keeps it).
+
+    Found by hostile review 60: a score of ``-0.0`` or a Dice written ``-0`` was hashed into its audit entry as
+    ``-0.0`` and read back from SQLite as ``0.0``, so ``verify`` reported the untouched rows as edited.
+
+    Example:
+        >>> str(_unsigned_zero(-0.0)), _unsigned_zero(-0.5)
+        ('0.0', -0.5)
+    """
+    return v + 0.0  # IEEE 754: -0.0 + 0.0 is 0.0; every other value (NaN too) is itself
+
+
 def _case_number(value: Any, name: str, case_id: str) -> float:
     """A case's score, image z-score or expected Dice as the store keeps it: a float (NaN: undefined, also None).
 
@@ -485,7 +498,7 @@ def _case_number(value: Any, name: str, case_id: str) -> float:
     if not _real_number(value):
         raise TypeError(f"the {name} of case {case_id!r} must be a number (NaN or None when undefined), got "
                         f"{value!r:.80}")
-    return float(value)
+    return _unsigned_zero(float(value))
 
 
 def _label_int(value: Any, name: str, case_id: str, allowed: str) -> int | None:
@@ -517,7 +530,7 @@ def _label_values(lab: Mapping[str, Any], cid: str) -> tuple[float | None, int |
         raise TypeError(f"the loss of case {cid!r} must be a number in [0, 1], got {loss!r:.80}")
     if not 0 <= loss <= 1:
         raise ValueError(f"the loss of case {cid!r} must be in [0, 1], got {loss!r}")
-    return None if dice is None else float(dice), fail, float(loss)
+    return None if dice is None else _unsigned_zero(float(dice)), fail, _unsigned_zero(float(loss))
 
 
 def rule_body_digest(rule: Mapping[str, Any]) -> str:
