@@ -1811,8 +1811,10 @@ class MonitorStore:
             One dict per case row: the :class:`CaseRecord` fields, ``row`` (its id), ``run`` and ``loss``,
             ``dice``, ``failure`` of its latest label, ``label_seq``: the audit entry of its first label (when
             its label arrived: the order of the risk test), None without a label, ``n_labels``: how many labels
-            it has (0 without; more than 1: labelled again), and ``loss_changed``: whether its labels gave it more
-            than one loss (a correction, not a confirmation).
+            it has (0 without; more than 1: labelled again), ``loss_changed``: whether its labels gave it more
+            than one loss (a correction, not a confirmation), and ``prediction_sha256``: the digest of the
+            prediction's voxels as triage read them (:attr:`CaseRecord.prediction_sha256`; None when unknown, and in
+            a store of schema 1).
 
         Raises:
             ValueError: one line naming the store: a value of the wrong type or out of range, or a case whose rule
@@ -1837,15 +1839,18 @@ class MonitorStore:
         # the labels aggregated once per case row, then joined: a subquery per case (its latest label, its first
         # label's entry) was planned by PostgreSQL, on statistics older than a batch of labels, as a scan of every
         # label for each case (found by hostile testing: 50 000 cases and 5 000 labels took 33 s, not 0.7 s)
+        # the column of schema 2 (a reader reads a store of schema 1 as it is)
+        digest = "c.prediction_sha256" if self.schema_version() >= _PREDICTION_DIGESTS_SINCE else "NULL"
         sql = (f"SELECT c.id, c.run_id, {cols}, l.loss, l.dice, l.failure, agg.first_seq, agg.n_labels, "
-               "agg.loss_changed FROM cases c "
+               f"agg.loss_changed, {digest} FROM cases c "
                "LEFT JOIN (SELECT case_row, MAX(id) AS last_id, MIN(audit_seq) AS first_seq, COUNT(*) AS n_labels, "
                "MIN(loss) < MAX(loss) AS loss_changed FROM labels GROUP BY case_row) agg ON agg.case_row = c.id "
                "LEFT JOIN labels l ON l.id = agg.last_id ORDER BY c.id")
         out = []
         for r in self._all(sql):
             d = {"row": r[0], "run": r[1], **dict(zip(_CASE_COLUMNS, r[2:2 + len(_CASE_COLUMNS)]))}
-            d["loss"], d["dice"], d["failure"], d["label_seq"], n_labels, changed = r[2 + len(_CASE_COLUMNS):]
+            d["loss"], d["dice"], d["failure"], d["label_seq"], n_labels, changed, d["prediction_sha256"] = \
+                r[2 + len(_CASE_COLUMNS):]
             d["n_labels"], d["loss_changed"] = (0 if n_labels is None else int(n_labels)), bool(changed)
             out.append(self._checked_case(d))
         known = {r[0] for r in self._all("SELECT digest FROM rules")}
@@ -1891,6 +1896,8 @@ class MonitorStore:
             raise bad("code", "'accepted' for an accepted case and a reason for review for another")
         if d["label_seq"] is not None and _as_int(d["label_seq"]) is None:
             raise bad("label_seq", "an audit entry's number or null")
+        if d["prediction_sha256"] is not None and not isinstance(d["prediction_sha256"], str):
+            raise bad("prediction_sha256", "text or null")
         d["failure"] = None if d["failure"] is None else int(d["failure"])
         return d
 

@@ -29,7 +29,7 @@ from ..monitoring import (
     read_triage_run,
     status_table,
 )
-from ..monitoring.records import LABEL_EXTENSIONS, case_id_key, label_map_dice
+from ..monitoring.records import LABEL_EXTENSIONS, case_id_key, label_map_dice, prediction_digest
 from ..monitoring.status import printable
 from ..monitoring.store import sqlite_file
 from ..regions import check_regions
@@ -232,7 +232,8 @@ def _label_folder(folder: Path, cases: list[dict[str, Any]], rules: dict[str, An
 
     The folder is listed as ``evaluate`` lists its labels (:func:`monai_unc.io.split_extension`): every volume
     extension in any letter case, hidden files (macOS' ``._a.nii.gz``) skipped, a name that is not UTF-8 refused
-    naming it; an entry that is no file (a link to nothing) fails when read, naming it.
+    naming it; an entry that is no file (a link to nothing) fails when read, naming it. A prediction whose voxels are
+    no longer those triage read (the digest the store keeps: written over since, by a follow-up scan's) is refused.
     """
     out = []
     files, ids = [], []
@@ -271,6 +272,13 @@ def _label_folder(folder: Path, cases: list[dict[str, Any]], rules: dict[str, An
         if not case.get("prediction"):
             raise ValueError(f"case {cid!r}: its triage run recorded no prediction file to compare the label map "
                              "with: give the audited Dice in a CSV (case,dice)")
+        # found by hostile review 60: a prediction written over since triage (a follow-up scan's, same case id and
+        # grid, not recorded yet) gave the Dice against the follow-up's prediction without a word
+        recorded = case.get("prediction_sha256")
+        if recorded is not None and prediction_digest(case["prediction"]) != recorded:
+            raise ValueError(f"case {cid!r}: its prediction {case['prediction'][-200:]!r} is not the one its triage "
+                             "run read (written over, changed or gone since): the label map cannot be compared with "
+                             "it; put that prediction back, or give the audited Dice in a CSV (case,dice)")
         n = len(regions) if regions is not None else rule["num_classes"]
         out.append({"case": cid, "dice": label_map_dice(p, case["prediction"], n, regions), "failure": None})
     return out

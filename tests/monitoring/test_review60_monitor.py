@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
+from monai_unc.io.files import save_nifti
 from monai_unc.monitoring import MonitorStore
 from monai_unc.workflows.monitor import record_labels, record_triage, verify_store
 
@@ -54,3 +56,33 @@ def test_a_negative_zero_case_value_through_the_api_verifies(store_url, field):
                          triaged_at="t", model_digest=None, command=["x"])
         store.add_labels([{"case": "a", "dice": -0.0, "failure": None, "loss": 1.0}], source="audit.csv")
         assert store.verify().ok, store.verify().problems
+
+
+def _seg(path, k):
+    """A predicted label map (classes 0..2) whose voxels depend on ``k``."""
+    seg = np.zeros((6, 6, 4), dtype=np.uint8)
+    seg[1:4, 1:4, 1 + k % 2] = 1 + k // 2
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_nifti(seg, np.eye(4), path)
+    return str(path)
+
+
+def test_a_label_map_is_never_compared_with_a_prediction_written_over_since_triage(store_url, tmp_path):
+    """The Dice of a label map is against the prediction its triage run read (docs/monitoring.md): a follow-up scan's
+    prediction written over it since (the same case id, the same grid) gave the Dice against the follow-up, 0 here, an
+    audited failure of a case that was segmented perfectly, without a word."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    pred = _seg(tmp_path / "preds" / "p001.nii.gz", 0)
+    record_triage(store_url, write_triage(tmp_path / "t1", rule, [{"case": "p001", "score": 0.1}],
+                                          segs={"p001": pred}), site="A", command=["test"])
+    labels = tmp_path / "labels"
+    _seg(labels / "p001.nii.gz", 0)  # the audited label map: the prediction triage read was perfect
+    _seg(tmp_path / "preds" / "p001.nii.gz", 3)  # the follow-up's prediction, written over it
+    with pytest.raises(ValueError, match=r"case 'p001': its prediction .* is not the one its triage run read"):
+        record_labels(store_url, labels, command=["test"])
+    with MonitorStore(store_url, read_only=True) as store:
+        assert [r["n_labels"] for r in store.cases()] == [0]  # nothing written
+    _seg(tmp_path / "preds" / "p001.nii.gz", 0)  # the prediction triage read, back in its place: compared
+    assert record_labels(store_url, labels, command=["test"]).value == 1
+    with MonitorStore(store_url, read_only=True) as store:
+        assert [(r["dice"], r["loss"]) for r in store.cases()] == [(1.0, 0.0)]
