@@ -76,7 +76,7 @@ def _alarm_level(alpha: float) -> float:
     return -math.log(alpha) * (1 - 1e-12)
 
 
-def _vector(x: object, name: str, allow_nan: bool = True) -> np.ndarray:
+def _vector(x: object, name: str, allow_nan: bool = True, allow_inf: bool = False) -> np.ndarray:
     if isinstance(x, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of numbers, got {type(x).__name__}")
     try:
@@ -89,7 +89,7 @@ def _vector(x: object, name: str, allow_nan: bool = True) -> np.ndarray:
     a = real_array(raw, name, " (NaN or None for an undefined value)")
     if a.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {a.shape}")
-    if np.isinf(a).any() or (not allow_nan and np.isnan(a).any()):
+    if (not allow_inf and np.isinf(a).any()) or (not allow_nan and np.isnan(a).any()):
         raise ValueError(f"{name} must be finite{'' if not allow_nan else ' or NaN'}")
     return a
 
@@ -216,7 +216,8 @@ def first_alarm(log_martingale: object, alpha: float) -> int | None:
     """The index of the first value at or above ``log(1 / alpha)``, or None when there is none.
 
     Args:
-        log_martingale: ``(N,)`` ``log S_n`` of a test (super)martingale or e-process.
+        log_martingale: ``(N,)`` ``log S_n`` of a test (super)martingale or e-process: ``-inf`` where it is 0 (a
+            nonnegative martingale that lost its whole capital: no alarm), NaN for no value.
         alpha: the false-alarm probability in ``(0, 1)``.
 
     Returns:
@@ -225,9 +226,13 @@ def first_alarm(log_martingale: object, alpha: float) -> int | None:
     Example:
         >>> first_alarm(np.log([1.0, 5.0, 25.0, 3.0]), alpha=0.05)
         2
+        >>> first_alarm([0.0, -np.inf, -np.inf], alpha=0.05) is None  # a martingale at 0 stays there
+        True
     """
     a = _check_alpha(alpha)
-    m = _vector(log_martingale, "log_martingale")
+    # found by hostile review 60: log 0 = -inf, the value of a nonnegative martingale that lost everything, was
+    # refused as "not finite"
+    m = _vector(log_martingale, "log_martingale", allow_inf=True)
     hit = np.flatnonzero(m >= _alarm_level(a))
     return int(hit[0]) if hit.size else None
 

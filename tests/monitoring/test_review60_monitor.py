@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from monai_unc.io.files import save_nifti
+from monai_unc.metrics.monitoring import first_alarm
 from monai_unc.monitoring import MonitorStore
 from monai_unc.workflows.monitor import record_labels, record_triage, verify_store
 
@@ -86,3 +87,12 @@ def test_a_label_map_is_never_compared_with_a_prediction_written_over_since_tria
     assert record_labels(store_url, labels, command=["test"]).value == 1
     with MonitorStore(store_url, read_only=True) as store:
         assert [(r["dice"], r["loss"]) for r in store.cases()] == [(1.0, 0.0)]
+
+
+def test_first_alarm_takes_the_log_of_a_martingale_at_zero():
+    """A nonnegative martingale can lose its whole capital: ``log S_n = -inf``, no alarm (it was a ValueError)."""
+    assert first_alarm(np.log([1.0, 0.5, 0.0, 0.0]), alpha=0.05) is None
+    assert first_alarm([0.0, math.log(19.0), math.inf], alpha=0.05) == 2  # an e-process that grew past any level
+    assert first_alarm([0.0, math.log(20.0), -math.inf], alpha=0.05) == 1
+    with pytest.raises(ValueError, match="log_martingale must be one-dimensional"):
+        first_alarm([[0.0]], alpha=0.05)
