@@ -4,7 +4,12 @@ computation.
 - a negative zero (a score of ``-0.0`` in ``triage.json``, a Dice written ``-0`` in an audit table) was stored as it
   came: SQLite reads ``-0.0`` back as ``0.0``, so the rows no longer matched the digest their audit entry recorded and
   ``monitor verify`` reported an untouched store as tampered (exit status 1), where PostgreSQL kept ``-0.0`` and
-  verified: the two backends disagreed.
+  verified: the two backends disagreed;
+- ``monitor label`` with label maps compared each map with whatever file lay at the prediction's path: one written
+  over since triage (a follow-up scan's, same case id and grid) gave the Dice against the follow-up's prediction;
+- ``first_alarm`` refused ``-inf``, the log of a nonnegative martingale at 0;
+- pinned: every ``status`` continues the martingales of the earlier ones (the values of the cases already seen never
+  change as runs are recorded), on both backends.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import pytest
 
 from monai_unc.io.files import save_nifti
 from monai_unc.metrics.monitoring import first_alarm
-from monai_unc.monitoring import MonitorStore
+from monai_unc.monitoring import ALL_SITES, MonitorStore, monitor_status
 from monai_unc.workflows.monitor import record_labels, record_triage, verify_store
 
 from ._stream import make_rule, write_triage
@@ -96,3 +101,29 @@ def test_first_alarm_takes_the_log_of_a_martingale_at_zero():
     assert first_alarm([0.0, math.log(20.0), -math.inf], alpha=0.05) == 1
     with pytest.raises(ValueError, match="log_martingale must be one-dimensional"):
         first_alarm([[0.0]], alpha=0.05)
+
+
+def test_every_status_continues_the_martingales_of_the_earlier_ones(store_url, tmp_path):
+    """Checking every day costs nothing (docs/monitoring.md) only if each ``status`` continues the same martingale:
+    the p-values and ``log S_n`` of the cases already seen never change when runs are recorded (their tie-breaking
+    draws are a prefix of the same seeded sequence; undefined scores and a second site in between)."""
+    rng = np.random.default_rng(3)
+    rule = make_rule(list(rng.normal(0, 1, 50)))
+    seen: dict[tuple[str, str], np.ndarray] = {}
+    for k in range(4):
+        cases = [{"case": f"m{k}-{i}", "score": None if i % 5 == 0 else float(rng.normal(0.5 * k, 1)),
+                  "image_z_max": float(abs(rng.normal(0, 1)))} for i in range(12)]
+        folder = write_triage(tmp_path / f"t{k}", rule, cases)
+        sites = tmp_path / f"sites{k}.csv"
+        sites.write_text("case,site\n" + "".join(f"m{k}-{i},{'AB'[i % 2]}\n" for i in range(12)))
+        record_triage(store_url, folder, sites=sites, command=["test"])
+        with MonitorStore(store_url, read_only=True) as store:
+            groups = monitor_status(store.cases(), store.rules(), alpha=0.05)
+        for g in groups:
+            for kind, m in (("score", g.score), ("image", g.image)):
+                key = (g.site, kind)
+                if key in seen:
+                    old = seen[key]
+                    np.testing.assert_array_equal(m.log_martingale[:len(old)], old)
+                seen[key] = m.log_martingale.copy()
+    assert len(seen[(ALL_SITES, "score")]) == 36 and len(seen[(ALL_SITES, "image")]) == 48  # 3 of 12 undefined
