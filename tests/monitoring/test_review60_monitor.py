@@ -8,6 +8,8 @@ computation.
 - ``monitor label`` with label maps compared each map with whatever file lay at the prediction's path: one written
   over since triage (a follow-up scan's, same case id and grid) gave the Dice against the follow-up's prediction;
 - ``first_alarm`` refused ``-inf``, the log of a nonnegative martingale at 0;
+- docs/monitoring.md said every scan triaged again with another model is recorded: one that repeats a recorded
+  decision exactly (the same prediction's voxels) is skipped as recorded (pinned, the page corrected);
 - pinned: every ``status`` continues the martingales of the earlier ones (the values of the cases already seen never
   change as runs are recorded), on both backends.
 """
@@ -127,3 +129,28 @@ def test_every_status_continues_the_martingales_of_the_earlier_ones(store_url, t
                     np.testing.assert_array_equal(m.log_martingale[:len(old)], old)
                 seen[key] = m.log_martingale.copy()
     assert len(seen[(ALL_SITES, "score")]) == 36 and len(seen[(ALL_SITES, "image")]) == 48  # 3 of 12 undefined
+
+
+def test_another_model_that_repeats_a_decision_exactly_is_skipped_as_recorded(store_url):
+    """docs/monitoring.md said every scan triaged again with another model is recorded; one whose decision and
+    prediction are the recorded ones (a checkpoint saved again: another weights digest, the same voxels) is the same
+    decision, skipped (the documentation now says so); another prediction from the other model is recorded."""
+    import dataclasses
+
+    from monai_unc.monitoring.store import CaseRecord
+
+    rule = make_rule([0.1, 0.2])
+    first = CaseRecord("a", "A", None, "t", 0.2, float("nan"), float("nan"), "accept", "accepted", "accepted",
+                       rule["digest"], "sha256:" + "1" * 64, "/p/a.nii.gz", "sha256:" + "a" * 64)
+    with MonitorStore(store_url) as store:
+        store.record_run(rule, [first], source_digest="m1", folder="f1", triaged_at="t",
+                         model_digest=first.model_digest)
+        same = dataclasses.replace(first, model_digest="sha256:" + "2" * 64)  # the same voxels, another digest
+        store.record_run(rule, [same], source_digest="m2", folder="f2", triaged_at="t", model_digest=same.model_digest)
+        assert [r["n_cases"] for r in store.runs()] == [1, 0]
+        other = dataclasses.replace(same, prediction_sha256="sha256:" + "b" * 64)  # the other model's prediction
+        store.record_run(rule, [other], source_digest="m3", folder="f3", triaged_at="t",
+                         model_digest=other.model_digest)
+        assert [r["n_cases"] for r in store.runs()] == [1, 0, 1]
+        groups = monitor_status(store.cases(), store.rules())
+    assert [(g.n_cases, g.n_retriaged) for g in groups] == [(2, 1)]
