@@ -79,3 +79,48 @@ def test_a_lambdad_on_a_copy_of_pred_is_warned_about():
                                            CopyItemsd("pred", names="seg"), Lambdad("seg", lambda x: x)])) is None
     assert _opaque_pred_transform(Compose([CopyItemsd("pred", names="prob"), AsDiscreted("pred", argmax=True),
                                            Lambdad("prob", lambda x: x)])) == "Lambdad(keys=['prob'])"
+
+
+# ------------------------------------------------------------------------------------- handlers vs numpy
+def _numpy_calibration(cases: list[dict]) -> tuple[float, float, float]:
+    """ECE (15 equal-width bins of the max probability), NLL and Brier of the pooled voxels, brute force."""
+    import numpy as np
+
+    p = np.concatenate([c["pred"].numpy().reshape(3, -1) for c in cases], 1).astype(np.float64)
+    y = np.concatenate([c["label"].numpy().reshape(-1) for c in cases])
+    conf, correct = p.max(0), p.argmax(0) == y
+    bins = np.minimum((conf * 15).astype(int), 14)
+    ece = sum(abs(correct[bins == b].mean() - conf[bins == b].mean()) * (bins == b).mean()
+              for b in range(15) if (bins == b).any())
+    nll = -np.log(p[y, np.arange(len(y))]).mean()
+    brier = ((p - np.eye(3)[y].T) ** 2).sum(0).mean()
+    return float(ece), float(nll), float(brier)
+
+
+@pytest.mark.parametrize("reduction", ["pooled", "mean"])
+def test_calibration_handler_over_batches_and_epochs_equals_numpy(reduction):
+    # decollated cases (ignite unrolls them one by one), three batches, three epochs: each epoch scores the five
+    # cases once, as a brute-force numpy ECE / NLL / Brier of the pooled voxels (or the mean of the per-case ones)
+    import numpy as np
+    from ignite.engine import Engine
+    from monai.handlers import from_engine
+
+    from monai_unc.handlers import CalibrationHandler
+
+    torch.manual_seed(0)
+    cases = []
+    for _ in range(5):
+        label = torch.randint(0, 3, (1, 10, 9, 7))
+        logits = torch.randn(3, 10, 9, 7) * 2
+        logits.scatter_add_(0, label, torch.full(label.shape, 1.5))
+        cases.append({"pred": torch.softmax(logits, 0), "label": label})
+    engine = Engine(lambda e, b: b)
+    CalibrationHandler(metrics=("ece", "nll", "brier"), reduction=reduction,
+                       output_transform=from_engine(["pred", "label"])).attach(engine, "c")
+    engine.run([cases[:2], cases[2:4], cases[4:]], max_epochs=3)
+    ref = _numpy_calibration(cases) if reduction == "pooled" else np.mean([_numpy_calibration([c]) for c in cases], 0)
+    got = [engine.state.metrics[f"c_{m}"] for m in ("ece", "nll", "brier")]
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    assert engine.state.metric_details["c_nll"].shape == (5, 1)
+    np.testing.assert_allclose(engine.state.metric_details["c_nll"].reshape(-1).numpy(),
+                               [_numpy_calibration([c])[1] for c in cases], rtol=1e-12)
