@@ -245,7 +245,8 @@ class UncertaintyEvaluator(SupervisedEvaluator):
     tensor (stored as ``pred``, as in ``SupervisedEvaluator``), yields MetaTensors that decollate per case.
     After each iteration ``engine.state.uncertainty`` holds ``{"mi_meaning", "num_samples", "extras"}`` of the
     last call (``extras``: per-call outputs such as Rate-In's searched rates). ``amp`` autocasts on CUDA only (as
-    MONAI does, whose autocast is CUDA's); on CPU it is a no-op.
+    MONAI does, whose autocast is CUDA's); on CPU it is a no-op. ``additional_metrics`` given without a
+    ``key_val_metric`` are attached too (before the ``val_handlers``), where MONAI drops them without a word.
     """
 
     def __init__(
@@ -263,10 +264,17 @@ class UncertaintyEvaluator(SupervisedEvaluator):
             clash = [k for k in uncertainty_keys if k in (Keys.IMAGE, Keys.LABEL, Keys.PRED)]
             if clash:
                 raise ValueError(f"uncertainty_keys must not contain 'image', 'label' or 'pred', got {clash}")
+        # SupervisedEvaluator's arguments may come by position: bind them to find the postprocessing and the metrics
+        given = inspect.signature(SupervisedEvaluator.__init__).bind_partial(self, *args, **kwargs).arguments
+        extra = given.get("additional_metrics") if given.get("key_val_metric") is None else None
+        if extra is not None and not isinstance(extra, Mapping):
+            raise TypeError(f"additional_metrics must be None or a dict of metrics, got {type(extra).__name__}")
+        # found by hostile review 60: MONAI attaches additional_metrics only beside a key_val_metric, and dropped them
+        # without a word otherwise; they are attached here, before the val_handlers as MONAI attaches its metrics
+        self._unattached_metrics: dict[str, Any] = dict(extra or {})
         super().__init__(*args, **kwargs)
+        self._attach_unattached_metrics()  # without val_handlers, _register_handlers did not run
         if pred_format == "auto":
-            # SupervisedEvaluator's arguments may come by position: bind them to find the postprocessing
-            given = inspect.signature(SupervisedEvaluator.__init__).bind_partial(self, *args, **kwargs).arguments
             activation = find_pred_activation(_postprocessing_chain(given))
             pred_format = {"softmax": "log_probabilities", "sigmoid": "binary_logit"}.get(activation, "probabilities")
             # found by hostile testing: the choice was logged here as if pred were converted, also for a stock
@@ -285,6 +293,18 @@ class UncertaintyEvaluator(SupervisedEvaluator):
         self._format_logged = False
         self.pred_format = pred_format
         self.uncertainty_keys = uncertainty_keys
+
+    def _attach_unattached_metrics(self) -> None:
+        """Attach the ``additional_metrics`` given without a ``key_val_metric`` (MONAI attaches none of them then)."""
+        metrics, self._unattached_metrics = getattr(self, "_unattached_metrics", {}), {}
+        for name, metric in metrics.items():
+            metric.attach(self, name)
+
+    def _register_handlers(self, handlers: Any) -> None:
+        """MONAI's registration of ``val_handlers``, after the ``additional_metrics`` given without a
+        ``key_val_metric``: a ``MetricsSaver`` among them then finds their values at the end of the epoch."""
+        self._attach_unattached_metrics()
+        super()._register_handlers(handlers)
 
     # ------------------------------------------------------------------------------------------------------------
     def spread(self, result: Any, reference: torch.Tensor | None = None) -> dict[str, Any]:

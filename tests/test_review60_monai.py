@@ -124,3 +124,34 @@ def test_calibration_handler_over_batches_and_epochs_equals_numpy(reduction):
     assert engine.state.metric_details["c_nll"].shape == (5, 1)
     np.testing.assert_allclose(engine.state.metric_details["c_nll"].reshape(-1).numpy(),
                                [_numpy_calibration([c])[1] for c in cases], rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------------- additional_metrics alone
+def test_additional_metrics_without_a_key_metric_are_computed_and_saved(tmp_path):
+    # found by hostile review 60: MONAI attaches additional_metrics only beside a key_val_metric, so an evaluator given
+    # additional_metrics={"calib": CalibrationHandler(...)} alone ended with engine.state.metrics == {} and a
+    # MetricsSaver wrote no calib_ece, without a word
+    import csv
+
+    from monai.handlers import MetricsSaver, from_engine
+
+    from monai_unc.handlers import CalibrationHandler
+
+    saver = MetricsSaver(save_dir=str(tmp_path), metrics=["calib_ece"])
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(_items()), batch_size=2),
+                              network=_net(), inferer=MCDropoutInferer(2, seed=0), val_handlers=[saver],
+                              additional_metrics={"calib": CalibrationHandler(
+                                  num_classes=2, metrics=("ece",), output_transform=from_engine(["pred", "label"]))})
+    ev.run()
+    reference = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(_items()), batch_size=2),
+                                     network=_net(), inferer=MCDropoutInferer(2, seed=0),
+                                     key_val_metric={"calib": CalibrationHandler(
+                                         num_classes=2, metrics=("ece",), key_metric="ece",
+                                         output_transform=from_engine(["pred", "label"]))})
+    reference.run()
+    assert ev.state.metrics["calib_ece"] == reference.state.metrics["calib_ece"]
+    rows = dict(csv.reader((tmp_path / "metrics.csv").open()))
+    assert float(rows["calib_ece"]) == pytest.approx(ev.state.metrics["calib_ece"], rel=1e-4)
+    with pytest.raises(TypeError, match="additional_metrics"):
+        UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(_items()), batch_size=2),
+                             network=_net(), inferer=MCDropoutInferer(2, seed=0), additional_metrics=[saver])
