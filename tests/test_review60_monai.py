@@ -155,3 +155,20 @@ def test_additional_metrics_without_a_key_metric_are_computed_and_saved(tmp_path
     with pytest.raises(TypeError, match="additional_metrics"):
         UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(_items()), batch_size=2),
                              network=_net(), inferer=MCDropoutInferer(2, seed=0), additional_metrics=[saver])
+
+
+def test_infer_bundle_reads_a_sigmoid_applied_to_a_copy_of_pred(tmp_path):
+    # the bundle keeps pred and thresholds the sigmoid of a copy: its network's outputs are sigmoid logits, and the
+    # default softmax of monai-unc infer --bundle would renormalise its regions (bundle_activation was None)
+    from monai_unc.workflows import load_network
+    from tests.bundles.test_cli_bundles import _bundle
+
+    def copy_then_sigmoid(cfg: dict) -> None:
+        cfg["network_def"]["out_channels"] = 3
+        cfg["postprocessing"]["transforms"][0:1] = [
+            {"_target_": "CopyItemsd", "keys": "pred", "names": "prob"},
+            {"_target_": "Activationsd", "keys": "prob", "sigmoid": True}]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert load_network(bundle=_bundle(tmp_path / "b", copy_then_sigmoid)).bundle_activation == "sigmoid"
