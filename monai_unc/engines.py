@@ -24,7 +24,8 @@ stores ``log(mean p)`` (clamped at the
 smallest normal float), so that the bundle's softmax returns exactly the mean probabilities (``softmax(log p) =
 p / sum p = p``); a sigmoid gets ``log(p_1 / p_0)`` (two-class outputs), so that sigmoid returns ``p_1``;
 otherwise ``pred`` is the mean probabilities. Without such an ``Activationsd``, a ``Lambda`` or ``Lambdad`` acting on
-``pred`` (or an ``Activationsd`` whose ``other`` function does) runs a function the evaluator cannot read: it stores
+``pred`` (or an ``Activationsd`` whose ``other`` function does, or a plain function in the postprocessing) runs a
+function the evaluator cannot read: it stores
 the probabilities and warns, since a softmax inside that function would flatten them; pass ``pred_format``
 explicitly then.
 
@@ -134,8 +135,9 @@ def _opaque_pred_transform(postprocessing: Any, key: str = Keys.PRED) -> str | N
     ``key``. A ``Lambdad`` whose result is dropped (``overwrite=False``) changes nothing; once an ``AsDiscreted``
     has made ``key`` a label map (``argmax``, ``threshold`` or ``rounding``), later functions see no probabilities.
     Copies of ``key`` (``CopyItemsd``) are read as ``key``: each until it is made a label map.
+    A plain function (not a MONAI ``Transform``) counts as a ``Lambda``.
     """
-    from monai.transforms import Activationsd, AsDiscreted, Lambda, Lambdad
+    from monai.transforms import Activationsd, AsDiscreted, Lambda, Lambdad, Transform
 
     labelled: set[str] = set()
     for t, holders in _with_copies(postprocessing, key):
@@ -156,6 +158,10 @@ def _opaque_pred_transform(postprocessing: Any, key: str = Keys.PRED) -> str | N
             return f"Lambdad(keys={list(t.keys)})"
         if isinstance(t, Lambda):  # a whole-dictionary function
             return "Lambda"
+        if callable(t) and not isinstance(t, Transform):
+            # found by hostile review 60: a plain function (MONAI runs any callable as postprocessing or in a Compose)
+            # is as opaque as a Lambda, and its softmax flattened the stored probabilities without a word
+            return f"function {getattr(t, '__name__', type(t).__name__)}"
         labelled = _after_copies(t, labelled)  # a copy of a label map is a label map
     return None
 

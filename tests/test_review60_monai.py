@@ -172,3 +172,16 @@ def test_infer_bundle_reads_a_sigmoid_applied_to_a_copy_of_pred(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert load_network(bundle=_bundle(tmp_path / "b", copy_then_sigmoid)).bundle_activation == "sigmoid"
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_a_plain_function_in_the_postprocessing_is_warned_about(wrap):
+    # found by hostile review 60: a Lambda / Lambdad was warned about, the same function given as it is (MONAI runs
+    # any callable as postprocessing or inside a Compose) was not, and its softmax flattened the stored probabilities
+    def softmax_pred(d):
+        return {**d, "pred": torch.softmax(d["pred"], 0)}
+
+    post = Compose([softmax_pred]) if wrap else softmax_pred
+    with pytest.warns(UserWarning, match="softmax_pred"):
+        UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(_items()), batch_size=2),
+                             network=_net(), inferer=MCDropoutInferer(2, seed=0), postprocessing=post)
