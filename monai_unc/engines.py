@@ -19,11 +19,13 @@ the original grid. In an existing bundle, swapping ``inferer`` and ``evaluator#_
 probabilities would flatten them (argmax, and so the label map, is unchanged, but the saved probabilities and any
 calibration metric would be wrong). With ``pred_format="auto"`` (default) the evaluator looks at its
 postprocessing (the ``postprocessing`` argument, then MONAI ``PostProcessing`` handlers given in
-``val_handlers``): if an ``Activationsd`` applies softmax to ``pred`` it stores ``log(mean p)`` (clamped at the
+``val_handlers``): if an ``Activationsd`` applies softmax to ``pred`` (or to a copy of it, ``CopyItemsd``) it
+stores ``log(mean p)`` (clamped at the
 smallest normal float), so that the bundle's softmax returns exactly the mean probabilities (``softmax(log p) =
 p / sum p = p``); a sigmoid gets ``log(p_1 / p_0)`` (two-class outputs), so that sigmoid returns ``p_1``;
 otherwise ``pred`` is the mean probabilities. Without such an ``Activationsd``, a ``Lambda`` or ``Lambdad`` acting on
-``pred`` (or an ``Activationsd`` whose ``other`` function does) runs a function the evaluator cannot read: it stores
+``pred`` (or an ``Activationsd`` whose ``other`` function does, or a plain function in the postprocessing) runs a
+function the evaluator cannot read: it stores
 the probabilities and warns, since a softmax inside that function would flatten them; pass ``pred_format``
 explicitly then.
 
@@ -75,6 +77,34 @@ def _transforms_in_order(postprocessing: Any) -> Iterator[Any]:
         yield from _transforms_in_order(sub)
 
 
+def _with_copies(postprocessing: Any, key: str) -> Iterator[tuple[Any, set[str]]]:
+    """Each transform of ``postprocessing`` in order (:func:`_transforms_in_order`) with the keys that hold ``key``'s
+    value when it runs: ``key`` and the copies ``CopyItemsd`` made of it (or of a copy) before.
+
+    Found by hostile review 60: a postprocessing that keeps ``pred`` for the label map and applies the softmax to a
+    copy (``CopyItemsd("pred", names="prob")``, ``Activationsd("prob", softmax=True)``) was read as applying no
+    activation; the evaluator stored the mean probabilities and the softmax flattened them (1.0 became 0.708).
+    """
+    holders = {key}
+    for t in _transforms_in_order(postprocessing):
+        yield t, holders
+        holders = _after_copies(t, holders)
+
+
+def _after_copies(t: Any, keys: set[str]) -> set[str]:
+    """The keys holding the values of ``keys`` after ``t``: a ``CopyItemsd`` adds the copies of ``keys`` (in the
+    order its ``__call__`` names them: ``names[i * len(keys) + j]`` is copy ``i`` of ``keys[j]``) and drops the
+    keys it overwrites with anything else; other transforms change nothing."""
+    from monai.transforms import CopyItemsd
+
+    if not isinstance(t, CopyItemsd):
+        return keys
+    sources, names = list(t.keys), list(t.names)
+    copied = {names[i * len(sources) + j]: k for i in range(t.times) for j, k in enumerate(sources)
+              if i * len(sources) + j < len(names)}
+    return (keys - set(copied)) | {new for new, k in copied.items() if k in keys}
+
+
 def find_pred_activation(postprocessing: Any, key: str = Keys.PRED) -> str | None:
     """The activation the first ``Activationsd`` acting on ``key`` applies in ``postprocessing`` (a ``Compose``,
     possibly nested, or a single transform): ``"softmax"``, ``"sigmoid"`` or ``None``.
@@ -82,14 +112,15 @@ def find_pred_activation(postprocessing: Any, key: str = Keys.PRED) -> str | Non
     An ``Activationsd`` that lists ``key`` but applies nothing to it (no softmax, sigmoid or ``other``) is passed
     over: found by hostile review, ``Activationsd("pred")`` before ``Activationsd("pred", softmax=True)`` ended the
     search with ``None``, the evaluator stored probabilities, and the softmax flattened them (0.9 became 0.69).
+    An ``Activationsd`` acting on a copy of ``key`` (``CopyItemsd``) counts as acting on ``key``.
     """
     from monai.transforms import Activationsd
 
-    for t in _transforms_in_order(postprocessing):
+    for t, holders in _with_copies(postprocessing, key):
         if isinstance(t, Activationsd):
             others = getattr(t, "other", (None,) * len(t.keys))
             for k, softmax, sigmoid, other in zip(t.keys, t.softmax, t.sigmoid, others):
-                if k == key and (softmax or sigmoid or other is not None):
+                if k in holders and (softmax or sigmoid or other is not None):
                     return "softmax" if softmax else "sigmoid" if sigmoid else None
             # applies nothing to key: keep looking
     return None
@@ -103,24 +134,35 @@ def _opaque_pred_transform(postprocessing: Any, key: str = Keys.PRED) -> str | N
     probabilities would go through it a second time. So may an ``Activationsd`` whose ``other`` function acts on
     ``key``. A ``Lambdad`` whose result is dropped (``overwrite=False``) changes nothing; once an ``AsDiscreted``
     has made ``key`` a label map (``argmax``, ``threshold`` or ``rounding``), later functions see no probabilities.
+    Copies of ``key`` (``CopyItemsd``) are read as ``key``: each until it is made a label map.
+    A plain function (not a MONAI ``Transform``) counts as a ``Lambda``.
     """
-    from monai.transforms import Activationsd, AsDiscreted, Lambda, Lambdad
+    from monai.transforms import Activationsd, AsDiscreted, Lambda, Lambdad, Transform
 
-    for t in _transforms_in_order(postprocessing):
-        if isinstance(t, AsDiscreted) and any(
-                k == key and (argmax or threshold is not None or rounding is not None)
-                for k, argmax, threshold, rounding in zip(t.keys, t.argmax, t.threshold, t.rounding)):
-            # found by hostile review 58: a label remapping Lambdad after the argmax was warned about
+    labelled: set[str] = set()
+    for t, holders in _with_copies(postprocessing, key):
+        live = holders - labelled
+        if not live:
             return None
+        if isinstance(t, AsDiscreted):
+            # found by hostile review 58: a label remapping Lambdad after the argmax was warned about
+            labelled |= {k for k, argmax, threshold, rounding in zip(t.keys, t.argmax, t.threshold, t.rounding)
+                         if k in live and (argmax or threshold is not None or rounding is not None)}
+            continue
         if isinstance(t, Activationsd) and any(
-                k == key and other is not None for k, other in zip(t.keys, getattr(t, "other", ()))):
+                k in live and other is not None for k, other in zip(t.keys, getattr(t, "other", ()))):
             # found by hostile review 58: Activationsd(other=softmax) flattened the probabilities without a word
             return f"Activationsd(keys={list(t.keys)}, other=...)"
-        if isinstance(t, Lambdad) and any(k == key and not (isinstance(overwrite, bool) and not overwrite)
+        if isinstance(t, Lambdad) and any(k in live and not (isinstance(overwrite, bool) and not overwrite)
                                           for k, overwrite in zip(t.keys, t.overwrite)):
             return f"Lambdad(keys={list(t.keys)})"
         if isinstance(t, Lambda):  # a whole-dictionary function
             return "Lambda"
+        if callable(t) and not isinstance(t, Transform):
+            # found by hostile review 60: a plain function (MONAI runs any callable as postprocessing or in a Compose)
+            # is as opaque as a Lambda, and its softmax flattened the stored probabilities without a word
+            return f"function {getattr(t, '__name__', type(t).__name__)}"
+        labelled = _after_copies(t, labelled)  # a copy of a label map is a label map
     return None
 
 
@@ -209,7 +251,8 @@ class UncertaintyEvaluator(SupervisedEvaluator):
     tensor (stored as ``pred``, as in ``SupervisedEvaluator``), yields MetaTensors that decollate per case.
     After each iteration ``engine.state.uncertainty`` holds ``{"mi_meaning", "num_samples", "extras"}`` of the
     last call (``extras``: per-call outputs such as Rate-In's searched rates). ``amp`` autocasts on CUDA only (as
-    MONAI does, whose autocast is CUDA's); on CPU it is a no-op.
+    MONAI does, whose autocast is CUDA's); on CPU it is a no-op. ``additional_metrics`` given without a
+    ``key_val_metric`` are attached too (before the ``val_handlers``), where MONAI drops them without a word.
     """
 
     def __init__(
@@ -227,10 +270,17 @@ class UncertaintyEvaluator(SupervisedEvaluator):
             clash = [k for k in uncertainty_keys if k in (Keys.IMAGE, Keys.LABEL, Keys.PRED)]
             if clash:
                 raise ValueError(f"uncertainty_keys must not contain 'image', 'label' or 'pred', got {clash}")
+        # SupervisedEvaluator's arguments may come by position: bind them to find the postprocessing and the metrics
+        given = inspect.signature(SupervisedEvaluator.__init__).bind_partial(self, *args, **kwargs).arguments
+        extra = given.get("additional_metrics") if given.get("key_val_metric") is None else None
+        if extra is not None and not isinstance(extra, Mapping):
+            raise TypeError(f"additional_metrics must be None or a dict of metrics, got {type(extra).__name__}")
+        # found by hostile review 60: MONAI attaches additional_metrics only beside a key_val_metric, and dropped them
+        # without a word otherwise; they are attached here, before the val_handlers as MONAI attaches its metrics
+        self._unattached_metrics: dict[str, Any] = dict(extra or {})
         super().__init__(*args, **kwargs)
+        self._attach_unattached_metrics()  # without val_handlers, _register_handlers did not run
         if pred_format == "auto":
-            # SupervisedEvaluator's arguments may come by position: bind them to find the postprocessing
-            given = inspect.signature(SupervisedEvaluator.__init__).bind_partial(self, *args, **kwargs).arguments
             activation = find_pred_activation(_postprocessing_chain(given))
             pred_format = {"softmax": "log_probabilities", "sigmoid": "binary_logit"}.get(activation, "probabilities")
             # found by hostile testing: the choice was logged here as if pred were converted, also for a stock
@@ -249,6 +299,18 @@ class UncertaintyEvaluator(SupervisedEvaluator):
         self._format_logged = False
         self.pred_format = pred_format
         self.uncertainty_keys = uncertainty_keys
+
+    def _attach_unattached_metrics(self) -> None:
+        """Attach the ``additional_metrics`` given without a ``key_val_metric`` (MONAI attaches none of them then)."""
+        metrics, self._unattached_metrics = getattr(self, "_unattached_metrics", {}), {}
+        for name, metric in metrics.items():
+            metric.attach(self, name)
+
+    def _register_handlers(self, handlers: Any) -> None:
+        """MONAI's registration of ``val_handlers``, after the ``additional_metrics`` given without a
+        ``key_val_metric``: a ``MetricsSaver`` among them then finds their values at the end of the epoch."""
+        self._attach_unattached_metrics()
+        super()._register_handlers(handlers)
 
     # ------------------------------------------------------------------------------------------------------------
     def spread(self, result: Any, reference: torch.Tensor | None = None) -> dict[str, Any]:
