@@ -1,0 +1,40 @@
+"""Hostile review 60 of the core API (measures, aggregation, regions, scores, product formatting).
+
+Each test pins a defect found by the review (it failed before its fix) or a behaviour checked against an independent
+reference (brute-force numpy in float64).
+"""
+
+import math
+from decimal import Decimal
+
+import pytest
+
+from monai_unc.product import format_estimate, format_interval, format_level
+
+
+@pytest.mark.parametrize("alpha", [1e-30, 1e-100, 5e-324])
+def test_format_level_never_above_the_level_of_a_tiny_alpha(alpha):
+    # found by hostile review 60: 1 - alpha was computed in Decimal's default 28 digits, so alpha = 1e-30 rounded the
+    # level to 1 and a guarantee at probability 1 - 1e-30 read "with probability 1" ("100%")
+    for percent in (False, True):
+        text = format_level(alpha, percent=percent)
+        level = Decimal(text.rstrip("%")) / (100 if percent else 1)
+        assert level < 1, text
+        assert level <= 1 - Decimal(repr(alpha))
+
+
+@pytest.mark.parametrize("high", [1e26, 1e30, 1e300])
+def test_format_interval_of_large_ends(high):
+    # found by hostile review 60: quantizing an end of more than 28 digits raised decimal.InvalidOperation
+    text = format_interval(-high, high)
+    low_text, high_text = text.strip("[]").split(", ")
+    assert Decimal(low_text) <= Decimal(repr(-high)) and Decimal(high_text) >= Decimal(repr(high))
+    assert format_estimate(high, 0.0, high).endswith(text.split(", ")[1])
+
+
+def test_format_interval_of_many_decimals():
+    # found by hostile review 60: decimals=40 (more than Decimal's default 28 digits) raised decimal.InvalidOperation
+    low_text, high_text = format_interval(1 / 3, 2 / 3, decimals=40).strip("[]").split(", ")
+    assert len(low_text.split(".")[1]) == 40
+    assert Decimal(low_text) <= Decimal(repr(1 / 3)) and Decimal(high_text) >= Decimal(repr(2 / 3))
+    assert math.isclose(float(low_text), 1 / 3)
