@@ -38,3 +38,21 @@ def test_format_interval_of_many_decimals():
     assert len(low_text.split(".")[1]) == 40
     assert Decimal(low_text) <= Decimal(repr(1 / 3)) and Decimal(high_text) >= Decimal(repr(2 / 3))
     assert math.isclose(float(low_text), 1 / 3)
+
+
+@pytest.mark.parametrize("target", [0.1234564, 0.12345, 0.05004, 0.1])
+def test_conformal_target_is_never_written_below_itself(target):
+    # found by hostile review 60: the evaluate line wrote the target with "%g" (0.1234564 as 0.123456) and the
+    # report's table with 4 decimals (0.05004 as 0.0500): a guarantee stronger than the rule's
+    from monai_unc.products.conformal import ConformalMasks
+
+    task = {"calibration_loss": 0.01, "lambda_hat": 0.2}
+    side = {"loss": "fnr", "target": target, "method": "expectation", "guarantee": "g", "per_task": {"1": task}}
+    line = ConformalMasks.summary_lines({"sides": {"outer": side}})[0]
+    printed = float(line.split("target ")[1].split(",")[0])
+    assert printed >= target, line
+    cell = ConformalMasks.report_section({"family": "threshold", "n_calibration": 20,
+                                          "sides": {"outer": side}}).tables[0].rows[0][1]
+    assert float(cell) >= target, cell
+    if target == 0.1:  # a target its decimals write exactly keeps them
+        assert cell == "0.1000" and "target 0.1," in line
