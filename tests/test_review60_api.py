@@ -56,3 +56,28 @@ def test_conformal_target_is_never_written_below_itself(target):
     assert float(cell) >= target, cell
     if target == 0.1:  # a target its decimals write exactly keeps them
         assert cell == "0.1000" and "target 0.1," in line
+
+
+def test_maps_from_entropies_and_moments_keep_the_dtype_of_their_first_argument():
+    # found by hostile review 60: the result took the promoted dtype (float64 from a float64 ee / mean_sq), where
+    # the docstrings promise the dtype of pe (of mean)
+    import numpy as np
+    import torch
+
+    from monai_unc.measures import mutual_information_from_entropies, variance_from_moments
+
+    pe = np.array([[[0.6931, 0.3]]], dtype=np.float32)
+    ee = np.array([[[0.3251, 0.3]]])
+    for validate in (True, False):
+        mi = mutual_information_from_entropies(pe, ee, validate=validate)
+        assert isinstance(mi, np.ndarray) and mi.dtype == np.float32
+        np.testing.assert_allclose(mi, [[[0.368, 0.0]]], atol=1e-6)
+    wd = torch.tensor([[[0.1, 0.0]]], dtype=torch.float64)
+    mi = mutual_information_from_entropies(torch.from_numpy(pe), torch.from_numpy(ee), wd)
+    assert mi.dtype == torch.float32 and torch.allclose(mi, torch.tensor([[[0.268, 0.0]]]), atol=1e-6)
+    mean = torch.tensor([[[0.5], [0.5]]], dtype=torch.float16)
+    var = variance_from_moments(mean, torch.tensor([[[0.41], [0.41]]], dtype=torch.float64))
+    assert var.dtype == torch.float16 and abs(float(var) - 0.16) < 1e-3
+    # the library follows the first argument too
+    var = variance_from_moments(np.array([[[0.5], [0.5]]], dtype=np.float32), np.array([[[0.41], [0.41]]]))
+    assert isinstance(var, np.ndarray) and var.dtype == np.float32
