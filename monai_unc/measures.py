@@ -12,8 +12,10 @@ The decomposition (ValUES, Sec. 3 / eq. 1; RETINA, Band et al.) is
 
 with ``H(p) = -sum_c p_c log p_c`` and ``0 log 0 = 0``. MI is non-negative by Jensen's inequality; the
 difference of two floating-point entropies can fall a few ulps below zero, so it is clamped at 0. Means over the
-samples (of the probabilities for PE, of the entropies for EE) are summed in float64, so identical samples give PE
-equal to EE bit for bit and MI = 0 exactly, as the streamed :class:`~monai_unc.stats.SampleStats` do.
+samples (of the probabilities for PE, of the entropies for EE) are summed in float64, so identical float32 (or
+half-precision) samples give PE equal to EE bit for bit and MI = 0 exactly, as the streamed
+:class:`~monai_unc.stats.SampleStats` do; the float64 mean of identical float64 samples rounds (``(x + x + x) / 3``),
+so theirs may leave an MI of a few float64 roundings (below 1e-14 nats), in the stream as here.
 
 Multi-label (region-based) models, ``multilabel=True``: each of the ``C >= 1`` channels is an independent
 Bernoulli variable with foreground probability ``p_c`` (a sigmoid per channel, e.g. the BraTS regions WT/TC/ET;

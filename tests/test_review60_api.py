@@ -98,3 +98,31 @@ def test_the_core_api_modules_run_their_docstring_examples_in_make_test():
         assert ">>> " in source, module
         assert f"monai_unc/{module}.py" in paths, f"monai_unc/{module}.py has examples but is not in DOCTEST_PATHS"
     assert "monai_unc/products" in paths
+
+
+def test_identical_samples_mutual_information_as_the_module_docstring_states():
+    # found by hostile review 60: the docstring said identical samples give MI = 0 exactly; that holds for float32
+    # and half precision, while the float64 mean of identical float64 samples rounds (MI up to ~1e-15 nats), in
+    # SampleStats as in the measures: the docstring now says so, and this pins both statements
+    import torch
+
+    from monai_unc.measures import expected_entropy, mutual_information, predictive_entropy
+    from monai_unc.stats import SampleStats
+
+    torch.manual_seed(0)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for multilabel in (False, True):
+            x = torch.randn(1, 3, 16, 16, dtype=torch.float64)
+            p = (torch.sigmoid(x) if multilabel else torch.softmax(x, 1)).to(dtype)
+            s = p.unsqueeze(0).expand(7, -1, -1, -1, -1)
+            mi = mutual_information(s, multilabel=multilabel)
+            stats = SampleStats(multilabel=multilabel)
+            for sample in s:
+                stats.update(sample)
+            streamed = stats.measures(["mutual_information"])["mutual_information"]
+            if dtype == torch.float64:
+                assert float(mi.max()) < 1e-14 and float(streamed.max()) < 1e-14
+            else:
+                assert torch.equal(predictive_entropy(s, multilabel=multilabel),
+                                   expected_entropy(s, multilabel=multilabel))
+                assert float(mi.abs().max()) == 0.0 and float(streamed.abs().max()) == 0.0, dtype
