@@ -126,3 +126,31 @@ def test_identical_samples_mutual_information_as_the_module_docstring_states():
                 assert torch.equal(predictive_entropy(s, multilabel=multilabel),
                                    expected_entropy(s, multilabel=multilabel))
                 assert float(mi.abs().max()) == 0.0 and float(streamed.abs().max()) == 0.0, dtype
+
+
+def test_softmax_with_a_class_temperature_whose_scaled_logits_all_overflow_to_minus_inf():
+    # found by hostile review 60: with one temperature per class, logits / t of every class of a voxel overflowing
+    # to -inf in float32 gave NaN probabilities (the float64 retry only ran for +inf), though float64 holds them
+    import torch
+
+    from monai_unc.activation import CATEGORICAL
+
+    cases = [
+        (torch.tensor([-1e30, -2e30]), torch.tensor([1e-10, 2e-10])),  # -1e40 each in float64: equal
+        (torch.tensor([-1e30, -1e30]), torch.tensor([1e-10, 1e-10])),
+        (torch.tensor([-3e38, -3e38]), torch.tensor([0.5, 0.5])),
+    ]
+    for z, t in cases:
+        logits = z.view(1, 2, 1)
+        p = CATEGORICAL.probabilities(logits, t)
+        assert torch.isfinite(p).all() and p.dtype == torch.float32, p
+        # the reference: softmax of the exact scaled logits (float64 holds them)
+        ref = torch.softmax(z.double() / t.double(), 0).float().view(1, 2, 1)
+        assert torch.allclose(p, ref), (p, ref)
+    # one class finite keeps the float32 path's exact zeros
+    p = CATEGORICAL.probabilities(torch.tensor([[[-1e30], [-2e30], [5.0]]]), torch.tensor([1e-10, 1e-10, 1e-10]))
+    assert p.flatten().tolist() == [0.0, 0.0, 1.0]
+    # beyond float64 too: refused, as documented, not NaN
+    with pytest.raises(ValueError, match="overflows float64"):
+        CATEGORICAL.probabilities(torch.tensor([[[-1e300], [-1e300]]], dtype=torch.float64),
+                                  torch.tensor([1e-10, 1e-10], dtype=torch.float64))
