@@ -154,3 +154,26 @@ def test_softmax_with_a_class_temperature_whose_scaled_logits_all_overflow_to_mi
     with pytest.raises(ValueError, match="overflows float64"):
         CATEGORICAL.probabilities(torch.tensor([[[-1e300], [-1e300]]], dtype=torch.float64),
                                   torch.tensor([1e-10, 1e-10], dtype=torch.float64))
+
+
+def test_format_estimate_keeps_the_estimate_inside_its_printed_interval_random():
+    # checked in hostile review 60 against the exact values (no defect found): the printed interval contains the
+    # computed one, the printed estimate lies inside the printed interval, and with a threshold the estimate never
+    # reads on the other side of it (nor equal to it unless it is it)
+    import random
+
+    rng = random.Random(60)
+    for _ in range(5000):
+        scale = 10.0 ** rng.randint(-6, 2)
+        value = rng.uniform(-1, 1) * scale
+        low, high = value - rng.random() * scale, value + rng.random() * scale
+        threshold = value * (1 + rng.uniform(-1e-3, 1e-3)) if rng.random() < 0.5 else None
+        decimals = rng.randint(0, 4)
+        text = format_estimate(value, low, high, decimals, threshold)
+        estimate, interval = text.split(" [")
+        lo, hi = (float(x) for x in interval.rstrip("]").split(", "))
+        assert lo <= low and hi >= high, text
+        assert lo <= float(estimate) <= hi, (value, low, high, text)
+        if threshold is not None:
+            shown = float(estimate)
+            assert (shown > threshold) - (shown < threshold) == (value > threshold) - (value < threshold), text
