@@ -177,3 +177,20 @@ def test_format_estimate_keeps_the_estimate_inside_its_printed_interval_random()
         if threshold is not None:
             shown = float(estimate)
             assert (shown > threshold) - (shown < threshold) == (value > threshold) - (value < threshold), text
+
+
+def test_risk_control_line_never_writes_a_coverage_of_one_with_a_referred_calibration_case():
+    # found by hostile review 60: the coverage was written with 3 decimals, so 2499 of 2500 calibration cases
+    # accepted (0.9996) read "calibration coverage 1.000" beside "review 1 of 2500"
+    from monai_unc.products.risk_control import risk_control_line
+
+    block = {"method": "sgr", "risk": "dice < 0.8", "target_risk": 0.2, "delta": 0.1, "feasible": True,
+             "threshold": 0.5, "bound": 0.15,
+             "calibration": {"coverage": 2499 / 2500, "risk_accepted": 0.1, "n_undefined": 0},
+             "accepted": [f"c{i}" for i in range(2499)], "referred": ["c2499"]}
+    line = risk_control_line(block)
+    assert "calibration coverage 0.9996," in line and "review 1 of 2500" in line, line
+    assert "calibration coverage 0.810," in risk_control_line(
+        {**block, "calibration": {**block["calibration"], "coverage": 0.81}})
+    assert "calibration coverage 1.000," in risk_control_line(
+        {**block, "calibration": {**block["calibration"], "coverage": 1.0}})
