@@ -194,3 +194,17 @@ def test_risk_control_line_never_writes_a_coverage_of_one_with_a_referred_calibr
         {**block, "calibration": {**block["calibration"], "coverage": 0.81}})
     assert "calibration coverage 1.000," in risk_control_line(
         {**block, "calibration": {**block["calibration"], "coverage": 1.0}})
+
+
+def test_lesion_summary_line_never_writes_a_non_zero_score_as_zero():
+    # found by hostile review 60: the lesion-wise scores were written with fixed decimals, so a mean lesion-wise Dice
+    # of 4e-05 (one lesion barely overlapped among many missed) read "0.0000"
+    from monai_unc.products.lesions import LesionMetrics
+
+    task = {"mean": {"lesion_dice": 4e-05, "lesion_hd95": 12.0, "lesion_f1": 0.0, "ndsc": float("nan")},
+            "lesion_tp": 1, "lesion_fp": 2, "lesion_fn": 30}
+    line = LesionMetrics.summary_lines({"per_task": {"WT": task}})[0]
+    assert "lesion-wise Dice 4e-05," in line and "F1 0.0000," in line and "nDSC n/a;" in line, line
+    assert "HD95 12.00 mm" in line
+    cards = dict(LesionMetrics.report_section({"per_task": {"WT": task}, "lesions": []}).cards)
+    assert cards["WT lesion-wise Dice"] == "4e-05"
