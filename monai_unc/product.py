@@ -44,7 +44,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import MAX_PREC, ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -87,7 +87,7 @@ _builtins: list[bool] = []
 #: review 60: in the default context ``1 - 1e-30`` rounded to 1, so :func:`format_level` wrote a level of
 #: ``1 - 1e-30`` as "1", and :func:`format_interval` raised ``decimal.InvalidOperation`` for an end of 1e26 or 40
 #: decimals. Only exact operations run in it (subtraction, scaling, quantizing a finite float's decimal).
-_EXACT = Context(prec=MAX_PREC, Emax=MAX_PREC, Emin=-MAX_PREC)
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 
 def _load_builtins() -> None:
