@@ -208,3 +208,21 @@ def test_lesion_summary_line_never_writes_a_non_zero_score_as_zero():
     assert "HD95 12.00 mm" in line
     cards = dict(LesionMetrics.report_section({"per_task": {"WT": task}, "lesions": []}).cards)
     assert cards["WT lesion-wise Dice"] == "4e-05"
+
+
+def test_per_region_refuses_an_argument_given_per_region_and_as_a_keyword():
+    # found by hostile review 60: per_region(fn, {"probs": p, "target": t}, target=other) called fn with the
+    # per-region target and dropped the keyword without a word
+    import numpy as np
+
+    from monai_unc.regions import per_region
+
+    probs = np.full((1, 2, 4), 0.7)
+    target = np.ones((1, 2, 4), dtype=np.uint8)
+
+    def count(probs, target):
+        return int(target.sum())
+
+    assert per_region(count, {"probs": probs, "target": target}) == {"0": 4, "1": 4}
+    with pytest.raises(ValueError, match="target given both in region_args and as a keyword"):
+        per_region(count, {"probs": probs, "target": target}, target=np.zeros((1, 1, 4)))
