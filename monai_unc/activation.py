@@ -696,11 +696,13 @@ class Categorical(Activation):
         # every scaled logit is <= 0 (the softmax is shift-invariant; -inf gives an exact 0). A vector t: float64.
         if t.numel() == 1:
             return torch.softmax((z - z.amax(dim=1, keepdim=True)) / t, 1)
+        # an overflow to -inf in every class of a voxel is one too (found by hostile review 60: logits (-1e30, -2e30)
+        # and t = (1e-10, 2e-10), both -1e40 in float64, gave NaN probabilities instead of (0.5, 0.5))
         a = z / t.view(1, -1, *([1] * (z.ndim - 2)))
-        if not bool(torch.isposinf(a).any()):
+        if not bool(torch.isposinf(a).any() | torch.isneginf(a.amax(dim=1)).any()):
             return torch.softmax(a, 1)
         a = z.double() / t.double().view(1, -1, *([1] * (z.ndim - 2)))
-        if bool(torch.isposinf(a).any()):
+        if bool(torch.isposinf(a).any() | torch.isneginf(a.amax(dim=1)).any()):
             raise ValueError(f"logits / temperature overflows float64 (largest |logit| {float(z.abs().max()):.4g}, "
                              f"smallest temperature {float(t.min()):.4g}): the temperature is too small")
         return torch.softmax(a, 1).to(z.dtype)

@@ -12,8 +12,10 @@ The decomposition (ValUES, Sec. 3 / eq. 1; RETINA, Band et al.) is
 
 with ``H(p) = -sum_c p_c log p_c`` and ``0 log 0 = 0``. MI is non-negative by Jensen's inequality; the
 difference of two floating-point entropies can fall a few ulps below zero, so it is clamped at 0. Means over the
-samples (of the probabilities for PE, of the entropies for EE) are summed in float64, so identical samples give PE
-equal to EE bit for bit and MI = 0 exactly, as the streamed :class:`~monai_unc.stats.SampleStats` do.
+samples (of the probabilities for PE, of the entropies for EE) are summed in float64, so identical float32 (or
+half-precision) samples give PE equal to EE bit for bit and MI = 0 exactly, as the streamed
+:class:`~monai_unc.stats.SampleStats` do; the float64 mean of identical float64 samples rounds (``(x + x + x) / 3``),
+so theirs may leave an MI of a few float64 roundings (below 1e-14 nats), in the stream as here.
 
 Multi-label (region-based) models, ``multilabel=True``: each of the ``C >= 1`` channels is an independent
 Bernoulli variable with foreground probability ``p_c`` (a sigmoid per channel, e.g. the BraTS regions WT/TC/ET;
@@ -373,6 +375,15 @@ def _tensor(x: ArrayLike, name: str) -> torch.Tensor:
     return x if isinstance(x, torch.Tensor) else to_tensor(x, name)
 
 
+def _in_dtype_of(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """``x`` in the dtype of ``ref`` where that is a floating-point dtype (the documented dtype of the result).
+
+    Found by hostile review 60: a float32 ``pe`` with a float64 ``ee`` gave a float64 MI (and float16 moments with
+    float64 ``mean_sq`` a float64 variance), where the docstrings promise the dtype of ``pe`` (of ``mean``).
+    """
+    return x.to(ref.dtype) if ref.is_floating_point() and x.dtype != ref.dtype else x
+
+
 def _check_same_shape(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
     if a.shape != b.shape:
         raise ValueError(f"{name_a} and {name_b} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -476,9 +487,8 @@ def mutual_information_from_entropies(
                     f"ee + window_disagreement exceeds pe by up to {float(excess.max()):.4g} nats: PE = EE + MI + WD "
                     "with MI >= 0, so the three maps must come from the same samples and windows"
                 )
-    if window_disagreement is None:
-        return like_input((pe - ee).clamp_min(0), ref)
-    return like_input(((pe - ee) - window_disagreement).clamp_min(0), ref)
+    mi = (pe - ee) if window_disagreement is None else (pe - ee) - window_disagreement
+    return like_input(_in_dtype_of(mi.clamp_min(0), pe), ref)
 
 
 def mutual_information(
@@ -613,7 +623,7 @@ def variance_from_moments(
         check_finite(mean_sq, "mean_sq")
         _check_second_moment(mean, mean_sq, tol)
     var = (mean_sq - mean * mean).clamp_min(0)
-    return like_input(var if multilabel else var.mean(dim=1, keepdim=True), ref)
+    return like_input(_in_dtype_of(var if multilabel else var.mean(dim=1, keepdim=True), mean), ref)
 
 
 def _check_second_moment(mean: torch.Tensor, mean_sq: torch.Tensor, p_tol: float = 0.0) -> None:

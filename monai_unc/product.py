@@ -44,7 +44,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -81,6 +81,13 @@ _REGISTRY: dict[str, type[CohortProduct]] = {}
 #: (a plug-in discovery: this light module does not import them at its top)
 _BUILTIN_MODULES = ("monai_unc.products",)
 _builtins: list[bool] = []
+
+
+#: the arithmetic of the writings of numbers below: exact (no rounding to Decimal's default 28 digits). Found by hostile
+#: review 60: in the default context ``1 - 1e-30`` rounded to 1, so :func:`format_level` wrote a level of
+#: ``1 - 1e-30`` as "1", and :func:`format_interval` raised ``decimal.InvalidOperation`` for an end of 1e26 or 40
+#: decimals. Only exact operations run in it (subtraction, scaling, quantizing a finite float's decimal).
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 
 def _load_builtins() -> None:
@@ -379,8 +386,9 @@ def format_interval(low: Any, high: Any, decimals: int = 2) -> str:
                 or not math.isfinite(float(value)):
             return "–"
         # from the float's shortest decimal (repr), so 0.29 stays 0.29 rather than flooring 0.28999999999999998
-        q = Decimal(repr(float(value))).quantize(step, rounding=rounding)
-        return f"{abs(q) if q == 0 else q:f}"  # no "-0.00"
+        with localcontext(_EXACT):
+            q = Decimal(repr(float(value))).quantize(step, rounding=rounding)
+            return f"{abs(q) if q == 0 else q:f}"  # no "-0.00"
 
     return f"[{end(low, ROUND_FLOOR)}, {end(high, ROUND_CEILING)}]"
 
@@ -479,12 +487,13 @@ def format_level(alpha: float, percent: bool = False, digits: int = 6) -> str:
         raise ValueError(f"digits must be a positive integer, got {digits!r}")
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 < float(alpha) < 1.0:
         raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
-    exact = (Decimal(1) - Decimal(repr(float(alpha)))) * (100 if percent else 1)
-    for d in range(1, digits + 1):
-        shown = exact.quantize(Decimal(1).scaleb(exact.adjusted() - d + 1), rounding=ROUND_FLOOR)
-        if shown == exact:
-            break
-    return f"{shown.normalize():f}" + ("%" if percent else "")
+    with localcontext(_EXACT):
+        exact = (Decimal(1) - Decimal(repr(float(alpha)))) * (100 if percent else 1)
+        for d in range(1, digits + 1):
+            shown = exact.quantize(Decimal(1).scaleb(exact.adjusted() - d + 1), rounding=ROUND_FLOOR)
+            if shown == exact:
+                break
+        return f"{shown.normalize():f}" + ("%" if percent else "")
 
 
 def format_target(target: float, digits: int = 6) -> str:

@@ -478,7 +478,8 @@ def per_region(
         ``{region name: fn(...)}`` for the ``R`` regions, in channel order.
 
     Raises:
-        ValueError: when ``region_args`` is empty, the region counts differ or ``names`` has another length.
+        ValueError: when ``region_args`` is empty, the region counts differ, ``names`` has another length or an
+            argument is given both in ``region_args`` and in ``kwargs``.
         TypeError: when ``fn`` is not callable or ``channel_dim`` is not an integer.
 
     Example:
@@ -512,6 +513,12 @@ def per_region(
         raise ValueError(f"names has {len(names)} entries but the region arguments have {n} regions")
     if len(set(names)) != n:
         raise ValueError(f"names must be unique, got {names}")
+    # found by hostile review 60: an argument given both per region and as a keyword (target=... beside a "target"
+    # in region_args) took the per-region value without a word
+    both = sorted(set(kwargs) & set(region_args))
+    if both:
+        raise ValueError(f"{', '.join(both)} given both in region_args and as a keyword argument: give each argument "
+                         "once (per region in region_args, or the same for every region as a keyword)")
     unknown = [k for k in binary_probs if k not in region_args]
     if unknown and tuple(binary_probs) != ("probs",):
         raise ValueError(f"binary_probs names {unknown}, which region_args does not have")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..keys import EXPLICIT_OPTIONS, MAX_OPTION_INT, float_option, int_option, option_number
-from ..product import CohortProduct, Overlay, ReportSection, ReportTable, format_cell, register_product
+from ..product import CohortProduct, Overlay, ReportSection, ReportTable, format_cell, format_target, register_product
 
 __all__ = ["ConformalMasks", "LOSSES", "FAMILIES", "RULE_FILE", "TABLE_FILE", "RECORD_FILE", "parse_specs",
            "min_cases"]
@@ -747,8 +747,10 @@ class ConformalMasks(CohortProduct):
                 tasks = [(f"class {n}" if str(n).isdigit() else n, t) for n, t in tasks[1:]]
             # each loss is judged against the target: never written equal to it (format_cell)
             achieved = ", ".join(f"{n} {_fmt(t['calibration_loss'], b['target'])}" for n, t in tasks)
-            lines.append(f"conformal {side} ({b['loss']} target {b['target']:g}, {b['method']}): calibration "
-                         f"{achieved}")
+            # the target of the guarantee, never written below it (found by hostile review 60: "%g" wrote 0.1234564
+            # as 0.123456, a stronger guarantee than the rule's)
+            lines.append(f"conformal {side} ({b['loss']} target {format_target(b['target'])}, {b['method']}): "
+                         f"calibration {achieved}")
         return lines
 
     @classmethod
@@ -803,7 +805,7 @@ class ConformalMasks(CohortProduct):
                 shown = str(name)
                 if names and shown.isdigit() and int(shown) < len(names):
                     shown = f"{shown} ({names[int(shown)]})"
-                cells = [shown, format_cell(b.get("target"), 4),
+                cells = [shown, _target_text(b.get("target")),
                          format_cell(t.get("calibration_loss"), 4, b.get("target"))]
                 if high:
                     alpha = format_cell(b.get("alpha"), 4)
@@ -843,6 +845,19 @@ def _record(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"no {RECORD_FILE} in {folder}: run monai-unc conformal --output {folder} first")
     return json.loads(path.read_text())
+
+
+def _target_text(target: Any) -> str:
+    """A side's target in the report's table: 4 decimals where they write it exactly, else never below it.
+
+    Found by hostile review 60: 4 decimals wrote a target of 0.05004 as ``0.0500``, a stronger guarantee than the
+    rule's (:func:`~monai_unc.product.format_target`).
+    """
+    text = format_cell(target, 4)
+    if isinstance(target, (int, float)) and not isinstance(target, bool) and math.isfinite(target) \
+            and float(text) != float(target):
+        return format_target(target)
+    return text
 
 
 def _fmt(v: Any, threshold: float | None = None) -> str:

@@ -80,7 +80,9 @@ def risk_control_line(block: Mapping[str, Any]) -> str:
               f"{'; an undefined score is referred' if undefined else ''}); ") if thr is not None else (
         "accept every case with a defined score; " if rc["referred"] else "accept every case; ")
     return head + accept + (
-        f"calibration coverage {cal['coverage']:.3f}, observed risk {format_cell(cal['risk_accepted'], 4, target)}, "
+        # the coverage never reads 1.000 while a calibration case is referred (found by hostile review 60: 0.9996)
+        f"calibration coverage {format_cell(cal['coverage'], 3, 1.0)}, observed risk "
+        f"{format_cell(cal['risk_accepted'], 4, target)}, "
         f"bound {format_cell(rc['bound'], 4, target)}; review {len(rc['referred'])} of {n_cases}"
     )
 
