@@ -312,10 +312,20 @@ def check_claimed_labels(labels: torch.Tensor, claimed: torch.Tensor, regions: R
     raise ValueError(unclaimed_labels_message(found, regions, option="ignore_unclaimed_labels=True"))
 
 
+def real_brain_mask(x: Any) -> torch.Tensor:
+    """``brain_mask`` as a detached tensor; ``TypeError`` naming it for complex values (torch has no ``>`` for them)."""
+    bm = to_tensor(x, "brain_mask").detach()
+    if bm.is_complex():  # was torch's NotImplementedError ("gt_cpu" not implemented; found by hostile review 60)
+        raise TypeError(f"brain_mask must be a real-valued mask or image, got dtype {bm.dtype}")
+    return bm
+
+
 def checked_uncertainty(x: Any, max_u: float, name: str = "uncertainty") -> torch.Tensor:
     u = to_tensor(x, name).detach()  # a map that requires grad (a validation step without no_grad) counts as well
     if u.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(u.shape)})")
+    if u.is_complex():  # the float64 cast scored the real part without a word (hostile review 60)
+        raise TypeError(f"{name} must be a real-valued map, got dtype {u.dtype}")
     if not u.is_floating_point():
         u = u.to(torch.float64)
     elif u.dtype == torch.bfloat16:  # no numpy counterpart for the one-pass counting; float32 is exact
@@ -474,7 +484,7 @@ def qu_brats(
     if brain_mask is None:
         b = torch.ones(shape, dtype=torch.bool, device=u.device)
     else:
-        bm = to_tensor(brain_mask, "brain_mask").detach()
+        bm = real_brain_mask(brain_mask)
         if tuple(bm.shape) != shape:
             raise ValueError(f"brain_mask must have the shape of uncertainty {shape}, got {tuple(bm.shape)}")
         if bm.is_floating_point():
@@ -705,6 +715,8 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
     max_value = check_scale(max_value, "max_value")
     _, max_u = check_grid_args(2, max_uncertainty)
     u = to_tensor(uncertainty, "uncertainty")
+    if u.is_complex():  # the float64 cast rescaled the real part without a word (hostile review 60)
+        raise TypeError(f"uncertainty must be a real-valued map, got dtype {u.dtype}")
     # the rounding of the map's own precision: a float16 entropy map (the measures return the input's dtype) holds
     # log 2 as 0.69336, 2.9e-4 above it (refused at RANGE_RTOL; found by hostile testing)
     rtol = max(RANGE_RTOL, float(torch.finfo(u.dtype).eps)) if u.is_floating_point() else RANGE_RTOL

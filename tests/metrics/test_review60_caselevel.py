@@ -1,0 +1,135 @@
+"""Hostile review 60 of the case-level and image-level metrics.
+
+Complex inputs: every case metric refuses complex numbers with a ``TypeError`` naming the argument (the package's
+convention, :func:`monai_unc._utils.real_array`); these lost their imaginary part (and label maps their fractional
+real part) without a word, or raised torch's ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from monai_unc.metrics import (
+    QUBraTSMetric,
+    StreamingQuality,
+    compare_metric_values,
+    dice,
+    dice_to_mean,
+    ged,
+    ged_detection,
+    ged_nonempty_iou,
+    holm_correction,
+    iou,
+    ncc,
+    qu_brats,
+    rater_variance,
+    to_qu_brats_range,
+)
+from monai_unc.metrics.overlap import (
+    class_counts,
+    dice_from_counts,
+    iou_from_counts,
+    label_gram,
+    mask_gram,
+    overlap_counts,
+    overlap_ratio,
+)
+
+#: a label map whose real parts are labels and whose imaginary parts say they are not (the cast dropped them)
+_LABELS = np.array([[[0, 1], [1, 2]]])
+_COMPLEX_LABELS = _LABELS + 0.5j
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda x, y: dice(x, y), "pred"),
+        (lambda x, y: iou(y, x), "target"),
+        (lambda x, y: overlap_counts(x.reshape(1, -1), y.reshape(1, -1)), "pred"),
+        (lambda x, y: class_counts(x.reshape(1, -1)), "labels"),
+        (lambda x, y: label_gram(x.reshape(1, -1), 1), "labels"),
+        (lambda x, y: rater_variance(x), "raters"),
+        (lambda x, y: ged(x, y), "references"),
+        (lambda x, y: ged(y, x, distance="dice"), "samples"),
+        (lambda x, y: ged_nonempty_iou(x, y), "references"),
+        (lambda x, y: ged_detection(y, x), "samples"),
+    ],
+)
+def test_complex_label_maps_are_refused(call, name, lib):
+    # the cast to int64 dropped the imaginary part and truncated the real part: a complex map with labels 0.1, 0.5,
+    # 0.9 read as all background, and Dice / GED of such maps came out as a perfect match
+    x, y = _COMPLEX_LABELS, _LABELS
+    if lib == "torch":
+        x, y = torch.as_tensor(x), torch.as_tensor(y)
+    with pytest.raises(TypeError, match=name):
+        call(x, y)
+
+
+def test_complex_masks_and_references_are_refused():
+    with pytest.raises(TypeError, match="masks"):
+        mask_gram(np.array([[1, 0], [0, 1]]) + 0j)
+    probs = torch.softmax(torch.randn(2, 1, 3, 2, 2), dim=2)
+    with pytest.raises(TypeError, match="reference"):
+        dice_to_mean(probs, reference=torch.as_tensor(_COMPLEX_LABELS))
+    with pytest.raises(TypeError, match="reference"):
+        StreamingQuality(reference=torch.as_tensor(_COMPLEX_LABELS)).update(probs[0])
+
+
+@pytest.mark.parametrize("fn", [dice_from_counts, iou_from_counts])
+def test_complex_counts_are_refused(fn):
+    # 1 + 1j "voxels" in common gave a Dice of 0.5
+    with pytest.raises(TypeError, match="intersection"):
+        fn(np.array([1 + 1j]), np.array([2]), np.array([2]))
+    with pytest.raises(TypeError, match="size_b"):
+        fn(np.array([1]), np.array([2]), np.array([2 + 0j]))
+    with pytest.raises(TypeError, match="numerator"):
+        overlap_ratio(np.array([1 + 1j]), np.array([2]))
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_ncc_refuses_complex_maps(lib):
+    # a complex torch map was correlated on its real part without any warning (numpy: torch's cast warning only)
+    u = np.array([[0.1, 0.5], [0.2, 0.9]]) + 1j
+    ref = np.array([[0.3, 0.1], [0.2, 0.7]])
+    if lib == "torch":
+        u, ref = torch.as_tensor(u), torch.as_tensor(ref)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cast warning either: refused before any cast
+        with pytest.raises(TypeError, match="uncertainty"):
+            ncc(u, ref)
+        with pytest.raises(TypeError, match="target"):
+            ncc(ref, u)
+
+
+def test_qu_brats_refuses_complex_maps():
+    masks = np.eye(2, dtype=bool)
+    u = np.array([[10.0, 50.0], [20.0, 90.0]]) + 1j
+    with pytest.raises(TypeError, match="uncertainty"):
+        qu_brats(u, masks, masks)
+    with pytest.raises(TypeError, match="uncertainty"):
+        to_qu_brats_range(u / 100, max_value=1.0)
+    with pytest.raises(TypeError, match="brain_mask"):  # was torch's NotImplementedError ("gt_cpu" for complex)
+        qu_brats(np.zeros((2, 2)), masks, masks, brain_mask=np.ones((2, 2)) + 1j)
+    metric = QUBraTSMetric()
+    pred = torch.ones(1, 1, 2, 2)
+    with pytest.raises(TypeError, match="uncertainty"):
+        metric(y_pred=pred, y=pred, uncertainty=torch.as_tensor(u)[None, None])
+    with pytest.raises(TypeError, match="brain_mask"):
+        metric(y_pred=pred, y=pred, uncertainty=torch.zeros(1, 1, 2, 2), brain_mask=torch.ones(1, 1, 2, 2) + 1j)
+    with pytest.raises(TypeError, match="uncertainty"):
+        QUBraTSMetric(uncertainty_max=1.0)(y_pred=pred, y=pred, uncertainty=torch.as_tensor(u / 100)[None, None])
+
+
+def test_comparison_statistics_refuse_complex_values():
+    # numpy's ComplexWarning only: the Holm-adjusted p-value of 0.01 + 0.5j was 0.02
+    with pytest.raises(TypeError, match="p_values"):
+        holm_correction(np.array([0.01 + 0.5j, 0.2]))
+    with pytest.raises(TypeError, match="values_a"):
+        compare_metric_values({"m": np.array([1 + 1j, 2.0, 3.0])}, {"m": np.array([1.0, 2.0, 3.0])}, True)
+    with pytest.raises(TypeError, match="values_b"):
+        compare_metric_values({"m": np.array([1.0, 2.0, 3.0])}, {"m": np.array([1.0, 2.0, 3.0]) + 0j}, True)
