@@ -17,6 +17,7 @@ from monai_unc.metrics import (
     QUBraTSMetric,
     StreamingQuality,
     compare_metric_values,
+    conformal_interval,
     dice,
     dice_to_mean,
     ged,
@@ -133,3 +134,20 @@ def test_comparison_statistics_refuse_complex_values():
         compare_metric_values({"m": np.array([1 + 1j, 2.0, 3.0])}, {"m": np.array([1.0, 2.0, 3.0])}, True)
     with pytest.raises(TypeError, match="values_b"):
         compare_metric_values({"m": np.array([1.0, 2.0, 3.0])}, {"m": np.array([1.0, 2.0, 3.0]) + 0j}, True)
+
+
+def test_conformal_interval_of_an_estimate_beyond_the_bounds_is_undefined_not_a_point():
+    # q = 0.05 from these pairs; an estimate given in percent (85) was clipped to the interval [1.0, 1.0]: "the real
+    # Dice is certainly 1", where no truth in the bounds lies within q of it (the conformal set is empty)
+    cal_e, cal_d = [0.9, 0.8, 0.7], [0.85, 0.8, 0.5]
+    with pytest.warns(UserWarning, match="2 estimate"):
+        iv = conformal_interval(np.array([85.0, 0.9, -0.3, 1.03]), cal_e, cal_d, alpha=0.5)
+    assert iv.quantile == pytest.approx(0.05)
+    assert np.isnan(iv.low[[0, 2]]).all() and np.isnan(iv.high[[0, 2]]).all()
+    # in the bounds, or beyond them by at most q: clipped as before (the truths within q of it are in the interval)
+    assert iv.low[1] == pytest.approx(0.85) and iv.high[1] == pytest.approx(0.95)
+    assert iv.low[3] == pytest.approx(0.98) and iv.high[3] == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        edge = conformal_interval(1.05, cal_e, cal_d, alpha=0.5)  # exactly q beyond: the truth 1.0 is within q
+    assert edge.low == pytest.approx(1.0) and edge.high == 1.0
