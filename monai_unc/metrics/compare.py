@@ -40,7 +40,7 @@ import torch
 from scipy import stats
 
 from .._deprecation import deprecated_arg_names
-from .._utils import check_bool, real_array, to_numpy
+from .._utils import check_bool, holds_bool, real_array, to_numpy
 from . import discrimination as _disc
 from . import spatial as _spatial
 from .calibration import uce
@@ -879,6 +879,25 @@ def _case_list(x: Any, name: str) -> list[Any]:
     raise TypeError(f"{name} must be a batch array or a sequence of per-case arrays, got {type(x).__name__}")
 
 
+def _spacing_array(spacing: Any) -> np.ndarray | None:
+    """``spacing`` as a float array (per axis, or one row per case), or None for one number (passed on as it is).
+
+    Found by hostile review 60: the float cast parsed text rows (``[["1", "1"]] * 3`` was scored as 1 mm), dropped the
+    imaginary part of complex ones with a ``ComplexWarning``, and rows of different lengths failed with numpy's
+    "inhomogeneous shape", naming no argument.
+    """
+    if isinstance(spacing, (int, float, np.integer, np.floating)):  # a bool too: each metric checks its spacing
+        return None
+    try:
+        raw = np.asarray(_host(spacing, "spacing"))
+    except ValueError:
+        raise ValueError(f"spacing must be a number, one number per axis or one row per case (mm) of one length, got "
+                         f"{spacing!r}") from None
+    if raw.dtype.kind not in "iuf" or holds_bool(spacing):  # [True, 1.0] is the float array [1.0, 1.0]
+        raise TypeError(f"spacing must hold numbers (mm per axis), got {spacing!r}")
+    return raw.astype(np.float64)
+
+
 def _squeeze_channel(x: Any, spacing: Any = None) -> Any:
     """Drop a leading singleton channel: ``(1, *spatial) -> (*spatial)`` for 2D/3D maps.
 
@@ -998,7 +1017,7 @@ def compare_uncertainty_maps(
         )
     if n_cases == 0:
         raise ValueError("no case to compare")
-    sp_arr = np.asarray(spacing, dtype=float) if not isinstance(spacing, (int, float)) else None
+    sp_arr = _spacing_array(spacing)
     per_case_spacing = sp_arr is not None and sp_arr.ndim == 2
     if per_case_spacing and sp_arr.shape[0] != n_cases:
         raise ValueError(f"spacing has {sp_arr.shape[0]} rows but there are {n_cases} cases")

@@ -17,6 +17,7 @@ from monai_unc.metrics import (
     QUBraTSMetric,
     StreamingQuality,
     compare_metric_values,
+    compare_uncertainty_maps,
     conformal_interval,
     dice,
     dice_to_mean,
@@ -151,3 +152,31 @@ def test_conformal_interval_of_an_estimate_beyond_the_bounds_is_undefined_not_a_
         warnings.simplefilter("error")
         edge = conformal_interval(1.05, cal_e, cal_d, alpha=0.5)  # exactly q beyond: the truth 1.0 is within q
     assert edge.low == pytest.approx(1.0) and edge.high == 1.0
+
+
+def _three_cases():
+    target = torch.zeros(3, 8, 8, dtype=torch.long)
+    target[:, 2:6, 2:6] = 1
+    pred = target.clone()
+    pred[:, 2:6, 6] = 1
+    error = (pred != target).double()[:, None]
+    grid = torch.linspace(0, 1, 64, dtype=torch.float64).reshape(1, 1, 8, 8)
+    return 0.3 * error + 0.7 * grid, 0.2 * error + 0.8 * grid.flip(-1), pred, target
+
+
+@pytest.mark.parametrize(
+    "spacing, error, match",
+    [
+        ([["1", "1"]] * 3, TypeError, "spacing"),  # text rows were parsed and scored as 1 mm
+        ([[1, 1], [1, "x"], [1, 1]], TypeError, "spacing"),  # numpy's "could not convert string to float: 'x'"
+        ([(1, 1), (1, 1, 1), (1, 1)], ValueError, "spacing"),  # numpy's "inhomogeneous shape", naming nothing
+        ([[1 + 1j, 1]] * 3, TypeError, "spacing"),
+        ([[True, 1.0]] * 3, TypeError, "spacing"),  # the float array [1.0, 1.0]
+    ],
+)
+def test_compare_uncertainty_maps_checks_per_case_spacings(spacing, error, match):
+    a, b, pred, target = _three_cases()
+    with pytest.raises(error, match=match):
+        compare_uncertainty_maps(["BUC"], a, b, pred=pred, target=target, spacing=spacing)
+    rows = compare_uncertainty_maps(["BUC"], a, b, pred=pred, target=target, spacing=[[1.0, 1.0]] * 3)
+    assert rows.metrics["BUC"].n_cases == 3
