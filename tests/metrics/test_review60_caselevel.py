@@ -16,6 +16,7 @@ import torch
 from monai_unc.metrics import (
     QUBraTSMetric,
     StreamingQuality,
+    area_under_referral_curve,
     compare_metric_values,
     compare_uncertainty_maps,
     conformal_interval,
@@ -180,3 +181,21 @@ def test_compare_uncertainty_maps_checks_per_case_spacings(spacing, error, match
         compare_uncertainty_maps(["BUC"], a, b, pred=pred, target=target, spacing=spacing)
     rows = compare_uncertainty_maps(["BUC"], a, b, pred=pred, target=target, spacing=[[1.0, 1.0]] * 3)
     assert rows.metrics["BUC"].n_cases == 3
+
+
+def test_area_under_referral_curve_says_when_the_metric_is_undefined_at_rates_that_keep_cases():
+    # a cohort metric undefined on small retained sets (here: fewer than three cases) left those rates out of the
+    # area without a word, so the area covered [0, 0.4] instead of [0, 0.8]: not comparable with a method whose
+    # metric stays defined (the normalised value too is over another range)
+    u = np.array([0.1, 0.4, 0.2, 0.8, 0.5])
+    v = np.array([0.9, 0.6, 0.8, 0.3, 0.5])
+
+    def metric(idx):
+        return float(v[idx].mean()) if idx.size >= 3 else float("nan")
+
+    with pytest.warns(UserWarning, match=r"2 referral rate\(s\).*\[0, 0\.4\]"):
+        area = area_under_referral_curve(u, metric, ties="order")
+    assert area == pytest.approx(area_under_referral_curve(u, v, taus=[0.0, 0.2, 0.4]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a metric defined at every rate: no warning
+        area_under_referral_curve(u, lambda idx: float(v[idx].mean()), ties="order")
