@@ -7,6 +7,7 @@ real part) without a word, or raised torch's ``NotImplementedError``.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -199,3 +200,52 @@ def test_area_under_referral_curve_says_when_the_metric_is_undefined_at_rates_th
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a metric defined at every rate: no warning
         area_under_referral_curve(u, lambda idx: float(v[idx].mean()), ties="order")
+
+
+def _qu_brats_loop(u, pred, target, thresholds, max_u):
+    """The paper's definition, one threshold at a time (u > t filtered; float64 ratios; trapezoids over t / max_u)."""
+    u = np.asarray(u, dtype=np.float64)
+    tp, tn = (pred & target).sum(), (~pred & ~target).sum()
+    curves = []
+    for t in thresholds:
+        keep = u <= t
+        den = (pred & keep).sum() + (target & keep).sum()
+        dice_t = 1.0 if den == 0 else 2 * (pred & target & keep).sum() / den
+        ftp = (tp - (pred & target & keep).sum()) / (tp + np.finfo(np.float32).eps)
+        ftn = (tn - (~pred & ~target & keep).sum()) / (tn + np.finfo(np.float32).eps)
+        curves.append((dice_t, ftp, ftn))
+    d, f, n = np.array(curves).T
+    asc = thresholds[::-1]
+    auc = [np.trapezoid(c[::-1], asc) / max_u for c in (d, f, n)]
+    return (auc[0] + (1 - auc[1]) + (1 - auc[2])) / 3
+
+
+@pytest.mark.parametrize("grid", ["numpy2", "numpy1"])
+def test_qu_brats_takes_a_float32_map_at_the_top_of_a_scale_float32_rounds_up(grid):
+    # a binary entropy in nats computed in float32 (its maximum, at p = 0.5, is float32(log 2) = 0.69314718246,
+    # above math.log(2) = 0.69314718056) was refused on its own scale, with the message "got values in [0, 0.693147]"
+    # for the range [0, max_uncertainty=0.693147]; values above the scale by the map's own rounding are clipped to it,
+    # as to_qu_brats_range clips them (the entropy there is log 2: every threshold at the top of the scale keeps it)
+    from monai_unc.metrics import qu_brats_thresholds
+
+    rng = np.random.default_rng(60)
+    p = torch.from_numpy(rng.uniform(0.0, 1.0, (9, 8, 7)).astype(np.float32))
+    p[::2, ::3] = 0.5
+    u = -(p * torch.log(p) + (1 - p) * torch.log1p(-p))  # float32 binary entropy
+    assert float(u.max()) > math.log(2)
+    pred, target = (p > 0.5).numpy(), torch.from_numpy(rng.uniform(0, 1, (9, 8, 7)) > 0.4).numpy()
+    res = qu_brats(u, pred, target, max_uncertainty=math.log(2), grid=grid)
+    clipped = np.minimum(u.numpy().astype(np.float64), math.log(2))
+    expected = _qu_brats_loop(clipped, pred, target, qu_brats_thresholds(40, math.log(2), grid), math.log(2))
+    assert res.score == pytest.approx(expected, abs=1e-12)
+    metric = QUBraTSMetric(max_uncertainty=math.log(2), grid=grid)
+    metric(y_pred=torch.from_numpy(pred)[None, None], y=torch.from_numpy(target)[None, None], uncertainty=u[None, None])
+    assert float(metric.aggregate()) == pytest.approx(expected, abs=1e-6)  # MONAI's float32 mean
+
+
+def test_qu_brats_range_error_shows_the_digits_that_are_out_of_range():
+    masks = np.eye(4, dtype=bool)
+    with pytest.raises(ValueError, match=r"got values in \[0\.0, 100\.0001\]"):
+        qu_brats(np.where(masks, 100.0001, 0.0), masks, masks)  # printed "[0, 100]" before
+    with pytest.raises(ValueError, match=r"\[-0\.5, "):
+        qu_brats(np.full((4, 4), -0.5), masks, masks)
