@@ -139,6 +139,9 @@ def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
     """
     a = to_tensor(uncertainty, "uncertainty")
     b = to_tensor(target, "target")
+    for name, x in (("uncertainty", a), ("target", b)):
+        if x.is_complex():  # the float64 cast correlated the real parts without a word (hostile review 60)
+            raise TypeError(f"{name} must be a real-valued map, got dtype {x.dtype}")
     if a.shape != b.shape:
         raise ValueError(f"uncertainty and target must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.numel() == 0:

@@ -40,7 +40,7 @@ import torch
 from scipy import stats
 
 from .._deprecation import deprecated_arg_names
-from .._utils import check_bool, to_numpy
+from .._utils import check_bool, holds_bool, real_array, to_numpy
 from . import discrimination as _disc
 from . import spatial as _spatial
 from .calibration import uce
@@ -69,6 +69,15 @@ def _host(x: Any, name: str) -> Any:
     maps); ``numpy.asarray`` refuses those (and tensors requiring grad, and bfloat16).
     """
     return to_numpy(x, name) if isinstance(x, torch.Tensor) else x
+
+
+def _real(x: Any, name: str) -> np.ndarray:
+    """``x`` (:func:`_host`) as a float64 array; ``TypeError`` naming ``name`` for complex values or text.
+
+    The cast dropped the imaginary part of a complex value with only numpy's ``ComplexWarning`` (found by hostile
+    review 60); ``None`` in a list still reads as NaN, as before.
+    """
+    return real_array(np.asarray(_host(x, name)), name)
 
 
 def _outcomes(x: Any, name: str) -> np.ndarray:
@@ -415,7 +424,7 @@ def holm_correction(p_values: Any) -> np.ndarray:
         >>> holm_correction([0.01, 0.04, float("nan"), 0.03])
         array([0.03, 0.06,  nan, 0.06])
     """
-    p = np.asarray(_host(p_values, "p_values"), dtype=np.float64)
+    p = _real(p_values, "p_values")
     if p.ndim != 1:
         raise ValueError(f"p_values must be 1-D, got shape {p.shape}")
     if bool(((p < 0) | (p > 1)).any()):  # NaN compares False: allowed
@@ -797,8 +806,8 @@ def _compare_values(
     for n in names:  # a loop, not a comprehension: a comprehension is one more frame for the warnings (Python < 3.12)
         metrics[n] = _one_metric(
             n,
-            np.asarray(_host(values_a[n], f"values_a[{n!r}]"), dtype=np.float64),
-            np.asarray(_host(values_b[n], f"values_b[{n!r}]"), dtype=np.float64),
+            _real(values_a[n], f"values_a[{n!r}]"),
+            _real(values_b[n], f"values_b[{n!r}]"),
             directions[n],
             stacklevel + 1,
         )
@@ -868,6 +877,25 @@ def _case_list(x: Any, name: str) -> list[Any]:
     if isinstance(x, Sequence) and not isinstance(x, str):
         return list(x)
     raise TypeError(f"{name} must be a batch array or a sequence of per-case arrays, got {type(x).__name__}")
+
+
+def _spacing_array(spacing: Any) -> np.ndarray | None:
+    """``spacing`` as a float array (per axis, or one row per case), or None for one number (passed on as it is).
+
+    Found by hostile review 60: the float cast parsed text rows (``[["1", "1"]] * 3`` was scored as 1 mm), dropped the
+    imaginary part of complex ones with a ``ComplexWarning``, and rows of different lengths failed with numpy's
+    "inhomogeneous shape", naming no argument.
+    """
+    if isinstance(spacing, (int, float, np.integer, np.floating)):  # a bool too: each metric checks its spacing
+        return None
+    try:
+        raw = np.asarray(_host(spacing, "spacing"))
+    except ValueError:
+        raise ValueError(f"spacing must be a number, one number per axis or one row per case (mm) of one length, got "
+                         f"{spacing!r}") from None
+    if raw.dtype.kind not in "iuf" or holds_bool(spacing):  # [True, 1.0] is the float array [1.0, 1.0]
+        raise TypeError(f"spacing must hold numbers (mm per axis), got {spacing!r}")
+    return raw.astype(np.float64)
 
 
 def _squeeze_channel(x: Any, spacing: Any = None) -> Any:
@@ -989,7 +1017,7 @@ def compare_uncertainty_maps(
         )
     if n_cases == 0:
         raise ValueError("no case to compare")
-    sp_arr = np.asarray(spacing, dtype=float) if not isinstance(spacing, (int, float)) else None
+    sp_arr = _spacing_array(spacing)
     per_case_spacing = sp_arr is not None and sp_arr.ndim == 2
     if per_case_spacing and sp_arr.shape[0] != n_cases:
         raise ValueError(f"spacing has {sp_arr.shape[0]} rows but there are {n_cases} cases")

@@ -125,6 +125,17 @@ def check_empty_score(empty_score: Any) -> float:
     return v
 
 
+def _real_tensor(x: Any, name: str) -> torch.Tensor:
+    """``x`` as a tensor (:func:`to_tensor`) of real numbers; ``TypeError`` naming ``name`` for complex values.
+
+    The float64 cast of complex counts dropped their imaginary part without a word (found by hostile review 60).
+    """
+    t = to_tensor(x, name)
+    if t.is_complex():
+        raise TypeError(f"{name} must hold real counts, got dtype {t.dtype}")
+    return t
+
+
 def overlap_ratio(
     numerator: ArrayLike, denominator: ArrayLike, empty_score: float = 1.0, *, caller: str = "overlap_ratio"
 ) -> torch.Tensor:
@@ -151,8 +162,8 @@ def overlap_ratio(
         tensor([0.5000, 0.0000], dtype=torch.float64)
     """
     e = check_empty_score(empty_score)
-    num = to_tensor(numerator, "numerator").to(torch.float64)
-    den = to_tensor(denominator, "denominator").to(device=num.device, dtype=torch.float64)
+    num = _real_tensor(numerator, "numerator").to(torch.float64)
+    den = _real_tensor(denominator, "denominator").to(device=num.device, dtype=torch.float64)
     empty = den == 0
     out = torch.where(empty, torch.full_like(num, e), num / torch.where(empty, torch.ones_like(den), den))
     if math.isnan(e) and bool(empty.any()):
@@ -175,9 +186,9 @@ def _count_tensors(intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike
     wrap nor round (found by hostile testing: int32 counts of a 1.6e9-voxel mask gave a Dice of 1.30, uint8 counts an
     IoU of 2.27).
     """
-    inter = _wide_counts(to_tensor(intersection, "intersection"))
-    a = _wide_counts(to_tensor(size_a, "size_a")).to(inter.device)
-    b = _wide_counts(to_tensor(size_b, "size_b")).to(inter.device)
+    inter = _wide_counts(_real_tensor(intersection, "intersection"))
+    a = _wide_counts(_real_tensor(size_a, "size_a")).to(inter.device)
+    b = _wide_counts(_real_tensor(size_b, "size_b")).to(inter.device)
     for name, x in (("intersection", inter), ("size_a", a), ("size_b", b)):
         x = x.detach()
         if x.is_floating_point() and not bool(torch.isfinite(x).all()):
@@ -302,6 +313,8 @@ def _voxel_labels(x: Any, name: str, num_classes: int | None, validate: bool) ->
     validate = check_bool(validate, "validate")  # a string "no" is truthy
     num_classes = _check_num_classes(num_classes)
     t = to_tensor(x, name)
+    if t.is_complex():  # also with validate=False, whose cast would drop the imaginary part (hostile review 60)
+        raise TypeError(f"{name} must be a real-valued label map, got dtype {t.dtype}")
     if t.ndim < 1 or t.shape[-1] == 0:
         raise ValueError(f"{name} must be label maps (..., V) with V > 0 voxels on the last axis, got {tuple(t.shape)}")
     if validate:
@@ -572,6 +585,8 @@ def _parts(x: Any, name: str) -> list[torch.Tensor]:
         raise ValueError(f"{name} holds no masks")
     first = parts[0]
     for p in parts:
+        if p.is_complex():  # a complex map's masks compared its real part only (hostile review 60)
+            raise TypeError(f"{name} must hold real-valued masks or label maps, got dtype {p.dtype}")
         if p.ndim < 2:
             raise ValueError(f"{name} must have shape (..., M, V): M masks of V voxels, got {tuple(p.shape)}")
         if p.shape[:-2] != first.shape[:-2] or p.shape[-1] != first.shape[-1]:

@@ -37,6 +37,7 @@ from .qu_brats_score import (
     check_scale,
     checked_uncertainty,
     qu_brats,
+    real_brain_mask,
     to_qu_brats_range,
 )
 
@@ -215,7 +216,7 @@ class QUBraTSMetric(CumulativeIterationMetric):
         # the GPU beside a CPU map raised torch.cat's "Expected all tensors to be on the same device")
         parts = [u.to(torch.float64), pm.to(u.device, torch.float64), tm.to(u.device, torch.float64)]
         if brain_mask is not None:
-            bm = _plain(to_tensor(brain_mask, "brain_mask")).to(u.device)
+            bm = _plain(real_brain_mask(brain_mask)).to(u.device)
             if bm.is_floating_point():  # as qu_brats: NaN left the brain (and the FTP / FTN counts) without a word
                 check_finite(bm, "brain_mask")
             if bm.ndim == u.ndim - 1:

@@ -830,9 +830,9 @@ class ConformalInterval(NamedTuple):
     """Split-conformal intervals ``[low, high]`` of estimates (:func:`conformal_interval`).
 
     Attributes:
-        low: lower ends, ``max(estimate - quantile, lower)`` (NaN for an undefined estimate), widened outward by a
-            bound on the float rounding (:func:`conformal_interval`).
-        high: upper ends, ``min(estimate + quantile, upper)`` (NaN for an undefined estimate), widened likewise.
+        low: lower ends, ``max(estimate - quantile, lower)`` (NaN for an undefined estimate, or one beyond the bounds
+            by more than ``quantile``), widened outward by a bound on the float rounding (:func:`conformal_interval`).
+        high: upper ends, ``min(estimate + quantile, upper)`` (NaN where ``low`` is), widened likewise.
         quantile: the calibrated residual quantile ``q`` (``inf`` with too few calibration cases).
         n: the number of calibration pairs it came from (both values defined).
         alpha: the miscoverage: the intervals hold the truth with probability at least ``1 - alpha``.
@@ -951,7 +951,9 @@ def conformal_interval(
     estimates recorded in two decimals ``0.9 - (0.9 - 0.2)`` is ``0.20000000000000007``, and the unwidened interval
     missed such a tie). It is no statement about one given case and none about a case from a shifted
     distribution, which may fall outside. Clipping to ``bounds`` (the range of the truth) keeps the guarantee. An
-    undefined (NaN) estimate gets a NaN interval, with a ``UserWarning``.
+    undefined (NaN) estimate gets a NaN interval, with a ``UserWarning``, and so does an estimate beyond ``bounds`` by
+    more than ``q`` (no truth in the bounds lies within ``q`` of it: the conformal set is empty, and clipping would
+    make it a point on the bound).
 
     Args:
         estimate: the new cases' estimates (a number or an array).
@@ -1000,6 +1002,15 @@ def conformal_interval(
         # in a few decimals). fl(|t - e|) <= q gives |t - e| <= q (1 + u) and fl(e -/+ q') is within
         # u (|e| + q') of e -/+ q' (u = 2^-53), so a margin of 2 eps (|e| + q) = 4 u (|e| + q) covers both.
         q_out = q + 2.0 * np.finfo(np.float64).eps * (np.abs(e) + q)
-        low = np.where(np.isnan(e), np.nan, np.clip(e - q_out, lo, hi))
-        high = np.where(np.isnan(e), np.nan, np.clip(e + q_out, lo, hi))
+        # beyond the bounds by more than q no truth is within q of the estimate: the conformal set is empty, and
+        # clipping made it a point on the bound (an estimate in percent, 85 with bounds (0, 1), read as "the Dice is
+        # certainly 1"; found by hostile review 60)
+        empty = (e - q_out > hi) | (e + q_out < lo)
+        undefined = np.isnan(e) | empty
+        low = np.where(undefined, np.nan, np.clip(e - q_out, lo, hi))
+        high = np.where(undefined, np.nan, np.clip(e + q_out, lo, hi))
+    if empty.any():
+        warnings.warn(f"{int(empty.sum())} estimate(s) lie outside bounds ({lo:g}, {hi:g}) by more than the quantile "
+                      f"{q:.4g}: no truth in the bounds is within it (an estimate in other units than the truths?); "
+                      "their conformal interval is undefined (NaN)", UserWarning, stacklevel=2)
     return ConformalInterval(low, high, q, n, float(alpha))

@@ -50,6 +50,7 @@ The risk-controlled referral threshold lives in :mod:`monai_unc.metrics.risk_con
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -511,7 +512,9 @@ def area_under_referral_curve(
 ) -> float:
     """Area under the referral curve (RETINA's "R-<metric> AUC"): trapezoid of the curve over ``tau``.
 
-    Rates that refer every case (NaN) are left out. A single usable rate gives NaN with a warning.
+    Rates that refer every case (NaN) are left out, and so are rates where a callable's metric is undefined (NaN or
+    inf), with a ``UserWarning`` saying the range of rates the area covers. A single usable rate gives NaN with a
+    warning.
 
     Args:
         uncertainty: ``(N,)`` per-case uncertainty (larger = referred first).
@@ -541,6 +544,17 @@ def area_under_referral_curve(
     t = to_numpy(curve.tau, "tau")
     v = to_numpy(curve.value, "value")
     keep = np.isfinite(v)
+    # found by hostile review 60: a cohort metric undefined where cases are kept (an AUROC of a retained set without
+    # a failure) was left out without a word, and the area covered a shorter range of rates than asked for
+    undefined = ~keep & (to_numpy(curve.n_retained, "n_retained") > 0)
+    if undefined.any() and keep.any():
+        warnings.warn(
+            f"area_under_referral_curve: the metric is undefined (NaN or inf) at {int(undefined.sum())} referral "
+            f"rate(s) that keep cases; they are left out, and the area covers the rates "
+            f"[{float(t[keep].min()):.4g}, {float(t[keep].max()):.4g}] where it is defined",
+            UserWarning,
+            stacklevel=2,
+        )
     t, v = t[keep], v[keep]
     order = np.argsort(t, kind="stable")
     t, v = t[order], v[order]
