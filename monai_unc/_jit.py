@@ -50,7 +50,9 @@ _THREADS = threading.RLock()
 def signature_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """What numba's specialisation of a call depends on, per argument, as a hashable key.
 
-    Arrays: dtype, dimensions, memory layout and whether they are writable (numba types a read-only array apart);
+    Arrays: dtype, dimensions, memory layout, whether they are writable and whether aligned (numba types a read-only
+    or an unaligned array apart: an unaligned one, e.g. a view into a packed record or bytes buffer, was keyed as an
+    aligned one already seen, and compiled outside the lock);
     tuples: the key of their items (numba types a tuple by its length and its items' types: the calibration kernels
     take the number of classes as a tuple's length); other values: their Python type (numba types every ``int`` as
     int64, every ``float`` as float64). A key that differs where numba's types do not only costs an extra lock.
@@ -68,6 +70,9 @@ def signature_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
         True
         >>> signature_key((a,)) == signature_key((a.T,))  # another memory layout
         False
+        >>> odd = np.frombuffer(bytes(25), np.float64, count=3, offset=1)  # unaligned: numba compiles it apart
+        >>> signature_key((odd,)) == signature_key((np.zeros(3),))
+        False
         >>> signature_key(((0, 1, 2),)) == signature_key(((0, 1),))  # another tuple length: another specialisation
         False
     """
@@ -75,7 +80,7 @@ def signature_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
     for a in args:
         if isinstance(a, np.ndarray):
             layout = "C" if a.flags.c_contiguous else ("F" if a.flags.f_contiguous else "A")
-            key.append((a.dtype.str, a.ndim, layout, bool(a.flags.writeable)))
+            key.append((a.dtype.str, a.ndim, layout, bool(a.flags.writeable), bool(a.flags.aligned)))
         elif isinstance(a, tuple):
             key.append((tuple, signature_key(a)))
         else:

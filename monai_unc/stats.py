@@ -636,8 +636,7 @@ class SampleStats:
 
     def _add_fused(self, p: torch.Tensor, weights: list[float], num_samples: int, b: int) -> bool:
         """:meth:`_add` with the fused kernel; False (the sums unchanged) where it cannot run on this machine."""
-        if self.sum_p is None:
-            self.out_dtype = p.dtype
+        self._note_samples_dtype(p.dtype)
         flat = self._fused_views(b, int(p.shape[1]), tuple(p.shape[2:]), p.device, self.accum_dtype)
         multilabel = self.multilabel
 
@@ -730,7 +729,7 @@ class SampleStats:
             return False
         if fresh:
             self.accum_dtype = accum
-            self.out_dtype = entropy_dtype(z.dtype)
+        self._note_samples_dtype(entropy_dtype(z.dtype))
         self._count(weights, num_samples)
         return True
 
@@ -762,8 +761,8 @@ class SampleStats:
         # precision of float32 probabilities; float16's 1e-3 left 6e-4 nats of MI between identical samples) and
         # summed in accum_dtype: the log is the costliest step
         h = entropy_map_t(_entropy_precision(p), 1, False, self.multilabel)
+        self._note_samples_dtype(p.dtype)
         if self.sum_p is None:
-            self.out_dtype = p.dtype
             self.sum_p = pa * w if w != 1.0 else pa.clone()
             self.sum_h = h.to(self.accum_dtype) * w
             if self.track_variance:
@@ -778,6 +777,17 @@ class SampleStats:
                     self.sum_p2.add_(self._square(pa), alpha=w)
         self.sum_w += w
         self.num_updates += 1
+
+    def _note_samples_dtype(self, dtype: torch.dtype) -> None:
+        """Record the samples' dtype (``out_dtype``): the maps' dtype and the tolerance a saved state is checked with.
+
+        A stream that mixes dtypes keeps the least precise one (the largest
+        :func:`~monai_unc._utils.probability_tolerance`): its means hold that dtype's rounding. Found by hostile
+        testing: float32 samples merged with (or followed by) bfloat16 ones kept float32, and
+        :meth:`load_state_dict` refused the state they saved (a class sum off by 1.2e-3, above float32's 1e-3).
+        """
+        if self.out_dtype is None or probability_tolerance(dtype) > probability_tolerance(self.out_dtype):
+            self.out_dtype = dtype
 
     def _per_class_squares(self) -> bool:
         """Whether ``sum_p2`` has one channel per class (else one channel ``sum_c p_c^2``)."""
@@ -843,6 +853,8 @@ class SampleStats:
                 f"cannot merge statistics of shape {tuple(other.sum_p.shape)} into {tuple(self.sum_p.shape)}"
             )
         self._check_total([other.sum_w], int(self.sum_p.shape[1]))
+        if other.out_dtype is not None:
+            self._note_samples_dtype(other.out_dtype)
         self.sum_p.add_(other.sum_p.to(self.sum_p))
         self.sum_h.add_(other.sum_h.to(self.sum_h))
         if self.track_variance:

@@ -21,6 +21,7 @@ from .ambiguity import (
     ged,
     ged_detection,
     ged_nonempty_iou,
+    hungarian_iou,
     ncc,
     rater_variance,
 )
@@ -305,6 +306,7 @@ __all__ = [
     "ged",
     "ged_detection",
     "ged_nonempty_iou",
+    "hungarian_iou",
     "hd95",
     "hoeffding_bentkus_pvalue",
     "hoeffding_bentkus_upper",

@@ -234,7 +234,8 @@ def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
     """Upper confidence bound from the Hoeffding-Bentkus p-value: ``inf {alpha : p(risk_hat, n, alpha) <= delta}``.
 
     The p-value decreases in ``alpha`` above ``risk_hat``, so the bound is the root of ``p - delta`` on
-    ``(risk_hat, 1)``, found with ``scipy.optimize.brentq``.
+    ``(risk_hat, 1)``, found with ``scipy.optimize.brentq`` and moved up by at most a few 1e-12 so that the
+    p-value at the bound is ``<= delta`` (brentq's answer may lie on either side of the root).
 
     Args:
         risk_hat: mean loss of the ``n`` cases, in [0, 1].
@@ -268,7 +269,14 @@ def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
     lo, hi = r, 1.0 - 1e-15
     if f(hi) > 0:
         return 1.0
-    return float(optimize.brentq(f, lo, hi, xtol=1e-12, rtol=1e-12))
+    root = float(optimize.brentq(f, lo, hi, xtol=1e-12, rtol=1e-12))
+    # brentq's answer is within its tolerance of the root on either side; an upper bound must not lie below it (a
+    # bound 1e-12 under the root claimed a little more than the p-value certifies), so step up until p <= delta
+    step = 1e-12 * (1.0 + root)
+    while f(root) > 0 and root < hi:
+        root = min(root + step, hi)
+        step *= 2.0
+    return root
 
 
 @dataclass(frozen=True)

@@ -936,10 +936,21 @@ def _check_state_tables(
         w, nll, brier = sc[:, _SCALAR_WEIGHT], sc[:, _SCALAR_NLL], sc[:, _SCALAR_BRIER]
         if bool(((w - total).abs() > _STATE_RTOL * total).any()):
             raise ValueError("state scalars: the total weight must be the weight of the voxels in the tables")
+        if bool((w > _weight_limit(c)).any()):  # what update and merge refuse (review 59) is no loadable state either
+            raise ValueError(f"state scalars: a case's total weight is above {_weight_limit(c):.4g}, the most whose "
+                             "NLL and Brier sums float64 holds")
         if bool(((nll < -_STATE_RTOL * w) | (nll > nll_max * w * hi_f)).any()):
             raise ValueError(f"state scalars: the NLL sum must lie in [0, {nll_max:.4g} x total weight]")
         if bool(((brier < -_STATE_RTOL * w) | (brier > c * w * hi_f)).any()):
             raise ValueError("state scalars: the Brier sum must lie in [0, C x total weight]")
+
+
+def _weight_limit(num_classes: int) -> float:
+    """The largest total voxel weight of a case whose NLL and Brier sums float64 holds.
+
+    A case's NLL sum grows to ``-log NLL_EPS = 34.5`` times its total weight and its Brier sum to ``C`` times it.
+    """
+    return float(np.finfo(np.float64).max) / max(-math.log(NLL_EPS), num_classes)
 
 
 #: the arrays of the packed layout of a state (:meth:`ConfidenceHistogram.packed_state_dict`); ``bin_weighted_counts``
@@ -1377,7 +1388,7 @@ class ConfidenceHistogram:
                 slot = self._index.get(key) if isinstance(key, str) else None
                 totals[key] = 0.0 if slot is None else float(self._states[slot].scalars[_SCALAR_WEIGHT])
             totals[key] += float(st.scalars[_SCALAR_WEIGHT])
-        limit = float(np.finfo(np.float64).max) / max(-math.log(NLL_EPS), self.num_classes)
+        limit = _weight_limit(self.num_classes)
         worst = max(totals.values(), default=0.0)
         if not worst <= limit:
             raise ValueError(f"weights: the total voxel weight of a case would be {worst:.4g}, above {limit:.4g}, the "
