@@ -450,7 +450,7 @@ _HUNGARIAN_MAX = 1024
 
 
 def _best_matching_cost(cost: np.ndarray, max_assignment: int = _HUNGARIAN_MAX) -> float:
-    """Mean cost of the best matching of ``(R, S)`` ``cost`` with each row repeated ``L / R`` times, each column ``L / S``.
+    """Mean cost of the best matching of ``(R, S)`` ``cost``, each row repeated ``L / R`` times, each column ``L / S``.
 
     ``L = lcm(R, S)``. Up to ``max_assignment`` the repeated ``(L, L)`` matrix is solved by the Hungarian algorithm
     (``scipy.optimize.linear_sum_assignment``); beyond it by the transport problem between the uniform distributions
