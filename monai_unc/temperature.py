@@ -65,7 +65,7 @@ import torch
 from torch import nn
 
 from ._deprecation import deprecated_arg_names
-from ._utils import ArrayLike, check_finite, check_integer, like_input, to_tensor
+from ._utils import ArrayLike, check_finite, check_integer, is_int, like_input, to_tensor
 from .activation import Activation, get_activation
 from .metrics.calibration import ConfidenceHistogram, calibration_metrics, confidence_bins
 
@@ -310,7 +310,8 @@ class TemperatureScaler(nn.Module):
             float64, so the chunk size changes memory, never the result.
         n_bins: number of bins of ``loss="ece"`` (Kock et al.: 20).
         min_bin_count: fewest voxels of a counted bin of ``loss="ece"`` (Kock et al.: 50).
-        ignore_index: label value whose voxels are left out (e.g. -1 or 255).
+        ignore_index: label value whose voxels are left out (e.g. -1 or 255): an integer (Python or numpy, not a
+            bool) that an int64 label holds, or None.
         lr_backoff: multiply the learning rate by this when a step increases the loss and overshot the minimum (the
             gradient at its end points back; None: never).
         min_temperature: lower bound of every ``t_c`` during the optimisation (positive).
@@ -397,13 +398,17 @@ class TemperatureScaler(nn.Module):
             raise ValueError(f"lr_backoff must be in (0, 1) or None, got {lr_backoff}")
         if num_classes is not None:
             check_integer(num_classes, "num_classes", 1 if activation == "sigmoid" else 2)
+        if ignore_index is not None and not (is_int(ignore_index) and -(2**63) <= ignore_index < 2**63):
+            # found by hostile review 60: True left out every voxel of class 1 (True == 1) without a word, 255.5 or
+            # NaN nothing, a string failed with an AttributeError inside the fit and 2**70 with an OverflowError
+            raise ValueError(f"ignore_index must be an integer label value (int64) or None, got {ignore_index!r}")
         self.activation = activation
         self.mode, self.loss = mode, loss
         self.num_classes = num_classes
         self.init_temperature = float(init_temperature)
         self.lr, self.max_steps, self.tol = float(lr), int(max_steps), float(tol)
         self.chunk_size, self.n_bins, self.min_bin_count = int(chunk_size), int(n_bins), int(min_bin_count)
-        self.ignore_index = ignore_index
+        self.ignore_index = None if ignore_index is None else int(ignore_index)
         self.lr_backoff = lr_backoff
         self.min_temperature = float(min_temperature)
         size = num_classes if (mode == "vector" and num_classes) else 1
