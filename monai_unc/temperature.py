@@ -1024,8 +1024,9 @@ def calibrate_network(
         when that provably divides the output by ``t`` (checked on ``example_input``, or ``network`` is itself the
         Conv/ConvTranspose/Linear logit layer); otherwise (also without ``example_input``)
         ``{"state_dict": original, "temperature": t}``, which :func:`monai_unc.workflows.models.load_network`
-        applies by dividing the logits. The record holds ``t``, convergence, and the pooled NLL / ECE / all-label
-        ECE of the validation voxels before and after (:mod:`monai_unc.metrics.calibration`).
+        applies by dividing the logits. The record holds ``t``, convergence, the pooled NLL / ECE / all-label
+        ECE of the validation voxels before and after (:mod:`monai_unc.metrics.calibration`), the number of cases
+        and of voxels (batch x spatial, a region model's voxels counted once, not once per region).
 
     Example:
         >>> import torch
@@ -1110,7 +1111,9 @@ def calibrate_network(
         "before": metrics(None),
         "after": metrics(scaler),
         "cases": len(logits),
-        "voxels": int(sum(math.prod(y.shape) for y in target)),  # numpy cases have no numel
+        # the voxels of the logits (batch x spatial; numpy cases have no numel): found by hostile review 60, the
+        # targets' size counted a region model's voxels once per region (3x for BraTS)
+        "voxels": int(sum(math.prod(z.shape) // int(z.shape[1]) for z in logits)),
     }
     if activation == "sigmoid":
         record["regions"] = names

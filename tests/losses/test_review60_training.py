@@ -33,3 +33,18 @@ def test_integer_ignore_index_of_any_integer_type_leaves_out_the_same_voxels():
     keep = y[0] != 255
     reference = TemperatureScaler().fit(z[:, :, keep], y[:, keep]).temperature.item()
     assert fits == pytest.approx([reference] * 3, rel=1e-12)
+
+
+def test_calibrate_network_counts_a_region_models_voxels_once_not_once_per_region():
+    # the record's "voxels" was the size of the region masks: 3 x 72 = 216 for 72 voxels of a 3-region model
+    from monai_unc.temperature import calibrate_network
+
+    g = torch.Generator().manual_seed(0)
+    masks = (torch.rand(2, 3, 6, 6, generator=g) > 0.5).float()
+    z = 4 * (2 * masks - 1) + 3 * torch.randn(2, 3, 6, 6, generator=g)
+    _, record = calibrate_network([z, z[:1]], [masks, masks[:1]], torch.nn.Conv2d(1, 3, 1), mode="vector",
+                                  activation="sigmoid", max_steps=5)
+    assert record["voxels"] == 3 * 36
+    labels = torch.randint(0, 3, (2, 1, 6, 6), generator=g)
+    _, record = calibrate_network([z], [labels], torch.nn.Conv2d(1, 3, 1), max_steps=5)
+    assert record["voxels"] == 72
