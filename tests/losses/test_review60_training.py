@@ -48,3 +48,62 @@ def test_calibrate_network_counts_a_region_models_voxels_once_not_once_per_regio
     labels = torch.randint(0, 3, (2, 1, 6, 6), generator=g)
     _, record = calibrate_network([z], [labels], torch.nn.Conv2d(1, 3, 1), max_steps=5)
     assert record["voxels"] == 72
+
+
+def _binary_losses():
+    from monai_unc.losses import DiceCEL1ACELoss, DiceSVLSLoss, L1ACELoss, SVLSLoss
+
+    return [
+        lambda onehot: SVLSLoss(to_onehot_y=onehot, sigmoid=True, softmax=False),
+        lambda onehot: L1ACELoss(to_onehot_y=onehot, sigmoid=True, softmax=False),
+        lambda onehot: L1ACELoss("soft", to_onehot_y=onehot, sigmoid=True, softmax=False, reduction="none"),
+        lambda onehot: DiceSVLSLoss(to_onehot_y=onehot, sigmoid=True, softmax=False),
+        lambda onehot: DiceCEL1ACELoss(to_onehot_y=onehot, sigmoid=True, softmax=False),
+    ]
+
+
+@pytest.mark.parametrize("make", _binary_losses())
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint8, torch.float32])
+def test_one_channel_sigmoid_label_map_is_the_binary_mask(make, dtype):
+    # a binary model (one sigmoid channel) with a 0/1 label map and to_onehot_y=True, the MONAI bundle configuration
+    # DiceCELoss(to_onehot_y=True, sigmoid=True), was refused: "target labels must be in [0, 1), got [0, 1]"
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(2, 1, 7, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, 2, (2, 1, 7, 6), generator=g)
+    value = make(True)(z, y.to(dtype))
+    (grad,) = torch.autograd.grad(value.sum(), z)
+    reference = make(False)(z, y.double())
+    (ref_grad,) = torch.autograd.grad(reference.sum(), z)
+    torch.testing.assert_close(value, reference, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-12, atol=1e-12)
+
+
+def test_one_channel_sigmoid_label_map_matches_monai_dice_ce():
+    from monai.losses import DiceCELoss
+
+    from monai_unc.losses import DiceSVLSLoss
+
+    g = torch.Generator().manual_seed(2)
+    z = torch.randn(2, 1, 9, 8, generator=g)
+    y = torch.randint(0, 2, (2, 1, 9, 8), generator=g)
+    ours = DiceSVLSLoss(to_onehot_y=True, sigmoid=True, softmax=False)
+    dice = ours.dice(z, y.float())  # the Dice part, against MONAI's DiceCELoss with lambda_ce = 0
+    with pytest.warns(UserWarning, match="single channel"):
+        monai_dice = DiceCELoss(to_onehot_y=True, sigmoid=True, lambda_ce=0.0)(z, y)
+    torch.testing.assert_close(dice, monai_dice)
+    assert float(ours(z, y)) > float(dice)
+
+
+@pytest.mark.parametrize("make", _binary_losses())
+def test_one_channel_sigmoid_label_map_outside_0_1_is_refused(make):
+    z = torch.randn(1, 1, 4, 4)
+    y = torch.full((1, 1, 4, 4), 2)
+    with pytest.raises(ValueError, match=r"target labels must be in \[0, 2\)"):
+        make(True)(z, y)
+
+
+def test_one_channel_softmax_label_1_says_a_binary_model_needs_sigmoid_or_two_channels():
+    from monai_unc.losses import SVLSLoss
+
+    with pytest.raises(ValueError, match="sigmoid=True"):
+        SVLSLoss(to_onehot_y=True)(torch.randn(1, 1, 4, 4), torch.ones(1, 1, 4, 4))
