@@ -79,6 +79,11 @@ _FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspo
 
 Batches = ArrayLike | Iterable[ArrayLike] | Callable[[], Iterable[ArrayLike]]
 
+#: why no temperature fits when no voxel is wrong and the NLL does not fall as ``1 / t`` leaves 0 (every voxel's
+#: logits equal, or every region logit 0: no voxel is right either)
+_CONSTANT_LOGITS = ("the logits are equal for every class at every voxel, or 0 for a region (no voxel is predicted "
+                    "right or wrong): the NLL does not depend on the temperature")
+
 
 def _reiterable(x: Any, name: str) -> Callable[[], Iterable[Any]]:
     """A zero-argument callable returning a fresh iterable of batches for every optimisation step."""
@@ -783,18 +788,22 @@ class TemperatureScaler(nn.Module):
             reasons = []
             flat = nll_flat_at_zero(slope.sum(1), size.sum(1))
             for r in torch.nonzero(present).flatten().tolist():
-                if wrong[r] == 0:
+                if wrong[r] == 0 and bool(flat[r]):
+                    reasons.append(f"region {r}: {_CONSTANT_LOGITS}")
+                elif wrong[r] == 0:
                     reasons.append(f"region {r}: every voxel right, the NLL falls as t goes to 0")
                 elif bool(flat[r]):
                     reasons.append(f"region {r}: no better than p = 1/2, the NLL falls as t grows")
             return "; ".join(reasons) or None
-        if float(wrong[present].sum()) == 0:
-            return "every voxel is predicted right: the NLL keeps falling as t goes to 0"
         slope_c, size_c = (slope / n)[present].sum(0), (size / n)[present].sum(0)  # (n_par,): the loss's weights
         if self.mode == "vector":
             flat = bool(nll_flat_at_zero(slope_c, size_c, per_class=True))
         else:
             flat = bool(nll_flat_at_zero(slope_c.sum(), size_c.sum()))
+        if float(wrong[present].sum()) == 0:
+            # none wrong and not falling at 1/t = 0: every voxel's logits are equal (found by hostile review 60: such
+            # logits, an untrained head's, were reported "every voxel is predicted right")
+            return _CONSTANT_LOGITS if flat else "every voxel is predicted right: the NLL keeps falling as t goes to 0"
         if flat:
             return "the logits do no better than uniform probabilities: the NLL keeps falling as t grows"
         return None

@@ -107,3 +107,41 @@ def test_one_channel_softmax_label_1_says_a_binary_model_needs_sigmoid_or_two_ch
 
     with pytest.raises(ValueError, match="sigmoid=True"):
         SVLSLoss(to_onehot_y=True)(torch.randn(1, 1, 4, 4), torch.ones(1, 1, 4, 4))
+
+
+@pytest.mark.parametrize("value, mode", [(0.0, "scalar"), (2.5, "scalar"), (0.0, "vector")])
+def test_fit_on_logits_equal_for_every_class_does_not_say_every_voxel_is_right(value, mode):
+    # an untrained or unloaded head (equal logits) was reported as "every voxel is predicted right"; the NLL is log C at
+    # every temperature
+    y = torch.randint(0, 3, (1, 40), generator=torch.Generator().manual_seed(0))
+    z = torch.full((1, 3, 40), value)
+    with pytest.warns(UserWarning, match="equal for every class at every voxel") as record:
+        scaler = TemperatureScaler(mode=mode, max_steps=3).fit(z, y)
+    assert not any("predicted right:" in str(w.message) for w in record)
+    assert scaler.defined is False
+    assert scaler.history[0]["loss"] == pytest.approx(np.log(3), rel=1e-12)
+
+
+def test_region_fit_on_zero_logits_does_not_say_every_voxel_is_right():
+    g = torch.Generator().manual_seed(0)
+    masks = (torch.rand(1, 2, 30, generator=g) > 0.5).float()
+    z = torch.zeros(1, 2, 30)
+    z[:, 1] = 5 * (2 * masks[:, 1] - 1) + 4 * torch.randn(1, 30, generator=g)  # region 1 fits a temperature
+    with pytest.warns(UserWarning, match="region 0: the logits are equal") as record:
+        TemperatureScaler(mode="vector", activation="sigmoid", max_steps=3).fit(z, masks)
+    assert "region 1" not in str(record[0].message)
+
+
+@pytest.mark.parametrize("activation, mode", [("softmax", "scalar"), ("softmax", "vector"), ("sigmoid", "vector")])
+def test_calibrate_refuses_equal_logits_saying_so_not_that_every_voxel_is_right(activation, mode):
+    from monai_unc.workflows.calibrate import check_fit_is_defined
+
+    z = torch.zeros(1, 3, 4, 4)
+    y = torch.randint(0, 3, (1, 4, 4)) if activation == "softmax" else (torch.rand(1, 3, 4, 4) > 0.5).to(torch.uint8)
+    with pytest.raises(ValueError, match="(equal for every class|logits are 0) at every voxel") as info:
+        check_fit_is_defined([z], [y], activation=activation, mode=mode)
+    assert "right, so" not in str(info.value)
+    # logits right at every voxel keep their message
+    right = 5.0 * torch.nn.functional.one_hot(torch.randint(0, 3, (1, 4, 4)), 3).movedim(-1, 1).float()
+    with pytest.raises(ValueError, match="predicts every voxel of the 1 calibration case"):
+        check_fit_is_defined([right], [right.argmax(1)])
