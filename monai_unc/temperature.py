@@ -1026,7 +1026,7 @@ def calibrate_network(
         example_input: an input of the network, to check that folding ``t`` into its last layer is exact; without it
             a network that is not itself a single logit layer is not folded (nothing proves the fold exact).
         activation: ``"softmax"`` or ``"sigmoid"``.
-        region_names: names of the regions (sigmoid only).
+        region_names: names of the regions, one per region (sigmoid only; checked before the fit).
 
     Returns:
         ``(checkpoint, record)``. The checkpoint is the copy's state dict with ``t`` folded into the logit layer
@@ -1058,6 +1058,14 @@ def calibrate_network(
     target = target if isinstance(target, Sequence) else list(target)
     if not logits:
         raise ValueError("no validation case to calibrate on")
+    if region_names is not None:  # checked before the fit (found by hostile review 60: refused only after it)
+        if activation != "sigmoid":
+            raise ValueError(f"region_names names the regions of activation='sigmoid', got activation={activation!r}")
+        if isinstance(region_names, (str, bytes)):
+            raise ValueError(f"region_names must be a sequence of names, one per region, got {region_names!r}")
+        shape = tuple(logits[0].shape)
+        if len(shape) >= 2 and len(region_names) != shape[1]:
+            raise ValueError(f"region_names has {len(region_names)} names but the logits have {shape[1]} regions")
     scaler = TemperatureScaler(mode=mode, loss=loss, max_steps=max_steps, activation=activation).fit(logits, target)
     n_ch = int(logits[0].shape[1])
     names = [str(r) for r in range(n_ch)] if region_names is None else [str(n) for n in region_names]

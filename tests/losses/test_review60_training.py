@@ -166,3 +166,24 @@ def test_training_losses_of_half_logits_equal_the_float64_loss_of_the_same_value
     assert float(value) == pytest.approx(float(reference), rel=2e-6)
     value.backward()
     assert z.grad is not None and z.grad.dtype == dtype and bool(torch.isfinite(z.grad.float()).all())
+
+
+@pytest.mark.parametrize("activation, names, match", [
+    ("sigmoid", ["TC", "WT"], "2 names but the logits have 3 regions"),
+    ("sigmoid", "TCWTET", "sequence of names"),
+    ("softmax", ["a", "b", "c"], "activation='sigmoid'"),
+])
+def test_calibrate_network_refuses_bad_region_names_before_the_fit(monkeypatch, activation, names, match):
+    # a region_names of the wrong length was refused only after the whole fit (hours on a large calibration set); a
+    # string was split into one name per character, region_names of a softmax model ignored
+    from monai_unc import temperature
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the fit ran before region_names was checked")
+
+    monkeypatch.setattr(temperature.TemperatureScaler, "fit", no_fit)
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(1, 3, 6, 6, generator=g) * 4
+    y = (torch.rand(1, 3, 6, 6, generator=g) > 0.5).float() if activation == "sigmoid" else z.argmax(1)
+    with pytest.raises(ValueError, match=match):
+        temperature.calibrate_network([z], [y], torch.nn.Conv2d(1, 3, 1), activation=activation, region_names=names)
