@@ -187,3 +187,24 @@ def test_calibrate_network_refuses_bad_region_names_before_the_fit(monkeypatch, 
     y = (torch.rand(1, 3, 6, 6, generator=g) > 0.5).float() if activation == "sigmoid" else z.argmax(1)
     with pytest.raises(ValueError, match=match):
         temperature.calibrate_network([z], [y], torch.nn.Conv2d(1, 3, 1), activation=activation, region_names=names)
+
+
+def test_vector_softmax_fit_is_the_scipy_minimum_of_the_per_class_nll():
+    # pin: the per-class temperatures are the minimiser of the float64 NLL (L-BFGS in log t) to 1e-5
+    from scipy.optimize import minimize
+    from scipy.special import logsumexp
+
+    g = torch.Generator().manual_seed(3)
+    y = torch.randint(0, 4, (1, 3000), generator=g)
+    z = 6.0 * torch.nn.functional.one_hot(y, 4).movedim(-1, 1).float() + torch.randn(1, 4, 3000, generator=g) * \
+        torch.tensor([2.0, 4.0, 6.0, 3.0]).view(1, 4, 1)
+    zz, yy = z[0].double().numpy(), y[0].numpy()
+
+    def nll(log_t: np.ndarray) -> float:
+        a = zz / np.exp(log_t)[:, None]
+        return float(np.mean(logsumexp(a, axis=0) - a[yy, np.arange(yy.size)]))
+
+    best = np.exp(minimize(nll, np.zeros(4), method="L-BFGS-B", options={"ftol": 1e-15, "gtol": 1e-12}).x)
+    scaler = TemperatureScaler(mode="vector").fit(z, y)
+    assert scaler.converged
+    np.testing.assert_allclose(scaler.temperature.numpy(), best, rtol=1e-5)
