@@ -878,8 +878,8 @@ class TemperatureScaler(nn.Module):
                 registration order. It must be followed by nothing but the softmax (no normalisation, no
                 residual addition).
             example_input: if given, the folded network's output on it must equal ``transform`` of the
-                original output (relative tolerance 1e-4); otherwise the layer is restored and ``ValueError``
-                raised.
+                original output (relative tolerance 1e-4); otherwise the layer is restored (bit for bit) and
+                ``ValueError`` raised.
             rescale_floor: for a Stochastic Segmentation Network only (above).
 
         Returns:
@@ -924,10 +924,13 @@ class TemperatureScaler(nn.Module):
             else:
                 self._scale_layer(target, inverse=inverse)
 
-        before = None
+        before = saved = None
         if example_input is not None:
             with torch.no_grad():
                 before = module(example_input)
+            # the weights as they were, put back bit for bit on a refusal: multiplied back by t, a refused fold left
+            # float32 weights 1 ulp off and float16 ones up to 1e-3 (found by hostile review 60)
+            saved = {k: v.detach().clone() for k, v in target.state_dict().items()}
         scale(inverse=False)
         if before is not None:
             with torch.no_grad():
@@ -935,7 +938,10 @@ class TemperatureScaler(nn.Module):
                 expected = self.transform(before)
             tol = float(expected.abs().max()) if expected.numel() else 1.0  # type: ignore[union-attr]
             if not torch.allclose(after, expected, rtol=1e-4, atol=1e-5 * max(tol, 1.0)):  # type: ignore[arg-type]
-                scale(inverse=True)
+                scale(inverse=True)  # what is not in the state dict (an SSN head's rescaled floor)
+                with torch.no_grad():
+                    for k, v in target.state_dict().items():
+                        v.copy_(saved[k])  # type: ignore[index]
                 raise ValueError(
                     f"fold_into: scaling {type(target).__name__} does not divide the network's output by t; "
                     "pass the layer that produces the logits (nothing but a softmax may follow it)"
