@@ -65,7 +65,7 @@ import torch
 from torch import nn
 
 from ._deprecation import deprecated_arg_names
-from ._utils import ArrayLike, check_finite, check_integer, like_input, to_tensor
+from ._utils import ArrayLike, check_finite, check_integer, is_int, like_input, to_tensor
 from .activation import Activation, get_activation
 from .metrics.calibration import ConfidenceHistogram, calibration_metrics, confidence_bins
 
@@ -78,6 +78,11 @@ _LOSSES = ("nll", "ece")
 _FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear)
 
 Batches = ArrayLike | Iterable[ArrayLike] | Callable[[], Iterable[ArrayLike]]
+
+#: why no temperature fits when no voxel is wrong and the NLL does not fall as ``1 / t`` leaves 0 (every voxel's
+#: logits equal, or every region logit 0: no voxel is right either)
+_CONSTANT_LOGITS = ("the logits are equal for every class at every voxel, or 0 for a region (no voxel is predicted "
+                    "right or wrong): the NLL does not depend on the temperature")
 
 
 def _reiterable(x: Any, name: str) -> Callable[[], Iterable[Any]]:
@@ -310,7 +315,8 @@ class TemperatureScaler(nn.Module):
             float64, so the chunk size changes memory, never the result.
         n_bins: number of bins of ``loss="ece"`` (Kock et al.: 20).
         min_bin_count: fewest voxels of a counted bin of ``loss="ece"`` (Kock et al.: 50).
-        ignore_index: label value whose voxels are left out (e.g. -1 or 255).
+        ignore_index: label value whose voxels are left out (e.g. -1 or 255): an integer (Python or numpy, not a
+            bool) that an int64 label holds, or None.
         lr_backoff: multiply the learning rate by this when a step increases the loss and overshot the minimum (the
             gradient at its end points back; None: never).
         min_temperature: lower bound of every ``t_c`` during the optimisation (positive).
@@ -397,13 +403,17 @@ class TemperatureScaler(nn.Module):
             raise ValueError(f"lr_backoff must be in (0, 1) or None, got {lr_backoff}")
         if num_classes is not None:
             check_integer(num_classes, "num_classes", 1 if activation == "sigmoid" else 2)
+        if ignore_index is not None and not (is_int(ignore_index) and -(2**63) <= ignore_index < 2**63):
+            # found by hostile review 60: True left out every voxel of class 1 (True == 1) without a word, 255.5 or
+            # NaN nothing, a string failed with an AttributeError inside the fit and 2**70 with an OverflowError
+            raise ValueError(f"ignore_index must be an integer label value (int64) or None, got {ignore_index!r}")
         self.activation = activation
         self.mode, self.loss = mode, loss
         self.num_classes = num_classes
         self.init_temperature = float(init_temperature)
         self.lr, self.max_steps, self.tol = float(lr), int(max_steps), float(tol)
         self.chunk_size, self.n_bins, self.min_bin_count = int(chunk_size), int(n_bins), int(min_bin_count)
-        self.ignore_index = ignore_index
+        self.ignore_index = None if ignore_index is None else int(ignore_index)
         self.lr_backoff = lr_backoff
         self.min_temperature = float(min_temperature)
         size = num_classes if (mode == "vector" and num_classes) else 1
@@ -778,18 +788,22 @@ class TemperatureScaler(nn.Module):
             reasons = []
             flat = nll_flat_at_zero(slope.sum(1), size.sum(1))
             for r in torch.nonzero(present).flatten().tolist():
-                if wrong[r] == 0:
+                if wrong[r] == 0 and bool(flat[r]):
+                    reasons.append(f"region {r}: {_CONSTANT_LOGITS}")
+                elif wrong[r] == 0:
                     reasons.append(f"region {r}: every voxel right, the NLL falls as t goes to 0")
                 elif bool(flat[r]):
                     reasons.append(f"region {r}: no better than p = 1/2, the NLL falls as t grows")
             return "; ".join(reasons) or None
-        if float(wrong[present].sum()) == 0:
-            return "every voxel is predicted right: the NLL keeps falling as t goes to 0"
         slope_c, size_c = (slope / n)[present].sum(0), (size / n)[present].sum(0)  # (n_par,): the loss's weights
         if self.mode == "vector":
             flat = bool(nll_flat_at_zero(slope_c, size_c, per_class=True))
         else:
             flat = bool(nll_flat_at_zero(slope_c.sum(), size_c.sum()))
+        if float(wrong[present].sum()) == 0:
+            # none wrong and not falling at 1/t = 0: every voxel's logits are equal (found by hostile review 60: such
+            # logits, an untrained head's, were reported "every voxel is predicted right")
+            return _CONSTANT_LOGITS if flat else "every voxel is predicted right: the NLL keeps falling as t goes to 0"
         if flat:
             return "the logits do no better than uniform probabilities: the NLL keeps falling as t grows"
         return None
@@ -864,8 +878,8 @@ class TemperatureScaler(nn.Module):
                 registration order. It must be followed by nothing but the softmax (no normalisation, no
                 residual addition).
             example_input: if given, the folded network's output on it must equal ``transform`` of the
-                original output (relative tolerance 1e-4); otherwise the layer is restored and ``ValueError``
-                raised.
+                original output (relative tolerance 1e-4); otherwise the layer is restored (bit for bit) and
+                ``ValueError`` raised.
             rescale_floor: for a Stochastic Segmentation Network only (above).
 
         Returns:
@@ -910,10 +924,13 @@ class TemperatureScaler(nn.Module):
             else:
                 self._scale_layer(target, inverse=inverse)
 
-        before = None
+        before = saved = None
         if example_input is not None:
             with torch.no_grad():
                 before = module(example_input)
+            # the weights as they were, put back bit for bit on a refusal: multiplied back by t, a refused fold left
+            # float32 weights 1 ulp off and float16 ones up to 1e-3 (found by hostile review 60)
+            saved = {k: v.detach().clone() for k, v in target.state_dict().items()}
         scale(inverse=False)
         if before is not None:
             with torch.no_grad():
@@ -921,7 +938,10 @@ class TemperatureScaler(nn.Module):
                 expected = self.transform(before)
             tol = float(expected.abs().max()) if expected.numel() else 1.0  # type: ignore[union-attr]
             if not torch.allclose(after, expected, rtol=1e-4, atol=1e-5 * max(tol, 1.0)):  # type: ignore[arg-type]
-                scale(inverse=True)
+                scale(inverse=True)  # what is not in the state dict (an SSN head's rescaled floor)
+                with torch.no_grad():
+                    for k, v in target.state_dict().items():
+                        v.copy_(saved[k])  # type: ignore[index]
                 raise ValueError(
                     f"fold_into: scaling {type(target).__name__} does not divide the network's output by t; "
                     "pass the layer that produces the logits (nothing but a softmax may follow it)"
@@ -1012,15 +1032,16 @@ def calibrate_network(
         example_input: an input of the network, to check that folding ``t`` into its last layer is exact; without it
             a network that is not itself a single logit layer is not folded (nothing proves the fold exact).
         activation: ``"softmax"`` or ``"sigmoid"``.
-        region_names: names of the regions (sigmoid only).
+        region_names: names of the regions, one per region (sigmoid only; checked before the fit).
 
     Returns:
         ``(checkpoint, record)``. The checkpoint is the copy's state dict with ``t`` folded into the logit layer
         when that provably divides the output by ``t`` (checked on ``example_input``, or ``network`` is itself the
         Conv/ConvTranspose/Linear logit layer); otherwise (also without ``example_input``)
         ``{"state_dict": original, "temperature": t}``, which :func:`monai_unc.workflows.models.load_network`
-        applies by dividing the logits. The record holds ``t``, convergence, and the pooled NLL / ECE / all-label
-        ECE of the validation voxels before and after (:mod:`monai_unc.metrics.calibration`).
+        applies by dividing the logits. The record holds ``t``, convergence, the pooled NLL / ECE / all-label
+        ECE of the validation voxels before and after (:mod:`monai_unc.metrics.calibration`), the number of cases
+        and of voxels (batch x spatial, a region model's voxels counted once, not once per region).
 
     Example:
         >>> import torch
@@ -1043,6 +1064,14 @@ def calibrate_network(
     target = target if isinstance(target, Sequence) else list(target)
     if not logits:
         raise ValueError("no validation case to calibrate on")
+    if region_names is not None:  # checked before the fit (found by hostile review 60: refused only after it)
+        if activation != "sigmoid":
+            raise ValueError(f"region_names names the regions of activation='sigmoid', got activation={activation!r}")
+        if isinstance(region_names, (str, bytes)):
+            raise ValueError(f"region_names must be a sequence of names, one per region, got {region_names!r}")
+        shape = tuple(logits[0].shape)
+        if len(shape) >= 2 and len(region_names) != shape[1]:
+            raise ValueError(f"region_names has {len(region_names)} names but the logits have {shape[1]} regions")
     scaler = TemperatureScaler(mode=mode, loss=loss, max_steps=max_steps, activation=activation).fit(logits, target)
     n_ch = int(logits[0].shape[1])
     names = [str(r) for r in range(n_ch)] if region_names is None else [str(n) for n in region_names]
@@ -1105,7 +1134,9 @@ def calibrate_network(
         "before": metrics(None),
         "after": metrics(scaler),
         "cases": len(logits),
-        "voxels": int(sum(math.prod(y.shape) for y in target)),  # numpy cases have no numel
+        # the voxels of the logits (batch x spatial; numpy cases have no numel): found by hostile review 60, the
+        # targets' size counted a region model's voxels once per region (3x for BraTS)
+        "voxels": int(sum(math.prod(z.shape) // int(z.shape[1]) for z in logits)),
     }
     if activation == "sigmoid":
         record["regions"] = names

@@ -82,7 +82,9 @@ def _plain(x: Any, name: str) -> torch.Tensor:
     return x.as_tensor() if hasattr(x, "as_tensor") else x
 
 
-def check_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def check_target(
+    logits: Any, target: Any, to_onehot_y: bool, binary: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Check logits and target without converting them (the cheap checks of every loss of this module).
 
     Args:
@@ -91,6 +93,8 @@ def check_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Ten
         target: ``(B, C, *spatial)`` one-hot or soft targets, or with ``to_onehot_y`` a label map ``(B, 1, *spatial)``
             of integers in ``[0, C)``.
         to_onehot_y: the target is a label map.
+        binary: the logits are sigmoid outputs; with one channel and ``to_onehot_y`` the label map is the binary mask
+            itself, labels 0 and 1 (as MONAI's ``DiceCELoss(to_onehot_y=True, sigmoid=True)`` takes it).
 
     Returns:
         ``(logits, target)`` as plain tensors.
@@ -120,8 +124,12 @@ def check_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Ten
             raise ValueError(f"target must be a label map {expected} with to_onehot_y=True, got {tuple(t.shape)}")
         if t.numel():
             lo, hi = (float(v) for v in torch.aminmax(t))
-            if not (0 <= lo and hi < z.shape[1]):
-                raise ValueError(f"target labels must be in [0, {z.shape[1]}), got [{lo:g}, {hi:g}]")
+            # a one-channel sigmoid model's label map is its 0/1 mask (found by hostile review 60: labels 1 were
+            # refused, "must be in [0, 1), got [0, 1]", for the binary model the one-channel warning sends to sigmoid)
+            labels = 2 if binary and z.shape[1] == 1 else z.shape[1]
+            if not (0 <= lo and hi < labels):
+                hint = " (one output channel: a binary model needs two channels, or sigmoid=True)" * (labels == 1)
+                raise ValueError(f"target labels must be in [0, {labels}), got [{lo:g}, {hi:g}]{hint}")
             if t.is_floating_point() and not bool((t == t.trunc()).all()):
                 raise ValueError("target must hold integer labels with to_onehot_y=True")
         return z, t
@@ -133,7 +141,9 @@ def check_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Ten
     return z, t
 
 
-def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def prepare_target(
+    logits: Any, target: Any, to_onehot_y: bool, binary: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Check logits and target (:func:`check_target`) and return the target one-hot, in the logits' dtype.
 
     Args:
@@ -141,6 +151,8 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
         target: ``(B, C, *spatial)`` one-hot or soft targets, or with ``to_onehot_y`` a label map ``(B, 1, *spatial)``
             of integers in ``[0, C)``.
         to_onehot_y: convert a label map to one-hot.
+        binary: the logits are sigmoid outputs: a label map of one-channel logits is taken as the 0/1 mask itself
+            (labels 0 and 1; :func:`check_target`).
 
     Returns:
         ``(logits, onehot)``, plain tensors, ``onehot`` of the logits' shape and dtype; float32 for a floating target
@@ -156,7 +168,9 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
         >>> prepare_target(z, y, to_onehot_y=True)[1][0, :, 1, 0].tolist()
         [0.0, 0.0, 1.0]
     """
-    z, t = check_target(logits, target, to_onehot_y)
+    z, t = check_target(logits, target, to_onehot_y, binary)
+    if to_onehot_y and binary and z.shape[1] == 1:
+        return z, t.to(z.dtype)  # the mask itself (0 and 1 are exact in any dtype)
     if to_onehot_y:
         onehot = torch.zeros_like(z, memory_format=torch.contiguous_format).scatter_(1, t.long(), 1.0)
         return z, onehot
@@ -372,7 +386,7 @@ class SVLSLoss(_Loss):
         Returns:
             A scalar, or ``(B, 1, *spatial)`` with ``reduction="none"``.
         """
-        z, onehot = prepare_target(input, target, self.to_onehot_y)
+        z, onehot = prepare_target(input, target, self.to_onehot_y, self.use_sigmoid)
         return check_finite_loss(self.loss_of_onehot(z, onehot), z, onehot, unit_target=not self.to_onehot_y)
 
 
@@ -523,7 +537,7 @@ class L1ACELoss(_Loss):
             ValueError: a one-hot target with a value outside ``[0, 1]``, non-finite logits or target, and the
                 checks of :func:`check_target`.
         """
-        z, onehot = prepare_target(input, target, self.to_onehot_y)
+        z, onehot = prepare_target(input, target, self.to_onehot_y, self.use_sigmoid)
         return check_finite_loss(self.loss_of_onehot(z, onehot), z, onehot, unit_target=not self.to_onehot_y)
 
     def loss_of_onehot(self, z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
@@ -625,7 +639,7 @@ class DiceSVLSLoss(_Loss):
         Returns:
             A scalar tensor.
         """
-        z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y))
+        z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y, self.svls.use_sigmoid))
         value = self.lambda_dice * self.dice(z, onehot) + self.lambda_svls * self.svls.loss_of_onehot(z, onehot)
         return check_finite_loss(value, z, onehot, unit_target=not self.to_onehot_y)
 
@@ -777,7 +791,7 @@ class DiceCEL1ACELoss(_Loss):
         Returns:
             A scalar tensor.
         """
-        z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y))
+        z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y, self.use_sigmoid))
         if self.use_sigmoid:
             ce = _soft_binary_cross_entropy(z, onehot).mean()
         else:

@@ -321,9 +321,17 @@ def check_fit_is_defined(logits: Sequence[torch.Tensor], targets: Sequence[torch
     flat = nll_flat_at_zero(slope_r, size_r, per_class).reshape(-1)
     names = [str(r) for r in range(len(wrong_r))] if region_names is None else [str(r) for r in region_names]
     fallback = ("; --mode scalar fits one temperature shared by the regions" if per_region else "")
-    for r, wrong in enumerate(wrong_r.tolist()):  # first the regions never wrong (the plainer case), then the others
+    # first the tasks never wrong (the plainer case), then the others
+    for r, (wrong, total, grows) in enumerate(zip(wrong_r.tolist(), total_r.tolist(), flat.tolist())):
+        what = f"region {names[r]!r} of " if per_region else ""
+        if wrong == 0 and grows and total:
+            # none wrong and not falling at 1 / t = 0: every voxel's logits are equal (an untrained or unloaded head),
+            # which was reported as a network that "predicts every voxel right" (found by hostile review 60)
+            equal = "0" if sigmoid else "equal for every class"
+            raise ValueError(f"--labels: the network's logits are {equal} at every voxel of {what}the {n_cases} "
+                             "calibration case(s) (no voxel is predicted right or wrong), so the NLL does not depend "
+                             "on the temperature; is the checkpoint trained and loaded?")
         if wrong == 0:
-            what = f"region {names[r]!r} of " if per_region else ""
             raise ValueError(f"--labels: the network predicts every voxel of {what}the {n_cases} calibration case(s) "
                              "right, so no temperature fits them (the NLL keeps falling as it goes to 0); calibrate "
                              f"on cases where the network makes errors{fallback}")
