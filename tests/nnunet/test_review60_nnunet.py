@@ -1,0 +1,51 @@
+"""Hostile review 60 of the nnU-Net integration (``monai_unc.nnunet``): each test compares against nnU-Net's own code
+(its predictor, its trainers' transforms) or a brute-force numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("nnunetv2")
+
+from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor  # noqa: E402
+
+from monai_unc.nnunet.calibrate import calibrate_model_folder  # noqa: E402
+from tests.nnunet.test_calibrate_hostile import write_preprocessed  # noqa: E402
+from tests.nnunet.test_predictor_hostile import write_model_folder  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+# ------------------------------------------------------------------------------------------ nnunet-calibrate
+def test_temperature_fit_reads_label_minus_one_as_background_as_nnunet_does(tmp_path):
+    """nnU-Net's preprocessing writes -1 into the reference where it is 0 outside the non-zero mask, *inside* the
+    cropped box: those voxels are predicted and written with the network's probabilities, and nnU-Net's training and
+    validation transforms read them as background (``RemoveLabelTansform(-1, 0)``). The fit left them out, as if they
+    were outside the crop: the validation NLL at t = 1 was that of the other voxels only. Reference: stock
+    ``nnUNetPredictor``'s logits of the validation cases and the NLL over every voxel, -1 read as 0 (numpy)."""
+    cases = ("a", "b")
+    pre = write_preprocessed(tmp_path / "pre", cases=cases)
+    folder = pre / "Dataset999_Unit" / "unit"
+    for c in cases:  # the first four slices: zero intensity, outside the non-zero mask (nnU-Net's -1)
+        arrays = dict(np.load(folder / f"{c}.npz"))
+        arrays["seg"][0, :4] = -1
+        arrays["data"][0, :4] = 0.0
+        np.savez(folder / f"{c}.npz", **arrays)
+    model = write_model_folder(tmp_path / "model", folds=(0,))
+    report = calibrate_model_folder(model, tmp_path / "calibrated", use_folds=(0,), preprocessed_dir=pre,
+                                    use_mirroring=False, max_steps=5)
+    stock = nnUNetPredictor(use_mirroring=False, device=torch.device("cpu"), allow_tqdm=False)
+    stock.initialize_from_trained_model_folder(str(model), (0,))
+    nll = []
+    for c in cases:
+        arrays = np.load(folder / f"{c}.npz")
+        z = stock.predict_logits_from_preprocessed_data(torch.from_numpy(arrays["data"])).to(torch.float16)
+        z = z.double().numpy()
+        y = arrays["seg"][0].astype(np.int64)
+        y[y < 0] = 0  # nnU-Net's RemoveLabelTansform(-1, 0)
+        log_p = z - z.max(0) - np.log(np.exp(z - z.max(0)).sum(0))
+        nll.append(-np.take_along_axis(log_p, y[None], 0)[0].ravel())
+    expected = float(np.concatenate(nll).mean())
+    assert report["0"]["nll_t1"] == pytest.approx(expected, rel=1e-5)
