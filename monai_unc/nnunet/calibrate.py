@@ -25,7 +25,7 @@ from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
 from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
 from torch import nn
 
-from monai_unc._utils import check_bool
+from monai_unc._utils import check_bool, plain_module
 from monai_unc.io import (
     OUTPUT_LOCK_FILE,
     MappedArrays,
@@ -369,7 +369,9 @@ def _calibrate_folds(src: Path, staging: Path, final: Path, splits: dict[int, li
             scaler, nll_t1, nll_fit = _fit_fold(predictor, dataset, folder, keys, splits_file, regions, store, mode,
                                                 loss, activation, scaler_kwargs)
         ckpt = torch.load(src / f"fold_{fold_key}" / checkpoint_name, map_location="cpu", weights_only=False)
-        net = copy.deepcopy(predictor.network).cpu().eval()
+        # the module under nnU-Net's torch.compile wrapper (nnUNet_compile=1): the checkpoint's keys carry no
+        # ``_orig_mod.`` (found by hostile review 60: a RuntimeError after every validation case was predicted)
+        net = copy.deepcopy(plain_module(predictor.network)).cpu().eval()
         net.load_state_dict(ckpt["network_weights"])
         example = torch.randn(1, _input_channels(predictor), *predictor.configuration_manager.patch_size)
         scaler.fold_into(net, layer=segmentation_layer_name(net), example_input=example)

@@ -49,3 +49,24 @@ def test_temperature_fit_reads_label_minus_one_as_background_as_nnunet_does(tmp_
         nll.append(-np.take_along_axis(log_p, y[None], 0)[0].ravel())
     expected = float(np.concatenate(nll).mean())
     assert report["0"]["nll_t1"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_calibrate_under_nnunet_compile_writes_the_plain_checkpoint(tmp_path, monkeypatch):
+    """With ``nnUNet_compile=1`` (nnU-Net's switch for ``torch.compile``) nnU-Net's predictor holds the network as a
+    ``torch.compile`` wrapper: the calibrated copy's weights were loaded into a copy of the wrapper, whose keys carry
+    ``_orig_mod.``, a RuntimeError traceback after every validation case was predicted. The copy must hold the
+    checkpoint's own keys, the segmentation layer divided by t (the same as without compiling)."""
+    import functools
+
+    pre = write_preprocessed(tmp_path / "pre", cases=("a",))
+    model = write_model_folder(tmp_path / "model", folds=(0,))
+    kw = {"use_folds": (0,), "preprocessed_dir": pre, "use_mirroring": False, "max_steps": 3}
+    plain = calibrate_model_folder(model, tmp_path / "plain", **kw)
+    # a real torch.compile wrapper, without inductor's compilation of C++ code (minutes on a CPU)
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    monkeypatch.setenv("nnUNet_compile", "1")
+    compiled = calibrate_model_folder(model, tmp_path / "compiled", **kw)
+    assert compiled == plain
+    a = torch.load(tmp_path / "plain" / "fold_0" / "checkpoint_final.pth", weights_only=False)["network_weights"]
+    b = torch.load(tmp_path / "compiled" / "fold_0" / "checkpoint_final.pth", weights_only=False)["network_weights"]
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
