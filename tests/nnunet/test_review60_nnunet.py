@@ -70,3 +70,40 @@ def test_calibrate_under_nnunet_compile_writes_the_plain_checkpoint(tmp_path, mo
     a = torch.load(tmp_path / "plain" / "fold_0" / "checkpoint_final.pth", weights_only=False)["network_weights"]
     b = torch.load(tmp_path / "compiled" / "fold_0" / "checkpoint_final.pth", weights_only=False)["network_weights"]
     assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ------------------------------------------------------------------------------------------ nnUNet_compile
+def _compiled_eager(monkeypatch) -> None:
+    """nnU-Net's ``nnUNet_compile=1`` with a real ``torch.compile`` wrapper, without inductor's C++ compilation."""
+    import functools
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    monkeypatch.setenv("nnUNet_compile", "1")
+
+
+def test_posthoc_dropout_reaches_a_compiled_network_that_ran_before(tmp_path, monkeypatch):
+    """Under ``nnUNet_compile=1`` nnU-Net's predictor holds a ``torch.compile`` wrapper. Dynamo does not guard on module
+    hooks, so code compiled by an earlier predictor of the process (same network class, no dropout) ran the next
+    predictor's network without the post-hoc dropout it was given: ``--sources dropout --dropout_p 0.2`` gave mutual
+    information 5e-9 (every sample the deterministic pass) instead of 0.023. The reference is the same predictor
+    without compiling."""
+    import monai_unc.nnunet as mun
+
+    model = write_model_folder(tmp_path / "model", folds=(0, 1))
+    data = torch.randn(1, 20, 18, 17, generator=torch.Generator().manual_seed(0))
+    kw = {"uncertainty_sources": ("dropout",), "dropout_p": 0.2, "num_samples": 3, "seed": 0, "share_passes": False}
+
+    def run(**kw):
+        p = mun.UncertaintyPredictor(device=torch.device("cpu"), allow_tqdm=False, use_mirroring=False, **kw)
+        p.initialize_from_trained_model_folder(str(model), (1,))
+        r = p.predict_uncertainty_from_preprocessed_data(data)
+        return r.measures(["mutual_information"])["mutual_information"], r.moments["pred"]
+
+    reference = run(**kw)
+    _compiled_eager(monkeypatch)
+    with pytest.warns(UserWarning, match="single fold"):
+        run(uncertainty_sources=("folds",))  # compiles the network class's forward without dropout
+    mi, pred = run(**kw)
+    assert float(reference[0].mean()) > 0.01
+    torch.testing.assert_close(mi, reference[0])
+    torch.testing.assert_close(pred, reference[1])
