@@ -597,7 +597,10 @@ class UncertaintyPredictor(nnUNetPredictor):
                 raise ValueError(
                     "'rate_in' with several folds needs 'folds' as an uncertainty source (Rate-In tunes one network)"
                 )
-            stack.enter_context(self._rate_in.activate(self._net()))
+            # through nnU-Net's torch.compile wrapper (nnUNet_compile=1), which drops compiled code that predates the
+            # layers (found by hostile review 60: code another predictor compiled ran without them, "none of the
+            # Rate-In layers ran")
+            stack.enter_context(self._rate_in.activate(self.network))
         if "ssn" in self.uncertainty_sources:  # every forward pass draws a new latent sample of the SSN head
             for net in self._ensemble if self._ensemble is not None else [self._net()]:
                 stack.enter_context(ssn_sampling(net))

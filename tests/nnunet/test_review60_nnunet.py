@@ -107,3 +107,29 @@ def test_posthoc_dropout_reaches_a_compiled_network_that_ran_before(tmp_path, mo
     assert float(reference[0].mean()) > 0.01
     torch.testing.assert_close(mi, reference[0])
     torch.testing.assert_close(pred, reference[1])
+
+
+def test_rate_in_reaches_a_compiled_network_that_ran_before(tmp_path, monkeypatch):
+    """``--sources rate_in`` under ``nnUNet_compile=1`` after another predictor of the process had run the network
+    class compiled: the Rate-In layers went on the module under the wrapper, the stale compiled code ran without them
+    and the case failed with "none of the 3 Rate-In layer(s) ran in the forward pass". Reference: the same prediction
+    without compiling (maps and the mean searched rates)."""
+    import monai_unc.nnunet as mun
+
+    model = write_model_folder(tmp_path / "model", folds=(0, 1))
+    data = torch.randn(1, 20, 18, 17, generator=torch.Generator().manual_seed(0))
+    kw = {"uncertainty_sources": ("rate_in",), "num_samples": 3, "seed": 0, "share_passes": False}
+
+    def run(**kw):
+        p = mun.UncertaintyPredictor(device=torch.device("cpu"), allow_tqdm=False, use_mirroring=False, **kw)
+        p.initialize_from_trained_model_folder(str(model), (1,))
+        return p.predict_uncertainty_from_preprocessed_data(data)
+
+    reference = run(**kw)
+    _compiled_eager(monkeypatch)
+    with pytest.warns(UserWarning, match="single fold"):
+        run(uncertainty_sources=("folds",))  # compiles the network class's forward without Rate-In
+    result = run(**kw)
+    assert result.extras == reference.extras
+    for k, v in reference.moments.items():
+        torch.testing.assert_close(result.moments[k], v)
