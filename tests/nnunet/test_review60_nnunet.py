@@ -102,11 +102,16 @@ def test_posthoc_dropout_reaches_a_compiled_network_that_ran_before(tmp_path, mo
     reference = run(**kw)
     _compiled_eager(monkeypatch)
     with pytest.warns(UserWarning, match="single fold"):
-        run(uncertainty_sources=("folds",))  # compiles the network class's forward without dropout
+        deterministic = run(uncertainty_sources=("folds",))  # compiles the network class's forward without dropout
     mi, pred = run(**kw)
     assert float(reference[0].mean()) > 0.01
     torch.testing.assert_close(mi, reference[0])
     torch.testing.assert_close(pred, reference[1])
+    # and the code compiled with the dropout does not reach a later network of the class without it
+    with pytest.warns(UserWarning, match="single fold"):
+        again = run(uncertainty_sources=("folds",))
+    torch.testing.assert_close(again[1], deterministic[1], rtol=0, atol=0)
+    assert float(again[0].abs().max()) == 0.0
 
 
 def test_rate_in_reaches_a_compiled_network_that_ran_before(tmp_path, monkeypatch):
