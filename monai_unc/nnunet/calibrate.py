@@ -25,7 +25,7 @@ from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
 from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
 from torch import nn
 
-from monai_unc._utils import check_bool
+from monai_unc._utils import check_bool, plain_module
 from monai_unc.io import (
     OUTPUT_LOCK_FILE,
     MappedArrays,
@@ -99,7 +99,8 @@ def calibrate_model_folder(
     predicted from nnU-Net's preprocessed data with the fold's network (stock logit averaging over the mirrors),
     and :class:`monai_unc.temperature.TemperatureScaler` (Kock et al.: RMSprop from t = 2; ``mode``, ``loss`` and
     ``scaler_kwargs`` as there) is fitted on every voxel of them against the preprocessed reference
-    (voxels outside nnU-Net's non-zero crop, label -1, and the ignore label are left out). The temperature is then
+    (nnU-Net's label -1, voxels of the cropped box outside the non-zero mask, read as background as nnU-Net's
+    trainer reads them; the ignore label is left out). The temperature is then
     folded into the fold's segmentation layer (weights and bias divided by t) in a copy of the model folder at
     ``output_dir`` (plans, dataset and fingerprint copied; each calibrated checkpoint carries its t as
     ``monai_unc_temperature``, which the predictor records; ``temperature.json`` records the checkpoint name, the
@@ -178,7 +179,7 @@ def calibrate_model_folder(
     chosen = sorted(k for k in ("activation", "ignore_index") if k in scaler_kwargs)
     if chosen:  # activation="sigmoid" was a TypeError ("multiple values") after the first fold's cases were predicted
         raise ValueError(f"scaler_kwargs must not set {' or '.join(chosen)}: the activation is the model's (softmax, "
-                         "or sigmoid per region) and the left-out voxels (outside the crop, the ignore label) are -1")
+                         "or sigmoid per region) and the left-out voxels (the ignore label) are -1")
     TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, **scaler_kwargs)  # refuses a bad mode / loss / kwarg
     if src.resolve() == dst.resolve():
         raise ValueError("output_dir must differ from the model folder: the calibrated checkpoints are a copy")
@@ -368,7 +369,9 @@ def _calibrate_folds(src: Path, staging: Path, final: Path, splits: dict[int, li
             scaler, nll_t1, nll_fit = _fit_fold(predictor, dataset, folder, keys, splits_file, regions, store, mode,
                                                 loss, activation, scaler_kwargs)
         ckpt = torch.load(src / f"fold_{fold_key}" / checkpoint_name, map_location="cpu", weights_only=False)
-        net = copy.deepcopy(predictor.network).cpu().eval()
+        # the module under nnU-Net's torch.compile wrapper (nnUNet_compile=1): the checkpoint's keys carry no
+        # ``_orig_mod.`` (found by hostile review 60: a RuntimeError after every validation case was predicted)
+        net = copy.deepcopy(plain_module(predictor.network)).cpu().eval()
         net.load_state_dict(ckpt["network_weights"])
         example = torch.randn(1, _input_channels(predictor), *predictor.configuration_manager.patch_size)
         scaler.fold_into(net, layer=segmentation_layer_name(net), example_input=example)
@@ -399,6 +402,10 @@ def _fit_fold(predictor: nnUNetPredictor, dataset: Any, folder: Path, keys: Sequ
         del data
         y = torch.from_numpy(seg[0].astype(np.int64))
         del seg
+        # -1 marks nnU-Net's voxels outside the non-zero mask, inside the cropped box: predicted and written like the
+        # others, and background to nnU-Net's training and validation (RemoveLabelTansform(-1, 0)); found by hostile
+        # review 60: they were left out of the fit
+        y[y == -1] = 0
         y[y < 0] = -1
         if lm.has_ignore_label:
             y[y == lm.ignore_label] = -1
@@ -426,8 +433,8 @@ def _fit_fold(predictor: nnUNetPredictor, dataset: Any, folder: Path, keys: Sequ
 def region_targets(labels: torch.Tensor, regions: Sequence[tuple[int, ...]]) -> torch.Tensor:
     """Binary region masks of a label map, the targets of a region-based temperature fit.
 
-    Region ``r`` is ``isin(labels, regions[r])``; voxels labelled -1 (outside nnU-Net's crop, the ignore label) are
-    -1 in every region (left out of the fit).
+    Region ``r`` is ``isin(labels, regions[r])``; voxels labelled -1 (the ignore label, set to -1 by the fit) are -1
+    in every region (left out of the fit).
 
     Args:
         labels: the label map ``(*spatial)``, integer, -1 where a voxel is left out.

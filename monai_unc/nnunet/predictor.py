@@ -507,7 +507,10 @@ class UncertaintyPredictor(nnUNetPredictor):
             modules, hooks = find_dropout_layers(self._net())
             if self.dropout_p is not None and not hooks:  # a freshly built network: insert the post-hoc dropout
                 # (on top of dropout layers it has already: add_dropout warns)
-                self._posthoc_sites = add_posthoc_dropout(self._net(), self.dropout_p)
+                # the network as held (a torch.compile wrapper under nnUNet_compile=1): its compiled code, or code an
+                # earlier network of the class compiled, ran without the new hooks (dynamo does not guard on hooks;
+                # found by hostile review 60: MC-dropout mutual information 5e-9 instead of 0.023), so it is dropped
+                self._posthoc_sites = add_posthoc_dropout(self.network, self.dropout_p)
             modules, hooks = find_dropout_layers(self._net())
             if not modules and not hooks:
                 raise ValueError(
@@ -594,7 +597,10 @@ class UncertaintyPredictor(nnUNetPredictor):
                 raise ValueError(
                     "'rate_in' with several folds needs 'folds' as an uncertainty source (Rate-In tunes one network)"
                 )
-            stack.enter_context(self._rate_in.activate(self._net()))
+            # through nnU-Net's torch.compile wrapper (nnUNet_compile=1), which drops compiled code that predates the
+            # layers (found by hostile review 60: code another predictor compiled ran without them, "none of the
+            # Rate-In layers ran")
+            stack.enter_context(self._rate_in.activate(self.network))
         if "ssn" in self.uncertainty_sources:  # every forward pass draws a new latent sample of the SSN head
             for net in self._ensemble if self._ensemble is not None else [self._net()]:
                 stack.enter_context(ssn_sampling(net))

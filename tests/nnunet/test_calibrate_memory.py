@@ -31,7 +31,7 @@ REGIONS_JSON = {"channel_names": {"0": "MRI"}, "labels": {"background": 0, "whol
 
 
 def _preprocessed(base: Path, cases=CASES) -> Path:
-    """``write_preprocessed`` with its first two slices outside nnU-Net's crop (-1): left out of the fit."""
+    """``write_preprocessed`` with its first two slices outside nnU-Net's non-zero mask (-1): background to the fit."""
     pre = write_preprocessed(base, splits=[{"train": ["t"], "val": list(cases)}])
     for c in cases:
         f = base / "Dataset999_Unit" / "unit" / f"{c}.npz"
