@@ -28,6 +28,7 @@ import json
 import os
 import pickle
 import sys
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -282,6 +283,8 @@ def run_cases(
             in a case).
         TypeError: ``process``, ``key`` or a hook is not callable, ``cache`` is not a :class:`CaseCache` or
             ``command`` not a string (before any work).
+        ValueError: two items have one case id (on every rank, before rank 0 holds ``lock``, prepares the cache
+            or runs ``setup``).
 
     Example:
         >>> run = run_cases(["b", "a"], str.upper, command="toy", key=str, summarize=lambda r: "".join(r.results))
@@ -304,6 +307,10 @@ def run_cases(
         try:
             listed = list(items() if callable(items) else items)
             ids = [str(key(c)) for c in listed]
+            # found by hostile testing (review 60): a list with a repeated id was refused only by the sharding,
+            # after rank 0 had taken the output folder, created the cache folder and run ``setup`` (which may
+            # remove an earlier run's outputs)
+            _check_unique_ids(ids)
             if agree is not None:
                 agreed = agree(listed)
                 if ctx.distributed:
@@ -390,6 +397,14 @@ def run_cases(
             raise CasesFailed(outcome[1], results=outcome[2])
         run.summary = outcome[1]
         return run
+
+
+def _check_unique_ids(ids: Sequence[str]) -> None:
+    """``ValueError`` naming the repeated case ids (each case must be listed once), as :func:`shard` refuses them."""
+    counts = Counter(ids)
+    if len(counts) != len(ids):
+        dup = sorted(i for i, n in counts.items() if n > 1)
+        raise ValueError(f"items must have unique ids, got duplicates {dup[:5]}")
 
 
 class _Discard:
