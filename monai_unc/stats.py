@@ -1142,14 +1142,17 @@ class SampleStats:
 
         Returns:
             ``sum_w``, ``num_updates``, ``sum_p``, ``sum_h`` (and ``sum_p2`` with variance) plus ``out_dtype``,
-            ``multilabel`` and ``class_variance``; the tensors are the live sums (not copies).
+            ``accum_dtype`` (the sums' dtype, which a copy through numpy may change: bfloat16 sums travel as float32,
+            :func:`monai_unc.state.as_array`), ``multilabel`` and ``class_variance``; the tensors are the live sums
+            (not copies).
 
         Raises:
             ValueError: no sample was added.
         """
         self._require()
         state = {"sum_w": self.sum_w, "num_updates": self.num_updates, "sum_p": self.sum_p, "sum_h": self.sum_h,
-                 "out_dtype": str(self.out_dtype).replace("torch.", ""), "multilabel": self.multilabel,
+                 "out_dtype": str(self.out_dtype).replace("torch.", ""),
+                 "accum_dtype": str(self.sum_p.dtype).replace("torch.", ""), "multilabel": self.multilabel,
                  "class_variance": self.class_variance}
         if self.track_variance:
             state["sum_p2"] = self.sum_p2
@@ -1160,7 +1163,8 @@ class SampleStats:
 
         Args:
             state: a :meth:`state_dict` (e.g. after ``all_reduce``); the tensors are copied in the accumulation dtype
-                (that of ``sum_p`` when unset), except these statistics' own live sums (their own ``state_dict()``).
+                (when unset: the state's ``accum_dtype``, else that of ``sum_p``), except these statistics' own live
+                sums (their own ``state_dict()``).
 
         Returns:
             ``self``.
@@ -1169,14 +1173,14 @@ class SampleStats:
             TypeError: a flag is not ``True`` / ``False``, a sum not a floating point tensor, a count not a number.
             ValueError: a missing entry, ``sum_w`` not positive and finite, ``num_updates`` negative, sums of shapes
                 that do not belong together or holding NaN / inf, means no probabilities give
-                (:func:`check_moments`), or ``out_dtype`` not the name of a floating point dtype. States are read
-                from files (:func:`monai_unc.state.unpack_states`): untrusted input (found by hostile testing:
-                ``sum_w=0`` gave NaN maps, a negative one negative probabilities, a negated ``sum_h`` an MI above PE,
-                ``multilabel="False"`` per-channel maps, all without a word).
+                (:func:`check_moments`), or ``out_dtype`` / ``accum_dtype`` not the name of a floating point dtype.
+                States are read from files (:func:`monai_unc.state.unpack_states`): untrusted input (found by hostile
+                testing: ``sum_w=0`` gave NaN maps, a negative one negative probabilities, a negated ``sum_h`` an MI
+                above PE, ``multilabel="False"`` per-channel maps, all without a word).
         """
         state = _checked_state(state)
-        if self.accum_dtype is None:
-            self.accum_dtype = state["sum_p"].dtype
+        if self.accum_dtype is None:  # the dtype the sums were kept in (bfloat16 sums travel as float32)
+            self.accum_dtype = state["accum_dtype"] or state["sum_p"].dtype
 
         def own(t: torch.Tensor, current: torch.Tensor | None) -> torch.Tensor:
             # a copy: the later updates add into the sums in place, and a state's tensors are another statistics'
@@ -1309,11 +1313,15 @@ def _checked_state(state: Mapping) -> dict[str, Any]:
     out["num_updates"] = int(n)
     for name, default in (("multilabel", False), ("class_variance", True)):
         out[name] = check_bool(_state_value(state.get(name, default)), name)
-    name = str(_state_value(state.get("out_dtype", "float32")))
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"out_dtype must name a floating point torch dtype (e.g. 'float32'), got {name!r}")
-    out["out_dtype"] = dtype
+    for key, default in (("out_dtype", "float32"), ("accum_dtype", None)):
+        name = str(_state_value(state.get(key, default)))
+        if key == "accum_dtype" and state.get(key) is None:  # a state of an earlier version: the sums' dtype
+            out[key] = None
+            continue
+        dtype = getattr(torch, name, None)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"{key} must name a floating point torch dtype (e.g. 'float32'), got {name!r}")
+        out[key] = dtype
     for key in ("sum_p", "sum_h", "sum_p2"):
         if key in state:
             v = state[key]
@@ -1341,7 +1349,10 @@ def _checked_state(state: Mapping) -> dict[str, Any]:
     try:
         # the tolerance of the samples' checks (found by hostile testing, review 59: the means of bfloat16 samples,
         # accepted by update with bfloat16's 0.031, were refused with float64's 1e-3: such a state was not loadable)
-        tol = max(probability_tolerance(sum_p.dtype), probability_tolerance(out["out_dtype"]))
+        # and of the sums' own dtype (found by hostile testing, review 60: bfloat16 sums, which travel as float32,
+        # were refused with float32's 1e-3 after 5 samples)
+        tol = max(probability_tolerance(sum_p.dtype), probability_tolerance(out["out_dtype"]),
+                  probability_tolerance(out["accum_dtype"] or sum_p.dtype))
         check_moments(sum_p / w, out["sum_h"] / w, mean_sq if per_class else None,
                       None if per_class else mean_sq, multilabel, tol=None if multilabel else tol)
     except ValueError as e:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+import warnings
 
-from monai_unc.engine import CaseCache, run_cases
+import numpy as np
+import pytest
+import torch
+
+from monai_unc.engine import CaseCache, DistContext, reduce_state, run_cases
+from monai_unc.state import as_array, pack_states, unpack_states
+from monai_unc.stats import SampleStats
 
 
 def test_repeated_case_ids_are_refused_before_the_set_up_and_any_folder(tmp_path):
@@ -16,3 +22,41 @@ def test_repeated_case_ids_are_refused_before_the_set_up_and_any_folder(tmp_path
                   cache=CaseCache(tmp_path / "state"), lock=tmp_path / "out")
     assert ran == []
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _bf16_stats() -> SampleStats:
+    gen = torch.Generator().manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # half-precision sums warn
+        stats = SampleStats(accum_dtype=torch.bfloat16)
+    for _ in range(5):
+        stats.update(torch.softmax(2 * torch.randn(1, 3, 500, generator=gen), dim=1))
+    return stats
+
+
+def test_bfloat16_sums_pack_and_reduce_exactly():
+    """Regression: a SampleStats of bfloat16 sums (accepted, with a warning) could not be packed, saved or reduced
+    over ranks: numpy has no bfloat16 and ``as_array`` ended in ``TypeError: Got unsupported ScalarType BFloat16``.
+    They travel as float32, which holds every bfloat16 value exactly, and are read back as bfloat16 sums with
+    bfloat16's tolerance (float32's 1e-3 refused these 5 samples, whose means' sums are off 1 by 6e-3)."""
+    x = torch.tensor([1.5, -3.0e38, 2.0**-130], dtype=torch.bfloat16)
+    got = as_array(x)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, x.float().numpy())
+    stats = _bf16_stats()
+    assert float((stats.mean.double().sum(1) - 1).abs().max()) > 1e-3
+    for back in (unpack_states(pack_states({"s": stats}))["s"], reduce_state(stats, DistContext())):
+        assert back.count == stats.count == 5.0 and back.num_updates == 5 and back.accum_dtype == torch.bfloat16
+        for name in ("sum_p", "sum_h", "sum_p2"):
+            assert torch.equal(getattr(back, name), getattr(stats, name)), name  # bit for bit, in bfloat16
+        m1, m2 = stats.measures(), back.measures()
+        assert all(torch.equal(m1[k], m2[k]) for k in m1)
+
+
+def test_a_state_without_accum_dtype_reads_its_sums_dtype_and_a_bad_one_is_refused():
+    """States of earlier versions have no ``accum_dtype``: the sums' dtype; a name of no float dtype is refused."""
+    stats = SampleStats().update(torch.tensor([[[0.25], [0.75]]], dtype=torch.float32))
+    state = {k: v for k, v in stats.state_dict().items() if k != "accum_dtype"}
+    assert SampleStats.from_state_dict(state).accum_dtype == torch.float64
+    with pytest.raises(ValueError, match="accum_dtype must name a floating point torch dtype"):
+        SampleStats.from_state_dict({**state, "accum_dtype": "int8"})
