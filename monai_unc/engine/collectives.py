@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .._utils import stderr_line
+from .._utils import canonical_text, stderr_line
 from ..io import CaseError, atomic_write_json
 from ..metrics.calibration import ConfidenceHistogram
 from ..state import MergeableState, as_array, record_arrays
@@ -731,14 +731,17 @@ def check_same(value: Any, ctx: DistContext, what: str) -> None:
     """Check that every rank passes an equal ``value`` (collective), e.g. the case list.
 
     Args:
-        value: this rank's value (picklable, compared with ``==``).
+        value: this rank's value (picklable), compared as canonical JSON text: a NaN equals itself, ``True``, ``1``
+            and ``1.0`` differ, arrays are compared element by element (found by hostile testing, review 60: compared
+            with ``==``, a NaN differed from itself, "rank 0 differs from rank 0" on one process, and an array raised
+            "truth value ... is ambiguous").
         ctx: the rank context.
         what: what ``value`` is, for the message.
 
     Raises:
         ValueError: on every rank, when a rank's value differs from rank 0's.
     """
-    values = all_gather_objects(value, ctx)
+    values = [canonical_text(v) for v in all_gather_objects(value, ctx)]
     bad = [r for r, v in enumerate(values) if v != values[0]]
     if bad:
         raise ValueError(f"ranks disagree on {what}: rank {bad[0]} differs from rank 0 (every rank must see the same "

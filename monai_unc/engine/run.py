@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import os
 import pickle
 import sys
@@ -35,7 +34,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .._utils import check_callable, stderr_line
+from .._utils import canonical_text, check_callable, stderr_line
 from ..io import check_case_ids_fit_folder, is_disk_full, output_lock
 from ..io.cases import settings_changes
 from .cache import CaseCache
@@ -432,7 +431,9 @@ def _check_sendable(obj: Any, what: str, where: str, remedy: str = "return plain
 def _check_agreement(value: Any, ctx: DistContext, command: str) -> None:
     """``ValueError`` on every rank when a rank's ``agree`` value differs from rank 0's (collective)."""
     values = all_gather_objects(value, ctx)
-    texts = [_canonical_text(v) for v in values]  # as text: a NaN setting equals itself
+    # as text: a NaN setting equals itself; arrays element by element (found by hostile testing, review 60: as
+    # their repr, two arrays of 2000 values that differed in the middle were taken for one), sets sorted
+    texts = [canonical_text(v) for v in values]
     bad = [r for r, t in enumerate(texts) if t != texts[0]]
     if not bad:
         return
@@ -444,11 +445,6 @@ def _check_agreement(value: Any, ctx: DistContext, command: str) -> None:
                      "every rank must run the same command on the same inputs (docs/distributed.md)")
 
 
-def _canonical_text(value: Any) -> str:
-    try:
-        return json.dumps(value, sort_keys=True, default=repr)
-    except (TypeError, ValueError):  # keys that do not sort
-        return repr(value)
 
 
 def _finish(

@@ -55,6 +55,7 @@ import torch
 
 from .._utils import (
     affine_voxel_volume,
+    canonical_text,
     check_probabilities,
     check_unit_interval,
     foreground_masks,
@@ -2861,9 +2862,11 @@ def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
     out = []
     for key in [*current, *(k for k in recorded if k not in current)]:
         old, new = recorded.get(key, missing), current.get(key, missing)
-        if old == new:
+        # as canonical text (found by hostile testing, review 60: with ==, a NaN setting was a change, and an
+        # array of a rank's agree value raised "truth value ... is ambiguous" instead of naming the difference)
+        if old is not missing and new is not missing and canonical_text(old) == canonical_text(new):
             continue
-        text = " -> ".join("(none)" if v is missing else json.dumps(v, default=str) for v in (old, new))
+        text = " -> ".join("(none)" if v is missing else canonical_text(v) for v in (old, new))  # an array whole
         out.append(f"{key} {text}" if len(text) <= width else f"{key} changed")
     return out
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from monai_unc.engine import CaseCache, DistContext, reduce_state, run_cases
+import monai_unc.engine.run as run_module
+from monai_unc._utils import canonical_text as _canonical_text
+from monai_unc.engine import CaseCache, DistContext, check_same, reduce_state, run_cases
+from monai_unc.io.cases import settings_changes
 from monai_unc.state import as_array, pack_states, unpack_states
 from monai_unc.stats import SampleStats
 
@@ -60,3 +64,29 @@ def test_a_state_without_accum_dtype_reads_its_sums_dtype_and_a_bad_one_is_refus
     assert SampleStats.from_state_dict(state).accum_dtype == torch.float64
     with pytest.raises(ValueError, match="accum_dtype must name a floating point torch dtype"):
         SampleStats.from_state_dict({**state, "accum_dtype": "int8"})
+
+
+def test_check_same_takes_a_nan_for_itself_and_compares_arrays():
+    """Regression: compared with ``==``, a NaN differed from itself (one process: "rank 0 differs from rank 0") and
+    an array raised "The truth value of an array ... is ambiguous"."""
+    for value in (float("nan"), {"t": [1.0, float("nan")]}, np.arange(3.0), torch.arange(3.0)):
+        check_same(value, DistContext(), "a setting")
+
+
+def test_rank_agreement_compares_every_element_of_an_array(monkeypatch):
+    """Regression: ``agree`` values were compared as JSON text with ``repr`` for the rest, and the repr of an array
+    of 2000 values elides its middle: a rank whose array differed there was taken to agree."""
+    ours = np.zeros(2000)
+    theirs = ours.copy()
+    theirs[1000] = 1.0
+    ctx = DistContext(rank=0, world_size=2)
+    monkeypatch.setattr(run_module, "all_gather_objects", lambda value, ctx: [{"w": ours}, {"w": theirs}])
+    with pytest.raises(ValueError, match=r"rank 1 runs toy with other options .*\(rank 0 -> rank 1: w changed\)"):
+        run_module._check_agreement({"w": ours}, ctx, "toy")
+    monkeypatch.setattr(run_module, "all_gather_objects", lambda value, ctx: [{"w": ours}, {"w": ours.copy()}])
+    run_module._check_agreement({"w": ours}, ctx, "toy")  # equal arrays agree
+    assert settings_changes({"t": float("nan"), "w": ours}, {"t": float("nan"), "w": ours.copy()}) == []
+    # a set's order follows the process's string hashing (PYTHONHASHSEED differs between torchrun's processes)
+    assert _canonical_text({"b", "a"}) == _canonical_text(frozenset(["a", "b"]))
+    assert json.loads(_canonical_text({"b", "a"})) == {"__set__": ['"a"', '"b"']}
+    assert len({_canonical_text(v) for v in (1, 1.0, True, np.int64(1), np.float32(1))}) == 5  # told apart
