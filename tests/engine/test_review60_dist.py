@@ -90,3 +90,58 @@ def test_rank_agreement_compares_every_element_of_an_array(monkeypatch):
     assert _canonical_text({"b", "a"}) == _canonical_text(frozenset(["a", "b"]))
     assert json.loads(_canonical_text({"b", "a"})) == {"__set__": ['"a"', '"b"']}
     assert len({_canonical_text(v) for v in (1, 1.0, True, np.int64(1), np.float32(1))}) == 5  # told apart
+
+
+def _three_ranks(rank: int, world: int, port: int, out: str) -> None:
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    from monai_unc.engine import all_reduce_sum, reduce_histogram
+    from monai_unc.metrics.calibration import ConfidenceHistogram
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    ctx = DistContext(rank=rank, world_size=world)
+    try:
+        probs, labels = _voxels()
+        hist = ConfidenceHistogram(3, n_fine_bins=48)
+        mine = [i for i in range(len(labels)) if rank < world - 1 and i % (world - 1) == rank]  # the last: none
+        for i in mine:
+            hist.update(probs[i][None], labels[i][None])
+        pooled = reduce_histogram(hist, ctx)
+        sums = all_reduce_sum({"n": np.array([len(mine), 2**40 * rank]), "x": np.array([0.1 * (rank + 1), 1e16])},
+                              ctx)
+        np.savez(os.path.join(out, f"rank{rank}.npz"), counts=pooled.counts.numpy(), sums=pooled.sums.numpy(),
+                 scalars=pooled.scalars.numpy(), n=sums["n"], x=sums["x"])
+    finally:
+        dist.destroy_process_group()
+
+
+def _voxels() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(60)
+    probs = rng.dirichlet([0.5, 0.5, 0.5], size=(5, 40)).transpose(0, 2, 1)  # 5 cases (C=3, 40 voxels)
+    return probs, rng.integers(0, 3, size=(5, 40))
+
+
+def test_three_ranks_one_without_cases_pool_as_one_process(tmp_path):
+    """3 gloo ranks, the last without a case: the pooled histogram is that of every voxel in one process (counts
+    exact, sums within float64 rounding), and all_reduce_sum adds in rank order on every rank (the same bits)."""
+    from monai_unc.metrics.calibration import ConfidenceHistogram
+    from tests._ranks import free_port, run_forked_ranks
+
+    run_forked_ranks(_three_ranks, (3, free_port(), str(tmp_path)), 3, 90)
+    probs, labels = _voxels()
+    one = ConfidenceHistogram(3, n_fine_bins=48)
+    one.update(probs.transpose(1, 0, 2).reshape(1, 3, -1), labels.reshape(1, -1))
+    got = [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(3)]
+    for g in got:
+        np.testing.assert_array_equal(g["counts"], one.counts.numpy())
+        np.testing.assert_allclose(g["sums"], one.sums.numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(g["scalars"], one.scalars.numpy(), rtol=1e-12)
+        assert g["n"].tolist() == [5, 3 * 2**40]
+        assert g["x"].tolist() == [(0.1 + 0.2) + 0.30000000000000004, (1e16 + 1e16) + 1e16]  # rank order
+        for k in g:
+            np.testing.assert_array_equal(g[k], got[0][k])  # the same bits on every rank
