@@ -545,6 +545,22 @@ def _as_array(x: Any, name: str) -> np.ndarray:
     raise ValueError(f"{name} must be an integer, boolean or floating array, got dtype {a.dtype}")
 
 
+def _exact_int64_sum(parts: Sequence[torch.Tensor], first: int) -> torch.Tensor:
+    """The sum of int64 ``parts`` in exact integers, as int64; ``ValueError`` where it leaves the int64 range.
+
+    Found by hostile testing (review 60): a partial sum in rank order that left the range raised although the total
+    (counts of mixed signs, e.g. ``2**63 - 1``, ``1`` and ``-1``) lies in it.
+    """
+    exact = parts[0].numpy().astype(object)
+    for p in parts[1:]:
+        exact = exact + p.numpy().astype(object)
+    flat = exact.reshape(-1)
+    if flat.size and (max(flat) > _INT64_MAX or min(flat) < -_INT64_MAX - 1):
+        raise ValueError(f"all_reduce_sum: the int64 sum overflows when rank {first}'s counts are added (the total "
+                         f"passes {_INT64_MAX})")
+    return torch.from_numpy(np.array(flat.tolist(), dtype=np.int64).reshape(exact.shape))
+
+
 def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -> Any:
     """Sum of ``x`` over all ranks, on every rank.
 
@@ -607,8 +623,8 @@ def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -
             # found by hostile testing: int64 counts whose sum passes 2**63 - 1 wrapped to a negative count without
             # a word; the sum overflowed where both addends have the sign the sum lacks (every rank sees the same)
             if before is not None and bool((((before ^ total) & (p ^ total)) < 0).any()):
-                raise ValueError(f"all_reduce_sum: the int64 sum overflows when rank {r}'s counts are added (the "
-                                 f"total passes {_INT64_MAX})")
+                total = _exact_int64_sum(parts, r)  # a partial sum left the range: the total may not (mixed signs)
+                break
         total_np, start = total.numpy(), 0
         for k in keys:
             n = arrays[k].size

@@ -114,8 +114,10 @@ def _three_ranks(rank: int, world: int, port: int, out: str) -> None:
         pooled = reduce_histogram(hist, ctx)
         sums = all_reduce_sum({"n": np.array([len(mine), 2**40 * rank]), "x": np.array([0.1 * (rank + 1), 1e16])},
                               ctx)
+        # counts of mixed signs: the partial sum 2**63 - 1 + 1 leaves the int64 range, the total does not (it raised)
+        top = all_reduce_sum(np.array([[2**63 - 1, 1, -1][rank], -5]), ctx)
         np.savez(os.path.join(out, f"rank{rank}.npz"), counts=pooled.counts.numpy(), sums=pooled.sums.numpy(),
-                 scalars=pooled.scalars.numpy(), n=sums["n"], x=sums["x"])
+                 scalars=pooled.scalars.numpy(), n=sums["n"], x=sums["x"], top=top)
     finally:
         dist.destroy_process_group()
 
@@ -128,7 +130,10 @@ def _voxels() -> tuple[np.ndarray, np.ndarray]:
 
 def test_three_ranks_one_without_cases_pool_as_one_process(tmp_path):
     """3 gloo ranks, the last without a case: the pooled histogram is that of every voxel in one process (counts
-    exact, sums within float64 rounding), and all_reduce_sum adds in rank order on every rank (the same bits)."""
+    exact, sums within float64 rounding), and all_reduce_sum adds in rank order on every rank (the same bits).
+
+    Regression (review 60): an int64 sum whose partial sum in rank order left the range raised although the total of
+    the mixed-sign counts (2**63 - 1, 1, -1) lies in it."""
     from monai_unc.metrics.calibration import ConfidenceHistogram
     from tests._ranks import free_port, run_forked_ranks
 
@@ -142,6 +147,7 @@ def test_three_ranks_one_without_cases_pool_as_one_process(tmp_path):
         np.testing.assert_allclose(g["sums"], one.sums.numpy(), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(g["scalars"], one.scalars.numpy(), rtol=1e-12)
         assert g["n"].tolist() == [5, 3 * 2**40]
+        assert g["top"].dtype == np.int64 and g["top"].tolist() == [2**63 - 1, -15]
         assert g["x"].tolist() == [(0.1 + 0.2) + 0.30000000000000004, (1e16 + 1e16) + 1e16]  # rank order
         for k in g:
             np.testing.assert_array_equal(g[k], got[0][k])  # the same bits on every rank
