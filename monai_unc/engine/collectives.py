@@ -470,6 +470,12 @@ def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
     return out
 
 
+def _check_rank(rank: Any, name: str, ctx: DistContext) -> None:
+    """``ValueError`` naming ``name`` unless ``rank`` is an integer rank of ``ctx`` (``[0, world_size)``)."""
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < ctx.world_size:
+        raise ValueError(f"{name} must be a rank in [0, {ctx.world_size}), got {rank!r}")
+
+
 def gather_objects(obj: Any, ctx: DistContext, dst: int = 0) -> list[Any] | None:
     """Every rank's ``obj`` in rank order on rank ``dst`` (collective).
 
@@ -483,16 +489,16 @@ def gather_objects(obj: Any, ctx: DistContext, dst: int = 0) -> list[Any] | None
         single process.
 
     Raises:
-        ValueError: ``dst`` is not a rank.
+        ValueError: ``dst`` is not a rank (for a single process too: found by hostile testing, review 60, a call that
+            passed on one process failed on several).
 
     Example:
         >>> gather_objects(7, DistContext())
         [7]
     """
+    _check_rank(dst, "dst", ctx)
     if not ctx.distributed:
         return [obj]
-    if not 0 <= dst < ctx.world_size:
-        raise ValueError(f"dst must be a rank in [0, {ctx.world_size}), got {dst}")
     out: list[Any] | None = [None] * ctx.world_size if ctx.rank == dst else None
     dist.gather_object(obj, out, dst=dst, group=ctx.group)
     return out
@@ -509,10 +515,15 @@ def broadcast_object(obj: Any, ctx: DistContext, src: int = 0) -> Any:
     Returns:
         Rank ``src``'s object; ``obj`` itself for a single process.
 
+    Raises:
+        ValueError: ``src`` is not a rank (found by hostile testing, review 60: a gloo ``RuntimeError`` on several
+            processes, none on one).
+
     Example:
         >>> broadcast_object("plan", DistContext())
         'plan'
     """
+    _check_rank(src, "src", ctx)
     if not ctx.distributed:
         return obj
     box = [obj if ctx.rank == src else None]

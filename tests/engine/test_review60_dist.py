@@ -151,3 +151,16 @@ def test_three_ranks_one_without_cases_pool_as_one_process(tmp_path):
         assert g["x"].tolist() == [(0.1 + 0.2) + 0.30000000000000004, (1e16 + 1e16) + 1e16]  # rank order
         for k in g:
             np.testing.assert_array_equal(g[k], got[0][k])  # the same bits on every rank
+
+
+def test_gather_and_broadcast_refuse_a_root_that_is_no_rank_on_one_process_too():
+    """Regression: ``gather_objects(dst=3)`` / ``broadcast_object(src=3)`` returned on one process and failed on
+    several (``ValueError``, or a gloo ``RuntimeError`` naming no argument for ``src``)."""
+    from monai_unc.engine import broadcast_object, gather_objects
+
+    for call, name in ((lambda r: gather_objects(7, DistContext(), dst=r), "dst"),
+                       (lambda r: broadcast_object(7, DistContext(), src=r), "src")):
+        for bad in (1, -1, True, 0.0):
+            with pytest.raises(ValueError, match=rf"{name} must be a rank in \[0, 1\)"):
+                call(bad)
+        assert call(0) in ([7], 7)
