@@ -164,3 +164,16 @@ def test_gather_and_broadcast_refuse_a_root_that_is_no_rank_on_one_process_too()
             with pytest.raises(ValueError, match=rf"{name} must be a rank in \[0, 1\)"):
                 call(bad)
         assert call(0) in ([7], 7)
+
+
+def test_statistics_rebuilt_from_a_state_check_the_samples_added_later():
+    """Regression: ``SampleStats.from_state_dict`` (and so ``reduce_state``, ``unpack_states``) built statistics with
+    ``validate=False``: a later sample (0.9, 0.9), refused by the statistics it came from, gave a mean of
+    (0.55, 0.85), summing to 1.4, without a word."""
+    stats = SampleStats().update(torch.tensor([[[0.2], [0.8]]], dtype=torch.float64))
+    bad = torch.tensor([[[0.9], [0.9]]], dtype=torch.float64)
+    for back in (SampleStats.from_state_dict(stats.state_dict()), reduce_state(stats, DistContext()),
+                 unpack_states(pack_states({"s": stats}))["s"], stats):
+        with pytest.raises(ValueError, match="probs must sum to 1 over the class dimension"):
+            back.update(bad)
+        assert back.count == 1.0
