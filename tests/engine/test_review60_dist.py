@@ -177,3 +177,40 @@ def test_statistics_rebuilt_from_a_state_check_the_samples_added_later():
         with pytest.raises(ValueError, match="probs must sum to 1 over the class dimension"):
             back.update(bad)
         assert back.count == 1.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bfloat16_sums_save_and_load_whatever_their_rounding(tmp_path, seed):
+    """Regression: ``io.save_state`` handed a SampleStats' tensors to numpy as they were (bfloat16: "Got unsupported
+    ScalarType BFloat16"), and sums that travelled as float32 were checked with float32's rounding: about half of such
+    states (1-4 samples) were refused as "mean_sq must lie between mean^2 and mean" by bfloat16's rounding."""
+    from monai_unc.io import save_state
+
+    gen = torch.Generator().manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        stats = SampleStats(accum_dtype=torch.bfloat16)
+    for _ in range(1 + seed % 4):
+        stats.update(torch.softmax(2 * torch.randn(1, 3, 8, 8, generator=gen), dim=1))
+    with np.load(save_state(tmp_path / "s", stats)) as z:
+        saved = dict(z)
+    for back in (SampleStats.from_state_dict(saved), unpack_states(pack_states({"s": stats}))["s"]):
+        assert back.accum_dtype == torch.bfloat16
+        for name in ("sum_p", "sum_h", "sum_p2"):
+            assert torch.equal(getattr(back, name), getattr(stats, name)), name
+
+
+def test_statistics_load_from_read_npz_whose_large_arrays_are_streamed(tmp_path):
+    """Regression: ``state.read_npz`` gives an array of 16 MiB or more as ``ArrayBlocks``, and
+    ``SampleStats.from_state_dict`` refused it ("sum_p must be a numpy array or a torch tensor, got ArrayBlocks")."""
+    from monai_unc.io import save_state
+    from monai_unc.state import StateGroup, read_npz
+
+    gen = torch.Generator().manual_seed(0)
+    stats = SampleStats().update(torch.softmax(torch.randn(1, 3, 6, 7, generator=gen, dtype=torch.float64), dim=1))
+    path = save_state(tmp_path / "s", StateGroup({"member": stats}))
+    arrays = read_npz(path, stream_bytes=16)  # every array of 16 bytes or more streamed, as 16 MiB ones are
+    assert any(type(v).__name__ == "ArrayBlocks" for v in arrays.values())
+    back = StateGroup.from_state_dict(arrays)["member"]
+    for name in ("sum_p", "sum_h", "sum_p2"):
+        assert torch.equal(getattr(back, name), getattr(stats, name)), name
