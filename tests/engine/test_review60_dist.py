@@ -214,3 +214,21 @@ def test_statistics_load_from_read_npz_whose_large_arrays_are_streamed(tmp_path)
     back = StateGroup.from_state_dict(arrays)["member"]
     for name in ("sum_p", "sum_h", "sum_p2"):
         assert torch.equal(getattr(back, name), getattr(stats, name)), name
+
+
+def test_dense_histogram_counts_given_as_floats_must_be_whole_numbers():
+    """Regression: a dense state (an edited ``histogram.npz``, or tables gathered as floats) with counts 1.5 or NaN
+    was read with the counts truncated to int64 without a word (2.5 read as 2); the packed layout refuses float
+    counts outright. Whole numbers given as floats (counts summed as floats across ranks) are still read."""
+    from monai_unc.metrics.calibration import ConfidenceHistogram
+
+    rng = np.random.default_rng(0)
+    probs, labels = rng.dirichlet([1, 1, 1], 200).T[None], rng.integers(0, 3, (1, 200))
+    hist = ConfidenceHistogram(3, n_fine_bins=32).update(probs, labels)
+    state = hist.state_dict()
+    for counts in (state["counts"] + 0.5 * (state["counts"] > 0), np.where(state["counts"] > 0, np.nan, 0.0)):
+        for given in (counts, torch.from_numpy(counts)):
+            with pytest.raises(ValueError, match="state counts must hold whole numbers of voxels"):
+                ConfidenceHistogram.from_state_dict({**state, "counts": given})
+    back = ConfidenceHistogram.from_state_dict({**state, "counts": state["counts"].astype(np.float64)})
+    assert torch.equal(back.counts, hist.counts)
