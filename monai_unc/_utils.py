@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import decimal
+import json
 import math
 import numbers
 import os
@@ -2064,3 +2065,37 @@ def link_target(path: str | os.PathLike) -> str:
         return os.readlink(path)
     except OSError:
         return "?"
+
+
+def _json_default(obj: Any) -> Any:
+    """What :func:`canonical_text` writes for a value JSON has no text for: exact and the same on every process."""
+    if isinstance(obj, (set, frozenset)):  # a set's order follows the process's string hashing: sorted here
+        return {"__set__": sorted(canonical_text(x) for x in obj)}
+    if isinstance(obj, np.generic):
+        return {"__numpy__": obj.dtype.str, "value": obj.item()}
+    if isinstance(obj, np.ndarray) or (hasattr(obj, "tolist") and hasattr(obj, "shape") and hasattr(obj, "dtype")):
+        # every element (an array's repr elides the middle of a large one) with its dtype and shape
+        return {"__array__": str(obj.dtype), "shape": list(obj.shape), "data": obj.tolist()}
+    return repr(obj)
+
+
+def canonical_text(value: Any) -> str:
+    """A value as canonical JSON text, for comparing the values of ranks (picklable data of any kind).
+
+    Keys sorted; a NaN equals itself (``NaN``); ``True``, ``1`` and ``1.0`` differ; an array (numpy, torch) gives
+    its dtype, shape and every element; a set its elements sorted by their text; anything else its ``repr``.
+
+    Args:
+        value: the value.
+
+    Returns:
+        The text.
+
+    Example:
+        >>> canonical_text({"b": float("nan"), "a": {2, 1}})
+        '{"a": {"__set__": ["1", "2"]}, "b": NaN}'
+    """
+    try:
+        return json.dumps(value, sort_keys=True, default=_json_default)
+    except (TypeError, ValueError):  # keys that do not sort (or are no strings), a circular value
+        return repr(value)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .._utils import stderr_line
+from .._utils import canonical_text, stderr_line
 from ..io import CaseError, atomic_write_json
 from ..metrics.calibration import ConfidenceHistogram
 from ..state import MergeableState, as_array, record_arrays
@@ -470,6 +470,12 @@ def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
     return out
 
 
+def _check_rank(rank: Any, name: str, ctx: DistContext) -> None:
+    """``ValueError`` naming ``name`` unless ``rank`` is an integer rank of ``ctx`` (``[0, world_size)``)."""
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < ctx.world_size:
+        raise ValueError(f"{name} must be a rank in [0, {ctx.world_size}), got {rank!r}")
+
+
 def gather_objects(obj: Any, ctx: DistContext, dst: int = 0) -> list[Any] | None:
     """Every rank's ``obj`` in rank order on rank ``dst`` (collective).
 
@@ -483,16 +489,16 @@ def gather_objects(obj: Any, ctx: DistContext, dst: int = 0) -> list[Any] | None
         single process.
 
     Raises:
-        ValueError: ``dst`` is not a rank.
+        ValueError: ``dst`` is not a rank (for a single process too: found by hostile testing, review 60, a call that
+            passed on one process failed on several).
 
     Example:
         >>> gather_objects(7, DistContext())
         [7]
     """
+    _check_rank(dst, "dst", ctx)
     if not ctx.distributed:
         return [obj]
-    if not 0 <= dst < ctx.world_size:
-        raise ValueError(f"dst must be a rank in [0, {ctx.world_size}), got {dst}")
     out: list[Any] | None = [None] * ctx.world_size if ctx.rank == dst else None
     dist.gather_object(obj, out, dst=dst, group=ctx.group)
     return out
@@ -509,10 +515,15 @@ def broadcast_object(obj: Any, ctx: DistContext, src: int = 0) -> Any:
     Returns:
         Rank ``src``'s object; ``obj`` itself for a single process.
 
+    Raises:
+        ValueError: ``src`` is not a rank (found by hostile testing, review 60: a gloo ``RuntimeError`` on several
+            processes, none on one).
+
     Example:
         >>> broadcast_object("plan", DistContext())
         'plan'
     """
+    _check_rank(src, "src", ctx)
     if not ctx.distributed:
         return obj
     box = [obj if ctx.rank == src else None]
@@ -543,6 +554,22 @@ def _as_array(x: Any, name: str) -> np.ndarray:
     if np.issubdtype(a.dtype, np.floating):
         return np.array(a, dtype=np.float64, order="C")
     raise ValueError(f"{name} must be an integer, boolean or floating array, got dtype {a.dtype}")
+
+
+def _exact_int64_sum(parts: Sequence[torch.Tensor], first: int) -> torch.Tensor:
+    """The sum of int64 ``parts`` in exact integers, as int64; ``ValueError`` where it leaves the int64 range.
+
+    Found by hostile testing (review 60): a partial sum in rank order that left the range raised although the total
+    (counts of mixed signs, e.g. ``2**63 - 1``, ``1`` and ``-1``) lies in it.
+    """
+    exact = parts[0].numpy().astype(object)
+    for p in parts[1:]:
+        exact = exact + p.numpy().astype(object)
+    flat = exact.reshape(-1)
+    if flat.size and (max(flat) > _INT64_MAX or min(flat) < -_INT64_MAX - 1):
+        raise ValueError(f"all_reduce_sum: the int64 sum overflows when rank {first}'s counts are added (the total "
+                         f"passes {_INT64_MAX})")
+    return torch.from_numpy(np.array(flat.tolist(), dtype=np.int64).reshape(exact.shape))
 
 
 def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -> Any:
@@ -607,8 +634,8 @@ def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -
             # found by hostile testing: int64 counts whose sum passes 2**63 - 1 wrapped to a negative count without
             # a word; the sum overflowed where both addends have the sign the sum lacks (every rank sees the same)
             if before is not None and bool((((before ^ total) & (p ^ total)) < 0).any()):
-                raise ValueError(f"all_reduce_sum: the int64 sum overflows when rank {r}'s counts are added (the "
-                                 f"total passes {_INT64_MAX})")
+                total = _exact_int64_sum(parts, r)  # a partial sum left the range: the total may not (mixed signs)
+                break
         total_np, start = total.numpy(), 0
         for k in keys:
             n = arrays[k].size
@@ -731,14 +758,17 @@ def check_same(value: Any, ctx: DistContext, what: str) -> None:
     """Check that every rank passes an equal ``value`` (collective), e.g. the case list.
 
     Args:
-        value: this rank's value (picklable, compared with ``==``).
+        value: this rank's value (picklable), compared as canonical JSON text: a NaN equals itself, ``True``, ``1``
+            and ``1.0`` differ, arrays are compared element by element (found by hostile testing, review 60: compared
+            with ``==``, a NaN differed from itself, "rank 0 differs from rank 0" on one process, and an array raised
+            "truth value ... is ambiguous").
         ctx: the rank context.
         what: what ``value`` is, for the message.
 
     Raises:
         ValueError: on every rank, when a rank's value differs from rank 0's.
     """
-    values = all_gather_objects(value, ctx)
+    values = [canonical_text(v) for v in all_gather_objects(value, ctx)]
     bad = [r for r, v in enumerate(values) if v != values[0]]
     if bad:
         raise ValueError(f"ranks disagree on {what}: rank {bad[0]} differs from rank 0 (every rank must see the same "

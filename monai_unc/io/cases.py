@@ -55,6 +55,7 @@ import torch
 
 from .._utils import (
     affine_voxel_volume,
+    canonical_text,
     check_probabilities,
     check_unit_interval,
     foreground_masks,
@@ -2837,6 +2838,20 @@ def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | 
     return None
 
 
+def _same_setting(old: Any, new: Any) -> bool:
+    """``old == new``, also for a NaN (equal to itself) and arrays (element by element), as canonical text.
+
+    Found by hostile testing (review 60): with ``==`` alone a NaN setting was a change, and an array in a rank's
+    ``agree`` value raised "The truth value of an array ... is ambiguous" instead of naming the difference.
+    """
+    try:
+        if bool(old == new):
+            return True
+    except (TypeError, ValueError):  # an array's elementwise comparison
+        pass
+    return canonical_text(old) == canonical_text(new)
+
+
 def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
     """What differs between the settings a case was made with and the current ones, one short text per setting.
 
@@ -2861,9 +2876,9 @@ def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
     out = []
     for key in [*current, *(k for k in recorded if k not in current)]:
         old, new = recorded.get(key, missing), current.get(key, missing)
-        if old == new:
+        if old is not missing and new is not missing and _same_setting(old, new):
             continue
-        text = " -> ".join("(none)" if v is missing else json.dumps(v, default=str) for v in (old, new))
+        text = " -> ".join("(none)" if v is missing else canonical_text(v) for v in (old, new))  # an array whole
         out.append(f"{key} {text}" if len(text) <= width else f"{key} changed")
     return out
 

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from .._utils import label_map_dtype, link_target, load_nifti, num_threads, parameter_error
-from ..state import ArrayBlocks
+from ..state import ArrayBlocks, host_array
 
 try:  # a write's lock on its private folder (POSIX)
     import fcntl
@@ -772,7 +772,11 @@ def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> 
     if path.suffix != ".npz":
         path = path.with_name(path.name + ".npz")
     blocks = getattr(state, "state_dict_blocks", None)
-    return atomic_save_npz(path, blocks() if callable(blocks) else state.state_dict(), compressed=compressed)
+    arrays = blocks() if callable(blocks) else state.state_dict()
+    # found by hostile testing (review 60): numpy.savez took a state's tensors as they were, and a SampleStats of
+    # bfloat16 sums (or on a GPU) could not be saved ("Got unsupported ScalarType BFloat16")
+    arrays = {k: v if isinstance(v, ArrayBlocks) else host_array(v) for k, v in arrays.items()}
+    return atomic_save_npz(path, arrays, compressed=compressed)
 
 
 class _RecordedWrites:

@@ -960,6 +960,24 @@ _PACKED_KEYS = ("bin_offsets", "bin_index", "bin_counts", "bin_sums", "bin_weigh
 _DENSE_KEYS = ("counts", "sums", "weighted_counts")
 
 
+def _check_integral_counts(raw: Any, counts: torch.Tensor) -> None:
+    """``ValueError`` when a dense ``counts`` table given as floats holds a value that is no integer (NaN, 2.5, ...).
+
+    Found by hostile testing (review 60): the int64 conversion truncated them without a word (an edited state's
+    counts 2.9 read as 2), where the packed layout refuses a float table outright; integral floats (counts summed as
+    floats across ranks) are still read.
+    """
+    if isinstance(raw, torch.Tensor):
+        floating = raw.is_floating_point() or raw.is_complex()
+    else:
+        floating = np.asarray(raw).dtype.kind in "fc"
+    if not floating:
+        return
+    src = raw.detach() if isinstance(raw, torch.Tensor) else to_tensor(np.asarray(raw), "state")
+    if src.is_complex() or not bool(torch.equal(src.to(counts.device, torch.float64), counts.to(torch.float64))):
+        raise ValueError("state counts must hold whole numbers of voxels, got fractional, complex or non-finite values")
+
+
 def _packed_integers(x: Any, key: str, shape: tuple[int, ...]) -> torch.Tensor:
     """An integer array of a packed state as int64, ``ValueError`` naming ``key`` for another dtype or shape.
 
@@ -1817,6 +1835,7 @@ class ConfidenceHistogram:
         states: list[_State | _PackedState] = []
         for blocks in zip(*parts):
             cnt, sm, sc = (_state_table(b, d) for b, d in zip(blocks, (torch.int64, torch.float64, torch.float64)))
+            _check_integral_counts(blocks[0], cnt)
             wct = None if wc is None else _state_table(blocks[3], torch.float64)
             _check_state_tables(cnt, sm, wct, sc, nc)
             for i in range(cnt.shape[0]):
