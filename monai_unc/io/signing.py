@@ -520,7 +520,9 @@ def _private_group(gid: int, uid: int) -> bool:
     """Whether group ``gid`` is user ``uid``'s private group: named after the user, no other member.
 
     The umask 002 convention of many distributions makes new folders group-writable by that group, which lets nobody
-    else write.
+    else write. A member is a user the group lists (``gr_mem``) or one whose primary group it is: found by hostile
+    review 60, another user given the group as primary group (``useradd -g alice bob``), whom ``gr_mem`` does not
+    list, could write the trusted keys and read the private key while the group passed for private.
     """
     import grp
     import pwd
@@ -529,7 +531,9 @@ def _private_group(gid: int, uid: int) -> bool:
         user, group = pwd.getpwuid(uid).pw_name, grp.getgrgid(gid)
     except KeyError:  # an id without a name: not known to be private
         return False
-    return group.gr_name == user and set(group.gr_mem) <= {user}
+    if group.gr_name != user or not set(group.gr_mem) <= {user}:
+        return False
+    return not any(p.pw_gid == gid and p.pw_name != user for p in pwd.getpwall())
 
 
 def check_owner_only_writable(path: str | os.PathLike) -> None:
