@@ -72,3 +72,64 @@ def test_a_private_key_readable_by_another_users_primary_group_does_not_sign(tmp
     _groups(monkeypatch, others_primary=True)
     with pytest.raises(signing.UnprotectedKeyError, match="can be read or changed by other users"):
         signing.sign_digest("sha256:" + "0" * 64, priv)
+
+
+# --------------------------------------------------------------------------------- fields a referral rule holds
+def _rule():
+    """A rule certified (as certify_rule does) on 12 calibration cases."""
+    import warnings
+
+    import numpy as np
+
+    from monai_unc.evaluation.triage.rule import CalibrationRecord, ReferralRule
+    from monai_unc.metrics.risk_control import risk_controlled_threshold
+
+    rng = np.random.default_rng(1)
+    scores = tuple(float(v) for v in rng.random(12))
+    dice = tuple(0.5 if rng.random() < 0.5 * s else 0.9 for s in scores)
+    risks = tuple(float(d < 0.8) for d in dice)
+    rec = CalibrationRecord(scores, dice, risks, expected_dice_estimate="class_mean")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        res = risk_controlled_threshold(np.array(scores), np.array(risks), 0.6, 0.3, n_candidates=rec.n_candidates)
+    return ReferralRule("predictive_entropy_fg_mean", res.threshold, res.feasible, 0.6, 0.3, "sgr", "failure", 0.8,
+                        tuple(sorted(scores)), tuple(f"c{i}" for i in range(12)), bound=res.bound,
+                        coverage=res.coverage, observed_risk=res.risk, n_candidates=res.n_candidates, num_classes=2,
+                        record=rec)
+
+
+@pytest.mark.parametrize("extra", ["z_max", "threshold_override", "Threshold"])
+def test_a_referral_rule_with_a_field_it_does_not_have_is_refused(config, tmp_path, extra):
+    """A field no rule holds was ignored (``"z_max": 2`` beside the rule, read as if it applied; an unsigned rule
+    with it was used under --allow-unsigned), where a conformal rule file refuses it (found by hostile review 60)."""
+    import json
+
+    from monai_unc.evaluation.triage.rule import ReferralRule
+    from monai_unc.io.provenance import rule_digest, write_signed_json
+    from monai_unc.io.signing import Trust
+
+    doc = _rule().to_json()
+    doc[extra] = 2
+    doc["digest"] = rule_digest(doc)
+    with pytest.raises(ValueError, match=rf"^rule: field '{extra}' is not a field of a referral rule"):
+        ReferralRule.from_json(doc, "rule", check_digest=True)
+    path = write_signed_json(tmp_path / "rule.json", doc)  # signed as it is: the signature is not what refuses it
+    for trust in (None, Trust(), Trust(allow_unsigned=True)):
+        with pytest.raises(ValueError, match=f"^referral rule {path}: field '{extra}' is not a field"):
+            ReferralRule.load(path, trust)
+    # the rule as written (with its digest and signature) is read
+    path = write_signed_json(tmp_path / "genuine.json", _rule().to_json())
+    assert "signature" in json.loads(path.read_text())
+    assert ReferralRule.load(path, Trust()).signature.startswith("signed by")
+
+
+def test_every_field_a_rule_writes_is_one_it_reads():
+    import numpy as np
+
+    from monai_unc.evaluation.triage.rule import _RULE_FIELDS, ImageReference
+
+    stats = np.random.default_rng(0).normal(size=(12, 5)) + 100
+    rule = _rule()
+    rule.image_reference = ImageReference.fit(stats, 4.0)
+    rule.regions, rule.class_names = None, ("background", "tumour")
+    assert set(rule.to_json()) | {"signature"} == _RULE_FIELDS

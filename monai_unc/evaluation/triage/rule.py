@@ -21,7 +21,7 @@ from ... import __version__
 from ..._utils import check_text, is_finite_real, is_int, is_real, real_array, to_numpy
 from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
-from ...io.signing import Trust
+from ...io.signing import SIGNATURE_FIELD, Trust
 from ...keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
@@ -60,6 +60,13 @@ IMAGE_STATISTICS_VERSION = 1
 _WRITTEN_BY = "monai-unc evaluate --target-risk"
 #: what a rule file says when its content does not agree with itself
 _EDITED = f"the file was edited or corrupted; certify the rule again with {_WRITTEN_BY}"
+#: the top-level fields of a rule file (:meth:`ReferralRule.to_json`, every ``format_version``, its digest and
+#: signature): another one is refused, as in a conformal rule file
+_RULE_FIELDS = frozenset({
+    "format", "format_version", "created", "monai_unc_version", "score", "decision", "feasible", "threshold",
+    "accept_all", "target_risk", "delta", "method", "risk", "risk_definition", "failure_dice", "guarantee",
+    "calibration", "num_classes", "class_names", "regions", "image_reference", "fingerprint", "digest",
+    SIGNATURE_FIELD})
 #: default robust z-score above which a case's image counts as far from the calibration images
 IMAGE_Z_MAX = 5.0
 #: scale of the MAD that makes it a consistent estimate of a normal standard deviation
@@ -1201,12 +1208,16 @@ class ReferralRule:
             The rule, with :attr:`integrity` saying how it was checked.
 
         Raises:
-            ValueError: naming the bad field, saying the file was edited or corrupted, or that the rule counted
-                undefined-score calibration cases as accepted (certify it again).
+            ValueError: naming the bad field (one that no rule file holds included), saying the file was edited or
+                corrupted, or that the rule counted undefined-score calibration cases as accepted (certify it again).
         """
         check_document(d, fmt=RULE_FORMAT, versions=range(1, RULE_VERSION + 1), what="referral rule", source=source)
         ver = d["format_version"]
         try:
+            unknown = sorted(str(k) for k in d if k not in _RULE_FIELDS)
+            if unknown:  # found by hostile review 60: ignored, as if the rule had been certified with it
+                raise ValueError(f"{source}: field {unknown[0][:80]!r} is not a field of a referral rule file; the "
+                                 f"file was edited (certify the rule again with {_WRITTEN_BY})")
             sc = _field(d, "score", source, dict)
             cal = _field(d, "calibration", source, dict)
             feasible = _field(d, "feasible", source, bool)
