@@ -32,7 +32,7 @@ from typing import Any
 
 from .._utils import is_finite_real, is_int
 from ..io import check_entry_kind
-from ..io.provenance import has_weight_digests, normalize_fingerprint, parse_untrusted_json, weight_differences
+from ..io.provenance import has_weight_digests, normalize_fingerprint, read_untrusted_json, weight_differences
 from ..io.signing import Trust
 from ..keys import DEFAULT_RATEIN_TARGET, DEPRECATED_MEASURES, DROPOUT_TOKENS, MEASURES
 from ..product import registered_products
@@ -109,11 +109,9 @@ def _load_fingerprint(path: Path, trust: Trust | None) -> tuple[str, dict[str, A
     if not path.is_file():
         check_entry_kind(path, "--settings-from rule", folder=False)
         raise FileNotFoundError(f"--settings-from: no rule file at {path}")
-    try:  # which reader: the format field (each reader then checks the whole file)
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--settings-from {path}: not a readable JSON rule file ({type(e).__name__})") from None
-    head = parse_untrusted_json(text, f"--settings-from {path}")
+    # which reader: the format field (each reader then checks the whole file); its size checked before it is read
+    # (found by hostile review 60: a multi-gigabyte file was read whole, as text, before any check)
+    head = read_untrusted_json(path, f"--settings-from {path}")[1]
     fmt = head.get("format") if isinstance(head, dict) else None
     readers = {cls.artifact_format: cls for cls in registered_products() if cls.artifact_format}
     if isinstance(fmt, str) and fmt in readers:

@@ -133,3 +133,36 @@ def test_every_field_a_rule_writes_is_one_it_reads():
     rule.image_reference = ImageReference.fit(stats, 4.0)
     rule.regions, rule.class_names = None, ("background", "tumour")
     assert set(rule.to_json()) | {"signature"} == _RULE_FIELDS
+
+
+# ------------------------------------------------------------------------------------------ infer --settings-from
+def test_a_huge_settings_from_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """``--settings-from`` read the whole file to find its format before any size check (found by hostile review 60:
+    a multi-gigabyte file given by mistake was loaded into memory, twice, text and bytes), where every other reader of
+    an untrusted JSON file checks its size first."""
+    import tracemalloc
+
+    from monai_unc.io import provenance
+    from monai_unc.workflows.reuse import read_rule_settings
+
+    monkeypatch.setattr(provenance, "MAX_DOCUMENT_BYTES", 1 << 20)
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as f:
+        f.truncate(32 << 20)  # sparse: 32 MiB that take no disk
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=rf"^--settings-from {path} is not readable JSON: it has {32 << 20} bytes"):
+            read_rule_settings(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20
+
+
+def test_a_settings_from_file_that_is_not_utf8_is_one_line(tmp_path):
+    from monai_unc.workflows.reuse import read_rule_settings
+
+    path = tmp_path / "latin1.json"
+    path.write_bytes('{"format": "monai-unc referral rule", "x": "é"}'.encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"^--settings-from {path} is not readable JSON: it is not UTF-8 text"):
+        read_rule_settings(path)
