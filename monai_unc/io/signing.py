@@ -89,7 +89,8 @@ class UnprotectedKeyError(ValueError):
     """A private key file that other users can read or change: whoever copied it can certify rules as its owner.
 
     Refused where it would sign (:func:`sign_digest`), as OpenSSH refuses such a private key, rather than signing
-    with it or writing the file unsigned; the message names the file, its mode and the ``chmod`` that fixes it.
+    with it or writing the file unsigned; the message names the file, its mode and the ``chmod`` that fixes it. Also
+    a lone private key another user owns, which :func:`generate_key_pair` does not complete as a half pair.
     """
 
 
@@ -180,6 +181,7 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
         FileExistsError: a pair exists (and ``overwrite`` is False).
         KeyPairMismatchError: a pair exists whose public key is not that of its private key (and ``overwrite`` is
             False; one line naming both files and the remedy).
+        UnprotectedKeyError: a half pair whose private key another user owns (POSIX; it is not completed).
 
     Example:
         >>> import tempfile
@@ -198,6 +200,7 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
     with output_lock(folder, "monai-unc keys", wait=_PAIR_LOCK_WAIT):  # what the folder holds is checked under it
         if not overwrite:
             if priv.exists() and not pub.exists():  # found by hostile testing: a half pair could not be completed
+                _check_own_half_pair(priv)
                 complete_key_pair(priv)
                 return priv, pub
             if priv.exists() and pub.exists():
@@ -209,6 +212,28 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
                                                serialization.NoEncryption()))
         _write_public(pub, key.public_key())
     return priv, pub
+
+
+def _check_own_half_pair(private: Path) -> None:
+    """Refuse to complete a half pair whose private key another user owns (POSIX).
+
+    A half pair is what this user's killed write left, so its private key is the user's own file. Found by hostile
+    review 60: ``keys --create FOLDER`` (and the first certification) completed any lone ``signing_key.pem`` and
+    said it kept it as the user's, so in a folder others can write one of them could plant a private key of their
+    own, readable by a group the user is in, and forge every rule signed with it.
+
+    Raises:
+        UnprotectedKeyError: naming the file, its owner and the remedy.
+    """
+    if os.name != "posix":
+        return
+    owner = private.stat().st_uid
+    if owner != os.getuid():
+        raise UnprotectedKeyError(
+            f"signing key {private} belongs to another user (uid {owner}), who can read it and certify rules with it: "
+            "it is no half pair of yours to complete; make a pair of your own in a folder only you can write "
+            "(monai-unc keys --create FOLDER)"
+        )
 
 
 def complete_key_pair(private: str | os.PathLike) -> Path:
@@ -431,6 +456,7 @@ def default_signing_key(create: bool = True) -> Path | None:
 
     Raises:
         KeyPairMismatchError: the public key file beside the key is another key's (naming both files and the remedy).
+        UnprotectedKeyError: the configuration folder's ``signing_key.pem`` alone belongs to another user (POSIX).
         ValueError: ``$MONAI_UNC_SIGNING_KEY`` names no file.
     """
     named = os.environ.get("MONAI_UNC_SIGNING_KEY")

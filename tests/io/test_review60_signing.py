@@ -166,3 +166,54 @@ def test_a_settings_from_file_that_is_not_utf8_is_one_line(tmp_path):
     path.write_bytes('{"format": "monai-unc referral rule", "x": "é"}'.encode("latin-1"))
     with pytest.raises(ValueError, match=rf"^--settings-from {path} is not readable JSON: it is not UTF-8 text"):
         read_rule_settings(path)
+
+
+# ------------------------------------------------------------------------------------------------ half key pairs
+def _planted(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``folder/signing_key.pem`` alone, a private key another user owns (readable by a group: ``0640``)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    folder.mkdir(parents=True, exist_ok=True)
+    priv = folder / signing.PRIVATE_KEY_FILE
+    priv.write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    os.chmod(priv, 0o640)
+    if os.getuid() == 0:
+        os.chown(priv, 4242, 4243)
+    else:  # the file is then another user's
+        uid = os.getuid()
+        monkeypatch.setattr(os, "getuid", lambda: uid + 4242)
+    return priv
+
+
+@posix
+def test_keys_create_does_not_adopt_a_private_key_another_user_planted(tmp_path, monkeypatch):
+    """``keys --create FOLDER`` completed any ``signing_key.pem`` alone in FOLDER with its public key, and said it
+    kept it as the user's: in a folder others can write (a department's shared keys folder), one of them could plant
+    a private key of their own, group-readable, and then forge every rule signed with it (found by hostile review
+    60). A half pair is what this user's killed write left: its private key is the user's own."""
+    folder = tmp_path / "shared"
+    priv = _planted(folder, monkeypatch)
+    with pytest.raises(signing.UnprotectedKeyError, match=f"{priv} belongs to another user"):
+        signing.generate_key_pair(folder)
+    assert not (folder / signing.PUBLIC_KEY_FILE).exists()
+
+
+@posix
+def test_a_planted_half_pair_in_the_configuration_folder_signs_nothing(config, tmp_path, monkeypatch):
+    from monai_unc.io.provenance import write_signed_json
+
+    _planted(config, monkeypatch)
+    with pytest.raises(signing.UnprotectedKeyError, match="belongs to another user"):
+        write_signed_json(tmp_path / "rule.json", {"a": 1})
+    assert not (tmp_path / "rule.json").exists()
+
+
+@posix
+def test_a_half_pair_of_ones_own_is_still_completed(tmp_path):
+    priv, pub = signing.generate_key_pair(tmp_path / "keys")
+    fingerprint = signing.key_fingerprint(signing.load_public_key(pub))
+    pub.unlink()
+    assert signing.generate_key_pair(tmp_path / "keys") == (priv, pub)
+    assert signing.key_fingerprint(signing.load_public_key(pub)) == fingerprint
