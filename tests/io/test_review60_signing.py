@@ -217,3 +217,48 @@ def test_a_half_pair_of_ones_own_is_still_completed(tmp_path):
     pub.unlink()
     assert signing.generate_key_pair(tmp_path / "keys") == (priv, pub)
     assert signing.key_fingerprint(signing.load_public_key(pub)) == fingerprint
+
+
+# ------------------------------------------------------------------------------------------- product artifacts
+def test_a_products_artifact_is_read_with_its_signature_checked(config, tmp_path):
+    """``read_artifact`` (the reader of a product's own artifact, :mod:`monai_unc.evaluation.products`) checked the
+    unkeyed digest only, and had no way to check the signature ``write_artifact`` writes: a product's command, given
+    ``trust`` by ``apply_cases``, applied an artifact edited with its digest recomputed (found by hostile review 60)."""
+    import json
+
+    from monai_unc.evaluation.products import read_artifact, write_artifact
+    from monai_unc.io.provenance import rule_digest, write_signed_json
+    from monai_unc.io.signing import Trust
+    from monai_unc.product import CohortProduct
+
+    class Bias(CohortProduct):
+        name, title = "bias_review60", "Bias"
+
+    path = write_artifact(tmp_path / "bias.json", Bias(), {"bias": 1.5}, ["a", "b"])
+    assert read_artifact(path, "bias_review60", trust=Trust())["artifact"] == {"bias": 1.5}
+    assert read_artifact(path, "bias_review60")["artifact"] == {"bias": 1.5}  # None: not checked, as before
+    forged = json.loads(path.read_text())
+    forged["artifact"]["bias"] = -40.0
+    forged["digest"] = rule_digest(forged)
+    path.write_text(json.dumps(forged))
+    assert read_artifact(path, "bias_review60")["artifact"] == {"bias": -40.0}  # the digest alone cannot tell
+    for trust in (Trust(), Trust(allow_unsigned=True)):
+        with pytest.raises(ValueError, match="does not match its content"):
+            read_artifact(path, "bias_review60", trust=trust)
+    other_private, _ = signing.generate_key_pair(tmp_path / "other")
+    write_signed_json(path, forged, key=other_private)  # re-signed by a key not trusted here
+    with pytest.raises(ValueError, match="not a trusted key"):
+        read_artifact(path, "bias_review60", trust=Trust())
+    forged.pop("signature")
+    path.write_text(json.dumps(forged))
+    with pytest.raises(ValueError, match="is not signed"):
+        read_artifact(path, "bias_review60", trust=Trust())
+    doc = read_artifact(path, "bias_review60", trust=Trust(allow_unsigned=True))
+    assert doc["signature_check"].startswith("UNSIGNED") and doc["artifact"] == {"bias": -40.0}
+    # a field no artifact file holds (one that would pass for the check's line included) is refused
+    for extra in ("signature_check", "threshold"):
+        edited = {**forged, extra: "signed by SHA256:" + "0" * 64}
+        edited["digest"] = rule_digest(edited)
+        write_signed_json(path, edited)
+        with pytest.raises(ValueError, match=f"field '{extra}' is not a field of an artifact file"):
+            read_artifact(path, "bias_review60")
