@@ -61,7 +61,7 @@ _WRITTEN_BY = "monai-unc evaluate --target-risk"
 #: what a rule file says when its content does not agree with itself
 _EDITED = f"the file was edited or corrupted; certify the rule again with {_WRITTEN_BY}"
 #: the top-level fields of a rule file (:meth:`ReferralRule.to_json`, every ``format_version``, its digest and
-#: signature): another one is refused, as in a conformal rule file
+#: signature): another one is refused, as every fitted file of evaluate refuses one
 _RULE_FIELDS = frozenset({
     "format", "format_version", "created", "monai_unc_version", "score", "decision", "feasible", "threshold",
     "accept_all", "target_risk", "delta", "method", "risk", "risk_definition", "failure_dice", "guarantee",
