@@ -532,6 +532,11 @@ def _check_key_entries(entries: Any, name: str) -> None:
 def _key_files(entries: Iterable[str | os.PathLike], what: str) -> list[Path]:
     out = []
     for e in entries:
+        if isinstance(e, str) and not e.strip():
+            # found by hostile review 60: Path("") is the current folder, so ``--trusted-keys "$KEYS"`` with the
+            # variable unset trusted every *.pub there (one planted in a shared folder a triage runs from)
+            raise ValueError(f"{what}: an empty path names no key file or folder (it read as the current folder, whose "
+                             "every *.pub would be trusted); give a key file or folder, '.' for the current one")
         p = Path(e).expanduser()
         if p.is_dir():
             out.extend(sorted(p.glob("*.pub")))

@@ -262,3 +262,28 @@ def test_a_products_artifact_is_read_with_its_signature_checked(config, tmp_path
         write_signed_json(path, edited)
         with pytest.raises(ValueError, match=f"field '{extra}' is not a field of an artifact file"):
             read_artifact(path, "bias_review60")
+
+
+# ---------------------------------------------------------------------------------------------- --trusted-keys ""
+def test_an_empty_trusted_keys_path_does_not_trust_the_current_folder(config, tmp_path, monkeypatch):
+    """``Trust(keys=[""])`` (``[os.environ.get("KEYS", "")]`` with the variable unset) read ``Path("")``, the current
+    folder: every ``*.pub`` there was trusted, e.g. one planted in a shared folder a triage runs from (found by hostile
+    review 60; the command line refuses an empty ``--trusted-keys`` and ``MONAI_UNC_TRUSTED_KEYS`` skips its empty
+    entries)."""
+    import json
+
+    from monai_unc._utils import PARAMETER_ATTRIBUTE
+    from monai_unc.io.provenance import check_signature, write_signed_json
+    from monai_unc.io.signing import Trust
+
+    monkeypatch.chdir(tmp_path)
+    planted, _ = signing.generate_key_pair(tmp_path, name="planted")
+    doc = json.loads(write_signed_json(tmp_path / "rule.json", {"a": 1}, key=planted).read_text())
+    for keys in ([""], ("  ",), ["", str(tmp_path / "nothing-here")]):
+        with pytest.raises(ValueError, match=r"--trusted-keys: an empty path") as err:
+            check_signature(doc, Trust(keys=keys), "rule")
+        assert getattr(err.value, PARAMETER_ATTRIBUTE) == "trusted_keys"
+    assert "trusted key" in check_signature(doc, Trust(keys=(".",)), "rule")  # the current folder, named so
+    monkeypatch.setenv("MONAI_UNC_TRUSTED_KEYS", os.pathsep)  # empty entries of the variable: skipped, as before
+    with pytest.raises(ValueError, match="not a trusted key"):
+        check_signature(doc, Trust(), "rule")
