@@ -287,3 +287,35 @@ def test_an_empty_trusted_keys_path_does_not_trust_the_current_folder(config, tm
     monkeypatch.setenv("MONAI_UNC_TRUSTED_KEYS", os.pathsep)  # empty entries of the variable: skipped, as before
     with pytest.raises(ValueError, match="not a trusted key"):
         check_signature(doc, Trust(), "rule")
+
+
+# ------------------------------------------------------------------------- what the signature covers (checked correct)
+def test_the_signature_covers_the_parsed_content_not_its_spelling(config, tmp_path):
+    """The signed digest is that of the parsed content: the same content spelled otherwise (key order, spaces, a
+    number written ``5e-1``, an escaped letter) keeps the signature; a string that only looks the same (NFD ``é``,
+    decomposed, for the signed NFC one; nothing is normalised) or a number of another type (``1`` for ``1.0``) does
+    not."""
+    import json
+    import unicodedata
+
+    from monai_unc.io.provenance import check_signature, read_checked_json, write_signed_json
+    from monai_unc.io.signing import Trust
+
+    path = write_signed_json(tmp_path / "rule.json", {"format": "f", "format_version": 1, "names": ["Gehirné"],
+                                                      "threshold": 0.5, "level": 1.0})
+    signed = json.loads(path.read_text())
+
+    def verify(text: str) -> str:
+        edited = tmp_path / "edited.json"
+        edited.write_text(text, encoding="utf-8")
+        doc = read_checked_json(edited, fmt="f", versions=(1,), what="rule", written_by="w", digest=False)
+        return check_signature(doc, Trust(), "rule")
+
+    respelled = json.dumps(dict(reversed(list(signed.items()))), indent=3).replace("0.5", "5e-1").replace(
+        "Gehirn", "\\u0047ehirn")
+    assert verify(respelled).startswith("signed by")
+    nfd = json.dumps(signed, ensure_ascii=False).replace("é", unicodedata.normalize("NFD", "é"))
+    assert nfd != json.dumps(signed, ensure_ascii=False)
+    for edited in (nfd, json.dumps(signed).replace('"level": 1.0', '"level": 1')):
+        with pytest.raises(ValueError, match="does not match its content"):
+            verify(edited)
