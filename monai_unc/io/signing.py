@@ -97,7 +97,10 @@ class UnprotectedKeyError(ValueError):
 def config_dir() -> Path:
     """The user's configuration folder of monai-unc (keys).
 
-    ``$MONAI_UNC_CONFIG_DIR`` when set, else ``$XDG_CONFIG_HOME/monai-unc``, else ``~/.config/monai-unc``.
+    ``$MONAI_UNC_CONFIG_DIR`` when set, else ``$XDG_CONFIG_HOME/monai-unc``, else ``~/.config/monai-unc``. A relative
+    ``XDG_CONFIG_HOME`` is ignored, as the XDG specification says: found by hostile review 60, the folder of the
+    signing key and of the keys trusted without being named then depended on the current folder (a certification run
+    from an output folder wrote its key pair there).
 
     Returns:
         The folder (it may not exist yet).
@@ -109,8 +112,8 @@ def config_dir() -> Path:
     own = os.environ.get("MONAI_UNC_CONFIG_DIR")
     if own:
         return Path(own).expanduser()
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or "").expanduser()
+    base = xdg if xdg.is_absolute() else Path.home() / ".config"
     return base / "monai-unc"
 
 

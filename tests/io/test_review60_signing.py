@@ -319,3 +319,19 @@ def test_the_signature_covers_the_parsed_content_not_its_spelling(config, tmp_pa
     for edited in (nfd, json.dumps(signed).replace('"level": 1.0', '"level": 1')):
         with pytest.raises(ValueError, match="does not match its content"):
             verify(edited)
+
+
+# ------------------------------------------------------------------------------------------ the configuration folder
+@pytest.mark.parametrize("xdg", ["relative/config", ".", "./cfg"])
+def test_a_relative_xdg_config_home_is_ignored(tmp_path, monkeypatch, xdg):
+    """A relative ``XDG_CONFIG_HOME`` made the configuration folder (the signing key, the keys trusted without being
+    named) depend on the current folder: a certification run from an output folder wrote its key pair there, and a
+    triage run from a shared folder trusted the keys of its ``monai-unc/trusted_keys/`` (found by hostile review 60).
+    The XDG specification says such a path is invalid and must be ignored."""
+    monkeypatch.delenv("MONAI_UNC_CONFIG_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", xdg)
+    assert signing.config_dir() == tmp_path / "home" / ".config" / "monai-unc"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # an absolute one is taken
+    assert signing.config_dir() == tmp_path / "xdg" / "monai-unc"
