@@ -1286,6 +1286,7 @@ def check_signature(doc: Mapping[str, Any], trust: Trust, source: str) -> str:
         How it was checked, one line (``"signed by ..."`` or ``"UNSIGNED: ..."``).
 
     Raises:
+        TypeError: ``trust`` is no :class:`~monai_unc.io.signing.Trust`.
         ValueError: unsigned (not allowed), a signature that does not match, or an untrusted key.
     """
     return verify_signature(doc, rule_digest(json_safe(doc)), trust, source)

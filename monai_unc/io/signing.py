@@ -718,10 +718,13 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
         ``"UNSIGNED: ..."``.
 
     Raises:
+        TypeError: ``trust`` is no :class:`Trust`.
         ValueError: one line starting with ``source``: unsigned (and not allowed), a malformed signature object, a
             signature that does not verify (also, with ``allow_unsigned``, one by a key that is not trusted: the
             outputs never name a key that did not sign the content), or a key that is not trusted.
     """
+    if not isinstance(trust, Trust):  # found by hostile review 60: True failed with an AttributeError
+        raise TypeError(f"trust must be a Trust (monai_unc.io.signing.Trust), got {trust!r:.80}")
     sig = doc.get(SIGNATURE_FIELD)
     allow = "pass --allow-unsigned to use it anyway (recorded in the outputs)"
     if sig is None:

@@ -335,3 +335,29 @@ def test_a_relative_xdg_config_home_is_ignored(tmp_path, monkeypatch, xdg):
     assert signing.config_dir() == tmp_path / "home" / ".config" / "monai-unc"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # an absolute one is taken
     assert signing.config_dir() == tmp_path / "xdg" / "monai-unc"
+
+
+# --------------------------------------------------------------------------------------------- trust's own type
+@pytest.mark.parametrize("trust", [True, False, "trusted", ["k.pub"], 0])
+def test_a_trust_that_is_no_trust_is_a_type_error_naming_it(config, tmp_path, trust):
+    """``ReferralRule.load(path, True)`` (and ``check_signature``, ``read_artifact``, ``run_triage(trust=...)``)
+    failed with ``AttributeError: 'bool' object has no attribute 'keys'`` (found by hostile review 60)."""
+    import json
+
+    from monai_unc.evaluation.products import read_artifact, write_artifact
+    from monai_unc.evaluation.triage.rule import ReferralRule
+    from monai_unc.io.provenance import check_signature, write_signed_json
+    from monai_unc.product import CohortProduct
+
+    rule_path = write_signed_json(tmp_path / "rule.json", _rule().to_json())
+    with pytest.raises(TypeError, match="^trust must be a Trust"):
+        ReferralRule.load(rule_path, trust)
+    with pytest.raises(TypeError, match="^trust must be a Trust"):
+        check_signature(json.loads(rule_path.read_text()), trust, "rule")
+
+    class Bias(CohortProduct):
+        name, title = "bias_review60", "Bias"
+
+    artifact = write_artifact(tmp_path / "bias.json", Bias(), {"bias": 1.5}, ["a"])
+    with pytest.raises(TypeError, match="^trust must be a Trust"):
+        read_artifact(artifact, "bias_review60", trust=trust)

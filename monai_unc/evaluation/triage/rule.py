@@ -1338,10 +1338,13 @@ class ReferralRule:
 
         Raises:
             FileNotFoundError: no file at ``path``.
+            TypeError: ``trust`` is neither a :class:`~monai_unc.io.signing.Trust` nor None.
             ValueError: naming the problem when the file is not valid JSON, a field is missing or wrong, or the file
                 was edited or corrupted (its certificate recomputed from its calibration record disagrees, or its
                 content digest does not match).
         """
+        if trust is not None and not isinstance(trust, Trust):  # found by hostile review 60: an AttributeError
+            raise TypeError(f"trust must be a Trust (monai_unc.io.signing.Trust) or None, got {trust!r:.80}")
         path = Path(path)
         d = read_checked_json(path, fmt=RULE_FORMAT, versions=range(1, RULE_VERSION + 1), what="referral rule",
                               written_by=_WRITTEN_BY, digest=False)  # compared by from_json, after the fields
