@@ -361,3 +361,46 @@ def test_a_trust_that_is_no_trust_is_a_type_error_naming_it(config, tmp_path, tr
     artifact = write_artifact(tmp_path / "bias.json", Bias(), {"bias": 1.5}, ["a"])
     with pytest.raises(TypeError, match="^trust must be a Trust"):
         read_artifact(artifact, "bias_review60", trust=trust)
+
+
+# ------------------------------------------------------------------------------------- what a refusal echoes
+_HUGE = "x" * 100_000
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d.update(format=_HUGE),
+    lambda d: d.update(format_version=list(range(20_000))),
+    lambda d: d.update(feasible=_HUGE),
+    lambda d: d.update(target_risk=[_HUGE]),
+    lambda d: d.update(threshold={"a": _HUGE}),
+    lambda d: d["calibration"].update(scores=[_HUGE]),
+    lambda d: d["calibration"].update(case_scores=[_HUGE] * 12),
+    lambda d: d["calibration"].update(max_candidates=_HUGE),
+    lambda d: d["score"].update(column=_HUGE),
+])
+def test_a_refused_rule_field_is_echoed_short(tmp_path, edit):
+    """A refusal of a rule file's field echoed the whole value: a hostile or corrupted file (a 100 000-character
+    text, a list of 20 000 numbers) made the one-line error of ``triage --rule`` hundreds of kilobytes long (found by
+    hostile review 60)."""
+    import json
+
+    from monai_unc.evaluation.triage.rule import ReferralRule
+    from monai_unc.io.provenance import rule_digest
+
+    doc = _rule().to_json()
+    edit(doc)
+    doc["digest"] = rule_digest(doc)
+    path = tmp_path / "rule.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError) as err:
+        ReferralRule.load(path)
+    assert str(err.value).startswith(f"referral rule {path}") and len(str(err.value)) <= 1000, str(err.value)[:300]
+
+
+def test_a_key_given_twice_is_echoed_short(tmp_path):
+    from monai_unc.io.provenance import parse_untrusted_json
+
+    text = f'{{"{_HUGE}": 1, "{_HUGE}": 2}}'
+    with pytest.raises(ValueError, match="given twice") as err:
+        parse_untrusted_json(text, "rule")
+    assert len(str(err.value)) < 400 < len(text)

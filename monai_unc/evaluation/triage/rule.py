@@ -60,6 +60,8 @@ IMAGE_STATISTICS_VERSION = 1
 _WRITTEN_BY = "monai-unc evaluate --target-risk"
 #: what a rule file says when its content does not agree with itself
 _EDITED = f"the file was edited or corrupted; certify the rule again with {_WRITTEN_BY}"
+#: the longest refusal of a rule file's content (:meth:`ReferralRule.from_json`), in characters
+_MAX_MESSAGE = 1000
 #: the top-level fields of a rule file (:meth:`ReferralRule.to_json`, every ``format_version``, its digest and
 #: signature): another one is refused, as every fitted file of evaluate refuses one
 _RULE_FIELDS = frozenset({
@@ -540,7 +542,7 @@ def _field(d: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, 
     v = d[key]
     if kind is not None and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ValueError(f"{where}: field {key!r} must be {names}, got {v!r}")
+        raise ValueError(f"{where}: field {key!r} must be {names}, got {v!r:.80}")
     return v
 
 
@@ -548,7 +550,7 @@ def _number(v: Any, where: str, allow_null: bool = False) -> float:
     if v is None and allow_null:
         return math.nan
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-        raise ValueError(f"field {where!r} must be a finite number{' or null' if allow_null else ''}, got {v!r}")
+        raise ValueError(f"field {where!r} must be a finite number{' or null' if allow_null else ''}, got {v!r:.80}")
     return float(v)
 
 
@@ -1307,7 +1309,10 @@ class ReferralRule:
             return rule
         except ValueError as e:
             msg = str(e)
-            raise ValueError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+            msg = msg if msg.startswith(source) else f"{source}: {msg}"
+            # a value of the file echoed whole (a 100 000-character text) made a one-line error of that size (found by
+            # hostile review 60): the line is cut, as no refusal of a field needs more
+            raise ValueError(msg if len(msg) <= _MAX_MESSAGE else msg[:_MAX_MESSAGE - 4] + " ...") from None
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the rule as strict JSON, signed (:func:`~monai_unc.io.provenance.write_signed_json`), atomically.
