@@ -92,12 +92,16 @@ def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
 
 
 def _takes_trust(reader: Any) -> bool:
-    """Whether a product's ``artifact_fingerprint`` takes the ``trust`` argument (a second positional or ``**``)."""
+    """Whether a product's ``artifact_fingerprint`` takes the ``trust`` argument: a parameter of that name, or ``**``.
+
+    Found by hostile review 60: any second parameter counted, and a reader ``(path, strict=False)`` was given the
+    trusted keys for ``strict`` (no signature checked, nothing said); ``trust`` is now passed by name.
+    """
     try:
         params = list(inspect.signature(reader).parameters.values())
     except (TypeError, ValueError):
         return True  # no signature to read (a builtin): called as documented
-    return any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params) or len(params) >= 2
+    return any(p.kind == p.VAR_KEYWORD or (p.name == "trust" and p.kind != p.POSITIONAL_ONLY) for p in params)
 
 
 def _load_fingerprint(path: Path, trust: Trust | None) -> tuple[str, dict[str, Any], bool]:
@@ -125,7 +129,8 @@ def _load_fingerprint(path: Path, trust: Trust | None) -> tuple[str, dict[str, A
                           "'trust': the rule's signature is not checked (add trust=None to it)", UserWarning,
                           stacklevel=3)
             trust = None
-        fingerprint = reader.artifact_fingerprint(path) if trust is None else reader.artifact_fingerprint(path, trust)
+        fingerprint = (reader.artifact_fingerprint(path) if trust is None
+                       else reader.artifact_fingerprint(path, trust=trust))
         return (*fingerprint, bool(reader.artifact_needs_probabilities))
     kinds = ", ".join(f"{cls.artifact_file or cls.name + '.json'} ({f!r})" for f, cls in readers.items())
     raise ValueError(f"--settings-from {path}: not a rule file that monai-unc evaluate certifies: {kinds}")

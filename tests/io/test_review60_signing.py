@@ -404,3 +404,51 @@ def test_a_key_given_twice_is_echoed_short(tmp_path):
     with pytest.raises(ValueError, match="given twice") as err:
         parse_untrusted_json(text, "rule")
     assert len(str(err.value)) < 400 < len(text)
+
+
+# -------------------------------------------------------------------- a product's reader of --settings-from
+def test_a_product_reader_whose_second_parameter_is_not_trust_is_not_given_it(tmp_path):
+    """``infer --settings-from`` passed ``trust`` as the second positional argument of any product's
+    ``artifact_fingerprint`` with two parameters: a reader ``(path, strict=False)`` took the trusted keys for
+    ``strict``, checked no signature, and nothing said so (found by hostile review 60). ``trust`` is passed by name, to
+    a reader that has it (or ``**kwargs``); another is read as one written before ``trust``, with its warning."""
+    import json
+
+    from monai_unc.io.signing import Trust
+    from monai_unc.product import CohortProduct, register_product, unregister_product
+    from monai_unc.workflows.reuse import read_rule_settings
+
+    calls: list[dict] = []
+
+    class Acme(CohortProduct):
+        name = "acme_review60"
+        title = "Acme rule"
+        artifact_format = "acme rule review60"
+
+        @classmethod
+        def artifact_fingerprint(cls, path, strict=False):
+            calls.append({"strict": strict})
+            return f"acme rule {path}", {}
+
+    class Named(Acme):
+        @classmethod
+        def artifact_fingerprint(cls, path, **options):
+            calls.append(options)
+            return f"acme rule {path}", {}
+
+    path = tmp_path / "acme.json"
+    path.write_text(json.dumps({"format": "acme rule review60"}))
+    trust = Trust()
+    try:
+        register_product(Acme)
+        with pytest.warns(UserWarning, match="artifact_fingerprint takes no 'trust'"), \
+                pytest.raises(ValueError, match="records no settings of monai-unc infer"):
+            read_rule_settings(path, trust)
+        assert calls == [{"strict": False}]
+        unregister_product("acme_review60")
+        register_product(Named)
+        with pytest.raises(ValueError, match="records no settings of monai-unc infer"):
+            read_rule_settings(path, trust)
+        assert calls[-1] == {"trust": trust}
+    finally:
+        unregister_product("acme_review60")
