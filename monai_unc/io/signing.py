@@ -619,8 +619,10 @@ def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tu
 
     Returns:
         ``{fingerprint: (key, file)}``; a refusal (a key file that is missing or no public key, a location others can
-        write) is marked with the parameter ``trusted_keys`` (:func:`monai_unc._utils.parameter_error`), so that the
-        command line says ``--trusted-keys``, not the option of the rule file whose signature was being checked.
+        write, this machine's own key while other users can read its ``signing_key.pem``: an
+        :class:`UnprotectedKeyError`) is marked with the parameter ``trusted_keys``
+        (:func:`monai_unc._utils.parameter_error`), so that the command line says ``--trusted-keys``, not the option
+        of the rule file whose signature was being checked.
 
     Raises:
         TypeError: ``extra`` is not a list or tuple of key files or folders (one path alone, naming ``trusted_keys``).
@@ -648,6 +650,10 @@ def _trusted_public_keys(extra: Sequence[str | os.PathLike]) -> dict[str, tuple[
     if implicit:  # trusted without being named: only while nobody else can change them
         for p in (cfg, *implicit):
             check_owner_only_writable(p)
+        if own_private.is_file() and (cfg / PUBLIC_KEY_FILE in implicit or own_private in implicit):
+            # found by hostile review 60: this machine's key was trusted while other users could read its private
+            # key, which signing refuses (whoever copied it certifies rules as its owner)
+            _check_private_key_mode(own_private)
         files += [p for p in implicit if p.is_file()]
     keys: dict[str, tuple[Ed25519PublicKey, Path]] = {}
     for f in files:

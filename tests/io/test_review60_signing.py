@@ -452,3 +452,28 @@ def test_a_product_reader_whose_second_parameter_is_not_trust_is_not_given_it(tm
         assert calls[-1] == {"trust": trust}
     finally:
         unregister_product("acme_review60")
+
+
+# ---------------------------------------------------------------------- this machine's key, trusted without a name
+@posix
+@pytest.mark.parametrize("half", [False, True])
+def test_this_machines_key_is_not_trusted_while_others_can_read_its_private_key(config, tmp_path, half):
+    """The configuration folder's own public key (or, of a half pair, its private key's) was trusted while
+    ``signing_key.pem`` beside it was readable by every user: signing refused the key (whoever copied it can certify
+    rules as its owner) but this machine went on accepting what any copy signed (found by hostile review 60)."""
+    import json
+
+    from monai_unc._utils import PARAMETER_ATTRIBUTE
+    from monai_unc.io.provenance import check_signature, write_signed_json
+    from monai_unc.io.signing import Trust
+
+    doc = json.loads(write_signed_json(tmp_path / "rule.json", {"a": 1}).read_text())  # the configuration's new pair
+    assert check_signature(doc, Trust(), "rule").startswith("signed by")
+    if half:
+        (config / signing.PUBLIC_KEY_FILE).unlink()
+    os.chmod(config / signing.PRIVATE_KEY_FILE, 0o644)
+    with pytest.raises(signing.UnprotectedKeyError, match="can be read or changed by other users") as err:
+        check_signature(doc, Trust(), "rule")
+    assert getattr(err.value, PARAMETER_ATTRIBUTE) == "trusted_keys"
+    os.chmod(config / signing.PRIVATE_KEY_FILE, 0o600)
+    assert check_signature(doc, Trust(), "rule").startswith("signed by")
