@@ -23,7 +23,8 @@ import numpy as np
 
 from .. import __version__
 from ..io import OUTPUT_MARKERS, json_safe, owned_folder
-from ..io.provenance import read_checked_json, rule_digest, write_signed_json
+from ..io.provenance import check_signature, read_checked_json, rule_digest, write_signed_json
+from ..io.signing import SIGNATURE_FIELD, Trust
 from ..product import CohortProduct, registered_products
 from .config import EvaluationConfig
 
@@ -59,6 +60,9 @@ artifact_digest = rule_digest
 #: the ``format`` of a product artifact file (:func:`write_artifact`)
 ARTIFACT_FORMAT = "monai-unc product artifact"
 _ARTIFACT_VERSION = 1
+#: the top-level fields of an artifact file (:func:`write_artifact`, with its digest and signature)
+_ARTIFACT_FIELDS = frozenset({"format", "format_version", "monai_unc_version", "product", "options",
+                              "calibration_cases", "artifact", "digest", SIGNATURE_FIELD})
 
 
 def implicit_products(config: EvaluationConfig) -> list[CohortProduct]:
@@ -288,29 +292,44 @@ def _infinite_at(x: Any, where: str = "artifact") -> str | None:
     return None
 
 
-def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[str, Any]:
+def read_artifact(path: str | os.PathLike, product: str | None = None, trust: Trust | None = None) -> dict[str, Any]:
     """Read and check an artifact file of :func:`write_artifact`.
 
-    The checks are the format, version, digest (:func:`monai_unc.io.provenance.read_checked_json`) and, with
-    ``product``, the product's name. The file is untrusted input: nothing in it is imported or run.
+    The checks are the format, version, digest (:func:`monai_unc.io.provenance.read_checked_json`), the fields (those
+    :func:`write_artifact` writes, no other), with ``product`` the product's name and with ``trust`` the signature
+    (:func:`monai_unc.io.provenance.check_signature`, as ``monai-unc triage`` checks a rule's: a product's command
+    passes the ``trust`` its :meth:`~monai_unc.product.CohortProduct.apply_cases` is given). The file is untrusted
+    input: nothing in it is imported or run. Found by hostile review 60: the digest alone was checked, which whoever
+    edits the file recomputes, and a product's command had no reader that checked the signature.
 
     Args:
         path: the file.
         product: the expected product name (None: any).
+        trust: the trusted keys the signature must verify against, or None (not checked: the Python API on a file
+            the caller trusts).
 
     Returns:
-        The whole document (the fitted data under ``"artifact"``).
+        The whole document (the fitted data under ``"artifact"``); with ``trust`` also ``"signature_check"``: how the
+        signature was checked, one line for the outputs (``"signed by ..."`` or ``"UNSIGNED: ..."``).
 
     Raises:
         FileNotFoundError: no file.
         IsADirectoryError: a folder at ``path``.
-        ValueError: naming ``path`` for another format, a changed digest (the file was edited) or another product.
+        ValueError: naming ``path`` for another format, a changed digest (the file was edited), a field no artifact
+            file holds, another product, or (with ``trust``) a signature that is missing (unless allowed), does not
+            match or is by a key that is not trusted.
     """
     path = Path(path)
     doc = read_checked_json(path, fmt=ARTIFACT_FORMAT, versions=(_ARTIFACT_VERSION,), what="artifact",
                             written_by="monai-unc evaluate and the product's option", source=f"path: {path}")
+    unknown = sorted(str(k) for k in doc if k not in _ARTIFACT_FIELDS)
+    if unknown:
+        raise ValueError(f"path: {path}: field {unknown[0][:80]!r} is not a field of an artifact file; the file was "
+                         "edited (write it again with monai-unc evaluate)")
     if product is not None and doc.get("product") != product:
         raise ValueError(f"path: {path} holds the artifact of product {doc.get('product')!r}, not {product!r}")
+    if trust is not None:
+        doc["signature_check"] = check_signature(doc, trust, f"artifact {path}")
     return doc
 
 

@@ -978,13 +978,13 @@ def check_document(doc: Any, *, fmt: str, versions: Collection[int], what: str, 
     got = doc.get("format")
     if got != fmt:
         article = "an" if what[:1].lower() in "aeiou" else "a"
-        raise ValueError(f"{source} is not a {fmt} file: field 'format' is {got!r}, so it is not {article} {what}")
+        raise ValueError(f"{source} is not a {fmt} file: field 'format' is {got!r:.80}, so it is not {article} {what}")
     ver = doc.get("format_version")
     if isinstance(ver, bool) or not isinstance(ver, int) or ver not in versions:
         low, high = min(versions), max(versions)
         reads = str(low) if low == high else f"{low} to {high}"
         newer = "; upgrade monai-unc" if isinstance(ver, int) and not isinstance(ver, bool) and ver > high else ""
-        raise ValueError(f"{source}: format_version {ver!r} is not supported (this monai-unc reads {reads}){newer}")
+        raise ValueError(f"{source}: format_version {ver!r:.80} is not supported (this monai-unc reads {reads}){newer}")
 
 
 def check_digest(doc: Mapping[str, Any], *, source: str, written_by: str, required: bool = True) -> bool:
@@ -1109,7 +1109,7 @@ def parse_untrusted_json(text: str, source: str) -> Any:
     try:
         doc = json.loads(text, parse_constant=_no_constant, parse_int=_parse_int, parse_float=_parse_float,
                          object_pairs_hook=lambda pairs: unique_json_keys(
-                             pairs, "the key {key!r} is given twice in one object"))
+                             pairs, "the key {key!r:.80} is given twice in one object"))
         if _SURROGATE_ESCAPE.search(text):  # "\ud800" alone parses to a string that no UTF-8 text (the digest) holds
             json.dumps(doc, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
@@ -1286,6 +1286,7 @@ def check_signature(doc: Mapping[str, Any], trust: Trust, source: str) -> str:
         How it was checked, one line (``"signed by ..."`` or ``"UNSIGNED: ..."``).
 
     Raises:
+        TypeError: ``trust`` is no :class:`~monai_unc.io.signing.Trust`.
         ValueError: unsigned (not allowed), a signature that does not match, or an untrusted key.
     """
     return verify_signature(doc, rule_digest(json_safe(doc)), trust, source)

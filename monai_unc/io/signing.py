@@ -89,14 +89,18 @@ class UnprotectedKeyError(ValueError):
     """A private key file that other users can read or change: whoever copied it can certify rules as its owner.
 
     Refused where it would sign (:func:`sign_digest`), as OpenSSH refuses such a private key, rather than signing
-    with it or writing the file unsigned; the message names the file, its mode and the ``chmod`` that fixes it.
+    with it or writing the file unsigned; the message names the file, its mode and the ``chmod`` that fixes it. Also
+    a lone private key another user owns, which :func:`generate_key_pair` does not complete as a half pair.
     """
 
 
 def config_dir() -> Path:
     """The user's configuration folder of monai-unc (keys).
 
-    ``$MONAI_UNC_CONFIG_DIR`` when set, else ``$XDG_CONFIG_HOME/monai-unc``, else ``~/.config/monai-unc``.
+    ``$MONAI_UNC_CONFIG_DIR`` when set, else ``$XDG_CONFIG_HOME/monai-unc``, else ``~/.config/monai-unc``. A relative
+    ``XDG_CONFIG_HOME`` is ignored, as the XDG specification says: found by hostile review 60, the folder of the
+    signing key and of the keys trusted without being named then depended on the current folder (a certification run
+    from an output folder wrote its key pair there).
 
     Returns:
         The folder (it may not exist yet).
@@ -108,8 +112,8 @@ def config_dir() -> Path:
     own = os.environ.get("MONAI_UNC_CONFIG_DIR")
     if own:
         return Path(own).expanduser()
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or "").expanduser()
+    base = xdg if xdg.is_absolute() else Path.home() / ".config"
     return base / "monai-unc"
 
 
@@ -180,6 +184,7 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
         FileExistsError: a pair exists (and ``overwrite`` is False).
         KeyPairMismatchError: a pair exists whose public key is not that of its private key (and ``overwrite`` is
             False; one line naming both files and the remedy).
+        UnprotectedKeyError: a half pair whose private key another user owns (POSIX; it is not completed).
 
     Example:
         >>> import tempfile
@@ -198,6 +203,7 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
     with output_lock(folder, "monai-unc keys", wait=_PAIR_LOCK_WAIT):  # what the folder holds is checked under it
         if not overwrite:
             if priv.exists() and not pub.exists():  # found by hostile testing: a half pair could not be completed
+                _check_own_half_pair(priv)
                 complete_key_pair(priv)
                 return priv, pub
             if priv.exists() and pub.exists():
@@ -209,6 +215,28 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
                                                serialization.NoEncryption()))
         _write_public(pub, key.public_key())
     return priv, pub
+
+
+def _check_own_half_pair(private: Path) -> None:
+    """Refuse to complete a half pair whose private key another user owns (POSIX).
+
+    A half pair is what this user's killed write left, so its private key is the user's own file. Found by hostile
+    review 60: ``keys --create FOLDER`` (and the first certification) completed any lone ``signing_key.pem`` and
+    said it kept it as the user's, so in a folder others can write one of them could plant a private key of their
+    own, readable by a group the user is in, and forge every rule signed with it.
+
+    Raises:
+        UnprotectedKeyError: naming the file, its owner and the remedy.
+    """
+    if os.name != "posix":
+        return
+    owner = private.stat().st_uid
+    if owner != os.getuid():
+        raise UnprotectedKeyError(
+            f"signing key {private} belongs to another user (uid {owner}), who can read it and certify rules with it: "
+            "it is no half pair of yours to complete; make a pair of your own in a folder only you can write "
+            "(monai-unc keys --create FOLDER)"
+        )
 
 
 def complete_key_pair(private: str | os.PathLike) -> Path:
@@ -431,6 +459,7 @@ def default_signing_key(create: bool = True) -> Path | None:
 
     Raises:
         KeyPairMismatchError: the public key file beside the key is another key's (naming both files and the remedy).
+        UnprotectedKeyError: the configuration folder's ``signing_key.pem`` alone belongs to another user (POSIX).
         ValueError: ``$MONAI_UNC_SIGNING_KEY`` names no file.
     """
     named = os.environ.get("MONAI_UNC_SIGNING_KEY")
@@ -506,6 +535,11 @@ def _check_key_entries(entries: Any, name: str) -> None:
 def _key_files(entries: Iterable[str | os.PathLike], what: str) -> list[Path]:
     out = []
     for e in entries:
+        if isinstance(e, str) and not e.strip():
+            # found by hostile review 60: Path("") is the current folder, so ``--trusted-keys "$KEYS"`` with the
+            # variable unset trusted every *.pub there (one planted in a shared folder a triage runs from)
+            raise ValueError(f"{what}: an empty path names no key file or folder (it read as the current folder, whose "
+                             "every *.pub would be trusted); give a key file or folder, '.' for the current one")
         p = Path(e).expanduser()
         if p.is_dir():
             out.extend(sorted(p.glob("*.pub")))
@@ -520,7 +554,9 @@ def _private_group(gid: int, uid: int) -> bool:
     """Whether group ``gid`` is user ``uid``'s private group: named after the user, no other member.
 
     The umask 002 convention of many distributions makes new folders group-writable by that group, which lets nobody
-    else write.
+    else write. A member is a user the group lists (``gr_mem``) or one whose primary group it is: found by hostile
+    review 60, another user given the group as primary group (``useradd -g alice bob``), whom ``gr_mem`` does not
+    list, could write the trusted keys and read the private key while the group passed for private.
     """
     import grp
     import pwd
@@ -529,7 +565,9 @@ def _private_group(gid: int, uid: int) -> bool:
         user, group = pwd.getpwuid(uid).pw_name, grp.getgrgid(gid)
     except KeyError:  # an id without a name: not known to be private
         return False
-    return group.gr_name == user and set(group.gr_mem) <= {user}
+    if group.gr_name != user or not set(group.gr_mem) <= {user}:
+        return False
+    return not any(p.pw_gid == gid and p.pw_name != user for p in pwd.getpwall())
 
 
 def check_owner_only_writable(path: str | os.PathLike) -> None:
@@ -581,8 +619,10 @@ def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tu
 
     Returns:
         ``{fingerprint: (key, file)}``; a refusal (a key file that is missing or no public key, a location others can
-        write) is marked with the parameter ``trusted_keys`` (:func:`monai_unc._utils.parameter_error`), so that the
-        command line says ``--trusted-keys``, not the option of the rule file whose signature was being checked.
+        write, this machine's own key while other users can read its ``signing_key.pem``: an
+        :class:`UnprotectedKeyError`) is marked with the parameter ``trusted_keys``
+        (:func:`monai_unc._utils.parameter_error`), so that the command line says ``--trusted-keys``, not the option
+        of the rule file whose signature was being checked.
 
     Raises:
         TypeError: ``extra`` is not a list or tuple of key files or folders (one path alone, naming ``trusted_keys``).
@@ -610,6 +650,10 @@ def _trusted_public_keys(extra: Sequence[str | os.PathLike]) -> dict[str, tuple[
     if implicit:  # trusted without being named: only while nobody else can change them
         for p in (cfg, *implicit):
             check_owner_only_writable(p)
+        if own_private.is_file() and (cfg / PUBLIC_KEY_FILE in implicit or own_private in implicit):
+            # found by hostile review 60: this machine's key was trusted while other users could read its private
+            # key, which signing refuses (whoever copied it certifies rules as its owner)
+            _check_private_key_mode(own_private)
         files += [p for p in implicit if p.is_file()]
     keys: dict[str, tuple[Ed25519PublicKey, Path]] = {}
     for f in files:
@@ -680,10 +724,13 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
         ``"UNSIGNED: ..."``.
 
     Raises:
+        TypeError: ``trust`` is no :class:`Trust`.
         ValueError: one line starting with ``source``: unsigned (and not allowed), a malformed signature object, a
             signature that does not verify (also, with ``allow_unsigned``, one by a key that is not trusted: the
             outputs never name a key that did not sign the content), or a key that is not trusted.
     """
+    if not isinstance(trust, Trust):  # found by hostile review 60: True failed with an AttributeError
+        raise TypeError(f"trust must be a Trust (monai_unc.io.signing.Trust), got {trust!r:.80}")
     sig = doc.get(SIGNATURE_FIELD)
     allow = "pass --allow-unsigned to use it anyway (recorded in the outputs)"
     if sig is None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from .._utils import is_finite_real, is_int
 from ..io import check_entry_kind
-from ..io.provenance import has_weight_digests, normalize_fingerprint, parse_untrusted_json, weight_differences
+from ..io.provenance import has_weight_digests, normalize_fingerprint, read_untrusted_json, weight_differences
 from ..io.signing import Trust
 from ..keys import DEFAULT_RATEIN_TARGET, DEPRECATED_MEASURES, DROPOUT_TOKENS, MEASURES
 from ..product import registered_products
@@ -92,12 +92,16 @@ def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
 
 
 def _takes_trust(reader: Any) -> bool:
-    """Whether a product's ``artifact_fingerprint`` takes the ``trust`` argument (a second positional or ``**``)."""
+    """Whether a product's ``artifact_fingerprint`` takes the ``trust`` argument: a parameter of that name, or ``**``.
+
+    Found by hostile review 60: any second parameter counted, and a reader ``(path, strict=False)`` was given the
+    trusted keys for ``strict`` (no signature checked, nothing said); ``trust`` is now passed by name.
+    """
     try:
         params = list(inspect.signature(reader).parameters.values())
     except (TypeError, ValueError):
         return True  # no signature to read (a builtin): called as documented
-    return any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params) or len(params) >= 2
+    return any(p.kind == p.VAR_KEYWORD or (p.name == "trust" and p.kind != p.POSITIONAL_ONLY) for p in params)
 
 
 def _load_fingerprint(path: Path, trust: Trust | None) -> tuple[str, dict[str, Any], bool]:
@@ -109,11 +113,9 @@ def _load_fingerprint(path: Path, trust: Trust | None) -> tuple[str, dict[str, A
     if not path.is_file():
         check_entry_kind(path, "--settings-from rule", folder=False)
         raise FileNotFoundError(f"--settings-from: no rule file at {path}")
-    try:  # which reader: the format field (each reader then checks the whole file)
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--settings-from {path}: not a readable JSON rule file ({type(e).__name__})") from None
-    head = parse_untrusted_json(text, f"--settings-from {path}")
+    # which reader: the format field (each reader then checks the whole file); its size checked before it is read
+    # (found by hostile review 60: a multi-gigabyte file was read whole, as text, before any check)
+    head = read_untrusted_json(path, f"--settings-from {path}")[1]
     fmt = head.get("format") if isinstance(head, dict) else None
     readers = {cls.artifact_format: cls for cls in registered_products() if cls.artifact_format}
     if isinstance(fmt, str) and fmt in readers:
@@ -127,7 +129,8 @@ def _load_fingerprint(path: Path, trust: Trust | None) -> tuple[str, dict[str, A
                           "'trust': the rule's signature is not checked (add trust=None to it)", UserWarning,
                           stacklevel=3)
             trust = None
-        fingerprint = reader.artifact_fingerprint(path) if trust is None else reader.artifact_fingerprint(path, trust)
+        fingerprint = (reader.artifact_fingerprint(path) if trust is None
+                       else reader.artifact_fingerprint(path, trust=trust))
         return (*fingerprint, bool(reader.artifact_needs_probabilities))
     kinds = ", ".join(f"{cls.artifact_file or cls.name + '.json'} ({f!r})" for f, cls in readers.items())
     raise ValueError(f"--settings-from {path}: not a rule file that monai-unc evaluate certifies: {kinds}")

@@ -61,7 +61,9 @@ def test_private_group_of_the_current_user():
 
     uid, gid = os.getuid(), os.getgid()
     group, user = grp.getgrgid(gid), pwd.getpwuid(uid).pw_name
-    assert signing._private_group(gid, uid) == (group.gr_name == user and set(group.gr_mem) <= {user})
+    others = any(p.pw_gid == gid and p.pw_name != user for p in pwd.getpwall())  # their primary group
+    assert signing._private_group(gid, uid) == (group.gr_name == user and set(group.gr_mem) <= {user}
+                                                and not others)
     assert not signing._private_group(4243, uid)  # no such group
 
 

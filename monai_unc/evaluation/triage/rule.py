@@ -21,7 +21,7 @@ from ... import __version__
 from ..._utils import check_text, is_finite_real, is_int, is_real, real_array, to_numpy
 from ...io import cell_float, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
-from ...io.signing import Trust
+from ...io.signing import SIGNATURE_FIELD, Trust
 from ...keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
@@ -60,6 +60,15 @@ IMAGE_STATISTICS_VERSION = 1
 _WRITTEN_BY = "monai-unc evaluate --target-risk"
 #: what a rule file says when its content does not agree with itself
 _EDITED = f"the file was edited or corrupted; certify the rule again with {_WRITTEN_BY}"
+#: the longest refusal of a rule file's content (:meth:`ReferralRule.from_json`), in characters
+_MAX_MESSAGE = 1000
+#: the top-level fields of a rule file (:meth:`ReferralRule.to_json`, every ``format_version``, its digest and
+#: signature): another one is refused, as every fitted file of evaluate refuses one
+_RULE_FIELDS = frozenset({
+    "format", "format_version", "created", "monai_unc_version", "score", "decision", "feasible", "threshold",
+    "accept_all", "target_risk", "delta", "method", "risk", "risk_definition", "failure_dice", "guarantee",
+    "calibration", "num_classes", "class_names", "regions", "image_reference", "fingerprint", "digest",
+    SIGNATURE_FIELD})
 #: default robust z-score above which a case's image counts as far from the calibration images
 IMAGE_Z_MAX = 5.0
 #: scale of the MAD that makes it a consistent estimate of a normal standard deviation
@@ -533,7 +542,7 @@ def _field(d: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, 
     v = d[key]
     if kind is not None and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ValueError(f"{where}: field {key!r} must be {names}, got {v!r}")
+        raise ValueError(f"{where}: field {key!r} must be {names}, got {v!r:.80}")
     return v
 
 
@@ -541,7 +550,7 @@ def _number(v: Any, where: str, allow_null: bool = False) -> float:
     if v is None and allow_null:
         return math.nan
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-        raise ValueError(f"field {where!r} must be a finite number{' or null' if allow_null else ''}, got {v!r}")
+        raise ValueError(f"field {where!r} must be a finite number{' or null' if allow_null else ''}, got {v!r:.80}")
     return float(v)
 
 
@@ -1201,12 +1210,16 @@ class ReferralRule:
             The rule, with :attr:`integrity` saying how it was checked.
 
         Raises:
-            ValueError: naming the bad field, saying the file was edited or corrupted, or that the rule counted
-                undefined-score calibration cases as accepted (certify it again).
+            ValueError: naming the bad field (one that no rule file holds included), saying the file was edited or
+                corrupted, or that the rule counted undefined-score calibration cases as accepted (certify it again).
         """
         check_document(d, fmt=RULE_FORMAT, versions=range(1, RULE_VERSION + 1), what="referral rule", source=source)
         ver = d["format_version"]
         try:
+            unknown = sorted(str(k) for k in d if k not in _RULE_FIELDS)
+            if unknown:  # found by hostile review 60: ignored, as if the rule had been certified with it
+                raise ValueError(f"{source}: field {unknown[0][:80]!r} is not a field of a referral rule file; the "
+                                 f"file was edited (certify the rule again with {_WRITTEN_BY})")
             sc = _field(d, "score", source, dict)
             cal = _field(d, "calibration", source, dict)
             feasible = _field(d, "feasible", source, bool)
@@ -1296,7 +1309,10 @@ class ReferralRule:
             return rule
         except ValueError as e:
             msg = str(e)
-            raise ValueError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+            msg = msg if msg.startswith(source) else f"{source}: {msg}"
+            # a value of the file echoed whole (a 100 000-character text) made a one-line error of that size (found by
+            # hostile review 60): the line is cut, as no refusal of a field needs more
+            raise ValueError(msg if len(msg) <= _MAX_MESSAGE else msg[:_MAX_MESSAGE - 4] + " ...") from None
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the rule as strict JSON, signed (:func:`~monai_unc.io.provenance.write_signed_json`), atomically.
@@ -1327,10 +1343,13 @@ class ReferralRule:
 
         Raises:
             FileNotFoundError: no file at ``path``.
+            TypeError: ``trust`` is neither a :class:`~monai_unc.io.signing.Trust` nor None.
             ValueError: naming the problem when the file is not valid JSON, a field is missing or wrong, or the file
                 was edited or corrupted (its certificate recomputed from its calibration record disagrees, or its
                 content digest does not match).
         """
+        if trust is not None and not isinstance(trust, Trust):  # found by hostile review 60: an AttributeError
+            raise TypeError(f"trust must be a Trust (monai_unc.io.signing.Trust) or None, got {trust!r:.80}")
         path = Path(path)
         d = read_checked_json(path, fmt=RULE_FORMAT, versions=range(1, RULE_VERSION + 1), what="referral rule",
                               written_by=_WRITTEN_BY, digest=False)  # compared by from_json, after the fields
