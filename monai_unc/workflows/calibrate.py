@@ -51,7 +51,7 @@ from ..temperature import calibrate_network, nll_flat_at_zero, nll_slope_terms, 
 from .factory import check_roi, normalize_roi
 from .infer import check_case_dims, load_image_case, network_image_cases, normalize_intensity
 from .infer_plan import check_window_options
-from .models import LoadedModel, check_model_activation, load_network
+from .models import LoadedModel, check_model_activation, load_network, warn_bundle_window
 from .prepare import read_region_spec, resolve_device
 from .session import CommandResult
 
@@ -461,6 +461,7 @@ def run_calibrate(
                           checkpoints=[checkpoint] if checkpoint else [], unsafe_load=unsafe_load,
                           device=device, bundle_preprocessing=False, allow_code=allow_code)
     check_model_activation(loaded, activation)
+    warn_bundle_window(loaded, roi)
     if loaded.temperature is not None:  # found by hostile testing: the new checkpoint nested the old one's state dict
         # ({"state_dict": {"temperature": ..., "network.*": ...}, ...}), which no later command could load
         raise ValueError(f"--checkpoint {loaded.checkpoints[0]} is calibrated already (temperature "

@@ -53,7 +53,7 @@ from .apply import trust_from_arguments, unsigned_notice
 from .arguments import EXPLICIT_OPTIONS
 from .factory import build_inferer, check_method_network
 from .infer import InferSettings, load_image_case, network_image_cases, run_infer
-from .models import LoadedModel, check_model_activation, load_network
+from .models import LoadedModel, check_model_activation, load_network, warn_bundle_window
 from .options import INTENSITY_MODES, SHARED_PASS_TOKENS, check_roi, method_tokens, normalize_roi
 from .prepare import (
     ACTIVATIONS,
@@ -356,6 +356,8 @@ def prepare_infer(
         unsafe_load=unsafe_load, device=device, bundle_preprocessing=bundle_preprocessing, allow_code=allow_code,
     )  # fmt: skip
     check_model_activation(loaded, activation)  # a sigmoid bundle run with the default softmax: one error now
+    if rule is None:  # a rule's settings are those it was certified with
+        warn_bundle_window(loaded, roi)
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
     if cases is None or any(p.is_dir() for c in cases for p in c.channels):
         # DICOM input: one series folder per input channel of the network (<case>_0000/, ...) when it takes several

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import pickle
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -521,6 +522,9 @@ class LoadedModel:
     #: the entry of the checkpoints that holds the state dict (a bundle's ``CheckpointLoader`` ``load_dict`` key:
     #: :func:`_bundle_checkpoint_key`), for every ensemble member too; None: the usual entries
     checkpoint_key: str | None = None
+    #: the window of a bundle's ``SlidingWindowInferer`` (``inferer#roi_size``, one size per axis;
+    #: :func:`_bundle_window`); None: not a bundle, or its inferer runs no sliding windows (or cannot be read)
+    bundle_window: list[int] | None = None
 
 
 def _preprocessing_input_key(preprocessing: Any, root: Path) -> str:
@@ -569,6 +573,57 @@ def _bundle_activation(parser: ConfigParser) -> str | None:
     except Exception:  # e.g. it references entries of the bundle's run (datalist, output folders) that fail here
         return None
     return find_pred_activation(post)
+
+
+def _bundle_window(parser: ConfigParser) -> list[int] | None:
+    """The ``roi_size`` of the bundle's ``inferer`` when it is MONAI's ``SlidingWindowInferer``, else None.
+
+    Read as MONAI reads it (a bundle is code; an expression or a reference is evaluated); an ``inferer`` that is no
+    sliding-window inferer, or whose ``roi_size`` cannot be read as positive integers, says nothing (None).
+    """
+    inferer = parser.config.get("inferer") if isinstance(parser.config, dict) else None
+    target = inferer.get("_target_") if isinstance(inferer, dict) else None
+    if not isinstance(target, str) or target.rsplit(".", 1)[-1] not in ("SlidingWindowInferer",
+                                                                         "SlidingWindowInfererAdapt"):
+        return None
+    try:
+        roi = parser.get_parsed_content("inferer#roi_size")
+    except Exception:  # e.g. it references entries of the bundle's run that fail here
+        return None
+    sizes = [roi] if isinstance(roi, int) else list(roi) if isinstance(roi, (list, tuple)) else []
+    if not sizes or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+        return None  # MONAI's -1 / 0 (the image's own size along an axis) is no window to suggest
+    return [int(v) for v in sizes]
+
+
+def warn_bundle_window(model: LoadedModel, roi: Any) -> None:
+    """Warn when a bundle's inferer runs sliding windows but the command runs without ``--roi``.
+
+    Found by hostile review: ``infer --bundle`` ignored the bundle's ``SlidingWindowInferer``, so without ``--roi``
+    the whole image went through the network at once: far more memory than the bundle's own inference, and inputs
+    of another size than the windows the network was trained on, without a word.
+
+    Args:
+        model: the loaded model (:attr:`LoadedModel.bundle_window`).
+        roi: the command's ``--roi`` (None: the whole image).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     warn_bundle_window(LoadedModel(nn.Identity(), "bundle: b", bundle_window=[96, 96, 64]), None)
+        >>> print(str(w[0].message)[:81])
+        the bundle's inferer (bundle: b) runs sliding windows of 96 x 96 x 64 voxels, but
+        >>> str(w[0].message).endswith("pass --roi 96 96 64 to infer as the bundle does")
+        True
+    """
+    window = model.bundle_window
+    if window is None or roi is not None:
+        return
+    warnings.warn(f"the bundle's inferer ({model.description}) runs sliding windows of "
+                  f"{' x '.join(str(v) for v in window)} voxels, but without --roi the whole image goes through the "
+                  "network at once (more memory, and inputs of another size than its windows); pass --roi "
+                  f"{' '.join(str(v) for v in window)} to infer as the bundle does", UserWarning, stacklevel=3)
 
 
 def check_model_activation(model: LoadedModel, activation: str | None, option: str = "--activation") -> None:
@@ -714,6 +769,7 @@ def load_network(
     preprocessing = None
     input_key = "image"
     bundle_activation: str | None = None
+    bundle_window: list[int] | None = None
     checkpoint_key: str | None = None
     config_files: list[str] = []  # the files besides the checkpoints that define the model
     inline_spec: dict | None = None
@@ -765,6 +821,7 @@ def load_network(
             # certified on preprocessed predictions matched predictions made without it
             desc += f" {BUNDLE_WITHOUT_PREPROCESSING}"
         bundle_activation = _bundle_activation(parser)
+        bundle_window = _bundle_window(parser)
     else:
         spec = _read_spec(network)  # type: ignore[arg-type]
         if isinstance(network, dict) or str(network).lstrip().startswith("{"):
@@ -791,4 +848,4 @@ def load_network(
         text = json.dumps(inline_spec, sort_keys=True, separators=(",", ":"), default=str)
         weights.append({"file": "network spec (inline)", "sha256": hashlib.sha256(text.encode()).hexdigest()})
     return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims, value, weights,
-                       bundle_activation, input_key, checkpoint_key)
+                       bundle_activation, input_key, checkpoint_key, bundle_window)
