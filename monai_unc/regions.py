@@ -88,7 +88,9 @@ def check_regions(regions: RegionSpec, name: str = "regions") -> dict[str, tuple
         raise ValueError(f"{name} is empty: give at least one region")
     out: dict[str, tuple[int, ...]] = {}
     for key, labels in regions.items():
-        if not isinstance(key, str) or not key:
+        if not isinstance(key, str):  # a TypeError, as the docstring says (found by hostile review 60: ValueError)
+            raise TypeError(f"{name}: region names must be non-empty strings, got {type(key).__name__} {key!r}")
+        if not key:
             raise ValueError(f"{name}: region names must be non-empty strings, got {key!r}")
         if isinstance(labels, np.ndarray) and labels.ndim == 0:  # np.asarray(4): one label, like 4 (iterating raised
             labels = labels[()]  # a TypeError naming no argument)

@@ -203,3 +203,13 @@ def test_per_region_names_a_channel_dim_that_is_no_axis_index(bad):
         per_region(lambda probs: probs.shape, {"probs": probs}, channel_dim=bad)
     got = per_region(lambda probs: probs.shape, {"probs": probs}, channel_dim=np.int64(1))
     assert got == {"0": (2, 2, 4), "1": (2, 2, 4), "2": (2, 2, 4)}
+
+
+def test_a_region_name_that_is_no_string_is_a_type_error():
+    # the docstring's TypeError (found by hostile review 60: a ValueError); an empty name stays a ValueError
+    from monai_unc.regions import check_regions
+
+    with pytest.raises(TypeError, match="region names must be non-empty strings, got int 1"):
+        check_regions({1: [1]})
+    with pytest.raises(ValueError, match="region names must be non-empty strings"):
+        check_regions({"": [1]})
