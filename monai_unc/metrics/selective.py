@@ -418,6 +418,8 @@ def _taus(taus: ArrayLike | Sequence[float] | None, n: int) -> np.ndarray:
         # found by hostile testing: text ("0.5") was parsed and a complex rate lost its imaginary part; flags
         # ([True, False]) were read as the rates 1 and 0
         raise TypeError(f"taus must hold referral rates (real numbers), got dtype {t.dtype}")
+    if t.ndim > 1:  # found by hostile review 60: a (2, 2) array was flattened into four rates without a word
+        raise ValueError(f"taus must be one referral rate or a 1-D sequence of them, got shape {t.shape}")
     t = t.astype(np.float64, copy=False).ravel()
     if t.size == 0:
         raise ValueError("taus is empty")
