@@ -7,9 +7,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from monai_unc.metrics.boundary import hd95
-from monai_unc.metrics.lesions import surface_hd95
+from monai_unc.metrics.lesions import ndsc_retention_curve, shifts_retention_fractions, surface_hd95
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "lesions.md"
 
@@ -37,3 +38,38 @@ def test_surface_hd95_and_edge_hd95_can_differ_by_many_voxels():
     text = " ".join(DOCS.read_text(encoding="utf-8").split())
     assert "differ by up to a voxel" not in text
     assert "not interchangeable" in text
+
+
+def _retention_brute(p, t, u, fractions, r=0.001):
+    """The Shifts retention curve written out: voxels sorted by a stable argsort of the uncertainty, the first
+    ``int(N f)`` keep the prediction and the rest take the truth, the nDSC of each such mask from its counts."""
+    order = np.argsort(u, kind="stable")
+    p, t = p[order], t[order]
+    n, n_true = t.size, int(t.sum())
+    k = 1.0 if n_true in (0, n) else (1 - r) * n_true / (r * (n - n_true))
+    out = []
+    for f in fractions:
+        pos = int(n * f)
+        cur = np.concatenate([p[:pos], t[pos:]])
+        tp, fp, fn = int((cur & t).sum()), int((cur & ~t).sum()), int((~cur & t).sum())
+        den = k * fp + 2 * tp + fn
+        out.append(1.0 if den == 0 else 2 * tp / den)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ndsc_retention_curve_with_a_mask_and_many_ties_equals_the_written_out_curve(seed):
+    """The curve counts the retained voxels of prediction or truth by value (ties cut in raster order); with a
+    brain mask and only a few distinct uncertainty values every cut falls inside a tie."""
+    rng = np.random.default_rng(seed)
+    fractions = shifts_retention_fractions(40)
+    for _ in range(40):
+        n = int(rng.integers(1, 150))
+        p = rng.uniform(size=n) < rng.uniform()
+        t = rng.uniform(size=n) < rng.uniform(0, 0.5)
+        u = rng.integers(0, int(rng.integers(1, 5)), n).astype(np.float32)
+        m = rng.uniform(size=n) < 0.7
+        if not m.any():
+            continue
+        _, got = ndsc_retention_curve(p, t, u, fractions, mask=m)
+        np.testing.assert_allclose(got, _retention_brute(p[m], t[m], u[m], fractions), rtol=1e-12, atol=0)
