@@ -104,3 +104,19 @@ def test_only_imperfectly_matched_lesions_cost_a_surface_distance(monkeypatch):
     assert len(calls) == 4  # two imperfect lesions: their target and prediction surfaces
     text = " ".join(DOCS.read_text(encoding="utf-8").split())
     assert "volume take seconds." not in text and "matched imperfectly" in text
+
+
+def test_the_library_note_does_not_call_scipy_namespaces_removed_that_still_exist():
+    """docs/lesions.md said ``scipy.ndimage.filters`` / ``.morphology`` were removed in SciPy 1.14; they are
+    deprecated namespaces that SciPy keeps until 2.0 (present in every 1.x the package runs on)."""
+    import importlib
+
+    import scipy
+
+    text = " ".join(DOCS.read_text(encoding="utf-8").split())
+    assert "removed in SciPy 1.14" not in text
+    if int(scipy.__version__.split(".")[0]) < 2:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            assert hasattr(importlib.import_module("scipy.ndimage.filters"), "correlate")
+            assert hasattr(importlib.import_module("scipy.ndimage.morphology"), "distance_transform_edt")
