@@ -8,11 +8,11 @@ The official code is not part of this repository. Check it out and point this sc
         tests/metrics/data/lesion_reference.json
 
 It needs ``nibabel``, ``pandas``, ``connected-components-3d`` (``cc3d``), ``scikit-learn`` and ``joblib``. Current
-library versions removed names the 2023 code uses; :func:`compat` puts them back without touching the code
-(``DataFrame.append`` as ``pandas.concat``, ``DataFrame.replace`` skipping the column of arrays, ``numpy.Inf``,
-``scipy.ndimage.filters`` / ``.morphology``).
-``tests/metrics/test_lesions_official.py`` calls :func:`official_results` directly when the environment variables
-``BRATS_2023_METRICS_DIR`` and ``SHIFTS_MSWML_DIR`` name such checkouts.
+library versions removed names the 2023 code uses (or, for SciPy's, deprecated them for removal in SciPy 2.0);
+:func:`compat` puts them back where missing without touching the code (``DataFrame.append`` as ``pandas.concat``,
+``DataFrame.replace`` skipping the column of arrays, ``numpy.Inf``, ``scipy.ndimage.filters`` / ``.morphology``).
+``test_equal_to_official_code_live`` of ``tests/metrics/test_lesions.py`` calls :func:`official_results` directly
+when the environment variables ``BRATS_2023_METRICS_DIR`` and ``SHIFTS_MSWML_DIR`` name such checkouts.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ CHALLENGES = ("BraTS-GLI", "BraTS-MET")
 
 
 def compat() -> None:
-    """Names that pandas >= 2, NumPy >= 2 and SciPy >= 1.14 removed and the 2023 code still calls."""
+    """Names the 2023 code still calls that pandas >= 2 and NumPy >= 2 removed (SciPy 2.0 will remove its own)."""
     import pandas as pd
     import scipy.ndimage
 
