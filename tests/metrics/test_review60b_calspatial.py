@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -24,3 +26,54 @@ def test_variance_scale_claims_of_the_spatial_docs(num_classes, split_value, top
     assert v_top == pytest.approx(top, abs=1e-12) == pytest.approx((num_classes - 1) / num_classes**2)
     u = np.array([v, v_top])
     assert unit_scale(u, "variance", num_classes) is u  # scored as it is, as the docs say
+
+
+def _case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    target = np.zeros((12, 12), dtype=np.int64)
+    target[3:9, 3:9] = 1
+    return rng.random(target.shape), np.roll(target, 1, 0), target
+
+
+def test_baece_normalize_is_affine_invariant_up_to_the_float64_range():
+    """normalize=True min-max rescales the map: a finite map whose range overflows float64 gave NaN."""
+    from monai_unc.metrics.spatial import boundary_aware_ece
+
+    u, pred, target = _case()
+    reference = boundary_aware_ece(u, pred, target, normalize=True)
+    huge = (u - 0.5) * 1.7e308 + (u - 0.5) * 1.7e308  # finite, from about -1.7e308 to 1.7e308: max - min overflows
+    assert np.isfinite(huge).all() and not math.isfinite(float(huge.max()) - float(huge.min()))
+    np.testing.assert_allclose(boundary_aware_ece(huge, pred, target, normalize=True), reference, rtol=1e-12)
+    got = boundary_aware_ece(torch.as_tensor(huge), torch.as_tensor(pred), torch.as_tensor(target), normalize=True)
+    np.testing.assert_allclose(got.numpy(), reference, rtol=1e-12)  # the tensor path (CUDA tensors take it) too
+
+
+def test_space_of_a_huge_map_is_finite():
+    """SPACE = mean |G * (U - E)|: finite for a finite map (its mean of absolute values overflowed to inf)."""
+    from monai_unc.metrics.spatial import spatial_calibration_error
+
+    u, pred, target = _case()
+    with pytest.warns(UserWarning, match="above 1"):
+        got = spatial_calibration_error(u * 1e307, pred, target, sigma=1e-6)  # sigma ~ 0: mean |U - E|
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, np.mean(u) * 1e307, rtol=1e-12)  # the error map is negligible at this scale
+    tensor = spatial_calibration_error(torch.as_tensor(u * 1e307), torch.as_tensor(pred), torch.as_tensor(target),
+                                       sigma=1e-6)
+    np.testing.assert_allclose(tensor.numpy(), got, rtol=1e-12)
+    with pytest.warns(UserWarning, match="above 1"):
+        smooth = spatial_calibration_error(u * 1e307, pred, target, sigma=2.0)
+    with pytest.warns(UserWarning, match="above 1"):
+        small = spatial_calibration_error(u * 1e300, pred, target, sigma=2.0)
+    np.testing.assert_allclose(smooth / 1e307, small / 1e300, rtol=1e-9)  # linear in the scale of U (E negligible)
+
+
+def test_mean_abs_of_huge_values_both_array_types():
+    """The kernel of SPACE's mean: numpy (CPU) and tensors (the CUDA path) alike, finite and exact in the scale."""
+    from monai_unc.metrics.spatial import _mean_abs
+
+    x = np.random.default_rng(1).standard_normal((40, 30)) * 1e307
+    expected = float(np.mean(np.abs(x / 1e307))) * 1e307
+    for arr in (x.copy(), torch.as_tensor(x)):
+        np.testing.assert_allclose(_mean_abs(arr), expected, rtol=1e-12)
+    small = np.random.default_rng(2).random((7, 5))
+    assert _mean_abs(small) == pytest.approx(float(np.mean(small)), rel=1e-15)
