@@ -26,7 +26,9 @@ Backends for the distance transform, fastest correct one first (``backend="auto"
   volumes up to several hundred voxels per axis, so the result equals scipy's bit for bit; with other
   spacings it agrees to float32 precision (relative 2e-7). ~10x faster than scipy on 2 cores. Spacings outside
   [2**-60, 2**40] mm, whose float32 squares would overflow (inf / NaN from about 1e19 mm) or lose their bits (0
-  below about 1e-23 mm), go to scipy.
+  below about 1e-23 mm), are first scaled by a power of two to a largest spacing in [0.5, 1) mm and the distances
+  scaled back (exact; this also keeps every backend's squares, float64 ones included, from underflowing to 0 below
+  about 1e-160 mm or overflowing above about 1e154 mm; HD95 likewise); what is still outside goes to scipy.
 - ``scipy.ndimage.distance_transform_edt`` (float64, any dimension), the fallback.
 
 Where a decision hangs on a distance being at most a given value (a mask dilated or eroded by a margin in mm),
@@ -156,6 +158,19 @@ def _edt_safe(spacing: Sequence[float]) -> bool:
     """Whether the edt package's float32 squared distances hold every distance of ``spacing`` (_EDT_SPACING_RANGE)."""
     lo, hi = _EDT_SPACING_RANGE
     return all(lo <= float(s) <= hi for s in spacing)
+
+
+def _spacing_scale(spacing: Sequence[float]) -> float:
+    """A power of two that brings the largest of ``spacing`` to [0.5, 1); 1.0 for spacings in _EDT_SPACING_RANGE.
+
+    Distances scale with the spacing, and by a power of two exactly: the transforms and the HD95 tree compute on the
+    scaled spacing and the result is divided by this factor. Spacings whose float64 squares underflow or overflow (about
+    1e-160 mm and below, 1e154 mm and above) gave distances of 0 or inf: BA-ECE scored every voxel in one band, BUC
+    was NaN (found by hostile review 60).
+    """
+    if _edt_safe(spacing):
+        return 1.0
+    return 2.0 ** -math.frexp(max(float(s) for s in spacing))[1]
 
 
 def _spatial_dims(x: Any, spatial_dims: int | None, name: str, one_case: str | None = None) -> int:
@@ -362,6 +377,11 @@ def _distance_to_features(features: Array, spacing: tuple, backend: str) -> Arra
         if cuda:
             return torch.full(tuple(features.shape), float("inf"), dtype=torch.float64, device=features.device)
         return np.full(features.shape, np.inf)
+    scale = _spacing_scale(spacing)
+    if scale != 1.0:  # computed on a spacing whose squares neither underflow nor overflow, then scaled back (exact)
+        out = _distance_to_features(features, tuple(float(s) * scale for s in spacing), backend)
+        out /= scale
+        return out
     if bk == "cucim":
         return _cucim_distances(features, spacing).to(torch.float64)
     background = np.ascontiguousarray(~_to_numpy(features))
@@ -590,6 +610,9 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
             which = "prediction" if not has_p else "target"
             warnings.warn(f"hd95: the {which} foreground is empty; HD95 is infinite", UserWarning, stacklevel=4)
         return float("inf")
+    scale = _spacing_scale(spacing)
+    if scale != 1.0:  # as in _distance_to_features: squares of the scaled spacing neither underflow nor overflow
+        return _hd_case(pred_fg, target_fg, tuple(float(s) * scale for s in spacing), percentile, warn, backend) / scale
     if (isinstance(ep, torch.Tensor) and isinstance(et, torch.Tensor) and ep.device == et.device
             and 2 <= n <= 3 and _resolve_backend(backend, ep.device.type == "cuda", n) == "cucim"):
         # CUDA tensors with cuCIM: the directed distances from two dense transforms on the device (float32

@@ -77,3 +77,30 @@ def test_mean_abs_of_huge_values_both_array_types():
         np.testing.assert_allclose(_mean_abs(arr), expected, rtol=1e-12)
     small = np.random.default_rng(2).random((7, 5))
     assert _mean_abs(small) == pytest.approx(float(np.mean(small)), rel=1e-15)
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e-160, 1e160, 1e300])
+def test_spatial_metrics_scale_with_extreme_spacings(scale):
+    """Distances scale with the spacing: spacings whose float64 squares underflow or overflow gave 0 / inf distances.
+
+    BA-ECE and BUC do not depend on the unit of the spacing; HD95 and the distances scale with it. A spacing of 1e-200
+    mm gave BA-ECE 0.4597 instead of 0.4214 (every distance 0, one band) and BUC NaN; 1e160 mm gave BA-ECE 0.2719.
+    """
+    from monai_unc.metrics.boundary import distance_to_mask, hd95
+    from monai_unc.metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration
+
+    u, pred, target = _case()
+    unit, tiny = (1.0, 2.0), (scale, 2.0 * scale)
+    kw = {"backend": "scipy"}  # float64 distances on both sides (the edt package's float32 differ by 2e-7 relative)
+    np.testing.assert_allclose(boundary_aware_ece(u, pred, target, spacing=tiny, **kw),
+                               boundary_aware_ece(u, pred, target, spacing=unit, **kw), rtol=1e-12)
+    np.testing.assert_allclose(boundary_uncertainty_concentration(u, pred, target, spacing=tiny, **kw),
+                               boundary_uncertainty_concentration(u, pred, target, spacing=unit, **kw), rtol=1e-12)
+    np.testing.assert_allclose(
+        boundary_uncertainty_concentration(u, pred, target, spacing=tiny, width=3.0 * scale, **kw),
+        boundary_uncertainty_concentration(u, pred, target, spacing=unit, width=3.0, **kw), rtol=1e-12)
+    np.testing.assert_allclose(hd95(pred > 0, target > 0, spacing=tiny),
+                               hd95(pred > 0, target > 0, spacing=unit) * scale, rtol=1e-12)
+    for backend in ("scipy", "auto"):  # "auto": the edt package where installed, float32 distances
+        np.testing.assert_allclose(distance_to_mask(target, spacing=tiny, backend=backend),
+                                   distance_to_mask(target, spacing=unit, backend=backend) * scale, rtol=1e-6)
