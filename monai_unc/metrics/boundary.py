@@ -160,17 +160,29 @@ def _edt_safe(spacing: Sequence[float]) -> bool:
     return all(lo <= float(s) <= hi for s in spacing)
 
 
-def _spacing_scale(spacing: Sequence[float]) -> float:
-    """A power of two that brings the largest of ``spacing`` to [0.5, 1); 1.0 for spacings in _EDT_SPACING_RANGE.
+def spacing_exponent(spacing: Sequence[float]) -> int:
+    """``e`` with the largest of ``spacing`` in ``[2**(e-1), 2**e)``; 0 for spacings in _EDT_SPACING_RANGE.
 
     Distances scale with the spacing, and by a power of two exactly: the transforms and the HD95 tree compute on the
-    scaled spacing and the result is divided by this factor. Spacings whose float64 squares underflow or overflow (about
-    1e-160 mm and below, 1e154 mm and above) gave distances of 0 or inf: BA-ECE scored every voxel in one band, BUC
-    was NaN (found by hostile review 60).
+    spacing divided by ``2**e`` (:func:`scale_spacing`) and the distances are multiplied back
+    (:func:`times_power_of_two`). Spacings whose float64 squares underflow or overflow (about 1e-160 mm and below,
+    1e154 mm and above) gave distances of 0 or inf: BA-ECE scored every voxel in one band, BUC was NaN (found by
+    hostile review 60).
     """
     if _edt_safe(spacing):
-        return 1.0
-    return 2.0 ** -math.frexp(max(float(s) for s in spacing))[1]
+        return 0
+    return math.frexp(max(float(s) for s in spacing))[1]
+
+
+def scale_spacing(spacing: Sequence[float], e: int) -> tuple[float, ...]:
+    """``spacing / 2**e``, exact (a subnormal spacing too, whose ``2**-e`` alone overflows)."""
+    return tuple(math.ldexp(float(s), -e) for s in spacing)
+
+
+def times_power_of_two(x: Any, e: int) -> Any:
+    """``x * 2**e`` (a float, numpy array or tensor) in two exact factors: ``2.0**e`` alone overflows beyond 1023."""
+    half = e // 2
+    return x * 2.0**half * 2.0 ** (e - half)
 
 
 def _spatial_dims(x: Any, spatial_dims: int | None, name: str, one_case: str | None = None) -> int:
@@ -377,11 +389,9 @@ def _distance_to_features(features: Array, spacing: tuple, backend: str) -> Arra
         if cuda:
             return torch.full(tuple(features.shape), float("inf"), dtype=torch.float64, device=features.device)
         return np.full(features.shape, np.inf)
-    scale = _spacing_scale(spacing)
-    if scale != 1.0:  # computed on a spacing whose squares neither underflow nor overflow, then scaled back (exact)
-        out = _distance_to_features(features, tuple(float(s) * scale for s in spacing), backend)
-        out /= scale
-        return out
+    e = spacing_exponent(spacing)
+    if e:  # computed on a spacing whose squares neither underflow nor overflow, then scaled back (exact)
+        return times_power_of_two(_distance_to_features(features, scale_spacing(spacing, e), backend), e)
     if bk == "cucim":
         return _cucim_distances(features, spacing).to(torch.float64)
     background = np.ascontiguousarray(~_to_numpy(features))
@@ -610,9 +620,9 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
             which = "prediction" if not has_p else "target"
             warnings.warn(f"hd95: the {which} foreground is empty; HD95 is infinite", UserWarning, stacklevel=4)
         return float("inf")
-    scale = _spacing_scale(spacing)
-    if scale != 1.0:  # as in _distance_to_features: squares of the scaled spacing neither underflow nor overflow
-        return _hd_case(pred_fg, target_fg, tuple(float(s) * scale for s in spacing), percentile, warn, backend) / scale
+    e = spacing_exponent(spacing)
+    if e:  # as in _distance_to_features: squares of the scaled spacing neither underflow nor overflow
+        return times_power_of_two(_hd_case(pred_fg, target_fg, scale_spacing(spacing, e), percentile, warn, backend), e)
     if (isinstance(ep, torch.Tensor) and isinstance(et, torch.Tensor) and ep.device == et.device
             and 2 <= n <= 3 and _resolve_backend(backend, ep.device.type == "cuda", n) == "cucim"):
         # CUDA tensors with cuCIM: the directed distances from two dense transforms on the device (float32

@@ -90,6 +90,9 @@ from .boundary import (
     hausdorff_distance,
     hd95,
     label_boundary,
+    scale_spacing,
+    spacing_exponent,
+    times_power_of_two,
 )
 
 if TYPE_CHECKING:  # loaded on first access (module ``__getattr__`` below; it imports MONAI)
@@ -585,8 +588,12 @@ def _baece_case(
             # a finite map whose range overflows float64 (-1.7e308 to 1.7e308) gave NaN: halved (exact) first
             u, lo, hi = u * 0.5, lo * 0.5, hi * 0.5
         u = (u - lo) / (hi - lo)
+    # distances in units of 2**ex mm (exact): BA-ECE does not depend on the unit, and for a spacing near the float64
+    # limits the band sums and the weights 1 / (mean d + mean(spacing) / 2) overflowed (a spacing of 1e-308 mm scored 0)
+    ex = spacing_exponent(spacing)
+    spacing = scale_spacing(spacing, ex)
     d = distance_to_mask(boundary, spacing, backend).reshape(-1)
-    d_max = float(d.max()) if max_distance is None else float(max_distance)
+    d_max = float(d.max()) if max_distance is None else times_power_of_two(float(max_distance), -ex)
     edges = np.linspace(0.0, d_max, k + 1)
     e = (p != t).reshape(-1)
     uu = u.reshape(-1)
@@ -610,9 +617,10 @@ def _baece_case(
     weight = raw / raw.sum()
     gap = abs(mean_u[full] - mean_e[full])
     value = float((weight[full] * gap).sum())
+    edges = times_power_of_two(edges, ex)  # back to mm
     edges_out = torch.from_numpy(edges).to(d.device) if lib is torch else edges
-    bands = {"edges": edges_out, "distance": mean_d, "uncertainty": mean_u, "error": mean_e, "weight": weight,
-             "count": count}  # fmt: skip
+    bands = {"edges": edges_out, "distance": times_power_of_two(mean_d, ex), "uncertainty": mean_u, "error": mean_e,
+             "weight": weight, "count": count}  # fmt: skip
     return value, bands
 
 

@@ -79,12 +79,13 @@ def test_mean_abs_of_huge_values_both_array_types():
     assert _mean_abs(small) == pytest.approx(float(np.mean(small)), rel=1e-15)
 
 
-@pytest.mark.parametrize("scale", [1e-200, 1e-160, 1e160, 1e300])
+@pytest.mark.parametrize("scale", [3e-310, 1e-308, 1e-200, 1e-160, 1e160, 1e300, 1e306])
 def test_spatial_metrics_scale_with_extreme_spacings(scale):
     """Distances scale with the spacing: spacings whose float64 squares underflow or overflow gave 0 / inf distances.
 
     BA-ECE and BUC do not depend on the unit of the spacing; HD95 and the distances scale with it. A spacing of 1e-200
-    mm gave BA-ECE 0.4597 instead of 0.4214 (every distance 0, one band) and BUC NaN; 1e160 mm gave BA-ECE 0.2719.
+    mm gave BA-ECE 0.4597 instead of 0.4214 (every distance 0, one band) and BUC NaN; 1e160 mm gave BA-ECE 0.2719;
+    1e-308 mm gave BA-ECE 0 (overflowing weights).
     """
     from monai_unc.metrics.boundary import distance_to_mask, hd95
     from monai_unc.metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration
@@ -104,3 +105,18 @@ def test_spatial_metrics_scale_with_extreme_spacings(scale):
     for backend in ("scipy", "auto"):  # "auto": the edt package where installed, float32 distances
         np.testing.assert_allclose(distance_to_mask(target, spacing=tiny, backend=backend),
                                    distance_to_mask(target, spacing=unit, backend=backend) * scale, rtol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1e-308, 1e-200, 1e200])
+def test_baece_bands_and_max_distance_in_mm_at_extreme_spacings(scale):
+    """The bands of BA-ECE come back in mm and max_distance is read in mm, whatever the unit the kernel works in."""
+    from monai_unc.metrics.spatial import boundary_aware_ece
+
+    u, pred, target = _case()
+    kw = {"backend": "scipy", "return_bands": True, "n_bands": 4}
+    v1, b1 = boundary_aware_ece(u, pred, target, spacing=(1.0, 2.0), max_distance=5.0, **kw)
+    vs, bs = boundary_aware_ece(u, pred, target, spacing=(scale, 2.0 * scale), max_distance=5.0 * scale, **kw)
+    np.testing.assert_allclose(vs, v1, rtol=1e-12)
+    np.testing.assert_allclose(bs["edges"], b1["edges"] * scale, rtol=1e-12)
+    np.testing.assert_allclose(bs["distance"], b1["distance"] * scale, rtol=1e-12)
+    np.testing.assert_array_equal(bs["count"], b1["count"])
