@@ -544,7 +544,10 @@ def unit_scale(u: np.ndarray, measure: str, num_classes: int) -> np.ndarray:
     """Uncertainty on the [0, 1] scale of an error rate.
 
     Entropies and mutual information (nats) are divided by ``log C``; ``one_minus_max_prob`` and ``variance`` are
-    already in [0, 1] and returned as they are.
+    already in [0, 1] and returned as they are. The ``variance`` (mean over classes) never fills that scale: it is at
+    most ``(C - 1) / C**2`` (0.25 for two classes) and shrinks with ``C`` (samples split 9 to 1 between two labels give
+    0.09 with two classes, 0.045 with four), so its BA-ECE and SPACE compare variance maps of one number of classes
+    with each other, not with the entropy's (docs/spatial_metrics.md).
 
     Args:
         u: uncertainty values of any shape (nats for the entropy measures).

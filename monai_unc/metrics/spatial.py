@@ -90,6 +90,9 @@ from .boundary import (
     hausdorff_distance,
     hd95,
     label_boundary,
+    scale_spacing,
+    spacing_exponent,
+    times_power_of_two,
 )
 
 if TYPE_CHECKING:  # loaded on first access (module ``__getattr__`` below; it imports MONAI)
@@ -159,7 +162,8 @@ def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
         out: Array = cases.to(torch.float64)
     else:  # a float64 copy: the kernels write into it
         out = to_numpy(cases, "uncertainty").astype(np.float64)
-    with np.errstate(over="ignore"):  # a sum of huge finite values overflows: the full check tells them apart
+    # a sum of huge finite values overflows (to inf, or NaN from inf - inf): the full check tells them apart
+    with np.errstate(over="ignore", invalid="ignore"):
         finite = math.isfinite(float(out.sum()))  # one cheap pass; the full check only names the problem
     if not finite:
         check_finite(torch.as_tensor(out), "uncertainty")
@@ -580,9 +584,16 @@ def _baece_case(
         lo, hi = float(u.min()), float(u.max())
         if hi == lo:
             return warn_nan("BA-ECE: normalize=True on a constant uncertainty map; undefined", 4), _empty_bands(k)
+        if not math.isfinite(hi - lo):
+            # a finite map whose range overflows float64 (-1.7e308 to 1.7e308) gave NaN: halved (exact) first
+            u, lo, hi = u * 0.5, lo * 0.5, hi * 0.5
         u = (u - lo) / (hi - lo)
+    # distances in units of 2**ex mm (exact): BA-ECE does not depend on the unit, and for a spacing near the float64
+    # limits the band sums and the weights 1 / (mean d + mean(spacing) / 2) overflowed (a spacing of 1e-308 mm scored 0)
+    ex = spacing_exponent(spacing)
+    spacing = scale_spacing(spacing, ex)
     d = distance_to_mask(boundary, spacing, backend).reshape(-1)
-    d_max = float(d.max()) if max_distance is None else float(max_distance)
+    d_max = float(d.max()) if max_distance is None else times_power_of_two(float(max_distance), -ex)
     edges = np.linspace(0.0, d_max, k + 1)
     e = (p != t).reshape(-1)
     uu = u.reshape(-1)
@@ -606,25 +617,36 @@ def _baece_case(
     weight = raw / raw.sum()
     gap = abs(mean_u[full] - mean_e[full])
     value = float((weight[full] * gap).sum())
+    edges = times_power_of_two(edges, ex)  # back to mm
     edges_out = torch.from_numpy(edges).to(d.device) if lib is torch else edges
-    bands = {"edges": edges_out, "distance": mean_d, "uncertainty": mean_u, "error": mean_e, "weight": weight,
-             "count": count}  # fmt: skip
+    bands = {"edges": edges_out, "distance": times_power_of_two(mean_d, ex), "uncertainty": mean_u, "error": mean_e,
+             "weight": weight, "count": count}  # fmt: skip
     return value, bands
 
 
 def _mean_abs(x: Array) -> float:
-    """``mean |x|`` without allocating a second full-size array (slabs through a small buffer)."""
+    """``mean |x|`` without allocating a second full-size array (slabs through a small buffer).
+
+    A map whose sum of absolute values overflows float64 (values near 1e307) is summed scaled by a power of two
+    (exact): its SPACE came out inf.
+    """
     if isinstance(x, torch.Tensor):
-        return float(x.abs().mean())
+        top = float(x.abs().max())
+        scale = 2.0 ** -math.frexp(top)[1] if top * x.numel() >= 2.0**1000 else 1.0
+        return float((x.abs() * scale).mean()) / scale
     flat = x.reshape(-1)
+    top = max(abs(float(flat.max())), abs(float(flat.min())))
+    scale = 2.0 ** -math.frexp(top)[1] if top * flat.size >= 2.0**1000 else 1.0
     step = 1 << 18
     buf = np.empty(min(step, flat.size))
     total = 0.0
     for start in range(0, flat.size, step):
         chunk = flat[start : start + step]
         np.abs(chunk, out=buf[: chunk.size])
+        if scale != 1.0:
+            buf[: chunk.size] *= scale
         total += float(buf[: chunk.size].sum())
-    return total / flat.size
+    return total / flat.size / scale
 
 
 def _space_case(u: Array, p: Array, t: Array, spacing: tuple, sigma: tuple, truncate: float) -> tuple[float, Array]:
