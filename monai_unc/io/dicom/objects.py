@@ -1171,8 +1171,10 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         slope=1.0, intercept=0.0,
     )
     width = min(high - low, MAX_WINDOW_WIDTH) if high > low else 1.0  # a display default, valid for any range
-    window = hd.VOILUTTransformation(window_center=(low + high) / 2, window_width=width,
-                                     window_explanation="full range",
+    # one window given as lists of one value: highdicom writes a text explanation as list(text), one value per
+    # character ('f', 'u', 'l', ...: ten explanations of one window; found by hostile review 60)
+    window = hd.VOILUTTransformation(window_center=[(low + high) / 2], window_width=[width],
+                                     window_explanation=["full range"],
                                      voi_lut_function=hd.VOILUTFunctionValues.LINEAR_EXACT)
     pm = hd.pm.ParametricMap(
         pixel_array=_source_frames(frames, series), contains_recognizable_visual_features=False,
