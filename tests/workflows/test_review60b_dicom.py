@@ -11,8 +11,14 @@ pytest.importorskip("highdicom", reason="needs the dicom extra")
 
 from monai_unc.io.dicom import read_series, write_series  # noqa: E402
 from monai_unc.io.dicom.objects import (  # noqa: E402
+    default_segment,
+    new_study,
+    write_fractional_segmentation,
     write_parametric_map,
+    write_segmentation,
 )
+from monai_unc.io.dicom.sr import write_measurement_report  # noqa: E402
+from tests.io.dicom._series import dciodvfy_errors  # noqa: E402
 
 SHAPE = (6, 5, 4)
 
@@ -22,6 +28,21 @@ def _series(folder, **extra):
     values = np.arange(np.prod(SHAPE), dtype=float).reshape(SHAPE)
     write_series(values, np.diag([0.8, 0.8, 2.0, 1.0]), folder, modality="MR", extra=extra or None)
     return read_series(folder, pixels=False)
+
+
+def _all_objects(tmp_path, series, study=None):
+    """The SEG, FRACTIONAL SEG, Parametric Map and SR of one case on ``series`` (read back, with pixels)."""
+    rng = np.random.default_rng(0)
+    probs = rng.random((2, *SHAPE)).astype(np.float32)
+    probs /= probs.sum(0)
+    labels = probs.argmax(0)
+    seg = write_segmentation(labels, series, tmp_path / "seg.dcm", [default_segment(1)], study=study)
+    frac = write_fractional_segmentation(probs, series, tmp_path / "probs.dcm", [default_segment(1)], study=study)
+    pm = write_parametric_map(probs[1], series, tmp_path / "pe.dcm", "predictive_entropy", study=study)
+    headers = [pydicom.dcmread(p, stop_before_pixels=True) for p in (seg, frac, pm)]
+    sr = write_measurement_report(tmp_path / "sr.dcm", series, headers[0], headers[1:],
+                                  segment_volumes={1: {"volume": 1.0}}, numbers={"dice": 0.5}, study=study)
+    return {p.name: pydicom.dcmread(p) for p in (seg, frac, pm, sr)}
 
 
 def test_parametric_map_window_explanation_is_one_value(tmp_path):
@@ -36,3 +57,32 @@ def test_parametric_map_window_explanation_is_one_value(tmp_path):
     assert voi["WindowCenterWidthExplanation"].VM == 1
     assert voi.WindowCenterWidthExplanation == "full range"
     assert float(voi.WindowCenter) == pytest.approx(0.5) and float(voi.WindowWidth) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("marker", ["MODIFIED", "REMOVED"])
+@pytest.mark.parametrize("study_mode", ["source", "new"])
+def test_longitudinal_temporal_marker_is_kept(tmp_path, marker, study_mode):
+    """A source de-identified with shifted dates (PS3.15 E, Retain Longitudinal Temporal Information with Modified
+    Dates: LongitudinalTemporalInformationModified ``MODIFIED``, SOP Common) gave derived objects that copy its
+    shifted StudyDate and PatientBirthDate but not the marker, so a reader took the shifted dates for true ones.
+    Every object (SEG, FRACTIONAL SEG, Parametric Map, SR) now keeps the source's value; the objects stay valid."""
+    method = pydicom.Dataset()
+    method.CodeValue, method.CodingSchemeDesignator = "113107", "DCM"
+    method.CodeMeaning = "Retain Longitudinal Temporal Information Modified Dates Option"
+    series = _series(tmp_path / "s", PatientIdentityRemoved="YES", DeidentificationMethod="shifted dates",
+                     DeidentificationMethodCodeSequence=[method], IssuerOfPatientID="TRIAL-7",
+                     LongitudinalTemporalInformationModified=marker)
+    objects = _all_objects(tmp_path, series, new_study(study_mode, "1.2.3."))
+    for name, ds in objects.items():
+        assert ds.get("LongitudinalTemporalInformationModified") == marker, name
+        assert ds.PatientIdentityRemoved == "YES" and ds.DeidentificationMethod == "shifted dates", name
+        assert ds.DeidentificationMethodCodeSequence[0].CodeValue == "113107", name
+        assert ds.IssuerOfPatientID == "TRIAL-7" and ds.PatientID == series.datasets[0].PatientID, name
+    for name in objects:
+        assert dciodvfy_errors(tmp_path / name) == [], name
+
+
+def test_no_marker_is_invented(tmp_path):
+    """A source without the marker gives objects without it (nothing is invented)."""
+    objects = _all_objects(tmp_path, _series(tmp_path / "s"))
+    assert not any("LongitudinalTemporalInformationModified" in ds for ds in objects.values())

@@ -13,8 +13,9 @@
 Every object is written on the grid of the source series (one frame per source slice, the slice's position and
 orientation; of a multi-frame source, one per source frame, referencing that frame by its ``ReferencedFrameNumber``),
 gets a new SeriesInstanceUID and SOPInstanceUID under the UID root given (:func:`new_uid`), and copies the patient
-and study (name, ID, birth date, sex, StudyInstanceUID, accession number, ...) of the source: nothing is invented (a
-type 2 attribute the source lacks is written empty, as unknown). An object keeps the source's character set unless
+and study (name, ID, birth date, sex, StudyInstanceUID, accession number, ...) of the source, with its marks of a
+de-identification (:func:`copy_source_markers`): nothing is invented (a type 2 attribute the source lacks is written
+empty, as unknown). An object keeps the source's character set unless
 one of its texts is not in it (a segment name ``李`` beside a Latin-1 source): it then declares UTF-8. Names and codes
 that a DICOM string cannot hold as one value (a backslash, the value separator, or a control character) are refused.
 Files are written atomically (:func:`monai_unc.io.atomic_path`).
@@ -76,6 +77,7 @@ __all__ = [
     "save_dataset",
     "source_images",
     "declare_character_set",
+    "copy_source_markers",
     "STUDY_UID_MODES",
     "new_study",
     "apply_study",
@@ -723,6 +725,39 @@ def declare_character_set(dataset: Any, source: Any) -> Any:
     return dataset
 
 
+#: the SOP Common attributes a derived object keeps from its source: highdicom copies the Patient and Study modules
+#: (PatientIdentityRemoved, DeidentificationMethod, ...), not this marker of a de-identification (PS3.15 E.1.1)
+_SOURCE_MARKERS = ("LongitudinalTemporalInformationModified",)
+
+
+def copy_source_markers(dataset: Any, source: Any) -> Any:
+    """Give a derived object the source's LongitudinalTemporalInformationModified; returns it.
+
+    A source de-identified with its dates shifted (PS3.15 E, Retain Longitudinal Temporal Information with Modified
+    Dates Option) says so in this SOP Common attribute (``MODIFIED``; ``REMOVED``, ``UNMODIFIED``). The derived
+    objects copy its StudyDate and PatientBirthDate, so they carry the marker too: without it a reader took the
+    shifted dates for true ones. A source without it gives objects without it (nothing is invented).
+
+    Args:
+        dataset: the derived object.
+        source: the source slice its patient and study were copied from.
+
+    Returns:
+        ``dataset``.
+
+    Example:
+        >>> from pydicom import Dataset
+        >>> src, ds = Dataset(), Dataset()
+        >>> src.LongitudinalTemporalInformationModified = "MODIFIED"
+        >>> copy_source_markers(ds, src).LongitudinalTemporalInformationModified
+        'MODIFIED'
+    """
+    for key in _SOURCE_MARKERS:
+        if key in source and not source[key].is_empty and key not in dataset:
+            dataset.add(copy.deepcopy(source[key]))
+    return dataset
+
+
 def source_images(series: DicomSeries) -> list[Any]:
     """The source slices a derived object is made from, its patient and study taken from the first.
 
@@ -991,8 +1026,9 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
     )
     seg.SeriesDescription = description
-    return save_dataset(apply_study(declare_character_set(_pixel_measures(seg, series), series.datasets[0]),
-                                    study), path)
+    source = series.datasets[0]
+    seg = copy_source_markers(_pixel_measures(seg, series), source)
+    return save_dataset(apply_study(declare_character_set(seg, source), study), path)
 
 
 def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: str | os.PathLike,
@@ -1053,8 +1089,9 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
     seg.SeriesDescription = description
-    return save_dataset(apply_study(declare_character_set(_pixel_measures(seg, series), series.datasets[0]),
-                                    study), path)
+    source = series.datasets[0]
+    seg = copy_source_markers(_pixel_measures(seg, series), source)
+    return save_dataset(apply_study(declare_character_set(seg, source), study), path)
 
 
 def _content_label(measure: str) -> str:
@@ -1186,6 +1223,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     pm.SeriesDescription = series_text
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
-    return save_dataset(apply_study(declare_character_set(_pixel_measures(pm, series), series.datasets[0]),
-                                    study), path)
+    source = series.datasets[0]
+    pm = copy_source_markers(_pixel_measures(pm, series), source)
+    return save_dataset(apply_study(declare_character_set(pm, source), study), path)
 

@@ -40,6 +40,7 @@ from .objects import (
     check_series,
     check_series_description,
     check_series_number,
+    copy_source_markers,
     declare_character_set,
     new_uid,
     save_dataset,
@@ -364,7 +365,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         specific_character_set=None,  # the source's, set by declare_character_set (highdicom refuses some)
     )
     sr.SeriesDescription = description
-    return save_dataset(apply_study(declare_character_set(sr, src), study), path)
+    return save_dataset(apply_study(declare_character_set(copy_source_markers(sr, src), src), study), path)
 
 
 def segment_volume_ml(mask: np.ndarray, spacing: Sequence[float]) -> float:
