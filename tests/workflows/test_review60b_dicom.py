@@ -86,3 +86,34 @@ def test_no_marker_is_invented(tmp_path):
     """A source without the marker gives objects without it (nothing is invented)."""
     objects = _all_objects(tmp_path, _series(tmp_path / "s"))
     assert not any("LongitudinalTemporalInformationModified" in ds for ds in objects.values())
+
+
+def test_slices_of_two_issuers_are_refused(tmp_path):
+    """A PatientID is unique only within its IssuerOfPatientID (PS3.3 C.7.1.1): slices with one PatientID, name,
+    birth date and sex from two issuers (two sites of a de-identified trial, each numbering its subjects ``ANON01``)
+    were read as one patient's series and the objects named the first slice's issuer. Refused as other patients are,
+    naming the files, not the values."""
+    from monai_unc.io.dicom import DicomSeriesError
+
+    files = write_series(np.zeros(SHAPE), np.eye(4), tmp_path / "s", modality="MR", patient_name="ANON01",
+                         patient_id="ANON01", extra={"IssuerOfPatientID": "SITE-A"})
+    ds = pydicom.dcmread(files[2])
+    ds.IssuerOfPatientID = "SITE-B"
+    ds.save_as(files[2])
+    with pytest.raises(DicomSeriesError, match=r"differ in IssuerOfPatientID \(2 values, e\.g\. ") as refused:
+        read_series(tmp_path / "s", pixels=False)
+    assert "SITE-" not in str(refused.value)
+
+
+def test_channels_of_two_issuers_are_refused(tmp_path):
+    """The channels of a case must be one patient's: a channel of another issuer's ``ANON01`` in the same frame of
+    reference was taken as the case's own."""
+    from monai_unc.io.dicom import channel_on_series_grid
+
+    session = {"study_uid": "1.2.3.4", "patient_id": "ANON01", "patient_name": "ANON01"}
+    write_series(np.zeros(SHAPE), np.eye(4), tmp_path / "t1", modality="MR", **session,
+                 extra={"FrameOfReferenceUID": "1.2.3.5", "IssuerOfPatientID": "SITE-A"})
+    write_series(np.ones(SHAPE), np.eye(4), tmp_path / "t2", modality="MR", **session,
+                 extra={"FrameOfReferenceUID": "1.2.3.5", "IssuerOfPatientID": "SITE-B"})
+    with pytest.raises(ValueError, match="differs from t1 in IssuerOfPatientID: the channels of a case"):
+        channel_on_series_grid(read_series(tmp_path / "t2"), read_series(tmp_path / "t1", pixels=False), "t2")
