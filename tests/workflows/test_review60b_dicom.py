@@ -117,3 +117,37 @@ def test_channels_of_two_issuers_are_refused(tmp_path):
                  extra={"FrameOfReferenceUID": "1.2.3.5", "IssuerOfPatientID": "SITE-B"})
     with pytest.raises(ValueError, match="differs from t1 in IssuerOfPatientID: the channels of a case"):
         channel_on_series_grid(read_series(tmp_path / "t2"), read_series(tmp_path / "t1", pixels=False), "t2")
+
+
+def test_a_new_study_claims_no_reading_and_no_order_of_the_source(tmp_path):
+    """``--study-uid new`` empties the AccessionNumber and StudyID (they identify the source study's order) but kept
+    the accession number's issuer, the physicians who read the source study and the source's ReferencedStudySequence:
+    a study of AI results nobody read was listed as read by the source's radiologist (a worklist of unread studies
+    left it out), with an issuer of an accession number it does not have. They are left out of a new study; the
+    source study keeps them (objects in it copy them), and the patient, referring physician and description stay."""
+    issuer = pydicom.Dataset()
+    issuer.LocalNamespaceEntityID = "RIS-A"
+    order = pydicom.Dataset()
+    order.ReferencedSOPClassUID, order.ReferencedSOPInstanceUID = "1.2.840.10008.3.1.2.3.1", "1.2.3.99"
+    reader = pydicom.Dataset()
+    reader.PersonIdentificationCodeSequence = []
+    reader.InstitutionName = "Hospital"
+    study = {"AccessionNumber": "A123", "IssuerOfAccessionNumberSequence": [issuer],
+             "NameOfPhysiciansReadingStudy": "Reader^Rita", "PhysiciansReadingStudyIdentificationSequence": [reader],
+             "ReferencedStudySequence": [order], "ReferringPhysicianName": "Referring^Ray",
+             "StudyDescription": "MR brain"}
+    series = _series(tmp_path / "s", **study)
+    moved = _all_objects(tmp_path, series, new_study("new", "1.2.3."))
+    for name, ds in moved.items():
+        assert ds.AccessionNumber == "" and ds.StudyInstanceUID != series.datasets[0].StudyInstanceUID, name
+        for key in ("IssuerOfAccessionNumberSequence", "NameOfPhysiciansReadingStudy",
+                    "PhysiciansReadingStudyIdentificationSequence", "ReferencedStudySequence"):
+            assert key not in ds, (name, key)
+        assert ds.ReferringPhysicianName == "Referring^Ray" and ds.StudyDescription == "MR brain", name
+        assert dciodvfy_errors(tmp_path / name) == [], name
+    kept = _all_objects(tmp_path, series)
+    for name, ds in kept.items():
+        assert ds.AccessionNumber == "A123" and ds.NameOfPhysiciansReadingStudy == "Reader^Rita", name
+        assert ds.IssuerOfAccessionNumberSequence[0].LocalNamespaceEntityID == "RIS-A", name
+        assert ds.ReferencedStudySequence[0].ReferencedSOPInstanceUID == "1.2.3.99", name
+    assert "NameOfPhysiciansReadingStudy" in series.datasets[0]  # the source's headers stay as read

@@ -327,6 +327,11 @@ def new_uid(root: str | None = None) -> str:
 STUDY_UID_MODES = ("source", "new")
 #: the study attributes :func:`new_study` sets (the rest of the patient and study module is the source's)
 _STUDY_KEYS = ("StudyInstanceUID", "StudyID", "AccessionNumber", "StudyDate", "StudyTime")
+#: the General Study attributes of the source study's order and reading, which a new study leaves out: the issuer of
+#: the AccessionNumber it empties, the physicians who read the source study (a study nobody read was listed as read
+#: by them) and the order's ReferencedStudySequence
+_SOURCE_STUDY_ONLY = ("IssuerOfAccessionNumberSequence", "NameOfPhysiciansReadingStudy",
+                      "PhysiciansReadingStudyIdentificationSequence", "ReferencedStudySequence")
 
 
 def new_study(mode: str, uid_root: str | None = None, when: datetime | None = None) -> dict[str, str] | None:
@@ -370,6 +375,10 @@ def new_study(mode: str, uid_root: str | None = None, when: datetime | None = No
 def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
     """Put a derived object into the study of :func:`new_study` (None: leave it in the source's); returns it.
 
+    A new study has none of the source study's order and reading (:data:`_SOURCE_STUDY_ONLY`: the accession
+    number's issuer, the physicians who read it, its ReferencedStudySequence); the patient, the referring physician
+    and the study description stay the source's.
+
     In a new study the object references instances of another study, the source's, so the source series are also
     listed under their study in ``StudiesContainingOtherReferencedInstancesSequence`` (Common Instance Reference,
     PS3.3 C.12.2: type 1C, required then), where a reader resolving the references finds them.
@@ -396,6 +405,9 @@ def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
         if key in dataset:  # a new element: highdicom may share the source's elements, which must stay as they are
             delattr(dataset, key)
         setattr(dataset, key, value)
+    for key in _SOURCE_STUDY_ONLY:  # found by hostile review 60
+        if key in dataset:
+            delattr(dataset, key)
     referenced = dataset.get("ReferencedSeriesSequence")
     if referenced and source_study and source_study != str(study["StudyInstanceUID"]):
         # the source series stayed in the source study, which the object named nowhere (found by hostile testing,
