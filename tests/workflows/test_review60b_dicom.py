@@ -187,3 +187,20 @@ def test_segment_volumes_hold_one_mask_at_a_time(tmp_path, monkeypatch):
                  for item in sub.ContentSequence if item.ValueType == "NUM")
     voxel_ml = 0.8 * 0.9 * 2.5 / 1000
     assert got == pytest.approx(sorted(np.count_nonzero(labels == c) * voxel_ml for c in range(1, 9)))
+
+
+@pytest.mark.parametrize("source, written", [("YES", "YES"), ("NO", "NO"), (None, "NO")])
+def test_recognizable_visual_features_of_the_source_are_not_denied(tmp_path, source, written):
+    """A head MR stating RecognizableVisualFeatures ``YES`` (a face can be rendered from it, PS3.15 E) gave a
+    Parametric Map stating ``NO``, and SEGs stating nothing, though they lie voxel for voxel on its grid (a whole-head
+    segmentation or its uncertainty outlines the face): a de-identification step trusting the attribute passed them
+    unchanged. The image objects keep the source's ``YES``; a source stating ``NO`` or nothing gives the map's
+    ``NO`` as before (the SR holds no image)."""
+    series = _series(tmp_path / "s", **({"RecognizableVisualFeatures": source} if source else {}))
+    objects = _all_objects(tmp_path, series)
+    assert objects["pe.dcm"].RecognizableVisualFeatures == written
+    for name in ("seg.dcm", "probs.dcm"):
+        assert objects[name].get("RecognizableVisualFeatures") == ("YES" if source == "YES" else None), name
+    assert "RecognizableVisualFeatures" not in objects["sr.dcm"]
+    for name in objects:
+        assert dciodvfy_errors(tmp_path / name) == [], name

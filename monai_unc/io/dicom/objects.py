@@ -743,12 +743,17 @@ _SOURCE_MARKERS = ("LongitudinalTemporalInformationModified",)
 
 
 def copy_source_markers(dataset: Any, source: Any) -> Any:
-    """Give a derived object the source's LongitudinalTemporalInformationModified; returns it.
+    """Give a derived object the source's LongitudinalTemporalInformationModified and RecognizableVisualFeatures YES.
 
     A source de-identified with its dates shifted (PS3.15 E, Retain Longitudinal Temporal Information with Modified
     Dates Option) says so in this SOP Common attribute (``MODIFIED``; ``REMOVED``, ``UNMODIFIED``). The derived
     objects copy its StudyDate and PatientBirthDate, so they carry the marker too: without it a reader took the
     shifted dates for true ones. A source without it gives objects without it (nothing is invented).
+
+    A source image from which the patient can be recognised (RecognizableVisualFeatures ``YES``: a face rendered
+    from a head MR) gives an image object (one with pixel data: SEG, Parametric Map; not an SR) ``YES`` too: it lies
+    voxel for voxel on the source's grid, and a whole-head segmentation or its uncertainty outlines the face. A
+    Parametric Map of another source keeps highdicom's ``NO``.
 
     Args:
         dataset: the derived object.
@@ -767,6 +772,9 @@ def copy_source_markers(dataset: Any, source: Any) -> Any:
     for key in _SOURCE_MARKERS:
         if key in source and not source[key].is_empty and key not in dataset:
             dataset.add(copy.deepcopy(source[key]))
+    image = any(key in dataset for key in ("PixelData", "FloatPixelData", "DoubleFloatPixelData"))
+    if image and str(source.get("RecognizableVisualFeatures", "") or "").strip() == "YES":
+        dataset.RecognizableVisualFeatures = "YES"  # found by hostile review 60: the map said NO
     return dataset
 
 
