@@ -204,3 +204,33 @@ def test_recognizable_visual_features_of_the_source_are_not_denied(tmp_path, sou
     assert "RecognizableVisualFeatures" not in objects["sr.dcm"]
     for name in objects:
         assert dciodvfy_errors(tmp_path / name) == [], name
+
+
+def _device_uid(path):
+    """The Device Observer UID (DCM 121012) of an SR's observation context."""
+    sr = pydicom.dcmread(path)
+    return next(str(item.UID) for item in sr.ContentSequence
+                if item.ConceptNameCodeSequence[0].CodeValue == "121012")
+
+
+def test_the_device_observer_uid_names_the_device_not_the_report(tmp_path):
+    """The SR's observer is the device (the model) that made the results (TID 1004), but every report got a new
+    Device Observer UID: reports of one model could not be told to come from one device (an archive grouping AI
+    results by their device listed each report as another device). It is the same for one algorithm (name, version,
+    weights), another for another, under ``uid_root``."""
+    from monai_unc.io.dicom.objects import AlgorithmInfo
+
+    series = _series(tmp_path / "s")
+    seg = pydicom.dcmread(write_segmentation(np.ones(SHAPE, int), series, tmp_path / "seg.dcm", [default_segment(1)]))
+
+    def report(name, algorithm, root="1.2.826.0.1.3680043.10.543."):
+        return _device_uid(write_measurement_report(tmp_path / name, series, seg, [], segment_volumes={},
+                                                    numbers={"dice": 0.5}, algorithm=algorithm, uid_root=root))
+
+    model = AlgorithmInfo(name="brats-net", version="1.0", weights="ab" * 32)
+    first, again = report("a.dcm", model), report("b.dcm", AlgorithmInfo(name="brats-net", version="1.0",
+                                                                          weights="ab" * 32))
+    assert first == again and first.startswith("1.2.826.0.1.3680043.10.543.")
+    assert report("c.dcm", AlgorithmInfo(name="brats-net", version="1.0", weights="cd" * 32)) != first
+    assert report("d.dcm", AlgorithmInfo(name="brats-net", version="1.1", weights="ab" * 32)) != first
+    assert report("e.dcm", model, root=None) != first  # another root, another UID
