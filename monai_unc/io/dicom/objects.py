@@ -13,8 +13,9 @@
 Every object is written on the grid of the source series (one frame per source slice, the slice's position and
 orientation; of a multi-frame source, one per source frame, referencing that frame by its ``ReferencedFrameNumber``),
 gets a new SeriesInstanceUID and SOPInstanceUID under the UID root given (:func:`new_uid`), and copies the patient
-and study (name, ID, birth date, sex, StudyInstanceUID, accession number, ...) of the source: nothing is invented (a
-type 2 attribute the source lacks is written empty, as unknown). An object keeps the source's character set unless
+and study (name, ID, birth date, sex, StudyInstanceUID, accession number, ...) of the source, with its marks of a
+de-identification (:func:`copy_source_markers`): nothing is invented (a type 2 attribute the source lacks is written
+empty, as unknown). An object keeps the source's character set unless
 one of its texts is not in it (a segment name ``李`` beside a Latin-1 source): it then declares UTF-8. Names and codes
 that a DICOM string cannot hold as one value (a backslash, the value separator, or a control character) are refused.
 Files are written atomically (:func:`monai_unc.io.atomic_path`).
@@ -76,6 +77,7 @@ __all__ = [
     "save_dataset",
     "source_images",
     "declare_character_set",
+    "copy_source_markers",
     "STUDY_UID_MODES",
     "new_study",
     "apply_study",
@@ -325,6 +327,11 @@ def new_uid(root: str | None = None) -> str:
 STUDY_UID_MODES = ("source", "new")
 #: the study attributes :func:`new_study` sets (the rest of the patient and study module is the source's)
 _STUDY_KEYS = ("StudyInstanceUID", "StudyID", "AccessionNumber", "StudyDate", "StudyTime")
+#: the General Study attributes of the source study's order and reading, which a new study leaves out: the issuer of
+#: the AccessionNumber it empties, the physicians who read the source study (a study nobody read was listed as read
+#: by them) and the order's ReferencedStudySequence
+_SOURCE_STUDY_ONLY = ("IssuerOfAccessionNumberSequence", "NameOfPhysiciansReadingStudy",
+                      "PhysiciansReadingStudyIdentificationSequence", "ReferencedStudySequence")
 
 
 def new_study(mode: str, uid_root: str | None = None, when: datetime | None = None) -> dict[str, str] | None:
@@ -368,6 +375,10 @@ def new_study(mode: str, uid_root: str | None = None, when: datetime | None = No
 def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
     """Put a derived object into the study of :func:`new_study` (None: leave it in the source's); returns it.
 
+    A new study has none of the source study's order and reading (:data:`_SOURCE_STUDY_ONLY`: the accession
+    number's issuer, the physicians who read it, its ReferencedStudySequence); the patient, the referring physician
+    and the study description stay the source's.
+
     In a new study the object references instances of another study, the source's, so the source series are also
     listed under their study in ``StudiesContainingOtherReferencedInstancesSequence`` (Common Instance Reference,
     PS3.3 C.12.2: type 1C, required then), where a reader resolving the references finds them.
@@ -394,6 +405,9 @@ def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
         if key in dataset:  # a new element: highdicom may share the source's elements, which must stay as they are
             delattr(dataset, key)
         setattr(dataset, key, value)
+    for key in _SOURCE_STUDY_ONLY:  # found by hostile review 60
+        if key in dataset:
+            delattr(dataset, key)
     referenced = dataset.get("ReferencedSeriesSequence")
     if referenced and source_study and source_study != str(study["StudyInstanceUID"]):
         # the source series stayed in the source study, which the object named nowhere (found by hostile testing,
@@ -723,6 +737,47 @@ def declare_character_set(dataset: Any, source: Any) -> Any:
     return dataset
 
 
+#: the SOP Common attributes a derived object keeps from its source: highdicom copies the Patient and Study modules
+#: (PatientIdentityRemoved, DeidentificationMethod, ...), not this marker of a de-identification (PS3.15 E.1.1)
+_SOURCE_MARKERS = ("LongitudinalTemporalInformationModified",)
+
+
+def copy_source_markers(dataset: Any, source: Any) -> Any:
+    """Give a derived object the source's LongitudinalTemporalInformationModified and RecognizableVisualFeatures YES.
+
+    A source de-identified with its dates shifted (PS3.15 E, Retain Longitudinal Temporal Information with Modified
+    Dates Option) says so in this SOP Common attribute (``MODIFIED``; ``REMOVED``, ``UNMODIFIED``). The derived
+    objects copy its StudyDate and PatientBirthDate, so they carry the marker too: without it a reader took the
+    shifted dates for true ones. A source without it gives objects without it (nothing is invented).
+
+    A source image from which the patient can be recognised (RecognizableVisualFeatures ``YES``: a face rendered
+    from a head MR) gives an image object (one with pixel data: SEG, Parametric Map; not an SR) ``YES`` too: it lies
+    voxel for voxel on the source's grid, and a whole-head segmentation or its uncertainty outlines the face. A
+    Parametric Map of another source keeps highdicom's ``NO``.
+
+    Args:
+        dataset: the derived object.
+        source: the source slice its patient and study were copied from.
+
+    Returns:
+        ``dataset``.
+
+    Example:
+        >>> from pydicom import Dataset
+        >>> src, ds = Dataset(), Dataset()
+        >>> src.LongitudinalTemporalInformationModified = "MODIFIED"
+        >>> copy_source_markers(ds, src).LongitudinalTemporalInformationModified
+        'MODIFIED'
+    """
+    for key in _SOURCE_MARKERS:
+        if key in source and not source[key].is_empty and key not in dataset:
+            dataset.add(copy.deepcopy(source[key]))
+    image = any(key in dataset for key in ("PixelData", "FloatPixelData", "DoubleFloatPixelData"))
+    if image and str(source.get("RecognizableVisualFeatures", "") or "").strip() == "YES":
+        dataset.RecognizableVisualFeatures = "YES"  # found by hostile review 60: the map said NO
+    return dataset
+
+
 def source_images(series: DicomSeries) -> list[Any]:
     """The source slices a derived object is made from, its patient and study taken from the first.
 
@@ -991,8 +1046,9 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
     )
     seg.SeriesDescription = description
-    return save_dataset(apply_study(declare_character_set(_pixel_measures(seg, series), series.datasets[0]),
-                                    study), path)
+    source = series.datasets[0]
+    seg = copy_source_markers(_pixel_measures(seg, series), source)
+    return save_dataset(apply_study(declare_character_set(seg, source), study), path)
 
 
 def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: str | os.PathLike,
@@ -1053,8 +1109,9 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
     seg.SeriesDescription = description
-    return save_dataset(apply_study(declare_character_set(_pixel_measures(seg, series), series.datasets[0]),
-                                    study), path)
+    source = series.datasets[0]
+    seg = copy_source_markers(_pixel_measures(seg, series), source)
+    return save_dataset(apply_study(declare_character_set(seg, source), study), path)
 
 
 def _content_label(measure: str) -> str:
@@ -1171,8 +1228,10 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         slope=1.0, intercept=0.0,
     )
     width = min(high - low, MAX_WINDOW_WIDTH) if high > low else 1.0  # a display default, valid for any range
-    window = hd.VOILUTTransformation(window_center=(low + high) / 2, window_width=width,
-                                     window_explanation="full range",
+    # one window given as lists of one value: highdicom writes a text explanation as list(text), one value per
+    # character ('f', 'u', 'l', ...: ten explanations of one window; found by hostile review 60)
+    window = hd.VOILUTTransformation(window_center=[(low + high) / 2], window_width=[width],
+                                     window_explanation=["full range"],
                                      voi_lut_function=hd.VOILUTFunctionValues.LINEAR_EXACT)
     pm = hd.pm.ParametricMap(
         pixel_array=_source_frames(frames, series), contains_recognizable_visual_features=False,
@@ -1184,6 +1243,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     pm.SeriesDescription = series_text
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
-    return save_dataset(apply_study(declare_character_set(_pixel_measures(pm, series), series.datasets[0]),
-                                    study), path)
+    source = series.datasets[0]
+    pm = copy_source_markers(_pixel_measures(pm, series), source)
+    return save_dataset(apply_study(declare_character_set(pm, source), study), path)
 

@@ -81,10 +81,11 @@ SPACING_RTOL = 1e-2
 #: (:func:`~monai_unc.io.grid_mismatch`), a slice's pixel spacing against the first slice's (small differences of
 #: spacing add up over hundreds of voxels); the package's one fraction, :data:`monai_unc.io.GEOMETRY_VOXEL_FRACTION`
 DICOM_GRID_VOXEL_RTOL = GEOMETRY_VOXEL_FRACTION
-#: what every slice of a series must agree on: the patient (ID, name, birth date, sex), the study, the frame of
-#: reference and the modality (a slice of another patient in the folder is a mixed-up series)
-_SAME_IN_SERIES = ("PatientID", "PatientName", "PatientBirthDate", "PatientSex", "StudyInstanceUID",
-                   "FrameOfReferenceUID", "Modality")
+#: what every slice of a series must agree on: the patient (ID and its issuer, a PatientID being unique only within
+#: its IssuerOfPatientID; name, birth date, sex), the study, the frame of reference and the modality (a slice of
+#: another patient in the folder is a mixed-up series)
+_SAME_IN_SERIES = ("PatientID", "IssuerOfPatientID", "PatientName", "PatientBirthDate", "PatientSex",
+                   "StudyInstanceUID", "FrameOfReferenceUID", "Modality")
 #: the Hounsfield units :func:`write_series` stores (int16 with RescaleSlope 0.5 and RescaleIntercept -1024)
 _CT_RANGE = (-32768 * 0.5 - 1024, 32767 * 0.5 - 1024)
 #: the LPS -> RAS flip of the first two axes
@@ -289,8 +290,8 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
 
     Raises:
         DicomSeriesError: one line naming the series and the problem: no file, a file that is not DICOM, a non-image
-            object, a Siemens MOSAIC image, several series, slices of different patients
-            (their PatientID, PatientName, PatientBirthDate or PatientSex differ: the message names two such files, not
+            object, a Siemens MOSAIC image, several series, slices of different patients (their PatientID,
+            IssuerOfPatientID, PatientName, PatientBirthDate or PatientSex differ: the message names two such files, not
             the values), a slice without a SOPInstanceUID or two with the same, mixed orientations or sizes, duplicate
             or missing slices, uneven spacing, positions off one line, a volume over ``max_bytes``, a RescaleSlope of 0
             or a non-finite slope or intercept (with ``pixels``), a numeric attribute read as one number (RescaleSlope,
@@ -299,8 +300,8 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
             files beside it, several stacks, echoes, b-values, temporal positions or complex components, two frames at
             one position, a frame without its orientation, position or pixel spacing, a frame whose orientation,
             position, pixel spacing or rescale its per-frame and shared functional groups state with other values,
-            per-frame functional groups that are not one item per frame, uncompressed pixel data of more frames
-            than its NumberOfFrames (the message names the frame).
+            per-frame functional groups that are not one item per frame, uncompressed pixel data of more frames than its
+            NumberOfFrames (the message names the frame).
 
     Example:
         >>> import tempfile
@@ -924,7 +925,8 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
 
 #: what the series of one case's input channels share: the patient, and the frame of reference their positions are
 #: in (positions in two frames are not comparable; :func:`channel_on_series_grid`)
-SAME_IN_CHANNELS = ("PatientID", "PatientName", "PatientBirthDate", "PatientSex", "FrameOfReferenceUID")
+SAME_IN_CHANNELS = ("PatientID", "IssuerOfPatientID", "PatientName", "PatientBirthDate", "PatientSex",
+                    "FrameOfReferenceUID")
 
 
 def channel_on_series_grid(channel: DicomSeries, reference: DicomSeries, what: str,
@@ -934,9 +936,10 @@ def channel_on_series_grid(channel: DicomSeries, reference: DicomSeries, what: s
     A network of several input channels (T1, T1ce, T2, FLAIR) takes one series per channel, all on one grid. A
     series of the same grid stored with its slices or rows the other way round (or its axes permuted) is put in
     ``reference``'s voxel order without interpolation (:func:`to_series_grid`); a series on another grid is refused,
-    and so is one of another patient (``PatientID``, ``PatientName``, ``PatientBirthDate``, ``PatientSex``) or another
-    frame of reference (``FrameOfReferenceUID``), even on the same grid: it is no channel of this case. The message
-    names the attributes that differ, not their values (a log would carry the patient's identity).
+    and so is one of another patient (``PatientID``, ``IssuerOfPatientID``, ``PatientName``, ``PatientBirthDate``,
+    ``PatientSex``) or another frame of reference (``FrameOfReferenceUID``), even on the same grid: it is no channel
+    of this case. The message names the attributes that differ, not their values (a log would carry the patient's
+    identity).
 
     Args:
         channel: the channel's series, read with its pixels (:func:`read_series`).

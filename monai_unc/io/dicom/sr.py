@@ -29,6 +29,7 @@ import numpy as np
 from pydicom.dataset import Dataset
 from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
+from pydicom.uid import generate_uid
 
 from ..._utils import affine_voxel_volume
 from ..tables import cell_float, parse_float
@@ -40,6 +41,8 @@ from .objects import (
     check_series,
     check_series_description,
     check_series_number,
+    check_uid_root,
+    copy_source_markers,
     declare_character_set,
     new_uid,
     save_dataset,
@@ -48,8 +51,8 @@ from .objects import (
 )
 from .series import DicomSeries
 
-__all__ = ["SCHEME", "write_measurement_report", "report_numbers", "segment_volume_ml", "measurement_unit",
-           "check_measurement_name"]
+__all__ = ["SCHEME", "device_uid", "write_measurement_report", "report_numbers", "segment_volume_ml",
+           "measurement_unit", "check_measurement_name"]
 
 #: the private coding scheme of monai-unc's measurement names and decisions
 SCHEME = "99MONAIUNC"
@@ -243,6 +246,23 @@ def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> d
     return out
 
 
+def device_uid(algorithm: AlgorithmInfo, uid_root: str | None = None) -> str:
+    """The Device Observer UID of the SR: one UID per algorithm (name, version, weights) under ``uid_root``.
+
+    The observer of the report is the device that made the results (TID 1004). A new UID per report (found by hostile
+    review 60) made every report of one model the report of another device; this UID is derived from the
+    algorithm's identification (pydicom's ``generate_uid`` with it as entropy), so the reports of one model name one
+    device, and another model (other weights or version) another.
+
+    Example:
+        >>> a = AlgorithmInfo(name="net", version="1.0", weights="ab" * 32)
+        >>> device_uid(a, "1.2.3.") == device_uid(a, "1.2.3."), device_uid(a, "1.2.3.").startswith("1.2.3.")
+        (True, True)
+    """
+    identity = ["monai-unc device", algorithm.name or "monai-unc", algorithm.version or "", algorithm.weights]
+    return str(generate_uid(prefix=check_uid_root(uid_root), entropy_srcs=identity))
+
+
 def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: Dataset | None,
                              maps: Sequence[Dataset], *, segment_volumes: Mapping[int, Mapping[str, float]],
                              numbers: Mapping[str, float], triage: Mapping[str, Any] | None = None,
@@ -297,7 +317,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
     observer = hd.sr.ObserverContext(
         observer_type=codes.cid270.Device,
         observer_identifying_attributes=hd.sr.DeviceObserverIdentifyingAttributes(
-            uid=new_uid(uid_root), name="monai-unc", manufacturer_name="monai-unc",
+            uid=device_uid(algorithm, uid_root), name="monai-unc", manufacturer_name="monai-unc",
             model_name=algorithm.name or "monai-unc"),
     )
     context = hd.sr.ObservationContext(observer_device_context=observer)
@@ -364,7 +384,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         specific_character_set=None,  # the source's, set by declare_character_set (highdicom refuses some)
     )
     sr.SeriesDescription = description
-    return save_dataset(apply_study(declare_character_set(sr, src), study), path)
+    return save_dataset(apply_study(declare_character_set(copy_source_markers(sr, src), src), study), path)
 
 
 def segment_volume_ml(mask: np.ndarray, spacing: Sequence[float]) -> float:
