@@ -214,7 +214,7 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     bound = format_cell(rule.bound, 3, rule.target_risk)  # judged against the target: never written equal to it
     if rule.feasible:
         head += ("accept every score" if thr is None else f"accept {rule.score} {thr.relation(True)} "
-                 f"{thr.bound_text()}") + f" (calibration coverage {rule.coverage:.2f}, bound {bound})"
+                 f"{thr.bound_text()}") + f" (calibration coverage {format_cell(rule.coverage, 2, 1.0)}, bound {bound})"
     else:
         head += f"not certifiable on so few cases (best bound {bound}): every new case goes to review"
     lines = [head]

@@ -786,7 +786,7 @@ class ReferralRule:
                 "(c - eps) for those the range and image checks accept as well, when they refer a share eps of the "
                 "share c the threshold accepts), "
                 "provided the new cases are exchangeable with the calibration cases "
-                f"({self.method.upper()}; calibration: coverage {self.coverage:.3f}, observed risk "
+                f"({self.method.upper()}; calibration: coverage {format_cell(self.coverage, 3, 1.0)}, observed risk "
                 f"{format_cell(self.observed_risk, 4, target, 'n/a')}, bound "
                 f"{format_cell(self.bound, 4, target, 'n/a')})")
 
