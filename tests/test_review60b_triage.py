@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import warnings
 
-from monai_unc.evaluation.triage import ReferralRule
+import numpy as np
+import pytest
+
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.evaluation.triage import FingerprintMismatch, ReferralRule, find_prediction_cases, run_triage
 from monai_unc.evaluation.triage.runner import TriageResult
+from monai_unc.products.risk_control import RiskControl
 from monai_unc.workflows.triage import format_triage
 
 
@@ -25,3 +32,44 @@ def test_calibration_coverage_never_reads_full_while_a_calibration_case_is_refer
     full = ReferralRule("predictive_entropy_fg_mean", math.inf, True, 0.1, 0.1, "sgr", "failure", 0.8,
                         (0.1, 0.2, 0.3), ("a", "b", "c"), bound=0.09, coverage=1.0, observed_risk=0.01)
     assert "coverage 1.000" in full.guarantee() and "calibration coverage 1.00" in format_triage(full, result)[0]
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    return write_toy_cohort(tmp_path_factory.mktemp("toy60b") / "A", n_cases=2, shape=(8, 8, 8), seed=1)
+
+
+def _probability_rule(**kw) -> ReferralRule:
+    scores = tuple(float(v) for v in np.linspace(0.0, 0.9, 12))
+    return ReferralRule("predictive_entropy_fg_mean", float("inf"), True, 0.5, 0.2, "sgr", "failure", 0.8, scores,
+                        tuple(f"c{i}" for i in range(12)), num_classes=2, map_source="probabilities", **kw)
+
+
+def test_per_case_apply_checks_the_fingerprint_as_triage_does(toy):
+    # found by hostile review 60: RiskControl().apply (the product's decision on one new case, "as monai-unc triage
+    # makes it") accepted a case of predictions made otherwise than the rule's calibration predictions (here: no
+    # records of how they were made, against a rule certified on monai-unc infer's), which run_triage refuses
+    rule = dataclasses.replace(_probability_rule(), fingerprint={"producer": "monai-unc infer", "num_samples": 8})
+    files = {f.case_id: f for f in find_prediction_cases(toy["predictions"], rule)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(FingerprintMismatch, match="not made like the rule"):
+            run_triage(toy["predictions"], rule, toy["predictions"].parent / "triage")
+        with pytest.raises(FingerprintMismatch, match="not made like the rule"):
+            RiskControl().apply(files["toy000"], rule)
+        with pytest.raises(TypeError, match="allow_mismatch"):
+            RiskControl().apply(files["toy000"], rule, allow_mismatch="no")
+    # allowed, as triage --allow-mismatch: the decision, with a warning that the guarantee does not cover the case
+    with pytest.warns(UserWarning, match="no guarantee"):
+        decision = RiskControl().apply(files["toy000"], rule, allow_mismatch=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = run_triage(toy["predictions"], rule, toy["predictions"].parent / "triage2", allow_mismatch=True)
+    assert decision.decision == result.decisions["toy000"]
+    # predictions that match (both sides without records: nothing to compare, as triage says) are decided silently
+    same = _probability_rule()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = RiskControl().apply(files["toy001"], same)
+    assert got.decision in ("accept", "review")
+    assert not [w for w in caught if "guarantee" in str(w.message)]
