@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import warnings
 
@@ -10,8 +11,11 @@ import numpy as np
 import pytest
 
 from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.evaluation.conformal import ConformalRuleFile, run_conformal
 from monai_unc.evaluation.triage import FingerprintMismatch, ReferralRule, find_prediction_cases, run_triage
 from monai_unc.evaluation.triage.runner import TriageResult
+from monai_unc.io import load_case, match_cases
+from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
 from monai_unc.products.risk_control import RiskControl
 from monai_unc.workflows.triage import format_triage
 
@@ -73,3 +77,29 @@ def test_per_case_apply_checks_the_fingerprint_as_triage_does(toy):
         got = RiskControl().apply(files["toy001"], same)
     assert got.decision in ("accept", "review")
     assert not [w for w in caught if "guarantee" in str(w.message)]
+
+
+def test_conformal_json_states_no_guarantee_for_predictions_of_an_allowed_mismatch(toy, tmp_path):
+    # found by hostile review 60: under --allow-mismatch conformal.json's "guarantee" stated each side's guarantee in
+    # full ("E[FNR ...] <= 0.3; marginal over the 2 calibration cases ...") for predictions the rule does not cover,
+    # where triage.json's statement says "no guarantee for these cases" (hostile review 35); only the command's
+    # WARNING line and the page's banner said so
+    cases = [load_case(c) for c in match_cases(toy["labels"], toy["predictions"])]
+    rule = fit_conformal_rule([conformal_case_state(c.probs, c.label, activation="softmax", side="outer", grid=16)
+                               for c in cases] * 2, 0.45)
+    ids = [f"c{i}" for i in range(2 * len(cases))]
+    fp = {"producer": "monai-unc infer", "num_samples": 8}
+    doc = ConformalRuleFile({"outer": rule}, {"outer": 0.45}, None, fp, ids)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(FingerprintMismatch):
+            run_conformal(toy["predictions"], doc, tmp_path / "refused")
+        got = run_conformal(toy["predictions"], doc, tmp_path / "masks", allow_mismatch=True)
+        same = run_conformal(toy["predictions"], dataclasses.replace(doc, fingerprint={}), tmp_path / "matched")
+    assert got.summary["fingerprint"]["status"] == "mismatch"
+    text = got.summary["guarantee"]["outer"]
+    assert text.startswith("no guarantee for these cases: their predictions were not made as those the rule was "
+                           "certified on (fingerprint mismatch"), text
+    assert text.endswith(same.summary["guarantee"]["outer"])  # the rule's statement follows, as in triage.json
+    assert same.summary["guarantee"]["outer"].startswith("E[")
+    assert json.loads((tmp_path / "masks" / "conformal.json").read_text())["guarantee"]["outer"] == text
