@@ -103,3 +103,17 @@ def test_conformal_json_states_no_guarantee_for_predictions_of_an_allowed_mismat
     assert text.endswith(same.summary["guarantee"]["outer"])  # the rule's statement follows, as in triage.json
     assert same.summary["guarantee"]["outer"].startswith("E[")
     assert json.loads((tmp_path / "masks" / "conformal.json").read_text())["guarantee"]["outer"] == text
+
+
+def test_report_page_calibration_coverage_never_reads_full_while_a_calibration_case_is_referred():
+    # found by hostile review 60: report.html's risk-control paragraph read "calibration coverage 1.000" for a rule
+    # accepting 1999 of 2000 calibration cases, as the command's line did before hostile review 60 fixed it
+    from monai_unc.report.html import _risk_control_note
+
+    rc = {"method": "sgr", "risk": "dice < 0.8", "target_risk": 0.1, "delta": 0.1, "feasible": True,
+          "threshold": 0.5, "bound": 0.09, "referred": ["c1999"],
+          "calibration": {"cases": "all", "n_cases": 2000, "coverage": 1999 / 2000, "risk_accepted": 0.01}}
+    text = str(_risk_control_note(rc, 2000))
+    assert "calibration coverage 1.000" not in text and "calibration coverage 0.9995" in text, text
+    full = {**rc, "referred": [], "calibration": {**rc["calibration"], "coverage": 1.0}}
+    assert "calibration coverage 1.000" in str(_risk_control_note(full, 2000))
