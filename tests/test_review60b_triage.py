@@ -117,3 +117,21 @@ def test_report_page_calibration_coverage_never_reads_full_while_a_calibration_c
     assert "calibration coverage 1.000" not in text and "calibration coverage 0.9995" in text, text
     full = {**rc, "referred": [], "calibration": {**rc["calibration"], "coverage": 1.0}}
     assert "calibration coverage 1.000" in str(_risk_control_note(full, 2000))
+
+
+def test_per_case_apply_says_when_the_rules_image_check_is_skipped(toy):
+    # found by hostile review 60: a rule holding its calibration images' statistics, applied by RiskControl().apply to
+    # a case without an image, skipped the image check without a word, where triage notes "image check skipped: the
+    # rule holds statistics of its calibration images, but no images were given"
+    from monai_unc.evaluation.triage import ImageReference
+
+    stats = np.random.default_rng(0).normal(100.0, 5.0, size=(8, 5))
+    rule = _probability_rule(image_reference=ImageReference.fit(stats))
+    files = {f.case_id: f for f in find_prediction_cases(toy["predictions"], rule)}
+    assert files["toy000"].image is None
+    with pytest.warns(UserWarning, match="image check skipped"):
+        RiskControl().apply(files["toy000"], rule)
+    with warnings.catch_warnings(record=True) as caught:  # a rule without image statistics: nothing to skip
+        warnings.simplefilter("always")
+        RiskControl().apply(files["toy000"], _probability_rule())
+    assert not [w for w in caught if "image check" in str(w.message)]

@@ -229,7 +229,9 @@ class RiskControl(CohortProduct):
         As triage does, the predictions the case belongs to (the folder of its segmentation) are first compared with
         the rule's fingerprint and regions (:func:`~monai_unc.io.provenance.check_prediction_fingerprint`): a case of
         predictions made otherwise than the rule's calibration predictions is refused, since the rule's guarantee
-        does not hold for it (found by hostile review 60: this decision skipped the check that triage makes).
+        does not hold for it (found by hostile review 60: this decision skipped the check that triage makes). A case
+        without an image under a rule that holds its calibration images' statistics is decided without the image
+        check, with a ``UserWarning`` (triage's note).
 
         Args:
             case: the case's files (:class:`~monai_unc.io.CaseFiles` of
@@ -276,6 +278,9 @@ class RiskControl(CohortProduct):
             warnings.warn(f"case {case.case_id!r}: {rule.guarantee(mismatch)}", UserWarning, stacklevel=2)
         row = triage_case(case, rule)
         stats = None if row.get("image_stats") is None else [row["image_stats"]]
+        if stats is None and rule.image_reference is not None:  # triage notes it (found by hostile review 60)
+            warnings.warn(f"case {case.case_id!r}: image check skipped: the rule holds statistics of its calibration "
+                          "images, but the case has no image", UserWarning, stacklevel=2)
         return rule.apply([row.get(rule.score, float("nan"))], stats)[0]
 
     @classmethod
