@@ -135,3 +135,16 @@ def test_per_case_apply_says_when_the_rules_image_check_is_skipped(toy):
         warnings.simplefilter("always")
         RiskControl().apply(files["toy000"], _probability_rule())
     assert not [w for w in caught if "image check" in str(w.message)]
+
+
+@pytest.mark.parametrize("path", ["docs/design.md", "docs/products.md", "monai_unc/product.py"])
+def test_docs_do_not_describe_the_former_stand_in_score_of_an_undefined_calibration_score(path):
+    # found by hostile review 60: docs/design.md, docs/products.md and CohortProduct.fit_sees_cohort's comment said the
+    # referral rule's fit ranks an undefined score "above every defined score of the cohort" before picking the
+    # calibration cases: the stand-in of rules before format_version 4, which counted such cases as accepted under a
+    # threshold of inf while the rule refers them; RiskControl.fit counts them as referred (undefined="refer")
+    from tests._paths import ROOT
+
+    text = " ".join((ROOT / path).read_text(encoding="utf-8").replace("#:", " ").split())
+    assert "ranked above every defined score" not in text and "rank undefined scores above every defined" not in text
+    assert "counted as referred" in text
