@@ -16,6 +16,7 @@ from monai_unc.evaluation.triage import FingerprintMismatch, ReferralRule, find_
 from monai_unc.evaluation.triage.runner import TriageResult
 from monai_unc.io import load_case, match_cases
 from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
+from monai_unc.metrics.risk_control import risk_controlled_threshold
 from monai_unc.products.risk_control import RiskControl
 from monai_unc.workflows.triage import format_triage
 
@@ -148,3 +149,20 @@ def test_docs_do_not_describe_the_former_stand_in_score_of_an_undefined_calibrat
     text = " ".join((ROOT / path).read_text(encoding="utf-8").replace("#:", " ").split())
     assert "ranked above every defined score" not in text and "rank undefined scores above every defined" not in text
     assert "counted as referred" in text
+
+
+def test_triage_head_line_does_not_blame_the_count_of_many_calibration_cases():
+    # found by hostile review 60: a rule that could not certify its target on 500 calibration cases of which 60 %
+    # fail (the risk, not the count, is the reason) read "not certifiable on so few cases" in triage's head line
+    u = np.linspace(0.0, 1.0, 500)
+    risk = (np.arange(500) % 5 < 3).astype(np.float64)
+    with pytest.warns(UserWarning, match="no threshold certifies"):
+        res = risk_controlled_threshold(u, risk, 0.1, 0.1)
+    rule = ReferralRule("predictive_entropy_fg_mean", -math.inf, False, 0.1, 0.1, "sgr", "failure", 0.8,
+                        tuple(float(v) for v in u), tuple(f"c{i:03d}" for i in range(500)), bound=res.bound,
+                        coverage=0.0, observed_risk=math.nan, n_candidates=res.n_candidates)
+    result = TriageResult({"cases": [], "order": [], "n_cases": 0, "n_accepted": 0, "n_review": 0,
+                           "image_check": "skipped", "fingerprint": {"status": "match"}}, {})
+    head = format_triage(rule, result)[0]
+    assert "so few" not in head and "not certified on these 500 calibration cases" in head, head
+    assert "every new case goes to review" in head
