@@ -653,8 +653,8 @@ class CohortProduct:
     #: the file of :meth:`fit`'s artifact in the evaluation folder (default ``<name>.json``)
     artifact_file: ClassVar[str | None] = None
     #: True: :meth:`fit` gets every case's state and row and picks the calibration cases itself
-    #: (``config.calibration_ids``), e.g. to rank undefined scores above every defined score of the cohort; False
-    #: (default): it gets those of the calibration cases only
+    #: (``config.calibration_ids``), e.g. to decide every case of the cohort by the rule fitted on the calibration cases
+    #: (an undefined score counted as referred); False (default): it gets those of the calibration cases only
     fit_sees_cohort: ClassVar[bool] = False
     #: the ``format`` field of the artifact file (a rule file that records how its calibration predictions were made:
     #: ``infer --settings-from`` reads it through :meth:`artifact_fingerprint`), or None

@@ -475,6 +475,23 @@ def _guarantee(rule: ConformalRule, strata: ConformalStrata | None) -> str:
     return re.sub(r" within stratum 0; marginal over the \d+ calibration cases", lambda _: words, text)
 
 
+def _applied_guarantees(doc: ConformalRuleFile, check: Mapping[str, Any]) -> dict[str, str]:
+    """Each side's guarantee for the cases of ``monai-unc conformal``: none for predictions of an allowed mismatch.
+
+    Under ``--allow-mismatch`` with a fingerprint that differs, the sentence says that the guarantee does not cover
+    these cases before the rule's own statement, as ``triage.json`` says it of the referral rule (found by hostile
+    review 60: ``conformal.json`` stated the guarantee in full for such predictions).
+    """
+    from .triage.rule import not_as_certified
+    from .triage.runner import mismatch_fields
+
+    out = {s: _guarantee(r, doc.strata) for s, r in doc.rules.items()}
+    mismatch = mismatch_fields(check)
+    if mismatch is None:
+        return out
+    return {s: f"no guarantee for these cases: {not_as_certified(mismatch)}: {text}" for s, text in out.items()}
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # fitting (inside evaluate)
 # ----------------------------------------------------------------------------------------------------------------
@@ -1460,7 +1477,7 @@ def run_conformal(
             "lambda_hat": {s: {t.name: t.lambda_hat for t in r.tasks} if doc.strata is None else
                            [{n: r.lambda_hat(n, k) for n in r.names} for k in range(r.num_strata)]
                            for s, r in doc.rules.items()},
-            "guarantee": {s: _guarantee(r, doc.strata) for s, r in doc.rules.items()},
+            "guarantee": _applied_guarantees(doc, got["check"]),
             "strata": None if doc.strata is None else doc.strata.to_dict(),
             "nesting": "the outer mask is grown to contain the inner one (outer | inner); crossing_ml: the volume "
                        "added" if len(doc.rules) == 2 else None,

@@ -222,24 +222,65 @@ class RiskControl(CohortProduct):
                             uncertainty=inputs.get("uncertainty"))
         return rule.save(Path(path))
 
-    def apply(self, case: Any, artifact: Any) -> Any:
+    def apply(self, case: Any, artifact: Any, *, layout: str = "monai-unc",
+              uncertainty: str | os.PathLike | None = None, allow_mismatch: bool = False, trust: Any = None) -> Any:
         """The rule's decision on one new, unlabelled case, as ``monai-unc triage`` makes it.
 
+        As triage does, the predictions the case belongs to (the folder of its segmentation) are first compared with
+        the rule's fingerprint and regions (:func:`~monai_unc.io.provenance.check_prediction_fingerprint`): a case of
+        predictions made otherwise than the rule's calibration predictions is refused, since the rule's guarantee
+        does not hold for it (found by hostile review 60: this decision skipped the check that triage makes). A case
+        without an image under a rule that holds its calibration images' statistics is decided without the image
+        check, with a ``UserWarning`` (triage's note).
+
         Args:
-            case: the case's files (:class:`~monai_unc.io.CaseFiles`: segmentation, probabilities or maps, image).
+            case: the case's files (:class:`~monai_unc.io.CaseFiles` of
+                :func:`~monai_unc.evaluation.triage.find_prediction_cases`: segmentation, probabilities or maps, image).
             artifact: a :class:`~monai_unc.evaluation.triage.ReferralRule` or the path of a ``referral_rule.json``
                 (read with its checks).
+            layout: the layout of the case's prediction folder (``"monai-unc"`` or ``"nnunet"``).
+            uncertainty: the folder of the maps when not where the layout puts them (default: the folder of the
+                case's map of the rule's measure when it lies elsewhere).
+            allow_mismatch: decide a case of predictions whose fingerprint differs, with a ``UserWarning`` saying
+                that the guarantee does not cover it (``triage --allow-mismatch``), instead of raising.
+            trust: the signature a rule file must carry (:meth:`~monai_unc.evaluation.triage.ReferralRule.load`), or
+                None (not checked).
 
         Returns:
             The :class:`~monai_unc.evaluation.triage.Decision` (accept or refer, with the reasons) of
             :meth:`~monai_unc.evaluation.triage.ReferralRule.apply` on the case's label-free row
             (:func:`~monai_unc.evaluation.triage.triage_case`).
-        """
-        from ..evaluation.triage import ReferralRule, triage_case
 
-        rule = artifact if isinstance(artifact, ReferralRule) else ReferralRule.load(artifact)
+        Raises:
+            FingerprintMismatch: the predictions were not made like the rule's calibration predictions (without
+                ``allow_mismatch``).
+            TypeError: ``allow_mismatch`` is not a bool.
+        """
+        import warnings
+
+        from ..evaluation.triage import ReferralRule, triage_case
+        from ..evaluation.triage.runner import mismatch_fields
+        from ..io.provenance import check_prediction_fingerprint
+
+        if not isinstance(allow_mismatch, bool):  # "no" allowed a mismatch in triage (hostile testing)
+            raise TypeError(f"allow_mismatch must be True or False, got {allow_mismatch!r:.80}")
+        rule = artifact if isinstance(artifact, ReferralRule) else ReferralRule.load(artifact, trust)
+        seg = Path(case.seg if case.seg is not None else case.label)  # a prediction case's segmentation: its label
+        predictions = seg.parent
+        if uncertainty is None and rule.measure in case.maps:
+            folder = Path(case.maps[rule.measure]).parent
+            default = predictions if layout == "monai-unc" else predictions / "uncertainty"
+            uncertainty = None if folder.resolve() == default.resolve() else folder
+        check = check_prediction_fingerprint(rule.fingerprint, rule.regions, predictions, layout, [case.case_id],
+                                             uncertainty, allow_mismatch)
+        mismatch = mismatch_fields(check)
+        if mismatch is not None:
+            warnings.warn(f"case {case.case_id!r}: {rule.guarantee(mismatch)}", UserWarning, stacklevel=2)
         row = triage_case(case, rule)
         stats = None if row.get("image_stats") is None else [row["image_stats"]]
+        if stats is None and rule.image_reference is not None:  # triage notes it (found by hostile review 60)
+            warnings.warn(f"case {case.case_id!r}: image check skipped: the rule holds statistics of its calibration "
+                          "images, but the case has no image", UserWarning, stacklevel=2)
         return rule.apply([row.get(rule.score, float("nan"))], stats)[0]
 
     @classmethod

@@ -453,7 +453,8 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText |
         rule = frag("Accept a case when its score is ", "below " if thr.strict else "at most ",
                     el("b", thr.bound_text()), " (the lowest score it refers)" if thr.strict else None)
     text = frag(head, rule, f": {n_cases - len(rc['referred'])} of {n_cases} accepted (calibration coverage "
-                f"{format_value(cal['coverage'])}, observed risk {format_value(cal['risk_accepted'], 4, target)}, "
+                f"{format_value(cal['coverage'], 3, 1.0)}, "  # never 1.000 while one is referred (hostile review 60)
+                f"observed risk {format_value(cal['risk_accepted'], 4, target)}, "
                 f"bound {format_value(rc['bound'], 4, target)}).")
     held = rc.get("held_out")
     if held:

@@ -214,9 +214,11 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     bound = format_cell(rule.bound, 3, rule.target_risk)  # judged against the target: never written equal to it
     if rule.feasible:
         head += ("accept every score" if thr is None else f"accept {rule.score} {thr.relation(True)} "
-                 f"{thr.bound_text()}") + f" (calibration coverage {rule.coverage:.2f}, bound {bound})"
+                 f"{thr.bound_text()}") + f" (calibration coverage {format_cell(rule.coverage, 2, 1.0)}, bound {bound})"
     else:
-        head += f"not certifiable on so few cases (best bound {bound}): every new case goes to review"
+        # the count is not always why (found by hostile review 60: 500 cases, 60 % failing, read "so few cases")
+        head += (f"not certified on these {rule.n_calibration} calibration cases (best bound {bound}): every new case "
+                 "goes to review")
     lines = [head]
     if cal is not None:
         lines.append(f"calibration score range [{format_score(cal[0])}, {format_score(cal[1])}]; image check: "

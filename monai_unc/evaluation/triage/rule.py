@@ -554,8 +554,22 @@ def _number(v: Any, where: str, allow_null: bool = False) -> float:
     return float(v)
 
 
-def _not_as_certified(mismatch: Sequence[str]) -> str:
-    """Why a rule's guarantees do not cover predictions whose fingerprint differs in the fields ``mismatch``."""
+def not_as_certified(mismatch: Sequence[str]) -> str:
+    """Why a rule's guarantees do not cover predictions whose fingerprint differs in the fields ``mismatch``.
+
+    The words of every rule file's statement under ``--allow-mismatch``: the referral rule's guarantee and interval
+    (:meth:`ReferralRule.guarantee`) and the conformal masks' guarantees (``conformal.json``).
+
+    Args:
+        mismatch: the fingerprint fields that differ (:func:`~monai_unc.evaluation.triage.runner.mismatch_fields`).
+
+    Returns:
+        The clause.
+
+    Example:
+        >>> not_as_certified(["num_samples"])[:60]
+        'their predictions were not made as those the rule was certif'
+    """
     fields = f" in {', '.join(map(str, mismatch))}" if mismatch else ""
     return ("their predictions were not made as those the rule was certified on (fingerprint mismatch"
             f"{fields}, allowed with --allow-mismatch); the rule's statement, for predictions made as its calibration "
@@ -772,7 +786,7 @@ class ReferralRule:
         """
         target = self.target_risk
         if mismatch is not None and self.feasible:
-            return f"no guarantee for these cases: {_not_as_certified(mismatch)}: {self.guarantee()}"
+            return f"no guarantee for these cases: {not_as_certified(mismatch)}: {self.guarantee()}"
         if not self.feasible:
             return (f"no threshold certifies mean risk ({self.risk_definition}) <= {target:g} with "
                     f"probability {format_level(self.delta)} on these {self.n_calibration} calibration cases "
@@ -786,7 +800,7 @@ class ReferralRule:
                 "(c - eps) for those the range and image checks accept as well, when they refer a share eps of the "
                 "share c the threshold accepts), "
                 "provided the new cases are exchangeable with the calibration cases "
-                f"({self.method.upper()}; calibration: coverage {self.coverage:.3f}, observed risk "
+                f"({self.method.upper()}; calibration: coverage {format_cell(self.coverage, 3, 1.0)}, observed risk "
                 f"{format_cell(self.observed_risk, 4, target, 'n/a')}, bound "
                 f"{format_cell(self.bound, 4, target, 'n/a')})")
 
@@ -840,7 +854,7 @@ class ReferralRule:
         rec = self.record
         qn = None if rec is None else rec.interval_quantile()
         if mismatch is not None and qn is not None and math.isfinite(qn[0]):
-            return f"no coverage guarantee for these cases: {_not_as_certified(mismatch)}: {self.interval_statement()}"
+            return f"no coverage guarantee for these cases: {not_as_certified(mismatch)}: {self.interval_statement()}"
         return self._interval_sentence(rec, qn) + self._merged_note()
 
     def _merged_note(self) -> str:
