@@ -404,7 +404,10 @@ def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Te
     from monai.data import MetaTensor
 
     items = [_transformed_item(transform, xi) for xi in x]
-    out = pred(torch.stack([i.as_tensor() for i in items]))
+    # in the input's dtype: MONAI's interpolating transforms (Zoom, Rotate, RandAffine, ...) return float32 by default,
+    # and a float64 or half-precision network failed on them (found by hostile review 60: "Input type (float) and bias
+    # type (double) should be the same")
+    out = pred(torch.stack([i.as_tensor() for i in items]).to(x.dtype))
     if isinstance(out, (tuple, list)):
         out = out[0]
     # shared passes (MC dropout or Rate-In beside this source) return k samples of the batch at once: sample s of
@@ -421,7 +424,8 @@ def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Te
         m = MetaTensor(both, meta=dict(item.meta))
         m.applied_operations = list(item.applied_operations)
         inv = transform.inverse(m).as_tensor()
-        back.append(_restore_uncovered_output(inv[:-1], inv[-1:]))
+        # back in the output's dtype (the inverse of an interpolating transform returns float32)
+        back.append(_restore_uncovered_output(inv[:-1], inv[-1:]).to(plain.dtype))
     return torch.stack(back)
 
 

@@ -1,0 +1,37 @@
+"""Hostile review 60 of the sample sources (TTA transforms, ...): each test failed before its fix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from monai.transforms import RandAffine, Rotate, Zoom
+
+from monai_unc.inferers import InvertibleTransformSource, UncertaintyInferer
+
+
+def _constant_logits_net(dtype: torch.dtype) -> torch.nn.Module:
+    """A 1x1 convolution whose logits are the same at every voxel (its weight is 0): every inverted sample is exact."""
+    net = torch.nn.Conv3d(1, 3, 1)
+    with torch.no_grad():
+        net.weight.zero_()
+        net.bias.copy_(torch.tensor([2.0, -1.0, 0.5]))
+    return net.to(dtype).eval()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("transform", [Zoom(1.3, keep_size=True), Rotate((0.3, 0.0, 0.0), padding_mode="zeros"),
+                                       RandAffine(prob=1.0, rotate_range=(0.3, 0.3, 0.3), padding_mode="zeros")],
+                         ids=["zoom", "rotate", "randaffine"])
+def test_interpolating_transforms_keep_the_input_dtype(dtype, transform):
+    """Found by hostile review 60: MONAI's interpolating transforms return float32 (their ``dtype`` default), so a
+    float64 (or bfloat16) network got float32 windows and failed with PyTorch's ``Input type (float) and bias type
+    (double) should be the same``, naming neither the transform nor the inferer; the network gets the transformed
+    windows in the input's dtype, and every inverted sample is in the dtype of the network's output."""
+    net = _constant_logits_net(dtype)
+    x = torch.randn(2, 1, 9, 7, 6, dtype=dtype)
+    out = UncertaintyInferer([InvertibleTransformSource([transform], num_samples=2)], seed=0, keep_samples=True)(x, net)
+    ref = torch.softmax(net(x).float(), 1)
+    assert out["samples"].dtype == dtype
+    tol = 1e-12 if dtype == torch.float64 else 1e-2
+    assert torch.allclose(out["pred"].float(), ref, atol=tol)
+    assert float(out["mutual_information"].abs().max()) <= tol
