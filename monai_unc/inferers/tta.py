@@ -422,7 +422,9 @@ def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Te
         # a channel of ones inverted with the output: how much of each voxel the transformed input covered
         both = torch.cat([plain, torch.ones_like(plain[:1])])
         m = MetaTensor(both, meta=dict(item.meta))
-        m.applied_operations = list(item.applied_operations)
+        # a copy per row: an inverse may edit the recorded operations in place (Zoom(keep_size=True) does), and the
+        # k rows of one item share them (found by hostile review 60: the second row failed, KeyError 'pad_info')
+        m.applied_operations = copy.deepcopy(item.applied_operations)
         inv = transform.inverse(m).as_tensor()
         # back in the output's dtype (the inverse of an interpolating transform returns float32)
         back.append(_restore_uncovered_output(inv[:-1], inv[-1:]).to(plain.dtype))

@@ -6,7 +6,8 @@ import pytest
 import torch
 from monai.transforms import RandAffine, Rotate, Zoom
 
-from monai_unc.inferers import InvertibleTransformSource, UncertaintyInferer
+from monai_unc.inferers import InvertibleTransformSource, MCDropoutSource, UncertaintyInferer
+from monai_unc.inferers.tta import _apply_inverted
 
 
 def _constant_logits_net(dtype: torch.dtype) -> torch.nn.Module:
@@ -35,3 +36,27 @@ def test_interpolating_transforms_keep_the_input_dtype(dtype, transform):
     tol = 1e-12 if dtype == torch.float64 else 1e-2
     assert torch.allclose(out["pred"].float(), ref, atol=tol)
     assert float(out["mutual_information"].abs().max()) <= tol
+
+
+@pytest.mark.parametrize("transform", [Zoom(0.8, keep_size=True), Zoom(1.25, keep_size=True)], ids=["out", "in"])
+def test_zoom_inverted_for_every_shared_sample(transform):
+    """Found by hostile review 60: with MC dropout's shared passes (``sample_batch_size >= 2``: ``k`` samples of an
+    item stacked along the batch axis) every row was inverted with the item's one list of recorded operations, and
+    ``Zoom(keep_size=True).inverse`` edits the recorded operation in place, so the second row failed with MONAI's
+    ``KeyError: 'pad_info'``; each row is inverted with its own copy, as with ``sample_batch_size=1``."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv3d(1, 8, 1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(8, 3, 1)).eval()
+    x = torch.randn(2, 1, 9, 7, 6)
+    outs = [UncertaintyInferer([MCDropoutSource(3), InvertibleTransformSource([transform])], seed=0,
+                               sample_batch_size=k, keep_samples=True)(x, net) for k in (1, 3)]
+    for out in outs:
+        assert out.num_samples == 3
+        assert torch.allclose(out["pred"].sum(1), torch.ones(2, 9, 7, 6), atol=1e-5)
+    # row s B + b of a replay is inverted as the item's own prediction: the inverse is linear and the uncovered voxels
+    # are filled from covered ones, so a prediction shifted by s comes back shifted by s
+    plain = torch.nn.Sequential(net[0], net[2])
+    back = _apply_inverted(transform, lambda t: torch.cat([plain(t) + s for s in range(3)]), x)
+    one = _apply_inverted(transform, plain, x)
+    assert back.shape == (6, 3, 9, 7, 6)
+    for s in range(3):
+        assert torch.allclose(back[s * 2:(s + 1) * 2], one + s, atol=1e-4)
