@@ -258,7 +258,8 @@ class InvertibleTransformSource(SampleSource):
     Each transform is applied to every batch item (channel-first, as MONAI array transforms expect), the
     network predicts on the transformed batch, and ``transform.inverse`` maps every prediction back using the
     operations MONAI recorded on the transformed input; random transforms are drawn ``num_samples`` times.
-    Transforms must keep the batch items' shapes equal to each other so that they can be stacked. A transform that
+    Transforms must keep the batch items' shapes equal to each other so that they can be stacked (a
+    ``ValueError`` naming the transform and the shapes otherwise). A transform that
     returns ``(image, affine)`` (MONAI's ``Affine`` by default) is used with its image. Voxels that a transformed
     input did not cover (``Zoom`` zooming in, ``RandSpatialCrop``, ``padding_mode="zeros"``), which the inverse pads
     with zeros (logits 0: a uniform softmax), are filled in from the covered ones: the inverted output is divided by
@@ -404,6 +405,14 @@ def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Te
     from monai.data import MetaTensor
 
     items = [_transformed_item(transform, xi) for xi in x]
+    shapes = sorted({tuple(int(n) for n in i.shape[1:]) for i in items})
+    if len(shapes) > 1:  # found by hostile review 60: torch.stack failed, naming neither transforms nor the transform
+        raise ValueError(
+            f"transforms: {type(transform).__name__} gave the {len(items)} items of a batch (the images, or the "
+            f"windows of a sliding window) other spatial shapes, {', '.join(map(str, shapes))} (e.g. RandRotate90 "
+            "drawing another rotation per item of a non-cubic shape), and they cannot be stacked for the network; "
+            "use transforms that keep the items' shapes equal, or one item per call"
+        )
     # in the input's dtype: MONAI's interpolating transforms (Zoom, Rotate, RandAffine, ...) return float32 by default,
     # and a float64 or half-precision network failed on them (found by hostile review 60: "Input type (float) and bias
     # type (double) should be the same")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from monai.transforms import RandAffine, Rotate, Zoom
+from monai.transforms import RandAffine, RandRotate90, Rotate, Zoom
 
 from monai_unc.inferers import InvertibleTransformSource, MCDropoutSource, UncertaintyInferer
 from monai_unc.inferers.tta import _apply_inverted
@@ -60,3 +60,16 @@ def test_zoom_inverted_for_every_shared_sample(transform):
     assert back.shape == (6, 3, 9, 7, 6)
     for s in range(3):
         assert torch.allclose(back[s * 2:(s + 1) * 2], one + s, atol=1e-4)
+
+
+def test_transformed_items_of_other_shapes_are_refused_naming_the_transform():
+    """Found by hostile review 60: ``RandRotate90`` on a batch of two anisotropic images drew another rotation per item,
+    and the items of other shapes failed in ``torch.stack`` (``stack expects each tensor to be equal size``), naming
+    neither ``transforms`` nor the transform; a ``ValueError`` now names both and the shapes."""
+    net = torch.nn.Conv3d(1, 3, 1).eval()
+    x = torch.randn(2, 1, 5, 7, 6)
+    source = InvertibleTransformSource([RandRotate90(prob=1.0, max_k=3)], num_samples=4)
+    with pytest.raises(ValueError, match=r"transforms: RandRotate90 .*\(5, 7, 6\), \(7, 5, 6\)"):
+        UncertaintyInferer([source], seed=0)(x, net)
+    # one item, or items of equal shapes, as before
+    assert UncertaintyInferer([source], seed=0)(x[:1], net).num_samples == 4
