@@ -73,3 +73,19 @@ def test_transformed_items_of_other_shapes_are_refused_naming_the_transform():
         UncertaintyInferer([source], seed=0)(x, net)
     # one item, or items of equal shapes, as before
     assert UncertaintyInferer([source], seed=0)(x[:1], net).num_samples == 4
+
+
+def test_a_checkpoint_member_that_does_not_fit_the_network_is_named(tmp_path):
+    """Found by hostile review 60: a checkpoint of another architecture among an ensemble's members failed with
+    PyTorch's ``Error(s) in loading state_dict for Conv3d``, naming neither the member nor its file (which of five
+    folds?); a ``ValueError`` now names ``networks[i]`` and the file, and the network keeps its own weights."""
+    from monai_unc.inferers import EnsembleInferer
+
+    torch.manual_seed(0)
+    net = torch.nn.Conv3d(1, 3, 1).eval()
+    own = {k: v.clone() for k, v in net.state_dict().items()}
+    torch.save(net.state_dict(), tmp_path / "fold0.pt")
+    torch.save(torch.nn.Conv3d(1, 4, 1).state_dict(), tmp_path / "fold1.pt")
+    with pytest.raises(ValueError, match=r"(?s)networks\[1\] \(.*fold1\.pt\).*size mismatch for weight"):
+        EnsembleInferer([tmp_path / "fold0.pt", tmp_path / "fold1.pt"])(torch.randn(1, 1, 4, 4, 4), net)
+    assert all(torch.equal(v, own[k]) for k, v in net.state_dict().items())
