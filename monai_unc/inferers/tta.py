@@ -245,11 +245,52 @@ class AugmentationSource(SampleSource):
         self.pairs = pairs
 
     def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
-        """One wrapper per pair: ``inverse(predictor(forward(x)))``."""
-        def make(fwd: Callable, inv: Callable) -> Wrapper:
-            return lambda pred: (lambda t: inv(pred(fwd(t))))
+        """One wrapper per pair: ``inverse(predictor(forward(x)))``.
 
-        return [make(f, i) for f, i in self.pairs]
+        Raises:
+            ValueError: naming ``augmentations[i]`` where the network kept the grid of the augmented input but the
+                inverse did not map its output back to the input's grid.
+        """
+        def make(index: int, fwd: Callable, inv: Callable) -> Wrapper:
+            def wrap(pred: Callable) -> Callable:
+                def run(t: torch.Tensor) -> Any:
+                    moved = fwd(t)
+                    out = pred(moved)
+                    back = inv(out)
+                    _check_inverse_grid(index, t, moved, out, back)
+                    return back
+
+                return run
+
+            return wrap
+
+        return [make(k, f, i) for k, (f, i) in enumerate(self.pairs)]
+
+
+def _first_tensor(value: Any) -> torch.Tensor | None:
+    """``value``, or the first item of a tuple / list output (deep supervision), if it is a tensor; else None."""
+    if isinstance(value, (tuple, list)) and value:
+        value = value[0]
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _check_inverse_grid(index: int, t: torch.Tensor, moved: Any, out: Any, back: Any) -> None:
+    """``ValueError`` naming ``augmentations[index]`` when its inverse did not undo the forward's grid.
+
+    Only where the network kept the grid of the augmented input (a network that changes the grid is named by the
+    inferer's own check). Found by hostile review 60: a ``rot90`` of a non-square plane "inverted" by the identity was
+    blamed on the network ("use a network whose output keeps its input's grid"), or failed in the statistics
+    (``probs shape ... does not match the shape of earlier samples``).
+    """
+    moved, out, back = _first_tensor(moved), _first_tensor(out), _first_tensor(back)
+    if moved is None or out is None or back is None or out.ndim != t.ndim or back.ndim != t.ndim:
+        return
+    if tuple(out.shape[2:]) == tuple(moved.shape[2:]) and tuple(back.shape[2:]) != tuple(t.shape[2:]):
+        raise ValueError(
+            f"augmentations[{index}]: its inverse returned the network's output on the spatial grid "
+            f"{tuple(back.shape[2:])}, not on the input's {tuple(t.shape[2:])} (its forward gave "
+            f"{tuple(moved.shape[2:])}): the inverse must undo the forward's change of grid"
+        )
 
 
 class InvertibleTransformSource(SampleSource):

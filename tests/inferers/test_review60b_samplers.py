@@ -89,3 +89,20 @@ def test_a_checkpoint_member_that_does_not_fit_the_network_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"(?s)networks\[1\] \(.*fold1\.pt\).*size mismatch for weight"):
         EnsembleInferer([tmp_path / "fold0.pt", tmp_path / "fold1.pt"])(torch.randn(1, 1, 4, 4, 4), net)
     assert all(torch.equal(v, own[k]) for k, v in net.state_dict().items())
+
+
+def test_an_augmentation_whose_inverse_misses_the_grid_is_named():
+    """Found by hostile review 60: an ``(forward, inverse)`` pair whose inverse does not undo the forward's change of
+    grid (a ``rot90`` of a non-square plane "inverted" by the identity) was blamed on the network ("the network
+    (Conv3d) returns its output on the spatial grid (7, 5, 6) but its input is on (5, 7, 6) ... use a network whose
+    output keeps its input's grid"); a ``ValueError`` now names ``augmentations[i]`` and the grids."""
+    from monai_unc.inferers import AugmentationSource
+
+    net = torch.nn.Conv3d(1, 3, 1).eval()
+    x = torch.randn(1, 1, 5, 7, 6)
+    good = (lambda t: torch.rot90(t, 1, (2, 3)), lambda t: torch.rot90(t, -1, (2, 3)))
+    bad = (lambda t: torch.rot90(t, 1, (2, 3)), lambda t: t)
+    with pytest.raises(ValueError, match=r"augmentations\[1\].*\(7, 5, 6\).*\(5, 7, 6\)"):
+        UncertaintyInferer([AugmentationSource([good, bad])])(x, net)
+    out = UncertaintyInferer([AugmentationSource([good])], keep_samples=True)(x, net)
+    assert torch.allclose(out["pred"], torch.softmax(net(x), 1), atol=1e-6)
