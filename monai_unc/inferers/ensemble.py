@@ -221,11 +221,18 @@ class EnsembleSource(SampleSource):
             target = _weights_module(network)  # the checkpoints' keys are those of the unwrapped module
             original = {k: v.detach().to("cpu", copy=True) for k, v in target.state_dict().items()}
         try:
-            for member in self.networks:
+            for i, member in enumerate(self.networks):
                 if isinstance(member, nn.Module):
                     yield _on_device(member, device)
                 else:
-                    target.load_state_dict(load_state_dict(member, self.weights_only, key=self.key))
+                    state = load_state_dict(member, self.weights_only, key=self.key)
+                    try:
+                        target.load_state_dict(state)
+                    except RuntimeError as err:
+                        # found by hostile review 60: PyTorch's "Error(s) in loading state_dict for Conv3d" named
+                        # neither the member nor its file
+                        raise ValueError(f"networks[{i}] ({os.fspath(member)}) does not fit the network "
+                                         f"({type(target).__name__}): {err}") from None
                     yield contextlib.nullcontext(network)
         finally:
             if original is not None:

@@ -245,11 +245,52 @@ class AugmentationSource(SampleSource):
         self.pairs = pairs
 
     def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
-        """One wrapper per pair: ``inverse(predictor(forward(x)))``."""
-        def make(fwd: Callable, inv: Callable) -> Wrapper:
-            return lambda pred: (lambda t: inv(pred(fwd(t))))
+        """One wrapper per pair: ``inverse(predictor(forward(x)))``.
 
-        return [make(f, i) for f, i in self.pairs]
+        Raises:
+            ValueError: naming ``augmentations[i]`` where the network kept the grid of the augmented input but the
+                inverse did not map its output back to the input's grid.
+        """
+        def make(index: int, fwd: Callable, inv: Callable) -> Wrapper:
+            def wrap(pred: Callable) -> Callable:
+                def run(t: torch.Tensor) -> Any:
+                    moved = fwd(t)
+                    out = pred(moved)
+                    back = inv(out)
+                    _check_inverse_grid(index, t, moved, out, back)
+                    return back
+
+                return run
+
+            return wrap
+
+        return [make(k, f, i) for k, (f, i) in enumerate(self.pairs)]
+
+
+def _first_tensor(value: Any) -> torch.Tensor | None:
+    """``value``, or the first item of a tuple / list output (deep supervision), if it is a tensor; else None."""
+    if isinstance(value, (tuple, list)) and value:
+        value = value[0]
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _check_inverse_grid(index: int, t: torch.Tensor, moved: Any, out: Any, back: Any) -> None:
+    """``ValueError`` naming ``augmentations[index]`` when its inverse did not undo the forward's grid.
+
+    Only where the network kept the grid of the augmented input (a network that changes the grid is named by the
+    inferer's own check). Found by hostile review 60: a ``rot90`` of a non-square plane "inverted" by the identity was
+    blamed on the network ("use a network whose output keeps its input's grid"), or failed in the statistics
+    (``probs shape ... does not match the shape of earlier samples``).
+    """
+    moved, out, back = _first_tensor(moved), _first_tensor(out), _first_tensor(back)
+    if moved is None or out is None or back is None or out.ndim != t.ndim or back.ndim != t.ndim:
+        return
+    if tuple(out.shape[2:]) == tuple(moved.shape[2:]) and tuple(back.shape[2:]) != tuple(t.shape[2:]):
+        raise ValueError(
+            f"augmentations[{index}]: its inverse returned the network's output on the spatial grid "
+            f"{tuple(back.shape[2:])}, not on the input's {tuple(t.shape[2:])} (its forward gave "
+            f"{tuple(moved.shape[2:])}): the inverse must undo the forward's change of grid"
+        )
 
 
 class InvertibleTransformSource(SampleSource):
@@ -258,7 +299,8 @@ class InvertibleTransformSource(SampleSource):
     Each transform is applied to every batch item (channel-first, as MONAI array transforms expect), the
     network predicts on the transformed batch, and ``transform.inverse`` maps every prediction back using the
     operations MONAI recorded on the transformed input; random transforms are drawn ``num_samples`` times.
-    Transforms must keep the batch items' shapes equal to each other so that they can be stacked. A transform that
+    Transforms must keep the batch items' shapes equal to each other so that they can be stacked (a
+    ``ValueError`` naming the transform and the shapes otherwise). A transform that
     returns ``(image, affine)`` (MONAI's ``Affine`` by default) is used with its image. Voxels that a transformed
     input did not cover (``Zoom`` zooming in, ``RandSpatialCrop``, ``padding_mode="zeros"``), which the inverse pads
     with zeros (logits 0: a uniform softmax), are filled in from the covered ones: the inverted output is divided by
@@ -404,7 +446,18 @@ def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Te
     from monai.data import MetaTensor
 
     items = [_transformed_item(transform, xi) for xi in x]
-    out = pred(torch.stack([i.as_tensor() for i in items]))
+    shapes = sorted({tuple(int(n) for n in i.shape[1:]) for i in items})
+    if len(shapes) > 1:  # found by hostile review 60: torch.stack failed, naming neither transforms nor the transform
+        raise ValueError(
+            f"transforms: {type(transform).__name__} gave the {len(items)} items of a batch (the images, or the "
+            f"windows of a sliding window) other spatial shapes, {', '.join(map(str, shapes))} (e.g. RandRotate90 "
+            "drawing another rotation per item of a non-cubic shape), and they cannot be stacked for the network; "
+            "use transforms that keep the items' shapes equal, or one item per call"
+        )
+    # in the input's dtype: MONAI's interpolating transforms (Zoom, Rotate, RandAffine, ...) return float32 by default,
+    # and a float64 or half-precision network failed on them (found by hostile review 60: "Input type (float) and bias
+    # type (double) should be the same")
+    out = pred(torch.stack([i.as_tensor() for i in items]).to(x.dtype))
     if isinstance(out, (tuple, list)):
         out = out[0]
     # shared passes (MC dropout or Rate-In beside this source) return k samples of the batch at once: sample s of
@@ -419,9 +472,12 @@ def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Te
         # a channel of ones inverted with the output: how much of each voxel the transformed input covered
         both = torch.cat([plain, torch.ones_like(plain[:1])])
         m = MetaTensor(both, meta=dict(item.meta))
-        m.applied_operations = list(item.applied_operations)
+        # a copy per row: an inverse may edit the recorded operations in place (Zoom(keep_size=True) does), and the
+        # k rows of one item share them (found by hostile review 60: the second row failed, KeyError 'pad_info')
+        m.applied_operations = copy.deepcopy(item.applied_operations)
         inv = transform.inverse(m).as_tensor()
-        back.append(_restore_uncovered_output(inv[:-1], inv[-1:]))
+        # back in the output's dtype (the inverse of an interpolating transform returns float32)
+        back.append(_restore_uncovered_output(inv[:-1], inv[-1:]).to(plain.dtype))
     return torch.stack(back)
 
 

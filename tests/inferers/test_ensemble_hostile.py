@@ -61,7 +61,7 @@ def test_template_weights_are_restored_after_a_failing_member(tmp_path):
     good, bad = tmp_path / "good.pt", tmp_path / "bad.pt"
     torch.save(nn.Conv2d(1, 2, 1).state_dict(), good)
     torch.save(nn.Conv2d(1, 3, 1).state_dict(), bad)
-    with pytest.raises(RuntimeError, match="size mismatch"):
+    with pytest.raises(ValueError, match=r"(?s)networks\[1\] .*size mismatch"):  # named since hostile review 60
         EnsembleInferer([good, bad])(torch.rand(1, 1, 4, 4), template)
     assert all(torch.equal(before[k], v) for k, v in template.state_dict().items())
 
