@@ -298,7 +298,9 @@ class InvertibleTransformSource(SampleSource):
 
     Each transform is applied to every batch item (channel-first, as MONAI array transforms expect), the
     network predicts on the transformed batch, and ``transform.inverse`` maps every prediction back using the
-    operations MONAI recorded on the transformed input; random transforms are drawn ``num_samples`` times.
+    operations MONAI recorded on the transformed input; every transform runs ``num_samples`` times (a random one
+    draws anew each time; a deterministic one repeats its sample, which leaves the maps as they are at ``n`` times
+    its cost: mix deterministic transforms with ``num_samples=1``).
     Transforms must keep the batch items' shapes equal to each other so that they can be stacked (a
     ``ValueError`` naming the transform and the shapes otherwise). A transform that
     returns ``(image, affine)`` (MONAI's ``Affine`` by default) is used with its image. Voxels that a transformed
@@ -317,7 +319,7 @@ class InvertibleTransformSource(SampleSource):
 
     Args:
         transforms: MONAI invertible array transforms.
-        num_samples: draws of each random transform.
+        num_samples: runs of each transform (draws of a random one).
 
     Example:
         >>> from monai.transforms import Rotate90
