@@ -298,9 +298,9 @@ class InvertibleTransformSource(SampleSource):
 
     Each transform is applied to every batch item (channel-first, as MONAI array transforms expect), the
     network predicts on the transformed batch, and ``transform.inverse`` maps every prediction back using the
-    operations MONAI recorded on the transformed input; every transform runs ``num_samples`` times (a random one
-    draws anew each time; a deterministic one repeats its sample, which leaves the maps as they are at ``n`` times
-    its cost: mix deterministic transforms with ``num_samples=1``).
+    operations MONAI recorded on the transformed input; every transform runs ``num_samples`` times: a random one
+    draws anew each time, a deterministic one repeats the same sample (so each transform weighs equally in the maps,
+    and a deterministic one costs ``num_samples`` passes for one distinct sample).
     Transforms must keep the batch items' shapes equal to each other so that they can be stacked (a
     ``ValueError`` naming the transform and the shapes otherwise). A transform that
     returns ``(image, affine)`` (MONAI's ``Affine`` by default) is used with its image. Voxels that a transformed
