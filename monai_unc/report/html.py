@@ -56,6 +56,7 @@ from ..evaluation import (
     config_from_summary,
     dice_as_recorded,
     dice_failed,
+    failure_dice_text,
     fill_undefined_scores,
     load_evaluation,
 )
@@ -355,7 +356,7 @@ def _cards(summary: Mapping[str, Any]) -> Markup:
                   "referred)", format_value(_dice_kept(t))))
     f = summary.get("failures", {})
     caught = f"{f.get('caught_by_budget')} / {f.get('n_failed')}"
-    items.append((f"failed (Dice < {f.get('dice_threshold')}) referred", caught))
+    items.append((f"failed (Dice < {failure_dice_text(f['dice_threshold'])}) referred", caught))
     cal = summary.get("calibration")
     if cal:
         items += [
@@ -654,7 +655,8 @@ def render_html(
                  f"the {len(tied)} by case id (marked 'tied at the cut'); over a random order of the tied cases the ",
                  el("b", "expected"), " mean Dice of the retained cases is ", el("b", format_value(t["dice_retained"])),
                  " (the referral curve at the budget). "]
-    note.append(f"Dice below {summary['failures']['dice_threshold']:g} is marked as failed. " + BUDGET_NOTE)
+    failure = failure_dice_text(summary["failures"]["dice_threshold"])
+    note.append(f"Dice below {failure} is marked as failed. " + BUDGET_NOTE)
     rc = summary.get("risk_control")
     if rc:
         note += [" ", _risk_control_note(rc, summary["n_cases"], threshold_text(summary, rows))]
@@ -1047,8 +1049,8 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
         f"{format_value(summary['referral']['area_normalized'])}.{tie}",
         plot_referral_curve(filled, dice, config.budget, label, risk_control=summary.get("risk_control")))
     add("histograms", "Uncertainty of good and failed cases",
-        f"Histogram of {label} for cases with Dice >= {config.failure_dice:g} (good) and below (failed); failed cases "
-        f"on the left are silent failures.{left_out}",
+        f"Histogram of {label} for cases with Dice >= {failure_dice_text(config.failure_dice)} (good) and below "
+        f"(failed); failed cases on the left are silent failures.{left_out}",
         plot_uncertainty_histograms(raw[defined], dice[defined], config.failure_dice, label))
     if config.shifts is not None:
         ood = summary.get("ood", {})

@@ -25,7 +25,7 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
 from .._utils import case_pair, check_integer, is_real, label_text, normalize_spacing, real_array
-from ..evaluation import dice_failed
+from ..evaluation import dice_failed, failure_dice_text
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
 from ..metrics.selective import referral_curve
@@ -264,8 +264,8 @@ def plot_uncertainty_histograms(
     widths = np.diff(h.edges)
     # the failed cases hatched as well as red: blue and red bars of equal lightness look alike printed in grey
     for values, color, hatch, label in (
-        (h.correct, _GOOD, None, f"good: Dice >= {failure_dice:g} (n={h.n_correct})"),
-        (h.incorrect, _BAD, "///", f"failed: Dice < {failure_dice:g} (n={h.n_incorrect})"),
+        (h.correct, _GOOD, None, f"good: Dice >= {failure_dice_text(failure_dice)} (n={h.n_correct})"),
+        (h.incorrect, _BAD, "///", f"failed: Dice < {failure_dice_text(failure_dice)} (n={h.n_incorrect})"),
     ):
         v = np.nan_to_num(values)
         ax.bar(h.edges[:-1], v, width=widths, align="edge", color=color, alpha=0.55, edgecolor=color, hatch=hatch,

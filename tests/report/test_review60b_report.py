@@ -1,0 +1,76 @@
+"""Hostile review 60 of the report pages: what a radiologist or QC reader sees against the files it comes from."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+
+from monai_unc.evaluation.triage import ReferralRule
+from monai_unc.report.html import build_report
+from monai_unc.report.plots import plot_uncertainty_histograms
+from monai_unc.report.triage import build_triage_page
+from tests.report._hostile_cohorts import SHAPE, binary_probs, evaluate, write_cases
+from tests.report.test_triage_hostile_numbers import triage_json
+
+
+# --------------------------------------------------- 1. the failure Dice written rounded, across the cases it judges
+def _three_quarters_case() -> tuple[np.ndarray, np.ndarray]:
+    """A case of Dice exactly 0.75: four predicted and four reference voxels, three shared."""
+    lab = np.zeros(SHAPE, np.int64)
+    lab[5, 5, 4:8] = 1
+    pred = np.zeros(SHAPE)
+    pred[5, 5, 5:9] = 1
+    return binary_probs(np.where(pred == 1, 0.9, 0.1)), lab
+
+
+def test_report_writes_the_failure_dice_as_the_cases_are_judged_against_it(tmp_path):
+    """Found by hostile review 60: with ``--failure-dice 0.7500001`` a case of Dice 0.75 is failed (red, counted in
+    the card), but the page said "Dice below 0.75 is marked as failed" (``:g``, six digits) and the histogram's
+    caption and legend "Dice >= 0.75 (good)": the case read failed for a Dice its own page calls good. The failure
+    Dice is written with the digits it is compared in (float32, as a case's Dice is recorded): ``0.7500001``."""
+    lab = np.zeros(SHAPE, np.int64)
+    lab[4:8, 4:8, 4:8] = 1
+    data = write_cases(tmp_path / "data", {"good": (binary_probs(np.where(lab == 1, 0.9, 0.1)), lab),
+                                           "edge": _three_quarters_case()})
+    out = evaluate(data, tmp_path / "eval", "--failure-dice", "0.7500001", "--budget", "0.5")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failures"]["n_failed"] == 1
+    text = build_report(out, n_cases=0, viewer=False).read_text()
+    row = re.search(r'<tr class="([^"]*)" data-case="edge">.*?<td class="dice">([^<]*)</td>', text)
+    assert row is not None and "failed" in row.group(1) and row.group(2) == "0.750"
+    assert "Dice below 0.7500001 is marked as failed" in text
+    assert "failed (Dice &lt; 0.7500001) referred" in text
+    assert "cases with Dice &gt;= 0.7500001 (good)" in text
+    assert "0.75 " not in re.sub(r"<[^>]+>", " ", text).replace("0.750", "")
+
+
+def test_histogram_legend_writes_the_failure_dice_it_splits_the_cases_at():
+    """The legend of the good / failed histograms: ``Dice < 0.7500001`` for the case of Dice 0.75 it draws failed."""
+    fig = plot_uncertainty_histograms(np.array([0.1, 0.2]), np.array([0.75, 0.9]), 0.7500001, "score")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["good: Dice >= 0.7500001 (n=1)", "failed: Dice < 0.7500001 (n=1)"]
+
+
+def test_failure_dice_is_written_as_it_compares_in_float32():
+    """``--failure-dice 0.75000001`` compares as the float32 0.75 (a Dice of 0.75 is not failed): written 0.75,
+    never "Dice below 0.75000001" above a case of 0.750 that is not marked."""
+    fig = plot_uncertainty_histograms(np.array([0.1, 0.2]), np.array([0.75, 0.9]), 0.75000001, "score")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["good: Dice >= 0.75 (n=2)", "failed: Dice < 0.75 (n=0)"]
+
+
+def test_triage_page_writes_the_rules_failure_dice_as_it_judges_the_estimates(tmp_path):
+    """The triage page's header named the rule's risk "dice < 0.75" for a failure Dice of 0.7500001, above an expected
+    Dice written ``0.75`` (below it, so kept below)."""
+    doc = triage_json()
+    rule = ReferralRule.from_json(doc["rule"])
+    rule.failure_dice = 0.7500001
+    doc["rule"] = rule.to_json()
+    doc["cases"][0].update(expected_dice=0.75)
+    (tmp_path / "triage.json").write_text(json.dumps(doc))
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    assert "(dice &lt; 0.7500001)" in text
+    assert "dice &lt; 0.75)" not in text
+
