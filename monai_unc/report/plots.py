@@ -31,7 +31,7 @@ from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncer
 from ..metrics.selective import referral_curve
 from ..product import Overlay, format_cell, format_fraction, format_level, format_target
 from .markup import replace_surrogates
-from .palette import class_colors, distinct_colors
+from .palette import MAX_DISTINCT_COLORS, class_colors, distinct_colors
 
 __all__ = [
     "save_png",
@@ -612,8 +612,13 @@ def plot_case_overlay(
     # slices, where the uncertainty is, is shown
     slices = [slice_of_highest_uncertainty(uncertainty, axis, mask=reference > 0, min_fraction=0.0) for axis in axes]
     shown = [_take(seg, axis, k) for axis, k in zip(axes, slices)]
-    # every class has its own colour, the same as in the viewer (by label value, palette.class_colors)
-    colors = class_colors(int(v) for s2 in shown for v in np.unique(s2) if v > 0)
+    # every class has its own colour, the same as in the viewer (by label value, palette.class_colors); label values
+    # above MAX_DISTINCT_COLORS are coloured by their rank among the case's labels, as the viewer ranks them (found by
+    # hostile review 60: ranked among the shown slices' labels only, label 6000 was drawn in the colour the viewer
+    # gives label 5000 when the slices did not cut 5000)
+    drawn = {int(v) for s2 in shown for v in np.unique(s2) if v > 0}
+    every = np.unique(seg[seg > 0]) if drawn and max(drawn) > MAX_DISTINCT_COLORS else drawn
+    colors = {v: c for v, c in class_colors(int(v) for v in every).items() if v in drawn}
     area: dict[int, int] = {}
     for row, (axis, k) in enumerate(zip(axes, slices)):
         dims = [d for d in range(3) if d != axis]

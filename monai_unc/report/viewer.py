@@ -39,7 +39,7 @@ from .._utils import check_integer, normalize_spacing
 from ..io import atomic_copy, file_sha256
 from ..keys import ENTROPY_MEASURES
 from .markup import Markup, el, frag, json_script, script_file
-from .palette import LABEL_COLORS, class_colors
+from .palette import LABEL_COLORS, MAX_DISTINCT_COLORS, class_colors
 
 __all__ = ["CASE_BUDGET_BYTES", "LABEL_COLORS", "VIEWER_CSS", "case_viewer", "measure_unit", "viewer_block",
            "viewer_scripts", "viewer_section"]
@@ -139,14 +139,16 @@ def _hex_rgb(color: str) -> tuple[int, int, int]:
     return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
 
 
-def _label_table(values: Sequence[int],
-                 class_names: Sequence[str] | None) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
+def _label_table(values: Sequence[int], class_names: Sequence[str] | None,
+                 every: Sequence[int] | None = None) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
     """NiiVue's label lookup table of the display indices ``0 .. len(values)`` and the legend of ``values``.
 
     The volume holds index ``i`` for the label ``values[i - 1]`` (0 transparent): any label value is drawn, and the
-    colour of each is :func:`~monai_unc.report.palette.class_colors`'s, as on the static slices.
+    colour of each is :func:`~monai_unc.report.palette.class_colors`'s, as on the static slices: of ``every`` label of
+    the case when given (label values above :data:`~monai_unc.report.palette.MAX_DISTINCT_COLORS` are coloured by
+    their rank among them), else of ``values``.
     """
-    colors = class_colors(values)
+    colors = class_colors(values if every is None else every)
     table: dict[str, list[int]] = {"R": [0], "G": [0], "B": [0], "A": [0], "I": [0]}
     legend = []
     for i, k in enumerate(values, start=1):
@@ -259,6 +261,10 @@ def case_viewer(
     if affine is None:
         affine = np.diag([*(float(s) for s in (spacing or (1.0, 1.0, 1.0))), 1.0])
     affine = _check_affine(affine)
+    # the case's labels when they are coloured by rank (values above MAX_DISTINCT_COLORS): ranked among all of them, as
+    # the static slices rank them, not among those left at a subsampling step
+    every = (np.unique(seg[seg > 0]).astype(np.int64).tolist()
+             if seg.size and float(seg.max()) > MAX_DISTINCT_COLORS else None)
     finite = np.isfinite(u)  # the range of the finite values, without a copy of them
     any_finite = bool(finite.any())
     u_lo, u_hi = ((float(u.min(where=finite, initial=np.inf)), float(u.max(where=finite, initial=-np.inf)))
@@ -300,7 +306,7 @@ def case_viewer(
                             "base64": _encode(q, aff, slope, inter), "colormap": "gray", "opacity": 1.0,
                             "cal_min": float(i_lo), "cal_max": float(i_hi)})
         labels, present = _display_labels(seg_c[sub])  # the labels drawn at this step, whatever their values
-        lut, legend = _label_table(present, class_names)
+        lut, legend = _label_table(present, class_names, every)
         volumes.append({"role": "prediction", "name": "prediction.nii.gz", "title": "prediction",
                         "base64": _encode(labels, aff), "colormap": "gray", "colormap_label": lut, "opacity": 0.5,
                         "cal_min": 0.0, "cal_max": float(max(len(present), 1))})

@@ -74,3 +74,41 @@ def test_triage_page_writes_the_rules_failure_dice_as_it_judges_the_estimates(tm
     assert "(dice &lt; 0.7500001)" in text
     assert "dice &lt; 0.75)" not in text
 
+
+# ----------------------------------------- 2. label values above 4096: the figure's colours differ from the viewer's
+def test_case_figure_colours_large_label_values_as_the_viewer_does():
+    """Found by hostile review 60: label values above ``MAX_DISTINCT_COLORS`` (4096) are coloured by rank; the static
+    figure ranked the labels of its shown slices only, so a case of labels 5000 and 6000 whose axial slice cuts 6000
+    alone drew 6000 in gold, the colour the viewer (and legend) gives 5000 (6000 is cyan there). Both rank all the
+    case's labels."""
+    from matplotlib.colors import to_hex
+
+    from monai_unc.report.plots import plot_case_overlay
+    from monai_unc.report.viewer import case_viewer
+
+    seg = np.zeros((10, 10, 10), np.int64)
+    seg[1:4, 1:4, 1:4] = 5000
+    seg[5:9, 5:9, 5:9] = 6000
+    u = np.zeros(seg.shape)
+    u[5:9, 5:9, 5:9] = 1.0
+    viewer = {lab["value"]: lab["color"] for lab in case_viewer("c", seg, u)["labels"]}
+    fig = plot_case_overlay("c", seg, seg, u, axes=(2,))
+    legend = fig.axes[1].get_legend()
+    drawn = {t.get_text(): to_hex(h.get_color()) for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    assert drawn == {"class 6000": viewer[6000]}
+    assert viewer[6000] != viewer[5000]
+
+
+def test_viewer_colours_large_label_values_by_rank_among_all_the_cases_labels():
+    """Subsampled to fit the page, a one-voxel label 5000 vanished from the viewer's volume and label 6000 took its
+    colour (rank among the labels left): the legend's colour of 6000 changed with the page's size budget."""
+    from monai_unc.report.viewer import case_viewer
+
+    seg = np.zeros((40, 40, 40), np.int64)
+    seg[1, 1, 1] = 5000
+    seg[4:36, 4:36, 4:36] = 6000
+    u = np.random.default_rng(0).random(seg.shape)
+    full = case_viewer("c", seg, u)
+    small = case_viewer("c", seg, u, budget_bytes=full["bytes"] // 3)
+    assert small["step"] > 1 and [lab["value"] for lab in small["labels"]] == [6000]
+    assert small["labels"][0]["color"] == {lab["value"]: lab["color"] for lab in full["labels"]}[6000]
