@@ -112,3 +112,30 @@ def test_viewer_colours_large_label_values_by_rank_among_all_the_cases_labels():
     small = case_viewer("c", seg, u, budget_bytes=full["bytes"] // 3)
     assert small["step"] > 1 and [lab["value"] for lab in small["labels"]] == [6000]
     assert small["labels"][0]["color"] == {lab["value"]: lab["color"] for lab in full["labels"]}[6000]
+
+
+# ------------------------------------------------------ 3. bidi override characters in a case id reorder the page
+def test_bidi_override_in_a_case_id_cannot_reorder_the_text_after_it():
+    """Found by hostile review 60: an invisible RIGHT-TO-LEFT OVERRIDE (U+202E) in a case id reached the page as it
+    is, so the text after it up to the end of its paragraph was drawn reversed: "ranked first: x<U+202E>, 12, 34." reads
+    "x43 ,21 ," (the ids 43 and 21, which are not cases). Explicit bidi controls are written visibly."""
+    from monai_unc.report.markup import el
+
+    for control in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069":
+        html = el("p", "Cases without a defined score are ranked first: ", ", ".join(["x" + control, "12", "34"]),
+                  title="x" + control)
+        assert control not in html
+        assert f"x[U+{ord(control):04X}], 12, 34" in html and f'title="x[U+{ord(control):04X}]"' in html
+
+
+def test_triage_page_shows_a_case_id_with_a_bidi_override_visibly(tmp_path):
+    """The triage page of a case named ``c\\u202e``: no override reaches the page, in its table or attributes."""
+    doc = triage_json()
+    rid = "c\u202e"
+    doc["cases"][2]["case"] = rid
+    doc["order"] = [rid, "b", "a"]
+    doc["review"] = ["b", rid]
+    (tmp_path / "triage.json").write_text(json.dumps(doc))
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    assert "\u202e" not in text
+    assert 'data-case="c[U+202E]"' in text and '<td class="l">c[U+202E]</td>' in text
