@@ -192,7 +192,8 @@ def case_viewer(
         case_id: the case's name (shown under the viewer; any text).
         seg: the predicted label map ``(X, Y, Z)``, integers (0 background); a 2-D case ``(X, Y)`` is shown as a
             volume one slice thick.
-        uncertainty: the voxel uncertainty map, of ``seg``'s shape (NaN shown as the lowest value).
+        uncertainty: the voxel uncertainty map, of ``seg``'s shape (NaN shown as the lowest value, below the default
+            threshold: transparent; in a constant map as 0).
         image: the image, of ``seg``'s shape or with channels first (channel 0 is shown), or None (the viewer then
             shows the prediction and the uncertainty alone).
         affine: the volumes' 4 x 4 voxel-to-world affine in mm (default: ``diag(spacing)``).
@@ -220,7 +221,8 @@ def case_viewer(
         :data:`DEFAULT_COVERAGE` of the cropped voxels above it; voxels below are transparent
         (``colormap_type`` 1, NiiVue's ``ZERO_TO_MAX_TRANSPARENT_BELOW_MIN``, when the map is non-negative).
         A map with one positive value in every voxel (``constant``: that value) has the threshold 0 and the colour
-        range 0 .. value, so every voxel is drawn in the ramp's top colour (a map of zeros stays transparent).
+        range 0 .. value, so every voxel is drawn in the ramp's top colour (a map of zeros stays transparent); its NaN
+        voxels (``no_value``) are quantised to 0, below a threshold of half a step, and stay transparent.
 
     Raises:
         ValueError: for volumes that are not 2D or 3D or differ in shape, a ``seg`` of non-integer values or with more
@@ -287,10 +289,14 @@ def case_viewer(
         threshold = max(threshold, float(np.quantile(finite_c, 1.0 - DEFAULT_COVERAGE)))
     del finite_c  # the crop's finite values: only for the threshold
     threshold = min(threshold, u_top)
-    u_min = u_lo
+    u_min, q_lo = u_lo, u_lo  # the slider's low end; the value of the quantised 0 (and of a NaN voxel)
     constant = any_finite and u_hi == u_lo
+    no_value = bool(np.isnan(u_c).any())  # voxels of the crop without a value (NaN)
     if constant and u_lo > 0:  # one value everywhere: every voxel drawn, in the top colour of the ramp 0 .. value
         u_min, threshold, u_top = 0.0, 0.0, u_lo
+        if no_value:  # quantised on 0 .. value: a NaN voxel is 0, below the threshold (found by hostile review 60:
+            # NaN voxels were quantised to the one value and drawn as it, under "every voxel is 0.5 nats")
+            q_lo, threshold = 0.0, u_lo / 510.0
     unit = measure_unit(measure)
     u_title = f"{str(measure).replace('_', ' ')} ({unit or 'no unit'})"
     start = np.array([s.start for s in box], dtype=np.float64)
@@ -310,11 +316,12 @@ def case_viewer(
         volumes.append({"role": "prediction", "name": "prediction.nii.gz", "title": "prediction",
                         "base64": _encode(labels, aff), "colormap": "gray", "colormap_label": lut, "opacity": 0.5,
                         "cal_min": 0.0, "cal_max": float(max(len(present), 1))})
-        q, slope, inter = _quantise(u_c[sub], u_lo, u_hi)
+        q, slope, inter = _quantise(u_c[sub], q_lo, u_hi)
         volumes.append({"role": "uncertainty", "name": f"{measure}.nii.gz", "title": u_title,
                         "base64": _encode(q, aff, slope, inter), "colormap": "hot", "opacity": 0.7,
                         "colormap_type": 1 if u_lo >= 0 else 0, "cal_min": threshold, "threshold": threshold,
-                        "u_min": u_min, "cal_max": u_top, **({"constant": u_lo} if constant else {})})
+                        "u_min": u_min, "cal_max": u_top, **({"constant": u_lo} if constant else {}),
+                        **({"no_value": True} if no_value else {})})
         size = sum(len(v["base64"]) for v in volumes)
         if size <= budget_bytes:
             return {"case": str(case_id), "measure": str(measure), "unit": unit, "step": step,
@@ -378,7 +385,8 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
             extra = (el("span", "transparent below ", el("span", _fmt(v["threshold"]), data_show="threshold"),
                             class_="mu-cbar-ticks") if "threshold" in v else None)
             if "constant" in v:  # no range to show: the one value, and what it looks like
-                extra = el("span", f"constant map: every voxel is {_fmt(v['constant'])}"
+                extra = el("span", f"constant map: every voxel{' with a value' if v.get('no_value') else ''} is "
+                           f"{_fmt(v['constant'])}"
                            + (f" {data['unit']}" if data.get("unit") else "")
                            + (", drawn in the ramp's top colour" if v["constant"] > 0 else ", nothing to draw"),
                            class_="mu-cbar-ticks mu-constant")

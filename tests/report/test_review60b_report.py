@@ -139,3 +139,37 @@ def test_triage_page_shows_a_case_id_with_a_bidi_override_visibly(tmp_path):
     text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
     assert "\u202e" not in text
     assert 'data-case="c[U+202E]"' in text and '<td class="l">c[U+202E]</td>' in text
+
+
+# ------------------------------------------- 4. a constant map with NaN voxels: NaN drawn as the map's one value
+def _decoded(volume: dict) -> np.ndarray:
+    import base64
+    import gzip
+
+    import nibabel as nib
+
+    img = nib.Nifti1Image.from_bytes(gzip.decompress(base64.b64decode(volume["base64"])))
+    return np.asarray(img.get_fdata())
+
+
+def test_viewer_does_not_draw_nan_voxels_of_a_constant_map_as_its_value():
+    """Found by hostile review 60: a map of 0.5 nats with NaN voxels (no value: outside the model's field of view) is
+    a constant map; its NaN voxels were quantised to the lowest value, 0.5, above the threshold 0, so the viewer
+    coloured them as 0.5 nats, under "constant map: every voxel is 0.5 nats". They are now transparent (below the
+    threshold) and the legend speaks of the voxels with a value."""
+    from monai_unc.report.viewer import case_viewer, viewer_block
+
+    seg = np.zeros((12, 12, 12), np.int64)
+    seg[3:9, 3:9, 3:9] = 1
+    u = np.full(seg.shape, 0.5)
+    u[:, :, 6:] = np.nan
+    data = case_viewer("const", seg, u, measure="predictive_entropy")
+    v = next(v for v in data["volumes"] if v["role"] == "uncertainty")
+    values = _decoded(v)
+    crop = tuple(slice(a, b) for a, b in data["crop"])
+    nan = np.isnan(u[crop])
+    assert nan.any() and (~nan).any()
+    assert np.allclose(values[~nan], 0.5, atol=1e-6) and (values[~nan] >= v["threshold"]).all()
+    assert (values[nan] < v["threshold"]).all()
+    html = str(viewer_block(0, data))
+    assert "constant map: every voxel with a value is 0.5 nats" in html
