@@ -173,3 +173,22 @@ def test_viewer_does_not_draw_nan_voxels_of_a_constant_map_as_its_value():
     assert (values[nan] < v["threshold"]).all()
     html = str(viewer_block(0, data))
     assert "constant map: every voxel with a value is 0.5 nats" in html
+
+
+# ------------------------------------------- 5. the calibration coverage of the risk-controlled threshold as 1.000
+def test_risk_control_note_never_writes_a_calibration_coverage_below_one_as_one():
+    """Found by hostile review 60: 1999 of 2000 calibration cases accepted (one without a defined score, referred) was
+    written "calibration coverage 1.000", every calibration case accepted, beside "1999 of 2000 accepted". The
+    coverage is a share with its counts, as the held-out cases' is: ``99.95% (1999 of 2000)``."""
+    from monai_unc.evaluation import CohortState, EvaluationConfig, summarize
+    from monai_unc.report.html import render_html
+
+    rng = np.random.default_rng(0)
+    rows = [{"case": f"case_{i:05d}", "dice": 0.95, "measure": "predictive_entropy",
+             "predictive_entropy_fg_mean": None if i == 0 else float(rng.random())} for i in range(2000)]
+    state = CohortState(num_classes=2, n_fine_bins=240, rows=rows)
+    summary = summarize(state, EvaluationConfig(budget=0.1, target_risk=0.2))
+    assert summary["risk_control"]["calibration"]["coverage"] == 0.9995
+    page = render_html(summary, state.sorted_rows(), [], [])
+    assert "1999 of 2000 accepted (calibration coverage 99.95% (1999 of 2000)," in page
+    assert "coverage 1.000" not in page
