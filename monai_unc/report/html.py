@@ -373,7 +373,7 @@ def _cards(summary: Mapping[str, Any]) -> Markup:
     items += [("AURC (risk 1 - Dice)", format_value(fd["aurc"], 4)), ("E-AURC", format_value(fd["eaurc"], 4))]
     ood = summary.get("ood")
     if ood and ood.get("auroc") is not None:
-        items.append(("OoD AUROC", format_value(ood["auroc"])))
+        items.append(("OoD AUROC", format_value(ood["auroc"], threshold=1.0)))  # below 1 never reads a perfect 1.000
     rc = summary.get("risk_control")
     if rc:
         key = (f"referred for risk <= {format_target(rc['target_risk'])} ({rc['risk']}), 1 - delta = "
@@ -502,7 +502,8 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         cells += [_td(score(r.get(score_key))), _td(format_value(dice_as_recorded(dice), threshold=thr), "dice")]
         if has_shift:
             cells.append(_td(str(r.get("shift", "")), "l"))
-        cells += [_td(format_value(r.get(k))) for k in extra]
+        # an AUROC below 1 never reads as a perfect 1.000 (found by hostile review 60), as non-zero never reads 0
+        cells += [_td(format_value(r.get(k), threshold=1.0 if k == "error_auroc" else None)) for k in extra]
         trs.append(el("tr", *cells, class_=(cls + (" tied" if cid in tied else "")).strip(), data_case=cid))
     return el("div", table(head, trs, ("case", "budget", "shift", "rule (risk-controlled)"), id="triage-table"),
               class_="scroll")
@@ -1062,7 +1063,7 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
         add("shifts", "Uncertainty by shift",
             f"Case scores per shift label (grey: in-distribution, orange: shifted; the colour says nothing of the "
             f"case's Dice; bar: the group's median); OoD AUROC (shifted vs in-distribution) "
-            f"{format_value(ood.get('auroc'))}."
+            f"{format_value(ood.get('auroc'), threshold=1.0)}."
             f"{left_out}",
             plot_scores_by_shift(raw[defined], [s for s, d in zip(shifts, defined) if d], IID_SHIFTS, label))
     folders = {name: evaluation / PRODUCTS_DIR / name for name in summary if product_type(name) is not None

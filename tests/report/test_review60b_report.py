@@ -192,3 +192,22 @@ def test_risk_control_note_never_writes_a_calibration_coverage_below_one_as_one(
     page = render_html(summary, state.sorted_rows(), [], [])
     assert "1999 of 2000 accepted (calibration coverage 99.95% (1999 of 2000)," in page
     assert "coverage 1.000" not in page
+
+
+# ------------------------------------------------------------- 6. an AUROC below 1 written as a perfect 1.000
+def test_ood_auroc_below_one_never_reads_as_a_perfect_separation():
+    """Found by hostile review 60: an OoD AUROC of 0.9996 (one shifted case of 2500 pairs ranked below an
+    in-distribution one) was written ``1.000`` on the card, a perfect separation; so was a case's error AUROC in the
+    table. As a non-zero value never reads 0, an AUROC below 1 never reads 1: ``0.9996``."""
+    from monai_unc.evaluation import CohortState, EvaluationConfig, summarize
+    from monai_unc.report.html import render_html
+
+    rows = [{"case": f"c{i:02d}", "dice": 0.9, "measure": "predictive_entropy", "shift": "none" if i % 2 else "noise",
+             "predictive_entropy_fg_mean": 0.1 * i, "error_auroc": 0.99996 if i == 3 else 0.8} for i in range(10)]
+    state = CohortState(num_classes=2, n_fine_bins=240, rows=rows)
+    summary = summarize(state, EvaluationConfig(budget=0.1))
+    summary["ood"] = {"auroc": 0.9996}  # as evaluate --shifts writes it
+    page = render_html(summary, state.sorted_rows(), [], [])
+    assert '<div class="v">0.9996</div><div class="k">OoD AUROC</div>' in page
+    row = re.search(r'data-case="c03">(.*?)</tr>', page).group(1)
+    assert "<td>0.99996</td>" in row and "1.000" not in row
