@@ -424,7 +424,22 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
 
 
 def _fmt(x: float) -> str:
-    return f"{float(x):.3g}"
+    """A number of the viewer's legends, as ``viewer.js`` writes the slider's (``fmt``).
+
+    Whole from 1000 on (a CT window reads ``-1024``, not ``-1.02e+03``: found by hostile review 60), else three
+    significant digits without an exponent down to 1e-6 and without trailing zeros (``0.5``, ``0.602``, ``0.000015``).
+
+    Example:
+        >>> _fmt(-1024.4), _fmt(0.5), _fmt(0.60231), _fmt(1.5e-05), _fmt(2e-08)
+        ('-1024', '0.5', '0.602', '0.000015', '2e-08')
+    """
+    v = float(x)
+    if not np.isfinite(v) or v == 0.0:
+        return "0" if v == 0.0 else str(v)
+    if 1000.0 <= abs(v) < 1e21:
+        return f"{v:.0f}"
+    rounded = float(f"{v:.3g}")
+    return np.format_float_positional(rounded, trim="-") if abs(rounded) >= 1e-6 else f"{rounded:.3g}"
 
 
 def viewer_section(viewers: Sequence[dict[str, Any]], heading: str) -> Markup | None:

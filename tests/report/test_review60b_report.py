@@ -211,3 +211,55 @@ def test_ood_auroc_below_one_never_reads_as_a_perfect_separation():
     assert '<div class="v">0.9996</div><div class="k">OoD AUROC</div>' in page
     row = re.search(r'data-case="c03">(.*?)</tr>', page).group(1)
     assert "<td>0.99996</td>" in row and "1.000" not in row
+
+
+# -------------------------------------------- 7. the viewer's numbers: a CT window in exponent notation, rounded
+def test_viewer_colorbar_writes_a_ct_window_in_whole_units():
+    """Found by hostile review 60: the image colorbar of a CT (window -1024 .. 3071 HU) read ``-1.02e+03`` and
+    ``3.07e+03``: exponent notation a reader of intensities does not expect, and -1024 shown as -1020. Values from
+    1000 on are written whole; smaller ones keep three significant digits without an exponent."""
+    from monai_unc.report.viewer import _fmt, case_viewer, viewer_block
+
+    seg = np.zeros((12, 12, 12), np.int64)
+    seg[3:9, 3:9, 3:9] = 1
+    image = np.full(seg.shape, -1024.0)
+    image[2:10, 2:10, 2:10] = 3071.0
+    data = case_viewer("ct", seg, np.linspace(0, 1, seg.size).reshape(seg.shape), image)
+    html = str(viewer_block(0, data))
+    ticks = re.findall(r'<span class="mu-cbar-ticks"><span>([^<]*)</span><span>([^<]*)</span>', html)
+    assert ticks[0] == ("-1024", "3071")
+    assert (_fmt(0.5), _fmt(0.60231), _fmt(1.5e-5), _fmt(0.0)) == ("0.5", "0.602", "0.000015", "0")
+
+
+def test_viewer_threshold_text_reads_the_same_after_the_slider_moves(tmp_path):
+    """The slider's text, written by viewer.js when it moves, read ``0.500`` where the page wrote ``0.5`` (and
+    ``1.23e+3`` for ``1234``): viewer.js writes it as viewer.py does."""
+    import html as html_module
+
+    import pytest
+
+    from tests.report.test_viewer import _chromium, _open_offline
+    from tests.report.test_viewer_readability import viewer_probe_page
+
+    exe = _chromium()
+    probe = r"""
+(function () {
+  function probe() {
+    var slider = document.querySelector('[data-control="threshold"]'), out = [];
+    [0.5, 0.60231, 0.000015].forEach(function (v) {
+      slider.min = "0"; slider.max = "1"; slider.step = "any"; slider.value = String(v);
+      slider.dispatchEvent(new Event("input"));
+      out.push(document.querySelector('output[data-show="threshold"]').textContent);
+    });
+    document.body.setAttribute("data-probe", JSON.stringify(out));
+  }
+  function wait() { if (document.body.getAttribute("data-viewer-ready")) { probe(); } else { setTimeout(wait, 50); } }
+  wait();
+})();
+"""
+    page = viewer_probe_page(tmp_path, probe)
+    dom, _, _ = _open_offline(exe, page, tmp_path, "slider")
+    found = re.search(r'data-probe="([^"]*)"', dom)
+    if found is None:
+        pytest.fail(f"the viewer did not start: {re.search(r'<body([^>]*)>', dom).group(1)}")
+    assert json.loads(html_module.unescape(found.group(1))) == ["0.5", "0.602", "0.000015"]
