@@ -263,3 +263,29 @@ def test_viewer_threshold_text_reads_the_same_after_the_slider_moves(tmp_path):
     if found is None:
         pytest.fail(f"the viewer did not start: {re.search(r'<body([^>]*)>', dom).group(1)}")
     assert json.loads(html_module.unescape(found.group(1))) == ["0.5", "0.602", "0.000015"]
+
+
+# ----------------------------------------- 8. the notebook viewer coloured the classes unlike the pages' viewer
+def test_notebook_view_colours_each_class_as_the_pages_do(tmp_path):
+    """Found by hostile review 60: ``notebook.view`` ("the same viewer" as the pages, docs/report.md) drew the
+    prediction with the continuous ``winter`` ramp: label 1 was not the pages' gold, and labels 7 and 8 of a
+    many-class model took nearly one colour. It now draws each label value in its colour of the pages
+    (``palette.class_colors``), the background and absent values transparent."""
+    import nibabel as nib
+    import pytest
+
+    pytest.importorskip("ipyniivue")
+    from monai_unc.report.notebook import view
+    from monai_unc.report.palette import class_colors
+
+    seg = np.zeros((6, 7, 8), np.int16)
+    seg[1:3, 1:3, 1:3], seg[3:5, 3:5, 3:5], seg[0, 0, 0] = 1, 8, 7
+    path = tmp_path / "c1_seg.nii.gz"
+    nib.save(nib.Nifti1Image(seg, np.eye(4)), path)
+    lut = view(prediction=path).volumes[0].colormap_label
+    assert lut is not None and lut.min == 0 and lut.max == 8
+    rgba = np.asarray(lut.lut).reshape(-1, 4)
+    colors = class_colors([1, 7, 8])
+    for k in (1, 7, 8):
+        assert rgba[k].tolist() == [int(colors[k][i:i + 2], 16) for i in (1, 3, 5)] + [255]
+    assert rgba[[0, 2, 3, 4, 5, 6], 3].tolist() == [0] * 6
