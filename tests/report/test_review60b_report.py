@@ -289,3 +289,34 @@ def test_notebook_view_colours_each_class_as_the_pages_do(tmp_path):
     for k in (1, 7, 8):
         assert rgba[k].tolist() == [int(colors[k][i:i + 2], 16) for i in (1, 3, 5)] + [255]
     assert rgba[[0, 2, 3, 4, 5, 6], 3].tolist() == [0] * 6
+
+
+# ------------------------------------------ 9. a long table's scrolling box cannot be reached from the keyboard
+def _scroll_boxes(page: str) -> list[str]:
+    return re.findall(r'<div class="(?:scroll|wide)"[^>]*>', page)
+
+
+def test_scrolling_table_boxes_are_focusable_and_named(tmp_path):
+    """Found by hostile review 60: the triage table of a large cohort scrolls inside a box (``.scroll``, 520 px high)
+    that holds no link or control, so a keyboard reader could not focus it and never saw the cases below the first
+    twenty or so (axe: scrollable-region-focusable); the monitor's tables and the region table likewise. Every such
+    box is focusable and named: ``tabindex="0" role="region" aria-label=...``."""
+    from monai_unc.evaluation import CohortState, EvaluationConfig, summarize
+    from monai_unc.monitoring import VerifyResult
+    from monai_unc.report.html import render_html
+    from monai_unc.report.monitor import build_monitor_page
+    from tests.report.test_monitor_hostile_numbers import _groups, _rows
+
+    rows = [{"case": f"c{i:03d}", "dice": 0.9, "measure": "predictive_entropy", "predictive_entropy_fg_mean": i / 100}
+            for i in range(100)]
+    state = CohortState(num_classes=2, n_fine_bins=240, rows=rows)
+    report = render_html(summarize(state, EvaluationConfig(budget=0.1)), state.sorted_rows(), [], [])
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "triage.json").write_text(json.dumps(triage_json()))
+    triage = build_triage_page(tmp_path / "t", n_cases=0, viewer=False).read_text()
+    monitor = build_monitor_page(_groups(_rows(30, {3})), [], VerifyResult(True, 0, ""), tmp_path / "m.html")
+    for page in (report, triage, monitor.read_text()):
+        boxes = _scroll_boxes(page)
+        assert boxes
+        for box in boxes:
+            assert 'tabindex="0"' in box and 'role="region"' in box and re.search(r'aria-label="[^"]+"', box), box
