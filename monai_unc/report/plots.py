@@ -32,6 +32,7 @@ from ..metrics.selective import referral_curve
 from ..product import Overlay, format_cell, format_fraction, format_level, format_target
 from .markup import replace_surrogates
 from .palette import MAX_DISTINCT_COLORS, class_colors, distinct_colors
+from .viewer import measure_unit
 
 __all__ = [
     "save_png",
@@ -607,7 +608,11 @@ def plot_case_overlay(
         err[(seg == 0) & (label > 0)] = 2  # false negative
         err[(seg > 0) & (label > 0) & (seg != label)] = 3  # wrong foreground class
     err_cmap = ListedColormap([(0, 0, 0, 0), (0.85, 0.15, 0.15, 0.9), (0.15, 0.35, 0.95, 0.9), (0.6, 0.2, 0.8, 0.9)])
-    titles = ("image", "prediction contour", str(measure).replace("_", " ")) + (("error map",) if labelled else ())
+    # the heatmap's column names its unit, as the viewer's colorbar does (found by hostile review 60: "mutual
+    # information" over a colour bar of nats)
+    unit = measure_unit(str(measure))
+    heat = str(measure).replace("_", " ") + (f" ({unit})" if unit else "")
+    titles = ("image", "prediction contour", heat) + (("error map",) if labelled else ())
     # every slice that cuts the reference foreground is a candidate: a small lesion away from the organ's widest
     # slices, where the uncertainty is, is shown
     slices = [slice_of_highest_uncertainty(uncertainty, axis, mask=reference > 0, min_fraction=0.0) for axis in axes]

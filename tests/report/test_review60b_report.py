@@ -320,3 +320,20 @@ def test_scrolling_table_boxes_are_focusable_and_named(tmp_path):
         assert boxes
         for box in boxes:
             assert 'tabindex="0"' in box and 'role="region"' in box and re.search(r'aria-label="[^"]+"', box), box
+
+
+# --------------------------------------------- 10. the static uncertainty heatmap's colour bar without its unit
+def test_case_figure_names_the_unit_of_its_uncertainty_heatmap():
+    """Found by hostile review 60: the case figure's uncertainty column and its colour bar (0 .. 1.1) were titled
+    "mutual information" with no unit, where the viewer beside it says "mutual information (nats)". A measure in nats
+    says so; one without a unit (``one_minus_max_prob``) stays as it was."""
+    from monai_unc.report.plots import plot_case_overlay
+
+    seg = np.zeros((8, 8, 8), np.int64)
+    seg[2:6, 2:6, 2:6] = 1
+    u = np.random.default_rng(0).random(seg.shape)
+    for measure, title in (("mutual_information", "mutual information (nats)"),
+                           ("predictive_entropy", "predictive entropy (nats)"),
+                           ("one_minus_max_prob", "one minus max prob")):
+        fig = plot_case_overlay("c", seg, seg, u, axes=(2,), measure=measure)
+        assert fig.axes[2].get_title() == title
