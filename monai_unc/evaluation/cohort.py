@@ -68,6 +68,7 @@ __all__ = [
     "risk_of_dice",
     "dice_failed",
     "dice_as_recorded",
+    "failure_dice_text",
     "calibration_mask",
     "RISK_CONTROL_CANDIDATES",
     "triage_order",
@@ -741,6 +742,28 @@ def dice_as_recorded(dice: float) -> float:
         (0.7, 0.79988)
     """
     return float(str(np.float32(dice)))
+
+
+def failure_dice_text(failure_dice: float) -> str:
+    """The failure Dice as the pages and lines write it: the digits it is compared in (:func:`dice_failed`).
+
+    A case's Dice is compared with the failure Dice rounded to float32, so the threshold is written as that float32's
+    shortest decimal (:func:`dice_as_recorded`), never rounded further: ``0.7500001`` fails a Dice of 0.75 and was
+    written ``0.75`` (``:g``) above that case marked failed (found by hostile review 60); ``0.75000001`` compares as
+    0.75 and is written so.
+
+    Args:
+        failure_dice: the Dice below which a case failed.
+
+    Returns:
+        The text, without a trailing ``.0`` (``1``, ``0.8``).
+
+    Example:
+        >>> failure_dice_text(0.7500001), failure_dice_text(0.75000001), failure_dice_text(0.8), failure_dice_text(1)
+        ('0.7500001', '0.75', '0.8', '1')
+    """
+    text = repr(dice_as_recorded(float(failure_dice)))
+    return text[:-2] if text.endswith(".0") else text
 
 
 def risk_of_dice(dice: np.ndarray, risk: str, failure_dice: float) -> np.ndarray:

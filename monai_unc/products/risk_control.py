@@ -139,6 +139,7 @@ class RiskControl(CohortProduct):
             calibration_mask,
             calibration_risks,
             column_values,
+            failure_dice_text,
             score_column,
         )
         from ..metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
@@ -156,7 +157,7 @@ class RiskControl(CohortProduct):
         out: dict[str, Any] = {
             "target_risk": config.target_risk,
             "delta": config.delta,
-            "risk": f"dice < {config.failure_dice:g}" if config.risk == "failure" else "1 - dice",
+            "risk": f"dice < {failure_dice_text(config.failure_dice)}" if config.risk == "failure" else "1 - dice",
             "method": method,
             "feasible": res.feasible,
             "threshold": res.threshold,

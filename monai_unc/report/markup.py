@@ -68,6 +68,14 @@ class Markup(str):
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: the explicit bidirectional formatting characters: embeddings, overrides and isolates (LRE, RLE, PDF, LRO, RLO, LRI,
+#: RLI, FSI, PDI), which reorder the text after them up to the end of its paragraph
+_BIDI_CONTROL = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def _show_bidi_controls(text: str) -> str:
+    """``text`` with every explicit bidi formatting character written visibly as ``[U+202E]``."""
+    return _BIDI_CONTROL.sub(lambda m: f"[U+{ord(m.group()):04X}]", text) if _BIDI_CONTROL.search(text) else text
 
 
 def replace_surrogates(text: str) -> str:
@@ -96,7 +104,10 @@ def escape(value: Any) -> Markup:
     :class:`Markup` is returned unchanged, anything else as ``str(value)`` escaped with :func:`html.escape`
     (``&``, ``<``, ``>``, ``"`` and ``'``). A lone surrogate (how Python reads bytes that are not UTF-8 in a command
     line argument or a file name, e.g. a Latin-1 ``é``) becomes U+FFFD, the replacement character a browser shows
-    for such bytes: a page is UTF-8, which cannot hold it.
+    for such bytes: a page is UTF-8, which cannot hold it. An explicit bidi embedding, override or isolate character
+    (U+202A .. U+202E, U+2066 .. U+2069) is written visibly, ``[U+202E]``: invisible, it reordered the text after it
+    (found by hostile review 60: a case id ending in U+202E showed the ids listed after it reversed, ``21`` for
+    ``12``, and the caption after it backwards).
 
     Args:
         value: any value.
@@ -109,10 +120,12 @@ def escape(value: Any) -> Markup:
         'x&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'
         >>> escape("Caf\udce9") == "Caf\ufffd"
         True
+        >>> escape("x\u202eab")
+        'x[U+202E]ab'
     """
     if isinstance(value, Markup):
         return value
-    return Markup(html.escape(replace_surrogates(str(value)), quote=True))
+    return Markup(html.escape(_show_bidi_controls(replace_surrogates(str(value))), quote=True))
 
 
 def frag(*parts: Any) -> Markup:
@@ -202,8 +215,9 @@ def _attribute(key: str, value: Any) -> str:
     if value is True:
         return f" {name}"
     text = str(value)
-    if name in _URL_ATTRIBUTES:
+    if name in _URL_ATTRIBUTES:  # a URL as it is (a file name's characters), escaped
         check_url(text, name)
+        return f' {name}="{html.escape(replace_surrogates(text), quote=True)}"'
     return f' {name}="{escape(text)}"'
 
 

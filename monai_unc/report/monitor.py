@@ -31,7 +31,7 @@ from ..monitoring import AuditEntry, GroupStatus, VerifyResult
 from ..monitoring.status import martingale_peak_text
 from ..monitoring.store import redact_url
 from ..product import format_cell, format_share, format_target
-from .html import PAGE_CSS, cards, table
+from .html import PAGE_CSS, cards, scroll_box, table
 from .markup import Markup, document, el
 
 __all__ = ["build_monitor_page", "svg_chart"]
@@ -285,7 +285,7 @@ def _overview(groups: Sequence[GroupStatus]) -> Markup:
     head = ["site", "rule", "cases", "accepted", "recent", "max score martingale", "max image martingale",
             "audited accepted", "observed risk", "risk lower bound", "target", "status"]
     # in a scrolling box: twelve columns are wider than a zoomed page, and the last one is the status
-    return el("div", table(head, rows, left=["site", "rule"]), class_="scroll")
+    return scroll_box(table(head, rows, left=["site", "rule"]), "overview table")
 
 
 def _audit(audit: Sequence[AuditEntry], verified: VerifyResult) -> Markup:
@@ -300,8 +300,8 @@ def _audit(audit: Sequence[AuditEntry], verified: VerifyResult) -> Markup:
     cut = (el("p", f"the last {len(shown)} of {len(audit)} entries (from entry {shown[0].seq}); monai-unc monitor "
                    "verify checks them all") if len(shown) < len(audit) else None)
     return el("section", el("h2", "Audit trail"), check, cut,
-              el("div", table(["#", "when (UTC)", "who", "host", "action", "command", "hash"], rows,
-                              left=["when (UTC)", "who", "host", "action", "command", "hash"]), class_="scroll"))
+              scroll_box(table(["#", "when (UTC)", "who", "host", "action", "command", "hash"], rows,
+                               left=["when (UTC)", "who", "host", "action", "command", "hash"]), "audit trail"))
 
 
 def build_monitor_page(

@@ -1,8 +1,9 @@
 """An interactive NiiVue viewer of one case in a Jupyter notebook (the ``viewer`` extra: ``ipyniivue``).
 
 The pages embed NiiVue for the flagged cases (:mod:`monai_unc.report.viewer`); in a notebook, :func:`view` shows
-any case's files the same way: the image in grey, the prediction as an overlay and an uncertainty map as a heat
-overlay, in a widget (``ipyniivue.NiiVue``) that reads the files from disk.
+any case's files the same way: the image in grey, the prediction as an overlay (each class in its colour of the
+pages, :func:`~monai_unc.report.palette.class_colors`) and an uncertainty map as a heat overlay, in a widget
+(``ipyniivue.NiiVue``) that reads the files from disk.
 
 Needs ``pip install 'monai-unc[viewer]'`` (ipyniivue and its Jupyter widget dependencies); the rest of the package
 does not import this module.
@@ -89,4 +90,37 @@ def view(
     }
     widget = NiiVue(height=height)
     widget.load_volumes([{"path": str(p), **style[role]} for p, role in files])
+    roles = [role for _, role in files]
+    if "prediction" in roles:  # each class in its colour of the pages (found by hostile review 60: a continuous ramp)
+        table = _label_lut(files[roles.index("prediction")][0])
+        if table is not None:
+            from ipyniivue import LUT
+
+            widget.volumes[roles.index("prediction")].colormap_label = LUT(**table)
     return widget
+
+
+def _label_lut(path: Path) -> dict[str, Any] | None:
+    """The label lookup table of a prediction file: each label value in its colour of the pages.
+
+    :func:`~monai_unc.report.palette.class_colors` of the positive label values present, as the pages' viewer and
+    figures colour them; the background and the values absent are transparent. None for a file that does not hold
+    non-negative integer labels, or labels above 65535 (a table entry per value up to the largest): it keeps the
+    ``winter`` ramp.
+    """
+    import nibabel as nib
+    import numpy as np
+
+    from .palette import class_colors
+
+    data = np.asanyarray(nib.load(str(path)).dataobj)
+    if data.dtype.kind not in "iu" and not (np.isfinite(data).all() and (data == np.round(data)).all()):
+        return None
+    values = np.unique(data).astype(np.int64)
+    if values.size == 0 or values[0] < 0 or not 1 <= values[-1] <= np.iinfo(np.uint16).max:
+        return None
+    top = int(values[-1])
+    lut = np.zeros((top + 1, 4), dtype=np.int64)
+    for value, color in class_colors(int(v) for v in values if v > 0).items():
+        lut[value] = [int(color[i:i + 2], 16) for i in (1, 3, 5)] + [255]
+    return {"lut": lut.ravel().tolist(), "min": 0.0, "max": float(top)}

@@ -25,13 +25,14 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
 from .._utils import case_pair, check_integer, is_real, label_text, normalize_spacing, real_array
-from ..evaluation import dice_failed
+from ..evaluation import dice_failed, failure_dice_text
 from ..io import atomic_write_bytes
 from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
 from ..metrics.selective import referral_curve
 from ..product import Overlay, format_cell, format_fraction, format_level, format_target
 from .markup import replace_surrogates
-from .palette import class_colors, distinct_colors
+from .palette import MAX_DISTINCT_COLORS, class_colors, distinct_colors
+from .viewer import measure_unit
 
 __all__ = [
     "save_png",
@@ -264,8 +265,8 @@ def plot_uncertainty_histograms(
     widths = np.diff(h.edges)
     # the failed cases hatched as well as red: blue and red bars of equal lightness look alike printed in grey
     for values, color, hatch, label in (
-        (h.correct, _GOOD, None, f"good: Dice >= {failure_dice:g} (n={h.n_correct})"),
-        (h.incorrect, _BAD, "///", f"failed: Dice < {failure_dice:g} (n={h.n_incorrect})"),
+        (h.correct, _GOOD, None, f"good: Dice >= {failure_dice_text(failure_dice)} (n={h.n_correct})"),
+        (h.incorrect, _BAD, "///", f"failed: Dice < {failure_dice_text(failure_dice)} (n={h.n_incorrect})"),
     ):
         v = np.nan_to_num(values)
         ax.bar(h.edges[:-1], v, width=widths, align="edge", color=color, alpha=0.55, edgecolor=color, hatch=hatch,
@@ -607,13 +608,22 @@ def plot_case_overlay(
         err[(seg == 0) & (label > 0)] = 2  # false negative
         err[(seg > 0) & (label > 0) & (seg != label)] = 3  # wrong foreground class
     err_cmap = ListedColormap([(0, 0, 0, 0), (0.85, 0.15, 0.15, 0.9), (0.15, 0.35, 0.95, 0.9), (0.6, 0.2, 0.8, 0.9)])
-    titles = ("image", "prediction contour", str(measure).replace("_", " ")) + (("error map",) if labelled else ())
+    # the heatmap's column names its unit, as the viewer's colorbar does (found by hostile review 60: "mutual
+    # information" over a colour bar of nats)
+    unit = measure_unit(str(measure))
+    heat = str(measure).replace("_", " ") + (f" ({unit})" if unit else "")
+    titles = ("image", "prediction contour", heat) + (("error map",) if labelled else ())
     # every slice that cuts the reference foreground is a candidate: a small lesion away from the organ's widest
     # slices, where the uncertainty is, is shown
     slices = [slice_of_highest_uncertainty(uncertainty, axis, mask=reference > 0, min_fraction=0.0) for axis in axes]
     shown = [_take(seg, axis, k) for axis, k in zip(axes, slices)]
-    # every class has its own colour, the same as in the viewer (by label value, palette.class_colors)
-    colors = class_colors(int(v) for s2 in shown for v in np.unique(s2) if v > 0)
+    # every class has its own colour, the same as in the viewer (by label value, palette.class_colors); label values
+    # above MAX_DISTINCT_COLORS are coloured by their rank among the case's labels, as the viewer ranks them (found by
+    # hostile review 60: ranked among the shown slices' labels only, label 6000 was drawn in the colour the viewer
+    # gives label 5000 when the slices did not cut 5000)
+    drawn = {int(v) for s2 in shown for v in np.unique(s2) if v > 0}
+    every = np.unique(seg[seg > 0]) if drawn and max(drawn) > MAX_DISTINCT_COLORS else drawn
+    colors = {v: c for v, c in class_colors(int(v) for v in every).items() if v in drawn}
     area: dict[int, int] = {}
     for row, (axis, k) in enumerate(zip(axes, slices)):
         dims = [d for d in range(3) if d != axis]

@@ -73,6 +73,7 @@ from .html import (
     load_figure_case,
     product_section,
     region_display,
+    scroll_box,
     table,
     warning_list,
 )
@@ -366,7 +367,8 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
                   for command, key, _, digits in extra]
         cells.append(el("td", c["reason"], class_="reason"))
         trs.append(el("tr", *cells, class_=c["decision"], data_case=cid, data_decision=c["decision"]))
-    return el("div", table(head, trs, ("case", "rule decision", "reason"), id="triage-table"), class_="scroll")
+    return scroll_box(table(head, trs, ("case", "rule decision", "reason"), id="triage-table"),
+                      "triage table, most uncertain case first")
 
 
 def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path, maps: Path,

@@ -39,7 +39,7 @@ from .._utils import check_integer, normalize_spacing
 from ..io import atomic_copy, file_sha256
 from ..keys import ENTROPY_MEASURES
 from .markup import Markup, el, frag, json_script, script_file
-from .palette import LABEL_COLORS, class_colors
+from .palette import LABEL_COLORS, MAX_DISTINCT_COLORS, class_colors
 
 __all__ = ["CASE_BUDGET_BYTES", "LABEL_COLORS", "VIEWER_CSS", "case_viewer", "measure_unit", "viewer_block",
            "viewer_scripts", "viewer_section"]
@@ -139,14 +139,16 @@ def _hex_rgb(color: str) -> tuple[int, int, int]:
     return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
 
 
-def _label_table(values: Sequence[int],
-                 class_names: Sequence[str] | None) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
+def _label_table(values: Sequence[int], class_names: Sequence[str] | None,
+                 every: Sequence[int] | None = None) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
     """NiiVue's label lookup table of the display indices ``0 .. len(values)`` and the legend of ``values``.
 
     The volume holds index ``i`` for the label ``values[i - 1]`` (0 transparent): any label value is drawn, and the
-    colour of each is :func:`~monai_unc.report.palette.class_colors`'s, as on the static slices.
+    colour of each is :func:`~monai_unc.report.palette.class_colors`'s, as on the static slices: of ``every`` label of
+    the case when given (label values above :data:`~monai_unc.report.palette.MAX_DISTINCT_COLORS` are coloured by
+    their rank among them), else of ``values``.
     """
-    colors = class_colors(values)
+    colors = class_colors(values if every is None else every)
     table: dict[str, list[int]] = {"R": [0], "G": [0], "B": [0], "A": [0], "I": [0]}
     legend = []
     for i, k in enumerate(values, start=1):
@@ -190,7 +192,8 @@ def case_viewer(
         case_id: the case's name (shown under the viewer; any text).
         seg: the predicted label map ``(X, Y, Z)``, integers (0 background); a 2-D case ``(X, Y)`` is shown as a
             volume one slice thick.
-        uncertainty: the voxel uncertainty map, of ``seg``'s shape (NaN shown as the lowest value).
+        uncertainty: the voxel uncertainty map, of ``seg``'s shape (NaN shown as the lowest value, below the default
+            threshold: transparent; in a constant map as 0).
         image: the image, of ``seg``'s shape or with channels first (channel 0 is shown), or None (the viewer then
             shows the prediction and the uncertainty alone).
         affine: the volumes' 4 x 4 voxel-to-world affine in mm (default: ``diag(spacing)``).
@@ -218,7 +221,8 @@ def case_viewer(
         :data:`DEFAULT_COVERAGE` of the cropped voxels above it; voxels below are transparent
         (``colormap_type`` 1, NiiVue's ``ZERO_TO_MAX_TRANSPARENT_BELOW_MIN``, when the map is non-negative).
         A map with one positive value in every voxel (``constant``: that value) has the threshold 0 and the colour
-        range 0 .. value, so every voxel is drawn in the ramp's top colour (a map of zeros stays transparent).
+        range 0 .. value, so every voxel is drawn in the ramp's top colour (a map of zeros stays transparent); its NaN
+        voxels (``no_value``) are quantised to 0, below a threshold of half a step, and stay transparent.
 
     Raises:
         ValueError: for volumes that are not 2D or 3D or differ in shape, a ``seg`` of non-integer values or with more
@@ -259,6 +263,10 @@ def case_viewer(
     if affine is None:
         affine = np.diag([*(float(s) for s in (spacing or (1.0, 1.0, 1.0))), 1.0])
     affine = _check_affine(affine)
+    # the case's labels when they are coloured by rank (values above MAX_DISTINCT_COLORS): ranked among all of them, as
+    # the static slices rank them, not among those left at a subsampling step
+    every = (np.unique(seg[seg > 0]).astype(np.int64).tolist()
+             if seg.size and float(seg.max()) > MAX_DISTINCT_COLORS else None)
     finite = np.isfinite(u)  # the range of the finite values, without a copy of them
     any_finite = bool(finite.any())
     u_lo, u_hi = ((float(u.min(where=finite, initial=np.inf)), float(u.max(where=finite, initial=-np.inf)))
@@ -281,10 +289,14 @@ def case_viewer(
         threshold = max(threshold, float(np.quantile(finite_c, 1.0 - DEFAULT_COVERAGE)))
     del finite_c  # the crop's finite values: only for the threshold
     threshold = min(threshold, u_top)
-    u_min = u_lo
+    u_min, q_lo = u_lo, u_lo  # the slider's low end; the value of the quantised 0 (and of a NaN voxel)
     constant = any_finite and u_hi == u_lo
+    no_value = bool(np.isnan(u_c).any())  # voxels of the crop without a value (NaN)
     if constant and u_lo > 0:  # one value everywhere: every voxel drawn, in the top colour of the ramp 0 .. value
         u_min, threshold, u_top = 0.0, 0.0, u_lo
+        if no_value:  # quantised on 0 .. value: a NaN voxel is 0, below the threshold (found by hostile review 60:
+            # NaN voxels were quantised to the one value and drawn as it, under "every voxel is 0.5 nats")
+            q_lo, threshold = 0.0, u_lo / 510.0
     unit = measure_unit(measure)
     u_title = f"{str(measure).replace('_', ' ')} ({unit or 'no unit'})"
     start = np.array([s.start for s in box], dtype=np.float64)
@@ -300,15 +312,16 @@ def case_viewer(
                             "base64": _encode(q, aff, slope, inter), "colormap": "gray", "opacity": 1.0,
                             "cal_min": float(i_lo), "cal_max": float(i_hi)})
         labels, present = _display_labels(seg_c[sub])  # the labels drawn at this step, whatever their values
-        lut, legend = _label_table(present, class_names)
+        lut, legend = _label_table(present, class_names, every)
         volumes.append({"role": "prediction", "name": "prediction.nii.gz", "title": "prediction",
                         "base64": _encode(labels, aff), "colormap": "gray", "colormap_label": lut, "opacity": 0.5,
                         "cal_min": 0.0, "cal_max": float(max(len(present), 1))})
-        q, slope, inter = _quantise(u_c[sub], u_lo, u_hi)
+        q, slope, inter = _quantise(u_c[sub], q_lo, u_hi)
         volumes.append({"role": "uncertainty", "name": f"{measure}.nii.gz", "title": u_title,
                         "base64": _encode(q, aff, slope, inter), "colormap": "hot", "opacity": 0.7,
                         "colormap_type": 1 if u_lo >= 0 else 0, "cal_min": threshold, "threshold": threshold,
-                        "u_min": u_min, "cal_max": u_top, **({"constant": u_lo} if constant else {})})
+                        "u_min": u_min, "cal_max": u_top, **({"constant": u_lo} if constant else {}),
+                        **({"no_value": True} if no_value else {})})
         size = sum(len(v["base64"]) for v in volumes)
         if size <= budget_bytes:
             return {"case": str(case_id), "measure": str(measure), "unit": unit, "step": step,
@@ -372,7 +385,8 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
             extra = (el("span", "transparent below ", el("span", _fmt(v["threshold"]), data_show="threshold"),
                             class_="mu-cbar-ticks") if "threshold" in v else None)
             if "constant" in v:  # no range to show: the one value, and what it looks like
-                extra = el("span", f"constant map: every voxel is {_fmt(v['constant'])}"
+                extra = el("span", f"constant map: every voxel{' with a value' if v.get('no_value') else ''} is "
+                           f"{_fmt(v['constant'])}"
                            + (f" {data['unit']}" if data.get("unit") else "")
                            + (", drawn in the ramp's top colour" if v["constant"] > 0 else ", nothing to draw"),
                            class_="mu-cbar-ticks mu-constant")
@@ -410,7 +424,22 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
 
 
 def _fmt(x: float) -> str:
-    return f"{float(x):.3g}"
+    """A number of the viewer's legends, as ``viewer.js`` writes the slider's (``fmt``).
+
+    Whole from 1000 on (a CT window reads ``-1024``, not ``-1.02e+03``: found by hostile review 60), else three
+    significant digits without an exponent down to 1e-6 and without trailing zeros (``0.5``, ``0.602``, ``0.000015``).
+
+    Example:
+        >>> _fmt(-1024.4), _fmt(0.5), _fmt(0.60231), _fmt(1.5e-05), _fmt(2e-08)
+        ('-1024', '0.5', '0.602', '0.000015', '2e-08')
+    """
+    v = float(x)
+    if not np.isfinite(v) or v == 0.0:
+        return "0" if v == 0.0 else str(v)
+    if 1000.0 <= abs(v) < 1e21:
+        return f"{v:.0f}"
+    rounded = float(f"{v:.3g}")
+    return np.format_float_positional(rounded, trim="-") if abs(rounded) >= 1e-6 else f"{rounded:.3g}"
 
 
 def viewer_section(viewers: Sequence[dict[str, Any]], heading: str) -> Markup | None:

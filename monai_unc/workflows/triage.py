@@ -26,7 +26,7 @@ import numpy as np
 
 from ..engine import DistContext, start_notice
 from ..evaluation import CohortState, EvaluationConfig, summarize
-from ..evaluation.cohort import risk_of_dice
+from ..evaluation.cohort import failure_dice_text, risk_of_dice
 from ..evaluation.triage import (
     RULE_FILE,
     ReferralRule,
@@ -324,7 +324,7 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
     # a 1 - Dice rule bounds the mean 1 - Dice, not a share of failures (found by hostile review 59: "at most 0.2 of
     # the new cases ... fail (1 - dice)"); its failures are counted at the rule's failure Dice
     failure = rule.risk == "failure"
-    failed_by = rule.risk_definition if failure else f"dice < {rule.failure_dice:g}"
+    failed_by = rule.risk_definition if failure else f"dice < {failure_dice_text(rule.failure_dice)}"
     if rule.feasible:
         promise = (f"at most {format_target(rule.target_risk)} of the new cases the threshold accepts fail "
                    f"({rule.risk_definition}) on average" if failure else

@@ -273,7 +273,7 @@ def test_overlay_figure(tmp_path):
                             info={"Dice": "0.9"}, class_names=["bg", "organ", "lesion"])
     assert len(fig.axes) == 12 + 3  # 3 views x 4 panels + colorbars
     titles = [ax.get_title() for ax in fig.axes[:4]]
-    assert titles == ["image", "prediction contour", "mutual information", "error map"]
+    assert titles == ["image", "prediction contour", "mutual information (nats)", "error map"]
     err = fig.axes[3].get_images()[-1].get_array()
     k = slice_of_highest_uncertainty(u, 2, mask=label > 0)
     ref = np.zeros(label.shape, int)

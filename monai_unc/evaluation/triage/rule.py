@@ -27,7 +27,7 @@ from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_int
 from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
 from ...product import ThresholdText, format_cell, format_level, format_score, format_target, separating_digits
 from ...regions import check_regions
-from ..cohort import RISK_CONTROL_CANDIDATES, calibration_risks
+from ..cohort import RISK_CONTROL_CANDIDATES, calibration_risks, failure_dice_text
 from ..config import region_suffix, slug
 from .images import IMAGE_CHANNEL_FILES, IMAGE_FEATURES, image_feature_names, parse_score_column
 
@@ -752,7 +752,7 @@ class ReferralRule:
         For a region-based rule the Dice is the mean over the regions (``"mean region dice < 0.8"``).
         """
         dice = "dice" if self.regions is None else "mean region dice"
-        return f"{dice} < {self.failure_dice:g}" if self.risk == "failure" else f"1 - {dice}"
+        return f"{dice} < {failure_dice_text(self.failure_dice)}" if self.risk == "failure" else f"1 - {dice}"
 
     @property
     def judged_dice(self) -> float | None:

@@ -17,6 +17,12 @@
 
   function byId(id) { return document.getElementById(id); }
 
+  // a number as viewer.py writes it (_fmt): whole from 1000 on, else three significant digits without trailing zeros
+  function fmt(x) {
+    if (Math.abs(x) >= 1000) { return x.toFixed(0); }
+    return String(Number(x.toPrecision(3)));
+  }
+
   function dropPending(box) {  // the static "has not started" message of viewer.py
     var pending = box.querySelector("[data-pending]");
     if (pending) { pending.parentNode.removeChild(pending); }
@@ -116,7 +122,7 @@
           var t = volumeIndex("uncertainty");
           if (t >= 0) { nv.volumes[t].cal_min = Number(ctl.value); nv.updateGLVolume(); }
           box.querySelectorAll('[data-show="threshold"]').forEach(function (out) {
-            out.textContent = Number(ctl.value).toPrecision(3);
+            out.textContent = fmt(Number(ctl.value));
           });
         } else if (kind === "opacity") {
           var j = volumeIndex(ctl.getAttribute("data-role"));
