@@ -115,9 +115,10 @@ def test_report_page_calibration_coverage_never_reads_full_while_a_calibration_c
           "threshold": 0.5, "bound": 0.09, "referred": ["c1999"],
           "calibration": {"cases": "all", "n_cases": 2000, "coverage": 1999 / 2000, "risk_accepted": 0.01}}
     text = str(_risk_control_note(rc, 2000))
-    assert "calibration coverage 1.000" not in text and "calibration coverage 0.9995" in text, text
+    # written as a share with its counts (the report review's fix of the same line)
+    assert "calibration coverage 99.95% (1999 of 2000)" in text, text
     full = {**rc, "referred": [], "calibration": {**rc["calibration"], "coverage": 1.0}}
-    assert "calibration coverage 1.000" in str(_risk_control_note(full, 2000))
+    assert "calibration coverage 100% (2000 of 2000)" in str(_risk_control_note(full, 2000))
 
 
 def test_per_case_apply_says_when_the_rules_image_check_is_skipped(toy):
