@@ -1,0 +1,69 @@
+"""Hostile review 60 of ``monai-unc evaluate``: defects found by recomputing its numbers and by hostile cohorts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from monai_unc.evaluation import EvaluationConfig, check_measure_options
+from monai_unc.io import CaseFiles
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "monai_unc", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def _class_cohort(root: Path, n: int = 3, seg_only: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """``n`` tiny two-class cases ``c0 ..``; the cases of ``seg_only`` have a segmentation and nothing else."""
+    labels, pred = root / "labels", root / "pred"
+    labels.mkdir(parents=True)
+    pred.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        cid = f"c{i}"
+        lab = np.zeros((6, 5, 4), np.uint8)
+        lab[1:4, 1:4, 1:3] = 1
+        p1 = np.clip(0.8 * lab + 0.1 + 0.05 * rng.random(lab.shape), 0, 1).astype(np.float32)
+        nib.save(nib.Nifti1Image(lab, np.eye(4)), labels / f"{cid}.nii.gz")
+        if cid in seg_only:
+            nib.save(nib.Nifti1Image((p1 > 0.5).astype(np.uint8), np.eye(4)), pred / f"{cid}_seg.nii.gz")
+        else:
+            nib.save(nib.Nifti1Image(np.stack([1 - p1, p1], -1), np.eye(4)), pred / f"{cid}_probs.nii.gz")
+    return labels, pred
+
+
+# ---------------------------------------------------------------------------------------- a case without any score
+def test_a_segmentation_alone_beside_cases_with_probabilities_is_refused_before_any_work():
+    """Found by hostile review 60: such a case has no uncertainty score. First in case-id order, the cohort failed
+    after every case was evaluated ("no uncertainty score in the rows: give uncertainty maps or probabilities", although
+    the other cases had them); anywhere else it was referred first as an undefined score, without a word."""
+    probs = CaseFiles("b", Path("b.nii.gz"), None, Path("b_probs.nii.gz"), {}, None)
+    alone = CaseFiles("a", Path("a.nii.gz"), Path("a_seg.nii.gz"), None, {}, None)
+    with pytest.raises(ValueError, match=r"1 case\(s\) have neither an uncertainty map nor probabilities \('a'\)"):
+        check_measure_options([alone, probs], EvaluationConfig(num_classes=2))
+    check_measure_options([probs], EvaluationConfig())  # every case with probabilities: no refusal
+    mapped = CaseFiles("a", Path("a.nii.gz"), Path("a_seg.nii.gz"), None, {"variance": Path("a_variance.nii.gz")},
+                       None)
+    check_measure_options([mapped, CaseFiles("b", Path("b.nii.gz"), Path("b_seg.nii.gz"), None,
+                                             {"variance": Path("b_variance.nii.gz")}, None)],
+                          EvaluationConfig(num_classes=2))  # segmentations with maps: a score each
+
+
+@pytest.mark.parametrize("alone", ["c0", "c2"])  # first and last in case-id order: the same refusal
+def test_evaluate_refuses_a_case_without_a_score_in_one_line(tmp_path, alone):
+    labels, pred = _class_cohort(tmp_path, seg_only=(alone,))
+    out = tmp_path / "ev"
+    res = _cli("evaluate", "-l", str(labels), "-p", str(pred), "-o", str(out), "-q", "--num-classes", "2")
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"({alone!r})" in lines[0] and "neither an uncertainty map nor probabilities" in lines[0]
+    assert not (out / "state" / "cases").exists()  # before any work
