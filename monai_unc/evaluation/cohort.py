@@ -921,7 +921,11 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
                    if k in rows[0]}
         if spatial:
             summary["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
-        user = {k: _case_metric_mean(column_values(rows, k), k) for k in (config.case_metrics or {}) if k in rows[0]}
+        # a region evaluation has the columns <name>_<R> alone (per region, below): its column <name> would be one of
+        # the evaluation's own (found by hostile review 60: a case metric "voxels" of a region evaluation was
+        # summarised as the mean of the evaluation's voxels column, 1008 for a metric of mean 225)
+        user = {k: _case_metric_mean(column_values(rows, k), k) for k in (config.case_metrics or {})
+                if state.regions is None and k in rows[0]}
         if user:
             summary["case_metrics"] = {"functions": config.case_metric_names, "mean_over_cases": user}
         fd = failure_detection(scores, dice)

@@ -67,3 +67,64 @@ def test_evaluate_refuses_a_case_without_a_score_in_one_line(tmp_path, alone):
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and f"({alone!r})" in lines[0] and "neither an uncertainty map nor probabilities" in lines[0]
     assert not (out / "state" / "cases").exists()  # before any work
+
+
+# ---------------------------------------------------------------------------- case metrics of a region evaluation
+def _region_cohort(root: Path, n: int = 2) -> tuple[Path, Path]:
+    """``n`` tiny BraTS-like cases (labels 0, 1, 2, 4) with per-region probabilities in the ``brats`` order."""
+    labels, pred = root / "labels", root / "pred"
+    labels.mkdir(parents=True)
+    pred.mkdir()
+    spec = {"TC": [1, 4], "WT": [1, 2, 4], "ET": [4]}
+    rng = np.random.default_rng(1)
+    for i in range(n):
+        lab = np.zeros((8, 7, 5), np.int16)
+        lab[1:7, 1:6, 1:4] = 2
+        lab[3:5, 2:4, 2:3] = 1
+        lab[4, 3, 2] = 4
+        regions = np.stack([np.isin(lab, v) for v in spec.values()]).astype(float)
+        p = np.clip(0.7 * regions + 0.15 + 0.1 * rng.random(regions.shape), 0, 1).astype(np.float32)
+        nib.save(nib.Nifti1Image(lab, np.diag([1.0, 1.5, 2.0, 1.0])), labels / f"r{i}.nii.gz")
+        nib.save(nib.Nifti1Image(np.moveaxis(p, 0, -1), np.diag([1.0, 1.5, 2.0, 1.0])), pred / f"r{i}_probs.nii.gz")
+    return labels, pred
+
+
+def _predicted_volume(task) -> float:
+    return float(np.count_nonzero(task.pred))
+
+
+@pytest.mark.parametrize("name", ["voxels", "expected_dice"])
+def test_a_region_case_metric_named_like_an_own_column_is_summarised_per_region_only(tmp_path, name):
+    """Found by hostile review 60: a region evaluation's case metric has the columns ``<name>_<R>`` only, but the
+    summary's top-level ``case_metrics`` block read the column ``<name>``: for ``voxels`` (or ``expected_dice``) that
+    is the evaluation's own, and summary.json gave its mean (280 voxels) as the metric's cohort mean."""
+    import warnings
+
+    from monai_unc.evaluation import run_evaluate
+
+    labels, pred = _region_cohort(tmp_path)
+    config = EvaluationConfig(regions="brats", spatial=False, case_metrics={name: _predicted_volume})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        state, summary, _ = run_evaluate(labels, pred, tmp_path / "ev", config)
+    rows = state.sorted_rows()
+    assert "case_metrics" not in summary  # as for any other name: the means are per region
+    for region in ("TC", "WT", "ET"):
+        want = np.mean([r[f"{name}_{region}"] for r in rows])  # the predicted volumes, by hand below
+        assert summary["regions"]["per_region"][region]["case_metrics"]["mean_over_cases"][name] == pytest.approx(want)
+    lab = np.asarray(nib.load(labels / "r0.nii.gz").dataobj)
+    assert rows[0][f"{name}_WT"] > 0 and rows[0]["voxels"] == lab.size
+
+
+def test_a_class_case_metric_keeps_its_top_level_mean(tmp_path):
+    import warnings
+
+    from monai_unc.evaluation import run_evaluate
+
+    labels, pred = _class_cohort(tmp_path)
+    config = EvaluationConfig(spatial=False, case_metrics={"volume": _predicted_volume})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        state, summary, _ = run_evaluate(labels, pred, tmp_path / "ev", config)
+    want = np.mean([r["volume"] for r in state.sorted_rows()])
+    assert summary["case_metrics"]["mean_over_cases"] == {"volume": pytest.approx(want)}
