@@ -610,7 +610,9 @@ def _run_evaluate(
         clean_partial_files(output / DERIVED_MAPS_DIR)
 
     pack, unpack = record_gather_hooks(CaseResult)
-    maps = output / DERIVED_MAPS_DIR
+    # absolute, as the case files: a state naming them relative to the working directory of the run had every case
+    # of a resumed run started from another directory computed again (found by hostile review 60)
+    maps = output.absolute() / DERIVED_MAPS_DIR
 
     run = run_cases(listing, lambda f: _evaluate_record(f, config, maps), command="monai-unc evaluate", ctx=ctx,
                     cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,

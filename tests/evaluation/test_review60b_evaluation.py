@@ -128,3 +128,36 @@ def test_a_class_case_metric_keeps_its_top_level_mean(tmp_path):
         state, summary, _ = run_evaluate(labels, pred, tmp_path / "ev", config)
     want = np.mean([r["volume"] for r in state.sorted_rows()])
     assert summary["case_metrics"]["mean_over_cases"] == {"volume": pytest.approx(want)}
+
+
+# ---------------------------------------------------------------------------- resume from another working directory
+def test_a_resume_from_another_working_directory_reuses_every_case(tmp_path, monkeypatch):
+    """Found by hostile review 60: the maps evaluate derives from the probabilities were recorded relative to the
+    working directory of the run (``ev/maps/c0_predictive_entropy.nii.gz``) while the case files are absolute, so the
+    same evaluation resumed from another directory (``-o /abs/ev``) found them "gone" and computed every case again."""
+    import json
+    import warnings
+
+    import monai_unc.evaluation.runner as runner
+    from monai_unc.evaluation import run_evaluate
+
+    labels, pred = _class_cohort(tmp_path / "data")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(labels, pred, "ev", EvaluationConfig(spatial=False))
+        derived = json.loads((work / "ev" / "state" / "rows.json").read_text())["derived_maps"]
+        assert all(Path(p).is_absolute() and Path(p).is_file() for maps in derived.values() for p in maps.values())
+        done = []
+        real = runner.evaluate_case
+
+        def counting(case, config):
+            done.append(case.case_id)
+            return real(case, config)
+
+        monkeypatch.setattr(runner, "evaluate_case", counting)
+        monkeypatch.chdir(tmp_path)
+        _, summary, _ = run_evaluate(labels, pred, work / "ev", EvaluationConfig(spatial=False))
+    assert done == [] and summary["n_cases"] == 3
