@@ -161,3 +161,38 @@ def test_a_resume_from_another_working_directory_reuses_every_case(tmp_path, mon
         monkeypatch.chdir(tmp_path)
         _, summary, _ = run_evaluate(labels, pred, work / "ev", EvaluationConfig(spatial=False))
     assert done == [] and summary["n_cases"] == 3
+
+
+# ------------------------------------------------------------------------------------- report --budget's warnings
+def test_resummarize_keeps_the_warnings_the_state_cannot_give_again(tmp_path):
+    """Found by hostile review 60: ``monai-unc report --budget`` summarises the saved state again, and the warning
+    that a class no case holds scores Dice 1 in every case (and counts in ``dice``) was lost: it needs the cases'
+    classes, which the state does not keep. The warnings of the new budget are the new ones."""
+    import warnings
+
+    from monai_unc.evaluation import load_evaluation, resummarize, run_evaluate
+
+    labels, pred = tmp_path / "labels", tmp_path / "pred"
+    labels.mkdir()
+    pred.mkdir()
+    for i in range(3):
+        lab = np.zeros((6, 5, 4), np.uint8)
+        lab[1:4, 1:4, 1:3] = 1
+        p = np.full((3,) + lab.shape, 0.05, np.float32)  # class 2: in no reference, no segmentation
+        p[1] = np.where(lab == 1, 0.85, 0.05)
+        p[0] = 1 - p[1] - p[2]
+        nib.save(nib.Nifti1Image(lab, np.eye(4)), labels / f"c{i}.nii.gz")
+        nib.save(nib.Nifti1Image(np.moveaxis(p, 0, -1), np.eye(4)), pred / f"c{i}_probs.nii.gz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(labels, pred, tmp_path / "ev", EvaluationConfig(spatial=False, budget=0.2))
+        state, saved = load_evaluation(tmp_path / "ev")
+        absent = [w for w in saved["warnings"] if "class(es) 2 of 2 foreground classes are in no reference" in w]
+        assert len(absent) == 1
+        for budget in (None, 0.2, 0.5, 0.9):
+            again = resummarize(state, saved, budget)
+            assert absent[0] in again["warnings"], budget
+            assert len(again["warnings"]) == len(set(again["warnings"]))
+        # a budget that refers every case warns of it; the recorded budget's summary does not
+        assert any("refer all 3 cases" in w for w in resummarize(state, saved, 0.9)["warnings"])
+        assert not any("refer all" in w for w in resummarize(state, saved)["warnings"])
