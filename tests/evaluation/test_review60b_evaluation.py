@@ -196,3 +196,28 @@ def test_resummarize_keeps_the_warnings_the_state_cannot_give_again(tmp_path):
         # a budget that refers every case warns of it; the recorded budget's summary does not
         assert any("refer all 3 cases" in w for w in resummarize(state, saved, 0.9)["warnings"])
         assert not any("refer all" in w for w in resummarize(state, saved)["warnings"])
+
+
+# ------------------------------------------------------------------------------------- calibration cases as a set
+def test_calibration_cases_given_as_a_set_are_recorded_as_a_list(tmp_path):
+    """Found by hostile review 60: ``validate`` accepts a set of calibration cases, and ``run_evaluate`` evaluated
+    every case, then failed writing summary.json ("Object of type set is not JSON serializable", a traceback)."""
+    import json
+    import warnings
+
+    from monai_unc.evaluation import load_evaluation, run_evaluate
+
+    config = EvaluationConfig(calibration_cases={"c2", "c0"})
+    config.validate()
+    assert config.calibration_cases == ["c0", "c2"]
+    tupled = EvaluationConfig(calibration_cases=("c2", "c0"))
+    tupled.validate()
+    assert tupled.calibration_cases == ["c2", "c0"]  # the order given
+    labels, pred = _class_cohort(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        _, summary, paths = run_evaluate(labels, pred, tmp_path / "ev", EvaluationConfig(
+            spatial=False, calibration_cases={"c1", "c0"}, target_risk=0.5))
+        load_evaluation(tmp_path / "ev")
+    assert json.loads(paths["summary"].read_text())["config"]["calibration_cases"] == ["c0", "c1"]
+    assert summary["risk_control"]["calibration"]["cases"] == ["c0", "c1"]
