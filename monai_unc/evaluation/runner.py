@@ -511,14 +511,20 @@ def _run_evaluate(
         config.validate()
         check_output_kind(output, "evaluate", command_output_markers())  # not another command's folder
         check_reference_folder(match_kwargs["labels"], match_kwargs["predictions"])  # no prediction its own label
-        with warnings.catch_warnings():
-            if not ctx.is_main:  # every rank matches the same files: rank 0 alone reports the cases left out
-                warnings.simplefilter("ignore", UserWarning)
+        with warnings.catch_warnings(record=True) as matching:
+            warnings.simplefilter("always")
             try:
                 cases = match_cases(**match_kwargs)
             except CaseError:  # files missing in a folder another run is writing: say that first
                 check_finished_predictions(match_kwargs["predictions"], match_kwargs["layout"], ())
                 raise
+        for w in matching:  # every rank matches the same files: rank 0 alone reports the cases left out
+            if ctx.is_main or not issubclass(w.category, UserWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        # and summary.json lists them (found by hostile review 60: the cases --allow-missing / --allow-missing-labels
+        # left out were said on stderr alone, so summary.json and the report gave the cohort's numbers without a word
+        # of the labelled cases missing from it)
+        listed["matching"] = [str(w.message) for w in matching if issubclass(w.category, UserWarning)]
         # absolute paths, as the state records them: report and triage read them from any working directory
         cases = [_absolute_files(c) for c in cases]
         # an infer run still writing, interrupted or of two settings: refused before any work (the rule too)
@@ -571,7 +577,8 @@ def _run_evaluate(
                 if not issubclass(w.category, UserWarning):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             summary = summarize(state, config, fitted=fitted, fit_warnings=[
-                str(w.message) for w in caught if issubclass(w.category, UserWarning)] + ([absent] if absent else []))
+                str(w.message) for w in caught if issubclass(w.category, UserWarning)] + ([absent] if absent else [])
+                + list(listed.get("matching", [])))
             paths = write_evaluation(state, summary, output, config, inputs={
                 k: None if match_kwargs[k] is None else os.path.abspath(match_kwargs[k])
                 for k in ("labels", "predictions", "uncertainty", "images")} | {"layout": match_kwargs["layout"]})

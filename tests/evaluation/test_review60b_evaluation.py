@@ -221,3 +221,39 @@ def test_calibration_cases_given_as_a_set_are_recorded_as_a_list(tmp_path):
         load_evaluation(tmp_path / "ev")
     assert json.loads(paths["summary"].read_text())["config"]["calibration_cases"] == ["c0", "c1"]
     assert summary["risk_control"]["calibration"]["cases"] == ["c0", "c1"]
+
+
+# ---------------------------------------------------------------------------------- cases left out of the cohort
+@pytest.mark.parametrize("flag", ["allow_missing", "allow_missing_labels"])
+def test_the_cases_left_out_are_listed_in_summary_json(tmp_path, flag):
+    """Found by hostile review 60: the labelled cases ``--allow-missing`` leaves out (and the predicted cases
+    ``--allow-missing-labels`` leaves out) were said on stderr alone; summary.json, and so the report, gave the numbers
+    of the smaller cohort without a word."""
+    import warnings
+
+    from monai_unc.evaluation import run_evaluate
+
+    labels, pred = _class_cohort(tmp_path)
+    gone = pred / "c1_probs.nii.gz" if flag == "allow_missing" else labels / "c1.nii.gz"
+    gone.unlink()
+    with pytest.warns(UserWarning, match="'c1'"):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="(?!.*'c1')", category=UserWarning)
+            _, summary, _ = run_evaluate(labels, pred, tmp_path / "ev", EvaluationConfig(spatial=False),
+                                         **{flag: True})
+    assert summary["n_cases"] == 2
+    listed = [w for w in summary["warnings"] if w.startswith("cohort: ") and "'c1'" in w]
+    assert len(listed) == 1 and "skipped" in listed[0], summary["warnings"]
+
+
+def test_a_complete_cohort_lists_no_case_left_out(tmp_path):
+    import warnings
+
+    from monai_unc.evaluation import run_evaluate
+
+    labels, pred = _class_cohort(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        _, summary, _ = run_evaluate(labels, pred, tmp_path / "ev", EvaluationConfig(spatial=False),
+                                     allow_missing=True, allow_missing_labels=True)
+    assert not any("skipped" in w for w in summary["warnings"])
