@@ -75,8 +75,31 @@ def evaluate_files(files: CaseFiles, config: EvaluationConfig) -> tuple[CaseResu
     Returns:
         The case's :class:`CaseResult`, its files and its number of classes (regions).
     """
-    loaded = load_evaluation_case(files, config)
-    return evaluate_case(loaded, config), files, _num_classes(loaded, config)
+    loaded, read = _load_recording(files, config)
+    result = evaluate_case(loaded, config)
+    result.warnings = sorted(set(result.warnings) | set(read))
+    return result, files, _num_classes(loaded, config)
+
+
+def _load_recording(files: CaseFiles, config: EvaluationConfig) -> tuple[Any, list[str]]:
+    """:func:`load_evaluation_case`, and the ``UserWarning`` messages raised while the case's files were read.
+
+    They are the case's warnings (``"<case>: <message>"``) as those of its metrics are, re-emitted as they were raised.
+    Found by hostile review 60: a NIfTI file whose spatial unit is microns (every distance computed in microns,
+    labelled mm) or whose sform and qform disagree (another affine read) was said on stderr alone, never in
+    summary.json.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = load_evaluation_case(files, config)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, registry=_READ_WARNINGS)
+    return loaded, sorted({f"{files.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
+
+
+#: the registry of the warnings re-emitted by :func:`_load_recording` (shown as the filters say, once per message
+#: under the default action, as where they were raised)
+_READ_WARNINGS: dict[Any, Any] = {}
 
 
 def _num_classes(loaded: Any, config: EvaluationConfig) -> int:
@@ -96,13 +119,14 @@ def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | No
     :class:`~monai_unc.engine.records.CaseRecord`. With ``maps`` (a folder) the maps derived from the probabilities
     of a case without map files are written there (:func:`write_derived_maps`) and recorded in ``result.derived``.
     """
-    loaded = load_evaluation_case(files, config)
+    loaded, read = _load_recording(files, config)
     written: dict[str, Path] = {}
     if maps is not None and not loaded.maps and loaded.probs is not None:
         derived = derived_maps(loaded)  # once: the row scores these maps (as given maps) and the report draws them
         written = write_derived_maps(loaded, maps, derived)
         loaded = dataclasses.replace(loaded, maps=derived, derived=tuple(derived))
     result = evaluate_case(loaded, config)
+    result.warnings = sorted(set(result.warnings) | set(read))
     result.derived = {m: str(p) for m, p in written.items()}
     result.files, result.num_classes = files, _num_classes(loaded, config)
     return result

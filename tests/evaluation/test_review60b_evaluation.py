@@ -257,3 +257,31 @@ def test_a_complete_cohort_lists_no_case_left_out(tmp_path):
         _, summary, _ = run_evaluate(labels, pred, tmp_path / "ev", EvaluationConfig(spatial=False),
                                      allow_missing=True, allow_missing_labels=True)
     assert not any("skipped" in w for w in summary["warnings"])
+
+
+# ------------------------------------------------------------------------------ warnings raised reading a case's files
+def test_a_file_in_microns_is_said_in_summary_json(tmp_path):
+    """Found by hostile review 60: a NIfTI file whose spatial unit is microns (every distance computed in microns,
+    labelled mm) was said on stderr alone: the warnings raised while a case's files are read were not the case's, so
+    summary.json (and the report) gave its spatial metrics without a word. They are the case's warnings, resumed
+    with it."""
+    import warnings
+
+    from monai_unc.evaluation import evaluate_files, run_evaluate
+    from monai_unc.io import match_cases
+
+    labels, pred = _class_cohort(tmp_path)
+    img = nib.load(labels / "c1.nii.gz")
+    img.header.set_xyzt_units(xyz="micron")
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj), img.affine, img.header), labels / "c1.nii.gz")
+    for _ in range(2):  # computed, then resumed
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            _, summary, _ = run_evaluate(labels, pred, tmp_path / "ev", EvaluationConfig(spatial=False))
+        said = [w for w in summary["warnings"] if "spatial unit is micron" in w]
+        assert len(said) == 1 and said[0].startswith("c1: "), summary["warnings"]
+    files = next(c for c in match_cases(labels, pred) if c.case_id == "c1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = evaluate_files(files, EvaluationConfig(spatial=False))[0]
+    assert any(w.startswith("c1: a NIfTI file's spatial unit is micron") for w in result.warnings)
