@@ -285,3 +285,20 @@ def test_a_file_in_microns_is_said_in_summary_json(tmp_path):
         warnings.simplefilter("ignore", UserWarning)
         result = evaluate_files(files, EvaluationConfig(spatial=False))[0]
     assert any(w.startswith("c1: a NIfTI file's spatial unit is micron") for w in result.warnings)
+
+
+def test_evaluate_case_of_files_lists_the_warnings_of_reading_them(tmp_path):
+    import warnings
+
+    from monai_unc.evaluation import evaluate_case
+    from monai_unc.io import match_cases
+
+    labels, pred = _class_cohort(tmp_path)
+    img = nib.load(labels / "c0.nii.gz")
+    img.header.set_xyzt_units(xyz="meter")
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj), img.affine, img.header), labels / "c0.nii.gz")
+    files = next(c for c in match_cases(labels, pred) if c.case_id == "c0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = evaluate_case(files, EvaluationConfig(spatial=False))
+    assert any(w.startswith("c0: a NIfTI file's spatial unit is meter") for w in result.warnings), result.warnings
