@@ -173,14 +173,17 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
 
     Returns:
         The row, the case's confidence histogram (classes) or one binary histogram per region
-        (``region_histograms``), the QU-BraTS curves (regions) and the warnings raised while computing them.
+        (``region_histograms``), the QU-BraTS curves (regions) and the warnings raised while reading the files and
+        computing them.
     """
-    case = files if isinstance(files, LoadedCase) else load_evaluation_case(files, config)
-    row: dict[str, Any] = {"case": case.case_id}
-    if config.shifts is not None:
-        row["shift"] = config.shifts.get(case.case_id, "")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        # read here: the warnings of reading the files (a unit other than mm, an sform and qform that disagree) are
+        # the case's too (hostile review 60)
+        case = files if isinstance(files, LoadedCase) else load_evaluation_case(files, config)
+        row: dict[str, Any] = {"case": case.case_id}
+        if config.shifts is not None:
+            row["shift"] = config.shifts.get(case.case_id, "")
         sheared = sheared_grid(None, case.affine, len(case.spacing))  # distances NaN; the messages name the case
         if sheared is not None:
             warnings.warn(sheared, UserWarning, stacklevel=2)

@@ -944,7 +944,11 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
                    if k in rows[0]}
         if spatial:
             summary["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
-        user = {k: _case_metric_mean(column_values(rows, k), k) for k in (config.case_metrics or {}) if k in rows[0]}
+        # a region evaluation has the columns <name>_<R> alone (per region, below): its column <name> would be one of
+        # the evaluation's own (found by hostile review 60: a case metric "voxels" of a region evaluation was
+        # summarised as the mean of the evaluation's voxels column, 1008 for a metric of mean 225)
+        user = {k: _case_metric_mean(column_values(rows, k), k) for k in (config.case_metrics or {})
+                if state.regions is None and k in rows[0]}
         if user:
             summary["case_metrics"] = {"functions": config.case_metric_names, "mean_over_cases": user}
         fd = failure_detection(scores, dice)
@@ -1137,6 +1141,8 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
     This is what ``monai-unc report --budget`` shows: :func:`summarize` on the saved state; the blocks that
     ``evaluate`` fitted (the products') are kept as written, except those of the products that the evaluation options
     turn on (the risk-controlled referral rule), which are refitted on the saved rows with the options given here.
+    The warnings are those of this summary and those of ``saved`` that the state cannot give again (a summary with the
+    recorded options does not give them: e.g. the classes that no case holds).
 
     Args:
         state: the saved cohort state (:func:`load_evaluation`).
@@ -1147,13 +1153,25 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
     Returns:
         The summary.
     """
+    bins: dict[str, Any] = {}
     if (saved.get("config") or {}).get("n_bins") is None and state.n_fine_bins % 16 == 0:
         # not recorded (a summary written without its options): the bins of the state's histograms, not the default
-        overrides = {**overrides, "n_bins": state.n_fine_bins // 16}
+        bins = {"n_bins": state.n_fine_bins // 16}
+        overrides = {**overrides, **bins}
     config = config_from_summary(saved, state.rows, budget, **overrides)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
         summary = summarize(state, config)
+        # evaluate's warnings that the saved state cannot give again are carried over: those a summary with the
+        # recorded options does not give (found by hostile review 60: the warning that a class no case holds scores
+        # Dice 1 in every case, which needs the cases' classes that the state does not keep, and those of fitting the
+        # products whose blocks are kept, were missing from the page of `monai-unc report --budget`)
+        changed = budget is not None or any(v is not None for k, v in overrides.items() if k not in bins)
+        recomputed = set((summarize(state, config_from_summary(saved, state.rows, **bins)) if changed
+                          else summary)["warnings"])
+    shown = set(summary["warnings"])
+    summary["warnings"] = list(summary["warnings"]) + [
+        w for w in saved.get("warnings") or [] if w not in recomputed and w not in shown]
     recorded = (saved.get("config") or {}).get("products") or {}
     refitted = {p.name for p in implicit_products(config)}  # from the saved rows, with the options given here
     kept = [k for k in saved if (k in recorded or product_type(k) is not None) and k not in refitted]

@@ -211,7 +211,8 @@ class EvaluationConfig:
         """Check the options and normalise them in place.
 
         ``measure`` becomes its canonical name, ``regions`` the parsed ``{region: [labels]}``, ``products`` a
-        tuple, and the integer options (numpy integers accepted) and ``spatial`` Python ``int`` and ``bool``.
+        tuple, ``calibration_cases`` a list (a set sorted), and the integer options (numpy integers accepted) and
+        ``spatial`` Python ``int`` and ``bool``.
 
         Raises:
             ValueError: an option is out of range, of the wrong type (a string where a number or a list is meant, a
@@ -272,6 +273,10 @@ class EvaluationConfig:
             raise parameter_error(
                 ValueError(f"calibration_cases must be a list of case ids, got {self.calibration_cases!r}"),
                 "calibration_cases")
+        if self.calibration_cases is not None:  # a list, as summary.json records it (found by hostile review 60: a set
+            # was accepted here, and every case evaluated, then writing summary.json failed in a TypeError traceback)
+            cases = self.calibration_cases
+            self.calibration_cases = sorted(cases, key=str) if isinstance(cases, set) else list(cases)
         if self.score is not None and not isinstance(self.score, str):
             raise parameter_error(
                 ValueError(f"score must be a column name, got {type(self.score).__name__} {self.score!r}"),

@@ -475,12 +475,13 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig,
             ``--score`` is (a product's own, e.g. the score of its strata).
 
     Cases without probabilities are refused here too when none has any: without ``--num-classes`` (class
-    predictions) every case would fail, and without maps the cohort has no uncertainty score.
+    predictions) every case would fail, and without maps the cohort has no uncertainty score. So are cases with
+    neither maps nor probabilities (a segmentation alone) beside cases that have either: they would have no score.
 
     Raises:
         ValueError: one line naming ``--measure`` or ``--score``, and for a missing map the first case without it and
             the maps it has; or, when no case has probabilities, ``--num-classes`` (class predictions without it) or
-            that no case has an uncertainty map.
+            that no case has an uncertainty map; or the cases without maps and probabilities among cases with them.
 
     Example:
         >>> files = CaseFiles("c1", Path("l.nii.gz"), None, Path("c1_probs.nii.gz"), {}, None)
@@ -502,6 +503,17 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig,
             raise ValueError(f"no case has an uncertainty map or probabilities (e.g. case {cases[0].case_id!r}): the "
                              "case scores, the triage and failure detection need them; give the maps (--uncertainty, "
                              "--measures) or the probabilities")
+    # found by hostile review 60: a case with a segmentation alone (no map, no probabilities) beside cases whose maps
+    # are derived from their probabilities had no uncertainty score; first in case-id order it made the cohort fail
+    # after every case was evaluated ("no uncertainty score in the rows: give uncertainty maps or probabilities"),
+    # anywhere else it was referred first as an undefined score, without a word
+    bare = [files.case_id for files in cases if not files.maps and files.probs is None]
+    if bare and len(bare) < len(cases):
+        shown = ", ".join(repr(c) for c in bare[:5]) + (f" and {len(bare) - 5} more" if len(bare) > 5 else "")
+        raise ValueError(f"{len(bare)} case(s) have neither an uncertainty map nor probabilities ({shown}), while "
+                         f"the other {len(cases) - len(bare)} case(s) have: they would have no uncertainty score for "
+                         "the triage and failure detection; give their probabilities or maps (--uncertainty, "
+                         "--measures), or leave them out")
     wanted = {}
     if config.measure is not None:
         wanted["--measure"] = (config.measure, config.measure)

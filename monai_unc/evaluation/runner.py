@@ -75,8 +75,31 @@ def evaluate_files(files: CaseFiles, config: EvaluationConfig) -> tuple[CaseResu
     Returns:
         The case's :class:`CaseResult`, its files and its number of classes (regions).
     """
-    loaded = load_evaluation_case(files, config)
-    return evaluate_case(loaded, config), files, _num_classes(loaded, config)
+    loaded, read = _load_recording(files, config)
+    result = evaluate_case(loaded, config)
+    result.warnings = sorted(set(result.warnings) | set(read))
+    return result, files, _num_classes(loaded, config)
+
+
+def _load_recording(files: CaseFiles, config: EvaluationConfig) -> tuple[Any, list[str]]:
+    """:func:`load_evaluation_case`, and the ``UserWarning`` messages raised while the case's files were read.
+
+    They are the case's warnings (``"<case>: <message>"``) as those of its metrics are, re-emitted as they were raised.
+    Found by hostile review 60: a NIfTI file whose spatial unit is microns (every distance computed in microns,
+    labelled mm) or whose sform and qform disagree (another affine read) was said on stderr alone, never in
+    summary.json.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = load_evaluation_case(files, config)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, registry=_READ_WARNINGS)
+    return loaded, sorted({f"{files.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
+
+
+#: the registry of the warnings re-emitted by :func:`_load_recording` (shown as the filters say, once per message
+#: under the default action, as where they were raised)
+_READ_WARNINGS: dict[Any, Any] = {}
 
 
 def _num_classes(loaded: Any, config: EvaluationConfig) -> int:
@@ -96,13 +119,14 @@ def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | No
     :class:`~monai_unc.engine.records.CaseRecord`. With ``maps`` (a folder) the maps derived from the probabilities
     of a case without map files are written there (:func:`write_derived_maps`) and recorded in ``result.derived``.
     """
-    loaded = load_evaluation_case(files, config)
+    loaded, read = _load_recording(files, config)
     written: dict[str, Path] = {}
     if maps is not None and not loaded.maps and loaded.probs is not None:
         derived = derived_maps(loaded)  # once: the row scores these maps (as given maps) and the report draws them
         written = write_derived_maps(loaded, maps, derived)
         loaded = dataclasses.replace(loaded, maps=derived, derived=tuple(derived))
     result = evaluate_case(loaded, config)
+    result.warnings = sorted(set(result.warnings) | set(read))
     result.derived = {m: str(p) for m, p in written.items()}
     result.files, result.num_classes = files, _num_classes(loaded, config)
     return result
@@ -511,14 +535,20 @@ def _run_evaluate(
         config.validate()
         check_output_kind(output, "evaluate", command_output_markers())  # not another command's folder
         check_reference_folder(match_kwargs["labels"], match_kwargs["predictions"])  # no prediction its own label
-        with warnings.catch_warnings():
-            if not ctx.is_main:  # every rank matches the same files: rank 0 alone reports the cases left out
-                warnings.simplefilter("ignore", UserWarning)
+        with warnings.catch_warnings(record=True) as matching:
+            warnings.simplefilter("always")
             try:
                 cases = match_cases(**match_kwargs)
             except CaseError:  # files missing in a folder another run is writing: say that first
                 check_finished_predictions(match_kwargs["predictions"], match_kwargs["layout"], ())
                 raise
+        for w in matching:  # every rank matches the same files: rank 0 alone reports the cases left out
+            if ctx.is_main or not issubclass(w.category, UserWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        # and summary.json lists them (found by hostile review 60: the cases --allow-missing / --allow-missing-labels
+        # left out were said on stderr alone, so summary.json and the report gave the cohort's numbers without a word
+        # of the labelled cases missing from it)
+        listed["matching"] = [str(w.message) for w in matching if issubclass(w.category, UserWarning)]
         # absolute paths, as the state records them: report and triage read them from any working directory
         cases = [_absolute_files(c) for c in cases]
         # an infer run still writing, interrupted or of two settings: refused before any work (the rule too)
@@ -571,7 +601,8 @@ def _run_evaluate(
                 if not issubclass(w.category, UserWarning):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             summary = summarize(state, config, fitted=fitted, fit_warnings=[
-                str(w.message) for w in caught if issubclass(w.category, UserWarning)] + ([absent] if absent else []))
+                str(w.message) for w in caught if issubclass(w.category, UserWarning)] + ([absent] if absent else [])
+                + list(listed.get("matching", [])))
             paths = write_evaluation(state, summary, output, config, inputs={
                 k: None if match_kwargs[k] is None else os.path.abspath(match_kwargs[k])
                 for k in ("labels", "predictions", "uncertainty", "images")} | {"layout": match_kwargs["layout"]})
@@ -610,7 +641,9 @@ def _run_evaluate(
         clean_partial_files(output / DERIVED_MAPS_DIR)
 
     pack, unpack = record_gather_hooks(CaseResult)
-    maps = output / DERIVED_MAPS_DIR
+    # absolute, as the case files: a state naming them relative to the working directory of the run had every case
+    # of a resumed run started from another directory computed again (found by hostile review 60)
+    maps = output.absolute() / DERIVED_MAPS_DIR
 
     run = run_cases(listing, lambda f: _evaluate_record(f, config, maps), command="monai-unc evaluate", ctx=ctx,
                     cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,

@@ -366,10 +366,15 @@ def test_evaluate_predictions_without_labels_need_the_flag(d, tmp_path, capsys):
     assert "'toy004', 'toy005'" in lines[0] and "--allow-missing-labels" in lines[0]
     rc, lines = _run(_evaluate(d["unlabelled"], d["six_pred"], out, "--allow-missing-labels"), capsys)
     assert rc == 0, lines
+    # said when the cases are matched, and listed in summary.json's warnings (hostile review 60), which it prints
     assert lines == ["monai-unc evaluate: warning: 2 case(s) with predictions but no label skipped "
+                     "(allow_missing_labels): 'toy004', 'toy005'",
+                     "warning: cohort: 2 case(s) with predictions but no label skipped "
                      "(allow_missing_labels): 'toy004', 'toy005'"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_cases"] == 4
+    assert summary["warnings"] == ["cohort: 2 case(s) with predictions but no label skipped (allow_missing_labels): "
+                                   "'toy004', 'toy005'"]
 
 
 def test_deprecated_names_warn_in_one_line(d, tmp_path, capsys):
