@@ -423,7 +423,9 @@ def test_report_section_escapes_every_string():
     x = "<script>alert(1)</script>"
     html = str(product_section(ReportSection(x, [x], cards=[(x, x)], table_head=[x, x], table_rows=[[x, 1.5]]),
                                "k<y>"))
-    assert "<script" not in html and html.count("&lt;script&gt;") == 7
+    # seven places, and the scrolling table box's aria-label (its title; hostile review 60's keyboard access)
+    assert "<script" not in html and html.count("&lt;script&gt;") == 8
+    assert 'aria-label="&lt;script&gt;alert(1)&lt;/script&gt;"' in html
     assert 'id="product-k_y"' in html
 
 
