@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .palette import class_colors
+
 __all__ = ["view"]
 
 
@@ -110,8 +112,6 @@ def _label_lut(path: Path) -> dict[str, Any] | None:
     """
     import nibabel as nib
     import numpy as np
-
-    from .palette import class_colors
 
     data = np.asanyarray(nib.load(str(path)).dataobj)
     if data.dtype.kind not in "iu" and not (np.isfinite(data).all() and (data == np.round(data)).all()):

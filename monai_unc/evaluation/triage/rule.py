@@ -558,7 +558,7 @@ def not_as_certified(mismatch: Sequence[str]) -> str:
     """Why a rule's guarantees do not cover predictions whose fingerprint differs in the fields ``mismatch``.
 
     The words of every rule file's statement under ``--allow-mismatch``: the referral rule's guarantee and interval
-    (:meth:`ReferralRule.guarantee`) and the conformal masks' guarantees (``conformal.json``).
+    (:meth:`ReferralRule.guarantee`) and the statements of ``conformal.json``.
 
     Args:
         mismatch: the fingerprint fields that differ (:func:`~monai_unc.evaluation.triage.runner.mismatch_fields`).
