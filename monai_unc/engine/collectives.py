@@ -9,6 +9,7 @@ import atexit
 import math
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -438,12 +439,24 @@ def shard(
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
     ids = [str(key(x) if key is not None else x) for x in items]
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        dup = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
-        raise ValueError(f"items must have unique ids, got duplicates {dup[:5]}")
+    check_unique_ids(ids)
     order = sorted(range(len(ids)), key=ids.__getitem__)
     return [items[i] for i in order[rank::world_size]]
+
+
+def check_unique_ids(ids: Sequence[str]) -> None:
+    """``ValueError`` naming the repeated case ids (each case must be listed once; :func:`shard` and ``run_cases``).
+
+    Example:
+        >>> check_unique_ids(["a", "b", "a"])
+        Traceback (most recent call last):
+        ...
+        ValueError: items must have unique ids, got duplicates ['a']
+    """
+    counts = Counter(ids)
+    if len(counts) != len(ids):
+        dup = sorted(i for i, n in counts.items() if n > 1)
+        raise ValueError(f"items must have unique ids, got duplicates {dup[:5]}")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ import contextvars
 import os
 import pickle
 import sys
-from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +45,7 @@ from .collectives import (
     broadcast_object,
     check_each_case_once,
     check_same_cases,
+    check_unique_ids,
     error_line,
     failure_reporter,
     gather_objects,
@@ -309,7 +309,7 @@ def run_cases(
             # found by hostile testing (review 60): a list with a repeated id was refused only by the sharding,
             # after rank 0 had taken the output folder, created the cache folder and run ``setup`` (which may
             # remove an earlier run's outputs)
-            _check_unique_ids(ids)
+            check_unique_ids(ids)
             if agree is not None:
                 agreed = agree(listed)
                 if ctx.distributed:
@@ -398,14 +398,6 @@ def run_cases(
         return run
 
 
-def _check_unique_ids(ids: Sequence[str]) -> None:
-    """``ValueError`` naming the repeated case ids (each case must be listed once), as :func:`shard` refuses them."""
-    counts = Counter(ids)
-    if len(counts) != len(ids):
-        dup = sorted(i for i, n in counts.items() if n > 1)
-        raise ValueError(f"items must have unique ids, got duplicates {dup[:5]}")
-
-
 class _Discard:
     """A file that forgets what is written to it (a pickling test that keeps no copy)."""
 
@@ -443,8 +435,6 @@ def _check_agreement(value: Any, ctx: DistContext, command: str) -> None:
     what = "; ".join(changes[:4]) + ("; ..." if len(changes) > 4 else "") if changes else "they differ"
     raise ValueError(f"rank {r} runs {command} with other options or inputs than rank 0 (rank 0 -> rank {r}: {what}): "
                      "every rank must run the same command on the same inputs (docs/distributed.md)")
-
-
 
 
 def _finish(
