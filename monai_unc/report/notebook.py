@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .palette import class_colors
+from .palette import class_colors, hex_rgb
 
 __all__ = ["view"]
 
@@ -122,5 +122,5 @@ def _label_lut(path: Path) -> dict[str, Any] | None:
     top = int(values[-1])
     lut = np.zeros((top + 1, 4), dtype=np.int64)
     for value, color in class_colors(int(v) for v in values if v > 0).items():
-        lut[value] = [int(color[i:i + 2], 16) for i in (1, 3, 5)] + [255]
+        lut[value] = [*hex_rgb(color), 255]
     return {"lut": lut.ravel().tolist(), "min": 0.0, "max": float(top)}

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["LABEL_COLORS", "MAX_DISTINCT_COLORS", "class_colors", "distinct_colors"]
+__all__ = ["LABEL_COLORS", "MAX_DISTINCT_COLORS", "class_colors", "distinct_colors", "hex_rgb"]
 
 #: the first twelve label colours on images (label ``k`` gets ``distinct_colors(n)[k - 1]``, these for ``k <= 12``):
 #: bright, saturated, readable as contours on a grey scan and as a half-transparent overlay, and apart (CIE76 above 10)
@@ -45,8 +45,18 @@ def _lab(rgb: np.ndarray) -> np.ndarray:
     return np.stack([116 * f[:, 1] - 16, 500 * (f[:, 0] - f[:, 1]), 200 * (f[:, 1] - f[:, 2])], axis=1)
 
 
+def hex_rgb(color: str) -> tuple[int, int, int]:
+    """The red, green and blue values (0-255) of a ``#rrggbb`` colour.
+
+    Example:
+        >>> hex_rgb("#ffd700")
+        (255, 215, 0)
+    """
+    return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
+
+
 def _rgb(colors: Iterable[str]) -> np.ndarray:
-    return np.array([[int(h[i:i + 2], 16) for i in (1, 3, 5)] for h in colors], dtype=np.float64).reshape(-1, 3)
+    return np.array([hex_rgb(h) for h in colors], dtype=np.float64).reshape(-1, 3)
 
 
 @lru_cache(maxsize=8)

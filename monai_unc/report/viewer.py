@@ -39,7 +39,7 @@ from .._utils import check_integer, normalize_spacing
 from ..io import atomic_copy, file_sha256
 from ..keys import ENTROPY_MEASURES
 from .markup import Markup, el, frag, json_script, script_file
-from .palette import LABEL_COLORS, MAX_DISTINCT_COLORS, class_colors
+from .palette import LABEL_COLORS, MAX_DISTINCT_COLORS, class_colors, hex_rgb
 
 __all__ = ["CASE_BUDGET_BYTES", "LABEL_COLORS", "VIEWER_CSS", "case_viewer", "measure_unit", "viewer_block",
            "viewer_scripts", "viewer_section"]
@@ -135,10 +135,6 @@ def _check_affine(affine: Any) -> np.ndarray:
     return a
 
 
-def _hex_rgb(color: str) -> tuple[int, int, int]:
-    return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
-
-
 def _label_table(values: Sequence[int], class_names: Sequence[str] | None,
                  every: Sequence[int] | None = None) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
     """NiiVue's label lookup table of the display indices ``0 .. len(values)`` and the legend of ``values``.
@@ -152,7 +148,7 @@ def _label_table(values: Sequence[int], class_names: Sequence[str] | None,
     table: dict[str, list[int]] = {"R": [0], "G": [0], "B": [0], "A": [0], "I": [0]}
     legend = []
     for i, k in enumerate(values, start=1):
-        r, g, b = _hex_rgb(colors[k])
+        r, g, b = hex_rgb(colors[k])
         for key, v in zip("RGBAI", (r, g, b, 255, i)):
             table[key].append(v)
         name = str(class_names[k]) if class_names is not None and k < len(class_names) else ""
