@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
+from .keys import did_you_mean
 from .product import command_product, command_products
 from .workflows.arguments import add_command_parsers
 
@@ -64,6 +65,18 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """The choice check of argparse, whose error proposes the closest choices (``did you mean 'nnunet'?``).
+
+        Every choice option of every command (and the command names themselves) goes through it.
+        """
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            if action.choices is None or not isinstance(value, str):
+                raise
+            raise argparse.ArgumentError(action, e.message + did_you_mean(value, map(str, action.choices))) from None
 
 
 def _add_nnunet(sub: Any, wanted: str | None) -> Any:

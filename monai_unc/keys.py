@@ -12,6 +12,7 @@ file layouts, the command line and the nnU-Net predictor all take their lists fr
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import numbers
 import re
@@ -52,6 +53,8 @@ __all__ = [
     "draws_at_random",
     "EXPECTED_DICE_ESTIMATES",
     "LEGACY_REGION_ESTIMATE",
+    "close_names",
+    "did_you_mean",
 ]
 
 #: What a case's label-free ``expected_dice`` estimates: the ``calibration.expected_dice_estimate`` of a referral rule
@@ -223,6 +226,55 @@ LAYOUTS: dict[str, dict[str, str]] = {
     "monai-unc": {"seg_suffix": "_seg", "probs_suffix": "_probs", "uncertainty_subdir": ""},
     "nnunet": {"seg_suffix": "", "probs_suffix": "", "uncertainty_subdir": "uncertainty"},
 }
+
+
+def close_names(name: str, known: Iterable[str], n: int = 3) -> list[str]:
+    """The names of ``known`` closest to a mistyped ``name``, closest first (at most ``n``; none when none is close).
+
+    Letter case is ignored (``nnUnet`` is close to ``nnunet``); closeness is :func:`difflib.get_close_matches`'s
+    (a similarity ratio of at least 0.6). The one place the command lines and the file layer find suggestions.
+
+    Args:
+        name: the name given.
+        known: the names that exist.
+        n: how many names at most.
+
+    Returns:
+        The close names of ``known``, as ``known`` spells them.
+
+    Example:
+        >>> close_names("mcdropot", METHOD_TOKENS), close_names("nnUnet", LAYOUTS), close_names("xyz", LAYOUTS)
+        (['mcdropout'], ['nnunet'], [])
+    """
+    spelled: dict[str, str] = {}
+    for k in known:
+        spelled.setdefault(str(k).lower(), str(k))
+    matches = difflib.get_close_matches(str(name).lower(), list(spelled), n=n)
+    return [spelled[m] for m in matches if spelled[m] != name]
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` (or ``'x' or 'y'``) for a mistyped ``name``, or ``""`` when no known name is close.
+
+    Appended to a one-line error (an invalid ``--layout`` choice, an unknown ``--method`` source or measure name).
+
+    Args:
+        name: the name given.
+        known: the names that exist.
+
+    Returns:
+        The suffix, or an empty string.
+
+    Example:
+        >>> "unknown source 'mcdropot'" + did_you_mean("mcdropot", METHOD_TOKENS)
+        "unknown source 'mcdropot'; did you mean 'mcdropout'?"
+        >>> did_you_mean("nifty", ("nifti", "dicom", "nifti_gz"))
+        "; did you mean 'nifti' or 'nifti_gz'?"
+        >>> did_you_mean("xyz", METHOD_TOKENS)
+        ''
+    """
+    close = close_names(name, known, n=2)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 #: the sample sources of ``monai-unc infer --method`` (``+``-joined; ``softmax`` alone is the deterministic baseline)

@@ -124,7 +124,7 @@ from monai_unc.io import (
     weight_digests,
 )
 from monai_unc.io.cases import changed_inputs, input_digests, settings_changes
-from monai_unc.keys import MIMeaning, UncertaintyKeys, combine_mi_meanings
+from monai_unc.keys import MIMeaning, UncertaintyKeys, combine_mi_meanings, did_you_mean
 from monai_unc.measures import entropy_map_t
 from monai_unc.networks.dropout import enable_mc_dropout, find_dropout_layers
 from monai_unc.networks.shared import SharedPasses, SharingUnavailable, sample_batch
@@ -365,7 +365,9 @@ class UncertaintyPredictor(nnUNetPredictor):
         except ValueError:
             measures = tuple(str(m) for m in measures)
         if not measures or any(m not in MAP_MEASURES for m in measures):
-            raise ValueError(f"measures must be a non-empty subset of {list(MAP_MEASURES)}, got {measures}")
+            unknown = next((m for m in measures if m not in MAP_MEASURES), "")
+            raise ValueError(f"measures must be a non-empty subset of {list(MAP_MEASURES)}, got {measures}"
+                             + did_you_mean(unknown, MAP_MEASURES))
         if len(set(measures)) != len(measures):
             # one map file per measure: a repeated one was recorded twice in uncertainty_config.json, and a later run
             # naming it once counted as other settings

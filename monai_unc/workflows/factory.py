@@ -34,7 +34,7 @@ from ..inferers import (
     UncertaintyInferer,
 )
 from ..inferers.rate_in import RateInSource
-from ..keys import DEFAULT_MEASURES, DEFAULT_RATEIN_TARGET, noise_std_limit
+from ..keys import DEFAULT_MEASURES, DEFAULT_RATEIN_TARGET, close_names, noise_std_limit
 from ..keys import UncertaintyKeys as K
 from ..networks import find_ssn_heads
 from .models import checkpoint_temperature
@@ -143,8 +143,11 @@ def build_inferer(
         'SoftmaxInferer'
     """
     tokens = known_method_tokens(method)
-    if tokens is None:  # an unknown or empty name ("mcdropout++tta")
-        raise ValueError(f"--method must be '+'-joined names from {METHOD_TOKENS}, got {method!r}")
+    if tokens is None:  # an unknown or empty name ("mcdropout++tta"); a misspelt one gets the closest spelling
+        parts = [t.strip().lower() for t in method.split("+")]
+        fixed = [t if t in METHOD_TOKENS else next(iter(close_names(t, METHOD_TOKENS, n=1)), "") for t in parts]
+        hint = f"; did you mean {'+'.join(fixed)!r}?" if all(fixed) else ""
+        raise ValueError(f"--method must be '+'-joined names from {METHOD_TOKENS}, got {method!r}{hint}")
     if len(set(tokens)) != len(tokens):
         raise ValueError(f"--method names a source twice: {method!r}")
     if "softmax" in tokens and len(tokens) > 1:

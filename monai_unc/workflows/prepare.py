@@ -44,7 +44,7 @@ from ..io import (
     list_image_cases,
     unescape_cell,
 )
-from ..keys import DEFAULT_MEASURES, MEASURES, canonical_measure
+from ..keys import DEFAULT_MEASURES, MEASURES, canonical_measure, did_you_mean
 from ..regions import RegionSpec, parse_regions
 from .options import FAILURES_FILE
 
@@ -270,7 +270,8 @@ def infer_measures(method: str, measures: Sequence[str] | None = None) -> list[s
     names = [canonical_measure(m, stacklevel=3) for m in (measures or DEFAULT_MEASURES)]
     unknown = [m for m in names if m not in MEASURES]
     if unknown:
-        raise ValueError(f"--measures: unknown measure(s) {', '.join(map(repr, unknown))}; choose from {MEASURES}")
+        raise ValueError(f"--measures: unknown measure(s) {', '.join(map(repr, unknown))}; choose from {MEASURES}"
+                         + did_you_mean(unknown[0], MEASURES))
     if method.strip().lower() == "softmax":
         bad = [m for m in names if m not in SOFTMAX_MEASURES]
         if measures and bad:
