@@ -6,6 +6,7 @@ Finding, matching and loading the cases of a cohort (:mod:`.cases`), writing eve
 
 from ..keys import MEASURES
 from .cases import (
+    DATASET_SUBFOLDERS,
     GEOMETRY_ATOL,
     GEOMETRY_VOXEL_FRACTION,
     INFER_RECORD,
@@ -59,6 +60,7 @@ from .cases import (
     read_volume,
     recorded_channels,
     recorded_series,
+    refuse_dataset_root,
     segment_label_values,
     sheared_grid,
     spacing_from_affine,
@@ -148,6 +150,8 @@ __all__ = [
     "list_image_cases",
     "image_channel_files",
     "dicom_series_folders",
+    "DATASET_SUBFOLDERS",
+    "refuse_dataset_root",
     "dicom_channel_series",
     "case_series_folder",
     "channel_name",

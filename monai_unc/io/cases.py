@@ -64,6 +64,7 @@ from .._utils import (
     load_nifti,
     nifti_version,
     num_threads,
+    parameter_error,
 )
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
 from .files import OUTPUT_MARKERS, file_sha256, input_folder, read_json_or_none
@@ -102,6 +103,8 @@ __all__ = [
     "list_image_cases",
     "image_channel_files",
     "dicom_series_folders",
+    "DATASET_SUBFOLDERS",
+    "refuse_dataset_root",
     "dicom_channel_series",
     "case_series_folder",
     "channel_name",
@@ -732,6 +735,76 @@ def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
     return out
 
 
+#: the sub-folders of an nnU-Net v2 / Medical Segmentation Decathlon dataset, by what they hold (the folder of such a
+#: dataset is no folder of images or labels: :func:`refuse_dataset_root`)
+DATASET_SUBFOLDERS: dict[str, tuple[str, ...]] = {"images": ("imagesTr", "imagesTs"),
+                                                  "labels": ("labelsTr", "labelsTs")}
+
+
+def refuse_dataset_root(folder: str | os.PathLike, parameter: str | None, what: str | None = None,
+                        kind: str = "images") -> None:
+    r"""Refuse a dataset root given as a folder of images or labels, naming the sub-folder to give instead.
+
+    A folder that holds no volume of its own but sub-folders of volume files is the root of a dataset (nnU-Net's and
+    the Medical Segmentation Decathlon's ``imagesTr/``, ``labelsTr/``, ``imagesTs/``; or any folder of image
+    folders), not a folder of cases: read as one, its sub-folders were taken for DICOM series, each a case that
+    failed (``case 'imagesTr' failed: ... not a readable DICOM file``), or it held "no label volume". A folder of
+    DICOM series (sub-folders of slices, no volume files in them) passes, as does a folder with a volume of its
+    own; a folder that cannot be listed passes too (its reader says why).
+
+    Args:
+        folder: the folder given.
+        parameter: the parameter whose value it is (the error is marked with it, so that the command line names
+            the option typed: :func:`monai_unc._utils.parameter_error`); None: not marked.
+        what: how the message names the folder (default ``"<parameter> folder"``).
+        kind: ``"images"`` or ``"labels"``: which sub-folders to propose first (:data:`DATASET_SUBFOLDERS`).
+
+    Raises:
+        ValueError: the folder looks like a dataset root; the message names the sub-folder(s) to pass.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("imagesTr/a_0000.nii.gz", "labelsTr/a.nii.gz", "imagesTs/b_0000.nii.gz"):
+        ...         (Path(d) / name).parent.mkdir(exist_ok=True)
+        ...         _ = (Path(d) / name).write_bytes(b"")
+        ...     try:
+        ...         refuse_dataset_root(d, "labels", kind="labels")
+        ...     except ValueError as e:
+        ...         print(*str(e).replace(d, "DIR").split("; "), sep="\n")
+        labels folder DIR looks like a dataset root (no volume of its own
+        sub-folders of volumes: imagesTr/, imagesTs/, labelsTr/): pass its sub-folder DIR/labelsTr instead
+    """
+    if kind not in DATASET_SUBFOLDERS:
+        raise ValueError(f"kind must be one of {tuple(DATASET_SUBFOLDERS)}, got {kind!r}")
+    root = Path(folder)
+    try:
+        entries = [e for e in root.iterdir() if not e.name.startswith(".")]
+        if any(e.is_file() and split_extension(e.name, (*REFERENCE_EXTENSIONS, PAIR_HEADER_EXTENSION)) is not None
+               for e in entries):
+            return
+        subs = sorted((e for e in entries if e.is_dir()), key=lambda e: e.name)
+        holding = {e.name: [f.name for f in e.iterdir() if f.is_file() and not f.name.startswith(".")] for e in subs}
+    except OSError:
+        return
+    volumes = [n for n, files in holding.items() if any(split_extension(f, VOLUME_EXTENSIONS) for f in files)]
+    known = [n for n in volumes if n in DATASET_SUBFOLDERS["images"] + DATASET_SUBFOLDERS["labels"]]
+    others = [n for n, files in holding.items() if files and n not in volumes]  # DICOM series folders
+    if not volumes or (others and not known):
+        return
+    wanted = [n for n in DATASET_SUBFOLDERS[kind] if n in volumes]
+    word = kind[:-1]  # "image", "label"
+    wanted = wanted or [n for n in volumes if word in n.lower()] or [n for n in volumes if "label" not in n.lower()]
+    wanted = wanted or volumes
+    what = what if what is not None else (f"{parameter} folder" if parameter else "folder")
+    shown = ", ".join(f"{n}/" for n in volumes[:6]) + (", ..." if len(volumes) > 6 else "")
+    also = f" (or {root / wanted[1]})" if len(wanted) > 1 else ""
+    error = ValueError(f"{what} {root} looks like a dataset root (no volume of its own; sub-folders of volumes: "
+                       f"{shown}): pass its sub-folder {root / wanted[0]}{also} instead")
+    raise parameter_error(error, parameter) if parameter else error
+
+
 def dicom_channel_series(folder: str | os.PathLike, channels: int) -> dict[str, tuple[Path, ...]]:
     """The DICOM series of each case of a model with several input channels: ``<case>_0000/``, ``<case>_0001/``, ...
 
@@ -1274,6 +1347,7 @@ def match_cases(
                                      ("images", images, images is not None)):
         if given:  # an uncertainty folder named explicitly: not evaluated without maps
             input_folder(folder, parameter)
+    refuse_dataset_root(labels, "labels", kind="labels")  # an nnU-Net / MSD dataset's root: name its labelsTr/
     label_files = list_files(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS,
                              what="labels folder")
     if not label_files:

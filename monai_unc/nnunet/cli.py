@@ -347,7 +347,7 @@ def _predict(args: argparse.Namespace) -> int:
     check_predict_flags(args)
     import torch
 
-    from monai_unc.io import check_output_folder, input_folder
+    from monai_unc.io import check_output_folder, input_folder, refuse_dataset_root
     from monai_unc.nnunet.predictor import UncertaintyPredictor, check_checkpoint_name
 
     if not 0 <= args.part_id < args.num_parts:
@@ -364,6 +364,7 @@ def _predict(args: argparse.Namespace) -> int:
     model = _model_folder(args)
     input_folder(model, "m" if args.m is not None else None, "trained model folder")
     input_folder(args.i, "i", "-i folder")
+    refuse_dataset_root(args.i, "i", "-i folder")  # a dataset's root (imagesTs/ inside): name the sub-folder
     folds = _folds(args.f)
     check_checkpoint_name(args.chk)
     check_device(args.device)  # before anything is loaded or written (the default is cuda)

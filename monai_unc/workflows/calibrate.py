@@ -43,6 +43,7 @@ from ..io import (
     list_files,
     output_lock,
     read_volume,
+    refuse_dataset_root,
     scratch_folder,
     smallest_int_dtype,
 )
@@ -449,8 +450,9 @@ def run_calibrate(
     out = Path(output)
     if not out.name.endswith((".pt", ".pth")):
         raise ValueError(f"--output must be a .pt or .pth file, got {out}")
-    for folder, parameter in ((images, "input"), (labels, "labels")):
+    for folder, parameter, kind in ((images, "input", "images"), (labels, "labels", "labels")):
         input_folder(folder, parameter, f"--{parameter} folder")
+        refuse_dataset_root(folder, parameter, f"--{parameter} folder", kind)  # imagesTr/, labelsTr/: the sub-folder
     # nothing is written over an input: the checkpoint, a network spec file, the bundle, the image / label folders
     spec_file = network if isinstance(network, (str, os.PathLike)) and Path(network).is_file() else None
     regions_file = regions if isinstance(regions, (str, os.PathLike)) and Path(regions).is_file() else None

@@ -45,6 +45,7 @@ from ..io import (
     dicom_series_folders,
     input_folder,
     list_image_cases,
+    refuse_dataset_root,
 )
 from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS, check_dicom_options
 from ..regions import RegionSpec
@@ -295,6 +296,7 @@ def prepare_infer(
         >>> run_infer(plan.cases, plan.model, plan.inferer, plan.settings, "predictions")  # doctest: +SKIP
     """
     input_folder(input, "input", "--input folder")
+    refuse_dataset_root(input, "input", "--input folder")  # an nnU-Net / MSD dataset's root: name imagesTs/
     if not isinstance(method, str):
         raise TypeError(f"--method must be a string such as 'mcdropout+tta', got {type(method).__name__}")
     if activation is not None and activation not in ACTIVATIONS:

@@ -42,9 +42,10 @@ from ..io import (
     input_folder,
     list_files,
     list_image_cases,
+    refuse_dataset_root,
     unescape_cell,
 )
-from ..keys import DEFAULT_MEASURES, MEASURES, canonical_measure, did_you_mean
+from ..keys import DEFAULT_MEASURES, MEASURES, canonical_measure, close_names, did_you_mean
 from ..regions import RegionSpec, parse_regions
 from .options import FAILURES_FILE
 
@@ -102,6 +103,19 @@ def error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
+def _device_hint(name: str) -> str:
+    """``"; did you mean 'cuda'?"`` for an unknown ``--device`` name (``gpu``, ``gpu:1``, ``cude``), else ``""``.
+
+    ``gpu`` is no alias (torch has no device of that name, and no option of the command line has aliases): the
+    refusal names the device that is meant.
+    """
+    base, sep, index = name.lower().partition(":")
+    if base in ("gpu", "nvidia"):
+        return f"; did you mean {'cuda' + sep + index!r}?"
+    close = close_names(base, ("cpu", "cuda"), n=1)
+    return f"; did you mean {close[0] + sep + index!r}?" if close else ""
+
+
 def resolve_device(device: str | torch.device = "auto", *, world_size: int = 1, local_rank: int = 0) -> torch.device:
     """The torch device of ``--device``: ``"auto"`` is CUDA when available, else the CPU.
 
@@ -135,11 +149,14 @@ def resolve_device(device: str | torch.device = "auto", *, world_size: int = 1, 
             try:
                 dev = torch.device(name)
             except RuntimeError:
-                raise ValueError(f"--device: unknown device {name!r}") from None
+                raise ValueError(f"--device: unknown device {name!r}{_device_hint(name)}") from None
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"--device {name}: monai-unc runs on cpu, cuda or cuda:<index>, not {dev.type}")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda asked for, but CUDA is not available")
+        why = (f"this torch build ({torch.__version__}) has no CUDA support" if torch.version.cuda is None
+               else f"this torch build (CUDA {torch.version.cuda}) finds no CUDA GPU or driver")
+        raise ValueError(f"--device {name} asked for, but CUDA is not available: {why}; --device cpu works "
+                         "(slower)")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         n = torch.cuda.device_count()
         raise ValueError(f"--device {name}: this machine has {n} CUDA device(s), cuda:0 to cuda:{n - 1}")
@@ -363,6 +380,7 @@ def check_infer_output(
         The resolved output folder. ``FileNotFoundError`` naming ``--input``; ``ValueError`` for a bad output.
     """
     input_folder(input, "input", "--input folder")
+    refuse_dataset_root(input, "input", "--input folder")  # an nnU-Net / MSD dataset's root: name imagesTs/
     # each output check names the option on the command line (found by a probe of every command: "output folder ...
     # is a file, not a folder" named none)
     inputs = [*checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]

@@ -3,6 +3,10 @@ says what to do instead (exit status 2)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
 import pytest
 
 from monai_unc import cli
@@ -60,3 +64,103 @@ def test_a_mistyped_nnunet_measure_is_answered(tmp_path, capsys):
     err = _refused(["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "o"), "-m", str(tmp_path),
                     "-device", "cpu", "--measures", "one_minus_max_pro"], capsys)
     assert "did you mean 'one_minus_max_prob'?" in err
+
+
+# ------------------------------------------------------------------------------------ 2. a dataset root for a folder
+def _dataset(root: Path) -> Path:
+    """An nnU-Net / MSD dataset folder: imagesTr/ (channel files), labelsTr/, imagesTs/, dataset.json."""
+    rng = np.random.default_rng(0)
+    for sub, name in (("imagesTr", "c1_0000"), ("imagesTs", "c2_0000"), ("labelsTr", "c1")):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        data = rng.random((8, 8, 8)).astype(np.float32) if "images" in sub else np.zeros((8, 8, 8), np.uint8)
+        nib.save(nib.Nifti1Image(data, np.eye(4)), str(root / sub / f"{name}.nii.gz"))
+    (root / "dataset.json").write_text("{}")
+    return root
+
+
+@pytest.mark.parametrize("command, option, wanted", [
+    ("infer", "--input", "imagesTr (or {root}/imagesTs)"),
+    ("evaluate", "--labels", "labelsTr"),
+    ("calibrate-input", "--input", "imagesTr (or {root}/imagesTs)"),
+    ("calibrate-labels", "--labels", "labelsTr"),
+    ("nnunet-predict", "-i", "imagesTr (or {root}/imagesTs)"),
+])
+def test_a_dataset_root_is_refused_naming_the_sub_folder_to_pass(command, option, wanted, tmp_path, capsys):
+    root = _dataset(tmp_path / "Dataset001_X")
+    out = tmp_path / "out"
+    argv = {
+        "infer": ["infer", "-i", str(root), "-o", str(out), "--model", "example", "--quiet"],
+        "evaluate": ["evaluate", "-l", str(root), "-p", str(root / "labelsTr"), "-o", str(out), "--quiet"],
+        "calibrate-input": ["calibrate", "-i", str(root), "-l", str(root / "labelsTr"), "-o", str(out / "c.pt"),
+                            "--model", "example"],
+        "calibrate-labels": ["calibrate", "-i", str(root / "imagesTr"), "-l", str(root), "-o", str(out / "c.pt"),
+                             "--model", "example"],
+        "nnunet-predict": ["nnunet-predict", "-i", str(root), "-o", str(out), "-m", str(tmp_path), "-device", "cpu"],
+    }[command]
+    if command == "nnunet-predict":
+        pytest.importorskip("nnunetv2")
+    err = _refused(argv, capsys)
+    assert f"error: {option} folder {root} looks like a dataset root" in err, err
+    assert f"pass its sub-folder {root}/{wanted.format(root=root)} instead" in err, err
+    assert not out.exists()  # refused before anything is written
+
+
+def test_a_folder_of_image_folders_is_a_dataset_root_and_a_folder_of_dicom_series_is_not(tmp_path):
+    from monai_unc.io import refuse_dataset_root
+
+    root = tmp_path / "scans"
+    for sub in ("site_a", "site_b"):
+        (root / sub).mkdir(parents=True)
+        (root / sub / "case1.nii.gz").write_bytes(b"")
+    wanted = r"looks like a dataset root .*pass its sub-folder .*site_a \(or .*site_b\) instead"
+    with pytest.raises(ValueError, match=wanted) as e:
+        refuse_dataset_root(root, "input", "--input folder")
+    assert e.value.parameter == "input"
+    series = tmp_path / "dicom"  # one folder of slices per case: the input of infer, not a dataset root
+    for case in ("case1", "case2"):
+        (series / case).mkdir(parents=True)
+        (series / case / "IM0001").write_bytes(b"")
+        (series / case / "IM0002.dcm").write_bytes(b"")
+    refuse_dataset_root(series, "input")
+    flat = tmp_path / "flat"  # a volume of its own: a folder of cases even with sub-folders beside
+    (flat / "extra").mkdir(parents=True)
+    (flat / "extra" / "x.nii.gz").write_bytes(b"")
+    (flat / "a.nii.gz").write_bytes(b"")
+    refuse_dataset_root(flat, "input")
+
+
+# -------------------------------------------------------------------------------- 3. --device cuda without CUDA
+@pytest.fixture()
+def image_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    data = np.random.default_rng(0).random((16, 16, 16)).astype(np.float32)
+    nib.save(nib.Nifti1Image(data, np.eye(4)), str(folder / "a.nii.gz"))
+    return folder
+
+
+@pytest.mark.parametrize("cuda_version, why", [
+    (None, "has no CUDA support"),
+    ("12.1", "(CUDA 12.1) finds no CUDA GPU or driver"),
+])
+@pytest.mark.parametrize("command", ["infer", "calibrate"])
+def test_cuda_without_cuda_is_one_line_that_offers_the_cpu(command, cuda_version, why, image_folder, tmp_path,
+                                                           capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", cuda_version)
+    out = tmp_path / "out"
+    argv = (["infer", "-i", str(image_folder), "-o", str(out), "--quiet"] if command == "infer" else
+            ["calibrate", "-i", str(image_folder), "-l", str(image_folder), "-o", str(out / "c.pt")])
+    err = _refused([*argv, "--model", "example", "--device", "cuda"], capsys)
+    assert "--device cuda asked for, but CUDA is not available: this torch build" in err and why in err
+    assert "--device cpu works" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("device, meant", [("gpu", "cuda"), ("GPU:1", "cuda:1"), ("cdua", "cuda"), ("cpuu", "cpu")])
+def test_gpu_is_refused_naming_cuda(device, meant, image_folder, tmp_path, capsys):
+    err = _refused(["infer", "-i", str(image_folder), "-o", str(tmp_path / "out"), "--model", "example", "--quiet",
+                    "--device", device], capsys)
+    assert f"--device: unknown device {device!r}; did you mean {meant!r}?" in err
