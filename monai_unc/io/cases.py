@@ -66,7 +66,7 @@ from .._utils import (
     num_threads,
     parameter_error,
 )
-from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
+from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure, close_names
 from .files import OUTPUT_MARKERS, file_sha256, input_folder, read_json_or_none
 
 try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.4x faster than by ``gzip``
@@ -113,6 +113,7 @@ __all__ = [
     "case_image_files",
     "nnunet_input_channels",
     "match_cases",
+    "case_id_hint",
     "read_volume",
     "SIMPLEITK_EXTENSIONS",
     "lps_image_affine",
@@ -1444,7 +1445,7 @@ def match_cases(
         first = sorted(problems)[0]
         raise CaseError(
             f"{len(problems)} of {len(label_files)} case(s) lack files: {_describe(problems)}; e.g. case {first!r} "
-            f"has no {', no '.join(problems[first])}{_spelling_hint(first, extra, 'the predictions')}"
+            f"has no {', no '.join(problems[first])}{case_id_hint(first, extra, 'the predictions')}"
             + ("" if allow_missing or not missing_hint else f" ({missing_hint})")
         )
     if extra and not cases:
@@ -1453,7 +1454,7 @@ def match_cases(
         first = sorted(extra)[0]
         raise CaseError(
             f"{len(extra)} case(s) have predictions in {pred_dir} but no label in {labels}: {_describe(extra)}"
-            f"{_spelling_hint(first, set(label_files) - {c.case_id for c in cases}, 'the labels')}; add their labels, "
+            f"{case_id_hint(first, set(label_files) - {c.case_id for c in cases}, 'the labels')}; add their labels, "
             "or pass --allow-missing-labels to evaluate only the labelled cases"
         )
     if problems:
@@ -1465,18 +1466,56 @@ def match_cases(
     return cases
 
 
-def _spelling_hint(case_id: str, others: Iterable[str], where: str) -> str:
-    """`` (... 'X' differs only in ...)`` when ``others`` hold ``case_id`` in another spelling (else ``""``).
+def case_id_hint(case_id: str, known_ids: Iterable[str], where: str) -> str:
+    """`` (<where> have case 'X' ...)``: the ids of ``known_ids`` that ``case_id`` may have been meant as, or ``""``.
 
-    Ids that differ only in letter case, Unicode form (``Müller`` typed on Linux, NFC, and copied from macOS, NFD) or
-    surrounding spaces look the same in a message: saying so spares the reader a search for a file that is there.
+    Said beside a file that matches no case (a label without a prediction, a prediction without a label, an image
+    without a label), so that a reader who sees the case under another name is spared a search:
+
+    - an id that differs only in letter case, Unicode form (``Müller`` typed on Linux, NFC, and copied from macOS,
+      NFD) or surrounding spaces, which look the same in a message: both spellings are shown with
+      :func:`ascii`;
+    - else up to three ids close in spelling (:func:`monai_unc.keys.close_names`) or holding one another
+      (``case1`` / ``case1_label``, ``case1_0000``), whose numbers agree: ids of a numbered cohort that differ in
+      their numbers (``case_010`` / ``case_011``) are other cases, never proposed.
+
+    Args:
+        case_id: the id of the file that matches no case.
+        known_ids: the case ids of the other side (the labels, the predictions).
+        where: the other side as the message names it (``"the labels"``).
+
+    Returns:
+        The hint, with a leading space and in parentheses, or an empty string.
+
+    Example:
+        >>> case_id_hint("case1", ["case1_label", "case2_label"], "the labels")
+        " (the labels have case 'case1_label': the same case under another name? file names must give the same id)"
+        >>> case_id_hint("case_011", ["case_010", "case_001"], "the labels")
+        ''
     """
+    others = sorted({str(o) for o in known_ids} - {case_id})
     key = folded_case_id(case_id).strip()
-    same = sorted(o for o in others if o != case_id and folded_case_id(o).strip() == key)
-    if not same:
+    same = [o for o in others if folded_case_id(o).strip() == key]
+    if same:
+        return (f" ({where} have case {same[0]!r} ({ascii(same[0])}), which differs from {case_id!r} "
+                f"({ascii(case_id)}) only in letter case, Unicode form or spaces: rename one)")
+    numbers = re.findall(r"\d+", case_id)
+
+    def same_numbers(other: str) -> bool:  # one id's numbers begin with the other's (case1 / case1_0000)
+        theirs = re.findall(r"\d+", other)
+        n = min(len(numbers), len(theirs))
+        return [int(x) for x in numbers[:n]] == [int(x) for x in theirs[:n]]
+
+    def affixed(longer: str, shorter: str) -> bool:  # case1_label / case1, img-case1 / case1
+        return bool(shorter) and any(longer.startswith(shorter + c) or longer.endswith(c + shorter) for c in "_-. ")
+
+    holding = [o for o in others if affixed(folded_case_id(o).strip(), key) or affixed(key, folded_case_id(o).strip())]
+    close = [o for o in dict.fromkeys([*holding, *close_names(case_id, others, n=3)]) if same_numbers(o)][:3]
+    if not close:
         return ""
-    return (f" ({where} have case {same[0]!r} ({ascii(same[0])}), which differs from {case_id!r} ({ascii(case_id)}) "
-            "only in letter case, Unicode form or spaces: rename one)")
+    names = " or ".join(repr(o) for o in close)
+    return (f" ({where} have case {names}: the same case under another name? file names must give the same "
+            "id)")
 
 
 def _map_of(stem: str, case_ids: Collection[str] | None) -> bool:

@@ -36,6 +36,7 @@ from ..io import (
     MappedArrays,
     atomic_torch_save,
     atomic_write_json,
+    case_id_hint,
     check_label_map,
     check_output_file,
     grid_mismatch,
@@ -474,7 +475,8 @@ def run_calibrate(
     label_files = list_files(labels)
     missing = [c.case_id for c in cases if c.case_id not in label_files]
     if missing:
-        raise ValueError(f"no label in {labels} for case(s) {missing[:5]}")
+        raise ValueError(f"no label in {labels} for case(s) {missing[:5]}"
+                         + case_id_hint(missing[0], set(label_files) - {c.case_id for c in cases}, "the labels"))
     intensity = loaded.default_intensity if intensity == "auto" else intensity
     out.parent.mkdir(parents=True, exist_ok=True)
     # the cases' logits wait on disk beside the output (not in an input folder; a ".partial...dir" name, which

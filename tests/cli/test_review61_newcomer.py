@@ -164,3 +164,38 @@ def test_gpu_is_refused_naming_cuda(device, meant, image_folder, tmp_path, capsy
     err = _refused(["infer", "-i", str(image_folder), "-o", str(tmp_path / "out"), "--model", "example", "--quiet",
                     "--device", device], capsys)
     assert f"--device: unknown device {device!r}; did you mean {meant!r}?" in err
+
+
+# ---------------------------------------------------------------------- 7. the case an unmatched file may be
+def _volume(path: Path, dtype: type = np.uint8) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nib.save(nib.Nifti1Image(np.zeros((8, 8, 8), dtype), np.eye(4)), str(path))
+
+
+def test_unmatched_files_name_the_case_they_may_be(tmp_path, capsys):
+    for c in ("case1", "case2"):
+        _volume(tmp_path / "labels" / f"{c}_label.nii.gz")
+        _volume(tmp_path / "pred" / f"{c}_seg.nii.gz")
+    err = _refused(["evaluate", "-l", str(tmp_path / "labels"), "-p", str(tmp_path / "pred"), "-o",
+                    str(tmp_path / "out"), "--quiet"], capsys)
+    assert "case 'case1_label' has no segmentation or probabilities" in err
+    assert "(the predictions have case 'case1': the same case under another name?" in err, err
+
+
+def test_calibrate_names_the_label_an_image_may_have(image_folder, tmp_path, capsys):
+    _volume(tmp_path / "labels" / "a_gt.nii.gz")
+    _volume(tmp_path / "labels" / "b_gt.nii.gz")
+    err = _refused(["calibrate", "-i", str(image_folder), "-l", str(tmp_path / "labels"), "-o",
+                    str(tmp_path / "out" / "c.pt"), "--model", "example"], capsys)
+    assert "no label in" in err and "(the labels have case 'a_gt': the same case under another name?" in err, err
+
+
+def test_case_id_hint_proposes_renamed_ids_and_never_a_numbered_neighbour():
+    from monai_unc.io import case_id_hint
+
+    assert "'case1'" in case_id_hint("case1_0000", ["case1", "case10", "case2"], "the labels")
+    assert "'brats001'" in case_id_hint("BraTS_001", ["brats001", "brats002"], "the labels")
+    assert case_id_hint("case_011", ["case_010", "case_001", "case_111"], "the labels") == ""
+    assert case_id_hint("liver_7", ["liver_70", "liver_17"], "the labels") == ""
+    assert case_id_hint("a", ["brats", "c"], "the labels") == ""
+    assert "only in letter case" in case_id_hint("Case01", ["case01"], "the labels")
