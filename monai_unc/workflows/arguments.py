@@ -410,10 +410,14 @@ def _add_product_options(parser: argparse.ArgumentParser, product: Any) -> None:
         product: a registered :class:`~monai_unc.product.CohortProduct` class.
     """
     trial = argparse.ArgumentParser(add_help=False, parents=[parser], conflict_handler="error")
+    group = trial.add_argument_group(product.title)
     try:
-        product.add_arguments(trial.add_argument_group(product.title))
+        product.add_arguments(group)
     except argparse.ArgumentError as e:
         print(f"monai-unc: the options of product {product.name!r} are left out: {e}", file=sys.stderr)
+        return
+    if not group._group_actions:  # a product without options of its own (risk control: the options of
+        # _add_risk_control) gets no group: found by review 61, 'evaluate --help' ended in an empty group
         return
     product.add_arguments(parser.add_argument_group(product.title, product.description or None))
 

@@ -199,3 +199,28 @@ def test_case_id_hint_proposes_renamed_ids_and_never_a_numbered_neighbour():
     assert case_id_hint("liver_7", ["liver_70", "liver_17"], "the labels") == ""
     assert case_id_hint("a", ["brats", "c"], "the labels") == ""
     assert "only in letter case" in case_id_hint("Case01", ["case01"], "the labels")
+
+
+# ---------------------------------------------------------------------------------------- 10. no empty option group
+def _parsers(parser, name: str = "monai-unc"):
+    """Every (sub-)parser of ``parser`` with its command line name."""
+    import argparse
+
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command, child in action.choices.items():
+                yield from _parsers(child, f"{name} {command}")
+
+
+def test_no_help_shows_an_option_group_without_options(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["evaluate", "--help"])
+    text = capsys.readouterr().out
+    assert "\nRisk-controlled referral:" not in text
+    assert "risk-controlled referral threshold (docs/referral_threshold.md):" in text  # its options' own group
+    parser, _ = cli.build_parser()
+    default_titles = {"positional arguments", "options", "optional arguments"}  # argparse hides them when empty
+    empty = [(name, g.title) for name, p in _parsers(parser) for g in p._action_groups
+             if not g._group_actions and g.title not in default_titles]
+    assert not empty, empty
