@@ -40,8 +40,6 @@ __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
 COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "dicom-export", "monitor", "keys")
 
 
-
-
 def _track_explicit(parser: argparse.ArgumentParser) -> None:
     """Record the destination of every option of ``parser`` given on the command line in :data:`EXPLICIT_OPTIONS`.
 
@@ -461,8 +459,6 @@ def _add_risk_control(p: argparse.ArgumentParser, defaults: bool) -> None:
                    "the other cases are reported as held out" + (" (default: every case)" if defaults else keep))
 
 
-
-
 def _add_calibrate(sub: Any) -> None:
     p = sub.add_parser(
         "calibrate", help="fit a temperature on validation cases and write a calibrated checkpoint",
@@ -632,6 +628,7 @@ def _add_dicom_export(sub: Any) -> None:
                            help=f"output folder of 'monai-unc {cls.command}': each case's row of {cls.applied_table} "
                            "goes into its SR")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
 
 def _add_monitor(sub: Any) -> None:
     p = sub.add_parser(
