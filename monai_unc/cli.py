@@ -79,6 +79,34 @@ class _Parser(argparse.ArgumentParser):
             raise argparse.ArgumentError(action, e.message + did_you_mean(value, map(str, action.choices))) from None
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Help that shows every option's default: ``(default: X)`` where the help text does not already say it.
+
+    Like :class:`argparse.ArgumentDefaultsHelpFormatter`, without its noise: a default of None (the option's absence,
+    which the help describes), of False (a flag) or empty is not shown, nor one of a help text that names its default
+    in its own words (``default: the evaluation's``). Lists are shown as they are typed (``folds mirroring``).
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        default = action.default
+        if (text is None or text == argparse.SUPPRESS or not action.option_strings or action.nargs == 0
+                or default is None or default is False or default == argparse.SUPPRESS
+                or (isinstance(default, (str, list, tuple)) and not default) or "default" in text.lower()):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` and every sub-parser below it :class:`_DefaultsFormatter`."""
+    parser.formatter_class = _DefaultsFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _show_defaults(child)
+
+
 def _add_nnunet(sub: Any, wanted: str | None) -> Any:
     """Register the nnU-Net sub-commands; the real parser (which imports nnU-Net v2) only when one is run."""
     if wanted in NNUNET_COMMANDS:
@@ -123,6 +151,7 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     add_command_parsers(sub)  # the options of every command (monai_unc.workflows.arguments, light)
     nnunet_cli = _add_nnunet(sub, command)
+    _show_defaults(parser)  # every option's default in every --help (review 61)
     return parser, nnunet_cli
 
 

@@ -356,12 +356,13 @@ def _add_evaluate(sub: Any) -> None:
                         "the series of DICOM SEG labels")
     p.add_argument("--shifts", default=None, help="CSV with columns case,shift (shift 'none' = in distribution)")
     p.add_argument("--budget", type=_fraction, default=0.2,
-                   help="fraction of cases referred for review: the ceil(budget x N) most uncertain of N (0.2)")
-    p.add_argument("--failure-dice", type=_unit, default=0.8, help="Dice below this is a failed case (0.8)")
+                   help="fraction of cases referred for review: the ceil(budget x N) most uncertain of N (default 0.2)")
+    p.add_argument("--failure-dice", type=_unit, default=0.8, help="Dice below this is a failed case (default 0.8)")
     p.add_argument("--n-bins", type=_any_positive_int, default=15, help="ECE bins (default 15)")
     p.add_argument("--min-bin-count", type=_bin_count, default=0,
-                   help="ECE: ignore bins with fewer voxels (0; Kock et al. use 50)")
-    p.add_argument("--patch-size", type=_positive_int, default=10, help="box size of the _patch scores (10 voxels)")
+                   help="ECE: ignore bins with fewer voxels (default 0; Kock et al. use 50)")
+    p.add_argument("--patch-size", type=_positive_int, default=10,
+                   help="box size of the _patch scores (default 10 voxels)")
     p.add_argument("--num-classes", type=_positive_int, default=None, help="needed when no probabilities are given")
     p.add_argument("--class-names", nargs="+", default=None,
                    help="one name per class, the background first (e.g. background liver tumour), for the "

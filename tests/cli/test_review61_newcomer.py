@@ -224,3 +224,33 @@ def test_no_help_shows_an_option_group_without_options(capsys):
     empty = [(name, g.title) for name, p in _parsers(parser) for g in p._action_groups
              if not g._group_actions and g.title not in default_titles]
     assert not empty, empty
+
+
+# ------------------------------------------------------------------------------ 4. every default shown in --help
+@pytest.mark.parametrize("command", [None, "nnunet-predict"])
+def test_every_help_shows_every_meaningful_default_and_no_noise(command):
+    import argparse
+
+    if command is not None:
+        pytest.importorskip("nnunetv2")
+    parser, _ = cli.build_parser(command)
+    unshown, checked = [], 0
+    for name, p in _parsers(parser):
+        text = p.format_help()
+        assert "(default: None)" not in text and "(default: False)" not in text and "(default: [])" not in text, name
+        formatter = p._get_formatter()
+        for action in p._actions:
+            default = action.default
+            if (not action.option_strings or action.nargs == 0 or action.help in (None, argparse.SUPPRESS)
+                    or default is None or default is False or default in ("", [], ())):
+                continue
+            checked += 1
+            if "default" not in formatter._expand_help(action).lower():
+                unshown.append((name, action.option_strings[0]))
+    assert checked > 40 and not unshown, unshown
+
+
+def test_a_default_is_shown_as_typed(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    assert "page title (default: Uncertainty QC report)" in " ".join(capsys.readouterr().out.split())
