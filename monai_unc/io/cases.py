@@ -1418,6 +1418,8 @@ def match_cases(
     roles = {"label": "--predictions" if not seg_ok else "--labels", "segmentation": "--predictions",
              "probabilities": "--predictions", "map": "--uncertainty" if uncertainty is not None else "--predictions"}
 
+    swapped = (_swapped_folders_hint(labels, pred_dir, label_files, lay, seg_suffix, probs_suffix)
+               if seg_ok and not prob_files and not map_files else "")
     cases, problems = [], {}
     for cid, label in sorted(label_files.items()):
         seg, probs = seg_files.get(cid), prob_files.get(cid)
@@ -1446,10 +1448,12 @@ def match_cases(
         raise CaseError(
             f"{len(problems)} of {len(label_files)} case(s) lack files: {_describe(problems)}; e.g. case {first!r} "
             f"has no {', no '.join(problems[first])}{case_id_hint(first, extra, 'the predictions')}"
-            + ("" if allow_missing or not missing_hint else f" ({missing_hint})")
+            + ("" if allow_missing or not missing_hint or swapped else f" ({missing_hint})") + swapped
         )
     if extra and not cases:
-        raise CaseError(f"no prediction matches a label; predictions exist for {_describe(extra)}")
+        raise CaseError(f"no prediction matches a label; predictions exist for {_describe(extra)}{swapped}")
+    if swapped:  # matched, but the labels are a prediction folder's files: said before any case is read
+        warnings.warn(swapped.lstrip("; "), UserWarning, stacklevel=2)
     if extra and not allow_missing_labels:
         first = sorted(extra)[0]
         raise CaseError(
@@ -1464,6 +1468,48 @@ def match_cases(
         warnings.warn(f"{len(extra)} case(s) with predictions but no label skipped (allow_missing_labels): "
                       f"{_describe(extra)}", UserWarning, stacklevel=2)
     return cases
+
+
+def _swapped_folders_hint(labels: str | os.PathLike, pred_dir: Path, label_files: Mapping[str, Path],
+                          lay: Mapping[str, str], seg_suffix: str, probs_suffix: str) -> str:
+    """``"; --labels and --predictions look swapped: ..."`` when the labels folder holds what a prediction folder holds.
+
+    Called when the predictions folder gave neither probabilities nor maps. The labels folder looks like the output
+    of ``infer`` / ``nnunet-predict`` when most of its files are named ``<case><seg_suffix>`` /
+    ``<case><probs_suffix>`` / ``<case>_<measure>``, or it holds nnU-Net's ``<case>.npz`` probabilities or the
+    layout's uncertainty sub-folder. Found by review 61: ``evaluate -l PRED -p LABELS`` said only that every
+    case lacked files, or that the number of classes was unknown.
+    """
+    labels = Path(labels)
+    named = [c for c in label_files if (seg_suffix and c.endswith(seg_suffix))
+             or (probs_suffix and c.endswith(probs_suffix)) or _map_of(c, None)]
+    held = ""
+    if label_files and 2 * len(named) >= len(label_files):
+        held = f"files named as infer writes them (e.g. {label_files[sorted(named)[0]].name})"
+    elif seg_suffix == probs_suffix and list_files(labels, probs_suffix, (".npz",)):
+        held = "nnU-Net's <case>.npz probabilities"
+    elif lay["uncertainty_subdir"] and (labels / lay["uncertainty_subdir"]).is_dir():
+        held = f"an {lay['uncertainty_subdir']}/ folder of maps"
+    elif _header_kind(next(iter(label_files.values()), None)) == "f":  # float labels, integer predictions (headers)
+        first = next(iter(list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS).values()), None)
+        if _header_kind(first) in ("i", "u"):
+            held = (f"floating-point volumes (e.g. {next(iter(label_files.values())).name}) where the predictions "
+                    f"are integer masks (e.g. {first.name})")
+    if not held:
+        return ""
+    return (f"; --labels and --predictions look swapped: the labels folder {labels} holds {held} and the "
+            f"predictions folder {pred_dir} no probabilities or maps (give -l the reference labels, -p the "
+            "predictions)")
+
+
+def _header_kind(path: Path | None) -> str | None:
+    """The numpy kind (``f``, ``i``, ``u``) of a NIfTI file's stored voxels, read from its header; None otherwise."""
+    if path is None or not path.name.lower().endswith((".nii", ".nii.gz")):
+        return None
+    try:
+        return str(load_nifti(path).get_data_dtype().kind)
+    except Exception:  # noqa: BLE001 - a hint only: an unreadable file is its case's error
+        return None
 
 
 def case_id_hint(case_id: str, known_ids: Iterable[str], where: str) -> str:
@@ -2483,7 +2529,8 @@ def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None)
         else:
             frac = arr != np.round(arr)
         if frac.any():
-            raise CaseError(f"{what}: label map must hold integer classes, found values such as {arr[frac][:3]}")
+            raise CaseError(f"{what}: label map must hold integer classes, found values such as {arr[frac][:3]} (a "
+                            "probability or uncertainty map? the labels and the predictions may be swapped)")
         if ints is None:  # integral values beyond int64's exact range: no class
             huge = np.unique(arr[np.abs(arr) >= 2.0**62])
             raise CaseError(f"{what}: label map holds values {huge[:6].tolist()} outside {allowed}")

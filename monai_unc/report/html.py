@@ -221,6 +221,7 @@ header p{margin:2px 0;color:#c9d3e3;font-size:13px}main{padding:8px 28px 40px;ma
 h2{font-size:18px;margin:26px 0 10px;border-bottom:2px solid #d5dae3;padding-bottom:4px}
 .cards{display:flex;flex-wrap:wrap;gap:10px}.card{background:#fff;border:1px solid #d5dae3;border-radius:6px;
 padding:10px 14px;min-width:150px}.card .v{font-size:20px;font-weight:600}.card .k{font-size:12px;color:#5b6677}
+.card .n{font-size:11px;color:#5b6677;font-style:italic;max-width:220px}
 table{border-collapse:collapse;background:#fff;font-size:13px}th,td{border:1px solid #d5dae3;padding:4px 8px;
 text-align:right}th{background:#e9edf3;position:sticky;top:0}td.l,th.l{text-align:left}
 tr.referred td{background:#fde8e6}tr.failed td.dice{color:#b3261e;font-weight:600}
@@ -246,11 +247,14 @@ window.addEventListener('load', function () {
 """
 
 
-def cards(items: Sequence[tuple[str, str]]) -> Markup:
-    """The key-number cards of a page: one card per ``(label, value)``, both shown as text.
+def cards(items: Sequence[tuple[str, str] | tuple[str, str, str]]) -> Markup:
+    """The key-number cards of a page: one card per ``(label, value)`` or ``(label, value, note)``, all shown as text.
+
+    The note, under the label, says what the number measures and which way is better (``calibration error, lower
+    is better``), so that a reader new to the measure does not read it the wrong way round.
 
     Args:
-        items: the ``(label, value)`` pairs, in order.
+        items: the ``(label, value)`` or ``(label, value, note)`` tuples, in order.
 
     Returns:
         The ``<div class="cards">`` element (escaped).
@@ -258,9 +262,14 @@ def cards(items: Sequence[tuple[str, str]]) -> Markup:
     Example:
         >>> str(cards([("cases", "12")]))
         '<div class="cards"><div class="card"><div class="v">12</div><div class="k">cases</div></div></div>'
+        >>> str(cards([("ECE", "0.02", "calibration error <x>, lower is better")]))[-77:]
+        '<div class="n">calibration error &lt;x&gt;, lower is better</div></div></div>'
     """
-    return el("div", *(el("div", el("div", v, class_="v"), el("div", k, class_="k"), class_="card") for k, v in items),
-              class_="cards")
+    def card(label: str, value: str, note: str = "") -> Markup:
+        return el("div", el("div", value, class_="v"), el("div", label, class_="k"),
+                  *((el("div", note, class_="n"),) if note else ()), class_="card")
+
+    return el("div", *(card(*item) for item in items), class_="cards")
 
 
 def table(head: Sequence[str], rows: Sequence[Markup], left: Sequence[str] = (), **attributes: Any) -> Markup:
@@ -368,40 +377,60 @@ def warning_list(warns: Sequence[str], limit: int = 50, more: str = "") -> Marku
     return el("section", el("h2", "Warnings"), el("ul", *items, class_="warn"), id="warnings")
 
 
+#: what each key number of the evaluation page measures and which way is better: the note under its card (review 61:
+#: a newcomer could not tell whether an ECE of 0.05 or an AURC of 0.1 was good)
+_CARD_NOTES: dict[str, str] = {
+    "dice": "overlap with the reference labels, 0 to 1; higher is better",
+    "dice_kept": "Dice of the cases left after the most uncertain are referred; higher is better",
+    "caught": "failed cases among those referred for review; more is better",
+    "ece": "calibration error of the top-label confidence; lower is better (0 = calibrated)",
+    "all_label_ece": "calibration error over every class's probability; lower is better (0 = calibrated)",
+    "nll": "negative log-likelihood of the labels per voxel; lower is better",
+    "brier": "squared error of the probabilities (summed over classes, 0 to 2) per voxel; lower is better",
+    "qu_brats": "QU-BraTS uncertainty score, 0 to 1; higher is better",
+    "aurc": "area under the risk-coverage curve (uncertainty ranking the cases' errors); lower is better",
+    "eaurc": "AURC above that of the best possible ranking; lower is better (0 = perfect)",
+    "ood": "shifted cases told apart from the others by the case score; higher is better (0.5 = chance)",
+    "risk_control": "cases the certified threshold sends to review; fewer is better at the same guarantee",
+}
+
+
 def _cards(summary: Mapping[str, Any]) -> Markup:
-    items: list[tuple[str, str]] = [
+    notes = _CARD_NOTES
+    items: list[tuple[str, str] | tuple[str, str, str]] = [
         ("cases", str(summary["n_cases"])),
-        ("mean Dice", format_value(summary["dice"]["mean"])),
+        ("mean Dice", format_value(summary["dice"]["mean"]), notes["dice"]),
     ]
     t = summary["triage"]
     n = summary["n_cases"]
     items.append((f"mean Dice of the kept cases, budget {format_fraction(t['budget'])} ({t['n_referred']} of {n} "
-                  "referred)", format_value(_dice_kept(t))))
+                  "referred)", format_value(_dice_kept(t)), notes["dice_kept"]))
     f = summary.get("failures", {})
     caught = f"{f.get('caught_by_budget')} / {f.get('n_failed')}"
-    items.append((f"failed (Dice < {failure_dice_text(f['dice_threshold'])}) referred", caught))
+    items.append((f"failed (Dice < {failure_dice_text(f['dice_threshold'])}) referred", caught, notes["caught"]))
     cal = summary.get("calibration")
     if cal:
         items += [
-            ("pooled ECE (top label)", format_value(cal["ece"], 4)),
-            ("pooled all-label ECE", format_value(cal["all_label_ece"], 4)),
-            ("pooled NLL", format_value(cal["nll"], 4)),
-            ("pooled Brier", format_value(cal["brier"], 4)),
+            ("pooled ECE (top label)", format_value(cal["ece"], 4), notes["ece"]),
+            ("pooled all-label ECE", format_value(cal["all_label_ece"], 4), notes["all_label_ece"]),
+            ("pooled NLL", format_value(cal["nll"], 4), notes["nll"]),
+            ("pooled Brier", format_value(cal["brier"], 4), notes["brier"]),
         ]
     qb = summary.get("qu_brats")
     if qb:
-        items.append(("QU-BraTS score (mean over regions and cases)", format_value(qb["score"])))
-        items += [(f"QU-BraTS {name}", format_value(v)) for name, v in qb["per_region"].items()]
+        items.append(("QU-BraTS score (mean over regions and cases)", format_value(qb["score"]), notes["qu_brats"]))
+        items += [(f"QU-BraTS {name}", format_value(v), notes["qu_brats"]) for name, v in qb["per_region"].items()]
     fd = summary["failure_detection"]
-    items += [("AURC (risk 1 - Dice)", format_value(fd["aurc"], 4)), ("E-AURC", format_value(fd["eaurc"], 4))]
+    items += [("AURC (risk 1 - Dice)", format_value(fd["aurc"], 4), notes["aurc"]),
+              ("E-AURC", format_value(fd["eaurc"], 4), notes["eaurc"])]
     ood = summary.get("ood")
-    if ood and ood.get("auroc") is not None:
-        items.append(("OoD AUROC", format_value(ood["auroc"], threshold=1.0)))  # below 1 never reads a perfect 1.000
+    if ood and ood.get("auroc") is not None:  # below 1 never reads a perfect 1.000
+        items.append(("OoD AUROC", format_value(ood["auroc"], threshold=1.0), notes["ood"]))
     rc = summary.get("risk_control")
     if rc:
         key = (f"referred for risk <= {format_target(rc['target_risk'])} ({rc['risk']}), 1 - delta = "
                f"{format_level(rc['delta'])}")
-        items.append((key, f"{len(rc['referred'])} / {summary['n_cases']}"))
+        items.append((key, f"{len(rc['referred'])} / {summary['n_cases']}", notes["risk_control"]))
     return cards(items)
 
 

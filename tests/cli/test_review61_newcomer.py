@@ -254,3 +254,96 @@ def test_a_default_is_shown_as_typed(capsys):
     with pytest.raises(SystemExit):
         cli.main(["report", "--help"])
     assert "page title (default: Uncertainty QC report)" in " ".join(capsys.readouterr().out.split())
+
+
+# ----------------------------------------------------------- 5. a note under each key number of the report page
+def test_each_key_number_of_the_report_says_what_it_measures_and_which_way_is_better(tmp_path):
+    import re
+    import warnings
+
+    from tests.report._hostile_cohorts import evaluate, small_score_cases, write_cases
+
+    data = write_cases(tmp_path / "data", small_score_cases())
+    evaluation = evaluate(data, tmp_path / "eval")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert cli.main(["report", "-e", str(evaluation), "-o", str(tmp_path / "r"), "--cases", "0", "--quiet"]) == 0
+    page = (tmp_path / "r" / "report.html").read_text()
+    cards = dict(re.findall(r'<div class="k">([^<]*)</div><div class="n">([^<]*)</div>', page))
+    expected = {"mean Dice": "higher is better", "pooled ECE (top label)": "calibration error",
+                "pooled all-label ECE": "lower is better", "pooled NLL": "lower is better",
+                "pooled Brier": "lower is better", "AURC (risk 1 - Dice)": "lower is better",
+                "E-AURC": "lower is better"}
+    for label, words in expected.items():
+        assert words in cards.get(label, ""), (label, cards)
+    numbers = re.findall(r'<div class="card"><div class="v">[^<]*</div><div class="k">([^<]*)</div>', page)
+    assert set(numbers) - set(cards) <= {"cases"}, set(numbers) - set(cards)  # every number but the count has a note
+
+
+def test_a_card_note_is_escaped():
+    from monai_unc.report.html import cards
+
+    assert '<div class="n">a &lt;b&gt; &amp; c</div>' in str(cards([("k", "1", "a <b> & c")]))
+
+
+# ---------------------------------------------------------------------- 6. --labels and --predictions swapped
+@pytest.fixture()
+def toy(tmp_path: Path) -> dict[str, Path]:
+    from monai_unc.data.cohorts import write_toy_cohort
+
+    return write_toy_cohort(tmp_path / "data", n_cases=2, shape=(16, 16, 16))
+
+
+def _nnunet_folders(toy: dict[str, Path], root: Path) -> dict[str, Path]:
+    """The toy cohort as nnU-Net names it: <case>.nii.gz segmentations, uncertainty/<case>_<measure> maps; and a
+    folder of the probability volumes under the labels' names."""
+    import shutil
+
+    pred, probs = root / "nnpred", root / "probs"
+    (pred / "uncertainty").mkdir(parents=True)
+    probs.mkdir()
+    for label in sorted(toy["labels"].glob("*.nii.gz")):
+        c = label.name[: -len(".nii.gz")]
+        shutil.copy(toy["predictions"] / f"{c}_seg.nii.gz", pred / f"{c}.nii.gz")
+        shutil.copy(toy["predictions"] / f"{c}_predictive_entropy.nii.gz", pred / "uncertainty")
+        shutil.copy(toy["predictions"] / f"{c}_probs.nii.gz", probs / f"{c}.nii.gz")
+    return {"nnpred": pred, "probs": probs}
+
+
+def test_swapped_labels_and_predictions_are_said_to_be_swapped(toy, tmp_path, capsys):
+    err = _refused(["evaluate", "-l", str(toy["predictions"]), "-p", str(toy["labels"]), "-o", str(tmp_path / "e"),
+                    "--quiet"], capsys)
+    assert "lack files" in err and "--labels and --predictions look swapped" in err, err
+    assert "files named as infer writes them" in err and "--allow-missing" not in err
+
+
+@pytest.mark.parametrize("folder, held", [("nnpred", "an uncertainty/ folder of maps"),
+                                          ("probs", "floating-point volumes (e.g. ")])
+def test_swapped_nnunet_folders_are_said_to_be_swapped(folder, held, toy, tmp_path, capsys):
+    folders = _nnunet_folders(toy, tmp_path)
+    code = cli.main(["evaluate", "-l", str(folders[folder]), "-p", str(toy["labels"]), "-o", str(tmp_path / "e"),
+                     "--layout", "nnunet", "--num-classes", "3", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    warning = [line for line in err.splitlines() if line.startswith("monai-unc evaluate: warning:")]
+    assert len(warning) == 1 and "--labels and --predictions look swapped" in warning[0] and held in warning[0], err
+
+
+def test_matched_folders_in_the_right_order_get_no_swap_warning(toy, tmp_path, capsys):
+    import warnings
+
+    from monai_unc.io import match_cases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(match_cases(toy["labels"], toy["predictions"])) == 2
+        folders = _nnunet_folders(toy, tmp_path)
+        assert len(match_cases(toy["labels"], folders["nnpred"], layout="nnunet")) == 2
+
+
+def test_a_probability_map_read_as_labels_suggests_a_swap():
+    from monai_unc.io import CaseError, check_label_map
+
+    with pytest.raises(CaseError, match=r"label map must hold integer classes.*the labels and the predictions may be "
+                                        r"swapped"):
+        check_label_map(np.full((4, 4, 4), 0.25, np.float32), what="case a")
