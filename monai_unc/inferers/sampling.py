@@ -661,7 +661,13 @@ def _to_probs(out: Any, activation: str | None, check: bool = True) -> tuple[tor
             return torch.cat([torch.sigmoid(-out), torch.sigmoid(out)], dim=1), False
         return torch.sigmoid(out), True
     if activation is None:
-        check_probabilities(out, "network output")
+        try:
+            check_probabilities(out, "network output")
+        except ValueError as e:  # found by review 61: --activation none on a network of logits said only "must lie
+            # in [0, 1]", not which activation was meant
+            raise ValueError(f"{str(e).splitlines()[0]}; activation None (--activation none) reads the output as "
+                             "class probabilities: a network that outputs logits needs activation 'softmax' "
+                             "(--activation softmax), or 'sigmoid' for one binary task per channel") from None
         return out, False
     raise ValueError(f"activation must be 'softmax', 'sigmoid' or None, got {activation!r}")
 

@@ -347,3 +347,26 @@ def test_a_probability_map_read_as_labels_suggests_a_swap():
     with pytest.raises(CaseError, match=r"label map must hold integer classes.*the labels and the predictions may be "
                                         r"swapped"):
         check_label_map(np.full((4, 4, 4), 0.25, np.float32), what="case a")
+
+
+# ------------------------------------------------------------------ 8. --activation none on a network of logits
+def test_activation_none_on_logits_names_the_activation_meant(image_folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = cli.main(["infer", "-i", str(image_folder), "-o", str(out), "--model", "example", "--activation", "none",
+                     "--roi", "16", "--samples", "2", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    line = next(line for line in err.splitlines() if "case 'a' failed" in line)
+    assert "network output must lie in [0, 1]" in line and "needs activation 'softmax' (--activation softmax)" in line
+
+
+def test_activation_none_on_per_channel_probabilities_names_sigmoid():
+    import torch
+
+    from monai_unc.inferers.sampling import apply_activation
+
+    with pytest.raises(ValueError, match=r"must sum to 1.*reads the output as class probabilities.*'sigmoid' for one "
+                                         r"binary task per channel"):
+        apply_activation(torch.full((1, 3, 4, 4, 4), 0.6), None)
+    probs = torch.softmax(torch.randn(1, 3, 4, 4, 4), dim=1)
+    assert torch.equal(apply_activation(probs, None), probs)  # probabilities pass as before
