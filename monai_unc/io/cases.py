@@ -34,6 +34,7 @@ import contextlib
 import functools
 import hashlib
 import importlib.metadata
+import itertools
 import json
 import math
 import mmap
@@ -786,7 +787,10 @@ def refuse_dataset_root(folder: str | os.PathLike, parameter: str | None, what: 
                for e in entries):
             return
         subs = sorted((e for e in entries if e.is_dir()), key=lambda e: e.name)
-        holding = {e.name: [f.name for f in e.iterdir() if f.is_file() and not f.name.startswith(".")] for e in subs}
+        # the first files of each sub-folder tell: a folder of volumes shows one at once, a DICOM series none (a
+        # series of thousands of slices is not listed whole)
+        holding = {e.name: [f.name for f in itertools.islice((f for f in e.iterdir() if not f.name.startswith(".")),
+                                                             64) if f.is_file()] for e in subs}
     except OSError:
         return
     volumes = [n for n, files in holding.items() if any(split_extension(f, VOLUME_EXTENSIONS) for f in files)]
