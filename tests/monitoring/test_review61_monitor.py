@@ -4,21 +4,38 @@
   SQLite reads the value back as ``0.0``, so ``monitor verify`` reported such an untouched store as tampered;
 - ``verify`` accepted a run's case rows re-sorted by case id, and two cases of a run whose row ids were swapped (the
   stream every alarm tests reordered): the within-run order was checked against two orders, either accepted;
+- a prediction's digest was kept only when the file's modification time was before ``triage.json``'s: a prediction
+  written by a host whose clock is ahead lost it (a follow-up scan reusing the case id was then skipped as recorded),
+  and one written over by a host whose clock is behind was taken for the one triage read;
+- ``monitor report -o`` and ``status`` / ``verify --json`` replaced any file (the rule, an audit table) but the store.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import time
+from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
+import numpy as np
 import pytest
 
 import monai_unc.monitoring.store as store_module
-from monai_unc.monitoring import MonitorStore
+from monai_unc import cli
+from monai_unc.engine.cache import CaseCache
+from monai_unc.evaluation.config import STATE_DIR
+from monai_unc.evaluation.resume import CASES_DIR
+from monai_unc.evaluation.triage.runner import _triage_fingerprint
+from monai_unc.io import CaseFiles
+from monai_unc.io.files import save_nifti
+from monai_unc.monitoring import MonitorStore, prediction_digest, read_triage_run
 from monai_unc.monitoring.store import CaseRecord, entry_hash, rule_body_digest
+from monai_unc.workflows.monitor import record_triage
 
-from ._stream import raw_sql
+from ._stream import make_rule, raw_sql, write_triage
 
 RULE = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
 RULE["digest"] = rule_body_digest(RULE)
@@ -145,3 +162,102 @@ def test_a_store_written_before_the_order_digest_verifies_and_keeps_the_earlier_
     rows = _case_rows(url)
     _permute(url, {rows[0][0]: rows[1][0], rows[1][0]: rows[0][0]})  # neither hash nor case-id order
     assert any("out of the order the store writes them in" in p for p in _problems(url))
+
+
+# -------------------------------------------------------------------------- 3. prediction digests and the clocks
+def _seg(path, k):
+    """A predicted label map whose voxels depend on ``k``."""
+    seg = np.zeros((6, 6, 4), dtype=np.uint8)
+    seg[1:4, 1:4, 1 + k % 2] = 1 + k // 2
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_nifti(seg, np.eye(4), path)
+    return str(path)
+
+
+def _triage_folder(folder, rule, case, score, pred):
+    """A triage output folder as ``triage`` leaves it: ``triage.json`` and the per-case state of the files it read
+    (the fingerprint ``triage`` keeps, :func:`~monai_unc.evaluation.triage.runner._triage_fingerprint`)."""
+    files = CaseFiles(case, None, seg=Path(pred))
+    rule_obj = SimpleNamespace(measure="predictive_entropy", patch_size=None, map_source="derived", num_classes=3,
+                               class_names=None, regions=None, expected_dice_estimate="class_mean",
+                               image_reference=None)
+    CaseCache(folder / STATE_DIR / CASES_DIR).save(case, {"row": {}}, _triage_fingerprint(files, rule_obj))
+    return write_triage(folder, rule, [{"case": case, "score": score}], segs={case: pred})
+
+
+def _in_hours(path, hours):
+    t = time.time() + hours * 3600
+    os.utime(path, (t, t))
+
+
+def test_a_prediction_written_by_a_host_whose_clock_is_ahead_keeps_its_digest(store_url, tmp_path):
+    """Its modification time is after ``triage.json``'s: its digest was lost (None), so a follow-up scan reusing the
+    case id with the same score was skipped as the decision already recorded, and the label check had nothing."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    pred = _seg(tmp_path / "preds_jan" / "p001.nii.gz", 0)
+    _in_hours(pred, 2)  # written on the GPU host, whose clock is two hours ahead
+    run = read_triage_run(_triage_folder(tmp_path / "t1", rule, "p001", 0.0, pred), site="A")
+    assert run.cases[0].prediction_sha256 == prediction_digest(pred) is not None  # it was None
+    record_triage(store_url, tmp_path / "t1", site="A", command=["test"])
+    follow_up = _seg(tmp_path / "preds_feb" / "p001.nii.gz", 3)  # another scan, the same id, the same score 0
+    _in_hours(follow_up, 2)
+    record_triage(store_url, _triage_folder(tmp_path / "t2", rule, "p001", 0.0, follow_up), site="A",
+                  command=["test"])
+    with MonitorStore(store_url, read_only=True) as store:
+        rows = store.cases()
+    assert [r["prediction_sha256"] for r in rows] == [prediction_digest(pred), prediction_digest(follow_up)]
+
+
+def test_a_prediction_written_over_by_a_host_whose_clock_is_behind_is_not_taken_for_the_one_triage_read(tmp_path):
+    """Its modification time is before ``triage.json``'s: the follow-up's digest was recorded as that of the
+    prediction triage read."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    pred = _seg(tmp_path / "preds" / "p001.nii.gz", 0)
+    folder = _triage_folder(tmp_path / "t1", rule, "p001", 0.1, pred)
+    _seg(tmp_path / "preds" / "p001.nii.gz", 3)  # written over since triage, by a host whose clock is behind
+    _in_hours(pred, -2)
+    assert read_triage_run(folder, site="A").cases[0].prediction_sha256 is None  # it was the follow-up's digest
+    _seg(tmp_path / "preds" / "p001.nii.gz", 0)  # the same voxels again, but another version of the file: unknown
+    assert read_triage_run(folder, site="A").cases[0].prediction_sha256 is None
+
+
+def test_without_triage_state_the_time_of_triage_json_still_decides(tmp_path):
+    """A triage folder without its per-case state (triage without resume, the state removed): as before."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    pred = _seg(tmp_path / "preds" / "p001.nii.gz", 0)
+    folder = write_triage(tmp_path / "t1", rule, [{"case": "p001", "score": 0.1}], segs={"p001": pred})
+    assert read_triage_run(folder, site="A").cases[0].prediction_sha256 == prediction_digest(pred)
+    _in_hours(pred, 2)
+    assert read_triage_run(folder, site="A").cases[0].prediction_sha256 is None
+
+
+# ----------------------------------------------------------------------------- 4. the outputs of report / --json
+@pytest.mark.parametrize("argv", [["report", "-o"], ["status", "--json"], ["verify", "--json"]])
+@pytest.mark.parametrize("victim", ["referral_rule.json", "audit.csv", "summary.json"])
+def test_a_monitor_output_never_replaces_another_file(tmp_path, capsys, argv, victim):
+    """``monitor report -o referral_rule.json`` (or ``status --json audit.csv``) replaced the rule or the audit table
+    with the page or the figures, exit status 0."""
+    db = tmp_path / "monitor.db"
+    MonitorStore(db).close()
+    target = tmp_path / victim
+    content = '{"ok": true, "n_entries": 1}' if victim == "summary.json" else "case,dice\na,0.9\n"
+    target.write_text(content)
+    capsys.readouterr()
+    rc = cli.main(["monitor", argv[0], "--db", str(db), argv[1], str(target)])
+    err = capsys.readouterr().err.strip().splitlines()
+    named = "--output " if argv[1] == "-o" else "--json "
+    assert rc == 2 and len(err) == 1 and named in err[0] and "not an earlier" in err[0], err
+    assert target.read_text() == content
+
+
+@pytest.mark.parametrize("argv", [["report", "-o"], ["status", "--json"], ["verify", "--json"]])
+def test_a_monitor_output_replaces_its_own_earlier_output(tmp_path, capsys, argv):
+    db = tmp_path / "monitor.db"
+    MonitorStore(db).close()
+    out = tmp_path / ("page.html" if argv[0] == "report" else "out.json")
+    out.write_text("")  # an empty file (mktemp) holds nothing to lose
+    for _ in range(2):  # then the command's own earlier output
+        assert cli.main(["monitor", argv[0], "--db", str(db), argv[1], str(out)]) == 0
+    assert out.stat().st_size > 0
+    other = {"report": ["status", "--json"], "status": ["verify", "--json"], "verify": ["report", "-o"]}[argv[0]]
+    assert cli.main(["monitor", other[0], "--db", str(db), other[1], str(out)]) == 2  # not another command's
