@@ -8,11 +8,15 @@
   written by a host whose clock is ahead lost it (a follow-up scan reusing the case id was then skipped as recorded),
   and one written over by a host whose clock is behind was taken for the one triage read;
 - ``monitor report -o`` and ``status`` / ``verify --json`` replaced any file (the rule, an audit table) but the store.
+
+Pinned: the score alarms of ``monitor status`` (stream order, martingale, alarm, change point, positions with
+undefined scores) against a brute-force recomputation from the records alone.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import time
@@ -261,3 +265,78 @@ def test_a_monitor_output_replaces_its_own_earlier_output(tmp_path, capsys, argv
     assert out.stat().st_size > 0
     other = {"report": ["status", "--json"], "status": ["verify", "--json"], "verify": ["report", "-o"]}[argv[0]]
     assert cli.main(["monitor", other[0], "--db", str(db), other[1], str(out)]) == 2  # not another command's
+
+
+# ------------------------------------------------------------------ the alarms of status against a brute force
+def _brute_pvalues(scores, reference, seed):
+    tau, bag, out = np.random.default_rng(seed).uniform(size=len(scores)), list(reference), []
+    for n, s in enumerate(scores):
+        out.append((sum(b > s for b in bag) + tau[n] * (sum(b == s for b in bag) + 1)) / (len(bag) + 1))
+        bag.append(s)
+    return out
+
+
+def _brute_jumper(pvalues, jump=0.01):
+    """Vovk et al. 2021, Algorithm 1: three capitals, a fraction ``jump`` of the total spread evenly before each bet."""
+    capital, out = [1 / 3, 1 / 3, 1 / 3], []
+    for p in pvalues:
+        total = sum(capital)
+        capital = [(1 - jump) * k + jump * total / 3 for k in capital]
+        capital = [capital[0] * (1.5 - p), capital[1], capital[2] * (0.5 + p)]
+        out.append(math.log(sum(capital)))
+    return out
+
+
+def _brute_change(pvalues, alarm, k=0.2):
+    best, start = -math.inf, 0
+    for q in (pvalues[:alarm + 1], [1 - p for p in pvalues[:alarm + 1]]):
+        gains = [math.log(k) + (k - 1) * math.log(max(v, 1e-12)) for v in q]
+        sums = [sum(gains[i:]) for i in range(len(gains))]
+        top = max(i for i, v in enumerate(sums) if v >= max(sums) - 1e-9)  # the last maximum
+        if sums[top] > best:
+            best, start = sums[top], top
+    return start
+
+
+def test_the_score_alarms_of_status_match_a_brute_force_recomputation(tmp_path):
+    """Runs of three sites, undefined scores, a shift at one site: each stream's cases (run after run, each run in
+    the order of a SHA-256 of its case ids), its martingale, alarm and change point (positions among the stream's
+    cases, undefined scores included), recomputed from the records alone."""
+    import hashlib
+
+    from monai_unc.monitoring import monitor_status
+    from monai_unc.monitoring.status import stream_seed
+
+    rng = np.random.default_rng(61)
+    cal = [round(v, 3) for v in rng.normal(0.3, 0.05, 40)]
+    rule = {**RULE, "calibration": {"case_scores": cal}}
+    rule["digest"] = rule_body_digest(rule)
+    written, alarms = [], 0
+    with MonitorStore(tmp_path / "m.db") as store:
+        for run in range(6):
+            recs = []
+            for i in range(int(rng.integers(5, 25))):
+                site = str(rng.choice(["A", "B", "C"]))
+                s = round(float(rng.normal(0.3 + 0.15 * (run >= 3 and site == "B"), 0.05)), 3)
+                s = float("nan") if rng.uniform() < 0.1 else s
+                accept = not s >= 0.35  # NaN: accepted
+                recs.append(CaseRecord(f"r{run}_{i}", site, None, "2026-01-01T00:00:00+00:00", s, float("nan"),
+                                       float("nan"), "accept" if accept else "review",
+                                       "accepted" if accept else "above_threshold", "r", rule["digest"], None))
+            store.record_run(rule, recs, source_digest=str(run), folder="f", triaged_at="t", model_digest=None,
+                             command=["test"])
+            written += sorted(recs, key=lambda c: hashlib.sha256(c.case_id.encode()).digest())
+        groups = monitor_status(store.cases(), store.rules(), 0.05)
+    assert [g.site for g in groups] == ["A", "B", "C", "(all sites)"]
+    for g in groups:
+        rows = [r for r in written if g.pooled or r.site == g.site]
+        assert [c["case_id"] for c in g.cases] == [r.case_id for r in rows]
+        at = [i for i, r in enumerate(rows) if not math.isnan(r.score)]
+        p = _brute_pvalues([rows[i].score for i in at], cal, stream_seed(rule["digest"], g.site, "score"))
+        log_s = _brute_jumper(p)
+        np.testing.assert_allclose(g.score.log_martingale, log_s, rtol=1e-9, atol=1e-12)
+        first = next((n for n, v in enumerate(log_s) if v >= math.log(20) * (1 - 1e-12)), None)
+        expected = None if first is None else (at[first], at[_brute_change(p, first)])
+        assert g.alarm_positions("score") == expected, g.site
+        alarms += first is not None
+    assert alarms >= 1  # the shift at site B is seen
