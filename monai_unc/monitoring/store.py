@@ -310,15 +310,24 @@ def _digest_up_to_zero_signs(rows: Sequence[Mapping[str, Any]], columns: Sequenc
         >>> _digest_up_to_zero_signs([rows[0], {"case_id": "b", "score": 0.0}], ["case_id", "score"], old)
         False
     """
-    def digest(flipped: frozenset[tuple[int, str]]) -> str:
-        return rows_digest([{c: (-r[c] if (i, c) in flipped else r[c]) for c in columns} for i, r in enumerate(rows)],
-                           columns)
+    def row_text(r: Mapping[str, Any], negated: set[str]) -> str:
+        return _canonical([_clean(-r[c] if c in negated else r[c]) for c in columns])
 
-    try:
-        if digest(frozenset()) == expected:
-            return True
+    try:  # rows_digest's JSON, one row at a time: a variant serializes only the rows whose zeros it negates
+        texts = [row_text(r, set()) for r in rows]
     except (TypeError, ValueError):  # a value that no row of ours holds (bytes, a NaN): edited
         return False
+
+    def digest(flipped: frozenset[tuple[int, str]]) -> str:
+        negated: dict[int, set[str]] = {}
+        for i, c in flipped:
+            negated.setdefault(i, set()).add(c)
+        changed = {i: row_text(rows[i], cs) for i, cs in negated.items()}
+        body = ",".join(changed.get(i, t) for i, t in enumerate(texts))
+        return hashlib.sha256(f"[{body}]".encode()).hexdigest()
+
+    if digest(frozenset()) == expected:
+        return True
     zeros = [(i, c) for i, r in enumerate(rows) for c in columns
              if c in _ZERO_SIGN_COLUMNS and isinstance(r[c], float) and r[c] == 0]
     by_column = sorted({c for _, c in zeros})
