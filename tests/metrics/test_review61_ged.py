@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.metrics import GED_CLASSES, GEDMetric, ged, ged_nonempty_iou
+from monai_unc.metrics import GED_CLASSES, GEDMetric, ged, ged_nonempty_iou, hungarian_iou
 
 
 def _pair_distance(m1: np.ndarray, m2: np.ndarray, num_classes: int, classes: str, distance: str) -> float:
@@ -114,3 +114,17 @@ def test_bad_options_are_refused_naming_the_argument():
         GEDMetric(classes="all")
     with pytest.raises(ValueError, match="does not apply to variant='detection'"):
         GEDMetric(variant="detection", classes="all")
+
+
+@pytest.mark.parametrize("classes", GED_CLASSES)
+def test_hungarian_iou_follows_the_option(classes):
+    from scipy.optimize import linear_sum_assignment
+
+    refs, smps = _sets(4, 4)
+    reps_r, reps_s = np.repeat(refs, 4, axis=0), np.repeat(smps, 3, axis=0)  # lcm(3, 4) = 12 members each
+    iou = np.array([[1.0 - _pair_distance(x, y, 4, classes, "iou") for y in reps_s] for x in reps_r])
+    rows, cols = linear_sum_assignment(-iou)
+    got = hungarian_iou(refs, smps, num_classes=4, classes=classes)
+    assert got == pytest.approx(float(iou[rows, cols].mean()), abs=1e-12)
+    with pytest.raises(ValueError, match="num_classes is required"):
+        hungarian_iou(refs, smps, classes="all")
