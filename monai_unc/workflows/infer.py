@@ -443,7 +443,7 @@ def changed_outputs(output: Path, record: Mapping[str, Any]) -> list[str]:
 
     A file differs when its size or sha256 is not the one the record keeps (``file_digests``; a record written before
     they were kept is checked for missing files only). The record is untrusted input (a user may edit it): a ``files``
-    entry that is not a plain file name of the output folder (``../x``, an absolute path, a folder) and, in a record
+    entry that is not a plain file name of the output folder (``../x``, ``sub/x``, an absolute path) and, in a record
     with ``file_digests``, a listed file without its digest entry count as changed, and so does every file of a record
     whose own digest (``record_digest``, :func:`record_digest`) no longer matches its text (its ``file_digests``
     edited, e.g. to match a replaced map).
@@ -454,6 +454,11 @@ def changed_outputs(output: Path, record: Mapping[str, Any]) -> list[str]:
 
     Returns:
         The names of the missing or changed files, with why (``"a.nii.gz (missing)"``).
+
+    Raises:
+        KeyError: the record has no ``files``.
+        TypeError: its ``files`` is not a list, or it holds a value that is not JSON data.
+        ValueError: it holds NaN or an infinity (not strict JSON: its digest is undefined).
 
     Example:
         >>> import tempfile
