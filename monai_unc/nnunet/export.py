@@ -896,7 +896,17 @@ def case_exported(
         return (isinstance(names, list) and bool(names)
                 and all(isinstance(n, str) and (unc_dir / n).is_file() for n in names))
 
-    return all(written(maps.get(K(m).value)) for m in measures)
+    # review 61: the record is untrusted input, and ``unc_dir / "/etc/passwd"`` is ``/etc/passwd``: a map entry that is
+    # not a plain file name of ``uncertainty/`` (``../x``, an absolute path) made the case count as exported
+    entries = [maps.get(K(m).value) for m in measures]
+    outside = [n for e in entries for n in ([e] if isinstance(e, str) else e if isinstance(e, list) else [])
+               if isinstance(n, str) and (n in ("", ".", "..") or Path(n).name != n)]
+    if outside:
+        warnings.warn(f"case {base.name!r}: its record {_record_path(base).name} names map files outside "
+                      f"{UNCERTAINTY_FOLDER}/ ({', '.join(repr(n) for n in outside[:3])}): predicting it again",
+                      UserWarning, stacklevel=2)
+        return False
+    return all(written(e) for e in entries)
 
 
 def write_scores_table(output_folder: str | os.PathLike, settings: dict | None = None) -> Path | None:
