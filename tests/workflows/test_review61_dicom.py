@@ -86,6 +86,12 @@ def test_the_objects_state_the_source_zone_and_their_own_times_in_it(tmp_path):
         for date, time in (("ContentDate", "ContentTime"), ("InstanceCreationDate", "InstanceCreationTime")):
             when = _instant(ds[date].value, str(ds[time].value), zone)
             assert before - timedelta(seconds=1) <= when <= after, (name, date, when)
+        # highdicom's own contribution (the object's making), local time too: in the zone as well
+        made = [e.ContributionDateTime for e in ds.ContributingEquipmentSequence
+                if e.get("ManufacturerModelName") == "highdicom"]
+        assert len(made) == 1, name
+        when = datetime.strptime(str(made[0])[:14], "%Y%m%d%H%M%S").replace(tzinfo=zone)
+        assert before - timedelta(seconds=1) <= when <= after, (name, made[0])
         assert dciodvfy_errors(tmp_path / name) == [], name
 
 

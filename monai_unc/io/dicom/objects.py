@@ -798,17 +798,34 @@ def source_zone(source: Any) -> timezone | None:
     return timezone(timedelta(minutes=minutes)) if -12 * 60 <= minutes <= 14 * 60 else None
 
 
+def _local_in_zone(date: str, time: str, zone: timezone) -> datetime | None:
+    """A local date (``YYYYMMDD``) and time (``HHMMSS[.ffffff]``) as that instant in ``zone``; None if malformed."""
+    fraction = time[6:].lstrip(".")
+    if len(date) != 8 or len(time) < 6 or not (date + time[:6] + fraction).isdigit():
+        return None
+    local = datetime.strptime(date + time[:6], "%Y%m%d%H%M%S").replace(microsecond=int((fraction + "000000")[:6]))
+    return local.astimezone(zone)  # a naive time is local
+
+
 def _in_zone(dataset: Any, zone: timezone) -> None:
-    """Restate the object's own dates and times (:data:`_OWN_TIMES`, written in local time) in ``zone``."""
+    """Restate the object's own dates and times, which highdicom writes in local time, in ``zone``.
+
+    :data:`_OWN_TIMES`, and the ContributionDateTime of highdicom's own ContributingEquipmentSequence item.
+    """
     for date_key, time_key in _OWN_TIMES:
-        date, time = str(dataset.get(date_key, "") or ""), str(dataset.get(time_key, "") or "")
-        if len(date) != 8 or len(time) < 6:
-            continue
-        fraction = time[6:].lstrip(".")
-        local = datetime.strptime(date + time[:6], "%Y%m%d%H%M%S").replace(microsecond=int((fraction + "000000")[:6]))
-        moved = local.astimezone(zone)  # a naive time is local
-        setattr(dataset, date_key, moved.strftime("%Y%m%d"))
-        setattr(dataset, time_key, moved.strftime("%H%M%S.%f" if fraction else "%H%M%S"))
+        time = str(dataset.get(time_key, "") or "")
+        moved = _local_in_zone(str(dataset.get(date_key, "") or ""), time, zone)
+        if moved is not None:
+            setattr(dataset, date_key, moved.strftime("%Y%m%d"))
+            setattr(dataset, time_key, moved.strftime("%H%M%S.%f" if len(time) > 6 else "%H%M%S"))
+    for item in dataset.get("ContributingEquipmentSequence") or []:
+        # found by review 61: the time the object was made, local time, in an object stating another zone
+        when = str(item.get("ContributionDateTime", "") or "")
+        if str(item.get("ManufacturerModelName", "")) != "highdicom" or "+" in when or "-" in when:
+            continue  # another equipment's (the source's acquisition) or a time with its own offset
+        moved = _local_in_zone(when[:8], when[8:], zone)
+        if moved is not None:
+            item.ContributionDateTime = moved.strftime("%Y%m%d%H%M%S.%f" if len(when) > 14 else "%Y%m%d%H%M%S")
 
 
 def copy_source_markers(dataset: Any, source: Any) -> Any:
