@@ -236,3 +236,32 @@ def test_a_seg_referencing_every_channel_reads_back_on_each_series(tmp_path):
     ds.save_as(tmp_path / "unlisted.dcm")
     with pytest.raises(DicomSegError, match="not in the series"):
         read_segmentation_labels(tmp_path / "unlisted.dcm", series)
+
+
+def test_nnunet_layout_references_every_channel_and_warns_of_a_missing_one(tmp_path, capsys):
+    """``--layout nnunet`` of a model of two channels (its dataset.json): ``<case>_0001/`` is referenced beside
+    ``<case>_0000/``; without it the objects reference channel 0's and a warning says so."""
+    channels = _export_source(tmp_path)
+    pred = tmp_path / "pred"
+    (pred / "c1.json").unlink()
+    (pred / "c1_seg.nii.gz").rename(pred / "c1.nii.gz")
+    (pred / "c1_probs.nii.gz").unlink()
+    (pred / "c1_variance.nii.gz").unlink()
+    (pred / "dataset.json").write_text(json.dumps({"channel_names": {"0": "T1", "1": "T2"},
+                                                   "labels": {"background": 0, "a": 1, "b": 2},
+                                                   "file_ending": ".nii.gz"}))
+    out = tmp_path / "out"
+    assert main(["dicom-export", "--layout", "nnunet", "-p", str(pred), "-s", str(tmp_path / "series"), "-o",
+                 str(out), "-q"]) == 0
+    seg = pydicom.dcmread(out / "c1" / "seg.dcm", stop_before_pixels=True)
+    assert {str(s.SeriesInstanceUID) for s in seg.ReferencedSeriesSequence} == {s.series_uid for s in channels}
+    import shutil
+
+    shutil.rmtree(tmp_path / "series" / "c1_0001")
+    capsys.readouterr()
+    assert main(["dicom-export", "--layout", "nnunet", "-p", str(pred), "-s", str(tmp_path / "series"), "-o",
+                 str(tmp_path / "out2"), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "no series folder" in err and "c1_0001 of input channel 1" in err, err
+    seg = pydicom.dcmread(tmp_path / "out2" / "c1" / "seg.dcm", stop_before_pixels=True)
+    assert [str(s.SeriesInstanceUID) for s in seg.ReferencedSeriesSequence] == [channels[0].series_uid]
