@@ -56,7 +56,7 @@ from .config import (
 )
 from .products import cohort_products, fit_products, implicit_products, product_summaries
 from .region_case import QU_BRATS_COLUMNS
-from .rows import region_histograms_of
+from .rows import check_scored_cases, has_score_source, region_histograms_of
 
 __all__ = [
     "CohortState",
@@ -880,6 +880,19 @@ def calibration_mask(ids: Sequence[str], config: EvaluationConfig) -> np.ndarray
     return np.array([c in wanted for c in ids], dtype=bool)
 
 
+def _row_scored(row: Mapping[str, Any], files: Mapping[str, Any] | None) -> bool:
+    """Whether a case of a cohort state has an uncertainty score source: its recorded files say so, else its row.
+
+    A row without recorded files (a state built by hand) is scored when it names its measure or holds a case score.
+    """
+    if files is not None:
+        return has_score_source(files)
+    if row.get("measure") not in (None, ""):
+        return True
+    ends = tuple(f"_{s}" for s in CASE_SCORES)
+    return any(k.endswith(ends) and v is not None and v != "" for k, v in row.items())
+
+
 def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[str, Any] | None = None,
               fit_warnings: Sequence[str] = ()) -> dict[str, Any]:
     """Cohort metrics of ``state`` (module docstring); NaN becomes ``null`` in the returned dict.
@@ -894,10 +907,18 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
 
     Returns:
         The summary: the evaluation's blocks, then one block per product under its name, then ``warnings``.
+
+    Raises:
+        ValueError: cases without an uncertainty map and probabilities beside cases with them
+            (:func:`~monai_unc.evaluation.rows.check_scored_cases`, as ``monai-unc evaluate`` refuses them), or no
+            score column.
     """
     config.validate()
     rows = state.sorted_rows()
     ids = [str(r["case"]) for r in rows]
+    # the check of every entry point (found by review 61: evaluate_cases and summarize called from Python summarised a
+    # cohort mixing segmentations alone with scored cases, the former referred first without a word)
+    check_scored_cases([(c, _row_scored(r, state.files.get(c))) for c, r in zip(ids, rows)])
     n = len(rows)
     dice = column_values(rows, "dice")
     score_key = score_column(rows, config.score)
