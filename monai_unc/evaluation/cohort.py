@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from .._utils import is_count, is_finite_real, is_real, is_text_list, share_count, unique_json_keys
+from .._utils import is_count, is_finite_real, is_real, is_text_list, share_count, unique_json_keys, warn_nan
 from ..io import (
     LIBRARIES_KEY,
     VERSION_KEY,
@@ -37,7 +37,7 @@ from ..io import (
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
-from ..metrics.casewise import failure_detection, fill_undefined_scores, ood_auroc_by_shift
+from ..metrics.casewise import FailureDetection, failure_detection, fill_undefined_scores, ood_auroc_by_shift
 from ..metrics.risk_control import accepted_by_threshold
 from ..metrics.selective import area_under_referral_curve, referral_curve
 from ..product import product_type
@@ -880,6 +880,19 @@ def calibration_mask(ids: Sequence[str], config: EvaluationConfig) -> np.ndarray
     return np.array([c in wanted for c in ids], dtype=bool)
 
 
+def _failure_detection(raw_scores: np.ndarray, dice: np.ndarray, column: str) -> FailureDetection:
+    """:func:`~monai_unc.metrics.casewise.failure_detection` of the filled scores; NaN with a warning for no score.
+
+    Found by review 61: with every case's score undefined (NaN), the filled scores were all tied and the AURC, E-AURC
+    and AUGRC were those of no ranking, given as the score's without a word.
+    """
+    if raw_scores.size and not np.isfinite(raw_scores).any():
+        nan = warn_nan(f"failure detection: every one of the {raw_scores.size} case(s) has an undefined score "
+                       f"{column!r} (NaN or inf): AURC, E-AURC and AUGRC are undefined", 4)
+        return FailureDetection(nan, nan, nan)
+    return failure_detection(fill_undefined_scores(raw_scores), dice)
+
+
 def _row_scored(row: Mapping[str, Any], files: Mapping[str, Any] | None) -> bool:
     """Whether a case of a cohort state has an uncertainty score source: its recorded files say so, else its row.
 
@@ -972,7 +985,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
                 if state.regions is None and k in rows[0]}
         if user:
             summary["case_metrics"] = {"functions": config.case_metric_names, "mean_over_cases": user}
-        fd = failure_detection(scores, dice)
+        fd = _failure_detection(raw_scores, dice, score_key)
         summary["failure_detection"] = {"risk": "1 - dice", "aurc": fd.aurc, "eaurc": fd.eaurc, "augrc": fd.augrc}
         curve = referral_curve(scores, dice)
         summary["referral"] = {
@@ -980,7 +993,9 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
             "tau": curve.tau,
             "dice": curve.value,
             "n_retained": curve.n_retained,
-            "area_normalized": area_under_referral_curve(scores, dice, normalize=True) if n > 1 else None,
+            # no score defined: no ranking to rate (the curve is the one of a random order, flat)
+            "area_normalized": area_under_referral_curve(scores, dice, normalize=True)
+            if n > 1 and np.isfinite(raw_scores).any() else None,
         }
         order = triage_order(ids, raw_scores)
         n_ref = int(share_count(config.budget, n))
@@ -1069,7 +1084,7 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
             block["case_metrics"] = {"mean_over_cases": user}
         region_score = f"{base}_{s}"
         if region_score in rows[0]:
-            fd = failure_detection(fill_undefined_scores(column_values(rows, region_score)), d)
+            fd = _failure_detection(column_values(rows, region_score), d, region_score)
             block["failure_detection"] = {"score": region_score, "risk": f"1 - dice_{s}", "aurc": fd.aurc,
                                           "eaurc": fd.eaurc, "augrc": fd.augrc}
         if f"qu_brats_score_{s}" in rows[0]:

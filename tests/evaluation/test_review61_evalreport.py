@@ -65,3 +65,40 @@ def test_summarize_refuses_a_merged_state_mixing_cases_without_a_score(tmp_path,
     merged.files.clear()
     with pytest.raises(ValueError, match=MIXED.format(alone)):
         summarize(merged, config)
+
+
+# --------------------------------------------------------------------------------- every case's score undefined
+def _rows(scores):
+    dice = [0.9, 0.4, 0.7, 0.8]
+    return [{"case": f"c{i}", "dice": d, "measure": "predictive_entropy", "predictive_entropy_fg_mean": s}
+            for i, (d, s) in enumerate(zip(dice, scores))]
+
+
+def test_summary_failure_detection_of_undefined_scores_is_nan_with_a_warning():
+    """Found by review 61: with every case's score undefined (e.g. ``fg_mean`` of empty predictions) the filled
+    stand-ins were all tied and summary.json gave AURC 0.3, E-AURC 0.1375 and AUGRC 0.15 (those of no ranking) and a
+    referral area 0.70 without a word."""
+    from monai_unc.evaluation import CohortState
+
+    state = CohortState(num_classes=2, n_fine_bins=240, rows=_rows([float("nan")] * 4))
+    summary = summarize(state, EvaluationConfig(num_classes=2))
+    fd = summary["failure_detection"]
+    assert (fd["aurc"], fd["eaurc"], fd["augrc"]) == (None, None, None)
+    assert summary["referral"]["area_normalized"] is None
+    assert any("failure detection: every one of the 4 case(s) has an undefined score" in w
+               for w in summary["warnings"])
+    # one score defined: the others rank most uncertain, as documented, and the areas are numbers
+    state = CohortState(num_classes=2, n_fine_bins=240, rows=_rows([0.2, float("nan"), float("nan"), float("nan")]))
+    summary = summarize(state, EvaluationConfig(num_classes=2))
+    assert summary["failure_detection"]["aurc"] is not None and summary["referral"]["area_normalized"] is not None
+    assert not any("tied" in w or "undefined score" in w for w in summary["warnings"])
+
+
+def test_summary_of_tied_scores_says_the_scores_cannot_rank_the_cases():
+    from monai_unc.evaluation import CohortState
+
+    state = CohortState(num_classes=2, n_fine_bins=240, rows=_rows([0.5] * 4))
+    summary = summarize(state, EvaluationConfig(num_classes=2))
+    assert summary["failure_detection"]["aurc"] == pytest.approx(1 - np.mean([0.9, 0.4, 0.7, 0.8]))  # mean risk
+    assert any(w.startswith("cohort: failure_detection: all 4 scores are tied, so the scores cannot rank the cases")
+               for w in summary["warnings"])
