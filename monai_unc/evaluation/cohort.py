@@ -1023,7 +1023,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         if config.shifts is not None:  # the one OoD AUROC of the package (CaseScoresHandler's too)
             # the labels as given: a falsy label such as 0 stays "0" (found by hostile testing: `or ""` made
             # severity 0 in-distribution here only)
-            summary["ood"] = ood_auroc_by_shift(scores, [r.get("shift") for r in rows])
+            summary["ood"] = ood_auroc_by_shift(raw_scores, [r.get("shift") for r in rows])  # fills them itself
         blocks: dict[str, Any] = {}
         if cohort_products(config):
             if fitted is None:
