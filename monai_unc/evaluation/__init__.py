@@ -101,7 +101,15 @@ from .resume import (
     load_case_state,
     save_case_state,
 )
-from .rows import DERIVED_MEASURES, check_class_count, check_measure_options, first_class_count, region_histograms_of
+from .rows import (
+    DERIVED_MEASURES,
+    check_class_count,
+    check_measure_options,
+    check_scored_cases,
+    first_class_count,
+    has_score_source,
+    region_histograms_of,
+)
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
 from .triage import ReferralRule, certify_referral_rule, mismatch_fields, run_triage
 
@@ -138,6 +146,8 @@ __all__ = [
     "primary_measure",
     "check_class_count",
     "check_measure_options",
+    "check_scored_cases",
+    "has_score_source",
     "first_class_count",
     "DERIVED_MEASURES",
     "QU_BRATS_COLUMNS",

@@ -77,7 +77,7 @@ from .html import (
     table,
     warning_list,
 )
-from .markup import Markup, check_url, document, el, escape
+from .markup import Markup, check_url, document, el, escape, isolate
 from .plots import case_figure_path, plot_case_overlay, save_png
 from .viewer import VIEWER_CSS, case_viewer, viewer_scripts, viewer_section
 
@@ -355,7 +355,7 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
     score = _score_formatter(summary, rule)
     for rank, cid in enumerate(summary["order"], 1):
         c = cases[cid]
-        cells = [el("td", str(rank)), el("td", cid, class_="l"),
+        cells = [el("td", str(rank)), el("td", isolate(cid), class_="l"),
                  el("td", decision_tag(c["decision"], "rule"), class_="l"), el("td", score(c.get("score")))]
         cells += [el("td", format_score((c.get("region_scores") or {}).get(n))) for n in regions]
         if has_q:
@@ -420,7 +420,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
                           "summed uncertainty inside the predicted foreground, drawn with the patient's left on the "
                           "left (the sides marked on the image), as in the viewer. Columns: image; prediction "
                           "contour per class; uncertainty heatmap." + "".join(f" {n}" for n in notes),
-                          save_png(fig, path), path))
+                          save_png(fig, path), path, cid))
     return out
 
 
@@ -637,7 +637,8 @@ def build_triage_page(
         if section is not None:
             sections.append(product_section(section, cls.name))
     sections.append(el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"))
-    cases = case_figures_section("Most uncertain cases: slices of highest uncertainty", case_figs, case_notes)
+    cases = case_figures_section("Most uncertain cases: slices of highest uncertainty", case_figs, case_notes,
+                                 summary["order"])
     if cases is not None:
         sections.append(cases)
     view = viewer_section(viewers or [], "Referred cases: interactive viewer")
@@ -645,7 +646,7 @@ def build_triage_page(
         sections.append(view)
     warns = summary.get("warnings") or []
     if warns:
-        sections.append(warning_list(warns))
+        sections.append(warning_list(warns, case_ids=summary["order"]))
     page = document(title, PAGE_CSS + _EXTRA_CSS + (VIEWER_CSS if view is not None else ""),
                     _header(summary, rule, title), el("main", *sections),
                     viewer_scripts(out_dir) if view is not None else None)
