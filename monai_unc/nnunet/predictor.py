@@ -600,7 +600,9 @@ class UncertaintyPredictor(nnUNetPredictor):
             # through nnU-Net's torch.compile wrapper (nnUNet_compile=1), which drops compiled code that predates the
             # layers (found by hostile review 60: code another predictor compiled ran without them, "none of the
             # Rate-In layers ran")
-            stack.enter_context(self._rate_in.activate(self.network))
+            # kept attached to a compiled network between cases: attached and removed per case, they dropped its
+            # compiled code, and every case compiled it again (found by review 61)
+            stack.enter_context(self._rate_in.activate(self.network, keep=True))
         if "ssn" in self.uncertainty_sources:  # every forward pass draws a new latent sample of the SSN head
             for net in self._ensemble if self._ensemble is not None else [self._net()]:
                 stack.enter_context(ssn_sampling(net))

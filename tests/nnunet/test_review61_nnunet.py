@@ -7,6 +7,7 @@ import copy
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("nnunetv2")
 
@@ -68,3 +69,64 @@ def test_written_maps_have_the_shape_and_affine_of_the_input_image(shape, ndim, 
             want = (expected[r] if regions else expected).reshape(shape[::-1]).T
             np.testing.assert_allclose(got, want, atol=1e-6)
     assert mun.case_exported(tmp_path / "c0", ".nii.gz", mun.DEFAULT_MEASURES)
+
+
+# ------------------------------------------------------------------------------------------ Rate-In compiled
+def _rate_in_predictor():
+    return make_predictor(n_folds=1, uncertainty_sources=("rate_in",), num_samples=2, seed=7, mirror_axes=(),
+                          rate_in={"target_loss": 0.2, "loss": "mse"}, plans=make_plans(patch=(16, 16, 16)))
+
+
+@pytest.mark.slow
+def test_rate_in_under_torch_compile_compiles_once_with_the_numbers_of_the_plain_network(monkeypatch):
+    """Under ``nnUNet_compile=1`` every case attached the Rate-In hooks and removed them again, and each change of the
+    hooks drops the compiled code (dynamo does not guard on hooks): every case compiled the network again (12 graphs
+    per case of this toy model, 10 recompilations). The layers now stay attached to a compiled network between
+    cases: the graphs of the first case serve every later one, and the maps are those of the plain network. Dynamo's
+    guards are the same for every backend; ``eager`` keeps the test short (inductor would need a C compiler)."""
+    from torch._dynamo.utils import counters
+
+    from monai_unc.inferers.rate_in import RateInInferer, find_rate_in_layers
+
+    cases = [torch.randn(1, 16, 16, 16, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    plain = _rate_in_predictor()
+    expected = [plain.predict_uncertainty_from_preprocessed_data(x.clone()) for x in cases]
+    assert not find_rate_in_layers(plain.network)  # an uncompiled network is restored after every case
+
+    torch.compiler.reset()
+    monkeypatch.setenv("nnUNet_compile", "1")
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: compile_(model, **{"backend": "eager", **kw}))
+    try:
+        pred = _rate_in_predictor()
+        assert type(pred.network).__name__ == "OptimizedModule"  # nnU-Net compiled it
+        counters.clear()
+        graphs = []
+        for x, want in zip(cases, expected):
+            got = pred.predict_uncertainty_from_preprocessed_data(x.clone())
+            assert pred.rate_in_settings() == plain.rate_in_settings()  # recorded per case; placement as uncompiled
+            graphs.append(counters["stats"]["unique_graphs"])
+            for key in ("pred", "expected_entropy"):
+                np.testing.assert_allclose(got.moments[key].numpy(), want.moments[key].numpy(), atol=1e-6,
+                                           err_msg=key)
+            rates, want_rates = got.extras["rate_in_mean_rate"], want.extras["rate_in_mean_rate"]
+            assert rates.keys() == want_rates.keys()
+            for name in rates:
+                assert rates[name] == pytest.approx(want_rates[name], abs=1e-6), name
+        assert graphs[0] > 0
+        assert graphs[2] == graphs[1] == graphs[0], graphs  # compiled for the first case only
+        assert find_rate_in_layers(pred.network)  # kept between cases (switched off)
+        # another source on the same compiled network: its own layers and settings, not those kept by the predictor
+        x = cases[0][None, :, :8, :8, :8]
+        other = {"num_samples": 3, "placement": "insert", "after": ["encoder.stages.0"], "target_loss": 0.3,
+                 "loss": "mse", "seed": 0, "share_passes": False}
+        want = RateInInferer(**other)(x, plain.network)
+        got = RateInInferer(**other)(x, pred.network)
+        assert list(got.extras["rate_in_rates"]) == ["encoder.stages.0"]
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=0, atol=1e-6)
+        assert not find_rate_in_layers(pred.network)  # the predictor's layers were removed for it
+        pred.predict_uncertainty_from_preprocessed_data(cases[0].clone())  # attached again
+        assert pred._rate_in.release() > 0 and not find_rate_in_layers(pred.network)
+    finally:
+        torch.compiler.reset()
