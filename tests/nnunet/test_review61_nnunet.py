@@ -83,7 +83,7 @@ def test_rate_in_under_torch_compile_compiles_once_with_the_numbers_of_the_plain
     hooks drops the compiled code (dynamo does not guard on hooks): every case compiled the network again (12 graphs
     per case of this toy model, 10 recompilations). The layers now stay attached to a compiled network between
     cases: the graphs of the first case serve every later one, and the maps are those of the plain network. Dynamo's
-    guards are the same for every backend; ``eager`` keeps the test short (inductor would need a C compiler)."""
+    guards are the same for every backend; ``eager`` keeps the test short (inductor compiles C++ code on a CPU)."""
     from torch._dynamo.utils import counters
 
     from monai_unc.inferers.rate_in import RateInInferer, find_rate_in_layers
