@@ -4,6 +4,7 @@ regions) read back with the image's own shape and geometry, and Rate-In under ``
 from __future__ import annotations
 
 import copy
+import shutil
 
 import numpy as np
 import pytest
@@ -130,3 +131,32 @@ def test_rate_in_under_torch_compile_compiles_once_with_the_numbers_of_the_plain
         assert pred._rate_in.release() > 0 and not find_rate_in_layers(pred.network)
     finally:
         torch.compiler.reset()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="inductor needs a C++ compiler")
+def test_rate_in_under_inductor_draws_the_numbers_of_the_plain_network(monkeypatch):
+    """Inductor (``nnUNet_compile=1``'s default backend) drew the random numbers of a compiled graph with its own
+    generator: the seeded dropout masks of Rate-In's search and passes were not those of the uncompiled network (mean
+    probabilities off by up to 0.996, the expected entropy by up to log 3, mean searched rates by 0.045). The
+    predictor's sampling now
+    draws from torch's generator under inductor too (``fallback_random``): the same maps, within float tolerance."""
+    x = torch.randn(1, 16, 16, 16, generator=torch.Generator().manual_seed(0))
+    want = _rate_in_predictor().predict_uncertainty_from_preprocessed_data(x.clone())
+    torch.compiler.reset()
+    monkeypatch.setenv("nnUNet_compile", "1")
+    try:
+        pred = _rate_in_predictor()
+        assert type(pred.network).__name__ == "OptimizedModule"  # nnU-Net compiled it (inductor)
+        got = pred.predict_uncertainty_from_preprocessed_data(x.clone())
+    finally:
+        torch.compiler.reset()
+    for key in ("pred", "expected_entropy"):
+        np.testing.assert_allclose(got.moments[key].numpy(), want.moments[key].numpy(), atol=1e-5, err_msg=key)
+    rates, want_rates = got.extras["rate_in_mean_rate"], want.extras["rate_in_mean_rate"]
+    assert rates.keys() == want_rates.keys()
+    for name in rates:
+        assert rates[name] == pytest.approx(want_rates[name], abs=1e-6), name
+    import torch._inductor.config as inductor_config
+
+    assert not inductor_config.fallback_random  # the setting is the predictor's sampling only
