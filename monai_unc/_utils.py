@@ -66,6 +66,7 @@ __all__ = [
     "check_sample_batch_size",
     "plain_module",
     "recompile_after_hooks",
+    "is_compiled",
     "label_map_dtype",
     "is_int",
     "is_real",
@@ -1136,9 +1137,26 @@ def recompile_after_hooks(model: Any) -> None:
         >>> import torch
         >>> recompile_after_hooks(torch.nn.Linear(2, 2))  # not compiled: nothing to drop
     """
-    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
-    if any(plain_module(m) is not m for m in modules):
+    if is_compiled(model):
         torch.compiler.reset()
+
+
+def is_compiled(model: Any) -> bool:
+    """Whether ``model`` is or holds a ``torch.compile`` wrapper (a module whose ``_orig_mod`` is its Python module).
+
+    Args:
+        model: the network as the caller passed it.
+
+    Returns:
+        True when ``model`` or one of its submodules is compiled.
+
+    Example:
+        >>> import torch
+        >>> is_compiled(torch.nn.Linear(2, 2)), is_compiled(torch.nn.Sequential(torch.compile(torch.nn.Linear(2, 2))))
+        (False, True)
+    """
+    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
+    return any(plain_module(m) is not m for m in modules)
 
 
 def check_same_cases(y_pred: Any, y: Any) -> None:
