@@ -83,3 +83,59 @@ def test_per_case_apply_reads_the_folders_infer_json_once_per_version(toy, tmp_p
         warnings.simplefilter("ignore", UserWarning)
         with pytest.raises(FingerprintMismatch, match="model"):
             RiskControl().apply(files[0], rule)
+
+
+# -- 1. ConformalMasks.apply on one case checks the predictions' fingerprint --------------------------------------
+def _conformal_doc(data, fingerprint):
+    from monai_unc.evaluation.conformal import ConformalRuleFile
+    from monai_unc.io import load_case, match_cases
+    from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
+
+    cases = [load_case(c) for c in match_cases(data["labels"], data["predictions"])]
+    rule = fit_conformal_rule([conformal_case_state(c.probs, c.label, activation="softmax", side="outer", grid=16)
+                               for c in cases] * 3, 0.3)
+    return ConformalRuleFile({"outer": rule}, {"outer": 0.3}, None, dict(fingerprint),
+                             [f"c{i}" for i in range(3 * len(cases))])
+
+
+def test_per_case_conformal_masks_check_the_fingerprint_as_the_folder_path_does(toy, tmp_path):
+    from monai_unc.evaluation.conformal import run_conformal
+    from monai_unc.io import load_case, read_volume
+    from monai_unc.io.provenance import prediction_fingerprint
+    from monai_unc.products import ConformalMasks
+
+    ids = [f"toy{i:03d}" for i in range(4)]
+    fp = prediction_fingerprint(toy["predictions"], "monai-unc", ids)
+    good, other = _conformal_doc(toy, fp), _conformal_doc(toy, {**fp, "num_samples": 16})
+    files = {f.case_id: f for f in find_prediction_cases(toy["predictions"], _rule())}
+    loaded = load_case(files["toy000"], 2)
+    product = ConformalMasks({"outer": 0.3})
+    # a loaded case carries no paths: before review 61 its masks were made whatever model made it
+    with pytest.raises(ValueError, match="predictions"):
+        product.apply(loaded, other)
+    with pytest.raises(FingerprintMismatch, match="num_samples"):
+        product.apply(loaded, other, predictions=toy["predictions"])
+    with pytest.raises(FingerprintMismatch, match="num_samples"):
+        product.apply(loaded, other, fingerprint=fp)
+    with pytest.raises(FingerprintMismatch, match="num_samples"):
+        product.apply(files["toy000"], other)  # the case's files: the folder of its segmentation
+    with pytest.raises(TypeError, match="allow_mismatch"):
+        product.apply(files["toy000"], other, allow_mismatch="yes")
+    with pytest.raises(ValueError, match="not both"):
+        product.apply(loaded, good, predictions=toy["predictions"], fingerprint=fp)
+    # the explicit opt-out: the masks, with a warning naming the case
+    with pytest.warns(UserWarning, match="'toy000': no guarantee.*num_samples"):
+        allowed = product.apply(files["toy000"], other, allow_mismatch=True)
+    with pytest.warns(UserWarning, match="'toy000': no guarantee.*not checked"):
+        product.apply(loaded, other, allow_mismatch=True)
+    # matching predictions: silent, and the masks monai-unc conformal writes for the case
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        masks, _, names = product.apply(files["toy000"], good)
+        same = product.apply(loaded, good, fingerprint=fp)[0]
+    assert (masks["outer"] == allowed[0]["outer"]).all() and (same["outer"] == masks["outer"]).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_conformal(toy["predictions"], good, tmp_path / "masks")
+    written, _ = read_volume(tmp_path / "masks" / "toy000_outer.nii.gz")
+    assert names == ["1"] and (np.asarray(written).astype(bool).reshape(masks["outer"].shape) == masks["outer"]).all()
