@@ -139,3 +139,99 @@ def test_per_case_conformal_masks_check_the_fingerprint_as_the_folder_path_does(
         run_conformal(toy["predictions"], good, tmp_path / "masks")
     written, _ = read_volume(tmp_path / "masks" / "toy000_outer.nii.gz")
     assert names == ["1"] and (np.asarray(written).astype(bool).reshape(masks["outer"].shape) == masks["outer"]).all()
+
+
+# -- 4. POSIX ACLs of the signing key and the trusted keys ---------------------------------------------------------
+def _grant(path: Path, entry: str, perms: int) -> None:
+    """Give another user (``u:nobody``) ``perms`` through the file's ACL: setfacl where installed, else the xattr."""
+    import struct
+    import subprocess
+
+    if shutil.which("setfacl"):
+        rwx = "".join(c if perms & b else "-" for c, b in (("r", 4), ("w", 2), ("x", 1)))
+        subprocess.run(["setfacl", "-m", f"{entry}:{rwx}", str(path)], check=True)
+        return
+    import pwd
+
+    if not hasattr(os, "setxattr"):
+        pytest.skip("no setfacl and no extended attributes on this platform")
+    uid = pwd.getpwnam(entry.split(":")[1]).pw_uid
+    mode = path.stat().st_mode
+    own, other = (mode >> 6) & 7, mode & 7
+    entries = [(0x01, own, 0xFFFFFFFF), (0x02, perms, uid), (0x04, (mode >> 3) & 7, 0xFFFFFFFF),
+               (0x10, perms | ((mode >> 3) & 7), 0xFFFFFFFF), (0x20, other, 0xFFFFFFFF)]
+    try:
+        os.setxattr(path, "system.posix_acl_access",
+                    struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+    except OSError as e:
+        pytest.skip(f"no POSIX ACLs on this file system ({e})")
+
+
+def _private_group_ok(path: Path) -> None:
+    """Skip where the file's group is not its owner's private group: the mode check alone then refuses it."""
+    from monai_unc.io import signing
+
+    st = path.stat()
+    if not signing._private_group(st.st_gid, st.st_uid):
+        pytest.skip("the file's group is not its owner's private group here")
+
+
+@pytest.mark.skipif(os.name != "posix" or not hasattr(os, "getxattr"), reason="POSIX ACLs are read on Linux")
+def test_signing_key_readable_by_another_user_through_an_acl_is_refused(tmp_path, monkeypatch):
+    from monai_unc.io.signing import UnprotectedKeyError, generate_key_pair, sign_digest
+
+    priv, _ = generate_key_pair(tmp_path / "keys")
+    sign_digest("0" * 64, priv)  # 0600, no ACL: signs
+    _private_group_ok(priv)
+    _grant(priv, "u:nobody", 4)
+    assert oct(priv.stat().st_mode & 0o777) == "0o640"  # the mode shows the ACL's mask: the private group's
+    # before review 61: signed, while nobody could read the key
+    with pytest.raises(UnprotectedKeyError, match=r"through its ACL \(user nobody \(uid \d+\): read\).*setfacl -b"):
+        sign_digest("0" * 64, priv)
+
+
+@pytest.mark.skipif(os.name != "posix" or not hasattr(os, "getxattr"), reason="POSIX ACLs are read on Linux")
+def test_trusted_key_writable_by_another_user_through_an_acl_is_refused(tmp_path, monkeypatch):
+    from monai_unc.io.signing import TRUSTED_KEYS_DIR, generate_key_pair, trusted_public_keys
+
+    cfg = tmp_path / "cfg"
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(cfg))
+    monkeypatch.delenv("MONAI_UNC_TRUSTED_KEYS", raising=False)
+    _, pub = generate_key_pair(cfg / TRUSTED_KEYS_DIR, "colleague")
+    cfg.chmod(0o700)
+    (cfg / TRUSTED_KEYS_DIR).chmod(0o700)
+    assert len(trusted_public_keys()) == 1
+    _private_group_ok(pub)
+    _grant(pub, "u:nobody", 6)
+    with pytest.raises(ValueError, match=r"writable by other users through its ACL \(user nobody.*write"):
+        trusted_public_keys()
+
+
+def test_acl_entries_are_read_under_the_mask_and_skip_the_owner(tmp_path, monkeypatch):
+    # the ACL parser on given bytes (any platform): a named user's write under a read-only mask grants nothing
+    import struct
+
+    from monai_unc.io import signing
+
+    path = tmp_path / "k.pub"
+    path.write_text("x")
+    uid = path.stat().st_uid
+
+    def acl(*entries):
+        return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+    other, group = uid + 4242, 4242 + 77
+    user_name, group_name = signing._id_name(True, other), signing._id_name(False, group)
+    cases = [
+        (acl((1, 6, 0xFFFFFFFF), (2, 6, other), (0x10, 4, 0xFFFFFFFF)), 6, [f"user {user_name}: read"]),
+        (acl((1, 6, 0xFFFFFFFF), (2, 6, other), (0x10, 4, 0xFFFFFFFF), (0x20, 0, 0)), 2, []),  # write masked
+        (acl((1, 6, 0xFFFFFFFF), (2, 6, uid), (0x10, 6, 0xFFFFFFFF)), 6, []),  # the owner's own entry
+        (acl((1, 6, 0xFFFFFFFF), (8, 2, group), (0x10, 6, 0xFFFFFFFF)), 2, [f"group {group_name}: write"]),
+        (b"\x01\x00", 6, ["an ACL this version cannot read (2 bytes): treat it as granting 6"]),
+    ]
+    for raw, perms, want in cases:
+        monkeypatch.setattr(os, "getxattr", lambda p, name, raw=raw: raw, raising=False)
+        assert signing.acl_grants(path, perms) == want, raw
+    monkeypatch.setattr(os, "getxattr", lambda p, name: (_ for _ in ()).throw(OSError(95, "not supported")),
+                        raising=False)
+    assert signing.acl_grants(path, 6) == []  # a file system without extended attributes: skipped
