@@ -25,7 +25,7 @@ INFER = {"settings": {"model": "toy", "checkpoints": None, "method": "mcdropout"
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    data = write_toy_cohort(tmp_path_factory.mktemp("toy61") / "A", n_cases=4, shape=(8, 8, 8), seed=1)
+    data = write_toy_cohort(tmp_path_factory.mktemp("toy61") / "A", n_cases=4, shape=(14, 14, 14), seed=1)
     (data["predictions"] / "infer.json").write_text(json.dumps(INFER))
     for i in range(4):  # the case records of a finished run
         record = {"method": "mcdropout", "num_samples": 8, "mi_meaning": "epistemic", "multilabel": False,
@@ -38,6 +38,14 @@ def _rule(**kw) -> ReferralRule:
     scores = tuple(float(v) for v in np.linspace(0.0, 0.9, 12))
     return ReferralRule("predictive_entropy_fg_mean", float("inf"), True, 0.5, 0.2, "sgr", "failure", 0.8, scores,
                         tuple(f"c{i}" for i in range(12)), num_classes=2, map_source="probabilities", **kw)
+
+
+def _matching(data, **kw) -> ReferralRule:
+    """:func:`_rule` with the fingerprint of the toy predictions."""
+    from monai_unc.io.provenance import prediction_fingerprint
+
+    fp = prediction_fingerprint(data["predictions"], "monai-unc", [f"toy{i:03d}" for i in range(4)])
+    return dataclasses.replace(_rule(), fingerprint=fp, **kw)
 
 
 def _reads_of(name: str, monkeypatch) -> list[str]:
@@ -235,3 +243,103 @@ def test_acl_entries_are_read_under_the_mask_and_skip_the_owner(tmp_path, monkey
     monkeypatch.setattr(os, "getxattr", lambda p, name: (_ for _ in ()).throw(OSError(95, "not supported")),
                         raising=False)
     assert signing.acl_grants(path, 6) == []  # a file system without extended attributes: skipped
+
+
+# -- 3. triage.json carries its digest and, with a signing key configured, its signature ----------------------------
+def _flip_one_referral(doc: dict) -> dict:
+    """An edit check_recorded_decisions cannot see: a referred case accepted, its score lowered to an accepted one's,
+    the counts, lists, reasons and order made to agree."""
+    from monai_unc.evaluation import triage_order
+
+    doc = json.loads(json.dumps(doc))
+    cases = doc["cases"]
+    ok = next(c for c in cases if c["decision"] == "accept")
+    bad = next(c for c in cases if c["code"] == "above_threshold")
+    bad.update(score=ok["score"], decision="accept", code="accepted", reason=ok["reason"])
+    doc["accepted"] = [c["case"] for c in cases if c["decision"] == "accept"]
+    doc["review"] = [c["case"] for c in cases if c["decision"] == "review"]
+    doc["n_accepted"], doc["n_review"] = len(doc["accepted"]), len(doc["review"])
+    doc["reasons"] = {}
+    for c in cases:
+        doc["reasons"][c["code"]] = doc["reasons"].get(c["code"], 0) + 1
+    ids = [c["case"] for c in cases]
+    order = triage_order(ids, np.array([c["score"] for c in cases], dtype=float))
+    doc["order"] = [ids[i] for i in order]
+    for k, i in enumerate(order):
+        cases[i]["rank"] = k + 1
+    return doc
+
+
+@pytest.fixture()
+def signed_triage(toy, tmp_path, monkeypatch):
+    from monai_unc.evaluation.triage import run_triage
+    from monai_unc.io.signing import generate_key_pair
+
+    cfg = tmp_path / "cfg"
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(cfg))
+    monkeypatch.delenv("MONAI_UNC_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("MONAI_UNC_TRUSTED_KEYS", raising=False)
+    generate_key_pair(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        first = run_triage(toy["predictions"], _matching(toy), tmp_path / "t0")
+        scores = sorted(c["score"] for c in first.summary["cases"] if c["score"] is not None)
+        assert len(scores) >= 2, first.summary["cases"]
+        rule = _matching(toy, threshold=(scores[0] + scores[1]) / 2)
+        result = run_triage(toy["predictions"], rule, tmp_path / "t1")
+    codes = sorted(c["code"] for c in result.summary["cases"])
+    assert "accepted" in codes and "above_threshold" in codes, codes
+    return tmp_path / "t1", result
+
+
+def test_triage_json_is_signed_and_an_edited_decision_is_detected(signed_triage, tmp_path):
+    from monai_unc.evaluation import check_triage_summary
+    from monai_unc.io.provenance import rule_digest
+    from monai_unc.io.signing import Trust
+    from monai_unc.monitoring.records import read_triage_run
+    from monai_unc.report.triage import build_triage_page
+
+    folder, result = signed_triage
+    path = folder / "triage.json"
+    doc = json.loads(path.read_text())
+    assert doc == result.summary and doc["digest"] == rule_digest(doc) and doc["signature"]["algorithm"] == "ed25519"
+    assert check_triage_summary(doc, "t").startswith("signed by SHA256:")
+    assert check_triage_summary(doc, "t", Trust()).startswith("signed by")
+    build_triage_page(folder, tmp_path / "page0", n_cases=0)  # the genuine file reads
+    # a referred case accepted, with its score edited to agree: before review 61 every reader took it
+    edited = _flip_one_referral(doc)
+    path.write_text(json.dumps(edited))
+    for read in (lambda: build_triage_page(folder, tmp_path / "page1", n_cases=0), lambda: read_triage_run(folder)):
+        with pytest.raises(ValueError, match="does not match its digest"):
+            read()
+    # the digest recomputed by whoever edited it: the signature no longer matches
+    edited["digest"] = rule_digest(edited)
+    path.write_text(json.dumps(edited))
+    with pytest.raises(ValueError, match="signature .* does not match its content"):
+        build_triage_page(folder, tmp_path / "page2", n_cases=0)
+    # the signature removed too: read as unsigned by default, refused where a trusted signature is required
+    del edited["signature"]
+    assert check_triage_summary(edited, "t").startswith("unsigned")
+    with pytest.raises(ValueError, match="is not signed"):
+        check_triage_summary(edited, "t", Trust())
+    with pytest.raises(ValueError, match="without its field 'digest'"):
+        check_triage_summary({**doc, "digest": None}, "t")
+    with pytest.raises(TypeError, match="trust"):
+        check_triage_summary(doc, "t", True)
+
+
+def test_triage_json_without_a_signing_key_has_its_digest(toy, tmp_path, monkeypatch):
+    from monai_unc.evaluation import check_triage_summary
+    from monai_unc.evaluation.triage import run_triage
+
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(tmp_path / "empty"))
+    monkeypatch.delenv("MONAI_UNC_SIGNING_KEY", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = run_triage(toy["predictions"], _matching(toy), tmp_path / "t")
+    doc = json.loads((tmp_path / "t" / "triage.json").read_text())
+    assert "signature" not in doc and not (tmp_path / "empty").exists()  # no key is created for it
+    assert check_triage_summary(doc, "t").startswith("unsigned") and doc == result.summary
+    doc["cases"][0]["reason"] = "edited"
+    with pytest.raises(ValueError, match="does not match its digest"):
+        check_triage_summary(doc, "t")
