@@ -343,3 +343,94 @@ def test_triage_json_without_a_signing_key_has_its_digest(toy, tmp_path, monkeyp
     doc["cases"][0]["reason"] = "edited"
     with pytest.raises(ValueError, match="does not match its digest"):
         check_triage_summary(doc, "t")
+
+
+# -- hostile: the guarantees over repeated calibration / test splits ------------------------------------------------
+# Each test draws many calibration sets, fits the rule on each and measures the true quantity the rule certifies;
+# a binomial (or one-sided normal) test then asks whether the failures exceed the stated probability. The level of
+# each test is 1e-3, so a rule that holds its guarantee fails it about once in a thousand seeds of the whole test.
+P_FAIL = 1e-3
+
+
+def _binomial_p_above(k: int, n: int, p: float) -> float:
+    """P(Binomial(n, p) >= k): the one-sided p-value of ``k`` failures under the stated probability ``p``."""
+    from scipy import stats
+
+    return float(stats.binomtest(k, n, p, alternative="greater").pvalue)
+
+
+@pytest.mark.parametrize("method, undefined", [("sgr", 0.0), ("sgr", 0.2), ("ltt", 0.0)])
+def test_risk_controlled_threshold_holds_its_guarantee_over_calibration_draws(method, undefined):
+    from monai_unc.metrics.risk_control import risk_controlled_threshold
+
+    # scores U(0, 1), failure probability 0.4 s^2: the accepted cases' true risk E[0.4 s^2 | s <= t] = 0.4 t^2 / 3
+    # exceeds the target 0.1 exactly when t > sqrt(0.75); with probability at least 1 - delta it must not.
+    # undefined: that share of easy cases (risk 0) has no score; referred, they must not lend the rest their ease
+    target, delta, n, draws = 0.1, 0.1, 300, 200 if method == "sgr" else 120
+    violations = feasible = 0
+    for seed in range(draws):
+        rng = np.random.default_rng(61_000 + seed)
+        s = rng.random(n)
+        p = 0.4 * s**2
+        risk = (rng.random(n) < p).astype(float) if method == "sgr" else np.minimum(1.0, 2 * p * rng.random(n))
+        if undefined:
+            gone = rng.random(n) < undefined
+            s, risk = np.where(gone, np.nan, s), np.where(gone, 0.0, risk)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # an infeasible draw refers every case (risk 0)
+            res = risk_controlled_threshold(s, risk, target, delta, method=method, n_candidates=20,
+                                            undefined="refer" if undefined else "error")
+        if res.feasible:
+            feasible += 1
+            t = min(float(res.threshold), 1.0)
+            violations += bool(0.4 * t**2 / 3 > target)
+    assert feasible >= draws // 10, feasible  # the test has power: most draws certify a threshold
+    assert _binomial_p_above(violations, draws, delta) > P_FAIL, (violations, draws)
+
+
+def _toy_cases(n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Cases of 144 voxels with a case-wise miscalibrated probability (temperature in [0.4, 2.5])."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        z = rng.normal(0.0, 2.5, (12, 12)) + rng.normal(-1.0, 1.0)
+        y = (rng.random(z.shape) < 1 / (1 + np.exp(-z))).astype(int)
+        p = 1 / (1 + np.exp(-rng.uniform(0.4, 2.5) * z))
+        if y.any():
+            out.append((np.stack([1 - p, p]).astype(np.float32), y))
+    return out
+
+
+def _mask_loss(mask: np.ndarray, y: np.ndarray, side: str) -> float:
+    """The loss of a mask, from the mask and the truth alone: FNR (outer), false-positive share (inner)."""
+    if side == "outer":
+        return 1.0 - float((mask & (y == 1)).sum()) / float((y == 1).sum())
+    return 0.0 if not mask.any() else float((mask & (y == 0)).sum()) / float(mask.sum())
+
+
+@pytest.mark.parametrize("side", ["outer", "inner"])
+def test_conformal_masks_hold_their_guarantees_over_calibration_draws(side):
+    from scipy import stats
+
+    from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
+
+    pool = _toy_cases(1200, 61)
+    states = [conformal_case_state(p, y, activation="softmax", side=side, grid=64) for p, y in pool]
+    alpha, tol, n_cal, n_test, draws = 0.1, 0.2, 40, 10, 150
+    mean_loss, above, first_above = [], [], 0
+    for seed in range(draws):
+        idx = np.random.default_rng(62_000 + seed).permutation(len(pool))
+        cal, test = idx[:n_cal], idx[n_cal:n_cal + n_test]
+        crc = fit_conformal_rule([states[i] for i in cal], alpha)  # E[loss] <= alpha
+        hp = fit_conformal_rule([states[i] for i in cal], alpha, tol=tol)  # P(loss > tol) <= alpha
+        mean_loss.append(np.mean([_mask_loss(crc.apply(pool[i][0])[1], pool[i][1], side) for i in test]))
+        hp_losses = [_mask_loss(hp.apply(pool[i][0])[1], pool[i][1], side) for i in test]
+        above.append(np.mean([v > tol for v in hp_losses]))
+        first_above += hp_losses[0] > tol  # one new case per draw: exactly Bernoulli(<= alpha)
+    # expectation control: the mean over draws of the new cases' loss, one-sided against alpha
+    m, se = float(np.mean(mean_loss)), float(np.std(mean_loss, ddof=1) / np.sqrt(draws))
+    assert stats.norm.sf((m - alpha) / se) > P_FAIL, (m, se)
+    # the high-probability rule: a binomial test on one new case per draw, and the mean share above tol
+    assert _binomial_p_above(first_above, draws, alpha) > P_FAIL, first_above
+    m, se = float(np.mean(above)), float(np.std(above, ddof=1) / np.sqrt(draws))
+    assert stats.norm.sf((m - alpha) / se) > P_FAIL, (m, se)
