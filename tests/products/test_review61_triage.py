@@ -434,3 +434,43 @@ def test_conformal_masks_hold_their_guarantees_over_calibration_draws(side):
     assert _binomial_p_above(first_above, draws, alpha) > P_FAIL, first_above
     m, se = float(np.mean(above)), float(np.std(above, ddof=1) / np.sqrt(draws))
     assert stats.norm.sf((m - alpha) / se) > P_FAIL, (m, se)
+
+
+# -- 1b. a new case resampled otherwise than the conformal rule's calibration cases --------------------------------
+def test_conformal_rule_records_the_calibration_geometry_and_warns_on_another(tmp_path):
+    from monai_unc.evaluation import EvaluationConfig, run_evaluate
+    from monai_unc.evaluation.conformal import ConformalRuleFile, run_conformal
+    from monai_unc.io.provenance import rule_digest
+    from monai_unc.products import ConformalMasks
+
+    cal = write_toy_cohort(tmp_path / "cal", n_cases=6, shape=(12, 12, 12), spacing=(1.5, 1.0, 2.0), seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(cal["labels"], cal["predictions"], tmp_path / "eval",
+                     EvaluationConfig(spatial=False, products=[ConformalMasks({"outer": 0.3})]))
+    path = tmp_path / "eval" / "conformal_rule.json"
+    doc = ConformalRuleFile.load(path)
+    # before review 61 the rule recorded nothing of its calibration cases' resampling
+    assert doc.geometry == {"spacing_min": [1.5, 1.0, 2.0], "spacing_max": [1.5, 1.0, 2.0], "voxels_min": 12**3,
+                            "voxels_max": 12**3}
+    same = write_toy_cohort(tmp_path / "same", n_cases=2, shape=(12, 12, 12), spacing=(1.5, 1.0, 2.0), seed=4)
+    other = write_toy_cohort(tmp_path / "other", n_cases=2, shape=(16, 12, 12), spacing=(1.0, 1.0, 1.0), seed=4)
+    product = ConformalMasks({"outer": 0.3})
+    files = {f.case_id: f for f in find_prediction_cases(other["predictions"], _rule())}
+    with pytest.warns(UserWarning, match=r"case 'toy000': voxel spacing 1x1x1 mm \(calibration cases: 1.5x1x2\) and "
+                                         r"2304 voxels \(calibration cases: 1728\): resampled"):
+        product.apply(files["toy000"], path)
+    with pytest.warns(UserWarning, match="case 'toy001': voxel spacing"):
+        run_conformal(other["predictions"], path, tmp_path / "masks_other")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_conformal(same["predictions"], path, tmp_path / "masks_same")
+    assert not [w for w in caught if "resampled" in str(w.message)]
+    # the field is untrusted input: checked when read, and covered by the digest
+    raw = json.loads(path.read_text())
+    for bad, why in (({**raw["geometry"], "voxels_min": -1}, "voxels_min"),
+                     ({**raw["geometry"], "spacing_max": [1.0, 1.0, 2.0]}, "at most"),
+                     ({**raw["geometry"], "extra": 1}, "must be an object")):
+        edited = {**raw, "geometry": bad}
+        with pytest.raises(ValueError, match=why):
+            ConformalRuleFile.from_json({**edited, "digest": rule_digest(edited)})
