@@ -534,8 +534,9 @@ def run_triage(
         summary, csv_rows = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
         # with its digest and, where a signing key is configured, signed: an edited triage.json is detected
         # (check_triage_summary; found by review 61: a case flipped from review to accept with its score lowered)
+        csv_path = write_csv(output / "triage.csv", csv_rows)  # first, as before: triage.json says the run is done
         json_path, written = write_triage_summary(output / "triage.json", summary, got["key"])
-        paths = {"csv": write_csv(output / "triage.csv", csv_rows), "json": json_path}
+        paths = {"csv": csv_path, "json": json_path}
         (output / "triage.html").unlink(missing_ok=True)  # the page of an earlier run is stale now
         return written, paths
 
