@@ -111,7 +111,14 @@ from .rows import (
     region_histograms_of,
 )
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
-from .triage import ReferralRule, certify_referral_rule, mismatch_fields, run_triage
+from .triage import (
+    ReferralRule,
+    certify_referral_rule,
+    check_triage_summary,
+    mismatch_fields,
+    run_triage,
+    write_triage_summary,
+)
 
 __all__ = [
     "CONFORMAL_RULE_FILE",
@@ -181,5 +188,7 @@ __all__ = [
     "ReferralRule",
     "certify_referral_rule",
     "run_triage",
+    "check_triage_summary",
+    "write_triage_summary",
     "mismatch_fields",
 ]

@@ -26,7 +26,13 @@ from ..evaluation.cohort import dice_failed, risk_of_dice
 from ..evaluation.config import STATE_DIR, EvaluationConfig
 from ..evaluation.resume import CASES_DIR, file_signature
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
-from ..evaluation.triage.rule import Decision, ImageReference, ReferralRule, check_recorded_decisions
+from ..evaluation.triage.rule import (
+    Decision,
+    ImageReference,
+    ReferralRule,
+    check_recorded_decisions,
+    check_triage_summary,
+)
 from ..io import VOLUME_EXTENSIONS, CaseFiles, input_folder, parse_float, read_table, read_volume, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
@@ -592,6 +598,7 @@ def read_triage_run(
         # its score, the rule and its image z-score (found by hostile review: a decision edited in triage.json, a
         # "review" made "accept", was recorded as the rule's, and the accepted risk of its stream read it as accepted)
         check_recorded_decisions(cases, ReferralRule.from_json(rule, f"{path}: field 'rule'"), str(path))
+    check_triage_summary(doc, str(path))  # its digest and signature: any other edit (review 61)
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model)
 
 

@@ -46,7 +46,7 @@ from ..evaluation import triage_order
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import Decision, ReferralRule, mismatch_fields
-from ..evaluation.triage.rule import check_recorded_decisions
+from ..evaluation.triage.rule import check_recorded_decisions, check_triage_summary
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
 from ..product import (
@@ -590,6 +590,7 @@ def build_triage_page(
     _check_summary(summary, str(path))
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
     check_recorded_decisions(summary["cases"], rule, str(path))  # each decision derived again from the rule
+    check_triage_summary(summary, str(path))  # its digest and signature: any other edit (review 61)
     products = {command: command_product(command) for command in folders}
     rows = {command: cls.applied_rows(folders[command]) for command, cls in products.items()}
     out_dir = Path(output) if output is not None else folder

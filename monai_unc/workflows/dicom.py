@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 from .._utils import PROB_TOL, parameter_error, refusing
 from ..evaluation.config import STATE_DIR
 from ..evaluation.resume import CASES_DIR, file_signature
-from ..evaluation.triage.rule import ReferralRule, check_recorded_decisions
+from ..evaluation.triage.rule import ReferralRule, check_recorded_decisions, check_triage_summary
 from ..io import (
     INFER_RECORD,
     LAYOUTS,
@@ -974,6 +974,7 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
         out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"), "reason": reason}
     # a decision the rule could not have made for the recorded score (and image z-score) is refused
     check_recorded_decisions(doc["cases"], rule, str(path))
+    check_triage_summary(doc, str(path))  # its digest and signature: any other edit (review 61)
     # triage writes each case's score, decision and code twice: triage.csv must say what triage.json says
     table = Path(triage) / "triage.csv"
     if not table.is_file():
