@@ -836,7 +836,7 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
                                                             _DOMAIN + digest.encode("ascii"))
     except (InvalidSignature, ValueError):
         raise ValueError(f"{source}: its signature (field 'signature') does not match its content: the file was "
-                         "edited after it was certified") from None
+                         "edited after it was signed") from None
     if trusted is None:
         return (f"UNSIGNED: signed by {sig['key']}, a key that is not trusted here; used because "
                 "--allow-unsigned was given")
