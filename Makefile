@@ -13,7 +13,8 @@ DOCTEST_PATHS := monai_unc/_lazy.py monai_unc/_stats_kernels.py monai_unc/metric
 	monai_unc/report/viewer.py monai_unc/report/palette.py monai_unc/io monai_unc/nnunet monai_unc/data/synthetic.py monai_unc/data/mni152.py \
 	monai_unc/data/model.py monai_unc/data/perturbations.py monai_unc/data/cohorts.py monai_unc/data/training.py \
 	monai_unc/data/ssn_training.py monai_unc/report/html.py monai_unc/report/reliability.py monai_unc/report/monitor.py \
-	monai_unc/monitoring \
+	monai_unc/monitoring monai_unc/handlers monai_unc/transforms.py monai_unc/keys.py monai_unc/_utils.py monai_unc/_jit.py \
+	monai_unc/_digest.py monai_unc/_compat.py \
 	monai_unc/evaluation monai_unc/state.py monai_unc/product.py monai_unc/products monai_unc/engine monai_unc/workflows monai_unc/cli.py
 
 .PHONY: install test demo lint clean bench validate gpu-check docs

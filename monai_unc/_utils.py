@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export work
     from monai.utils import MetricReduction
 
 __all__ = [
+    "warn_tied",
     "argmax",
     "stated_affine",
     "real_array",
@@ -65,6 +66,7 @@ __all__ = [
     "check_sample_batch_size",
     "plain_module",
     "recompile_after_hooks",
+    "is_compiled",
     "label_map_dtype",
     "is_int",
     "is_real",
@@ -1135,9 +1137,26 @@ def recompile_after_hooks(model: Any) -> None:
         >>> import torch
         >>> recompile_after_hooks(torch.nn.Linear(2, 2))  # not compiled: nothing to drop
     """
-    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
-    if any(plain_module(m) is not m for m in modules):
+    if is_compiled(model):
         torch.compiler.reset()
+
+
+def is_compiled(model: Any) -> bool:
+    """Whether ``model`` is or holds a ``torch.compile`` wrapper (a module whose ``_orig_mod`` is its Python module).
+
+    Args:
+        model: the network as the caller passed it.
+
+    Returns:
+        True when ``model`` or one of its submodules is compiled.
+
+    Example:
+        >>> import torch
+        >>> is_compiled(torch.nn.Linear(2, 2)), is_compiled(torch.nn.Sequential(torch.compile(torch.nn.Linear(2, 2))))
+        (False, True)
+    """
+    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
+    return any(plain_module(m) is not m for m in modules)
 
 
 def check_same_cases(y_pred: Any, y: Any) -> None:
@@ -1934,6 +1953,32 @@ def warn_nan(message: str, stacklevel: int = 3) -> float:
     """Emit a ``UserWarning`` for degenerate but valid input and return NaN."""
     warnings.warn(message, UserWarning, stacklevel=stacklevel)
     return float("nan")
+
+
+def warn_tied(scores: np.ndarray, caller: str, value: str, stacklevel: int = 3, count: int | None = None) -> bool:
+    """Warn that ``scores`` (two or more, finite) are all tied, so they cannot rank the cases; True when they are.
+
+    The one warning of every ranking metric given a constant score (AURC, E-AURC, AUGRC, AUROC, average precision,
+    the referral curve): valid input whose value is the chance value of no ranking, not a merit of the score.
+
+    Args:
+        scores: the scores (any shape; checked finite by the caller).
+        caller: the metric's name, first in the message.
+        value: what the metric is then, e.g. ``"AUROC is the chance value 0.5"``.
+        stacklevel: as :func:`warnings.warn`'s.
+        count: the number of scores the message states (default ``scores.size``; a caller may pass the extremes
+            of sorted groups with their total count).
+
+    Returns:
+        Whether the scores are all tied (and the warning was given).
+    """
+    a = np.asarray(scores)
+    n = a.size if count is None else count
+    if n < 2 or a.min() != a.max():
+        return False
+    warnings.warn(f"{caller}: all {n} scores are tied, so the scores cannot rank the cases; {value}", UserWarning,
+                  stacklevel=stacklevel)
+    return True
 
 
 def case_vector(x: Any, name: str) -> np.ndarray:

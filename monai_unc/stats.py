@@ -39,7 +39,9 @@ the sample once and raise the reference checks' errors.
 
 ``accum_dtype=None`` chooses per input (:func:`auto_accum_dtype`): float64 up to ``FLOAT64_MAX_CLASSES`` classes
 (where the sums are a small part of the memory), float32 above (many-class models, where C float64 channels per voxel
-dominate it). Float32 error bound (recursive summation of ``N`` non-negative terms, unit roundoff ``u = 2^-24``,
+dominate it), except for float64 samples, always summed in float64 (the sums then cost what the samples do, and
+float32 sums would round each of them).
+Float32 error bound (recursive summation of ``N`` non-negative terms, unit roundoff ``u = 2^-24``,
 ``gamma_k = k u / (1 - k u)``): every mean (``pred``, the mean entropy, the per-class second moments) is within
 ``gamma_{N+1}`` *relative* of the float64 mean of the same float32 samples (:func:`accumulation_error_bound`;
 6.0e-6 for ``N = 100``), the one-channel second moment within ``gamma_{N+C+1}``. The maps follow:
@@ -163,23 +165,35 @@ def default_chunk_elements(t: torch.Tensor) -> int:
     return CUDA_CHUNK_ELEMENTS if t.device.type == "cuda" else DEFAULT_CHUNK_ELEMENTS
 
 
-def auto_accum_dtype(num_classes: int) -> torch.dtype:
-    """The accumulation dtype that ``accum_dtype=None`` chooses for ``num_classes`` channels.
+def auto_accum_dtype(num_classes: int, dtype: torch.dtype | None = None) -> torch.dtype:
+    """The accumulation dtype that ``accum_dtype=None`` chooses for ``num_classes`` channels of ``dtype`` samples.
+
+    Float64 samples (a float64 network) are always summed in float64: float32 sums would round every sample, and a
+    deterministic float64 network of more than :data:`FLOAT64_MAX_CLASSES` classes had MI ~2.4e-7 instead of 0 (found
+    by review 61); the sums then take as many bytes per channel as the samples themselves.
 
     Args:
         num_classes: channels of the probabilities (classes, or regions of a multi-label model).
+        dtype: the dtype of the samples (None: float32 or narrower).
 
     Returns:
-        ``torch.float64`` up to :data:`FLOAT64_MAX_CLASSES` channels, ``torch.float32`` above.
+        ``torch.float64`` up to :data:`FLOAT64_MAX_CLASSES` channels or for float64 samples, ``torch.float32`` above.
+
+    Raises:
+        ValueError: ``num_classes`` is not an integer >= 1.
+        TypeError: ``dtype`` is neither None nor a floating-point ``torch.dtype``.
 
     Example:
-        >>> auto_accum_dtype(3), auto_accum_dtype(105)
-        (torch.float64, torch.float32)
+        >>> auto_accum_dtype(3), auto_accum_dtype(105), auto_accum_dtype(105, torch.float64)
+        (torch.float64, torch.float32, torch.float64)
     """
     # numpy integers are integers (found by hostile testing: np.int64(3), e.g. from a shape, was refused as "not an
     # integer"; here, in accumulation_error_bound, spatial_chunks and update_many)
     if not is_int(num_classes) or num_classes < 1:
         raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
+    _check_dtype(dtype, "dtype")
+    if dtype is not None and torch.finfo(dtype).bits >= 64:
+        return torch.float64
     return torch.float64 if num_classes <= FLOAT64_MAX_CLASSES else torch.float32
 
 
@@ -478,7 +492,7 @@ class SampleStats:
         p = to_tensor(probs, "probs")
         w = _check_weight(weight)
         self._check_sample(p)
-        self._check_total([w], int(p.shape[1]))
+        self._check_total([w], int(p.shape[1]), p.dtype)
         self._add(p, [w], 1)
         return self
 
@@ -524,7 +538,7 @@ class SampleStats:
             for q in samples:
                 self._check_sample(q, samples[0].shape)
             if samples:
-                self._check_total(ws, int(samples[0].shape[1]))
+                self._check_total(ws, int(samples[0].shape[1]), samples[0].dtype)
             for q, w in zip(samples, ws):
                 self._add(q, [w], 1)
             return self
@@ -545,7 +559,7 @@ class SampleStats:
         else:
             for q in parts:  # the first sample that fails raises the error update() raises
                 self._check_sample(q)
-        self._check_total(ws, int(p.shape[1]))
+        self._check_total(ws, int(p.shape[1]), p.dtype)
         self._add(p, ws, num_samples)
         return self
 
@@ -574,7 +588,7 @@ class SampleStats:
                 f"probs shape {tuple(p.shape)} does not match the shape of earlier samples {tuple(earlier)}"
             )
 
-    def _check_total(self, weights: Sequence[float], n_channels: int) -> None:
+    def _check_total(self, weights: Sequence[float], n_channels: int, dtype: torch.dtype | None = None) -> None:
         """``ValueError`` for a subnormal weight or a total the sums cannot hold, checked before any sample is added.
 
         An entry of the sums grows to the total weight times at most ``max(1.1, log C)`` (``p`` and ``p^2`` up to
@@ -582,7 +596,7 @@ class SampleStats:
         infinite (found by hostile testing, review 59: two samples of weight 1e308 gave an infinite ``sum_w`` and every
         mean 0 without a word).
         """
-        accum = self._accum_for(n_channels)
+        accum = self._accum_for(n_channels, dtype)
         tiny = torch.finfo(accum).tiny
         small = min(weights, default=tiny)
         if small < tiny:  # found by hostile testing, review 59: 5e-324 * 0.2 is 0, two such samples gave pred (0, 1)
@@ -595,15 +609,15 @@ class SampleStats:
             raise ValueError(f"the total sample weight {total:.4g} exceeds {limit:.4g}, the most that {accum} sums of "
                              f"{n_channels} channels hold: scale the weights down (only their ratios matter)")
 
-    def _accum_for(self, n_channels: int) -> torch.dtype:
-        """The dtype of the sums: ``accum_dtype``, or before it is set :func:`auto_accum_dtype` of ``n_channels``."""
-        return self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_channels)
+    def _accum_for(self, n_channels: int, dtype: torch.dtype | None = None) -> torch.dtype:
+        """The dtype of the sums: ``accum_dtype``, or before it is set :func:`auto_accum_dtype` of the samples."""
+        return self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(n_channels, dtype)
 
     def _fused_for(self, p: torch.Tensor) -> bool:
         """Whether the fused kernel adds samples like ``p`` (a non-empty float map ``(B, C, *spatial)``)."""
         if p.ndim < 3 or p.numel() == 0 or not p.is_floating_point():
             return False
-        accum = self._accum_for(int(p.shape[1]))
+        accum = self._accum_for(int(p.shape[1]), p.dtype)
         return fused_backend(p, accum) is not None
 
     def _flags_apply(self, p: torch.Tensor) -> bool:
@@ -624,7 +638,7 @@ class SampleStats:
     def _add(self, p: torch.Tensor, weights: list[float], num_samples: int) -> None:
         """Add ``num_samples`` checked samples ``(k * B, C, *spatial)`` with their weights."""
         if self.accum_dtype is None:
-            self.accum_dtype = auto_accum_dtype(int(p.shape[1]))
+            self.accum_dtype = auto_accum_dtype(int(p.shape[1]), p.dtype)
         sums = (self.sum_p, self.sum_h, self.sum_p2)
         b = p.shape[0] // num_samples
         if self._fused_for(p) and self._fused_sums(p, b) and not any(
@@ -684,7 +698,7 @@ class SampleStats:
         n_cls = 2 if activation == "binary_sigmoid" else int(z.shape[1])
         if n_cls < (1 if self.multilabel else 2) or (activation == "binary_sigmoid" and z.shape[1] != 1):
             return False  # the caller's path raises the error for such outputs
-        accum = self._accum_for(n_cls)
+        accum = self._accum_for(n_cls, z.dtype)
         return fused_takes_outputs(z, accum)
 
     def _update_outputs(self, z: torch.Tensor, activation: str, num_samples: int, nonfinite: torch.Tensor) -> bool:
@@ -711,7 +725,7 @@ class SampleStats:
             return False
         z = to_tensor(z, "z")  # a MONAI MetaTensor as a plain tensor, as update() takes its samples
         n_cls = 2 if activation == "binary_sigmoid" else int(z.shape[1])
-        accum = self._accum_for(n_cls)
+        accum = self._accum_for(n_cls, z.dtype)
         b = z.shape[0] // num_samples
         if not self._fused_sums_for(tuple(z.shape[2:]), n_cls, b) or any(
             t is not None and (t.device != z.device or t.dtype != accum) for t in (self.sum_p, self.sum_h, self.sum_p2)
@@ -836,7 +850,7 @@ class SampleStats:
         if other.sum_p is None:
             return self
         if self.accum_dtype is None:
-            self.accum_dtype = other.accum_dtype or auto_accum_dtype(int(other.sum_p.shape[1]))
+            self.accum_dtype = other.accum_dtype or auto_accum_dtype(int(other.sum_p.shape[1]), other.sum_p.dtype)
         if self.sum_p is None:
             self.track_variance = self.track_variance and other.track_variance
             self.sum_w, self.num_updates, self.out_dtype = other.sum_w, other.num_updates, other.out_dtype

@@ -121,7 +121,10 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     **dict.fromkeys(
         [("monai_unc.products.conformal", m) for m in ("monai_unc.metrics.conformal", "monai_unc.evaluation.config",
                                                        "monai_unc.evaluation.conformal", "monai_unc.evaluation.rows",
-                                                       "monai_unc.io", "monai_unc._utils")]
+                                                       "monai_unc.io", "monai_unc._utils",
+                                                       "monai_unc.evaluation.triage.rule",
+                                                       "monai_unc.evaluation.triage.runner",
+                                                       "monai_unc.io.provenance")]
         + [("monai_unc.products.lesions", m) for m in ("monai_unc._utils", "monai_unc.io",
                                                        "monai_unc.evaluation.config", "monai_unc.scores")]
         + [("monai_unc.products.risk_control", m) for m in ("monai_unc.evaluation.cohort",

@@ -101,9 +101,24 @@ from .resume import (
     load_case_state,
     save_case_state,
 )
-from .rows import DERIVED_MEASURES, check_class_count, check_measure_options, first_class_count, region_histograms_of
+from .rows import (
+    DERIVED_MEASURES,
+    check_class_count,
+    check_measure_options,
+    check_scored_cases,
+    first_class_count,
+    has_score_source,
+    region_histograms_of,
+)
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
-from .triage import ReferralRule, certify_referral_rule, mismatch_fields, run_triage
+from .triage import (
+    ReferralRule,
+    certify_referral_rule,
+    check_triage_summary,
+    mismatch_fields,
+    run_triage,
+    write_triage_summary,
+)
 
 __all__ = [
     "CONFORMAL_RULE_FILE",
@@ -138,6 +153,8 @@ __all__ = [
     "primary_measure",
     "check_class_count",
     "check_measure_options",
+    "check_scored_cases",
+    "has_score_source",
     "first_class_count",
     "DERIVED_MEASURES",
     "QU_BRATS_COLUMNS",
@@ -171,5 +188,7 @@ __all__ = [
     "ReferralRule",
     "certify_referral_rule",
     "run_triage",
+    "check_triage_summary",
+    "write_triage_summary",
     "mismatch_fields",
 ]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from .._utils import is_count, is_finite_real, is_real, is_text_list, share_count, unique_json_keys
+from .._utils import is_count, is_finite_real, is_real, is_text_list, share_count, unique_json_keys, warn_nan
 from ..io import (
     LIBRARIES_KEY,
     VERSION_KEY,
@@ -37,7 +37,7 @@ from ..io import (
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
-from ..metrics.casewise import failure_detection, fill_undefined_scores, ood_auroc_by_shift
+from ..metrics.casewise import FailureDetection, failure_detection, fill_undefined_scores, ood_auroc_by_shift
 from ..metrics.risk_control import accepted_by_threshold
 from ..metrics.selective import area_under_referral_curve, referral_curve
 from ..product import product_type
@@ -56,7 +56,7 @@ from .config import (
 )
 from .products import cohort_products, fit_products, implicit_products, product_summaries
 from .region_case import QU_BRATS_COLUMNS
-from .rows import region_histograms_of
+from .rows import check_scored_cases, has_score_source, region_histograms_of
 
 __all__ = [
     "CohortState",
@@ -880,6 +880,32 @@ def calibration_mask(ids: Sequence[str], config: EvaluationConfig) -> np.ndarray
     return np.array([c in wanted for c in ids], dtype=bool)
 
 
+def _failure_detection(raw_scores: np.ndarray, dice: np.ndarray, column: str) -> FailureDetection:
+    """:func:`~monai_unc.metrics.casewise.failure_detection` of the filled scores; NaN with a warning for no score.
+
+    Found by review 61: with every case's score undefined (NaN), the filled scores were all tied and the AURC, E-AURC
+    and AUGRC were those of no ranking, given as the score's without a word.
+    """
+    if raw_scores.size and not np.isfinite(raw_scores).any():
+        nan = warn_nan(f"failure detection: every one of the {raw_scores.size} case(s) has an undefined score "
+                       f"{column!r} (NaN or inf): AURC, E-AURC and AUGRC are undefined", 4)
+        return FailureDetection(nan, nan, nan)
+    return failure_detection(fill_undefined_scores(raw_scores), dice)
+
+
+def _row_scored(row: Mapping[str, Any], files: Mapping[str, Any] | None) -> bool:
+    """Whether a case of a cohort state has an uncertainty score source: its recorded files say so, else its row.
+
+    A row without recorded files (a state built by hand) is scored when it names its measure or holds a case score.
+    """
+    if files is not None:
+        return has_score_source(files)
+    if row.get("measure") not in (None, ""):
+        return True
+    ends = tuple(f"_{s}" for s in CASE_SCORES)
+    return any(k.endswith(ends) and v is not None and v != "" for k, v in row.items())
+
+
 def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[str, Any] | None = None,
               fit_warnings: Sequence[str] = ()) -> dict[str, Any]:
     """Cohort metrics of ``state`` (module docstring); NaN becomes ``null`` in the returned dict.
@@ -894,10 +920,18 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
 
     Returns:
         The summary: the evaluation's blocks, then one block per product under its name, then ``warnings``.
+
+    Raises:
+        ValueError: cases without an uncertainty map and probabilities beside cases with them
+            (:func:`~monai_unc.evaluation.rows.check_scored_cases`, as ``monai-unc evaluate`` refuses them), or no
+            score column.
     """
     config.validate()
     rows = state.sorted_rows()
     ids = [str(r["case"]) for r in rows]
+    # the check of every entry point (found by review 61: evaluate_cases and summarize called from Python summarised a
+    # cohort mixing segmentations alone with scored cases, the former referred first without a word)
+    check_scored_cases([(c, _row_scored(r, state.files.get(c))) for c, r in zip(ids, rows)])
     n = len(rows)
     dice = column_values(rows, "dice")
     score_key = score_column(rows, config.score)
@@ -951,7 +985,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
                 if state.regions is None and k in rows[0]}
         if user:
             summary["case_metrics"] = {"functions": config.case_metric_names, "mean_over_cases": user}
-        fd = failure_detection(scores, dice)
+        fd = _failure_detection(raw_scores, dice, score_key)
         summary["failure_detection"] = {"risk": "1 - dice", "aurc": fd.aurc, "eaurc": fd.eaurc, "augrc": fd.augrc}
         curve = referral_curve(scores, dice)
         summary["referral"] = {
@@ -959,7 +993,9 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
             "tau": curve.tau,
             "dice": curve.value,
             "n_retained": curve.n_retained,
-            "area_normalized": area_under_referral_curve(scores, dice, normalize=True) if n > 1 else None,
+            # no score defined: no ranking to rate (the curve is the one of a random order, flat)
+            "area_normalized": area_under_referral_curve(scores, dice, normalize=True)
+            if n > 1 and np.isfinite(raw_scores).any() else None,
         }
         order = triage_order(ids, raw_scores)
         n_ref = int(share_count(config.budget, n))
@@ -987,7 +1023,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         if config.shifts is not None:  # the one OoD AUROC of the package (CaseScoresHandler's too)
             # the labels as given: a falsy label such as 0 stays "0" (found by hostile testing: `or ""` made
             # severity 0 in-distribution here only)
-            summary["ood"] = ood_auroc_by_shift(scores, [r.get("shift") for r in rows])
+            summary["ood"] = ood_auroc_by_shift(raw_scores, [r.get("shift") for r in rows])  # fills them itself
         blocks: dict[str, Any] = {}
         if cohort_products(config):
             if fitted is None:
@@ -1048,7 +1084,7 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
             block["case_metrics"] = {"mean_over_cases": user}
         region_score = f"{base}_{s}"
         if region_score in rows[0]:
-            fd = failure_detection(fill_undefined_scores(column_values(rows, region_score)), d)
+            fd = _failure_detection(column_values(rows, region_score), d, region_score)
             block["failure_detection"] = {"score": region_score, "risk": f"1 - dice_{s}", "aurc": fd.aurc,
                                           "eaurc": fd.eaurc, "augrc": fd.augrc}
         if f"qu_brats_score_{s}" in rows[0]:

@@ -45,6 +45,8 @@ __all__ = [
     "primary_measure",
     "check_class_count",
     "check_measure_options",
+    "check_scored_cases",
+    "has_score_source",
     "first_class_count",
     "QU_BRATS_COLUMNS",
     "case_tasks",
@@ -457,6 +459,65 @@ def primary_measure(maps: Mapping[str, np.ndarray], wanted: str | None) -> str |
     return next(iter(maps), None)
 
 
+def has_score_source(files: CaseFiles | Mapping[str, Any]) -> bool:
+    """Whether a case has what its uncertainty score is computed from: a map file, or probabilities to derive maps from.
+
+    Args:
+        files: the case's files, a :class:`~monai_unc.io.CaseFiles` or its JSON form (a cohort state's ``files``).
+
+    Returns:
+        True for a case with a map or probabilities; False for a segmentation alone.
+
+    Example:
+        >>> has_score_source(CaseFiles("c1", Path("l.nii.gz"), Path("c1_seg.nii.gz"), None, {}, None))
+        False
+        >>> has_score_source({"maps": {}, "probs": "c1_probs.nii.gz"})
+        True
+    """
+    if isinstance(files, CaseFiles):
+        return bool(files.maps) or files.probs is not None
+    return bool(files.get("maps")) or files.get("probs") is not None
+
+
+def check_scored_cases(cases: Sequence[tuple[str, bool]]) -> None:
+    """Refuse a cohort that mixes cases without an uncertainty score source with cases that have one.
+
+    A case with neither an uncertainty map nor probabilities (a segmentation alone) has no uncertainty score: beside
+    cases that have one, it would be ranked first as an undefined score, and the cohort's means (Dice and the
+    failure detection of every case, calibration of the cases with probabilities) would be over different sets of
+    cases. The one check of every entry point: ``monai-unc evaluate`` (:func:`check_measure_options`),
+    :func:`~monai_unc.evaluation.runner.evaluate_cases` and :func:`~monai_unc.evaluation.cohort.summarize`.
+    A cohort of segmentations alone passes (refused elsewhere when a score is needed).
+
+    Args:
+        cases: ``(case id, whether the case has a map or probabilities)`` per case (:func:`has_score_source`).
+
+    Raises:
+        ValueError: some but not all cases have neither a map nor probabilities; the message names up to five.
+
+    Example:
+        >>> check_scored_cases([("a", True), ("b", True)])
+        >>> check_scored_cases([("a", False), ("b", True)])
+        Traceback (most recent call last):
+        ...
+        ValueError: 1 case(s) have neither an uncertainty map nor probabilities ('a'), while the other 1 case(s) \
+have: they would have no uncertainty score for the triage and failure detection; give their probabilities or maps \
+(--uncertainty, --measures), or leave them out
+    """
+    # found by hostile review 60: a case with a segmentation alone (no map, no probabilities) beside cases whose maps
+    # are derived from their probabilities had no uncertainty score; first in case-id order it made the cohort fail
+    # after every case was evaluated ("no uncertainty score in the rows: give uncertainty maps or probabilities"),
+    # anywhere else it was referred first as an undefined score, without a word; review 61: the check of the command
+    # line only, so evaluate_cases and summarize called from Python mixed them silently
+    bare = [str(cid) for cid, scored in cases if not scored]
+    if bare and len(bare) < len(cases):
+        shown = ", ".join(repr(c) for c in bare[:5]) + (f" and {len(bare) - 5} more" if len(bare) > 5 else "")
+        raise ValueError(f"{len(bare)} case(s) have neither an uncertainty map nor probabilities ({shown}), while "
+                         f"the other {len(cases) - len(bare)} case(s) have: they would have no uncertainty score for "
+                         "the triage and failure detection; give their probabilities or maps (--uncertainty, "
+                         "--measures), or leave them out")
+
+
 def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig,
                           scores: Mapping[str, str | None] | None = None) -> None:
     """Refuse, before any case is read, a ``--measure`` or ``--score`` that the cases' files cannot give.
@@ -503,17 +564,7 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig,
             raise ValueError(f"no case has an uncertainty map or probabilities (e.g. case {cases[0].case_id!r}): the "
                              "case scores, the triage and failure detection need them; give the maps (--uncertainty, "
                              "--measures) or the probabilities")
-    # found by hostile review 60: a case with a segmentation alone (no map, no probabilities) beside cases whose maps
-    # are derived from their probabilities had no uncertainty score; first in case-id order it made the cohort fail
-    # after every case was evaluated ("no uncertainty score in the rows: give uncertainty maps or probabilities"),
-    # anywhere else it was referred first as an undefined score, without a word
-    bare = [files.case_id for files in cases if not files.maps and files.probs is None]
-    if bare and len(bare) < len(cases):
-        shown = ", ".join(repr(c) for c in bare[:5]) + (f" and {len(bare) - 5} more" if len(bare) > 5 else "")
-        raise ValueError(f"{len(bare)} case(s) have neither an uncertainty map nor probabilities ({shown}), while "
-                         f"the other {len(cases) - len(bare)} case(s) have: they would have no uncertainty score for "
-                         "the triage and failure detection; give their probabilities or maps (--uncertainty, "
-                         "--measures), or leave them out")
+    check_scored_cases([(files.case_id, has_score_source(files)) for files in cases])
     wanted = {}
     if config.measure is not None:
         wanted["--measure"] = (config.measure, config.measure)

@@ -55,7 +55,14 @@ from .products import (
     write_case_files,
 )
 from .resume import CASES_DIR, case_cache, case_config_fingerprint, check_inputs_unchanged, input_signatures
-from .rows import check_class_count, check_measure_options, remove_stale_maps, write_derived_maps
+from .rows import (
+    check_class_count,
+    check_measure_options,
+    check_scored_cases,
+    has_score_source,
+    remove_stale_maps,
+    write_derived_maps,
+)
 from .triage import prediction_regions, region_differences
 
 __all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "check_unclaimed_labels",
@@ -386,12 +393,16 @@ def evaluate_cases(
         The cohort state (summarise it with :func:`~monai_unc.evaluation.cohort.summarize`).
 
     Raises:
-        ValueError: ``cases`` is empty, or labels that no region claims.
+        ValueError: ``cases`` is empty, labels that no region claims, or cases without a map and probabilities beside
+            cases with them (:func:`~monai_unc.evaluation.rows.check_scored_cases`).
         CaseError: a case cannot be read, has another number of classes or no label in ``config.shifts``.
     """
     config.validate()
     _check_shift_cases(cases, config)
     check_products(cases, config)
+    # before any work, as run_evaluate (check_measure_options); found by review 61: this API path evaluated a case with
+    # a segmentation alone beside scored cases and referred it first as an undefined score, without a word
+    check_scored_cases([(files.case_id, has_score_source(files)) for files in cases])
 
     def cohort(run: CohortRun) -> CohortState | None:
         results = [_as_tuple(r) for r in run.results]

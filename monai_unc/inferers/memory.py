@@ -4,7 +4,7 @@ Peak working memory of :class:`~monai_unc.inferers.UncertaintyInferer` (and its 
 voxels with ``C`` classes, under a sliding window of ``V_w`` voxels run ``k`` windows at a time (``sw_batch_size``:
 MONAI stacks ``k`` windows into one network call, so every term of a window below counts ``k V_w`` voxels), with the
 input dtype's ``b`` bytes (4 for float32) and the accumulation dtype's ``a`` bytes (8 up to ``FLOAT64_MAX_CLASSES``
-classes, 4 above). The larger of two phases:
+classes and for a float64 input, 4 above). The larger of two phases:
 
 - **stitching**: MONAI's output buffers, ``b V (C + 1 + q + w)`` (``b`` is 4 for a float16 / bfloat16 input, which
   the inferer stitches in float32; mean probabilities, mean entropy, second moment:
@@ -200,7 +200,8 @@ def estimate_memory(
         num_classes: output channels ``C`` of the network.
         roi_size: the sliding window's ``roi_size`` (``None``: one pass over the whole volume, ``SimpleInferer``).
         input_dtype: dtype of the input (MONAI stitches in it, in float32 for float16 / bfloat16).
-        accum_dtype: the inferer's ``accum_dtype`` (``None``: float64 up to 16 classes, float32 above).
+        accum_dtype: the inferer's ``accum_dtype`` (``None``: float64 up to 16 classes and for a float64
+            ``input_dtype``, float32 above: :func:`~monai_unc.stats.auto_accum_dtype`).
         track_variance: the inferer keeps a second moment for ``variance``.
         class_variance: the second moment per class (``C`` channels) instead of one channel.
         pred_dtype: the inferer's ``pred_dtype`` (``"input"``, a float dtype, or ``None`` for ``argmax`` only).
@@ -317,7 +318,7 @@ def estimate_memory(
         parts = {"stitching buffers": buffers, "window": window_net}
         final = {"stitching buffers": b * v * c, "softmax": b * v * c}
         return _larger(parts, "stitching", final, "final")
-    a = _nbytes(accum_dtype if accum_dtype is not None else auto_accum_dtype(c))
+    a = _nbytes(accum_dtype if accum_dtype is not None else auto_accum_dtype(c, input_dtype))
     e = c if multilabel else 1  # channels of a scalar map
     q = (c if (class_variance or multilabel) else 1) if track_variance else 0
     w = e if (window_disagreement and roi_size is not None) else 0

@@ -47,6 +47,7 @@ from .._utils import (
     ArrayLike,
     check_bool,
     check_finite,
+    is_compiled,
     is_int,
     like_input,
     plain_module,
@@ -941,6 +942,7 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         self.last_search: RateSearchResult | None = None
         self.searches = 0  # searches since the last reset (more than one per forward pass: a module used twice)
         self.replaced: nn.Module | None = None  # the dropout module this layer replaced (convert_dropout_to_rate_in)
+        self.kept_by: Any = None  # the RateInSource that keeps this layer attached between calls (activate(keep=True))
 
     @property
     def mode(self) -> str:
@@ -1360,6 +1362,8 @@ class RateInSource(SampleSource):
         RateInDropout(**_with_default_p(self.layer_kwargs))  # validate the settings now, not at the first call
         self._layers: list[tuple[str, RateInDropout]] = []
         self._records: dict[str, dict[str, list[torch.Tensor]]] = {}
+        # a compiled network the layers stay attached to between calls, and their placement (see activate)
+        self._kept: tuple[nn.Module, str] | None = None
 
     def __len__(self) -> int:
         return self.num_samples
@@ -1369,10 +1373,24 @@ class RateInSource(SampleSource):
         return [None] * self.num_samples
 
     @contextlib.contextmanager
-    def activate(self, network: nn.Module | None) -> Iterator[list[tuple[str, RateInDropout]]]:
+    def activate(self, network: nn.Module | None, keep: bool = False) -> Iterator[list[tuple[str, RateInDropout]]]:
         """Attach the Rate-In layers for the call (see ``placement``) and switch them on; restore afterwards.
 
         The network's own Rate-In layers get back their training flag, ``mode``, ``rates`` and ``last_search``.
+        The layers attached for the call are removed afterwards; with ``keep`` on a ``torch.compile`` network they stay
+        attached instead (switched off outside the calls, their state restored as above) until :meth:`release`, until
+        this source activates on another network, or until another source activates on this one. Dynamo does not
+        guard on hooks, so attaching or removing them drops the compiled code
+        (:func:`~monai_unc._utils.recompile_after_hooks`): removed after every call, they made every case of
+        ``nnunet-predict`` under ``nnUNet_compile=1`` compile the network again (found by review 61).
+
+        Args:
+            network: the network (a ``torch.compile`` wrapper too).
+            keep: keep the attached layers on a compiled network between calls (the owner of the network and of
+                this source, e.g. the nnU-Net predictor, sets it).
+
+        Yields:
+            The Rate-In layers ``[(name, layer)]``.
         """
         if not isinstance(network, nn.Module):
             raise TypeError(f"RateInSource needs the network as a torch.nn.Module, got {type(network).__name__}")
@@ -1382,8 +1400,16 @@ class RateInSource(SampleSource):
         # compiled network called before kept its graph without them and the search failed, "none of the Rate-In
         # layers ran"): add_rate_in / remove_rate_in drop the stale graph of a compiled wrapper
         wrapper, network = network, plain_module(network)
+        check_bool(keep, "keep")
+        if self._kept is not None and plain_module(self._kept[0]) is not network:
+            self.release()  # kept on another network
+        # layers another source keeps on this network are not this source's: removed before its own are attached
+        for owner in {id(o): o for _, layer in find_rate_in_layers(network)
+                      if (o := getattr(layer, "kept_by", None)) is not None and o is not self}.values():
+            owner.release()
         layers = find_rate_in_layers(network)
         attached = not layers
+        keep = keep and is_compiled(wrapper)
         # a layer's mode and its last search (``rates``, ``last_search``: what "fixed" mode applies): the network's own
         # Rate-In layers are given back as they were (found by hostile testing: they kept the rates of the call's last
         # window, so a later "fixed"-mode MC dropout pass applied another case's rates, or failed on another batch size)
@@ -1391,8 +1417,13 @@ class RateInSource(SampleSource):
         hooks: list[tuple[RateInHook, bool]] = []
         try:
             if attached:
+                placement = self.resolved_placement(network)
                 self._attach(wrapper)
                 layers = find_rate_in_layers(network)
+                if keep:  # kept attached between calls: the compiled code stays valid
+                    self._kept = (wrapper, placement)
+                    for _, layer in layers:
+                        layer.kept_by = self
             for _, layer in layers:
                 states.append((layer, layer.training, layer.mode, layer.rates, layer.last_search))
                 layer.train()
@@ -1410,9 +1441,26 @@ class RateInSource(SampleSource):
                 layer.rates, layer.last_search = rates, last_search
             for h, enabled in hooks:
                 h.mc_enabled = enabled
-            if attached:
+            if attached and not keep:
                 remove_rate_in(wrapper)
             self._layers = []
+
+    def release(self) -> int:
+        """Remove the layers kept attached to a compiled network between calls (``activate(keep=True)``).
+
+        Returns:
+            How many layers or hooks were removed (0 when none are kept).
+
+        Example:
+            >>> import torch
+            >>> from monai_unc.inferers import RateInSource
+            >>> RateInSource(num_samples=2).release()  # nothing kept
+            0
+        """
+        if self._kept is None:
+            return 0
+        wrapper, self._kept = self._kept[0], None
+        return remove_rate_in(wrapper)
 
     def resolved_placement(self, network: nn.Module) -> str:
         """Where the layers of :meth:`activate` come from on ``network``.
@@ -1424,6 +1472,8 @@ class RateInSource(SampleSource):
             ``"existing"`` (Rate-In layers already in the network), ``"convert"`` or ``"insert"`` (``"auto"``
             resolved: convert when the network has dropout).
         """
+        if self._kept is not None and plain_module(self._kept[0]) is plain_module(network):
+            return self._kept[1]  # the layers this source keeps attached to a compiled network
         if find_rate_in_layers(network):
             return "existing"
         if self.placement != "auto":

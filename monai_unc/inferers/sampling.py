@@ -872,7 +872,8 @@ class UncertaintyInferer(Inferer):
             :class:`~monai_unc.inferers.InvertibleTransformSource`); ``None``: torch's global stream, and MONAI's
             random transforms draw from their own ``RandomState`` as usual.
         accum_dtype: dtype of the running sums (see :mod:`monai_unc.stats`); ``None`` (default): float64 up to
-            ``FLOAT64_MAX_CLASSES`` (16) classes, float32 above (error bound in :mod:`monai_unc.stats`).
+            ``FLOAT64_MAX_CLASSES`` (16) classes and for float64 probabilities (a float64 network), float32 above
+            (error bound in :mod:`monai_unc.stats`).
         class_variance: keep the second moment per class (``C`` channels per voxel); default: one channel
             ``sum_c p_c^2``, which gives the same ``variance`` map (the mean over classes) up to rounding. Multi-label
             outputs keep one per channel either way (their variance is per channel).

@@ -68,7 +68,7 @@ from .._utils import (
     parameter_error,
 )
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure, close_names
-from .files import OUTPUT_MARKERS, file_sha256, input_folder, read_json_or_none
+from .files import OUTPUT_MARKERS, file_sha256, input_folder, read_json_cached, read_json_or_none
 
 try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.4x faster than by ``gzip``
     from isal import igzip as _igzip
@@ -2996,7 +2996,8 @@ def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | 
         yield from sorted(p for p in folder.glob("*.json") if p.name not in (INFER_RECORD, "failures.json"))
 
     for path in candidates():
-        d = read_json_or_none(path)
+        # the run record once per version of it (a per-case loop reads it for every case)
+        d = read_json_cached(path) if path.name == INFER_RECORD else read_json_or_none(path)
         if isinstance(d, dict) and "multilabel" in d:
             return {"multilabel": True, "regions": d.get("regions")} if d["multilabel"] else None
     return None

@@ -15,6 +15,7 @@ writable or creatable), :func:`check_output_file` (not an input file, not even t
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as _dt
 import errno
 import fnmatch
@@ -29,6 +30,7 @@ import socket
 import stat
 import struct
 import tempfile
+import threading
 import time
 import zipfile
 import zlib
@@ -84,6 +86,7 @@ __all__ = [
     "save_probabilities",
     "save_region_maps",
     "read_json_or_none",
+    "read_json_cached",
     "file_sha256",
     "weight_digests",
     "json_safe",
@@ -908,6 +911,7 @@ def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
         raise ValueError(f"dst must be a file path, got the folder {dst}")
     if _same_file(dst, src):
         raise ValueError(f"dst {dst} is the source file {src}")
+
     def write(tmp: Path) -> None:
         shutil.copyfile(src, tmp)  # a new file: the umask's mode
         st = os.stat(src)
@@ -1501,6 +1505,73 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError):  # RecursionError: deeply nested (found by hostile testing)
         return None
+
+
+#: parsed JSON records by version of their file (:func:`read_json_cached`), most recently used last
+_JSON_CACHE: dict[tuple[Any, ...], Any] = {}
+_JSON_CACHE_LOCK = threading.Lock()
+_JSON_CACHE_SIZE = 64
+
+
+def _file_version(path: str, st: os.stat_result) -> tuple[Any, ...]:
+    """What identifies one version of a file: its path and its ``(device, inode, size, mtime_ns, ctime_ns)``."""
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def read_json_cached(path: str | os.PathLike) -> Any:
+    """:func:`read_json_or_none`, parsed once per version of the file: for a folder's record read once per case.
+
+    The parsed document is kept under the file's path and its ``(device, inode, size, mtime_ns, ctime_ns)``
+    (``os.stat``, links followed): a loop over a prediction folder's cases reads its ``infer.json`` once, and a file
+    replaced or rewritten since (another inode, size or time) is read again, never answered from the copy of the
+    earlier version. A version is kept only when the file's status was the same before and after it was read (a
+    write during the read is not kept). The last 64 versions are kept; each call returns its own copy.
+
+    Args:
+        path: the JSON file.
+
+    Returns:
+        The parsed document (any JSON value), or None when the file is missing, unreadable, no regular file or not
+        JSON (nothing is kept then).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     p = Path(d) / "infer.json"
+        ...     _ = p.write_text('{"settings": {"samples": 8}}')
+        ...     first = read_json_cached(p)
+        ...     _ = p.write_text('{"settings": {"samples": 16}}')
+        ...     first["settings"]["samples"], read_json_cached(p)["settings"]["samples"]
+        (8, 16)
+    """
+    where = os.path.abspath(os.fspath(path))
+    try:
+        st = os.stat(where)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or device is never read (read_json_or_none)
+        return None
+    key = _file_version(where, st)
+    with _JSON_CACHE_LOCK:
+        if key in _JSON_CACHE:
+            doc = _JSON_CACHE.pop(key)
+            _JSON_CACHE[key] = doc  # most recently used last
+            return copy.deepcopy(doc)
+    try:
+        with open(where, "rb") as f:
+            before = os.fstat(f.fileno())
+            raw = f.read()
+            after = os.fstat(f.fileno())
+        doc = json.loads(raw)
+    except (OSError, ValueError, RecursionError):
+        return None
+    version = _file_version(where, before)
+    if stat.S_ISREG(before.st_mode) and version == _file_version(where, after):
+        with _JSON_CACHE_LOCK:
+            _JSON_CACHE[version] = doc
+            while len(_JSON_CACHE) > _JSON_CACHE_SIZE:
+                del _JSON_CACHE[next(iter(_JSON_CACHE))]
+    return copy.deepcopy(doc)
 
 
 def file_sha256(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:

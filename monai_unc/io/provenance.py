@@ -58,6 +58,7 @@ from .files import (
     check_not_being_written,
     input_folder,
     json_safe,
+    read_json_cached,
     read_json_or_none,
 )
 from .signing import (
@@ -196,7 +197,7 @@ def prediction_fingerprint(
         maps = prediction_fingerprint(uncertainty, layout, case_ids)
         return fp if compare_fingerprints(fp, maps) in (("match", []), ("unverified", [])) else {**fp, "maps": maps}
     if layout == "monai-unc":
-        doc = read_json_or_none(pred / "infer.json")
+        doc = read_json_cached(pred / "infer.json")
         settings = doc.get("settings") if isinstance(doc, dict) else None
         if not isinstance(settings, dict):
             return {"producer": "unknown"}
@@ -224,7 +225,7 @@ def prediction_fingerprint(
         if settings.get("regions") is not None:  # region-based runs only, so older rules still match
             fp["regions"] = settings["regions"]
         return json.loads(json.dumps(fp))
-    cfg = read_json_or_none(pred / "uncertainty_config.json")
+    cfg = read_json_cached(pred / "uncertainty_config.json")
     if not isinstance(cfg, dict):
         return {"producer": "unknown"}
     unc = Path(uncertainty) if uncertainty is not None else pred / LAYOUTS["nnunet"]["uncertainty_subdir"]
@@ -456,15 +457,15 @@ def prediction_regions(
         found = read_prediction_regions(pred)
         if found is not None:
             return found.get("regions") or True
-        doc = read_json_or_none(pred / "infer.json")
+        doc = read_json_cached(pred / "infer.json")
         return False if isinstance(doc, dict) and isinstance(doc.get("settings"), dict) else None
-    cfg = read_json_or_none(pred / "uncertainty_config.json")
+    cfg = read_json_cached(pred / "uncertainty_config.json")
     if isinstance(cfg, dict) and cfg.get("regions"):
         return cfg["regions"]
     # stock nnU-Net (nnUNetv2_predict) and earlier records: the dataset.json nnU-Net writes beside the predictions
     # orders the sigmoid channels of a region model (found by hostile review: without it, a folder whose channels are
     # whole tumour, tumour core, enhancing tumour was scored against --regions brats (TC, WT, ET) channel by channel)
-    dataset = read_json_or_none(pred / "dataset.json")
+    dataset = read_json_cached(pred / "dataset.json")
     regions = nnunet_dataset_regions(dataset, str(pred / "dataset.json")) if dataset is not None else {}
     if regions:
         return regions

@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import os
 import re
+import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,7 @@ __all__ = [
     "key_fingerprint",
     "trusted_public_keys",
     "check_owner_only_writable",
+    "acl_grants",
     "sign_digest",
     "verify_signature",
 ]
@@ -570,6 +572,74 @@ def _private_group(gid: int, uid: int) -> bool:
     return not any(p.pw_gid == gid and p.pw_name != user for p in pwd.getpwall())
 
 
+#: the extended attribute of a file's POSIX access ACL, and its entry tags (Linux ``acl_ea.h``)
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_USER, _ACL_GROUP, _ACL_MASK = 0x02, 0x08, 0x10
+
+
+def acl_grants(path: str | os.PathLike, perms: int, group_perms: int | None = None) -> list[str]:
+    """The users and groups other than the owner that a file's POSIX ACL grants ``perms`` (4 read, 2 write).
+
+    The mode bits of a file with an access ACL show its mask in the group bits, which the owner's private group
+    passes (the umask 002 convention): found by review 61, ``setfacl -m u:bob:r signing_key.pem`` left the key
+    ``0640`` with the owner's private group, and bob could read it while the key was used to sign. Read from the
+    ``system.posix_acl_access`` extended attribute (``os.getxattr``, Linux); a named user or group entry counts as
+    its permissions under the ACL's mask, except the owner itself, the current user (whom the owner let in) and the
+    owner's private group (named after the owner, no other member). Where the platform or the file system has no
+    extended attributes, or the file no ACL, nothing is found.
+
+    Args:
+        path: the file or folder (links followed).
+        perms: the permission bits that count (``4`` read, ``2`` write, ``6`` either).
+        group_perms: those that count for a named group's entry (default ``perms``).
+
+    Returns:
+        One text per entry that grants them, e.g. ``"user bob (uid 1001): read"``; empty without such an entry.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile() as f:
+        ...     acl_grants(f.name, 6)
+        []
+    """
+    getxattr = getattr(os, "getxattr", None)
+    if getxattr is None:  # not Linux: no POSIX ACLs to read this way
+        return []
+    try:
+        raw = getxattr(os.fspath(path), _ACL_XATTR)
+    except (OSError, ValueError):  # no ACL (ENODATA), no extended attributes on this file system (ENOTSUP)
+        return []
+    if len(raw) < 4 or (len(raw) - 4) % 8 or struct.unpack_from("<I", raw)[0] != 2:
+        return [f"an ACL this version cannot read ({len(raw)} bytes): treat it as granting {perms:o}"]
+    entries = [struct.unpack_from("<HHI", raw, 4 + 8 * i) for i in range((len(raw) - 4) // 8)]
+    mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 0o7)
+    st = os.stat(path)
+    out = []
+    for tag, perm, qualifier in entries:
+        granted = perm & mask & (perms if tag == _ACL_USER or group_perms is None else group_perms)
+        if not granted or tag not in (_ACL_USER, _ACL_GROUP):
+            continue
+        if tag == _ACL_USER and qualifier in (st.st_uid, os.getuid()):
+            continue
+        if tag == _ACL_GROUP and os.name == "posix" and _private_group(qualifier, st.st_uid):
+            continue
+        what = ", ".join(w for bit, w in ((4, "read"), (2, "write")) if granted & bit) or "execute"
+        out.append(f"{'user' if tag == _ACL_USER else 'group'} {_id_name(tag == _ACL_USER, qualifier)}: {what}")
+    return out
+
+
+def _id_name(user: bool, ident: int) -> str:
+    """``name (uid N)`` / ``name (gid N)``, or the bare id where it has no name."""
+    import grp
+    import pwd
+
+    try:
+        name = pwd.getpwuid(ident).pw_name if user else grp.getgrgid(ident).gr_name
+    except KeyError:
+        name = "?"
+    return f"{name} ({'uid' if user else 'gid'} {ident})"
+
+
 def check_owner_only_writable(path: str | os.PathLike) -> None:
     """Refuse a file or folder that another user could change (POSIX; nothing is checked on Windows).
 
@@ -603,6 +673,12 @@ def check_owner_only_writable(path: str | os.PathLike) -> None:
         raise ValueError(
             f"trusted key location {p} is writable by other users (mode {oct(st.st_mode & 0o777)}): anyone could add "
             f"a key; run: chmod go-w '{p}'"
+        )
+    granted = acl_grants(p, 0o2)
+    if granted:  # the mode shows the ACL's mask only (review 61)
+        raise ValueError(
+            f"trusted key location {p} is writable by other users through its ACL ({'; '.join(granted)}): they "
+            f"could add a key; run: setfacl -b '{p}'"
         )
 
 
@@ -686,6 +762,14 @@ def _check_private_key_mode(path: Path) -> None:
             f"chmod 600 '{path}' (and make a new pair with monai-unc keys --create --overwrite if someone may have "
             "copied it)"
         )
+    granted = acl_grants(path, 0o6, 0o6 if st.st_uid == os.getuid() else 0o2)  # as the group bits above
+    if granted:  # the mode shows the ACL's mask only (review 61)
+        raise UnprotectedKeyError(
+            f"signing key {path} can be read or changed by other users through its ACL ({'; '.join(granted)}): "
+            f"whoever copied it can certify rules as you; {'run' if st.st_uid == os.getuid() else 'its owner must run'}"
+            f": setfacl -b '{path}' (and make a new pair with monai-unc keys --create --overwrite if someone may have "
+            "copied it)"
+        )
 
 
 def sign_digest(digest: str, key_file: str | os.PathLike) -> dict[str, str]:
@@ -752,7 +836,7 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
                                                             _DOMAIN + digest.encode("ascii"))
     except (InvalidSignature, ValueError):
         raise ValueError(f"{source}: its signature (field 'signature') does not match its content: the file was "
-                         "edited after it was certified") from None
+                         "edited after it was signed") from None
     if trusted is None:
         return (f"UNSIGNED: signed by {sig['key']}, a key that is not trusted here; used because "
                 "--allow-unsigned was given")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_attributes
 from .ambiguity import (
+    GED_CLASSES,
     GED_DISTANCES,
     GED_VARIANTS,
     GEDResult,
@@ -212,6 +213,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, ("ambiguity_metric", "qu
                                        globals())
 
 __all__ = [
+    "GED_CLASSES",
     "GED_DISTANCES",
     "GED_VARIANTS",
     "QU_BRATS_COMPONENTS",

@@ -14,7 +14,10 @@ GED (Zepf et al., eq. 3; ValUES eq. 14; Kohl et al. 2018)
     every expectation is the mean over all ordered pairs including ``i = j`` (where ``d = 0``).
     ``d = 1 - IoU`` (or ``1 - Dice``), and ``d = 0`` when both masks are empty. For more than one foreground
     class, ``d`` is the mean of the per-class distances over the foreground classes present in either
-    mask. ``D^2_IoU``: the same with IoU over non-empty masks only; ``D^2_Det``: the same with
+    mask (``classes="present"``, the default; the Probabilistic U-Net's Cityscapes evaluation, Kohl et al., averages
+    so), or over all ``num_classes - 1`` foreground classes with distance 0 for a class absent from both masks
+    (``classes="all"``; PHiSeg's evaluation code, Baumgartner et al.). The two agree for one foreground class.
+    ``D^2_IoU``: the same with IoU over non-empty masks only; ``D^2_Det``: the same with
     ``d = k(x, y) = [empty(x) xor empty(y)]`` (Zepf et al. eq. 4), which equals ``2 (p_A - p_Y)^2`` for the
     fractions ``p`` of empty masks. The three terms are returned alongside the value.
 
@@ -70,6 +73,7 @@ __all__ = [
     "hungarian_iou",
     "GED_VARIANTS",
     "GED_DISTANCES",
+    "GED_CLASSES",
     # the MONAI metric class(es), loaded on first access (``from ... import *`` gets them as before the move)
     "NCCMetric",
     "GEDMetric",
@@ -77,6 +81,9 @@ __all__ = [
 
 #: the distances of :func:`ged` (``d = 1 - IoU`` or ``1 - Dice``)
 GED_DISTANCES = ("iou", "dice")
+#: how :func:`ged` averages the per-class distances of a pair of masks: over the foreground classes present in either
+#: mask, or over all ``num_classes - 1`` foreground classes (a class absent from both at distance 0)
+GED_CLASSES = ("present", "all")
 #: the variants of :class:`~monai_unc.metrics.GEDMetric`: :func:`ged`, :func:`ged_nonempty_iou`, :func:`ged_detection`
 GED_VARIANTS = ("ged", "nonempty_iou", "detection")
 
@@ -291,13 +298,15 @@ def _pair_sets(references: Any, samples: Any) -> tuple[torch.Tensor, torch.Tenso
     return a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1).to(a.device)
 
 
-def _pairwise_distance(a: torch.Tensor, b: torch.Tensor, n_classes: int, distance: str) -> torch.Tensor:
+def _pairwise_distance(a: torch.Tensor, b: torch.Tensor, n_classes: int, distance: str,
+                       classes: str = "present") -> torch.Tensor:
     """(M, M) distances ``1 - IoU`` or ``1 - Dice`` between all masks of both sets (references first).
 
-    Per pair, the per-class distances are averaged over the foreground classes present in either mask;
-    ``d = 0`` when no foreground class is present (both masks empty). The intersections come from one Gram
-    matrix per class (:func:`~monai_unc.metrics.overlap.label_gram`, exact counts); a class absent from both
-    masks has similarity ``empty_score = 1`` (distance 0) and is not counted.
+    Per pair, the per-class distances are averaged over the foreground classes present in either mask
+    (``classes="present"``; ``d = 0`` when no foreground class is present, both masks empty) or over all
+    ``n_classes - 1`` foreground classes (``classes="all"``). The intersections come from one Gram matrix per class
+    (:func:`~monai_unc.metrics.overlap.label_gram`, exact counts); a class absent from both masks has similarity
+    ``empty_score = 1`` (distance 0) and is counted only with ``classes="all"``.
     """
     m = a.shape[0] + b.shape[0]
     total = torch.zeros(m, m, dtype=torch.float64, device=a.device)
@@ -311,7 +320,19 @@ def _pairwise_distance(a: torch.Tensor, b: torch.Tensor, n_classes: int, distanc
         sim = iou_matrix(inter, empty_score=1.0) if distance == "iou" else dice_matrix(inter, empty_score=1.0)
         total += torch.where(here, 1.0 - sim, torch.zeros_like(sim))
         present += here.to(torch.float64)
+    if classes == "all":  # review 61: PHiSeg's convention, every foreground class counted (absent from both: 0)
+        return total / float(n_classes - 1)
     return torch.where(present > 0, total / present.clamp_min(1.0), torch.zeros_like(total))
+
+
+def _check_classes(classes: Any, num_classes: int | None) -> str:
+    """``classes`` checked against :data:`GED_CLASSES`; ``"all"`` needs ``num_classes`` (its divisor)."""
+    if not isinstance(classes, str) or classes not in GED_CLASSES:
+        raise ValueError(f"classes must be one of {GED_CLASSES}, got {classes!r}")
+    if classes == "all" and num_classes is None:
+        raise ValueError("num_classes is required with classes='all' (the per-pair distance is averaged over its "
+                         "num_classes - 1 foreground classes; read from the data it would differ between cases)")
+    return classes
 
 
 def _n_classes(a: torch.Tensor, b: torch.Tensor, num_classes: int | None) -> int:
@@ -329,14 +350,15 @@ def _energy(d_ab: torch.Tensor, d_aa: torch.Tensor, d_bb: torch.Tensor) -> GEDRe
     return GEDResult(2.0 * cross - ref - smp, cross, ref, smp)
 
 
-def _ged_sets(a: torch.Tensor, b: torch.Tensor, n_classes: int, distance: str) -> GEDResult:
-    d = _pairwise_distance(a, b, n_classes, distance)
+def _ged_sets(a: torch.Tensor, b: torch.Tensor, n_classes: int, distance: str, classes: str = "present") -> GEDResult:
+    d = _pairwise_distance(a, b, n_classes, distance, classes)
     r = a.shape[0]
     return _energy(d[:r, r:], d[:r, :r], d[r:, r:])
 
 
 def ged(
-    references: ArrayLike, samples: ArrayLike, distance: str = "iou", num_classes: int | None = None
+    references: ArrayLike, samples: ArrayLike, distance: str = "iou", num_classes: int | None = None,
+    classes: str = "present",
 ) -> GEDResult:
     """Generalized energy distance ``D^2_GED`` between rater labels and model samples of one case (Zepf et al. eq. 3).
 
@@ -348,7 +370,12 @@ def ged(
         references: ``(R, *spatial)`` integer label maps of the raters (0 = background).
         samples: ``(S, *spatial)`` integer label maps sampled from the model (e.g. argmax of each MC sample).
         distance: ``"iou"`` (``d = 1 - IoU``, Zepf et al.) or ``"dice"`` (``d = 1 - Dice``, ValUES A.6).
-        num_classes: number of classes including background; default ``max label + 1``.
+        num_classes: number of classes including background; default ``max label + 1`` (required with
+            ``classes="all"``).
+        classes: how a pair's per-class distances are averaged with several foreground classes: ``"present"``
+            (default) over the classes present in either mask (Kohl et al.'s Cityscapes evaluation), ``"all"`` over
+            all ``num_classes - 1`` foreground classes, a class absent from both masks at distance 0 (Baumgartner et
+            al., *PHiSeg: Capturing Uncertainty in Medical Image Segmentation*, as their evaluation code computes it).
 
     Returns:
         :class:`GEDResult` ``(ged, cross, reference_diversity, sample_diversity)`` with the expectations over
@@ -366,15 +393,19 @@ def ged(
         >>> samples[1, 1:3, 0] = 1  # sample 1 adds two voxels
         >>> [round(float(v), 4) for v in ged(raters, samples)]
         [0.1762, 0.2159, 0.0889, 0.1667]
+        >>> round(float(ged(raters, samples, num_classes=3, classes="all").ged), 4)  # class 2 absent: halved
+        0.0881
     """
     if distance not in GED_DISTANCES:
         raise ValueError(f"distance must be one of {GED_DISTANCES}, got {distance!r}")
+    classes = _check_classes(classes, num_classes)
     a, b = _pair_sets(references, samples)
     k = _n_classes(a, b, num_classes)
-    return _ged_sets(a, b, k, distance)
+    return _ged_sets(a, b, k, distance, classes)
 
 
-def ged_nonempty_iou(references: ArrayLike, samples: ArrayLike, num_classes: int | None = None) -> GEDResult:
+def ged_nonempty_iou(references: ArrayLike, samples: ArrayLike, num_classes: int | None = None,
+                     classes: str = "present") -> GEDResult:
     """``D^2_IoU`` (Zepf et al.): the GED with ``d = 1 - IoU`` over the non-empty masks of both sets only.
 
     A mask is empty when it holds no foreground voxel. If either set has no non-empty mask the value is
@@ -383,7 +414,9 @@ def ged_nonempty_iou(references: ArrayLike, samples: ArrayLike, num_classes: int
     Args:
         references: ``(R, *spatial)`` integer label maps of the raters (0 = background).
         samples: ``(S, *spatial)`` integer label maps sampled from the model.
-        num_classes: number of classes including background; default ``max label + 1``.
+        num_classes: number of classes including background; default ``max label + 1`` (required with
+            ``classes="all"``).
+        classes: ``"present"`` or ``"all"``, as for :func:`ged`.
 
     Returns:
         :class:`GEDResult` over the non-empty masks.
@@ -401,6 +434,7 @@ def ged_nonempty_iou(references: ArrayLike, samples: ArrayLike, num_classes: int
         >>> round(float(ged_nonempty_iou(raters, samples).ged), 4)
         0.6413
     """
+    classes = _check_classes(classes, num_classes)
     a, b = _pair_sets(references, samples)
     k = _n_classes(a, b, num_classes)
     a, b = a[(a > 0).any(dim=1)], b[(b > 0).any(dim=1)]
@@ -408,7 +442,7 @@ def ged_nonempty_iou(references: ArrayLike, samples: ArrayLike, num_classes: int
         which = "references" if a.shape[0] == 0 else "samples"
         warn_nan(f"ged_nonempty_iou: every mask in {which} is empty, D_IoU is undefined")
         return _nan_result()
-    return _ged_sets(a, b, k, "iou")
+    return _ged_sets(a, b, k, "iou", classes)
 
 
 def ged_detection(references: ArrayLike, samples: ArrayLike) -> GEDResult:
@@ -476,7 +510,8 @@ def _best_matching_cost(cost: np.ndarray, max_assignment: int = _HUNGARIAN_MAX) 
     return float(res.fun)
 
 
-def hungarian_iou(references: ArrayLike, samples: ArrayLike, num_classes: int | None = None) -> float:
+def hungarian_iou(references: ArrayLike, samples: ArrayLike, num_classes: int | None = None,
+                  classes: str = "present") -> float:
     """Hungarian-matched IoU between rater labels and model samples of one case.
 
     The references and the samples are each repeated to ``L = lcm(R, S)`` members (every reference ``L / R`` times,
@@ -486,12 +521,14 @@ def hungarian_iou(references: ArrayLike, samples: ArrayLike, num_classes: int | 
     Capturing Uncertainty in Medical Image Segmentation*). It is 1 only when the samples reproduce the raters'
     masks in the raters' proportions; unlike the GED it does not reward diversity by itself. A pair's IoU is that of
     :func:`ged` (``1 - d``): 1 for two empty masks, and for several foreground classes the mean over the classes
-    present in either mask.
+    present in either mask (``classes="present"``) or over all foreground classes (``classes="all"``).
 
     Args:
         references: ``(R, *spatial)`` integer label maps of the raters (0 = background).
         samples: ``(S, *spatial)`` integer label maps sampled from the model.
-        num_classes: number of classes including background; default ``max label + 1``.
+        num_classes: number of classes including background; default ``max label + 1`` (required with
+            ``classes="all"``).
+        classes: ``"present"`` or ``"all"``, as for :func:`ged`.
 
     Returns:
         The matched mean IoU in [0, 1] (a float).
@@ -507,9 +544,10 @@ def hungarian_iou(references: ArrayLike, samples: ArrayLike, num_classes: int | 
         >>> round(hungarian_iou(raters, samples), 4)  # (1 + 1 + 0 + 0) / 4: an empty rater matches no box
         0.5
     """
+    classes = _check_classes(classes, num_classes)
     a, b = _pair_sets(references, samples)
     k = _n_classes(a, b, num_classes)
-    d = _pairwise_distance(a, b, k, "iou")[: a.shape[0], a.shape[0]:]
+    d = _pairwise_distance(a, b, k, "iou", classes)[: a.shape[0], a.shape[0]:]
     return 1.0 - _best_matching_cost(d.cpu().numpy())
 
 

@@ -26,7 +26,17 @@ from .._utils import (
     reduce_case_values,
     sync_case_buffers,
 )
-from .ambiguity import GED_DISTANCES, GED_VARIANTS, GEDResult, ged, ged_detection, ged_nonempty_iou, ncc, rater_variance
+from .ambiguity import (
+    GED_CLASSES,
+    GED_DISTANCES,
+    GED_VARIANTS,
+    GEDResult,
+    ged,
+    ged_detection,
+    ged_nonempty_iou,
+    ncc,
+    rater_variance,
+)
 
 __all__ = ["NCCMetric", "GEDMetric"]
 
@@ -172,7 +182,9 @@ class GEDMetric(_CaseMetric):
         distance: ``"iou"`` or ``"dice"`` for ``variant="ged"`` (``"dice"`` with another variant is a
             ``ValueError``: their distance is fixed).
         num_classes: classes including background (default from the data); not with ``variant="detection"``
-            (``ValueError``).
+            (``ValueError``); required with ``classes="all"``.
+        classes: ``"present"`` (default) or ``"all"``: how a pair's per-class distances are averaged
+            (:func:`ged`); not with ``variant="detection"`` (``ValueError``).
         return_terms: keep the three terms next to the value.
         reduction: as in MONAI's metrics; NaN cases are skipped. Default ``"mean"``, or ``"mean_batch"`` with
             ``return_terms`` (one mean per column: ged, cross, reference and sample diversity). With
@@ -202,6 +214,7 @@ class GEDMetric(_CaseMetric):
         variant: str = "ged",
         distance: str = "iou",
         num_classes: int | None = None,
+        classes: str = "present",
         return_terms: bool = False,
         reduction: MetricReduction | str | None = None,
         get_not_nans: bool = False,
@@ -220,6 +233,14 @@ class GEDMetric(_CaseMetric):
                              "distance)")
         if num_classes is not None and variant == "detection":
             raise ValueError("num_classes does not apply to variant='detection' (it detects any foreground)")
+        if not isinstance(classes, str) or classes not in GED_CLASSES:
+            raise ValueError(f"classes must be one of {GED_CLASSES}, got {classes!r}")
+        if classes != "present" and variant == "detection":
+            raise ValueError(f"classes={classes!r} does not apply to variant='detection' (it detects any foreground)")
+        if classes == "all" and num_classes is None:
+            raise ValueError("num_classes is required with classes='all' (the per-pair distance is averaged over its "
+                             "num_classes - 1 foreground classes)")
+        self.classes = classes
         self.variant = variant
         self.distance = distance
         if num_classes is not None:
@@ -249,9 +270,9 @@ class GEDMetric(_CaseMetric):
 
     def _one(self, refs: torch.Tensor, smp: torch.Tensor) -> GEDResult:
         if self.variant == "ged":
-            return ged(refs, smp, distance=self.distance, num_classes=self.num_classes)
+            return ged(refs, smp, distance=self.distance, num_classes=self.num_classes, classes=self.classes)
         if self.variant == "nonempty_iou":
-            return ged_nonempty_iou(refs, smp, num_classes=self.num_classes)
+            return ged_nonempty_iou(refs, smp, num_classes=self.num_classes, classes=self.classes)
         return ged_detection(refs, smp)
 
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:

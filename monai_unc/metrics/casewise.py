@@ -14,7 +14,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_pair, case_vector, check_bool, label_text, real_array, to_numpy, warn_nan
+from .._utils import (
+    ArrayLike,
+    case_pair,
+    case_vector,
+    check_bool,
+    label_text,
+    real_array,
+    to_numpy,
+    warn_nan,
+    warn_tied,
+)
 from .discrimination import auroc
 from .selective import augrc, aurc, eaurc
 
@@ -261,7 +271,9 @@ def ood_auroc_by_shift(
         # found by hostile testing: one label given as a string was read as one label per character ("blur" for four
         # cases: the shifts b, l, u, r), as in_distribution_labels once read "clean"
         raise TypeError(f"shifts must hold one label per case (a list), got the string {shifts!r}")
-    scores = _filled(_score_values(uncertainty, "uncertainty"))  # as fill_undefined_scores, naming the argument
+    raw = _score_values(uncertainty, "uncertainty")
+    defined = np.isfinite(raw)
+    scores = _filled(raw)  # as fill_undefined_scores, naming the argument
     # None and NaN (pandas' empty cell) read as "", as is_in_distribution reads them and as read_shifts reads an empty
     # cell (found by hostile testing: a NaN label was the shift "nan", so a table read by pandas gave another AUROC)
     labels = [label_text(s) for s in shifts]
@@ -270,7 +282,13 @@ def ood_auroc_by_shift(
     iid_texts = in_distribution_labels(iid_labels)  # once, not per case
     iid = np.array([is_in_distribution(s, iid_texts) for s in labels], dtype=bool)
     out: dict[str, Any] = {"n_iid": int(iid.sum()), "n_ood": int((~iid).sum())}
-    if iid.any() and (~iid).any():
+    if iid.any() and (~iid).any() and not defined.any():
+        # found by review 61: every score undefined ranked every case alike, AUROC 0.5 without a word
+        nan = warn_nan(f"ood_auroc_by_shift: every one of the {scores.size} scores is undefined (NaN or inf); the OoD "
+                       "AUROC is undefined")
+        out["auroc"] = nan
+        out["per_shift"] = {s: nan for s in sorted({s for s, i in zip(labels, iid) if not i})}
+    elif iid.any() and (~iid).any():
         out["auroc"] = ood_auroc(scores[iid], scores[~iid])
         out["per_shift"] = {s: ood_auroc(scores[iid], scores[np.array(labels) == s])
                             for s in sorted({s for s, i in zip(labels, iid) if not i})}
@@ -299,9 +317,14 @@ def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "e
     if d.min() < 0 or d.max() > 1:
         raise ValueError(f"dice must lie in [0, 1], got values in [{d.min():.4g}, {d.max():.4g}]")
     risk = 1.0 - d
-    return FailureDetection(
-        aurc=aurc(u, risk), eaurc=eaurc(u, risk, optimum=optimum), augrc=augrc(u, risk)
-    )
+    # one warning for the three areas of a constant score (found by review 61: none at all)
+    warn_tied(u, "failure_detection", "AURC and AUGRC are those of no ranking (one point at the mean risk) and "
+              "E-AURC charges the mean risk", stacklevel=3)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"(aurc|eaurc|augrc): all \d+ scores are tied", category=UserWarning)
+        return FailureDetection(
+            aurc=aurc(u, risk), eaurc=eaurc(u, risk, optimum=optimum), augrc=augrc(u, risk)
+        )
 
 
 def _mean_dice(x: Any, name: str) -> float:

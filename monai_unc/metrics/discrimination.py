@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import ArrayLike, exceeds, is_int, probability_tolerance, to_numpy, warn_nan
+from .._utils import ArrayLike, exceeds, is_int, probability_tolerance, to_numpy, warn_nan, warn_tied
 from .selective import aurc
 
 __all__ = [
@@ -209,6 +209,15 @@ def _sorted_split(u: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return pos, neg
 
 
+#: what an AUROC is for scores all tied (:func:`~monai_unc._utils.warn_tied`)
+_TIED_AUROC = "AUROC is the chance value 0.5"
+
+
+def _warn_tied(pos: np.ndarray, neg: np.ndarray, caller: str, value: str, stacklevel: int) -> None:
+    """:func:`~monai_unc._utils.warn_tied` of two sorted non-empty groups (their extremes, their total count)."""
+    warn_tied(np.r_[pos[[0, -1]], neg[[0, -1]]], caller, value, stacklevel + 1, count=pos.size + neg.size)
+
+
 def _mann_whitney(pos: np.ndarray, neg: np.ndarray) -> float:
     """``(sum_i #{neg < pos_i} + #{neg = pos_i} / 2) / (n_pos n_neg)`` for sorted non-empty ``pos`` and ``neg``.
 
@@ -233,7 +242,8 @@ def auroc(positive: ArrayLike, negative: ArrayLike) -> float:
         negative: scores of the negative group, any shape. Both finite.
 
     Returns:
-        The AUROC as a float; NaN with a ``UserWarning`` when a group is empty.
+        The AUROC as a float; NaN with a ``UserWarning`` when a group is empty; 0.5 with a ``UserWarning`` when every
+        score is tied (they cannot rank the groups).
 
     Example:
         >>> from monai_unc.metrics.discrimination import auroc
@@ -244,6 +254,7 @@ def auroc(positive: ArrayLike, negative: ArrayLike) -> float:
     neg = np.sort(_float_array(negative, "negative", allow_empty=True).reshape(-1))
     if pos.size == 0 or neg.size == 0:
         return warn_nan(f"auroc: the {'positive' if pos.size == 0 else 'negative'} group is empty; AUROC is undefined")
+    _warn_tied(pos, neg, "auroc", _TIED_AUROC, 3)  # found by review 61: 0.5 without a word
     return _mann_whitney(pos, neg)
 
 
@@ -252,6 +263,7 @@ def _auroc_case(u: np.ndarray, e: np.ndarray) -> float:
     if pos.size == 0 or neg.size == 0:
         what = "no erroneous" if pos.size == 0 else "no correct"
         return warn_nan(f"error_auroc: the case has {what} voxel; AUROC is undefined", 5)
+    _warn_tied(pos, neg, "error_auroc", _TIED_AUROC, 5)  # a constant map: 0.5 (found by review 61: without a word)
     return _mann_whitney(pos, neg)
 
 
@@ -264,6 +276,8 @@ def _auprc_case(u: np.ndarray, e: np.ndarray) -> float:
         # there is nothing to tell the errors from, as for the AUROC
         what = "no erroneous" if n_pos == 0 else "no correct"
         return warn_nan(f"error_auprc: the case has {what} voxel; AUPRC is undefined", 5)
+    # a constant map: the error rate, the chance value (found by review 61: without a word)
+    _warn_tied(pos, neg, "error_auprc", "the average precision is the error rate, the chance value", 5)
     starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])  # first index of each distinct error value
     values = pos[starts]
     tp = n_pos - starts  # errors with u >= value
@@ -690,4 +704,13 @@ def au_arc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None = Non
         >>> round(au_arc(uncertainty, error, per_case=False), 4)
         0.9463
     """
-    return _per_case(lambda u, e: 1.0 - aurc(u, e.astype(np.float64)), uncertainty, error, per_case, "au_arc")
+    return _per_case(_au_arc_case, uncertainty, error, per_case, "au_arc")
+
+
+def _au_arc_case(u: np.ndarray, e: np.ndarray) -> float:
+    """``1 - aurc(u, e)`` of one case; a constant map warns as ``au_arc`` (not as ``aurc``)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"aurc: all \d+ scores are tied", category=UserWarning)
+        value = 1.0 - aurc(u, e.astype(np.float64))
+    warn_tied(u, "au_arc", "the curve is one point at the accuracy, the value of no ranking", 5)
+    return value

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_vector, check_bool, share_count, to_numpy, trapezoid, warn_nan
+from .._utils import ArrayLike, case_vector, check_bool, share_count, to_numpy, trapezoid, warn_nan, warn_tied
 
 __all__ = [
     "RiskCoverageCurve",
@@ -194,13 +194,20 @@ def _rc_points(confidence: np.ndarray, risk: np.ndarray) -> tuple[np.ndarray, ..
     return coverage, selective, generalized, threshold
 
 
-def _scored_points(uncertainty: Any, risk: Any, score_type: str) -> tuple[np.ndarray, ...]:
+#: what a risk-coverage metric is for scores all tied (:func:`~monai_unc._utils.warn_tied`)
+_TIED = "the curve is one point at the mean risk, the value of no ranking"
+
+
+def _scored_points(uncertainty: Any, risk: Any, score_type: str, caller: str) -> tuple[np.ndarray, ...]:
     """The checked ``risk`` and the :func:`_rc_points` of ``uncertainty`` read as ``score_type``.
 
-    ``(risk, coverage, selective_risk, generalized_risk, threshold)``, the threshold on the confidence scale.
+    ``(risk, coverage, selective_risk, generalized_risk, threshold)``, the threshold on the confidence scale. Scores
+    all tied warn (found by review 61: a constant score gave its AURC without a word, as if it ranked the cases).
     """
     s, r = _pair(uncertainty, risk)
-    return (r, *_rc_points(_confidence(s, score_type), r))
+    g = _confidence(s, score_type)
+    warn_tied(g, caller, _TIED, stacklevel=5)
+    return (r, *_rc_points(g, r))
 
 
 def _trapezoid(x: np.ndarray, y: np.ndarray) -> float:
@@ -244,7 +251,7 @@ def risk_coverage_curve(
         >>> curve.threshold
         array([ 0.8,  0.4,  0.2,  0.1, -inf])
     """
-    _, cov, sel, gen, thr = _scored_points(uncertainty, risk, score_type)
+    _, cov, sel, gen, thr = _scored_points(uncertainty, risk, score_type, "risk_coverage_curve")
     if score_type == "uncertainty":
         thr = -thr
     return RiskCoverageCurve(*(_follow(a, uncertainty) for a in (cov, sel, gen, thr)))
@@ -264,14 +271,14 @@ def aurc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty
         score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
 
     Returns:
-        The area as a float.
+        The area as a float (for scores all tied, the mean-risk value of no ranking, with a ``UserWarning``).
 
     Example:
         >>> from monai_unc.metrics import aurc
         >>> round(aurc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)
         0.1458
     """
-    _, cov, sel, _, _ = _scored_points(uncertainty, risk, score_type)
+    _, cov, sel, _, _ = _scored_points(uncertainty, risk, score_type, "aurc")
     return _trapezoid(cov, sel)
 
 
@@ -290,14 +297,14 @@ def augrc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertaint
         score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
 
     Returns:
-        The area as a float.
+        The area as a float (for scores all tied, the mean-risk value of no ranking, with a ``UserWarning``).
 
     Example:
         >>> from monai_unc.metrics import augrc
         >>> round(augrc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)
         0.125
     """
-    _, cov, _, gen, _ = _scored_points(uncertainty, risk, score_type)
+    _, cov, _, gen, _ = _scored_points(uncertainty, risk, score_type, "augrc")
     return _trapezoid(cov, gen)
 
 
@@ -387,7 +394,7 @@ def eaurc(
             other risk).
 
     Returns:
-        The excess area as a float.
+        The excess area as a float (scores all tied warn that they cannot rank the cases).
 
     Example:
         >>> from monai_unc.metrics import eaurc
@@ -400,6 +407,7 @@ def eaurc(
     """
     s, r = _pair(uncertainty, risk)
     g = _confidence(s, score_type)
+    warn_tied(g, "eaurc", "the scored term is the mean risk, the value of no ranking", stacklevel=4)
     if optimum == "closed_form":  # fd-shifts: the tie-group trapezoid AURC minus the analytic optimum
         return _trapezoid(*_rc_points(g, r)[:2]) - _optimal_aurc(r, optimum)
     return _expected_aurc(g, r) - _optimal_aurc(r, optimum)
@@ -455,7 +463,7 @@ def referral_curve(
 
     Returns:
         :class:`ReferralCurve` (``tau``, ``value``, ``n_retained``) in the library of ``uncertainty``. A rate
-        that refers every case gives NaN with a ``UserWarning``.
+        that refers every case gives NaN with a ``UserWarning``; scores all tied warn that they cannot rank the cases.
 
     Example:
         >>> from monai_unc.metrics import referral_curve
@@ -470,6 +478,9 @@ def referral_curve(
     m = n - _n_referred(t, n)  # number of retained cases per tau
     if ties not in ("average", "order"):
         raise ValueError(f"ties must be 'average' or 'order', got {ties!r}")
+    # found by review 61: a constant score gave a flat curve (ties "average") or the case order's (ties "order")
+    warn_tied(u, "referral_curve", "the cases kept are a random choice (ties 'average': the mean at every rate) or "
+              "the first in case order (ties 'order'), not the most certain", stacklevel=4)
     out = np.full(t.shape, np.nan, dtype=np.float64)
     ok = m > 0
     if callable(values):

@@ -7,6 +7,7 @@ Every file read here is untrusted input (a user may edit it): each field is chec
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import numbers
 import os
@@ -22,9 +23,16 @@ import numpy as np
 
 from ..evaluation.case import load_evaluation_case
 from ..evaluation.cohort import dice_failed, risk_of_dice
-from ..evaluation.config import EvaluationConfig
+from ..evaluation.config import STATE_DIR, EvaluationConfig
+from ..evaluation.resume import CASES_DIR, file_signature
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
-from ..evaluation.triage.rule import Decision, ImageReference, ReferralRule, check_recorded_decisions
+from ..evaluation.triage.rule import (
+    Decision,
+    ImageReference,
+    ReferralRule,
+    check_recorded_decisions,
+    check_triage_summary,
+)
 from ..io import VOLUME_EXTENSIONS, CaseFiles, input_folder, parse_float, read_table, read_volume, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
@@ -320,21 +328,89 @@ def _iso_datetime(text: str) -> datetime:
 
 #: voxels hashed at a time by :func:`prediction_digest` (as 8-byte values: 32 MiB)
 _DIGEST_CHUNK = 1 << 22
+#: the most bytes of a triage case state read for its prediction's signature (:func:`_triage_read_signature`)
+_STATE_READ_LIMIT = 64 << 20
 
 
-def prediction_digest(path: str | os.PathLike, written_before: float | None = None) -> str | None:
+def _same_file_version(path: Path, read_as: Sequence[Any]) -> bool:
+    """Whether ``path`` is still the version of the file whose signature triage recorded (``read_as``:
+    :func:`~monai_unc.evaluation.resume.file_signature`, ``[path, size, mtime_ns, ctime_ns, inode, ...]``).
+
+    The size and the modification time are compared for equality, as a cache key, never ordered against another
+    clock; with them the signatures of a header's data files (a NIfTI pair's ``.img``). ctime and inode are left
+    out: a predictions folder moved to new storage (``rsync -a``) keeps its files' versions.
+    """
+    try:
+        now = file_signature(path)
+    except (OSError, ValueError):
+        return False
+    if now is None or len(read_as) < 3 or list(now[1:3]) != list(read_as[1:3]):
+        return False
+    data_now, data_then = now[5:], list(read_as[5:])
+    if len(data_now) != len(data_then):
+        return False
+    if data_now:
+        inner_now, inner_then = data_now[0], data_then[0]
+        if not isinstance(inner_then, list) or len(inner_now) != len(inner_then):
+            return False
+        return all(isinstance(b, list) and list(a[1:3]) == list(b[1:3]) for a, b in zip(inner_now, inner_then))
+    return True
+
+
+def _triage_read_signature(folder: str | os.PathLike, case_id: str, prediction: str) -> list[Any] | None:
+    """The signature of a case's prediction file as its triage run read it, from the run's per-case state.
+
+    ``triage`` (with its default ``resume``) keeps each case's row in ``<folder>/state/cases/<case>.json`` with the
+    signature of the files it read (:func:`~monai_unc.evaluation.resume.file_signature`: path, size, modification
+    time, ...). None when there is none to read (triage run without resume, its state removed, a state written for
+    another path or that cannot be read).
+
+    Args:
+        folder: the triage output folder.
+        case_id: the case.
+        prediction: the prediction's path as ``triage.json`` records it.
+
+    Returns:
+        The signature (a list), or None.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _triage_read_signature(d, "case_01", f"{d}/case_01_seg.nii.gz")  # no state kept
+    """
+    state = Path(folder) / STATE_DIR / CASES_DIR / f"{case_id}.json"
+    try:
+        if state.stat().st_size > _STATE_READ_LIMIT:
+            return None
+        doc = json.loads(state.read_bytes().decode("utf-8"))  # triage's own state (NaN as Python writes it)
+        sig = doc["fingerprint"]["inputs"]["seg"]
+        same_path = sig[0] == str(Path(prediction).resolve())
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, IndexError):
+        return None
+    return sig if doc.get("case") == case_id and isinstance(sig, list) and same_path else None
+
+
+def prediction_digest(path: str | os.PathLike, written_before: float | None = None, *,
+                      read_as: Sequence[Any] | None = None) -> str | None:
     """A digest of a predicted segmentation's voxels: what tells a new scan that reuses a case id from the same one.
 
     ``sha256:`` and the SHA-256 of the array's shape and its values, integers as 8-byte integers and other values as
     8-byte floats (a label map saved as ``uint8`` or ``int16``, or as a float file of whole numbers, gives the same
     digest), so that the same prediction written again (another compression, a new gzip time stamp, another
     folder) is the same scan, and another scan's prediction another digest. None when it cannot be known: the file
-    is not there or cannot be read, or it was modified after ``written_before`` (the time triage wrote its summary:
-    a prediction replaced since, e.g. by a follow-up scan's of the same case id, is not the one triage read).
+    is not there or cannot be read, or it is not the version triage read: its size or modification time is not that
+    of ``read_as`` (the signature triage recorded, compared for equality, so whatever the clocks of the hosts that
+    wrote the prediction and ran triage), or, without ``read_as``, it was modified after ``written_before`` (the
+    time triage wrote its summary: a prediction replaced since, e.g. by a follow-up scan's of the same case id, is
+    not the one triage read; that comparison orders two clocks, so a prediction written by a host whose clock is
+    ahead reads as replaced).
 
     Args:
         path: the predicted segmentation (any volume :func:`~monai_unc.io.read_volume` reads).
-        written_before: a POSIX time; a file modified after it gives None. None: not checked.
+        written_before: a POSIX time; a file modified after it gives None. None: not checked. Ignored with
+            ``read_as``.
+        read_as: the file's signature as triage read it (:func:`~monai_unc.evaluation.resume.file_signature`, kept
+            in the triage folder's per-case state), or None.
 
     Returns:
         The digest, or None.
@@ -356,7 +432,12 @@ def prediction_digest(path: str | os.PathLike, written_before: float | None = No
     """
     p = Path(path)
     try:
-        if written_before is not None and p.stat().st_mtime > written_before:
+        if read_as is not None:  # found by review 61: ordered against triage.json's time, a prediction written on a
+            # host whose clock was ahead lost its digest, and one written over by a host whose clock was behind was
+            # taken for the one triage read
+            if not _same_file_version(p, read_as):
+                return None
+        elif written_before is not None and p.stat().st_mtime > written_before:
             return None
         data, _ = read_volume(p, dtype=None)
     except (OSError, ValueError, RuntimeError):  # not there, unreadable (CaseError is a ValueError): unknown
@@ -509,13 +590,15 @@ def read_triage_run(
             decision=decision, code=code,
             reason=_text(c.get("reason"), f"{where}.reason"), rule_digest=rule["digest"], model_digest=model,
             prediction=prediction,
-            prediction_sha256=None if prediction is None else prediction_digest(prediction, written),
+            prediction_sha256=None if prediction is None else prediction_digest(
+                prediction, written, read_as=_triage_read_signature(root, cid, prediction)),
         ))
     if "format_version" in rule:
         # a rule triage wrote: read in full (its certificate recomputed) and each recorded decision derived again from
         # its score, the rule and its image z-score (found by hostile review: a decision edited in triage.json, a
         # "review" made "accept", was recorded as the rule's, and the accepted risk of its stream read it as accepted)
         check_recorded_decisions(cases, ReferralRule.from_json(rule, f"{path}: field 'rule'"), str(path))
+    check_triage_summary(doc, str(path))  # its digest and signature: any other edit (review 61)
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model)
 
 

@@ -284,6 +284,62 @@ def rows_digest(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> st
     return hashlib.sha256(_canonical([[_clean(r[c]) for c in columns] for r in rows]).encode()).hexdigest()
 
 
+#: the number columns of the rows an audit entry's ``rows_digest`` covers (the case rows' and the label rows')
+_ZERO_SIGN_COLUMNS = frozenset({"score", "image_z_max", "expected_dice", "dice", "loss"})
+#: the most zeros of an entry's rows whose signs :func:`_digest_up_to_zero_signs` tries one by one (``2 ** 10``
+#: digests); beyond it, the zeros of each column together
+_ZERO_SIGN_SUBSETS = 10
+
+
+def _digest_up_to_zero_signs(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], expected: Any) -> bool:
+    """Whether rows read back from the store match the ``rows_digest`` their audit entry recorded, a zero perhaps
+    written as ``-0.0``.
+
+    Before monai-unc stored a negative zero as ``0.0`` (``_unsigned_zero``), a score or Dice of ``-0.0`` was hashed
+    into its entry as ``-0.0``; SQLite reads it back as ``0.0``, so such an untouched store failed ``verify`` (found
+    by review 61). The signs of the zeros (never their values, nor any other value) are therefore tried: the rows as
+    read, then the zeros of each set of number columns negated together (one computation gives the same sign to a
+    column's zeros), then, with at most :data:`_ZERO_SIGN_SUBSETS` zeros, every set of them. ``-0.0 == 0.0``, so a
+    match is the same numbers as written: an edited value matches no variant.
+
+    Example:
+        >>> rows = [{"case_id": "a", "score": 0.0}, {"case_id": "b", "score": 0.5}]
+        >>> old = rows_digest([{"case_id": "a", "score": -0.0}, rows[1]], ["case_id", "score"])
+        >>> _digest_up_to_zero_signs(rows, ["case_id", "score"], old)
+        True
+        >>> _digest_up_to_zero_signs([rows[0], {"case_id": "b", "score": 0.0}], ["case_id", "score"], old)
+        False
+    """
+    def row_text(r: Mapping[str, Any], negated: set[str]) -> str:
+        return _canonical([_clean(-r[c] if c in negated else r[c]) for c in columns])
+
+    try:  # rows_digest's JSON, one row at a time: a variant serializes only the rows whose zeros it negates
+        texts = [row_text(r, set()) for r in rows]
+    except (TypeError, ValueError):  # a value that no row of ours holds (bytes, a NaN): edited
+        return False
+
+    def digest(flipped: frozenset[tuple[int, str]]) -> str:
+        negated: dict[int, set[str]] = {}
+        for i, c in flipped:
+            negated.setdefault(i, set()).add(c)
+        changed = {i: row_text(rows[i], cs) for i, cs in negated.items()}
+        body = ",".join(changed.get(i, t) for i, t in enumerate(texts))
+        return hashlib.sha256(f"[{body}]".encode()).hexdigest()
+
+    if digest(frozenset()) == expected:
+        return True
+    zeros = [(i, c) for i, r in enumerate(rows) for c in columns
+             if c in _ZERO_SIGN_COLUMNS and isinstance(r[c], float) and r[c] == 0]
+    by_column = sorted({c for _, c in zeros})
+    tried = {frozenset()}
+    for mask in range(1, 1 << len(by_column)):
+        chosen = {by_column[k] for k in range(len(by_column)) if mask >> k & 1}
+        tried.add(frozenset(z for z in zeros if z[1] in chosen))
+    if len(zeros) <= _ZERO_SIGN_SUBSETS:
+        tried |= {frozenset(z for k, z in enumerate(zeros) if mask >> k & 1) for mask in range(1, 1 << len(zeros))}
+    return any(digest(flipped) == expected for flipped in tried if flipped)
+
+
 def entry_hash(entry: Mapping[str, Any]) -> str:
     """The SHA-256 of an audit entry's canonical JSON (every field but ``hash``; ``prev_hash`` included).
 
@@ -1164,9 +1220,11 @@ class MonitorStore:
         recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. Each
         ``label`` entry's labels must still name the cases they were given to (their case ids and sites: entries of
         a monai-unc that did not record them are not checked so). The case rows (their order is that of every
-        alarm's stream) must be in the order the store writes them: run after run, each run's rows in the order of a
-        hash of their case ids (or of the ids, as monai-unc wrote them before it hashed them); the label rows in the
-        order of their audit entries (a case's latest label is the one of the largest id). The table
+        alarm's stream) must be in the order the store writes them: run after run, each run's rows in the order its
+        ``record`` entry recorded (``order_digest``; an entry written before it holds one: the order of a hash of the
+        case ids, or of the ids, as monai-unc wrote them before it hashed them); the label rows in the order of their
+        audit entries (a case's latest label is the one of the largest id). A zero that an entry written before
+        monai-unc stored negative zeros as ``0.0`` hashed as ``-0.0`` matches its digest as either sign. The table
         ``monitor_meta`` must hold the schema version that the audit log's last ``migrate`` entry recorded, and no
         other key. Not covered: a run's ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a
         label's ``recorded_at`` (its entry's ``at`` is), entries cut off at the end unless ``expect_head`` is given,
@@ -1233,9 +1291,12 @@ class MonitorStore:
                 migrated.append(details.get("schema_version"))
             expected = details.get("rows_digest")
             if expected is not None and e.action in ("record", "label"):
-                got = self._rows_digest_of(e.action, e.seq)
-                if got != expected:
+                if not _digest_up_to_zero_signs(*self._rows_of(e.action, e.seq), expected):
                     problems.append(f"the rows written by audit entry {e.seq} ({e.action}) were edited or deleted")
+                elif e.action == "record" and "order_digest" in details \
+                        and self._order_digest_of(e.seq) != details["order_digest"]:
+                    problems.append(f"the case rows written by audit entry {e.seq} (record) are out of the order it "
+                                    "wrote them in (their ids were changed: the stream the alarms test was reordered)")
                 elif e.action == "record" and digests and not self._prediction_digests_hold(e.seq, details):
                     problems.append(f"the prediction digests of the rows written by audit entry {e.seq} (record) were "
                                     "edited (what tells a new scan that reuses a case id from a decision recorded "
@@ -1394,7 +1455,18 @@ class MonitorStore:
         except (TypeError, ValueError):  # a value that no row of ours holds: edited
             return "(rows that are not JSON data)"
 
-    def _rows_digest_of(self, action: str, seq: int) -> str:
+    def _order_digest_of(self, seq: int) -> str:
+        """The digest of the case ids of a ``record`` entry's run in the order of their rows (their ``id``: the order
+        of the stream every alarm tests), as :meth:`record_run` records it in the entry (``order_digest``)."""
+        rows = self._all("SELECT c.case_id FROM cases c JOIN runs r ON c.run_id = r.id WHERE r.audit_seq = ? "
+                         "ORDER BY c.id", (seq,))
+        try:
+            return rows_digest([{"case_id": r[0]} for r in rows], ("case_id",))
+        except (TypeError, ValueError):  # a value that no row of ours holds: edited
+            return "(rows that are not JSON data)"
+
+    def _rows_of(self, action: str, seq: int) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+        """The rows a ``record`` or ``label`` entry wrote, as its ``rows_digest`` covers them, and the columns."""
         if action == "record":
             cols = ", ".join(f"c.{c}" for c in _CASE_COLUMNS)
             rows = self._all(f"SELECT {cols} FROM cases c JOIN runs r ON c.run_id = r.id WHERE r.audit_seq = ?",
@@ -1406,10 +1478,7 @@ class MonitorStore:
             rows = self._all("SELECT l.case_row, l.dice, l.failure, l.loss, l.source FROM labels l "
                              "WHERE l.audit_seq = ? ORDER BY l.id", (seq,))
             found, columns = [dict(zip(_LABEL_COLUMNS, r)) for r in rows], _LABEL_COLUMNS
-        try:
-            return rows_digest(found, columns)
-        except (TypeError, ValueError):  # a value that no row of ours holds (bytes, a NaN): edited
-            return "(rows that are not JSON data)"
+        return found, columns
 
     # ------------------------------------------------------------------------------------------------- the writes
     def record_run(
@@ -1528,11 +1597,15 @@ class MonitorStore:
                     rows.append(r)  # a new decision, or the same values from another scan (its prediction differs)
                 elif r["prediction_sha256"] is None or None in found:
                     unverified += 1  # skipped as recorded, though no prediction digest could confirm the same scan
+            ordered = sorted(rows, key=lambda r: _within_run_order(r["case_id"]))
             details = {"triage": folder, "source_digest": source_digest, "rule_digest": digest,
                        "model_digest": model_digest, "n_cases": len(rows),
                        "n_already_recorded": len(every) - len(rows), "n_skipped_unconfirmed": unverified,
                        "rows_digest": rows_digest(rows, _CASE_COLUMNS),
-                       "predictions_digest": rows_digest(rows, _PREDICTION_DIGEST_COLUMNS)}
+                       "predictions_digest": rows_digest(rows, _PREDICTION_DIGEST_COLUMNS),
+                       # the order of the stream within the run (the rows digest above keeps case-id order): found by
+                       # review 61, a run's rows re-sorted by case id (their ids permuted) verified
+                       "order_digest": rows_digest(ordered, ("case_id",))}
             seq = self._append_audit("record", details, command)
             run_id = self._insert_id(
                 "INSERT INTO runs (audit_seq, source_digest, recorded_at, triaged_at, folder, rule_digest, "
@@ -1540,10 +1613,10 @@ class MonitorStore:
                 (seq, source_digest, _now(), triaged_at, folder, digest, model_digest, len(rows)))
             cols = ", ".join(_CASE_COLUMNS)
             marks = ", ".join("?" * (len(_CASE_COLUMNS) + 2))
-            # the stream's order within the run (the audit digest above keeps case-id order: verify recomputes it so)
+            # the stream's order within the run (the entry's order_digest)
             self._executemany(f"INSERT INTO cases (run_id, {cols}, prediction_sha256) VALUES ({marks})",
                               [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS), r["prediction_sha256"])
-                               for r in sorted(rows, key=lambda r: _within_run_order(r["case_id"]))])
+                               for r in ordered])
         return run_id, True
 
     def _recorded_decisions(self, digest: str, case_ids: Sequence[str]) -> dict[tuple[Any, ...], set[str | None]]:

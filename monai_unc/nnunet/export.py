@@ -477,7 +477,9 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
     channel order. Each region is first written by the dataset's ``reader_writer`` (its geometry code, any
     reorientation included) to a temporary 3D file and read back with nibabel, so the 4D file has exactly the
     voxel order, affine and header of the 3D maps (with spacing 1 along the region axis: ``pixdim[4] = 1``). Other
-    formats hold no 4D image: one file per region, ``<case>_<measure>_<region><ending>``.
+    formats hold no 4D image, and the regions of a 2D image (a 2D NIfTI, which its reader/writer writes as a 2D
+    file) would become its z axis: one file per region, ``<case>_<measure>_<region><ending>``, each with the
+    image's own shape and geometry.
 
     Args:
         reader_writer: the dataset's nnU-Net image reader/writer.
@@ -522,18 +524,28 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
             f = Path(tmpdir) / f"r{r}.nii"
             reader_writer.write_seg(np.ascontiguousarray(arr[r]).view(_FloatMap), str(f), properties)
             img = nib.load(str(f))
+            if img.ndim != 3:
+                break
             volumes.append(np.asarray(img.get_fdata(dtype=np.float32)))
             ref = img if ref is None else ref
-        header = ref.header.copy()
-        header.set_data_dtype(np.float32)
-        img4 = nib.Nifti1Image(np.stack(volumes, axis=-1), ref.affine, header)
-        img4.header.set_sform(ref.header.get_sform(), int(ref.header["sform_code"]))
-        img4.header.set_qform(ref.header.get_qform(), int(ref.header["qform_code"]))
-        # the region axis is no physical axis: spacing 1 (pixdim[4]), as nnU-Net's SimpleITK reader assumes; the 3D
-        # header would leave the 0 that SimpleITK writes there
-        img4.header.set_zooms((*ref.header.get_zooms()[:3], 1.0))
-        save_nifti_image(img4, out)
-    return [out]
+        if ref is not None and len(volumes) == arr.shape[0]:
+            header = ref.header.copy()
+            header.set_data_dtype(np.float32)
+            img4 = nib.Nifti1Image(np.stack(volumes, axis=-1), ref.affine, header)
+            img4.header.set_sform(ref.header.get_sform(), int(ref.header["sform_code"]))
+            img4.header.set_qform(ref.header.get_qform(), int(ref.header["qform_code"]))
+            # the region axis is no physical axis: spacing 1 (pixdim[4]), as nnU-Net's SimpleITK reader assumes; the
+            # 3D header would leave the 0 that SimpleITK writes there
+            img4.header.set_zooms((*ref.header.get_zooms()[:3], 1.0))
+            save_nifti_image(img4, out)
+            return [out]
+    # a 2D image: the reader/writer writes its maps as 2D files (SimpleITK, for a 2D NIfTI input), which stacked
+    # along the last axis made the regions the z axis of one 3D volume (found by review 61: the (X, Y) maps of 2
+    # regions were written as one (X, Y, 2) volume of spacing 1 along z). One file per region instead, each with
+    # the image's own shape and geometry, as formats without 4D images
+    check_region_file_names(region_names)
+    return [write_float_map(reader_writer, arr[r], out.with_name(f"{stem}_{name}{ending}"), properties)
+            for r, name in enumerate(region_names)]
 
 
 def record_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, patch_size: int = PATCH_SIZE,
@@ -896,7 +908,17 @@ def case_exported(
         return (isinstance(names, list) and bool(names)
                 and all(isinstance(n, str) and (unc_dir / n).is_file() for n in names))
 
-    return all(written(maps.get(K(m).value)) for m in measures)
+    # review 61: the record is untrusted input, and ``unc_dir / "/etc/passwd"`` is ``/etc/passwd``: a map entry that is
+    # not a plain file name of ``uncertainty/`` (``../x``, an absolute path) made the case count as exported
+    entries = [maps.get(K(m).value) for m in measures]
+    outside = [n for e in entries for n in ([e] if isinstance(e, str) else e if isinstance(e, list) else [])
+               if isinstance(n, str) and (n in ("", ".", "..") or Path(n).name != n)]
+    if outside:
+        warnings.warn(f"case {base.name!r}: its record {_record_path(base).name} names map files outside "
+                      f"{UNCERTAINTY_FOLDER}/ ({', '.join(repr(n) for n in outside[:3])}): predicting it again",
+                      UserWarning, stacklevel=2)
+        return False
+    return all(written(e) for e in entries)
 
 
 def write_scores_table(output_folder: str | os.PathLike, settings: dict | None = None) -> Path | None:

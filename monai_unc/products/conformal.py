@@ -482,20 +482,104 @@ class ConformalMasks(CohortProduct):
 
         return calibration_case_masks(case, artifact_path, folder)
 
-    def apply(self, case: Any, artifact: Any) -> Any:
+    def apply(self, case: Any, artifact: Any, *, predictions: str | os.PathLike | None = None,
+              fingerprint: Mapping[str, Any] | None = None, layout: str = "monai-unc",
+              uncertainty: str | os.PathLike | None = None, allow_mismatch: bool = False, trust: Any = None) -> Any:
         """The nested masks of a new case, as ``monai-unc conformal`` writes them.
 
+        As ``monai-unc conformal`` does for a folder, the case's predictions are first compared with the rule's
+        fingerprint and regions (:func:`~monai_unc.io.provenance.check_prediction_fingerprint`): masks of predictions
+        made otherwise than the rule's calibration predictions (another model, samples, measures) are refused, since
+        the rule's guarantee does not hold for them (found by review 61: this per-case path checked nothing, where
+        :meth:`RiskControl.apply <monai_unc.products.RiskControl.apply>` checks the fingerprint per case). The
+        predictions are those of ``predictions`` (the folder the case's files lie in; default, for a
+        :class:`~monai_unc.io.CaseFiles`, the folder of its segmentation) or, for a case loaded elsewhere, those whose
+        :func:`~monai_unc.io.provenance.prediction_fingerprint` is ``fingerprint``.
+
         Args:
-            case: the loaded case (with probabilities).
+            case: the case: its files (:class:`~monai_unc.io.CaseFiles` of a prediction folder, with probabilities;
+                loaded here) or the loaded case (:func:`~monai_unc.io.load_case`, with probabilities).
             artifact: a :class:`~monai_unc.evaluation.conformal.ConformalRuleFile` or the path of one.
+            predictions: the folder of the case's predictions, whose records are compared with the rule's.
+            fingerprint: instead of ``predictions``, the predictions' fingerprint
+                (:func:`~monai_unc.io.provenance.prediction_fingerprint`).
+            layout: the layout of ``predictions`` (``"monai-unc"`` or ``"nnunet"``).
+            uncertainty: the folder of the maps when not where the layout puts them.
+            allow_mismatch: make the masks of predictions whose fingerprint differs, or of a loaded case given
+                neither ``predictions`` nor ``fingerprint``, with a ``UserWarning`` naming the case and saying that
+                the guarantee does not cover it (``conformal --allow-mismatch``), instead of raising.
+            trust: the signature a rule file given by its path must carry
+                (:meth:`~monai_unc.evaluation.conformal.ConformalRuleFile.load`), or None (not checked).
 
         Returns:
             ``({side: bool (T, *spatial)}, predicted, names)``
             (:func:`~monai_unc.evaluation.conformal.conformal_masks`).
-        """
-        from ..evaluation.conformal import ConformalRuleFile, conformal_masks
 
-        doc = artifact if isinstance(artifact, ConformalRuleFile) else ConformalRuleFile.load(artifact)
+        Raises:
+            FingerprintMismatch: the predictions were not made like the rule's calibration predictions (without
+                ``allow_mismatch``; a ``ValueError`` naming the fields).
+            ValueError: naming ``predictions``: a loaded case given neither ``predictions`` nor ``fingerprint``
+                (without ``allow_mismatch``), or both given.
+            TypeError: ``allow_mismatch`` is not a bool, or ``fingerprint`` is not a mapping.
+
+        Example:
+            >>> import numpy as np
+            >>> from monai_unc.evaluation.conformal import ConformalRuleFile
+            >>> from monai_unc.io import LoadedCase
+            >>> from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
+            >>> probs = np.stack([np.full((4, 4, 4), 0.3), np.full((4, 4, 4), 0.7)]).astype(np.float32)
+            >>> label = np.ones((4, 4, 4), int)
+            >>> state = conformal_case_state(probs, label, activation="softmax", side="outer", grid=8)
+            >>> fp = {"producer": "monai-unc infer", "num_samples": 8}
+            >>> doc = ConformalRuleFile({"outer": fit_conformal_rule([state] * 9, 0.1)}, {"outer": 0.1}, None, fp,
+            ...                         [f"c{i}" for i in range(9)])
+            >>> case = LoadedCase("a", label, label, probs, {}, np.eye(4), (1.0, 1.0, 1.0))
+            >>> masks, _, names = ConformalMasks({"outer": 0.1}).apply(case, doc, fingerprint=fp)
+            >>> names, masks["outer"].shape
+            (['1'], (1, 4, 4, 4))
+        """
+        import warnings
+
+        from ..evaluation.conformal import ConformalRuleFile, conformal_masks
+        from ..evaluation.triage.rule import not_as_certified
+        from ..evaluation.triage.runner import mismatch_fields
+        from ..io import CaseFiles, load_case
+        from ..io.provenance import FingerprintMismatch, check_prediction_fingerprint, compare_fingerprints
+
+        if not isinstance(allow_mismatch, bool):  # "no" allowed a mismatch in triage (hostile testing)
+            raise TypeError(f"allow_mismatch must be True or False, got {allow_mismatch!r:.80}")
+        if fingerprint is not None and not isinstance(fingerprint, Mapping):
+            raise TypeError(f"fingerprint must be a prediction fingerprint (a mapping), got {fingerprint!r:.80}")
+        if predictions is not None and fingerprint is not None:
+            raise ValueError("predictions: give the case's prediction folder or its fingerprint, not both")
+        doc = artifact if isinstance(artifact, ConformalRuleFile) else ConformalRuleFile.load(artifact, trust)
+        files = case if isinstance(case, CaseFiles) else None
+        if files is not None and predictions is None and fingerprint is None:
+            seg = files.seg if files.seg is not None else files.label  # a prediction case's segmentation
+            predictions = Path(seg).parent
+        case_id = str(getattr(case, "case_id", "?"))
+        mismatch: list[str] | None
+        if predictions is not None:
+            check = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout, [case_id],
+                                                 uncertainty, allow_mismatch)
+            mismatch = mismatch_fields(check)
+        elif fingerprint is not None:
+            status, diffs = compare_fingerprints(doc.fingerprint, fingerprint)
+            if status == "mismatch" and not allow_mismatch:
+                raise FingerprintMismatch(diffs)
+            mismatch = [str(k) for k, _, _ in diffs] if status == "mismatch" else None
+        elif not allow_mismatch:
+            raise ValueError(f"predictions: case {case_id!r} is a loaded case whose predictions are not named: give "
+                             "predictions= (the folder of its prediction files) or fingerprint= (their "
+                             "prediction_fingerprint), so that they are compared with the rule's fingerprint, or "
+                             "allow_mismatch=True to make its masks unchecked")
+        else:
+            mismatch = ["(not checked: neither predictions nor fingerprint given)"]
+        if mismatch is not None:
+            warnings.warn(f"case {case_id!r}: no guarantee for this case: {not_as_certified(mismatch)}",
+                          UserWarning, stacklevel=2)
+        if files is not None:
+            case = load_case(files, len(doc.first.names), multilabel=doc.first.activation == "sigmoid")
         return conformal_masks(doc, case, nest=True)
 
     @classmethod

@@ -41,7 +41,7 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,7 +91,7 @@ from ..product import (
     product_type,
 )
 from ..regions import label_to_regions
-from .markup import Markup, document, el, frag
+from .markup import Markup, case_line, document, el, frag, isolate, isolated_list
 from .plots import (
     case_figure_path,
     plot_case_overlay,
@@ -141,6 +141,8 @@ class Figure:
         caption: the caption, after the title.
         png: the PNG bytes, embedded as base64.
         path: the PNG file written next to the page, or None.
+        case: the case id the title begins with (a case's figure), shown isolated (:func:`~.markup.isolate`) in the
+            caption; None for a cohort figure.
     """
 
     key: str
@@ -148,6 +150,7 @@ class Figure:
     caption: str
     png: bytes
     path: Path | None = None
+    case: str | None = None
 
 
 def reliability_figure(state: CohortState, n_bins: int, min_bin_count: int) -> Any | None:
@@ -209,8 +212,9 @@ def img_tag(fig: Figure) -> Markup:
         '<figure id="fig-ref"><img alt="R" src="data:image/png;base64,cG5n">'
     """
     b64 = base64.b64encode(fig.png).decode("ascii")
+    title = case_line(fig.title, [fig.case]) if fig.case is not None else fig.title  # a case id isolated (review 61)
     return el("figure", el("img", alt=fig.title, src=f"data:image/png;base64,{b64}"),
-              el("figcaption", el("b", f"{fig.title}."), " ", fig.caption), id=f"fig-{fig.key}")
+              el("figcaption", el("b", frag(title, ".")), " ", fig.caption), id=f"fig-{fig.key}")
 
 
 PAGE_CSS = """
@@ -356,13 +360,15 @@ BUDGET_NOTE = ("The budget column is a ranking: it flags the most uncertain case
                "to new cases by monai-unc triage) carries a guarantee on the risk of the cases it accepts.")
 
 
-def warning_list(warns: Sequence[str], limit: int = 50, more: str = "") -> Markup:
+def warning_list(warns: Sequence[str], limit: int = 50, more: str = "", case_ids: Iterable[str] = ()) -> Markup:
     """The Warnings section: the first ``limit`` warnings, each escaped.
 
     Args:
         warns: the warnings.
         limit: at most this many are listed.
         more: when given and warnings are left out, a last item ``... and N more <more>``.
+        case_ids: the page's case ids: a warning that begins with one (``"<case>: ..."``) shows it isolated
+            (:func:`~.markup.case_line`).
 
     Returns:
         The ``<section id="warnings">`` element.
@@ -371,7 +377,8 @@ def warning_list(warns: Sequence[str], limit: int = 50, more: str = "") -> Marku
         >>> str(warning_list(["a", "b<c", "d"], limit=2, more="(see summary.json)"))[-72:]
         '<li>b&lt;c</li><li>... and 1 more (see summary.json)</li></ul></section>'
     """
-    items = [el("li", w) for w in warns[:limit]]
+    ids = list(case_ids)
+    items = [el("li", case_line(w, ids)) for w in warns[:limit]]
     if more and len(warns) > limit:
         items.append(el("li", f"... and {len(warns) - limit} more {more}"))
     return el("section", el("h2", "Warnings"), el("ul", *items, class_="warn"), id="warnings")
@@ -424,7 +431,8 @@ def _cards(summary: Mapping[str, Any]) -> Markup:
     items += [("AURC (risk 1 - Dice)", format_value(fd["aurc"], 4), notes["aurc"]),
               ("E-AURC", format_value(fd["eaurc"], 4), notes["eaurc"])]
     ood = summary.get("ood")
-    if ood and ood.get("auroc") is not None:  # below 1 never reads a perfect 1.000
+    if ood and "auroc" in ood:  # null (every score undefined, review 61): the card reads "–", the warning says why
+        # below 1 never reads a perfect 1.000
         items.append(("OoD AUROC", format_value(ood["auroc"], threshold=1.0), notes["ood"]))
     rc = summary.get("risk_control")
     if rc:
@@ -548,7 +556,7 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         budget_tag = decision_tag("review" if cid in referred else "accept", "budget")
         if cid in tied:  # a tie at the budget's cut: which of its cases is flagged is the case id's choice
             budget_tag = frag(budget_tag, " ", el("span", "tied at the cut", class_="tag t"))
-        cells = [_td(str(rank)), _td(cid, "l"), _td(budget_tag, "l")]
+        cells = [_td(str(rank)), _td(isolate(cid), "l"), _td(budget_tag, "l")]
         if rc:
             cells.append(_td(decision_tag("accept" if cid not in rc_referred else "review", "rule"), "l rc"))
         cells += [_td(score(r.get(score_key))), _td(format_value(dice_as_recorded(dice), threshold=thr), "dice")]
@@ -619,7 +627,10 @@ def product_section(section: ReportSection, key: str) -> Markup:
         if t.note:
             parts.append(el("p", str(t.note), class_="note"))
         data = list(t.row_data) + [{}] * max(0, len(t.rows) - len(t.row_data))
-        rows = [el("tr", *[_td(format_value(v), "l" if i == 0 else None) for i, v in enumerate(row)],
+        # a case column's ids isolated, as every case id of the page (review 61)
+        ids = {i for i, h in enumerate(t.head) if str(h).strip().lower() == "case"}
+        rows = [el("tr", *[_td(isolate(format_value(v)) if i in ids else format_value(v), "l" if i == 0 else None)
+                           for i, v in enumerate(row)],
                    **{f"data_{_slug(str(k)).replace('-', '_')}": str(v) for k, v in extra.items()})
                 for row, extra in zip(t.rows, data)]
         key_id = f"{anchor}-{_slug(str(t.key))}" if t.key else None
@@ -709,8 +720,9 @@ def render_html(
     tied = t.get("tied") or []
     if tied:
         n_flagged = len(set(tied) & set(t["referred"]))
-        note += [f"Cases {', '.join(tied)} have the same score at the budget's cut: the budget flags {n_flagged} of "
-                 f"the {len(tied)} by case id (marked 'tied at the cut'); over a random order of the tied cases the ",
+        note += ["Cases ", isolated_list(tied), " have the same score at the budget's cut: the budget flags "
+                 f"{n_flagged} of the {len(tied)} by case id (marked 'tied at the cut'); over a random order of the "
+                 "tied cases the ",
                  el("b", "expected"), " mean Dice of the retained cases is ", el("b", format_value(t["dice_retained"])),
                  " (the referral curve at the budget). "]
     failure = failure_dice_text(summary["failures"]["dice_threshold"])
@@ -719,7 +731,7 @@ def render_html(
     if rc:
         note += [" ", _risk_control_note(rc, summary["n_cases"], threshold_text(summary, rows))]
     if summary["score"].get("undefined"):
-        note.append(f" Cases without a defined score are ranked first: {', '.join(summary['score']['undefined'])}.")
+        note += [" Cases without a defined score are ranked first: ", isolated_list(summary["score"]["undefined"]), "."]
     if csv_text is not None:
         b64 = base64.b64encode(csv_text.encode()).decode("ascii")
         note += [" ", el("a", "Download metrics.csv", download="metrics.csv", href=f"data:text/csv;base64,{b64}"), "."]
@@ -730,7 +742,8 @@ def render_html(
         *product_sections(summary),
         el("section", el("h2", "Cohort plots"), el("div", *map(img_tag, cohort_figures), class_="plots"), id="plots"),
     ]
-    cases = case_figures_section("Cases: slices of highest uncertainty", case_figures, case_notes)
+    cases = case_figures_section("Cases: slices of highest uncertainty", case_figures, case_notes,
+                                 summary["triage"]["order"])
     if cases is not None:
         sections.append(cases)
     # found by hostile testing: headed "Flagged cases" over the most uncertain cases, the budget keeps some of them
@@ -739,7 +752,7 @@ def render_html(
         sections.append(view)
     warns = summary.get("warnings") or []
     if warns:
-        sections.append(warning_list(warns, more="(see summary.json)"))
+        sections.append(warning_list(warns, more="(see summary.json)", case_ids=summary["triage"]["order"]))
     return document(title, PAGE_CSS + (VIEWER_CSS if view is not None else ""), header, el("main", *sections),
                     scripts if view is not None else None, script=_SCRIPT)
 
@@ -830,20 +843,23 @@ def load_figure_case(files: CaseFiles, measure: str, num_classes: int | None, lo
         return None
 
 
-def case_figures_section(title: str, figures: Sequence[Figure], notes: Sequence[str]) -> Markup | None:
+def case_figures_section(title: str, figures: Sequence[Figure], notes: Sequence[str],
+                         case_ids: Iterable[str] = ()) -> Markup | None:
     """The section of a page's case figures, with a line per case whose files could not be read; None for neither.
 
     Args:
         title: the section's heading.
         figures: the case figures.
         notes: the lines of the cases without a figure (:func:`load_figure_case`).
+        case_ids: the page's case ids, shown isolated at the start of a note (:func:`~.markup.case_line`).
 
     Returns:
         The ``<section id="cases">`` element, or None.
     """
     if not figures and not notes:
         return None
-    unread = el("ul", *(el("li", n) for n in notes), class_="warn case-errors") if notes else None
+    ids = list(case_ids)
+    unread = el("ul", *(el("li", case_line(n, ids)) for n in notes), class_="warn case-errors") if notes else None
     return el("section", el("h2", title), unread, *map(img_tag, figures), id="cases", class_="cases")
 
 
@@ -958,7 +974,7 @@ def _case_figures(
             "Rows: the axial, coronal and sagittal slices with the largest summed uncertainty, drawn with the "
             "patient's left on the left (the sides marked on the image), as in the viewer. Columns: image; "
             "prediction contour per class; uncertainty heatmap; error map (red: false foreground, blue: missed "
-            "foreground, purple: wrong class)." + "".join(f" {n}" for n in notes), png, path,
+            "foreground, purple: wrong class)." + "".join(f" {n}" for n in notes), png, path, cid,
         ))  # fmt: skip
     return out
 

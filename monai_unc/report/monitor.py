@@ -32,7 +32,7 @@ from ..monitoring.status import martingale_peak_text
 from ..monitoring.store import redact_url
 from ..product import format_cell, format_share, format_target
 from .html import PAGE_CSS, cards, scroll_box, table
-from .markup import Markup, document, el
+from .markup import Markup, document, el, frag, isolate
 
 __all__ = ["build_monitor_page", "svg_chart"]
 
@@ -262,7 +262,7 @@ def _stream_section(g: GroupStatus, calibration: Sequence[float]) -> Markup:
     score_note = None if g.score_note is None else el("p", f"Warning: {g.score_note}.", class_="alarm")
     retriage = None if g.retriage_note is None else el("p", f"Note: {g.retriage_note}.")
     relabel = None if g.relabel_note is None else el("p", f"Warning: {g.relabel_note}.", class_="alarm")
-    return el("section", el("h2", f"{g.site} (rule {g.rule_digest.removeprefix('sha256:')[:12]})"), status,
+    return el("section", el("h2", isolate(g.site), f" (rule {g.rule_digest.removeprefix('sha256:')[:12]})"), status,
               score_reference, note, score_note, retriage, relabel, el("div", *charts, class_="plots"),
               class_="stream")
 
@@ -273,7 +273,7 @@ def _overview(groups: Sequence[GroupStatus]) -> Markup:
         lab = g.labelled_accepted
         obs = float(np.mean([c["loss"] for c in lab])) if lab else math.nan
         lb = float(g.risk.lower_bound[-1]) if g.risk is not None else math.nan
-        rows.append(el("tr", el("td", g.site, class_="l"), el("td", g.rule_digest[:19], class_="l mono"),
+        rows.append(el("tr", el("td", isolate(g.site), class_="l"), el("td", g.rule_digest[:19], class_="l mono"),
                        el("td", str(g.n_cases)), el("td", format_share(g.n_accepted, g.n_cases)),
                        el("td", format_share(*g.recent_accepted)), el("td", martingale_peak_text(g.score)),
                        el("td", martingale_peak_text(g.image)),
@@ -323,7 +323,8 @@ def build_monitor_page(
     Returns:
         The page's path.
     """
-    alarms = [f"[{g.site}] {a}" for g in groups for a in g.alarms()]
+    # the site names isolated (review 61: a right-to-left name was reordered with the text and numbers beside it)
+    alarms = [frag("[", isolate(g.site), f"] {a}") for g in groups for a in g.alarms()]
     alpha = groups[0].alpha if groups else 0.05
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     header = el("header", el("h1", "Monitoring of the deployed model"),

@@ -3,7 +3,8 @@
 The pages embed NiiVue for the flagged cases (:mod:`monai_unc.report.viewer`); in a notebook, :func:`view` shows
 any case's files the same way: the image in grey, the prediction as an overlay (each class in its colour of the
 pages, :func:`~monai_unc.report.palette.class_colors`) and an uncertainty map as a heat overlay, in a widget
-(``ipyniivue.NiiVue``) that reads the files from disk.
+(``ipyniivue.NiiVue``) that reads the files from disk (a prediction with a label above 65535 is passed shown by
+rank, as the pages' viewer shows it).
 
 Needs ``pip install 'monai-unc[viewer]'`` (ipyniivue and its Jupyter widget dependencies); the rest of the package
 does not import this module.
@@ -11,6 +12,7 @@ does not import this module.
 
 from __future__ import annotations
 
+import gzip
 import os
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,9 @@ from typing import Any
 from .palette import class_colors, hex_rgb
 
 __all__ = ["view"]
+
+#: the largest label value given a table entry per value (above, the labels are shown by rank, as the pages do)
+_DENSE_MAX = 65535
 
 
 def _file(path: str | os.PathLike | None, name: str) -> Path | None:
@@ -90,37 +95,65 @@ def view(
         "prediction": {"colormap": "winter", "opacity": float(prediction_opacity), "cal_min": 0.5},
         "uncertainty": {"colormap": uncertainty_colormap, "opacity": float(uncertainty_opacity)},
     }
-    widget = NiiVue(height=height)
-    widget.load_volumes([{"path": str(p), **style[role]} for p, role in files])
     roles = [role for _, role in files]
-    if "prediction" in roles:  # each class in its colour of the pages (found by hostile review 60: a continuous ramp)
-        table = _label_lut(files[roles.index("prediction")][0])
-        if table is not None:
-            from ipyniivue import LUT
+    # each class in its colour of the pages (found by hostile review 60: a continuous ramp)
+    found = _label_lut(files[roles.index("prediction")][0]) if "prediction" in roles else None
+    shown = None if found is None else found[1]  # the labels by rank, above label 65535
 
-            widget.volumes[roles.index("prediction")].colormap_label = LUT(**table)
+    def volume(p: Path, role: str) -> dict[str, Any]:
+        if role == "prediction" and shown is not None:
+            return {"data": shown, "name": p.name, **style[role]}
+        return {"path": str(p), **style[role]}
+
+    widget = NiiVue(height=height)
+    widget.load_volumes([volume(p, role) for p, role in files])
+    if found is not None:
+        from ipyniivue import LUT
+
+        widget.volumes[roles.index("prediction")].colormap_label = LUT(**found[0])
     return widget
 
 
-def _label_lut(path: Path) -> dict[str, Any] | None:
-    """The label lookup table of a prediction file: each label value in its colour of the pages.
+def _label_lut(path: Path) -> tuple[dict[str, Any], bytes | None] | None:
+    """The label lookup table of a prediction file, each label value in its colour of the pages, and the data to show.
 
     :func:`~monai_unc.report.palette.class_colors` of the positive label values present, as the pages' viewer and
-    figures colour them; the background and the values absent are transparent. None for a file that does not hold
-    non-negative integer labels, or labels above 65535 (a table entry per value up to the largest): it keeps the
-    ``winter`` ramp.
+    figures colour them; the background and the values absent are transparent. Up to label 65535 the table has an
+    entry per value up to the largest and the file is shown as it is (data None). Above, such a table would not fit,
+    so the prediction is shown as the pages' viewer shows it (:mod:`monai_unc.report.viewer`): the ``i``-th label
+    value present as ``i`` (a gzipped NIfTI in memory, the file's header and affine), the table's entry ``i`` in that
+    value's colour and named by it (found by review 61: such a prediction kept the continuous ``winter`` ramp, label
+    70000 not in its colour of the pages). None for a file that does not hold non-negative integer labels, or more
+    than 65535 different ones: it keeps the ramp.
     """
     import nibabel as nib
     import numpy as np
 
-    data = np.asanyarray(nib.load(str(path)).dataobj)
+    img = nib.load(str(path))
+    data = np.asanyarray(img.dataobj)
     if data.dtype.kind not in "iu" and not (np.isfinite(data).all() and (data == np.round(data)).all()):
         return None
     values = np.unique(data).astype(np.int64)
-    if values.size == 0 or values[0] < 0 or not 1 <= values[-1] <= np.iinfo(np.uint16).max:
+    if values.size == 0 or values[0] < 0 or values[-1] < 1:
         return None
+    positive = values[values > 0]
+    colors = class_colors(int(v) for v in positive)
     top = int(values[-1])
-    lut = np.zeros((top + 1, 4), dtype=np.int64)
-    for value, color in class_colors(int(v) for v in values if v > 0).items():
-        lut[value] = [*hex_rgb(color), 255]
-    return {"lut": lut.ravel().tolist(), "min": 0.0, "max": float(top)}
+    if top <= _DENSE_MAX:
+        lut = np.zeros((top + 1, 4), dtype=np.int64)
+        for value, color in colors.items():
+            lut[value] = [*hex_rgb(color), 255]
+        return {"lut": lut.ravel().tolist(), "min": 0.0, "max": float(top)}, None
+    if positive.size > _DENSE_MAX:
+        return None
+    index = np.where(data > 0, np.searchsorted(positive, np.maximum(data, 0)) + 1, 0)
+    index = index.astype(np.uint8 if positive.size <= 255 else np.uint16)
+    shown = nib.Nifti1Image(index, img.affine, header=img.header.copy())
+    shown.set_data_dtype(index.dtype)
+    shown.header.set_slope_inter(1.0, 0.0)
+    lut = np.zeros((positive.size + 1, 4), dtype=np.int64)
+    for i, value in enumerate(positive, start=1):
+        lut[i] = [*hex_rgb(colors[int(value)]), 255]
+    table = {"lut": lut.ravel().tolist(), "min": 0.0, "max": float(positive.size),
+             "labels": [""] + [str(int(v)) for v in positive]}
+    return table, gzip.compress(shown.to_bytes(), compresslevel=1)

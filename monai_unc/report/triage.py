@@ -46,7 +46,7 @@ from ..evaluation import triage_order
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import Decision, ReferralRule, mismatch_fields
-from ..evaluation.triage.rule import check_recorded_decisions
+from ..evaluation.triage.rule import check_recorded_decisions, check_triage_summary
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
 from ..product import (
@@ -77,7 +77,7 @@ from .html import (
     table,
     warning_list,
 )
-from .markup import Markup, check_url, document, el, escape
+from .markup import Markup, check_url, document, el, escape, isolate
 from .plots import case_figure_path, plot_case_overlay, save_png
 from .viewer import VIEWER_CSS, case_viewer, viewer_scripts, viewer_section
 
@@ -355,7 +355,7 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
     score = _score_formatter(summary, rule)
     for rank, cid in enumerate(summary["order"], 1):
         c = cases[cid]
-        cells = [el("td", str(rank)), el("td", cid, class_="l"),
+        cells = [el("td", str(rank)), el("td", isolate(cid), class_="l"),
                  el("td", decision_tag(c["decision"], "rule"), class_="l"), el("td", score(c.get("score")))]
         cells += [el("td", format_score((c.get("region_scores") or {}).get(n))) for n in regions]
         if has_q:
@@ -420,7 +420,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
                           "summed uncertainty inside the predicted foreground, drawn with the patient's left on the "
                           "left (the sides marked on the image), as in the viewer. Columns: image; prediction "
                           "contour per class; uncertainty heatmap." + "".join(f" {n}" for n in notes),
-                          save_png(fig, path), path))
+                          save_png(fig, path), path, cid))
     return out
 
 
@@ -590,6 +590,7 @@ def build_triage_page(
     _check_summary(summary, str(path))
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
     check_recorded_decisions(summary["cases"], rule, str(path))  # each decision derived again from the rule
+    check_triage_summary(summary, str(path))  # its digest and signature: any other edit (review 61)
     products = {command: command_product(command) for command in folders}
     rows = {command: cls.applied_rows(folders[command]) for command, cls in products.items()}
     out_dir = Path(output) if output is not None else folder
@@ -637,7 +638,8 @@ def build_triage_page(
         if section is not None:
             sections.append(product_section(section, cls.name))
     sections.append(el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"))
-    cases = case_figures_section("Most uncertain cases: slices of highest uncertainty", case_figs, case_notes)
+    cases = case_figures_section("Most uncertain cases: slices of highest uncertainty", case_figs, case_notes,
+                                 summary["order"])
     if cases is not None:
         sections.append(cases)
     view = viewer_section(viewers or [], "Referred cases: interactive viewer")
@@ -645,7 +647,7 @@ def build_triage_page(
         sections.append(view)
     warns = summary.get("warnings") or []
     if warns:
-        sections.append(warning_list(warns))
+        sections.append(warning_list(warns, case_ids=summary["order"]))
     page = document(title, PAGE_CSS + _EXTRA_CSS + (VIEWER_CSS if view is not None else ""),
                     _header(summary, rule, title), el("main", *sections),
                     viewer_scripts(out_dir) if view is not None else None)

@@ -38,7 +38,7 @@ import numpy as np
 from .._utils import check_integer, normalize_spacing
 from ..io import atomic_copy, file_sha256
 from ..keys import ENTROPY_MEASURES
-from .markup import Markup, el, frag, json_script, script_file
+from .markup import Markup, el, frag, isolate, json_script, script_file
 from .palette import LABEL_COLORS, MAX_DISTINCT_COLORS, class_colors, hex_rgb
 
 __all__ = ["CASE_BUDGET_BYTES", "LABEL_COLORS", "VIEWER_CSS", "case_viewer", "measure_unit", "viewer_block",
@@ -397,7 +397,8 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
                           el("ul", *items, class_="mu-labels") if items else el("span", "no foreground predicted"),
                           class_="mu-legend", data_role="prediction"))
     unit = data.get("unit")
-    note = (f"{data['case']}: image{' ' if 'image' in roles else ' (none) '}with the prediction and the "
+    # the case id isolated from the text after it (found by review 61: a right-to-left id reordered the sentence)
+    note = frag(isolate(data["case"]), f": image{' ' if 'image' in roles else ' (none) '}with the prediction and the "
             f"{data['measure']} overlays, cropped to the foreground" +
             ("" if data["step"] == 1 else f" and subsampled by {data['step']} along each axis to fit the page") +
             f". The {data['measure']} overlay is transparent below the threshold" +

@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 from .._utils import PROB_TOL, parameter_error, refusing
 from ..evaluation.config import STATE_DIR
 from ..evaluation.resume import CASES_DIR, file_signature
-from ..evaluation.triage.rule import ReferralRule, check_recorded_decisions
+from ..evaluation.triage.rule import ReferralRule, check_recorded_decisions, check_triage_summary
 from ..io import (
     INFER_RECORD,
     LAYOUTS,
@@ -386,6 +386,7 @@ def _export_measures(pred: Path, layout: str, cases: Sequence[str]) -> list[str]
                          f"{', '.join(m1)}; case {c2[0]!r}: {', '.join(m2)}): outputs of earlier runs? give --measures "
                          "to export the same maps for every case, or predict the cases again with the same settings")
     return list(next(iter(kinds)))
+
 
 def _file_part(name: str) -> str:
     """A region name as a part of a file name: letters, digits, ``-`` and ``_`` (others become ``_``)."""
@@ -725,11 +726,29 @@ def _check_predicted_from(pred: Path, src: Path, case_id: str, record: Any) -> N
                         "slices changed since); give the series the case was predicted from, or predict it again")
 
 
+def _other_channel_folders(src: Path, case_id: str, channels: int, source: Path | None,
+                           recorded: Sequence[str]) -> list[str]:
+    """The series folders of a case's input channels but channel 0's (``source``), which its objects reference too.
+
+    Those its record names (``recorded``), else ``<case>_0001/`` ... of a model of ``channels``: those that are
+    folders (a warning names one that is not).
+    """
+    names = list(recorded) or ([f"{case_id}_{c:04d}" for c in range(channels)] if channels > 1 else [])
+    others = [name for name in names if source is None or name != source.name]
+    absent = [name for name in others if not (src / name).is_dir()]
+    if absent:
+        warnings.warn(f"case {case_id}: no series folder {src / absent[0]} of input channel "
+                      f"{names.index(absent[0])}: its DICOM objects reference only the channel series found",
+                      UserWarning, stacklevel=2)
+    return [name for name in others if name not in absent]
+
+
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
                  uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
                  numbers: dict[str, float] | None, triage: dict[str, Any] | None, study: dict[str, str] | None = None,
                  extra_groups: dict[str, dict[str, float]] | None = None,
-                 label_regions: dict[str, list[int]] | None = None) -> list[dict]:
+                 label_regions: dict[str, list[int]] | None = None,
+                 other_series: Sequence[DicomSeries] = ()) -> list[dict]:
     seg, seg_affine = read_volume(files.seg)
     seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
     if label_regions is not None and seg.shape[0] == 1:  # a region-based nnU-Net model: its regions as segments
@@ -770,13 +789,14 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
 
     try:  # a case is exported whole or not at all: a failure (a map that cannot be written) removes its objects
         path = write_segmentation(seg if regions else seg[0], series, folder / "seg.dcm", specs, algorithm,
-                                  uid_root, _SEG_NUMBER, study)
+                                  uid_root, _SEG_NUMBER, study, other_series=other_series)
         record("segmentation", path, pydicom.dcmread(path, stop_before_pixels=True))
         if probs is not None:
             # the FRACTIONAL SEG's segments name channels: class c is channel c, region r (segment r) channel r - 1
             fspecs = [SegmentSpec(s.label - 1 if regions else s.label, s.name, s.category, s.type) for s in specs]
             path = write_fractional_segmentation(np.clip(probs, 0, 1), series, folder / "probabilities.dcm",
-                                                 fspecs, algorithm, uid_root, _PROBS_NUMBER, study)
+                                                 fspecs, algorithm, uid_root, _PROBS_NUMBER, study,
+                                                 other_series=other_series)
             record("probabilities", path, pydicom.dcmread(path, stop_before_pixels=True))
         number = _MAP_NUMBER
         for measure, map_path in sorted(files.maps.items()):
@@ -792,7 +812,7 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
             for r, region in enumerate(names):  # a region map: one Parametric Map per region channel
                 name = measure if region is None else f"{measure}_{_file_part(region)}"
                 path = write_parametric_map(u[r], series, folder / f"{name}.dcm", measure, algorithm, uid_root,
-                                            number, study, region=region)
+                                            number, study, region=region, other_series=other_series)
                 record(f"map:{measure}" if region is None else f"map:{measure}:{region}", path,
                        pydicom.dcmread(path, stop_before_pixels=True))
                 number += 1
@@ -809,8 +829,8 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
             folder / "sr.dcm", series, headers["segmentation"],
             [d for k, d in headers.items() if k != "segmentation"], segment_volumes=volumes, numbers=numbers or {},
             triage=triage, extra_groups=extra_groups, algorithm=algorithm, uid_root=uid_root,
-            series_number=max(_SR_NUMBER, number), study=study)  # after the last map's (found by hostile review
-        # 59: with 97 or more maps, a map's SeriesNumber was the report's)
+            series_number=max(_SR_NUMBER, number), study=study,  # after the last map's (found by hostile review
+            other_series=other_series)  # 59: with 97 or more maps, a map's SeriesNumber was the report's)
         record("report", path, pydicom.dcmread(path, stop_before_pixels=True))
     except BaseException:
         for o in objects:
@@ -954,6 +974,7 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
         out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"), "reason": reason}
     # a decision the rule could not have made for the recorded score (and image z-score) is refused
     check_recorded_decisions(doc["cases"], rule, str(path))
+    check_triage_summary(doc, str(path))  # its digest and signature: any other edit (review 61)
     # triage writes each case's score, decision and code twice: triage.csv must say what triage.json says
     table = Path(triage) / "triage.csv"
     if not table.is_file():
@@ -1232,6 +1253,10 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         if layout == "monai-unc":  # before any object: the objects must name the images the case was predicted from
             for c in found:
                 _check_predicted_from(pred, src, c.case_id, records[c.case_id])
+        # infer's record names the channel series (none: predicted from NIfTI files); nnU-Net's: <case>_0001/ ...
+        channel_folders = {c.case_id: _other_channel_folders(
+            src, c.case_id, channels[c.case_id] if layout == "nnunet" else 1, sources[c.case_id],
+            recorded_series(pred, c.case_id, records[c.case_id]) if layout == "monai-unc" else []) for c in found}
         segs = {c.case_id: Path(c.seg if c.seg is not None else c.label) for c in found}
         untriaged = sorted(set(segs) - set(decisions)) if triage is not None else []
         if untriaged:  # found by hostile review 59: their SRs were written without a decision, exit 0, no word
@@ -1281,8 +1306,13 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             folder.mkdir(parents=True, exist_ok=True)
             clean_partial_files(folder)
             algorithm = algorithms[files.case_id]
-            study = new_study(study_uid, uid_root)  # one study per case for all its objects (None: the source's)
+            # one study per case for all its objects (None: the source's), dated as the source study (review 61)
+            study = new_study(study_uid, uid_root, source=case_series.datasets[0])
+            # the series of the case's other input channels, which the objects reference too (found by review 61:
+            # only channel 0's was named)
+            others = [read_series(src / name, pixels=False) for name in channel_folders[files.case_id]]
             objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
+                                   other_series=others,
                                    uid_root=uid_root, algorithm=algorithm, region_names=region_names, study=study,
                                    numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
                                    extra_groups={t: r[files.case_id] for t, r in extra.items() if files.case_id in r},

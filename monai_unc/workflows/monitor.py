@@ -149,6 +149,58 @@ def _refuse_output_onto_store(url: str, output: str | os.PathLike, option: str) 
                              "there would replace every record and the audit log; choose another file")
 
 
+#: the keys of ``monitor status --json``'s and ``monitor verify --json``'s documents (what tells an earlier output)
+_JSON_OUTPUT_KEYS = {"status": frozenset({"alpha", "streams"}),
+                     "verify": frozenset({"ok", "n_entries", "head", "expected_entry", "problems"})}
+#: the title of the dashboard (``report.monitor.build_monitor_page``), within the first bytes of its page
+_PAGE_TITLE = "<title>monai-unc monitoring</title>"
+#: the most bytes of an existing ``--json`` file read to tell whether it is an earlier output
+_OUTPUT_READ_LIMIT = 64 << 20
+
+
+def _earlier_output(path: Path, command: str) -> bool:
+    """Whether the existing file ``path`` is an earlier output of ``monai-unc monitor <command>`` (or empty).
+
+    That is the only file the command replaces: the dashboard by its doctype and title, a ``--json`` document by its
+    keys.
+    """
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return True
+        if command == "report":
+            with path.open("rb") as f:
+                head = f.read(4096).decode("utf-8", "replace")
+            return head.startswith("<!doctype html>") and _PAGE_TITLE in head
+        if size > _OUTPUT_READ_LIMIT:
+            return False
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON: not ours
+        return False
+    return isinstance(doc, dict) and set(doc) == _JSON_OUTPUT_KEYS[command]
+
+
+def _check_monitor_output(url: str, output: str | os.PathLike, option: str, command: str) -> None:
+    """Refuse, before the store is read, an output file of ``monitor report`` / ``status`` / ``verify``.
+
+    Refused: the SQLite store itself, a folder, or an existing file that is not an earlier output of the same command.
+
+    Found by review 61: ``monitor report -o referral_rule.json`` or ``monitor status --json audit.csv`` replaced the
+    rule or the audit table with the page or the figures and exited 0. As a cohort command refuses an output folder
+    holding another command's outputs (:func:`~monai_unc.io.check_output_kind`), each of these replaces only its own
+    earlier output (or an empty file).
+    """
+    _refuse_output_onto_store(url, output, option)
+    out = Path(output)
+    if out.is_dir():
+        raise ValueError(f"{option} {os.fspath(output)!r} is a folder; give a file name")
+    if out.exists() and not _earlier_output(out, command):
+        what = "page" if command == "report" else "--json document"
+        raise ValueError(f"{option} {os.fspath(output)!r} exists and is not an earlier {what} of monai-unc monitor "
+                         f"{command}: it is not replaced (another command's output, an input?); choose another file "
+                         "or remove it")
+
+
 def record_triage(
     db: str | os.PathLike | None, triage: str | os.PathLike, *, site: str | None = None,
     sites: str | os.PathLike | None = None, time: str | None = None, command: Sequence[str] | None = None,
@@ -377,7 +429,7 @@ def store_status(
     """
     url = _db(db)
     if output is not None:
-        _refuse_output_onto_store(url, output, "--json")
+        _check_monitor_output(url, output, "--json", "status")
     with MonitorStore(url, read_only=True) as store, store.snapshot():
         groups = monitor_status(store.cases(), store.rules(), alpha)
     lines = status_table(groups)
@@ -444,7 +496,7 @@ def verify_store(
     """
     url = _db(db)
     if output is not None:
-        _refuse_output_onto_store(url, output, "--json")
+        _check_monitor_output(url, output, "--json", "verify")
     with MonitorStore(url, read_only=True) as store:
         res = store.verify(expect_head)
     lines = [f"audit log: {res.n_entries} entries, head {printable(res.head)}"]
@@ -472,7 +524,7 @@ def write_dashboard(
         The :class:`~monai_unc.workflows.session.CommandResult` of the page's path.
     """
     url = _db(db)
-    _refuse_output_onto_store(url, output, "--output")
+    _check_monitor_output(url, output, "--output", "report")
     with MonitorStore(url, read_only=True) as store, store.snapshot():  # every read at one moment
         rules = store.rules()
         groups = monitor_status(store.cases(), rules, alpha)

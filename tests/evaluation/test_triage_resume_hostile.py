@@ -38,7 +38,7 @@ def test_a_rerun_killed_while_writing_leaves_no_earlier_triage_file(tmp_path, mo
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         assert (out / "triage.json").is_file() and (out / "triage.html").is_file()
-        monkeypatch.setattr(runner, "atomic_write_json", _killed)  # stopped after triage.csv
+        monkeypatch.setattr(runner, "write_triage_summary", _killed)  # stopped after triage.csv
         assert main(argv) == 130
     assert (out / "triage.csv").is_file()
     assert not (out / "triage.json").exists() and not (out / "triage.html").exists()

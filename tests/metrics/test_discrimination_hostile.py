@@ -7,7 +7,6 @@ thresholded ones.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -231,9 +230,10 @@ def test_degenerate_cases_nan_with_warning():
         assert math.isnan(error_auroc(np.ones(1), np.ones(1)))
     with pytest.warns(UserWarning):
         assert math.isnan(error_auprc(np.ones(3), np.zeros(3)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert error_auroc(np.ones(4), np.r_[0, 1, 0, 1]) == 0.5  # constant uncertainty: chance
+    # constant uncertainty: chance, with a warning that the scores cannot rank the voxels (review 61)
+    with pytest.warns(UserWarning, match="all 4 scores are tied, so the scores cannot rank"):
+        assert error_auroc(np.ones(4), np.r_[0, 1, 0, 1]) == 0.5
+    with pytest.warns(UserWarning, match="all 4 scores are tied, so the scores cannot rank"):
         assert au_arc(np.ones(4), np.r_[0, 1, 0, 1]) == 0.5
     # every voxel an error: no correct voxel to tell the errors from, undefined as for the AUROC (was 1.0, a perfect
     # detector, for any map; tests/metrics/test_discrimination_selective.py)

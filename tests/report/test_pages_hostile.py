@@ -254,7 +254,8 @@ def test_undefined_score_case_id_is_escaped(tmp_path):
     assert ids[0] in summary["score"]["undefined"]
     text = build_report(tmp_path / "eval", n_cases=0).read_text()
     assert "<img src=x" not in text
-    assert "Cases without a defined score are ranked first: 0x&lt;img src=x onerror=alert(1)&gt;" in text
+    # the id escaped and isolated from the text around it (review 61: <bdi>)
+    assert "Cases without a defined score are ranked first: <bdi>0x&lt;img src=x onerror=alert(1)&gt;</bdi>" in text
 
 
 # ------------------------------------------------------------------------------------------------ the builder

@@ -138,7 +138,7 @@ def test_triage_page_shows_a_case_id_with_a_bidi_override_visibly(tmp_path):
     (tmp_path / "triage.json").write_text(json.dumps(doc))
     text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
     assert "\u202e" not in text
-    assert 'data-case="c[U+202E]"' in text and '<td class="l">c[U+202E]</td>' in text
+    assert 'data-case="c[U+202E]"' in text and '<td class="l"><bdi>c[U+202E]</bdi></td>' in text  # isolated: review 61
 
 
 # ------------------------------------------- 4. a constant map with NaN voxels: NaN drawn as the map's one value

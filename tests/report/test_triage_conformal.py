@@ -82,8 +82,9 @@ def _table(text: str) -> tuple[list[str], dict[str, list[str]]]:
     rows = {}
     for attrs, body in re.findall(r"<tr ([^>]*)>(.*?)</tr>", table.group(1), re.S):
         a = dict(re.findall(r'([\w-]+)="([^"]*)"', attrs))
-        rows[_html.unescape(a["data-case"])] = [_html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", body,
-                                                                                      re.S)]
+        # a cell's text: the case id's <bdi> (review 61) is markup around it, not text
+        rows[_html.unescape(a["data-case"])] = [_html.unescape(re.sub(r"^<bdi>(.*)</bdi>$", r"\1", c, flags=re.S))
+                                                for c in re.findall(r"<td[^>]*>(.*?)</td>", body, re.S)]
     return head, rows
 
 

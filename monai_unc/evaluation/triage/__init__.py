@@ -65,7 +65,17 @@ from .images import (
     parse_score_column,
     read_image_channels,
 )
-from .rule import IMAGE_Z_MAX, RULE_FILE, RULE_FORMAT, RULE_VERSION, Decision, ImageReference, ReferralRule
+from .rule import (
+    IMAGE_Z_MAX,
+    RULE_FILE,
+    RULE_FORMAT,
+    RULE_VERSION,
+    Decision,
+    ImageReference,
+    ReferralRule,
+    check_triage_summary,
+    write_triage_summary,
+)
 from .runner import (
     TRIAGE_FILES,
     TRIAGE_WRITES,
@@ -112,4 +122,6 @@ __all__ = [
     "remove_triage_files",
     "remove_stale_maps",
     "mismatch_fields",
+    "check_triage_summary",
+    "write_triage_summary",
 ]

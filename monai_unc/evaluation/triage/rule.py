@@ -19,9 +19,9 @@ import torch
 
 from ... import __version__
 from ..._utils import check_text, is_finite_real, is_int, is_real, real_array, to_numpy
-from ...io import cell_float, json_safe, provenance
-from ...io.provenance import check_document, read_checked_json, rule_digest
-from ...io.signing import SIGNATURE_FIELD, Trust
+from ...io import atomic_write_json, cell_float, json_safe, provenance
+from ...io.provenance import check_digest, check_document, read_checked_json, rule_digest
+from ...io.signing import SIGNATURE_FIELD, Trust, default_signing_key, sign_digest, verify_signature
 from ...keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
@@ -1469,3 +1469,127 @@ def check_recorded_decisions(cases: Sequence[Mapping[str, Any]], rule: ReferralR
             image = f" and image z {ref.z_text(z)} > {ref.z_max:g}" if want == "image_statistics" and ref else ""
             raise ValueError(f"{source}: field 'cases[{i}].decision' of case {cid!r} must be the rule's decision "
                              f"for its score {format_score(v)}{image} ({wanted}: {want}), got {got}"[:400])
+
+
+#: what writes ``triage.json`` (named by the messages of :func:`check_triage_summary`)
+TRIAGE_WRITER = "monai-unc triage"
+
+
+def triage_signing_key() -> Path | None:
+    """The key ``triage.json`` is signed with: a configured signing key, never one created for it.
+
+    ``$MONAI_UNC_SIGNING_KEY`` when set (it must exist), else the configuration folder's ``signing_key.pem`` when it
+    exists (:func:`~monai_unc.io.signing.default_signing_key` with ``create=False``), else None: the triage output is
+    then written with its digest only.
+
+    Returns:
+        The private key file, or None.
+
+    Raises:
+        ValueError: ``$MONAI_UNC_SIGNING_KEY`` names no file; ``KeyPairMismatchError`` for a pair whose public key
+            is another key's.
+
+    Example:
+        >>> key = triage_signing_key()
+        >>> key is None or key.is_file()
+        True
+    """
+    return default_signing_key(create=False)
+
+
+def write_triage_summary(path: str | os.PathLike, summary: Mapping[str, Any],
+                         key: str | os.PathLike | None = None) -> tuple[Path, dict[str, Any]]:
+    """Write ``triage.json`` atomically with its content ``digest`` and, with ``key``, its ``signature``.
+
+    The digest is :func:`~monai_unc.io.provenance.rule_digest` of the whole document (as a rule file's), the
+    signature that of :func:`~monai_unc.io.signing.sign_digest` over it. An edited ``triage.json`` (a case's
+    decision flipped, its score changed with it, a case removed) then no longer matches its digest, and a digest
+    recomputed by whoever edited it no longer matches the signature (:func:`check_triage_summary`).
+
+    Args:
+        path: the file (``<output>/triage.json``).
+        summary: the triage summary (a ``digest`` and ``signature`` it holds are replaced).
+        key: the private key to sign with (:func:`triage_signing_key`), or None (digest only).
+
+    Returns:
+        ``(path, document written)``.
+
+    Raises:
+        ValueError: ``key`` is no readable Ed25519 private key; ``UnprotectedKeyError`` where other users can read
+            or write it (naming it).
+
+    Example:
+        >>> import json
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _, doc = write_triage_summary(Path(d) / "triage.json", {"cases": [{"case": "a", "decision": "accept"}]})
+        ...     check_triage_summary(json.loads((Path(d) / "triage.json").read_text()), "triage.json")[:8]
+        'unsigned'
+    """
+    body = json_safe({k: v for k, v in summary.items() if k not in ("digest", SIGNATURE_FIELD)})
+    body["digest"] = rule_digest(body)
+    if key is not None:
+        body[SIGNATURE_FIELD] = sign_digest(body["digest"], key)
+    return atomic_write_json(path, body), body
+
+
+def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | None = None) -> str:
+    """Check ``triage.json`` (parsed, untrusted) against its digest and signature; say how it was checked.
+
+    A file with a ``digest`` must match it (an edit the writer did not make), and a file with a ``signature`` must
+    be signed over that digest (:func:`~monai_unc.io.signing.verify_signature`): a digest recomputed after an edit no
+    longer matches it. A file without a digest (written before monai-unc recorded one, or by hand) is read as
+    unverified. The limits (docs/triage.md): a digest is no signature, so without ``trust`` an edited file whose
+    signature was removed and whose digest was recomputed reads as unsigned, and one re-signed with an untrusted key
+    as signed by that key; with ``trust`` (not ``allow_unsigned``) only a signature by a trusted key is accepted.
+
+    Args:
+        doc: the parsed ``triage.json``.
+        source: how the messages name it.
+        trust: the trusted keys a signature must verify against, requiring one unless ``allow_unsigned``; None: a
+            signature is verified against the trusted keys where present, its absence accepted.
+
+    Returns:
+        One line: ``"signed by ... (trusted key ...)"``, ``"signed by <key>, a key that is not trusted here"``,
+        ``"unsigned: ..."`` or ``"unverified: ..."``.
+
+    Raises:
+        ValueError: starting with ``source``: the content does not match its digest, the signature does not match
+            (or, with ``trust``, is missing or by an untrusted key), or a signature without a digest.
+
+    Example:
+        >>> doc = {"cases": [{"case": "a", "decision": "review"}]}
+        >>> doc["digest"] = rule_digest(doc)
+        >>> check_triage_summary(doc, "triage.json")[:8]
+        'unsigned'
+        >>> doc["cases"][0]["decision"] = "accept"
+        >>> try:
+        ...     check_triage_summary(doc, "triage.json")
+        ... except ValueError as e:
+        ...     print(str(e)[:44])
+        triage.json does not match its digest (field
+    """
+    if trust is not None and not isinstance(trust, Trust):
+        raise TypeError(f"trust must be a Trust (monai_unc.io.signing.Trust) or None, got {trust!r:.80}")
+    required = trust is not None and not trust.allow_unsigned
+    sig = doc.get(SIGNATURE_FIELD)
+    if doc.get("digest") is None:
+        if sig is not None:
+            raise ValueError(f"{source}: field 'signature' without its field 'digest': the file was edited; triage "
+                             "the cases again")
+        if required:
+            raise ValueError(f"{source} carries no digest or signature, so that it is the triage's output cannot be "
+                             "checked: triage the cases again with a signing key configured")
+        return "unverified: no digest (written before monai-unc recorded one, or by hand)"
+    check_digest(doc, source=source, written_by=TRIAGE_WRITER)
+    if sig is None:
+        if required:
+            raise ValueError(f"{source} is not signed (field 'signature'), so who wrote it cannot be checked: triage "
+                             "the cases again with a signing key configured (MONAI_UNC_SIGNING_KEY or monai-unc keys "
+                             "--create)")
+        return "unsigned: its digest matches (no signing key was configured when it was written)"
+    line = verify_signature(doc, str(doc["digest"]), trust if trust is not None else Trust(allow_unsigned=True),
+                            source)
+    if line.startswith("UNSIGNED") and trust is None:
+        return f"signed by {sig['key']}, a key that is not trusted here: who wrote it is not checked"
+    return line

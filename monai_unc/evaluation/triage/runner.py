@@ -23,20 +23,18 @@ from ...engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ...io import (
     CaseError,
     CaseFiles,
-    atomic_write_json,
     case_files_digest,
     check_inputs_not_written,
     check_output_folder,
     check_output_kind,
     clean_partial_files,
     image_channel_files,
-    json_safe,
     load_case,
     owned_folder,
     write_csv,
 )
-from ...io.provenance import check_prediction_fingerprint, has_weight_digests, list_prediction_cases
-from ...io.signing import Trust
+from ...io.provenance import check_prediction_fingerprint, has_weight_digests, list_prediction_cases, rule_digest
+from ...io.signing import Trust, sign_digest
 from ...scores import case_score_columns
 from ..cohort import triage_order
 from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
@@ -45,7 +43,7 @@ from ..region_case import predicted_regions, region_score_columns
 from ..resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures, map_digest_hooks
 from ..rows import case_expected_dice, derived_maps, first_class_count, remove_stale_maps, write_derived_maps
 from .images import IMAGE_FEATURES, image_statistics, read_image_channels
-from .rule import ReferralRule, as_float
+from .rule import ReferralRule, as_float, triage_signing_key, write_triage_summary
 
 #: files :func:`run_triage` writes (besides ``state/`` and ``failures.json``), and the page of the report
 TRIAGE_FILES = ("triage.csv", "triage.json", "triage.html")
@@ -508,6 +506,11 @@ def run_triage(
                              f"{counted[1]} ({counted[0].probs.name}): triage the predictions of the model the rule "
                              "was fitted on")
         got["rule"] = the_rule
+        # triage.json is signed with a configured key; one that cannot sign (unprotected, another key's public
+        # file) is refused before any case, not after the last
+        got["key"] = triage_signing_key()
+        if got["key"] is not None:
+            sign_digest(rule_digest({}), got["key"])
         # compared at the end: another run that writes the predictions after these checks (found by hostile testing)
         got["cases"], got["inputs"] = found, input_signatures(found, predictions)
         return found
@@ -529,10 +532,13 @@ def run_triage(
         check_inputs_unchanged(got["inputs"], got["cases"], predictions, "monai-unc triage")
         remove_stale_maps(maps, run.results)  # maps/ holds the maps of this run's cases only
         summary, csv_rows = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
-        paths = {"csv": write_csv(output / "triage.csv", csv_rows),
-                 "json": atomic_write_json(output / "triage.json", summary)}
+        # with its digest and, where a signing key is configured, signed: an edited triage.json is detected
+        # (check_triage_summary; found by review 61: a case flipped from review to accept with its score lowered)
+        csv_path = write_csv(output / "triage.csv", csv_rows)  # first, as before: triage.json says the run is done
+        json_path, written = write_triage_summary(output / "triage.json", summary, got["key"])
+        paths = {"csv": csv_path, "json": json_path}
         (output / "triage.html").unlink(missing_ok=True)  # the page of an earlier run is stale now
-        return json_safe(summary), paths
+        return written, paths
 
     cache = None
     if resume:  # a case's row is reused while its files and the rule's per-case options are unchanged

@@ -111,14 +111,25 @@ def _frame_item(ds: pydicom.Dataset, i: int, sequence: str) -> pydicom.Dataset |
     return None
 
 
+def _other_series_images(ds: pydicom.Dataset, series_uid: str) -> set[str]:
+    """The SOPInstanceUIDs the object lists under series other than ``series_uid`` (its Common Instance Reference)."""
+    items = [*ds.get("ReferencedSeriesSequence", []),
+             *(r for study in ds.get("StudiesContainingOtherReferencedInstancesSequence", [])
+               for r in study.get("ReferencedSeriesSequence", []))]
+    return {str(i.get("ReferencedSOPInstanceUID", "")) for r in items
+            if str(r.get("SeriesInstanceUID", "")) != series_uid for i in r.get("ReferencedInstanceSequence", [])}
+
+
 def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[int]:
     """The slice of the series each frame of a multi-frame derived object (SEG, Parametric Map) lies on.
 
     A frame that references a source image (``DerivationImageSequence`` / ``SourceImageSequence``) lies on that
     image's slice, and its ``ImagePositionPatient`` must be the slice's; a frame without a reference lies on the slice
-    at its position. Of a multi-frame source (:attr:`~.series.DicomSeries.frames`) a reference names the image and
-    its ``ReferencedFrameNumber``: the frame lies on that frame's slice (without a frame number: on the slice at its
-    position, which must be in the image).
+    at its position. References to images the object lists under another series (the other input channels of a
+    case, :func:`~.objects.check_other_series`) are not the series' slices and are passed over. Of a multi-frame
+    source (:attr:`~.series.DicomSeries.frames`) a reference names the image and its ``ReferencedFrameNumber``: the
+    frame lies on that frame's slice (without a frame number: on the slice at its position, which must be in the
+    image).
 
     Args:
         ds: the object (with its per-frame functional groups).
@@ -133,6 +144,7 @@ def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[in
             lacks), or whose position is on no slice; per-frame functional groups that are not one item per frame.
     """
     uids = {str(d.SOPInstanceUID): k for k, d in enumerate(series.datasets)}
+    elsewhere = _other_series_images(ds, series.series_uid)
     # of a multi-frame source, a frame is named by (SOPInstanceUID, ReferencedFrameNumber)
     frames = {(str(series.datasets[0].SOPInstanceUID), f): k for k, f in enumerate(series.frames or [])}
     positions = (series.positions if series.positions is not None
@@ -147,12 +159,16 @@ def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[in
         derivation = _frame_item(ds, i, "DerivationImageSequence")
         sources = [s for s in (derivation.get("SourceImageSequence") or [])
                    if "ReferencedSOPInstanceUID" in s] if derivation is not None else []
+        missing = [str(s.ReferencedSOPInstanceUID) for s in sources
+                   if str(s.ReferencedSOPInstanceUID) not in uids and str(s.ReferencedSOPInstanceUID) not in elsewhere]
+        if missing:
+            raise DicomSegError(f"{what}: frame {i + 1} references the image {missing[0]}, which is not in the "
+                                f"series {series.series_uid} (a missing slice?)")
+        # the images of the series; those of the other series it lists (a case's other input channels) are not
+        # this series' slices (found by review 61: a SEG of a two-channel case was refused)
+        sources = [s for s in sources if str(s.ReferencedSOPInstanceUID) in uids]
         refs = [str(s.ReferencedSOPInstanceUID) for s in sources]
         if refs:
-            missing = [u for u in refs if u not in uids]
-            if missing:
-                raise DicomSegError(f"{what}: frame {i + 1} references the image {missing[0]}, which is not in the "
-                                    f"series {series.series_uid} (a missing slice?)")
             k = uids[refs[0]]
             # read of a multi-frame source only: a single-frame source's SEG was read whatever it held there (review48)
             numbers = [_number(s, "ReferencedFrameNumber", f"{what}: frame {i + 1}", 0) for s in sources

@@ -14,11 +14,13 @@ Every object is written on the grid of the source series (one frame per source s
 orientation; of a multi-frame source, one per source frame, referencing that frame by its ``ReferencedFrameNumber``),
 gets a new SeriesInstanceUID and SOPInstanceUID under the UID root given (:func:`new_uid`), and copies the patient
 and study (name, ID, birth date, sex, StudyInstanceUID, accession number, ...) of the source, with its marks of a
-de-identification (:func:`copy_source_markers`): nothing is invented (a type 2 attribute the source lacks is written
+de-identification and its TimezoneOffsetFromUTC (:func:`copy_source_markers`): nothing is invented (a type 2
+attribute the source lacks is written
 empty, as unknown). An object keeps the source's character set unless
 one of its texts is not in it (a segment name ``李`` beside a Latin-1 source): it then declares UTF-8. Names and codes
 that a DICOM string cannot hold as one value (a backslash, the value separator, or a control character) are refused.
-Files are written atomically (:func:`monai_unc.io.atomic_path`).
+The series of a case's other input channels (a model of several) are referenced beside the series the object lies
+on (``other_series``, :func:`check_other_series`). Files are written atomically (:func:`monai_unc.io.atomic_path`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,7 @@ from pydicom.valuerep import DSfloat
 
 from ..files import atomic_path
 from ..provenance import decode_untrusted_json
-from .series import DicomSeries, DicomSeriesError
+from .series import SAME_IN_CHANNELS, DicomSeries, DicomSeriesError
 
 __all__ = [
     "AlgorithmInfo",
@@ -78,11 +80,12 @@ __all__ = [
     "source_images",
     "declare_character_set",
     "copy_source_markers",
+    "source_zone",
+    "check_other_series",
     "STUDY_UID_MODES",
     "new_study",
     "apply_study",
 ]
-
 
 
 def _package_version() -> str:
@@ -334,20 +337,29 @@ _SOURCE_STUDY_ONLY = ("IssuerOfAccessionNumberSequence", "NameOfPhysiciansReadin
                       "PhysiciansReadingStudyIdentificationSequence", "ReferencedStudySequence")
 
 
-def new_study(mode: str, uid_root: str | None = None, when: datetime | None = None) -> dict[str, str] | None:
+def new_study(mode: str, uid_root: str | None = None, when: datetime | None = None, *,
+              source: Any = None) -> dict[str, str] | None:
     """The study of a case's derived objects: None (the source's) or a new one, shared by all of them.
 
     ``"source"`` keeps the objects in the study of their source series, as the IHE AI Results profile does (a PACS
-    then shows them with their images). ``"new"`` gives them a new StudyInstanceUID under ``uid_root``, the date and
-    time of ``when`` (now) and an empty StudyID and AccessionNumber (those identify the source's order); patient
-    identification stays the source's.
+    then shows them with their images). ``"new"`` gives them a new StudyInstanceUID under ``uid_root`` and an empty
+    StudyID and AccessionNumber (those identify the source's order); patient identification stays the source's.
+
+    The new study is dated as its ``source`` study (its StudyDate and StudyTime, empty where the source's are): the
+    objects copy the source's patient and study dates, which a de-identification may have shifted (PS3.15 E,
+    LongitudinalTemporalInformationModified ``MODIFIED``), and a study dated today beside them mixed real and shifted
+    dates (a reader took today's date for a shifted one, or learnt the shift). The derived objects are results of
+    that study's images, which a worklist then lists beside it. Without a ``source`` the study is dated ``when``.
 
     Args:
         mode: one of :data:`STUDY_UID_MODES`.
         uid_root: root of the new UID.
-        when: the study date and time (default: now). DICOM dates and times are local time (no
-            TimezoneOffsetFromUTC is written), as highdicom writes the objects' ContentDate and ContentTime: a
-            time with a zone is converted to the local zone, a naive one is taken as local.
+        when: the study date and time, given instead of the source's (default without a ``source``: now). In the
+            source's TimezoneOffsetFromUTC where it states a valid one (the objects copy it), else in local time,
+            as highdicom writes the objects' ContentDate and ContentTime: a time with a zone is converted to that
+            zone, a naive one is taken as local.
+        source: the first slice of the source series (``series.datasets[0]``), whose study date and time the new
+            study takes.
 
     Returns:
         None for ``"source"``; for ``"new"`` the attributes for :func:`apply_study`.
@@ -360,15 +372,32 @@ def new_study(mode: str, uid_root: str | None = None, when: datetime | None = No
         True
         >>> new_study("new", "1.2.3.", datetime(2024, 5, 1, 8, 30))["StudyDate"]
         '20240501'
+        >>> src = Dataset()
+        >>> src.StudyDate, src.StudyTime = "19990203", "101500"
+        >>> moved = new_study("new", "1.2.3.", source=src)
+        >>> moved["StudyDate"], moved["StudyTime"]
+        ('19990203', '101500')
     """
     if mode not in STUDY_UID_MODES:
         raise ValueError(f"study_uid must be one of {STUDY_UID_MODES}, got {mode!r}")
     if mode == "source":
         return None
+    uid = new_uid(uid_root)
+    if when is None and source is not None:  # found by review 61: today's date beside the source's shifted ones
+        return {"StudyInstanceUID": uid, "StudyID": "", "AccessionNumber": "",
+                "StudyDate": str(source.get("StudyDate", "") or ""),
+                "StudyTime": str(source.get("StudyTime", "") or "")}
     # local time, as the objects' ContentDate / ContentTime (highdicom): in UTC a study made on a server at UTC+13:45
-    # was dated 13:45 hours (and often a day) before its own content (found by hostile testing with TZ set)
-    when = datetime.now() if when is None else (when.astimezone() if when.tzinfo is not None else when)
-    return {"StudyInstanceUID": new_uid(uid_root), "StudyID": "", "AccessionNumber": "",
+    # was dated 13:45 hours (and often a day) before its own content (found by hostile testing with TZ set); in the
+    # source's zone where the objects state it (copy_source_markers)
+    zone = source_zone(source) if source is not None else None
+    if when is None:
+        when = datetime.now()
+    if zone is not None:
+        when = when.astimezone(zone)
+    elif when.tzinfo is not None:
+        when = when.astimezone()
+    return {"StudyInstanceUID": uid, "StudyID": "", "AccessionNumber": "",
             "StudyDate": when.strftime("%Y%m%d"), "StudyTime": when.strftime("%H%M%S")}
 
 
@@ -740,15 +769,78 @@ def declare_character_set(dataset: Any, source: Any) -> Any:
 #: the SOP Common attributes a derived object keeps from its source: highdicom copies the Patient and Study modules
 #: (PatientIdentityRemoved, DeidentificationMethod, ...), not this marker of a de-identification (PS3.15 E.1.1)
 _SOURCE_MARKERS = ("LongitudinalTemporalInformationModified",)
+#: a TimezoneOffsetFromUTC (SH, PS3.3 C.12.1.1.8): ``+`` or ``-`` and the hours and minutes, ``-1200`` .. ``+1400``
+_ZONE = re.compile(r"^([+-])([01][0-9])([0-5][0-9])$")
+#: the date and time pairs of a derived object's own making, which highdicom writes in local time
+_OWN_TIMES = (("InstanceCreationDate", "InstanceCreationTime"), ("ContentDate", "ContentTime"))
+
+
+def source_zone(source: Any) -> timezone | None:
+    """The zone of the source's dates and times: its TimezoneOffsetFromUTC, or None (absent or not a valid offset).
+
+    Args:
+        source: a slice of the source series.
+
+    Returns:
+        The fixed offset, or None when the source states none or one outside ``-1200`` .. ``+1400`` (its dates are
+        then local time, PS3.5 6.2).
+
+    Example:
+        >>> src = Dataset()
+        >>> src.TimezoneOffsetFromUTC = "-0330"
+        >>> str(source_zone(src))
+        'UTC-03:30'
+    """
+    match = _ZONE.match(str(source.get("TimezoneOffsetFromUTC", "") or "").strip())
+    if match is None:
+        return None
+    minutes = (-1 if match[1] == "-" else 1) * (int(match[2]) * 60 + int(match[3]))
+    return timezone(timedelta(minutes=minutes)) if -12 * 60 <= minutes <= 14 * 60 else None
+
+
+def _local_in_zone(date: str, time: str, zone: timezone) -> datetime | None:
+    """A local date (``YYYYMMDD``) and time (``HHMMSS[.ffffff]``) as that instant in ``zone``; None if malformed."""
+    fraction = time[6:].lstrip(".")
+    if len(date) != 8 or len(time) < 6 or not (date + time[:6] + fraction).isdigit():
+        return None
+    local = datetime.strptime(date + time[:6], "%Y%m%d%H%M%S").replace(microsecond=int((fraction + "000000")[:6]))
+    return local.astimezone(zone)  # a naive time is local
+
+
+def _in_zone(dataset: Any, zone: timezone) -> None:
+    """Restate the object's own dates and times, which highdicom writes in local time, in ``zone``.
+
+    :data:`_OWN_TIMES`, and the ContributionDateTime of highdicom's own ContributingEquipmentSequence item.
+    """
+    for date_key, time_key in _OWN_TIMES:
+        time = str(dataset.get(time_key, "") or "")
+        moved = _local_in_zone(str(dataset.get(date_key, "") or ""), time, zone)
+        if moved is not None:
+            setattr(dataset, date_key, moved.strftime("%Y%m%d"))
+            setattr(dataset, time_key, moved.strftime("%H%M%S.%f" if len(time) > 6 else "%H%M%S"))
+    for item in dataset.get("ContributingEquipmentSequence") or []:
+        # found by review 61: the time the object was made, local time, in an object stating another zone
+        when = str(item.get("ContributionDateTime", "") or "")
+        if str(item.get("ManufacturerModelName", "")) != "highdicom" or "+" in when or "-" in when:
+            continue  # another equipment's (the source's acquisition) or a time with its own offset
+        moved = _local_in_zone(when[:8], when[8:], zone)
+        if moved is not None:
+            item.ContributionDateTime = moved.strftime("%Y%m%d%H%M%S.%f" if len(when) > 14 else "%Y%m%d%H%M%S")
 
 
 def copy_source_markers(dataset: Any, source: Any) -> Any:
-    """Give a derived object the source's LongitudinalTemporalInformationModified and RecognizableVisualFeatures YES.
+    """Give a derived object the source's de-identification marker, time zone and RecognizableVisualFeatures YES.
 
     A source de-identified with its dates shifted (PS3.15 E, Retain Longitudinal Temporal Information with Modified
     Dates Option) says so in this SOP Common attribute (``MODIFIED``; ``REMOVED``, ``UNMODIFIED``). The derived
     objects copy its StudyDate and PatientBirthDate, so they carry the marker too: without it a reader took the
     shifted dates for true ones. A source without it gives objects without it (nothing is invented).
+
+    The copied dates are in the source's TimezoneOffsetFromUTC (SOP Common, PS3.3 C.12.1.1.8: every date and time of
+    an instance is in that zone), which the object then states too (without it a reader took them for the reader's
+    local time); the object's own InstanceCreationDate / Time and ContentDate / Time, which highdicom writes in the
+    local time of the machine, are restated in that zone (:func:`source_zone`). A source without one, or with an
+    invalid one, gives objects without one (their dates local, as the source's).
 
     A source image from which the patient can be recognised (RecognizableVisualFeatures ``YES``: a face rendered
     from a head MR) gives an image object (one with pixel data: SEG, Parametric Map; not an SR) ``YES`` too: it lies
@@ -772,6 +864,10 @@ def copy_source_markers(dataset: Any, source: Any) -> Any:
     for key in _SOURCE_MARKERS:
         if key in source and not source[key].is_empty and key not in dataset:
             dataset.add(copy.deepcopy(source[key]))
+    zone = source_zone(source)
+    if zone is not None and "TimezoneOffsetFromUTC" not in dataset:  # found by review 61: the dates read as local
+        dataset.TimezoneOffsetFromUTC = str(source.TimezoneOffsetFromUTC).strip()
+        _in_zone(dataset, zone)
     image = any(key in dataset for key in ("PixelData", "FloatPixelData", "DoubleFloatPixelData"))
     if image and str(source.get("RecognizableVisualFeatures", "") or "").strip() == "YES":
         dataset.RecognizableVisualFeatures = "YES"  # found by hostile review 60: the map said NO
@@ -913,10 +1009,91 @@ def save_dataset(dataset: Any, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
+def check_other_series(other_series: Any, series: DicomSeries) -> list[DicomSeries]:
+    """The series of a case's other input channels that a derived object references beside ``series``, checked.
+
+    A model of several input channels (T1, T1ce, T2, FLAIR) derives its outputs from every channel's series; the
+    objects lie on the grid of channel 0's ``series`` and reference the others as further source images. A series
+    given twice, or ``series`` itself, is referenced once.
+
+    Args:
+        other_series: a sequence of :class:`~.series.DicomSeries` (headers are enough).
+        series: the series the object lies on (channel 0's).
+
+    Returns:
+        The other series, in their order, without repeats.
+
+    Raises:
+        TypeError: naming ``other_series`` when it is not a sequence of :class:`~.series.DicomSeries`.
+        ValueError: naming ``other_series`` when one is of another patient or frame of reference (no channel of
+            this case, :data:`~.series.SAME_IN_CHANNELS`).
+
+    Example:
+        >>> check_other_series((), None)
+        []
+    """
+    if isinstance(other_series, (str, bytes, DicomSeries)) or not isinstance(other_series, Sequence):
+        raise TypeError(f"other_series must be a sequence of DicomSeries (the case's other input channels), got "
+                        f"{type(other_series).__name__}")
+    seen = {series.series_uid} if series is not None else set()
+    out = []
+    for other in other_series:
+        if not isinstance(other, DicomSeries):
+            raise TypeError(f"other_series must hold DicomSeries items, got {type(other).__name__}")
+        differ = [name for name in SAME_IN_CHANNELS if str(other.datasets[0].get(name, "") or "").strip()
+                  != str(series.datasets[0].get(name, "") or "").strip()]
+        if differ:
+            raise ValueError(f"other_series: series {other.series_uid} differs from {series.series_uid} in "
+                             f"{', '.join(differ)}: the channels of a case are series of one patient in one frame of "
+                             "reference")
+        if other.series_uid not in seen:
+            seen.add(other.series_uid)
+            out.append(other)
+    return out
+
+
+def _reference_other_studies(dataset: Any, others: Sequence[DicomSeries]) -> Any:
+    """Reference the channel series of another study than the object's source (highdicom takes one study's).
+
+    Their images are listed as source images and under their study in
+    ``StudiesContainingOtherReferencedInstancesSequence`` (Common Instance Reference, PS3.3 C.12.2); returns
+    ``dataset``.
+    """
+    study = str(dataset.StudyInstanceUID)
+    by_study: dict[str, list[Dataset]] = {}
+    for other in others:
+        other_study = str(other.datasets[0].get("StudyInstanceUID", "") or "")
+        if other_study == study:
+            continue
+        refs = []
+        for ds in other.datasets:
+            ref = Dataset()
+            ref.ReferencedSOPClassUID, ref.ReferencedSOPInstanceUID = ds.SOPClassUID, ds.SOPInstanceUID
+            refs.append(ref)
+        dataset.SourceImageSequence = [*(dataset.get("SourceImageSequence") or []), *copy.deepcopy(refs)]
+        item = Dataset()
+        item.SeriesInstanceUID = other.series_uid
+        item.ReferencedInstanceSequence = refs
+        by_study.setdefault(other_study, []).append(item)
+    for other_study, items in by_study.items():
+        entry = Dataset()
+        entry.StudyInstanceUID = other_study
+        entry.ReferencedSeriesSequence = items
+        dataset.StudiesContainingOtherReferencedInstancesSequence = [
+            *(dataset.get("StudiesContainingOtherReferencedInstancesSequence") or []), entry]
+    return dataset
+
+
 def _common(series: DicomSeries, uid_root: str | None, series_number: int, algorithm: AlgorithmInfo,
-            description: str) -> dict[str, Any]:
+            description: str, others: Sequence[DicomSeries] = ()) -> dict[str, Any]:
+    images = source_images(series)  # first: it refuses a source without its study
+    study = str(series.datasets[0].StudyInstanceUID)
+    # the other channels' images: highdicom references them (and, frame by frame, the slices of each frame's plane)
+    further = [ds for other in others if str(other.datasets[0].get("StudyInstanceUID", "") or "") == study
+               for ds in other.datasets]
     return dict(
-        source_images=source_images(series), series_instance_uid=new_uid(uid_root),
+        further_source_images=further or None,
+        source_images=images, series_instance_uid=new_uid(uid_root),
         series_number=check_series_number(series_number),
         sop_instance_uid=new_uid(uid_root), instance_number=1, manufacturer="monai-unc",
         manufacturer_model_name=algorithm.name or "monai-unc", software_versions=f"monai-unc {__version__}",
@@ -978,7 +1155,8 @@ def _segment_descriptions(segments: Sequence[SegmentSpec], algorithm: AlgorithmI
 def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.PathLike,
                        segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo | None = None,
                        uid_root: str | None = None, series_number: int = 901,
-                       study: Mapping[str, str] | None = None, *, series_description: str | None = None) -> Path:
+                       study: Mapping[str, str] | None = None, *, series_description: str | None = None,
+                       other_series: Sequence[DicomSeries] = ()) -> Path:
     """Write a label map as a binary DICOM SEG on the series' grid.
 
     Args:
@@ -995,6 +1173,8 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
         series_description: the SeriesDescription a PACS lists the series by (1 to 64 characters); None:
             ``segmentation by monai-unc: <segment names>`` (cut to 64 characters).
+        other_series: the series of the case's other input channels (a model of several), referenced beside
+            ``series`` as further source images (:func:`check_other_series`); the object lies on ``series``' grid.
 
     Returns:
         ``path``.
@@ -1007,6 +1187,7 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
             ``1 .. 2**31 - 1`` (:func:`check_series_number`).
     """
     check_series(series)
+    others = check_other_series(other_series, series)
     series_number = check_series_number(series_number)
     segments = _check_segments(segments)
     labels = np.asarray(labels)
@@ -1043,11 +1224,11 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         segment_descriptions=descriptions, content_label="SEGMENTATION",
         # an empty mask keeps every frame, as highdicom would after logging a warning that --quiet printed
         omit_empty_frames=bool(np.any(numbers)),
-        **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
+        **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc", others),
     )
     seg.SeriesDescription = description
     source = series.datasets[0]
-    seg = copy_source_markers(_pixel_measures(seg, series), source)
+    seg = copy_source_markers(_pixel_measures(_reference_other_studies(seg, others), series), source)
     return save_dataset(apply_study(declare_character_set(seg, source), study), path)
 
 
@@ -1055,7 +1236,8 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
                                   segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo | None = None,
                                   uid_root: str | None = None, series_number: int = 902,
                                   study: Mapping[str, str] | None = None, *,
-                                  series_description: str | None = None) -> Path:
+                                  series_description: str | None = None,
+                                  other_series: Sequence[DicomSeries] = ()) -> Path:
     """Write class probabilities as a FRACTIONAL SEG (type PROBABILITY) on the series' grid.
 
     Stored as ``round(255 p)`` (:data:`FRACTIONAL_MAX`): the values read back are within ``1 / 510`` of ``p``.
@@ -1071,6 +1253,8 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
         series_description: the SeriesDescription (1 to 64 characters); None: ``probabilities by monai-unc:
             <segment names>`` (cut to 64 characters).
+        other_series: the series of the case's other input channels (a model of several), referenced beside
+            ``series`` as further source images (:func:`check_other_series`); the object lies on ``series``' grid.
 
     Returns:
         ``path``.
@@ -1083,6 +1267,7 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
             ``series_number`` outside ``1 .. 2**31 - 1``.
     """
     check_series(series)
+    others = check_other_series(other_series, series)
     series_number = check_series_number(series_number)
     segments = _check_segments(segments)
     probs = np.asarray(probs, dtype=np.float32)
@@ -1106,11 +1291,11 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         # empty as stored (round(255 p)): probabilities below 1/510 everywhere (a confident case without the
         # structure) are an empty image too, whose frames highdicom dropped, failing (found by hostile testing)
         omit_empty_frames=bool(np.any(np.round(frames * FRACTIONAL_MAX))),
-        **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
+        **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc", others),
     )
     seg.SeriesDescription = description
     source = series.datasets[0]
-    seg = copy_source_markers(_pixel_measures(seg, series), source)
+    seg = copy_source_markers(_pixel_measures(_reference_other_studies(seg, others), series), source)
     return save_dataset(apply_study(declare_character_set(seg, source), study), path)
 
 
@@ -1132,7 +1317,8 @@ def _content_label(measure: str) -> str:
 def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os.PathLike, measure: str,
                          algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
                          series_number: int = 903, study: Mapping[str, str] | None = None, *,
-                         region: str | None = None, series_description: str | None = None) -> Path:
+                         region: str | None = None, series_description: str | None = None,
+                         other_series: Sequence[DicomSeries] = ()) -> Path:
     """Write one uncertainty map as a Parametric Map with 32-bit float pixels on the series' grid.
 
     The real-world value mapping is the identity (slope 1, intercept 0) with the map's unit (:data:`MAP_UNITS`:
@@ -1164,6 +1350,8 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
             map of the whole case.
         series_description: the SeriesDescription (1 to 64 characters); None: ``<measure> by monai-unc`` or
             ``<measure> of <region> by monai-unc``.
+        other_series: the series of the case's other input channels (a model of several), referenced beside
+            ``series`` as further source images (:func:`check_other_series`); the object lies on ``series``' grid.
 
     Returns:
         ``path``.
@@ -1190,6 +1378,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         ('predictive_entropy of WT by monai-unc', 'PE WT', 'WT: predictive entropy H(mean p), nats')
     """
     check_series(series)
+    others = check_other_series(other_series, series)
     series_number = check_series_number(series_number)
     check_text(measure, "measure", 64)
     values = np.asarray(values)
@@ -1238,12 +1427,12 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         real_world_value_mappings=[mapping],
         voi_lut_transformations=[window],
         content_label=_content_label(measure),
-        **_common(series, uid_root, series_number, algorithm or AlgorithmInfo(), description),
+        **_common(series, uid_root, series_number, algorithm or AlgorithmInfo(), description, others),
     )
     pm.SeriesDescription = series_text
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
     source = series.datasets[0]
-    pm = copy_source_markers(_pixel_measures(pm, series), source)
+    pm = copy_source_markers(_pixel_measures(_reference_other_studies(pm, others), series), source)
     return save_dataset(apply_study(declare_character_set(pm, source), study), path)
 

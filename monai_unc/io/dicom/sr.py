@@ -38,6 +38,7 @@ from .objects import (
     NOT_IN_STRING,
     AlgorithmInfo,
     apply_study,
+    check_other_series,
     check_series,
     check_series_description,
     check_series_number,
@@ -269,7 +270,8 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
                              extra_groups: Mapping[str, Mapping[str, float]] | None = None,
                              algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
                              series_number: int = 999, study: Mapping[str, str] | None = None,
-                             series_description: str | None = None) -> Path:
+                             series_description: str | None = None,
+                             other_series: Sequence[DicomSeries] = ()) -> Path:
     """Write the Comprehensive 3D SR (TID 1500) of one case.
 
     Args:
@@ -292,6 +294,9 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         series_number: the SeriesNumber of the SR.
         series_description: the SeriesDescription a PACS lists the series by (1 to 64 characters); None:
             ``measurement report by monai-unc``.
+        other_series: the series of the case's other input channels (a model of several), listed as evidence
+            beside ``series`` (:func:`~monai_unc.io.dicom.objects.check_other_series`). A segment's group names
+            ``series`` alone as its source series for segmentation (TID 1411 holds one).
 
     Returns:
         ``path``.
@@ -307,6 +312,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
             a ``series_description`` a DICOM LO cannot hold, a ``series_number`` outside ``1 .. 2**31 - 1``.
     """
     check_series(series)
+    others = check_other_series(other_series, series)
     series_number = check_series_number(series_number)
     description = check_series_description(series_description, "measurement report by monai-unc")
     algorithm = algorithm or AlgorithmInfo()
@@ -375,7 +381,8 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
     report = hd.sr.MeasurementReport(observation_context=context, procedure_reported=_IMAGING,
                                      imaging_measurements=groups or None,
                                      referenced_images=None)
-    evidence = [*source_images(series), *([seg] if seg is not None else []), *maps]
+    evidence = [*source_images(series), *(ds for other in others for ds in other.datasets),
+                *([seg] if seg is not None else []), *maps]
     src = series.datasets[0]
     sr = hd.sr.Comprehensive3DSR(
         evidence=evidence, content=report, series_instance_uid=new_uid(uid_root), series_number=series_number,

@@ -177,8 +177,7 @@
       var cell = row.cells[0], a = document.createElement("a");
       a.href = hash;
       a.title = "centre the 3D viewer of this case on the lesion";
-      a.textContent = cell.textContent;
-      cell.textContent = "";
+      while (cell.firstChild) { a.appendChild(cell.firstChild); }  // the case id keeps its <bdi> (review 61)
       cell.appendChild(a);
     });
   }
