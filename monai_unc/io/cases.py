@@ -1409,6 +1409,16 @@ def match_cases(
                         break
             if found:
                 map_files[m] = found
+    # maps written one file per region (<case>_<measure>_<region>: 2D images, formats without 4D images) are not
+    # read: said, so that a case is never evaluated without its maps without a word (found by review 61)
+    read = [*seg_files.values(), *prob_files.values(), *(p for found in map_files.values() for p in found.values())]
+    region_file = _unread_region_map(unc_dir, label_files, read, MEASURES if measures is None else measures)
+    if region_file is not None:
+        warnings.warn(f"{region_file.name} in {unc_dir} is not read: it looks like one region's uncertainty map, "
+                      "written one file per region (<case>_<measure>_<region>) for 2D images and formats without 4D "
+                      "images, and evaluation reads one file <case>_<measure>.<ext> holding every region; the cases "
+                      "are evaluated without these maps (stack the regions into one 4D NIfTI <case>_<measure>.nii.gz "
+                      "to evaluate them)", UserWarning, stacklevel=2)
     if uncertainty is not None and measures is None and not map_files:  # named explicitly: it must hold maps
         raise CaseError(f"--uncertainty {unc_dir}: no uncertainty map (<case>_<measure>.<ext>, measure one of "
                         f"{MEASURES}) in it; give the folder of the maps, or leave --uncertainty out to use the maps "
@@ -1416,7 +1426,9 @@ def match_cases(
     if measures:
         absent = [m for m in measures if m not in map_files]
         if absent:
-            raise CaseError(f"no uncertainty map for measure(s) {absent} in {unc_dir} (files <case>_<measure>.<ext>)")
+            raise CaseError(f"no uncertainty map for measure(s) {absent} in {unc_dir} (files <case>_<measure>.<ext>)"
+                            + ("" if region_file is None else f"; {region_file.name} there is one region's map, "
+                               "written one file per region, which evaluation does not read"))
     image_files = case_image_files(images, pred_dir, label_files, layout) if images is not None else {}
     # the options as the command line names them: triage matches the predictions with themselves (labels = segs)
     roles = {"label": "--predictions" if not seg_ok else "--labels", "segmentation": "--predictions",
@@ -1472,6 +1484,39 @@ def match_cases(
         warnings.warn(f"{len(extra)} case(s) with predictions but no label skipped (allow_missing_labels): "
                       f"{_describe(extra)}", UserWarning, stacklevel=2)
     return cases
+
+
+def _unread_region_map(folder: Path, case_ids: Collection[str], read: Iterable[Path], measures: Iterable[str]
+                       ) -> Path | None:
+    """The first file of ``folder`` named ``<case>_<measure>_<region>.<ext>`` that is not read as a map, or None.
+
+    Such files are the per-region maps that nnU-Net's export writes one file per region (a 2D image, a format without
+    4D images: :func:`monai_unc.nnunet.export.write_region_maps`); :func:`match_cases` reads one file per measure.
+
+    Args:
+        folder: the uncertainty folder (nothing is found where it is no folder).
+        case_ids: the labelled cases.
+        read: the files read (maps, segmentations, probabilities): none of them is one.
+        measures: the measures read (a deprecated name of one counts too).
+    """
+    if not folder.is_dir():
+        return None
+    taken = {os.path.abspath(p) for p in read}
+    names = list(measures)
+    names += [old for old, new in DEPRECATED_MEASURES.items() if new in names]
+    ids = set(case_ids)
+    for path in sorted(folder.iterdir()):
+        split = split_extension(path.name, (*VOLUME_EXTENSIONS, ".tif", ".tiff"))
+        if split is None or os.path.abspath(path) in taken:
+            continue
+        stem = split[0]
+        for m in names:
+            at = stem.find(f"_{m}_")
+            while at > 0:  # <case>_<measure>_<region>, a case id that may hold '_<measure>_' itself
+                if stem[:at] in ids and len(stem) > at + len(m) + 2:
+                    return path
+                at = stem.find(f"_{m}_", at + 1)
+    return None
 
 
 def _swapped_folders_hint(labels: str | os.PathLike, pred_dir: Path, label_files: Mapping[str, Path],
