@@ -230,3 +230,32 @@ def test_run_evaluate_with_a_region_spec_string_reads_the_per_region_files(tmp_p
     assert summary["measure"] in MEASURES
     with pytest.raises(TypeError, match="regions must be a list of region names"):
         match_cases(labels, pred, layout="nnunet", regions="WT")
+
+
+def test_resume_recomputes_a_case_whose_region_file_changed(tmp_path):
+    """The per-case state records the signature of each region's file: one region's file written again is read
+    again (not the stale row)."""
+    import csv
+    import json
+
+    from monai_unc.cli import main
+
+    spec = tmp_path / "regions.json"
+    spec.write_text(json.dumps(REGIONS))
+    labels, pred = _region_cohort(tmp_path, two_d=True)
+    out = tmp_path / "ev"
+    args = ["evaluate", "-l", str(labels), "-p", str(pred), "--layout", "nnunet", "-o", str(out), "--regions",
+            str(spec), "--no-spatial", "-q"]
+
+    def variance_tc() -> dict[str, str]:
+        assert main(args) == 0
+        with open(out / "metrics.csv", newline="") as f:
+            return {r["case"]: r["variance_mean_TC"] for r in csv.DictReader(f)}
+
+    before = variance_tc()
+    f = pred / "uncertainty" / "c1_variance_TC.nii.gz"
+    img = nib.load(str(f))
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj) * 0.5, img.affine), str(f))
+    after = variance_tc()
+    assert after["c2"] == before["c2"]
+    assert float(after["c1"]) == pytest.approx(float(before["c1"]) / 2, rel=1e-5)
