@@ -452,10 +452,12 @@ def check_state_rows(meta: Any, source: str) -> None:
     for cid, files in (meta.get("files") or {}).items():  # the files the report reads (hostile review 58: tracebacks)
         text = isinstance(files, dict) and isinstance(files.get("label"), str) and all(
             files.get(k) is None or isinstance(files[k], str) for k in ("seg", "probs", "image"))
+        # a map's path, or its files one per region (review 61: <case>_<measure>_<region>)
         if not text or not (files.get("maps") is None or isinstance(files["maps"], dict) and all(
-                isinstance(v, str) for v in files["maps"].values())):
+                isinstance(v, str) or isinstance(v, list) and v and all(isinstance(x, str) for x in v)
+                for v in files["maps"].values())):
             raise bad(f"files of case {cid!r}", 'an object of paths {"label": ..., "seg", "probs", "image": path '
-                      'or null, "maps": {measure: path}}', files)
+                      'or null, "maps": {measure: path or [path per region]}}', files)
     for cid, maps in (meta.get("derived_maps") or {}).items():
         if not isinstance(maps, dict) or not all(isinstance(v, str) for v in maps.values()):
             raise bad(f"derived_maps of case {cid!r}", "an object {measure: path}", maps)

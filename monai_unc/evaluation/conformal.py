@@ -107,7 +107,7 @@ from .cohort import score_column
 from .config import STATE_DIR, EvaluationConfig, parse_score_column, region_suffix, slug
 from .products import command_output_markers
 from .region_case import predicted_regions, region_score_columns
-from .resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures
+from .resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures, map_signature
 from .rows import derived_maps
 
 #: the loss of each side (``outer``: false-negative rate, ``inner``: false-positive share of the mask)
@@ -1355,7 +1355,7 @@ def _find_cases(predictions: Path, layout: str, images: str | os.PathLike | None
     strata = doc.strata
     measure = strata.measure if strata is not None and strata.map_source == "file" else None
     found = list_prediction_cases(predictions, layout, measure=measure, uncertainty=uncertainty, images=images,
-                                  empty="no case")
+                                  empty="no case", regions=None if doc.regions is None else list(map(str, doc.regions)))
     check_conformal_probabilities(found, doc.first.activation, predictions, layout, channels=len(doc.first.names))
     return found
 
@@ -1600,7 +1600,7 @@ def run_conformal(
 
     def fingerprint(files: CaseFiles) -> dict[str, Any]:
         inputs = {"seg": file_signature(files.seg), "probs": file_signature(files.probs),
-                  "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())}}
+                  "maps": {m: map_signature(p) for m, p in sorted(files.maps.items())}}
         return json.loads(json.dumps({"format": _STATE_FORMAT, "version": __version__,
                                       "rule": got["doc"].to_json()["digest"], "inputs": inputs}))
 

@@ -20,8 +20,9 @@ from ..io import INFER_RECORD, CaseFiles, check_volume_entry, file_sha256, is_se
 from .case import CaseResult
 from .config import EvaluationConfig
 
-__all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "case_config_fingerprint", "case_cache",
-           "save_case_state", "load_case_state", "input_signatures", "check_inputs_unchanged", "map_digest_hooks"]
+__all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "map_signature", "case_fingerprint", "case_config_fingerprint",
+           "case_cache", "save_case_state", "load_case_state", "input_signatures", "check_inputs_unchanged",
+           "map_digest_hooks"]
 
 #: fields of :class:`EvaluationConfig` that :func:`evaluate_case` reads (the per-case resume state is reused only
 #: while they, the case's shift label and its input files are unchanged); keep in sync with evaluate_case
@@ -86,6 +87,27 @@ def file_signature(path: Path | None) -> list[Any] | None:
 _RUN_RECORDS = (INFER_RECORD, "uncertainty_config.json")
 
 
+def map_signature(path: Path | tuple[Path, ...]) -> list[Any]:
+    """:func:`file_signature` of a case's map (:attr:`~monai_unc.io.CaseFiles.maps`), a list for per-region files.
+
+    Args:
+        path: the map's file, or its files one per region.
+
+    Returns:
+        The signature, or the list of the files' signatures.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "c1_variance_WT.nii.gz").write_bytes(b"x")
+        ...     len(map_signature((Path(d) / "c1_variance_WT.nii.gz",)))
+        1
+    """
+    if isinstance(path, tuple):
+        return [file_signature(p) for p in path]
+    return file_signature(path)
+
+
 def _signature_or_none(path: Path) -> list[Any] | None:
     """:func:`file_signature`, None for a file that is gone (or no longer a file a case can read)."""
     try:
@@ -147,7 +169,8 @@ def input_signatures(cases: Sequence[CaseFiles], predictions: str | os.PathLike 
     out: dict[str, Any] = {}
     for c in cases:
         roles = {"label": c.label, "segmentation": c.seg, "probabilities": c.probs, "image": c.image,
-                 **{f"map {m}": p for m, p in sorted(c.maps.items())}}
+                 **{f"map {m}" + (f" {i}" if isinstance(f, tuple) else ""): p  # per-region files: each
+                    for m, f in sorted(c.maps.items()) for i, p in enumerate(f if isinstance(f, tuple) else (f,))}}
         out[c.case_id] = {role: _signature_or_none(Path(p)) for role, p in roles.items() if p is not None}
     if predictions is not None:
         folder = Path(predictions)
@@ -242,7 +265,7 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
             "label": file_signature(files.label),
             "seg": file_signature(files.seg),
             "probs": file_signature(files.probs),
-            "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
+            "maps": {m: map_signature(p) for m, p in sorted(files.maps.items())},
         },
     }
     if config.products:  # the files a product reads itself (CohortProduct.case_input_files)

@@ -523,7 +523,8 @@ def _absolute_files(files: CaseFiles) -> CaseFiles:
         return None if p is None else Path(p).absolute()
 
     return CaseFiles(files.case_id, Path(files.label).absolute(), a(files.seg), a(files.probs),
-                     {m: Path(p).absolute() for m, p in files.maps.items()}, a(files.image))
+                     {m: tuple(Path(x).absolute() for x in p) if isinstance(p, tuple) else Path(p).absolute()
+                      for m, p in files.maps.items()}, a(files.image))
 
 
 def _check_seg_options(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
@@ -549,7 +550,9 @@ def _run_evaluate(
         with warnings.catch_warnings(record=True) as matching:
             warnings.simplefilter("always")
             try:
-                cases = match_cases(**match_kwargs)
+                # a region evaluation reads maps written one file per region too (<case>_<measure>_<region>; the
+                # spec parsed by validate above: review 61)
+                cases = match_cases(**match_kwargs, regions=None if config.regions is None else list(config.regions))
             except CaseError:  # files missing in a folder another run is writing: say that first
                 check_finished_predictions(match_kwargs["predictions"], match_kwargs["layout"], ())
                 raise

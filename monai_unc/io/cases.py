@@ -1147,7 +1147,9 @@ class CaseFiles:
         label: the reference label map.
         seg: the predicted segmentation.
         probs: the predicted probabilities (NIfTI or nnU-Net ``.npz``).
-        maps: ``{measure: uncertainty map file}``.
+        maps: ``{measure: uncertainty map file}``; for maps written one file per region
+            (``<case>_<measure>_<region>``, :func:`match_cases` with ``regions``) a tuple of the files in the region
+            spec's order, read stacked as one ``(R, *spatial)`` map.
         image: the input image (its first channel file for nnU-Net channel naming).
 
     Example:
@@ -1161,7 +1163,7 @@ class CaseFiles:
     label: Path
     seg: Path | None = None
     probs: Path | None = None
-    maps: dict[str, Path] = field(default_factory=dict)
+    maps: dict[str, Path | tuple[Path, ...]] = field(default_factory=dict)
     image: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -1169,14 +1171,14 @@ class CaseFiles:
 
         Returns:
             ``{"case", "label", "seg", "probs", "maps", "image"}``; absent roles are None, ``maps`` is
-            ``{measure: path}``.
+            ``{measure: path}`` (a list of paths for per-region files).
         """
         return {
             "case": self.case_id,
             "label": str(self.label),
             "seg": None if self.seg is None else str(self.seg),
             "probs": None if self.probs is None else str(self.probs),
-            "maps": {k: str(v) for k, v in self.maps.items()},
+            "maps": {k: [str(x) for x in v] if isinstance(v, tuple) else str(v) for k, v in self.maps.items()},
             "image": None if self.image is None else str(self.image),
         }
 
@@ -1198,7 +1200,8 @@ class CaseFiles:
             label=Path(d["label"]),
             seg=p(d.get("seg")),
             probs=p(d.get("probs")),
-            maps={k: Path(v) for k, v in (d.get("maps") or {}).items()},
+            maps={k: tuple(Path(x) for x in v) if isinstance(v, (list, tuple)) else Path(v)
+                  for k, v in (d.get("maps") or {}).items()},
             image=p(d.get("image")),
         )
 
@@ -1231,7 +1234,8 @@ def case_files_digest(cases: Iterable[CaseFiles | ImageCase]) -> str:
 
     rows = sorted([c.case_id, [name(p) for p in c.channels]] if isinstance(c, ImageCase) else
                   [c.case_id, name(c.label), name(c.seg), name(c.probs),
-                   {m: name(f) for m, f in sorted(c.maps.items())}, name(c.image)] for c in cases)
+                   {m: [name(x) for x in f] if isinstance(f, tuple) else name(f) for m, f in sorted(c.maps.items())},
+                   name(c.image)] for c in cases)
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
@@ -1286,6 +1290,7 @@ def match_cases(
     allow_missing: bool = False,
     allow_missing_labels: bool = False,
     missing_hint: str | None = "use --allow-missing to skip them",
+    regions: Sequence[str] | None = None,
 ) -> list[CaseFiles]:
     """Match labels with predictions, probabilities and uncertainty maps by case id.
 
@@ -1313,18 +1318,24 @@ def match_cases(
             error), with a ``UserWarning`` listing them.
         missing_hint: what the error of cases that lack files suggests, in parentheses (default: the ``evaluate``
             option that skips them); None: nothing (a command without that option names its own remedy).
+        regions: the region names of a region-based (sigmoid) evaluation, in the spec's order: a measure's maps
+            written one file per region (``<case>_<measure>_<region>.<ext>``, as nnU-Net's export writes those of 2D
+            images) are then read too, as a tuple of the files in this order (:attr:`CaseFiles.maps`). None: only
+            ``<case>_<measure>`` files (per-region files found are named in a ``UserWarning``).
 
     Returns:
         One :class:`CaseFiles` per matched case, sorted by case id.
 
     Raises:
         ValueError: an unknown ``layout`` or measure.
+        TypeError: ``regions`` is a string or holds something else than names.
         FileNotFoundError: a folder does not exist.
-        CaseError: no label, a measure without maps, an explicit ``seg_suffix`` / ``probs_suffix`` that names no
-            file of a labelled case, an explicit ``uncertainty`` folder without maps, or cases that lack files or
-            labels (see above), or a case whose
-            image is its own label, segmentation, probabilities or map file (``images`` naming one of those
-            folders, e.g. the predictions of the ``nnunet`` layout).
+        CaseError: no label, a measure without maps, a case with per-region maps of some regions only or with both a
+            ``<case>_<measure>`` file and per-region files of one measure (ambiguous), an explicit ``seg_suffix`` /
+            ``probs_suffix`` that names no file of a labelled case, an explicit ``uncertainty`` folder without maps,
+            or cases that lack files or labels (see above), or a case whose image is its own label, segmentation,
+            probabilities or map file (``images`` naming one of those folders, e.g. the predictions of the
+            ``nnunet`` layout).
 
     Example:
         >>> import tempfile
@@ -1338,6 +1349,8 @@ def match_cases(
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    if regions is not None and (isinstance(regions, (str, bytes)) or not all(isinstance(r, str) for r in regions)):
+        raise TypeError(f"regions must be a list of region names, got {regions!r:.80}")
     lay = LAYOUTS[layout]
     given_suffixes = {"--seg-suffix": seg_suffix, "--probs-suffix": probs_suffix}  # None: the layout's
     seg_suffix = lay["seg_suffix"] if seg_suffix is None else seg_suffix
@@ -1387,7 +1400,7 @@ def match_cases(
         if given is not None and not set(found) & set(label_files):
             raise CaseError(f"{option} {given!r}: no file <case>{given}.<ext> of a labelled case in {pred_dir}; "
                             f"check the suffix (or leave {option} out for the layout's)")
-    map_files: dict[str, dict[str, Path]] = {}
+    map_files: dict[str, dict[str, Path | tuple[Path, ...]]] = {}
     if measures is not None:
         measures = [canonical_measure(m, stacklevel=3) for m in measures]
     unknown = set(measures or ()) - set(MEASURES)
@@ -1407,8 +1420,20 @@ def match_cases(
                             stacklevel=2,
                         )
                         break
+            if regions:
+                found = _with_region_files(unc_dir, m, regions, found, label_files)
             if found:
                 map_files[m] = found
+    # maps written one file per region (<case>_<measure>_<region>: 2D images, formats without 4D images) are not
+    # read: said, so that a case is never evaluated without its maps without a word (found by review 61)
+    read = [*seg_files.values(), *prob_files.values(),
+            *(p for found in map_files.values() for f in found.values() for p in _map_paths(f))]
+    region_file = _unread_region_map(unc_dir, label_files, read, MEASURES if measures is None else measures)
+    if region_file is not None:
+        warnings.warn(f"{region_file.name} in {unc_dir} is not read: it looks like one region's uncertainty map, "
+                      "written one file per region (<case>_<measure>_<region>) for 2D images and formats without 4D "
+                      "images, which a region evaluation reads when its regions (--regions) are named so; the cases "
+                      "are evaluated without these maps", UserWarning, stacklevel=2)
     if uncertainty is not None and measures is None and not map_files:  # named explicitly: it must hold maps
         raise CaseError(f"--uncertainty {unc_dir}: no uncertainty map (<case>_<measure>.<ext>, measure one of "
                         f"{MEASURES}) in it; give the folder of the maps, or leave --uncertainty out to use the maps "
@@ -1416,7 +1441,9 @@ def match_cases(
     if measures:
         absent = [m for m in measures if m not in map_files]
         if absent:
-            raise CaseError(f"no uncertainty map for measure(s) {absent} in {unc_dir} (files <case>_<measure>.<ext>)")
+            raise CaseError(f"no uncertainty map for measure(s) {absent} in {unc_dir} (files <case>_<measure>.<ext>)"
+                            + ("" if region_file is None else f"; {region_file.name} there is one region's map, "
+                               "written one file per region, read only when the evaluation's regions are named so"))
     image_files = case_image_files(images, pred_dir, label_files, layout) if images is not None else {}
     # the options as the command line names them: triage matches the predictions with themselves (labels = segs)
     roles = {"label": "--predictions" if not seg_ok else "--labels", "segmentation": "--predictions",
@@ -1440,7 +1467,7 @@ def match_cases(
         if files.image is not None:  # --images naming the labels' or predictions' folder: a file scored as an image
             image = files.image.resolve()
             for role, path in (("label", label), ("segmentation", seg), ("probabilities", probs),
-                               *(("map", p) for p in files.maps.values())):
+                               *(("map", p) for f in files.maps.values() for p in _map_paths(f))):
                 if path is not None and path.resolve() == image:
                     raise CaseError(f"--images {images} and {roles[role]} name the same files: the image of case "
                                     f"{cid!r} would be its {role} {path.name}; give the folder of the input images")
@@ -1472,6 +1499,76 @@ def match_cases(
         warnings.warn(f"{len(extra)} case(s) with predictions but no label skipped (allow_missing_labels): "
                       f"{_describe(extra)}", UserWarning, stacklevel=2)
     return cases
+
+
+def _map_paths(path: Path | tuple[Path, ...]) -> tuple[Path, ...]:
+    """The files of one measure's map of a case (:attr:`CaseFiles.maps`): one file, or one per region."""
+    return tuple(path) if isinstance(path, tuple) else (path,)
+
+
+def _map_name(path: Path | tuple[Path, ...]) -> str:
+    """The name of a map in messages: its file's, or its per-region files' joined by ``+``."""
+    return "+".join(p.name for p in _map_paths(path))
+
+
+def _with_region_files(folder: Path, measure: str, regions: Sequence[str], single: Mapping[str, Path],
+                       case_ids: Collection[str]) -> dict[str, Path | tuple[Path, ...]]:
+    """``single`` (``{case: <case>_<measure> file}``) with the labelled cases' per-region files of ``measure``.
+
+    A case's per-region files ``<case>_<measure>_<region>.<ext>`` become the tuple of its files in ``regions``' order.
+
+    Raises:
+        CaseError: naming the case, when it has per-region files of some regions only, or both a
+            ``<case>_<measure>`` file and per-region files (which one holds its map is ambiguous).
+    """
+    per_region = {r: list_files(folder, f"_{measure}_{r}", VOLUME_EXTENSIONS) for r in regions}
+    out: dict[str, Path | tuple[Path, ...]] = dict(single)
+    for cid in sorted({c for found in per_region.values() for c in found} & set(case_ids)):
+        have = [r for r in regions if cid in per_region[r]]
+        example = per_region[have[0]][cid].name
+        if cid in single:
+            raise CaseError(f"case {cid!r}: both {single[cid].name} and per-region {measure} maps ({example}) in "
+                            f"{folder}: which holds the case's map is ambiguous; remove one of them")
+        if len(have) != len(regions):
+            absent = [r for r in regions if r not in have]
+            raise CaseError(f"case {cid!r}: its {measure} maps written one file per region ({example}) in {folder} "
+                            f"lack the file(s) of region(s) {absent} (<case>_{measure}_<region>.<ext>, one for each "
+                            f"of the regions {list(regions)})")
+        out[cid] = tuple(per_region[r][cid] for r in regions)
+    return out
+
+
+def _unread_region_map(folder: Path, case_ids: Collection[str], read: Iterable[Path], measures: Iterable[str]
+                       ) -> Path | None:
+    """The first file of ``folder`` named ``<case>_<measure>_<region>.<ext>`` that is not read as a map, or None.
+
+    Such files are the per-region maps that nnU-Net's export writes one file per region (a 2D image, a format without
+    4D images: :func:`monai_unc.nnunet.export.write_region_maps`); :func:`match_cases` reads one file per measure.
+
+    Args:
+        folder: the uncertainty folder (nothing is found where it is no folder).
+        case_ids: the labelled cases.
+        read: the files read (maps, segmentations, probabilities): none of them is one.
+        measures: the measures read (a deprecated name of one counts too).
+    """
+    if not folder.is_dir():
+        return None
+    taken = {os.path.abspath(p) for p in read}
+    names = list(measures)
+    names += [old for old, new in DEPRECATED_MEASURES.items() if new in names]
+    ids = set(case_ids)
+    for path in sorted(folder.iterdir()):
+        split = split_extension(path.name, (*VOLUME_EXTENSIONS, ".tif", ".tiff"))
+        if split is None or os.path.abspath(path) in taken:
+            continue
+        stem = split[0]
+        for m in names:
+            at = stem.find(f"_{m}_")
+            while at > 0:  # <case>_<measure>_<region>, a case id that may hold '_<measure>_' itself
+                if stem[:at] in ids and len(stem) > at + len(m) + 2:
+                    return path
+                at = stem.find(f"_{m}_", at + 1)
+    return None
 
 
 def _swapped_folders_hint(labels: str | os.PathLike, pred_dir: Path, label_files: Mapping[str, Path],
@@ -2708,8 +2805,9 @@ class _CaseReads:
             calls["probs"] = functools.partial(read_probabilities, files.probs)
         if files.seg is not None:  # a label map: its stored integers, as read_label reads the labels
             calls["seg"] = functools.partial(read_volume, files.seg, dtype=None)
-        for m, path in files.maps.items():
-            calls[("map", m)] = functools.partial(read_volume, path)
+        for m, path in files.maps.items():  # a map written one file per region: each file (_region_files_map)
+            calls[("map", m)] = (functools.partial(_read_volumes, path) if isinstance(path, tuple)
+                                 else functools.partial(read_volume, path))
         if load_image and files.image is not None:
             calls["image"] = functools.partial(read_volume, files.image)
         self._calls = calls
@@ -2770,6 +2868,9 @@ def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool
         seg = probs.argmax(axis=0).astype(np.int64)
     maps = {}
     for m, path in files.maps.items():
+        if isinstance(path, tuple):
+            raise CaseError(f"case {cid!r}: the {m} map written one file per region ({_map_name(path)}) is a "
+                            "region-based (sigmoid) prediction's: read it with multilabel=True (evaluate --regions)")
         u, u_aff = reads(("map", m))
         if u.shape[0] != 1:
             raise CaseError(f"case {cid!r}: uncertainty map {path.name} must have one channel, got {u.shape[0]}")
@@ -2780,14 +2881,34 @@ def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool
                       label_file=Path(files.label))
 
 
-def _checked_map(cid: str, path: Path, u: np.ndarray) -> np.ndarray:
+def _checked_map(cid: str, path: Path | tuple[Path, ...], u: np.ndarray) -> np.ndarray:
     """An uncertainty map as float32, refused when it holds NaN, inf or negative values."""
     u = u.astype(np.float32, copy=False)
     if not np.isfinite(u).all():
-        raise CaseError(f"case {cid!r}: uncertainty map {path.name} contains NaN or inf")
+        raise CaseError(f"case {cid!r}: uncertainty map {_map_name(path)} contains NaN or inf")
     if u.min() < 0:
-        raise CaseError(f"case {cid!r}: uncertainty map {path.name} has negative values (min {u.min():.4g})")
+        raise CaseError(f"case {cid!r}: uncertainty map {_map_name(path)} has negative values (min {u.min():.4g})")
     return u
+
+
+def _read_volumes(paths: Sequence[Path]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`read_volume` of each file (a map written one file per region)."""
+    return [read_volume(p) for p in paths]
+
+
+def _region_files_map(cid: str, ref: tuple[Any, np.ndarray, Path], paths: tuple[Path, ...],
+                      volumes: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """A map written one file per region (:func:`_read_volumes`), stacked ``(R, *spatial)`` in the files' order.
+
+    Raises:
+        CaseError: a file with several channels, or one not on the label's grid (so the files agree with each other).
+    """
+    for path, (u, u_aff) in zip(paths, volumes):
+        if u.shape[0] != 1:
+            raise CaseError(f"case {cid!r}: uncertainty map {path.name}, one region's map, must have one channel, got "
+                            f"{u.shape[0]}")
+        check_geometry(cid, ref, (u.shape[1:], u_aff, path))
+    return np.concatenate([u for u, _ in volumes], axis=0)
 
 
 def _read_image(files: CaseFiles, cid: str, ref: tuple[Any, np.ndarray, Path], reads: _CaseReads) -> np.ndarray | None:
@@ -2849,9 +2970,12 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
         raise CaseError(f"case {cid!r}: no segmentation and no probabilities")
     maps = {}
     for m, path in files.maps.items():
-        u, u_aff = reads(("map", m))
-        check_geometry(cid, ref, (u.shape[1:], u_aff, path))
-        regions_of(u.shape[0], path.name)
+        if isinstance(path, tuple):  # one file per region, in the spec's order (match_cases)
+            u = _region_files_map(cid, ref, path, reads(("map", m)))
+        else:
+            u, u_aff = reads(("map", m))
+            check_geometry(cid, ref, (u.shape[1:], u_aff, path))
+        regions_of(u.shape[0], _map_name(path))
         maps[m] = _checked_map(cid, path, u)
     image = _read_image(files, cid, ref, reads) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image,

@@ -867,6 +867,7 @@ def list_prediction_cases(
     images: str | os.PathLike | None = None,
     cases: Sequence[str] | None = None,
     empty: str = "no case to triage",
+    regions: Sequence[str] | None = None,
 ) -> list[CaseFiles]:
     """The cases of a prediction folder (no labels).
 
@@ -885,6 +886,8 @@ def list_prediction_cases(
         images: the folder of the input images, or None.
         cases: keep only these case ids (None: every case).
         empty: the start of the error message of a folder without cases.
+        regions: the region names of a region-based rule, in its order: maps written one file per region
+            (``<case>_<measure>_<region>``) are read too (:func:`monai_unc.io.match_cases`).
 
     Returns:
         The cases' files, with absolute paths (the segmentation also as ``label``).
@@ -901,7 +904,8 @@ def list_prediction_cases(
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     try:
         found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, uncertainty=uncertainty,
-                            measures=None if measure is None else [measure], images=images, missing_hint=None)
+                            measures=None if measure is None else [measure], images=images, missing_hint=None,
+                            regions=regions)
     except CaseError as e:
         if "no label volume" in str(e):
             what = f"<case>{seg_suffix}.nii.gz" if seg_suffix else "<case>.nii.gz"
@@ -909,7 +913,8 @@ def list_prediction_cases(
                             f"(--layout monai-unc) or 'monai-unc nnunet-predict' (--layout nnunet)?") from None
         raise
     for f in found:  # absolute paths: the outputs list them for the pages, which may be built from elsewhere
-        f.maps = {m: p.resolve() for m, p in f.maps.items() if m == measure} if measure is not None else {}
+        f.maps = {m: tuple(x.resolve() for x in p) if isinstance(p, tuple) else p.resolve()
+                  for m, p in f.maps.items() if m == measure} if measure is not None else {}
         f.label, f.seg = f.label.resolve(), None if f.seg is None else f.seg.resolve()
         f.probs = None if f.probs is None else f.probs.resolve()
         f.image = None if f.image is None else f.image.resolve()

@@ -269,7 +269,8 @@ class RiskControl(CohortProduct):
         seg = Path(case.seg if case.seg is not None else case.label)  # a prediction case's segmentation: its label
         predictions = seg.parent
         if uncertainty is None and rule.measure in case.maps:
-            folder = Path(case.maps[rule.measure]).parent
+            found = case.maps[rule.measure]  # a map written one file per region: its files' folder
+            folder = Path(found[0] if isinstance(found, tuple) else found).parent
             default = predictions if layout == "monai-unc" else predictions / "uncertainty"
             uncertainty = None if folder.resolve() == default.resolve() else folder
         check = check_prediction_fingerprint(rule.fingerprint, rule.regions, predictions, layout, [case.case_id],

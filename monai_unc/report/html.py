@@ -930,7 +930,8 @@ def _case_figures(
         if cid not in state.files:
             continue
         files = CaseFiles.from_json(state.files[cid])
-        lost = [p for p in (files.label, files.seg, files.probs, *files.maps.values())
+        lost = [p for p in (files.label, files.seg, files.probs,
+                            *(x for f in files.maps.values() for x in (f if isinstance(f, tuple) else (f,))))
                 if p is not None and not p.is_absolute() and not p.exists()]
         if lost:  # an evaluation of an earlier version: its paths are relative to the folder evaluate ran in
             raise FileNotFoundError(f"file not found: {lost[0]} (the evaluation, written by an earlier monai-unc, "

@@ -538,7 +538,9 @@ def _check_summary(summary: Any, source: str) -> None:
             continue
         if not (isinstance(d, dict) and text(d.get("case")) and text(d.get("label"))
                 and all(d.get(k) is None or text(d[k]) for k in ("seg", "probs", "image"))
-                and isinstance(d.get("maps") or {}, dict) and all(map(text, (d.get("maps") or {}).values()))):
+                and isinstance(d.get("maps") or {}, dict) and all(  # a path, or one per region (review 61)
+                    text(v) or isinstance(v, list) and v and all(map(text, v))
+                    for v in (d.get("maps") or {}).values())):
             raise bad(f"files.{cid}", 'the files of a case (an object of paths with "case" and "label") or null', d)
 
 

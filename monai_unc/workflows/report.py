@@ -110,7 +110,8 @@ def _evaluation_case_folders(folder: str | os.PathLike) -> list[Path]:
     folders: set[Path] = set()
     for record in state.files.values():
         files = CaseFiles.from_json(record)
-        for path in (files.label, files.seg, files.probs, files.image, *files.maps.values()):
+        for path in (files.label, files.seg, files.probs, files.image,
+                     *(x for f in files.maps.values() for x in (f if isinstance(f, tuple) else (f,)))):
             if path is not None:
                 folders.add(Path(path).parent)
     return sorted(folders)

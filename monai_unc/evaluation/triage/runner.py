@@ -40,7 +40,14 @@ from ..cohort import triage_order
 from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
 from ..products import command_output_markers
 from ..region_case import predicted_regions, region_score_columns
-from ..resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures, map_digest_hooks
+from ..resume import (
+    CASES_DIR,
+    check_inputs_unchanged,
+    file_signature,
+    input_signatures,
+    map_digest_hooks,
+    map_signature,
+)
 from ..rows import case_expected_dice, derived_maps, first_class_count, remove_stale_maps, write_derived_maps
 from .images import IMAGE_FEATURES, image_statistics, read_image_channels
 from .rule import ReferralRule, as_float, triage_signing_key, write_triage_summary
@@ -92,7 +99,8 @@ def find_prediction_cases(
     if cases is not None and (isinstance(cases, (str, bytes, os.PathLike)) or not isinstance(cases, Iterable)):
         raise TypeError(f"cases must be a list of case ids, got {cases!r:.80}")
     return list_prediction_cases(predictions, layout, measure=rule.measure if rule.map_source == "file" else None,
-                                 uncertainty=uncertainty, images=images, cases=cases)
+                                 uncertainty=uncertainty, images=images, cases=cases,
+                                 regions=None if rule.regions is None else [str(r) for r in rule.regions])
 
 
 def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
@@ -108,7 +116,7 @@ def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
                     "num_classes": rule.num_classes, "class_names": rule.class_names, "regions": rule.regions,
                     "channel_files": _channel_files(rule), "expected_dice_estimate": rule.expected_dice_estimate},
         "inputs": {"seg": file_signature(files.seg), "probs": file_signature(files.probs),
-                   "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
+                   "maps": {m: map_signature(p) for m, p in sorted(files.maps.items())},
                    "image": None if files.image is None else [file_signature(p) for p in (
                        image_channel_files(files.image, files.case_id) if _channel_files(rule) == "all"
                        else (files.image,))]},
