@@ -1591,11 +1591,14 @@ def _swapped_folders_hint(labels: str | os.PathLike, pred_dir: Path, label_files
         held = "nnU-Net's <case>.npz probabilities"
     elif lay["uncertainty_subdir"] and (labels / lay["uncertainty_subdir"]).is_dir():
         held = f"an {lay['uncertainty_subdir']}/ folder of maps"
-    elif _header_kind(next(iter(label_files.values()), None)) == "f":  # float labels, integer predictions (headers)
+    elif _header_kind(next(iter(label_files.values()), None), channels=True) == "f":
+        # multi-channel float "labels" (probability volumes) and integer predictions, from the headers; float labels
+        # of one channel are common and valid (nibabel stores float64 by default; found by review 61: they drew this
+        # hint on a segmentation-only evaluation)
         first = next(iter(list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS).values()), None)
         if _header_kind(first) in ("i", "u"):
-            held = (f"floating-point volumes (e.g. {next(iter(label_files.values())).name}) where the predictions "
-                    f"are integer masks (e.g. {first.name})")
+            held = (f"multi-channel floating-point volumes (e.g. {next(iter(label_files.values())).name}) where the "
+                    f"predictions are integer masks (e.g. {first.name})")
     if not held:
         return ""
     return (f"; --labels and --predictions look swapped: the labels folder {labels} holds {held} and the "
@@ -1603,12 +1606,18 @@ def _swapped_folders_hint(labels: str | os.PathLike, pred_dir: Path, label_files
             "predictions)")
 
 
-def _header_kind(path: Path | None) -> str | None:
-    """The numpy kind (``f``, ``i``, ``u``) of a NIfTI file's stored voxels, read from its header; None otherwise."""
+def _header_kind(path: Path | None, channels: bool = False) -> str | None:
+    """The numpy kind (``f``, ``i``, ``u``) of a NIfTI file's stored voxels, read from its header; None otherwise.
+
+    With ``channels``, None also for a volume of one channel (not 4D ``(X, Y, Z, C)`` with ``C > 1``).
+    """
     if path is None or not path.name.lower().endswith((".nii", ".nii.gz")):
         return None
     try:
-        return str(load_nifti(path).get_data_dtype().kind)
+        img = load_nifti(path)
+        if channels and (len(img.shape) < 4 or img.shape[3] < 2):
+            return None
+        return str(img.get_data_dtype().kind)
     except Exception:  # noqa: BLE001 - a hint only: an unreadable file is its case's error
         return None
 

@@ -12,6 +12,7 @@ import math
 import numbers
 import os
 import re
+import stat
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -378,9 +379,14 @@ def _triage_read_signature(folder: str | os.PathLike, case_id: str, prediction: 
         >>> with tempfile.TemporaryDirectory() as d:
         ...     _triage_read_signature(d, "case_01", f"{d}/case_01_seg.nii.gz")  # no state kept
     """
+    # the case id comes from triage.json, untrusted: a plain file name only, and a regular file (found by the review
+    # of review 61: "../../x" read a state outside the folder, and a FIFO named <case>.json blocked the read)
+    if not case_id or case_id in (".", "..") or any(ch in case_id for ch in "/\\\x00"):
+        return None
     state = Path(folder) / STATE_DIR / CASES_DIR / f"{case_id}.json"
     try:
-        if state.stat().st_size > _STATE_READ_LIMIT:
+        st = state.stat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _STATE_READ_LIMIT:
             return None
         doc = json.loads(state.read_bytes().decode("utf-8"))  # triage's own state (NaN as Python writes it)
         sig = doc["fingerprint"]["inputs"]["seg"]

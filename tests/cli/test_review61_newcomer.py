@@ -370,3 +370,26 @@ def test_activation_none_on_per_channel_probabilities_names_sigmoid():
         apply_activation(torch.full((1, 3, 4, 4, 4), 0.6), None)
     probs = torch.softmax(torch.randn(1, 3, 4, 4, 4), dim=1)
     assert torch.equal(apply_activation(probs, None), probs)  # probabilities pass as before
+
+
+def test_float_labels_beside_integer_masks_are_not_said_to_be_swapped(tmp_path):
+    """Labels stored as float (nibabel's default float64) with ``<case>_seg`` masks and nothing else: a valid
+    segmentation-only cohort, not a swap (found by the review of review 61: the float header alone drew the hint)."""
+    import warnings
+
+    import nibabel as nib
+    import numpy as np
+
+    from monai_unc.io import match_cases
+
+    lab, pred = tmp_path / "lab", tmp_path / "pred"
+    lab.mkdir()
+    pred.mkdir()
+    mask = np.zeros((6, 6, 6), np.uint8)
+    mask[2:4, 2:4, 2:4] = 1
+    for c in ("a", "b"):
+        nib.save(nib.Nifti1Image(mask.astype(np.float64), np.eye(4)), lab / f"{c}.nii.gz")
+        nib.save(nib.Nifti1Image(mask, np.eye(4)), pred / f"{c}_seg.nii.gz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(match_cases(lab, pred)) == 2

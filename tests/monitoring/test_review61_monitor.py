@@ -340,3 +340,32 @@ def test_the_score_alarms_of_status_match_a_brute_force_recomputation(tmp_path):
         assert g.alarm_positions("score") == expected, g.site
         alarms += first is not None
     assert alarms >= 1  # the shift at site B is seen
+
+
+def test_the_triage_state_read_stays_in_its_folder_and_reads_regular_files_only(tmp_path):
+    """A case id of triage.json is untrusted: ``../`` ids and a FIFO named ``<case>.json`` are not read (the review of
+    review 61 read a state outside the folder through ``../../outside``)."""
+    import json
+    import os
+
+    from monai_unc.evaluation.config import STATE_DIR
+    from monai_unc.evaluation.resume import CASES_DIR
+    from monai_unc.monitoring.records import _triage_read_signature
+
+    folder = tmp_path / "tri"
+    cases = folder / STATE_DIR / CASES_DIR
+    cases.mkdir(parents=True)
+    pred = tmp_path / "p_seg.nii.gz"
+    sig = [str(pred.resolve()), 10, 20]
+
+    def state(case: str) -> str:
+        return json.dumps({"case": case, "fingerprint": {"inputs": {"seg": sig}}})
+
+    (cases / "c1.json").write_text(state("c1"))
+    assert _triage_read_signature(folder, "c1", pred) == sig  # the premise: a state in the folder is read
+    outside = "../../../outside"
+    (cases / f"{outside}.json").resolve().write_text(state(outside))
+    assert _triage_read_signature(folder, outside, pred) is None
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(cases / "c2.json")
+        assert _triage_read_signature(folder, "c2", pred) is None  # returns at once instead of blocking
