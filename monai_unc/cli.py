@@ -60,11 +60,74 @@ __all__ = ["main", "build_parser", "run_demo"]
 NNUNET_COMMANDS = ("nnunet-predict", "nnunet-dropout-plans", "nnunet-calibrate")
 
 
+#: the ``nargs`` of an option that takes its values as a list (``--roi 64 64 32``): given twice, argparse keeps the
+#: last list; such an option is not one of :func:`_single_valued` (its repetition is left as argparse has it)
+_LIST_NARGS = (argparse.ONE_OR_MORE, argparse.ZERO_OR_MORE, argparse.REMAINDER, argparse.PARSER)
+
+
+def _single_valued(action: argparse.Action) -> bool:
+    """Whether ``action`` is an option that takes one value, which a second occurrence would silently replace.
+
+    An option stored as given (``store``, ``nargs`` None, ``'?'`` or a number); not a list option (``nargs`` ``'+'``
+    or ``'*'``), an ``append`` / ``extend`` / ``count`` option, a flag (``store_true``, ``store_false``,
+    ``store_const``: given twice it says the same thing twice, which is harmless) nor a positional argument.
+    """
+    return (bool(action.option_strings) and isinstance(action, argparse._StoreAction)
+            and action.nargs not in _LIST_NARGS)
+
+
+def _once(action: argparse.Action) -> None:
+    """Make the single-valued option ``action`` refuse a second occurrence in one parse (idempotent).
+
+    Its class becomes a subclass of its own whose call records the option in the parser that parses it
+    (:attr:`_Parser._given`, by destination, so that ``-o`` and ``--output``, or an abbreviation such as ``--out``,
+    count as one option) and raises argparse's error when it was already given: ``argument --output/-o: given more
+    than once (as -o and as --output): give it once`` (found by review 61: ``--samples 2 --samples 3`` silently ran 3).
+    """
+    base = type(action)
+    if getattr(base, "_once", False):
+        return
+
+    def call(self: Any, parser: Any, namespace: Any, values: Any, option_string: Any = None,
+             _base: type = base) -> None:
+        given = getattr(parser, "_given", None)
+        if given is not None:
+            first = given.get(self.dest)
+            if first is not None:
+                typed = f" (as {first} and as {option_string})" if first != option_string else ""
+                raise argparse.ArgumentError(self, f"given more than once{typed}: give it once")
+            given[self.dest] = option_string or self.dest
+        _base.__call__(self, parser, namespace, values, option_string)
+
+    action.__class__ = type(f"Once{base.__name__}", (base,), {"__call__": call, "_once": True})
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error message (exit status 2)."""
+    """argparse with a one-line error message (exit status 2), whose single-valued options are given once.
+
+    A single-valued option (:func:`_single_valued`) given twice, in any of its spellings (``--output a --output b``,
+    ``-o a --output=b``, ``-oa -ob``), is an error naming it (exit status 2) where argparse would keep the last value
+    without a word; list, ``append`` and ``count`` options and flags are parsed as argparse does. Every command's
+    parser is one (the sub-parsers are of the class of the parser that holds them).
+    """
+
+    #: the options given in the parse under way: destination -> the option string it was first given as
+    _given: dict[str, str] | None = None
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        """:meth:`argparse.ArgumentParser.parse_known_args`, refusing a single-valued option given twice."""
+        for action in self._actions:  # at parse time: the options a product or a test added after building count
+            if _single_valued(action):
+                _once(action)
+        outer, self._given = self._given, {}
+        try:
+            return super().parse_known_args(args, namespace)
+        finally:
+            self._given = outer
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         """The choice check of argparse, whose error proposes the closest choices (``did you mean 'nnunet'?``).

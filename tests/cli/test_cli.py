@@ -18,6 +18,7 @@ import torch
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
+from tests._argv import with_options
 from tests._cases import TOY_NET, bias_toward_background
 from tests._paths import ROOT
 
@@ -47,8 +48,8 @@ def setup(tmp_path_factory) -> dict[str, Path]:
 
 
 def _infer_args(s: dict[str, Path], out: Path, *extra: str) -> list[str]:
-    return ["infer", "-i", str(s["images"]), "-o", str(out), "--network", str(s["spec"]), "--checkpoint",
-            str(s["ckpt"]), "--samples", "2", "--quiet", *extra]
+    return with_options(["infer", "-i", str(s["images"]), "-o", str(out), "--network", str(s["spec"]), "--checkpoint",
+                         str(s["ckpt"]), "--samples", "2", "--quiet"], *extra)  # an option of extra replaces ours
 
 
 def _hashes(folder: Path) -> dict[str, str]:

@@ -35,6 +35,7 @@ import torch
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
+from tests._argv import with_options
 from tests._cases import TOY_NET
 from tests._ranks import free_port
 
@@ -189,8 +190,8 @@ def _assert_one_line(rc: int, lines: list[str], command: str, message: str, argv
 # ------------------------------------------------------------------------------------------------ infer
 def _infer(d: dict, out: Path, *extra: str, images: Path | None = None, ckpt: str = "net.pt",
            spec: str = "net.json") -> list[str]:
-    return ["infer", "-i", str(images or d["images"]), "-o", str(out), "--network", str(d["root"] / spec),
-            "--checkpoint", str(d["root"] / ckpt), "--method", "softmax", "-q", *extra]
+    return with_options(["infer", "-i", str(images or d["images"]), "-o", str(out), "--network", str(d["root"] / spec),
+                         "--checkpoint", str(d["root"] / ckpt), "--method", "softmax", "-q"], *extra)
 
 
 def _ensemble(d: dict, out: Path, *members: str) -> list[str]:
