@@ -174,7 +174,7 @@ def test_a_case_whose_file_cannot_be_read_gets_one_line_in_the_report(tmp_path, 
     assert cli.main(["report", "-e", str(tmp_path / "eval"), "-q"]) == 0
     page = (tmp_path / "eval" / "report" / "report.html").read_text()
     lines = re.findall(r'<ul class="warn case-errors">(.*?)</ul>', page)
-    assert len(lines) == 1 and lines[0].count("<li>") == 1 and f"{top}: no figure and no viewer" in lines[0]
+    assert len(lines) == 1 and lines[0].count("<li>") == 1 and f"<bdi>{top}</bdi>: no figure and no viewer" in lines[0]
     assert f.name in lines[0]
     assert 'id="triage-table"' in page and "data:image/png;base64," in page
 
@@ -197,7 +197,7 @@ def test_a_case_whose_file_cannot_be_read_gets_one_line_in_the_triage_page(cohor
     (pred / f"{top}_predictive_entropy.nii.gz").unlink()
     page = build_triage_page(out, n_cases=2).read_text()
     lines = re.findall(r'<ul class="warn case-errors">(.*?)</ul>', page)
-    assert len(lines) == 1 and lines[0].count("<li>") == 1 and f"{top}: no figure and no viewer" in lines[0]
+    assert len(lines) == 1 and lines[0].count("<li>") == 1 and f"<bdi>{top}</bdi>: no figure and no viewer" in lines[0]
     assert "data:image/png;base64," in page
 
 

@@ -77,6 +77,7 @@ def _as_an_earlier_version_wrote_it(out, **fields):
         rec["fingerprint"].update(fields)
         if "method" in fields:
             rec["method"] = fields["method"]
+        rec.pop("record_digest", None)  # the earlier versions wrote no digest of the record itself
         rec_path.write_text(json.dumps(rec))
 
 

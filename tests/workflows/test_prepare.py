@@ -400,6 +400,7 @@ def test_a_run_left_half_done_with_an_unused_dropout_resumes(s, tmp_path):
         doc = json.loads(path.read_text())
         key = "settings" if path.name == "infer.json" else "fingerprint"
         doc[key]["dropout"] = 0.1
+        doc.pop("record_digest", None)  # the earlier version wrote no digest of a record itself
         path.write_text(json.dumps(doc))
     records[-1].unlink()  # stopped before the last case
     before = {p.name: p.stat().st_mtime_ns for p in records[:-1]}
