@@ -65,18 +65,23 @@ class TriageRun:
         triaged_at: when it was written (ISO 8601, UTC).
         model_digest: the digest of the weight files the predictions recorded (:func:`model_digest`), or None when
             they recorded none.
+        triage_check: how ``triage.json`` was checked against its digest and signature, one line
+            (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`; not recorded in the store).
 
     Example:
         >>> import json, tempfile
+        >>> from monai_unc.io.provenance import rule_digest
         >>> from monai_unc.monitoring.store import rule_body_digest
         >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
         >>> rule["digest"] = rule_body_digest(rule)
         >>> case = {"case": "a", "score": 0.2, "decision": "accept", "code": "accepted", "reason": "accepted"}
         >>> with tempfile.TemporaryDirectory() as d:
-        ...     _ = Path(d, "triage.json").write_text(json.dumps({"rule": rule, "cases": [case]}))
+        ...     doc = {"rule": rule, "cases": [case]}
+        ...     doc["digest"] = rule_digest(doc)  # as triage writes it (without: read with a warning)
+        ...     _ = Path(d, "triage.json").write_text(json.dumps(doc))
         ...     run = read_triage_run(d, site="Centre A", triaged_at="2026-01-31T12:00:00")
-        >>> run.rule["digest"] == rule["digest"], len(run.cases), run.triaged_at, run.model_digest
-        (True, 1, '2026-01-31T12:00:00+00:00', None)
+        >>> run.rule["digest"] == rule["digest"], len(run.cases), run.triaged_at, run.model_digest, run.triage_check[:8]
+        (True, 1, '2026-01-31T12:00:00+00:00', None, 'unsigned')
     """
 
     folder: Path
@@ -85,6 +90,7 @@ class TriageRun:
     source_digest: str
     triaged_at: str
     model_digest: str | None
+    triage_check: str = ""
 
 
 def model_digest(fingerprint: Any) -> str | None:
@@ -497,15 +503,23 @@ def read_triage_run(
             triage wrote it), a ``triaged_at`` out of range, an image sidecar that cannot be read
             (:func:`sidecar_site`).
 
+    Warns:
+        UserWarning: naming ``triage.json``, when who wrote it is not checked: it has no digest, or is signed by a key
+            that is not trusted here (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`; the line is
+            :attr:`TriageRun.triage_check`).
+
     Example:
         >>> import json, tempfile
+        >>> from monai_unc.io.provenance import rule_digest
         >>> from monai_unc.monitoring.store import rule_body_digest
         >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
         >>> rule["digest"] = rule_body_digest(rule)
         >>> cases = [{"case": "a", "score": 0.2, "decision": "accept", "code": "accepted", "reason": "accepted"},
         ...          {"case": "b", "score": 0.7, "decision": "review", "code": "above_threshold", "reason": "high"}]
         >>> with tempfile.TemporaryDirectory() as d:
-        ...     _ = Path(d, "triage.json").write_text(json.dumps({"rule": rule, "cases": cases}))
+        ...     doc = {"rule": rule, "cases": cases}
+        ...     doc["digest"] = rule_digest(doc)  # as triage writes it (without: read with a warning)
+        ...     _ = Path(d, "triage.json").write_text(json.dumps(doc))
         ...     _ = Path(d, "sites.csv").write_text("case,site\\nb,Centre B\\n")
         ...     run = read_triage_run(d, site="Centre A", sites=read_sites(Path(d, "sites.csv")))
         >>> [(c.case_id, c.site, c.decision, c.code) for c in run.cases]
@@ -604,8 +618,11 @@ def read_triage_run(
         # its score, the rule and its image z-score (found by hostile review: a decision edited in triage.json, a
         # "review" made "accept", was recorded as the rule's, and the accepted risk of its stream read it as accepted)
         check_recorded_decisions(cases, ReferralRule.from_json(rule, f"{path}: field 'rule'"), str(path))
-    check_triage_summary(doc, str(path))  # its digest and signature: any other edit (review 61)
-    return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model)
+    # its digest and signature: any other edit; warned about when who wrote it is not checked (no digest, an untrusted
+    # key: review 61, the line was discarded). The store has no field for it: the run carries it
+    checked = check_triage_summary(doc, str(path), warn=True)
+    return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model,
+                     checked)
 
 
 def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: float | None) -> float:

@@ -255,7 +255,7 @@ def _score_formatter(summary: Mapping[str, Any], rule: ReferralRule) -> Callable
     return format_score if t is None else t.score
 
 
-def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> Markup:
+def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str, checked: str) -> Markup:
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     t = _threshold_text(summary, rule)
     thr = ("not certified: refer every case" if not rule.feasible else ACCEPT_ALL if t is None else
@@ -269,6 +269,7 @@ def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> Marku
     ]
     if summary.get("rule_file"):
         parts.append(el("p", f"rule: {summary['rule_file']}"))
+    parts.append(el("p", f"triage.json: {checked}", id="triage-check"))  # how it was checked (check_triage_summary)
     fp = summary["fingerprint"]
     if fp.get("status") == "mismatch":
         items = [el("li", el("b", str(d["field"])), f": predictions {json.dumps(d['predictions'])}, rule "
@@ -578,6 +579,11 @@ def build_triage_page(
             that is not the rule's for the case's score (an edited file; one line naming the file and the field).
         FileNotFoundError: the folder holds no ``triage.json``, or a product's folder lacks its outputs.
         TypeError: a keyword that is not a product's command.
+
+    Warns:
+        UserWarning: naming ``triage.json``, when who wrote it is not checked: it has no digest, or is signed by a key
+            that is not trusted here (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`, whose line the
+            page's header shows in every case).
     """
     unknown = sorted(k for k in applied if command_product(k) is None)
     if unknown:
@@ -592,7 +598,9 @@ def build_triage_page(
     _check_summary(summary, str(path))
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
     check_recorded_decisions(summary["cases"], rule, str(path))  # each decision derived again from the rule
-    check_triage_summary(summary, str(path))  # its digest and signature: any other edit (review 61)
+    # its digest and signature: any other edit; how it was checked is on the page, and warned about when who wrote
+    # it is not checked (no digest, an untrusted key: review 61, the line was discarded)
+    checked = check_triage_summary(summary, str(path), warn=True)
     products = {command: command_product(command) for command in folders}
     rows = {command: cls.applied_rows(folders[command]) for command, cls in products.items()}
     out_dir = Path(output) if output is not None else folder
@@ -651,7 +659,7 @@ def build_triage_page(
     if warns:
         sections.append(warning_list(warns, case_ids=summary["order"]))
     page = document(title, PAGE_CSS + _EXTRA_CSS + (VIEWER_CSS if view is not None else ""),
-                    _header(summary, rule, title), el("main", *sections),
+                    _header(summary, rule, title, checked), el("main", *sections),
                     viewer_scripts(out_dir) if view is not None else None)
     return atomic_write_text(out_dir / "triage.html", page)
 

@@ -974,7 +974,9 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
         out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"), "reason": reason}
     # a decision the rule could not have made for the recorded score (and image z-score) is refused
     check_recorded_decisions(doc["cases"], rule, str(path))
-    check_triage_summary(doc, str(path))  # its digest and signature: any other edit (review 61)
+    # its digest and signature: any other edit; warned about when who wrote it is not checked (no digest, an untrusted
+    # key: review 61, the line was discarded). dicom_export.json has no field for it
+    check_triage_summary(doc, str(path), warn=True)
     # triage writes each case's score, decision and code twice: triage.csv must say what triage.json says
     table = Path(triage) / "triage.csv"
     if not table.is_file():
@@ -1140,6 +1142,10 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             ``cases`` or whose ``cases`` lack one of ``cases`` (naming ``part``), or another run's hold of the output
             folder while the parts of ``part``'s run hold it (:func:`monai_unc.io.part_lock`).
         FileNotFoundError: a missing folder.
+
+    Warns:
+        UserWarning: naming ``triage``'s ``triage.json``, when who wrote it is not checked: it has no digest, or is
+            signed by a key that is not trusted here (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`).
     """
     pred, src = Path(predictions), Path(series)
     if part is not None:  # a part exports its own cases, some of those of every part

@@ -27,8 +27,9 @@ def make_rule(calibration: Sequence[float], target: float = 0.1, risk: str = "fa
 
 
 def write_triage(folder: Path, rule: dict, cases: Sequence[dict], images: dict[str, str] | None = None,
-                 segs: dict[str, str] | None = None) -> Path:
-    """A triage output folder: ``triage.json`` with ``cases`` (``case``, ``score``, ``decision`` ...)."""
+                 segs: dict[str, str] | None = None, digest: bool = False) -> Path:
+    """A triage output folder: ``triage.json`` with ``cases`` (``case``, ``score``, ``decision`` ...) and, with
+    ``digest``, its digest as triage writes it (without one, ``monitor record`` warns that it is unverified)."""
     folder.mkdir(parents=True, exist_ok=True)
     full = []
     for c in cases:
@@ -41,6 +42,8 @@ def write_triage(folder: Path, rule: dict, cases: Sequence[dict], images: dict[s
            "fingerprint": {"status": "match", "predictions": {"weights": rule["fingerprint"]["weights"]}},
            "files": {c["case"]: {"image": (images or {}).get(c["case"]), "seg": (segs or {}).get(c["case"])}
                      for c in cases}}
+    if digest:
+        doc["digest"] = rule_digest(doc)
     (folder / "triage.json").write_text(json.dumps(doc))
     return folder
 

@@ -24,7 +24,8 @@ def _edited_store_refused(tmp_path, capsys, command, edit, params=()):
     before = db.read_bytes()
     argv = ["monitor", command, "--db", str(db)]
     if command == "record":
-        triage = write_triage(tmp_path / "t", make_rule([0.1, 0.2, 0.3]), [{"case": "c1", "score": 0.2}])
+        triage = write_triage(tmp_path / "t", make_rule([0.1, 0.2, 0.3]), [{"case": "c1", "score": 0.2}],
+                              digest=True)
         argv = ["monitor", "record", str(triage), "--db", str(db), "--site", "A"]
     capsys.readouterr()
     assert cli.main(argv) == 2

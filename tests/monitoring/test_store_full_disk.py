@@ -36,7 +36,7 @@ def test_a_full_database_is_a_full_disk_naming_its_file(tmp_path, capsys, monkey
         return conn
 
     monkeypatch.setattr(sqlite3, "connect", at_its_size)
-    big = write_triage(tmp_path / "b", rule, [{"case": f"b{i}", "score": 0.1} for i in range(2000)])
+    big = write_triage(tmp_path / "b", rule, [{"case": f"b{i}", "score": 0.1} for i in range(2000)], digest=True)
     with pytest.raises(OSError) as info:
         record_triage(str(db), big)
     assert is_disk_full(info.value) and info.value.errno == errno.ENOSPC and info.value.filename == str(db)

@@ -292,7 +292,7 @@ def test_text_that_is_not_utf8_is_refused_naming_its_field_and_a_command_line_is
     nothing; so did any argument that was not UTF-8 (a sites table on a Latin-1 share), which only the audit log's
     command line holds, and a triage folder of such a name."""
     db = tmp_path / "m.db"
-    folder = write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1}])
+    folder = write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1}], digest=True)
     assert cli.main(["monitor", "record", str(folder), "--db", str(db), "--site", "H\udcf4pital"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the site of case 'a' must be UTF-8 text" in err[0], err

@@ -20,6 +20,7 @@ hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
 from monai_unc.cli import main  # noqa: E402
 from monai_unc.evaluation.triage.rule import ReferralRule  # noqa: E402
 from monai_unc.io import json_safe, read_csv, write_csv  # noqa: E402
+from monai_unc.io.provenance import rule_digest  # noqa: E402
 from monai_unc.monitoring.store import rule_body_digest  # noqa: E402
 from tests.io.dicom._series import GEOMETRIES, dciodvfy_errors, make_series, mni_small  # noqa: E402
 
@@ -39,6 +40,10 @@ def write_triage(folder, cases, rule=RULE, score=SCORE, csv_cases=None):
     folder.mkdir(parents=True, exist_ok=True)
     doc = {"cases": cases, **({} if score is None else {"score": score}), **({} if rule is None else {"rule": rule}),
            "accepted_risk": {"statement": "failure rate among accepted cases <= 0.1 with probability >= 0.9"}}
+    try:  # its digest, as triage writes it (without one, dicom-export warns: review 61)
+        doc["digest"] = rule_digest(doc)
+    except (TypeError, ValueError):  # a hostile value that is no JSON data: no digest
+        pass
     (folder / "triage.json").write_text(json.dumps(doc))
     def cell(v):  # a value of a hostile triage.json that no CSV cell holds is written as its JSON text
         return v if v is None or isinstance(v, (str, int, float)) else json.dumps(v)

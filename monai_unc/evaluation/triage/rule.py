@@ -1533,7 +1533,8 @@ def write_triage_summary(path: str | os.PathLike, summary: Mapping[str, Any],
     return atomic_write_json(path, body), body
 
 
-def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | None = None) -> str:
+def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | None = None, *,
+                         warn: bool = False) -> str:
     """Check ``triage.json`` (parsed, untrusted) against its digest and signature; say how it was checked.
 
     A file with a ``digest`` must match it (an edit the writer did not make), and a file with a ``signature`` must
@@ -1548,6 +1549,11 @@ def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | Non
         source: how the messages name it.
         trust: the trusted keys a signature must verify against, requiring one unless ``allow_unsigned``; None: a
             signature is verified against the trusted keys where present, its absence accepted.
+        warn: say a file read without a check of who wrote it in one ``UserWarning`` (naming ``source`` and the
+            line returned; attributed to the caller): one without a digest (``"unverified: ..."``) and one signed
+            by a key that is not trusted here. A file whose digest matches without a signature (``"unsigned: ..."``,
+            triage without a signing key configured) is not warned about; its reader records the line (review 61:
+            the readers discarded it, so a file whose digest and signature were deleted read without a word).
 
     Returns:
         One line: ``"signed by ... (trusted key ...)"``, ``"signed by <key>, a key that is not trusted here"``,
@@ -1580,7 +1586,8 @@ def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | Non
         if required:
             raise ValueError(f"{source} carries no digest or signature, so that it is the triage's output cannot be "
                              "checked: triage the cases again with a signing key configured")
-        return "unverified: no digest (written before monai-unc recorded one, or by hand)"
+        return _said("unverified: no digest (written before monai-unc recorded one, or by hand)", source, warn,
+                     "triage the cases again to record one")
     check_digest(doc, source=source, written_by=TRIAGE_WRITER)
     if sig is None:
         if required:
@@ -1591,5 +1598,18 @@ def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | Non
     line = verify_signature(doc, str(doc["digest"]), trust if trust is not None else Trust(allow_unsigned=True),
                             source)
     if line.startswith("UNSIGNED") and trust is None:
-        return f"signed by {sig['key']}, a key that is not trusted here: who wrote it is not checked"
+        return _said(f"signed by {sig['key']}, a key that is not trusted here: who wrote it is not checked", source,
+                     warn, "trust its public key (MONAI_UNC_TRUSTED_KEYS, or the configuration "
+                     "folder's trusted_keys/) to check it")
+    return line
+
+
+def _said(line: str, source: str, warn: bool, hint: str) -> str:
+    """``line``, warned about first when ``warn``.
+
+    The warning names ``source`` and is attributed to the caller of :func:`check_triage_summary` (a command's module:
+    the command line shows it as one ``warning:`` line).
+    """
+    if warn:
+        warnings.warn(f"{source} is read without a check of who wrote it: {line}; {hint}", UserWarning, stacklevel=3)
     return line
