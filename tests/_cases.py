@@ -5,6 +5,8 @@ import contextlib
 import numpy as np
 import torch
 
+from tests._argv import with_options
+
 
 def softmax_case(shape=(2, 3, 12, 10), seed=0, scale=3.0):
     """Logits ``(B, C, *spatial)``, their softmax and a random label map ``(B, *spatial)``."""
@@ -120,8 +122,8 @@ def run_toy_infer(toy, out, *flags):
 
     method = flags[flags.index("--method") + 1] if "--method" in flags else "mcdropout"
     samples = ["--samples", "3"] if SAMPLES_TOKENS & set(method_tokens(method)) else []
-    return cli.main(["infer", "-i", str(toy["images"]), "-o", str(out), "--network", str(toy["spec"]),
-                     "--checkpoint", str(toy["ckpt"]), *samples, "--device", "cpu", "--quiet", *flags])
+    return cli.main(with_options(["infer", "-i", str(toy["images"]), "-o", str(out), "--network", str(toy["spec"]),
+                                  "--checkpoint", str(toy["ckpt"]), *samples, "--device", "cpu", "--quiet"], *flags))
 
 
 def write_infer_case_records(pred, method=None, num_samples=None):

@@ -43,6 +43,7 @@ from monai_unc.evaluation.triage import (
 )
 from monai_unc.io import LoadedCase
 from monai_unc.workflows.infer import InferSettings, check_run_settings
+from tests._argv import with_options
 from tests._paths import ROOT
 
 SCORE = "predictive_entropy_fg_mean"
@@ -469,8 +470,8 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 def _triage_cli(cohorts, out: Path, pred: Path | None = None, *extra: str) -> int:
     b = cohorts["B"]
-    return cli.main(["triage", "-p", str(pred or b["predictions"]), "--rule", str(cohorts["rule"]), "-o", str(out),
-                     "--images", str(b["images"]), "--cases", "2", "-q", *extra])
+    return cli.main(with_options(["triage", "-p", str(pred or b["predictions"]), "--rule", str(cohorts["rule"]),
+                                  "-o", str(out), "--images", str(b["images"]), "--cases", "2", "-q"], *extra))
 
 
 @pytest.mark.slow

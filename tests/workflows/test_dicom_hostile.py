@@ -25,14 +25,15 @@ from monai_unc.cli import build_parser, main  # noqa: E402
 from monai_unc.io import OUTPUT_LOCK_FILE, save_nifti, save_probabilities  # noqa: E402
 from monai_unc.io.dicom import read_series, write_series  # noqa: E402
 from monai_unc.workflows.dicom import EXPORT_RECORD, nnunet_predict_dicom  # noqa: E402
+from tests._argv import with_options  # noqa: E402
 
 ROOT_UID = "1.2.826.0.1.3680043.10.779."
 
 
 def _args(images: Path, out: Path, *extra: str) -> argparse.Namespace:
     parser, _ = build_parser("nnunet-predict")
-    return parser.parse_args(["nnunet-predict", "-i", str(images), "-o", str(out), "-m", "model", "-f", "0",
-                              "--disable_progress_bar", "--uid-root", ROOT_UID, *extra])
+    return parser.parse_args(with_options(["nnunet-predict", "-i", str(images), "-o", str(out), "-m", "model", "-f",
+                                           "0", "--disable_progress_bar", "--uid-root", ROOT_UID], *extra))
 
 
 def _seg(images: Path, case: str, out: Path) -> None:
