@@ -36,6 +36,7 @@ from ..evaluation.triage.rule import (
 )
 from ..io import VOLUME_EXTENSIONS, CaseFiles, input_folder, parse_float, read_table, read_volume, split_extension
 from ..io.provenance import has_weight_digests, read_untrusted_json
+from ..io.signing import Trust
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
@@ -467,7 +468,7 @@ def prediction_digest(path: str | os.PathLike, written_before: float | None = No
 
 def read_triage_run(
     folder: str | os.PathLike, *, site: str | None = None, sites: Mapping[str, tuple[str, str | None]] | None = None,
-    triaged_at: str | None = None,
+    triaged_at: str | None = None, trust: Trust | None = None,
 ) -> TriageRun:
     """Read a triage output folder (``triage.json``) into the records of the store.
 
@@ -487,6 +488,10 @@ def read_triage_run(
         sites: ``{case: (site, scanner)}`` (:func:`read_sites`); a case is matched with its row in NFC without
             surrounding whitespace (a file name from macOS is NFD, a typed id NFC; a spreadsheet keeps spaces).
         triaged_at: when the run triaged (ISO 8601); default the modification time of ``triage.json``.
+        trust: require ``triage.json`` to be signed by one of these trusted keys (``monitor record
+            --trusted-keys``; :func:`~monai_unc.evaluation.triage.rule.check_triage_summary`), checked before
+            anything it names is read; None: an unsigned file, or one signed by a key not trusted here, is read (the
+            latter with the warning below).
 
     Returns:
         The :class:`TriageRun`.
@@ -501,7 +506,7 @@ def read_triage_run(
             made (:func:`~monai_unc.evaluation.triage.rule.check_recorded_decisions`: an edited ``triage.json``),
             a rule that does not match its digest (:func:`~monai_unc.monitoring.store.check_rule`: edited after
             triage wrote it), a ``triaged_at`` out of range, an image sidecar that cannot be read
-            (:func:`sidecar_site`).
+            (:func:`sidecar_site`); with ``trust``, a ``triage.json`` that is not signed by a trusted key.
 
     Warns:
         UserWarning: naming ``triage.json``, when who wrote it is not checked: it has no digest, or is signed by a key
@@ -535,6 +540,8 @@ def read_triage_run(
     raw, doc = read_untrusted_json(path, f"triage summary {path}")
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a triage summary")
+    # a signature required: checked before anything the file names (sidecars, predictions) is read
+    checked = None if trust is None else check_triage_summary(doc, str(path), trust, warn=True)
     rule = doc.get("rule")
     if isinstance(rule, dict) and rule.get("image_reference") is not None:  # what the image alarm ranks against
         try:
@@ -620,7 +627,8 @@ def read_triage_run(
         check_recorded_decisions(cases, ReferralRule.from_json(rule, f"{path}: field 'rule'"), str(path))
     # its digest and signature: any other edit; warned about when who wrote it is not checked (no digest, an untrusted
     # key: review 61, the line was discarded). The store has no field for it: the run carries it
-    checked = check_triage_summary(doc, str(path), warn=True)
+    if checked is None:
+        checked = check_triage_summary(doc, str(path), warn=True)
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model,
                      checked)
 

@@ -49,6 +49,7 @@ from ..evaluation.triage import Decision, ReferralRule, mismatch_fields
 from ..evaluation.triage.rule import check_recorded_decisions, check_triage_summary
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
+from ..io.signing import Trust
 from ..product import (
     Overlay,
     ThresholdText,
@@ -551,6 +552,8 @@ def build_triage_page(
     n_cases: int = 4,
     title: str = "Triage of new cases",
     viewer: bool = True,
+    *,
+    trust: Trust | None = None,
     **applied: str | os.PathLike | None,
 ) -> Path:
     """Write ``triage.html`` (and ``figures/*.png``) for a triage folder.
@@ -566,6 +569,10 @@ def build_triage_page(
         title: page title.
         viewer: embed the interactive 3D viewer (:mod:`monai_unc.report.viewer`) for the referred cases among the
             ``n_cases`` shown, with its scripts in ``<output>/assets`` (the PNG slices stay).
+        trust: require ``triage.json`` to be signed by one of these trusted keys
+            (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`; e.g. ``Trust(("keys/",))``), checked
+            before anything is written; None: accepted unsigned, or signed by a key not trusted here with the
+            warning below (``monai-unc triage`` reads the file it has just written).
         **applied: ``<command>=FOLDER``: the output folder of a product's command run on these cases
             (:attr:`monai_unc.product.CohortProduct.command`, e.g. ``monai-unc triage --<command>-rule``), or None:
             its numbers go into the table, its case files into the figures, its section onto the page.
@@ -576,7 +583,8 @@ def build_triage_page(
     Raises:
         ValueError: ``n_cases`` is not a non-negative integer, or ``triage.json`` is not strict JSON, has a field
             the page reads of the wrong type, counts, reasons or an order that contradict its cases, or a decision
-            that is not the rule's for the case's score (an edited file; one line naming the file and the field).
+            that is not the rule's for the case's score (an edited file; one line naming the file and the field);
+            with ``trust``, a ``triage.json`` that is not signed by a trusted key.
         FileNotFoundError: the folder holds no ``triage.json``, or a product's folder lacks its outputs.
         TypeError: a keyword that is not a product's command.
 
@@ -596,11 +604,14 @@ def build_triage_page(
         raise FileNotFoundError(f"no triage.json in {folder}: run monai-unc triage --output {folder} first")
     summary = decode_untrusted_json(path.read_bytes(), str(path))  # UTF-8, strict JSON (no NaN, no key twice)
     _check_summary(summary, str(path))
+    # a signature required: checked before anything else of the file is taken
+    checked = None if trust is None else check_triage_summary(summary, str(path), trust, warn=True)
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
     check_recorded_decisions(summary["cases"], rule, str(path))  # each decision derived again from the rule
     # its digest and signature: any other edit; how it was checked is on the page, and warned about when who wrote
     # it is not checked (no digest, an untrusted key: review 61, the line was discarded)
-    checked = check_triage_summary(summary, str(path), warn=True)
+    if checked is None:
+        checked = check_triage_summary(summary, str(path), warn=True)
     products = {command: command_product(command) for command in folders}
     rows = {command: cls.applied_rows(folders[command]) for command, cls in products.items()}
     out_dir = Path(output) if output is not None else folder

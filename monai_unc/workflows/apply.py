@@ -27,8 +27,9 @@ from ..io.signing import Trust
 from ..product import CohortProduct, command_product, command_products
 from .session import CommandResult, quiet_lines, run_command
 
-__all__ = ["trust_from_arguments", "unsigned_notice", "apply_command", "check_command_folder", "apply_from_arguments",
-           "product_of_command", "rules_from_options", "product_rule_options", "beside_triage_folder",
+__all__ = ["trust_from_arguments", "triage_trust_from_arguments", "unsigned_notice", "apply_command",
+           "check_command_folder", "apply_from_arguments", "product_of_command", "rules_from_options",
+           "product_rule_options", "beside_triage_folder",
            "check_beside_triage", "apply_beside_triage", "remove_stale_beside_triage"]
 
 
@@ -145,6 +146,32 @@ def trust_from_arguments(args: argparse.Namespace) -> Trust:
     """
     allow = bool(getattr(args, "allow_unsigned", False))
     return Trust(tuple(str(k) for k in getattr(args, "trusted_keys", None) or ()), allow)
+
+
+def triage_trust_from_arguments(args: argparse.Namespace) -> Trust | None:
+    """The signatures the commands that read ``triage.json`` require: ``--trusted-keys`` given, or None.
+
+    ``monitor record`` and ``dicom-export --triage`` read a ``triage.json`` that anyone who can write its folder may
+    have edited or replaced. Without ``--trusted-keys`` they accept one that is unsigned or signed by a key not trusted
+    here (the latter with a warning; :func:`~monai_unc.evaluation.triage.rule.check_triage_summary`). Given (once or
+    more), the file must be signed by a trusted key: the keys named, as for the commands that apply a rule
+    (:func:`trust_from_arguments`), besides ``MONAI_UNC_TRUSTED_KEYS`` and the configuration folder's keys
+    (:func:`~monai_unc.io.signing.trusted_public_keys`); there is no ``--allow-unsigned`` (leave the option out).
+
+    Args:
+        args: the parsed arguments (``trusted_keys``: the list of ``--trusted-keys``; absent or empty: not given).
+
+    Returns:
+        The :class:`~monai_unc.io.signing.Trust` that requires a signature, or None.
+
+    Example:
+        >>> triage_trust_from_arguments(argparse.Namespace(trusted_keys=[])) is None
+        True
+        >>> triage_trust_from_arguments(argparse.Namespace(trusted_keys=["keys/"]))
+        Trust(keys=('keys/',), allow_unsigned=False)
+    """
+    keys = getattr(args, "trusted_keys", None)
+    return Trust(tuple(str(k) for k in keys)) if keys else None
 
 
 def unsigned_notice(args: argparse.Namespace) -> str | None:

@@ -567,6 +567,15 @@ def _add_trust_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
                    "certified it is then not checked (printed, recorded in the outputs and shown on the page)")
 
 
+def _add_triage_trust_option(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """``--trusted-keys`` of the commands that read ``triage.json``: given, a signature by a trusted key is required."""
+    p.add_argument("--trusted-keys", action="append", default=[], metavar="PATH",
+                   help=prefix + "require triage.json to be signed by a trusted key: a public key file (.pub) or a "
+                   "folder of them, trusted besides MONAI_UNC_TRUSTED_KEYS and the keys of your configuration folder; "
+                   "an unsigned, untrusted-key or edited triage.json is then refused; without this option it is "
+                   "read, with a warning when signed by a key not trusted here (see docs/signing.md)")
+
+
 def _add_product_commands(sub: Any) -> None:
     """The commands of the cohort products (:attr:`monai_unc.product.CohortProduct.command`): an artifact applied."""
     for cls in command_products():
@@ -623,6 +632,7 @@ def _add_dicom_export(sub: Any) -> None:
     p.add_argument("--triage", default=None,
                    help="output folder of 'monai-unc triage': each case's decision, the rule's digest and guarantee "
                         "go into its SR")
+    _add_triage_trust_option(p, "with --triage: ")
     for cls in command_products():  # a product command's per-case table (e.g. volumes) goes into the SR
         if cls.applied_table:
             p.add_argument(f"--{cls.command}", default=None, metavar="FOLDER",
@@ -648,6 +658,7 @@ def _add_monitor(sub: Any) -> None:
     r.add_argument("--site", default=None, help=_SITE_HELP)
     r.add_argument("--sites", default=None, metavar="CSV", help="CSV with columns case,site[,scanner]")
     r.add_argument("--time", default=None, help="when the run triaged, ISO 8601 (default: triage.json's time)")
+    _add_triage_trust_option(r)
     lab = msub.add_parser("label", help="record audited labels (a CSV of case,dice[,failure] or a folder of label "
                           "maps)")
     lab.add_argument("--labels", required=True, metavar="CSV|FOLDER",

@@ -109,10 +109,12 @@ from ..io.dicom import (
 )
 from ..io.dicom.objects import NOT_IN_STRING
 from ..io.provenance import prediction_regions, read_untrusted_json
+from ..io.signing import Trust
 from ..keys import DEPRECATED_MEASURES
 from ..monitoring.store import check_rule
 from ..product import command_product, command_products
 from ..regions import check_regions, label_to_regions, unclaimed_labels
+from .apply import triage_trust_from_arguments
 from .prepare import DICOM_FOLDER, check_dicom_input
 from .session import CommandResult
 
@@ -916,7 +918,7 @@ def _triage_score_name(doc: dict[str, Any], source: str) -> str:
     return str(column)
 
 
-def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any]]:
+def _triage_entries(triage: str | os.PathLike | None, trust: Trust | None = None) -> dict[str, dict[str, Any]]:
     """The per-case triage of ``triage.json`` (untrusted: every field checked) with the rule's digest and guarantee.
 
     The SR states each decision beside the rule's digest as the rule's: a decision edited by hand (``review`` ->
@@ -925,7 +927,8 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     recomputed) derives each case's decision again from the recorded score and image z-score
     (:func:`~monai_unc.evaluation.triage.rule.check_recorded_decisions`); the score, decision and code that
     ``triage`` writes twice, in ``triage.json`` and ``triage.csv``, must agree. Each difference is refused in one line
-    naming the case.
+    naming the case. With ``trust`` the file must be signed by one of its trusted keys
+    (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`), checked before any other field.
     """
     if triage is None:
         return {}
@@ -938,6 +941,8 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     _, doc = read_untrusted_json(path, str(path))
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise ValueError(f"{path}: not the triage.json of 'monai-unc triage' (no list of cases)")
+    if trust is not None:  # a signature required: before anything else of the file is taken
+        check_triage_summary(doc, str(path), trust, warn=True)
     # the SR states the rule's digest as the rule the decisions were made with: a rule edited in triage.json with its
     # old digest kept (or no rule) would be reported as the genuine one (found by the sr review), as the store refuses
     digest = check_rule(doc.get("rule"), str(path))
@@ -976,7 +981,8 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     check_recorded_decisions(doc["cases"], rule, str(path))
     # its digest and signature: any other edit; warned about when who wrote it is not checked (no digest, an untrusted
     # key: review 61, the line was discarded). dicom_export.json has no field for it
-    check_triage_summary(doc, str(path), warn=True)
+    if trust is None:
+        check_triage_summary(doc, str(path), warn=True)
     # triage writes each case's score, decision and code twice: triage.csv must say what triage.json says
     table = Path(triage) / "triage.csv"
     if not table.is_file():
@@ -1072,7 +1078,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                  algorithm_name: str | None = None, evaluation: str | os.PathLike | None = None,
                  triage: str | os.PathLike | None = None, progress: bool = True,
                  inside_predictions: bool = False, study_uid: str = "source",
-                 cases: Sequence[str] | None = None, part: ExportPart | None = None,
+                 cases: Sequence[str] | None = None, part: ExportPart | None = None, trust: Trust | None = None,
                  **product_outputs: str | os.PathLike | None) -> DicomExport:
     """Write the DICOM objects of every case of a prediction folder on its source series.
 
@@ -1120,6 +1126,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             ``run``) are dropped, their objects left to the part of their case (or removed when their case is no
             case of the run). Default: the export is a run of its own, holding the folder alone
             (:func:`monai_unc.io.output_lock`).
+        trust: require ``triage``'s ``triage.json`` to be signed by one of these trusted keys (``--trusted-keys``;
+            :func:`~monai_unc.evaluation.triage.rule.check_triage_summary`), checked before any object is written;
+            None: accepted unsigned, or signed by a key not trusted here with the warning below.
         **product_outputs: ``<command>=FOLDER``: the output folder of a cohort product's command
             (:attr:`monai_unc.product.CohortProduct.command`, e.g. the masks with a guarantee): the case's row of
             its table (:attr:`~monai_unc.product.CohortProduct.applied_table`) goes into the SR as a measurement group
@@ -1140,7 +1149,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             run's hold of the output folder (one export at a time: :func:`monai_unc.io.output_lock`) or of a folder
             it reads (the predictions, ``evaluation``, ``triage``: still being written), a ``part`` without
             ``cases`` or whose ``cases`` lack one of ``cases`` (naming ``part``), or another run's hold of the output
-            folder while the parts of ``part``'s run hold it (:func:`monai_unc.io.part_lock`).
+            folder while the parts of ``part``'s run hold it (:func:`monai_unc.io.part_lock`); with ``trust``, a
+            ``triage``'s ``triage.json`` that is not signed by a trusted key (one line naming the file).
         FileNotFoundError: a missing folder.
 
     Warns:
@@ -1148,6 +1158,10 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             signed by a key that is not trusted here (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`).
     """
     pred, src = Path(predictions), Path(series)
+    if trust is not None and not isinstance(trust, Trust):
+        raise TypeError(f"trust must be a Trust (monai_unc.io.signing.Trust) or None, got {trust!r:.80}")
+    if trust is not None and triage is None:
+        raise ValueError("trust checks the signature of triage's triage.json: give triage, or leave trust out")
     if part is not None:  # a part exports its own cases, some of those of every part
         outside = ["(every case: no cases given)"] if cases is None \
             else sorted({str(c) for c in cases} - set(part.cases))
@@ -1172,7 +1186,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     with refusing("output"):
         out = check_output_folder(output, None if inside_predictions else pred, src, evaluation, triage,
                                   *(folder for folder, _, _ in tables.values()))
-    rows, decisions = _table_rows(evaluation, "metrics.csv", "evaluate"), _triage_entries(triage)
+    rows, decisions = _table_rows(evaluation, "metrics.csv", "evaluate"), _triage_entries(triage, trust)
     extra = {title: _table_rows(folder, table, command) for command, (folder, table, title) in tables.items()}
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     no_case = cases is not None and not list(cases)  # a part of a run with more parts than cases
@@ -1349,10 +1363,13 @@ def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[Dicom
         The :class:`~monai_unc.workflows.session.CommandResult` of :func:`dicom_export`; its line says how many
         objects were written where.
     """
+    if args.trusted_keys and args.triage is None:  # nothing to check: said rather than ignored
+        raise ValueError("--trusted-keys checks the signature of the triage.json of --triage: give --triage FOLDER, or "
+                         "leave --trusted-keys out")
     result = dicom_export(args.predictions, args.series, args.output, layout=args.layout, measures=args.measures,
                           probabilities=not args.no_probabilities, segments=args.segments, uid_root=args.uid_root,
                           algorithm_name=args.algorithm_name, evaluation=args.evaluation, triage=args.triage,
-                          progress=not args.quiet, study_uid=args.study_uid,
+                          progress=not args.quiet, study_uid=args.study_uid, trust=triage_trust_from_arguments(args),
                           **{str(cls.command): getattr(args, str(cls.command).replace("-", "_"), None)
                              for cls in command_products() if cls.applied_table})
     line = f"dicom-export: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_write_json, check_utf8_name, check_writable_folder, input_folder, json_safe, split_extension
+from ..io.signing import Trust
 from ..monitoring import (
     GroupStatus,
     MonitorStore,
@@ -34,6 +35,7 @@ from ..monitoring.status import printable
 from ..monitoring.store import sqlite_file
 from ..regions import check_regions
 from ..report.monitor import build_monitor_page
+from .apply import triage_trust_from_arguments
 from .session import WARNING_PREFIX, CommandResult, quiet_lines
 
 __all__ = ["MONITOR_DB_ENV", "check_store", "check_store_outside_inputs", "record_triage", "record_labels",
@@ -204,6 +206,7 @@ def _check_monitor_output(url: str, output: str | os.PathLike, option: str, comm
 def record_triage(
     db: str | os.PathLike | None, triage: str | os.PathLike, *, site: str | None = None,
     sites: str | os.PathLike | None = None, time: str | None = None, command: Sequence[str] | None = None,
+    trust: Trust | None = None,
 ) -> CommandResult[int]:
     """``monai-unc monitor record``: one triage output folder into the store (once: a second time is a no-op).
 
@@ -214,6 +217,9 @@ def record_triage(
         sites: a CSV of ``case,site[,scanner]``.
         time: when the run triaged (ISO 8601; default ``triage.json``'s modification time).
         command: the command line for the audit log (default ``sys.argv``).
+        trust: require ``triage.json`` to be signed by one of these trusted keys (``--trusted-keys``;
+            :func:`~monai_unc.monitoring.records.read_triage_run`): a file that is not is refused before the store
+            is opened; None: accepted unsigned, or signed by a key not trusted here with a warning.
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of the run's id; its lines: what was recorded and
@@ -222,7 +228,8 @@ def record_triage(
     """
     url = _db(db)
     input_folder(triage, "triage")  # a missing folder or a file named as such (the command line: TRIAGE)
-    run = read_triage_run(triage, site=site, sites=None if sites is None else read_sites(sites), triaged_at=time)
+    run = read_triage_run(triage, site=site, sites=None if sites is None else read_sites(sites), triaged_at=time,
+                          trust=trust)
     with MonitorStore(url) as store:
         run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
                                        triaged_at=run.triaged_at, model_digest=run.model_digest, command=command)
@@ -549,7 +556,8 @@ def monitor_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
     sub = args.monitor_command
     if sub == "record":
         res: CommandResult[Any] = record_triage(args.db, args.triage, site=args.site, sites=args.sites,
-                                                time=args.time, command=command)
+                                                time=args.time, command=command,
+                                                trust=triage_trust_from_arguments(args))
     elif sub == "label":
         res = record_labels(args.db, args.labels, command=command)
     elif sub == "status":

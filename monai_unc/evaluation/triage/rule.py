@@ -21,7 +21,14 @@ from ... import __version__
 from ..._utils import check_text, is_finite_real, is_int, is_real, real_array, to_numpy
 from ...io import atomic_write_json, cell_float, json_safe, provenance
 from ...io.provenance import check_digest, check_document, read_checked_json, rule_digest
-from ...io.signing import SIGNATURE_FIELD, Trust, default_signing_key, sign_digest, verify_signature
+from ...io.signing import (
+    SIGNATURE_FIELD,
+    Trust,
+    default_signing_key,
+    sign_digest,
+    trusted_public_keys,
+    verify_signature,
+)
 from ...keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
@@ -1542,13 +1549,17 @@ def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | Non
     longer matches it. A file without a digest (written before monai-unc recorded one, or by hand) is read as
     unverified. The limits (docs/triage.md): a digest is no signature, so without ``trust`` an edited file whose
     signature was removed and whose digest was recomputed reads as unsigned, and one re-signed with an untrusted key
-    as signed by that key; with ``trust`` (not ``allow_unsigned``) only a signature by a trusted key is accepted.
+    as signed by that key; with ``trust`` (not ``allow_unsigned``) only a signature by a trusted key is accepted
+    (the readers' ``--trusted-keys``: ``monitor record``, ``dicom-export --triage``).
 
     Args:
         doc: the parsed ``triage.json``.
         source: how the messages name it.
-        trust: the trusted keys a signature must verify against, requiring one unless ``allow_unsigned``; None: a
-            signature is verified against the trusted keys where present, its absence accepted.
+        trust: the trusted keys a signature must verify against, requiring one unless ``allow_unsigned``: the
+            files or folders of :attr:`~monai_unc.io.signing.Trust.keys` besides the defaults
+            (:func:`~monai_unc.io.signing.trusted_public_keys`: ``MONAI_UNC_TRUSTED_KEYS``, the configuration
+            folder's keys), read first (a missing one is refused, naming ``trusted_keys``); None: a signature is
+            verified against the trusted keys where present, its absence accepted.
         warn: say a file read without a check of who wrote it in one ``UserWarning`` (naming ``source`` and the
             line returned; attributed to the caller): one without a digest (``"unverified: ..."``) and one signed
             by a key that is not trusted here. A file whose digest matches without a signature (``"unsigned: ..."``,
@@ -1561,7 +1572,8 @@ def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | Non
 
     Raises:
         ValueError: starting with ``source``: the content does not match its digest, the signature does not match
-            (or, with ``trust``, is missing or by an untrusted key), or a signature without a digest.
+            (or, with ``trust`` not ``allow_unsigned``, the digest or signature is missing or the key is not
+            trusted), or a signature without a digest; a key file or folder of ``trust`` that cannot be read.
 
     Example:
         >>> doc = {"cases": [{"case": "a", "decision": "review"}]}
@@ -1578,6 +1590,8 @@ def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | Non
     if trust is not None and not isinstance(trust, Trust):
         raise TypeError(f"trust must be a Trust (monai_unc.io.signing.Trust) or None, got {trust!r:.80}")
     required = trust is not None and not trust.allow_unsigned
+    if required:  # the keys first: a mistyped --trusted-keys is said as such, whatever the file holds
+        trusted_public_keys(trust.keys)
     sig = doc.get(SIGNATURE_FIELD)
     if doc.get("digest") is None:
         if sig is not None:
@@ -1595,8 +1609,14 @@ def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | Non
                              "the cases again with a signing key configured (MONAI_UNC_SIGNING_KEY or monai-unc keys "
                              "--create)")
         return "unsigned: its digest matches (no signing key was configured when it was written)"
-    line = verify_signature(doc, str(doc["digest"]), trust if trust is not None else Trust(allow_unsigned=True),
-                            source)
+    # required: a signature by a key not trusted here is verified against its own key first (an edit is said as
+    # such), then refused in the readers' words (verify_signature's names --allow-unsigned, which they do not have)
+    line = verify_signature(doc, str(doc["digest"]), Trust(trust.keys, True) if required else
+                            trust if trust is not None else Trust(allow_unsigned=True), source)
+    if required and line.startswith("UNSIGNED"):
+        raise ValueError(f"{source} is signed by key {sig['key']}, which is not a trusted key here, so who wrote it "
+                         "cannot be checked: trust its public key (--trusted-keys, MONAI_UNC_TRUSTED_KEYS or the "
+                         "configuration folder's trusted_keys/), or triage the cases again with a trusted key")
     if line.startswith("UNSIGNED") and trust is None:
         return _said(f"signed by {sig['key']}, a key that is not trusted here: who wrote it is not checked", source,
                      warn, "trust its public key (MONAI_UNC_TRUSTED_KEYS, or the configuration "
