@@ -237,3 +237,18 @@ def test_dicom_export_trusted_keys_without_triage_is_refused(dicom_triage, keys,
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--trusted-keys" in err[0] and "--triage" in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_dicom_export_in_python_refuses_a_trust_without_triage_or_of_another_type(dicom_triage, keys, tmp_path):
+    from monai_unc.workflows.dicom import dicom_export
+
+    pred, series, folders = dicom_triage
+    with pytest.raises(ValueError, match="trust .*triage"):
+        dicom_export(pred, series, tmp_path / "out", trust=Trust((str(keys["a"][1]),)), progress=False)
+    with pytest.raises(TypeError, match="trust must be a Trust"):
+        dicom_export(pred, series, tmp_path / "out", triage=folders["signed"], trust=True, progress=False)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="which is not a trusted key here"):  # the keyword the command passes
+        dicom_export(pred, series, tmp_path / "out", triage=folders["other key"], trust=Trust((str(keys["a"][1]),)),
+                     progress=False)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*"))
