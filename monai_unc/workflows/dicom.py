@@ -10,7 +10,8 @@ read by :func:`monai_unc.io.dicom.read_series`), it writes under ``<output>/<cas
 - ``probabilities.dcm``: the mean probabilities as a FRACTIONAL SEG (PROBABILITY; 8-bit: within 1/510), unless
   ``--no-probabilities``;
 - ``<measure>.dcm``: each uncertainty map as a Parametric Map (32-bit float: the values exactly); a region-based
-  model's map (one channel per region) as one Parametric Map per region, ``<measure>_<region>.dcm``, the region
+  model's map (one channel per region, or one file per region, ``<case>_<measure>_<region>``, named by the regions
+  the prediction folder records) as one Parametric Map per region, ``<measure>_<region>.dcm``, the region
   named (from the prediction folder's record, else the segment names) in its descriptions and value mapping;
 - ``sr.dcm``: the Comprehensive 3D SR (TID 1500) of the case: each segment's volume (referencing the SEG), the case's
   row of ``metrics.csv`` (``--evaluation``: case scores, Dice, QU-BraTS), the triage decision with the rule's digest
@@ -18,8 +19,10 @@ read by :func:`monai_unc.io.dicom.read_series`), it writes under ``<output>/<cas
   the masks with a guarantee), referencing the source series, the SEG and the maps.
 
 The NIfTI outputs must be on the series' grid (axes may be permuted or flipped: they are reoriented, never
-resampled). ``<output>/dicom_export.json`` (written last) lists the objects with their UIDs; a rerun removes the
-earlier run's before its first object, so a run that fails leaves none (never one listing replaced objects). A rerun
+resampled). ``<output>/dicom_export.json`` (written last) lists the objects with their UIDs and every input
+channel's series they reference (``series``: channel 0's, whose grid they lie on; ``other_series``); a rerun
+removes the earlier run's before its first object, so a run that fails leaves none (never one listing replaced
+objects). A rerun
 replaces a case's objects, and removes those of a case the earlier manifest lists that is no case of the run (unless
 its folder holds a DICOM file no export wrote: a warning); nothing is written into the prediction or series folders.
 The parts of one ``nnunet-predict -num_parts`` run export into one folder together (:class:`ExportPart`): the
@@ -132,6 +135,8 @@ _SEG_NUMBER, _PROBS_NUMBER, _MAP_NUMBER, _SR_NUMBER = 901, 902, 903, 999
 #: the top-level fields of :data:`EXPORT_RECORD` that the parts of one run share (:class:`ExportPart`): an entry of a
 #: manifest with other values is of another run, never mixed with this run's
 _RUN_SETTINGS = ("format", "format_version", "layout", "uid_root", "study_uid", "run")
+#: what :func:`~monai_unc.io.match_cases` says of a file that looks like one region's map and is not read
+_UNREAD_REGION_MAP = "it looks like one region's uncertainty map"
 #: seconds a part of a run waits for another process's short hold of the export folder (:func:`part_lock`, the
 #: manifest's update) before it is refused
 _PART_WAIT = 10.0
@@ -143,8 +148,10 @@ class DicomExport:
 
     Args:
         output: the export folder.
-        cases: ``{case: {"series": {...}, "objects": [{"kind", "file", "sop_class_uid", "sop_instance_uid",
-            "series_instance_uid"}]}}`` as in :data:`EXPORT_RECORD`.
+        cases: ``{case: {"series": {...}, "other_series": [{"channel", ...}], "objects": [{"kind", "file",
+            "sop_class_uid", "sop_instance_uid", "series_instance_uid"}]}}`` as in :data:`EXPORT_RECORD`: ``series``
+            the series whose grid the objects lie on (channel 0's), ``other_series`` those of the case's other input
+            channels, which the objects reference too (UIDs, folder, slices and channel number; empty for one).
     """
 
     output: Path
@@ -729,11 +736,12 @@ def _check_predicted_from(pred: Path, src: Path, case_id: str, record: Any) -> N
 
 
 def _other_channel_folders(src: Path, case_id: str, channels: int, source: Path | None,
-                           recorded: Sequence[str]) -> list[str]:
+                           recorded: Sequence[str]) -> list[tuple[int, str]]:
     """The series folders of a case's input channels but channel 0's (``source``), which its objects reference too.
 
     Those its record names (``recorded``), else ``<case>_0001/`` ... of a model of ``channels``: those that are
-    folders (a warning names one that is not).
+    folders (a warning names one that is not), each with its channel number (its place in the record, or nnU-Net's
+    ``_<channel>``).
     """
     names = list(recorded) or ([f"{case_id}_{c:04d}" for c in range(channels)] if channels > 1 else [])
     others = [name for name in names if source is None or name != source.name]
@@ -742,7 +750,37 @@ def _other_channel_folders(src: Path, case_id: str, channels: int, source: Path 
         warnings.warn(f"case {case_id}: no series folder {src / absent[0]} of input channel "
                       f"{names.index(absent[0])}: its DICOM objects reference only the channel series found",
                       UserWarning, stacklevel=2)
-    return [name for name in others if name not in absent]
+    return [(names.index(name), name) for name in others if name not in absent]
+
+
+def _map_on_series(case_id: str, map_path: Path | tuple[Path, ...], series: DicomSeries) -> tuple[np.ndarray, str]:
+    """A case's map on its series' grid, ``(C, columns, rows, slices)``, and its name in messages.
+
+    A map written one file per region (:attr:`~monai_unc.io.CaseFiles.maps`' tuple of files, the regions' order) is
+    the stack of its files, each one region's map: each is put on the series' grid and checked alone, as a map of one
+    file is, so that a refusal names the file.
+
+    Raises:
+        CaseError: one line naming the case and the file: a file off the series' grid (reoriented, never resampled),
+            holding a NaN or infinite value, or (one region's file) of several channels.
+    """
+    paths = map_path if isinstance(map_path, tuple) else (map_path,)
+    channels = []
+    for path in paths:
+        u, u_affine = read_volume(path)
+        u = to_series_grid(u, u_affine, series, f"case {case_id}: map {path.name}")
+        _check_values(u, f"case {case_id!r}: map {path.name}", unit_interval=False)
+        if isinstance(map_path, tuple) and u.shape[0] != 1:
+            raise CaseError(f"case {case_id}: map {path.name}, one region's map (written one file per region), has "
+                            f"{u.shape[0]} channels; it must have one")
+        channels.append(u)
+    return (channels[0] if len(channels) == 1 else np.concatenate(channels)), "+".join(p.name for p in paths)
+
+
+def _series_entry(series: DicomSeries, folder: Path) -> dict[str, Any]:
+    """A source series as :data:`EXPORT_RECORD` lists it: its UIDs, its folder (resolved) and its number of slices."""
+    return {"series_instance_uid": series.series_uid, "study_instance_uid": str(series.datasets[0].StudyInstanceUID),
+            "folder": str(folder.resolve()), "slices": series.shape[2]}
 
 
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
@@ -802,11 +840,9 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
             record("probabilities", path, pydicom.dcmread(path, stop_before_pixels=True))
         number = _MAP_NUMBER
         for measure, map_path in sorted(files.maps.items()):
-            u, u_affine = read_volume(map_path)
-            u = to_series_grid(u, u_affine, series, f"case {files.case_id}: map {map_path.name}")
-            _check_values(u, f"case {files.case_id!r}: map {map_path.name}", unit_interval=False)
+            u, map_name = _map_on_series(files.case_id, map_path, series)
             if u.shape[0] != 1 and not (regions and u.shape[0] == count):
-                raise CaseError(f"case {files.case_id}: map {map_path.name} has {u.shape[0]} channels; the "
+                raise CaseError(f"case {files.case_id}: map {map_name} has {u.shape[0]} channels; the "
                                 "Parametric Map export takes one map per case, or one per region of a region-based "
                                 f"segmentation ({count if regions else 'this one is class-based'})")
             # one Parametric Map per region (the one region of a one-region model too), else one for the case
@@ -1094,7 +1130,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             ``uncertainty_config.json``, refusing an exported case whose record (``<case>.json``,
             ``uncertainty/<case>.json``) lacks one; without a run record those the cases' records list, the same for
             every case; maps that no record lists, e.g. an earlier run's, are not exported; without any record every
-            measure found); an empty list: no map.
+            measure found); an empty list: no map. A region-based model's map may be one file per region
+            (``<case>_<measure>_<region>``, the regions the folder records: ``infer.json``, or the ``dataset.json`` /
+            ``uncertainty_config.json`` beside nnU-Net's predictions), each file checked as a map of its own.
         probabilities: write the FRACTIONAL SEG of the probabilities when the folder has them.
         segments: a JSON file of segment descriptions (:func:`monai_unc.io.dicom.read_segment_specs`).
         uid_root: the root of the new UIDs (:func:`monai_unc.io.dicom.check_uid_root`).
@@ -1155,7 +1193,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
 
     Warns:
         UserWarning: naming ``triage``'s ``triage.json``, when who wrote it is not checked: it has no digest, or is
-            signed by a key that is not trusted here (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`).
+            signed by a key that is not trusted here (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`);
+            naming a file that looks like one region's map (``<case>_<measure>_<region>``) of a region that the
+            prediction folder does not record: not exported.
     """
     pred, src = Path(predictions), Path(series)
     if trust is not None and not isinstance(trust, Trust):
@@ -1194,9 +1234,14 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         # folder holds
         listed = list_files(pred, seg_suffix, VOLUME_EXTENSIONS)
         measures = _export_measures(pred, layout, sorted(listed) if cases is None else [str(c) for c in cases])
+    # the regions of a region-based model (nnU-Net's recorded spec, or infer.json's names): the names of its maps
+    # written one file per region (<case>_<measure>_<region>), which are read as the map's channels
+    label_regions = _label_map_regions(pred, layout)
+    region_names = list(label_regions) if label_regions else _region_names(pred)
     try:
-        with warnings.catch_warnings():  # the cases left out are those of other runs (``cases``): no warning
-            warnings.simplefilter("ignore", UserWarning)
+        with warnings.catch_warnings(record=True) as caught:  # the cases left out are those of other runs
+            # (``cases``): no warning
+            warnings.simplefilter("always", UserWarning)
             # found by hostile testing: the error of a case without a map suggested --allow-missing, which
             # dicom-export does not have
             # found by hostile testing: a part of no case (-num_parts above the number of cases), whose nnU-Net
@@ -1204,12 +1249,21 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             found = [] if no_case else match_cases(
                 pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures, allow_missing=cases is not None,
                 missing_hint="every case exported needs each map: name with --measures maps that every case has, or "
-                             "export such cases apart")
+                             "export such cases apart", regions=region_names)
     except CaseError as e:
         if "no label volume" in str(e):
             raise CaseError(f"no segmentation found in {pred}: is it the output folder of 'monai-unc infer' "
                             "(--layout monai-unc) or 'nnunet-predict' (--layout nnunet)?") from None
         raise
+    for w in caught:  # found by review 62: per-region map files of regions no record names were left out silently
+        if issubclass(w.category, UserWarning) and _UNREAD_REGION_MAP in str(w.message):
+            where = str(w.message).split(" is not read:")[0]
+            warnings.warn(f"{where} is not exported: it looks like one region's uncertainty map, written one file per "
+                          "region (<case>_<measure>_<region>), but the prediction folder records no region of that "
+                          "name (infer.json's regions; the dataset.json or uncertainty_config.json beside nnU-Net's "
+                          "predictions): the cases are exported without these maps", UserWarning, stacklevel=2)
+        elif not issubclass(w.category, UserWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if cases is not None:  # the run's cases only: a removed input's outputs are left alone, not exported
         wanted = {str(c) for c in cases}
         absent = sorted(wanted - {c.case_id for c in found})
@@ -1295,8 +1349,6 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                                   f"({', '.join(lacking[:5])}{' ...' if len(lacking) > 5 else ''}): their SRs hold "
                                   "none of its numbers", UserWarning, stacklevel=2)
         algorithms = {c.case_id: algorithm_from_records(pred, c.case_id, layout, algorithm_name) for c in found}
-        label_regions = _label_map_regions(pred, layout)
-        region_names = list(label_regions) if label_regions else _region_names(pred)
         result = DicomExport(out)
         settings: dict[str, Any] = {"format": EXPORT_FORMAT, "format_version": EXPORT_VERSION,
                                     "predictions": str(pred.resolve()), "layout": layout, "uid_root": uid_root,
@@ -1330,7 +1382,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             study = new_study(study_uid, uid_root, source=case_series.datasets[0])
             # the series of the case's other input channels, which the objects reference too (found by review 61:
             # only channel 0's was named)
-            others = [read_series(src / name, pixels=False) for name in channel_folders[files.case_id]]
+            others = [read_series(src / name, pixels=False) for _, name in channel_folders[files.case_id]]
             objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
                                    other_series=others,
                                    uid_root=uid_root, algorithm=algorithm, region_names=region_names, study=study,
@@ -1338,9 +1390,11 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                                    extra_groups={t: r[files.case_id] for t, r in extra.items() if files.case_id in r},
                                    label_regions=label_regions)
             result.cases[files.case_id] = {
-                "series": {"series_instance_uid": case_series.series_uid,
-                           "study_instance_uid": str(case_series.datasets[0].StudyInstanceUID),
-                           "folder": str(source.resolve()), "slices": case_series.shape[2]},
+                "series": _series_entry(case_series, source),
+                # the series of the other input channels, which the objects reference too (found by review 62: the
+                # manifest named channel 0's only)
+                "other_series": [{"channel": channel, **_series_entry(other, src / name)}
+                                 for (channel, name), other in zip(channel_folders[files.case_id], others)],
                 "algorithm": {"name": algorithm.name, "version": algorithm.version, "weights_sha256": algorithm.weights,
                               "method": algorithm.method},
                 "study_instance_uid": objects[0]["study_instance_uid"],

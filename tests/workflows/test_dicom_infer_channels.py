@@ -127,8 +127,13 @@ def test_the_dicom_objects_lie_on_channel_0s_series(predicted, tmp_path):
     seg = np.asarray(nib.load(root / "both" / "br01_seg.nii.gz").dataobj)
     series = read_series(images / "br01_0000", pixels=False)
     np.testing.assert_array_equal(read_segmentation_labels(folder / "seg.dcm", series), seg)
-    record = json.dumps(json.loads((root / "both" / "dicom" / "dicom_export.json").read_text()))
-    assert "br01_0000" in record and "br01_0001" not in record
+    entry = json.loads((root / "both" / "dicom" / "dicom_export.json").read_text())["cases"]["br01"]
+    # the objects lie on channel 0's series (the manifest's series) and reference channel 1's too (its other_series)
+    assert entry["series"]["folder"] == str((images / "br01_0000").resolve())
+    channel1 = read_series(images / "br01_0001", pixels=False)
+    assert entry["other_series"] == [{"channel": 1, "series_instance_uid": channel1.series_uid,
+                                      "study_instance_uid": STUDY, "folder": str((images / "br01_0001").resolve()),
+                                      "slices": channel1.shape[2]}]
     # dicom-export on its own finds channel 0's series of each case (its record says it had two)
     assert main(["dicom-export", "-p", str(root / "both"), "-s", str(images), "-o", str(tmp_path / "dicom"),
                  "-q"]) == 0

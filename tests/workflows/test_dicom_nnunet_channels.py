@@ -120,8 +120,14 @@ def test_the_dicom_objects_lie_on_channel_0s_series(predicted):
     seg = np.asarray(nib.load(root / "both" / "br01.nii.gz").dataobj)
     series = read_series(images / "br01_0000", pixels=False)
     np.testing.assert_array_equal(read_segmentation_labels(folder / "seg.dcm", series), seg)
-    record = json.loads((root / "both" / "dicom" / "dicom_export.json").read_text())
-    assert json.dumps(record).count("br01_0000") >= 1 and "br01_0001" not in json.dumps(record)
+    entry = json.loads((root / "both" / "dicom" / "dicom_export.json").read_text())["cases"]["br01"]
+    # the objects lie on channel 0's series (the manifest's series) and reference channel 1's too (its other_series)
+    assert entry["series"]["folder"] == str((images / "br01_0000").resolve())
+    assert entry["series"]["series_instance_uid"] == series.series_uid
+    channel1 = read_series(images / "br01_0001", pixels=False)
+    assert entry["other_series"] == [{"channel": 1, "series_instance_uid": channel1.series_uid,
+                                      "study_instance_uid": STUDY, "folder": str((images / "br01_0001").resolve()),
+                                      "slices": channel1.shape[2]}]
 
 
 def test_the_dicom_channel_of_a_single_series_is_the_nifti_value_reordered(predicted, tmp_path):
