@@ -952,7 +952,7 @@ def _geometry_shown(v: Any) -> str:
 
 
 def _finite_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _spacing_of(value: Any) -> list[float] | None:
@@ -1008,7 +1008,7 @@ def read_geometry(value: Any, name: str = "geometry") -> dict[str, Any] | None:
     Raises:
         ValueError: naming the field (``geometry.<field>``): not an object of exactly :data:`GEOMETRY_FIELDS`, a
             spacing that is not a list of 1 to 4 finite positive numbers (mm), a voxel count that is not a positive
-            integer, or minima above maxima (or spacings of different lengths).
+            integer, spacings of different numbers of axes, or minima above maxima.
 
     Example:
         >>> read_geometry({"spacing_min": [1, 1], "spacing_max": [1, 2], "voxels_min": 4, "voxels_max": 9})
@@ -1020,14 +1020,18 @@ def read_geometry(value: Any, name: str = "geometry") -> dict[str, Any] | None:
         raise ValueError(f"field {name!r} must be an object of {list(GEOMETRY_FIELDS)}, got {_geometry_shown(value)}")
     lo, hi = value["spacing_min"], value["spacing_max"]
     for key, v in (("spacing_min", lo), ("spacing_max", hi)):
-        if not isinstance(v, list) or not 1 <= len(v) <= 4 or not all(_finite_number(x) and x > 0 for x in v):
+        if not isinstance(v, (list, tuple)) or not 1 <= len(v) <= 4 or not all(_finite_number(x) and x > 0
+                                                                                 for x in v):
             raise ValueError(f"field '{name}.{key}' must be a list of positive spacings (mm), got {_geometry_shown(v)}")
-    if len(lo) != len(hi) or any(a > b for a, b in zip(lo, hi)):
+    if len(lo) != len(hi):
+        raise ValueError(f"field '{name}.spacing_min' must have as many axes as '{name}.spacing_max', got "
+                         f"{_geometry_shown(lo)} and {_geometry_shown(hi)}")
+    if any(a > b for a, b in zip(lo, hi)):
         raise ValueError(f"field '{name}.spacing_min' must be at most '{name}.spacing_max' on each axis, got "
                          f"{_geometry_shown(lo)} and {_geometry_shown(hi)}")
     for key in ("voxels_min", "voxels_max"):
         v = value[key]
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
             raise ValueError(f"field '{name}.{key}' must be a positive count of voxels, got {_geometry_shown(v)}")
     if value["voxels_min"] > value["voxels_max"]:
         raise ValueError(f"field '{name}.voxels_min' must be at most '{name}.voxels_max', got {value['voxels_min']} "
@@ -1051,7 +1055,7 @@ def case_geometry_warning(geometry: Mapping[str, Any] | None, case_id: str, spac
         geometry: the rule's ``geometry`` (:func:`read_geometry`), or None.
         case_id: the case, named by the warning.
         spacing: its voxel spacing in mm per axis (numbers, or the ``"1.5x1x2"`` text of a row), or None.
-        voxels: its spatial voxel count, or None.
+        voxels: its spatial voxel count, or None (not a finite number: not checked).
         rule: how the warning names the rule (``"referral rule"``, a product's rule).
         stacklevel: of the ``UserWarning`` (2: the caller).
 
@@ -1074,7 +1078,7 @@ def case_geometry_warning(geometry: Mapping[str, Any] | None, case_id: str, spac
             shown = " to ".join("x".join(f"{v:.4g}" for v in x) for x in ((lo,) if lo == hi else (lo, hi)))
             mine = str(spacing) if got is None else "x".join(f"{v:.4g}" for v in got)
             problems.append(f"voxel spacing {mine} mm (calibration cases: {shown})")
-    if voxels is not None and not geometry["voxels_min"] <= int(voxels) <= geometry["voxels_max"]:
+    if _finite_number(voxels) and not geometry["voxels_min"] <= int(voxels) <= geometry["voxels_max"]:
         rng = (f"{geometry['voxels_min']}" if geometry["voxels_min"] == geometry["voxels_max"]
                else f"{geometry['voxels_min']} to {geometry['voxels_max']}")
         problems.append(f"{int(voxels)} voxels (calibration cases: {rng})")

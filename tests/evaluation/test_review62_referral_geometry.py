@@ -142,7 +142,7 @@ def test_edited_geometry_is_caught_by_the_digest_and_the_signature(cohorts, tmp_
     ({"spacing_min": [1.0, float("nan"), 1.0]}, "'geometry.spacing_min'"),
     ({"spacing_min": [True, 1.0, 1.0]}, "'geometry.spacing_min'"),
     ({"spacing_min": [2.0, 1.0, 1.0]}, "'geometry.spacing_min' must be at most"),
-    ({"spacing_min": [1.0, 1.0]}, "'geometry.spacing_min' must be at most"),
+    ({"spacing_min": [1.0, 1.0]}, "'geometry.spacing_min' must have as many axes"),
     ({"voxels_min": -4}, "'geometry.voxels_min' must be a positive count"),
     ({"voxels_max": 4096.5}, "'geometry.voxels_max' must be a positive count"),
     ({"voxels_max": "4096"}, "'geometry.voxels_max' must be a positive count"),
