@@ -20,7 +20,7 @@ import torch
 from ... import __version__
 from ..._utils import check_text, is_finite_real, is_int, is_real, real_array, to_numpy
 from ...io import atomic_write_json, cell_float, json_safe, provenance
-from ...io.provenance import check_digest, check_document, read_checked_json, read_geometry, rule_digest
+from ...io.provenance import check_digest, check_document, read_checked_json, rule_digest
 from ...io.signing import SIGNATURE_FIELD, Trust, default_signing_key, sign_digest, verify_signature
 from ...keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
@@ -688,7 +688,7 @@ class ReferralRule:
                 self.regions = {k: list(v) for k, v in check_regions(self.regions, "regions").items()}
             except TypeError as e:
                 raise ValueError(str(e)) from None
-        self.geometry = read_geometry(self.geometry)  # untrusted when read from a file: ValueError naming the field
+        self.geometry = provenance.read_geometry(self.geometry)  # untrusted from a file: ValueError naming the field
         self.validate()
 
     # -- properties --------------------------------------------------------------------------------------------
