@@ -71,6 +71,8 @@ from ..io import (
     write_csv,
 )
 from ..io.provenance import (
+    calibration_geometry,
+    case_geometry_warning,
     check_digest,
     check_document,
     check_prediction_fingerprint,
@@ -78,6 +80,7 @@ from ..io.provenance import (
     list_prediction_cases,
     prediction_fingerprint,
     read_checked_json,
+    read_geometry,
     rule_digest,
     write_signed_json,
 )
@@ -621,8 +624,6 @@ _TASK_FIELDS = tuple(f.name for f in fields(ConformalTaskRule))
 #: the top-level fields of ``conformal_rule.json`` (:meth:`ConformalRuleFile.to_json`, its signature)
 _FILE_FIELDS = ("format", "format_version", "monai_unc", "created", "targets", "delta", "calibration_cases", "regions",
                 "fingerprint", "rules", "strata", "geometry", "digest", SIGNATURE_FIELD)
-#: the fields of ``geometry``: the calibration cases' voxel spacing (mm, per axis) and voxel counts, low and high
-_GEOMETRY_FIELDS = ("spacing_min", "spacing_max", "voxels_min", "voxels_max")
 
 
 def _is_int(v: Any) -> bool:
@@ -903,7 +904,7 @@ class ConformalRuleFile:
                 raise ValueError(f"field 'strata.region' is {_shown(strata.region)}, not one of the rules' regions "
                                  f"{_shown(list(regions or {}))}")
             check_text(d["created"], "field 'created'")  # a date: it reaches the outputs and the page
-            geometry = _read_geometry(d.get("geometry"))
+            geometry = read_geometry(d.get("geometry"))
             return cls(rules, targets, None if d["delta"] is None else float(d["delta"]), dict(d["fingerprint"]),
                        [str(c) for c in d["calibration_cases"]], regions, d["created"], strata, geometry)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
@@ -951,60 +952,14 @@ class ConformalRuleFile:
         return next(iter(self.rules.values()))
 
 
-def _read_geometry(value: Any) -> dict[str, Any] | None:
-    """The ``geometry`` field of ``conformal_rule.json`` (untrusted), checked (``ValueError`` naming the field)."""
-    if value is None:
-        return None
-    if not isinstance(value, dict) or sorted(value) != sorted(_GEOMETRY_FIELDS):
-        raise ValueError(f"field 'geometry' must be an object of {list(_GEOMETRY_FIELDS)}, got {_shown(value)}")
-    lo, hi = value["spacing_min"], value["spacing_max"]
-    for name, v in (("spacing_min", lo), ("spacing_max", hi)):
-        if not isinstance(v, list) or not 1 <= len(v) <= 4 or not all(_is_number(x) and x > 0 for x in v):
-            raise ValueError(f"field 'geometry.{name}' must be a list of positive spacings (mm), got {_shown(v)}")
-    if len(lo) != len(hi) or any(a > b for a, b in zip(lo, hi)):
-        raise ValueError(f"field 'geometry.spacing_min' must be at most 'spacing_max' on each axis, got {_shown(lo)} "
-                         f"and {_shown(hi)}")
-    if not all(_is_int(value[k]) and value[k] > 0 for k in ("voxels_min", "voxels_max")) \
-            or value["voxels_min"] > value["voxels_max"]:
-        raise ValueError(f"fields 'geometry.voxels_min' / 'voxels_max' must be positive counts, the first at most the "
-                         f"second, got {_shown(value['voxels_min'])} and {_shown(value['voxels_max'])}")
-    return {"spacing_min": [float(x) for x in lo], "spacing_max": [float(x) for x in hi],
-            "voxels_min": int(value["voxels_min"]), "voxels_max": int(value["voxels_max"])}
-
-
-def calibration_geometry(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The range of the calibration cases' voxel spacing and voxel counts, from their ``metrics.csv`` rows.
-
-    Args:
-        rows: the rows of the calibration cases (``spacing``: ``"1.5x1x2"`` in mm, ``voxels``: the spatial voxel
-            count).
-
-    Returns:
-        ``{"spacing_min", "spacing_max"}`` (per axis, mm) and ``{"voxels_min", "voxels_max"}``, or None when a row
-        lacks them or their axes differ.
-
-    Example:
-        >>> calibration_geometry([{"spacing": "1x1x2", "voxels": 8}, {"spacing": "1.5x1x2", "voxels": 27}])
-        {'spacing_min': [1.0, 1.0, 2.0], 'spacing_max': [1.5, 1.0, 2.0], 'voxels_min': 8, 'voxels_max': 27}
-    """
-    try:
-        spacing = np.array([[float(x) for x in str(r["spacing"]).split("x")] for r in rows], dtype=np.float64)
-        voxels = [int(r["voxels"]) for r in rows]
-    except (KeyError, TypeError, ValueError):  # a row without them, or spacings of several lengths
-        return None
-    if not rows or spacing.ndim != 2 or not np.isfinite(spacing).all() or (spacing <= 0).any() or min(voxels) < 1:
-        return None
-    return {"spacing_min": spacing.min(axis=0).tolist(), "spacing_max": spacing.max(axis=0).tolist(),
-            "voxels_min": min(voxels), "voxels_max": max(voxels)}
-
-
 def check_case_geometry(doc: ConformalRuleFile, case: Any) -> str | None:
     """Warn when a new case's voxel spacing or voxel count lies outside the range of the rule's calibration cases.
 
     The rule's guarantee holds for new cases exchangeable with its calibration cases; a case resampled otherwise
     (another spacing, a cropped or padded field of view) is not one, and the threshold family's losses are shares of
-    voxels that change with the resampling. The recorded spacing has 4 significant digits, so a relative allowance
-    of 1e-3 is given. Nothing is checked for a rule that recorded no geometry.
+    voxels that change with the resampling. The check is :func:`~monai_unc.io.provenance.case_geometry_warning`,
+    the one of every fitted rule (a referral rule's too): the recorded spacing has 4 significant digits, so a
+    relative allowance of 1e-3 is given; nothing is checked for a rule that recorded no geometry.
 
     Args:
         doc: the rule file.
@@ -1021,26 +976,9 @@ def check_case_geometry(doc: ConformalRuleFile, case: Any) -> str | None:
         >>> check_case_geometry(doc, case) is None
         True
     """
-    geo = getattr(doc, "geometry", None)
-    if geo is None:
-        return None
-    spacing = [float(v) for v in case.spacing]
     voxels = int(np.prod(np.asarray(case.probs).shape[1:])) if case.probs is not None else None
-    lo, hi = geo["spacing_min"], geo["spacing_max"]
-    problems = []
-    if len(spacing) != len(lo) or any(s < a * (1 - 1e-3) or s > b * (1 + 1e-3) for s, a, b in zip(spacing, lo, hi)):
-        shown = " to ".join("x".join(f"{v:.4g}" for v in x) for x in ((lo,) if lo == hi else (lo, hi)))
-        problems.append(f"voxel spacing {'x'.join(f'{v:.4g}' for v in spacing)} mm (calibration cases: {shown})")
-    if voxels is not None and not geo["voxels_min"] <= voxels <= geo["voxels_max"]:
-        rng = (f"{geo['voxels_min']}" if geo["voxels_min"] == geo["voxels_max"]
-               else f"{geo['voxels_min']} to {geo['voxels_max']}")
-        problems.append(f"{voxels} voxels (calibration cases: {rng})")
-    if not problems:
-        return None
-    text = (f"case {case.case_id!r}: {' and '.join(problems)}: resampled or cropped otherwise than the conformal "
-            "rule's calibration cases, so its guarantee (for new cases like them) may not hold")
-    warnings.warn(text, UserWarning, stacklevel=2)
-    return text
+    return case_geometry_warning(getattr(doc, "geometry", None), case.case_id, [float(v) for v in case.spacing],
+                                 voxels, rule="conformal rule", stacklevel=2)
 
 
 def write_rule_file(path: str | os.PathLike, product: Any, artifact: Mapping[str, Any],

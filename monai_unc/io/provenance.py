@@ -10,6 +10,8 @@ Triage and the cohort products use them alike:
   setting (no run holds it, every case has its record, the records and ``infer.json`` / ``uncertainty_config.json``
   agree) before it is evaluated or a rule is fitted on it.
 - :func:`prediction_regions` / :func:`region_differences`: the region spec recorded with region-based predictions.
+- :func:`calibration_geometry` / :func:`read_geometry` / :func:`case_geometry_warning`: the range of a fitted rule's
+  calibration cases' voxel spacing and voxel counts (its ``geometry``), and the warning naming a new case outside it.
 - :func:`rule_digest`: the sha256 content digest of a fitted file (a referral rule, a product's rule file or
   artifact), which tells an edited or corrupted file from the one written.
 - :func:`read_checked_json`: the one reader of such a file (untrusted strict JSON: its format, version and digest
@@ -932,6 +934,160 @@ def list_prediction_cases(
     # commands read a folder a live infer was writing, or one left mixed by an interrupted `infer --overwrite`)
     check_finished_predictions(pred, layout, [f.case_id for f in found], uncertainty)
     return found
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the calibration cases' geometry (every fitted rule: the referral rule, a product's rule file)
+# ----------------------------------------------------------------------------------------------------------------
+#: the fields of a rule file's ``geometry``: the calibration cases' voxel spacing (mm, per axis) and voxel counts,
+#: low and high (:func:`calibration_geometry`)
+GEOMETRY_FIELDS = ("spacing_min", "spacing_max", "voxels_min", "voxels_max")
+#: the relative allowance of :func:`case_geometry_warning` on a spacing: recorded with 4 significant digits
+GEOMETRY_RTOL = 1e-3
+
+
+def _geometry_shown(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _finite_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _spacing_of(value: Any) -> list[float] | None:
+    """A spacing as a list of floats: ``"1.5x1x2"`` (a ``metrics.csv`` / triage row's text) or numbers; else None."""
+    try:
+        parts = str(value).split("x") if isinstance(value, str) else list(value)
+        out = [float(x) for x in parts]
+    except (TypeError, ValueError):
+        return None
+    return out if out and all(math.isfinite(s) and s > 0 for s in out) else None
+
+
+def calibration_geometry(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The range of the calibration cases' voxel spacing and voxel counts, from their ``metrics.csv`` rows.
+
+    What a fitted rule records as ``geometry`` (``referral_rule.json``, a product's rule file), so that a new case
+    resampled otherwise than its calibration cases is named when the rule is applied (:func:`case_geometry_warning`).
+
+    Args:
+        rows: the rows of the calibration cases (``spacing``: ``"1.5x1x2"`` in mm, ``voxels``: the spatial voxel
+            count).
+
+    Returns:
+        ``{"spacing_min", "spacing_max"}`` (per axis, mm) and ``{"voxels_min", "voxels_max"}``, or None when there is
+        no row, a row lacks them or their axes differ.
+
+    Example:
+        >>> calibration_geometry([{"spacing": "1x1x2", "voxels": 8}, {"spacing": "1.5x1x2", "voxels": 27}])
+        {'spacing_min': [1.0, 1.0, 2.0], 'spacing_max': [1.5, 1.0, 2.0], 'voxels_min': 8, 'voxels_max': 27}
+    """
+    try:
+        spacing = [_spacing_of(r["spacing"]) for r in rows]
+        voxels = [int(r["voxels"]) for r in rows]
+    except (KeyError, TypeError, ValueError):  # a row without them
+        return None
+    if not rows or any(s is None or len(s) != len(spacing[0]) for s in spacing) or min(voxels) < 1:  # type: ignore
+        return None
+    axes = list(zip(*spacing))  # type: ignore[misc]
+    return {"spacing_min": [min(a) for a in axes], "spacing_max": [max(a) for a in axes],
+            "voxels_min": min(voxels), "voxels_max": max(voxels)}
+
+
+def read_geometry(value: Any, name: str = "geometry") -> dict[str, Any] | None:
+    """A rule file's ``geometry`` field (untrusted input), checked: the value :func:`calibration_geometry` gives.
+
+    Args:
+        value: the field as read (None: the rule recorded no geometry, as files written before it was recorded).
+        name: how errors name the field.
+
+    Returns:
+        The geometry with plain floats and ints, or None.
+
+    Raises:
+        ValueError: naming the field (``geometry.<field>``): not an object of exactly :data:`GEOMETRY_FIELDS`, a
+            spacing that is not a list of 1 to 4 finite positive numbers (mm), a voxel count that is not a positive
+            integer, spacings of different numbers of axes, or minima above maxima.
+
+    Example:
+        >>> read_geometry({"spacing_min": [1, 1], "spacing_max": [1, 2], "voxels_min": 4, "voxels_max": 9})
+        {'spacing_min': [1.0, 1.0], 'spacing_max': [1.0, 2.0], 'voxels_min': 4, 'voxels_max': 9}
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) != set(GEOMETRY_FIELDS):
+        raise ValueError(f"field {name!r} must be an object of {list(GEOMETRY_FIELDS)}, got {_geometry_shown(value)}")
+    lo, hi = value["spacing_min"], value["spacing_max"]
+    for key, v in (("spacing_min", lo), ("spacing_max", hi)):
+        if not isinstance(v, (list, tuple)) or not 1 <= len(v) <= 4 or not all(_finite_number(x) and x > 0
+                                                                                 for x in v):
+            raise ValueError(f"field '{name}.{key}' must be a list of positive spacings (mm), got {_geometry_shown(v)}")
+    if len(lo) != len(hi):
+        raise ValueError(f"field '{name}.spacing_min' must have as many axes as '{name}.spacing_max', got "
+                         f"{_geometry_shown(lo)} and {_geometry_shown(hi)}")
+    if any(a > b for a, b in zip(lo, hi)):
+        raise ValueError(f"field '{name}.spacing_min' must be at most '{name}.spacing_max' on each axis, got "
+                         f"{_geometry_shown(lo)} and {_geometry_shown(hi)}")
+    for key in ("voxels_min", "voxels_max"):
+        v = value[key]
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"field '{name}.{key}' must be a positive count of voxels, got {_geometry_shown(v)}")
+    if value["voxels_min"] > value["voxels_max"]:
+        raise ValueError(f"field '{name}.voxels_min' must be at most '{name}.voxels_max', got {value['voxels_min']} "
+                         f"and {value['voxels_max']}")
+    return {"spacing_min": [float(x) for x in lo], "spacing_max": [float(x) for x in hi],
+            "voxels_min": int(value["voxels_min"]), "voxels_max": int(value["voxels_max"])}
+
+
+def case_geometry_warning(geometry: Mapping[str, Any] | None, case_id: str, spacing: Any, voxels: Any, *,
+                          rule: str, stacklevel: int = 2) -> str | None:
+    """Warn when a new case's voxel spacing or voxel count lies outside the range of a rule's calibration cases.
+
+    The one check of every fitted rule applied to a new case (the referral rule in ``triage``, a product's rule in
+    its command). A rule's guarantee holds for new cases exchangeable with its calibration cases; a case resampled
+    otherwise (another spacing, a cropped or padded field of view) is not one. The recorded spacing has 4
+    significant digits, so a relative allowance of :data:`GEOMETRY_RTOL` is given. Nothing is checked for a rule
+    that recorded no geometry (``geometry`` None: written before it was recorded), and a spacing or voxel count the
+    case does not have (None) is not checked.
+
+    Args:
+        geometry: the rule's ``geometry`` (:func:`read_geometry`), or None.
+        case_id: the case, named by the warning.
+        spacing: its voxel spacing in mm per axis (numbers, or the ``"1.5x1x2"`` text of a row), or None.
+        voxels: its spatial voxel count, or None (not a finite number: not checked).
+        rule: how the warning names the rule (``"referral rule"``, a product's rule).
+        stacklevel: of the ``UserWarning`` (2: the caller).
+
+    Returns:
+        The warning's text (also issued as a ``UserWarning``), or None when the case lies inside the range.
+
+    Example:
+        >>> geo = {"spacing_min": [1.0, 1.0], "spacing_max": [1.0, 1.0], "voxels_min": 16, "voxels_max": 16}
+        >>> case_geometry_warning(geo, "a", "1x1", 16, rule="referral rule") is None
+        True
+    """
+    if geometry is None:
+        return None
+    lo, hi = geometry["spacing_min"], geometry["spacing_max"]
+    problems = []
+    if spacing is not None:
+        got = _spacing_of(spacing)
+        if got is None or len(got) != len(lo) or any(s < a * (1 - GEOMETRY_RTOL) or s > b * (1 + GEOMETRY_RTOL)
+                                                     for s, a, b in zip(got, lo, hi)):
+            shown = " to ".join("x".join(f"{v:.4g}" for v in x) for x in ((lo,) if lo == hi else (lo, hi)))
+            mine = str(spacing) if got is None else "x".join(f"{v:.4g}" for v in got)
+            problems.append(f"voxel spacing {mine} mm (calibration cases: {shown})")
+    if _finite_number(voxels) and not geometry["voxels_min"] <= int(voxels) <= geometry["voxels_max"]:
+        rng = (f"{geometry['voxels_min']}" if geometry["voxels_min"] == geometry["voxels_max"]
+               else f"{geometry['voxels_min']} to {geometry['voxels_max']}")
+        problems.append(f"{int(voxels)} voxels (calibration cases: {rng})")
+    if not problems:
+        return None
+    text = (f"case {case_id!r}: {' and '.join(problems)}: resampled or cropped otherwise than the {rule}'s "
+            "calibration cases, so its guarantee (for new cases like them) may not hold")
+    warnings.warn(text, UserWarning, stacklevel=stacklevel + 1)
+    return text
 
 
 def rule_digest(body: Mapping[str, Any]) -> str:

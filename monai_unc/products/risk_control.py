@@ -232,7 +232,9 @@ class RiskControl(CohortProduct):
         predictions made otherwise than the rule's calibration predictions is refused, since the rule's guarantee
         does not hold for it (found by hostile review 60: this decision skipped the check that triage makes). A case
         without an image under a rule that holds its calibration images' statistics is decided without the image
-        check, with a ``UserWarning`` (triage's note).
+        check, with a ``UserWarning`` (triage's note), and a case resampled or cropped otherwise than the rule's
+        calibration cases with triage's ``UserWarning`` naming it
+        (:meth:`~monai_unc.evaluation.triage.ReferralRule.check_case_geometry`).
 
         Args:
             case: the case's files (:class:`~monai_unc.io.CaseFiles` of
@@ -279,6 +281,7 @@ class RiskControl(CohortProduct):
         if mismatch is not None:
             warnings.warn(f"case {case.case_id!r}: {rule.guarantee(mismatch)}", UserWarning, stacklevel=2)
         row = triage_case(case, rule)
+        rule.check_case_geometry(case.case_id, row.get("spacing"), row.get("voxels"))  # triage's warning (review 62)
         stats = None if row.get("image_stats") is None else [row["image_stats"]]
         if stats is None and rule.image_reference is not None:  # triage notes it (found by hostile review 60)
             warnings.warn(f"case {case.case_id!r}: image check skipped: the rule holds statistics of its calibration "

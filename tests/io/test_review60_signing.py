@@ -132,6 +132,8 @@ def test_every_field_a_rule_writes_is_one_it_reads():
     rule = _rule()
     rule.image_reference = ImageReference.fit(stats, 4.0)
     rule.regions, rule.class_names = None, ("background", "tumour")
+    rule.geometry = {"spacing_min": [1.0, 1.0, 1.0], "spacing_max": [1.0, 1.0, 2.0], "voxels_min": 8,
+                     "voxels_max": 27}  # recorded since review 62
     assert set(rule.to_json()) | {"signature"} == _RULE_FIELDS
 
 

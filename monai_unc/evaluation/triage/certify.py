@@ -14,6 +14,7 @@ import numpy as np
 
 from ...io import CaseError, image_channel_files
 from ...io.provenance import (
+    calibration_geometry,
     check_finished_predictions,
     prediction_fingerprint,
     prediction_regions,
@@ -52,7 +53,9 @@ def certify_referral_rule(
     recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`), and, when the evaluation had
     probabilities, their label-free ``expected_dice``, which calibrates the interval of a new case's
     expected Dice (:meth:`ReferralRule.expected_dice_interval`, 90 %), and what it estimates (``class_mean`` or
-    ``region_mean``, :attr:`CalibrationRecord.expected_dice_estimate`).
+    ``region_mean``, :attr:`CalibrationRecord.expected_dice_estimate`), and the range of the calibration cases' voxel
+    spacing and voxel counts (:attr:`ReferralRule.geometry`, from the rows' ``spacing`` and ``voxels``), against which
+    triage checks each new case.
 
     Args:
         state: the evaluation's cohort state (rows, and files for the images).
@@ -172,6 +175,8 @@ def certify_rule(
         n_undefined=int((~np.isfinite(raw)).sum()), patch_size=config.patch_size, map_source=map_source,
         num_classes=int(num_classes), class_names=names, image_reference=reference, fingerprint=fp,
         created=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), regions=regions, record=record,
+        # the range of the calibration cases' spacing and voxel counts: triage names a new case outside it (review 62)
+        geometry=calibration_geometry([by_id[c] for c in cal_ids]),
     )
     try:
         rule.verify_certificate()

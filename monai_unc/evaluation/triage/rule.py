@@ -74,7 +74,7 @@ _MAX_MESSAGE = 1000
 _RULE_FIELDS = frozenset({
     "format", "format_version", "created", "monai_unc_version", "score", "decision", "feasible", "threshold",
     "accept_all", "target_risk", "delta", "method", "risk", "risk_definition", "failure_dice", "guarantee",
-    "calibration", "num_classes", "class_names", "regions", "image_reference", "fingerprint", "digest",
+    "calibration", "num_classes", "class_names", "regions", "image_reference", "fingerprint", "geometry", "digest",
     SIGNATURE_FIELD})
 #: default robust z-score above which a case's image counts as far from the calibration images
 IMAGE_Z_MAX = 5.0
@@ -648,6 +648,11 @@ class ReferralRule:
         record: the calibration cases' scores, Dice and risks (:class:`CalibrationRecord`) from which the threshold,
             bound and coverage are recomputed when the rule is read (:meth:`verify_certificate`); None in rules
             written before it was recorded (``format_version`` 1 and 2), which are read without that check.
+        geometry: the range of the calibration cases' voxel spacing (mm, per axis) and voxel counts
+            (:func:`~monai_unc.io.provenance.calibration_geometry`: ``spacing_min``, ``spacing_max``, ``voxels_min``,
+            ``voxels_max``), covered by the digest; a new case outside it is triaged with a warning naming it
+            (:func:`~monai_unc.io.provenance.case_geometry_warning`). None: not recorded (a rule written before review
+            62, whose file and digest are unchanged, or calibration rows without them); nothing is checked then.
         integrity: how :meth:`from_json` checked the rule (not compared): ``"recomputed, digest verified"``,
             ``"recomputed, no digest"`` (a file written before digests), ``"recomputed"`` (data, digest not
             checked) or ``"not recomputed: ..."`` for a rule without a record; empty for a rule built in memory.
@@ -679,6 +684,7 @@ class ReferralRule:
     version: str = __version__
     regions: dict[str, list[int]] | None = None
     record: CalibrationRecord | None = None
+    geometry: dict[str, Any] | None = None
     integrity: str = field(default="", compare=False)
     #: how :meth:`load` checked the signature (``"signed by ..."``, ``"UNSIGNED: ..."``; empty: not checked)
     signature: str = field(default="", compare=False)
@@ -689,6 +695,7 @@ class ReferralRule:
                 self.regions = {k: list(v) for k, v in check_regions(self.regions, "regions").items()}
             except TypeError as e:
                 raise ValueError(str(e)) from None
+        self.geometry = provenance.read_geometry(self.geometry)  # untrusted from a file: ValueError naming the field
         self.validate()
 
     # -- properties --------------------------------------------------------------------------------------------
@@ -1155,6 +1162,31 @@ class ReferralRule:
                 out.append(Decision("accept", f"score {text}, in the calibration range", "accepted"))
         return out
 
+    def check_case_geometry(self, case_id: str, spacing: Any, voxels: Any) -> str | None:
+        """Warn when a new case was resampled or cropped otherwise than the rule's calibration cases (:attr:`geometry`).
+
+        The rule's guarantee holds for new cases exchangeable with its calibration cases; the check is that of every
+        fitted rule (:func:`~monai_unc.io.provenance.case_geometry_warning`, a product rule's too). It warns; it
+        does not change the decision. Nothing is checked when the rule recorded no geometry.
+
+        Args:
+            case_id: the case, named by the warning.
+            spacing: its voxel spacing in mm per axis (numbers, or the ``"1.5x1x2"`` text of a triage row), or None.
+            voxels: its spatial voxel count, or None.
+
+        Returns:
+            The warning's text (also issued as a ``UserWarning``), or None.
+
+        Example:
+            >>> rule = ReferralRule("predictive_entropy_fg_mean", 0.3, True, 0.1, 0.1, "sgr", "failure", 0.8,
+            ...                     (0.1, 0.2), ("a", "b"), geometry={"spacing_min": [1.0, 1.0, 1.0],
+            ...                     "spacing_max": [1.0, 1.0, 1.0], "voxels_min": 4096, "voxels_max": 4096})
+            >>> rule.check_case_geometry("c", "1x1x1", 4096) is None
+            True
+        """
+        return provenance.case_geometry_warning(self.geometry, case_id, spacing, voxels, rule="referral rule",
+                                                stacklevel=2)
+
     # -- files ---------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """The rule as strict-JSON data, ending with its ``digest`` (:func:`rule_digest`).
@@ -1204,6 +1236,8 @@ class ReferralRule:
             "image_reference": None if self.image_reference is None else self.image_reference.to_json(),
             "fingerprint": self.fingerprint,
         }
+        if self.geometry is not None:  # absent otherwise: a rule without it is written (and digested) as before
+            body["geometry"] = dict(self.geometry)
         body["digest"] = rule_digest(json_safe(body))  # of the content as written (NaN -> null)
         return body
 
@@ -1313,6 +1347,7 @@ class ReferralRule:
                 version=check_text(d.get("monai_unc_version", ""), f"{source}: field 'monai_unc_version'"),
                 regions=regions,
                 record=record,
+                geometry=d.get("geometry"),  # checked by the constructor (read_geometry)
             )
             rule.verify_certificate()
             rule._refuse_accepted_undefined()

@@ -341,6 +341,10 @@ def _assemble(
                      "the model was compared by its checkpoint paths only, so a model retrained and saved at the "
                      "same path would pass")
     decisions = rule.apply(scores, stats)
+    # a case resampled or cropped otherwise than the calibration cases: one warning naming it, recorded with the
+    # cases' warnings (review 62: a rule certified on 1 mm cases was applied to 3 mm cases without a word)
+    resampled = [f"{ids[i]}: {text}" for i, r in enumerate(rows)
+                 if (text := rule.check_case_geometry(ids[i], r.get("spacing"), r.get("voxels"))) is not None]
     interval = rule.expected_dice_interval([as_float(r.get("expected_dice")) for r in rows])
     z = None
     if stats is not None and rule.image_reference is not None:
@@ -373,7 +377,7 @@ def _assemble(
     reasons: dict[str, int] = {}
     for c in cases:
         reasons[c["code"]] = reasons.get(c["code"], 0) + 1
-    warns = sorted({w for r in rows for w in r.get("warnings", [])})
+    warns = sorted({w for r in rows for w in r.get("warnings", [])} | set(resampled))
     summary = {
         "n_cases": len(cases),
         "n_accepted": len(accepted),
