@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._digest import content_digest
 from .._utils import (
     affine_voxel_volume,
     canonical_text,
@@ -68,7 +69,7 @@ from .._utils import (
     parameter_error,
 )
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure, close_names
-from .files import OUTPUT_MARKERS, file_sha256, input_folder, read_json_cached, read_json_or_none
+from .files import OUTPUT_MARKERS, file_sha256, input_folder, plain_file_name, read_json_cached, read_json_or_none
 
 try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.4x faster than by ``gzip``
     from isal import igzip as _igzip
@@ -80,6 +81,9 @@ __all__ = [
     "is_seg_label",
     "input_digests",
     "changed_inputs",
+    "output_digests",
+    "changed_outputs",
+    "record_digest",
     "check_case_ids_fit_folder",
     "colliding_case_ids",
     "folded_case_id",
@@ -3361,3 +3365,113 @@ def changed_inputs(channels: Sequence[str | os.PathLike], record: Mapping[str, A
         elif json.loads(json.dumps(_input_stat(p))) != want.get("stat") and _input_sha256(p) != want.get("sha256"):
             bad.append(p.name)
     return bad
+
+
+def output_digests(output: str | os.PathLike, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The size (bytes) and sha256 of each output file of a case, as its record keeps them (``file_digests``).
+
+    Args:
+        output: the output folder.
+        names: the file names.
+
+    Returns:
+        ``{name: {"size": int, "sha256": hex}}``.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "a.nii.gz").write_bytes(b"abc")
+        >>> output_digests(d, ["a.nii.gz"])["a.nii.gz"]["size"]
+        3
+    """
+    output = Path(output)
+    return {n: {"size": (output / n).stat().st_size, "sha256": file_sha256(output / n)} for n in names}
+
+
+def changed_outputs(output: str | os.PathLike, record: Mapping[str, Any],
+                    files: Sequence[Any] | None = None) -> list[str]:
+    """The files of a finished case's record that are missing or differ from what was written.
+
+    A file differs when its size or sha256 is not the one the record keeps (``file_digests``; a record written before
+    they were kept is checked for missing files only). The record is untrusted input (a user may edit it): a ``files``
+    entry that is not a plain file name of the output folder (``../x``, ``sub/x``, an absolute path) and, in a record
+    with ``file_digests``, a listed file without its digest entry count as changed, and so does every file of a record
+    whose own digest (``record_digest``, :func:`record_digest`) no longer matches its text (its ``file_digests``
+    edited, e.g. to match a replaced map). A plain file name is one :func:`~monai_unc.io.plain_file_name` accepts.
+    ``monai-unc infer`` records list their files under ``files``; ``nnunet-predict`` records name their maps under
+    ``maps`` and pass them as ``files``.
+
+    Args:
+        output: the output folder (the folder the names are in).
+        record: the case's record (``<case>.json``).
+        files: the names to check (None: the record's ``files``).
+
+    Returns:
+        The names of the missing or changed files, with why (``"a.nii.gz (missing)"``).
+
+    Raises:
+        KeyError: ``files`` is None and the record has no ``files``.
+        TypeError: the names checked are not a list, or the record holds a value that is not JSON data.
+        ValueError: it holds NaN or an infinity (not strict JSON: its digest is undefined).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "a.nii.gz").write_bytes(b"abc")
+        >>> record = {"files": ["a.nii.gz", "../b.nii.gz"], "file_digests": output_digests(d, ["a.nii.gz"])}
+        >>> changed_outputs(d, record)
+        ["files entry '../b.nii.gz' (not a file name of the output folder)"]
+    """
+    output = Path(output)
+    if files is None:
+        files = record["files"]
+    if not isinstance(files, list):
+        raise TypeError(f"the record's files must be a list, got {type(files).__name__}")
+    saved = record.get("record_digest")
+    if saved is not None and saved != record_digest(record):  # a record written without it: an earlier version
+        return ["record (its text differs from the digest saved in it: edited)"]
+    bad = []
+    digests = record.get("file_digests")
+    for name in files:
+        # review 61: ``output / "/etc/passwd"`` is ``/etc/passwd`` and ``output / "../x"`` lies beside the folder; such
+        # an entry was checked (and trusted) as a file of the case
+        if not plain_file_name(name):
+            bad.append(f"files entry {name!r} (not a file name of the output folder)")
+            continue
+        p = output / name
+        if not p.is_file():
+            bad.append(f"{name} (missing)")
+            continue
+        want = digests.get(name) if isinstance(digests, Mapping) else None
+        if isinstance(digests, Mapping) and not isinstance(want, Mapping):  # review 61: an entry removed by hand
+            bad.append(f"{name} (no digest recorded)")
+        elif isinstance(want, Mapping):
+            if p.stat().st_size != want.get("size"):
+                bad.append(f"{name} (size {p.stat().st_size} bytes, written {want.get('size')})")
+            elif file_sha256(p) != want.get("sha256"):
+                bad.append(f"{name} (content changed)")
+    return bad
+
+
+def record_digest(record: Mapping[str, Any]) -> str:
+    """The digest a case record (``<case>.json``) keeps of its own text, as ``record_digest``.
+
+    The canonical JSON text of the record without that field (:func:`monai_unc._digest.content_digest`): a resume
+    predicts a case again whose record was edited (e.g. its ``file_digests`` made to match a replaced map).
+
+    Args:
+        record: the case record.
+
+    Returns:
+        ``"sha256:"`` and 64 hex digits.
+
+    Raises:
+        ValueError: the record holds a value that is not JSON text (NaN, an infinity).
+        TypeError: the record holds a value that is not JSON data.
+
+    Example:
+        >>> record = {"case": "c1", "files": ["c1_seg.nii.gz"]}
+        >>> record_digest({**record, "record_digest": "x"}) == record_digest(record)
+        True
+    """
+    return content_digest(record, ("record_digest",))
