@@ -31,6 +31,7 @@ probabilities are probabilities; every error names the case and the file.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import importlib.metadata
@@ -40,12 +41,13 @@ import math
 import mmap
 import os
 import re
+import stat
 import sys
 import threading
 import time
 import unicodedata
 import warnings
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -3104,11 +3106,45 @@ def nnunet_dataset_regions(dataset_json: Any, source: str = "dataset.json") -> d
     return {name: vals for name, vals in parsed.items() if name != "ignore" and set(vals) != {0}}
 
 
+#: what :func:`read_prediction_regions` found in the case records of the last few folders whose ``infer.json`` does
+#: not say: ``{(folder, its version): (answer, ((record path, its version), ...))}``
+_RECORD_REGIONS: dict[tuple[Any, ...], tuple[dict[str, Any] | None, tuple[tuple[str, tuple[int, ...]], ...]]] = {}
+_RECORD_REGIONS_KEPT = 8
+_RECORD_REGIONS_LOCK = threading.Lock()
+#: seconds since a folder's or record's last change before what was read of it is kept (as
+#: :data:`_CHANNEL_LISTING_SETTLE_S`: coarse file-system timestamps)
+_RECORD_REGIONS_SETTLE_S = 3
+
+
+def _entry_version(path: str | os.PathLike) -> tuple[int, ...] | None:
+    """What identifies one version of a file or folder: inode, device, size, modification and change times (ns), kind.
+
+    None when it cannot be read.
+    """
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_IFMT(st.st_mode))
+
+
+def _settled(version: tuple[int, ...], now_ns: int) -> bool:
+    """Whether a version's last change lies far enough back that a later change gives other times."""
+    return now_ns - max(version[3], version[4]) > _RECORD_REGIONS_SETTLE_S * 1_000_000_000
+
+
 def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | None:
     """How a ``monai-unc infer`` output folder encodes regions.
 
     Read from the top level of ``infer.json`` (written once a run finishes) or, for a run that has not finished,
     from the first case record ``<case>.json`` that carries ``multilabel``.
+
+    The products call this for every case of a cohort (their fingerprint check): ``infer.json`` is parsed once per
+    version of it (:func:`~monai_unc.io.read_json_cached`), and what the case records say is kept per version of the
+    folder (inode, modification and change times: a record added, removed or renamed changes them) and of each record
+    read (an edit in place changes its times), so a folder whose ``infer.json`` does not say (an unfinished run, or
+    an earlier version's, whose records all lack ``multilabel``) has its records read once, not once per case. What
+    changed in the last few seconds is read every time (coarse file-system timestamps).
 
     Args:
         predictions: the output folder of ``monai-unc infer``.
@@ -3127,17 +3163,47 @@ def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | 
         {'multilabel': True, 'regions': {'WT': [1, 2, 4]}}
     """
     folder = Path(predictions)
+    # the run record first, once per version of it (a per-case loop reads it for every case); the case records only
+    # when it does not say
+    d = read_json_cached(folder / INFER_RECORD)
+    if isinstance(d, dict) and "multilabel" in d:
+        return {"multilabel": True, "regions": d.get("regions")} if d["multilabel"] else None
+    return copy.deepcopy(_records_regions(folder))
 
-    def candidates() -> Iterator[Path]:  # the run record first; the case records only when it does not say
-        yield folder / INFER_RECORD
-        yield from sorted(p for p in folder.glob("*.json") if p.name not in (INFER_RECORD, "failures.json"))
 
-    for path in candidates():
-        # the run record once per version of it (a per-case loop reads it for every case)
-        d = read_json_cached(path) if path.name == INFER_RECORD else read_json_or_none(path)
+def _records_regions(folder: Path) -> dict[str, Any] | None:
+    """:func:`read_prediction_regions` from the case records of ``folder``.
+
+    Kept while the folder and the records read are unchanged (review 62: a product's per-case check read every record
+    of such a folder for every case).
+    """
+    version = _entry_version(folder)
+    if version is None or not stat.S_ISDIR(version[5]):
+        return None  # no folder: no record (a glob of it lists nothing)
+    key = (os.path.abspath(folder), *version)
+    with _RECORD_REGIONS_LOCK:
+        kept = _RECORD_REGIONS.get(key)
+    if kept is not None and all(_entry_version(path) == v for path, v in kept[1]):
+        return kept[0]
+    now = time.time_ns()
+    keep = _settled(version, now)
+    found: dict[str, Any] | None = None
+    read: list[tuple[str, tuple[int, ...]]] = []
+    for path in sorted(p for p in folder.glob("*.json") if p.name not in (INFER_RECORD, "failures.json")):
+        before = _entry_version(path)
+        d = read_json_or_none(path)
+        keep = keep and before is not None and before == _entry_version(path) and _settled(before, now)
+        if before is not None:
+            read.append((os.path.join(key[0], path.name), before))
         if isinstance(d, dict) and "multilabel" in d:
-            return {"multilabel": True, "regions": d.get("regions")} if d["multilabel"] else None
-    return None
+            found = {"multilabel": True, "regions": d.get("regions")} if d["multilabel"] else None
+            break
+    if keep and _entry_version(folder) == version:  # nothing added, removed or renamed during the scan
+        with _RECORD_REGIONS_LOCK:
+            while len(_RECORD_REGIONS) >= _RECORD_REGIONS_KEPT:
+                _RECORD_REGIONS.pop(next(iter(_RECORD_REGIONS)))
+            _RECORD_REGIONS[key] = (found, tuple(read))
+    return found
 
 
 def _same_setting(old: Any, new: Any) -> bool:
