@@ -424,7 +424,8 @@ def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None
 
     ``FileNotFoundError`` when an input image changed since the case was predicted (``input_digests``, with a
     warning), or when a file it lists is missing or differs from what was written, or the record itself was edited
-    (:func:`changed_outputs`; the case is predicted again, with one warning unless files are only missing).
+    (:func:`~monai_unc.io.changed_outputs`; the case is predicted again, with one warning unless files are only
+    missing).
     """
     if case is not None:  # an input edited since the case was predicted: its outputs are stale
         edited = changed_inputs(case.channels, record)
