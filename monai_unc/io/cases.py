@@ -31,6 +31,7 @@ probabilities are probabilities; every error names the case and the file.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import importlib.metadata
@@ -40,12 +41,13 @@ import math
 import mmap
 import os
 import re
+import stat
 import sys
 import threading
 import time
 import unicodedata
 import warnings
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +56,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._digest import content_digest
 from .._utils import (
     affine_voxel_volume,
     canonical_text,
@@ -68,7 +71,7 @@ from .._utils import (
     parameter_error,
 )
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure, close_names
-from .files import OUTPUT_MARKERS, file_sha256, input_folder, read_json_cached, read_json_or_none
+from .files import OUTPUT_MARKERS, file_sha256, input_folder, plain_file_name, read_json_cached, read_json_or_none
 
 try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.4x faster than by ``gzip``
     from isal import igzip as _igzip
@@ -80,6 +83,9 @@ __all__ = [
     "is_seg_label",
     "input_digests",
     "changed_inputs",
+    "output_digests",
+    "changed_outputs",
+    "record_digest",
     "check_case_ids_fit_folder",
     "colliding_case_ids",
     "folded_case_id",
@@ -3100,11 +3106,45 @@ def nnunet_dataset_regions(dataset_json: Any, source: str = "dataset.json") -> d
     return {name: vals for name, vals in parsed.items() if name != "ignore" and set(vals) != {0}}
 
 
+#: what :func:`read_prediction_regions` found in the case records of the last few folders whose ``infer.json`` does
+#: not say: ``{(folder, its version): (answer, ((record path, its version), ...))}``
+_RECORD_REGIONS: dict[tuple[Any, ...], tuple[dict[str, Any] | None, tuple[tuple[str, tuple[int, ...]], ...]]] = {}
+_RECORD_REGIONS_KEPT = 8
+_RECORD_REGIONS_LOCK = threading.Lock()
+#: seconds since a folder's or record's last change before what was read of it is kept (as
+#: :data:`_CHANNEL_LISTING_SETTLE_S`: coarse file-system timestamps)
+_RECORD_REGIONS_SETTLE_S = 3
+
+
+def _entry_version(path: str | os.PathLike) -> tuple[int, ...] | None:
+    """What identifies one version of a file or folder: inode, device, size, modification and change times (ns), kind.
+
+    None when it cannot be read.
+    """
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_IFMT(st.st_mode))
+
+
+def _settled(version: tuple[int, ...], now_ns: int) -> bool:
+    """Whether a version's last change lies far enough back that a later change gives other times."""
+    return now_ns - max(version[3], version[4]) > _RECORD_REGIONS_SETTLE_S * 1_000_000_000
+
+
 def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | None:
     """How a ``monai-unc infer`` output folder encodes regions.
 
     Read from the top level of ``infer.json`` (written once a run finishes) or, for a run that has not finished,
     from the first case record ``<case>.json`` that carries ``multilabel``.
+
+    The products call this for every case of a cohort (their fingerprint check): ``infer.json`` is parsed once per
+    version of it (:func:`~monai_unc.io.read_json_cached`), and what the case records say is kept per version of the
+    folder (inode, modification and change times: a record added, removed or renamed changes them) and of each record
+    read (an edit in place changes its times), so a folder whose ``infer.json`` does not say (an unfinished run, or
+    an earlier version's, whose records all lack ``multilabel``) has its records read once, not once per case. What
+    changed in the last few seconds is read every time (coarse file-system timestamps).
 
     Args:
         predictions: the output folder of ``monai-unc infer``.
@@ -3123,17 +3163,47 @@ def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | 
         {'multilabel': True, 'regions': {'WT': [1, 2, 4]}}
     """
     folder = Path(predictions)
+    # the run record first, once per version of it (a per-case loop reads it for every case); the case records only
+    # when it does not say
+    d = read_json_cached(folder / INFER_RECORD)
+    if isinstance(d, dict) and "multilabel" in d:
+        return {"multilabel": True, "regions": d.get("regions")} if d["multilabel"] else None
+    return copy.deepcopy(_records_regions(folder))
 
-    def candidates() -> Iterator[Path]:  # the run record first; the case records only when it does not say
-        yield folder / INFER_RECORD
-        yield from sorted(p for p in folder.glob("*.json") if p.name not in (INFER_RECORD, "failures.json"))
 
-    for path in candidates():
-        # the run record once per version of it (a per-case loop reads it for every case)
-        d = read_json_cached(path) if path.name == INFER_RECORD else read_json_or_none(path)
+def _records_regions(folder: Path) -> dict[str, Any] | None:
+    """:func:`read_prediction_regions` from the case records of ``folder``.
+
+    Kept while the folder and the records read are unchanged (review 62: a product's per-case check read every record
+    of such a folder for every case).
+    """
+    version = _entry_version(folder)
+    if version is None or not stat.S_ISDIR(version[5]):
+        return None  # no folder: no record (a glob of it lists nothing)
+    key = (os.path.abspath(folder), *version)
+    with _RECORD_REGIONS_LOCK:
+        kept = _RECORD_REGIONS.get(key)
+    if kept is not None and all(_entry_version(path) == v for path, v in kept[1]):
+        return kept[0]
+    now = time.time_ns()
+    keep = _settled(version, now)
+    found: dict[str, Any] | None = None
+    read: list[tuple[str, tuple[int, ...]]] = []
+    for path in sorted(p for p in folder.glob("*.json") if p.name not in (INFER_RECORD, "failures.json")):
+        before = _entry_version(path)
+        d = read_json_or_none(path)
+        keep = keep and before is not None and before == _entry_version(path) and _settled(before, now)
+        if before is not None:
+            read.append((os.path.join(key[0], path.name), before))
         if isinstance(d, dict) and "multilabel" in d:
-            return {"multilabel": True, "regions": d.get("regions")} if d["multilabel"] else None
-    return None
+            found = {"multilabel": True, "regions": d.get("regions")} if d["multilabel"] else None
+            break
+    if keep and _entry_version(folder) == version:  # nothing added, removed or renamed during the scan
+        with _RECORD_REGIONS_LOCK:
+            while len(_RECORD_REGIONS) >= _RECORD_REGIONS_KEPT:
+                _RECORD_REGIONS.pop(next(iter(_RECORD_REGIONS)))
+            _RECORD_REGIONS[key] = (found, tuple(read))
+    return found
 
 
 def _same_setting(old: Any, new: Any) -> bool:
@@ -3361,3 +3431,113 @@ def changed_inputs(channels: Sequence[str | os.PathLike], record: Mapping[str, A
         elif json.loads(json.dumps(_input_stat(p))) != want.get("stat") and _input_sha256(p) != want.get("sha256"):
             bad.append(p.name)
     return bad
+
+
+def output_digests(output: str | os.PathLike, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The size (bytes) and sha256 of each output file of a case, as its record keeps them (``file_digests``).
+
+    Args:
+        output: the output folder.
+        names: the file names.
+
+    Returns:
+        ``{name: {"size": int, "sha256": hex}}``.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "a.nii.gz").write_bytes(b"abc")
+        >>> output_digests(d, ["a.nii.gz"])["a.nii.gz"]["size"]
+        3
+    """
+    output = Path(output)
+    return {n: {"size": (output / n).stat().st_size, "sha256": file_sha256(output / n)} for n in names}
+
+
+def changed_outputs(output: str | os.PathLike, record: Mapping[str, Any],
+                    files: Sequence[Any] | None = None) -> list[str]:
+    """The files of a finished case's record that are missing or differ from what was written.
+
+    A file differs when its size or sha256 is not the one the record keeps (``file_digests``; a record written before
+    they were kept is checked for missing files only). The record is untrusted input (a user may edit it): a ``files``
+    entry that is not a plain file name of the output folder (``../x``, ``sub/x``, an absolute path) and, in a record
+    with ``file_digests``, a listed file without its digest entry count as changed, and so does every file of a record
+    whose own digest (``record_digest``, :func:`record_digest`) no longer matches its text (its ``file_digests``
+    edited, e.g. to match a replaced map). A plain file name is one :func:`~monai_unc.io.plain_file_name` accepts.
+    ``monai-unc infer`` records list their files under ``files``; ``nnunet-predict`` records name their maps under
+    ``maps`` and pass them as ``files``.
+
+    Args:
+        output: the output folder (the folder the names are in).
+        record: the case's record (``<case>.json``).
+        files: the names to check (None: the record's ``files``).
+
+    Returns:
+        The names of the missing or changed files, with why (``"a.nii.gz (missing)"``).
+
+    Raises:
+        KeyError: ``files`` is None and the record has no ``files``.
+        TypeError: the names checked are not a list, or the record holds a value that is not JSON data.
+        ValueError: it holds NaN or an infinity (not strict JSON: its digest is undefined).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "a.nii.gz").write_bytes(b"abc")
+        >>> record = {"files": ["a.nii.gz", "../b.nii.gz"], "file_digests": output_digests(d, ["a.nii.gz"])}
+        >>> changed_outputs(d, record)
+        ["files entry '../b.nii.gz' (not a file name of the output folder)"]
+    """
+    output = Path(output)
+    if files is None:
+        files = record["files"]
+    if not isinstance(files, list):
+        raise TypeError(f"the record's files must be a list, got {type(files).__name__}")
+    saved = record.get("record_digest")
+    if saved is not None and saved != record_digest(record):  # a record written without it: an earlier version
+        return ["record (its text differs from the digest saved in it: edited)"]
+    bad = []
+    digests = record.get("file_digests")
+    for name in files:
+        # review 61: ``output / "/etc/passwd"`` is ``/etc/passwd`` and ``output / "../x"`` lies beside the folder; such
+        # an entry was checked (and trusted) as a file of the case
+        if not plain_file_name(name):
+            bad.append(f"files entry {name!r} (not a file name of the output folder)")
+            continue
+        p = output / name
+        if not p.is_file():
+            bad.append(f"{name} (missing)")
+            continue
+        want = digests.get(name) if isinstance(digests, Mapping) else None
+        if isinstance(digests, Mapping) and not isinstance(want, Mapping):  # review 61: an entry removed by hand
+            bad.append(f"{name} (no digest recorded)")
+        elif isinstance(want, Mapping):
+            if p.stat().st_size != want.get("size"):
+                bad.append(f"{name} (size {p.stat().st_size} bytes, written {want.get('size')})")
+            elif file_sha256(p) != want.get("sha256"):
+                bad.append(f"{name} (content changed)")
+    return bad
+
+
+def record_digest(record: Mapping[str, Any]) -> str:
+    """The digest a case record (``<case>.json``) keeps of its own text, as ``record_digest``.
+
+    The canonical JSON text of the record without that field (:func:`monai_unc._digest.content_digest`): a resume
+    predicts a case again whose record was edited (e.g. its ``file_digests`` made to match a replaced map).
+
+    Args:
+        record: the case record.
+
+    Returns:
+        ``"sha256:"`` and 64 hex digits.
+
+    Raises:
+        ValueError: the record holds a value that is not JSON text (NaN, an infinity).
+        TypeError: the record holds a value that is not JSON data.
+
+    Example:
+        >>> record = {"case": "c1", "files": ["c1_seg.nii.gz"]}
+        >>> record_digest({**record, "record_digest": "x"}) == record_digest(record)
+        True
+    """
+    return content_digest(record, ("record_digest",))

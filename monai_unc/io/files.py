@@ -85,6 +85,7 @@ __all__ = [
     "save_nifti_image",
     "save_probabilities",
     "save_region_maps",
+    "plain_file_name",
     "read_json_or_none",
     "read_json_cached",
     "file_sha256",
@@ -1482,6 +1483,31 @@ def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path:
         raise ValueError(f"labels must lie in [0, {top}], got [{arr.min()}, {arr.max()}]")
     dtype = label_map_dtype(arr.max() if arr.size else 0, "labels")
     return _save_channels(arr, affine, path, dtype, "labels must be (S, X, Y, Z)", like)
+
+
+def plain_file_name(name: Any) -> bool:
+    r"""Whether ``name`` is a plain file name: one entry of a folder, never a path that leaves it.
+
+    The one test of a file name read from untrusted input (a case record's ``files`` or ``maps``, a case id in a
+    state file users may edit) before it is joined to a folder: ``folder / "../x"`` lies beside the folder and
+    ``folder / "/etc/passwd"`` is ``/etc/passwd``. A plain name is a non-empty ``str``, not ``"."`` or ``".."``,
+    without ``/``, a backslash (a separator on Windows) or NUL (which the operating system refuses), and equal to its
+    own last path component (``Path(name).name == name``).
+
+    Args:
+        name: the name to test (any value: what is not a ``str`` is no file name).
+
+    Returns:
+        True for a plain file name, else False.
+
+    Example:
+        >>> plain_file_name("case01_probs.nii.gz")
+        True
+        >>> [plain_file_name(n) for n in ("", "..", "../x", "/etc/passwd", "sub/x", "a\\b", "a\x00b", 7)]
+        [False, False, False, False, False, False, False, False]
+    """
+    return (isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\x00")
+            and Path(name).name == name)
 
 
 def read_json_or_none(path: str | os.PathLike) -> Any:

@@ -34,7 +34,16 @@ from ..evaluation.triage.rule import (
     check_recorded_decisions,
     check_triage_summary,
 )
-from ..io import VOLUME_EXTENSIONS, CaseFiles, input_folder, parse_float, read_table, read_volume, split_extension
+from ..io import (
+    VOLUME_EXTENSIONS,
+    CaseFiles,
+    input_folder,
+    parse_float,
+    plain_file_name,
+    read_table,
+    read_volume,
+    split_extension,
+)
 from ..io.provenance import has_weight_digests, read_untrusted_json
 from ..io.signing import Trust
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
@@ -386,9 +395,10 @@ def _triage_read_signature(folder: str | os.PathLike, case_id: str, prediction: 
         >>> with tempfile.TemporaryDirectory() as d:
         ...     _triage_read_signature(d, "case_01", f"{d}/case_01_seg.nii.gz")  # no state kept
     """
-    # the case id comes from triage.json, untrusted: a plain file name only, and a regular file (found by the review
-    # of review 61: "../../x" read a state outside the folder, and a FIFO named <case>.json blocked the read)
-    if not case_id or case_id in (".", "..") or any(ch in case_id for ch in "/\\\x00"):
+    # the case id comes from triage.json, untrusted: a plain file name only (io.plain_file_name), and a regular file
+    # (found by the review of review 61: "../../x" read a state outside the folder, and a FIFO named <case>.json
+    # blocked the read)
+    if not plain_file_name(case_id):
         return None
     state = Path(folder) / STATE_DIR / CASES_DIR / f"{case_id}.json"
     try:

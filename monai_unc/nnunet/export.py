@@ -16,7 +16,8 @@ the input image and writes it, the way nnU-Net's ``export_prediction_from_logits
   record with the case scores (:func:`record_case_scores`); :func:`write_scores_table` collects the records into
   ``uncertainty_scores.csv``. Every file is written under a temporary name and renamed; the segmentation last.
 - **Done or not** (:func:`case_exported`): a case is done when its segmentation, its record and every map
-  the record names exist (what ``--continue_prediction`` skips).
+  the record names exist, and the maps and the record are as written (their digests; what ``--continue_prediction``
+  skips).
 
 This module uses absolute imports only: nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as
 top-level modules.
@@ -54,11 +55,15 @@ from monai_unc.io import (
     atomic_save_npz,
     atomic_write_files,
     atomic_write_json,
+    changed_outputs,
     json_safe,
     library_versions,
     nnunet_dataset_regions,
+    output_digests,
     output_lock,
+    plain_file_name,
     read_json_or_none,
+    record_digest,
     save_nifti_image,
     write_csv,
 )
@@ -639,6 +644,12 @@ def _warn_renamed(old: str, new: str) -> None:
                   DeprecationWarning, stacklevel=3)
 
 
+def _map_names(maps: dict[str, Any]) -> list[str]:
+    """The file names of a record's ``maps`` (a name, or a list of names per measure), in order, each once."""
+    names = (n for e in maps.values() for n in ([e] if isinstance(e, str) else e if isinstance(e, list) else []))
+    return list(dict.fromkeys(n for n in names if isinstance(n, str)))
+
+
 def _record_path(output_file_truncated: str | os.PathLike) -> Path:
     base = Path(output_file_truncated)
     return base.parent / UNCERTAINTY_FOLDER / f"{base.name}.json"
@@ -667,9 +678,11 @@ def export_uncertainty(
     :func:`convert_uncertainty_to_original_geometry`) and ``<case>.pkl`` (properties) as nnU-Net writes them;
     ``uncertainty/<case>_<measure><ending>`` float32 maps (region-based models: 4D ``(X, Y, Z, R)``, see
     :func:`write_region_maps`; the record then holds ``regions`` and per-region scores, :func:`record_case_scores`);
-    ``uncertainty/<case>.json`` the record. The segmentation is written last. Before anything is written, the case's
-    outputs of an earlier run into the same folder are removed (:func:`remove_case_outputs`), so that none this run
-    does not write (the map of a measure not asked for now, an ``.npz`` without ``save_probabilities``) survives.
+    ``uncertainty/<case>.json`` the record, with the size and sha256 of each map (``file_digests``) and the digest of
+    its own text (``record_digest``), what :func:`case_exported` checks on resume. The segmentation is written last.
+    Before anything is written, the case's outputs of an earlier run into the same folder are removed
+    (:func:`remove_case_outputs`), so that none this run does not write (the map of a measure not asked for now, an
+    ``.npz`` without ``save_probabilities``) survives.
 
     Args:
         result: the case's statistics at network resolution.
@@ -734,7 +747,12 @@ def export_uncertainty(
         **({"prev_stage_digests": json_safe(prev_stage_digests)} if prev_stage_digests is not None else {}),
         VERSION_KEY: __version__,  # provenance: seeded draws may differ between versions
         LIBRARIES_KEY: library_versions(),  # and between torch / MONAI versions
+        # a resume (--continue_prediction) predicts again a case whose maps changed since (case_exported), as infer's
+        "file_digests": output_digests(unc_dir, _map_names(files)),
     }
+    # last, of the text as it is written and read back (json_safe: NaN as null): a resume predicts again a case whose
+    # record was edited (its file_digests made to match a replaced map)
+    record["record_digest"] = record_digest(json_safe(record))
     atomic_write_json(_record_path(base), record)
     # the segmentation last: a case is done (case_exported) when it, its record and its maps exist
     _write_with_reader_writer(rw, out["segmentation"], base.with_name(f"{case}{ending}"), properties)
@@ -865,7 +883,11 @@ def case_exported(
     That is: its segmentation ``<case><ending>``, its record ``uncertainty/<case>.json`` naming a map for each of
     ``measures``, those map files, with ``save_probabilities`` ``<case>.npz``, and with ``settings`` a record whose
     ``settings`` equal them (:meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`). A stock nnU-Net
-    segmentation alone is not enough.
+    segmentation alone is not enough. The record is untrusted input: a map file whose size or sha256 is not the one
+    recorded (``file_digests``), or a record whose text no longer matches its own digest (``record_digest``, e.g. its
+    ``file_digests`` edited to match a replaced map), makes the case not done, with one warning
+    (:func:`monai_unc.io.changed_outputs`, as ``monai-unc infer`` checks its records); a record written by an earlier
+    version, without them, is checked for the maps' presence only.
 
     Args:
         output_file_truncated: the case's output path without ending (``<folder>/<case>``).
@@ -912,13 +934,25 @@ def case_exported(
     # not a plain file name of ``uncertainty/`` (``../x``, an absolute path) made the case count as exported
     entries = [maps.get(K(m).value) for m in measures]
     outside = [n for e in entries for n in ([e] if isinstance(e, str) else e if isinstance(e, list) else [])
-               if isinstance(n, str) and (n in ("", ".", "..") or Path(n).name != n)]
+               if isinstance(n, str) and not plain_file_name(n)]
     if outside:
         warnings.warn(f"case {base.name!r}: its record {_record_path(base).name} names map files outside "
                       f"{UNCERTAINTY_FOLDER}/ ({', '.join(repr(n) for n in outside[:3])}): predicting it again",
                       UserWarning, stacklevel=2)
         return False
-    return all(written(e) for e in entries)
+    if not all(written(e) for e in entries):
+        return False
+    # review 62: the maps as written (file_digests) and the record's own text (record_digest), as infer checks its
+    # case records; a record of an earlier version, without them, is checked for the files' presence only (above)
+    try:
+        changed = changed_outputs(unc_dir, record, _map_names({m: e for m, e in zip(measures, entries)}))
+    except (TypeError, ValueError) as e:  # a value that is no JSON data, NaN: the record was not written so
+        changed = [f"record ({e})"]
+    if changed:
+        warnings.warn(f"case {base.name!r}: its record {_record_path(base).name} or its maps differ from what was "
+                      f"written ({', '.join(changed[:3])}): predicting it again", UserWarning, stacklevel=2)
+        return False
+    return True
 
 
 def write_scores_table(output_folder: str | os.PathLike, settings: dict | None = None) -> Path | None:

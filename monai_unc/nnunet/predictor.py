@@ -1217,10 +1217,10 @@ class UncertaintyPredictor(nnUNetPredictor):
         """Stock's lists, without the cases already done when ``overwrite=False``.
 
         With ``overwrite=False`` (``--continue_prediction``) a case counts as done only when
-        :func:`~monai_unc.nnunet.export.case_exported` (segmentation, record and maps; stock looks at the
-        segmentation alone, so a folder of stock segmentations would get no maps) and its record's ``settings``
-        are :meth:`case_settings` (a case made with other sources, samples, Rate-In values, model, ... is
-        predicted again, and the log line names the difference: a folder never mixes settings).
+        :func:`~monai_unc.nnunet.export.case_exported` (segmentation, record and maps, the maps and the record as
+        written; stock looks at the segmentation alone, so a folder of stock segmentations would get no maps) and its
+        record's ``settings`` are :meth:`case_settings` (a case made with other sources, samples, Rate-In values,
+        model, ... is predicted again, and the log line names the difference: a folder never mixes settings).
         """
         lists, outputs, prevs = super()._manage_input_and_output_lists(
             list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,

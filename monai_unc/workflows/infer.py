@@ -48,7 +48,6 @@ import torch
 from monai.transforms import Invertd
 
 from .. import __version__
-from .._digest import content_digest
 from .._utils import argmax, foreground_masks, label_map_dtype
 from ..engine import (
     CaseCache,
@@ -71,17 +70,19 @@ from ..io import (
     atomic_write_json,
     case_files_digest,
     changed_inputs,
+    changed_outputs,
     check_case_ids,
     check_output_kind,
     check_volume_entry,
-    file_sha256,
     grid_mismatch,
     input_digests,
     json_safe,
     library_versions,
     list_image_cases,
+    output_digests,
     read_json_or_none,
     read_volume,
+    record_digest,
     save_label_maps,
     save_nifti,
     save_probabilities,
@@ -418,115 +419,13 @@ def _warn_stale(case_id: str, saved: Any, current: Any) -> None:
                   f"{'; ...' if len(changes) > 4 else ''}): predicting it again", UserWarning, stacklevel=2)
 
 
-def output_digests(output: Path, names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The size (bytes) and sha256 of each output file of a case, as its record keeps them (``file_digests``).
-
-    Args:
-        output: the output folder.
-        names: the file names.
-
-    Returns:
-        ``{name: {"size": int, "sha256": hex}}``.
-
-    Example:
-        >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp())
-        >>> _ = (d / "a.nii.gz").write_bytes(b"abc")
-        >>> output_digests(d, ["a.nii.gz"])["a.nii.gz"]["size"]
-        3
-    """
-    return {n: {"size": (output / n).stat().st_size, "sha256": file_sha256(output / n)} for n in names}
-
-
-def changed_outputs(output: Path, record: Mapping[str, Any]) -> list[str]:
-    """The files of a finished case's record that are missing or differ from what was written.
-
-    A file differs when its size or sha256 is not the one the record keeps (``file_digests``; a record written before
-    they were kept is checked for missing files only). The record is untrusted input (a user may edit it): a ``files``
-    entry that is not a plain file name of the output folder (``../x``, ``sub/x``, an absolute path) and, in a record
-    with ``file_digests``, a listed file without its digest entry count as changed, and so does every file of a record
-    whose own digest (``record_digest``, :func:`record_digest`) no longer matches its text (its ``file_digests``
-    edited, e.g. to match a replaced map).
-
-    Args:
-        output: the output folder.
-        record: the case's record (``<case>.json``).
-
-    Returns:
-        The names of the missing or changed files, with why (``"a.nii.gz (missing)"``).
-
-    Raises:
-        KeyError: the record has no ``files``.
-        TypeError: its ``files`` is not a list, or it holds a value that is not JSON data.
-        ValueError: it holds NaN or an infinity (not strict JSON: its digest is undefined).
-
-    Example:
-        >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp())
-        >>> _ = (d / "a.nii.gz").write_bytes(b"abc")
-        >>> record = {"files": ["a.nii.gz", "../b.nii.gz"], "file_digests": output_digests(d, ["a.nii.gz"])}
-        >>> changed_outputs(d, record)
-        ["files entry '../b.nii.gz' (not a file name of the output folder)"]
-    """
-    files = record["files"]
-    if not isinstance(files, list):
-        raise TypeError(f"the record's files must be a list, got {type(files).__name__}")
-    saved = record.get("record_digest")
-    if saved is not None and saved != record_digest(record):  # a record written without it: an earlier version
-        return ["record (its text differs from the digest saved in it: edited)"]
-    bad = []
-    digests = record.get("file_digests")
-    for name in files:
-        # review 61: ``output / "/etc/passwd"`` is ``/etc/passwd`` and ``output / "../x"`` lies beside the folder; such
-        # an entry was checked (and trusted) as a file of the case
-        if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
-            bad.append(f"files entry {name!r} (not a file name of the output folder)")
-            continue
-        p = output / name
-        if not p.is_file():
-            bad.append(f"{name} (missing)")
-            continue
-        want = digests.get(name) if isinstance(digests, Mapping) else None
-        if isinstance(digests, Mapping) and not isinstance(want, Mapping):  # review 61: an entry removed by hand
-            bad.append(f"{name} (no digest recorded)")
-        elif isinstance(want, Mapping):
-            if p.stat().st_size != want.get("size"):
-                bad.append(f"{name} (size {p.stat().st_size} bytes, written {want.get('size')})")
-            elif file_sha256(p) != want.get("sha256"):
-                bad.append(f"{name} (content changed)")
-    return bad
-
-
-def record_digest(record: Mapping[str, Any]) -> str:
-    """The digest a case record (``<case>.json``) keeps of its own text, as ``record_digest``.
-
-    The canonical JSON text of the record without that field (:func:`monai_unc._digest.content_digest`): a resume
-    predicts a case again whose record was edited (e.g. its ``file_digests`` made to match a replaced map).
-
-    Args:
-        record: the case record.
-
-    Returns:
-        ``"sha256:"`` and 64 hex digits.
-
-    Raises:
-        ValueError: the record holds a value that is not JSON text (NaN, an infinity).
-        TypeError: the record holds a value that is not JSON data.
-
-    Example:
-        >>> record = {"case": "c1", "files": ["c1_seg.nii.gz"]}
-        >>> record_digest({**record, "record_digest": "x"}) == record_digest(record)
-        True
-    """
-    return content_digest(record, ("record_digest",))
-
-
 def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None) -> dict[str, Any]:
     """The status of a finished case, from its record.
 
     ``FileNotFoundError`` when an input image changed since the case was predicted (``input_digests``, with a
     warning), or when a file it lists is missing or differs from what was written, or the record itself was edited
-    (:func:`changed_outputs`; the case is predicted again, with one warning unless files are only missing).
+    (:func:`~monai_unc.io.changed_outputs`; the case is predicted again, with one warning unless files are only
+    missing).
     """
     if case is not None:  # an input edited since the case was predicted: its outputs are stale
         edited = changed_inputs(case.channels, record)
