@@ -1,10 +1,11 @@
-"""BraTS 2023 lesion-wise metrics on 80 random label maps: the official code's frozen scores, and lesion by lesion a
-brute-force reference (review 62).
+"""Lesion-wise metrics on 80 random label maps: the official codes' frozen scores (BraTS 2023, Shifts), and lesion by
+lesion a brute-force reference (review 62).
 
 ``tests/metrics/data/lesion_random_reference.json`` holds 80 random cases (BraTS labels 1 / 2 / 3 as blobs touching
 the border and each other; predictions redrawn, thinned with stray voxels, shifted, grown into merged components,
 emptied; empty references; voxel sizes that float32 does not hold; the GLI, MEN and MET rules) and the scores of the
-official BraTS 2023 lesion-wise code (R. Saluja et al.) for their WT, TC and ET regions, made by
+official BraTS 2023 lesion-wise code (R. Saluja et al.) for their WT, TC and ET regions and of the Shifts ``mswml``
+code for their whole tumour (nDSC, lesion F1, R-AAC), made by
 ``tests/metrics/data/make_lesion_random_reference.py``. The case score is all the official code gives; the lesions
 themselves (merging, matching, volumes, Dice, the HD95 of each lesion against its matched components, the false
 positives) are checked against a reference written with loops over the lesions and components.
@@ -23,11 +24,25 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from monai_unc.metrics.lesions import BRATS_2023_SETTINGS, brats_lesion_metrics, surface_hd95
+from monai_unc.metrics.lesions import (
+    BRATS_2023_SETTINGS,
+    brats_lesion_metrics,
+    lesion_detection,
+    ndsc_retention_area,
+    normalized_dice,
+    surface_hd95,
+)
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(DATA))
-from make_lesion_random_reference import decode, draw_cases, encode, official_scores  # noqa: E402
+from make_lesion_random_reference import (  # noqa: E402
+    decode,
+    draw_cases,
+    encode,
+    official_scores,
+    official_shifts,
+    uncertainty,
+)
 
 TABLE = json.loads((DATA / "lesion_random_reference.json").read_text())
 REGIONS = {"WT": (1, 2, 3), "TC": (1, 3), "ET": (3,)}
@@ -157,13 +172,33 @@ def test_random_volumes_lesion_by_lesion_equal_the_brute_force(part):
     assert checked == 60
 
 
-@pytest.mark.skipif(not os.environ.get("BRATS_2023_METRICS_DIR"),
-                    reason="set BRATS_2023_METRICS_DIR to a checkout of the official BraTS 2023 metrics code")
+def test_random_volumes_equal_the_frozen_shifts_scores():
+    """The whole tumour of the 80 cases: lesion F1 (IoU 0.25 and 0.5) equal to the Shifts code's, nDSC and R-AAC to
+    its float32 precision."""
+    wrong = []
+    for i, (pred, truth, _, _, ref) in enumerate(CASES):
+        p, t = pred > 0, truth > 0
+        want = ref["shifts"]
+        got = {"f1": lesion_detection(p, t).f1, "f1_iou_0.5": lesion_detection(p, t, 0.5).f1,
+               "ndsc": normalized_dice(p, t), "raac": ndsc_retention_area(p, t, uncertainty(pred, truth))}
+        for key, value in got.items():
+            exact = key.startswith("f1")
+            if not math.isclose(value, want[key], rel_tol=1e-15 if exact else 1e-6, abs_tol=0.0 if exact else 1e-7):
+                wrong.append((i, key, value, want[key]))
+    assert not wrong, wrong[:5]
+    assert sum(0.0 < c[4]["shifts"]["f1"] < 1.0 for c in CASES) >= 30
+    assert sum(c[4]["shifts"]["f1"] != c[4]["shifts"]["f1_iou_0.5"] for c in CASES) >= 10
+
+
+@pytest.mark.skipif(not (os.environ.get("BRATS_2023_METRICS_DIR") and os.environ.get("SHIFTS_MSWML_DIR")),
+                    reason="set BRATS_2023_METRICS_DIR and SHIFTS_MSWML_DIR to checkouts of the official codes")
 def test_random_volumes_equal_the_official_code_live():
-    """The cases drawn again equal the frozen ones, and the official code run now gives the frozen scores."""
+    """The cases drawn again equal the frozen ones, and the official codes run now give the frozen scores."""
     drawn = draw_cases()
     assert [encode(c["pred"]) for c in drawn] == [c["pred"] for c in TABLE["cases"]]
     assert [encode(c["truth"]) for c in drawn] == [c["truth"] for c in TABLE["cases"]]
+    for row, frozen in zip(official_shifts(os.environ["SHIFTS_MSWML_DIR"], drawn), TABLE["cases"]):
+        assert row == pytest.approx(frozen["shifts"], rel=1e-12)
     live = official_scores(os.environ["BRATS_2023_METRICS_DIR"], drawn)
     for row, frozen in zip(live, TABLE["cases"]):
         assert row["spacing"] == frozen["spacing"]

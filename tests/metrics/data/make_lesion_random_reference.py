@@ -1,18 +1,21 @@
-"""Run the official BraTS 2023 lesion-wise code on random label maps and freeze the volumes with its outputs.
+"""Run the official lesion-wise codes (BraTS 2023, Shifts) on random label maps; freeze the volumes and outputs.
 
 Where ``make_lesion_reference.py`` freezes the official outputs on eight designed cases, this script draws label maps
 at random (BraTS labels 1 / 2 / 3 as blobs, touching the border and each other; predictions redrawn, thinned,
 shifted or emptied; empty references; spacings that float32 does not hold exactly; the GLI, MEN and MET rules) and
-stores each case's volumes (compressed label maps) beside the official scores of its three regions, so that
+stores each case's volumes (compressed label maps) beside the official BraTS scores of its three regions and the
+Shifts scores of its whole tumour (nDSC, lesion F1, and the R-AAC of an uncertainty map made from the volumes), so that
 the test needs neither the official code nor a random stream that may change between NumPy versions::
 
-    git clone https://github.com/rachitsaluja/BraTS-2023-Metrics /tmp/brats
-    python tests/metrics/data/make_lesion_random_reference.py /tmp/brats \
+    git clone https://github.com/rachitsaluja/BraTS-2023-Metrics /tmp/brats     # metrics.py, surface_distance/
+    git clone https://github.com/Shifts-Project/shifts /tmp/shifts              # mswml/metrics.py
+    python tests/metrics/data/make_lesion_random_reference.py /tmp/brats /tmp/shifts/mswml \
         tests/metrics/data/lesion_random_reference.json
 
-It needs what ``make_lesion_reference.py`` needs (``nibabel``, ``pandas``, ``connected-components-3d``).
-``test_random_volumes_equal_the_official_code_live`` of ``tests/metrics/test_lesions_random_reference.py`` calls
-:func:`official_scores` when ``BRATS_2023_METRICS_DIR`` names such a checkout.
+It needs what ``make_lesion_reference.py`` needs (``nibabel``, ``pandas``, ``connected-components-3d``,
+``scikit-learn``, ``joblib``). ``test_random_volumes_equal_the_official_code_live`` of
+``tests/metrics/test_lesions_random_reference.py`` calls :func:`official_scores` and :func:`official_shifts` when
+``BRATS_2023_METRICS_DIR`` and ``SHIFTS_MSWML_DIR`` name such checkouts.
 """
 
 from __future__ import annotations
@@ -92,6 +95,29 @@ def decode(text: str, shape: Sequence[int]) -> np.ndarray:
     return np.frombuffer(zlib.decompress(base64.b64decode(text)), np.uint8).reshape(tuple(shape)).copy()
 
 
+def uncertainty(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """A voxel uncertainty map without ties, made from integers (the same on every platform): a multiplicative hash
+    of the voxel index in [0, 0.5), plus 0.5 where prediction and truth disagree."""
+    idx = np.arange(pred.size, dtype=np.uint64).reshape(pred.shape)
+    spread = ((idx * np.uint64(2654435761)) % np.uint64(2**32)).astype(np.float64) / 2.0**33
+    return spread + 0.5 * ((pred > 0) != (truth > 0))
+
+
+def official_shifts(shifts_dir: str | Path, cases: list[dict]) -> list[dict]:
+    """Per case the Shifts ``mswml`` scores of the whole tumour (labels > 0): nDSC, lesion F1 at IoU 0.25 and 0.5,
+    and the nDSC R-AAC of :func:`uncertainty`."""
+    compat()
+    shifts = _load("shifts_mswml_metrics_random", Path(shifts_dir) / "metrics.py")
+    out = []
+    for case in cases:
+        g, p = (case["truth"] > 0).astype(np.uint8), (case["pred"] > 0).astype(np.uint8)
+        u = uncertainty(case["pred"], case["truth"])
+        out.append({"ndsc": float(shifts.dice_norm_metric(g, p)), "f1": float(shifts.lesion_f1_score(g, p)),
+                    "f1_iou_0.5": float(shifts.lesion_f1_score(g, p, IoU_threshold=0.5)),
+                    "raac": float(shifts.ndsc_aac_metric(g.flatten(), p.flatten(), u.flatten()))})
+    return out
+
+
 def official_scores(brats_dir: str | Path, cases: list[dict]) -> list[dict]:
     """Per case ``{"spacing": header zooms, region: {"dice", "hd95", "n_tp", "n_fp", "n_fn"}}`` of the official code."""
     import nibabel as nib
@@ -117,12 +143,13 @@ def official_scores(brats_dir: str | Path, cases: list[dict]) -> list[dict]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) != 4:
         sys.exit(__doc__)
     drawn = draw_cases()
     scores = official_scores(sys.argv[1], drawn)
+    shifts_scores = official_shifts(sys.argv[2], drawn)
     table = {"seed": SEED, "cases": [
         {"shape": list(c["shape"]), "challenge": c["challenge"], "pred": encode(c["pred"]),
-         "truth": encode(c["truth"]), **s} for c, s in zip(drawn, scores)]}
-    Path(sys.argv[2]).write_text(json.dumps(table, separators=(",", ":")) + "\n")
-    print(f"wrote {sys.argv[2]}: {len(table['cases'])} cases")
+         "truth": encode(c["truth"]), **s, "shifts": h} for c, s, h in zip(drawn, scores, shifts_scores)]}
+    Path(sys.argv[3]).write_text(json.dumps(table, separators=(",", ":")) + "\n")
+    print(f"wrote {sys.argv[3]}: {len(table['cases'])} cases")
