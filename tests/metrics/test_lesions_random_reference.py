@@ -220,3 +220,54 @@ def test_surface_percentile_at_an_exact_area_share_takes_the_first_element():
     for spacing, step in (((1.0, 1.0, 1.0), 1.0), ((2.0, 1.0, 0.5), 2.0)):
         assert [surface_hd95(a, b, spacing, q) for q in (12.5, 50.0, 50.1, 62.5, 95.0, 100.0)] == [
             2 * step, 2 * step, 3 * step, 3 * step, 3 * step, 3 * step]
+
+
+@pytest.mark.slow
+def test_evaluate_on_random_cases_with_turned_grids_equals_the_official_scores(tmp_path):
+    """``monai-unc evaluate --lesions --regions brats2023`` on cases of the random cohort written with affines that
+    flip, permute and rotate the axes (the voxel sizes, the columns' lengths, unchanged): the ``metrics.csv`` columns
+    equal the official code's frozen scores (which depend on the voxel sizes alone)."""
+    import csv
+    import warnings
+
+    import nibabel as nib
+
+    from monai_unc.cli import main
+    from monai_unc.regions import parse_regions
+
+    channels = list(parse_regions("brats2023"))
+    labels, preds = tmp_path / "labels", tmp_path / "predictions"
+    labels.mkdir()
+    preds.mkdir()
+    turn = math.radians(25.0)
+    rotation = np.array([[math.cos(turn), -math.sin(turn), 0.0], [math.sin(turn), math.cos(turn), 0.0], [0, 0, 1]])
+    linear = [np.eye(3), np.diag([-1.0, 1.0, -1.0]), np.eye(3)[[2, 0, 1]], rotation]
+    chosen = [i for i, c in enumerate(CASES) if c[3] == "BraTS-MET" and c[1].any() and c[0].any()][:8]
+    assert len(chosen) == 8
+    for n, i in enumerate(chosen):
+        pred, truth, spacing, _, _ = CASES[i]
+        affine = np.eye(4)
+        affine[:3, :3] = linear[n % 4] @ np.diag(spacing)
+        affine[:3, 3] = (-20.0, 7.5, 3.0)
+        nib.save(nib.Nifti1Image(truth, affine), labels / f"c{i:02d}.nii.gz")
+        masks = np.stack([np.isin(pred, REGIONS[r]) for r in channels]).astype(np.uint8)
+        nib.save(nib.Nifti1Image(np.moveaxis(masks, 0, -1), affine), preds / f"c{i:02d}_seg.nii.gz")
+        u = 0.6 * uncertainty(pred, truth)  # in [0, ln 2): a binary entropy
+        nib.save(nib.Nifti1Image(np.repeat(u[..., None], 3, -1).astype(np.float32), affine),
+                 preds / f"c{i:02d}_predictive_entropy.nii.gz")
+    out = tmp_path / "ev"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        rc = main(["evaluate", "-l", str(labels), "-p", str(preds), "-o", str(out), "--regions", "brats2023",
+                   "--lesions", "--lesion-settings", "met", "--no-spatial", "--quiet"])
+    assert rc == 0
+    with open(out / "metrics.csv", newline="") as f:
+        rows = {r["case"]: r for r in csv.DictReader(f)}
+    for i in chosen:
+        row, ref = rows[f"c{i:02d}"], CASES[i][4]
+        for region in REGIONS:
+            want = ref[region]
+            assert [int(float(row[f"lesion_{k}_{region}"])) for k in ("tp", "fp", "fn")] == [
+                want["n_tp"], want["n_fp"], want["n_fn"]], (i, region)
+            assert float(row[f"lesion_dice_{region}"]) == pytest.approx(want["dice"], rel=1e-9, abs=1e-12)
+            assert float(row[f"lesion_hd95_{region}"]) == pytest.approx(want["hd95"], rel=1e-9, abs=1e-9)
