@@ -205,8 +205,8 @@ def estimate_memory(
         num_classes: output channels ``C`` of the network.
         roi_size: the sliding window's ``roi_size`` (``None``: one pass over the whole volume, ``SimpleInferer``).
         input_dtype: dtype of the input (MONAI stitches in it, in float32 for float16 / bfloat16).
-        accum_dtype: the inferer's ``accum_dtype`` (``None``: float64 up to 16 classes and for a float64
-            ``input_dtype``, float32 above: :func:`~monai_unc.stats.auto_accum_dtype`).
+        accum_dtype: the inferer's ``accum_dtype`` (``None``: float64 up to 16 classes and for float64 outputs,
+            ``network_dtype`` or else ``input_dtype``; float32 above: :func:`~monai_unc.stats.auto_accum_dtype`).
         track_variance: the inferer keeps a second moment for ``variance``.
         class_variance: the second moment per class (``C`` channels) instead of one channel.
         pred_dtype: the inferer's ``pred_dtype`` (``"input"``, a float dtype, or ``None`` for ``argmax`` only).
