@@ -6,7 +6,7 @@
                         [the options of the cohort products: monai-unc evaluate --help]
     monai-unc report    --evaluation EVAL [--output DIR] [--budget 0.2] [--images IMAGES] [--target-risk ...]
     monai-unc calibrate --input IMAGES --labels LABELS --output calibrated.pt (model options as for infer)
-    monai-unc demo      [--output demo_output] [--quick]
+    monai-unc demo      [--output demo_output] [--quick] [--device cpu]
     monai-unc triage    --predictions PRED --rule referral_rule.json --output TRIAGE [--images IMAGES]
                         [--<command>-rule RULE: a product's command run beside the triage]
     monai-unc <command> --predictions PRED --rule RULE --output OUT   (a product's rule applied: monai-unc --help)
@@ -116,6 +116,20 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """:meth:`argparse.ArgumentParser.parse_args`, whose unrecognized arguments are refused by their command.
+
+        argparse's sub-parsers hand the arguments they do not know to the top parser, which refused them as
+        ``monai-unc: error: unrecognized arguments: ...`` for every command (found by review 62: ``demo --device
+        cuda``, an option demo did not have, named no command); the command's own parser refuses them now
+        (``monai-unc demo: error: unrecognized arguments: --bogus (see monai-unc demo --help)``).
+        """
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            (_command_parser(self, parsed) or self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
     def parse_known_args(self, args: Sequence[str] | None = None,
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:

@@ -4,7 +4,10 @@ Peak working memory of :class:`~monai_unc.inferers.UncertaintyInferer` (and its 
 voxels with ``C`` classes, under a sliding window of ``V_w`` voxels run ``k`` windows at a time (``sw_batch_size``:
 MONAI stacks ``k`` windows into one network call, so every term of a window below counts ``k V_w`` voxels), with the
 input dtype's ``b`` bytes (4 for float32) and the accumulation dtype's ``a`` bytes (8 up to ``FLOAT64_MAX_CLASSES``
-classes and for a float64 input, 4 above). The larger of two phases:
+classes and for float64 samples, 4 above). The window's logits, probabilities and running sums are of the network's
+output dtype (``network_dtype``: a float64 network that casts a float32 input returns float64 logits, and its sums
+are float64 whatever ``C``; float32 probabilities for half-precision logits); in the terms below ``b`` then stands
+for their bytes there, while MONAI's buffers and the maps keep the input's. The larger of two phases:
 
 - **stitching**: MONAI's output buffers, ``b V (C + 1 + q + w)`` (``b`` is 4 for a float16 / bfloat16 input, which
   the inferer stitches in float32; mean probabilities, mean entropy, second moment:
@@ -76,6 +79,7 @@ import torch
 
 from .._stats_kernels import available as fused_kernels_available
 from .._utils import check_bool, check_integer, check_nonnegative, host_memory_free
+from ..measures import entropy_dtype
 from ..networks.shared import replay_working_bytes
 from ..stats import CUDA_CHUNK_ELEMENTS, DEFAULT_CHUNK_ELEMENTS, auto_accum_dtype, check_accum_dtype
 
@@ -185,6 +189,7 @@ def estimate_memory(
     overlap: float | Sequence[float] | None = None,
     ensemble_members: int = 1,
     device: torch.device | str = "cpu",
+    network_dtype: torch.dtype | None = None,
 ) -> MemoryEstimate:
     """Peak working memory of one case's inference (the model of the module docstring).
 
@@ -200,8 +205,8 @@ def estimate_memory(
         num_classes: output channels ``C`` of the network.
         roi_size: the sliding window's ``roi_size`` (``None``: one pass over the whole volume, ``SimpleInferer``).
         input_dtype: dtype of the input (MONAI stitches in it, in float32 for float16 / bfloat16).
-        accum_dtype: the inferer's ``accum_dtype`` (``None``: float64 up to 16 classes and for a float64
-            ``input_dtype``, float32 above: :func:`~monai_unc.stats.auto_accum_dtype`).
+        accum_dtype: the inferer's ``accum_dtype`` (``None``: float64 up to 16 classes and for float64 outputs,
+            ``network_dtype`` or else ``input_dtype``; float32 above: :func:`~monai_unc.stats.auto_accum_dtype`).
         track_variance: the inferer keeps a second moment for ``variance``.
         class_variance: the second moment per class (``C`` channels) instead of one channel.
         pred_dtype: the inferer's ``pred_dtype`` (``"input"``, a float dtype, or ``None`` for ``argmax`` only).
@@ -246,14 +251,22 @@ def estimate_memory(
             derived in chunks of :data:`~monai_unc.stats.CUDA_CHUNK_ELEMENTS` (one chunk up to 16 M class-voxels,
             with temporaries of that size), on the CPU of :data:`~monai_unc.stats.DEFAULT_CHUNK_ELEMENTS`; with
             ``fused_update=None`` it also says whose fused kernel counts (Triton on a GPU, numba on the CPU).
+        network_dtype: the dtype of the network's outputs: its parameters' dtype for a network that computes in it
+            (one that casts its input to its own dtype, e.g. a float64 network given a float32 input); None: the
+            input's dtype. The logits are of this dtype, the probabilities too (float32 for float16 / bfloat16
+            logits), and so are the running sums with ``accum_dtype=None`` (:func:`~monai_unc.stats.auto_accum_dtype`
+            of this dtype: float64 sums for a float64 network whatever ``num_classes``); MONAI's stitching buffers,
+            the maps and ``pred`` stay in the input's dtype. ``monai-unc infer`` reads it from the network's
+            parameters.
 
     Returns:
         A :class:`MemoryEstimate` (bytes).
 
     Raises:
-        TypeError: a flag that is not a bool, ``accum_dtype`` / ``input_dtype`` / ``pred_dtype`` that is not a
-            floating point dtype (``pred_dtype`` may also be ``"input"`` or None), a ``shape`` / ``roi_size`` that is
-            not a sequence of integers, an ``overlap`` or a ``*_bytes_per_voxel`` argument that is not a number.
+        TypeError: a flag that is not a bool, ``accum_dtype`` / ``input_dtype`` / ``network_dtype`` /
+            ``pred_dtype`` that is not a floating point dtype (``pred_dtype`` may also be ``"input"`` or None), a
+            ``shape`` / ``roi_size`` that is not a sequence of integers, an ``overlap`` or a ``*_bytes_per_voxel``
+            argument that is not a number.
         ValueError: an argument out of its range (the message names it).
 
     Example:
@@ -283,6 +296,8 @@ def estimate_memory(
     network_bytes_per_voxel = _check_bytes(network_bytes_per_voxel, "network_bytes_per_voxel")
     if not isinstance(input_dtype, torch.dtype) or not input_dtype.is_floating_point:
         raise TypeError(f"input_dtype must be a floating point torch.dtype, got {input_dtype!r}")
+    if network_dtype is not None and not (isinstance(network_dtype, torch.dtype) and network_dtype.is_floating_point):
+        raise TypeError(f"network_dtype must be None or a floating point torch.dtype, got {network_dtype!r}")
     if not (pred_dtype is None or (isinstance(pred_dtype, str) and pred_dtype == "input")
             or (isinstance(pred_dtype, torch.dtype) and pred_dtype.is_floating_point)):
         raise TypeError(f"pred_dtype must be 'input', None or a floating point torch.dtype, got {pred_dtype!r}")
@@ -311,14 +326,19 @@ def estimate_memory(
     # MONAI's stitching buffers: in the input's dtype, float32 for a half-precision input (the inferer stitches a
     # float32 copy of it, sampling._stitching_input)
     sb = max(b, 4)
-    logits = vw * c * b
+    # the network's outputs in its own dtype (found by review 62: a float64 network on a float32 input was counted
+    # with 4-byte logits, probabilities and sums, 41 % below the measured peak of one pass); the probabilities in
+    # float32 for half-precision logits (the inferer's activation, _to_probs)
+    out_dtype = network_dtype if network_dtype is not None else input_dtype
+    ob, pb = _nbytes(out_dtype), _nbytes(entropy_dtype(out_dtype))
+    logits = vw * c * ob
     if stock:
         window_net = int(vw * network_bytes_per_voxel) + logits  # the network's activations and its logits
         buffers = b * v * (c + 1) if roi_size is not None else 0
         parts = {"stitching buffers": buffers, "window": window_net}
         final = {"stitching buffers": b * v * c, "softmax": b * v * c}
         return _larger(parts, "stitching", final, "final")
-    a = _nbytes(accum_dtype if accum_dtype is not None else auto_accum_dtype(c, input_dtype))
+    a = _nbytes(accum_dtype if accum_dtype is not None else auto_accum_dtype(c, out_dtype))
     e = c if multilabel else 1  # channels of a scalar map
     q = (c if (class_variance or multilabel) else 1) if track_variance else 0
     w = e if (window_disagreement and roi_size is not None) else 0
@@ -335,9 +355,9 @@ def estimate_memory(
     # derive_measures(chunk_elements="auto"): larger chunks on a GPU (found by the review of the GPU paths: the model
     # counted the CPU's 1 M-element chunks, and a CUDA case of up to 16 M class-voxels makes its temporaries whole)
     chunk_elements = CUDA_CHUNK_ELEMENTS if dev.type == "cuda" else DEFAULT_CHUNK_ELEMENTS
-    temporaries = 0 if fused else 3 * b + (a if a != b else 0)
+    temporaries = 0 if fused else 3 * pb + (a if a != pb else 0)
     sums = vw * a * (c + e + q)
-    work = logits + max(vw * network_bytes_per_voxel, vw * c * (b + temporaries))
+    work = logits + max(vw * network_bytes_per_voxel, vw * c * (pb + temporaries))
     # shared passes: the kept shared activations, and a replay batch of k samples: each sample's stochastic tensors
     # (its logits among them: one sample's logits are counted above), its copy of the kept activations that the
     # stochastic rest reads, its probabilities (k - 1 beyond the one above)
@@ -352,9 +372,9 @@ def estimate_memory(
             # one sample replays the whole window batch, the kept values that the stochastic rest reads copied (at
             # most all of them; found by hostile testing: they were left out, as for a replay window by window)
             rows, copied = 1, shared_bytes_per_voxel
-        replay = replay_working_bytes(k, rows, vw * stochastic_bytes_per_voxel, logits, vw * c * b,
+        replay = replay_working_bytes(k, rows, vw * stochastic_bytes_per_voxel, logits, vw * c * pb,
                                       copied=vw * copied, first_copies=vw * shared_bytes_per_voxel)
-        work += vw * shared_bytes_per_voxel + max(replay - logits - vw * c * b, 0)
+        work += vw * shared_bytes_per_voxel + max(replay - logits - vw * c * pb, 0)
     # the kept samples' probabilities (per voxel; an ensemble member's windows keep their share of them): during the
     # last sample, the earlier ones (the last one's probabilities are counted above); at the window's end, their list
     # and their concatenation

@@ -3,8 +3,9 @@
 The pages embed NiiVue for the flagged cases (:mod:`monai_unc.report.viewer`); in a notebook, :func:`view` shows
 any case's files the same way: the image in grey, the prediction as an overlay (each class in its colour of the
 pages, :func:`~monai_unc.report.palette.class_colors`) and an uncertainty map as a heat overlay, in a widget
-(``ipyniivue.NiiVue``) that reads the files from disk (a prediction with a label above 65535 is passed shown by
-rank, as the pages' viewer shows it).
+(``ipyniivue.NiiVue``) that reads the files from disk (a prediction with a label of
+:data:`~monai_unc.report.viewer.MAX_LABEL_TEXELS` or above is passed shown by rank, as the pages' viewer shows it:
+NiiVue's label table is one row of a texture, which a GPU refuses beyond its ``MAX_TEXTURE_SIZE``).
 
 Needs ``pip install 'monai-unc[viewer]'`` (ipyniivue and its Jupyter widget dependencies); the rest of the package
 does not import this module.
@@ -18,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from .palette import class_colors, hex_rgb
+from .viewer import MAX_LABEL_TEXELS
 
 __all__ = ["view"]
 
-#: the largest label value given a table entry per value (above, the labels are shown by rank, as the pages do)
-_DENSE_MAX = 65535
+#: the largest label value given a table entry per value (above, the labels are shown by rank, as the pages do): the
+#: table, background included, is one row of MAX_LABEL_TEXELS texels at most (found by review 62: 65536 texels for a
+#: label 65535, wider than many GPUs' MAX_TEXTURE_SIZE, and the labels were not drawn)
+_DENSE_MAX = MAX_LABEL_TEXELS - 1
 
 
 def _file(path: str | os.PathLike | None, name: str) -> Path | None:
@@ -98,7 +102,7 @@ def view(
     roles = [role for _, role in files]
     # each class in its colour of the pages (found by hostile review 60: a continuous ramp)
     found = _label_lut(files[roles.index("prediction")][0]) if "prediction" in roles else None
-    shown = None if found is None else found[1]  # the labels by rank, above label 65535
+    shown = None if found is None else found[1]  # the labels by rank, from label MAX_LABEL_TEXELS on
 
     def volume(p: Path, role: str) -> dict[str, Any]:
         if role == "prediction" and shown is not None:
@@ -118,13 +122,15 @@ def _label_lut(path: Path) -> tuple[dict[str, Any], bytes | None] | None:
     """The label lookup table of a prediction file, each label value in its colour of the pages, and the data to show.
 
     :func:`~monai_unc.report.palette.class_colors` of the positive label values present, as the pages' viewer and
-    figures colour them; the background and the values absent are transparent. Up to label 65535 the table has an
-    entry per value up to the largest and the file is shown as it is (data None). Above, such a table would not fit,
-    so the prediction is shown as the pages' viewer shows it (:mod:`monai_unc.report.viewer`): the ``i``-th label
-    value present as ``i`` (a gzipped NIfTI in memory, the file's header and affine), the table's entry ``i`` in that
-    value's colour and named by it (found by review 61: such a prediction kept the continuous ``winter`` ramp, label
-    70000 not in its colour of the pages). None for a file that does not hold non-negative integer labels, or more
-    than 65535 different ones: it keeps the ramp.
+    figures colour them; the background and the values absent are transparent. Up to label
+    ``MAX_LABEL_TEXELS - 1`` (8191) the table has an entry per value up to the largest and the file is shown as it is
+    (data None). Above, such a table would not fit in the one texture row NiiVue uploads it as
+    (:data:`~monai_unc.report.viewer.MAX_LABEL_TEXELS`), so the prediction is shown as the pages' viewer shows it
+    (:mod:`monai_unc.report.viewer`): the ``i``-th label value present as ``i`` (a gzipped NIfTI in memory, the file's
+    header and affine), the table's entry ``i`` in that value's colour and named by it (found by review 61: such a
+    prediction kept the continuous ``winter`` ramp, label 70000 not in its colour of the pages). None for a file that
+    does not hold non-negative integer labels, or more different ones than the table has entries besides the
+    background's: it keeps the ramp.
     """
     import nibabel as nib
     import numpy as np

@@ -41,11 +41,17 @@ from ..keys import ENTROPY_MEASURES
 from .markup import Markup, el, frag, isolate, json_script, script_file
 from .palette import LABEL_COLORS, MAX_DISTINCT_COLORS, class_colors, hex_rgb
 
-__all__ = ["CASE_BUDGET_BYTES", "LABEL_COLORS", "VIEWER_CSS", "case_viewer", "measure_unit", "viewer_block",
-           "viewer_scripts", "viewer_section"]
+__all__ = ["CASE_BUDGET_BYTES", "LABEL_COLORS", "MAX_LABEL_TEXELS", "VIEWER_CSS", "case_viewer", "measure_unit",
+           "viewer_block", "viewer_scripts", "viewer_section"]
 
 #: the most base64 bytes one case's volumes may take in a page
 CASE_BUDGET_BYTES = 2 * 2**20
+#: the most entries of a label lookup table handed to NiiVue (the pages' viewer and ``notebook.view``). NiiVue uploads
+#: the table as one row of a 2-D texture, as many texels wide as it has entries (``niivue.umd.js``: a texture of
+#: ``max - min + 1`` by 1, filled by ``texSubImage2D``; it does not wrap into rows); WebGL refuses a texture wider
+#: than the GPU's ``MAX_TEXTURE_SIZE`` (2048 at least in WebGL 2; 8192 or 16384 on most devices) and the labels are
+#: then not drawn. Found by review 62: ``notebook.view`` built a table of 65536 texels for a label 65535.
+MAX_LABEL_TEXELS = 8192
 ASSETS = Path(__file__).parent / "assets"
 #: the folder, beside the page, that gets the viewer's scripts
 ASSET_DIR = "assets"
@@ -135,26 +141,42 @@ def _check_affine(affine: Any) -> np.ndarray:
     return a
 
 
-def _label_table(values: Sequence[int], class_names: Sequence[str] | None,
-                 every: Sequence[int] | None = None) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
-    """NiiVue's label lookup table of the display indices ``0 .. len(values)`` and the legend of ``values``.
+def _label_table(values: Sequence[int], class_names: Sequence[str] | None, every: Sequence[int] | None = None
+                 ) -> tuple[dict[str, list[int]], list[dict[str, Any]], np.ndarray | None]:
+    """NiiVue's label lookup table of the display indices ``0 .. len(values)``, the legend of ``values``, the remap.
 
     The volume holds index ``i`` for the label ``values[i - 1]`` (0 transparent): any label value is drawn, and the
     colour of each is :func:`~monai_unc.report.palette.class_colors`'s, as on the static slices: of ``every`` label of
     the case when given (label values above :data:`~monai_unc.report.palette.MAX_DISTINCT_COLORS` are coloured by
     their rank among them), else of ``values``.
+
+    More labels than the table may have entries (:data:`MAX_LABEL_TEXELS`, with the background's): the labels of one
+    colour share an entry (the palette repeats its colours above ``MAX_DISTINCT_COLORS`` labels, so at most that
+    many entries), and the remap, ``remap[i]`` the entry of display index ``i``, must be applied to the volume; None
+    where every label has its own entry. The legend keeps every label value.
     """
     colors = class_colors(values if every is None else every)
+    slots: dict[str, int] = {}
+    if len(values) + 1 <= MAX_LABEL_TEXELS:
+        entries = list(range(1, len(values) + 1))
+    else:  # one entry per colour, in the order of the labels' first use of it
+        entries = [slots.setdefault(colors[k], len(slots) + 1) for k in values]
+        if len(slots) + 1 > MAX_LABEL_TEXELS:  # the palette has fewer colours than texels: never reached
+            raise ValueError(f"{len(slots)} label colours do not fit NiiVue's label table of {MAX_LABEL_TEXELS}")
     table: dict[str, list[int]] = {"R": [0], "G": [0], "B": [0], "A": [0], "I": [0]}
     legend = []
-    for i, k in enumerate(values, start=1):
-        r, g, b = hex_rgb(colors[k])
-        for key, v in zip("RGBAI", (r, g, b, 255, i)):
-            table[key].append(v)
+    done: set[int] = set()
+    for entry, k in zip(entries, values):
+        if entry not in done:
+            done.add(entry)
+            r, g, b = hex_rgb(colors[k])
+            for key, v in zip("RGBAI", (r, g, b, 255, entry)):
+                table[key].append(v)
         name = str(class_names[k]) if class_names is not None and k < len(class_names) else ""
         legend.append({"value": int(k), "name": name if name and not name.isdigit() else f"class {k}",
                        "color": colors[k]})
-    return table, legend
+    remap = np.asarray([0, *entries], dtype=np.int64) if slots else None
+    return table, legend, remap
 
 
 def _display_labels(seg: np.ndarray) -> tuple[np.ndarray, list[int]]:
@@ -210,7 +232,8 @@ def case_viewer(
         ``labels`` the prediction's legend (``{"value", "name", "color"}`` per label value drawn, the true values,
         however large). The prediction is stored as display indices (the
         ``i``-th label value drawn as ``i``: uint8, uint16 above 255 labels) with a discrete label lookup table
-        (``colormap_label``, index ``i`` in the colour of its label value,
+        (``colormap_label``, at most :data:`MAX_LABEL_TEXELS` entries, NiiVue's texture of one row: with more labels
+        in the crop the labels of one colour share an index; index ``i`` in the colour of its label value,
         :func:`~monai_unc.report.palette.class_colors`: different for every class, the first twelve
         :data:`LABEL_COLORS`, the background transparent); the uncertainty has a
         ``threshold`` (``cal_min``): the larger of 10 % of its range and the quantile that leaves
@@ -308,10 +331,12 @@ def case_viewer(
                             "base64": _encode(q, aff, slope, inter), "colormap": "gray", "opacity": 1.0,
                             "cal_min": float(i_lo), "cal_max": float(i_hi)})
         labels, present = _display_labels(seg_c[sub])  # the labels drawn at this step, whatever their values
-        lut, legend = _label_table(present, class_names, every)
+        lut, legend, remap = _label_table(present, class_names, every)
+        if remap is not None:  # more labels than texels: one entry per colour (the table of one texture row)
+            labels = remap[labels].astype(labels.dtype)
         volumes.append({"role": "prediction", "name": "prediction.nii.gz", "title": "prediction",
                         "base64": _encode(labels, aff), "colormap": "gray", "colormap_label": lut, "opacity": 0.5,
-                        "cal_min": 0.0, "cal_max": float(max(len(present), 1))})
+                        "cal_min": 0.0, "cal_max": float(max(max(lut["I"]), 1))})
         q, slope, inter = _quantise(u_c[sub], q_lo, u_hi)
         volumes.append({"role": "uncertainty", "name": f"{measure}.nii.gz", "title": u_title,
                         "base64": _encode(q, aff, slope, inter), "colormap": "hot", "opacity": 0.7,

@@ -513,6 +513,9 @@ def _add_demo(sub: Any) -> None:
     p.add_argument("--roi", nargs="+", type=_positive_int, default=[64], help="sliding-window size (default 64)")
     p.add_argument("--overlap", type=_fraction, default=0.0, help="sliding-window overlap (default 0)")
     p.add_argument("--budget", type=_fraction, default=0.3, help="referral budget of the triage (default 0.3)")
+    p.add_argument("--device", default="cpu",
+                   help="where the network runs: cpu (default: the documented results are the CPU's), cuda, "
+                   "cuda:1, auto")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run on 11 cases (the clean right hemisphere and 10 perturbed copies): its rule, "
                    "certified on 6 of them, certifies nothing, so every new case goes to review (default: a rule "

@@ -70,7 +70,7 @@ from ..report.triage import link_page
 from .factory import build_inferer, check_roi, method_tokens, normalize_roi
 from .infer import InferSettings, check_run_settings, complete_settings, predict_cases
 from .models import load_network
-from .prepare import infer_measures
+from .prepare import infer_measures, resolve_device
 from .session import CommandResult
 from .triage import certify_and_triage, format_outcome, format_triage, triage_outcome
 
@@ -97,6 +97,7 @@ def run_demo(
     budget: float = 0.3,
     overlap: float = 0.0,
     quick: bool = False,
+    device: str | torch.device = "cpu",
 ) -> dict[str, Any]:
     """Run the demo into ``output`` (module docstring); returns the cohort summary and prints the report path.
 
@@ -114,6 +115,10 @@ def run_demo(
         overlap: sliding-window overlap in [0, 1).
         quick: the 11 cases of :data:`~monai_unc.data.cohorts.DEMO_SHIFTS`, the rule certified on half of them and
             the other half triaged, instead of the 42 calibration and 12 new cases.
+        device: where the network runs (``--device``: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"auto"``), checked as
+            ``monai-unc infer`` checks it (:func:`~monai_unc.workflows.prepare.resolve_device`): ``cuda`` where torch
+            finds no CUDA GPU is refused, saying why and that ``--device cpu`` works. The documented results are
+            the CPU's; a GPU's kernels may round differently.
 
     Returns:
         The cohort summary (``summary.json`` plus the report path and ``"demo"``: the guarantee, what happened to
@@ -126,6 +131,9 @@ def run_demo(
         samples = 8 if quick else 4
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"--samples must be a positive integer, got {samples!r}")
+    # as infer checks it (found by review 62: demo had no --device, and `demo --device cuda` was argparse's
+    # "unrecognized arguments", naming no command)
+    dev = resolve_device(device)
     check_output_folder(output)  # writable: before any work
     output = Path(output)
     shifts = DEMO_SHIFTS if quick else DEMO_CALIBRATION_SHIFTS + DEMO_NEW_SHIFTS
@@ -147,7 +155,7 @@ def run_demo(
     say(f"[1/5] demo cohort: MNI152 right hemisphere (held out) + shifted copies, {what} -> {output / 'data'}")
     cohort = make_demo_cohort(output / "data", shifts=shifts)
     say(f"[2/5] infer: {method}, {samples} samples")
-    model = load_network(model="example")
+    model = load_network(model="example", device=dev)
     # recorded as `monai-unc infer --model example --intensity none` records it (model, weights and their
     # digests), so that the demo's rule applies to predictions of the same model and settings made with the CLI
     settings = complete_settings(InferSettings(
@@ -159,7 +167,8 @@ def run_demo(
     pred_dir.mkdir(parents=True, exist_ok=True)
     check_run_settings(pred_dir, settings, overwrite_option=False)  # demo has no --overwrite
     with torch.no_grad():
-        predict_cases(list_image_cases(cohort["images"]), model, inferer, settings, pred_dir, progress=not quiet)
+        predict_cases(list_image_cases(cohort["images"]), model, inferer, settings, pred_dir, device=dev,
+                      progress=not quiet)
     say("[3/5] evaluate")
     config.shifts = read_shifts(cohort["shifts"])
     state, summary, paths = run_evaluate(cohort["labels"], pred_dir, output / "evaluation", config,
@@ -272,5 +281,5 @@ def demo_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, Any
         demo prints as it goes).
     """
     summary = run_demo(args.output, samples=args.samples, quiet=args.quiet, roi=args.roi, method=args.method,
-                       budget=args.budget, overlap=args.overlap, quick=args.quick)
+                       budget=args.budget, overlap=args.overlap, quick=args.quick, device=args.device)
     return CommandResult(summary, True, Path(args.output).resolve())

@@ -115,6 +115,7 @@ __all__ = [
     "network_in_channels",
     "network_image_cases",
     "network_out_channels",
+    "network_dtype",
     "is_multilabel",
     "region_names",
     "restore_uncovered",
@@ -614,10 +615,41 @@ def network_out_channels(network: Any) -> int | None:
     return _network_channels(network, "out_channels")
 
 
+def network_dtype(network: Any) -> torch.dtype | None:
+    """The floating point dtype that most of ``network``'s parameters have: the dtype it computes and returns in.
+
+    A float64 network given a float32 input (one that casts its input to its own dtype) returns float64 logits, and
+    its probabilities and running sums are float64 too (:func:`monai_unc.inferers.estimate_memory`'s
+    ``network_dtype``). A temperature-scaled wrapper counts with its network: the dtype of the most parameter
+    elements decides.
+
+    Args:
+        network: the network (a ``torch.nn.Module``; anything else has no parameters to read).
+
+    Returns:
+        The dtype, or None when the network has no floating point parameters (or is no module).
+
+    Example:
+        >>> network_dtype(torch.nn.Conv3d(1, 4, 3).double())
+        torch.float64
+        >>> network_dtype(torch.nn.ReLU()) is None
+        True
+    """
+    if not isinstance(network, torch.nn.Module):
+        return None
+    counts: dict[torch.dtype, int] = {}
+    for param in network.parameters():
+        if param.is_floating_point():
+            counts[param.dtype] = counts.get(param.dtype, 0) + param.numel()
+    return max(counts, key=lambda d: counts[d]) if counts else None
+
+
 def memory_warning(
     case_id: str, spatial_shape: Sequence[int], num_classes: int | None, settings: InferSettings,
     device: torch.device | str, available: int | None = None, kept_samples: int = 0, sw_batch_size: int = 1,
     ensemble_members: int = 1,
+    input_dtype: torch.dtype = torch.float32,
+    network_dtype: torch.dtype | None = None,
 ) -> str | None:
     """A one-line warning when the inference of a case will not fit in the memory of ``device``, else None.
 
@@ -637,6 +669,8 @@ def memory_warning(
         sw_batch_size: the sliding window's windows per network call (``--sw-batch-size``; no effect without
             ``settings.roi``).
         ensemble_members: the members of ``--method ensemble`` (1: no ensemble).
+        input_dtype: the dtype of the network's input.
+        network_dtype: the dtype of the network's outputs (:func:`network_dtype` of the network; None: the input's).
 
     Returns:
         The warning, or None when the case fits or the memory is unknown.
@@ -667,7 +701,8 @@ def memory_warning(
                                multilabel=settings.activation == "sigmoid" and num_classes > 1, kept_samples=kept,
                                sw_batch_size=sw_batch_size if roi is not None else 1,
                                overlap=settings.overlap if roi is not None else None,
-                               ensemble_members=ensemble_members, device=device)
+                               ensemble_members=ensemble_members, device=device, input_dtype=input_dtype,
+                               network_dtype=network_dtype)
 
     est = estimate(kept_samples)
     free = available if available is not None else available_memory(device)
@@ -798,7 +833,9 @@ def _infer_input(
     kept = _num_samples(inferer, x) if settings.save_samples else 0
     warning = memory_warning(case.case_id, x.shape[2:], network_out_channels(model.network), settings, device,
                              kept_samples=kept, sw_batch_size=_sw_batch_size(inferer),
-                             ensemble_members=_ensemble_members(inferer))
+                             ensemble_members=_ensemble_members(inferer),
+                             input_dtype=x.dtype if x.is_floating_point() else torch.float32,
+                             network_dtype=network_dtype(model.network))
     if warning is not None:
         warnings.warn(warning, UserWarning, stacklevel=3)
     try:
