@@ -127,6 +127,10 @@ __all__ = [
     "read_label",
     "segment_label_values",
     "REFERENCE_EXTENSIONS",
+    "NNUNET_IMAGE_EXTENSIONS",
+    "SEGMENTATION_EXTENSIONS",
+    "MAP_EXTENSIONS",
+    "read_nnunet_image",
     "read_probabilities",
     "check_label_map",
     "spacing_from_affine",
@@ -196,6 +200,15 @@ PAIR_HEADER_EXTENSION = ".hdr"
 REFERENCE_EXTENSIONS = (*VOLUME_EXTENSIONS, ".dcm")
 #: probabilities may also come as nnU-Net ``.npz`` files
 PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
+#: the image formats of nnU-Net's other reader/writers, read as labels, segmentations and maps
+#: (:func:`read_nnunet_image`): ``Tiff3DIO``'s 3D ``.tif`` / ``.tiff`` (spacing in ``<name>.json`` beside it) and
+#: ``NaturalImage2DIO``'s 2D ``.png`` / ``.bmp`` (and 2D ``.tif``)
+NNUNET_IMAGE_EXTENSIONS = (".tif", ".tiff", ".png", ".bmp")
+#: the files read as segmentations and labels: volumes and nnU-Net's other image formats
+SEGMENTATION_EXTENSIONS = (*VOLUME_EXTENSIONS, *NNUNET_IMAGE_EXTENSIONS)
+#: the files read as uncertainty maps: those and the ``<case>_<measure>.npz`` (key ``map``) that nnU-Net's 2D
+#: natural-image datasets get, whose formats hold no floats (:func:`monai_unc.nnunet.export.write_float_map`)
+MAP_EXTENSIONS = (*SEGMENTATION_EXTENSIONS, ".npz")
 #: largest displacement (mm) of a voxel centre tolerated between the affines of the volumes of one case, at least
 #: (:func:`grid_displacement`: the largest over the grid, at one of its corner voxels; :func:`grid_mismatch`)
 GEOMETRY_ATOL = 1e-3
@@ -1372,7 +1385,8 @@ def match_cases(
         if given:  # an uncertainty folder named explicitly: not evaluated without maps
             input_folder(folder, parameter)
     refuse_dataset_root(labels, "labels", kind="labels")  # an nnU-Net / MSD dataset's root: name its labelsTr/
-    label_files = list_files(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS,
+    label_files = list_files(labels, label_suffix, (*REFERENCE_EXTENSIONS, *NNUNET_IMAGE_EXTENSIONS) if seg_ok
+                             else SEGMENTATION_EXTENSIONS,
                              what="labels folder")
     if not label_files:
         raise CaseError(f"no label volume found in {labels}")
@@ -1380,7 +1394,7 @@ def match_cases(
     if seg_labels and images is None:
         raise CaseError(f"the labels in {labels} are DICOM SEG objects (e.g. {label_files[seg_labels[0]].name}): "
                         "give --images, the folder of the cases' DICOM series (a SEG is read on its series' grid)")
-    seg_files = list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS, what="predictions folder")
+    seg_files = list_files(pred_dir, seg_suffix, SEGMENTATION_EXTENSIONS, what="predictions folder")
     if seg_suffix == probs_suffix:
         # nnU-Net: <case>.nii.gz is the segmentation, <case>.npz the probabilities
         prob_files = list_files(pred_dir, probs_suffix, (".npz",))
@@ -1414,10 +1428,10 @@ def match_cases(
         raise ValueError(f"measures must be among {MEASURES}, got {sorted(unknown)}")
     if unc_dir.is_dir():
         for m in MEASURES if measures is None else measures:
-            found = list_files(unc_dir, f"_{m}", VOLUME_EXTENSIONS)
+            found = list_files(unc_dir, f"_{m}", MAP_EXTENSIONS)
             if not found:  # files written by older versions under a deprecated name, e.g. <case>_max_softmax
                 for old in (o for o, n in DEPRECATED_MEASURES.items() if n == m):
-                    found = list_files(unc_dir, f"_{old}", VOLUME_EXTENSIONS)
+                    found = list_files(unc_dir, f"_{old}", MAP_EXTENSIONS)
                     if found:
                         warnings.warn(
                             f"reading the <case>_{old} maps of {unc_dir} as {m!r} ({old!r} is the deprecated name "
@@ -1527,7 +1541,7 @@ def _with_region_files(folder: Path, measure: str, regions: Sequence[str], singl
         CaseError: naming the case, when it has per-region files of some regions only, or both a
             ``<case>_<measure>`` file and per-region files (which one holds its map is ambiguous).
     """
-    per_region = {r: list_files(folder, f"_{measure}_{r}", VOLUME_EXTENSIONS) for r in regions}
+    per_region = {r: list_files(folder, f"_{measure}_{r}", MAP_EXTENSIONS) for r in regions}
     out: dict[str, Path | tuple[Path, ...]] = dict(single)
     for cid in sorted({c for found in per_region.values() for c in found} & set(case_ids)):
         have = [r for r in regions if cid in per_region[r]]
@@ -1564,7 +1578,7 @@ def _unread_region_map(folder: Path, case_ids: Collection[str], read: Iterable[P
     names += [old for old, new in DEPRECATED_MEASURES.items() if new in names]
     ids = set(case_ids)
     for path in sorted(folder.iterdir()):
-        split = split_extension(path.name, (*VOLUME_EXTENSIONS, ".tif", ".tiff"))
+        split = split_extension(path.name, MAP_EXTENSIONS)
         if split is None or os.path.abspath(path) in taken:
             continue
         stem = split[0]
@@ -1601,7 +1615,7 @@ def _swapped_folders_hint(labels: str | os.PathLike, pred_dir: Path, label_files
         # multi-channel float "labels" (probability volumes) and integer predictions, from the headers; float labels
         # of one channel are common and valid (nibabel stores float64 by default; found by review 61: they drew this
         # hint on a segmentation-only evaluation)
-        first = next(iter(list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS).values()), None)
+        first = next(iter(list_files(pred_dir, seg_suffix, SEGMENTATION_EXTENSIONS).values()), None)
         if _header_kind(first) in ("i", "u"):
             held = (f"multi-channel floating-point volumes (e.g. {next(iter(label_files.values())).name}) where the "
                     f"predictions are integer masks (e.g. {first.name})")
@@ -1755,7 +1769,11 @@ def read_volume(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[np.nd
             raise CaseError(f"cannot read {path}: an uncompressed NIfTI file although its name ends with .gz (gzip "
                             "it, or rename it without .gz)")
     _check_nifti_claim(path)
-    read = _read_nifti(path, dtype)
+    if path.name.lower().endswith((*NNUNET_IMAGE_EXTENSIONS, ".npz")):  # nnU-Net's formats, in its axis order
+        data, affine = read_nnunet_image(path)
+        read = _as_type(data, dtype), affine
+    else:
+        read = _read_nifti(path, dtype)
     if read is None:
         data, affine = _read_with_loader(path)
         read = _as_type(data, dtype), affine
@@ -1824,6 +1842,98 @@ def _check_nifti_claim(path: Path) -> None:
         raise CaseError(f"cannot read {path}: its header claims {'x'.join(map(str, shape))} voxels of {dtype} "
                         f"({need / 2**20:.0f} MiB of data), more than this machine's free memory "
                         f"({free / 2**20:.0f} MiB, swap included)")
+
+
+def read_nnunet_image(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """Read a label map, segmentation or map that nnU-Net's ``Tiff3DIO`` or ``NaturalImage2DIO`` wrote.
+
+    nnU-Net holds these images in its array order, the reverse of the ``x, y, z`` order of NIfTI files: ``(z, y,
+    x)`` for a 3D ``.tif`` / ``.tiff`` (``tifffile``), ``(1, y, x)`` for a 2D image (``.png``, ``.bmp``, a 2D
+    ``.tif``). The axes are reversed here, as :func:`read_probabilities` reverses those of nnU-Net's ``.npz``
+    probabilities, so a case's segmentation, probabilities and maps share one grid: ``(1, x, y, z)`` and ``(1, x, y,
+    1)``. A 3D ``.tif``'s voxel spacing is ``Tiff3DIO``'s, the ``"spacing"`` (in the array's order) of
+    ``<name>.json`` beside it (``(1, 1, 1)`` with a warning without one, as nnU-Net assumes), the affine the
+    diagonal of that spacing; 2D images have no geometry (the identity). A ``.npz`` holds a map of a 2D natural-image
+    dataset (key ``map``, :func:`monai_unc.nnunet.export.write_float_map`), in nnU-Net's order too.
+
+    Args:
+        path: a ``.tif`` / ``.tiff`` / ``.png`` / ``.bmp`` image or a ``.npz`` map.
+
+    Returns:
+        ``(data, affine)``: ``data`` ``(1, *spatial)`` in the type stored, ``affine`` ``(4, 4)`` float64.
+
+    Raises:
+        CaseError: the file cannot be read, holds colour channels or more than 3 axes (no label map or map), a
+            ``.npz`` without the key ``map``, or a spacing file whose ``"spacing"`` is not 3 positive numbers.
+
+    Example:
+        >>> import json, tempfile
+        >>> import tifffile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     tifffile.imwrite(Path(d) / "case.tif", np.zeros((4, 5, 6), np.uint8))  # (z, y, x)
+        ...     _ = (Path(d) / "case.json").write_text(json.dumps({"spacing": [3.0, 0.5, 0.5]}))
+        ...     data, affine = read_nnunet_image(Path(d) / "case.tif")
+        ...     data.shape, np.diag(affine).tolist()
+        ((1, 6, 5, 4), [0.5, 0.5, 3.0, 1.0])
+    """
+    path = Path(path)
+    name = path.name.lower()
+    try:
+        if name.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as f:
+                if "map" not in f.files:
+                    raise CaseError(f"{path}: an .npz map must hold the key 'map' (as nnU-Net's 2D natural-image "
+                                    f"datasets' maps are written), has {f.files}")
+                arr = np.asarray(f["map"])
+        elif name.endswith((".tif", ".tiff")):
+            import tifffile
+
+            arr = np.asarray(tifffile.imread(str(path)))
+        else:
+            from PIL import Image
+
+            with Image.open(path) as image:
+                arr = np.asarray(image)
+    except CaseError:
+        raise
+    except Exception as e:  # truncated / corrupt files: the readers' many exception types
+        raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
+    tiff_3d = name.endswith((".tif", ".tiff")) and arr.ndim == 3
+    if arr.ndim == 2:
+        arr = arr[None]  # nnU-Net's (1, y, x)
+    if arr.ndim != 3 or (arr.shape[0] != 1 and not (tiff_3d or name.endswith(".npz"))):
+        raise CaseError(f"{path}: a label map, segmentation or map must be one 2D image or a 3D .tif, got an array "
+                        f"of shape {arr.shape} (colour channels or more axes)")
+    affine = np.eye(4)
+    if tiff_3d:
+        affine[:3, :3] = np.diag(_tiff_spacing(path)[::-1])
+    return np.ascontiguousarray(arr.transpose(2, 1, 0))[None], affine
+
+
+def _tiff_spacing(path: Path) -> tuple[float, float, float]:
+    """``Tiff3DIO``'s spacing of a 3D ``.tif`` (array order ``z, y, x``): ``"spacing"`` of ``<name>.json`` beside it.
+
+    Raises:
+        CaseError: the spacing file cannot be read or its ``"spacing"`` is not 3 positive finite numbers.
+    """
+    stem = path.name[: path.name.rfind(".")]
+    aux = path.with_name(stem + ".json")
+    if not aux.is_file():
+        warnings.warn(f"{path.name}: no spacing file {aux.name} beside it (nnU-Net's Tiff3DIO writes one); spacing "
+                      "(1, 1, 1) assumed, as nnU-Net assumes it", UserWarning, stacklevel=3)
+        return (1.0, 1.0, 1.0)
+    try:
+        doc = json.loads(aux.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CaseError(f"cannot read the spacing file {aux}: {_reason(e)}") from None
+    spacing = doc.get("spacing") if isinstance(doc, dict) else doc
+    if (not isinstance(spacing, list) or len(spacing) != 3
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                       for v in spacing)):
+        raise CaseError(f"{aux}: \"spacing\" must be 3 positive numbers (the voxel size along z, y, x, as nnU-Net's "
+                        f"Tiff3DIO writes it), got {spacing!r:.80}")
+    return (float(spacing[0]), float(spacing[1]), float(spacing[2]))
 
 
 def _as_type(data: np.ndarray, dtype: Any) -> np.ndarray:
