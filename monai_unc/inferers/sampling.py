@@ -70,6 +70,7 @@ from .._utils import (
     check_probabilities,
     check_sample_batch_size,
     check_seed,
+    compiled_draws_context,
     plain_module,
     probability_tolerance,
 )
@@ -1403,6 +1404,10 @@ class UncertaintyInferer(Inferer):
                 call_stack.callback(members.close)
             for index, member in enumerate(members):
                 with member as net, contextlib.ExitStack() as stack:
+                    # a compiled network draws its dropout masks (Rate-In's search, SSN latents, ...) from torch's
+                    # generator, as the plain network does: inductor's own drew other masks for the same seed
+                    # (review 62); only graphs compiled during the call are concerned
+                    stack.enter_context(compiled_draws_context(net))
                     if check_modes:  # the modes the caller left, before a source switches dropout on
                         kinds = _training_mode_kinds(net, dropout=not samples_dropout)
                         if kinds:
