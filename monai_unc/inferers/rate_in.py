@@ -1749,4 +1749,3 @@ class RateInInferer(UncertaintyInferer):
             (1, 'Dropout3d')
         """
         return self.source.release()
-

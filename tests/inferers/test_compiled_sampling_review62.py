@@ -222,3 +222,27 @@ def test_kept_layers_in_a_product_with_mc_dropout(fresh_dynamo, rate_in_first: b
         _assert_same(inferer(x, compiled), want)
     rate_in = next(s for s in got_sources if isinstance(s, RateInSource))
     assert rate_in.release() == 1 and type(net[1]) is nn.Dropout3d
+
+
+@pytest.mark.parametrize("post_hoc", [False, True], ids=["dropout_module", "add_dropout"])
+def test_mc_dropout_on_a_compiled_network_compiles_once_per_mode(fresh_dynamo, post_hoc: bool) -> None:
+    """MC dropout adds nothing to the network (it switches modes, which dynamo guards on): the sampling mode compiles
+    once for every call, and the plain prediction once."""
+    from monai_unc.inferers import add_dropout
+
+    net = _net(dropout=(lambda p: nn.Identity()) if post_hoc else nn.Dropout3d)
+    if post_hoc:
+        add_dropout(net, p=0.3, after=["0"])
+    x = _image(8)
+    counter = CompileCounter()
+    compiled = torch.compile(net, backend=counter)
+    frames = []
+    for _ in range(3):
+        MCDropoutInferer(num_samples=2, seed=0, share_passes=False)(x, compiled)
+        frames.append(counter.frame_count)
+    with torch.no_grad():
+        compiled(x)
+    frames.append(counter.frame_count)
+    MCDropoutInferer(num_samples=2, seed=0, share_passes=False)(x, compiled)
+    frames.append(counter.frame_count)
+    assert frames == [1, 1, 1, 2, 2], frames
