@@ -11,7 +11,14 @@ import torch
 from torch import nn
 from torch._dynamo.testing import CompileCounter
 
-from monai_unc.inferers import MCDropoutInferer, RateInInferer, RateInSource, UncertaintyInferer
+from monai_unc.inferers import (
+    EnsembleInferer,
+    MCDropoutInferer,
+    MCDropoutSource,
+    RateInInferer,
+    RateInSource,
+    UncertaintyInferer,
+)
 from monai_unc.inferers.rate_in import find_rate_in_layers
 
 pytestmark = pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile not available")
@@ -149,6 +156,12 @@ def test_fallback_random_is_set_only_while_a_compiled_network_samples(fresh_dyna
     MCDropoutInferer(num_samples=2, seed=0, share_passes=False)(x, holder)
     assert seen and all(seen)
     assert not inductor_config.fallback_random
+    seen.clear()
+    torch.compiler.reset()  # the module class's compiled code would serve the new member without compiling
+    members = [torch.compile(_net(), backend=recording_backend), nn.Sequential(_net(), Probe())]
+    EnsembleInferer(members, seed=0, extra_sources=[MCDropoutSource(2)], share_passes=False)(x, None)
+    assert seen[0] and not seen[-1], seen  # set for the compiled member only
+    assert not inductor_config.fallback_random
 
 
 def _has_cxx() -> bool:
@@ -206,8 +219,6 @@ def test_mc_dropout_after_rate_in_kept_layers_samples_the_networks_own_dropout(f
 def test_kept_layers_in_a_product_with_mc_dropout(fresh_dynamo, rate_in_first: bool) -> None:
     """MC dropout x Rate-In in one inferer: the layers the Rate-In source keeps stay for its own call (removed by the
     MC dropout source, the search found "none of the Rate-In layers ran"); the maps of the plain network."""
-    from monai_unc.inferers import MCDropoutSource
-
     def sources(keep: bool) -> list:
         rate_in = RateInSource(2, target_loss=0.1, loss="mse", max_iter=3, keep_layers=keep)
         return [rate_in, MCDropoutSource(2)] if rate_in_first else [MCDropoutSource(2), rate_in]
