@@ -916,6 +916,11 @@ class UncertaintyInferer(Inferer):
     statistics and update the running ones) or, unless a source samples dropout, with active dropout gets a
     ``UserWarning`` naming the member and the kinds of layers, once per inferer.
 
+    A ``torch.compile`` network (or member) is sampled with ``torch._inductor.config.fallback_random`` set, so that
+    the graphs compiled during the call draw their random numbers (dropout masks, Rate-In's search, SSN latents) from
+    torch's generator and a seeded call gives the maps of the plain network
+    (:func:`~monai_unc._utils.compiled_draws_context`); the setting is restored afterwards.
+
     Example:
         >>> from monai_unc.inferers import FlipSource, MCDropoutSource, UncertaintyInferer
         >>> import torch
