@@ -91,7 +91,16 @@ class MCDropoutSource(SampleSource):
         return [None] * self.num_samples
 
     def activate(self, network: nn.Module) -> MCDropoutContext:
-        """Switch on the dropout of ``network`` for the call (:func:`enable_mc_dropout`)."""
+        """Switch on the dropout of ``network`` for the call (:func:`enable_mc_dropout`).
+
+        Rate-In layers that a ``RateInSource(keep_layers=True)`` keeps on a compiled network are removed first
+        (:func:`~monai_unc.inferers.rate_in.release_kept_layers`): switched on, they sampled Rate-In in place of the
+        network's own dropout (found by review 62).
+        """
+        from .rate_in import release_kept_layers  # rate_in builds on this module
+
+        if isinstance(network, nn.Module):
+            release_kept_layers(network)
         return enable_mc_dropout(network)
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "add_rate_in",
     "convert_dropout_to_rate_in",
     "remove_rate_in",
+    "release_kept_layers",
     "find_rate_in_layers",
     "RateInSource",
     "RateInInferer",
@@ -1305,6 +1306,32 @@ def remove_rate_in(model: nn.Module) -> int:
     return count
 
 
+def release_kept_layers(network: nn.Module, but: Any = None) -> int:
+    """Remove the Rate-In layers that sources keep attached to ``network`` between calls (``keep_layers=True``).
+
+    A source that samples the network otherwise (MC dropout, another Rate-In source) calls it first: switched on with
+    the network's dropout, kept layers would sample Rate-In in place of the network's own dropout.
+
+    Args:
+        network: the network (a ``torch.compile`` wrapper too).
+        but: a source whose kept layers stay (the caller itself). The layers of a source that is sampling the network
+            right now (an MC dropout x Rate-In product) stay too.
+
+    Returns:
+        How many layers or hooks were removed.
+
+    Example:
+        >>> import torch
+        >>> release_kept_layers(torch.nn.Sequential(torch.nn.Conv3d(1, 2, 1), torch.nn.Dropout3d(0.2)))
+        0
+    """
+    # a source sampling the network in this very call (a product with MC dropout) keeps its layers
+    owners = {id(o): o for _, layer in find_rate_in_layers(network)
+              if (o := getattr(layer, "kept_by", None)) is not None and o is not but
+              and not getattr(o, "_layers", None)}
+    return sum(owner.release() for owner in owners.values())
+
+
 # ============================================================================================ inferer
 class RateInSource(SampleSource):
     """``num_samples`` dropout passes with Rate-In rates searched once per input (per window).
@@ -1317,10 +1344,20 @@ class RateInSource(SampleSource):
     (:func:`convert_dropout_to_rate_in`), ``"auto"`` converts when the network has dropout and inserts otherwise.
     Other dropout layers of the network stay in the mode they are in. MI is epistemic, MI(Y, theta).
 
+    A ``torch.compile`` network compiles again after every change of its hooks or modules (dynamo does not guard on
+    hooks, so the compiled code is dropped, :func:`~monai_unc._utils.recompile_after_hooks`): attached and removed per
+    call, the layers make every call compile the network again. ``keep_layers=True`` keeps the layers attached to a
+    compiled network between calls instead (switched off outside them: the network predicts as before), so that it
+    compiles once; :meth:`release` removes them. Until then the network holds them: call :meth:`release` before
+    training it, saving it as a module or running dropout of its own on it.
+
     Args:
         num_samples: dropout passes per input.
         placement: ``"auto"``, ``"insert"`` or ``"convert"``.
         after: where ``"insert"`` places the layers.
+        keep_layers: keep the attached layers on a ``torch.compile`` network between calls (see above; default
+            False: the network is left as found after every call). An uncompiled network is restored after every
+            call either way. The layers are kept on one network at a time (the last one the source sampled).
         **layer_kwargs: configure each :class:`RateInDropout`.
 
     Example:
@@ -1348,8 +1385,10 @@ class RateInSource(SampleSource):
         num_samples: int = 30,
         placement: str = "auto",
         after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto",
+        keep_layers: bool = False,
         **layer_kwargs: Any,
     ) -> None:
+        self.keep_layers = check_bool(keep_layers, "keep_layers")
         if not is_int(num_samples) or num_samples < 1:
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
         num_samples = int(num_samples)
@@ -1373,7 +1412,9 @@ class RateInSource(SampleSource):
         return [None] * self.num_samples
 
     @contextlib.contextmanager
-    def activate(self, network: nn.Module | None, keep: bool = False) -> Iterator[list[tuple[str, RateInDropout]]]:
+    def activate(
+        self, network: nn.Module | None, keep: bool | None = None
+    ) -> Iterator[list[tuple[str, RateInDropout]]]:
         """Attach the Rate-In layers for the call (see ``placement``) and switch them on; restore afterwards.
 
         The network's own Rate-In layers get back their training flag, ``mode``, ``rates`` and ``last_search``.
@@ -1387,7 +1428,7 @@ class RateInSource(SampleSource):
         Args:
             network: the network (a ``torch.compile`` wrapper too).
             keep: keep the attached layers on a compiled network between calls (the owner of the network and of
-                this source, e.g. the nnU-Net predictor, sets it).
+                this source, e.g. the nnU-Net predictor, sets it); None: the source's ``keep_layers``.
 
         Yields:
             The Rate-In layers ``[(name, layer)]``.
@@ -1400,13 +1441,11 @@ class RateInSource(SampleSource):
         # compiled network called before kept its graph without them and the search failed, "none of the Rate-In
         # layers ran"): add_rate_in / remove_rate_in drop the stale graph of a compiled wrapper
         wrapper, network = network, plain_module(network)
-        check_bool(keep, "keep")
+        keep = getattr(self, "keep_layers", False) if keep is None else check_bool(keep, "keep")
         if self._kept is not None and plain_module(self._kept[0]) is not network:
             self.release()  # kept on another network
         # layers another source keeps on this network are not this source's: removed before its own are attached
-        for owner in {id(o): o for _, layer in find_rate_in_layers(network)
-                      if (o := getattr(layer, "kept_by", None)) is not None and o is not self}.values():
-            owner.release()
+        release_kept_layers(network, but=self)
         layers = find_rate_in_layers(network)
         attached = not layers
         keep = keep and is_compiled(wrapper)
@@ -1627,6 +1666,9 @@ class RateInInferer(UncertaintyInferer):
         p_min: smallest rate.
         p_max: largest rate.
         draws: dropout masks averaged per loss evaluation.
+        keep_layers: on a ``torch.compile`` network, keep the Rate-In layers a call attaches between calls (switched
+            off outside them), so that the network compiles once instead of on every call; :meth:`release` removes
+            them (see :class:`RateInSource`). Default False: the network is left as found after every call.
         **kwargs: :class:`~monai_unc.inferers.sampling.UncertaintyInferer` options but ``sources``
             (``base_inferer``, ``seed``, ``keys``, ``keep_samples``, ...).
 
@@ -1666,6 +1708,7 @@ class RateInInferer(UncertaintyInferer):
         p_min: float = 0.0,
         p_max: float = DEFAULT_P_MAX,
         draws: int = DEFAULT_DRAWS,
+        keep_layers: bool = False,
         **kwargs: Any,
     ) -> None:
         layer_kwargs: dict[str, Any] = {
@@ -1681,8 +1724,28 @@ class RateInInferer(UncertaintyInferer):
             _check_controller(target_loss, p_init, lr, lr_decay, tol, max_iter, p_min, p_max)
             layer_kwargs["p"] = p_init
         self._refuse_sources(kwargs, "RateInInferer")
-        source = RateInSource(num_samples, placement=placement, after=after, **layer_kwargs)
+        source = RateInSource(num_samples, placement=placement, after=after, keep_layers=keep_layers, **layer_kwargs)
         super().__init__(sources=[source], **kwargs)
         self.num_samples = source.num_samples
         self.source = source
 
+    def release(self) -> int:
+        """Remove the Rate-In layers kept attached to a compiled network between calls (``keep_layers=True``).
+
+        Returns:
+            How many layers or hooks were removed (0 when none are kept).
+
+        Example:
+            >>> import torch
+            >>> from monai_unc.inferers import RateInInferer
+            >>> net = torch.nn.Sequential(
+            ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.2), torch.nn.Conv3d(4, 3, 1)
+            ... ).eval()
+            >>> inferer = RateInInferer(num_samples=2, target_loss=0.1, seed=0, keep_layers=True)
+            >>> out = inferer(torch.rand(1, 1, 4, 4, 4), torch.compile(net, backend="eager"))
+            >>> type(net[1]).__name__  # kept: the next call reuses the compiled code
+            'RateInDropout'
+            >>> inferer.release(), type(net[1]).__name__
+            (1, 'Dropout3d')
+        """
+        return self.source.release()

@@ -70,6 +70,7 @@ from .._utils import (
     check_probabilities,
     check_sample_batch_size,
     check_seed,
+    compiled_draws_context,
     plain_module,
     probability_tolerance,
 )
@@ -915,6 +916,11 @@ class UncertaintyInferer(Inferer):
     statistics and update the running ones) or, unless a source samples dropout, with active dropout gets a
     ``UserWarning`` naming the member and the kinds of layers, once per inferer.
 
+    A ``torch.compile`` network (or member) is sampled with ``torch._inductor.config.fallback_random`` set, so that
+    the graphs compiled during the call draw their random numbers (dropout masks, Rate-In's search, SSN latents) from
+    torch's generator and a seeded call gives the maps of the plain network
+    (:func:`~monai_unc._utils.compiled_draws_context`); the setting is restored afterwards.
+
     Example:
         >>> from monai_unc.inferers import FlipSource, MCDropoutSource, UncertaintyInferer
         >>> import torch
@@ -1403,6 +1409,10 @@ class UncertaintyInferer(Inferer):
                 call_stack.callback(members.close)
             for index, member in enumerate(members):
                 with member as net, contextlib.ExitStack() as stack:
+                    # a compiled network draws its dropout masks (Rate-In's search, SSN latents, ...) from torch's
+                    # generator, as the plain network does: inductor's own drew other masks for the same seed
+                    # (review 62); only graphs compiled during the call are concerned
+                    stack.enter_context(compiled_draws_context(net))
                     if check_modes:  # the modes the caller left, before a source switches dropout on
                         kinds = _training_mode_kinds(net, dropout=not samples_dropout)
                         if kinds:
