@@ -80,3 +80,14 @@ def test_channel_series_of_a_case_is_that_case(tmp_path):
         (images / name).mkdir(parents=True)
         (images / name / "IM0001").write_bytes(b"")
     assert untriaged_cases(tmp_path / "pred", ["brain"], images=images) == ["other"]
+
+
+def test_page_names_cases_not_triaged_at_the_top(cohort, tmp_path):
+    from monai_unc.workflows.report import triage_with_page
+
+    paths, pred = cohort
+    with pytest.warns(UserWarning, match="NOT triaged"):
+        triage_with_page(pred, _rule(), tmp_path / "out", images=paths["images"], cases=1, progress=False)
+    page = (tmp_path / "out" / "triage.html").read_text()
+    summary_part = page[page.index('id="summary"'):page.index("</section>", page.index('id="summary"'))]
+    assert "1 case(s) NOT triaged, neither accepted nor referred" in summary_part and "toy002" in summary_part
