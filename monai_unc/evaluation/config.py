@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._utils import check_integer, check_text, label_text, parameter_error
-from ..io import check_entry_kind, read_table
+from ..io import case_id_hint, check_entry_kind, read_table
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.casewise import IID_SHIFTS
 from ..metrics.qu_brats_score import QU_BRATS_GRIDS
@@ -472,7 +472,11 @@ class EvaluationConfig:
         wanted = {str(c) for c in self.calibration_cases}
         unknown = sorted(wanted - set(case_ids))
         if unknown:
-            raise ValueError(f"calibration_cases: {len(unknown)} case(s) not in the evaluation, e.g. {unknown[:5]}")
+            # marked: the command line names --calibration-cases, and an id that differs only in Unicode form or
+            # spaces (a list typed on macOS) is shown in both spellings (found by the end-to-end run of review 62)
+            raise parameter_error(ValueError(
+                f"calibration_cases: {len(unknown)} case(s) not in the evaluation, e.g. {unknown[:5]}"
+                + case_id_hint(unknown[0], set(case_ids) - wanted, "the evaluated cases")), "calibration_cases")
         return wanted
 
     def calibration_ids(self, case_ids: Sequence[str]) -> list[str]:

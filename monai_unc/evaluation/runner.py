@@ -32,6 +32,7 @@ from ..io import (
     CaseError,
     CaseFiles,
     case_files_digest,
+    case_id_hint,
     check_output_kind,
     check_reference_folder,
     clean_partial_files,
@@ -156,9 +157,11 @@ def _check_shift_cases(cases: Sequence[CaseFiles], config: EvaluationConfig) -> 
         CaseError: naming the first cases without a row.
     """
     if config.shifts is not None:
-        unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
-        if unknown:
-            raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
+        ids = {c.case_id for c in cases}
+        unknown = sorted(ids - set(config.shifts))
+        if unknown:  # with the row it may have been meant as: an NFD id from macOS looks the same (review 62)
+            raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}"
+                            + case_id_hint(unknown[0], set(config.shifts) - ids, "the shift table's rows"))
 
 
 def _as_tuple(result: CaseResult) -> tuple[CaseResult, CaseFiles, int]:

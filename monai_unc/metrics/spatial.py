@@ -509,7 +509,8 @@ def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None,
         hd = hausdorff_distance(p > 0, t > 0, spacing, 95.0, warn=False, backend=backend)
         if not math.isfinite(hd):
             return warn_nan(
-                "BUC: the default width HD95(pred, target) is not finite (an empty foreground); pass width=", 4
+                "BUC: the default width HD95(pred, target) is not finite (an empty foreground in the prediction or "
+                "the reference); BUC is undefined (in Python an explicit width= defines it)", 4
             )
         w = max(hd, max(spacing))
     else:

@@ -14,6 +14,7 @@ import os
 import re
 import stat
 import unicodedata
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -639,6 +640,14 @@ def read_triage_run(
     # key: review 61, the line was discarded). The store has no field for it: the run carries it
     if checked is None:
         checked = check_triage_summary(doc, str(path), warn=True)
+    # cases the triage named as not triaged (no prediction: infer failed on them) are in no decision to record; said
+    # here too, so that the store's stream is not read as the whole cohort (found by the end-to-end run of review 62)
+    left = doc.get("not_triaged")
+    left = [c for c in left if isinstance(c, str)] if isinstance(left, list) else []
+    if left:
+        shown = ", ".join(repr(c[:100]) for c in left[:10]) + (f" and {len(left) - 10} more" if len(left) > 10 else "")
+        warnings.warn(f"{path}: {len(left)} case(s) were NOT triaged (no prediction) and are not recorded: {shown}",
+                      UserWarning, stacklevel=2)
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model,
                      checked)
 

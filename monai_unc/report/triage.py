@@ -632,6 +632,11 @@ def build_triage_page(
                               {products[c].name: f for c, f in folders.items()}, viewers, case_notes)
     keep_page_figures(fig_dir, earlier, (*figures, *case_figs))
     notes = [el("li", n) for n in summary.get("notes", [])]
+    left = [str(c) for c in summary.get("not_triaged") or []]  # no prediction (infer failed on them): at the top
+    if left:
+        notes.insert(0, el("li", f"{len(left)} case(s) NOT triaged, neither accepted nor referred (no prediction: "
+                           "inference failed on them or was not run): " + ", ".join(left[:20])
+                           + (f" and {len(left) - 20} more" if len(left) > 20 else "") + "; review them by hand"))
     guarantee = rule.guarantee()
     summary_section = el(
         "section", el("h2", "Summary"), _cards(summary, rule),

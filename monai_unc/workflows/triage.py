@@ -118,6 +118,10 @@ def triage_summary(result: TriageResult, page: Path | None, output: Path,
     if s.get("rule_signature") and not s["rule_signature"].startswith("UNSIGNED"):
         lines.append(f"rule {s['rule_signature']}")
     lines += [f"note: {note}" for note in s["notes"]]
+    if s.get("not_triaged"):  # inputs without a prediction: also a warning line, and in triage.json
+        left = s["not_triaged"]
+        lines.append(f"WARNING: {len(left)} case(s) NOT triaged (no prediction): "
+                     + ", ".join(repr(c) for c in left[:10]) + (" ..." if len(left) > 10 else ""))
     for command, folder in (applied or {}).items():
         lines += product_of_command(command).applied_lines(folder)
     return [*lines, f"wrote {output / 'triage.csv'} and {page}"]

@@ -86,6 +86,7 @@ from .runner import (
     remove_triage_files,
     run_triage,
     triage_case,
+    untriaged_cases,
 )
 
 __all__ = [
@@ -119,6 +120,7 @@ __all__ = [
     "check_prediction_fingerprint",
     "triage_case",
     "run_triage",
+    "untriaged_cases",
     "remove_triage_files",
     "remove_stale_maps",
     "mismatch_fields",

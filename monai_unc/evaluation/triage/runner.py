@@ -24,6 +24,7 @@ from ...io import (
     CaseError,
     CaseFiles,
     case_files_digest,
+    case_image_files,
     check_inputs_not_written,
     check_output_folder,
     check_output_kind,
@@ -31,6 +32,7 @@ from ...io import (
     image_channel_files,
     load_case,
     owned_folder,
+    read_json_or_none,
     write_csv,
 )
 from ...io.provenance import check_prediction_fingerprint, has_weight_digests, list_prediction_cases, rule_digest
@@ -101,6 +103,68 @@ def find_prediction_cases(
     return list_prediction_cases(predictions, layout, measure=rule.measure if rule.map_source == "file" else None,
                                  uncertainty=uncertainty, images=images, cases=cases,
                                  regions=None if rule.regions is None else [str(r) for r in rule.regions])
+
+
+def untriaged_cases(
+    predictions: str | os.PathLike,
+    found: Sequence[str],
+    *,
+    images: str | os.PathLike | None = None,
+    layout: str = "monai-unc",
+) -> list[str]:
+    """The cases that a triage of ``found`` leaves out although they are inputs: no prediction to triage.
+
+    A case whose inference failed has no prediction, so :func:`find_prediction_cases` does not list it; without a
+    word it would be neither accepted nor referred (found by an end-to-end run: an image with NaN voxels failed in
+    ``infer``, exit 1, and ``triage`` then reported the other cases, exit 0, as if the cohort were complete). These
+    are the cases of ``images`` (:func:`monai_unc.io.case_image_files`; a series folder of one input channel,
+    ``<case>_0001/``, of a case listed counts as that case) and the cases that the predictions' ``failures.json``
+    (written by ``monai-unc infer`` for the cases it could not predict; untrusted, read leniently) names, that
+    ``found`` does not hold.
+
+    Args:
+        predictions: the prediction folder.
+        found: the case ids that will be triaged.
+        images: the folder of the input images, or None.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+
+    Returns:
+        The case ids left out, sorted.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "failures.json").write_text('{"failures": [{"case": "c2"}, {"case": "c1"}]}')
+        ...     untriaged_cases(d, ["c1"])
+        ['c2']
+    """
+    have = {str(c) for c in found}
+    left: set[str] = set()
+    doc = read_json_or_none(Path(predictions) / "failures.json")
+    entries = doc.get("failures") if isinstance(doc, Mapping) else None
+    for entry in entries if isinstance(entries, list) else ():
+        case = entry.get("case") if isinstance(entry, Mapping) else None
+        if isinstance(case, str) and case and case not in have:
+            left.add(case)
+    if images is not None:
+        image_files = case_image_files(images, predictions, sorted(have), layout)
+        used = {image_files[c] for c in have if c in image_files}
+        for cid, path in image_files.items():
+            channel_of = cid[-5:-4] == "_" and cid[-4:].isdigit() and cid[:-5] in have  # <case>_0001/ of a case
+            if cid not in have and path not in used and not channel_of:
+                left.add(cid)
+    return sorted(left)
+
+
+def _untriaged_warning(cases: Sequence[str], predictions: str | os.PathLike,
+                      images: str | os.PathLike | None = None) -> str:
+    """The one line that names the cases :func:`untriaged_cases` found (shown at most 10 ids)."""
+    shown = ", ".join(repr(c) for c in cases[:10]) + (f" and {len(cases) - 10} more" if len(cases) > 10 else "")
+    where = f"an image in {images} but " if images is not None else ""
+    return (f"{len(cases)} case(s) have {where}no prediction in {predictions} and are NOT triaged (neither accepted "
+            f"nor referred): {shown}; 'monai-unc infer' failed on them or was not run on them (see its "
+            "failures.json): fix and predict them, or review them by hand")
 
 
 def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
@@ -525,6 +589,12 @@ def run_triage(
             sign_digest(rule_digest({}), got["key"])
         # compared at the end: another run that writes the predictions after these checks (found by hostile testing)
         got["cases"], got["inputs"] = found, input_signatures(found, predictions)
+        # inputs without a prediction (a case infer failed on) are named, never left out without a word; with
+        # cases= the caller chose the cases
+        got["untriaged"] = [] if cases is not None else untriaged_cases(
+            predictions, [f.case_id for f in found], images=images, layout=layout)
+        if got["untriaged"] and ctx.rank == 0:
+            warnings.warn(_untriaged_warning(got["untriaged"], predictions, images), UserWarning, stacklevel=2)
         return found
 
     maps = output / DERIVED_MAPS_DIR
@@ -544,6 +614,9 @@ def run_triage(
         check_inputs_unchanged(got["inputs"], got["cases"], predictions, "monai-unc triage")
         remove_stale_maps(maps, run.results)  # maps/ holds the maps of this run's cases only
         summary, csv_rows = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
+        summary["not_triaged"] = got["untriaged"]
+        if got["untriaged"]:
+            summary["warnings"] = [*summary["warnings"], _untriaged_warning(got["untriaged"], predictions, images)]
         # with its digest and, where a signing key is configured, signed: an edited triage.json is detected
         # (check_triage_summary; found by review 61: a case flipped from review to accept with its score lowered)
         csv_path = write_csv(output / "triage.csv", csv_rows)  # first, as before: triage.json says the run is done
