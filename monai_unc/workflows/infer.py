@@ -925,6 +925,9 @@ def _preprocess_and_infer(
     except Exception as e:
         raise CaseError(_preprocessing_error(case.case_id, src, e)) from e
     image = data[key]
+    # the preprocessed image: a NaN voxel of the file, or one a transform made, named as without a bundle
+    check_finite_image(case.case_id, image.detach().cpu().numpy() if isinstance(image, torch.Tensor)
+                       else np.asarray(image), f"{Path(src[0]).name} after the bundle's preprocessing")
     x = image[None].to(device) if isinstance(image, torch.Tensor) else torch.as_tensor(image)[None].to(device)
     out = _infer_input(case, x, model, inferer, settings, device)
     keys = [k for k in out if k != K.SAMPLES.value]

@@ -57,3 +57,30 @@ def test_finite_and_integer_images_pass():
     with pytest.raises(CaseError, match=r"case 'c': its image c.nii.gz holds 0 NaN and 1 infinite voxel\(s\) of 27 "
                                         r"\(the first at channel 1, voxel \(0, 0, 2\)\)"):
         check_finite_image("c", np.pad(np.array([[[[-np.inf]]]]), ((1, 0), (0, 2), (0, 2), (2, 0))), "c.nii.gz")
+
+
+def test_a_bundles_preprocessed_image_with_nan_voxels_fails_naming_them(tmp_path):
+    """The check covers a bundle's preprocessing too (left by the end-to-end run): a NaN voxel of the file (or one a
+    transform made) failed as the network's non-finite output."""
+    import nibabel as nib
+    import torch
+    from monai.transforms import Compose, EnsureChannelFirstd, LoadImaged
+
+    from monai_unc.io import ImageCase
+    from monai_unc.workflows import infer
+    from monai_unc.workflows.factory import build_inferer
+    from monai_unc.workflows.infer import InferSettings
+    from monai_unc.workflows.models import LoadedModel
+
+    arr = np.random.default_rng(0).random((6, 7, 8)).astype(np.float32)
+    arr[1, 2, 3] = np.nan
+    nib.save(nib.Nifti1Image(arr, np.eye(4)), tmp_path / "c.nii.gz")
+    pre = Compose([LoadImaged("image"), EnsureChannelFirstd("image")])
+    settings = InferSettings(model="conv", method="tta", samples=1, roi=None, overlap=0.25, intensity="none",
+                             measures=["predictive_entropy"], seed=0, activation="softmax", checkpoints=[])
+    model = LoadedModel(torch.nn.Conv3d(1, 3, 3, padding=1).eval(), "conv", preprocessing=pre, spatial_dims=3)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(CaseError, match=r"^case 'c': its image c\.nii\.gz after the bundle's preprocessing holds 1 NaN "
+                                        r"and 0 infinite voxel\(s\) of 336 \(the first at channel 0, voxel \(1, 2, 3\)\)"):
+        infer.predict_case(ImageCase("c", (tmp_path / "c.nii.gz",)), model, build_inferer("tta"), settings,
+                           tmp_path / "out", torch.device("cpu"))
