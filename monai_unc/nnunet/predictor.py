@@ -113,7 +113,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
-from monai_unc._utils import check_sample_batch_size, check_seed, is_compiled, is_int, is_real, plain_module
+from monai_unc._utils import check_sample_batch_size, check_seed, compiled_draws_context, is_int, is_real, plain_module
 from monai_unc.io import (
     atomic_write_json,
     channel_name,
@@ -591,14 +591,13 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     def _sampling_context(self) -> contextlib.AbstractContextManager:
         stack = contextlib.ExitStack()
-        if self._stochastic and any(is_compiled(n) for n in [self.network, *(self._ensemble or [])]):
+        if self._stochastic:
             # inductor draws the random numbers of a compiled graph (dropout masks, Rate-In's search, SSN latents)
             # with its own generator, not torch's: seeded samples differed from the uncompiled network's (found by
             # review 61: on a toy case the mean probabilities by up to 0.996, Rate-In's mean searched rates by 0.045,
             # mean MI 0.162 instead of 0.205); torch's generator keeps one set of numbers for a seed, compiled or not
-            import torch._inductor.config as inductor_config  # heavy, and only needed with a compiled network
-
-            stack.enter_context(inductor_config.patch(fallback_random=True))
+            # (the one context of every sampling inferer)
+            stack.enter_context(compiled_draws_context(self.network, *(self._ensemble or [])))
         if "dropout" in self.uncertainty_sources:
             for net in self._ensemble if self._ensemble is not None else [self._net()]:
                 stack.enter_context(enable_mc_dropout(net))

@@ -80,7 +80,8 @@ def test_a_bundles_preprocessed_image_with_nan_voxels_fails_naming_them(tmp_path
                              measures=["predictive_entropy"], seed=0, activation="softmax", checkpoints=[])
     model = LoadedModel(torch.nn.Conv3d(1, 3, 3, padding=1).eval(), "conv", preprocessing=pre, spatial_dims=3)
     (tmp_path / "out").mkdir()
-    with pytest.raises(CaseError, match=r"^case 'c': its image c\.nii\.gz after the bundle's preprocessing holds 1 NaN "
-                                        r"and 0 infinite voxel\(s\) of 336 \(the first at channel 0, voxel \(1, 2, 3\)\)"):
+    with pytest.raises(CaseError, match=r"^case 'c': its image c\.nii\.gz after the bundle's preprocessing holds 1 "
+                                        r"NaN and 0 infinite voxel\(s\) of 336 \(the first at channel 0, voxel "
+                                        r"\(1, 2, 3\)\)"):
         infer.predict_case(ImageCase("c", (tmp_path / "c.nii.gz",)), model, build_inferer("tta"), settings,
                            tmp_path / "out", torch.device("cpu"))
