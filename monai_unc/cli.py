@@ -34,8 +34,10 @@ returns a :class:`~monai_unc.workflows.session.CommandResult` whose ``lines`` ra
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
 import re
+import select
 import sys
 import traceback
 import warnings
@@ -386,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The exit status: 0 on success, 1 when some cases failed, 2 for bad arguments or inputs, 130 when
-        interrupted.
+        interrupted, 141 (quietly) when the reader of standard output went away (``| head``).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -533,6 +535,8 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
             return _run_nnunet(args, nnunet_cli)
         except OSError as e:  # a full disk, an output that cannot be written: one line naming the file, as for every
             # command (found by hostile testing: nnunet-predict on a full disk printed OSError's traceback, exit 1)
+            if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
+                return _closed_output()
             _import_names()
             print(f"monai-unc {args.command}: error: {error_text(e)}", file=sys.stderr, flush=True)
             return 2
@@ -547,6 +551,8 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
     except CohortFailed as e:  # some cases failed: rank 0 said which, the other cases are done
         return e.exit_status
     except _INPUT_ERRORS as e:
+        if isinstance(e, BrokenPipeError) and _stdout_reader_gone():  # `monai-unc monitor status | head`
+            return _closed_output()
         print(f"monai-unc {args.command}: error: {_option_text(parser, args, argv, e, error_text(e))}",
               file=sys.stderr, flush=True)
         return 2
@@ -598,6 +604,47 @@ _COHORT_COMMANDS = frozenset({"infer", "evaluate", "triage", _PRODUCT_COMMAND})
 #: name the argument), file-system errors (missing, unwritable, a file where a folder is needed) and readers' errors
 #: on truncated or corrupt files that no layer below turned into a ValueError
 _INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError)
+#: the exit status of a command whose standard output's reader went away (``monai-unc monitor status | head``):
+#: 128 + SIGPIPE, the status a shell reports for a program a closed pipe stopped
+_STDOUT_CLOSED_STATUS = 141
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (``| head`` read the lines it wanted).
+
+    Found by the end-to-end run of review 62: ``monai-unc monitor status | head`` printed ``error: BrokenPipeError``
+    (exit 2) for output nobody reads any more. Only a pipe with no reader counts (``poll`` reports an error on its
+    descriptor); a broken pipe elsewhere (a database connection, a subprocess) stays an error. Where there is no
+    ``poll`` (Windows) or no descriptor (a captured stream), False.
+
+    Returns:
+        True when standard output's reader is gone.
+
+    Example:
+        >>> _stdout_reader_gone()  # a doctest's captured output has no descriptor
+        False
+    """
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return False
+
+
+def _closed_output() -> int:
+    """Stop quietly after standard output's reader went away; :data:`_STDOUT_CLOSED_STATUS`.
+
+    The rest of the output goes to the null device (the interpreter's flush at exit would report the pipe again), and
+    nothing is said.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return _STDOUT_CLOSED_STATUS
 
 
 def _raised_by_a_check(error: BaseException) -> bool:
