@@ -1932,16 +1932,43 @@ def read_nnunet_image(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(arr.transpose(2, 1, 0))[None], affine
 
 
+def _tiff_spacing_file(path: Path) -> Path:
+    """``Tiff3DIO``'s spacing file of a ``.tif`` / ``.tiff``: ``<name>.json`` beside it (its last suffix replaced)."""
+    return path.with_name(path.name[: path.name.rfind(".")] + ".json")
+
+
+def _assumed_spacing(*paths: Path | None) -> str:
+    """What a grid error adds for a 3D ``.tif`` read without its spacing file (spacing (1, 1, 1) assumed), or ``""``.
+
+    The warning of a case that then fails is not shown with its error (found by the hostile review of review 62: a
+    label copied without its ``<name>.json`` was refused as "different affines ... 7.382 mm apart", nothing said of
+    the spacing assumed).
+    """
+    said = []
+    for i, path in enumerate(paths):
+        if path is None or not path.name.lower().endswith((".tif", ".tiff")) or _tiff_spacing_file(path).is_file():
+            continue
+        with contextlib.suppress(Exception):  # a 2D .tif (NaturalImage2DIO) has no spacing: nothing assumed
+            import tifffile
+
+            with tifffile.TiffFile(str(path)) as tif:
+                if len(tif.series) and len(tif.series[0].shape) == 3:
+                    said.append(f"{'the label ' if i == 0 else ''}{path.name} has no spacing file "
+                                f"{_tiff_spacing_file(path).name} beside it: spacing (1, 1, 1) was assumed")
+    return "; ".join(said) + ("; nnU-Net's Tiff3DIO writes one beside each image, label and prediction"
+                              if said else "")
+
+
 def _tiff_spacing(path: Path) -> tuple[float, float, float]:
     """``Tiff3DIO``'s spacing of a 3D ``.tif`` (array order ``z, y, x``): ``"spacing"`` of ``<name>.json`` beside it.
 
     Raises:
         CaseError: the spacing file cannot be read or its ``"spacing"`` is not 3 positive finite numbers.
     """
-    stem = path.name[: path.name.rfind(".")]
-    aux = path.with_name(stem + ".json")
+    aux = _tiff_spacing_file(path)
     if not aux.is_file():
-        warnings.warn(f"{path.name}: no spacing file {aux.name} beside it (nnU-Net's Tiff3DIO writes one); spacing "
+        # the path, not the name: a label and a prediction have the same name (hostile review of review 62)
+        warnings.warn(f"{path}: no spacing file {aux.name} beside it (nnU-Net's Tiff3DIO writes one); spacing "
                       "(1, 1, 1) assumed, as nnU-Net assumes it", UserWarning, stacklevel=3)
         return (1.0, 1.0, 1.0)
     try:
@@ -2873,9 +2900,10 @@ def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: t
     if aff is not None:
         problem = grid_mismatch(aff, ref_aff, ref_shape)
         if problem is not None:
+            assumed = _assumed_spacing(ref_path, path)
             raise CaseError(
                 f"case {case!r}: {path.name} and {label} have different affines ({problem}): they are not in the same "
-                "space"
+                f"space{f' ({assumed})' if assumed else ''}"
             )
 
 
