@@ -1959,6 +1959,17 @@ def _assumed_spacing(*paths: Path | None) -> str:
                               if said else "")
 
 
+def _positive_length(v: Any) -> bool:
+    """Whether ``v`` (a JSON value) is a finite positive number that a float holds (an int of 400 digits is not)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        f = float(v)
+    except OverflowError:  # found by the hostile review of review 62: an OverflowError naming no file
+        return False
+    return math.isfinite(f) and f > 0
+
+
 def _tiff_spacing(path: Path) -> tuple[float, float, float]:
     """``Tiff3DIO``'s spacing of a 3D ``.tif`` (array order ``z, y, x``): ``"spacing"`` of ``<name>.json`` beside it.
 
@@ -1976,9 +1987,7 @@ def _tiff_spacing(path: Path) -> tuple[float, float, float]:
     except (OSError, ValueError) as e:
         raise CaseError(f"cannot read the spacing file {aux}: {_reason(e)}") from None
     spacing = doc.get("spacing") if isinstance(doc, dict) else doc
-    if (not isinstance(spacing, list) or len(spacing) != 3
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-                       for v in spacing)):
+    if not isinstance(spacing, list) or len(spacing) != 3 or not all(_positive_length(v) for v in spacing):
         raise CaseError(f"{aux}: \"spacing\" must be 3 positive numbers (the voxel size along z, y, x, as nnU-Net's "
                         f"Tiff3DIO writes it), got {spacing!r:.80}")
     return (float(spacing[0]), float(spacing[1]), float(spacing[2]))

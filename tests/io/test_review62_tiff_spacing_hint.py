@@ -70,3 +70,12 @@ def test_the_warning_names_the_folder(tmp_path):
     tifffile.imwrite(tmp_path / "labels" / "a.tif", np.zeros((2, 3, 4), np.uint8))
     with pytest.warns(UserWarning, match=r"labels[/\\]a\.tif: no spacing file a\.json"):
         read_nnunet_image(tmp_path / "labels" / "a.tif")
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 400, "-1" + "0" * 400])
+def test_a_spacing_too_large_for_a_float_is_refused_naming_the_file(tmp_path, value):
+    # an integer of 400 digits is valid JSON: it was an OverflowError naming no file (the spacing file is untrusted)
+    tifffile.imwrite(tmp_path / "v.tif", np.zeros((2, 3, 4), np.uint8))
+    (tmp_path / "v.json").write_text('{"spacing": [' + value + ", 1, 1]}")
+    with pytest.raises(CaseError, match=r"v\.json: \"spacing\" must be 3 positive numbers"):
+        read_nnunet_image(tmp_path / "v.tif")
