@@ -204,11 +204,16 @@ PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
 #: (:func:`read_nnunet_image`): ``Tiff3DIO``'s 3D ``.tif`` / ``.tiff`` (spacing in ``<name>.json`` beside it) and
 #: ``NaturalImage2DIO``'s 2D ``.png`` / ``.bmp`` (and 2D ``.tif``)
 NNUNET_IMAGE_EXTENSIONS = (".tif", ".tiff", ".png", ".bmp")
-#: the files read as segmentations and labels: volumes and nnU-Net's other image formats
+#: the files read as segmentations and labels: volumes and nnU-Net's other image formats, one family per folder
+#: (nnU-Net's formats only from a folder that holds no volume for the role: a PNG snapshot beside NIfTI labels is not
+#: read)
 SEGMENTATION_EXTENSIONS = (*VOLUME_EXTENSIONS, *NNUNET_IMAGE_EXTENSIONS)
 #: the files read as uncertainty maps: those and the ``<case>_<measure>.npz`` (key ``map``) that nnU-Net's 2D
-#: natural-image datasets get, whose formats hold no floats (:func:`monai_unc.nnunet.export.write_float_map`)
+#: natural-image datasets get, whose formats hold no floats (:func:`monai_unc.nnunet.export.write_float_map`); one
+#: family per folder and measure, as for :data:`SEGMENTATION_EXTENSIONS`
 MAP_EXTENSIONS = (*SEGMENTATION_EXTENSIONS, ".npz")
+#: the maps of nnU-Net's other image formats (read from a folder without volume maps: :func:`_list_one_family`)
+_NNUNET_MAP_EXTENSIONS = (*NNUNET_IMAGE_EXTENSIONS, ".npz")
 #: largest displacement (mm) of a voxel centre tolerated between the affines of the volumes of one case, at least
 #: (:func:`grid_displacement`: the largest over the grid, at one of its corner voxels; :func:`grid_mismatch`)
 GEOMETRY_ATOL = 1e-3
@@ -392,6 +397,20 @@ def list_files(
             raise CaseError(f"case {stem!r}: two files in {folder}: {out[stem].name} and {path.name}")
         out[stem] = path
     return out
+
+
+def _list_one_family(folder: str | os.PathLike, suffix: str, volumes: Sequence[str], others: Sequence[str],
+                     what: str = "folder") -> dict[str, Path]:
+    """:func:`list_files` of one family of formats: the ``volumes`` where the folder holds any, else the ``others``.
+
+    nnU-Net writes one file ending per dataset, and a folder of NIfTI volumes may hold PNG / TIFF snapshots of its
+    cases (``case01.png`` beside ``case01.nii.gz``, an ``overview.png``): nnU-Net's other image formats
+    (:data:`NNUNET_IMAGE_EXTENSIONS`, ``.npz`` maps) are read only from a folder without volumes for the role
+    (found by the hostile review of review 62: such folders, evaluated by every earlier version, were refused as
+    "two files" of a case or a labelled case without a prediction).
+    """
+    found = list_files(folder, suffix, volumes, what=what)
+    return found if found else list_files(folder, suffix, others, what=what)
 
 
 @dataclass(frozen=True)
@@ -1385,16 +1404,16 @@ def match_cases(
         if given:  # an uncertainty folder named explicitly: not evaluated without maps
             input_folder(folder, parameter)
     refuse_dataset_root(labels, "labels", kind="labels")  # an nnU-Net / MSD dataset's root: name its labelsTr/
-    label_files = list_files(labels, label_suffix, (*REFERENCE_EXTENSIONS, *NNUNET_IMAGE_EXTENSIONS) if seg_ok
-                             else SEGMENTATION_EXTENSIONS,
-                             what="labels folder")
+    label_files = _list_one_family(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS,
+                                   NNUNET_IMAGE_EXTENSIONS, what="labels folder")
     if not label_files:
         raise CaseError(f"no label volume found in {labels}")
     seg_labels = sorted(c for c, p in label_files.items() if is_seg_label(p))
     if seg_labels and images is None:
         raise CaseError(f"the labels in {labels} are DICOM SEG objects (e.g. {label_files[seg_labels[0]].name}): "
                         "give --images, the folder of the cases' DICOM series (a SEG is read on its series' grid)")
-    seg_files = list_files(pred_dir, seg_suffix, SEGMENTATION_EXTENSIONS, what="predictions folder")
+    seg_files = _list_one_family(pred_dir, seg_suffix, VOLUME_EXTENSIONS, NNUNET_IMAGE_EXTENSIONS,
+                                 what="predictions folder")
     if seg_suffix == probs_suffix:
         # nnU-Net: <case>.nii.gz is the segmentation, <case>.npz the probabilities
         prob_files = list_files(pred_dir, probs_suffix, (".npz",))
@@ -1428,10 +1447,10 @@ def match_cases(
         raise ValueError(f"measures must be among {MEASURES}, got {sorted(unknown)}")
     if unc_dir.is_dir():
         for m in MEASURES if measures is None else measures:
-            found = list_files(unc_dir, f"_{m}", MAP_EXTENSIONS)
+            found = _list_one_family(unc_dir, f"_{m}", VOLUME_EXTENSIONS, _NNUNET_MAP_EXTENSIONS)
             if not found:  # files written by older versions under a deprecated name, e.g. <case>_max_softmax
                 for old in (o for o, n in DEPRECATED_MEASURES.items() if n == m):
-                    found = list_files(unc_dir, f"_{old}", MAP_EXTENSIONS)
+                    found = _list_one_family(unc_dir, f"_{old}", VOLUME_EXTENSIONS, _NNUNET_MAP_EXTENSIONS)
                     if found:
                         warnings.warn(
                             f"reading the <case>_{old} maps of {unc_dir} as {m!r} ({old!r} is the deprecated name "
@@ -1541,7 +1560,8 @@ def _with_region_files(folder: Path, measure: str, regions: Sequence[str], singl
         CaseError: naming the case, when it has per-region files of some regions only, or both a
             ``<case>_<measure>`` file and per-region files (which one holds its map is ambiguous).
     """
-    per_region = {r: list_files(folder, f"_{measure}_{r}", MAP_EXTENSIONS) for r in regions}
+    per_region = {r: _list_one_family(folder, f"_{measure}_{r}", VOLUME_EXTENSIONS, _NNUNET_MAP_EXTENSIONS)
+                  for r in regions}
     out: dict[str, Path | tuple[Path, ...]] = dict(single)
     for cid in sorted({c for found in per_region.values() for c in found} & set(case_ids)):
         have = [r for r in regions if cid in per_region[r]]
@@ -1615,7 +1635,8 @@ def _swapped_folders_hint(labels: str | os.PathLike, pred_dir: Path, label_files
         # multi-channel float "labels" (probability volumes) and integer predictions, from the headers; float labels
         # of one channel are common and valid (nibabel stores float64 by default; found by review 61: they drew this
         # hint on a segmentation-only evaluation)
-        first = next(iter(list_files(pred_dir, seg_suffix, SEGMENTATION_EXTENSIONS).values()), None)
+        first = next(iter(_list_one_family(pred_dir, seg_suffix, VOLUME_EXTENSIONS,
+                                           NNUNET_IMAGE_EXTENSIONS).values()), None)
         if _header_kind(first) in ("i", "u"):
             held = (f"multi-channel floating-point volumes (e.g. {next(iter(label_files.values())).name}) where the "
                     f"predictions are integer masks (e.g. {first.name})")
@@ -1911,16 +1932,54 @@ def read_nnunet_image(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(arr.transpose(2, 1, 0))[None], affine
 
 
+def _tiff_spacing_file(path: Path) -> Path:
+    """``Tiff3DIO``'s spacing file of a ``.tif`` / ``.tiff``: ``<name>.json`` beside it (its last suffix replaced)."""
+    return path.with_name(path.name[: path.name.rfind(".")] + ".json")
+
+
+def _assumed_spacing(*paths: Path | None) -> str:
+    """What a grid error adds for a 3D ``.tif`` read without its spacing file (spacing (1, 1, 1) assumed), or ``""``.
+
+    The warning of a case that then fails is not shown with its error (found by the hostile review of review 62: a
+    label copied without its ``<name>.json`` was refused as "different affines ... 7.382 mm apart", nothing said of
+    the spacing assumed).
+    """
+    said = []
+    for i, path in enumerate(paths):
+        if path is None or not path.name.lower().endswith((".tif", ".tiff")) or _tiff_spacing_file(path).is_file():
+            continue
+        with contextlib.suppress(Exception):  # a 2D .tif (NaturalImage2DIO) has no spacing: nothing assumed
+            import tifffile
+
+            with tifffile.TiffFile(str(path)) as tif:
+                if len(tif.series) and len(tif.series[0].shape) == 3:
+                    said.append(f"{'the label ' if i == 0 else ''}{path.name} has no spacing file "
+                                f"{_tiff_spacing_file(path).name} beside it: spacing (1, 1, 1) was assumed")
+    return "; ".join(said) + ("; nnU-Net's Tiff3DIO writes one beside each image, label and prediction"
+                              if said else "")
+
+
+def _positive_length(v: Any) -> bool:
+    """Whether ``v`` (a JSON value) is a finite positive number that a float holds (an int of 400 digits is not)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        f = float(v)
+    except OverflowError:  # found by the hostile review of review 62: an OverflowError naming no file
+        return False
+    return math.isfinite(f) and f > 0
+
+
 def _tiff_spacing(path: Path) -> tuple[float, float, float]:
     """``Tiff3DIO``'s spacing of a 3D ``.tif`` (array order ``z, y, x``): ``"spacing"`` of ``<name>.json`` beside it.
 
     Raises:
         CaseError: the spacing file cannot be read or its ``"spacing"`` is not 3 positive finite numbers.
     """
-    stem = path.name[: path.name.rfind(".")]
-    aux = path.with_name(stem + ".json")
+    aux = _tiff_spacing_file(path)
     if not aux.is_file():
-        warnings.warn(f"{path.name}: no spacing file {aux.name} beside it (nnU-Net's Tiff3DIO writes one); spacing "
+        # the path, not the name: a label and a prediction have the same name (hostile review of review 62)
+        warnings.warn(f"{path}: no spacing file {aux.name} beside it (nnU-Net's Tiff3DIO writes one); spacing "
                       "(1, 1, 1) assumed, as nnU-Net assumes it", UserWarning, stacklevel=3)
         return (1.0, 1.0, 1.0)
     try:
@@ -1928,9 +1987,7 @@ def _tiff_spacing(path: Path) -> tuple[float, float, float]:
     except (OSError, ValueError) as e:
         raise CaseError(f"cannot read the spacing file {aux}: {_reason(e)}") from None
     spacing = doc.get("spacing") if isinstance(doc, dict) else doc
-    if (not isinstance(spacing, list) or len(spacing) != 3
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-                       for v in spacing)):
+    if not isinstance(spacing, list) or len(spacing) != 3 or not all(_positive_length(v) for v in spacing):
         raise CaseError(f"{aux}: \"spacing\" must be 3 positive numbers (the voxel size along z, y, x, as nnU-Net's "
                         f"Tiff3DIO writes it), got {spacing!r:.80}")
     return (float(spacing[0]), float(spacing[1]), float(spacing[2]))
@@ -2852,9 +2909,10 @@ def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: t
     if aff is not None:
         problem = grid_mismatch(aff, ref_aff, ref_shape)
         if problem is not None:
+            assumed = _assumed_spacing(ref_path, path)
             raise CaseError(
                 f"case {case!r}: {path.name} and {label} have different affines ({problem}): they are not in the same "
-                "space"
+                f"space{f' ({assumed})' if assumed else ''}"
             )
 
 
