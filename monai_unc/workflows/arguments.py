@@ -506,7 +506,7 @@ def _add_demo(sub: Any) -> None:
         "(noise, bias field, contrast, blur, resolution), run infer, evaluate and report, certify a referral rule on "
         "42 calibration cases and triage 12 new cases without labels; print what was guaranteed and what happened.",
     )  # fmt: skip
-    p.add_argument("--output", default="demo_output", help="output folder (created; default demo_output)")
+    p.add_argument("-o", "--output", default="demo_output", help="output folder (created; default demo_output)")
     p.add_argument("--samples", type=_positive_int, default=None,
                    help="MC dropout samples (default 4; 8 with --quick)")
     p.add_argument("--method", default="mcdropout", help="inferer sources as for 'infer' (default mcdropout)")

@@ -68,14 +68,14 @@ def test_run_demo_checks_its_device_before_any_work(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv, command", [
     (["demo", "--bogus"], "demo"),
-    (["demo", "-o", "x"], "demo"),  # demo's folder is --output only
+    (["demo", "-x", "x"], "demo"),
     (["evaluate", "-l", "a", "-p", "b", "-o", "c", "--bogus"], "evaluate"),
     (["infer", "-i", "a", "-o", "b", "--bogus", "1"], "infer"),
     (["monitor", "status", "--db", "x", "--bogus"], "monitor status"),
 ])
 def test_an_unknown_option_names_the_command(argv, command, capsys):
     err = _refused(argv, capsys)
-    unknown = " ".join(argv[argv.index("--bogus"):]) if "--bogus" in argv else "-o x"
+    unknown = " ".join(argv[argv.index("--bogus"):]) if "--bogus" in argv else "-x x"
     assert err == (f"monai-unc {command}: error: unrecognized arguments: {unknown} "
                    f"(see monai-unc {command} --help)\n"), err
 
@@ -95,3 +95,20 @@ def test_demo_passes_its_device_to_run_demo(monkeypatch):
     assert seen["device"] == "cpu"
     demo.demo_from_arguments(parser.parse_args(["demo", "--output", "x"]))
     assert seen["device"] == "cpu"  # the default: the documented numbers are the CPU's
+
+
+def test_demo_takes_o_for_its_output_as_every_other_command(monkeypatch):
+    """``-o`` is the output option of infer, evaluate, triage, dicom-export, ...; the demo's was ``--output`` only, so
+    ``monai-unc demo -o out`` was refused as an unrecognized argument."""
+    from monai_unc.workflows import demo
+
+    seen = {}
+
+    def fake(output, **kwargs):
+        seen["output"] = output
+        return {}
+
+    monkeypatch.setattr(demo, "run_demo", fake)
+    parser, _ = cli.build_parser("demo")
+    demo.demo_from_arguments(parser.parse_args(["demo", "-o", "elsewhere"]))
+    assert str(seen["output"]) == "elsewhere"
