@@ -79,6 +79,9 @@ _FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspo
 
 Batches = ArrayLike | Iterable[ArrayLike] | Callable[[], Iterable[ArrayLike]]
 
+#: how :meth:`TemperatureScaler.fit` begins its warning when the step limit stops a fit that has not converged
+#: (callers that report ``converged`` themselves, e.g. :func:`calibrate_network`, filter it by this text)
+NOT_CONVERGED = "the temperature fit did not converge"
 #: why no temperature fits when no voxel is wrong and the NLL does not fall as ``1 / t`` leaves 0 (every voxel's
 #: logits equal, or every region logit 0: no voxel is right either)
 _CONSTANT_LOGITS = ("the logits are equal for every class at every voxel, or 0 for a region (no voxel is predicted "
@@ -336,8 +339,9 @@ class TemperatureScaler(nn.Module):
         history: per step ``{"step", "loss", "temperature", "lr"}`` (loss at the temperature before the step;
             ``lr`` is one learning rate per region for ``activation="sigmoid"``, ``mode="vector"``, where each
             region's temperature is fitted as its own problem: own learning-rate backoff, own best value).
-        converged: whether the step tolerance was reached before ``max_steps`` (False, with a warning, when a
-            temperature is held at ``min_temperature`` while the loss still falls below it).
+        converged: whether the step tolerance was reached before ``max_steps`` (False, with a warning, when the
+            step limit stopped the fit, or a temperature is held at ``min_temperature`` while the loss still falls
+            below it).
         defined: after an NLL fit, whether a temperature minimises the NLL of the fitted voxels at all
             (:func:`nll_slope_terms`; False with a warning: every voxel right, or logits no better than uniform, per
             region for ``"sigmoid"`` with ``"vector"``); None before a fit and for ``loss="ece"``.
@@ -770,6 +774,15 @@ class TemperatureScaler(nn.Module):
             warnings.warn(f"the temperature stopped at min_temperature={self.min_temperature} while the "
                           f"{self.loss.upper()} still falls below it (the fitted {fitted} is no minimum); pass a "
                           "smaller min_temperature", UserWarning, stacklevel=3)
+        elif self.history and not self.converged:
+            # found by hostile review 62: RMSprop moves t by about lr a step, so logits 100 times too large (t about
+            # 200) stopped at t = 31.6 after 1000 steps, 0.8 to 2.5 nats of NLL above the minimum, with only
+            # converged=False to tell (calibrate_network and nnunet-calibrate print their own line)
+            fitted = [round(v, 6) for v in best_t.tolist()]
+            warnings.warn(f"{NOT_CONVERGED} in {len(self.history)} steps (t still moved by more than tol={self.tol:g} "
+                          f"a step): the fitted {fitted} is the best seen so far, not the {self.loss.upper()} "
+                          "minimum; pass a larger max_steps (or a larger lr, or an init_temperature nearer the "
+                          "minimum)", UserWarning, stacklevel=3)
         return self
 
     def _undefined_fit(self) -> str | None:

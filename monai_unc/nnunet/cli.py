@@ -21,6 +21,7 @@ import argparse
 import os
 import sys
 import tempfile
+import warnings
 from typing import Any
 
 from monai_unc.keys import (
@@ -570,15 +571,17 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from monai_unc.io import input_folder
     from monai_unc.nnunet.calibrate import calibrate_model_folder
-    from monai_unc.temperature import non_convergence_warning
+    from monai_unc.temperature import NOT_CONVERGED, non_convergence_warning
 
     model = _model_folder(args)
     input_folder(model, "m" if args.m is not None else None, "trained model folder")
     check_device(args.device)  # before anything is loaded or written (the default is cuda)
-    report = calibrate_model_folder(model, args.o, use_folds=_folds(args.f),
-                                    checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
-                                    use_mirroring=not args.disable_tta, device=torch.device(args.device),
-                                    overwrite=args.overwrite, max_steps=args.max_steps)
+    with warnings.catch_warnings():  # the command prints its own line for a fit that did not converge (below)
+        warnings.filterwarnings("ignore", message=NOT_CONVERGED, category=UserWarning)
+        report = calibrate_model_folder(model, args.o, use_folds=_folds(args.f),
+                                        checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
+                                        use_mirroring=not args.disable_tta, device=torch.device(args.device),
+                                        overwrite=args.overwrite, max_steps=args.max_steps)
     print(json.dumps(report, indent=2))
     for fold, record in report.items():  # as monai-unc calibrate says it: the temperature is not the fitted one
         line = non_convergence_warning(record, what=f"the temperature fit of fold {fold}", option="--max_steps")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,13 @@ from ..io import (
     smallest_int_dtype,
 )
 from ..regions import RegionSpec, label_to_regions, unclaimed_labels, unclaimed_labels_message
-from ..temperature import calibrate_network, nll_flat_at_zero, nll_slope_terms, non_convergence_warning
+from ..temperature import (
+    NOT_CONVERGED,
+    calibrate_network,
+    nll_flat_at_zero,
+    nll_slope_terms,
+    non_convergence_warning,
+)
 from .factory import check_roi, normalize_roi
 from .infer import check_case_dims, load_image_case, network_image_cases, normalize_intensity
 from .infer_plan import check_window_options
@@ -492,9 +499,11 @@ def run_calibrate(
             size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
             example = torch.as_tensor(ResizeWithPadOrCrop(size)(example))
         net: nn.Module = loaded.network.cpu()
-        state, record = calibrate_network(logits, targets, net, mode=mode, loss=loss, max_steps=max_steps,
-                                          example_input=example[None], activation=activation,
-                                          region_names=None if spec is None else list(spec))
+        with warnings.catch_warnings():  # the command prints its own line for a fit that did not converge
+            warnings.filterwarnings("ignore", message=NOT_CONVERGED, category=UserWarning)
+            state, record = calibrate_network(logits, targets, net, mode=mode, loss=loss, max_steps=max_steps,
+                                              example_input=example[None], activation=activation,
+                                              region_names=None if spec is None else list(spec))
         del logits, targets  # no mapping of the store's files outlives it
     record.update({"source": loaded.description,
                    "checkpoint": loaded.checkpoints[0] if loaded.checkpoints else None})

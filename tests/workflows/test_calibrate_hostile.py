@@ -215,6 +215,8 @@ def test_calibrate_warns_when_the_fit_did_not_converge(toy, tmp_path, capsys, qu
     assert cli.main(argv + (["-q"] if quiet else [])) == 0
     assert json.loads(out.with_suffix(".json").read_text())["converged"] is False
     printed = capsys.readouterr()
+    # the command's one line, not also the fit's own UserWarning (review 62), which the CLI prints on stderr
+    assert "not the NLL minimum" not in printed.err + printed.out
     lines = (printed.err if quiet else printed.out).splitlines()
     warned = [ln for ln in lines if ln.startswith("warning: the temperature fit did not converge in 3 steps")]
     assert len(warned) == 1 and "--max-steps" in warned[0], lines
