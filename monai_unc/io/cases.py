@@ -64,6 +64,7 @@ from .._utils import (
     check_unit_interval,
     foreground_masks,
     host_memory_free,
+    is_finite_real,
     link_target,
     load_nifti,
     nifti_version,
@@ -1961,13 +1962,10 @@ def _assumed_spacing(*paths: Path | None) -> str:
 
 def _positive_length(v: Any) -> bool:
     """Whether ``v`` (a JSON value) is a finite positive number that a float holds (an int of 400 digits is not)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
     try:
-        f = float(v)
+        return is_finite_real(v) and v > 0
     except OverflowError:  # found by the hostile review of review 62: an OverflowError naming no file
         return False
-    return math.isfinite(f) and f > 0
 
 
 def _tiff_spacing(path: Path) -> tuple[float, float, float]:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .._digest import content_digest
-from .._utils import unique_json_keys
+from .._utils import is_finite_real, unique_json_keys
 from ..keys import (
     DEFAULT_RATEIN_TARGET,
     DEPRECATED_MEASURES,
@@ -951,10 +951,6 @@ def _geometry_shown(v: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _finite_number(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _spacing_of(value: Any) -> list[float] | None:
     """A spacing as a list of floats: ``"1.5x1x2"`` (a ``metrics.csv`` / triage row's text) or numbers; else None."""
     try:
@@ -1020,7 +1016,7 @@ def read_geometry(value: Any, name: str = "geometry") -> dict[str, Any] | None:
         raise ValueError(f"field {name!r} must be an object of {list(GEOMETRY_FIELDS)}, got {_geometry_shown(value)}")
     lo, hi = value["spacing_min"], value["spacing_max"]
     for key, v in (("spacing_min", lo), ("spacing_max", hi)):
-        if not isinstance(v, (list, tuple)) or not 1 <= len(v) <= 4 or not all(_finite_number(x) and x > 0
+        if not isinstance(v, (list, tuple)) or not 1 <= len(v) <= 4 or not all(is_finite_real(x) and x > 0
                                                                                  for x in v):
             raise ValueError(f"field '{name}.{key}' must be a list of positive spacings (mm), got {_geometry_shown(v)}")
     if len(lo) != len(hi):
@@ -1078,7 +1074,7 @@ def case_geometry_warning(geometry: Mapping[str, Any] | None, case_id: str, spac
             shown = " to ".join("x".join(f"{v:.4g}" for v in x) for x in ((lo,) if lo == hi else (lo, hi)))
             mine = str(spacing) if got is None else "x".join(f"{v:.4g}" for v in got)
             problems.append(f"voxel spacing {mine} mm (calibration cases: {shown})")
-    if _finite_number(voxels) and not geometry["voxels_min"] <= int(voxels) <= geometry["voxels_max"]:
+    if is_finite_real(voxels) and not geometry["voxels_min"] <= int(voxels) <= geometry["voxels_max"]:
         rng = (f"{geometry['voxels_min']}" if geometry["voxels_min"] == geometry["voxels_max"]
                else f"{geometry['voxels_min']} to {geometry['voxels_max']}")
         problems.append(f"{int(voxels)} voxels (calibration cases: {rng})")
