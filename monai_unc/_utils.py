@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export work
     from monai.utils import MetricReduction
 
 __all__ = [
+    "listed",
     "warn_tied",
     "argmax",
     "stated_affine",
@@ -1348,6 +1349,23 @@ def real_array(a: np.ndarray, name: str, note: str = "") -> np.ndarray:
     if not ok:
         raise TypeError(f"{name} must hold real numbers{note}, got dtype {a.dtype}")
     return np.array(a, dtype=np.float64)
+
+
+def listed(items: Sequence[Any], limit: int) -> str:
+    """The reprs of the first ``limit`` of ``items``, and how many more there are, for a message.
+
+    Args:
+        items: what to name (case ids, file names).
+        limit: how many are shown.
+
+    Returns:
+        ``"'a', 'b' and 3 more"``; all of them when there are at most ``limit``.
+
+    Example:
+        >>> listed(["c1", "c2", "c3"], 2), listed(["c1"], 2)
+        ("'c1', 'c2' and 1 more", "'c1'")
+    """
+    return ", ".join(repr(i) for i in items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
 def is_finite_real(value: Any) -> bool:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .._deprecation import REMOVAL
+from .._utils import listed
 from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
 from ..io import CaseError, CaseFiles, LoadedCase, owned_folder, read_probabilities, save_nifti, save_region_maps
 from ..keys import LEGACY_REGION_ESTIMATE, MEASURES
@@ -511,7 +512,7 @@ have: they would have no uncertainty score for the triage and failure detection;
     # line only, so evaluate_cases and summarize called from Python mixed them silently
     bare = [str(cid) for cid, scored in cases if not scored]
     if bare and len(bare) < len(cases):
-        shown = ", ".join(repr(c) for c in bare[:5]) + (f" and {len(bare) - 5} more" if len(bare) > 5 else "")
+        shown = listed(bare, 5)
         raise ValueError(f"{len(bare)} case(s) have neither an uncertainty map nor probabilities ({shown}), while "
                          f"the other {len(cases) - len(bare)} case(s) have: they would have no uncertainty score for "
                          "the triage and failure detection; give their probabilities or maps (--uncertainty, "

@@ -66,6 +66,7 @@ from .._utils import (
     host_memory_free,
     is_finite_real,
     link_target,
+    listed,
     load_nifti,
     nifti_version,
     num_threads,
@@ -1279,9 +1280,7 @@ def case_files_digest(cases: Iterable[CaseFiles | ImageCase]) -> str:
 
 
 def _describe(ids: Iterable[str], limit: int = 8) -> str:
-    ids = sorted(ids)
-    head = ", ".join(repr(i) for i in ids[:limit])
-    return head + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+    return listed(sorted(ids), limit)
 
 
 def check_reference_folder(labels: str | os.PathLike, predictions: str | os.PathLike) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .._utils import listed
 from ..evaluation.case import load_evaluation_case
 from ..evaluation.cohort import dice_failed, risk_of_dice
 from ..evaluation.config import STATE_DIR, EvaluationConfig
@@ -645,7 +646,7 @@ def read_triage_run(
     left = doc.get("not_triaged")
     left = [c for c in left if isinstance(c, str)] if isinstance(left, list) else []
     if left:
-        shown = ", ".join(repr(c[:100]) for c in left[:10]) + (f" and {len(left) - 10} more" if len(left) > 10 else "")
+        shown = listed([c[:100] for c in left], 10)
         warnings.warn(f"{path}: {len(left)} case(s) were NOT triaged (no prediction) and are not recorded: {shown}",
                       UserWarning, stacklevel=2)
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model,

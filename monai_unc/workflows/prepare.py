@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from .._lazy import lazy_attributes
-from .._utils import refusing
+from .._utils import listed, refusing
 from ..evaluation import EvaluationConfig, read_shifts
 from ..evaluation.triage import RULE_FILE
 from ..io import (
@@ -262,7 +262,7 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
         raise ValueError(f"--calibration-cases: {f} lists no case")
     twice = [c for c, n in Counter(lines).items() if n > 1]  # in file order
     if twice:
-        shown = ", ".join(map(repr, twice[:5])) + (f" and {len(twice) - 5} more" if len(twice) > 5 else "")
+        shown = listed(twice, 5)
         raise ValueError(f"--calibration-cases: {f} lists {len(twice)} case(s) more than once: {shown}")
     return lines
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ... import __version__
-from ..._utils import refusing
+from ..._utils import listed, refusing
 from ...engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ...io import (
     CaseError,
@@ -160,7 +160,7 @@ def untriaged_cases(
 def _untriaged_warning(cases: Sequence[str], predictions: str | os.PathLike,
                       images: str | os.PathLike | None = None) -> str:
     """The one line that names the cases :func:`untriaged_cases` found (shown at most 10 ids)."""
-    shown = ", ".join(repr(c) for c in cases[:10]) + (f" and {len(cases) - 10} more" if len(cases) > 10 else "")
+    shown = listed(cases, 10)
     where = f"an image in {images} but " if images is not None else ""
     return (f"{len(cases)} case(s) have {where}no prediction in {predictions} and are NOT triaged (neither accepted "
             f"nor referred): {shown}; 'monai-unc infer' failed on them or was not run on them (see its "
