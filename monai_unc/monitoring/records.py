@@ -79,6 +79,9 @@ class TriageRun:
             they recorded none.
         triage_check: how ``triage.json`` was checked against its digest and signature, one line
             (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`; not recorded in the store).
+        not_triaged: the case ids the run could not triage (``triage.json``'s ``not_triaged``: no prediction), which
+            have no decision; the store keeps them in the run's audit entry, so that ``monitor label`` skips their
+            labels with a warning instead of refusing the batch.
 
     Example:
         >>> import json, tempfile
@@ -103,6 +106,7 @@ class TriageRun:
     triaged_at: str
     model_digest: str | None
     triage_check: str = ""
+    not_triaged: tuple[str, ...] = ()
 
 
 def model_digest(fingerprint: Any) -> str | None:
@@ -650,7 +654,7 @@ def read_triage_run(
         warnings.warn(f"{path}: {len(left)} case(s) were NOT triaged (no prediction) and are not recorded: {shown}",
                       UserWarning, stacklevel=2)
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model,
-                     checked)
+                     checked, tuple(left))
 
 
 def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: float | None) -> float:

@@ -1484,6 +1484,7 @@ class MonitorStore:
     def record_run(
         self, rule: Mapping[str, Any], cases: Sequence[CaseRecord], *, source_digest: str, folder: str,
         triaged_at: str, model_digest: str | None, command: Sequence[str] | None = None,
+        not_triaged: Sequence[str] = (),
     ) -> tuple[int, bool]:
         """Record one triage run (its rule and its cases) and its audit entry, in one transaction.
 
@@ -1510,6 +1511,9 @@ class MonitorStore:
             triaged_at: when the run triaged (ISO 8601).
             model_digest: the model's digest or None.
             command: the command line of the audit entry (default ``sys.argv``).
+            not_triaged: the case ids the run could not triage (``triage.json``'s ``not_triaged``: no prediction),
+                kept in the run's audit entry (:meth:`not_triaged`), so that a label of one of them is told from a
+                label of a case the store never heard of.
 
         Returns:
             ``(run id, new)``: ``new`` False when the run was already in the store (nothing written). The run's
@@ -1555,6 +1559,9 @@ class MonitorStore:
         if _not_utf8(folder):
             raise ValueError(f"the run's folder {folder[-200:]!r} is not UTF-8 text (a name from a Latin-1 share?): "
                              "rename it, or copy the triage folder to a UTF-8 name")
+        if isinstance(not_triaged, (str, bytes)) or not isinstance(not_triaged, Sequence):
+            raise TypeError(f"not_triaged must be a list of case ids, got {not_triaged!r:.80}")
+        untriaged = sorted({_check_text(c, "a case id of not_triaged") for c in not_triaged})
         for c in cases:
             _check_text(c.case_id, "a case's id")
             for name in ("site", "scanner", "triaged_at", "decision", "code", "reason", "rule_digest", "model_digest",
@@ -1606,6 +1613,8 @@ class MonitorStore:
                        # the order of the stream within the run (the rows digest above keeps case-id order): found by
                        # review 61, a run's rows re-sorted by case id (their ids permuted) verified
                        "order_digest": rows_digest(ordered, ("case_id",))}
+            if untriaged:  # only where there are some: the entry of a run without them is as before
+                details["not_triaged"] = untriaged
             seq = self._append_audit("record", details, command)
             run_id = self._insert_id(
                 "INSERT INTO runs (audit_seq, source_digest, recorded_at, triaged_at, folder, rule_digest, "
@@ -1999,6 +2008,42 @@ class MonitorStore:
         """
         keys = ("id", "audit_seq", "recorded_at", "triaged_at", "folder", "rule_digest", "model_digest", "n_cases")
         return [dict(zip(keys, r)) for r in self._all(f"SELECT {', '.join(keys)} FROM runs ORDER BY id")]
+
+    def not_triaged(self) -> dict[str, list[int]]:
+        """The case ids that recorded runs could not triage (no prediction), with those runs.
+
+        Read from the runs' ``record`` entries of the audit log (:meth:`record_run`'s ``not_triaged``; a run recorded
+        before monai-unc kept them names none). A case id may also have a record, from a later run that triaged it.
+
+        Returns:
+            ``{case id: [run id, ...]}``.
+
+        Example:
+            >>> import tempfile
+            >>> rule = {"score": "mean_entropy", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+            >>> rule["digest"] = rule_body_digest(rule)
+            >>> case = CaseRecord("a", "Centre A", None, "2026-01-31T00:00:00+00:00", 0.2, float("nan"), float("nan"),
+            ...                   "accept", "accepted", "the rule's reason", rule["digest"], None)
+            >>> with tempfile.TemporaryDirectory() as d, MonitorStore(f"{d}/monitor.db") as store:
+            ...     _ = store.record_run(rule, [case], source_digest="jan", folder="triage_01", not_triaged=["b"],
+            ...                          triaged_at="2026-01-31T00:00:00+00:00", model_digest=None, command=["x"])
+            ...     store.not_triaged()
+            {'b': [1]}
+        """
+        runs = {int(r[1]): int(r[0]) for r in self._all("SELECT id, audit_seq FROM runs")}
+        out: dict[str, list[int]] = {}
+        for e in self.audit_log():
+            if e.action != "record" or e.seq not in runs:
+                continue
+            try:
+                details = json.loads(e.details)
+            except ValueError:  # an edited entry: monitor verify says so
+                continue
+            names = details.get("not_triaged") if isinstance(details, dict) else None
+            for c in names if isinstance(names, list) else ():
+                if isinstance(c, str):
+                    out.setdefault(c, []).append(runs[e.seq])
+        return out
 
     def run_sites(self, run_id: int) -> list[str]:
         """The sites of the cases a run wrote (sorted; those it skipped as already recorded are not among them).

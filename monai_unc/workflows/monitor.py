@@ -232,7 +232,8 @@ def record_triage(
                           trust=trust)
     with MonitorStore(url) as store:
         run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
-                                       triaged_at=run.triaged_at, model_digest=run.model_digest, command=command)
+                                       triaged_at=run.triaged_at, model_digest=run.model_digest, command=command,
+                                       not_triaged=run.not_triaged)
         this = next(r for r in store.runs() if r["id"] == run_id)
         written = int(this["n_cases"])
         # the sites of the cases written: those skipped as already recorded do not count (found by hostile testing)
@@ -370,13 +371,19 @@ def record_labels(
     Each label's loss follows its case's rule: the failure (``dice < failure_dice``, or the ``failure`` column)
     for a ``failure`` rule, ``1 - dice`` for a ``1-dice`` rule.
 
+    A label of a case that is not in the store because its triage run could not triage it (``triage.json``'s
+    ``not_triaged``: no prediction, kept by ``monitor record``: :meth:`~monai_unc.monitoring.MonitorStore.not_triaged`)
+    is skipped with a ``warning:`` line naming the case; the other labels are recorded. A label of any other case that
+    is not in the store is refused with the batch, as before.
+
     Args:
         db: the store (None: ``$MONAI_UNC_MONITOR_DB``).
         labels: the CSV file or the folder of label maps.
         command: the command line for the audit log.
 
     Returns:
-        The :class:`~monai_unc.workflows.session.CommandResult` of the number of labels recorded.
+        The :class:`~monai_unc.workflows.session.CommandResult` of the number of labels recorded; its lines say how
+        many, and a ``warning:`` line names the labels skipped (cases not triaged).
     """
     url = _db(db)
     path = Path(labels)
@@ -387,14 +394,22 @@ def record_labels(
     with MonitorStore(url, create=False) as store, store.snapshot():
         rules = store.rules()
         cases = store.cases()
+        untriaged = store.not_triaged()
     stored = _stored_ids(cases)  # a label's case id as recorded (NFC / NFD, surrounding spaces)
     table = _label_folder(path, cases, rules, stored) if path.is_dir() else read_label_table(path)
     by_id: dict[str, list[dict[str, Any]]] = {}
     for c in cases:  # in recording order
         by_id.setdefault(c["case_id"], []).append(c)
-    rows = []
+    not_triaged: dict[str, list[int]] = {}
+    for cid, runs in untriaged.items():  # by the key a label's id is matched with (NFC, no surrounding spaces)
+        not_triaged.setdefault(case_id_key(cid), []).extend(runs)
+    rows, skipped = [], []
     for lab in table:
         lab = {**lab, "case": stored(lab["case"])}
+        runs = not_triaged.get(case_id_key(lab["case"]))
+        if runs and lab["case"] not in by_id:  # no decision to label (found by review 63: the batch was refused)
+            skipped.append(f"{lab['case'][:100]!r} (run {', '.join(map(str, sorted(set(runs))[:5]))})")
+            continue
         # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site, and
         # one of several runs (a reused id: perhaps another scan) without its run
         found = [c for c in by_id.get(lab["case"], []) if (lab.get("site") is None or c["site"] == lab["site"])
@@ -415,9 +430,18 @@ def record_labels(
         except ValueError as e:
             raise ValueError(f"{path.name}: case {lab['case']!r}: {e}") from None
         rows.append({**lab, "case_row": case["row"], "loss": loss})
-    with MonitorStore(url, create=False) as store:
-        n = store.add_labels(rows, source=str(path.resolve()), command=command)
-    return CommandResult(n, True, path.resolve().parent, (f"recorded {n} audited label(s)",))
+    n = 0
+    if rows or not skipped:  # labels to record (an empty batch with nothing skipped: as before)
+        with MonitorStore(url, create=False) as store:
+            n = store.add_labels(rows, source=str(path.resolve()), command=command)
+    lines = [f"recorded {n} audited label(s)"]
+    if skipped:
+        more = f" and {len(skipped) - 10} more" if len(skipped) > 10 else ""
+        lines.append(f"{WARNING_PREFIX}{len(skipped)} label(s) skipped: their case(s) were not triaged (no "
+                     f"prediction; triage.json's not_triaged), so they have no decision to label: "
+                     f"{', '.join(skipped[:10])}{more}; predict and triage them, record that run, then label them "
+                     "again")
+    return CommandResult(n, True, path.resolve().parent, tuple(lines))
 
 
 def store_status(
