@@ -31,7 +31,7 @@ import os
 import re
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -505,10 +505,19 @@ class Trust:
             (:func:`trusted_public_keys`).
         allow_unsigned: accept an unsigned file (or one of an older format that cannot be verified); the reader
             says so in its outputs.
+        command_line: how the refusals name the ways to trust a key or accept an unsigned file: the command line's
+            options (``--trusted-keys``, ``--allow-unsigned``), set by the commands that read signed files; False (a
+            Python caller): this class's fields (``trust=Trust(keys=[...])``, ``allow_unsigned=True``). Keyword only;
+            not part of the repr or of equality.
+
+    Example:
+        >>> Trust(("keys/",))
+        Trust(keys=('keys/',), allow_unsigned=False)
     """
 
     keys: tuple[str, ...] = ()
     allow_unsigned: bool = False
+    command_line: bool = field(default=False, repr=False, compare=False, kw_only=True)
 
     def __post_init__(self) -> None:
         """Refuse fields of the wrong type.
@@ -520,8 +529,36 @@ class Trust:
             TypeError: naming the field.
         """
         _check_key_entries(self.keys, "keys")
-        if not isinstance(self.allow_unsigned, bool):
-            raise TypeError(f"allow_unsigned must be True or False, got {self.allow_unsigned!r:.80}")
+        for name in ("allow_unsigned", "command_line"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r:.80}")
+
+    def hint(self, what: str) -> str:
+        """How this reader's caller does ``what``, in its own words (:attr:`command_line`).
+
+        Args:
+            what: ``"allow"`` (use an unsigned file anyway), ``"allowed"`` (why one was used) or ``"trust"`` (trust
+                a public key).
+
+        Returns:
+            A clause for a message: the command line's option, or, for a Python caller, this class's field.
+
+        Example:
+            >>> Trust().hint("allow")
+            'pass trust=Trust(..., allow_unsigned=True) to use it anyway (the check then says UNSIGNED)'
+            >>> Trust(command_line=True).hint("allow")
+            'pass --allow-unsigned to use it anyway (recorded in the outputs)'
+        """
+        cli = self.command_line
+        if what == "allow":
+            return ("pass --allow-unsigned to use it anyway (recorded in the outputs)" if cli else
+                    "pass trust=Trust(..., allow_unsigned=True) to use it anyway (the check then says UNSIGNED)")
+        if what == "allowed":
+            return "--allow-unsigned was given" if cli else "the trust given has allow_unsigned=True"
+        if what == "trust":
+            return ("with --trusted-keys or MONAI_UNC_TRUSTED_KEYS" if cli else
+                    "with trust=Trust(keys=[FILE_OR_FOLDER]) or MONAI_UNC_TRUSTED_KEYS")
+        raise ValueError(f"what must be 'allow', 'allowed' or 'trust', got {what!r:.80}")
 
 
 def _check_key_entries(entries: Any, name: str) -> None:
@@ -816,10 +853,10 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
     if not isinstance(trust, Trust):  # found by hostile review 60: True failed with an AttributeError
         raise TypeError(f"trust must be a Trust (monai_unc.io.signing.Trust), got {trust!r:.80}")
     sig = doc.get(SIGNATURE_FIELD)
-    allow = "pass --allow-unsigned to use it anyway (recorded in the outputs)"
+    allow = trust.hint("allow")  # found by review 63: a Python caller was told of the command line's option
     if sig is None:
         if trust.allow_unsigned:
-            return "UNSIGNED: the rule carries no signature; used because --allow-unsigned was given"
+            return f"UNSIGNED: the rule carries no signature; used because {trust.hint('allowed')}"
         raise ValueError(f"{source} is not signed (field 'signature'), so who certified it and that it is unchanged "
                          f"cannot be checked: certify it again with this monai-unc, or {allow}")
     own_key = _signature_key(sig)
@@ -830,7 +867,7 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
     trusted = keys.get(sig["key"])
     if trusted is None and not trust.allow_unsigned:
         raise ValueError(f"{source} is signed by key {sig['key']}, which is not a trusted key (trust its public key "
-                         f"with --trusted-keys or MONAI_UNC_TRUSTED_KEYS, or {allow}){_own_pair_hint(sig['key'])}")
+                         f"{trust.hint('trust')}, or {allow}){_own_pair_hint(sig['key'])}")
     try:  # an untrusted key's signature is checked too: the outputs then name a key that did sign this content
         (own_key if trusted is None else trusted[0]).verify(base64.b64decode(sig["value"], validate=True),
                                                             _DOMAIN + digest.encode("ascii"))
@@ -838,8 +875,7 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
         raise ValueError(f"{source}: its signature (field 'signature') does not match its content: the file was "
                          "edited after it was signed") from None
     if trusted is None:
-        return (f"UNSIGNED: signed by {sig['key']}, a key that is not trusted here; used because "
-                "--allow-unsigned was given")
+        return f"UNSIGNED: signed by {sig['key']}, a key that is not trusted here; used because {trust.hint('allowed')}"
     return f"signed by {sig['key']} (trusted key {trusted[1]})"
 
 

@@ -137,29 +137,44 @@ def apply_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
 def trust_from_arguments(args: argparse.Namespace) -> Trust:
     """The signatures the commands that apply a rule accept: ``--trusted-keys`` and ``--allow-unsigned``.
 
+    ``--require-signature`` is what they do without ``--allow-unsigned``; the parser refuses the two together, and so
+    does this function for arguments made without it.
+
     Args:
         args: the parsed arguments.
 
     Returns:
         The :class:`~monai_unc.io.signing.Trust`. The command says that ``--allow-unsigned`` is in effect once its run
         starts (:func:`unsigned_notice`).
+
+    Raises:
+        ValueError: ``--require-signature`` with ``--allow-unsigned``.
+
+    Example:
+        >>> trust_from_arguments(argparse.Namespace(trusted_keys=["keys/"], require_signature=True))
+        Trust(keys=('keys/',), allow_unsigned=False)
     """
     allow = bool(getattr(args, "allow_unsigned", False))
-    return Trust(tuple(str(k) for k in getattr(args, "trusted_keys", None) or ()), allow)
+    if allow and getattr(args, "require_signature", False):
+        raise ValueError("--require-signature and --allow-unsigned contradict each other: give one of them")
+    return Trust(tuple(str(k) for k in getattr(args, "trusted_keys", None) or ()), allow, command_line=True)
 
 
 def triage_trust_from_arguments(args: argparse.Namespace) -> Trust | None:
-    """The signatures the commands that read ``triage.json`` require: ``--trusted-keys`` given, or None.
+    """The signatures the readers of ``triage.json`` require: with ``--require-signature`` or ``--trusted-keys``.
 
     ``monitor record`` and ``dicom-export --triage`` read a ``triage.json`` that anyone who can write its folder may
-    have edited or replaced. Without ``--trusted-keys`` they accept one that is unsigned or signed by a key not trusted
-    here (the latter with a warning; :func:`~monai_unc.evaluation.triage.rule.check_triage_summary`). Given (once or
-    more), the file must be signed by a trusted key: the keys named, as for the commands that apply a rule
-    (:func:`trust_from_arguments`), besides ``MONAI_UNC_TRUSTED_KEYS`` and the configuration folder's keys
-    (:func:`~monai_unc.io.signing.trusted_public_keys`); there is no ``--allow-unsigned`` (leave the option out).
+    have edited or replaced. Without either option they accept one that is unsigned or signed by a key not trusted
+    here (the latter with a warning; :func:`~monai_unc.evaluation.triage.rule.check_triage_summary`). Given, the file
+    must be signed by a trusted key: those of ``MONAI_UNC_TRUSTED_KEYS`` and the configuration folder
+    (:func:`~monai_unc.io.signing.trusted_public_keys`) and the keys named by ``--trusted-keys`` (once or more), as for
+    the commands that apply a rule (:func:`trust_from_arguments`); there is no ``--allow-unsigned`` (leave the options
+    out). ``--require-signature`` alone demands a signature by the configured keys (found by review 63: a team that
+    trusts keys only through ``MONAI_UNC_TRUSTED_KEYS`` or the configuration folder could not demand one).
 
     Args:
-        args: the parsed arguments (``trusted_keys``: the list of ``--trusted-keys``; absent or empty: not given).
+        args: the parsed arguments (``trusted_keys``: the list of ``--trusted-keys``, absent or empty: not given;
+            ``require_signature``: the flag, absent: not given).
 
     Returns:
         The :class:`~monai_unc.io.signing.Trust` that requires a signature, or None.
@@ -169,9 +184,13 @@ def triage_trust_from_arguments(args: argparse.Namespace) -> Trust | None:
         True
         >>> triage_trust_from_arguments(argparse.Namespace(trusted_keys=["keys/"]))
         Trust(keys=('keys/',), allow_unsigned=False)
+        >>> triage_trust_from_arguments(argparse.Namespace(trusted_keys=[], require_signature=True))
+        Trust(keys=(), allow_unsigned=False)
     """
-    keys = getattr(args, "trusted_keys", None)
-    return Trust(tuple(str(k) for k in keys)) if keys else None
+    keys = getattr(args, "trusted_keys", None) or []
+    if not keys and not getattr(args, "require_signature", False):
+        return None
+    return Trust(tuple(str(k) for k in keys), command_line=True)
 
 
 def unsigned_notice(args: argparse.Namespace) -> str | None:

@@ -561,22 +561,43 @@ def _add_triage(sub: Any) -> None:
 
 
 def _add_trust_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
-    """``--trusted-keys`` and ``--allow-unsigned`` of the commands that apply or read a certified rule."""
+    """``--trusted-keys``, ``--allow-unsigned`` and ``--require-signature`` of the commands that apply a rule.
+
+    ``--require-signature`` is what these commands do without ``--allow-unsigned`` (the two are refused together,
+    exit status 2); it is the one option that demands a trusted signature on every command that reads a signed file
+    (:func:`_add_triage_trust_option`), so that a script can give it everywhere.
+    """
     p.add_argument("--trusted-keys", action="append", default=[], metavar="PATH",
                    help=prefix + "a public key file (.pub) or a folder of them whose signatures are trusted, besides "
                    "MONAI_UNC_TRUSTED_KEYS and the keys of your configuration folder (see docs/signing.md)")
-    p.add_argument("--allow-unsigned", action="store_true",
-                   help=prefix + "use a rule that is unsigned, signed by an untrusted key or of an older format: who "
-                   "certified it is then not checked (printed, recorded in the outputs and shown on the page)")
+    either = p.add_mutually_exclusive_group()
+    either.add_argument("--allow-unsigned", action="store_true",
+                        help=prefix + "use a rule that is unsigned, signed by an untrusted key or of an older format: "
+                        "who certified it is then not checked (printed, recorded in the outputs and shown on the page)")
+    either.add_argument("--require-signature", action="store_true",
+                        help=prefix + "refuse a rule that is not signed by a trusted key (one of --trusted-keys, "
+                        "MONAI_UNC_TRUSTED_KEYS or your configuration folder's): what this command does unless given "
+                        "--allow-unsigned; the option that demands a signature of every command that reads a signed "
+                        "file (monitor record, dicom-export --triage)")
 
 
 def _add_triage_trust_option(p: argparse.ArgumentParser, prefix: str = "") -> None:
-    """``--trusted-keys`` of the commands that read ``triage.json``: given, a signature by a trusted key is required."""
+    """``--trusted-keys`` and ``--require-signature`` of the commands that read ``triage.json``.
+
+    Either one given, a signature by a trusted key is required: ``--require-signature`` alone trusts the keys of
+    ``MONAI_UNC_TRUSTED_KEYS`` and of the configuration folder (found by review 63: a team that trusts its keys only
+    there could not demand a signature).
+    """
     p.add_argument("--trusted-keys", action="append", default=[], metavar="PATH",
                    help=prefix + "require triage.json to be signed by a trusted key: a public key file (.pub) or a "
                    "folder of them, trusted besides MONAI_UNC_TRUSTED_KEYS and the keys of your configuration folder; "
-                   "an unsigned, untrusted-key or edited triage.json is then refused; without this option it is "
-                   "read, with a warning when signed by a key not trusted here (see docs/signing.md)")
+                   "an unsigned, untrusted-key or edited triage.json is then refused; without this option or "
+                   "--require-signature it is read, with a warning when signed by a key not trusted here (see "
+                   "docs/signing.md)")
+    p.add_argument("--require-signature", action="store_true",
+                   help=prefix + "require triage.json to be signed by a trusted key: one of MONAI_UNC_TRUSTED_KEYS, "
+                   "of your configuration folder or of --trusted-keys (which implies this option); an unsigned, "
+                   "untrusted-key or edited triage.json is then refused before anything is written")
 
 
 def _add_product_commands(sub: Any) -> None:

@@ -1417,9 +1417,11 @@ def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[Dicom
         The :class:`~monai_unc.workflows.session.CommandResult` of :func:`dicom_export`; its line says how many
         objects were written where.
     """
-    if args.trusted_keys and args.triage is None:  # nothing to check: said rather than ignored
-        raise ValueError("--trusted-keys checks the signature of the triage.json of --triage: give --triage FOLDER, or "
-                         "leave --trusted-keys out")
+    for flag, given in (("--trusted-keys", args.trusted_keys),
+                        ("--require-signature", getattr(args, "require_signature", False))):
+        if given and args.triage is None:  # nothing to check: said rather than ignored
+            raise ValueError(f"{flag} checks the signature of the triage.json of --triage: give --triage FOLDER, or "
+                             f"leave {flag} out")
     result = dicom_export(args.predictions, args.series, args.output, layout=args.layout, measures=args.measures,
                           probabilities=not args.no_probabilities, segments=args.segments, uid_root=args.uid_root,
                           algorithm_name=args.algorithm_name, evaluation=args.evaluation, triage=args.triage,

@@ -527,7 +527,8 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
     # options that only act with another one were taken without a word (found by hostile review 59)
     if getattr(args, "settings_from", None) is None:
         for flag, value in (("--trusted-keys", getattr(args, "trusted_keys", None)),
-                            ("--allow-unsigned", getattr(args, "allow_unsigned", False))):
+                            ("--allow-unsigned", getattr(args, "allow_unsigned", False)),
+                            ("--require-signature", getattr(args, "require_signature", False))):
             if value:
                 raise ValueError(f"{flag} is about the signature of the rule of --settings-from, which is not given: "
                                  f"pass --settings-from RULE, or drop {flag}")

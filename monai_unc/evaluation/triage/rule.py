@@ -10,7 +10,7 @@ import os
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -1414,8 +1414,7 @@ class ReferralRule:
             if rule.record is None and not trust.allow_unsigned:
                 raise ValueError(f"referral rule {path} has format_version {d['format_version']}: its certificate "
                                  "cannot be recomputed, so its threshold would be trusted as written; certify it "
-                                 "again with monai-unc evaluate --target-risk, or pass --allow-unsigned to use it "
-                                 "anyway (recorded in the outputs)")
+                                 f"again with monai-unc evaluate --target-risk, or {trust.hint('allow')}")
             rule.signature = provenance.check_signature(d, trust, f"referral rule {path}")
         return rule
 
@@ -1646,11 +1645,13 @@ def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | Non
         return "unsigned: its digest matches (no signing key was configured when it was written)"
     # required: a signature by a key not trusted here is verified against its own key first (an edit is said as
     # such), then refused in the readers' words (verify_signature's names --allow-unsigned, which they do not have)
-    line = verify_signature(doc, str(doc["digest"]), Trust(trust.keys, True) if required else
+    line = verify_signature(doc, str(doc["digest"]), replace(trust, allow_unsigned=True) if required else
                             trust if trust is not None else Trust(allow_unsigned=True), source)
     if required and line.startswith("UNSIGNED"):
+        # the caller's words (review 63): the command line's option, or the Python caller's Trust
+        named = "--trusted-keys" if trust.command_line else "trust=Trust(keys=[FILE_OR_FOLDER])"
         raise ValueError(f"{source} is signed by key {sig['key']}, which is not a trusted key here, so who wrote it "
-                         "cannot be checked: trust its public key (--trusted-keys, MONAI_UNC_TRUSTED_KEYS or the "
+                         f"cannot be checked: trust its public key ({named}, MONAI_UNC_TRUSTED_KEYS or the "
                          "configuration folder's trusted_keys/), or triage the cases again with a trusted key")
     if line.startswith("UNSIGNED") and trust is None:
         return _said(f"signed by {sig['key']}, a key that is not trusted here: who wrote it is not checked", source,
