@@ -1885,7 +1885,11 @@ def read_nnunet_image(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
 
     Raises:
         CaseError: the file cannot be read, holds colour channels or more than 3 axes (no label map or map), a
-            ``.npz`` without the key ``map``, or a spacing file whose ``"spacing"`` is not 3 positive numbers.
+            ``.npz`` without the key ``map``, or a spacing file whose ``"spacing"`` is not 3 positive numbers. A
+            ``.tif`` of shape ``(H, W, 3)`` or ``(H, W, 4)`` without a spacing file beside it is a 2D RGB(A) image,
+            as nnU-Net reads it (its ``NaturalImage2DIO``, tried before ``Tiff3DIO`` for ``.tif``, takes the last
+            axis as colour channels), and refused: labels and segmentations have one channel. With its spacing file
+            (``Tiff3DIO`` writes one beside every 3D segmentation) it is read as a 3D volume.
 
     Example:
         >>> import json, tempfile
@@ -1921,6 +1925,15 @@ def read_nnunet_image(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     except Exception as e:  # truncated / corrupt files: the readers' many exception types
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     tiff_3d = name.endswith((".tif", ".tiff")) and arr.ndim == 3
+    if tiff_3d and arr.shape[-1] in (3, 4) and not _tiff_spacing_file(path).is_file():
+        # nnU-Net tries NaturalImage2DIO first for a .tif (reader_writer_registry's order): it reads (H, W, 3 | 4) as
+        # one 2D RGB(A) image, colour channels last; labels and segmentations are never colour images (it writes them
+        # with one channel), and Tiff3DIO, the only reader of 3D .tif files, writes its spacing file beside each one
+        aux = _tiff_spacing_file(path).name
+        raise CaseError(f"{path}: an array of shape {arr.shape} is a 2D RGB(A) image as nnU-Net reads a .tif "
+                        "(NaturalImage2DIO: colour channels last), not a label map, segmentation or map (one channel): "
+                        f"save it with one channel; a 3D .tif of {arr.shape[-1]} voxels along x needs its spacing "
+                        f"file {aux} beside it (as nnU-Net's Tiff3DIO writes it)")
     if arr.ndim == 2:
         arr = arr[None]  # nnU-Net's (1, y, x)
     if arr.ndim != 3 or (arr.shape[0] != 1 and not (tiff_3d or name.endswith(".npz"))):
