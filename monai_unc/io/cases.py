@@ -2505,17 +2505,14 @@ def _scaled_labels_rounded(data: np.ndarray, path: Path) -> np.ndarray:
         out = out.copy(order="C")
         flat = out.reshape(-1)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf stay as they are, for check_label_map
-        for start in range(0, flat.size, 1 << 22):  # blocks: no temporaries of the whole volume
-            v = flat[start:start + (1 << 22)]
-            near = np.round(v)
-            off = v != near
-            if not off.any():
-                continue
-            idx = np.flatnonzero(off)
-            x = v[idx]
-            tol = eps_h * (np.abs(x - inter) + abs(inter)) + eps_a * np.abs(x)
-            fix = (np.abs(x - near[idx]) <= tol) & (tol < _SCALED_LABEL_MAX_TOL)
-            v[idx[fix]] = near[idx[fix]]
+        for start in range(0, flat.size, 1 << 20):  # blocks of 1 Mi values: no temporaries of the whole volume
+            v = flat[start:start + (1 << 20)]
+            near = np.rint(v)
+            tol = np.abs(v - inter)
+            tol += abs(inter)
+            tol *= eps_h
+            tol += eps_a * np.abs(v)
+            np.copyto(v, near, where=(np.abs(v - near) <= tol) & (tol < _SCALED_LABEL_MAX_TOL))
     return out
 
 
