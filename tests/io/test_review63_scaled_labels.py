@@ -14,7 +14,9 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from monai_unc.io import CaseError, CaseFiles, load_case, read_label
+from monai_unc.cli import main
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.io import CaseError, CaseFiles, load_case, read_csv, read_label
 
 
 def _labels() -> np.ndarray:
@@ -118,3 +120,25 @@ def test_scaled_label_off_by_more_than_rounding_refused(tmp_path):
     nib.save(img, tmp_path / "a.nii.gz")
     with pytest.raises(CaseError, match="label map must hold integer classes"):
         load_case(CaseFiles("a", tmp_path / "a.nii.gz", seg=_seg(tmp_path / "a_seg.nii.gz", lab)), num_classes=3)
+
+
+def test_evaluate_of_scaled_labels_gives_the_metrics_of_the_integers(tmp_path):
+    """``monai-unc evaluate`` (with lesion metrics) on the toy cohort, its labels rewritten with slope 0.1 and
+    intercept 3: the same ``metrics.csv`` as the original labels (it exited 1, every case failed, before)."""
+    data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(10, 10, 10))
+    scaled = tmp_path / "scaled_labels"
+    scaled.mkdir()
+    for f in sorted(data["labels"].glob("*.nii.gz")):
+        img = nib.load(f)
+        lab = np.asarray(img.dataobj).astype(np.int64)
+        out = nib.Nifti1Image(np.round((lab - 3.0) / 0.1).astype(np.int16), img.affine, img.header)
+        out.header.set_data_dtype(np.int16)
+        out.header.set_slope_inter(0.1, 3.0)
+        nib.save(out, scaled / f.name)
+        assert (np.asarray(nib.load(scaled / f.name).dataobj) != lab).any()  # nibabel's floats are off the integers
+    rows = {}
+    for name, labels in (("plain", data["labels"]), ("scaled", scaled)):
+        assert main(["evaluate", "-l", str(labels), "-p", str(data["predictions"]), "-o", str(tmp_path / f"ev_{name}"),
+                     "--lesions", "-q"]) == 0
+        rows[name] = read_csv(tmp_path / f"ev_{name}" / "metrics.csv")
+    assert rows["scaled"] == rows["plain"]
