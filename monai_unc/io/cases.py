@@ -2449,7 +2449,7 @@ def read_label(
 
 
 #: label values whose rounding bound (:func:`_scaled_labels_rounded`) reaches this are left as nibabel scales them:
-#: the precision of the file's scaling cannot tell their integer (labels beyond about a million with a float32 slope)
+#: the precision of the file's scaling cannot tell their integer (labels beyond about 2 million with a float32 slope)
 _SCALED_LABEL_MAX_TOL = 0.25
 
 
