@@ -40,6 +40,8 @@ def test_lesion_counts_are_written_as_integers(evaluated):
     # the per-case rows of the state folder (report's input) hold the same integers
     state_rows = json.loads((out / "state" / "rows.json").read_text())["rows"]
     assert all(isinstance(r[c], int) for r in state_rows for c in counts)
+    # and the report reads them (its lesion section from summary.json, its table from the state rows)
+    assert main(["report", "-e", str(out), "-o", str(out.parent / "report_new"), "-q"]) == 0
 
 
 def test_lesion_columns_counts_int_nan_stays_nan():
