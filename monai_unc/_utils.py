@@ -47,6 +47,7 @@ __all__ = [
     "to_tensor",
     "like_input",
     "to_numpy",
+    "check_real_dtype",
     "case_vector",
     "case_pair",
     "check_finite",
@@ -137,16 +138,23 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
         The tensor (sharing ``x``'s memory where no copy is needed).
 
     Raises:
-        TypeError: naming ``name`` for another type or a non-numeric dtype.
+        TypeError: naming ``name`` for another type or a dtype other than bool, integer or real floating point:
+            text, objects, and complex numbers (a mask ``1 + 0j`` would pass every value check and lose its imaginary
+            part in the first cast; :func:`check_real_dtype`).
         ValueError: naming ``name`` for a ragged nested list.
 
     Example:
         >>> import numpy as np
         >>> to_tensor(np.array([1.5, 2.0], dtype=">f8"), "x")
         tensor([1.5000, 2.0000], dtype=torch.float64)
+        >>> to_tensor(torch.ones(2, dtype=torch.complex64), "pred")
+        Traceback (most recent call last):
+            ...
+        TypeError: pred must hold real numbers, got dtype torch.complex64
     """
     if isinstance(x, torch.Tensor):
         t = x.as_tensor() if hasattr(x, "as_tensor") else x
+        check_real_dtype(t, name)
     elif isinstance(x, np.ndarray):
         # torch.from_numpy refuses other byte orders with an error naming no argument: native order first
         t = _torch_of(torch.from_numpy, np.ascontiguousarray(_native(_numeric(x, name))), name)
@@ -181,10 +189,41 @@ def _asarray(x: Any, name: str) -> np.ndarray:
 
 
 def _numeric(a: np.ndarray, name: str) -> np.ndarray:
-    """``a`` if its dtype is boolean or numeric (torch can hold it), else ``TypeError`` naming ``name``."""
-    if a.dtype.kind not in "biufc":
-        raise TypeError(f"{name} must be a numeric array, got dtype {a.dtype}")
+    """``a`` if its dtype is boolean, integer or real floating point, else ``TypeError`` naming ``name``."""
+    check_real_dtype(a, name)
     return a
+
+
+def check_real_dtype(x: Any, name: str, objects: bool = False) -> None:
+    """Refuse an array or tensor whose dtype is not bool, integer or real floating point, naming ``name``.
+
+    The one dtype check of the arrays that enter the package's functions (:func:`to_tensor`, :func:`to_numpy`):
+    masks, label maps, probabilities, maps and scores. A complex array is a number to numpy and torch, and one whose
+    imaginary part is 0 (``1 + 0j``) passes every value check (0 / 1, integral, in [0, 1]) before a cast drops its
+    imaginary part; text and objects are no numbers.
+
+    Args:
+        x: a numpy array or a torch tensor (anything else is left to the caller).
+        name: the argument's name in the error.
+        objects: let a numpy object array through (a list holding ``None`` for an undefined value, which the caller
+            reads itself: :func:`real_array`).
+
+    Raises:
+        TypeError: ``"<name> must hold real numbers, got dtype <dtype>"`` for complex, text, bytes or (without
+            ``objects``) object dtypes.
+
+    Example:
+        >>> check_real_dtype(np.array([0, 1]), "pred")
+        >>> check_real_dtype(np.array([0, 1 + 0j]), "pred")
+        Traceback (most recent call last):
+            ...
+        TypeError: pred must hold real numbers, got dtype complex128
+    """
+    if isinstance(x, torch.Tensor):
+        if x.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
+    elif isinstance(x, np.ndarray) and x.dtype.kind not in "biuf" and not (objects and x.dtype.kind == "O"):
+        raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
 
 
 def like_input(result: ArrayLike, reference: Any) -> ArrayLike:
@@ -241,23 +280,48 @@ def stated_affine(affine: Any) -> np.ndarray | None:
     return None if a.shape != (4, 4) or np.array_equal(a, np.eye(4)) else a
 
 
-def to_numpy(x: Any, name: str) -> np.ndarray:
+def to_numpy(x: Any, name: str, objects: bool = False) -> np.ndarray:
     """Return ``x`` as a numpy array (copying from the GPU when needed).
 
     numpy has no bfloat16: such tensors (autocast inference) come back as float32, which holds every bfloat16 value
     exactly.
+
+    Args:
+        x: a numpy array, a torch tensor (any device), a (nested) list or tuple of numbers, or a number.
+        name: the argument's name in error messages.
+        objects: let an object array through (a list holding ``None`` for an undefined score), for a caller that
+            reads it with :func:`real_array`.
+
+    Returns:
+        The array (``x`` itself for a numpy array).
+
+    Raises:
+        TypeError: naming ``name`` for another type, or a dtype other than bool, integer or real floating point
+            (:func:`check_real_dtype`: complex, text, objects).
+
+    Example:
+        >>> to_numpy(torch.tensor([0, 1]), "pred")
+        array([0, 1])
+        >>> to_numpy(np.array([0, 1 + 0j]), "pred")
+        Traceback (most recent call last):
+            ...
+        TypeError: pred must hold real numbers, got dtype complex128
     """
     if isinstance(x, torch.Tensor):
         t = x.as_tensor() if hasattr(x, "as_tensor") else x
+        check_real_dtype(t, name)
         t = t.detach()
         if t.dtype == torch.bfloat16:
             t = t.to(torch.float32)
         return t.cpu().numpy()
     if isinstance(x, np.ndarray):
-        return x
-    if isinstance(x, (list, tuple, float, int, np.generic)):
-        return _asarray(x, name)
-    raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
+        a = x
+    elif isinstance(x, (list, tuple, float, int, np.generic)):
+        a = _asarray(x, name)
+    else:
+        raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
+    check_real_dtype(a, name, objects=objects)
+    return a
 
 
 def foreground_masks(p: Any) -> Any:

@@ -809,7 +809,8 @@ class CohortProduct:
             config: the evaluation options.
 
         Returns:
-            ``{column: value}``; the names must not clash with the evaluation's own columns.
+            ``{column: value}``; the names must not clash with the evaluation's own columns. An ``int`` (a count)
+            is written as an integer, every other value as a float.
         """
         return {}
 

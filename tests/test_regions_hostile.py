@@ -113,7 +113,8 @@ def test_a_label_the_label_maps_dtype_cannot_hold_is_in_no_voxel(dtype):
 
 
 def test_complex_labels_are_a_type_error():
-    with pytest.raises(TypeError, match="labels must be integer class labels"):
+    """Refused by the shared dtype check of to_tensor (review 63; label_to_regions had its own message)."""
+    with pytest.raises(TypeError, match="labels must hold real numbers"):
         label_to_regions(torch.tensor([1 + 0j, 2 + 0j]))
 
 

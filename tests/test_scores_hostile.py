@@ -41,7 +41,7 @@ def test_negative_integer_labels_are_refused():
 
 def test_a_label_map_of_text_is_refused():
     u, seg = _case()
-    with pytest.raises(TypeError, match="seg must be a label map"):
+    with pytest.raises(TypeError, match="seg must hold real numbers"):  # the shared dtype check (review 63)
         case_scores(u, seg.astype(str))
 
 

@@ -40,6 +40,7 @@ from .cohort import dice_failed
 from .config import region_suffix, slug
 
 __all__ = [
+    "COUNT_FIELDS",
     "LESION_FIELDS",
     "RETENTION_REFERRED",
     "SAMPLES_SUFFIX",
@@ -56,6 +57,8 @@ __all__ = [
 
 #: the per-case values of a task (``case.<task>.<field>``), in column order
 CASE_FIELDS = ("lesion_dice", "lesion_hd95", "lesion_tp", "lesion_fp", "lesion_fn", "lesion_f1", "ndsc", "ndsc_raac")
+#: the fields of :data:`CASE_FIELDS` that count lesions: ``metrics.csv`` writes them as integers (NaN stays NaN)
+COUNT_FIELDS = ("lesion_tp", "lesion_fp", "lesion_fn")
 #: the fixed per-lesion fields (``lesion.<task>.<field>``); uncertainty scores are added per map
 LESION_FIELDS = ("case_index", "lesion", "volume_mm3", "center_0", "center_1", "center_2", "center_mm_0",
                  "center_mm_1", "center_mm_2", "false_positive", "dice")
@@ -484,8 +487,11 @@ def lesion_column_names(tasks: Sequence[str]) -> list[str]:
     return list(owner)
 
 
-def lesion_columns(state: LesionState) -> dict[str, float]:
+def lesion_columns(state: LesionState) -> dict[str, float | int]:
     """The ``metrics.csv`` columns of a one-case state: ``<field>_<task>``.
+
+    The lesion counts (:data:`COUNT_FIELDS`: ``lesion_tp``, ``lesion_fp``, ``lesion_fn``) are ``int`` (written
+    ``3``, not ``3.0``) where they are finite whole numbers; every other value, and a NaN count, is a ``float``.
 
     Args:
         state: the state of one case.
@@ -495,10 +501,20 @@ def lesion_columns(state: LesionState) -> dict[str, float]:
 
     Raises:
         ValueError: two tasks' columns are one name (:func:`lesion_column_names`).
+
+    Example:
+        >>> arrays = {"case.1.lesion_tp": np.array([3.0]), "case.1.lesion_fp": np.array([np.nan]),
+        ...           "case.1.lesion_f1": np.array([0.5])}
+        >>> lesion_columns(LesionState(arrays))
+        {'lesion_tp_1': 3, 'lesion_fp_1': nan, 'lesion_f1_1': 0.5}
     """
     keys = [k.split(".", 2)[1:] for k in state.arrays if k.startswith("case.")]
     lesion_column_names(list(dict.fromkeys(task for task, _ in keys)))
-    return {f"{f}_{task}": float(state.arrays[f"case.{task}.{f}"][0]) for task, f in keys}
+    columns: dict[str, float | int] = {}
+    for task, f in keys:
+        v = float(state.arrays[f"case.{task}.{f}"][0])
+        columns[f"{f}_{task}"] = int(v) if f in COUNT_FIELDS and v.is_integer() else v
+    return columns
 
 
 def _auroc(score: np.ndarray, event: np.ndarray) -> float | None:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
+from .._utils import is_int
 from ..io import OUTPUT_MARKERS, json_safe, owned_folder
 from ..io.provenance import check_signature, read_checked_json, rule_digest, write_signed_json
 from ..io.signing import SIGNATURE_FIELD, Trust
@@ -127,8 +128,11 @@ def check_products(cases: Sequence[Any], config: EvaluationConfig, inputs: Mappi
 
 
 def product_case_states(case: Any, tasks: Sequence[Any], config: EvaluationConfig
-                        ) -> tuple[dict[str, Any], dict[str, float]]:
+                        ) -> tuple[dict[str, Any], dict[str, float | int]]:
     """The per-case states of ``config.products`` and the ``metrics.csv`` columns they add.
+
+    A product's integer values (a count: ``lesion_tp``) stay ``int``, written ``3`` in ``metrics.csv``; every other
+    value becomes a ``float``.
 
     Args:
         case: the loaded case.
@@ -139,13 +143,14 @@ def product_case_states(case: Any, tasks: Sequence[Any], config: EvaluationConfi
         ``(states, columns)``: ``{product name: state}`` (products with a None state left out) and the columns.
     """
     states: dict[str, Any] = {}
-    columns: dict[str, float] = {}
+    columns: dict[str, float | int] = {}
     for product in config.products:
         state = product.case_state(case, tasks, config)
         if state is None:
             continue
         states[product.name] = state
-        mine = {str(k): float(v) for k, v in product.case_columns(state, config).items()}
+        # whole counts stay int (written 3, not 3.0); every other value is a float
+        mine = {str(k): int(v) if is_int(v) else float(v) for k, v in product.case_columns(state, config).items()}
         clash = sorted(set(mine) & set(columns))
         if clash:
             raise ValueError(f"products: the columns {clash} of {product.name!r} clash with another product's")

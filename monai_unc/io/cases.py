@@ -1885,7 +1885,11 @@ def read_nnunet_image(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
 
     Raises:
         CaseError: the file cannot be read, holds colour channels or more than 3 axes (no label map or map), a
-            ``.npz`` without the key ``map``, or a spacing file whose ``"spacing"`` is not 3 positive numbers.
+            ``.npz`` without the key ``map``, or a spacing file whose ``"spacing"`` is not 3 positive numbers. A
+            ``.tif`` of shape ``(H, W, 3)`` or ``(H, W, 4)`` without a spacing file beside it is a 2D RGB(A) image,
+            as nnU-Net reads it (its ``NaturalImage2DIO``, tried before ``Tiff3DIO`` for ``.tif``, takes the last
+            axis as colour channels), and refused: labels and segmentations have one channel. With its spacing file
+            (``Tiff3DIO`` writes one beside every 3D segmentation) it is read as a 3D volume.
 
     Example:
         >>> import json, tempfile
@@ -1921,6 +1925,15 @@ def read_nnunet_image(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     except Exception as e:  # truncated / corrupt files: the readers' many exception types
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     tiff_3d = name.endswith((".tif", ".tiff")) and arr.ndim == 3
+    if tiff_3d and arr.shape[-1] in (3, 4) and not _tiff_spacing_file(path).is_file():
+        # nnU-Net tries NaturalImage2DIO first for a .tif (reader_writer_registry's order): it reads (H, W, 3 | 4) as
+        # one 2D RGB(A) image, colour channels last; labels and segmentations are never colour images (it writes them
+        # with one channel), and Tiff3DIO, the only reader of 3D .tif files, writes its spacing file beside each one
+        aux = _tiff_spacing_file(path).name
+        raise CaseError(f"{path}: an array of shape {arr.shape} is a 2D RGB(A) image as nnU-Net reads a .tif "
+                        "(NaturalImage2DIO: colour channels last), not a label map, segmentation or map (one channel): "
+                        f"save it with one channel; a 3D .tif of {arr.shape[-1]} voxels along x needs its spacing "
+                        f"file {aux} beside it (as nnU-Net's Tiff3DIO writes it)")
     if arr.ndim == 2:
         arr = arr[None]  # nnU-Net's (1, y, x)
     if arr.ndim != 3 or (arr.shape[0] != 1 and not (tiff_3d or name.endswith(".npz"))):
@@ -2388,7 +2401,12 @@ def read_label(
         ``(data, affine)`` as :func:`read_volume`: ``(1, *spatial)`` labels (``(R, *spatial)`` region masks of a SEG
         read with ``seg_regions`` of several regions) and the ``(4, 4)`` affine. A volume file
         is read in the type it stores where nibabel reads it (``read_volume(dtype=None)``): integer labels exactly
-        (float32, ``LoadImage``'s type, holds integers only up to ``2**24``).
+        (float32, ``LoadImage``'s type, holds integers only up to ``2**24``). A NIfTI file with ``scl_slope`` /
+        ``scl_inter`` scaling reads as floats such as ``1.0000000149`` (slope 0.1 held as float32): values within
+        the float rounding of that scaling of an integer, ``eps_h * (|v - inter| + |inter|) + eps_a * |v|`` (``eps_h``
+        the machine epsilon of the header's scale fields, float32 in NIfTI-1; ``eps_a`` that of the array's type),
+        are read as that integer, as nnU-Net and SimpleITK round them; a fraction such as 0.5 is left for
+        :func:`check_label_map` to refuse.
 
     Raises:
         CaseError: a SEG without the case's series folder, or refused by the reader (one line naming the case).
@@ -2406,7 +2424,7 @@ def read_label(
     if not is_seg_label(files.label):
         # the stored integers (dtype=None): float32 holds integers only up to 2**24, and a label 16777217 read as
         # float32 was 16777216, another structure's label (found by hostile testing)
-        return read_volume(files.label, dtype=None)
+        return _read_label_volume(files.label)
     check_volume_entry(files.label)
     if files.image is None or not files.image.is_dir():
         raise CaseError(f"case {files.case_id!r}: label {files.label.name} is a DICOM SEG; its image must be the "
@@ -2428,6 +2446,74 @@ def read_label(
         raise CaseError(f"case {files.case_id!r}: the region {name!r} holds the label 0, so the voxels outside its "
                         f"segment in {files.label.name} would be inside it")
     return np.where(masks[:1] > 0, min(values), 0).astype(np.int64), series.affine
+
+
+#: label values whose rounding bound (:func:`_scaled_labels_rounded`) reaches this are left as nibabel scales them:
+#: the precision of the file's scaling cannot tell their integer (labels beyond about 2 million with a float32 slope)
+_SCALED_LABEL_MAX_TOL = 0.25
+
+
+def _read_label_volume(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A label-map file (reference or segmentation), read in its stored type, with its scaled integers restored.
+
+    :func:`read_volume` with ``dtype=None``, then :func:`_scaled_labels_rounded` for a NIfTI file's ``scl_slope`` /
+    ``scl_inter`` scaling.
+    """
+    data, affine = read_volume(path, dtype=None)
+    return _scaled_labels_rounded(data, path), affine
+
+
+def _nifti_scaling(path: Path) -> tuple[float, float, float] | None:
+    """``(slope, inter, eps)`` of a NIfTI file whose data nibabel scales; None for another file or unscaled data.
+
+    ``eps`` is the machine epsilon of the header's scale fields (float32 in NIfTI-1, float64 in NIfTI-2).
+    """
+    if not str(path).lower().endswith((".nii", ".nii.gz")):
+        return None
+    img = load_nifti(str(path))
+    slope, inter = getattr(img.dataobj, "slope", 1.0), getattr(img.dataobj, "inter", 0.0)
+    if slope == 1.0 and inter == 0.0:
+        return None
+    header = img.header
+    eps = max(float(np.finfo(header["scl_slope"].dtype).eps), float(np.finfo(header["scl_inter"].dtype).eps))
+    return float(slope), float(inter), eps
+
+
+def _scaled_labels_rounded(data: np.ndarray, path: Path) -> np.ndarray:
+    """The float label values of a NIfTI file with ``scl_slope`` / ``scl_inter`` set to the integers they encode.
+
+    An integer label ``n`` stored as ``r`` with slope ``s`` and intercept ``i`` reads as ``r * s + i``; the header
+    holds ``s`` and ``i`` rounded to its float type (float32 in NIfTI-1: ``0.1`` is ``0.10000000149``), so label 1
+    reads as ``1.0000000149``. Each rounding of ``s`` and ``i`` moves the value by at most half an epsilon ``eps_h``
+    of the header's type times ``|r * s| = |v - i|`` and ``|i|``; the product and sum in the array's float type add
+    at most half an epsilon ``eps_a`` of ``|v|``. A value within ``eps_h * (|v - i| + |i|) + eps_a * |v|`` (twice
+    that bound) of an integer is that integer (nnU-Net and SimpleITK round such labels too); anything further away, a
+    fraction such as 0.5, stays as read and :func:`check_label_map` refuses it. Values whose bound reaches
+    :data:`_SCALED_LABEL_MAX_TOL` are left as read (the scaling cannot tell their integer). Unscaled files and
+    integer arrays are returned as they are.
+    """
+    if data.dtype.kind != "f":
+        return data
+    scaling = _nifti_scaling(path)
+    if scaling is None:
+        return data
+    _, inter, eps_h = scaling
+    eps_a = float(np.finfo(data.dtype).eps)
+    out = data if data.flags.writeable else data.copy(order="K")  # nibabel's scaled array is new: changed in place
+    flat = out.ravel(order="K")  # a view of every voxel in memory order
+    if not np.shares_memory(flat, out):
+        out = out.copy(order="C")
+        flat = out.reshape(-1)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf stay as they are, for check_label_map
+        for start in range(0, flat.size, 1 << 20):  # blocks of 1 Mi values: no temporaries of the whole volume
+            v = flat[start:start + (1 << 20)]
+            near = np.rint(v)
+            tol = np.abs(v - inter)
+            tol += abs(inter)
+            tol *= eps_h
+            tol += eps_a * np.abs(v)
+            np.copyto(v, near, where=(np.abs(v - near) <= tol) & (tol < _SCALED_LABEL_MAX_TOL))
+    return out
 
 
 def segment_label_values(labels: np.ndarray, values: Sequence[int], case_id: str = "") -> np.ndarray:
@@ -2984,7 +3070,7 @@ class _CaseReads:
         if files.probs is not None:
             calls["probs"] = functools.partial(read_probabilities, files.probs)
         if files.seg is not None:  # a label map: its stored integers, as read_label reads the labels
-            calls["seg"] = functools.partial(read_volume, files.seg, dtype=None)
+            calls["seg"] = functools.partial(_read_label_volume, files.seg)
         for m, path in files.maps.items():  # a map written one file per region: each file (_region_files_map)
             calls[("map", m)] = (functools.partial(_read_volumes, path) if isinstance(path, tuple)
                                  else functools.partial(read_volume, path))

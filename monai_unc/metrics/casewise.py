@@ -194,7 +194,7 @@ def _score_values(scores: Any, name: str) -> np.ndarray:
     Found by hostile testing: text (``"0.9"``) was parsed and complex scores lost their imaginary part, where every
     other case metric refuses both (:func:`monai_unc._utils.case_vector`); ``None`` in a list is undefined, as before.
     """
-    return real_array(to_numpy(scores, name), name, " (NaN or inf for an undefined score)").reshape(-1)
+    return real_array(to_numpy(scores, name, objects=True), name, " (NaN or inf for an undefined score)").reshape(-1)
 
 
 def _filled(out: np.ndarray) -> np.ndarray:

@@ -160,11 +160,12 @@ def test_per_region_tif_maps_are_read_as_the_4d_nifti_map(tmp_path):
 
 
 def test_tif_axes_spacing_and_errors(tmp_path):
-    arr = np.arange(2 * 3 * 4, dtype=np.uint16).reshape(2, 3, 4)  # (z, y, x)
+    # (z, y, x); x is not 3 or 4: without its spacing file such a .tif is a 2D RGB(A) image (review 63)
+    arr = np.arange(2 * 3 * 5, dtype=np.uint16).reshape(2, 3, 5)
     tifffile.imwrite(tmp_path / "v.tif", arr)
     with pytest.warns(UserWarning, match=r"no spacing file v\.json .* \(1, 1, 1\) assumed"):
         data, affine = read_volume(tmp_path / "v.tif", dtype=None)
-    assert data.shape == (1, 4, 3, 2) and data.dtype == np.uint16 and np.array_equal(affine, np.eye(4))
+    assert data.shape == (1, 5, 3, 2) and data.dtype == np.uint16 and np.array_equal(affine, np.eye(4))
     assert data[0, 3, 2, 1] == arr[1, 2, 3]
     for bad in ({"spacing": [1, 2]}, {"spacing": [1, -2, 1]}, {"spacing": [1, float("nan"), 1]},
                 {"spacing": [1, True, 1]}, {"spacing": "1 1 1"}, ["spacing"]):

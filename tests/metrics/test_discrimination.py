@@ -230,7 +230,7 @@ def test_auroc_degenerate_and_bad_inputs():
         assert math.isnan(auroc(np.zeros((2, 2)), np.zeros(0)))
     with pytest.raises(ValueError, match="negative contains 1 non-finite"):
         auroc([0.1], [np.nan])
-    with pytest.raises(TypeError, match="positive must hold numbers"):
+    with pytest.raises(TypeError, match="positive must hold real numbers"):
         auroc(np.array(["a"]), [0.1])
     assert auroc(torch.tensor([[0.9, 0.8]]), np.array([0.1])) == 1.0  # any shape, torch or numpy
 

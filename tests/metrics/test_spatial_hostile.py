@@ -290,9 +290,9 @@ def test_complex_and_longdouble_uncertainty_maps():
     a longdouble one raised torch's TypeError naming no argument. The first is refused by name, the second read as
     float64 (the metrics' precision); longdouble labels are refused by name."""
     u, p, t = _blob_case()
-    with pytest.raises(TypeError, match="uncertainty must be a real-valued map"):
+    with pytest.raises(TypeError, match="uncertainty must hold real numbers"):  # the shared check (review 63)
         spatial_calibration_error(u + 5j, p, t)
-    with pytest.raises(TypeError, match="uncertainty must be real-valued"):
+    with pytest.raises(TypeError, match="uncertainty must hold real numbers"):
         SpatialCalibrationErrorMetric()(y_pred=torch.from_numpy(p)[None, None], y=torch.from_numpy(t)[None, None],
                                         uncertainty=torch.from_numpy(u + 5j)[None, None])
     long = u.astype(np.longdouble)
