@@ -33,6 +33,7 @@ from ..engine import error_line
 from ..inferers import check_network_logits
 from ..io import (
     CaseError,
+    CaseFiles,
     ImageCase,
     MappedArrays,
     atomic_torch_save,
@@ -44,7 +45,7 @@ from ..io import (
     input_folder,
     list_files,
     output_lock,
-    read_volume,
+    read_label,
     refuse_dataset_root,
     scratch_folder,
     smallest_int_dtype,
@@ -146,7 +147,9 @@ def collect_logits(
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)
         _check_finite_image(case, image)
-        lab, lab_aff = read_volume(label_path)
+        # the stored integers, NIfTI scaling restored, as every label reader reads them (read_volume's float32 copy
+        # refused a label file stored with an intercept: background read as -4.5e-08; review 63)
+        lab, lab_aff = read_label(CaseFiles(case.case_id, Path(label_path)))
         if lab.shape[1:] != image.shape[1:]:
             raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} does not share the image's grid "
                              f"(spatial shape {tuple(lab.shape[1:])}, the image's {tuple(image.shape[1:])})")
