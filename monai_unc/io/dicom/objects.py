@@ -81,6 +81,8 @@ __all__ = [
     "declare_character_set",
     "copy_source_markers",
     "source_zone",
+    "modified_content_time",
+    "input_slices",
     "check_other_series",
     "STUDY_UID_MODES",
     "new_study",
@@ -828,7 +830,98 @@ def _in_zone(dataset: Any, zone: timezone) -> None:
             item.ContributionDateTime = moved.strftime("%Y%m%d%H%M%S.%f" if len(when) > 14 else "%Y%m%d%H%M%S")
 
 
-def copy_source_markers(dataset: Any, source: Any) -> Any:
+#: the date and time pairs of a source, in the order a ``MODIFIED`` object's ContentDate / ContentTime is taken
+_SOURCE_TIMES = (("ContentDate", "ContentTime"), ("AcquisitionDate", "AcquisitionTime"),
+                 ("SeriesDate", "SeriesTime"), ("StudyDate", "StudyTime"))
+_DA = re.compile(r"^[0-9]{8}$")
+_TM = re.compile(r"^([0-9]{2})([0-9]{2})?([0-9]{2})?(\.[0-9]{1,6})?$")
+
+
+def _instant_key(date: Any, time: Any) -> tuple[str, str] | None:
+    """A DA and TM value as a sortable key (the time padded to ``HHMMSS.ffffff``); None where either is no such."""
+    date, time = str(date or "").strip(), str(time or "").strip()
+    match = _TM.match(time)
+    if not _DA.match(date) or match is None or (match[3] is None and match[4] is not None):
+        return None
+    return date, f"{match[1]}{match[2] or '00'}{match[3] or '00'}{(match[4] or '.').ljust(7, '0')}"
+
+
+def modified_content_time(sources: Sequence[Any]) -> tuple[str, str] | None:
+    """The ContentDate and ContentTime of an object derived from sources whose dates were shifted (``MODIFIED``).
+
+    The latest (date, time) of the sources' ContentDate / ContentTime, else of their AcquisitionDate / Time,
+    SeriesDate / Time, StudyDate / Time (the first pair that some source states validly, date and time): the time of
+    the images the object derives from, on their shifted timeline, so that the object is not dated before them.
+
+    Args:
+        sources: the source slices (pydicom datasets).
+
+    Returns:
+        ``(date, time)`` as the source states them, or None when no source states any pair.
+
+    Example:
+        >>> a, b = Dataset(), Dataset()
+        >>> a.ContentDate, a.ContentTime, b.ContentDate, b.ContentTime = "19990203", "101712", "19990203", "1018"
+        >>> modified_content_time([a, b])
+        ('19990203', '1018')
+    """
+    for date_key, time_key in _SOURCE_TIMES:
+        stated = []
+        for ds in sources:
+            date, time = ds.get(date_key), ds.get(time_key)
+            key = _instant_key(date, time)
+            if key is not None:
+                stated.append((key, str(date).strip(), str(time).strip()))
+        if stated:
+            _, date, time = max(stated)
+            return date, time
+    return None
+
+
+def _shifted_times(dataset: Any, sources: Sequence[Any]) -> None:
+    """Put a derived object's own dates on the shifted timeline of its ``MODIFIED`` sources (copy_source_markers)."""
+    when = modified_content_time(sources)
+    if when is None:
+        warnings.warn("the source is marked LongitudinalTemporalInformationModified MODIFIED but states no date and "
+                      "time (ContentDate / Time, AcquisitionDate / Time, SeriesDate / Time, StudyDate / Time): the "
+                      "derived object keeps the time of writing as its ContentDate / ContentTime", UserWarning,
+                      stacklevel=3)
+        return
+    for key, value in zip(("ContentDate", "ContentTime"), when):
+        if key in dataset:  # a new element: highdicom may share elements with the source
+            delattr(dataset, key)
+        setattr(dataset, key, value)
+    for key in ("InstanceCreationDate", "InstanceCreationTime"):
+        if key in dataset:
+            delattr(dataset, key)
+    for item in dataset.get("ContributingEquipmentSequence") or []:
+        if str(item.get("ManufacturerModelName", "")) == "highdicom" and "ContributionDateTime" in item:
+            del item.ContributionDateTime
+
+
+def input_slices(series: DicomSeries, others: Sequence[DicomSeries] = ()) -> list[Any]:
+    """Every slice (header) of the series an object derives from: ``series`` and the other channels' ``others``.
+
+    Args:
+        series: the series the object lies on.
+        others: the series of the case's other input channels (:func:`check_other_series`).
+
+    Returns:
+        The headers of ``series``' slices, then of each of ``others``' (one per image).
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.io.dicom import read_series, write_series
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.zeros((4, 3, 2)), np.eye(4), f"{d}/a", modality="MR")
+        ...     _ = write_series(np.zeros((4, 3, 5)), np.eye(4), f"{d}/b", modality="MR")
+        ...     len(input_slices(read_series(f"{d}/a", pixels=False), [read_series(f"{d}/b", pixels=False)]))
+        7
+    """
+    return [*series.datasets, *(ds for other in others for ds in other.datasets)]
+
+
+def copy_source_markers(dataset: Any, source: Any, sources: Sequence[Any] | None = None) -> Any:
     """Give a derived object the source's de-identification marker, time zone and RecognizableVisualFeatures YES.
 
     A source de-identified with its dates shifted (PS3.15 E, Retain Longitudinal Temporal Information with Modified
@@ -847,9 +940,20 @@ def copy_source_markers(dataset: Any, source: Any) -> Any:
     voxel for voxel on the source's grid, and a whole-head segmentation or its uncertainty outlines the face. A
     Parametric Map of another source keeps highdicom's ``NO``.
 
+    A source marked ``MODIFIED`` has every date and time shifted by one offset that the object cannot know (PS3.15
+    E.3.6, Retain Longitudinal Temporal Information With Modified Dates Option: the dates of such an instance keep
+    their intervals, on a shifted timeline). The object carries the marker, so its own dates must be on that timeline
+    too: the time of writing beside the shifted StudyDate told a reader the shift (or was taken for a shifted date).
+    Its ContentDate / ContentTime (type 1) are then the latest content date and time of its sources
+    (:func:`modified_content_time`), the time of the images it derives from, and the dates of its making, which no
+    shifted timeline holds (InstanceCreationDate / Time and highdicom's ContributionDateTime, type 3), are left out.
+    A ``MODIFIED`` source without any date keeps the time of writing, with a warning.
+
     Args:
         dataset: the derived object.
         source: the source slice its patient and study were copied from.
+        sources: the slices the object derives from, whose latest date dates a ``MODIFIED`` object (every slice of
+            every input series); None: ``[source]``.
 
     Returns:
         ``dataset``.
@@ -858,16 +962,23 @@ def copy_source_markers(dataset: Any, source: Any) -> Any:
         >>> from pydicom import Dataset
         >>> src, ds = Dataset(), Dataset()
         >>> src.LongitudinalTemporalInformationModified = "MODIFIED"
-        >>> copy_source_markers(ds, src).LongitudinalTemporalInformationModified
-        'MODIFIED'
+        >>> src.SeriesDate, src.SeriesTime = "19990203", "101700"
+        >>> ds.ContentDate, ds.ContentTime, ds.InstanceCreationDate = "20261206", "093000", "20261206"
+        >>> ds = copy_source_markers(ds, src)
+        >>> ds.LongitudinalTemporalInformationModified, ds.ContentDate, ds.ContentTime, "InstanceCreationDate" in ds
+        ('MODIFIED', '19990203', '101700', False)
     """
     for key in _SOURCE_MARKERS:
         if key in source and not source[key].is_empty and key not in dataset:
             dataset.add(copy.deepcopy(source[key]))
+    modified = str(source.get("LongitudinalTemporalInformationModified", "") or "").strip() == "MODIFIED"
     zone = source_zone(source)
     if zone is not None and "TimezoneOffsetFromUTC" not in dataset:  # found by review 61: the dates read as local
         dataset.TimezoneOffsetFromUTC = str(source.TimezoneOffsetFromUTC).strip()
-        _in_zone(dataset, zone)
+        if not modified:
+            _in_zone(dataset, zone)
+    if modified:  # found by review 63: the time of writing beside the source's shifted dates
+        _shifted_times(dataset, [source] if sources is None else sources)
     image = any(key in dataset for key in ("PixelData", "FloatPixelData", "DoubleFloatPixelData"))
     if image and str(source.get("RecognizableVisualFeatures", "") or "").strip() == "YES":
         dataset.RecognizableVisualFeatures = "YES"  # found by hostile review 60: the map said NO
@@ -1228,7 +1339,8 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
     )
     seg.SeriesDescription = description
     source = series.datasets[0]
-    seg = copy_source_markers(_pixel_measures(_reference_other_studies(seg, others), series), source)
+    seg = copy_source_markers(_pixel_measures(_reference_other_studies(seg, others), series), source,
+                              input_slices(series, others))
     return save_dataset(apply_study(declare_character_set(seg, source), study), path)
 
 
@@ -1295,7 +1407,8 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
     )
     seg.SeriesDescription = description
     source = series.datasets[0]
-    seg = copy_source_markers(_pixel_measures(_reference_other_studies(seg, others), series), source)
+    seg = copy_source_markers(_pixel_measures(_reference_other_studies(seg, others), series), source,
+                              input_slices(series, others))
     return save_dataset(apply_study(declare_character_set(seg, source), study), path)
 
 
@@ -1433,6 +1546,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
     source = series.datasets[0]
-    pm = copy_source_markers(_pixel_measures(_reference_other_studies(pm, others), series), source)
+    pm = copy_source_markers(_pixel_measures(_reference_other_studies(pm, others), series), source,
+                             input_slices(series, others))
     return save_dataset(apply_study(declare_character_set(pm, source), study), path)
 

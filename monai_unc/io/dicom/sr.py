@@ -3,7 +3,8 @@
 Modelled on the IHE AI Results profile (who made it, with which model, on which images), the report holds:
 
 - one volumetric measurement group (TID 1411) per segment of the DICOM SEG, referencing that segment and its source
-  series, with the segment's volume in ml (and other volumes of the segment when given);
+  series (of a case of several input series, every slice of each as its source images), with the segment's volume
+  in ml (and other volumes of the segment when given);
 - one measurement group (TID 1501) of the case's numbers (the case scores of the uncertainty maps, Dice and the
   QU-BraTS score when labels were given: the cells of the case's row of ``metrics.csv``), with the algorithm
   identification (name, version, weight digests, method) and the Parametric Maps and SEG as source images;
@@ -45,6 +46,7 @@ from .objects import (
     check_uid_root,
     copy_source_markers,
     declare_character_set,
+    input_slices,
     new_uid,
     save_dataset,
     short_text,
@@ -295,8 +297,10 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         series_description: the SeriesDescription a PACS lists the series by (1 to 64 characters); None:
             ``measurement report by monai-unc``.
         other_series: the series of the case's other input channels (a model of several), listed as evidence
-            beside ``series`` (:func:`~monai_unc.io.dicom.objects.check_other_series`). A segment's group names
-            ``series`` alone as its source series for segmentation (TID 1411 holds one).
+            beside ``series`` (:func:`~monai_unc.io.dicom.objects.check_other_series`). A segment's group (TID 1411)
+            names ``series`` as its "Source series for segmentation" when there are none (that item holds one
+            series), else every slice of ``series`` and of the other series as its "Source image for segmentation"
+            items.
 
     Returns:
         ``path``.
@@ -328,7 +332,16 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
     )
     context = hd.sr.ObservationContext(observer_device_context=observer)
     groups: list[Any] = []
-    source_series = hd.sr.SourceSeriesForSegmentation(series.series_uid)
+    inputs = input_slices(series, others)
+
+    def segment_sources() -> dict[str, Any]:
+        """The sources of a segment (TID 1411): its one series, or every slice of the case's several series."""
+        # found by review 63: "Source series for segmentation" holds one series (VM 1), and a case of several named
+        # channel 0's alone; TID 1411 takes 1-n "Source image for segmentation" items instead (either, not both)
+        if not others:
+            return {"source_series": hd.sr.SourceSeriesForSegmentation(series.series_uid)}
+        return {"source_images": [hd.sr.SourceImageForSegmentation(str(ds.SOPClassUID), str(ds.SOPInstanceUID))
+                                  for ds in inputs]}
     if seg is not None:
         numbers_of_seg = {int(s.SegmentNumber): str(s.SegmentLabel) for s in seg.SegmentSequence}
         for number, volumes in segment_volumes.items():
@@ -340,7 +353,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
                                                              identifier=f"segment {number}"[:64]),
                 referenced_segment=hd.sr.ReferencedSegment(sop_class_uid=str(seg.SOPClassUID),
                                                            sop_instance_uid=str(seg.SOPInstanceUID),
-                                                           segment_number=int(number), source_series=source_series),
+                                                           segment_number=int(number), **segment_sources()),
                 measurements=measurements or None, algorithm_id=algo_id,
             ))
     sources = [hd.sr.SourceImageForMeasurementGroup(str(m.SOPClassUID), str(m.SOPInstanceUID)) for m in maps]
@@ -391,7 +404,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         specific_character_set=None,  # the source's, set by declare_character_set (highdicom refuses some)
     )
     sr.SeriesDescription = description
-    return save_dataset(apply_study(declare_character_set(copy_source_markers(sr, src), src), study), path)
+    return save_dataset(apply_study(declare_character_set(copy_source_markers(sr, src, inputs), src), study), path)
 
 
 def segment_volume_ml(mask: np.ndarray, spacing: Sequence[float]) -> float:
