@@ -544,9 +544,13 @@ def check_series_description(description: str | None, default: str) -> str:
     A PACS lists a study's series by their description, so every object gets one (a DICOM LO: 1 to 64 characters,
     no backslash or control characters).
 
+    The default is cut to 64 bytes of UTF-8, the widest encoding the objects write (:func:`declare_character_set`):
+    DICOM counts an LO's 64 in characters, but validators (dciodvfy) and PACS databases count bytes, and a default
+    listing non-ASCII segment names (``Rückenmark``) cut to 64 characters was 66 bytes (found by hostile review 63).
+
     Args:
         description: the description a user set, or None.
-        default: the writer's description (cut to 61 characters and ``...`` when longer than 64).
+        default: the writer's description (cut, with ``...``, to 64 bytes of UTF-8 when longer).
 
     Returns:
         The description.
@@ -557,9 +561,16 @@ def check_series_description(description: str | None, default: str) -> str:
     Example:
         >>> check_series_description(None, "segmentation by monai-unc: grey matter, white matter, csf")
         'segmentation by monai-unc: grey matter, white matter, csf'
+        >>> len(check_series_description(None, "segmentation by monai-unc: " + "Rückenmark, " * 6).encode())
+        64
     """
     if description is None:
-        return default if len(default) <= 64 else default[:61] + "..."
+        if len(default.encode("utf-8")) <= 64:
+            return default
+        cut = default[:61]
+        while len(cut.encode("utf-8")) > 61:
+            cut = cut[:-1]
+        return cut + "..."
     return check_text(description, "series_description", 64)
 
 

@@ -19,9 +19,11 @@ column name, so a reader gets exactly the column and value of ``metrics.csv`` / 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from pydicom.dataset import Dataset
 from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 from pydicom.uid import generate_uid
+from pydicom.valuerep import DS, format_number_as_ds
 
 from ..._utils import affine_voxel_volume
 from ..tables import cell_float, parse_float
@@ -55,7 +58,7 @@ from .objects import (
 from .series import DicomSeries
 
 __all__ = ["SCHEME", "device_uid", "write_measurement_report", "report_numbers", "segment_volume_ml",
-           "measurement_unit", "check_measurement_name"]
+           "measurement_unit", "check_measurement_name", "decimal_string"]
 
 #: the private coding scheme of monai-unc's measurement names and decisions
 SCHEME = "99MONAIUNC"
@@ -168,6 +171,42 @@ def measurement_unit(name: str) -> Code:
     return _UNITY
 
 
+def decimal_string(value: float) -> str:
+    """The NumericValue (DICOM DS, at most 16 characters) of a finite number, which reads back as a finite number.
+
+    pydicom rounds to 16 characters, which takes a number within rounding of the largest float64
+    (``1.7976931348623157e308``, a sentinel some tools write) to ``1.797693135e+308``, past it: a reader of the
+    decimal string, the value DICOM requires (the FloatingPointValue beside it is optional), got infinity (found by
+    hostile review 63). Such a number's digits are cut toward zero instead.
+
+    Args:
+        value: a finite number.
+
+    Returns:
+        The decimal string.
+
+    Example:
+        >>> decimal_string(1 / 3), decimal_string(1.7976931348623157e308), decimal_string(-1.7976931348623157e308)
+        ('0.33333333333333', '1.797693134e+308', '-1.79769313e+308')
+    """
+    text = format_number_as_ds(float(value))
+    if math.isfinite(float(text)):
+        return text
+    exponent = f"e{math.floor(math.log10(abs(value))):+d}"
+    digits = 16 - len(exponent) - 2 - (value < 0)  # sign, the first digit and the point
+    mantissa = Decimal(repr(float(value))).scaleb(-int(exponent[1:]))
+    return f"{mantissa.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_DOWN)}{exponent}"
+
+
+def _measurement(value: float, **kwargs: Any) -> Any:
+    """The Measurement (highdicom) of ``value`` with its NumericValue of :func:`decimal_string`."""
+    measurement = hd.sr.Measurement(value=value, **kwargs)
+    for item in measurement:  # the template's one NUM content item
+        if item.ValueType == "NUM":
+            item.MeasuredValueSequence[0].NumericValue = DS(decimal_string(value))
+    return measurement
+
+
 def _measurements(values: Mapping[str, Any], algo_id: Any, where: str, unit: Any = None) -> list[Any]:
     """The measurements of one group, ``{name: value}`` (non-finite values left out), in ``unit`` (None: by name).
 
@@ -186,8 +225,7 @@ def _measurements(values: Mapping[str, Any], algo_id: Any, where: str, unit: Any
             raise ValueError(f"{where}: the measurements {seen[name.meaning]!r} and {key!r} would both be shown as "
                              f"{name.meaning!r} (a DICOM code meaning holds 64 characters); shorten the names")
         seen[name.meaning] = key
-        out.append(hd.sr.Measurement(name=name, value=float(v), unit=unit or measurement_unit(key),
-                                     algorithm_id=algo_id))
+        out.append(_measurement(float(v), name=name, unit=unit or measurement_unit(key), algorithm_id=algo_id))
     return out
 
 
@@ -386,8 +424,8 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
             qualitative_evaluations=[hd.sr.QualitativeEvaluation(
                 name=Code("triage-decision", SCHEME, "Triage decision"),
                 value=Code(decision, SCHEME, "accept" if decision == "accept" else "refer for review"))],
-            measurements=[hd.sr.Measurement(name=_name(score_name), value=score, unit=measurement_unit(score_name),
-                                            algorithm_id=rule_id)]
+            measurements=[_measurement(score, name=_name(score_name), unit=measurement_unit(score_name),
+                                       algorithm_id=rule_id)]
             if score is not None else None,
             algorithm_id=rule_id,
         ))

@@ -177,3 +177,55 @@ def test_a_report_of_one_series_names_it_as_the_source_series(tmp_path):
     for group in hd.sr.srread(path).content.get_volumetric_roi_measurement_groups():
         assert str(group.referenced_segment.source_series_for_segmentation.value) == series.series_uid
         assert group.referenced_segment.source_images_for_segmentation == []
+
+
+def _numbers(items, out=None):
+    """``{concept meaning: measured value item}`` of every NUM item of an SR content tree."""
+    out = {} if out is None else out
+    for item in items:
+        if item.ValueType == "NUM":
+            out[str(item.ConceptNameCodeSequence[0].CodeMeaning)] = item.MeasuredValueSequence[0]
+        if "ContentSequence" in item:
+            _numbers(item.ContentSequence, out)
+    return out
+
+
+def test_the_decimal_string_of_a_number_near_the_float64_limit_is_finite(tmp_path):
+    """Before: a metrics.csv number of 1.7976931348623157e308 (the largest float64, a sentinel some tools write) was
+    written as NumericValue '1.797693135e+308', rounded up past the largest float64: a reader of the decimal string
+    (the value DICOM requires, the float64 being optional) got infinity. The decimal string is now cut toward zero
+    where rounding would leave the float64 range; the FloatingPointValue stays exact."""
+    series, _ = _two_channels(tmp_path)
+    header = pydicom.dcmread(write_segmentation(np.ones(SHAPE, np.uint8), series, tmp_path / "seg.dcm",
+                                                [default_segment(1)]), stop_before_pixels=True)
+    numbers = {"largest": 1.7976931348623157e308, "most_negative": -1.7976931348623157e308, "third": 1 / 3,
+               "tiny": 5e-324, "big": 123456789012345678.0}
+    path = write_measurement_report(tmp_path / "sr.dcm", series, header, [], segment_volumes={1: {"volume": 0.5}},
+                                    numbers=numbers, triage={"decision": "review", "score": -1.7976931348623157e308,
+                                                             "score_name": "score"})
+    assert dciodvfy_errors(path) == []
+    items = _numbers(pydicom.dcmread(path).ContentSequence)
+    for name, value in [*numbers.items(), ("score", -1.7976931348623157e308)]:
+        text = str(items[name].NumericValue)
+        assert len(text) <= 16 and np.isfinite(float(text)), (name, text)
+        assert float(text) == pytest.approx(value, rel=1e-8, abs=1e-323), (name, text)
+        assert float(items[name].FloatingPointValue) == value, name
+
+
+def test_a_default_series_description_of_non_ascii_segment_names_fits_64_bytes(tmp_path):
+    """Before: the SeriesDescription listing the segment names was cut to 64 characters, which names such as
+    'Rückenmark' or 'Fégato' written in UTF-8 made 66 bytes: dciodvfy rejected the SEG and the FRACTIONAL SEG
+    ('Length invalid for this VR = 66, expected <= 64'), and a PACS storing 64 bytes cut a character in two. The
+    default description is now cut so that its UTF-8 encoding, the widest the objects write, fits 64 bytes."""
+    series, _ = _two_channels(tmp_path)
+    names = ["Rückenmark", "Fégato", "Milz", "Nière gauche", "Nière droite", "Pancréas", "Côlon"]
+    segments = [default_segment(i + 1, n) for i, n in enumerate(names)]
+    labels = (np.arange(np.prod(SHAPE)) % (len(names) + 1)).reshape(SHAPE).astype(np.uint8)
+    probs = np.stack([labels == c for c in range(len(names) + 1)]).astype(np.float32)
+    for path in (write_segmentation(labels, series, tmp_path / "seg.dcm", segments),
+                 write_fractional_segmentation(probs, series, tmp_path / "probs.dcm", segments)):
+        ds = pydicom.dcmread(path, stop_before_pixels=True)
+        assert ds.SpecificCharacterSet == "ISO_IR 192"
+        text = str(ds.SeriesDescription)
+        assert len(text.encode("utf-8")) <= 64 and text.endswith("...") and "Rückenmark" in text, text
+        assert dciodvfy_errors(path) == [], path.name
