@@ -451,34 +451,56 @@ def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
     return dataset
 
 
-def short_text(text: str, limit: int = 64) -> str:
-    """``text`` when it fits in ``limit`` characters, else its start and its end around ``...`` (``limit`` long).
+def _utf8_length(text: str) -> int:
+    """The bytes of ``text`` in UTF-8."""
+    return len(text.encode("utf-8"))
 
-    DICOM LO values (a SegmentLabel, a CodeMeaning, a SeriesDescription) hold 64 characters. Long names of one set
-    (regions, classes, table columns) often share their start and differ at the end (``... (v1)`` / ``... (v2)``,
-    a class suffix), which a plain cut drops: the end is kept.
+
+def _fitting_start(text: str, room: int) -> str:
+    """The longest start of ``text`` of at most ``room`` bytes in UTF-8."""
+    out = text[:room]
+    while _utf8_length(out) > room:
+        out = out[:-1]
+    return out
+
+
+def short_text(text: str, limit: int = 64) -> str:
+    """``text`` when it fits in ``limit`` bytes of UTF-8, else its start and its end around ``...`` (within ``limit``).
+
+    DICOM LO values (a SegmentLabel, a CodeMeaning, a SeriesDescription) hold 64 characters, which validators
+    (dciodvfy) and PACS databases count as bytes: a text is measured in bytes of UTF-8, the widest encoding the
+    objects write, so that ``Ödem über ...`` of 64 characters (74 bytes) is shortened too (found by hostile review
+    63); an ASCII text's characters are its bytes. Long names of one set (regions, classes, table columns) often
+    share their start and differ at the end (``... (v1)`` / ``... (v2)``, a class suffix), which a plain cut drops:
+    the end is kept.
 
     Args:
         text: the text.
-        limit: the most characters (>= 8).
+        limit: the most bytes (>= 8).
 
     Returns:
-        ``text``, or its first ``limit - 3 - (limit - 3) // 3`` characters, ``...`` and its last ``(limit - 3) // 3``.
+        ``text``, or its start, ``...`` and its end: of an ASCII text its first ``limit - 3 - (limit - 3) // 3``
+        characters and its last ``(limit - 3) // 3`` (the end takes at most a third of the room, in bytes).
 
     Example:
         >>> short_text("whole tumour of the left hemisphere (v2)", 20)
         'whole tumour... (v2)'
+        >>> short_text("Ödem über äußerem Übergang", 20)
+        'Ödem über ...ang'
     """
-    if len(text) <= limit:
+    if _utf8_length(text) <= limit:
         return text
-    tail = (limit - 3) // 3
-    return f"{text[:limit - 3 - tail]}...{text[len(text) - tail:]}"
+    tail_room = (limit - 3) // 3
+    tail = _fitting_start(text[::-1], tail_room)[::-1]
+    head = _fitting_start(text, limit - 3 - _utf8_length(tail))
+    return f"{head}...{tail}"
 
 
 def _lut_label(text: str) -> str:
-    """A LUTLabel (DICOM SH, 16 characters): ``text``, or its first 10 characters, ``~`` and 5 hex digits of a digest.
+    """A LUTLabel (DICOM SH, 16 characters): ``text``, or its first 10 bytes, ``~`` and 5 hex digits of a digest.
 
-    The digest is the start of the SHA-256 of ``text`` (UTF-8), used when ``text`` is longer than 16 characters.
+    The digest is the start of the SHA-256 of ``text`` (UTF-8), used when ``text`` is longer than 16 bytes of UTF-8
+    (the count of validators and PACS; a label ``PE Ödem üb~bfbbc`` of 16 characters was 18 bytes).
     A plain cut gave the maps of two regions whose names share their start one label (``PE necrotic tumo`` for
     ``necrotic tumour core`` and ``necrotic tumour rim``); the digest keeps them apart, and the same text always
     gets the same label.
@@ -487,16 +509,16 @@ def _lut_label(text: str) -> str:
         >>> _lut_label("PE WT"), len(_lut_label("PE necrotic tumour core"))
         ('PE WT', 16)
     """
-    if len(text) <= 16:
+    if _utf8_length(text) <= 16:
         return text
-    return f"{text[:10]}~{hashlib.sha256(text.encode('utf-8')).hexdigest()[:5]}"
+    return f"{_fitting_start(text, 10)}~{hashlib.sha256(text.encode('utf-8')).hexdigest()[:5]}"
 
 
 def default_segment(label: int, name: str | None = None) -> SegmentSpec:
     """The segment of class ``label``: a known ``name`` gets its SNOMED-CT codes, any other Tissue / Tissue.
 
-    A name longer than the 64 characters of a SegmentLabel is shortened to its start and end (:func:`short_text`)
-    with a ``UserWarning``; the SEG writers refuse two segments whose names are then the same.
+    A name longer than the 64 characters of a SegmentLabel (64 bytes of UTF-8, :func:`short_text`) is shortened to its
+    start and end with a ``UserWarning``; the SEG writers refuse two segments whose names are then the same.
 
     Raises:
         TypeError: a ``label`` that is not an integer (a bool or float; :class:`SegmentSpec`).
@@ -509,8 +531,8 @@ def default_segment(label: int, name: str | None = None) -> SegmentSpec:
     category, type_ = DEFAULT_SEGMENTS.get(name.strip().lower(), (_SCT_TISSUE, _SCT_TISSUE))
     short = short_text(name, 64)
     if short != name:
-        warnings.warn(f"the name of segment {label} has {len(name)} characters, a DICOM SegmentLabel holds 64: "
-                      f"written as {short!r}", UserWarning, stacklevel=2)
+        warnings.warn(f"the name of segment {label} has {len(name)} characters ({_utf8_length(name)} bytes in "
+                      f"UTF-8), a DICOM SegmentLabel holds 64: written as {short!r}", UserWarning, stacklevel=2)
     return SegmentSpec(label, short, category, type_)  # an integer, checked there: int(2.5) named class 2 "class 2.5"
 
 

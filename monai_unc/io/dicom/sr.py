@@ -138,13 +138,19 @@ def check_report_text(value: Any, what: str) -> str:
     return value
 
 
-def _name(text: str) -> Code:
+def _name(text: str) -> Any:
     """The coded name of a measurement: its column name in :data:`SCHEME`.
 
-    The code value is the whole name (over 16 characters a LongCodeValue); the meaning is the name, shortened to its
-    start and end when over 64 characters (:func:`~monai_unc.io.dicom.objects.short_text`).
+    The code value is the whole name: a CodeValue (SH) when it fits 16 bytes of UTF-8, else a LongCodeValue (a name
+    of 16 characters or fewer but more bytes, ``dice_Ödem_äußer``, was a CodeValue of 18 bytes, which dciodvfy
+    rejects: found by hostile review 63); the meaning is the name, shortened to its start and end past 64 bytes
+    (:func:`~monai_unc.io.dicom.objects.short_text`).
     """
-    return Code(text, SCHEME, short_text(text, 64))
+    concept = hd.sr.CodedConcept(text, SCHEME, short_text(text, 64))
+    if "CodeValue" in concept and len(text.encode("utf-8")) > 16:
+        del concept.CodeValue
+        concept.LongCodeValue = text
+    return concept
 
 
 def measurement_unit(name: str) -> Code:

@@ -229,3 +229,54 @@ def test_a_default_series_description_of_non_ascii_segment_names_fits_64_bytes(t
         text = str(ds.SeriesDescription)
         assert len(text.encode("utf-8")) <= 64 and text.endswith("...") and "Rückenmark" in text, text
         assert dciodvfy_errors(path) == [], path.name
+
+
+#: a region name of 64 characters, 74 bytes in UTF-8
+LONG_REGION = "Ödem über äußerem Übergang größerer Läsionsgrenze älterer Öffnung"[:64]
+
+
+def test_texts_made_from_a_long_non_ascii_region_name_fit_their_bytes(tmp_path):
+    """Before: a Parametric Map of a region named with umlauts (64 characters, 74 bytes) had a ContentDescription
+    and LUTExplanation of 64 characters but over 64 bytes and a LUTLabel (SH, 16) of 18 bytes, and the region's
+    SEG segment a SegmentLabel of 74 bytes: dciodvfy rejected both objects. The texts the writers shorten
+    (short_text, the LUT label) now fit their limit in bytes of UTF-8, the start and end of the name kept."""
+    from monai_unc.io.dicom.objects import _lut_label, short_text
+
+    series, _ = _two_channels(tmp_path)
+    pm = write_parametric_map(np.ones(SHAPE), series, tmp_path / "pm.dcm", "predictive_entropy", region=LONG_REGION)
+    with pytest.warns(UserWarning, match="SegmentLabel"):
+        segment = default_segment(1, LONG_REGION)
+    seg = write_segmentation(np.ones(SHAPE, np.uint8), series, tmp_path / "seg.dcm", [segment])
+    for path in (pm, seg):
+        assert dciodvfy_errors(path) == [], path.name
+    rwv = pydicom.dcmread(pm).SharedFunctionalGroupsSequence[0].RealWorldValueMappingSequence[0]
+    assert len(str(rwv.LUTLabel).encode()) <= 16 and str(rwv.LUTLabel).startswith("PE Ödem")
+    assert str(rwv.LUTExplanation).startswith("Ödem über") and "Öffnung"[:3] in str(rwv.LUTExplanation)
+    assert short_text(LONG_REGION, 64).endswith("Öffnun") and len(short_text(LONG_REGION, 64).encode()) <= 64
+    assert short_text("a" * 70, 20) == "a" * 12 + "..." + "a" * 5  # ASCII as before: characters are bytes
+    assert _lut_label("PE Ödem über äußerem") != _lut_label("PE Ödem über äußerer")
+
+
+def test_a_short_non_ascii_measurement_name_over_16_bytes_is_a_long_code_value(tmp_path):
+    """Before: a metrics.csv column of 15 characters but 18 bytes (``dice_Ödem_äußer``) became a CodeValue (SH, 16)
+    of 18 bytes, which dciodvfy rejects; a name over 16 bytes of UTF-8 is now a LongCodeValue, as a longer one was."""
+    series, _ = _two_channels(tmp_path)
+    header = pydicom.dcmread(write_segmentation(np.ones(SHAPE, np.uint8), series, tmp_path / "seg.dcm",
+                                                [default_segment(1)]), stop_before_pixels=True)
+    numbers = {"dice_Ödem_äußer": 0.5, "dice_Ödem": 0.25, "dice_with_a_long_name": 0.125}
+    path = write_measurement_report(tmp_path / "sr.dcm", series, header, [], segment_volumes={}, numbers=numbers)
+    assert dciodvfy_errors(path) == []
+    concepts = {}
+
+    def walk(items):
+        for item in items:
+            if item.ValueType == "NUM":
+                concept = item.ConceptNameCodeSequence[0]
+                concepts[str(concept.CodeMeaning)] = concept
+            walk(item.get("ContentSequence", []))
+
+    walk(pydicom.dcmread(path).ContentSequence)
+    assert str(concepts["dice_Ödem_äußer"].LongCodeValue) == "dice_Ödem_äußer"
+    assert "CodeValue" not in concepts["dice_Ödem_äußer"]
+    assert str(concepts["dice_Ödem"].CodeValue) == "dice_Ödem"
+    assert str(concepts["dice_with_a_long_name"].LongCodeValue) == "dice_with_a_long_name"
