@@ -911,15 +911,18 @@ def modified_content_time(sources: Sequence[Any]) -> tuple[str, str] | None:
     return None
 
 
-def _shifted_times(dataset: Any, sources: Sequence[Any]) -> None:
-    """Put a derived object's own dates on the shifted timeline of its ``MODIFIED`` sources (copy_source_markers)."""
+def _shifted_times(dataset: Any, sources: Sequence[Any]) -> bool:
+    """Put a derived object's own dates on the shifted timeline of its ``MODIFIED`` sources (copy_source_markers).
+
+    Returns False, with a warning, when the sources state no date (the object keeps the time of writing).
+    """
     when = modified_content_time(sources)
     if when is None:
         warnings.warn("the source is marked LongitudinalTemporalInformationModified MODIFIED but states no date and "
                       "time (ContentDate / Time, AcquisitionDate / Time, SeriesDate / Time, StudyDate / Time): the "
                       "derived object keeps the time of writing as its ContentDate / ContentTime", UserWarning,
                       stacklevel=3)
-        return
+        return False
     for key, value in zip(("ContentDate", "ContentTime"), when):
         if key in dataset:  # a new element: highdicom may share elements with the source
             delattr(dataset, key)
@@ -930,6 +933,7 @@ def _shifted_times(dataset: Any, sources: Sequence[Any]) -> None:
     for item in dataset.get("ContributingEquipmentSequence") or []:
         if str(item.get("ManufacturerModelName", "")) == "highdicom" and "ContributionDateTime" in item:
             del item.ContributionDateTime
+    return True
 
 
 def input_slices(series: DicomSeries, others: Sequence[DicomSeries] = ()) -> list[Any]:
@@ -1004,14 +1008,14 @@ def copy_source_markers(dataset: Any, source: Any, sources: Sequence[Any] | None
     for key in _SOURCE_MARKERS:
         if key in source and not source[key].is_empty and key not in dataset:
             dataset.add(copy.deepcopy(source[key]))
-    modified = str(source.get("LongitudinalTemporalInformationModified", "") or "").strip() == "MODIFIED"
+    # found by review 63: the time of writing beside the source's shifted dates
+    shifted = str(source.get("LongitudinalTemporalInformationModified", "") or "").strip() == "MODIFIED" \
+        and _shifted_times(dataset, [source] if sources is None else sources)
     zone = source_zone(source)
     if zone is not None and "TimezoneOffsetFromUTC" not in dataset:  # found by review 61: the dates read as local
         dataset.TimezoneOffsetFromUTC = str(source.TimezoneOffsetFromUTC).strip()
-        if not modified:
+        if not shifted:  # the source's dates are in its zone already
             _in_zone(dataset, zone)
-    if modified:  # found by review 63: the time of writing beside the source's shifted dates
-        _shifted_times(dataset, [source] if sources is None else sources)
     image = any(key in dataset for key in ("PixelData", "FloatPixelData", "DoubleFloatPixelData"))
     if image and str(source.get("RecognizableVisualFeatures", "") or "").strip() == "YES":
         dataset.RecognizableVisualFeatures = "YES"  # found by hostile review 60: the map said NO

@@ -106,15 +106,21 @@ def test_the_latest_slice_dates_the_objects(tmp_path):
 
 
 def test_a_modified_source_without_any_date_keeps_the_time_of_writing_with_a_warning(tmp_path):
-    series = _series(tmp_path / "s")
+    """The time of writing, in the zone the object states (the source's: the local time of the machine was written
+    beside TimezoneOffsetFromUTC +0930)."""
+    series = _series(tmp_path / "s", TimezoneOffsetFromUTC="+0930")
+    before = datetime.now(timezone.utc) - timedelta(seconds=2)
     for ds in series.datasets:
         for key in ("ContentDate", "ContentTime", "SeriesDate", "SeriesTime", "StudyDate", "StudyTime"):
             if key in ds:
                 delattr(ds, key)
     with pytest.warns(UserWarning, match="MODIFIED"):
         objects = _objects(tmp_path, series)
+    zone = timezone(timedelta(hours=9, minutes=30))
     for name, ds in objects.items():
-        assert ds.ContentDate[:4] in _today(), name
+        assert ds.TimezoneOffsetFromUTC == "+0930", name
+        when = datetime.strptime(ds.ContentDate + str(ds.ContentTime)[:6], "%Y%m%d%H%M%S").replace(tzinfo=zone)
+        assert before - timedelta(seconds=1) <= when <= datetime.now(timezone.utc) + timedelta(seconds=2), name
 
 
 @pytest.mark.parametrize("marker", [None, "UNMODIFIED", "REMOVED"])
