@@ -911,12 +911,19 @@ def modified_content_time(sources: Sequence[Any]) -> tuple[str, str] | None:
     return None
 
 
+def _marker(dataset: Any) -> str:
+    """A slice's LongitudinalTemporalInformationModified (``MODIFIED``, ``UNMODIFIED``, ``REMOVED``; ``""`` if none)."""
+    return str(dataset.get("LongitudinalTemporalInformationModified", "") or "").strip()
+
+
 def _shifted_times(dataset: Any, sources: Sequence[Any]) -> bool:
     """Put a derived object's own dates on the shifted timeline of its ``MODIFIED`` sources (copy_source_markers).
 
-    Returns False, with a warning, when the sources state no date (the object keeps the time of writing).
+    Only the sources that say ``MODIFIED`` date it: another (a channel series that was not de-identified) holds true
+    dates, which the object would mix with the shifted ones. Returns False, with a warning, when they state no date
+    (the object keeps the time of writing).
     """
-    when = modified_content_time(sources)
+    when = modified_content_time([ds for ds in sources if _marker(ds) == "MODIFIED"])
     if when is None:
         warnings.warn("the source is marked LongitudinalTemporalInformationModified MODIFIED but states no date and "
                       "time (ContentDate / Time, AcquisitionDate / Time, SeriesDate / Time, StudyDate / Time): the "
@@ -990,7 +997,7 @@ def copy_source_markers(dataset: Any, source: Any, sources: Sequence[Any] | None
         dataset: the derived object.
         source: the source slice its patient and study were copied from.
         sources: the slices the object derives from, whose latest date dates a ``MODIFIED`` object (every slice of
-            every input series); None: ``[source]``.
+            every input series; those marked ``MODIFIED`` count); None: ``[source]``.
 
     Returns:
         ``dataset``.
@@ -1009,8 +1016,7 @@ def copy_source_markers(dataset: Any, source: Any, sources: Sequence[Any] | None
         if key in source and not source[key].is_empty and key not in dataset:
             dataset.add(copy.deepcopy(source[key]))
     # found by review 63: the time of writing beside the source's shifted dates
-    shifted = str(source.get("LongitudinalTemporalInformationModified", "") or "").strip() == "MODIFIED" \
-        and _shifted_times(dataset, [source] if sources is None else sources)
+    shifted = _marker(source) == "MODIFIED" and _shifted_times(dataset, [source] if sources is None else sources)
     zone = source_zone(source)
     if zone is not None and "TimezoneOffsetFromUTC" not in dataset:  # found by review 61: the dates read as local
         dataset.TimezoneOffsetFromUTC = str(source.TimezoneOffsetFromUTC).strip()

@@ -286,3 +286,19 @@ def test_a_short_non_ascii_measurement_name_over_16_bytes_is_a_long_code_value(t
     assert "CodeValue" not in concepts["dice_Ödem_äußer"]
     assert str(concepts["dice_Ödem"].CodeValue) == "dice_Ödem"
     assert str(concepts["dice_with_a_long_name"].LongCodeValue) == "dice_with_a_long_name"
+
+
+def test_a_channel_not_marked_modified_does_not_date_the_objects(tmp_path):
+    """Before: the objects of a case whose channel 0 was MODIFIED (1999) but whose channel 1 was not (its true date,
+    2024) were dated 2024, the latest of every input slice: a true date beside the shifted ones. Only the slices that
+    say MODIFIED date them."""
+    values = np.arange(np.prod(SHAPE), dtype=float).reshape(SHAPE)
+    common = {"FrameOfReferenceUID": "1.2.826.0.1.3680043.10.763.2"}
+    study = "1.2.826.0.1.3680043.10.763.1"
+    write_series(values, AFFINE, tmp_path / "t1", modality="MR", study_uid=study, extra={**SHIFTED, **common})
+    write_series(values, AFFINE, tmp_path / "t2", modality="MR", study_uid=study,
+                 extra={**common, "ContentDate": "20240101", "ContentTime": "120000", "PatientBirthDate": "19500611"})
+    series, other = read_series(tmp_path / "t1", pixels=False), read_series(tmp_path / "t2", pixels=False)
+    path = write_parametric_map(np.ones(SHAPE), series, tmp_path / "pm.dcm", "variance", other_series=[other])
+    ds = pydicom.dcmread(path, stop_before_pixels=True)
+    assert (ds.ContentDate, str(ds.ContentTime)) == ("19990203", "101712")
