@@ -75,8 +75,9 @@ def _instant(date: str, time: str, zone: timezone) -> datetime:
 def test_the_objects_state_the_source_zone_and_their_own_times_in_it(tmp_path):
     """No object stated the source's TimezoneOffsetFromUTC (+0930): its copied StudyDate was read in the reader's
     zone, and its ContentDate / InstanceCreationDate were the machine's local time. Now the zone is copied and the
-    object's own times are that instant in that zone."""
-    series = _write(tmp_path / "s")
+    object's own times are that instant in that zone (of a source whose dates are not shifted: an object of a
+    MODIFIED one is dated on the source's timeline, test_review63_dicom)."""
+    series = _write(tmp_path / "s", LongitudinalTemporalInformationModified="UNMODIFIED")
     before = datetime.now(timezone.utc) - timedelta(seconds=2)
     objects = _objects(tmp_path, series)
     after = datetime.now(timezone.utc) + timedelta(seconds=2)
@@ -98,7 +99,8 @@ def test_the_objects_state_the_source_zone_and_their_own_times_in_it(tmp_path):
 @pytest.mark.parametrize("offset", [None, "+2500", "0930", ""])
 def test_no_zone_or_an_invalid_one_is_not_copied(tmp_path, offset):
     extra = {"TimezoneOffsetFromUTC": offset} if offset is not None else {}
-    series = _write(tmp_path / "s", **extra)
+    # not shifted: an object of a MODIFIED source is dated on the source's timeline (test_review63_dicom)
+    series = _write(tmp_path / "s", LongitudinalTemporalInformationModified="UNMODIFIED", **extra)
     if offset is None:
         for ds in series.datasets:
             del ds.TimezoneOffsetFromUTC

@@ -81,6 +81,8 @@ __all__ = [
     "declare_character_set",
     "copy_source_markers",
     "source_zone",
+    "modified_content_time",
+    "input_slices",
     "check_other_series",
     "STUDY_UID_MODES",
     "new_study",
@@ -449,34 +451,56 @@ def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
     return dataset
 
 
-def short_text(text: str, limit: int = 64) -> str:
-    """``text`` when it fits in ``limit`` characters, else its start and its end around ``...`` (``limit`` long).
+def _utf8_length(text: str) -> int:
+    """The bytes of ``text`` in UTF-8."""
+    return len(text.encode("utf-8"))
 
-    DICOM LO values (a SegmentLabel, a CodeMeaning, a SeriesDescription) hold 64 characters. Long names of one set
-    (regions, classes, table columns) often share their start and differ at the end (``... (v1)`` / ``... (v2)``,
-    a class suffix), which a plain cut drops: the end is kept.
+
+def _fitting_start(text: str, room: int) -> str:
+    """The longest start of ``text`` of at most ``room`` bytes in UTF-8."""
+    out = text[:room]
+    while _utf8_length(out) > room:
+        out = out[:-1]
+    return out
+
+
+def short_text(text: str, limit: int = 64) -> str:
+    """``text`` when it fits in ``limit`` bytes of UTF-8, else its start and its end around ``...`` (within ``limit``).
+
+    DICOM LO values (a SegmentLabel, a CodeMeaning, a SeriesDescription) hold 64 characters, which validators
+    (dciodvfy) and PACS databases count as bytes: a text is measured in bytes of UTF-8, the widest encoding the
+    objects write, so that ``Ödem über ...`` of 64 characters (74 bytes) is shortened too (found by hostile review
+    63); an ASCII text's characters are its bytes. Long names of one set (regions, classes, table columns) often
+    share their start and differ at the end (``... (v1)`` / ``... (v2)``, a class suffix), which a plain cut drops:
+    the end is kept.
 
     Args:
         text: the text.
-        limit: the most characters (>= 8).
+        limit: the most bytes (>= 8).
 
     Returns:
-        ``text``, or its first ``limit - 3 - (limit - 3) // 3`` characters, ``...`` and its last ``(limit - 3) // 3``.
+        ``text``, or its start, ``...`` and its end: of an ASCII text its first ``limit - 3 - (limit - 3) // 3``
+        characters and its last ``(limit - 3) // 3`` (the end takes at most a third of the room, in bytes).
 
     Example:
         >>> short_text("whole tumour of the left hemisphere (v2)", 20)
         'whole tumour... (v2)'
+        >>> short_text("Ödem über äußerem Übergang", 20)
+        'Ödem über ...ang'
     """
-    if len(text) <= limit:
+    if _utf8_length(text) <= limit:
         return text
-    tail = (limit - 3) // 3
-    return f"{text[:limit - 3 - tail]}...{text[len(text) - tail:]}"
+    tail_room = (limit - 3) // 3
+    tail = _fitting_start(text[::-1], tail_room)[::-1]
+    head = _fitting_start(text, limit - 3 - _utf8_length(tail))
+    return f"{head}...{tail}"
 
 
 def _lut_label(text: str) -> str:
-    """A LUTLabel (DICOM SH, 16 characters): ``text``, or its first 10 characters, ``~`` and 5 hex digits of a digest.
+    """A LUTLabel (DICOM SH, 16 characters): ``text``, or its first 10 bytes, ``~`` and 5 hex digits of a digest.
 
-    The digest is the start of the SHA-256 of ``text`` (UTF-8), used when ``text`` is longer than 16 characters.
+    The digest is the start of the SHA-256 of ``text`` (UTF-8), used when ``text`` is longer than 16 bytes of UTF-8
+    (the count of validators and PACS; a label ``PE Ödem üb~bfbbc`` of 16 characters was 18 bytes).
     A plain cut gave the maps of two regions whose names share their start one label (``PE necrotic tumo`` for
     ``necrotic tumour core`` and ``necrotic tumour rim``); the digest keeps them apart, and the same text always
     gets the same label.
@@ -485,16 +509,16 @@ def _lut_label(text: str) -> str:
         >>> _lut_label("PE WT"), len(_lut_label("PE necrotic tumour core"))
         ('PE WT', 16)
     """
-    if len(text) <= 16:
+    if _utf8_length(text) <= 16:
         return text
-    return f"{text[:10]}~{hashlib.sha256(text.encode('utf-8')).hexdigest()[:5]}"
+    return f"{_fitting_start(text, 10)}~{hashlib.sha256(text.encode('utf-8')).hexdigest()[:5]}"
 
 
 def default_segment(label: int, name: str | None = None) -> SegmentSpec:
     """The segment of class ``label``: a known ``name`` gets its SNOMED-CT codes, any other Tissue / Tissue.
 
-    A name longer than the 64 characters of a SegmentLabel is shortened to its start and end (:func:`short_text`)
-    with a ``UserWarning``; the SEG writers refuse two segments whose names are then the same.
+    A name longer than the 64 characters of a SegmentLabel (64 bytes of UTF-8, :func:`short_text`) is shortened to its
+    start and end with a ``UserWarning``; the SEG writers refuse two segments whose names are then the same.
 
     Raises:
         TypeError: a ``label`` that is not an integer (a bool or float; :class:`SegmentSpec`).
@@ -507,8 +531,8 @@ def default_segment(label: int, name: str | None = None) -> SegmentSpec:
     category, type_ = DEFAULT_SEGMENTS.get(name.strip().lower(), (_SCT_TISSUE, _SCT_TISSUE))
     short = short_text(name, 64)
     if short != name:
-        warnings.warn(f"the name of segment {label} has {len(name)} characters, a DICOM SegmentLabel holds 64: "
-                      f"written as {short!r}", UserWarning, stacklevel=2)
+        warnings.warn(f"the name of segment {label} has {len(name)} characters ({_utf8_length(name)} bytes in "
+                      f"UTF-8), a DICOM SegmentLabel holds 64: written as {short!r}", UserWarning, stacklevel=2)
     return SegmentSpec(label, short, category, type_)  # an integer, checked there: int(2.5) named class 2 "class 2.5"
 
 
@@ -542,9 +566,13 @@ def check_series_description(description: str | None, default: str) -> str:
     A PACS lists a study's series by their description, so every object gets one (a DICOM LO: 1 to 64 characters,
     no backslash or control characters).
 
+    The default is cut to 64 bytes of UTF-8, the widest encoding the objects write (:func:`declare_character_set`):
+    DICOM counts an LO's 64 in characters, but validators (dciodvfy) and PACS databases count bytes, and a default
+    listing non-ASCII segment names (``Rückenmark``) cut to 64 characters was 66 bytes (found by hostile review 63).
+
     Args:
         description: the description a user set, or None.
-        default: the writer's description (cut to 61 characters and ``...`` when longer than 64).
+        default: the writer's description (cut, with ``...``, to 64 bytes of UTF-8 when longer).
 
     Returns:
         The description.
@@ -555,9 +583,16 @@ def check_series_description(description: str | None, default: str) -> str:
     Example:
         >>> check_series_description(None, "segmentation by monai-unc: grey matter, white matter, csf")
         'segmentation by monai-unc: grey matter, white matter, csf'
+        >>> len(check_series_description(None, "segmentation by monai-unc: " + "Rückenmark, " * 6).encode())
+        64
     """
     if description is None:
-        return default if len(default) <= 64 else default[:61] + "..."
+        if len(default.encode("utf-8")) <= 64:
+            return default
+        cut = default[:61]
+        while len(cut.encode("utf-8")) > 61:
+            cut = cut[:-1]
+        return cut + "..."
     return check_text(description, "series_description", 64)
 
 
@@ -828,7 +863,109 @@ def _in_zone(dataset: Any, zone: timezone) -> None:
             item.ContributionDateTime = moved.strftime("%Y%m%d%H%M%S.%f" if len(when) > 14 else "%Y%m%d%H%M%S")
 
 
-def copy_source_markers(dataset: Any, source: Any) -> Any:
+#: the date and time pairs of a source, in the order a ``MODIFIED`` object's ContentDate / ContentTime is taken
+_SOURCE_TIMES = (("ContentDate", "ContentTime"), ("AcquisitionDate", "AcquisitionTime"),
+                 ("SeriesDate", "SeriesTime"), ("StudyDate", "StudyTime"))
+_DA = re.compile(r"^[0-9]{8}$")
+_TM = re.compile(r"^([0-9]{2})([0-9]{2})?([0-9]{2})?(\.[0-9]{1,6})?$")
+
+
+def _instant_key(date: Any, time: Any) -> tuple[str, str] | None:
+    """A DA and TM value as a sortable key (the time padded to ``HHMMSS.ffffff``); None where either is no such."""
+    date, time = str(date or "").strip(), str(time or "").strip()
+    match = _TM.match(time)
+    if not _DA.match(date) or match is None or (match[3] is None and match[4] is not None):
+        return None
+    return date, f"{match[1]}{match[2] or '00'}{match[3] or '00'}{(match[4] or '.').ljust(7, '0')}"
+
+
+def modified_content_time(sources: Sequence[Any]) -> tuple[str, str] | None:
+    """The ContentDate and ContentTime of an object derived from sources whose dates were shifted (``MODIFIED``).
+
+    The latest (date, time) of the sources' ContentDate / ContentTime, else of their AcquisitionDate / Time,
+    SeriesDate / Time, StudyDate / Time (the first pair that some source states validly, date and time): the time of
+    the images the object derives from, on their shifted timeline, so that the object is not dated before them.
+
+    Args:
+        sources: the source slices (pydicom datasets).
+
+    Returns:
+        ``(date, time)`` as the source states them, or None when no source states any pair.
+
+    Example:
+        >>> a, b = Dataset(), Dataset()
+        >>> a.ContentDate, a.ContentTime, b.ContentDate, b.ContentTime = "19990203", "101712", "19990203", "1018"
+        >>> modified_content_time([a, b])
+        ('19990203', '1018')
+    """
+    for date_key, time_key in _SOURCE_TIMES:
+        stated = []
+        for ds in sources:
+            date, time = ds.get(date_key), ds.get(time_key)
+            key = _instant_key(date, time)
+            if key is not None:
+                stated.append((key, str(date).strip(), str(time).strip()))
+        if stated:
+            _, date, time = max(stated)
+            return date, time
+    return None
+
+
+def _marker(dataset: Any) -> str:
+    """A slice's LongitudinalTemporalInformationModified (``MODIFIED``, ``UNMODIFIED``, ``REMOVED``; ``""`` if none)."""
+    return str(dataset.get("LongitudinalTemporalInformationModified", "") or "").strip()
+
+
+def _shifted_times(dataset: Any, sources: Sequence[Any]) -> bool:
+    """Put a derived object's own dates on the shifted timeline of its ``MODIFIED`` sources (copy_source_markers).
+
+    Only the sources that say ``MODIFIED`` date it: another (a channel series that was not de-identified) holds true
+    dates, which the object would mix with the shifted ones. Returns False, with a warning, when they state no date
+    (the object keeps the time of writing).
+    """
+    when = modified_content_time([ds for ds in sources if _marker(ds) == "MODIFIED"])
+    if when is None:
+        warnings.warn("the source is marked LongitudinalTemporalInformationModified MODIFIED but states no date and "
+                      "time (ContentDate / Time, AcquisitionDate / Time, SeriesDate / Time, StudyDate / Time): the "
+                      "derived object keeps the time of writing as its ContentDate / ContentTime", UserWarning,
+                      stacklevel=3)
+        return False
+    for key, value in zip(("ContentDate", "ContentTime"), when):
+        if key in dataset:  # a new element: highdicom may share elements with the source
+            delattr(dataset, key)
+        setattr(dataset, key, value)
+    for key in ("InstanceCreationDate", "InstanceCreationTime"):
+        if key in dataset:
+            delattr(dataset, key)
+    for item in dataset.get("ContributingEquipmentSequence") or []:
+        if str(item.get("ManufacturerModelName", "")) == "highdicom" and "ContributionDateTime" in item:
+            del item.ContributionDateTime
+    return True
+
+
+def input_slices(series: DicomSeries, others: Sequence[DicomSeries] = ()) -> list[Any]:
+    """Every slice (header) of the series an object derives from: ``series`` and the other channels' ``others``.
+
+    Args:
+        series: the series the object lies on.
+        others: the series of the case's other input channels (:func:`check_other_series`).
+
+    Returns:
+        The headers of ``series``' slices, then of each of ``others``' (one per image).
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.io.dicom import read_series, write_series
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.zeros((4, 3, 2)), np.eye(4), f"{d}/a", modality="MR")
+        ...     _ = write_series(np.zeros((4, 3, 5)), np.eye(4), f"{d}/b", modality="MR")
+        ...     len(input_slices(read_series(f"{d}/a", pixels=False), [read_series(f"{d}/b", pixels=False)]))
+        7
+    """
+    return [*series.datasets, *(ds for other in others for ds in other.datasets)]
+
+
+def copy_source_markers(dataset: Any, source: Any, sources: Sequence[Any] | None = None) -> Any:
     """Give a derived object the source's de-identification marker, time zone and RecognizableVisualFeatures YES.
 
     A source de-identified with its dates shifted (PS3.15 E, Retain Longitudinal Temporal Information with Modified
@@ -847,9 +984,20 @@ def copy_source_markers(dataset: Any, source: Any) -> Any:
     voxel for voxel on the source's grid, and a whole-head segmentation or its uncertainty outlines the face. A
     Parametric Map of another source keeps highdicom's ``NO``.
 
+    A source marked ``MODIFIED`` has every date and time shifted by one offset that the object cannot know (PS3.15
+    E.3.6, Retain Longitudinal Temporal Information With Modified Dates Option: the dates of such an instance keep
+    their intervals, on a shifted timeline). The object carries the marker, so its own dates must be on that timeline
+    too: the time of writing beside the shifted StudyDate told a reader the shift (or was taken for a shifted date).
+    Its ContentDate / ContentTime (type 1) are then the latest content date and time of its sources
+    (:func:`modified_content_time`), the time of the images it derives from, and the dates of its making, which no
+    shifted timeline holds (InstanceCreationDate / Time and highdicom's ContributionDateTime, type 3), are left out.
+    A ``MODIFIED`` source without any date keeps the time of writing, with a warning.
+
     Args:
         dataset: the derived object.
         source: the source slice its patient and study were copied from.
+        sources: the slices the object derives from, whose latest date dates a ``MODIFIED`` object (every slice of
+            every input series; those marked ``MODIFIED`` count); None: ``[source]``.
 
     Returns:
         ``dataset``.
@@ -858,16 +1006,22 @@ def copy_source_markers(dataset: Any, source: Any) -> Any:
         >>> from pydicom import Dataset
         >>> src, ds = Dataset(), Dataset()
         >>> src.LongitudinalTemporalInformationModified = "MODIFIED"
-        >>> copy_source_markers(ds, src).LongitudinalTemporalInformationModified
-        'MODIFIED'
+        >>> src.SeriesDate, src.SeriesTime = "19990203", "101700"
+        >>> ds.ContentDate, ds.ContentTime, ds.InstanceCreationDate = "20261206", "093000", "20261206"
+        >>> ds = copy_source_markers(ds, src)
+        >>> ds.LongitudinalTemporalInformationModified, ds.ContentDate, ds.ContentTime, "InstanceCreationDate" in ds
+        ('MODIFIED', '19990203', '101700', False)
     """
     for key in _SOURCE_MARKERS:
         if key in source and not source[key].is_empty and key not in dataset:
             dataset.add(copy.deepcopy(source[key]))
+    # found by review 63: the time of writing beside the source's shifted dates
+    shifted = _marker(source) == "MODIFIED" and _shifted_times(dataset, [source] if sources is None else sources)
     zone = source_zone(source)
     if zone is not None and "TimezoneOffsetFromUTC" not in dataset:  # found by review 61: the dates read as local
         dataset.TimezoneOffsetFromUTC = str(source.TimezoneOffsetFromUTC).strip()
-        _in_zone(dataset, zone)
+        if not shifted:  # the source's dates are in its zone already
+            _in_zone(dataset, zone)
     image = any(key in dataset for key in ("PixelData", "FloatPixelData", "DoubleFloatPixelData"))
     if image and str(source.get("RecognizableVisualFeatures", "") or "").strip() == "YES":
         dataset.RecognizableVisualFeatures = "YES"  # found by hostile review 60: the map said NO
@@ -1228,7 +1382,8 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
     )
     seg.SeriesDescription = description
     source = series.datasets[0]
-    seg = copy_source_markers(_pixel_measures(_reference_other_studies(seg, others), series), source)
+    seg = copy_source_markers(_pixel_measures(_reference_other_studies(seg, others), series), source,
+                              input_slices(series, others))
     return save_dataset(apply_study(declare_character_set(seg, source), study), path)
 
 
@@ -1295,7 +1450,8 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
     )
     seg.SeriesDescription = description
     source = series.datasets[0]
-    seg = copy_source_markers(_pixel_measures(_reference_other_studies(seg, others), series), source)
+    seg = copy_source_markers(_pixel_measures(_reference_other_studies(seg, others), series), source,
+                              input_slices(series, others))
     return save_dataset(apply_study(declare_character_set(seg, source), study), path)
 
 
@@ -1433,6 +1589,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
     source = series.datasets[0]
-    pm = copy_source_markers(_pixel_measures(_reference_other_studies(pm, others), series), source)
+    pm = copy_source_markers(_pixel_measures(_reference_other_studies(pm, others), series), source,
+                             input_slices(series, others))
     return save_dataset(apply_study(declare_character_set(pm, source), study), path)
 

@@ -3,7 +3,8 @@
 Modelled on the IHE AI Results profile (who made it, with which model, on which images), the report holds:
 
 - one volumetric measurement group (TID 1411) per segment of the DICOM SEG, referencing that segment and its source
-  series, with the segment's volume in ml (and other volumes of the segment when given);
+  series (of a case of several input series, every slice of each as its source images), with the segment's volume
+  in ml (and other volumes of the segment when given);
 - one measurement group (TID 1501) of the case's numbers (the case scores of the uncertainty maps, Dice and the
   QU-BraTS score when labels were given: the cells of the case's row of ``metrics.csv``), with the algorithm
   identification (name, version, weight digests, method) and the Parametric Maps and SEG as source images;
@@ -18,9 +19,11 @@ column name, so a reader gets exactly the column and value of ``metrics.csv`` / 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ from pydicom.dataset import Dataset
 from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 from pydicom.uid import generate_uid
+from pydicom.valuerep import DS, format_number_as_ds
 
 from ..._utils import affine_voxel_volume
 from ..tables import cell_float, parse_float
@@ -45,6 +49,7 @@ from .objects import (
     check_uid_root,
     copy_source_markers,
     declare_character_set,
+    input_slices,
     new_uid,
     save_dataset,
     short_text,
@@ -53,7 +58,7 @@ from .objects import (
 from .series import DicomSeries
 
 __all__ = ["SCHEME", "device_uid", "write_measurement_report", "report_numbers", "segment_volume_ml",
-           "measurement_unit", "check_measurement_name"]
+           "measurement_unit", "check_measurement_name", "decimal_string"]
 
 #: the private coding scheme of monai-unc's measurement names and decisions
 SCHEME = "99MONAIUNC"
@@ -133,13 +138,19 @@ def check_report_text(value: Any, what: str) -> str:
     return value
 
 
-def _name(text: str) -> Code:
+def _name(text: str) -> Any:
     """The coded name of a measurement: its column name in :data:`SCHEME`.
 
-    The code value is the whole name (over 16 characters a LongCodeValue); the meaning is the name, shortened to its
-    start and end when over 64 characters (:func:`~monai_unc.io.dicom.objects.short_text`).
+    The code value is the whole name: a CodeValue (SH) when it fits 16 bytes of UTF-8, else a LongCodeValue (a name
+    of 16 characters or fewer but more bytes, ``dice_Ödem_äußer``, was a CodeValue of 18 bytes, which dciodvfy
+    rejects: found by hostile review 63); the meaning is the name, shortened to its start and end past 64 bytes
+    (:func:`~monai_unc.io.dicom.objects.short_text`).
     """
-    return Code(text, SCHEME, short_text(text, 64))
+    concept = hd.sr.CodedConcept(text, SCHEME, short_text(text, 64))
+    if "CodeValue" in concept and len(text.encode("utf-8")) > 16:
+        del concept.CodeValue
+        concept.LongCodeValue = text
+    return concept
 
 
 def measurement_unit(name: str) -> Code:
@@ -166,6 +177,42 @@ def measurement_unit(name: str) -> Code:
     return _UNITY
 
 
+def decimal_string(value: float) -> str:
+    """The NumericValue (DICOM DS, at most 16 characters) of a finite number, which reads back as a finite number.
+
+    pydicom rounds to 16 characters, which takes a number within rounding of the largest float64
+    (``1.7976931348623157e308``, a sentinel some tools write) to ``1.797693135e+308``, past it: a reader of the
+    decimal string, the value DICOM requires (the FloatingPointValue beside it is optional), got infinity (found by
+    hostile review 63). Such a number's digits are cut toward zero instead.
+
+    Args:
+        value: a finite number.
+
+    Returns:
+        The decimal string.
+
+    Example:
+        >>> decimal_string(1 / 3), decimal_string(1.7976931348623157e308), decimal_string(-1.7976931348623157e308)
+        ('0.33333333333333', '1.797693134e+308', '-1.79769313e+308')
+    """
+    text = format_number_as_ds(float(value))
+    if math.isfinite(float(text)):
+        return text
+    exponent = f"e{math.floor(math.log10(abs(value))):+d}"
+    digits = 16 - len(exponent) - 2 - (value < 0)  # sign, the first digit and the point
+    mantissa = Decimal(repr(float(value))).scaleb(-int(exponent[1:]))
+    return f"{mantissa.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_DOWN)}{exponent}"
+
+
+def _measurement(value: float, **kwargs: Any) -> Any:
+    """The Measurement (highdicom) of ``value`` with its NumericValue of :func:`decimal_string`."""
+    measurement = hd.sr.Measurement(value=value, **kwargs)
+    for item in measurement:  # the template's one NUM content item
+        if item.ValueType == "NUM":
+            item.MeasuredValueSequence[0].NumericValue = DS(decimal_string(value))
+    return measurement
+
+
 def _measurements(values: Mapping[str, Any], algo_id: Any, where: str, unit: Any = None) -> list[Any]:
     """The measurements of one group, ``{name: value}`` (non-finite values left out), in ``unit`` (None: by name).
 
@@ -184,8 +231,7 @@ def _measurements(values: Mapping[str, Any], algo_id: Any, where: str, unit: Any
             raise ValueError(f"{where}: the measurements {seen[name.meaning]!r} and {key!r} would both be shown as "
                              f"{name.meaning!r} (a DICOM code meaning holds 64 characters); shorten the names")
         seen[name.meaning] = key
-        out.append(hd.sr.Measurement(name=name, value=float(v), unit=unit or measurement_unit(key),
-                                     algorithm_id=algo_id))
+        out.append(_measurement(float(v), name=name, unit=unit or measurement_unit(key), algorithm_id=algo_id))
     return out
 
 
@@ -295,8 +341,10 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         series_description: the SeriesDescription a PACS lists the series by (1 to 64 characters); None:
             ``measurement report by monai-unc``.
         other_series: the series of the case's other input channels (a model of several), listed as evidence
-            beside ``series`` (:func:`~monai_unc.io.dicom.objects.check_other_series`). A segment's group names
-            ``series`` alone as its source series for segmentation (TID 1411 holds one).
+            beside ``series`` (:func:`~monai_unc.io.dicom.objects.check_other_series`). A segment's group (TID 1411)
+            names ``series`` as its "Source series for segmentation" when there are none (that item holds one
+            series), else every slice of ``series`` and of the other series as its "Source image for segmentation"
+            items.
 
     Returns:
         ``path``.
@@ -328,7 +376,16 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
     )
     context = hd.sr.ObservationContext(observer_device_context=observer)
     groups: list[Any] = []
-    source_series = hd.sr.SourceSeriesForSegmentation(series.series_uid)
+    inputs = input_slices(series, others)
+
+    def segment_sources() -> dict[str, Any]:
+        """The sources of a segment (TID 1411): its one series, or every slice of the case's several series."""
+        # found by review 63: "Source series for segmentation" holds one series (VM 1), and a case of several named
+        # channel 0's alone; TID 1411 takes 1-n "Source image for segmentation" items instead (either, not both)
+        if not others:
+            return {"source_series": hd.sr.SourceSeriesForSegmentation(series.series_uid)}
+        return {"source_images": [hd.sr.SourceImageForSegmentation(str(ds.SOPClassUID), str(ds.SOPInstanceUID))
+                                  for ds in inputs]}
     if seg is not None:
         numbers_of_seg = {int(s.SegmentNumber): str(s.SegmentLabel) for s in seg.SegmentSequence}
         for number, volumes in segment_volumes.items():
@@ -340,7 +397,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
                                                              identifier=f"segment {number}"[:64]),
                 referenced_segment=hd.sr.ReferencedSegment(sop_class_uid=str(seg.SOPClassUID),
                                                            sop_instance_uid=str(seg.SOPInstanceUID),
-                                                           segment_number=int(number), source_series=source_series),
+                                                           segment_number=int(number), **segment_sources()),
                 measurements=measurements or None, algorithm_id=algo_id,
             ))
     sources = [hd.sr.SourceImageForMeasurementGroup(str(m.SOPClassUID), str(m.SOPInstanceUID)) for m in maps]
@@ -373,8 +430,8 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
             qualitative_evaluations=[hd.sr.QualitativeEvaluation(
                 name=Code("triage-decision", SCHEME, "Triage decision"),
                 value=Code(decision, SCHEME, "accept" if decision == "accept" else "refer for review"))],
-            measurements=[hd.sr.Measurement(name=_name(score_name), value=score, unit=measurement_unit(score_name),
-                                            algorithm_id=rule_id)]
+            measurements=[_measurement(score, name=_name(score_name), unit=measurement_unit(score_name),
+                                       algorithm_id=rule_id)]
             if score is not None else None,
             algorithm_id=rule_id,
         ))
@@ -391,7 +448,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         specific_character_set=None,  # the source's, set by declare_character_set (highdicom refuses some)
     )
     sr.SeriesDescription = description
-    return save_dataset(apply_study(declare_character_set(copy_source_markers(sr, src), src), study), path)
+    return save_dataset(apply_study(declare_character_set(copy_source_markers(sr, src, inputs), src), study), path)
 
 
 def segment_volume_ml(mask: np.ndarray, spacing: Sequence[float]) -> float:
