@@ -408,23 +408,23 @@ def _record_problems(config: str, record: str, unfinished: list[str], other: dic
         edited: the cases whose files differ from what was written -> the files, with why.
 
     Returns:
-        One phrase per problem: unfinished cases, cases whose files were replaced or edited since, cases made with
-        other settings or, when none differ, fields the records disagree on.
+        One phrase per problem: unfinished cases, cases made with other settings or, when none differ, fields the
+        records disagree on, and cases whose files were replaced or edited since.
     """
     problems = []
     if unfinished:
         problems.append(f"case(s) {_some(unfinished)} have files but no record {record} (an interrupted case)")
-    if edited:  # review 63: a map replaced since (same name) was evaluated without a word
-        shown = "; ".join(f"{cid}: {', '.join(bad[:2])}{', ...' if len(bad) > 2 else ''}"
-                          for cid, bad in list(edited.items())[:3])
-        problems.append(f"case(s) {_some(list(edited))} have files that differ from what was written (replaced or "
-                        f"edited since: {shown}{'; ...' if len(edited) > 3 else ''})")
     problems += [f"case(s) {_some(ids)} were made with other settings than {config}'s ({what}: the case's value "
                  "first)" for what, ids in other.items()]
     if not other:  # differing settings say it already
         problems += [f"the case records disagree on {k} ("
                      + "; ".join(f"{v}: {_some(ids)}" for v, ids in sorted(groups.items())) + ")"
                      for k, groups in values.items() if len(groups) > 1]
+    if edited:  # review 63: a map replaced since (same name) was evaluated without a word
+        shown = "; ".join(f"{cid}: {', '.join(bad[:2])}{', ...' if len(bad) > 2 else ''}"
+                          for cid, bad in list(edited.items())[:3])
+        problems.append(f"case(s) {_some(list(edited))} have files that differ from what was written (replaced or "
+                        f"edited since: {shown}{'; ...' if len(edited) > 3 else ''})")
     return problems
 
 

@@ -946,8 +946,8 @@ def case_exported(
     ``<case>.pkl``, likewise (``prediction_file_digests``); or a record whose text no longer matches its own digest
     (``record_digest``, e.g. its ``file_digests`` edited to match a replaced map), makes the case not done, with one
     warning (:func:`monai_unc.io.changed_outputs`, as ``monai-unc infer`` checks its records). A record written by an
-    earlier version is checked as that version did: without ``prediction_file_digests`` (before 0.2.0's review 63)
-    the segmentation and ``.npz`` for presence only, without ``file_digests`` the maps too.
+    earlier version is checked as that version did: without ``prediction_file_digests`` (written before they were
+    kept) the segmentation and ``.npz`` for presence only, without ``file_digests`` the maps too.
 
     Args:
         output_file_truncated: the case's output path without ending (``<folder>/<case>``).
