@@ -3706,7 +3706,7 @@ def output_digests(output: str | os.PathLike, names: Sequence[str]) -> dict[str,
 
 
 def changed_outputs(output: str | os.PathLike, record: Mapping[str, Any],
-                    files: Sequence[Any] | None = None) -> list[str]:
+                    files: Sequence[Any] | None = None, digests_key: str = "file_digests") -> list[str]:
     """The files of a finished case's record that are missing or differ from what was written.
 
     A file differs when its size or sha256 is not the one the record keeps (``file_digests``; a record written before
@@ -3714,14 +3714,18 @@ def changed_outputs(output: str | os.PathLike, record: Mapping[str, Any],
     entry that is not a plain file name of the output folder (``../x``, ``sub/x``, an absolute path) and, in a record
     with ``file_digests``, a listed file without its digest entry count as changed, and so does every file of a record
     whose own digest (``record_digest``, :func:`record_digest`) no longer matches its text (its ``file_digests``
-    edited, e.g. to match a replaced map). A plain file name is one :func:`~monai_unc.io.plain_file_name` accepts.
-    ``monai-unc infer`` records list their files under ``files``; ``nnunet-predict`` records name their maps under
-    ``maps`` and pass them as ``files``.
+    edited, e.g. to match a replaced map) or is there but no digest (``null``, a number: edited; only a record
+    without the field, written by an earlier version, is checked file by file). A plain file name is one
+    :func:`~monai_unc.io.plain_file_name` accepts. ``monai-unc infer`` records list their files under ``files``;
+    ``nnunet-predict`` records name their maps under ``maps`` and pass them as ``files``, and keep the digests of
+    the segmentation and ``.npz`` of the folder above under ``prediction_file_digests`` (``digests_key``).
 
     Args:
         output: the output folder (the folder the names are in).
         record: the case's record (``<case>.json``).
         files: the names to check (None: the record's ``files``).
+        digests_key: the record's field that holds the size and sha256 of the files (``{name: {"size", "sha256"}}``,
+            as :func:`output_digests` gives them); a record without it is checked for missing files only.
 
     Returns:
         The names of the missing or changed files, with why (``"a.nii.gz (missing)"``).
@@ -3744,11 +3748,16 @@ def changed_outputs(output: str | os.PathLike, record: Mapping[str, Any],
         files = record["files"]
     if not isinstance(files, list):
         raise TypeError(f"the record's files must be a list, got {type(files).__name__}")
-    saved = record.get("record_digest")
-    if saved is not None and saved != record_digest(record):  # a record written without it: an earlier version
-        return ["record (its text differs from the digest saved in it: edited)"]
+    if "record_digest" in record:  # a record written without it: an earlier version, checked file by file
+        saved = record["record_digest"]
+        # review 63: a digest set to null read as a record of an earlier version, so its edited file_digests were
+        # trusted
+        if not isinstance(saved, str):
+            return [f"record (its record_digest is {json.dumps(saved, default=str)[:40]}, not a digest: edited)"]
+        if saved != record_digest(record):
+            return ["record (its text differs from the digest saved in it: edited)"]
     bad = []
-    digests = record.get("file_digests")
+    digests = record.get(digests_key)
     for name in files:
         # review 61: ``output / "/etc/passwd"`` is ``/etc/passwd`` and ``output / "../x"`` lies beside the folder; such
         # an entry was checked (and trusted) as a file of the case

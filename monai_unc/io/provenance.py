@@ -49,6 +49,7 @@ from .cases import (
     INFER_RECORD,
     CaseError,
     CaseFiles,
+    changed_outputs,
     match_cases,
     nnunet_dataset_regions,
     read_prediction_regions,
@@ -286,7 +287,12 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     - a record's ``fingerprint`` is not the ``settings`` of ``infer.json`` (the case was made by another run: the
       message names the cases and the settings that differ, the case's value first);
     - the records disagree on ``method``, ``num_samples`` or ``mi_meaning`` (records of versions before the
-      ``fingerprint``, which name no settings), which a rule's :func:`prediction_fingerprint` would record as a list.
+      ``fingerprint``, which name no settings), which a rule's :func:`prediction_fingerprint` would record as a list;
+    - a file a record lists differs from what was written (its size or sha256 is not the one of ``file_digests``: a
+      map replaced or edited since, under the same name), has no digest entry, or the record's text no longer
+      matches its ``record_digest`` (:func:`~monai_unc.io.changed_outputs`; the message names the case and the file).
+      A missing file is left to the matching of the cases (``--allow-missing``), and a record of an earlier version,
+      without ``file_digests`` and ``record_digest``, is not checked.
 
     The remedy is to run ``monai-unc infer`` into the folder again with the settings of ``infer.json``: it predicts the
     unfinished cases and those made with other settings, and keeps the rest. Folders that ``infer`` did not write (no
@@ -297,9 +303,12 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     record holds; the config also lists the measures and the model folder's path, which records do not), and records
     without ``settings`` (earlier versions) must agree on ``sources``, ``num_samples`` and ``mi_meaning``; the remedy
     is ``nnunet-predict`` into the folder again with the config's settings (``--continue_prediction`` predicts only
-    those cases). A case of ``case_ids`` without a record is an interrupted one when ``nnunet-predict`` wrote the config
-    (it holds ``uncertainty_sources``; the record is removed first when a case is written again, and written before
-    its segmentation); a config written by hand names no such run. Folders without ``uncertainty_config.json`` or
+    those cases). The digests of a record are checked as for ``infer``: its maps and their spacing files
+    (``file_digests``, in the records' folder) and, when the records are those of ``predictions``, its segmentation
+    and ``.npz`` (``prediction_file_digests``). A case of ``case_ids`` without a record is an interrupted one when
+    ``nnunet-predict`` wrote the config (it holds ``uncertainty_sources``; the record is removed first when a case is
+    written again, and written before its segmentation is renamed into place); a config written by hand names no such
+    run. Folders without ``uncertainty_config.json`` or
     ``uncertainty/`` (stock nnU-Net's, or assembled by hand) are not checked.
 
     Maps read from another folder (``uncertainty``, the commands' ``--uncertainty``) are checked there too: the
@@ -337,17 +346,21 @@ def check_finished_predictions(predictions: str | os.PathLike, layout: str, case
     unfinished: list[str] = []
     other: dict[str, list[str]] = {}  # the settings that differ -> the cases made with them
     values: dict[str, dict[str, list[str]]] = {k: {} for k in _RECORD_FIELDS}
+    edited: dict[str, list[str]] = {}  # the cases whose files differ from what was written -> which
     for cid in case_ids:
         rec = read_json_or_none(pred / f"{cid}.json")
         if not isinstance(rec, dict):
             unfinished.append(str(cid))
             continue
+        changed = _changed_files(pred, rec, None)
+        if changed:
+            edited[str(cid)] = changed
         made = rec.get("fingerprint")
         if isinstance(made, dict):
             _note_other_settings(other, str(cid), made, settings)
         for k in _RECORD_FIELDS:
             values[k].setdefault(json.dumps(rec.get(k), sort_keys=True), []).append(str(cid))
-    problems = _record_problems(INFER_RECORD, "<case>.json", unfinished, other, values)
+    problems = _record_problems(INFER_RECORD, "<case>.json", unfinished, other, values, edited)
     if problems:
         raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc infer' run: "
                          f"{'; '.join(problems)}; run 'monai-unc infer' into the folder again with the settings of its "
@@ -363,8 +376,27 @@ def _note_other_settings(other: dict[str, list[str]], case_id: str, made: dict, 
     other.setdefault("; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else ""), []).append(case_id)
 
 
+def _changed_files(folder: Path, record: dict, files: list[Any] | None,
+                   digests_key: str = "file_digests") -> list[str]:
+    """The files of a finished case's record that differ from what was written, for :func:`check_finished_predictions`.
+
+    :func:`~monai_unc.io.changed_outputs` of ``files`` in ``folder`` (None: the record's ``files``), without the
+    missing ones (the matching of the cases reports those, or leaves them out with ``--allow-missing``); nothing for
+    a record without digests (``digests_key`` and ``record_digest``: an earlier version).
+    """
+    if digests_key not in record and "record_digest" not in record:
+        return []
+    try:
+        bad = changed_outputs(folder, record, files, digests_key=digests_key)
+    except KeyError:
+        return ["record (no files list)"]
+    except (TypeError, ValueError) as e:  # a value that is no JSON data, NaN: not a record as written
+        return [f"record ({e})"]
+    return [b for b in bad if not b.endswith(" (missing)")]
+
+
 def _record_problems(config: str, record: str, unfinished: list[str], other: dict[str, list[str]],
-                     values: dict[str, dict[str, list[str]]]) -> list[str]:
+                     values: dict[str, dict[str, list[str]]], edited: dict[str, list[str]] | None = None) -> list[str]:
     """What is wrong with a prediction folder's case records, in words (:func:`check_finished_predictions`).
 
     Args:
@@ -373,10 +405,11 @@ def _record_problems(config: str, record: str, unfinished: list[str], other: dic
         unfinished: the cases with files but no record.
         other: the settings that differ from the run record's -> the cases made with them.
         values: per compared record field, each value (JSON) -> the cases that hold it.
+        edited: the cases whose files differ from what was written -> the files, with why.
 
     Returns:
         One phrase per problem: unfinished cases, cases made with other settings or, when none differ, fields the
-        records disagree on.
+        records disagree on, and cases whose files were replaced or edited since.
     """
     problems = []
     if unfinished:
@@ -387,11 +420,22 @@ def _record_problems(config: str, record: str, unfinished: list[str], other: dic
         problems += [f"the case records disagree on {k} ("
                      + "; ".join(f"{v}: {_some(ids)}" for v, ids in sorted(groups.items())) + ")"
                      for k, groups in values.items() if len(groups) > 1]
+    if edited:  # review 63: a map replaced since (same name) was evaluated without a word
+        shown = "; ".join(f"{cid}: {', '.join(bad[:2])}{', ...' if len(bad) > 2 else ''}"
+                          for cid, bad in list(edited.items())[:3])
+        problems.append(f"case(s) {_some(list(edited))} have files that differ from what was written (replaced or "
+                        f"edited since: {shown}{'; ...' if len(edited) > 3 else ''})")
     return problems
 
 
 #: the fields of ``nnunet-predict``'s case records compared when a record holds no ``settings`` (earlier versions)
 _NNUNET_RECORD_FIELDS = ("sources", "num_samples", "mi_meaning")
+
+
+def _digested(record: dict, key: str) -> list[Any]:
+    """The names of the files a record of ``nnunet-predict`` keeps digests of under ``key`` (none: not a mapping)."""
+    digests = record.get(key)
+    return list(digests) if isinstance(digests, Mapping) else []
 
 
 def _check_finished_nnunet(pred: Path, case_ids: Sequence[str], uncertainty: Path | None = None) -> None:
@@ -406,6 +450,7 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str], uncertainty: Pat
     unfinished: list[str] = []
     other: dict[str, list[str]] = {}  # the settings that differ -> the cases made with them
     values: dict[str, dict[str, list[str]]] = {k: {} for k in _NNUNET_RECORD_FIELDS}
+    edited: dict[str, list[str]] = {}  # the cases whose files differ from what was written -> which
     for cid in case_ids:
         rec = read_json_or_none(unc / f"{cid}.json")
         if not isinstance(rec, dict):
@@ -413,6 +458,11 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str], uncertainty: Pat
                 # case's record first when it writes the case again, and writes it before the segmentation
                 unfinished.append(str(cid))
             continue
+        changed = _changed_files(unc, rec, _digested(rec, "file_digests"))  # the maps (and their spacing files)
+        if not changed and uncertainty is None:  # the segmentation and .npz of the run whose record it is
+            changed = _changed_files(pred, rec, _digested(rec, "prediction_file_digests"), "prediction_file_digests")
+        if changed:
+            edited[str(cid)] = changed
         made = rec.get("settings")
         if isinstance(made, dict):
             _note_other_settings(other, str(cid), made, {k: cfg.get(k) for k in made})
@@ -420,7 +470,7 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str], uncertainty: Pat
         for k in _NNUNET_RECORD_FIELDS:
             values[k].setdefault(json.dumps(rec.get(k), sort_keys=True), []).append(str(cid))
     records = "uncertainty/<case>.json" if uncertainty is None else f"{unc}/<case>.json"
-    problems = _record_problems("uncertainty_config.json", records, unfinished, other, values)
+    problems = _record_problems("uncertainty_config.json", records, unfinished, other, values, edited)
     if problems:
         raise ValueError(f"the predictions in {pred} are not one finished 'monai-unc nnunet-predict' run: "
                          f"{'; '.join(problems)}; run 'monai-unc nnunet-predict' into the folder again with the "

@@ -16,8 +16,8 @@ the input image and writes it, the way nnU-Net's ``export_prediction_from_logits
   record with the case scores (:func:`record_case_scores`); :func:`write_scores_table` collects the records into
   ``uncertainty_scores.csv``. Every file is written under a temporary name and renamed; the segmentation last.
 - **Done or not** (:func:`case_exported`): a case is done when its segmentation, its record and every map
-  the record names exist, and the maps and the record are as written (their digests; what ``--continue_prediction``
-  skips).
+  the record names exist, and the maps, the segmentation, the ``.npz``, the files a reader/writer wrote beside them
+  (``Tiff3DIO``'s spacing) and the record are as written (their digests; what ``--continue_prediction`` skips).
 
 This module uses absolute imports only: nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as
 top-level modules.
@@ -29,7 +29,7 @@ import json
 import os
 import tempfile
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,7 +383,8 @@ def _ending(name: str) -> str:
     return Path(name).suffix
 
 
-def _write_with_reader_writer(reader_writer: Any, data: np.ndarray, out: Path, properties: dict) -> Path:
+def _write_with_reader_writer(reader_writer: Any, data: np.ndarray, out: Path, properties: dict,
+                              sidecars: list[str] | None = None, then: Callable[[Path], Any] | None = None) -> Path:
     """``reader_writer.write_seg(data, out, properties)`` under the final file name, sidecars included.
 
     Tiff3DIO writes the spacing into a ``<name>.json`` sidecar next to the ``.tif``; written under a temporary name,
@@ -396,14 +397,26 @@ def _write_with_reader_writer(reader_writer: Any, data: np.ndarray, out: Path, p
         data: the array ``write_seg`` receives.
         out: the file to write.
         properties: the image properties the reader/writer returned for the case.
+        sidecars: when given, the names of the files the reader/writer wrote beside ``out`` are appended to it.
+        then: called with the file written in the private folder (its sidecars beside it, under their final names)
+            before anything is renamed into place: :func:`export_uncertainty` records the segmentation's digests in
+            the case record there, and the segmentation still comes last.
 
     Returns:
         ``out``.
     """
-    return atomic_write_files(out, lambda tmp: reader_writer.write_seg(data, str(tmp), properties))
+    def write(tmp: Path) -> None:
+        reader_writer.write_seg(data, str(tmp), properties)
+        if sidecars is not None:
+            sidecars.extend(sorted(f.name for f in tmp.parent.iterdir() if f.name != tmp.name))
+        if then is not None:
+            then(tmp)
+
+    return atomic_write_files(out, write)
 
 
-def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os.PathLike, properties: dict) -> Path:
+def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os.PathLike, properties: dict, *,
+                    sidecars: list[str] | None = None) -> Path:
     """Write a float map with the geometry ``reader_writer.write_seg`` gives segmentations (atomic rename).
 
     2D natural-image formats (png, bmp, ...) cannot hold floats: the map goes to ``<name>.npz`` (key ``map``)
@@ -414,6 +427,8 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
         data: the map ``(*shape)`` in nnU-Net's array axis order of the original image; written as float32.
         output_fname: the file to write, with the dataset's file ending.
         properties: the image properties the reader/writer returned for the case.
+        sidecars: when given, the names of the files the reader/writer wrote beside the map are appended to it
+            (``Tiff3DIO``: ``<name>.json``, the spacing), for the case record's digests.
 
     Returns:
         The path written.
@@ -444,7 +459,7 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
             nii = Path(tmpdir) / f"{out.name[: -len('.gz')]}"
             reader_writer.write_seg(arr.view(_FloatMap), str(nii), properties)
             return atomic_gzip(nii, out, compresslevel=MAP_COMPRESSLEVEL)
-    return _write_with_reader_writer(reader_writer, arr.view(_FloatMap), out, properties)
+    return _write_with_reader_writer(reader_writer, arr.view(_FloatMap), out, properties, sidecars)
 
 
 def check_region_file_names(region_names: Iterable[str]) -> None:
@@ -475,7 +490,7 @@ def check_region_file_names(region_names: Iterable[str]) -> None:
 
 
 def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | os.PathLike, properties: dict,
-                      region_names: Sequence[str]) -> list[Path]:
+                      region_names: Sequence[str], *, sidecars: list[str] | None = None) -> list[Path]:
     """Write per-region maps ``(R, *shape)`` of one measure with the geometry of :func:`write_float_map`.
 
     NIfTI (``.nii.gz`` / ``.nii``): one 4D file ``(X, Y, Z, R)``, the regions along the fourth axis in the model's
@@ -492,6 +507,8 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
         output_fname: the (4D) file to write, with the dataset's file ending.
         properties: the image properties the reader/writer returned for the case.
         region_names: the ``R`` region names, in channel order.
+        sidecars: when given, the names of the files the reader/writer wrote beside the maps are appended to it
+            (:func:`write_float_map`).
 
     Returns:
         The paths written (one 4D NIfTI, or one file per region).
@@ -520,8 +537,8 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
     stem = out.name[: -len(ending)] if ending else out.name
     if ending not in (".nii.gz", ".nii") or arr.ndim != 4:
         check_region_file_names(region_names)
-        return [write_float_map(reader_writer, arr[r], out.with_name(f"{stem}_{name}{ending}"), properties)
-                for r, name in enumerate(region_names)]
+        return [write_float_map(reader_writer, arr[r], out.with_name(f"{stem}_{name}{ending}"), properties,
+                                sidecars=sidecars) for r, name in enumerate(region_names)]
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".regions_") as tmpdir:
         volumes, ref = [], None
@@ -549,8 +566,8 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
     # regions were written as one (X, Y, 2) volume of spacing 1 along z). One file per region instead, each with
     # the image's own shape and geometry, as formats without 4D images
     check_region_file_names(region_names)
-    return [write_float_map(reader_writer, arr[r], out.with_name(f"{stem}_{name}{ending}"), properties)
-            for r, name in enumerate(region_names)]
+    return [write_float_map(reader_writer, arr[r], out.with_name(f"{stem}_{name}{ending}"), properties,
+                            sidecars=sidecars) for r, name in enumerate(region_names)]
 
 
 def record_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, patch_size: int = PATCH_SIZE,
@@ -650,6 +667,29 @@ def _map_names(maps: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(n for n in names if isinstance(n, str)))
 
 
+def _sidecar_names(record: dict) -> list[str]:
+    """The files of a record's ``file_digests`` that are not its maps: those the reader/writer wrote beside them."""
+    digests, maps = record.get("file_digests"), record.get("maps")
+    if not isinstance(digests, dict):
+        return []
+    names = set(_map_names(maps)) if isinstance(maps, dict) else set()
+    return [n for n in digests if n not in names]
+
+
+def _prediction_names(record: dict, case: str, file_ending: str, save_probabilities: bool) -> list[str]:
+    """The files of the output folder a resume checks for a record with ``prediction_file_digests``.
+
+    The segmentation and the files its reader/writer wrote beside it (the record's other entries), and with
+    ``save_probabilities`` ``<case>.npz`` and ``<case>.pkl``; the ``.npz`` and ``.pkl`` of a run without it are not
+    read.
+    """
+    digests = record.get("prediction_file_digests")
+    own = [f"{case}{file_ending}", *([f"{case}.npz", f"{case}.pkl"] if save_probabilities else [])]
+    probabilities = (f"{case}.npz", f"{case}.pkl")
+    others = [n for n in digests if n not in own and n not in probabilities] if isinstance(digests, dict) else []
+    return own + others
+
+
 def _record_path(output_file_truncated: str | os.PathLike) -> Path:
     base = Path(output_file_truncated)
     return base.parent / UNCERTAINTY_FOLDER / f"{base.name}.json"
@@ -678,8 +718,12 @@ def export_uncertainty(
     :func:`convert_uncertainty_to_original_geometry`) and ``<case>.pkl`` (properties) as nnU-Net writes them;
     ``uncertainty/<case>_<measure><ending>`` float32 maps (region-based models: 4D ``(X, Y, Z, R)``, see
     :func:`write_region_maps`; the record then holds ``regions`` and per-region scores, :func:`record_case_scores`);
-    ``uncertainty/<case>.json`` the record, with the size and sha256 of each map (``file_digests``) and the digest of
-    its own text (``record_digest``), what :func:`case_exported` checks on resume. The segmentation is written last.
+    ``uncertainty/<case>.json`` the record, with the size and sha256 of each map and of the files its reader/writer
+    wrote beside it (``file_digests``: ``Tiff3DIO``'s ``<name>.json`` spacing), of the segmentation (and its
+    sidecars), ``<case>.npz`` and ``<case>.pkl`` (``prediction_file_digests``, names in the output folder) and the
+    digest of its own text (``record_digest``), what :func:`case_exported` checks on resume. The segmentation is
+    written last: the record is written while the segmentation is complete under its final name in a private
+    folder (:func:`~monai_unc.io.atomic_write_files`), before it is renamed into place.
     Before anything is written, the case's outputs of an earlier run into the same folder are removed
     (:func:`remove_case_outputs`), so that none this run does not write (the map of a measure not asked for now, an
     ``.npz`` without ``save_probabilities``) survives.
@@ -719,12 +763,14 @@ def export_uncertainty(
     regions = region_definitions(dataset_json) if label_manager.has_regions else {}
     remove_case_outputs(base, ending, list(regions))
     files: dict[str, Any] = {}
+    sidecars: list[str] = []  # Tiff3DIO's spacing files beside the maps: digested with them (review 63)
     for key, m in out["maps"].items():
         if regions:
-            paths = write_region_maps(rw, m, unc_dir / f"{case}_{key}{ending}", properties, list(regions))
+            paths = write_region_maps(rw, m, unc_dir / f"{case}_{key}{ending}", properties, list(regions),
+                                      sidecars=sidecars)
             files[key] = paths[0].name if len(paths) == 1 else [q.name for q in paths]
         else:
-            files[key] = write_float_map(rw, m, unc_dir / f"{case}_{key}{ending}", properties).name
+            files[key] = write_float_map(rw, m, unc_dir / f"{case}_{key}{ending}", properties, sidecars=sidecars).name
     if save_probabilities:
         atomic_save_npz(base.with_name(f"{case}.npz"), {"probabilities": out["probabilities"]}, compressed=True)
         with atomic_path(base.with_name(f"{case}.pkl"), ".pkl") as tmp:
@@ -748,14 +794,25 @@ def export_uncertainty(
         VERSION_KEY: __version__,  # provenance: seeded draws may differ between versions
         LIBRARIES_KEY: library_versions(),  # and between torch / MONAI versions
         # a resume (--continue_prediction) predicts again a case whose maps changed since (case_exported), as infer's
-        "file_digests": output_digests(unc_dir, _map_names(files)),
+        "file_digests": output_digests(unc_dir, list(dict.fromkeys(_map_names(files) + sidecars))),
     }
-    # last, of the text as it is written and read back (json_safe: NaN as null): a resume predicts again a case whose
-    # record was edited (its file_digests made to match a replaced map)
-    record["record_digest"] = record_digest(json_safe(record))
-    atomic_write_json(_record_path(base), record)
+    written = [f"{case}.npz", f"{case}.pkl"] if save_probabilities else []
+
+    def write_record(segmentation: Path) -> None:
+        # review 63: a segmentation or .npz replaced since (same name) was kept by a resume, which checked their
+        # presence alone. Their digests: the segmentation and its sidecars as written in the private folder, under
+        # their final names, before they are renamed into place
+        here = sorted(f.name for f in segmentation.parent.iterdir())
+        record["prediction_file_digests"] = {**output_digests(segmentation.parent, here),
+                                             **output_digests(base.parent, written)}
+        # last, of the text as it is written and read back (json_safe: NaN as null): a resume predicts again a case
+        # whose record was edited (its file_digests made to match a replaced map)
+        record["record_digest"] = record_digest(json_safe(record))
+        atomic_write_json(_record_path(base), record)
+
     # the segmentation last: a case is done (case_exported) when it, its record and its maps exist
-    _write_with_reader_writer(rw, out["segmentation"], base.with_name(f"{case}{ending}"), properties)
+    _write_with_reader_writer(rw, out["segmentation"], base.with_name(f"{case}{ending}"), properties,
+                              then=write_record)
     return record
 
 
@@ -883,11 +940,14 @@ def case_exported(
     That is: its segmentation ``<case><ending>``, its record ``uncertainty/<case>.json`` naming a map for each of
     ``measures``, those map files, with ``save_probabilities`` ``<case>.npz``, and with ``settings`` a record whose
     ``settings`` equal them (:meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`). A stock nnU-Net
-    segmentation alone is not enough. The record is untrusted input: a map file whose size or sha256 is not the one
-    recorded (``file_digests``), or a record whose text no longer matches its own digest (``record_digest``, e.g. its
-    ``file_digests`` edited to match a replaced map), makes the case not done, with one warning
-    (:func:`monai_unc.io.changed_outputs`, as ``monai-unc infer`` checks its records); a record written by an earlier
-    version, without them, is checked for the maps' presence only.
+    segmentation alone is not enough. The record is untrusted input: a map file, or a file its reader/writer wrote
+    beside it (``Tiff3DIO``'s ``<name>.json`` spacing), whose size or sha256 is not the one recorded
+    (``file_digests``); the segmentation (and its sidecars) and, with ``save_probabilities``, ``<case>.npz`` and
+    ``<case>.pkl``, likewise (``prediction_file_digests``); or a record whose text no longer matches its own digest
+    (``record_digest``, e.g. its ``file_digests`` edited to match a replaced map), makes the case not done, with one
+    warning (:func:`monai_unc.io.changed_outputs`, as ``monai-unc infer`` checks its records). A record written by an
+    earlier version is checked as that version did: without ``prediction_file_digests`` (written before they were
+    kept) the segmentation and ``.npz`` for presence only, without ``file_digests`` the maps too.
 
     Args:
         output_file_truncated: the case's output path without ending (``<folder>/<case>``).
@@ -945,7 +1005,12 @@ def case_exported(
     # review 62: the maps as written (file_digests) and the record's own text (record_digest), as infer checks its
     # case records; a record of an earlier version, without them, is checked for the files' presence only (above)
     try:
-        changed = changed_outputs(unc_dir, record, _map_names({m: e for m, e in zip(measures, entries)}))
+        changed = changed_outputs(unc_dir, record, _map_names({m: e for m, e in zip(measures, entries)})
+                                  + _sidecar_names(record))
+        if not changed and "prediction_file_digests" in record:  # review 63: the segmentation and .npz too
+            changed = changed_outputs(base.parent, record, _prediction_names(record, base.name, file_ending,
+                                                                             save_probabilities),
+                                      digests_key="prediction_file_digests")
     except (TypeError, ValueError) as e:  # a value that is no JSON data, NaN: the record was not written so
         changed = [f"record ({e})"]
     if changed:

@@ -138,6 +138,15 @@ def test_a_failed_case_exits_1_and_a_rerun_resumes(cohort, tmp_path, capsys):
     out = tmp_path / "masks"
     argv = ["conformal", "-p", str(pred), "--rule", str(cohort["rule"]), "-o", str(out), "-q"]
     capsys.readouterr()
+    # review 63: infer's record keeps the segmentation's digest, so the broken file is refused before any work ...
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "toy002: toy002_seg.nii.gz (size 6 bytes" in err[0], err
+    assert not out.exists() or not any(out.glob("*.nii.gz"))
+    # ... and read (and failed alone) when the record is one of an earlier version, without digests
+    record = json.loads((pred / "toy002.json").read_text())
+    del record["file_digests"], record["record_digest"]
+    (pred / "toy002.json").write_text(json.dumps(record))
     assert cli.main(argv) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("monai-unc conformal: case 'toy002' failed: ") and len(err) == 2, err
