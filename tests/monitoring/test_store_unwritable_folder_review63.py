@@ -10,11 +10,8 @@ read-only mount was read; a folder without write permission is the same case.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import sys
-import tempfile
-import traceback
 from pathlib import Path
 
 import pytest
@@ -22,52 +19,15 @@ import pytest
 from monai_unc import cli
 from monai_unc.monitoring import MonitorStore
 from monai_unc.workflows.monitor import record_triage
+from tests._users import run_unprivileged
+from tests._users import shared_folder as _shared_folder
 
 from ._stream import make_rule, write_triage
-
-#: the uid and gid the check runs as when the tests run as root (root ignores a folder's permissions)
-NOBODY = 65534
 
 
 @pytest.fixture
 def shared(tmp_path):
-    """A folder every user can reach (pytest's own folders are its user's only, ``0700``), removed at the end."""
-    folder = Path(tempfile.mkdtemp(prefix="monai-unc-review63-", dir=tmp_path if os.geteuid() else None))
-    os.chmod(folder, 0o755)
-    yield folder
-    for d, _, _ in os.walk(folder):
-        os.chmod(d, 0o755)
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def _as_reader(check) -> None:
-    """Run ``check()`` as a user who cannot write the store's folder: in this process for a non-root user (the folder
-    is made ``0555``), in a forked child that drops to ``nobody`` for root (every module it needs already imported,
-    since ``nobody`` may not read this interpreter's files)."""
-    if os.geteuid() != 0:
-        check()
-        return
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 1
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            check()
-            code = 0
-        except BaseException:
-            os.write(write, traceback.format_exc().encode()[-4000:])
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        message = f.read().decode(errors="replace")
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, message
-
+    yield from _shared_folder(tmp_path)
 
 def _checks(db: Path, dash: Path, capsys) -> None:
     """What a reader of the store does: the store read-only, then ``verify``, ``status`` and ``report``."""
@@ -105,7 +65,7 @@ def test_the_read_only_commands_read_a_store_in_a_folder_the_reader_cannot_write
     os.chmod(store_dir, 0o555)
     capsys.readouterr()
     try:
-        _as_reader(lambda: _checks(db, dash, capsys))
+        run_unprivileged(lambda: _checks(db, dash, capsys))
     finally:
         os.chmod(store_dir, 0o755)
     assert sorted(os.listdir(store_dir)) == before  # nothing made beside it
@@ -134,7 +94,7 @@ def test_recording_into_a_store_the_user_cannot_write_is_one_line(shared, capsys
         assert len(err) == 1 and str(db) in err[0] and "Traceback" not in err[0], err
 
     try:
-        _as_reader(check)
+        run_unprivileged(check)
     finally:
         os.chmod(store_dir, 0o755)
     with MonitorStore(str(db), read_only=True) as store:
