@@ -6,6 +6,7 @@ and atomically after any side file.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -138,8 +139,19 @@ class CaseCache:
         return self.folder / f"{case_id}.json"
 
     def prepare(self) -> None:
-        """Create the folder and remove the partial files of an interrupted write (rank 0, before the loop)."""
+        """Create the folder and remove the partial files of an interrupted write (rank 0, before the loop).
+
+        Raises:
+            PermissionError: the folder exists and this user may not write into it (with ``store``: the states of
+                an earlier run by another user, e.g. in a shared output folder), naming the folder.
+        """
         self.folder.mkdir(parents=True, exist_ok=True)
+        # found by review 63 (the commands run as a non-root user): another user's state folder made every case
+        # compute, then "fail" at saving its state (failures.json listing the whole cohort, "fix these cases")
+        if self.store and not os.access(self.folder, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "Permission denied: this user may not write the resume state "
+                                  "(an earlier run's, another user's?); give this user write access or choose "
+                                  "another output folder", str(self.folder))
         clean_partial_files(self.folder)
 
     def fingerprint_of(self, item: Any) -> Any:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import pickle
 import sys
@@ -97,6 +98,11 @@ def _say_start_notices(ctx: DistContext) -> None:
                 stderr_line(line)
 
 
+#: the error numbers of a write the file system refuses to this user (no permission, a read-only file system): an
+#: error of the environment when it is the resume state's, which every case would meet alike
+_REFUSED_ERRNOS = frozenset((errno.EACCES, errno.EPERM, errno.EROFS))
+
+
 def _case_id(item: Any) -> str:
     return str(item.case_id)
 
@@ -121,7 +127,8 @@ def process_cases(
     are not a case's and would fail every case alike: an ``ImportError`` (a missing optional package, e.g. the
     ``dicom`` extra for DICOM series; the command line turns it into one line naming what to install, exit status 2)
     and a full disk or quota (:func:`~monai_unc.io.is_disk_full`; one line naming the file, exit status 2; the cases
-    done are kept and a rerun after freeing space resumes).
+    done are kept and a rerun after freeing space resumes), as a resume state that the file system refuses to save
+    (no permission, a read-only file system: ``EACCES``, ``EPERM``, ``EROFS``).
 
     Args:
         items: the cases (e.g. :class:`~monai_unc.io.CaseFiles`).
@@ -156,17 +163,21 @@ def process_cases(
     for item in bar:
         cid = str(key(item))
         bar.set_postfix_str(cid)
+        saving = False
         try:
             fp = cache.fingerprint_of(item) if cache is not None else None
             result = cache.load(cid, fp, item) if cache is not None else None
             if result is None:
                 result = process(item)
                 if cache is not None:
+                    saving = True
                     cache.save(cid, result, fp)
         except Exception as e:  # an interrupt (KeyboardInterrupt) is not an Exception and stops the run
             # found by hostile testing: DICOM series without the dicom extra failed case by case (exit 1, "fix these
-            # cases") instead of one line, exit 2; a full disk computed and failed every remaining case
-            if failures is None or isinstance(e, ImportError) or is_disk_full(e):
+            # cases") instead of one line, exit 2; a full disk computed and failed every remaining case; and by
+            # review 63: a resume state the file system refuses (another user's folder) failed every case alike
+            if (failures is None or isinstance(e, ImportError) or is_disk_full(e)
+                    or (saving and isinstance(e, OSError) and e.errno in _REFUSED_ERRNOS)):
                 raise
             failures.append((cid, e))
             if on_failure is not None:

@@ -202,9 +202,10 @@ def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[
     whoever else can write into a shared output folder cannot plant a symbolic link under the name a third-party
     writer (nibabel, numpy, torch) opens, which would make it overwrite a file the link points to (found by a
     review of shared output folders). On an exception inside the block nothing is renamed and an older ``path`` is
-    kept; an ``OSError`` then names ``path`` when it named no file or the temporary one (a full disk: ``No space
-    left on device: <path>``). The private folder is removed either way; one a killed run left is removed by the
-    next write of ``path`` and by :func:`clean_partial_files`.
+    kept; an ``OSError`` then names ``path`` when it named no file, the temporary one or the private folder (a full
+    disk: ``No space left on device: <path>``; a folder the user may not write: ``Permission denied: <path>``).
+    The private folder is removed either way; one a killed run left is removed by the next write of ``path`` and by
+    :func:`clean_partial_files`.
 
     Args:
         path: the file to write.
@@ -265,8 +266,11 @@ def _private_folder(path: Path) -> Iterator[Path]:
                 folder, fd = _fixed_folder(path.parent / f".{stem}.partial.dir")
             if folder is None:
                 folder = Path(tempfile.mkdtemp(prefix=f".{stem}.partial-", suffix=".dir", dir=path.parent))
-        except OSError as e:
-            _name_written_file(e, path)
+        except OSError as e:  # a folder the user may not write: the error names the file, not the private folder
+            # (found by review 63 running the commands as a non-root user: "Permission denied: <out>/.x.partial.dir")
+            made = Path(str(e.filename)) if e.filename is not None else None
+            ours = made is not None and made.parent == path.parent and made.name.startswith(f".{stem}.partial")
+            _name_written_file(e, path, *([made] if ours else []))
             raise
         yield folder
     finally:

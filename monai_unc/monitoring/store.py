@@ -779,6 +779,9 @@ def _full_disk(error: sqlite3.Error, path: Path) -> OSError | None:
 
 #: SQLite's primary result codes of the errors a full disk gives (the constants sqlite3 has from Python 3.11)
 _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 13, 14
+#: SQLite's extended code of a log index (``<db>-shm``) that cannot be made in the database's folder (no write
+#: permission there: a store another user records into, read by a QC team)
+_SQLITE_READONLY_DIRECTORY = 1544
 #: those codes by the text SQLite gives each error (``sqlite3_errstr``), for the exceptions that carry no code
 _SQLITE_CODE_OF_TEXT = {"disk I/O error": _SQLITE_IOERR, "database or disk is full": _SQLITE_FULL,
                         "unable to open database file": _SQLITE_CANTOPEN}
@@ -798,9 +801,11 @@ def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     A reader of a WAL database needs the log's index (``<db>-shm``), which SQLite makes when it is missing (a store
     its last writer closed), and cannot on a full disk (found by hostile testing: ``monitor verify`` failed with
     ``disk I/O error``), nor on a read-only file system (a snapshot, a share mounted read-only: ``unable to open
-    database file``, found by hostile testing). There, when no connection has the store open (no ``<db>-shm``) and
-    the log holds nothing (``<db>-wal`` missing or empty: every commit is in the database file), the database file
-    is read alone (``immutable``), nothing made beside it.
+    database file``, found by hostile testing), nor in a folder the reader may not write (a store another user
+    records into, root-owned ``0555``: ``attempt to write a readonly database``, found by review 63 running the
+    commands as a non-root user). There, when no connection has the store open (no ``<db>-shm``) and the log holds
+    nothing (``<db>-wal`` missing or empty: every commit is in the database file), the database file is read alone
+    (``immutable``), nothing made beside it.
     """
     uri = path.absolute().as_uri()
     wal, shm = (path.with_name(path.name + end) for end in ("-wal", "-shm"))
@@ -823,7 +828,8 @@ def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
         return conn
     except sqlite3.Error as e:
         conn.close()
-        if (_full_disk(e, path) is None and not read_only_fs) or not empty_log():
+        unwritable_folder = _sqlite_code(e) == _SQLITE_READONLY_DIRECTORY and not shm.exists()
+        if (_full_disk(e, path) is None and not read_only_fs and not unwritable_folder) or not empty_log():
             raise
     return connect("mode=ro&immutable=1")
 

@@ -74,8 +74,9 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
 
     Raises:
         FileNotFoundError: the folder or its summary is missing.
-        ValueError: a corrupt file, an evaluation whose last run had failed cases, or one another run is still
-            writing (an ``evaluate`` holding the folder: :func:`monai_unc.io.output_lock_holder`).
+        ValueError: a corrupt file, one this user may not read, an evaluation whose last run had failed cases, or
+            one another run is still writing (an ``evaluate`` holding the folder:
+            :func:`monai_unc.io.output_lock_holder`).
     """
     folder = input_folder(folder, "evaluation", "--evaluation folder")
     # an evaluate still writing it: said first, not as a missing summary.json
@@ -90,6 +91,10 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
         if isinstance(e, ValueError) and str(e).startswith((f"{folder / 'summary.json'}: ",
                                                              f"{folder / STATE_DIR / 'rows.json'}: ")):
             raise  # a field of an edited summary.json or rows.json: the loader's own line names the file and the field
+        if isinstance(e, PermissionError):  # a whole file this user may not read (found by review 63 running the
+            # commands as a non-root user: "a truncated or corrupt file?; run monai-unc evaluate again", it said)
+            raise ValueError(f"cannot read the evaluation in {folder}: {error_text(e)}: this user may not read it; "
+                             "ask its owner for read access (or run the report as the user who evaluated)") from None
         raise ValueError(f"cannot read the evaluation in {folder}: {error_text(e)} (a truncated or corrupt "
                          "file?); run monai-unc evaluate again") from None
     return folder
