@@ -94,6 +94,7 @@ __all__ = [
     "recorded_case_settings",
     "read_case_record",
     "remove_case_outputs",
+    "sidecar_record_clashes",
     "write_scores_table",
 ]
 
@@ -690,6 +691,32 @@ def _prediction_names(record: dict, case: str, file_ending: str, save_probabilit
     return own + others
 
 
+def sidecar_record_clashes(case_ids: Iterable[str], measures: Iterable[str],
+                           region_names: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """Pairs of cases whose map's spacing file would be the other case's record (nnU-Net's ``Tiff3DIO``).
+
+    ``Tiff3DIO`` writes each map ``uncertainty/<case>_<measure>.tif`` with its spacing in
+    ``uncertainty/<case>_<measure>.json``, the very name of the record of a case called ``<case>_<measure>``
+    (``uncertainty/<case>.json``): predicting both in one folder overwrites one with the other (found by review 63).
+
+    Args:
+        case_ids: the cases of one output folder (this run's and those recorded there).
+        measures: the map measures written.
+        region_names: a region-based model's region names (maps written ``<case>_<measure>_<region>``).
+
+    Returns:
+        ``(case, other)`` for each case whose map's spacing file is ``other``'s record, sorted.
+
+    Example:
+        >>> sidecar_record_clashes(["a", "a_entropy", "b"], ["entropy", "variance"])
+        [('a', 'a_entropy')]
+    """
+    ids = {str(c) for c in case_ids}
+    stems = [str(m) for m in measures]
+    stems += [f"{m}_{r}" for m in list(stems) for r in region_names]
+    return sorted((c, f"{c}_{s}") for c in ids for s in stems if f"{c}_{s}" in ids)
+
+
 def _record_path(output_file_truncated: str | os.PathLike) -> Path:
     base = Path(output_file_truncated)
     return base.parent / UNCERTAINTY_FOLDER / f"{base.name}.json"
@@ -826,7 +853,8 @@ def remove_case_outputs(output_file_truncated: str | os.PathLike, file_ending: s
     only) and ``uncertainty/<case>_<measure><ending>`` (``..._<measure>_<region><ending>`` with ``region_names``) for
     every measure of :data:`~monai_unc.nnunet.names.MAP_MEASURES`. A rerun into the same folder with other settings
     (fewer measures, no ``--save_probabilities``) would otherwise keep files that contradict its
-    ``uncertainty_config.json``, e.g. an ``.npz`` whose argmax is not the new segmentation.
+    ``uncertainty_config.json``, e.g. an ``.npz`` whose argmax is not the new segmentation. The files beside the maps
+    that the old record digests (``Tiff3DIO``'s ``<case>_<measure>.json`` spacing files) go with them.
 
     Args:
         output_file_truncated: the case's output path without ending (``<folder>/<case>``).
@@ -859,6 +887,10 @@ def remove_case_outputs(output_file_truncated: str | os.PathLike, file_ending: s
         for name in [entry] if isinstance(entry, str) else entry if isinstance(entry, list) else ():
             if isinstance(name, str) and name.startswith(f"{case}_") and Path(name).name == name:
                 names.append(name)
+    digests = record.get("file_digests") if isinstance(record, dict) else None
+    for name in (digests if isinstance(digests, dict) else ()):  # the maps' spacing files (Tiff3DIO; review 63)
+        if isinstance(name, str) and name.startswith(f"{case}_") and plain_file_name(name):
+            names.append(name)
     for m in MAP_MEASURES:
         names.append(f"{case}_{m}{file_ending}")
         names.extend(f"{case}_{m}_{r}{file_ending}" for r in region_names)

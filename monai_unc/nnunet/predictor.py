@@ -103,6 +103,7 @@ from acvl_utils.cropping_and_padding.padding import pad_nd_image
 from batchgenerators.dataloading.multi_threaded_augmenter import MultiThreadedAugmenter
 from nnunetv2.configuration import default_num_processes
 from nnunetv2.imageio.reader_writer_registry import determine_reader_writer_from_dataset_json
+from nnunetv2.imageio.tif_reader_writer import Tiff3DIO
 from nnunetv2.inference.data_iterators import PreprocessAdapterFromNpy
 from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
 from nnunetv2.inference.sliding_window_prediction import compute_gaussian
@@ -145,6 +146,7 @@ from monai_unc.nnunet.export import (
     read_case_record,
     recorded_case_settings,
     region_definitions,
+    sidecar_record_clashes,
     write_float_map,
     write_scores_table,
 )
@@ -255,6 +257,11 @@ class _RandomState:
         torch.random.set_rng_state(self.cpu)
         if self.device is not None:
             torch.cuda.set_rng_state(self.gpu, self.device)
+
+
+def _writes_spacing_files(reader_writer_class: Any) -> bool:
+    """Whether nnU-Net's reader/writer class writes a ``<name>.json`` spacing file beside each image (``Tiff3DIO``)."""
+    return isinstance(reader_writer_class, type) and issubclass(reader_writer_class, Tiff3DIO)
 
 
 class UncertaintyPredictor(nnUNetPredictor):
@@ -1313,6 +1320,19 @@ class UncertaintyPredictor(nnUNetPredictor):
             if colliding_case_ids(ids):
                 os.makedirs(folder, exist_ok=True)  # the probe needs the folder nnU-Net would create anyway
                 check_case_ids_fit_folder(ids, folder, option="-o")
+        if _writes_spacing_files(self.plans_manager.image_reader_writer_class):
+            for folder in sorted(folders):  # Tiff3DIO: a map's spacing file <case>_<measure>.json is another's record
+                ids = {os.path.basename(t) for t in targets if os.path.dirname(t) == folder}
+                recorded = (read_json_or_none(p) for p in Path(folder, UNCERTAINTY_FOLDER).glob("*.json"))
+                ids |= {r["case"] for r in recorded if isinstance(r, dict) and isinstance(r.get("case"), str)}
+                regions = list(region_definitions(self.dataset_json)) if self._multilabel else []
+                if clashes := sidecar_record_clashes(ids, self.measures, regions):
+                    case, other = clashes[0]
+                    raise ValueError(
+                        f"{folder}: case {case!r}'s maps would be written with their spacing in "
+                        f"{UNCERTAINTY_FOLDER}/{other}.json, the record of case {other!r} (nnU-Net's Tiff3DIO names "
+                        f"a .tif's spacing file after it); predict such cases into separate output folders (-o)"
+                    )
         settings = None
         for folder in sorted(folders):
             left: dict[str, list[str]] = {}
