@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -562,11 +563,17 @@ def lesion_retention(score: Any, dice: Any, false_positive: Any,
     if taus.size == 0 or not np.isfinite(taus).all() or (taus < 0).any() or (taus >= 1).any():
         raise ValueError(f"referred must be shares in [0, 1), got {referred!r}")
     taus = taus[share_count(taus, u.size) < u.size]  # shares that keep at least one lesion
-    curve = referral_curve(u, d, taus)
+    curve = referral_curve(u, d, taus)  # warns once if the scores are tied
+    with warnings.catch_warnings():
+        # the same scores again, and the oracle ranks by the Dice: lesions of one Dice (all false positives, all
+        # perfect) are no tie of the uncertainty scores, yet said "all n scores are tied" (found in review 63)
+        warnings.filterwarnings("ignore", message=r"referral_curve: all \d+ scores are tied", category=UserWarning)
+        false_positive_share = referral_curve(u, fp, taus).value
+        oracle = referral_curve(-d, d, taus).value
     return {"referred": [float(t) for t in taus], "kept": [int(k) for k in curve.n_retained],
             "dice": [float(v) for v in curve.value],
-            "false_positive_share": [float(v) for v in referral_curve(u, fp, taus).value],
-            "oracle_dice": [float(v) for v in referral_curve(-d, d, taus).value]}
+            "false_positive_share": [float(v) for v in false_positive_share],
+            "oracle_dice": [float(v) for v in oracle]}
 
 
 def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], options: Mapping[str, Any],
