@@ -1,0 +1,109 @@
+"""Claims of the documentation a newcomer relies on, checked against what the code writes and does (hostile review 63
+of the documentation).
+
+- docs/triage.md lists the columns of ``triage.csv``: it said "voxel counts" and left out ``spacing``, which every
+  triage writes (the voxel size a rule's ``geometry`` is compared with); every column a triage writes is now named.
+- docs/spatial_metrics.md lists the degenerate inputs whose BUC is NaN with a warning, and left out the commonest: a
+  boundary region that covers the whole volume (the docs/cli.md round trip on 16^3 toy cases prints that warning for
+  every case).
+- docs/report.md said the ECE columns of ``metrics.csv`` use 15 bins; they use ``--n-bins`` (default 15).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+from tests._paths import ROOT
+
+
+def _text(path: str) -> str:
+    return " ".join((ROOT / path).read_text(encoding="utf-8").split())
+
+
+@pytest.fixture(scope="module")
+def triaged(tmp_path_factory):
+    """A referral rule certified on a toy cohort and the cohort triaged with it: the ``triage.csv`` header."""
+    from monai_unc.cli import main
+    from monai_unc.data.cohorts import write_toy_cohort
+    from monai_unc.io import read_csv
+
+    root = tmp_path_factory.mktemp("triaged")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MONAI_UNC_CONFIG_DIR", str(root / "config"))
+    try:
+        data = write_toy_cohort(root / "toy", n_cases=8, shape=(12, 12, 12))
+        assert main(["evaluate", "-l", str(data["labels"]), "-p", str(data["predictions"]), "-o", str(root / "ev"),
+                     "--images", str(data["images"]), "--target-risk", "0.5", "--no-spatial", "--quiet"]) == 0
+        assert main(["triage", "-p", str(data["predictions"]), "--rule", str(root / "ev" / "referral_rule.json"),
+                     "--images", str(data["images"]), "-o", str(root / "tr"), "--quiet"]) == 0
+    finally:
+        mp.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = read_csv(root / "tr" / "triage.csv")
+    import json
+
+    rule = json.loads((root / "ev" / "referral_rule.json").read_text())
+    return list(rows[0]), rule
+
+
+def _triage_csv_paragraph() -> str:
+    text = _text("docs/triage.md")
+    start = text.index("`triage/`: `triage.csv`")
+    return text[start:text.index("`triage.json` (decisions", start)]
+
+
+def test_every_column_of_triage_csv_is_named_in_triage_md(triaged):
+    columns, rule = triaged
+    paragraph = _triage_csv_paragraph()
+    named = set(re.findall(r"`(\w+)`", paragraph)) | {c.strip() for c in
+                                                      re.search(r"`(case, [^`]+)`", paragraph).group(1).split(",")}
+    measure = rule["score"]["measure"]
+    described = {f"{measure}_{s}" for s in ("mean", "fg_mean", "patch_mean")}  # "the measure's three case scores"
+    described |= {c for c in columns if c.startswith("expected_dice_") and c not in named}  # expected_dice_<class>
+    assert "expected_dice_<class>" in paragraph and "the measure's three case scores" in paragraph
+    missing = [c for c in columns if c not in named | described]
+    assert not missing, f"docs/triage.md does not name the triage.csv columns {missing}"
+    assert "spacing" in columns  # the column the page left out
+
+
+def _buc_degenerate_cases():
+    """``(what the docs call it, uncertainty, pred, target, width)`` for every reason BUC is NaN."""
+    shape = (1, 1, 8, 8, 8)
+    u = np.random.default_rng(0).random(shape)
+    blob = np.zeros((1, 8, 8, 8), dtype=np.int64)
+    blob[:, 2:6, 2:6, 2:6] = 1
+    empty = np.zeros_like(blob)
+    yield "no boundary", u, empty, blob, None
+    yield "empty target", u, blob, empty, None
+    yield "covers the whole volume", u, blob, blob, 20.0
+    yield "zero uncertainty", np.zeros(shape), blob, blob, 1.0
+
+
+@pytest.mark.parametrize("case", list(_buc_degenerate_cases()), ids=lambda c: c[0])
+def test_every_reason_buc_is_nan_is_in_spatial_metrics_md(case):
+    from monai_unc.metrics import boundary_uncertainty_concentration
+
+    what, u, pred, target, width = case
+    with pytest.warns(UserWarning, match="BUC"):
+        value = boundary_uncertainty_concentration(u, pred, target, width=width)
+    assert np.isnan(np.asarray(value)).all()
+    text = _text("docs/spatial_metrics.md")
+    listed = text.split("Degenerate but valid input returns NaN with a `UserWarning`:", 1)[1].split("Bad input", 1)[0]
+    phrases = {"no boundary": "a label map with no boundary", "empty target": "an empty target",
+               "covers the whole volume": "covers the whole volume", "zero uncertainty": "zero uncertainty everywhere"}
+    assert phrases[what] in listed, f"docs/spatial_metrics.md does not list the degenerate BUC input: {what}"
+
+
+def test_report_md_names_the_option_of_the_ece_bins():
+    from monai_unc.workflows.arguments import add_command_parsers  # noqa: F401 - the options live there
+    from tests.docs.test_review61_docsaudit import _commands
+
+    default = next(a.default for a in _commands()["evaluate"]._actions if "--n-bins" in a.option_strings)
+    row = next(line for line in (ROOT / "docs" / "report.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `ece`, `classwise_ece`"))
+    assert "`--n-bins`" in row and f"default {default}" in row, row
