@@ -7,6 +7,10 @@ of the documentation).
   boundary region that covers the whole volume (the docs/cli.md round trip on 16^3 toy cases prints that warning for
   every case).
 - docs/report.md said the ECE columns of ``metrics.csv`` use 15 bins; they use ``--n-bins`` (default 15).
+- docs/cli.md: "so does every refused path, of every command: an input folder that is missing [names the option]";
+  ``dicom-export --evaluation`` / ``--triage`` / ``--conformal`` said "no metrics.csv in x: is it the output folder of
+  'monai-unc evaluate'?" and ``nnunet-predict`` / ``nnunet-calibrate -m`` "trained model folder not found: x", naming
+  no option. Every input-folder option of every command is now probed with a missing folder.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ def triaged(tmp_path_factory):
     try:
         data = write_toy_cohort(root / "toy", n_cases=8, shape=(12, 12, 12))
         assert main(["evaluate", "-l", str(data["labels"]), "-p", str(data["predictions"]), "-o", str(root / "ev"),
-                     "--images", str(data["images"]), "--target-risk", "0.5", "--no-spatial", "--quiet"]) == 0
+                     "--images", str(data["images"]), "--target-risk", "0.5", "--conformal", "outer:fnr=0.3",
+                     "--no-spatial", "--quiet"]) == 0
         assert main(["triage", "-p", str(data["predictions"]), "--rule", str(root / "ev" / "referral_rule.json"),
                      "--images", str(data["images"]), "-o", str(root / "tr"), "--quiet"]) == 0
     finally:
@@ -48,7 +53,7 @@ def triaged(tmp_path_factory):
     import json
 
     rule = json.loads((root / "ev" / "referral_rule.json").read_text())
-    return list(rows[0]), rule
+    return list(rows[0]), rule, root, data
 
 
 def _triage_csv_paragraph() -> str:
@@ -58,7 +63,7 @@ def _triage_csv_paragraph() -> str:
 
 
 def test_every_column_of_triage_csv_is_named_in_triage_md(triaged):
-    columns, rule = triaged
+    columns, rule, _, _ = triaged
     paragraph = _triage_csv_paragraph()
     named = set(re.findall(r"`(\w+)`", paragraph)) | {c.strip() for c in
                                                       re.search(r"`(case, [^`]+)`", paragraph).group(1).split(",")}
@@ -107,3 +112,68 @@ def test_report_md_names_the_option_of_the_ece_bins():
     row = next(line for line in (ROOT / "docs" / "report.md").read_text(encoding="utf-8").splitlines()
                if line.startswith("| `ece`, `classwise_ece`"))
     assert "`--n-bins`" in row and f"default {default}" in row, row
+
+
+MISSING = "missing_folder"
+
+
+def _input_folder_calls(root, data):
+    """``(option, argv)``: every command's input-folder options, each given a missing folder, the others valid."""
+    ev, pred, images = str(root / "ev"), str(data["predictions"]), str(data["images"])
+    labels, rule, crule = str(data["labels"]), str(root / "ev" / "referral_rule.json"), str(root / "ev" /
+                                                                                            "conformal_rule.json")
+    out = str(root / "probe_out")
+    calls = [
+        ("--input", ["infer", "--input", MISSING, "-o", out, "--model", "example"]),
+        ("--labels", ["evaluate", "--labels", MISSING, "-p", pred, "-o", out]),
+        ("--predictions", ["evaluate", "-l", labels, "--predictions", MISSING, "-o", out]),
+        ("--images", ["evaluate", "-l", labels, "-p", pred, "-o", out, "--images", MISSING]),
+        ("--uncertainty", ["evaluate", "-l", labels, "-p", pred, "-o", out, "--uncertainty", MISSING]),
+        ("--evaluation", ["report", "--evaluation", MISSING]),
+        ("--images", ["report", "-e", ev, "-o", out, "--images", MISSING]),
+        ("--input", ["calibrate", "--input", MISSING, "-l", labels, "-o", out + ".pt", "--model", "example"]),
+        ("--labels", ["calibrate", "-i", images, "--labels", MISSING, "-o", out + ".pt", "--model", "example"]),
+        ("--predictions", ["triage", "--predictions", MISSING, "--rule", rule, "-o", out]),
+        ("--images", ["triage", "-p", pred, "--rule", rule, "-o", out, "--images", MISSING]),
+        ("--uncertainty", ["triage", "-p", pred, "--rule", rule, "-o", out, "--uncertainty", MISSING]),
+        ("--predictions", ["conformal", "--predictions", MISSING, "--rule", crule, "-o", out]),
+        ("--images", ["conformal", "-p", pred, "--rule", crule, "-o", out, "--images", MISSING]),
+        ("--predictions", ["dicom-export", "--predictions", MISSING, "-s", images, "-o", out]),
+        ("--series", ["dicom-export", "-p", pred, "--series", MISSING, "-o", out]),
+        ("--evaluation", ["dicom-export", "-p", pred, "-s", images, "-o", out, "--evaluation", MISSING]),
+        ("--triage", ["dicom-export", "-p", pred, "-s", images, "-o", out, "--triage", MISSING]),
+        ("--conformal", ["dicom-export", "-p", pred, "-s", images, "-o", out, "--conformal", MISSING]),
+        ("TRIAGE", ["monitor", "record", MISSING, "--db", str(root / "m.db")]),
+        ("-i", ["nnunet-predict", "-i", MISSING, "-o", out, "-m", ev, "-device", "cpu"]),
+        ("-m", ["nnunet-predict", "-i", images, "-o", out, "-m", MISSING, "-device", "cpu"]),
+        ("-m", ["nnunet-calibrate", "-o", out, "-m", MISSING, "-device", "cpu"]),
+    ]
+    return calls
+
+
+def test_a_missing_input_folder_is_refused_naming_its_option(triaged, capsys, monkeypatch):
+    """docs/cli.md: exit 2 and one line naming the option the user typed, for every refused path of every command."""
+    from monai_unc.cli import main
+
+    _, _, root, data = triaged
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(root / "config"))
+    wrong = []
+    for option, argv in _input_folder_calls(root, data):
+        if argv[0].startswith("nnunet-") and not _has("nnunetv2"):
+            continue
+        if argv[0] == "dicom-export" and not _has("highdicom"):
+            continue
+        rc = main(argv)
+        lines = capsys.readouterr().err.strip().splitlines()
+        line = lines[-1] if lines else ""
+        if rc != 2 or len(lines) != 1 or not re.search(rf"error: {re.escape(option)}\b.*{MISSING}", line):
+            wrong.append(f"monai-unc {argv[0]} {option} {MISSING}: exit {rc}: {line}")
+    assert not (root / "probe_out").exists()
+    assert not wrong, "\n".join(wrong)
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
