@@ -1224,8 +1224,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         raise ValueError(f"output {output} must be a sub-folder of the predictions {pred}")
     tables = _product_tables(product_outputs)
     # the folders whose tables go into the SR, checked as every input folder (review 63: a missing --evaluation,
-    # --triage or --conformal said "no metrics.csv in x: is it the output folder of 'monai-unc evaluate'?", naming no
-    # option, where docs/cli.md promises the option and `input_folder`'s "folder not found")
+    # --triage or product command folder said "no metrics.csv in x: is it the output folder of 'monai-unc
+    # evaluate'?", naming no option, where docs/cli.md promises the option and `input_folder`'s "folder not found")
     for parameter, folder in (("evaluation", evaluation), ("triage", triage),
                               *((command.replace("-", "_"), f) for command, (f, _, _) in tables.items())):
         if folder is not None:

@@ -10,7 +10,8 @@ of the documentation).
 - docs/cli.md: "so does every refused path, of every command: an input folder that is missing [names the option]";
   ``dicom-export --evaluation`` / ``--triage`` / ``--conformal`` said "no metrics.csv in x: is it the output folder of
   'monai-unc evaluate'?" and ``nnunet-predict`` / ``nnunet-calibrate -m`` "trained model folder not found: x", naming
-  no option. Every input-folder option of every command is now probed with a missing folder.
+  no option, nor did ``infer --network`` and ``monitor record --sites`` for a missing file. Every input-folder option
+  of every command, and the input-file options, are now probed with a missing path.
 """
 
 from __future__ import annotations
@@ -118,11 +119,12 @@ MISSING = "missing_folder"
 
 
 def _input_folder_calls(root, data):
-    """``(option, argv)``: every command's input-folder options, each given a missing folder, the others valid."""
+    """``(option, argv)``: every command's input-folder and input-file options, each given a missing path, the others
+    valid."""
     ev, pred, images = str(root / "ev"), str(data["predictions"]), str(data["images"])
     labels, rule, crule = str(data["labels"]), str(root / "ev" / "referral_rule.json"), str(root / "ev" /
                                                                                             "conformal_rule.json")
-    out = str(root / "probe_out")
+    out, weights = str(root / "probe_out"), str(root / "w.pt")
     calls = [
         ("--input", ["infer", "--input", MISSING, "-o", out, "--model", "example"]),
         ("--labels", ["evaluate", "--labels", MISSING, "-p", pred, "-o", out]),
@@ -147,15 +149,38 @@ def _input_folder_calls(root, data):
         ("-i", ["nnunet-predict", "-i", MISSING, "-o", out, "-m", ev, "-device", "cpu"]),
         ("-m", ["nnunet-predict", "-i", images, "-o", out, "-m", MISSING, "-device", "cpu"]),
         ("-m", ["nnunet-calibrate", "-o", out, "-m", MISSING, "-device", "cpu"]),
+        # input files
+        ("--network", ["infer", "-i", images, "-o", out, "--network", MISSING + ".json", "--checkpoint", weights]),
+        ("--network", ["calibrate", "-i", images, "-l", labels, "-o", out + ".pt", "--network", MISSING + ".json",
+                       "--checkpoint", weights]),
+        ("--checkpoint", ["infer", "-i", images, "-o", out, "--network", str(root / "net.json"), "--checkpoint",
+                          MISSING]),
+        ("--bundle", ["infer", "-i", images, "-o", out, "--bundle", MISSING]),
+        ("--settings-from", ["infer", "-i", images, "-o", out, "--model", "example", "--settings-from", MISSING]),
+        ("--shifts", ["evaluate", "-l", labels, "-p", pred, "-o", out, "--shifts", MISSING]),
+        ("--calibration-cases", ["evaluate", "-l", labels, "-p", pred, "-o", out, "--target-risk", "0.2",
+                                 "--calibration-cases", MISSING]),
+        ("--lesion-samples", ["evaluate", "-l", labels, "-p", pred, "-o", out, "--lesions", "--lesion-samples",
+                              MISSING]),
+        ("--rule", ["triage", "-p", pred, "--rule", MISSING, "-o", out]),
+        ("--conformal-rule", ["triage", "-p", pred, "--rule", rule, "-o", out, "--conformal-rule", MISSING]),
+        ("--sites", ["monitor", "record", str(root / "tr"), "--db", str(root / "m.db"), "--sites", MISSING]),
+        ("--show", ["keys", "--show", MISSING]),
     ]
     return calls
 
 
-def test_a_missing_input_folder_is_refused_naming_its_option(triaged, capsys, monkeypatch):
-    """docs/cli.md: exit 2 and one line naming the option the user typed, for every refused path of every command."""
+def test_a_missing_input_is_refused_naming_its_option(triaged, capsys, monkeypatch):
+    """docs/cli.md: exit 2 and one line naming the option the user typed, for every refused path of every command
+    (``infer --network x.json`` said "network spec must be ...", ``monitor record --sites x`` "No such file or
+    directory: x")."""
     from monai_unc.cli import main
 
     _, _, root, data = triaged
+    (root / "net.json").write_text('{"_target_": "monai.networks.nets.UNet", "spatial_dims": 3, "in_channels": 1, '
+                                   '"out_channels": 2, "channels": [4, 8], "strides": [2]}')
+    torch = pytest.importorskip("torch")
+    torch.save({}, root / "w.pt")
     monkeypatch.chdir(root)
     monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(root / "config"))
     wrong = []
