@@ -202,3 +202,28 @@ def _has(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+def _last_demo_print() -> str:
+    """The text of the last ``print`` of ``run_demo`` (its source, read with ``ast``): the demo's last line."""
+    import ast
+
+    tree = ast.parse((ROOT / "monai_unc" / "workflows" / "demo.py").read_text(encoding="utf-8"))
+    run_demo = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "run_demo")
+    prints = [n for n in ast.walk(run_demo) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "print"]
+    last = max(prints, key=lambda n: (n.lineno, n.col_offset)).args[0]
+    parts = last.values if isinstance(last, ast.JoinedStr) else [last]
+    return "".join(v.value if isinstance(v, ast.Constant) else "..." for v in parts)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/cli.md"])
+def test_what_the_pages_call_the_demos_last_line_is_its_last_print(page):
+    """README.md and docs/cli.md said the demo's last line gives the wall and CPU time (`finished in ...`); two lines
+    follow it, and the last is the report's path (found by running `monai-unc demo` as the README says)."""
+    last = _last_demo_print()
+    assert last.startswith("report: "), last
+    text = _text(page)
+    said = re.findall(r"last line[^.]*?`([^`]+)`", text) + re.findall(r"last line (?:prints|says) ([\w ]+)", text)
+    assert said, f"{page} no longer says what the demo's last line is"
+    for quote in said:
+        assert quote.split()[0] == last.split()[0], f"{page}: the demo's last line is {last!r}, the page says {quote!r}"
