@@ -227,3 +227,69 @@ def test_what_the_pages_call_the_demos_last_line_is_its_last_print(page):
     assert said, f"{page} no longer says what the demo's last line is"
     for quote in said:
         assert quote.split()[0] == last.split()[0], f"{page}: the demo's last line is {last!r}, the page says {quote!r}"
+
+
+def _defaults_by_option() -> dict[str, set[str]]:
+    """``{option: {default as text}}`` over every command (and ``monitor``'s sub-commands) whose default is set."""
+    import argparse
+
+    from monai_unc import cli
+    from tests.docs.test_review61_docsaudit import _commands
+
+    out: dict[str, set[str]] = {}
+    parsers = list(_commands().items())
+    for name, parser in list(parsers):
+        if name.startswith("nnunet-"):
+            if not _has("nnunetv2"):
+                continue
+            full = cli.build_parser(name)[0]
+            parser = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += list(action.choices.items())
+                continue
+            if action.default in (None, argparse.SUPPRESS, False, True) or not action.option_strings:
+                continue
+            value = action.default
+            text = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+            for option in action.option_strings:
+                out.setdefault(option, set()).add(text)
+    return out
+
+
+#: where a page states an option's default: `--opt ...` (default X), `--opt`, default X, and a table row whose
+#: description ends with the default in parentheses
+_STATED = (re.compile(r"`(--?[a-zA-Z][\w-]*)[^`]*`[^`.;()]{0,40}\(default:? `?([\w.+-]+)`?[),;:]"),
+           re.compile(r"`(--?[a-zA-Z][\w-]*)[^`]*`, default `?([\w.+-]+)`?[),;:.\s]"),
+           re.compile(r"^\| `(--?[a-zA-Z][\w-]*)[^`|]*` \| [^|]*\(([\d.]+)\) \|$", re.M))
+
+
+def _same_default(stated: str, defaults: set[str]) -> bool:
+    for default in defaults:
+        try:
+            if float(stated) == float(default):
+                return True
+        except ValueError:
+            if stated == default:
+                return True
+    return False
+
+
+def test_every_default_a_page_states_for_an_option_is_the_parsers():
+    """tests/docs/test_review61_docsaudit.py checks the defaults `--help` states; this checks those the pages state
+    (`--lesion-iou IOU` ... (0.25), `--sample-batch-size K` ... (default `auto`), `--max_steps`, default 1000) against
+    the parser's default of the option (of any command that has it: `--roi` differs between `infer` and `demo`)."""
+    defaults = _defaults_by_option()
+    found, wrong = 0, []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for pattern in _STATED:
+            for m in pattern.finditer(text.replace("\n", " ") if pattern.flags & re.M == 0 else text):
+                option, stated = m.group(1), m.group(2)
+                if option not in defaults:
+                    continue
+                found += 1
+                if not _same_default(stated, defaults[option]):
+                    wrong.append(f"{page.name}: {option} default {stated!r}, parser {sorted(defaults[option])}")
+    assert found >= 8, found
+    assert not wrong, "\n".join(wrong)
