@@ -317,3 +317,14 @@ def test_the_api_index_links_every_api_page():
     linked = set(re.findall(r"\]\((\w+)\.md\)", text))
     pages = {p.stem for p in (ROOT / "docs" / "api").glob("*.md") if p.name != "index.md"}
     assert not pages - linked, sorted(pages - linked)
+
+
+def test_every_guide_is_linked_from_the_home_page_and_named_in_the_readme():
+    """docs/index.md's list of guides had no link to dicom.md, lesions.md, monitoring.md, products.md, signing.md or
+    training.md, and README.md's list of pages did not name lesions.md, products.md, signing.md or training.md:
+    a newcomer starting from either did not learn they exist."""
+    pages = {p.name for p in (ROOT / "docs").glob("*.md") if p.name != "index.md"}
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert not {p for p in pages if f"]({p}" not in index}, sorted(p for p in pages if f"]({p}" not in index)
+    assert not {p for p in pages if f"docs/{p}" not in readme}, sorted(p for p in pages if f"docs/{p}" not in readme)
