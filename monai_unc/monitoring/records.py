@@ -39,6 +39,7 @@ from ..evaluation.triage.rule import (
 from ..io import (
     VOLUME_EXTENSIONS,
     CaseFiles,
+    check_entry_kind,
     input_folder,
     parse_float,
     plain_file_name,
@@ -285,6 +286,7 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
         cases in their NFC form without surrounding spaces).
 
     Raises:
+        FileNotFoundError: no file at ``path``.
         ValueError: a file that is not UTF-8 text, a missing column, an empty site, a case listed twice (also as
             the same id up to surrounding spaces or Unicode normalization), a case,
             site or scanner that is longer than 1000 characters or holds a NUL (each named with the file and line).
@@ -296,6 +298,9 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
         ...     read_sites(Path(d, "sites.csv"))
         {'a': ('Centre A', 'GE Signa'), 'b': ('Centre B', None)}
     """
+    if not Path(path).is_file():  # review 63: a missing file was a bare "No such file or directory: x"
+        check_entry_kind(Path(path), "sites table", folder=False)  # a folder or a link to nothing, named as such
+        raise FileNotFoundError(f"sites table not found: {os.fspath(path)}")
     rows, lines = _read_named_table(path, ("case", "site", "scanner"))
     if not rows or "case" not in rows[0] or "site" not in rows[0]:
         raise ValueError(f"sites table {os.fspath(path)!r} needs the columns 'case' and 'site'")

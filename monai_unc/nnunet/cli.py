@@ -363,7 +363,9 @@ def _predict(args: argparse.Namespace) -> int:
     if args.npp < 0 or args.nps < 0:
         raise ValueError("-npp and -nps must be >= 0")
     model = _model_folder(args)
-    input_folder(model, "m" if args.m is not None else None, "trained model folder")
+    # the folder named as given (review 63: a missing -m said "trained model folder not found", naming no option)
+    input_folder(model, "m" if args.m is not None else None,
+                 "-m trained model folder" if args.m is not None else "trained model folder of -d/-tr/-p/-c")
     input_folder(args.i, "i", "-i folder")
     refuse_dataset_root(args.i, "i", "-i folder")  # a dataset's root (imagesTs/ inside): name the sub-folder
     folds = _folds(args.f)
@@ -574,7 +576,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     from monai_unc.temperature import NOT_CONVERGED, non_convergence_warning
 
     model = _model_folder(args)
-    input_folder(model, "m" if args.m is not None else None, "trained model folder")
+    # the folder named as given (review 63: a missing -m said "trained model folder not found", naming no option)
+    input_folder(model, "m" if args.m is not None else None,
+                 "-m trained model folder" if args.m is not None else "trained model folder of -d/-tr/-p/-c")
     check_device(args.device)  # before anything is loaded or written (the default is cuda)
     with warnings.catch_warnings():  # the command prints its own line for a fit that did not converge (below)
         warnings.filterwarnings("ignore", message=NOT_CONVERGED, category=UserWarning)

@@ -1223,6 +1223,13 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if inside_predictions and Path(output).resolve().parent != pred.resolve():
         raise ValueError(f"output {output} must be a sub-folder of the predictions {pred}")
     tables = _product_tables(product_outputs)
+    # the folders whose tables go into the SR, checked as every input folder (review 63: a missing --evaluation,
+    # --triage or product command folder said "no metrics.csv in x: is it the output folder of 'monai-unc
+    # evaluate'?", naming no option, where docs/cli.md promises the option and `input_folder`'s "folder not found")
+    for parameter, folder in (("evaluation", evaluation), ("triage", triage),
+                              *((command.replace("-", "_"), f) for command, (f, _, _) in tables.items())):
+        if folder is not None:
+            input_folder(folder, parameter)
     with refusing("output"):
         out = check_output_folder(output, None if inside_predictions else pred, src, evaluation, triage,
                                   *(folder for folder, _, _ in tables.values()))

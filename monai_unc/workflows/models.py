@@ -823,7 +823,8 @@ def load_network(
         bundle_activation = _bundle_activation(parser)
         bundle_window = _bundle_window(parser)
     else:
-        spec = _read_spec(network)  # type: ignore[arg-type]
+        with refusing("network"):  # the command line names --network (review 63: "network spec must be ...")
+            spec = _read_spec(network)  # type: ignore[arg-type]
         if isinstance(network, dict) or str(network).lstrip().startswith("{"):
             inline_spec = spec
         else:

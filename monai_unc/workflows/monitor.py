@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._utils import refusing
 from ..io import atomic_write_json, check_utf8_name, check_writable_folder, input_folder, json_safe, split_extension
 from ..io.signing import Trust
 from ..monitoring import (
@@ -228,8 +229,9 @@ def record_triage(
     """
     url = _db(db)
     input_folder(triage, "triage")  # a missing folder or a file named as such (the command line: TRIAGE)
-    run = read_triage_run(triage, site=site, sites=None if sites is None else read_sites(sites), triaged_at=time,
-                          trust=trust)
+    with refusing("sites"):  # the command line names --sites (review 63)
+        table = None if sites is None else read_sites(sites)
+    run = read_triage_run(triage, site=site, sites=table, triaged_at=time, trust=trust)
     with MonitorStore(url) as store:
         run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
                                        triaged_at=run.triaged_at, model_digest=run.model_digest, command=command,
