@@ -56,6 +56,9 @@ ASSETS = Path(__file__).parent / "assets"
 #: the folder, beside the page, that gets the viewer's scripts
 ASSET_DIR = "assets"
 _SCRIPTS = ("niivue.umd.js", "viewer.js")
+#: copied beside the scripts: NiiVue's BSD-2-Clause terms go with every copy of its bundle (found by review 63: a shared
+#: report redistributed ``niivue.umd.js`` without them)
+_NOTICES = ("NIIVUE_LICENSE.txt",)
 COLORMAPS = ("hot", "warm", "plasma", "viridis", "inferno")
 #: the share of the cropped uncertainty voxels the overlay colours by default (the rest is transparent)
 DEFAULT_COVERAGE = 0.25
@@ -487,7 +490,8 @@ def viewer_scripts(page_dir: str | Path) -> Markup:
     """Copy the viewer's scripts next to a page and return the elements that load them.
 
     ``niivue.umd.js`` and ``viewer.js`` are copied into ``<page_dir>/assets`` (atomically; a file already there
-    with the same content is kept).
+    with the same content is kept), with ``NIIVUE_LICENSE.txt``, the BSD-2-Clause terms NiiVue's bundle is
+    redistributed under.
 
     Args:
         page_dir: the folder of the page.
@@ -501,10 +505,10 @@ def viewer_scripts(page_dir: str | Path) -> Markup:
         ...     print(viewer_scripts(d))
         ...     sorted(p.name for p in (Path(d) / "assets").iterdir())
         <script src="assets/niivue.umd.js"></script><script src="assets/viewer.js"></script>
-        ['niivue.umd.js', 'viewer.js']
+        ['NIIVUE_LICENSE.txt', 'niivue.umd.js', 'viewer.js']
     """
     folder = Path(page_dir) / ASSET_DIR
-    for name in _SCRIPTS:
+    for name in (*_SCRIPTS, *_NOTICES):
         src, dst = ASSETS / name, folder / name
         if not (dst.is_file() and file_sha256(dst) == file_sha256(src)):
             atomic_copy(src, dst)
