@@ -73,13 +73,18 @@ def _dice_columns(task: TaskView, config: EvaluationConfig) -> list[str]:
     return dice_columns(task.num_classes, config.class_names)
 
 
-def _qu_brats(case: LoadedCase, tasks: list[TaskView], primary: str,
-              config: EvaluationConfig) -> tuple[dict[str, float], dict[str, Any]]:
-    """The QU-BraTS columns of a region evaluation (per region and their mean) and the case's curves."""
+def _qu_brats(case: LoadedCase, tasks: list[TaskView], primary: str, config: EvaluationConfig,
+              keep: np.ndarray | None = None) -> tuple[dict[str, float], dict[str, Any]]:
+    """The QU-BraTS columns of a region evaluation (per region and their mean) and the case's curves.
+
+    With ``keep`` (the voxels outside the ignore label) the tasks hold those voxels alone, and so does the brain mask.
+    """
     assert config.regions is not None
     spec = parse_regions(config.regions)
     names = [str(t.name) for t in tasks]
     brain = None if case.image is None else (case.image > 0).any(axis=0)
+    if brain is not None and keep is not None and tasks and tasks[0].pred.shape != brain.shape:
+        brain = brain[keep]
     top = measure_max(primary, multilabel=True)
     u100 = {n: to_qu_brats_range(t.maps[primary], top) for n, t in zip(names, tasks)}  # float64, one region at a time
     with warnings.catch_warnings():  # rescaled from the measure's own maximum: a confident map, not a scale slip
@@ -121,9 +126,9 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
     if config.regions is not None:
         config.validate()  # parses the spec
         case = load_case(files, len(parse_regions(config.regions)), load_image=True, multilabel=True,
-                         seg_regions=config.seg_region_spec())
+                         seg_regions=config.seg_region_spec(), ignore_label=config.ignore_label)
     else:
-        case = load_case(files, config.num_classes)
+        case = load_case(files, config.num_classes, ignore_label=config.ignore_label)
         if config.class_names and seg:
             # the segments are read by number: refuse a SEG whose segment names say other classes (review 57)
             from ..io.dicom import check_segment_classes
@@ -141,6 +146,31 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
             raise CaseError(f"case {files.case_id!r}: --seg-label-values gives a segment of {files.label.name} the "
                             f"label {top}, outside the {n_cls} classes 0 .. {n_cls - 1} of the prediction")
     return case
+
+
+def kept_task(task: TaskView, keep: np.ndarray) -> TaskView:
+    """The task on the voxels ``keep`` holds: every array flattened to those voxels, in C order.
+
+    The voxel-wise metrics of a case with an ignore label (``EvaluationConfig.ignore_label``) are those of this task,
+    as nnU-Net's evaluation counts TP / FP / FN on the voxels outside its ignore mask only.
+
+    Args:
+        task: the case's task (arrays ``(*spatial)``, probabilities ``(C, *spatial)``).
+        keep: ``(*spatial)`` bool, True for the voxels scored.
+
+    Returns:
+        A :class:`~monai_unc.activation.TaskView` of 1-D arrays (``pred`` / ``target`` / maps ``(N,)``, probabilities
+        ``(C, N)``, ``N = keep.sum()``), without spacing or affine (the kept voxels have no grid).
+
+    Example:
+        >>> t = TaskView(None, np.array([[0, 1], [1, 1]]), np.array([[0, 1], [0, 1]]), 2)
+        >>> kept_task(t, np.array([[True, True], [False, True]])).target.tolist()
+        [0, 1, 1]
+    """
+    keep = np.asarray(keep, dtype=bool)
+    return TaskView(task.name, np.asarray(task.pred)[keep], np.asarray(task.target)[keep], task.num_classes,
+                    probs=None if task.probs is None else np.ascontiguousarray(np.asarray(task.probs)[:, keep]),
+                    maps={m: np.asarray(v)[keep] for m, v in task.maps.items()})
 
 
 def _present_classes(task: TaskView) -> list[int]:
@@ -193,50 +223,73 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
                           "background (another region spec, e.g. brats2023?)", UserWarning, stacklevel=2)
         act, tasks, maps = case_tasks(case, config)
         cols = [_namer(t) for t in tasks]
-        row["dice"], dices = case_dice(tasks)
+        # nnU-Net's ignore label: its voxels are left out of every voxel-wise metric (the tasks on the kept voxels)
+        keep = None if case.ignore is None or not case.ignore.any() else ~case.ignore
+        full_tasks, empty = tasks, keep is not None and not keep.any()
+        if keep is not None:
+            tasks = [kept_task(t, keep) for t in tasks]
+        if empty:  # the case-level analyses (failure detection, triage, risk control) need a finite Dice
+            warnings.warn(f"every voxel of the reference holds the ignore label {config.ignore_label}: its voxel-wise "
+                          "metrics are NaN and its Dice is that of an empty reference and segmentation (1)",
+                          UserWarning, stacklevel=2)
+            dices = [np.ones(len(_dice_columns(t, config)), dtype=np.float32) for t in tasks]
+            row["dice"] = 1.0
+        else:
+            row["dice"], dices = case_dice(tasks)
         for t, d in zip(tasks, dices):
             row.update({k: float(v) for k, v in zip(_dice_columns(t, config), d)})
 
         hists: list[ConfidenceHistogram] | None = None
         if case.probs is not None:
             hists = []
-            for t, col in zip(tasks, cols):
+            for t, col in zip(full_tasks, cols):
                 assert t.probs is not None
                 h = ConfidenceHistogram(t.num_classes, n_fine_bins=config.n_fine_bins, per_case=True)
-                h.update(t.probs[None], t.target[None], case_ids=[case.case_id], validate=False)
-                vals = calibration_metrics(h, CALIBRATION_COLUMNS, n_bins=config.n_bins,
-                                           min_bin_count=config.min_bin_count)
+                h.update(t.probs[None], t.target[None], case_ids=[case.case_id], validate=False,
+                         mask=None if keep is None else keep[None])
+                if empty:
+                    vals = dict.fromkeys(CALIBRATION_COLUMNS, float("nan"))
+                else:
+                    vals = calibration_metrics(h, CALIBRATION_COLUMNS, n_bins=config.n_bins,
+                                               min_bin_count=config.min_bin_count)
                 row.update({col(k): float(vals[k]) for k in CALIBRATION_COLUMNS})
                 hists.append(h)
 
         primary = primary_measure(maps, config.measure)
         errors = [(t.pred != t.target).astype(np.uint8) for t in tasks]
-        row.update({col("error_rate"): float(e.mean()) for col, e in zip(cols, errors)})
+        row.update({col("error_rate"): float("nan") if empty else float(e.mean()) for col, e in zip(cols, errors)})
         curves = None
         if primary is not None:
             row["measure"] = primary
+            if config.spatial and keep is not None:  # distances need the whole reference
+                warnings.warn(f"BUC, BA-ECE and SPACE are NaN: they need the whole reference, and it holds the ignore "
+                              f"label {config.ignore_label}", UserWarning, stacklevel=2)
             for t, col, error in zip(tasks, cols, errors):
                 u = t.maps[primary]
-                if config.spatial and sheared is not None:  # no spacing gives the distances of a sheared grid
+                if config.spatial and (sheared is not None or keep is not None):
+                    # no spacing gives the distances of a sheared grid; the ignore voxels leave the reference partial
                     row.update({col(k): float("nan") for k in ("buc", "ba_ece", "space")})
                 elif config.spatial:
                     un = unit_scale(u, primary, t.num_classes)
                     row[col("buc")] = float(boundary_uncertainty_concentration(u, t.pred, t.target, case.spacing)[0])
                     row[col("ba_ece")] = float(boundary_aware_ece(un, t.pred, t.target, case.spacing)[0])
                     row[col("space")] = float(spatial_calibration_error(un, t.pred, t.target, case.spacing)[0])
-                row[col("error_auroc")] = float(error_auroc(u, error, per_case=False))
-                row[col("error_auprc")] = float(error_auprc(u, error, per_case=False))
+                row[col("error_auroc")] = float("nan") if empty else float(error_auroc(u, error, per_case=False))
+                row[col("error_auprc")] = float("nan") if empty else float(error_auprc(u, error, per_case=False))
             if act.multilabel:
-                qu_cols, curves = _qu_brats(case, tasks, primary, config)
+                qu_cols, curves = _qu_brats(case, full_tasks if empty else tasks, primary, config, keep)
+                if empty:
+                    qu_cols = dict.fromkeys(qu_cols, float("nan"))
                 row.update(qu_cols)
-        if act.multilabel:
-            pred = np.stack([t.pred for t in tasks])
-            row.update(region_score_columns(maps, pred, [str(t.name) for t in tasks], config.patch_size))
+        if act.multilabel:  # the case scores read the prediction and the maps alone: every voxel
+            pred = np.stack([t.pred for t in full_tasks])
+            row.update(region_score_columns(maps, pred, [str(t.name) for t in full_tasks], config.patch_size))
         else:
             row.update(case_score_columns(maps, case.seg, config.patch_size))
-        custom = {col(name): float(fn(t)) for name, fn in (config.case_metrics or {}).items()
+        custom = {col(name): float("nan") if empty else float(fn(t)) for name, fn in (config.case_metrics or {}).items()
                   for t, col in zip(tasks, cols)}
-        tail: dict[str, Any] = {"voxels": int(tasks[0].target.size),  # per region (the label may hold R masks)
+        # the voxels scored (without those of the ignore label), per region (the label may hold R masks)
+        tail: dict[str, Any] = {"voxels": int(tasks[0].target.size),
                                 "spacing": "x".join(f"{s:.4g}" for s in case.spacing)}
         if case.probs is not None:  # the label-free estimate triage shows, for the rule's expected-Dice interval
             tail["expected_dice"] = float(case_expected_dice(case.probs, act.multilabel).foreground[0])

@@ -41,7 +41,13 @@ __all__ = [
     "read_shifts",
     "parse_score_column",
     "check_risk_options",
+    "check_ignore_label",
+    "IGNORE_REFUSED_PRODUCTS",
 ]
+
+#: the products refused with an ignore label: they need the whole reference (lesions: connected components and
+#: distances; conformal: the voxel sets of every reference voxel)
+IGNORE_REFUSED_PRODUCTS = ("lesions", "conformal")
 
 CALIBRATION_COLUMNS = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "uce", "nll", "brier")
 
@@ -134,6 +140,12 @@ class EvaluationConfig:
             labels and cases (another spec, e.g. ``brats2023``, is likely meant), unless ``ignore_unclaimed_labels``.
         ignore_unclaimed_labels: with ``regions``, count label values that no region holds as background (one
             warning) instead of refusing the cohort (``--ignore-unclaimed-labels``).
+        ignore_label: nnU-Net's ignore label (``--ignore-label``; the ``"ignore"`` entry of ``dataset.json``'s
+            ``labels``, above every class): the reference voxels holding it are left out of every voxel-wise metric
+            (Dice, calibration, error rate and detection, QU-BraTS, user case metrics), as nnU-Net's own evaluation
+            leaves them out of TP / FP / FN; with ``regions`` they are left out of every region. BUC / BA-ECE /
+            SPACE need the whole reference: NaN (one warning) for a case that holds the ignore label. Not with
+            the ``lesions`` or ``conformal`` products. None (default): every voxel is scored.
         seg_label_values: the label value of each segment of reference labels given as DICOM SEG
             (``--seg-label-values``): segment ``s`` becomes label ``seg_label_values[s - 1]`` (DICOM numbers the
             segments 1, 2, 3, ..., so e.g. the BraTS labels 1, 2, 4 are ``[1, 2, 4]``); None: segment ``s`` is label
@@ -190,6 +202,7 @@ class EvaluationConfig:
     regions: dict[str, list[int]] | str | None = None
     case_metrics: Mapping[str, Callable[[Any], float]] | None = None
     ignore_unclaimed_labels: bool = False
+    ignore_label: int | None = None
     seg_label_values: list[int] | None = None
     seg_regions: bool = False
     products: Sequence[CohortProduct] = ()
@@ -311,6 +324,14 @@ class EvaluationConfig:
             raise parameter_error(ValueError("ignore_unclaimed_labels needs regions: it counts the label values that "
                                              "no region holds as background"), "ignore_unclaimed_labels",
                                   others=("regions",))
+        if self.ignore_label is not None:
+            classes = self.num_classes if self.regions is None else None
+            self.ignore_label = check_ignore_label(self.ignore_label, classes)
+            refused = sorted(p.name for p in self.products if p.name in IGNORE_REFUSED_PRODUCTS)
+            if refused:
+                raise parameter_error(ValueError(
+                    f"ignore_label: the {refused[0]} product needs the whole reference (connected components, voxel "
+                    "sets), which the ignore label's voxels leave incomplete; evaluate without it"), "ignore_label")
         if self.seg_label_values is not None:
             values = self.seg_label_values
             if (isinstance(values, (str, bytes)) or not values
@@ -540,6 +561,8 @@ class EvaluationConfig:
             d.pop("seg_label_values", None)
         if not self.seg_regions:  # likewise
             d.pop("seg_regions", None)
+        if self.ignore_label is None:  # likewise
+            d.pop("ignore_label", None)
         if self.qu_brats_grid == "numpy2":  # recorded only when not the default, likewise
             d.pop("qu_brats_grid", None)
         if self.case_metrics is not None:
@@ -547,6 +570,41 @@ class EvaluationConfig:
         if self.products:
             d["products"] = self.product_options()
         return d
+
+
+def check_ignore_label(value: Any, num_classes: int | None = None, name: str = "ignore_label") -> int:
+    """Check nnU-Net's ignore label: an integer of at least 1, above the classes ``0 .. C-1`` when ``C`` is known.
+
+    Args:
+        value: the ignore label (``--ignore-label``, or the ``"ignore"`` entry of ``dataset.json``'s ``labels``).
+        num_classes: the number of classes ``C`` (background included), or None when unknown (regions, or taken from
+            the probabilities: then each case checks it).
+        name: how messages name the value.
+
+    Returns:
+        The label as a Python ``int``.
+
+    Raises:
+        TypeError: ``value`` is no integer (a bool, a float, text).
+        ValueError: ``value`` is below 1, or one of the classes ``0 .. C-1``.
+
+    Example:
+        >>> check_ignore_label(3, num_classes=3)
+        3
+        >>> check_ignore_label(2, num_classes=3)
+        Traceback (most recent call last):
+            ...
+        ValueError: ignore_label 2 is one of the classes 0 .. 2: nnU-Net's ignore label lies above every class
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise parameter_error(TypeError(f"{name} must be an integer label, got {value!r}"), name)
+    if value < 1:
+        raise parameter_error(ValueError(f"{name} must be a label of at least 1 (0 is the background), got {value}"),
+                              name)
+    if num_classes is not None and value < num_classes:
+        raise parameter_error(ValueError(f"{name} {int(value)} is one of the classes 0 .. {num_classes - 1}: nnU-Net's "
+                                         "ignore label lies above every class"), name)
+    return int(value)
 
 
 def unit_scale(u: np.ndarray, measure: str, num_classes: int) -> np.ndarray:

@@ -306,6 +306,8 @@ def case_config_fingerprint(config: EvaluationConfig) -> dict[str, Any]:
         out["seg_label_values"] = [int(v) for v in config.seg_label_values]
     if config.seg_regions:  # likewise: the SEG's segments read as the regions
         out["seg_regions"] = True
+    if config.ignore_label is not None:  # likewise: the voxels left out
+        out["ignore_label"] = int(config.ignore_label)
     if config.products:  # only when asked: the fingerprint of an evaluation without products is unchanged
         # in order (it is the order of the columns), with each product's class: another implementation under the
         # same name is another product

@@ -2937,6 +2937,8 @@ class LoadedCase:
         label_file: the label file ``affine`` was read from (:func:`load_case`), or None: the file whose sform /
             qform codes, qform and unit a map written on the case's grid copies (``like=`` of
             :func:`~monai_unc.io.save_nifti`).
+        ignore: ``(*spatial)`` bool, True where the reference holds the ignore label (``load_case(...,
+            ignore_label=N)``; those voxels read as 0 in ``label``), or None without an ignore label.
 
     Example:
         >>> z = np.zeros((2, 2, 2), np.int64)
@@ -2955,6 +2957,7 @@ class LoadedCase:
     multilabel: bool = False
     derived: tuple[str, ...] = ()
     label_file: Path | None = None
+    ignore: np.ndarray | None = None
 
     @property
     def voxel_volume(self) -> float:
@@ -3001,7 +3004,7 @@ def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: t
 
 def load_case(
     files: CaseFiles, num_classes: int | None = None, load_image: bool = False, multilabel: bool = False,
-    seg_regions: Mapping[str, Sequence[int]] | None = None,
+    seg_regions: Mapping[str, Sequence[int]] | None = None, ignore_label: int | None = None,
 ) -> LoadedCase:
     """Read and check every file of a case (see the module docstring for the checks).
 
@@ -3026,6 +3029,9 @@ def load_case(
         multilabel: read a region-based prediction.
         seg_regions: with ``multilabel``, the region spec whose regions the segments of a DICOM SEG label are
             (:func:`read_label`; None: its segments are disjoint labels).
+        ignore_label: nnU-Net's ignore label, or None: a label map's voxels holding it are recorded in
+            ``LoadedCase.ignore`` and read as 0 (it must lie above the classes ``0 .. C-1``; a reference given as
+            region masks has no label to ignore).
 
     Returns:
         The case's arrays.
@@ -3050,8 +3056,19 @@ def load_case(
         raise ValueError("seg_regions needs multilabel=True (a region-based prediction)")
     with _CaseReads(files, load_image, seg_regions) as reads:
         if multilabel:
-            return _load_multilabel_case(files, num_classes, load_image, reads)
-        return _load_class_case(files, num_classes, load_image, reads)
+            return _load_multilabel_case(files, num_classes, load_image, reads, ignore_label)
+        return _load_class_case(files, num_classes, load_image, reads, ignore_label)
+
+
+def _split_ignore(data: np.ndarray, ignore_label: int | None, what: str, num_classes: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
+    """A label map's ignore voxels: ``(data with them 0, mask)``; ``(data, None)`` without an ignore label."""
+    if ignore_label is None:
+        return data, None
+    if num_classes is not None and ignore_label < num_classes:
+        raise CaseError(f"{what}: the ignore label {ignore_label} is one of the classes 0..{num_classes - 1}")
+    mask = np.asarray(data == ignore_label, dtype=bool)
+    return (np.where(mask, 0, data) if mask.any() else data), mask
 
 
 class _CaseReads:
@@ -3094,7 +3111,8 @@ class _CaseReads:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool, reads: _CaseReads) -> LoadedCase:
+def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool, reads: _CaseReads,
+                     ignore_label: int | None = None) -> LoadedCase:
     """:func:`load_case` of a class (softmax) prediction, its files from ``reads``."""
     cid = files.case_id
     label_data, affine = reads("label")
@@ -3121,7 +3139,9 @@ def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool
         num_classes = p.shape[0]
     if num_classes is None:
         raise CaseError(f"case {cid!r}: the number of classes is unknown: give probabilities or num_classes")
-    label = check_label_map(label_data[0], f"case {cid!r}: label {files.label.name}", num_classes)
+    what = f"case {cid!r}: label {files.label.name}"
+    label_map, ignore = _split_ignore(label_data[0], ignore_label, what, num_classes)
+    label = check_label_map(label_map, what, num_classes)
     if files.seg is not None:
         s, s_aff = reads("seg")
         if s.shape[0] != 1:
@@ -3144,7 +3164,7 @@ def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool
         maps[m] = _checked_map(cid, path, u[0])
     image = _read_image(files, cid, ref, reads) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image,
-                      label_file=Path(files.label))
+                      label_file=Path(files.label), ignore=ignore)
 
 
 def _checked_map(cid: str, path: Path | tuple[Path, ...], u: np.ndarray) -> np.ndarray:
@@ -3186,7 +3206,8 @@ def _read_image(files: CaseFiles, cid: str, ref: tuple[Any, np.ndarray, Path], r
     return img.astype(np.float32, copy=False)
 
 
-def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image: bool, reads: _CaseReads) -> LoadedCase:
+def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image: bool, reads: _CaseReads,
+                          ignore_label: int | None = None) -> LoadedCase:
     """:func:`load_case` with ``multilabel=True``, its files from ``reads``."""
     cid = files.case_id
     label_data, affine = reads("label")
@@ -3204,10 +3225,12 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
 
     what = f"case {cid!r}: label {files.label.name}"
     if label_data.shape[0] == 1 and not _one_region_masks(files.label, label_data, num_regions):
-        # a label map (e.g. BraTS 0, 1, 2, 4): regions come from the caller's spec
-        label = check_label_map(label_data[0], what)
-    else:  # one 0/1 reference mask per region
-        label = _region_masks(label_data, what)
+        # a label map (e.g. BraTS 0, 1, 2, 4): regions come from the caller's spec; nnU-Net's ignore label is left
+        # out of every region (its evaluate_predictions.compute_metrics)
+        label_map, ignore = _split_ignore(label_data[0], ignore_label, what)
+        label = check_label_map(label_map, what)
+    else:  # one 0/1 reference mask per region: no label value to ignore
+        label, ignore = _region_masks(label_data, what), None
         regions_of(label_data.shape[0], files.label.name)
 
     probs = None
@@ -3245,7 +3268,7 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
         maps[m] = _checked_map(cid, path, u)
     image = _read_image(files, cid, ref, reads) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image,
-                      multilabel=True, label_file=Path(files.label))
+                      multilabel=True, label_file=Path(files.label), ignore=ignore)
 
 
 def _one_region_masks(path: Path, data: np.ndarray, num_regions: int | None) -> bool:
@@ -3355,6 +3378,49 @@ def nnunet_dataset_regions(dataset_json: Any, source: str = "dataset.json") -> d
     if not any(len(v) > 1 for v in parsed.values()):
         return {}
     return {name: vals for name, vals in parsed.items() if name != "ignore" and set(vals) != {0}}
+
+
+def nnunet_dataset_ignore_label(dataset_json: Any, source: str = "dataset.json") -> int | None:
+    """nnU-Net's ignore label of a ``dataset.json``: the ``"ignore"`` entry of its ``"labels"``, or None.
+
+    nnU-Net requires it to be an integer above every other label; its evaluation leaves the reference voxels holding
+    it out of TP / FP / FN (``nnunetv2.evaluation.evaluate_predictions.compute_metrics``).
+
+    Args:
+        dataset_json: the parsed ``dataset.json`` (untrusted: a file beside the predictions).
+        source: the file's name in error messages.
+
+    Returns:
+        The ignore label, or None when ``"labels"`` has no ``"ignore"`` entry.
+
+    Raises:
+        ValueError: naming ``source``: ``dataset_json`` is not an object, its ``"labels"`` not an object, or the ignore
+            label is no integer of at least 1 (a whole number written as a float, ``3.0``, is label 3, as nnU-Net
+            reads it) or not above every other label.
+
+    Example:
+        >>> nnunet_dataset_ignore_label({"labels": {"background": 0, "tumour": 1, "ignore": 2}})
+        2
+        >>> nnunet_dataset_ignore_label({"labels": {"background": 0, "tumour": 1}}) is None
+        True
+    """
+    if not isinstance(dataset_json, Mapping):
+        raise ValueError(f"{source} must hold a JSON object, got {type(dataset_json).__name__}")
+    labels = dataset_json.get("labels", {})
+    if not isinstance(labels, Mapping):
+        raise ValueError(f"{source}: 'labels' must be an object of label names, got {type(labels).__name__}")
+    if "ignore" not in labels:
+        return None
+    value = labels["ignore"]
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+                                       ) or value < 1:
+        raise ValueError(f"{source}: the ignore label must be an integer of at least 1, got {value!r}")
+    others = [v for k, val in labels.items() if k != "ignore"
+              for v in (val if isinstance(val, (list, tuple)) else [val])]
+    if any(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= value for v in others):
+        raise ValueError(f"{source}: the ignore label {int(value)} must lie above every other label, as nnU-Net "
+                         "requires")
+    return int(value)
 
 
 #: what :func:`read_prediction_regions` found in the case records of the last few folders whose ``infer.json`` does

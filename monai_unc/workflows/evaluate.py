@@ -17,7 +17,9 @@ from typing import Any
 
 from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, check_risk_options, run_evaluate
+from ..evaluation.config import check_ignore_label
 from ..evaluation.products import implicit_products
+from ..io import nnunet_dataset_ignore_label, read_json_cached
 from ..product import format_cell, format_fraction, products_from_arguments
 from ..products.risk_control import risk_control_line as _risk_control_line
 from ..report.html import remove_stale_report
@@ -26,7 +28,8 @@ from .prepare import prepare_evaluate
 from .session import WARNING_PREFIX, CommandResult, quiet_lines, run_command
 
 __all__ = [
-    "evaluate_command", "evaluate_from_arguments", "evaluate_summary_lines", "risk_control_line", "warning_lines",
+    "evaluate_command", "evaluate_from_arguments", "evaluate_ignore_label", "evaluate_summary_lines",
+    "risk_control_line", "warning_lines",
 ]
 
 
@@ -92,13 +95,14 @@ def evaluate_from_arguments(
     # found by hostile testing: --delta 0.05 without --target-risk was ignored without a word (its default is 0.1, so
     # only the options given on the command line can tell)
     check_risk_options(args.target_risk, getattr(args, EXPLICIT_OPTIONS, ()))
+    ignore, found = evaluate_ignore_label(args.ignore_label, args.predictions, args.layout)
     config = prepare_evaluate(
         args.labels, args.predictions, args.output, uncertainty=args.uncertainty, images=args.images,
         shifts=args.shifts, calibration_cases=args.calibration_cases, regions=args.regions, measure=args.measure,
         score=args.score, n_bins=args.n_bins, min_bin_count=args.min_bin_count, failure_dice=args.failure_dice,
         budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial, num_classes=args.num_classes,
         class_names=args.class_names, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
-        risk_method=args.risk_method, ignore_unclaimed_labels=args.ignore_unclaimed_labels,
+        risk_method=args.risk_method, ignore_unclaimed_labels=args.ignore_unclaimed_labels, ignore_label=ignore,
         seg_label_values=args.seg_label_values, seg_regions=args.seg_regions, qu_brats_grid=args.qu_brats_grid,
         products=products_from_arguments(args),
     )  # fmt: skip
@@ -113,7 +117,49 @@ def evaluate_from_arguments(
     if args.quiet:  # the warnings alone (on stderr), the summary not even formatted
         return CommandResult(res.value, res.is_main, res.output,
                              quiet_lines(warning_lines(summary.get("warnings") or [])))
-    return CommandResult(res.value, res.is_main, res.output, tuple(evaluate_summary_lines(summary, paths, config)))
+    info = [f"ignore label {ignore} from {found}: its voxels are left out of every voxel-wise metric"] if found else []
+    return CommandResult(res.value, res.is_main, res.output,
+                         tuple(info + evaluate_summary_lines(summary, paths, config)))
+
+
+def evaluate_ignore_label(given: int | None, predictions: str | os.PathLike, layout: str
+                          ) -> tuple[int | None, Path | None]:
+    """The ignore label of ``monai-unc evaluate``: ``--ignore-label``, or that of nnU-Net's ``dataset.json``.
+
+    With ``--layout nnunet`` the ``dataset.json`` nnU-Net writes beside its predictions is read
+    (:func:`monai_unc.io.nnunet_dataset_ignore_label`); its ``"ignore"`` label is taken when ``--ignore-label`` is not
+    given, and must equal it when it is.
+
+    Args:
+        given: the value of ``--ignore-label``, or None.
+        predictions: the predictions folder.
+        layout: its file naming (``"monai-unc"`` or ``"nnunet"``).
+
+    Returns:
+        ``(ignore label or None, the dataset.json it was taken from or None)``.
+
+    Raises:
+        ValueError: the ``dataset.json`` holds a bad ignore label, or another one than ``--ignore-label``.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "dataset.json").write_text('{"labels": {"background": 0, "a": 1, "ignore": 2}}')
+        ...     evaluate_ignore_label(None, d, "nnunet")[0], evaluate_ignore_label(None, d, "monai-unc")
+        (2, (None, None))
+    """
+    if given is not None:
+        given = check_ignore_label(given)
+    if layout != "nnunet":
+        return given, None
+    path = Path(predictions) / "dataset.json"
+    dataset = read_json_cached(path)
+    found = None if dataset is None else nnunet_dataset_ignore_label(dataset, str(path))
+    if found is None:
+        return given, None
+    if given is not None and given != found:
+        raise ValueError(f"--ignore-label {given}: the predictions' {path} gives the ignore label {found}")
+    return found, (None if given is not None else path)
 
 
 def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path], config: EvaluationConfig
