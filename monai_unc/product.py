@@ -656,6 +656,10 @@ class CohortProduct:
     #: (``config.calibration_ids``), e.g. to decide every case of the cohort by the rule fitted on the calibration cases
     #: (an undefined score counted as referred); False (default): it gets those of the calibration cases only
     fit_sees_cohort: ClassVar[bool] = False
+    #: True: the product needs every voxel of the reference (connected components, distances, voxel sets), so an
+    #: evaluation with an ignore label (``EvaluationConfig.ignore_label``, whose voxels it would count) refuses it;
+    #: False (default): its case state is computed from the tasks on the voxels outside the ignore label
+    needs_whole_reference: ClassVar[bool] = False
     #: the ``format`` field of the artifact file (a rule file that records how its calibration predictions were made:
     #: ``infer --settings-from`` reads it through :meth:`artifact_fingerprint`), or None
     artifact_format: ClassVar[str | None] = None

@@ -42,12 +42,7 @@ __all__ = [
     "parse_score_column",
     "check_risk_options",
     "check_ignore_label",
-    "IGNORE_REFUSED_PRODUCTS",
 ]
-
-#: the products refused with an ignore label: they need the whole reference (lesions: connected components and
-#: distances; conformal: the voxel sets of every reference voxel)
-IGNORE_REFUSED_PRODUCTS = ("lesions", "conformal")
 
 CALIBRATION_COLUMNS = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "uce", "nll", "brier")
 
@@ -144,8 +139,8 @@ class EvaluationConfig:
             ``labels``, above every class): the reference voxels holding it are left out of every voxel-wise metric
             (Dice, calibration, error rate and detection, QU-BraTS, user case metrics), as nnU-Net's own evaluation
             leaves them out of TP / FP / FN; with ``regions`` they are left out of every region. BUC / BA-ECE /
-            SPACE need the whole reference: NaN (one warning) for a case that holds the ignore label. Not with
-            the ``lesions`` or ``conformal`` products. None (default): every voxel is scored.
+            SPACE need the whole reference: NaN (one warning) for a case that holds the ignore label. Products that
+            need it (``CohortProduct.needs_whole_reference``) are refused. None (default): every voxel is scored.
         seg_label_values: the label value of each segment of reference labels given as DICOM SEG
             (``--seg-label-values``): segment ``s`` becomes label ``seg_label_values[s - 1]`` (DICOM numbers the
             segments 1, 2, 3, ..., so e.g. the BraTS labels 1, 2, 4 are ``[1, 2, 4]``); None: segment ``s`` is label
@@ -327,7 +322,7 @@ class EvaluationConfig:
         if self.ignore_label is not None:
             classes = self.num_classes if self.regions is None else None
             self.ignore_label = check_ignore_label(self.ignore_label, classes)
-            refused = sorted(p.name for p in self.products if p.name in IGNORE_REFUSED_PRODUCTS)
+            refused = [p.name for p in self.products if p.needs_whole_reference]
             if refused:
                 raise parameter_error(ValueError(
                     f"ignore_label: the {refused[0]} product needs the whole reference (connected components, voxel "

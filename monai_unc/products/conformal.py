@@ -180,6 +180,7 @@ class ConformalMasks(CohortProduct):
     """
 
     name = "conformal"
+    needs_whole_reference = True  # an ignore label leaves the reference incomplete (EvaluationConfig.ignore_label)
     title = "Conformal masks"
     description = ("With --conformal, fit inner / outer masks with a finite-sample guarantee on the calibration "
                    "cases (--calibration-cases, else every case) and write conformal_rule.json for 'monai-unc "

@@ -146,6 +146,7 @@ class LesionMetrics(CohortProduct):
     """
 
     name = "lesions"
+    needs_whole_reference = True  # an ignore label leaves the reference incomplete (EvaluationConfig.ignore_label)
     title = "Lesions"
     description = ("With --lesions, score lesions (connected components) per class or region: BraTS 2023 "
                    "lesion-wise Dice and HD95, lesion F1, nDSC and its retention area, and per-lesion uncertainty "

@@ -379,8 +379,8 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--ignore-label", type=int, default=None, metavar="N",
                    help="nnU-Net's ignore label (above every class): reference voxels holding N are left out of every "
                         "voxel-wise metric, as nnU-Net's evaluation does; BUC / BA-ECE / SPACE are NaN for a case "
-                        "holding it; not with --lesions or --conformal. With --layout nnunet, taken from the "
-                        "'ignore' label of the dataset.json beside the predictions")
+                        "holding it; products that need the whole reference (e.g. --lesions) are refused. With "
+                        "--layout nnunet, taken from the 'ignore' label of the dataset.json beside the predictions")
     p.add_argument("--qu-brats-grid", default="numpy2", choices=("numpy2", "numpy1"),  # metrics.QU_BRATS_GRIDS
                    help="with --regions: the QU-BraTS threshold grid. numpy2 (default): the challenge script under "
                         "numpy >= 2, 40 thresholds 97.5 ... 0; numpy1: the script as run in the 2020 challenge "

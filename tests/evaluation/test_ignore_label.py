@@ -288,3 +288,10 @@ def test_kept_task_flattens_every_array():
     k = kept_task(t, np.array([[True, False], [True, True]]))
     assert k.target.tolist() == [0, 2, 2] and k.pred.tolist() == [0, 1, 2]
     assert k.probs.shape == (3, 3) and k.maps["m"].tolist() == [0.0, 2.0, 3.0]
+
+
+def test_products_that_need_the_whole_reference_say_so():
+    from monai_unc.product import registered_products
+
+    needs = {cls.name for cls in registered_products() if cls.needs_whole_reference}
+    assert needs == {"lesions", "conformal"}
