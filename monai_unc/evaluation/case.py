@@ -52,7 +52,8 @@ from .rows import (
     unclaimed_case_labels,
 )
 
-__all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "load_evaluation_case", "evaluate_case"]
+__all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "load_evaluation_case", "evaluate_case",
+           "kept_task"]
 
 
 def _namer(task: TaskView) -> Callable[[str], str]:

@@ -817,7 +817,8 @@ def region_display(
 def load_figure_case(files: CaseFiles, measure: str, num_classes: int | None, load_image: bool,
                      multilabel: bool, notes: list[str] | None = None, *,
                      seg_regions: Mapping[str, Sequence[int]] | None = None,
-                     seg_label_values: Sequence[int] | None = None) -> LoadedCase | None:
+                     seg_label_values: Sequence[int] | None = None,
+                     ignore_label: int | None = None) -> LoadedCase | None:
     """:func:`~monai_unc.io.load_case` of what a case figure draws: segmentation, label, ``measure``'s map, image.
 
     The probabilities (the largest file) and the other maps are not read again, unless the segmentation is to come
@@ -825,14 +826,15 @@ def load_figure_case(files: CaseFiles, measure: str, num_classes: int | None, lo
     changed in place to the files read. With ``notes``, a case whose files cannot be read (missing, unreadable) gives
     None and one line in ``notes`` (:func:`case_figures_section` shows them), so that the page is still written.
     Labels of a DICOM SEG are read as the evaluation read them: its segments as the regions of ``seg_regions``
-    (``evaluate --seg-regions``), or given the label values ``seg_label_values`` (``--seg-label-values``).
+    (``evaluate --seg-regions``), or given the label values ``seg_label_values`` (``--seg-label-values``). The
+    reference voxels of ``ignore_label`` (``evaluate --ignore-label``) are read as background.
     """
     files.maps = {measure: files.maps[measure]}
     if files.seg is not None and num_classes is not None:
         files.probs = None
     try:
         case = load_case(files, num_classes, load_image=load_image, multilabel=multilabel,
-                         seg_regions=seg_regions if multilabel else None)
+                         seg_regions=seg_regions if multilabel else None, ignore_label=ignore_label)
         if seg_label_values is not None and is_seg_label(files.label):
             case.label = segment_label_values(case.label, seg_label_values, files.case_id)
         return case
@@ -908,6 +910,9 @@ def _case_figures(
     values = config.get("seg_label_values")
     seg_label_values = [int(v) for v in values] if isinstance(values, list) and values and all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values) else None
+    # the ignore label the evaluation left out (evaluate --ignore-label): its voxels are drawn as background
+    ignore = config.get("ignore_label")
+    ignore_label = ignore if isinstance(ignore, int) and not isinstance(ignore, bool) and ignore >= 1 else None
     order = summary["triage"]["order"]
     chosen = list(order[:n_cases])
     if len(order) > n_cases and n_cases > 0:
@@ -948,7 +953,7 @@ def _case_figures(
         if measure is None or measure not in files.maps:  # an evaluation of an older version, which kept no derived map
             continue
         case = load_figure_case(files, measure, state.num_classes, True, state.regions is not None, unread,
-                                seg_regions=seg_regions, seg_label_values=seg_label_values)
+                                seg_regions=seg_regions, seg_label_values=seg_label_values, ignore_label=ignore_label)
         if case is None:  # its files cannot be read: a line in unread
             continue
         seg, label, u, class_names = case.seg, case.label, case.maps[measure], summary.get("class_names")

@@ -295,3 +295,14 @@ def test_products_that_need_the_whole_reference_say_so():
 
     needs = {cls.name for cls in registered_products() if cls.needs_whole_reference}
     assert needs == {"lesions", "conformal"}
+
+
+def test_report_draws_the_cases_of_an_ignore_label_evaluation(tmp_path):
+    labels, pred, _ = _write(tmp_path)
+    ev = tmp_path / "eval"
+    assert main(["evaluate", "-l", str(labels), "-p", str(pred), "-o", str(ev), "--layout", "nnunet", "--no-spatial",
+                 "-q"]) == 0
+    assert main(["report", "-e", str(ev), "-o", str(tmp_path / "r"), "--cases", "2"]) == 0
+    page = "\n".join(p.read_text() for p in (tmp_path / "r").rglob("*.html"))
+    assert "no figure and no viewer" not in page
+    assert len(list((tmp_path / "r" / "figures").glob("case_*.png"))) == 3  # two flagged, one for contrast
