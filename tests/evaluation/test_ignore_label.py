@@ -306,3 +306,24 @@ def test_report_draws_the_cases_of_an_ignore_label_evaluation(tmp_path):
     page = "\n".join(p.read_text() for p in (tmp_path / "r").rglob("*.html"))
     assert "no figure and no viewer" not in page
     assert len(list((tmp_path / "r" / "figures").glob("case_*.png"))) == 3  # two flagged, one for contrast
+
+
+def test_an_ignore_label_among_the_classes_fails_the_case_naming_it(tmp_path):
+    labels, pred, _ = _write(tmp_path, dataset=None)
+    failed = []
+    with pytest.raises(Exception, match="failed"):
+        run_evaluate(labels, pred, tmp_path / "eval", EvaluationConfig(ignore_label=2, spatial=False),
+                     layout="nnunet", on_failure=failed.append)
+    assert failed and all("the ignore label 2 is one of the classes 0..2" in f.error for f in failed)
+    with pytest.raises(ValueError, match="ignore_label 2 is one of the classes 0 .. 2"):
+        EvaluationConfig(ignore_label=2, num_classes=3).validate()
+    with pytest.raises(TypeError, match="ignore_label must be an integer label"):
+        EvaluationConfig(ignore_label=2.5).validate()
+
+
+def test_the_ignore_label_is_part_of_the_case_fingerprint():
+    from monai_unc.evaluation.resume import case_config_fingerprint
+
+    assert "ignore_label" not in case_config_fingerprint(EvaluationConfig())
+    assert case_config_fingerprint(EvaluationConfig(ignore_label=3))["ignore_label"] == 3
+    assert "ignore_label" not in EvaluationConfig().to_json()
