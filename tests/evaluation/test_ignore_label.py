@@ -327,3 +327,30 @@ def test_the_ignore_label_is_part_of_the_case_fingerprint():
     assert "ignore_label" not in case_config_fingerprint(EvaluationConfig())
     assert case_config_fingerprint(EvaluationConfig(ignore_label=3))["ignore_label"] == 3
     assert "ignore_label" not in EvaluationConfig().to_json()
+
+
+def test_region_qu_brats_leaves_the_ignore_voxels_out_of_the_brain_mask_too():
+    rng = np.random.default_rng(3)
+    ref, _, _ = _case(rng, 0.3)
+    lab = np.where(ref == IGNORE, 0, ref).astype(np.int64)
+    masks = np.stack([np.isin(lab, v) for v in REGIONS.values()])
+    p = np.clip(np.where(masks, 0.8, 0.2) + rng.normal(0, 0.2, masks.shape), 0.01, 0.99).astype(np.float32)
+    seg = (p > 0.5).astype(np.uint8)
+    image = (rng.uniform(size=(1, *SHAPE)) > 0.2).astype(np.float32)  # a brain mask with holes
+    ign = ref == IGNORE
+    whole = LoadedCase("a", lab, seg, p, {}, np.eye(4), (1.0, 1.0, 1.0), image, multilabel=True, ignore=ign)
+    config = EvaluationConfig(regions=REGIONS, ignore_label=IGNORE, spatial=False)
+    whole.maps = derived_maps(whole)
+    keep, n = ~ign, int((~ign).sum())
+    removed = LoadedCase("a", lab[keep].reshape(n, 1, 1), seg[:, keep].reshape(2, n, 1, 1),
+                         np.ascontiguousarray(p[:, keep].reshape(2, n, 1, 1)),
+                         {m: np.ascontiguousarray(v[:, keep].reshape(2, n, 1, 1)) for m, v in whole.maps.items()},
+                         np.eye(4), (1.0, 1.0, 1.0), image[:, keep].reshape(1, n, 1, 1), multilabel=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        got = evaluate_case(whole, config).row
+        expected = evaluate_case(removed, EvaluationConfig(regions=REGIONS, spatial=False)).row
+    cols = [k for k in expected if k.startswith(("qu_brats", "dice", "nll", "ece", "error_"))]
+    assert any(k.startswith("qu_brats_score") for k in cols)
+    for k in cols:
+        assert got[k] == pytest.approx(expected[k], rel=1e-6, nan_ok=True), k
