@@ -111,7 +111,7 @@ from ..io.dicom import (
     write_segmentation,
 )
 from ..io.dicom.objects import NOT_IN_STRING
-from ..io.provenance import prediction_regions, read_untrusted_json
+from ..io.provenance import check_prediction_digests, prediction_regions, read_untrusted_json
 from ..io.signing import Trust
 from ..keys import DEPRECATED_MEASURES
 from ..monitoring.store import check_rule
@@ -1283,6 +1283,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if clash:  # <output>/<case>/ would be the export's own record (found by hostile testing: reserved names)
         raise CaseError(f"case {clash[0]!r}: its folder of objects would be the export's own {EXPORT_RECORD} in "
                         f"{out}; rename the case")
+    # found by review 63: evaluate, triage and conformal refused a map or segmentation replaced since infer /
+    # nnunet-predict wrote it (the digests its record keeps), the export wrote it into the PACS as the model's output
+    check_prediction_digests(pred, layout, [c.case_id for c in found])
     # one export at a time per output folder (found by hostile testing: two exports at once into one folder left a
     # manifest listing objects the other run had replaced, objects of two settings, and a failed run); the predictions
     # and tables it reads must not be another run's still being written
