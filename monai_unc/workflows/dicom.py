@@ -61,6 +61,7 @@ from ..io import (
     MEASURES,
     VOLUME_EXTENSIONS,
     CaseError,
+    CaseFiles,
     atomic_write_json,
     case_series_folder,
     cell_float,
@@ -82,6 +83,7 @@ from ..io import (
     owned_folder,
     part_lock,
     read_json_or_none,
+    read_label,
     read_probabilities,
     read_table,
     read_volume,
@@ -789,8 +791,11 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
                  extra_groups: dict[str, dict[str, float]] | None = None,
                  label_regions: dict[str, list[int]] | None = None,
                  other_series: Sequence[DicomSeries] = ()) -> list[dict]:
-    seg, seg_affine = read_volume(files.seg)
-    seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
+    # as evaluate reads it (review 63, hostile review): NIfTI scl_slope / scl_inter scaling read as the integers it
+    # encodes; read_volume's float32 copy refused a background of -4.5e-08 as a fractional class value
+    seg, seg_affine = read_label(CaseFiles(files.case_id, files.seg))
+    seg = to_series_grid(np.asarray(seg, dtype=np.float32), seg_affine, series,
+                         f"case {files.case_id}: segmentation {files.seg.name}")
     if label_regions is not None and seg.shape[0] == 1:  # a region-based nnU-Net model: its regions as segments
         seg = _regions_of_label_map(seg, label_regions, f"case {files.case_id}: segmentation {files.seg.name}")
     # region masks: several channels, or the one channel of a one-region model (its recorded regions)

@@ -71,3 +71,33 @@ def test_the_python_api_refuses_an_edited_segmentation(predicted, pred, tmp_path
     seg.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"ct01: ct01_seg\.nii\.gz \(content changed\)"):
         dicom_export(pred, predicted / "images", tmp_path / "out", progress=False)
+
+
+def test_a_segmentation_stored_with_nifti_scaling_is_exported_as_its_integers(predicted, pred, tmp_path):
+    """evaluate reads a segmentation stored with ``scl_slope`` / ``scl_inter`` as the integers it encodes (review 63);
+    the export read it as float32 and refused its background ``-4.5e-08`` as a fractional class value."""
+    import nibabel as nib
+    import numpy as np
+
+    from monai_unc.io import output_digests, record_digest
+    from monai_unc.io.dicom import read_segmentation_labels, read_series
+
+    series = read_series(predicted / "images" / "ct01", pixels=False)
+    dicom_export(pred, predicted / "images", tmp_path / "plain", progress=False, probabilities=False)
+    expected = read_segmentation_labels(tmp_path / "plain" / "ct01" / "seg.dcm", series)
+    seg_path = pred / "ct01_seg.nii.gz"
+    img = nib.load(seg_path)
+    labels = np.asarray(img.dataobj).astype(np.int16)
+    assert labels.max() >= 1
+    raw = ((labels - 3) * 10).astype(np.int16)  # stored as slope 0.1, intercept 3 (a tool's rescaled export)
+    scaled = nib.Nifti1Image(raw, img.affine, img.header)
+    scaled.header.set_data_dtype(np.int16)
+    scaled.header.set_slope_inter(0.1, 3)
+    nib.save(scaled, seg_path)
+    record = json.loads((pred / "ct01.json").read_text())  # as if infer had written this file
+    record["file_digests"] = output_digests(pred, list(record["file_digests"]))
+    record.pop("record_digest")
+    record["record_digest"] = record_digest(record)
+    (pred / "ct01.json").write_text(json.dumps(record))
+    dicom_export(pred, predicted / "images", tmp_path / "out", progress=False, probabilities=False)
+    np.testing.assert_array_equal(read_segmentation_labels(tmp_path / "out" / "ct01" / "seg.dcm", series), expected)
