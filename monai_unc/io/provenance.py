@@ -421,11 +421,79 @@ def _record_problems(config: str, record: str, unfinished: list[str], other: dic
                      + "; ".join(f"{v}: {_some(ids)}" for v, ids in sorted(groups.items())) + ")"
                      for k, groups in values.items() if len(groups) > 1]
     if edited:  # review 63: a map replaced since (same name) was evaluated without a word
-        shown = "; ".join(f"{cid}: {', '.join(bad[:2])}{', ...' if len(bad) > 2 else ''}"
-                          for cid, bad in list(edited.items())[:3])
-        problems.append(f"case(s) {_some(list(edited))} have files that differ from what was written (replaced or "
-                        f"edited since: {shown}{'; ...' if len(edited) > 3 else ''})")
+        problems.append(_edited_phrase(edited))
     return problems
+
+
+def _edited_phrase(edited: dict[str, list[str]]) -> str:
+    """The cases whose files differ from what was written, and which files, as one phrase of a refusal."""
+    shown = "; ".join(f"{cid}: {', '.join(bad[:2])}{', ...' if len(bad) > 2 else ''}"
+                      for cid, bad in list(edited.items())[:3])
+    return (f"case(s) {_some(list(edited))} have files that differ from what was written (replaced or edited since: "
+            f"{shown}{'; ...' if len(edited) > 3 else ''})")
+
+
+def _nnunet_changed_files(pred: Path, unc: Path, record: dict, own: bool) -> list[str]:
+    """The files of an ``nnunet-predict`` case record that differ from what was written (:func:`_changed_files`).
+
+    Its maps and their spacing files (``file_digests``, in ``unc``) and, when the records are those of ``pred``
+    (``own``), its segmentation and ``.npz`` (``prediction_file_digests``).
+    """
+    changed = _changed_files(unc, record, _digested(record, "file_digests"))
+    if not changed and own:
+        changed = _changed_files(pred, record, _digested(record, "prediction_file_digests"), "prediction_file_digests")
+    return changed
+
+
+def check_prediction_digests(predictions: str | os.PathLike, layout: str, case_ids: Sequence[str]) -> None:
+    """Refuse the cases of an ``infer`` or ``nnunet-predict`` folder whose files differ from what was written.
+
+    The digest check of :func:`check_finished_predictions` alone, for a command that exports the predictions as the
+    model's output (``dicom-export``): a file a case record lists whose size or sha256 is not the one it keeps (a map
+    or segmentation replaced or edited since, under the same name), or a record whose text no longer matches its
+    ``record_digest`` (:func:`~monai_unc.io.changed_outputs`). A missing file is left to the matching of the cases;
+    a case without a record, a record of an earlier version (no digests) and a folder that ``infer`` or
+    ``nnunet-predict`` did not write (no ``infer.json`` / ``uncertainty_config.json``) are not checked.
+
+    Args:
+        predictions: the prediction folder.
+        layout: its file naming (``"monai-unc"``: ``infer``'s ``<case>.json``; ``"nnunet"``:
+            ``uncertainty/<case>.json``).
+        case_ids: the cases to check.
+
+    Raises:
+        ValueError: a layout that is not one of :data:`~monai_unc.io.LAYOUTS`, or cases whose files differ from what
+            was written (one line naming the cases and the files, and the remedy).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:  # no infer.json: not an infer run, nothing to check
+        ...     check_prediction_digests(d, "monai-unc", ["case1"])
+    """
+    _check_layout(layout)
+    pred = Path(predictions)
+    edited: dict[str, list[str]] = {}
+    if layout == "nnunet":
+        unc = pred / LAYOUTS["nnunet"]["uncertainty_subdir"]
+        if not isinstance(read_json_or_none(pred / "uncertainty_config.json"), dict) or not unc.is_dir():
+            return
+        for cid in case_ids:
+            rec = read_json_or_none(unc / f"{cid}.json")
+            if isinstance(rec, dict) and (changed := _nnunet_changed_files(pred, unc, rec, True)):
+                edited[str(cid)] = changed
+        remedy = "'monai-unc nnunet-predict --continue_prediction' into the folder"
+    else:
+        doc = read_json_or_none(pred / INFER_RECORD) if layout == "monai-unc" else None
+        if not isinstance(doc, dict) or not isinstance(doc.get("settings"), dict):
+            return
+        for cid in case_ids:
+            rec = read_json_or_none(pred / f"{cid}.json")
+            if isinstance(rec, dict) and (changed := _changed_files(pred, rec, None)):
+                edited[str(cid)] = changed
+        remedy = "'monai-unc infer' into the folder with the settings of its infer.json"
+    if edited:
+        raise ValueError(f"the predictions in {pred}: {_edited_phrase(edited)}; they are not what the model wrote: run "
+                         f"{remedy} again to predict those cases again")
 
 
 #: the fields of ``nnunet-predict``'s case records compared when a record holds no ``settings`` (earlier versions)
@@ -458,9 +526,7 @@ def _check_finished_nnunet(pred: Path, case_ids: Sequence[str], uncertainty: Pat
                 # case's record first when it writes the case again, and writes it before the segmentation
                 unfinished.append(str(cid))
             continue
-        changed = _changed_files(unc, rec, _digested(rec, "file_digests"))  # the maps (and their spacing files)
-        if not changed and uncertainty is None:  # the segmentation and .npz of the run whose record it is
-            changed = _changed_files(pred, rec, _digested(rec, "prediction_file_digests"), "prediction_file_digests")
+        changed = _nnunet_changed_files(pred, unc, rec, uncertainty is None)
         if changed:
             edited[str(cid)] = changed
         made = rec.get("settings")

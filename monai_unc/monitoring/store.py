@@ -782,9 +782,12 @@ _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 13, 14
 #: SQLite's extended code of a log index (``<db>-shm``) that cannot be made in the database's folder (no write
 #: permission there: a store another user records into, read by a QC team)
 _SQLITE_READONLY_DIRECTORY = 1544
+#: its primary code (``SQLITE_READONLY``), all that the text of the error tells (Python 3.10)
+_SQLITE_READONLY = 8
 #: those codes by the text SQLite gives each error (``sqlite3_errstr``), for the exceptions that carry no code
 _SQLITE_CODE_OF_TEXT = {"disk I/O error": _SQLITE_IOERR, "database or disk is full": _SQLITE_FULL,
-                        "unable to open database file": _SQLITE_CANTOPEN}
+                        "unable to open database file": _SQLITE_CANTOPEN,
+                        "attempt to write a readonly database": _SQLITE_READONLY}
 
 
 def _sqlite_code(error: sqlite3.Error) -> int | None:
@@ -803,9 +806,10 @@ def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     ``disk I/O error``), nor on a read-only file system (a snapshot, a share mounted read-only: ``unable to open
     database file``, found by hostile testing), nor in a folder the reader may not write (a store another user
     records into, root-owned ``0555``: ``attempt to write a readonly database``, found by review 63 running the
-    commands as a non-root user). There, when no connection has the store open (no ``<db>-shm``) and the log holds
-    nothing (``<db>-wal`` missing or empty: every commit is in the database file), the database file is read alone
-    (``immutable``), nothing made beside it.
+    commands as a non-root user; ``SQLITE_READONLY_DIRECTORY``, or on Python 3.10, whose errors carry no extended
+    code, ``SQLITE_READONLY`` in a folder this user may not write). There, when no connection has the store open
+    (no ``<db>-shm``) and the log holds nothing (``<db>-wal`` missing or empty: every commit is in the database
+    file), the database file is read alone (``immutable``), nothing made beside it.
     """
     uri = path.absolute().as_uri()
     wal, shm = (path.with_name(path.name + end) for end in ("-wal", "-shm"))
@@ -828,7 +832,12 @@ def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
         return conn
     except sqlite3.Error as e:
         conn.close()
-        unwritable_folder = _sqlite_code(e) == _SQLITE_READONLY_DIRECTORY and not shm.exists()
+        code = _sqlite_code(e)
+        # found by the hostile review of review 63: Python 3.10 sets no extended code, only the text of the primary
+        # one (SQLITE_READONLY), so the folder's permission tells it there
+        unwritable_folder = not shm.exists() and (code == _SQLITE_READONLY_DIRECTORY or (
+            code == _SQLITE_READONLY and getattr(e, "sqlite_errorcode", None) is None
+            and not os.access(path.parent, os.W_OK | os.X_OK)))
         if (_full_disk(e, path) is None and not read_only_fs and not unwritable_folder) or not empty_log():
             raise
     return connect("mode=ro&immutable=1")

@@ -259,6 +259,12 @@ class _RandomState:
             torch.cuda.set_rng_state(self.gpu, self.device)
 
 
+#: the JSON files nnU-Net and monai-unc keep in an output folder, by their case-folded names: a case's segmentation
+#: spacing file (``Tiff3DIO``: ``<case>.json``) may not be one of them
+_OUTPUT_FOLDER_JSON = {n.casefold(): n for n in ("dataset.json", "plans.json", "predict_from_raw_data_args.json",
+                                                  "uncertainty_config.json")}
+
+
 def _writes_spacing_files(reader_writer_class: Any) -> bool:
     """Whether nnU-Net's reader/writer class writes a ``<name>.json`` spacing file beside each image (``Tiff3DIO``)."""
     return isinstance(reader_writer_class, type) and issubclass(reader_writer_class, Tiff3DIO)
@@ -1333,6 +1339,17 @@ class UncertaintyPredictor(nnUNetPredictor):
                         f"{UNCERTAINTY_FOLDER}/{other}.json, the record of case {other!r} (nnU-Net's Tiff3DIO names "
                         f"a .tif's spacing file after it); predict such cases into separate output folders (-o)"
                     )
+                # found by the hostile review of review 63: the segmentation's own spacing file <case>.json of a case
+                # called "dataset" or "uncertainty_config" overwrote the folder's dataset.json / run config
+                mine = sorted(os.path.basename(t) for t in targets if os.path.dirname(t) == folder)
+                for case in mine:
+                    own = _OUTPUT_FOLDER_JSON.get(f"{case}.json".casefold())
+                    if own is not None:
+                        raise ValueError(
+                            f"{folder}: case {case!r}: its segmentation's spacing file {case}.json would overwrite the "
+                            f"output folder's {own} (nnU-Net's Tiff3DIO names a .tif's spacing file after it); rename "
+                            "the case's input files"
+                        )
         settings = None
         for folder in sorted(folders):
             left: dict[str, list[str]] = {}

@@ -61,6 +61,7 @@ from ..io import (
     MEASURES,
     VOLUME_EXTENSIONS,
     CaseError,
+    CaseFiles,
     atomic_write_json,
     case_series_folder,
     cell_float,
@@ -82,6 +83,7 @@ from ..io import (
     owned_folder,
     part_lock,
     read_json_or_none,
+    read_label,
     read_probabilities,
     read_table,
     read_volume,
@@ -111,7 +113,7 @@ from ..io.dicom import (
     write_segmentation,
 )
 from ..io.dicom.objects import NOT_IN_STRING
-from ..io.provenance import prediction_regions, read_untrusted_json
+from ..io.provenance import check_prediction_digests, prediction_regions, read_untrusted_json
 from ..io.signing import Trust
 from ..keys import DEPRECATED_MEASURES
 from ..monitoring.store import check_rule
@@ -789,8 +791,11 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
                  extra_groups: dict[str, dict[str, float]] | None = None,
                  label_regions: dict[str, list[int]] | None = None,
                  other_series: Sequence[DicomSeries] = ()) -> list[dict]:
-    seg, seg_affine = read_volume(files.seg)
-    seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
+    # as evaluate reads it (review 63, hostile review): NIfTI scl_slope / scl_inter scaling read as the integers it
+    # encodes; read_volume's float32 copy refused a background of -4.5e-08 as a fractional class value
+    seg, seg_affine = read_label(CaseFiles(files.case_id, files.seg))
+    seg = to_series_grid(np.asarray(seg, dtype=np.float32), seg_affine, series,
+                         f"case {files.case_id}: segmentation {files.seg.name}")
     if label_regions is not None and seg.shape[0] == 1:  # a region-based nnU-Net model: its regions as segments
         seg = _regions_of_label_map(seg, label_regions, f"case {files.case_id}: segmentation {files.seg.name}")
     # region masks: several channels, or the one channel of a one-region model (its recorded regions)
@@ -1283,6 +1288,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if clash:  # <output>/<case>/ would be the export's own record (found by hostile testing: reserved names)
         raise CaseError(f"case {clash[0]!r}: its folder of objects would be the export's own {EXPORT_RECORD} in "
                         f"{out}; rename the case")
+    # found by review 63: evaluate, triage and conformal refused a map or segmentation replaced since infer /
+    # nnunet-predict wrote it (the digests its record keeps), the export wrote it into the PACS as the model's output
+    check_prediction_digests(pred, layout, [c.case_id for c in found])
     # one export at a time per output folder (found by hostile testing: two exports at once into one folder left a
     # manifest listing objects the other run had replaced, objects of two settings, and a failed run); the predictions
     # and tables it reads must not be another run's still being written
