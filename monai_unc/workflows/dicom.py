@@ -1288,7 +1288,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if clash:  # <output>/<case>/ would be the export's own record (found by hostile testing: reserved names)
         raise CaseError(f"case {clash[0]!r}: its folder of objects would be the export's own {EXPORT_RECORD} in "
                         f"{out}; rename the case")
-    # found by review 63: evaluate, triage and conformal refused a map or segmentation replaced since infer /
+    # found by review 63: evaluate and triage refused a map or segmentation replaced since infer /
     # nnunet-predict wrote it (the digests its record keeps), the export wrote it into the PACS as the model's output
     check_prediction_digests(pred, layout, [c.case_id for c in found])
     # one export at a time per output folder (found by hostile testing: two exports at once into one folder left a
