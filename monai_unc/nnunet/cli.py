@@ -561,7 +561,7 @@ def _plans(args: argparse.Namespace) -> int:
     from monai_unc.nnunet.dropout import write_dropout_plans
 
     path = write_dropout_plans(args.d, p=args.rate, source_plans=args.p, target_plans=args.target,
-                               configurations=args.c, overwrite=args.overwrite)
+                               configurations=args.c, overwrite=args.overwrite, command_line=True)
     print(f"wrote {path}; train with: nnUNetv2_train {args.d} CONFIGURATION FOLD -p {args.target}")
     return 0
 
