@@ -425,6 +425,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         self._ensemble: list[nn.Module] | None = None
         self._posthoc_sites: list[str] = []
         self.share_passes = share_passes
+        # whether the cases get <case>.npz / <case>.pkl: a setting of the call, recorded with the case (review 63)
+        self._save_probabilities = False
         self.sample_batch_size = sample_batch_size
         self._case_voxels = 0
         self._share_note: str | None = None
@@ -1157,7 +1159,8 @@ class UncertaintyPredictor(nnUNetPredictor):
             Sources, samples, dropout and Rate-In values (and, with several dropout / Rate-In passes, ``share_passes``
             and ``sample_batch_size``; ``use_gaussian`` only when False), measures, segmentation, window
             disagreement, seed (None for sources that draw nothing), folds,
-            mirror axes, trainer, step size, MI meaning, model identity (folder, checkpoint, folds, weight digests,
+            mirror axes, trainer, step size, MI meaning, ``save_probabilities`` (of the last prediction call), model
+            identity (folder, checkpoint, folds, weight digests,
             temperatures) and, for a region-based model, ``regions`` and ``regions_class_order``; as it reads back
             from the file (plain JSON types).
         """
@@ -1178,6 +1181,9 @@ class UncertaintyPredictor(nnUNetPredictor):
             "trainer_name": self.trainer_name,
             "tile_step_size": self.tile_step_size,
             "mi_meaning": self.mi_meaning.value,
+            # found by review 63: a case predicted again without --save_probabilities left a folder where one case
+            # had no <case>.npz; a folder never mixes them (recorded_case_settings reads older records' from the file)
+            "save_probabilities": self._save_probabilities,
             **getattr(self, "_model_identity", {}),
         }
         if not self.use_gaussian:
@@ -1417,6 +1423,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             raise ValueError(f"part_id must be in [0, num_parts), got {part_id} with num_parts {num_parts}")
         check_case_channels(list_of_lists_or_source_folder, self.dataset_json,
                             self.plans_manager.image_reader_writer_class)
+        self._save_probabilities = bool(save_probabilities)  # compared with the cases left in the folder
         self.check_output_settings(list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
                                    folder_with_segs_from_prev_stage)
         return super().predict_from_files(
@@ -1448,6 +1455,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             One entry per case, in order (a record or a result dict, above).
         """
         folders: set[str] = set()
+        self._save_probabilities = bool(save_probabilities)  # recorded in every case's settings
         export_kwargs = self._export_kwargs()  # the same for every case (case_settings attaches Rate-In once)
         # the previous-stage digests of this call's cases (_internal_get_data_iterator_from_lists_of_filenames)
         prev_digests, self._prev_stage_digests = getattr(self, "_prev_stage_digests", {}), {}
@@ -1593,6 +1601,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         """
         check_npy_case(input_image, image_properties, segmentation_previous_stage, self.dataset_json,
                        self.configuration_manager.previous_stage_name)
+        self._save_probabilities = bool(save_probabilities)
         if output_file_truncated is not None:
             # the folder's other cases must have been made with these settings (a folder never mixes settings; this
             # call rewrites its uncertainty_config.json and uncertainty_scores.csv)
