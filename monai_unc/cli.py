@@ -186,11 +186,21 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
                 _show_defaults(child)
 
 
-def _add_nnunet(sub: Any, wanted: str | None) -> Any:
-    """Register the nnU-Net sub-commands; the real parser (which imports nnU-Net v2) only when one is run."""
-    if wanted in NNUNET_COMMANDS:
-        from .nnunet import cli as nnunet_cli  # ImportError without nnunetv2: reported by main()
+def _add_nnunet(sub: Any, wanted: str | None, help_only: bool = False) -> Any:
+    """Register the nnU-Net sub-commands; the real parser (which imports nnU-Net v2) only when one is run.
 
+    With ``help_only`` (``nnunet-predict --help``) and nnU-Net v2 not installed, the parsers are still made, so that
+    the help answers as ``dicom-export --help`` does without its extra (found by review 63: it exited 2 with the
+    extra's message); running the command says what to install.
+    """
+    if wanted in NNUNET_COMMANDS:
+        try:
+            from .nnunet import cli as nnunet_cli  # ImportError without nnunetv2: reported by main()
+        except ImportError:
+            if not help_only:
+                raise
+            _nnunet_help_parsers(sub)
+            return None
         nnunet_cli.add_parser(sub)
         return nnunet_cli
     sub.add_parser("nnunet-predict", help="nnU-Net v2 prediction with uncertainty maps (needs the nnunet extra)",
@@ -202,7 +212,39 @@ def _add_nnunet(sub: Any, wanted: str | None) -> Any:
     return None
 
 
-def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, Any]:
+def _nnunet_help_parsers(sub: Any) -> None:
+    """Register the nnU-Net sub-commands' parsers without nnU-Net v2, for their ``--help``.
+
+    The package :mod:`monai_unc.nnunet` refuses to import without nnU-Net v2, but its parsers
+    (``monai_unc/nnunet/cli.py`` and the choices of ``monai_unc/nnunet/names.py``) need only the standard library
+    and :mod:`monai_unc.keys`: both files are run outside their package, and taken out of ``sys.modules`` again, so
+    that a later ``import monai_unc.nnunet`` still fails as it must. Each help ends with what to install.
+    """
+    import importlib.util
+
+    folder = Path(__file__).resolve().parent / "nnunet"
+    names = ("monai_unc.nnunet.names", "monai_unc.nnunet.cli")
+    saved = {name: sys.modules.get(name) for name in names}
+    try:
+        for name in names:
+            spec = importlib.util.spec_from_file_location(name, folder / f"{name.rsplit('.', 1)[1]}.py")
+            if spec is None or spec.loader is None:  # pragma: no cover - the package's own files
+                raise ImportError(f"cannot load {name}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # the absolute import of names by cli finds it without the package
+            spec.loader.exec_module(module)
+        module.add_parser(sub)
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:  # pragma: no cover - imported already: nnU-Net v2 is installed
+                sys.modules[name] = module
+    for command in NNUNET_COMMANDS:
+        sub.choices[command].epilog = f"needs the nnunet extra: pip install {_PIP_NAMES['nnunetv2']}"
+
+
+def build_parser(command: str | None = None, *, help_only: bool = False) -> tuple[argparse.ArgumentParser, Any]:
     """The argument parser of ``monai-unc``, and the nnU-Net CLI module when ``command`` is one of its sub-commands.
 
     Building it imports neither torch nor MONAI, so ``--help`` and argument errors answer at once.
@@ -210,13 +252,15 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
     Args:
         command: the sub-command about to be parsed (the first argument that is not an option), or None. An
             nnU-Net sub-command (``nnunet-predict``) imports its module, which needs the ``nnunet`` extra.
+        help_only: the arguments ask for the command's help (``-h``, ``--help``): an nnU-Net sub-command's parser is
+            made without the ``nnunet`` extra too (None is returned for its module).
 
     Returns:
         ``(parser, nnunet_cli)``: the :class:`argparse.ArgumentParser` (one sub-parser per command) and the nnU-Net
         CLI module, or None when ``command`` is not an nnU-Net sub-command.
 
     Raises:
-        ImportError: an nnU-Net sub-command without the ``nnunet`` extra.
+        ImportError: an nnU-Net sub-command without the ``nnunet`` extra (and without ``help_only``).
 
     Example:
         >>> parser, nnunet_cli = build_parser()
@@ -229,7 +273,7 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     add_command_parsers(sub)  # the options of every command (monai_unc.workflows.arguments, light)
-    nnunet_cli = _add_nnunet(sub, command)
+    nnunet_cli = _add_nnunet(sub, command, help_only)
     _show_defaults(parser)  # every option's default in every --help (review 61)
     return parser, nnunet_cli
 
@@ -395,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # Ctrl-C at any moment, the seconds of imports after parsing included (found by hostile testing: a
         # traceback and death by SIGINT where the line and exit status 130 are promised)
         try:
-            parser, nnunet_cli = build_parser(command)
+            parser, nnunet_cli = build_parser(command, help_only=any(a in ("-h", "--help") for a in argv))
         except ImportError as e:
             print(f"monai-unc {command}: error: {e}", file=sys.stderr)
             return 2
@@ -530,6 +574,13 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
     """:func:`main` after the parser is built: parse ``argv`` and run the command (exit status)."""
     args = parser.parse_args(argv)
     warnings.showwarning = _one_line_warning(args.command)  # the parsed command's name (restored by main)
+    if nnunet_cli is None and args.command in NNUNET_COMMANDS:  # parsed for --help without the nnunet extra, but
+        # "-h" was the value of an option: the command runs, so the extra's one line
+        try:
+            from .nnunet import cli as nnunet_cli
+        except ImportError as e:
+            print(f"monai-unc {args.command}: error: {e}", file=sys.stderr)
+            return 2
     if nnunet_cli is not None:
         try:
             return _run_nnunet(args, nnunet_cli)

@@ -46,6 +46,7 @@ __all__ = [
     "primary_measure",
     "check_class_count",
     "check_measure_options",
+    "check_probability_cases",
     "check_scored_cases",
     "has_score_source",
     "first_class_count",
@@ -519,6 +520,51 @@ have: they would have no uncertainty score for the triage and failure detection;
                          "--measures), or leave them out")
 
 
+def check_probability_cases(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
+    """Refuse cases without probabilities beside cases with them when only the probabilities give the class count.
+
+    Found by review 63: one case of an ``nnunet-predict --save_probabilities`` folder predicted again without the flag
+    had no ``<case>.npz`` while the other cases had one, and ``evaluate`` failed it with "the number of classes is
+    unknown: give probabilities or num_classes", naming neither the missing file nor its likely cause. Nothing is
+    refused with ``num_classes`` or ``regions`` (a segmentation then suffices), nor when every case, or none, has
+    probabilities.
+
+    Args:
+        cases: the cases to evaluate.
+        config: the evaluation settings (``num_classes``, ``regions``).
+
+    Raises:
+        ValueError: one line naming the first case without probabilities, the file it lacks (the other cases'
+            naming), how many cases have them, the likely cause and the remedies.
+
+    Example:
+        >>> have = CaseFiles("c0", Path("l/c0.nii.gz"), Path("p/c0.nii.gz"), Path("p/c0.npz"))
+        >>> lacks = CaseFiles("c1", Path("l/c1.nii.gz"), Path("p/c1.nii.gz"))
+        >>> check_probability_cases([have, lacks], EvaluationConfig(num_classes=3))
+        >>> check_probability_cases([have, lacks], EvaluationConfig())
+        Traceback (most recent call last):
+        ...
+        ValueError: case 'c1': its probabilities c1.npz are absent while 1 other case has them (e.g. c0.npz): \
+predicted without them (nnunet-predict without --save_probabilities, infer with --no-probs)? ...
+    """
+    if config.num_classes is not None or config.regions is not None:
+        return
+    having = [files for files in cases if files.probs is not None]
+    lacking = [files for files in cases if files.probs is None]
+    if not having or not lacking:
+        return
+    other, case = having[0], lacking[0]
+    name = other.probs.name if other.probs is not None else ""
+    expected = case.case_id + name[len(other.case_id):] if name.startswith(other.case_id) else "its probabilities file"
+    more = f" (and {len(lacking) - 1} more case{'s' if len(lacking) > 2 else ''} without)" if len(lacking) > 1 else ""
+    raise ValueError(
+        f"case {case.case_id!r}: its probabilities {expected} are absent while {len(having)} other "
+        f"case{'s have' if len(having) != 1 else ' has'} them (e.g. {name}){more}: predicted without them "
+        "(nnunet-predict without --save_probabilities, infer with --no-probs)? predict it again with them, or give "
+        "--num-classes (its segmentation is then evaluated)"
+    )
+
+
 def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig,
                           scores: Mapping[str, str | None] | None = None) -> None:
     """Refuse, before any case is read, a ``--measure`` or ``--score`` that the cases' files cannot give.
@@ -566,6 +612,7 @@ def check_measure_options(cases: Sequence[CaseFiles], config: EvaluationConfig,
                              "case scores, the triage and failure detection need them; give the maps (--uncertainty, "
                              "--measures) or the probabilities")
     check_scored_cases([(files.case_id, has_score_source(files)) for files in cases])
+    check_probability_cases(cases, config)
     wanted = {}
     if config.measure is not None:
         wanted["--measure"] = (config.measure, config.measure)

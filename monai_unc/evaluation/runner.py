@@ -59,6 +59,7 @@ from .resume import CASES_DIR, case_cache, case_config_fingerprint, check_inputs
 from .rows import (
     check_class_count,
     check_measure_options,
+    check_probability_cases,
     check_scored_cases,
     has_score_source,
     remove_stale_maps,
@@ -406,6 +407,7 @@ def evaluate_cases(
     # before any work, as run_evaluate (check_measure_options); found by review 61: this API path evaluated a case with
     # a segmentation alone beside scored cases and referred it first as an undefined score, without a word
     check_scored_cases([(files.case_id, has_score_source(files)) for files in cases])
+    check_probability_cases(cases, config)  # one case without the others' probabilities: named (review 63)
 
     def cohort(run: CohortRun) -> CohortState | None:
         results = [_as_tuple(r) for r in run.results]

@@ -81,6 +81,7 @@ except ImportError:  # the standard library's gzip, through nibabel
     _igzip = None
 
 __all__ = [
+    "check_finite_image",
     "volume_files",
     "is_seg_label",
     "input_digests",
@@ -259,6 +260,44 @@ class CaseError(ValueError):
         >>> issubclass(CaseError, ValueError)
         True
     """
+
+
+def check_finite_image(case_id: str, image: np.ndarray, name: str) -> None:
+    """Refuse an image holding NaN or infinite voxels, naming how many and where, before the network sees it.
+
+    Found by an end-to-end run (review 62): an image with a few NaN voxels (a failed resampling, a masked export)
+    failed as ``network output contains non-finite values (NaN or inf) for this input``, blaming the network (the
+    convolutions spread one NaN over its neighbourhood, and ``--intensity max`` over the whole image). Used by
+    ``monai-unc infer`` and, on the image as nnU-Net's reader reads it, by ``nnunet-predict`` (review 63: nnU-Net's
+    normaliser took them silently).
+
+    Args:
+        case_id: the case id, for the message.
+        image: the image ``(C, *spatial)``.
+        name: the name of its (first) file, for the message.
+
+    Raises:
+        CaseError: the image holds a NaN or an infinite value.
+
+    Example:
+        >>> check_finite_image("c1", np.zeros((1, 2, 2, 2), np.float32), "c1.nii.gz")
+        >>> check_finite_image("c1", np.array([[[[0.0, np.nan]]]]), "c1.nii.gz")
+        Traceback (most recent call last):
+        ...
+        monai_unc.io.cases.CaseError: case 'c1': its image c1.nii.gz holds 1 NaN and 0 infinite voxel(s) of 2
+        (the first at channel 0, voxel (0, 0, 1)): ...
+    """
+    if not np.issubdtype(np.asarray(image).dtype, np.inexact):  # integer voxels are always finite
+        return
+    bad = ~np.isfinite(image)
+    if not bad.any():
+        return
+    n_nan = int(np.count_nonzero(np.isnan(image)))
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise CaseError(f"case {case_id!r}: its image {name} holds {n_nan} NaN and {int(bad.sum()) - n_nan} infinite "
+                    f"voxel(s) of {image[0].size} (the first at channel {first[0]}, voxel {first[1:]}): the network "
+                    "cannot predict them; replace them (e.g. by the background intensity: numpy.nan_to_num) and run "
+                    "again")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -162,8 +162,8 @@ def _write_public(path: Path, key: Ed25519PublicKey) -> Path:
     return atomic_write(path, write)
 
 
-def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", overwrite: bool = False
-                      ) -> tuple[Path, Path]:
+def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", overwrite: bool = False, *,
+                      command_line: bool = False) -> tuple[Path, Path]:
     """Create an Ed25519 key pair: ``<name>.pem`` (private, mode 0600) and ``<name>.pub`` (public, 0644), both PEM.
 
     The private key is written first. A half pair (``<name>.pem`` without ``<name>.pub``: a full disk or a kill
@@ -178,6 +178,9 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
         name: the file stem.
         overwrite: replace an existing pair (otherwise ``FileExistsError``; ``monai-unc keys --overwrite
             --create [FOLDER]``).
+        command_line: how the refusal of an existing pair names the way to replace it: the command's options
+            (``monai-unc keys --overwrite --create [FOLDER]``, set by ``monai-unc keys``); False (a Python caller):
+            the parameter ``overwrite=True``. Keyword only.
 
     Returns:
         ``(private, public)`` paths.
@@ -196,9 +199,10 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
     """
     folder = Path(folder)
     priv, pub = folder / f"{name}.pem", folder / f"{name}.pub"
-    exists = FileExistsError(f"a key pair exists at {priv}; keep it, or replace it with overwrite=True "
-                             "(monai-unc keys --overwrite --create [FOLDER]): rules signed with it are then no longer "
-                             "trusted where its public key was")
+    # in the caller's words (found by review 63: the command line was told of overwrite=True, Python of the command)
+    replace = "monai-unc keys --overwrite --create [FOLDER]" if command_line else "overwrite=True"
+    exists = FileExistsError(f"a key pair exists at {priv}; keep it, or replace it with {replace}: rules signed "
+                             "with it are then no longer trusted where its public key was")
     if not overwrite and priv.is_file() and pub.is_file() and _pair_matches(priv, pub):
         raise exists  # a whole pair: nothing to write (also in a folder the lock file cannot be made in)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -537,8 +541,8 @@ class Trust:
         """How this reader's caller does ``what``, in its own words (:attr:`command_line`).
 
         Args:
-            what: ``"allow"`` (use an unsigned file anyway), ``"allowed"`` (why one was used) or ``"trust"`` (trust
-                a public key).
+            what: ``"allow"`` (use an unsigned file anyway), ``"allowed"`` (why one was used), ``"trust"`` (trust
+                a public key) or ``"keys"`` (the name of a trusted key file or folder given, in a refusal of it).
 
         Returns:
             A clause for a message: the command line's option, or, for a Python caller, this class's field.
@@ -558,7 +562,9 @@ class Trust:
         if what == "trust":
             return ("with --trusted-keys or MONAI_UNC_TRUSTED_KEYS" if cli else
                     "with trust=Trust(keys=[FILE_OR_FOLDER]) or MONAI_UNC_TRUSTED_KEYS")
-        raise ValueError(f"what must be 'allow', 'allowed' or 'trust', got {what!r:.80}")
+        if what == "keys":
+            return "--trusted-keys" if cli else "trusted key (trust=Trust(keys=[...]))"
+        raise ValueError(f"what must be 'allow', 'allowed', 'trust' or 'keys', got {what!r:.80}")
 
 
 def _check_key_entries(entries: Any, name: str) -> None:
@@ -719,7 +725,8 @@ def check_owner_only_writable(path: str | os.PathLike) -> None:
         )
 
 
-def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tuple[Ed25519PublicKey, Path]]:
+def trusted_public_keys(extra: Sequence[str | os.PathLike] = (), *, named: str = "trusted key file or folder"
+                        ) -> dict[str, tuple[Ed25519PublicKey, Path]]:
     """The public keys a reader trusts, by fingerprint.
 
     The given files or folders, those of ``$MONAI_UNC_TRUSTED_KEYS`` (separated by ``os.pathsep``), every ``*.pub``
@@ -729,6 +736,8 @@ def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tu
 
     Args:
         extra: further key files or folders (``--trusted-keys``).
+        named: how a refusal of one of ``extra`` names it, in its caller's words (:meth:`Trust.hint`
+            ``("keys")``: ``--trusted-keys`` for the command line). Keyword only.
 
     Returns:
         ``{fingerprint: (key, file)}``; a refusal (a key file that is missing or no public key, a location others can
@@ -738,16 +747,28 @@ def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tu
         of the rule file whose signature was being checked.
 
     Raises:
-        TypeError: ``extra`` is not a list or tuple of key files or folders (one path alone, naming ``trusted_keys``).
+        TypeError: ``extra`` is not a list or tuple of key files or folders (one path alone, naming ``trusted_keys``),
+            or ``named`` is not text.
+
+    Example:
+        >>> import tempfile
+        >>> try:
+        ...     trusted_public_keys([Path(tempfile.gettempdir()) / "no-such-key.pub"])
+        ... except ValueError as e:
+        ...     print(str(e).split(" ", 5)[:5], e.parameter)
+        ['trusted', 'key', 'file', 'or', 'folder'] trusted_keys
     """
     _check_key_entries(extra, "trusted_keys")
+    if not isinstance(named, str):
+        raise TypeError(f"named must be text, got {named!r:.80}")
     with refusing("trusted_keys"):
-        return _trusted_public_keys(extra)
+        return _trusted_public_keys(extra, named)
 
 
-def _trusted_public_keys(extra: Sequence[str | os.PathLike]) -> dict[str, tuple[Ed25519PublicKey, Path]]:
+def _trusted_public_keys(extra: Sequence[str | os.PathLike], named: str) -> dict[str, tuple[Ed25519PublicKey, Path]]:
     """:func:`trusted_public_keys`, its errors not marked."""
-    files = _key_files(extra, "--trusted-keys")
+    # found by review 63: a Python caller whose key path was missing was told of --trusted-keys
+    files = _key_files(extra, named)
     env = os.environ.get("MONAI_UNC_TRUSTED_KEYS")
     if env:
         files += _key_files([p for p in env.split(os.pathsep) if p], "MONAI_UNC_TRUSTED_KEYS")
@@ -863,7 +884,7 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
     if own_key is None:
         raise ValueError(f"{source}: field 'signature' is not an ed25519 signature object (algorithm 'ed25519', key "
                          "'SHA256:' and 64 hex digits, the fingerprint of public_key, 32 bytes in base64; value)")
-    keys = trusted_public_keys(trust.keys)
+    keys = trusted_public_keys(trust.keys, named=trust.hint("keys"))
     trusted = keys.get(sig["key"])
     if trusted is None and not trust.allow_unsigned:
         raise ValueError(f"{source} is signed by key {sig['key']}, which is not a trusted key (trust its public key "

@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
         UncertaintyPredictor,
         check_case_channels,
         check_checkpoint_name,
+        check_finite_inputs,
         check_npy_case,
     )
     from monai_unc.nnunet.trainers import (
@@ -99,7 +100,8 @@ _LAZY: dict[str, str] = {
                      "recorded_case_settings", "read_case_record", "region_case_scores", "region_definitions",
                      "remove_case_outputs", "sidecar_record_clashes",
                      "write_float_map", "write_region_maps", "write_scores_table"), "export"),
-    **dict.fromkeys(("UncertaintyPredictor", "check_case_channels", "check_checkpoint_name", "check_npy_case"),
+    **dict.fromkeys(("UncertaintyPredictor", "check_case_channels", "check_checkpoint_name", "check_finite_inputs",
+                    "check_npy_case"),
                     "predictor"),
     **dict.fromkeys(("CalibrationLoss", "PerOutputDeepSupervision", "nnUNetTrainerSVLS", "nnUNetTrainerMbLS",
                      "nnUNetTrainerL1ACE", "nnUNetTrainerSoftL1ACE", "nnUNetTrainerNACL", "nnUNetTrainerMCDropoutSVLS",
@@ -142,6 +144,7 @@ __all__ = [
     "case_exported",
     "case_scores",
     "check_case_channels",
+    "check_finite_inputs",
     "check_dropout_rate",
     "check_checkpoint_name",
     "check_npy_case",

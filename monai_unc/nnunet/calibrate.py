@@ -91,6 +91,8 @@ def calibrate_model_folder(
     use_mirroring: bool = True,
     device: torch.device = torch.device("cpu"),  # noqa: B008
     overwrite: bool = False,
+    *,
+    command_line: bool = False,
     **scaler_kwargs: Any,
 ) -> dict[str, dict]:
     """Fit a temperature per fold on that fold's nnU-Net validation cases and fold it into a copy of the model.
@@ -139,6 +141,9 @@ def calibrate_model_folder(
         use_mirroring: average the validation logits over nnU-Net's mirrors, as inference does.
         device: where the validation cases are predicted (a ``torch.device`` or its name).
         overwrite: replace an existing calibrated copy at ``output_dir`` (CLI: ``--overwrite``).
+        command_line: how the refusal of an existing calibrated copy names the way to replace it: the command's
+            option (``--overwrite``, set by ``monai-unc nnunet-calibrate``); False (a Python caller):
+            ``overwrite=True``. Keyword only.
         **scaler_kwargs: further arguments of :class:`~monai_unc.temperature.TemperatureScaler`.
 
     Returns:
@@ -210,9 +215,9 @@ def calibrate_model_folder(
                              "nnunet-calibrate): calibrate the original model folder")
     dataset_json = read_model_json(src / "dataset.json")
     if dst.is_dir():  # refused before the folder is locked (the lock writes a file into it); again under the lock
-        _check_replaceable(dst, overwrite)
+        _check_replaceable(dst, overwrite, command_line)
     with atomic_folder(dst, command="monai-unc nnunet-calibrate") as staging:
-        _check_replaceable(dst, overwrite)
+        _check_replaceable(dst, overwrite, command_line)
         # the folder atomic_folder replaces (a link followed): the validation logits wait beside it, as the staging
         # folder does, never inside the staging folder (which becomes the copy)
         final = Path(os.path.abspath(os.fspath(dst))).resolve()
@@ -275,7 +280,7 @@ def _validation_splits(splits_file: Path, folds: Sequence[int | str]) -> dict[in
     return out
 
 
-def _check_replaceable(dst: Path, overwrite: bool) -> None:
+def _check_replaceable(dst: Path, overwrite: bool, command_line: bool = False) -> None:
     """Refuse an output folder that is not empty, unless it is a calibrated copy and ``overwrite`` is set."""
     entries = sorted(p.name for p in dst.iterdir() if p.name != OUTPUT_LOCK_FILE)
     if not entries:
@@ -296,8 +301,10 @@ def _check_replaceable(dst: Path, overwrite: bool) -> None:
         raise ValueError(f"output_dir {dst} holds {held}, not a calibrated copy written by {WRITTEN_BY} ({why}): it "
                          "is never replaced; choose a new or empty folder")
     if not overwrite:
-        raise ValueError(f"output_dir {dst} holds the calibrated copy of an earlier run: pass --overwrite "
-                         "(overwrite=True) to replace it whole, or choose another folder")
+        # in the caller's words (found by review 63: each was told of the other's name too)
+        raise ValueError(f"output_dir {dst} holds the calibrated copy of an earlier run: pass "
+                         f"{'--overwrite' if command_line else 'overwrite=True'} to replace it whole, or choose "
+                         "another folder")
 
 
 def _load_validation_case(dataset: Any, folder: Path, key: str, splits_file: Path) -> tuple[torch.Tensor, np.ndarray]:

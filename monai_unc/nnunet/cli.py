@@ -561,7 +561,7 @@ def _plans(args: argparse.Namespace) -> int:
     from monai_unc.nnunet.dropout import write_dropout_plans
 
     path = write_dropout_plans(args.d, p=args.rate, source_plans=args.p, target_plans=args.target,
-                               configurations=args.c, overwrite=args.overwrite)
+                               configurations=args.c, overwrite=args.overwrite, command_line=True)
     print(f"wrote {path}; train with: nnUNetv2_train {args.d} CONFIGURATION FOLD -p {args.target}")
     return 0
 
@@ -585,7 +585,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         report = calibrate_model_folder(model, args.o, use_folds=_folds(args.f),
                                         checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
                                         use_mirroring=not args.disable_tta, device=torch.device(args.device),
-                                        overwrite=args.overwrite, max_steps=args.max_steps)
+                                        overwrite=args.overwrite, command_line=True,
+                                        max_steps=args.max_steps)
     print(json.dumps(report, indent=2))
     for fold, record in report.items():  # as monai-unc calibrate says it: the temperature is not the fitted one
         line = non_convergence_warning(record, what=f"the temperature fit of fold {fold}", option="--max_steps")

@@ -270,6 +270,8 @@ def write_dropout_plans(
     configurations: Sequence[str] | None = None,
     preprocessed_dir: str | os.PathLike | None = None,
     overwrite: bool = False,
+    *,
+    command_line: bool = False,
 ) -> Path:
     """Write ``<target_plans>.json`` next to ``<source_plans>.json`` in nnU-Net's preprocessed dataset folder.
 
@@ -284,6 +286,9 @@ def write_dropout_plans(
         configurations: restrict the change to these configurations (default: all with an architecture).
         preprocessed_dir: ``nnUNet_preprocessed`` (default: the environment variable).
         overwrite: replace an existing target file.
+        command_line: how the refusal of an existing target names the way to replace it: the command's option
+            (``--overwrite``, set by ``monai-unc nnunet-dropout-plans``); False (a Python caller): ``overwrite=True``.
+            Keyword only.
 
     Returns:
         The path of the written plans file.
@@ -337,7 +342,8 @@ def write_dropout_plans(
         raise FileNotFoundError(f"source plans {src} not found; run nnUNetv2_plan_and_preprocess first")
     dst = src.with_name(f"{target_plans}.json")
     if dst.exists() and not overwrite:
-        raise FileExistsError(f"{dst} exists; pass overwrite=True (--overwrite) to replace it")
+        # in the caller's words (found by review 63: each was told of the other's name too)
+        raise FileExistsError(f"{dst} exists; pass {'--overwrite' if command_line else 'overwrite=True'} to replace it")
     from monai_unc.nnunet.predictor import read_model_json
 
     # as a model folder's plans are read: a file that is no JSON object (deeply nested ones included, a RecursionError

@@ -933,7 +933,8 @@ def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | N
     What ``--continue_prediction`` compares with the current ones; None when the record is missing, unreadable
     or holds none (an earlier version). A ``seed`` recorded for sources that draw nothing (folds, mirroring: an
     earlier version recorded ``--seed`` there too) reads as None, as this version records it: the maps do not depend
-    on it, so such a folder resumes instead of predicting every case again.
+    on it, so such a folder resumes instead of predicting every case again. A record without ``save_probabilities``
+    (recorded since review 63) reads as whether the case's ``<case>.npz`` exists, as it was made.
 
     Args:
         output_file_truncated: the case's output path without ending (``<folder>/<case>``).
@@ -947,12 +948,18 @@ def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | N
         ...     (Path(d) / "uncertainty").mkdir()
         ...     _ = (Path(d) / "uncertainty" / "case.json").write_text(json.dumps({"settings": {"num_samples": 8}}))
         ...     recorded_case_settings(Path(d) / "case"), recorded_case_settings(Path(d) / "other")
-        ({'num_samples': 8}, None)
+        ({'num_samples': 8, 'save_probabilities': False}, None)
     """
     record = read_case_record(output_file_truncated)
-    settings = record.get("settings") if record is not None else None
+    return _case_settings(record.get("settings") if record is not None else None, output_file_truncated)
+
+
+def _case_settings(settings: Any, output_file_truncated: str | os.PathLike) -> dict | None:
+    """A record's ``settings`` as :func:`recorded_case_settings` reads them (earlier versions' made comparable)."""
     if not isinstance(settings, dict):
         return None
+    if "save_probabilities" not in settings:  # recorded since review 63: an earlier record's is whether its .npz exists
+        settings = {**settings, "save_probabilities": os.path.isfile(f"{os.fspath(output_file_truncated)}.npz")}
     sources = settings.get("uncertainty_sources")
     if (settings.get("seed") is not None and isinstance(sources, list)
             and not any(s in STOCHASTIC_SOURCES for s in sources)):
@@ -1099,6 +1106,17 @@ def write_scores_table(output_folder: str | os.PathLike, settings: dict | None =
 _SCORES_TABLE_WAIT = 600.0
 
 
+def _settings_match(recorded: Any, output_file_truncated: Path, wanted: dict) -> bool:
+    """Whether a record's ``settings``, read as :func:`recorded_case_settings` reads them, are ``wanted``.
+
+    ``save_probabilities`` is compared only when ``wanted`` names it (a caller's settings of an earlier version).
+    """
+    settings = _case_settings(recorded, output_file_truncated)
+    if settings is not None and "save_probabilities" not in wanted:
+        settings = {k: v for k, v in settings.items() if k != "save_probabilities"}
+    return settings == wanted
+
+
 def _write_scores_table(folder: Path, settings: dict | None, wanted: Any) -> Path | None:
     """:func:`write_scores_table`'s listing and write, the records folder held."""
     records = []
@@ -1108,7 +1126,7 @@ def _write_scores_table(folder: Path, settings: dict | None, wanted: Any) -> Pat
         # ended, after every case was predicted; found by hostile review 58), skipped as check_output_settings does
         rec = read_json_or_none(f)
         if isinstance(rec, dict) and isinstance(rec.get("scores"), dict) and "case" in rec and (
-                settings is None or rec.get("settings") == wanted):
+                settings is None or _settings_match(rec.get("settings"), folder / f.stem, wanted)):
             records.append(rec)
     if not records:
         return None

@@ -124,7 +124,7 @@ from monai_unc.io import (
     read_json_or_none,
     weight_digests,
 )
-from monai_unc.io.cases import changed_inputs, input_digests, settings_changes
+from monai_unc.io.cases import changed_inputs, check_finite_image, input_digests, settings_changes
 from monai_unc.keys import MIMeaning, UncertaintyKeys, combine_mi_meanings, did_you_mean
 from monai_unc.measures import entropy_map_t
 from monai_unc.networks.dropout import enable_mc_dropout, find_dropout_layers
@@ -161,6 +161,7 @@ __all__ = [
     "SOURCES",
     "UncertaintyPredictor",
     "check_case_channels",
+    "check_finite_inputs",
     "check_checkpoint_name",
     "check_npy_case",
     # defined in monai_unc.nnunet.export / .calibrate / .environment, importable from here as before
@@ -430,6 +431,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         self._ensemble: list[nn.Module] | None = None
         self._posthoc_sites: list[str] = []
         self.share_passes = share_passes
+        # whether the cases get <case>.npz / <case>.pkl: a setting of the call, recorded with the case (review 63)
+        self._save_probabilities = False
         self.sample_batch_size = sample_batch_size
         self._case_voxels = 0
         self._share_note: str | None = None
@@ -1162,7 +1165,8 @@ class UncertaintyPredictor(nnUNetPredictor):
             Sources, samples, dropout and Rate-In values (and, with several dropout / Rate-In passes, ``share_passes``
             and ``sample_batch_size``; ``use_gaussian`` only when False), measures, segmentation, window
             disagreement, seed (None for sources that draw nothing), folds,
-            mirror axes, trainer, step size, MI meaning, model identity (folder, checkpoint, folds, weight digests,
+            mirror axes, trainer, step size, MI meaning, ``save_probabilities`` (of the last prediction call), model
+            identity (folder, checkpoint, folds, weight digests,
             temperatures) and, for a region-based model, ``regions`` and ``regions_class_order``; as it reads back
             from the file (plain JSON types).
         """
@@ -1183,6 +1187,9 @@ class UncertaintyPredictor(nnUNetPredictor):
             "trainer_name": self.trainer_name,
             "tile_step_size": self.tile_step_size,
             "mi_meaning": self.mi_meaning.value,
+            # found by review 63: a case predicted again without --save_probabilities left a folder where one case
+            # had no <case>.npz; a folder never mixes them (recorded_case_settings reads older records' from the file)
+            "save_probabilities": self._save_probabilities,
             **getattr(self, "_model_identity", {}),
         }
         if not self.use_gaussian:
@@ -1246,6 +1253,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             )
         if overwrite or outputs is None:
             _check_previous_stage_shapes(lists, prevs, self.plans_manager.image_reader_writer_class)
+            check_finite_inputs(lists, self.dataset_json, self.plans_manager.image_reader_writer_class)
             return lists, outputs, prevs
         ending = self.dataset_json["file_ending"]
         settings = self.case_settings()
@@ -1269,6 +1277,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                   f"{'; ...' if len(diff) > 4 else ''}): predicting them again with the current settings")
         lists, outputs, prevs = [lists[i] for i in todo], [outputs[i] for i in todo], [prevs[i] for i in todo]
         _check_previous_stage_shapes(lists, prevs, self.plans_manager.image_reader_writer_class)
+        check_finite_inputs(lists, self.dataset_json, self.plans_manager.image_reader_writer_class)
         return lists, outputs, prevs
 
     def check_output_settings(self, list_of_lists_or_source_folder: str | Sequence[Sequence[str]],
@@ -1431,6 +1440,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             raise ValueError(f"part_id must be in [0, num_parts), got {part_id} with num_parts {num_parts}")
         check_case_channels(list_of_lists_or_source_folder, self.dataset_json,
                             self.plans_manager.image_reader_writer_class)
+        self._save_probabilities = bool(save_probabilities)  # compared with the cases left in the folder
         self.check_output_settings(list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
                                    folder_with_segs_from_prev_stage)
         return super().predict_from_files(
@@ -1462,6 +1472,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             One entry per case, in order (a record or a result dict, above).
         """
         folders: set[str] = set()
+        self._save_probabilities = bool(save_probabilities)  # recorded in every case's settings
         export_kwargs = self._export_kwargs()  # the same for every case (case_settings attaches Rate-In once)
         # the previous-stage digests of this call's cases (_internal_get_data_iterator_from_lists_of_filenames)
         prev_digests, self._prev_stage_digests = getattr(self, "_prev_stage_digests", {}), {}
@@ -1607,6 +1618,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         """
         check_npy_case(input_image, image_properties, segmentation_previous_stage, self.dataset_json,
                        self.configuration_manager.previous_stage_name)
+        self._save_probabilities = bool(save_probabilities)
         if output_file_truncated is not None:
             # the folder's other cases must have been made with these settings (a folder never mixes settings; this
             # call rewrites its uncertainty_config.json and uncertainty_scores.csv)
@@ -1795,6 +1807,68 @@ def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[
                 names = ", ".join(Path(f).name for f in files)
                 raise ValueError(f"case {case}: its {k} file{'s' if k != 1 else ''} ({names}) hold"
                                  f"{'s' if k == 1 else ''} {held} channel{'s' if held != 1 else ''} ({takes})")
+
+
+#: nnU-Net's readers that return a file's voxels untransformed, its axes reversed (SimpleITK's order ``z, y, x``)
+_REVERSED_AXES_READERS = ("SimpleITKIO", "NibabelIO")
+
+
+def check_finite_inputs(list_of_lists: Sequence[Sequence[str]], dataset_json: dict, reader_writer: Any) -> None:
+    """Refuse a case whose image holds NaN or infinite voxels, as nnU-Net's reader reads it, before any is predicted.
+
+    nnU-Net takes them silently (found by review 63): ``SimpleITKIO``, the reader of ``.nii.gz`` datasets, reads a
+    NIfTI file's NaN and infinite voxels as 0 (an intensity the image does not hold there), and other files' reach the
+    normaliser, whose mean and standard deviation become NaN; the case was predicted and written without a word.
+    ``monai-unc infer`` refuses such an image (:func:`monai_unc.io.check_finite_image`, review 62). Each channel file
+    of each case is read before any case is predicted, as nnU-Net's route stops at a bad case (its other per-case
+    checks too), so the cases are read once more than nnU-Net reads them: with the model's reader, except a NIfTI
+    file under ``SimpleITKIO``, whose stored voxels are read with nibabel. The file is named, the channel counted
+    within it, and the voxel given in the file's axis order (``i, j, k``) for NIfTI files and the readers that return
+    a file's voxels with their axes reversed (``SimpleITKIO``, ``NibabelIO``), otherwise in the reader's order.
+
+    Args:
+        list_of_lists: one list of channel files per case to predict.
+        dataset_json: the model's ``dataset.json`` (``file_ending``, to name the case).
+        reader_writer: the model's nnU-Net reader/writer (class or instance, e.g.
+            ``predictor.plans_manager.image_reader_writer_class``).
+
+    Raises:
+        monai_unc.io.CaseError: a ``ValueError`` naming the case, the file, the number of NaN and infinite voxels
+            and the first of them.
+
+    Example:
+        >>> import tempfile
+        >>> import SimpleITK as sitk
+        >>> from nnunetv2.imageio.simpleitk_reader_writer import SimpleITKIO
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     image = np.zeros((2, 3, 4), np.float32)  # (z, y, x)
+        ...     image[1, 2, 3] = np.nan
+        ...     sitk.WriteImage(sitk.GetImageFromArray(image), f"{d}/c1_0000.nii.gz")
+        ...     check_finite_inputs([[f"{d}/c1_0000.nii.gz"]], {"file_ending": ".nii.gz"}, SimpleITKIO)
+        Traceback (most recent call last):
+        ...
+        monai_unc.io.cases.CaseError: case 'c1': its image c1_0000.nii.gz holds 1 NaN and 0 infinite voxel(s) of 24
+        (the first at channel 0, voxel (3, 2, 1)): ...
+    """
+    rw = reader_writer() if isinstance(reader_writer, type) else reader_writer
+    ending = str(dataset_json.get("file_ending", ""))
+    reader = type(rw).__name__
+    for files in list_of_lists:
+        if not len(files):
+            continue
+        first = os.path.basename(str(files[0]))
+        named = channel_name(first[:len(first) - len(ending)]) if ending and first.endswith(ending) else None
+        for f in files:
+            if reader == "SimpleITKIO" and str(f).lower().endswith((".nii", ".nii.gz")):
+                import nibabel as nib
+
+                stored = np.asanyarray(nib.load(str(f)).dataobj)  # (i, j, k[, channel]), NaN kept
+                data = stored[None] if stored.ndim <= 3 else np.moveaxis(stored, -1, 0)
+            else:
+                data = np.asarray(rw.read_images([str(f)])[0])
+                if reader in _REVERSED_AXES_READERS:  # the file's (i, j, k) order, as a viewer shows the voxel
+                    data = data.transpose(0, *range(data.ndim - 1, 0, -1))
+            check_finite_image(named[0] if named else first, data, os.path.basename(str(f)))
 
 
 def _check_channel_grids(case: str, files: Sequence[str], reader_writer: Any) -> None:

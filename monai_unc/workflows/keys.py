@@ -78,7 +78,7 @@ def keys_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, str
         check_entry_kind(folder, "--create folder" if args.create else "configuration folder", folder=True)
         overwrite = bool(getattr(args, "overwrite", False))
         had_private = (folder / PRIVATE_KEY_FILE).exists() and not overwrite
-        priv, pub = generate_key_pair(folder, overwrite=overwrite)
+        priv, pub = generate_key_pair(folder, overwrite=overwrite, command_line=True)
         fp = key_file_fingerprint(pub)
         value.update(private=str(priv), public=str(pub), fingerprint=fp)
         lines += [f"kept {priv} (private: the public key was missing, derived from it)" if had_private else

@@ -154,6 +154,7 @@ def test_cli_warns_of_a_fold_whose_fit_did_not_converge(tmp_path, monkeypatch, c
     assert cli.main(["nnunet-calibrate", "-m", str(tmp_path), "-o", str(tmp_path / "out"), "-f", "0", "-device",
                      "cpu", "--overwrite"]) == 0
     assert seen["overwrite"] is True
+    assert seen["command_line"] is True  # its refusals name --overwrite, not overwrite=True (review 63)
 
 
 
@@ -177,8 +178,9 @@ def test_rerun_with_other_settings_is_refused_and_overwrite_replaces_the_copy_wh
     -f 0 1 mixed both runs. Now the rerun is refused, and with overwrite the copy holds the new run only."""
     first = _calibrate(two_folds, use_folds=(0, 1), max_steps=20)
     before = _files(two_folds["out"])
-    with pytest.raises(ValueError, match="calibrated copy of an earlier run.*--overwrite"):
+    with pytest.raises(ValueError, match="calibrated copy of an earlier run: pass overwrite=True to replace") as err:
         _calibrate(two_folds, use_folds=(0,), mode="vector", max_steps=20)
+    assert "--overwrite" not in str(err.value)  # a Python caller (review 63: it was told of both)
     assert _files(two_folds["out"]) == before
     second = _calibrate(two_folds, use_folds=(0,), mode="vector", max_steps=20, overwrite=True)
     out = two_folds["out"]

@@ -92,7 +92,7 @@ def test_a_source_plans_file_that_is_no_json_object_is_named(tmp_path, text, mat
     (["--target", ".."], "--target\\) must be a file stem"),
     (["--target", "nnUNetPlans"], "--target\\) must differ from source_plans \\(-p\\)"),
     (["--rate", "1.5"], "--rate\\) must be a dropout rate"),  # was "exists; pass overwrite=True" (the target exists)
-    ([], "pass overwrite=True \\(--overwrite\\)"),  # the CLI named the Python argument only
+    ([], "exists; pass --overwrite to replace it$"),  # named the Python argument (review 63: and the option)
 ])
 def test_dropout_plans_cli_errors_name_the_flags(tmp_path, monkeypatch, capsys, flags, match):
     """Found by hostile testing: ``nnunet-dropout-plans`` printed write_dropout_plans' messages, which named Python
@@ -115,6 +115,20 @@ def test_dropout_plans_cli_errors_name_the_flags(tmp_path, monkeypatch, capsys, 
     assert len(err.splitlines()) == 1 and "Invalid name" not in err
     assert re.search(match, err), err
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["nnUNetPlans.json", "nnUNetPlansDropout.json"]
+    assert (folder / "nnUNetPlansDropout.json").read_text() == "{}"
+
+
+def test_an_existing_target_refused_in_python_names_the_parameter(tmp_path):
+    """Found by review 63: a Python caller was told of the command line's ``--overwrite`` too."""
+    from monai_unc.nnunet.dropout import write_dropout_plans
+
+    folder = tmp_path / "Dataset990_UncToy"
+    folder.mkdir()
+    arch = {"arch_kwargs": {"conv_op": "torch.nn.modules.conv.Conv3d"}, "_kw_requires_import": ["conv_op"]}
+    (folder / "nnUNetPlans.json").write_text(json.dumps({"configurations": {"3d_fullres": {"architecture": arch}}}))
+    (folder / "nnUNetPlansDropout.json").write_text("{}")
+    with pytest.raises(FileExistsError, match="exists; pass overwrite=True to replace it$"):
+        write_dropout_plans(990, p=0.2, preprocessed_dir=tmp_path)
     assert (folder / "nnUNetPlansDropout.json").read_text() == "{}"
 
 

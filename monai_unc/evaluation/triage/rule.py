@@ -1625,7 +1625,7 @@ def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | Non
         raise TypeError(f"trust must be a Trust (monai_unc.io.signing.Trust) or None, got {trust!r:.80}")
     required = trust is not None and not trust.allow_unsigned
     if required:  # the keys first: a mistyped --trusted-keys is said as such, whatever the file holds
-        trusted_public_keys(trust.keys)
+        trusted_public_keys(trust.keys, named=trust.hint("keys"))
     sig = doc.get(SIGNATURE_FIELD)
     if doc.get("digest") is None:
         if sig is not None:
