@@ -1335,7 +1335,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             if colliding_case_ids(ids):
                 os.makedirs(folder, exist_ok=True)  # the probe needs the folder nnU-Net would create anyway
                 check_case_ids_fit_folder(ids, folder, option="-o")
-        if _writes_spacing_files(self.plans_manager.image_reader_writer_class):
+        if self.plans_manager is not None and _writes_spacing_files(self.plans_manager.image_reader_writer_class):
             for folder in sorted(folders):  # Tiff3DIO: a map's spacing file <case>_<measure>.json is another's record
                 ids = {os.path.basename(t) for t in targets if os.path.dirname(t) == folder}
                 recorded = (read_json_or_none(p) for p in Path(folder, UNCERTAINTY_FOLDER).glob("*.json"))
