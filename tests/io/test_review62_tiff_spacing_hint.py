@@ -67,7 +67,7 @@ def test_with_both_spacing_files_the_case_is_read(tmp_path):
 
 def test_the_warning_names_the_folder(tmp_path):
     (tmp_path / "labels").mkdir()
-    tifffile.imwrite(tmp_path / "labels" / "a.tif", np.zeros((2, 3, 4), np.uint8))
+    tifffile.imwrite(tmp_path / "labels" / "a.tif", np.zeros((2, 3, 5), np.uint8))
     with pytest.warns(UserWarning, match=r"labels[/\\]a\.tif: no spacing file a\.json"):
         read_nnunet_image(tmp_path / "labels" / "a.tif")
 
