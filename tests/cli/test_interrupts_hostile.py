@@ -43,7 +43,7 @@ def test_ctrl_c_while_the_command_is_imported_is_one_line_and_130(command, hint,
 
 def test_ctrl_c_while_the_parser_is_built_is_one_line_and_130(monkeypatch, capsys):
     """``nnunet-predict`` builds its parser by importing nnU-Net (seconds): a Ctrl-C there is one line too."""
-    def interrupted(command):
+    def interrupted(command, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "build_parser", interrupted)

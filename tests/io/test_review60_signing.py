@@ -282,7 +282,8 @@ def test_an_empty_trusted_keys_path_does_not_trust_the_current_folder(config, tm
     planted, _ = signing.generate_key_pair(tmp_path, name="planted")
     doc = json.loads(write_signed_json(tmp_path / "rule.json", {"a": 1}, key=planted).read_text())
     for keys in ([""], ("  ",), ["", str(tmp_path / "nothing-here")]):
-        with pytest.raises(ValueError, match=r"--trusted-keys: an empty path") as err:
+        # a Python caller is told the Trust field (review 63); the command line says --trusted-keys
+        with pytest.raises(ValueError, match=r"trust=Trust\(keys=\[\.\.\.\]\)\): an empty path") as err:
             check_signature(doc, Trust(keys=keys), "rule")
         assert getattr(err.value, PARAMETER_ATTRIBUTE) == "trusted_keys"
     assert "trusted key" in check_signature(doc, Trust(keys=(".",)), "rule")  # the current folder, named so
