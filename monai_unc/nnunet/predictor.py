@@ -1337,9 +1337,9 @@ class UncertaintyPredictor(nnUNetPredictor):
                 check_case_ids_fit_folder(ids, folder, option="-o")
         if self.plans_manager is not None and _writes_spacing_files(self.plans_manager.image_reader_writer_class):
             for folder in sorted(folders):  # Tiff3DIO: a map's spacing file <case>_<measure>.json is another's record
-                ids = {os.path.basename(t) for t in targets if os.path.dirname(t) == folder}
+                mine = sorted(os.path.basename(t) for t in targets if os.path.dirname(t) == folder)
                 recorded = (read_json_or_none(p) for p in Path(folder, UNCERTAINTY_FOLDER).glob("*.json"))
-                ids |= {r["case"] for r in recorded if isinstance(r, dict) and isinstance(r.get("case"), str)}
+                ids = {*mine, *(r["case"] for r in recorded if isinstance(r, dict) and isinstance(r.get("case"), str))}
                 regions = list(region_definitions(self.dataset_json)) if self._multilabel else []
                 if clashes := sidecar_record_clashes(ids, self.measures, regions):
                     case, other = clashes[0]
@@ -1350,7 +1350,6 @@ class UncertaintyPredictor(nnUNetPredictor):
                     )
                 # found by the hostile review of review 63: the segmentation's own spacing file <case>.json of a case
                 # called "dataset" or "uncertainty_config" overwrote the folder's dataset.json / run config
-                mine = sorted(os.path.basename(t) for t in targets if os.path.dirname(t) == folder)
                 for case in mine:
                     own = _OUTPUT_FOLDER_JSON.get(f"{case}.json".casefold())
                     if own is not None:
