@@ -286,21 +286,39 @@ def rows_digest(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> st
 
 #: the number columns of the rows an audit entry's ``rows_digest`` covers (the case rows' and the label rows')
 _ZERO_SIGN_COLUMNS = frozenset({"score", "image_z_max", "expected_dice", "dice", "loss"})
-#: the most zeros of an entry's rows whose signs :func:`_digest_up_to_zero_signs` tries one by one (``2 ** 10``
-#: digests); beyond it, the zeros of each column together
+#: the most zeros of an entry's rows whose signs :func:`_digest_up_to_zero_signs` tries in every combination
+#: (``2 ** 10`` digests) whatever the number of rows; beyond it, the zeros of each column together, and every
+#: combination too while that is at most :data:`_ZERO_SIGN_WORK` rows serialized
 _ZERO_SIGN_SUBSETS = 10
+#: the most row serializations (``2 ** zeros`` digests of the entry's rows) tried beyond :data:`_ZERO_SIGN_SUBSETS`
+#: zeros (a run of 30 rows with 16 zeros, of 1000 rows with 11)
+_ZERO_SIGN_WORK = 2**21
 
 
-def _digest_up_to_zero_signs(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], expected: Any) -> bool:
+def _digest_up_to_zero_signs(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], expected: Any
+) -> bool | None:
     """Whether rows read back from the store match the ``rows_digest`` their audit entry recorded, a zero perhaps
-    written as ``-0.0``.
+    written as ``-0.0``; None when that cannot be told.
 
     Before monai-unc stored a negative zero as ``0.0`` (``_unsigned_zero``), a score or Dice of ``-0.0`` was hashed
     into its entry as ``-0.0``; SQLite reads it back as ``0.0``, so such an untouched store failed ``verify`` (found
     by review 61). The signs of the zeros (never their values, nor any other value) are therefore tried: the rows as
     read, then the zeros of each set of number columns negated together (one computation gives the same sign to a
-    column's zeros), then, with at most :data:`_ZERO_SIGN_SUBSETS` zeros, every set of them. ``-0.0 == 0.0``, so a
-    match is the same numbers as written: an edited value matches no variant.
+    column's zeros), then every set of them when there are at most :data:`_ZERO_SIGN_SUBSETS` zeros or the ``2 **
+    zeros`` digests serialize at most :data:`_ZERO_SIGN_WORK` rows. ``-0.0 == 0.0``, so a match is the same numbers as
+    written: an edited value matches no variant. Beyond that budget a mismatch is either an edit or zeros of mixed
+    signs in one column (two computations, or a Dice typed ``-0`` on some rows of an audit table), which the store
+    cannot tell apart (found by review 64: such an untouched store was reported as edited): None.
+
+    Args:
+        rows: the entry's rows as read back, each a mapping of at least ``columns``.
+        columns: the columns the digest covers, in order.
+        expected: the ``rows_digest`` the entry recorded.
+
+    Returns:
+        True when a variant matches, False when none does and every variant was tried, None when none of those
+        tried matches and not every one was tried.
 
     Example:
         >>> rows = [{"case_id": "a", "score": 0.0}, {"case_id": "b", "score": 0.5}]
@@ -335,9 +353,14 @@ def _digest_up_to_zero_signs(rows: Sequence[Mapping[str, Any]], columns: Sequenc
     for mask in range(1, 1 << len(by_column)):
         chosen = {by_column[k] for k in range(len(by_column)) if mask >> k & 1}
         tried.add(frozenset(z for z in zeros if z[1] in chosen))
-    if len(zeros) <= _ZERO_SIGN_SUBSETS:
-        tried |= {frozenset(z for k, z in enumerate(zeros) if mask >> k & 1) for mask in range(1, 1 << len(zeros))}
-    return any(digest(flipped) == expected for flipped in tried if flipped)
+    every = len(zeros) <= _ZERO_SIGN_SUBSETS or (
+        len(zeros) < _ZERO_SIGN_WORK.bit_length() and (1 << len(zeros)) * len(rows) <= _ZERO_SIGN_WORK)
+    if any(digest(flipped) == expected for flipped in tried if flipped):
+        return True
+    if not every:
+        return None
+    tried_all = (frozenset(z for k, z in enumerate(zeros) if mask >> k & 1) for mask in range(1, 1 << len(zeros)))
+    return any(digest(flipped) == expected for flipped in tried_all if flipped not in tried)
 
 
 def entry_hash(entry: Mapping[str, Any]) -> str:
@@ -1306,7 +1329,12 @@ class MonitorStore:
                 migrated.append(details.get("schema_version"))
             expected = details.get("rows_digest")
             if expected is not None and e.action in ("record", "label"):
-                if not _digest_up_to_zero_signs(*self._rows_of(e.action, e.seq), expected):
+                match = _digest_up_to_zero_signs(*self._rows_of(e.action, e.seq), expected)
+                if match is None:
+                    problems.append(f"the rows written by audit entry {e.seq} ({e.action}) do not match its digest: "
+                                    "a value was edited, or the entry was written before monai-unc stored negative "
+                                    "zeros as 0.0 and its zeros had mixed signs in too many combinations to try")
+                elif not match:
                     problems.append(f"the rows written by audit entry {e.seq} ({e.action}) were edited or deleted")
                 elif e.action == "record" and "order_digest" in details \
                         and self._order_digest_of(e.seq) != details["order_digest"]:
