@@ -4,7 +4,9 @@ Pinned without allocating such volumes (these tests passed before review 64; the
 confidence histogram's counts beyond ``2**31`` stay int64 through merging, the packed layout of records and gathers,
 and ``io.save_state``, and every metric of the ECE family, the NLL and the Brier score read from counts and sums scaled
 by a common factor equal those of the unscaled histogram (the metrics are ratios of sums); the voxel AUROC's
-Mann-Whitney count is exact in int64; conformal histograms of counts beyond ``2**32`` round-trip exactly.
+Mann-Whitney count is exact in int64; conformal histograms of counts beyond ``2**32`` round-trip exactly; the
+streamed variance of 1e4 near-identical samples near 1 stays within its documented absolute bound of the two-pass
+``math.fsum`` value; the monitoring p-values rank ``-0.0`` and ``0.0`` as one tied value.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from monai_unc.metrics import ace, all_label_ece, brier, classwise_ece, ece, mce
 from monai_unc.metrics.calibration import ConfidenceHistogram
 from monai_unc.metrics.conformal import ConformalCaseState
 from monai_unc.metrics.discrimination import auroc
+from monai_unc.metrics.monitoring import conformal_pvalues
+from monai_unc.stats import SampleStats, accumulation_error_bound
 
 METRICS = (ece, classwise_ece, all_label_ece, ace, mce, uce, nll, brier)
 
@@ -88,3 +92,33 @@ def test_conformal_counts_beyond_uint32_round_trip_and_add_exactly():
     assert total.false_counts.tolist() == (f * factor * 3).tolist()
     assert np.array_equal(total.losses(), small.losses())
     assert math.isclose(float(total.mask_sizes().max()) / (3 * factor), float(small.mask_sizes().max()))
+
+
+@pytest.mark.parametrize("accum", [torch.float64, torch.float32])
+def test_the_streamed_variance_of_near_identical_samples_keeps_its_documented_bound(accum):
+    """1e4 samples of ``p = 1 - 1e-6 + 1e-9 z``: the variance (about 1e-18) against a two-pass ``math.fsum`` one."""
+    n, v = 10_000, 4
+    rng = np.random.default_rng(0)
+    p1 = 1 - 1e-6 + 1e-9 * rng.standard_normal((n, 1, 1, v))
+    samples = torch.from_numpy(np.concatenate([p1, 1 - p1], axis=2))  # (N, B=1, C=2, V)
+    stats = SampleStats(accum_dtype=accum)
+    for i in range(0, n, 2500):
+        stats.update_many(samples[i:i + 2500].reshape(-1, 2, v), num_samples=2500)
+    got = stats.measures(["variance"])["variance"].double().reshape(-1).numpy()
+    ref = []
+    for k in range(v):
+        col = samples[:, 0, 0, k].tolist()
+        mean = math.fsum(col) / n
+        ref.append(math.fsum((x - mean) ** 2 for x in col) / n)  # both classes have this variance
+    bound = (3 * accumulation_error_bound(n + 1, accum) + 2 * accumulation_error_bound(3, accum)) / 2
+    assert (got >= 0).all() and np.abs(got - np.array(ref)).max() <= bound
+
+
+def test_monitoring_pvalues_rank_zeros_of_both_signs_as_one_tied_value():
+    rng = np.random.default_rng(0)
+    values = np.array([-0.0, 0.0, 0.25, 0.5])
+    scores, reference = values[rng.integers(0, 4, 20_000)], values[rng.integers(0, 4, 500)]
+    p = conformal_pvalues(scores, reference, seed=3)
+    assert np.array_equal(p, conformal_pvalues(np.abs(scores), np.abs(reference), seed=3))
+    counts = np.histogram(p, bins=10, range=(0, 1))[0]
+    assert np.abs(counts / p.size - 0.1).max() < 0.01  # uniform, ties included (exchangeable stream)
