@@ -203,7 +203,7 @@ def algorithm_from_records(predictions: str | os.PathLike, case: str, layout: st
         predictions: the prediction folder.
         case: the case id.
         layout: ``"monai-unc"`` or ``"nnunet"``.
-        name: the algorithm name to use instead of the recorded model: 1 to 64 characters without a backslash or
+        name: the algorithm name to use instead of the recorded model: 1 to 64 bytes of UTF-8 without a backslash or
             control characters (:func:`~monai_unc.io.dicom.check_text`), written whole.
 
     Returns:
@@ -1142,7 +1142,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         segments: a JSON file of segment descriptions (:func:`monai_unc.io.dicom.read_segment_specs`).
         uid_root: the root of the new UIDs (:func:`monai_unc.io.dicom.check_uid_root`).
         algorithm_name: the algorithm name (default: the model recorded in the prediction folder): 1 to 64
-            characters without a backslash or control characters, written whole (AlgorithmName,
+            bytes of UTF-8 without a backslash or control characters, written whole (AlgorithmName,
             ManufacturerModelName: DICOM LO).
         evaluation: the output folder of ``monai-unc evaluate``: the case's row of ``metrics.csv`` goes into the SR.
         triage: the output folder of ``monai-unc triage``: the case's decision, score, the rule's digest and

@@ -82,6 +82,9 @@ __all__ = [
     "copy_source_markers",
     "source_zone",
     "modified_content_time",
+    "dates_removed",
+    "DUMMY_DATE",
+    "DUMMY_TIME",
     "input_slices",
     "check_other_series",
     "STUDY_UID_MODES",
@@ -151,32 +154,50 @@ MAP_UNITS: dict[str, tuple[Code, str]] = {
 }
 
 
-def check_text(value: Any, what: str, limit: int = 64) -> str:
-    r"""Refuse a text a DICOM string element (SH 16, LO 64 characters) cannot hold as one value; returns it.
+def check_text(value: Any, what: str, limit: int = 64, *, characters: bool = False) -> str:
+    r"""Refuse a text a DICOM string element (SH 16, LO 64) cannot hold as one value; returns it.
 
     A backslash is the value separator (``a\b`` is read as the two values ``a`` and ``b``) and control characters
-    (tab, newline, ...) are not allowed in these VRs (PS3.5 6.2). The rule of segment names, region names, a
-    Parametric Map's measure and ``--algorithm-name``.
+    (tab, newline, ...) are not allowed in these VRs (PS3.5 6.2). DICOM counts an SH's 16 and an LO's 64 in
+    characters, but validators (dciodvfy) and PACS databases count the bytes of the encoded value, so ``limit`` is
+    counted in bytes of UTF-8, the widest encoding the objects write (:func:`declare_character_set`), as the texts
+    the writers shorten themselves are (:func:`short_text`): a name ``Ödem über ...`` of 64 characters and 74 bytes
+    is refused. The rule of segment names, region names, a Parametric Map's measure, a ``series_description`` and
+    ``--algorithm-name``.
 
     Args:
         value: the text.
         what: what it is, for the message (``"measure"``, ``"algorithm_name"``).
-        limit: the most characters (16 for SH, 64 for LO).
+        limit: the most bytes of UTF-8 (16 for SH, 64 for LO; an ASCII text's characters are its bytes).
+        characters: count ``limit`` in characters instead: for a text that is never written whole, only shortened
+            to its bytes by the writer (a Parametric Map's region, :func:`short_text`).
 
     Returns:
         ``value`` unchanged.
 
     Raises:
-        ValueError: naming ``what``: not a string, empty or blank, longer than ``limit``, a backslash or a control
-            character.
+        ValueError: naming ``what`` (and the text's bytes in UTF-8): not a string, empty or blank, longer than
+            ``limit`` bytes of UTF-8, a backslash or a control character.
 
     Example:
         >>> check_text("predictive_entropy", "measure")
         'predictive_entropy'
+        >>> try:
+        ...     check_text("Ödem " * 13, "segment name")
+        ... except ValueError as e:
+        ...     str(e).endswith("(78 bytes)")
+        True
     """
-    if not isinstance(value, str) or not value.strip() or len(value) > limit or NOT_IN_STRING.search(value):
-        raise ValueError(f"{what} must be 1 to {limit} characters without a backslash (the DICOM value separator) or "
-                         f"control characters, got {value!r}")
+    size_of = len if characters else _utf8_length
+    if not isinstance(value, str) or not value.strip() or size_of(value) > limit or NOT_IN_STRING.search(value):
+        if characters:
+            raise ValueError(f"{what} must be 1 to {limit} characters without a backslash (the DICOM value separator) "
+                             f"or control characters, got {value!r}")
+        size = f" ({_utf8_length(value)} bytes)" if isinstance(value, str) else ""
+        shown = value[:80] + "..." if isinstance(value, str) and len(value) > 80 else value
+        raise ValueError(f"{what} must be 1 to {limit} characters (bytes of UTF-8, as validators and PACS count "
+                         f"them) without a backslash (the DICOM value separator) or control characters, got "
+                         f"{shown!r}{size}")
     return value
 
 
@@ -186,7 +207,7 @@ class SegmentSpec:
 
     Args:
         label: the class value of the label map (>= 1).
-        name: the SegmentLabel (1 to 64 characters, no backslash or control characters).
+        name: the SegmentLabel (1 to 64 bytes of UTF-8, no backslash or control characters).
         category: the segmented property category (a coded concept, e.g. SNOMED-CT ``85756007`` Tissue).
         type: the segmented property type (e.g. SNOMED-CT ``389081007`` Gray Matter).
 
@@ -220,7 +241,7 @@ class AlgorithmInfo:
         method: the uncertainty method (``mcdropout+tta``), recorded as a parameter.
 
     Raises:
-        ValueError: a name or version over 64 characters or with a backslash (the DICOM value separator) or a
+        ValueError: a name or version over 64 bytes of UTF-8 or with a backslash (the DICOM value separator) or a
             control character (they are written as AlgorithmName / AlgorithmVersion and ManufacturerModelName, DICOM
             LO, whole); an empty one is written as ``monai-unc`` / the monai-unc version.
     """
@@ -233,9 +254,12 @@ class AlgorithmInfo:
     def __post_init__(self) -> None:
         for field_name in ("name", "version"):
             value = getattr(self, field_name)
-            if not isinstance(value, str) or len(value) > 64 or NOT_IN_STRING.search(value):
-                raise ValueError(f"algorithm {field_name} must be a string of at most 64 characters without a "
-                                 f"backslash (the DICOM value separator) or control characters, got {value!r}")
+            # found by review 64: 64 characters of 74 bytes passed, and dciodvfy rejected the objects
+            if not isinstance(value, str) or _utf8_length(value) > 64 or NOT_IN_STRING.search(value):
+                size = f" ({_utf8_length(value)} bytes)" if isinstance(value, str) else ""
+                raise ValueError(f"algorithm {field_name} must be a string of at most 64 characters (bytes of "
+                                 "UTF-8, as validators and PACS count them) without a backslash (the DICOM value "
+                                 f"separator) or control characters, got {value!r}{size}")
 
     def identification(self) -> hd.AlgorithmIdentificationSequence:
         """The AlgorithmIdentificationSequence (family: DCM 123110 Artificial Intelligence)."""
@@ -561,9 +585,9 @@ def _check_distinct_names(segments: Sequence[SegmentSpec]) -> None:
 
 
 def check_series_description(description: str | None, default: str) -> str:
-    """The SeriesDescription of a derived object: ``description`` checked, else ``default`` cut to 64 characters.
+    """The SeriesDescription of a derived object: ``description`` checked, else ``default`` cut to 64 bytes.
 
-    A PACS lists a study's series by their description, so every object gets one (a DICOM LO: 1 to 64 characters,
+    A PACS lists a study's series by their description, so every object gets one (a DICOM LO: 1 to 64 bytes of UTF-8,
     no backslash or control characters).
 
     The default is cut to 64 bytes of UTF-8, the widest encoding the objects write (:func:`declare_character_set`):
@@ -603,9 +627,11 @@ def _code(value: Any, where: str) -> Code:
     over 16 is written as LongCodeValue); none may hold a backslash or a control character.
     """
     if (not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, str) and v.strip() for v in value)
-            or any(len(v) > n for v, n in zip(value, (16, 64, 64))) or any(NOT_IN_STRING.search(v) for v in value)):
+            or any(_utf8_length(v) > n for v, n in zip(value, (16, 64, 64)))
+            or any(NOT_IN_STRING.search(v) for v in value)):
         raise ValueError(f"{where} must be [scheme, code value, meaning] (three non-empty strings of at most 16, 64 "
-                         f"and 64 characters, without a backslash or control characters), got {value!r}")
+                         f"and 64 characters: bytes of UTF-8, as validators and PACS count them; without a backslash "
+                         f"or control characters), got {value!r}")
     scheme, code_value, meaning = value
     return Code(code_value, scheme, meaning)
 
@@ -638,7 +664,7 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int], *,
         ValueError: naming the file and the field: not JSON (UTF-8, a byte-order mark skipped), a key given twice in
             one object, not an object, a key that is not one of ``labels`` (with ``named_classes``: not a class
             value from 1 to 65535 either), a
-            name that is empty, longer than 64 characters or holds a backslash or a control character, a malformed
+            name that is empty, longer than 64 bytes of UTF-8 or holds a backslash or a control character, a malformed
             code.
 
     Example:
@@ -916,6 +942,71 @@ def _marker(dataset: Any) -> str:
     return str(dataset.get("LongitudinalTemporalInformationModified", "") or "").strip()
 
 
+#: the codes of DeidentificationMethodCodeSequence (PS3.16 CID 7050) of the options that keep the dates: Retain
+#: Longitudinal Temporal Information With Full Dates, With Modified Dates
+_DATES_KEPT = ("113106", "113107")
+#: the dummy ContentDate / ContentTime (type 1) of an object whose sources' dates were removed and state none
+#: (PS3.15 E.1.1, action D: a non-zero length dummy value consistent with the VR)
+DUMMY_DATE, DUMMY_TIME = "19000101", "000000"
+
+
+def dates_removed(source: Any) -> bool:
+    """Whether a de-identification removed the dates of ``source`` (PS3.15 E.1.1 without the longitudinal options).
+
+    ``LongitudinalTemporalInformationModified`` ``REMOVED`` says so. Without that marker (it is type 3), a source
+    whose ``PatientIdentityRemoved`` is ``YES`` and whose ``DeidentificationMethodCodeSequence`` names a profile or
+    option of PS3.16 CID 7050 (DCM ``1131xx``: the Basic Application Level Confidentiality Profile removes or replaces
+    every date) but neither Retain Longitudinal Temporal Information option (``113106`` full dates, ``113107``
+    modified dates) had its dates removed too. A ``MODIFIED`` or ``UNMODIFIED`` marker, or a de-identification
+    described only in text (``DeidentificationMethod``), is not read as removed.
+
+    Args:
+        source: a slice of the source series.
+
+    Returns:
+        True when the source's dates were removed.
+
+    Example:
+        >>> src = Dataset()
+        >>> src.PatientIdentityRemoved = "YES"
+        >>> item = Dataset()
+        >>> item.CodeValue, item.CodingSchemeDesignator, item.CodeMeaning = "113100", "DCM", "Basic Application ..."
+        >>> src.DeidentificationMethodCodeSequence = [item]
+        >>> dates_removed(src)
+        True
+        >>> item.CodeValue = "113107"
+        >>> dates_removed(src)
+        False
+    """
+    marker = _marker(source)
+    if marker:
+        return marker == "REMOVED"
+    if str(source.get("PatientIdentityRemoved", "") or "").strip() != "YES":
+        return False
+    codes_ = [(str(item.get("CodingSchemeDesignator", "") or "").strip(), str(item.get("CodeValue", "") or "").strip())
+              for item in source.get("DeidentificationMethodCodeSequence") or []]
+    profiles = [value for scheme, value in codes_ if scheme == "DCM" and re.fullmatch(r"1131[0-9]{2}", value)]
+    return bool(profiles) and not any(value in _DATES_KEPT for value in profiles)
+
+
+def _drop_making_times(dataset: Any) -> None:
+    """Leave out the dates of an object's making (type 3): InstanceCreationDate / Time, highdicom's contribution."""
+    for key in ("InstanceCreationDate", "InstanceCreationTime"):
+        if key in dataset:
+            delattr(dataset, key)
+    for item in dataset.get("ContributingEquipmentSequence") or []:
+        if str(item.get("ManufacturerModelName", "")) == "highdicom" and "ContributionDateTime" in item:
+            del item.ContributionDateTime
+
+
+def _set_content_time(dataset: Any, when: tuple[str, str]) -> None:
+    """Set the object's ContentDate / ContentTime (new elements: highdicom may share elements with the source)."""
+    for key, value in zip(("ContentDate", "ContentTime"), when):
+        if key in dataset:
+            delattr(dataset, key)
+        setattr(dataset, key, value)
+
+
 def _shifted_times(dataset: Any, sources: Sequence[Any]) -> bool:
     """Put a derived object's own dates on the shifted timeline of its ``MODIFIED`` sources (copy_source_markers).
 
@@ -930,17 +1021,26 @@ def _shifted_times(dataset: Any, sources: Sequence[Any]) -> bool:
                       "derived object keeps the time of writing as its ContentDate / ContentTime", UserWarning,
                       stacklevel=3)
         return False
-    for key, value in zip(("ContentDate", "ContentTime"), when):
-        if key in dataset:  # a new element: highdicom may share elements with the source
-            delattr(dataset, key)
-        setattr(dataset, key, value)
-    for key in ("InstanceCreationDate", "InstanceCreationTime"):
-        if key in dataset:
-            delattr(dataset, key)
-    for item in dataset.get("ContributingEquipmentSequence") or []:
-        if str(item.get("ManufacturerModelName", "")) == "highdicom" and "ContributionDateTime" in item:
-            del item.ContributionDateTime
+    _set_content_time(dataset, when)
+    _drop_making_times(dataset)
     return True
+
+
+def _removed_times(dataset: Any, sources: Sequence[Any]) -> None:
+    """Give a derived object of sources whose dates were removed no date of its making (copy_source_markers).
+
+    Its ContentDate / ContentTime (type 1) are the latest that those sources still state (the values their
+    de-identification left, dummies), else :data:`DUMMY_DATE` / :data:`DUMMY_TIME` with a warning; the dates of its
+    making (type 3) are left out.
+    """
+    when = modified_content_time([ds for ds in sources if dates_removed(ds)])
+    if when is None:
+        warnings.warn(f"the source's dates were removed by its de-identification (PS3.15 E.1.1) and it states none: "
+                      f"the derived object's ContentDate / ContentTime are the dummy {DUMMY_DATE} {DUMMY_TIME}, not "
+                      "the time of writing", UserWarning, stacklevel=3)
+        when = (DUMMY_DATE, DUMMY_TIME)
+    _set_content_time(dataset, when)
+    _drop_making_times(dataset)
 
 
 def input_slices(series: DicomSeries, others: Sequence[DicomSeries] = ()) -> list[Any]:
@@ -993,11 +1093,20 @@ def copy_source_markers(dataset: Any, source: Any, sources: Sequence[Any] | None
     shifted timeline holds (InstanceCreationDate / Time and highdicom's ContributionDateTime, type 3), are left out.
     A ``MODIFIED`` source without any date keeps the time of writing, with a warning.
 
+    A source whose de-identification removed its dates (:func:`dates_removed`: ``REMOVED``, or a PS3.15 profile
+    without the Retain Longitudinal Temporal Information options; PS3.15 E.1.1 removes or replaces with dummies
+    every date, ContentDate and InstanceCreationDate among them) gives an object no date of its making either: the
+    time of writing in an object copying the source's ``PatientIdentityRemoved`` told when the patient's images were
+    processed, which the de-identification had removed. Its ContentDate / ContentTime (type 1) are the latest its
+    sources still state (the de-identification's dummies), else the dummy :data:`DUMMY_DATE` :data:`DUMMY_TIME`
+    with a warning; InstanceCreationDate / Time and highdicom's ContributionDateTime (type 3) are left out.
+
     Args:
         dataset: the derived object.
         source: the source slice its patient and study were copied from.
         sources: the slices the object derives from, whose latest date dates a ``MODIFIED`` object (every slice of
-            every input series; those marked ``MODIFIED`` count); None: ``[source]``.
+            every input series; those marked ``MODIFIED`` count; of a source whose dates were removed, those whose
+            dates were removed); None: ``[source]``.
 
     Returns:
         ``dataset``.
@@ -1016,7 +1125,11 @@ def copy_source_markers(dataset: Any, source: Any, sources: Sequence[Any] | None
         if key in source and not source[key].is_empty and key not in dataset:
             dataset.add(copy.deepcopy(source[key]))
     # found by review 63: the time of writing beside the source's shifted dates
-    shifted = _marker(source) == "MODIFIED" and _shifted_times(dataset, [source] if sources is None else sources)
+    sources = [source] if sources is None else sources
+    shifted = _marker(source) == "MODIFIED" and _shifted_times(dataset, sources)
+    if dates_removed(source):  # found by review 64: the time of writing in an object of a source without dates
+        _removed_times(dataset, sources)
+        shifted = True  # no date of the object is the machine's local time: none is restated in the source's zone
     zone = source_zone(source)
     if zone is not None and "TimezoneOffsetFromUTC" not in dataset:  # found by review 61: the dates read as local
         dataset.TimezoneOffsetFromUTC = str(source.TimezoneOffsetFromUTC).strip()
@@ -1325,8 +1438,8 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         uid_root: root of the new UIDs.
         series_number: the SeriesNumber of the SEG.
         study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
-        series_description: the SeriesDescription a PACS lists the series by (1 to 64 characters); None:
-            ``segmentation by monai-unc: <segment names>`` (cut to 64 characters).
+        series_description: the SeriesDescription a PACS lists the series by (1 to 64 bytes of UTF-8); None:
+            ``segmentation by monai-unc: <segment names>`` (cut to 64 bytes of UTF-8).
         other_series: the series of the case's other input channels (a model of several), referenced beside
             ``series`` as further source images (:func:`check_other_series`); the object lies on ``series``' grid.
 
@@ -1406,8 +1519,8 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         uid_root: root of the new UIDs.
         series_number: the SeriesNumber.
         study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
-        series_description: the SeriesDescription (1 to 64 characters); None: ``probabilities by monai-unc:
-            <segment names>`` (cut to 64 characters).
+        series_description: the SeriesDescription (1 to 64 bytes of UTF-8); None: ``probabilities by monai-unc:
+            <segment names>`` (cut to 64 bytes of UTF-8).
         other_series: the series of the case's other input channels (a model of several), referenced beside
             ``series`` as further source images (:func:`check_other_series`); the object lies on ``series``' grid.
 
@@ -1495,7 +1608,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         values: ``(columns, rows, slices)`` finite map values.
         series: the source series.
         path: the ``.dcm`` file to write.
-        measure: the map's name (``predictive_entropy``, ...; others get unit ``1``): 1 to 64 characters without a
+        measure: the map's name (``predictive_entropy``, ...; others get unit ``1``): 1 to 64 bytes of UTF-8 without a
             backslash or control characters (:func:`check_text`), written whole as the LUTExplanation of another
             name; its ContentLabel (DICOM CS) is derived from it (:func:`_content_label`).
         algorithm: who made it.
@@ -1504,7 +1617,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
         region: the region the map belongs to (one channel of a region-based model's map, e.g. ``"WT"``); None: a
             map of the whole case.
-        series_description: the SeriesDescription (1 to 64 characters); None: ``<measure> by monai-unc`` or
+        series_description: the SeriesDescription (1 to 64 bytes of UTF-8); None: ``<measure> by monai-unc`` or
             ``<measure> of <region> by monai-unc``.
         other_series: the series of the case's other input channels (a model of several), referenced beside
             ``series`` as further source images (:func:`check_other_series`); the object lies on ``series``' grid.
@@ -1517,7 +1630,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
             ``series_number`` that is not an integer.
         ValueError: values that are not ``(columns, rows, slices)`` or not the series' shape, non-finite values,
             values beyond the float32 range, a ``measure``, region name or ``series_description`` a DICOM LO cannot
-            hold (empty, over 64 characters, a backslash or a control character), a ``series_number`` outside
+            hold (empty, over 64 bytes of UTF-8, a backslash or a control character), a ``series_number`` outside
             ``1 .. 2**31 - 1``.
 
     Example:
@@ -1551,7 +1664,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
                          f"to {big:.6g}, at most {float(np.finfo(np.float32).max):.6g})")
     values = values.astype(np.float32)
     if region is not None:
-        check_text(region, "region", 64)
+        check_text(region, "region", 64, characters=True)  # shortened to 64 bytes where it is written
     frames = volume_frames(values, series, measure)
     unit, explanation = MAP_UNITS.get(measure, (_UNITY, measure))
     label, description = measure[:16], f"{measure} by monai-unc"  # the measures' own labels differ in 16

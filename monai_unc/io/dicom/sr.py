@@ -338,13 +338,13 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         study: the study of the case's derived objects (:func:`~monai_unc.io.dicom.objects.new_study`; None: the
             source's), so the report goes with the objects it references.
         series_number: the SeriesNumber of the SR.
-        series_description: the SeriesDescription a PACS lists the series by (1 to 64 characters); None:
+        series_description: the SeriesDescription a PACS lists the series by (1 to 64 bytes of UTF-8); None:
             ``measurement report by monai-unc``.
         other_series: the series of the case's other input channels (a model of several), listed as evidence
-            beside ``series`` (:func:`~monai_unc.io.dicom.objects.check_other_series`). A segment's group (TID 1411)
-            names ``series`` as its "Source series for segmentation" when there are none (that item holds one
-            series), else every slice of ``series`` and of the other series as its "Source image for segmentation"
-            items.
+            beside ``series`` (:func:`~monai_unc.io.dicom.objects.check_other_series`), every slice once. A
+            segment's group (TID 1411) names ``series``, the series the SEG lies on, as its "Source series for
+            segmentation" (that item holds one series, and TID 1411 takes it or the source images, not both): the
+            slices of every series are in the evidence and in the SEG it references, not repeated per segment.
 
     Returns:
         ``path``.
@@ -378,14 +378,10 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
     groups: list[Any] = []
     inputs = input_slices(series, others)
 
-    def segment_sources() -> dict[str, Any]:
-        """The sources of a segment (TID 1411): its one series, or every slice of the case's several series."""
-        # found by review 63: "Source series for segmentation" holds one series (VM 1), and a case of several named
-        # channel 0's alone; TID 1411 takes 1-n "Source image for segmentation" items instead (either, not both)
-        if not others:
-            return {"source_series": hd.sr.SourceSeriesForSegmentation(series.series_uid)}
-        return {"source_images": [hd.sr.SourceImageForSegmentation(str(ds.SOPClassUID), str(ds.SOPInstanceUID))
-                                  for ds in inputs]}
+    # found by review 64: a case of several series listed every slice of every series in every segment's group
+    # (2 series x 150 slices x 10 segments: 3000 items, 10 s); TID 1411 takes one "Source series for segmentation"
+    # (VM 1) or the source images, not both: the group names the series the SEG lies on, and every slice of every
+    # input series is in the evidence once (CurrentRequestedProcedureEvidenceSequence), as in the SEG it references
     if seg is not None:
         numbers_of_seg = {int(s.SegmentNumber): str(s.SegmentLabel) for s in seg.SegmentSequence}
         for number, volumes in segment_volumes.items():
@@ -397,7 +393,9 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
                                                              identifier=f"segment {number}"[:64]),
                 referenced_segment=hd.sr.ReferencedSegment(sop_class_uid=str(seg.SOPClassUID),
                                                            sop_instance_uid=str(seg.SOPInstanceUID),
-                                                           segment_number=int(number), **segment_sources()),
+                                                           segment_number=int(number),
+                                                           source_series=hd.sr.SourceSeriesForSegmentation(
+                                                               series.series_uid)),
                 measurements=measurements or None, algorithm_id=algo_id,
             ))
     sources = [hd.sr.SourceImageForMeasurementGroup(str(m.SOPClassUID), str(m.SOPInstanceUID)) for m in maps]

@@ -123,7 +123,7 @@ def test_a_modified_source_without_any_date_keeps_the_time_of_writing_with_a_war
         assert before - timedelta(seconds=1) <= when <= datetime.now(timezone.utc) + timedelta(seconds=2), name
 
 
-@pytest.mark.parametrize("marker", [None, "UNMODIFIED", "REMOVED"])
+@pytest.mark.parametrize("marker", [None, "UNMODIFIED"])  # REMOVED: test_review64_dicom
 def test_other_sources_keep_the_time_of_writing(tmp_path, marker):
     series = _series(tmp_path / "s", LongitudinalTemporalInformationModified=marker or "UNMODIFIED")
     if marker is None:
@@ -157,22 +157,25 @@ def _report(tmp_path, series, others):
                                     other_series=others)
 
 
-def test_the_report_names_every_input_series_as_the_segments_source(tmp_path):
-    """Before: each segment's group (TID 1411) named channel 0's series alone as its "Source series for
-    segmentation" (a UIDREF of VM 1), so a reader of the report found the T2 nowhere among the sources of the
-    segments. TID 1411 takes either that one series or 1-n "Source image for segmentation" items: a case of several
-    series now lists every slice of every series there, as the SEG's own references do."""
-    hd = pytest.importorskip("highdicom")
+def test_the_report_names_every_input_series_in_its_evidence(tmp_path):
+    """Each segment's group (TID 1411) names the series the SEG lies on as its "Source series for segmentation" (a
+    UIDREF of VM 1; review 63 listed every slice of every series there instead, segments x slices items, which review
+    64 found out of proportion); the T2 is in the report's evidence, slice by slice, as in the SEG it references."""
     series, other = _two_channels(tmp_path)
     path = _report(tmp_path, series, [other])
     assert dciodvfy_errors(path) == []
-    groups = hd.sr.srread(path).content.get_volumetric_roi_measurement_groups()
+    report = hd_sr().srread(path)
+    groups = report.content.get_volumetric_roi_measurement_groups()
     assert len(groups) == 2
-    wanted = {str(ds.SOPInstanceUID) for s in (series, other) for ds in s.datasets}
     for group in groups:
-        ref = group.referenced_segment
-        assert ref.source_series_for_segmentation is None
-        assert {str(i.referenced_sop_instance_uid) for i in ref.source_images_for_segmentation} == wanted
+        assert str(group.referenced_segment.source_series_for_segmentation.value) == series.series_uid
+    evidence = {str(i.ReferencedSOPInstanceUID) for s in report.CurrentRequestedProcedureEvidenceSequence
+                for r in s.ReferencedSeriesSequence for i in r.ReferencedSOPSequence}
+    assert {str(ds.SOPInstanceUID) for s in (series, other) for ds in s.datasets} <= evidence
+
+
+def hd_sr():
+    return pytest.importorskip("highdicom").sr
 
 
 def test_a_report_of_one_series_names_it_as_the_source_series(tmp_path):
