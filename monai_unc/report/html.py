@@ -1046,8 +1046,9 @@ def build_report(
     Raises:
         FileNotFoundError: ``images`` is given but is no folder (before anything is written).
         ValueError: ``n_cases`` is not a non-negative integer, ``<output>/figures`` is a symbolic link
-            (:func:`monai_unc.io.owned_folder`), or another run holds the report folder (another report: one at a time
-            per folder, :func:`monai_unc.io.output_lock`).
+            (:func:`monai_unc.io.owned_folder`), another run holds the report folder (another report: one at a time
+            per folder, :func:`monai_unc.io.output_lock`), or another process's ``evaluate`` rewrote (or holds) the
+            evaluation while the page was made (no page is kept).
     """
     # found by hostile testing: n_cases=-1 drew every case but the least uncertain, True one case, unsaid
     n_cases = check_integer(n_cases, "n_cases", 0)
@@ -1169,8 +1170,8 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
     if holder is not None or _summary_digest(evaluation) != digest:  # another evaluate rewrote it meanwhile
         _remove_page(out_dir)
         by = f" (another run holds it: {holder})" if holder is not None else " (rewritten by another run)"
-        raise ValueError(f"the evaluation in {evaluation} changed while the report was made{by}: no page was kept; "
-                         "make the report again once that run has ended")
+        raise ValueError(f"the evaluation in {evaluation} changed (or is being rewritten) while the report was "
+                         f"made{by}: no page was kept; make the report again once that run has ended")
     return written
 
 

@@ -50,6 +50,7 @@ def _swap_in(src: Path, dst: Path) -> None:
             os.replace(tmp, dst / name)
 
 
+@pytest.mark.slow  # two reports of a small evaluation (several seconds: the figures)
 def test_a_report_of_an_evaluation_rewritten_while_it_is_drawn_is_refused(evaluations, tmp_path, monkeypatch,
                                                                           capsys):
     import shutil
@@ -102,6 +103,35 @@ def test_an_evaluate_that_ends_while_another_process_writes_its_report_exits_0(e
         said = [str(w.message) for w in caught] + [capsys.readouterr().err]
         assert any("being written" in s and str(ev / "report") in s for s in said), said
         assert json.loads((ev / "summary.json").read_text())["triage"]["budget"] == 0.5
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.slow  # a holder process (about 1 s to start) and a report
+def test_an_evaluate_refused_by_another_run_leaves_the_report_page_alone(evaluations, tmp_path, capsys):
+    """The refused run removed ``<output>/report/report.html`` of a folder that another evaluate held (its summary
+    half-way rewritten by that run) and said so on a second line: a refused run writes or removes nothing."""
+    import shutil
+
+    ev = tmp_path / "ev"
+    shutil.copytree(evaluations["ev"], ev)
+    assert main(["report", "-e", str(ev), "--cases", "0", "-q"]) == 0
+    code = ("import sys, time; from monai_unc.io import output_lock\n"
+            "with output_lock(sys.argv[1], 'monai-unc evaluate'):\n    print('held', flush=True); time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(ev)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _swap_in(evaluations["other"], ev)  # the holder's run writing its cohort files
+        capsys.readouterr()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert main([*evaluations["argv"], "-o", str(ev)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "another run" in err[0] and f"pid {holder.pid}" in err[0], err
+        assert not [str(w.message) for w in caught if "removed" in str(w.message)]
+        assert (ev / "report" / "report.html").is_file()  # the holder's run decides about it when it ends
     finally:
         holder.kill()
         holder.wait()
