@@ -35,6 +35,7 @@ numbers in the report are always those of the metric functions.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -73,6 +74,7 @@ from ..io import (
     is_seg_label,
     load_case,
     output_lock,
+    output_lock_holder,
     owned_folder,
     read_csv,
     segment_label_values,
@@ -1044,8 +1046,9 @@ def build_report(
     Raises:
         FileNotFoundError: ``images`` is given but is no folder (before anything is written).
         ValueError: ``n_cases`` is not a non-negative integer, ``<output>/figures`` is a symbolic link
-            (:func:`monai_unc.io.owned_folder`), or another run holds the report folder (another report: one at a time
-            per folder, :func:`monai_unc.io.output_lock`).
+            (:func:`monai_unc.io.owned_folder`), another run holds the report folder (another report: one at a time
+            per folder, :func:`monai_unc.io.output_lock`), or another process's ``evaluate`` rewrote (or holds) the
+            evaluation while the page was made (no page is kept).
     """
     # found by hostile testing: n_cases=-1 drew every case but the least uncertain, True one case, unsaid
     n_cases = check_integer(n_cases, "n_cases", 0)
@@ -1064,7 +1067,14 @@ def build_report(
 def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images: str | os.PathLike | None,
                   n_cases: int, title: str, viewer: bool, summary: Mapping[str, Any] | None,
                   risk_options: dict[str, Any]) -> Path:
-    """:func:`build_report`'s work, its report folder held."""
+    """:func:`build_report`'s work, its report folder held.
+
+    The evaluation is read once; an ``evaluate`` of another process that rewrites it meanwhile (its folder is held by
+    that run, not by the report) is found when the page is written: the page and its record are removed again and
+    the report refused in one line (found by the hostile review of two runs at once, review 64: the record named
+    the digest of the new ``summary.json``, read at the end, so the page of the earlier evaluation was kept for good).
+    """
+    digest = _summary_digest(evaluation)  # before reading: the record names the summary the page shows
     state, saved = load_evaluation(evaluation)
     if summary is None and (budget is not None or any(v is not None for v in risk_options.values())):
         warnings.warn("build_report(budget=..., target_risk=..., ...) is deprecated: the report renders a summary, it "
@@ -1155,7 +1165,13 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
     written = atomic_write_text(out_dir / "report.html", page)
     # after the page: a page without its record is kept by remove_stale_report, a record never vouches for an older page
     atomic_write_json(out_dir / REPORT_SOURCE_RECORD, {"evaluation": str(evaluation.resolve()),
-                                                       "summary_sha256": _summary_digest(evaluation)})
+                                                       "summary_sha256": digest})
+    holder = output_lock_holder(evaluation)
+    if holder is not None or _summary_digest(evaluation) != digest:  # another evaluate rewrote it meanwhile
+        _remove_page(out_dir)
+        by = f" (another run holds it: {holder})" if holder is not None else " (rewritten by another run)"
+        raise ValueError(f"the evaluation in {evaluation} changed (or is being rewritten) while the report was "
+                         f"made{by}: no page was kept; make the report again once that run has ended")
     return written
 
 
@@ -1181,7 +1197,9 @@ def remove_stale_report(evaluation: str | os.PathLike, output: str | os.PathLike
     (:data:`REPORT_SOURCE_RECORD`, written by :func:`build_report`) names the evaluation folder and the digest of the
     ``summary.json`` it rendered; a page recorded for this folder whose ``summary.json`` now differs or is gone (a run
     that failed) is removed with the figures it recorded. A page without a record (a user's own file, a page of an
-    earlier release) or one made from another evaluation folder is left alone.
+    earlier release) or one made from another evaluation folder is left alone. A report that another process is
+    writing into the folder is waited for up to ten seconds; one that takes longer is left to its own check (it keeps
+    no page of an evaluation that changed while it was made), with a warning.
 
     Args:
         evaluation: the evaluation folder.
@@ -1207,17 +1225,38 @@ def remove_stale_report(evaluation: str | os.PathLike, output: str | os.PathLike
     page = out_dir / "report.html"
     if data.get("summary_sha256") == _summary_digest(evaluation) or record.is_symlink():
         return None
-    with output_lock(out_dir, "monai-unc evaluate"):  # not while a report is being written there
+    with contextlib.ExitStack() as held:
+        try:  # not while a report is being written there: a short wait for one that is ending
+            held.enter_context(output_lock(out_dir, "monai-unc evaluate", wait=_REPORT_WAIT_S))
+        except ValueError:
+            holder = output_lock_holder(out_dir)
+            if holder is None:  # a planted lock file, not another run
+                raise
+            # found by the hostile review of two runs at once (review 64): evaluate exited 2 here after it had
+            # written all its outputs; that report finds the evaluation changed when it ends and keeps no page
+            warnings.warn(f"{out_dir} is being written by another run ({holder}): that report checks the evaluation "
+                          "when it ends and keeps no page of an earlier one", UserWarning, stacklevel=2)
+            return None
         removed = page if page.is_file() and not page.is_symlink() else None
-        if removed is not None:
-            page.unlink()
-        fig_dir = out_dir / "figures"
-        if fig_dir.is_dir() and not fig_dir.is_symlink():
-            for name in sorted(_recorded_figures(fig_dir)):
-                (fig_dir / name).unlink(missing_ok=True)
-            (fig_dir / _FIGURES_RECORD).unlink(missing_ok=True)
-        record.unlink(missing_ok=True)
+        _remove_page(out_dir)
     return removed
+
+
+#: seconds :func:`remove_stale_report` waits for another process's report into the folder to end
+_REPORT_WAIT_S = 10.0
+
+
+def _remove_page(out_dir: Path) -> None:
+    """Remove ``report.html``, the figures its record lists and its source record (the folder held)."""
+    page = out_dir / "report.html"
+    if page.is_file() and not page.is_symlink():
+        page.unlink()
+    fig_dir = out_dir / "figures"
+    if fig_dir.is_dir() and not fig_dir.is_symlink():
+        for name in sorted(_recorded_figures(fig_dir)):
+            (fig_dir / name).unlink(missing_ok=True)
+        (fig_dir / _FIGURES_RECORD).unlink(missing_ok=True)
+    (out_dir / REPORT_SOURCE_RECORD).unlink(missing_ok=True)
 
 
 #: the file in ``<report>/figures`` that lists the PNGs the page wrote there (removed by the next page)

@@ -19,7 +19,7 @@ from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, check_risk_options, run_evaluate
 from ..evaluation.config import check_ignore_label
 from ..evaluation.products import implicit_products
-from ..io import nnunet_dataset_ignore_label, read_json_cached
+from ..io import nnunet_dataset_ignore_label, output_lock_holder, read_json_cached
 from ..product import format_cell, format_fraction, products_from_arguments
 from ..products.risk_control import risk_control_line as _risk_control_line
 from ..report.html import remove_stale_report
@@ -67,7 +67,9 @@ def evaluate_command(
         try:
             return run_evaluate(labels, predictions, output, config, dist=ctx, **options)
         finally:  # the outputs changed (or were removed by a failed run): a page of the earlier ones goes too
-            page = remove_stale_report(out) if ctx.is_main else None
+            # unless another run holds the folder (this run was refused: it removes nothing; found by the hostile
+            # review of two runs at once, review 64): that run decides about the page when it ends
+            page = remove_stale_report(out) if ctx.is_main and output_lock_holder(out) is None else None
             if page is not None:
                 warnings.warn(f"removed {page}: it showed an earlier evaluation of this folder; run monai-unc report "
                               "again", UserWarning, stacklevel=2)

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from .._utils import refusing
-from ..io import atomic_write_json, check_utf8_name, check_writable_folder, input_folder, json_safe, split_extension
+from ..io import (
+    atomic_write_json,
+    check_not_being_written,
+    check_utf8_name,
+    check_writable_folder,
+    input_folder,
+    json_safe,
+    split_extension,
+)
 from ..io.signing import Trust
 from ..monitoring import (
     GroupStatus,
@@ -226,9 +234,17 @@ def record_triage(
         The :class:`~monai_unc.workflows.session.CommandResult` of the run's id; its lines: what was recorded and
         skipped, and a ``warning:`` line when some cases were skipped as already recorded without a prediction
         digest to confirm that they are the same scan (:meth:`~monai_unc.monitoring.MonitorStore.record_run`).
+
+    Raises:
+        ValueError: the folder is still being written by another run (a ``triage`` of another process holds it:
+            :func:`monai_unc.io.check_not_being_written`), before the store is opened; or what
+            :func:`~monai_unc.monitoring.records.read_triage_run` and the store refuse.
     """
     url = _db(db)
     input_folder(triage, "triage")  # a missing folder or a file named as such (the command line: TRIAGE)
+    # a triage of another process still writing it (found by the hostile review of two runs at once, review 64: a
+    # cron triage rewriting the folder while it was recorded by hand), as report and dicom-export refuse theirs
+    check_not_being_written(triage, what=f"the triage folder {triage}", then=", then record it")
     with refusing("sites"):  # the command line names --sites (review 63)
         table = None if sites is None else read_sites(sites)
     run = read_triage_run(triage, site=site, sites=table, triaged_at=time, trust=trust)
