@@ -1,0 +1,105 @@
+"""Hostile review 64 of image geometry across a case's files (found by hostile testing).
+
+- a 5-D NIfTI ``(X, Y, Z, 1, C)`` (the NIfTI / ITK layout of a vector image: time axis 1, components on the fifth
+  axis) was refused against a 3-D label as "spatial shape (X, Y, Z, 1) ... resample the prediction"; its singleton
+  time axis is now dropped, so it reads as the 4-D ``(X, Y, Z, C)`` file with the same voxels does;
+- a file holding the label's grid in another voxel order (an axis reversed, or axes swapped, with the affine that
+  says so) was refused as "different affines" or "resample": the refusal now says which axes and that reorienting
+  (no resampling) puts it on the label's grid. Metrics are never computed on such a file voxel by voxel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+nib = pytest.importorskip("nibabel")
+
+from monai_unc.io import CaseError, CaseFiles, load_case  # noqa: E402
+
+A = np.diag([0.8, 1.0, 2.5, 1.0])
+A[:3, 3] = (-10.0, 5.0, 20.0)
+SHAPE = (6, 5, 4)
+
+
+def _volumes():
+    rng = np.random.default_rng(0)
+    gt = (rng.random(SHAPE) < 0.4).astype(np.uint8)
+    p1 = rng.uniform(0.05, 0.95, SHAPE).astype(np.float32)
+    return gt, np.stack([1 - p1, p1], -1)
+
+
+def _flipped(a: np.ndarray, axis: int, n: int) -> np.ndarray:
+    """The affine of the same grid stored with ``axis`` (of length ``n``) reversed."""
+    f = a.copy()
+    f[:3, axis] *= -1
+    f[:3, 3] = a[:3, :3] @ np.eye(3)[axis] * (n - 1) + a[:3, 3]
+    return f
+
+
+def test_a_5d_probability_file_with_a_singleton_time_axis_is_read_on_the_3d_grid(tmp_path):
+    gt, probs = _volumes()
+    nib.save(nib.Nifti1Image(gt, A), tmp_path / "c0.nii.gz")
+    nib.save(nib.Nifti1Image(probs, A), tmp_path / "c0_probs.nii.gz")
+    nib.save(nib.Nifti1Image(probs[..., None, :], A), tmp_path / "c1_probs.nii.gz")  # (X, Y, Z, 1, C)
+    nib.save(nib.Nifti1Image(gt[..., None, None], A), tmp_path / "c1.nii.gz")  # a 5-D label too
+    four = load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
+    five = load_case(CaseFiles("c1", tmp_path / "c1.nii.gz", probs=tmp_path / "c1_probs.nii.gz"))
+    assert five.probs.shape == (2, *SHAPE) and five.label.shape == SHAPE and five.spacing == four.spacing
+    assert five.spacing == pytest.approx((0.8, 1.0, 2.5))
+    np.testing.assert_array_equal(five.probs, four.probs)
+    np.testing.assert_array_equal(five.label, four.label)
+    mixed = load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c1_probs.nii.gz"))
+    np.testing.assert_array_equal(mixed.seg, four.seg)
+
+
+def test_a_5d_file_with_a_longer_time_axis_is_still_refused(tmp_path):
+    gt, probs = _volumes()
+    nib.save(nib.Nifti1Image(gt, A), tmp_path / "c0.nii.gz")
+    nib.save(nib.Nifti1Image(np.stack([probs, probs], 3), A), tmp_path / "c0_probs.nii.gz")  # (X, Y, Z, 2, C)
+    with pytest.raises(CaseError, match=r"c0_probs\.nii\.gz has spatial shape \(6, 5, 4, 2\)"):
+        load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
+
+
+@pytest.mark.parametrize("axis", [0, 2])
+def test_a_prediction_with_a_reversed_axis_is_refused_with_the_reorientation(tmp_path, axis):
+    gt, probs = _volumes()
+    nib.save(nib.Nifti1Image(gt, A), tmp_path / "c0.nii.gz")
+    flipped = np.flip(probs, axis).copy()
+    nib.save(nib.Nifti1Image(flipped, _flipped(A, axis, SHAPE[axis])), tmp_path / "c0_probs.nii.gz")
+    with pytest.raises(CaseError) as e:
+        load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
+    msg = str(e.value)
+    assert "c0_probs.nii.gz" in msg and "c0.nii.gz" in msg and "\n" not in msg, msg
+    assert f"the label's grid with voxel axis {axis} reversed" in msg and "reorient" in msg, msg
+
+
+def test_a_prediction_with_swapped_axes_is_refused_with_the_reorientation(tmp_path):
+    gt, probs = _volumes()
+    nib.save(nib.Nifti1Image(gt, A), tmp_path / "c0.nii.gz")
+    swapped = np.eye(4)
+    swapped[:, [0, 1, 2]] = A[:, [2, 1, 0]]
+    swapped[:, 3] = A[:, 3]
+    nib.save(nib.Nifti1Image(np.swapaxes(probs, 0, 2).copy(), swapped), tmp_path / "c0_probs.nii.gz")
+    with pytest.raises(CaseError) as e:
+        load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
+    msg = str(e.value)
+    assert "spatial shape (4, 5, 6)" in msg and "(6, 5, 4)" in msg, msg
+    assert "the label's grid with its voxel axes in the order (2, 1, 0)" in msg and "reorient" in msg, msg
+    assert "resample" not in msg, msg
+
+
+def test_a_prediction_on_another_grid_keeps_the_plain_refusals(tmp_path):
+    gt, probs = _volumes()
+    nib.save(nib.Nifti1Image(gt, A), tmp_path / "c0.nii.gz")
+    moved = A.copy()
+    moved[0, 3] += 5.0
+    nib.save(nib.Nifti1Image(probs, moved), tmp_path / "c0_probs.nii.gz")
+    with pytest.raises(CaseError, match="different affines") as e:
+        load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
+    assert "reorient" not in str(e.value)
+    nib.save(nib.Nifti1Image(np.pad(probs, ((0, 1), (0, 0), (0, 0), (0, 0)), constant_values=0.5), A),
+             tmp_path / "c0_probs.nii.gz")
+    with pytest.raises(CaseError, match=r"spatial shape \(7, 5, 4\) but the label c0\.nii\.gz has \(6, 5, 4\); "
+                                        "resample"):
+        load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
