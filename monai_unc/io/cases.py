@@ -145,6 +145,7 @@ __all__ = [
     "grid_mismatch",
     "check_geometry",
     "reoriented_grid",
+    "REORIENT_REMEDY",
     "nifti_geometry",
     "load_case",
     "INFER_RECORD",
@@ -2894,6 +2895,20 @@ def grid_mismatch(affine: np.ndarray, reference: np.ndarray, shape: Sequence[int
     return f"voxel centres up to {moved:.4g} mm apart, tolerance {tolerance:.4g} mm"
 
 
+#: the remedy of a volume holding a reference grid in another voxel order (:func:`reoriented_grid`); ``{what}``
+#: names the reference
+REORIENT_REMEDY = ("reorient it onto the axes of {what} (no resampling: nibabel's as_reoriented, MONAI's Orientationd "
+                   "with the axcodes of {what})")
+
+
+def _without_trailing_ones(shape: Sequence[int]) -> tuple[int, ...]:
+    """``shape`` without its trailing axes of length 1 (at least one axis kept)."""
+    out = [int(n) for n in shape]
+    while len(out) > 1 and out[-1] == 1:
+        out.pop()
+    return tuple(out)
+
+
 def _axis_codes(affine: np.ndarray, ndim: int) -> str:
     """``", axcodes 'RAS'"``: nibabel's axis codes of a 3-D grid's affine, for a message ("" for another grid)."""
     if ndim != 3:
@@ -2972,7 +2987,7 @@ def reoriented_grid(affine: np.ndarray, shape: Sequence[int], reference: np.ndar
     if source == list(range(d)):
         return reversed_
     order = tuple(source.index(j) for j in range(d))
-    return f"its voxel axes in the order {order}" + (f" (the label's {reversed_})" if reversed_ else "")
+    return f"its voxel axes in the order {order}" + (f" and {reversed_}" if reversed_ else "")
 
 
 def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None) -> np.ndarray:
@@ -3115,13 +3130,18 @@ def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: t
         raise CaseError(
             f"case {case!r}: {path.name} (spatial shape {tuple(shape)}) holds the label's grid with {order}, not in "
             f"the voxel order of {label} ({tuple(ref_shape)}{codes}), so its voxels cannot be compared one by one; "
-            "reorient it onto the label's axes (no resampling: nibabel's as_reoriented, MONAI's Orientationd with "
-            "the label's axcodes)"
+            f"{REORIENT_REMEDY.format(what='the label')}"
         )
     if tuple(shape) != tuple(ref_shape):
+        remedy = "resample the prediction onto the label's grid"
+        if _without_trailing_ones(shape) == _without_trailing_ones(ref_shape):  # found by hostile review 64
+            common = _without_trailing_ones(ref_shape)
+            if aff is None or grid_mismatch(aff, ref_aff, common) is None:
+                remedy = ("the same voxels with an axis of length 1 more or less (a 2-D file against a one-slice 3-D "
+                          "one): save both with the same number of axes (nibabel: add or drop the axis of length 1)")
         raise CaseError(
             f"case {case!r}: {path.name} has spatial shape {tuple(shape)} but {label} has "
-            f"{tuple(ref_shape)}; resample the prediction onto the label's grid"
+            f"{tuple(ref_shape)}; {remedy}"
         )
     if aff is not None:
         problem = grid_mismatch(aff, ref_aff, ref_shape)

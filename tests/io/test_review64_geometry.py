@@ -103,3 +103,63 @@ def test_a_prediction_on_another_grid_keeps_the_plain_refusals(tmp_path):
     with pytest.raises(CaseError, match=r"spatial shape \(7, 5, 4\) but the label c0\.nii\.gz has \(6, 5, 4\); "
                                         "resample"):
         load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
+
+
+def test_a_2d_label_against_a_one_slice_3d_prediction_names_the_axis_of_length_1(tmp_path):
+    """The same voxels, one file 2-D ``(X, Y)`` and the other ``(X, Y, 1)``: refused (the shapes differ), with the
+    remedy that fits (the axis of length 1), not "resample"."""
+    gt, probs = _volumes()
+    nib.save(nib.Nifti1Image(gt[:, :, 0], A), tmp_path / "c0.nii.gz")
+    nib.save(nib.Nifti1Image(probs[:, :, :1], A), tmp_path / "c0_probs.nii.gz")  # (X, Y, 1, C)
+    with pytest.raises(CaseError) as e:
+        load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
+    msg = str(e.value)
+    assert "spatial shape (6, 5, 1) but the label c0.nii.gz has (6, 5)" in msg, msg
+    assert "an axis of length 1" in msg and "resample" not in msg, msg
+
+
+def test_infer_and_triage_name_a_reversed_image_channel(tmp_path):
+    from monai_unc.evaluation.triage.images import read_image_channels
+    from monai_unc.io import ImageCase
+    from monai_unc.workflows.infer import load_image_case
+
+    images = tmp_path / "images"
+    images.mkdir()
+    x = np.random.default_rng(1).random(SHAPE).astype(np.float32)
+    nib.save(nib.Nifti1Image(x, A), images / "c0_0000.nii.gz")
+    nib.save(nib.Nifti1Image(np.flip(x, 1).copy(), _flipped(A, 1, SHAPE[1])), images / "c0_0001.nii.gz")
+    with pytest.raises(ValueError, match=r"channel c0_0001\.nii\.gz holds channel 0's grid with voxel axis 1 "
+                                         r"reversed: reorient it onto the axes of channel 0"):
+        load_image_case(ImageCase("c0", (images / "c0_0000.nii.gz", images / "c0_0001.nii.gz")))
+    with pytest.raises(CaseError, match=r"image c0_0001\.nii\.gz holds the grid of the case's other volumes with "
+                                        r"voxel axis 1 reversed: reorient"):
+        read_image_channels(images / "c0_0000.nii.gz", "all", case_id="c0")
+
+
+def test_calibrate_names_a_label_with_a_reversed_axis(tmp_path, capsys):
+    import json
+
+    import torch
+    from monai.networks.nets import UNet
+
+    from monai_unc.cli import main
+    from tests._cases import TOY_NET
+
+    images, labels = tmp_path / "images", tmp_path / "labels"
+    images.mkdir()
+    labels.mkdir()
+    shape = (8, 8, 8)
+    x = np.random.default_rng(2).random(shape).astype(np.float32)
+    nib.save(nib.Nifti1Image(x, A), images / "c0.nii.gz")
+    gt = (x > 0.5).astype(np.uint8)
+    nib.save(nib.Nifti1Image(np.flip(gt, 2).copy(), _flipped(A, 2, shape[2])), labels / "c0.nii.gz")
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
+    capsys.readouterr()
+    rc = main(["calibrate", "-i", str(images), "-l", str(labels), "-o", str(tmp_path / "c.pt"), "--network",
+               str(tmp_path / "net.json"), "--checkpoint", str(tmp_path / "net.pt"), "--max-steps", "1", "-q"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and len(err) == 1, err
+    assert "label c0.nii.gz holds the image's grid with voxel axis 2 reversed: reorient it" in err[0], err
+    assert not (tmp_path / "c.pt").exists()

@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 
 from ...io import (
+    REORIENT_REMEDY,
     CaseError,
     grid_mismatch,
     image_channel_files,
     read_volume,
+    reoriented_grid,
 )
 from ...keys import MEASURES
 from ...scores import CASE_SCORES
@@ -123,6 +125,9 @@ def read_image_channels(
         if geometry is None:
             geometry = (data.shape[1:], aff)
         shape, ref_aff = geometry
+        if (order := reoriented_grid(aff, data.shape[1:], ref_aff, shape)) is not None:
+            raise CaseError(f"{who}image {p.name} holds the grid of the case's other volumes with {order}: "
+                            + REORIENT_REMEDY.format(what="the case's other volumes"))
         if tuple(data.shape[1:]) != tuple(shape):
             raise CaseError(f"{who}image {p.name} has spatial shape {tuple(data.shape[1:])}, expected {tuple(shape)}")
         problem = grid_mismatch(aff, ref_aff, shape)
