@@ -3453,7 +3453,7 @@ def _one_region_masks(path: Path, data: np.ndarray, num_regions: int | None) -> 
 
     Returns:
         True for a one-region spec and a ``.nii`` / ``.nii.gz`` file of one more axis than the grid, of length 1,
-        holding 0 and 1 only.
+        holding 0 and 1 only (a 5-D ``(X, Y, Z, 1, 1)`` file counts as the 4-D ``(X, Y, Z, 1)``).
     """
     if num_regions != 1:
         return False
@@ -3461,7 +3461,12 @@ def _one_region_masks(path: Path, data: np.ndarray, num_regions: int | None) -> 
         geometry = nifti_geometry(path)
     except Exception:  # noqa: BLE001 - the volume was read: its header is, too
         return False
-    if geometry is None or len(geometry[0]) != data.ndim or geometry[0][-1] != 1:
+    if geometry is None or geometry[0][-1] != 1:
+        return False
+    shape = geometry[0]
+    if len(shape) == 5 and shape[3] == 1:  # (X, Y, Z, 1, 1): read without its time axis (_without_time_axis)
+        shape = shape[:3] + shape[4:]
+    if len(shape) != data.ndim:
         return False
     return bool(np.isin(data, (0, 1)).all())
 

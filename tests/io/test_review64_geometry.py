@@ -163,3 +163,22 @@ def test_calibrate_names_a_label_with_a_reversed_axis(tmp_path, capsys):
     assert rc == 2 and len(err) == 1, err
     assert "label c0.nii.gz holds the image's grid with voxel axis 2 reversed: reorient it" in err[0], err
     assert not (tmp_path / "c.pt").exists()
+
+
+def test_a_5d_one_region_mask_stays_a_mask(tmp_path):
+    """A one-region mask ``(X, Y, Z, 1, 1)`` is read as the 4-D ``(X, Y, Z, 1)`` mask is: the region's 0/1 mask, not
+    a label map of label 1 (the time axis dropped must not turn it into one)."""
+    gt, probs = _volumes()
+    label = np.where(gt > 0, 4, 0).astype(np.uint8)  # BraTS-like: the region ET is label 4
+    nib.save(nib.Nifti1Image(label, A), tmp_path / "c0.nii.gz")
+    p = probs[..., 1:]
+    nib.save(nib.Nifti1Image(p, A), tmp_path / "c0_probs.nii.gz")
+    seg4, seg5 = gt[..., None], gt[..., None, None]
+    nib.save(nib.Nifti1Image(seg4, A), tmp_path / "c0_seg.nii.gz")
+    nib.save(nib.Nifti1Image(seg5, A), tmp_path / "c1_seg.nii.gz")
+    four = load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz",
+                               seg=tmp_path / "c0_seg.nii.gz"), num_classes=1, multilabel=True)
+    five = load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz",
+                               seg=tmp_path / "c1_seg.nii.gz"), num_classes=1, multilabel=True)
+    assert five.seg.shape == four.seg.shape and five.seg.dtype == four.seg.dtype, (five.seg.shape, four.seg.shape)
+    np.testing.assert_array_equal(five.seg, four.seg)
