@@ -2901,6 +2901,17 @@ REORIENT_REMEDY = ("reorient it onto the axes of {what} (no resampling: nibabel'
                    "with the axcodes of {what})")
 
 
+def _unoriented_nifti(path: Path) -> bool:
+    """Whether ``path`` is a NIfTI file without orientation: ``sform_code`` and ``qform_code`` both 0 (its header)."""
+    if not str(path).lower().endswith((".nii", ".nii.gz")):
+        return False
+    try:
+        header = load_nifti(os.path.expanduser(str(path))).header
+        return int(header["sform_code"]) == 0 and int(header["qform_code"]) == 0
+    except Exception:  # noqa: BLE001 - only the reason of a refusal: the file was read
+        return False
+
+
 def _without_trailing_ones(shape: Sequence[int]) -> tuple[int, ...]:
     """``shape`` without its trailing axes of length 1 (at least one axis kept)."""
     out = [int(n) for n in shape]
@@ -3123,6 +3134,16 @@ def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: t
     ref_shape, ref_aff, ref_path = ref
     shape, aff, path = other
     label = "the label" if ref_path is None else f"the label {ref_path.name}"
+    if aff is not None and (tuple(shape) != tuple(ref_shape) or grid_mismatch(aff, ref_aff, ref_shape) is not None):
+        unset = [p for p in (ref_path, path) if p is not None and _unoriented_nifti(p)]
+        if unset:  # found by hostile review 64: refused as "not in the same space", the cause unsaid
+            raise CaseError(
+                f"case {case!r}: {unset[0].name} has no orientation (sform_code and qform_code 0, NIfTI's method 1), "
+                f"so its affine is a reader's guess (nibabel's and MONAI's: pixdim, the origin at the volume's centre; "
+                f"ITK's and nnU-Net's SimpleITK: origin 0): {path.name} and {label} are not read on one grid; give "
+                f"{unset[0].name} the geometry of its image (nibabel: img.set_sform(image_affine, code=1)), or write "
+                "the prediction with the label's header"
+            )
     # the label's grid in another voxel order: said so, never compared voxel by voxel (found by hostile review 64)
     order = None if aff is None else reoriented_grid(aff, shape, ref_aff, ref_shape)
     if order is not None:

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -182,3 +184,38 @@ def test_a_5d_one_region_mask_stays_a_mask(tmp_path):
                                seg=tmp_path / "c1_seg.nii.gz"), num_classes=1, multilabel=True)
     assert five.seg.shape == four.seg.shape and five.seg.dtype == four.seg.dtype, (five.seg.shape, four.seg.shape)
     np.testing.assert_array_equal(five.seg, four.seg)
+
+
+def _unoriented(path: Path, data: np.ndarray) -> Path:
+    """``data`` in a NIfTI file without orientation (sform_code and qform_code 0: NIfTI's "method 1")."""
+    img = nib.Nifti1Image(data, np.diag([0.7, 0.8, 2.0, 1.0]))
+    img.set_sform(None, code=0)
+    img.set_qform(None, code=0)
+    nib.save(img, path)
+    return path
+
+
+@pytest.mark.parametrize("which", ["label", "prediction"])
+def test_a_file_without_orientation_is_named_when_the_grids_differ(tmp_path, which):
+    """nibabel (and MONAI) give a file without sform and qform a made-up affine (origin at the volume's centre), ITK
+    (nnU-Net's SimpleITK writer) another (origin 0): the refusal names the file and that reason, not only "different
+    affines"."""
+    gt, probs = _volumes()
+    itk_guess = np.diag([-0.7, -0.8, 2.0, 1.0])  # what SimpleITK writes for such a file
+    if which == "label":
+        _unoriented(tmp_path / "c0.nii.gz", gt)
+        nib.save(nib.Nifti1Image(probs, itk_guess), tmp_path / "c0_probs.nii.gz")
+    else:
+        nib.save(nib.Nifti1Image(gt, itk_guess), tmp_path / "c0.nii.gz")
+        _unoriented(tmp_path / "c0_probs.nii.gz", probs)
+    unset = "c0.nii.gz" if which == "label" else "c0_probs.nii.gz"
+    with pytest.raises(CaseError) as e:
+        load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
+    msg = str(e.value)
+    assert f"{unset} has no orientation (sform_code and qform_code 0" in msg and "\n" not in msg, msg
+    assert f"give {unset} the geometry of its image" in msg, msg
+    # the same file on both sides: one grid, read as before
+    _unoriented(tmp_path / "c0.nii.gz", gt)
+    _unoriented(tmp_path / "c0_probs.nii.gz", probs)
+    assert load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz")).spacing == \
+        pytest.approx((0.7, 0.8, 2.0))
