@@ -3134,7 +3134,7 @@ def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: t
     ref_shape, ref_aff, ref_path = ref
     shape, aff, path = other
     label = "the label" if ref_path is None else f"the label {ref_path.name}"
-    if aff is not None and (tuple(shape) != tuple(ref_shape) or grid_mismatch(aff, ref_aff, ref_shape) is not None):
+    if aff is not None and tuple(shape) == tuple(ref_shape) and grid_mismatch(aff, ref_aff, ref_shape) is not None:
         unset = [p for p in (ref_path, path) if p is not None and _unoriented_nifti(p)]
         if unset:  # found by hostile review 64: refused as "not in the same space", the cause unsaid
             raise CaseError(

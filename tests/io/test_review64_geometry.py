@@ -219,3 +219,12 @@ def test_a_file_without_orientation_is_named_when_the_grids_differ(tmp_path, whi
     _unoriented(tmp_path / "c0_probs.nii.gz", probs)
     assert load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz")).spacing == \
         pytest.approx((0.7, 0.8, 2.0))
+
+
+def test_a_file_without_orientation_of_another_shape_is_refused_for_its_shape(tmp_path):
+    gt, probs = _volumes()
+    _unoriented(tmp_path / "c0.nii.gz", gt)
+    _unoriented(tmp_path / "c0_probs.nii.gz", probs[:-1])
+    with pytest.raises(CaseError, match=r"spatial shape \(5, 5, 4\) but the label c0\.nii\.gz has \(6, 5, 4\); "
+                                        "resample"):
+        load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
