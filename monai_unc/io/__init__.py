@@ -75,6 +75,7 @@ from .cases import (
     spacing_from_affine,
     split_extension,
     volume_files,
+    without_time_axis,
 )
 from .files import (
     DISK_FULL_ERRNOS,
@@ -195,6 +196,7 @@ __all__ = [
     "grid_mismatch",
     "check_geometry",
     "reoriented_grid",
+    "without_time_axis",
     "REORIENT_REMEDY",
     "nifti_geometry",
     "load_case",

@@ -145,6 +145,7 @@ __all__ = [
     "grid_mismatch",
     "check_geometry",
     "reoriented_grid",
+    "without_time_axis",
     "REORIENT_REMEDY",
     "nifti_geometry",
     "load_case",
@@ -3243,13 +3244,26 @@ def _split_ignore(data: np.ndarray, ignore_label: int | None, what: str, num_cla
     return (np.where(mask, 0, data) if mask.any() else data), mask
 
 
-def _without_time_axis(read: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def without_time_axis(read: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """A read ``(C, X, Y, Z, 1)`` of a 5-D NIfTI ``(X, Y, Z, 1, C)`` as ``(C, X, Y, Z)``; any other read as it is.
 
-    The NIfTI layout of a vector image (ITK's, SimpleITK's; MONAI reads it so, the components as channels) keeps
-    the components on the fifth axis and the time axis, length 1, on the fourth: no spatial axis, so the volume is
-    on the 3-D grid of its affine, as the 4-D ``(X, Y, Z, C)`` file with the same voxels (found by hostile review
-    64: it was refused against a 3-D label as "spatial shape (X, Y, Z, 1)"). A longer time axis stays (refused).
+    The NIfTI layout of a vector image (ITK's, SimpleITK's; MONAI's ``LoadImage`` and :func:`read_volume` read it
+    as ``(C, X, Y, Z, 1)``, the components as channels) keeps the components on the fifth axis and the time axis,
+    length 1, on the fourth: no spatial axis, so the volume is on the 3-D grid of its affine, as the 4-D
+    ``(X, Y, Z, C)`` file with the same voxels. A case's volumes (:func:`load_case`), ``infer``'s and ``triage``'s
+    images are read through it (found by hostile review 64: such a file was refused against a 3-D label as "spatial
+    shape (X, Y, Z, 1)", and by a 3-D network as a 4-D image). A longer time axis stays (refused as another grid).
+
+    Args:
+        read: ``(data, affine)`` as :func:`read_volume` returns it.
+
+    Returns:
+        ``(data, affine)``, ``data`` without its last axis when it is ``(C, X, Y, Z, 1)`` (a view).
+
+    Example:
+        >>> data, affine = without_time_axis((np.zeros((2, 4, 5, 6, 1)), np.eye(4)))
+        >>> data.shape
+        (2, 4, 5, 6)
     """
     data, affine = read
     if getattr(data, "ndim", 0) == 5 and data.shape[4] == 1:
@@ -3287,8 +3301,8 @@ class _CaseReads:
     def __call__(self, key: Any) -> Any:
         read = self._calls[key]() if self._pool is None else self._futures[key].result()
         if isinstance(read, list):  # a map written one file per region
-            return [_without_time_axis(r) for r in read]
-        return _without_time_axis(read)
+            return [without_time_axis(r) for r in read]
+        return without_time_axis(read)
 
     def __enter__(self) -> _CaseReads:
         return self
@@ -3485,7 +3499,7 @@ def _one_region_masks(path: Path, data: np.ndarray, num_regions: int | None) -> 
     if geometry is None or geometry[0][-1] != 1:
         return False
     shape = geometry[0]
-    if len(shape) == 5 and shape[3] == 1:  # (X, Y, Z, 1, 1): read without its time axis (_without_time_axis)
+    if len(shape) == 5 and shape[3] == 1:  # (X, Y, Z, 1, 1): read without its time axis (without_time_axis)
         shape = shape[:3] + shape[4:]
     if len(shape) != data.ndim:
         return False

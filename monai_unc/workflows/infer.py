@@ -91,6 +91,7 @@ from ..io import (
     save_probabilities,
     save_region_maps,
     scratch_folder,
+    without_time_axis,
 )
 from ..io.provenance import settings_as_compared
 from ..keys import DEFAULT_RATEIN_TARGET, MEASURES, draws_at_random
@@ -481,7 +482,7 @@ def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
         return _load_channel_series(case)
     chans, affine = [], None
     for path in case.channels:
-        data, aff = read_volume(path)
+        data, aff = without_time_axis(read_volume(path))  # (X, Y, Z, 1, C): on its 3-D grid (review 64)
         if affine is None:
             affine = aff
         elif (order := reoriented_grid(aff, data.shape[1:], affine, chans[0].shape[1:])) is not None:

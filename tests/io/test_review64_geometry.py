@@ -228,3 +228,22 @@ def test_a_file_without_orientation_of_another_shape_is_refused_for_its_shape(tm
     with pytest.raises(CaseError, match=r"spatial shape \(5, 5, 4\) but the label c0\.nii\.gz has \(6, 5, 4\); "
                                         "resample"):
         load_case(CaseFiles("c0", tmp_path / "c0.nii.gz", probs=tmp_path / "c0_probs.nii.gz"))
+
+
+def test_infer_and_triage_read_a_5d_image_on_its_3d_grid(tmp_path):
+    """An image ``(X, Y, Z, 1, C)`` reads as the 4-D ``(X, Y, Z, C)`` one, as a case's other volumes do (it was a
+    "4D" image that a 3-D network refused, and triage compared it with the label as (X, Y, Z, 1))."""
+    from monai_unc.evaluation.triage.images import read_image_channels
+    from monai_unc.io import ImageCase
+    from monai_unc.workflows.infer import load_image_case
+
+    x = np.random.default_rng(3).random((*SHAPE, 2)).astype(np.float32)
+    nib.save(nib.Nifti1Image(x, A), tmp_path / "c4.nii.gz")
+    nib.save(nib.Nifti1Image(x[..., None, :], A), tmp_path / "c5.nii.gz")
+    four, a4 = load_image_case(ImageCase("c4", (tmp_path / "c4.nii.gz",)))
+    five, a5 = load_image_case(ImageCase("c5", (tmp_path / "c5.nii.gz",)))
+    assert five.shape == (2, *SHAPE)
+    np.testing.assert_array_equal(five, four)
+    np.testing.assert_array_equal(a5, a4)
+    triaged = read_image_channels(tmp_path / "c5.nii.gz", "first", geometry=(SHAPE, a4), case_id="c5")
+    np.testing.assert_array_equal(triaged, four)

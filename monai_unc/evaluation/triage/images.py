@@ -15,6 +15,7 @@ from ...io import (
     image_channel_files,
     read_volume,
     reoriented_grid,
+    without_time_axis,
 )
 from ...keys import MEASURES
 from ...scores import CASE_SCORES
@@ -148,7 +149,7 @@ def _channel_volumes(paths: Sequence[Path], who: str) -> Iterator[tuple[np.ndarr
     """
     if len(paths) < 2 or not all(p.is_dir() for p in paths):
         for p in paths:
-            yield read_volume(p)
+            yield without_time_axis(read_volume(p))  # (X, Y, Z, 1, C): on its 3-D grid (review 64)
         return
     from ...io.dicom import channel_on_series_grid, read_series
 
