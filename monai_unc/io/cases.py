@@ -144,6 +144,9 @@ __all__ = [
     "GEOMETRY_VOXEL_FRACTION",
     "grid_mismatch",
     "check_geometry",
+    "reoriented_grid",
+    "without_time_axis",
+    "REORIENT_REMEDY",
     "nifti_geometry",
     "load_case",
     "INFER_RECORD",
@@ -2893,6 +2896,112 @@ def grid_mismatch(affine: np.ndarray, reference: np.ndarray, shape: Sequence[int
     return f"voxel centres up to {moved:.4g} mm apart, tolerance {tolerance:.4g} mm"
 
 
+#: the remedy of a volume holding a reference grid in another voxel order (:func:`reoriented_grid`); ``{what}``
+#: names the reference
+REORIENT_REMEDY = ("reorient it onto the axes of {what} (no resampling: nibabel's as_reoriented, MONAI's Orientationd "
+                   "with the axcodes of {what})")
+
+
+def _unoriented_nifti(path: Path) -> bool:
+    """Whether ``path`` is a NIfTI file without orientation: ``sform_code`` and ``qform_code`` both 0 (its header)."""
+    if not str(path).lower().endswith((".nii", ".nii.gz")):
+        return False
+    try:
+        header = load_nifti(os.path.expanduser(str(path))).header
+        return int(header["sform_code"]) == 0 and int(header["qform_code"]) == 0
+    except Exception:  # noqa: BLE001 - only the reason of a refusal: the file was read
+        return False
+
+
+def _without_trailing_ones(shape: Sequence[int]) -> tuple[int, ...]:
+    """``shape`` without its trailing axes of length 1 (at least one axis kept)."""
+    out = [int(n) for n in shape]
+    while len(out) > 1 and out[-1] == 1:
+        out.pop()
+    return tuple(out)
+
+
+def _axis_codes(affine: np.ndarray, ndim: int) -> str:
+    """``", axcodes 'RAS'"``: nibabel's axis codes of a 3-D grid's affine, for a message ("" for another grid)."""
+    if ndim != 3:
+        return ""
+    try:
+        import nibabel as nib
+
+        return f", axcodes {''.join(nib.aff2axcodes(np.asarray(affine, dtype=np.float64)))!r}"
+    except Exception:  # noqa: BLE001 - only a message's detail
+        return ""
+
+
+def reoriented_grid(affine: np.ndarray, shape: Sequence[int], reference: np.ndarray,
+                    reference_shape: Sequence[int]) -> str | None:
+    """Whether a volume holds a reference grid's voxels in another voxel order: what order, or None.
+
+    Two files may hold the same voxel positions in another order: one axis stored reversed, or axes swapped, with
+    the affine that says so (e.g. a label in LPS and a prediction in RAS order, same world geometry). Their arrays
+    then differ voxel by voxel, and a metric computed on them compares different places (nnU-Net's evaluation reads
+    both with SimpleITK and compares the arrays as they are). Such a volume is found here: the voxel axes of
+    ``affine`` are those of ``reference`` up to a signed permutation, and, reoriented (each axis of the reference
+    taken from the volume's axis it is, reversed where its sign is -1), the volume has the reference's shape and its
+    voxel centres lie within :func:`grid_mismatch`'s tolerance of the reference's.
+
+    Args:
+        affine: the ``(4, 4)`` voxel -> world matrix (mm) of the volume.
+        shape: its spatial shape.
+        reference: the reference's affine (the label's).
+        reference_shape: the reference's spatial shape.
+
+    Returns:
+        None when the volume is on the reference grid in the same order, or on no reorientation of it; else the
+        order, e.g. ``"voxel axis 0 reversed"`` or ``"its voxel axes in the order (2, 1, 0)"`` (the volume's axis
+        ``j`` is the reference's axis ``order[j]``), reversed axes named by the reference's axis numbers.
+
+    Example:
+        >>> a = np.diag([0.8, 1.0, 2.5, 1.0])
+        >>> f = a.copy(); f[0, 0], f[0, 3] = -0.8, 0.8 * 5  # axis 0 of 6 voxels stored reversed
+        >>> reoriented_grid(f, (6, 5, 4), a, (6, 5, 4))
+        'voxel axis 0 reversed'
+        >>> reoriented_grid(a, (6, 5, 4), a, (6, 5, 4)) is None
+        True
+    """
+    d = len(reference_shape)
+    if len(shape) != d or not 1 <= d <= 3:
+        return None
+    a = np.asarray(affine, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    if a.shape != (4, 4) or r.shape != (4, 4) or not (np.all(np.isfinite(a)) and np.all(np.isfinite(r))):
+        return None
+    try:  # the volume's axes in the reference's: a signed permutation for a reordered grid
+        m = np.linalg.lstsq(r[:3, :d], a[:3, :d], rcond=None)[0]
+    except np.linalg.LinAlgError:
+        return None
+    signed = np.rint(m)
+    if not (np.all(np.abs(signed).sum(axis=0) == 1) and np.all(np.abs(signed).sum(axis=1) == 1)
+            and np.all(np.abs(m - signed) < 0.01)):
+        return None
+    source = [int(np.flatnonzero(signed[i])[0]) for i in range(d)]  # the reference's axis i is the volume's axis
+    signs = [int(signed[i, source[i]]) for i in range(d)]
+    if source == list(range(d)) and all(s == 1 for s in signs):
+        return None  # the same order: grid_mismatch's and the shape's checks say the rest
+    if [int(shape[source[i]]) for i in range(d)] != [int(n) for n in reference_shape]:
+        return None
+    moved = np.eye(4)  # the volume's affine, reoriented to the reference's voxel order
+    moved[:3, 3] = a[:3, 3]
+    for i in range(d):
+        moved[:3, i] = signs[i] * a[:3, source[i]]
+        if signs[i] < 0:
+            moved[:3, 3] += a[:3, source[i]] * (int(shape[source[i]]) - 1)
+    if grid_mismatch(moved, r, reference_shape) is not None:
+        return None
+    flipped = [i for i in range(d) if signs[i] < 0]
+    reversed_ = (f"voxel ax{'is' if len(flipped) == 1 else 'es'} {' and '.join(map(str, flipped))} reversed"
+                 if flipped else "")
+    if source == list(range(d)):
+        return reversed_
+    order = tuple(source.index(j) for j in range(d))
+    return f"its voxel axes in the order {order}" + (f" and {reversed_}" if reversed_ else "")
+
+
 def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None) -> np.ndarray:
     """Validate a label volume and return it as int64.
 
@@ -3026,10 +3135,35 @@ def check_geometry(case: str, ref: tuple[Any, np.ndarray, Path | None], other: t
     ref_shape, ref_aff, ref_path = ref
     shape, aff, path = other
     label = "the label" if ref_path is None else f"the label {ref_path.name}"
+    if aff is not None and tuple(shape) == tuple(ref_shape) and grid_mismatch(aff, ref_aff, ref_shape) is not None:
+        unset = [p for p in (ref_path, path) if p is not None and _unoriented_nifti(p)]
+        if unset:  # found by hostile review 64: refused as "not in the same space", the cause unsaid
+            raise CaseError(
+                f"case {case!r}: {unset[0].name} has no orientation (sform_code and qform_code 0, NIfTI's method 1), "
+                f"so its affine is a reader's guess (nibabel's and MONAI's: pixdim, the origin at the volume's centre; "
+                f"ITK's and nnU-Net's SimpleITK: origin 0): {path.name} and {label} are not read on one grid; give "
+                f"{unset[0].name} the geometry of its image (nibabel: img.set_sform(image_affine, code=1)), or write "
+                "the prediction with the label's header"
+            )
+    # the label's grid in another voxel order: said so, never compared voxel by voxel (found by hostile review 64)
+    order = None if aff is None else reoriented_grid(aff, shape, ref_aff, ref_shape)
+    if order is not None:
+        codes = _axis_codes(ref_aff, len(ref_shape))
+        raise CaseError(
+            f"case {case!r}: {path.name} (spatial shape {tuple(shape)}) holds the label's grid with {order}, not in "
+            f"the voxel order of {label} ({tuple(ref_shape)}{codes}), so its voxels cannot be compared one by one; "
+            f"{REORIENT_REMEDY.format(what='the label')}"
+        )
     if tuple(shape) != tuple(ref_shape):
+        remedy = "resample the prediction onto the label's grid"
+        if _without_trailing_ones(shape) == _without_trailing_ones(ref_shape):  # found by hostile review 64
+            common = _without_trailing_ones(ref_shape)
+            if aff is None or grid_mismatch(aff, ref_aff, common) is None:
+                remedy = ("the same voxels with an axis of length 1 more or less (a 2-D file against a one-slice 3-D "
+                          "one): save both with the same number of axes (nibabel: add or drop the axis of length 1)")
         raise CaseError(
             f"case {case!r}: {path.name} has spatial shape {tuple(shape)} but {label} has "
-            f"{tuple(ref_shape)}; resample the prediction onto the label's grid"
+            f"{tuple(ref_shape)}; {remedy}"
         )
     if aff is not None:
         problem = grid_mismatch(aff, ref_aff, ref_shape)
@@ -3110,6 +3244,33 @@ def _split_ignore(data: np.ndarray, ignore_label: int | None, what: str, num_cla
     return (np.where(mask, 0, data) if mask.any() else data), mask
 
 
+def without_time_axis(read: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A read ``(C, X, Y, Z, 1)`` of a 5-D NIfTI ``(X, Y, Z, 1, C)`` as ``(C, X, Y, Z)``; any other read as it is.
+
+    The NIfTI layout of a vector image (ITK's, SimpleITK's; MONAI's ``LoadImage`` and :func:`read_volume` read it
+    as ``(C, X, Y, Z, 1)``, the components as channels) keeps the components on the fifth axis and the time axis,
+    length 1, on the fourth: no spatial axis, so the volume is on the 3-D grid of its affine, as the 4-D
+    ``(X, Y, Z, C)`` file with the same voxels. A case's volumes (:func:`load_case`), ``infer``'s and ``triage``'s
+    images are read through it (found by hostile review 64: such a file was refused against a 3-D label as "spatial
+    shape (X, Y, Z, 1)", and by a 3-D network as a 4-D image). A longer time axis stays (refused as another grid).
+
+    Args:
+        read: ``(data, affine)`` as :func:`read_volume` returns it.
+
+    Returns:
+        ``(data, affine)``, ``data`` without its last axis when it is ``(C, X, Y, Z, 1)`` (a view).
+
+    Example:
+        >>> data, affine = without_time_axis((np.zeros((2, 4, 5, 6, 1)), np.eye(4)))
+        >>> data.shape
+        (2, 4, 5, 6)
+    """
+    data, affine = read
+    if getattr(data, "ndim", 0) == 5 and data.shape[4] == 1:
+        return data[..., 0], affine
+    return read
+
+
 class _CaseReads:
     """The files of one case, read on several threads and taken in the checks' order (``reads(key)``).
 
@@ -3138,9 +3299,10 @@ class _CaseReads:
         self._futures = {k: self._pool.submit(f) for k, f in calls.items()} if self._pool is not None else {}
 
     def __call__(self, key: Any) -> Any:
-        if self._pool is None:
-            return self._calls[key]()
-        return self._futures[key].result()
+        read = self._calls[key]() if self._pool is None else self._futures[key].result()
+        if isinstance(read, list):  # a map written one file per region
+            return [without_time_axis(r) for r in read]
+        return without_time_axis(read)
 
     def __enter__(self) -> _CaseReads:
         return self
@@ -3326,7 +3488,7 @@ def _one_region_masks(path: Path, data: np.ndarray, num_regions: int | None) -> 
 
     Returns:
         True for a one-region spec and a ``.nii`` / ``.nii.gz`` file of one more axis than the grid, of length 1,
-        holding 0 and 1 only.
+        holding 0 and 1 only (a 5-D ``(X, Y, Z, 1, 1)`` file counts as the 4-D ``(X, Y, Z, 1)``).
     """
     if num_regions != 1:
         return False
@@ -3334,7 +3496,12 @@ def _one_region_masks(path: Path, data: np.ndarray, num_regions: int | None) -> 
         geometry = nifti_geometry(path)
     except Exception:  # noqa: BLE001 - the volume was read: its header is, too
         return False
-    if geometry is None or len(geometry[0]) != data.ndim or geometry[0][-1] != 1:
+    if geometry is None or geometry[0][-1] != 1:
+        return False
+    shape = geometry[0]
+    if len(shape) == 5 and shape[3] == 1:  # (X, Y, Z, 1, 1): read without its time axis (without_time_axis)
+        shape = shape[:3] + shape[4:]
+    if len(shape) != data.ndim:
         return False
     return bool(np.isin(data, (0, 1)).all())
 

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from ..engine import error_line
 from ..inferers import check_network_logits
 from ..io import (
+    REORIENT_REMEDY,
     CaseError,
     CaseFiles,
     ImageCase,
@@ -47,6 +48,7 @@ from ..io import (
     output_lock,
     read_label,
     refuse_dataset_root,
+    reoriented_grid,
     scratch_folder,
     smallest_int_dtype,
 )
@@ -150,6 +152,9 @@ def collect_logits(
         # the stored integers, NIfTI scaling restored, as every label reader reads them (read_volume's float32 copy
         # refused a label file stored with an intercept: background read as -4.5e-08; review 63)
         lab, lab_aff = read_label(CaseFiles(case.case_id, Path(label_path)))
+        if (order := reoriented_grid(lab_aff, lab.shape[1:], affine, image.shape[1:])) is not None:
+            raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} holds the image's grid with "
+                             f"{order}: {REORIENT_REMEDY.format(what='the image')}")
         if lab.shape[1:] != image.shape[1:]:
             raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} does not share the image's grid "
                              f"(spatial shape {tuple(lab.shape[1:])}, the image's {tuple(image.shape[1:])})")

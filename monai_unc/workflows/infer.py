@@ -64,6 +64,7 @@ from ..inferers import MemoryEstimate, available_memory, estimate_memory
 from ..io import (
     INFER_RECORD,
     LIBRARIES_KEY,
+    REORIENT_REMEDY,
     VERSION_KEY,
     CaseError,
     ImageCase,
@@ -84,11 +85,13 @@ from ..io import (
     read_json_or_none,
     read_volume,
     record_digest,
+    reoriented_grid,
     save_label_maps,
     save_nifti,
     save_probabilities,
     save_region_maps,
     scratch_folder,
+    without_time_axis,
 )
 from ..io.provenance import settings_as_compared
 from ..keys import DEFAULT_RATEIN_TARGET, MEASURES, draws_at_random
@@ -479,9 +482,12 @@ def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
         return _load_channel_series(case)
     chans, affine = [], None
     for path in case.channels:
-        data, aff = read_volume(path)
+        data, aff = without_time_axis(read_volume(path))  # (X, Y, Z, 1, C): on its 3-D grid (review 64)
         if affine is None:
             affine = aff
+        elif (order := reoriented_grid(aff, data.shape[1:], affine, chans[0].shape[1:])) is not None:
+            raise ValueError(f"case {case.case_id!r}: channel {path.name} holds channel 0's grid with {order}: "
+                             f"{REORIENT_REMEDY.format(what='channel 0')}")
         elif data.shape[1:] != chans[0].shape[1:]:
             raise ValueError(f"case {case.case_id!r}: channel {path.name} does not share the geometry of channel 0 "
                              f"(spatial shape {tuple(data.shape[1:])}, channel 0's {tuple(chans[0].shape[1:])})")

@@ -89,7 +89,8 @@ def test_lesion_samples_on_another_affine_are_refused_naming_the_file(tmp_path, 
                "met", "--lesion-samples", str(samples), "--quiet"])
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert rc == 2 and len(err) == 1, err
-    assert "c0_samples.nii.gz" in err[0] and "different affines" in err[0] and "mm apart" in err[0], err
+    # the label's grid with an axis reversed: said so, with the reorientation (review 64)
+    assert "c0_samples.nii.gz" in err[0] and "voxel axis 0 reversed" in err[0] and "reorient" in err[0], err
     assert not (out / "summary.json").exists()
 
 
@@ -97,7 +98,7 @@ def test_read_lesion_samples_checks_the_affine(tmp_path):
     _, _, samples = _lesion_cohort(tmp_path, mirrored=True)
     a = np.diag([0.8, 0.8, 2.0, 1.0])
     a[:3, 3] = (-12.0, 5.0, 20.0)
-    with pytest.raises(CaseError, match=r"c0_samples\.nii\.gz and the label have different affines"):
+    with pytest.raises(CaseError, match=r"c0_samples\.nii\.gz .*holds the label's grid with voxel axis 0 reversed"):
         read_lesion_samples(samples, "c0", (32, 24, 16), a)
     assert read_lesion_samples(samples, "c0", (32, 24, 16)).shape == (4, 32, 24, 16)  # without an affine: shape only
 

@@ -9,10 +9,13 @@ from pathlib import Path
 import numpy as np
 
 from ...io import (
+    REORIENT_REMEDY,
     CaseError,
     grid_mismatch,
     image_channel_files,
     read_volume,
+    reoriented_grid,
+    without_time_axis,
 )
 from ...keys import MEASURES
 from ...scores import CASE_SCORES
@@ -123,6 +126,9 @@ def read_image_channels(
         if geometry is None:
             geometry = (data.shape[1:], aff)
         shape, ref_aff = geometry
+        if (order := reoriented_grid(aff, data.shape[1:], ref_aff, shape)) is not None:
+            raise CaseError(f"{who}image {p.name} holds the grid of the case's other volumes with {order}: "
+                            + REORIENT_REMEDY.format(what="the case's other volumes"))
         if tuple(data.shape[1:]) != tuple(shape):
             raise CaseError(f"{who}image {p.name} has spatial shape {tuple(data.shape[1:])}, expected {tuple(shape)}")
         problem = grid_mismatch(aff, ref_aff, shape)
@@ -143,7 +149,7 @@ def _channel_volumes(paths: Sequence[Path], who: str) -> Iterator[tuple[np.ndarr
     """
     if len(paths) < 2 or not all(p.is_dir() for p in paths):
         for p in paths:
-            yield read_volume(p)
+            yield without_time_axis(read_volume(p))  # (X, Y, Z, 1, C): on its 3-D grid (review 64)
         return
     from ...io.dicom import channel_on_series_grid, read_series
 

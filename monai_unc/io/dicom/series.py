@@ -40,7 +40,7 @@ from pydicom.uid import (
 from pydicom.valuerep import DSfloat
 
 from ..._utils import affine_voxel_volume
-from ..cases import GEOMETRY_VOXEL_FRACTION, grid_mismatch
+from ..cases import GEOMETRY_VOXEL_FRACTION, grid_mismatch, without_time_axis
 from ..files import atomic_write_bytes, check_output_folder
 
 __all__ = [
@@ -877,7 +877,8 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
     which moves no voxel centre, may differ).
 
     Args:
-        data: ``(C, X, Y, Z)`` channel-first volume.
+        data: ``(C, X, Y, Z)`` channel-first volume (a 5-D NIfTI's ``(C, X, Y, Z, 1)`` without its time axis:
+            :func:`~monai_unc.io.without_time_axis`).
         affine: its ``(4, 4)`` RAS affine.
         series: the source series.
         what: how errors name the volume.
@@ -900,8 +901,7 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
         ...     to_series_grid(data[..., ::-1], s.affine @ flip, s, "map")[0, 1, 2]
         array([20., 21., 22., 23.])
     """
-    data = np.asarray(data)
-    affine = np.asarray(affine, dtype=float)
+    data, affine = without_time_axis((np.asarray(data), np.asarray(affine, dtype=float)))  # (X, Y, Z, 1, C) files
     if data.ndim != 4:
         raise ValueError(f"{what} must be (C, X, Y, Z), got shape {data.shape}")
     # a NaN or degenerate affine (a zero column, two parallel axes) puts no grid anywhere: refused by name, not with
