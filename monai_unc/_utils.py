@@ -126,8 +126,9 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
     """Return ``x`` as a torch tensor without copying where possible (numpy -> CPU tensor).
 
     MetaTensors are reduced to plain tensors so that arithmetic stays fast. A numpy array in non-native byte order
-    (``'>f4'`` on a little-endian machine, e.g. read from a file written elsewhere), which torch cannot hold, is
-    copied to native order.
+    (``'>f4'`` on a little-endian machine, e.g. read from a file written elsewhere) or a read-only one (a memmap
+    opened ``'r'``, ``np.broadcast_to``), which torch cannot hold, is copied (to native order); so is a
+    non-contiguous one.
 
     Args:
         x: a tensor, a numpy array, a (nested) list or tuple of numbers, or a number.
@@ -135,7 +136,7 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
         dtype: convert to this dtype (None: keep ``x``'s).
 
     Returns:
-        The tensor (sharing ``x``'s memory where no copy is needed).
+        The tensor (sharing a writable, C-contiguous, native-order ``x``'s memory).
 
     Raises:
         TypeError: naming ``name`` for another type or a dtype other than bool, integer or real floating point:
@@ -157,7 +158,12 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
         check_real_dtype(t, name)
     elif isinstance(x, np.ndarray):
         # torch.from_numpy refuses other byte orders with an error naming no argument: native order first
-        t = _torch_of(torch.from_numpy, np.ascontiguousarray(_native(_numeric(x, name))), name)
+        a = np.ascontiguousarray(_native(_numeric(x, name)))
+        if not a.flags.writeable:
+            # found by hostile testing (review 64): torch cannot hold a read-only buffer (np.broadcast_to, a memmap
+            # opened 'r'); sharing it warned of undefined behaviour, and an in-place operation wrote through it
+            a = a.copy()
+        t = _torch_of(torch.from_numpy, a, name)
     elif isinstance(x, (list, tuple, float, int, np.generic)):
         t = _torch_of(torch.as_tensor, _native(_numeric(_asarray(x, name), name)), name)
     else:
