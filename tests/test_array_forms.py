@@ -10,12 +10,19 @@ the argument. The values are multiples of 1/64 (exact in bfloat16) so that every
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
+import pytest
 import torch
+from monai.data import MetaTensor
 
+import monai_unc.measures as measures
+import monai_unc.metrics as metrics
 from monai_unc._utils import to_tensor
+from monai_unc.scores import case_scores
+from monai_unc.stats import SampleStats
 
 
 def test_to_tensor_copies_a_read_only_array():
@@ -35,3 +42,321 @@ def test_to_tensor_copies_a_read_only_array():
     assert a[0, 0] == 0.0  # the frozen array is unchanged
     writable = np.arange(4.0)
     assert np.shares_memory(to_tensor(writable, "x").numpy(), writable)
+
+
+# ------------------------------------------------------------------------------------------------ the forms
+
+_RNG = np.random.default_rng(64)
+_B, _C, _SP = 2, 3, (3, 4, 5)
+
+
+def _grid_probs(shape_lead: tuple[int, ...]) -> np.ndarray:
+    """Softmax-like probabilities ``(*lead, C, *spatial)`` in multiples of 1/64 (exact in every float dtype) summing
+    exactly to 1 over C."""
+    k0 = _RNG.integers(0, 65, size=(*shape_lead, *_SP))
+    k1 = _RNG.integers(0, 65, size=k0.shape) * (64 - k0) // 64
+    k = np.stack([k0, k1, 64 - k0 - k1], axis=len(shape_lead))
+    return k / 64.0
+
+
+_PROBS = _grid_probs((_B,))  # (B, C, *spatial)
+_SAMPLES = np.stack([_PROBS, _grid_probs((_B,))])  # (S=2, B, C, *spatial)
+_LABELS = _RNG.integers(0, _C, size=(_B, *_SP))  # (B, *spatial) int64
+_PRED = _PROBS.argmax(1)
+_UNC = _RNG.integers(0, 65, size=(_B, 1, *_SP)) / 64.0  # (B, 1, *spatial) in [0, 1]
+_ERR = (_PRED != _LABELS)[:, None].astype(np.int64)  # (B, 1, *spatial) 0 / 1
+_MASKS = (_RNG.random((3, *_SP)) > 0.5).astype(np.int64)  # (R, *spatial) binary
+_CASE_U = _RNG.integers(0, 64, size=12) / 64.0  # per-case scores (N,)
+_CASE_R = _RNG.integers(0, 64, size=12) / 64.0
+
+
+def _memmap(a: np.ndarray, folder, dtype) -> np.ndarray:
+    path = folder / f"a{len(list(folder.iterdir()))}.npy"
+    np.save(path, a.astype(dtype))
+    return np.load(path, mmap_mode="r")  # read-only, as nibabel's dataobj of a file opened read-only
+
+
+def _neg_strides(a: np.ndarray) -> np.ndarray:
+    out = a[..., ::-1].copy()[..., ::-1]  # a torch.flip / np.flip view: negative strides, the same values
+    assert out.strides[-1] < 0
+    return out
+
+
+def _strided_np(a: np.ndarray) -> np.ndarray:
+    return np.repeat(a, 2, axis=-1)[..., ::2]  # every other element of a larger buffer
+
+
+def _strided_t(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.repeat(a, 2, axis=-1))[..., ::2]
+
+
+def _permuted(a: np.ndarray) -> torch.Tensor:
+    order = list(range(a.ndim))[::-1]
+    t = torch.from_numpy(a.copy()).permute(order).contiguous().permute(order)
+    assert not t.is_contiguous() or a.ndim < 2
+    return t
+
+
+def _channels_last(a: np.ndarray) -> torch.Tensor | None:
+    if a.ndim != 5:
+        return None
+    return torch.from_numpy(a.copy()).contiguous(memory_format=torch.channels_last_3d)
+
+
+#: float forms: id -> (a, folder) -> the form holding ``a``'s values, or None where it does not apply. ``a`` holds
+#: multiples of 1/64, exact in every dtype below.
+FLOAT_FORMS = {
+    "np_float32": lambda a, d: a.astype(np.float32),
+    "np_float16": lambda a, d: a.astype(np.float16),
+    "np_big_endian_f4": lambda a, d: a.astype(">f4"),
+    "np_big_endian_f8": lambda a, d: a.astype(">f8"),
+    "np_fortran": lambda a, d: np.asfortranarray(a),
+    "np_read_only_memmap_f4": lambda a, d: _memmap(a, d, ">f4"),
+    "np_negative_strides": lambda a, d: _neg_strides(a),
+    "np_strided": lambda a, d: _strided_np(a),
+    "t_float64": lambda a, d: torch.from_numpy(a.copy()),
+    "t_float32": lambda a, d: torch.from_numpy(a.astype(np.float32)),
+    "t_float16": lambda a, d: torch.from_numpy(a).to(torch.float16),
+    "t_bfloat16": lambda a, d: torch.from_numpy(a).to(torch.bfloat16),
+    "t_permuted": lambda a, d: _permuted(a),
+    "t_strided": lambda a, d: _strided_t(a),
+    "t_channels_last_3d": lambda a, d: _channels_last(a),
+    "t_metatensor": lambda a, d: MetaTensor(torch.from_numpy(a.copy())),
+    "t_requires_grad": lambda a, d: torch.from_numpy(a.astype(np.float32)).requires_grad_(True),
+}
+
+#: label forms (values in [0, C) or 0 / 1): as FLOAT_FORMS
+LABEL_FORMS = {
+    "np_int8": lambda a, d: a.astype(np.int8),
+    "np_uint8": lambda a, d: a.astype(np.uint8),
+    "np_big_endian_i2": lambda a, d: a.astype(">i2"),
+    "np_uint16": lambda a, d: a.astype(np.uint16),
+    "np_uint64": lambda a, d: a.astype(np.uint64),
+    "np_bool": lambda a, d: a.astype(bool) if a.max() <= 1 else None,
+    "np_fortran": lambda a, d: np.asfortranarray(a),
+    "np_read_only_memmap_u1": lambda a, d: _memmap(a, d, np.uint8),
+    "np_negative_strides": lambda a, d: _neg_strides(a),
+    "t_int8": lambda a, d: torch.from_numpy(a).to(torch.int8),
+    "t_uint8": lambda a, d: torch.from_numpy(a).to(torch.uint8),
+    "t_int16": lambda a, d: torch.from_numpy(a).to(torch.int16),
+    "t_bool": lambda a, d: torch.from_numpy(a).bool() if a.max() <= 1 else None,
+    "t_float32_labels": lambda a, d: torch.from_numpy(a).float(),
+    "t_permuted": lambda a, d: _permuted(a),
+    "t_strided": lambda a, d: _strided_t(a),
+    "t_channels_last_3d": lambda a, d: _channels_last(a),
+    "t_metatensor": lambda a, d: MetaTensor(torch.from_numpy(a.copy())),
+}
+
+#: zero-stride forms: the first batch item repeated (the reference is its plain copy)
+BROADCAST_FORMS = {
+    "np_broadcast_to": lambda a: np.broadcast_to(a[:1], a.shape),
+    "t_expand": lambda a: torch.from_numpy(a[:1].copy()).expand(*a.shape),
+}
+
+
+def _values(r):
+    """A result as nested lists / float64 arrays (tensors detached), for comparison."""
+    if hasattr(r, "_asdict"):
+        r = r._asdict()
+    elif dataclasses.is_dataclass(r):
+        r = {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}
+    if isinstance(r, dict):
+        return {k: _values(v) for k, v in r.items()}
+    if isinstance(r, (tuple, list)):
+        return [_values(v) for v in r]
+    if isinstance(r, torch.Tensor):
+        return r.detach().to(torch.float64).cpu().numpy()
+    if isinstance(r, (np.ndarray, np.generic, float, int, bool)) and np.asarray(r).dtype.kind in "biuf":
+        return np.asarray(r, dtype=np.float64)
+    return r
+
+
+def _assert_close(want, got, tol: float, where: str = "") -> None:
+    if isinstance(want, dict):
+        assert want.keys() == got.keys(), where
+        for k in want:
+            _assert_close(want[k], got[k], tol, f"{where}.{k}")
+    elif isinstance(want, list):
+        assert len(want) == len(got), where
+        for i, (w, g) in enumerate(zip(want, got)):
+            _assert_close(w, g, tol, f"{where}[{i}]")
+    elif isinstance(want, np.ndarray):
+        g = np.asarray(got)
+        assert g.shape == want.shape, (where, g.shape, want.shape)
+        np.testing.assert_allclose(g, want, rtol=tol, atol=tol, equal_nan=True, err_msg=where)
+    else:
+        assert want == got, (where, want, got)
+
+
+def _tolerance(form) -> float:
+    """Results of a form compared within its precision: the functions may compute in the input's dtype."""
+    if isinstance(form, torch.Tensor):
+        dtype = form.dtype
+    else:
+        dtype = torch.from_numpy(np.zeros(0, np.dtype(form.dtype).newbyteorder("="))).dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        return 2e-2
+    if dtype == torch.float32:
+        return 1e-5
+    return 1e-10
+
+
+# ------------------------------------------------------------------------------------------------ the functions
+
+_FINE = 120  # fine bins of the calibration histograms: the forms' path is the default's, the tables small (fast)
+
+
+def _calibration(probs, target):
+    h = metrics.ConfidenceHistogram(num_classes=_C, n_fine_bins=_FINE).update(probs, target)
+    out = metrics.calibration_metrics(h)
+    out["ece_functional"] = metrics.ece(probs, target, n_fine_bins=_FINE)
+    out["nll_functional"] = metrics.nll(probs, target, n_fine_bins=_FINE)
+    return out
+
+
+def _measures_of_probs(probs):
+    return {"entropy": measures.entropy(probs, normalize=True), "max_softmax": measures.max_softmax(probs),
+            "binary_entropy": measures.binary_entropy(probs[:, 1:2])}
+
+
+def _measures_of_samples(samples):
+    return {n: getattr(measures, n)(samples) for n in
+            ("predictive_entropy", "expected_entropy", "mutual_information", "variance")}
+
+
+def _sample_stats(probs):
+    s = SampleStats(track_variance=True).update(probs).update(probs, weight=2.0)
+    many = SampleStats(track_variance=True).update_many([probs, probs])
+    return s.sum_p, s.sum_h, s.sum_p2, many.sum_p, many.sum_h, many.sum_p2
+
+
+def _discrimination(uncertainty, error):
+    out = {n: getattr(metrics, n)(uncertainty, error) for n in
+           ("error_auroc", "error_auprc", "avu", "correct_certain_ratio", "uncertain_incorrect_ratio",
+            "voxel_accuracy", "au_arc")}
+    out["pavpu"] = metrics.pavpu(uncertainty, error, window=2)
+    return out
+
+
+def _spatial(uncertainty, pred, target):
+    return {"buc": metrics.boundary_uncertainty_concentration(uncertainty, pred, target, width=1.0),
+            "ba_ece": metrics.boundary_aware_ece(uncertainty, pred, target),
+            "space": metrics.spatial_calibration_error(uncertainty, pred, target, sigma=1.0)}
+
+
+def _overlap(pred, target):
+    return {"dice": metrics.dice(pred, target, num_classes=_C), "iou": metrics.iou(pred, target, num_classes=_C),
+            "counts": metrics.overlap_counts(pred, target, num_classes=_C),
+            "boundary": metrics.label_boundary(target, spatial_dims=3)}
+
+
+def _ambiguity(references, samples):
+    return {n: getattr(metrics, n)(references, samples) for n in
+            ("ged", "ged_detection", "ged_nonempty_iou", "hungarian_iou")}
+
+
+def _quality(samples):
+    out = {n: getattr(metrics, n)(samples) for n in ("pairwise_dice", "sample_iou", "volume_cv", "dice_to_mean")}
+    out["expected_dice"] = metrics.expected_dice(samples[0])
+    return out
+
+
+def _cases(uncertainty, risk):
+    return {"aurc": metrics.aurc(uncertainty, risk), "eaurc": metrics.eaurc(uncertainty, risk),
+            "augrc": metrics.augrc(uncertainty, risk), "curve": metrics.risk_coverage_curve(uncertainty, risk),
+            "failure": metrics.failure_detection(uncertainty, risk),
+            "referral": metrics.referral_curve(uncertainty, risk),
+            "ood_auroc": metrics.ood_auroc(uncertainty, risk), "auroc": metrics.auroc(uncertainty, risk)}
+
+
+def _qu_brats(uncertainty, pred, target):
+    return metrics.qu_brats(uncertainty, pred, target)
+
+
+def _lesion_free(pred, target, uncertainty):
+    return {"ndsc": metrics.normalized_dice(pred, target),
+            "retention": metrics.ndsc_retention_area(pred, target, uncertainty, n_points=20)}
+
+
+def _case_scores(uncertainty, seg):
+    return case_scores(uncertainty, seg, patch_size=2)
+
+
+F, L = "float", "label"
+#: id -> (function, [(argument name in its errors, base value, kind)])
+CASES = {
+    "calibration": (_calibration, [("probs", _PROBS, F), ("target", _LABELS, L)]),
+    "measures_probs": (_measures_of_probs, [("probs", _PROBS, F)]),
+    "measures_samples": (_measures_of_samples, [("samples", _SAMPLES, F)]),
+    "sample_stats": (_sample_stats, [("probs", _PROBS, F)]),
+    "discrimination": (_discrimination, [("uncertainty", _UNC, F), ("error", _ERR, L)]),
+    "spatial": (_spatial, [("uncertainty", _UNC, F), ("pred", _PRED, L), ("target", _LABELS, L)]),
+    "ncc": (metrics.ncc, [("uncertainty", _UNC, F), ("target", _ERR.astype(np.float64), F)]),
+    "overlap": (_overlap, [("pred", _PRED, L), ("target", _LABELS, L)]),
+    "ambiguity": (_ambiguity, [("references", _MASKS[:2], L), ("samples", _MASKS, L)]),
+    "quality": (_quality, [("samples", _SAMPLES, F)]),
+    "cases": (_cases, [("uncertainty", _CASE_U, F), ("risk", _CASE_R, F)]),
+    "qu_brats": (_qu_brats, [("uncertainty", _UNC[0] * 64, F), ("pred", _MASKS[:1], L), ("target", _MASKS[1:2], L)]),
+    "lesions": (_lesion_free, [("pred", _MASKS[0], L), ("target", _MASKS[1], L), ("uncertainty", _UNC[0, 0], F)]),
+    "case_scores": (_case_scores, [("uncertainty", _UNC[0, 0], F), ("seg", _PRED[0], L)]),
+}
+
+_REFERENCES: dict = {}
+
+
+def _call(case: str, which: int, value, ref: np.ndarray):
+    fn, args = CASES[case]
+    base = [np.ascontiguousarray(a) for _, a, _ in args]
+    key = (case, which, ref.tobytes(), ref.dtype.str, ref.shape)
+    if key not in _REFERENCES:
+        given = list(base)
+        given[which] = ref
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _REFERENCES[key] = _values(fn(*given))
+    given = list(base)
+    given[which] = value
+    return _REFERENCES[key], lambda: fn(*given)
+
+
+def _plain(form, kind: str) -> np.ndarray:
+    """The plain C-contiguous float64 (int64 for labels) numpy copy of a form's values."""
+    a = form.detach().to(torch.float64).numpy() if isinstance(form, torch.Tensor) else np.asarray(form, np.float64)
+    return np.ascontiguousarray(a if kind == F else a.astype(np.int64))
+
+
+_PARAMS = [
+    pytest.param(case, which, form_id, id=f"{case}-{name}-{form_id}")
+    for case, (_, args) in CASES.items()
+    for which, (name, _, kind) in enumerate(args)
+    for form_id in [*(FLOAT_FORMS if kind == F else LABEL_FORMS), *BROADCAST_FORMS]
+]
+
+
+@pytest.mark.parametrize("case, which, form_id", _PARAMS)
+def test_every_array_form_gives_the_plain_arrays_result_or_a_named_refusal(case, which, form_id, tmp_path):
+    """The property of the module docstring for each public function (grouped by the arrays they take), each of its
+    array arguments and each form: the result equals the one of the plain float64 / int64 copy of the form's values
+    within the form's precision (exactly for counts), or the form is refused with a TypeError / ValueError naming
+    the argument; never another exception, a wrong number or a change of the caller's array."""
+    name, base, kind = CASES[case][1][which]
+    if form_id in BROADCAST_FORMS:
+        if base.ndim < 2:
+            pytest.skip("a zero-stride form repeats the first case of a batch")
+        form = BROADCAST_FORMS[form_id](base)
+    else:
+        form = (FLOAT_FORMS if kind == F else LABEL_FORMS)[form_id](base, tmp_path)
+    if form is None:
+        pytest.skip("the form does not apply to these values (channels_last_3d: 5-D only; bool: 0 / 1 only)")
+    ref = _plain(form, kind)
+    before = ref.copy()
+    want, run = _call(case, which, form, ref)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _values(run())
+    except (TypeError, ValueError) as err:
+        assert name in str(err), f"refused without naming {name}: {err}"
+        return
+    _assert_close(want, got, _tolerance(form), case)
+    assert np.array_equal(_plain(form, kind), before), "the caller's array changed"
