@@ -128,7 +128,7 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
     MetaTensors are reduced to plain tensors so that arithmetic stays fast. A numpy array in non-native byte order
     (``'>f4'`` on a little-endian machine, e.g. read from a file written elsewhere) or a read-only one (a memmap
     opened ``'r'``, ``np.broadcast_to``), which torch cannot hold, is copied (to native order); so is a
-    non-contiguous one.
+    non-contiguous one or one with a negative stride (a flip, also along an axis of length 1).
 
     Args:
         x: a tensor, a numpy array, a (nested) list or tuple of numbers, or a number.
@@ -159,9 +159,10 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
     elif isinstance(x, np.ndarray):
         # torch.from_numpy refuses other byte orders with an error naming no argument: native order first
         a = np.ascontiguousarray(_native(_numeric(x, name)))
-        if not a.flags.writeable:
+        if not a.flags.writeable or any(s < 0 for s in a.strides):
             # found by hostile testing (review 64): torch cannot hold a read-only buffer (np.broadcast_to, a memmap
-            # opened 'r'); sharing it warned of undefined behaviour, and an in-place operation wrote through it
+            # opened 'r'); sharing it warned of undefined behaviour, and an in-place operation wrote through it. A
+            # flip along an axis of length 1 keeps a negative stride that numpy calls contiguous and torch refuses
             a = a.copy()
         t = _torch_of(torch.from_numpy, a, name)
     elif isinstance(x, (list, tuple, float, int, np.generic)):

@@ -20,7 +20,7 @@ from monai.data import MetaTensor
 
 import monai_unc.measures as measures
 import monai_unc.metrics as metrics
-from monai_unc._utils import to_tensor
+from monai_unc._utils import to_numpy, to_tensor
 from monai_unc.scores import case_scores
 from monai_unc.stats import SampleStats
 
@@ -42,6 +42,20 @@ def test_to_tensor_copies_a_read_only_array():
     assert a[0, 0] == 0.0  # the frozen array is unchanged
     writable = np.arange(4.0)
     assert np.shares_memory(to_tensor(writable, "x").numpy(), writable)
+
+
+def test_a_flip_along_a_length_one_axis_is_read():
+    """Found by hostile testing (review 64): a numpy array flipped along an axis of length 1 (``u[..., ::-1]`` of a
+    one-slice map, ``np.flip`` of a one-channel map) has a negative stride yet counts as C-contiguous, so it reached
+    ``torch.from_numpy`` uncopied and every tensor-based function (the measures, the ECE family, ``SampleStats``)
+    refused the valid input with torch's "negative strides are not currently supported", naming no argument."""
+    p = np.full((1, 2, 3, 1), 0.5)
+    flipped = p[..., ::-1]
+    assert flipped.strides[-1] < 0 and flipped.flags.c_contiguous
+    assert torch.equal(to_tensor(flipped, "probs"), torch.from_numpy(p))
+    np.testing.assert_allclose(measures.entropy(flipped), measures.entropy(p))
+    target = np.zeros((1, 3, 1), dtype=np.int64)
+    assert metrics.ece(flipped, target, n_fine_bins=120) == metrics.ece(p, target, n_fine_bins=120)
 
 
 # ------------------------------------------------------------------------------------------------ the forms
@@ -231,10 +245,10 @@ def _sample_stats(probs):
 
 
 def _discrimination(uncertainty, error):
-    out = {n: getattr(metrics, n)(uncertainty, error) for n in
+    out = {n: getattr(metrics, n)(uncertainty, error, per_case=True) for n in
            ("error_auroc", "error_auprc", "avu", "correct_certain_ratio", "uncertain_incorrect_ratio",
             "voxel_accuracy", "au_arc")}
-    out["pavpu"] = metrics.pavpu(uncertainty, error, window=2)
+    out["pavpu"] = metrics.pavpu(uncertainty, error, window=2, per_case=True)
     return out
 
 
@@ -360,3 +374,157 @@ def test_every_array_form_gives_the_plain_arrays_result_or_a_named_refusal(case,
         return
     _assert_close(want, got, _tolerance(form), case)
     assert np.array_equal(_plain(form, kind), before), "the caller's array changed"
+
+
+# ------------------------------------------------------------------------------------------------ metric classes
+
+
+def _calibration_metric(y_pred, y):
+    m = metrics.CalibrationMetric(num_classes=_C, metrics=("ece", "uce", "nll", "brier"), n_fine_bins=_FINE)
+    return m(y_pred=y_pred, y=y), m.aggregate()
+
+
+def _spatial_metrics(uncertainty, y_pred, y):
+    out = {}
+    for cls in ("BoundaryUncertaintyConcentrationMetric", "BoundaryAwareECEMetric", "SpatialCalibrationErrorMetric"):
+        m = getattr(metrics, cls)()
+        out[cls] = (m(y_pred=y_pred, y=y, uncertainty=uncertainty), m.aggregate())
+    return out
+
+
+def _ncc_metric(y_pred, y):
+    m = metrics.NCCMetric()
+    return m(y_pred=y_pred, y=y), m.aggregate()
+
+
+def _ged_metric(y, y_pred):
+    m = metrics.GEDMetric()
+    return m(y_pred=y_pred, y=y), m.aggregate()
+
+
+def _qu_brats_metric(uncertainty, y_pred, y):
+    m = metrics.QUBraTSMetric()
+    return m(y_pred=y_pred, y=y, uncertainty=uncertainty), m.aggregate()
+
+
+_RATERS = np.stack([_MASKS[:2], _MASKS[1:]])  # (B=2, R=2, *spatial)
+#: MONAI's metric classes take tensors: the base values are tensors and the forms the torch ones
+CLASS_CASES = {
+    "CalibrationMetric": (_calibration_metric, [("y_pred", _PROBS, F), ("y", _LABELS[:, None], L)]),
+    "spatial_metrics": (_spatial_metrics, [("uncertainty", _UNC, F), ("y_pred", _PRED[:, None], L),
+                                           ("y", _LABELS[:, None], L)]),
+    "NCCMetric": (_ncc_metric, [("y_pred", _UNC, F), ("y", _ERR.astype(np.float64), F)]),
+    "GEDMetric": (_ged_metric, [("y", _RATERS, L), ("y_pred", _RATERS[:, ::-1].copy(), L)]),
+    "QUBraTSMetric": (_qu_brats_metric, [("uncertainty", _UNC * 64, F), ("y_pred", _RATERS[:, :1], L),
+                                         ("y", _RATERS[:, 1:], L)]),
+}
+
+_CLASS_PARAMS = [
+    pytest.param(case, which, form_id, id=f"{case}-{name}-{form_id}")
+    for case, (_, args) in CLASS_CASES.items()
+    for which, (name, _, kind) in enumerate(args)
+    for form_id in [*(FLOAT_FORMS if kind == F else LABEL_FORMS), "t_expand"]
+    if form_id.startswith("t_")
+]
+
+
+@pytest.mark.parametrize("case, which, form_id", _CLASS_PARAMS)
+def test_metric_classes_take_every_tensor_form(case, which, form_id, tmp_path):
+    """The property of the module docstring for the MONAI metric classes: per-case values and the aggregate on each
+    tensor form equal those of the plain contiguous float64 / int64 tensor, or a refusal names the argument."""
+    fn, args = CLASS_CASES[case]
+    name, base, kind = args[which]
+    form = BROADCAST_FORMS[form_id](base) if form_id in BROADCAST_FORMS else (
+        FLOAT_FORMS if kind == F else LABEL_FORMS)[form_id](base, tmp_path)
+    if form is None:
+        pytest.skip("the form does not apply to these values")
+    given = [torch.from_numpy(np.ascontiguousarray(a)) for _, a, _ in args]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        given[which] = torch.from_numpy(_plain(form, kind))
+        want = _values(fn(*given))
+        given[which] = form
+        try:
+            got = _values(fn(*given))
+        except (TypeError, ValueError) as err:
+            assert name in str(err), f"refused without naming {name}: {err}"
+            return
+    _assert_close(want, got, _tolerance(form), case)
+
+
+# ------------------------------------------------------------------------------------------------ narrow label dtypes
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, bool, torch.uint8, torch.int8, torch.bool],
+                         ids=["np_uint8", "np_int8", "np_bool", "t_uint8", "t_int8", "t_bool"])
+def test_narrow_label_dtypes_count_beyond_their_range(dtype):
+    """Counts over more voxels than a narrow label dtype holds (300 foreground voxels, 600 in all, in uint8 / int8 /
+    bool) are exact: no count wraps in the labels' dtype (overlap counts, Dice, GED, QU-BraTS, the calibration
+    histogram's NLL of 600 voxels, the discrimination metrics)."""
+    mask = np.zeros((1, 20, 30), dtype=np.int64)
+    mask[0, :10] = 1  # 300 foreground voxels
+    other = np.zeros_like(mask)
+    other[0, 5:15] = 1  # 150 shared
+
+    def form(a):
+        return torch.from_numpy(a).to(dtype) if isinstance(dtype, torch.dtype) else a.astype(dtype)
+
+    counts = metrics.overlap_counts(form(mask.reshape(1, -1)), form(other.reshape(1, -1)), num_classes=2)  # (..., V)
+    assert _values(counts.intersection).tolist() == [[150.0, 150.0]]  # background (rows 15-19), foreground (5-9)
+    assert _values(counts.pred_size).tolist() == [[300.0, 300.0]]
+    assert float(_values(metrics.dice(form(mask), form(other), num_classes=2)).ravel()[0]) == 0.5
+    assert float(metrics.ged(form(np.concatenate([mask, other])), form(mask)).ged) == pytest.approx(
+        float(metrics.ged(np.concatenate([mask, other]), mask).ged), abs=1e-12)
+    u = (np.arange(600).reshape(1, 20, 30) % 64).astype(np.float64)
+    _assert_close(_values(metrics.qu_brats(u, form(mask), form(other))),
+                  _values(metrics.qu_brats(u, mask, other)), 1e-12)
+    err = form(mask[:, None])
+    _assert_close(_values(metrics.voxel_accuracy(u[:, None] / 64, err, per_case=True)),
+                  _values(metrics.voxel_accuracy(u[:, None] / 64, mask[:, None], per_case=True)), 1e-12)
+    probs = np.stack([1 - u / 64, u / 64], axis=1)
+    _assert_close(_values(metrics.nll(probs, form(mask), n_fine_bins=_FINE)),
+                  _values(metrics.nll(probs, mask, n_fine_bins=_FINE)), 1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ the conversions
+
+hypothesis = pytest.importorskip("hypothesis")
+st = pytest.importorskip("hypothesis.strategies")
+
+_DTYPES = ["<f8", ">f8", "<f4", ">f4", "<f2", ">f2", "<i8", ">i4", "<i2", ">u2", "|u1", "|i1", "|b1"]
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    shape=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    dtype=st.sampled_from(_DTYPES),
+    layout=st.sampled_from(["C", "F", "negative", "strided", "broadcast"]),
+    read_only=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_conversions_keep_values_and_never_share_a_frozen_buffer(shape, dtype, layout, read_only, seed):
+    """``to_tensor`` and ``to_numpy`` (every public function's entry) of a numpy array in any byte order, memory
+    layout and writability: the same values and shape; the tensor shares memory only with a writable array, so an
+    in-place operation on it never writes through a read-only one."""
+    rng = np.random.default_rng(seed)
+    plain = (rng.integers(0, 2, size=shape) if dtype == "|b1" else rng.integers(0, 100, size=shape)).astype(dtype)
+    if layout == "F":
+        a = np.asfortranarray(plain)
+    elif layout == "negative":
+        a = plain[..., ::-1].copy()[..., ::-1]
+    elif layout == "strided":
+        a = np.repeat(plain, 2, axis=-1)[..., ::2]
+    elif layout == "broadcast":
+        plain = np.ascontiguousarray(np.broadcast_to(plain[:1], plain.shape))
+        a = np.broadcast_to(plain[:1], plain.shape)  # read-only, zero strides
+    else:
+        a = plain.copy()
+    if read_only:
+        a.setflags(write=False)
+    expected = plain.astype(plain.dtype.newbyteorder("="))
+    t = to_tensor(a, "x")
+    assert tuple(t.shape) == a.shape and np.array_equal(t.numpy(), expected)
+    if not a.flags.writeable:
+        assert not np.shares_memory(t.numpy(), a)
+    back = to_numpy(t, "x")
+    assert np.array_equal(back, expected) and np.array_equal(to_numpy(a, "x"), expected)
