@@ -111,6 +111,12 @@ def _permuted(a: np.ndarray) -> torch.Tensor:
     return t
 
 
+def _offset_t(a: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(np.concatenate([a[:1], a]))[1:]  # a contiguous view starting inside its storage
+    assert t.storage_offset() > 0 and t.is_contiguous()
+    return t
+
+
 def _channels_last(a: np.ndarray) -> torch.Tensor | None:
     if a.ndim != 5:
         return None
@@ -137,6 +143,9 @@ FLOAT_FORMS = {
     "t_channels_last_3d": lambda a, d: _channels_last(a),
     "t_metatensor": lambda a, d: MetaTensor(torch.from_numpy(a.copy())),
     "t_requires_grad": lambda a, d: torch.from_numpy(a.astype(np.float32)).requires_grad_(True),
+    "t_parameter": lambda a, d: torch.nn.Parameter(torch.from_numpy(a.copy())),
+    "t_storage_offset": lambda a, d: _offset_t(a),
+    "np_offset": lambda a, d: np.concatenate([a[:1], a])[1:],
 }
 
 #: label forms (values in [0, C) or 0 / 1): as FLOAT_FORMS
@@ -159,6 +168,7 @@ LABEL_FORMS = {
     "t_strided": lambda a, d: _strided_t(a),
     "t_channels_last_3d": lambda a, d: _channels_last(a),
     "t_metatensor": lambda a, d: MetaTensor(torch.from_numpy(a.copy())),
+    "t_storage_offset": lambda a, d: _offset_t(a),
 }
 
 #: zero-stride forms: the first batch item repeated (the reference is its plain copy)
