@@ -233,6 +233,37 @@ def check_real_dtype(x: Any, name: str, objects: bool = False) -> None:
         raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
 
 
+def check_tensor(x: Any, name: str) -> torch.Tensor:
+    """``x`` itself if it is a torch tensor (a MetaTensor too), else ``TypeError`` naming ``name``.
+
+    The entry check of the functions that take tensors only (the streamed statistics' moments: they work in place
+    and on the tensors' device), so that a numpy array is refused by name instead of failing on its first tensor
+    method with an ``AttributeError`` (found by hostile testing, review 64).
+
+    Args:
+        x: the value given.
+        name: the argument's name in the error.
+
+    Returns:
+        ``x``.
+
+    Raises:
+        TypeError: ``"<name> must be a torch tensor, got <type>"``.
+
+    Example:
+        >>> check_tensor(torch.zeros(2), "mean").shape
+        torch.Size([2])
+        >>> check_tensor(np.zeros(2), "mean")
+        Traceback (most recent call last):
+            ...
+        TypeError: mean must be a torch tensor, got ndarray (convert it with torch.from_numpy)
+    """
+    if not isinstance(x, torch.Tensor):
+        hint = " (convert it with torch.from_numpy)" if isinstance(x, np.ndarray) else ""
+        raise TypeError(f"{name} must be a torch tensor, got {type(x).__name__}{hint}")
+    return x
+
+
 def like_input(result: ArrayLike, reference: Any) -> ArrayLike:
     """Return ``result`` (a tensor or a numpy array) in the library of ``reference``.
 

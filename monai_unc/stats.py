@@ -89,6 +89,7 @@ from ._utils import (
     check_bool,
     check_finite,
     check_probabilities,
+    check_tensor,
     check_unit_interval,
     is_int,
     is_real,
@@ -1292,6 +1293,10 @@ def check_moments(
         ...
         ValueError: mean_entropy must lie in [0, log C] = [0, 0.6931] nats ..., got values in [-0.5, -0.5]
     """
+    for value, name in ((mean, "mean"), (mean_entropy, "mean_entropy"), (mean_sq, "mean_sq"),
+                        (mean_sq_sum, "mean_sq_sum")):
+        if value is not None or name in ("mean", "mean_entropy"):
+            check_tensor(value, name)  # found by hostile testing (review 64): numpy raised AttributeError
     if multilabel:
         check_unit_interval(mean, "mean", tol=PROB_TOL if tol is None else tol)
     else:
@@ -1448,6 +1453,8 @@ def derive_measures(
     check_bool(multilabel, "multilabel")
     _check_dtype(samples_dtype, "samples_dtype")
     keys = [K(k).value for k in ([keys] if isinstance(keys, str) else keys)]
+    for k, v in moments.items():  # found by hostile testing (review 64): numpy raised AttributeError
+        check_tensor(v, f"moments[{k!r}]")
     mean = moments[K.PRED.value]
     if mean.numel() == 0:
         # found by hostile testing: no chunk was derived and the first key raised KeyError
@@ -1611,6 +1618,8 @@ def window_disagreement_from_stitched(
         >>> round(float(window_disagreement_from_stitched(pred, window_entropy)) / math.log(2), 4)
         1.0
     """
+    check_tensor(pred, "pred")  # found by hostile testing (review 64): numpy raised AttributeError
+    check_tensor(window_entropy, "window_entropy")
     if pred.ndim < 3:
         raise ValueError(f"pred must be (B, C, *spatial), got shape {tuple(pred.shape)}")
     expected = (pred.shape[0], pred.shape[1] if multilabel else 1, *pred.shape[2:])

@@ -11,6 +11,7 @@ the argument. The values are multiples of 1/64 (exact in bfloat16) so that every
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 
 import numpy as np
@@ -22,7 +23,7 @@ import monai_unc.measures as measures
 import monai_unc.metrics as metrics
 from monai_unc._utils import to_numpy, to_tensor
 from monai_unc.scores import case_scores
-from monai_unc.stats import SampleStats
+from monai_unc.stats import SampleStats, check_moments, derive_measures, window_disagreement_from_stitched
 
 
 def test_to_tensor_copies_a_read_only_array():
@@ -538,3 +539,27 @@ def test_conversions_keep_values_and_never_share_a_frozen_buffer(shape, dtype, l
         assert not np.shares_memory(t.numpy(), a)
     back = to_numpy(t, "x")
     assert np.array_equal(back, expected) and np.array_equal(to_numpy(a, "x"), expected)
+
+
+# ------------------------------------------------------------------------------------------------ tensor-only entries
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda p, h: derive_measures({"pred": p, "expected_entropy": torch.as_tensor(h)}, ["predictive_entropy"]),
+     "moments['pred']"),
+    (lambda p, h: derive_measures({"pred": torch.as_tensor(p), "expected_entropy": h}, ["mutual_information"]),
+     "moments['expected_entropy']"),
+    (lambda p, h: check_moments(p, torch.as_tensor(h)), "mean"),
+    (lambda p, h: check_moments(torch.as_tensor(p), h), "mean_entropy"),
+    (lambda p, h: window_disagreement_from_stitched(p, torch.as_tensor(h)), "pred"),
+    (lambda p, h: window_disagreement_from_stitched(torch.as_tensor(p), h), "window_entropy"),
+], ids=["derive_pred", "derive_entropy", "check_mean", "check_entropy", "wd_pred", "wd_entropy"])
+def test_tensor_only_statistics_refuse_numpy_by_name(call, name):
+    """Found by hostile testing (review 64): the checked entries of the streamed statistics' moments take tensors
+    only, and a numpy array (a moment saved with ``np.save`` and loaded back) raised ``AttributeError: 'numpy.ndarray'
+    object has no attribute 'numel'`` (or ``'detach'``, ``'clamp_max'``), naming no argument. They refuse it with a
+    ``TypeError`` naming the argument."""
+    p, h = np.full((1, 2, 3), 0.5), np.full((1, 1, 3), 0.6)
+    with pytest.raises(TypeError, match=f"^{re.escape(name)} must be a torch tensor"):
+        call(p, h)
+    call(torch.from_numpy(p), torch.from_numpy(h))  # the tensors are taken
