@@ -1286,6 +1286,10 @@ def check_moments(
             of ``mean``'s dtype; :data:`~monai_unc._utils.PROB_TOL` for ``multilabel``): the means of bfloat16 samples,
             whose sums are off 1 by up to ~4e-3, need bfloat16's.
 
+    Raises:
+        TypeError: a moment given is not a torch tensor, naming it.
+        ValueError: a moment that is not that of probability samples, naming it.
+
     Example:
         >>> check_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[0.5]]]))
         >>> check_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[-0.5]]]))  # doctest: +ELLIPSIS
@@ -1447,6 +1451,7 @@ def derive_measures(
         needed.
 
     Raises:
+        TypeError: a moment is not a torch tensor (``moments['<key>'] must be a torch tensor``).
         ValueError: ``moments["pred"]`` is empty (no voxel), an unknown key, or ``variance`` without a second moment.
     """
     check_bool(normalize, "normalize")
@@ -1604,6 +1609,7 @@ def window_disagreement_from_stitched(
         WD in nats, the shape of ``window_entropy``, in the dtype of ``pred`` (float32 for a half-precision one).
 
     Raises:
+        TypeError: ``pred`` or ``window_entropy`` is not a torch tensor.
         ValueError: ``window_entropy`` has another shape than ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for
             ``multilabel``) of ``pred``'s, or a value that is negative or not finite (found by hostile testing: a
             window entropy of two channels was broadcast into a WD map of two channels, a negative one gave a WD of
