@@ -126,8 +126,9 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
     """Return ``x`` as a torch tensor without copying where possible (numpy -> CPU tensor).
 
     MetaTensors are reduced to plain tensors so that arithmetic stays fast. A numpy array in non-native byte order
-    (``'>f4'`` on a little-endian machine, e.g. read from a file written elsewhere), which torch cannot hold, is
-    copied to native order.
+    (``'>f4'`` on a little-endian machine, e.g. read from a file written elsewhere) or a read-only one (a memmap
+    opened ``'r'``, ``np.broadcast_to``), which torch cannot hold, is copied (to native order); so is a
+    non-contiguous one or one with a negative stride (a flip, also along an axis of length 1).
 
     Args:
         x: a tensor, a numpy array, a (nested) list or tuple of numbers, or a number.
@@ -135,7 +136,7 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
         dtype: convert to this dtype (None: keep ``x``'s).
 
     Returns:
-        The tensor (sharing ``x``'s memory where no copy is needed).
+        The tensor (sharing a writable, C-contiguous, native-order ``x``'s memory).
 
     Raises:
         TypeError: naming ``name`` for another type or a dtype other than bool, integer or real floating point:
@@ -157,7 +158,13 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
         check_real_dtype(t, name)
     elif isinstance(x, np.ndarray):
         # torch.from_numpy refuses other byte orders with an error naming no argument: native order first
-        t = _torch_of(torch.from_numpy, np.ascontiguousarray(_native(_numeric(x, name))), name)
+        a = np.ascontiguousarray(_native(_numeric(x, name)))
+        if not a.flags.writeable or any(s < 0 for s in a.strides):
+            # found by hostile testing (review 64): torch cannot hold a read-only buffer (np.broadcast_to, a memmap
+            # opened 'r'); sharing it warned of undefined behaviour, and an in-place operation wrote through it. A
+            # flip along an axis of length 1 keeps a negative stride that numpy calls contiguous and torch refuses
+            a = a.copy()
+        t = _torch_of(torch.from_numpy, a, name)
     elif isinstance(x, (list, tuple, float, int, np.generic)):
         t = _torch_of(torch.as_tensor, _native(_numeric(_asarray(x, name), name)), name)
     else:
@@ -224,6 +231,37 @@ def check_real_dtype(x: Any, name: str, objects: bool = False) -> None:
             raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
     elif isinstance(x, np.ndarray) and x.dtype.kind not in "biuf" and not (objects and x.dtype.kind == "O"):
         raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
+
+
+def check_tensor(x: Any, name: str) -> torch.Tensor:
+    """``x`` itself if it is a torch tensor (a MetaTensor too), else ``TypeError`` naming ``name``.
+
+    The entry check of the functions that take tensors only (the streamed statistics' moments: they work in place
+    and on the tensors' device), so that a numpy array is refused by name instead of failing on its first tensor
+    method with an ``AttributeError`` (found by hostile testing, review 64).
+
+    Args:
+        x: the value given.
+        name: the argument's name in the error.
+
+    Returns:
+        ``x``.
+
+    Raises:
+        TypeError: ``"<name> must be a torch tensor, got <type>"``.
+
+    Example:
+        >>> check_tensor(torch.zeros(2), "mean").shape
+        torch.Size([2])
+        >>> check_tensor(np.zeros(2), "mean")
+        Traceback (most recent call last):
+            ...
+        TypeError: mean must be a torch tensor, got ndarray (convert it with torch.from_numpy)
+    """
+    if not isinstance(x, torch.Tensor):
+        hint = " (convert it with torch.from_numpy)" if isinstance(x, np.ndarray) else ""
+        raise TypeError(f"{name} must be a torch tensor, got {type(x).__name__}{hint}")
+    return x
 
 
 def like_input(result: ArrayLike, reference: Any) -> ArrayLike:

@@ -89,6 +89,7 @@ from ._utils import (
     check_bool,
     check_finite,
     check_probabilities,
+    check_tensor,
     check_unit_interval,
     is_int,
     is_real,
@@ -1285,6 +1286,10 @@ def check_moments(
             of ``mean``'s dtype; :data:`~monai_unc._utils.PROB_TOL` for ``multilabel``): the means of bfloat16 samples,
             whose sums are off 1 by up to ~4e-3, need bfloat16's.
 
+    Raises:
+        TypeError: a moment given is not a torch tensor, naming it.
+        ValueError: a moment that is not that of probability samples, naming it.
+
     Example:
         >>> check_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[0.5]]]))
         >>> check_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[-0.5]]]))  # doctest: +ELLIPSIS
@@ -1292,6 +1297,10 @@ def check_moments(
         ...
         ValueError: mean_entropy must lie in [0, log C] = [0, 0.6931] nats ..., got values in [-0.5, -0.5]
     """
+    for value, name in ((mean, "mean"), (mean_entropy, "mean_entropy"), (mean_sq, "mean_sq"),
+                        (mean_sq_sum, "mean_sq_sum")):
+        if value is not None or name in ("mean", "mean_entropy"):
+            check_tensor(value, name)  # found by hostile testing (review 64): numpy raised AttributeError
     if multilabel:
         check_unit_interval(mean, "mean", tol=PROB_TOL if tol is None else tol)
     else:
@@ -1442,12 +1451,15 @@ def derive_measures(
         needed.
 
     Raises:
+        TypeError: a moment is not a torch tensor (``moments['<key>'] must be a torch tensor``).
         ValueError: ``moments["pred"]`` is empty (no voxel), an unknown key, or ``variance`` without a second moment.
     """
     check_bool(normalize, "normalize")
     check_bool(multilabel, "multilabel")
     _check_dtype(samples_dtype, "samples_dtype")
     keys = [K(k).value for k in ([keys] if isinstance(keys, str) else keys)]
+    for k, v in moments.items():  # found by hostile testing (review 64): numpy raised AttributeError
+        check_tensor(v, f"moments[{k!r}]")
     mean = moments[K.PRED.value]
     if mean.numel() == 0:
         # found by hostile testing: no chunk was derived and the first key raised KeyError
@@ -1597,6 +1609,7 @@ def window_disagreement_from_stitched(
         WD in nats, the shape of ``window_entropy``, in the dtype of ``pred`` (float32 for a half-precision one).
 
     Raises:
+        TypeError: ``pred`` or ``window_entropy`` is not a torch tensor.
         ValueError: ``window_entropy`` has another shape than ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for
             ``multilabel``) of ``pred``'s, or a value that is negative or not finite (found by hostile testing: a
             window entropy of two channels was broadcast into a WD map of two channels, a negative one gave a WD of
@@ -1611,6 +1624,8 @@ def window_disagreement_from_stitched(
         >>> round(float(window_disagreement_from_stitched(pred, window_entropy)) / math.log(2), 4)
         1.0
     """
+    check_tensor(pred, "pred")  # found by hostile testing (review 64): numpy raised AttributeError
+    check_tensor(window_entropy, "window_entropy")
     if pred.ndim < 3:
         raise ValueError(f"pred must be (B, C, *spatial), got shape {tuple(pred.shape)}")
     expected = (pred.shape[0], pred.shape[1] if multilabel else 1, *pred.shape[2:])
