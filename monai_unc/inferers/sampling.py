@@ -81,6 +81,8 @@ from ..networks.shared import (
     PLAIN_TRACES,
     SharedPasses,
     SharingUnavailable,
+    _storage,
+    _version,
     hidden_submodule,
     sample_batch,
     watch_input,
@@ -1103,8 +1105,10 @@ class UncertaintyInferer(Inferer):
             def base(t: torch.Tensor) -> Any:
                 return network(t, *args, **kwargs)
 
+            guard = _InputGuard(x)
             for src in window_sources:
                 src.prepare(x, base)
+                guard.restore()
 
             def add(raw: Any, indices: Sequence[int]) -> None:
                 nonlocal stats, probs_dtype
@@ -1162,6 +1166,7 @@ class UncertaintyInferer(Inferer):
                 inner = _innermost_count(window_sources)
                 for i, combo in enumerate(itertools.product(*(s.variants(x) for s in window_sources))):
                     add(_wrapped(base, combo, inner)(x), [i])
+                    guard.restore()  # after add: an output that is a view of the input is read before
             else:
                 # a torch.compile wrapper (``torch.compile(net)``, MONAI's ``SupervisedEvaluator(compile=True)``):
                 # the shared passes follow the calls of its Python module, as the nnU-Net predictor does; the
@@ -1175,6 +1180,7 @@ class UncertaintyInferer(Inferer):
                 info["network_args"] = (tuple(args), tuple(sorted(kwargs.items())))
                 self._shared_window(x, plain, base if plain is network else plain_base, window_sources, shared, add,
                                     info)
+                guard.restore()  # the replays start from the input as given themselves; the caller's tensor here
             # a NaN of any sample makes the summed entropy non-finite, an infinite logit its output's min or max:
             # one check (one synchronisation) of both
             finite = torch.isfinite(stats.sum_h).all()
@@ -1620,6 +1626,35 @@ def _stitching_input(x: torch.Tensor) -> torch.Tensor:
     in the input's dtype; only the maps are rounded to it.
     """
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+class _InputGuard:
+    """A window's input as given, put back after every network call that wrote into it.
+
+    Found by review 64: a network that writes into its input (``x.mul_(2)``, an in-place normalisation) gave each later
+    sample the input as the earlier samples had left it (MC dropout without shared passes, the identity variant of
+    TTA, the Rate-In search pass, overlapping sliding windows, which are views of the input), so the maps depended on
+    the order of the samples, and the caller's tensor came back modified. A write is a changed storage or version
+    counter (an inference tensor has none: its values are compared). The copy is one input window.
+    """
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x
+        self.pristine = x.detach().clone()
+        self._mark()
+
+    def _mark(self) -> None:
+        self.storage, self.version = _storage(self.x), _version(self.x)
+
+    def restore(self) -> None:
+        """Copy the input as given back into it when a call wrote into it."""
+        x = self.x
+        if (_storage(x) == self.storage and _version(x) == self.version
+                and (self.version is not None or torch.equal(x, self.pristine))):
+            return
+        with torch.no_grad():
+            x.copy_(self.pristine)
+        self._mark()
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
