@@ -73,16 +73,16 @@ from .._utils import (
     compiled_draws_context,
     plain_module,
     probability_tolerance,
+    seeded_rng,
 )
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure, combine_mi_meanings
 from ..measures import entropy_dtype
 from ..networks.dropout import find_dropout_layers
 from ..networks.shared import (
     PLAIN_TRACES,
+    InputGuard,
     SharedPasses,
     SharingUnavailable,
-    _storage,
-    _version,
     hidden_submodule,
     sample_batch,
     watch_input,
@@ -1105,7 +1105,7 @@ class UncertaintyInferer(Inferer):
             def base(t: torch.Tensor) -> Any:
                 return network(t, *args, **kwargs)
 
-            guard = _InputGuard(x)
+            guard = InputGuard(x)
             for src in window_sources:
                 src.prepare(x, base)
                 guard.restore()
@@ -1379,11 +1379,10 @@ class UncertaintyInferer(Inferer):
         rng = contextlib.nullcontext()
         seed = check_seed(self.seed)  # the attribute may have been set after construction (a bundle override)
         if seed is not None:
-            # torch.manual_seed below seeds every CUDA device: fork (and so restore) the state of each device the
-            # call may draw on, the input's and the windows' (sw_device="cuda" with a CPU input)
-            cuda = sorted({d.index if d.index is not None else torch.cuda.current_device()
-                           for d in (x.device, device) if d.type == "cuda"})
-            rng = torch.random.fork_rng(devices=cuda)
+            # the generators of the devices the call may draw on, seeded and restored: the input's, the windows'
+            # (sw_device="cuda" with a CPU input) and those of the network's weights (a network across GPUs); no other
+            # (torch.manual_seed reseeded every GPU and left them so: found by review 64)
+            rng = seeded_rng(seed, [x.device, device, *_weight_devices(network)])
         grad = torch.no_grad() if self.no_grad else contextlib.nullcontext()
         total: SampleStats | None = None
         separate = self.window_disagreement == "separate"
@@ -1404,7 +1403,6 @@ class UncertaintyInferer(Inferer):
         stitched_x = _stitching_input(x) if self._stitches() else x
         with rng, grad, contextlib.ExitStack() as call_stack:
             if seed is not None:
-                torch.manual_seed(seed)
                 for src in self.sources:  # random states of their own (MONAI transforms), from the seeded stream
                     src.reseed()
             members = net_sources[0].members(network, device) if net_sources else [contextlib.nullcontext(network)]
@@ -1628,33 +1626,11 @@ def _stitching_input(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
-class _InputGuard:
-    """A window's input as given, put back after every network call that wrote into it.
-
-    Found by review 64: a network that writes into its input (``x.mul_(2)``, an in-place normalisation) gave each later
-    sample the input as the earlier samples had left it (MC dropout without shared passes, the identity variant of
-    TTA, the Rate-In search pass, overlapping sliding windows, which are views of the input), so the maps depended on
-    the order of the samples, and the caller's tensor came back modified. A write is a changed storage or version
-    counter (an inference tensor has none: its values are compared). The copy is one input window.
-    """
-
-    def __init__(self, x: torch.Tensor) -> None:
-        self.x = x
-        self.pristine = x.detach().clone()
-        self._mark()
-
-    def _mark(self) -> None:
-        self.storage, self.version = _storage(self.x), _version(self.x)
-
-    def restore(self) -> None:
-        """Copy the input as given back into it when a call wrote into it."""
-        x = self.x
-        if (_storage(x) == self.storage and _version(x) == self.version
-                and (self.version is not None or torch.equal(x, self.pristine))):
-            return
-        with torch.no_grad():
-            x.copy_(self.pristine)
-        self._mark()
+def _weight_devices(network: Any) -> set[torch.device]:
+    """The devices of a module's parameters and buffers (none for anything else)."""
+    if not isinstance(network, nn.Module):
+        return set()
+    return {t.device for t in itertools.chain(network.parameters(), network.buffers())}
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
