@@ -571,7 +571,16 @@ def network_output_tensor(out: Any) -> torch.Tensor:
             raise ValueError("network returned an empty sequence")
         out = out[0]
     if not isinstance(out, torch.Tensor):
-        raise TypeError(f"network output must be a tensor, got {type(out).__name__}")
+        # found by review 64: a network returning a dict (MONAI's inferers pass or stitch one) got "network output must
+        # be a tensor, got dict", naming neither its entries nor what to give instead
+        got = type(out).__name__
+        if isinstance(out, dict):
+            got = f"a dict with the entries {sorted(map(str, out))}"
+        raise TypeError(
+            f"network output must be a tensor (B, C, *spatial), or a tuple / list whose first element is the "
+            f"full-resolution one (deep supervision), got {got}: the uncertainty inferers sample one output; give a "
+            "network that returns the logits to sample (e.g. a module whose forward returns net(x)[key])"
+        )
     return out.as_tensor() if hasattr(out, "as_tensor") else out
 
 

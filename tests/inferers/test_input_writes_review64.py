@@ -54,3 +54,18 @@ def test_network_writing_its_input(make):
     assert torch.equal(given, x), "the caller's input was left modified"
     for key in ref:
         torch.testing.assert_close(got[key], ref[key], rtol=0, atol=1e-6, msg=key)
+
+
+class _DictOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = _core()
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"seg": self.core(x), "aux": self.core(x)}
+
+
+def test_a_dict_output_is_refused_naming_its_entries():
+    """Found by review 64: ``network output must be a tensor, got dict`` named neither the entries nor the remedy."""
+    with pytest.raises(TypeError, match=r"network output must be a tensor.*\['aux', 'seg'\].*returns the logits"):
+        MCDropoutInferer(2, seed=0)(torch.rand(1, 1, 8, 8), _DictOutput().eval())
