@@ -1636,10 +1636,17 @@ def _stitching_input(x: torch.Tensor) -> torch.Tensor:
 
 
 def _weight_devices(network: Any) -> set[torch.device]:
-    """The devices of a module's parameters and buffers (none for anything else)."""
+    """The devices a module may draw on: those of its parameters and buffers, and a ``DataParallel``'s replicas.
+
+    None for anything but a module.
+    """
     if not isinstance(network, nn.Module):
         return set()
-    return {t.device for t in itertools.chain(network.parameters(), network.buffers())}
+    devices = {t.device for t in itertools.chain(network.parameters(), network.buffers())}
+    for m in network.modules():  # a DataParallel runs a replica on each of its devices (and draws there)
+        if isinstance(m, nn.DataParallel):
+            devices.update(torch.device("cuda", int(i)) for i in (m.device_ids or []) if isinstance(i, int))
+    return devices
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

@@ -51,3 +51,14 @@ def test_a_seeded_cpu_call_leaves_the_gpu_stream_as_it_was():
     state = torch.cuda.get_rng_state()
     MCDropoutInferer(3, seed=11)(x, net)
     assert torch.equal(torch.cuda.get_rng_state(), state)
+
+
+def test_the_devices_seeded_include_every_dataparallel_replica():
+    """A DataParallel network draws its dropout masks on each of its devices: every one is seeded and restored."""
+    from monai_unc.inferers.sampling import _weight_devices
+
+    wrapped = nn.DataParallel(_net())
+    wrapped.device_ids = [0, 1]  # as on a machine with two GPUs (the replicas are made only when it runs)
+    devices = _weight_devices(nn.Sequential(wrapped))
+    assert {torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cpu")} <= devices
+    assert _weight_devices(lambda t: t) == set()
