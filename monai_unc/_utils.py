@@ -1037,6 +1037,42 @@ def check_sample_batch_size(value: Any, name: str = "sample_batch_size") -> int 
     return int(value)
 
 
+@contextlib.contextmanager
+def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[None]:
+    """A private random stream: the CPU generator and those of the CUDA ``devices`` seeded, all restored afterwards.
+
+    Draws as after ``torch.manual_seed(seed)`` on those generators, but seeds no other: ``torch.manual_seed`` reseeds
+    every GPU (and, before CUDA is initialised, queues that reseeding for its initialisation), while
+    ``torch.random.fork_rng`` restores only the devices it is given, so a seeded call on the CPU left the caller's GPU
+    streams reseeded (found by review 64).
+
+    Args:
+        seed: the seed (checked by :func:`check_seed`).
+        devices: the CUDA devices the call draws on (``torch.device`` or indices; other device types are ignored).
+
+    Yields:
+        Nothing; inside, the listed generators are seeded.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc._utils import seeded_rng
+        >>> state = torch.get_rng_state()
+        >>> with seeded_rng(3, []):
+        ...     a = torch.rand(2)
+        >>> with seeded_rng(3, []):
+        ...     b = torch.rand(2)
+        >>> bool(torch.equal(a, b)), bool(torch.equal(state, torch.get_rng_state()))
+        (True, True)
+    """
+    cuda = sorted({(d if isinstance(d, int) else (d.index if d.index is not None else torch.cuda.current_device()))
+                   for d in devices if isinstance(d, int) or d.type == "cuda"})
+    with torch.random.fork_rng(devices=cuda):
+        torch.default_generator.manual_seed(seed)
+        for i in cuda:
+            torch.cuda.default_generators[i].manual_seed(seed)
+        yield
+
+
 #: the largest seed: torch's generators take ``[0, 2**64)`` (a negative seed wraps around: ``-1`` is ``2**64 - 1``)
 MAX_SEED = 2**64 - 1
 

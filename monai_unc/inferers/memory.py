@@ -54,9 +54,10 @@ compression).
 
 Stock MONAI (``softmax(SlidingWindowInferer(x, net))``) needs ``b V (C + 1)`` for its buffer and count map, the
 window's network and logits, and ``b V C`` for the softmax: about ``8 C`` bytes per voxel for float32 against about
-``4 C + 28`` for the defaults here. Multi-label outputs have ``C`` channels in every map. Left out: the copy of a
-window's input (``sw_batch_size > 1`` concatenates the windows; flips and noise copy them: ``b`` bytes per window
-voxel and input channel) and the network's weights.
+``4 C + 28`` for the defaults here. Multi-label outputs have ``C`` channels in every map. Left out: the copies of a
+window's input (the inferer keeps one as given, put back after a network that writes into its input;
+``sw_batch_size > 1`` concatenates the windows; flips and noise copy them: ``b`` bytes per window voxel and input
+channel each) and the network's weights.
 
 The model is checked against measured peak RSS in ``tests/inferers/test_memory.py`` (within 15 %) and
 ``benchmarks/bench_memory.py``, both with glibc's ``MALLOC_MMAP_THRESHOLD_=131072``: every tensor above 128 KiB is

@@ -73,12 +73,14 @@ from .._utils import (
     compiled_draws_context,
     plain_module,
     probability_tolerance,
+    seeded_rng,
 )
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure, combine_mi_meanings
 from ..measures import entropy_dtype
 from ..networks.dropout import find_dropout_layers
 from ..networks.shared import (
     PLAIN_TRACES,
+    InputGuard,
     SharedPasses,
     SharingUnavailable,
     hidden_submodule,
@@ -569,7 +571,16 @@ def network_output_tensor(out: Any) -> torch.Tensor:
             raise ValueError("network returned an empty sequence")
         out = out[0]
     if not isinstance(out, torch.Tensor):
-        raise TypeError(f"network output must be a tensor, got {type(out).__name__}")
+        # found by review 64: a network returning a dict (MONAI's inferers pass or stitch one) got "network output must
+        # be a tensor, got dict", naming neither its entries nor what to give instead
+        got = type(out).__name__
+        if isinstance(out, dict):
+            got = f"a dict with the entries {sorted(map(str, out))}"
+        raise TypeError(
+            f"network output must be a tensor (B, C, *spatial), or a tuple / list whose first element is the "
+            f"full-resolution one (deep supervision), got {got}: the uncertainty inferers sample one output; give a "
+            "network that returns the logits to sample (e.g. a module whose forward returns net(x)[key])"
+        )
     return out.as_tensor() if hasattr(out, "as_tensor") else out
 
 
@@ -1103,8 +1114,10 @@ class UncertaintyInferer(Inferer):
             def base(t: torch.Tensor) -> Any:
                 return network(t, *args, **kwargs)
 
+            guard = InputGuard(x)
             for src in window_sources:
                 src.prepare(x, base)
+                guard.restore()
 
             def add(raw: Any, indices: Sequence[int]) -> None:
                 nonlocal stats, probs_dtype
@@ -1162,6 +1175,7 @@ class UncertaintyInferer(Inferer):
                 inner = _innermost_count(window_sources)
                 for i, combo in enumerate(itertools.product(*(s.variants(x) for s in window_sources))):
                     add(_wrapped(base, combo, inner)(x), [i])
+                    guard.restore()  # after add: an output that is a view of the input is read before
             else:
                 # a torch.compile wrapper (``torch.compile(net)``, MONAI's ``SupervisedEvaluator(compile=True)``):
                 # the shared passes follow the calls of its Python module, as the nnU-Net predictor does; the
@@ -1175,6 +1189,7 @@ class UncertaintyInferer(Inferer):
                 info["network_args"] = (tuple(args), tuple(sorted(kwargs.items())))
                 self._shared_window(x, plain, base if plain is network else plain_base, window_sources, shared, add,
                                     info)
+                guard.restore()  # the replays start from the input as given themselves; the caller's tensor here
             # a NaN of any sample makes the summed entropy non-finite, an infinite logit its output's min or max:
             # one check (one synchronisation) of both
             finite = torch.isfinite(stats.sum_h).all()
@@ -1373,11 +1388,10 @@ class UncertaintyInferer(Inferer):
         rng = contextlib.nullcontext()
         seed = check_seed(self.seed)  # the attribute may have been set after construction (a bundle override)
         if seed is not None:
-            # torch.manual_seed below seeds every CUDA device: fork (and so restore) the state of each device the
-            # call may draw on, the input's and the windows' (sw_device="cuda" with a CPU input)
-            cuda = sorted({d.index if d.index is not None else torch.cuda.current_device()
-                           for d in (x.device, device) if d.type == "cuda"})
-            rng = torch.random.fork_rng(devices=cuda)
+            # the generators of the devices the call may draw on, seeded and restored: the input's, the windows'
+            # (sw_device="cuda" with a CPU input) and those of the network's weights (a network across GPUs); no other
+            # (torch.manual_seed reseeded every GPU and left them so: found by review 64)
+            rng = seeded_rng(seed, [x.device, device, *_weight_devices(network)])
         grad = torch.no_grad() if self.no_grad else contextlib.nullcontext()
         total: SampleStats | None = None
         separate = self.window_disagreement == "separate"
@@ -1398,7 +1412,6 @@ class UncertaintyInferer(Inferer):
         stitched_x = _stitching_input(x) if self._stitches() else x
         with rng, grad, contextlib.ExitStack() as call_stack:
             if seed is not None:
-                torch.manual_seed(seed)
                 for src in self.sources:  # random states of their own (MONAI transforms), from the seeded stream
                     src.reseed()
             members = net_sources[0].members(network, device) if net_sources else [contextlib.nullcontext(network)]
@@ -1620,6 +1633,20 @@ def _stitching_input(x: torch.Tensor) -> torch.Tensor:
     in the input's dtype; only the maps are rounded to it.
     """
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _weight_devices(network: Any) -> set[torch.device]:
+    """The devices a module may draw on: those of its parameters and buffers, and a ``DataParallel``'s replicas.
+
+    None for anything but a module.
+    """
+    if not isinstance(network, nn.Module):
+        return set()
+    devices = {t.device for t in itertools.chain(network.parameters(), network.buffers())}
+    for m in network.modules():  # a DataParallel runs a replica on each of its devices (and draws there)
+        if isinstance(m, nn.DataParallel):
+            devices.update(torch.device("cuda", int(i)) for i in (m.device_ids or []) if isinstance(i, int))
+    return devices
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

@@ -81,7 +81,7 @@ from .._utils import check_integer, check_nonnegative, check_sample_batch_size, 
 from ..measures import entropy_dtype
 
 __all__ = ["SharedPasses", "SharingUnavailable", "hidden_submodule", "is_random_op", "auto_sample_batch",
-           "sample_batch", "replay_working_bytes", "PlainTraces", "PLAIN_TRACES", "watch_input",
+           "sample_batch", "replay_working_bytes", "PlainTraces", "PLAIN_TRACES", "watch_input", "InputGuard",
            "AUTO_BATCH_FRACTION", "MAX_SAMPLE_BATCH", "MIN_SHARED_WORK"]
 
 #: attribute set on a tensor whose value depends on a random draw (during a trace only)
@@ -289,6 +289,49 @@ def watch_input(run: Callable[[torch.Tensor], Any], x: torch.Tensor) -> tuple[An
     out = run(x)
     wrote = _storage(x) != storage or _version(x) != version or (version is None and not torch.equal(x, before))
     return out, (before if wrote else None)
+
+
+class InputGuard:
+    """An input as given, put back into it after a call that wrote into it (:meth:`restore`).
+
+    The inferers guard each window's input with it: found by review 64, a network that writes into its input
+    (``x.mul_(2)``, an in-place normalisation) gave each later sample the input as the earlier samples had left it (MC
+    dropout without shared passes, the identity variant of TTA, the Rate-In search pass, overlapping sliding windows,
+    which are views of the input), so the maps depended on the order of the samples, and the caller's tensor came
+    back modified. A write is a changed storage or version counter (an inference tensor has none: its values are
+    compared). The copy is the size of the input.
+
+    Args:
+        x: the input ``(B, C, *spatial)`` (any tensor).
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks.shared import InputGuard
+        >>> x = torch.ones(2)
+        >>> guard = InputGuard(x)
+        >>> _ = x.mul_(3)
+        >>> guard.restore()
+        >>> x.tolist()
+        [1.0, 1.0]
+    """
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x
+        self.pristine = x.detach().clone()
+        self._mark()
+
+    def _mark(self) -> None:
+        self.storage, self.version = _storage(self.x), _version(self.x)
+
+    def restore(self) -> None:
+        """Copy the input as given back into it when a call wrote into it (else nothing)."""
+        x = self.x
+        if (_storage(x) == self.storage and _version(x) == self.version
+                and (self.version is not None or torch.equal(x, self.pristine))):
+            return
+        with torch.no_grad():
+            x.copy_(self.pristine)
+        self._mark()
 
 
 def _numel(out: Any, mutated: list[torch.Tensor]) -> int:

@@ -114,7 +114,15 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
-from monai_unc._utils import check_sample_batch_size, check_seed, compiled_draws_context, is_int, is_real, plain_module
+from monai_unc._utils import (
+    check_sample_batch_size,
+    check_seed,
+    compiled_draws_context,
+    is_int,
+    is_real,
+    plain_module,
+    seeded_rng,
+)
 from monai_unc.io import (
     atomic_write_json,
     channel_name,
@@ -637,11 +645,9 @@ class UncertaintyPredictor(nnUNetPredictor):
         seed = check_seed(self.seed)  # the attribute may have been set after construction
         if seed is None:
             return contextlib.nullcontext()
-        devices = [self.device] if self.device.type == "cuda" else []
-        stack = contextlib.ExitStack()
-        stack.enter_context(torch.random.fork_rng(devices=devices))
-        torch.manual_seed(seed)
-        return stack
+        # the generators of the predictor's device alone, seeded and restored: torch.manual_seed reseeded every GPU and
+        # left them so (found by review 64)
+        return seeded_rng(seed, [self.device])
 
     def _share(self, nets: Sequence[nn.Module], passes: int) -> list[nn.Module] | None:
         """The fold networks whose passes share their deterministic part, or None (full passes)."""

@@ -1,0 +1,71 @@
+"""A network that writes into its input: every sample sees the caller's input, and the caller's tensor is left as given.
+
+Found by review 64: a network whose forward scales its input in place (``x.mul_(2)``) gave each later sample the input
+as the earlier samples had left it (MC dropout without shared passes, the identity variant of TTA, overlapping sliding
+windows, the Rate-In search pass), so the maps depended on the order of the samples (``pred`` off by up to 0.57 against
+the same network computing ``x * 2``), and the caller's image came back scaled by ``2**samples``.
+"""
+
+import pytest
+import torch
+from monai.inferers import SlidingWindowInferer
+from torch import nn
+
+from monai_unc.inferers import MCDropoutInferer, RateInSource, TTAInferer, UncertaintyInferer
+
+
+class _Scaled(nn.Module):
+    """``core(2 x)``, the doubling in place (``x.mul_(2)``) or not."""
+
+    def __init__(self, core: nn.Module, inplace: bool) -> None:
+        super().__init__()
+        self.core = core
+        self.inplace = inplace
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.core(x.mul_(2) if self.inplace else x * 2)
+
+
+def _core() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Dropout2d(0.3), nn.Conv2d(4, 3, 1)).eval()
+
+
+@pytest.mark.filterwarnings("ignore:the network's output lies in")
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: MCDropoutInferer(3, seed=0, share_passes=False),
+        lambda: MCDropoutInferer(3, seed=0),
+        lambda: TTAInferer(seed=0),
+        lambda: MCDropoutInferer(2, seed=0, share_passes=False,
+                                 base_inferer=SlidingWindowInferer((4, 4), overlap=0.5)),
+        lambda: UncertaintyInferer(RateInSource(2, placement="insert", after=["core.0"], target_loss=0.1), seed=0,
+                                   share_passes=False),
+    ],
+    ids=["mc", "mc-shared", "tta", "mc-sliding-window", "rate-in"],
+)
+def test_network_writing_its_input(make):
+    core = _core()
+    x = torch.rand(1, 1, 8, 8)
+    ref = make()(x.clone(), _Scaled(core, inplace=False))
+    given = x.clone()
+    got = make()(given, _Scaled(core, inplace=True))
+    assert torch.equal(given, x), "the caller's input was left modified"
+    for key in ref:
+        torch.testing.assert_close(got[key], ref[key], rtol=0, atol=1e-6, msg=key)
+
+
+class _DictOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = _core()
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"seg": self.core(x), "aux": self.core(x)}
+
+
+def test_a_dict_output_is_refused_naming_its_entries():
+    """Found by review 64: ``network output must be a tensor, got dict`` named neither the entries nor the remedy."""
+    with pytest.raises(TypeError, match=r"network output must be a tensor.*\['aux', 'seg'\].*returns the logits"):
+        MCDropoutInferer(2, seed=0)(torch.rand(1, 1, 8, 8), _DictOutput().eval())
