@@ -75,6 +75,9 @@ __all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network", "check
 _MODES = ("scalar", "vector")
 _END = object()
 _LOSSES = ("nll", "ece")
+#: the relative tolerance of an NLL fit of one temperature, or one per region (:meth:`TemperatureScaler.fit`): the
+#: returned ``t`` is within ``t * NLL_RTOL`` of the minimiser of the float64 NLL
+NLL_RTOL = 1e-4
 _FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear)
 
 Batches = ArrayLike | Iterable[ArrayLike] | Callable[[], Iterable[ArrayLike]]
@@ -756,9 +759,20 @@ class TemperatureScaler(nn.Module):
                 self.converged = True
                 break
         best_t = torch.cat(best_t)
-        self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
         undefined = self._undefined_fit()
         self.defined = None if self.loss != "nll" else undefined is None
+        if self.loss == "nll" and undefined is None and (self.mode == "scalar" or independent) and self.history:
+            # found by hostile review 64: RMSprop's running square of the gradient, inflated by one step clamped to
+            # min_temperature (t = 1e-5, gradient ~1e5), froze every later step below tol: the fit reported
+            # converged=True at t = 0.167 for a minimum at 0.00049, without a warning; and RMSprop's steps of about lr
+            # stop at t ~ 30 after 1000 steps. The NLL is convex in 1 / t, so its t-gradient changes sign once: the
+            # result is checked to bracket the minimum and otherwise found by bisection on that sign
+            found = self._bracket_nll_minimum(best_t, get_z, get_y)
+            if found is not None:
+                best_t, at_bound = found
+                self.converged = True
+                pinned = at_bound
+        self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
         if undefined is not None:
             # found by hostile review: every voxel right gave t = 0.0116, anti-informative logits t = 30.5, with only
             # converged=False to tell (and advice elsewhere to allow more steps, which never converge)
@@ -784,6 +798,55 @@ class TemperatureScaler(nn.Module):
                           "minimum; pass a larger max_steps (or a larger lr, or an init_temperature nearer the "
                           "minimum)", UserWarning, stacklevel=3)
         return self
+
+    def _bracket_nll_minimum(
+        self, t: torch.Tensor, get_z: Callable[[], Iterable[Any]], get_y: Callable[[], Iterable[Any]]
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The NLL minimiser near ``t`` within the relative tolerance :data:`NLL_RTOL`, per independent component.
+
+        For one shared temperature, or one per region of a sigmoid fit (independent problems: component ``r`` of the
+        gradient depends on ``t_r`` only). The NLL is convex in ``1 / t``, so each component's gradient w.r.t. ``t_r``
+        is negative below its minimiser and positive above it. Two passes check that ``t (1 -+ NLL_RTOL)`` bracket
+        it (then ``t`` is kept); otherwise the bracket is widened by factors of 4 (down to ``min_temperature``) and
+        bisected in ``log t`` to a relative width of 1e-10. Returns ``(t, at_bound)``, ``at_bound`` True where the
+        NLL still falls below ``min_temperature``; None when no bracket is found below ``t = 1e15``.
+        """
+        lo_t = self.min_temperature
+
+        def grad_at(tt: torch.Tensor) -> torch.Tensor:
+            return self._pass(tt, get_z, get_y, False)[1].reshape(-1)
+
+        t = t.clone()
+        lo = torch.clamp(t * (1 - NLL_RTOL), min=lo_t)
+        hi = t * (1 + NLL_RTOL)
+        g_lo, g_hi = grad_at(lo), grad_at(hi)
+        at_bound = (lo <= lo_t) & (g_lo > 0)
+        if bool((((g_lo <= 0) | at_bound) & (g_hi >= 0)).all()):
+            return torch.where(at_bound, torch.full_like(t, lo_t), t), at_bound
+        # widen: lo down until its gradient is <= 0 (or it is min_temperature), hi up until its gradient is >= 0
+        for _ in range(64):
+            down = (g_lo > 0) & (lo > lo_t)
+            up = ~down & (g_hi < 0)
+            if not bool((down | up).any()):
+                break
+            if bool((up & (hi > 1e15)).any()):
+                return None
+            hi, g_hi = torch.where(down, lo, hi), torch.where(down, g_lo, g_hi)
+            lo, g_lo = torch.where(up, hi, lo), torch.where(up, g_hi, g_lo)
+            lo = torch.where(down, torch.clamp(lo / 4, min=lo_t), lo)
+            hi = torch.where(up, hi * 4, hi)
+            g_new = grad_at(torch.where(down, lo, torch.where(up, hi, t)))
+            g_lo, g_hi = torch.where(down, g_new, g_lo), torch.where(up, g_new, g_hi)
+        at_bound = (lo <= lo_t) & (g_lo > 0)
+        for _ in range(200):
+            open_ = ~at_bound & (hi > lo * (1 + 1e-10))
+            if not bool(open_.any()):
+                break
+            mid = torch.where(open_, torch.sqrt(lo * hi), lo)
+            g_mid = grad_at(mid)
+            lo = torch.where(open_ & (g_mid < 0), mid, lo)
+            hi = torch.where(open_ & (g_mid >= 0), mid, hi)
+        return torch.where(at_bound, torch.full_like(t, lo_t), torch.sqrt(lo * hi)), at_bound
 
     def _undefined_fit(self) -> str | None:
         """Why no temperature minimises the NLL of the first pass's voxels (:func:`nll_slope_terms`), or None.
