@@ -29,7 +29,10 @@ Plain RMSprop with a fixed learning rate settles in a limit cycle of amplitude a
 optimum (e.g. it oscillates between 0.68 and 0.73 for an optimum of 0.71), so by default the learning rate is
 halved whenever a step increases the loss and overshot (the gradient at the new ``t`` points back along the step;
 ``lr_backoff=0.5``; pass ``None`` for the paper's plain RMSprop).
-The returned temperature is the one with the lowest loss seen.
+The returned temperature is the one with the lowest loss seen. An NLL fit of one temperature, or of one per region
+(``activation="sigmoid"``), is then checked to lie within :data:`NLL_RTOL` of the minimum, and otherwise found by
+bisection on the sign of the gradient (the NLL is convex in ``1 / t``): RMSprop's steps of about ``lr`` do not reach
+``t >> 30`` in 1000 steps, and a step clamped to ``min_temperature`` can freeze it far from the minimum.
 
 **Region-based (multi-label sigmoid) networks** (``activation="sigmoid"``): the logits ``(B, R, *spatial)`` hold
 one independent Bernoulli logit per region (e.g. the BraTS regions TC, WT, ET) and the target ``(B, R, *spatial)``
