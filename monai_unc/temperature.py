@@ -775,6 +775,13 @@ class TemperatureScaler(nn.Module):
                 best_t, at_bound = found
                 self.converged = True
                 pinned = at_bound
+        stalled = False
+        if self.loss == "nll" and undefined is None and self.converged and self.mode == "vector" and not independent:
+            # one temperature per class: RMSprop alone; the same frozen steps reported converged=True at t = 0.167 for
+            # minima near 0.0005 (NLL 1.09 for 0.31): a converged fit must not fall when each t_c moves by NLL_RTOL
+            # against its gradient (found by hostile review 64)
+            stalled = self._falls_against_gradient(best_t, get_z, get_y)
+            self.converged = not stalled
         self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
         if undefined is not None:
             # found by hostile review: every voxel right gave t = 0.0116, anti-informative logits t = 30.5, with only
@@ -791,6 +798,11 @@ class TemperatureScaler(nn.Module):
             warnings.warn(f"the temperature stopped at min_temperature={self.min_temperature} while the "
                           f"{self.loss.upper()} still falls below it (the fitted {fitted} is no minimum); pass a "
                           "smaller min_temperature", UserWarning, stacklevel=3)
+        elif stalled:
+            fitted = [round(v, 6) for v in best_t.tolist()]
+            warnings.warn(f"{NOT_CONVERGED}: its steps fell below tol={self.tol:g} at {fitted}, where the NLL still "
+                          f"falls when t moves by a relative {NLL_RTOL:g} against its gradient (no minimum); pass an "
+                          "init_temperature nearer the minimum or a smaller lr", UserWarning, stacklevel=3)
         elif self.history and not self.converged:
             # found by hostile review 62: RMSprop moves t by about lr a step, so logits 100 times too large (t about
             # 200) stopped at t = 31.6 after 1000 steps, 0.8 to 2.5 nats of NLL above the minimum, with only
@@ -850,6 +862,21 @@ class TemperatureScaler(nn.Module):
             lo = torch.where(open_ & (g_mid < 0), mid, lo)
             hi = torch.where(open_ & (g_mid >= 0), mid, hi)
         return torch.where(at_bound, torch.full_like(t, lo_t), torch.sqrt(lo * hi)), at_bound
+
+    def _falls_against_gradient(
+        self, t: torch.Tensor, get_z: Callable[[], Iterable[Any]], get_y: Callable[[], Iterable[Any]]
+    ) -> bool:
+        """Whether the NLL at ``t`` falls when every ``t_c`` moves by a relative :data:`NLL_RTOL` against its gradient.
+
+        Two passes. At a minimum (within a fraction of ``NLL_RTOL``) such a step raises the loss by its second-order
+        term; a fit whose steps stopped far from the minimum lowers it.
+        """
+        loss, grad, _ = self._pass(t, get_z, get_y, False)
+        step = torch.clamp(t * (1 - NLL_RTOL * torch.sign(grad.reshape(-1))), min=self.min_temperature)
+        if bool((step == t).all()):
+            return False
+        moved, _, _ = self._pass(step, get_z, get_y, False)
+        return moved < loss
 
     def _undefined_fit(self) -> str | None:
         """Why no temperature minimises the NLL of the first pass's voxels (:func:`nll_slope_terms`), or None.

@@ -90,3 +90,18 @@ def test_a_minimum_below_min_temperature_still_stops_there_with_the_warning() ->
     assert scaler.temperature.item() == 0.01
     assert not scaler.converged
     assert any("min_temperature" in m for m in caught)
+
+
+def test_a_vector_fit_frozen_far_from_the_minimum_is_not_reported_converged() -> None:
+    # one temperature per class keeps RMSprop alone; before, the frozen steps reported converged=True without a warning
+    # at t ~ 0.167 for minima near 0.0005 (NLL 1.09 for 0.31)
+    z, y = _case(1e-3)
+    scaler, caught = _fit(z, y, mode="vector", min_temperature=1e-5, max_steps=40)
+    assert not scaler.converged
+    assert any("did not converge" in m and "no minimum" in m for m in caught)
+
+
+def test_a_vector_fit_at_its_minimum_stays_converged_and_silent() -> None:
+    z, y = _case(1.0)
+    scaler, caught = _fit(z, y, mode="vector")
+    assert scaler.converged and not caught
