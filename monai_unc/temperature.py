@@ -33,6 +33,8 @@ The returned temperature is the one with the lowest loss seen. An NLL fit of one
 (``activation="sigmoid"``), is then checked to lie within :data:`NLL_RTOL` of the minimum, and otherwise found by
 bisection on the sign of the gradient (the NLL is convex in ``1 / t``): RMSprop's steps of about ``lr`` do not reach
 ``t >> 30`` in 1000 steps, and a step clamped to ``min_temperature`` can freeze it far from the minimum.
+A vector fit of softmax classes keeps RMSprop's result, but is reported converged only where the NLL does not fall
+when each ``t_c`` moves by ``NLL_RTOL`` against its gradient.
 
 **Region-based (multi-label sigmoid) networks** (``activation="sigmoid"``): the logits ``(B, R, *spatial)`` hold
 one independent Bernoulli logit per region (e.g. the BraTS regions TC, WT, ET) and the target ``(B, R, *spatial)``
@@ -346,8 +348,8 @@ class TemperatureScaler(nn.Module):
             ``lr`` is one learning rate per region for ``activation="sigmoid"``, ``mode="vector"``, where each
             region's temperature is fitted as its own problem: own learning-rate backoff, own best value).
         converged: whether the step tolerance was reached before ``max_steps`` (False, with a warning, when the
-            step limit stopped the fit, or a temperature is held at ``min_temperature`` while the loss still falls
-            below it).
+            step limit stopped the fit, a temperature is held at ``min_temperature`` while the loss still falls
+            below it, or a vector NLL fit's steps stopped where the NLL still falls).
         defined: after an NLL fit, whether a temperature minimises the NLL of the fitted voxels at all
             (:func:`nll_slope_terms`; False with a warning: every voxel right, or logits no better than uniform, per
             region for ``"sigmoid"`` with ``"vector"``); None before a fit and for ``loss="ece"``.
