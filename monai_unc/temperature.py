@@ -29,7 +29,12 @@ Plain RMSprop with a fixed learning rate settles in a limit cycle of amplitude a
 optimum (e.g. it oscillates between 0.68 and 0.73 for an optimum of 0.71), so by default the learning rate is
 halved whenever a step increases the loss and overshot (the gradient at the new ``t`` points back along the step;
 ``lr_backoff=0.5``; pass ``None`` for the paper's plain RMSprop).
-The returned temperature is the one with the lowest loss seen.
+The returned temperature is the one with the lowest loss seen. An NLL fit of one temperature, or of one per region
+(``activation="sigmoid"``), is then checked to lie within :data:`NLL_RTOL` of the minimum, and otherwise found by
+bisection on the sign of the gradient (the NLL is convex in ``1 / t``): RMSprop's steps of about ``lr`` do not reach
+``t >> 30`` in 1000 steps, and a step clamped to ``min_temperature`` can freeze it far from the minimum.
+A vector fit of softmax classes keeps RMSprop's result, but is reported converged only where the NLL does not fall
+when each ``t_c`` moves by ``NLL_RTOL`` against its gradient.
 
 **Region-based (multi-label sigmoid) networks** (``activation="sigmoid"``): the logits ``(B, R, *spatial)`` hold
 one independent Bernoulli logit per region (e.g. the BraTS regions TC, WT, ET) and the target ``(B, R, *spatial)``
@@ -75,6 +80,9 @@ __all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network", "check
 _MODES = ("scalar", "vector")
 _END = object()
 _LOSSES = ("nll", "ece")
+#: the relative tolerance of an NLL fit of one temperature, or one per region (:meth:`TemperatureScaler.fit`): the
+#: returned ``t`` is within ``t * NLL_RTOL`` of the minimiser of the float64 NLL
+NLL_RTOL = 1e-4
 _FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear)
 
 Batches = ArrayLike | Iterable[ArrayLike] | Callable[[], Iterable[ArrayLike]]
@@ -340,8 +348,8 @@ class TemperatureScaler(nn.Module):
             ``lr`` is one learning rate per region for ``activation="sigmoid"``, ``mode="vector"``, where each
             region's temperature is fitted as its own problem: own learning-rate backoff, own best value).
         converged: whether the step tolerance was reached before ``max_steps`` (False, with a warning, when the
-            step limit stopped the fit, or a temperature is held at ``min_temperature`` while the loss still falls
-            below it).
+            step limit stopped the fit, a temperature is held at ``min_temperature`` while the loss still falls
+            below it, or a vector NLL fit's steps stopped where the NLL still falls).
         defined: after an NLL fit, whether a temperature minimises the NLL of the fitted voxels at all
             (:func:`nll_slope_terms`; False with a warning: every voxel right, or logits no better than uniform, per
             region for ``"sigmoid"`` with ``"vector"``); None before a fit and for ``loss="ece"``.
@@ -756,9 +764,27 @@ class TemperatureScaler(nn.Module):
                 self.converged = True
                 break
         best_t = torch.cat(best_t)
-        self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
         undefined = self._undefined_fit()
         self.defined = None if self.loss != "nll" else undefined is None
+        if self.loss == "nll" and undefined is None and (self.mode == "scalar" or independent) and self.history:
+            # found by hostile review 64: RMSprop's running square of the gradient, inflated by one step clamped to
+            # min_temperature (t = 1e-5, gradient ~1e5), froze every later step below tol: the fit reported
+            # converged=True at t = 0.167 for a minimum at 0.00049, without a warning; and RMSprop's steps of about lr
+            # stop at t ~ 30 after 1000 steps. The NLL is convex in 1 / t, so its t-gradient changes sign once: the
+            # result is checked to bracket the minimum and otherwise found by bisection on that sign
+            found = self._bracket_nll_minimum(best_t, get_z, get_y)
+            if found is not None:
+                best_t, at_bound = found
+                self.converged = True
+                pinned = at_bound
+        stalled = False
+        if self.loss == "nll" and undefined is None and self.converged and self.mode == "vector" and not independent:
+            # one temperature per class: RMSprop alone; the same frozen steps reported converged=True at t = 0.167 for
+            # minima near 0.0005 (NLL 1.09 for 0.31): a converged fit must not fall when each t_c moves by NLL_RTOL
+            # against its gradient (found by hostile review 64)
+            stalled = self._falls_against_gradient(best_t, get_z, get_y)
+            self.converged = not stalled
+        self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
         if undefined is not None:
             # found by hostile review: every voxel right gave t = 0.0116, anti-informative logits t = 30.5, with only
             # converged=False to tell (and advice elsewhere to allow more steps, which never converge)
@@ -774,6 +800,11 @@ class TemperatureScaler(nn.Module):
             warnings.warn(f"the temperature stopped at min_temperature={self.min_temperature} while the "
                           f"{self.loss.upper()} still falls below it (the fitted {fitted} is no minimum); pass a "
                           "smaller min_temperature", UserWarning, stacklevel=3)
+        elif stalled:
+            fitted = [round(v, 6) for v in best_t.tolist()]
+            warnings.warn(f"{NOT_CONVERGED}: its steps fell below tol={self.tol:g} at {fitted}, where the NLL still "
+                          f"falls when t moves by a relative {NLL_RTOL:g} against its gradient (no minimum); pass an "
+                          "init_temperature nearer the minimum or a smaller lr", UserWarning, stacklevel=3)
         elif self.history and not self.converged:
             # found by hostile review 62: RMSprop moves t by about lr a step, so logits 100 times too large (t about
             # 200) stopped at t = 31.6 after 1000 steps, 0.8 to 2.5 nats of NLL above the minimum, with only
@@ -784,6 +815,70 @@ class TemperatureScaler(nn.Module):
                           "minimum; pass a larger max_steps (or a larger lr, or an init_temperature nearer the "
                           "minimum)", UserWarning, stacklevel=3)
         return self
+
+    def _bracket_nll_minimum(
+        self, t: torch.Tensor, get_z: Callable[[], Iterable[Any]], get_y: Callable[[], Iterable[Any]]
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The NLL minimiser near ``t`` within the relative tolerance :data:`NLL_RTOL`, per independent component.
+
+        For one shared temperature, or one per region of a sigmoid fit (independent problems: component ``r`` of the
+        gradient depends on ``t_r`` only). The NLL is convex in ``1 / t``, so each component's gradient w.r.t. ``t_r``
+        is negative below its minimiser and positive above it. Two passes check that ``t (1 -+ NLL_RTOL)`` bracket
+        it (then ``t`` is kept); otherwise the bracket is widened by factors of 4 (down to ``min_temperature``) and
+        bisected in ``log t`` to a relative width of 1e-10. Returns ``(t, at_bound)``, ``at_bound`` True where the
+        NLL still falls below ``min_temperature``; None when no bracket is found below ``t = 1e15``.
+        """
+        lo_t = self.min_temperature
+
+        def grad_at(tt: torch.Tensor) -> torch.Tensor:
+            return self._pass(tt, get_z, get_y, False)[1].reshape(-1)
+
+        t = t.clone()
+        lo = torch.clamp(t * (1 - NLL_RTOL), min=lo_t)
+        hi = t * (1 + NLL_RTOL)
+        g_lo, g_hi = grad_at(lo), grad_at(hi)
+        at_bound = (lo <= lo_t) & (g_lo > 0)
+        if bool((((g_lo <= 0) | at_bound) & (g_hi >= 0)).all()):
+            return torch.where(at_bound, torch.full_like(t, lo_t), t), at_bound
+        # widen: lo down until its gradient is <= 0 (or it is min_temperature), hi up until its gradient is >= 0
+        for _ in range(64):
+            down = (g_lo > 0) & (lo > lo_t)
+            up = ~down & (g_hi < 0)
+            if not bool((down | up).any()):
+                break
+            if bool((up & (hi > 1e15)).any()):
+                return None
+            hi, g_hi = torch.where(down, lo, hi), torch.where(down, g_lo, g_hi)
+            lo, g_lo = torch.where(up, hi, lo), torch.where(up, g_hi, g_lo)
+            lo = torch.where(down, torch.clamp(lo / 4, min=lo_t), lo)
+            hi = torch.where(up, hi * 4, hi)
+            g_new = grad_at(torch.where(down, lo, torch.where(up, hi, t)))
+            g_lo, g_hi = torch.where(down, g_new, g_lo), torch.where(up, g_new, g_hi)
+        at_bound = (lo <= lo_t) & (g_lo > 0)
+        for _ in range(200):
+            open_ = ~at_bound & (hi > lo * (1 + 1e-10))
+            if not bool(open_.any()):
+                break
+            mid = torch.where(open_, torch.sqrt(lo * hi), lo)
+            g_mid = grad_at(mid)
+            lo = torch.where(open_ & (g_mid < 0), mid, lo)
+            hi = torch.where(open_ & (g_mid >= 0), mid, hi)
+        return torch.where(at_bound, torch.full_like(t, lo_t), torch.sqrt(lo * hi)), at_bound
+
+    def _falls_against_gradient(
+        self, t: torch.Tensor, get_z: Callable[[], Iterable[Any]], get_y: Callable[[], Iterable[Any]]
+    ) -> bool:
+        """Whether the NLL at ``t`` falls when every ``t_c`` moves by a relative :data:`NLL_RTOL` against its gradient.
+
+        Two passes. At a minimum (within a fraction of ``NLL_RTOL``) such a step raises the loss by its second-order
+        term; a fit whose steps stopped far from the minimum lowers it.
+        """
+        loss, grad, _ = self._pass(t, get_z, get_y, False)
+        step = torch.clamp(t * (1 - NLL_RTOL * torch.sign(grad.reshape(-1))), min=self.min_temperature)
+        if bool((step == t).all()):
+            return False
+        moved, _, _ = self._pass(step, get_z, get_y, False)
+        return moved < loss
 
     def _undefined_fit(self) -> str | None:
         """Why no temperature minimises the NLL of the first pass's voxels (:func:`nll_slope_terms`), or None.
