@@ -64,8 +64,8 @@ _START_NOTICES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVa
 
 
 @contextlib.contextmanager
-def start_notice(line: str | None) -> Iterator[None]:
-    """Say ``line`` on stderr (rank 0) when the first run of cases inside starts: once its checks have passed.
+def start_notice(*lines: str | None) -> Iterator[None]:
+    """Say ``lines`` on stderr (rank 0) when the first run of cases inside starts: once its checks have passed.
 
     A command's notice about an option that takes effect (``--allow-unsigned``: a rule used without checking who
     certified it) belongs to a run that happens; a run that a check refuses (an option, the output folder, a rule not
@@ -74,14 +74,14 @@ def start_notice(line: str | None) -> Iterator[None]:
     at most once (a triage that runs a product's command beside it says it once).
 
     Args:
-        line: the notice (one line), or None: nothing to say.
+        *lines: the notices (one line each, in order); None: nothing to say.
 
     Example:
-        >>> with start_notice("toy: a notice"):
+        >>> with start_notice("toy: a notice", None):
         ...     run_cases(["a"], str.upper, command="toy", key=str).results
         ['A']
     """
-    token = _START_NOTICES.set([line] if line else [])
+    token = _START_NOTICES.set([line for line in lines if line])
     try:
         yield
     finally:

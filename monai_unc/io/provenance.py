@@ -266,6 +266,31 @@ def prediction_fingerprint(
 _RECORD_FIELDS = ("method", "num_samples", "mi_meaning")
 
 
+#: the layout (``--layout``) of the predictions each producer of :func:`prediction_fingerprint` writes
+PRODUCER_LAYOUTS: dict[str, str] = {"monai-unc infer": "monai-unc", "nnunet-predict": "nnunet"}
+
+
+def fingerprint_layout(fingerprint: Any) -> str | None:
+    """The layout of the predictions a fingerprint was taken from, known from its ``producer``.
+
+    A rule file of ``evaluate`` (``referral_rule.json``, ``conformal_rule.json``) records the fingerprint of its
+    calibration predictions (:func:`prediction_fingerprint`): ``"nnunet-predict"`` predictions are in the ``nnunet``
+    layout, ``"monai-unc infer"`` ones in the ``monai-unc`` layout.
+
+    Args:
+        fingerprint: the recorded fingerprint (untrusted JSON data: anything but an object is no record).
+
+    Returns:
+        ``"monai-unc"``, ``"nnunet"``, or None where the producer is unknown or not recorded.
+
+    Example:
+        >>> fingerprint_layout({"producer": "nnunet-predict"}), fingerprint_layout({"producer": "unknown"})
+        ('nnunet', None)
+    """
+    producer = fingerprint.get("producer") if isinstance(fingerprint, Mapping) else None
+    return PRODUCER_LAYOUTS.get(producer) if isinstance(producer, str) else None
+
+
 def _some(ids: Sequence[str]) -> str:
     """Case ids for a one-line message: the first five (``repr``: no line break) and how many more."""
     return f"{list(ids[:5])}" + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")

@@ -22,7 +22,8 @@ from typing import Any
 from .._utils import PARAMETER_ATTRIBUTE, parameter_error, refusing
 from ..engine import DistContext, start_notice
 from ..evaluation.products import command_output_markers
-from ..io import check_output_folder, check_output_kind, owned_folder
+from ..io import LAYOUTS, check_output_folder, check_output_kind, owned_folder, read_json_or_none
+from ..io.provenance import PRODUCER_LAYOUTS, fingerprint_layout, prediction_fingerprint
 from ..io.signing import Trust
 from ..product import CohortProduct, command_product, command_products
 from .session import CommandResult, quiet_lines, run_command
@@ -30,7 +31,7 @@ from .session import CommandResult, quiet_lines, run_command
 __all__ = ["trust_from_arguments", "triage_trust_from_arguments", "unsigned_notice", "apply_command",
            "check_command_folder", "apply_from_arguments", "product_of_command", "rules_from_options",
            "product_rule_options", "beside_triage_folder",
-           "check_beside_triage", "apply_beside_triage", "remove_stale_beside_triage"]
+           "check_beside_triage", "apply_beside_triage", "remove_stale_beside_triage", "layout_from_rule"]
 
 
 def product_of_command(command: str | type[CohortProduct]) -> type[CohortProduct]:
@@ -127,11 +128,105 @@ def apply_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
         warning lines alone with ``--quiet`` (:func:`~monai_unc.workflows.session.quiet_lines`).
     """
     cls = product_of_command(args.command)
-    with start_notice(unsigned_notice(args)):
-        res = apply_command(cls, args.predictions, args.rule, args.output, images=args.images, layout=args.layout,
+    layout, layout_notice = layout_from_rule(args.layout, args.rule, args.predictions, command=str(cls.command))
+    with start_notice(layout_notice, unsigned_notice(args)):
+        res = apply_command(cls, args.predictions, args.rule, args.output, images=args.images, layout=layout,
                             uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch, progress=not args.quiet,
                             trust=trust_from_arguments(args), **cls.command_options(args))
     return dataclasses.replace(res, lines=quiet_lines(res.lines)) if args.quiet else res
+
+
+#: the run record of each layout that :func:`~monai_unc.io.provenance.prediction_fingerprint` reads
+_RUN_RECORDS = {"monai-unc": "infer.json", "nnunet": "uncertainty_config.json"}
+
+
+def _holds_records(predictions: Path, layout: str) -> bool:
+    """Whether ``predictions`` holds the run record of a ``layout`` producer (a fingerprint other than unknown)."""
+    return prediction_fingerprint(predictions, layout, [])["producer"] != "unknown"
+
+
+def _named_as(predictions: Path, layout: str) -> bool:
+    """Whether the file names of ``predictions`` (a folder without run records) are those ``layout`` reads.
+
+    ``<case>_seg`` files for ``monai-unc``, an ``uncertainty/`` folder for ``nnunet``.
+    """
+    try:
+        if layout == "nnunet":
+            return (predictions / LAYOUTS["nnunet"]["uncertainty_subdir"]).is_dir()
+        return any(p.name.split(".", 1)[0].endswith(LAYOUTS["monai-unc"]["seg_suffix"]) for p in predictions.iterdir())
+    except OSError:
+        return False
+
+
+def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLike, *,
+                     command: str = "triage") -> tuple[str, str | None]:
+    """The layout (``--layout``) to read new predictions with: the option, or the one the rule records.
+
+    A rule file of ``evaluate`` (``referral_rule.json``, ``conformal_rule.json``) records the fingerprint of the
+    predictions it was certified / calibrated on, whose ``producer`` tells their layout
+    (:func:`~monai_unc.io.provenance.fingerprint_layout`): a rule certified with ``evaluate --layout nnunet`` is
+    applied to nnU-Net predictions without ``--layout nnunet`` (found by review 64: ``triage`` read them as
+    ``monai-unc infer`` outputs and stopped on "no segmentation found"). An explicit ``layout`` that contradicts the
+    recorded one is refused where ``predictions`` does not hold the records of a run of that layout (nor, without any
+    run record, its file names): read so, the files of the rule's layout would be misread (e.g. ``<case>_seg`` files
+    taken for cases of their own). Where they hold them, the option is taken and the fingerprint check compares the
+    two runs as before (a mismatch is refused unless ``--allow-mismatch``).
+
+    Args:
+        given: the ``--layout`` option, or None when not given.
+        rule: the rule file's path, or a loaded rule (anything with a ``fingerprint`` mapping). A file that cannot
+            be read as JSON records no layout here (loading it reports why).
+        predictions: the folder of the new predictions.
+        command: the command's name, for the notice.
+
+    Returns:
+        ``(layout, notice)``: the layout, and the line to say once the run starts when it was taken from the rule
+        and is not the default ``monai-unc`` (None otherwise).
+
+    Raises:
+        ValueError: naming ``--layout``, when the given or the recorded layout would misread ``predictions``.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> rule = argparse.Namespace(fingerprint={"producer": "nnunet-predict"})
+        >>> layout_from_rule(None, rule, folder)[0], layout_from_rule("monai-unc", {}, folder)
+        ('nnunet', ('monai-unc', None))
+    """
+    if given is not None and given not in LAYOUTS:
+        raise ValueError(f"--layout must be one of {tuple(LAYOUTS)}, got {given!r}")
+    if isinstance(rule, (str, os.PathLike)):
+        doc = read_json_or_none(rule)
+        fingerprint = doc.get("fingerprint") if isinstance(doc, dict) else None
+    else:
+        fingerprint = getattr(rule, "fingerprint", None)
+    recorded = fingerprint_layout(fingerprint)
+    if recorded is None:  # no record of the calibration predictions' producer: the option or the default
+        return given or "monai-unc", None
+    producer = next(k for k, v in PRODUCER_LAYOUTS.items() if v == recorded)
+    pred = Path(predictions)
+    others = [lay for lay in LAYOUTS if lay != recorded]
+    if given is None:
+        held = [lay for lay in others if _holds_records(pred, lay)]
+        if held and not _holds_records(pred, recorded):
+            other = held[0]
+            raise ValueError(
+                f"--layout: the rule was certified on {producer} predictions (--layout {recorded}), but {pred} holds "
+                f"the records of a {next(k for k, v in PRODUCER_LAYOUTS.items() if v == other)} run "
+                f"({_RUN_RECORDS[other]}): give --layout {other} to read them as such (their fingerprint then differs "
+                "from the rule's)")
+        notice = None if recorded == "monai-unc" else (
+            f"monai-unc {command}: --layout {recorded}: the layout of the {producer} predictions the rule was "
+            "certified on (give --layout to choose another)")
+        return recorded, notice
+    if given == recorded or _holds_records(pred, given):
+        return given, None
+    if not _holds_records(pred, recorded) and _named_as(pred, given) and not _named_as(pred, recorded):
+        return given, None  # no run record: the file names are the option's
+    raise ValueError(
+        f"--layout {given} contradicts the rule, certified on {producer} predictions (--layout {recorded}): {pred} "
+        f"holds no record of a {given} run ({_RUN_RECORDS[given]}), and read as {given} the files of a {recorded} "
+        f"folder are misread; leave --layout out to read it as {recorded}")
 
 
 def trust_from_arguments(args: argparse.Namespace) -> Trust:

@@ -528,6 +528,13 @@ def _add_demo(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
+#: --layout of the commands that apply a rule of 'evaluate' (triage, the products' commands)
+_APPLIED_LAYOUT_HELP = ("file naming of --predictions (default: the layout of the predictions the rule was "
+                        "certified on, as its fingerprint records it: nnunet for nnunet-predict's; monai-unc when it "
+                        "records none); one that contradicts the rule's is refused unless --predictions holds the "
+                        "records of a run of that layout")
+
+
 def _add_triage(sub: Any) -> None:
     p = sub.add_parser(
         "triage", help="apply a certified referral rule to new unlabelled cases",
@@ -546,7 +553,7 @@ def _add_triage(sub: Any) -> None:
     p.add_argument("--output", "-o", required=True,
                    help="output folder (triage.csv, triage.json, triage.html, state/)")
     p.add_argument("--images", default=None, help="folder of the input images (image-statistics check, overlays)")
-    p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS), help="file naming of --predictions")
+    p.add_argument("--layout", default=None, choices=tuple(LAYOUTS), help=_APPLIED_LAYOUT_HELP)
     p.add_argument("--uncertainty", default=None, help="folder of <case>_<measure> maps (default: from the layout)")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="triage predictions whose fingerprint differs from the rule's (the page says so)")
@@ -616,7 +623,7 @@ def _add_product_commands(sub: Any) -> None:
         p.add_argument("--rule", "-r", required=True, help=f"{artifact} written by 'monai-unc evaluate'")
         p.add_argument("--output", "-o", required=True, help="output folder")
         p.add_argument("--images", default=None, help="folder of the input images")
-        p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS), help="file naming of --predictions")
+        p.add_argument("--layout", default=None, choices=tuple(LAYOUTS), help=_APPLIED_LAYOUT_HELP)
         p.add_argument("--uncertainty", default=None,
                        help="folder of the <case>_<measure> maps when not where the layout puts them")
         p.add_argument("--allow-mismatch", action="store_true",

@@ -47,6 +47,7 @@ from ..product import (
 from ..report.triage import build_triage_page
 from .apply import (
     beside_triage_folder,
+    layout_from_rule,
     product_of_command,
     product_rule_options,
     rules_from_options,
@@ -405,10 +406,12 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
             check_store(monitor_db, output=args.output)  # a store in -o, which the triage creates
         except (ValueError, OSError) as e:
             raise ValueError(f"--monitor: {e}") from None
-    with start_notice(unsigned_notice(args)):  # said once the checks passed and the cases are triaged
+    # the layout the rule records unless --layout is given (found by review 64: nnU-Net predictions needed the option)
+    layout, layout_notice = layout_from_rule(args.layout, args.rule, args.predictions)
+    with start_notice(layout_notice, unsigned_notice(args)):  # said once the checks passed and the cases are triaged
         res = triage_command(
             args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
-            layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
+            layout=layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
             trust=trust_from_arguments(args), **product_rule_options(args),
         )  # fmt: skip
     if monitor_db is not None and res.is_main:
