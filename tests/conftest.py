@@ -134,8 +134,9 @@ RUN_FIRST = (
     "tests/workflows/test_demo.py::test_full_demo_certifies_a_rule_and_accepts_and_refers_new_cases",
     "tests/test_plain_install.py::test_plain_install_runs_the_demo",
     "tests/bundles/test_bundles.py::test_brain_bundle_inference_on_the_mni152_volume",
-    # the other user of the brain bundle's module fixture, beside it: apart, the fixture would run twice (70 s)
+    # the other users of the brain bundle's module fixture, beside it: apart, the fixture would run twice (70 s)
     "tests/bundles/test_bundles.py::test_brain_bundle_evaluation_writes_metrics_csv",
+    "tests/bundles/test_bundles.py::test_brain_bundle_evaluation_reproduces_the_readme_table",
     "tests/nnunet/test_nnunet.py::test_end_to_end_cpu_docs_example_and_stock_agreement",
     "tests/nnunet/test_calibration_trainers.py::test_each_trainer_trains_two_epochs_and_predicts",
     # 35-60 s each; the memory-model test (one fresh-process measurement) was the last test of a CI run, 35 s after

@@ -21,6 +21,7 @@ from monai_unc.data.cohorts import MANIFEST, export_mni152_cases, export_toy_cas
 from tests._bundle_runs import bundle_argv, run_bundles
 from tests._bundle_runs import run_bundle as _run_bundle
 from tests._paths import ROOT
+from tests.bundles.test_brain_readme_review58 import README_SAMPLES, readme_rows
 
 BUNDLES = {name: ROOT / "bundles" / name for name in ("brain_tissue_uncertainty", "toy_uncertainty")}
 SPLEEN = ROOT / "tests" / "data" / "spleen_like_bundle" / "configs"
@@ -265,16 +266,18 @@ def test_toy_bundle_train_config(toy_bundle_trainings):
 @pytest.fixture(scope="module")
 def brain_bundle_runs(tmp_path_factory) -> dict[str, Path]:
     """The brain bundle's ``inference.json`` on one MNI152 case and ``evaluate.json`` on two, one after the other in
-    one process (one start-up instead of two; each run as ``python -m monai.bundle run`` parses it). Returns the
-    folders (``data``/``out`` of the inference, ``ev_data``/``ev`` of the evaluation) and ``before``, the snapshot of
-    the inference's input folder before the runs; the tests only read them."""
+    one process (one start-up instead of two; each run as ``python -m monai.bundle run`` parses it). The evaluation
+    runs with the README's settings (10 samples, seed 0: ``evaluate.json``'s defaults), so that its table is checked
+    on these outputs (:func:`test_brain_bundle_evaluation_reproduces_the_readme_table`) instead of by a third run.
+    Returns the folders (``data``/``out`` of the inference, ``ev_data``/``ev`` of the evaluation) and ``before``, the
+    snapshot of the inference's input folder before the runs; the tests only read them."""
     root = tmp_path_factory.mktemp("brain_bundle_runs")
     data, ev_data = root / "data", root / "ev_data"
     export_mni152_cases(data, n_cases=1)
     export_mni152_cases(ev_data, n_cases=2)
     before = _snapshot(data)
     configs = BUNDLES["brain_tissue_uncertainty"] / "configs"
-    _infer_then_evaluate(configs, (data, root / "out", 3), (ev_data, root / "ev", 2))
+    _infer_then_evaluate(configs, (data, root / "out", 3), (ev_data, root / "ev", README_SAMPLES))
     return {"data": data, "out": root / "out", "ev_data": ev_data, "ev": root / "ev", "before": before}
 
 
@@ -315,6 +318,25 @@ def test_brain_bundle_evaluation_writes_metrics_csv(brain_bundle_runs):
     assert float(dice_rows[0]["class0"]) > 0.8 and float(dice_rows[0]["class1"]) > 0.8
     scores = _rows(ev / "case_scores.csv")
     assert [r["shift"] for r in scores] == ["none", "noise"]
+
+
+@pytest.mark.slow
+def test_brain_bundle_evaluation_reproduces_the_readme_table(brain_bundle_runs):
+    """The README's per-case table against the fixture's evaluation of the cohort's first two cases (10 samples, seed
+    0, as the README says), row by row (found by hostile review 58: the mean MI column had been measured before
+    ``window_disagreement`` became the inferers' default)."""
+    ev = brain_bundle_runs["ev"]
+    readme = readme_rows()
+    scores, dice, buc = (_rows(ev / name) for name in ("case_scores.csv", "dice_raw.csv", "buc_raw.csv"))
+    assert [r["shift"] for r in scores] == ["none", "noise"]
+    for score, d, b in zip(scores, dice, buc):
+        ref = readme[score["shift"]]
+        got = {"dice_gm": float(d["class0"]), "dice_wm": float(d["class1"]), "buc": float(b["class0"]),
+               "pe": float(score["predictive_entropy_mean"]), "mi": float(score["mutual_information_mean"])}
+        for key, value in got.items():
+            # the README rounds to 3 (Dice, BUC) or 4 (PE, MI) decimals, as 3 significant digits of the maps' means
+            tol = 6e-4 if key in ("dice_gm", "dice_wm", "buc") else 6e-5
+            assert value == pytest.approx(ref[key], abs=tol), (score["shift"], key, value, ref[key])
 
 
 # ----------------------------------------------------------------------------------------------- spleen override
