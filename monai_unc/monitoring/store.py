@@ -339,8 +339,8 @@ def _digest_up_to_zero_signs(
              if c in _ZERO_SIGN_COLUMNS and isinstance(r[c], float) and r[c] == 0]
     # rows_digest's JSON "[t0,t1,...]" cut at the rows holding a zero: encoded[k] is the text between zero rows k - 1
     # and k (from "[", to "]"). A variant copies the hash state of the unchanged text before its first negated zero
-    # and hashes only the rest; every variant shares each prefix (review 64: the whole entry was serialized and
-    # hashed per variant, 8.6 s for 1024 variants of 1e5 rows). The digests are rows_digest's, byte for byte.
+    # and hashes only the rest; the variants share each prefix (review 64: each one serialized and hashed the whole
+    # entry). The digests are rows_digest's, byte for byte.
     own: dict[int, list[str]] = {}  # per row holding zeros: their columns, in order (the order of their bits)
     for i, c in zeros:
         own.setdefault(i, []).append(c)
