@@ -404,6 +404,46 @@ def risk_eprocess(losses: object, target: float, m: float | None = None) -> np.n
     return np.cumsum(terms)
 
 
+def _rejected_hits(x: np.ndarray, lam: np.ndarray, m: np.ndarray, rows: int, level: float) -> np.ndarray:
+    """Per case ``n < rows``: how many of the risks ``m`` have ``log K_n(m) >= level`` (columns in bounded blocks)."""
+    hits = np.zeros(rows, dtype=np.int64)
+    block = max(1, 4_000_000 // max(rows, 1))
+    for start in range(0, len(m), block):
+        mm = m[start:start + block]
+        hits += (np.cumsum(np.log1p(lam[:rows, None] * (x[:rows, None] - mm[None, :])), axis=0) >= level).sum(axis=1)
+    return hits
+
+
+def _rejected_counts(x: np.ndarray, lam: np.ndarray, grid: np.ndarray, level: float) -> np.ndarray:
+    """Per case: how many points of the increasing ``grid`` have ``log K_n(m) >= level`` (a prefix of the grid).
+
+    ``log K_n(m)`` decreases in ``m``, so the rejected points of case ``n`` are the first ``count_n``. A coarse pass
+    over every ``s``-th point (``s ~ sqrt(len(grid))``) finds the cell of each case, stopping at the last case that
+    the previous coarse point rejected (the later cases reject no larger ``m``); the ``s - 1`` points inside a cell
+    are then summed only for the cases up to the last one in that cell. Each ``log K_n(m)`` computed is the same
+    cumulative sum as the full ``N x len(grid)`` table's, so the counts are the same; the logarithms are about
+    ``N x 2 sqrt(len(grid))`` when the bound settles, instead of ``N x len(grid)``.
+    """
+    step = max(1, math.isqrt(len(grid)))
+    coarse = np.arange(0, len(grid), step)
+    cell = np.zeros(len(x), dtype=np.int64)  # per case: how many coarse points are rejected
+    rows = len(x)
+    for k in range(len(coarse)):
+        if not rows:
+            break
+        hit = _rejected_hits(x, lam, grid[coarse[k:k + 1]], rows, level)
+        cell[:rows] += hit
+        last = np.flatnonzero(hit)
+        rows = int(last[-1]) + 1 if len(last) else 0
+    count = np.where(cell > 0, coarse[np.maximum(cell - 1, 0)] + 1, 0)
+    for k in np.unique(cell[cell > 0]).tolist():  # cases whose bound lies between coarse points k - 1 and k
+        inside = np.flatnonzero(cell == k)
+        fine = grid[coarse[k - 1] + 1:coarse[k] if k < len(coarse) else len(grid)]
+        if len(fine):
+            count[inside] += _rejected_hits(x, lam, fine, int(inside[-1]) + 1, level)[inside]
+    return count
+
+
 def risk_lower_bound(losses: object, target: float, alpha: float, resolution: int = 2000) -> np.ndarray:
     """The lower confidence sequence ``L_n = sup {m : K_n(m) >= 1 / alpha}`` on a grid (0 when no ``m`` qualifies).
 
@@ -412,7 +452,10 @@ def risk_lower_bound(losses: object, target: float, alpha: float, resolution: in
     ``target`` in it, which rounds the exact bound down by less than ``1 / resolution`` (a lower bound stays valid
     when lowered). With probability at least ``1 - alpha``, ``L_n`` never exceeds the largest conditional risk of the
     cases so far, for every ``n`` at once; the harmful-shift alarm ``L_n >= target`` is the same event as
-    ``K_n(target) >= 1 / alpha``. Cost: ``N x (resolution + 1)`` logarithms, in blocks of bounded memory.
+    ``K_n(target) >= 1 / alpha``. Cost: the cases bet 0 (the risk estimate under the target) need no logarithm
+    (their sums are the previous case's), and the others about ``N x 2 sqrt(resolution)`` logarithms once the bound
+    settles (a coarse pass, then the grid points around each case's bound; ``N x (resolution + 1)`` before review
+    64), in blocks of bounded memory; the values are those of the full grid, bit for bit.
 
     Args:
         losses: ``(N,)`` losses in ``[0, 1]`` (NaN skipped: the bound carries over).
@@ -436,18 +479,16 @@ def risk_lower_bound(losses: object, target: float, alpha: float, resolution: in
     grid = np.unique(np.concatenate([np.linspace(0.0, 1.0, resolution + 1), [float(target)]]))
     level = _alarm_level(a)
     count = np.zeros(len(xs), dtype=np.int64)  # per n: how many grid points (from 0) are rejected
-    block = max(1, 4_000_000 // max(len(xs), 1))
-    for start in range(0, len(grid), block):
-        m = grid[start:start + block]
-        log_k = np.cumsum(np.log1p(lam[:, None] * (xs[:, None] - m[None, :])), axis=0)
-        count += (log_k >= level).sum(axis=1)
+    # A case bet 0 adds log1p(+-0) = +-0 to every log K_n(m): its sums equal those of the last bet case, bit for bit.
+    bet = np.flatnonzero(lam > 0)
+    if len(bet):
+        at = np.repeat(np.arange(len(bet)), np.diff(np.append(bet, len(xs))))  # case n >= bet[0]: its last bet case
+        count[bet[0]:] = _rejected_counts(xs[bet], lam[bet], grid, level)[at]
     defined = np.where(count > 0, grid[np.maximum(count - 1, 0)], 0.0)
     out = np.zeros(len(x))
     out[keep] = defined
-    for n in range(1, len(out)):  # NaN losses carry the previous bound forward
-        if not keep[n]:
-            out[n] = out[n - 1]
-    return out
+    # NaN losses carry the previous bound forward
+    return out[np.maximum.accumulate(np.where(keep, np.arange(len(out)), 0))] if len(out) else out
 
 
 @dataclass(frozen=True)

@@ -328,39 +328,96 @@ def _digest_up_to_zero_signs(
         >>> _digest_up_to_zero_signs([rows[0], {"case_id": "b", "score": 0.0}], ["case_id", "score"], old)
         False
     """
-    def row_text(r: Mapping[str, Any], negated: set[str]) -> str:
+    def row_text(r: Mapping[str, Any], negated: set[str] | frozenset[str]) -> str:
         return _canonical([_clean(-r[c] if c in negated else r[c]) for c in columns])
 
     try:  # rows_digest's JSON, one row at a time: a variant serializes only the rows whose zeros it negates
         texts = [row_text(r, set()) for r in rows]
     except (TypeError, ValueError):  # a value that no row of ours holds (bytes, a NaN): edited
         return False
-
-    def digest(flipped: frozenset[tuple[int, str]]) -> str:
-        negated: dict[int, set[str]] = {}
-        for i, c in flipped:
-            negated.setdefault(i, set()).add(c)
-        changed = {i: row_text(rows[i], cs) for i, cs in negated.items()}
-        body = ",".join(changed.get(i, t) for i, t in enumerate(texts))
-        return hashlib.sha256(f"[{body}]".encode()).hexdigest()
-
-    if digest(frozenset()) == expected:
-        return True
     zeros = [(i, c) for i, r in enumerate(rows) for c in columns
              if c in _ZERO_SIGN_COLUMNS and isinstance(r[c], float) and r[c] == 0]
+    # rows_digest's JSON "[t0,t1,...]" cut at the rows holding a zero: encoded[k] is the text between zero rows k - 1
+    # and k (from "[", to "]"). A variant copies the hash state of the unchanged text before its first negated zero
+    # and hashes only the rest; the variants share each prefix (review 64: each one serialized and hashed the whole
+    # entry). The digests are rows_digest's, byte for byte.
+    own: dict[int, list[str]] = {}  # per row holding zeros: their columns, in order (the order of their bits)
+    for i, c in zeros:
+        own.setdefault(i, []).append(c)
+    zero_rows = list(own)
+    bounds = [-1, *zero_rows, len(rows)]
+    encoded = [(("[" if a < 0 else "") + "".join(("," if n else "") + texts[n] for n in range(a + 1, b))
+                + ("]" if b == len(rows) else "")).encode() for a, b in zip(bounds, bounds[1:])]
+    variants: dict[tuple[int, int], bytes] = {}  # (k, subset of zero row k's zeros negated): its text, once
+
+    def variant(k: int, sub: int) -> bytes:
+        if (k, sub) not in variants:
+            i = zero_rows[k]
+            negated = {c for b, c in enumerate(own[i]) if sub >> b & 1}
+            variants[k, sub] = (("," if i else "") + (row_text(rows[i], negated) if sub else texts[i])).encode()
+        return variants[k, sub]
+
+    state = hashlib.sha256(encoded[0])
+    before = []  # the hash state of the text before each zero row
+    for k in range(len(zero_rows)):
+        before.append(state.copy())
+        state.update(variant(k, 0))
+        state.update(encoded[k + 1])
+
+    def digest(subs: Mapping[int, int]) -> str:
+        """The digest with zero row ``k``'s zeros negated as the bits of ``subs[k]`` say (the others as read)."""
+        changed = [k for k, sub in subs.items() if sub]
+        if not changed:
+            return state.hexdigest()
+        h = before[min(changed)].copy()
+        for k in range(min(changed), len(zero_rows)):
+            h.update(variant(k, subs.get(k, 0)))
+            h.update(encoded[k + 1])
+        return h.hexdigest()
+
+    def every_digest(k: int, h: Any, subs: tuple[int, ...], skip: set[tuple[int, ...]]) -> Iterator[str]:
+        """The digests of every variant whose zero rows before ``k`` are as ``subs`` (``h``: the text so far)."""
+        if k == len(zero_rows):
+            if subs not in skip:
+                yield h.hexdigest()
+            return
+        for sub in range(1 << len(own[zero_rows[k]])):
+            g = h.copy()
+            g.update(variant(k, sub))
+            g.update(encoded[k + 1])
+            yield from every_digest(k + 1, g, (*subs, sub), skip)
+
+    if digest({}) == expected:
+        return True
     by_column = sorted({c for _, c in zeros})
-    tried = {frozenset()}
+    tried = []  # the zeros of each set of columns negated together: per zero row, the subset of its zeros
     for mask in range(1, 1 << len(by_column)):
         chosen = {by_column[k] for k in range(len(by_column)) if mask >> k & 1}
-        tried.add(frozenset(z for z in zeros if z[1] in chosen))
+        tried.append(tuple(sum(1 << b for b, c in enumerate(own[i]) if c in chosen) for i in zero_rows))
+    every = len(zeros) <= _ZERO_SIGN_SUBSETS or (
+        len(zeros) < _ZERO_SIGN_WORK.bit_length() and (1 << len(zeros)) * len(rows) <= _ZERO_SIGN_WORK)
+    if any(digest(dict(enumerate(subs))) == expected for subs in tried):
+        return True
+    if not every:
+        return None
+    skip = {(0,) * len(zero_rows), *tried}
+    return any(d == expected for d in every_digest(0, hashlib.sha256(encoded[0]), (), skip))
+
+
+    if digest(0) == expected:
+        return True
+    by_column = sorted({c for _, c in zeros})
+    tried = {0}
+    for mask in range(1, 1 << len(by_column)):
+        chosen = {by_column[k] for k in range(len(by_column)) if mask >> k & 1}
+        tried.add(sum(1 << b for b, z in enumerate(zeros) if z[1] in chosen))
     every = len(zeros) <= _ZERO_SIGN_SUBSETS or (
         len(zeros) < _ZERO_SIGN_WORK.bit_length() and (1 << len(zeros)) * len(rows) <= _ZERO_SIGN_WORK)
     if any(digest(flipped) == expected for flipped in tried if flipped):
         return True
     if not every:
         return None
-    tried_all = (frozenset(z for k, z in enumerate(zeros) if mask >> k & 1) for mask in range(1, 1 << len(zeros)))
-    return any(digest(flipped) == expected for flipped in tried_all if flipped not in tried)
+    return any(d == expected for d in every_digest(0, hashlib.sha256(encoded[0]), 0, tried))
 
 
 def entry_hash(entry: Mapping[str, Any]) -> str:
