@@ -75,7 +75,7 @@ from .activation import Activation, get_activation
 from .metrics.calibration import ConfidenceHistogram, calibration_metrics, confidence_bins
 
 __all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network", "check_temperature",
-           "non_convergence_warning", "nll_slope_terms", "nll_flat_at_zero"]
+           "non_convergence_warning", "nll_slope_terms", "nll_flat_at_zero", "NLL_RTOL"]
 
 _MODES = ("scalar", "vector")
 _END = object()

@@ -137,3 +137,14 @@ def test_the_fit_check_costs_at_most_one_pass(mode, activation):
         ref = [_softmax_reference(z.reshape(1, 3, -1), y.reshape(1, -1))]
     if ref is not None:
         np.testing.assert_allclose(scaler.temperature.tolist(), ref, rtol=2 * NLL_RTOL)
+
+
+def test_nll_rtol_is_exported_and_documented():
+    """Found by the review of review 64: docs/calibration.md and the CHANGELOG name ``temperature.NLL_RTOL``, but it
+    was outside ``__all__`` (``from monai_unc.temperature import *`` left it out) and off docs/api/temperature.md."""
+    import monai_unc.temperature as temperature
+
+    assert "NLL_RTOL" in temperature.__all__
+    namespace: dict = {}
+    exec("from monai_unc.temperature import *", namespace)
+    assert namespace["NLL_RTOL"] == 1e-4
