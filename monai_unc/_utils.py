@@ -159,6 +159,8 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
     elif isinstance(x, np.ndarray):
         # torch.from_numpy refuses other byte orders with an error naming no argument: native order first
         a = np.ascontiguousarray(_native(_numeric(x, name)))
+        if a.ndim != x.ndim:  # ascontiguousarray gives a 0-d array one axis (found by the review of review 64)
+            a = a.reshape(x.shape)
         if not a.flags.writeable or any(s < 0 for s in a.strides):
             # found by hostile testing (review 64): torch cannot hold a read-only buffer (np.broadcast_to, a memmap
             # opened 'r'); sharing it warned of undefined behaviour, and an in-place operation wrote through it. A

@@ -45,6 +45,18 @@ def test_to_tensor_copies_a_read_only_array():
     assert np.shares_memory(to_tensor(writable, "x").numpy(), writable)
 
 
+def test_a_zero_dimensional_array_keeps_its_shape():
+    """Found by the review of review 64: ``np.ascontiguousarray`` returns at least one axis, so a 0-d array (``np.array
+    (0.5)``, what ``np.mean`` of an array gives back with ``keepdims`` dropped, a number read from a ``.npy``) became
+    a tensor of shape ``(1,)``, unlike the same number given as a float or a 0-d tensor; read-only ones too."""
+    frozen = np.array(0.5)
+    frozen.setflags(write=False)
+    for a in (np.array(0.5), np.array(3, dtype=np.int16), np.array(0.5, dtype=">f8"), frozen):
+        t = to_tensor(a, "x")
+        assert t.shape == torch.Size([]) == to_tensor(a.item(), "x").shape, a
+        assert t.item() == a.item()
+
+
 def test_a_flip_along_a_length_one_axis_is_read():
     """Found by hostile testing (review 64): a numpy array flipped along an axis of length 1 (``u[..., ::-1]`` of a
     one-slice map, ``np.flip`` of a one-channel map) has a negative stride yet counts as C-contiguous, so it reached

@@ -327,11 +327,29 @@ class InputGuard:
         """Copy the input as given back into it when a call wrote into it (else nothing)."""
         x = self.x
         if (_storage(x) == self.storage and _version(x) == self.version
-                and (self.version is not None or torch.equal(x, self.pristine))):
+                and (self.version is not None or _same_bits(x, self.pristine))):
             return
         with torch.no_grad():
             x.copy_(self.pristine)
         self._mark()
+
+
+#: the integer type of each floating type's size, to compare floating values bit for bit (:func:`_same_bits`)
+_BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
+         torch.bfloat16: torch.int16}
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` (same shape and dtype) hold the same values bit for bit: a NaN equals itself.
+
+    ``torch.equal`` is False for tensors holding NaN: :class:`InputGuard` took an unwritten inference tensor holding
+    a NaN for a written one and wrote it back, which torch refuses outside ``torch.inference_mode`` (found by the
+    review of review 64).
+    """
+    bits = _BITS.get(a.dtype)
+    if bits is None or a.dtype != b.dtype:
+        return torch.equal(a, b)
+    return torch.equal(a.view(bits), b.view(bits))
 
 
 def _numel(out: Any, mutated: list[torch.Tensor]) -> int:

@@ -166,7 +166,9 @@ def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLik
     predictions it was certified / calibrated on, whose ``producer`` tells their layout
     (:func:`~monai_unc.io.provenance.fingerprint_layout`): a rule certified with ``evaluate --layout nnunet`` is
     applied to nnU-Net predictions without ``--layout nnunet`` (found by review 64: ``triage`` read them as
-    ``monai-unc infer`` outputs and stopped on "no segmentation found"). An explicit ``layout`` that contradicts the
+    ``monai-unc infer`` outputs and stopped on "no segmentation found"). Without ``given``, a folder that holds no
+    run record of either layout and whose file names are those of the other layout only is read in that one. An
+    explicit ``layout`` that contradicts the
     recorded one is refused where ``predictions`` does not hold the records of a run of that layout (nor, without any
     run record, its file names): read so, the files of the rule's layout would be misread (e.g. ``<case>_seg`` files
     taken for cases of their own). Where they hold them, the option is taken and the fingerprint check compares the
@@ -215,6 +217,15 @@ def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLik
                 f"the records of a {next(k for k, v in PRODUCER_LAYOUTS.items() if v == other)} run "
                 f"({_RUN_RECORDS[other]}): give --layout {other} to read them as such (their fingerprint then differs "
                 "from the rule's)")
+        if not held and not _holds_records(pred, recorded):
+            # no run record: the file names decide, as for a given --layout (found by the review of review 64: a
+            # folder of <case>_seg files without infer.json was read as nnU-Net's, "no uncertainty map", where it was
+            # read as the default monai-unc layout before)
+            named = [lay for lay in others if _named_as(pred, lay)]
+            if named and not _named_as(pred, recorded):
+                return named[0], None if named[0] == "monai-unc" else (
+                    f"monai-unc {command}: --layout {named[0]}: the file names of {pred}, which holds no run record "
+                    "(give --layout to choose another)")
         notice = None if recorded == "monai-unc" else (
             f"monai-unc {command}: --layout {recorded}: the layout of the {producer} predictions the rule was "
             "certified on (give --layout to choose another)")

@@ -120,3 +120,20 @@ def test_layout_from_rule_without_a_recorded_producer(tmp_path):
     assert layout_from_rule(None, tmp_path / "rule.json", tmp_path) == ("monai-unc", None)  # the default: no line
     with pytest.raises(ValueError, match="--layout"):
         layout_from_rule("other", tmp_path / "rule.json", tmp_path)
+
+
+def test_a_folder_without_run_records_named_as_the_other_layout_is_read_so(certified, tmp_path, capsys):
+    """Found by the review of review 64: without --layout, a folder of ``<case>_seg`` files holding no run record
+    (predictions of another tool named as ``infer`` names them, copied without infer.json) was read in the rule's
+    nnunet layout and refused as "no uncertainty map ... in <folder>/uncertainty", naming no option, where before
+    review 64 it was read as the default monai-unc layout (``--allow-mismatch`` then applied the rule). The file names
+    decide when no run record does, as with an explicit --layout."""
+    pred = certified["monai_new"]
+    assert not (pred / "infer.json").exists() and not (pred / "uncertainty_config.json").exists()
+    assert layout_from_rule(None, certified["rule"], pred) == ("monai-unc", None)
+    base = ["triage", "-p", str(pred), "--rule", str(certified["rule"]), "-q", "--allow-mismatch"]
+    capsys.readouterr()
+    assert cli.main([*base, "-o", str(tmp_path / "derived")]) == 0, capsys.readouterr().err
+    assert not capsys.readouterr().err.strip()  # the default layout: nothing to say
+    rows = _rows(tmp_path / "derived" / "triage.csv")
+    assert sorted(next(iter(r.values())) for r in rows) == ["toy000", "toy001", "toy002"], rows[:1]

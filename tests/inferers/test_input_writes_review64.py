@@ -69,3 +69,28 @@ def test_a_dict_output_is_refused_naming_its_entries():
     """Found by review 64: ``network output must be a tensor, got dict`` named neither the entries nor the remedy."""
     with pytest.raises(TypeError, match=r"network output must be a tensor.*\['aux', 'seg'\].*returns the logits"):
         MCDropoutInferer(2, seed=0)(torch.rand(1, 1, 8, 8), _DictOutput().eval())
+
+
+def test_an_inference_tensor_holding_nan_is_refused_as_before():
+    """Found by review 64's review: the guard compared an inference tensor (no version counter) with ``torch.equal``,
+    which is False where it holds NaN, so an input with a NaN, made under ``torch.inference_mode`` and given outside
+    it, was written back and raised torch's ``RuntimeError`` (inplace update to an inference tensor) instead of the
+    inferer's ``ValueError`` about the non-finite output."""
+    with torch.inference_mode():
+        x = torch.rand(1, 1, 8, 8)
+        x[0, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        MCDropoutInferer(2, seed=0, share_passes=False)(x, _core())
+
+
+def test_a_network_writing_an_inference_tensor_input():
+    """Inside ``torch.inference_mode`` (no version counter) a write is found by the values and put back."""
+    core = _core()
+    with torch.inference_mode():
+        x = torch.rand(1, 1, 8, 8)
+        ref = MCDropoutInferer(3, seed=0, share_passes=False)(x.clone(), _Scaled(core, inplace=False))
+        given = x.clone()
+        got = MCDropoutInferer(3, seed=0, share_passes=False)(given, _Scaled(core, inplace=True))
+    assert torch.equal(given, x)
+    for key in ref:
+        torch.testing.assert_close(got[key], ref[key], rtol=0, atol=1e-6, msg=key)
