@@ -273,7 +273,7 @@ PRODUCER_LAYOUTS: dict[str, str] = {"monai-unc infer": "monai-unc", "nnunet-pred
 def fingerprint_layout(fingerprint: Any) -> str | None:
     """The layout of the predictions a fingerprint was taken from, known from its ``producer``.
 
-    A rule file of ``evaluate`` (``referral_rule.json``, ``conformal_rule.json``) records the fingerprint of its
+    A rule file of ``evaluate`` (``referral_rule.json``, or the rule file of a product) records the fingerprint of its
     calibration predictions (:func:`prediction_fingerprint`): ``"nnunet-predict"`` predictions are in the ``nnunet``
     layout, ``"monai-unc infer"`` ones in the ``monai-unc`` layout.
 

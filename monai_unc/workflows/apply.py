@@ -162,7 +162,7 @@ def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLik
                      command: str = "triage") -> tuple[str, str | None]:
     """The layout (``--layout``) to read new predictions with: the option, or the one the rule records.
 
-    A rule file of ``evaluate`` (``referral_rule.json``, ``conformal_rule.json``) records the fingerprint of the
+    A rule file of ``evaluate`` (``referral_rule.json``, or the rule file of a product) records the fingerprint of the
     predictions it was certified / calibrated on, whose ``producer`` tells their layout
     (:func:`~monai_unc.io.provenance.fingerprint_layout`): a rule certified with ``evaluate --layout nnunet`` is
     applied to nnU-Net predictions without ``--layout nnunet`` (found by review 64: ``triage`` read them as
