@@ -287,7 +287,7 @@ def watch_input(run: Callable[[torch.Tensor], Any], x: torch.Tensor) -> tuple[An
     before = x.clone()
     storage, version = _storage(x), _version(x)
     out = run(x)
-    wrote = _storage(x) != storage or _version(x) != version or (version is None and not torch.equal(x, before))
+    wrote = _storage(x) != storage or _version(x) != version or (version is None and not _same_bits(x, before))
     return out, (before if wrote else None)
 
 
@@ -1199,7 +1199,9 @@ class SharedPasses:
         # another tensor holding the input as the trace got it, before the traced pass wrote into it (found by hostile
         # testing: each replay of a flipped window, a new copy, was compared with the written input and refused)
         traced = self._input if self._pristine is None else self._pristine
-        if x is not self._input and (x.shape != traced.shape or not torch.equal(x, traced)):
+        # a NaN equals itself here (torch.equal is False for a tensor holding one: the replay fell back to full passes)
+        if x is not self._input and (x.shape != traced.shape
+                                     or not (torch.equal(x, traced) or _same_bits(x, traced))):
             raise SharingUnavailable(
                 "the input differs between the samples' calls (a test-time augmentation that draws on every call)"
             )

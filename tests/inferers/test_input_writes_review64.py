@@ -94,3 +94,32 @@ def test_a_network_writing_an_inference_tensor_input():
     assert torch.equal(given, x)
     for key in ref:
         torch.testing.assert_close(got[key], ref[key], rtol=0, atol=1e-6, msg=key)
+
+
+def test_watch_input_takes_an_unwritten_inference_tensor_holding_nan_as_unwritten():
+    """``watch_input`` compared an inference tensor (no version counter) with ``torch.equal``, False where it holds a
+    NaN: an unwritten input was taken for a written one (found by the review of review 64, as for InputGuard)."""
+    from monai_unc.networks.shared import watch_input
+
+    with torch.inference_mode():
+        x = torch.tensor([1.0, float("nan"), 3.0])
+        out, before = watch_input(lambda t: t * 2, x)
+        assert before is None
+        out, before = watch_input(lambda t: t.mul_(2), x)
+        assert before is not None and before[0] == 1.0
+
+
+def test_a_replay_of_a_copy_of_an_input_holding_nan_shares_the_trace():
+    """The replay's check that its input equals the traced one used ``torch.equal`` alone: a copy of an input holding
+    a NaN was taken for another input and the samples fell back to full passes."""
+    from monai_unc.inferers import SharedPasses, enable_mc_dropout
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 4, 1), nn.ReLU(), nn.Conv3d(4, 4, 1), nn.Dropout(0.5), nn.Conv3d(4, 2, 1)).eval()
+    x = torch.randn(1, 1, 4, 4, 4)
+    x[0, 0, 0, 0, 0] = float("nan")
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        out = passes.replay(net, x.clone(), 2)  # raised SharingUnavailable before
+    assert out.shape == (2, 2, 4, 4, 4)
