@@ -80,3 +80,23 @@ def test_more_threads_than_cpus_are_the_cpus_with_a_warning(setup, monkeypatch):
     monkeypatch.setattr(calibrate_module.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     with pytest.warns(UserWarning, match="num_threads 64 is more than the 1 CPU"):
         assert calibrate_module._check_threads(64, "num_threads") == 1
+
+
+def test_cli_passes_threads_and_refuses_a_bad_count_in_one_line(tmp_path, monkeypatch, capsys):
+    from monai_unc import cli
+
+    seen = {}
+
+    def fake(model, out, **kwargs):
+        seen.update(kwargs)
+        return {"0": {"temperature": [1.5], "steps": 3, "converged": True}}
+
+    monkeypatch.setattr(calibrate_module, "calibrate_model_folder", fake)
+    argv = ["nnunet-calibrate", "-m", str(tmp_path), "-o", str(tmp_path / "out"), "-f", "0", "-device", "cpu"]
+    assert cli.main(argv) == 0 and seen["num_threads"] is None
+    assert cli.main([*argv, "--threads", "1"]) == 0 and seen["num_threads"] == 1
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*argv, "--threads", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and "--threads" in err[-1]
