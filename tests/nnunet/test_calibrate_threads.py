@@ -1,7 +1,7 @@
-"""Review 64: ``nnunet-calibrate`` on a loaded CPU. With torch's two threads and two busy processes beside it, 10 tiny
-cases took 4.5 s and 21.9 s in two runs, 3.1 s and 1.2 s with one thread (OpenMP threads waiting for each other on
-shared cores; benchmarks/README.md): ``num_threads`` / ``--threads`` sets the threads of the prediction and the fit,
-and restores the caller's."""
+"""Review 64: ``nnunet-calibrate`` on a loaded CPU. With torch's two threads and three busy processes beside it, 10
+tiny cases took 49-68 s, 29-46 s with one thread (OpenMP threads waiting for each other on shared cores;
+benchmarks/README.md): ``num_threads`` / ``--threads`` sets the threads of the prediction and the fit, and restores
+the caller's."""
 
 from __future__ import annotations
 
