@@ -165,7 +165,9 @@ def prediction_fingerprint(
     - ``nnunet`` layout (``monai-unc nnunet-predict``): ``uncertainty_config.json`` and ``uncertainty/<case>.json``:
       ``trainer``, ``folds``, ``method`` (the ``+``-joined sources), ``num_samples``, ``mi_meaning``, ``dropout_p``,
       ``rate_in``, ``posthoc_dropout_after``, ``measures``, ``tile_step_size`` (the overlap), ``mirror_axes``,
-      ``segmentation_from``, and ``model_folder`` / ``temperature`` / ``checkpoint`` / ``regions`` /
+      ``segmentation_from``, ``activation`` (``"sigmoid"`` for a region-based model, else ``"softmax"``; a record
+      written before it was recorded is compared as the one its ``regions`` imply), and ``model_folder`` /
+      ``temperature`` / ``checkpoint`` / ``regions`` /
       ``window_disagreement`` / ``mirror_draws`` (``"shared"``: the mirrors of a dropout / Rate-In / SSN sample draw
       from one random state; absent where each mirror drew its own, as before 0.2.0) / ``weights`` (the sha256
       digests of the fold checkpoints, ``plans.json`` and ``dataset.json``) when the config records them.
@@ -251,6 +253,10 @@ def prediction_fingerprint(
     fp["temperature"] = cfg.get("temperature")
     if cfg.get("regions") is not None:  # region-based models only, so older rules still match
         fp["regions"] = cfg["regions"]
+    # found by review 64: the nnunet layout recorded no activation, so a rule certified on region (sigmoid) maps
+    # recorded activation null and the conformal rule's activation was never checked against it; nnU-Net's
+    # activation follows from its label manager: sigmoid per region for a region-based model, else softmax
+    fp["activation"] = "sigmoid" if cfg.get("regions") is not None else "softmax"
     if "window_disagreement" in cfg:  # how MI was decomposed; configs without it counted window overlap as MI
         fp["window_disagreement"] = cfg["window_disagreement"]
     if "mirror_draws" in cfg:  # the mirrors of a stochastic sample share its draws; configs without it (earlier
@@ -841,6 +847,7 @@ def weight_differences(rule_w: Sequence[Mapping[str, Any]], pred_w: Sequence[Map
 def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any]:
     """A fingerprint as :func:`compare_fingerprints` compares it.
 
+    An nnU-Net record without ``activation`` (written before it was recorded) gets the one its ``regions`` imply;
     ``roi`` becomes one int for an isotropic window; ``dropout`` becomes None under a method that samples no dropout
     (neither ``mcdropout`` nor ``ratein``: the layers were inserted but never switched on, the maps are those without
     them); ``measures`` in their current names (:data:`~monai_unc.keys.DEPRECATED_MEASURES`: ``max_softmax``, which
@@ -867,6 +874,9 @@ def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any
         {'measures': ['predictive_entropy', 'one_minus_max_prob']}
     """
     fp = dict(fp)
+    if fp.get("producer") == "nnunet-predict" and "activation" not in fp:
+        # an nnU-Net record written before the activation was recorded: the one its regions imply
+        fp["activation"] = "sigmoid" if fp.get("regions") is not None else "softmax"
     if isinstance(fp.get("measures"), list):  # current names first, then settings_as_compared's order of them
         fp["measures"] = [DEPRECATED_MEASURES.get(m, m) if isinstance(m, str) else m for m in fp["measures"]]
     out = dict(settings_as_compared(fp))  # a rule certified with an unused --dropout matches predictions without it

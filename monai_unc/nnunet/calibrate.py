@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
 from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
 from torch import nn
 
-from monai_unc._utils import check_bool, plain_module
+from monai_unc._utils import check_bool, check_integer, plain_module
 from monai_unc.io import (
     OUTPUT_LOCK_FILE,
     MappedArrays,
@@ -93,6 +94,7 @@ def calibrate_model_folder(
     overwrite: bool = False,
     *,
     command_line: bool = False,
+    num_threads: int | None = None,
     **scaler_kwargs: Any,
 ) -> dict[str, dict]:
     """Fit a temperature per fold on that fold's nnU-Net validation cases and fold it into a copy of the model.
@@ -144,6 +146,11 @@ def calibrate_model_folder(
         command_line: how the refusal of an existing calibrated copy names the way to replace it: the command's
             option (``--overwrite``, set by ``monai-unc nnunet-calibrate``); False (a Python caller):
             ``overwrite=True``. Keyword only.
+        num_threads: torch's CPU (intra-op) threads while the validation cases are predicted and the temperature is
+            fitted, at most the CPUs this process may use (more: that many, with a warning); the caller's setting is
+            restored afterwards. None: torch's current setting (nnU-Net caps the prediction at 8). On a CPU shared
+            with other work, tiny cases run faster and far more steadily with 1 (CLI: ``--threads``). The threads
+            change the logits only at float rounding. Keyword only.
         **scaler_kwargs: further arguments of :class:`~monai_unc.temperature.TemperatureScaler`.
 
     Returns:
@@ -162,7 +169,8 @@ def calibrate_model_folder(
             (named); a checkpoint is already calibrated (``monai_unc_temperature``); ``checkpoint_name`` holds a
             folder; ``mode`` / ``loss`` / ``scaler_kwargs`` are refused by the scaler, or ``scaler_kwargs`` sets
             ``activation`` or ``ignore_index`` (the model's and -1); ``device`` names no device; the configuration is
-            a cascade stage, or the model is a Stochastic Segmentation Network.
+            a cascade stage, or the model is a Stochastic Segmentation Network; ``num_threads`` is not a positive
+            integer.
         TypeError: ``overwrite`` or ``use_mirroring`` is not a bool, or ``device`` is neither a ``torch.device`` nor a
             name.
         FileNotFoundError: ``plans.json``, ``splits_final.json`` or a fold's checkpoint is missing.
@@ -181,6 +189,8 @@ def calibrate_model_folder(
     # test model); device="cpu" failed in nnU-Net's predictor with "'str' object has no attribute 'type'"
     use_mirroring = check_bool(use_mirroring, "use_mirroring")
     device = _check_device(device)
+    threads = None if num_threads is None else _check_threads(num_threads, "--threads" if command_line else
+                                                                "num_threads")
     chosen = sorted(k for k in ("activation", "ignore_index") if k in scaler_kwargs)
     if chosen:  # activation="sigmoid" was a TypeError ("multiple values") after the first fold's cases were predicted
         raise ValueError(f"scaler_kwargs must not set {' or '.join(chosen)}: the activation is the model's (softmax, "
@@ -221,8 +231,14 @@ def calibrate_model_folder(
         # the folder atomic_folder replaces (a link followed): the validation logits wait beside it, as the staging
         # folder does, never inside the staging folder (which becomes the copy)
         final = Path(os.path.abspath(os.fspath(dst))).resolve()
-        report, regions = _calibrate_folds(src, staging, final, splits, pre_base, folds, checkpoint_name, mode,
-                                           loss, use_mirroring, device, scaler_kwargs)
+        before = torch.get_num_threads()
+        try:
+            if threads is not None:
+                torch.set_num_threads(threads)
+            report, regions = _calibrate_folds(src, staging, final, splits, pre_base, folds, checkpoint_name, mode,
+                                               loss, use_mirroring, device, scaler_kwargs)
+        finally:  # the caller's setting (nnU-Net's CPU logits depend on it: a leaked one changes later predictions)
+            torch.set_num_threads(before)
         doc: dict[str, Any] = {"written_by": WRITTEN_BY, "checkpoint_name": checkpoint_name,
                                "fold_ids": [str(f) for f in folds], "mode": mode, "loss": loss,
                                "activation": "sigmoid" if regions else "softmax"}
@@ -230,6 +246,17 @@ def calibrate_model_folder(
             doc["regions"] = region_definitions(dataset_json or {})
         atomic_write_json(staging / "temperature.json", {**doc, "folds": report})
     return report
+
+
+def _check_threads(num_threads: Any, name: str) -> int:
+    """``num_threads`` as an int, at most the CPUs this process may use (with a warning); ValueError naming it."""
+    threads = check_integer(num_threads, name)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if threads > cpus:  # OpenMP fails to create very many threads; more than the CPUs only compete for them
+        warnings.warn(f"{name} {threads} is more than the {cpus} CPU(s) this process may use: using {cpus}",
+                      UserWarning, stacklevel=3)
+        threads = cpus
+    return threads
 
 
 def _check_device(device: Any) -> torch.device:

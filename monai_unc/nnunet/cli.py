@@ -184,6 +184,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    "fit did not converge in them)")
     c.add_argument("--disable_tta", action="store_true", help="validation logits without mirroring")
     c.add_argument("-device", default="cuda", choices=("cuda", "cpu", "mps"), help="device (default: cuda)")
+    c.add_argument("--threads", type=_POSITIVE, default=None,
+                   help="torch CPU threads for the prediction and the fit (default: torch's; on a CPU shared with "
+                   "other work, 1 is faster and steadier for small cases)")
     c.add_argument("--overwrite", action="store_true",
                    help="replace the calibrated copy an earlier run wrote to -o, whole (without it an existing "
                    "copy is refused; a folder holding anything else is never replaced)")
@@ -586,7 +589,7 @@ def _calibrate(args: argparse.Namespace) -> int:
                                         checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
                                         use_mirroring=not args.disable_tta, device=torch.device(args.device),
                                         overwrite=args.overwrite, command_line=True,
-                                        max_steps=args.max_steps)
+                                        num_threads=args.threads, max_steps=args.max_steps)
     print(json.dumps(report, indent=2))
     for fold, record in report.items():  # as monai-unc calibrate says it: the temperature is not the fitted one
         line = non_convergence_warning(record, what=f"the temperature fit of fold {fold}", option="--max_steps")
