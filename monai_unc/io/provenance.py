@@ -254,7 +254,7 @@ def prediction_fingerprint(
     if cfg.get("regions") is not None:  # region-based models only, so older rules still match
         fp["regions"] = cfg["regions"]
     # found by review 64: the nnunet layout recorded no activation, so a rule certified on region (sigmoid) maps
-    # recorded activation null and the conformal rule's activation was never checked against it; nnU-Net's
+    # recorded activation null and a product rule's activation was never checked against it; nnU-Net's
     # activation follows from its label manager: sigmoid per region for a region-based model, else softmax
     fp["activation"] = "sigmoid" if cfg.get("regions") is not None else "softmax"
     if "window_disagreement" in cfg:  # how MI was decomposed; configs without it counted window overlap as MI
