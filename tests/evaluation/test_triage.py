@@ -344,7 +344,8 @@ def test_prediction_fingerprint_nnunet_records(tmp_path):
     assert fp == {"producer": "nnunet-predict", "trainer": "nnUNetTrainer", "folds": 5, "method": "folds+mirroring",
                   "num_samples": 40, "mi_meaning": "epistemic", "dropout_p": None, "rate_in": {},
                   "posthoc_dropout_after": [], "measures": ["predictive_entropy"], "tile_step_size": 0.5,
-                  "mirror_axes": [0, 1, 2], "segmentation_from": "logits", "temperature": None}
+                  "mirror_axes": [0, 1, 2], "segmentation_from": "logits", "temperature": None,
+                  "activation": "softmax"}  # a region model records "sigmoid" (review 64)
     cfg["seed"] = 4  # another seed: the same predictive distribution
     (pred / "uncertainty_config.json").write_text(json.dumps(cfg))
     assert prediction_fingerprint(pred, "nnunet") == fp
