@@ -2045,6 +2045,45 @@ def _tiff_spacing(path: Path) -> tuple[float, float, float]:
     return (float(spacing[0]), float(spacing[1]), float(spacing[2]))
 
 
+def image_unit(path: str | os.PathLike | None) -> str | None:
+    """The unit of the values :func:`read_volume` reads from an image, for a reader's legend.
+
+    A DICOM series is read through its Modality LUT (``RescaleSlope`` / ``RescaleIntercept``): a CT series gives
+    Hounsfield units (``"HU"``), another series (MR) real-world values of no standard unit
+    (``"real-world values"``), neither of them the stored pixel values. A volume file (NIfTI, ...) gives its values
+    as stored (its own ``scl_slope`` / ``scl_inter`` applied) in a unit no header states: None.
+
+    Args:
+        path: the image file or DICOM series folder (``CaseFiles.image``), or None (no image).
+
+    Returns:
+        ``"HU"``, ``"real-world values"`` or None (a volume file, no image, or a series folder whose headers cannot
+        be read: the image's own read then says why).
+
+    Raises:
+        TypeError: ``path`` is not a path.
+
+    Example:
+        >>> image_unit(None) is None
+        True
+    """
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a path or None, got {type(path).__name__}")
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    try:
+        from .dicom import read_series
+
+        series = read_series(path, pixels=False)
+    except (ImportError, OSError, ValueError):
+        return None
+    modality = str(series.datasets[0].get("Modality", "")).strip().upper() if series.datasets else ""
+    return "HU" if modality == "CT" else "real-world values"
+
+
 def _as_type(data: np.ndarray, dtype: Any) -> np.ndarray:
     """``data`` as ``dtype`` (itself when it has it; None keeps its type)."""
     return data if dtype is None else data.astype(dtype, copy=False)

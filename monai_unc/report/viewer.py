@@ -206,6 +206,7 @@ def case_viewer(
     budget_bytes: int = CASE_BUDGET_BYTES,
     margin: int = 2,
     class_names: Sequence[str] | None = None,
+    image_unit: str | None = None,
 ) -> dict[str, Any]:
     """The viewer data of one case: its volumes as gzipped NIfTI in base64, cropped and quantised to fit the budget.
 
@@ -225,6 +226,9 @@ def case_viewer(
         class_names: the class names indexed by label value (``class_names[0]`` the background), as in
             ``summary.json``'s ``class_names``; the prediction's legend shows them. Default (or a name that is
             only digits): ``class 1``, ``class 2``, ... after the label values.
+        image_unit: the unit of ``image``'s values for its colorbar title (``image intensity (HU)``;
+            :func:`monai_unc.io.image_unit`: ``"HU"`` for a CT series read through its rescale), or None for a
+            volume file's values as stored (``image intensity (stored units)``).
 
     Returns:
         ``{"case", "measure", "unit", "step", "crop", "bytes", "labels", "world_to_voxel", "volumes": [{"role",
@@ -275,6 +279,8 @@ def case_viewer(
     # a spacing or affine of the wrong shape failed with an IndexError or nibabel's HeaderDataError
     budget_bytes = check_integer(budget_bytes, "budget_bytes")
     margin = check_integer(margin, "margin", 0)
+    if image_unit is not None and not isinstance(image_unit, str):
+        raise TypeError(f"image_unit must be a str or None, got {type(image_unit).__name__}")
     if spacing is not None:  # a 2-D case may give its slice thickness too: only the plane's two sizes are used
         spacing = normalize_spacing(tuple(spacing)[:2] if seg.ndim == 2 and np.size(spacing) == 3 else spacing,
                                     seg.ndim, "spacing")
@@ -320,6 +326,7 @@ def case_viewer(
             # NaN voxels were quantised to the one value and drawn as it, under "every voxel is 0.5 nats")
             q_lo, threshold = 0.0, u_lo / 510.0
     unit = measure_unit(measure)
+    image_title = f"image intensity ({image_unit or 'stored units'})"
     u_title = f"{str(measure).replace('_', ' ')} ({unit or 'no unit'})"
     start = np.array([s.start for s in box], dtype=np.float64)
     for step in range(1, max(seg_c.shape) + 1):
@@ -330,7 +337,7 @@ def case_viewer(
         volumes = []
         if img_c is not None:
             q, slope, inter = _quantise(img_c[sub], float(i_lo), float(i_hi))
-            volumes.append({"role": "image", "name": "image.nii.gz", "title": "image intensity (stored units)",
+            volumes.append({"role": "image", "name": "image.nii.gz", "title": image_title,
                             "base64": _encode(q, aff, slope, inter), "colormap": "gray", "opacity": 1.0,
                             "cal_min": float(i_lo), "cal_max": float(i_hi)})
         labels, present = _display_labels(seg_c[sub])  # the labels drawn at this step, whatever their values

@@ -1699,9 +1699,15 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         **_common(series, uid_root, series_number, algorithm or AlgorithmInfo(), description, others),
     )
     pm.SeriesDescription = series_text
-    if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
-        pm.Laterality = series.datasets[0].get("Laterality", "")
     source = series.datasets[0]
+    # General Series: the source's body part (type 3, what a PACS's hanging protocols sort by) and its Laterality
+    # (type 2C) as the source states them; empty (unknown) when the source states neither, for absent is an error
+    # then (found by review 65: an empty one beside the body part of a head CT made dciodvfy warn on every map)
+    body = str(source.get("BodyPartExamined", "") or "").strip()
+    if body and "BodyPartExamined" not in pm:
+        pm.BodyPartExamined = source.BodyPartExamined
+    if "Laterality" not in pm and ("Laterality" in source or not body):
+        pm.Laterality = source.get("Laterality", "")
     pm = copy_source_markers(_pixel_measures(_reference_other_studies(pm, others), series), source,
                              input_slices(series, others))
     return save_dataset(apply_study(declare_character_set(pm, source), study), path)
