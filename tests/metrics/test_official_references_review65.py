@@ -2,9 +2,10 @@
 
 A seeded fuzz of 200 random inputs per metric (empty masks, single voxels, ties, one-hot and uniform probabilities,
 all-one-class labels, anisotropic spacing, 2-D and 3-D) compared ``surface_hd95`` with DeepMind's
-``surface-distance`` 0.1, ``ece`` / ``mce`` with torchmetrics 1.9.0, ``lesion_detection`` with panoptica 2.1.7 and
-``holm_correction`` / ``cochrans_q`` / ``mcnemar_test`` with statsmodels. The values below were computed by those
-packages (versions named at each table) and are frozen here, so the test needs none of them at run time. Where a
+``surface-distance`` 0.1, ``ece`` / ``mce`` with torchmetrics 1.9.0, ``lesion_detection`` with panoptica 2.1.7,
+``holm_correction`` / ``cochrans_q`` / ``mcnemar_test`` with statsmodels 0.15.0, and ``ece`` / ``ace`` / ``mce`` of two
+classes with netcal 1.4.0. The values below were computed by those packages and are frozen here, so the test needs
+none of them at run time. Where a
 package defines a quantity differently (documented in docs/calibration.md, docs/lesions.md, docs/spatial_metrics.md)
 the test pins our definition with a value worked out by hand.
 """
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.metrics import cochrans_q, ece, holm_correction, lesion_detection, mce, mcnemar_test, surface_hd95
+from monai_unc.metrics import ace, cochrans_q, ece, holm_correction, lesion_detection, mce, mcnemar_test, surface_hd95
 
 # (seed, shape, spacing, percentile, surface-distance 0.1: compute_robust_hausdorff(compute_surface_distances(t, p,
 # spacing), percentile)); t = rng.random(shape) < 0.1, p = rng.random(shape) < 0.2 with rng = default_rng(seed)
@@ -126,3 +127,16 @@ def test_mcnemar_chi_square_of_a_balance_is_one_as_in_r():
     y = [0, 0, 1, 1, 1]
     assert mcnemar_test(x, y, exact=False) == 1.0
     assert mcnemar_test([1, 0], [1, 0], exact=False) == 1.0
+
+
+def test_two_class_calibration_is_top_label_not_netcal_positive_class():
+    """With two columns netcal 1.4.0 calibrates p(class 1) against y = 1: ACE 0.325, MCE 0.7 (ECE 0.358333 by chance
+    equal). Top label: bins [0.4, 0.6) {0.55 right}, [0.6, 0.8) {0.6, 0.7 wrong}, [0.8, 1] {0.8, 0.9, 0.9 right}.
+    """
+    p1 = torch.tensor([0.9, 0.2, 0.7, 0.4, 0.55, 0.1], dtype=torch.float64)
+    probs = torch.stack([1 - p1, p1])[None]
+    target = torch.tensor([[1, 0, 0, 1, 1, 0]])
+    gaps = [0.45, 0.65, 1.0 - (0.8 + 0.9 + 0.9) / 3]
+    assert ece(probs, target, n_bins=5) == pytest.approx((0.45 + 2 * 0.65 + 3 * gaps[2]) / 6, abs=1e-12)
+    assert ace(probs, target, n_bins=5) == pytest.approx(sum(gaps) / 3, abs=1e-12)
+    assert mce(probs, target, n_bins=5) == pytest.approx(0.65, abs=1e-12)
