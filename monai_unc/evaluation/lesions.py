@@ -112,6 +112,50 @@ class LesionState:
             self.arrays["n_cases"] = self.arrays["n_cases"] + other.arrays["n_cases"]
         return self
 
+    @classmethod
+    def concatenate(cls, states: Sequence[LesionState]) -> LesionState | None:
+        """One state of many cases' states, in their order: what merging them one after another gives.
+
+        Each array is joined once, so the work is linear in the cohort's lesions; merging in a loop copies the
+        arrays gathered so far at every case, quadratic in the number of cases (found by review 65: 2000 cases).
+
+        Args:
+            states: the per-case (or per-shard) states, all with the same keys; left unchanged.
+
+        Returns:
+            A new state (``case_index`` of the lesions offset by the cases before them, ``n_cases`` summed), or None
+            when ``states`` is empty.
+
+        Raises:
+            ValueError: states of different tasks or maps (keys).
+
+        Example:
+            >>> import numpy as np
+            >>> a = LesionState({"n_cases": [1], "case.WT.ndsc": [0.5], "lesion.WT.case_index": [0.0, 0.0]})
+            >>> b = LesionState({"n_cases": [1], "case.WT.ndsc": [0.7], "lesion.WT.case_index": [0.0]})
+            >>> LesionState.concatenate([a, b]).arrays["lesion.WT.case_index"].tolist()
+            [0.0, 0.0, 1.0]
+        """
+        states = list(states)
+        if not states:
+            return None
+        keys = set(states[0].arrays)
+        for other in states[1:]:
+            if set(other.arrays) != keys:
+                diff = sorted(set(other.arrays) ^ keys)
+                raise ValueError(f"lesion states of different tasks or maps cannot be merged: {diff[:4]}")
+        counts = [int(s.arrays.get("n_cases", np.zeros(1))[0]) for s in states]
+        offsets = np.cumsum([0, *counts[:-1]])
+        arrays: dict[str, Any] = {}
+        for k in states[0].arrays:
+            if k == "n_cases":
+                arrays[k] = sum((s.arrays[k] for s in states[1:]), states[0].arrays[k])
+            elif k.startswith("lesion.") and k.endswith(".case_index"):
+                arrays[k] = np.concatenate([s.arrays[k] + off for s, off in zip(states, offsets)])
+            else:
+                arrays[k] = np.concatenate([s.arrays[k] for s in states])
+        return cls(arrays)
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """The arrays.
 

@@ -416,10 +416,7 @@ class LesionMetrics(CohortProduct):
         from ..evaluation.lesions import LesionState, summarize_lesions
 
         ids = sorted(states)
-        merged = None
-        for cid in ids:
-            s = states[cid]
-            merged = LesionState(dict(s.arrays)) if merged is None else merged.merge(s)
+        merged = LesionState.concatenate([states[cid] for cid in ids])  # once: merging case by case is quadratic
         options = self.options()
         if merged is not None:
             maps = {k.rsplit(".score.", 1)[1][: -len("_mean")] for k in merged.arrays
