@@ -144,6 +144,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "the triage package imports the evaluation's modules: its wording of a mismatch is read when a statement is "
         "written (hostile review 60), not at import, which would make a cycle",
     ),
+    ("monai_unc.workflows.evaluate", "monai_unc.report.html"): "evaluate checks an earlier report page only where "
+    "<output>/report exists: the report's modules (matplotlib) load then, not on every evaluation",
     ("monai_unc.workflows.infer_plan", "monai_unc.workflows.dicom"): "infer --output-format both: the DICOM writers "
     "(the dicom extra) load only when asked for",
     ("monai_unc.workflows.prepare", "monai_unc.io.dicom"): "infer --output-format both: the DICOM writers "

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import stats
 
 from .._deprecation import deprecated_arg_names
 from .._utils import check_bool, holds_bool, real_array, to_numpy
@@ -399,6 +398,8 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
     b, c = _discordant_pairs(_outcomes(x, "x"), _outcomes(y, "y"))
     if b + c == 0:
         return 1.0
+    from scipy import stats  # ~1 s to import: loaded by the tests that use it, not by every command using metrics
+
     if exact:
         return float(stats.binomtest(b, b + c, 0.5).pvalue)
     # found by hostile testing: (|b - c| - 1)^2 is 1, not 0, for b = c, so b = c = 5 gave p = 0.75 while the weaker
@@ -479,6 +480,8 @@ def cochrans_q(outcomes: Any) -> tuple[float, float, int]:
         )
         return float("nan"), float("nan"), k - 1
     q = (k - 1) * (k * int((col**2).sum()) - total**2) / den
+    from scipy import stats  # ~1 s to import: loaded by the tests that use it, not by every command using metrics
+
     return float(q), float(stats.chi2.sf(q, k - 1)), k - 1
 
 

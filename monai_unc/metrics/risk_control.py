@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import optimize, special, stats
+from scipy import special
 
 from .._utils import ArrayLike, case_vector, real_array, share_count, to_numpy
 from ..product import format_cell, format_level
@@ -129,6 +129,8 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
     if np.any(e < 0) or np.any(e > nn) or np.any(e != np.round(e)):
         raise ValueError("errors must be integers in [0, n]")
     full = e >= nn
+    from scipy import stats  # ~1 s to import: loaded by the bounds that use it, not by every command using metrics
+
     with np.errstate(invalid="ignore", divide="ignore"):
         ub = stats.beta.ppf(1.0 - delta, e + 1.0, np.where(full, 1.0, nn - e))
     ub = np.where(full, 1.0, ub)
@@ -225,6 +227,8 @@ def hoeffding_bentkus_pvalue(
 def _hb_pvalue(r: np.ndarray, nn: np.ndarray, a: np.ndarray) -> np.ndarray:
     """:func:`hoeffding_bentkus_pvalue` on checked float64 arrays (the root-finding and the batch core)."""
     hoeffding = np.exp(-nn * _bernoulli_kl(np.minimum(r, a), a))
+    from scipy import stats  # ~1 s to import: loaded by the bounds that use it, not by every command using metrics
+
     k = share_count(r, nn)  # ceil(n r): n * mean can land a few ulps above an integer, and nothing more is absorbed
     bentkus = math.e * stats.binom.cdf(k, nn, a)
     return np.where(nn > 0, np.minimum(np.minimum(hoeffding, bentkus), 1.0), 1.0)
@@ -269,6 +273,8 @@ def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
     lo, hi = r, 1.0 - 1e-15
     if f(hi) > 0:
         return 1.0
+    from scipy import optimize  # loaded by the bound that uses it (with scipy.stats above)
+
     root = float(optimize.brentq(f, lo, hi, xtol=1e-12, rtol=1e-12))
     # brentq's answer is within its tolerance of the root on either side; an upper bound must not lie below it (a
     # bound 1e-12 under the root claimed a little more than the p-value certifies), so step up until p <= delta

@@ -22,7 +22,6 @@ from ..evaluation.products import implicit_products
 from ..io import nnunet_dataset_ignore_label, output_lock_holder, read_json_cached
 from ..product import format_cell, format_fraction, products_from_arguments
 from ..products.risk_control import risk_control_line as _risk_control_line
-from ..report.html import remove_stale_report
 from .arguments import EXPLICIT_OPTIONS
 from .prepare import prepare_evaluate
 from .session import WARNING_PREFIX, CommandResult, quiet_lines, run_command
@@ -69,7 +68,13 @@ def evaluate_command(
         finally:  # the outputs changed (or were removed by a failed run): a page of the earlier ones goes too
             # unless another run holds the folder (this run was refused: it removes nothing; found by the hostile
             # review of two runs at once, review 64): that run decides about the page when it ends
-            page = remove_stale_report(out) if ctx.is_main and output_lock_holder(out) is None else None
+            # only a folder holding a report page has one to check: the report's modules (matplotlib, ~1 s to
+            # import) load then, not on every evaluate (the check finds nothing without <output>/report)
+            page = None
+            if ctx.is_main and (out / "report").is_dir() and output_lock_holder(out) is None:
+                from ..report.html import remove_stale_report
+
+                page = remove_stale_report(out)
             if page is not None:
                 warnings.warn(f"removed {page}: it showed an earlier evaluation of this folder; run monai-unc report "
                               "again", UserWarning, stacklevel=2)

@@ -221,3 +221,7 @@ def test_evaluate_on_nifti_runs_without_monai(tmp_path):
     assert {"monai_unc.workflows.evaluate", "nibabel"} <= modules  # the workflow ran and read NIfTI files
     monai = sorted(m for m in modules if m.split(".")[0] == "monai")
     assert not monai, f"monai-unc evaluate ({seconds:.2f} s) imported MONAI: {monai[:5]}"
+    # nor what it does not use (about 1 s each): the report's matplotlib (no <output>/report to check) and
+    # scipy.stats (the tests and risk bounds of comparisons and risk control, not computed by a plain evaluate)
+    unused = sorted(m for m in modules if m.split(".")[0] == "matplotlib" or m.startswith("scipy.stats"))
+    assert not unused, f"monai-unc evaluate ({seconds:.2f} s) imported {unused[:5]}"

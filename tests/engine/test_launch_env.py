@@ -12,10 +12,12 @@ Found by hostile testing:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -39,27 +41,55 @@ def test_world_size_without_rank_is_refused(monkeypatch):
     assert read_dist_env({"WORLD_SIZE": "2", "RANK": "0"}) == (0, 2, 0)
 
 
-@pytest.mark.parametrize("command", ["evaluate", "infer"])
-def test_a_plain_command_under_a_world_size_stops_in_one_line_instead_of_waiting(cohort, tmp_path, command):
-    if command == "evaluate":
-        argv = ["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", str(tmp_path / "o"),
-                "-q"]
-    else:
-        argv = ["infer", "-i", str(cohort["images"]), "-o", str(tmp_path / "o"), "--model", "example", "--method",
-                "softmax", "--device", "cpu", "-q"]
+#: run monai_unc.cli.main on each argv of the JSON list argv[1] in this one interpreter: one JSON line per command
+_SEQUENCE = """
+import contextlib, io, json, sys
+from monai_unc import cli
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as e:
+            code = e.code
+    print(json.dumps({"command": argv[0], "code": code, "stderr": err.getvalue()}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def plain_runs(tmp_path_factory) -> tuple[dict[str, dict], Path]:
+    """``evaluate`` and ``infer`` as plain commands under ``WORLD_SIZE=2`` without ``RANK``, one after the other in
+    one fresh interpreter (one start of torch instead of one per command): ``({command: result}, folder)``. A
+    subprocess: the unfixed code waits for the other rank, which fails the test (timeout) instead of blocking it."""
+    tmp = tmp_path_factory.mktemp("plain_runs")
+    cohort = write_toy_cohort(tmp / "c", n_cases=2, shape=(12, 12, 12))
+    argvs = [["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", str(tmp / "evaluate"),
+              "-q"],
+             ["infer", "-i", str(cohort["images"]), "-o", str(tmp / "infer"), "--model", "example", "--method",
+              "softmax", "--device", "cpu", "-q"]]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
     env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    try:  # a subprocess: the unfixed code waits for the other rank, which fails the test instead of blocking it
-        r = subprocess.run([sys.executable, "-m", "monai_unc.cli", *argv], env=env, capture_output=True, text=True,
-                           timeout=90)
+    try:
+        r = subprocess.run([sys.executable, "-c", _SEQUENCE, json.dumps(argvs)], env=env, capture_output=True,
+                           text=True, timeout=180)
     except subprocess.TimeoutExpired:
-        pytest.fail("the command waited for ranks that never come instead of refusing the environment")
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert r.returncode == 2 and lines == [
+        pytest.fail("a command waited for ranks that never come instead of refusing the environment")
+    assert r.returncode == 0, r.stderr[-2000:]
+    results = {d["command"]: d for d in (json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{"))}
+    assert list(results) == ["evaluate", "infer"], r.stdout[-2000:]
+    return results, tmp
+
+
+@pytest.mark.parametrize("command", ["evaluate", "infer"])
+def test_a_plain_command_under_a_world_size_stops_in_one_line_instead_of_waiting(plain_runs, command):
+    results, tmp = plain_runs
+    r = results[command]
+    lines = [ln for ln in r["stderr"].splitlines() if ln.strip()]
+    assert r["code"] == 2 and lines == [
         f"monai-unc {command}: error: environment variable WORLD_SIZE=2 is set but RANK is not: launch every process "
         "with torchrun (python -m torch.distributed.run, which sets both), set RANK on each, or unset WORLD_SIZE to "
-        "run one process"], (r.returncode, lines)
-    assert not (tmp_path / "o").exists()
+        "run one process"], (r["code"], lines)
+    assert not (tmp / command).exists()
 
 
 @pytest.mark.parametrize("value", ["inf", "abc", "0", "-5", "nan"])
