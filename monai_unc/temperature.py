@@ -817,9 +817,9 @@ class TemperatureScaler(nn.Module):
                 pinned = at_bound
         if (self.loss == "nll" and undefined is None and self.converged and self.mode == "vector" and not independent
                 and newton is None):
-            # one temperature per class: RMSprop alone; the same frozen steps reported converged=True at t = 0.167 for
-            # minima near 0.0005 (NLL 1.09 for 0.31): a converged fit must not fall when each t_c moves by NLL_RTOL
-            # against its gradient (found by hostile review 64)
+            # one temperature per class where Newton's method failed: RMSprop alone; the same frozen steps reported
+            # converged=True at t = 0.167 for minima near 0.0005 (NLL 1.09 for 0.31): a converged fit must not fall
+            # when each t_c moves by NLL_RTOL against its gradient (found by hostile review 64)
             stalled = self._falls_against_gradient(best_t, best_loss[0], best_grad, get_z, get_y)
             self.converged = not stalled
         self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
