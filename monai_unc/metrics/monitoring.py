@@ -31,6 +31,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
+from scipy.signal import lfilter
 
 from .._utils import real_array, to_numpy
 
@@ -358,14 +359,22 @@ def risk_bets(losses: object, target: float, cap: float = RISK_BET_CAP) -> np.nd
     x = _losses(losses, target)
     if isinstance(cap, (bool, np.bool_)) or not isinstance(cap, Real) or not 0 < cap < 1:
         raise ValueError(f"cap must be in (0, 1), got {cap!r}")
+    t, c = float(target), float(cap)
     decay = 0.5 ** (1 / _BET_HALF_LIFE)
-    w, s1 = 1.0, target  # one pseudo-case at the target
+    keep = ~np.isnan(x)
+    xs = x[keep]
     out = np.zeros(len(x))
-    for n, xn in enumerate(x.tolist()):
-        if math.isnan(xn):
-            continue
-        out[n] = min(max((s1 / w - target) / (target * (1 - target)), 0.0), cap)
-        w, s1 = decay * w + 1, decay * s1 + xn
+    if not len(xs):
+        return out
+    # Before the k-th labelled case: w_k = decay w_{k-1} + 1, s_k = decay s_{k-1} + x_{k-1}, from w_0 = 1 and
+    # s_0 = t (one pseudo-case at the target). lfilter runs this first-order recurrence in C with the same float64
+    # operations in the same order (decay * previous + input), so the bets equal those of the per-case Python loop
+    # before review 65 bit for bit (checked on random streams in the tests), ~10x faster.
+    w, s1 = np.empty(len(xs)), np.empty(len(xs))
+    w[0], s1[0] = 1.0, t
+    w[1:] = lfilter([1.0], [1.0, -decay], np.ones(len(xs) - 1), zi=[decay * 1.0])[0]
+    s1[1:] = lfilter([1.0], [1.0, -decay], xs[:-1], zi=[decay * t])[0]
+    out[keep] = np.minimum(np.maximum((s1 / w - t) / (t * (1 - t)), 0.0), c)
     return out
 
 

@@ -212,12 +212,13 @@ def test_calibrate_warns_when_the_fit_did_not_converge(toy, tmp_path, capsys, qu
     out = tmp_path / "cal.pt"
     argv = [a for a in _argv(toy, toy["labels"], out) if a != "-q"]
     argv[argv.index("--max-steps") + 1] = "3"
-    argv += ["--mode", "vector"]  # one temperature per class: RMSprop alone (a scalar NLL fit ends at its minimum)
+    # the ECE loss: RMSprop alone (NLL fits, scalar and, since review 65, per class, end at their minimum)
+    argv += ["--mode", "vector", "--loss", "ece"]
     assert cli.main(argv + (["-q"] if quiet else [])) == 0
     assert json.loads(out.with_suffix(".json").read_text())["converged"] is False
     printed = capsys.readouterr()
     # the command's one line, not also the fit's own UserWarning (review 62), which the CLI prints on stderr
-    assert "not the NLL minimum" not in printed.err + printed.out
+    assert "not the ECE minimum" not in printed.err + printed.out
     lines = (printed.err if quiet else printed.out).splitlines()
     warned = [ln for ln in lines if ln.startswith("warning: the temperature fit did not converge in 3 steps")]
     assert len(warned) == 1 and "--max-steps" in warned[0], lines
