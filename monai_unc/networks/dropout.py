@@ -1,8 +1,8 @@
 """Dropout layers of a network: find them, switch them into sampling mode, insert dropout post hoc.
 
 - :func:`enable_mc_dropout` puts every dropout layer of a model (``torch.nn`` ``_DropoutNd`` subclasses,
-  MONAI / timm ``DropPath``, the attention dropout of ``torch.nn.MultiheadAttention``, the between-layer dropout of
-  ``torch.nn`` recurrent layers, and the post-hoc dropout added by :func:`add_dropout`) into sampling mode while
+  MONAI / timm ``DropPath``, the attention dropout of ``torch.nn.MultiheadAttention``, and the post-hoc dropout added
+  by :func:`add_dropout`) into sampling mode while
   the rest of the model (normalisation layers in particular) stays in eval mode; it restores the previous
   modes afterwards and works as a context manager.
 - :func:`add_dropout` inserts dropout into a trained network without changing its parameters or its
@@ -118,8 +118,11 @@ _DROPPATH_NAMES = frozenset({"DropPath", "StochasticDepth"})
 
 
 #: torch.nn layers that apply their own ``dropout`` argument inside their forward pass, with ``training=self.training``
-#: (``MultiheadAttention``: dropout of the attention weights; ``RNN`` / ``LSTM`` / ``GRU``: between stacked layers)
-_INTERNAL_DROPOUT = (nn.MultiheadAttention, nn.RNNBase)
+#: (``MultiheadAttention``: dropout of the attention weights, drawn in ``F.multi_head_attention_forward``, which the
+#: shared passes recognise as a draw). ``RNN`` / ``LSTM`` / ``GRU`` drop between stacked layers inside one ``torch._VF``
+#: kernel that no trace sees (sampled, the shared passes computed it once for every sample: mutual information 0), so
+#: their dropout is not sampled, with a warning (:func:`_unsampled_recurrent_dropout`)
+_INTERNAL_DROPOUT = (nn.MultiheadAttention,)
 #: torch.nn layers that take a fused fast path without any dropout when they are not in training mode (and gradients
 #: are off, as at inference), whatever the modes of their dropout children: under MC dropout every sample was the same
 #: prediction, silently (``TransformerEncoderLayer``; ``TransformerEncoder`` asks its first layer)
@@ -190,8 +193,6 @@ def _traced_rate(module: Any) -> float:
 
 def _declared_rate(m: nn.Module) -> Any:
     """A dropout layer's rate as it declares it (``p``, ``drop_prob`` or its ``dropout`` argument), or None."""
-    if isinstance(m, nn.RNNBase):
-        return m.dropout if m.num_layers > 1 else 0.0  # torch applies it between stacked layers only
     if isinstance(m, nn.MultiheadAttention):
         return m.dropout
     return getattr(m, "p", getattr(m, "drop_prob", None))
@@ -241,6 +242,15 @@ def _dropout_layers_in(walk: Iterable[nn.Module], include_zero: bool) -> tuple[l
             if isinstance(h, DropoutHook) and (include_zero or h.p > 0):
                 hooks.append(h)
     return modules, hooks
+
+
+def _unsampled_recurrent_dropout(root: nn.Module, walk: Sequence[nn.Module]) -> str | None:
+    """The qualified name (and class) of a recurrent layer of ``root`` with between-layer dropout, or None."""
+    found = next((m for m in walk if isinstance(m, nn.RNNBase) and m.num_layers > 1 and m.dropout > 0), None)
+    if found is None:
+        return None
+    name = next(n for n, m in root.named_modules() if m is found)
+    return f"{name!r} ({type(found).__name__}, dropout={found.dropout:g})"
 
 
 def _sampling_rate_too_high(m: nn.Module) -> bool:
@@ -318,12 +328,20 @@ class MCDropoutContext:
             )
         if strict and not modules and not hooks:
             raise ValueError(
-                "network has no dropout layer to sample from (no torch.nn Dropout*, DropPath, attention or "
-                "recurrent dropout, or post-hoc dropout with a rate above 0); insert one with "
+                "network has no dropout layer to sample from (no torch.nn Dropout*, DropPath, attention dropout, "
+                "or post-hoc dropout with a rate above 0); insert one with "
                 "monai_unc.inferers.add_dropout(network, p=...) or build the network with its dropout argument "
                 "(e.g. UNet(dropout=0.1))"
             )
         _check_sampling_rates(model, modules, hooks)
+        recurrent = _unsampled_recurrent_dropout(root, walk)
+        if recurrent is not None:
+            warnings.warn(
+                f"recurrent layer {recurrent} has between-layer dropout, which MC dropout does not sample (torch draws "
+                "it inside one fused kernel that the shared passes cannot follow); the samples draw the other dropout "
+                "only: put an nn.Dropout between single-layer recurrent layers to sample it",
+                UserWarning, stacklevel=3,
+            )
         self.num_layers = len(modules) + len(hooks)
         # a layer whose fast path skips the dropout of its children is switched too: only its own flag (the rest of
         # it keeps its mode), and only where it holds dropout that samples

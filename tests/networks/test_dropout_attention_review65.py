@@ -73,3 +73,12 @@ def test_unetr_every_dropout_is_sampled():
         assert all(m.training for m in rated)
         assert not torch.equal(net(x), net(x))
     assert not any(m.training for m in net.modules())
+
+
+def test_recurrent_between_layer_dropout_is_not_sampled_with_a_warning():
+    # torch draws it inside one fused kernel (torch._VF.lstm) that the shared passes cannot see: sampled, every
+    # sample shared one draw (mutual information 0), so it is left alone and said
+    net = nn.Sequential(nn.LSTM(4, 4, num_layers=2, dropout=0.5), nn.Identity(), nn.Dropout(0.2)).eval()
+    with pytest.warns(UserWarning, match=r"recurrent layer '0' \(LSTM, dropout=0.5\) has between-layer dropout"):
+        with enable_mc_dropout(net):
+            assert net[2].training and not net[0].training
