@@ -1,7 +1,8 @@
 """Dropout layers of a network: find them, switch them into sampling mode, insert dropout post hoc.
 
 - :func:`enable_mc_dropout` puts every dropout layer of a model (``torch.nn`` ``_DropoutNd`` subclasses,
-  MONAI / timm ``DropPath``, and the post-hoc dropout added by :func:`add_dropout`) into sampling mode while
+  MONAI / timm ``DropPath``, the attention dropout of ``torch.nn.MultiheadAttention``, and the post-hoc dropout added
+  by :func:`add_dropout`) into sampling mode while
   the rest of the model (normalisation layers in particular) stays in eval mode; it restores the previous
   modes afterwards and works as a context manager.
 - :func:`add_dropout` inserts dropout into a trained network without changing its parameters or its
@@ -116,6 +117,18 @@ _TORCH_DROPOUT_NAMES = frozenset({"Dropout", "Dropout1d", "Dropout2d", "Dropout3
 _DROPPATH_NAMES = frozenset({"DropPath", "StochasticDepth"})
 
 
+#: torch.nn layers that apply their own ``dropout`` argument inside their forward pass, with ``training=self.training``
+#: (``MultiheadAttention``: dropout of the attention weights, drawn in ``F.multi_head_attention_forward``, which the
+#: shared passes recognise as a draw). ``RNN`` / ``LSTM`` / ``GRU`` drop between stacked layers inside one ``torch._VF``
+#: kernel that no trace sees (sampled, the shared passes computed it once for every sample: mutual information 0), so
+#: their dropout is not sampled, with a warning (:func:`_unsampled_recurrent_dropout`)
+_INTERNAL_DROPOUT = (nn.MultiheadAttention,)
+#: torch.nn layers that take a fused fast path without any dropout when they are not in training mode (and gradients
+#: are off, as at inference), whatever the modes of their dropout children: under MC dropout every sample was the same
+#: prediction, silently (``TransformerEncoderLayer``; ``TransformerEncoder`` asks its first layer)
+_FAST_PATH_GATES = (nn.TransformerEncoderLayer,)
+
+
 def _is_droppath(module: nn.Module) -> bool:
     return type(module).__name__ in _DROPPATH_NAMES
 
@@ -126,7 +139,7 @@ def _is_dropout_module(module: nn.Module) -> bool:
     A module compiled by ``torch.jit.script`` (a ``RecursiveScriptModule``, under ``original_name`` the class name of
     its Python module) reads ``self.training`` when it runs, so it samples in training mode like the Python layer.
     """
-    if isinstance(module, nn.modules.dropout._DropoutNd) or _is_droppath(module):
+    if isinstance(module, (nn.modules.dropout._DropoutNd, *_INTERNAL_DROPOUT)) or _is_droppath(module):
         return True
     return isinstance(module, torch.jit.RecursiveScriptModule) and (
         getattr(module, "original_name", None) in _TORCH_DROPOUT_NAMES | _DROPPATH_NAMES
@@ -178,8 +191,16 @@ def _traced_rate(module: Any) -> float:
     return rate
 
 
+def _declared_rate(m: nn.Module) -> Any:
+    """A dropout layer's rate as it declares it (``p``, ``drop_prob`` or its ``dropout`` argument), or None."""
+    if isinstance(m, nn.MultiheadAttention):
+        return m.dropout
+    return getattr(m, "p", getattr(m, "drop_prob", None))
+
+
 def _rate(m: nn.Module) -> float:
-    return float(getattr(m, "p", getattr(m, "drop_prob", 1.0)) or 0.0)
+    rate = _declared_rate(m)
+    return 1.0 if rate is None else float(rate or 0.0)
 
 
 def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[list[nn.Module], list[DropoutHook]]:
@@ -223,8 +244,17 @@ def _dropout_layers_in(walk: Iterable[nn.Module], include_zero: bool) -> tuple[l
     return modules, hooks
 
 
+def _unsampled_recurrent_dropout(root: nn.Module, walk: Sequence[nn.Module]) -> str | None:
+    """The qualified name (and class) of a recurrent layer of ``root`` with between-layer dropout, or None."""
+    found = next((m for m in walk if isinstance(m, nn.RNNBase) and m.num_layers > 1 and m.dropout > 0), None)
+    if found is None:
+        return None
+    name = next(n for n, m in root.named_modules() if m is found)
+    return f"{name!r} ({type(found).__name__}, dropout={found.dropout:g})"
+
+
 def _sampling_rate_too_high(m: nn.Module) -> bool:
-    rate = getattr(m, "p", getattr(m, "drop_prob", None))  # None: a DropPath that names its rate otherwise
+    rate = _declared_rate(m)  # None: a DropPath that names its rate otherwise
     return isinstance(rate, numbers.Real) and rate >= 1.0
 
 
@@ -244,7 +274,7 @@ def _check_sampling_rates(model: nn.Module, modules: Sequence[nn.Module], hooks:
     for name, m in plain_module(model).named_modules():  # the names the user knows, without ``_orig_mod.``
         label = repr(name) if name else "'' (the network itself)"
         if id(m) in listed and _sampling_rate_too_high(m):
-            rate = getattr(m, "p", getattr(m, "drop_prob", None))
+            rate = _declared_rate(m)
             raise ValueError(
                 f"dropout layer {label} ({type(m).__name__}) has p={rate}: under MC dropout it zeroes its whole "
                 "output in every sample, so every sample is the same constant prediction; use p in (0, 1)"
@@ -298,16 +328,31 @@ class MCDropoutContext:
             )
         if strict and not modules and not hooks:
             raise ValueError(
-                "network has no dropout layer to sample from (no torch.nn Dropout*, DropPath, or post-hoc "
-                "dropout with a rate above 0); insert one with monai_unc.inferers.add_dropout(network, p=...) "
-                "or build the network with its dropout argument (e.g. UNet(dropout=0.1))"
+                "network has no dropout layer to sample from (no torch.nn Dropout*, DropPath, attention dropout, "
+                "or post-hoc dropout with a rate above 0); insert one with "
+                "monai_unc.inferers.add_dropout(network, p=...) or build the network with its dropout argument "
+                "(e.g. UNet(dropout=0.1))"
             )
         _check_sampling_rates(model, modules, hooks)
+        recurrent = _unsampled_recurrent_dropout(root, walk)
+        if recurrent is not None:
+            warnings.warn(
+                f"recurrent layer {recurrent} has between-layer dropout, which MC dropout does not sample (torch draws "
+                "it inside one fused kernel that the shared passes cannot follow); the samples draw the other dropout "
+                "only: put an nn.Dropout between single-layer recurrent layers to sample it",
+                UserWarning, stacklevel=3,
+            )
         self.num_layers = len(modules) + len(hooks)
-        self._modes = [(m, m.training) for m in modules]
+        # a layer whose fast path skips the dropout of its children is switched too: only its own flag (the rest of
+        # it keeps its mode), and only where it holds dropout that samples
+        sampled = {id(m) for m in modules} | {id(m) for m in walk for h in m._forward_hooks.values()
+                                               if isinstance(h, DropoutHook) and h.p > 0}
+        gates = [m for m in walk if isinstance(m, _FAST_PATH_GATES) and any(id(c) in sampled for c in m.modules())]
+        # the layers' own flags, not ``train()``: a MultiheadAttention's output projection keeps its mode
+        self._modes = [(m, m.training) for m in [*modules, *gates]]
         self._hooks = [(h, h.mc_enabled) for h in hooks]
-        for m in modules:
-            m.train()
+        for m, _ in self._modes:
+            m.training = True
         for h in hooks:
             h.mc_enabled = True
         self._restored = False
@@ -317,7 +362,7 @@ class MCDropoutContext:
         if self._restored:
             return
         for m, mode in self._modes:
-            m.train(mode)
+            m.training = mode
         for h, state in self._hooks:
             h.mc_enabled = state
         self._restored = True

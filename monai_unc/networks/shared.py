@@ -262,6 +262,16 @@ def _version(t: torch.Tensor) -> int | None:
         return None
 
 
+def _input_changed(x: torch.Tensor, storage: int, version: int | None, before: torch.Tensor) -> bool:
+    """Whether a call wrote into its input ``x``: the one predicate of :func:`watch_input` and :class:`InputGuard`.
+
+    A write is a changed storage or version counter of ``x`` (``storage``, ``version``: :func:`_storage` and
+    :func:`_version` before the call); an inference tensor has no version counter (``version`` None): its values are
+    compared with ``before``, its copy from before the call, bit for bit (a NaN equals itself).
+    """
+    return _storage(x) != storage or _version(x) != version or (version is None and not _same_bits(x, before))
+
+
 def watch_input(run: Callable[[torch.Tensor], Any], x: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
     """``run(x)``, and a copy of ``x`` as it was before when the call wrote into it (None when it did not).
 
@@ -287,8 +297,7 @@ def watch_input(run: Callable[[torch.Tensor], Any], x: torch.Tensor) -> tuple[An
     before = x.clone()
     storage, version = _storage(x), _version(x)
     out = run(x)
-    wrote = _storage(x) != storage or _version(x) != version or (version is None and not _same_bits(x, before))
-    return out, (before if wrote else None)
+    return out, (before if _input_changed(x, storage, version, before) else None)
 
 
 class InputGuard:
@@ -325,12 +334,10 @@ class InputGuard:
 
     def restore(self) -> None:
         """Copy the input as given back into it when a call wrote into it (else nothing)."""
-        x = self.x
-        if (_storage(x) == self.storage and _version(x) == self.version
-                and (self.version is not None or _same_bits(x, self.pristine))):
+        if not _input_changed(self.x, self.storage, self.version, self.pristine):
             return
         with torch.no_grad():
-            x.copy_(self.pristine)
+            self.x.copy_(self.pristine)
         self._mark()
 
 

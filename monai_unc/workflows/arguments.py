@@ -663,6 +663,9 @@ def _add_dicom_export(sub: Any) -> None:
                    help="the objects' study: source (default: the source series' study, as the IHE AI Results "
                         "profile keeps derived objects) or new (a new study per case; docs/dicom.md)")
     p.add_argument("--algorithm-name", default=None, help="algorithm name (default: the recorded model)")
+    p.add_argument("--series-description", default=None,
+                   help="SeriesDescription of each case's segmentation (seg.dcm), as a PACS lists it: 1 to 64 bytes "
+                        "of UTF-8, no backslash (default: 'segmentation by monai-unc: <segment names>')")
     p.add_argument("--evaluation", "-e", default=None,
                    help="output folder of 'monai-unc evaluate': each case's metrics.csv row goes into its SR")
     p.add_argument("--triage", default=None,

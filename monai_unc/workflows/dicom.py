@@ -97,6 +97,7 @@ from ..io.dicom import (
     SegmentSpec,
     check_measurement_name,
     check_report_text,
+    check_series_description,
     check_text,
     check_uid_root,
     default_segment,
@@ -790,7 +791,7 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
                  numbers: dict[str, float] | None, triage: dict[str, Any] | None, study: dict[str, str] | None = None,
                  extra_groups: dict[str, dict[str, float]] | None = None,
                  label_regions: dict[str, list[int]] | None = None,
-                 other_series: Sequence[DicomSeries] = ()) -> list[dict]:
+                 other_series: Sequence[DicomSeries] = (), series_description: str | None = None) -> list[dict]:
     # as evaluate reads it (review 63, hostile review): NIfTI scl_slope / scl_inter scaling read as the integers it
     # encodes; read_volume's float32 copy refused a background of -4.5e-08 as a fractional class value
     seg, seg_affine = read_label(CaseFiles(files.case_id, files.seg))
@@ -834,7 +835,8 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
 
     try:  # a case is exported whole or not at all: a failure (a map that cannot be written) removes its objects
         path = write_segmentation(seg if regions else seg[0], series, folder / "seg.dcm", specs, algorithm,
-                                  uid_root, _SEG_NUMBER, study, other_series=other_series)
+                                  uid_root, _SEG_NUMBER, study, other_series=other_series,
+                                  series_description=series_description)
         record("segmentation", path, pydicom.dcmread(path, stop_before_pixels=True))
         if probs is not None:
             # the FRACTIONAL SEG's segments name channels: class c is channel c, region r (segment r) channel r - 1
@@ -1120,6 +1122,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                  triage: str | os.PathLike | None = None, progress: bool = True,
                  inside_predictions: bool = False, study_uid: str = "source",
                  cases: Sequence[str] | None = None, part: ExportPart | None = None, trust: Trust | None = None,
+                 series_description: str | None = None,
                  **product_outputs: str | os.PathLike | None) -> DicomExport:
     """Write the DICOM objects of every case of a prediction folder on its source series.
 
@@ -1172,6 +1175,10 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         trust: require ``triage``'s ``triage.json`` to be signed by one of these trusted keys (``--trusted-keys``;
             :func:`~monai_unc.evaluation.triage.rule.check_triage_summary`), checked before any object is written;
             None: accepted unsigned, or signed by a key not trusted here with the warning below.
+        series_description: the SeriesDescription of every case's segmentation (``seg.dcm``), the series a PACS lists
+            it by: 1 to 64 bytes of UTF-8 without a backslash or control characters, checked before any object is
+            written; None: ``segmentation by monai-unc: <segment names>`` (cut to 64 bytes). The probabilities, maps
+            and report keep their own descriptions.
         **product_outputs: ``<command>=FOLDER``: the output folder of a cohort product's command
             (:attr:`monai_unc.product.CohortProduct.command`, e.g. the masks with a guarantee): the case's row of
             its table (:attr:`~monai_unc.product.CohortProduct.applied_table`) goes into the SR as a measurement group
@@ -1218,6 +1225,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         check_uid_root(uid_root)
     with refusing("study_uid"):
         new_study(study_uid)  # checks the mode before any work
+    if series_description is not None:  # before any work, not at the first case's segmentation
+        with refusing("series_description"):
+            check_series_description(series_description, "")
     if algorithm_name is not None:
         with refusing("algorithm_name"):
             check_text(algorithm_name, "algorithm_name", 64)
@@ -1403,7 +1413,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                                    uid_root=uid_root, algorithm=algorithm, region_names=region_names, study=study,
                                    numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
                                    extra_groups={t: r[files.case_id] for t, r in extra.items() if files.case_id in r},
-                                   label_regions=label_regions)
+                                   label_regions=label_regions, series_description=series_description)
             result.cases[files.case_id] = {
                 "series": _series_entry(case_series, source),
                 # the series of the other input channels, which the objects reference too (found by review 62: the
@@ -1441,6 +1451,7 @@ def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[Dicom
                           probabilities=not args.no_probabilities, segments=args.segments, uid_root=args.uid_root,
                           algorithm_name=args.algorithm_name, evaluation=args.evaluation, triage=args.triage,
                           progress=not args.quiet, study_uid=args.study_uid, trust=triage_trust_from_arguments(args),
+                          series_description=args.series_description,
                           **{str(cls.command): getattr(args, str(cls.command).replace("-", "_"), None)
                              for cls in command_products() if cls.applied_table})
     line = f"dicom-export: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}"

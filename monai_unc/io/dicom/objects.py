@@ -624,7 +624,8 @@ def _code(value: Any, where: str) -> Code:
     """A coded concept from ``[scheme, code value, meaning]``, checked.
 
     The scheme holds at most 16 characters (CodingSchemeDesignator, SH), the value and meaning at most 64 (a value
-    over 16 is written as LongCodeValue); none may hold a backslash or a control character.
+    over 16 bytes of UTF-8 is written as LongCodeValue: :func:`_fit_code_value`); none may hold a backslash or a
+    control character.
     """
     if (not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, str) and v.strip() for v in value)
             or any(_utf8_length(v) > n for v, n in zip(value, (16, 64, 64)))
@@ -1410,13 +1411,31 @@ def _segment_descriptions(segments: Sequence[SegmentSpec], algorithm: AlgorithmI
                           tracking: str) -> list:
     """One automatic ``SegmentDescription`` per segment, numbered from 1, tracked as ``f"{tracking} {label}"``."""
     ident = algorithm.identification()
-    return [
+    descriptions = [
         hd.seg.SegmentDescription(
             segment_number=i + 1, segment_label=s.name[:64], segmented_property_category=s.category,
             segmented_property_type=s.type, algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
             algorithm_identification=ident, tracking_uid=new_uid(uid_root), tracking_id=f"{tracking} {s.label}",
         ) for i, s in enumerate(segments)
     ]
+    for d in descriptions:
+        for item in (*d.SegmentedPropertyCategoryCodeSequence, *d.SegmentedPropertyTypeCodeSequence):
+            _fit_code_value(item)
+    return descriptions
+
+
+def _fit_code_value(item: Dataset) -> None:
+    """Move a code value over 16 bytes of UTF-8 from CodeValue (SH) to LongCodeValue (UC), in place.
+
+    highdicom chooses by characters: a segments file's code value of 16 characters or fewer but more bytes
+    (``Ödemäußerstschön``: 16 characters, 20 bytes) was a CodeValue that dciodvfy rejects ("Length invalid for this VR
+    = 20, expected <= 16"); PS3.3 8.8 gives a value that does not fit the CodeValue's SH to LongCodeValue, and the
+    export counts the 16 in bytes, as it does every text's limit (:func:`check_text`).
+    """
+    if "CodeValue" in item and len(str(item.CodeValue).encode("utf-8")) > 16:
+        value = str(item.CodeValue)
+        del item.CodeValue
+        item.LongCodeValue = value
 
 
 def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.PathLike,
