@@ -1938,7 +1938,8 @@ def read_nnunet_image(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         >>> import tifffile
         >>> from pathlib import Path
         >>> with tempfile.TemporaryDirectory() as d:
-        ...     tifffile.imwrite(Path(d) / "case.tif", np.zeros((4, 5, 6), np.uint8))  # (z, y, x)
+        ...     # photometric="minisblack": z pages of one channel (tifffile stores 3 or 4 leading planes as RGB(A))
+        ...     tifffile.imwrite(Path(d) / "case.tif", np.zeros((4, 5, 6), np.uint8), photometric="minisblack")
         ...     _ = (Path(d) / "case.json").write_text(json.dumps({"spacing": [3.0, 0.5, 0.5]}))
         ...     data, affine = read_nnunet_image(Path(d) / "case.tif")
         ...     data.shape, np.diag(affine).tolist()

@@ -37,6 +37,9 @@ SUPPORTED_VERSIONS = ">=2.8,<2.9"
 _MIN, _MAX = (2, 8), (2, 9)  # the same range as (major, minor) bounds: min <= version < max
 #: environment variable that turns the version check into a warning
 ANY_VERSION_ENV = "MONAI_UNC_NNUNET_ANY_VERSION"
+#: torch's deprecation of ``torch.jit.interface`` (a FutureWarning of recent torch), which timm's module body calls when
+#: nnU-Net's trainer lookup imports its Primus trainers: library noise, ignored inside :func:`ext_trainer_path`
+_TIMM_JIT_INTERFACE = r"`torch\.jit\.interface` is deprecated"
 
 
 def installed_nnunet_version() -> str | None:
@@ -128,7 +131,10 @@ def ext_trainer_path(path: str | None = None) -> Iterator[None]:
     """Context manager that appends ``path`` to ``nnUNet_extTrainer`` for the duration of the block.
 
     nnU-Net reads the variable at lookup time; the variable is restored (or removed) afterwards. A path already
-    listed is not added twice.
+    listed is not added twice. Inside the block, torch's ``FutureWarning`` "`torch.jit.interface` is deprecated" is
+    ignored (that one message only): nnU-Net's lookup of a trainer outside its own folder imports all of its trainer
+    modules, whose Primus trainers import timm, and timm's module body calls ``torch.jit.interface``. It is not
+    about the user's model or data, and the user can do nothing about it.
 
     Args:
         path: the folder to add (default :func:`trainer_dir`).
@@ -147,7 +153,10 @@ def ext_trainer_path(path: str | None = None) -> Iterator[None]:
     if path not in parts:
         os.environ["nnUNet_extTrainer"] = os.pathsep.join(parts + [path])
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_TIMM_JIT_INTERFACE, category=FutureWarning,
+                                    module=r"torch\.jit\.")
+            yield
     finally:
         if old is None:
             os.environ.pop("nnUNet_extTrainer", None)

@@ -28,8 +28,8 @@ def _cohort(root, label_spacing_file):
     pred.mkdir()
     label = np.zeros((4, 6, 8), np.uint8)  # (z, y, x)
     label[1:3, 2:4, 2:6] = 1
-    tifffile.imwrite(labels / "a.tif", label)
-    tifffile.imwrite(pred / "a.tif", label)
+    tifffile.imwrite(labels / "a.tif", label, photometric="minisblack")  # (z, y, x) pages, not RGB
+    tifffile.imwrite(pred / "a.tif", label, photometric="minisblack")
     (pred / "a.json").write_text(json.dumps({"spacing": [3.0, 0.5, 0.5]}))
     if label_spacing_file:
         (labels / "a.json").write_text(json.dumps({"spacing": [3.0, 0.5, 0.5]}))

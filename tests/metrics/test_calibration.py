@@ -13,6 +13,7 @@ from netcal.metrics import ECE as NetcalECE
 from netcal.metrics import MCE as NetcalMCE
 from sklearn.metrics import brier_score_loss, log_loss
 
+from monai_unc.io import save_state
 from monai_unc.measures import entropy
 from monai_unc.metrics.calibration import (
     DEFAULT_FINE_BINS,
@@ -421,7 +422,7 @@ def test_per_case_values_and_merge_equal_pooled(tmp_path):
     x += y
     assert x.case_ids == ["vol"] and ece(x) == pytest.approx(ece(probs[:1], labels[:1]), abs=1e-13)
     # persistence
-    hist.save(tmp_path / "h.npz")
+    save_state(tmp_path / "h.npz", hist)  # the deprecated hist.save warns (tests/test_deprecations.py)
     loaded = ConfidenceHistogram.load(tmp_path / "h.npz")
     assert loaded.case_ids == hist.case_ids and torch.equal(loaded.counts, hist.counts)
     assert calibration_metrics(loaded, per_case=True)["ece"] == pytest.approx(per_case["ece"])

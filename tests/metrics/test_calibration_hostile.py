@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from monai_unc.io import files as files_module
+from monai_unc.io import save_state
 from monai_unc.metrics.calibration import CalibrationMetric, ConfidenceHistogram
 from tests._cases import softmax_case
 
@@ -27,14 +28,14 @@ def test_calibration_metric_with_every_case_nan_is_nan():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# item 5 (and 11): ConfidenceHistogram.save is atomic; load of a corrupt file names the path
+# item 5 (and 11): save_state of a ConfidenceHistogram is atomic; load of a corrupt file names the path
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the child dies mid-write in a forked process (POSIX)")
 def test_histogram_save_killed_mid_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
     _, p, y = softmax_case()
     path = tmp_path / "hist.npz"
     old = ConfidenceHistogram(3).update(p, y)
-    old.save(path)
+    save_state(path, old)
     g = torch.Generator().manual_seed(1)
     new = ConfidenceHistogram(3).update(
         torch.softmax(torch.randn(1, 3, 6, 6, generator=g), 1), torch.zeros(1, 6, 6, dtype=torch.long)
@@ -68,7 +69,7 @@ def test_histogram_save_killed_mid_write_leaves_the_old_file_intact(tmp_path, mo
             torch.set_num_threads(1)
             monkeypatch.setattr(np, "savez_compressed", killed_mid_write)
             monkeypatch.setattr(files_module, "_savez_blocks", killed_mid_block_write)
-            new.save(path)
+            save_state(path, new)
         finally:
             os._exit(1)  # reached only if the save returned or raised
     _, status = os.waitpid(pid, 0)
@@ -81,7 +82,7 @@ def test_histogram_save_killed_mid_write_leaves_the_old_file_intact(tmp_path, mo
 def test_histogram_save_appends_npz_and_round_trips(tmp_path):
     _, p, y = softmax_case()
     hist = ConfidenceHistogram(3).update(p, y, case_ids=["a", "b"])
-    written = hist.save(tmp_path / "h")
+    written = save_state(tmp_path / "h", hist)
     assert written == tmp_path / "h.npz" and written.is_file()
     back = ConfidenceHistogram.load(written)
     assert back.case_ids == ["a", "b"] and torch.equal(back.counts, hist.counts)
@@ -96,7 +97,7 @@ def test_histogram_load_of_a_bad_file_raises_value_error_naming_the_path(tmp_pat
     path = tmp_path / "hist.npz"
     if content == "truncated":
         _, p, y = softmax_case()
-        ConfidenceHistogram(3).update(p, y).save(path)
+        save_state(path, ConfidenceHistogram(3).update(p, y))
         data = path.read_bytes()
         path.write_bytes(data[: len(data) // 2])
     elif content == "other_npz":
