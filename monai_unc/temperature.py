@@ -837,9 +837,26 @@ class TemperatureScaler(nn.Module):
             # scale 1e-3) stopped at min_temperature = 0.01 and reported converged=True (NLL 0.909 for 0.295)
             self.converged = False
             fitted = [round(v, 6) for v in best_t.tolist()]
-            warnings.warn(f"the temperature stopped at min_temperature={self.min_temperature} while the "
-                          f"{self.loss.upper()} still falls below it (the fitted {fitted} is no minimum); pass a "
-                          "smaller min_temperature", UserWarning, stacklevel=3)
+            endless = []
+            if self.loss == "nll" and self.mode == "vector" and not independent:
+                # found by the hostile review of review 65: a class the reference never shows, negative logits on
+                # every voxel, was held at the bound with the advice to pass a smaller one, which never helps
+                endless = [c for c in self._sign_separated(get_z, get_y) if bool(pinned.reshape(-1)[c])]
+            if endless:
+                which = ", ".join(f"class {c}" for c in endless)
+                others = [c for c in torch.nonzero(pinned.reshape(-1)).flatten().tolist() if c not in endless]
+                rest = (f"; {', '.join(f'class {c}' for c in others)} still falls below it: pass a smaller "
+                        "min_temperature") if others else ""
+                warnings.warn(f"no finite temperature minimises the NLL of {which}: it still falls as the temperature "
+                              "goes to 0 (the logits are positive only on the class's own voxels and never negative "
+                              "there, e.g. a class the reference never shows with negative logits everywhere); the "
+                              f"fitted {fitted} stopped at min_temperature={self.min_temperature}, no minimum; fit "
+                              f"on cases whose reference shows every class, or use mode='scalar'{rest}",
+                              UserWarning, stacklevel=3)
+            else:
+                warnings.warn(f"the temperature stopped at min_temperature={self.min_temperature} while the "
+                              f"{self.loss.upper()} still falls below it (the fitted {fitted} is no minimum); pass a "
+                              "smaller min_temperature", UserWarning, stacklevel=3)
         elif self._runoff:
             # found by the hostile review of review 65: a class the reference never shows (logits of both signs) has
             # no finite minimiser; the fit kept where RMSprop stopped (t = 11.4, or 13.0) advising a larger max_steps
@@ -1004,6 +1021,25 @@ class TemperatureScaler(nn.Module):
                 passes += 1
             beta, loss, grad, hess = new, new_loss, new_grad, new_hess
         return None
+
+    def _sign_separated(self, get_z: Callable[[], Iterable[Any]], get_y: Callable[[], Iterable[Any]]) -> list[int]:
+        """The classes whose NLL falls without end as their ``t_c`` goes to 0 (softmax, ``"vector"``): one pass.
+
+        As ``1 / t_c`` grows, ``p_c`` goes to 1 where ``z_c > 0`` and to 0 where ``z_c < 0``, so the NLL's slope in
+        ``1 / t_c`` rises to ``mean_i z_ic (p_ic - [y_i = c])`` at the limit, which is 0 exactly when ``z_c`` is
+        positive only on voxels of class ``c`` and negative on none of them: convex, the NLL then falls everywhere
+        (whatever the other classes' temperatures), with no finite minimiser. Classes whose logits are all 0 are not
+        listed (their NLL is flat).
+        """
+        wrong = nonzero = None
+        for _, zc, yc in self._chunks(get_z, get_y, False):
+            own = torch.zeros_like(zc, dtype=torch.bool).scatter_(0, yc.long().reshape(1, -1), True)
+            w = (((zc > 0) & ~own) | ((zc < 0) & own)).sum(1).cpu()
+            nz = (zc != 0).sum(1).cpu()
+            wrong, nonzero = (w, nz) if wrong is None else (wrong + w, nonzero + nz)
+        if wrong is None:
+            return []
+        return torch.nonzero((wrong == 0) & (nonzero > 0)).flatten().tolist()
 
     def _falls_against_gradient(
         self,
