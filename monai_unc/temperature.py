@@ -458,6 +458,7 @@ class TemperatureScaler(nn.Module):
         self.converged = False
         self.defined: bool | None = None
         self._fit_check: tuple[torch.Tensor, ...] | None = None
+        self._runoff: list[int] = []  # the classes a vector NLL fit found no finite minimiser of (fit sets it)
         self._has_temperature = False  # set by fit(), load_state_dict() or assigning `temperature`
         self._task_loss = torch.zeros(0, dtype=torch.float64)  # per-task losses of the last pass
 
@@ -807,6 +808,7 @@ class TemperatureScaler(nn.Module):
                 pinned = at_bound
         stalled = False
         newton = None
+        self._runoff = []  # classes whose NLL minimiser Newton's method found beyond t = 1e15 (none: no finite one)
         if self.loss == "nll" and undefined is None and self.mode == "vector" and not independent and self.history:
             # review 65: per-class fits relied on RMSprop alone (stopping short for t >> 30 or << 0.01; a stall only
             # warned); the NLL is jointly convex in 1 / t, so Newton's method from RMSprop's result ends at its minimum
@@ -835,9 +837,36 @@ class TemperatureScaler(nn.Module):
             # scale 1e-3) stopped at min_temperature = 0.01 and reported converged=True (NLL 0.909 for 0.295)
             self.converged = False
             fitted = [round(v, 6) for v in best_t.tolist()]
-            warnings.warn(f"the temperature stopped at min_temperature={self.min_temperature} while the "
-                          f"{self.loss.upper()} still falls below it (the fitted {fitted} is no minimum); pass a "
-                          "smaller min_temperature", UserWarning, stacklevel=3)
+            endless = []
+            if self.loss == "nll" and self.mode == "vector" and not independent:
+                # found by the hostile review of review 65: a class the reference never shows, negative logits on
+                # every voxel, was held at the bound with the advice to pass a smaller one, which never helps
+                endless = [c for c in self._sign_separated(get_z, get_y) if bool(pinned.reshape(-1)[c])]
+            if endless:
+                which = ", ".join(f"class {c}" for c in endless)
+                others = [c for c in torch.nonzero(pinned.reshape(-1)).flatten().tolist() if c not in endless]
+                rest = (f"; {', '.join(f'class {c}' for c in others)} still falls below it: pass a smaller "
+                        "min_temperature") if others else ""
+                warnings.warn(f"no finite temperature minimises the NLL of {which}: it still falls as the temperature "
+                              "goes to 0 (the logits are positive only on the class's own voxels and never negative "
+                              "there, e.g. a class the reference never shows with negative logits everywhere); the "
+                              f"fitted {fitted} stopped at min_temperature={self.min_temperature}, no minimum; fit "
+                              f"on cases whose reference shows every class, or use mode='scalar'{rest}",
+                              UserWarning, stacklevel=3)
+            else:
+                warnings.warn(f"the temperature stopped at min_temperature={self.min_temperature} while the "
+                              f"{self.loss.upper()} still falls below it (the fitted {fitted} is no minimum); pass a "
+                              "smaller min_temperature", UserWarning, stacklevel=3)
+        elif self._runoff:
+            # found by the hostile review of review 65: a class the reference never shows (logits of both signs) has
+            # no finite minimiser; the fit kept where RMSprop stopped (t = 11.4, or 13.0) advising a larger max_steps
+            self.converged = False
+            fitted = [round(v, 6) for v in best_t.tolist()]
+            which = ", ".join(f"class {c}" for c in self._runoff)
+            warnings.warn(f"no finite temperature minimises the NLL of {which}: it still falls as the temperature "
+                          "grows beyond 1e15 (a class the reference never shows, or one whose logits only mislead); "
+                          f"the fitted {fitted} is only where the optimiser stopped, no minimum; fit on cases whose "
+                          "reference shows every class, or use mode='scalar'", UserWarning, stacklevel=3)
         elif stalled:
             fitted = [round(v, 6) for v in best_t.tolist()]
             warnings.warn(f"{NOT_CONVERGED}: its steps fell below tol={self.tol:g} at {fitted}, where the NLL still "
@@ -938,7 +967,9 @@ class TemperatureScaler(nn.Module):
         NLL still falls there are fixed and the others solved. The fit ends when the Newton step of every free class
         is below ``NLL_RTOL / 100`` relative: Newton's convergence is quadratic there, so the returned ``t`` is within
         ``t * NLL_RTOL`` of the minimiser. Returns ``(t, at_bound, passes)``, or None when it does not end within 100
-        passes, the minimiser runs off beyond ``t = 1e15``, or the Hessian is singular (a class whose logits are 0).
+        passes, the minimiser runs off beyond ``t = 1e15`` (those classes, held at ``1 / t = 0`` while the others'
+        minimum is found, then in ``_runoff``: no finite minimiser), or the Hessian is singular (a class whose logits
+        are 0).
         """
         beta_hi = 1.0 / self.min_temperature
         beta = (1.0 / t.to(torch.float64).reshape(-1)).clamp(max=beta_hi)
@@ -952,9 +983,10 @@ class TemperatureScaler(nn.Module):
 
         loss, grad, hess = terms(beta)
         passes = 1
+        off = torch.zeros_like(beta, dtype=torch.bool)  # classes run off beyond t = 1e15: held at 1 / t = 0 after
         while passes < 100:
             active = (beta >= beta_hi) & (grad < 0)  # t_c at min_temperature, the NLL still falling below it
-            free = ~active
+            free = ~active & ~off
             step = torch.zeros_like(beta)
             hf = hess[free][:, free]
             try:
@@ -963,8 +995,10 @@ class TemperatureScaler(nn.Module):
                 return None
             if not bool(torch.isfinite(step).all()) or float((grad * step).sum()) > 0:
                 return None
-            rel = (step / beta).abs()
+            rel = (step / torch.where(off, 1.0, beta)).abs()
             if float(rel.max()) <= NLL_RTOL / 100:
+                if bool(off.any()):  # the others' minimum found with those at 1 / t = 0: every class run off is known
+                    return None
                 beta = (beta + step).clamp(max=beta_hi)
                 return 1.0 / beta, active, passes
             scale = min(1.0, 0.9 / float(rel.max()))  # beta_c stays above a tenth of itself: positive
@@ -977,10 +1011,35 @@ class TemperatureScaler(nn.Module):
                 scale /= 2
             else:
                 return None
-            if bool((new < 1e-15).any()):
-                return None
+            if bool((new < 1e-15).any()):  # no finite minimiser: the NLL falls as these t_c grow without end
+                # (found by the hostile review of review 65); held at 1 / t = 0 while the others go on: the NLL of a
+                # reference of one class has no minimiser for any other class, and each is named
+                off |= new < 1e-15
+                self._runoff = torch.nonzero(off).flatten().tolist()
+                new = torch.where(off, torch.zeros_like(new), new)
+                new_loss, new_grad, new_hess = terms(new)
+                passes += 1
             beta, loss, grad, hess = new, new_loss, new_grad, new_hess
         return None
+
+    def _sign_separated(self, get_z: Callable[[], Iterable[Any]], get_y: Callable[[], Iterable[Any]]) -> list[int]:
+        """The classes whose NLL falls without end as their ``t_c`` goes to 0 (softmax, ``"vector"``): one pass.
+
+        As ``1 / t_c`` grows, ``p_c`` goes to 1 where ``z_c > 0`` and to 0 where ``z_c < 0``, so the NLL's slope in
+        ``1 / t_c`` rises to ``mean_i z_ic (p_ic - [y_i = c])`` at the limit, which is 0 exactly when ``z_c`` is
+        positive only on voxels of class ``c`` and negative on none of them: convex, the NLL then falls everywhere
+        (whatever the other classes' temperatures), with no finite minimiser. Classes whose logits are all 0 are not
+        listed (their NLL is flat).
+        """
+        wrong = nonzero = None
+        for _, zc, yc in self._chunks(get_z, get_y, False):
+            own = torch.zeros_like(zc, dtype=torch.bool).scatter_(0, yc.long().reshape(1, -1), True)
+            w = (((zc > 0) & ~own) | ((zc < 0) & own)).sum(1).cpu()
+            nz = (zc != 0).sum(1).cpu()
+            wrong, nonzero = (w, nz) if wrong is None else (wrong + w, nonzero + nz)
+        if wrong is None:
+            return []
+        return torch.nonzero((wrong == 0) & (nonzero > 0)).flatten().tolist()
 
     def _falls_against_gradient(
         self,

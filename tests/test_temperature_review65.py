@@ -97,3 +97,47 @@ def test_ece_fit_is_the_least_ece_it_saw_and_near_a_brute_force_grid_minimum(see
     assert fitted == pytest.approx(min(h["loss"] for h in scaler.history), abs=1e-12)
     grid = t * np.exp(np.linspace(-np.log(4), np.log(4), 41))
     assert fitted <= min(ece_at(float(v)) for v in grid) + ECE_GRID_ATOL
+
+
+def test_per_class_fit_of_a_class_the_reference_lacks_says_no_temperature_minimises_it() -> None:
+    """Hostile review of review 65: a class no voxel of the reference shows, with logits of both signs, has no finite
+    minimiser (the NLL falls as ``t_c`` grows without end: ``1 / t_c -> 0``). Newton's method ran off and the fit
+    kept where RMSprop stopped (``t_3 = 11.4``, another run 13.0) with the advice to pass a larger max_steps, which
+    never converges; it now names the class and says no temperature minimises its NLL."""
+    z, y = _case([1.0, 1.0, 1.0, 1.0], seed=3, n=400)
+    y[y == 3] = 0
+    assert float(z[0, 3].min()) < 0 < float(z[0, 3].max())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = TemperatureScaler(mode="vector", max_steps=100).fit(z, y)
+    messages = [str(w.message) for w in caught]
+    assert not s.converged
+    assert any("class 3" in m and "no finite temperature" in m for m in messages), messages
+    assert not any("max_steps" in m for m in messages), messages
+    with warnings.catch_warnings(record=True) as caught:  # a reference of class 0 only: every other class named
+        warnings.simplefilter("always")
+        TemperatureScaler(mode="vector", max_steps=100).fit(z + torch.tensor([2.0, 0, 0, 0]).view(1, 4, 1),
+                                                            torch.zeros_like(y))  # better than uniform
+    messages = [str(w.message) for w in caught]
+    assert any("of class 1, class 2, class 3:" in m for m in messages), messages
+
+
+def test_per_class_fit_of_a_class_its_logits_sign_separates_says_no_temperature_minimises_it() -> None:
+    """Hostile review of review 65: a class whose logits are negative on every voxel and which the reference never
+    shows (more generally: positive only on its own voxels, never negative on them) has no finite minimiser below
+    either: the NLL falls as ``t_c`` goes to 0 without end. The fit was held at ``min_temperature`` advising a smaller
+    one, which never helps; it now names the class and says no temperature minimises its NLL."""
+    z, y = _case([1.0, 1.0, 1.0, 1.0], seed=3, n=400)
+    y[y == 3] = 0
+    z[0, 3] = -z[0, 3].abs() - 1.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = TemperatureScaler(mode="vector", max_steps=100).fit(z, y)
+    messages = [str(w.message) for w in caught]
+    assert not s.converged and float(s.temperature[3]) == pytest.approx(s.min_temperature)
+    assert any("class 3" in m and "no finite temperature" in m for m in messages), messages
+    assert not any("smaller min_temperature" in m for m in messages), messages
+    with warnings.catch_warnings(record=True) as caught:  # a minimum below the bound still advises a smaller one
+        warnings.simplefilter("always")
+        TemperatureScaler(mode="vector", max_steps=200, min_temperature=1.5).fit(z, _case([1.0] * 4, seed=3, n=400)[1])
+    assert any("smaller min_temperature" in str(w.message) for w in caught), [str(w.message) for w in caught]

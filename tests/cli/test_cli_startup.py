@@ -225,3 +225,15 @@ def test_evaluate_on_nifti_runs_without_monai(tmp_path):
     # scipy.stats (the tests and risk bounds of comparisons and risk control, not computed by a plain evaluate)
     unused = sorted(m for m in modules if m.split(".")[0] == "matplotlib" or m.startswith("scipy.stats"))
     assert not unused, f"monai-unc evaluate ({seconds:.2f} s) imported {unused[:5]}"
+
+
+@pytest.mark.slow  # one interpreter start with torch (~3 s): what a monitor command imports is only seen in a fresh one
+def test_monitor_imports_neither_scipy_signal_nor_stats(tmp_path):
+    """Hostile review of review 65: ``risk_bets``' lfilter was imported with ``monai_unc.metrics.monitoring``, so every
+    ``monai-unc monitor`` command loaded scipy.signal and with it scipy.stats (~0.4 s), which the same review had
+    taken off the other commands; the bets import it when they run."""
+    proc, modules, seconds = _run(_failing_argv("monitor", tmp_path))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert {"monai_unc.workflows.monitor", "monai_unc.metrics.monitoring"} <= modules  # the workflow ran
+    unused = sorted(m for m in modules if m.startswith(("scipy.signal", "scipy.stats")))
+    assert not unused, f"monai-unc monitor status ({seconds:.2f} s) imported {unused[:5]}"

@@ -1602,6 +1602,15 @@ def _content_label(measure: str) -> str:
     return label[:16].rstrip(" _") or "MAP"
 
 
+def _code_string(value: Any, max_len: int) -> str | None:
+    """A source's code string (CS) value as a valid one: stripped and in capitals, or None (empty or no CS).
+
+    Sources state ``head`` or `` HEAD ``; a CS holds capitals, digits, spaces and underscores, at most ``max_len``.
+    """
+    text = str(value if value is not None else "").strip().upper()
+    return text if re.fullmatch(rf"[A-Z0-9_ ]{{1,{max_len}}}", text) else None
+
+
 def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os.PathLike, measure: str,
                          algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
                          series_number: int = 903, study: Mapping[str, str] | None = None, *,
@@ -1722,11 +1731,14 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     # General Series: the source's body part (type 3, what a PACS's hanging protocols sort by) and its Laterality
     # (type 2C) as the source states them; empty (unknown) when the source states neither, for absent is an error
     # then (found by review 65: an empty one beside the body part of a head CT made dciodvfy warn on every map)
-    body = str(source.get("BodyPartExamined", "") or "").strip()
+    # (the hostile review of review 65: a lowercase or padded body part was copied as it stood, invalid characters for
+    # a code string in every map; one that is no code string even in capitals is left out, the laterality unknown)
+    body = _code_string(source.get("BodyPartExamined"), 16)
     if body and "BodyPartExamined" not in pm:
-        pm.BodyPartExamined = source.BodyPartExamined
+        pm.BodyPartExamined = body
     if "Laterality" not in pm and ("Laterality" in source or not body):
-        pm.Laterality = source.get("Laterality", "")
+        side = _code_string(source.get("Laterality"), 1)
+        pm.Laterality = side if side in ("R", "L") else ""  # the enumerated values; anything else is unknown
     pm = copy_source_markers(_pixel_measures(_reference_other_studies(pm, others), series), source,
                              input_slices(series, others))
     return save_dataset(apply_study(declare_character_set(pm, source), study), path)

@@ -55,3 +55,34 @@ def test_parametric_map_states_the_sources_body_part(tmp_path, extra, body, late
     assert not [line for line in found if line.startswith("Error")], found
     if body is not None:  # no warning either: the laterality is the source's
         assert found == []
+
+
+@pytest.mark.parametrize("extra, body, laterality", [
+    # a source's lowercase or padded body part (a CS value of the wrong case) was copied as it stood: dciodvfy
+    # reported invalid characters in every map, and with the body part unrecognised, the absent Laterality as an
+    # error too (hostile review of review 65)
+    ({"BodyPartExamined": " head "}, "HEAD", None),
+    ({"BodyPartExamined": "KNEE", "Laterality": "l"}, "KNEE", "L"),
+    # no code string even in capitals (a character CS lacks, over 16 characters): no body part, unknown laterality
+    ({"BodyPartExamined": "Kopf/Hals"}, None, ""),
+    ({"BodyPartExamined": "HEAD AND NECK AND CHEST"}, None, ""),
+    ({"BodyPartExamined": "KNEE", "Laterality": "left"}, "KNEE", ""),  # not R or L: unknown
+])
+def test_parametric_map_states_a_valid_body_part(tmp_path, extra, body, laterality):
+    import pydicom
+
+    write_series(np.full((5, 4, 3), 40.0), np.diag([0.9, 0.9, 3.0, 1.0]), tmp_path / "s")
+    for f in read_series(tmp_path / "s").files:  # the source's values as a scanner wrote them (write_series checks)
+        ds = pydicom.dcmread(f)
+        if "Laterality" not in extra:
+            del ds.Laterality
+        for key, value in extra.items():
+            setattr(ds, key, value)
+        ds.save_as(f)
+    path = write_parametric_map(np.linspace(0, 1, 60, dtype=np.float32).reshape(5, 4, 3), read_series(tmp_path / "s"),
+                                tmp_path / "pe.dcm", "predictive_entropy")
+    pm = pydicom.dcmread(path)
+    assert pm.get("BodyPartExamined") == body
+    assert pm.get("Laterality") == laterality
+    found = _dciodvfy(path)
+    assert not [line for line in found if line.startswith("Error")], found
