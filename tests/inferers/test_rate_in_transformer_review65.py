@@ -22,7 +22,7 @@ def _encoder(dropout: float) -> nn.Module:
 @pytest.mark.parametrize("placement, dropout, after", [("convert", 0.3, "auto"), ("insert", 0.0, ["layers.0.linear1"])])
 def test_rate_in_layers_inside_an_encoder_layer_sample(placement, dropout, after):
     torch.manual_seed(0)
-    net, x = _encoder(dropout), torch.rand(1, 6, 8)
+    net, x = _encoder(dropout), torch.rand(1, 32, 8)  # 32 tokens: a channel-wise hook that drops none is rare
     with torch.no_grad(), RateInSource(2, loss="mse", placement=placement, after=after).activate(net) as layers:
         assert layers
         assert not torch.equal(net(x), net(x))  # the fast path skipped every Rate-In layer
