@@ -55,6 +55,7 @@ from .._utils import (
     to_tensor,
 )
 from ..keys import DEFAULT_RATEIN_TARGET, RATEIN_LOSS_NAMES, MIMeaning
+from ..networks.dropout import fast_path_layers
 from ..networks.ssn import no_autocast
 from .dropout import DropoutHook, find_dropout_layers, resolve_dropout_sites
 from .sampling import Predictor, SampleSource, UncertaintyInferer
@@ -1199,8 +1200,9 @@ def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[st
     Converted are ``torch.nn`` dropout modules with a rate above 0 and post-hoc
     :class:`~monai_unc.inferers.dropout.DropoutHook` s. The initial rate ``p`` of each Rate-In layer is the rate it
     replaces (clipped to ``[p_min, p_max]``) unless ``p`` is given; ``Dropout1d/2d/3d`` and channel-wise hooks become
-    channel-wise, ``nn.Dropout`` element-wise, unless ``channelwise`` is given. ``AlphaDropout`` and ``DropPath``
-    (stochastic depth) are left alone. :func:`remove_rate_in` undoes the conversion.
+    channel-wise, ``nn.Dropout`` element-wise, unless ``channelwise`` is given. ``AlphaDropout``, ``DropPath``
+    (stochastic depth) and ``nn.MultiheadAttention``'s attention dropout are left alone (:class:`RateInSource` does
+    not sample them). :func:`remove_rate_in` undoes the conversion.
 
     Args:
         model: the network, modified in place.
@@ -1454,6 +1456,7 @@ class RateInSource(SampleSource):
         # window, so a later "fixed"-mode MC dropout pass applied another case's rates, or failed on another batch size)
         states: list[tuple[RateInDropout, bool, str, Any, Any]] = []
         hooks: list[tuple[RateInHook, bool]] = []
+        gates: list[tuple[nn.Module, bool]] = []
         try:
             if attached:
                 placement = self.resolved_placement(network)
@@ -1471,9 +1474,16 @@ class RateInSource(SampleSource):
                      if isinstance(h, RateInHook)]
             for h, _ in hooks:
                 h.mc_enabled = True
+            # a TransformerEncoderLayer's fused fast path skipped the Rate-In layers it holds: every sample alike
+            # (found by hostile review 65); its own flag only, as MC dropout switches it
+            gates = [(m, m.training) for m in fast_path_layers(network, [layer for _, layer in layers])]
+            for m, _ in gates:
+                m.training = True
             self._layers = layers
             yield layers
         finally:
+            for m, training in reversed(gates):
+                m.training = training
             for layer, training, mode, rates, last_search in states:
                 layer.train(training)
                 layer.mode = mode

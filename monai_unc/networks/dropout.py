@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -129,6 +130,16 @@ _INTERNAL_DROPOUT = (nn.MultiheadAttention,)
 _FAST_PATH_GATES = (nn.TransformerEncoderLayer,)
 
 
+def _is_scripted(module: nn.Module, classes: tuple[type, ...]) -> bool:
+    """Whether ``module`` is a ``torch.jit.script`` ed layer of one of ``classes`` (its ``original_name``).
+
+    A scripted layer runs the torch.nn class's code (its attention dropout, its fast path) but is no instance of it
+    (found by hostile review 65: a scripted TransformerEncoderLayer took its dropout-free fast path, samples alike).
+    """
+    return isinstance(module, torch.jit.RecursiveScriptModule) and (
+        getattr(module, "original_name", None) in {c.__name__ for c in classes})
+
+
 def _is_droppath(module: nn.Module) -> bool:
     return type(module).__name__ in _DROPPATH_NAMES
 
@@ -140,6 +151,8 @@ def _is_dropout_module(module: nn.Module) -> bool:
     its Python module) reads ``self.training`` when it runs, so it samples in training mode like the Python layer.
     """
     if isinstance(module, (nn.modules.dropout._DropoutNd, *_INTERNAL_DROPOUT)) or _is_droppath(module):
+        return True
+    if _is_scripted(module, _INTERNAL_DROPOUT):
         return True
     return isinstance(module, torch.jit.RecursiveScriptModule) and (
         getattr(module, "original_name", None) in _TORCH_DROPOUT_NAMES | _DROPPATH_NAMES
@@ -193,7 +206,7 @@ def _traced_rate(module: Any) -> float:
 
 def _declared_rate(m: nn.Module) -> Any:
     """A dropout layer's rate as it declares it (``p``, ``drop_prob`` or its ``dropout`` argument), or None."""
-    if isinstance(m, nn.MultiheadAttention):
+    if isinstance(m, nn.MultiheadAttention) or _is_scripted(m, (nn.MultiheadAttention,)):
         return m.dropout
     return getattr(m, "p", getattr(m, "drop_prob", None))
 
@@ -244,11 +257,53 @@ def _dropout_layers_in(walk: Iterable[nn.Module], include_zero: bool) -> tuple[l
     return modules, hooks
 
 
+def fast_path_layers(model: nn.Module, sampled: Iterable[nn.Module]) -> list[nn.Module]:
+    """The layers of ``model`` whose fused fast path would skip the sampled dropout they hold.
+
+    A ``torch.nn.TransformerEncoderLayer`` (also ``torch.jit.script`` ed) not in training mode takes, without
+    gradients, a fused path that runs none of its dropout children and none of its submodules' post-hoc dropout
+    hooks. A sampler switches these layers' own ``training`` flag (only theirs: their other children keep their
+    modes) for the samples to draw: MC dropout (:class:`MCDropoutContext`) and Rate-In
+    (:meth:`monai_unc.inferers.RateInSource.activate`) alike.
+
+    Args:
+        model: the network (a ``torch.compile`` wrapper: its module).
+        sampled: the dropout modules switched on for the samples; a module holding a post-hoc
+            :class:`DropoutHook` with a rate above 0 counts as sampled too.
+
+    Returns:
+        The gating layers that hold one of them, in ``model.modules()`` order (empty when there is none).
+
+    Example:
+        >>> import torch
+        >>> layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True).eval()
+        >>> fast_path_layers(layer, [layer.dropout]) == [layer]
+        True
+        >>> fast_path_layers(layer, [])
+        []
+    """
+    walk = list(plain_module(model).modules())
+    ids = {id(m) for m in sampled} | {id(m) for m in walk for h in m._forward_hooks.values()
+                                      if isinstance(h, DropoutHook) and h.p > 0}
+    return [m for m in walk if (isinstance(m, _FAST_PATH_GATES) or _is_scripted(m, _FAST_PATH_GATES))
+            and any(id(c) in ids for c in m.modules())]
+
+
+#: the recurrent layers already warned of (:func:`_unsampled_recurrent_dropout`): once per layer, not once per sampled
+#: call (every case and window of a cohort repeated it; found by hostile review 65)
+_WARNED_RECURRENT: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
 def _unsampled_recurrent_dropout(root: nn.Module, walk: Sequence[nn.Module]) -> str | None:
-    """The qualified name (and class) of a recurrent layer of ``root`` with between-layer dropout, or None."""
-    found = next((m for m in walk if isinstance(m, nn.RNNBase) and m.num_layers > 1 and m.dropout > 0), None)
+    """The qualified name (and class) of a recurrent layer of ``root`` with between-layer dropout not warned of yet.
+
+    Returns None when there is none; the layer returned is marked as warned of.
+    """
+    found = next((m for m in walk if isinstance(m, nn.RNNBase) and m.num_layers > 1 and m.dropout > 0
+                  and m not in _WARNED_RECURRENT), None)
     if found is None:
         return None
+    _WARNED_RECURRENT.add(found)
     name = next(n for n, m in root.named_modules() if m is found)
     return f"{name!r} ({type(found).__name__}, dropout={found.dropout:g})"
 
@@ -345,9 +400,7 @@ class MCDropoutContext:
         self.num_layers = len(modules) + len(hooks)
         # a layer whose fast path skips the dropout of its children is switched too: only its own flag (the rest of
         # it keeps its mode), and only where it holds dropout that samples
-        sampled = {id(m) for m in modules} | {id(m) for m in walk for h in m._forward_hooks.values()
-                                               if isinstance(h, DropoutHook) and h.p > 0}
-        gates = [m for m in walk if isinstance(m, _FAST_PATH_GATES) and any(id(c) in sampled for c in m.modules())]
+        gates = fast_path_layers(root, modules)
         # the layers' own flags, not ``train()``: a MultiheadAttention's output projection keeps its mode
         self._modes = [(m, m.training) for m in [*modules, *gates]]
         self._hooks = [(h, h.mc_enabled) for h in hooks]
