@@ -35,6 +35,7 @@ __all__ = [
     "MCDropoutContext",
     "enable_mc_dropout",
     "find_dropout_layers",
+    "fast_path_layers",
     "add_dropout",
     "remove_dropout",
     "default_dropout_sites",
