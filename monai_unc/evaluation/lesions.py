@@ -15,6 +15,7 @@ uncertain lesions listed first.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import warnings
@@ -98,18 +99,8 @@ class LesionState:
         Returns:
             ``self``.
         """
-        if set(other.arrays) != set(self.arrays):
-            diff = sorted(set(other.arrays) ^ set(self.arrays))
-            raise ValueError(f"lesion states of different tasks or maps cannot be merged: {diff[:4]}")
-        n = int(self.arrays.get("n_cases", np.zeros(1))[0])
-        for k, v in other.arrays.items():
-            if k == "n_cases":
-                continue
-            if k.startswith("lesion.") and k.endswith(".case_index"):
-                v = v + n
-            self.arrays[k] = np.concatenate([self.arrays[k], v])
-        if "n_cases" in self.arrays:
-            self.arrays["n_cases"] = self.arrays["n_cases"] + other.arrays["n_cases"]
+        joined = LesionState.concatenate([self, other])  # the one join rule (keys, lesion case indices, n_cases)
+        self.arrays.update(joined.arrays)
         return self
 
     @classmethod
@@ -145,7 +136,7 @@ class LesionState:
                 diff = sorted(set(other.arrays) ^ keys)
                 raise ValueError(f"lesion states of different tasks or maps cannot be merged: {diff[:4]}")
         counts = [int(s.arrays.get("n_cases", np.zeros(1))[0]) for s in states]
-        offsets = np.cumsum([0, *counts[:-1]])
+        offsets = list(itertools.accumulate(counts[:-1], initial=0))  # Python ints: an index keeps its dtype
         arrays: dict[str, Any] = {}
         for k in states[0].arrays:
             if k == "n_cases":

@@ -34,15 +34,21 @@ def _case_state(i: int, n_lesions: int) -> LesionState:
 def test_concatenate_equals_merging_case_by_case() -> None:
     states = [_case_state(i, n) for i, n in enumerate((3, 0, 5, 2))]
     one = LesionState.concatenate(states)
+    # the reference, case by case as merging joined them before review 65 (merge itself now calls concatenate)
     seq = LesionState(dict(states[0].arrays))
     for s in states[1:]:
-        seq.merge(s)
+        n = int(seq.arrays["n_cases"][0])
+        for k, v in s.arrays.items():
+            seq.arrays[k] = (seq.arrays[k] + v if k == "n_cases" else
+                             np.concatenate([seq.arrays[k], v + n if k.endswith(".case_index") else v]))
     assert set(one.arrays) == set(seq.arrays)
     for k in seq.arrays:
         np.testing.assert_array_equal(one.arrays[k], seq.arrays[k], err_msg=k)
     assert one.arrays["lesion.1.case_index"].tolist() == [0, 0, 0, 2, 2, 2, 2, 2, 3, 3]
     assert int(one.arrays["n_cases"][0]) == 4
     assert states[0].arrays["n_cases"].tolist() == [1]  # the inputs left unchanged
+    merged = LesionState(dict(states[0].arrays)).merge(states[1]).merge(states[2])  # merge: the same join, in place
+    assert merged.arrays["lesion.1.case_index"].tolist() == [0, 0, 0, 2, 2, 2, 2, 2]
     assert LesionState.concatenate([]) is None
     with pytest.raises(ValueError, match="different tasks or maps"):
         LesionState.concatenate([states[0], LesionState({"n_cases": [1], "case.2.ndsc": [0.5]})])
