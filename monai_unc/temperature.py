@@ -808,8 +808,9 @@ class TemperatureScaler(nn.Module):
                 pinned = at_bound
         stalled = False
         newton = None
+        vector_nll = self.loss == "nll" and self.mode == "vector" and not independent  # one temperature per class
         self._runoff = []  # classes whose NLL minimiser Newton's method found beyond t = 1e15 (none: no finite one)
-        if self.loss == "nll" and undefined is None and self.mode == "vector" and not independent and self.history:
+        if vector_nll and undefined is None and self.history:
             # review 65: per-class fits relied on RMSprop alone (stopping short for t >> 30 or << 0.01; a stall only
             # warned); the NLL is jointly convex in 1 / t, so Newton's method from RMSprop's result ends at its minimum
             newton = self._newton_vector_nll(best_t, get_z, get_y)
@@ -817,8 +818,7 @@ class TemperatureScaler(nn.Module):
                 best_t, at_bound, _ = newton
                 self.converged = True
                 pinned = at_bound
-        if (self.loss == "nll" and undefined is None and self.converged and self.mode == "vector" and not independent
-                and newton is None):
+        if vector_nll and undefined is None and self.converged and newton is None:
             # one temperature per class where Newton's method failed: RMSprop alone; the same frozen steps reported
             # converged=True at t = 0.167 for minima near 0.0005 (NLL 1.09 for 0.31): a converged fit must not fall
             # when each t_c moves by NLL_RTOL against its gradient (found by hostile review 64)
@@ -838,7 +838,7 @@ class TemperatureScaler(nn.Module):
             self.converged = False
             fitted = [round(v, 6) for v in best_t.tolist()]
             endless = []
-            if self.loss == "nll" and self.mode == "vector" and not independent:
+            if vector_nll:
                 # found by the hostile review of review 65: a class the reference never shows, negative logits on
                 # every voxel, was held at the bound with the advice to pass a smaller one, which never helps
                 endless = [c for c in self._sign_separated(get_z, get_y) if bool(pinned.reshape(-1)[c])]
