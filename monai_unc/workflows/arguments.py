@@ -657,6 +657,10 @@ def _add_dicom_export(sub: Any) -> None:
     p.add_argument("--segments", default=None,
                    help='JSON segment descriptions {"<class>": {"name": ..., "category": [scheme, code, meaning], '
                         '"type": [...]}} (default: "class <c>", SNOMED-CT codes for known names)')
+    p.add_argument("--class-names", nargs="+", default=None, metavar="NAME",
+                   help="one name per class, the background first (e.g. background liver tumour), for the segments "
+                        "the --segments file does not name (default: the names of --evaluation's summary.json, else "
+                        "of the dataset.json beside nnU-Net's predictions, else 'class <c>')")
     p.add_argument("--uid-root", default=None, help="root of the new UIDs, e.g. 1.2.826.0.1.3680043.10.543. "
                                                     "(default: pydicom's)")
     p.add_argument("--study-uid", default="source", choices=("source", "new"),

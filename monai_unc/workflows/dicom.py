@@ -78,6 +78,7 @@ from ..io import (
     input_folder,
     list_files,
     match_cases,
+    nnunet_dataset_regions,
     nnunet_input_channels,
     output_lock,
     owned_folder,
@@ -105,6 +106,7 @@ from ..io.dicom import (
     read_segment_specs,
     read_series,
     report_numbers,
+    segment_name_key,
     segment_volume_ml,
     short_text,
     to_series_grid,
@@ -246,17 +248,155 @@ def algorithm_from_records(predictions: str | os.PathLike, case: str, layout: st
 
 
 def _segments(count: int, regions: bool, specs_file: str | os.PathLike | None,
-              named_classes: bool = False) -> list[SegmentSpec]:
+              named_classes: bool = False, names: dict[int, str] | None = None) -> list[SegmentSpec]:
     """The segments of classes (regions) ``1..count``, and with ``named_classes`` the higher classes the file names.
 
     ``named_classes``: ``count`` is the largest class of a case's label map, not the model's number of classes (no
     probabilities say it): a case without the highest class (no enhancing tumour) keeps its segment, empty, where
-    the file's key was refused as no class of the segmentation (found by hostile testing).
+    the file's key was refused as no class of the segmentation (found by hostile testing). ``names``: the recorded
+    class names (:class:`_ClassNames`) of the classes the file does not name.
     """
     labels = list(range(1, count + 1))
     if specs_file is not None:
-        return read_segment_specs(specs_file, labels, named_classes=named_classes)
-    return [default_segment(v, f"region {v}" if regions else None) for v in labels]
+        return read_segment_specs(specs_file, labels, named_classes=named_classes, names=names)
+    return [default_segment(v, f"region {v}" if regions else (names or {}).get(v)) for v in labels]
+
+
+@dataclass(frozen=True)
+class _ClassNames:
+    """The class names a run knows, ``{class value: name}`` (background left out), and where they come from.
+
+    ``source`` is how the manifest says where a segment's name comes from (``class_names``, ``evaluation``,
+    ``dataset.json``); ``where`` names the option or file in messages.
+    """
+
+    names: dict[int, str]
+    source: str
+    where: str
+
+
+def _check_class_name(name: Any, where: str) -> str:
+    """A class name, checked as a segments file's name is.
+
+    1 to 64 bytes of UTF-8, no backslash or control character (:func:`~monai_unc.io.dicom.check_text`); a
+    non-string is refused too.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"{where} must be a text, got {type(name).__name__} {name!r:.40}")
+    return check_text(name, where, 64)
+
+
+def _distinct_class_names(names: dict[int, str], where: str) -> dict[int, str]:
+    """Refuse two classes of ``names`` whose segments a viewer could not tell apart (one name, as compared)."""
+    seen: dict[str, int] = {}
+    for value, name in names.items():
+        key = segment_name_key(name)
+        if key in seen:
+            raise ValueError(f"{where}: classes {seen[key]} ({names[seen[key]]!r}) and {value} ({name!r}) have the "
+                             "same segment name, so a viewer could not tell their segments apart")
+        seen[key] = value
+    return names
+
+
+def _given_class_names(class_names: Sequence[str] | None) -> _ClassNames | None:
+    """``dicom_export``'s ``class_names`` (background first, as ``evaluate --class-names``), checked.
+
+    Raises:
+        ValueError: naming ``class_names`` (``--class-names``): not a list of at least two texts, a name a segments
+            file could not hold, two classes of one name.
+    """
+    if class_names is None:
+        return None
+    if isinstance(class_names, (str, bytes)) or not isinstance(class_names, Sequence) or len(class_names) < 2:
+        raise parameter_error(ValueError(f"class_names must be one name per class, the background first (at least "
+                                         f"two), got {class_names!r:.80}"), "class_names")
+    with refusing("class_names"):
+        names = {c: _check_class_name(n, f"class_names[{c}]") for c, n in enumerate(class_names)}
+        names.pop(0)
+        return _ClassNames(_distinct_class_names(names, "class_names"), "class_names", "class_names")
+
+
+def _evaluation_class_names(evaluation: str | os.PathLike | None) -> _ClassNames | None:
+    """The class names ``evaluate --class-names`` recorded in ``<evaluation>/summary.json`` (untrusted), or None.
+
+    None without ``evaluation``, without a ``summary.json`` (numbers from another tool) or with ``class_names``
+    null (no names given, or a region evaluation).
+
+    Raises:
+        ValueError: one line naming the file: not strict JSON, ``class_names`` not a list of at least two names, a
+            name a segments file could not hold, two classes of one name.
+    """
+    if evaluation is None or not (Path(evaluation) / "summary.json").is_file():
+        return None
+    path = Path(evaluation) / "summary.json"
+    _, doc = read_untrusted_json(path, str(path))
+    names = doc.get("class_names") if isinstance(doc, dict) else None
+    if names is None:
+        return None
+    where = f"{path}: class_names"
+    if not isinstance(names, list) or len(names) < 2:
+        raise ValueError(f"{where} must be a list of one name per class, the background first, got {names!r:.80}")
+    checked = {c: _check_class_name(n, f"{where}[{c}]") for c, n in enumerate(names)}
+    checked.pop(0)
+    return _ClassNames(_distinct_class_names(checked, where), "evaluation", str(path))
+
+
+def _dataset_class_names(pred: Path, layout: str) -> _ClassNames | None:
+    """The class names of the ``dataset.json`` nnU-Net writes beside its predictions (``labels``), or None.
+
+    ``{"background": 0, "edema": 1, ...}``: each class value's name, the background (label 0) and nnU-Net's
+    ``ignore`` label left out. None for the ``monai-unc`` layout, without the file, and for a region-based dataset
+    (a label of several values: its segments are named after its regions).
+
+    Raises:
+        ValueError: one line naming the file: not strict JSON, labels that are no integers
+            (:func:`~monai_unc.io.nnunet_dataset_regions`), two names of one value, a name a segments file could
+            not hold, two classes of one name.
+    """
+    path = pred / "dataset.json"
+    if layout != "nnunet" or not path.is_file():
+        return None
+    _, doc = read_untrusted_json(path, str(path))
+    if nnunet_dataset_regions(doc, str(path)):  # checks the labels are integers or lists of them
+        return None
+    names: dict[int, str] = {}
+    for name, value in doc.get("labels", {}).items():
+        value = int(value[0] if isinstance(value, list) else value)
+        if name == "ignore" or value == 0:
+            continue
+        if value < 0 or value > MAX_SEGMENT_NUMBER:
+            raise ValueError(f"{path}: label {name!r} is {value}, no class value (0 is the background, the classes "
+                             f"1 to {MAX_SEGMENT_NUMBER})")
+        if value in names:
+            raise ValueError(f"{path}: labels {names[value]!r} and {name!r} are both class {value}")
+        names[value] = _check_class_name(name, f"{path}: label {value}: name")
+    if not names:
+        return None
+    return _ClassNames(_distinct_class_names(dict(sorted(names.items())), f"{path}: labels"), "dataset.json",
+                       str(path))
+
+
+def _known_class_names(class_names: Sequence[str] | None, evaluation: str | os.PathLike | None, pred: Path,
+                       layout: str) -> _ClassNames | None:
+    """The class names the export names segments after: ``class_names``, else the evaluation's, else nnU-Net's.
+
+    A source after the one taken that names a class otherwise is said (a ``UserWarning``): the two runs may not
+    have been of the same model.
+    """
+    found = [n for n in (_given_class_names(class_names), _evaluation_class_names(evaluation),
+                         _dataset_class_names(pred, layout)) if n is not None]
+    if not found:
+        return None
+    taken = found[0]
+    for other in found[1:]:
+        differ = [c for c in sorted(set(taken.names) | set(other.names))
+                  if segment_name_key(taken.names.get(c, "")) != segment_name_key(other.names.get(c, ""))]
+        if differ:
+            c = differ[0]
+            shown = taken.where if taken.source != "class_names" else "class_names (--class-names)"
+            warnings.warn(f"segment names: {other.where} names class {c} {other.names.get(c)!r}, {shown} "
+                          f"{taken.names.get(c)!r}: the segments are named after {shown}", UserWarning, stacklevel=3)
+    return taken
 
 
 def _region_names(predictions: Path) -> list[str] | None:
@@ -791,7 +931,8 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
                  numbers: dict[str, float] | None, triage: dict[str, Any] | None, study: dict[str, str] | None = None,
                  extra_groups: dict[str, dict[str, float]] | None = None,
                  label_regions: dict[str, list[int]] | None = None,
-                 other_series: Sequence[DicomSeries] = (), series_description: str | None = None) -> list[dict]:
+                 other_series: Sequence[DicomSeries] = (), series_description: str | None = None,
+                 class_names: _ClassNames | None = None) -> list[dict]:
     # as evaluate reads it (review 63, hostile review): NIfTI scl_slope / scl_inter scaling read as the integers it
     # encodes; read_volume's float32 copy refused a background of -4.5e-08 as a fractional class value
     seg, seg_affine = read_label(CaseFiles(files.case_id, files.seg))
@@ -818,7 +959,14 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
     if not regions:
         _check_labels(seg[0], count, f"case {files.case_id}: segmentation {files.seg.name}",
                       None if probs is None else files.probs.name)
-    specs = _segments(count, regions, segments_file, named_classes=not regions and probs is None)
+    names = None
+    if class_names is not None and regions and class_names.source == "class_names":
+        raise parameter_error(ValueError(f"class_names does not apply to case {files.case_id}'s region masks: its "
+                                         "segments are named after the regions"), "class_names")
+    if class_names is not None and not regions:
+        names = class_names.names
+        count = _named_count(count, probs is not None, names, class_names.where, files.case_id)
+    specs = _segments(count, regions, segments_file, named_classes=not regions and probs is None, names=names)
     if regions and segments_file is None and region_names and len(region_names) == count:
         specs = [default_segment(s.label, n) for s, n in zip(specs, region_names)]
     for old in folder.glob("*.dcm"):  # a rerun never mixes objects of two runs
@@ -838,6 +986,9 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
                                   uid_root, _SEG_NUMBER, study, other_series=other_series,
                                   series_description=series_description)
         record("segmentation", path, pydicom.dcmread(path, stop_before_pixels=True))
+        objects[-1]["segments"] = [{"number": i + 1, "class": s.label, "name": s.name,
+                                    "name_from": _name_source(s, names, class_names, segments_file)}
+                                   for i, s in enumerate(specs)]
         if probs is not None:
             # the FRACTIONAL SEG's segments name channels: class c is channel c, region r (segment r) channel r - 1
             fspecs = [SegmentSpec(s.label - 1 if regions else s.label, s.name, s.category, s.type) for s in specs]
@@ -882,6 +1033,42 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
             (folder / Path(o["file"]).name).unlink(missing_ok=True)
         raise
     return objects
+
+
+def _named_count(count: int, probabilities: bool, names: dict[int, str], where: str, case: str) -> int:
+    """The number of classes a case's segments describe, with its recorded class names ``names``.
+
+    With probabilities, their classes must be those named; a label map must hold no class above the highest named,
+    and gets a segment (empty) for each named class it lacks (a case without enhancing tumour).
+
+    Raises:
+        ValueError: one line naming ``where`` (``class_names``: ``--class-names``) and the case.
+    """
+    top = max(names)
+    if probabilities and top != count:
+        error = ValueError(f"{where} names {top + 1} classes (the background first), the probabilities of case "
+                           f"{case} have {count + 1}: they do not name this model's classes")
+        raise parameter_error(error, "class_names") if where == "class_names" else error
+    if count > top:
+        error = ValueError(f"{where} names classes up to {top}, the segmentation of case {case} holds class {count}: "
+                           "they do not name this model's classes")
+        raise parameter_error(error, "class_names") if where == "class_names" else error
+    return top
+
+
+def _name_source(spec: SegmentSpec, names: dict[int, str] | None, class_names: _ClassNames | None,
+                 segments_file: Any) -> str:
+    """Where a segment's name comes from, as the manifest says it.
+
+    The segments file (``segments``), a source of class names (``class_names``, ``evaluation``, ``dataset.json``:
+    :class:`_ClassNames`; a name the file repeats is said to be theirs), the recorded regions (``regions``) or
+    ``default`` (``class <c>``, ``region <r>``).
+    """
+    if names is not None and class_names is not None and names.get(spec.label) == spec.name:
+        return class_names.source
+    if spec.name in (f"class {spec.label}", f"region {spec.label}"):
+        return "default"
+    return "segments" if segments_file is not None else "regions"
 
 
 def _product_tables(outputs: dict[str, Any]) -> dict[str, tuple[Path, str, str]]:
@@ -1122,7 +1309,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                  triage: str | os.PathLike | None = None, progress: bool = True,
                  inside_predictions: bool = False, study_uid: str = "source",
                  cases: Sequence[str] | None = None, part: ExportPart | None = None, trust: Trust | None = None,
-                 series_description: str | None = None,
+                 series_description: str | None = None, class_names: Sequence[str] | None = None,
                  **product_outputs: str | os.PathLike | None) -> DicomExport:
     """Write the DICOM objects of every case of a prediction folder on its source series.
 
@@ -1142,7 +1329,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             (``<case>_<measure>_<region>``, the regions the folder records: ``infer.json``, or the ``dataset.json`` /
             ``uncertainty_config.json`` beside nnU-Net's predictions), each file checked as a map of its own.
         probabilities: write the FRACTIONAL SEG of the probabilities when the folder has them.
-        segments: a JSON file of segment descriptions (:func:`monai_unc.io.dicom.read_segment_specs`).
+        segments: a JSON file of segment descriptions (:func:`monai_unc.io.dicom.read_segment_specs`); its names
+            come before the class names below.
         uid_root: the root of the new UIDs (:func:`monai_unc.io.dicom.check_uid_root`).
         algorithm_name: the algorithm name (default: the model recorded in the prediction folder): 1 to 64
             bytes of UTF-8 without a backslash or control characters, written whole (AlgorithmName,
@@ -1179,6 +1367,15 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             it by: 1 to 64 bytes of UTF-8 without a backslash or control characters, checked before any object is
             written; None: ``segmentation by monai-unc: <segment names>`` (cut to 64 bytes). The probabilities, maps
             and report keep their own descriptions.
+        class_names: one name per class, the background first (as ``evaluate --class-names``): the names of the
+            segments that ``segments`` does not name, each 1 to 64 bytes of UTF-8 without a backslash or control
+            characters (a segments file's rule), distinct. Default: the names ``evaluate --class-names`` recorded
+            in ``evaluation``'s ``summary.json``, else (``layout="nnunet"``) the ``labels`` of the ``dataset.json``
+            nnU-Net writes beside its predictions (a label-based dataset; the background and ``ignore`` left out),
+            else ``class <c>``. With probabilities their classes must be those named; a label map gets a segment
+            (empty) for each named class it lacks. The manifest says where each segment's name comes from
+            (``segments`` of the segmentation object: ``name_from``). Not for region-based predictions, whose
+            segments are named after the regions.
         **product_outputs: ``<command>=FOLDER``: the output folder of a cohort product's command
             (:attr:`monai_unc.product.CohortProduct.command`, e.g. the masks with a guarantee): the case's row of
             its table (:attr:`~monai_unc.product.CohortProduct.applied_table`) goes into the SR as a measurement group
@@ -1200,7 +1397,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             it reads (the predictions, ``evaluation``, ``triage``: still being written), a ``part`` without
             ``cases`` or whose ``cases`` lack one of ``cases`` (naming ``part``), or another run's hold of the output
             folder while the parts of ``part``'s run hold it (:func:`monai_unc.io.part_lock`); with ``trust``, a
-            ``triage``'s ``triage.json`` that is not signed by a trusted key (one line naming the file).
+            ``triage``'s ``triage.json`` that is not signed by a trusted key (one line naming the file); bad
+            ``class_names`` (or recorded names: one line naming the file), names of another number of classes than
+            a case's probabilities or fewer than its label map's, ``class_names`` for region-based predictions.
         FileNotFoundError: a missing folder.
 
     Warns:
@@ -1260,6 +1459,13 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     # written one file per region (<case>_<measure>_<region>), which are read as the map's channels
     label_regions = _label_map_regions(pred, layout)
     region_names = list(label_regions) if label_regions else _region_names(pred)
+    # the segments' names: --class-names, else those the evaluation or nnU-Net's dataset.json records (untrusted:
+    # checked as a segments file's names), before any object
+    known = _known_class_names(class_names, evaluation, pred, layout)
+    if known is not None and known.source == "class_names" and region_names:
+        raise parameter_error(ValueError(f"class_names does not apply to the region-based predictions in {pred}: "
+                                         "their segments are named after the regions "
+                                         f"({', '.join(region_names)[:200]})"), "class_names")
     try:
         with warnings.catch_warnings(record=True) as caught:  # the cases left out are those of other runs
             # (``cases``): no warning
@@ -1413,7 +1619,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                                    uid_root=uid_root, algorithm=algorithm, region_names=region_names, study=study,
                                    numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
                                    extra_groups={t: r[files.case_id] for t, r in extra.items() if files.case_id in r},
-                                   label_regions=label_regions, series_description=series_description)
+                                   label_regions=label_regions, series_description=series_description,
+                                   class_names=known)
             result.cases[files.case_id] = {
                 "series": _series_entry(case_series, source),
                 # the series of the other input channels, which the objects reference too (found by review 62: the
@@ -1451,7 +1658,7 @@ def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[Dicom
                           probabilities=not args.no_probabilities, segments=args.segments, uid_root=args.uid_root,
                           algorithm_name=args.algorithm_name, evaluation=args.evaluation, triage=args.triage,
                           progress=not args.quiet, study_uid=args.study_uid, trust=triage_trust_from_arguments(args),
-                          series_description=args.series_description,
+                          series_description=args.series_description, class_names=args.class_names,
                           **{str(cls.command): getattr(args, str(cls.command).replace("-", "_"), None)
                              for cls in command_products() if cls.applied_table})
     line = f"dicom-export: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}"

@@ -641,14 +641,15 @@ def _code(value: Any, where: str) -> Code:
 MAX_SEGMENT_NUMBER = 2**16 - 1
 
 
-def read_segment_specs(path: str | os.PathLike, labels: Sequence[int], *,
-                       named_classes: bool = False) -> list[SegmentSpec]:
+def read_segment_specs(path: str | os.PathLike, labels: Sequence[int], *, named_classes: bool = False,
+                       names: Mapping[int, str] | None = None) -> list[SegmentSpec]:
     """Read the segment descriptions a user set, one per label of ``labels``.
 
     The file is JSON: ``{"<label>": {"name": "Grey matter", "category": ["SCT", "85756007", "Tissue"], "type":
     ["SCT", "389081007", "Gray Matter"]}}``; ``category`` and ``type`` are optional (a known name gets its
     SNOMED-CT codes, :data:`DEFAULT_SEGMENTS`); labels not in the file get :func:`default_segment`. Every field is
-    checked (the file is untrusted input).
+    checked (the file is untrusted input). The classes the file does not name (an entry without ``name`` included)
+    get the name ``names`` gives them (the class names the run records), else ``class <c>``.
 
     Args:
         path: the JSON file.
@@ -657,6 +658,8 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int], *,
             above the largest of ``labels`` up to the largest key of the file (a decimal integer, at most
             65535) get a segment too, so that a case whose label map lacks the model's highest
             class (no enhancing tumour) keeps every class of the file (an empty segment), where it was refused.
+        names: ``{class value: name}`` of the classes the file does not name (checked by the caller, e.g.
+            ``dicom-export --class-names``); default none.
 
     Returns:
         One :class:`SegmentSpec` per label, in the order of ``labels`` (then the classes the file adds).
@@ -691,14 +694,16 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int], *,
                  and 1 <= int(k) <= MAX_SEGMENT_NUMBER]
         top = max([*wanted.values(), *named], default=0)
         wanted.update({str(v): v for v in range(max(wanted.values(), default=0) + 1, top + 1)})
-    specs = {v: default_segment(v) for v in wanted.values()}
+    names = dict(names or {})
+    specs = {v: default_segment(v, names.get(v)) for v in wanted.values()}
     for key, entry in doc.items():
         if key not in wanted:
             raise ValueError(f"segments file {path}: key {key!r} is not a class of the segmentation "
                              f"({sorted(wanted.values())})")
         if not isinstance(entry, dict) or set(entry) - {"name", "category", "type"}:
             raise ValueError(f"segments file {path}: entry {key} must be an object with name, category, type")
-        name = check_text(entry.get("name", f"class {key}"), f"segments file {path}: entry {key}: name", 64)
+        name = check_text(entry.get("name", names.get(wanted[key], f"class {key}")),
+                          f"segments file {path}: entry {key}: name", 64)
         base = default_segment(wanted[key], name)
         category = _code(entry["category"], f"segments file {path}: entry {key}: category") \
             if "category" in entry else base.category
