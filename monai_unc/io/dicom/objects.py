@@ -676,7 +676,9 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int], *, named_
         >>> with tempfile.TemporaryDirectory() as d:
         ...     _ = Path(d, "s.json").write_text(json.dumps({"1": {"name": "oedema"}, "3": {"name": "tumour"}}))
         ...     [s.name for s in read_segment_specs(Path(d, "s.json"), [1, 2], named_classes=True)]
+        ...     [s.name for s in read_segment_specs(Path(d, "s.json"), [1, 2, 3], names={1: "edema", 2: "necrosis"})]
         ['oedema', 'class 2', 'tumour']
+        ['oedema', 'necrosis', 'tumour']
     """
     path = Path(path)
     # strict JSON within limits (deep nesting, huge numbers and a key given twice are one line: json keeps the last
