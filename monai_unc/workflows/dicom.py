@@ -157,6 +157,9 @@ class DicomExport:
             "sop_class_uid", "sop_instance_uid", "series_instance_uid"}]}}`` as in :data:`EXPORT_RECORD`: ``series``
             the series whose grid the objects lie on (channel 0's), ``other_series`` those of the case's other input
             channels, which the objects reference too (UIDs, folder, slices and channel number; empty for one).
+            The segmentation's object also lists its ``segments``: ``{"number", "class", "name", "name_from"}``,
+            where ``name_from`` says where the name comes from (``segments``, ``class_names``, ``evaluation``,
+            ``dataset.json``, ``regions`` or ``default``).
     """
 
     output: Path
