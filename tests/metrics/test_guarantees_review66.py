@@ -140,8 +140,12 @@ def test_the_simulation_catches_the_binomial_pvalue_without_multiplicity_control
     assert int(naive.sum()) > _allowed(reps, delta)
 
 
-def test_binomial_never_certifies_less_than_hoeffding_bentkus():
-    """Smaller p-values reject a superset in Wiens' fallback: on every draw the coverage is at least HB's."""
+def test_binomial_never_certifies_less_than_hoeffding_bentkus_or_sgr():
+    """Smaller p-values reject a superset in Wiens' fallback: on every draw the coverage is at least HB's.
+
+    And at least SGR's: the fallback tests each candidate at ``delta / K`` or more, SGR at ``delta / K``, and the
+    binomial p-value is at most ``d`` exactly when the Clopper-Pearson bound at level ``d`` is at most the target.
+    """
     rng = np.random.default_rng(4)
     reps, n = 800, 200
     u = rng.random((reps, n))
@@ -152,6 +156,10 @@ def test_binomial_never_certifies_less_than_hoeffding_bentkus():
                                  p_value="binomial")
         assert (ex["n_accepted"] >= hb["n_accepted"]).all()
         assert ex["n_accepted"].mean() > hb["n_accepted"].mean()
+    fallback = _risk_control_batch(u, loss, 0.1, 0.1, "ltt", 20, with_bound=False, p_value="binomial")
+    sgr = _risk_control_batch(u, loss, 0.1, 0.1, "sgr", 20, with_bound=False)
+    assert (fallback["n_accepted"] >= sgr["n_accepted"]).all()
+    assert fallback["n_accepted"].mean() > sgr["n_accepted"].mean()
 
 
 def test_docs_state_when_to_use_the_binomial_pvalue_and_its_gain():
