@@ -17,13 +17,21 @@ in closed form, applies the library's rule and counts how often the promise fail
 Intervals are exact Clopper-Pearson 95 % intervals of the observed rate (a mean's interval is +- 1.96 SE). The
 table is written to ``benchmarks/results/guarantees_review65.md``.
 
-    python benchmarks/validate_guarantees.py             # about 2 minutes on one core
-    python benchmarks/validate_guarantees.py --quick     # 10x fewer draws
+``--part review66`` runs only the settings review 66 added, for LTT with the exact binomial p-value of 0/1 losses
+(``p_value="binomial"``): the p-value against ``scipy.stats.binom.cdf`` and a term-by-term binomial sum, the
+referral settings above with it, and its power against the Hoeffding-Bentkus p-value on the same draws (a single
+test at the boundary, computed exactly, and the coverage of the whole procedure). Written to
+``benchmarks/results/guarantees_review66.md``.
+
+    python benchmarks/validate_guarantees.py                   # about 2 minutes on one core
+    python benchmarks/validate_guarantees.py --quick           # 10x fewer draws
+    python benchmarks/validate_guarantees.py --part review66   # the binomial p-value's settings only
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 import warnings
@@ -39,7 +47,12 @@ from monai_unc.io import atomic_write_text  # noqa: E402
 from monai_unc.metrics.conformal import crc_lambda, high_probability_lambda  # noqa: E402
 from monai_unc.metrics.monitoring import first_alarm, risk_eprocess, risk_lower_bound, score_martingale  # noqa: E402
 from monai_unc.metrics.quality import conformal_interval  # noqa: E402
-from monai_unc.metrics.risk_control import _risk_control_batch  # noqa: E402
+from monai_unc.metrics.risk_control import (  # noqa: E402
+    _risk_control_batch,
+    binomial_pvalue,
+    clopper_pearson_upper,
+    hoeffding_bentkus_pvalue,
+)
 
 ROWS: list[tuple[str, str, str, str, str]] = []
 
@@ -56,23 +69,29 @@ def add(section: str, setting: str, nominal: str, observed: str, ci: str) -> Non
     print(f"{section:12s} {setting:70s} {nominal:>10s} {observed:>16s} {ci}", flush=True)
 
 
-def referral_discrete(rng, levels, probs, risks, n, alpha, delta, method, reps) -> None:
+def _label(method: str, p_value: str) -> str:
+    return "ltt-binomial" if p_value == "binomial" else method
+
+
+def referral_discrete(rng, levels, probs, risks, n, alpha, delta, method, reps, p_value="hoeffding_bentkus") -> None:
     """Tied scores: the true risk of "accept u < cut" is a finite sum."""
     levels, probs, risks = (np.asarray(v, float) for v in (levels, probs, risks))
     idx = rng.choice(len(levels), size=(reps, n), p=probs)
     loss = (rng.random((reps, n)) < risks[idx]).astype(float)
-    res = _risk_control_batch(levels[idx], loss, alpha, delta, method, 20, with_bound=False)
+    res = _risk_control_batch(levels[idx], loss, alpha, delta, method, 20, with_bound=False, p_value=p_value)
     acc = levels[None, :] < res["cut"][:, None]
     mass = (acc * probs).sum(1)
     true = np.where(mass > 0, (acc * probs * risks).sum(1) / np.maximum(mass, 1e-300), 0.0)
     feas = res["n_accepted"] > 0
     k = int((feas & (true > alpha + 1e-12)).sum())
     shares, rates = [float(v) for v in probs], [float(v) for v in risks]
-    add("referral", f"{method}, n={n}, {len(levels)} tied levels p={shares} risk={rates}, target {alpha}",
+    add("referral", f"{_label(method, p_value)}, n={n}, {len(levels)} tied levels p={shares} risk={rates}, "
+        f"target {alpha}",
         f"<= {delta}", f"{k / reps:.4f} (feasible {feas.mean():.2f})", cp_interval(k, reps))
 
 
-def referral_continuous(rng, n, alpha, delta, method, c, reps, continuous_loss=False) -> None:
+def referral_continuous(rng, n, alpha, delta, method, c, reps, continuous_loss=False,
+                        p_value="hoeffding_bentkus") -> None:
     """``u ~ U(0, 1)``, ``E[risk | u] = c u^2`` (``c u^2 <= 1``): true selective risk ``c t^2 / 3``."""
     u = rng.random((reps, n))
     p = c * u**2
@@ -80,14 +99,14 @@ def referral_continuous(rng, n, alpha, delta, method, c, reps, continuous_loss=F
         loss = np.clip(rng.beta(p * 4 + 1e-9, (1 - p) * 4 + 1e-9), 0, 1)
     else:
         loss = (rng.random((reps, n)) < p).astype(float)
-    res = _risk_control_batch(u, loss, alpha, delta, method, 20, with_bound=False)
+    res = _risk_control_batch(u, loss, alpha, delta, method, 20, with_bound=False, p_value=p_value)
     t = np.clip(res["cut"], 0, 1)
     feas = res["n_accepted"] > 0
     k = int((feas & (c * t**2 / 3 > alpha)).sum())
     oracle = min(1.0, float(np.sqrt(3 * alpha / c)))
-    add("referral", f"{method}, n={n}, continuous u, {'Beta' if continuous_loss else '0/1'} loss, c={c}, target "
-        f"{alpha}", f"<= {delta}", f"{k / reps:.4f} (cov {(res['n_accepted'] / n).mean():.2f}/{oracle:.2f})",
-        cp_interval(k, reps))
+    add("referral", f"{_label(method, p_value)}, n={n}, continuous u, {'Beta' if continuous_loss else '0/1'} loss, "
+        f"c={c}, target {alpha}", f"<= {delta}",
+        f"{k / reps:.4f} (cov {(res['n_accepted'] / n).mean():.2f}/{oracle:.2f})", cp_interval(k, reps))
 
 
 def conformal(rng, n, alpha, shape, reps, tol=None) -> None:
@@ -157,15 +176,97 @@ def monitor_score(rng, m, levels, length, reps) -> None:
         f"{k / reps:.4f}", cp_interval(k, reps))
 
 
+def pvalue_brute_force() -> None:
+    """``binomial_pvalue`` against ``scipy.stats.binom.cdf`` and a term-by-term sum, every count of ``n <= 60``."""
+    worst, worst_hb, checked = 0.0, 0.0, 0
+    for n in range(1, 61):
+        e = np.arange(n + 1)
+        for a in (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9):
+            got = binomial_pvalue(e / n, np.full(n + 1, n), a)
+            brute = np.cumsum([math.comb(n, j) * a**j * (1 - a) ** (n - j) for j in e])
+            worst = max(worst, float(np.abs(got - stats.binom.cdf(e, n, a)).max()), float(np.abs(got - brute).max()))
+            worst_hb = max(worst_hb, float((got - hoeffding_bentkus_pvalue(e / n, np.full(n + 1, n), a)).max()))
+            checked += n + 1
+    add("p-value", f"binomial_pvalue vs scipy binom.cdf and the term-by-term sum, {checked} (count, n, alpha)",
+        "0", f"{worst:.1e}", f"max(p - HB p-value) {worst_hb:.1e}")
+
+
+def single_test_power(n, alpha, delta) -> None:
+    """Exact P(certify) of one test on ``n`` Bernoulli losses at true risk ``alpha`` (the boundary) and below it."""
+    e = np.arange(n + 1)
+    for true in (alpha, 0.75 * alpha, 0.5 * alpha):
+        pmf = stats.binom.pmf(e, n, true)
+        hb = pmf[hoeffding_bentkus_pvalue(e / n, np.full(n + 1, n), alpha) <= delta].sum()
+        ex = pmf[binomial_pvalue(e / n, np.full(n + 1, n), alpha) <= delta].sum()
+        cp = pmf[clopper_pearson_upper(e, np.full(n + 1, n), delta) <= alpha].sum()
+        add("power", f"one test, n={n}, target {alpha}, true risk {true:g}: P(certify) HB / binomial (CP)",
+            f"<= {delta}" if true == alpha else "-", f"{hb:.4f} / {ex:.4f}", f"CP {cp:.4f} (exact)")
+
+
+def procedure_power(rng, n, alpha, delta, c, reps) -> None:
+    """Mean coverage of LTT (fallback) with each p-value on the same draws; ``E[risk | u] = c u^2``."""
+    u = rng.random((reps, n))
+    loss = (rng.random((reps, n)) < c * u**2).astype(float)
+    hb = _risk_control_batch(u, loss, alpha, delta, "ltt", 20, with_bound=False)
+    ex = _risk_control_batch(u, loss, alpha, delta, "ltt", 20, with_bound=False, p_value="binomial")
+    sgr = _risk_control_batch(u, loss, alpha, delta, "sgr", 20, with_bound=False)
+    cov = [r["n_accepted"].mean() / n for r in (hb, ex, sgr)]
+    feas = [(r["n_accepted"] > 0).mean() for r in (hb, ex, sgr)]
+    worse = int((ex["n_accepted"] < hb["n_accepted"]).sum())
+    oracle = min(1.0, float(np.sqrt(3 * alpha / c)))
+    add("power", f"LTT coverage, n={n}, c={c}, target {alpha}, delta {delta}: HB / binomial / SGR (oracle "
+        f"{oracle:.2f})", "-", f"{cov[0]:.3f} / {cov[1]:.3f} / {cov[2]:.3f}",
+        f"feasible {feas[0]:.3f} / {feas[1]:.3f} / {feas[2]:.3f}; binomial < HB in {worse} of {reps} draws")
+
+
+def review66(rng, f) -> None:
+    """The settings review 66 added: LTT with the exact binomial p-value (``p_value="binomial"``)."""
+    pvalue_brute_force()
+    for n in (50, 100, 400):
+        referral_discrete(rng, [0, 1], [0.9, 0.1], [0.05, 0.6], n, 0.1, 0.1, "ltt", 20000 // f, "binomial")
+        referral_discrete(rng, [0, 1, 2], [0.5, 0.3, 0.2], [0.02, 0.12, 0.5], n, 0.1, 0.1, "ltt", 20000 // f,
+                          "binomial")
+    referral_discrete(rng, [0, 1, 2], [0.3, 0.4, 0.3], [0.25, 0.0, 0.5], 1000, 0.1, 0.1, "ltt", 10000 // f, "binomial")
+    referral_discrete(rng, [0], [1.0], [0.1], 400, 0.1, 0.1, "ltt", 20000 // f, "binomial")
+    referral_discrete(rng, [0], [1.0], [0.102], 400, 0.1, 0.1, "ltt", 20000 // f, "binomial")
+    referral_discrete(rng, [0], [1.0], [0.11], 2000, 0.1, 0.1, "ltt", 5000 // f, "binomial")
+    for n, a, d, c in ((10, 0.5, 0.1, 1.0), (20, 0.5, 0.1, 1.0), (50, 0.3, 0.1, 1.0), (20, 0.9, 0.05, 1.0),
+                       (400, 0.02, 0.1, 0.2), (1000, 0.01, 0.2, 0.1), (400, 0.1, 0.5, 0.6)):
+        referral_continuous(rng, n, a, d, "ltt", c, 20000 // f, p_value="binomial")
+    for n in (100, 400, 2000):
+        single_test_power(n, 0.1, 0.1)
+    for n, a, d, c in ((100, 0.1, 0.1, 0.6), (400, 0.1, 0.1, 0.6), (2000, 0.1, 0.1, 0.6), (400, 0.05, 0.1, 0.3),
+                       (200, 0.2, 0.1, 1.0)):
+        procedure_power(rng, n, a, d, c, 5000 // f)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10x fewer draws")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "guarantees_review65.md"))
+    ap.add_argument("--part", choices=("all", "review66"), default="all",
+                    help="'review66': only the settings of LTT's binomial p-value (review 66)")
+    ap.add_argument("--out", default=None, help="the table (default benchmarks/results/guarantees_review65.md, "
+                    "guarantees_review66.md with --part review66)")
     args = ap.parse_args()
     f = 10 if args.quick else 1
-    rng = np.random.default_rng(65)
     warnings.simplefilter("ignore")
     t0 = time.time()
+    if args.part == "review66":
+        rng = np.random.default_rng(66)
+        review66(rng, f)
+        out = args.out or str(ROOT / "benchmarks" / "results" / "guarantees_review66.md")
+        lines = ["# Statistical guarantees by simulation: LTT with the exact binomial p-value (review 66)", "",
+                 f"`python benchmarks/validate_guarantees.py --part review66{' --quick' if args.quick else ''}`, "
+                 f"seed 66, {time.time() - t0:.0f} s. 95 % intervals: Clopper-Pearson for rates. `ltt-binomial`: "
+                 "`risk_controlled_threshold(..., method=\"ltt\", p_value=\"binomial\")` (Wiens' fallback, 20 "
+                 "candidates). Power rows: exact for one test; mean coverage over the same draws for the "
+                 "procedure.", "",
+                 "| part | setting | nominal | observed | 95 % interval |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {' | '.join(r)} |" for r in ROWS]
+        atomic_write_text(out, "\n".join(lines) + "\n")
+        print(f"wrote {out}")
+        return
+    rng = np.random.default_rng(65)
     for method in ("sgr", "ltt"):
         for n in (50, 100, 400):
             referral_discrete(rng, [0, 1], [0.9, 0.1], [0.05, 0.6], n, 0.1, 0.1, method, 20000 // f)
@@ -199,8 +300,9 @@ def main() -> None:
              f"{time.time() - t0:.0f} s. 95 % intervals: Clopper-Pearson for rates, +- 1.96 SE for means.", "",
              "| part | setting | nominal | observed | 95 % interval |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {' | '.join(r)} |" for r in ROWS]
-    atomic_write_text(args.out, "\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+    out = args.out or str(ROOT / "benchmarks" / "results" / "guarantees_review65.md")
+    atomic_write_text(out, "\n".join(lines) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

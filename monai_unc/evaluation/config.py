@@ -21,6 +21,7 @@ from ..io import case_id_hint, check_entry_kind, read_table
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.casewise import IID_SHIFTS
 from ..metrics.qu_brats_score import QU_BRATS_GRIDS
+from ..metrics.risk_control import P_VALUES as RISK_P_VALUES
 from ..product import CohortProduct
 from ..regions import parse_regions
 from ..scores import CASE_SCORES, region_suffix, region_suffixes
@@ -126,6 +127,9 @@ class EvaluationConfig:
         risk: ``"failure"`` (0/1 risk ``dice < failure_dice``) or ``"1-dice"`` (continuous risk ``1 - dice``).
         risk_method: ``"sgr"`` (binomial bound, 0/1 risk only) or ``"ltt"`` (Hoeffding-Bentkus, any risk in
             [0, 1]); default ``"sgr"`` for ``"failure"`` and ``"ltt"`` for ``"1-dice"``.
+        risk_p_value: the p-value of LTT's tests (:func:`monai_unc.metrics.risk_control.risk_controlled_threshold`'s
+            ``p_value``): ``"hoeffding_bentkus"`` (default, any risk) or ``"binomial"`` (exact, more powerful; needs
+            ``risk="failure"`` and ``risk_method="ltt"``). Recorded in ``summary.json`` only when not the default.
         calibration_cases: ids of the cases the threshold is fitted on (default: every case, and the threshold is
             meant for new cases); the other cases are reported as a held-out check.
         regions: region spec of a region-based (multi-label sigmoid) prediction: a mapping ``{region: [labels]}``,
@@ -193,6 +197,7 @@ class EvaluationConfig:
     delta: float = 0.1
     risk: str = "failure"
     risk_method: str | None = None
+    risk_p_value: str = "hoeffding_bentkus"
     calibration_cases: list[str] | None = None
     regions: dict[str, list[int]] | str | None = None
     case_metrics: Mapping[str, Callable[[Any], float]] | None = None
@@ -311,6 +316,19 @@ class EvaluationConfig:
             raise parameter_error(
                 ValueError("risk_method='sgr' needs the 0/1 risk (risk='failure'); use 'ltt' for risk='1-dice'"),
                 "risk_method")
+        if not isinstance(self.risk_p_value, str) or self.risk_p_value not in RISK_P_VALUES:
+            raise parameter_error(ValueError(f"risk_p_value must be one of {RISK_P_VALUES}, got "
+                                             f"{self.risk_p_value!r:.80}"), "risk_p_value")
+        # the exact binomial p-value holds for a 0/1 risk only, and is a p-value of LTT's tests (SGR's bound is the
+        # binomial one already); a default risk_method is not taken as asking for LTT
+        if self.risk_p_value == "binomial" and self.risk != "failure":
+            raise parameter_error(ValueError(
+                f"risk_p_value='binomial' is exact for the 0/1 risk (risk='failure') only, got risk={self.risk!r}; use "
+                "risk_p_value='hoeffding_bentkus'"), "risk_p_value")
+        if self.risk_p_value == "binomial" and self.risk_method != "ltt":
+            raise parameter_error(ValueError(
+                f"risk_p_value='binomial' is a p-value of Learn-then-Test's tests: it needs risk_method='ltt', got "
+                f"{self.risk_method!r} (SGR's bound is the binomial one already)"), "risk_p_value")
         if not isinstance(self.ignore_unclaimed_labels, bool):
             raise parameter_error(
                 TypeError(f"ignore_unclaimed_labels must be True or False, got {self.ignore_unclaimed_labels!r}"),
@@ -560,6 +578,8 @@ class EvaluationConfig:
             d.pop("ignore_label", None)
         if self.qu_brats_grid == "numpy2":  # recorded only when not the default, likewise
             d.pop("qu_brats_grid", None)
+        if self.risk_p_value == RISK_P_VALUES[0]:  # likewise
+            d.pop("risk_p_value", None)
         if self.case_metrics is not None:
             d["case_metric_names"] = self.case_metric_names
         if self.products:
@@ -724,10 +744,12 @@ def check_risk_options(target_risk: float | None, given: Iterable[str]) -> None:
 
     Args:
         target_risk: the target risk in effect (given, or the evaluation's), or None.
-        given: the names of the options given (``"delta"``, ``"risk"``, ``"risk_method"``; others are ignored).
+        given: the names of the options given (``"delta"``, ``"risk"``, ``"risk_method"``, ``"risk_p_value"``;
+            others are ignored).
 
     Raises:
-        ValueError: ``delta``, ``risk`` or ``risk_method`` given and ``target_risk`` None, naming the options.
+        ValueError: ``delta``, ``risk``, ``risk_method`` or ``risk_p_value`` given and ``target_risk`` None, naming
+            the options.
 
     Example:
         >>> check_risk_options(0.1, ["delta"])
@@ -737,7 +759,7 @@ def check_risk_options(target_risk: float | None, given: Iterable[str]) -> None:
         ...     print(str(e)[:40])
         --delta sets the risk-controlled thresho
     """
-    stray = [f"--{name.replace('_', '-')}" for name in ("delta", "risk", "risk_method")
+    stray = [f"--{name.replace('_', '-')}" for name in ("delta", "risk", "risk_method", "risk_p_value")
              if name in set(given)]
     if target_risk is None and stray:
         raise ValueError(f"{', '.join(stray)} {'sets' if len(stray) == 1 else 'set'} the risk-controlled threshold, "

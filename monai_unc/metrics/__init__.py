@@ -168,6 +168,7 @@ from .quality import (
 from .risk_control import (
     RiskControlledThreshold,
     accepted_by_threshold,
+    binomial_pvalue,
     clopper_pearson_upper,
     hoeffding_bentkus_pvalue,
     hoeffding_bentkus_upper,
@@ -279,6 +280,7 @@ __all__ = [
     "area_under_referral_curve",
     "au_arc",
     "augrc",
+    "binomial_pvalue",
     "aurc",
     "available_backends",
     "avu",

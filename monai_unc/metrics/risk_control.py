@@ -2,7 +2,8 @@
 
 Methods: selective classification with guaranteed risk (Geifman & El-Yaniv 2017: *Selective Classification for
 Deep Neural Networks*) and Learn then Test (Angelopoulos, Bates, Candès, Jordan, Lei 2021: *Learn then Test:
-Calibrating Predictive Algorithms to Achieve Risk Control*).
+Calibrating Predictive Algorithms to Achieve Risk Control*), whose tests take the Hoeffding-Bentkus p-value (any loss
+in [0, 1]) or, for 0/1 losses, the exact binomial p-value (:func:`binomial_pvalue`).
 
 :func:`risk_controlled_threshold` picks, from calibration cases, the acceptance threshold with the largest
 coverage such that, with probability at least ``1 - delta`` over the calibration draw, the selective risk of new
@@ -30,12 +31,15 @@ __all__ = [
     "RiskControlledThreshold",
     "accepted_by_threshold",
     "risk_controlled_threshold",
+    "binomial_pvalue",
     "clopper_pearson_upper",
     "hoeffding_bentkus_pvalue",
     "hoeffding_bentkus_upper",
 ]
 
 _RC_METHODS = ("sgr", "ltt")
+#: the p-values of LTT's tests (:func:`risk_controlled_threshold`'s ``p_value``): the first is the default
+P_VALUES = ("hoeffding_bentkus", "binomial")
 #: what :func:`risk_controlled_threshold` does with an undefined (non-finite) calibration uncertainty
 _UNDEFINED = ("error", "refer")
 
@@ -234,6 +238,50 @@ def _hb_pvalue(r: np.ndarray, nn: np.ndarray, a: np.ndarray) -> np.ndarray:
     return np.where(nn > 0, np.minimum(np.minimum(hoeffding, bentkus), 1.0), 1.0)
 
 
+def binomial_pvalue(
+    risk_hat: ArrayLike | float, n: ArrayLike | float, alpha: ArrayLike | float
+) -> np.ndarray | float:
+    """Exact binomial p-value for ``H0: P(loss = 1) > alpha`` from the failure rate ``risk_hat`` of ``n`` 0/1 losses.
+
+    ``p = P(Bin(n, alpha) <= n risk_hat)``: under ``H0`` the number of failures is ``Bin(n, r)`` with ``r > alpha``,
+    stochastically larger than ``Bin(n, alpha)``, so ``P(p <= t) <= t``. Valid only for losses that are exactly 0 or 1
+    (Bernoulli); for them it is never larger than :func:`hoeffding_bentkus_pvalue` (whose Bentkus term is ``e`` times
+    this tail, and whose Hoeffding term is a Chernoff bound on it), so a test at level ``d`` rejects at least as often.
+    ``p <= d`` exactly when the Clopper-Pearson bound :func:`clopper_pearson_upper` at level ``d`` is ``<= alpha``.
+
+    Args:
+        risk_hat: failure rate of the ``n`` cases (failures / ``n``): ``n risk_hat`` must be an integer.
+        n: number of cases (``n == 0`` gives 1).
+        alpha: the risk level of the null hypothesis.
+
+    Returns:
+        The p-value, vectorised; a float for scalar input. ``ValueError`` naming the argument when ``risk_hat`` or
+        ``alpha`` is outside [0, 1], ``n`` is not a non-negative integer, or ``n risk_hat`` is not a whole number of
+        failures (a mean of losses that are not 0/1); ``TypeError`` naming it for a bool, string or complex argument.
+
+    Example:
+        >>> from monai_unc.metrics import binomial_pvalue, hoeffding_bentkus_pvalue
+        >>> round(binomial_pvalue(0.02, 100, 0.1), 4), round(hoeffding_bentkus_pvalue(0.02, 100, 0.1), 4)
+        (0.0019, 0.0053)
+    """
+    r, nn, a = _check_unit(risk_hat, "risk_hat"), _check_counts(n, "n"), _check_unit(alpha, "alpha")
+    x = r * nn
+    # a few ulps off an integer is rounding of failures / n (0.3 * 10); more is a mean of losses that are not 0/1
+    if np.any(np.abs(x - np.round(x)) > 4.0 * np.finfo(np.float64).eps * np.maximum(nn, 1.0)):
+        raise ValueError(f"risk_hat must be a number of failures over n (a mean of 0/1 losses) for the binomial "
+                         f"p-value, got risk_hat {risk_hat!r:.80} with n {n!r:.40}")
+    p = _binom_pvalue(r, nn, a)
+    return float(p) if p.ndim == 0 else p
+
+
+def _binom_pvalue(r: np.ndarray, nn: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """:func:`binomial_pvalue` on checked float64 arrays (the batch core): ``P(Bin(n, a) <= n r)``, 1 for ``n = 0``."""
+    from scipy import stats  # ~1 s to import: loaded by the bounds that use it, not by every command using metrics
+
+    k = share_count(r, nn)  # the number of failures (n * mean lands within ulps of it)
+    return np.where(nn > 0, np.minimum(stats.binom.cdf(k, nn, a), 1.0), 1.0)
+
+
 def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
     """Upper confidence bound from the Hoeffding-Bentkus p-value: ``inf {alpha : p(risk_hat, n, alpha) <= delta}``.
 
@@ -298,8 +346,9 @@ class RiskControlledThreshold:
             case, those with an undefined uncertainty included: they are referred).
         risk: empirical selective risk of the accepted calibration cases (NaN when none is accepted).
         bound: upper confidence bound on the selective risk at the chosen threshold: SGR's Clopper-Pearson bound
-            at level ``delta / n_candidates`` (valid simultaneously over all candidates), or LTT's Hoeffding-Bentkus
-            bound at the level the chosen candidate was tested at (``<= target_risk``; LTT's guarantee itself is
+            at level ``delta / n_candidates`` (valid simultaneously over all candidates), or LTT's upper bound at the
+            level the chosen candidate was tested at, from its p-value (Hoeffding-Bentkus, or with
+            ``p_value="binomial"`` the Clopper-Pearson bound) (``<= target_risk``; LTT's guarantee itself is
             ``risk <= target_risk``). When infeasible: the smallest such bound over the candidates at the levels they
             were tested at (``> target_risk``), i.e. how far the calibration set is from certifying the target.
         feasible: False when no candidate threshold satisfies the target (then ``threshold == -inf``).
@@ -309,6 +358,8 @@ class RiskControlledThreshold:
         n_candidates: the number of thresholds tested.
         n_undefined: the calibration cases with an undefined uncertainty (``undefined="refer"``), counted as
             referred.
+        p_value: the p-value of LTT's tests, ``"hoeffding_bentkus"`` or ``"binomial"`` (SGR: ``"hoeffding_bentkus"``,
+            the default, unused).
 
     Example:
         >>> import numpy as np
@@ -335,6 +386,7 @@ class RiskControlledThreshold:
     n_calibration: int
     n_candidates: int
     n_undefined: int = 0
+    p_value: str = P_VALUES[0]
 
     def accept(self, uncertainty: ArrayLike) -> ArrayLike:
         """Boolean mask of the cases to accept (defined and ``uncertainty <= threshold``), in the library of the input.
@@ -388,14 +440,17 @@ def _risk_control_batch(
     n_candidates: int | None,
     with_bound: bool = True,
     sequence: str = "fallback",
+    p_value: str = P_VALUES[0],
 ) -> dict[str, np.ndarray]:
     """Vectorised core over ``R`` independent calibration sets: ``uncertainty``, ``risk`` ``(R, m)``.
 
     For rank ``k`` the rule accepts every case with ``u <= u_(k)`` (the k-th smallest; a tie group enters whole),
     i.e. ``u < t_k`` with ``t_k`` the next larger calibration value (``+inf`` past the last). Returns per row:
     ``n_accepted`` (0 = infeasible), ``cut`` (``t_k``; ``-inf`` when infeasible), ``loss_sum``, ``bound``,
-    ``n_candidates``. ``with_bound=False`` skips LTT's bound root-finding (NaN; for many-split simulations).
+    ``n_candidates``. ``with_bound=False`` skips LTT's bound (NaN; for many-split simulations). ``p_value``: LTT's
+    p-value (``"binomial"`` assumes 0/1 ``risk``; the caller checks it).
     """
+    binomial = method == "ltt" and p_value == "binomial"
     n_rows, m = uncertainty.shape
     order = np.argsort(uncertainty, axis=1, kind="stable")
     u = np.take_along_axis(uncertainty, order, axis=1)
@@ -413,7 +468,7 @@ def _risk_control_batch(
     if n_cand == 0:
         # the calibration set is too small to certify the target even with zero observed risk: judge full coverage
         full = prefix[:, -1]
-        if method == "sgr":
+        if method == "sgr" or binomial:  # the exact binomial bound: SGR's, and that of LTT's binomial p-value
             out["bound"] = np.asarray(clopper_pearson_upper(np.round(full), np.full(n_rows, m), delta))
         else:
             out["bound"] = np.array([hoeffding_bentkus_upper(f / m, m, delta) for f in full])
@@ -431,7 +486,7 @@ def _risk_control_batch(
         pick = np.where(any_ok, last, np.argmin(ub, axis=1))
         bound = ub[np.arange(n_rows), pick]
     else:
-        pv = _hb_pvalue(loss / n_acc, n_acc.astype(np.float64), np.float64(alpha))
+        pv = (_binom_pvalue if binomial else _hb_pvalue)(loss / n_acc, n_acc.astype(np.float64), np.float64(alpha))
         # Wiens' fallback procedure over increasing k: candidate j is tested at w_j delta plus the level of
         # candidate j - 1 if that one was rejected. Fixed-sequence testing is w = (1, 0, ..., 0).
         w = np.r_[1.0, np.zeros(n_cand - 1)] if sequence == "fixed" else np.full(n_cand, 1.0 / n_cand)
@@ -447,7 +502,12 @@ def _risk_control_batch(
         # every rejected H0 is false with probability >= 1 - delta: take the largest coverage among them
         pick = np.where(any_ok, n_cand - 1 - np.argmax(rejected[:, ::-1], axis=1), 0)
         bound = np.full(n_rows, np.nan)
-        if with_bound:
+        if with_bound and binomial:  # inf {a : P(Bin(n, a) <= e) <= level}: the Clopper-Pearson bound at that level
+            for i in range(n_rows):
+                js = [pick[i]] if any_ok[i] else range(n_cand)
+                bound[i] = min(float(clopper_pearson_upper(np.round(loss[i, j]), n_acc[i, j], levels[i, j]))
+                               if levels[i, j] > 0 else 1.0 for j in js)
+        elif with_bound:
             for i in range(n_rows):
                 js = [pick[i]] if any_ok[i] else range(n_cand)  # infeasible: the best bound at its tested level
                 bound[i] = min(
@@ -473,6 +533,7 @@ def risk_controlled_threshold(
     n_candidates: int | None = 20,
     sequence: str = "fallback",
     undefined: str = "error",
+    p_value: str = P_VALUES[0],
 ) -> RiskControlledThreshold:
     """Referral threshold with a statistical guarantee on the selective risk of the accepted cases.
 
@@ -500,7 +561,9 @@ def risk_controlled_threshold(
       tests ``delta / K`` and passes the level of a rejected test on to the next, so one noisy small-sample test
       at the start does not stop the sequence (fixed-sequence testing refers every case in about a third of
       the calibration draws of a cohort with 2 % failures, a 10 % target and ``delta = 0.1``;
-      docs/referral_threshold.md).
+      docs/referral_threshold.md). ``p_value="binomial"``: for a 0/1 risk, each test takes the exact binomial
+      p-value ``P(Bin(n_k, target) <= errors_k)`` (:func:`binomial_pvalue`) instead of the Hoeffding-Bentkus one,
+      never larger, so LTT certifies at least as much coverage with the same guarantee.
 
     A case whose uncertainty is undefined (NaN or infinite, e.g. ``fg_mean`` of an empty predicted foreground) is
     never accepted (:func:`accepted_by_threshold`). With ``undefined="refer"`` such calibration cases are counted as
@@ -526,6 +589,11 @@ def risk_controlled_threshold(
         undefined: ``"error"`` (default): a non-finite ``uncertainty_cal`` is a ``ValueError``; ``"refer"``: it marks
             an undefined uncertainty, counted as referred (above). With no defined uncertainty at all nothing is
             certified (``feasible=False``, ``bound=1``).
+        p_value: the p-value of LTT's tests: ``"hoeffding_bentkus"`` (default; valid for any risk in [0, 1]) or
+            ``"binomial"`` (exact, for a 0/1 risk only: a ``risk_cal`` with another value is a ``ValueError``, and
+            so is ``"binomial"`` with ``method="sgr"``, whose Clopper-Pearson bound is already the binomial one).
+            Chosen before seeing the data: the binomial p-value is valid because the risk *is* 0/1 by its definition
+            (e.g. ``dice < 0.8``), not because the calibration values happen to be.
 
     Returns:
         :class:`RiskControlledThreshold`. When no candidate certifies the target, ``feasible=False``,
@@ -549,6 +617,9 @@ def risk_controlled_threshold(
         >>> ltt = risk_controlled_threshold(u, failed, target_risk=0.1, delta=0.1, method="ltt")
         >>> round(ltt.coverage, 3)
         0.603
+        >>> exact = risk_controlled_threshold(u, failed, target_risk=0.1, delta=0.1, method="ltt", p_value="binomial")
+        >>> exact.p_value, exact.coverage >= ltt.coverage
+        ('binomial', True)
     """
     if undefined not in _UNDEFINED:
         raise ValueError(f"undefined must be one of {_UNDEFINED}, got {undefined!r}")
@@ -573,6 +644,16 @@ def risk_controlled_threshold(
         raise ValueError(
             "method='sgr' needs a 0/1 risk_cal (e.g. dice < 0.8); use method='ltt' for a continuous risk in [0, 1]"
         )
+    if isinstance(p_value, str) and p_value in P_VALUES:
+        if p_value == "binomial" and method != "ltt":
+            raise ValueError("p_value='binomial' is a p-value of method='ltt'; method='sgr' bounds the 0/1 risk with "
+                             "the binomial (Clopper-Pearson) bound already")
+        if p_value == "binomial" and not np.isin(r, (0.0, 1.0)).all():
+            bad = float(r[~np.isin(r, (0.0, 1.0))][0])
+            raise ValueError(f"p_value='binomial' needs a 0/1 risk_cal (e.g. dice < 0.8), got the loss {bad:.6g}; use "
+                             "p_value='hoeffding_bentkus' for a risk in [0, 1]")
+    else:
+        raise ValueError(f"p_value must be one of {P_VALUES}, got {p_value!r:.80}")
     for name, val in (("target_risk", target_risk), ("delta", delta)):
         if isinstance(val, bool) or not isinstance(val, (int, float, np.floating)) or not 0 < float(val) < 1:
             raise ValueError(f"{name} must be a number in (0, 1), got {val!r}")
@@ -588,7 +669,8 @@ def risk_controlled_threshold(
     n_und = int(m - defined.sum())
     ud, rd = u[defined], r[defined]  # the undefined cases are referred: never in a candidate's accepted set
     if ud.size:
-        res = _risk_control_batch(ud[None], rd[None], alpha, delta, method, n_candidates, sequence=sequence)
+        res = _risk_control_batch(ud[None], rd[None], alpha, delta, method, n_candidates, sequence=sequence,
+                                  p_value=p_value)
     else:  # nothing to certify on: CP's bound of no observation is 1
         res = {"n_accepted": np.zeros(1, np.int64), "cut": np.full(1, -np.inf), "loss_sum": np.zeros(1),
                "bound": np.ones(1), "n_candidates": np.zeros(1, np.int64)}
@@ -620,4 +702,5 @@ def risk_controlled_threshold(
         n_calibration=m,
         n_candidates=int(res["n_candidates"][0]),
         n_undefined=n_und,
+        p_value=p_value,
     )

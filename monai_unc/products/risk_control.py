@@ -18,10 +18,10 @@ artifact                    ``referral_rule.json``: the threshold, the certifica
 summary                     the ``risk_control`` block of ``summary.json``: the threshold, the bound, the calibration
                             coverage and risk, the accepted and referred cases (and the held-out cases' figures)
 apply                       the rule's decision on a new case (``monai-unc triage`` for a cohort of them)
-command line                ``--target-risk``, ``--delta``, ``--risk``, ``--risk-method`` and ``--calibration-cases``:
-                            evaluation options (``EvaluationConfig``), since ``monai-unc report`` refits the rule
-                            with other values of them; the product is on when ``--target-risk`` is given
-                            (:meth:`RiskControl.from_config`)
+command line                ``--target-risk``, ``--delta``, ``--risk``, ``--risk-method``, ``--risk-p-value`` and
+                            ``--calibration-cases``: evaluation options (``EvaluationConfig``), since ``monai-unc
+                            report`` refits the rule with other values of them; the product is on when
+                            ``--target-risk`` is given (:meth:`RiskControl.from_config`)
 ==========================  ==========================================================================================
 
 Because its state is the rows alone, ``monai-unc report --target-risk`` refits it on the saved rows
@@ -63,7 +63,8 @@ def risk_control_line(block: Mapping[str, Any]) -> str:
     """
     rc = block
     n_cases = len(rc.get("accepted") or ()) + len(rc.get("referred") or ())
-    head = (f"risk control ({rc['method']}, {rc['risk']} <= {format_target(rc['target_risk'])} w.p. "
+    pv = ", binomial p-value" if rc.get("p_value") == "binomial" else ""
+    head = (f"risk control ({rc['method']}{pv}, {rc['risk']} <= {format_target(rc['target_risk'])} w.p. "
             f"{format_level(rc['delta'])}): ")
     target = rc["target_risk"]  # the risk and the bound are judged against it: never written equal to it
     if not rc["feasible"]:
@@ -91,9 +92,9 @@ def risk_control_line(block: Mapping[str, Any]) -> str:
 class RiskControl(CohortProduct):
     """The risk-controlled referral threshold and its rule file (module docstring).
 
-    Its options are the evaluation's (``target_risk``, ``delta``, ``risk``, ``risk_method``, ``failure_dice``,
-    ``calibration_cases`` of :class:`~monai_unc.evaluation.EvaluationConfig`): the product is on when
-    ``target_risk`` is set.
+    Its options are the evaluation's (``target_risk``, ``delta``, ``risk``, ``risk_method``, ``risk_p_value``,
+    ``failure_dice``, ``calibration_cases`` of :class:`~monai_unc.evaluation.EvaluationConfig`): the product is on
+    when ``target_risk`` is set.
 
     Example:
         >>> from monai_unc.evaluation import EvaluationConfig
@@ -150,8 +151,10 @@ class RiskControl(CohortProduct):
         is_cal = calibration_mask(ids, config)
         risk = calibration_risks([r.get("dice") for r in rows], ids, config.risk, config.failure_dice)
         method = config.resolved_risk_method
+        p_value = getattr(config, "risk_p_value", "hoeffding_bentkus")
         res = risk_controlled_threshold(scores[is_cal], risk[is_cal], config.target_risk, config.delta,
-                                        method=method, n_candidates=RISK_CONTROL_CANDIDATES, undefined="refer")
+                                        method=method, n_candidates=RISK_CONTROL_CANDIDATES, undefined="refer",
+                                        p_value=p_value)
         accept = accepted_by_threshold(scores, res.threshold)
         held = ~is_cal
         out: dict[str, Any] = {
@@ -159,6 +162,7 @@ class RiskControl(CohortProduct):
             "delta": config.delta,
             "risk": f"dice < {failure_dice_text(config.failure_dice)}" if config.risk == "failure" else "1 - dice",
             "method": method,
+            **({"p_value": p_value} if p_value != "hoeffding_bentkus" else {}),  # absent: the default, as before
             "feasible": res.feasible,
             "threshold": res.threshold,
             "bound": res.bound,

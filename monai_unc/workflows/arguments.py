@@ -460,6 +460,11 @@ def _add_risk_control(p: argparse.ArgumentParser, defaults: bool) -> None:
     g.add_argument("--risk-method", choices=("sgr", "ltt"), default=None,
                    help="bound: 'sgr' (binomial, failure risk) or 'ltt' (Learn-then-Test, any risk); "
                    "default sgr for failure, ltt for 1-dice")
+    g.add_argument("--risk-p-value", choices=("hoeffding_bentkus", "binomial"),
+                   default="hoeffding_bentkus" if defaults else None,
+                   help="p-value of ltt's tests: 'hoeffding_bentkus' (any risk) or 'binomial' (exact and more "
+                   "powerful; needs --risk failure and --risk-method ltt)"
+                   + (" (default hoeffding_bentkus)" if defaults else keep))
     g.add_argument("--calibration-cases", default=None, metavar="FILE",
                    help="file of case ids (one per line, or a CSV with a 'case' column) to fit the threshold on; "
                    "the other cases are reported as held out" + (" (default: every case)" if defaults else keep))

@@ -109,7 +109,8 @@ def evaluate_from_arguments(
         score=args.score, n_bins=args.n_bins, min_bin_count=args.min_bin_count, failure_dice=args.failure_dice,
         budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial, num_classes=args.num_classes,
         class_names=args.class_names, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
-        risk_method=args.risk_method, ignore_unclaimed_labels=args.ignore_unclaimed_labels, ignore_label=ignore,
+        risk_method=args.risk_method, risk_p_value=args.risk_p_value,
+        ignore_unclaimed_labels=args.ignore_unclaimed_labels, ignore_label=ignore,
         seg_label_values=args.seg_label_values, seg_regions=args.seg_regions, qu_brats_grid=args.qu_brats_grid,
         products=products_from_arguments(args),
     )  # fmt: skip

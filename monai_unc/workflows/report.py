@@ -135,6 +135,7 @@ def run_report(
     risk: str | None = None,
     risk_method: str | None = None,
     calibration_cases: str | os.PathLike | Sequence[str] | None = None,
+    risk_p_value: str | None = None,
 ) -> Path:
     """``monai-unc report``: check, then write ``report.html`` and ``figures/*.png`` for an evaluation folder.
 
@@ -151,6 +152,8 @@ def run_report(
         delta: allowed probability that the guarantee fails (None keeps the evaluation's).
         risk: per-case risk, ``"failure"`` or ``"1-dice"`` (None keeps the evaluation's).
         risk_method: the bound, ``"sgr"`` or ``"ltt"`` (None keeps the evaluation's).
+        risk_p_value: the p-value of LTT's tests, ``"hoeffding_bentkus"`` or ``"binomial"`` (None keeps the
+            evaluation's).
         calibration_cases: a file of case ids (:func:`~monai_unc.workflows.prepare.read_case_list`) or the ids.
 
     Returns:
@@ -175,7 +178,7 @@ def run_report(
     ids = read_case_list(cases_file) if cases_file is not None else (
         None if calibration_cases is None else [str(c) for c in calibration_cases])
     overrides = {"target_risk": target_risk, "delta": delta, "risk": risk, "risk_method": risk_method,
-                 "calibration_cases": ids}
+                 "risk_p_value": risk_p_value, "calibration_cases": ids}
     summary = None
     if budget is not None or any(v is not None for v in overrides.values()):  # the cohort summary again
         state, saved = load_evaluation(evaluation)
@@ -280,5 +283,6 @@ def report_from_arguments(args: argparse.Namespace) -> CommandResult[Path]:
     """
     path = run_report(args.evaluation, args.output, budget=args.budget, images=args.images, cases=args.cases,
                       title=args.title, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
-                      risk_method=args.risk_method, calibration_cases=args.calibration_cases)
+                      risk_method=args.risk_method, calibration_cases=args.calibration_cases,
+                      risk_p_value=args.risk_p_value)
     return CommandResult(path, True, path.resolve().parent, (f"report: {path.resolve()}",))

@@ -180,7 +180,7 @@ def certify_and_triage(
     if not cal or not new:
         raise ValueError("calibration_cases and new_cases must both name at least one case")
     cfg = dataclasses.replace(config, target_risk=target_risk, delta=delta, risk=risk, risk_method=None,
-                              calibration_cases=cal)
+                              risk_p_value="hoeffding_bentkus", calibration_cases=cal)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "no threshold certifies ...": the rule records it
         summary = summarize(state, cfg)

@@ -242,7 +242,7 @@ def _redigest(d):
 
 
 def test_a_new_rule_records_its_estimate_in_format_version_5():
-    assert RULE_VERSION == 5
+    assert RULE_VERSION >= 5  # 6: a rule certified with LTT's binomial p-value (review 66)
     rule = _rule()
     d = json_safe(rule.to_json())
     assert d["format_version"] == 5 and d["calibration"]["expected_dice_estimate"] == "class_mean"

@@ -20,6 +20,7 @@ from ...io.provenance import (
     prediction_regions,
     region_differences,
 )
+from ...metrics.risk_control import P_VALUES
 from ...regions import parse_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, CohortState, calibration_risks
 from ..config import EvaluationConfig
@@ -50,7 +51,8 @@ def certify_referral_rule(
     (:func:`prediction_fingerprint`, the calibration cases' records). A region evaluation (``config.regions``) gives a
     rule with the region spec, whose score is the combined case score of the regions. The rule records the calibration
     cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 5), from which its certificate is
-    recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`), and, when the evaluation had
+    recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`), the p-value of LTT's tests
+    (:attr:`CalibrationRecord.p_value`, ``format_version`` 6 for the binomial one), and, when the evaluation had
     probabilities, their label-free ``expected_dice``, which calibrates the interval of a new case's
     expected Dice (:meth:`ReferralRule.expected_dice_interval`, 90 %), and what it estimates (``class_mean`` or
     ``region_mean``, :attr:`CalibrationRecord.expected_dice_estimate`), and the range of the calibration cases' voxel
@@ -139,6 +141,8 @@ def certify_rule(
         expected_dice=tuple(float(v) if np.isfinite(v) else None for v in est) if np.isfinite(est).any() else None,
         # what evaluate's expected_dice column estimates (rows.case_expected_dice's default): triage computes the same
         expected_dice_estimate="class_mean" if config.regions is None else "region_mean",
+        # the p-value of LTT's tests the block was fitted with (absent: Hoeffding-Bentkus, the default; review 66)
+        p_value=str(rc.get("p_value", P_VALUES[0])),
     )
     thr = rc["threshold"]
     threshold = (math.inf if rc["feasible"] else -math.inf) if thr is None else float(thr)

@@ -31,7 +31,7 @@ from ...io.signing import (
 )
 from ...keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
-from ...metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
+from ...metrics.risk_control import P_VALUES, accepted_by_threshold, risk_controlled_threshold
 from ...product import ThresholdText, format_cell, format_level, format_score, format_target, separating_digits
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, calibration_risks, failure_dice_text
@@ -42,7 +42,9 @@ from .images import IMAGE_CHANNEL_FILES, IMAGE_FEATURES, image_feature_names, pa
 RULE_FILE = "referral_rule.json"
 #: ``format`` entry of a rule file, and its version (a reader refuses other formats and newer versions)
 RULE_FORMAT = "monai-unc referral rule"
-#: the newest ``format_version`` this version reads and writes: 5 for a rule of classes whose expected Dice is the mean
+#: the newest ``format_version`` this version reads and writes: 6 for a rule certified with LTT's exact binomial p-value
+#: (``calibration.p_value`` ``"binomial"``, review 66: a reader of version 5 would recompute its certificate with the
+#: Hoeffding-Bentkus p-value, another certificate), else 5 for a rule of classes whose expected Dice is the mean
 #: over the classes (``calibration.expected_dice_estimate`` ``"class_mean"``, every rule of classes ``evaluate``
 #: certifies: a reader of version 4 would compute new cases' estimates of the merged foreground, another quantity than
 #: the calibration cases', and the interval would lose its guarantee) or of regions whose expected Dice scores a region
@@ -60,7 +62,7 @@ RULE_FORMAT = "monai-unc referral rule"
 #: the interval, so the version stays 3. Likewise its image reference may record the statistics of each calibration
 #: image (``image_reference.calibration_statistics``, versioned on its own: :data:`IMAGE_STATISTICS_VERSION`), the
 #: reference against which ``monai-unc monitor`` ranks new cases' images; a reader that ignores it loses only that.
-RULE_VERSION = 5
+RULE_VERSION = 6
 #: the version of a rule's ``image_reference.calibration_statistics`` object (a reader refuses newer ones)
 IMAGE_STATISTICS_VERSION = 1
 #: what writes a rule file
@@ -367,6 +369,10 @@ class CalibrationRecord:
             estimates are of the merged foreground for classes and ``"region_mean_soft"`` for regions
             (:attr:`ReferralRule.expected_dice_estimate`). A new case's estimate must be computed the same way, or the
             interval loses its guarantee.
+        p_value: the ``p_value`` argument of :func:`~monai_unc.metrics.risk_control.risk_controlled_threshold`, the
+            p-value of LTT's tests that certified the rule: ``"hoeffding_bentkus"`` (the default, and what every rule
+            certified before review 66 used; not written to the file) or ``"binomial"`` (the exact binomial p-value
+            of a 0/1 risk, written as ``calibration.p_value``, ``format_version`` 6).
 
     Example:
         >>> rec = CalibrationRecord((0.1, 0.2, 0.3), (0.9, 0.7, 0.8), (0.0, 1.0, 0.0),
@@ -386,8 +392,11 @@ class CalibrationRecord:
     expected_dice: tuple[float | None, ...] | None = None
     interval_alpha: float = CONFORMAL_ALPHA
     expected_dice_estimate: str | None = None
+    p_value: str = P_VALUES[0]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.p_value, str) or self.p_value not in P_VALUES:
+            raise ValueError(f"p_value must be one of {P_VALUES}, got {self.p_value!r}"[:300])
         est = self.expected_dice_estimate
         if est is not None and est not in EXPECTED_DICE_ESTIMATES:
             raise ValueError(f"expected_dice_estimate must be one of {EXPECTED_DICE_ESTIMATES} or None, got "
@@ -414,7 +423,8 @@ class CalibrationRecord:
         Returns:
             ``{"case_scores", "dice", "risks", "undefined_score", "max_candidates", "sequence"}``, and with
             recorded estimates ``"expected_dice"``, ``"expected_dice_alpha"`` and ``"expected_dice_quantile"``
-            (null for ``inf``; recomputed and compared when read), and ``"expected_dice_estimate"`` when known.
+            (null for ``inf``; recomputed and compared when read), ``"expected_dice_estimate"`` when known, and
+            ``"p_value"`` when it is not the default (``"binomial"``).
         """
         out = {"case_scores": list(self.scores), "dice": list(self.dice), "risks": list(self.risks),
                "undefined_score": self.undefined_score, "max_candidates": self.n_candidates,
@@ -425,6 +435,8 @@ class CalibrationRecord:
                         "expected_dice_quantile": qn[0] if math.isfinite(qn[0]) else None})
         if self.expected_dice_estimate is not None:  # also without estimates: what triage computes for new cases
             out["expected_dice_estimate"] = self.expected_dice_estimate
+        if self.p_value != P_VALUES[0]:  # absent: Hoeffding-Bentkus, so rules certified with it are written as before
+            out["p_value"] = self.p_value
         return out
 
     @classmethod
@@ -468,8 +480,14 @@ class CalibrationRecord:
             if kind not in EXPECTED_DICE_ESTIMATES:
                 raise ValueError(f"field '{where}.expected_dice_estimate' must be one of "
                                  f"{', '.join(EXPECTED_DICE_ESTIMATES)}, got {kind!r}"[:300])
+        p_value = P_VALUES[0]  # absent in every rule certified before review 66: Hoeffding-Bentkus
+        if "p_value" in cal:
+            p_value = _field(cal, "p_value", where, str)
+            if p_value not in P_VALUES:
+                raise ValueError(f"field '{where}.p_value' must be one of {', '.join(P_VALUES)}, got {p_value!r}"[:300])
         rec = cls(tuple(scores), tuple(dice), tuple(risks),
-                  None if und is None else _number(und, f"{where}.undefined_score"), n_cand, seq, est, alpha, kind)
+                  None if und is None else _number(und, f"{where}.undefined_score"), n_cand, seq, est, alpha, kind,
+                  p_value)
         qn = rec.interval_quantile()
         if qn is not None:
             raw = _field(cal, "expected_dice_quantile", where)
@@ -630,7 +648,8 @@ class ReferralRule:
             accepted; ``-inf``: the target could not be certified (``feasible=False``) and every case is referred. An
             undefined score is always referred, and was counted as referred in the certification.
         target_risk, delta, method (``sgr`` / ``ltt``), risk (``failure`` / ``1-dice``), failure_dice: the
-            certification (:func:`monai_unc.metrics.risk_control.risk_controlled_threshold`).
+            certification (:func:`monai_unc.metrics.risk_control.risk_controlled_threshold`); the p-value of LTT's
+            tests is the record's (:attr:`p_value`).
         bound, coverage, observed_risk, n_candidates: its outcome on the calibration cases (bound on the selective
             risk; fraction of all calibration cases accepted; mean risk of the accepted calibration cases).
         calibration_cases: ids; calibration_scores: their defined scores, sorted; n_undefined: how many calibration
@@ -747,6 +766,7 @@ class ReferralRule:
     def format_version(self) -> int:
         """The ``format_version`` :meth:`to_json` writes (:data:`RULE_VERSION`).
 
+        6 with a record certified with LTT's exact binomial p-value (:attr:`CalibrationRecord.p_value`), else
         5 with a record whose expected Dice is the quantity of ``dice`` (:attr:`expected_dice_estimate`
         ``"class_mean"`` or ``"region_mean"``, what triage computes for new cases, and the calibration cases'
         estimates when recorded), else 4 with a calibration record whose undefined scores were counted as referred,
@@ -755,9 +775,20 @@ class ReferralRule:
         rec = self.record
         if rec is None:
             return 1 if self.regions is None else 2
+        if rec.p_value == "binomial":  # a reader of version 5 would recompute it with Hoeffding-Bentkus
+            return 6
         if rec.expected_dice_estimate in ("class_mean", "region_mean"):
             return 5
         return 4 if rec.undefined_score is None and any(v is None for v in rec.scores) else 3
+
+    @property
+    def p_value(self) -> str:
+        """The p-value of LTT's tests that certified the rule: :attr:`CalibrationRecord.p_value`.
+
+        ``"hoeffding_bentkus"`` for a rule without a record (certified before the binomial p-value existed) and for
+        every SGR rule; ``"binomial"`` for an LTT rule of the 0/1 risk certified with the exact binomial p-value.
+        """
+        return P_VALUES[0] if self.record is None else self.record.p_value
 
     @property
     def risk_definition(self) -> str:
@@ -814,7 +845,8 @@ class ReferralRule:
                 "(c - eps) for those the range and image checks accept as well, when they refer a share eps of the "
                 "share c the threshold accepts), "
                 "provided the new cases are exchangeable with the calibration cases "
-                f"({self.method.upper()}; calibration: coverage {format_cell(self.coverage, 3, 1.0)}, observed risk "
+                f"({self.method.upper()}{', binomial p-value' if self.p_value == 'binomial' else ''}; calibration: "
+                f"coverage {format_cell(self.coverage, 3, 1.0)}, observed risk "
                 f"{format_cell(self.observed_risk, 4, target, 'n/a')}, bound "
                 f"{format_cell(self.bound, 4, target, 'n/a')})")
 
@@ -931,6 +963,10 @@ class ReferralRule:
             raise ValueError(f"risk must be 'failure' or '1-dice', got {self.risk!r}")
         if self.method == "sgr" and self.risk != "failure":  # the binomial bound holds for a 0/1 risk only
             raise ValueError(f"method 'sgr' certifies the 0/1 risk ('failure') only, got risk {self.risk!r}")
+        if self.p_value == "binomial" and (self.method != "ltt" or self.risk != "failure"):
+            # the exact binomial p-value holds for a 0/1 risk only, and is a p-value of LTT's tests (review 66)
+            raise ValueError(f"p_value 'binomial' certifies the 0/1 risk ('failure') with method 'ltt' only, got "
+                             f"method {self.method!r} and risk {self.risk!r}")
         n_cand = self.n_candidates
         if not is_int(n_cand) or n_cand < 0:
             raise ValueError(f"n_candidates must be a non-negative integer, got {n_cand!r}")
@@ -1078,7 +1114,7 @@ class ReferralRule:
                 warnings.simplefilter("ignore", UserWarning)  # "no threshold certifies ...": the rule says so
                 res = risk_controlled_threshold(u, got, self.target_risk, self.delta, method=self.method,
                                                 n_candidates=rec.n_candidates, sequence=rec.sequence,
-                                                undefined="error" if legacy else "refer")
+                                                undefined="error" if legacy else "refer", p_value=rec.p_value)
         except ValueError as e:
             raise ValueError(f"the recorded calibration cases cannot be certified again ({e}): {_EDITED}") from None
         for name, recorded, again in (("threshold", self.threshold, res.threshold),
@@ -1316,6 +1352,12 @@ class ReferralRule:
                     raise ValueError(f"{source}: calibration: field 'expected_dice_estimate' is "
                                      f"{record.expected_dice_estimate!r} in a format_version {ver} rule of {kind} "
                                      f"(format_version 5 records {want!r}, earlier ones nothing): {_EDITED}")
+                # the binomial p-value needs format_version 6, which a reader that would recompute the certificate with
+                # Hoeffding-Bentkus refuses; either without the other is an edited file (review 66)
+                if (ver >= 6) != (record.p_value == "binomial"):
+                    raise ValueError(f"{source}: calibration: field 'p_value' is {record.p_value!r} in a "
+                                     f"format_version {ver} rule (format_version 6 records 'binomial', earlier ones "
+                                     f"nothing): {_EDITED}")
             rule = cls(
                 score=_field(sc, "column", f"{source}: score", str),
                 threshold=threshold,
