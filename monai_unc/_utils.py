@@ -67,6 +67,7 @@ __all__ = [
     "refusing",
     "MAX_SEED",
     "check_seed",
+    "network_devices",
     "check_sample_batch_size",
     "plain_module",
     "recompile_after_hooks",
@@ -1053,7 +1054,8 @@ def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[Non
 
     Args:
         seed: the seed (checked by :func:`check_seed`).
-        devices: the CUDA devices the call draws on (``torch.device`` or indices; other device types are ignored).
+        devices: the CUDA devices the call draws on (``torch.device`` or indices; other device types are ignored):
+            the input's, the windows' and those of the network's weights (:func:`network_devices`).
 
     Yields:
         Nothing; inside, the listed generators are seeded.
@@ -1076,6 +1078,38 @@ def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[Non
         for i in cuda:
             torch.cuda.default_generators[i].manual_seed(seed)
         yield
+
+
+def network_devices(*networks: Any) -> set[torch.device]:
+    """The devices networks may draw random numbers on: those of their parameters and buffers, and of the replicas of
+    a ``DataParallel`` inside them.
+
+    A seeded call passes them to :func:`seeded_rng` beside the input's and the windows' devices: a network spread
+    over several GPUs (pipeline or model parallel, some weights on ``cuda:1``) draws its dropout masks on each of
+    them, and an unseeded one made a seeded call irreproducible (found by review 66).
+
+    Args:
+        networks: modules (anything else, such as None or a checkpoint path, has no devices).
+
+    Returns:
+        The set of devices (CPU ones included; :func:`seeded_rng` seeds the CUDA ones).
+
+    Example:
+        >>> import torch
+        >>> from monai_unc._utils import network_devices
+        >>> network_devices(torch.nn.Linear(2, 2), None)
+        {device(type='cpu')}
+    """
+    devices: set[torch.device] = set()
+    for network in networks:
+        if not isinstance(network, torch.nn.Module):
+            continue
+        devices.update(t.device for t in network.parameters())
+        devices.update(t.device for t in network.buffers())
+        for m in network.modules():  # a DataParallel runs a replica on each of its devices (and draws there)
+            if isinstance(m, torch.nn.DataParallel):
+                devices.update(torch.device("cuda", int(i)) for i in (m.device_ids or []) if isinstance(i, int))
+    return devices
 
 
 #: the largest seed: torch's generators take ``[0, 2**64)`` (a negative seed wraps around: ``-1`` is ``2**64 - 1``)
