@@ -11,7 +11,8 @@ written once per batch instead of once per sample.
   the entropy of every sample is computed by the caller's torch formula (the reference's own values: a vectorised
   log is several times faster than a scalar one per class and voxel) and one compiled loop adds the chunk of every
   sample to the sums while it is in cache. Chunks are shared among ``torch.get_num_threads()`` threads (each thread
-  owns its voxels: no two threads write one sum).
+  owns its voxels: no two threads write one sum), those of a pool kept between calls
+  (:func:`monai_unc._utils.thread_map`).
 - CUDA (Triton): one launch per update; each program holds a block of voxels of the sums in registers, adds the
   ``k`` samples (entropy evaluated in float32, float64 for float64 samples, with the reference's formula
   ``-sum_c p_c log max(p_c, tiny)``, ``p`` clamped into [0, 1]) and writes the block back.
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ import torch
 
 from ._jit import cached_kernel, njit, run_triton, triton_failure
 from ._lazy import lazy_optional
+from ._utils import thread_map
 
 __all__ = ["FUSED_KERNELS", "FUSED_OUTPUTS", "available", "backend", "value_flags", "accumulate", "accumulate_outputs",
            "takes_outputs", "OUTPUT_ACTIVATIONS", "CPU_CHUNK_ELEMENTS"]
@@ -375,8 +376,7 @@ def accumulate(
         for v0 in starts[t::n_threads]:
             run(v0, scratch)
 
-    with ThreadPoolExecutor(n_threads) as pool:
-        list(pool.map(block, range(n_threads)))
+    thread_map(block, range(n_threads), n_threads)  # one pool per thread count, shared by the calls
 
 
 def accumulate_outputs(

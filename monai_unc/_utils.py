@@ -15,8 +15,10 @@ import math
 import numbers
 import os
 import sys
+import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -65,6 +67,7 @@ __all__ = [
     "refusing",
     "MAX_SEED",
     "check_seed",
+    "network_devices",
     "check_sample_batch_size",
     "plain_module",
     "recompile_after_hooks",
@@ -80,6 +83,7 @@ __all__ = [
     "exceeds",
     "below",
     "num_threads",
+    "thread_map",
     "reduce_case_values",
     "check_case_grid",
     "check_call_keywords",
@@ -1050,7 +1054,8 @@ def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[Non
 
     Args:
         seed: the seed (checked by :func:`check_seed`).
-        devices: the CUDA devices the call draws on (``torch.device`` or indices; other device types are ignored).
+        devices: the CUDA devices the call draws on (``torch.device`` or indices; other device types are ignored):
+            the input's, the windows' and those of the network's weights (:func:`network_devices`).
 
     Yields:
         Nothing; inside, the listed generators are seeded.
@@ -1073,6 +1078,38 @@ def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[Non
         for i in cuda:
             torch.cuda.default_generators[i].manual_seed(seed)
         yield
+
+
+def network_devices(*networks: Any) -> set[torch.device]:
+    """The devices networks may draw random numbers on: those of their parameters and buffers, and of the replicas of
+    a ``DataParallel`` inside them.
+
+    A seeded call passes them to :func:`seeded_rng` beside the input's and the windows' devices: a network spread
+    over several GPUs (pipeline or model parallel, some weights on ``cuda:1``) draws its dropout masks on each of
+    them, and an unseeded one made a seeded call irreproducible (found by review 66).
+
+    Args:
+        networks: modules (anything else, such as None or a checkpoint path, has no devices).
+
+    Returns:
+        The set of devices (CPU ones included; :func:`seeded_rng` seeds the CUDA ones).
+
+    Example:
+        >>> import torch
+        >>> from monai_unc._utils import network_devices
+        >>> network_devices(torch.nn.Linear(2, 2), None)
+        {device(type='cpu')}
+    """
+    devices: set[torch.device] = set()
+    for network in networks:
+        if not isinstance(network, torch.nn.Module):
+            continue
+        devices.update(t.device for t in network.parameters())
+        devices.update(t.device for t in network.buffers())
+        for m in network.modules():  # a DataParallel runs a replica on each of its devices (and draws there)
+            if isinstance(m, torch.nn.DataParallel):
+                devices.update(torch.device("cuda", int(i)) for i in (m.device_ids or []) if isinstance(i, int))
+    return devices
 
 
 #: the largest seed: torch's generators take ``[0, 2**64)`` (a negative seed wraps around: ``-1`` is ``2**64 - 1``)
@@ -1960,6 +1997,70 @@ def nifti_version(head: bytes) -> int | None:
 def num_threads() -> int:
     """Threads for the multi-threaded kernels: torch's setting (the number of cores by default)."""
     return max(1, int(torch.get_num_threads()))
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+#: the shared pools of :func:`thread_map`, one per thread count, made on first use
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _forget_pools() -> None:
+    """In a forked child: the parent's pool threads do not exist there (a pool kept from the parent would queue its
+    tasks for ever); the child makes its own pools on first use. The lock is new too (another thread of the parent
+    may have held it at the fork)."""
+    global _POOLS_LOCK
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows (no fork there)
+    os.register_at_fork(after_in_child=_forget_pools)
+
+
+def thread_map(fn: Callable[[_T], _R], items: Iterable[_T], n_threads: int) -> list[_R]:
+    """``[fn(item) for item in items]`` on ``n_threads`` threads of a pool shared by every call with that count.
+
+    The multi-threaded CPU kernels (kernels that release the GIL: numba, scipy) ran each call on a new
+    ``ThreadPoolExecutor``, whose threads were started and joined every time (a few hundred microseconds a call, and
+    the fused statistics update is called hundreds of times per cohort). One pool per thread count is made on the
+    first call that needs it and kept for the process (its idle threads end at exit); a forked child makes its own.
+    Concurrent calls from several threads share the pool's threads (their tasks queue). A task must not call
+    :func:`thread_map` with the same count and wait for it (the pool's threads could all be waiting).
+
+    Args:
+        fn: the task, called once per item (on a pool thread; on the calling thread when ``n_threads`` is 1 or there
+            is at most one item).
+        items: the tasks' arguments.
+        n_threads: the pool's threads (an integer >= 1).
+
+    Returns:
+        The results in the order of ``items``, once every task has finished (also when one raised: its exception,
+        the first in the order of ``items``, is raised after all tasks have ended, so none still writes into the
+        caller's arrays).
+
+    Raises:
+        ValueError: ``n_threads`` is not an integer >= 1.
+
+    Example:
+        >>> from monai_unc._utils import thread_map
+        >>> thread_map(lambda i: i * i, range(5), 2)
+        [0, 1, 4, 9, 16]
+    """
+    n = check_integer(n_threads, "n_threads")
+    items = list(items)
+    if n == 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    pool = _POOLS.get(n)
+    if pool is None:
+        with _POOLS_LOCK:
+            pool = _POOLS.get(n)
+            if pool is None:
+                pool = _POOLS[n] = ThreadPoolExecutor(n, thread_name_prefix=f"monai_unc-{n}")
+    futures = [pool.submit(fn, item) for item in items]
+    wait(futures)
+    return [f.result() for f in futures]
 
 
 def check_metric_reduction(value: Any, name: str = "reduction") -> Any:

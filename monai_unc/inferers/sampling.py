@@ -71,6 +71,7 @@ from .._utils import (
     check_sample_batch_size,
     check_seed,
     compiled_draws_context,
+    network_devices,
     plain_module,
     probability_tolerance,
     seeded_rng,
@@ -1389,9 +1390,11 @@ class UncertaintyInferer(Inferer):
         seed = check_seed(self.seed)  # the attribute may have been set after construction (a bundle override)
         if seed is not None:
             # the generators of the devices the call may draw on, seeded and restored: the input's, the windows'
-            # (sw_device="cuda" with a CPU input) and those of the network's weights (a network across GPUs); no other
-            # (torch.manual_seed reseeded every GPU and left them so: found by review 64)
-            rng = seeded_rng(seed, [x.device, device, *_weight_devices(network)])
+            # (sw_device="cuda" with a CPU input) and those of the weights of the network and of the ensemble members
+            # (a network across GPUs; a member whose first weights are on the windows' device is not moved); no other
+            # (torch.manual_seed reseeded every GPU and left them so: found by review 64; the members: review 66)
+            members = [m for s in net_sources for m in _module_members(s)]
+            rng = seeded_rng(seed, [x.device, device, *network_devices(network, *members)])
         grad = torch.no_grad() if self.no_grad else contextlib.nullcontext()
         total: SampleStats | None = None
         separate = self.window_disagreement == "separate"
@@ -1635,18 +1638,12 @@ def _stitching_input(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
-def _weight_devices(network: Any) -> set[torch.device]:
-    """The devices a module may draw on: those of its parameters and buffers, and a ``DataParallel``'s replicas.
-
-    None for anything but a module.
-    """
-    if not isinstance(network, nn.Module):
-        return set()
-    devices = {t.device for t in itertools.chain(network.parameters(), network.buffers())}
-    for m in network.modules():  # a DataParallel runs a replica on each of its devices (and draws there)
-        if isinstance(m, nn.DataParallel):
-            devices.update(torch.device("cuda", int(i)) for i in (m.device_ids or []) if isinstance(i, int))
-    return devices
+def _module_members(source: SampleSource) -> list[nn.Module]:
+    """The modules a network-level source runs as members: an ``EnsembleSource``'s ``networks``; none elsewhere."""
+    members = getattr(source, "networks", None)
+    if not isinstance(members, (list, tuple, nn.ModuleList)):
+        return []
+    return [m for m in members if isinstance(m, nn.Module)]
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

@@ -13,13 +13,13 @@ Without numba :func:`available` is False and the torch form runs.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from .._jit import cached_kernel, njit
 from .._lazy import lazy_optional
+from .._utils import thread_map
 
 __all__ = ["available", "smooth_axes"]
 
@@ -120,31 +120,24 @@ def smooth_axes(x: np.ndarray, weights: list[np.ndarray], centre_coef: float, n_
     coef = x.dtype.type(centre_coef)
     bufs = [np.empty_like(x), np.empty_like(x) if dims > 1 else None]
     src = x
-    pool = None
-    try:
-        for axis in range(dims):
-            dst = bufs[axis % 2]
-            before = int(np.prod(x.shape[: 1 + axis]))
-            n = x.shape[1 + axis]
-            after = int(np.prod(x.shape[2 + axis:]))
-            last = axis == dims - 1
-            w = np.ascontiguousarray(weights[axis], dtype=x.dtype)
-            if after == 1:
-                fn, shape = last_axis, (before, n)
-            else:
-                fn, shape = inner_axis, (before, n, after)
-            s, d = src.reshape(shape), dst.reshape(shape)
-            o = x.reshape(shape) if last else None
-            blocks = max(1, min(int(n_threads), before // MIN_ROWS_PER_THREAD))
-            if blocks == 1:
-                fn(s, d, w, o, coef, 0, before)
-            else:
-                if pool is None:
-                    pool = ThreadPoolExecutor(blocks)
-                bounds = [(b * before // blocks, (b + 1) * before // blocks) for b in range(blocks)]
-                list(pool.map(lambda lh, fn=fn, s=s, d=d, w=w, o=o: fn(s, d, w, o, coef, *lh), bounds))
-            src = dst
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    for axis in range(dims):
+        dst = bufs[axis % 2]
+        before = int(np.prod(x.shape[: 1 + axis]))
+        n = x.shape[1 + axis]
+        after = int(np.prod(x.shape[2 + axis:]))
+        last = axis == dims - 1
+        w = np.ascontiguousarray(weights[axis], dtype=x.dtype)
+        if after == 1:
+            fn, shape = last_axis, (before, n)
+        else:
+            fn, shape = inner_axis, (before, n, after)
+        s, d = src.reshape(shape), dst.reshape(shape)
+        o = x.reshape(shape) if last else None
+        blocks = max(1, min(int(n_threads), before // MIN_ROWS_PER_THREAD))
+        if blocks == 1:
+            fn(s, d, w, o, coef, 0, before)
+        else:  # one pool per thread count, shared by the calls
+            bounds = [(b * before // blocks, (b + 1) * before // blocks) for b in range(blocks)]
+            thread_map(lambda lh, fn=fn, s=s, d=d, w=w, o=o: fn(s, d, w, o, coef, *lh), bounds, blocks)
+        src = dst
     return src

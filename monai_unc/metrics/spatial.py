@@ -55,7 +55,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -78,6 +77,7 @@ from .._utils import (
     num_threads,
     per_axis_mm,
     real_number,
+    thread_map,
     to_numpy,
     to_tensor,
     warn_nan,
@@ -424,15 +424,11 @@ def _filter_axis(src: np.ndarray, dst: np.ndarray, ax: int, sigma: float, trunca
         sl = [slice(None)] * src.ndim
         sl[split] = slice(int(lo), int(hi))
         slabs.append(tuple(sl))
-    with ThreadPoolExecutor(len(slabs)) as pool:
-        futures = [
-            pool.submit(
-                ndimage.gaussian_filter1d, src[sl], sigma, axis=ax, truncate=truncate, mode="reflect", output=dst[sl]
-            )
-            for sl in slabs
-        ]
-        for f in futures:
-            f.result()
+
+    def slab(sl: tuple) -> None:
+        ndimage.gaussian_filter1d(src[sl], sigma, axis=ax, truncate=truncate, mode="reflect", output=dst[sl])
+
+    thread_map(slab, slabs, len(slabs))  # one pool per thread count, shared by the calls
 
 
 def _gaussian_scipy(x: np.ndarray, sigmas: tuple, truncate: float, threads: int) -> np.ndarray:

@@ -854,9 +854,9 @@ def hidden_submodule(network: nn.Module) -> str | None:
         >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.Dropout(0.5))
         >>> hidden_submodule(net) is None
         True
-        >>> net[0] = torch.jit.script(net[0])
+        >>> net[0] = torch.compile(net[0])  # compiled on its first call; a torch.jit.script'ed layer is named too
         >>> hidden_submodule(net)
-        "submodule '0' is a TorchScript module: the trace cannot see its operations (random draws included)"
+        "submodule '0' is compiled (torch.compile): the trace cannot follow its operations"
     """
     def scripted(m: nn.Module) -> bool:
         return m is not network and isinstance(m, torch.jit.ScriptModule)

@@ -120,6 +120,7 @@ from monai_unc._utils import (
     compiled_draws_context,
     is_int,
     is_real,
+    network_devices,
     plain_module,
     seeded_rng,
 )
@@ -645,9 +646,10 @@ class UncertaintyPredictor(nnUNetPredictor):
         seed = check_seed(self.seed)  # the attribute may have been set after construction
         if seed is None:
             return contextlib.nullcontext()
-        # the generators of the predictor's device alone, seeded and restored: torch.manual_seed reseeded every GPU and
-        # left them so (found by review 64)
-        return seeded_rng(seed, [self.device])
+        # the generators of the predictor's device and of the devices of the network's weights (a network across GPUs
+        # draws on each: found by review 66), seeded and restored: torch.manual_seed reseeded every GPU and left them
+        # so (found by review 64); the fold copies are made on the predictor's device
+        return seeded_rng(seed, [self.device, *network_devices(self.network)])
 
     def _share(self, nets: Sequence[nn.Module], passes: int) -> list[nn.Module] | None:
         """The fold networks whose passes share their deterministic part, or None (full passes)."""

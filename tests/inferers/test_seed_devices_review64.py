@@ -55,10 +55,10 @@ def test_a_seeded_cpu_call_leaves_the_gpu_stream_as_it_was():
 
 def test_the_devices_seeded_include_every_dataparallel_replica():
     """A DataParallel network draws its dropout masks on each of its devices: every one is seeded and restored."""
-    from monai_unc.inferers.sampling import _weight_devices
+    from monai_unc._utils import network_devices  # the devices the inferers seed (moved there by review 66)
 
     wrapped = nn.DataParallel(_net())
     wrapped.device_ids = [0, 1]  # as on a machine with two GPUs (the replicas are made only when it runs)
-    devices = _weight_devices(nn.Sequential(wrapped))
+    devices = network_devices(nn.Sequential(wrapped))
     assert {torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cpu")} <= devices
-    assert _weight_devices(lambda t: t) == set()
+    assert network_devices(lambda t: t) == set()

@@ -64,12 +64,12 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..._lazy import lazy_optional
+from ..._utils import thread_map
 
 __all__ = [
     "EDGE_BINS",
@@ -281,10 +281,7 @@ def histogram_tables(
                 flags[b],
             )
 
-        if pool is None:
-            block(0)
-        else:
-            list(pool.map(block, range(n_blocks)))
+        thread_map(block, range(n_blocks), n_blocks)  # one pool per thread count, shared by the calls
 
     def unpack() -> None:
         for slot in slots:
@@ -311,35 +308,30 @@ def histogram_tables(
         assert ent_buf is not None
         out = ent_buf[: stop - start]
 
-        parts = n_blocks if pool is not None and stop - start >= 2 * n_blocks else 1
+        parts = n_blocks if stop - start >= 2 * n_blocks else 1
 
         def share(b: int) -> bool:
             lo, hi = start + b * (stop - start) // parts, start + (b + 1) * (stop - start) // parts
             return bool(entropy_kernel(p, lo, hi, out[lo - start : hi - start], log_c, float(n_fine), margin))
 
-        near = share(0) if parts == 1 else any(list(pool.map(share, range(parts))))
+        near = any(thread_map(share, range(parts), parts))
         return None if near else out
 
-    pool = ThreadPoolExecutor(n_blocks) if n_blocks > 1 else None
-    try:
-        done = 0  # voxels in the packed tables
-        for start in range(0, n, step):
-            stop = min(start + step, n)
-            if done + stop - start > PACKED_VOXELS:
-                unpack()
-                done = 0
-            ent = None
-            if entropy is not None:
-                # the kernel's entropy where every voxel lies farther than the margin from a bin edge: the same bins as
-                # the caller's formula (the reference's); else the caller's values for the whole chunk
-                ent = None if ent_buf is None else fast_entropy(start, stop)
-                if ent is None:
-                    ent = np.ascontiguousarray(entropy(start, stop), dtype=np.float64)
-            run(start, stop, ent)
-            done += stop - start
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    done = 0  # voxels in the packed tables
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        if done + stop - start > PACKED_VOXELS:
+            unpack()
+            done = 0
+        ent = None
+        if entropy is not None:
+            # the kernel's entropy where every voxel lies farther than the margin from a bin edge: the same bins as
+            # the caller's formula (the reference's); else the caller's values for the whole chunk
+            ent = None if ent_buf is None else fast_entropy(start, stop)
+            if ent is None:
+                ent = np.ascontiguousarray(entropy(start, stop), dtype=np.float64)
+        run(start, stop, ent)
+        done += stop - start
     unpack()
     for extra in scalars[1:]:
         np.add(scalars[0], extra, out=scalars[0])
