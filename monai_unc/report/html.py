@@ -70,7 +70,6 @@ from ..io import (
     atomic_write_text,
     case_image_files,
     csv_text,
-    image_unit,
     input_folder,
     is_seg_label,
     load_case,
@@ -970,7 +969,7 @@ def _case_figures(
             info["shift"] = r["shift"] or "none"
         if viewers is not None and rank < n_cases:  # the flagged (most uncertain) cases, not the contrast case
             viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, measure,
-                                       class_names=class_names, image_unit=image_unit(files.image)))
+                                       class_names=class_names, image_unit=case.image_unit))
         overlays, notes = case_overlays(folders or {}, cid)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
                                 class_names=class_names, overlays=overlays, affine=case.affine)

@@ -47,7 +47,7 @@ from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import Decision, ReferralRule, mismatch_fields
 from ..evaluation.triage.rule import check_recorded_decisions, check_triage_summary
-from ..io import CaseFiles, atomic_write_text, image_unit
+from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
 from ..io.signing import Trust
 from ..product import (
@@ -411,7 +411,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
             seg, _, u, class_names = region_display(case.seg, None, u, regions, len(case.spacing))
         if viewers is not None and c["decision"] != "accept":  # the flagged cases: those referred for review
             viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure,
-                                       class_names=class_names, image_unit=image_unit(files.image)))
+                                       class_names=class_names, image_unit=case.image_unit))
         overlays, notes = case_overlays(folders or {}, cid)  # the case files the products' commands wrote
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
                                   class_names=class_names, overlays=overlays, affine=case.affine)
