@@ -70,7 +70,6 @@ from ..io import (
     atomic_write_text,
     case_image_files,
     csv_text,
-    image_unit,
     input_folder,
     is_seg_label,
     load_case,
@@ -105,7 +104,7 @@ from .plots import (
     save_png,
 )
 from .reliability import plot_reliability_diagram
-from .viewer import VIEWER_CSS, case_viewer, viewer_scripts, viewer_section
+from .viewer import CONVENTIONS, VIEWER_CSS, case_viewer, check_convention, viewer_scripts, viewer_section
 
 __all__ = [
     "Figure",
@@ -904,6 +903,7 @@ def _case_figures(
     viewers: list[dict[str, Any]] | None = None,
     evaluation: Path | None = None,
     unread: list[str] | None = None,
+    convention: str = "neurological",
 ) -> list[Figure]:
     unread = [] if unread is None else unread  # the lines of cases whose files cannot be read
     # DICOM SEG labels read as the evaluation read them (found by review: figures of --seg-label-values cases drew
@@ -970,18 +970,18 @@ def _case_figures(
             info["shift"] = r["shift"] or "none"
         if viewers is not None and rank < n_cases:  # the flagged (most uncertain) cases, not the contrast case
             viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, measure,
-                                       class_names=class_names, image_unit=image_unit(files.image)))
+                                       class_names=class_names, image_unit=case.image_unit, convention=convention))
         overlays, notes = case_overlays(folders or {}, cid)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
-                                class_names=class_names, overlays=overlays, affine=case.affine)
+                                class_names=class_names, overlays=overlays, affine=case.affine, convention=convention)
         path = case_figure_path(fig_dir, cid)
         png = save_png(fig, path)
         pos = order.index(cid) + 1
         what = "most certain case (for contrast)" if rank == len(chosen) - 1 and rank >= n_cases else "triage rank"
         out.append(Figure(
             f"case-{cid}", f"{cid}: {what} {pos} of {len(order)}",
-            "Rows: the axial, coronal and sagittal slices with the largest summed uncertainty, drawn with the "
-            "patient's left on the left (the sides marked on the image), as in the viewer. Columns: image; "
+            "Rows: the axial, coronal and sagittal slices with the largest summed uncertainty, drawn with "
+            f"{CONVENTIONS[convention]} (the sides marked on the image), as in the viewer. Columns: image; "
             "prediction contour per class; uncertainty heatmap; error map (red: false foreground, blue: missed "
             "foreground, purple: wrong class)." + "".join(f" {n}" for n in notes), png, path, cid,
         ))  # fmt: skip
@@ -1017,6 +1017,7 @@ def build_report(
     viewer: bool = True,
     *,
     summary: Mapping[str, Any] | None = None,
+    convention: str = "neurological",
     **risk_options: Any,
 ) -> Path:
     """Write ``report.html`` and ``figures/*.png`` for an evaluation folder.
@@ -1037,6 +1038,9 @@ def build_report(
             uncertain cases, with its scripts in ``<output>/assets`` (the PNG slices stay).
         summary: the cohort summary to show (default: the evaluation's ``summary.json``), e.g. the evaluation
             summarised again with another budget (:func:`monai_unc.evaluation.resummarize`).
+        convention: how the case figures and the viewers draw the patient's sides
+            (:data:`~monai_unc.report.viewer.CONVENTIONS`): ``"neurological"`` (default) the patient's left on the
+            screen's left, ``"radiological"`` the patient's right (``monai-unc report --convention radiological``).
         risk_options: deprecated, with ``budget``: other risk-controlled threshold options (``target_risk``,
             ``delta``, ``risk``, ``risk_method``, ``calibration_cases``).
 
@@ -1046,13 +1050,15 @@ def build_report(
 
     Raises:
         FileNotFoundError: ``images`` is given but is no folder (before anything is written).
-        ValueError: ``n_cases`` is not a non-negative integer, ``<output>/figures`` is a symbolic link
-            (:func:`monai_unc.io.owned_folder`), another run holds the report folder (another report: one at a time
-            per folder, :func:`monai_unc.io.output_lock`), or another process's ``evaluate`` rewrote (or holds) the
-            evaluation while the page was made (no page is kept).
+        TypeError: ``convention`` is not a str.
+        ValueError: ``n_cases`` is not a non-negative integer, ``convention`` is neither convention,
+            ``<output>/figures`` is a symbolic link (:func:`monai_unc.io.owned_folder`), another run holds the report
+            folder (another report: one at a time per folder, :func:`monai_unc.io.output_lock`), or another process's
+            ``evaluate`` rewrote (or holds) the evaluation while the page was made (no page is kept).
     """
     # found by hostile testing: n_cases=-1 drew every case but the least uncertain, True one case, unsaid
     n_cases = check_integer(n_cases, "n_cases", 0)
+    convention = check_convention(convention)
     evaluation = Path(evaluation)
     out_dir = Path(output) if output is not None else evaluation / "report"
     if images is not None:
@@ -1062,12 +1068,13 @@ def build_report(
     # found by hostile testing: two reports at once into one folder (other --budget / --cases) left figures/ with a
     # PNG of the other run's page and a record listing a figure that was not there
     with output_lock(out_dir, "monai-unc report"):
-        return _write_report(evaluation, out_dir, budget, images, n_cases, title, viewer, summary, risk_options)
+        return _write_report(evaluation, out_dir, budget, images, n_cases, title, viewer, summary, risk_options,
+                             convention)
 
 
 def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images: str | os.PathLike | None,
                   n_cases: int, title: str, viewer: bool, summary: Mapping[str, Any] | None,
-                  risk_options: dict[str, Any]) -> Path:
+                  risk_options: dict[str, Any], convention: str = "neurological") -> Path:
     """:func:`build_report`'s work, its report folder held.
 
     The evaluation is read once; an ``evaluate`` of another process that rewrites it meanwhile (its folder is held by
@@ -1156,7 +1163,8 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
                and isinstance(summary[name], Mapping)}  # the case files the products wrote
     viewers: list[dict[str, Any]] | None = [] if viewer else None
     case_notes: list[str] = []
-    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, folders, viewers, evaluation, case_notes)
+    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, folders, viewers, evaluation, case_notes,
+                              convention)
     keep_page_figures(fig_dir, earlier, (*figures, *case_figs))
     # the download is the table of the rows shown, written as evaluate writes metrics.csv (never the file, which a
     # reader may have edited since)

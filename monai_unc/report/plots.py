@@ -32,7 +32,7 @@ from ..metrics.selective import referral_curve
 from ..product import Overlay, format_cell, format_fraction, format_level, format_target
 from .markup import replace_surrogates
 from .palette import MAX_DISTINCT_COLORS, class_colors, distinct_colors
-from .viewer import measure_unit
+from .viewer import check_convention, measure_unit
 
 __all__ = [
     "save_png",
@@ -440,6 +440,11 @@ def _take(a: np.ndarray, axis: int, index: int) -> np.ndarray:
     return np.take(a, index, axis=axis).T
 
 
+def _mirror(a: np.ndarray, mirror: bool) -> np.ndarray:
+    """A slice as :func:`_take` gives it, its columns reversed when ``mirror`` (drawn right to left)."""
+    return a[:, ::-1] if mirror else a
+
+
 #: the patient sides of the RAS axes' low and high ends
 _SIDES = (("L", "R"), ("P", "A"), ("I", "S"))
 
@@ -496,6 +501,7 @@ def plot_case_overlay(
     class_names: Sequence[str] | None = None,
     overlays: Sequence[Overlay] = (),
     affine: np.ndarray | None = None,
+    convention: str = "neurological",
 ) -> Any:
     """One row per view through the slice of highest uncertainty among the slices that cut the reference foreground.
 
@@ -528,10 +534,15 @@ def plot_case_overlay(
             (:meth:`~monai_unc.product.CohortProduct.case_overlays`).
         affine: the volumes' 4 x 4 voxel-to-world (RAS, mm) affine. With it every volume is drawn in the RAS-closest
             voxel order (nibabel's ``io_orientation``, as NiiVue shows the files in the viewer): the patient's left on
-            the left of every panel, anterior / superior at the top, whatever order the file stores (LPS from DICOM
-            or SimpleITK, flipped or permuted axes), the rows are the true axial, coronal and sagittal planes, the
-            image panels carry the patient sides (``L`` / ``R``, ``P`` / ``A``, ``I`` / ``S``) and a row's label
-            gives the slice's index in the file. Without it (default) the arrays are drawn as stored, assumed RAS.
+            the left of every panel (the default ``convention``), anterior / superior at the top, whatever order the
+            file stores (LPS from DICOM or SimpleITK, flipped or permuted axes), the rows are the true axial, coronal
+            and sagittal planes, the image panels carry the patient sides (``L`` / ``R``, ``P`` / ``A``, ``I`` /
+            ``S``) and a row's label gives the slice's index in the file. Without it (default) the arrays are drawn
+            as stored, assumed RAS.
+        convention: ``"neurological"`` (default): the patient's left on the left of the axial and coronal panels;
+            ``"radiological"`` (how radiologists read): mirrored left-right, the patient's right on the left, the side
+            marks swapped (``R`` on the left), as the viewer then draws it
+            (:data:`~monai_unc.report.viewer.CONVENTIONS`). The sagittal panels are the same in both.
 
     2-D volumes ``(X, Y)`` are drawn as one row (the plane itself), as is any volume one voxel thick along an axis.
 
@@ -541,8 +552,9 @@ def plot_case_overlay(
     Raises:
         ValueError: a ``seg`` that is not 2-D or 3-D, a ``label``, ``uncertainty``, ``image`` (its first channel) or
             overlay mask of another shape than ``seg``, a ``spacing`` that is not one positive finite size per axis (a
-            2-D case may give three), ``axes`` that are not 0, 1 or 2, or an ``affine`` that is not a finite 4 x 4
-            matrix.
+            2-D case may give three), ``axes`` that are not 0, 1 or 2, an ``affine`` that is not a finite 4 x 4
+            matrix, or a ``convention`` that is not ``"neurological"`` or ``"radiological"``.
+        TypeError: a ``convention`` that is not a str.
 
     Example:
         >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
@@ -552,6 +564,7 @@ def plot_case_overlay(
         ['image', 'prediction contour', 'uncertainty', 'error map']
     """
     overlays = list(overlays)
+    convention = check_convention(convention)
     seg = np.asarray(seg)
     # found by hostile testing: volumes of other shapes, a spacing of too few or non-positive sizes and axes other
     # than 0, 1, 2 failed in numpy or matplotlib (AxisError, IndexError, ZeroDivisionError) naming no argument
@@ -593,6 +606,9 @@ def plot_case_overlay(
             n = shape[i]
             file_index[int(ax_)] = (lambda k, n=n: n - 1 - k) if flip < 0 else (lambda k: k)
         spacing = tuple(new_spacing)
+    # the radiological convention: the patient's right (the RAS x axis's high end) on the left of the screen; the
+    # slices with x horizontal (axial, coronal) are mirrored as they are drawn, so both conventions show the same slices
+    sides = [_SIDES[0][::-1], *_SIDES[1:]] if convention == "radiological" else list(_SIDES)
     assert seg is not None and uncertainty is not None
     flat_axes = [a for a in range(3) if seg.shape[a] == 1]
     if flat_axes:  # a cut along another axis would be one voxel wide
@@ -628,8 +644,9 @@ def plot_case_overlay(
     for row, (axis, k) in enumerate(zip(axes, slices)):
         dims = [d for d in range(3) if d != axis]
         aspect = float(spacing[dims[1]]) / float(spacing[dims[0]])
-        seg2 = shown[row]
-        img2, u2, e2 = (_take(a, axis, k) for a in (base, uncertainty, err))
+        mirror = convention == "radiological" and dims[0] == 0  # x horizontal: its high end (R) on the left
+        seg2, img2, u2, e2 = (_mirror(a, mirror) for a in (shown[row], _take(base, axis, k),
+                                                           _take(uncertainty, axis, k), _take(err, axis, k)))
         finite = img2[np.isfinite(img2)]  # NaN voxels (outside the field of view) neither set nor blank the window
         lo, hi = np.percentile(finite, (1, 99.5)) if finite.size else (0, 1)
         # the colour bar spans the values drawn: the hottest voxel of the slice is its top, never clipped
@@ -647,7 +664,7 @@ def plot_case_overlay(
                 panels[1].contour(inside.astype(float), levels=[0.5], colors=colors[c], linewidths=0.9)
                 area[c] = area.get(c, 0) + int(inside.sum())
         for o in overlays:
-            m2 = _take(np.asarray(o.mask, dtype=bool), axis, k)
+            m2 = _mirror(_take(np.asarray(o.mask, dtype=bool), axis, k), mirror)
             if m2.any() and not m2.all():
                 panels[1].contour(m2.astype(float), levels=[0.5], colors=o.color, linestyles=o.linestyle,
                                   linewidths=1.0)
@@ -659,7 +676,7 @@ def plot_case_overlay(
         view = _VIEWS.get(axis, f"axis {axis}")
         panels[0].set_ylabel(f"{view} {file_index[axis](k)}", fontsize=9)
         if ornt is not None:  # the patient's sides at the image panel's edges
-            (left, right), (bottom, top) = _SIDES[dims[0]], _SIDES[dims[1]]
+            (left, right), (bottom, top) = sides[dims[0]], sides[dims[1]]
             for x, y, text, ha, va in ((0.02, 0.5, left, "left", "center"), (0.98, 0.5, right, "right", "center"),
                                        (0.5, 0.02, bottom, "center", "bottom"), (0.5, 0.98, top, "center", "top")):
                 panels[0].text(x, y, text, transform=panels[0].transAxes, ha=ha, va=va, fontsize=7,

@@ -47,7 +47,7 @@ from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import Decision, ReferralRule, mismatch_fields
 from ..evaluation.triage.rule import check_recorded_decisions, check_triage_summary
-from ..io import CaseFiles, atomic_write_text, image_unit
+from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
 from ..io.signing import Trust
 from ..product import (
@@ -80,7 +80,7 @@ from .html import (
 )
 from .markup import Markup, check_url, document, el, escape, isolate
 from .plots import case_figure_path, plot_case_overlay, save_png
-from .viewer import VIEWER_CSS, case_viewer, viewer_scripts, viewer_section
+from .viewer import CONVENTIONS, VIEWER_CSS, case_viewer, check_convention, viewer_scripts, viewer_section
 
 __all__ = ["build_triage_page", "plot_score_distribution", "plot_triage_overlay", "link_page"]
 
@@ -206,6 +206,7 @@ def plot_triage_overlay(
     class_names: Sequence[str] | None = None,
     overlays: Sequence[Overlay] = (),
     affine: np.ndarray | None = None,
+    convention: str = "neurological",
 ) -> Any:
     """One row per view through the slice of highest summed uncertainty among the slices that cut the prediction.
 
@@ -229,6 +230,8 @@ def plot_triage_overlay(
         affine: the volumes' voxel-to-world affine: with it the slices are drawn in the RAS-closest voxel order, the
             patient's left on the left and the sides marked (:func:`~monai_unc.report.plots.plot_case_overlay`);
             without it as stored.
+        convention: ``"neurological"`` (default, the patient's left on the left) or ``"radiological"`` (the axial
+            and coronal panels mirrored: the patient's right on the left, ``R`` marked there).
 
     Returns:
         The matplotlib ``Figure``.
@@ -240,7 +243,7 @@ def plot_triage_overlay(
         ['image', 'prediction contour', 'uncertainty']
     """
     return plot_case_overlay(case_id, seg, None, uncertainty, image, spacing, measure, axes, info, class_names,
-                             overlays=overlays, affine=affine)
+                             overlays=overlays, affine=affine, convention=convention)
 
 
 def _threshold_text(summary: Mapping[str, Any], rule: ReferralRule) -> ThresholdText | None:
@@ -375,7 +378,8 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
 
 def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path, maps: Path,
                   folders: Mapping[str, Path] | None = None,
-                  viewers: list[dict[str, Any]] | None = None, unread: list[str] | None = None) -> list[Figure]:
+                  viewers: list[dict[str, Any]] | None = None, unread: list[str] | None = None,
+                  convention: str = "neurological") -> list[Figure]:
     """The overlays of the ``n_cases`` most uncertain cases, drawn from files.
 
     A case's map of the rule's measure is its map file, or, for a case without map files, the map triage derived from
@@ -411,16 +415,17 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
             seg, _, u, class_names = region_display(case.seg, None, u, regions, len(case.spacing))
         if viewers is not None and c["decision"] != "accept":  # the flagged cases: those referred for review
             viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure,
-                                       class_names=class_names, image_unit=image_unit(files.image)))
+                                       class_names=class_names, image_unit=case.image_unit, convention=convention))
         overlays, notes = case_overlays(folders or {}, cid)  # the case files the products' commands wrote
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
-                                  class_names=class_names, overlays=overlays, affine=case.affine)
+                                  class_names=class_names, overlays=overlays, affine=case.affine,
+                                  convention=convention)
         path = case_figure_path(fig_dir, cid)
         out.append(Figure(f"case-{cid}", f"{cid}: triage rank {summary['order'].index(cid) + 1} of "
                           f"{len(summary['order'])} ({c['decision']})",
                           f"Reason: {c['reason']}. Rows: the axial, coronal and sagittal slices with the largest "
-                          "summed uncertainty inside the predicted foreground, drawn with the patient's left on the "
-                          "left (the sides marked on the image), as in the viewer. Columns: image; prediction "
+                          f"summed uncertainty inside the predicted foreground, drawn with {CONVENTIONS[convention]} "
+                          "(the sides marked on the image), as in the viewer. Columns: image; prediction "
                           "contour per class; uncertainty heatmap." + "".join(f" {n}" for n in notes),
                           save_png(fig, path), path, cid))
     return out
@@ -554,6 +559,7 @@ def build_triage_page(
     viewer: bool = True,
     *,
     trust: Trust | None = None,
+    convention: str = "neurological",
     **applied: str | os.PathLike | None,
 ) -> Path:
     """Write ``triage.html`` (and ``figures/*.png``) for a triage folder.
@@ -573,6 +579,9 @@ def build_triage_page(
             (:func:`~monai_unc.evaluation.triage.rule.check_triage_summary`; e.g. ``Trust(("keys/",))``), checked
             before anything is written; None: accepted unsigned, or signed by a key not trusted here with the
             warning below (``monai-unc triage`` reads the file it has just written).
+        convention: how the case figures and the viewers draw the patient's sides
+            (:data:`~monai_unc.report.viewer.CONVENTIONS`): ``"neurological"`` (default) the patient's left on the
+            screen's left, ``"radiological"`` the patient's right (``monai-unc triage --convention radiological``).
         **applied: ``<command>=FOLDER``: the output folder of a product's command run on these cases
             (:attr:`monai_unc.product.CohortProduct.command`, e.g. ``monai-unc triage --<command>-rule``), or None:
             its numbers go into the table, its case files into the figures, its section onto the page.
@@ -581,12 +590,13 @@ def build_triage_page(
         The path of ``triage.html``.
 
     Raises:
-        ValueError: ``n_cases`` is not a non-negative integer, or ``triage.json`` is not strict JSON, has a field
-            the page reads of the wrong type, counts, reasons or an order that contradict its cases, or a decision
-            that is not the rule's for the case's score (an edited file; one line naming the file and the field);
-            with ``trust``, a ``triage.json`` that is not signed by a trusted key.
+        ValueError: ``n_cases`` is not a non-negative integer, ``convention`` is neither convention, or
+            ``triage.json`` is not strict JSON, has a field the page reads of the wrong type, counts, reasons or an
+            order that contradict its cases, or a decision that is not the rule's for the case's score (an edited
+            file; one line naming the file and the field); with ``trust``, a ``triage.json`` that is not signed by a
+            trusted key.
         FileNotFoundError: the folder holds no ``triage.json``, or a product's folder lacks its outputs.
-        TypeError: a keyword that is not a product's command.
+        TypeError: a keyword that is not a product's command, or a ``convention`` that is not a str.
 
     Warns:
         UserWarning: naming ``triage.json``, when who wrote it is not checked: it has no digest, or is signed by a key
@@ -598,6 +608,7 @@ def build_triage_page(
         raise TypeError(f"build_triage_page() got unexpected keyword argument(s) {unknown}: not a product's command")
     folders = {k: Path(v) for k, v in applied.items() if v is not None}
     n_cases = check_integer(n_cases, "n_cases", 0)  # numpy integers too (found by hostile testing: refused)
+    convention = check_convention(convention)
     folder = Path(triage)
     path = folder / "triage.json"
     if not path.is_file():
@@ -629,7 +640,7 @@ def build_triage_page(
     viewers: list[dict[str, Any]] | None = [] if viewer else None
     case_notes: list[str] = []
     case_figs = _case_figures(summary, rule, n_cases, fig_dir, folder / DERIVED_MAPS_DIR,
-                              {products[c].name: f for c, f in folders.items()}, viewers, case_notes)
+                              {products[c].name: f for c, f in folders.items()}, viewers, case_notes, convention)
     keep_page_figures(fig_dir, earlier, (*figures, *case_figs))
     notes = [el("li", n) for n in summary.get("notes", [])]
     left = [str(c) for c in summary.get("not_triaged") or []]  # no prediction (infer failed on them): at the top

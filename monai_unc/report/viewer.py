@@ -19,6 +19,10 @@ colormap, its threshold and each overlay's opacity; light text on a dark panel (
   size in the NIfTI header grows accordingly) until it fits. The step used is recorded in the data (``step``)
   and shown under the viewer.
 - The static PNG slices stay on the pages: they print, and they are the fallback where WebGL is missing.
+- **Display convention** (:data:`CONVENTIONS`): the neurological convention by default, the patient's left on the
+  screen's left; ``convention="radiological"`` sets NiiVue's radiological mode (``isRadiologicalConvention``: the
+  patient's right on the screen's left in the axial and coronal planes, its orientation letters swapped), as the
+  static slices then draw them (:func:`monai_unc.report.plots.plot_case_overlay`).
 
 NiiVue: Taylor Hanayik, Chris Drake, Chris Rorden et al., https://github.com/niivue/niivue.
 """
@@ -41,11 +45,18 @@ from ..keys import ENTROPY_MEASURES
 from .markup import Markup, el, frag, isolate, json_script, script_file
 from .palette import LABEL_COLORS, MAX_DISTINCT_COLORS, class_colors, hex_rgb
 
-__all__ = ["CASE_BUDGET_BYTES", "LABEL_COLORS", "MAX_LABEL_TEXELS", "VIEWER_CSS", "case_viewer", "measure_unit",
-           "viewer_block", "viewer_scripts", "viewer_section"]
+__all__ = ["CASE_BUDGET_BYTES", "CONVENTIONS", "LABEL_COLORS", "MAX_LABEL_TEXELS", "VIEWER_CSS", "case_viewer",
+           "check_convention", "measure_unit", "viewer_block", "viewer_scripts", "viewer_section"]
 
 #: the most base64 bytes one case's volumes may take in a page
 CASE_BUDGET_BYTES = 2 * 2**20
+#: the display conventions of the pages' case figures and viewers, with what each puts on the screen's left: the
+#: neurological convention (the default) draws the patient's left on the left, the radiological one (how radiologists
+#: read) the patient's right; the sagittal plane is the same in both
+CONVENTIONS = {
+    "neurological": "the patient's left on the left (neurological convention)",
+    "radiological": "the patient's right on the left (radiological convention)",
+}
 #: the most entries of a label lookup table handed to NiiVue (the pages' viewer and ``notebook.view``). NiiVue uploads
 #: the table as one row of a 2-D texture, as many texels wide as it has entries (``niivue.umd.js``: a texture of
 #: ``max - min + 1`` by 1, filled by ``texSubImage2D``; it does not wrap into rows); WebGL refuses a texture wider
@@ -113,6 +124,31 @@ def _quantise(x: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, float, f
     np.rint(y, out=y)
     q = np.clip(y, 0, 255, out=y).astype(np.uint8)
     return q, (hi - lo) / 255.0, lo
+
+
+def check_convention(convention: Any) -> str:
+    """A display convention of the pages' case figures and viewers, checked.
+
+    Args:
+        convention: ``"neurological"`` (the patient's left on the screen's left) or ``"radiological"`` (the patient's
+            right on the screen's left), a name of :data:`CONVENTIONS`.
+
+    Returns:
+        ``convention``.
+
+    Raises:
+        TypeError: ``convention`` is not a str.
+        ValueError: ``convention`` is not a name of :data:`CONVENTIONS`.
+
+    Example:
+        >>> check_convention("radiological")
+        'radiological'
+    """
+    if not isinstance(convention, str):
+        raise TypeError(f"convention must be 'neurological' or 'radiological', got {type(convention).__name__}")
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be 'neurological' or 'radiological', got {convention!r}"[:200])
+    return convention
 
 
 def measure_unit(measure: str) -> str:
@@ -207,6 +243,7 @@ def case_viewer(
     margin: int = 2,
     class_names: Sequence[str] | None = None,
     image_unit: str | None = None,
+    convention: str = "neurological",
 ) -> dict[str, Any]:
     """The viewer data of one case: its volumes as gzipped NIfTI in base64, cropped and quantised to fit the budget.
 
@@ -229,11 +266,14 @@ def case_viewer(
         image_unit: the unit of ``image``'s values for its colorbar title (``image intensity (HU)``;
             :func:`monai_unc.io.image_unit`: ``"HU"`` for a CT series read through its rescale), or None for a
             volume file's values as stored (``image intensity (stored units)``).
+        convention: how NiiVue draws the case (:data:`CONVENTIONS`): ``"neurological"`` (default) the patient's left
+            on the screen's left, ``"radiological"`` the patient's right (NiiVue's ``isRadiologicalConvention``).
 
     Returns:
-        ``{"case", "measure", "unit", "step", "crop", "bytes", "labels", "world_to_voxel", "volumes": [{"role",
-        "name", "title", "base64", "colormap", "opacity", "cal_min", "cal_max", ...}]}``: ``unit`` the measure's unit
-        (:func:`measure_unit`), ``step`` the subsampling step (1: full resolution), ``crop`` the kept index range
+        ``{"case", "measure", "unit", "step", "crop", "bytes", "labels", "world_to_voxel", "convention", "volumes":
+        [{"role", "name", "title", "base64", "colormap", "opacity", "cal_min", "cal_max", ...}]}``: ``unit`` the
+        measure's unit (:func:`measure_unit`), ``convention`` the display convention ``viewer.js`` starts NiiVue in,
+        ``step`` the subsampling step (1: full resolution), ``crop`` the kept index range
         per axis, ``bytes`` the base64 size, ``world_to_voxel`` the first three rows of the inverse of the viewer
         volumes' affine (mm to their voxel, in the order they are stored, whatever order NiiVue draws them in),
         ``labels`` the prediction's legend (``{"value", "name", "color"}`` per label value drawn, the true values,
@@ -255,7 +295,8 @@ def case_viewer(
             than 65535 different labels in the crop, an ``affine`` that is not a finite 4 x 4 matrix of independent
             axes, a ``spacing`` that is not one positive finite size per axis, a ``budget_bytes`` or ``margin`` that is
             not a positive / non-negative integer (numpy integers accepted, bools not), or a budget too small for even
-            the coarsest subsampling.
+            the coarsest subsampling, or a ``convention`` that is not a name of :data:`CONVENTIONS`.
+        TypeError: a ``convention`` that is not a str.
 
     Example:
         >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
@@ -279,6 +320,7 @@ def case_viewer(
     # a spacing or affine of the wrong shape failed with an IndexError or nibabel's HeaderDataError
     budget_bytes = check_integer(budget_bytes, "budget_bytes")
     margin = check_integer(margin, "margin", 0)
+    convention = check_convention(convention)
     if image_unit is not None and not isinstance(image_unit, str):
         raise TypeError(f"image_unit must be a str or None, got {type(image_unit).__name__}")
     if spacing is not None:  # a 2-D case may give its slice thickness too: only the plane's two sizes are used
@@ -357,7 +399,7 @@ def case_viewer(
         if size <= budget_bytes:
             return {"case": str(case_id), "measure": str(measure), "unit": unit, "step": step,
                     "crop": [[s.start, s.stop] for s in box], "bytes": size, "labels": legend, "volumes": volumes,
-                    "world_to_voxel": np.linalg.inv(aff)[:3].tolist()}
+                    "world_to_voxel": np.linalg.inv(aff)[:3].tolist(), "convention": convention}
     raise ValueError(f"budget_bytes={budget_bytes} is too small for case {case_id!r} even at the coarsest step")
 
 
@@ -438,7 +480,8 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
             ("" if data["step"] == 1 else f" and subsampled by {data['step']} along each axis to fit the page") +
             f". The {data['measure']} overlay is transparent below the threshold" +
             (f" ({unit})" if unit else "") +
-            ". Drag to move the crosshair; scroll to change the slice; drag in the 3D view to rotate it. Keyboard: "
+            f". Drawn with {CONVENTIONS[_data_convention(data)]}: the letter at a plane's left edge names that side."
+            " Drag to move the crosshair; scroll to change the slice; drag in the 3D view to rotate it. Keyboard: "
             "Tab to the view, then Page Up / Page Down change the slice, H / L and J / K move the crosshair.")
     # a focusable view with a name (a screen reader announced a nameless canvas) and the note as its description
     view = el("canvas", class_="mu-view", id=f"viewer-canvas-{index}", width="960", height="520", tabindex="0",
@@ -453,6 +496,11 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
               el("p", note, class_="note", id=f"viewer-note-{index}"),
               json_script(data, data_id), class_="mu-viewer", id=f"viewer-{index}", data_volumes=data_id,
               data_case=data["case"])
+
+
+def _data_convention(data: dict[str, Any]) -> str:
+    """The display convention of :func:`case_viewer`'s ``data`` (neurological for data made before it had one)."""
+    return check_convention(data.get("convention", "neurological"))
 
 
 def _fmt(x: float) -> str:

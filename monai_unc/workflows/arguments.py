@@ -426,6 +426,19 @@ def _add_product_options(parser: argparse.ArgumentParser, product: Any) -> None:
     product.add_arguments(parser.add_argument_group(product.title, product.description or None))
 
 
+#: the choices of ``--convention`` (the names of :data:`monai_unc.report.viewer.CONVENTIONS`, which this module does not
+#: import: the report layer loads matplotlib and nibabel, and ``--help`` answers before any of that)
+_CONVENTIONS = ("neurological", "radiological")
+
+
+def _add_convention(p: argparse.ArgumentParser) -> None:
+    """``--convention`` of the commands that write the report and triage pages (their case figures and 3D viewers)."""
+    p.add_argument("--convention", default="neurological", choices=_CONVENTIONS,
+                   help="how the page's case slices and 3D viewers draw the patient's sides: 'neurological' (default: "
+                   "the patient's left on the screen's left) or 'radiological' (the patient's right on the screen's "
+                   "left, as radiologists read: the axial and coronal slices mirrored, the side marks swapped)")
+
+
 def _add_report(sub: Any) -> None:
     p = sub.add_parser(
         "report", help="self-contained HTML QC report",
@@ -438,6 +451,7 @@ def _add_report(sub: Any) -> None:
     p.add_argument("--images", default=None, help="folder of the input images for the overlays")
     p.add_argument("--cases", type=_count, default=4, help="overlays of the N most uncertain cases (default 4)")
     p.add_argument("--title", default="Uncertainty QC report", help="page title")
+    _add_convention(p)
     _add_risk_control(p, defaults=False)
     p.add_argument("--quiet", "-q", action="store_true", help="print only the report path")
 
@@ -530,6 +544,7 @@ def _add_demo(sub: Any) -> None:
                    help="a smoke run on 11 cases (the clean right hemisphere and 10 perturbed copies): its rule, "
                    "certified on 6 of them, certifies nothing, so every new case goes to review (default: a rule "
                    "certified on 42 calibration cases, 12 new cases triaged)")
+    _add_convention(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
@@ -563,6 +578,7 @@ def _add_triage(sub: Any) -> None:
     p.add_argument("--allow-mismatch", action="store_true",
                    help="triage predictions whose fingerprint differs from the rule's (the page says so)")
     p.add_argument("--cases", type=_count, default=4, help="overlays of the N most uncertain cases (default 4)")
+    _add_convention(p)
     for cls in command_products():  # the products' commands, run beside the triage (monai_unc.workflows.apply)
         p.add_argument(f"--{cls.command}-rule", default=None, metavar="RULE",
                        help=f"{cls.artifact_file or cls.name + '.json'} written by 'evaluate': also run 'monai-unc "

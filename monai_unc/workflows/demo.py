@@ -67,6 +67,7 @@ from ..io import atomic_write_json, check_output_folder, list_image_cases, parse
 from ..product import format_cell, format_fraction, format_score
 from ..report.html import build_report
 from ..report.triage import link_page
+from ..report.viewer import check_convention
 from .factory import build_inferer, check_roi, method_tokens, normalize_roi
 from .infer import InferSettings, check_run_settings, complete_settings, predict_cases
 from .models import load_network
@@ -98,6 +99,7 @@ def run_demo(
     overlap: float = 0.0,
     quick: bool = False,
     device: str | torch.device = "cpu",
+    convention: str = "neurological",
 ) -> dict[str, Any]:
     """Run the demo into ``output`` (module docstring); returns the cohort summary and prints the report path.
 
@@ -119,6 +121,8 @@ def run_demo(
             ``monai-unc infer`` checks it (:func:`~monai_unc.workflows.prepare.resolve_device`): ``cuda`` where torch
             finds no CUDA GPU is refused, saying why and that ``--device cpu`` works. The documented results are
             the CPU's; a GPU's kernels may round differently.
+        convention: how the pages' case figures and viewers draw the patient's sides (``--convention``):
+            ``"neurological"`` (default) or ``"radiological"`` (:data:`monai_unc.report.viewer.CONVENTIONS`).
 
     Returns:
         The cohort summary (``summary.json`` plus the report path and ``"demo"``: the guarantee, what happened to
@@ -127,6 +131,7 @@ def run_demo(
     if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1"):
         # every rank would run the whole demo into the same folder
         raise ValueError("demo runs on one process; under torchrun use 'infer' and 'evaluate' (docs/distributed.md)")
+    convention = check_convention(convention)
     if samples is None:
         samples = 8 if quick else 4
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
@@ -174,7 +179,7 @@ def run_demo(
     state, summary, paths = run_evaluate(cohort["labels"], pred_dir, output / "evaluation", config,
                                          images=cohort["images"], progress=not quiet)
     say("[4/5] report")
-    report = build_report(output / "evaluation", output / "report")
+    report = build_report(output / "evaluation", output / "report", convention=convention)
     ids = sorted(str(r["case"]) for r in state.rows)  # type: ignore[union-attr]
     if quick:
         cal, new = ids[0::2], ids[1::2]
@@ -189,7 +194,7 @@ def run_demo(
                    "applied without labels")
     rule, triaged, page = certify_and_triage(state, config, pred_dir, output / "triage", cal, new,
                                              target_risk=TARGET_RISK, delta=DELTA, images=cohort["images"],
-                                             n_overlays=3)
+                                             n_overlays=3, convention=convention)
     link_page(report, page, caption)
     dice = {str(r["case"]): float(r["dice"]) for r in state.rows}  # type: ignore[union-attr]
     outcome = triage_outcome(rule, triaged, dice)
@@ -281,5 +286,6 @@ def demo_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, Any
         demo prints as it goes).
     """
     summary = run_demo(args.output, samples=args.samples, quiet=args.quiet, roi=args.roi, method=args.method,
-                       budget=args.budget, overlap=args.overlap, quick=args.quick, device=args.device)
+                       budget=args.budget, overlap=args.overlap, quick=args.quick, device=args.device,
+                       convention=getattr(args, "convention", "neurological"))
     return CommandResult(summary, True, Path(args.output).resolve())

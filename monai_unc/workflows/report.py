@@ -31,7 +31,7 @@ from ..io import (
 from ..io.signing import Trust
 from ..report.html import REPORT_SOURCE_RECORD, build_report
 from ..report.triage import build_triage_page
-from ..report.viewer import ASSET_DIR
+from ..report.viewer import ASSET_DIR, check_convention
 from .apply import apply_beside_triage, check_beside_triage, remove_stale_beside_triage, rules_from_options
 from .prepare import error_text, read_case_list
 from .session import CommandResult
@@ -136,6 +136,7 @@ def run_report(
     risk_method: str | None = None,
     calibration_cases: str | os.PathLike | Sequence[str] | None = None,
     risk_p_value: str | None = None,
+    convention: str = "neurological",
 ) -> Path:
     """``monai-unc report``: check, then write ``report.html`` and ``figures/*.png`` for an evaluation folder.
 
@@ -155,11 +156,14 @@ def run_report(
         risk_p_value: the p-value of LTT's tests, ``"hoeffding_bentkus"`` or ``"binomial"`` (None keeps the
             evaluation's).
         calibration_cases: a file of case ids (:func:`~monai_unc.workflows.prepare.read_case_list`) or the ids.
+        convention: how the case figures and viewers draw the patient's sides (``--convention``):
+            ``"neurological"`` (default) or ``"radiological"`` (:data:`monai_unc.report.viewer.CONVENTIONS`).
 
     Returns:
         The path of ``report.html``.
     """
     cases = check_overlay_count(cases)
+    convention = check_convention(convention)
     input_folder(evaluation, "evaluation", "--evaluation folder")
     cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
     out = Path(output) if output is not None else Path(evaluation) / "report"
@@ -183,7 +187,8 @@ def run_report(
     if budget is not None or any(v is not None for v in overrides.values()):  # the cohort summary again
         state, saved = load_evaluation(evaluation)
         summary = resummarize(state, saved, budget, **overrides)
-    return build_report(evaluation, output, images=images, n_cases=cases, title=title, summary=summary)
+    return build_report(evaluation, output, images=images, n_cases=cases, title=title, summary=summary,
+                        convention=convention)
 
 
 def triage_with_page(
@@ -199,6 +204,7 @@ def triage_with_page(
     progress: bool = True,
     dist: Any = None,
     trust: Trust | None = None,
+    convention: str = "neurological",
     **product_rules: Any,
 ) -> tuple[TriageResult, Path | None]:
     """``monai-unc triage``.
@@ -225,6 +231,8 @@ def triage_with_page(
         dist: a :class:`~monai_unc.engine.DistContext` (default: a single process or torchrun's group).
         trust: the trusted keys the rule files' signatures must verify against (``--trusted-keys``,
             ``--allow-unsigned``; :mod:`monai_unc.io.signing`), or None (not checked).
+        convention: how the page's case figures and viewers draw the patient's sides (``--convention``):
+            ``"neurological"`` (default) or ``"radiological"`` (:data:`monai_unc.report.viewer.CONVENTIONS`).
         **product_rules: ``<command>_rule``: the artifact a product's command applies (its path or the loaded
             file), or None (:func:`monai_unc.workflows.apply.rules_from_options`).
 
@@ -232,9 +240,13 @@ def triage_with_page(
         ``(result, page)``; ``page`` is None on ranks other than 0.
 
     Raises:
-        TypeError: a keyword that is not a product command's ``<command>_rule``.
+        TypeError: a keyword that is not a product command's ``<command>_rule``, or a ``convention`` that is not a
+            str.
+        ValueError: a ``convention`` that is neither convention (before anything is triaged), and the refusals of the
+            checks.
     """
     cases = check_overlay_count(cases)
+    convention = check_convention(convention)  # before the triage writes
     rules = rules_from_options(product_rules)
     unknown = sorted(set(k for k, v in product_rules.items() if v is not None)
                      - {f"{c.replace('-', '_')}_rule" for c in rules})
@@ -267,7 +279,7 @@ def triage_with_page(
                 err = e
         sync_errors(err, ctx)
         apply_beside_triage(rules, folders, predictions, dist=ctx, progress=progress, **common)
-        page = build_triage_page(output, n_cases=cases, **folders) if ctx.is_main else None
+        page = build_triage_page(output, n_cases=cases, convention=convention, **folders) if ctx.is_main else None
     return result, page
 
 
@@ -284,5 +296,5 @@ def report_from_arguments(args: argparse.Namespace) -> CommandResult[Path]:
     path = run_report(args.evaluation, args.output, budget=args.budget, images=args.images, cases=args.cases,
                       title=args.title, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
                       risk_method=args.risk_method, calibration_cases=args.calibration_cases,
-                      risk_p_value=args.risk_p_value)
+                      risk_p_value=args.risk_p_value, convention=getattr(args, "convention", "neurological"))
     return CommandResult(path, True, path.resolve().parent, (f"report: {path.resolve()}",))

@@ -45,6 +45,7 @@ from ..product import (
     format_target,
 )
 from ..report.triage import build_triage_page
+from ..report.viewer import check_convention
 from .apply import (
     beside_triage_folder,
     layout_from_rule,
@@ -79,8 +80,8 @@ def triage_command(
         dist: a rank context the caller holds (its group is left alone), or None: join the process group or
             create one from torchrun's environment, and destroy one created here at the end.
         **options: the keyword arguments of :func:`monai_unc.workflows.report.triage_with_page` (``images``,
-            ``allow_mismatch``, ``layout``, ``uncertainty``, ``cases``, ``progress``, ``trust`` and the products'
-            ``<command>_rule``).
+            ``allow_mismatch``, ``layout``, ``uncertainty``, ``cases``, ``progress``, ``trust``, ``convention`` and the
+            products' ``<command>_rule``).
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of ``(result, page)`` (``page`` None on ranks other
@@ -143,6 +144,7 @@ def certify_and_triage(
     layout: str = "monai-unc",
     n_overlays: int = 4,
     progress: bool = False,
+    convention: str = "neurological",
 ) -> tuple[ReferralRule, TriageResult, Path]:
     """Certify on ``calibration_cases`` of an evaluated cohort, triage ``new_cases`` without their labels.
 
@@ -166,14 +168,18 @@ def certify_and_triage(
         layout: the predictions' file layout (``"monai-unc"`` or ``"nnunet"``).
         n_overlays: overlays on the page.
         progress: progress bars on stderr.
+        convention: how the page's case figures and viewers draw the patient's sides: ``"neurological"`` (default)
+            or ``"radiological"`` (:data:`monai_unc.report.viewer.CONVENTIONS`).
 
     Returns:
         ``(rule, result, page)``: the :class:`~monai_unc.evaluation.triage.ReferralRule`, the
         :class:`~monai_unc.evaluation.triage.TriageResult` and the path of ``triage.html``.
 
     Raises:
-        ValueError: overlapping or empty case lists, or an invalid target risk or delta.
+        ValueError: overlapping or empty case lists, an invalid target risk or delta, or a ``convention`` that is
+            neither convention (before anything is written).
     """
+    convention = check_convention(convention)
     cal, new = [str(c) for c in calibration_cases], [str(c) for c in new_cases]
     if set(cal) & set(new):
         raise ValueError(f"calibration_cases and new_cases overlap: {sorted(set(cal) & set(new))[:5]}")
@@ -188,7 +194,7 @@ def certify_and_triage(
     output = Path(output)
     rule.save(output / RULE_FILE)
     result = run_triage(predictions, rule, output, images=images, layout=layout, cases=new, progress=progress)
-    page = build_triage_page(output, n_cases=n_overlays)
+    page = build_triage_page(output, n_cases=n_overlays, convention=convention)
     return rule, result, page
 
 
@@ -412,7 +418,8 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
         res = triage_command(
             args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
             layout=layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
-            trust=trust_from_arguments(args), **product_rule_options(args),
+            trust=trust_from_arguments(args), convention=getattr(args, "convention", "neurological"),
+            **product_rule_options(args),
         )  # fmt: skip
     if monitor_db is not None and res.is_main:
         try:

@@ -11,6 +11,9 @@
 // "#lesion=<case>:<x>,<y>,<z>" (world coordinates in mm) when the page has that case's viewer; such a fragment, on
 // load or when it changes, centres the case's viewer on the point and scrolls to it (<body data-viewer-centre>
 // then names the case and the voxel of the viewer's volume the crosshair is on, in the case's own grid).
+// Display convention: data.convention "radiological" starts NiiVue in its radiological mode (isRadiologicalConvention:
+// the patient's right on the screen's left in the axial and coronal planes); "neurological" (the default) the patient's
+// left on the left. The box's data-convention says which one NiiVue holds (tests read it).
 (function () {
   "use strict";
   var SLICE_TYPES = { multiplanar: 3, axial: 0, coronal: 1, sagittal: 2, render: 4 };
@@ -46,8 +49,10 @@
     var loading = /^[\x20-\x7e]*$/.test(data.case) ? "loading " + data.case : "loading";
     var nv = new niivue.Niivue({  // the multiplanar view: a 2 x 2 grid, the 3D render always the fourth tile
       backColor: [0, 0, 0, 1], show3Dcrosshair: true, multiplanarShowRender: niivue.SHOW_RENDER.ALWAYS,
-      multiplanarLayout: 2, isColorbar: false, crosshairWidth: 1, loadingText: loading
+      multiplanarLayout: 2, isColorbar: false, crosshairWidth: 1, loadingText: loading,
+      isRadiologicalConvention: data.convention === "radiological"
     });
+    box.setAttribute("data-convention", nv.getRadiologicalConvention() ? "radiological" : "neurological");
     nv.attachToCanvas(canvas);
     var images = data.volumes.map(function (v) {
       return niivue.NVImage.loadFromBase64({
