@@ -903,10 +903,13 @@ def write_failures(path: str | os.PathLike, failures: Sequence[CaseFailure], com
 def print_failure(failure: CaseFailure, ctx: DistContext, prefix: str = "monai-unc") -> None:
     """Print one stderr line for a failed case: ``<prefix>: [rank r of W: ]case 'id' failed: <error>``.
 
+    ``r`` is the rank that processed the case (``failure.rank``), also where another rank prints the line (rank 0, for
+    a case found bad only when the cohort is put together; found by review 66: the line named the printing rank).
+
     Args:
         failure: the failed case.
-        ctx: the rank context (named in the line when distributed).
+        ctx: the rank context (``W``; the rank is named when distributed).
         prefix: the line's prefix (the program or command).
     """
-    where = f"{ctx.describe()}: " if ctx.distributed else ""
+    where = f"rank {failure.rank} of {ctx.world_size}: " if ctx.distributed else ""
     stderr_line(f"{prefix}: {where}case {failure.case!r} failed: {failure.error}")  # above the progress bar
