@@ -65,3 +65,25 @@ def test_infer_option_warnings_are_said_once_by_rank_0_not_once_per_rank(cohort,
     assert len(said) == 2 and "'max_softmax' is deprecated" in said[0] and "--samples 3 is not used" in said[1], rank0
     assert rank1 == ["exit status 0"]
     assert sorted(p.name for p in (tmp_path / "out").glob("*.json")) == ["infer.json", "toy000.json", "toy001.json"]
+
+
+def test_seeded_draws_of_a_case_do_not_depend_on_the_rank_that_predicts_it(cohort, tmp_path):
+    """The promise of docs/distributed.md: a case's MC-dropout masks and TTA noise come from the seed alone, not from
+    the rank or the cases predicted before it on that rank, so 2 ranks write the maps of one process bit for bit (here
+    toy001 is rank 1's first case, second in one process; dropout and noise both drawn)."""
+    import nibabel as nib
+    import numpy as np
+
+    argv = ["infer", "-i", str(cohort["images"]), "--model", "example", "--method", "mcdropout+tta", "--tta-noise",
+            "0.2", "--samples", "2", "--roi", "16", "--device", "cpu", "-q"]
+    torch.set_num_threads(1)
+    assert cli.main([*argv, "-o", str(tmp_path / "one")]) == 0
+    logs = _run([*argv, "-o", str(tmp_path / "two")], tmp_path / "logs")
+    assert [log[-1] for log in logs] == ["exit status 0"] * 2, logs
+    maps = sorted(p.name for p in (tmp_path / "one").glob("*.nii.gz"))
+    assert len(maps) == 12 and maps == sorted(p.name for p in (tmp_path / "two").glob("*.nii.gz"))
+    for name in maps:
+        a, b = (np.asarray(nib.load(tmp_path / d / name).dataobj) for d in ("one", "two"))
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    mi = np.asarray(nib.load(tmp_path / "one" / "toy001_mutual_information.nii.gz").dataobj)
+    assert mi.max() > 0  # the samples differ: the draws are there to compare
