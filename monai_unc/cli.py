@@ -572,6 +572,9 @@ def _other_options(sub: argparse.ArgumentParser, argv: Sequence[str], error: Bas
 
 def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[str]) -> int:
     """:func:`main` after the parser is built: parse ``argv`` and run the command (exit status)."""
+    if _other_rank():  # every rank parses the same arguments: their warnings (a deprecated --measures name) are
+        # the job's, said once by rank 0 (found by review 66: one identical line per rank of a torchrun job)
+        warnings.showwarning = _say_nothing
     args = parser.parse_args(argv)
     warnings.showwarning = _one_line_warning(args.command)  # the parsed command's name (restored by main)
     if nnunet_cli is None and args.command in NNUNET_COMMANDS:  # parsed for --help without the nnunet extra, but
@@ -622,6 +625,29 @@ def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[
               "and this process finished are kept: run the same command again to resume", file=sys.stderr,
               flush=True)
         return 1
+
+
+def _other_rank() -> bool:
+    """Whether this process is a rank other than 0 of a job of several (torchrun's ``RANK`` and ``WORLD_SIZE``).
+
+    Read from an initialised process group when there is one, else from the environment without importing torch
+    (the arguments are parsed first); values that are not integers count as no job (the command refuses them later,
+    in one line naming the variable).
+
+    Returns:
+        True for ``RANK`` >= 1 of ``WORLD_SIZE`` > 1.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return bool(dist.get_world_size() > 1 and dist.get_rank() != 0)
+    try:
+        return int(os.environ.get("WORLD_SIZE") or 1) > 1 and int(os.environ.get("RANK") or 0) != 0
+    except ValueError:
+        return False
+
+
+def _say_nothing(*args: Any, **kwargs: Any) -> None:
+    """``warnings.showwarning`` that shows nothing (rank 0 of the job shows the same warning)."""
 
 
 #: what gloo says when the process at the other end of a connection exited or crashed

@@ -1165,7 +1165,11 @@ class SampleStats:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """Sums and counts, e.g. for ``torch.distributed.all_reduce`` of the tensors (sum).
+        """Sums and counts: what two statistics add when they merge.
+
+        Across ranks, :func:`monai_unc.engine.reduce_state` merges every rank's statistics: an ``all_reduce`` of the
+        tensors alone leaves out the counts ``sum_w`` and ``num_updates`` (Python numbers), so that its sums divided by
+        one rank's ``sum_w`` are no means.
 
         Returns:
             ``sum_w``, ``num_updates``, ``sum_p``, ``sum_h`` (and ``sum_p2`` with variance) plus ``out_dtype``,
@@ -1189,7 +1193,7 @@ class SampleStats:
         """Replace the sums and counts with those of a :meth:`state_dict`.
 
         Args:
-            state: a :meth:`state_dict` (e.g. after ``all_reduce``); the tensors are copied in the accumulation dtype
+            state: a :meth:`state_dict` (e.g. read back from a file); the tensors are copied in the accumulation dtype
                 (when unset: the state's ``accum_dtype``, else that of ``sum_p``), except these statistics' own live
                 sums (their own ``state_dict()``).
 

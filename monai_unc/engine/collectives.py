@@ -193,14 +193,19 @@ def read_dist_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
     return rank, world, local
 
 
-def _cpu_group() -> Any:
-    """None when the default group handles CPU tensors, else a gloo group over all ranks (created once)."""
+def _cpu_group(timeout: timedelta | None = None) -> Any:
+    """None when the default group handles CPU tensors, else a gloo group over all ranks (created once).
+
+    Its collective timeout is ``timeout`` (that of a default group created here, found by review 66: a group made
+    with ``timeout=60`` had a gloo group beside it that waited the 6-hour default), else that of our own groups
+    (:func:`_collective_timeout`), not torch's 30-minute default.
+    """
     backend = str(dist.get_backend())
     if "gloo" in backend or backend in ("mpi", "ucc"):
         return None
     key = id(dist.group.WORLD)
-    if key not in _cpu_groups:  # the same timeout as our own groups, not torch's 30-minute default
-        _cpu_groups[key] = dist.new_group(backend="gloo", timeout=_collective_timeout())
+    if key not in _cpu_groups:
+        _cpu_groups[key] = dist.new_group(backend="gloo", timeout=timeout or _collective_timeout())
     return _cpu_groups[key]
 
 
@@ -261,8 +266,8 @@ def get_dist_context(
         device: the compute device; a CUDA device selects ``cpu:gloo,cuda:nccl`` and is made current (``"cuda"``
             without an index: GPU ``LOCAL_RANK % device_count``).
         backend: override the backend of a group created here (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``, ...).
-        timeout: collective timeout of a group created here (``timedelta`` or seconds; default
-            :data:`DEFAULT_TIMEOUT_S` or env ``MONAI_UNC_DIST_TIMEOUT``).
+        timeout: collective timeout of a group created here and of the gloo group beside an NCCL one (``timedelta`` or
+            seconds; default :data:`DEFAULT_TIMEOUT_S` or env ``MONAI_UNC_DIST_TIMEOUT``).
 
     Returns:
         The :class:`DistContext`; ``DistContext(rank, 1, local_rank)`` for a single process (no group).
@@ -299,7 +304,7 @@ def get_dist_context(
     _join_group(backend, rank, world, timeout)
     _joined[0] = True
     atexit.register(_destroy_at_exit)
-    return DistContext(rank, world, local, str(dist.get_backend()), True, _cpu_group())
+    return DistContext(rank, world, local, str(dist.get_backend()), True, _cpu_group(timeout))
 
 
 #: whether this process created a process group (:func:`get_dist_context`) at some point
@@ -903,10 +908,13 @@ def write_failures(path: str | os.PathLike, failures: Sequence[CaseFailure], com
 def print_failure(failure: CaseFailure, ctx: DistContext, prefix: str = "monai-unc") -> None:
     """Print one stderr line for a failed case: ``<prefix>: [rank r of W: ]case 'id' failed: <error>``.
 
+    ``r`` is the rank that processed the case (``failure.rank``), also where another rank prints the line (rank 0, for
+    a case found bad only when the cohort is put together; found by review 66: the line named the printing rank).
+
     Args:
         failure: the failed case.
-        ctx: the rank context (named in the line when distributed).
+        ctx: the rank context (``W``; the rank is named when distributed).
         prefix: the line's prefix (the program or command).
     """
-    where = f"{ctx.describe()}: " if ctx.distributed else ""
+    where = f"rank {failure.rank} of {ctx.world_size}: " if ctx.distributed else ""
     stderr_line(f"{prefix}: {where}case {failure.case!r} failed: {failure.error}")  # above the progress bar

@@ -604,8 +604,9 @@ def _run_evaluate(
             raise
         absent = _warn_absent_classes(results, config)
         state = assemble_state(results, config.n_fine_bins, late, regions=_regions(config))
-        if late:
-            raise CasesFailed([CaseFailure(c, ctx.rank, error_line(e)) for c, e in late])
+        if late:  # each named with the rank that evaluated it, not rank 0 that found it out (found by review 66)
+            ran = dict(zip(run.cases, run.ranks))
+            raise CasesFailed([CaseFailure(c, ran.get(c, ctx.rank), error_line(e)) for c, e in late])
         assert state is not None
         cohort["state"] = state
 

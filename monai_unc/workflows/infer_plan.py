@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_integer, is_finite_real
+from .._utils import check_integer, is_finite_real, main_rank_warnings
 from ..engine import DistContext, read_dist_env, start_notice, sync_errors
 from ..inferers import add_dropout, enable_mc_dropout
 from ..io import (
@@ -496,9 +496,12 @@ def infer_command(
     def run(ctx: DistContext) -> list[dict[str, Any]]:
         err = plan = None
         try:  # a setup error on one rank must not leave the others waiting
-            plan = prepare_infer(input, device=dev, **options)
-            # the cases as the network reads them (DICOM series of several channels: <case>_0000/, ... is <case>)
-            check_infer_case_outputs(out, [c.case_id for c in plan.cases], **options)
+            # every rank builds the same plan: its warnings (--samples unused by the method, ...) are the job's, said
+            # once by rank 0 (found by review 66: one identical line per rank)
+            with main_rank_warnings():
+                plan = prepare_infer(input, device=dev, **options)
+                # the cases as the network reads them (DICOM series of several channels: <case>_0000/, ... is <case>)
+                check_infer_case_outputs(out, [c.case_id for c in plan.cases], **options)
         except Exception as e:
             err = e
         sync_errors(err, ctx)
