@@ -169,7 +169,8 @@ def prediction_fingerprint(
       written before it was recorded is compared as the one its ``regions`` imply), and ``model_folder`` /
       ``temperature`` / ``checkpoint`` / ``regions`` /
       ``window_disagreement`` / ``mirror_draws`` (``"shared"``: the mirrors of a dropout / Rate-In / SSN sample draw
-      from one random state; absent where each mirror drew its own, as before 0.2.0) / ``weights`` (the sha256
+      from one random state; ``"shared, ssn noise mirrored"``: an SSN's per-logit noise also mirrored with the
+      input; absent where each mirror drew its own, as before 0.2.0) / ``weights`` (the sha256
       digests of the fold checkpoints, ``plans.json`` and ``dataset.json``) when the config records them.
     - without such records: ``{"producer": "unknown"}`` (a rule then cannot check the predictions; the triage page
       says so).

@@ -57,6 +57,7 @@ __all__ = [
     "SSNHead",
     "SSNNetwork",
     "lowrank_distribution",
+    "mirrored_ssn_noise",
     "sample_logits",
     "ssn_sampling",
     "find_ssn_heads",
@@ -176,6 +177,8 @@ class SSNDistribution(LowRankMultivariateNormal):
         self.cov_factor = cov_factor
         self._unbroadcasted_cov_factor = cov_factor
         self._unbroadcasted_cov_diag = cov_diag
+        # dims of the (B, C, *spatial) map along which rsample mirrors z_D (set by a head inside mirrored_ssn_noise)
+        self._noise_flip: tuple[int, ...] = ()
         Distribution.__init__(self, loc.shape[:1], loc.shape[1:], validate_args=validate_args)
 
     @lazy_property
@@ -244,6 +247,9 @@ class SSNDistribution(LowRankMultivariateNormal):
         with no_autocast(self.loc.device):
             eps_w = _standard_normal(shape[:-1] + (self.rank,), dtype=self.loc.dtype, device=self.loc.device)
             eps_d = _standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
+            if self._noise_flip:  # z_D laid out as the unmirrored map's (mirrored_ssn_noise)
+                image = (-1, *self.loc.shape[:1], self.num_classes, *self.spatial_shape)
+                eps_d = eps_d.reshape(image).flip([a + 1 for a in self._noise_flip]).reshape(shape)
             s = eps_w.shape[:-2]  # sample dims
             b, r = eps_w.shape[-2:]
             # loc + (B, S, R) @ (B, R, CN) -> (B, S, CN): one fused product per image, the factor is not copied
@@ -378,7 +384,12 @@ def sample_logits(params: SSNParams, num_samples: int | None = None) -> torch.Te
     return _sample(lowrank_distribution(*params), num_samples)
 
 
-def _sample(d: SSNDistribution, num_samples: int | None = None) -> torch.Tensor:
+def _sample(d: SSNDistribution, num_samples: int | None = None, noise_flip: tuple[int, ...] = ()) -> torch.Tensor:
+    if noise_flip:
+        if max(noise_flip) >= 2 + len(d.spatial_shape):
+            raise ValueError(f"axes {noise_flip} of mirrored_ssn_noise are not spatial dims of the head's "
+                             f"(B, C, *spatial) map of {2 + len(d.spatial_shape)} dims")
+        d._noise_flip = noise_flip
     return d.logits(() if num_samples is None else (num_samples,))
 
 
@@ -527,6 +538,8 @@ class SSNHead(nn.Module):
                 self.mean_conv.bias.zero_()
         #: set by :func:`ssn_sampling`: the forward then returns one reparameterised sample
         self.sampling = False
+        #: set by :func:`mirrored_ssn_noise`: the dims along which a sample's per-logit noise ``z_D`` is mirrored
+        self.noise_flip: tuple[int, ...] = ()
 
     def fold_temperature(self, temperature: torch.Tensor | float, rescale_floor: bool = False) -> None:
         """Fold a temperature into the head in place.
@@ -733,7 +746,7 @@ class SSNHead(nn.Module):
             ``(B, C, *spatial)`` logits, or the training output (see ``train_output``).
         """
         if self.sampling:
-            return _sample(_distribution(*self.params(features, mask)))
+            return _sample(_distribution(*self.params(features, mask)), noise_flip=self.noise_flip)
         if self.training:
             if self.train_output == "raw":
                 return self.raw(features, mask)
@@ -892,6 +905,65 @@ def ssn_sampling(network: nn.Module, cache: bool = False) -> Iterator[list[SSNHe
             n._cache = None
 
 
+@contextlib.contextmanager
+def mirrored_ssn_noise(network: nn.Module, axes: Sequence[int]) -> Iterator[list[SSNHead]]:
+    """Within the block every :class:`SSNHead` of ``network`` draws the per-logit noise ``z_D`` of a sample mirrored.
+
+    For test-time mirroring where the mirrored passes of one sample are one draw (nnU-Net's mirrors averaged in logit
+    space, every mirror from the random state of the first): a sample ``mu + P z_R + sqrt(D) z_D`` of the pass on
+    ``torch.flip(x, axes)``, flipped back, carries ``z_R`` (``R`` values per image, no position) unchanged, but the
+    ``z_D`` drawn in the mirrored layout ends up mirrored, so the mean over the ``2^k`` mirrors averages ``2^k``
+    independent values of ``z_D`` per voxel and keeps about ``1 / 2^k`` of the diagonal variance ``D``. Inside this
+    block ``z_D`` is flipped along ``axes`` as it is drawn: flipped back, every mirror uses the ``z_D`` of the
+    unmirrored pass, and the mirrors of one sample are one draw (exactly so for a flip-equivariant network).
+
+    Args:
+        network: a module holding SSN heads (the heads sample only inside :func:`ssn_sampling`).
+        axes: the dims ``torch.flip`` mirrors the input along, as dims of the head's ``(B, C, *spatial)`` map
+            (``>= 2``; the spatial dims of an input and of the head's map have the same numbers). ``()``: no change.
+
+    Yields:
+        The heads.
+
+    Raises:
+        ValueError: ``axes`` not integers ``>= 2`` without repeats, or the network has no SSN head; when sampling,
+            an axis that is not a dim of the head's map.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks import SSNHead, SSNNetwork, mirrored_ssn_noise, ssn_sampling
+        >>> _ = torch.manual_seed(0)
+        >>> net = SSNNetwork(torch.nn.Conv2d(1, 4, 1), SSNHead(4, num_classes=2, rank=2, spatial_dims=2,
+        ...                                                    init_variance=1.0)).eval()
+        >>> x = torch.rand(1, 1, 5, 4)
+        >>> with ssn_sampling(net):
+        ...     state = torch.get_rng_state()
+        ...     a = net(x)
+        ...     _ = torch.set_rng_state(state)
+        ...     with mirrored_ssn_noise(net, (2, 3)):
+        ...         b = torch.flip(net(torch.flip(x, (2, 3))), (2, 3))
+        >>> torch.allclose(a, b, atol=1e-6)  # a network of 1x1 convolutions is flip-equivariant: one draw
+        True
+    """
+    if isinstance(axes, (str, bytes)) or not isinstance(axes, Sequence) or not all(
+        is_int(a) and a >= 2 for a in axes
+    ) or len(set(int(a) for a in axes)) != len(axes):
+        raise ValueError(f"axes must be distinct spatial dims (integers >= 2) of the (B, C, *spatial) maps, got "
+                         f"{axes!r}")
+    flip = tuple(int(a) for a in axes)
+    heads = find_ssn_heads(network)
+    if not heads:
+        raise ValueError(f"{type(network).__name__} has no SSNHead whose noise to mirror")
+    old = [h.noise_flip for h in heads]
+    for h in heads:
+        h.noise_flip = flip
+    try:
+        yield heads
+    finally:
+        for h, f in zip(heads, old):
+            h.noise_flip = f
+
+
 class SSNNetwork(nn.Module):
     """A segmentation backbone with an :class:`SSNHead` on its last feature map.
 
@@ -1000,7 +1072,7 @@ class SSNNetwork(nn.Module):
             else:
                 params = self.head.params(self.features(x), self._mask(x, mask))
                 self._cache = (x, mask, params) if self._cache_enabled else None
-            return _sample(_distribution(*params))
+            return _sample(_distribution(*params), noise_flip=self.head.noise_flip)
         return self.head(self.features(x), self._mask(x, mask))
 
 
