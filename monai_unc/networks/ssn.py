@@ -124,10 +124,12 @@ class SSNDistribution(LowRankMultivariateNormal):
     Batch shape ``(B,)``, event size ``C * N`` (flattening in the module docstring). Differences from the stock class
     (same distribution, same ``rsample`` draws for a given random state up to floating-point rounding): the
     capacitance matrix (needed by ``log_prob``, ``entropy``, ``precision_matrix``) is computed lazily; ``rsample``
-    does not copy the factor per sample; it, ``log_prob`` and the dense ``covariance_matrix`` / ``precision_matrix`` /
-    ``scale_tril`` run outside ``torch.autocast`` (in the parameters' float32 or float64); ``cov_diag`` may contain
+    does not copy the factor per sample; it and the dense ``covariance_matrix`` / ``scale_tril`` run outside
+    ``torch.autocast`` (in the parameters' float32 or float64); ``log_prob``, ``entropy`` and ``precision_matrix``
+    are computed in float64 (returned in the parameters' dtype), ``log_prob`` by a formula without the stock one's
+    cancellation (float32 was hundreds of nats off at the head's floor ``D = 1e-5``); ``cov_diag`` may contain
     zeros (a deterministic logit) for sampling, but then the covariance is singular: ``log_prob`` / ``entropy`` /
-    ``precision_matrix`` are NaN with a ``UserWarning``.
+    ``precision_matrix`` are NaN with a ``UserWarning`` (also where float64 cannot factorise the capacitance).
 
     Build it with :func:`lowrank_distribution` or :meth:`SSNHead.distribution`.
 
@@ -182,29 +184,81 @@ class SSNDistribution(LowRankMultivariateNormal):
         Distribution.__init__(self, loc.shape[:1], loc.shape[1:], validate_args=validate_args)
 
     @lazy_property
-    def _capacitance_tril(self) -> torch.Tensor:  # type: ignore[override]
-        # I + P^T D^-1 P (R x R per image) and its Cholesky factor: only for log_prob / entropy / precision
-        w, d = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
+    def _density_factors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """float64 ``(W, D, L, no_density)``: factor, diagonal, Cholesky factor of the capacitance, flags per image.
+
+        ``L`` factorises the capacitance ``K = I + W^T D^-1 W`` (``R x R`` per image); ``no_density`` ``(B,)`` marks
+        the images without a density.
+
+        Found by review 66: the stock float32 Woodbury evaluation ``diff^T D^-1 diff - |L^-1 W^T D^-1 diff|^2``
+        subtracts two terms of size ``|W|^2 / D`` that nearly cancel; at the head's own floor ``D = 1e-5`` with
+        factor entries near 10 (rank 10, a 2 x 8 x 8 map) ``log_prob`` of a draw was 1538 against 435, and a
+        positive ``D`` below float32's smallest normal number gave NaN / inf without a word. Here ``K`` and ``L``
+        are float64; a zero variance, or a ``K`` float64 cannot factorise, makes the image's ``L`` NaN with a
+        warning (its covariance is singular: no density).
+        """
+        w = self._unbroadcasted_cov_factor.double()
+        d = self._unbroadcasted_cov_diag.double()
         singular = (d == 0).any(-1)  # (B,)
-        if bool(singular.any()):  # found by hostile testing: entropy / log_prob were NaN without a word
-            warn_nan("SSNDistribution: cov_diag holds zero variances (deterministic logits), so the covariance is "
-                     "singular and has no density: log_prob, entropy and precision_matrix are NaN", stacklevel=4)
-            # the factorisation of those images is NaN: from rank 2 their capacitance held inf - inf and the Cholesky
-            # factorisation raised LinAlgError (found by hostile testing); the other images keep their density
-            d = torch.where(singular.unsqueeze(-1), torch.ones_like(d), d)
+        # the factorisation of those images is NaN: from rank 2 their capacitance held inf - inf and the Cholesky
+        # factorisation raised LinAlgError (found by hostile testing); the other images keep their density
+        d = torch.where(singular.unsqueeze(-1), torch.ones_like(d), d)
         with no_autocast(w.device):
             k = torch.matmul(w.mT / d.unsqueeze(-2), w)
             k = k + torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
-            tril = torch.linalg.cholesky(k)
-        return torch.where(singular.view(-1, 1, 1), torch.nan, tril) if bool(singular.any()) else tril
+            tril, info = torch.linalg.cholesky_ex(k)
+        failed = (info != 0) & ~singular
+        if bool(singular.any()):  # found by hostile testing: entropy / log_prob were NaN without a word
+            warn_nan("SSNDistribution: cov_diag holds zero variances (deterministic logits), so the covariance is "
+                     "singular and has no density: log_prob, entropy and precision_matrix are NaN", stacklevel=5)
+        if bool(failed.any()):
+            warn_nan("SSNDistribution: the covariance is numerically singular in float64 (diagonal variances tiny "
+                     "against the factor): log_prob, entropy and precision_matrix are NaN", stacklevel=5)
+        bad = singular | (info != 0)
+        if bool(bad.any()):
+            tril = torch.where(bad.view(-1, 1, 1), torch.nan, tril)
+        return w, d, tril, bad
+
+    @property
+    def _capacitance_tril(self) -> torch.Tensor:  # type: ignore[override]
+        """The float64 Cholesky factor of ``I + P^T D^-1 P`` (NaN for images without a density)."""
+        return self._density_factors[2]
+
+    def _logdet(self) -> torch.Tensor:
+        """float64 ``log det(P P^T + D)`` per image ``(B,)``: ``2 sum log diag L + sum log D``."""
+        _, d, tril, _ = self._density_factors
+        return 2.0 * tril.diagonal(dim1=-2, dim2=-1).log().sum(-1) + d.log().sum(-1)
 
     # the density and the dense matrices run outside torch.autocast, as rsample and the capacitance do (found by hostile
     # testing: their matrix products ran in bfloat16 / float16, log_prob of a 2 x 24^3 map of rank 10 was 86 nats off
     # under CPU bfloat16 autocast, and the lazily cached matrices kept such values after the block)
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """As ``LowRankMultivariateNormal.log_prob``, computed outside ``torch.autocast``."""
+        """The log-density of ``value`` ``(*sample_shape, B, C*N)`` (or broadcastable to it), ``(*sample_shape, B)``.
+
+        Computed in float64 outside ``torch.autocast`` and returned in the parameters' dtype, without the
+        cancellation of the stock formula (see ``_density_factors``): with ``a = K^-1 W^T D^-1 (x - mu)``, the
+        posterior mean of the latent ``z_R``, and ``r = x - mu - W a``, the Mahalanobis term is
+        ``r^T D^-1 r + |a|^2``, a sum of two non-negative terms (and ``a`` minimises it, so an error in ``a`` changes
+        it to second order only). Memory: float64 copies of the factor and of ``value``.
+        """
+        if self._validate_args:
+            self._validate_sample(value)
+        w, d, tril, _ = self._density_factors
         with no_autocast(self.loc.device):
-            return super().log_prob(value)
+            diff = value.double() - self.loc.double()  # (*S, B, E)
+            b, e = self.loc.shape
+            shape = diff.shape[:-1]
+            x = diff.reshape(-1, b, e).permute(1, 2, 0)  # (B, E, S): the factor is not copied per sample
+            a = torch.cholesky_solve(torch.matmul(w.mT, x / d.unsqueeze(-1)), tril)  # (B, R, S)
+            r = x - torch.matmul(w, a)
+            m = (r * r / d.unsqueeze(-1)).sum(1) + (a * a).sum(1)  # (B, S)
+            out = -0.5 * (e * math.log(2 * math.pi) + self._logdet().unsqueeze(-1) + m)
+            return out.T.reshape(shape).to(self.loc.dtype)
+
+    def entropy(self) -> torch.Tensor:
+        """The entropy per image ``(B,)``, from the float64 factorisation, in the parameters' dtype."""
+        e = self.loc.shape[-1]
+        return (0.5 * e * (1.0 + math.log(2 * math.pi)) + 0.5 * self._logdet()).to(self.loc.dtype)
 
     @lazy_property
     def covariance_matrix(self) -> torch.Tensor:  # type: ignore[override]
@@ -214,9 +268,11 @@ class SSNDistribution(LowRankMultivariateNormal):
 
     @lazy_property
     def precision_matrix(self) -> torch.Tensor:  # type: ignore[override]
-        """The inverse covariance per image (dense: small maps only), outside ``torch.autocast``."""
+        """The inverse covariance per image (dense: small maps only), from the float64 factorisation."""
+        w, d, tril, _ = self._density_factors
         with no_autocast(self.loc.device):
-            return LowRankMultivariateNormal.__dict__["precision_matrix"].wrapped(self)
+            a = torch.linalg.solve_triangular(tril, w.mT / d.unsqueeze(-2), upper=False)
+            return (torch.diag_embed(d.reciprocal()) - torch.matmul(a.mT, a)).to(self.loc.dtype)
 
     @lazy_property
     def scale_tril(self) -> torch.Tensor:  # type: ignore[override]
