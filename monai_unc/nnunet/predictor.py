@@ -768,9 +768,15 @@ class UncertaintyPredictor(nnUNetPredictor):
             for i, axes in enumerate(combos):
                 if rng is not None and i:
                     rng.restore()
+                # folds not a source, an SSN: the fold networks of one sample share its latent draw, every fold from
+                # the random state the first one started with (found by review 66: each fold drew its own, and the
+                # mean logit over 3 copies of one model kept less than half of its MI)
+                fold_rng = _RandomState(x.device) if ssn and len(nets) > 1 else None
                 xx = torch.flip(x, axes) if axes else x
                 outs = []
                 for f, net in enumerate(nets):
+                    if fold_rng is not None and f:
+                        fold_rng.restore()
                     # one latent draw in every mirror: the SSN's per-logit noise mirrored with the input (found by
                     # hostile review: drawn in each mirror's own layout, the mean over 2^k mirrors kept about 1/2^k
                     # of the diagonal variance)
@@ -1216,6 +1222,12 @@ class UncertaintyPredictor(nnUNetPredictor):
                 # the SSN's per-logit noise mirrored with the input (review 66): other draws than a folder of
                 # "shared" (the noise in each mirror's own layout) holds, so a resume computes those cases again
                 cfg["mirror_draws"] = "shared, ssn noise mirrored"
+        if "ssn" in self.uncertainty_sources and "folds" not in self.uncertainty_sources and len(
+            self.list_of_parameters or []
+        ) > 1:
+            # the folds of an SSN sample share its latent draw (review 66; earlier each fold drew its own: a resume
+            # computes those cases again)
+            cfg["fold_draws"] = "shared"
         if self._shares_passes():
             # how the dropout / Rate-In passes ran: the same distribution either way, but other seeded draws (a
             # resume compares them; other sources' folders record neither, as before)
