@@ -39,7 +39,7 @@ def test_mirrored_passes_from_one_random_state_are_one_draw(head_only):
     # found by review 66: the per-logit noise z_D was drawn in each mirror's own layout, so the flipped-back draws
     # of one sample differed and nnU-Net's mean over the 8 mirrors kept about 1/8 of the diagonal variance
     net = _equivariant_ssn()
-    x = torch.rand(1, 1, 5, 4, 3)
+    x = torch.rand(2, 1, 5, 4, 3)  # two images: each draw's noise mirrored image by image
     draws = _mirrored_draws(net, x, mirrored=True, head_only=head_only)
     for d in draws[1:]:
         torch.testing.assert_close(d, draws[0], atol=1e-6, rtol=0)
