@@ -169,7 +169,9 @@ def prediction_fingerprint(
       written before it was recorded is compared as the one its ``regions`` imply), and ``model_folder`` /
       ``temperature`` / ``checkpoint`` / ``regions`` /
       ``window_disagreement`` / ``mirror_draws`` (``"shared"``: the mirrors of a dropout / Rate-In / SSN sample draw
-      from one random state; absent where each mirror drew its own, as before 0.2.0) / ``weights`` (the sha256
+      from one random state; ``"shared, ssn noise mirrored"``: an SSN's per-logit noise also mirrored with the
+      input; absent where each mirror drew its own, as before 0.2.0) / ``fold_draws`` (``"shared"``: the folds
+      averaged in an SSN sample share its latent draw) / ``weights`` (the sha256
       digests of the fold checkpoints, ``plans.json`` and ``dataset.json``) when the config records them.
     - without such records: ``{"producer": "unknown"}`` (a rule then cannot check the predictions; the triage page
       says so).
@@ -263,6 +265,9 @@ def prediction_fingerprint(
         # versions) drew per mirror, which shrank MC dropout's MI to about half: a rule certified on those does not
         # fit these predictions (found by hostile review)
         fp["mirror_draws"] = cfg["mirror_draws"]
+    if "fold_draws" in cfg:  # the averaged folds of an SSN sample share its latent draw (review 66); earlier each fold
+        # drew its own, which shrank the aleatoric MI: a rule certified on those does not fit these predictions
+        fp["fold_draws"] = cfg["fold_draws"]
     if cfg.get("weights"):  # configs written before the weight digests have none (compared by path)
         fp["weights"] = cfg["weights"]
     return json.loads(json.dumps(fp))

@@ -15,6 +15,7 @@ from .ssn import (
     SSNParams,
     find_ssn_heads,
     lowrank_distribution,
+    mirrored_ssn_noise,
     sample_logits,
     ssn_sampling,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "SSNParams",
     "find_ssn_heads",
     "lowrank_distribution",
+    "mirrored_ssn_noise",
     "sample_logits",
     "ssn_log_likelihood",
     "ssn_sampling",

@@ -57,6 +57,7 @@ __all__ = [
     "SSNHead",
     "SSNNetwork",
     "lowrank_distribution",
+    "mirrored_ssn_noise",
     "sample_logits",
     "ssn_sampling",
     "find_ssn_heads",
@@ -123,10 +124,12 @@ class SSNDistribution(LowRankMultivariateNormal):
     Batch shape ``(B,)``, event size ``C * N`` (flattening in the module docstring). Differences from the stock class
     (same distribution, same ``rsample`` draws for a given random state up to floating-point rounding): the
     capacitance matrix (needed by ``log_prob``, ``entropy``, ``precision_matrix``) is computed lazily; ``rsample``
-    does not copy the factor per sample; it, ``log_prob`` and the dense ``covariance_matrix`` / ``precision_matrix`` /
-    ``scale_tril`` run outside ``torch.autocast`` (in the parameters' float32 or float64); ``cov_diag`` may contain
+    does not copy the factor per sample; it and the dense ``covariance_matrix`` / ``scale_tril`` run outside
+    ``torch.autocast`` (in the parameters' float32 or float64); ``log_prob``, ``entropy`` and ``precision_matrix``
+    are computed in float64 (returned in the parameters' dtype), ``log_prob`` by a formula without the stock one's
+    cancellation (float32 was hundreds of nats off at the head's floor ``D = 1e-5``); ``cov_diag`` may contain
     zeros (a deterministic logit) for sampling, but then the covariance is singular: ``log_prob`` / ``entropy`` /
-    ``precision_matrix`` are NaN with a ``UserWarning``.
+    ``precision_matrix`` are NaN with a ``UserWarning`` (also where float64 cannot factorise the capacitance).
 
     Build it with :func:`lowrank_distribution` or :meth:`SSNHead.distribution`.
 
@@ -176,32 +179,86 @@ class SSNDistribution(LowRankMultivariateNormal):
         self.cov_factor = cov_factor
         self._unbroadcasted_cov_factor = cov_factor
         self._unbroadcasted_cov_diag = cov_diag
+        # dims of the (B, C, *spatial) map along which rsample mirrors z_D (set by a head inside mirrored_ssn_noise)
+        self._noise_flip: tuple[int, ...] = ()
         Distribution.__init__(self, loc.shape[:1], loc.shape[1:], validate_args=validate_args)
 
     @lazy_property
-    def _capacitance_tril(self) -> torch.Tensor:  # type: ignore[override]
-        # I + P^T D^-1 P (R x R per image) and its Cholesky factor: only for log_prob / entropy / precision
-        w, d = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
+    def _density_factors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """float64 ``(W, D, L, no_density)``: factor, diagonal, Cholesky factor of the capacitance, flags per image.
+
+        ``L`` factorises the capacitance ``K = I + W^T D^-1 W`` (``R x R`` per image); ``no_density`` ``(B,)`` marks
+        the images without a density.
+
+        Found by review 66: the stock float32 Woodbury evaluation ``diff^T D^-1 diff - |L^-1 W^T D^-1 diff|^2``
+        subtracts two terms of size ``|W|^2 / D`` that nearly cancel; at the head's own floor ``D = 1e-5`` with
+        factor entries near 10 (rank 10, a 2 x 8 x 8 map) ``log_prob`` of a draw was 1538 against 435, and a
+        positive ``D`` below float32's smallest normal number gave NaN / inf without a word. Here ``K`` and ``L``
+        are float64; a zero variance, or a ``K`` float64 cannot factorise, makes the image's ``L`` NaN with a
+        warning (its covariance is singular: no density).
+        """
+        w = self._unbroadcasted_cov_factor.double()
+        d = self._unbroadcasted_cov_diag.double()
         singular = (d == 0).any(-1)  # (B,)
-        if bool(singular.any()):  # found by hostile testing: entropy / log_prob were NaN without a word
-            warn_nan("SSNDistribution: cov_diag holds zero variances (deterministic logits), so the covariance is "
-                     "singular and has no density: log_prob, entropy and precision_matrix are NaN", stacklevel=4)
-            # the factorisation of those images is NaN: from rank 2 their capacitance held inf - inf and the Cholesky
-            # factorisation raised LinAlgError (found by hostile testing); the other images keep their density
-            d = torch.where(singular.unsqueeze(-1), torch.ones_like(d), d)
+        # the factorisation of those images is NaN: from rank 2 their capacitance held inf - inf and the Cholesky
+        # factorisation raised LinAlgError (found by hostile testing); the other images keep their density
+        d = torch.where(singular.unsqueeze(-1), torch.ones_like(d), d)
         with no_autocast(w.device):
             k = torch.matmul(w.mT / d.unsqueeze(-2), w)
             k = k + torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
-            tril = torch.linalg.cholesky(k)
-        return torch.where(singular.view(-1, 1, 1), torch.nan, tril) if bool(singular.any()) else tril
+            tril, info = torch.linalg.cholesky_ex(k)
+        failed = (info != 0) & ~singular
+        if bool(singular.any()):  # found by hostile testing: entropy / log_prob were NaN without a word
+            warn_nan("SSNDistribution: cov_diag holds zero variances (deterministic logits), so the covariance is "
+                     "singular and has no density: log_prob, entropy and precision_matrix are NaN", stacklevel=5)
+        if bool(failed.any()):
+            warn_nan("SSNDistribution: the covariance is numerically singular in float64 (diagonal variances tiny "
+                     "against the factor): log_prob, entropy and precision_matrix are NaN", stacklevel=5)
+        bad = singular | (info != 0)
+        if bool(bad.any()):
+            tril = torch.where(bad.view(-1, 1, 1), torch.nan, tril)
+        return w, d, tril, bad
+
+    @property
+    def _capacitance_tril(self) -> torch.Tensor:  # type: ignore[override]
+        """The float64 Cholesky factor of ``I + P^T D^-1 P`` (NaN for images without a density)."""
+        return self._density_factors[2]
+
+    def _logdet(self) -> torch.Tensor:
+        """float64 ``log det(P P^T + D)`` per image ``(B,)``: ``2 sum log diag L + sum log D``."""
+        _, d, tril, _ = self._density_factors
+        return 2.0 * tril.diagonal(dim1=-2, dim2=-1).log().sum(-1) + d.log().sum(-1)
 
     # the density and the dense matrices run outside torch.autocast, as rsample and the capacitance do (found by hostile
     # testing: their matrix products ran in bfloat16 / float16, log_prob of a 2 x 24^3 map of rank 10 was 86 nats off
     # under CPU bfloat16 autocast, and the lazily cached matrices kept such values after the block)
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """As ``LowRankMultivariateNormal.log_prob``, computed outside ``torch.autocast``."""
+        """The log-density of ``value`` ``(*sample_shape, B, C*N)`` (or broadcastable to it), ``(*sample_shape, B)``.
+
+        Computed in float64 outside ``torch.autocast`` and returned in the parameters' dtype, without the
+        cancellation of the stock formula (see ``_density_factors``): with ``a = K^-1 W^T D^-1 (x - mu)``, the
+        posterior mean of the latent ``z_R``, and ``r = x - mu - W a``, the Mahalanobis term is
+        ``r^T D^-1 r + |a|^2``, a sum of two non-negative terms (and ``a`` minimises it, so an error in ``a`` changes
+        it to second order only). Memory: float64 copies of the factor and of ``value``.
+        """
+        if self._validate_args:
+            self._validate_sample(value)
+        w, d, tril, _ = self._density_factors
         with no_autocast(self.loc.device):
-            return super().log_prob(value)
+            diff = value.double() - self.loc.double()  # (*S, B, E)
+            b, e = self.loc.shape
+            shape = diff.shape[:-1]
+            x = diff.reshape(-1, b, e).permute(1, 2, 0)  # (B, E, S): the factor is not copied per sample
+            a = torch.cholesky_solve(torch.matmul(w.mT, x / d.unsqueeze(-1)), tril)  # (B, R, S)
+            r = x - torch.matmul(w, a)
+            m = (r * r / d.unsqueeze(-1)).sum(1) + (a * a).sum(1)  # (B, S)
+            out = -0.5 * (e * math.log(2 * math.pi) + self._logdet().unsqueeze(-1) + m)
+            return out.T.reshape(shape).to(self.loc.dtype)
+
+    def entropy(self) -> torch.Tensor:
+        """The entropy per image ``(B,)``, from the float64 factorisation, in the parameters' dtype."""
+        e = self.loc.shape[-1]
+        return (0.5 * e * (1.0 + math.log(2 * math.pi)) + 0.5 * self._logdet()).to(self.loc.dtype)
 
     @lazy_property
     def covariance_matrix(self) -> torch.Tensor:  # type: ignore[override]
@@ -211,9 +268,11 @@ class SSNDistribution(LowRankMultivariateNormal):
 
     @lazy_property
     def precision_matrix(self) -> torch.Tensor:  # type: ignore[override]
-        """The inverse covariance per image (dense: small maps only), outside ``torch.autocast``."""
+        """The inverse covariance per image (dense: small maps only), from the float64 factorisation."""
+        w, d, tril, _ = self._density_factors
         with no_autocast(self.loc.device):
-            return LowRankMultivariateNormal.__dict__["precision_matrix"].wrapped(self)
+            a = torch.linalg.solve_triangular(tril, w.mT / d.unsqueeze(-2), upper=False)
+            return (torch.diag_embed(d.reciprocal()) - torch.matmul(a.mT, a)).to(self.loc.dtype)
 
     @lazy_property
     def scale_tril(self) -> torch.Tensor:  # type: ignore[override]
@@ -244,6 +303,9 @@ class SSNDistribution(LowRankMultivariateNormal):
         with no_autocast(self.loc.device):
             eps_w = _standard_normal(shape[:-1] + (self.rank,), dtype=self.loc.dtype, device=self.loc.device)
             eps_d = _standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
+            if self._noise_flip:  # z_D laid out as the unmirrored map's (mirrored_ssn_noise)
+                image = (-1, *self.loc.shape[:1], self.num_classes, *self.spatial_shape)
+                eps_d = eps_d.reshape(image).flip([a + 1 for a in self._noise_flip]).reshape(shape)
             s = eps_w.shape[:-2]  # sample dims
             b, r = eps_w.shape[-2:]
             # loc + (B, S, R) @ (B, R, CN) -> (B, S, CN): one fused product per image, the factor is not copied
@@ -378,7 +440,12 @@ def sample_logits(params: SSNParams, num_samples: int | None = None) -> torch.Te
     return _sample(lowrank_distribution(*params), num_samples)
 
 
-def _sample(d: SSNDistribution, num_samples: int | None = None) -> torch.Tensor:
+def _sample(d: SSNDistribution, num_samples: int | None = None, noise_flip: tuple[int, ...] = ()) -> torch.Tensor:
+    if noise_flip:
+        if max(noise_flip) >= 2 + len(d.spatial_shape):
+            raise ValueError(f"axes {noise_flip} of mirrored_ssn_noise are not spatial dims of the head's "
+                             f"(B, C, *spatial) map of {2 + len(d.spatial_shape)} dims")
+        d._noise_flip = noise_flip
     return d.logits(() if num_samples is None else (num_samples,))
 
 
@@ -527,6 +594,8 @@ class SSNHead(nn.Module):
                 self.mean_conv.bias.zero_()
         #: set by :func:`ssn_sampling`: the forward then returns one reparameterised sample
         self.sampling = False
+        #: set by :func:`mirrored_ssn_noise`: the dims along which a sample's per-logit noise ``z_D`` is mirrored
+        self.noise_flip: tuple[int, ...] = ()
 
     def fold_temperature(self, temperature: torch.Tensor | float, rescale_floor: bool = False) -> None:
         """Fold a temperature into the head in place.
@@ -733,7 +802,7 @@ class SSNHead(nn.Module):
             ``(B, C, *spatial)`` logits, or the training output (see ``train_output``).
         """
         if self.sampling:
-            return _sample(_distribution(*self.params(features, mask)))
+            return _sample(_distribution(*self.params(features, mask)), noise_flip=self.noise_flip)
         if self.training:
             if self.train_output == "raw":
                 return self.raw(features, mask)
@@ -892,6 +961,65 @@ def ssn_sampling(network: nn.Module, cache: bool = False) -> Iterator[list[SSNHe
             n._cache = None
 
 
+@contextlib.contextmanager
+def mirrored_ssn_noise(network: nn.Module, axes: Sequence[int]) -> Iterator[list[SSNHead]]:
+    """Within the block every :class:`SSNHead` of ``network`` draws the per-logit noise ``z_D`` of a sample mirrored.
+
+    For test-time mirroring where the mirrored passes of one sample are one draw (nnU-Net's mirrors averaged in logit
+    space, every mirror from the random state of the first): a sample ``mu + P z_R + sqrt(D) z_D`` of the pass on
+    ``torch.flip(x, axes)``, flipped back, carries ``z_R`` (``R`` values per image, no position) unchanged, but the
+    ``z_D`` drawn in the mirrored layout ends up mirrored, so the mean over the ``2^k`` mirrors averages ``2^k``
+    independent values of ``z_D`` per voxel and keeps about ``1 / 2^k`` of the diagonal variance ``D``. Inside this
+    block ``z_D`` is flipped along ``axes`` as it is drawn: flipped back, every mirror uses the ``z_D`` of the
+    unmirrored pass, and the mirrors of one sample are one draw (exactly so for a flip-equivariant network).
+
+    Args:
+        network: a module holding SSN heads (the heads sample only inside :func:`ssn_sampling`).
+        axes: the dims ``torch.flip`` mirrors the input along, as dims of the head's ``(B, C, *spatial)`` map
+            (``>= 2``; the spatial dims of an input and of the head's map have the same numbers). ``()``: no change.
+
+    Yields:
+        The heads.
+
+    Raises:
+        ValueError: ``axes`` not integers ``>= 2`` without repeats, or the network has no SSN head; when sampling,
+            an axis that is not a dim of the head's map.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks import SSNHead, SSNNetwork, mirrored_ssn_noise, ssn_sampling
+        >>> _ = torch.manual_seed(0)
+        >>> net = SSNNetwork(torch.nn.Conv2d(1, 4, 1), SSNHead(4, num_classes=2, rank=2, spatial_dims=2,
+        ...                                                    init_variance=1.0)).eval()
+        >>> x = torch.rand(1, 1, 5, 4)
+        >>> with ssn_sampling(net):
+        ...     state = torch.get_rng_state()
+        ...     a = net(x)
+        ...     _ = torch.set_rng_state(state)
+        ...     with mirrored_ssn_noise(net, (2, 3)):
+        ...         b = torch.flip(net(torch.flip(x, (2, 3))), (2, 3))
+        >>> torch.allclose(a, b, atol=1e-6)  # a network of 1x1 convolutions is flip-equivariant: one draw
+        True
+    """
+    if isinstance(axes, (str, bytes)) or not isinstance(axes, Sequence) or not all(
+        is_int(a) and a >= 2 for a in axes
+    ) or len(set(int(a) for a in axes)) != len(axes):
+        raise ValueError(f"axes must be distinct spatial dims (integers >= 2) of the (B, C, *spatial) maps, got "
+                         f"{axes!r}")
+    flip = tuple(int(a) for a in axes)
+    heads = find_ssn_heads(network)
+    if not heads:
+        raise ValueError(f"{type(network).__name__} has no SSNHead whose noise to mirror")
+    old = [h.noise_flip for h in heads]
+    for h in heads:
+        h.noise_flip = flip
+    try:
+        yield heads
+    finally:
+        for h, f in zip(heads, old):
+            h.noise_flip = f
+
+
 class SSNNetwork(nn.Module):
     """A segmentation backbone with an :class:`SSNHead` on its last feature map.
 
@@ -1000,7 +1128,7 @@ class SSNNetwork(nn.Module):
             else:
                 params = self.head.params(self.features(x), self._mask(x, mask))
                 self._cache = (x, mask, params) if self._cache_enabled else None
-            return _sample(_distribution(*params))
+            return _sample(_distribution(*params), noise_flip=self.head.noise_flip)
         return self.head(self.features(x), self._mask(x, mask))
 
 

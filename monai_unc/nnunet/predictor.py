@@ -138,7 +138,7 @@ from monai_unc.keys import MIMeaning, UncertaintyKeys, combine_mi_meanings, did_
 from monai_unc.measures import entropy_map_t
 from monai_unc.networks.dropout import enable_mc_dropout, find_dropout_layers
 from monai_unc.networks.shared import SharedPasses, SharingUnavailable, sample_batch
-from monai_unc.networks.ssn import find_ssn_heads, ssn_sampling
+from monai_unc.networks.ssn import find_ssn_heads, mirrored_ssn_noise, ssn_sampling
 from monai_unc.nnunet.dropout import add_posthoc_dropout
 from monai_unc.nnunet.environment import ext_trainer_path, trainer_dir
 from monai_unc.nnunet.export import (
@@ -750,6 +750,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             s in self.uncertainty_sources for s in ("dropout", "rate_in"))
         shared = self._share(nets, passes)
         shared_draws = self._mirrors_share_draws() and len(combos) > 1
+        ssn = "ssn" in self.uncertainty_sources
         # one trace per mirror and fold network, kept for every chunk of this window's passes, freed with the window
         traces: dict[tuple[int, int], SharedPasses | None] = {}
         chunk = None  # passes per chunk, chosen at the window's first trace
@@ -769,14 +770,25 @@ class UncertaintyPredictor(nnUNetPredictor):
             for i, axes in enumerate(combos):
                 if rng is not None and i:
                     rng.restore()
+                # folds not a source, an SSN: the fold networks of one sample share its latent draw, every fold from
+                # the random state the first one started with (found by review 66: each fold drew its own, and the
+                # mean logit over 3 copies of one model kept less than half of its MI)
+                fold_rng = _RandomState(x.device) if ssn and len(nets) > 1 else None
                 xx = torch.flip(x, axes) if axes else x
                 outs = []
                 for f, net in enumerate(nets):
-                    if shared is None:
-                        o = net(xx)
-                    else:  # this chunk's k passes, replayed from the window's trace of this mirror and network
-                        first = chunk is None and not (i or f)
-                        o, k = self._shared_chunk(traces, (i, f), shared[f], xx, passes - done, None if first else k)
+                    if fold_rng is not None and f:
+                        fold_rng.restore()
+                    # one latent draw in every mirror: the SSN's per-logit noise mirrored with the input (found by
+                    # hostile review: drawn in each mirror's own layout, the mean over 2^k mirrors kept about 1/2^k
+                    # of the diagonal variance)
+                    with mirrored_ssn_noise(net, axes) if rng is not None and ssn else contextlib.nullcontext():
+                        if shared is None:
+                            o = net(xx)
+                        else:  # this chunk's k passes, replayed from the window's trace of this mirror and network
+                            first = chunk is None and not (i or f)
+                            o, k = self._shared_chunk(traces, (i, f), shared[f], xx, passes - done,
+                                                      None if first else k)
                     outs.append(torch.flip(o, axes) if axes else o)
                 # the samples of this chunk and mirror: the mean logit over the fold networks (folds not a source)
                 out = outs[0].float() if len(outs) == 1 else sum(o.float() for o in outs) / len(outs)
@@ -1208,6 +1220,16 @@ class UncertaintyPredictor(nnUNetPredictor):
             # the mirrors of a stochastic sample draw from one random state (an earlier version drew per mirror: a
             # resume computes its cases again)
             cfg["mirror_draws"] = "shared"
+            if "ssn" in self.uncertainty_sources:
+                # the SSN's per-logit noise mirrored with the input (review 66): other draws than a folder of
+                # "shared" (the noise in each mirror's own layout) holds, so a resume computes those cases again
+                cfg["mirror_draws"] = "shared, ssn noise mirrored"
+        if "ssn" in self.uncertainty_sources and "folds" not in self.uncertainty_sources and len(
+            self.list_of_parameters or []
+        ) > 1:
+            # the folds of an SSN sample share its latent draw (review 66; earlier each fold drew its own: a resume
+            # computes those cases again)
+            cfg["fold_draws"] = "shared"
         if self._shares_passes():
             # how the dropout / Rate-In passes ran: the same distribution either way, but other seeded draws (a
             # resume compares them; other sources' folders record neither, as before)

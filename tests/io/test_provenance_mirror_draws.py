@@ -50,3 +50,12 @@ def test_a_rule_of_per_mirror_draws_does_not_match_predictions_with_shared_draws
                                                             "nnunet")) == ("match", [])
     assert compare_fingerprints(before, prediction_fingerprint(_folder(tmp_path / "before2"), "nnunet")) == (
         "match", [])
+
+
+def test_a_rule_of_per_fold_ssn_draws_does_not_match_predictions_with_shared_fold_draws(tmp_path):
+    """The averaged folds of an SSN sample share its latent draw since review 66 (``"fold_draws": "shared"``);
+    earlier each fold drew its own and the aleatoric MI shrank with the number of folds."""
+    ssn = {"uncertainty_sources": ["ssn"], "folds": 5, "mi_meaning": "aleatoric"}
+    before = prediction_fingerprint(_folder(tmp_path / "before", **ssn), "nnunet")
+    now = prediction_fingerprint(_folder(tmp_path / "now", fold_draws="shared", **ssn), "nnunet")
+    assert compare_fingerprints(before, now) == ("mismatch", [("fold_draws", None, "shared")])
