@@ -325,9 +325,11 @@ def _evaluation_class_names(evaluation: str | os.PathLike | None) -> _ClassNames
     None without ``evaluation``, without a ``summary.json`` (numbers from another tool) or with ``class_names``
     null (no names given, or a region evaluation).
 
+    A name a segments file could not hold, or two classes of one name, is warned and the names are not used
+    (:func:`_unfit_recorded_names`).
+
     Raises:
-        ValueError: one line naming the file: not strict JSON, ``class_names`` not a list of at least two names, a
-            name a segments file could not hold, two classes of one name.
+        ValueError: one line naming the file: not strict JSON, ``class_names`` not a list of at least two names.
     """
     if evaluation is None or not (Path(evaluation) / "summary.json").is_file():
         return None
@@ -339,9 +341,11 @@ def _evaluation_class_names(evaluation: str | os.PathLike | None) -> _ClassNames
     where = f"{path}: class_names"
     if not isinstance(names, list) or len(names) < 2:
         raise ValueError(f"{where} must be a list of one name per class, the background first, got {names!r:.80}")
-    checked = {c: _check_class_name(n, f"{where}[{c}]") for c, n in enumerate(names)}
-    checked.pop(0)
-    return _ClassNames(_distinct_class_names(checked, where), "evaluation", str(path))
+    try:
+        checked = {c: _check_class_name(n, f"{where}[{c}]") for c, n in enumerate(names) if c}  # 0: background
+        return _ClassNames(_distinct_class_names(checked, where), "evaluation", str(path))
+    except ValueError as error:
+        return _unfit_recorded_names(error)
 
 
 def _dataset_class_names(pred: Path, layout: str) -> _ClassNames | None:
@@ -351,10 +355,12 @@ def _dataset_class_names(pred: Path, layout: str) -> _ClassNames | None:
     ``ignore`` label left out. None for the ``monai-unc`` layout, without the file, and for a region-based dataset
     (a label of several values: its segments are named after its regions).
 
+    A name a segments file could not hold, or two classes of one name, is warned and the names are not used
+    (:func:`_unfit_recorded_names`).
+
     Raises:
         ValueError: one line naming the file: not strict JSON, labels that are no integers
-            (:func:`~monai_unc.io.nnunet_dataset_regions`), two names of one value, a name a segments file could
-            not hold, two classes of one name.
+            (:func:`~monai_unc.io.nnunet_dataset_regions`), two names of one value.
     """
     path = pred / "dataset.json"
     if layout != "nnunet" or not path.is_file():
@@ -372,11 +378,26 @@ def _dataset_class_names(pred: Path, layout: str) -> _ClassNames | None:
                              f"1 to {MAX_SEGMENT_NUMBER})")
         if value in names:
             raise ValueError(f"{path}: labels {names[value]!r} and {name!r} are both class {value}")
-        names[value] = _check_class_name(name, f"{path}: label {value}: name")
+        names[value] = name
     if not names:
         return None
-    return _ClassNames(_distinct_class_names(dict(sorted(names.items())), f"{path}: labels"), "dataset.json",
-                       str(path))
+    try:
+        checked = {c: _check_class_name(n, f"{path}: label {c}: name") for c, n in sorted(names.items())}
+        return _ClassNames(_distinct_class_names(checked, f"{path}: labels"), "dataset.json", str(path))
+    except ValueError as error:
+        return _unfit_recorded_names(error)
+
+
+def _unfit_recorded_names(error: ValueError) -> None:
+    """Names a run recorded (not given to this export) that no segment can carry: said, and not used (None).
+
+    The export worked before it read recorded names, so a name it cannot write (over 64 bytes, a backslash, two
+    classes of one name) names the segments ``class N`` with a warning instead of refusing the export; names given
+    to the export itself (``--class-names``, ``--segments``) are refused.
+    """
+    warnings.warn(f"segment names: {error}; the segments are named 'class N' (name them with --class-names or "
+                  "--segments)", UserWarning, stacklevel=4)
+    return None
 
 
 def _known_class_names(class_names: Sequence[str] | None, evaluation: str | os.PathLike | None, pred: Path,

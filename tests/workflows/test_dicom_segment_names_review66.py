@@ -138,13 +138,17 @@ def test_bad_class_names_are_one_line_exit_2(source, capsys, bad):
     assert not (out / "c1" / "seg.dcm").exists()
 
 
-def test_bad_name_in_dataset_json_is_one_line_exit_2(source, capsys):
-    _nnunet_predictions(source, "nnpred_bad", {"background": 0, "edema\nnew line": 1, "enhancing": 2})
-    out = source / "out_bad_dataset"
-    assert main(_argv(source, out, "--layout", "nnunet", pred="nnpred_bad")) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "dataset.json" in err, err
-    assert not (out / "c1" / "seg.dcm").exists()
+@pytest.mark.parametrize("labels", [{"background": 0, "edema\nnew line": 1, "enhancing": 2},
+                                    {"background": 0, "e" * 65: 1, "enhancing": 2},
+                                    {"background": 0, "edema": 1, "Edema": 2}])
+def test_recorded_dataset_json_names_no_segment_can_hold_are_warned_not_used(source, labels, capsys):
+    """The export worked before it read nnU-Net's names: a name it cannot write does not stop it now."""
+    pred = _nnunet_predictions(source, f"nnpred_bad{len(list(source.glob('nnpred_bad*')))}", labels)
+    out = source / f"out_{pred.name}"
+    assert main(_argv(source, out, "--layout", "nnunet", pred=pred.name)) == 0
+    err = capsys.readouterr().err
+    assert "warning: segment names:" in err and "dataset.json: label" in err and "'class N'" in err, err
+    assert _labels(out / "c1" / "seg.dcm") == ["class 1", "class 2"]
 
 
 def test_class_names_before_dataset_json_and_the_difference_is_said(source, capsys):
@@ -157,13 +161,25 @@ def test_class_names_before_dataset_json_and_the_difference_is_said(source, caps
     assert "dataset.json names class 1 'edema', class_names (--class-names) 'oedema'" in err, err
 
 
-def test_bad_name_in_evaluation_summary_is_one_line_exit_2(source, capsys):
+def test_recorded_evaluation_names_no_segment_can_hold_are_warned_not_used(source, capsys):
     evaluation = source / "evaluation_bad"
     evaluation.mkdir()
     write_csv(evaluation / "metrics.csv", [{"case": "c1", "dice": 0.9}])
-    (evaluation / "summary.json").write_text(json.dumps({"n_cases": 1, "class_names": ["bg", "a\\b", "c"]}))
+    (evaluation / "summary.json").write_text(json.dumps({"n_cases": 1, "class_names": ["b" * 80, "a\\b", "c"]}))
     out = source / "out_eval_bad"
+    assert main(_argv(source, out, "--evaluation", str(evaluation))) == 0
+    err = capsys.readouterr().err
+    assert "warning: segment names:" in err and "summary.json: class_names[1]" in err and "'class N'" in err, err
+    assert _labels(out / "c1" / "seg.dcm") == ["class 1", "class 2"]
+
+
+def test_recorded_evaluation_names_of_a_bad_shape_are_one_line_exit_2(source, capsys):
+    evaluation = source / "evaluation_shape"
+    evaluation.mkdir()
+    write_csv(evaluation / "metrics.csv", [{"case": "c1", "dice": 0.9}])
+    (evaluation / "summary.json").write_text(json.dumps({"n_cases": 1, "class_names": "bg,a,b"}))
+    out = source / "out_eval_shape"
     assert main(_argv(source, out, "--evaluation", str(evaluation))) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "summary.json: class_names[1]" in err, err
+    assert len(err.splitlines()) == 1 and "summary.json: class_names" in err, err
     assert not (out / "c1" / "seg.dcm").exists()
