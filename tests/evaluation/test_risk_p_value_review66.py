@@ -143,3 +143,12 @@ def test_cli_certifies_with_the_binomial_pvalue_and_the_rule_file_says_so(cohort
     assert summary["config"]["risk_p_value"] == "binomial" and summary["risk_control"]["p_value"] == "binomial"
     rule = ReferralRule.load(ev / "referral_rule.json")
     assert rule.p_value == "binomial" and rule.format_version == 6 and rule.integrity == "recomputed, digest verified"
+
+
+def test_a_binomial_rule_without_the_expected_dice_estimate_is_refused_when_built():
+    """Version 6 holds version 5's estimate: such a rule would be written as a version its reader refuses."""
+    with pytest.raises(ValueError, match="p_value 'binomial' needs the record's expected_dice_estimate"):
+        ReferralRule(SCORE, 0.2, True, 0.5, 0.1, "ltt", "failure", 0.8, (0.1, 0.2), ("a", "b"),
+                     record=CalibrationRecord((0.1, 0.2), (0.9, 0.9), (0.0, 0.0), p_value="binomial"))
+    _, ex = _rule("binomial")  # evaluate's rule records it and reads back
+    assert ReferralRule.from_json(json_safe(ex.to_json()), check_digest=True).p_value == "binomial"

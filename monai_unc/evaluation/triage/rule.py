@@ -967,6 +967,11 @@ class ReferralRule:
             # the exact binomial p-value holds for a 0/1 risk only, and is a p-value of LTT's tests (review 66)
             raise ValueError(f"p_value 'binomial' certifies the 0/1 risk ('failure') with method 'ltt' only, got "
                              f"method {self.method!r} and risk {self.risk!r}")
+        if self.p_value == "binomial" and self.record.expected_dice_estimate not in ("class_mean", "region_mean"):
+            # format_version 6 holds version 5's expected-Dice estimate: a rule without it would be written as a
+            # version the reader then refuses
+            raise ValueError("p_value 'binomial' needs the record's expected_dice_estimate ('class_mean' or "
+                             f"'region_mean', as evaluate records it), got {self.record.expected_dice_estimate!r}")
         n_cand = self.n_candidates
         if not is_int(n_cand) or n_cand < 0:
             raise ValueError(f"n_candidates must be a non-negative integer, got {n_cand!r}")
