@@ -55,7 +55,7 @@ from .._utils import (
     to_tensor,
 )
 from ..keys import DEFAULT_RATEIN_TARGET, RATEIN_LOSS_NAMES, MIMeaning
-from ..networks.dropout import fast_path_layers
+from ..networks.dropout import default_channelwise, fast_path_layers
 from ..networks.ssn import no_autocast
 from .dropout import DropoutHook, find_dropout_layers, resolve_dropout_sites
 from .sampling import Predictor, SampleSource, UncertaintyInferer
@@ -888,7 +888,9 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         loss: ``"mi"`` (mutual information: Gaussian estimate for channel-wise, binned for element-wise masks;
             default), ``"mi_gaussian"``, ``"mi_binned"``, ``"ssim"``, ``"mse"`` or a callable ``(pre, post) -> (B,)``;
             see :func:`get_information_loss`.
-        channelwise: drop whole channels (``Dropout2d/3d`` style) or single elements.
+        channelwise: drop whole channels (``Dropout2d/3d`` style, for convolutional maps ``(B, C, *spatial)``) or
+            single elements (for tokens ``(B, L, E)``, whose axis 1 is no channel axis; inserted layers choose per
+            site, see :func:`~monai_unc.inferers.dropout.default_channelwise`).
         mode: ``"adapt"``: search the rates on every input, then apply the search's mask (``last_search.keep``);
             ``"fixed"``: reuse the last rates (``rates``) with a fresh mask.
         lr: controller step size (see :func:`search_dropout_rate`).
@@ -1078,6 +1080,8 @@ class RateInHook(DropoutHook):
 
 # ============================================================================================ placement
 def _layer_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    if "channelwise" in kwargs and kwargs["channelwise"] is None:  # not given: the kind of each site (or layer)
+        del kwargs["channelwise"]
     allowed = {"p", "target_loss", "loss", "channelwise", "lr", "lr_decay", "tol", "max_iter", "p_min", "p_max",
                "draws"}
     bad = sorted(set(kwargs) - allowed)
@@ -1129,7 +1133,12 @@ def add_rate_in(
         model: the network, modified in place.
         after: ``"auto"``, a list of module names or a predicate ``(name, module) -> bool``.
         **layer_kwargs: configure each :class:`RateInDropout` (``p``, ``target_loss``, ``loss``, ``channelwise``,
-            controller settings).
+            controller settings). Without ``channelwise``, each site gets the kind of
+            :func:`~monai_unc.inferers.dropout.default_channelwise`: channel-wise on convolutional feature maps,
+            element-wise after ``Linear``, attention and transformer modules. Their outputs are tokens ``(B, L, E)``
+            (or channels last), whose axis 1 is no channel axis: a channel mask there erased whole tokens. Rate-In
+            defines dropout as a Bernoulli mask on the units of a layer's features, and MC dropout in transformers
+            (MONAI's ViT / UNETR / SwinUNETR) draws element-wise masks.
 
     Returns:
         The names of the modules followed by Rate-In dropout.
@@ -1152,7 +1161,8 @@ def add_rate_in(
     for n in names:
         if any(isinstance(h, RateInHook) for h in modules[n]._forward_hooks.values()):
             warnings.warn(f"module {n!r} already has a Rate-In hook; adding another", UserWarning)
-        modules[n].register_forward_hook(RateInHook(RateInDropout(**kwargs)))
+        kind = {} if "channelwise" in kwargs else {"channelwise": default_channelwise(plain, n)}
+        modules[n].register_forward_hook(RateInHook(RateInDropout(**kwargs, **kind)))
     recompile_after_hooks(model)  # a wrapper called before would keep its graph without the hooks
     return names
 
@@ -1665,8 +1675,10 @@ class RateInInferer(UncertaintyInferer):
         placement: ``"auto"``, ``"insert"`` or ``"convert"`` (see :class:`RateInSource`); ignored when the network
             already has Rate-In layers (they keep their own settings).
         after: where ``"insert"`` places the layers (as in :func:`~monai_unc.inferers.dropout.add_dropout`).
-        channelwise: drop channels (default) or elements in inserted layers (converted layers keep their kind
-            unless given).
+        channelwise: drop channels or elements in inserted layers (converted layers keep their kind unless given);
+            default: per site, channel-wise on convolutional feature maps and element-wise after ``Linear``,
+            attention and transformer modules (tokens ``(B, L, E)``; see
+            :func:`~monai_unc.inferers.dropout.default_channelwise`).
         p_init: initial rate of the search (default: the target loss, at least 0.05, for inserted layers; the rate
             it replaces for converted ones; either clipped to ``[p_min, p_max]``).
         lr: controller step size (see :func:`search_dropout_rate`).

@@ -78,7 +78,7 @@ from .._utils import (
 )
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure, combine_mi_meanings
 from ..measures import entropy_dtype
-from ..networks.dropout import find_dropout_layers
+from ..networks.dropout import align_fused_attention, find_dropout_layers
 from ..networks.shared import (
     PLAIN_TRACES,
     InputGuard,
@@ -1440,6 +1440,10 @@ class UncertaintyInferer(Inferer):
                             if not net_sources:
                                 raise
                             raise ValueError(f"{_network_name(index, net_sources[0])}: {err}") from None
+                    if isinstance(net, nn.Module):
+                        # MONAI's fused attention draws other attention dropout than its unfused path (review 66): in
+                        # eval mode too (deterministic passes were random), or none while sampled (Swin: MI 0)
+                        stack.enter_context(align_fused_attention(net))
                     window_fn, info = self._window_fn(net, window_sources)
                     info["who"] = _network_name(index, net_sources[0]) if net_sources else "the network"
                     info["case_voxels"] = x.numel() // max(int(x.shape[1]), 1)

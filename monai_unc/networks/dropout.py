@@ -8,7 +8,11 @@
 - :func:`add_dropout` inserts dropout into a trained network without changing its parameters or its
   ``state_dict`` keys: a forward hook applies dropout to the output of each chosen stage. The default placement
   is "after every encoder and decoder stage but the output" (Zeevi et al., Sec. 4), detected for MONAI ``UNet``,
-  ``BasicUNet``, ``DynUNet`` and nnU-Net's ``PlainConvUNet`` / ``ResidualEncoderUNet``.
+  ``BasicUNet``, ``DynUNet`` and nnU-Net's ``PlainConvUNet`` / ``ResidualEncoderUNet``. Each site drops whole
+  channels of a convolutional feature map or single elements of transformer tokens ``(B, L, E)``
+  (:func:`default_channelwise`).
+- :func:`align_fused_attention` makes MONAI's fused attention (``use_flash_attention=True``) draw the attention
+  dropout its unfused path draws (none in eval mode), for the passes of the inferers.
 
 These functions need torch only (MONAI is imported to recognise a MONAI ``UNet`` when one is given), so the nnU-Net
 predictor uses them without loading MONAI. Their public home is :mod:`monai_unc.inferers`, with the MC dropout
@@ -17,10 +21,11 @@ inferer that samples them.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -36,6 +41,8 @@ __all__ = [
     "enable_mc_dropout",
     "find_dropout_layers",
     "fast_path_layers",
+    "align_fused_attention",
+    "default_channelwise",
     "add_dropout",
     "remove_dropout",
     "default_dropout_sites",
@@ -288,6 +295,126 @@ def fast_path_layers(model: nn.Module, sampled: Iterable[nn.Module]) -> list[nn.
                                       if isinstance(h, DropoutHook) and h.p > 0}
     return [m for m in walk if (isinstance(m, _FAST_PATH_GATES) or _is_scripted(m, _FAST_PATH_GATES))
             and any(id(c) in ids for c in m.modules())]
+
+
+#: MONAI attention blocks whose fused path (``use_flash_attention=True``) calls
+#: ``F.scaled_dot_product_attention(dropout_p=self.dropout_rate)`` without looking at the block's mode (MONAI 1.6.1):
+#: in eval mode it drew attention dropout on every call, where the unfused path applies ``drop_weights`` (an
+#: ``nn.Dropout``, an identity in eval mode)
+_RATE_FUSED_NAMES = frozenset({"SABlock", "CrossAttentionBlock"})
+#: MONAI attention blocks whose fused path (``use_flash_attention=True``, taken without gradients) draws no attention
+#: dropout (``dropout_p=0.0``) whatever their ``attn_drop``: sampled at inference, it was never drawn (SwinUNETR's
+#: window attention: MC dropout of its attention dropout alone gave a mutual information of exactly 0)
+_DROPLESS_FUSED_NAMES = frozenset({"WindowAttention"})
+
+
+def _sampling(layer: Any) -> bool:
+    """Whether ``layer`` (a block's attention dropout) is a module that draws: training mode and a rate above 0."""
+    if not isinstance(layer, nn.Module) or not layer.training:
+        return False
+    rate = _declared_rate(layer)
+    return not isinstance(rate, numbers.Real) or rate > 0
+
+
+def _fused_attention_change(m: nn.Module) -> tuple[str, Any] | None:
+    """The attribute and value that make fused MONAI attention block ``m`` draw what its unfused path draws, or None.
+
+    ``("dropout_rate", 0.0)``: an ``SABlock`` whose attention dropout (``drop_weights``) does not sample would draw
+    attention dropout anyway. ``("use_flash_attention", False)``: the fused path would skip an attention dropout that
+    samples and is no ``torch.nn.Dropout`` of the block's rate (a Swin window attention's ``attn_drop``, which the
+    fused path never draws; a Rate-In layer converted from an ``SABlock``'s ``drop_weights``, which it never calls).
+    An ``SABlock`` whose ``drop_weights`` is a ``torch.nn.Dropout`` in training mode at the block's rate keeps its
+    fused path: ``scaled_dot_product_attention`` draws the same dropout of the attention weights.
+    """
+    if not getattr(m, "use_flash_attention", False):
+        return None
+    name = type(m).__name__
+    if name in _RATE_FUSED_NAMES:
+        rate = getattr(m, "dropout_rate", 0.0)
+        weights = getattr(m, "drop_weights", None)  # what the unfused path applies to the attention weights
+        if not _sampling(weights):
+            has_rate = not isinstance(rate, bool) and isinstance(rate, numbers.Real) and rate > 0
+            return ("dropout_rate", 0.0) if has_rate else None
+        if type(weights) is nn.Dropout and weights.p == rate:
+            return None
+        return "use_flash_attention", False
+    if name in _DROPLESS_FUSED_NAMES and _sampling(getattr(m, "attn_drop", None)):
+        return "use_flash_attention", False
+    return None
+
+
+def _fused_attention_blocks(root: nn.Module) -> list[nn.Module]:
+    """The MONAI attention blocks of ``root`` with a fused path, by class name, each once.
+
+    Every inferer call walks the network for them: a walk over ``_modules`` without the qualified names that
+    ``modules()`` builds costs less than half (the example UNet's 87 modules: ~40 us against ~110 us on a busy 2-core
+    CPU).
+    """
+    names = _RATE_FUSED_NAMES | _DROPLESS_FUSED_NAMES
+    out, seen, stack = [], set(), [root]
+    while stack:
+        m = stack.pop()
+        if m is None or id(m) in seen:
+            continue
+        seen.add(id(m))
+        if type(m).__name__ in names:
+            out.append(m)
+        stack.extend(m._modules.values())
+    return out
+
+
+@contextlib.contextmanager
+def align_fused_attention(model: nn.Module) -> Iterator[list[nn.Module]]:
+    """Make MONAI's fused attention draw the attention dropout its unfused path would draw; restore it afterwards.
+
+    MONAI's attention blocks built with ``use_flash_attention=True`` compute attention with
+    ``torch.nn.functional.scaled_dot_product_attention`` and disagree with their unfused path about dropout
+    (MONAI 1.6.1):
+
+    - ``SABlock`` / ``CrossAttentionBlock`` (``TransformerBlock(..., use_flash_attention=True)``) pass their
+      ``dropout_rate`` whatever their mode, so in eval mode the network still drops attention weights at random: a
+      pass meant to be deterministic (the softmax baseline, TTA without dropout, an ensemble member) gave another
+      prediction on every call. Inside the context, where the block's unfused attention dropout (``drop_weights``)
+      does not sample, ``dropout_rate`` is 0, as a MONAI user expects from ``network.eval()``.
+    - SwinUNETR's ``WindowAttention`` takes its fused path without gradients (at inference) with no dropout at all,
+      so MC dropout never drew its ``attn_drop``. Where that dropout samples, the block takes its unfused path inside
+      the context.
+
+    Where the attention dropout samples as a ``torch.nn.Dropout`` of the block's own rate (``network.train()``,
+    :func:`enable_mc_dropout`), an ``SABlock`` keeps its fused path, which draws the same dropout of the attention
+    weights. Any other sampling layer there (a Rate-In layer converted from ``drop_weights``) runs on the unfused
+    path. Every uncertainty inferer enters this context for each network it runs, after its sources switched their
+    dropout on; a MONAI whose fused paths follow the mode computes the same either way.
+
+    Args:
+        model: the network (a ``torch.compile`` wrapper: its module).
+
+    Returns:
+        A context manager yielding the blocks it changed (empty when there is none); on exit each gets its
+        ``dropout_rate`` or ``use_flash_attention`` back.
+
+    Example:
+        >>> import torch
+        >>> from monai.networks.blocks import TransformerBlock
+        >>> from monai_unc.inferers import align_fused_attention
+        >>> net = torch.nn.Sequential(TransformerBlock(8, 16, 2, 0.5, use_flash_attention=True)).eval()
+        >>> x = torch.rand(1, 6, 8)
+        >>> with torch.no_grad(), align_fused_attention(net) as blocks:
+        ...     same = torch.equal(net(x), net(x))
+        >>> same, len(blocks), net[0].attn.dropout_rate
+        (True, 1, 0.5)
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    changes = [(m, c) for m in _fused_attention_blocks(plain_module(model)) if (c := _fused_attention_change(m))]
+    saved = [(m, attr, getattr(m, attr)) for m, (attr, _) in changes]
+    try:
+        for m, (attr, value) in changes:
+            setattr(m, attr, value)
+        yield [m for m, _ in changes]
+    finally:
+        for m, attr, value in saved:
+            setattr(m, attr, value)
 
 
 #: the recurrent layers already warned of (:func:`_unsampled_recurrent_dropout`): once per layer, not once per sampled
@@ -609,11 +736,92 @@ def default_dropout_sites(model: nn.Module, placement: str = "auto") -> list[str
     return stages["decoder"][-last:]
 
 
+#: torch.nn layers whose output holds its features on the last axis (``(..., E)``: tokens, or channels last)
+_FEATURES_LAST = (nn.Linear, nn.Bilinear, nn.Embedding, nn.MultiheadAttention, nn.TransformerEncoderLayer,
+                  nn.TransformerDecoderLayer, nn.TransformerEncoder, nn.TransformerDecoder, nn.Transformer)
+#: MONAI modules that output batch-first tokens ``(B, L, E)`` although they hold a convolution (the patch embedding)
+_TOKEN_MODULE_NAMES = frozenset({"ViT", "PatchEmbeddingBlock"})
+
+
+def _layout(module: nn.Module) -> bool | None:
+    """True: ``module``'s output has its features on the last axis; False: channels at axis 1; None: it cannot say.
+
+    A convolution (anywhere inside) makes a channel-first feature map; a module of ``Linear`` layers (an attention
+    block, an MLP, a transformer block) or a ``LayerNorm`` over the last axis keeps features last.
+    """
+    if isinstance(module, _FEATURES_LAST) or type(module).__name__ in _TOKEN_MODULE_NAMES:
+        return True
+    if isinstance(module, nn.LayerNorm):
+        return len(module.normalized_shape) == 1  # over the last axis only; a map's (C, H, W) is no token layout
+    inner = list(module.modules())
+    if any(isinstance(m, nn.modules.conv._ConvNd) for m in inner):
+        return False
+    if any(isinstance(m, (nn.Linear, nn.LayerNorm)) for m in inner):
+        return True
+    return None
+
+
+def default_channelwise(model: nn.Module, site: str) -> bool:
+    """Whether dropout inserted after module ``site`` drops whole channels (True) or single elements (False).
+
+    What :func:`add_dropout` and Rate-In's ``add_rate_in`` / ``RateInSource(placement="insert")`` use when
+    ``channelwise`` is not given. Channel-wise masks (``Dropout2d/3d`` style, one draw per channel of
+    ``(B, C, *spatial)``) suit convolutional feature maps, whose neighbouring voxels are strongly correlated, so that
+    erasing single voxels removes little (Tompson et al., 2015). Transformer activations are batch-first tokens
+    ``(B, L, E)`` (a Swin block's are channels last, ``(B, H, W[, D], C)``): axis 1 is the token (or a spatial) axis,
+    and a channel-wise mask there erases whole tokens, a patch of the image per draw. There the mask is
+    element-wise, as MC dropout in transformers draws it (the ``nn.Dropout`` of MONAI's ``ViT`` / ``UNETR`` /
+    ``SwinUNETR`` blocks, which converted layers keep as element-wise) and as Rate-In defines dropout on a feature
+    vector (Zeevi et al., CVPR 2025: a Bernoulli mask on each unit of the layer's features; its information loss is
+    then that of the erased elements, measured by the binned mutual information).
+
+    The kind is read from the module and, where it cannot say, from the nearest enclosing module that can: a
+    convolution inside makes a channel-first map (channel-wise); a ``Linear``, an attention or transformer layer, a
+    ``LayerNorm`` over the last axis, MONAI's ``ViT`` / ``PatchEmbeddingBlock``, or a module made of ``Linear``
+    layers without convolutions keeps its features last (element-wise). An activation after a convolution stays
+    channel-wise; one inside an MLP block is element-wise; a site nothing decides stays channel-wise (the default
+    for convolutional networks, unchanged).
+
+    Args:
+        model: the network (a ``torch.compile`` wrapper: its module).
+        site: a module name from ``model.named_modules()``.
+
+    Returns:
+        True for channel-wise dropout, False for element-wise.
+
+    Raises:
+        ValueError: naming ``site`` when ``model`` has no such module.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import default_channelwise
+        >>> block = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(2))
+        >>> default_channelwise(net, "0"), default_channelwise(net, "1")
+        (True, True)
+        >>> default_channelwise(torch.nn.Sequential(block), "0"), default_channelwise(block, "linear1")
+        (False, False)
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(site, str):
+        raise TypeError(f"site must be a module name (str), got {type(site).__name__}")
+    modules = dict(plain_module(model).named_modules())
+    if site not in modules:
+        raise ValueError(f"site {site!r} is not a module of {type(plain_module(model)).__name__}")
+    parts = site.split(".") if site else []
+    for i in range(len(parts), -1, -1):  # the module, then its enclosing modules up to the network
+        layout = _layout(modules[".".join(parts[:i])])
+        if layout is not None:
+            return not layout
+    return True
+
+
 def add_dropout(
     model: nn.Module,
     p: float = 0.1,
     after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto",
-    channelwise: bool = True,
+    channelwise: bool | None = None,
 ) -> list[str]:
     """Insert dropout post hoc into a (trained) network; returns the names of the modules it follows.
 
@@ -632,7 +840,10 @@ def add_dropout(
         after: a placement by name: ``"auto"`` (every encoder/decoder stage but the output), ``"decoder"``,
             ``"last"``, ``"last:k"``, ``"bottleneck"``, ``"encoder"`` (see :func:`default_dropout_sites`), a list
             of module names from ``model.named_modules()``, or a predicate ``(name, module) -> bool``.
-        channelwise: drop whole channels (Dropout2d/3d style, the usual choice for feature maps) or elements.
+        channelwise: drop whole channels (Dropout2d/3d style, the usual choice for convolutional feature maps) or
+            elements, at every site; None (default): per site, :func:`default_channelwise` (channel-wise after
+            convolutional modules, element-wise after ``Linear``, attention and transformer modules, whose outputs
+            are tokens ``(B, L, E)`` or channels last: a channel-wise mask there erased whole tokens).
 
     Returns:
         The names of the modules followed by dropout.
@@ -653,7 +864,8 @@ def add_dropout(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     _check_rate(p)
-    check_bool(channelwise, "channelwise")  # before any hook is added
+    if channelwise is not None:
+        check_bool(channelwise, "channelwise")  # before any hook is added
     # a torch.compile wrapper: the hooks go on the modules of its Python module (the compiled calls run them), under
     # the names the user knows (no ``_orig_mod.`` prefix)
     plain = plain_module(model)
@@ -671,7 +883,8 @@ def add_dropout(
     for n in names:
         if any(isinstance(h, DropoutHook) for h in modules[n]._forward_hooks.values()):
             warnings.warn(f"module {n!r} already has post-hoc dropout; adding another", UserWarning)
-        modules[n].register_forward_hook(DropoutHook(p, channelwise=channelwise))
+        kind = default_channelwise(plain, n) if channelwise is None else channelwise
+        modules[n].register_forward_hook(DropoutHook(p, channelwise=kind))
     recompile_after_hooks(model)  # a wrapper called before would keep its graph without the hooks
     return names
 
