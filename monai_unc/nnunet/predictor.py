@@ -251,22 +251,26 @@ def _sequential_iterator(
 
 
 class _RandomState:
-    """The torch random state of the CPU and of ``device`` (a GPU) at construction; :meth:`restore` goes back to it.
+    """The torch random state of the CPU and of the CUDA ``devices`` at construction; :meth:`restore` goes back to it.
 
     The mirrored passes of one stochastic sample draw their dropout masks / SSN latent noise from the same state, so
-    that the sample is one network seen through every mirror (the draws have the same shapes in every mirror).
+    that the sample is one network seen through every mirror (the draws have the same shapes in every mirror). The
+    devices are the input's and those of the networks' weights (:func:`~monai_unc._utils.network_devices`): a network
+    spread over two GPUs draws on both, and a state kept for the input's GPU only gave the mirrors of one sample
+    other masks on the second (found by review 66).
     """
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device if device.type == "cuda" else None
+    def __init__(self, *devices: torch.device) -> None:
+        self.devices = sorted({d if d.index is not None else torch.device("cuda", torch.cuda.current_device())
+                               for d in devices if d.type == "cuda"}, key=lambda d: d.index)
         self.cpu = torch.random.get_rng_state()
-        self.gpu = torch.cuda.get_rng_state(self.device) if self.device is not None else None
+        self.gpu = [torch.cuda.get_rng_state(d) for d in self.devices]
 
     def restore(self) -> None:
         """Set the random state back to the one captured."""
         torch.random.set_rng_state(self.cpu)
-        if self.device is not None:
-            torch.cuda.set_rng_state(self.gpu, self.device)
+        for d, state in zip(self.devices, self.gpu):
+            torch.cuda.set_rng_state(state, d)
 
 
 #: the JSON files nnU-Net and monai-unc keep in an output folder, by their case-folded names: a case's segmentation
@@ -738,6 +742,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         """
         combos = self._mirror_combinations(x.ndim)
         nets = self._ensemble if self._ensemble is not None else [self.network]
+        draw_devices = network_devices(*nets)  # every GPU a sample draws on: the mirrors / folds replay its state
         mirror_samples = "mirroring" in self.uncertainty_sources
         passes = self.num_samples if self._stochastic else 1
         if self._rate_in is not None:
@@ -766,14 +771,14 @@ class UncertaintyPredictor(nnUNetPredictor):
             k = 1 if chunk is None else min(max(chunk - 1, 1), passes - done)
             # mirroring not a source: the mirrors of one stochastic sample are one network (one dropout mask, one
             # latent draw), so every mirror draws from the random state the first one started with
-            rng = _RandomState(x.device) if shared_draws else None
+            rng = _RandomState(x.device, *draw_devices) if shared_draws else None
             for i, axes in enumerate(combos):
                 if rng is not None and i:
                     rng.restore()
                 # folds not a source, an SSN: the fold networks of one sample share its latent draw, every fold from
                 # the random state the first one started with (found by review 66: each fold drew its own, and the
                 # mean logit over 3 copies of one model kept less than half of its MI)
-                fold_rng = _RandomState(x.device) if ssn and len(nets) > 1 else None
+                fold_rng = _RandomState(x.device, *draw_devices) if ssn and len(nets) > 1 else None
                 xx = torch.flip(x, axes) if axes else x
                 outs = []
                 for f, net in enumerate(nets):
