@@ -507,7 +507,8 @@ class MCDropoutContext:
             raise ValueError(
                 f"dropout layer {label} is inside a torch.jit.trace'd module: the trace recorded its dropout in the "
                 "mode it had when traced, so it cannot be switched on for sampling (every sample would be the same "
-                "prediction); pass the Python network or a torch.jit.script'ed one"
+                "prediction); pass the Python network (torch.compile'd or not; a torch.jit.script'ed one, which "
+                "recent torch deprecates, also keeps its dropout switchable)"
             )
         if strict and not modules and not hooks:
             raise ValueError(
