@@ -1450,8 +1450,13 @@ class UncertaintyInferer(Inferer):
                     info["input_dtype"] = x.dtype
                     out = self.base_inferer(stitched_x, window_fn, *args, **kwargs)
                 if info.get("fallback") and not fallback_logged:
-                    logger.warning("shared passes off, full passes instead: %s", info["fallback"])
                     fallback_logged = True
+                    # once per inferer and reason, not once per call: a cohort of 500 cases said it 500 times (per
+                    # rank under torchrun; found by review 66)
+                    said = self.__dict__.setdefault("_fallbacks_said", set())
+                    if info["fallback"] not in said:
+                        said.add(info["fallback"])
+                        logger.warning("shared passes off, full passes instead: %s", info["fallback"])
                 n_window = int(info.get("window_samples") or 0)
                 if info.get("probs_dtype") is not None:
                     samples_dtypes.add(info["probs_dtype"])

@@ -407,6 +407,9 @@ def test_random_tta_falls_back_with_one_log_line(caplog):
     assert out.num_samples == 8
     lines = [r for r in caplog.records if "shared passes off" in r.getMessage()]
     assert len(lines) == 1 and "input differs" in lines[0].getMessage()
+    with caplog.at_level(logging.WARNING, logger="monai_unc.inferers.sampling"):
+        inferer(x, net)  # the next case of a cohort: said once per inferer, not once per call (review 66)
+    assert len([r for r in caplog.records if "shared passes off" in r.getMessage()]) == 1
 
 
 class CallableDropout(MCDropoutSource):
