@@ -30,8 +30,9 @@ tie group, ``k - a`` random cases of the group are kept besides the ``a`` more c
 selective risk is ``(S_a + (k - a) * group mean) / k`` (``S_a`` the summed risk of the ``a``), and the area,
 linear in these, is the expected area. A score gets no credit for its ties: a constant score keeps random cases
 and is charged the mean risk curve, not read as a perfect ranking. Every expected point is the mean risk of a
-mixture of ``k``-subsets, never below the oracle's at the same ``k``, so the default E-AURC is >= 0 up to float
-rounding, ties included; without ties it is ``aurc() - AURC*`` (Geifman, Uziel, El-Yaniv: *Bias-Reduced
+mixture of ``k``-subsets, never below the oracle's at the same ``k``, so the default E-AURC is >= 0, ties included
+(a difference within the float rounding of the two areas, ``8 N eps max(risk)``, is returned as exactly 0, never as
+``-1e-16``); without ties it is ``aurc() - AURC*`` (Geifman, Uziel, El-Yaniv: *Bias-Reduced
 Uncertainty Estimation for Deep Neural Classifiers*). ``"closed_form"`` is fd-shifts' analytic value for 0/1 risk
 with error rate ``e``, subtracted from :func:`aurc` as fd-shifts does: ``AURC* = e + (1 - e) ln(1 - e)`` (the exact
 integral of the oracle's selective risk; it differs from the empirical trapezoid by O(1/N)). fd-shifts reports
@@ -376,7 +377,8 @@ def eaurc(
     the expected AURC over a uniformly random order of the tied cases (every case its own point), not
     :func:`aurc`'s one point per tie group: a score gets no credit for what its ties leave undecided, so a
     constant score is charged the mean risk curve, ``mean(risk) - AURC* > 0`` unless all risks are equal, rather
-    than read as a perfect ranking. E-AURC is then >= 0 up to float rounding, ties included, and a coarser
+    than read as a perfect ranking. E-AURC is then >= 0, ties included (a difference within the float rounding of
+    the two areas is returned as exactly 0), and a coarser
     (rounded) score is not rewarded for merging cases. fd-shifts' closed-form optimum is the integral of a
     continuous oracle subtracted from :func:`aurc` and can exceed a trapezoid AURC (tie groups, small N), so
     with it E-AURC can be negative. Geifman, Uziel, El-Yaniv: *Bias-Reduced Uncertainty Estimation for Deep
@@ -389,9 +391,10 @@ def eaurc(
         score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
         optimum: ``"empirical"`` (default): ``AURC*`` is the trapezoid AURC of the oracle that ranks cases by
             ascending risk, a point at every ``k / N``, and tied scores enter as the expected AURC over random
-            orders of the tied cases, so E-AURC >= 0; works for continuous risk. ``"closed_form"``: fd-shifts'
-            :func:`aurc` minus ``e + (1 - e) ln(1 - e)`` for 0/1 risk with error rate ``e`` (ValueError for
-            other risk).
+            orders of the tied cases, so E-AURC >= 0 (a difference within the float rounding of the two areas,
+            ``8 * N * eps * max(risk)``, is returned as exactly 0); works for continuous risk. ``"closed_form"``:
+            fd-shifts' :func:`aurc` minus ``e + (1 - e) ln(1 - e)`` for 0/1 risk with error rate ``e`` (ValueError
+            for other risk).
 
     Returns:
         The excess area as a float (scores all tied warn that they cannot rank the cases).
@@ -410,7 +413,21 @@ def eaurc(
     warn_tied(g, "eaurc", "the scored term is the mean risk, the value of no ranking", stacklevel=4)
     if optimum == "closed_form":  # fd-shifts: the tie-group trapezoid AURC minus the analytic optimum
         return _trapezoid(*_rc_points(g, r)[:2]) - _optimal_aurc(r, optimum)
-    return _expected_aurc(g, r) - _optimal_aurc(r, optimum)
+    excess = _expected_aurc(g, r) - _optimal_aurc(r, optimum)
+    # found by review 66: the two areas are sums of N rounded terms, so a ranking as good as the oracle's (all risks
+    # equal, or ties only among equal risks) gave +-1e-16 (-1.1e-16 for risks [0.7] * 4 and scores [0, 0, 0, 1]),
+    # printed as a negative E-AURC in summary.json and the report; a difference within that rounding is 0
+    return 0.0 if abs(excess) <= _rounding_bound(r) else excess
+
+
+def _rounding_bound(risk: np.ndarray) -> float:
+    """A bound on the float64 rounding of an area of :func:`_expected_aurc` minus :func:`_optimal_aurc`.
+
+    Each area is a trapezoid of ``N`` selective risks, each a running sum of at most ``N`` risks (at most
+    ``max(risk)``) divided by a count: every area is off by at most about ``N * eps * max(risk)``, the difference by
+    twice that; four times it leaves a margin.
+    """
+    return 8.0 * risk.size * float(np.finfo(np.float64).eps) * float(risk.max())
 
 
 def _n_referred(taus: np.ndarray, n: int) -> np.ndarray:
