@@ -70,6 +70,10 @@ def _check_channel_first(x: torch.Tensor, name: str) -> None:
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
     if not 3 <= x.ndim <= 5:
         raise ValueError(f"{name} must be (B, C, *spatial) with 1 to 3 spatial dimensions, got {tuple(x.shape)}")
+    if x.numel() == 0:
+        # found by review 66: no image, no voxel or no channel gave an IndexError or a torch RuntimeError, a mean
+        # over no voxel a silent NaN, and no channel "the logits have one channel"; the loss classes refuse them too
+        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
 
 
 def svls_kernel(
@@ -158,7 +162,7 @@ def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
 
     Raises:
         TypeError: ``onehot`` is not a floating-point tensor, or ``kernel`` not a tensor.
-        ValueError: shapes do not fit.
+        ValueError: shapes do not fit, or ``onehot`` is empty (no image, voxel or channel).
 
     Example:
         >>> y = torch.zeros(1, 2, 5, 5); y[:, 0] = 1; y[:, 0, 2, 2] = 0; y[:, 1, 2, 2] = 1
@@ -217,6 +221,10 @@ def svls_targets_separable(
 
     Returns:
         ``(B, C, *spatial)`` soft targets, the dtype and device of ``onehot``.
+
+    Raises:
+        ValueError: ``kernel_size``, ``sigma`` or ``spacing`` out of range, or ``onehot`` empty (no image, voxel or
+            channel).
 
     Example:
         >>> y = (torch.rand(1, 1, 6, 5, 4) > 0.5).float(); y = torch.cat([1 - y, y], 1)
@@ -315,7 +323,7 @@ def margin_penalty(logits: torch.Tensor, margin: float = 10.0) -> torch.Tensor:
         or 11-bit mantissa loses up to 0.4 % of it), else the logits' dtype.
 
     Raises:
-        ValueError: ``margin`` negative or not finite.
+        ValueError: ``margin`` negative or not finite, or ``logits`` empty (no image, voxel or channel).
 
     Example:
         >>> z = torch.tensor([[[12.0], [0.0], [1.0]]])  # (B=1, C=3, N=1)
@@ -416,6 +424,10 @@ def mean_margin_penalty(logits: torch.Tensor, margin: float = 10.0, include_back
         entry pays (every logit distance within the margin) its gradient is zero and handed to autograd as
         ``None``: nothing is allocated, and ``logits.grad`` stays ``None`` if nothing else uses the logits.
 
+    Raises:
+        ValueError: ``margin`` negative or not finite, ``logits`` empty (no image, voxel or channel), or
+            ``include_background=False`` with one channel.
+
     Example:
         >>> z = torch.tensor([[[12.0], [0.0], [1.0]]], requires_grad=True)
         >>> v = mean_margin_penalty(z, 10.0); v.backward()
@@ -459,7 +471,7 @@ def binned_calibration(
 
     Raises:
         TypeError: ``probs`` or ``target`` is not a tensor (``probs`` not floating-point).
-        ValueError: shapes differ or ``num_bins < 1``.
+        ValueError: shapes differ, ``probs`` is empty (no image, voxel or channel) or ``num_bins < 1``.
 
     Example:
         >>> p = torch.tensor([[[0.1, 0.15, 0.9]]]); y = torch.tensor([[[0.0, 1.0, 1.0]]])
@@ -546,8 +558,8 @@ def l1_average_calibration_error(
         :func:`binned_calibration`); NaN for an image and channel with a NaN probability.
 
     Raises:
-        ValueError: ``probs`` or ``target`` has a value outside ``[0, 1]``, shapes differ, ``num_bins < 1`` or
-            ``empty_weight`` is not a finite number ``>= 0``.
+        ValueError: ``probs`` or ``target`` has a value outside ``[0, 1]``, shapes differ, ``probs`` is empty,
+            ``num_bins < 1`` or ``empty_weight`` is not a finite number ``>= 0``.
 
     Example:
         >>> p = torch.tensor([[[0.1, 0.15, 0.9]]]); y = torch.tensor([[[0.0, 1.0, 1.0]]])
