@@ -72,7 +72,8 @@ def view(
         An ``ipyniivue.NiiVue`` widget (display it as the cell's last expression).
 
     Raises:
-        ImportError: without ipyniivue (``pip install 'monai-unc[viewer]'``).
+        ImportError: without ipyniivue (``pip install 'monai-unc[viewer]'``), or ``"radiological"`` with an
+            ipyniivue without NiiVue's radiological mode.
         ValueError: no file given, a missing or non-NIfTI file, an opacity outside [0, 1], or a ``convention`` that
             is not a name of :data:`~monai_unc.report.viewer.CONVENTIONS`.
         TypeError: a file that is not a path, or a ``convention`` that is not a str.
@@ -119,7 +120,12 @@ def view(
             return {"data": shown, "name": p.name, **style[role]}
         return {"path": str(p), **style[role]}
 
-    widget = NiiVue(height=height, is_radiological_convention=convention == "radiological")
+    widget = NiiVue(height=height)
+    if convention == "radiological":  # the widget's own setter does this (NiiVue's isRadiologicalConvention)
+        if not hasattr(getattr(widget, "opts", None), "is_radiological_convention"):
+            raise ImportError("view(convention='radiological') needs an ipyniivue with NiiVue's radiological mode "
+                              "(opts.is_radiological_convention): pip install -U 'monai-unc[viewer]'")
+        widget.opts.is_radiological_convention = True
     widget.load_volumes([volume(p, role) for p, role in files])
     if found is not None:
         from ipyniivue import LUT
