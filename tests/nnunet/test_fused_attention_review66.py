@@ -33,8 +33,8 @@ class _FusedAttentionNet(nn.Module):
         super().__init__()
         if "use_flash_attention" not in inspect.signature(TransformerBlock).parameters:
             pytest.skip("the installed MONAI has no use_flash_attention")
-        self.embed, self.head = nn.Conv3d(1, 16, 1), nn.Conv3d(16, 3, 1)
         self.block = TransformerBlock(16, 16, 2, 0.3, use_flash_attention=True)
+        self.embed, self.head = nn.Conv3d(1, 16, 1), nn.Conv3d(16, 3, 1)  # the logit layer registered last
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         f = self.embed(x)
@@ -91,4 +91,37 @@ def test_nnunet_calibrate_fits_to_deterministic_logits(tmp_path):
     nll = [_fit_fold(pred, cases, tmp_path, ["a"], tmp_path / "splits_final.json", None, tmp_path / f"s{i}",
                      "scalar", "nll", "softmax", {"max_steps": 2})[1] for i in range(2)]
     assert nll[0] == nll[1]  # before: two draws of attention dropout
+    assert net.block.attn.dropout_rate == 0.3
+
+
+def test_nnunet_calibrate_folds_into_a_network_with_fused_attention(tmp_path, monkeypatch):
+    # the fold check compares the network's output before and after the fold: with random attention dropout in both,
+    # nnunet-calibrate refused the exact fold ("does not divide the network's output by t") and failed
+    from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+
+    import monai_unc.nnunet.calibrate as calibrate
+    from tests.nnunet.test_calibrate_hostile import write_preprocessed
+    from tests.nnunet.test_predictor_hostile import write_model_folder
+
+    torch.manual_seed(0)
+    net = _FusedAttentionNet().eval()
+    plans = make_plans(patch=(8, 8, 8))
+    model = write_model_folder(tmp_path / "model", folds=(0,), plans=plans)
+    ckpt = torch.load(model / "fold_0" / "checkpoint_final.pth", weights_only=False)
+    ckpt["network_weights"] = net.state_dict()
+    torch.save(ckpt, model / "fold_0" / "checkpoint_final.pth")
+
+    class _Predictor(nnUNetPredictor):  # nnU-Net builds a PlainConvUNet from the plans: this network instead
+        def initialize_from_trained_model_folder(self, *args, **kwargs):
+            pm = PlansManager(plans)
+            self.manual_initialization(net, pm, pm.get_configuration("cfg"), [net.state_dict()], DATASET_JSON,
+                                       "nnUNetTrainer", None)
+
+    monkeypatch.setattr(calibrate, "nnUNetPredictor", _Predictor)
+    report = calibrate.calibrate_model_folder(model, tmp_path / "out", use_folds=(0,), use_mirroring=False,
+                                              preprocessed_dir=write_preprocessed(tmp_path / "pre", cases=("a",)),
+                                              max_steps=5)
+    t = report["0"]["temperature"][0]
+    folded = torch.load(tmp_path / "out" / "fold_0" / "checkpoint_final.pth", weights_only=False)["network_weights"]
+    torch.testing.assert_close(folded["head.weight"], net.head.weight / t)
     assert net.block.attn.dropout_rate == 0.3
