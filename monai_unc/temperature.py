@@ -1168,7 +1168,9 @@ class TemperatureScaler(nn.Module):
                 residual addition).
             example_input: if given, the folded network's output on it must equal ``transform`` of the
                 original output (relative tolerance 1e-4); otherwise the layer is restored (bit for bit) and
-                ``ValueError`` raised.
+                ``ValueError`` raised. The two outputs must be deterministic: a network with MONAI's fused attention
+                (``use_flash_attention=True``, attention dropout in eval mode too) is folded inside
+                :func:`monai_unc.inferers.align_fused_attention`.
             rescale_floor: for a Stochastic Segmentation Network only (above).
 
         Returns:

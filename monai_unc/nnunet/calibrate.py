@@ -40,6 +40,7 @@ from monai_unc.io import (
     smallest_int_dtype,
 )
 from monai_unc.io.provenance import read_untrusted_json
+from monai_unc.networks.dropout import align_fused_attention
 from monai_unc.networks.ssn import find_ssn_heads
 from monai_unc.nnunet.environment import ext_trainer_path
 from monai_unc.nnunet.export import region_definitions
@@ -408,7 +409,8 @@ def _calibrate_folds(src: Path, staging: Path, final: Path, splits: dict[int, li
         net = copy.deepcopy(plain_module(predictor.network)).cpu().eval()
         net.load_state_dict(ckpt["network_weights"])
         example = torch.randn(1, _input_channels(predictor), *predictor.configuration_manager.patch_size)
-        scaler.fold_into(net, layer=segmentation_layer_name(net), example_input=example)
+        with align_fused_attention(net):  # a check of two deterministic outputs (MONAI's fused attention: review 66)
+            scaler.fold_into(net, layer=segmentation_layer_name(net), example_input=example)
         folded = net.state_dict()
         ckpt["network_weights"] = {k: folded[k].clone() for k in ckpt["network_weights"]}
         ckpt["monai_unc_temperature"] = scaler.temperature.tolist()  # what the predictor records for this fold
@@ -432,7 +434,10 @@ def _fit_fold(predictor: nnUNetPredictor, dataset: Any, folder: Path, keys: Sequ
     logits, labels = MappedArrays(store / "logits"), MappedArrays(store / "labels")
     for k in keys:
         data, seg = _load_validation_case(dataset, folder, k, splits_file)
-        z = predictor.predict_logits_from_preprocessed_data(data)
+        # MONAI's fused attention (use_flash_attention=True) drew attention dropout in eval mode too: the temperature
+        # was fitted to randomly dropped attention (review 66)
+        with align_fused_attention(predictor.network):
+            z = predictor.predict_logits_from_preprocessed_data(data)
         del data
         y = torch.from_numpy(seg[0].astype(np.int64))
         del seg

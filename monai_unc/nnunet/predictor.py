@@ -136,7 +136,7 @@ from monai_unc.io import (
 from monai_unc.io.cases import changed_inputs, check_finite_image, input_digests, settings_changes
 from monai_unc.keys import MIMeaning, UncertaintyKeys, combine_mi_meanings, did_you_mean
 from monai_unc.measures import entropy_map_t
-from monai_unc.networks.dropout import enable_mc_dropout, find_dropout_layers
+from monai_unc.networks.dropout import align_fused_attention, enable_mc_dropout, find_dropout_layers
 from monai_unc.networks.shared import SharedPasses, SharingUnavailable, sample_batch
 from monai_unc.networks.ssn import find_ssn_heads, mirrored_ssn_noise, ssn_sampling
 from monai_unc.nnunet.dropout import add_posthoc_dropout
@@ -644,6 +644,11 @@ class UncertaintyPredictor(nnUNetPredictor):
         if "ssn" in self.uncertainty_sources:  # every forward pass draws a new latent sample of the SSN head
             for net in self._ensemble if self._ensemble is not None else [self._net()]:
                 stack.enter_context(ssn_sampling(net))
+        # last, as in the inferers: MONAI's fused attention (use_flash_attention=True) drew attention dropout in eval
+        # mode too (the mean logits nnunet-calibrate fits a temperature to were random), or none while sampled
+        # (review 66)
+        for net in self._ensemble if self._ensemble is not None else [self._net()]:
+            stack.enter_context(align_fused_attention(net))
         return stack
 
     def _seed_context(self) -> contextlib.AbstractContextManager:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .palette import class_colors, hex_rgb
-from .viewer import MAX_LABEL_TEXELS
+from .viewer import MAX_LABEL_TEXELS, check_convention
 
 __all__ = ["view"]
 
@@ -51,6 +51,7 @@ def view(
     prediction_opacity: float = 0.35,
     uncertainty_opacity: float = 0.6,
     height: int = 480,
+    convention: str = "neurological",
 ) -> Any:
     """A NiiVue widget showing a case's image, prediction and uncertainty map, for a Jupyter notebook.
 
@@ -62,13 +63,20 @@ def view(
         prediction_opacity: the prediction overlay's opacity in [0, 1].
         uncertainty_opacity: the uncertainty overlay's opacity in [0, 1].
         height: the widget's height in pixels.
+        convention: how the widget draws the case, as the pages' viewers
+            (:data:`~monai_unc.report.viewer.CONVENTIONS`): ``"neurological"`` (default) the patient's left on the
+            screen's left, ``"radiological"`` the patient's right (NiiVue's ``isRadiologicalConvention``, in the
+            axial and coronal planes).
 
     Returns:
         An ``ipyniivue.NiiVue`` widget (display it as the cell's last expression).
 
     Raises:
-        ImportError: without ipyniivue (``pip install 'monai-unc[viewer]'``).
-        ValueError: no file given, a missing or non-NIfTI file, or an opacity outside [0, 1].
+        ImportError: without ipyniivue (``pip install 'monai-unc[viewer]'``), or ``"radiological"`` with an
+            ipyniivue without NiiVue's radiological mode.
+        ValueError: no file given, a missing or non-NIfTI file, an opacity outside [0, 1], or a ``convention`` that
+            is not a name of :data:`~monai_unc.report.viewer.CONVENTIONS`.
+        TypeError: a file that is not a path, or a ``convention`` that is not a str.
 
     Example:
         >>> import tempfile
@@ -79,6 +87,8 @@ def view(
         >>> widget = view(uncertainty=f"{folder}/c1_mi.nii.gz")  # in a notebook: the cell's last expression
         >>> [v.name for v in widget.volumes]
         ['c1_mi.nii.gz']
+        >>> view(uncertainty=f"{folder}/c1_mi.nii.gz", convention="radiological").opts.is_radiological_convention
+        True
     """
     files = [(_file(image, "image"), "image"), (_file(prediction, "prediction"), "prediction"),
              (_file(uncertainty, "uncertainty"), "uncertainty")]
@@ -90,6 +100,7 @@ def view(
             raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
     if isinstance(height, bool) or not isinstance(height, int) or height < 1:
         raise ValueError(f"height must be a positive integer, got {height!r}")
+    check_convention(convention)
     try:
         from ipyniivue import NiiVue
     except ImportError as err:
@@ -110,6 +121,11 @@ def view(
         return {"path": str(p), **style[role]}
 
     widget = NiiVue(height=height)
+    if convention == "radiological":  # the widget's own setter does this (NiiVue's isRadiologicalConvention)
+        if not hasattr(getattr(widget, "opts", None), "is_radiological_convention"):
+            raise ImportError("view(convention='radiological') needs an ipyniivue with NiiVue's radiological mode "
+                              "(opts.is_radiological_convention): pip install -U 'monai-unc[viewer]'")
+        widget.opts.is_radiological_convention = True
     widget.load_volumes([volume(p, role) for p, role in files])
     if found is not None:
         from ipyniivue import LUT

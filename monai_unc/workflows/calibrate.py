@@ -30,7 +30,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..engine import error_line
-from ..inferers import check_network_logits
+from ..inferers import align_fused_attention, check_network_logits
 from ..io import (
     REORIENT_REMEDY,
     CaseError,
@@ -109,7 +109,8 @@ def collect_logits(
     Args:
         cases: the image cases (:func:`~monai_unc.workflows.infer.load_image_case` reads them).
         labels: one label file per case, in the same order.
-        model: the loaded network (run in eval mode, no dropout).
+        model: the loaded network (run in eval mode, no dropout; MONAI's fused attention without attention dropout
+            either, :func:`~monai_unc.inferers.align_fused_attention`).
         intensity: the intensity normalisation (:func:`~monai_unc.workflows.infer.normalize_intensity`).
         roi: the sliding-window size (None: the whole image in one pass).
         overlap: the sliding-window overlap fraction.
@@ -163,7 +164,9 @@ def collect_logits(
                              f"({problem})")
         x = torch.from_numpy(normalize_intensity(image, intensity))[None].to(device)
         try:
-            with torch.no_grad():
+            # MONAI's fused attention (use_flash_attention=True) drew attention dropout in eval mode too: the
+            # temperature was fitted to randomly dropped attention (review 66)
+            with torch.no_grad(), align_fused_attention(net):
                 z = base(x, net)
         except (RuntimeError, ValueError, IndexError) as e:  # shape errors deep inside the network / inferer
             raise CaseError(f"case {case.case_id!r}: the network failed on the input of shape {tuple(x.shape)} "
@@ -507,7 +510,10 @@ def run_calibrate(
             size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
             example = torch.as_tensor(ResizeWithPadOrCrop(size)(example))
         net: nn.Module = loaded.network.cpu()
-        with warnings.catch_warnings():  # the command prints its own line for a fit that did not converge
+        # the fold check compares the network's outputs before and after the fold: MONAI's fused attention drew
+        # attention dropout in both (eval mode too), and the exact fold of a UNETR was refused (review 66)
+        with warnings.catch_warnings(), align_fused_attention(net):
+            # the command prints its own line for a fit that did not converge
             warnings.filterwarnings("ignore", message=NOT_CONVERGED, category=UserWarning)
             state, record = calibrate_network(logits, targets, net, mode=mode, loss=loss, max_steps=max_steps,
                                               example_input=example[None], activation=activation,
