@@ -12,12 +12,27 @@ from ._base import MetricHandler
 __all__ = ["CalibrationHandler"]
 
 
+class _MetricValues(dict):
+    """The dict of a handler's metrics stored under its name in ``engine.state.metrics``, whose ``str`` is one field.
+
+    Found by hostile review 66: MONAI's ``MetricsSaver`` writes each entry of ``engine.state.metrics`` as
+    ``f"{name},{value}"`` (its default ``metrics="*"`` writes every entry), and the dict's own ``str``,
+    ``{'calib_ece': 0.24, 'calib_nll': 1.28}``, holds the delimiter: the row had three fields where every other row of
+    ``metrics.csv`` has two, and ``pandas.read_csv`` stopped at it. ``str`` gives ``calib_ece=0.24 calib_nll=1.28``
+    (full precision, no comma); equality, ``repr`` and every other use are those of the plain dict.
+    """
+
+    def __str__(self) -> str:
+        return " ".join(f"{k}={v!r}" for k, v in self.items())
+
+
 class CalibrationHandler(MetricHandler):
     """ECE family, NLL and Brier of an evaluator's probabilities, recorded in ``engine.state.metrics``.
 
     Attach with a name, e.g. ``CalibrationHandler(output_transform=from_engine(["pred", "label"])).attach(
     evaluator, "calib")``. At the end of the run ``engine.state.metrics`` holds one float per metric under
-    ``"<name>_<metric>"`` (e.g. ``"calib_ece"``) and the dict of all of them under ``name``; with
+    ``"<name>_<metric>"`` (e.g. ``"calib_ece"``) and the dict of all of them under ``name`` (whose ``str``,
+    ``calib_ece=0.1 calib_nll=0.2``, is what ``MetricsSaver`` writes for it: one field, no comma); with
     ``save_details`` the per-case values of each metric ``(n_cases, 1)`` are in
     ``engine.state.metric_details["<name>_<metric>"]``, under the key of its value in ``engine.state.metrics``, as
     MONAI's ``MetricsSaver`` expects them: one file per metric (``calib_ece_raw.csv``), whose columns are classes.
@@ -109,4 +124,5 @@ class CalibrationHandler(MetricHandler):
                 if table is not None:
                     details[f"{self._name}_{metric}"] = table[:, k:k + 1]
         prefix = f"{self._name}_" if self._name else ""
-        return {f"{prefix}{k}": float(v) for k, v in result.items()}
+        # a dict whose str holds no comma: MetricsSaver writes it as one field of metrics.csv (see _MetricValues)
+        return _MetricValues((f"{prefix}{k}", float(v)) for k, v in result.items())

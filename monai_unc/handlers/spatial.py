@@ -83,7 +83,8 @@ class BoundaryUncertaintyConcentration(_SpatialHandler):
     """Mean per-case BUC (higher is better); see :class:`BoundaryUncertaintyConcentrationMetric`.
 
     Args:
-        spacing: voxel size in mm; default from the MetaTensor affine of the labels, else 1 mm.
+        spacing: voxel size in mm; default from the MetaTensor affine of the labels, else (a plain tensor, or MONAI's
+            default identity affine of a label MetaTensor built without geometry) of the maps, else 1 mm.
         width: boundary band width in mm; default HD95 (at least the largest spacing).
         uncertainty_key: key of the uncertainty map in ``engine.state.output`` (read by the default transform).
         pred_key: key of the prediction in ``engine.state.output``.
