@@ -742,14 +742,21 @@ _FEATURES_LAST = (nn.Linear, nn.Bilinear, nn.Embedding, nn.MultiheadAttention, n
                   nn.TransformerDecoderLayer, nn.TransformerEncoder, nn.TransformerDecoder, nn.Transformer)
 #: MONAI modules that output batch-first tokens ``(B, L, E)`` although they hold a convolution (the patch embedding)
 _TOKEN_MODULE_NAMES = frozenset({"ViT", "PatchEmbeddingBlock"})
+#: MONAI modules made of ``Linear`` layers (no convolution) that return a channel-first map ``(B, C, *spatial)``: a
+#: Swin stage (``BasicLayer``: its blocks work channels last, the stage rearranges back), the Swin encoder and the
+#: spatial attention block (found by review 66: read as tokens, they got element-wise dropout where it was channel-wise)
+_CHANNEL_FIRST_NAMES = frozenset({"BasicLayer", "SwinTransformer", "SpatialAttentionBlock"})
 
 
 def _layout(module: nn.Module) -> bool | None:
     """True: ``module``'s output has its features on the last axis; False: channels at axis 1; None: it cannot say.
 
     A convolution (anywhere inside) makes a channel-first feature map; a module of ``Linear`` layers (an attention
-    block, an MLP, a transformer block) or a ``LayerNorm`` over the last axis keeps features last.
+    block, an MLP, a transformer block) or a ``LayerNorm`` over the last axis keeps features last, except MONAI's
+    modules that turn their tokens back into a channel-first map (:data:`_CHANNEL_FIRST_NAMES`: a Swin stage).
     """
+    if type(module).__name__ in _CHANNEL_FIRST_NAMES:
+        return False
     if isinstance(module, _FEATURES_LAST) or type(module).__name__ in _TOKEN_MODULE_NAMES:
         return True
     if isinstance(module, nn.LayerNorm):

@@ -129,3 +129,28 @@ def test_convolutional_sites_are_unchanged():
     lin = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2))
     assert not default_channelwise(lin, "0")
     assert not default_channelwise(lin, "1")  # an activation among Linear layers
+
+
+def test_modules_of_linear_layers_that_return_channel_first_maps_stay_channel_wise():
+    """A Swin stage (``BasicLayer``) and MONAI's ``SpatialAttentionBlock`` hold no convolution but return
+    ``(B, C, *spatial)``: read as tokens, they got element-wise dropout where it was channel-wise (review 66)."""
+    from monai.networks.blocks import SpatialAttentionBlock
+    from monai.networks.nets import SwinUNETR
+
+    from monai_unc.inferers import default_channelwise
+
+    net = SwinUNETR(in_channels=1, out_channels=2, feature_size=12, spatial_dims=2, depths=(1, 1, 1, 1),
+                    num_heads=(1, 1, 1, 1), window_size=4).eval()
+    x = torch.rand(1, 12, 16, 16)
+    with torch.no_grad():
+        assert net.swinViT.layers1[0](x).shape == (1, 24, 8, 8)  # channel-first
+    for site in ("swinViT.layers1.0", "swinViT.layers4.0", "swinViT"):
+        assert default_channelwise(net, site), site
+    assert not default_channelwise(net, "swinViT.layers1.0.blocks.0")  # inside the stage: channels last
+    hooks = _hooks(add_dropout(net, 0.5, after=["swinViT.layers2.0"]) and net)
+    assert hooks["swinViT.layers2.0"].channelwise
+    attn = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), SpatialAttentionBlock(2, 8, num_head_channels=4,
+                                                                               norm_num_groups=4))
+    with torch.no_grad():
+        assert attn(torch.rand(1, 1, 6, 6)).shape == (1, 8, 6, 6)
+    assert default_channelwise(attn, "1")
