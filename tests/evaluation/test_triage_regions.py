@@ -372,8 +372,10 @@ def test_old_format_rule_still_loads_and_region_rules_round_trip():
     assert back["format_version"] == 2 and back["regions"] == BRATS and ReferralRule.from_json(back) == new
     with pytest.raises(ValueError, match="format_version 2"):
         ReferralRule.from_json(_rule_doc(regions=BRATS, num_classes=3))
-    with pytest.raises(ValueError, match="format_version 6 is not supported"):
-        ReferralRule.from_json(_rule_doc(format_version=6))
+    from monai_unc.evaluation.triage.rule import RULE_VERSION
+
+    with pytest.raises(ValueError, match=f"format_version {RULE_VERSION + 1} is not supported"):
+        ReferralRule.from_json(_rule_doc(format_version=RULE_VERSION + 1))
     with pytest.raises(ValueError, match="num_classes"):
         ReferralRule.from_json(_rule_doc(format_version=2, regions=BRATS, num_classes=4))
     with pytest.raises(ValueError, match="class_names"):

@@ -127,8 +127,9 @@ def test_channelwise_must_be_a_bool(bad):
         RateInDropout(channelwise=bad)
     with pytest.raises(TypeError, match="channelwise must be True or False"):
         search_dropout_rate(torch.randn(1, 4, 5, 5), "mse", channelwise=bad)
-    with pytest.raises(TypeError, match="channelwise must be True or False"):
-        add_rate_in(_net(0.2), after=["0"], channelwise=bad)
+    if bad is not None:  # None: add_rate_in's "per site" (default_channelwise, review 66)
+        with pytest.raises(TypeError, match="channelwise must be True or False"):
+            add_rate_in(_net(0.2), after=["0"], channelwise=bad)
     assert RateInDropout(channelwise=np.bool_(False)).channelwise is False
 
 
