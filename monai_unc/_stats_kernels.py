@@ -365,18 +365,13 @@ def accumulate(
         add_chunk(arr, off, h.numpy(), w, n_batch, sp, sh, sp2, sq_mode, v0, v1, scratch)
 
     n_threads = max(1, min(torch.get_num_threads(), n_vox // CPU_MIN_VOXELS_PER_THREAD, len(starts)))
-    if n_threads == 1:
-        scratch = np.empty(step)
-        for v0 in starts:
-            run(v0, scratch)
-        return
 
     def block(t: int) -> None:
         scratch = np.empty(step)
         for v0 in starts[t::n_threads]:
             run(v0, scratch)
 
-    thread_map(block, range(n_threads), n_threads)  # one pool per thread count, shared by the calls
+    thread_map(block, range(n_threads), n_threads)  # one thread: on the caller's; else a pool shared by the calls
 
 
 def accumulate_outputs(

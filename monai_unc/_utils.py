@@ -67,6 +67,7 @@ __all__ = [
     "refusing",
     "MAX_SEED",
     "check_seed",
+    "cuda_device_indices",
     "network_devices",
     "check_sample_batch_size",
     "plain_module",
@@ -1071,8 +1072,7 @@ def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[Non
         >>> bool(torch.equal(a, b)), bool(torch.equal(state, torch.get_rng_state()))
         (True, True)
     """
-    cuda = sorted({(d if isinstance(d, int) else (d.index if d.index is not None else torch.cuda.current_device()))
-                   for d in devices if isinstance(d, int) or d.type == "cuda"})
+    cuda = cuda_device_indices(devices)
     with torch.random.fork_rng(devices=cuda):
         torch.default_generator.manual_seed(seed)
         for i in cuda:
@@ -1110,6 +1110,20 @@ def network_devices(*networks: Any) -> set[torch.device]:
             if isinstance(m, torch.nn.DataParallel):
                 devices.update(torch.device("cuda", int(i)) for i in (m.device_ids or []) if isinstance(i, int))
     return devices
+
+
+def cuda_device_indices(devices: Iterable[torch.device | int]) -> list[int]:
+    """The indices of the CUDA devices among ``devices``, each once, in order (``cuda`` without an index: the current
+    device; other device types are left out).
+
+    Example:
+        >>> import torch
+        >>> from monai_unc._utils import cuda_device_indices
+        >>> cuda_device_indices([torch.device("cuda", 1), torch.device("cpu"), 0, torch.device("cuda", 1)])
+        [0, 1]
+    """
+    return sorted({(d if isinstance(d, int) else (d.index if d.index is not None else torch.cuda.current_device()))
+                   for d in devices if isinstance(d, int) or d.type == "cuda"})
 
 
 #: the largest seed: torch's generators take ``[0, 2**64)`` (a negative seed wraps around: ``-1`` is ``2**64 - 1``)

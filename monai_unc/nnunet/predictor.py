@@ -118,6 +118,7 @@ from monai_unc._utils import (
     check_sample_batch_size,
     check_seed,
     compiled_draws_context,
+    cuda_device_indices,
     is_int,
     is_real,
     network_devices,
@@ -261,8 +262,7 @@ class _RandomState:
     """
 
     def __init__(self, *devices: torch.device) -> None:
-        self.devices = sorted({d if d.index is not None else torch.device("cuda", torch.cuda.current_device())
-                               for d in devices if d.type == "cuda"}, key=lambda d: d.index)
+        self.devices = [torch.device("cuda", i) for i in cuda_device_indices(devices)]
         self.cpu = torch.random.get_rng_state()
         self.gpu = [torch.cuda.get_rng_state(d) for d in self.devices]
 
@@ -747,7 +747,6 @@ class UncertaintyPredictor(nnUNetPredictor):
         """
         combos = self._mirror_combinations(x.ndim)
         nets = self._ensemble if self._ensemble is not None else [self.network]
-        draw_devices = network_devices(*nets)  # every GPU a sample draws on: the mirrors / folds replay its state
         mirror_samples = "mirroring" in self.uncertainty_sources
         passes = self.num_samples if self._stochastic else 1
         if self._rate_in is not None:
@@ -761,6 +760,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         shared = self._share(nets, passes)
         shared_draws = self._mirrors_share_draws() and len(combos) > 1
         ssn = "ssn" in self.uncertainty_sources
+        # every GPU a sample draws on, where the mirrors / folds replay its random state
+        draw_devices = network_devices(*nets) if shared_draws or (ssn and len(nets) > 1) else ()
         # one trace per mirror and fold network, kept for every chunk of this window's passes, freed with the window
         traces: dict[tuple[int, int], SharedPasses | None] = {}
         chunk = None  # passes per chunk, chosen at the window's first trace
