@@ -544,8 +544,8 @@ def fit_conformal_rules(
         states: ``{case: {side: state}}`` of the evaluated cases.
         product: the :class:`~monai_unc.products.ConformalMasks` (``targets``, ``family``, ``delta``: high
             probability when set).
-        calibration_cases: the ids of the calibration cases as the user gave them (None: every case of
-            ``states``).
+        calibration_cases: the ids of the calibration cases as the user gave them (a case listed twice counts once;
+            None: every case of ``states``).
         strata: the strata of :func:`conformal_strata` (None: one rule for every case).
         scores: ``{case: score}`` of the calibration cases, with ``strata``.
 
@@ -560,7 +560,9 @@ def fit_conformal_rules(
         ValueError: too few calibration cases (in a stratum); the message says how many are needed.
     """
     ids = sorted(states)
-    cal = ids if calibration_cases is None else sorted(str(c) for c in calibration_cases)
+    # a case listed twice is one calibration case (as EvaluationConfig.calibration_ids reads the list): counted twice
+    # it made n one too large, and the rule file, which records the distinct cases, was refused (hostile review 67)
+    cal = ids if calibration_cases is None else sorted({str(c) for c in calibration_cases})
     rules: dict[str, ConformalRule] = {}
     block: dict[str, Any] = {"family": product.family, "delta": product.delta,
                              "calibration": "all" if calibration_cases is None else cal,

@@ -1463,9 +1463,10 @@ def quantile_edges(scores: Any, strata: int) -> tuple[float, ...]:
     """Inner edges that split case scores into ``strata`` groups of (nearly) equal size, e.g. terciles for 3.
 
     With the ``m`` defined scores sorted, ``s_(1) <= ... <= s_(m)``, edge ``k`` (``k = 1 .. strata - 1``) lies
-    halfway between ``s_(m_k)`` and ``s_(m_k + 1)`` with ``m_k = floor(k m / strata + 1/2)``, so no score sits on
-    an edge unless tied: then the tied scores all go to the upper stratum (:func:`stratum_of`). Undefined scores
-    (NaN) take no part; they fall in the last stratum.
+    halfway between ``s_(m_k)`` and ``s_(m_k + 1)`` with ``m_k = floor(k m / strata + 1/2)`` (on ``s_(m_k + 1)``
+    when the two are adjacent floats, whose midpoint rounds to ``s_(m_k)``), so ``s_(m_k)`` lies below the edge and
+    ``s_(m_k + 1)`` at or above it: the strata hold ``m_k`` and ``m - m_k`` scores unless tied, and tied scores all go
+    to the upper stratum (:func:`stratum_of`). Undefined scores (NaN) take no part; they fall in the last stratum.
 
     Args:
         scores: case scores (NaN allowed).
@@ -1489,7 +1490,11 @@ def quantile_edges(scores: Any, strata: int) -> tuple[float, ...]:
     if m < strata:
         raise ValueError(f"scores has {m} defined value(s): too few for {strata} strata")
     cuts = [(2 * k * m + strata) // (2 * strata) for k in range(1, strata)]
-    edges = np.array([(s[c - 1] + s[c]) / 2.0 for c in cuts])
+    # halved before adding: the sum of two scores near the float64 maximum overflowed to an infinite edge; and the
+    # midpoint of two adjacent floats rounds to the lower one, which stratum_of sends up: then the upper one is the
+    # edge (found by hostile review 67)
+    mid = [s[c - 1] / 2.0 + s[c] / 2.0 for c in cuts]
+    edges = np.array([v if s[c - 1] < v else s[c] for v, c in zip(mid, cuts)])
     if np.any(np.diff(edges) <= 0):
         raise ValueError(f"scores are tied too much for {strata} strata: the edges {edges.tolist()} are not "
                          "strictly increasing (use fewer strata or another score)")
