@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from monai_unc.evaluation.conformal import fit_conformal_rules
 from monai_unc.metrics.conformal import (
     conformal_case_state,
     crc_lambda,
+    fit_conformal_rule,
     high_probability_lambda,
     quantile_edges,
     stratum_of,
@@ -114,3 +116,77 @@ def test_a_calibration_case_listed_twice_counts_once():
     assert rules["outer"].task_rule("0").n == 5 and block["n_calibration"] == 5
     assert block["calibration"] == ["c0", "c1", "c2", "c3", "c4"]
     assert rules == once
+
+
+def _pool(rng: np.random.Generator, count: int, shape: tuple[int, ...], classes: int):
+    """``count`` small cases (softmax ``classes`` or one sigmoid region): blobs, blurred probabilities, and the edge
+    cases of a cohort (a case without the structure, one filled with it, one whose prediction misses it)."""
+    grids = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")
+    out = []
+    for i in range(count):
+        centre = [rng.uniform(1, s - 1) for s in shape]
+        r = np.sqrt(sum((g - c) ** 2 for g, c in zip(grids, centre)))
+        radius = rng.uniform(1.0, 3.0)
+        truth = (r < radius).astype(np.int64)
+        if classes == 3:
+            truth[(r < radius) & (grids[0] < centre[0])] = 2
+        logit = (radius + rng.normal(0, 0.7) - r) * rng.uniform(0.7, 2.5) + rng.normal(0, 0.8, shape)
+        if i == 0:
+            truth[:] = 0  # no true voxel
+        elif i == 1:
+            truth[:] = 1  # every voxel
+            logit = logit + 3
+        elif i == 2:
+            logit = logit - 20  # the prediction misses the structure
+        fg = 1 / (1 + np.exp(-logit))
+        if classes == 3:
+            split = np.where(grids[0] < centre[0], 0.7, 0.3)
+            probs = np.stack([1 - fg, fg * split, fg * (1 - split)])
+        else:
+            probs, truth = fg[None], truth[None].astype(bool)
+        out.append((probs, truth))
+    return out
+
+
+def _loss(mask: np.ndarray, truth: np.ndarray, side: str) -> float:
+    """FNR (outer) or false-positive share (inner) of a mask; 0 when the truth (outer) or the mask (inner) is empty."""
+    if side == "outer":
+        return float((truth & ~mask).sum() / truth.sum()) if truth.any() else 0.0
+    return float((mask & ~truth).sum() / mask.sum()) if mask.any() else 0.0
+
+
+@pytest.mark.parametrize("family", ["threshold", "margin"])
+@pytest.mark.parametrize("side", ["outer", "inner"])
+def test_leave_one_out_guarantee_holds_exactly_on_every_pool(family, side):
+    """The finite-sample guarantees, checked without Monte Carlo noise.
+
+    Both proofs hold conditionally on the multiset of the ``n + 1`` cases (the new case is any one of them with equal
+    probability): for *every* pool, fitting on the other ``n`` and applying the rule to the one left out gives a mean
+    loss ``<= alpha`` (conformal risk control) and a share of cases above ``tol`` of at most ``alpha`` (high
+    probability). The losses here are those of the masks :meth:`ConformalRule.apply` draws on the left-out case's
+    volume (2D softmax with three classes, 3D sigmoid with anisotropic voxels), so the fit, the grid rounding, the
+    trivial set past the margin grid and the apply are checked together.
+    """
+    rng = np.random.default_rng(67)
+    alpha, tol = 0.2, 0.1
+    grid = 32 if family == "threshold" else (2.0, 0.5)
+    for shape, classes, spacing in (((9, 8), 3, (1.0, 1.0)), ((6, 7, 5), 1, (1.0, 0.7, 2.0))):
+        act = "softmax" if classes == 3 else "sigmoid"
+        pool = _pool(rng, 11, shape, classes)
+        states = [conformal_case_state(p, y, family=family, side=side, activation=act, spacing=spacing, grid=grid)
+                  for p, y in pool]
+        per_task: dict[str, list[list[float]]] = {"expectation": [], "high_probability": []}
+        for i, (probs, truth) in enumerate(pool):
+            others = states[:i] + states[i + 1:]
+            true_masks = np.stack([truth == c for c in range(classes)]) if classes == 3 else truth
+            for method, t in (("expectation", None), ("high_probability", tol)):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # the trivial mask, classes without true voxels
+                    rule = fit_conformal_rule(others, alpha, tol=t)
+                masks = rule.apply(probs, spacing=spacing)
+                per_task[method].append([_loss(m, y, side) for m, y in zip(masks, true_masks)])
+        crc = np.asarray(per_task["expectation"])  # (n + 1, tasks)
+        hp = np.asarray(per_task["high_probability"])
+        assert (crc.mean(axis=0) <= alpha + 1e-12).all(), (shape, crc.mean(axis=0))
+        assert ((hp > tol).mean(axis=0) <= alpha).all(), (shape, (hp > tol).mean(axis=0))
+        assert crc.max() > 0  # the check is not vacuous: some left-out case loses something
