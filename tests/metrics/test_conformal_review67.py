@@ -4,6 +4,9 @@
   Control", ICLR 2024: the first grid point with ``(n / (n + 1)) mean_i L_i + B / (n + 1) <= alpha``), the
   high-probability rule's ``ceil((n + 1)(1 - alpha))``-th smallest ``s_i``, and the Hoeffding-Bentkus and binomial
   p-values of Learn-then-Test, each written out here from its definition and compared on random tables with heavy ties.
+- The guarantees themselves, exactly: both proofs hold conditionally on the multiset of the ``n + 1`` cases, so on
+  *every* pool the leave-one-out mean loss (CRC) and share above ``tol`` (high probability) of the masks that
+  :meth:`~monai_unc.metrics.conformal.ConformalRule.apply` draws are at most ``alpha`` (no Monte Carlo noise).
 - :func:`quantile_edges` put an edge *on* a score when the two scores it splits are adjacent floats (their midpoint
   rounds to the lower one, which :func:`stratum_of` then sends to the upper stratum) and overflowed to an infinite
   edge for scores near the float64 maximum.
