@@ -62,3 +62,17 @@ def test_the_documented_differences_from_retina_hold():
         steps = float(np.sum(c.value[1:])) / n  # the value at k / N holds on ((k - 1) / N, k / N]
         assert np.isclose(area_under_referral_curve(u, v), steps + (c.value[0] - c.value[-1]) / (2 * n))
     assert round(float(np.sum(curve.value[1:])) / 4, 4) == 0.6292
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [({"bins": True}, "bins"), ({"bins": np.bool_(True)}, "bins"),
+                                              ({"range": (False, True)}, "range"), ({"bins": [0.0, True]}, "bins")])
+def test_histogram_bins_and_range_refuse_flags(kwargs, name):
+    """Found by review 67: ``bins=True`` was numpy's one bin and ``range=(False, True)`` the range (0, 1), silently
+    (the package refuses a bool where a count or a number is meant)."""
+    from monai_unc.metrics.casewise import uncertainty_histograms
+
+    with pytest.raises(TypeError, match=name):
+        uncertainty_histograms([0.1, 0.2, 0.6, 0.9], [1, 1, 0, 0], **kwargs)
+    # numbers still work
+    h = uncertainty_histograms([0.1, 0.2, 0.6, 0.9], [1, 1, 0, 0], bins=2, range=(0, 1), density=False)
+    assert h.correct.tolist() == [2.0, 0.0] and h.incorrect.tolist() == [0.0, 2.0]
