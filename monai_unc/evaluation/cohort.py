@@ -37,7 +37,13 @@ from ..io import (
 from ..io.files import json_default
 from ..io.provenance import decode_untrusted_json
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
-from ..metrics.casewise import FailureDetection, failure_detection, fill_undefined_scores, ood_auroc_by_shift
+from ..metrics.casewise import (
+    IID_SHIFTS,
+    FailureDetection,
+    failure_detection,
+    fill_undefined_scores,
+    ood_auroc_by_shift,
+)
 from ..metrics.risk_control import accepted_by_threshold
 from ..metrics.selective import area_under_referral_curve, referral_curve
 from ..product import product_type
@@ -1026,6 +1032,13 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
             # the labels as given: a falsy label such as 0 stays "0" (found by hostile testing: `or ""` made
             # severity 0 in-distribution here only)
             summary["ood"] = ood_auroc_by_shift(raw_scores, [r.get("shift") for r in rows])  # fills them itself
+            if "auroc" not in summary["ood"]:
+                # found by review 67: shift labels none of which (or all of which) is in-distribution (severities 0, 1,
+                # 2) left the block without an AUROC and the report's "OoD AUROC –" without a word
+                warnings.warn(f"OoD AUROC undefined: {summary['ood']['n_iid']} in-distribution and "
+                              f"{summary['ood']['n_ood']} shifted case(s), it needs both (a case is in-distribution "
+                              f"when its shift label, stripped and lower-cased, is one of {list(IID_SHIFTS)})",
+                              UserWarning, stacklevel=2)
         blocks: dict[str, Any] = {}
         if cohort_products(config):
             if fitted is None:

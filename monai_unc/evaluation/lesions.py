@@ -577,8 +577,8 @@ def lesion_retention(score: Any, dice: Any, false_positive: Any,
         referred: the referred shares in [0, 1).
 
     Returns:
-        ``{"referred", "kept", "dice", "false_positive_share", "oracle_dice"}`` (lists), or None without a finite
-        score.
+        ``{"referred", "kept", "dice", "false_positive_share", "oracle_dice"}`` (lists; empty, with a ``UserWarning``,
+        when every share refers all lesions), or None without a finite score.
 
     Example:
         >>> curve = lesion_retention([0.9, 0.1, 0.5, 0.2], [0.0, 0.9, 0.4, 0.8], [1, 0, 0, 0], referred=(0.0, 0.25))
@@ -598,6 +598,12 @@ def lesion_retention(score: Any, dice: Any, false_positive: Any,
     if taus.size == 0 or not np.isfinite(taus).all() or (taus < 0).any() or (taus >= 1).any():
         raise ValueError(f"referred must be shares in [0, 1), got {referred!r}")
     taus = taus[share_count(taus, u.size) < u.size]  # shares that keep at least one lesion
+    if taus.size == 0:
+        # found by review 67: with every share referring all lesions (one lesion, referred=(0.5,)) the empty grid
+        # failed in referral_curve with "taus is empty", naming no argument of this function
+        warnings.warn(f"lesion_retention: every share of {referred!r} refers all {u.size} lesion(s) with a finite "
+                      "score; the curve has no point", UserWarning, stacklevel=2)
+        return {"referred": [], "kept": [], "dice": [], "false_positive_share": [], "oracle_dice": []}
     curve = referral_curve(u, d, taus)  # warns once if the scores are tied
     with warnings.catch_warnings():
         # the same scores again, and the oracle ranks by the Dice: lesions of one Dice (all false positives, all

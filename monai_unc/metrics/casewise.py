@@ -19,6 +19,7 @@ from .._utils import (
     case_pair,
     case_vector,
     check_bool,
+    holds_bool,
     label_text,
     real_array,
     to_numpy,
@@ -399,6 +400,10 @@ def uncertainty_histograms(
         not cover them) are left out of the histograms with a ``UserWarning`` (``n_correct`` and ``n_incorrect`` still
         count them); a group without cases inside the bins gets an all-NaN histogram and a ``UserWarning``.
 
+    Raises:
+        TypeError: ``bins`` or ``range`` holds a bool (``True`` is no bin count), or ``density`` is not a bool.
+        ValueError: ``correct`` is not 0/1, or lengths differ.
+
     Example:
         >>> from monai_unc.metrics import uncertainty_histograms
         >>> h = uncertainty_histograms([0.1, 0.2, 0.3, 0.6, 0.9], [1, 1, 0, 1, 0], bins=4, range=(0.0, 1.0))
@@ -408,6 +413,10 @@ def uncertainty_histograms(
         (array([2.66666667, 0.        , 1.33333333, 0.        ]), array([0., 2., 0., 2.]))
     """
     density = check_bool(density, "density")  # found by hostile testing: density="no" gave densities
+    for name, value in (("bins", bins), ("range", range)):
+        # found by review 67: bins=True was numpy's one bin, range=(False, True) the range (0, 1), without a word
+        if holds_bool(value):
+            raise TypeError(f"{name} must hold numbers (a bin count, bin edges or a (lo, hi) range), got {value!r}")
     u, c = case_pair(uncertainty, correct, "correct", "uncertainty")
     if not np.isin(c, (0.0, 1.0)).all():
         raise ValueError("correct must be boolean (or 0/1) per case")

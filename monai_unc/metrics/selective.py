@@ -453,6 +453,25 @@ def _taus(taus: ArrayLike | Sequence[float] | None, n: int) -> np.ndarray:
     return t
 
 
+def _metric_value(result: Any, tau: float) -> float:
+    """The value a cohort metric (the callable ``values`` of :func:`referral_curve`) gave at referral rate ``tau``.
+
+    One real number: a Python or numpy scalar, or a numpy array or torch tensor of one element (any device, bool,
+    integer or real). Found by review 67: ``float()`` parsed the text ``"0.5"``, and ``None`` or two values failed
+    naming no argument; ``TypeError`` naming ``values`` instead.
+    """
+    try:
+        a = to_numpy(result, "values")
+    except TypeError:
+        a = None
+    if a is None or a.size != 1:
+        raise TypeError(
+            f"values must return one real number (the metric of the retained cases), got {type(result).__name__} "
+            f"{result!r} at referral rate {tau:.4g}"
+        )
+    return float(a.reshape(()))
+
+
 def referral_curve(
     uncertainty: ArrayLike,
     values: ArrayLike | Callable[[np.ndarray], float],
@@ -470,7 +489,8 @@ def referral_curve(
         values: either ``(N,)`` per-case values (Dice, 0/1 correctness, ...), whose mean over the retained
             cases is reported, or a callable ``fn(retained_indices) -> float`` that recomputes any cohort
             metric (e.g. AUROC) on the retained cases, given their indices into the inputs (a fresh int64 array
-            per call, in ranking order, which the callable may modify).
+            per call, in ranking order, which the callable may modify) and returns one real number (a Python,
+            numpy or torch scalar, or an array of one element; ``TypeError`` naming ``values`` otherwise).
         taus: referral rates in [0, 1]; default every partition that keeps at least one case,
             ``tau = k / N`` for ``k = 0 .. N-1``.
         ties: how cases tied in uncertainty are split at the referral cut. ``"average"`` (per-case values
@@ -507,7 +527,7 @@ def referral_curve(
         for k in np.flatnonzero(ok):
             # a copy: a callable that sorts its indices in place reordered the ranking of every later rate (found by
             # hostile testing)
-            out[k] = float(values(order[: m[k]].copy()))
+            out[k] = _metric_value(values(order[: m[k]].copy()), float(t[k]))
     else:
         v = case_vector(values, "values")
         if v.shape != u.shape:
@@ -550,7 +570,8 @@ def area_under_referral_curve(
         uncertainty: ``(N,)`` per-case uncertainty (larger = referred first).
         values: either ``(N,)`` per-case values (Dice, 0/1 correctness, ...), whose mean over the retained
             cases is reported, or a callable ``fn(retained_indices) -> float`` that recomputes any cohort
-            metric (e.g. AUROC) on the retained cases, given their indices into the inputs (int64 array).
+            metric (e.g. AUROC) on the retained cases, given their indices into the inputs (int64 array), and
+            returns one real number.
         taus: referral rates in [0, 1]; default every partition that keeps at least one case,
             ``tau = k / N`` for ``k = 0 .. N-1``.
         ties: how cases tied in uncertainty are split at the referral cut. ``"average"`` (per-case values
