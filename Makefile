@@ -31,8 +31,8 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
-# the doctests sign rule files with a key of a fresh configuration folder, never the user's (tests/conftest.py does
-# the same for the suite)
+# the doctests sign rule files with a key of a fresh configuration folder, never the user's, removed afterwards
+# (tests/conftest.py does the same for the suite)
 # the suite includes the strict build of the documentation site (tests/docs/test_site.py); MONAI_UNC_REQUIRE_DOCS=1
 # makes that test fail, not skip, when mkdocs is missing, so a broken link or reference fails `make test` and CI
 # the device tests (@pytest.mark.cuda, tests/conftest.py) run in the same session: on the GPU where `nvidia-smi` finds
@@ -43,7 +43,8 @@ test: $(STAMP)
 	MONAI_UNC_REQUIRE_DOCS=1 \
 	MONAI_UNC_TEST_DEVICE="$${MONAI_UNC_TEST_DEVICE:-$$(nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)}" \
 	$(PY) -m pytest -n 2 --dist worksteal --durations=15 -q
-	MONAI_UNC_CONFIG_DIR="$$(mktemp -d)" $(PY) -m pytest -q -p no:cacheprovider --doctest-modules $(DOCTEST_PATHS)
+	cfg="$$(mktemp -d)"; MONAI_UNC_CONFIG_DIR="$$cfg" $(PY) -m pytest -q -p no:cacheprovider --doctest-modules \
+		$(DOCTEST_PATHS); rc=$$?; rm -rf "$$cfg"; exit $$rc
 
 demo: $(STAMP)
 	$(VENV)/bin/monai-unc demo --output demo_output

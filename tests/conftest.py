@@ -1,13 +1,15 @@
 import os
-import tempfile
 
 import matplotlib
 import pytest
 import torch
 
+from tests._scratch import process_folder
+
 # the signing keys of certified rules live in the user's configuration folder (monai_unc.io.signing.config_dir):
-# the tests (and the subprocesses they start) use a fresh folder of their own, never the real home
-os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="monai-unc-test-config-")
+# the tests (and the subprocesses they start) use a fresh folder of their own, never the real home, removed when this
+# process exits (each pytest-xdist worker makes and removes its own)
+os.environ["XDG_CONFIG_HOME"] = process_folder("monai-unc-test-config-")
 for _name in ("MONAI_UNC_CONFIG_DIR", "MONAI_UNC_SIGNING_KEY", "MONAI_UNC_TRUSTED_KEYS"):
     os.environ.pop(_name, None)
 

@@ -66,6 +66,9 @@ class CalibrationHandler(MetricHandler):
         save_details: keep the per-case values in ``engine.state.metric_details["<name>_<metric>"]``.
         key_metric: one of ``metrics`` whose float is stored under the handler's own name (for a workflow's
             ``key_val_metric``); None (default) stores the dict of all of them there.
+        include_background: ``False`` leaves channel 0 (the background) out of ``classwise_ece`` (the mean of the
+            per-class ECEs of classes ``1 ... C - 1``), as MONAI's ``MeanDice`` handler reads it; as in
+            :class:`~monai_unc.metrics.calibration.CalibrationMetric`.
 
     Example:
         >>> handler = CalibrationHandler(num_classes=2, metrics=("ece", "nll"), key_metric="ece")
@@ -84,6 +87,7 @@ class CalibrationHandler(MetricHandler):
         output_transform: Callable = lambda x: x,
         save_details: bool = True,
         key_metric: str | None = None,
+        include_background: bool = True,
     ) -> None:
         require_ignite(f"monai_unc.handlers.{type(self).__name__}")
         metric_fn = CalibrationMetric(
@@ -93,6 +97,7 @@ class CalibrationHandler(MetricHandler):
             min_bin_count=min_bin_count,
             n_fine_bins=n_fine_bins,
             reduction=reduction,
+            include_background=include_background,
         )
         if key_metric is not None and (not isinstance(key_metric, str) or key_metric not in metric_fn.metrics):
             raise ValueError(f"key_metric must be one of the handler's metrics {list(metric_fn.metrics)} or None, "

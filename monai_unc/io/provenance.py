@@ -159,7 +159,9 @@ def prediction_fingerprint(
       ``activation``, ``temperature``, ``intensity``, ``dropout``, ``tta_noise``, ``ratein_target``,
       ``samples_per_source`` (the ``--samples`` setting, for an SSN combined only with ``tta`` / ``ensemble``: its
       latent draws are averaged into one sample, so ``num_samples`` does not show them; with ``mcdropout`` /
-      ``ratein`` or alone, ``num_samples`` pins them), ``regions`` for a region-based run (``infer --regions``) and
+      ``ratein`` or alone, ``num_samples`` pins them), ``regions`` for a region-based run (``infer --regions``),
+      ``dropout_masks`` where the run's inserted dropout drops elements at a site (the tokens of a transformer; absent
+      where every inserted site is channel-wise, and in the records of versions before it) and
       ``weights``, the sha256 digests of the model's files
       (checkpoints, ensemble members, the bundle config or network spec), when the run recorded them.
     - ``nnunet`` layout (``monai-unc nnunet-predict``): ``uncertainty_config.json`` and ``uncertainty/<case>.json``:
@@ -231,6 +233,9 @@ def prediction_fingerprint(
             fp["weights"] = settings["weights"]
         if settings.get("regions") is not None:  # region-based runs only, so older rules still match
             fp["regions"] = settings["regions"]
+        if settings.get("dropout_masks") is not None:  # inserted dropout drops elements on tokens (review 67); earlier
+            # runs erased whole tokens there, so a rule certified on those does not fit these predictions
+            fp["dropout_masks"] = settings["dropout_masks"]
         return json.loads(json.dumps(fp))
     cfg = read_json_cached(pred / "uncertainty_config.json")
     if not isinstance(cfg, dict):

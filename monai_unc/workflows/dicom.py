@@ -96,6 +96,7 @@ from ..io.dicom import (
     AlgorithmInfo,
     DicomSeries,
     SegmentSpec,
+    check_distinct_segment_names,
     check_measurement_name,
     check_report_text,
     check_series_description,
@@ -290,14 +291,12 @@ def _check_class_name(name: Any, where: str) -> str:
 
 
 def _distinct_class_names(names: dict[int, str], where: str) -> dict[int, str]:
-    """Refuse two classes of ``names`` whose segments a viewer could not tell apart (one name, as compared)."""
-    seen: dict[str, int] = {}
-    for value, name in names.items():
-        key = segment_name_key(name)
-        if key in seen:
-            raise ValueError(f"{where}: classes {seen[key]} ({names[seen[key]]!r}) and {value} ({name!r}) have the "
-                             "same segment name, so a viewer could not tell their segments apart")
-        seen[key] = value
+    """``names``, refused where a viewer could not tell two classes' segments apart.
+
+    The one check of the SEG writers (:func:`~monai_unc.io.dicom.check_distinct_segment_names`), its message starting
+    with ``where`` (the option or the file and its key).
+    """
+    check_distinct_segment_names(names.items(), where)
     return names
 
 

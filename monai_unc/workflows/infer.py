@@ -213,6 +213,12 @@ class InferSettings:
             samples draw at random (MC dropout, Rate-In, SSN, TTA noise) under a sliding window draws other samples
             with another value (the draws are made per batch of windows), so a resume compares it; recorded only
             then and when it is not 1, so that the records of runs made before this field keep matching.
+        dropout_masks: ``"element-wise on token sites"`` where the dropout the run inserts (``--dropout``, or the
+            layers of a ``ratein`` source) drops single elements at a site (the tokens of a transformer, since review
+            66; earlier versions erased whole tokens there), else None and not recorded, so that the records of
+            convolutional networks (channel-wise, unchanged) keep matching
+            (:func:`~monai_unc.workflows.infer_plan.inserted_dropout_masks`). A record of an earlier version lacks it:
+            its cases are predicted again on resume.
     """
 
     model: str
@@ -245,6 +251,7 @@ class InferSettings:
     share_passes: bool = True
     sample_batch_size: int | str = "auto"
     sw_batch_size: int = 1
+    dropout_masks: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The settings as ``infer.json`` stores them.
@@ -257,7 +264,7 @@ class InferSettings:
             ``share_passes`` and ``sample_batch_size`` only for a method with MC dropout or Rate-In samples
             (:data:`~monai_unc.workflows.factory.SHARED_PASS_TOKENS`): the records of runs made before these fields
             existed keep matching; ``sw_batch_size`` only where it changes seeded draws (:meth:`draws_per_window_batch`)
-            and is not 1.
+            and is not 1; ``dropout_masks`` only when set.
         """
         out = asdict(self)
         if not out["save_samples"]:
@@ -268,6 +275,8 @@ class InferSettings:
         # with other masks (MI up to 0.56 nats apart) without a word, as the value was not recorded
         if int(self.sw_batch_size) == 1 or not self.draws_per_window_batch():
             del out["sw_batch_size"]
+        if self.dropout_masks is None:  # channel-wise (or no) inserted dropout: recorded as before review 67
+            del out["dropout_masks"]
         # the method as canonical_method spells it and samples None under a method that draws no --samples: what
         # a resume compares (found by hostile review: --method tta --samples 7 recorded 7, its cases 8 flips)
         return settings_as_compared(out)
@@ -1282,9 +1291,10 @@ def _made_with(record: Path, settings: dict[str, Any]) -> bool:
 #: checkpoints are compared by path); one older than shared passes (0.1.0: every MC dropout or Rate-In sample was a
 #: whole pass) has neither ``share_passes`` nor ``sample_batch_size``, which a run of such a method always records
 #: now (found by the upgrade review: the resume of a 0.1.0 MC dropout folder was refused for "different settings
-#: (sample_batch_size, share_passes)" that no option could make the same). The cases made otherwise are predicted
+#: (sample_batch_size, share_passes)" that no option could make the same); one older than review 67 has no
+#: ``dropout_masks`` (its inserted dropout on tokens was channel-wise). The cases made otherwise are predicted
 #: again (their fingerprints differ), so the folder never mixes them.
-_RECORDED_LATER = ("temperature", "weights", "share_passes", "sample_batch_size")
+_RECORDED_LATER = ("temperature", "weights", "share_passes", "sample_batch_size", "dropout_masks")
 #: how a resume's refusal names a setting whose key alone would mislead
 _SETTING_NAMES = {"weights": "model files: the checkpoints' or the network spec's content"}
 

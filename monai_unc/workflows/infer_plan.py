@@ -36,7 +36,14 @@ import torch
 
 from .._utils import check_integer, is_finite_real, main_rank_warnings
 from ..engine import DistContext, read_dist_env, start_notice, sync_errors
-from ..inferers import add_dropout, enable_mc_dropout
+from ..inferers import (
+    RateInSource,
+    add_dropout,
+    default_channelwise,
+    enable_mc_dropout,
+    find_dropout_layers,
+    resolve_dropout_sites,
+)
 from ..io import (
     CaseError,
     ImageCase,
@@ -210,6 +217,54 @@ def _check_distinct_members(checkpoints: Sequence[str], digests: Sequence[Mappin
                     else f"and {path} hold the same weights (sha256 {entry['sha256'][:12]}...)")
             raise ValueError(f"--checkpoint: {first} {same}: an ensemble member counted twice adds no "
                              "disagreement (its mutual information with itself is 0); give each member once")
+
+
+#: ``infer.json``'s ``dropout_masks`` where inserted dropout drops single elements at a site (review 67)
+ELEMENTWISE_DROPOUT_MASKS = "element-wise on token sites"
+
+
+def inserted_dropout_masks(net: torch.nn.Module, inferer: Any) -> str | None:
+    """The ``dropout_masks`` marker of a run: whether the dropout inserted into ``net`` drops elements anywhere.
+
+    Since review 66 dropout inserted without ``channelwise`` (``--dropout``: :func:`~monai_unc.inferers.add_dropout`;
+    the layers a ``ratein`` source inserts into a network without dropout) takes its kind per site
+    (:func:`~monai_unc.inferers.default_channelwise`): element-wise on the tokens of a transformer (``ViT`` / ``UNETR``
+    / Swin blocks), where earlier versions drew channel-wise masks that erased whole tokens. The cases of such an
+    earlier run are other samples, so the marker enters the run's settings (a resume predicts them again, a rule
+    certified on them does not match); convolutional sites are channel-wise as before and give no marker, so their
+    runs keep resuming. Layers converted from the network's own dropout keep their kind, as before.
+
+    Args:
+        net: the network, after ``--dropout`` was inserted.
+        inferer: the run's inferer (its ``ratein`` source, if any, says where its layers come from).
+
+    Returns:
+        :data:`ELEMENTWISE_DROPOUT_MASKS`, or None where every inserted site is channel-wise (or nothing is inserted).
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import add_dropout
+        >>> conv = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3), torch.nn.ReLU(), torch.nn.Conv3d(4, 2, 1))
+        >>> _ = add_dropout(conv, 0.1, after=["1"])
+        >>> tokens = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+        >>> _ = add_dropout(tokens, 0.1, after=["1"])
+        >>> inserted_dropout_masks(conv, None), inserted_dropout_masks(tokens, None)
+        (None, 'element-wise on token sites')
+    """
+    if any(not hook.channelwise for hook in find_dropout_layers(net)[1]):
+        return ELEMENTWISE_DROPOUT_MASKS
+    for source in getattr(inferer, "sources", ()):
+        if not isinstance(source, RateInSource) or source.layer_kwargs.get("channelwise") is not None:
+            continue
+        if source.resolved_placement(net) != "insert":  # the network's own or converted dropout: kinds as before
+            continue
+        try:
+            sites = resolve_dropout_sites(net, source.after)
+        except ValueError:  # an architecture without known stages: refused when the source runs, as before
+            continue
+        if any(not default_channelwise(net, site) for site in sites):
+            return ELEMENTWISE_DROPOUT_MASKS
+    return None
 
 
 def prepare_infer(
@@ -412,7 +467,7 @@ def prepare_infer(
         regions=None if spec is None else {k: list(v) for k, v in spec.items()}, save_samples=save_samples,
         share_passes=share_passes,
         sample_batch_size=sample_batch_size if sample_batch_size == "auto" else int(sample_batch_size),
-        sw_batch_size=int(sw_batch_size),
+        sw_batch_size=int(sw_batch_size), dropout_masks=inserted_dropout_masks(net, inferer),
     )  # fmt: skip
     if unused_samples is not None:
         warnings.warn(f"--samples {unused_samples} is not used by --method {method!r}, which draws no --samples (tta: "

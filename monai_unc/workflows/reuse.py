@@ -51,7 +51,7 @@ RULE_OPTIONS = {"method": "--method", "roi": "--roi", "overlap": "--overlap", "i
 _FINGERPRINT_FIELDS = frozenset({
     "producer", "model", "checkpoints", "method", "num_samples", "mi_meaning", "measures", "roi", "overlap",
     "activation", "temperature", "intensity", "dropout", "tta_noise", "ratein_target", "samples_per_source",
-    "weights", "regions", "maps"})
+    "weights", "regions", "maps", "dropout_masks"})
 _INTENSITIES = ("none", "max", "minmax", "zscore")
 _ACTIVATIONS = ("softmax", "sigmoid")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -216,7 +215,7 @@ def test_a_fit_that_merges_states_does_not_change_the_saved_states(cohort, tmp_p
 
 
 @pytest.mark.parametrize("where", ["artifact", "options"])
-def test_an_artifact_with_integer_keys_reads_back(where):
+def test_an_artifact_with_integer_keys_reads_back(where, tmp_path):
     class Labels(CohortProduct):
         name, title = "labels", "Labels"
 
@@ -224,7 +223,7 @@ def test_an_artifact_with_integer_keys_reads_back(where):
             return {2: "x", 10: "y"} if where == "options" else {}
 
     artifact = {2: 0.1, 10: 0.5} if where == "artifact" else {"a": 1}
-    path = write_artifact(tempfile.mkdtemp() + "/labels.json", Labels(), artifact, ["a"])
+    path = write_artifact(tmp_path / "labels.json", Labels(), artifact, ["a"])
     assert read_artifact(path, "labels")["product"] == "labels"
 
 

@@ -67,16 +67,16 @@ def test_a_read_only_store_writes_nothing(tmp_path):
 _RECORD_THEN_FILL = """
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from monai_unc import cli
 from monai_unc.monitoring import MonitorStore
+from tests._scratch import process_folder
 from tests.monitoring._stream import make_rule, write_triage
 
 disk = Path(sys.argv[1])
 db = disk / "monitor.db"
-triage = Path(tempfile.mkdtemp())
+triage = Path(process_folder("monai-unc-triage-"))  # off the full disk; removed when the script exits
 rule = make_rule([0.1, 0.2])
 write_triage(triage / "a", rule, [{"case": "a", "score": 0.1}])
 write_triage(triage / "b", rule, [{"case": f"b{i}", "score": 0.1} for i in range(300)])

@@ -32,7 +32,7 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
@@ -570,18 +570,42 @@ def segment_name_key(name: str) -> str:
     return " ".join(str(name).split()).casefold()
 
 
-def _check_distinct_names(segments: Sequence[SegmentSpec]) -> None:
-    """Refuse two segments of one object with the same name: a viewer lists segments by their SegmentLabel."""
-    seen: dict[str, SegmentSpec] = {}
-    for s in segments:
-        key = segment_name_key(s.name)
+#: how to fix two segments of one name, said by the SEG writers
+_DISTINCT_NAMES_HINT = ("; give them distinct names (a segments file; names over 64 characters are shortened to their "
+                        "start and end)")
+
+
+def check_distinct_segment_names(classes: Iterable[tuple[int, str]], where: str, hint: str = "") -> None:
+    """Refuse two classes whose segments would carry one name: a viewer lists the segments by their SegmentLabel.
+
+    Names are compared as :func:`segment_name_key` compares them (spaces and case aside); the first clash is refused.
+    The one check of the SEG writers (their segment specs) and of ``dicom_export``'s class names (an option or a
+    file, before any case is written).
+
+    Args:
+        classes: ``(class value, segment name)`` pairs, in the order of the segments.
+        where: what holds the names, the start of the message (``segments``, an option, a file and its key).
+        hint: how to fix it, said after the reason (``"; give them distinct names"``); empty by default.
+
+    Raises:
+        ValueError: ``"<where>: class A ('x') and class B ('X') have the same segment name (SegmentLabel), so a viewer
+            could not tell their segments apart<hint>"``.
+
+    Example:
+        >>> check_distinct_segment_names([(1, "Tumour"), (2, "Oedema")], "segments")
+        >>> check_distinct_segment_names([(1, "Tumour"), (2, " tumour")], "--class-names")
+        Traceback (most recent call last):
+        ...
+        ValueError: --class-names: class 1 ('Tumour') and class 2 (' tumour') have the same segment name ...
+    """
+    seen: dict[str, tuple[int, str]] = {}
+    for label, name in classes:
+        key = segment_name_key(name)
         if key in seen:
-            first = seen[key]
-            raise ValueError(f"segments: class {first.label} ({first.name!r}) and class {s.label} ({s.name!r}) have "
-                             "the same segment name (SegmentLabel), so a viewer could not tell them apart; give "
-                             "them distinct names (a segments file; names over 64 characters are shortened to "
-                             "their start and end)")
-        seen[key] = s
+            first, first_name = seen[key]
+            raise ValueError(f"{where}: class {first} ({first_name!r}) and class {label} ({name!r}) have the same "
+                             f"segment name (SegmentLabel), so a viewer could not tell their segments apart{hint}")
+        seen[key] = (label, name)
 
 
 def check_series_description(description: str | None, default: str) -> str:
@@ -1496,7 +1520,7 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
     classes = [s.label for s in segments]
     if len(set(classes)) != len(classes) or min(classes) < 1:
         raise ValueError(f"segments must be distinct classes >= 1, got {classes}")
-    _check_distinct_names(segments)
+    check_distinct_segment_names(((s.label, s.name) for s in segments), "segments", _DISTINCT_NAMES_HINT)
     description = check_series_description(
         series_description, "segmentation by monai-unc: " + ", ".join(s.name for s in segments))
     if labels.ndim == 4:  # region masks (R, X, Y, Z): segment i is channel segments[i].label - 1, may overlap
@@ -1572,7 +1596,7 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
     channels = [s.label for s in segments]
     if not channels or min(channels) < 0 or max(channels) >= probs.shape[0]:
         raise ValueError(f"segments must name channels 0..{probs.shape[0] - 1}, got {channels}")
-    _check_distinct_names(segments)
+    check_distinct_segment_names(((s.label, s.name) for s in segments), "segments", _DISTINCT_NAMES_HINT)
     description = check_series_description(
         series_description, "probabilities by monai-unc: " + ", ".join(s.name for s in segments))
     frames = np.stack([volume_frames(probs[c], series, "probs") for c in channels], axis=-1)

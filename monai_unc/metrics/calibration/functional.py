@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..._deprecation import deprecated_arg_names
-from ..._utils import ArrayLike, check_integer, probability_tolerance, sum_f64, to_tensor, warn_nan
+from ..._utils import ArrayLike, check_bool, check_integer, probability_tolerance, sum_f64, to_tensor, warn_nan
 from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram, coarse_bin_index
 
 __all__ = [
@@ -875,6 +875,7 @@ def calibration_metrics(
     n_bins: int = 15,
     min_bin_count: int = 0,
     per_case: bool = False,
+    include_background: bool = True,
 ) -> dict[str, Any]:
     """Several metrics from one histogram: ``{name: value}`` (floats pooled, numpy arrays per case).
 
@@ -884,6 +885,8 @@ def calibration_metrics(
         n_bins: equal-width bins on [0, 1].
         min_bin_count: bins with fewer voxels are dropped (Kock et al. use 50); empty bins are always dropped.
         per_case: one value per case instead of one pooled value.
+        include_background: ``False`` leaves label 0 out of ``classwise_ece`` (the mean over labels ``1 ... C - 1``,
+            as MONAI's metrics read ``include_background``); the other metrics score every voxel as before.
 
     Returns:
         ``{name: float}`` pooled, or ``{name: (n_cases,) numpy array}`` per case.
@@ -898,14 +901,20 @@ def calibration_metrics(
         >>> res = calibration_metrics(hist, ["ece", "nll", "brier"], n_bins=5)
         >>> {k: round(float(v), 4) for k, v in res.items()}
         {'ece': 0.2643, 'nll': 1.3831, 'brier': 0.8238}
+        >>> round(calibration_metrics(hist, "classwise_ece", n_bins=5, include_background=False)["classwise_ece"], 4)
+        0.1986
     """
     if not isinstance(hist, ConfidenceHistogram):
         raise TypeError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}")
+    check_bool(include_background, "include_background")
     out: dict[str, Any] = {}
     for name in check_metric_names(metrics):
         fn = _METRIC_FNS[name]
         if name in ("nll", "brier"):
             out[name] = fn(hist, per_case=per_case)
+        elif name == "classwise_ece":
+            out[name] = fn(hist, n_bins=n_bins, min_bin_count=min_bin_count, per_case=per_case,
+                           include_background=include_background)
         else:
             out[name] = fn(hist, n_bins=n_bins, min_bin_count=min_bin_count, per_case=per_case)
     return out

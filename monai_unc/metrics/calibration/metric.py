@@ -14,6 +14,7 @@ from monai.utils import evenly_divisible_all_gather
 
 from ..._utils import (
     buffer_device,
+    check_bool,
     check_call_keywords,
     check_case_grid,
     check_integer,
@@ -88,6 +89,9 @@ class CalibrationMetric(CumulativeIterationMetric):
         min_bin_count: bins with fewer voxels are dropped (see :func:`ece`).
         n_fine_bins: fine bins of the histogram.
         reduction: ``"pooled"`` or ``"mean"``.
+        include_background: ``False`` leaves channel 0 (the background) out of ``classwise_ece``: the mean of the
+            per-class ECEs of classes ``1 ... C - 1``, per case and pooled, as MONAI's ``DiceMetric`` reads
+            ``include_background``. The other metrics score every voxel's confidence as before.
 
     Example:
         >>> import torch
@@ -111,9 +115,11 @@ class CalibrationMetric(CumulativeIterationMetric):
         min_bin_count: int = 0,
         n_fine_bins: int = DEFAULT_FINE_BINS,
         reduction: str = "pooled",
+        include_background: bool = True,
     ) -> None:
         super().__init__()
         check_integer(n_bins, "n_bins", 1)
+        self.include_background = check_bool(include_background, "include_background")
         check_integer(min_bin_count, "min_bin_count", 0)
         if reduction not in ("pooled", "mean"):
             raise ValueError(f"reduction must be 'pooled' or 'mean', got {reduction!r}")
@@ -226,7 +232,8 @@ class CalibrationMetric(CumulativeIterationMetric):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # NaN cases are reported at aggregation
             vals = calibration_metrics(
-                batch, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=True
+                batch, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=True,
+                include_background=self.include_background,
             )
         # the histogram's tables live on the CPU; the per-case rows follow the inputs' device (MONAI gathers the
         # buffers across ranks, and NCCL gathers CUDA tensors only)
@@ -339,7 +346,8 @@ class CalibrationMetric(CumulativeIterationMetric):
             return self._no_case()
         with main_rank_warnings():  # the same pooled histogram on every rank: rank 0 warns
             vals = calibration_metrics(
-                self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False
+                self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False,
+                include_background=self.include_background,
             )
         device = self._table_device()  # the device of the inputs, as with reduction="mean"
         return {k: torch.tensor(v, dtype=torch.float64, device=device) for k, v in vals.items()}
