@@ -504,8 +504,8 @@ def _grid_steps(spacing: tuple, shape: tuple) -> tuple[float, ...]:
 
     An axis of one voxel (a 2D slice stored as a volume ``(1, H, W)`` or ``(H, W, 1)``, e.g. one thick NIfTI slice)
     carries no distance: its spacing must not enter BUC's width floor nor the BA-ECE weights (found by review 67: a
-    5 mm slice thickness widened BUC's default region around a 0.5 mm grid to 5 mm). All the spacings when no axis
-    has two voxels (one voxel: no boundary, the metrics are NaN before they get here).
+    5 mm slice thickness widened BUC's default region around a 0.5 mm grid to 5 mm). All the spacings when every axis
+    has one voxel (a single voxel: no boundary, the metrics are NaN before they get here).
     """
     steps = tuple(float(s) for s, n in zip(spacing, shape) if n > 1)
     return steps or tuple(float(s) for s in spacing)
