@@ -85,7 +85,10 @@ class BoundaryUncertaintyConcentration(_SpatialHandler):
     Args:
         spacing: voxel size in mm; default from the MetaTensor affine of the labels, else (a plain tensor, or MONAI's
             default identity affine of a label MetaTensor built without geometry) of the maps, else 1 mm.
-        width: boundary band width in mm; default HD95 (at least the largest spacing).
+        width: boundary band width in mm; default HD95 (at least the largest spacing of an axis with more than one
+            voxel).
+        backend: distance-transform backend (``"auto"``, ``"edt"``, ``"scipy"`` or ``"cucim"``).
+        reduction: as in MONAI's metrics; NaN cases are ignored.
         uncertainty_key: key of the uncertainty map in ``engine.state.output`` (read by the default transform).
         pred_key: key of the prediction in ``engine.state.output``.
         label_key: key of the label in ``engine.state.output``.

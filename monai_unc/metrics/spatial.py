@@ -1,4 +1,4 @@
-"""Spatially-aware uncertainty metrics: BUC, BA-ECE and SPACE (Zeevi et al., Zeevi et al., Sec. 3).
+"""Spatially-aware uncertainty metrics: BUC, BA-ECE and SPACE (Zeevi et al., Sec. 3).
 
 Voxel-wise metrics (AUROC, ECE, ...) give the same score to an uncertainty map that scatters its mass at
 random and to one that concentrates it along the anatomical boundaries where errors live (Zeevi et al., Fig. 1).
@@ -8,19 +8,22 @@ and reference label maps ``P``, ``T``, error ``e(x) = [P(x) != T(x)]`` and dista
 
 **BUC** (Sec. 3.1), boundary uncertainty concentration, higher is better::
 
-    R      = {x : d_P(x) <= w}                  w in mm; default HD95(P > 0, T > 0), at least max(spacing)
+    R      = {x : d_P(x) <= w}                  w in mm; default HD95(P > 0, T > 0), at least max(spacing)*
     BUC    = mu_R / (mu_R + mu_notR)            mu_R, mu_notR: mean u inside / outside R
 
 **BA-ECE** (Sec. 3.2), boundary-aware expected calibration error, lower is better::
 
     bands  b_i = {x : d_T(x) in [t_i, t_{i+1})},  t = numpy.linspace(0, d_max, K + 1), the last band closed,
              d_max = max_x d_T(x) unless ``max_distance`` is given (voxels beyond it are left out)
-    w_i   ~ 1 / (mean_{b_i} d_T + mean(spacing) / 2), normalised to sum 1 over the non-empty bands
+    w_i   ~ 1 / (mean_{b_i} d_T + mean(spacing)* / 2), normalised to sum 1 over the non-empty bands
     BA-ECE = sum_i w_i | mean_{b_i} u - mean_{b_i} e |
 
 **SPACE** (Sec. 3.3), spatially-aware calibration error, lower is better::
 
     SPACE  = mean_x | (G_sigma * (U - E))(x) |    (= mean |G*U - G*E|, G is linear: one filter pass)
+
+``*``: over the axes with more than one voxel. An axis of one voxel (a 2D slice stored as ``(1, H, W)``) carries no
+distance, so its spacing (a slice thickness) enters none of the three metrics.
 
 Distance ties: a distance within a relative ``TIE_RTOL = 1e-6`` of ``w`` or of a band edge ``t_i`` counts as
 equal to it (``d <= w (1 + 1e-6)``; band ``i`` holds ``t_i (1 - 1e-6) <= d < t_{i+1} (1 - 1e-6)``), so that voxels
@@ -496,6 +499,18 @@ def _gaussian(x: Array, sigmas: tuple, truncate: float) -> Array:
 # --------------------------------------------------------------------------------------------------------
 
 
+def _grid_steps(spacing: tuple, shape: tuple) -> tuple[float, ...]:
+    """The spacings of the axes with more than one voxel: the steps a distance in the grid can take.
+
+    An axis of one voxel (a 2D slice stored as a volume ``(1, H, W)`` or ``(H, W, 1)``, e.g. one thick NIfTI slice)
+    carries no distance: its spacing must not enter BUC's width floor nor the BA-ECE weights (found by review 67: a
+    5 mm slice thickness widened BUC's default region around a 0.5 mm grid to 5 mm). All the spacings when every axis
+    has one voxel (a single voxel: no boundary, the metrics are NaN before they get here).
+    """
+    steps = tuple(float(s) for s, n in zip(spacing, shape) if n > 1)
+    return steps or tuple(float(s) for s in spacing)
+
+
 def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None, backend: str) -> float:
     """BUC of one case; a numpy ``u`` is consumed (the caller's own float64 copy, see :func:`_split_uncertainty`)."""
     boundary = label_boundary(p)
@@ -508,7 +523,7 @@ def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None,
                 "BUC: the default width HD95(pred, target) is not finite (an empty foreground in the prediction or "
                 "the reference); BUC is undefined (in Python an explicit width= defines it)", 4
             )
-        w = max(hd, max(spacing))
+        w = max(hd, max(_grid_steps(spacing, tuple(p.shape))))  # at least one step of the grid
     else:
         w = float(width)
     inside = distance_to_mask(boundary, spacing, backend) <= w * (1.0 + TIE_RTOL)
@@ -610,7 +625,8 @@ def _baece_case(
     full = count > 0
     cnt = lib.where(full, _f64(count), 1.0)
     mean_d, mean_u, mean_e = (lib.where(full, s_ / cnt, float("nan")) for s_ in (sum_d, sum_u, _f64(n_err)))
-    raw = lib.where(full, 1.0 / (lib.where(full, mean_d, 0.0) + 0.5 * float(np.mean(spacing))), 0.0)
+    half_step = 0.5 * float(np.mean(_grid_steps(spacing, tuple(t.shape))))  # half a voxel: a band of d = 0 is finite
+    raw = lib.where(full, 1.0 / (lib.where(full, mean_d, 0.0) + half_step), 0.0)
     weight = raw / raw.sum()
     gap = abs(mean_u[full] - mean_e[full])
     value = float((weight[full] * gap).sum())
@@ -683,7 +699,8 @@ def boundary_uncertainty_concentration(
         target: reference label map, same conventions; used only for the default width.
         spacing: voxel size in mm per axis (scalar for isotropic), or one row per case.
         width: band width ``w`` in mm; default ``max(HD95(pred > 0, target > 0), max(spacing))`` with HD95
-            as MONAI computes it (:func:`~monai_unc.metrics.boundary.hd95`).
+            as MONAI computes it (:func:`~monai_unc.metrics.boundary.hd95`) and the largest spacing of an axis with
+            more than one voxel.
         backend: distance-transform backend, see :func:`~monai_unc.metrics.boundary.distance_to_boundary`.
 
     Returns:
@@ -733,7 +750,8 @@ def boundary_aware_ece(
     ``[t_i, t_{i+1})`` with ``t = numpy.linspace(0, d_max, n_bands + 1)`` (the last band closed; distances within
     a relative ``TIE_RTOL`` of an edge count as on it); per band the mean uncertainty is compared with the error
     rate ``mean [pred != target]``: ``BA-ECE = sum_i w_i |mean_i u - mean_i e|`` with ``w_i`` proportional to
-    ``1 / (mean_i d + mean(spacing) / 2)``, normalised over the non-empty bands.
+    ``1 / (mean_i d + mean(spacing) / 2)`` (the mean over the axes with more than one voxel), normalised over the
+    non-empty bands.
 
     The uncertainty is compared with error rates as is: it should live on a [0, 1] scale (normalised entropy,
     ``1 - max p``, ...); a map that reaches above 1.01 (an entropy in nats) or below -0.01 (a log-scale score) is

@@ -211,9 +211,11 @@ def test_baece_by_hand():
     np.testing.assert_allclose(bands["error"], [[0, 0.25]])
     np.testing.assert_allclose(bands["weight"], [[0.8, 0.2]])
     np.testing.assert_array_equal(bands["count"], [[2, 4]])
-    # spacing (1, 2) mm: d = [4, 2, 0, 0, 2, 4], edges [0, 2, 4], same bands; mean d 0 and 3, half the mean
-    # spacing is 0.75 -> raw weights 1 / 0.75 and 1 / 3.75
-    value = boundary_aware_ece(u, p, t, spacing=(1.0, 2.0), n_bands=2)
+    # spacing (1, 2) mm on two such rows: d = [4, 2, 0, 0, 2, 4], edges [0, 2, 4], same bands; mean d 0 and 3, half
+    # the mean spacing is 0.75 -> raw weights 1 / 0.75 and 1 / 3.75 (of one row, the 1 mm of its axis of one voxel
+    # would not count: half a step is then 1 mm)
+    two = [np.repeat(a, 2, axis=0) for a in (u, p, t)]
+    value = boundary_aware_ece(*two, spacing=(1.0, 2.0), n_bands=2)
     assert value == pytest.approx((0.2 / 0.75) / (1 / 0.75 + 1 / 3.75), abs=1e-15)
 
 
