@@ -33,3 +33,26 @@ def test_autocast_still_takes_members_it_casts():
         assert out.num_samples == 3 and bool(torch.isfinite(out["pred"]).all())
         out = EnsembleInferer([_member(0, torch.float64), _member(1, torch.float64)])(x.double())
         assert out.num_samples == 2
+
+
+def test_ensemble_inferer_passes_the_checkpoint_key(tmp_path):
+    """``EnsembleInferer(paths, key=...)`` reads each checkpoint's state dict under ``key`` (a MONAI bundle's
+    ``CheckpointLoader`` entry), as ``EnsembleSource`` does: the inferer took no ``key`` and refused it as an unknown
+    option of ``UncertaintyInferer``, so such checkpoints could not be loaded through it."""
+    net = _member(0)
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"fold{i}.pt"
+        torch.save({"weights": _member(i + 1).state_dict(), "epoch": 3}, path)
+        paths.append(path)
+    x = torch.randn(1, 1, 6, 5)
+    out = EnsembleInferer(paths, key="weights")(x, net)
+    ref = EnsembleInferer([_member(1), _member(2)])(x)
+    assert out.num_samples == 2
+    torch.testing.assert_close(out["pred"], ref["pred"], rtol=0, atol=1e-6)
+    assert torch.equal(net.weight, _member(0).weight)  # the architecture's own weights are restored
+
+
+def test_ensemble_key_of_another_type_is_a_type_error():
+    with pytest.raises(TypeError, match="key"):
+        EnsembleInferer([_member(0), _member(1)], key=3)
