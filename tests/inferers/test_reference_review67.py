@@ -91,7 +91,7 @@ def _flips(dims: int, axes) -> list:
     return out
 
 
-def _assert_maps(out, ref, atol=2e-5):
+def _assert_maps(out, ref, atol=2e-6):
     for key in MAPS:
         got = out[key].double().numpy()
         assert got.shape == ref[key].shape, key
@@ -110,8 +110,8 @@ def test_tta_flips_under_gaussian_windows_match_the_reference(activation, classe
         _assert_maps(TTAInferer(flip_axes=(0, 2), activation=activation, base_inferer=sw)(x, net), ref)
         old = TTAInferer(flip_axes=(0, 2), activation=activation, base_inferer=sw,
                          window_disagreement="mutual_information")(x, net)
-    np.testing.assert_allclose(old["mutual_information"].double().numpy(), ref["old_mi"], rtol=0, atol=2e-5)
-    np.testing.assert_allclose(old["variance"].double().numpy(), ref["old_variance"], rtol=0, atol=2e-5)
+    np.testing.assert_allclose(old["mutual_information"].double().numpy(), ref["old_mi"], rtol=0, atol=2e-6)
+    np.testing.assert_allclose(old["variance"].double().numpy(), ref["old_variance"], rtol=0, atol=2e-6)
 
 
 @pytest.mark.parametrize("activation, classes", [("softmax", 2), ("sigmoid", 2)])
@@ -170,11 +170,11 @@ def test_an_affine_that_is_not_its_own_inverse_matches_monai_inverted_by_hand():
     sw = SlidingWindowInferer((8, 8), overlap=0.5, mode="gaussian")
     ref = _reference(x, [net], [by_hand], "softmax", sw)
     with torch.no_grad():
-        _assert_maps(UncertaintyInferer(InvertibleTransformSource([affine]), base_inferer=sw)(x, net), ref, atol=1e-4)
+        _assert_maps(UncertaintyInferer(InvertibleTransformSource([affine]), base_inferer=sw)(x, net), ref)
         out = TTAInferer(flip_axes=(1,), transforms=[affine], base_inferer=sw)(x, net)  # flips x the affine
     # the flip is applied to the transformed input (and undone before the inverse): the affine is the outer wrapper
     flipped = _flips(2, (1,))[1]
     both = [by_hand, lambda net, t: by_hand(lambda u: flipped(net, u), t)]
-    _assert_maps(out, _reference(x, [net], both, "softmax", sw), atol=1e-4)
+    _assert_maps(out, _reference(x, [net], both, "softmax", sw))
     plain = _reference(x, [net], _flips(2, ()), "softmax", sw)
     assert np.abs(plain["pred"] - ref["pred"]).max() > 1e-2  # the affine changes the prediction: the check has teeth
