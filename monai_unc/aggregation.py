@@ -108,9 +108,10 @@ def _mask(mask: Any, shape: torch.Size, device: torch.device) -> torch.Tensor | 
     return m != 0
 
 
-def _patch_size(patch_size: int | Sequence[int], spatial: Sequence[int]) -> tuple[int, ...]:
+def _box_size(patch_size: Any, ndim: int | None = None) -> tuple[int, ...]:
+    """``patch_size`` as positive ints, one per axis: ``ndim`` axes, or (``None``: map not known yet) 2 or 3."""
     if is_int(patch_size):
-        size = (int(patch_size),) * len(spatial)
+        size = (int(patch_size),) * (ndim or 1)
     else:
         is_sequence = isinstance(patch_size, (Sequence, np.ndarray)) and not isinstance(patch_size, str)
         items = list(patch_size) if is_sequence else None
@@ -119,10 +120,17 @@ def _patch_size(patch_size: int | Sequence[int], spatial: Sequence[int]) -> tupl
                 f"patch_size must be an integer number of voxels or one integer per spatial axis, got {patch_size!r}"
             )
         size = tuple(int(s) for s in items)
-        if len(size) != len(spatial):
-            raise ValueError(f"patch_size must have {len(spatial)} values (one per spatial axis), got {len(size)}")
+        if ndim is not None and len(size) != ndim:
+            raise ValueError(f"patch_size must have {ndim} values (one per spatial axis), got {len(size)}")
+        if ndim is None and len(size) not in (2, 3):
+            raise ValueError(f"patch_size must have one value per spatial axis (2 or 3), got {len(size)}")
     if any(s < 1 for s in size):
         raise ValueError(f"patch_size must be positive, got {size}")
+    return size
+
+
+def _patch_size(patch_size: int | Sequence[int], spatial: Sequence[int]) -> tuple[int, ...]:
+    size = _box_size(patch_size, len(spatial))
     # a box larger than the image along an axis covers the whole axis
     return tuple(min(s, n) for s, n in zip(size, spatial))
 
@@ -440,8 +448,16 @@ def _is_zero(value: Any) -> bool:
     )
 
 
-def check_method_options(method: str, threshold: float | None = None, empty_value: float = 0.0) -> None:
-    """Refuse ``threshold`` or a non-zero ``empty_value`` with a method other than ``"threshold"`` (it ignores them).
+def check_method_options(
+    method: str,
+    threshold: float | None = None,
+    empty_value: float = 0.0,
+    patch_size: int | Sequence[int] | None = None,
+) -> None:
+    """Refuse options a method ignores, and options no map could make valid.
+
+    ``threshold`` or a non-zero ``empty_value`` with a method other than ``"threshold"`` (it ignores them) are
+    refused, and so are a bad ``threshold``, ``empty_value`` or ``patch_size`` (below).
 
     The one check of :func:`aggregate` and of the transforms that call it
     (:class:`~monai_unc.transforms.AggregateUncertainty`, :class:`~monai_unc.transforms.AggregateUncertaintyd`,
@@ -449,14 +465,19 @@ def check_method_options(method: str, threshold: float | None = None, empty_valu
 
     Args:
         method: a current method name (:func:`canonical_method`).
-        threshold: ``aggregate``'s ``threshold``.
-        empty_value: ``aggregate``'s ``empty_value``.
+        threshold: ``aggregate``'s ``threshold``: with ``"threshold"``, a finite real number when given.
+        empty_value: ``aggregate``'s ``empty_value``: with ``"threshold"``, a real number (0.0 or NaN).
+        patch_size: ``aggregate``'s ``patch_size``, checked with ``"patch_sum"`` / ``"patch_mean"`` only: a positive
+            int, or 2 or 3 positive ints (one per spatial axis; their number is checked against the map later).
+            ``None``: not checked.
 
     Raises:
-        ValueError: naming the option given to a method that does not read it.
+        ValueError: naming the option given to a method that does not read it, or a ``threshold``, ``empty_value``
+            or ``patch_size`` that is not one of the values above.
 
     Example:
         >>> check_method_options("threshold", threshold=0.5, empty_value=float("nan"))
+        >>> check_method_options("patch_sum", patch_size=(10, 10, 2))
         >>> check_method_options("mean", threshold=0.5)
         Traceback (most recent call last):
         ...
@@ -466,6 +487,22 @@ def check_method_options(method: str, threshold: float | None = None, empty_valu
         # found by hostile testing: aggregate(u, "mean", threshold=0.5) returned the plain mean without a word
         given = "threshold" if threshold is not None else "empty_value"
         raise ValueError(f"{given} applies to method='threshold' only, got method={method!r}")
+    # found by review 67: the transforms accepted threshold="0.5" or NaN and patch_size=0 when built and refused them
+    # at the first case, after the model had run on it
+    if method == "threshold":
+        if threshold is not None:
+            if isinstance(threshold, (bool, np.bool_)) or not isinstance(
+                threshold, (int, float, np.integer, np.floating)
+            ):
+                raise ValueError(f"threshold must be a real number (e.g. from fit_threshold), got {threshold!r}")
+            if not np.isfinite(float(threshold)):
+                raise ValueError(f"threshold must be finite, got {threshold}")
+        if isinstance(empty_value, (bool, np.bool_)) or not isinstance(
+            empty_value, (int, float, np.integer, np.floating)
+        ):
+            raise ValueError(f"empty_value must be a number (0.0 or NaN), got {empty_value!r}")
+    if patch_size is not None and method in ("patch_sum", "patch_mean"):
+        _box_size(patch_size)
 
 
 def aggregate(
@@ -528,7 +565,7 @@ def aggregate(
         [0.8, 0.0]
     """
     method = canonical_method(method, patch_reduction, stacklevel=3)
-    check_method_options(method, threshold, empty_value)
+    check_method_options(method, threshold, empty_value, patch_size)
     # found by hostile testing: return_location="False" (truthy) returned a (scores, start) tuple
     return_location = check_bool(return_location, "return_location")
     if method in ("patch_sum", "patch_mean"):
@@ -553,16 +590,7 @@ def aggregate(
     else:
         if threshold is None:
             raise ValueError("method='threshold' needs threshold=t (fit it with fit_threshold on validation maps)")
-        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
-            raise ValueError(f"threshold must be a real number (e.g. from fit_threshold), got {threshold!r}")
-        t = float(threshold)
-        if not np.isfinite(t):
-            raise ValueError(f"threshold must be finite, got {threshold}")
-        if isinstance(empty_value, (bool, np.bool_)) or not isinstance(
-            empty_value, (int, float, np.integer, np.floating)
-        ):
-            raise ValueError(f"empty_value must be a number (0.0 or NaN), got {empty_value!r}")
-        above = flat >= t
+        above = flat >= float(threshold)  # threshold and empty_value checked by check_method_options
         if keep is not None:
             above = above & keep
         n = above.sum(dim=1)
@@ -618,7 +646,8 @@ def fit_threshold(uncertainty: Any, pred: Any) -> float:
     Raises:
         ValueError: no cases, different numbers of maps and predictions, a case whose map and prediction differ
             in size, non-finite uncertainty, or predictions that are not non-negative integer labels.
-        TypeError: maps or predictions that are not real numeric arrays.
+        TypeError: maps that are not real numeric arrays (boolean maps included, as :func:`aggregate` refuses
+            them) or predictions that are not real numeric or boolean arrays.
 
     Example:
         >>> import numpy as np
@@ -637,9 +666,10 @@ def fit_threshold(uncertainty: Any, pred: Any) -> float:
             raise ValueError(f"case {i}: the map uncertainty[{i}] has {u.size} voxels but pred[{i}] has {p.size}")
         if u.size == 0:
             raise ValueError(f"case {i}: uncertainty[{i}] is an empty map")
-        if u.dtype.kind not in "biuf" or p.dtype.kind not in "biuf":
-            raise TypeError(f"case {i}: uncertainty[{i}] and pred[{i}] must be real numeric arrays, got dtypes "
-                            f"{u.dtype} and {p.dtype}")
+        if u.dtype.kind not in "iuf" or p.dtype.kind not in "biuf":
+            # a boolean map (a mask in the map's place) is refused, as aggregate refuses it (review 67)
+            raise TypeError(f"case {i}: uncertainty[{i}] must be a real numeric map (not boolean) and pred[{i}] a "
+                            f"label map, got dtypes {u.dtype} and {p.dtype}")
         if not np.isfinite(u).all():
             raise ValueError(f"uncertainty[{i}] contains non-finite values (NaN or inf)")
         if np.issubdtype(p.dtype, np.floating) and not (np.isfinite(p).all() and (p == np.round(p)).all()):

@@ -100,3 +100,45 @@ def test_return_location_given_as_text_or_a_number_is_refused(method, flag):
         aggregate(u, method, return_location=flag)
     scores = aggregate(u, method, return_location=np.bool_(False))
     assert isinstance(scores, np.ndarray) and scores.shape == (2,)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"method": "threshold", "threshold": "0.5"}, "threshold"),
+        ({"method": "threshold", "threshold": float("nan")}, "threshold must be finite"),
+        ({"method": "threshold", "threshold": 0.5, "empty_value": "zero"}, "empty_value"),
+        ({"method": "patch_sum", "patch_size": 0}, "patch_size must be positive"),
+        ({"method": "patch_mean", "patch_size": 2.5}, "patch_size"),
+        ({"method": "patch_sum", "patch_size": (2, 2, 2, 2)}, "patch_size"),
+    ],
+)
+def test_transforms_refuse_bad_options_when_built(kwargs, match):
+    """Found by review 67: AggregateUncertainty(d) accepted threshold="0.5" or NaN, a non-numeric empty_value and
+    patch_size=0 / 2.5 / four values when built, and refused them at the first case, after the model had run on it
+    (a non-zero empty_value with another method was already refused when built)."""
+    from monai_unc.transforms import AggregateUncertainty, AggregateUncertaintyd
+
+    with pytest.raises(ValueError, match=match):
+        AggregateUncertainty(**kwargs)
+    with pytest.raises(ValueError, match=match):
+        AggregateUncertaintyd("u", **kwargs)
+
+
+def test_aggregate_refuses_a_patch_size_of_four_values_for_any_map():
+    u = np.random.default_rng(0).random((1, 1, 6, 6, 6))
+    with pytest.raises(ValueError, match="patch_size"):
+        aggregate(u, "patch_sum", patch_size=(2, 2, 2, 2))
+
+
+def test_fit_threshold_refuses_a_boolean_map_as_aggregate_does():
+    """Found by review 67: fit_threshold took a boolean map (a mask passed in the map's place) and fitted a
+    threshold from it, which aggregate then applied to the real maps; aggregate refuses such a map (TypeError)."""
+    from monai_unc.aggregation import fit_threshold
+
+    u = np.random.default_rng(0).random((6, 7))
+    with pytest.raises(TypeError, match=r"uncertainty\[0\]"):
+        fit_threshold([u > 0.5], [u > 0.5])
+    with pytest.raises(TypeError, match="uncertainty"):
+        aggregate((u > 0.5)[None, None], "mean")
+    assert fit_threshold([u], [u > 0.5]) == pytest.approx(float(np.quantile(u, 1 - np.mean(u > 0.5))))
