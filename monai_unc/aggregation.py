@@ -113,7 +113,10 @@ def _box_size(patch_size: Any, ndim: int | None = None) -> tuple[int, ...]:
     if is_int(patch_size):
         size = (int(patch_size),) * (ndim or 1)
     else:
-        is_sequence = isinstance(patch_size, (Sequence, np.ndarray)) and not isinstance(patch_size, str)
+        # a 0-d array is no sequence (found by review 67: np.array(3) raised numpy's "iteration over a 0-d array")
+        is_sequence = (isinstance(patch_size, Sequence) and not isinstance(patch_size, str)) or (
+            isinstance(patch_size, np.ndarray) and patch_size.ndim == 1
+        )
         items = list(patch_size) if is_sequence else None
         if items is None or not all(is_int(s) for s in items):
             raise ValueError(

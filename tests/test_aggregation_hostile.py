@@ -142,3 +142,11 @@ def test_fit_threshold_refuses_a_boolean_map_as_aggregate_does():
     with pytest.raises(TypeError, match="uncertainty"):
         aggregate((u > 0.5)[None, None], "mean")
     assert fit_threshold([u], [u > 0.5]) == pytest.approx(float(np.quantile(u, 1 - np.mean(u > 0.5))))
+
+
+def test_a_zero_dimensional_patch_size_array_is_refused_by_name():
+    """Found by review 67: ``patch_size=np.array(3)`` raised numpy's "iteration over a 0-d array", naming no
+    argument (a 0-d tensor was already refused with the patch_size message)."""
+    u = np.random.default_rng(0).random((1, 1, 5, 5))
+    with pytest.raises(ValueError, match="patch_size must be an integer number of voxels"):
+        aggregate(u, "patch_sum", patch_size=np.array(3))
