@@ -2,8 +2,8 @@
 
 Strategies (``aggregate(..., method=...)``):
 
-- ``"mean"``: mean over the voxels (over the ``mask`` voxels when given, e.g. the predicted foreground:
-  the size-normalised score of ValUES Appendix F.1).
+- ``"mean"``: mean over the voxels (over the ``mask`` voxels when given, e.g. the predicted foreground: a
+  size-normalised score; ValUES Appendix F.1 divides the sum over the *whole* image by the foreground size instead).
 - ``"sum"``: sum over the voxels (ValUES' "image level"). It grows with the size of the uncertain region
   and therefore tracks object size (Appendix F.1), so it warns.
 - ``"patch_sum"``: the largest sum of uncertainty over every stride-1 box of ``patch_size`` voxels per axis
