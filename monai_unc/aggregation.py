@@ -105,6 +105,13 @@ def _mask(mask: Any, shape: torch.Size, device: torch.device) -> torch.Tensor | 
         )
     if m.is_floating_point():
         check_finite(m, "mask")
+        # found by review 67: probabilities are non-zero almost everywhere, so a sigmoid output selected the whole
+        # image (the transforms already refused them)
+        if not bool((m == m.round()).all()):
+            raise ValueError(
+                "mask must be binary or a label map (non-zero = inside), got non-integral values (e.g. probabilities, "
+                "which are non-zero almost everywhere): threshold it first, e.g. mask=prob > 0.5"
+            )
     return m != 0
 
 
@@ -299,8 +306,9 @@ def max_patch(
             image size along each axis.
         reduction: ``"sum"`` (ValUES) or ``"mean"``: without a mask the sum divided by the box volume;
             with a mask the mean over the mask voxels inside the box (boxes without one are skipped).
-        mask: optional ``(B, 1, *spatial)`` / ``(B, *spatial)``; voxels outside count as zero uncertainty,
-            and boxes without any mask voxel are skipped.
+        mask: optional ``(B, 1, *spatial)`` / ``(B, *spatial)``, binary or a label map (non-zero = inside;
+            probabilities raise ``ValueError``); voxels outside count as zero uncertainty, and boxes without any mask
+            voxel are skipped.
 
     Returns:
         :class:`PatchMax` with ``score`` ``(B,)`` float64 and ``start`` ``(B, D)`` int64, in the input's
@@ -311,7 +319,7 @@ def max_patch(
 
     Raises:
         ValueError: a bad shape, non-finite values, a bad ``patch_size`` or ``reduction``, or a mask of another
-            shape.
+            shape or with non-integral values.
 
     Example:
         >>> import numpy as np
@@ -529,7 +537,8 @@ def aggregate(
         method: ``"mean"``, ``"sum"``, ``"patch_sum"``, ``"patch_mean"`` or ``"threshold"`` (see the module
             docstring); ``"patch"`` is a deprecated spelling (:func:`canonical_method`).
         mask: restrict every method to these voxels (e.g. the predicted foreground or a dilation of it);
-            ``(B, 1, *spatial)`` or ``(B, *spatial)``, non-zero = inside. Every method scores a case with an empty
+            ``(B, 1, *spatial)`` or ``(B, *spatial)``, binary or a label map, non-zero = inside (non-integral values
+            such as probabilities raise ``ValueError``: threshold them first). Every method scores a case with an empty
             mask NaN, with a warning (no voxel to aggregate: not the 0 of an empty sum, which would rank the case
             as the most certain).
         patch_size: box size in voxels for ``"patch_sum"`` / ``"patch_mean"`` (int or one per axis).
@@ -548,7 +557,8 @@ def aggregate(
         the patch methods with ``return_location=True``.
 
     Raises:
-        ValueError: an unknown method, a bad shape, non-finite values, a mask of another shape, a missing or
+        ValueError: an unknown method, a bad shape, non-finite values, a mask of another shape or with
+            non-integral values, a missing or
             non-finite ``threshold``, ``threshold`` or a non-zero ``empty_value`` with a method other than
             ``"threshold"``, or ``return_location`` with a method other than the patch methods.
         TypeError: ``return_location`` that is not ``True`` or ``False`` (a string such as ``"False"``).

@@ -150,3 +150,20 @@ def test_a_zero_dimensional_patch_size_array_is_refused_by_name():
     u = np.random.default_rng(0).random((1, 1, 5, 5))
     with pytest.raises(ValueError, match="patch_size must be an integer number of voxels"):
         aggregate(u, "patch_sum", patch_size=np.array(3))
+
+
+@pytest.mark.parametrize("method, kwargs", [("mean", {}), ("patch_mean", {"patch_size": 2}),
+                                            ("threshold", {"threshold": 0.5})])
+def test_a_probability_mask_is_refused_as_the_transforms_refuse_it(method, kwargs):
+    """Found by review 67: ``aggregate(u, mask=probabilities)`` read every non-zero probability as inside, so a
+    sigmoid output (non-zero almost everywhere) selected the whole image and "mean over the predicted foreground"
+    silently became the whole-image mean; ``AggregateUncertainty`` already refused such a mask. Binary masks stored
+    as floats are fine."""
+    rng = np.random.default_rng(0)
+    u = rng.random((1, 1, 6, 6))
+    prob = rng.random((1, 1, 6, 6)) * 0.1
+    prob[0, 0, :2, :2] = 0.9
+    with pytest.raises(ValueError, match="mask"):
+        aggregate(u, method, mask=prob, **kwargs)
+    binary = (prob > 0.5).astype(np.float32)
+    assert np.allclose(aggregate(u, method, mask=binary, **kwargs), aggregate(u, method, mask=binary > 0, **kwargs))
