@@ -654,7 +654,8 @@ def fit_threshold(uncertainty: Any, pred: Any) -> float:
     ``pred``.
 
     Returns:
-        The threshold ``t`` (float).
+        The threshold ``t`` (float). With no predicted foreground in any validation case (``q = 1``), ``t`` is the
+        largest validation value, with a ``UserWarning``.
 
     Raises:
         ValueError: no cases, different numbers of maps and predictions, a case whose map and prediction differ
@@ -691,5 +692,15 @@ def fit_threshold(uncertainty: Any, pred: Any) -> float:
             raise ValueError(f"pred[{i}] must hold non-negative class labels")
         fractions.append(np.count_nonzero(p) / p.size)
     q = 1.0 - float(np.mean(fractions))
+    if q == 1.0:
+        # found by review 67: t is then the largest validation value and "threshold" scores almost every case
+        # empty_value (the most certain), without a word
+        warnings.warn(
+            f"fit_threshold: no predicted foreground in any of the {len(preds)} validation case(s), so q = 1 and t is "
+            "the largest validation uncertainty; aggregate(method='threshold') will score almost every case "
+            "empty_value",
+            UserWarning,
+            stacklevel=2,
+        )
     pooled = np.concatenate([u.reshape(-1).astype(np.float64, copy=False) for u in maps])
     return float(np.quantile(pooled, q))

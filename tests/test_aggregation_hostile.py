@@ -1,6 +1,8 @@
 """Hostile input to ``monai_unc.aggregation``: every bad argument is named in the error, an empty mask scores NaN
 with a warning for every method, and box scores of maps with a huge dynamic range are the winning box's own sum."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -167,3 +169,18 @@ def test_a_probability_mask_is_refused_as_the_transforms_refuse_it(method, kwarg
         aggregate(u, method, mask=prob, **kwargs)
     binary = (prob > 0.5).astype(np.float32)
     assert np.allclose(aggregate(u, method, mask=binary, **kwargs), aggregate(u, method, mask=binary > 0, **kwargs))
+
+
+def test_fit_threshold_warns_when_no_validation_case_has_predicted_foreground():
+    """Found by review 67: with no predicted foreground in any validation case, ``q = 1`` and ``t`` is the largest
+    validation uncertainty (ValUES eqs. 21-22, kept), so ``aggregate(method="threshold")`` then scores almost every
+    case ``empty_value`` (the most certain); this happened without a word."""
+    from monai_unc.aggregation import fit_threshold
+
+    u = np.random.default_rng(0).random((3, 5, 6))
+    with pytest.warns(UserWarning, match="no predicted foreground"):
+        t = fit_threshold(u, np.zeros(u.shape, np.int64))
+    assert t == pytest.approx(u.max())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit_threshold(u, u > 0.9)
