@@ -2,8 +2,8 @@
 
 Strategies (``aggregate(..., method=...)``):
 
-- ``"mean"``: mean over the voxels (over the ``mask`` voxels when given, e.g. the predicted foreground:
-  the size-normalised score of ValUES Appendix F.1).
+- ``"mean"``: mean over the voxels (over the ``mask`` voxels when given, e.g. the predicted foreground: a
+  size-normalised score; ValUES Appendix F.1 divides the sum over the *whole* image by the foreground size instead).
 - ``"sum"``: sum over the voxels (ValUES' "image level"). It grows with the size of the uncertain region
   and therefore tracks object size (Appendix F.1), so it warns.
 - ``"patch_sum"``: the largest sum of uncertainty over every stride-1 box of ``patch_size`` voxels per axis
@@ -105,24 +105,42 @@ def _mask(mask: Any, shape: torch.Size, device: torch.device) -> torch.Tensor | 
         )
     if m.is_floating_point():
         check_finite(m, "mask")
+        # found by review 67: probabilities are non-zero almost everywhere, so a sigmoid output selected the whole
+        # image (the transforms already refused them)
+        if not bool((m == m.round()).all()):
+            raise ValueError(
+                "mask must be binary or a label map (non-zero = inside), got non-integral values (e.g. probabilities, "
+                "which are non-zero almost everywhere): threshold it first, e.g. mask=prob > 0.5"
+            )
     return m != 0
 
 
-def _patch_size(patch_size: int | Sequence[int], spatial: Sequence[int]) -> tuple[int, ...]:
+def _box_size(patch_size: Any, ndim: int | None = None) -> tuple[int, ...]:
+    """``patch_size`` as positive ints, one per axis: ``ndim`` axes, or (``None``: map not known yet) 2 or 3."""
     if is_int(patch_size):
-        size = (int(patch_size),) * len(spatial)
+        size = (int(patch_size),) * (ndim or 1)
     else:
-        is_sequence = isinstance(patch_size, (Sequence, np.ndarray)) and not isinstance(patch_size, str)
+        # a 0-d array is no sequence (found by review 67: np.array(3) raised numpy's "iteration over a 0-d array")
+        is_sequence = (isinstance(patch_size, Sequence) and not isinstance(patch_size, str)) or (
+            isinstance(patch_size, np.ndarray) and patch_size.ndim == 1
+        )
         items = list(patch_size) if is_sequence else None
         if items is None or not all(is_int(s) for s in items):
             raise ValueError(
                 f"patch_size must be an integer number of voxels or one integer per spatial axis, got {patch_size!r}"
             )
         size = tuple(int(s) for s in items)
-        if len(size) != len(spatial):
-            raise ValueError(f"patch_size must have {len(spatial)} values (one per spatial axis), got {len(size)}")
+        if ndim is not None and len(size) != ndim:
+            raise ValueError(f"patch_size must have {ndim} values (one per spatial axis), got {len(size)}")
+        if ndim is None and len(size) not in (2, 3):
+            raise ValueError(f"patch_size must have one value per spatial axis (2 or 3), got {len(size)}")
     if any(s < 1 for s in size):
         raise ValueError(f"patch_size must be positive, got {size}")
+    return size
+
+
+def _patch_size(patch_size: int | Sequence[int], spatial: Sequence[int]) -> tuple[int, ...]:
+    size = _box_size(patch_size, len(spatial))
     # a box larger than the image along an axis covers the whole axis
     return tuple(min(s, n) for s, n in zip(size, spatial))
 
@@ -288,8 +306,9 @@ def max_patch(
             image size along each axis.
         reduction: ``"sum"`` (ValUES) or ``"mean"``: without a mask the sum divided by the box volume;
             with a mask the mean over the mask voxels inside the box (boxes without one are skipped).
-        mask: optional ``(B, 1, *spatial)`` / ``(B, *spatial)``; voxels outside count as zero uncertainty,
-            and boxes without any mask voxel are skipped.
+        mask: optional ``(B, 1, *spatial)`` / ``(B, *spatial)``, binary or a label map (non-zero = inside;
+            probabilities raise ``ValueError``); voxels outside count as zero uncertainty, and boxes without any mask
+            voxel are skipped.
 
     Returns:
         :class:`PatchMax` with ``score`` ``(B,)`` float64 and ``start`` ``(B, D)`` int64, in the input's
@@ -300,7 +319,7 @@ def max_patch(
 
     Raises:
         ValueError: a bad shape, non-finite values, a bad ``patch_size`` or ``reduction``, or a mask of another
-            shape.
+            shape or with non-integral values.
 
     Example:
         >>> import numpy as np
@@ -440,8 +459,16 @@ def _is_zero(value: Any) -> bool:
     )
 
 
-def check_method_options(method: str, threshold: float | None = None, empty_value: float = 0.0) -> None:
-    """Refuse ``threshold`` or a non-zero ``empty_value`` with a method other than ``"threshold"`` (it ignores them).
+def check_method_options(
+    method: str,
+    threshold: float | None = None,
+    empty_value: float = 0.0,
+    patch_size: int | Sequence[int] | None = None,
+) -> None:
+    """Refuse options a method ignores, and options no map could make valid.
+
+    ``threshold`` or a non-zero ``empty_value`` with a method other than ``"threshold"`` (it ignores them) are
+    refused, and so are a bad ``threshold``, ``empty_value`` or ``patch_size`` (below).
 
     The one check of :func:`aggregate` and of the transforms that call it
     (:class:`~monai_unc.transforms.AggregateUncertainty`, :class:`~monai_unc.transforms.AggregateUncertaintyd`,
@@ -449,14 +476,19 @@ def check_method_options(method: str, threshold: float | None = None, empty_valu
 
     Args:
         method: a current method name (:func:`canonical_method`).
-        threshold: ``aggregate``'s ``threshold``.
-        empty_value: ``aggregate``'s ``empty_value``.
+        threshold: ``aggregate``'s ``threshold``: with ``"threshold"``, a finite real number when given.
+        empty_value: ``aggregate``'s ``empty_value``: with ``"threshold"``, a real number (0.0 or NaN).
+        patch_size: ``aggregate``'s ``patch_size``, checked with ``"patch_sum"`` / ``"patch_mean"`` only: a positive
+            int, or 2 or 3 positive ints (one per spatial axis; their number is checked against the map later).
+            ``None``: not checked.
 
     Raises:
-        ValueError: naming the option given to a method that does not read it.
+        ValueError: naming the option given to a method that does not read it, or a ``threshold``, ``empty_value``
+            or ``patch_size`` that is not one of the values above.
 
     Example:
         >>> check_method_options("threshold", threshold=0.5, empty_value=float("nan"))
+        >>> check_method_options("patch_sum", patch_size=(10, 10, 2))
         >>> check_method_options("mean", threshold=0.5)
         Traceback (most recent call last):
         ...
@@ -466,6 +498,22 @@ def check_method_options(method: str, threshold: float | None = None, empty_valu
         # found by hostile testing: aggregate(u, "mean", threshold=0.5) returned the plain mean without a word
         given = "threshold" if threshold is not None else "empty_value"
         raise ValueError(f"{given} applies to method='threshold' only, got method={method!r}")
+    # found by review 67: the transforms accepted threshold="0.5" or NaN and patch_size=0 when built and refused them
+    # at the first case, after the model had run on it
+    if method == "threshold":
+        if threshold is not None:
+            if isinstance(threshold, (bool, np.bool_)) or not isinstance(
+                threshold, (int, float, np.integer, np.floating)
+            ):
+                raise ValueError(f"threshold must be a real number (e.g. from fit_threshold), got {threshold!r}")
+            if not np.isfinite(float(threshold)):
+                raise ValueError(f"threshold must be finite, got {threshold}")
+        if isinstance(empty_value, (bool, np.bool_)) or not isinstance(
+            empty_value, (int, float, np.integer, np.floating)
+        ):
+            raise ValueError(f"empty_value must be a number (0.0 or NaN), got {empty_value!r}")
+    if patch_size is not None and method in ("patch_sum", "patch_mean"):
+        _box_size(patch_size)
 
 
 def aggregate(
@@ -489,7 +537,8 @@ def aggregate(
         method: ``"mean"``, ``"sum"``, ``"patch_sum"``, ``"patch_mean"`` or ``"threshold"`` (see the module
             docstring); ``"patch"`` is a deprecated spelling (:func:`canonical_method`).
         mask: restrict every method to these voxels (e.g. the predicted foreground or a dilation of it);
-            ``(B, 1, *spatial)`` or ``(B, *spatial)``, non-zero = inside. Every method scores a case with an empty
+            ``(B, 1, *spatial)`` or ``(B, *spatial)``, binary or a label map, non-zero = inside (non-integral values
+            such as probabilities raise ``ValueError``: threshold them first). Every method scores a case with an empty
             mask NaN, with a warning (no voxel to aggregate: not the 0 of an empty sum, which would rank the case
             as the most certain).
         patch_size: box size in voxels for ``"patch_sum"`` / ``"patch_mean"`` (int or one per axis).
@@ -508,7 +557,8 @@ def aggregate(
         the patch methods with ``return_location=True``.
 
     Raises:
-        ValueError: an unknown method, a bad shape, non-finite values, a mask of another shape, a missing or
+        ValueError: an unknown method, a bad shape, non-finite values, a mask of another shape or with
+            non-integral values, a missing or
             non-finite ``threshold``, ``threshold`` or a non-zero ``empty_value`` with a method other than
             ``"threshold"``, or ``return_location`` with a method other than the patch methods.
         TypeError: ``return_location`` that is not ``True`` or ``False`` (a string such as ``"False"``).
@@ -528,7 +578,7 @@ def aggregate(
         [0.8, 0.0]
     """
     method = canonical_method(method, patch_reduction, stacklevel=3)
-    check_method_options(method, threshold, empty_value)
+    check_method_options(method, threshold, empty_value, patch_size)
     # found by hostile testing: return_location="False" (truthy) returned a (scores, start) tuple
     return_location = check_bool(return_location, "return_location")
     if method in ("patch_sum", "patch_mean"):
@@ -553,16 +603,7 @@ def aggregate(
     else:
         if threshold is None:
             raise ValueError("method='threshold' needs threshold=t (fit it with fit_threshold on validation maps)")
-        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
-            raise ValueError(f"threshold must be a real number (e.g. from fit_threshold), got {threshold!r}")
-        t = float(threshold)
-        if not np.isfinite(t):
-            raise ValueError(f"threshold must be finite, got {threshold}")
-        if isinstance(empty_value, (bool, np.bool_)) or not isinstance(
-            empty_value, (int, float, np.integer, np.floating)
-        ):
-            raise ValueError(f"empty_value must be a number (0.0 or NaN), got {empty_value!r}")
-        above = flat >= t
+        above = flat >= float(threshold)  # threshold and empty_value checked by check_method_options
         if keep is not None:
             above = above & keep
         n = above.sum(dim=1)
@@ -613,12 +654,14 @@ def fit_threshold(uncertainty: Any, pred: Any) -> float:
     ``pred``.
 
     Returns:
-        The threshold ``t`` (float).
+        The threshold ``t`` (float). With no predicted foreground in any validation case (``q = 1``), ``t`` is the
+        largest validation value, with a ``UserWarning``.
 
     Raises:
         ValueError: no cases, different numbers of maps and predictions, a case whose map and prediction differ
             in size, non-finite uncertainty, or predictions that are not non-negative integer labels.
-        TypeError: maps or predictions that are not real numeric arrays.
+        TypeError: maps that are not real numeric arrays (boolean maps included, as :func:`aggregate` refuses
+            them) or predictions that are not real numeric or boolean arrays.
 
     Example:
         >>> import numpy as np
@@ -637,9 +680,10 @@ def fit_threshold(uncertainty: Any, pred: Any) -> float:
             raise ValueError(f"case {i}: the map uncertainty[{i}] has {u.size} voxels but pred[{i}] has {p.size}")
         if u.size == 0:
             raise ValueError(f"case {i}: uncertainty[{i}] is an empty map")
-        if u.dtype.kind not in "biuf" or p.dtype.kind not in "biuf":
-            raise TypeError(f"case {i}: uncertainty[{i}] and pred[{i}] must be real numeric arrays, got dtypes "
-                            f"{u.dtype} and {p.dtype}")
+        if u.dtype.kind not in "iuf" or p.dtype.kind not in "biuf":
+            # a boolean map (a mask in the map's place) is refused, as aggregate refuses it (review 67)
+            raise TypeError(f"case {i}: uncertainty[{i}] must be a real numeric map (not boolean) and pred[{i}] a "
+                            f"label map, got dtypes {u.dtype} and {p.dtype}")
         if not np.isfinite(u).all():
             raise ValueError(f"uncertainty[{i}] contains non-finite values (NaN or inf)")
         if np.issubdtype(p.dtype, np.floating) and not (np.isfinite(p).all() and (p == np.round(p)).all()):
@@ -648,5 +692,15 @@ def fit_threshold(uncertainty: Any, pred: Any) -> float:
             raise ValueError(f"pred[{i}] must hold non-negative class labels")
         fractions.append(np.count_nonzero(p) / p.size)
     q = 1.0 - float(np.mean(fractions))
+    if q == 1.0:
+        # found by review 67: t is then the largest validation value and "threshold" scores almost every case
+        # empty_value (the most certain), without a word
+        warnings.warn(
+            f"fit_threshold: no predicted foreground in any of the {len(preds)} validation case(s), so q = 1 and t is "
+            "the largest validation uncertainty; aggregate(method='threshold') will score almost every case "
+            "empty_value",
+            UserWarning,
+            stacklevel=2,
+        )
     pooled = np.concatenate([u.reshape(-1).astype(np.float64, copy=False) for u in maps])
     return float(np.quantile(pooled, q))

@@ -6,8 +6,9 @@ segmentation ``seg`` of one case (:func:`case_scores`, via :func:`monai_unc.aggr
 
 ==============  =================================================================================================
 ``mean``        mean of ``u`` over the whole volume
-``fg_mean``     mean of ``u`` over the predicted foreground ``seg > 0`` (ValUES' size-normalised score,
-                Appendix F.1); NaN with a ``UserWarning`` when the prediction is empty
+``fg_mean``     mean of ``u`` over the predicted foreground ``seg > 0`` (size-normalised; ValUES Appendix F.1
+                divides the whole-image sum by the foreground size instead); NaN with a ``UserWarning`` when the
+                prediction is empty
 ``patch_mean``  the largest *mean* of ``u`` over a stride-1 box of ``patch_size`` voxels per axis (ValUES'
                 patch aggregation, 10 voxels; the box is clipped to the image). A box mean, not a box sum: the
                 two rank cases identically when every box is complete, and the mean stays on the scale of ``u``

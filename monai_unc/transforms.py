@@ -516,7 +516,7 @@ class AggregateUncertainty(Transform):
         method = canonical_method(method, patch_reduction, stacklevel=3)
         if method == "threshold" and threshold is None:
             raise ValueError("method='threshold' needs threshold=t (fit it with monai_unc.aggregation.fit_threshold)")
-        check_method_options(method, threshold, empty_value)  # refused now, not at the first case
+        check_method_options(method, threshold, empty_value, patch_size)  # refused now, not at the first case
         self.method = method
         self.kwargs = {"patch_size": patch_size, "threshold": threshold, "empty_value": empty_value}
 
