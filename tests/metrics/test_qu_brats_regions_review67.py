@@ -50,3 +50,27 @@ def test_nnunet_region_conversion_agrees_on_one_half():
     seg = np.asarray(lm.convert_probabilities_to_segmentation(probs[0]))
     assert (seg[3] == 0).all()  # nnU-Net: background at exactly 0.5
     np.testing.assert_array_equal(np.isin(seg, (1, 2)), foreground_masks(probs[0, 0]))
+
+
+def test_regions_to_labels_is_nnunets_conversion_where_a_label_has_the_masks():
+    """``regions_to_labels`` of the masks ``p > 0.5`` against nnU-Net's ``regions_class_order`` conversion of ``p``
+    (regions listed from the outside in, as nnU-Net needs them): the same label wherever a label of the spec has the
+    voxel's set of regions exactly; elsewhere (counted in ``n_unrepresented``) nnU-Net gives the last region's label,
+    which adds regions, and ``regions_to_labels`` the largest subset, which drops them (docs/regions.md)."""
+    from nnunetv2.utilities.label_handling.label_handling import LabelManager
+
+    from monai_unc.regions import label_to_regions, regions_to_labels
+
+    rng = np.random.default_rng(0)
+    spec = {"whole": (1, 2, 3), "core": (2, 3), "enhancing": (3,)}  # nnU-Net's BraTS regions and order
+    lm = LabelManager({"background": 0, **spec}, regions_class_order=(1, 2, 3))
+    for shape in ((5, 6), (3, 4, 5)):  # 2D and 3D
+        p = rng.choice(np.array([0.1, 0.5, 0.9], np.float32), size=(3, *shape))
+        nn = np.asarray(lm.convert_probabilities_to_segmentation(p))
+        ours, missed = regions_to_labels(foreground_masks(p), spec)
+        exact = (label_to_regions(ours, spec) == foreground_masks(p)).all(0)
+        assert missed == int((~exact).sum()) > 0
+        np.testing.assert_array_equal(ours[exact], nn[exact])
+        # where no label has the set: nnU-Net's label holds every region of the voxel, ours only regions it holds
+        back_nn, back_ours = label_to_regions(nn, spec), label_to_regions(ours, spec)
+        assert (back_nn | ~foreground_masks(p)).all() and (~back_ours | foreground_masks(p)).all()
