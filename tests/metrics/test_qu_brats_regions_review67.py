@@ -74,3 +74,20 @@ def test_regions_to_labels_is_nnunets_conversion_where_a_label_has_the_masks():
         # where no label has the set: nnU-Net's label holds every region of the voxel, ours only regions it holds
         back_nn, back_ours = label_to_regions(nn, spec), label_to_regions(ours, spec)
         assert (back_nn | ~foreground_masks(p)).all() and (~back_ours | foreground_masks(p)).all()
+
+
+def test_calibration_of_region_probabilities_is_pointed_to_per_region():
+    """Sigmoid region probabilities given to a calibration metric, which has no ``multilabel`` option: the refusal
+    told the user to pass ``multilabel=True`` (a ``TypeError`` there); it now names ``per_region`` too, the binary
+    calibration of each region."""
+    import pytest
+
+    from monai_unc.metrics import ece
+    from monai_unc.regions import per_region
+
+    probs = np.array([[[0.9, 0.8], [0.7, 0.2], [0.6, 0.1]]], np.float32)  # (B=1, R=3, 2 voxels): overlapping regions
+    target = np.array([[[1, 1], [1, 0], [1, 0]]], np.uint8)
+    with pytest.raises(ValueError, match=r"sigmoid probabilities .*monai_unc\.regions\.per_region"):
+        ece(probs, target[:, :1])
+    res = per_region(ece, {"probs": probs, "target": target}, names=["WT", "TC", "ET"], n_bins=5)
+    assert set(res) == {"WT", "TC", "ET"}
