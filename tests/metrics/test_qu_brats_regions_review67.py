@@ -91,3 +91,18 @@ def test_calibration_of_region_probabilities_is_pointed_to_per_region():
         ece(probs, target[:, :1])
     res = per_region(ece, {"probs": probs, "target": target}, names=["WT", "TC", "ET"], n_bins=5)
     assert set(res) == {"WT", "TC", "ET"}
+
+
+def test_label_to_regions_of_a_channel_first_label_is_monais_with_channel_dim_0():
+    """MONAI's ``ConvertToMultiChannelBasedOnBratsClasses`` squeezes the channel of a ``(1, X, Y, Z)`` label map: the
+    same masks are ``label_to_regions(label, channel_dim=0)`` (``label_to_regions(label)`` keeps the axis), as
+    docs/regions.md states."""
+    from monai.transforms import ConvertToMultiChannelBasedOnBratsClasses
+
+    from monai_unc.regions import label_to_regions
+
+    label = np.random.default_rng(0).choice([0, 1, 2, 4], size=(1, 4, 3, 2))
+    monai = np.asarray(ConvertToMultiChannelBasedOnBratsClasses()(label))
+    np.testing.assert_array_equal(label_to_regions(label, channel_dim=0), monai)
+    np.testing.assert_array_equal(label_to_regions(label[0]), monai)
+    assert label_to_regions(label).shape == (3, 1, 4, 3, 2)
