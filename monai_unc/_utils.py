@@ -721,8 +721,9 @@ def _check_probability_map(p: torch.Tensor, name: str, channel_dim: int, min_ndi
             f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "
             f"largest deviation {dev:.4g}: its channels lie in [0, 1] but are no class probabilities; per-channel "
             "sigmoid probabilities (overlapping regions, a multi-label model) need the multi-label path "
-            "(activation='sigmoid' on the logits, multilabel=True), and logits their activation (pass "
-            "probabilities, not logits)"
+            "(activation='sigmoid' on the logits, multilabel=True where the function takes it; a metric without "
+            "that option, such as the calibration metrics, scores each region as a binary task with "
+            "monai_unc.regions.per_region), and logits their activation (pass probabilities, not logits)"
         )
 
 

@@ -7,8 +7,9 @@ A *region spec* maps region names to the labels they contain, in channel order, 
 (tumour core, whole tumour, enhancing tumour of the BraTS 2018-2022 labels 1 necrotic / non-enhancing core,
 2 oedema, 4 enhancing tumour). Regions may overlap; each is one binary task (a sigmoid channel of a region-based
 network, one QU-BraTS evaluation). :data:`BRATS_REGIONS` uses the channel order of MONAI's
-``ConvertToMultiChannelBasedOnBratsClasses`` (TC, WT, ET), so ``label_to_regions(label)`` equals that transform's
-output; :data:`BRATS_2023_REGIONS` is the same with the enhancing tumour labelled 3 (BraTS 2023).
+``ConvertToMultiChannelBasedOnBratsClasses`` (TC, WT, ET), so ``label_to_regions(label)`` of a label map
+``(*spatial)`` equals that transform's output (a channel-first 3D map ``(1, X, Y, Z)``, which the transform squeezes,
+needs ``channel_dim=0``); :data:`BRATS_2023_REGIONS` is the same with the enhancing tumour labelled 3 (BraTS 2023).
 
 Every metric of the package scores a region as a binary task: :func:`binary_probabilities` turns one sigmoid
 channel ``p_r`` into the two-class probabilities ``(1 - p_r, p_r)`` that the softmax-style metrics take, and

@@ -128,7 +128,7 @@ def test_qu_brats_handler_on_device_tensors(cuda_device):
     engine = Engine(lambda e, batch: batch)
     QUBraTS(uncertainty_max=math.log(2), brain_mask_key="image").attach(engine, "qu_brats")
     engine.run(data, max_epochs=1)
-    per_case = np.array([[qu_brats(u[i, r] / math.log(2) * 100, probs[i, r] >= 0.5, y[i, r],
+    per_case = np.array([[qu_brats(u[i, r] / math.log(2) * 100, probs[i, r] > 0.5, y[i, r],
                                    (image[i] > 0).any(0)).score for r in range(3)] for i in range(4)])
     details = engine.state.metric_details["qu_brats"]
     assert details.device.type == cuda_device.type

@@ -173,7 +173,7 @@ def test_qu_brats_handler_takes_decollated_cases_of_different_sizes():
     assert tuple(got.shape) == (2, 3)
     for i, c in enumerate(cases):
         for r in range(3):
-            ref = qu_brats(c["predictive_entropy"][r], c["pred"][r] >= 0.5, c["label"][r] > 0.5).score
+            ref = qu_brats(c["predictive_entropy"][r], c["pred"][r] > 0.5, c["label"][r] > 0.5).score
             assert float(got[i, r]) == pytest.approx(ref, abs=1e-12)
     handler = QUBraTS()
 

@@ -7,7 +7,7 @@ per-case, per-region values land in ``engine.state.metric_details[name]`` (``(N,
 By default the handler reads from ``engine.state.output`` (a decollated list of dicts, or one dict of batch tensors):
 ``uncertainty_key`` (default ``"predictive_entropy"``: for a multi-label inferer one binary entropy map per region,
 in nats, so pass ``uncertainty_max=math.log(2)`` to map it to ``[0, 100]``), ``pred_key`` (``"pred"``: region
-masks or mean probabilities, binarised with ``>= threshold``), ``label_key`` (``"label"``: region masks, or a label
+masks or mean probabilities, binarised with ``> threshold``), ``label_key`` (``"label"``: region masks, or a label
 map with ``regions``) and, if given, ``brain_mask_key`` (e.g. ``"image"``: voxels where any channel is > 0). A custom
 ``output_transform`` may return ``(uncertainty, pred, label)`` or ``(uncertainty, pred, label, brain_mask)``.
 """

@@ -50,7 +50,9 @@ class QUBraTSMetric(CumulativeIterationMetric):
     Call as ``metric(y_pred=pred, y=label, uncertainty=u, brain_mask=mask)`` with batch tensors
     ``(B, R, *spatial)`` (or decollated lists of ``(R, *spatial)``, whose cases may differ in shape, e.g. after
     ``Invertd``): ``y_pred`` the binary region masks (or
-    probabilities, binarised with ``>= threshold`` like MONAI's ``AsDiscrete(threshold=0.5)``), ``y`` the binary
+    probabilities, binarised with ``> threshold``: at the default 0.5 the one foreground decision of region
+    probabilities, :func:`~monai_unc.activation.foreground_masks`, as nnU-Net and ``monai-unc evaluate`` take it;
+    MONAI's ``AsDiscrete(threshold=0.5)`` writes ``>= 0.5``, and differs only at exactly 0.5), ``y`` the binary
     reference regions, ``uncertainty`` ``R`` maps in ``[0, max_uncertainty]`` (or in ``[0, uncertainty_max]`` when
     that is given, rescaled with :func:`to_qu_brats_range`), ``brain_mask`` ``(B, 1, *spatial)`` (values > 0, e.g.
     the T1 image; optional). With ``regions``, one-channel ``y_pred`` / ``y`` are label maps converted with
@@ -66,8 +68,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
         uncertainty_max: the largest value of the given maps, when they are not on the challenge's scale (e.g.
             ``measure_max("predictive_entropy", multilabel=True)``).
         regions: region spec for label-map inputs (see :func:`~monai_unc.regions.parse_regions`).
-        threshold: binarisation threshold of probabilities in ``y_pred`` (``p >= threshold`` on the exact values: a
-            float32 0.69999999 is below 0.7).
+        threshold: binarisation threshold of probabilities in ``y_pred`` (``p > threshold`` on the exact values: a
+            float32 0.30000001 is above 0.3; a voxel at exactly ``threshold`` is background).
         component: the buffered value.
         reduction: as in MONAI's metrics.
         get_not_nans: also return the number of non-NaN values from :meth:`aggregate`.
@@ -145,7 +147,9 @@ class QUBraTSMetric(CumulativeIterationMetric):
             if not bool(((x == 0) | (x == 1)).all()):
                 if bool(((x < 0) | (x > 1)).any()):
                     raise ValueError(f"{name} must hold binary masks or probabilities in [0, 1]")
-                return exceeds(x, self.threshold, inclusive=True)
+                # p > threshold, as foreground_masks, nnU-Net and evaluate (review 67: p >= 0.5 made a voxel at
+                # exactly 0.5 foreground here and background in evaluate's QU-BraTS of the same probabilities)
+                return exceeds(x, self.threshold, inclusive=False)
         return binary_mask_of(x, name)
 
     def __call__(  # type: ignore[override]

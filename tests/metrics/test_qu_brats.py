@@ -320,18 +320,19 @@ def test_metric_equals_functional_batch_and_lists():
 
 
 def test_metric_binarises_probabilities_on_the_exact_values():
-    """``y_pred >= threshold`` on the stored values: at ``threshold=0.7`` a float32 probability float32(0.7) =
-    0.69999999 is background (rounding 0.7 to float32 first made it a false positive)."""
+    """``y_pred > threshold`` on the stored values: at ``threshold=0.3`` a float32 probability float32(0.3) =
+    0.30000001 is foreground (rounding 0.3 to float32 first made it background); until review 67 the rule was
+    ``>=`` (a float32(0.7) = 0.69999999 at ``threshold=0.7``), now ``>`` as every region foreground decision."""
     y = np.zeros((1, 1, 4, 4), dtype=bool)
     y[..., :2, :] = True
     probs = np.where(y, np.float32(0.9), np.float32(0.1)).astype(np.float32)
-    probs[0, 0, 3, 3] = np.float32(0.7)
-    assert float(probs[0, 0, 3, 3]) < 0.7
+    probs[0, 0, 3, 3] = np.float32(0.3)
+    assert float(probs[0, 0, 3, 3]) > 0.3
     u = np.zeros((1, 1, 4, 4))
-    m = QUBraTSMetric(threshold=0.7, component="dice_auc", reduction="none")
+    m = QUBraTSMetric(threshold=0.3, component="dice_auc", reduction="none")
     m(torch.from_numpy(probs), torch.from_numpy(y), uncertainty=torch.from_numpy(u))
-    exact = qu_brats(u[0, 0], probs[0, 0].astype(np.float64) >= 0.7, y[0, 0]).dice_auc
-    rounded = qu_brats(u[0, 0], probs[0, 0] >= np.float32(0.7), y[0, 0]).dice_auc
+    exact = qu_brats(u[0, 0], probs[0, 0].astype(np.float64) > 0.3, y[0, 0]).dice_auc
+    rounded = qu_brats(u[0, 0], probs[0, 0] > np.float32(0.3), y[0, 0]).dice_auc
     assert exact != rounded
     assert float(m.aggregate()) == exact
 
