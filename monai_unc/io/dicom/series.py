@@ -298,6 +298,13 @@ def _dcmread(path: Path, stop_before_pixels: bool = False) -> Dataset:
         return ds
 
 
+def _sop_class(ds: Dataset) -> str:
+    """The SOP class of a header: its ``SOPClassUID``, else its file meta's ``MediaStorageSOPClassUID`` (a DICOMDIR)."""
+    meta = getattr(ds, "file_meta", None)
+    return str(ds.get("SOPClassUID", "") or (meta.get("MediaStorageSOPClassUID", "") if meta is not None else "")
+               or "").strip()
+
+
 def _read_header(path: Path, folder: Path) -> Dataset:
     try:
         return _dcmread(path, stop_before_pixels=True)
@@ -362,6 +369,16 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
     if not paths:
         raise _fail(folder, None, "holds no file")
     headers = [_read_header(p, folder) for p in paths]
+    # a non-image object first: a SEG or SR beside the slices has its own SeriesInstanceUID (a DICOMDIR none), and was
+    # refused as a second series, naming no file (found by hostile review 67)
+    classes = [_sop_class(ds) for ds in headers]
+    image_uids = {str(ds.get("SeriesInstanceUID", "")) for ds, sop in zip(headers, classes)
+                  if sop in SUPPORTED_SOP_CLASSES or sop in MULTIFRAME_SOP_CLASSES}
+    for p, sop in zip(paths, classes):
+        if sop not in SUPPORTED_SOP_CLASSES and sop not in MULTIFRAME_SOP_CLASSES:
+            name = getattr(pydicom.uid.UID(sop), "name", sop) if sop else "no SOP class"
+            raise _fail(folder, image_uids.pop() if len(image_uids) == 1 else None,
+                        f"{p.name} is not a CT or MR image ({name}); the folder may hold image slices only")
     series_uids = sorted({str(ds.get("SeriesInstanceUID", "")) for ds in headers})
     if len(series_uids) > 1:
         shown = ", ".join(u or "(none)" for u in series_uids[:3]) + (" ..." if len(series_uids) > 3 else "")

@@ -134,3 +134,31 @@ def test_reads_a_bare_multiframe_image(tmp_path):
     assert series.multiframe
     np.testing.assert_array_equal(series.volume, values)
     np.testing.assert_allclose(series.affine, AFFINE, atol=1e-9)
+
+
+def test_a_seg_beside_its_slices_is_named_not_counted_as_a_series(tmp_path):
+    # found by hostile review 67: a SEG (or SR) beside the slices has its own SeriesInstanceUID, and the folder was
+    # refused as "holds 2 series (uid, uid)", naming no file, where the docs promise "... is not a CT or MR image"
+    from monai_unc.io.dicom import default_segment, write_segmentation
+
+    _, files = _ct(tmp_path / "s")
+    labels = np.zeros((8, 8, 4), dtype=int)
+    labels[2:5, 2:5, 1:3] = 1
+    write_segmentation(labels, read_series(tmp_path / "s", pixels=False), tmp_path / "seg.dcm", [default_segment(1)])
+    (tmp_path / "s" / "seg.dcm").write_bytes((tmp_path / "seg.dcm").read_bytes())
+    with pytest.raises(DicomSeriesError, match=r"seg.dcm is not a CT or MR image \(Segmentation Storage\)"):
+        read_series(tmp_path / "s", pixels=False)
+
+
+def test_a_dicomdir_among_the_slices_is_named(tmp_path):
+    # a DICOMDIR has no SeriesInstanceUID (and its SOP class in its file meta only): "holds 2 series (..., (none))"
+    _ct(tmp_path / "s")
+    meta = pydicom.dataset.FileMetaDataset()
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.1.3.10"
+    meta.MediaStorageSOPInstanceUID = pydicom.uid.generate_uid()
+    meta.TransferSyntaxUID = pydicom.uid.ExplicitVRLittleEndian
+    ds = pydicom.Dataset()
+    ds.file_meta, ds.FileSetID = meta, "SITE"
+    ds.save_as(tmp_path / "s" / "DICOMDIR", enforce_file_format=True)
+    with pytest.raises(DicomSeriesError, match=r"DICOMDIR is not a CT or MR image \(Media Storage Directory Storage\)"):
+        read_series(tmp_path / "s", pixels=False)
