@@ -162,3 +162,14 @@ def test_a_dicomdir_among_the_slices_is_named(tmp_path):
     ds.save_as(tmp_path / "s" / "DICOMDIR", enforce_file_format=True)
     with pytest.raises(DicomSeriesError, match=r"DICOMDIR is not a CT or MR image \(Media Storage Directory Storage\)"):
         read_series(tmp_path / "s", pixels=False)
+
+
+def test_a_case_folder_of_series_folders_is_not_left_out_silently(tmp_path):
+    # found by hostile review 67: a PACS export's <case>/<series>/<slices> layout left the case out of infer /
+    # evaluate without a word (a case folder holding no file is no series folder)
+    from monai_unc.io import dicom_series_folders
+
+    _ct(tmp_path / "images" / "case1")
+    _ct(tmp_path / "images" / "case2" / "CT_1.2.3")
+    with pytest.warns(UserWarning, match=r"left out: case2/ \(holding CT_1.2.3/\); a case's series folder holds its"):
+        assert [p.name for p in dicom_series_folders(tmp_path / "images")] == ["case1"]
