@@ -509,8 +509,24 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
                          frames=None if frames is None else [int(f) for f in frames[order]], positions=positions,
                          orientation=orients[order[0]].copy(), pixel_spacing=spacings[order[0]].copy())
     if pixels:
+        _check_grey(series)
         series.volume = _read_frames(series) if series.multiframe else _read_pixels(series)
     return series
+
+
+def _check_grey(series: DicomSeries) -> None:
+    """Refuse, before any pixel is read, a slice whose pixels are no grey values (``MONOCHROME1`` / ``MONOCHROME2``).
+
+    Found by hostile review 67: a ``PALETTE COLOR`` slice was read as its palette indices, without a word, and an
+    ``RGB`` one (a screen capture stored as a CT image) refused as ``pixel data of shape (rows, columns, 3)``.
+    """
+    for path, ds in zip(series.files, series.datasets):
+        samples = _number(ds, "SamplesPerPixel", series.folder, path, int, 1, series_uid=series.series_uid)
+        photometric = str(ds.get("PhotometricInterpretation", "") or "").strip().upper()
+        if samples != 1 or photometric not in ("MONOCHROME1", "MONOCHROME2", ""):
+            raise _fail(series.folder, series.series_uid, f"{path.name} is a colour image (SamplesPerPixel {samples}, "
+                                                          f"PhotometricInterpretation {photometric or '(none)'}); "
+                                                          "grey-scale (MONOCHROME1 / MONOCHROME2) slices only")
 
 
 #: attributes of single-frame slices whose values tell several images at one position apart (what several values are)

@@ -173,3 +173,21 @@ def test_a_case_folder_of_series_folders_is_not_left_out_silently(tmp_path):
     _ct(tmp_path / "images" / "case2" / "CT_1.2.3")
     with pytest.warns(UserWarning, match=r"left out: case2/ \(holding CT_1.2.3/\); a case's series folder holds its"):
         assert [p.name for p in dicom_series_folders(tmp_path / "images")] == ["case1"]
+
+
+@pytest.mark.parametrize("photometric, samples", [("RGB", 3), ("PALETTE COLOR", 1)])
+def test_a_colour_slice_is_refused_by_name(tmp_path, photometric, samples):
+    # a screen capture stored as a CT image (RGB), or a palette colour slice: values that are no real-world values,
+    # refused as "pixel data of shape (8, 8, 3), expected (8, 8)" or read as palette indices
+    _, files = _ct(tmp_path / "s")
+    ds = pydicom.dcmread(files[2])
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = samples, photometric
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
+    if samples == 3:
+        ds.PlanarConfiguration = 0
+    ds.PixelData = np.zeros((8, 8, samples), np.uint8).tobytes()
+    ds.save_as(files[2])
+    read_series(tmp_path / "s", pixels=False)  # the geometry is the slices' (dicom-export reads no pixel)
+    with pytest.raises(DicomSeriesError, match=rf"{files[2].name} is a colour image \(SamplesPerPixel {samples}, "
+                                               rf"PhotometricInterpretation {photometric}\); grey-scale"):
+        read_series(tmp_path / "s")
