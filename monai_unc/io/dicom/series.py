@@ -381,7 +381,11 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
                         f"{p.name} is not a CT or MR image ({name}); the folder may hold image slices only")
     series_uids = sorted({str(ds.get("SeriesInstanceUID", "")) for ds in headers})
     if len(series_uids) > 1:
-        shown = ", ".join(u or "(none)" for u in series_uids[:3]) + (" ..." if len(series_uids) > 3 else "")
+        # a file of each: which files to move apart, a UID being in no file name (hostile review 67)
+        files = {u: [p.name for p, ds in zip(paths, headers) if str(ds.get("SeriesInstanceUID", "")) == u]
+                 for u in series_uids}
+        shown = ", ".join(f"{u or '(none)'} ({len(files[u])} file{'s' if len(files[u]) > 1 else ''}, e.g. "
+                          f"{files[u][0]})" for u in series_uids[:3]) + (" ..." if len(series_uids) > 3 else "")
         raise _fail(folder, None, f"holds {len(series_uids)} series ({shown}); give one series per case")
     uid = series_uids[0] or None
     multiframe = False

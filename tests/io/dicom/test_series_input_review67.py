@@ -191,3 +191,14 @@ def test_a_colour_slice_is_refused_by_name(tmp_path, photometric, samples):
     with pytest.raises(DicomSeriesError, match=rf"{files[2].name} is a colour image \(SamplesPerPixel {samples}, "
                                                rf"PhotometricInterpretation {photometric}\); grey-scale"):
         read_series(tmp_path / "s")
+
+
+def test_two_series_in_one_folder_name_a_file_of_each(tmp_path):
+    # which files to move: the message named the two SeriesInstanceUIDs only, and a UID is in no file name
+    _ct(tmp_path / "s")
+    _ct(tmp_path / "other", slices=2)
+    for path in (tmp_path / "other").iterdir():
+        path.rename(tmp_path / "s" / f"z_{path.name}")
+    with pytest.raises(DicomSeriesError, match=r"holds 2 series \(.* \(4 files, e\.g\. 0.*\.dcm\), .* \(2 files, "
+                                               r"e\.g\. z_0.*\.dcm\)\); give one series per case"):
+        read_series(tmp_path / "s", pixels=False)
