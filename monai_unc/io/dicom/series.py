@@ -713,22 +713,33 @@ def _frame_rescale(series: DicomSeries) -> list[tuple[float, float]]:
     return out
 
 
-def _decoder_missing(path: Path) -> str:
-    """``"; <why>"`` when ``path`` is compressed in a transfer syntax pydicom has no decoder installed for, else ``""``.
+def _decoder_missing(path: Path, error: BaseException | None = None) -> str:
+    """``"; <why>"`` when ``path`` is compressed and no installed decoder decoded it, else ``""``.
 
     A PACS often sends compressed files (JPEG Lossless, JPEG 2000, JPEG-LS); pydicom decodes most of them only with
-    a plugin (pylibjpeg and its codecs, or python-gdcm).
+    a plugin (pylibjpeg and its codecs, or python-gdcm). Where a plugin is installed but could not decode the slice
+    (``error``: pydicom's ``RuntimeError`` naming each plugin's reason, e.g. Pillow and a 12-bit JPEG Extended image,
+    found by hostile review 67) and others are not installed, the reasons and what to install are given too.
     """
     from pydicom.pixels import get_decoder
 
+    install = ("pip install pylibjpeg pylibjpeg-libjpeg pylibjpeg-openjpeg (or python-gdcm), or decompress the series "
+               "(dcmdjpeg, gdcmconv)")
     try:
         syntax = _dcmread(path, stop_before_pixels=True).file_meta.TransferSyntaxUID
-        if not syntax.is_compressed or get_decoder(syntax).is_available:
+        if not syntax.is_compressed:
             return ""
+        decoder = get_decoder(syntax)
+        if not decoder.is_available:
+            return f"; its transfer syntax {syntax.name} needs a decoder that is not installed: {install}"
+        missing = list(decoder.missing_dependencies)
     except Exception:  # no file meta, an unknown transfer syntax, no decoder at all for it: nothing more to say
         return ""
-    return (f"; its transfer syntax {syntax.name} needs a decoder that is not installed: pip install pylibjpeg "
-            "pylibjpeg-libjpeg pylibjpeg-openjpeg (or python-gdcm), or decompress the series (dcmdjpeg, gdcmconv)")
+    reasons = [line.strip() for line in str(error or "").splitlines()[1:] if line.strip()]
+    if not isinstance(error, RuntimeError) or not reasons or not missing:
+        return ""
+    why = "; ".join(reasons)
+    return (f"; its transfer syntax {syntax.name} was not decoded ({why[:200]}): {install}")
 
 
 def _read_pixels(series: DicomSeries) -> np.ndarray:
@@ -740,7 +751,7 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
             stored = ds.pixel_array
         except Exception as e:
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data unreadable "
-                                                          f"({type(e).__name__}){_decoder_missing(path)}") from None
+                                                          f"({type(e).__name__}){_decoder_missing(path, e)}") from None
         if stored.shape != (rows, cols):
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of shape {stored.shape}, "
                                                           f"expected {(rows, cols)}")
@@ -814,7 +825,7 @@ def _read_frames(series: DicomSeries) -> np.ndarray:
             stored = next(frames)
         except Exception as e:  # StopIteration: fewer frames than NumberOfFrames
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of frame {i + 1} unreadable "
-                                                          f"({type(e).__name__}){_decoder_missing(path)}") from None
+                                                          f"({type(e).__name__}){_decoder_missing(path, e)}") from None
         if stored.shape != (rows, cols):
             raise _fail(series.folder, series.series_uid, f"{path.name}: frame {i + 1} of shape {stored.shape}, "
                                                           f"expected {(rows, cols)}")

@@ -202,3 +202,25 @@ def test_two_series_in_one_folder_name_a_file_of_each(tmp_path):
     with pytest.raises(DicomSeriesError, match=r"holds 2 series \(.* \(4 files, e\.g\. 0.*\.dcm\), .* \(2 files, "
                                                r"e\.g\. z_0.*\.dcm\)\); give one series per case"):
         read_series(tmp_path / "s", pixels=False)
+
+
+def test_a_decoder_that_cannot_decode_the_slice_says_why_and_what_to_install(tmp_path):
+    # found by hostile review 67: a 12-bit JPEG Extended CT (older archives) has a decoder "available" (Pillow), which
+    # cannot decode 12 bits: the refusal said "pixel data unreadable (RuntimeError)", neither why nor what to install
+    from pydicom.pixels import get_decoder
+
+    decoder = get_decoder(pydicom.uid.JPEGExtended12Bit)
+    if decoder.available_plugins != ("pillow",):
+        pytest.skip("needs pydicom's Pillow plugin as the only JPEG Extended decoder")
+    _, files = _ct(tmp_path / "s", slices=2)
+    for path in files:
+        ds = pydicom.dcmread(path)
+        ds.file_meta.TransferSyntaxUID = pydicom.uid.JPEGExtended12Bit
+        ds.BitsStored, ds.HighBit = 12, 11
+        ds.PixelData = pydicom.encaps.encapsulate([b"\xff\xd8\xff\xc1" + b"\x00" * 40])
+        ds["PixelData"].VR = "OB"
+        ds.save_as(path)
+    with pytest.raises(DicomSeriesError, match=r"pixel data unreadable \(RuntimeError\); its transfer syntax JPEG "
+                                               r"Extended .* was not decoded \(pillow: Pillow does not support .*12-bit"
+                                               r".*\): pip install pylibjpeg"):
+        read_series(tmp_path / "s")
