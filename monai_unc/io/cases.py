@@ -791,7 +791,9 @@ def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
 
     An image folder of ``infer`` (or the ``--images`` of ``evaluate`` / ``triage``) may hold, instead of volume
     files, one folder of single-frame CT or MR slices per case, named by case id; :func:`read_volume` reads such a
-    folder with :func:`monai_unc.io.dicom.read_series` (the ``dicom`` extra).
+    folder with :func:`monai_unc.io.dicom.read_series` (the ``dicom`` extra). A sub-folder holding no file but
+    folders of files (a PACS export's ``<case>/<series>/`` layout) is no series folder: it is left out with a
+    ``UserWarning`` naming it.
 
     Args:
         folder: the image folder.
@@ -812,11 +814,29 @@ def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    out = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
-                 and any(f.is_file() and not f.name.startswith(".") for f in p.iterdir()))
+    out, nested = [], []
+    for p in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if any(_visible_file(f) for f in p.iterdir()):
+            out.append(p)
+        else:  # a PACS export's <case>/<series>/ layout: the case was left out without a word (hostile review 67)
+            inner = sorted(q.name for q in p.iterdir() if q.is_dir() and not q.name.startswith(".")
+                           and any(_visible_file(f) for f in q.iterdir()))
+            if inner:
+                nested.append(f"{p.name}/ (holding {', '.join(n + '/' for n in inner[:2])}"
+                              f"{', ...' if len(inner) > 2 else ''})")
+    if nested:
+        warnings.warn(f"{folder}: {len(nested)} folder(s) hold no file but folders of files, left out: "
+                      f"{'; '.join(nested[:3])}{'; ...' if len(nested) > 3 else ''}; a case's series folder holds its "
+                      "slices itself (<images>/<case>/<slices>): move the series' files up into the case folder",
+                      UserWarning, stacklevel=2)
     for p in out:  # the folder's name is the case id
         check_utf8_name(p)
     return out
+
+
+def _visible_file(path: Path) -> bool:
+    """Whether ``path`` is a regular, non-hidden file (a slice of a series folder, for :func:`dicom_series_folders`)."""
+    return path.is_file() and not path.name.startswith(".")
 
 
 #: the sub-folders of an nnU-Net v2 / Medical Segmentation Decathlon dataset, by what they hold (the folder of such a

@@ -29,11 +29,14 @@ import nibabel as nib
 import numpy as np
 import pydicom
 from pydicom.dataset import Dataset, FileMetaDataset
+from pydicom.errors import InvalidDicomError
 from pydicom.multival import MultiValue
 from pydicom.uid import (
     CTImageStorage,
     DeflatedExplicitVRLittleEndian,
+    ExplicitVRBigEndian,
     ExplicitVRLittleEndian,
+    ImplicitVRLittleEndian,
     MRImageStorage,
     generate_uid,
 )
@@ -257,9 +260,54 @@ def series_affine(orientation: Sequence[float], pixel_spacing: Sequence[float], 
     return _LPS_TO_RAS @ lps
 
 
+#: the transfer syntax of a bare data set (no file meta information) by pydicom's ``original_encoding``
+#: ``(implicit VR, little endian)``
+_BARE_SYNTAX = {(True, True): ImplicitVRLittleEndian, (False, True): ExplicitVRLittleEndian,
+                (False, False): ExplicitVRBigEndian}
+
+
+def _dcmread(path: Path, stop_before_pixels: bool = False) -> Dataset:
+    """Read a DICOM file, or a bare data set: a file without the preamble, ``DICM`` and file meta information.
+
+    Old scanners and archives (ACR-NEMA style exports) store a slice as its bare data set, which PS3.10 does not allow
+    but GDCM (SimpleITK, dcm2niix) reads; found by hostile review 67, such slices were refused as not DICOM. A file
+    that pydicom refuses as no DICOM file is read again as a bare data set (``force=True``) and taken only when it
+    holds a ``SOPClassUID`` and a ``SOPInstanceUID`` (a text or other file read so holds neither); its transfer
+    syntax is then the encoding pydicom found (implicit or explicit VR little endian, explicit VR big endian), set
+    in a new file meta so that its pixels can be decoded.
+
+    Raises:
+        Exception: pydicom's error of the first read (``InvalidDicomError``) when the file is no bare data set either,
+            any other error of reading it.
+    """
+    try:
+        return pydicom.dcmread(path, stop_before_pixels=stop_before_pixels)
+    except InvalidDicomError as first:
+        try:
+            ds = pydicom.dcmread(path, stop_before_pixels=stop_before_pixels, force=True)
+            found = "SOPClassUID" in ds and "SOPInstanceUID" in ds and str(ds.SOPClassUID).strip()
+        except Exception:
+            raise first from None
+        syntax = _BARE_SYNTAX.get(tuple(getattr(ds, "original_encoding", None) or ()))
+        if not found or syntax is None:
+            raise first from None
+        meta = FileMetaDataset()
+        meta.TransferSyntaxUID = syntax
+        meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID = ds.SOPClassUID, ds.SOPInstanceUID
+        ds.file_meta = meta
+        return ds
+
+
+def _sop_class(ds: Dataset) -> str:
+    """The SOP class of a header: its ``SOPClassUID``, else its file meta's ``MediaStorageSOPClassUID`` (a DICOMDIR)."""
+    meta = getattr(ds, "file_meta", None)
+    return str(ds.get("SOPClassUID", "") or (meta.get("MediaStorageSOPClassUID", "") if meta is not None else "")
+               or "").strip()
+
+
 def _read_header(path: Path, folder: Path) -> Dataset:
     try:
-        return pydicom.dcmread(path, stop_before_pixels=True)
+        return _dcmread(path, stop_before_pixels=True)
     except Exception as e:  # pydicom raises InvalidDicomError and others on a file that is not DICOM
         raise _fail(folder, None, f"{path.name} is not a readable DICOM file ({type(e).__name__})") from None
 
@@ -267,7 +315,8 @@ def _read_header(path: Path, folder: Path) -> Dataset:
 def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int | None = None) -> DicomSeries:
     """Read one series of CT or MR slices from a folder: single-frame slices, or one enhanced multi-frame image.
 
-    Every regular, non-hidden file of ``folder`` (not its sub-folders) must be a slice of one image series, or the
+    Every regular, non-hidden file of ``folder`` (not its sub-folders; any name, a bare data set without preamble and
+    file meta information included) must be a slice of one image series, or the
     folder holds exactly one multi-frame image of :data:`MULTIFRAME_SOP_CLASSES` (Enhanced CT / MR, Legacy Converted
     Enhanced CT / MR) whose frames form one stack: each frame is one slice, its orientation, position and pixel
     spacing taken from its per-frame functional groups or else the shared ones, its values through its
@@ -293,7 +342,9 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
             object, a Siemens MOSAIC image, several series, slices of different patients (their PatientID,
             IssuerOfPatientID, PatientName, PatientBirthDate or PatientSex differ: the message names two such files, not
             the values), a slice without a SOPInstanceUID or two with the same, mixed orientations or sizes, duplicate
-            or missing slices, uneven spacing, positions off one line, a volume over ``max_bytes``, a RescaleSlope of 0
+            or missing slices, several images at one position that are no duplicates (echoes, time points,
+            acquisitions, image types: the message names the attribute that differs), uneven spacing, positions off
+            one line, a volume over ``max_bytes``, a RescaleSlope of 0
             or a non-finite slope or intercept (with ``pixels``), a numeric attribute read as one number (RescaleSlope,
             RescaleIntercept, NumberOfFrames, Rows, Columns, a one-slice series' slice spacing) with several values or a
             value that is no number (the message names the file and attribute); of a multi-frame image, further: other
@@ -318,9 +369,23 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
     if not paths:
         raise _fail(folder, None, "holds no file")
     headers = [_read_header(p, folder) for p in paths]
+    # a non-image object first: a SEG or SR beside the slices has its own SeriesInstanceUID (a DICOMDIR none), and was
+    # refused as a second series, naming no file (found by hostile review 67)
+    classes = [_sop_class(ds) for ds in headers]
+    image_uids = {str(ds.get("SeriesInstanceUID", "")) for ds, sop in zip(headers, classes)
+                  if sop in SUPPORTED_SOP_CLASSES or sop in MULTIFRAME_SOP_CLASSES}
+    for p, sop in zip(paths, classes):
+        if sop not in SUPPORTED_SOP_CLASSES and sop not in MULTIFRAME_SOP_CLASSES:
+            name = getattr(pydicom.uid.UID(sop), "name", sop) if sop else "no SOP class"
+            raise _fail(folder, image_uids.pop() if len(image_uids) == 1 else None,
+                        f"{p.name} is not a CT or MR image ({name}); the folder may hold image slices only")
     series_uids = sorted({str(ds.get("SeriesInstanceUID", "")) for ds in headers})
     if len(series_uids) > 1:
-        shown = ", ".join(u or "(none)" for u in series_uids[:3]) + (" ..." if len(series_uids) > 3 else "")
+        # a file of each: which files to move apart, a UID being in no file name (hostile review 67)
+        files = {u: [p.name for p, ds in zip(paths, headers) if str(ds.get("SeriesInstanceUID", "")) == u]
+                 for u in series_uids}
+        shown = ", ".join(f"{u or '(none)'} ({len(files[u])} file{'s' if len(files[u]) > 1 else ''}, e.g. "
+                          f"{files[u][0]})" for u in series_uids[:3]) + (" ..." if len(series_uids) > 3 else "")
         raise _fail(folder, None, f"holds {len(series_uids)} series ({shown}); give one series per case")
     uid = series_uids[0] or None
     multiframe = False
@@ -410,6 +475,10 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
                 raise _fail(folder, uid, f"{paths[0].name}: frames {frames[order][at]} and {frames[order][at + 1]} "
                                          "lie at the same position (two frames at one position: several stacks or "
                                          "images per position); one frame per position is read")
+            at = int(np.argmin(steps))
+            several = _several_per_position(headers, paths, headers[at], headers[at + 1])
+            if several is not None:
+                raise _fail(folder, uid, several)
             raise _fail(folder, uid, "two slices at the same position (duplicate slices)")
         unit_step = float(np.median(steps))
         tol = max(SPACING_ATOL, SPACING_RTOL * unit_step)
@@ -444,8 +513,61 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
                          frames=None if frames is None else [int(f) for f in frames[order]], positions=positions,
                          orientation=orients[order[0]].copy(), pixel_spacing=spacings[order[0]].copy())
     if pixels:
+        _check_grey(series)
         series.volume = _read_frames(series) if series.multiframe else _read_pixels(series)
     return series
+
+
+def _check_grey(series: DicomSeries) -> None:
+    """Refuse, before any pixel is read, a slice whose pixels are no grey values (``MONOCHROME1`` / ``MONOCHROME2``).
+
+    Found by hostile review 67: a ``PALETTE COLOR`` slice was read as its palette indices, without a word, and an
+    ``RGB`` one (a screen capture stored as a CT image) refused as ``pixel data of shape (rows, columns, 3)``.
+    """
+    for path, ds in zip(series.files, series.datasets):
+        samples = _number(ds, "SamplesPerPixel", series.folder, path, int, 1, series_uid=series.series_uid)
+        photometric = str(ds.get("PhotometricInterpretation", "") or "").strip().upper()
+        if samples != 1 or photometric not in ("MONOCHROME1", "MONOCHROME2", ""):
+            raise _fail(series.folder, series.series_uid, f"{path.name} is a colour image (SamplesPerPixel {samples}, "
+                                                          f"PhotometricInterpretation {photometric or '(none)'}); "
+                                                          "grey-scale (MONOCHROME1 / MONOCHROME2) slices only")
+
+
+#: attributes of single-frame slices whose values tell several images at one position apart (what several values are)
+_SEVERAL_PER_POSITION = (("EchoNumbers", "echoes"), ("EchoTime", "echoes"),
+                         ("TemporalPositionIdentifier", "temporal positions"), ("TriggerTime", "trigger times"),
+                         ("DiffusionBValue", "b-values"), ("AcquisitionNumber", "acquisitions"),
+                         ("ImageType", "image types (e.g. magnitude and phase, water and fat)"))
+
+
+def _stated(ds: Dataset, name: str) -> str:
+    """The value of ``name`` in ``ds`` as a text (several values joined by a backslash); empty when absent."""
+    try:
+        value = ds.get(name)
+    except (TypeError, ValueError, OverflowError):
+        return ""
+    if isinstance(value, (MultiValue, list, tuple)):
+        return "\\".join(str(v).strip() for v in value)
+    return "" if value is None else str(value).strip()
+
+
+def _several_per_position(headers: list[Dataset], paths: list[Path], a: Dataset, b: Dataset) -> str | None:
+    """The problem of two single-frame slices at one position that are no duplicates; None when nothing differs.
+
+    A multi-echo MR, a time series (perfusion, dynamic contrast) or a series of magnitude and phase images stores
+    several images at each position: found by hostile review 67, such a folder was refused as "duplicate slices",
+    which tells a user to delete copies that are none. The first attribute of :data:`_SEVERAL_PER_POSITION` whose
+    values differ between ``a`` and ``b`` names what they are, with its number of values in the series.
+    """
+    for name, what in _SEVERAL_PER_POSITION:
+        if _stated(a, name) != _stated(b, name):
+            values = sorted({_stated(ds, name) for ds in headers}, key=lambda v: (len(v), v))
+            shown = ", ".join(v or "(none)" for v in values[:4]) + (", ..." if len(values) > 4 else "")
+            names = [p.name for p, ds in zip(paths, headers) if ds is a or ds is b]
+            return (f"{' and '.join(names[:2])} lie at the same position and differ in {name}: the folder holds "
+                    f"several {what} ({len(values)} values of {name}: {shown[:80]}); one image per position is read: "
+                    "give each as a series of its own")
+    return None
 
 
 def _frame_groups(ds: Dataset, folder: Path, path: Path, uid: str | None) -> tuple[list[Dataset], Dataset]:
@@ -591,22 +713,33 @@ def _frame_rescale(series: DicomSeries) -> list[tuple[float, float]]:
     return out
 
 
-def _decoder_missing(path: Path) -> str:
-    """``"; <why>"`` when ``path`` is compressed in a transfer syntax pydicom has no decoder installed for, else ``""``.
+def _decoder_missing(path: Path, error: BaseException | None = None) -> str:
+    """``"; <why>"`` when ``path`` is compressed and no installed decoder decoded it, else ``""``.
 
     A PACS often sends compressed files (JPEG Lossless, JPEG 2000, JPEG-LS); pydicom decodes most of them only with
-    a plugin (pylibjpeg and its codecs, or python-gdcm).
+    a plugin (pylibjpeg and its codecs, or python-gdcm). Where a plugin is installed but could not decode the slice
+    (``error``: pydicom's ``RuntimeError`` naming each plugin's reason, e.g. Pillow and a 12-bit JPEG Extended image,
+    found by hostile review 67) and others are not installed, the reasons and what to install are given too.
     """
     from pydicom.pixels import get_decoder
 
+    install = ("pip install pylibjpeg pylibjpeg-libjpeg pylibjpeg-openjpeg (or python-gdcm), or decompress the series "
+               "(dcmdjpeg, gdcmconv)")
     try:
-        syntax = pydicom.dcmread(path, stop_before_pixels=True).file_meta.TransferSyntaxUID
-        if not syntax.is_compressed or get_decoder(syntax).is_available:
+        syntax = _dcmread(path, stop_before_pixels=True).file_meta.TransferSyntaxUID
+        if not syntax.is_compressed:
             return ""
+        decoder = get_decoder(syntax)
+        if not decoder.is_available:
+            return f"; its transfer syntax {syntax.name} needs a decoder that is not installed: {install}"
+        missing = list(decoder.missing_dependencies)
     except Exception:  # no file meta, an unknown transfer syntax, no decoder at all for it: nothing more to say
         return ""
-    return (f"; its transfer syntax {syntax.name} needs a decoder that is not installed: pip install pylibjpeg "
-            "pylibjpeg-libjpeg pylibjpeg-openjpeg (or python-gdcm), or decompress the series (dcmdjpeg, gdcmconv)")
+    reasons = [line.strip() for line in str(error or "").splitlines()[1:] if line.strip()]
+    if not isinstance(error, RuntimeError) or not reasons or not missing:
+        return ""
+    why = "; ".join(reasons)
+    return (f"; its transfer syntax {syntax.name} was not decoded ({why[:200]}): {install}")
 
 
 def _read_pixels(series: DicomSeries) -> np.ndarray:
@@ -614,11 +747,11 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
     volume = np.empty((cols, rows, n), dtype=np.float32)
     for k, path in enumerate(series.files):
         try:
-            ds = pydicom.dcmread(path)
+            ds = _dcmread(path)
             stored = ds.pixel_array
         except Exception as e:
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data unreadable "
-                                                          f"({type(e).__name__}){_decoder_missing(path)}") from None
+                                                          f"({type(e).__name__}){_decoder_missing(path, e)}") from None
         if stored.shape != (rows, cols):
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of shape {stored.shape}, "
                                                           f"expected {(rows, cols)}")
@@ -663,7 +796,7 @@ def _check_frame_count(series: DicomSeries, path: Path, syntax: Any) -> None:
 def _read_whole(series: DicomSeries, path: Path) -> Dataset:
     """The whole dataset of ``path`` (a deflated file, which :func:`pydicom.pixels.iter_pixels` cannot read)."""
     try:
-        return pydicom.dcmread(path)
+        return _dcmread(path)
     except Exception as e:
         raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data unreadable "
                                                       f"({type(e).__name__})") from None
@@ -683,13 +816,16 @@ def _read_frames(series: DicomSeries) -> np.ndarray:
     _check_frame_count(series, path, syntax)
     # iter_pixels reads a file's frames one at a time, but does not inflate a deflated file (it then finds no pixel
     # data; found by hostile testing): such a file is read whole, its frames then decoded one at a time
-    frames = iter_pixels(path if syntax != DeflatedExplicitVRLittleEndian else _read_whole(series, path))
+    # a bare data set (no file meta: :func:`_dcmread`) is read whole too, iter_pixels reading its transfer syntax from
+    # the file
+    bare = getattr(series.datasets[0], "preamble", None) is None
+    frames = iter_pixels(path if syntax != DeflatedExplicitVRLittleEndian and not bare else _read_whole(series, path))
     for i in range(n):
         try:
             stored = next(frames)
         except Exception as e:  # StopIteration: fewer frames than NumberOfFrames
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of frame {i + 1} unreadable "
-                                                          f"({type(e).__name__}){_decoder_missing(path)}") from None
+                                                          f"({type(e).__name__}){_decoder_missing(path, e)}") from None
         if stored.shape != (rows, cols):
             raise _fail(series.folder, series.series_uid, f"{path.name}: frame {i + 1} of shape {stored.shape}, "
                                                           f"expected {(rows, cols)}")
