@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from monai_unc.evaluation import EvaluationConfig
+from monai_unc.evaluation.cohort import config_from_summary
 
 
 @pytest.mark.parametrize("field, values, shown", [
@@ -36,3 +37,13 @@ def test_distinct_entries_are_kept():
                               seg_label_values=[1, 2])
     config.validate()
     assert config.calibration_cases == ["b", "a"] and config.class_names == ["bg", "x", "y"]
+
+
+def test_a_recorded_repeat_is_refused_unless_the_report_replaces_the_list():
+    """An evaluation of an earlier version may have recorded such a list in summary.json: ``report`` refuses it, and
+    ``--calibration-cases`` (an override) replaces it before the configuration is made."""
+    saved = {"config": {"calibration_cases": ["a", "b", "a"], "budget": 0.2}}
+    with pytest.raises(ValueError, match="calibration_cases lists 1 case"):
+        config_from_summary(saved, [])
+    config = config_from_summary(saved, [], calibration_cases=["a", "b"])
+    assert config.calibration_cases == ["a", "b"] and config.budget == 0.2
