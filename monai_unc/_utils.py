@@ -2097,6 +2097,41 @@ def check_metric_reduction(value: Any, name: str = "reduction") -> Any:
     raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
+def _metric_reduction(data: torch.Tensor, reduction: MetricReduction) -> tuple[torch.Tensor, torch.Tensor]:
+    """MONAI's ``do_metric_reduction`` (NaN values left out, 0 where none is left) in float64 for float64 ``data``.
+
+    The same steps as ``monai.metrics.utils.do_metric_reduction`` (MONAI 1.6): ``"mean"`` averages each case's
+    valid channels, then the cases that have one; the ``_batch`` / ``_channel`` reductions reduce one dimension. MONAI
+    computes them in float32 (``.float()``); here they are computed in ``data``'s floating dtype when it is float64,
+    else in float32 as MONAI does. ``not_nans`` is float32, as MONAI's.
+    """
+    from monai.utils import MetricReduction
+
+    dtype = torch.float64 if data.dtype == torch.float64 else torch.float32
+    nans = torch.isnan(data)
+    valid = (~nans).to(torch.float32)
+    if reduction == MetricReduction.NONE:
+        return data.clone(), valid
+    f = torch.where(nans, torch.zeros((), dtype=data.dtype, device=data.device), data).to(dtype)
+    zero = torch.zeros(1, dtype=dtype, device=data.device)  # MONAI's shape: "mean" gives (1,), not a scalar
+
+    def mean(dim: int, values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        return torch.where(counts > 0, values.sum(dim=dim) / counts.to(dtype), zero)
+
+    if reduction == MetricReduction.MEAN:  # the mean of each case's valid channels, then of the cases with one
+        counts = valid.sum(dim=1)
+        f = mean(1, f, counts)
+        cases = (counts > 0).sum(dim=0).to(torch.float32)
+        return torch.where(cases > 0, f.sum(dim=0) / cases.to(dtype), zero), cases
+    if reduction == MetricReduction.SUM:
+        return f.sum(dim=[0, 1]), valid.sum(dim=[0, 1])
+    dim = 0 if reduction in (MetricReduction.MEAN_BATCH, MetricReduction.SUM_BATCH) else 1
+    counts = valid.sum(dim=dim)
+    if reduction in (MetricReduction.MEAN_BATCH, MetricReduction.MEAN_CHANNEL):
+        return mean(dim, f, counts), counts
+    return f.sum(dim=dim), counts
+
+
 def reduce_case_values(
     data: torch.Tensor | None, reduction: MetricReduction | str, metric: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -2111,8 +2146,11 @@ def reduce_case_values(
 
     Called by a metric's ``aggregate``: the warnings point at the caller of ``aggregate`` (they pointed at the metric
     module's line, the same for every caller; found by hostile testing).
+
+    The reduced values keep float64 per-case values in float64 (other values are reduced in float32, as MONAI
+    reduces them): MONAI's ``do_metric_reduction`` casts every mean and batch / channel sum to float32, so a cohort's
+    mean BA-ECE or SPACE was rounded to about 7 digits although the cases' values were float64 (found by review 67).
     """
-    from monai.metrics.utils import do_metric_reduction
     from monai.utils import MetricReduction
 
     if data is None or data.numel() == 0:
@@ -2121,7 +2159,7 @@ def reduce_case_values(
             shape = (0, 1) if data is None or data.ndim < 2 else (0, *data.shape[1:])
             return torch.empty(shape, dtype=torch.float64), torch.tensor(0.0)
         return torch.tensor(nan, dtype=torch.float64), torch.tensor(0.0)
-    f, not_nans = do_metric_reduction(data.clone(), reduction)
+    f, not_nans = _metric_reduction(data, MetricReduction(reduction))
     if reduction == MetricReduction.NONE or not isinstance(f, torch.Tensor):
         return f, not_nans
     empty = not_nans == 0

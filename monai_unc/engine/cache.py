@@ -84,9 +84,10 @@ class CaseCache:
 
     Example:
         >>> import tempfile
-        >>> cache = CaseCache(tempfile.mkdtemp(), fingerprint=lambda item: {"size": len(item)})
-        >>> _ = cache.save("a", {"n": 3}, {"size": 3})
-        >>> cache.load("a", {"size": 3}), cache.load("a", {"size": 4})
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     cache = CaseCache(folder, fingerprint=lambda item: {"size": len(item)})
+        ...     _ = cache.save("a", {"n": 3}, {"size": 3})
+        ...     cache.load("a", {"size": 3}), cache.load("a", {"size": 4})
         ({'n': 3}, None)
     """
 

@@ -1166,14 +1166,16 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
     if not isinstance(recorded, Mapping):
         raise ValueError(f"summary.json: 'config' must be an object of evaluation options, got "
                          f"{type(recorded).__name__}")
-    cfg = EvaluationConfig(**{k: v for k, v in recorded.items() if k in known})
-    if budget is not None:
-        cfg.budget = float(budget)
-    for k, v in overrides.items():
+    for k in overrides:
         if k not in known:
             raise TypeError(f"unknown evaluation option {k!r}")
-        if v is not None:
-            setattr(cfg, k, v)
+    # the overrides replace the recorded options before the configuration is made: it refuses a list naming a case
+    # twice at construction, which an evaluation of an earlier version may have recorded (review 67)
+    options = {k: v for k, v in recorded.items() if k in known}
+    options.update({k: v for k, v in overrides.items() if v is not None})
+    cfg = EvaluationConfig(**options)
+    if budget is not None:
+        cfg.budget = float(budget)
     # a risk option without a target in effect would be ignored (found by hostile testing: report --delta exited 0)
     check_risk_options(cfg.target_risk, [k for k, v in overrides.items() if v is not None])
     if any("shift" in r for r in rows):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import check_integer, check_text, label_text, parameter_error
+from .._utils import check_integer, check_text, label_text, listed, parameter_error
 from ..io import case_id_hint, check_entry_kind, read_table
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.casewise import IID_SHIFTS
@@ -116,7 +117,7 @@ class EvaluationConfig:
         num_classes: number of classes (default: from the probabilities).
         class_names: names of the classes, background first, for the ``dice_<class>`` columns (default ``1``,
             ``2``, ...): one per class, of distinct columns (:func:`slug`: ``"Left Atrium"`` and ``"left-atrium"``
-            would both be ``dice_left_atrium``).
+            would both be ``dice_left_atrium``); a name listed twice is refused.
         shifts: ``{case: shift label}`` for OoD detection; in-distribution labels are :data:`IID_SHIFTS`. The labels
             are kept as text (:meth:`validate`: ``str`` of a number, ``""`` for None or NaN).
         target_risk: when set, the referral threshold with a guarantee
@@ -131,7 +132,8 @@ class EvaluationConfig:
             ``p_value``): ``"hoeffding_bentkus"`` (default, any risk) or ``"binomial"`` (exact, more powerful; needs
             ``risk="failure"`` and ``risk_method="ltt"``). Recorded in ``summary.json`` only when not the default.
         calibration_cases: ids of the cases the threshold is fitted on (default: every case, and the threshold is
-            meant for new cases); the other cases are reported as a held-out check.
+            meant for new cases); the other cases are reported as a held-out check. Distinct ids (compared as text):
+            a list naming a case twice is refused, as ``--calibration-cases`` refuses such a file.
         regions: region spec of a region-based (multi-label sigmoid) prediction: a mapping ``{region: [labels]}``,
             ``"brats"``, ``"brats2023"`` or a JSON object (:func:`monai_unc.regions.parse_regions`); every metric is
             then computed per region (:mod:`monai_unc.evaluation.region_case`). Stored parsed, as
@@ -171,6 +173,10 @@ class EvaluationConfig:
             ``"numpy1"`` (the grid of the 2020 challenge, run under numpy 1.x: 41 thresholds ``100 ... 0``; use it to
             compare with the published 2020 challenge scores). Only with ``regions`` (QU-BraTS is computed per
             region); part of the resume fingerprint and recorded in ``summary.json`` when not the default.
+
+    Raises:
+        ValueError: ``calibration_cases``, ``class_names`` or ``seg_label_values`` lists an entry more than once (the
+            message names the field and the entries); the other options are checked by :meth:`validate`.
 
     Example:
         >>> from monai_unc.evaluation import EvaluationConfig
@@ -214,6 +220,31 @@ class EvaluationConfig:
         # filters hid it (found by the upgrade review)
         if isinstance(self.measure, str):
             self.measure = canonical_measure(self.measure, stacklevel=4)
+        self._refuse_repeated_entries()
+
+    def _refuse_repeated_entries(self) -> None:
+        """Refuse a case id, class name or segment label value listed twice (at construction and in :meth:`validate`).
+
+        Found by review 67: ``calibration_cases=["a", "b", "a"]`` was accepted, although the command line refuses
+        such a ``--calibration-cases`` file: the rules were fitted on fewer cases than the list gave (a typo for
+        another case is the likely cause). Ids and names are
+        compared as text, as the evaluation matches them (``1`` and ``"1"`` are the same case). A value of another
+        type (a string, a number) is left to :meth:`validate`, whose message says what is expected.
+        """
+        for name, what in (("calibration_cases", "case"), ("class_names", "name"), ("seg_label_values", "value")):
+            values = getattr(self, name)
+            if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, set, frozenset)):
+                continue
+            if name != "seg_label_values":
+                keys: list[Any] = [str(v) for v in values]
+            elif all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+                keys = [int(v) for v in values]
+            else:
+                continue
+            twice = [k for k, n in Counter(keys).items() if n > 1]  # in list order
+            if twice:
+                raise parameter_error(
+                    ValueError(f"{name} lists {len(twice)} {what}(s) more than once: {listed(twice, 5)}"), name)
 
     @property
     def n_fine_bins(self) -> int:
@@ -228,7 +259,8 @@ class EvaluationConfig:
         ``spatial`` Python ``int`` and ``bool``.
 
         Raises:
-            ValueError: an option is out of range, of the wrong type (a string where a number or a list is meant, a
+            ValueError: a case id, class name or segment label value listed twice (as at construction); an option is
+                out of range, of the wrong type (a string where a number or a list is meant, a
                 float where an integer is) or inconsistent with another (the message names it).
             TypeError: ``case_metrics``, ``products``, ``ignore_unclaimed_labels`` or ``qu_brats_grid`` has the
                 wrong type.
@@ -242,6 +274,7 @@ class EvaluationConfig:
             >>> config.measure, config.regions["WT"]
             ('one_minus_max_prob', [1, 2, 4])
         """
+        self._refuse_repeated_entries()  # again: a field may have been set after construction
         for name in ("budget", "failure_dice", "delta", "target_risk"):
             value = getattr(self, name)
             # a bool is an int to Python: failure_dice=True (every case failed) or budget=False passed silently

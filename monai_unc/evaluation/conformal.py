@@ -1383,10 +1383,11 @@ def remove_stale_masks(output: str | os.PathLike, cases: Sequence[str], sides: S
 
     Example:
         >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp())
-        >>> for name in ("a_outer.nii.gz", "a_inner.nii.gz", "b_outer.nii.gz"):
-        ...     _ = (d / name).write_bytes(b"")
-        >>> sorted(p.name for p in remove_stale_masks(d, ["a"], ["outer"]))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     d = Path(folder)
+        ...     for name in ("a_outer.nii.gz", "a_inner.nii.gz", "b_outer.nii.gz"):
+        ...         _ = (d / name).write_bytes(b"")
+        ...     sorted(p.name for p in remove_stale_masks(d, ["a"], ["outer"]))
         ['a_inner.nii.gz', 'b_outer.nii.gz']
     """
     keep = {mask_file(output, c, s).name for c in cases for s in sides}

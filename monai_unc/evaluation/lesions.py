@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import affine_voxel_volume, label_map_dtype, load_nifti, share_count
+from .._utils import affine_voxel_volume, label_map_dtype, load_nifti, share_count, to_numpy
 from ..io import CaseError, check_geometry, nifti_geometry, read_volume, sheared_grid
 from ..metrics.discrimination import error_auroc
 from ..metrics.lesions import (
@@ -580,21 +580,30 @@ def lesion_retention(score: Any, dice: Any, false_positive: Any,
         ``{"referred", "kept", "dice", "false_positive_share", "oracle_dice"}`` (lists; empty, with a ``UserWarning``,
         when every share refers all lesions), or None without a finite score.
 
+    Raises:
+        TypeError: naming the argument, when one is not numbers (text such as ``"0.5"``, ``None`` in a list, complex
+            numbers; a numpy array, a torch tensor, a list or a number is expected).
+        ValueError: the three have different lengths, or a share of ``referred`` is outside [0, 1).
+
     Example:
         >>> curve = lesion_retention([0.9, 0.1, 0.5, 0.2], [0.0, 0.9, 0.4, 0.8], [1, 0, 0, 0], referred=(0.0, 0.25))
         >>> curve["dice"], curve["false_positive_share"], curve["kept"]
         ([0.525, 0.7], [0.25, 0.0], [4, 3])
     """
-    u = np.asarray(score, float).ravel()
-    d = np.asarray(dice, float).ravel()
-    fp = np.asarray(false_positive, float).ravel()
+    # numbers only, as the metric entry points take them (found by review 67: np.asarray(x, float) read the text
+    # "0.5" as the number); to_numpy refuses text, objects and complex with a TypeError naming the argument
+    u, d, fp = (to_numpy(x, name).astype(np.float64).ravel()
+                for x, name in ((score, "score"), (dice, "dice"), (false_positive, "false_positive")))
     if not (u.shape == d.shape == fp.shape):
         raise ValueError(f"score, dice and false_positive must have one length, got {u.size}, {d.size}, {fp.size}")
     ok = np.isfinite(u)
     if not ok.any():
         return None
     u, d, fp = u[ok], d[ok], fp[ok]
-    taus = np.asarray(referred, float).ravel()
+    taus = to_numpy(referred, "referred")
+    if taus.dtype.kind not in "iuf":  # flags are no shares (as referral_curve's taus)
+        raise TypeError(f"referred must hold referred shares (real numbers), got dtype {taus.dtype}")
+    taus = taus.astype(np.float64).ravel()
     if taus.size == 0 or not np.isfinite(taus).all() or (taus < 0).any() or (taus >= 1).any():
         raise ValueError(f"referred must be shares in [0, 1), got {referred!r}")
     taus = taus[share_count(taus, u.size) < u.size]  # shares that keep at least one lesion

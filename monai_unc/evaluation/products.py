@@ -261,8 +261,9 @@ def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: An
         >>> from monai_unc.product import CohortProduct
         >>> class Bias(CohortProduct):
         ...     name, title = "bias", "Bias"
-        >>> path = write_artifact(tempfile.mkdtemp() + "/bias.json", Bias(), {"bias": 1.5}, ["a", "b"])
-        >>> read_artifact(path, "bias")["artifact"]
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = write_artifact(folder + "/bias.json", Bias(), {"bias": 1.5}, ["a", "b"])
+        ...     read_artifact(path, "bias")["artifact"]
         {'bias': 1.5}
     """
     infinite = _infinite_at(artifact)

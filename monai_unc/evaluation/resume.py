@@ -370,7 +370,8 @@ def map_digest_hooks(dump: Callable[[Path, str, Any], dict[str, Any]],
     Example:
         >>> import tempfile
         >>> from monai_unc.engine import CaseCache
-        >>> d = Path(tempfile.mkdtemp())
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> d = Path(tmp.name)
         >>> _ = (d / "a_map.nii.gz").write_bytes(b"map")
         >>> hooks = map_digest_hooks(lambda f, c, r: {"row": r}, lambda f, doc, item: doc["row"],
         ...                          lambda doc: doc["row"]["derived"], folder=d)
@@ -381,6 +382,7 @@ def map_digest_hooks(dump: Callable[[Path, str, Any], dict[str, Any]],
         >>> _ = (d / "a_map.nii.gz").write_bytes(b"edited")
         >>> cache.load("a") is None  # computed again
         True
+        >>> tmp.cleanup()
     """
     base = None if folder is None else Path(folder)
 

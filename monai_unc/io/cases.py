@@ -4064,9 +4064,9 @@ def output_digests(output: str | os.PathLike, names: Sequence[str]) -> dict[str,
 
     Example:
         >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp())
-        >>> _ = (d / "a.nii.gz").write_bytes(b"abc")
-        >>> output_digests(d, ["a.nii.gz"])["a.nii.gz"]["size"]
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "a.nii.gz").write_bytes(b"abc")
+        ...     output_digests(d, ["a.nii.gz"])["a.nii.gz"]["size"]
         3
     """
     output = Path(output)
@@ -4105,10 +4105,10 @@ def changed_outputs(output: str | os.PathLike, record: Mapping[str, Any],
 
     Example:
         >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp())
-        >>> _ = (d / "a.nii.gz").write_bytes(b"abc")
-        >>> record = {"files": ["a.nii.gz", "../b.nii.gz"], "file_digests": output_digests(d, ["a.nii.gz"])}
-        >>> changed_outputs(d, record)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "a.nii.gz").write_bytes(b"abc")
+        ...     record = {"files": ["a.nii.gz", "../b.nii.gz"], "file_digests": output_digests(d, ["a.nii.gz"])}
+        ...     changed_outputs(d, record)
         ["files entry '../b.nii.gz' (not a file name of the output folder)"]
     """
     output = Path(output)

@@ -772,8 +772,9 @@ def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> 
         >>> from monai_unc.metrics.calibration import ConfidenceHistogram
         >>> h = ConfidenceHistogram(2)
         >>> _ = h.update(np.array([[[0.2], [0.8]]]), np.array([[1]]))
-        >>> path = save_state(tempfile.mkdtemp() + "/hist", h)
-        >>> path.name, int(ConfidenceHistogram.load(path).scalars[:, 0].sum())
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = save_state(folder + "/hist", h)
+        ...     path.name, int(ConfidenceHistogram.load(path).scalars[:, 0].sum())
         ('hist.npz', 1)
     """
     path = Path(path)

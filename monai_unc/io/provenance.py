@@ -1489,9 +1489,10 @@ def read_untrusted_json(path: str | os.PathLike, source: str) -> tuple[bytes, An
 
     Example:
         >>> import pathlib, tempfile
-        >>> path = pathlib.Path(tempfile.mkdtemp()) / "doc.json"
-        >>> _ = path.write_text('{"a": [1, 2.5]}')
-        >>> read_untrusted_json(path, "doc")
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = pathlib.Path(folder) / "doc.json"
+        ...     _ = path.write_text('{"a": [1, 2.5]}')
+        ...     read_untrusted_json(path, "doc")
         (b'{"a": [1, 2.5]}', {'a': [1, 2.5]})
     """
     path = Path(path)

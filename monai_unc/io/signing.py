@@ -193,8 +193,9 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
 
     Example:
         >>> import tempfile
-        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
-        >>> oct(priv.stat().st_mode & 0o777), pub.name
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     priv, pub = generate_key_pair(folder)
+        ...     oct(priv.stat().st_mode & 0o777), pub.name
         ('0o600', 'signing_key.pub')
     """
     folder = Path(folder)
@@ -264,9 +265,10 @@ def complete_key_pair(private: str | os.PathLike) -> Path:
 
     Example:
         >>> import tempfile
-        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
-        >>> pub.unlink()
-        >>> complete_key_pair(priv) == pub, load_public_key(pub) is not None
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     priv, pub = generate_key_pair(folder)
+        ...     pub.unlink()
+        ...     complete_key_pair(priv) == pub, load_public_key(pub) is not None
         (True, True)
     """
     private = Path(private)
@@ -320,16 +322,18 @@ def check_key_pair(private: str | os.PathLike, public: str | os.PathLike | None 
 
     Example:
         >>> import tempfile
-        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
+        >>> mine, theirs = tempfile.TemporaryDirectory(), tempfile.TemporaryDirectory()
+        >>> priv, pub = generate_key_pair(mine.name)
         >>> check_key_pair(priv) == pub
         True
-        >>> other = generate_key_pair(tempfile.mkdtemp())[1]
+        >>> other = generate_key_pair(theirs.name)[1]
         >>> _ = pub.write_bytes(other.read_bytes())
         >>> try:
         ...     check_key_pair(priv)
         ... except KeyPairMismatchError as e:
         ...     "is not the public key of" in str(e)
         True
+        >>> mine.cleanup(); theirs.cleanup()
     """
     private = Path(private)
     public = private.with_suffix(".pub") if public is None else Path(public)
@@ -413,8 +417,9 @@ def load_private_key(path: str | os.PathLike, what: str = "signing key") -> Ed25
 
     Example:
         >>> import tempfile
-        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
-        >>> type(load_private_key(priv)).__name__.lstrip("_")
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     priv, pub = generate_key_pair(folder)
+        ...     type(load_private_key(priv)).__name__.lstrip("_")
         'Ed25519PrivateKey'
     """
     return _load_pem_key(path, lambda data: serialization.load_pem_private_key(data, password=None),
@@ -437,11 +442,12 @@ def load_public_key(path: str | os.PathLike, what: str = "trusted key") -> Ed255
 
     Example:
         >>> import tempfile
-        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
-        >>> try:
-        ...     load_public_key(priv)
-        ... except ValueError as e:
-        ...     print(str(e).replace(str(priv), "KEY"))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     priv, pub = generate_key_pair(folder)
+        ...     try:
+        ...         load_public_key(priv)
+        ...     except ValueError as e:
+        ...         print(str(e).replace(str(priv), "KEY"))
         trusted key KEY is a private key; give its public key (the .pub file beside it)
     """
     return _load_pem_key(path, serialization.load_pem_public_key, Ed25519PublicKey, what, "public")

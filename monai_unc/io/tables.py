@@ -302,9 +302,10 @@ def read_table(
 
     Example:
         >>> import tempfile
-        >>> path = Path(tempfile.mkdtemp()) / "t.csv"
-        >>> _ = path.write_text("\ufeffcase,dice\r\na,0.5\r\n", encoding="utf-8")
-        >>> read_table(path)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "t.csv"
+        ...     _ = path.write_text("\ufeffcase,dice\r\na,0.5\r\n", encoding="utf-8")
+        ...     read_table(path)
         (['case', 'dice'], [{'case': 'a', 'dice': '0.5'}])
     """
     name = os.fspath(path)

@@ -206,7 +206,7 @@ class GEDMetric(_CaseMetric):
         >>> metric(y_pred=samples[None], y=raters[None]).round(decimals=4)
         tensor([[0.1762, 0.2159, 0.0889, 0.1667]], dtype=torch.float64)
         >>> metric.aggregate().round(decimals=4)  # one mean per term over the cases ("mean_batch")
-        tensor([0.1762, 0.2159, 0.0889, 0.1667])
+        tensor([0.1762, 0.2159, 0.0889, 0.1667], dtype=torch.float64)
     """
 
     def __init__(

@@ -58,9 +58,9 @@ class QUBraTSMetric(CumulativeIterationMetric):
     the T1 image; optional). With ``regions``, one-channel ``y_pred`` / ``y`` are label maps converted with
     :func:`~monai_unc.regions.label_to_regions` (so leave ``regions`` out for one-region masks). Each case
     buffers ``(1, R)`` values of ``component`` (``"score"``, ``"dice_auc"``, ``"ftp_auc"`` or ``"ftn_auc"``);
-    ``aggregate`` reduces them with MONAI's ``do_metric_reduction`` (default ``"mean"``: the mean over cases and
-    regions, the challenge's ranking score; ``"mean_batch"``: per region). Without any case ``aggregate`` returns
-    NaN with a ``UserWarning``.
+    ``aggregate`` reduces them as MONAI's ``do_metric_reduction`` does, in float64 (default ``"mean"``: the mean
+    over cases and regions, the challenge's ranking score; ``"mean_batch"``: per region). Without any case
+    ``aggregate`` returns NaN with a ``UserWarning``.
 
     Args:
         num_points: number of thresholds (40 in the challenge).
@@ -90,11 +90,11 @@ class QUBraTSMetric(CumulativeIterationMetric):
         >>> metric(y_pred=label, y=label, uncertainty=torch.zeros(1, 3, 6, 6, 6)).shape
         torch.Size([1, 3])
         >>> metric.aggregate().round(decimals=4)  # TC, WT, ET
-        tensor([0.9917, 0.9917, 0.9917])
+        tensor([0.9917, 0.9917, 0.9917], dtype=torch.float64)
         >>> metric1 = QUBraTSMetric(regions="brats", reduction="mean_batch", grid="numpy1")  # the 2020 grid
         >>> _ = metric1(y_pred=label, y=label, uncertainty=torch.zeros(1, 3, 6, 6, 6))
         >>> metric1.aggregate()
-        tensor([1., 1., 1.])
+        tensor([1., 1., 1.], dtype=torch.float64)
     """
 
     def __init__(

@@ -562,9 +562,11 @@ def area_under_referral_curve(
 ) -> float:
     """Area under the referral curve (RETINA's "R-<metric> AUC"): trapezoid of the curve over ``tau``.
 
-    Rates that refer every case (NaN) are left out, and so are rates where a callable's metric is undefined (NaN or
-    inf), with a ``UserWarning`` saying the range of rates the area covers. A single usable rate gives NaN with a
-    warning.
+    Rates that refer every case (above ``(N-1)/N``: no case is left, the curve is NaN there) are left out, and so
+    are rates where a callable's metric is undefined (NaN or inf), with one ``UserWarning`` saying the range of rates
+    the area then covers: with ``normalize=False`` the area is over that shorter range (``taus=[0, 0.5, 1]`` gives
+    the area over ``[0, 0.5]``), so compare areas over the same covered range, or use ``normalize=True``. The
+    default ``taus`` refer every case at no rate. A single usable rate gives NaN with a warning.
 
     Args:
         uncertainty: ``(N,)`` per-case uncertainty (larger = referred first).
@@ -591,21 +593,34 @@ def area_under_referral_curve(
         0.7972
     """
     normalize = check_bool(normalize, "normalize")  # a truthy string ("no") must not switch it on
-    curve = referral_curve(uncertainty, values, taus=taus, ties=ties)
+    with warnings.catch_warnings():
+        # said below, with the range of rates the area covers (referral_curve's warning named neither)
+        warnings.filterwarnings("ignore", message=r"referral_curve: \d+ referral rate\(s\) refer all",
+                                category=UserWarning)
+        curve = referral_curve(uncertainty, values, taus=taus, ties=ties)
     t = to_numpy(curve.tau, "tau")
     v = to_numpy(curve.value, "value")
+    n_retained = to_numpy(curve.n_retained, "n_retained")
+    n = to_numpy(uncertainty, "uncertainty").size  # checked by referral_curve
     keep = np.isfinite(v)
     # found by hostile review 60: a cohort metric undefined where cases are kept (an AUROC of a retained set without
-    # a failure) was left out without a word, and the area covered a shorter range of rates than asked for
-    undefined = ~keep & (to_numpy(curve.n_retained, "n_retained") > 0)
-    if undefined.any() and keep.any():
-        warnings.warn(
-            f"area_under_referral_curve: the metric is undefined (NaN or inf) at {int(undefined.sum())} referral "
-            f"rate(s) that keep cases; they are left out, and the area covers the rates "
-            f"[{float(t[keep].min()):.4g}, {float(t[keep].max()):.4g}] where it is defined",
-            UserWarning,
-            stacklevel=2,
-        )
+    # a failure) was left out without a word, and the area covered a shorter range of rates than asked for; found by
+    # review 67: so were the rates above (N-1)/N, which refer every case (only referral_curve's warning said so,
+    # without the range the area then covers, which is what makes an area of normalize=False comparable)
+    undefined = ~keep & (n_retained > 0)
+    everything = n_retained == 0
+    reasons = []
+    if everything.any():
+        reasons.append(f"{int(everything.sum())} referral rate(s) above (N-1)/N = {(n - 1) / n:.4g} refer all {n} "
+                       "cases, leaving no case to measure")
+    if undefined.any():
+        reasons.append(f"the metric is undefined (NaN or inf) at {int(undefined.sum())} referral rate(s) that keep "
+                       "cases")
+    if reasons:
+        covers = (f"the area covers the rates [{float(t[keep].min()):.4g}, {float(t[keep].max()):.4g}] only, not "
+                  f"[{float(t.min()):.4g}, {float(t.max()):.4g}]" if keep.any() else "no rate is left")
+        warnings.warn(f"area_under_referral_curve: {'; '.join(reasons)}; they are left out, and {covers}",
+                      UserWarning, stacklevel=2)
     t, v = t[keep], v[keep]
     order = np.argsort(t, kind="stable")
     t, v = t[order], v[order]

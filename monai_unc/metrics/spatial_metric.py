@@ -203,8 +203,8 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
     already packed ``y_pred`` (channel 0 the uncertainty, the rest the prediction: one label channel, or C
     probability / one-hot channels reduced by argmax). ``y`` is a label map ``(B, 1, *spatial)`` or one-hot.
     Per-case values (float64, NaN for degenerate cases) are buffered as ``(B, 1)``; MONAI gathers the buffers
-    across ranks in ``get_buffer`` and ``aggregate`` reduces them ignoring NaN with MONAI's
-    ``do_metric_reduction`` (which averages in float32; ``aggregate("none")`` returns the float64 values).
+    across ranks in ``get_buffer`` and ``aggregate`` reduces them ignoring NaN as MONAI's ``do_metric_reduction``
+    does, in float64 (MONAI's own reduction averages in float32).
 
     Spacing: the ``spacing`` call argument, else the constructor's, else the affine of a MetaTensor ``y`` /
     ``y_pred`` (``pixdim``; the first whose affine is not MONAI's default identity of a MetaTensor built without

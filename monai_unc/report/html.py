@@ -1219,7 +1219,8 @@ def remove_stale_report(evaluation: str | os.PathLike, output: str | os.PathLike
 
     Example:
         >>> import tempfile
-        >>> remove_stale_report(tempfile.mkdtemp()) is None  # no page there
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     remove_stale_report(folder) is None  # no page there
         True
     """
     evaluation = Path(evaluation)
@@ -1368,11 +1369,12 @@ def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, str]]:
 
     Example:
         >>> import tempfile
-        >>> path = Path(tempfile.mkdtemp()) / "metrics.csv"
         >>> import csv
-        >>> with open(path, "w", newline="") as f:
-        ...     csv.writer(f).writerows([["case", "dice"], ["c1", "0.9"]])
-        >>> read_metrics_csv(path)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "metrics.csv"
+        ...     with open(path, "w", newline="") as f:
+        ...         csv.writer(f).writerows([["case", "dice"], ["c1", "0.9"]])
+        ...     read_metrics_csv(path)
         [{'case': 'c1', 'dice': '0.9'}]
     """
     return read_csv(path)

@@ -82,13 +82,15 @@ def view(
         >>> import tempfile
         >>> import nibabel as nib, numpy as np
         >>> from monai_unc.report.notebook import view
-        >>> folder = tempfile.mkdtemp()
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> folder = tmp.name
         >>> nib.save(nib.Nifti1Image(np.random.rand(8, 8, 8).astype("float32"), np.eye(4)), f"{folder}/c1_mi.nii.gz")
         >>> widget = view(uncertainty=f"{folder}/c1_mi.nii.gz")  # in a notebook: the cell's last expression
         >>> [v.name for v in widget.volumes]
         ['c1_mi.nii.gz']
         >>> view(uncertainty=f"{folder}/c1_mi.nii.gz", convention="radiological").opts.is_radiological_convention
         True
+        >>> tmp.cleanup()
     """
     files = [(_file(image, "image"), "image"), (_file(prediction, "prediction"), "prediction"),
              (_file(uncertainty, "uncertainty"), "uncertainty")]

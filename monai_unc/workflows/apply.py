@@ -190,9 +190,9 @@ def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLik
 
     Example:
         >>> import tempfile
-        >>> folder = tempfile.mkdtemp()
         >>> rule = argparse.Namespace(fingerprint={"producer": "nnunet-predict"})
-        >>> layout_from_rule(None, rule, folder)[0], layout_from_rule("monai-unc", {}, folder)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     layout_from_rule(None, rule, folder)[0], layout_from_rule("monai-unc", {}, folder)
         ('nnunet', ('monai-unc', None))
     """
     if given is not None and given not in LAYOUTS:

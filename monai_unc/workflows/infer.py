@@ -407,7 +407,8 @@ def is_finished(case_id: str, output: Path, settings: InferSettings | None = Non
 
     Example:
         >>> import tempfile
-        >>> is_finished("c1", Path(tempfile.mkdtemp()))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     is_finished("c1", Path(folder))
         False
     """
     cache = _record_cache(Path(output), settings=settings)
@@ -601,14 +602,15 @@ def network_image_cases(folder: str | os.PathLike, network: Any) -> list[ImageCa
     Example:
         >>> import tempfile
         >>> from pathlib import Path
-        >>> folder = Path(tempfile.mkdtemp())
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> folder = Path(tmp.name)
         >>> for name in ("brain_0000", "brain_0001"):
         ...     (folder / name).mkdir()
         ...     _ = (folder / name / "IM0001").write_bytes(b"")
         >>> two, one = torch.nn.Conv3d(2, 3, 1), torch.nn.Conv3d(1, 3, 1)  # a network of 2 (1) input channels
         >>> [c.case_id for c in network_image_cases(folder, two)], [c.case_id for c in network_image_cases(folder, one)]
         (['brain'], ['brain_0000', 'brain_0001'])
-        >>> import shutil; shutil.rmtree(folder)
+        >>> tmp.cleanup()
     """
     channels = network_in_channels(network)
     return list_image_cases(folder, series_channels=channels if channels is not None and channels > 1 else 1)

@@ -38,8 +38,9 @@ def key_file_fingerprint(path: str | Path) -> str:
     Example:
         >>> import tempfile
         >>> from monai_unc.io.signing import generate_key_pair
-        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
-        >>> key_file_fingerprint(priv) == key_file_fingerprint(pub)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     priv, pub = generate_key_pair(folder)
+        ...     key_file_fingerprint(priv) == key_file_fingerprint(pub)
         True
     """
     head = b""

@@ -233,9 +233,10 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False, key: str
 
     Example:
         >>> import tempfile
-        >>> path = Path(tempfile.mkdtemp()) / "w.pt"
-        >>> torch.save(nn.Linear(2, 1).state_dict(), path)
-        >>> sorted(load_checkpoint(path))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "w.pt"
+        ...     torch.save(nn.Linear(2, 1).state_dict(), path)
+        ...     sorted(load_checkpoint(path))
         ['bias', 'weight']
     """
     path = os.fspath(path)
