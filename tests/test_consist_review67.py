@@ -49,3 +49,21 @@ def test_check_threshold_is_the_one_checker():
     assert check_threshold(torch.tensor(0.25)) == 0.25 and isinstance(check_threshold(np.array(1)), float)
     with pytest.raises(TypeError, match="^cut must be a real number"):
         check_threshold(torch.tensor(True), "cut", error=TypeError)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# regions_to_labels: label 0 in a region spec is refused (nnU-Net: the background is in no region)
+# ---------------------------------------------------------------------------------------------------------------
+def test_regions_to_labels_refuses_label_0_in_a_region():
+    """A voxel in no region got 0, whose regions (label_to_regions) hold the region listing 0: the region came back,
+    against the docstring's "only regions the masks hold are kept". nnU-Net's LabelManager leaves the background out
+    of every region (a region of label 0 alone is dropped; its converter starts every voxel at 0)."""
+    from monai_unc.regions import regions_to_labels
+
+    masks = np.array([[0, 1, 1], [0, 1, 0]], bool)
+    with pytest.raises(ValueError, match=r"^regions\['all'\] holds label 0"):
+        regions_to_labels(masks, {"all": (0, 1), "one": (1,)})
+    with pytest.raises(ValueError, match=r"^regions\['bg'\] holds label 0"):
+        regions_to_labels(masks, '{"one": [1], "bg": [0]}')
+    labels, missed = regions_to_labels(masks, {"all": (2, 1), "one": (1,)})  # without 0: unchanged
+    assert labels.tolist() == [0, 1, 2] and missed == 0
