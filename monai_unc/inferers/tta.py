@@ -492,9 +492,11 @@ class TTAInferer(UncertaintyInferer):
         flip_axes: ``"all"`` (2^k flips for k spatial axes: 8 in 3D) or a sequence of spatial axes; ``()`` for none.
         noise_std: standard deviation of additive Gaussian noise (0 disables noise).
         noise_samples: noise copies per flip; a value other than 1 needs ``noise_std > 0`` (``ValueError``).
-        augmentations: extra ``(forward, inverse)`` pairs, multiplied with the flips.
+        augmentations: extra ``(forward, inverse)`` pairs, multiplied with the flips; None for none (an empty
+            sequence is a ``ValueError``, as for :class:`AugmentationSource`).
         transforms: MONAI invertible transforms (e.g. ``Rotate90``, ``RandAffine``), multiplied with the flips;
-            random ones are drawn ``transform_samples`` times (see :class:`InvertibleTransformSource`).
+            random ones are drawn ``transform_samples`` times (see :class:`InvertibleTransformSource`); None for none
+            (an empty sequence is a ``ValueError``).
         transform_samples: draws of each random transform; a value other than 1 needs ``transforms`` (``ValueError``).
         **kwargs: :class:`UncertaintyInferer` options except ``sources`` (``base_inferer``, ``activation``,
             ``keep_samples``, ``seed``, ...; ``sources`` is a ``ValueError``: combine sources with
@@ -539,8 +541,9 @@ class TTAInferer(UncertaintyInferer):
             raise ValueError(f"transform_samples={transform_samples} needs transforms (none given to draw)")
         if noise_std > 0:
             sources.append(NoiseSource(noise_std, noise_samples))
-        if augmentations:
+        # None is "none"; an empty list is refused as AugmentationSource([]) refuses it (review 67: it was ignored)
+        if augmentations is not None:
             sources.append(AugmentationSource(augmentations))
-        if transforms:
+        if transforms is not None:
             sources.append(InvertibleTransformSource(transforms, transform_samples))
         super().__init__(sources=sources, **kwargs)
