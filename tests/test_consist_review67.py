@@ -67,3 +67,92 @@ def test_regions_to_labels_refuses_label_0_in_a_region():
         regions_to_labels(masks, '{"one": [1], "bg": [0]}')
     labels, missed = regions_to_labels(masks, {"all": (2, 1), "one": (1,)})  # without 0: unchanged
     assert labels.tolist() == [0, 1, 2] and missed == 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TTAInferer: an empty augmentations / transforms list is refused, as AugmentationSource([]) refuses it
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, name", [({"augmentations": []}, "augmentations"), ({"transforms": []}, "transforms"),
+                                          ({"augmentations": ()}, "augmentations")])
+def test_tta_refuses_an_empty_list_of_augmentations(kwargs, name):
+    """TTAInferer(augmentations=[]) gave the flips alone without a word (None is the documented "none")."""
+    from monai_unc.inferers import TTAInferer
+
+    with pytest.raises(ValueError, match=f"^{name} must hold at least one"):
+        TTAInferer(**kwargs)
+    assert TTAInferer(flip_axes=(), augmentations=None, transforms=None) is not None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# regions_class_order that contradicts the nesting of the regions: warned, checked against nnU-Net's LabelManager
+# ---------------------------------------------------------------------------------------------------------------
+_NESTED = {"background": 0, "whole": [1, 2, 3], "core": [2, 3], "enhancing": 3}
+_REVERSED = {"background": 0, "enhancing": 3, "core": [2, 3], "whole": [1, 2, 3]}
+
+
+def _nnunet_round_trip(labels: dict, order: list[int]) -> bool:
+    """Whether nnU-Net's own conversion of perfect region probabilities gives every voxel's regions back."""
+    from nnunetv2.utilities.label_handling.label_handling import LabelManager
+
+    lm = LabelManager(labels, order)
+    label_map = np.array([0, 1, 2, 3])
+    probs = np.stack([np.isin(label_map, r).astype(np.float32) for r in lm.foreground_regions])
+    written = lm.convert_probabilities_to_segmentation(probs)
+    back = np.stack([np.isin(written, r).astype(np.float32) for r in lm.foreground_regions])
+    return bool((back == probs).all())  # the regions back (labels of one set of regions are interchangeable)
+
+
+@pytest.mark.parametrize("labels, order", [(_NESTED, [1, 2, 3]), (_REVERSED, [3, 2, 1]), (_REVERSED, [1, 2, 3]),
+                                           (_NESTED, [3, 2, 1]), ({"background": 0, "a": [1, 2], "b": 3}, [1, 3]),
+                                           ({"background": 0, "b": 3, "a": [1, 2]}, [3, 1]),
+                                           ({"background": 0, "a": [1, 2], "b": [2, 3]}, [1, 3])])
+def test_regions_class_order_against_the_nesting_is_warned_as_nnunet_writes(labels, order, recwarn):
+    """nnU-Net writes each region's voxels with p > 0.5 as its regions_class_order entry, later regions over earlier
+    ones: a spec not listed from the outside in writes wrong labels, which were scored as written without a word."""
+    from monai_unc.io import check_regions_class_order, nnunet_dataset_regions
+
+    regions = nnunet_dataset_regions({"labels": labels, "regions_class_order": order})
+    wrong = check_regions_class_order(regions, order, "dataset.json", warn=False)
+    assert (wrong is None) == _nnunet_round_trip(labels, order)
+    if wrong is not None:
+        assert str(order) in wrong and "dataset.json" in wrong
+        with pytest.warns(UserWarning, match=r"regions_class_order \[.*nnU-Net writes"):
+            check_regions_class_order(regions, order, "dataset.json")
+    else:
+        check_regions_class_order(regions, order, "dataset.json")
+        assert not [w for w in recwarn if "regions_class_order" in str(w.message)]
+
+
+def test_regions_class_order_is_warned_once(tmp_path):
+    """Read where the predictions' regions are read (prediction_regions), once per spec and order, not per read."""
+    import json
+    import warnings
+
+    from monai_unc.io.provenance import prediction_regions
+
+    (tmp_path / "dataset.json").write_text(json.dumps({"labels": {**_REVERSED, "ignore": 4},
+                                                       "regions_class_order": [3, 2, 7]}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert list(prediction_regions(tmp_path, "nnunet")) == ["enhancing", "core", "whole"]
+    said = [str(w.message) for w in caught if "regions_class_order" in str(w.message)]
+    assert len(said) == 1 and "[3, 2, 7]" in said[0]
+
+
+def test_the_predictor_warns_a_region_model_whose_order_writes_wrong_labels():
+    """UncertaintyPredictor of a region model whose dataset.json lists the inner region first: warned when it is set
+    up (nnU-Net's label maps of that model put every tumour voxel in the outer region's label)."""
+    import warnings
+
+    pytest.importorskip("nnunetv2")
+    from tests.nnunet.test_nnunet_regions import REGIONS_JSON, region_predictor
+
+    reversed_json = {**REGIONS_JSON, "labels": {"background": 0, "core": 2, "whole": [1, 2]},
+                     "regions_class_order": [2, 1]}
+    with pytest.warns(UserWarning, match=r"the model's dataset.json: regions_class_order \[2, 1\] .* label 2 "
+                                         r"\(regions core, whole\) is written as label 1 \(whole\)"):
+        region_predictor(n_folds=1, dataset_json=reversed_json)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*regions_class_order")
+        region_predictor(n_folds=1)  # whole, core: [1, 2]
