@@ -156,3 +156,41 @@ def test_the_predictor_warns_a_region_model_whose_order_writes_wrong_labels():
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*regions_class_order")
         region_predictor(n_folds=1)  # whole, core: [1, 2]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TTA: a non-finite output names the flip / augmentation / transform that produced it (as the ensemble its member)
+# ---------------------------------------------------------------------------------------------------------------
+class _NaNWhenFlipped(torch.nn.Module):
+    """Finite logits on the input as given, NaN where the input's first spatial axis was flipped."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.cat([x, -x], 1)
+        return torch.where(x[:, :, :1, :1] > x[:, :, -1:, :1], torch.full_like(out, float("nan")), out)
+
+
+def _ramp() -> torch.Tensor:
+    return torch.arange(16, dtype=torch.float32).reshape(1, 1, 4, 4)
+
+
+def test_a_nan_of_one_flip_is_named():
+    from monai_unc.inferers import TTAInferer
+
+    with pytest.raises(ValueError, match=r"^TTA sample 1 \(flip over spatial axes \(0,\)\): network output contains "
+                                         r"non-finite values"):
+        TTAInferer(flip_axes="all")(_ramp(), _NaNWhenFlipped())
+
+
+def test_a_nan_of_one_augmentation_or_transform_is_named():
+    from monai.transforms import Flip, Rotate90
+
+    from monai_unc.inferers import TTAInferer
+
+    flip0 = (lambda t: torch.flip(t, (2,)), lambda t: torch.flip(t, (2,)))
+    ident = (lambda t: t, lambda t: t)
+    with pytest.raises(ValueError, match=r"^TTA sample 1 \(no flip, augmentations\[1\]\): network output"):
+        TTAInferer(flip_axes=(), augmentations=[ident, flip0])(_ramp(), _NaNWhenFlipped())
+    y = torch.tensor([[float(i * (1 - j)) for j in range(4)] for i in range(4)]).reshape(1, 1, 4, 4)
+    with pytest.raises(ValueError, match=r"^TTA sample 1 \(no flip, transforms\[1\] \(Flip\)\): network output"):
+        TTAInferer(flip_axes=(), transforms=[Rotate90(k=2, spatial_axes=(0, 1)), Flip(spatial_axis=0)])(
+            y, _NaNWhenFlipped())

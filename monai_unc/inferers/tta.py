@@ -130,6 +130,11 @@ class FlipSource(SampleSource):
             out.append(wrap)
         return out
 
+    def variant_names(self, x: torch.Tensor) -> list[str]:
+        """``"no flip"`` and ``"flip over spatial axes (...)"``, in the order of :meth:`variants`."""
+        return [f"flip over spatial axes {subset}" if subset else "no flip"
+                for subset in flip_subsets(x.ndim - 2, self.flip_axes)]
+
 
 def _flip_output(out: Any, dims: tuple[int, ...]) -> Any:
     if isinstance(out, (tuple, list)):
@@ -266,6 +271,10 @@ class AugmentationSource(SampleSource):
 
         return [make(k, f, i) for k, (f, i) in enumerate(self.pairs)]
 
+    def variant_names(self, x: torch.Tensor) -> list[str]:
+        """``"augmentations[k]"``, in the order of :meth:`variants`."""
+        return [f"augmentations[{k}]" for k in range(len(self.pairs))]
+
 
 def _first_tensor(value: Any) -> torch.Tensor | None:
     """``value``, or the first item of a tuple / list output (deep supervision), if it is a tensor; else None."""
@@ -379,6 +388,18 @@ class InvertibleTransformSource(SampleSource):
 
         transforms = self._seeded if self._seeded is not None else self.transforms
         return [make(t) for t in transforms for _ in range(self.num_samples)]
+
+    def variant_names(self, x: torch.Tensor) -> list[str] | None:
+        """``"transforms[k] (Name)"`` (and the draw with ``num_samples > 1``), in the order of :meth:`variants`.
+
+        None when a transform is random (MONAI ``Randomizable``): its draw would not repeat.
+        """
+        from monai.transforms import Randomizable
+
+        if any(isinstance(t, Randomizable) for t in self.transforms):
+            return None
+        return [f"transforms[{k}] ({type(t).__name__})" + (f", draw {j}" if self.num_samples > 1 else "")
+                for k, t in enumerate(self.transforms) for j in range(self.num_samples)]
 
 
 #: the inverted coverage at or below which a voxel counts as not covered by a transformed input
