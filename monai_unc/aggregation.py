@@ -34,10 +34,10 @@ import numpy as np
 import torch
 
 from ._deprecation import REMOVAL, deprecated_arg_names
-from ._utils import ArrayLike, check_bool, check_finite, is_int, like_input, to_numpy, to_tensor
+from ._utils import ArrayLike, check_bool, check_finite, is_int, like_input, parameter_error, to_numpy, to_tensor
 
-__all__ = ["PatchMax", "aggregate", "canonical_method", "check_method_options", "max_patch", "fit_threshold",
-           "METHODS"]
+__all__ = ["PatchMax", "aggregate", "canonical_method", "check_method_options", "check_threshold", "max_patch",
+           "fit_threshold", "METHODS"]
 
 #: the aggregation strategies of :func:`aggregate` (also the ``{method}`` part of the transforms' output keys)
 METHODS = ("mean", "sum", "patch_sum", "patch_mean", "threshold")
@@ -459,6 +459,51 @@ def _is_zero(value: Any) -> bool:
     )
 
 
+def check_threshold(threshold: Any, name: str = "threshold", error: type[Exception] = ValueError) -> float:
+    """A fixed threshold ``t`` as a finite float: the one check of :func:`aggregate` and of the transforms.
+
+    A real number (Python or numpy scalar), or a 0-d real tensor / numpy array (``torch.quantile(u, 0.95)``, a cohort
+    threshold kept as an array), converted with ``float()``; a bool, a string, a complex number, ``None`` or an array
+    of one or more axes is refused. :func:`aggregate` (and :class:`~monai_unc.transforms.AggregateUncertainty`) and
+    :class:`~monai_unc.transforms.UncertaintyToDiscrete` read thresholds through it, so they accept and refuse the
+    same values.
+
+    Args:
+        threshold: the value given.
+        name: the argument's name in error messages.
+        error: the exception raised for a value that is no real number: ``ValueError`` (:func:`aggregate`'s checks
+            raise that for every bad option) or ``TypeError`` (the transforms').
+
+    Returns:
+        ``float(threshold)``.
+
+    Raises:
+        ValueError: (or ``error``) naming ``name``: not a real number; ``ValueError``: not finite.
+
+    Example:
+        >>> import numpy as np, torch
+        >>> check_threshold(torch.tensor(0.25)), check_threshold(np.array(1)), check_threshold(np.float32(0.5))
+        (0.25, 1.0, 0.5)
+        >>> check_threshold(True)
+        Traceback (most recent call last):
+        ...
+        ValueError: threshold must be a real number (e.g. from fit_threshold), got True
+    """
+    value = threshold
+    if isinstance(value, torch.Tensor) and value.ndim == 0 and value.dtype != torch.bool and not value.is_complex():
+        value = value.item()
+    elif isinstance(value, np.ndarray) and value.ndim == 0 and (np.issubdtype(value.dtype, np.floating)
+                                                                or np.issubdtype(value.dtype, np.integer)):
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise parameter_error(error(f"{name} must be a real number (e.g. from fit_threshold), got {threshold!r}"),
+                              name)
+    out = float(value)
+    if not np.isfinite(out):
+        raise parameter_error(ValueError(f"{name} must be finite, got {out}"), name)
+    return out
+
+
 def check_method_options(
     method: str,
     threshold: float | None = None,
@@ -476,7 +521,8 @@ def check_method_options(
 
     Args:
         method: a current method name (:func:`canonical_method`).
-        threshold: ``aggregate``'s ``threshold``: with ``"threshold"``, a finite real number when given.
+        threshold: ``aggregate``'s ``threshold``: with ``"threshold"``, a finite real number or 0-d real tensor /
+            array when given (:func:`check_threshold`).
         empty_value: ``aggregate``'s ``empty_value``: with ``"threshold"``, a real number (0.0 or NaN).
         patch_size: ``aggregate``'s ``patch_size``, checked with ``"patch_sum"`` / ``"patch_mean"`` only: a positive
             int, or 2 or 3 positive ints (one per spatial axis; their number is checked against the map later).
@@ -502,12 +548,7 @@ def check_method_options(
     # at the first case, after the model had run on it
     if method == "threshold":
         if threshold is not None:
-            if isinstance(threshold, (bool, np.bool_)) or not isinstance(
-                threshold, (int, float, np.integer, np.floating)
-            ):
-                raise ValueError(f"threshold must be a real number (e.g. from fit_threshold), got {threshold!r}")
-            if not np.isfinite(float(threshold)):
-                raise ValueError(f"threshold must be finite, got {threshold}")
+            check_threshold(threshold)
         if isinstance(empty_value, (bool, np.bool_)) or not isinstance(
             empty_value, (int, float, np.integer, np.floating)
         ):
@@ -542,8 +583,9 @@ def aggregate(
             mask NaN, with a warning (no voxel to aggregate: not the 0 of an empty sum, which would rank the case
             as the most certain).
         patch_size: box size in voxels for ``"patch_sum"`` / ``"patch_mean"`` (int or one per axis).
-        threshold: ``t`` for ``"threshold"``, e.g. from :func:`fit_threshold`; required there, refused by the other
-            methods (``ValueError``: they would ignore it).
+        threshold: ``t`` for ``"threshold"``, e.g. from :func:`fit_threshold`: a finite real number or a 0-d real
+            tensor / array (:func:`check_threshold`); required there, refused by the other methods (``ValueError``:
+            they would ignore it).
         patch_reduction: deprecated (the method names the reduction); with ``method="patch"`` the box reduction,
             ``"sum"`` (default) or ``"mean"``.
         return_location: with ``"patch_sum"`` / ``"patch_mean"``, also return the best box's start corner
@@ -603,7 +645,7 @@ def aggregate(
     else:
         if threshold is None:
             raise ValueError("method='threshold' needs threshold=t (fit it with fit_threshold on validation maps)")
-        above = flat >= float(threshold)  # threshold and empty_value checked by check_method_options
+        above = flat >= check_threshold(threshold)  # a 0-d tensor / array: its number (review 67)
         if keep is not None:
             above = above & keep
         n = above.sum(dim=1)

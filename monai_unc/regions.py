@@ -30,7 +30,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._utils import ArrayLike, check_labels, is_int, keep_meta, like_input, to_tensor, unique_json_keys
+from ._utils import (
+    ArrayLike,
+    check_labels,
+    is_int,
+    keep_meta,
+    like_input,
+    parameter_error,
+    to_tensor,
+    unique_json_keys,
+)
 
 __all__ = [
     "BRATS_REGIONS",
@@ -309,7 +318,9 @@ def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGION
 
     Args:
         masks: binary region masks ``(R, *spatial)`` in the spec's order (bool or 0/1 values).
-        regions: region spec (see :func:`parse_regions`); default :data:`BRATS_REGIONS`.
+        regions: region spec (see :func:`parse_regions`); default :data:`BRATS_REGIONS`. No region may hold label 0,
+            the background (the label of a voxel in no region), as in nnU-Net, whose ``LabelManager`` leaves the
+            background out of its regions and whose conversion of regions to labels starts every voxel at 0.
 
     Returns:
         ``(labels, n_unrepresented)``: the label map ``(*spatial)`` (uint8 up to label 255, else int32; numpy in,
@@ -317,7 +328,8 @@ def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGION
         set of regions no label has exactly (0: ``label_to_regions`` of the labels gives the masks back).
 
     Raises:
-        ValueError: ``masks`` without one channel per region of the spec, or values other than 0/1.
+        ValueError: ``masks`` without one channel per region of the spec, or values other than 0/1; ``regions`` with
+            label 0 in a region (a voxel in no region would get 0, which puts it in that region).
 
     Example:
         >>> import numpy as np
@@ -330,6 +342,13 @@ def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGION
         (array([0], dtype=uint8), 1)
     """
     spec = parse_regions(regions) if not isinstance(regions, Mapping) else check_regions(regions)
+    for key, values in spec.items():
+        if 0 in values:
+            # found by review 67: a voxel in no region got 0, whose regions hold this one (the docstring's "only regions
+            # the masks hold are kept" did not hold); nnU-Net never puts the background in a region
+            raise parameter_error(ValueError(
+                f"regions[{key!r}] holds label 0, the background: a voxel in no region gets label 0, which would put "
+                "it in that region; list only foreground labels in a region (as nnU-Net does)"), "regions")
     t = to_tensor(masks, "masks")
     if t.ndim < 2 or t.shape[0] != len(spec):
         raise ValueError(f"masks must be (R, *spatial) with one mask per region of the spec ({len(spec)}: "
@@ -361,8 +380,8 @@ def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGION
                for label in sorted({v for values in spec.values() for v in values})}
     table = torch.zeros(present.shape[1], dtype=torch.int64, device=t.device)
     taken = torch.zeros(present.shape[1], dtype=torch.bool, device=t.device)
-    # the empty set is the background's (0), unless a region holds label 0: then label_to_regions of 0 is not empty
-    exact = ~present.any(0) & (0 not in members)
+    # the empty set is the background's (0: no region holds it, refused above)
+    exact = ~present.any(0)
     for label, member in sorted(members.items(), key=lambda kv: (-int(kv[1].sum()), kv[0])):
         inside = (present | ~member.unsqueeze(1)).all(0)
         exact |= (present == member.unsqueeze(1)).all(0)

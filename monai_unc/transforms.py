@@ -71,7 +71,7 @@ from ._utils import (
     stated_affine,
     to_tensor,
 )
-from .aggregation import aggregate, canonical_method, check_method_options
+from .aggregation import aggregate, canonical_method, check_method_options, check_threshold
 from .io import grid_mismatch
 from .keys import UncertaintyKeys, canonical_measure
 from .measures import mutual_information_from_entropies, predictive_entropy, variance_from_moments
@@ -585,11 +585,11 @@ def _scalar(value: Any) -> Any:
 class UncertaintyToDiscrete(Transform):
     """Binary "uncertain" mask ``u >= t`` (uint8 in {0, 1}) of a map ``(1, *spatial)``, e.g. to flag voxels for review.
 
-    Exactly one of ``threshold`` (a fixed real number ``t``, also as a 0-d tensor or array, not a bool or a string:
-    ``TypeError``; for a
-    cohort-level choice see :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case
-    quantile of the map, e.g.
-    0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged, so when the quantile falls on the map's
+    Exactly one of ``threshold`` (a fixed real number ``t``, also as a 0-d real tensor or array, not a bool, a string
+    or an array of one or more axes: ``TypeError``; checked by :func:`monai_unc.aggregation.check_threshold`, as
+    ``aggregate``'s; for a cohort-level choice see :func:`monai_unc.aggregation.fit_threshold`) or ``quantile``
+    (``t`` = that per-case quantile of the map, e.g. 0.95 flags the 5 % most uncertain voxels; ties at ``t`` are
+    flagged, so when the quantile falls on the map's
     minimum, shared by most voxels, every voxel is flagged, with a ``UserWarning``) is given. The mask is in the
     container of the map. ``u >= t`` compares the exact values (``_utils.exceeds``): a float32 map's
     0.69999999 (float32 0.7) is not flagged at ``threshold=0.7``, as it would be after rounding ``t`` to float32.
@@ -603,9 +603,9 @@ class UncertaintyToDiscrete(Transform):
         # a bool or a string ("0.5" of a bundle override) is refused, not read as 1.0 / 0.5 (found by hostile
         # testing: threshold=True flagged nothing, quantile=True everything, silently); a 0-d tensor or array of a
         # real dtype (``torch.quantile(u, 0.95)``, a cohort threshold) is the number it holds, as before that check
-        threshold, quantile = _scalar(threshold), _scalar(quantile)
-        if threshold is not None and not np.isfinite(real_number(threshold, "threshold")):
-            raise ValueError(f"threshold must be finite, got {threshold}")
+        # the threshold through aggregate's own check (review 67: aggregate refused the 0-d tensor this accepted)
+        threshold = None if threshold is None else check_threshold(threshold, "threshold", error=TypeError)
+        quantile = _scalar(quantile)
         if quantile is not None and not 0.0 <= real_number(quantile, "quantile") <= 1.0:
             raise ValueError(f"quantile must be in [0, 1], got {quantile}")
         self.threshold = threshold

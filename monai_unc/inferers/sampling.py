@@ -199,6 +199,28 @@ class SampleSource:
         """Number of samples this source draws for ``x`` (``len(self.variants(x))`` by default)."""
         return len(self.variants(x))
 
+    def variant_names(self, x: torch.Tensor) -> list[str] | None:
+        """What each variant of :meth:`variants` is, in words, for error messages (e.g. ``"augmentations[1]"``).
+
+        An inferer whose window holds a non-finite output runs its samples again one at a time to name the one that
+        produced it, from these names, when every source of the window has them (deterministic variants: flips,
+        augmentations, transforms); the default, None, leaves the message without a name (a source drawing at
+        random would not draw the same sample again).
+
+        Args:
+            x: the (window) input ``(B, C, *spatial)``.
+
+        Returns:
+            One name per variant, or None.
+
+        Example:
+            >>> import torch
+            >>> from monai_unc.inferers import FlipSource
+            >>> FlipSource("all").variant_names(torch.zeros(1, 1, 4, 4))
+            ['no flip', 'flip over spatial axes (0,)', 'flip over spatial axes (1,)', 'flip over spatial axes (0, 1)']
+        """
+        return None
+
     def activate(self, network: nn.Module | None) -> contextlib.AbstractContextManager:
         """Context manager entered once per inferer call with the network (default: nothing)."""
         return contextlib.nullcontext()
@@ -1203,6 +1225,10 @@ class UncertaintyInferer(Inferer):
                 # message that blamed the input (found by hostile testing)
                 who = info.get("who", "the network")
                 prefix = "" if who == "the network" else f"{who}: "
+                # and TTA the flip / augmentation / transform (review 67: the sample was not named)
+                sample = _nonfinite_sample(base, window_sources, x, guard) if shared is None else None
+                if sample is not None:
+                    prefix += f"{sample}: "
                 raise ValueError(f"{prefix}network output contains non-finite values (NaN or inf) for this input")
             # the samples of a window, counted on the window itself: under MONAI's SliceInferer a window has one
             # spatial axis less than the input (FlipSource("all") flips the 2 axes of a slice, not 3)
@@ -1590,6 +1616,26 @@ def _reuses_one_pass(source: SampleSource, x: torch.Tensor) -> bool:
         return False
     return source.num_variants(x) > 1 or (bool(getattr(source, "marginalize", False))
                                           and int(getattr(source, "num_samples", 1)) > 1)
+
+
+def _nonfinite_sample(base: Predictor, sources: Sequence[SampleSource], x: torch.Tensor, guard: Any) -> str | None:
+    """The first sample of a window whose output is not finite, named by its sources' :meth:`variant_names`.
+
+    Runs the window's samples again one at a time (only on the way to the error); None when a source has no names
+    (e.g. one drawing at random) or no sample is non-finite again.
+    """
+    lists = [list(s.variants(x)) for s in sources]
+    names = [s.variant_names(x) for s in sources]
+    if not lists or any(n is None or len(n) != len(v) for n, v in zip(names, lists)):
+        return None
+    inner = _innermost_count(sources)
+    for i, idx in enumerate(itertools.product(*(range(len(v)) for v in lists))):
+        out = _wrapped(base, [v[j] for v, j in zip(lists, idx)], inner)(x)
+        bad = not bool(torch.isfinite(network_output_tensor(out).detach()).all())
+        guard.restore()
+        if bad:
+            return f"TTA sample {i} ({', '.join(n[j] for n, j in zip(names, idx))})"
+    return None
 
 
 def _innermost_count(sources: Sequence[SampleSource]) -> int:

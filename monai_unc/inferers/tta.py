@@ -130,6 +130,11 @@ class FlipSource(SampleSource):
             out.append(wrap)
         return out
 
+    def variant_names(self, x: torch.Tensor) -> list[str]:
+        """``"no flip"`` and ``"flip over spatial axes (...)"``, in the order of :meth:`variants`."""
+        return [f"flip over spatial axes {subset}" if subset else "no flip"
+                for subset in flip_subsets(x.ndim - 2, self.flip_axes)]
+
 
 def _flip_output(out: Any, dims: tuple[int, ...]) -> Any:
     if isinstance(out, (tuple, list)):
@@ -266,6 +271,10 @@ class AugmentationSource(SampleSource):
 
         return [make(k, f, i) for k, (f, i) in enumerate(self.pairs)]
 
+    def variant_names(self, x: torch.Tensor) -> list[str]:
+        """``"augmentations[k]"``, in the order of :meth:`variants`."""
+        return [f"augmentations[{k}]" for k in range(len(self.pairs))]
+
 
 def _first_tensor(value: Any) -> torch.Tensor | None:
     """``value``, or the first item of a tuple / list output (deep supervision), if it is a tensor; else None."""
@@ -380,6 +389,18 @@ class InvertibleTransformSource(SampleSource):
         transforms = self._seeded if self._seeded is not None else self.transforms
         return [make(t) for t in transforms for _ in range(self.num_samples)]
 
+    def variant_names(self, x: torch.Tensor) -> list[str] | None:
+        """``"transforms[k] (Name)"`` (and the draw with ``num_samples > 1``), in the order of :meth:`variants`.
+
+        None when a transform is random (MONAI ``Randomizable``): its draw would not repeat.
+        """
+        from monai.transforms import Randomizable
+
+        if any(isinstance(t, Randomizable) for t in self.transforms):
+            return None
+        return [f"transforms[{k}] ({type(t).__name__})" + (f", draw {j}" if self.num_samples > 1 else "")
+                for k, t in enumerate(self.transforms) for j in range(self.num_samples)]
+
 
 #: the inverted coverage at or below which a voxel counts as not covered by a transformed input
 #: (:func:`_restore_uncovered_output`)
@@ -492,9 +513,11 @@ class TTAInferer(UncertaintyInferer):
         flip_axes: ``"all"`` (2^k flips for k spatial axes: 8 in 3D) or a sequence of spatial axes; ``()`` for none.
         noise_std: standard deviation of additive Gaussian noise (0 disables noise).
         noise_samples: noise copies per flip; a value other than 1 needs ``noise_std > 0`` (``ValueError``).
-        augmentations: extra ``(forward, inverse)`` pairs, multiplied with the flips.
+        augmentations: extra ``(forward, inverse)`` pairs, multiplied with the flips; None for none (an empty
+            sequence is a ``ValueError``, as for :class:`AugmentationSource`).
         transforms: MONAI invertible transforms (e.g. ``Rotate90``, ``RandAffine``), multiplied with the flips;
-            random ones are drawn ``transform_samples`` times (see :class:`InvertibleTransformSource`).
+            random ones are drawn ``transform_samples`` times (see :class:`InvertibleTransformSource`); None for none
+            (an empty sequence is a ``ValueError``).
         transform_samples: draws of each random transform; a value other than 1 needs ``transforms`` (``ValueError``).
         **kwargs: :class:`UncertaintyInferer` options except ``sources`` (``base_inferer``, ``activation``,
             ``keep_samples``, ``seed``, ...; ``sources`` is a ``ValueError``: combine sources with
@@ -539,8 +562,9 @@ class TTAInferer(UncertaintyInferer):
             raise ValueError(f"transform_samples={transform_samples} needs transforms (none given to draw)")
         if noise_std > 0:
             sources.append(NoiseSource(noise_std, noise_samples))
-        if augmentations:
+        # None is "none"; an empty list is refused as AugmentationSource([]) refuses it (review 67: it was ignored)
+        if augmentations is not None:
             sources.append(AugmentationSource(augmentations))
-        if transforms:
+        if transforms is not None:
             sources.append(InvertibleTransformSource(transforms, transform_samples))
         super().__init__(sources=sources, **kwargs)

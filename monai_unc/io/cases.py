@@ -3682,6 +3682,86 @@ def nnunet_dataset_regions(dataset_json: Any, source: str = "dataset.json") -> d
     return {name: vals for name, vals in parsed.items() if name != "ignore" and set(vals) != {0}}
 
 
+#: the (source, regions, order) of the contradicting ``regions_class_order`` already warned in this process
+_WARNED_CLASS_ORDERS: set[tuple[Any, ...]] = set()
+_WARNED_CLASS_ORDERS_LOCK = threading.Lock()
+
+
+def check_regions_class_order(
+    regions: Mapping[str, Sequence[int]], regions_class_order: Any, source: str = "dataset.json", warn: bool = True
+) -> str | None:
+    """Whether nnU-Net's ``regions_class_order`` writes every voxel of a region-based model with a label of its regions.
+
+    nnU-Net turns region probabilities into a label map (``LabelManager.convert_probabilities_to_segmentation``)
+    starting from 0 and writing each region's voxels with ``p > 0.5`` as that region's ``regions_class_order`` entry,
+    the regions in channel order, later ones over earlier ones. The labels come out right only when the regions are
+    listed from the outside in (each later region inside the earlier ones it overlaps, e.g. BraTS whole tumour, tumour
+    core, enhancing tumour) and each entry is the label of the voxels in its region but in none listed after it. For
+    every label of the spec this takes the voxel holding exactly that label's regions, the label nnU-Net writes there
+    (the entry of the last of them) and compares the regions of the two labels; where they differ the label map nnU-Net
+    writes (and monai-unc scores as written) has wrong labels, which a ``UserWarning`` says once per process for the
+    same ``source``, regions and order. An order of another length or of non-integers is left to nnU-Net (it refuses
+    it).
+
+    Args:
+        regions: the region spec ``{name: [labels]}`` in channel order (:func:`nnunet_dataset_regions`).
+        regions_class_order: the ``regions_class_order`` read beside it (untrusted), one label per region.
+        source: the file it was read from, named in the message.
+        warn: warn (once) when the order writes wrong labels; False only returns the message.
+
+    Returns:
+        The message (naming ``source``, the order and the first label written wrongly), or None when every label is
+        written with its own regions (or the order cannot be checked).
+
+    Example:
+        >>> regions = {"whole": [1, 2, 3], "core": [2, 3], "enhancing": [3]}
+        >>> check_regions_class_order(regions, [1, 2, 3]) is None
+        True
+        >>> "written as label 1" in check_regions_class_order(dict(reversed(regions.items())), [3, 2, 1], warn=False)
+        True
+    """
+    if not isinstance(regions_class_order, (list, tuple)) or len(regions_class_order) != len(regions) or not all(
+        isinstance(c, int) and not isinstance(c, bool) for c in regions_class_order
+    ):
+        return None
+    names = list(regions)
+    order = [int(c) for c in regions_class_order]
+    sets = {label: frozenset(i for i, n in enumerate(names) if label in regions[n])
+            for values in regions.values() for label in values}
+    wrong = []
+    for label in sorted(sets):
+        if label == 0 or not sets[label]:
+            continue
+        written = order[max(sets[label])]
+        if sets.get(written, frozenset()) != sets[label]:
+            wrong.append((label, written))
+    if not wrong:
+        return None
+
+    def regs(label: int) -> str:
+        held = sets.get(label, frozenset())
+        return ", ".join(names[i] for i in sorted(held)) if held else "no region"
+
+    label, written = wrong[0]
+    more = f" ({len(wrong) - 1} more label(s) likewise)" if len(wrong) > 1 else ""
+    message = (
+        f"{source}: regions_class_order {order} does not list the regions {names} from the outside in: nnU-Net writes "
+        f"each region's voxels with p > 0.5 as its regions_class_order entry, later regions over earlier ones, so a "
+        f"voxel of label {label} (regions {regs(label)}) is written as label {written} ({regs(written)}){more}, and "
+        "these labels are scored as written; list the regions from the outside in (each inside the ones before it, "
+        "e.g. whole tumour, tumour core, enhancing tumour) with regions_class_order giving each region the label of "
+        "its voxels in no region after it"
+    )
+    if warn:
+        key = (source, tuple((n, tuple(v)) for n, v in regions.items()), tuple(order))
+        with _WARNED_CLASS_ORDERS_LOCK:
+            first = key not in _WARNED_CLASS_ORDERS
+            _WARNED_CLASS_ORDERS.add(key)
+        if first:
+            warnings.warn(message, UserWarning, stacklevel=2)
+    return message
+
+
 def nnunet_dataset_ignore_label(dataset_json: Any, source: str = "dataset.json") -> int | None:
     """nnU-Net's ignore label of a ``dataset.json``: the ``"ignore"`` entry of its ``"labels"``, or None.
 

@@ -50,6 +50,7 @@ from .cases import (
     CaseError,
     CaseFiles,
     changed_outputs,
+    check_regions_class_order,
     match_cases,
     nnunet_dataset_regions,
     read_prediction_regions,
@@ -620,6 +621,9 @@ def prediction_regions(
         return False if isinstance(doc, dict) and isinstance(doc.get("settings"), dict) else None
     cfg = read_json_cached(pred / "uncertainty_config.json")
     if isinstance(cfg, dict) and cfg.get("regions"):
+        if isinstance(cfg["regions"], dict):  # the label maps were written with its regions_class_order (review 67)
+            check_regions_class_order(cfg["regions"], cfg.get("regions_class_order"),
+                                      str(pred / "uncertainty_config.json"))
         return cfg["regions"]
     # stock nnU-Net (nnUNetv2_predict) and earlier records: the dataset.json nnU-Net writes beside the predictions
     # orders the sigmoid channels of a region model (found by hostile review: without it, a folder whose channels are
@@ -627,6 +631,8 @@ def prediction_regions(
     dataset = read_json_cached(pred / "dataset.json")
     regions = nnunet_dataset_regions(dataset, str(pred / "dataset.json")) if dataset is not None else {}
     if regions:
+        # review 67: an order against the nesting of the regions made nnU-Net write wrong labels, scored silently
+        check_regions_class_order(regions, dataset.get("regions_class_order"), str(pred / "dataset.json"))
         return regions
     return False if isinstance(cfg, dict) else None
 

@@ -129,6 +129,7 @@ from monai_unc.io import (
     atomic_write_json,
     channel_name,
     check_case_ids_fit_folder,
+    check_regions_class_order,
     colliding_case_ids,
     json_safe,
     read_json_or_none,
@@ -520,6 +521,9 @@ class UncertaintyPredictor(nnUNetPredictor):
         self._multilabel = bool(self.label_manager.has_regions)
         if self._multilabel:  # the regions name the score columns (as in evaluate): refused here, not at the first case
             region_suffixes(region_definitions(self.dataset_json))
+            # review 67: an order against the nesting of the regions makes nnU-Net's label maps wrong: warned once
+            check_regions_class_order(region_definitions(self.dataset_json), self.label_manager.regions_class_order,
+                                      "the model's dataset.json")
         if self._multilabel and self.dataset_json.get("file_ending") not in (".nii.gz", ".nii"):
             # one map file per region (no 4D image in this format): the names must be file-name parts, refused here
             # rather than after the first case's prediction
