@@ -6,6 +6,10 @@ cores) to analyse a handful of tiny cases. :func:`plan_in_process` swaps the poo
 one that runs each case in the calling process, one after the other, when it is handed over: the same functions on
 the same arguments (``DatasetFingerprintExtractor.analyze_case``, ``DefaultPreprocessor.run_case_save``), so the
 fingerprint, the plans and the preprocessed files are those of the pool. Nothing of monai_unc runs in those workers.
+
+:func:`list_cases_in_process` does the same for nnU-Net's listing of an input folder's cases
+(``create_lists_from_splitted_dataset_folder``, called by every ``predict_from_files`` on a folder): a ``fork`` pool
+of 12 workers (its default) to match file names, each fork copying the page tables of the test process.
 """
 
 from __future__ import annotations
@@ -74,3 +78,30 @@ def plan_in_process(monkeypatch) -> None:
 
     for module in (fingerprint_extractor, default_preprocessor):
         monkeypatch.setattr(module, "multiprocessing", _Multiprocessing)
+
+
+class ListingPool:
+    """What ``create_lists_from_splitted_dataset_folder`` uses of ``multiprocessing.Pool``: the context manager and
+    ``starmap``, run in the calling process."""
+
+    def __init__(self, processes: int | None = None, *args: Any, **kwargs: Any):
+        pass
+
+    def __enter__(self) -> ListingPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def starmap(self, fn: Callable, iterable: Iterable[tuple]) -> list:
+        return [fn(*a) for a in iterable]
+
+
+def list_cases_in_process(monkeypatch) -> None:
+    """nnU-Net lists the files of an input folder's cases in this process (the same function on the same arguments,
+    ``create_paths_fn``; undone with ``monkeypatch``); nothing is changed where nnU-Net is not installed."""
+    try:
+        from nnunetv2.utilities import utils
+    except ImportError:
+        return
+    monkeypatch.setattr(utils, "Pool", ListingPool)

@@ -373,10 +373,11 @@ def _dist_worker(rank: int, world: int, port: int, results) -> None:
 
 @pytest.mark.slow
 def test_handlers_reduce_across_ranks():
-    """Two gloo ranks, each evaluating half of the cases, agree with one process on all cases."""
-    import socket
-
+    """Two gloo ranks, each evaluating half of the cases, agree with one process on all cases. The ranks are forked
+    (as the other multi-process tests do): they start without importing torch and MONAI again."""
     import torch.multiprocessing as mp
+
+    from tests._ranks import free_port, run_forked_ranks
 
     items = _memory_items(4)
     ev = UncertaintyEvaluator(
@@ -386,12 +387,11 @@ def test_handlers_reduce_across_ranks():
         val_handlers=[CaseScoresHandler("mutual_information_mean")],
     )
     ev.run()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    manager = mp.Manager()
-    results = manager.dict()
-    mp.spawn(_dist_worker, args=(2, port, results), nprocs=2, join=True)
+    with mp.Manager() as manager:
+        shared = manager.dict()
+        run_forked_ranks(_dist_worker, (2, free_port(), shared), world=2, wait_s=300)
+        results = dict(shared)
+    assert sorted(results) == [0, 1], results
     for rank in (0, 1):
         for key in ("calib_ece", "calib_nll", "calib_brier", "ood_auroc_mutual_information_mean"):
             assert results[rank][key] == pytest.approx(ev.state.metrics[key], abs=1e-6), (rank, key)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -181,13 +182,12 @@ def test_a_kernel_without_a_writable_cache_folder_is_compiled_in_the_process(mon
         jit.njit(cache=False)
 
 
-def test_the_kernels_run_from_a_read_only_installation(tmp_path):
+def test_the_kernels_run_from_a_read_only_installation(tmp_path, request):
     """The same, for real: the package copied into a folder mounted read-only with a read-only home, in a private
     user and mount namespace (skipped where ``unshare`` cannot mount), updates a calibration histogram (equal to the
     reference path) and the fused sample statistics."""
     pytest.importorskip("numba")
     import shutil
-    import subprocess
 
     from tests._paths import ROOT
 
@@ -210,11 +210,10 @@ def test_the_kernels_run_from_a_read_only_installation(tmp_path):
     done = subprocess.run([*ns, cmd, sys.executable, str(script)], capture_output=True, text=True, env=env,
                           timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    here = subprocess.run([sys.executable, "-c", _READ_ONLY_CHECK], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "MONAI_UNC_TEST_DEVICE": "cpu"})
-    assert here.returncode == 0, here.stderr[-3000:]
-    assert done.stdout == here.stdout and "fused" in here.stdout  # the same numbers as a cached kernel's
-    assert "NUMBA_CACHE_DIR" in done.stderr and "NUMBA_CACHE_DIR" not in here.stderr
+    here = request.getfixturevalue("read_only_check_reference")  # after the skips: no reference for a skipped test
+    assert here["returncode"] == 0, here["stderr"][-3000:]
+    assert done.stdout == here["stdout"] and "fused" in here["stdout"]  # the same numbers as a cached kernel's
+    assert "NUMBA_CACHE_DIR" in done.stderr and "NUMBA_CACHE_DIR" not in here["stderr"]
 
 
 #: a histogram update and fused sample statistics; prints digests of their states
@@ -237,6 +236,24 @@ for _ in range(3):
     stats.update(torch.softmax(torch.randn(1, 3, 5, 5, 5, generator=g), 1))
 print("stats", hashlib.sha256(stats.mean.numpy().tobytes()).hexdigest())
 """
+
+
+@pytest.fixture(scope="session")
+def read_only_check_reference(tmp_path_factory) -> dict[str, object]:
+    """``_READ_ONLY_CHECK`` run once per test session (shared by the xdist workers) by a plain installation with its
+    usual numba cache: its ``returncode``, ``stdout`` (the digests every test compares with) and ``stderr``.
+
+    It runs in a process of its own: the pytest worker's thread count (xdist) splits the fused sums otherwise, and
+    their last bits differ (found by CI)."""
+    from tests._paths import ROOT
+    from tests._shared import once_per_session
+
+    def run(folder):
+        here = subprocess.run([sys.executable, "-c", _READ_ONLY_CHECK], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "MONAI_UNC_TEST_DEVICE": "cpu"}, cwd=folder)
+        return {"returncode": here.returncode, "stdout": here.stdout, "stderr": here.stderr}
+
+    return once_per_session(tmp_path_factory, "jit_read_only_check_reference", run)[1]
 
 
 def test_a_kernel_whose_disk_cache_cannot_be_written_runs(monkeypatch, caplog):
@@ -278,7 +295,7 @@ def test_a_kernel_whose_disk_cache_cannot_be_written_runs(monkeypatch, caplog):
     assert len(told) == 1 and "No space left on device" in told[0], told
 
 
-def test_the_kernels_run_with_their_cache_folder_on_a_full_disk(tmp_path):
+def test_the_kernels_run_with_their_cache_folder_on_a_full_disk(tmp_path, request):
     """The same, for real: ``NUMBA_CACHE_DIR`` on a full tmpfs (private user and mount namespace; skipped where it
     cannot be mounted): the histogram update and the fused sample statistics give the numbers of a cached kernel."""
     pytest.importorskip("numba")
@@ -291,16 +308,9 @@ fill(sys.argv[1])
 os.environ["NUMBA_CACHE_DIR"] = sys.argv[1] + "/numba"
 """ + _READ_ONLY_CHECK, size_kib=64)
     assert done.returncode == 0, done.stderr[-3000:]
-    import subprocess
-
-    from tests._paths import ROOT
-
-    # the reference in a process of its own too: the pytest worker's thread count (xdist) splits the fused sums
-    # otherwise, and their last bits differ (found by CI)
-    here = subprocess.run([sys.executable, "-c", _READ_ONLY_CHECK], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "MONAI_UNC_TEST_DEVICE": "cpu"})
-    assert here.returncode == 0, here.stderr[-3000:]
-    assert done.stdout == here.stdout and "fused" in done.stdout
+    here = request.getfixturevalue("read_only_check_reference")  # after the skip: no reference for a skipped test
+    assert here["returncode"] == 0, here["stderr"][-3000:]
+    assert done.stdout == here["stdout"] and "fused" in done.stdout
     assert "could not keep compiled kernels" in done.stderr
 
 
