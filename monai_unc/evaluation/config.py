@@ -223,7 +223,9 @@ class EvaluationConfig:
         self._refuse_repeated_entries()
 
     def _refuse_repeated_entries(self) -> None:
-        """Refuse a case id, class name or segment label value listed twice (at construction and in :meth:`validate`).
+        """Refuse a case id, class name or segment label value listed twice, or class names of the same columns.
+
+        Run at construction and in :meth:`validate`.
 
         Found by review 67: ``calibration_cases=["a", "b", "a"]`` was accepted, although the command line refuses
         such a ``--calibration-cases`` file: the rules were fitted on fewer cases than the list gave (a typo for
@@ -245,6 +247,17 @@ class EvaluationConfig:
             if twice:
                 raise parameter_error(
                     ValueError(f"{name} lists {len(twice)} {what}(s) more than once: {listed(twice, 5)}"), name)
+            if name == "class_names":  # found by review 67: "Left Atrium" and "left-atrium" passed construction
+                self._refuse_same_columns(keys)
+
+    @staticmethod
+    def _refuse_same_columns(names: Sequence[str]) -> None:
+        """Refuse class names of which two give the same columns (``dice_<slug>``; :func:`slug`)."""
+        slugs = [slug(n) for n in names]
+        if len(set(slugs)) != len(slugs):  # one column (dice_<class>, ...) would overwrite another's
+            raise parameter_error(
+                ValueError(f"class_names: the names {list(names)} give the same column names {slugs}"),
+                "class_names")
 
     @property
     def n_fine_bins(self) -> int:
@@ -259,7 +272,8 @@ class EvaluationConfig:
         ``spatial`` Python ``int`` and ``bool``.
 
         Raises:
-            ValueError: a case id, class name or segment label value listed twice (as at construction); an option is
+            ValueError: a case id, class name or segment label value listed twice, or two class names of the same
+                column (as at construction); an option is
                 out of range, of the wrong type (a string where a number or a list is meant, a
                 float where an integer is) or inconsistent with another (the message names it).
             TypeError: ``case_metrics``, ``products``, ``ignore_unclaimed_labels`` or ``qu_brats_grid`` has the
@@ -470,11 +484,7 @@ class EvaluationConfig:
             raise parameter_error(
                 ValueError(f"class_names has {len(names)} names for num_classes={self.num_classes}"),
                 "class_names")
-        slugs = [slug(n) for n in names]
-        if len(set(slugs)) != len(slugs):  # one column (dice_<class>, ...) would overwrite another's
-            raise parameter_error(
-                ValueError(f"class_names: the names {names} give the same column names {slugs}"),
-                "class_names")
+        self._refuse_same_columns(names)  # as at construction (a field may have been set after it)
         self.class_names = names
 
     def _validate_products(self) -> None:

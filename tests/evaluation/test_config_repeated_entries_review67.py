@@ -47,3 +47,16 @@ def test_a_recorded_repeat_is_refused_unless_the_report_replaces_the_list():
         config_from_summary(saved, [])
     config = config_from_summary(saved, [], calibration_cases=["a", "b"])
     assert config.calibration_cases == ["a", "b"] and config.budget == 0.2
+
+
+def test_class_names_of_the_same_column_are_refused_at_construction_and_in_validate():
+    """"Left Atrium" and "left-atrium" both give dice_left_atrium: refused when the config is built (review 67), with
+    validate()'s message, and still by validate() when set afterwards."""
+    message = r"^class_names: the names \['bg', 'Left Atrium', 'left-atrium'\] give the same column names"
+    with pytest.raises(ValueError, match=message) as info:
+        EvaluationConfig(class_names=["bg", "Left Atrium", "left-atrium"])
+    assert info.value.parameter == "class_names"
+    config = EvaluationConfig(class_names=["bg", "Left Atrium"])
+    config.class_names.append("left-atrium")
+    with pytest.raises(ValueError, match=message):
+        config.validate()
