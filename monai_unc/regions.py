@@ -52,6 +52,7 @@ __all__ = [
     "unclaimed_labels_message",
     "label_to_regions",
     "region_masks",
+    "check_foreground_regions",
     "regions_to_labels",
     "binary_probabilities",
     "per_region",
@@ -308,6 +309,43 @@ def region_masks(labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -
     return {name: keep_meta(like_input(_isin(t, values), labels), labels) for name, values in spec.items()}
 
 
+def check_foreground_regions(regions: RegionSpec | str) -> dict[str, tuple[int, ...]]:
+    """The parsed region spec, refused when a region holds label 0, the background.
+
+    Region masks can be turned back into labels (:func:`regions_to_labels`) only when no region holds label 0: a voxel
+    in no region gets label 0, which would put it in that region. nnU-Net's ``LabelManager`` never puts the
+    background in a region either. ``monai-unc infer --save-samples --regions`` checks its spec with this before any
+    model is loaded.
+
+    Args:
+        regions: region spec (see :func:`parse_regions`): a mapping ``{name: [label, ...]}``, a JSON object or a name.
+
+    Returns:
+        ``{region: (label, ...)}`` in the spec's order.
+
+    Raises:
+        ValueError: an invalid spec, or a region holding label 0 (naming ``regions``).
+
+    Example:
+        >>> from monai_unc.regions import check_foreground_regions
+        >>> check_foreground_regions({"TC": [1, 4], "WT": [1, 2, 4], "ET": [4]})["WT"]
+        (1, 2, 4)
+        >>> check_foreground_regions({"all": [0, 1]})
+        Traceback (most recent call last):
+        ...
+        ValueError: regions['all'] holds label 0, the background: a voxel in no region gets label 0, which would put it in that region; list only foreground labels in a region (as nnU-Net does)
+    """  # noqa: E501
+    spec = parse_regions(regions) if not isinstance(regions, Mapping) else check_regions(regions)
+    for key, values in spec.items():
+        if 0 in values:
+            # found by review 67: a voxel in no region got 0, whose regions hold this one (the docstring's "only regions
+            # the masks hold are kept" did not hold); nnU-Net never puts the background in a region
+            raise parameter_error(ValueError(
+                f"regions[{key!r}] holds label 0, the background: a voxel in no region gets label 0, which would put "
+                "it in that region; list only foreground labels in a region (as nnU-Net does)"), "regions")
+    return spec
+
+
 def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -> tuple[Any, int]:
     """A label map whose regions (:func:`label_to_regions`) are the given region masks: the inverse of that function.
 
@@ -341,14 +379,7 @@ def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGION
         >>> regions_to_labels(np.array([[0], [0], [1]]))  # ET alone: no BraTS label is in ET only
         (array([0], dtype=uint8), 1)
     """
-    spec = parse_regions(regions) if not isinstance(regions, Mapping) else check_regions(regions)
-    for key, values in spec.items():
-        if 0 in values:
-            # found by review 67: a voxel in no region got 0, whose regions hold this one (the docstring's "only regions
-            # the masks hold are kept" did not hold); nnU-Net never puts the background in a region
-            raise parameter_error(ValueError(
-                f"regions[{key!r}] holds label 0, the background: a voxel in no region gets label 0, which would put "
-                "it in that region; list only foreground labels in a region (as nnU-Net does)"), "regions")
+    spec = check_foreground_regions(regions)
     t = to_tensor(masks, "masks")
     if t.ndim < 2 or t.shape[0] != len(spec):
         raise ValueError(f"masks must be (R, *spatial) with one mask per region of the spec ({len(spec)}: "

@@ -23,10 +23,11 @@ still gives every name of this module (``monai_unc.workflows.prepare.prepare_inf
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_integer, is_finite_real, main_rank_warnings
+from .._utils import check_integer, is_finite_real, main_rank_warnings, parameter_error
 from ..engine import DistContext, read_dist_env, start_notice, sync_errors
 from ..inferers import (
     RateInSource,
@@ -55,7 +56,7 @@ from ..io import (
     refuse_dataset_root,
 )
 from ..keys import DEFAULT_OVERLAP, DEFAULT_RATEIN_TARGET, SAMPLES_TOKENS, check_dicom_options
-from ..regions import RegionSpec
+from ..regions import RegionSpec, check_foreground_regions
 from ..temperature import TemperatureScaled
 from .apply import trust_from_arguments, unsigned_notice
 from .arguments import EXPLICIT_OPTIONS
@@ -267,6 +268,19 @@ def inserted_dropout_masks(net: torch.nn.Module, inferer: Any) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _relisting() -> Iterator[None]:
+    """A block that lists the input folder again: its warning about ``<case>/<series>/`` folders is not said again.
+
+    The first listing of :func:`prepare_infer` (:func:`monai_unc.io.list_image_cases`) has said it; each later one
+    (the network's channels, the except paths) repeated the same line (found by review 67: twice per ``infer`` run).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*folder\(s\) hold no file but folders of files",
+                                category=UserWarning)
+        yield
+
+
 def prepare_infer(
     input: str | os.PathLike,
     *,
@@ -343,7 +357,8 @@ def prepare_infer(
 
     Returns:
         The :class:`InferPlan`. Every refusal is a ``ValueError`` naming the option (``FileNotFoundError`` for a
-        missing ``input`` or regions file), raised before any case is predicted; with ``regions`` the network's
+        missing ``input`` or regions file), raised before any case is predicted (with ``save_samples``, a region of
+        ``regions`` holding label 0 before the model is loaded); with ``regions`` the network's
         channel count is checked by one blank pass (:func:`check_region_channels`).
 
     Example:
@@ -373,6 +388,13 @@ def prepare_infer(
         raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
                          "sigmoid")
     spec = read_region_spec(regions)
+    if save_samples and spec is not None:
+        # found by review 67: the samples' label maps (regions_to_labels) refuse a region holding label 0, which
+        # failed at the first case, after the model was loaded; refused here, with the other options
+        try:
+            check_foreground_regions(spec)
+        except ValueError as e:
+            raise parameter_error(ValueError(f"--{e}"), "regions") from None
     roi = normalize_roi(roi)
     check_window_options(roi, overlap, sw_batch_size, rule)
     names = infer_measures(method, measures)
@@ -380,7 +402,9 @@ def prepare_infer(
     try:
         cases: list[ImageCase] | None = list_image_cases(input)
     except CaseError:
-        if not dicom_series_folders(input):
+        with _relisting():
+            series = dicom_series_folders(input)
+        if not series:
             raise
         # found by hostile testing: series named by channel (<case>_0000/, <case>_0001/) beside NIfTI channel files
         # were refused as cases of one channel; a network of several reads them as one case (listed once it loads)
@@ -418,16 +442,16 @@ def prepare_infer(
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
     if cases is None or any(p.is_dir() for c in cases for p in c.channels):
         # DICOM input: one series folder per input channel of the network (<case>_0000/, ...) when it takes several
-        try:
-            cases = network_image_cases(input, net)
-        except ValueError:
-            if loaded.preprocessing is None or all(channel_name(p.name)
-                                                   for p in dicom_series_folders(input)):
-                raise  # series named by channel: one is missing (refused in one line, also for a bundle)
-            # a bundle's preprocessing may make the network's channels from one image (RepeatChanneld, CT windows
-            # concatenated): series not named by channel are one case each, as a NIfTI file is (found by hostile
-            # testing: such a bundle refused every series folder, "the model takes 2 input channels")
-            cases = list_image_cases(input)
+        with _relisting():
+            try:
+                cases = network_image_cases(input, net)
+            except ValueError:
+                if loaded.preprocessing is None or all(channel_name(p.name) for p in dicom_series_folders(input)):
+                    raise  # series named by channel: one is missing (refused in one line, also for a bundle)
+                # a bundle's preprocessing may make the network's channels from one image (RepeatChanneld, CT windows
+                # concatenated): series not named by channel are one case each, as a NIfTI file is (found by hostile
+                # testing: such a bundle refused every series folder, "the model takes 2 input channels")
+                cases = list_image_cases(input)
         check_case_ids(cases)
     if "ensemble" in method_tokens(method):
         _check_distinct_members(loaded.checkpoints, loaded.weights[:len(loaded.checkpoints)])
