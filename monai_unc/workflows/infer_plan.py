@@ -23,11 +23,10 @@ still gives every name of this module (``monai_unc.workflows.prepare.prepare_inf
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,19 +267,6 @@ def inserted_dropout_masks(net: torch.nn.Module, inferer: Any) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _relisting() -> Iterator[None]:
-    """A block that lists the input folder again: its warning about ``<case>/<series>/`` folders is not said again.
-
-    The first listing of :func:`prepare_infer` (:func:`monai_unc.io.list_image_cases`) has said it; each later one
-    (the network's channels, the except paths) repeated the same line (found by review 67: twice per ``infer`` run).
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*folder\(s\) hold no file but folders of files",
-                                category=UserWarning)
-        yield
-
-
 def prepare_infer(
     input: str | os.PathLike,
     *,
@@ -402,9 +388,7 @@ def prepare_infer(
     try:
         cases: list[ImageCase] | None = list_image_cases(input)
     except CaseError:
-        with _relisting():
-            series = dicom_series_folders(input)
-        if not series:
+        if not dicom_series_folders(input):
             raise
         # found by hostile testing: series named by channel (<case>_0000/, <case>_0001/) beside NIfTI channel files
         # were refused as cases of one channel; a network of several reads them as one case (listed once it loads)
@@ -442,16 +426,16 @@ def prepare_infer(
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
     if cases is None or any(p.is_dir() for c in cases for p in c.channels):
         # DICOM input: one series folder per input channel of the network (<case>_0000/, ...) when it takes several
-        with _relisting():
-            try:
-                cases = network_image_cases(input, net)
-            except ValueError:
-                if loaded.preprocessing is None or all(channel_name(p.name) for p in dicom_series_folders(input)):
-                    raise  # series named by channel: one is missing (refused in one line, also for a bundle)
-                # a bundle's preprocessing may make the network's channels from one image (RepeatChanneld, CT windows
-                # concatenated): series not named by channel are one case each, as a NIfTI file is (found by hostile
-                # testing: such a bundle refused every series folder, "the model takes 2 input channels")
-                cases = list_image_cases(input)
+        try:
+            cases = network_image_cases(input, net)
+        except ValueError:
+            if loaded.preprocessing is None or all(channel_name(p.name)
+                                                   for p in dicom_series_folders(input)):
+                raise  # series named by channel: one is missing (refused in one line, also for a bundle)
+            # a bundle's preprocessing may make the network's channels from one image (RepeatChanneld, CT windows
+            # concatenated): series not named by channel are one case each, as a NIfTI file is (found by hostile
+            # testing: such a bundle refused every series folder, "the model takes 2 input channels")
+            cases = list_image_cases(input)
         check_case_ids(cases)
     if "ensemble" in method_tokens(method):
         _check_distinct_members(loaded.checkpoints, loaded.weights[:len(loaded.checkpoints)])

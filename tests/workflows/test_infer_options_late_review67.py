@@ -1,9 +1,7 @@
 """Review 67 (late): ``infer`` refuses a ``--regions`` spec that ``--save-samples`` cannot use before any model is
-loaded, and says the ``<case>/<series>/`` warning once per run."""
+loaded."""
 
 from __future__ import annotations
-
-import warnings
 
 import pytest
 
@@ -40,18 +38,3 @@ def test_without_save_samples_the_spec_is_not_refused_up_front(tmp_path):
     (images / "c_0000.nii.gz").write_bytes(b"")
     with pytest.raises(CaseError, match="the file is empty"):  # the options passed: the case was read
         prepare_infer(images, model="example", activation="sigmoid", regions=BACKGROUND_REGION)
-
-
-def test_the_nested_series_warning_is_said_once_per_run(tmp_path):
-    """prepare_infer listed the folder twice (once for the network's channels): the same warning twice."""
-    images = tmp_path / "images"
-    (images / "case1").mkdir(parents=True)
-    (images / "case1" / "IM0001").write_bytes(b"x")
-    (images / "pacs" / "series1").mkdir(parents=True)
-    (images / "pacs" / "series1" / "IM0001").write_bytes(b"x")
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        plan = prepare_infer(images, model="example")
-    nested = [w for w in said if "hold no file but folders of files" in str(w.message)]
-    assert len(nested) == 1 and "pacs/" in str(nested[0].message)
-    assert [c.case_id for c in plan.cases] == ["case1"]
