@@ -12,7 +12,9 @@ direction cosines of ``ImageOrientationPatient`` and ``PixelSpacing = (dr, dc)``
 ``(c, r, k)`` (column, row, slice), slices sorted by their position along the normal ``X x Y`` (never by file name or
 instance number), and its affine maps ``(c, r, k)`` to RAS millimetres as NIfTI (nibabel) does: the LPS matrix with
 the first two rows negated. Stored values pass through the Modality LUT (``RescaleSlope`` / ``RescaleIntercept``,
-e.g. CT Hounsfield units) slice by slice (frame by frame).
+e.g. CT Hounsfield units) slice by slice (frame by frame), and through nothing else, as SimpleITK (GDCM) and MONAI's
+``LoadImage`` read them: a ``ModalityLUTSequence`` table (warned about), pixel padding values, a Philips private
+scale slope (warned about: dcm2niix applies it by default) and a ``RealWorldValueMappingSequence`` are not applied.
 """
 
 from __future__ import annotations
@@ -331,7 +333,12 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
 
     Args:
         folder: the folder of the series.
-        pixels: read the pixel data (False: headers and geometry only).
+        pixels: read the pixel data (False: headers and geometry only). The values are the stored ones through
+            ``RescaleSlope`` / ``RescaleIntercept`` only, as SimpleITK and MONAI's ``LoadImage`` read them: a
+            ``ModalityLUTSequence`` (not applied, as SimpleITK, dcm2niix and MONAI leave it) and a Philips private
+            scale slope whose dcm2niix "precise" values differ (not applied, as SimpleITK, pydicom and MONAI leave
+            it) give a ``UserWarning``; pixel padding values and a ``RealWorldValueMappingSequence`` are kept as
+            stored / not applied, as every one of those readers does.
         max_bytes: refuse, before reading any pixel, a series whose float32 volume would take more bytes.
 
     Returns:
@@ -515,6 +522,7 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
     if pixels:
         _check_grey(series)
         series.volume = _read_frames(series) if series.multiframe else _read_pixels(series)
+        _warn_values_left_as_stored(series)
     return series
 
 
@@ -531,6 +539,81 @@ def _check_grey(series: DicomSeries) -> None:
             raise _fail(series.folder, series.series_uid, f"{path.name} is a colour image (SamplesPerPixel {samples}, "
                                                           f"PhotometricInterpretation {photometric or '(none)'}); "
                                                           "grey-scale (MONOCHROME1 / MONOCHROME2) slices only")
+
+
+
+#: the private creator of the Philips MR scale slope ``(2005,xx0E)``, and its element
+_PHILIPS_SCALE = ("Philips MR Imaging DD 001", 0x0E)
+
+
+def _philips_scale_slope(ds: Dataset) -> float | None:
+    """The Philips private scale slope ``(2005,xx0E)`` of a Philips header; None when absent or unreadable.
+
+    Read from an untrusted header: a value of VR ``UN`` (an implicit VR file whose reader knew no private dictionary)
+    is taken as the 4-byte little-endian float the tag holds; anything that is no single finite non-zero number is
+    None (the value is only reported, never applied).
+    """
+    if "PHILIPS" not in str(ds.get("Manufacturer", "") or "").upper():
+        return None
+    try:
+        value = ds.private_block(0x2005, _PHILIPS_SCALE[0])[_PHILIPS_SCALE[1]].value
+        if isinstance(value, (bytes, bytearray)):
+            value = float(np.frombuffer(bytes(value), dtype="<f4")[0]) if len(value) == 4 else None
+        elif isinstance(value, (MultiValue, list, tuple)):
+            value = float(value[0]) if len(value) == 1 else None
+        number = None if value is None else float(value)
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError):
+        return None
+    return number if number is not None and np.isfinite(number) and number != 0 else None
+
+
+def _warn_values_left_as_stored(series: DicomSeries) -> None:
+    """Warn, once per series, of value mappings that the reader leaves out as SimpleITK and MONAI's readers do.
+
+    - a ``ModalityLUTSequence`` (a non-linear Modality LUT): not applied, as SimpleITK (GDCM), dcm2niix and MONAI's
+      ``LoadImage`` (ITK and pydicom readers) leave it, so that the values match what a model's training images were
+      converted to; pydicom's ``apply_modality_lut`` would map them through the table;
+    - a Philips private scale slope ``(2005,xx0E)`` with ``RescaleSlope x scale slope`` other than 1: the values are
+      the displayed values ``stored x RescaleSlope + RescaleIntercept`` (SimpleITK, pydicom, MONAI), while dcm2niix by
+      default (``-p y``) writes the Philips "precise" values, those divided by ``RescaleSlope x scale slope``.
+
+    Only the headers' top-level attributes are looked at (of a multi-frame image: not its functional groups).
+    """
+    where = f"DICOM series {series.series_uid} in {series.folder}"
+    seen: set[int] = set()
+    lut_files, factors = [], {}
+    for path, ds in zip(series.files, series.datasets):
+        if id(ds) in seen:  # a multi-frame image's one header, once
+            continue
+        seen.add(id(ds))
+        try:  # an untrusted header: a sequence that does not parse is no table either
+            has_lut = bool(ds.get("ModalityLUTSequence"))
+        except Exception:
+            has_lut = False
+        if has_lut:
+            lut_files.append(path.name)
+        scale = _philips_scale_slope(ds)
+        if scale is not None:
+            slope = _number(ds, "RescaleSlope", series.folder, path, float, 1.0, finite=False)
+            factor = 1.0 / (slope * scale) if slope and np.isfinite(slope) else 1.0  # a frame's own slope read
+            if np.isfinite(factor) and abs(factor - 1.0) > 1e-6:
+                factors.setdefault(f"{factor:.6g}", path.name)
+    if lut_files:
+        others = f" and {len(lut_files) - 1} other file(s) state" if len(lut_files) > 1 else " states"
+        warnings.warn(f"{where}: {lut_files[0]}{others} a ModalityLUTSequence, which is not applied: the values "
+                      "are the stored pixel values (through RescaleSlope / RescaleIntercept where stated), as "
+                      "SimpleITK, dcm2niix and MONAI's LoadImage read them, not the table's output units (pydicom's "
+                      "apply_modality_lut maps them); a model trained on images in the modality's units (Hounsfield "
+                      "units) sees other values", UserWarning, stacklevel=3)
+    if factors:
+        factor, name = next(iter(factors.items()))
+        several = (f" ({len(factors)} factors across slices)" if len(factors) > 1 else
+                   " (a per-image z-score normalisation, nnU-Net's for MR, is not affected by one factor)")
+        warnings.warn(f"{where}: {name} states a Philips private scale slope (2005,xx0E): the values are the "
+                      "displayed values (stored x RescaleSlope + RescaleIntercept), as SimpleITK, pydicom and MONAI's "
+                      f"LoadImage read them; dcm2niix's default (-p y) writes them x {factor} (divided by "
+                      "RescaleSlope x scale slope): a model trained on such files with a fixed intensity scale sees "
+                      f"other values{several}", UserWarning, stacklevel=3)
 
 
 #: attributes of single-frame slices whose values tell several images at one position apart (what several values are)
