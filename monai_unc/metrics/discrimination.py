@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from .._utils import ArrayLike, exceeds, is_int, probability_tolerance, to_numpy, warn_nan, warn_tied
-from .selective import aurc
+from .selective import aurc_of, ranked_risk
 
 __all__ = [
     "auroc",
@@ -708,9 +708,7 @@ def au_arc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None = Non
 
 
 def _au_arc_case(u: np.ndarray, e: np.ndarray) -> float:
-    """``1 - aurc(u, e)`` of one case; a constant map warns as ``au_arc`` (not as ``aurc``)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"aurc: all \d+ scores are tied", category=UserWarning)
-        value = 1.0 - aurc(u, e.astype(np.float64))
+    """``1 - aurc(u, e)`` of one case; a constant map warns as ``au_arc`` (not as ``aurc``: its core does not warn)."""
+    value = 1.0 - aurc_of(*ranked_risk(u, e.astype(np.float64)))
     warn_tied(u, "au_arc", "the curve is one point at the accuracy, the value of no ranking", 5)
     return value
