@@ -27,7 +27,7 @@ from .._utils import (
     warn_tied,
 )
 from .discrimination import auroc
-from .selective import augrc, aurc, eaurc
+from .selective import augrc_of, aurc_of, eaurc_of, ranked_risk
 
 __all__ = [
     "FailureDetection",
@@ -321,11 +321,10 @@ def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "e
     # one warning for the three areas of a constant score (found by review 61: none at all)
     warn_tied(u, "failure_detection", "AURC and AUGRC are those of no ranking (one point at the mean risk) and "
               "E-AURC charges the mean risk", stacklevel=3)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"(aurc|eaurc|augrc): all \d+ scores are tied", category=UserWarning)
-        return FailureDetection(
-            aurc=aurc(u, risk), eaurc=eaurc(u, risk, optimum=optimum), augrc=augrc(u, risk)
-        )
+    # the cores of aurc, eaurc and augrc, which do not warn (found by review 68: their warnings were filtered by text,
+    # a process-wide filter)
+    g, r = ranked_risk(u, risk)
+    return FailureDetection(aurc=aurc_of(g, r), eaurc=eaurc_of(g, r, optimum), augrc=augrc_of(g, r))
 
 
 def _mean_dice(x: Any, name: str) -> float:

@@ -344,16 +344,25 @@ def cohens_d(a: Any, b: Any) -> float:
         >>> round(cohens_d([1.0, 2.0, 3.0], [0.0, 1.0, 2.0]), 4)
         1.0
     """
-    x = _sample(a, "a")
-    y = _sample(b, "b")
+    d, undefined = _cohens_d(_sample(a, "a"), _sample(b, "b"))
+    if undefined:
+        warnings.warn(f"cohens_d: {undefined}; undefined", UserWarning, stacklevel=2)
+    return d
+
+
+def _cohens_d(x: np.ndarray, y: np.ndarray) -> tuple[float, str]:
+    """:func:`cohens_d` of two checked samples, and why it is undefined (``""`` when it is not); warns about nothing.
+
+    The core that :func:`_one_metric` shares with :func:`cohens_d`, so that it says an undefined d in its own words
+    without silencing warnings (found by review 68: ``simplefilter("ignore")`` around :func:`cohens_d` silenced every
+    warning of the computation, numpy's overflow of a variance included, process-wide).
+    """
     if x.size < 2 or y.size < 2:
-        warnings.warn("cohens_d: fewer than two values; undefined", UserWarning, stacklevel=2)
-        return float("nan")
+        return float("nan"), "fewer than two values"
     s = math.sqrt((_sample_variance(x) + _sample_variance(y)) / 2.0)
     if s == 0:
-        warnings.warn("cohens_d: zero variance in both samples; undefined", UserWarning, stacklevel=2)
-        return float("nan")
-    return float((x.mean() - y.mean()) / s)
+        return float("nan"), "zero variance in both samples"
+    return float((x.mean() - y.mean()) / s), ""
 
 
 def _discordant_pairs(x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
@@ -679,9 +688,7 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool, stackleve
     accuracy = float(prefers.sum() / valid.sum()) if valid.any() else float("nan")
     if not valid.any():
         warnings.warn(f"compare: metric {name!r} has no valid case", UserWarning, stacklevel=stacklevel)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        d = cohens_d(av, bv) if av.size else float("nan")
+    d = _cohens_d(av, bv)[0] if av.size else float("nan")  # undefined: said below, in compare's words
     if valid.any() and math.isnan(d):
         warnings.warn(
             f"compare: Cohen's d of metric {name!r} is undefined (NaN): fewer than two valid cases or no variance "

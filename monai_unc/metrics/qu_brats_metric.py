@@ -6,8 +6,6 @@ apart so that the functional core imports without MONAI.
 
 from __future__ import annotations
 
-import re
-import warnings
 from typing import Any
 
 import numpy as np
@@ -29,14 +27,13 @@ from .._utils import (
 from ..regions import RegionSpec, label_to_regions, parse_regions
 from .qu_brats_score import (
     QU_BRATS_COMPONENTS,
-    UNGRADED_WARNING,
     binary_mask_of,
     check_claimed_labels,
     check_grid,
     check_grid_args,
     check_scale,
     checked_uncertainty,
-    qu_brats,
+    qu_brats_core,
     real_brain_mask,
     to_qu_brats_range,
 )
@@ -235,15 +232,14 @@ class QUBraTSMetric(CumulativeIterationMetric):
         r = n // 3
         has_mask = n % 3 == 1
         out = torch.empty(y_pred.shape[0], r, dtype=torch.float64)
-        with warnings.catch_warnings():
-            if self.uncertainty_max is not None:  # rescaled here from the declared scale: a confident map, not a slip
-                warnings.filterwarnings("ignore", message=re.escape(UNGRADED_WARNING), category=UserWarning)
-            for i in range(y_pred.shape[0]):
-                mask = y_pred[i, 3 * r] if has_mask else None
-                for j in range(r):
-                    res = qu_brats(y_pred[i, j], y_pred[i, r + j] > 0.5, y_pred[i, 2 * r + j] > 0.5, brain_mask=mask,
-                                   num_points=self.num_points, max_uncertainty=self.max_uncertainty, grid=self.grid)
-                    out[i, j] = getattr(res, self.component)
+        # rescaled here from the declared scale: a map nowhere above the first threshold is confident, not a slip
+        warn = self.uncertainty_max is None
+        for i in range(y_pred.shape[0]):
+            mask = y_pred[i, 3 * r] if has_mask else None
+            for j in range(r):
+                res = qu_brats_core(y_pred[i, j], y_pred[i, r + j] > 0.5, y_pred[i, 2 * r + j] > 0.5, mask,
+                                    self.num_points, self.max_uncertainty, self.grid, warn=warn)
+                out[i, j] = getattr(res, self.component)
         return out.to(y_pred.device)
 
     def _sync(self) -> None:

@@ -484,6 +484,48 @@ def qu_brats(
         >>> len(res1.thresholds), res1.score
         (41, 1.0)
     """
+    return qu_brats_core(uncertainty, pred, target, brain_mask, num_points, max_uncertainty, grid)
+
+
+def qu_brats_core(
+    uncertainty: ArrayLike,
+    pred: ArrayLike,
+    target: ArrayLike,
+    brain_mask: ArrayLike | None = None,
+    num_points: int = 40,
+    max_uncertainty: float = 100.0,
+    grid: str = "numpy2",
+    warn: bool = True,
+) -> QUBraTSResult:
+    """:func:`qu_brats`, whose warning of an ungraded map (:func:`warn_if_ungraded`) the caller may leave out.
+
+    For a caller that rescaled the map itself from its declared scale (``QUBraTSMetric(uncertainty_max=...)``), where
+    a map nowhere above the first positive threshold is a confident map, not a scale slip; found by review 68: it
+    filtered the warning by its text, a process-wide filter. The warning points at the caller of the public function
+    that calls this one directly (:func:`qu_brats`, :func:`qu_brats_regions`).
+
+    Args:
+        uncertainty: as :func:`qu_brats`.
+        pred: as :func:`qu_brats`.
+        target: as :func:`qu_brats`.
+        brain_mask: as :func:`qu_brats`.
+        num_points: as :func:`qu_brats`.
+        max_uncertainty: as :func:`qu_brats`.
+        grid: as :func:`qu_brats`.
+        warn: give :func:`warn_if_ungraded`'s warning (``True``) or not.
+
+    Returns:
+        A :class:`QUBraTSResult`.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics.qu_brats_score import qu_brats_core
+        >>> target = torch.zeros(4, 4, dtype=torch.bool)
+        >>> target[:2] = True
+        >>> u = 0.5 * target.float()  # nowhere above 2.5: ungraded, said only with warn=True
+        >>> round(qu_brats_core(u, target, target, warn=False).score, 4)
+        0.9875
+    """
     k, max_u = check_grid_args(num_points, max_uncertainty)
     grid = check_grid(grid)
     u = checked_uncertainty(uncertainty, max_u)
@@ -504,11 +546,12 @@ def qu_brats(
     counts = _curve_counts(u, p, g, b, asc)
     if counts[-1, 4:].sum() == 0:  # categories with the brain bit
         raise ValueError("brain_mask has no voxel > 0: FTP and FTN are counted inside the brain mask")
-    warn_if_ungraded(counts, asc, max_u)
+    if warn:
+        warn_if_ungraded(counts, asc, max_u, stacklevel=4)  # warn_if_ungraded, this, the public function, its caller
     return _result_from_counts(counts, desc, max_u)
 
 
-def warn_if_ungraded(counts: np.ndarray, asc: np.ndarray, max_u: float) -> None:
+def warn_if_ungraded(counts: np.ndarray, asc: np.ndarray, max_u: float, stacklevel: int = 3) -> None:
     """``UserWarning`` when the map is positive somewhere but nowhere above the smallest positive threshold.
 
     Then every threshold but 0 keeps every voxel and the score sees only ``u > 0``, whatever the map's gradation:
@@ -520,6 +563,7 @@ def warn_if_ungraded(counts: np.ndarray, asc: np.ndarray, max_u: float) -> None:
         counts: :func:`_curve_counts` (cumulative kept counts at the ascending thresholds, then the totals).
         asc: the ascending thresholds (``asc[0] == 0``).
         max_u: the top of the scale.
+        stacklevel: as :func:`warnings.warn`'s.
     """
     total = int(counts[-1].sum())
     if len(asc) < 2 or int(counts[0].sum()) == total or int(counts[1].sum()) < total:
@@ -529,7 +573,7 @@ def warn_if_ungraded(counts: np.ndarray, asc: np.ndarray, max_u: float) -> None:
         "scale, so only the threshold 0 filters voxels and the score ignores the map's gradation; if the map is on "
         "another scale (e.g. [0, 1], or nats), rescale it first (to_qu_brats_range(u, max_value=...))",
         UserWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
 
 
@@ -643,11 +687,9 @@ def qu_brats_regions(
         return out
 
     pm, tm = masks(pred, "pred"), masks(target, "target")
-    results = {
-        n: qu_brats(maps[n], pm[n], tm[n], brain_mask=brain_mask, num_points=num_points,
-                    max_uncertainty=max_uncertainty, grid=grid)
-        for n in names
-    }  # fmt: skip
+    results = {}
+    for n in names:  # a loop, not a comprehension (one more frame on Python < 3.12): the warning points at the caller
+        results[n] = qu_brats_core(maps[n], pm[n], tm[n], brain_mask, num_points, max_uncertainty, grid)
     mean = {c: float(np.mean([getattr(r, c) for r in results.values()])) for c in QU_BRATS_COMPONENTS}
     return QUBraTSRegionsResult(regions=results, **mean)
 

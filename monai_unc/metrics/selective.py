@@ -195,20 +195,88 @@ def _rc_points(confidence: np.ndarray, risk: np.ndarray) -> tuple[np.ndarray, ..
     return coverage, selective, generalized, threshold
 
 
+def ranked_risk(uncertainty: Any, risk: Any, score_type: str = "uncertainty") -> tuple[np.ndarray, np.ndarray]:
+    """The checked inputs of a risk-coverage metric: the confidence of each case and its risk; warns about nothing.
+
+    The one core of :func:`aurc`, :func:`augrc`, :func:`eaurc` and :func:`risk_coverage_curve`, and of the metrics
+    that compute them under another name and say their own warning for scores all tied
+    (:func:`~monai_unc.metrics.casewise.failure_detection`, :func:`~monai_unc.metrics.discrimination.au_arc`): they
+    call the cores, so no warning of a callee is filtered by its text (found by review 68: a ``catch_warnings``
+    filter is process-wide).
+
+    Args:
+        uncertainty: ``(N,)`` one score per case (larger = less confident unless ``score_type="confidence"``).
+        risk: ``(N,)`` per-case risk >= 0.
+        score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
+
+    Returns:
+        ``(confidence, risk)``, two ``(N,)`` float64 numpy arrays.
+
+    Raises:
+        ValueError: empty input, lengths differ, non-finite values, a negative risk, or unknown ``score_type``.
+
+    Example:
+        >>> from monai_unc.metrics.selective import aurc_of, ranked_risk
+        >>> g, r = ranked_risk([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0])
+        >>> g.tolist(), round(aurc_of(g, r), 4)
+        ([-0.1, -0.4, -0.2, -0.8], 0.1458)
+    """
+    s, r = _pair(uncertainty, risk)
+    return _confidence(s, score_type), r
+
+
+def aurc_of(confidence: np.ndarray, risk: np.ndarray) -> float:
+    """:func:`aurc` of the checked :func:`ranked_risk` (confidence, risk), without its warning for scores all tied.
+
+    Args:
+        confidence: ``(N,)`` float64 confidence per case (larger = kept longer).
+        risk: ``(N,)`` float64 risk per case.
+
+    Returns:
+        The area as a float.
+
+    Example:
+        >>> from monai_unc.metrics.selective import aurc_of, ranked_risk
+        >>> round(aurc_of(*ranked_risk([0.5, 0.5], [0.0, 1.0])), 4)  # tied: no warning here
+        0.5
+    """
+    cov, sel, _, _ = _rc_points(confidence, risk)
+    return _trapezoid(cov, sel)
+
+
+def augrc_of(confidence: np.ndarray, risk: np.ndarray) -> float:
+    """:func:`augrc` of the checked :func:`ranked_risk` (confidence, risk), without its warning for scores all tied.
+
+    Args:
+        confidence: ``(N,)`` float64 confidence per case (larger = kept longer).
+        risk: ``(N,)`` float64 risk per case.
+
+    Returns:
+        The area as a float.
+
+    Example:
+        >>> from monai_unc.metrics.selective import augrc_of, ranked_risk
+        >>> round(augrc_of(*ranked_risk([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0])), 4)
+        0.125
+    """
+    cov, _, gen, _ = _rc_points(confidence, risk)
+    return _trapezoid(cov, gen)
+
+
 #: what a risk-coverage metric is for scores all tied (:func:`~monai_unc._utils.warn_tied`)
 _TIED = "the curve is one point at the mean risk, the value of no ranking"
 
 
-def _scored_points(uncertainty: Any, risk: Any, score_type: str, caller: str) -> tuple[np.ndarray, ...]:
-    """The checked ``risk`` and the :func:`_rc_points` of ``uncertainty`` read as ``score_type``.
+def _ranked_warned(uncertainty: Any, risk: Any, score_type: str, caller: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ranked_risk`, warning as ``caller`` for scores all tied.
 
-    ``(risk, coverage, selective_risk, generalized_risk, threshold)``, the threshold on the confidence scale. Scores
-    all tied warn (found by review 61: a constant score gave its AURC without a word, as if it ranked the cases).
+    Found by review 61: a constant score gave its AURC without a word, as if it ranked the cases. The warning points
+    at the caller of the public (decorated) ``caller``: warn_tied, this function, ``caller``, its
+    ``deprecated_arg_names`` wrapper, the user.
     """
-    s, r = _pair(uncertainty, risk)
-    g = _confidence(s, score_type)
+    g, r = ranked_risk(uncertainty, risk, score_type)
     warn_tied(g, caller, _TIED, stacklevel=5)
-    return (r, *_rc_points(g, r))
+    return g, r
 
 
 def _trapezoid(x: np.ndarray, y: np.ndarray) -> float:
@@ -252,7 +320,7 @@ def risk_coverage_curve(
         >>> curve.threshold
         array([ 0.8,  0.4,  0.2,  0.1, -inf])
     """
-    _, cov, sel, gen, thr = _scored_points(uncertainty, risk, score_type, "risk_coverage_curve")
+    cov, sel, gen, thr = _rc_points(*_ranked_warned(uncertainty, risk, score_type, "risk_coverage_curve"))
     if score_type == "uncertainty":
         thr = -thr
     return RiskCoverageCurve(*(_follow(a, uncertainty) for a in (cov, sel, gen, thr)))
@@ -279,8 +347,7 @@ def aurc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty
         >>> round(aurc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)
         0.1458
     """
-    _, cov, sel, _, _ = _scored_points(uncertainty, risk, score_type, "aurc")
-    return _trapezoid(cov, sel)
+    return aurc_of(*_ranked_warned(uncertainty, risk, score_type, "aurc"))
 
 
 @deprecated_arg_names({"scores": "uncertainty"})
@@ -305,8 +372,7 @@ def augrc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertaint
         >>> round(augrc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)
         0.125
     """
-    _, cov, _, gen, _ = _scored_points(uncertainty, risk, score_type, "augrc")
-    return _trapezoid(cov, gen)
+    return augrc_of(*_ranked_warned(uncertainty, risk, score_type, "augrc"))
 
 
 def _expected_aurc(confidence: np.ndarray, risk: np.ndarray) -> float:
@@ -408,9 +474,31 @@ def eaurc(
         >>> round(eaurc([0.5, 0.5, 0.5, 0.5], [0.0, 1.0, 0.0, 1.0]), 4)  # a constant score: mean 0.5 - AURC* 7/48
         0.3542
     """
-    s, r = _pair(uncertainty, risk)
-    g = _confidence(s, score_type)
+    g, r = ranked_risk(uncertainty, risk, score_type)
     warn_tied(g, "eaurc", "the scored term is the mean risk, the value of no ranking", stacklevel=4)
+    return eaurc_of(g, r, optimum)
+
+
+def eaurc_of(confidence: np.ndarray, risk: np.ndarray, optimum: str = "empirical") -> float:
+    """:func:`eaurc` of the checked :func:`ranked_risk` (confidence, risk), without its warning for scores all tied.
+
+    Args:
+        confidence: ``(N,)`` float64 confidence per case (larger = kept longer).
+        risk: ``(N,)`` float64 risk per case.
+        optimum: ``"empirical"`` or ``"closed_form"`` (see :func:`eaurc`).
+
+    Returns:
+        The excess area as a float.
+
+    Raises:
+        ValueError: an unknown ``optimum``, or ``"closed_form"`` with a risk that is not 0/1.
+
+    Example:
+        >>> from monai_unc.metrics.selective import eaurc_of, ranked_risk
+        >>> round(eaurc_of(*ranked_risk([0.5, 0.5, 0.5, 0.5], [0.0, 1.0, 0.0, 1.0])), 4)  # tied: no warning here
+        0.3542
+    """
+    g, r = confidence, risk
     if optimum == "closed_form":  # fd-shifts: the tie-group trapezoid AURC minus the analytic optimum
         return _trapezoid(*_rc_points(g, r)[:2]) - _optimal_aurc(r, optimum)
     excess = _expected_aurc(g, r) - _optimal_aurc(r, optimum)
@@ -472,6 +560,56 @@ def _metric_value(result: Any, tau: float) -> float:
     return float(a.reshape(()))
 
 
+def _referral_points(
+    uncertainty: Any, values: Any, taus: Any, ties: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """:func:`referral_curve` as numpy arrays ``(tau, value, n_retained)`` and the number of cases ``N``.
+
+    Warns only that the scores are all tied (at the caller of :func:`referral_curve` or of
+    :func:`area_under_referral_curve`, which both call this directly), not about the rates that refer every case:
+    each public function says that in its own words (found by review 68: the area filtered the curve's warning by its
+    text, a process-wide filter that the cohort metric it calls, and every other thread, ran under).
+    """
+    u = case_vector(uncertainty, "uncertainty")
+    n = u.size
+    t = _taus(taus, n)
+    m = n - _n_referred(t, n)  # number of retained cases per tau
+    if ties not in ("average", "order"):
+        raise ValueError(f"ties must be 'average' or 'order', got {ties!r}")
+    # found by review 61: a constant score gave a flat curve (ties "average") or the case order's (ties "order");
+    # stacklevel: warn_tied, this function, the public function, its caller
+    warn_tied(u, "referral_curve", "the cases kept are a random choice (ties 'average': the mean at every rate) or "
+              "the first in case order (ties 'order'), not the most certain", stacklevel=4)
+    out = np.full(t.shape, np.nan, dtype=np.float64)
+    ok = m > 0
+    if callable(values):
+        if ties != "order":
+            raise ValueError("ties='average' needs per-case values; pass ties='order' with a callable")
+        order = np.argsort(u, kind="stable")  # ascending uncertainty: the first m cases are kept
+        for k in np.flatnonzero(ok):
+            # a copy: a callable that sorts its indices in place reordered the ranking of every later rate (found by
+            # hostile testing)
+            out[k] = _metric_value(values(order[: m[k]].copy()), float(t[k]))
+    else:
+        v = case_vector(values, "values")
+        if v.shape != u.shape:
+            raise ValueError(f"uncertainty and values must have the same length, got {n} and {v.size}")
+        # ties="average" does not depend on the order inside a tie group; "order" keeps the earlier case
+        order = np.argsort(u, kind="stable" if ties == "order" else None)
+        us, vs = u[order], v[order]
+        prefix = np.r_[0.0, np.cumsum(vs)]
+        mk = m[ok]
+        sums = prefix[mk]
+        if ties == "average":
+            # the tie group [a, b) that holds the last kept case: keep (mk - a) of its (b - a) cases
+            last = us[mk - 1]
+            a = np.searchsorted(us, last, side="left")
+            b = np.searchsorted(us, last, side="right")
+            sums = prefix[a] + (mk - a) * (prefix[b] - prefix[a]) / (b - a)
+        out[ok] = sums / mk
+    return t, out, m, n
+
+
 def referral_curve(
     uncertainty: ArrayLike,
     values: ArrayLike | Callable[[np.ndarray], float],
@@ -509,45 +647,10 @@ def referral_curve(
         >>> curve.tau, curve.value.round(4)
         (array([0.  , 0.25, 0.5 , 0.75]), array([0.65  , 0.7667, 0.85  , 0.9   ]))
     """
-    u = case_vector(uncertainty, "uncertainty")
-    n = u.size
-    t = _taus(taus, n)
-    m = n - _n_referred(t, n)  # number of retained cases per tau
-    if ties not in ("average", "order"):
-        raise ValueError(f"ties must be 'average' or 'order', got {ties!r}")
-    # found by review 61: a constant score gave a flat curve (ties "average") or the case order's (ties "order")
-    warn_tied(u, "referral_curve", "the cases kept are a random choice (ties 'average': the mean at every rate) or "
-              "the first in case order (ties 'order'), not the most certain", stacklevel=4)
-    out = np.full(t.shape, np.nan, dtype=np.float64)
-    ok = m > 0
-    if callable(values):
-        if ties != "order":
-            raise ValueError("ties='average' needs per-case values; pass ties='order' with a callable")
-        order = np.argsort(u, kind="stable")  # ascending uncertainty: the first m cases are kept
-        for k in np.flatnonzero(ok):
-            # a copy: a callable that sorts its indices in place reordered the ranking of every later rate (found by
-            # hostile testing)
-            out[k] = _metric_value(values(order[: m[k]].copy()), float(t[k]))
-    else:
-        v = case_vector(values, "values")
-        if v.shape != u.shape:
-            raise ValueError(f"uncertainty and values must have the same length, got {n} and {v.size}")
-        # ties="average" does not depend on the order inside a tie group; "order" keeps the earlier case
-        order = np.argsort(u, kind="stable" if ties == "order" else None)
-        us, vs = u[order], v[order]
-        prefix = np.r_[0.0, np.cumsum(vs)]
-        mk = m[ok]
-        sums = prefix[mk]
-        if ties == "average":
-            # the tie group [a, b) that holds the last kept case: keep (mk - a) of its (b - a) cases
-            last = us[mk - 1]
-            a = np.searchsorted(us, last, side="left")
-            b = np.searchsorted(us, last, side="right")
-            sums = prefix[a] + (mk - a) * (prefix[b] - prefix[a]) / (b - a)
-        out[ok] = sums / mk
-    if not ok.all():
+    t, out, m, n = _referral_points(uncertainty, values, taus, ties)
+    if (m == 0).any():
         warn_nan(
-            f"referral_curve: {int((~ok).sum())} referral rate(s) refer all {n} cases; the metric on an empty "
+            f"referral_curve: {int((m == 0).sum())} referral rate(s) refer all {n} cases; the metric on an empty "
             "set is undefined (NaN)"
         )
     return ReferralCurve(_follow(t, uncertainty), _follow(out, uncertainty), _follow(m, uncertainty))
@@ -593,15 +696,9 @@ def area_under_referral_curve(
         0.7972
     """
     normalize = check_bool(normalize, "normalize")  # a truthy string ("no") must not switch it on
-    with warnings.catch_warnings():
-        # said below, with the range of rates the area covers (referral_curve's warning named neither)
-        warnings.filterwarnings("ignore", message=r"referral_curve: \d+ referral rate\(s\) refer all",
-                                category=UserWarning)
-        curve = referral_curve(uncertainty, values, taus=taus, ties=ties)
-    t = to_numpy(curve.tau, "tau")
-    v = to_numpy(curve.value, "value")
-    n_retained = to_numpy(curve.n_retained, "n_retained")
-    n = to_numpy(uncertainty, "uncertainty").size  # checked by referral_curve
+    # the rates that refer every case are said below, with the range of rates the area covers (referral_curve's
+    # warning named neither)
+    t, v, n_retained, n = _referral_points(uncertainty, values, taus, ties)
     keep = np.isfinite(v)
     # found by hostile review 60: a cohort metric undefined where cases are kept (an AUROC of a retained set without
     # a failure) was left out without a word, and the area covered a shorter range of rates than asked for; found by
