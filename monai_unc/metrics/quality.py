@@ -558,9 +558,10 @@ def _probability_none(p: torch.Tensor, foreground: bool, chunk: int = 1 << 22) -
     The chance that no voxel is drawn into the class, each on its own. Summed as ``log1p(-p)`` (``log p_0``) in
     float64 over chunks of the flat map (a float32 product of a large volume underflows; a float64 copy of the whole
     map would double its memory); values beyond [0, 1] by the tolerance of the probability checks are clipped, so
-    that the logarithm stays defined (a voxel of probability 1 makes the product 0).
+    that the logarithm stays defined (a voxel of probability 1 makes the product 0). A number: no gradient flows
+    through it (the soft Dice 0 it replaces had none either).
     """
-    flat = p.reshape(-1)
+    flat = p.detach().reshape(-1)
     total = 0.0
     for start in range(0, flat.numel(), chunk):
         part = flat[start:start + chunk].to(torch.float64).clamp(0.0, 1.0)

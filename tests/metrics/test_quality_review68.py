@@ -201,3 +201,16 @@ def test_against_the_exact_expectation_by_enumeration(multilabel):
     assert api[-1] == pytest.approx(exact[-1], rel=1e-6) and exact[-1] > 0.05
     assert old[-1] == 0.0
     assert abs(api[0] - exact[0]) < 0.05 and api[0] != pytest.approx(exact[0], rel=1e-6)  # an approximation
+
+
+def test_the_torch_path_gives_the_same_numbers():
+    """The sums of every device (the torch path, taken here by float16 and by an input that requires grad) and the
+    CPU's NumPy path agree on the product for a class the segmentation does not hold, and on the held classes."""
+    p = torch.from_numpy(_class_missing(np.random.default_rng(11), 3, (5, 6)))[None]
+    cpu = expected_dice(p).per_class
+    half = p.to(torch.float16)
+    want = float(torch.exp(torch.log1p(-half[0, 2].double()).sum()))
+    assert float(expected_dice(half).per_class[0, 1]) == pytest.approx(want, rel=1e-12)
+    grad = expected_dice(p.clone().requires_grad_(True)).per_class
+    torch.testing.assert_close(grad.detach(), cpu, rtol=1e-12, atol=1e-12)
+    assert 0.0 < float(cpu[0, 1]) < 1.0
