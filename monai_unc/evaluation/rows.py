@@ -24,11 +24,11 @@ from .._deprecation import REMOVAL
 from .._utils import listed
 from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
 from ..io import CaseError, CaseFiles, LoadedCase, owned_folder, read_probabilities, save_nifti, save_region_maps
-from ..keys import LEGACY_REGION_ESTIMATE, MEASURES
+from ..keys import MEASURES
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
 from ..metrics.overlap import dice
-from ..metrics.quality import QualityScores, expected_dice, quality_estimates
+from ..metrics.quality import case_expected_dice
 from ..regions import label_to_regions, parse_regions, unclaimed_labels
 from ..scores import CASE_SCORES, PATCH_SIZE, case_scores, region_suffixes, resolve_score_column
 from ..state import StateGroup, pack_states, read_npz, unpack_states
@@ -243,116 +243,6 @@ def case_dice(tasks: Sequence[TaskView]) -> tuple[float, list[np.ndarray]]:
     """
     dices = [class_dice(t.pred, t.target, t.num_classes) for t in tasks]
     return float(np.mean([float(np.mean(d)) for d in dices])), dices
-
-
-def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None = None) -> QualityScores:
-    """The label-free expected Dice of one case, as ``evaluate`` and ``triage`` both compute it.
-
-    One function for both, so that the calibration cases' estimates (recorded in the referral rule for the
-    expected-Dice interval) are computed exactly as the new cases'. ``foreground`` is the case's estimate (the
-    ``expected_dice`` column), ``per_class`` the estimate of each foreground class or region
-    (``expected_dice_<class>`` of ``triage.csv``). ``estimate`` says which (:data:`~monai_unc.keys.
-    EXPECTED_DICE_ESTIMATES`; the default is what ``evaluate`` computes today):
-
-    - ``"class_mean"`` (classes): the quantity of the case's ``dice`` (:func:`case_dice`), the mean over the
-      foreground classes ``c = 1 .. C-1`` of ``q_c``. A class the segmentation ``R = argmax_c p`` holds has the
-      expected Dice of :func:`~monai_unc.metrics.quality.expected_dice`, ``q_c = 2 sum_x p_c [R = c] / (sum_x p_c +
-      |R = c|)``. A class it does not hold has ``q_c = prod_x (1 - p_c(x))``: :func:`class_dice` scores such a class 1
-      when the reference holds none of it either and 0 otherwise, so its expected Dice is the probability that the
-      reference holds no voxel of it, which is that product under the model of the soft Dice above (each voxel's
-      label drawn from ``p`` on its own). It is 1 for a class the model gives no probability anywhere, as
-      ``class_dice`` scores a class absent from both maps, close to 1 when the class's expected volume ``sum_x p_c``
-      is far below one voxel, and about ``exp(-sum_x p_c)``, near 0, for a structure the segmentation missed but the
-      model gives a few voxels' worth of probability: a missed structure is never reported as a good case.
-    - ``"merged_foreground"`` (classes): the expected Dice of every foreground class as one mask (``1 - p_0``
-      against ``R > 0``): what ``evaluate`` wrote before, and what referral rules certified before the rule recorded
-      its estimate hold (triage computes it for their new cases). With two classes it is ``class_mean`` unless the
-      segmentation is empty (then 0 as soon as the model gives the foreground any probability).
-    - ``"region_mean"`` (regions, ``multilabel``): the quantity of the case's ``dice``, the mean over the regions
-      ``r`` of ``q_r``. A region the segmentation ``p_r > 0.5`` holds has the binary expected Dice of
-      :func:`~monai_unc.metrics.quality.quality_estimates` (``multilabel=True``), ``q_r = 2 sum_x p_r [p_r > 0.5] /
-      (sum_x p_r + |p_r > 0.5|)``; a region it does not hold has ``q_r = prod_x (1 - p_r(x))``, as a class above
-      (:func:`class_dice` of the region masks scores a region absent from both 1): 1 for a region without any
-      probability, near 0 for a missed region the model gives a few voxels' worth of probability.
-    - ``"region_mean_soft"`` (regions, :data:`~monai_unc.keys.LEGACY_REGION_ESTIMATE`): the mean of each region's
-      soft Dice, 0 for a region the segmentation does not hold as soon as it has any probability: what ``evaluate``
-      wrote before, and what region-based referral rules certified before ``format_version`` 5 hold (triage
-      computes it for their new cases).
-
-    Args:
-        probs: the case's probabilities ``(C, *spatial)`` (softmax) or ``(R, *spatial)`` (sigmoid regions).
-        multilabel: whether they are region probabilities.
-        estimate: ``"class_mean"`` or ``"merged_foreground"`` for classes, ``"region_mean"`` or
-            ``"region_mean_soft"`` for regions; None: the first of these for the kind of ``probs``.
-
-    Returns:
-        :class:`~monai_unc.metrics.quality.QualityScores` of the case (batch of one): ``foreground`` ``(1,)``,
-        ``per_class`` ``(1, K)``, float64.
-
-    Raises:
-        ValueError: ``estimate`` is not one for the kind of ``probs``.
-
-    Example:
-        >>> p = np.zeros((3, 4, 4), np.float32); p[1, :2] = 0.9; p[2, :2] = 0.05; p[0] = 1 - p[1] - p[2]
-        >>> q = case_expected_dice(p, False)  # class 2 is not segmented: prod (1 - p_2) = 0.95 ** 8
-        >>> [round(float(v), 4) for v in q.per_class[0]], round(float(q.foreground[0]), 4)
-        ([0.9474, 0.6634], 0.8054)
-        >>> round(float(case_expected_dice(p, False, "merged_foreground").foreground[0]), 4)
-        0.9744
-        >>> r = np.zeros((2, 4, 4), np.float32); r[0, :2] = 0.9; r[1, :2] = 0.3  # region 1 is not segmented
-        >>> [round(float(v), 4) for v in case_expected_dice(r, True).per_class[0]]  # prod (1 - p_1) = 0.7 ** 8
-        [0.9474, 0.0576]
-        >>> [round(float(v), 4) for v in case_expected_dice(r, True, "region_mean_soft").per_class[0]]
-        [0.9474, 0.0]
-    """
-    allowed = ("region_mean", LEGACY_REGION_ESTIMATE) if multilabel else ("class_mean", "merged_foreground")
-    estimate = allowed[0] if estimate is None else estimate
-    if estimate not in allowed:
-        raise ValueError(f"estimate must be one of {allowed} for {'region' if multilabel else 'class'} "
-                         f"probabilities, got {estimate!r}"[:300])
-    if multilabel:
-        q = quality_estimates({"pred": probs[None]}, multilabel=True)["expected_dice"]
-        if estimate == LEGACY_REGION_ESTIMATE:
-            return q
-        # a region is a two-class problem (1 - p_r, p_r) whose segmentation is p_r > 0.5; its soft Dice is 0 exactly
-        # when that holds no voxel and the region has some probability (a segmented voxel has p_r > 0.5)
-        return _unsegmented_as_absent(q, probs.reshape(probs.shape[0], -1))
-    q = expected_dice(probs[None], validate=False)
-    if estimate == "merged_foreground":
-        return q
-    # q_c is 0 exactly when R holds no voxel of c: at a voxel of R = c, p_c is larger than p_0 >= 0 (a tie goes to
-    # the lower class), so the overlap sum_x p_c [R = c] is positive; an argmax of the volume again would double the
-    # cost
-    return _unsegmented_as_absent(q, probs.reshape(probs.shape[0], -1)[1:])
-
-
-def _unsegmented_as_absent(q: QualityScores, flat: np.ndarray) -> QualityScores:
-    """``q`` (batch of one) with ``prod_x (1 - p_k(x))`` for each class or region ``k`` of soft Dice 0; the mean.
-
-    ``flat`` holds the probabilities of the columns of ``q.per_class``, ``(K, voxels)``. A soft Dice of exactly 0 is
-    a class or region the segmentation does not hold although the model gives it some probability
-    (:func:`case_expected_dice`); one without any probability has 0 / 0 = 1 (``empty_score``), which the product
-    gives too.
-    """
-    per = np.array(q.per_class, dtype=np.float64)  # (1, K), a copy
-    for k in np.flatnonzero(per[0] == 0.0):
-        per[0, k] = _probability_none(flat[k])
-    return QualityScores(per.mean(axis=1), per)
-
-
-def _probability_none(p: np.ndarray, chunk: int = 1 << 22) -> float:
-    """``prod_x (1 - p(x))`` of a flat probability map: the chance that no voxel is drawn, each on its own.
-
-    Summed as ``log1p(-p)`` in float64 over chunks (a float32 product of a large volume underflows; a float64 copy of
-    the whole map would double its memory); values above 1 by the tolerance of the probability checks are clipped so
-    that the logarithm stays defined (a voxel of probability 1 makes the product 0).
-    """
-    total = 0.0
-    with np.errstate(divide="ignore"):  # log1p(-1) = -inf: the product is 0
-        for start in range(0, p.size, chunk):
-            part = np.clip(p[start:start + chunk].astype(np.float64), 0.0, 1.0)
-            total += float(np.log1p(-part).sum())
-    return float(np.exp(total))
 
 
 def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:

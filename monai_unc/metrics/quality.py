@@ -19,7 +19,8 @@ estimate               formula (per case, per class or foreground)              
                                                                                           two passes, below)
 ``sample_iou``         ``|A_1 & ... & A_S| / |A_1 | ... | A_S|`` (Roy et al. 2018)         streaming
 ``volume_cv``          ``std_s V_s / mean_s V_s``, ``V_s = |A_s|`` (or ``sum p_s``)          streaming
-``expected_dice``      ``2 sum pbar [R = c] / (sum pbar + |R = c|)``                       ``SampleStats`` (pred)
+``expected_dice``      ``2 sum pbar [R = c] / (sum pbar + |R = c|)``; without ``R = c``:    ``SampleStats`` (pred)
+                       ``prod_x (1 - pbar_c(x))``
 =====================  ================================================================  ========================
 
 The first four are agreement measures from Roy, Conjeti, Navab and Wachinger, "Inherent brain segmentation
@@ -34,7 +35,18 @@ pooled, which is a different number (it mixes spatial and sample variation). ``v
 (``expected_dice(stats.mean)``) or from a single deterministic softmax. If the true label of each voxel were
 drawn independently from ``pbar``, the expected overlap with ``R`` would be ``sum_x pbar_c(x) [R(x) = c]`` and
 the expected true volume ``sum_x pbar_c(x)``; the estimate is the ratio of these expectations (the soft Dice of
-``pbar`` against its own argmax), which approximates the expected Dice for structures of many voxels.
+``pbar`` against its own argmax), which approximates the expected Dice for structures of many voxels. A class (or
+the foreground) that ``R`` does not hold has a Dice of 1 when the reference holds none of it either (two empty
+masks, ``empty_score``) and 0 otherwise, so its expected Dice under the same model is exactly
+``prod_x (1 - pbar_c(x))`` (``prod_x pbar_0(x)`` for the foreground), the chance that the reference holds none of
+it: 1 for a class without any probability, near 0 for a structure the segmentation missed while the model gives it
+a few voxels' worth of probability. This is the number ``monai-unc evaluate`` and ``triage`` compute
+(:func:`case_expected_dice`, one formula for the API and the command line). On a case small enough to enumerate
+every reference (``tests/metrics/test_quality_review68.py``: 8 voxels, 3 classes; 12 voxels, 2 regions) the product
+equals the exact expectation to rounding, while the soft Dice of a held class differs from it by about 0.01 (0.777
+against 0.769; 0.765 against 0.758): it approximates ``E[Dice]`` by ``E[2 |R & Y|] / E[|R| + |Y|]``. Before review 68
+the API gave such a class 0, the soft Dice of an empty mask; that number is the estimate of referral rules certified
+before (``case_expected_dice``'s ``estimate``) and nothing else.
 
 Streaming (memory independent of ``S``): :class:`StreamingQuality` takes one sample at a time and keeps
 
@@ -92,7 +104,7 @@ from .._utils import (
     to_numpy,
     to_tensor,
 )
-from ..keys import UncertaintyKeys
+from ..keys import LEGACY_REGION_ESTIMATE, UncertaintyKeys
 from ..product import format_level
 from .overlap import check_empty_score, class_counts, dice_from_counts, label_gram, overlap_counts, overlap_ratio
 
@@ -105,6 +117,7 @@ __all__ = [
     "volume_cv",
     "expected_dice",
     "quality_estimates",
+    "case_expected_dice",
     "QUALITY_ESTIMATES",
     "ConformalInterval",
     "conformal_quantile",
@@ -455,14 +468,19 @@ def expected_dice(
 
     ``q_c = 2 sum_x pbar_c(x) [R(x) = c] / (sum_x pbar_c(x) + |R = c|)`` with ``R = argmax_c pbar``; foreground:
     ``pbar_fg = 1 - pbar_0`` and ``R > 0``. This is the soft Dice of ``pbar`` against ``R`` (module docstring):
-    the ratio of the expected overlap and volumes if each voxel's label were drawn from ``pbar``. Works from
-    :class:`~monai_unc.stats.SampleStats` (``expected_dice(stats.mean)``), the inferer's ``pred`` or one softmax.
+    the ratio of the expected overlap and volumes if each voxel's label were drawn from ``pbar``. A class that ``R``
+    does not hold has ``q_c = empty_score * prod_x (1 - pbar_c(x))`` (the foreground ``prod_x pbar_0(x)``): the
+    chance that the reference holds none of it either, the exact expected Dice under that model (module docstring);
+    the per-class values are those ``monai-unc evaluate`` and ``triage`` compute (:func:`case_expected_dice`).
+    Works from :class:`~monai_unc.stats.SampleStats` (``expected_dice(stats.mean)``), the inferer's ``pred`` or one
+    softmax.
 
     Args:
         probs: ``(B, C, *spatial)`` probabilities.
         include_background: also report class 0 in ``per_class``.
         empty_score: value of a pair of empty masks (default 1.0: both agree the structure is absent).
-        validate: check that the input holds probabilities (one extra pass).
+        validate: check that the input holds probabilities (one extra pass; NaN or inf is refused). Without the
+            check, a case whose probabilities hold NaN is NaN in every column, with a ``UserWarning``.
 
     Returns:
         :class:`QualityScores` ``(foreground (B,), per_class (B, K))``, float64 in the library of the input.
@@ -476,23 +494,82 @@ def expected_dice(
         >>> q = expected_dice(samples.mean(0))
         >>> q.foreground.round(decimals=4)
         tensor([0.8761, 0.8723], dtype=torch.float64)
+        >>> import numpy as np
+        >>> p = np.zeros((1, 3, 2, 2)); p[0, 0] = 0.85; p[0, 1] = 0.05; p[0, 2] = 0.1  # background ...
+        >>> p[0, :, 0, 0] = (0.1, 0.8, 0.1)  # ... but one voxel of class 1; class 2 is never the argmax
+        >>> q = expected_dice(p)  # class 2: prod (1 - 0.1) = 0.9 ** 4, the chance that the reference has none of it
+        >>> q.per_class.round(4).tolist()
+        [[0.8205, 0.6561]]
     """
+    return _expected_dice(probs, include_background, empty_score, validate, soft_only=False)
+
+
+def _expected_dice(
+    probs: ArrayLike, include_background: bool, empty_score: float, validate: bool, soft_only: bool
+) -> QualityScores:
+    """:func:`expected_dice`; ``soft_only``: the soft Dice alone (the former estimate, :func:`case_expected_dice`)."""
     include_background = check_bool(include_background, "include_background")
     p = _probs(probs, validate)
     b, c = p.shape[:2]
-    p = p.reshape(b, c, -1)
+    q = _expected_dice_values(p.reshape(b, c, -1), empty_score, soft_only)
+    return _split(q, _classes(c, include_background), probs)
+
+
+def _expected_dice_values(p: torch.Tensor, empty_score: float, soft_only: bool) -> torch.Tensor:
+    """The one formula of the expected Dice: ``(B, C + 1)`` float64 (foreground last) of ``(B, C, N)`` probabilities.
+
+    Where the segmentation holds the class (or foreground), the soft Dice ``2 sum p [R = c] / (sum p + |R = c|)``;
+    where it holds none of it, ``empty_score * prod_x (1 - p_c(x))`` (``prod_x p_0(x)`` for the foreground): the
+    Dice is ``empty_score`` when the reference holds none of it either and 0 otherwise, so this is its exact
+    expectation with each voxel's label drawn from ``p`` on its own (``empty_score`` alone without any probability, as
+    the soft Dice's 0 / 0). ``soft_only`` keeps the soft Dice there too (0 as soon as there is any probability): the
+    estimate of referral rules certified before, reached only through :func:`case_expected_dice`. A case whose
+    probabilities hold NaN (``validate=False``) is NaN in every column, with a ``UserWarning``.
+    """
+    c = p.shape[1]
     if p.device.type == "cpu" and p.dtype in (torch.float32, torch.float64) and not p.requires_grad:
-        num, den = _expected_dice_sums_cpu(p)
+        num, den, held = _expected_dice_sums_cpu(p)
     else:
-        num, den = _expected_dice_sums(p)
+        num, den, held = _expected_dice_sums(p)
     q = overlap_ratio(2 * num, den, empty_score, caller="expected_dice")
     # probabilities may exceed 1 by the tolerance of the checks (1.0005 passes), and the ratio with them (found by
     # hostile testing: 1.00025); the estimate of a Dice is kept in [0, 1] (clamp keeps NaN)
     q = q.clamp(0.0, 1.0)
-    return _split(q, _classes(c, include_background), probs)
+    if not soft_only:
+        # not held but some probability (den = sum p > 0): the soft Dice is 0 there, the expected Dice is not
+        absent = (held == 0) & (den > 0)
+        for i, j in absent.nonzero().tolist():
+            q[i, j] = empty_score * _probability_none(p[i, 0] if j == c else p[i, j], foreground=j == c)
+        if math.isnan(empty_score) and bool(absent.any()):
+            warnings.warn(f"expected_dice: {int(absent.sum())} class(es) the segmentation does not hold gave NaN "
+                          "(empty_score=nan scores a reference that holds none of them either)", UserWarning,
+                          stacklevel=4)
+    undefined = ~torch.isfinite(den[:, :c]).all(dim=1)  # every class's sum holds every voxel of the case
+    if bool(undefined.any()):
+        q[undefined] = float("nan")
+        warnings.warn(f"expected_dice: the probabilities of {int(undefined.sum())} case(s) hold NaN or inf: their "
+                      "expected Dice is undefined (NaN)", UserWarning, stacklevel=4)
+    return q
 
 
-def _expected_dice_sums_cpu(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _probability_none(p: torch.Tensor, foreground: bool, chunk: int = 1 << 22) -> float:
+    """``prod_x (1 - p(x))`` of one class's map (``prod_x p(x)`` of the background's for the ``foreground``).
+
+    The chance that no voxel is drawn into the class, each on its own. Summed as ``log1p(-p)`` (``log p_0``) in
+    float64 over chunks of the flat map (a float32 product of a large volume underflows; a float64 copy of the whole
+    map would double its memory); values beyond [0, 1] by the tolerance of the probability checks are clipped, so
+    that the logarithm stays defined (a voxel of probability 1 makes the product 0). A number: no gradient flows
+    through it (the soft Dice 0 it replaces had none either).
+    """
+    flat = p.detach().reshape(-1)
+    total = 0.0
+    for start in range(0, flat.numel(), chunk):
+        part = flat[start:start + chunk].to(torch.float64).clamp(0.0, 1.0)
+        total += float((torch.log(part) if foreground else torch.log1p(-part)).sum())
+    return math.exp(total)
+
+
+def _expected_dice_sums_cpu(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The sums of :func:`_expected_dice_sums` on the CPU, in NumPy, the overlap of every class in one pass.
 
     Torch's float64 and boolean sums of float32 maps are about ten times slower on the CPU. At a voxel whose
@@ -504,6 +581,7 @@ def _expected_dice_sums_cpu(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     a, top_np, seg_np = p.numpy(), top.numpy(), seg.numpy()
     num = np.empty((b, c + 1))
     den = np.empty((b, c + 1))
+    held = np.empty((b, c + 1), np.int64)
     for i in range(b):
         counts = np.bincount(seg_np[i], minlength=c)
         num[i, :c] = np.bincount(seg_np[i], weights=top_np[i], minlength=c)
@@ -512,31 +590,36 @@ def _expected_dice_sums_cpu(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         p0 = a[i, 0]
         num[i, c] = size - np.add.reduce(np.where(seg_np[i] > 0, p0, 0), dtype=np.float64)
         den[i, c] = (n - np.add.reduce(p0, dtype=np.float64)) + size
-    return torch.from_numpy(num), torch.from_numpy(den)  # float64
+        held[i, :c], held[i, c] = counts, size
+    return torch.from_numpy(num), torch.from_numpy(den), torch.from_numpy(held)  # float64, float64, int64
 
 
-def _expected_dice_sums(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(num, den)`` ``(B, C + 1)`` of :func:`expected_dice` of ``(B, C, N)`` probabilities, float64 sums.
+def _expected_dice_sums(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(num, den, held)`` ``(B, C + 1)`` of :func:`expected_dice` of ``(B, C, N)`` probabilities.
 
-    Per class ``sum pbar_c [R = c]`` and ``sum pbar_c + |R = c|``, the foreground last.
+    Per class ``sum pbar_c [R = c]`` and ``sum pbar_c + |R = c|`` (float64 sums) and ``|R = c|`` (int64), the
+    foreground last.
     """
     b, c = p.shape[:2]
     seg = _argmax(p, 1)  # (B, N)
     f64 = torch.float64
     num = torch.empty((b, c + 1), dtype=f64, device=p.device)
     den = torch.empty((b, c + 1), dtype=f64, device=p.device)
+    held = torch.empty((b, c + 1), dtype=torch.int64, device=p.device)
     for j in range(c):  # one class at a time (memory of one map), sums in float64
         pj = p[:, j]
         mask = seg == j
+        held[:, j] = mask.sum(dim=-1)
         num[:, j] = torch.where(mask, pj, torch.zeros_like(pj)).sum(dim=-1, dtype=f64)
-        den[:, j] = pj.sum(dim=-1, dtype=f64) + mask.sum(dim=-1)
+        den[:, j] = pj.sum(dim=-1, dtype=f64) + held[:, j]
     # foreground, pbar_fg = 1 - pbar_0: sums of 1 - p_0 as counts minus float64 sums of p_0 (a voxel-wise 1 - p_0
     # in float16 / bfloat16 would round every voxel)
     p0, mask = p[:, 0], seg > 0
     size = mask.sum(dim=-1)
     num[:, c] = size - torch.where(mask, p0, torch.zeros_like(p0)).sum(dim=-1, dtype=f64)
     den[:, c] = (p.shape[-1] - p0.sum(dim=-1, dtype=f64)) + size
-    return num, den
+    held[:, c] = size
+    return num, den, held
 
 
 def quality_estimates(
@@ -558,7 +641,12 @@ def quality_estimates(
     ``(S, B, R, *spatial)`` hold one foreground probability per region; each region is scored as a binary task
     (segmentation ``p_r > 0.5``, i.e. the estimates on the two-class probabilities ``(1 - p_r, p_r)``), and
     ``per_class`` is ``(B, R)``, one column per region, while ``foreground`` is the mean over the regions (the
-    combined case estimate; NaN regions are left out of it).
+    combined case estimate; NaN regions are left out of it). ``expected_dice`` of a region the segmentation does not
+    hold is ``prod_x (1 - p_r(x))`` (:func:`expected_dice`): ``per_class`` and ``foreground`` are the
+    ``expected_dice_<R>`` and ``expected_dice`` that ``monai-unc evaluate --regions`` and ``triage`` compute. For
+    classes, ``per_class`` is ``expected_dice_<class>``, and the ``expected_dice`` column of the command lines is its
+    mean over the classes, while ``foreground`` here is the merged foreground (another quantity with three or more
+    classes; :func:`case_expected_dice`).
 
     Args:
         output: an inferer's output: ``pred`` ``(B, C, *spatial)`` and optionally ``samples``
@@ -598,10 +686,17 @@ def quality_estimates(
     else:
         multilabel = check_bool(multilabel, "multilabel")
     if multilabel:
-        return _region_quality(output, empty_score)
+        return _region_quality(output, empty_score, soft_only=False)
+    return _class_quality(output, include_background, empty_score, soft_only=False)
+
+
+def _class_quality(
+    output: Mapping[str, Any], include_background: bool, empty_score: float, soft_only: bool
+) -> dict[str, QualityScores]:
+    """:func:`quality_estimates` of a softmax output; ``soft_only`` as :func:`_expected_dice_values`."""
     kw = {"include_background": include_background}
     pred = output[K.PRED.value]
-    res = {"expected_dice": expected_dice(pred, empty_score=empty_score, **kw)}
+    res = {"expected_dice": _expected_dice(pred, include_background, empty_score, True, soft_only)}
     samples = output.get(K.SAMPLES.value)
     if samples is None:
         return res
@@ -613,7 +708,7 @@ def quality_estimates(
     if s.shape[0] < 2:
         warnings.warn("quality_estimates: a single sample agrees with itself; the sample-agreement estimates "
                       "(pairwise_dice, dice_to_mean, sample_iou, volume_cv) carry no information and are left out",
-                      UserWarning, stacklevel=2)
+                      UserWarning, stacklevel=3)
         return res
     for name, q in (("pairwise_dice", pairwise_dice(s, empty_score=empty_score, validate=False, **kw)),
                     ("dice_to_mean", dice_to_mean(s, empty_score=empty_score, validate=False, **kw)),
@@ -623,7 +718,7 @@ def quality_estimates(
     return res
 
 
-def _region_quality(output: Mapping[str, Any], empty_score: float) -> dict[str, QualityScores]:
+def _region_quality(output: Mapping[str, Any], empty_score: float, soft_only: bool) -> dict[str, QualityScores]:
     """:func:`quality_estimates` of a multi-label output: every region a two-class problem, then stacked."""
     pred = to_tensor(output[K.PRED.value], "pred")
     if pred.ndim < 3 or not pred.is_floating_point():
@@ -641,7 +736,7 @@ def _region_quality(output: Mapping[str, Any], empty_score: float) -> dict[str, 
         if s is not None:
             q = s[:, :, r : r + 1]
             binary[K.SAMPLES.value] = torch.cat([1 - q, q], dim=2)
-        per_region.append(quality_estimates(binary, empty_score=empty_score, multilabel=False))
+        per_region.append(_class_quality(binary, False, empty_score, soft_only))
     out: dict[str, QualityScores] = {}
     for name in per_region[0]:
         cols = torch.stack([to_tensor(res[name].foreground, name).to(torch.float64) for res in per_region], dim=1)
@@ -650,6 +745,90 @@ def _region_quality(output: Mapping[str, Any], empty_score: float) -> dict[str, 
             combined = torch.nanmean(cols, dim=1)
         out[name] = QualityScores(like_input(combined, output[K.PRED.value]), like_input(cols, output[K.PRED.value]))
     return out
+
+
+def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None = None) -> QualityScores:
+    """The label-free expected Dice of one case, as ``evaluate`` and ``triage`` both compute it.
+
+    One function for both, so that the calibration cases' estimates (recorded in the referral rule for the
+    expected-Dice interval) are computed exactly as the new cases', and the per-class / per-region values are those of
+    :func:`expected_dice` and :func:`quality_estimates` (one formula, :func:`expected_dice`'s). ``foreground`` is the
+    case's estimate (the ``expected_dice`` column), ``per_class`` the estimate of each foreground class or region
+    (``expected_dice_<class>`` of ``triage.csv``). ``estimate`` says which (:data:`~monai_unc.keys.
+    EXPECTED_DICE_ESTIMATES`; the default is what ``evaluate`` computes):
+
+    - ``"class_mean"`` (classes): the quantity of the case's ``dice``
+      (:func:`~monai_unc.evaluation.rows.case_dice`), the mean over the foreground classes ``c = 1 .. C-1`` of
+      :func:`expected_dice`'s ``q_c``. A class the segmentation ``R = argmax_c p`` holds has ``q_c = 2 sum_x p_c
+      [R = c] / (sum_x p_c + |R = c|)``. A class it does not hold has ``q_c = prod_x (1 - p_c(x))``:
+      :func:`~monai_unc.evaluation.rows.class_dice` scores such a class 1 when the reference holds none of it
+      either and 0 otherwise, so its expected Dice is the probability that the reference holds no voxel of it, which
+      is that product under the model of the soft Dice above (each voxel's label drawn from ``p`` on its own). It
+      is 1 for a class the model gives no probability anywhere, close to 1 when the class's expected volume
+      ``sum_x p_c`` is far below one voxel, and about ``exp(-sum_x p_c)``, near 0, for a structure the segmentation
+      missed but the model gives a few voxels' worth of probability: a missed structure is never reported as a good
+      case.
+    - ``"merged_foreground"`` (classes): the soft Dice of every foreground class as one mask (``1 - p_0`` against
+      ``R > 0``), and of each class, 0 for a mask the segmentation does not hold as soon as it has any probability:
+      what ``evaluate`` wrote before, and what referral rules certified before the rule recorded its estimate hold
+      (triage computes it for their new cases). With two classes it is ``class_mean`` unless the segmentation is
+      empty (then 0 as soon as the model gives the foreground any probability).
+    - ``"region_mean"`` (regions, ``multilabel``): the quantity of the case's ``dice``, the mean over the regions
+      ``r`` of :func:`quality_estimates`' ``q_r`` (``multilabel=True``): a region the segmentation ``p_r > 0.5``
+      holds has the binary expected Dice ``q_r = 2 sum_x p_r [p_r > 0.5] / (sum_x p_r + |p_r > 0.5|)``, a region it
+      does not hold ``q_r = prod_x (1 - p_r(x))``, as a class above.
+    - ``"region_mean_soft"`` (regions, :data:`~monai_unc.keys.LEGACY_REGION_ESTIMATE`): the mean of each region's
+      soft Dice, 0 for a region the segmentation does not hold as soon as it has any probability: what ``evaluate``
+      wrote before, and what region-based referral rules certified before ``format_version`` 5 hold (triage
+      computes it for their new cases).
+
+    The two former estimates are reached only here, by the estimate kind such a rule derives; they are not the
+    expected Dice of anything (a missed structure reads as 0, a structure absent from case and segmentation alike
+    as 0 when the model gives it the least probability).
+
+    Args:
+        probs: the case's probabilities ``(C, *spatial)`` (softmax) or ``(R, *spatial)`` (sigmoid regions), not
+            checked here (:func:`~monai_unc.io.load_case` checks them); NaN gives NaN with a ``UserWarning``.
+        multilabel: whether they are region probabilities.
+        estimate: ``"class_mean"`` or ``"merged_foreground"`` for classes, ``"region_mean"`` or
+            ``"region_mean_soft"`` for regions; None: the first of these for the kind of ``probs``.
+
+    Returns:
+        :class:`QualityScores` of the case (batch of one): ``foreground`` ``(1,)``, ``per_class`` ``(1, K)``,
+        float64 NumPy arrays.
+
+    Raises:
+        ValueError: ``estimate`` is not one for the kind of ``probs``.
+
+    Example:
+        >>> p = np.zeros((3, 4, 4), np.float32); p[1, :2] = 0.9; p[2, :2] = 0.05; p[0] = 1 - p[1] - p[2]
+        >>> q = case_expected_dice(p, False)  # class 2 is not segmented: prod (1 - p_2) = 0.95 ** 8
+        >>> [round(float(v), 4) for v in q.per_class[0]], round(float(q.foreground[0]), 4)
+        ([0.9474, 0.6634], 0.8054)
+        >>> round(float(case_expected_dice(p, False, "merged_foreground").foreground[0]), 4)
+        0.9744
+        >>> r = np.zeros((2, 4, 4), np.float32); r[0, :2] = 0.9; r[1, :2] = 0.3  # region 1 is not segmented
+        >>> [round(float(v), 4) for v in case_expected_dice(r, True).per_class[0]]  # prod (1 - p_1) = 0.7 ** 8
+        [0.9474, 0.0576]
+        >>> [round(float(v), 4) for v in case_expected_dice(r, True, "region_mean_soft").per_class[0]]
+        [0.9474, 0.0]
+    """
+    multilabel = check_bool(multilabel, "multilabel")
+    allowed = ("region_mean", LEGACY_REGION_ESTIMATE) if multilabel else ("class_mean", "merged_foreground")
+    estimate = allowed[0] if estimate is None else estimate
+    if estimate not in allowed:
+        raise ValueError(f"estimate must be one of {allowed} for {'region' if multilabel else 'class'} "
+                         f"probabilities, got {estimate!r}"[:300])
+    arr = np.asarray(probs)
+    soft_only = estimate in ("merged_foreground", LEGACY_REGION_ESTIMATE)
+    if multilabel:
+        q = _region_quality({K.PRED.value: arr[None]}, 1.0, soft_only)["expected_dice"]
+        return QualityScores(np.asarray(q.foreground, np.float64), np.asarray(q.per_class, np.float64))
+    q = _expected_dice(arr[None], False, 1.0, False, soft_only)
+    per = np.asarray(q.per_class, np.float64)
+    if soft_only:
+        return QualityScores(np.asarray(q.foreground, np.float64), per)
+    return QualityScores(per.mean(axis=1), per)
 
 
 # ---------------------------------------------------------------------------------------------- streaming

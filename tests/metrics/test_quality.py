@@ -82,7 +82,13 @@ def bf_expected_dice(probs, empty=1.0):
             pj = probs[i, j] if j < c else 1 - probs[i, 0]
             r = masks_of(seg, j, c)
             den = pj.sum() + r.sum()
-            out[i, j] = empty if den == 0 else 2 * (pj * r).sum() / den
+            if r.sum() == 0 and den > 0:  # not segmented, some probability: P(the reference holds none of it)
+                none = 1.0
+                for v in np.asarray(pj, np.float64).reshape(-1):
+                    none *= 1.0 - min(max(v, 0.0), 1.0)
+                out[i, j] = empty * none
+            else:
+                out[i, j] = empty if den == 0 else 2 * (pj * r).sum() / den
     return out
 
 
@@ -185,7 +191,9 @@ def test_single_sample():
 def test_argmax_ties_go_to_the_lower_class():
     x = np.full((2, 1, 2, 4, 4), 0.5)
     assert pairwise_dice(x).foreground[0] == 1.0  # every voxel background in both samples: two empty masks
-    assert expected_dice(x[0]).per_class[0, 0] == 0.0  # mass 0.5 per voxel on class 1, but no voxel predicted
+    # mass 0.5 per voxel on class 1, but no voxel predicted: the chance that the reference holds none of the 16
+    # voxels either (the soft Dice alone, 0, was the API's number before review 68 and is a former rule's estimate)
+    assert expected_dice(x[0]).per_class[0, 0] == pytest.approx(0.5 ** 16, rel=1e-12)
     r = expected_dice(x[0], include_background=True).per_class[0, 0]
     assert r == pytest.approx(2 * 8 / (8 + 16))
 
@@ -346,9 +354,11 @@ def test_expected_dice_cpu_sums_equal_the_torch_sums(dtype):
     for probs in (x, x.clone().index_put_((torch.tensor([1]), torch.tensor([2]), torch.tensor([4]),
                                            torch.tensor([7])), torch.tensor(float("nan"), dtype=dtype))):
         flat = probs.reshape(3, 4, -1)
-        num, den = _expected_dice_sums_cpu(flat)
-        ref_num, ref_den = _expected_dice_sums(flat)
+        num, den, held = _expected_dice_sums_cpu(flat)
+        ref_num, ref_den, ref_held = _expected_dice_sums(flat)
         torch.testing.assert_close(num, ref_num, rtol=1e-12, atol=1e-9, equal_nan=True)
         torch.testing.assert_close(den, ref_den, rtol=1e-12, atol=1e-9, equal_nan=True)
+        torch.testing.assert_close(held, ref_held, rtol=0, atol=0)
+        assert held.dtype == torch.int64 and bool((held[:, :-1].sum(dim=1) == flat.shape[-1]).all())
     scores = expected_dice(x)  # the public function takes the CPU path and agrees with the brute-force loops
     check(scores, bf_expected_dice(x.double().numpy()), atol=1e-6 if dtype == torch.float32 else 1e-12)
