@@ -317,7 +317,7 @@ def _dcmread(path: Path, stop_before_pixels: bool = False) -> Dataset:
             raise _BareCompressedError(
                 "compressed (encapsulated) pixel data in a bare data set, which has no file meta information to state "
                 "its transfer syntax (the compression); write the slice as a DICOM file with its file meta "
-                "information, or uncompressed")
+                "information, or uncompressed") from None
         meta = FileMetaDataset()
         meta.TransferSyntaxUID = syntax
         meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID = ds.SOPClassUID, ds.SOPInstanceUID
