@@ -13,7 +13,17 @@ pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
 from pydicom.filebase import DicomBytesIO  # noqa: E402
 from pydicom.filewriter import write_dataset  # noqa: E402
 
-from monai_unc.io.dicom import DicomSeriesError, read_series, write_series  # noqa: E402
+from monai_unc.io.dicom import (  # noqa: E402
+    DicomSegError,
+    DicomSeriesError,
+    check_distinct_segment_names,
+    check_segment_classes,
+    default_segment,
+    read_series,
+    segment_name_key,
+    write_segmentation,
+    write_series,
+)
 
 AFFINE = np.diag([0.8, 0.9, 2.0, 1.0])
 
@@ -52,3 +62,29 @@ def test_bare_data_set_with_compressed_pixels_is_refused(tmp_path):
     with pytest.raises(DicomSeriesError, match=rf"{files[0].name}: pixel data unreadable \(.*compressed.*no file "
                                                r"meta"):
         read_series(tmp_path / "s")
+
+
+NFD_OEDEM = "O\u0308dem"  # "Ödem" decomposed (O + combining diaeresis), as macOS and some tools store text
+
+
+def test_segment_names_differing_only_in_unicode_form_are_one_name():
+    # found by hostile review 68: "Ödem" composed (U+00D6) and decomposed (O + U+0308) look the same in a viewer, and
+    # so do "Tumour" and its full-width form, but both pairs passed as two distinct segment names
+    assert segment_name_key("\u00d6dem") == segment_name_key(NFD_OEDEM)
+    for a, b in (("\u00d6dem", NFD_OEDEM), ("Tumour", "\uff34\uff55\uff4d\uff4f\uff55\uff52")):
+        with pytest.raises(ValueError, match="have the same segment name"):
+            check_distinct_segment_names([(1, a), (2, b)], "segments")
+
+
+def test_a_swapped_segment_named_in_another_unicode_form_is_refused(tmp_path):
+    # found by hostile review 68: a SEG whose segment 1 is named "Ödem" in the decomposed form (another tool's text),
+    # the name of class 2 in the composed form, was taken as named after no class and read by its number, as label 1
+    # ("tumour"), without a word
+    write_series(np.zeros((4, 3, 2)), np.eye(4), tmp_path / "s", modality="MR")
+    series = read_series(tmp_path / "s", pixels=False)
+    labels = np.zeros((4, 3, 2), np.uint8)
+    labels[1, 1, 1], labels[2, 1, 1] = 1, 2
+    write_segmentation(labels, series, tmp_path / "seg.dcm",
+                       [default_segment(1, NFD_OEDEM), default_segment(2, "Segment 2")])  # named as no class
+    with pytest.raises(DicomSegError, match="segment 1 is named .*, the name of class 2"):
+        check_segment_classes(tmp_path / "seg.dcm", ["background", "tumour", "\u00d6dem"])
