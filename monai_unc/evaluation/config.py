@@ -117,7 +117,7 @@ class EvaluationConfig:
         num_classes: number of classes (default: from the probabilities).
         class_names: names of the classes, background first, for the ``dice_<class>`` columns (default ``1``,
             ``2``, ...): one per class, of distinct columns (:func:`slug`: ``"Left Atrium"`` and ``"left-atrium"``
-            would both be ``dice_left_atrium``); a name listed twice is refused.
+            would both be ``dice_left_atrium``); a name listed twice, or an empty one, is refused.
         shifts: ``{case: shift label}`` for OoD detection; in-distribution labels are :data:`IID_SHIFTS`. The labels
             are kept as text (:meth:`validate`: ``str`` of a number, ``""`` for None or NaN).
         target_risk: when set, the referral threshold with a guarantee
@@ -488,6 +488,11 @@ class EvaluationConfig:
                 "class_names")
         # as a rule file reads them (a tab or 300 characters were evaluated, then the certified rule was refused)
         names = [check_text(str(n), f"class_names[{i}]") for i, n in enumerate(names)]
+        blank = [i for i, n in enumerate(names) if not n.strip()]
+        if blank:  # found by hostile review 68: its column was dice_class, named after no name; dicom-export refused it
+            raise parameter_error(
+                ValueError(f"class_names[{blank[0]}] is empty: give every class a name (its dice_<class> column is "
+                           "named after it)"), "class_names")
         if self.num_classes is not None and len(names) != self.num_classes:
             raise parameter_error(
                 ValueError(f"class_names has {len(names)} names for num_classes={self.num_classes}"),

@@ -29,3 +29,12 @@ def test_seg_label_values_as_a_list_or_tuple_is_kept_in_order():
     config = EvaluationConfig(seg_label_values=(3, np.int64(1)))
     config.validate()
     assert config.seg_label_values == [3, 1]
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_an_empty_class_name_is_refused(blank):
+    # found by hostile review 68: --class-names bg "" liver (or a list with a stray empty entry) was evaluated, its
+    # column named dice_class after no name, while dicom-export refuses the same --class-names ("1 to 64 bytes")
+    config = EvaluationConfig(class_names=["bg", blank, "liver"], num_classes=3)
+    with pytest.raises(ValueError, match=r"class_names\[1\] is empty"):
+        config.validate()
