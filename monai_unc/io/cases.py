@@ -844,14 +844,20 @@ def _nested_file_folders(folder: Path) -> list[str]:
     PACS export nests ``<case>/<series>/`` or ``<case>/<study>/<series>/`` (found by hostile review 68: a look one
     level down left the second layout out without a word).
     """
+    def entries(path: Path) -> list[Path]:
+        try:
+            return sorted(path.iterdir())
+        except OSError:  # an unreadable folder deep in a case folder: nothing to say about it here
+            return []
+
     level = [(folder, "")]
     for _ in range(_NESTED_LEVELS):
         below = []
         for path, rel in level:
-            for q in sorted(path.iterdir()):
+            for q in entries(path):
                 if q.is_dir() and not q.name.startswith("."):  # a link loop ends at the last level
                     below.append((q, f"{rel}{q.name}/"))
-        found = [rel for q, rel in below if any(_visible_file(f) for f in q.iterdir())]
+        found = [rel for q, rel in below if any(_visible_file(f) for f in entries(q))]
         if found or not below:
             return found
         level = below
