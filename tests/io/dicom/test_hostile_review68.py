@@ -89,3 +89,24 @@ def test_a_swapped_segment_named_in_another_unicode_form_is_refused(tmp_path):
                        [default_segment(1, NFD_OEDEM), default_segment(2, "Segment 2")])  # named as no class
     with pytest.raises(DicomSegError, match="segment 1 is named .*, the name of class 2"):
         check_segment_classes(tmp_path / "seg.dcm", ["background", "tumour", "\u00d6dem"])
+
+
+def test_a_bare_multiframe_image_of_more_frames_than_its_number_of_frames_is_refused(tmp_path):
+    # found by hostile review 68: the check that refuses pixel data of more frames than NumberOfFrames (which frames
+    # the header describes is unknown) read the file with pydicom's plain read, which refuses a bare data set, and then
+    # said nothing: a bare image was read from its first frames without a word
+    pytest.importorskip("highdicom", reason="needs the dicom extra")
+    from ._multiframe import legacy_multiframe
+
+    values = np.random.default_rng(0).integers(-1000, 1000, (8, 8, 4)).astype(float)
+    files = write_series(values, AFFINE, tmp_path / "s", modality="CT", shuffle_seed=5)
+    image = legacy_multiframe(files, tmp_path / "mf")
+    ds = pydicom.dcmread(image)
+    ds.NumberOfFrames = 3
+    ds.PerFrameFunctionalGroupsSequence = ds.PerFrameFunctionalGroupsSequence[:3]
+    fp = DicomBytesIO()
+    fp.is_little_endian, fp.is_implicit_VR = True, False
+    write_dataset(fp, pydicom.Dataset(ds))
+    image.write_bytes(fp.getvalue())
+    with pytest.raises(DicomSeriesError, match="its pixel data holds 4 frames of 8 x 8 pixels, its NumberOfFrames 3"):
+        read_series(tmp_path / "mf")
