@@ -498,7 +498,10 @@ def check_threshold(threshold: Any, name: str = "threshold", error: type[Excepti
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise parameter_error(error(f"{name} must be a real number (e.g. from fit_threshold), got {threshold!r}"),
                               name)
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:  # an int beyond float64: Python's "int too large to convert to float" (hostile review 68)
+        out = float("inf")
     if not np.isfinite(out):
         raise parameter_error(ValueError(f"{name} must be finite, got {out}"), name)
     return out

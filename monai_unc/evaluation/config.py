@@ -117,7 +117,7 @@ class EvaluationConfig:
         num_classes: number of classes (default: from the probabilities).
         class_names: names of the classes, background first, for the ``dice_<class>`` columns (default ``1``,
             ``2``, ...): one per class, of distinct columns (:func:`slug`: ``"Left Atrium"`` and ``"left-atrium"``
-            would both be ``dice_left_atrium``); a name listed twice is refused.
+            would both be ``dice_left_atrium``); a name listed twice, or an empty one, is refused.
         shifts: ``{case: shift label}`` for OoD detection; in-distribution labels are :data:`IID_SHIFTS`. The labels
             are kept as text (:meth:`validate`: ``str`` of a number, ``""`` for None or NaN).
         target_risk: when set, the referral threshold with a guarantee
@@ -150,7 +150,8 @@ class EvaluationConfig:
         seg_label_values: the label value of each segment of reference labels given as DICOM SEG
             (``--seg-label-values``): segment ``s`` becomes label ``seg_label_values[s - 1]`` (DICOM numbers the
             segments 1, 2, 3, ..., so e.g. the BraTS labels 1, 2, 4 are ``[1, 2, 4]``); None: segment ``s`` is label
-            ``s``. Distinct non-negative integers; NIfTI labels are read as they are.
+            ``s``. Distinct non-negative integers in a list or tuple (an array or a set, which has no order, is
+            refused); NIfTI labels are read as they are.
         seg_regions: with ``regions``, reference labels given as DICOM SEG hold the regions themselves, one segment
             per region named as it (``SegmentLabel``; e.g. BraTS WT, TC, ET, nested, so overlapping), instead of the
             disjoint labels (``--seg-regions``; :func:`monai_unc.io.dicom.read_segmentation_regions`). NIfTI labels
@@ -394,7 +395,14 @@ class EvaluationConfig:
                     "sets), which the ignore label's voxels leave incomplete; evaluate without it"), "ignore_label")
         if self.seg_label_values is not None:
             values = self.seg_label_values
-            if (isinstance(values, (str, bytes)) or not values
+            if not isinstance(values, (list, tuple)):
+                # found by hostile review 68: an array failed with numpy's "truth value ... is ambiguous", and a set
+                # (no order) gave segment s the s-th value of its iteration order without a word
+                raise parameter_error(
+                    ValueError("seg_label_values must be a list of distinct non-negative integers, one per segment in "
+                               f"the order of the segments, got {type(values).__name__} {values!r:.80}"),
+                    "seg_label_values")
+            if (not values
                     or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in values)
                     or len(set(values)) != len(values)):
                 raise parameter_error(
@@ -480,6 +488,11 @@ class EvaluationConfig:
                 "class_names")
         # as a rule file reads them (a tab or 300 characters were evaluated, then the certified rule was refused)
         names = [check_text(str(n), f"class_names[{i}]") for i, n in enumerate(names)]
+        blank = [i for i, n in enumerate(names) if not n.strip()]
+        if blank:  # found by hostile review 68: its column was dice_class, named after no name; dicom-export refused it
+            raise parameter_error(
+                ValueError(f"class_names[{blank[0]}] is empty: give every class a name (its dice_<class> column is "
+                           "named after it)"), "class_names")
         if self.num_classes is not None and len(names) != self.num_classes:
             raise parameter_error(
                 ValueError(f"class_names has {len(names)} names for num_classes={self.num_classes}"),

@@ -792,8 +792,8 @@ def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
     An image folder of ``infer`` (or the ``--images`` of ``evaluate`` / ``triage``) may hold, instead of volume
     files, one folder of single-frame CT or MR slices per case, named by case id; :func:`read_volume` reads such a
     folder with :func:`monai_unc.io.dicom.read_series` (the ``dicom`` extra). A sub-folder holding no file but
-    folders of files (a PACS export's ``<case>/<series>/`` layout) is no series folder: it is left out with a
-    ``UserWarning`` naming it.
+    folders of files (a PACS export's ``<case>/<series>/`` or ``<case>/<study>/<series>/`` layout, up to 4 levels
+    down) is no series folder: it is left out with a ``UserWarning`` naming it.
 
     Args:
         folder: the image folder.
@@ -819,10 +819,9 @@ def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
         if any(_visible_file(f) for f in p.iterdir()):
             out.append(p)
         else:  # a PACS export's <case>/<series>/ layout: the case was left out without a word (hostile review 67)
-            inner = sorted(q.name for q in p.iterdir() if q.is_dir() and not q.name.startswith(".")
-                           and any(_visible_file(f) for f in q.iterdir()))
+            inner = _nested_file_folders(p)
             if inner:
-                nested.append(f"{p.name}/ (holding {', '.join(n + '/' for n in inner[:2])}"
+                nested.append(f"{p.name}/ (holding {', '.join(inner[:2])}"
                               f"{', ...' if len(inner) > 2 else ''})")
     if nested:
         warnings.warn(f"{folder}: {len(nested)} folder(s) hold no file but folders of files, left out: "
@@ -832,6 +831,37 @@ def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
     for p in out:  # the folder's name is the case id
         check_utf8_name(p)
     return out
+
+
+#: how many folder levels below a case folder :func:`dicom_series_folders` looks for the slices of a nested layout
+_NESTED_LEVELS = 4
+
+
+def _nested_file_folders(folder: Path) -> list[str]:
+    """The sub-folders of ``folder`` nearest to it that hold files, as ``a/b`` paths relative to it (sorted).
+
+    Looks down to :data:`_NESTED_LEVELS` levels, level by level, and stops at the first level with such a folder: a
+    PACS export nests ``<case>/<series>/`` or ``<case>/<study>/<series>/`` (found by hostile review 68: a look one
+    level down left the second layout out without a word).
+    """
+    def entries(path: Path) -> list[Path]:
+        try:
+            return sorted(path.iterdir())
+        except OSError:  # an unreadable folder deep in a case folder: nothing to say about it here
+            return []
+
+    level = [(folder, "")]
+    for _ in range(_NESTED_LEVELS):
+        below = []
+        for path, rel in level:
+            for q in entries(path):
+                if q.is_dir() and not q.name.startswith("."):  # a link loop ends at the last level
+                    below.append((q, f"{rel}{q.name}/"))
+        found = [rel for q, rel in below if any(_visible_file(f) for f in entries(q))]
+        if found or not below:
+            return found
+        level = below
+    return []
 
 
 def _visible_file(path: Path) -> bool:

@@ -31,6 +31,7 @@ import hashlib
 import math
 import os
 import re
+import unicodedata
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -561,13 +562,28 @@ def default_segment(label: int, name: str | None = None) -> SegmentSpec:
 
 
 def segment_name_key(name: str) -> str:
-    """A segment name as two names are compared: runs of spaces as one, no surrounding spaces, casefolded.
+    """A segment name as two names are compared: one Unicode form, runs of spaces as one, casefolded.
+
+    The name is put in Unicode's composed form (NFC), its runs of spaces made one space, its surrounding spaces
+    dropped, and casefolded. The composed form: ``Ödem`` as one character and as ``O`` and a combining diaeresis (as
+    macOS and some tools store text) are the same text to Unicode and look the same in a viewer; they were two names
+    (found by hostile review 68: such segment names passed as distinct, and a SEG segment named after a class in the
+    other form was read by its number, as another class). Compatibility forms that look different (``T²``, full-width
+    letters) stay distinct.
+
+    Args:
+        name: a segment or class name (``str()`` is applied).
+
+    Returns:
+        The key two names are compared by.
 
     Example:
         >>> segment_name_key("  Whole  Tumour ") == segment_name_key("whole tumour")
         True
+        >>> segment_name_key("\u00d6dem") == segment_name_key("O\u0308dem")  # composed and decomposed
+        True
     """
-    return " ".join(str(name).split()).casefold()
+    return " ".join(unicodedata.normalize("NFC", str(name)).split()).casefold()
 
 
 #: how to fix two segments of one name, said by the SEG writers

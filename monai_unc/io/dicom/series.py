@@ -268,6 +268,15 @@ _BARE_SYNTAX = {(True, True): ImplicitVRLittleEndian, (False, True): ExplicitVRL
                 (False, False): ExplicitVRBigEndian}
 
 
+class _BareCompressedError(ValueError):
+    """A bare data set (no file meta information) whose pixel data is compressed: its transfer syntax is unknown."""
+
+
+def _unreadable(error: BaseException) -> str:
+    """Why pixel data could not be read, in a refusal: the error's type, or the whole reason of a bare data set's."""
+    return str(error) if isinstance(error, _BareCompressedError) else type(error).__name__
+
+
 def _dcmread(path: Path, stop_before_pixels: bool = False) -> Dataset:
     """Read a DICOM file, or a bare data set: a file without the preamble, ``DICM`` and file meta information.
 
@@ -276,9 +285,12 @@ def _dcmread(path: Path, stop_before_pixels: bool = False) -> Dataset:
     that pydicom refuses as no DICOM file is read again as a bare data set (``force=True``) and taken only when it
     holds a ``SOPClassUID`` and a ``SOPInstanceUID`` (a text or other file read so holds neither); its transfer
     syntax is then the encoding pydicom found (implicit or explicit VR little endian, explicit VR big endian), set
-    in a new file meta so that its pixels can be decoded.
+    in a new file meta so that its pixels can be decoded. A file that starts with its file meta information (no
+    preamble, no ``DICM``) keeps the transfer syntax stated there (a compressed one included).
 
     Raises:
+        _BareCompressedError: a bare data set whose pixel data is encapsulated (compressed with a transfer syntax it
+            does not state), read with its pixels.
         Exception: pydicom's error of the first read (``InvalidDicomError``) when the file is no bare data set either,
             any other error of reading it.
     """
@@ -290,9 +302,24 @@ def _dcmread(path: Path, stop_before_pixels: bool = False) -> Dataset:
             found = "SOPClassUID" in ds and "SOPInstanceUID" in ds and str(ds.SOPClassUID).strip()
         except Exception:
             raise first from None
-        syntax = _BARE_SYNTAX.get(tuple(getattr(ds, "original_encoding", None) or ()))
-        if not found or syntax is None:
+        if not found:
             raise first from None
+        meta = getattr(ds, "file_meta", None)
+        if meta is not None and str(meta.get("TransferSyntaxUID", "") or "").strip():
+            # file meta information without the preamble and "DICM": its transfer syntax says how the pixels are
+            # encoded (found by hostile review 68: it was replaced by the data set's encoding, and RLE-compressed
+            # bytes were read as pixels)
+            return ds
+        syntax = _BARE_SYNTAX.get(tuple(getattr(ds, "original_encoding", None) or ()))
+        if syntax is None:
+            raise first from None
+        if "PixelData" in ds and ds["PixelData"].is_undefined_length:
+            # encapsulated (compressed) pixels and no transfer syntax to say how: decoded as plain pixels they gave
+            # wrong values without a word (found by hostile review 68)
+            raise _BareCompressedError(
+                "compressed (encapsulated) pixel data in a bare data set, which has no file meta information to state "
+                "its transfer syntax (the compression); write the slice as a DICOM file with its file meta "
+                "information, or uncompressed") from None
         meta = FileMetaDataset()
         meta.TransferSyntaxUID = syntax
         meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID = ds.SOPClassUID, ds.SOPInstanceUID
@@ -834,7 +861,7 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
             stored = ds.pixel_array
         except Exception as e:
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data unreadable "
-                                                          f"({type(e).__name__}){_decoder_missing(path, e)}") from None
+                                                          f"({_unreadable(e)}){_decoder_missing(path, e)}") from None
         if stored.shape != (rows, cols):
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of shape {stored.shape}, "
                                                           f"expected {(rows, cols)}")
@@ -862,8 +889,9 @@ def _check_frame_count(series: DicomSeries, path: Path, syntax: Any) -> None:
     native = syntax is not None and not syntax.is_compressed and syntax != DeflatedExplicitVRLittleEndian
     if not native or bits not in (8, 16, 32, 64):
         return
-    try:  # the element's length, its value left in the file (deferred)
-        element = pydicom.dcmread(path, defer_size=256).get_item(0x7FE00010, keep_deferred=True)
+    try:  # the element's length, its value left in the file (deferred); force: a bare data set, which read_series
+        # reads (found by hostile review 68: pydicom refused it here, and the check was skipped without a word)
+        element = pydicom.dcmread(path, defer_size=256, force=True).get_item(0x7FE00010, keep_deferred=True)
         length = int(element.length) if element is not None else None
     except Exception:  # unreadable here: the frames' reading says what is wrong
         return
@@ -882,7 +910,7 @@ def _read_whole(series: DicomSeries, path: Path) -> Dataset:
         return _dcmread(path)
     except Exception as e:
         raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data unreadable "
-                                                      f"({type(e).__name__})") from None
+                                                      f"({_unreadable(e)})") from None
 
 
 def _read_frames(series: DicomSeries) -> np.ndarray:
