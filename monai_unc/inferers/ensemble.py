@@ -305,7 +305,8 @@ def _comparable_weights(module: nn.Module) -> tuple[list[torch.Tensor], list[tor
     hold no weights and are left out.
     """
     tensors = [*module.parameters(), *module.buffers()]
-    if any(isinstance(t, nn.parameter.UninitializedTensorMixin) or t.is_meta for t in tensors):
+    if any(isinstance(t, nn.parameter.UninitializedTensorMixin) or t.is_meta or t.layout != torch.strided
+           for t in tensors):  # a sparse tensor has no single storage to compare
         return None
     params = [p for p in module.parameters() if p.numel()]
     if not params:
