@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -110,9 +111,17 @@ class EnsembleSource(SampleSource):
     ``torch.autocast`` (which casts float32, float16 and bfloat16 tensors inside the network, never float64 ones)
     only float64 must meet float64: a float64 member on a float32 input (or the reverse) is refused likewise.
 
-    A member given twice (the same module, or the same checkpoint file) is one network counted twice: it adds no
-    disagreement (two copies of one network have a mutual information of 0) and doubles that network's weight in the
-    mean, so it gets a ``UserWarning`` naming both indices (``monai-unc infer`` refuses it).
+    A member given twice is one network counted twice: it adds no disagreement (two copies of one network have a
+    mutual information of 0) and doubles that network's weight in the mean, so it gets a ``UserWarning`` naming both
+    indices (``monai-unc infer`` refuses it). Given twice are: the same module or the same checkpoint file; two
+    modules holding the same parameter tensors (``[net, nn.Sequential(net)]``, a wrapper of its layers: every parameter
+    of one is a parameter of the other, the same memory, with equal buffers); two modules whose parameters and buffers
+    are equal in value, in the order they hold them (one state dict loaded into both; ``torch.equal``, one pass over the
+    weights of each pair of members); two checkpoint files holding the same bytes. The members are compared as they
+    are when the source is built (load their weights first); modules whose tensors hold no values yet (lazy modules
+    before their first call, modules on the ``meta`` device) or that have no parameters are compared by identity only.
+    Members that share only some parameters (a shared, frozen encoder with one head each: a multi-head ensemble) are
+    distinct members and get no warning: their mutual information is the heads' disagreement, given the shared part.
 
     Args:
         networks: the members, modules or checkpoint paths: a list, tuple or ``nn.ModuleList`` (one path or one
@@ -159,8 +168,7 @@ class EnsembleSource(SampleSource):
         repeated = _repeated_members(networks)
         if repeated:
             warnings.warn(
-                f"networks: {'; '.join(f'networks[{j}] is networks[{i}]' for i, j in repeated)} (the same "
-                f"{'module' if isinstance(networks[repeated[0][1]], nn.Module) else 'checkpoint file'}): a member "
+                f"networks: {'; '.join(text for _, _, text in repeated)}: a member "
                 "given twice adds no disagreement (its mutual information with itself is 0) and counts twice in the "
                 "mean; give each member once",
                 UserWarning,
@@ -249,21 +257,110 @@ class EnsembleSource(SampleSource):
                 target.load_state_dict(original)
 
 
-def _repeated_members(networks: Sequence[nn.Module | str | os.PathLike]) -> list[tuple[int, int]]:
-    """``(first, repeat)`` index pairs of members given more than once: the same module object or the same file.
+def _repeated_members(networks: Sequence[nn.Module | str | os.PathLike]) -> list[tuple[int, int, str]]:
+    """``(first, repeat, text)`` for members given more than once, ``text`` saying how (for the warning).
+
+    The same module object or the same file; two modules holding the same tensors (every parameter of one is a
+    parameter of the other: ``[net, nn.Sequential(net)]``, or a wrapper of its layers); two modules holding equal
+    weights (copies: one state dict loaded into two modules); two checkpoint files holding the same bytes. Members
+    that share only some parameters (a shared encoder with one head each) are distinct members.
 
     Found by hostile testing: ``[a, a]`` or one checkpoint path given twice made a two-member "ensemble" whose mutual
-    information is 0 everywhere, without a word.
+    information is 0 everywhere, without a word; review 68: so did ``[net, nn.Sequential(net)]``, two modules sharing
+    every parameter, and two copies of one state dict.
     """
     seen: dict[Any, int] = {}
-    out = []
+    out: list[tuple[int, int, str]] = []
+    weights: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]] | None] = {}
     for j, member in enumerate(networks):
         key = ("module", id(member)) if isinstance(member, nn.Module) else ("file", os.path.realpath(member))
         if key in seen:
-            out.append((seen[key], j))
-        else:
-            seen[key] = j
+            i = seen[key]
+            what = "module" if isinstance(member, nn.Module) else "checkpoint file"
+            out.append((i, j, f"networks[{j}] is networks[{i}] (the same {what})"))
+            continue
+        seen[key] = j
+        for i in sorted(set(seen.values()) - {j}):
+            other = networks[i]
+            text = None
+            if isinstance(member, nn.Module) and isinstance(other, nn.Module):
+                for k, m in ((i, other), (j, member)):
+                    if k not in weights:
+                        weights[k] = _comparable_weights(m)
+                text = _same_weights(weights[i], weights[j])
+            elif not isinstance(member, nn.Module) and not isinstance(other, nn.Module):
+                text = _same_file_bytes(other, member)
+            if text is not None:
+                out.append((i, j, f"networks[{j}] {text} networks[{i}]"))
+                break
     return out
+
+
+def _comparable_weights(module: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+    """A module's non-empty parameters and buffers, or None when they cannot be compared.
+
+    None for a module without a non-empty parameter (nothing tells two such members apart but their code) and for one
+    holding a parameter or buffer without data (``torch.nn.Lazy*`` before its first call, a module on the ``meta``
+    device): every such tensor has the data pointer 0 and no values. Empty tensors (no elements, the pointer 0 too)
+    hold no weights and are left out.
+    """
+    tensors = [*module.parameters(), *module.buffers()]
+    if any(isinstance(t, nn.parameter.UninitializedTensorMixin) or t.is_meta or t.layout != torch.strided
+           for t in tensors):  # a sparse tensor has no single storage to compare
+        return None
+    params = [p for p in module.parameters() if p.numel()]
+    if not params:
+        return None
+    return params, [b for b in module.buffers() if b.numel()]
+
+
+def _storage_key(t: torch.Tensor) -> tuple[Any, ...]:
+    """The memory a tensor's values are: its storage (device and address), offset, shape, strides and dtype."""
+    return (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+
+def _same_or_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are the same memory, or of one shape and dtype with equal values.
+
+    ``torch.equal``, on ``a``'s device when they are on different ones (one tensor moved at a time).
+    """
+    if _storage_key(a) == _storage_key(b):
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(a.detach(), b.detach().to(a.device)))
+
+
+def _same_weights(first: tuple[list[torch.Tensor], list[torch.Tensor]] | None,
+                  second: tuple[list[torch.Tensor], list[torch.Tensor]] | None) -> str | None:
+    """How two members' weights (:func:`_comparable_weights`) are one network's, or None when they are not.
+
+    The same tensors: every parameter of one is a parameter of the other (the same memory), their buffers (BatchNorm's
+    running statistics) the same tensors or equal. Equal weights: parameters and buffers pairwise equal, in the order
+    the modules hold them (a copy of a network holds them in its order). Comparing values costs one pass over the
+    weights per pair of members of the same parameter shapes, little beside one member's inference.
+    """
+    if first is None or second is None:
+        return None
+    (p1, b1), (p2, b2) = first, second
+    if len(b1) != len(b2) or not all(_same_or_equal(x, y) for x, y in zip(b1, b2)):
+        return None
+    if {_storage_key(p) for p in p1} == {_storage_key(p) for p in p2}:
+        return "shares every parameter with"
+    if len(p1) == len(p2) and all(_same_or_equal(x, y) for x, y in zip(p1, p2)):
+        return "holds the same weights as"
+    return None
+
+
+def _same_file_bytes(first: str | os.PathLike, second: str | os.PathLike) -> str | None:
+    """``"holds the same bytes as"`` when two checkpoint files are copies of each other, else None.
+
+    Files of the same size are compared byte for byte, stopping at the first difference (two folds' checkpoints differ
+    within their first tensor); ``monai-unc infer`` refuses such copies by their sha256.
+    """
+    if os.path.getsize(first) != os.path.getsize(second):
+        return None
+    return "holds the same bytes as" if filecmp.cmp(first, second, shallow=False) else None
 
 
 @contextlib.contextmanager

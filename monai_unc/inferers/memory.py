@@ -30,6 +30,17 @@ for their bytes there, while MONAI's buffers and the maps keep the input's. The 
   ``k_s V_w max(r / k + C b (k - 1) / k, 2 C b)`` beside the kept activations instead (one window's stochastic
   tensors beside the earlier windows' outputs, or the outputs and their interleaved copy;
   :func:`~monai_unc.networks.shared.replay_working_bytes`, the formula the automatic sample batch uses on a GPU);
+- **invertible transforms** (:class:`~monai_unc.inferers.InvertibleTransformSource`, ``TTAInferer(transforms=...)``,
+  ``inverse_dtype``): once the network has returned, each of the ``k`` output rows (one window of one sample) is
+  inverted in turn beside the logits: the row with a channel of ones for the covered fraction (``(C + 1) b``), its
+  inverse (``(C + 1) i``, ``i`` the bytes of the dtype the inverse returns), the filled-in row (``C i``, and its copy
+  ``C b`` when ``i != b``) beside the rows done so far, and at the end the rows and their stack (``2 C b`` per window
+  voxel): ``V_w ((C + 1)(b + i) / k + max(C i / k + [i != b] C b / k + C b (k - 1) / k, 2 C b))``, counted instead of
+  the probabilities when larger (the activations are freed and the probabilities made from the stack afterwards).
+  One sample at a time: the number of transforms does not enter. The transforms' own temporaries (a resampling grid,
+  a cast of the row to the grid's dtype: ``RandAffine``'s inverse resamples in float64) are not counted beyond the
+  filled-in row, which outlives them: an upper bound when a window's first sample is inverted before its running
+  sums exist (one transform: up to 18 % above the peak in one pass), measured 5 % below to 8 % above for 2-4 transforms;
 - **ensembles** (``M`` members, looped outside the sliding window): while a later member's windows are stitched into
   fresh buffers, the merged statistics of the earlier members are kept, as many bytes as the buffers (``b V (C + 1 +
   q + w)``; in one pass, their means in the accumulation dtype; MONAI allocates its own output buffers, so a member
@@ -56,8 +67,8 @@ Stock MONAI (``softmax(SlidingWindowInferer(x, net))``) needs ``b V (C + 1)`` fo
 window's network and logits, and ``b V C`` for the softmax: about ``8 C`` bytes per voxel for float32 against about
 ``4 C + 28`` for the defaults here. Multi-label outputs have ``C`` channels in every map. Left out: the copies of a
 window's input (the inferer keeps one as given, put back after a network that writes into its input;
-``sw_batch_size > 1`` concatenates the windows; flips and noise copy them: ``b`` bytes per window voxel and input
-channel each) and the network's weights.
+``sw_batch_size > 1`` concatenates the windows; flips, noise and invertible transforms copy them: ``b`` bytes per
+window voxel and input channel each) and the network's weights.
 
 The model is checked against measured peak RSS in ``tests/inferers/test_memory.py`` (within 15 %) and
 ``benchmarks/bench_memory.py``, both with glibc's ``MALLOC_MMAP_THRESHOLD_=131072``: every tensor above 128 KiB is
@@ -191,6 +202,7 @@ def estimate_memory(
     ensemble_members: int = 1,
     device: torch.device | str = "cpu",
     network_dtype: torch.dtype | None = None,
+    inverse_dtype: torch.dtype | None = None,
 ) -> MemoryEstimate:
     """Peak working memory of one case's inference (the model of the module docstring).
 
@@ -259,16 +271,24 @@ def estimate_memory(
             of this dtype: float64 sums for a float64 network whatever ``num_classes``); MONAI's stitching buffers,
             the maps and ``pred`` stay in the input's dtype. ``monai-unc infer`` reads it from the network's
             parameters.
+        inverse_dtype: with MONAI invertible transforms (:class:`~monai_unc.inferers.InvertibleTransformSource`,
+            ``TTAInferer(transforms=...)``), the dtype of what their inverses return, the largest of them: the
+            network's output dtype for transforms that move voxels (``Flip``, ``Rotate90``, ``RandFlip``,
+            ``RandRotate90``), float32 for MONAI's interpolating ones (``Zoom``, ``Rotate``, ``Affine``, ``Spacing``),
+            float64 for ``RandAffine`` (its inverse resamples on a float64 grid, MONAI 1.6); None: no such
+            transforms. Each sample's output is inverted one window at a time, beside the logits: a copy with a
+            channel of ones, the inverse, the filled-in and the stacked outputs (module docstring); it counts instead
+            of the probabilities when it is larger. The number of transforms does not enter (one sample at a time).
 
     Returns:
         A :class:`MemoryEstimate` (bytes).
 
     Raises:
         TypeError: a flag that is not a bool, ``accum_dtype`` / ``input_dtype`` / ``network_dtype`` /
-            ``pred_dtype`` that is not a floating point dtype (``pred_dtype`` may also be ``"input"`` or None), a
-            ``shape`` / ``roi_size`` that is not a sequence of integers, an ``overlap`` or a ``*_bytes_per_voxel``
-            argument that is not a number.
-        ValueError: an argument out of its range (the message names it).
+            ``inverse_dtype`` / ``pred_dtype`` that is not a floating point dtype (``pred_dtype`` may also be
+            ``"input"`` or None), a ``shape`` / ``roi_size`` that is not a sequence of integers, an ``overlap`` or a
+            ``*_bytes_per_voxel`` argument that is not a number.
+        ValueError: an argument out of its range (the message names it); ``inverse_dtype`` with ``stock=True``.
 
     Example:
         >>> from monai_unc.inferers import estimate_memory
@@ -286,6 +306,10 @@ def estimate_memory(
         >>> three = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), fused_update=True, ensemble_members=3)
         >>> round(three.bytes_per_voxel((128, 128, 128)))  # the earlier members' statistics
         1092
+        >>> tta = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), fused_update=True,
+        ...                       inverse_dtype=torch.float32)  # e.g. TTAInferer(transforms=[Zoom(1.2), Rotate(0.1)])
+        >>> round(tta.bytes_per_voxel((128, 128, 128)))  # each window's output inverted beside its logits
+        819
     """
     spatial = _check_shape(shape, "shape")
     check_accum_dtype(accum_dtype, warn=False)
@@ -299,6 +323,11 @@ def estimate_memory(
         raise TypeError(f"input_dtype must be a floating point torch.dtype, got {input_dtype!r}")
     if network_dtype is not None and not (isinstance(network_dtype, torch.dtype) and network_dtype.is_floating_point):
         raise TypeError(f"network_dtype must be None or a floating point torch.dtype, got {network_dtype!r}")
+    if inverse_dtype is not None and not (isinstance(inverse_dtype, torch.dtype) and inverse_dtype.is_floating_point):
+        raise TypeError(f"inverse_dtype must be None or a floating point torch.dtype, got {inverse_dtype!r}")
+    if inverse_dtype is not None and stock:
+        raise ValueError("inverse_dtype is the invertible transforms of test-time augmentation, which stock=True "
+                         "(stock MONAI inference) does not run")
     if not (pred_dtype is None or (isinstance(pred_dtype, str) and pred_dtype == "input")
             or (isinstance(pred_dtype, torch.dtype) and pred_dtype.is_floating_point)):
         raise TypeError(f"pred_dtype must be 'input', None or a floating point torch.dtype, got {pred_dtype!r}")
@@ -359,12 +388,23 @@ def estimate_memory(
     temporaries = 0 if fused else 3 * pb + (a if a != pb else 0)
     sums = vw * a * (c + e + q)
     work = logits + max(vw * network_bytes_per_voxel, vw * c * (pb + temporaries))
+    k = sample_batch
+    if inverse_dtype is not None:
+        # invertible transforms (tta._apply_inverted): once the network has returned, each of its k * batch output rows
+        # (one window of one sample) is inverted in turn beside the logits: the row with a channel of ones
+        # (C + 1 channels, output dtype), its inverse (C + 1, inverse dtype), the filled-in row (C, inverse dtype) and
+        # its copy in the output dtype; the rows done so far, and their stack (the sample's output) at the end.
+        # The network's activations are freed by then, and the probabilities are made from the stack afterwards
+        ib = _nbytes(inverse_dtype)
+        row = vw / batch
+        restore = row * c * ib + (row * c * ob if ib != ob else 0) + (k * vw - row) * c * ob
+        inversion = row * (c + 1) * (ob + ib) + max(restore, 2 * k * vw * c * ob)
+        work = max(work, logits + inversion)
     # shared passes: the kept shared activations, and a replay batch of k samples: each sample's stochastic tensors
     # (its logits among them: one sample's logits are counted above), its copy of the kept activations that the
     # stochastic rest reads, its probabilities (k - 1 beyond the one above)
     # (shared.replay_working_bytes: a window batch of several windows whose kept values the replays hand on as
     # views, copied = 0, is replayed one window at a time, its k samples holding one window's stochastic tensors)
-    k = sample_batch
     if shared_bytes_per_voxel or stochastic_bytes_per_voxel:
         # nothing kept (shared_bytes_per_voxel = 0: a dropout on the input) is a plain replay of the whole window
         # batch (found by hostile testing: counted one window at a time, 2.6 MB of a replay of 9.8 MB)
