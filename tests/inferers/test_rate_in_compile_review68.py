@@ -95,6 +95,37 @@ def test_the_search_breaks_a_compiled_graph_only_where_it_is_called(fresh_dynamo
     assert not counters["graph_break"], dict(counters["graph_break"])
 
 
+@pytest.mark.skipif(not hasattr(torch.compiler, "set_stance"), reason="torch.compiler.set_stance needs torch >= 2.6")
+@pytest.mark.parametrize("share_passes", [False, True], ids=["full", "shared"])
+def test_the_inferer_searches_on_the_uncompiled_module_and_samples_the_whole_compiled_graph(
+    fresh_dynamo, share_passes: bool
+) -> None:
+    """The search pass ran through the compiled network: 10 graph breaks and 10 graphs of search pieces on this
+    network, and the break inside ``nn.Sequential``'s loop made dynamo run the Sequential eagerly from then on, so the
+    full sampling passes compiled only the dropout, never a convolution. The search pass now runs the network's Python
+    module (``force_eager``): no break, and the sampling passes compile the whole network, once."""
+    graphs: list[list[str]] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        graphs.append([str(getattr(n.target, "__name__", n.target)) for n in gm.graph.nodes if n.op == "call_function"])
+        return gm.forward
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.Dropout3d(0.2), nn.ReLU(), nn.Conv3d(4, 3, 1)).eval()
+    compiled = torch.compile(net, backend=backend)
+    kwargs = {"num_samples": 3, "target_loss": 0.1, "seed": 0, "share_passes": share_passes}
+    ref = RateInInferer(**kwargs)(_image(1), net)
+    inferer = RateInInferer(keep_layers=True, **kwargs)
+    for _ in range(2):
+        out = inferer(_image(1), compiled)
+        assert torch.equal(out["pred"], ref["pred"])
+        assert torch.equal(out.extras["rate_in_rates"]["1"], ref.extras["rate_in_rates"]["1"])
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    # shared passes follow the calls of the Python module (nothing compiles); full passes compile the network once
+    assert [any("conv3d" in op for op in g) for g in graphs] == ([] if share_passes else [True]), graphs
+    inferer.release()
+
+
 def _warning_loss(pre: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
     """A caller's loss function that warns about its input, and records the warnings filters it runs under."""
     _warning_loss.filters.append(list(warnings.filters))
