@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import numbers
-import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -592,9 +591,9 @@ def _apply_keep(x: torch.Tensor, keep: torch.Tensor, rates: torch.Tensor) -> tor
 
 
 def _losses(loss_fn: LossFn, pre: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        out = loss_fn(pre, post)
+    # the named losses are the unvalidated cores, which do not warn (an undefined loss is said once, by the search);
+    # what a caller's own loss function warns reaches the caller
+    out = loss_fn(pre, post)
     if isinstance(out, np.ndarray):
         out = torch.from_numpy(out)
     out = torch.as_tensor(out, dtype=torch.float64, device=pre.device).reshape(-1)
@@ -754,6 +753,21 @@ def search_dropout_rate(
         >>> res.rates.round(decimals=2), res.converged
         (tensor([0.1600, 0.2100], dtype=torch.float64), tensor([True, True]))
     """
+    res = _search_core(x, loss, target_loss, p_init=p_init, channelwise=channelwise, lr=lr, lr_decay=lr_decay, tol=tol,
+                       max_iter=max_iter, p_min=p_min, p_max=p_max, draws=draws, validate=validate)
+    message = _unreached_target_message(res.losses, res.rates, float(target_loss), float(tol), float(p_min),
+                                        float(p_max))
+    if message is not None:
+        warnings.warn(f"search_dropout_rate: {message}", UserWarning, stacklevel=2)
+    _warn_undefined(res.losses, loss, p_init, stacklevel=3)
+    return res
+
+
+def _search_core(
+    x: torch.Tensor, loss: str | LossFn, target_loss: float, *, p_init: float, channelwise: bool, lr: float,
+    lr_decay: float, tol: float, max_iter: int, p_min: float, p_max: float, draws: int, validate: bool,
+) -> RateSearchResult:
+    """:func:`search_dropout_rate` without its warnings: its callers say what the result means, once, at their depth."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError("x must be a floating point torch.Tensor (B, C, *spatial)")
     if x.ndim < 2 or x.numel() == 0:
@@ -843,18 +857,19 @@ def search_dropout_rate(
             rates[idx] = torch.where(still, new, ra)
             active[idx] = still
             step *= float(lr_decay)
-    message = _unreached_target_message(losses, rates, float(target_loss), float(tol), float(p_min), float(p_max))
-    if message is not None:
-        warnings.warn(f"search_dropout_rate: {message}", UserWarning, stacklevel=2)
+    return RateSearchResult(rates, losses, iterations, converged, keep)
+
+
+def _warn_undefined(losses: torch.Tensor, loss: str | LossFn, p_init: float, stacklevel: int) -> None:
+    """Warn when the search's information loss is undefined (NaN) for some input; ``stacklevel`` as seen from here."""
     if bool(torch.isnan(losses).any()):
         warnings.warn(
             f"search_dropout_rate: the information loss ({_loss_name(loss)}) is undefined (NaN) for some input(s), "
             f"e.g. a constant, all-zero or non-finite feature map: the search stops there and keeps the rate it had "
             f"(p_init={float(p_init)} where the loss is undefined from the start; see the result's losses)",
             UserWarning,
-            stacklevel=2,
+            stacklevel=stacklevel,
         )
-    return RateSearchResult(rates, losses, iterations, converged, keep)
 
 
 def _representative_draw(per: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
@@ -869,6 +884,44 @@ def _representative_draw(per: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
 
 def _loss_name(loss: str | LossFn) -> str:
     return loss if isinstance(loss, str) else getattr(loss, "__name__", "callable")
+
+
+@torch.compiler.disable
+def _layer_search(layer: RateInDropout, x: torch.Tensor) -> RateSearchResult:
+    """:meth:`RateInDropout.search`, run eagerly even inside a network compiled with ``torch.compile``.
+
+    The controller decides on the host, per iteration, which inputs are still searched and whether to stop (the data
+    dependent steps that keep its random draws those of the uncompiled network), so dynamo cannot trace it: traced, the
+    search broke the graph at each of these places and at the warnings (each piece compiled apart). Run eagerly, it is
+    one graph break per search. Warnings point at the caller of ``search`` (this frame, torch's wrapper, ``search``).
+    """
+    res = _search_core(x.detach(), layer.loss, layer.target_loss, channelwise=layer.channelwise, validate=False,
+                       **layer.controller())
+    layer.rates, layer.last_search = res.rates, res
+    layer.searches = getattr(layer, "searches", 0) + 1
+    _warn_undefined(res.losses, layer.loss, layer.p, stacklevel=5)
+    if not getattr(layer, "_warned_unreached", False):
+        message = _unreached_target_message(res.losses, res.rates, layer.target_loss, layer.tol, layer.p_min,
+                                           layer.p_max)
+        if message is not None:
+            layer._warned_unreached = True
+            warnings.warn(f"RateInDropout ({_loss_name(layer.loss)}): {message}. Warned once per layer.",
+                          UserWarning, stacklevel=4)
+    return res
+
+
+def _uncompiled_search_pass() -> contextlib.AbstractContextManager:
+    """Run the search pass of a compiled network as its Python module (``force_eager``), where torch has the stance.
+
+    Each search is a graph break (:func:`_layer_search`), and a break inside a loop over modules (``nn.Sequential``,
+    the stages of a U-Net) makes dynamo run that module eagerly from then on, also in the sampling passes, which have
+    no break: they then compiled only the dropout between the layers. Uncompiled, the search pass breaks nothing, and
+    the sampling passes compile the whole network.
+    """
+    set_stance = getattr(torch.compiler, "set_stance", None)  # torch >= 2.6
+    if set_stance is None or torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return set_stance("force_eager")
 
 
 # ============================================================================================ layer
@@ -988,26 +1041,10 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         """Run the controller on ``x`` and store the rates; returns the :class:`RateSearchResult`.
 
         A target that no rate in ``[p_min, p_max]`` reaches is warned about once per layer (the first search where
-        it happens, naming the bound used and the loss reached), not on every forward pass.
+        it happens, naming the bound used and the loss reached), not on every forward pass. Inside a network compiled
+        with ``torch.compile`` the search runs eagerly (one graph break; its stopping decisions are taken on the host).
         """
-        with warnings.catch_warnings():
-            warnings.filterwarnings(
-                "ignore", message=re.escape(f"search_dropout_rate: {_UNREACHED_TARGET_WARNING}"), category=UserWarning
-            )
-            res = search_dropout_rate(
-                x.detach(), self.loss, self.target_loss, channelwise=self.channelwise, validate=False,
-                **self.controller(),
-            )
-        self.rates, self.last_search = res.rates, res
-        self.searches = getattr(self, "searches", 0) + 1
-        if not getattr(self, "_warned_unreached", False):
-            message = _unreached_target_message(res.losses, res.rates, self.target_loss, self.tol, self.p_min,
-                                               self.p_max)
-            if message is not None:
-                self._warned_unreached = True
-                warnings.warn(f"RateInDropout ({_loss_name(self.loss)}): {message}. Warned once per layer.",
-                              UserWarning, stacklevel=2)
-        return res
+        return _layer_search(self, x)
 
     def rate_in(self, x: torch.Tensor) -> torch.Tensor:
         """Apply Rate-In dropout regardless of the train/eval state (used by :class:`RateInHook`)."""
@@ -1593,7 +1630,8 @@ class RateInSource(SampleSource):
             layer.reset()
             layer.mode = "adapt"
         try:
-            predictor(x)
+            with _uncompiled_search_pass():
+                predictor(x)
         finally:
             for _, layer in layers:
                 layer.mode = "fixed"

@@ -123,7 +123,7 @@ def test_rate_in_source_keep_layers_in_a_product_of_sources(fresh_dynamo) -> Non
     _assert_same(inferer(x, compiled), ref)
     first = counter.frame_count
     _assert_same(inferer(x, compiled), ref)
-    assert counter.frame_count == first > 0
+    assert counter.frame_count == first  # not again (shared passes, and since review 68 an uncompiled search pass)
     other = RateInInferer(num_samples=2, target_loss=0.3, loss="mse", seed=0)
     want = other(x, net)
     _assert_same(other(x, compiled), want)
