@@ -50,26 +50,32 @@ def _run_layers(compiled: bool) -> tuple[list[list[float]], torch.Tensor]:
     return [layer.rates.tolist() for _, layer in find_rate_in_layers(net)], y
 
 
-def _hex(values: list[float]) -> list[str]:
-    return [float(v).hex() for v in values]
+def _close(got: list[float] | float, hexes: list[str] | str) -> bool:
+    """Equal to the pinned values (``float.hex``, computed by the code before review 68) within ``1e-5`` relative:
+    the same draws and search steps; other CPUs' kernels may differ in the last bits, another draw or step by far
+    more."""
+    want = [float.fromhex(h) for h in hexes] if isinstance(hexes, list) else float.fromhex(hexes)
+    return got == pytest.approx(want, rel=1e-5, abs=1e-7)
 
 
 def test_rates_and_maps_are_those_of_the_traced_search(fresh_dynamo) -> None:
-    """Pinned on the code before review 68 (the search traced by dynamo, piece by piece): bit for bit the same rates
-    and outputs, eager and compiled (``eager`` backend: the same kernels and random stream). The inferer's maps are
-    pinned uncompiled; test_compiled_networks.py checks that a compiled network gives the maps of the plain one."""
+    """Pinned on the code before review 68 (the search traced by dynamo, piece by piece): the same rates and outputs
+    (bit for bit on the CPU that pinned them; within ``1e-5`` here, for other CPUs' kernels), eager and compiled
+    (``eager`` backend: the same kernels and random stream). The inferer's maps are pinned
+    uncompiled; test_compiled_networks.py checks that a compiled network gives the maps of the plain one."""
     for compiled in (False, True):
         rates, y = _run_layers(compiled)
-        assert [_hex(r) for r in rates] == [["0x1.6e06869dd5ad4p-4", "0x1.149bbdff24a76p-4"],
-                                            ["0x1.999999999999ap-4", "0x1.a6f54008dd1d7p-4"]], compiled
-        assert float(y.double().sum()).hex() == "-0x1.e2a2a1c360000p+9"
-        assert float(y[1, 2, 3, 4, 5]).hex() == "-0x1.77316e0000000p-3"
+        assert _close(rates[0], ["0x1.6e06869dd5ad4p-4", "0x1.149bbdff24a76p-4"]), (compiled, rates)
+        assert _close(rates[1], ["0x1.999999999999ap-4", "0x1.a6f54008dd1d7p-4"]), (compiled, rates)
+        assert _close(float(y.double().sum()), "-0x1.e2a2a1c360000p+9"), compiled
+        assert _close(float(y[1, 2, 3, 4, 5]), "-0x1.77316e0000000p-3"), compiled
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.Dropout3d(0.2), nn.Conv3d(4, 3, 1)).eval()
     out = RateInInferer(num_samples=3, target_loss=0.1, seed=0)(_image(1), net)
-    assert {k: _hex(v.tolist()) for k, v in out.extras["rate_in_rates"].items()} == {"1": ["0x1.182b3e0000000p-3"]}
-    assert float(out["pred"].double().sum()).hex() == "0x1.fffffff600000p+8"
-    assert float(out["pred"][0, 1, 2, 3, 4]).hex() == "0x1.3d81a80000000p-2"
+    assert list(out.extras["rate_in_rates"]) == ["1"]
+    assert _close(out.extras["rate_in_rates"]["1"].tolist(), ["0x1.182b3e0000000p-3"])
+    assert _close(float(out["pred"].double().sum()), "0x1.fffffff600000p+8")
+    assert _close(float(out["pred"][0, 1, 2, 3, 4]), "0x1.3d81a80000000p-2")
 
 
 def test_the_search_breaks_a_compiled_graph_only_where_it_is_called(fresh_dynamo) -> None:
