@@ -1261,6 +1261,42 @@ class SampleStats:
         )
 
 
+def sample_stats_warned_dtype(
+    track_variance: bool = True,
+    accum_dtype: torch.dtype | None = torch.float64,
+    validate: bool = True,
+    multilabel: bool = False,
+    class_variance: bool = True,
+) -> SampleStats:
+    """A :class:`SampleStats` whose half-precision ``accum_dtype`` its caller has warned about already.
+
+    :class:`SampleStats` warns for float16 / bfloat16 sums (:func:`check_accum_dtype`) at every construction; an
+    owner that checked (and warned about) its ``accum_dtype`` once and builds one statistics object per window
+    (:class:`~monai_unc.inferers.UncertaintyInferer`) builds them with this, which says nothing (found by review 68:
+    the inferer filtered the warning by its text inside ``warnings.catch_warnings()``, a process-wide filter that
+    every other thread ran under, and that re-showed the caller's once-per-location warnings at every window).
+
+    Args:
+        track_variance: as :class:`SampleStats`.
+        accum_dtype: as :class:`SampleStats` (a ``TypeError`` naming it for anything but a floating point dtype or
+            None; no warning).
+        validate: as :class:`SampleStats`.
+        multilabel: as :class:`SampleStats`.
+        class_variance: as :class:`SampleStats`.
+
+    Returns:
+        The new, empty :class:`SampleStats`.
+
+    Example:
+        >>> stats = sample_stats_warned_dtype(accum_dtype=torch.bfloat16)  # no warning here
+        >>> stats.accum_dtype
+        torch.bfloat16
+    """
+    stats = SampleStats(track_variance, None, validate, multilabel, class_variance)
+    stats.accum_dtype = check_accum_dtype(accum_dtype, warn=False)
+    return stats
+
+
 def check_moments(
     mean: torch.Tensor,
     mean_entropy: torch.Tensor,

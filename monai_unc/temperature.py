@@ -62,6 +62,8 @@ that fold is exact only with ``rescale_floor=True`` and refused otherwise (:meth
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import math
 import warnings
@@ -91,8 +93,41 @@ _FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspo
 Batches = ArrayLike | Iterable[ArrayLike] | Callable[[], Iterable[ArrayLike]]
 
 #: how :meth:`TemperatureScaler.fit` begins its warning when the step limit stops a fit that has not converged
-#: (callers that report ``converged`` themselves, e.g. :func:`calibrate_network`, filter it by this text)
+#: (commands that print their own line for it fit inside :func:`convergence_said_by_caller`)
 NOT_CONVERGED = "the temperature fit did not converge"
+#: whether the code that runs the fit says itself that it did not converge (:func:`convergence_said_by_caller`): a
+#: context variable, so one thread's (or task's) setting is not another's
+_CONVERGENCE_SAID = contextvars.ContextVar("monai_unc_temperature_convergence_said", default=False)
+
+
+@contextlib.contextmanager
+def convergence_said_by_caller() -> Iterator[None]:
+    """Within the block, :meth:`TemperatureScaler.fit` leaves out its warnings that begin with :data:`NOT_CONVERGED`.
+
+    For a command that prints its own line for such a fit (:func:`non_convergence_warning`: ``monai-unc calibrate``,
+    ``monai-unc nnunet-calibrate``). Only the fits run in the block's own thread (or asyncio task) are concerned, and
+    no warning filter changes: found by review 68, those commands filtered the warning by its text inside
+    ``warnings.catch_warnings()``, process-wide state that hid the warning from every other thread's fits
+    meanwhile and re-showed the caller's once-per-location warnings afterwards. The fit's other warnings (a
+    temperature held at ``min_temperature``, no temperature minimising the NLL) are given as ever.
+
+    Returns:
+        A context manager.
+
+    Example:
+        >>> import torch
+        >>> torch.manual_seed(0) and None
+        >>> z, y = 40.0 * torch.randn(2, 2, 8, 8), torch.randint(0, 2, (2, 8, 8))
+        >>> with convergence_said_by_caller():  # 3 steps do not converge: no warning, the record says it
+        ...     scaler = TemperatureScaler(loss="ece", max_steps=3).fit(z, y)
+        >>> scaler.converged
+        False
+    """
+    token = _CONVERGENCE_SAID.set(True)
+    try:
+        yield
+    finally:
+        _CONVERGENCE_SAID.reset(token)
 #: why no temperature fits when no voxel is wrong and the NLL does not fall as ``1 / t`` leaves 0 (every voxel's
 #: logits equal, or every region logit 0: no voxel is right either)
 _CONSTANT_LOGITS = ("the logits are equal for every class at every voxel, or 0 for a region (no voxel is predicted "
@@ -867,12 +902,12 @@ class TemperatureScaler(nn.Module):
                           "grows beyond 1e15 (a class the reference never shows, or one whose logits only mislead); "
                           f"the fitted {fitted} is only where the optimiser stopped, no minimum; fit on cases whose "
                           "reference shows every class, or use mode='scalar'", UserWarning, stacklevel=3)
-        elif stalled:
+        elif stalled and not _CONVERGENCE_SAID.get():
             fitted = [round(v, 6) for v in best_t.tolist()]
             warnings.warn(f"{NOT_CONVERGED}: its steps fell below tol={self.tol:g} at {fitted}, where the NLL still "
                           f"falls when t moves by a relative {NLL_RTOL:g} against its gradient (no minimum); pass an "
                           "init_temperature nearer the minimum or a smaller lr", UserWarning, stacklevel=3)
-        elif self.history and not self.converged:
+        elif self.history and not self.converged and not stalled and not _CONVERGENCE_SAID.get():
             # found by hostile review 62: RMSprop moves t by about lr a step, so logits 100 times too large (t about
             # 200) stopped at t = 31.6 after 1000 steps, 0.8 to 2.5 nats of NLL above the minimum, with only
             # converged=False to tell (calibrate_network and nnunet-calibrate print their own line)

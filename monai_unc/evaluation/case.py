@@ -22,7 +22,6 @@ categorical task for a class prediction, one binary task per region for a region
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,7 +32,7 @@ from ..activation import TaskView
 from ..io import CaseError, CaseFiles, LoadedCase, is_seg_label, load_case, segment_label_values, sheared_grid
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
 from ..metrics.discrimination import error_auprc, error_auroc
-from ..metrics.qu_brats_score import UNGRADED_WARNING, measure_max, qu_brats_regions, to_qu_brats_range
+from ..metrics.qu_brats_score import measure_max, qu_brats_regions_core, to_qu_brats_range
 from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
 from ..regions import parse_regions
 from ..scores import case_score_columns
@@ -88,11 +87,11 @@ def _qu_brats(case: LoadedCase, tasks: list[TaskView], primary: str, config: Eva
         brain = brain[keep]
     top = measure_max(primary, multilabel=True)
     u100 = {n: to_qu_brats_range(t.maps[primary], top) for n, t in zip(names, tasks)}  # float64, one region at a time
-    with warnings.catch_warnings():  # rescaled from the measure's own maximum: a confident map, not a scale slip
-        warnings.filterwarnings("ignore", message=re.escape(UNGRADED_WARNING), category=UserWarning)
-        qb = qu_brats_regions(u100, {n: t.pred.astype(bool) for n, t in zip(names, tasks)},
-                              {n: t.target.astype(bool) for n, t in zip(names, tasks)}, regions=spec,
-                              brain_mask=brain, grid=config.qu_brats_grid)
+    # rescaled from the measure's own maximum: a confident map, not a scale slip, so no warning of an ungraded map
+    # (review 68: filtered by its text inside catch_warnings, a process-wide filter, until the core could leave it out)
+    qb = qu_brats_regions_core(u100, {n: t.pred.astype(bool) for n, t in zip(names, tasks)},
+                               {n: t.target.astype(bool) for n, t in zip(names, tasks)}, regions=spec,
+                               brain_mask=brain, grid=config.qu_brats_grid, warn=False)
     cols: dict[str, float] = {}
     for c in QU_BRATS_COLUMNS:
         cols.update({f"qu_brats_{c}_{region_suffix(n)}": float(getattr(qb.regions[n], c)) for n in names})

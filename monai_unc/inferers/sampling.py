@@ -97,6 +97,7 @@ from ..stats import (
     check_accum_dtype,
     default_chunk_elements,
     derive_measures,
+    sample_stats_warned_dtype,
     spatial_chunks,
     window_disagreement_from_stitched,
 )
@@ -1103,10 +1104,10 @@ class UncertaintyInferer(Inferer):
 
     def _window_stats(self, multilabel: bool) -> SampleStats:
         """The running statistics of one window's samples (no value checks: the inferer checks the outputs)."""
-        with warnings.catch_warnings():  # half-precision sums: warned once, by the constructor
-            warnings.filterwarnings("ignore", message="accum_dtype=", category=UserWarning)
-            return SampleStats(track_variance=self.track_variance, accum_dtype=self.accum_dtype, validate=False,
-                               multilabel=multilabel, class_variance=self.class_variance)
+        # half-precision sums: warned once, by the constructor (review 68: not by filtering the warning by its text
+        # inside catch_warnings, process-wide, which re-showed the caller's once-per-location warnings every window)
+        return sample_stats_warned_dtype(track_variance=self.track_variance, accum_dtype=self.accum_dtype,
+                                         validate=False, multilabel=multilabel, class_variance=self.class_variance)
 
     def _window_fn(
         self, network: Callable, window_sources: Sequence[SampleSource]

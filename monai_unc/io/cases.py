@@ -2403,13 +2403,13 @@ def _header_change(name: str, before: np.ndarray, img: Any, d: int, sizes: str, 
             f"{moved:.4g} mm apart): check the file's geometry")
 
 
-def _nifti_affine(img: Any, name: str) -> np.ndarray:
+def _nifti_affine(img: Any, name: str, warn: bool = True) -> np.ndarray:
     """The affine of a nibabel NIfTI image as :func:`read_volume` reads it (:func:`_correct_nifti_header`, in place).
 
-    Float64; the correction's warning is given.
+    Float64; the correction's warning is given (``warn``).
     """
     message = _correct_nifti_header(img, name)
-    if message is not None:
+    if message is not None and warn:
         warnings.warn(message, UserWarning, stacklevel=4)
     return np.array(img.affine, dtype=np.float64)
 
@@ -2445,9 +2445,9 @@ def nifti_geometry(path: str | os.PathLike) -> tuple[tuple[int, ...], np.ndarray
         return None
 
     img = load_nifti(os.path.expanduser(name))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        affine = _nifti_affine(img, name)
+    # the correction's warning is left to the read (review 68: not by silencing every UserWarning inside
+    # catch_warnings, a process-wide filter)
+    affine = _nifti_affine(img, name, warn=False)
     return tuple(int(n) for n in img.shape), affine
 
 

@@ -561,14 +561,15 @@ def _metric_value(result: Any, tau: float) -> float:
 
 
 def _referral_points(
-    uncertainty: Any, values: Any, taus: Any, ties: str
+    uncertainty: Any, values: Any, taus: Any, ties: str, warn_ties: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """:func:`referral_curve` as numpy arrays ``(tau, value, n_retained)`` and the number of cases ``N``.
 
     Warns only that the scores are all tied (at the caller of :func:`referral_curve` or of
-    :func:`area_under_referral_curve`, which both call this directly), not about the rates that refer every case:
-    each public function says that in its own words (found by review 68: the area filtered the curve's warning by its
-    text, a process-wide filter that the cohort metric it calls, and every other thread, ran under).
+    :func:`area_under_referral_curve`, which both call this directly; not with ``warn_ties=False``), not about the
+    rates that refer every case: each public function says that in its own words (found by review 68: the area
+    filtered the curve's warning by its text, a process-wide filter that the cohort metric it calls, and every other
+    thread, ran under).
     """
     u = case_vector(uncertainty, "uncertainty")
     n = u.size
@@ -578,8 +579,9 @@ def _referral_points(
         raise ValueError(f"ties must be 'average' or 'order', got {ties!r}")
     # found by review 61: a constant score gave a flat curve (ties "average") or the case order's (ties "order");
     # stacklevel: warn_tied, this function, the public function, its caller
-    warn_tied(u, "referral_curve", "the cases kept are a random choice (ties 'average': the mean at every rate) or "
-              "the first in case order (ties 'order'), not the most certain", stacklevel=4)
+    if warn_ties:
+        warn_tied(u, "referral_curve", "the cases kept are a random choice (ties 'average': the mean at every rate) "
+                  "or the first in case order (ties 'order'), not the most certain", stacklevel=4)
     out = np.full(t.shape, np.nan, dtype=np.float64)
     ok = m > 0
     if callable(values):
@@ -653,6 +655,41 @@ def referral_curve(
             f"referral_curve: {int((m == 0).sum())} referral rate(s) refer all {n} cases; the metric on an empty "
             "set is undefined (NaN)"
         )
+    return ReferralCurve(_follow(t, uncertainty), _follow(out, uncertainty), _follow(m, uncertainty))
+
+
+def referral_curve_core(
+    uncertainty: ArrayLike,
+    values: ArrayLike | Callable[[np.ndarray], float],
+    taus: ArrayLike | Sequence[float] | None = None,
+    ties: str = "average",
+) -> ReferralCurve:
+    """:func:`referral_curve` without its warnings, for a caller that says them in its own words or has said them.
+
+    Neither the warning that the scores are all tied nor that of the rates that refer every case (their values are
+    NaN, as :func:`referral_curve` gives them). For the same scores ranked again (another value per case, a rate
+    marked on a drawn curve) and for an oracle ranking by the values themselves, whose ties are no tie of any
+    uncertainty score (found by review 68: such callers filtered :func:`referral_curve`'s warnings by their text, or
+    every ``UserWarning``, inside ``warnings.catch_warnings()``, a process-wide filter). Errors are
+    :func:`referral_curve`'s.
+
+    Args:
+        uncertainty: as :func:`referral_curve`.
+        values: as :func:`referral_curve`.
+        taus: as :func:`referral_curve`.
+        ties: as :func:`referral_curve`.
+
+    Returns:
+        The :class:`ReferralCurve` of :func:`referral_curve`.
+
+    Example:
+        >>> from monai_unc.metrics.selective import referral_curve_core
+        >>> dice = [0.9, 0.6, 0.8, 0.3]
+        >>> oracle = referral_curve_core([-d for d in dice], dice)  # lowest Dice first; no warning for tied Dice
+        >>> oracle.value.round(4)
+        array([0.65  , 0.7667, 0.85  , 0.9   ])
+    """
+    t, out, m, _ = _referral_points(uncertainty, values, taus, ties, warn_ties=False)
     return ReferralCurve(_follow(t, uncertainty), _follow(out, uncertainty), _follow(m, uncertainty))
 
 

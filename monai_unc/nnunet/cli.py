@@ -21,7 +21,6 @@ import argparse
 import os
 import sys
 import tempfile
-import warnings
 from typing import Any
 
 from monai_unc.keys import (
@@ -576,15 +575,16 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from monai_unc.io import input_folder
     from monai_unc.nnunet.calibrate import calibrate_model_folder
-    from monai_unc.temperature import NOT_CONVERGED, non_convergence_warning
+    from monai_unc.temperature import convergence_said_by_caller, non_convergence_warning
 
     model = _model_folder(args)
     # the folder named as given (review 63: a missing -m said "trained model folder not found", naming no option)
     input_folder(model, "m" if args.m is not None else None,
                  "-m trained model folder" if args.m is not None else "trained model folder of -d/-tr/-p/-c")
     check_device(args.device)  # before anything is loaded or written (the default is cuda)
-    with warnings.catch_warnings():  # the command prints its own line for a fit that did not converge (below)
-        warnings.filterwarnings("ignore", message=NOT_CONVERGED, category=UserWarning)
+    # the command prints its own line for a fit that did not converge (below): the fits leave out their warning
+    # (review 68: not filtered by its text inside catch_warnings, a process-wide filter)
+    with convergence_said_by_caller():
         report = calibrate_model_folder(model, args.o, use_folds=_folds(args.f),
                                         checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
                                         use_mirroring=not args.disable_tta, device=torch.device(args.device),

@@ -141,10 +141,10 @@ def _histogram_from(
     return hist.update(p, target, weights=weights, mask=mask)
 
 
-def _finish(values: torch.Tensor, per_case: bool, ref: Any, caller: str, reason: str) -> Any:
-    """Pooled: float (or a ``(C,)`` array); per case: array following ``ref``'s library."""
+def _finish(values: torch.Tensor, per_case: bool, ref: Any, caller: str, reason: str, nan_warning: bool = True) -> Any:
+    """Pooled: float (or a ``(C,)`` array); per case: array following ``ref``'s library; NaN warns (``nan_warning``)."""
     n_nan = int(torch.isnan(values).sum())
-    if n_nan:
+    if n_nan and nan_warning:
         what = f"{n_nan} of {values.numel()} values" if values.numel() > 1 else "the value"
         warn_nan(f"{caller}: {what} is NaN: {reason}", stacklevel=4)
     if not per_case:
@@ -202,6 +202,7 @@ def _calibration_error(
     per_class: bool = False,
     caller: str,
     ref: Any = None,
+    nan_warning: bool = True,
 ) -> Any:
     """The single implementation behind ECE, classwise/all-label ECE, ACE, MCE and UCE."""
     _check_bins(n_bins, min_bin_count)
@@ -224,7 +225,7 @@ def _calibration_error(
     values = torch.cat(parts) if len(parts) > 1 else parts[0]
     return _finish(
         values, per_case, x if ref is None else ref, caller,
-        f"no bin holds at least max(1, min_bin_count={min_bin_count}) voxels",
+        f"no bin holds at least max(1, min_bin_count={min_bin_count}) voxels", nan_warning,
     )  # fmt: skip
 
 
@@ -605,7 +606,8 @@ def _probs_with_one_hot(u: torch.Tensor, t: torch.Tensor) -> bool:
 
 
 def _scalar_metric(
-    x: Any, target: Any, per_case: bool, weights: Any, mask: Any, n_fine_bins: int, which: int, caller: str
+    x: Any, target: Any, per_case: bool, weights: Any, mask: Any, n_fine_bins: int, which: int, caller: str,
+    nan_warning: bool = True,
 ) -> Any:
     """NLL or Brier (scalar ``which``): its weighted sum over the weight of the voxels that hold probabilities.
 
@@ -620,7 +622,7 @@ def _scalar_metric(
         total = wcounts[:, c].sum((-2, -1))
         parts.append(torch.where(total > 0, scalars[:, which] / torch.where(total > 0, total, 1.0), float("nan")))
     return _finish(torch.cat(parts), per_case, x, caller,
-                   "no voxel with probabilities (or zero total weight) in the case")
+                   "no voxel with probabilities (or zero total weight) in the case", nan_warning)
 
 
 @deprecated_arg_names({"x": "probs", "labels": "target"})
@@ -904,18 +906,71 @@ def calibration_metrics(
         >>> round(calibration_metrics(hist, "classwise_ece", n_bins=5, include_background=False)["classwise_ece"], 4)
         0.1986
     """
+    return calibration_metrics_core(hist, metrics, n_bins=n_bins, min_bin_count=min_bin_count, per_case=per_case,
+                                    include_background=include_background)
+
+
+#: the ``(kind, reduction)`` of each binned metric of :data:`CALIBRATION_METRICS` read from a histogram (their
+#: functions' defaults), and the scalar row of the others
+_BINNED = {"ece": ("top", "expected"), "classwise_ece": ("classwise", "expected"),
+           "all_label_ece": ("all_label", "expected"), "ace": ("top", "average"), "mce": ("top", "maximum"),
+           "uce": ("uncertainty", "expected")}
+_SCALARS = {"nll": ConfidenceHistogram.SCALAR_NLL, "brier": ConfidenceHistogram.SCALAR_BRIER}
+
+
+def calibration_metrics_core(
+    hist: ConfidenceHistogram,
+    metrics: Sequence[str] | str = CALIBRATION_METRICS,
+    *,
+    n_bins: int = 15,
+    min_bin_count: int = 0,
+    per_case: bool = False,
+    include_background: bool = True,
+    nan_warning: bool = True,
+) -> dict[str, Any]:
+    """:func:`calibration_metrics`, whose warnings of NaN values the caller may leave out.
+
+    For :class:`~monai_unc.metrics.CalibrationMetric`, which says the cases with a NaN value when it aggregates them;
+    every other warning (``n_bins`` that does not divide the histogram's fine bins) is given as ever (found by review
+    68: the metric silenced every ``UserWarning`` of :func:`calibration_metrics` inside ``warnings.catch_warnings()``,
+    a process-wide filter, so ``reduction="mean"`` never said that its coarse bin edges were rounded).
+
+    Args:
+        hist: as :func:`calibration_metrics`.
+        metrics: as :func:`calibration_metrics`.
+        n_bins: as :func:`calibration_metrics`.
+        min_bin_count: as :func:`calibration_metrics`.
+        per_case: as :func:`calibration_metrics`.
+        include_background: as :func:`calibration_metrics`.
+        nan_warning: warn of NaN values (``True``, as :func:`calibration_metrics`) or not.
+
+    Returns:
+        ``{name: float}`` pooled, or ``{name: (n_cases,) numpy array}`` per case.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import ConfidenceHistogram
+        >>> from monai_unc.metrics.calibration.functional import calibration_metrics_core
+        >>> hist = ConfidenceHistogram(num_classes=2, per_case=True)
+        >>> _ = hist.update(torch.tensor([[[0.9], [0.1]]]), torch.tensor([[0]]), mask=torch.tensor([[False]]))
+        >>> calibration_metrics_core(hist, ["ece", "nll"], per_case=True, nan_warning=False)  # no voxel: no warning
+        {'ece': array([nan]), 'nll': array([nan])}
+    """
     if not isinstance(hist, ConfidenceHistogram):
         raise TypeError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}")
     check_bool(include_background, "include_background")
+    nan_warning = check_bool(nan_warning, "nan_warning")
     out: dict[str, Any] = {}
     for name in check_metric_names(metrics):
-        fn = _METRIC_FNS[name]
-        if name in ("nll", "brier"):
-            out[name] = fn(hist, per_case=per_case)
-        elif name == "classwise_ece":
-            out[name] = fn(hist, n_bins=n_bins, min_bin_count=min_bin_count, per_case=per_case,
-                           include_background=include_background)
+        if name in _SCALARS:
+            out[name] = _scalar_metric(hist, None, per_case, None, None, hist.n_fine_bins, _SCALARS[name], name,
+                                       nan_warning)
         else:
-            out[name] = fn(hist, n_bins=n_bins, min_bin_count=min_bin_count, per_case=per_case)
+            kind, reduction = _BINNED[name]
+            out[name] = _calibration_error(
+                hist, None, kind=kind, reduction=reduction, n_bins=n_bins, min_bin_count=min_bin_count,
+                per_case=per_case, weights=None, mask=None, n_fine_bins=hist.n_fine_bins,
+                include_background=include_background, caller=name, nan_warning=nan_warning,
+            )  # fmt: skip
     return out
 

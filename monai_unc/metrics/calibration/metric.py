@@ -24,7 +24,7 @@ from ..._utils import (
     sync_case_buffers,
     warn_nan,
 )
-from .functional import CALIBRATION_METRICS, calibration_metrics, check_metric_names
+from .functional import CALIBRATION_METRICS, calibration_metrics, calibration_metrics_core, check_metric_names
 from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
 
 __all__ = ["CalibrationMetric"]
@@ -229,12 +229,12 @@ class CalibrationMetric(CumulativeIterationMetric):
             n_cls, n_fine_bins=self.n_fine_bins, per_case=True, uncertainty="uce" in self.metrics
         )
         batch.update(y_pred, self._labels(y, y_pred))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # NaN cases are reported at aggregation
-            vals = calibration_metrics(
-                batch, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=True,
-                include_background=self.include_background,
-            )
+        # NaN cases are reported at aggregation; the other warnings (n_bins not dividing the fine bins) reach the
+        # caller (review 68: every UserWarning was silenced inside catch_warnings, a process-wide filter)
+        vals = calibration_metrics_core(
+            batch, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=True,
+            include_background=self.include_background, nan_warning=False,
+        )
         # the histogram's tables live on the CPU; the per-case rows follow the inputs' device (MONAI gathers the
         # buffers across ranks, and NCCL gathers CUDA tensors only)
         rows = [torch.as_tensor(vals[k], dtype=torch.float64) for k in self.metrics]
