@@ -5,67 +5,28 @@ Found by hostile testing: the ranks of a job compared their case lists only. A j
 that rank carried numbers computed with its options (``predictive_entropy_patch_mean`` 0.389 -> 0.586 for one case),
 while ``summary.json`` / ``infer.json`` named rank 0's. The ranks are started as a scheduler would (two processes
 with ``RANK`` / ``WORLD_SIZE`` / ``MASTER_*`` in their environment, no torchrun), each running ``monai-unc``'s
-``cli.main`` from its own working folder with its standard error (file descriptor 2, so that lines written by torch's
-C++ code count as well) in a file; the parent gives up after a wall-clock limit, so a hang fails the test. The ranks
-are forked from the test process rather than started as fresh interpreters (one torch/MONAI start-up each, about
-4 CPU seconds, ten of them in this module): what is checked is the ranks' agreement, not the start-up of
-``python -m monai_unc.cli`` (tests/cli/test_cli_startup.py), and the warning filters of the child are those of a fresh
-interpreter.
+``cli.main`` in its own working folder with its standard error in a file (:func:`tests._ranks.run_cli_ranks`); the
+parent gives up after a wall-clock limit, so a hang fails the test. The ranks are forked from the test process rather
+than started as fresh interpreters (a torch/MONAI start-up each, about 4 CPU seconds, ten of them in this module):
+what is checked is the ranks' agreement, not the start-up of ``python -m monai_unc.cli``
+(tests/cli/test_cli_startup.py).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-import warnings
 from pathlib import Path
-
-import torch
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.workflows import evaluate as _evaluate_workflow  # noqa: F401 - imported once, not in each forked rank
-from tests._ranks import free_port, run_forked_ranks
+from tests._ranks import run_cli_ranks
 
 WAIT_S = 180
 
-#: the warning filters of a fresh interpreter started without ``-W`` (Python's defaults, first filter first)
-FRESH_FILTERS = (("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, ""),
-                 ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""),
-                 ("ignore", ResourceWarning, ""))
-
-
-def _rank_main(rank: int, per_rank: list[tuple[list[str], Path]], port: int, logs: Path) -> None:
-    """One forked rank: the scheduler's environment variables, its working folder, ``cli.main(argv)`` with standard
-    output discarded and standard error in ``logs/rank<rank>.err``; the exit status in ``logs/rank<rank>.rc``."""
-    argv, cwd = per_rank[rank]
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(len(per_rank)), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), MONAI_UNC_DIST_TIMEOUT="90", OMP_NUM_THREADS="1")
-    torch.set_num_threads(1)
-    os.chdir(cwd)
-    warnings.resetwarnings()  # not the test's (pytest records warnings and shows deprecations): a fresh process's
-    for action, category, module in reversed(FRESH_FILTERS):
-        warnings.filterwarnings(action, category=category, module=module)
-    with open(logs / f"rank{rank}.err", "w") as err, open(os.devnull, "w") as null:
-        os.dup2(err.fileno(), 2)
-        os.dup2(null.fileno(), 1)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # the process's own until it exits
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
-    rc = cli.main(argv)
-    sys.stderr.flush()
-    (logs / f"rank{rank}.rc").write_text(str(rc))
-
 
 def _ranks(per_rank: list[tuple[list[str], Path]]) -> list[tuple[int, list[str]]]:
-    """Run ``monai_unc.cli`` once per rank (argv, working folder) on forked ranks; ``[(exit status, stderr lines)]``
-    in rank order."""
-    with tempfile.TemporaryDirectory() as tmp:
-        logs = Path(tmp)
-        run_forked_ranks(_rank_main, (per_rank, free_port(), logs), len(per_rank), WAIT_S)
-        return [(int((logs / f"rank{r}.rc").read_text()),
-                 [ln for ln in (logs / f"rank{r}.err").read_text().splitlines() if ln.strip()])
-                for r in range(len(per_rank))]
+    """Run ``monai_unc.cli`` once per rank (argv, working folder); ``[(exit status, stderr lines)]`` in rank order."""
+    return run_cli_ranks(per_rank, {"MONAI_UNC_DIST_TIMEOUT": "90"}, WAIT_S)
 
 
 def test_evaluate_ranks_with_other_per_case_options_are_refused_before_any_work(tmp_path):
