@@ -7,6 +7,7 @@ import socket
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -87,3 +88,46 @@ def run_cli_ranks(per_rank: Sequence[tuple[list[str], Path]], env: dict[str, str
         return [(int((logs / f"rank{r}.rc").read_text()),
                  [ln for ln in (logs / f"rank{r}.err").read_text().splitlines() if ln.strip()])
                 for r in range(len(per_rank))]
+
+
+def run_cli_forked(argv: list[str], env: dict[str, str] | None = None, before: Callable[[], None] | None = None,
+                   wait_s: float = 300.0) -> tuple[int, str]:
+    """``monai-unc ARGV`` in one process forked from the test process: ``(exit status, standard error)``.
+
+    The child takes ``env`` into its environment, runs ``before()`` (a resource limit, as ``preexec_fn`` would), then
+    ``cli.main(argv)`` under a fresh interpreter's warning filters with its standard output discarded and its
+    standard error (file descriptor 2) in a file. No interpreter start-up: torch and the package are imported
+    already. A child that does not finish within ``wait_s`` is killed and fails the test.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        err_file = Path(tmp) / "stderr"
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 70
+            try:
+                os.environ.update(env or {})
+                torch.set_num_threads(1)
+                warnings.resetwarnings()
+                for action, category, module in reversed(FRESH_FILTERS):
+                    warnings.filterwarnings(action, category=category, module=module)
+                with open(err_file, "w") as err, open(os.devnull, "w") as null:
+                    os.dup2(err.fileno(), 2)
+                    os.dup2(null.fileno(), 1)
+                sys.stdout = open(1, "w", buffering=1, closefd=False)  # the process's own until it exits
+                sys.stderr = open(2, "w", buffering=1, closefd=False)
+                if before is not None:
+                    before()
+                code = cli.main(argv)
+            except BaseException:  # a traceback in its standard error, exit status 70
+                traceback.print_exc()
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        deadline = time.monotonic() + wait_s
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail(f"monai-unc {' '.join(argv[:1])} did not finish within {wait_s} s")
+            time.sleep(0.01)
+        return os.waitstatus_to_exitcode(done[1]), err_file.read_text()
