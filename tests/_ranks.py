@@ -90,14 +90,15 @@ def run_cli_ranks(per_rank: Sequence[tuple[list[str], Path]], env: dict[str, str
                 for r in range(len(per_rank))]
 
 
-def run_cli_forked(argv: list[str], env: dict[str, str] | None = None, before: Callable[[], None] | None = None,
-                   wait_s: float = 300.0) -> tuple[int, str]:
+def run_cli_forked(argv: list[str], env: dict[str, str | None] | None = None,
+                   before: Callable[[], None] | None = None, wait_s: float = 300.0) -> tuple[int, str]:
     """``monai-unc ARGV`` in one process forked from the test process: ``(exit status, standard error)``.
 
-    The child takes ``env`` into its environment, runs ``before()`` (a resource limit, as ``preexec_fn`` would), then
-    ``cli.main(argv)`` under a fresh interpreter's warning filters with its standard output discarded and its
-    standard error (file descriptor 2) in a file. No interpreter start-up: torch and the package are imported
-    already. A child that does not finish within ``wait_s`` is killed and fails the test.
+    The child takes ``env`` into its environment (``None``: the variable unset), runs ``before()`` (a resource
+    limit, as ``preexec_fn`` would), then ``cli.main(argv)`` under a fresh interpreter's warning filters with its
+    standard output discarded and its standard error (file descriptor 2) in a file. No interpreter start-up: torch
+    and the package are imported already. A child that does not finish within ``wait_s`` is killed and fails the
+    test.
     """
     with tempfile.TemporaryDirectory() as tmp:
         err_file = Path(tmp) / "stderr"
@@ -105,7 +106,11 @@ def run_cli_forked(argv: list[str], env: dict[str, str] | None = None, before: C
         if pid == 0:  # the child: never returns into pytest
             code = 70
             try:
-                os.environ.update(env or {})
+                for name, value in (env or {}).items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
                 torch.set_num_threads(1)
                 warnings.resetwarnings()
                 for action, category, module in reversed(FRESH_FILTERS):
