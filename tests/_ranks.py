@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+
+from monai_unc import cli
+
+#: the warning filters of a fresh interpreter started without ``-W`` (Python's defaults, first filter first)
+FRESH_FILTERS = (("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, ""),
+                 ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""),
+                 ("ignore", ResourceWarning, ""))
 
 
 def free_port() -> int:
@@ -34,3 +47,92 @@ def run_forked_ranks(worker: Callable[..., Any], args: tuple, world: int, wait_s
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
+
+
+def _cli_rank(rank: int, per_rank: Sequence[tuple[list[str], Path]], port: int, env: dict[str, str],
+              logs: Path) -> None:
+    """One forked rank of :func:`run_cli_ranks`: the scheduler's variables, its working folder, ``cli.main(argv)``
+    with standard output discarded and standard error in ``logs/rank<rank>.err``; its exit status in
+    ``logs/rank<rank>.rc``."""
+    argv, cwd = per_rank[rank]
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(len(per_rank)), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1", **env)
+    torch.set_num_threads(1)
+    os.chdir(cwd)
+    warnings.resetwarnings()  # not the test's (pytest records warnings, and shows deprecations): a fresh process's
+    for action, category, module in reversed(FRESH_FILTERS):
+        warnings.filterwarnings(action, category=category, module=module)
+    with open(logs / f"rank{rank}.err", "w") as err, open(os.devnull, "w") as null:
+        os.dup2(err.fileno(), 2)  # the descriptor: lines of torch's C++ code count as well
+        os.dup2(null.fileno(), 1)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # the process's own until it exits
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    rc = cli.main(argv)
+    sys.stderr.flush()
+    (logs / f"rank{rank}.rc").write_text(str(rc))
+
+
+def run_cli_ranks(per_rank: Sequence[tuple[list[str], Path]], env: dict[str, str] | None = None,
+                  wait_s: float = 180.0) -> list[tuple[int, list[str]]]:
+    """``monai-unc`` once per rank, as a scheduler starts a job's processes: ``(argv, working folder)`` of each rank;
+    ``[(exit status, non-empty stderr lines)]`` in rank order.
+
+    Each rank is forked from the test process (no interpreter start-up: torch and the package are imported already)
+    with ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` / ``MASTER_*`` and ``env`` in its environment, runs
+    ``cli.main(argv)`` in its working folder under a fresh interpreter's warning filters, with its standard error
+    (file descriptor 2) in a file. A rank that does not finish within ``wait_s`` fails the test (a hang).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp)
+        run_forked_ranks(_cli_rank, (per_rank, free_port(), dict(env or {}), logs), len(per_rank), wait_s)
+        return [(int((logs / f"rank{r}.rc").read_text()),
+                 [ln for ln in (logs / f"rank{r}.err").read_text().splitlines() if ln.strip()])
+                for r in range(len(per_rank))]
+
+
+def run_cli_forked(argv: list[str], env: dict[str, str | None] | None = None,
+                   before: Callable[[], None] | None = None, wait_s: float = 300.0) -> tuple[int, str]:
+    """``monai-unc ARGV`` in one process forked from the test process: ``(exit status, standard error)``.
+
+    The child takes ``env`` into its environment (``None``: the variable unset), runs ``before()`` (a resource
+    limit, as ``preexec_fn`` would), then ``cli.main(argv)`` under a fresh interpreter's warning filters with its
+    standard output discarded and its standard error (file descriptor 2) in a file. No interpreter start-up: torch
+    and the package are imported already. A child that does not finish within ``wait_s`` is killed and fails the
+    test.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        err_file = Path(tmp) / "stderr"
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 70
+            try:
+                for name, value in (env or {}).items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+                torch.set_num_threads(1)
+                warnings.resetwarnings()
+                for action, category, module in reversed(FRESH_FILTERS):
+                    warnings.filterwarnings(action, category=category, module=module)
+                with open(err_file, "w") as err, open(os.devnull, "w") as null:
+                    os.dup2(err.fileno(), 2)
+                    os.dup2(null.fileno(), 1)
+                sys.stdout = open(1, "w", buffering=1, closefd=False)  # the process's own until it exits
+                sys.stderr = open(2, "w", buffering=1, closefd=False)
+                if before is not None:
+                    before()
+                code = cli.main(argv)
+            except BaseException:  # a traceback in its standard error, exit status 70
+                traceback.print_exc()
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        deadline = time.monotonic() + wait_s
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail(f"monai-unc {' '.join(argv[:1])} did not finish within {wait_s} s")
+            time.sleep(0.01)
+        return os.waitstatus_to_exitcode(done[1]), err_file.read_text()

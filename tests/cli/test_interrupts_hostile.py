@@ -109,36 +109,32 @@ def test_a_file_size_limit_stops_infer_at_the_first_case_in_one_line(tmp_path, m
     first case in one line naming the file (exit 2), as on a full disk, and the same command resumes once the limit
     is lifted (the resumed run in this process: the limit is the first run's only)."""
     import json
-    import os
     import resource
-    import subprocess
-    import sys
 
     import torch
     from monai.networks.nets import UNet
 
     from monai_unc.data.cohorts import write_toy_cohort
     from tests._cases import TOY_NET
-    from tests._paths import ROOT
+    from tests._ranks import run_cli_forked
 
     data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(16, 16, 16), predictions=False)
     torch.manual_seed(0)
     torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
     (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
     out = tmp_path / "pred"
-    argv = [sys.executable, "-c", "import sys; from monai_unc.cli import main; sys.exit(main())", "infer", "-i",
-            str(data["images"]), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
-            str(tmp_path / "net.pt"), "--samples", "2", "--seed", "0", "--quiet"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MONAI_UNC_TEST_DEVICE": "cpu", "OMP_NUM_THREADS": "1"}
+    argv = ["infer", "-i", str(data["images"]), "-o", str(out), "--network", str(tmp_path / "net.json"),
+            "--checkpoint", str(tmp_path / "net.pt"), "--samples", "2", "--seed", "0", "--quiet"]
 
     def limit():  # 12 KiB: the records and label maps fit, the probabilities do not
         resource.setrlimit(resource.RLIMIT_FSIZE, (12 << 10, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, preexec_fn=limit, timeout=600)
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    # the limited run in a forked process (the limit is that process's only; no interpreter start-up)
+    code, stderr = run_cli_forked(argv, {"MONAI_UNC_TEST_DEVICE": "cpu", "OMP_NUM_THREADS": "1"}, limit)
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1, stderr[-3000:]
     assert lines[0].startswith("monai-unc infer: error: File too large: ") and f"{out}/toy000_" in lines[0], lines
     assert not (out / "failures.json").exists()
     monkeypatch.setenv("MONAI_UNC_TEST_DEVICE", "cpu")
-    assert _main(argv[3:]) == 0  # the same command without the limit resumes
+    assert _main(argv) == 0  # the same command without the limit resumes
     assert sorted(p.name for p in out.glob("toy*.json")) == ["toy000.json", "toy001.json", "toy002.json"]

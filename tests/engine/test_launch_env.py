@@ -12,7 +12,6 @@ Found by hostile testing:
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import pytest
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.engine import get_dist_context, read_dist_env
-from tests._ranks import free_port
+from tests._ranks import free_port, run_cli_forked
 
 
 @pytest.fixture
@@ -41,42 +40,24 @@ def test_world_size_without_rank_is_refused(monkeypatch):
     assert read_dist_env({"WORLD_SIZE": "2", "RANK": "0"}) == (0, 2, 0)
 
 
-#: run monai_unc.cli.main on each argv of the JSON list argv[1] in this one interpreter: one JSON line per command
-_SEQUENCE = """
-import contextlib, io, json, sys
-from monai_unc import cli
-for argv in json.loads(sys.argv[1]):
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            code = cli.main(argv)
-        except SystemExit as e:
-            code = e.code
-    print(json.dumps({"command": argv[0], "code": code, "stderr": err.getvalue()}), flush=True)
-"""
-
-
 @pytest.fixture(scope="module")
 def plain_runs(tmp_path_factory) -> tuple[dict[str, dict], Path]:
-    """``evaluate`` and ``infer`` as plain commands under ``WORLD_SIZE=2`` without ``RANK``, one after the other in
-    one fresh interpreter (one start of torch instead of one per command): ``({command: result}, folder)``. A
-    subprocess: the unfixed code waits for the other rank, which fails the test (timeout) instead of blocking it."""
+    """``evaluate`` and ``infer`` as plain commands under ``WORLD_SIZE=2`` without ``RANK``, each in a process forked
+    from the test process with that environment (:func:`tests._ranks.run_cli_forked`: no start of torch):
+    ``({command: result}, folder)``. Another process: the unfixed code waits for the other rank, which fails the test
+    (the fork's deadline) instead of blocking it."""
     tmp = tmp_path_factory.mktemp("plain_runs")
     cohort = write_toy_cohort(tmp / "c", n_cases=2, shape=(12, 12, 12))
     argvs = [["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", str(tmp / "evaluate"),
               "-q"],
              ["infer", "-i", str(cohort["images"]), "-o", str(tmp / "infer"), "--model", "example", "--method",
               "softmax", "--device", "cpu", "-q"]]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
-    env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    try:
-        r = subprocess.run([sys.executable, "-c", _SEQUENCE, json.dumps(argvs)], env=env, capture_output=True,
-                           text=True, timeout=180)
-    except subprocess.TimeoutExpired:
-        pytest.fail("a command waited for ranks that never come instead of refusing the environment")
-    assert r.returncode == 0, r.stderr[-2000:]
-    results = {d["command"]: d for d in (json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{"))}
-    assert list(results) == ["evaluate", "infer"], r.stdout[-2000:]
+    env = {"RANK": None, "LOCAL_RANK": None, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
+    results = {}
+    for argv in argvs:
+        code, stderr = run_cli_forked(argv, env, wait_s=180)
+        results[argv[0]] = {"command": argv[0], "code": code, "stderr": stderr}
     return results, tmp
 
 

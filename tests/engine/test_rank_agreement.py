@@ -3,45 +3,30 @@
 Found by hostile testing: the ranks of a job compared their case lists only. A job script of one machine with another
 ``--patch-size`` (evaluate) or ``--samples`` (infer) than the others ran to the end with exit status 0: the cases of
 that rank carried numbers computed with its options (``predictive_entropy_patch_mean`` 0.389 -> 0.586 for one case),
-while ``summary.json`` / ``infer.json`` named rank 0's. The ranks are launched as a scheduler would (two processes
-with ``RANK`` / ``WORLD_SIZE`` / ``MASTER_*``, no torchrun); the parent gives up after a wall-clock limit, so a hang
-fails the test.
+while ``summary.json`` / ``infer.json`` named rank 0's. The ranks are started as a scheduler would (two processes
+with ``RANK`` / ``WORLD_SIZE`` / ``MASTER_*`` in their environment, no torchrun), each running ``monai-unc``'s
+``cli.main`` in its own working folder with its standard error in a file (:func:`tests._ranks.run_cli_ranks`); the
+parent gives up after a wall-clock limit, so a hang fails the test. The ranks are forked from the test process rather
+than started as fresh interpreters (a torch/MONAI start-up each, about 4 CPU seconds, ten of them in this module):
+what is checked is the ranks' agreement, not the start-up of ``python -m monai_unc.cli``
+(tests/cli/test_cli_startup.py).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
-from tests._ranks import free_port
+from monai_unc.workflows import evaluate as _evaluate_workflow  # noqa: F401 - imported once, not in each forked rank
+from tests._ranks import run_cli_ranks
 
 WAIT_S = 180
 
 
 def _ranks(per_rank: list[tuple[list[str], Path]]) -> list[tuple[int, list[str]]]:
     """Run ``monai_unc.cli`` once per rank (argv, working folder); ``[(exit status, stderr lines)]`` in rank order."""
-    port = str(free_port())
-    procs = []
-    for rank, (argv, cwd) in enumerate(per_rank):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(len(per_rank)), "LOCAL_RANK": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "MONAI_UNC_DIST_TIMEOUT": "90",
-               "OMP_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen([sys.executable, "-m", "monai_unc.cli", *argv], cwd=cwd, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = []
-    try:
-        for p in procs:
-            _, err = p.communicate(timeout=WAIT_S)
-            results.append((p.returncode, [ln for ln in err.splitlines() if ln.strip()]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return results
+    return run_cli_ranks(per_rank, {"MONAI_UNC_DIST_TIMEOUT": "90"}, WAIT_S)
 
 
 def test_evaluate_ranks_with_other_per_case_options_are_refused_before_any_work(tmp_path):

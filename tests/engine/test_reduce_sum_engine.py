@@ -1,5 +1,6 @@
 """all_reduce_sum never wraps an integer count: a uint64 value above the int64 range and an int64 sum that passes
-2**63 - 1 across ranks raise (on every rank) instead of giving a negative count (2 gloo processes on loopback)."""
+2**63 - 1 across ranks raise (on every rank) instead of giving a negative count (2 gloo processes on loopback, forked
+from the test process: :func:`tests._ranks.run_forked_ranks`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch.multiprocessing as mp
 
 from monai_unc.engine import DistContext, all_reduce_sum, destroy_dist_context, get_dist_context
-from tests._ranks import free_port
+from tests._ranks import free_port, run_forked_ranks
 
 BIG = 2**62 + 7
 
@@ -35,7 +35,7 @@ def _rank(rank: int, port: int, out: str) -> None:
 
 
 def test_int64_sum_beyond_the_range_raises_on_every_rank(tmp_path):
-    mp.start_processes(_rank, args=(free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
+    run_forked_ranks(_rank, (free_port(), str(tmp_path)), 2, wait_s=120)
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for res in got:
         # 2 * (2**62 + 7) is above 2**63 - 1: before the fix [2, -9223372036854775794]

@@ -29,7 +29,7 @@ import torch
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.workflows import evaluate as _evaluate_workflow  # noqa: F401 - imported once, not in each forked rank
-from tests._ranks import free_port, run_forked_ranks
+from tests._ranks import free_port, run_cli_ranks, run_forked_ranks
 
 WAIT_S = 120  # wall-clock limit of one multi-process run (a hang fails the test)
 N_FINE = 60
@@ -373,10 +373,8 @@ def test_a_refusal_on_one_rank_only_stops_every_rank(tmp_path, command):
     """Found by hostile testing: the options and folders are checked on every rank before the ranks join the group;
     a check that failed on rank 1 only (its output folder, on a disk the other rank does not see, is a file) left
     rank 0 waiting in its first collective for the whole collective timeout (6 hours by default). Now every rank
-    exits 2 with one line, rank 0 naming rank 1's error; launched as torchrun would (two processes, env variables)."""
-    import subprocess
-    import sys
-
+    exits 2 with one line, rank 0 naming rank 1's error; launched as torchrun would (two processes, env variables:
+    forked ranks running ``cli.main``, :func:`tests._ranks.run_cli_ranks`)."""
     cohort = write_toy_cohort(tmp_path / "c", n_cases=2, shape=(12, 12, 12))
     here, there = tmp_path / "rank0", tmp_path / "rank1"
     here.mkdir()
@@ -387,22 +385,7 @@ def test_a_refusal_on_one_rank_only_stops_every_rank(tmp_path, command):
     else:
         argv = ["infer", "-i", str(cohort["images"]), "-o", "out", "--model", "example", "--method", "softmax",
                 "--device", "cpu", "-q"]
-    port = str(free_port())
-    procs = []
-    for rank, cwd in ((0, here), (1, there)):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "MONAI_UNC_DIST_TIMEOUT": "60", "OMP_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen([sys.executable, "-m", "monai_unc.cli", *argv], cwd=cwd, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=WAIT_S)
-            results.append((p.returncode, [ln for ln in err.splitlines() if ln.strip()]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    results = run_cli_ranks([(argv, here), (argv, there)], {"MONAI_UNC_DIST_TIMEOUT": "60"}, WAIT_S)
     (rc0, err0), (rc1, err1) = results
     # the output check names its option (--output) on the rank that refused
     assert rc1 == 2 and err1[-1] == f"monai-unc {command}: error: --output folder out is a file, not a folder", err1

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -184,22 +185,59 @@ def test_a_second_process_waits_for_the_pair_being_created(config, how):
     assert _fingerprint(priv) == mine == _fingerprint(pub)
 
 
-_RACER = """
-import os, sys, time
-from pathlib import Path
-from monai_unc.io.signing import default_signing_key, key_fingerprint, load_private_key
-sync, me, n, rounds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-for r in range(rounds):
-    (sync / f"{r}-{me}").touch()
-    deadline = time.monotonic() + 60
-    while len([p for p in os.listdir(sync) if p.startswith(f"{r}-")]) < n and time.monotonic() < deadline:
-        time.sleep(0.0005)
-    os.environ["MONAI_UNC_CONFIG_DIR"] = str(sync.parent / f"config{r}")
-    try:
-        print(r, key_fingerprint(load_private_key(default_signing_key()).public_key()), flush=True)
-    except Exception as e:  # a race lost: said, and the next rounds still run
-        print(r, f"{type(e).__name__}:{str(e)[:60]!r}".replace(" ", "_"), flush=True)
-"""
+def _race(sync: Path, me: int, n: int, rounds: int) -> None:
+    """One racer (a forked process): in each round, once all ``n`` racers are at its start, the signing key of a
+    fresh configuration folder (created by the first to get there); prints ``<round> <fingerprint>`` per round."""
+    for r in range(rounds):
+        (sync / f"{r}-{me}").touch()
+        deadline = time.monotonic() + 60
+        while len([p for p in os.listdir(sync) if p.startswith(f"{r}-")]) < n and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        os.environ["MONAI_UNC_CONFIG_DIR"] = str(sync.parent / f"config{r}")
+        try:
+            print(r, key_fingerprint(load_private_key(default_signing_key()).public_key()), flush=True)
+        except Exception as e:  # a race lost: said, and the next rounds still run
+            print(r, f"{type(e).__name__}:{str(e)[:60]!r}".replace(" ", "_"), flush=True)
+
+
+def _forked_racers(sync: Path, n: int, rounds: int, env: dict[str, str]) -> list[tuple[int, str]]:
+    """:func:`_race` in ``n`` processes forked from this one with the environment ``env``, started together:
+    ``[(exit status, what it printed)]``. Forked rather than fresh interpreters (an import of the package each): the
+    race is between processes, each with its own open files and locks, which a fork has as a fresh process does."""
+    children = []
+    for i in range(n):
+        out = sync.parent / f"racer{i}.out"
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 1
+            try:
+                os.environ.clear()
+                os.environ.update(env)
+                with open(out, "w") as f:
+                    os.dup2(f.fileno(), 1)
+                sys.stdout = open(1, "w", buffering=1, closefd=False)
+                _race(sync, i, n, rounds)
+                code = 0
+            except BaseException:  # said in its output (the test shows it), exit status 1
+                traceback.print_exc(file=sys.stdout)
+                sys.stdout.flush()
+            finally:
+                os._exit(code)
+        children.append((pid, out))
+    results = []
+    deadline = time.monotonic() + 300
+    for pid, out in children:
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                for other, _ in children:
+                    try:
+                        os.kill(other, 9)
+                    except ProcessLookupError:
+                        pass
+                pytest.fail("the racers did not finish within 300 s")
+            time.sleep(0.01)
+        results.append((os.waitstatus_to_exitcode(done[1]), out.read_text()))
+    return results
 
 
 def test_processes_racing_to_create_the_pair_make_one(tmp_path):
@@ -208,13 +246,10 @@ def test_processes_racing_to_create_the_pair_make_one(tmp_path):
     n, rounds = 3, 15
     sync = tmp_path / "sync"
     sync.mkdir()
-    env = _env(tmp_path / "unused")
-    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(sync), str(i), str(n), str(rounds)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    results = _forked_racers(sync, n, rounds, _env(tmp_path / "unused"))
+    assert all(code == 0 for code, _ in results), results
     seen: dict[int, set[str]] = {}
-    for out, _ in outs:
+    for _, out in results:
         for line in out.split("\n"):
             if line:
                 r, fp = line.split()
