@@ -537,9 +537,11 @@ def _expected_dice_values(p: torch.Tensor, empty_score: float, soft_only: bool) 
     q = q.clamp(0.0, 1.0)
     if not soft_only:
         # not held but some probability (den = sum p > 0): the soft Dice is 0 there, the expected Dice is not
-        absent = (held == 0) & (den > 0)
+        # every class not held, whatever its sum (hostile review 68): a rounding error below 0 within the tolerance of
+        # the checks makes a negative sum, and a float16 p_0 rounded to 1 a foreground sum of 0 with probability left
+        absent = held == 0
         for i, j in absent.nonzero().tolist():
-            q[i, j] = empty_score * _probability_none(p[i, 0] if j == c else p[i, j], foreground=j == c)
+            q[i, j] = empty_score * _probability_none(p[i] if j == c else p[i, j], foreground=j == c)
         if math.isnan(empty_score) and bool(absent.any()):
             warnings.warn(f"expected_dice: {int(absent.sum())} class(es) the segmentation does not hold gave NaN "
                           "(empty_score=nan scores a reference that holds none of them either)", UserWarning,
@@ -553,19 +555,29 @@ def _expected_dice_values(p: torch.Tensor, empty_score: float, soft_only: bool) 
 
 
 def _probability_none(p: torch.Tensor, foreground: bool, chunk: int = 1 << 22) -> float:
-    """``prod_x (1 - p(x))`` of one class's map (``prod_x p(x)`` of the background's for the ``foreground``).
+    """``prod_x (1 - p(x))`` of one class's map ``(N,)``; for the ``foreground``, of a case's ``(C, N)`` maps.
 
-    The chance that no voxel is drawn into the class, each on its own. Summed as ``log1p(-p)`` (``log p_0``) in
+    The chance that no voxel is drawn into the class (the foreground), each on its own. Summed as ``log1p(-p)`` in
     float64 over chunks of the flat map (a float32 product of a large volume underflows; a float64 copy of the whole
-    map would double its memory); values beyond [0, 1] by the tolerance of the probability checks are clipped, so
-    that the logarithm stays defined (a voxel of probability 1 makes the product 0). A number: no gradient flows
-    through it (the soft Dice 0 it replaces had none either).
+    map would double its memory). The foreground's ``1 - p_fg(x)`` is ``p_0(x)``, taken where ``p_0 < 0.5`` and as
+    ``1 - sum_{c >= 1} p_c(x)`` (the float64 sum of the foreground's maps) elsewhere: a ``p_0`` near 1 stored in
+    float16 or float32 has lost the small foreground probability that decides the product (a float16 ``1 - 0.0002``
+    is 1), while the small ``p_c`` keep it (a region's ``(1 - p_r, p_r)`` gives ``prod_x (1 - p_r(x))`` exactly).
+    Values beyond [0, 1] by the tolerance of the probability checks are clipped, so that the logarithm stays defined
+    (a voxel of probability 1 makes the product 0). A number: no gradient flows through it (the soft Dice 0 it
+    replaces had none either).
     """
-    flat = p.detach().reshape(-1)
+    flat = p.detach().reshape(p.shape[0], -1) if foreground else p.detach().reshape(1, -1)
     total = 0.0
-    for start in range(0, flat.numel(), chunk):
-        part = flat[start:start + chunk].to(torch.float64).clamp(0.0, 1.0)
-        total += float((torch.log(part) if foreground else torch.log1p(-part)).sum())
+    for start in range(0, flat.shape[1], chunk):
+        part = flat[:, start:start + chunk]
+        if foreground:
+            p0 = part[0].to(torch.float64).clamp(0.0, 1.0)
+            fg = part[1:].sum(dim=0, dtype=torch.float64).clamp(0.0, 1.0)
+            logs = torch.where(p0 < 0.5, torch.log(p0), torch.log1p(-fg))
+        else:
+            logs = torch.log1p(-part[0].to(torch.float64).clamp(0.0, 1.0))
+        total += float(logs.sum())
     return math.exp(total)
 
 

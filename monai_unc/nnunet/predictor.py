@@ -554,6 +554,23 @@ class UncertaintyPredictor(nnUNetPredictor):
                     "(nnunet-predict: --dropout_p) to insert post-hoc dropout"
                 )
         folds = len(self.list_of_parameters or [])
+        if folds > 1 and "folds" in self.uncertainty_sources:
+            # hostile review 68: copies of one fold's checkpoint (fold_1/ a copy of fold_0/) are one network counted
+            # twice: no disagreement between them, twice its weight in the mean; EnsembleSource warns of the same
+            identity = getattr(self, "_model_identity", None) or {}
+            names = identity.get("fold_ids") or []
+            if len(names) != folds:  # manual_initialization, or folds nnU-Net picked: their positions
+                names = [f"#{k}" for k in range(folds)]
+            same = _identical_state_dicts(self.list_of_parameters)
+            if same:
+                pairs = "; ".join(f"fold {names[j]} holds the same weights as fold {names[i]}" for i, j in same)
+                warnings.warn(
+                    f"folds: {pairs}:"
+                    " a fold given twice adds no disagreement (its mutual information with itself is 0) and counts "
+                    "twice in the mean; check the model folder's checkpoints",
+                    UserWarning,
+                    stacklevel=3,
+                )
         if self._rate_in is not None and folds > 1 and "folds" not in self.uncertainty_sources:
             raise ValueError(
                 "'rate_in' with several folds needs 'folds' as an uncertainty source (Rate-In tunes one network)"
@@ -2049,6 +2066,55 @@ def check_folds(use_folds: Any) -> tuple[int | str, ...]:
         raise ValueError(f"use_folds names fold {', '.join(repeated)} more than once ({[str(f) for f in folds]}): a "
                          "repeated fold would count as several ensemble members")
     return tuple(out)
+
+
+def _identical_state_dicts(parameters: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """``(first, copy)`` index pairs of state dicts that hold the same weights (folds given twice).
+
+    Two state dicts are the same when they have the same keys and every tensor is equal (``torch.equal``: same shape,
+    dtype and values; compared on the first one's device, one tensor at a time) and every other entry is equal. The
+    comparison stops at the first tensor that differs, so distinct folds cost about one small tensor each; copies cost
+    one pass over their weights. A tensor without values (``meta``) is never equal.
+
+    Args:
+        parameters: one state dict per fold (``nnUNetPredictor.list_of_parameters``).
+
+    Returns:
+        For each state dict equal to an earlier one, ``(index of the earliest such, its index)``.
+
+    Example:
+        >>> a = {"w": torch.ones(2)}
+        >>> _identical_state_dicts([a, {"w": torch.zeros(2)}, {"w": torch.ones(2)}])
+        [(0, 2)]
+    """
+    out = []
+    for j in range(1, len(parameters)):
+        for i in range(j):
+            if _same_state_dict(parameters[i], parameters[j]):
+                out.append((i, j))
+                break
+    return out
+
+
+def _same_state_dict(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if a is b:
+        return True
+    if list(a.keys()) != list(b.keys()):
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor):
+            if x.is_meta or y.is_meta or x.shape != y.shape or x.dtype != y.dtype or x.layout != y.layout:
+                return False
+            if x.layout != torch.strided:
+                return False  # a sparse tensor: not compared (never a fold of nnU-Net)
+            if not torch.equal(x.detach(), y.detach().to(x.device)):
+                return False
+        elif not (type(x) is type(y) and isinstance(x, (int, float, str, bool, type(None))) and x == y):
+            return False
+    return True
 
 
 def check_checkpoint_name(checkpoint_name: Any) -> str:
