@@ -956,9 +956,11 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
             "median": float(np.median(dice)),
             # the class (region) columns, not every column named dice_*: a case metric "dice_at_05" was listed as a
             # class (found by hostile testing)
+            # columns=: the rows of an evaluation written by an earlier version, whose class columns kept ASCII
+            # letters and digits only ("Ödem" -> dice_dem), are read as written
             "per_class": {k[5:]: _nanmean(column_values(rows, k)) for k in dice_columns(
-                state.num_classes, config.class_names, None if state.regions is None else list(state.regions))
-                if k in rows[0]},
+                state.num_classes, config.class_names, None if state.regions is None else list(state.regions),
+                columns=rows[0]) if k in rows[0]},
         },
     }
     with warnings.catch_warnings(record=True) as caught:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,31 +62,57 @@ STATE_DIR = "state"
 DERIVED_MAPS_DIR = "maps"
 
 
+def _kept(char: str) -> bool:
+    """Whether :func:`slug` keeps ``char``: a letter or digit of any script, or a mark (an accent, a vowel sign)."""
+    return char.isalnum() or unicodedata.category(char).startswith("M")
+
+
 def slug(name: str) -> str:
     """``name`` as a lower-case identifier for column names (``dice_<slug>``).
+
+    Letters and digits of every script are kept, so that class names in a hospital's own language (``"Ödem"``,
+    ``"水肿"``, ``"Отёк"``) name distinct columns; an ASCII name gives the column of earlier versions. The name is
+    NFKC-normalised first (one spelling of ``"é"``, full-width ``"Ｔ２"`` as ``"t2"``) and lower-cased with
+    :meth:`str.lower`, not :meth:`str.casefold`: casefolding also changes letters that have no case (``"ß"`` to
+    ``"ss"``), giving a column spelled otherwise than the name, while ``lower`` only changes case, as the ASCII rule
+    always did.
 
     Args:
         name: a class name (any object; ``str()`` is applied).
 
     Returns:
-        ``name`` with every run of characters other than letters and digits replaced by ``_``, stripped of leading
-        and trailing ``_`` and lower-cased; ``"class"`` when nothing is left.
+        ``name`` NFKC-normalised, with every run of characters other than letters, digits and their marks (accents,
+        vowel signs) replaced by ``_`` (``_`` itself included), stripped of leading and trailing ``_`` and
+        lower-cased; ``"class"`` when nothing is left.
 
     Example:
-        >>> slug("Left Atrium"), slug("ET-2"), slug("--")
-        ('left_atrium', 'et_2', 'class')
+        >>> slug("Left Atrium"), slug("ET-2"), slug("--"), slug("Ödem"), slug("水肿 2")
+        ('left_atrium', 'et_2', 'class', 'ödem', '水肿_2')
+    """
+    text = unicodedata.normalize("NFKC", str(name))
+    out = re.sub(r"_+", "_", "".join(c if _kept(c) and c != "_" else "_" for c in text)).strip("_").lower()
+    return out or "class"
+
+
+def _former_slug(name: str) -> str:
+    """The :func:`slug` of versions that kept ASCII letters and digits only (``"Ödem"`` -> ``"dem"``).
+
+    What the columns of an evaluation written by such a version are named after; read back by :func:`dice_columns`.
     """
     return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "class"
 
 
 def dice_columns(num_classes: int, class_names: Sequence[Any] | None = None,
-                 regions: Iterable[str] | None = None) -> list[str]:
+                 regions: Iterable[str] | None = None, columns: Collection[str] | None = None) -> list[str]:
     """The per-class (or per-region) Dice columns of ``metrics.csv``: what ``dice.per_class`` of the summary reads.
 
     Args:
         num_classes: the number of classes ``C`` (background included); ignored with ``regions``.
         class_names: the names of the classes, background first (default ``0``, ``1``, ...).
         regions: the region names of a region evaluation, in channel order (None: classes).
+        columns: the columns of a table read back (None: the columns an evaluation writes). A class whose column is
+            not among them, but whose column under the naming of earlier versions (ASCII letters and digits only:
+            ``"Ödem"`` -> ``dice_dem``) is, gets that one: an evaluation written by such a version is read as written.
 
     Returns:
         ``dice_<slug(class)>`` of classes ``1 .. C-1``, or ``dice_<region_suffix(R)>`` of each region.
@@ -93,11 +120,19 @@ def dice_columns(num_classes: int, class_names: Sequence[Any] | None = None,
     Example:
         >>> dice_columns(3), dice_columns(3, ["bg", "Left Atrium", "scar"]), dice_columns(0, regions=["WT", "ET"])
         (['dice_1', 'dice_2'], ['dice_left_atrium', 'dice_scar'], ['dice_WT', 'dice_ET'])
+        >>> dice_columns(2, ["bg", "Ödem"]), dice_columns(2, ["bg", "Ödem"], columns=["case", "dice", "dice_dem"])
+        (['dice_ödem'], ['dice_dem'])
     """
     if regions is not None:
         return [f"dice_{region_suffix(r)}" for r in regions]
     names = [str(n) for n in class_names] if class_names else [str(c) for c in range(num_classes)]
-    return [f"dice_{slug(names[c])}" for c in range(1, num_classes)]
+    out = [f"dice_{slug(names[c])}" for c in range(1, num_classes)]
+    if columns is not None:
+        present = set(columns)
+        former = [f"dice_{_former_slug(names[c])}" for c in range(1, num_classes)]
+        # the former column only where it is one class's: two names of one former column cannot be told apart
+        out = [f if c not in present and f in present and former.count(f) == 1 else c for c, f in zip(out, former)]
+    return out
 
 
 @dataclass

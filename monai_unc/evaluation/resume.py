@@ -18,7 +18,7 @@ from ..engine import CaseCache
 from ..engine.records import record_cache_hooks
 from ..io import INFER_RECORD, CaseFiles, check_volume_entry, file_sha256, is_seg_label, volume_files
 from .case import CaseResult
-from .config import EvaluationConfig
+from .config import EvaluationConfig, dice_columns
 
 __all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "map_signature", "case_fingerprint", "case_config_fingerprint",
            "case_cache", "save_case_state", "load_case_state", "input_signatures", "check_inputs_unchanged",
@@ -315,6 +315,12 @@ def case_config_fingerprint(config: EvaluationConfig) -> dict[str, Any]:
                            for p in config.products]
     if config.qu_brats_grid != "numpy2":  # only when not the default: earlier fingerprints stay valid
         out["qu_brats_grid"] = config.qu_brats_grid
+    names = config.class_names
+    if config.regions is None and names and not all(str(n).isascii() for n in names):
+        # the class columns of a name with non-ASCII characters are named otherwise than by earlier versions
+        # ("Ödem": dice_ödem, not dice_dem): such a case's saved row is computed again, not mixed into the new
+        # columns; only then, so that the fingerprint of ASCII names is unchanged
+        out["class_columns"] = dice_columns(len(names), names)
     if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
         out["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
     return json.loads(json.dumps(out))
