@@ -23,6 +23,7 @@ from monai.transforms import Rotate90
 from torch import nn
 
 import monai_unc.inferers.sampling as sampling
+import monai_unc.stats as stats_module
 from monai_unc.inferers import (
     AugmentationSource,
     EnsembleInferer,
@@ -333,7 +334,13 @@ class _Recorder:
                 recorder.dtypes.append((self.sum_p.dtype, self.sum_h.dtype))
                 return result
 
+        def warned_dtype(*args, **kwargs):  # the inferer's per-window statistics (built in monai_unc.stats)
+            stats = stats_module.sample_stats_warned_dtype(*args, **kwargs)
+            stats.__class__ = Recording
+            return stats
+
         monkeypatch.setattr(sampling, "SampleStats", Recording)
+        monkeypatch.setattr(sampling, "sample_stats_warned_dtype", warned_dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])

@@ -73,9 +73,10 @@ def test_written_maps_have_the_shape_and_affine_of_the_input_image(shape, ndim, 
 
 
 # ------------------------------------------------------------------------------------------ Rate-In compiled
-def _rate_in_predictor(**rate_in):
+def _rate_in_predictor(share_passes=True, **rate_in):
     return make_predictor(n_folds=1, uncertainty_sources=("rate_in",), num_samples=2, seed=7, mirror_axes=(),
-                          rate_in={"target_loss": 0.2, "loss": "mse", **rate_in}, plans=make_plans(patch=(16, 16, 16)))
+                          rate_in={"target_loss": 0.2, "loss": "mse", **rate_in}, plans=make_plans(patch=(16, 16, 16)),
+                          share_passes=share_passes)
 
 
 @pytest.mark.slow
@@ -84,13 +85,15 @@ def test_rate_in_under_torch_compile_compiles_once_with_the_numbers_of_the_plain
     hooks drops the compiled code (dynamo does not guard on hooks): every case compiled the network again (12 graphs
     per case of this toy model, 10 recompilations). The layers now stay attached to a compiled network between
     cases: the graphs of the first case serve every later one, and the maps are those of the plain network. Dynamo's
-    guards are the same for every backend; ``eager`` keeps the test short (inductor compiles C++ code on a CPU)."""
+    guards are the same for every backend; ``eager`` keeps the test short (inductor compiles C++ code on a CPU).
+    Full passes (``share_passes=False``): the search pass runs the network's Python module (review 68) and shared
+    passes run their own pieces, so only the full sampling passes run the compiled graph."""
     from torch._dynamo.utils import counters
 
     from monai_unc.inferers.rate_in import RateInInferer, find_rate_in_layers
 
     cases = [torch.randn(1, 16, 16, 16, generator=torch.Generator().manual_seed(i)) for i in range(3)]
-    plain = _rate_in_predictor()
+    plain = _rate_in_predictor(share_passes=False)
     expected = [plain.predict_uncertainty_from_preprocessed_data(x.clone()) for x in cases]
     assert not find_rate_in_layers(plain.network)  # an uncompiled network is restored after every case
 
@@ -99,7 +102,7 @@ def test_rate_in_under_torch_compile_compiles_once_with_the_numbers_of_the_plain
     compile_ = torch.compile
     monkeypatch.setattr(torch, "compile", lambda model, **kw: compile_(model, **{"backend": "eager", **kw}))
     try:
-        pred = _rate_in_predictor()
+        pred = _rate_in_predictor(share_passes=False)
         assert type(pred.network).__name__ == "OptimizedModule"  # nnU-Net compiled it
         counters.clear()
         graphs = []
@@ -147,11 +150,11 @@ def test_rate_in_under_inductor_draws_the_numbers_of_the_plain_network(monkeypat
     expected entropy by 0.67, the searched rate by 0.045)."""
     x = torch.randn(1, 16, 16, 16, generator=torch.Generator().manual_seed(0))
     one_layer = {"after": ["encoder.stages.0"]}
-    want = _rate_in_predictor(**one_layer).predict_uncertainty_from_preprocessed_data(x.clone())
+    want = _rate_in_predictor(False, **one_layer).predict_uncertainty_from_preprocessed_data(x.clone())
     torch.compiler.reset()
     monkeypatch.setenv("nnUNet_compile", "1")
     try:
-        pred = _rate_in_predictor(**one_layer)
+        pred = _rate_in_predictor(False, **one_layer)
         assert type(pred.network).__name__ == "OptimizedModule"  # nnU-Net compiled it (inductor)
         got = pred.predict_uncertainty_from_preprocessed_data(x.clone())
     finally:
