@@ -1506,7 +1506,7 @@ def non_convergence_warning(record: Any, *, what: str = "the temperature fit",
         >>> non_convergence_warning({"converged": False, "steps": 50})[:60]
         'warning: the temperature fit did not converge in 50 steps (t'
         >>> non_convergence_warning({"converged": False, "steps": 50, "not_converged": "stalled"})[:60]
-        'warning: the temperature fit stalled after 50 steps (its step'
+        'warning: the temperature fit stalled after 50 steps (its ste'
         >>> non_convergence_warning({"converged": True, "steps": 12}) is None
         True
     """
