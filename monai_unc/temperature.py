@@ -409,6 +409,10 @@ class TemperatureScaler(nn.Module):
         converged: whether the step tolerance was reached before ``max_steps`` (False, with a warning, when the
             step limit stopped the fit, a temperature is held at ``min_temperature`` while the loss still falls
             below it, or a vector NLL fit's steps stopped where the NLL still falls).
+        not_converged: why a fit did not converge, None when it did (and before a fit): ``"still_moving"`` (the
+            step limit stopped it: a larger ``max_steps`` helps), ``"stalled"`` (a vector NLL fit's steps fell below
+            ``tol`` where the NLL still falls: more steps do not help), ``"at_bound"`` (held at
+            ``min_temperature``), ``"no_minimum"`` (no temperature, or no finite one, minimises the NLL).
         defined: after an NLL fit, whether a temperature minimises the NLL of the fitted voxels at all
             (:func:`nll_slope_terms`; False with a warning: every voxel right, or logits no better than uniform, per
             region for ``"sigmoid"`` with ``"vector"``); None before a fit and for ``loss="ece"``.
@@ -491,6 +495,7 @@ class TemperatureScaler(nn.Module):
         self.register_buffer("temperature", torch.full((size,), self.init_temperature, dtype=torch.float64))
         self.history: list[dict[str, Any]] = []
         self.converged = False
+        self.not_converged: str | None = None
         self.defined: bool | None = None
         self._fit_check: tuple[torch.Tensor, ...] | None = None
         self._runoff: list[int] = []  # the classes a vector NLL fit found no finite minimiser of (fit sets it)
@@ -780,6 +785,7 @@ class TemperatureScaler(nn.Module):
             self.num_classes = int(shape[1])
         self.history = []
         self.converged = False
+        self.not_converged = None
         self.defined = None
         self._fit_check = None
         size = self.num_classes if self.mode == "vector" else 1
@@ -860,7 +866,10 @@ class TemperatureScaler(nn.Module):
             stalled = self._falls_against_gradient(best_t, best_loss[0], best_grad, get_z, get_y)
             self.converged = not stalled
         self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
+        # why the fit did not converge, for the commands' own line (review 68: a stall was advised a larger max_steps)
+        reason = "stalled" if stalled else "still_moving"
         if undefined is not None:
+            reason = "no_minimum"
             # found by hostile review: every voxel right gave t = 0.0116, anti-informative logits t = 30.5, with only
             # converged=False to tell (and advice elsewhere to allow more steps, which never converge)
             warnings.warn(f"no temperature minimises the NLL of these logits ({undefined}): the fitted "
@@ -877,6 +886,7 @@ class TemperatureScaler(nn.Module):
                 # found by the hostile review of review 65: a class the reference never shows, negative logits on
                 # every voxel, was held at the bound with the advice to pass a smaller one, which never helps
                 endless = [c for c in self._sign_separated(get_z, get_y) if bool(pinned.reshape(-1)[c])]
+            reason = "no_minimum" if endless else "at_bound"
             if endless:
                 which = ", ".join(f"class {c}" for c in endless)
                 others = [c for c in torch.nonzero(pinned.reshape(-1)).flatten().tolist() if c not in endless]
@@ -896,6 +906,7 @@ class TemperatureScaler(nn.Module):
             # found by the hostile review of review 65: a class the reference never shows (logits of both signs) has
             # no finite minimiser; the fit kept where RMSprop stopped (t = 11.4, or 13.0) advising a larger max_steps
             self.converged = False
+            reason = "no_minimum"
             fitted = [round(v, 6) for v in best_t.tolist()]
             which = ", ".join(f"class {c}" for c in self._runoff)
             warnings.warn(f"no finite temperature minimises the NLL of {which}: it still falls as the temperature "
@@ -916,6 +927,7 @@ class TemperatureScaler(nn.Module):
                           f"a step): the fitted {fitted} is the best seen so far, not the {self.loss.upper()} "
                           "minimum; pass a larger max_steps (or a larger lr, or an init_temperature nearer the "
                           "minimum)", UserWarning, stacklevel=3)
+        self.not_converged = None if self.converged else reason
         return self
 
     def _bracket_nll_minimum(
@@ -1456,6 +1468,7 @@ def calibrate_network(
         "activation": activation,
         "steps": len(scaler.history),
         "converged": bool(scaler.converged),
+        "not_converged": scaler.not_converged,
         "folded_into_last_layer": folded,
         "before": metrics(None),
         "after": metrics(scaler),
@@ -1471,15 +1484,18 @@ def calibrate_network(
 
 def non_convergence_warning(record: Any, *, what: str = "the temperature fit",
                             option: str = "--max-steps") -> str | None:
-    """The ``warning:`` line a command prints when a temperature fit did not converge.
+    """The ``warning:`` line a command prints when a temperature fit did not converge, worded by the reason.
 
-    The fit stops when the temperature moves by less than its tolerance; ``record["converged"]`` false means it was
-    still moving after ``record["steps"]`` steps (the step limit), so the temperature written is only the best seen
-    so far, not the NLL (or ECE) minimum.
+    ``record["not_converged"]`` (:attr:`TemperatureScaler.not_converged`) says why: ``"still_moving"`` (the step
+    limit stopped a fit whose temperature was still moving: the temperature written is only the best seen so far, and
+    a larger step limit helps), ``"stalled"`` (a per-class NLL fit whose steps fell below the tolerance where the NLL
+    still falls: more steps do not help), ``"at_bound"`` or ``"no_minimum"`` (the fit's own warning says why; more
+    steps do not help). A record without it (written before review 68) reads as ``"still_moving"``.
 
     Args:
         record: the fit's record: :func:`calibrate_network`'s (``monai-unc calibrate``) or a fold's entry of
-            :func:`monai_unc.nnunet.calibrate.calibrate_model_folder`'s report (``converged``, ``steps``).
+            :func:`monai_unc.nnunet.calibrate.calibrate_model_folder`'s report (``converged``, ``steps``,
+            ``not_converged``).
         what: how the line names the fit (e.g. ``"the temperature fit of fold 0"``).
         option: the command's option of the step limit, named in the advice.
 
@@ -1489,10 +1505,21 @@ def non_convergence_warning(record: Any, *, what: str = "the temperature fit",
     Example:
         >>> non_convergence_warning({"converged": False, "steps": 50})[:60]
         'warning: the temperature fit did not converge in 50 steps (t'
+        >>> non_convergence_warning({"converged": False, "steps": 50, "not_converged": "stalled"})[:60]
+        'warning: the temperature fit stalled after 50 steps (its ste'
         >>> non_convergence_warning({"converged": True, "steps": 12}) is None
         True
     """
     if not isinstance(record, Mapping) or record.get("converged", True):
         return None
-    return (f"warning: {what} did not converge in {record.get('steps')} steps (the temperature was still moving): the "
+    steps, reason = record.get("steps"), record.get("not_converged") or "still_moving"
+    if reason == "stalled":
+        return (f"warning: {what} stalled after {steps} steps (its steps fell below the tolerance where the NLL "
+                "still falls: no minimum): the one written is not the fitted minimum, and a larger "
+                f"{option} does not help; fit with --mode scalar, or with TemperatureScaler from an "
+                "init_temperature nearer the minimum or with a smaller lr")
+    if reason in ("at_bound", "no_minimum"):
+        return (f"warning: {what} found no minimum (see the fit's warning): the one written is only where it "
+                f"stopped, and a larger {option} does not help")
+    return (f"warning: {what} did not converge in {steps} steps (the temperature was still moving): the "
             f"one written is the best seen so far, not the fitted minimum; rerun with a larger {option}")

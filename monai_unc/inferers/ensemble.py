@@ -122,6 +122,9 @@ class EnsembleSource(SampleSource):
     before their first call, modules on the ``meta`` device) or that have no parameters are compared by identity only.
     Members that share only some parameters (a shared, frozen encoder with one head each: a multi-head ensemble) are
     distinct members and get no warning: their mutual information is the heads' disagreement, given the shared part.
+    Only weights are compared, not code: two module objects holding one network's weights that compute differently
+    (wrappers of one network with their own temperature, ``Temp(net, 1.0)`` beside ``Temp(net, 2.0)``, or a flip)
+    do disagree; their warning says "unless the modules compute differently".
 
     Args:
         networks: the members, modules or checkpoint paths: a list, tuple or ``nn.ModuleList`` (one path or one
@@ -167,8 +170,13 @@ class EnsembleSource(SampleSource):
             raise TypeError(f"key must be None or the name of a checkpoint's entry (a str), got {key!r}")
         repeated = _repeated_members(networks)
         if repeated:
+            # two module objects of one network's weights may still compute differently (review 68: Temp(net, 1.0)
+            # beside Temp(net, 2.0), or a flip wrapper, was told it adds no disagreement): their code is not compared
+            objects = any(networks[i] is not networks[j] and isinstance(networks[j], nn.Module) for i, j, _ in repeated)
+            hedge = ("unless the modules compute differently (wrappers of one network with their own temperature or "
+                     "flip, for instance), " if objects else "")
             warnings.warn(
-                f"networks: {'; '.join(text for _, _, text in repeated)}: a member "
+                f"networks: {'; '.join(text for _, _, text in repeated)}: {hedge}a member "
                 "given twice adds no disagreement (its mutual information with itself is 0) and counts twice in the "
                 "mean; give each member once",
                 UserWarning,

@@ -2098,15 +2098,18 @@ def image_unit(path: str | os.PathLike | None) -> str | None:
 
     A DICOM series is read through its Modality LUT (``RescaleSlope`` / ``RescaleIntercept``): a CT series gives
     Hounsfield units (``"HU"``), another series (MR) real-world values of no standard unit
-    (``"real-world values"``), neither of them the stored pixel values. A volume file (NIfTI, ...) gives its values
-    as stored (its own ``scl_slope`` / ``scl_inter`` applied) in a unit no header states: None.
+    (``"real-world values"``), neither of them the stored pixel values. A series whose slices state a
+    ``ModalityLUTSequence`` (a table, not applied by :func:`~monai_unc.io.dicom.read_series`, as SimpleITK and
+    MONAI's readers leave it) gives its stored pixel values: ``"stored values"``, of CT too (found by review 68: its
+    legend said HU). A volume file (NIfTI, ...) gives its values as stored (its own ``scl_slope`` / ``scl_inter``
+    applied) in a unit no header states: None.
 
     Args:
         path: the image file or DICOM series folder (``CaseFiles.image``), or None (no image).
 
     Returns:
-        ``"HU"``, ``"real-world values"`` or None (a volume file, no image, or a series folder whose headers cannot
-        be read: the image's own read then says why).
+        ``"HU"``, ``"real-world values"``, ``"stored values"`` or None (a volume file, no image, or a series folder
+        whose headers cannot be read: the image's own read then says why).
 
     Raises:
         TypeError: ``path`` is not a path.
@@ -2132,7 +2135,17 @@ def image_unit(path: str | os.PathLike | None) -> str | None:
 
 
 def _series_unit(series: Any) -> str:
-    """:func:`image_unit` of a DICOM series already read (``DicomSeries``): ``"HU"`` for CT, else real-world values."""
+    """:func:`image_unit` of a DICOM series already read (``DicomSeries``): ``"HU"`` for CT, else real-world values.
+
+    Stored values where any slice states a ``ModalityLUTSequence``: the reader does not apply the table (review 68).
+    """
+    for ds in series.datasets:
+        try:  # an untrusted header: a sequence that does not parse is no table, as the reader's warning reads it
+            has_lut = bool(ds.get("ModalityLUTSequence"))
+        except Exception:
+            has_lut = False
+        if has_lut:
+            return "stored values"
     modality = str(series.datasets[0].get("Modality", "")).strip().upper() if series.datasets else ""
     return "HU" if modality == "CT" else "real-world values"
 

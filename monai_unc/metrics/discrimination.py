@@ -540,6 +540,11 @@ def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 #: sweeps reach the fixed point)
 _MAX_SWEEPS = 64
 
+#: at most this many rows, :func:`_sums_exceed` sums each row's exact terms with ``math.fsum`` instead of the
+#: vectorised sweeps, whose Python loop runs over the terms (a 64^3 window, one row of 2^19 terms, took 5 s there;
+#: ``fsum``, about 25 ns a term and row, is faster up to a few hundred rows whatever their length: review 68)
+_FSUM_ROWS = 256
+
 
 def _sums_exceed(values: np.ndarray, threshold: float) -> np.ndarray:
     """Whether the exact sum of each row of ``values`` exceeds ``threshold * (values per row)``, vectorised.
@@ -548,8 +553,10 @@ def _sums_exceed(values: np.ndarray, threshold: float) -> np.ndarray:
     its float64 part and remainder first) and swept with TwoSum (Rump, Ogita, Oishi: *Accurate floating-point
     summation*, VecSum) until a sweep changes no term. The sum is exact throughout, and at that fixed point every term
     is below half a unit in the last place of the next one, so the sign of the last term is the sign of the exact sum
-    (0 when every term is 0). Rows whose terms overflow float64 (values near 1e308, a longdouble outside float64's
-    range), or that do not settle within :data:`_MAX_SWEEPS` sweeps, are summed as fractions.
+    (0 when every term is 0). Up to :data:`_FSUM_ROWS` rows, each row's exact terms are summed with ``math.fsum``
+    instead (Shewchuk's exact partials, correctly rounded: the sign of the exact sum, a nonzero exact sum of floats
+    being at least the least subnormal). Rows whose terms overflow float64 (values near 1e308, a longdouble outside
+    float64's range), or that do not settle within :data:`_MAX_SWEEPS` sweeps, are summed as fractions.
 
     Args:
         values: ``(rows, k)`` real numbers of any float dtype (the stored values, compared exactly).
@@ -568,17 +575,23 @@ def _sums_exceed(values: np.ndarray, threshold: float) -> np.ndarray:
         exact = np.isfinite(parts[0]).all(axis=1)
         if len(parts) == 2:
             exact &= (parts[0].astype(values.dtype) + parts[1].astype(values.dtype) == values).all(axis=1)
-        terms = []
-        minus = np.full(rows, -threshold)
-        for j in range(k):  # v - threshold as s + err (exact), then the remainders
-            hi, err = _two_sum(parts[0][:, j], minus)
-            terms += [err, hi]
+        # v - threshold as hi + err (exact), term j's err then its hi, then the remainders: (m, rows), one contiguous
+        # row per term
+        hi, err = _two_sum(parts[0].T, np.full((1, rows), -threshold))
+        t = np.empty((2 * k + (k if len(parts) == 2 else 0), rows))
+        t[0:2 * k:2], t[1:2 * k:2] = err, hi
         if len(parts) == 2:
-            terms += list(parts[1].T)
-        t = np.stack(terms)  # (m, rows): one contiguous row per term
+            t[2 * k:] = parts[1].T
         exact &= np.isfinite(t).all(axis=0)
         todo = np.flatnonzero(exact)
         t = np.ascontiguousarray(t[:, todo])
+        if todo.size <= _FSUM_ROWS:
+            for col, i in enumerate(todo):
+                try:
+                    out[i] = math.fsum(t[:, col].tolist()) > 0
+                except OverflowError:  # an intermediate partial beyond float64
+                    exact[i] = False
+            todo = todo[:0]
         for _ in range(_MAX_SWEEPS):
             if not todo.size:
                 break

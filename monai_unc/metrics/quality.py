@@ -1106,6 +1106,32 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
         >>> conformal_quantile([0.9, 0.8, 0.7, 0.9], [0.8, 0.8, 0.5, 0.95], alpha=0.4)
         (0.1, 4)
     """
+    return conformal_quantile_core(estimates, truths, alpha, few_warning=True, stacklevel=3)
+
+
+def conformal_quantile_core(estimates: ArrayLike, truths: ArrayLike, alpha: float = CONFORMAL_ALPHA, *,
+                            few_warning: bool = True, stacklevel: int = 2) -> tuple[float, int]:
+    """:func:`conformal_quantile`, whose warning of too few calibration cases the caller may leave out.
+
+    For the referral rule's recorded quantile and interval, whose statement says that the cases are too few (found by
+    review 68: they silenced every ``UserWarning`` inside ``warnings.catch_warnings()``, a process-wide filter).
+
+    Args:
+        estimates: as :func:`conformal_quantile`.
+        truths: as :func:`conformal_quantile`.
+        alpha: as :func:`conformal_quantile`.
+        few_warning: warn when the cases are too few for a finite quantile (``True``) or not.
+        stacklevel: the warning's ``stacklevel`` as seen from this function (2: its caller).
+
+    Returns:
+        ``(q, n)``, as :func:`conformal_quantile`.
+
+    Example:
+        >>> from monai_unc.metrics.quality import conformal_quantile_core
+        >>> conformal_quantile_core([0.9, 0.8], [0.8, 0.8], 0.1, few_warning=False)  # too few: inf, no warning
+        (inf, 2)
+    """
+    few_warning = check_bool(few_warning, "few_warning")
     a = _check_alpha(alpha)
     e = _real_values(estimates, "estimates").reshape(-1)
     t = _real_values(truths, "truths").reshape(-1)
@@ -1118,9 +1144,10 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
     n = int(r.size)
     k = quantile_rank(n, a)  # (n + 1)(1 - alpha) = 9.000000000000002 stays 9, 9.0000000007 is 10
     if k > n:
-        warnings.warn(f"{n} calibration case(s) are too few for a {format_level(a, percent=True)} conformal interval "
-                      f"(at least {quantile_min_cases(a)} needed): the interval is the whole range",
-                      UserWarning, stacklevel=2)
+        if few_warning:
+            warnings.warn(f"{n} calibration case(s) are too few for a {format_level(a, percent=True)} conformal "
+                          f"interval (at least {quantile_min_cases(a)} needed): the interval is the whole range",
+                          UserWarning, stacklevel=stacklevel)
         return float("inf"), n
     return float(r[max(k, 1) - 1]), n
 
@@ -1170,6 +1197,51 @@ def conformal_interval(
         >>> round(iv.quantile, 3), iv.low.round(3).tolist(), iv.high.round(3).tolist()
         (0.084, [0.846, 0.516], [1.0, 0.684])
     """
+    return conformal_interval_core(estimate, calibration_estimates, calibration_truths, alpha, bounds)
+
+
+def conformal_interval_core(
+    estimate: ArrayLike,
+    calibration_estimates: ArrayLike,
+    calibration_truths: ArrayLike,
+    alpha: float = CONFORMAL_ALPHA,
+    bounds: tuple[float, float] = (0.0, 1.0),
+    *,
+    few_warning: bool = True,
+    nan_warning: bool = True,
+) -> ConformalInterval:
+    """:func:`conformal_interval`, whose warnings of too few calibration cases or undefined estimates may be left out.
+
+    For :meth:`monai_unc.evaluation.triage.ReferralRule.expected_dice_interval`, whose statement says that the
+    calibration cases are too few and whose run names the cases of an undefined estimate once (found by review 68: it
+    silenced every ``UserWarning`` of :func:`conformal_interval` inside ``warnings.catch_warnings()``, a process-wide
+    filter). The warning of an estimate beyond ``bounds`` is given as ever.
+
+    Args:
+        estimate: as :func:`conformal_interval`.
+        calibration_estimates: as :func:`conformal_interval`.
+        calibration_truths: as :func:`conformal_interval`.
+        alpha: as :func:`conformal_interval`.
+        bounds: as :func:`conformal_interval`.
+        few_warning: warn when the calibration cases are too few for a finite interval (``True``) or not.
+        nan_warning: warn of undefined (NaN) estimates (``True``) or not.
+
+    Returns:
+        :class:`ConformalInterval`, as :func:`conformal_interval`.
+
+    Raises:
+        ValueError: as :func:`conformal_interval`.
+        TypeError: as :func:`conformal_interval`; ``few_warning`` or ``nan_warning`` not a bool.
+
+    Example:
+        >>> from monai_unc.metrics.quality import conformal_interval_core
+        >>> iv = conformal_interval_core([0.9, float("nan")], [0.9, 0.8], [0.85, 0.8], few_warning=False,
+        ...                              nan_warning=False)  # two cases: the whole range, no warning
+        >>> iv.low.tolist(), iv.high.tolist()
+        ([0.0, nan], [1.0, nan])
+    """
+    few_warning = check_bool(few_warning, "few_warning")
+    nan_warning = check_bool(nan_warning, "nan_warning")
     lo, hi = _check_bounds(bounds)
     t = _real_values(calibration_truths, "calibration_truths")
     _real_values(calibration_estimates, "calibration_estimates")  # named here, not as conformal_quantile's "estimates"
@@ -1178,14 +1250,15 @@ def conformal_interval(
         raise ValueError(f"calibration_truths hold {int(outside.sum())} value(s) outside bounds ({lo:g}, {hi:g}), the "
                          f"range of the truth (e.g. {float(t[outside].reshape(-1)[0])!r}); give the truths in the "
                          "bounds' units or pass bounds=")
-    q, n = conformal_quantile(calibration_estimates, calibration_truths, alpha)
+    q, n = conformal_quantile_core(calibration_estimates, calibration_truths, alpha, few_warning=few_warning,
+                                   stacklevel=4)
     e = _real_values(estimate, "estimate")
     if np.isinf(e).any():
         raise ValueError(f"estimate holds {int(np.isinf(e).sum())} infinite value(s); an estimate is a number or NaN "
                          "(undefined)")
-    if np.isnan(e).any():
+    if nan_warning and np.isnan(e).any():
         warnings.warn(f"{int(np.isnan(e).sum())} undefined estimate(s): their conformal interval is undefined (NaN)",
-                      UserWarning, stacklevel=2)
+                      UserWarning, stacklevel=3)
     with np.errstate(invalid="ignore"):
         # widened outward by a bound on the rounding of the residuals and of e -/+ q: the guarantee is about the
         # residual |truth - e| <= q as computed, and fl(e - q) can lie above a truth whose residual ties with q
@@ -1203,5 +1276,5 @@ def conformal_interval(
     if empty.any():
         warnings.warn(f"{int(empty.sum())} estimate(s) lie outside bounds ({lo:g}, {hi:g}) by more than the quantile "
                       f"{q:.4g}: no truth in the bounds is within it (an estimate in other units than the truths?); "
-                      "their conformal interval is undefined (NaN)", UserWarning, stacklevel=2)
+                      "their conformal interval is undefined (NaN)", UserWarning, stacklevel=3)
     return ConformalInterval(low, high, q, n, float(alpha))

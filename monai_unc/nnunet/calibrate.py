@@ -156,9 +156,11 @@ def calibrate_model_folder(
 
     Returns:
         ``{fold: {"temperature": [...], "nll_t1": ..., "nll_fitted": ..., "num_cases": ..., "steps": ...,
-        "converged": ...}}``, also written to ``temperature.json``. The NLLs are per voxel; for a region-based model
-        the sum over the regions of each region's mean binary NLL (as :class:`~monai_unc.temperature.TemperatureScaler`
-        fits it), so two regions' values are about twice one region's.
+        "converged": ..., "not_converged": ...}}`` (``not_converged``: why not, see
+        :attr:`~monai_unc.temperature.TemperatureScaler.not_converged`), also written to ``temperature.json``. The
+        NLLs are per voxel; for a region-based model the sum over the regions of each region's mean binary NLL (as
+        :class:`~monai_unc.temperature.TemperatureScaler` fits it), so two regions' values are about twice one
+        region's.
 
     Raises:
         ValueError: ``output_dir`` is the model or preprocessed dataset folder, lies inside or contains one, is not
@@ -417,7 +419,7 @@ def _calibrate_folds(src: Path, staging: Path, final: Path, splits: dict[int, li
         atomic_torch_save(staging / f"fold_{fold_key}" / checkpoint_name, ckpt)
         report[str(fold_key)] = {"temperature": scaler.temperature.tolist(), "nll_t1": nll_t1,
                                  "nll_fitted": nll_fit, "num_cases": len(keys), "steps": len(scaler.history),
-                                 "converged": scaler.converged}
+                                 "converged": scaler.converged, "not_converged": scaler.not_converged}
     return report, regions is not None
 
 

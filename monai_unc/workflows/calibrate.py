@@ -544,8 +544,8 @@ def calibrate_summary(out: Path, record: dict[str, Any]) -> list[str]:
 
     Returns:
         The lines: the temperature and where it went, NLL / ECE before and after (and per region), the files; first
-        a ``warning:`` line when the fit did not converge (``record["converged"]`` false: the temperature was still
-        moving at the step limit, see :func:`_non_convergence_lines`).
+        a ``warning:`` line when the fit did not converge (``record["converged"]`` false), worded by
+        ``record["not_converged"]``: still moving at the step limit, or stalled (see :func:`_non_convergence_lines`).
     """
     b, a = record["before"], record["after"]
     where = "folded into the last layer" if record["folded_into_last_layer"] else "stored beside the weights"

@@ -27,8 +27,8 @@ def test_a_wrapper_of_a_member_warns_as_a_member_given_twice():
     """Found by review 68: ``[net, nn.Sequential(net)]`` (the same tensors in another module) passed without a word,
     an ensemble of one network whose mutual information is 0 everywhere."""
     net, other = _net(0), _net(1)
-    with pytest.warns(UserWarning, match=r"networks\[2\] shares every parameter with networks\[0\]: a member given "
-                                         r"twice adds no disagreement"):
+    with pytest.warns(UserWarning, match=r"networks\[2\] shares every parameter with networks\[0\]: unless the modules "
+                                         r"compute differently .*a member given twice adds no disagreement"):
         EnsembleSource([net, other, nn.Sequential(net)])
     # two modules built on the same layers, in another order of registration
     a = nn.Module()
@@ -111,3 +111,32 @@ def test_copied_checkpoint_files_warn(tmp_path):
     with pytest.warns(UserWarning, match=r"networks\[2\] holds the same bytes as networks\[0\]"):
         EnsembleSource([first, second, tmp_path / "copy.pt"])
     _quiet([first, second])
+
+
+class _Temp(nn.Module):
+    """A temperature wrapper: every parameter its network's, its output its own."""
+
+    def __init__(self, net: nn.Module, t: float) -> None:
+        super().__init__()
+        self.net, self.t = net, t
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x) / self.t
+
+
+def test_wrappers_that_compute_differently_are_not_told_they_add_no_disagreement():
+    """Review 68: ``[Temp(net, 1.0), Temp(net, 2.0)]`` share every parameter and disagree; the warning said flatly
+    that the pair "adds no disagreement". The same module or checkpoint given twice is still told so flatly."""
+    net = _net(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = EnsembleInferer([_Temp(net, 1.0), _Temp(net, 2.0)])(torch.rand(1, 1, 4, 4))
+    assert float(out["mutual_information"].max()) > 0  # they do disagree
+    msgs = [str(w.message) for w in caught if "given twice" in str(w.message)]
+    assert len(msgs) == 1
+    assert "shares every parameter with networks[0]: unless the modules compute differently" in msgs[0]
+    with pytest.warns(UserWarning) as same:
+        EnsembleSource([net, net])
+    said = [str(w.message) for w in same if "given twice" in str(w.message)]
+    assert said == ["networks: networks[1] is networks[0] (the same module): a member given twice adds no disagreement "
+                    "(its mutual information with itself is 0) and counts twice in the mean; give each member once"]

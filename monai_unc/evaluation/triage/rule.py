@@ -30,7 +30,7 @@ from ...io.signing import (
     verify_signature,
 )
 from ...keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
-from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
+from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval_core, conformal_quantile_core
 from ...metrics.risk_control import P_VALUES, accepted_by_threshold, risk_controlled_threshold
 from ...product import ThresholdText, format_cell, format_level, format_score, format_target, separating_digits
 from ...regions import check_regions
@@ -413,9 +413,9 @@ class CalibrationRecord:
             return None
         e = [math.nan if v is None else v for v in self.expected_dice]
         d = [math.nan if v is None else v for v in self.dice]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # too few cases: q = inf, said where it is shown
-            return conformal_quantile(e, d, self.interval_alpha)
+        # too few cases: q = inf, said where it is shown (review 68: not silenced inside catch_warnings, a
+        # process-wide filter)
+        return conformal_quantile_core(e, d, self.interval_alpha, few_warning=False)
 
     def to_json(self) -> dict[str, Any]:
         """The record's entries of the rule's ``calibration`` object (strict JSON).
@@ -880,9 +880,11 @@ class ReferralRule:
             return None
         e = [math.nan if v is None else v for v in rec.expected_dice]
         d = [math.nan if v is None else v for v in rec.dice]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # too few cases / undefined estimates: shown where used
-            return conformal_interval(np.asarray(estimates, dtype=np.float64), e, d, rec.interval_alpha)
+        # too few calibration cases: said by interval_statement; undefined estimates: named once by the triage run
+        # (review 68: every UserWarning was silenced inside catch_warnings, a process-wide filter, and the new cases'
+        # undefined estimates were said nowhere)
+        return conformal_interval_core(np.asarray(estimates, dtype=np.float64), e, d, rec.interval_alpha,
+                                       few_warning=False, nan_warning=False)
 
     def interval_statement(self, mismatch: Sequence[str] | None = None) -> str:
         """One sentence on the expected-Dice interval: its guarantee and caveat, or that the estimate is uncalibrated.

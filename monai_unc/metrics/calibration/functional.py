@@ -203,8 +203,12 @@ def _calibration_error(
     caller: str,
     ref: Any = None,
     nan_warning: bool = True,
+    rounding_warning: bool = True,
 ) -> Any:
-    """The single implementation behind ECE, classwise/all-label ECE, ACE, MCE and UCE."""
+    """The single implementation behind ECE, classwise/all-label ECE, ACE, MCE and UCE.
+
+    ``rounding_warning=False`` leaves out the warning that ``n_bins`` does not divide the fine bins (said already).
+    """
     _check_bins(n_bins, min_bin_count)
     hist = _histogram_from(x, target, weights, mask, per_case, n_fine_bins, caller, kind == "uncertainty")
     if kind not in _KINDS:
@@ -213,7 +217,7 @@ def _calibration_error(
     for block, views in enumerate(_blocks(hist, per_case)):
         counts, wcounts, sums = _rows(hist, kind, views)
         _, m, mean_value, freq, kept = _bin_stats(
-            counts, wcounts, sums, n_bins, min_bin_count, kind == "uncertainty", warn=block == 0
+            counts, wcounts, sums, n_bins, min_bin_count, kind == "uncertainty", warn=block == 0 and rounding_warning
         )
         values = _reduce_gaps(m, (freq - mean_value).abs(), kept, reduction)
         if kind == "classwise":
@@ -927,8 +931,9 @@ def calibration_metrics_core(
     per_case: bool = False,
     include_background: bool = True,
     nan_warning: bool = True,
+    rounding_warning: bool = True,
 ) -> dict[str, Any]:
-    """:func:`calibration_metrics`, whose warnings of NaN values the caller may leave out.
+    """:func:`calibration_metrics`, whose warnings of NaN values or rounded bin edges the caller may leave out.
 
     For :class:`~monai_unc.metrics.CalibrationMetric`, which says the cases with a NaN value when it aggregates them;
     every other warning (``n_bins`` that does not divide the histogram's fine bins) is given as ever (found by review
@@ -943,6 +948,9 @@ def calibration_metrics_core(
         per_case: as :func:`calibration_metrics`.
         include_background: as :func:`calibration_metrics`.
         nan_warning: warn of NaN values (``True``, as :func:`calibration_metrics`) or not.
+        rounding_warning: warn, once per call (not once per binned metric), that ``n_bins`` does not divide the
+            histogram's fine bins (``True``), or not (a caller that has said it already, such as
+            :class:`~monai_unc.metrics.CalibrationMetric`, which says it once per metric object; review 68).
 
     Returns:
         ``{name: float}`` pooled, or ``{name: (n_cases,) numpy array}`` per case.
@@ -960,6 +968,7 @@ def calibration_metrics_core(
         raise TypeError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}")
     check_bool(include_background, "include_background")
     nan_warning = check_bool(nan_warning, "nan_warning")
+    say_rounding = check_bool(rounding_warning, "rounding_warning")
     out: dict[str, Any] = {}
     for name in check_metric_names(metrics):
         if name in _SCALARS:
@@ -971,6 +980,8 @@ def calibration_metrics_core(
                 hist, None, kind=kind, reduction=reduction, n_bins=n_bins, min_bin_count=min_bin_count,
                 per_case=per_case, weights=None, mask=None, n_fine_bins=hist.n_fine_bins,
                 include_background=include_background, caller=name, nan_warning=nan_warning,
+                rounding_warning=say_rounding,
             )  # fmt: skip
+            say_rounding = False  # the same sentence for every binned metric: said once per call
     return out
 

@@ -24,7 +24,7 @@ from ..._utils import (
     sync_case_buffers,
     warn_nan,
 )
-from .functional import CALIBRATION_METRICS, calibration_metrics, calibration_metrics_core, check_metric_names
+from .functional import CALIBRATION_METRICS, calibration_metrics_core, check_metric_names
 from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
 
 __all__ = ["CalibrationMetric"]
@@ -133,6 +133,9 @@ class CalibrationMetric(CumulativeIterationMetric):
         self._hist: ConfidenceHistogram | None = None
         self.histogram: ConfidenceHistogram | None = None
         self._device: torch.device | None = None  # of the inputs: where the buffers and the gathered tables live
+        # the warning that n_bins does not divide the fine bins is said once per metric object (review 68: it came at
+        # the first update and again at aggregation); reset() keeps it, the binning does not change
+        self._rounding_said = False
 
     def reset(self) -> None:
         """Clear the buffered per-case values and the histogram."""
@@ -233,8 +236,9 @@ class CalibrationMetric(CumulativeIterationMetric):
         # caller (review 68: every UserWarning was silenced inside catch_warnings, a process-wide filter)
         vals = calibration_metrics_core(
             batch, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=True,
-            include_background=self.include_background, nan_warning=False,
+            include_background=self.include_background, nan_warning=False, rounding_warning=not self._rounding_said,
         )
+        self._rounding_said = self._rounding_said or batch.n_fine_bins % self.n_bins != 0
         # the histogram's tables live on the CPU; the per-case rows follow the inputs' device (MONAI gathers the
         # buffers across ranks, and NCCL gathers CUDA tensors only)
         rows = [torch.as_tensor(vals[k], dtype=torch.float64) for k in self.metrics]
@@ -345,9 +349,10 @@ class CalibrationMetric(CumulativeIterationMetric):
         if self.histogram is None:
             return self._no_case()
         with main_rank_warnings():  # the same pooled histogram on every rank: rank 0 warns
-            vals = calibration_metrics(
+            vals = calibration_metrics_core(
                 self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False,
-                include_background=self.include_background,
+                include_background=self.include_background, rounding_warning=not self._rounding_said,
             )
+        self._rounding_said = self._rounding_said or self.histogram.n_fine_bins % self.n_bins != 0
         device = self._table_device()  # the device of the inputs, as with reduction="mean"
         return {k: torch.tensor(v, dtype=torch.float64, device=device) for k, v in vals.items()}

@@ -18,6 +18,7 @@ from pydicom.dataset import Dataset
 from pydicom.pixels import apply_modality_lut
 from pydicom.sequence import Sequence
 
+from monai_unc.io import image_unit
 from monai_unc.io.dicom import read_series, write_series
 
 #: a tiny volume (columns, rows, slices)
@@ -175,3 +176,13 @@ def test_modality_lut_of_a_multiframe_image_is_warned_about_once(tmp_path):
     assert [str(w.message).count("ModalityLUTSequence, which is not applied") for w in caught] == [1]
     assert f"{path.name} states a ModalityLUTSequence" in str(caught[0].message)
     np.testing.assert_allclose(volume, real)  # its frames' rescale, as before
+
+
+def test_a_series_with_a_modality_lut_table_is_not_labelled_hu(tmp_path):
+    """Review 68: the reader leaves a ModalityLUTSequence out (stored values), but ``image_unit`` said "HU" for any CT
+    series, so the viewer's legend claimed Hounsfield units for stored values."""
+    plain, table = tmp_path / "plain", tmp_path / "table"
+    _series(plain, "CT", lambda ds: None)
+    _series(table, "CT", _modality_lut)
+    assert image_unit(plain) == "HU"
+    assert image_unit(table) == "stored values"
