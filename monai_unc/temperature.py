@@ -1518,7 +1518,11 @@ def non_convergence_warning(record: Any, *, what: str = "the temperature fit",
                 "still falls: no minimum): the one written is not the fitted minimum, and a larger "
                 f"{option} does not help; fit with --mode scalar, or with TemperatureScaler from an "
                 "init_temperature nearer the minimum or with a smaller lr")
-    if reason in ("at_bound", "no_minimum"):
+    if reason == "at_bound":
+        return (f"warning: {what} stopped at its lower bound min_temperature (the NLL still falls below it: see the "
+                "fit's warning): the one written is the bound, not the fitted minimum, and a larger "
+                f"{option} does not help; fit with TemperatureScaler and a smaller min_temperature")
+    if reason == "no_minimum":
         return (f"warning: {what} found no minimum (see the fit's warning): the one written is only where it "
                 f"stopped, and a larger {option} does not help")
     return (f"warning: {what} did not converge in {steps} steps (the temperature was still moving): the "

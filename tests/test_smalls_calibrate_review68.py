@@ -43,9 +43,11 @@ def test_the_line_of_each_reason():
     moving = non_convergence_warning({"converged": False, "steps": 9, "not_converged": "still_moving"})
     assert moving == non_convergence_warning({"converged": False, "steps": 9})  # records written before the field
     assert moving.endswith("rerun with a larger --max-steps") and "still moving" in moving
-    for reason in ("at_bound", "no_minimum"):
-        line = non_convergence_warning({"converged": False, "steps": 9, "not_converged": reason})
-        assert "found no minimum" in line and "does not help" in line
+    line = non_convergence_warning({"converged": False, "steps": 9, "not_converged": "no_minimum"})
+    assert "found no minimum" in line and "does not help" in line
+    # a minimum below the bound exists: said so, with the way to reach it (not "found no minimum")
+    line = non_convergence_warning({"converged": False, "steps": 9, "not_converged": "at_bound"})
+    assert "lower bound min_temperature" in line and "smaller min_temperature" in line and "no minimum" not in line
     assert non_convergence_warning({"converged": True, "steps": 9, "not_converged": None}) is None
     scaler = TemperatureScaler()
     assert scaler.not_converged is None

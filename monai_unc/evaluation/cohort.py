@@ -1175,6 +1175,14 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
     # twice at construction, which an evaluation of an earlier version may have recorded (review 67)
     options = {k: v for k, v in recorded.items() if k in known}
     options.update({k: v for k, v in overrides.items() if v is not None})
+    names = options.get("class_names")
+    if isinstance(names, list) and any(isinstance(n, str) and not n.strip() for n in names):
+        # an evaluation written before empty names were refused (review 68) evaluated such a class into the column
+        # dice_class: read it as the class named "class", of that column, so that the folder stays readable
+        blank = [i for i, n in enumerate(names) if isinstance(n, str) and not n.strip()]
+        warnings.warn(f"summary.json records an empty class name (class_names{blank}): read as 'class', the name of "
+                      "its column dice_class (new evaluations refuse empty names)", UserWarning, stacklevel=2)
+        options["class_names"] = ["class" if i in blank else n for i, n in enumerate(names)]
     cfg = EvaluationConfig(**options)
     if budget is not None:
         cfg.budget = float(budget)

@@ -910,20 +910,6 @@ def _layer_search(layer: RateInDropout, x: torch.Tensor) -> RateSearchResult:
     return res
 
 
-def _uncompiled_search_pass() -> contextlib.AbstractContextManager:
-    """Run the search pass of a compiled network as its Python module (``force_eager``), where torch has the stance.
-
-    Each search is a graph break (:func:`_layer_search`), and a break inside a loop over modules (``nn.Sequential``,
-    the stages of a U-Net) makes dynamo run that module eagerly from then on, also in the sampling passes, which have
-    no break: they then compiled only the dropout between the layers. Uncompiled, the search pass breaks nothing, and
-    the sampling passes compile the whole network.
-    """
-    set_stance = getattr(torch.compiler, "set_stance", None)  # torch >= 2.6
-    if set_stance is None or torch.compiler.is_compiling():
-        return contextlib.nullcontext()
-    return set_stance("force_eager")
-
-
 # ============================================================================================ layer
 class RateInDropout(nn.modules.dropout._DropoutNd):
     """Dropout whose rate is tuned per input so that the information it removes matches ``target_loss``.
@@ -1622,7 +1608,12 @@ class RateInSource(SampleSource):
         self._records = {}
 
     def prepare(self, x: torch.Tensor, predictor: Predictor) -> None:
-        """Search the rates of every Rate-In layer on ``x`` with one forward pass of ``predictor``."""
+        """Search the rates of every Rate-In layer on ``x`` with one forward pass of ``predictor``.
+
+        The callers pass the network's Python module (a ``torch.compile`` wrapper's ``_orig_mod``): the search decides
+        on the host, draw by draw, and traced it broke the graph at each decision, and a break inside a loop over
+        modules made dynamo run that module eagerly in the sampling passes too (found by review 68).
+        """
         layers = self._layers
         if not layers:
             raise RuntimeError("RateInSource.prepare called outside activate()")
@@ -1630,8 +1621,7 @@ class RateInSource(SampleSource):
             layer.reset()
             layer.mode = "adapt"
         try:
-            with _uncompiled_search_pass():
-                predictor(x)
+            predictor(x)
         finally:
             for _, layer in layers:
                 layer.mode = "fixed"

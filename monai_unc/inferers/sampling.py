@@ -251,8 +251,9 @@ class SampleSource:
     def prepare(self, x: torch.Tensor, predictor: Predictor) -> None:
         """Called once per window, before its samples, with the window input and the plain predictor.
 
-        The predictor is the network and its extra arguments, without a wrapper: lets a source adapt to the input
-        (Rate-In searches its dropout rates here). Default: nothing.
+        The predictor is the network and its extra arguments, without a wrapper (of a ``torch.compile`` wrapper, its
+        Python module ``_orig_mod``): lets a source adapt to the input (Rate-In searches its dropout rates here).
+        Default: nothing.
         """
 
     def extra_outputs(self) -> dict[str, Any]:
@@ -1138,9 +1139,12 @@ class UncertaintyInferer(Inferer):
             def base(t: torch.Tensor) -> Any:
                 return network(t, *args, **kwargs)
 
+            def base_plain(t: torch.Tensor) -> Any:  # a compiled network's Python module: see RateInSource.prepare
+                return plain_module(network)(t, *args, **kwargs)
+
             guard = InputGuard(x)
             for src in window_sources:
-                src.prepare(x, base)
+                src.prepare(x, base_plain)
                 guard.restore()
 
             def add(raw: Any, indices: Sequence[int]) -> None:

@@ -800,7 +800,8 @@ def case_expected_dice(probs: np.ndarray, multilabel: bool, estimate: str | None
 
     Args:
         probs: the case's probabilities ``(C, *spatial)`` (softmax) or ``(R, *spatial)`` (sigmoid regions), not
-            checked here (:func:`~monai_unc.io.load_case` checks them); NaN gives NaN with a ``UserWarning``.
+            checked here (:func:`~monai_unc.io.load_case` checks them); NaN gives NaN with a ``UserWarning`` for
+            classes, and is refused (``ValueError``) for regions, whose maps are checked as probabilities.
         multilabel: whether they are region probabilities.
         estimate: ``"class_mean"`` or ``"merged_foreground"`` for classes, ``"region_mean"`` or
             ``"region_mean_soft"`` for regions; None: the first of these for the kind of ``probs``.

@@ -771,7 +771,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         mirror_samples = "mirroring" in self.uncertainty_sources
         passes = self.num_samples if self._stochastic else 1
         if self._rate_in is not None:
-            self._rate_in.prepare(x, self.network)  # one search pass per window: the Rate-In rates of this input
+            # one search pass per window (the Rate-In rates of this input), on a compiled network's Python module
+            self._rate_in.prepare(x, plain_module(self.network))
         stats = SampleStats(track_variance=K.VARIANCE.value in self.measures, accum_dtype=torch.float32,
                             validate=False, multilabel=self._multilabel)
         logit_sums: list[torch.Tensor | None] = [None] * len(nets)

@@ -38,3 +38,16 @@ def test_an_empty_class_name_is_refused(blank):
     config = EvaluationConfig(class_names=["bg", blank, "liver"], num_classes=3)
     with pytest.raises(ValueError, match=r"class_names\[1\] is empty"):
         config.validate()
+
+
+def test_an_evaluation_recorded_with_an_empty_class_name_stays_readable():
+    # an evaluation written before empty names were refused recorded "" and the column dice_class: report and resume
+    # (config_from_summary) refused the folder; the name is read as "class", the name of that column
+    from monai_unc.evaluation.cohort import config_from_summary
+    from monai_unc.evaluation.config import dice_columns
+
+    summary = {"config": {"class_names": ["bg", "", "liver"], "num_classes": 3}}
+    with pytest.warns(UserWarning, match=r"empty class name \(class_names\[1\]\)"):
+        config = config_from_summary(summary, [])
+    assert config.class_names == ["bg", "class", "liver"]
+    assert dice_columns(3, config.class_names) == ["dice_class", "dice_liver"]

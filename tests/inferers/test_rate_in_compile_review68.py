@@ -101,7 +101,6 @@ def test_the_search_breaks_a_compiled_graph_only_where_it_is_called(fresh_dynamo
     assert not counters["graph_break"], dict(counters["graph_break"])
 
 
-@pytest.mark.skipif(not hasattr(torch.compiler, "set_stance"), reason="torch.compiler.set_stance needs torch >= 2.6")
 @pytest.mark.parametrize("share_passes", [False, True], ids=["full", "shared"])
 def test_the_inferer_searches_on_the_uncompiled_module_and_samples_the_whole_compiled_graph(
     fresh_dynamo, share_passes: bool
@@ -109,7 +108,7 @@ def test_the_inferer_searches_on_the_uncompiled_module_and_samples_the_whole_com
     """The search pass ran through the compiled network: 10 graph breaks and 10 graphs of search pieces on this
     network, and the break inside ``nn.Sequential``'s loop made dynamo run the Sequential eagerly from then on, so the
     full sampling passes compiled only the dropout, never a convolution. The search pass now runs the network's Python
-    module (``force_eager``): no break, and the sampling passes compile the whole network, once."""
+    module (the wrapper's ``_orig_mod``): no break, and the sampling passes compile the whole network, once."""
     graphs: list[list[str]] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
@@ -160,3 +159,25 @@ def test_a_loss_functions_warnings_reach_the_caller_and_no_filter_is_added(where
             res = layer.last_search
     assert [str(w.message) for w in caught] == ["my loss: a channel is constant"] * int(res.iterations.max())
     assert _warning_loss.filters and all(f == outer for f in _warning_loss.filters)
+
+
+def test_the_search_pass_leaves_torch_s_process_wide_compile_stance_alone(fresh_dynamo) -> None:
+    """Review 68 first ran the search pass under ``torch.compiler.set_stance("force_eager")``: one setting for the
+    whole process, so every other thread's compiled models ran eagerly meanwhile, and two overlapping search passes
+    restored it out of order, leaving the process eager for good. The search now calls the Python module instead."""
+    eval_frame = pytest.importorskip("torch._dynamo.eval_frame")
+    if not hasattr(eval_frame, "_stance"):
+        pytest.skip("this torch has no compile stance")
+    seen: list[str] = []
+
+    def loss(pre: torch.Tensor, post: torch.Tensor) -> torch.Tensor:  # runs inside the search pass
+        seen.append(eval_frame._stance.stance)
+        a, b = pre.reshape(pre.shape[0], -1).double(), post.reshape(post.shape[0], -1).double()
+        return ((a - b) ** 2).sum(1) / (a * a).sum(1)
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.Dropout3d(0.2), nn.Conv3d(4, 3, 1)).eval()
+    compiled = torch.compile(net, backend="eager")
+    out = RateInInferer(num_samples=2, target_loss=0.1, seed=0, loss=loss)(_image(1), compiled)
+    assert out["pred"].shape[1] == 3
+    assert seen and set(seen) == {"default"}, set(seen)
