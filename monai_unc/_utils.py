@@ -1310,6 +1310,31 @@ def plain_module(model: Any) -> Any:
     return inner if isinstance(model, torch.nn.Module) and isinstance(inner, torch.nn.Module) else model
 
 
+def tensors_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same values: one shape, dtype and layout, and ``torch.equal`` values.
+
+    Compared on ``a``'s device (``b`` moved there, one tensor at a time). A tensor without values (``meta``) or not
+    strided (sparse: no single storage to compare) is never equal. The one comparison of weights behind the warnings
+    about an ensemble member or an nnU-Net fold given twice.
+
+    Args:
+        a: a tensor.
+        b: another tensor, on any device.
+
+    Returns:
+        True when they are equal in value.
+
+    Example:
+        >>> tensors_equal(torch.ones(2), torch.ones(2)), tensors_equal(torch.ones(2), torch.ones(2).double())
+        (True, False)
+    """
+    if a.is_meta or b.is_meta or a.layout != torch.strided or b.layout != torch.strided:
+        return False
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(a.detach(), b.detach().to(a.device)))
+
+
 def recompile_after_hooks(model: Any) -> None:
     """Drop the compiled code after hooks were added to or removed from the module of a ``torch.compile`` wrapper.
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._utils import plain_module
+from .._utils import plain_module, tensors_equal
 from ..keys import MIMeaning
 from .sampling import SampleSource, UncertaintyInferer
 
@@ -330,13 +330,10 @@ def _storage_key(t: torch.Tensor) -> tuple[Any, ...]:
 def _same_or_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors are the same memory, or of one shape and dtype with equal values.
 
-    ``torch.equal``, on ``a``'s device when they are on different ones (one tensor moved at a time).
+    ``tensors_equal`` (``torch.equal``), on ``a``'s device when they are on different ones (one tensor moved at a
+    time).
     """
-    if _storage_key(a) == _storage_key(b):
-        return True
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return bool(torch.equal(a.detach(), b.detach().to(a.device)))
+    return _storage_key(a) == _storage_key(b) or tensors_equal(a, b)
 
 
 def _same_weights(first: tuple[list[torch.Tensor], list[torch.Tensor]] | None,

@@ -124,6 +124,7 @@ from monai_unc._utils import (
     network_devices,
     plain_module,
     seeded_rng,
+    tensors_equal,
 )
 from monai_unc.io import (
     atomic_write_json,
@@ -2107,11 +2108,7 @@ def _same_state_dict(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
         if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
             return False
         if isinstance(x, torch.Tensor):
-            if x.is_meta or y.is_meta or x.shape != y.shape or x.dtype != y.dtype or x.layout != y.layout:
-                return False
-            if x.layout != torch.strided:
-                return False  # a sparse tensor: not compared (never a fold of nnU-Net)
-            if not torch.equal(x.detach(), y.detach().to(x.device)):
+            if not tensors_equal(x, y):  # meta and sparse tensors (never a fold of nnU-Net) are never equal
                 return False
         elif not (type(x) is type(y) and isinstance(x, (int, float, str, bool, type(None))) and x == y):
             return False
