@@ -2139,13 +2139,8 @@ def _series_unit(series: Any) -> str:
 
     Stored values where any slice states a ``ModalityLUTSequence``: the reader does not apply the table (review 68).
     """
-    for ds in series.datasets:
-        try:  # an untrusted header: a sequence that does not parse is no table, as the reader's warning reads it
-            has_lut = bool(ds.get("ModalityLUTSequence"))
-        except Exception:
-            has_lut = False
-        if has_lut:
-            return "stored values"
+    if series.states_modality_lut:
+        return "stored values"
     modality = str(series.datasets[0].get("Modality", "")).strip().upper() if series.datasets else ""
     return "HU" if modality == "CT" else "real-world values"
 

@@ -145,6 +145,11 @@ class DicomSeries:
         return self.frames is not None
 
     @property
+    def states_modality_lut(self) -> bool:
+        """Whether any slice states a ``ModalityLUTSequence``: a table the reader does not apply (stored values)."""
+        return any(_states_modality_lut(ds) for ds in self.datasets)
+
+    @property
     def series_uid(self) -> str:
         """The SeriesInstanceUID."""
         return str(self.datasets[0].SeriesInstanceUID)
@@ -594,6 +599,17 @@ def _philips_scale_slope(ds: Dataset) -> float | None:
     return number if number is not None and np.isfinite(number) and number != 0 else None
 
 
+def _states_modality_lut(ds: Dataset) -> bool:
+    """Whether a header states a ``ModalityLUTSequence`` (one that does not parse, in an untrusted header, is none).
+
+    The one check behind the reader's warning and :attr:`DicomSeries.states_modality_lut`.
+    """
+    try:
+        return bool(ds.get("ModalityLUTSequence"))
+    except Exception:
+        return False
+
+
 def _warn_values_left_as_stored(series: DicomSeries) -> None:
     """Warn, once per series, of value mappings that the reader leaves out as SimpleITK and MONAI's readers do.
 
@@ -613,11 +629,7 @@ def _warn_values_left_as_stored(series: DicomSeries) -> None:
         if id(ds) in seen:  # a multi-frame image's one header, once
             continue
         seen.add(id(ds))
-        try:  # an untrusted header: a sequence that does not parse is no table either
-            has_lut = bool(ds.get("ModalityLUTSequence"))
-        except Exception:
-            has_lut = False
-        if has_lut:
+        if _states_modality_lut(ds):
             lut_files.append(path.name)
         scale = _philips_scale_slope(ds)
         if scale is not None:
