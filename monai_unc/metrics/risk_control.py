@@ -621,6 +621,56 @@ def risk_controlled_threshold(
         >>> exact.p_value, exact.coverage >= ltt.coverage
         ('binomial', True)
     """
+    res = risk_controlled_threshold_core(uncertainty_cal, risk_cal, target_risk, delta, method, n_candidates,
+                                         sequence, undefined, p_value)
+    if not res.feasible:
+        warnings.warn(no_certificate_message(res), UserWarning, stacklevel=2)
+    return res
+
+
+def no_certificate_message(res: RiskControlledThreshold) -> str:
+    """The warning of :func:`risk_controlled_threshold` when no threshold certifies the target (``res.feasible`` False).
+
+    Args:
+        res: the result that certifies nothing.
+
+    Returns:
+        One line naming the target, the level, the calibration cases and the best bound.
+
+    Example:
+        >>> import numpy as np
+        >>> res = risk_controlled_threshold_core(np.arange(4.0), np.ones(4), target_risk=0.1)
+        >>> no_certificate_message(res)[:70]
+        'risk_controlled_threshold: no threshold certifies selective risk <= 0.'
+    """
+    why = f" ({res.n_undefined} of them with an undefined uncertainty, counted as referred)" if res.n_undefined else ""
+    return (f"risk_controlled_threshold: no threshold certifies selective risk <= {res.target_risk:g} with probability "
+            f"{format_level(res.delta)} on these {res.n_calibration} calibration cases{why} (best bound "
+            f"{format_cell(res.bound, 4, res.target_risk)}); refer every case")
+
+
+def risk_controlled_threshold_core(
+    uncertainty_cal: ArrayLike,
+    risk_cal: ArrayLike,
+    target_risk: float,
+    delta: float = 0.1,
+    method: str = "sgr",
+    n_candidates: int | None = 20,
+    sequence: str = "fallback",
+    undefined: str = "error",
+    p_value: str = P_VALUES[0],
+) -> RiskControlledThreshold:
+    """:func:`risk_controlled_threshold` without its warning (callers that say or record an infeasible target).
+
+    The same arguments, checks and result; when no threshold certifies the target the result has
+    ``feasible=False`` and nothing is warned (:func:`no_certificate_message` gives the public function's line).
+
+    Example:
+        >>> import numpy as np
+        >>> res = risk_controlled_threshold_core(np.arange(4.0), np.ones(4), target_risk=0.1)
+        >>> res.feasible, res.coverage
+        (False, 0.0)
+    """
     if undefined not in _UNDEFINED:
         raise ValueError(f"undefined must be one of {_UNDEFINED}, got {undefined!r}")
     if undefined == "refer":
@@ -679,14 +729,6 @@ def risk_controlled_threshold(
     feasible = n_acc > 0
     if not feasible:
         threshold = -math.inf
-        why = (f" ({n_und} of them with an undefined uncertainty, counted as referred)" if n_und else "")
-        warnings.warn(
-            f"risk_controlled_threshold: no threshold certifies selective risk <= {alpha:g} with probability "
-            f"{format_level(delta)} on these {m} calibration cases{why} (best bound "
-            f"{format_cell(float(res['bound'][0]), 4, alpha)}); refer every case",
-            UserWarning,
-            stacklevel=2,
-        )
     else:
         threshold = math.inf if cut == math.inf else float(np.nextafter(cut, -np.inf))
     return RiskControlledThreshold(

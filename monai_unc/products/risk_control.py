@@ -144,7 +144,7 @@ class RiskControl(CohortProduct):
             failure_dice_text,
             score_column,
         )
-        from ..metrics.risk_control import accepted_by_threshold, risk_controlled_threshold
+        from ..metrics.risk_control import accepted_by_threshold, no_certificate_message, risk_controlled_threshold_core
 
         ids = [str(r["case"]) for r in rows]
         column = score_column(rows, config.score)
@@ -153,13 +153,11 @@ class RiskControl(CohortProduct):
         risk = calibration_risks([r.get("dice") for r in rows], ids, config.risk, config.failure_dice)
         method = config.resolved_risk_method
         p_value = getattr(config, "risk_p_value", "hoeffding_bentkus")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            res = risk_controlled_threshold(scores[is_cal], risk[is_cal], config.target_risk, config.delta,
-                                            method=method, n_candidates=RISK_CONTROL_CANDIDATES, undefined="refer",
-                                            p_value=p_value)
-        for w in caught:  # "no threshold certifies ...": at the caller's line, not at this one (review 66)
-            warnings.warn(w.message, w.category, stacklevel=2)
+        res = risk_controlled_threshold_core(scores[is_cal], risk[is_cal], config.target_risk, config.delta,
+                                             method=method, n_candidates=RISK_CONTROL_CANDIDATES, undefined="refer",
+                                             p_value=p_value)
+        if not res.feasible:  # "no threshold certifies ...": at the caller's line, not at this one
+            warnings.warn(no_certificate_message(res), UserWarning, stacklevel=2)
         accept = accepted_by_threshold(scores, res.threshold)
         held = ~is_cal
         out: dict[str, Any] = {

@@ -31,7 +31,7 @@ from ...io.signing import (
 )
 from ...keys import EXPECTED_DICE_ESTIMATES, LEGACY_REGION_ESTIMATE
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval_core, conformal_quantile_core
-from ...metrics.risk_control import P_VALUES, accepted_by_threshold, risk_controlled_threshold
+from ...metrics.risk_control import P_VALUES, accepted_by_threshold, risk_controlled_threshold_core
 from ...product import ThresholdText, format_cell, format_level, format_score, format_target, separating_digits
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, calibration_risks, failure_dice_text
@@ -1117,11 +1117,10 @@ class ReferralRule:
         u = np.array([(rec.undefined_score if legacy else math.nan) if v is None else v for v in rec.scores],
                      dtype=np.float64)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # "no threshold certifies ...": the rule says so
-                res = risk_controlled_threshold(u, got, self.target_risk, self.delta, method=self.method,
-                                                n_candidates=rec.n_candidates, sequence=rec.sequence,
-                                                undefined="error" if legacy else "refer", p_value=rec.p_value)
+            # the core: an infeasible rule says so itself (no "no threshold certifies" warning on every read)
+            res = risk_controlled_threshold_core(u, got, self.target_risk, self.delta, method=self.method,
+                                                 n_candidates=rec.n_candidates, sequence=rec.sequence,
+                                                 undefined="error" if legacy else "refer", p_value=rec.p_value)
         except ValueError as e:
             raise ValueError(f"the recorded calibration cases cannot be certified again ({e}): {_EDITED}") from None
         for name, recorded, again in (("threshold", self.threshold, res.threshold),
