@@ -342,7 +342,7 @@ class UncertaintyOutput(dict):
     def get(self, key: Any, default: Any = None) -> Any:
         """``dict.get``, reading a deprecated measure name as ``out[key]`` does (with its ``DeprecationWarning``).
 
-        Found by review36: ``dict.get`` bypasses ``__missing__``, so ``out.get("max_softmax")`` of code written for an
+        Plain ``dict.get`` bypasses ``__missing__``, so ``out.get("max_softmax")`` of code written for an
         earlier version was None without a word.
         """
         if key in self:
