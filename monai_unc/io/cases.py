@@ -450,7 +450,7 @@ def _list_one_family(folder: str | os.PathLike, suffix: str, volumes: Sequence[s
     nnU-Net writes one file ending per dataset, and a folder of NIfTI volumes may hold PNG / TIFF snapshots of its
     cases (``case01.png`` beside ``case01.nii.gz``, an ``overview.png``): nnU-Net's other image formats
     (:data:`NNUNET_IMAGE_EXTENSIONS`, ``.npz`` maps) are read only from a folder without volumes for the role
-    (such folders, evaluated by every earlier version, were refused by some later ones as
+    (such folders, evaluated by the first versions, were refused by some later ones as
     "two files" of a case or a labelled case without a prediction).
     """
     found = list_files(folder, suffix, volumes, what=what)

@@ -89,8 +89,7 @@ def _check_threshold(threshold: Any) -> float:
     """``threshold`` as a float: one real number, ``inf`` and ``-inf`` included.
 
     ``TypeError`` naming it for a bool (``True`` was read as the threshold 1 and accepted every score up to it), a
-    string (numpy's "ufunc 'less_equal' did not contain a loop" named no argument) or an array; ``ValueError`` for NaN
-    (accepted by earlier versions).
+    string (numpy's "ufunc 'less_equal' did not contain a loop" named no argument) or an array; ``ValueError`` for NaN.
     """
     kind = "U" if isinstance(threshold, (str, bytes)) else np.asarray(threshold).dtype.kind
     if kind not in "iuf" or np.ndim(threshold) != 0:
