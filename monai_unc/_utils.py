@@ -245,7 +245,7 @@ def check_tensor(x: Any, name: str) -> torch.Tensor:
 
     The entry check of the functions that take tensors only (the streamed statistics' moments: they work in place
     and on the tensors' device), so that a numpy array is refused by name instead of failing on its first tensor
-    method with an ``AttributeError`` (found by hostile testing, review 64).
+    method with an ``AttributeError`` (as it did in earlier versions).
 
     Args:
         x: the value given.
@@ -763,7 +763,7 @@ def check_labels(
     it reads the labels (a fused kernel that counts the labels outside the range). A uint64 label of ``2**63`` or more
     (which int64 cannot hold) is refused with its true value, whatever ``bounds``. A complex map is a ``TypeError``
     naming ``name``: the cast to int64 dropped the imaginary part and truncated the real one (labels 0.1 + 1j, 0.5 and
-    0.9 read as background; found by hostile review 60).
+    0.9 read as background in earlier versions).
     """
     if labels.is_complex():
         raise TypeError(f"{name} must be a real-valued label map, got dtype {labels.dtype}")
@@ -1052,7 +1052,7 @@ def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[Non
     Draws as after ``torch.manual_seed(seed)`` on those generators, but seeds no other: ``torch.manual_seed`` reseeds
     every GPU (and, before CUDA is initialised, queues that reseeding for its initialisation), while
     ``torch.random.fork_rng`` restores only the devices it is given, so a seeded call on the CPU left the caller's GPU
-    streams reseeded (found by review 64).
+    streams reseeded (in earlier versions).
 
     Args:
         seed: the seed (checked by :func:`check_seed`).
@@ -1087,7 +1087,7 @@ def network_devices(*networks: Any) -> set[torch.device]:
 
     A seeded call passes them to :func:`seeded_rng` beside the input's and the windows' devices: a network spread
     over several GPUs (pipeline or model parallel, some weights on ``cuda:1``) draws its dropout masks on each of
-    them, and an unseeded one made a seeded call irreproducible (found by review 66).
+    them, and an unseeded one made a seeded call irreproducible in earlier versions.
 
     Args:
         networks: modules (anything else, such as None or a checkpoint path, has no devices).
@@ -1382,8 +1382,8 @@ def compiled_draws_context(*networks: Any) -> contextlib.AbstractContextManager:
 
     Inductor (``torch.compile``'s default backend) lowers the random operations of a graph (dropout masks, ``rand``)
     to its own generator unless ``torch._inductor.config.fallback_random`` is set when the graph is compiled: the same
-    seed then draws other masks than the uncompiled network (found by review 62: ``pred`` of a seeded MC dropout run
-    off by up to 0.095 on a toy network). The setting is read at compile time only, so graphs compiled before the
+    seed then draws other masks than the uncompiled network (in earlier versions ``pred`` of a seeded MC dropout run
+    was off by up to 0.095 on a toy network). The setting is read at compile time only, so graphs compiled before the
     context keep their generator. Nothing is changed for networks that are not compiled.
 
     Args:
@@ -2174,7 +2174,7 @@ def reduce_case_values(
 
     The reduced values keep float64 per-case values in float64 (other values are reduced in float32, as MONAI
     reduces them): MONAI's ``do_metric_reduction`` casts every mean and batch / channel sum to float32, so a cohort's
-    mean BA-ECE or SPACE was rounded to about 7 digits although the cases' values were float64 (found by review 67).
+    mean BA-ECE or SPACE was rounded to about 7 digits although the cases' values were float64 (in earlier versions).
     """
     from monai.utils import MetricReduction
 

@@ -84,7 +84,7 @@ def _once(action: argparse.Action) -> None:
     Its class becomes a subclass of its own whose call records the option in the parser that parses it
     (:attr:`_Parser._given`, by destination, so that ``-o`` and ``--output``, or an abbreviation such as ``--out``,
     count as one option) and raises argparse's error when it was already given: ``argument --output/-o: given more
-    than once (as -o and as --output): give it once`` (found by review 61: ``--samples 2 --samples 3`` silently ran 3).
+    than once (as -o and as --output): give it once`` (earlier versions silently ran 3 for ``--samples 2 --samples 3``).
     """
     base = type(action)
     if getattr(base, "_once", False):
@@ -124,7 +124,7 @@ class _Parser(argparse.ArgumentParser):
         """:meth:`argparse.ArgumentParser.parse_args`, whose unrecognized arguments are refused by their command.
 
         argparse's sub-parsers hand the arguments they do not know to the top parser, which refused them as
-        ``monai-unc: error: unrecognized arguments: ...`` for every command (found by review 62: ``demo --device
+        ``monai-unc: error: unrecognized arguments: ...`` for every command (in earlier versions ``demo --device
         cuda``, an option demo did not have, named no command); the command's own parser refuses them now
         (``monai-unc demo: error: unrecognized arguments: --bogus (see monai-unc demo --help)``).
         """
@@ -190,7 +190,7 @@ def _add_nnunet(sub: Any, wanted: str | None, help_only: bool = False) -> Any:
     """Register the nnU-Net sub-commands; the real parser (which imports nnU-Net v2) only when one is run.
 
     With ``help_only`` (``nnunet-predict --help``) and nnU-Net v2 not installed, the parsers are still made, so that
-    the help answers as ``dicom-export --help`` does without its extra (found by review 63: it exited 2 with the
+    the help answers as ``dicom-export --help`` does without its extra (earlier versions exited 2 with the
     extra's message); running the command says what to install.
     """
     if wanted in NNUNET_COMMANDS:
@@ -689,7 +689,7 @@ _STDOUT_CLOSED_STATUS = 141
 def _stdout_reader_gone() -> bool:
     """Whether standard output is a pipe whose reader has closed it (``| head`` read the lines it wanted).
 
-    Found by the end-to-end run of review 62: ``monai-unc monitor status | head`` printed ``error: BrokenPipeError``
+    In earlier versions ``monai-unc monitor status | head`` printed ``error: BrokenPipeError``
     (exit 2) for output nobody reads any more. Only a pipe with no reader counts (``poll`` reports an error on its
     descriptor); a broken pipe elsewhere (a database connection, a subprocess) stays an error. Where there is no
     ``poll`` (Windows) or no descriptor (a captured stream), False.

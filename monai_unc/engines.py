@@ -81,7 +81,7 @@ def _with_copies(postprocessing: Any, key: str) -> Iterator[tuple[Any, set[str]]
     """Each transform of ``postprocessing`` in order (:func:`_transforms_in_order`) with the keys that hold ``key``'s
     value when it runs: ``key`` and the copies ``CopyItemsd`` made of it (or of a copy) before.
 
-    Found by hostile review 60: a postprocessing that keeps ``pred`` for the label map and applies the softmax to a
+    In earlier versions a postprocessing that keeps ``pred`` for the label map and applies the softmax to a
     copy (``CopyItemsd("pred", names="prob")``, ``Activationsd("prob", softmax=True)``) was read as applying no
     activation; the evaluator stored the mean probabilities and the softmax flattened them (1.0 became 0.708).
     """

@@ -378,7 +378,7 @@ def _tensor(x: ArrayLike, name: str) -> torch.Tensor:
 def _in_dtype_of(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """``x`` in the dtype of ``ref`` where that is a floating-point dtype (the documented dtype of the result).
 
-    Found by hostile review 60: a float32 ``pe`` with a float64 ``ee`` gave a float64 MI (and float16 moments with
+    In earlier versions a float32 ``pe`` with a float64 ``ee`` gave a float64 MI (and float16 moments with
     float64 ``mean_sq`` a float64 variance), where the docstrings promise the dtype of ``pe`` (of ``mean``).
     """
     return x.to(ref.dtype) if ref.is_floating_point() and x.dtype != ref.dtype else x

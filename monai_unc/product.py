@@ -83,8 +83,8 @@ _BUILTIN_MODULES = ("monai_unc.products",)
 _builtins: list[bool] = []
 
 
-#: the arithmetic of the writings of numbers below: exact (no rounding to Decimal's default 28 digits). Found by hostile
-#: review 60: in the default context ``1 - 1e-30`` rounded to 1, so :func:`format_level` wrote a level of
+#: the arithmetic of the writings of numbers below: exact (no rounding to Decimal's default 28 digits). In earlier
+#: versions, in the default context ``1 - 1e-30`` rounded to 1, so :func:`format_level` wrote a level of
 #: ``1 - 1e-30`` as "1", and :func:`format_interval` raised ``decimal.InvalidOperation`` for an end of 1e26 or 40
 #: decimals. Only exact operations run in it (subtraction, scaling, quantizing a finite float's decimal).
 _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
@@ -412,7 +412,7 @@ def format_estimate(value: Any, low: Any = None, high: Any = None, decimals: int
         threshold: the number the estimate is judged against where it is shown (the failure Dice of a rule whose
             risk is "dice < 0.8"), or None: an estimate whose decimals would read equal to it or on its other side
             gets the significant digits that keep it on its own side (:func:`format_cell`: ``0.795``, never ``0.80``
-            under "dice < 0.8"; found by hostile review 59).
+            under "dice < 0.8", as earlier versions wrote it).
 
     Returns:
         The text.
@@ -756,8 +756,8 @@ class CohortProduct:
     def input_folders(self) -> tuple[str, ...]:
         """Folders the product reads itself, beyond the evaluation's inputs (default none).
 
-        The evaluation's output folder may not be one of them or lie inside one (inputs are never written to; found
-        by hostile review 59: ``evaluate --lesion-samples S -o S/eval`` wrote into the per-sample masks' folder).
+        The evaluation's output folder may not be one of them or lie inside one (inputs are never written to; in earlier
+        versions ``evaluate --lesion-samples S -o S/eval`` wrote into the per-sample masks' folder).
 
         Returns:
             The folders' paths.

@@ -412,7 +412,7 @@ class StateGroup(MutableMapping[str, Any]):
 
         Returns:
             ``self``. A name only in ``other`` is added as a copy (``copy.deepcopy``), so that a later merge into
-            ``self`` leaves ``other`` as it was (found by hostile testing, review 58: pooling cases
+            ``self`` leaves ``other`` as it was (in earlier versions pooling cases
             into an empty group shared the first case's states, and the next case's merge changed that case's counts).
 
         Raises:

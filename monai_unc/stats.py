@@ -170,8 +170,8 @@ def auto_accum_dtype(num_classes: int, dtype: torch.dtype | None = None) -> torc
     """The accumulation dtype that ``accum_dtype=None`` chooses for ``num_classes`` channels of ``dtype`` samples.
 
     Float64 samples (a float64 network) are always summed in float64: float32 sums would round every sample, and a
-    deterministic float64 network of more than :data:`FLOAT64_MAX_CLASSES` classes had MI ~2.4e-7 instead of 0 (found
-    by review 61); the sums then take as many bytes per channel as the samples themselves.
+    deterministic float64 network of more than :data:`FLOAT64_MAX_CLASSES` classes had MI ~2.4e-7 instead of 0 (in
+    earlier versions); the sums then take as many bytes per channel as the samples themselves.
 
     Args:
         num_classes: channels of the probabilities (classes, or regions of a multi-label model).
@@ -594,7 +594,7 @@ class SampleStats:
 
         An entry of the sums grows to the total weight times at most ``max(1.1, log C)`` (``p`` and ``p^2`` up to
         ``(1 + tol)^2``, ``H <= log C``): a total beyond ``max(accum dtype) / max(1.1, log C)`` makes the sums
-        infinite (found by hostile testing, review 59: two samples of weight 1e308 gave an infinite ``sum_w`` and every
+        infinite (in earlier versions two samples of weight 1e308 gave an infinite ``sum_w`` and every
         mean 0 without a word).
         """
         accum = self._accum_for(n_channels, dtype)
@@ -1240,7 +1240,7 @@ class SampleStats:
 
         Returns:
             The new :class:`SampleStats` (its sums in the saved dtype); it checks the samples added later, as the
-            constructor's default ``validate=True`` does (found by hostile testing, review 60: statistics rebuilt from
+            constructor's default ``validate=True`` does (in earlier versions statistics rebuilt from
             a state, e.g. by :func:`monai_unc.engine.reduce_state` or a resume, took a sample (0.9, 0.9) and gave a
             mean of (0.55, 0.85) without a word).
 
@@ -1272,7 +1272,7 @@ def sample_stats_warned_dtype(
 
     :class:`SampleStats` warns for float16 / bfloat16 sums (:func:`check_accum_dtype`) at every construction; an
     owner that checked (and warned about) its ``accum_dtype`` once and builds one statistics object per window
-    (:class:`~monai_unc.inferers.UncertaintyInferer`) builds them with this, which says nothing (found by review 68:
+    (:class:`~monai_unc.inferers.UncertaintyInferer`) builds them with this, which says nothing (in earlier versions
     the inferer filtered the warning by its text inside ``warnings.catch_warnings()``, a process-wide filter that
     every other thread ran under, and that re-showed the caller's once-per-location warnings at every window).
 

@@ -106,7 +106,7 @@ def convergence_said_by_caller() -> Iterator[None]:
 
     For a command that prints its own line for such a fit (:func:`non_convergence_warning`: ``monai-unc calibrate``,
     ``monai-unc nnunet-calibrate``). Only the fits run in the block's own thread (or asyncio task) are concerned, and
-    no warning filter changes: found by review 68, those commands filtered the warning by its text inside
+    no warning filter changes: in earlier versions those commands filtered the warning by its text inside
     ``warnings.catch_warnings()``, process-wide state that hid the warning from every other thread's fits
     meanwhile and re-showed the caller's once-per-location warnings afterwards. The fit's other warnings (a
     temperature held at ``min_temperature``, no temperature minimising the NLL) are given as ever.
@@ -944,8 +944,8 @@ class TemperatureScaler(nn.Module):
         gradient depends on ``t_r`` only). The NLL is convex in ``1 / t``, so each component's gradient w.r.t. ``t_r``
         is negative below its minimiser and positive above it. ``t``'s gradient ``g_t`` (known from the fit) gives
         one side of the bracket; the other, ``t (1 -+ NLL_RTOL)``, is taken from the points the fit evaluated
-        (``seen``: ``(t, gradient)`` pairs) where one of them lies between, else from one pass (the review of review
-        64: two passes were 5-7 % of a fit of 30 steps). When they bracket it, ``t`` is kept; otherwise the
+        (``seen``: ``(t, gradient)`` pairs) where one of them lies between, else from one pass (two passes
+        were 5-7 % of a fit of 30 steps). When they bracket it, ``t`` is kept; otherwise the
         bracket is widened by factors of 4 (down to ``min_temperature``) and
         bisected in ``log t`` to a relative width of 1e-10. Returns ``(t, at_bound)``, ``at_bound`` True where the
         NLL still falls below ``min_temperature``; None when no bracket is found below ``t = 1e15``.
@@ -1490,7 +1490,7 @@ def non_convergence_warning(record: Any, *, what: str = "the temperature fit",
     limit stopped a fit whose temperature was still moving: the temperature written is only the best seen so far, and
     a larger step limit helps), ``"stalled"`` (a per-class NLL fit whose steps fell below the tolerance where the NLL
     still falls: more steps do not help), ``"at_bound"`` or ``"no_minimum"`` (the fit's own warning says why; more
-    steps do not help). A record without it (written before review 68) reads as ``"still_moving"``.
+    steps do not help). A record without it (written by an earlier version) reads as ``"still_moving"``.
 
     Args:
         record: the fit's record: :func:`calibrate_network`'s (``monai-unc calibrate``) or a fold's entry of

@@ -64,7 +64,7 @@ def _finite(
     """``loss`` whose non-finite value raises a ``ValueError`` (:func:`~monai_unc.losses.check_finite_loss`).
 
     Float16 / bfloat16 logits are computed in float32, as the losses of :mod:`monai_unc.losses` compute them (the
-    gradient reaches the logits in their dtype): found by hostile review 60, MONAI's Dice summed a patch's voxels in
+    gradient reaches the logits in their dtype): in earlier versions MONAI's Dice summed a patch's voxels in
     float16 (0.888 instead of 0.775 for a 48 x 64 x 64 patch; Dice + CE, CE and Dice + NACL overflowed and raised
     blaming the Dice's smoothing), and bfloat16 logits gave a bfloat16 loss 8e-3 off.
     """

@@ -196,7 +196,7 @@ def read_dist_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
 def _cpu_group(timeout: timedelta | None = None) -> Any:
     """None when the default group handles CPU tensors, else a gloo group over all ranks (created once).
 
-    Its collective timeout is ``timeout`` (that of a default group created here, found by review 66: a group made
+    Its collective timeout is ``timeout`` (that of a default group created here; in earlier versions a group made
     with ``timeout=60`` had a gloo group beside it that waited the 6-hour default), else that of our own groups
     (:func:`_collective_timeout`), not torch's 30-minute default.
     """
@@ -507,7 +507,7 @@ def gather_objects(obj: Any, ctx: DistContext, dst: int = 0) -> list[Any] | None
         single process.
 
     Raises:
-        ValueError: ``dst`` is not a rank (for a single process too: found by hostile testing, review 60, a call that
+        ValueError: ``dst`` is not a rank (for a single process too: in earlier versions a call that
             passed on one process failed on several).
 
     Example:
@@ -534,7 +534,7 @@ def broadcast_object(obj: Any, ctx: DistContext, src: int = 0) -> Any:
         Rank ``src``'s object; ``obj`` itself for a single process.
 
     Raises:
-        ValueError: ``src`` is not a rank (found by hostile testing, review 60: a gloo ``RuntimeError`` on several
+        ValueError: ``src`` is not a rank (earlier versions raised a gloo ``RuntimeError`` on several
             processes, none on one).
 
     Example:
@@ -577,7 +577,7 @@ def _as_array(x: Any, name: str) -> np.ndarray:
 def _exact_int64_sum(parts: Sequence[torch.Tensor], first: int) -> torch.Tensor:
     """The sum of int64 ``parts`` in exact integers, as int64; ``ValueError`` where it leaves the int64 range.
 
-    Found by hostile testing (review 60): a partial sum in rank order that left the range raised although the total
+    In earlier versions a partial sum in rank order that left the range raised although the total
     (counts of mixed signs, e.g. ``2**63 - 1``, ``1`` and ``-1``) lies in it.
     """
     exact = parts[0].numpy().astype(object)
@@ -777,8 +777,8 @@ def check_same(value: Any, ctx: DistContext, what: str) -> None:
 
     Args:
         value: this rank's value (picklable), compared as canonical JSON text: a NaN equals itself, ``True``, ``1``
-            and ``1.0`` differ, arrays are compared element by element (found by hostile testing, review 60: compared
-            with ``==``, a NaN differed from itself, "rank 0 differs from rank 0" on one process, and an array raised
+            and ``1.0`` differ, arrays are compared element by element (earlier versions compared
+            with ``==``: a NaN differed from itself, "rank 0 differs from rank 0" on one process, and an array raised
             "truth value ... is ambiguous").
         ctx: the rank context.
         what: what ``value`` is, for the message.
@@ -909,7 +909,7 @@ def print_failure(failure: CaseFailure, ctx: DistContext, prefix: str = "monai-u
     """Print one stderr line for a failed case: ``<prefix>: [rank r of W: ]case 'id' failed: <error>``.
 
     ``r`` is the rank that processed the case (``failure.rank``), also where another rank prints the line (rank 0, for
-    a case found bad only when the cohort is put together; found by review 66: the line named the printing rank).
+    a case found bad only when the cohort is put together; in earlier versions the line named the printing rank).
 
     Args:
         failure: the failed case.

@@ -419,7 +419,7 @@ class _Discard:
 def _check_sendable(obj: Any, what: str, where: str, remedy: str = "return plain data") -> None:
     """``TypeError`` naming ``what`` unless ``obj`` pickles, as the collectives that send it to ``where`` pickle it.
 
-    Found by hostile testing (review 58): a result, ``agree`` value or summary that does not pickle (a lambda, an
+    In earlier versions a result, ``agree`` value or summary that does not pickle (a lambda, an
     open file) raised on the rank that sent it, inside the collective and outside the steps whose errors are shared,
     and the other ranks waited in that collective for the whole collective timeout (6 hours by default) before
     ending with a gloo traceback. Checked in those steps, it raises on the sending rank and

@@ -363,7 +363,7 @@ class CohortState:
 def _check_state_histogram(hist: ConfidenceHistogram, layout: tuple[int, int], ids: set[str], source: str) -> None:
     """Refuse a histogram of the state folder that is not of the cases and classes of ``rows.json``.
 
-    Found by hostile review 58: a ``histogram.npz`` of another evaluation (10 cases, 40 960 voxels) beside a
+    In earlier versions a ``histogram.npz`` of another evaluation (10 cases, 40 960 voxels) beside a
     ``rows.json`` of 5 cases was read, and ``monai-unc report`` showed its pooled calibration as this cohort's.
 
     Args:
@@ -509,7 +509,7 @@ def check_state_rows(meta: Any, source: str) -> None:
 def _check_state_curve(curve: Any, regions: Sequence[str], where: str) -> None:
     """Refuse a case's QU-BraTS curves in ``state/rows.json`` that are not those :func:`summarize` averages.
 
-    Found by hostile review 58: an edited curve (no ``regions``, a curve of another length, text for numbers) made
+    In earlier versions an edited curve (no ``regions``, a curve of another length, text for numbers) made
     ``monai-unc report`` end in a ``KeyError`` or ``TypeError`` traceback, or an error naming neither file nor field.
 
     Raises:
@@ -664,7 +664,7 @@ def _pooled_over(hist: ConfidenceHistogram, ids: Sequence[str], what: str) -> st
     """What a pooled calibration block covers (its ``pooled_over``), with a warning when cases are left out.
 
     A case without probabilities has no histogram, so the pooled metrics and the reliability curve are of the other
-    cases. Found by hostile review 58: the block said "all voxels of all cases" for a cohort of 5 cases of which 4 had
+    cases. In earlier versions the block said "all voxels of all cases" for a cohort of 5 cases of which 4 had
     probabilities (6 912 of the 8 640 voxels), without a word.
 
     Args:
@@ -693,9 +693,9 @@ def _nanmean(a: np.ndarray) -> float | None:
 def _case_metric_mean(a: np.ndarray, column: str, kind: str = "case metric") -> float | None:
     """The mean over the cases of a column (a user case metric, a spatial metric): the mean of its finite values.
 
-    A ``UserWarning`` names the column and how many cases were left out (found by hostile testing: NaN and inf values
+    A ``UserWarning`` names the column and how many cases were left out (in earlier versions NaN and inf values
     were dropped silently, so ``summary.json`` gave a mean of fewer cases than ``metrics.csv`` holds, or a finite
-    mean of a column holding inf; hostile review 58: the same for the spatial metrics, e.g. the BUC of a case whose
+    mean of a column holding inf; the same held for the spatial metrics, e.g. the BUC of a case whose
     predicted mask is empty, the case most in need of review, left out of ``spatial.mean_over_cases``).
     """
     left_out = int(np.count_nonzero(~np.isfinite(a)))
@@ -757,7 +757,7 @@ def failure_dice_text(failure_dice: float) -> str:
 
     A case's Dice is compared with the failure Dice rounded to float32, so the threshold is written as that float32's
     shortest decimal (:func:`dice_as_recorded`), never rounded further: ``0.7500001`` fails a Dice of 0.75 and was
-    written ``0.75`` (``:g``) above that case marked failed (found by hostile review 60); ``0.75000001`` compares as
+    written ``0.75`` (``:g``) above that case marked failed in earlier versions; ``0.75000001`` compares as
     0.75 and is written so.
 
     Args:
@@ -891,7 +891,7 @@ def calibration_mask(ids: Sequence[str], config: EvaluationConfig) -> np.ndarray
 def _failure_detection(raw_scores: np.ndarray, dice: np.ndarray, column: str) -> FailureDetection:
     """:func:`~monai_unc.metrics.casewise.failure_detection` of the filled scores; NaN with a warning for no score.
 
-    Found by review 61: with every case's score undefined (NaN), the filled scores were all tied and the AURC, E-AURC
+    In earlier versions, with every case's score undefined (NaN), the filled scores were all tied and the AURC, E-AURC
     and AUGRC were those of no ranking, given as the score's without a word.
     """
     if raw_scores.size and not np.isfinite(raw_scores).any():
@@ -1391,7 +1391,7 @@ def _check_summary(summary: Any, rows: Sequence[Mapping[str, Any]] = (), source:
 def _check_summary_state(summary: Mapping[str, Any], state: CohortState, source: str) -> None:
     """Refuse a ``summary.json`` whose classes, class names, region spec or ECE bins are not those of the state.
 
-    Found by hostile review 58: ``config.class_names`` edited to fewer names than the state's classes made
+    In earlier versions ``config.class_names`` edited to fewer names than the state's classes made
     ``monai-unc report --budget`` end in an ``IndexError`` traceback (the Dice columns are named from them), and a
     ``config.n_bins`` of 100 beside histograms of ``16 * 15`` fine bins gave a pooled ECE of 0.03177 for the exact
     0.03237 (coarse bins that are no unions of fine bins), without a word.

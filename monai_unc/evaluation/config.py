@@ -263,7 +263,7 @@ class EvaluationConfig:
 
         Run at construction and in :meth:`validate`.
 
-        Found by review 67: ``calibration_cases=["a", "b", "a"]`` was accepted, although the command line refuses
+        Earlier versions accepted ``calibration_cases=["a", "b", "a"]``, although the command line refuses
         such a ``--calibration-cases`` file: the rules were fitted on fewer cases than the list gave (a typo for
         another case is the likely cause). Ids and names are
         compared as text, as the evaluation matches them (``1`` and ``"1"`` are the same case). A value of another

@@ -482,8 +482,8 @@ def _applied_guarantees(doc: ConformalRuleFile, check: Mapping[str, Any]) -> dic
     """Each side's guarantee for the cases of ``monai-unc conformal``: none for predictions of an allowed mismatch.
 
     Under ``--allow-mismatch`` with a fingerprint that differs, the sentence says that the guarantee does not cover
-    these cases before the rule's own statement, as ``triage.json`` says it of the referral rule (found by hostile
-    review 60: ``conformal.json`` stated the guarantee in full for such predictions).
+    these cases before the rule's own statement, as ``triage.json`` says it of the referral rule (in earlier
+    versions ``conformal.json`` stated the guarantee in full for such predictions).
     """
     from .triage.rule import not_as_certified
     from .triage.runner import mismatch_fields
@@ -815,7 +815,7 @@ class ConformalRuleFile:
         created: when the file was written (ISO 8601).
         strata: the strata of a stratified rule (:class:`ConformalStrata`), or None.
         geometry: the range of the calibration cases' voxel spacing and voxel counts (:func:`calibration_geometry`),
-            or None (not recorded: a file written before review 61, or rows without them); a new case outside it
+            or None (not recorded: a file written by an earlier version, or rows without them); a new case outside it
             is applied with a warning (:func:`check_case_geometry`).
     """
 

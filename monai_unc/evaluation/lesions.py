@@ -108,7 +108,8 @@ class LesionState:
         """One state of many cases' states, in their order: what merging them one after another gives.
 
         Each array is joined once, so the work is linear in the cohort's lesions; merging in a loop copies the
-        arrays gathered so far at every case, quadratic in the number of cases (found by review 65: 2000 cases).
+        arrays gathered so far at every case, quadratic in the number of cases (earlier versions did: slow for 2000
+        cases).
 
         Args:
             states: the per-case (or per-shard) states, all with the same keys; left unchanged.

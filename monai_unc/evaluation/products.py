@@ -305,7 +305,7 @@ def read_artifact(path: str | os.PathLike, product: str | None = None, trust: Tr
     :func:`write_artifact` writes, no other), with ``product`` the product's name and with ``trust`` the signature
     (:func:`monai_unc.io.provenance.check_signature`, as ``monai-unc triage`` checks a rule's: a product's command
     passes the ``trust`` its :meth:`~monai_unc.product.CohortProduct.apply_cases` is given). The file is untrusted
-    input: nothing in it is imported or run. Found by hostile review 60: the digest alone was checked, which whoever
+    input: nothing in it is imported or run. Earlier versions checked the digest alone, which whoever
     edits the file recomputes, and a product's command had no reader that checked the signature.
 
     Args:

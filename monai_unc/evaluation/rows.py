@@ -413,7 +413,7 @@ have: they would have no uncertainty score for the triage and failure detection;
 def check_probability_cases(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
     """Refuse cases without probabilities beside cases with them when only the probabilities give the class count.
 
-    Found by review 63: one case of an ``nnunet-predict --save_probabilities`` folder predicted again without the flag
+    In earlier versions one case of an ``nnunet-predict --save_probabilities`` folder predicted again without the flag
     had no ``<case>.npz`` while the other cases had one, and ``evaluate`` failed it with "the number of classes is
     unknown: give probabilities or num_classes", naming neither the missing file nor its likely cause. Nothing is
     refused with ``num_classes`` or ``regions`` (a segmentation then suffices), nor when every case, or none, has

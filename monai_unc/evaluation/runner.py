@@ -94,7 +94,7 @@ def _load_recording(files: CaseFiles, config: EvaluationConfig) -> tuple[Any, li
     """:func:`load_evaluation_case`, and the ``UserWarning`` messages raised while the case's files were read.
 
     They are the case's warnings (``"<case>: <message>"``) as those of its metrics are, re-emitted as they were raised.
-    Found by hostile review 60: a NIfTI file whose spatial unit is microns (every distance computed in microns,
+    In earlier versions a NIfTI file whose spatial unit is microns (every distance computed in microns,
     labelled mm) or whose sform and qform disagree (another affine read) was said on stderr alone, never in
     summary.json.
     """
@@ -150,7 +150,7 @@ def _load_for_products(entry: tuple[CaseFiles, int], config: EvaluationConfig) -
 def _check_shift_cases(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
     """Refuse cases that ``config.shifts`` has no label for, before any work.
 
-    Found by hostile review 58: :func:`evaluate_cases` and :func:`evaluate_shard` gave such a case the label ``""``
+    In earlier versions :func:`evaluate_cases` and :func:`evaluate_shard` gave such a case the label ``""``
     (in-distribution) without a word, so that the OoD AUROC counted 3 of 5 cases as in-distribution that the table did
     not name, where ``run_evaluate`` refused them.
 

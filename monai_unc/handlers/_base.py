@@ -96,8 +96,8 @@ def _case_grids(x: Any) -> list[tuple[Any, tuple[int, ...]]] | None:
 def check_output_grids(output: Sequence[Any], names: Sequence[str], reference: int = -1) -> None:
     """``ValueError`` when the MetaTensors of one case among a handler's inputs lie on different grids of one shape.
 
-    Found by hostile review 58: ``Invertd(keys="pred")`` in the postprocessing brings the prediction back to the
-    file's grid while the label stays on the ``Orientationd`` grid; a flip keeps the shape, and every handler scored
+    ``Invertd(keys="pred")`` in the postprocessing brings the prediction back to the file's grid while the label
+    stays on the ``Orientationd`` grid; a flip keeps the shape, and in earlier versions every handler scored
     the flipped volumes without a word (a perfect prediction with ``p = 0.95``: NLL 0.459 instead of 0.051), where
     :class:`~monai_unc.transforms.ErrorMapd` refuses the pair. The rule is :func:`~monai_unc.io.grid_mismatch`,
     case by case; inputs of another shape are left to the metric's own check.

@@ -15,11 +15,11 @@ __all__ = ["CalibrationHandler"]
 class _MetricValues(dict):
     """The dict of a handler's metrics stored under its name in ``engine.state.metrics``, whose ``str`` is one field.
 
-    Found by hostile review 66: MONAI's ``MetricsSaver`` writes each entry of ``engine.state.metrics`` as
-    ``f"{name},{value}"`` (its default ``metrics="*"`` writes every entry), and the dict's own ``str``,
-    ``{'calib_ece': 0.24, 'calib_nll': 1.28}``, holds the delimiter: the row had three fields where every other row of
-    ``metrics.csv`` has two, and ``pandas.read_csv`` stopped at it. ``str`` gives ``calib_ece=0.24 calib_nll=1.28``
-    (full precision, no comma); equality, ``repr`` and every other use are those of the plain dict.
+    MONAI's ``MetricsSaver`` writes each entry of ``engine.state.metrics`` as ``f"{name},{value}"`` (its default
+    ``metrics="*"`` writes every entry), and the dict's own ``str``, ``{'calib_ece': 0.24, 'calib_nll': 1.28}``, holds
+    the delimiter: in earlier versions the row had three fields where every other row of ``metrics.csv`` has two,
+    and ``pandas.read_csv`` stopped at it. ``str`` gives ``calib_ece=0.24 calib_nll=1.28`` (full precision, no comma);
+    equality, ``repr`` and every other use are those of the plain dict.
     """
 
     def __str__(self) -> str:

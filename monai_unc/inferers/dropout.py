@@ -101,7 +101,7 @@ class MCDropoutSource(SampleSource):
 
         Rate-In layers that a ``RateInSource(keep_layers=True)`` keeps on a compiled network are removed first
         (:func:`~monai_unc.inferers.rate_in.release_kept_layers`): switched on, they sampled Rate-In in place of the
-        network's own dropout (found by review 62).
+        network's own dropout (in earlier versions).
         """
         from .rate_in import release_kept_layers  # rate_in builds on this module
 

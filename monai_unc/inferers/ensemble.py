@@ -200,7 +200,7 @@ class EnsembleSource(SampleSource):
         PyTorch's ``RuntimeError`` (``Input type (float) and bias type (double) should be the same``), naming neither
         the ensemble nor the member. Under ``torch.autocast`` on the input's or the windows' device, which casts
         every float32, float16 and bfloat16 tensor to its own dtype but leaves float64 ones as they are, only a
-        float64 parameter beside an input of another dtype (or the reverse) is refused (found by review 67: it failed
+        float64 parameter beside an input of another dtype (or the reverse) is refused (earlier versions failed
         with PyTorch's ``Input type (c10::BFloat16) and bias type (double) should be the same``); checkpoint members
         take the dtype of the network they are loaded into.
 
@@ -273,8 +273,8 @@ def _repeated_members(networks: Sequence[nn.Module | str | os.PathLike]) -> list
     weights (copies: one state dict loaded into two modules); two checkpoint files holding the same bytes. Members
     that share only some parameters (a shared encoder with one head each) are distinct members.
 
-    Found by hostile testing: ``[a, a]`` or one checkpoint path given twice made a two-member "ensemble" whose mutual
-    information is 0 everywhere, without a word; review 68: so did ``[net, nn.Sequential(net)]``, two modules sharing
+    In earlier versions ``[a, a]`` or one checkpoint path given twice made a two-member "ensemble" whose mutual
+    information is 0 everywhere, without a word; so did ``[net, nn.Sequential(net)]``, two modules sharing
     every parameter, and two copies of one state dict.
     """
     seen: dict[Any, int] = {}

@@ -1458,7 +1458,7 @@ class RateInSource(SampleSource):
         this source activates on another network, or until another source activates on this one. Dynamo does not
         guard on hooks, so attaching or removing them drops the compiled code
         (:func:`~monai_unc._utils.recompile_after_hooks`): removed after every call, they made every case of
-        ``nnunet-predict`` under ``nnUNet_compile=1`` compile the network again (found by review 61).
+        ``nnunet-predict`` under ``nnUNet_compile=1`` compile the network again (in earlier versions).
 
         Args:
             network: the network (a ``torch.compile`` wrapper too).
@@ -1612,7 +1612,7 @@ class RateInSource(SampleSource):
 
         The callers pass the network's Python module (a ``torch.compile`` wrapper's ``_orig_mod``): the search decides
         on the host, draw by draw, and traced it broke the graph at each decision, and a break inside a loop over
-        modules made dynamo run that module eagerly in the sampling passes too (found by review 68).
+        modules made dynamo run that module eagerly in the sampling passes too (in earlier versions).
         """
         layers = self._layers
         if not layers:

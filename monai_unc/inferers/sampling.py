@@ -342,7 +342,7 @@ class UncertaintyOutput(dict):
     def get(self, key: Any, default: Any = None) -> Any:
         """``dict.get``, reading a deprecated measure name as ``out[key]`` does (with its ``DeprecationWarning``).
 
-        Found by review36: ``dict.get`` bypasses ``__missing__``, so ``out.get("max_softmax")`` of code written for an
+        Plain ``dict.get`` bypasses ``__missing__``, so ``out.get("max_softmax")`` of code written for an
         earlier version was None without a word.
         """
         if key in self:
@@ -1690,8 +1690,8 @@ def _stitching_input(x: torch.Tensor) -> torch.Tensor:
 
     MONAI's ``SlidingWindowInferer`` stitches every output in the dtype of the input it is given. In half-precision
     buffers the stitched mean probabilities and entropies (about 1 nat) kept roundings of 1e-3 (float16) to 8e-3
-    (bfloat16) nats, and MI and WD, differences of such entropies, were noise larger than themselves (found by hostile
-    review 59: MC dropout under overlapping Gaussian windows, MI and WD of at most 2.2e-3 nats off by up to 7.4e-3 and
+    (bfloat16) nats, and MI and WD, differences of such entropies, were noise larger than themselves (in earlier
+    versions, MC dropout under overlapping Gaussian windows, MI and WD of at most 2.2e-3 nats off by up to 7.4e-3 and
     2.1e-2 nats in bfloat16, 1.5e-3 and 4.5e-3 in float16). The window callable gives each window back to the network
     in the input's dtype; only the maps are rounded to it.
     """

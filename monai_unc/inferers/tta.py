@@ -287,7 +287,7 @@ def _check_inverse_grid(index: int, t: torch.Tensor, moved: Any, out: Any, back:
     """``ValueError`` naming ``augmentations[index]`` when its inverse did not undo the forward's grid.
 
     Only where the network kept the grid of the augmented input (a network that changes the grid is named by the
-    inferer's own check). Found by hostile review 60: a ``rot90`` of a non-square plane "inverted" by the identity was
+    inferer's own check). In earlier versions a ``rot90`` of a non-square plane "inverted" by the identity was
     blamed on the network ("use a network whose output keeps its input's grid"), or failed in the statistics
     (``probs shape ... does not match the shape of earlier samples``).
     """

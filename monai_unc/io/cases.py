@@ -268,11 +268,11 @@ class CaseError(ValueError):
 def check_finite_image(case_id: str, image: np.ndarray, name: str) -> None:
     """Refuse an image holding NaN or infinite voxels, naming how many and where, before the network sees it.
 
-    Found by an end-to-end run (review 62): an image with a few NaN voxels (a failed resampling, a masked export)
-    failed as ``network output contains non-finite values (NaN or inf) for this input``, blaming the network (the
-    convolutions spread one NaN over its neighbourhood, and ``--intensity max`` over the whole image). Used by
-    ``monai-unc infer`` and, on the image as nnU-Net's reader reads it, by ``nnunet-predict`` (review 63: nnU-Net's
-    normaliser took them silently).
+    In earlier versions an image with a few NaN voxels (a failed resampling, a masked export) failed as ``network
+    output contains non-finite values (NaN or inf) for this input``, blaming the network (the convolutions spread one
+    NaN over its neighbourhood, and ``--intensity max`` over the whole image). Used by ``monai-unc infer`` and, on the
+    image as nnU-Net's reader reads it, by ``nnunet-predict`` (in earlier versions nnU-Net's normaliser took them
+    silently).
 
     Args:
         case_id: the case id, for the message.
@@ -450,7 +450,7 @@ def _list_one_family(folder: str | os.PathLike, suffix: str, volumes: Sequence[s
     nnU-Net writes one file ending per dataset, and a folder of NIfTI volumes may hold PNG / TIFF snapshots of its
     cases (``case01.png`` beside ``case01.nii.gz``, an ``overview.png``): nnU-Net's other image formats
     (:data:`NNUNET_IMAGE_EXTENSIONS`, ``.npz`` maps) are read only from a folder without volumes for the role
-    (found by the hostile review of review 62: such folders, evaluated by every earlier version, were refused as
+    (such folders, evaluated by the first versions, were refused by some later ones as
     "two files" of a case or a labelled case without a prediction).
     """
     found = list_files(folder, suffix, volumes, what=what)
@@ -841,7 +841,7 @@ def _nested_file_folders(folder: Path) -> list[str]:
     """The sub-folders of ``folder`` nearest to it that hold files, as ``a/b`` paths relative to it (sorted).
 
     Looks down to :data:`_NESTED_LEVELS` levels, level by level, and stops at the first level with such a folder: a
-    PACS export nests ``<case>/<series>/`` or ``<case>/<study>/<series>/`` (found by hostile review 68: a look one
+    PACS export nests ``<case>/<series>/`` or ``<case>/<study>/<series>/`` (in earlier versions a look one
     level down left the second layout out without a word).
     """
     def entries(path: Path) -> list[Path]:
@@ -1710,7 +1710,7 @@ def _swapped_folders_hint(labels: str | os.PathLike, pred_dir: Path, label_files
     Called when the predictions folder gave neither probabilities nor maps. The labels folder looks like the output
     of ``infer`` / ``nnunet-predict`` when most of its files are named ``<case><seg_suffix>`` /
     ``<case><probs_suffix>`` / ``<case>_<measure>``, or it holds nnU-Net's ``<case>.npz`` probabilities or the
-    layout's uncertainty sub-folder. Found by review 61: ``evaluate -l PRED -p LABELS`` said only that every
+    layout's uncertainty sub-folder. In earlier versions ``evaluate -l PRED -p LABELS`` said only that every
     case lacked files, or that the number of classes was unknown.
     """
     labels = Path(labels)
@@ -2043,7 +2043,7 @@ def _tiff_spacing_file(path: Path) -> Path:
 def _assumed_spacing(*paths: Path | None) -> str:
     """What a grid error adds for a 3D ``.tif`` read without its spacing file (spacing (1, 1, 1) assumed), or ``""``.
 
-    The warning of a case that then fails is not shown with its error (found by the hostile review of review 62: a
+    The warning of a case that then fails is not shown with its error (in earlier versions a
     label copied without its ``<name>.json`` was refused as "different affines ... 7.382 mm apart", nothing said of
     the spacing assumed).
     """
@@ -2100,7 +2100,7 @@ def image_unit(path: str | os.PathLike | None) -> str | None:
     Hounsfield units (``"HU"``), another series (MR) real-world values of no standard unit
     (``"real-world values"``), neither of them the stored pixel values. A series whose slices state a
     ``ModalityLUTSequence`` (a table, not applied by :func:`~monai_unc.io.dicom.read_series`, as SimpleITK and
-    MONAI's readers leave it) gives its stored pixel values: ``"stored values"``, of CT too (found by review 68: its
+    MONAI's readers leave it) gives its stored pixel values: ``"stored values"``, of CT too (in earlier versions its
     legend said HU). A volume file (NIfTI, ...) gives its values as stored (its own ``scl_slope`` / ``scl_inter``
     applied) in a unit no header states: None.
 
@@ -2137,7 +2137,7 @@ def image_unit(path: str | os.PathLike | None) -> str | None:
 def _series_unit(series: Any) -> str:
     """:func:`image_unit` of a DICOM series already read (``DicomSeries``): ``"HU"`` for CT, else real-world values.
 
-    Stored values where any slice states a ``ModalityLUTSequence``: the reader does not apply the table (review 68).
+    Stored values where any slice states a ``ModalityLUTSequence``: the reader does not apply the table.
     """
     if series.states_modality_lut:
         return "stored values"
@@ -2158,8 +2158,8 @@ def _read_image_volume(path: str | os.PathLike) -> tuple[tuple[np.ndarray, np.nd
     """:func:`read_volume` of a case's image and :func:`image_unit` of its values, a DICOM series' headers read once.
 
     Returns ``((data, affine), unit)``. :func:`load_case` reads the image through this and keeps the unit
-    (:attr:`LoadedCase.image_unit`), so that a page's viewer does not read the series' headers again (found by review
-    66: :func:`image_unit` after the image's read took 0.18 s per viewer for a 300-slice series).
+    (:attr:`LoadedCase.image_unit`), so that a page's viewer does not read the series' headers again (in earlier
+    versions :func:`image_unit` after the image's read took 0.18 s per viewer for a 300-slice series).
     """
     path = Path(path)
     check_volume_entry(path)  # a link to nothing, a folder x.nii.gz: read_volume's own refusal
@@ -3379,7 +3379,7 @@ def without_time_axis(read: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, 
     as ``(C, X, Y, Z, 1)``, the components as channels) keeps the components on the fifth axis and the time axis,
     length 1, on the fourth: no spatial axis, so the volume is on the 3-D grid of its affine, as the 4-D
     ``(X, Y, Z, C)`` file with the same voxels. A case's volumes (:func:`load_case`), ``infer``'s and ``triage``'s
-    images are read through it (found by hostile review 64: such a file was refused against a 3-D label as "spatial
+    images are read through it (earlier versions refused such a file against a 3-D label as "spatial
     shape (X, Y, Z, 1)", and by a 3-D network as a 4-D image). A longer time axis stays (refused as another grid).
 
     Args:
@@ -3911,8 +3911,8 @@ def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | 
 def _records_regions(folder: Path) -> dict[str, Any] | None:
     """:func:`read_prediction_regions` from the case records of ``folder``.
 
-    Kept while the folder and the records read are unchanged (review 62: a product's per-case check read every record
-    of such a folder for every case).
+    Kept while the folder and the records read are unchanged (in earlier versions a product's per-case check read
+    every record of such a folder for every case).
     """
     version = _entry_version(folder)
     if version is None or not stat.S_ISDIR(version[5]):
@@ -3946,7 +3946,7 @@ def _records_regions(folder: Path) -> dict[str, Any] | None:
 def _same_setting(old: Any, new: Any) -> bool:
     """``old == new``, also for a NaN (equal to itself) and arrays (element by element), as canonical text.
 
-    Found by hostile testing (review 60): with ``==`` alone a NaN setting was a change, and an array in a rank's
+    In earlier versions, with ``==`` alone, a NaN setting was a change, and an array in a rank's
     ``agree`` value raised "The truth value of an array ... is ambiguous" instead of naming the difference.
     """
     try:

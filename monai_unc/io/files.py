@@ -1499,7 +1499,7 @@ def plain_file_name(name: Any) -> bool:
     without a path separator of the platform (``/``, and a backslash on Windows) or NUL (which the operating system
     refuses), and equal to its own last path component (``Path(name).name == name``). A backslash is a plain
     character of a POSIX file name (``infer`` predicts a case ``a\b`` into ``a\b_seg.nii.gz``, an entry of its
-    folder), as for :meth:`monai_unc.engine.CaseCache.path` (found by the hostile review of review 62: such a case was
+    folder), as for :meth:`monai_unc.engine.CaseCache.path` (in earlier versions such a case was
     predicted again on every resume).
 
     Args:

@@ -100,7 +100,7 @@ def config_dir() -> Path:
     """The user's configuration folder of monai-unc (keys).
 
     ``$MONAI_UNC_CONFIG_DIR`` when set, else ``$XDG_CONFIG_HOME/monai-unc``, else ``~/.config/monai-unc``. A relative
-    ``XDG_CONFIG_HOME`` is ignored, as the XDG specification says: found by hostile review 60, the folder of the
+    ``XDG_CONFIG_HOME`` is ignored, as the XDG specification says: in earlier versions the folder of the
     signing key and of the keys trusted without being named then depended on the current folder (a certification run
     from an output folder wrote its key pair there).
 
@@ -227,8 +227,8 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
 def _check_own_half_pair(private: Path) -> None:
     """Refuse to complete a half pair whose private key another user owns (POSIX).
 
-    A half pair is what this user's killed write left, so its private key is the user's own file. Found by hostile
-    review 60: ``keys --create FOLDER`` (and the first certification) completed any lone ``signing_key.pem`` and
+    A half pair is what this user's killed write left, so its private key is the user's own file. In earlier
+    versions ``keys --create FOLDER`` (and the first certification) completed any lone ``signing_key.pem`` and
     said it kept it as the user's, so in a folder others can write one of them could plant a private key of their
     own, readable by a group the user is in, and forge every rule signed with it.
 
@@ -605,8 +605,8 @@ def _private_group(gid: int, uid: int) -> bool:
     """Whether group ``gid`` is user ``uid``'s private group: named after the user, no other member.
 
     The umask 002 convention of many distributions makes new folders group-writable by that group, which lets nobody
-    else write. A member is a user the group lists (``gr_mem``) or one whose primary group it is: found by hostile
-    review 60, another user given the group as primary group (``useradd -g alice bob``), whom ``gr_mem`` does not
+    else write. A member is a user the group lists (``gr_mem``) or one whose primary group it is: in earlier
+    versions another user given the group as primary group (``useradd -g alice bob``), whom ``gr_mem`` does not
     list, could write the trusted keys and read the private key while the group passed for private.
     """
     import grp
@@ -630,7 +630,7 @@ def acl_grants(path: str | os.PathLike, perms: int, group_perms: int | None = No
     """The users and groups other than the owner that a file's POSIX ACL grants ``perms`` (4 read, 2 write).
 
     The mode bits of a file with an access ACL show its mask in the group bits, which the owner's private group
-    passes (the umask 002 convention): found by review 61, ``setfacl -m u:bob:r signing_key.pem`` left the key
+    passes (the umask 002 convention): in earlier versions ``setfacl -m u:bob:r signing_key.pem`` left the key
     ``0640`` with the owner's private group, and bob could read it while the key was used to sign. Read from the
     ``system.posix_acl_access`` extended attribute (``os.getxattr``, Linux); a named user or group entry counts as
     its permissions under the ACL's mask, except the owner itself, the current user (whom the owner let in) and the

@@ -166,8 +166,8 @@ def spacing_exponent(spacing: Sequence[float]) -> int:
     Distances scale with the spacing, and by a power of two exactly: the transforms and the HD95 tree compute on the
     spacing divided by ``2**e`` (:func:`scale_spacing`) and the distances are multiplied back
     (:func:`times_power_of_two`). Spacings whose float64 squares underflow or overflow (about 1e-160 mm and below,
-    1e154 mm and above) gave distances of 0 or inf: BA-ECE scored every voxel in one band, BUC was NaN (found by
-    hostile review 60).
+    1e154 mm and above) gave distances of 0 or inf: BA-ECE scored every voxel in one band, BUC was NaN (in earlier
+    versions).
     """
     if _edt_safe(spacing):
         return 0

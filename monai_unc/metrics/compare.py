@@ -73,8 +73,8 @@ def _host(x: Any, name: str) -> Any:
 def _real(x: Any, name: str) -> np.ndarray:
     """``x`` (:func:`_host`) as a float64 array; ``TypeError`` naming ``name`` for complex values or text.
 
-    The cast dropped the imaginary part of a complex value with only numpy's ``ComplexWarning`` (found by hostile
-    review 60); ``None`` in a list still reads as NaN, as before.
+    The cast dropped the imaginary part of a complex value with only numpy's ``ComplexWarning`` (in earlier
+    versions); ``None`` in a list still reads as NaN, as before.
     """
     return real_array(np.asarray(_host(x, name)), name)
 
@@ -354,7 +354,7 @@ def _cohens_d(x: np.ndarray, y: np.ndarray) -> tuple[float, str]:
     """:func:`cohens_d` of two checked samples, and why it is undefined (``""`` when it is not); warns about nothing.
 
     The core that :func:`_one_metric` shares with :func:`cohens_d`, so that it says an undefined d in its own words
-    without silencing warnings (found by review 68: ``simplefilter("ignore")`` around :func:`cohens_d` silenced every
+    without silencing warnings (in earlier versions ``simplefilter("ignore")`` around :func:`cohens_d` silenced every
     warning of the computation, numpy's overflow of a variance included, process-wide).
     """
     if x.size < 2 or y.size < 2:
@@ -892,7 +892,7 @@ def _case_list(x: Any, name: str) -> list[Any]:
 def _spacing_array(spacing: Any) -> np.ndarray | None:
     """``spacing`` as a float array (per axis, or one row per case), or None for one number (passed on as it is).
 
-    Found by hostile review 60: the float cast parsed text rows (``[["1", "1"]] * 3`` was scored as 1 mm), dropped the
+    In earlier versions the float cast parsed text rows (``[["1", "1"]] * 3`` was scored as 1 mm), dropped the
     imaginary part of complex ones with a ``ComplexWarning``, and rows of different lengths failed with numpy's
     "inhomogeneous shape", naming no argument.
     """
@@ -912,8 +912,8 @@ def _squeeze_channel(x: Any, spacing: Any = None) -> Any:
     """Drop a leading singleton channel: ``(1, *spatial) -> (*spatial)`` for 2D/3D maps.
 
     Not when ``spacing`` (the case's) holds one value per axis of ``x``: ``x`` is then a 3-D case of one slice, whose
-    first axis is spatial (found by hostile review 59: such a case was read as 2-D and its three spacing values
-    refused).
+    first axis is spatial (earlier versions read such a case as 2-D and refused its three spacing
+    values).
     """
     if x.ndim in (3, 4) and x.shape[0] == 1 and not (np.ndim(spacing) == 1 and len(spacing) == x.ndim):
         return x[0]

@@ -542,7 +542,7 @@ _MAX_SWEEPS = 64
 
 #: at most this many rows, :func:`_sums_exceed` sums each row's exact terms with ``math.fsum`` instead of the
 #: vectorised sweeps, whose Python loop runs over the terms (a 64^3 window, one row of 2^19 terms, took 5 s there;
-#: ``fsum``, about 25 ns a term and row, is faster up to a few hundred rows whatever their length: review 68)
+#: ``fsum``, about 25 ns a term and row, is faster up to a few hundred rows whatever their length)
 _FSUM_ROWS = 256
 
 
@@ -622,7 +622,7 @@ def _patch_uncertain(u: np.ndarray, w: tuple[int, ...], threshold: float) -> np.
     The float64 mean is rounded: ten voxels of 0.1 average to 0.10000000000000002, so a constant patch at the
     threshold read as uncertain while its voxels are certain. Patches whose mean lies within rounding of the threshold
     are decided on the exact sum of the stored values (:func:`_sums_exceed`, vectorised: a Python loop of rational
-    sums over such patches took seconds for a 64^3 checkerboard at the threshold; found by review 68), as
+    sums over such patches took seconds for a 64^3 checkerboard at the threshold in earlier versions), as
     :func:`_counts` compares voxels.
     """
     means = _patch_means(u, w)

@@ -466,8 +466,8 @@ def risk_lower_bound(losses: object, target: float, alpha: float, resolution: in
     cases so far, for every ``n`` at once; the harmful-shift alarm ``L_n >= target`` is the same event as
     ``K_n(target) >= 1 / alpha``. Cost: the cases bet 0 (the risk estimate under the target) need no logarithm
     (their sums are the previous case's), and the others about ``N x 2 sqrt(resolution)`` logarithms once the bound
-    settles (a coarse pass, then the grid points around each case's bound; ``N x (resolution + 1)`` before review
-    64), in blocks of bounded memory; the values are those of the full grid, bit for bit.
+    settles (a coarse pass, then the grid points around each case's bound; ``N x (resolution + 1)`` in earlier
+    versions), in blocks of bounded memory; the values are those of the full grid, bit for bit.
 
     Args:
         losses: ``(N,)`` losses in ``[0, 1]`` (NaN skipped: the bound carries over).

@@ -128,7 +128,7 @@ def check_empty_score(empty_score: Any) -> float:
 def _real_tensor(x: Any, name: str) -> torch.Tensor:
     """``x`` as a tensor (:func:`to_tensor`) of real numbers; ``TypeError`` naming ``name`` for complex values.
 
-    The float64 cast of complex counts dropped their imaginary part without a word (found by hostile review 60).
+    The float64 cast of complex counts dropped their imaginary part without a word in earlier versions.
     """
     t = to_tensor(x, name)
     if t.is_complex():

@@ -501,7 +501,7 @@ def qu_brats_core(
     """:func:`qu_brats`, whose warning of an ungraded map (:func:`warn_if_ungraded`) the caller may leave out.
 
     For a caller that rescaled the map itself from its declared scale (``QUBraTSMetric(uncertainty_max=...)``), where
-    a map nowhere above the first positive threshold is a confident map, not a scale slip; found by review 68: it
+    a map nowhere above the first positive threshold is a confident map, not a scale slip; earlier versions
     filtered the warning by its text, a process-wide filter. The warning points at the caller of the public function
     that calls this one directly (:func:`qu_brats`, :func:`qu_brats_regions`).
 
@@ -676,7 +676,7 @@ def qu_brats_regions_core(
     """:func:`qu_brats_regions`, whose warning of an ungraded map (:func:`warn_if_ungraded`) the caller may leave out.
 
     For a caller that rescaled the maps itself from the measure's own maximum (the evaluation's QU-BraTS columns),
-    where a map nowhere above the first positive threshold is a confident map, not a scale slip; found by review 68:
+    where a map nowhere above the first positive threshold is a confident map, not a scale slip; in earlier versions
     the evaluation filtered the warning by its text inside ``warnings.catch_warnings()``, a process-wide filter. With
     ``warn=True`` the warning points at the caller of :func:`qu_brats_regions`.
 

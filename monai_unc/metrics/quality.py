@@ -44,7 +44,7 @@ a few voxels' worth of probability. This is the number ``monai-unc evaluate`` an
 (:func:`case_expected_dice`, one formula for the API and the command line). On a case small enough to enumerate
 every reference (``tests/metrics/test_quality_review68.py``: 8 voxels, 3 classes; 12 voxels, 2 regions) the product
 equals the exact expectation to rounding, while the soft Dice of a held class differs from it by about 0.01 (0.777
-against 0.769; 0.765 against 0.758): it approximates ``E[Dice]`` by ``E[2 |R & Y|] / E[|R| + |Y|]``. Before review 68
+against 0.769; 0.765 against 0.758): it approximates ``E[Dice]`` by ``E[2 |R & Y|] / E[|R| + |Y|]``. In earlier versions
 the API gave such a class 0, the soft Dice of an empty mask; that number is the estimate of referral rules certified
 before (``case_expected_dice``'s ``estimate``) and nothing else.
 
@@ -1114,8 +1114,8 @@ def conformal_quantile_core(estimates: ArrayLike, truths: ArrayLike, alpha: floa
                             few_warning: bool = True, stacklevel: int = 2) -> tuple[float, int]:
     """:func:`conformal_quantile`, whose warning of too few calibration cases the caller may leave out.
 
-    For the referral rule's recorded quantile and interval, whose statement says that the cases are too few (found by
-    review 68: they silenced every ``UserWarning`` inside ``warnings.catch_warnings()``, a process-wide filter).
+    For the referral rule's recorded quantile and interval, whose statement says that the cases are too few (in earlier
+    versions they silenced every ``UserWarning`` inside ``warnings.catch_warnings()``, a process-wide filter).
 
     Args:
         estimates: as :func:`conformal_quantile`.
@@ -1214,7 +1214,7 @@ def conformal_interval_core(
     """:func:`conformal_interval`, whose warnings of too few calibration cases or undefined estimates may be left out.
 
     For :meth:`monai_unc.evaluation.triage.ReferralRule.expected_dice_interval`, whose statement says that the
-    calibration cases are too few and whose run names the cases of an undefined estimate once (found by review 68: it
+    calibration cases are too few and whose run names the cases of an undefined estimate once (earlier versions
     silenced every ``UserWarning`` of :func:`conformal_interval` inside ``warnings.catch_warnings()``, a process-wide
     filter). The warning of an estimate beyond ``bounds`` is given as ever.
 

@@ -89,8 +89,7 @@ def _check_threshold(threshold: Any) -> float:
     """``threshold`` as a float: one real number, ``inf`` and ``-inf`` included.
 
     ``TypeError`` naming it for a bool (``True`` was read as the threshold 1 and accepted every score up to it), a
-    string (numpy's "ufunc 'less_equal' did not contain a loop" named no argument) or an array; ``ValueError`` for NaN
-    (found by hostile review 55).
+    string (numpy's "ufunc 'less_equal' did not contain a loop" named no argument) or an array; ``ValueError`` for NaN.
     """
     kind = "U" if isinstance(threshold, (str, bytes)) else np.asarray(threshold).dtype.kind
     if kind not in "iuf" or np.ndim(threshold) != 0:
@@ -412,7 +411,7 @@ def _min_certifiable(alpha: float, delta: float) -> int:
     Both the Clopper-Pearson bound ``1 - delta^(1/n)`` and the HB p-value ``(1 - alpha)^n`` need this many, so
     smaller acceptance sets are never candidates (a data-independent choice that costs no power). A subnormal
     ``alpha`` makes the ratio overflow to ``inf``: no calibration set certifies it (``math.ceil(inf)`` raised an
-    ``OverflowError``; found by hostile review 59), so the count is one that no calibration set reaches.
+    ``OverflowError`` in earlier versions), so the count is one that no calibration set reaches.
     """
     need = math.log(delta) / math.log1p(-alpha)
     if math.isinf(need):

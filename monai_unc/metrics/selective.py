@@ -201,8 +201,8 @@ def ranked_risk(uncertainty: Any, risk: Any, score_type: str = "uncertainty") ->
     The one core of :func:`aurc`, :func:`augrc`, :func:`eaurc` and :func:`risk_coverage_curve`, and of the metrics
     that compute them under another name and say their own warning for scores all tied
     (:func:`~monai_unc.metrics.casewise.failure_detection`, :func:`~monai_unc.metrics.discrimination.au_arc`): they
-    call the cores, so no warning of a callee is filtered by its text (found by review 68: a ``catch_warnings``
-    filter is process-wide).
+    call the cores, so no warning of a callee is filtered by its text (a ``catch_warnings``
+    filter, as earlier versions used, is process-wide).
 
     Args:
         uncertainty: ``(N,)`` one score per case (larger = less confident unless ``score_type="confidence"``).
@@ -270,7 +270,7 @@ _TIED = "the curve is one point at the mean risk, the value of no ranking"
 def _ranked_warned(uncertainty: Any, risk: Any, score_type: str, caller: str) -> tuple[np.ndarray, np.ndarray]:
     """:func:`ranked_risk`, warning as ``caller`` for scores all tied.
 
-    Found by review 61: a constant score gave its AURC without a word, as if it ranked the cases. The warning points
+    In earlier versions a constant score gave its AURC without a word, as if it ranked the cases. The warning points
     at the caller of the public (decorated) ``caller``: warn_tied, this function, ``caller``, its
     ``deprecated_arg_names`` wrapper, the user.
     """
@@ -545,7 +545,7 @@ def _metric_value(result: Any, tau: float) -> float:
     """The value a cohort metric (the callable ``values`` of :func:`referral_curve`) gave at referral rate ``tau``.
 
     One real number: a Python or numpy scalar, or a numpy array or torch tensor of one element (any device, bool,
-    integer or real). Found by review 67: ``float()`` parsed the text ``"0.5"``, and ``None`` or two values failed
+    integer or real). In earlier versions ``float()`` parsed the text ``"0.5"``, and ``None`` or two values failed
     naming no argument; ``TypeError`` naming ``values`` instead.
     """
     try:
@@ -567,7 +567,7 @@ def _referral_points(
 
     Warns only that the scores are all tied (at the caller of :func:`referral_curve` or of
     :func:`area_under_referral_curve`, which both call this directly; not with ``warn_ties=False``), not about the
-    rates that refer every case: each public function says that in its own words (found by review 68: the area
+    rates that refer every case: each public function says that in its own words (in earlier versions the area
     filtered the curve's warning by its text, a process-wide filter that the cohort metric it calls, and every other
     thread, ran under).
     """
@@ -669,7 +669,7 @@ def referral_curve_core(
     Neither the warning that the scores are all tied nor that of the rates that refer every case (their values are
     NaN, as :func:`referral_curve` gives them). For the same scores ranked again (another value per case, a rate
     marked on a drawn curve) and for an oracle ranking by the values themselves, whose ties are no tie of any
-    uncertainty score (found by review 68: such callers filtered :func:`referral_curve`'s warnings by their text, or
+    uncertainty score (in earlier versions such callers filtered :func:`referral_curve`'s warnings by their text, or
     every ``UserWarning``, inside ``warnings.catch_warnings()``, a process-wide filter). Errors are
     :func:`referral_curve`'s.
 

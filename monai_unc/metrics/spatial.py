@@ -184,7 +184,7 @@ def _warn_off_scale(u: Array, metric: str) -> None:
 
     An entropy in nats (the ``predictive_entropy`` of an inferer built without ``normalize=True``, which the ignite
     handlers read by default) reaches ``log C``: 1.386 for 4 classes, and BA-ECE came out above 1 without a word. A map
-    with negative values (a log-scale score, a centred map) was scored without a word too (found by hostile review 59:
+    with negative values (a log-scale score, a centred map) was scored without a word too (in earlier versions
     the doubled gap ``|u - e|`` of a map shifted by -0.5 read as a poorly calibrated one).
     """
     top, low = float(u.max()), float(u.min())
@@ -503,7 +503,7 @@ def _grid_steps(spacing: tuple, shape: tuple) -> tuple[float, ...]:
     """The spacings of the axes with more than one voxel: the steps a distance in the grid can take.
 
     An axis of one voxel (a 2D slice stored as a volume ``(1, H, W)`` or ``(H, W, 1)``, e.g. one thick NIfTI slice)
-    carries no distance: its spacing must not enter BUC's width floor nor the BA-ECE weights (found by review 67: a
+    carries no distance: its spacing must not enter BUC's width floor nor the BA-ECE weights (in earlier versions a
     5 mm slice thickness widened BUC's default region around a 0.5 mm grid to 5 mm). All the spacings when every axis
     has one voxel (a single voxel: no boundary, the metrics are NaN before they get here).
     """

@@ -142,7 +142,7 @@ def _spacing_from_meta(*tensors: Any) -> Any:
 
     Else from the first MetaTensor (MONAI's default identity: 1 mm), else 1 mm.
 
-    Found by hostile review 66: a label MetaTensor without geometry (a ``.npy`` label map through ``LoadImaged``, or
+    In earlier versions a label MetaTensor without geometry (a ``.npy`` label map through ``LoadImaged``, or
     ``EnsureTyped`` of an array) carries MONAI's default identity affine, which the same-grid checks read as no grid;
     its 1 mm was taken over the 2 x 1 x 3 mm that the uncertainty map and the prediction state (SPACE 0.408 instead of
     0.428 in the test).

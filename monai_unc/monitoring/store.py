@@ -302,14 +302,14 @@ def _digest_up_to_zero_signs(
     written as ``-0.0``; None when that cannot be told.
 
     Before monai-unc stored a negative zero as ``0.0`` (``_unsigned_zero``), a score or Dice of ``-0.0`` was hashed
-    into its entry as ``-0.0``; SQLite reads it back as ``0.0``, so such an untouched store failed ``verify`` (found
-    by review 61). The signs of the zeros (never their values, nor any other value) are therefore tried: the rows as
+    into its entry as ``-0.0``; SQLite reads it back as ``0.0``, so such an untouched store failed ``verify``. The
+    signs of the zeros (never their values, nor any other value) are therefore tried: the rows as
     read, then the zeros of each set of number columns negated together (one computation gives the same sign to a
     column's zeros), then every set of them when there are at most :data:`_ZERO_SIGN_SUBSETS` zeros or the ``2 **
     zeros`` digests serialize at most :data:`_ZERO_SIGN_WORK` rows. ``-0.0 == 0.0``, so a match is the same numbers as
     written: an edited value matches no variant. Beyond that budget a mismatch is either an edit or zeros of mixed
     signs in one column (two computations, or a Dice typed ``-0`` on some rows of an audit table), which the store
-    cannot tell apart (found by review 64: such an untouched store was reported as edited): None.
+    cannot tell apart (earlier versions reported such an untouched store as edited): None.
 
     Args:
         rows: the entry's rows as read back, each a mapping of at least ``columns``.
@@ -613,7 +613,7 @@ def _real_number(v: Any) -> bool:
 def _unsigned_zero(v: float) -> float:
     """``v`` with a negative zero made ``0.0``: SQLite reads ``-0.0`` back as ``0.0`` (PostgreSQL keeps it).
 
-    Found by hostile review 60: a score of ``-0.0`` or a Dice written ``-0`` was hashed into its audit entry as
+    In earlier versions a score of ``-0.0`` or a Dice written ``-0`` was hashed into its audit entry as
     ``-0.0`` and read back from SQLite as ``0.0``, so ``verify`` reported the untouched rows as edited.
 
     Example:
@@ -885,7 +885,7 @@ def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     its last writer closed), and cannot on a full disk (found by hostile testing: ``monitor verify`` failed with
     ``disk I/O error``), nor on a read-only file system (a snapshot, a share mounted read-only: ``unable to open
     database file``, found by hostile testing), nor in a folder the reader may not write (a store another user
-    records into, root-owned ``0555``: ``attempt to write a readonly database``, found by review 63 running the
+    records into, root-owned ``0555``: ``attempt to write a readonly database``, seen running the
     commands as a non-root user; ``SQLITE_READONLY_DIRECTORY``, or on Python 3.10, whose errors carry no extended
     code, ``SQLITE_READONLY`` in a folder this user may not write). There, when no connection has the store open
     (no ``<db>-shm``) and the log holds nothing (``<db>-wal`` missing or empty: every commit is in the database

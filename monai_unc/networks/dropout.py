@@ -142,7 +142,7 @@ def _is_scripted(module: nn.Module, classes: tuple[type, ...]) -> bool:
     """Whether ``module`` is a ``torch.jit.script`` ed layer of one of ``classes`` (its ``original_name``).
 
     A scripted layer runs the torch.nn class's code (its attention dropout, its fast path) but is no instance of it
-    (found by hostile review 65: a scripted TransformerEncoderLayer took its dropout-free fast path, samples alike).
+    (in earlier versions a scripted TransformerEncoderLayer took its dropout-free fast path, samples alike).
     """
     return isinstance(module, torch.jit.RecursiveScriptModule) and (
         getattr(module, "original_name", None) in {c.__name__ for c in classes})
@@ -418,7 +418,7 @@ def align_fused_attention(model: nn.Module) -> Iterator[list[nn.Module]]:
 
 
 #: the recurrent layers already warned of (:func:`_unsampled_recurrent_dropout`): once per layer, not once per sampled
-#: call (every case and window of a cohort repeated it; found by hostile review 65)
+#: call (every case and window of a cohort repeated it in earlier versions)
 _WARNED_RECURRENT: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 
@@ -744,7 +744,7 @@ _FEATURES_LAST = (nn.Linear, nn.Bilinear, nn.Embedding, nn.MultiheadAttention, n
 _TOKEN_MODULE_NAMES = frozenset({"ViT", "PatchEmbeddingBlock"})
 #: MONAI modules made of ``Linear`` layers (no convolution) that return a channel-first map ``(B, C, *spatial)``: a
 #: Swin stage (``BasicLayer``: its blocks work channels last, the stage rearranges back), the Swin encoder and the
-#: spatial attention block (found by review 66: read as tokens, they got element-wise dropout where it was channel-wise)
+#: spatial attention block (read as tokens by earlier versions, they got element-wise dropout where it was channel-wise)
 _CHANNEL_FIRST_NAMES = frozenset({"BasicLayer", "SwinTransformer", "SpatialAttentionBlock"})
 
 

@@ -303,7 +303,7 @@ def watch_input(run: Callable[[torch.Tensor], Any], x: torch.Tensor) -> tuple[An
 class InputGuard:
     """An input as given, put back into it after a call that wrote into it (:meth:`restore`).
 
-    The inferers guard each window's input with it: found by review 64, a network that writes into its input
+    The inferers guard each window's input with it: in earlier versions a network that writes into its input
     (``x.mul_(2)``, an in-place normalisation) gave each later sample the input as the earlier samples had left it (MC
     dropout without shared passes, the identity variant of TTA, the Rate-In search pass, overlapping sliding windows,
     which are views of the input), so the maps depended on the order of the samples, and the caller's tensor came
@@ -350,8 +350,8 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` (same shape and dtype) hold the same values bit for bit: a NaN equals itself.
 
     ``torch.equal`` is False for tensors holding NaN: :class:`InputGuard` took an unwritten inference tensor holding
-    a NaN for a written one and wrote it back, which torch refuses outside ``torch.inference_mode`` (found by the
-    review of review 64).
+    a NaN for a written one and wrote it back, which torch refuses outside ``torch.inference_mode`` (in earlier
+    versions).
     """
     bits = _BITS.get(a.dtype)
     if bits is None or a.dtype != b.dtype:

@@ -190,12 +190,12 @@ class SSNDistribution(LowRankMultivariateNormal):
         ``L`` factorises the capacitance ``K = I + W^T D^-1 W`` (``R x R`` per image); ``no_density`` ``(B,)`` marks
         the images without a density.
 
-        Found by review 66: the stock float32 Woodbury evaluation ``diff^T D^-1 diff - |L^-1 W^T D^-1 diff|^2``
-        subtracts two terms of size ``|W|^2 / D`` that nearly cancel; at the head's own floor ``D = 1e-5`` with
-        factor entries near 10 (rank 10, a 2 x 8 x 8 map) ``log_prob`` of a draw was 1538 against 435, and a
-        positive ``D`` below float32's smallest normal number gave NaN / inf without a word. Here ``K`` and ``L``
-        are float64; a zero variance, or a ``K`` float64 cannot factorise, makes the image's ``L`` NaN with a
-        warning (its covariance is singular: no density).
+        The stock float32 Woodbury evaluation ``diff^T D^-1 diff - |L^-1 W^T D^-1 diff|^2``
+        subtracts two terms of size ``|W|^2 / D`` that nearly cancel; in earlier versions, at the head's own floor
+        ``D = 1e-5`` with factor entries near 10 (rank 10, a 2 x 8 x 8 map) ``log_prob`` of a draw was 1538 against 435,
+        and a positive ``D`` below float32's smallest normal number gave NaN / inf without a word. Here ``K`` and ``L``
+        are float64; a zero variance, or a ``K`` float64 cannot factorise, makes the image's ``L`` NaN with a warning
+        (its covariance is singular: no density).
         """
         w = self._unbroadcasted_cov_factor.double()
         d = self._unbroadcasted_cov_diag.double()

@@ -697,7 +697,7 @@ def sidecar_record_clashes(case_ids: Iterable[str], measures: Iterable[str],
 
     ``Tiff3DIO`` writes each map ``uncertainty/<case>_<measure>.tif`` with its spacing in
     ``uncertainty/<case>_<measure>.json``, the very name of the record of a case called ``<case>_<measure>``
-    (``uncertainty/<case>.json``): predicting both in one folder overwrites one with the other (found by review 63).
+    (``uncertainty/<case>.json``): predicting both in one folder overwrites one with the other.
 
     Args:
         case_ids: the cases of one output folder (this run's and those recorded there).
@@ -934,7 +934,7 @@ def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | N
     or holds none (an earlier version). A ``seed`` recorded for sources that draw nothing (folds, mirroring: an
     earlier version recorded ``--seed`` there too) reads as None, as this version records it: the maps do not depend
     on it, so such a folder resumes instead of predicting every case again. A record without ``save_probabilities``
-    (recorded since review 63) reads as whether the case's ``<case>.npz`` exists, as it was made.
+    (a record of an earlier version) reads as whether the case's ``<case>.npz`` exists, as it was made.
 
     Args:
         output_file_truncated: the case's output path without ending (``<folder>/<case>``).

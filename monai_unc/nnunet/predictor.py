@@ -260,7 +260,7 @@ class _RandomState:
     that the sample is one network seen through every mirror (the draws have the same shapes in every mirror). The
     devices are the input's and those of the networks' weights (:func:`~monai_unc._utils.network_devices`): a network
     spread over two GPUs draws on both, and a state kept for the input's GPU only gave the mirrors of one sample
-    other masks on the second (found by review 66).
+    other masks on the second in earlier versions.
     """
 
     def __init__(self, *devices: torch.device) -> None:
@@ -1879,10 +1879,10 @@ _REVERSED_AXES_READERS = ("SimpleITKIO", "NibabelIO")
 def check_finite_inputs(list_of_lists: Sequence[Sequence[str]], dataset_json: dict, reader_writer: Any) -> None:
     """Refuse a case whose image holds NaN or infinite voxels, as nnU-Net's reader reads it, before any is predicted.
 
-    nnU-Net takes them silently (found by review 63): ``SimpleITKIO``, the reader of ``.nii.gz`` datasets, reads a
+    nnU-Net takes them silently: ``SimpleITKIO``, the reader of ``.nii.gz`` datasets, reads a
     NIfTI file's NaN and infinite voxels as 0 (an intensity the image does not hold there), and other files' reach the
-    normaliser, whose mean and standard deviation become NaN; the case was predicted and written without a word.
-    ``monai-unc infer`` refuses such an image (:func:`monai_unc.io.check_finite_image`, review 62). Each channel file
+    normaliser, whose mean and standard deviation become NaN; earlier versions predicted and wrote the case without a
+    word. ``monai-unc infer`` refuses such an image (:func:`monai_unc.io.check_finite_image`). Each channel file
     of each case is read before any case is predicted, as nnU-Net's route stops at a bad case (its other per-case
     checks too), so the cases are read once more than nnU-Net reads them: with the model's reader, except a NIfTI
     file under ``SimpleITKIO``, whose stored voxels are read with nibabel. The file is named, the channel counted

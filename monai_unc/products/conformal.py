@@ -491,7 +491,7 @@ class ConformalMasks(CohortProduct):
         As ``monai-unc conformal`` does for a folder, the case's predictions are first compared with the rule's
         fingerprint and regions (:func:`~monai_unc.io.provenance.check_prediction_fingerprint`): masks of predictions
         made otherwise than the rule's calibration predictions (another model, samples, measures) are refused, since
-        the rule's guarantee does not hold for them (found by review 61: this per-case path checked nothing, where
+        the rule's guarantee does not hold for them (in earlier versions this per-case path checked nothing, where
         :meth:`RiskControl.apply <monai_unc.products.RiskControl.apply>` checks the fingerprint per case). The
         predictions are those of ``predictions`` (the folder the case's files lie in; default, for a
         :class:`~monai_unc.io.CaseFiles`, the folder of its segmentation) or, for a case loaded elsewhere, those whose
@@ -935,7 +935,7 @@ def _record(folder: Path) -> dict[str, Any]:
 def _target_text(target: Any) -> str:
     """A side's target in the report's table: 4 decimals where they write it exactly, else never below it.
 
-    Found by hostile review 60: 4 decimals wrote a target of 0.05004 as ``0.0500``, a stronger guarantee than the
+    In earlier versions 4 decimals wrote a target of 0.05004 as ``0.0500``, a stronger guarantee than the
     rule's (:func:`~monai_unc.product.format_target`).
     """
     text = format_cell(target, 4)

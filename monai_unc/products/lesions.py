@@ -565,7 +565,7 @@ def _voxel(c: Any) -> int:
 def _fmt(v: Any, digits: int = 4) -> str:
     """``v`` with ``digits`` decimals (:func:`~monai_unc.product.format_cell`), ``n/a`` when missing.
 
-    A non-zero value whose decimals read zero keeps significant digits (found by hostile review 60: a mean
+    A non-zero value whose decimals read zero keeps significant digits (in earlier versions a mean
     lesion-wise Dice of 4e-05 was printed ``0.0000``, as if no lesion overlapped).
     """
     return format_cell(v, digits, missing="n/a")

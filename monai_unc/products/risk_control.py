@@ -237,7 +237,7 @@ class RiskControl(CohortProduct):
         As triage does, the predictions the case belongs to (the folder of its segmentation) are first compared with
         the rule's fingerprint and regions (:func:`~monai_unc.io.provenance.check_prediction_fingerprint`): a case of
         predictions made otherwise than the rule's calibration predictions is refused, since the rule's guarantee
-        does not hold for it (found by hostile review 60: this decision skipped the check that triage makes). A case
+        does not hold for it (in earlier versions this decision skipped the check that triage makes). A case
         without an image under a rule that holds its calibration images' statistics is decided without the image
         check, with a ``UserWarning`` (triage's note), and a case resampled or cropped otherwise than the rule's
         calibration cases with triage's ``UserWarning`` naming it

@@ -306,7 +306,7 @@ def scroll_box(content: Any, label: str, class_: str = "scroll") -> Markup:
 
     The box is focusable and named (``tabindex="0"``, ``role="region"``, ``aria-label``): a box of text without a
     link or a control cannot be reached from the keyboard otherwise, so a keyboard reader could not scroll a long
-    triage table past its first twenty rows (found by hostile review 60; axe's scrollable-region-focusable).
+    triage table past its first twenty rows (axe's scrollable-region-focusable rule).
 
     Args:
         content: the table.
@@ -386,8 +386,8 @@ def warning_list(warns: Sequence[str], limit: int = 50, more: str = "", case_ids
     return el("section", el("h2", "Warnings"), el("ul", *items, class_="warn"), id="warnings")
 
 
-#: what each key number of the evaluation page measures and which way is better: the note under its card (review 61:
-#: a newcomer could not tell whether an ECE of 0.05 or an AURC of 0.1 was good)
+#: what each key number of the evaluation page measures and which way is better: the note under its card (without
+#: it a newcomer could not tell whether an ECE of 0.05 or an AURC of 0.1 was good)
 _CARD_NOTES: dict[str, str] = {
     "dice": "overlap with the reference labels, 0 to 1; higher is better",
     "dice_kept": "Dice of the cases left after the most uncertain are referred; higher is better",
@@ -1079,7 +1079,7 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
 
     The evaluation is read once; an ``evaluate`` of another process that rewrites it meanwhile (its folder is held by
     that run, not by the report) is found when the page is written: the page and its record are removed again and
-    the report refused in one line (found by the hostile review of two runs at once, review 64: the record named
+    the report refused in one line (in earlier versions, with two runs at once, the record named
     the digest of the new ``summary.json``, read at the end, so the page of the earlier evaluation was kept for good).
     """
     digest = _summary_digest(evaluation)  # before reading: the record names the summary the page shows

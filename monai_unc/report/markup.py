@@ -106,7 +106,7 @@ def escape(value: Any) -> Markup:
     line argument or a file name, e.g. a Latin-1 ``é``) becomes U+FFFD, the replacement character a browser shows
     for such bytes: a page is UTF-8, which cannot hold it. An explicit bidi embedding, override or isolate character
     (U+202A .. U+202E, U+2066 .. U+2069) is written visibly, ``[U+202E]``: invisible, it reordered the text after it
-    (found by hostile review 60: a case id ending in U+202E showed the ids listed after it reversed, ``21`` for
+    (in earlier versions a case id ending in U+202E showed the ids listed after it reversed, ``21`` for
     ``12``, and the caption after it backwards).
 
     Args:
@@ -168,7 +168,7 @@ def isolate(value: Any) -> Markup:
     """``value`` as text in a ``<bdi>`` element: a case id (a name from the data) shown inline, its direction isolated.
 
     A right-to-left id (a Hebrew or Arabic file name) beside numbers and left-to-right text was reordered with them by
-    the browser's bidi algorithm (found by review 61: ``מטופל_12: triage rank 1 of 5`` read with the number and the
+    the browser's bidi algorithm (in earlier versions ``מטופל_12: triage rank 1 of 5`` read with the number and the
     text moved around the id); inside ``<bdi>`` it is laid out on its own and the text around it keeps its order.
 
     Args:

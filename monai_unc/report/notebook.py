@@ -24,7 +24,7 @@ from .viewer import MAX_LABEL_TEXELS, check_convention
 __all__ = ["view"]
 
 #: the largest label value given a table entry per value (above, the labels are shown by rank, as the pages do): the
-#: table, background included, is one row of MAX_LABEL_TEXELS texels at most (found by review 62: 65536 texels for a
+#: table, background included, is one row of MAX_LABEL_TEXELS texels at most (in earlier versions 65536 texels for a
 #: label 65535, wider than many GPUs' MAX_TEXTURE_SIZE, and the labels were not drawn)
 _DENSE_MAX = MAX_LABEL_TEXELS - 1
 
@@ -145,7 +145,7 @@ def _label_lut(path: Path) -> tuple[dict[str, Any], bytes | None] | None:
     (data None). Above, such a table would not fit in the one texture row NiiVue uploads it as
     (:data:`~monai_unc.report.viewer.MAX_LABEL_TEXELS`), so the prediction is shown as the pages' viewer shows it
     (:mod:`monai_unc.report.viewer`): the ``i``-th label value present as ``i`` (a gzipped NIfTI in memory, the file's
-    header and affine), the table's entry ``i`` in that value's colour and named by it (found by review 61: such a
+    header and affine), the table's entry ``i`` in that value's colour and named by it (in earlier versions such a
     prediction kept the continuous ``winter`` ramp, label 70000 not in its colour of the pages). None for a file that
     does not hold non-negative integer labels, or more different ones than the table has entries besides the
     background's: it keeps the ramp.

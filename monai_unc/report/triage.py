@@ -330,7 +330,7 @@ def _expected_dice_text(c: Mapping[str, Any], failure_dice: float | None = None)
     The interval's ends are rounded outward (:func:`~monai_unc.product.format_interval`): rounded to the nearest they
     could move inward and the printed interval miss a Dice the interval covers. With ``failure_dice`` (the rule's
     :attr:`~monai_unc.evaluation.triage.ReferralRule.judged_dice`) the estimate never reads equal to it or on its
-    other side (found by hostile review 59: 0.795 read ``0.80`` under "dice < 0.8").
+    other side (earlier versions read 0.795 as ``0.80`` under "dice < 0.8").
     """
     return format_estimate(c.get("expected_dice"), c.get("expected_dice_low"), c.get("expected_dice_high"),
                            threshold=failure_dice)

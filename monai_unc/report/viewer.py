@@ -61,13 +61,13 @@ CONVENTIONS = {
 #: the table as one row of a 2-D texture, as many texels wide as it has entries (``niivue.umd.js``: a texture of
 #: ``max - min + 1`` by 1, filled by ``texSubImage2D``; it does not wrap into rows); WebGL refuses a texture wider
 #: than the GPU's ``MAX_TEXTURE_SIZE`` (2048 at least in WebGL 2; 8192 or 16384 on most devices) and the labels are
-#: then not drawn. Found by review 62: ``notebook.view`` built a table of 65536 texels for a label 65535.
+#: then not drawn. In earlier versions ``notebook.view`` built a table of 65536 texels for a label 65535.
 MAX_LABEL_TEXELS = 8192
 ASSETS = Path(__file__).parent / "assets"
 #: the folder, beside the page, that gets the viewer's scripts
 ASSET_DIR = "assets"
 _SCRIPTS = ("niivue.umd.js", "viewer.js")
-#: copied beside the scripts: NiiVue's BSD-2-Clause terms go with every copy of its bundle (found by review 63: a shared
+#: copied beside the scripts: NiiVue's BSD-2-Clause terms go with every copy of its bundle (in earlier versions a shared
 #: report redistributed ``niivue.umd.js`` without them)
 _NOTICES = ("NIIVUE_LICENSE.txt",)
 COLORMAPS = ("hot", "warm", "plasma", "viridis", "inferno")
@@ -506,7 +506,7 @@ def _data_convention(data: dict[str, Any]) -> str:
 def _fmt(x: float) -> str:
     """A number of the viewer's legends, as ``viewer.js`` writes the slider's (``fmt``).
 
-    Whole from 1000 on (a CT window reads ``-1024``, not ``-1.02e+03``: found by hostile review 60), else three
+    Whole from 1000 on (a CT window reads ``-1024``, not ``-1.02e+03`` as in earlier versions), else three
     significant digits without an exponent down to 1e-6 and without trailing zeros (``0.5``, ``0.602``, ``0.000015``).
 
     Example:

@@ -165,7 +165,7 @@ def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLik
     A rule file of ``evaluate`` (``referral_rule.json``, or the rule file of a product) records the fingerprint of the
     predictions it was certified / calibrated on, whose ``producer`` tells their layout
     (:func:`~monai_unc.io.provenance.fingerprint_layout`): a rule certified with ``evaluate --layout nnunet`` is
-    applied to nnU-Net predictions without ``--layout nnunet`` (found by review 64: ``triage`` read them as
+    applied to nnU-Net predictions without ``--layout nnunet`` (in earlier versions ``triage`` read them as
     ``monai-unc infer`` outputs and stopped on "no segmentation found"). Without ``given``, a folder that holds no
     run record of either layout and whose file names are those of the other layout only is read in that one. An
     explicit ``layout`` that contradicts the
@@ -275,7 +275,7 @@ def triage_trust_from_arguments(args: argparse.Namespace) -> Trust | None:
     must be signed by a trusted key: those of ``MONAI_UNC_TRUSTED_KEYS`` and the configuration folder
     (:func:`~monai_unc.io.signing.trusted_public_keys`) and the keys named by ``--trusted-keys`` (once or more), as for
     the commands that apply a rule (:func:`trust_from_arguments`); there is no ``--allow-unsigned`` (leave the options
-    out). ``--require-signature`` alone demands a signature by the configured keys (found by review 63: a team that
+    out). ``--require-signature`` alone demands a signature by the configured keys (in earlier versions a team that
     trusts keys only through ``MONAI_UNC_TRUSTED_KEYS`` or the configuration folder could not demand one).
 
     Args:

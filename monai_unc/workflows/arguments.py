@@ -163,7 +163,7 @@ def _code_target(text: str) -> str:
 def _network_spec(text: str) -> str:
     """An argparse type for ``--network``: inline JSON or a file, never empty.
 
-    Found by hostile review 59: ``--network ''`` (an unset ``"$SPEC"``) was read as the current folder ("network spec
+    In earlier versions ``--network ''`` (an unset ``"$SPEC"``) was read as the current folder ("network spec
     . is a folder, not a file"), where every other option's empty path is refused while parsing.
     """
     if not text.strip():
@@ -618,7 +618,7 @@ def _add_triage_trust_option(p: argparse.ArgumentParser, prefix: str = "") -> No
     """``--trusted-keys`` and ``--require-signature`` of the commands that read ``triage.json``.
 
     Either one given, a signature by a trusted key is required: ``--require-signature`` alone trusts the keys of
-    ``MONAI_UNC_TRUSTED_KEYS`` and of the configuration folder (found by review 63: a team that trusts its keys only
+    ``MONAI_UNC_TRUSTED_KEYS`` and of the configuration folder (in earlier versions a team that trusts its keys only
     there could not demand a signature).
     """
     p.add_argument("--trusted-keys", action="append", default=[], metavar="PATH",

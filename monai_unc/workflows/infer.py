@@ -214,8 +214,8 @@ class InferSettings:
             with another value (the draws are made per batch of windows), so a resume compares it; recorded only
             then and when it is not 1, so that the records of runs made before this field keep matching.
         dropout_masks: ``"element-wise on token sites"`` where the dropout the run inserts (``--dropout``, or the
-            layers of a ``ratein`` source) drops single elements at a site (the tokens of a transformer, since review
-            66; earlier versions erased whole tokens there), else None and not recorded, so that the records of
+            layers of a ``ratein`` source) drops single elements at a site (the tokens of a
+            transformer; earlier versions erased whole tokens there), else None and not recorded, so that the records of
             convolutional networks (channel-wise, unchanged) keep matching
             (:func:`~monai_unc.workflows.infer_plan.inserted_dropout_masks`). A record of an earlier version lacks it:
             its cases are predicted again on resume.
@@ -1192,7 +1192,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         settings: the run's settings.
         overwrite: replace the settings of an earlier run.
         overwrite_option: whether the command has ``--overwrite``, which the refusals and warnings then suggest (else
-            another ``--output``; ``monai-unc demo`` has none: found by hostile review 59, its refusal said "pass
+            another ``--output``; ``monai-unc demo`` has none: in earlier versions its refusal said "pass
             --overwrite").
 
     Raises:
@@ -1292,8 +1292,8 @@ def _made_with(record: Path, settings: dict[str, Any]) -> bool:
 #: the temperature field holds it in ``model`` only (compared there); one older than the weight digests has none (its
 #: checkpoints are compared by path); one older than shared passes (0.1.0: every MC dropout or Rate-In sample was a
 #: whole pass) has neither ``share_passes`` nor ``sample_batch_size``, which a run of such a method always records
-#: now (found by the upgrade review: the resume of a 0.1.0 MC dropout folder was refused for "different settings
-#: (sample_batch_size, share_passes)" that no option could make the same); one older than review 67 has no
+#: now (in earlier versions the resume of a 0.1.0 MC dropout folder was refused for "different settings
+#: (sample_batch_size, share_passes)" that no option could make the same); one of an earlier version has no
 #: ``dropout_masks`` (its inserted dropout on tokens was channel-wise). The cases made otherwise are predicted
 #: again (their fingerprints differ), so the folder never mixes them.
 _RECORDED_LATER = ("temperature", "weights", "share_passes", "sample_batch_size", "dropout_masks")

@@ -219,14 +219,14 @@ def _check_distinct_members(checkpoints: Sequence[str], digests: Sequence[Mappin
                              "disagreement (its mutual information with itself is 0); give each member once")
 
 
-#: ``infer.json``'s ``dropout_masks`` where inserted dropout drops single elements at a site (review 67)
+#: ``infer.json``'s ``dropout_masks`` where inserted dropout drops single elements at a site
 ELEMENTWISE_DROPOUT_MASKS = "element-wise on token sites"
 
 
 def inserted_dropout_masks(net: torch.nn.Module, inferer: Any) -> str | None:
     """The ``dropout_masks`` marker of a run: whether the dropout inserted into ``net`` drops elements anywhere.
 
-    Since review 66 dropout inserted without ``channelwise`` (``--dropout``: :func:`~monai_unc.inferers.add_dropout`;
+    Dropout inserted without ``channelwise`` (``--dropout``: :func:`~monai_unc.inferers.add_dropout`;
     the layers a ``ratein`` source inserts into a network without dropout) takes its kind per site
     (:func:`~monai_unc.inferers.default_channelwise`): element-wise on the tokens of a transformer (``ViT`` / ``UNETR``
     / Swin blocks), where earlier versions drew channel-wise masks that erased whole tokens. The cases of such an

@@ -106,7 +106,7 @@ def check_store(db: str | os.PathLike | None, output: str | os.PathLike | None =
 def check_store_outside_inputs(db: str | os.PathLike | None, *inputs: str | os.PathLike | None) -> None:
     """Refuse a SQLite store that is one of a command's input files or lies inside one of its input folders.
 
-    Inputs are never written to: found by hostile review 59, ``triage -p PRED --monitor PRED/monitor.db`` created the
+    Inputs are never written to: in earlier versions ``triage -p PRED --monitor PRED/monitor.db`` created the
     store (and its journal) in the predictions folder, as a store in ``--images`` or ``--uncertainty`` did. A
     PostgreSQL store is not a path: nothing to check.
 
@@ -196,7 +196,7 @@ def _check_monitor_output(url: str, output: str | os.PathLike, option: str, comm
 
     Refused: the SQLite store itself, a folder, or an existing file that is not an earlier output of the same command.
 
-    Found by review 61: ``monitor report -o referral_rule.json`` or ``monitor status --json audit.csv`` replaced the
+    In earlier versions ``monitor report -o referral_rule.json`` or ``monitor status --json audit.csv`` replaced the
     rule or the audit table with the page or the figures and exited 0. As a cohort command refuses an output folder
     holding another command's outputs (:func:`~monai_unc.io.check_output_kind`), each of these replaces only its own
     earlier output (or an empty file).

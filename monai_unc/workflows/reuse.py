@@ -94,7 +94,7 @@ def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
 def _takes_trust(reader: Any) -> bool:
     """Whether a product's ``artifact_fingerprint`` takes the ``trust`` argument: a parameter of that name, or ``**``.
 
-    Found by hostile review 60: any second parameter counted, and a reader ``(path, strict=False)`` was given the
+    In earlier versions any second parameter counted, and a reader ``(path, strict=False)`` was given the
     trusted keys for ``strict`` (no signature checked, nothing said); ``trust`` is now passed by name.
     """
     try:

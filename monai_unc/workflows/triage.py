@@ -262,7 +262,7 @@ def _expected_dice_cell(c: Mapping[str, Any], rule: ReferralRule | None = None) 
 
     The interval's ends are rounded outward (:func:`~monai_unc.product.format_interval`), so the printed interval
     contains the computed one; with a ``rule`` the estimate never reads equal to its ``judged_dice`` (the failure Dice
-    of a failure risk) or on its other side (found by hostile review 59: 0.795 read ``0.80`` under "dice < 0.8").
+    of a failure risk) or on its other side (earlier versions read 0.795 as ``0.80`` under "dice < 0.8").
     """
     v = c.get("expected_dice")
     if v is None:

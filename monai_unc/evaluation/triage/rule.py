@@ -43,7 +43,7 @@ RULE_FILE = "referral_rule.json"
 #: ``format`` entry of a rule file, and its version (a reader refuses other formats and newer versions)
 RULE_FORMAT = "monai-unc referral rule"
 #: the newest ``format_version`` this version reads and writes: 6 for a rule certified with LTT's exact binomial p-value
-#: (``calibration.p_value`` ``"binomial"``, review 66: a reader of version 5 would recompute its certificate with the
+#: (``calibration.p_value`` ``"binomial"``: a reader of version 5 would recompute its certificate with the
 #: Hoeffding-Bentkus p-value, another certificate), else 5 for a rule of classes whose expected Dice is the mean
 #: over the classes (``calibration.expected_dice_estimate`` ``"class_mean"``, every rule of classes ``evaluate``
 #: certifies: a reader of version 4 would compute new cases' estimates of the merged foreground, another quantity than
@@ -371,7 +371,7 @@ class CalibrationRecord:
             interval loses its guarantee.
         p_value: the ``p_value`` argument of :func:`~monai_unc.metrics.risk_control.risk_controlled_threshold`, the
             p-value of LTT's tests that certified the rule: ``"hoeffding_bentkus"`` (the default, and what every rule
-            certified before review 66 used; not written to the file) or ``"binomial"`` (the exact binomial p-value
+            certified by earlier versions used; not written to the file) or ``"binomial"`` (the exact binomial p-value
             of a 0/1 risk, written as ``calibration.p_value``, ``format_version`` 6).
 
     Example:
@@ -670,8 +670,8 @@ class ReferralRule:
         geometry: the range of the calibration cases' voxel spacing (mm, per axis) and voxel counts
             (:func:`~monai_unc.io.provenance.calibration_geometry`: ``spacing_min``, ``spacing_max``, ``voxels_min``,
             ``voxels_max``), covered by the digest; a new case outside it is triaged with a warning naming it
-            (:func:`~monai_unc.io.provenance.case_geometry_warning`). None: not recorded (a rule written before review
-            62, whose file and digest are unchanged, or calibration rows without them); nothing is checked then.
+            (:func:`~monai_unc.io.provenance.case_geometry_warning`). None: not recorded (a rule written by an earlier
+            version, whose file and digest are unchanged, or calibration rows without them); nothing is checked then.
         integrity: how :meth:`from_json` checked the rule (not compared): ``"recomputed, digest verified"``,
             ``"recomputed, no digest"`` (a file written before digests), ``"recomputed"`` (data, digest not
             checked) or ``"not recomputed: ..."`` for a rule without a record; empty for a rule built in memory.
@@ -817,7 +817,7 @@ class ReferralRule:
         Args:
             mismatch: None for predictions the rule's fingerprint matches; else the fingerprint fields in which the
                 predictions differ (``triage --allow-mismatch``): the sentence then says the guarantee does not
-                cover them (found by hostile review 35: ``triage.json``, the command's line and the DICOM SR of
+                cover them (in earlier versions ``triage.json``, the command's line and the DICOM SR of
                 ``dicom-export --triage`` stated it in full while the page said it did not cover them).
 
         Returns:
@@ -1055,7 +1055,7 @@ class ReferralRule:
         calibration case accepted) counted them as *accepted* while :meth:`apply` refers every such case: the
         certificate's coverage and observed risk are not those of the cases the rule accepts, and when the
         undefined cases are easy ones (e.g. an empty prediction of a case without a lesion, Dice 1) the accepted
-        cases' risk exceeds the target far more often than ``delta`` (found by a Monte Carlo review: 72 % of
+        cases' risk exceeds the target far more often than ``delta`` (in a Monte Carlo study: 72 % of
         calibration draws). Such a rule is refused, not loaded with a warning: the guarantee it prints does not
         hold, and its calibration record certifies again in one run of ``evaluate``.
 
@@ -1645,8 +1645,8 @@ def check_triage_summary(doc: Mapping[str, Any], source: str, trust: Trust | Non
         warn: say a file read without a check of who wrote it in one ``UserWarning`` (naming ``source`` and the
             line returned; attributed to the caller): one without a digest (``"unverified: ..."``) and one signed
             by a key that is not trusted here. A file whose digest matches without a signature (``"unsigned: ..."``,
-            triage without a signing key configured) is not warned about; its reader records the line (review 61:
-            the readers discarded it, so a file whose digest and signature were deleted read without a word).
+            triage without a signing key configured) is not warned about; its reader records the line (earlier
+            versions' readers discarded it, so a file whose digest and signature were deleted read without a word).
 
     Returns:
         One line: ``"signed by ... (trusted key ...)"``, ``"signed by <key>, a key that is not trusted here"``,

@@ -494,8 +494,8 @@ def short_text(text: str, limit: int = 64) -> str:
 
     DICOM LO values (a SegmentLabel, a CodeMeaning, a SeriesDescription) hold 64 characters, which validators
     (dciodvfy) and PACS databases count as bytes: a text is measured in bytes of UTF-8, the widest encoding the
-    objects write, so that ``Ödem über ...`` of 64 characters (74 bytes) is shortened too (found by hostile review
-    63); an ASCII text's characters are its bytes. Long names of one set (regions, classes, table columns) often
+    objects write, so that ``Ödem über ...`` of 64 characters (74 bytes) is shortened too (earlier versions let it
+    pass); an ASCII text's characters are its bytes. Long names of one set (regions, classes, table columns) often
     share their start and differ at the end (``... (v1)`` / ``... (v2)``, a class suffix), which a plain cut drops:
     the end is kept.
 
@@ -567,7 +567,7 @@ def segment_name_key(name: str) -> str:
     The name is put in Unicode's composed form (NFC), its runs of spaces made one space, its surrounding spaces
     dropped, and casefolded. The composed form: ``Ödem`` as one character and as ``O`` and a combining diaeresis (as
     macOS and some tools store text) are the same text to Unicode and look the same in a viewer; they were two names
-    (found by hostile review 68: such segment names passed as distinct, and a SEG segment named after a class in the
+    (in earlier versions such segment names passed as distinct, and a SEG segment named after a class in the
     other form was read by its number, as another class). Compatibility forms that look different (``T²``, full-width
     letters) stay distinct.
 
@@ -632,7 +632,7 @@ def check_series_description(description: str | None, default: str) -> str:
 
     The default is cut to 64 bytes of UTF-8, the widest encoding the objects write (:func:`declare_character_set`):
     DICOM counts an LO's 64 in characters, but validators (dciodvfy) and PACS databases count bytes, and a default
-    listing non-ASCII segment names (``Rückenmark``) cut to 64 characters was 66 bytes (found by hostile review 63).
+    listing non-ASCII segment names (``Rückenmark``) cut to 64 characters was 66 bytes in earlier versions.
 
     Args:
         description: the description a user set, or None.

@@ -286,7 +286,7 @@ def _dcmread(path: Path, stop_before_pixels: bool = False) -> Dataset:
     """Read a DICOM file, or a bare data set: a file without the preamble, ``DICM`` and file meta information.
 
     Old scanners and archives (ACR-NEMA style exports) store a slice as its bare data set, which PS3.10 does not allow
-    but GDCM (SimpleITK, dcm2niix) reads; found by hostile review 67, such slices were refused as not DICOM. A file
+    but GDCM (SimpleITK, dcm2niix) reads; earlier versions refused such slices as not DICOM. A file
     that pydicom refuses as no DICOM file is read again as a bare data set (``force=True``) and taken only when it
     holds a ``SOPClassUID`` and a ``SOPInstanceUID`` (a text or other file read so holds neither); its transfer
     syntax is then the encoding pydicom found (implicit or explicit VR little endian, explicit VR big endian), set
@@ -561,7 +561,7 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
 def _check_grey(series: DicomSeries) -> None:
     """Refuse, before any pixel is read, a slice whose pixels are no grey values (``MONOCHROME1`` / ``MONOCHROME2``).
 
-    Found by hostile review 67: a ``PALETTE COLOR`` slice was read as its palette indices, without a word, and an
+    In earlier versions a ``PALETTE COLOR`` slice was read as its palette indices, without a word, and an
     ``RGB`` one (a screen capture stored as a CT image) refused as ``pixel data of shape (rows, columns, 3)``.
     """
     for path, ds in zip(series.files, series.datasets):
@@ -677,7 +677,7 @@ def _several_per_position(headers: list[Dataset], paths: list[Path], a: Dataset,
     """The problem of two single-frame slices at one position that are no duplicates; None when nothing differs.
 
     A multi-echo MR, a time series (perfusion, dynamic contrast) or a series of magnitude and phase images stores
-    several images at each position: found by hostile review 67, such a folder was refused as "duplicate slices",
+    several images at each position: earlier versions refused such a folder as "duplicate slices",
     which tells a user to delete copies that are none. The first attribute of :data:`_SEVERAL_PER_POSITION` whose
     values differ between ``a`` and ``b`` names what they are, with its number of values in the series.
     """
@@ -840,8 +840,8 @@ def _decoder_missing(path: Path, error: BaseException | None = None) -> str:
 
     A PACS often sends compressed files (JPEG Lossless, JPEG 2000, JPEG-LS); pydicom decodes most of them only with
     a plugin (pylibjpeg and its codecs, or python-gdcm). Where a plugin is installed but could not decode the slice
-    (``error``: pydicom's ``RuntimeError`` naming each plugin's reason, e.g. Pillow and a 12-bit JPEG Extended image,
-    found by hostile review 67) and others are not installed, the reasons and what to install are given too.
+    (``error``: pydicom's ``RuntimeError`` naming each plugin's reason, e.g. Pillow and a 12-bit JPEG Extended image)
+    and others are not installed, the reasons and what to install are given too.
     """
     from pydicom.pixels import get_decoder
 

@@ -141,9 +141,9 @@ def check_report_text(value: Any, what: str) -> str:
 def _name(text: str) -> Any:
     """The coded name of a measurement: its column name in :data:`SCHEME`.
 
-    The code value is the whole name: a CodeValue (SH) when it fits 16 bytes of UTF-8, else a LongCodeValue (a name
-    of 16 characters or fewer but more bytes, ``dice_Ödem_äußer``, was a CodeValue of 18 bytes, which dciodvfy
-    rejects: found by hostile review 63); the meaning is the name, shortened to its start and end past 64 bytes
+    The code value is the whole name: a CodeValue (SH) when it fits 16 bytes of UTF-8, else a LongCodeValue (in earlier
+    versions a name of 16 characters or fewer but more bytes, ``dice_Ödem_äußer``, was a CodeValue of 18 bytes, which
+    dciodvfy rejects); the meaning is the name, shortened to its start and end past 64 bytes
     (:func:`~monai_unc.io.dicom.objects.short_text`).
     """
     concept = hd.sr.CodedConcept(text, SCHEME, short_text(text, 64))
@@ -182,8 +182,8 @@ def decimal_string(value: float) -> str:
 
     pydicom rounds to 16 characters, which takes a number within rounding of the largest float64
     (``1.7976931348623157e308``, a sentinel some tools write) to ``1.797693135e+308``, past it: a reader of the
-    decimal string, the value DICOM requires (the FloatingPointValue beside it is optional), got infinity (found by
-    hostile review 63). Such a number's digits are cut toward zero instead.
+    decimal string, the value DICOM requires (the FloatingPointValue beside it is optional), got infinity (in earlier
+    versions). Such a number's digits are cut toward zero instead.
 
     Args:
         value: a finite number.
@@ -296,8 +296,8 @@ def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> d
 def device_uid(algorithm: AlgorithmInfo, uid_root: str | None = None) -> str:
     """The Device Observer UID of the SR: one UID per algorithm (name, version, weights) under ``uid_root``.
 
-    The observer of the report is the device that made the results (TID 1004). A new UID per report (found by hostile
-    review 60) made every report of one model the report of another device; this UID is derived from the
+    The observer of the report is the device that made the results (TID 1004). A new UID per report (in earlier
+    versions) made every report of one model the report of another device; this UID is derived from the
     algorithm's identification (pydicom's ``generate_uid`` with it as entropy), so the reports of one model name one
     device, and another model (other weights or version) another.
 

@@ -615,7 +615,7 @@ def _scalar_metric(
 ) -> Any:
     """NLL or Brier (scalar ``which``): its weighted sum over the weight of the voxels that hold probabilities.
 
-    Those voxels are the top-label row's (found by hostile review 57: the total weight also counts the voxels of an
+    Those voxels are the top-label row's (in earlier versions the total weight also counted the voxels of an
     uncertainty map, :meth:`ConfidenceHistogram.from_uncertainty`, which hold no probabilities: a map's case scored
     0.0 and a map merged into a cohort diluted its pooled NLL and Brier). Per case a block of cases at a time.
     """
@@ -936,9 +936,10 @@ def calibration_metrics_core(
     """:func:`calibration_metrics`, whose warnings of NaN values or rounded bin edges the caller may leave out.
 
     For :class:`~monai_unc.metrics.CalibrationMetric`, which says the cases with a NaN value when it aggregates them;
-    every other warning (``n_bins`` that does not divide the histogram's fine bins) is given as ever (found by review
-    68: the metric silenced every ``UserWarning`` of :func:`calibration_metrics` inside ``warnings.catch_warnings()``,
-    a process-wide filter, so ``reduction="mean"`` never said that its coarse bin edges were rounded).
+    every other warning (``n_bins`` that does not divide the histogram's fine bins) is given as ever (in earlier
+    versions the metric silenced every ``UserWarning`` of :func:`calibration_metrics` inside
+    ``warnings.catch_warnings()``, a process-wide filter, so ``reduction="mean"`` never said that its coarse bin edges
+    were rounded).
 
     Args:
         hist: as :func:`calibration_metrics`.
@@ -950,7 +951,7 @@ def calibration_metrics_core(
         nan_warning: warn of NaN values (``True``, as :func:`calibration_metrics`) or not.
         rounding_warning: warn, once per call (not once per binned metric), that ``n_bins`` does not divide the
             histogram's fine bins (``True``), or not (a caller that has said it already, such as
-            :class:`~monai_unc.metrics.CalibrationMetric`, which says it once per metric object; review 68).
+            :class:`~monai_unc.metrics.CalibrationMetric`, which says it once per metric object).
 
     Returns:
         ``{name: float}`` pooled, or ``{name: (n_cases,) numpy array}`` per case.

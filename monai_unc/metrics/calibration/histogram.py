@@ -963,7 +963,7 @@ _DENSE_KEYS = ("counts", "sums", "weighted_counts")
 def _check_integral_counts(raw: Any, counts: torch.Tensor) -> None:
     """``ValueError`` when a dense ``counts`` table given as floats holds a value that is no integer (NaN, 2.5, ...).
 
-    Found by hostile testing (review 60): the int64 conversion truncated them without a word (an edited state's
+    In earlier versions the int64 conversion truncated them without a word (an edited state's
     counts 2.9 read as 2), where the packed layout refuses a float table outright; integral floats (counts summed as
     floats across ranks) are still read.
     """
@@ -1396,7 +1396,7 @@ class ConfidenceHistogram:
 
         ``adds``: the ``(case id or None for a new case, state)`` pairs about to be added (:meth:`_slot`'s ids). A
         case's NLL sum grows to ``-log NLL_EPS = 34.5`` times its total weight and its Brier sum to ``C`` times it: a
-        total beyond ``max(float64) / max(34.5, C)`` makes them infinite (found by hostile testing, review 59: 1000
+        total beyond ``max(float64) / max(34.5, C)`` makes them infinite (in earlier versions 1000
         voxels of weight 1e305 gave ``nll`` inf, of weight 1e306 every metric NaN with the warning of an empty bin).
         """
         totals: dict[Hashable, float] = {}
