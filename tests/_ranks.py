@@ -24,11 +24,56 @@ FRESH_FILTERS = (("default", DeprecationWarning, "__main__"), ("ignore", Depreca
                  ("ignore", ResourceWarning, ""))
 
 
+#: the last port :func:`free_port` gave in this process (None: none yet)
+_LAST_PORT: list[int | None] = [None]
+
+
+def _ephemeral_ports() -> range:
+    """The ports the kernel hands out to ``bind(("", 0))`` and ``connect()`` (Linux: ``ip_local_port_range``)."""
+    try:
+        lo, hi = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        lo, hi = (49152, 65535) if sys.platform == "darwin" else (32768, 60999)
+    return range(lo, hi + 1)
+
+
+def port_pool() -> list[int]:
+    """The ports :func:`free_port` draws from in this process: those of 10000-65535 outside the kernel's ephemeral
+    range, this pytest-xdist worker's share of them (every ``PYTEST_XDIST_WORKER_COUNT``-th, from its number)."""
+    ephemeral = _ephemeral_ports()
+    pool = [p for p in range(10000, 65536) if p not in ephemeral]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    return pool[index % workers::workers]
+
+
 def free_port() -> int:
-    """A TCP port of 127.0.0.1 free at the time of the call (the ranks' rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port of 127.0.0.1 free at the time of the call (the ranks' rendezvous).
+
+    Not one the kernel picks (``bind`` to port 0): such a port, closed here and bound by rank 0 a moment later, could
+    be handed meanwhile to another process's ``bind`` to port 0 or ``connect()`` (the other pytest-xdist worker's
+    gloo ranks open several), and rank 0 failed with EADDRINUSE. The ports come from outside the kernel's ephemeral
+    range, each xdist worker from its own share (:func:`port_pool`), the next free one after the last this process
+    gave (starting at one that depends on the process id, so that two sessions on one machine start apart).
+    """
+    pool = port_pool()
+    if len(pool) < 100:  # an ephemeral range that covers (almost) every port: the kernel's choice
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    last = _LAST_PORT[0]
+    start = pool.index(last) + 1 if last in pool else os.getpid() % len(pool)
+    for k in range(len(pool)):
+        port = pool[(start + k) % len(pool)]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # bound, or still in TIME_WAIT from an earlier test
+                continue
+        _LAST_PORT[0] = port
+        return port
+    raise RuntimeError(f"no free port of 127.0.0.1 among {len(pool)} outside the ephemeral range")
 
 
 def run_forked_ranks(worker: Callable[..., Any], args: tuple, world: int, wait_s: float = 90.0) -> None:

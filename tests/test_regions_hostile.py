@@ -31,9 +31,9 @@ def test_twenty_four_regions_take_no_exponential_time():
     """A table over all 2^R sets of regions took a minute at R = 20 (and 2^R memory): now the sets that occur."""
     spec = {f"s{i}": (i + 1,) for i in range(24)}
     labels = np.random.default_rng(1).integers(0, 25, size=(8, 8, 8))
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU time: not the wall clock, which a loaded CI machine stretches
     back, missed = regions_to_labels(label_to_regions(labels, spec), spec)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0  # about 0.07 s; the table over 2^24 sets took a minute
     np.testing.assert_array_equal(back, labels)
     assert missed == 0
 

@@ -1546,6 +1546,9 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
 _JSON_CACHE: dict[tuple[Any, ...], Any] = {}
 _JSON_CACHE_LOCK = threading.Lock()
 _JSON_CACHE_SIZE = 64
+#: seconds since a file's last change before its parsed version is kept (coarser than any file system's timestamps:
+#: FAT's 2)
+_JSON_CACHE_SETTLE_S = 3
 
 
 def _file_version(path: str, st: os.stat_result) -> tuple[Any, ...]:
@@ -1560,7 +1563,9 @@ def read_json_cached(path: str | os.PathLike) -> Any:
     (``os.stat``, links followed): a loop over a prediction folder's cases reads its ``infer.json`` once, and a file
     replaced or rewritten since (another inode, size or time) is read again, never answered from the copy of the
     earlier version. A version is kept only when the file's status was the same before and after it was read (a
-    write during the read is not kept). The last 64 versions are kept; each call returns its own copy.
+    write during the read is not kept) and its last change lies more than 3 seconds back: a file system with coarse
+    timestamps gives a rewrite of the same size within the same tick the same times (earlier versions answered such
+    a rewrite with the document read before it). The last 64 versions are kept; each call returns its own copy.
 
     Args:
         path: the JSON file.
@@ -1601,7 +1606,11 @@ def read_json_cached(path: str | os.PathLike) -> Any:
     except (OSError, ValueError, RecursionError):
         return None
     version = _file_version(where, before)
-    if stat.S_ISREG(before.st_mode) and version == _file_version(where, after):
+    # a file changed in the last _JSON_CACHE_SETTLE_S seconds is not kept: with coarse timestamps (1 s on ext3 or NFS,
+    # 2 s on FAT, a few ms on Linux without fine-grained ones) a rewrite of the same size within the same tick has
+    # the same version, and was answered with the earlier document
+    settled = time.time_ns() - max(before.st_mtime_ns, before.st_ctime_ns) > _JSON_CACHE_SETTLE_S * 1_000_000_000
+    if stat.S_ISREG(before.st_mode) and settled and version == _file_version(where, after):
         with _JSON_CACHE_LOCK:
             _JSON_CACHE[version] = doc
             while len(_JSON_CACHE) > _JSON_CACHE_SIZE:

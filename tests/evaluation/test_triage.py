@@ -45,6 +45,7 @@ from monai_unc.io import LoadedCase
 from monai_unc.workflows.infer import InferSettings, check_run_settings
 from tests._argv import with_options
 from tests._paths import ROOT
+from tests._ranks import free_port
 
 SCORE = "predictive_entropy_fg_mean"
 
@@ -750,16 +751,12 @@ def _worker(rank: int, world: int, port: int, spec: dict) -> None:
 
 @pytest.mark.slow
 def test_two_gloo_ranks_equal_one_process(cohorts, tmp_path):
-    import socket
-
     import torch
 
     b = cohorts["B"]
     single = tmp_path / "single"
     assert _triage_cli(cohorts, single) == 0
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # not a port the kernel hands out to other processes meanwhile (tests/_ranks.py)
     dist_out = tmp_path / "dist"
     argv = ["triage", "-p", str(b["predictions"]), "--rule", str(cohorts["rule"]), "-o", str(dist_out / "t"),
             "--images", str(b["images"]), "--cases", "2", "-q"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import socket
 import warnings
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation.triage import RULE_FILE, TRIAGE_WRITES, ReferralRule, run_triage
 from monai_unc.io import CaseFiles, load_case
 from monai_unc.report.triage import build_triage_page
+from tests._ranks import free_port
 from tests._states import write_signed_state
 from tests.evaluation.test_triage import _worker
 
@@ -148,9 +148,7 @@ def test_the_maps_folder_is_declared(cohorts, tmp_path):
 def test_two_gloo_ranks_write_the_maps_of_their_cases(cohorts, tmp_path):
     single = tmp_path / "single"
     run_triage(cohorts["probs"], cohorts["rule"], single)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # not a port the kernel hands out to other processes meanwhile (tests/_ranks.py)
     dist_out = tmp_path / "dist"
     dist_out.mkdir()
     argv = ["triage", "-p", str(cohorts["probs"]), "--rule", str(cohorts["rule_file"]), "-o", str(dist_out / "t"),

@@ -276,6 +276,9 @@ def test_controller_stops_on_nan_and_respects_bounds():
 
 
 def test_controller_custom_loss_and_argument_errors():
+    # seeded: the search's end point is a random draw, and about 1 input and mask draw in 150 ended over 0.05 from the
+    # target (2 of 300 seeds), a flake of CI
+    torch.manual_seed(0)
     x = torch.randn(2, 4, 8, 8)
     res = search_dropout_rate(x, lambda a, b: relative_mse_loss(a, b), 0.3, channelwise=False)
     assert bool(((res.rates - 0.3).abs() < 0.05).all())

@@ -371,33 +371,36 @@ def test_two_writes_of_one_file_at_once_both_complete(tmp_path):
     first write failed with ``FileNotFoundError`` and the two wrote one temporary file. A write holds a lock on its
     folder; the second one writes in a folder of its own, and each write puts a whole file in place."""
     import threading
-    import time
 
     from monai_unc.io import atomic_write
 
     dst = tmp_path / "summary.json"
-    errors, started = [], threading.Event()
+    errors, started, b_done = [], threading.Event(), threading.Event()
 
-    def write(tag: str, delay: float) -> None:
+    def write(tag: str, until: threading.Event | None) -> None:
         def slow(tmp):
             with open(tmp, "w") as f:
                 f.write(f'{{"writer": "{tag}", ')
                 f.flush()
                 started.set()
-                time.sleep(delay)
+                if until is not None:  # A goes on once B has finished: not after a sleep B might outlast
+                    assert until.wait(60), "the second write never finished"
                 f.write('"done": true}')
         try:
             atomic_write(dst, slow)
         except Exception as e:  # noqa: BLE001 - collected for the assertion
             errors.append(repr(e))
 
-    first = threading.Thread(target=write, args=("A", 0.6))
+    first = threading.Thread(target=write, args=("A", b_done))
     first.start()
     assert started.wait(10)
-    second = threading.Thread(target=write, args=("B", 0.05))
+    second = threading.Thread(target=write, args=("B", None))
     second.start()
     second.join()
-    assert dst.read_text() == '{"writer": "B", "done": true}'  # while A still writes
+    try:
+        assert dst.read_text() == '{"writer": "B", "done": true}'  # while A still writes
+    finally:
+        b_done.set()
     first.join()
     assert errors == []
     assert dst.read_text() == '{"writer": "A", "done": true}'
