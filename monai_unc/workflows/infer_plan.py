@@ -534,7 +534,8 @@ def infer_command(
         output: output folder (must not lie inside ``input``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ... (under torchrun ``"auto"`` takes the local
             rank's GPU).
-        threads: torch CPU threads (None: torch's default; at most the CPUs the process may use, with a warning).
+        threads: torch CPU threads during the command (None: torch's default; at most the CPUs the process may use,
+            with a warning); the caller's count is set again when it returns or raises.
         overwrite: recompute finished cases (and accept new settings).
         progress: a progress bar on rank 0.
         dist: a rank context the caller holds (its group is left alone), or None: join the process group or
@@ -551,8 +552,20 @@ def infer_command(
     """
     out = check_infer_output(output, input, checkpoint=options.get("checkpoint"), network=options.get("network"),
                              bundle=options.get("bundle"), regions=options.get("regions"))
+    before = torch.get_num_threads()
     if threads is not None:
         _set_threads(threads)
+    try:
+        return _infer_command(out, input, device, overwrite, progress, dist, finish, options)
+    finally:  # the caller's thread count again (a notebook or a service goes on after the command)
+        if threads is not None:
+            torch.set_num_threads(before)
+
+
+def _infer_command(out: Path, input: str | os.PathLike, device: str | torch.device, overwrite: bool, progress: bool,
+                   dist: DistContext | None, finish: Callable[[list[dict[str, Any]]], None] | None,
+                   options: dict[str, Any]) -> CommandResult[list[dict[str, Any]]]:
+    """:func:`infer_command` after its output folder is checked and its threads set."""
     _, world, local_rank = read_dist_env()
     dev = resolve_device(device, world_size=world, local_rank=local_rank)
 

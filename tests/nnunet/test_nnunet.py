@@ -925,7 +925,7 @@ def _parse(argv):
     return parser.parse_args(argv)
 
 
-def test_cli_parses_nnunet_flags_and_reports_errors(tmp_path, capsys):
+def test_cli_parses_nnunet_flags_and_reports_errors(tmp_path, capsys, monkeypatch):
     args = _parse(["nnunet-predict", "-i", "in", "-o", "out", "-d", "990", "-c", "3d_fullres", "-f", "0", "1",
                    "-tr", "nnUNetTrainer_10iters", "-p", "nnUNetPlans", "-chk", "checkpoint_best.pth",
                    "--save_probabilities", "-device", "cpu", "--sources", "folds", "dropout", "--dropout_p", "0.1",
@@ -942,14 +942,9 @@ def test_cli_parses_nnunet_flags_and_reports_errors(tmp_path, capsys):
     folder.mkdir()
     (folder / "nnUNetPlans.json").write_text(json.dumps(make_plans()))
     plans_args = _parse(["nnunet-dropout-plans", "-d", str(folder.name), "--rate", "0.3"])
-    os.environ.setdefault("nnUNet_preprocessed", "")
-    old = os.environ["nnUNet_preprocessed"]
-    os.environ["nnUNet_preprocessed"] = str(tmp_path)
-    try:
-        assert run(plans_args) == 0
-        assert run(plans_args) == 2  # exists
-    finally:
-        os.environ["nnUNet_preprocessed"] = old
+    monkeypatch.setenv("nnUNet_preprocessed", str(tmp_path))  # undone after the test (it left "" set before)
+    assert run(plans_args) == 0
+    assert run(plans_args) == 2  # exists
     written = json.loads((folder / "nnUNetPlansDropout.json").read_text())
     assert written["configurations"]["cfg"]["architecture"]["arch_kwargs"]["dropout_op_kwargs"]["p"] == 0.3
 

@@ -50,3 +50,21 @@ def test_threads_that_are_not_a_positive_integer_are_refused(images, tmp_path, t
     with pytest.raises(ValueError, match="--threads"):
         infer_command(images, tmp_path / "p", device="cpu", threads=threads, progress=False, model="example",
                       roi=16, method="softmax")
+
+
+def test_the_callers_thread_count_is_restored(images, tmp_path, monkeypatch):
+    """``infer_command(threads=1)`` from Python left torch on one thread for the rest of the process (the CLI's
+    process ends with the command; a notebook's or service's does not), as nnU-Net's calibration already restores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen = []
+    try:
+        infer_command(images, tmp_path / "p", device="cpu", threads=1, progress=False, model="example", roi=16,
+                      method="softmax", finish=lambda statuses: seen.append(torch.get_num_threads()))
+        assert seen == [1] and torch.get_num_threads() == 2
+        monkeypatch.setattr("monai_unc.workflows.infer_plan.run_command", lambda *a, **k: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            infer_command(images, tmp_path / "q", device="cpu", threads=1, progress=False, model="example")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
