@@ -751,7 +751,12 @@ def _region_quality(output: Mapping[str, Any], empty_score: float, soft_only: bo
         per_region.append(_class_quality(binary, False, empty_score, soft_only))
     out: dict[str, QualityScores] = {}
     for name in per_region[0]:
-        cols = torch.stack([to_tensor(res[name].foreground, name).to(torch.float64) for res in per_region], dim=1)
+        # the expected Dice of a region is its class 1's (sums of p_r itself): the binary's foreground sums 1 - p_r
+        # as built above, which a float16 map rounds to 1 where p_r < 2^-12 (its probability lost from the soft
+        # Dice's denominator: 0.947 for 0.857); the former estimate (soft_only) keeps the values rules recorded
+        which = "per_class" if name == "expected_dice" and not soft_only else "foreground"
+        cols = torch.stack([to_tensor(getattr(res[name], which), name).reshape(-1).to(torch.float64)
+                            for res in per_region], dim=1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             combined = torch.nanmean(cols, dim=1)
