@@ -28,3 +28,16 @@ def test_long_window_summed_row_by_row_is_decided_exactly():
     assert got.tolist() == [[[True, False], [False, False]]]  # read as certain before
     # the whole metric: four accurate patches (no error), one uncertain: PAvPU 3/4 (was 1)
     assert pavpu(u, np.zeros(u.shape, bool), window=W, threshold=0.7, per_case=False) == 0.75
+
+
+def test_a_patch_whose_float_sum_overflows_is_decided_exactly():
+    # finite values whose float64 sum overflows (1e308 + 1e308): the mean was inf, far from the threshold, so the
+    # patch was read as uncertain while its exact mean is 0.7 / 12 (PAvPU 0 instead of 1), with numpy's overflow
+    # warning
+    u = np.array([[0.0, -1e308, 0.0, 0.0], [1e308, 0.0, 0.7, 1e308], [0.0, -1e308, 0.0, 0.0]])
+    assert _patch_uncertain(u, (3, 4), 0.7).tolist() == [[False]]
+    assert pavpu(u, np.zeros(u.shape, bool), window=(3, 4), threshold=0.7, per_case=False) == 1.0
+    # the exact mean above the threshold: uncertain
+    v = u.copy()
+    v[1, 2] = 9.0
+    assert _patch_uncertain(v, (3, 4), 0.7).tolist() == [[True]]
