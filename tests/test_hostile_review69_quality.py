@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.metrics.quality import case_expected_dice, quality_estimates
+from monai_unc.metrics.quality import case_expected_dice, expected_dice, quality_estimates
 
 
 def _exact_region_dice(p: np.ndarray) -> float:
@@ -34,3 +34,17 @@ def test_region_legacy_soft_estimate_unchanged():
     r[0, :10] = 0.9
     legacy = case_expected_dice(r, True, "region_mean_soft")
     assert float(legacy.per_class[0, 0]) == pytest.approx(_exact_region_dice(r[0]), rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_held_foreground_keeps_small_probabilities_of_half_precision_classes(dtype):
+    # 100 voxels segmented (class 1 at 0.9), 2e5 voxels of 1e-4 in classes 1 and 2 (40 voxels' worth): p_0 = 1 - 2e-4
+    # is 1 in float16, and the merged foreground's expected Dice read 0.974 instead of 0.809
+    n = 200_000
+    p = np.zeros((1, 3, n))
+    p[0, 1:] = 1e-4
+    p[0, 1, :100], p[0, 2, :100] = 0.9, 0.05
+    p[0, 0] = 1 - p[0, 1] - p[0, 2]
+    want = float(expected_dice(torch.from_numpy(p)).foreground[0])  # float64: 0.8086
+    got = float(expected_dice(torch.from_numpy(p).to(dtype)).foreground[0])
+    assert got == pytest.approx(want, abs=2e-3)

@@ -472,6 +472,8 @@ def expected_dice(
     does not hold has ``q_c = empty_score * prod_x (1 - pbar_c(x))`` (the foreground ``prod_x pbar_0(x)``): the
     chance that the reference holds none of it either, the exact expected Dice under that model (module docstring);
     the per-class values are those ``monai-unc evaluate`` and ``triage`` compute (:func:`case_expected_dice`).
+    Of float16 / bfloat16 probabilities, ``pbar_fg`` is the sum of the foreground classes where ``pbar_0 >= 0.5``
+    (there a stored ``pbar_0`` near 1 has lost the small foreground probabilities: ``1 - 1e-4`` is 1 in float16).
     Works from :class:`~monai_unc.stats.SampleStats` (``expected_dice(stats.mean)``), the inferer's ``pred`` or one
     softmax.
 
@@ -530,7 +532,7 @@ def _expected_dice_values(p: torch.Tensor, empty_score: float, soft_only: bool) 
     if p.device.type == "cpu" and p.dtype in (torch.float32, torch.float64) and not p.requires_grad:
         num, den, held = _expected_dice_sums_cpu(p)
     else:
-        num, den, held = _expected_dice_sums(p)
+        num, den, held = _expected_dice_sums(p, small_foreground=not soft_only)
     q = overlap_ratio(2 * num, den, empty_score, caller="expected_dice")
     # probabilities may exceed 1 by the tolerance of the checks (1.0005 passes), and the ratio with them (found by
     # hostile testing: 1.00025); the estimate of a Dice is kept in [0, 1] (clamp keeps NaN)
@@ -606,11 +608,14 @@ def _expected_dice_sums_cpu(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return torch.from_numpy(num), torch.from_numpy(den), torch.from_numpy(held)  # float64, float64, int64
 
 
-def _expected_dice_sums(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _expected_dice_sums(
+    p: torch.Tensor, small_foreground: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(num, den, held)`` ``(B, C + 1)`` of :func:`expected_dice` of ``(B, C, N)`` probabilities.
 
     Per class ``sum pbar_c [R = c]`` and ``sum pbar_c + |R = c|`` (float64 sums) and ``|R = c|`` (int64), the
-    foreground last.
+    foreground last. ``small_foreground``: the foreground of half-precision maps from the classes' own maps where
+    ``p_0 >= 0.5`` (False: ``1 - p_0`` everywhere, the former estimate's values).
     """
     b, c = p.shape[:2]
     seg = _argmax(p, 1)  # (B, N)
@@ -628,8 +633,18 @@ def _expected_dice_sums(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, to
     # in float16 / bfloat16 would round every voxel)
     p0, mask = p[:, 0], seg > 0
     size = mask.sum(dim=-1)
-    num[:, c] = size - torch.where(mask, p0, torch.zeros_like(p0)).sum(dim=-1, dtype=f64)
-    den[:, c] = (p.shape[-1] - p0.sum(dim=-1, dtype=f64)) + size
+    if small_foreground and p.element_size() < 4 and c > 1:
+        # float16 / bfloat16: a p_0 near 1 has lost the small foreground probability that the classes' own maps keep
+        # (1 - 1e-4 is 1 in float16): 1 - p_0 where p_0 < 0.5, the sum of the foreground maps elsewhere, as for the
+        # product of a foreground not held (hostile review 69: a float16 foreground of 135 voxels' worth read 0.974
+        # instead of 0.809, the 40 voxels' worth of 1e-4 lost from the denominator). Exact in float32 (11-bit values)
+        w0 = p0.to(torch.float32)
+        fg = torch.where(w0 < 0.5, 1 - w0, p[:, 1:].sum(dim=1, dtype=torch.float32))
+        num[:, c] = torch.where(mask, fg, torch.zeros_like(fg)).sum(dim=-1, dtype=f64)
+        den[:, c] = fg.sum(dim=-1, dtype=f64) + size
+    else:
+        num[:, c] = size - torch.where(mask, p0, torch.zeros_like(p0)).sum(dim=-1, dtype=f64)
+        den[:, c] = (p.shape[-1] - p0.sum(dim=-1, dtype=f64)) + size
     held[:, c] = size
     return num, den, held
 
