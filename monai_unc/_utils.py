@@ -1371,6 +1371,9 @@ def recompile_after_hooks(model: Any) -> None:
 def is_compiled(model: Any) -> bool:
     """Whether ``model`` is or holds a ``torch.compile`` wrapper (a module whose ``_orig_mod`` is its Python module).
 
+    A module compiled in place (``module.compile()``, which keeps the module and compiles its calls) counts too: its
+    compiled code ignores hooks added later as a wrapper's does.
+
     Args:
         model: the network as the caller passed it.
 
@@ -1383,7 +1386,9 @@ def is_compiled(model: Any) -> bool:
         (False, True)
     """
     modules = model.modules() if isinstance(model, torch.nn.Module) else ()
-    return any(plain_module(m) is not m for m in modules)
+    # found by hostile review 69: a network compiled in place was taken as not compiled, and dropout added after its
+    # first call never ran (MC dropout maps 0 everywhere, without a word)
+    return any(plain_module(m) is not m or getattr(m, "_compiled_call_impl", None) is not None for m in modules)
 
 
 def compiled_draws_context(*networks: Any) -> contextlib.AbstractContextManager:
