@@ -1218,7 +1218,7 @@ def conformal_interval(
         >>> round(iv.quantile, 3), iv.low.round(3).tolist(), iv.high.round(3).tolist()
         (0.084, [0.846, 0.516], [1.0, 0.684])
     """
-    return conformal_interval_core(estimate, calibration_estimates, calibration_truths, alpha, bounds)
+    return conformal_interval_core(estimate, calibration_estimates, calibration_truths, alpha, bounds, stacklevel=3)
 
 
 def conformal_interval_core(
@@ -1230,6 +1230,7 @@ def conformal_interval_core(
     *,
     few_warning: bool = True,
     nan_warning: bool = True,
+    stacklevel: int = 2,
 ) -> ConformalInterval:
     """:func:`conformal_interval`, whose warnings of too few calibration cases or undefined estimates may be left out.
 
@@ -1246,6 +1247,7 @@ def conformal_interval_core(
         bounds: as :func:`conformal_interval`.
         few_warning: warn when the calibration cases are too few for a finite interval (``True``) or not.
         nan_warning: warn of undefined (NaN) estimates (``True``) or not.
+        stacklevel: the warnings' ``stacklevel`` as seen from this function (2: its caller).
 
     Returns:
         :class:`ConformalInterval`, as :func:`conformal_interval`.
@@ -1271,15 +1273,17 @@ def conformal_interval_core(
         raise ValueError(f"calibration_truths hold {int(outside.sum())} value(s) outside bounds ({lo:g}, {hi:g}), the "
                          f"range of the truth (e.g. {float(t[outside].reshape(-1)[0])!r}); give the truths in the "
                          "bounds' units or pass bounds=")
+    # stacklevel: the warnings point at the caller's line, of conformal_interval or of this function (found by hostile
+    # review 69: a direct call's pointed one frame above it)
     q, n = conformal_quantile_core(calibration_estimates, calibration_truths, alpha, few_warning=few_warning,
-                                   stacklevel=4)
+                                   stacklevel=stacklevel + 1)
     e = _real_values(estimate, "estimate")
     if np.isinf(e).any():
         raise ValueError(f"estimate holds {int(np.isinf(e).sum())} infinite value(s); an estimate is a number or NaN "
                          "(undefined)")
     if nan_warning and np.isnan(e).any():
         warnings.warn(f"{int(np.isnan(e).sum())} undefined estimate(s): their conformal interval is undefined (NaN)",
-                      UserWarning, stacklevel=3)
+                      UserWarning, stacklevel=stacklevel)
     with np.errstate(invalid="ignore"):
         # widened outward by a bound on the rounding of the residuals and of e -/+ q: the guarantee is about the
         # residual |truth - e| <= q as computed, and fl(e - q) can lie above a truth whose residual ties with q
@@ -1297,5 +1301,5 @@ def conformal_interval_core(
     if empty.any():
         warnings.warn(f"{int(empty.sum())} estimate(s) lie outside bounds ({lo:g}, {hi:g}) by more than the quantile "
                       f"{q:.4g}: no truth in the bounds is within it (an estimate in other units than the truths?); "
-                      "their conformal interval is undefined (NaN)", UserWarning, stacklevel=3)
+                      "their conformal interval is undefined (NaN)", UserWarning, stacklevel=stacklevel)
     return ConformalInterval(low, high, q, n, float(alpha))
