@@ -1314,8 +1314,9 @@ def tensors_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors hold the same values: one shape, dtype and layout, and ``torch.equal`` values.
 
     Compared on ``a``'s device (``b`` moved there, one tensor at a time). A tensor without values (``meta``) or not
-    strided (sparse: no single storage to compare) is never equal. The one comparison of weights behind the warnings
-    about an ensemble member or an nnU-Net fold given twice.
+    strided (sparse: no single storage to compare) is never equal. NaN values are equal to NaN at the same places (a
+    copy of weights holding NaN is equal to them). The one comparison of weights behind the warnings about an ensemble
+    member or an nnU-Net fold given twice.
 
     Args:
         a: a tensor.
@@ -1332,7 +1333,15 @@ def tensors_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(torch.equal(a.detach(), b.detach().to(a.device)))
+    a, b = a.detach(), b.detach().to(a.device)
+    if torch.equal(a, b):
+        return True
+    if not (a.is_floating_point() or a.is_complex()):
+        return False
+    # NaN is equal to nothing in torch.equal: two copies of a checkpoint holding a NaN weight (a diverged run, a
+    # buffer never filled) were told apart (hostile review 69); NaN at the same places and the rest equal is equal
+    nan = torch.isnan(a)
+    return bool(torch.equal(nan, torch.isnan(b)) and torch.equal(a.masked_fill(nan, 0), b.masked_fill(nan, 0)))
 
 
 def recompile_after_hooks(model: Any) -> None:
@@ -1362,6 +1371,9 @@ def recompile_after_hooks(model: Any) -> None:
 def is_compiled(model: Any) -> bool:
     """Whether ``model`` is or holds a ``torch.compile`` wrapper (a module whose ``_orig_mod`` is its Python module).
 
+    A module compiled in place (``module.compile()``, which keeps the module and compiles its calls) counts too: its
+    compiled code ignores hooks added later as a wrapper's does.
+
     Args:
         model: the network as the caller passed it.
 
@@ -1374,7 +1386,9 @@ def is_compiled(model: Any) -> bool:
         (False, True)
     """
     modules = model.modules() if isinstance(model, torch.nn.Module) else ()
-    return any(plain_module(m) is not m for m in modules)
+    # found by hostile review 69: a network compiled in place was taken as not compiled, and dropout added after its
+    # first call never ran (MC dropout maps 0 everywhere, without a word)
+    return any(plain_module(m) is not m or getattr(m, "_compiled_call_impl", None) is not None for m in modules)
 
 
 def compiled_draws_context(*networks: Any) -> contextlib.AbstractContextManager:

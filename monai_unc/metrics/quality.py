@@ -472,6 +472,8 @@ def expected_dice(
     does not hold has ``q_c = empty_score * prod_x (1 - pbar_c(x))`` (the foreground ``prod_x pbar_0(x)``): the
     chance that the reference holds none of it either, the exact expected Dice under that model (module docstring);
     the per-class values are those ``monai-unc evaluate`` and ``triage`` compute (:func:`case_expected_dice`).
+    Of float16 / bfloat16 probabilities, ``pbar_fg`` is the sum of the foreground classes where ``pbar_0 >= 0.5``
+    (there a stored ``pbar_0`` near 1 has lost the small foreground probabilities: ``1 - 1e-4`` is 1 in float16).
     Works from :class:`~monai_unc.stats.SampleStats` (``expected_dice(stats.mean)``), the inferer's ``pred`` or one
     softmax.
 
@@ -530,7 +532,7 @@ def _expected_dice_values(p: torch.Tensor, empty_score: float, soft_only: bool) 
     if p.device.type == "cpu" and p.dtype in (torch.float32, torch.float64) and not p.requires_grad:
         num, den, held = _expected_dice_sums_cpu(p)
     else:
-        num, den, held = _expected_dice_sums(p)
+        num, den, held = _expected_dice_sums(p, small_foreground=not soft_only)
     q = overlap_ratio(2 * num, den, empty_score, caller="expected_dice")
     # probabilities may exceed 1 by the tolerance of the checks (1.0005 passes), and the ratio with them (found by
     # hostile testing: 1.00025); the estimate of a Dice is kept in [0, 1] (clamp keeps NaN)
@@ -606,11 +608,14 @@ def _expected_dice_sums_cpu(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return torch.from_numpy(num), torch.from_numpy(den), torch.from_numpy(held)  # float64, float64, int64
 
 
-def _expected_dice_sums(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _expected_dice_sums(
+    p: torch.Tensor, small_foreground: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(num, den, held)`` ``(B, C + 1)`` of :func:`expected_dice` of ``(B, C, N)`` probabilities.
 
     Per class ``sum pbar_c [R = c]`` and ``sum pbar_c + |R = c|`` (float64 sums) and ``|R = c|`` (int64), the
-    foreground last.
+    foreground last. ``small_foreground``: the foreground of half-precision maps from the classes' own maps where
+    ``p_0 >= 0.5`` (False: ``1 - p_0`` everywhere, the former estimate's values).
     """
     b, c = p.shape[:2]
     seg = _argmax(p, 1)  # (B, N)
@@ -628,8 +633,18 @@ def _expected_dice_sums(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, to
     # in float16 / bfloat16 would round every voxel)
     p0, mask = p[:, 0], seg > 0
     size = mask.sum(dim=-1)
-    num[:, c] = size - torch.where(mask, p0, torch.zeros_like(p0)).sum(dim=-1, dtype=f64)
-    den[:, c] = (p.shape[-1] - p0.sum(dim=-1, dtype=f64)) + size
+    if small_foreground and p.element_size() < 4 and c > 1:
+        # float16 / bfloat16: a p_0 near 1 has lost the small foreground probability that the classes' own maps keep
+        # (1 - 1e-4 is 1 in float16): 1 - p_0 where p_0 < 0.5, the sum of the foreground maps elsewhere, as for the
+        # product of a foreground not held (hostile review 69: a float16 foreground of 135 voxels' worth read 0.974
+        # instead of 0.809, the 40 voxels' worth of 1e-4 lost from the denominator). Exact in float32 (11-bit values)
+        w0 = p0.to(torch.float32)
+        fg = torch.where(w0 < 0.5, 1 - w0, p[:, 1:].sum(dim=1, dtype=torch.float32))
+        num[:, c] = torch.where(mask, fg, torch.zeros_like(fg)).sum(dim=-1, dtype=f64)
+        den[:, c] = fg.sum(dim=-1, dtype=f64) + size
+    else:
+        num[:, c] = size - torch.where(mask, p0, torch.zeros_like(p0)).sum(dim=-1, dtype=f64)
+        den[:, c] = (p.shape[-1] - p0.sum(dim=-1, dtype=f64)) + size
     held[:, c] = size
     return num, den, held
 
@@ -751,7 +766,12 @@ def _region_quality(output: Mapping[str, Any], empty_score: float, soft_only: bo
         per_region.append(_class_quality(binary, False, empty_score, soft_only))
     out: dict[str, QualityScores] = {}
     for name in per_region[0]:
-        cols = torch.stack([to_tensor(res[name].foreground, name).to(torch.float64) for res in per_region], dim=1)
+        # the expected Dice of a region is its class 1's (sums of p_r itself): the binary's foreground sums 1 - p_r
+        # as built above, which a float16 map rounds to 1 where p_r < 2^-12 (its probability lost from the soft
+        # Dice's denominator: 0.947 for 0.857); the former estimate (soft_only) keeps the values rules recorded
+        which = "per_class" if name == "expected_dice" and not soft_only else "foreground"
+        cols = torch.stack([to_tensor(getattr(res[name], which), name).reshape(-1).to(torch.float64)
+                            for res in per_region], dim=1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             combined = torch.nanmean(cols, dim=1)
@@ -1198,7 +1218,7 @@ def conformal_interval(
         >>> round(iv.quantile, 3), iv.low.round(3).tolist(), iv.high.round(3).tolist()
         (0.084, [0.846, 0.516], [1.0, 0.684])
     """
-    return conformal_interval_core(estimate, calibration_estimates, calibration_truths, alpha, bounds)
+    return conformal_interval_core(estimate, calibration_estimates, calibration_truths, alpha, bounds, stacklevel=3)
 
 
 def conformal_interval_core(
@@ -1210,6 +1230,7 @@ def conformal_interval_core(
     *,
     few_warning: bool = True,
     nan_warning: bool = True,
+    stacklevel: int = 2,
 ) -> ConformalInterval:
     """:func:`conformal_interval`, whose warnings of too few calibration cases or undefined estimates may be left out.
 
@@ -1226,6 +1247,7 @@ def conformal_interval_core(
         bounds: as :func:`conformal_interval`.
         few_warning: warn when the calibration cases are too few for a finite interval (``True``) or not.
         nan_warning: warn of undefined (NaN) estimates (``True``) or not.
+        stacklevel: the warnings' ``stacklevel`` as seen from this function (2: its caller).
 
     Returns:
         :class:`ConformalInterval`, as :func:`conformal_interval`.
@@ -1251,15 +1273,17 @@ def conformal_interval_core(
         raise ValueError(f"calibration_truths hold {int(outside.sum())} value(s) outside bounds ({lo:g}, {hi:g}), the "
                          f"range of the truth (e.g. {float(t[outside].reshape(-1)[0])!r}); give the truths in the "
                          "bounds' units or pass bounds=")
+    # stacklevel: the warnings point at the caller's line, of conformal_interval or of this function (found by hostile
+    # review 69: a direct call's pointed one frame above it)
     q, n = conformal_quantile_core(calibration_estimates, calibration_truths, alpha, few_warning=few_warning,
-                                   stacklevel=4)
+                                   stacklevel=stacklevel + 1)
     e = _real_values(estimate, "estimate")
     if np.isinf(e).any():
         raise ValueError(f"estimate holds {int(np.isinf(e).sum())} infinite value(s); an estimate is a number or NaN "
                          "(undefined)")
     if nan_warning and np.isnan(e).any():
         warnings.warn(f"{int(np.isnan(e).sum())} undefined estimate(s): their conformal interval is undefined (NaN)",
-                      UserWarning, stacklevel=3)
+                      UserWarning, stacklevel=stacklevel)
     with np.errstate(invalid="ignore"):
         # widened outward by a bound on the rounding of the residuals and of e -/+ q: the guarantee is about the
         # residual |truth - e| <= q as computed, and fl(e - q) can lie above a truth whose residual ties with q
@@ -1277,5 +1301,5 @@ def conformal_interval_core(
     if empty.any():
         warnings.warn(f"{int(empty.sum())} estimate(s) lie outside bounds ({lo:g}, {hi:g}) by more than the quantile "
                       f"{q:.4g}: no truth in the bounds is within it (an estimate in other units than the truths?); "
-                      "their conformal interval is undefined (NaN)", UserWarning, stacklevel=3)
+                      "their conformal interval is undefined (NaN)", UserWarning, stacklevel=stacklevel)
     return ConformalInterval(low, high, q, n, float(alpha))
