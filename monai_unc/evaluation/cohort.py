@@ -58,7 +58,6 @@ from .config import (
     check_risk_options,
     dice_columns,
     parse_score_column,
-    region_suffix,
 )
 from .products import cohort_products, fit_products, implicit_products, product_summaries
 from .region_case import QU_BRATS_COLUMNS
@@ -1077,8 +1076,10 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
     except ValueError:  # not a case score of this package's measures: the column as it is named
         base = score_key
     per_region: dict[str, Any] = {}
-    for name in names:
-        s = region_suffix(name)
+    # the rows of an evaluation written by an earlier version, whose region columns kept ASCII letters and digits
+    # only ("Ödem 2" -> dice_dem_2), are read as written
+    suffixes = [c[len("dice_"):] for c in dice_columns(0, regions=names, columns=rows[0] if rows else None)]
+    for name, s in zip(names, suffixes):
         d = column_values(rows, f"dice_{s}")
         block: dict[str, Any] = {"column_suffix": s, "labels": list(state.regions[name]),
                                  "dice": {"mean": _nanmean(d), "median": float(np.median(d)) if d.size else None}}
