@@ -12,7 +12,8 @@ import re
 from monai_unc.product import ReportSection, ReportTable
 from monai_unc.report.html import product_section
 
-NAMES = ["浮腫", "壊死", "בצקת", "נמק", "水 肿", "水_肿", "水-肿", "、", "。", "Ödem", "O\u0308dem", "x" * 40 + "水" * 60]
+NAMES = ["浮腫", "壊死", "בצקת", "נמק", "水 肿", "水_肿", "水-肿", "、", "。", "Ödem", "O\u0308dem",
+         "x" * 40 + "水" * 60]
 
 
 def _ids(html: str) -> list[str]:
