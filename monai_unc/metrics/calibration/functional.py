@@ -16,7 +16,16 @@ import numpy as np
 import torch
 
 from ..._deprecation import deprecated_arg_names
-from ..._utils import ArrayLike, check_bool, check_integer, probability_tolerance, sum_f64, to_tensor, warn_nan
+from ..._utils import (
+    ArrayLike,
+    check_bool,
+    check_integer,
+    probability_tolerance,
+    sum_f64,
+    to_tensor,
+    user_stacklevel,
+    warn_nan,
+)
 from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram, coarse_bin_index
 
 __all__ = [
@@ -78,7 +87,7 @@ def _bin_stats(
             f"n_bins={n_bins} does not divide n_fine_bins={n_fine}: coarse bin edges are rounded to the fine "
             f"grid (shift < 1/{n_fine}); choose a divisor for exact binning",
             UserWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),  # the user's call, whichever public function (and wrapper) led here
         )
     n2 = _coarsen(counts, n_bins)
     w2 = _coarsen(wcounts, n_bins)
@@ -146,7 +155,7 @@ def _finish(values: torch.Tensor, per_case: bool, ref: Any, caller: str, reason:
     n_nan = int(torch.isnan(values).sum())
     if n_nan and nan_warning:
         what = f"{n_nan} of {values.numel()} values" if values.numel() > 1 else "the value"
-        warn_nan(f"{caller}: {what} is NaN: {reason}", stacklevel=4)
+        warn_nan(f"{caller}: {what} is NaN: {reason}", stacklevel=user_stacklevel() + 1)  # + warn_nan's frame
     if not per_case:
         values = values[0]
         if values.ndim == 0:
