@@ -1184,7 +1184,20 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
         warnings.warn(f"summary.json records an empty class name (class_names{blank}): read as 'class', the name of "
                       "its column dice_class (new evaluations refuse empty names)", UserWarning, stacklevel=2)
         options["class_names"] = ["class" if i in blank else n for i, n in enumerate(names)]
-    cfg = EvaluationConfig(**options)
+    try:
+        cfg = EvaluationConfig(**options)
+    except ValueError as e:
+        if not str(e).startswith("class_names: the names"):
+            raise
+        # recorded names of one column: an evaluation written before the columns kept every script's letters
+        # (NFKC, review 68) named their columns apart ("T2": dice_t2, "Ｔ２": dice_class); found by review 69: the
+        # refusal said what a new evaluation is told, nothing of the folder or of what to do with it
+        base = str(e).removesuffix("; give each class a name of its own")
+        raise ValueError(f"{base}. An earlier version, whose columns kept ASCII letters and digits only, evaluated "
+                         "these classes into columns apart, which cannot be told apart under these names: evaluate "
+                         "the cases again into a new folder (monai-unc evaluate --output NEW) with --class-names "
+                         "giving each class a name of its own (this folder's metrics.csv stays readable as a "
+                         "table)") from None
     if budget is not None:
         cfg.budget = float(budget)
     # a risk option without a target in effect would be ignored (found by hostile testing: report --delta exited 0)

@@ -307,8 +307,18 @@ class EvaluationConfig:
         """Refuse class names of which two give the same columns (``dice_<slug>``; :func:`slug`)."""
         slugs = [slug(n) for n in names]
         if len(set(slugs)) != len(slugs):  # one column (dice_<class>, ...) would overwrite another's
+            # each column of two or more names, with the names and their classes (found by review 69: the message
+            # listed every name and column, and said neither which two met nor why "T2" and "Ｔ２" do)
+            by_column: dict[str, list[int]] = {}
+            for i, s in enumerate(slugs):
+                by_column.setdefault(s, []).append(i)
+            shared = [" and ".join(f"{names[i]!r} (class {i})" for i in idx) + f" are both dice_{col}"
+                      for col, idx in by_column.items() if len(idx) > 1]
             raise parameter_error(
-                ValueError(f"class_names: the names {list(names)} give the same column names {slugs}"),
+                ValueError(f"class_names: the names {list(names)} give the same column names {slugs}: "
+                           + "; ".join(shared[:3]) + (f"; and {len(shared) - 3} more" if len(shared) > 3 else "")
+                           + " (a column keeps a name's letters and digits, NFKC-normalised and "
+                           "lower-cased: full-width 'Ｔ２' is 't2'); give each class a name of its own"),
                 "class_names")
 
     @property
